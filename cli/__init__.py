@@ -1,0 +1,1 @@
+"""The ``kvbudget`` command line: thin typer wrappers over library calls."""

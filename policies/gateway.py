@@ -1,0 +1,343 @@
+"""The gateway's admission state machine: queues, leases and the policy, without a clock.
+
+Executors (the SimPy model and the live asyncio gateway) call :meth:`Gateway.arrive`,
+:meth:`Gateway.finish`, :meth:`Gateway.advance` with the current time and carry out the actions
+returned: start the request on the engine (:class:`Admit`), answer the caller with an error
+(:class:`Reject`), or abort engine work whose lease was taken back (:class:`Revoke`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from policies.base import (
+    Admitted,
+    Completion,
+    EngineProbe,
+    Policy,
+    Refuse,
+    RevokeLeases,
+)
+from policies.budget import Lease, TokenBudget
+from policies.errors import Overloaded, OverloadReason, RequestTooLarge
+from policies.request import Request
+from policies.tiers import DEFAULT_TIERS, TierConfig, by_priority, tier_map
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    """Everything the gateway needs besides the policy."""
+
+    capacity_tokens: int
+    tiers: tuple[TierConfig, ...] = DEFAULT_TIERS
+    lease_ttl_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.capacity_tokens < 1:
+            raise ValueError(f"capacity_tokens must be >= 1, got {self.capacity_tokens!r}")
+        if self.lease_ttl_s is not None and not self.lease_ttl_s > 0:
+            raise ValueError(f"lease_ttl_s must be > 0 or None, got {self.lease_ttl_s!r}")
+        tier_map(self.tiers)
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    request: Request
+    lease: Lease
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    request: Request
+    error: RequestTooLarge | Overloaded
+    was_admitted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Revoke:
+    """The gateway took back an admitted request's lease: abort its engine work.
+    ``requeued`` says whether it waits again at the gateway (its work will be recomputed)."""
+
+    request: Request
+    lease: Lease
+    requeued: bool
+
+
+Action = Admit | Reject | Revoke
+
+
+class _Queue:
+    """FCFS queue of one tier with lazy deletion (expired requests leave a tombstone)."""
+
+    __slots__ = ("items", "live", "prompt_tokens")
+
+    def __init__(self) -> None:
+        self.items: deque[Request] = deque()
+        self.live = 0
+        self.prompt_tokens = 0
+
+
+class Gateway:
+    """Admission control over a :class:`TokenBudget` driven by a :class:`Policy`."""
+
+    def __init__(
+        self, config: GatewayConfig, policy: Policy, engine: EngineProbe | None = None
+    ) -> None:
+        self.config = config
+        self.policy = policy
+        self._tiers = tier_map(config.tiers)
+        self._order = by_priority(self._tiers)
+        self._budget = TokenBudget(
+            config.capacity_tokens,
+            {t.name: t.guaranteed_tokens for t in config.tiers if t.guaranteed_tokens},
+        )
+        self._engine = engine
+        self._now = 0.0
+        self._queues: dict[str, _Queue] = {name: _Queue() for name in self._tiers}
+        self._waiting: dict[int, float] = {}  # request_id -> admission deadline (inf: none)
+        self._waiting_requests: dict[int, Request] = {}
+        self._deadlines: list[tuple[float, int]] = []
+        self._admitted: dict[int, Admitted] = {}
+        self._revocations: dict[int, int] = {}
+
+    # --- GatewayView -----------------------------------------------------------------------
+    @property
+    def now_s(self) -> float:
+        return self._now
+
+    @property
+    def tiers(self) -> Mapping[str, TierConfig]:
+        return self._tiers
+
+    @property
+    def budget(self) -> TokenBudget:
+        return self._budget
+
+    @property
+    def admitted(self) -> Mapping[int, Admitted]:
+        return self._admitted
+
+    @property
+    def engine(self) -> EngineProbe | None:
+        return self._engine
+
+    def attach_engine(self, engine: EngineProbe) -> None:
+        self._engine = engine
+
+    def waiting(self, tier: str) -> Iterator[Request]:
+        return (r for r in self._queues[tier].items if r.request_id in self._waiting)
+
+    def num_waiting(self, tier: str | None = None) -> int:
+        if tier is None:
+            return len(self._waiting)
+        return self._queues[tier].live
+
+    def waiting_prompt_tokens(self, tier: str | None = None) -> int:
+        if tier is None:
+            return sum(q.prompt_tokens for q in self._queues.values())
+        return self._queues[tier].prompt_tokens
+
+    # --- executor calls --------------------------------------------------------------------
+    def arrive(self, request: Request, now_s: float) -> list[Action]:
+        """A request arrives. Too-large requests are refused before anything else."""
+        self._tick(now_s)
+        tier = self._tiers.get(request.tier)
+        if tier is None:
+            raise ValueError(
+                f"request {request.request_id}: unknown tier {request.tier!r}; "
+                f"known tiers: {sorted(self._tiers)}"
+            )
+        if request.max_sequence_tokens > tier.max_sequence_tokens:
+            err = RequestTooLarge(tier.max_sequence_tokens, request.max_sequence_tokens)
+            return [Reject(request, err)]
+        refusal = self.policy.precheck(request, self)
+        if refusal is not None:
+            return [Reject(request, refusal)]
+        deadline = request.deadline_s
+        if deadline is None and tier.queue_timeout_s is not None:
+            deadline = now_s + tier.queue_timeout_s
+        self._enqueue(request, math.inf if deadline is None else deadline)
+        actions = self._expire(now_s)
+        actions.extend(self._dispatch())
+        return actions
+
+    def finish(self, request_id: int, output_tokens: int, now_s: float) -> list[Action]:
+        """An admitted request completed with ``output_tokens`` generated."""
+        self._tick(now_s)
+        entry = self._admitted.pop(request_id, None)
+        actions: list[Action] = []
+        if entry is not None:
+            entry.lease.settle(entry.request.prompt_tokens + output_tokens)
+            entry.lease.release()
+            self._revocations.pop(request_id, None)
+            self.policy.observe_completion(
+                Completion(entry.request, output_tokens, entry.lease.reserved_tokens), self
+            )
+        actions.extend(self._expire(now_s))
+        actions.extend(self._dispatch())
+        return actions
+
+    def fail(self, request_id: int, now_s: float) -> list[Action]:
+        """An admitted request ended without completing (a backend error): free its lease."""
+        self._tick(now_s)
+        entry = self._admitted.pop(request_id, None)
+        if entry is not None:
+            entry.lease.release()
+        actions = self._expire(now_s)
+        actions.extend(self._dispatch())
+        return actions
+
+    def progress(self, request_id: int, output_tokens: int) -> None:
+        """Optional: report the tokens an admitted request holds so far (settles its lease)."""
+        entry = self._admitted.get(request_id)
+        if entry is not None:
+            entry.lease.settle(entry.request.prompt_tokens + output_tokens)
+
+    def engine_preempted(self, request_id: int, now_s: float) -> None:
+        """The engine preempted an admitted request (told to learning policies)."""
+        self._tick(now_s)
+        self.policy.observe_preemption(request_id, self)
+
+    def advance(self, now_s: float) -> list[Action]:
+        """Apply deadlines and lease expiry due by ``now_s``."""
+        self._tick(now_s)
+        actions = self._expire(now_s)
+        if actions:
+            actions.extend(self._dispatch())
+        return actions
+
+    def next_timer_s(self) -> float | None:
+        """When :meth:`advance` next has something to do (a deadline or a lease expiry)."""
+        while self._deadlines and self._waiting.get(self._deadlines[0][1]) != self._deadlines[0][0]:
+            heapq.heappop(self._deadlines)
+        nxt = self._deadlines[0][0] if self._deadlines else None
+        lease_nxt = self._budget.next_expiry_s()
+        if lease_nxt is not None and (nxt is None or lease_nxt < nxt):
+            nxt = lease_nxt
+        return nxt
+
+    # --- internals --------------------------------------------------------------------------
+    def _tick(self, now_s: float) -> None:
+        if now_s < self._now:
+            raise ValueError(f"time went backwards: {now_s!r} < {self._now!r}")
+        self._now = now_s
+
+    def _enqueue(self, request: Request, deadline: float, *, by_arrival: bool = False) -> None:
+        queue = self._queues[request.tier]
+        if by_arrival and queue.items and queue.items[-1].arrival_s > request.arrival_s:
+            keys = [r.arrival_s for r in queue.items]
+            queue.items.insert(bisect.bisect_right(keys, request.arrival_s), request)
+        else:
+            queue.items.append(request)
+        queue.live += 1
+        queue.prompt_tokens += request.prompt_tokens
+        self._waiting[request.request_id] = deadline
+        self._waiting_requests[request.request_id] = request
+        if deadline != math.inf:
+            heapq.heappush(self._deadlines, (deadline, request.request_id))
+
+    def _dequeue(self, request: Request) -> None:
+        queue = self._queues[request.tier]
+        del self._waiting[request.request_id]
+        del self._waiting_requests[request.request_id]
+        queue.live -= 1
+        queue.prompt_tokens -= request.prompt_tokens
+        while queue.items and queue.items[0].request_id not in self._waiting:
+            queue.items.popleft()
+
+    def _head(self, tier: str) -> Request | None:
+        queue = self._queues[tier]
+        while queue.items and queue.items[0].request_id not in self._waiting:
+            queue.items.popleft()
+        return queue.items[0] if queue.items else None
+
+    def _expire(self, now_s: float) -> list[Action]:
+        actions: list[Action] = []
+        while True:
+            nxt = self.next_timer_s()
+            if nxt is None or nxt > now_s:
+                return actions
+            if self._deadlines and self._deadlines[0][0] == nxt:
+                _, rid = heapq.heappop(self._deadlines)
+                request = self._waiting_requests[rid]
+                self._dequeue(request)
+                tier = self._tiers[request.tier]
+                was_revoked = self._revocations.pop(rid, 0) > 0
+                reason: OverloadReason = "preempted" if was_revoked else "deadline"
+                actions.append(Reject(request, Overloaded(tier.retryable_on_overload, reason)))
+            else:
+                for lease in self._budget.expire(now_s):
+                    entry = self._admitted.pop(lease.holder, None)
+                    if entry is not None:
+                        actions.append(Revoke(entry.request, lease, requeued=False))
+                        tier = self._tiers[entry.request.tier]
+                        actions.append(
+                            Reject(
+                                entry.request,
+                                Overloaded(tier.retryable_on_overload, "lease_expired"),
+                                was_admitted=True,
+                            )
+                        )
+
+    def _dispatch(self) -> list[Action]:
+        actions: list[Action] = []
+        progressed = True
+        while progressed:
+            progressed = False
+            for tier_name in self._order:
+                request = self._head(tier_name)
+                if request is None or not self.policy.may_admit(tier_name, self):
+                    continue
+                tokens = self.policy.reservation(request, self)
+                lease = self._try_reserve(request, tokens)
+                if lease is not None:
+                    self._dequeue(request)
+                    self._admitted[request.request_id] = Admitted(
+                        request, lease, self._now, self._revocations.get(request.request_id, 0)
+                    )
+                    actions.append(Admit(request, lease))
+                    progressed = True
+                    break
+                decision = self.policy.on_no_capacity(request, self)
+                if isinstance(decision, Refuse):
+                    self._dequeue(request)
+                    tier = self._tiers[tier_name]
+                    err = Overloaded(tier.retryable_on_overload, decision.reason)
+                    actions.append(Reject(request, err))
+                    progressed = True
+                    break
+                if isinstance(decision, RevokeLeases) and decision.request_ids:
+                    actions.extend(self._revoke(decision.request_ids))
+                    progressed = True
+                    break
+                return actions  # Wait: strict priority, nothing below this tier is admitted
+        return actions
+
+    def _try_reserve(self, request: Request, tokens: int) -> Lease | None:
+        ttl = self.config.lease_ttl_s
+        expires = None if ttl is None else self._now + ttl
+        return self._budget.try_reserve(
+            request.tier, tokens, holder=request.request_id, expires_at=expires
+        )
+
+    def _revoke(self, request_ids: Sequence[int]) -> list[Action]:
+        actions: list[Action] = []
+        for rid in request_ids:
+            entry = self._admitted.pop(rid, None)
+            if entry is None:
+                continue
+            entry.lease.release()
+            self._revocations[rid] = self._revocations.get(rid, 0) + 1
+            request = entry.request
+            tier = self._tiers[request.tier]
+            deadline = request.deadline_s
+            if deadline is None and tier.queue_timeout_s is not None:
+                deadline = self._now + tier.queue_timeout_s
+            self._enqueue(request, math.inf if deadline is None else deadline, by_arrival=True)
+            actions.append(Revoke(request, entry.lease, requeued=True))
+        return actions

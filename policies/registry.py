@@ -1,0 +1,52 @@
+"""One registry of admission policies: name -> class. Registering a plug-in is one line here."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from policies.base import BasePolicy
+from policies.seed_policies import Conservative, Overcommit, Preemptive, Unlimited
+
+POLICIES: dict[str, type[BasePolicy]] = {
+    "unlimited": Unlimited,
+    "conservative": Conservative,
+    "overcommit": Overcommit,
+    "preemptive": Preemptive,
+}
+
+
+def policy_names() -> list[str]:
+    return list(POLICIES)
+
+
+def policy_parameters(name: str) -> dict[str, Any]:
+    """The parameters of a registered policy with their defaults."""
+    cls = _lookup(name)
+    sig = inspect.signature(cls.__init__)
+    return {
+        p.name: (None if p.default is inspect.Parameter.empty else p.default)
+        for p in sig.parameters.values()
+        if p.name != "self"
+    }
+
+
+def make_policy(name: str, params: Mapping[str, Any] | None = None) -> BasePolicy:
+    """A fresh policy instance (learning policies keep state, so never share one across runs)."""
+    cls = _lookup(name)
+    params = dict(params or {})
+    known = policy_parameters(name)
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ValueError(
+            f"policy {name!r} has no parameter {unknown[0]!r}; its parameters: {sorted(known)}"
+        )
+    return cls(**params)
+
+
+def _lookup(name: str) -> type[BasePolicy]:
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; known policies: {', '.join(POLICIES)}") from None

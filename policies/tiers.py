@@ -1,0 +1,89 @@
+"""Service tiers: each names its size limit, priority, admission deadline, overload behaviour and SLO."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class TierConfig:
+    """One service tier.
+
+    ``priority`` follows vLLM's convention: a *lower* value is served first.
+    ``queue_timeout_s`` is the caller's deadline to be admitted (time waiting at the gateway);
+    ``None`` waits forever. ``guaranteed_tokens`` is this tier's private pool in the
+    :class:`~policies.budget.TokenBudget`; the rest of the capacity is shared.
+    """
+
+    name: str
+    max_sequence_tokens: int = 32_768
+    priority: int = 0
+    queue_timeout_s: float | None = 10.0
+    retryable_on_overload: bool = False
+    ttft_s: float = 2.0
+    tpot_s: float = 0.2
+    guaranteed_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
+            raise ValueError(f"tier name must be alphanumeric (with - or _), got {self.name!r}")
+        if self.max_sequence_tokens < 2:
+            raise ValueError(
+                f"tier {self.name!r}: max_sequence_tokens must be >= 2, "
+                f"got {self.max_sequence_tokens!r}"
+            )
+        if self.queue_timeout_s is not None and not (
+            math.isfinite(self.queue_timeout_s) and self.queue_timeout_s >= 0
+        ):
+            raise ValueError(
+                f"tier {self.name!r}: queue_timeout_s must be >= 0 or None, "
+                f"got {self.queue_timeout_s!r}"
+            )
+        for field_name in ("ttft_s", "tpot_s"):
+            value = getattr(self, field_name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"tier {self.name!r}: {field_name} must be > 0, got {value!r}")
+        if self.guaranteed_tokens < 0:
+            raise ValueError(
+                f"tier {self.name!r}: guaranteed_tokens must be >= 0, got {self.guaranteed_tokens!r}"
+            )
+
+
+INTERACTIVE = TierConfig(
+    name="interactive",
+    max_sequence_tokens=32_768,
+    priority=0,
+    queue_timeout_s=10.0,
+    retryable_on_overload=False,
+    ttft_s=2.0,
+    tpot_s=0.1,
+)
+BATCH = TierConfig(
+    name="batch",
+    max_sequence_tokens=32_768,
+    priority=1,
+    queue_timeout_s=600.0,
+    retryable_on_overload=True,
+    ttft_s=60.0,
+    tpot_s=0.5,
+)
+DEFAULT_TIERS: tuple[TierConfig, ...] = (INTERACTIVE, BATCH)
+
+
+def tier_map(tiers: Iterable[TierConfig]) -> dict[str, TierConfig]:
+    """Index tiers by name, refusing duplicates."""
+    out: dict[str, TierConfig] = {}
+    for tier in tiers:
+        if tier.name in out:
+            raise ValueError(f"duplicate tier name {tier.name!r}")
+        out[tier.name] = tier
+    if not out:
+        raise ValueError("at least one tier is required")
+    return out
+
+
+def by_priority(tiers: Mapping[str, TierConfig]) -> list[str]:
+    """Tier names, highest priority (lowest value) first, ties by name."""
+    return sorted(tiers, key=lambda name: (tiers[name].priority, name))

@@ -1,0 +1,103 @@
+"""Step-time cost models behind one small interface.
+
+One engine step runs a batch of prefill chunks and decode tokens. Its duration depends on four
+features, all counted by the engine model:
+
+* ``num_prefill_tokens``: prompt (or recompute) tokens computed this step;
+* ``num_decode_seqs``: sequences generating one token this step;
+* ``num_context_tokens``: KV tokens attended to (sum over scheduled sequences of their context
+  length after the step): the KV bytes a decode step reads;
+* ``prefill_attention``: sum over prefill chunks of ``chunk * (context after the chunk)``: the
+  quadratic part of prefill attention.
+
+A model's :meth:`CostModel.step_time` must be written with element-wise arithmetic only (it is
+called with floats and with numpy arrays of many steps at once, and both must give the same bits).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+F = TypeVar("F", float, npt.NDArray[np.float64])
+
+FEATURES = ("num_prefill_tokens", "num_decode_seqs", "num_context_tokens", "prefill_attention")
+
+
+class CostModel(Protocol):
+    """Seconds per engine step as a function of the step's four features."""
+
+    def step_time(self, num_prefill_tokens: F, num_decode_seqs: F, num_context_tokens: F,
+                  prefill_attention: F) -> F: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LinearCostModel:
+    """``t = intercept_s + sum(coef * feature)``: explicit coefficients, fitted by calibration.
+
+    The fit (``kvbudget calibrate`` / ``kvbudget profile``) writes these to a JSON file that
+    :func:`load_cost_model` reads back.
+    """
+
+    intercept_s: float
+    per_prefill_token_s: float
+    per_decode_seq_s: float
+    per_context_token_s: float
+    per_prefill_attention_s: float = 0.0
+    source: str = "explicit"
+
+    def __post_init__(self) -> None:
+        for name in ("intercept_s", "per_prefill_token_s", "per_decode_seq_s",
+                     "per_context_token_s", "per_prefill_attention_s"):
+            value = getattr(self, name)
+            if not (np.isfinite(value) and value >= 0):
+                raise ValueError(f"cost model coefficient {name} must be >= 0, got {value!r}")
+        if self.intercept_s <= 0:
+            raise ValueError(f"cost model intercept_s must be > 0, got {self.intercept_s!r}")
+
+    def step_time(self, num_prefill_tokens: F, num_decode_seqs: F, num_context_tokens: F,
+                  prefill_attention: F) -> F:
+        return (
+            self.intercept_s
+            + self.per_prefill_token_s * num_prefill_tokens
+            + self.per_decode_seq_s * num_decode_seqs
+            + self.per_context_token_s * num_context_tokens
+            + self.per_prefill_attention_s * prefill_attention
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "linear", **asdict(self)}
+
+
+def save_cost_model(model: LinearCostModel, path: Path, extra: dict[str, Any] | None = None) -> None:
+    """Write a linear cost model (and optional provenance, fit errors) as JSON."""
+    payload = {"kind": "linear", "coefficients": asdict(model), **(extra or {})}
+    path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+
+
+def load_cost_model(path: Path) -> LinearCostModel:
+    """Read a cost-model file written by :func:`save_cost_model`; errors name the field."""
+    try:
+        payload = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable cost-model JSON file ({exc})") from None
+    if not isinstance(payload, dict) or payload.get("kind") != "linear":
+        raise ValueError(f"{path}: field 'kind' must be 'linear'")
+    coefs = payload.get("coefficients")
+    if not isinstance(coefs, dict):
+        raise ValueError(f"{path}: field 'coefficients' must be an object")
+    known = set(LinearCostModel.__dataclass_fields__)
+    unknown = sorted(set(coefs) - known)
+    if unknown:
+        raise ValueError(f"{path}: unknown field 'coefficients.{unknown[0]}'")
+    try:
+        return LinearCostModel(**coefs)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: {exc}") from None

@@ -1,0 +1,90 @@
+"""The per-request records table and the timeline table: the public result of every executor.
+
+The simulator and the live replay both emit exactly these columns, so every metric, plot and
+notebook works on either, and "simulated vs measured" is a join on ``request_id``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+STATUSES: Final[tuple[str, ...]] = (
+    "completed",
+    "rejected_too_large",
+    "rejected_overloaded",
+    "expired",
+    "preempted_dropped",
+)
+"""Terminal states. ``expired``: waited at the gateway until its admission deadline.
+``preempted_dropped``: admitted, then its lease was revoked (or expired) and it never finished.
+``rejected_overloaded``: refused without waiting (no capacity for a retryable tier, a queue cap,
+an SLO prediction). A live replay also records backend failures as ``rejected_overloaded`` with
+the failure in ``error``."""
+
+STATUS_CODES: Final[dict[str, int]] = {s: i for i, s in enumerate(STATUSES)}
+PENDING: Final[int] = -1
+
+RECORD_COLUMNS: Final[dict[str, str]] = {
+    "request_id": "int64",
+    "tier": "str",
+    "arrival_s": "float64",
+    "prompt_tokens": "int64",
+    "max_output_tokens": "int64",
+    "output_tokens": "int64",
+    "status": "str",
+    "reason": "str",
+    "admitted_s": "float64",
+    "first_token_s": "float64",
+    "finished_s": "float64",
+    "ttft_s": "float64",
+    "tpot_s": "float64",
+    "e2e_s": "float64",
+    "num_preemptions": "int64",
+    "reserved_tokens": "int64",
+}
+"""Column -> dtype. Times are seconds on the run's clock (NaN where not reached); ``ttft_s`` and
+``e2e_s`` count from ``arrival_s``; ``tpot_s = (e2e_s - ttft_s) / (output_tokens - 1)`` as vLLM
+defines it (NaN for one-token outputs). ``num_preemptions`` counts engine preemptions plus
+gateway revocations of this request. ``output_tokens`` is what was generated (the true length for
+a completed request). ``reason`` is the overload reason for refusals, else empty."""
+
+TIMELINE_COLUMNS: Final[dict[str, str]] = {
+    "time_s": "float64",
+    "kv_used_tokens": "int64",
+    "kv_reserved_tokens": "int64",
+    "kv_capacity_tokens": "int64",
+    "num_running": "int64",
+    "num_waiting": "int64",
+    "num_preemptions": "int64",
+}
+"""``kv_used_tokens``: tokens in allocated KV blocks (blocks x block_size, as vLLM's
+``kv_cache_usage_perc``); ``kv_reserved_tokens``: tokens held by gateway leases;
+``num_waiting``: engine waiting queue plus gateway queues; ``num_preemptions``: cumulative."""
+
+Columns = Mapping[str, npt.NDArray[np.generic] | list[str]]
+
+
+def derive_latencies(
+    arrival_s: npt.NDArray[np.float64],
+    first_token_s: npt.NDArray[np.float64],
+    finished_s: npt.NDArray[np.float64],
+    output_tokens: npt.NDArray[np.int64],
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """TTFT, TPOT and E2E from the event times (vLLM's definitions)."""
+    ttft = first_token_s - arrival_s
+    e2e = finished_s - arrival_s
+    denom = (output_tokens - 1).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tpot = np.where(denom > 0, (e2e - ttft) / np.where(denom > 0, denom, 1.0), np.nan)
+    return ttft, tpot, e2e
+
+
+def check_columns(names: list[str], expected: Mapping[str, str], what: str) -> None:
+    """Raise ``ValueError`` naming the first missing column."""
+    missing = [c for c in expected if c not in names]
+    if missing:
+        raise ValueError(f"{what} table lacks column {missing[0]!r} (has {sorted(names)})")
