@@ -108,7 +108,8 @@ class Completion:
 class Policy(Protocol):
     """What the gateway asks of an admission policy."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def precheck(self, request: Request, view: GatewayView) -> Overloaded | None: ...
     def reservation(self, request: Request, view: GatewayView) -> int: ...

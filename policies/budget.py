@@ -62,7 +62,9 @@ class TokenBudget:
         guaranteed = dict(guaranteed or {})
         for tier, tokens in guaranteed.items():
             if tokens < 0:
-                raise ValueError(f"guaranteed tokens for tier {tier!r} must be >= 0, got {tokens!r}")
+                raise ValueError(
+                    f"guaranteed tokens for tier {tier!r} must be >= 0, got {tokens!r}"
+                )
         total_guaranteed = sum(guaranteed.values())
         if total_guaranteed > capacity_tokens:
             raise ValueError(

@@ -31,15 +31,24 @@ from policies.tiers import DEFAULT_TIERS, TierConfig, by_priority, tier_map
 
 @dataclass(frozen=True, slots=True)
 class GatewayConfig:
-    """Everything the gateway needs besides the policy."""
+    """Everything the gateway needs besides the policy.
+
+    ``reservation_granularity`` rounds every reservation up to a multiple (the engine's
+    ``block_size``), so that reserved tokens bound the KV blocks the engine can allocate.
+    """
 
     capacity_tokens: int
     tiers: tuple[TierConfig, ...] = DEFAULT_TIERS
     lease_ttl_s: float | None = None
+    reservation_granularity: int = 1
 
     def __post_init__(self) -> None:
         if self.capacity_tokens < 1:
             raise ValueError(f"capacity_tokens must be >= 1, got {self.capacity_tokens!r}")
+        if self.reservation_granularity < 1:
+            raise ValueError(
+                f"reservation_granularity must be >= 1, got {self.reservation_granularity!r}"
+            )
         if self.lease_ttl_s is not None and not self.lease_ttl_s > 0:
             raise ValueError(f"lease_ttl_s must be > 0 or None, got {self.lease_ttl_s!r}")
         tier_map(self.tiers)
@@ -154,6 +163,10 @@ class Gateway:
             )
         if request.max_sequence_tokens > tier.max_sequence_tokens:
             err = RequestTooLarge(tier.max_sequence_tokens, request.max_sequence_tokens)
+            return [Reject(request, err)]
+        if request.max_sequence_tokens > self.config.capacity_tokens:
+            # could never be admitted, even into an empty budget
+            err = RequestTooLarge(self.config.capacity_tokens, request.max_sequence_tokens)
             return [Reject(request, err)]
         refusal = self.policy.precheck(request, self)
         if refusal is not None:
@@ -294,6 +307,8 @@ class Gateway:
                 if request is None or not self.policy.may_admit(tier_name, self):
                     continue
                 tokens = self.policy.reservation(request, self)
+                gran = self.config.reservation_granularity
+                tokens = -(-tokens // gran) * gran
                 lease = self._try_reserve(request, tokens)
                 if lease is not None:
                     self._dequeue(request)

@@ -49,4 +49,6 @@ def _lookup(name: str) -> type[BasePolicy]:
     try:
         return POLICIES[name]
     except KeyError:
-        raise ValueError(f"unknown policy {name!r}; known policies: {', '.join(POLICIES)}") from None
+        raise ValueError(
+            f"unknown policy {name!r}; known policies: {', '.join(POLICIES)}"
+        ) from None

@@ -32,8 +32,9 @@ FEATURES = ("num_prefill_tokens", "num_decode_seqs", "num_context_tokens", "pref
 class CostModel(Protocol):
     """Seconds per engine step as a function of the step's four features."""
 
-    def step_time(self, num_prefill_tokens: F, num_decode_seqs: F, num_context_tokens: F,
-                  prefill_attention: F) -> F: ...
+    def step_time(
+        self, num_prefill_tokens: F, num_decode_seqs: F, num_context_tokens: F, prefill_attention: F
+    ) -> F: ...
 
     def describe(self) -> dict[str, Any]: ...
 
@@ -54,16 +55,22 @@ class LinearCostModel:
     source: str = "explicit"
 
     def __post_init__(self) -> None:
-        for name in ("intercept_s", "per_prefill_token_s", "per_decode_seq_s",
-                     "per_context_token_s", "per_prefill_attention_s"):
+        for name in (
+            "intercept_s",
+            "per_prefill_token_s",
+            "per_decode_seq_s",
+            "per_context_token_s",
+            "per_prefill_attention_s",
+        ):
             value = getattr(self, name)
             if not (np.isfinite(value) and value >= 0):
                 raise ValueError(f"cost model coefficient {name} must be >= 0, got {value!r}")
         if self.intercept_s <= 0:
             raise ValueError(f"cost model intercept_s must be > 0, got {self.intercept_s!r}")
 
-    def step_time(self, num_prefill_tokens: F, num_decode_seqs: F, num_context_tokens: F,
-                  prefill_attention: F) -> F:
+    def step_time(
+        self, num_prefill_tokens: F, num_decode_seqs: F, num_context_tokens: F, prefill_attention: F
+    ) -> F:
         return (
             self.intercept_s
             + self.per_prefill_token_s * num_prefill_tokens
@@ -76,7 +83,9 @@ class LinearCostModel:
         return {"kind": "linear", **asdict(self)}
 
 
-def save_cost_model(model: LinearCostModel, path: Path, extra: dict[str, Any] | None = None) -> None:
+def save_cost_model(
+    model: LinearCostModel, path: Path, extra: dict[str, Any] | None = None
+) -> None:
     """Write a linear cost model (and optional provenance, fit errors) as JSON."""
     payload = {"kind": "linear", "coefficients": asdict(model), **(extra or {})}
     path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")

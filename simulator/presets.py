@@ -56,8 +56,12 @@ class GPUSpec:
     pcie_bandwidth_bytes_s: float
 
     def __post_init__(self) -> None:
-        for field_name in ("memory_bytes", "hbm_bandwidth_bytes_s", "bf16_flops",
-                           "pcie_bandwidth_bytes_s"):
+        for field_name in (
+            "memory_bytes",
+            "hbm_bandwidth_bytes_s",
+            "bf16_flops",
+            "pcie_bandwidth_bytes_s",
+        ):
             if not getattr(self, field_name) > 0:
                 raise ValueError(f"GPU {self.name!r}: {field_name} must be > 0")
 
@@ -77,8 +81,16 @@ class ModelSpec:
     dtype_bytes: int = 2
 
     def __post_init__(self) -> None:
-        for field_name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
-                           "vocab_size", "tensor_parallel", "dtype_bytes"):
+        for field_name in (
+            "num_layers",
+            "hidden_size",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "vocab_size",
+            "tensor_parallel",
+            "dtype_bytes",
+        ):
             if not getattr(self, field_name) >= 1:
                 raise ValueError(f"model {self.name!r}: {field_name} must be >= 1")
         if self.num_heads % self.num_kv_heads:
@@ -99,9 +111,18 @@ class ModelSpec:
 
     def with_tp(self, tensor_parallel: int) -> ModelSpec:
         return ModelSpec(
-            f"{self.name.split('-TP')[0]}-TP{tensor_parallel}" if tensor_parallel > 1 else self.name,
-            self.num_layers, self.hidden_size, self.num_heads, self.num_kv_heads, self.head_dim,
-            self.intermediate_size, self.vocab_size, self.num_params, tensor_parallel,
+            f"{self.name.split('-TP')[0]}-TP{tensor_parallel}"
+            if tensor_parallel > 1
+            else self.name,
+            self.num_layers,
+            self.hidden_size,
+            self.num_heads,
+            self.num_kv_heads,
+            self.head_dim,
+            self.intermediate_size,
+            self.vocab_size,
+            self.num_params,
+            tensor_parallel,
             self.dtype_bytes,
         )
 
@@ -171,8 +192,10 @@ def num_gpu_blocks(
             f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}"
         )
     budget = gpu.memory_bytes * gpu_memory_utilization
-    free = budget - model.weight_bytes_per_gpu - activation_reserve_bytes(
-        model, max_num_batched_tokens
+    free = (
+        budget
+        - model.weight_bytes_per_gpu
+        - activation_reserve_bytes(model, max_num_batched_tokens)
     )
     blocks = math.floor(free / (model.kv_bytes_per_token * block_size))
     if blocks < 1:
@@ -215,21 +238,31 @@ class RooflineCostModel:
         if self.overhead_s < 0:
             raise ValueError(f"roofline overhead_s must be >= 0, got {self.overhead_s!r}")
 
-    def step_time(self, num_prefill_tokens: F, num_decode_seqs: F, num_context_tokens: F,
-                  prefill_attention: F) -> F:
+    def step_time(
+        self, num_prefill_tokens: F, num_decode_seqs: F, num_context_tokens: F, prefill_attention: F
+    ) -> F:
         m, g = self.model, self.gpu
         tp = m.tensor_parallel
         flops_per_token = 2.0 * m.num_params / tp
         attn_flops = 4.0 * m.num_layers * m.num_heads * m.head_dim / tp
-        compute = (flops_per_token * (num_prefill_tokens + num_decode_seqs)
-                   + attn_flops * prefill_attention) / (g.bf16_flops * self.mfu)
+        compute = (
+            flops_per_token * (num_prefill_tokens + num_decode_seqs)
+            + attn_flops * prefill_attention
+        ) / (g.bf16_flops * self.mfu)
         memory = (m.weight_bytes_per_gpu + m.kv_bytes_per_token * num_context_tokens) / (
             g.hbm_bandwidth_bytes_s * self.mbu
         )
         overhead = self.overhead_s + (self.tp_overhead_s if tp > 1 else 0.0)
-        return overhead + np.maximum(compute, memory)  # type: ignore[return-value]
+        result: F = overhead + np.maximum(compute, memory)
+        return result
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": "roofline", "gpu": self.gpu.name, "model": self.model.name,
-                "mfu": self.mfu, "mbu": self.mbu, "overhead_s": self.overhead_s,
-                "tp_overhead_s": self.tp_overhead_s}
+        return {
+            "kind": "roofline",
+            "gpu": self.gpu.name,
+            "model": self.model.name,
+            "mfu": self.mfu,
+            "mbu": self.mbu,
+            "overhead_s": self.overhead_s,
+            "tp_overhead_s": self.tp_overhead_s,
+        }

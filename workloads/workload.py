@@ -47,8 +47,14 @@ class Workload:
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
-        for col in ("prompt_tokens", "output_tokens", "max_output_tokens", "tier", "deadline_s",
-                    "request_id"):
+        for col in (
+            "prompt_tokens",
+            "output_tokens",
+            "max_output_tokens",
+            "tier",
+            "deadline_s",
+            "request_id",
+        ):
             if len(getattr(self, col)) != n:
                 raise ValueError(f"column {col!r} has {len(getattr(self, col))} rows, expected {n}")
         if n:

@@ -1,0 +1,499 @@
+"""A SimPy model of one vLLM (v1) serving engine: paged KV blocks, continuous batching, chunked
+prefill, ``max_num_seqs``, ``max_num_batched_tokens`` and preemption by recompute.
+
+Per-request state lives in numpy arrays indexed by the workload row, in vLLM's vocabulary:
+``num_tokens`` (prompt plus generated tokens), ``num_computed_tokens`` (tokens whose KV is in the
+cache), ``num_output_tokens``, ``num_blocks``. Each step mirrors ``Scheduler.schedule()`` of vLLM
+v1: first the ``running`` requests in order, each getting ``min(num_tokens -
+num_computed_tokens, token budget)`` new tokens if :meth:`Engine.allocate_slots` finds blocks
+(otherwise the lowest-priority, latest-arriving running request is preempted: its blocks are
+freed, its ``num_computed_tokens`` reset to 0 and it returns to the front of ``waiting``, so its
+prompt and generated tokens are computed again); then, if nothing was preempted, ``waiting``
+requests while the budget, ``max_num_seqs`` and the free blocks allow.
+
+A step's duration comes from the :class:`~simulator.cost_model.CostModel`. When every running
+request is decoding and nothing else can change until a request finishes, a block allocation
+could fail, or something arrives from outside, the engine computes that whole run of steps at
+once (``skip_ahead``): the arithmetic is the same as stepping, so the results are identical.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import simpy
+
+from simulator.cost_model import CostModel
+from simulator.engine_config import EngineConfig
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+MAX_JUMP_STEPS = 4096
+
+
+@dataclass(slots=True)
+class EngineHooks:
+    """How the engine tells its executor what happened (all optional)."""
+
+    on_finish: Callable[[int, float], None]
+    on_preempt: Callable[[int, float], None]
+    next_external_s: Callable[[], float]
+    gateway_state: Callable[[], tuple[int, int]]
+
+
+class Engine:
+    """One engine replica. Requests are workload row indices ``i``."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        config: EngineConfig,
+        cost_model: CostModel,
+        *,
+        num_gpu_blocks: int,
+        prompt_tokens: IntArray,
+        output_tokens: IntArray,
+        priority: IntArray,
+        arrival_s: FloatArray,
+        hooks: EngineHooks,
+        timeline_period_s: float = 1.0,
+    ) -> None:
+        if num_gpu_blocks < 1:
+            raise ValueError(f"num_gpu_blocks must be >= 1, got {num_gpu_blocks!r}")
+        if not timeline_period_s > 0:
+            raise ValueError(f"timeline_period_s must be > 0, got {timeline_period_s!r}")
+        self.env = env
+        self.config = config
+        self.cost = cost_model
+        self.hooks = hooks
+        self.block_size = config.block_size
+        self.num_gpu_blocks = num_gpu_blocks
+        self.capacity_tokens = num_gpu_blocks * config.block_size
+        cap = self.capacity_tokens
+        self.max_model_len = cap if config.max_model_len is None else min(cap, config.max_model_len)
+        self.watermark_blocks = int(config.watermark * num_gpu_blocks)
+        n = len(prompt_tokens)
+        self.prompt_tokens = prompt_tokens
+        self.target_output = output_tokens
+        self.priority = (
+            priority if config.scheduling_policy == "priority" else np.zeros(n, np.int64)
+        )
+        self.arrival_s = arrival_s
+        # per-request state (vLLM names)
+        self.num_tokens = np.zeros(n, np.int64)
+        self.num_computed_tokens = np.zeros(n, np.int64)
+        self.num_output_tokens = np.zeros(n, np.int64)
+        self.num_blocks = np.zeros(n, np.int64)
+        self.first_token_s = np.full(n, np.nan)
+        self.finished_s = np.full(n, np.nan)
+        self.num_preemptions = np.zeros(n, np.int64)
+        self.num_recomputed_tokens = 0
+        self.num_preemptions_total = 0
+        # queues
+        self.running: list[int] = []
+        self._fcfs: deque[int] = deque()
+        self._prio: list[tuple[int, float, int]] = []
+        self._in_engine = np.zeros(n, np.bool_)
+        self.num_free_blocks = num_gpu_blocks
+        self._aborts: list[int] = []
+        self._deferred_adds: list[int] = []
+        self._busy = False
+        self._wake: simpy.Event | None = None
+        self.t = 0.0
+        self.num_steps = 0
+        # timeline and exact time integrals
+        self.timeline_period_s = timeline_period_s
+        self._next_sample_idx = 0
+        self.timeline: list[tuple[float, int, int, int, int, int, int]] = []
+        self._kv_terms: list[FloatArray] = []
+        self._kv_scalar_terms: list[float] = []
+        self.process = env.process(self._run())
+
+    # --- executor interface -----------------------------------------------------------------
+    def add_request(self, i: int) -> None:
+        """Queue row ``i`` as a fresh request (its prompt only; nothing computed)."""
+        if self._in_engine[i]:
+            # re-admitted while its abort waits for the step boundary: add it after the abort
+            self._deferred_adds.append(i)
+            return
+        self.num_tokens[i] = self.prompt_tokens[i]
+        self.num_computed_tokens[i] = 0
+        self.num_output_tokens[i] = 0
+        self.num_blocks[i] = 0
+        self._in_engine[i] = True
+        self._push_waiting(i)
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    def abort_request(self, i: int) -> None:
+        """Remove row ``i`` (a gateway revocation). Applied at the next step boundary, as vLLM
+        processes aborts between steps; at once when the engine is idle."""
+        if not self._in_engine[i]:
+            return
+        if self._busy:
+            self._aborts.append(i)
+        else:
+            self._abort_now(i)
+
+    def fits(self, i: int) -> bool:
+        """Whether the request could ever run here (vLLM's max_model_len check)."""
+        return int(self.prompt_tokens[i] + self.target_output[i]) <= self.max_model_len
+
+    def num_waiting(self) -> int:
+        return len(self._fcfs) + len(self._prio)
+
+    @property
+    def kv_used_tokens(self) -> int:
+        return (self.num_gpu_blocks - self.num_free_blocks) * self.block_size
+
+    def kv_token_seconds(self) -> float:
+        """Exact integral of KV tokens in use over time (blocks x block_size x seconds)."""
+        terms: list[float] = list(self._kv_scalar_terms)
+        for arr in self._kv_terms:
+            terms.extend(arr.tolist())
+        return math.fsum(terms)
+
+    # --- queues -------------------------------------------------------------------------------
+    def _push_waiting(self, i: int, *, front: bool = False) -> None:
+        if self.config.scheduling_policy == "priority":
+            heapq.heappush(self._prio, (int(self.priority[i]), float(self.arrival_s[i]), i))
+        elif front:
+            self._fcfs.appendleft(i)
+        else:
+            self._fcfs.append(i)
+
+    def _peek_waiting(self) -> int | None:
+        if self._prio:
+            return self._prio[0][2]
+        return self._fcfs[0] if self._fcfs else None
+
+    def _pop_waiting(self) -> None:
+        if self._prio:
+            heapq.heappop(self._prio)
+        else:
+            self._fcfs.popleft()
+
+    def _remove_waiting(self, i: int) -> None:
+        if self.config.scheduling_policy == "priority":
+            self._prio = [e for e in self._prio if e[2] != i]
+            heapq.heapify(self._prio)
+        else:
+            self._fcfs.remove(i)
+
+    def _abort_now(self, i: int) -> None:
+        if not self._in_engine[i]:
+            return
+        if i in self.running:
+            self.running.remove(i)
+        else:
+            self._remove_waiting(i)
+        self._free(i)
+        self._in_engine[i] = False
+
+    # --- KV blocks ------------------------------------------------------------------------
+    def allocate_slots(self, i: int, num_new_tokens: int, *, reserve: int = 0) -> bool:
+        """Blocks for ``num_computed_tokens + num_new_tokens`` tokens; False when they do not
+        fit (keeping ``reserve`` blocks free). vLLM returns None there."""
+        need = -(-(int(self.num_computed_tokens[i]) + num_new_tokens) // self.block_size)
+        extra = need - int(self.num_blocks[i])
+        if extra <= 0:
+            return True
+        if extra > self.num_free_blocks - reserve:
+            return False
+        self.num_blocks[i] = need
+        self.num_free_blocks -= extra
+        return True
+
+    def _free(self, i: int) -> None:
+        self.num_free_blocks += int(self.num_blocks[i])
+        self.num_blocks[i] = 0
+
+    def _preempt(self, i: int) -> None:
+        self.running.remove(i)
+        self._free(i)
+        self.num_recomputed_tokens += int(self.num_computed_tokens[i])
+        self.num_computed_tokens[i] = 0
+        self.num_preemptions[i] += 1
+        self.num_preemptions_total += 1
+        self._push_waiting(i, front=True)
+        self.hooks.on_preempt(i, self.t)
+
+    def _victim(self) -> int:
+        """Lowest priority (highest value), then latest arrival, then latest scheduled."""
+        best = self.running[-1]
+        best_key = (int(self.priority[best]), float(self.arrival_s[best]))
+        for j in reversed(self.running):
+            key = (int(self.priority[j]), float(self.arrival_s[j]))
+            if key > best_key:
+                best, best_key = j, key
+        return best
+
+    # --- one step -------------------------------------------------------------------------
+    def _schedule(self) -> tuple[list[int], list[int], bool]:
+        """vLLM v1 ``schedule()``: returns the scheduled rows, their new-token counts and
+        whether any request was preempted."""
+        budget = self.config.max_num_batched_tokens
+        sched: list[int] = []
+        new: list[int] = []
+        preempted = False
+        idx = 0
+        while idx < len(self.running) and budget > 0:
+            i = self.running[idx]
+            n_new = min(int(self.num_tokens[i] - self.num_computed_tokens[i]), budget)
+            can = True
+            while not self.allocate_slots(i, n_new):
+                victim = self._victim()
+                preempted = True
+                if victim in sched:
+                    k = sched.index(victim)
+                    budget += new[k]
+                    del sched[k], new[k]
+                    idx -= 1
+                self._preempt(victim)
+                if victim == i:
+                    can = False
+                    break
+            if not can:
+                break
+            sched.append(i)
+            new.append(n_new)
+            budget -= n_new
+            idx += 1
+        if not preempted:
+            chunked = self.config.enable_chunked_prefill
+            while budget > 0 and len(self.running) < self.config.max_num_seqs:
+                i_w = self._peek_waiting()
+                if i_w is None:
+                    break
+                n_new = int(self.num_tokens[i_w] - self.num_computed_tokens[i_w])
+                if not chunked and n_new > budget:
+                    break
+                n_new = min(n_new, budget)
+                if not self.allocate_slots(i_w, n_new, reserve=self.watermark_blocks):
+                    break
+                self._pop_waiting()
+                self.running.append(i_w)
+                sched.append(i_w)
+                new.append(n_new)
+                budget -= n_new
+        return sched, new, preempted
+
+    def _features(self, sched: list[int], new: list[int]) -> tuple[float, float, float, float]:
+        prefill = decode = context = attention = 0
+        for i, n_new in zip(sched, new, strict=True):
+            computed = int(self.num_computed_tokens[i])
+            after = computed + n_new
+            context += after
+            if n_new == 1 and self.num_output_tokens[i] > 0 and after == self.num_tokens[i]:
+                decode += 1
+            else:
+                prefill += n_new
+                attention += n_new * after
+        return float(prefill), float(decode), float(context), float(attention)
+
+    def _steady(self, sched: list[int], new: list[int], preempted: bool) -> bool:
+        """True when the step is pure decode of every running request and no waiting request
+        can start until something changes (a finish, an allocation failure, an arrival)."""
+        if preempted or len(sched) != len(self.running) or not sched:
+            return False
+        if len(sched) > self.config.max_num_batched_tokens:
+            return False
+        for i, n_new in zip(sched, new, strict=True):
+            if n_new != 1 or self.num_output_tokens[i] == 0:
+                return False
+        # A waiting head (if any) was refused this step by max_num_seqs, the token budget or
+        # allocate_slots; during a decode run the first two stay and free blocks only shrink,
+        # so it stays refused until a request finishes (which ends the run).
+        return True
+
+    def _run(self) -> Generator[simpy.Event, Any, None]:
+        env = self.env
+        while True:
+            self._apply_aborts()
+            if not self.running and self._peek_waiting() is None:
+                self._wake = env.event()
+                yield self._wake
+                self._wake = None
+                self._sample_idle_until(env.now)
+                self.t = max(self.t, env.now)
+                continue
+            reserved, gw_waiting = self.hooks.gateway_state()
+            used_before = self.num_gpu_blocks - self.num_free_blocks
+            sched, new, preempted = self._schedule()
+            if not sched:
+                # nothing fits even with every block free: cannot happen for requests that
+                # passed fits(); guard against a livelock all the same
+                raise RuntimeError("engine could not schedule any request")  # pragma: no cover
+            rows = np.asarray(sched, dtype=np.int64)
+            if self.config.skip_ahead and self._steady(sched, new, preempted):
+                k, step_end, used = self._plan_jump(rows, used_before)
+            else:
+                p, d, c, a = self._features(sched, new)
+                dt = float(self.cost.step_time(p, d, c, a))
+                step_end = None
+                k = 1
+                used = None
+                t1 = self.t + dt
+                self._kv_scalar_terms.append(
+                    float(self.num_gpu_blocks - self.num_free_blocks) * self.block_size * dt
+                )
+            if step_end is not None and used is not None:
+                t1 = float(step_end[-1])
+                self._sample_steps(step_end, used, reserved, gw_waiting)
+            else:
+                self._sample_steps(
+                    np.array([t1]),
+                    np.array([self.num_gpu_blocks - self.num_free_blocks], np.int64),
+                    reserved,
+                    gw_waiting,
+                )
+            self._busy = True
+            yield env.timeout(max(0.0, t1 - env.now))
+            self._busy = False
+            self.t = t1
+            self.num_steps += k
+            aborted = self._apply_aborts()
+            if k == 1 and step_end is None:
+                self._commit_step(sched, new, aborted)
+            else:
+                self._commit_jump(rows[~np.isin(rows, aborted)] if aborted else rows, k)
+            for i in self._deferred_adds:
+                self.add_request(i)
+            self._deferred_adds.clear()
+
+    def _apply_aborts(self) -> list[int]:
+        aborted = list(self._aborts)
+        for i in aborted:
+            self._abort_now(i)
+        self._aborts.clear()
+        return aborted
+
+    # --- committing -------------------------------------------------------------------------
+    def _commit_step(self, sched: list[int], new: list[int], aborted: list[int]) -> None:
+        t = self.t
+        finished: list[int] = []
+        for i, n_new in zip(sched, new, strict=True):
+            if aborted and i in aborted:
+                continue
+            self.num_computed_tokens[i] += n_new
+            if self.num_computed_tokens[i] >= self.num_tokens[i]:
+                self.num_output_tokens[i] += 1
+                self.num_tokens[i] += 1
+                if math.isnan(self.first_token_s[i]):
+                    self.first_token_s[i] = t
+                if self.num_output_tokens[i] >= self.target_output[i]:
+                    finished.append(i)
+        self._finish(finished)
+
+    def _plan_jump(self, rows: IntArray, used_before: int) -> tuple[int, FloatArray, IntArray]:
+        """Plan a run of pure-decode steps; returns its length, step end times and blocks in
+        use during each step. The first step's blocks were already allocated by _schedule."""
+        bs = self.block_size
+        n = len(rows)
+        remaining = self.target_output[rows] - self.num_output_tokens[rows]
+        k_max = int(min(int(remaining.min()), MAX_JUMP_STEPS))
+        # block allocation pattern: request r (computed c_r, blocks b_r before the run) needs a
+        # new block at steps j1_r, j1_r + bs, ... with j1_r = b_r * bs - c_r in [0, bs)
+        computed = self.num_computed_tokens[rows]  # before step 0
+        # blocks before step 0 = ceil(c / bs); step 0 is already allocated in num_blocks
+        blocks_before = -(-computed // bs)
+        j1 = blocks_before * bs - computed
+        cnt = np.bincount(j1, minlength=bs)[:bs]
+        cum_cnt = np.cumsum(cnt)
+        j = np.arange(k_max, dtype=np.int64)
+        alloc_cum = (j // bs) * n + cum_cnt[j % bs]  # blocks allocated through step j
+        free_before = self.num_free_blocks + int((self.num_blocks[rows] - blocks_before).sum())
+        fail = np.flatnonzero(alloc_cum > free_before)
+        if fail.size:
+            k_max = int(fail[0])
+        k_max = max(k_max, 1)
+        j = j[:k_max]
+        alloc_cum = alloc_cum[:k_max]
+        context = int(computed.sum()) + n * (j + 1)
+        zeros = np.zeros(k_max)
+        dts = np.asarray(
+            self.cost.step_time(zeros, np.full(k_max, float(n)), context.astype(np.float64), zeros),
+            dtype=np.float64,
+        )
+        ends = np.cumsum(np.concatenate(([self.t], dts)))[1:]
+        t_ext = self.hooks.next_external_s()
+        k = k_max
+        if t_ext < ends[-1]:
+            k = int(np.searchsorted(ends, t_ext, side="left")) + 1
+        used = used_before + alloc_cum[:k]
+        self._kv_terms.append(used[:k].astype(np.float64) * bs * dts[:k])
+        return k, ends[:k], used[:k]
+
+    def _commit_jump(self, rows: IntArray, k: int) -> None:
+        bs = self.block_size
+        computed = self.num_computed_tokens[rows]
+        new_total = computed + k
+        need = -(-new_total // bs)
+        self.num_free_blocks -= int((need - self.num_blocks[rows]).sum())
+        self.num_blocks[rows] = need
+        self.num_computed_tokens[rows] = new_total
+        self.num_output_tokens[rows] += k
+        self.num_tokens[rows] += k
+        done = rows[self.num_output_tokens[rows] >= self.target_output[rows]]
+        self._finish([int(i) for i in done])
+
+    def _finish(self, finished: list[int]) -> None:
+        if not finished:
+            return
+        t = self.t
+        done = set(finished)
+        self.running = [i for i in self.running if i not in done]
+        for i in finished:
+            self._free(i)
+            self._in_engine[i] = False
+            self.finished_s[i] = t
+        for i in finished:
+            self.hooks.on_finish(i, t)
+
+    # --- timeline -----------------------------------------------------------------------------
+    def _grid(self, until: float) -> list[float]:
+        """Sample times ``m * period`` in [next sample, until), advancing the next sample."""
+        period = self.timeline_period_s
+        out: list[float] = []
+        m = self._next_sample_idx
+        while m * period < until:
+            out.append(m * period)
+            m += 1
+        self._next_sample_idx = m
+        return out
+
+    def _sample_steps(
+        self, ends: FloatArray, used_blocks: IntArray, reserved: int, gw_waiting: int
+    ) -> None:
+        grid = self._grid(float(ends[-1]))
+        if not grid:
+            return
+        idx = np.minimum(np.searchsorted(ends, grid, side="right"), len(ends) - 1)
+        waiting = self.num_waiting() + gw_waiting
+        running = len(self.running)
+        for g, s in zip(grid, idx.tolist(), strict=True):
+            self.timeline.append(
+                (
+                    g,
+                    int(used_blocks[s]) * self.block_size,
+                    reserved,
+                    self.capacity_tokens,
+                    running,
+                    waiting,
+                    self.num_preemptions_total,
+                )
+            )
+
+    def _sample_idle_until(self, until: float) -> None:
+        reserved, gw_waiting = self.hooks.gateway_state()
+        for g in self._grid(until):
+            self.timeline.append(
+                (g, 0, reserved, self.capacity_tokens, 0, gw_waiting, self.num_preemptions_total)
+            )

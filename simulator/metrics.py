@@ -1,0 +1,160 @@
+"""Summary metrics over the records and timeline tables (simulated or measured alike).
+
+Pure functions over columns; no engine, no SimPy. ``summarize`` produces the ``summary.json``
+shape: an overall block, one block per tier, and KV figures.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from policies import TierConfig
+from simulator.records import STATUSES
+
+FloatArray = npt.NDArray[np.float64]
+QUANTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
+
+
+def _float(x: float) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def quantiles(values: FloatArray) -> dict[str, float | None]:
+    """Mean, p50, p90, p99 of the finite values (None where there are none)."""
+    v = values[np.isfinite(values)]
+    if v.size == 0:
+        return {"mean": None, **dict.fromkeys(QUANTILES)}
+    qs = np.percentile(v, list(QUANTILES.values()))
+    return {"mean": float(v.mean()), **{k: float(q) for k, q in zip(QUANTILES, qs, strict=True)}}
+
+
+def meets_slo(
+    ttft_s: FloatArray, tpot_s: FloatArray, ttft_slo: FloatArray, tpot_slo: FloatArray
+) -> npt.NDArray[np.bool_]:
+    """A completed request meets its SLO when TTFT and TPOT are within target (a one-token
+    output has no TPOT and is judged on TTFT alone)."""
+    ok_ttft = ttft_s <= ttft_slo
+    ok_tpot = np.where(np.isnan(tpot_s), True, tpot_s <= tpot_slo)
+    return np.asarray(ok_ttft & ok_tpot, dtype=np.bool_)
+
+
+def block(
+    cols: Mapping[str, Any],
+    mask: npt.NDArray[np.bool_],
+    duration_s: float,
+    slo_ok: npt.NDArray[np.bool_],
+) -> dict[str, Any]:
+    """One summary block over the rows selected by ``mask``."""
+    status = np.asarray(cols["status"])[mask]
+    completed = status == "completed"
+    out: dict[str, Any] = {"offered": int(mask.sum())}
+    for s in STATUSES:
+        out[s] = int((status == s).sum())
+    reasons = np.asarray(cols["reason"])[mask]
+    out["rejections_by_reason"] = {
+        str(r): int(c)
+        for r, c in zip(*np.unique(reasons[reasons != ""], return_counts=True), strict=True)
+    }
+    out["num_preemptions"] = int(np.asarray(cols["num_preemptions"])[mask].sum())
+    for metric in ("ttft_s", "tpot_s", "e2e_s"):
+        out[metric] = quantiles(np.asarray(cols[metric], dtype=np.float64)[mask][completed])
+    out_tokens = np.asarray(cols["output_tokens"])[mask][completed]
+    good = slo_ok[mask] & completed
+    dur = duration_s if duration_s > 0 else math.nan
+    out["output_tokens_per_s"] = _float(float(out_tokens.sum()) / dur)
+    out["goodput_rps"] = _float(float(good.sum()) / dur)
+    out["slo_attainment"] = _float(float(good.sum()) / out["offered"]) if out["offered"] else None
+    return out
+
+
+def time_weighted_mean(times: FloatArray, values: FloatArray, end_s: float) -> float:
+    """Mean of a step function sampled at ``times`` (each value holds until the next time)."""
+    if times.size == 0:
+        return math.nan
+    edges = np.append(times, max(end_s, float(times[-1])))
+    widths = np.diff(edges)
+    total = widths.sum()
+    if total <= 0:
+        return float(values.mean())
+    return float((values * widths).sum() / total)
+
+
+def summarize(
+    records: Mapping[str, Any],
+    timeline: Mapping[str, Any],
+    *,
+    tiers: Sequence[TierConfig],
+    kv_capacity_tokens: int,
+    policy: str,
+    seed: int,
+    wall_time_s: float,
+    kv_token_seconds: tuple[float, float, float] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``summary.json`` dictionary.
+
+    ``records`` and ``timeline`` are column mappings (a pandas DataFrame works). When the
+    executor knows exact KV integrals (the simulator does), pass ``kv_token_seconds =
+    (used_token_s, reserved_token_s, duration_s)``; otherwise they come from the timeline.
+    """
+    tier_cfg = {t.name: t for t in tiers}
+    tier_col = np.asarray(records["tier"]).astype(str)
+    arrival = np.asarray(records["arrival_s"], dtype=np.float64)
+    finished = np.asarray(records["finished_s"], dtype=np.float64)
+    n = arrival.size
+    ttft_slo = np.array([tier_cfg[t].ttft_s if t in tier_cfg else math.inf for t in tier_col])
+    tpot_slo = np.array([tier_cfg[t].tpot_s if t in tier_cfg else math.inf for t in tier_col])
+    slo_ok = meets_slo(
+        np.asarray(records["ttft_s"], dtype=np.float64),
+        np.asarray(records["tpot_s"], dtype=np.float64),
+        ttft_slo,
+        tpot_slo,
+    )
+    if n:
+        end = np.nanmax(np.append(finished, arrival.max()))
+        duration = float(end - arrival.min())
+    else:
+        duration = 0.0
+    overall = block(records, np.ones(n, dtype=np.bool_), duration, slo_ok)
+    names = list(dict.fromkeys([t.name for t in tiers] + sorted(set(tier_col.tolist()))))
+    per_tier = {name: block(records, tier_col == name, duration, slo_ok) for name in names}
+
+    t_times = np.asarray(timeline["time_s"], dtype=np.float64)
+    used = np.asarray(timeline["kv_used_tokens"], dtype=np.float64)
+    reserved = np.asarray(timeline["kv_reserved_tokens"], dtype=np.float64)
+    t_end = float(arrival.min()) + duration if n else 0.0
+    if kv_token_seconds is not None:
+        used_ts, reserved_ts, span = kv_token_seconds
+        used_mean = used_ts / span if span > 0 else math.nan
+        reserved_mean = reserved_ts / span if span > 0 else math.nan
+        efficiency = used_ts / reserved_ts if reserved_ts > 0 else math.nan
+    else:
+        used_mean = time_weighted_mean(t_times, used, t_end)
+        reserved_mean = time_weighted_mean(t_times, reserved, t_end)
+        efficiency = used_mean / reserved_mean if reserved_mean > 0 else math.nan
+    kv = {
+        "used_mean": _float(used_mean),
+        "used_p99": _float(float(np.percentile(used, 99)) if used.size else math.nan),
+        "reserved_mean": _float(reserved_mean),
+        "reservation_efficiency": _float(efficiency),
+        "used_mean_fraction": _float(used_mean / kv_capacity_tokens),
+        "reserved_mean_fraction": _float(reserved_mean / kv_capacity_tokens),
+    }
+    summary: dict[str, Any] = {
+        "policy": policy,
+        "seed": int(seed),
+        "kv_capacity_tokens": int(kv_capacity_tokens),
+        "wall_time_s": float(wall_time_s),
+        "duration_s": duration,
+        "overall": overall,
+        "tiers": per_tier,
+        "kv": kv,
+    }
+    if extra:
+        summary.update(extra)
+    return summary

@@ -1,0 +1,97 @@
+"""A run's result (simulated or measured): records, timeline, summary; written to and read from
+a run directory (``requests.parquet``, ``timeline.parquet``, ``summary.json``)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from simulator.records import RECORD_COLUMNS, TIMELINE_COLUMNS, check_columns
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+REQUESTS_FILE = "requests.parquet"
+TIMELINE_FILE = "timeline.parquet"
+SUMMARY_FILE = "summary.json"
+
+
+@dataclass(eq=False)
+class RunResult:
+    """Columns are kept as numpy arrays; ``records``/``timeline`` build DataFrames on demand."""
+
+    record_columns: dict[str, Any]
+    timeline_columns: dict[str, Any]
+    summary: dict[str, Any]
+    _records_df: Any = field(default=None, repr=False)
+    _timeline_df: Any = field(default=None, repr=False)
+
+    @property
+    def records(self) -> pd.DataFrame:
+        if self._records_df is None:
+            import pandas as pd
+
+            self._records_df = pd.DataFrame({c: self.record_columns[c] for c in RECORD_COLUMNS})
+        df: pd.DataFrame = self._records_df
+        return df
+
+    @property
+    def timeline(self) -> pd.DataFrame:
+        if self._timeline_df is None:
+            import pandas as pd
+
+            self._timeline_df = pd.DataFrame(
+                {c: self.timeline_columns[c] for c in TIMELINE_COLUMNS}
+            )
+        df: pd.DataFrame = self._timeline_df
+        return df
+
+    def write(self, out_dir: Path) -> None:
+        """Write the three files (the directory is created)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        out_dir.mkdir(parents=True, exist_ok=True)
+        pq.write_table(
+            _arrow_table(self.record_columns, RECORD_COLUMNS, pa), out_dir / REQUESTS_FILE
+        )
+        pq.write_table(
+            _arrow_table(self.timeline_columns, TIMELINE_COLUMNS, pa), out_dir / TIMELINE_FILE
+        )
+        (out_dir / SUMMARY_FILE).write_text(json.dumps(self.summary, indent=2) + "\n")
+
+
+def _arrow_table(cols: dict[str, Any], schema: dict[str, str], pa: Any) -> Any:
+    arrays = {}
+    for name, dtype in schema.items():
+        values = cols[name]
+        if dtype == "str":
+            arrays[name] = pa.array([str(v) for v in values], type=pa.string())
+        else:
+            arrays[name] = pa.array(np.asarray(values, dtype=dtype))
+    return pa.table(arrays)
+
+
+def read_run(run_dir: Path) -> RunResult:
+    """Read a run directory written by :meth:`RunResult.write` (simulated or replayed)."""
+    import pyarrow.parquet as pq
+
+    paths = [run_dir / REQUESTS_FILE, run_dir / TIMELINE_FILE, run_dir / SUMMARY_FILE]
+    for p in paths:
+        if not p.is_file():
+            raise FileNotFoundError(f"{run_dir}: not a run directory ({p.name} is missing)")
+    req = pq.read_table(paths[0])
+    tl = pq.read_table(paths[1])
+    check_columns(req.column_names, RECORD_COLUMNS, f"{paths[0]}: records")
+    check_columns(tl.column_names, TIMELINE_COLUMNS, f"{paths[1]}: timeline")
+    try:
+        summary = json.loads(paths[2].read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{paths[2]}: not valid JSON ({exc})") from None
+    rec = {c: req.column(c).to_numpy(zero_copy_only=False) for c in req.column_names}
+    tim = {c: tl.column(c).to_numpy(zero_copy_only=False) for c in tl.column_names}
+    return RunResult(rec, tim, summary)

@@ -1,0 +1,357 @@
+"""One simulation as a function call: workload + policy + configuration -> :class:`RunResult`.
+
+The gateway (``policies.Gateway``) and the engine (:class:`simulator.engine.Engine`) run as
+SimPy processes on one clock: the arrival process offers each request to the gateway, the
+gateway's actions start, refuse or abort engine work, the engine's completions settle and
+release leases, and a timer applies admission deadlines and lease expiry. No global state: two
+calls with the same inputs give identical records.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from functools import partial
+from collections import deque
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import simpy
+
+from policies import (
+    DEFAULT_TIERS,
+    Action,
+    Admit,
+    BasePolicy,
+    Gateway,
+    GatewayConfig,
+    Reject,
+    RequestTooLarge,
+    Revoke,
+    TierConfig,
+)
+from policies.tiers import tier_map
+from simulator.cost_model import CostModel
+from simulator.engine import Engine, EngineHooks
+from simulator.engine_config import EngineConfig
+from simulator.metrics import summarize
+from simulator.presets import RooflineCostModel, get_gpu, get_model, num_gpu_blocks
+from simulator.records import PENDING, STATUS_CODES, STATUSES, derive_latencies
+from simulator.results import RunResult
+from workloads import Workload
+
+_REASON_STATUS = {
+    "deadline": "expired",
+    "preempted": "preempted_dropped",
+    "lease_expired": "preempted_dropped",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """Everything about a simulation besides the workload and the policy."""
+
+    gpu: str = "H100-80GB"
+    model: str = "Llama-3.1-8B"
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    tiers: tuple[TierConfig, ...] = DEFAULT_TIERS
+    cost_model: CostModel | None = None
+    gateway_capacity_tokens: int | None = None
+    lease_ttl_s: float | None = None
+    timeline_period_s: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        get_gpu(self.gpu)
+        get_model(self.model)
+        tier_map(self.tiers)
+        if self.gateway_capacity_tokens is not None and self.gateway_capacity_tokens < 1:
+            raise ValueError(
+                f"gateway_capacity_tokens must be >= 1, got {self.gateway_capacity_tokens!r}"
+            )
+        if not self.timeline_period_s > 0:
+            raise ValueError(f"timeline_period_s must be > 0, got {self.timeline_period_s!r}")
+        if self.seed < 0:
+            raise ValueError(f"seed must be >= 0, got {self.seed!r}")
+
+    def resolved_num_gpu_blocks(self) -> int:
+        if self.engine.num_gpu_blocks is not None:
+            return self.engine.num_gpu_blocks
+        return num_gpu_blocks(
+            get_gpu(self.gpu),
+            get_model(self.model),
+            block_size=self.engine.block_size,
+            gpu_memory_utilization=self.engine.gpu_memory_utilization,
+            max_num_batched_tokens=self.engine.max_num_batched_tokens,
+        )
+
+    def resolved_cost_model(self) -> CostModel:
+        if self.cost_model is not None:
+            return self.cost_model
+        return RooflineCostModel(get_gpu(self.gpu), get_model(self.model))
+
+
+class _Simulation:
+    def __init__(self, workload: Workload, policy: BasePolicy, config: SimConfig) -> None:
+        self.w = workload
+        self.policy = policy
+        self.config = config
+        n = len(workload)
+        self.n = n
+        self.env = simpy.Environment()
+        blocks = config.resolved_num_gpu_blocks()
+        self.kv_capacity_tokens = blocks * config.engine.block_size
+        capacity = config.gateway_capacity_tokens or self.kv_capacity_tokens
+        tiers = tier_map(config.tiers)
+        missing = sorted(set(workload.tier_names) - set(tiers))
+        if missing:
+            raise ValueError(
+                f"workload tier {missing[0]!r} has no tier configuration; "
+                f"configured tiers: {sorted(tiers)}"
+            )
+        self.gateway = Gateway(
+            GatewayConfig(
+                capacity_tokens=capacity,
+                tiers=config.tiers,
+                lease_ttl_s=config.lease_ttl_s,
+                reservation_granularity=config.engine.block_size,
+            ),
+            policy,
+        )
+        tier_prio = np.array([tiers[t].priority for t in workload.tier_names], dtype=np.int64)
+        self.engine = Engine(
+            self.env,
+            config.engine,
+            config.resolved_cost_model(),
+            num_gpu_blocks=blocks,
+            prompt_tokens=workload.prompt_tokens,
+            output_tokens=workload.output_tokens,
+            priority=tier_prio[workload.tier],
+            arrival_s=workload.arrival_s,
+            hooks=EngineHooks(
+                on_finish=self._on_finish,
+                on_preempt=self._on_preempt,
+                next_external_s=self._next_external_s,
+                gateway_state=self._gateway_state,
+            ),
+            timeline_period_s=config.timeline_period_s,
+        )
+        self.gateway.attach_engine(_Probe(self.engine))
+        self.status = np.full(n, PENDING, dtype=np.int8)
+        self.reason: dict[int, str] = {}
+        self.admitted_s = np.full(n, np.nan)
+        self.reserved_tokens = np.zeros(n, dtype=np.int64)
+        self.num_revocations = np.zeros(n, dtype=np.int64)
+        self.next_arrival = 0
+        self._timer_at = math.inf
+        self._reserved_ts = 0.0
+        self._reserved_last_t = 0.0
+        self._reserved_now = 0
+
+    # --- hooks ------------------------------------------------------------------------------
+    def _now(self, t: float) -> float:
+        return max(t, self.gateway.now_s)
+
+    def _next_external_s(self) -> float:
+        nxt = float(self.w.arrival_s[self.next_arrival]) if self.next_arrival < self.n else math.inf
+        timer = self.gateway.next_timer_s()
+        return nxt if timer is None else min(nxt, timer)
+
+    def _gateway_state(self) -> tuple[int, int]:
+        return self.gateway.budget.reserved_tokens, self.gateway.num_waiting()
+
+    def _on_finish(self, i: int, t: float) -> None:
+        self.status[i] = STATUS_CODES["completed"]
+        self._handle(partial(self._finish_call, i), t)
+
+    def _finish_call(self, i: int, now: float) -> list[Action]:
+        return self.gateway.finish(i, int(self.w.output_tokens[i]), now)
+
+    def _on_preempt(self, i: int, t: float) -> None:
+        self.gateway.engine_preempted(i, self._now(t))
+
+    # --- gateway actions ------------------------------------------------------------------------
+    def _handle(self, call: Callable[[float], list[Action]], t: float) -> None:
+        now = self._now(t)
+        self._reserved_ts += self._reserved_now * (now - self._reserved_last_t)
+        self._reserved_last_t = now
+        pending: deque[Action] = deque(call(now))
+        while pending:
+            action = pending.popleft()
+            i = action.request.request_id
+            if isinstance(action, Admit):
+                self.admitted_s[i] = now
+                self.reserved_tokens[i] = action.lease.reserved_tokens
+                if self.engine.fits(i):
+                    self.engine.add_request(i)
+                else:
+                    self._set_status(i, "rejected_too_large", "max_model_len")
+                    pending.extend(self.gateway.fail(i, now))
+            elif isinstance(action, Revoke):
+                self.engine.abort_request(i)
+                self.num_revocations[i] += 1
+            elif isinstance(action, Reject):
+                if isinstance(action.error, RequestTooLarge):
+                    self._set_status(i, "rejected_too_large", "")
+                else:
+                    reason = action.error.reason
+                    self._set_status(i, _REASON_STATUS.get(reason, "rejected_overloaded"), reason)
+        self._reserved_now = self.gateway.budget.reserved_tokens
+        self._arm_timer()
+
+    def _set_status(self, i: int, status: str, reason: str) -> None:
+        self.status[i] = STATUS_CODES[status]
+        if reason:
+            self.reason[i] = reason
+
+    def _arm_timer(self) -> None:
+        nxt = self.gateway.next_timer_s()
+        if nxt is None or nxt >= self._timer_at:
+            return
+        self._timer_at = nxt
+        event = self.env.timeout(max(0.0, nxt - self.env.now))
+        event.callbacks.append(partial(self._on_timer, nxt))
+
+    def _on_timer(self, at: float, _event: object = None) -> None:
+        if at == self._timer_at:
+            self._timer_at = math.inf
+        self._handle(self.gateway.advance, max(at, self.env.now))
+
+    def _arrivals(self) -> Generator[simpy.Event, Any, None]:
+        arrival = self.w.arrival_s
+        for i in range(self.n):
+            t = float(arrival[i])
+            if t > self.env.now:
+                yield self.env.timeout(t - self.env.now)
+            self.next_arrival = i + 1
+            request = self.w.request(i)
+            request = _with_id(request, i)
+            self._handle(partial(self.gateway.arrive, request), t)
+
+    # --- run -------------------------------------------------------------------------------
+    def run(self, wall_start: float) -> RunResult:
+        self.env.process(self._arrivals())
+        self.env.run()
+        end_t = max(self.engine.t, self.env.now)
+        self._reserved_ts += self._reserved_now * (end_t - self._reserved_last_t)
+        # requests still waiting when nothing else can happen never got capacity
+        leftover = self.status == PENDING
+        for i in np.flatnonzero(leftover).tolist():
+            self._set_status(i, "expired", "end_of_run")
+        return self._result(time.perf_counter() - wall_start)
+
+    def _result(self, wall_time_s: float) -> RunResult:
+        w, e = self.w, self.engine
+        completed = self.status == STATUS_CODES["completed"]
+        output = np.where(completed, w.output_tokens, e.num_output_tokens)
+        first = e.first_token_s.copy()
+        finished = np.where(completed, e.finished_s, np.nan)
+        ttft, tpot, e2e = derive_latencies(w.arrival_s, first, finished, output)
+        ttft = np.where(completed, ttft, np.nan)
+        tpot = np.where(completed, tpot, np.nan)
+        status_names = np.array(STATUSES, dtype=object)[self.status]
+        reason = np.array([self.reason.get(i, "") for i in range(self.n)], dtype=object)
+        tier_names = np.array(w.tier_names, dtype=object)[w.tier]
+        records: dict[str, Any] = {
+            "request_id": w.request_id,
+            "tier": tier_names,
+            "arrival_s": w.arrival_s,
+            "prompt_tokens": w.prompt_tokens,
+            "max_output_tokens": w.max_output_tokens,
+            "output_tokens": output.astype(np.int64),
+            "status": status_names,
+            "reason": reason,
+            "admitted_s": self.admitted_s,
+            "first_token_s": first,
+            "finished_s": finished,
+            "ttft_s": ttft,
+            "tpot_s": tpot,
+            "e2e_s": e2e,
+            "num_preemptions": e.num_preemptions + self.num_revocations,
+            "reserved_tokens": self.reserved_tokens,
+        }
+        tl = np.array(e.timeline, dtype=np.float64).reshape(-1, 7)
+        timeline: dict[str, Any] = {
+            "time_s": tl[:, 0],
+            "kv_used_tokens": tl[:, 1].astype(np.int64),
+            "kv_reserved_tokens": tl[:, 2].astype(np.int64),
+            "kv_capacity_tokens": tl[:, 3].astype(np.int64),
+            "num_running": tl[:, 4].astype(np.int64),
+            "num_waiting": tl[:, 5].astype(np.int64),
+            "num_preemptions": tl[:, 6].astype(np.int64),
+        }
+        span = max(e.t, float(w.arrival_s[-1]) if self.n else 0.0) - (
+            float(w.arrival_s[0]) if self.n else 0.0
+        )
+        summary = summarize(
+            records,
+            timeline,
+            tiers=self.config.tiers,
+            kv_capacity_tokens=self.kv_capacity_tokens,
+            policy=self.policy.name,
+            seed=self.config.seed,
+            wall_time_s=wall_time_s,
+            kv_token_seconds=(e.kv_token_seconds(), self._reserved_ts, span),
+            extra={
+                "policy_params": _jsonable(self.policy.describe()),
+                "gpu": self.config.gpu,
+                "model": self.config.model,
+                "num_gpu_blocks": e.num_gpu_blocks,
+                "block_size": e.block_size,
+                "cost_model": _jsonable(self.config.resolved_cost_model().describe()),
+                "engine": {
+                    "num_steps": e.num_steps,
+                    "num_engine_preemptions": e.num_preemptions_total,
+                    "num_gateway_revocations": int(self.num_revocations.sum()),
+                    "num_recomputed_tokens": e.num_recomputed_tokens,
+                },
+                "workload": {"name": w.name, "num_requests": self.n},
+            },
+        )
+        return RunResult(records, timeline, summary)
+
+
+class _Probe:
+    """What a policy may read of the simulated engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def num_output_tokens(self, request_id: int) -> int:
+        return int(self._engine.num_output_tokens[request_id])
+
+    @property
+    def num_preemptions_total(self) -> int:
+        return self._engine.num_preemptions_total
+
+
+def _with_id(request: Any, i: int) -> Any:
+    if request.request_id == i:
+        return request
+    from dataclasses import replace
+
+    return replace(request, request_id=i)
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, float | int | str | bool) or obj is None:
+        return obj
+    return str(obj)
+
+
+def simulate(workload: Workload, policy: BasePolicy, config: SimConfig | None = None) -> RunResult:
+    """Simulate ``workload`` through the gateway ``policy`` and the engine model.
+
+    Gateway request ids are the workload's row numbers; the records carry the workload's own
+    ``request_id`` column.
+    """
+    wall_start = time.perf_counter()
+    if len(workload) == 0:
+        raise ValueError("the workload has no requests")
+    return _Simulation(workload, policy, config or SimConfig()).run(wall_start)
