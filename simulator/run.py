@@ -94,7 +94,14 @@ class SimConfig:
 
 
 class _Simulation:
-    def __init__(self, workload: Workload, policy: BasePolicy, config: SimConfig) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        policy: BasePolicy,
+        config: SimConfig,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.progress = progress
         self.w = workload
         self.policy = policy
         self.config = config
@@ -226,6 +233,8 @@ class _Simulation:
             if t > self.env.now:
                 yield self.env.timeout(t - self.env.now)
             self.next_arrival = i + 1
+            if self.progress is not None and (i + 1) % 1000 == 0:
+                self.progress(1000)
             request = self.w.request(i)
             request = _with_id(request, i)
             self._handle(partial(self.gateway.arrive, request), t)
@@ -345,13 +354,20 @@ def _jsonable(obj: Any) -> Any:
     return str(obj)
 
 
-def simulate(workload: Workload, policy: BasePolicy, config: SimConfig | None = None) -> RunResult:
+def simulate(
+    workload: Workload,
+    policy: BasePolicy,
+    config: SimConfig | None = None,
+    *,
+    progress: Callable[[int], None] | None = None,
+) -> RunResult:
     """Simulate ``workload`` through the gateway ``policy`` and the engine model.
 
     Gateway request ids are the workload's row numbers; the records carry the workload's own
-    ``request_id`` column.
+    ``request_id`` column. ``progress`` is called with the number of requests offered since its
+    last call (every 1,000 arrivals), for a progress bar.
     """
     wall_start = time.perf_counter()
     if len(workload) == 0:
         raise ValueError("the workload has no requests")
-    return _Simulation(workload, policy, config or SimConfig()).run(wall_start)
+    return _Simulation(workload, policy, config or SimConfig(), progress).run(wall_start)

@@ -1,0 +1,61 @@
+"""Shared test helpers: paths to ../shared and small workload builders."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from workloads import Workload, from_columns
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+def make_workload(
+    arrival_s: Sequence[float],
+    prompt_tokens: Sequence[int],
+    output_tokens: Sequence[int],
+    *,
+    max_output_tokens: Sequence[int] | None = None,
+    tiers: Sequence[str] | None = None,
+    deadline_s: Sequence[float] | None = None,
+) -> Workload:
+    return from_columns(
+        np.asarray(arrival_s, dtype=np.float64),
+        np.asarray(prompt_tokens, dtype=np.int64),
+        np.asarray(output_tokens, dtype=np.int64),
+        max_output_tokens=None if max_output_tokens is None else np.asarray(max_output_tokens),
+        tiers=tiers,
+        deadline_s=None if deadline_s is None else np.asarray(deadline_s, dtype=np.float64),
+    )
+
+
+def mixed_workload(n: int, rate_rps: float, seed: int = 0) -> Workload:
+    """Interactive and batch traffic with declared caps above the true output lengths."""
+    rng = np.random.default_rng(seed)
+    arrival = np.cumsum(rng.exponential(1 / rate_rps, n))
+    tiers = np.where(rng.random(n) < 0.7, "interactive", "batch")
+    interactive = tiers == "interactive"
+    prompt = (
+        np.where(
+            interactive, rng.lognormal(np.log(1500), 0.6, n), rng.lognormal(np.log(4000), 0.5, n)
+        ).astype(np.int64)
+        + 1
+    )
+    cap = np.where(interactive, 1024, 2048)
+    out = np.where(
+        interactive,
+        np.minimum(rng.lognormal(np.log(250), 0.7, n).astype(np.int64) + 1, 1024),
+        rng.integers(256, 2049, n),
+    )
+    return from_columns(arrival, prompt, out, max_output_tokens=cap, tiers=list(tiers))
+
+
+@pytest.fixture
+def shared() -> Path:
+    if not SHARED.is_dir():
+        pytest.skip(f"shared data folder {SHARED} is missing")
+    return SHARED

@@ -1,0 +1,178 @@
+"""Known answers for the engine model, worked out by hand from vLLM v1's scheduling rules."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from policies import TierConfig, make_policy
+from simulator.cost_model import LinearCostModel
+from simulator.engine_config import EngineConfig
+from simulator.run import SimConfig, simulate
+from tests.conftest import make_workload
+
+TIERS = (
+    TierConfig("interactive", queue_timeout_s=None),
+    TierConfig("batch", priority=1, queue_timeout_s=None),
+)
+
+
+def config(
+    skip: bool,
+    *,
+    blocks: int = 10_000,
+    block_size: int = 16,
+    batched: int = 8192,
+    seqs: int = 256,
+    cost: LinearCostModel | None = None,
+    scheduling: str = "fcfs",
+) -> SimConfig:
+    return SimConfig(
+        engine=EngineConfig(
+            num_gpu_blocks=blocks,
+            block_size=block_size,
+            max_num_batched_tokens=batched,
+            max_num_seqs=seqs,
+            skip_ahead=skip,
+            scheduling_policy=scheduling,
+        ),  # type: ignore[arg-type]
+        tiers=TIERS,
+        cost_model=cost or LinearCostModel(0.01, 0.001, 0.0, 0.0),
+    )
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_single_request_prefill_then_decode(skip: bool) -> None:
+    w = make_workload([0.0], [100], [5])
+    r = simulate(w, make_policy("unlimited"), config(skip)).records.iloc[0]
+    # one prefill step of 100 tokens (0.01 + 0.1 s) gives the first token; 4 decode steps
+    assert r.status == "completed"
+    assert r.ttft_s == pytest.approx(0.11)
+    assert r.e2e_s == pytest.approx(0.15)
+    assert r.tpot_s == pytest.approx(0.01)
+    assert r.output_tokens == 5 and r.num_preemptions == 0
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_chunked_prefill_splits_the_prompt_under_the_token_budget(skip: bool) -> None:
+    w = make_workload([0.0], [100], [5])
+    r = simulate(w, make_policy("unlimited"), config(skip, batched=64)).records.iloc[0]
+    # 64 tokens (0.074 s), then 36 tokens (0.046 s) -> first token at 0.12; 4 decodes
+    assert r.ttft_s == pytest.approx(0.12)
+    assert r.e2e_s == pytest.approx(0.16)
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_max_num_seqs_queues_in_the_engine(skip: bool) -> None:
+    w = make_workload([0.0, 0.0, 0.0], [10, 10, 10], [3, 3, 3])
+    cost = LinearCostModel(1.0, 0.0, 0.0, 0.0)
+    rec = simulate(w, make_policy("unlimited"), config(skip, seqs=2, cost=cost)).records
+    # two run for 3 steps; the third starts at step 4
+    assert list(rec.finished_s) == [3.0, 3.0, 6.0]
+    assert list(rec.ttft_s) == [1.0, 1.0, 4.0]
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_preemption_by_recompute_pays_the_recompute(skip: bool) -> None:
+    # 4 blocks of 4 tokens = 16 tokens; two requests of 4 prompt + 8 output tokens each.
+    # Steps 1-5 fit (2 blocks each); at step 6 A needs a 3rd block: B (latest) is preempted,
+    # A finishes at step 8; B recomputes its 4 + 5 tokens (9 prefill tokens) at step 9 and
+    # finishes at step 11.
+    w = make_workload([0.0, 0.0], [4, 4], [8, 8])
+    cost = LinearCostModel(1.0, 0.1, 0.0, 0.0)
+    res = simulate(w, make_policy("unlimited"), config(skip, blocks=4, block_size=4, cost=cost))
+    rec = res.records
+    assert list(rec.num_preemptions) == [0, 1]
+    assert rec.finished_s[0] == pytest.approx(1.8 + 7)
+    assert rec.finished_s[1] == pytest.approx(1.8 + 7 + 1.9 + 2)
+    assert res.summary["engine"]["num_recomputed_tokens"] == 8
+    assert rec.ttft_s[1] == pytest.approx(1.8)  # the first token the caller saw
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_priority_victim_is_the_lowest_priority(skip: bool) -> None:
+    # same KV squeeze; the batch request arrives first but is the victim under priority
+    w = make_workload([0.0, 0.0], [4, 4], [8, 8], tiers=["batch", "interactive"])
+    cost = LinearCostModel(1.0, 0.0, 0.0, 0.0)
+    rec = simulate(
+        w,
+        make_policy("unlimited"),
+        config(skip, blocks=4, block_size=4, cost=cost, scheduling="priority"),
+    ).records
+    by_tier = dict(zip(rec.tier, rec.num_preemptions, strict=True))
+    assert by_tier == {"batch": 1, "interactive": 0}
+
+
+def test_request_longer_than_the_kv_cache_is_rejected_too_large() -> None:
+    w = make_workload([0.0, 0.1], [60, 10], [10, 10])
+    rec = simulate(w, make_policy("unlimited"), config(True, blocks=4, block_size=16)).records
+    assert list(rec.status) == ["rejected_too_large", "completed"]
+
+
+def test_conservative_admits_the_second_request_when_the_first_finishes() -> None:
+    # 8 blocks of 16 = 128 tokens; each request reserves 64 + 64 = 128 tokens
+    w = make_workload([0.0, 0.5], [64, 64], [10, 10], max_output_tokens=[64, 64])
+    cost = LinearCostModel(0.1, 0.0, 0.0, 0.0)
+    rec = simulate(w, make_policy("conservative"), config(True, blocks=8, cost=cost)).records
+    assert rec.admitted_s[0] == 0.0
+    assert rec.admitted_s[1] == pytest.approx(rec.finished_s[0])
+    assert list(rec.reserved_tokens) == [128, 128]
+
+
+def test_admission_deadline_expires_waiting_requests() -> None:
+    tiers = (TierConfig("interactive", queue_timeout_s=0.2),)
+    w = make_workload([0.0, 0.1], [64, 64], [10, 10], max_output_tokens=[64, 64])
+    cfg = SimConfig(
+        engine=EngineConfig(num_gpu_blocks=8),
+        tiers=tiers,
+        cost_model=LinearCostModel(0.1, 0.0, 0.0, 0.0),
+    )
+    res = simulate(w, make_policy("conservative"), cfg)
+    assert list(res.records.status) == ["completed", "expired"]
+    assert res.records.reason[1] == "deadline"
+    assert res.summary["overall"]["expired"] == 1
+
+
+WORKLOAD_CASES = [
+    ("unlimited", {}, 600, 2000),
+    ("conservative", {}, 600, 2000),
+    ("overcommit", {"overcommit_ratio": 0.3}, 600, 2000),
+    ("preemptive", {}, 600, 2000),
+    ("preemptive", {"mode": "defer"}, 400, 1500),
+]
+
+
+@pytest.mark.parametrize(("policy", "params", "n", "blocks"), WORKLOAD_CASES)
+def test_skip_ahead_gives_identical_records_and_timeline(
+    policy: str, params: dict[str, object], n: int, blocks: int
+) -> None:
+    from tests.conftest import mixed_workload
+
+    w = mixed_workload(n, rate_rps=6.0, seed=3)
+    out = []
+    for skip in (False, True):
+        cfg = SimConfig(
+            engine=EngineConfig(num_gpu_blocks=blocks, skip_ahead=skip, max_num_batched_tokens=2048)
+        )
+        out.append(simulate(w, make_policy(policy, params), cfg))
+    a, b = out
+    assert a.records.equals(b.records)
+    assert a.timeline.equals(b.timeline)
+    sa, sb = dict(a.summary), dict(b.summary)
+    sa.pop("wall_time_s")
+    sb.pop("wall_time_s")
+    steps_a = sa.pop("engine")["num_steps"]
+    steps_b = sb.pop("engine")["num_steps"]
+    assert steps_a == steps_b
+    assert sa == sb
+
+
+def test_same_seed_same_bytes() -> None:
+    from tests.conftest import mixed_workload
+
+    w = mixed_workload(300, rate_rps=8.0, seed=5)
+    cfg = SimConfig(engine=EngineConfig(num_gpu_blocks=3000))
+    a = simulate(w, make_policy("overcommit"), cfg).records
+    b = simulate(w, make_policy("overcommit"), cfg).records
+    assert a.equals(b)
+    assert np.array_equal(a.to_numpy(dtype=str), b.to_numpy(dtype=str))

@@ -1,0 +1,156 @@
+"""Hypothesis properties over random workloads and configurations."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from policies import TierConfig, make_policy
+from simulator.cost_model import LinearCostModel
+from simulator.engine_config import EngineConfig
+from simulator.run import SimConfig, simulate
+from workloads import Workload, from_columns
+
+TIERS = (
+    TierConfig("interactive", max_sequence_tokens=4096, priority=0, queue_timeout_s=3.0),
+    TierConfig(
+        "batch",
+        max_sequence_tokens=4096,
+        priority=1,
+        queue_timeout_s=30.0,
+        retryable_on_overload=True,
+    ),
+)
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[Workload, SimConfig, str, dict[str, object]]:
+    n = draw(st.integers(1, 40))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    arrival = np.cumsum(rng.exponential(draw(st.sampled_from([0.05, 0.3, 1.0])), n))
+    prompt = rng.integers(1, draw(st.sampled_from([50, 400, 1500])), n)
+    cap = rng.integers(1, draw(st.sampled_from([20, 300, 1200])), n)
+    out = np.maximum(1, (cap * rng.random(n)).astype(np.int64))
+    tiers = list(np.where(rng.random(n) < 0.5, "interactive", "batch"))
+    w = from_columns(arrival, prompt, out, max_output_tokens=cap, tiers=tiers)
+    block_size = draw(st.sampled_from([1, 4, 16]))
+    blocks = draw(st.integers(1, 400)) * 16 // block_size
+    engine = EngineConfig(
+        num_gpu_blocks=blocks,
+        block_size=block_size,
+        max_num_seqs=draw(st.integers(1, 16)),
+        max_num_batched_tokens=draw(st.sampled_from([16, 128, 2048])),
+        scheduling_policy=draw(st.sampled_from(["fcfs", "priority"])),
+        skip_ahead=draw(st.booleans()),
+    )
+    cfg = SimConfig(
+        engine=engine,
+        tiers=TIERS,
+        cost_model=LinearCostModel(0.005, 1e-4, 1e-4, 1e-7),
+        timeline_period_s=0.05,
+    )
+    policy = draw(st.sampled_from(["unlimited", "conservative", "overcommit", "preemptive"]))
+    params: dict[str, object] = {}
+    if policy in ("overcommit", "preemptive"):
+        params["overcommit_ratio"] = draw(st.sampled_from([0.1, 0.5, 1.0]))
+    if policy == "preemptive":
+        params["mode"] = draw(st.sampled_from(["preempt", "defer"]))
+    return w, cfg, policy, params
+
+
+SETTINGS = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@SETTINGS
+@given(scenarios())
+def test_every_request_ends_in_exactly_one_terminal_status(
+    case: tuple[Workload, SimConfig, str, dict[str, object]],
+) -> None:
+    w, cfg, policy, params = case
+    res = simulate(w, make_policy(policy, params), cfg)
+    rec = res.records
+    assert len(rec) == len(w)
+    assert rec.request_id.is_unique
+    assert set(rec.status) <= {
+        "completed",
+        "rejected_too_large",
+        "rejected_overloaded",
+        "expired",
+        "preempted_dropped",
+    }
+    done = rec.status == "completed"
+    assert (rec.output_tokens[done].to_numpy() == w.output_tokens[done.to_numpy()]).all()
+    assert (rec.first_token_s[done] >= rec.arrival_s[done]).all()
+    assert (rec.finished_s[done] >= rec.first_token_s[done]).all()
+    assert rec.finished_s[~done].isna().all()
+    assert sum(
+        res.summary["overall"][s]
+        for s in (
+            "completed",
+            "rejected_too_large",
+            "rejected_overloaded",
+            "expired",
+            "preempted_dropped",
+        )
+    ) == len(w)
+
+
+@SETTINGS
+@given(scenarios())
+def test_kv_never_exceeds_capacity(
+    case: tuple[Workload, SimConfig, str, dict[str, object]],
+) -> None:
+    w, cfg, policy, params = case
+    tl = simulate(w, make_policy(policy, params), cfg).timeline
+    assert (tl.kv_used_tokens <= tl.kv_capacity_tokens).all()
+    assert (tl.kv_used_tokens >= 0).all()
+
+
+@SETTINGS
+@given(scenarios())
+def test_conservative_never_oversubscribes_and_never_preempts(
+    case: tuple[Workload, SimConfig, str, dict[str, object]],
+) -> None:
+    w, cfg, _, _ = case
+    res = simulate(w, make_policy("conservative"), cfg)
+    assert (res.timeline.kv_reserved_tokens <= res.summary["kv_capacity_tokens"]).all()
+    assert res.summary["engine"]["num_engine_preemptions"] == 0
+    assert int(res.records.num_preemptions.sum()) == 0
+    # the seed's invariant: every admitted request's reservation fits its tier and capacity
+    admitted = res.records[res.records.admitted_s.notna()]
+    assert (admitted.reserved_tokens <= 4096 + cfg.engine.block_size).all()
+    assert (admitted.reserved_tokens >= admitted.prompt_tokens + admitted.max_output_tokens).all()
+
+
+@SETTINGS
+@given(scenarios())
+def test_same_inputs_give_identical_records(
+    case: tuple[Workload, SimConfig, str, dict[str, object]],
+) -> None:
+    w, cfg, policy, params = case
+    a = simulate(w, make_policy(policy, params), cfg)
+    b = simulate(w, make_policy(policy, params), cfg)
+    assert a.records.equals(b.records)
+    assert a.timeline.equals(b.timeline)
+
+
+@SETTINGS
+@given(scenarios())
+def test_skip_ahead_matches_step_by_step(
+    case: tuple[Workload, SimConfig, str, dict[str, object]],
+) -> None:
+    from dataclasses import replace
+
+    w, cfg, policy, params = case
+    step = replace(cfg, engine=replace(cfg.engine, skip_ahead=False))
+    skip = replace(cfg, engine=replace(cfg.engine, skip_ahead=True))
+    a = simulate(w, make_policy(policy, params), step)
+    b = simulate(w, make_policy(policy, params), skip)
+    assert a.records.equals(b.records)
+    assert a.timeline.equals(b.timeline)
