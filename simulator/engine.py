@@ -98,6 +98,7 @@ class Engine:
         self.num_preemptions_total = 0
         # queues
         self.running: list[int] = []
+        self._running_arr: IntArray | None = None  # cache of running as an array
         self._fcfs: deque[int] = deque()
         self._prio: list[tuple[int, float, int]] = []
         self._in_engine = np.zeros(n, np.bool_)
@@ -192,6 +193,7 @@ class Engine:
             return
         if i in self.running:
             self.running.remove(i)
+            self._running_arr = None
         else:
             self._remove_waiting(i)
         self._free(i)
@@ -217,6 +219,7 @@ class Engine:
 
     def _preempt(self, i: int) -> None:
         self.running.remove(i)
+        self._running_arr = None
         self._free(i)
         self.num_recomputed_tokens += int(self.num_computed_tokens[i])
         self.num_computed_tokens[i] = 0
@@ -236,10 +239,54 @@ class Engine:
         return best
 
     # --- one step -------------------------------------------------------------------------
-    def _schedule(self) -> tuple[list[int], list[int], bool]:
+    def _schedule(self) -> tuple[IntArray, IntArray, bool]:
         """vLLM v1 ``schedule()``: returns the scheduled rows, their new-token counts and
         whether any request was preempted."""
         budget = self.config.max_num_batched_tokens
+        fast = self._schedule_running_fast(budget)
+        if fast is not None:
+            sched, new = fast
+            budget -= int(new.sum())
+            preempted = False
+        else:
+            sched_l, new_l, preempted, budget = self._schedule_running_slow(budget)
+            sched = np.asarray(sched_l, dtype=np.int64)
+            new = np.asarray(new_l, dtype=np.int64)
+        if not preempted:
+            w_rows, w_new = self._schedule_waiting(budget)
+            if w_rows:
+                sched = np.concatenate((sched, np.asarray(w_rows, dtype=np.int64)))
+                new = np.concatenate((new, np.asarray(w_new, dtype=np.int64)))
+        return sched, new, preempted
+
+    def _running_rows(self) -> IntArray:
+        if self._running_arr is None or len(self._running_arr) != len(self.running):
+            self._running_arr = np.asarray(self.running, dtype=np.int64)
+        return self._running_arr
+
+    def _schedule_running_fast(self, budget: int) -> tuple[IntArray, IntArray] | None:
+        """The running loop when every allocation succeeds (no preemption), vectorised.
+        Returns None, changing nothing, when some allocation would fail."""
+        if not self.running:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        rows = self._running_rows()
+        need = self.num_tokens[rows] - self.num_computed_tokens[rows]
+        before = budget - (np.cumsum(need) - need)  # budget left when each is reached
+        m = int(np.count_nonzero(before > 0))  # budget only shrinks: a prefix is scheduled
+        rows, need, before = rows[:m], need[:m], before[:m]
+        new = np.minimum(need, before)
+        bs = self.block_size
+        want = -(-(self.num_computed_tokens[rows] + new) // bs)
+        extra = np.maximum(want - self.num_blocks[rows], 0)
+        total = int(extra.sum())
+        if total > self.num_free_blocks:
+            return None
+        self.num_blocks[rows] += extra
+        self.num_free_blocks -= total
+        return rows, new
+
+    def _schedule_running_slow(self, budget: int) -> tuple[list[int], list[int], bool, int]:
+        """The running loop request by request, preempting when allocation fails."""
         sched: list[int] = []
         new: list[int] = []
         preempted = False
@@ -266,52 +313,53 @@ class Engine:
             new.append(n_new)
             budget -= n_new
             idx += 1
-        if not preempted:
-            chunked = self.config.enable_chunked_prefill
-            while budget > 0 and len(self.running) < self.config.max_num_seqs:
-                i_w = self._peek_waiting()
-                if i_w is None:
-                    break
-                n_new = int(self.num_tokens[i_w] - self.num_computed_tokens[i_w])
-                if not chunked and n_new > budget:
-                    break
-                n_new = min(n_new, budget)
-                if not self.allocate_slots(i_w, n_new, reserve=self.watermark_blocks):
-                    break
-                self._pop_waiting()
-                self.running.append(i_w)
-                sched.append(i_w)
-                new.append(n_new)
-                budget -= n_new
-        return sched, new, preempted
+        return sched, new, preempted, budget
 
-    def _features(self, sched: list[int], new: list[int]) -> tuple[float, float, float, float]:
-        prefill = decode = context = attention = 0
-        for i, n_new in zip(sched, new, strict=True):
-            computed = int(self.num_computed_tokens[i])
-            after = computed + n_new
-            context += after
-            if n_new == 1 and self.num_output_tokens[i] > 0 and after == self.num_tokens[i]:
-                decode += 1
-            else:
-                prefill += n_new
-                attention += n_new * after
-        return float(prefill), float(decode), float(context), float(attention)
+    def _schedule_waiting(self, budget: int) -> tuple[list[int], list[int]]:
+        sched: list[int] = []
+        new: list[int] = []
+        chunked = self.config.enable_chunked_prefill
+        while budget > 0 and len(self.running) < self.config.max_num_seqs:
+            i_w = self._peek_waiting()
+            if i_w is None:
+                break
+            n_new = int(self.num_tokens[i_w] - self.num_computed_tokens[i_w])
+            if not chunked and n_new > budget:
+                break
+            n_new = min(n_new, budget)
+            if not self.allocate_slots(i_w, n_new, reserve=self.watermark_blocks):
+                break
+            self._pop_waiting()
+            self.running.append(i_w)
+            self._running_arr = None
+            sched.append(i_w)
+            new.append(n_new)
+            budget -= n_new
+        return sched, new
 
-    def _steady(self, sched: list[int], new: list[int], preempted: bool) -> bool:
+    def _features(self, rows: IntArray, new: IntArray) -> tuple[float, float, float, float]:
+        after = self.num_computed_tokens[rows] + new
+        decode = (new == 1) & (self.num_output_tokens[rows] > 0) & (after == self.num_tokens[rows])
+        prefill = ~decode
+        return (
+            float(new[prefill].sum()),
+            float(np.count_nonzero(decode)),
+            float(after.sum()),
+            float((new[prefill] * after[prefill]).sum()),
+        )
+
+    def _steady(self, rows: IntArray, new: IntArray, preempted: bool) -> bool:
         """True when the step is pure decode of every running request and no waiting request
         can start until something changes (a finish, an allocation failure, an arrival)."""
-        if preempted or len(sched) != len(self.running) or not sched:
+        n = len(rows)
+        if preempted or n != len(self.running) or n == 0:
             return False
-        if len(sched) > self.config.max_num_batched_tokens:
+        if n > self.config.max_num_batched_tokens:
             return False
-        for i, n_new in zip(sched, new, strict=True):
-            if n_new != 1 or self.num_output_tokens[i] == 0:
-                return False
         # A waiting head (if any) was refused this step by max_num_seqs, the token budget or
         # allocate_slots; during a decode run the first two stay and free blocks only shrink,
         # so it stays refused until a request finishes (which ends the run).
-        return True
+        return int(new.max()) == 1 and bool((self.num_output_tokens[rows] > 0).all())
 
     def _run(self) -> Generator[simpy.Event, Any, None]:
         env = self.env
@@ -326,16 +374,15 @@ class Engine:
                 continue
             reserved, gw_waiting = self.hooks.gateway_state()
             used_before = self.num_gpu_blocks - self.num_free_blocks
-            sched, new, preempted = self._schedule()
-            if not sched:
+            rows, new, preempted = self._schedule()
+            if len(rows) == 0:
                 # nothing fits even with every block free: cannot happen for requests that
                 # passed fits(); guard against a livelock all the same
                 raise RuntimeError("engine could not schedule any request")  # pragma: no cover
-            rows = np.asarray(sched, dtype=np.int64)
-            if self.config.skip_ahead and self._steady(sched, new, preempted):
+            if self.config.skip_ahead and self._steady(rows, new, preempted):
                 k, step_end, used = self._plan_jump(rows, used_before)
             else:
-                p, d, c, a = self._features(sched, new)
+                p, d, c, a = self._features(rows, new)
                 dt = float(self.cost.step_time(p, d, c, a))
                 step_end = None
                 k = 1
@@ -361,7 +408,7 @@ class Engine:
             self.num_steps += k
             aborted = self._apply_aborts()
             if k == 1 and step_end is None:
-                self._commit_step(sched, new, aborted)
+                self._commit_step(rows, new, aborted)
             else:
                 self._commit_jump(rows[~np.isin(rows, aborted)] if aborted else rows, k)
             for i in self._deferred_adds:
@@ -376,60 +423,66 @@ class Engine:
         return aborted
 
     # --- committing -------------------------------------------------------------------------
-    def _commit_step(self, sched: list[int], new: list[int], aborted: list[int]) -> None:
-        t = self.t
-        finished: list[int] = []
-        for i, n_new in zip(sched, new, strict=True):
-            if aborted and i in aborted:
-                continue
-            self.num_computed_tokens[i] += n_new
-            if self.num_computed_tokens[i] >= self.num_tokens[i]:
-                self.num_output_tokens[i] += 1
-                self.num_tokens[i] += 1
-                if math.isnan(self.first_token_s[i]):
-                    self.first_token_s[i] = t
-                if self.num_output_tokens[i] >= self.target_output[i]:
-                    finished.append(i)
-        self._finish(finished)
+    def _commit_step(self, rows: IntArray, new: IntArray, aborted: list[int]) -> None:
+        if aborted:
+            keep = ~np.isin(rows, aborted)
+            rows, new = rows[keep], new[keep]
+        computed = self.num_computed_tokens[rows] + new
+        self.num_computed_tokens[rows] = computed
+        sampled = rows[computed >= self.num_tokens[rows]]
+        if sampled.size == 0:
+            return
+        self.num_output_tokens[sampled] += 1
+        self.num_tokens[sampled] += 1
+        first = sampled[np.isnan(self.first_token_s[sampled])]
+        self.first_token_s[first] = self.t
+        done = sampled[self.num_output_tokens[sampled] >= self.target_output[sampled]]
+        if done.size:
+            self._finish(done.tolist())
 
     def _plan_jump(self, rows: IntArray, used_before: int) -> tuple[int, FloatArray, IntArray]:
         """Plan a run of pure-decode steps; returns its length, step end times and blocks in
         use during each step. The first step's blocks were already allocated by _schedule."""
         bs = self.block_size
         n = len(rows)
-        remaining = self.target_output[rows] - self.num_output_tokens[rows]
-        k_max = int(min(int(remaining.min()), MAX_JUMP_STEPS))
-        # block allocation pattern: request r (computed c_r, blocks b_r before the run) needs a
-        # new block at steps j1_r, j1_r + bs, ... with j1_r = b_r * bs - c_r in [0, bs)
         computed = self.num_computed_tokens[rows]  # before step 0
-        # blocks before step 0 = ceil(c / bs); step 0 is already allocated in num_blocks
+        c0 = int(computed.sum())
+        k_max = min(
+            int((self.target_output[rows] - self.num_output_tokens[rows]).min()), MAX_JUMP_STEPS
+        )
+        t_ext = self.hooks.next_external_s()
+        if t_ext != math.inf and k_max > 1:
+            # step times never shrink during a decode run (the context only grows), so the run
+            # reaches t_ext within (t_ext - t) / dt0 + 1 steps: size the arrays to that
+            dt0 = float(self.cost.step_time(0.0, float(n), float(c0 + n), 0.0))
+            if dt0 > 0:
+                k_max = max(1, min(k_max, int((t_ext - self.t) / dt0) + 2))
+        # block allocation pattern: request r (c_r tokens computed, ceil(c_r / bs) blocks before
+        # the run) needs a new block at steps j1_r, j1_r + bs, ... with j1_r in [0, bs)
         blocks_before = -(-computed // bs)
         j1 = blocks_before * bs - computed
-        cnt = np.bincount(j1, minlength=bs)[:bs]
-        cum_cnt = np.cumsum(cnt)
+        cum_cnt = np.cumsum(np.bincount(j1, minlength=bs))
         j = np.arange(k_max, dtype=np.int64)
         alloc_cum = (j // bs) * n + cum_cnt[j % bs]  # blocks allocated through step j
-        free_before = self.num_free_blocks + int((self.num_blocks[rows] - blocks_before).sum())
-        fail = np.flatnonzero(alloc_cum > free_before)
+        step0 = int((self.num_blocks[rows] - blocks_before).sum())
+        fail = np.flatnonzero(alloc_cum > self.num_free_blocks + step0)
         if fail.size:
-            k_max = int(fail[0])
-        k_max = max(k_max, 1)
-        j = j[:k_max]
-        alloc_cum = alloc_cum[:k_max]
-        context = int(computed.sum()) + n * (j + 1)
+            k_max = max(int(fail[0]), 1)
+            j = j[:k_max]
+            alloc_cum = alloc_cum[:k_max]
+        context = (c0 + n * (j + 1)).astype(np.float64)
         zeros = np.zeros(k_max)
         dts = np.asarray(
-            self.cost.step_time(zeros, np.full(k_max, float(n)), context.astype(np.float64), zeros),
-            dtype=np.float64,
+            self.cost.step_time(zeros, np.full(k_max, float(n)), context, zeros), dtype=np.float64
         )
         ends = np.cumsum(np.concatenate(([self.t], dts)))[1:]
-        t_ext = self.hooks.next_external_s()
         k = k_max
         if t_ext < ends[-1]:
             k = int(np.searchsorted(ends, t_ext, side="left")) + 1
-        used = used_before + alloc_cum[:k]
-        self._kv_terms.append(used[:k].astype(np.float64) * bs * dts[:k])
-        return k, ends[:k], used[:k]
+            ends, dts, alloc_cum = ends[:k], dts[:k], alloc_cum[:k]
+        used = used_before + alloc_cum
+        self._kv_terms.append(used.astype(np.float64) * bs * dts)
+        return k, ends, used
 
     def _commit_jump(self, rows: IntArray, k: int) -> None:
         bs = self.block_size
@@ -450,6 +503,7 @@ class Engine:
         t = self.t
         done = set(finished)
         self.running = [i for i in self.running if i not in done]
+        self._running_arr = None
         for i in finished:
             self._free(i)
             self._in_engine[i] = False

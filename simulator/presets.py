@@ -253,6 +253,9 @@ class RooflineCostModel:
             g.hbm_bandwidth_bytes_s * self.mbu
         )
         overhead = self.overhead_s + (self.tp_overhead_s if tp > 1 else 0.0)
+        if isinstance(compute, float) and isinstance(memory, float):
+            scalar: F = overhead + max(compute, memory)  # same bits as np.maximum, faster
+            return scalar
         result: F = overhead + np.maximum(compute, memory)
         return result
 
