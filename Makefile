@@ -5,29 +5,42 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck unit clean
+include mk/live.mk
+export KVBUDGET_VLLM_PYTHON
 
+.PHONY: install install-test demo test lint typecheck unit clean
+
+# The package with its runtime dependencies: all that `make demo` needs.
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e .
 	@touch $(STAMP)
 
+# Everything the tests use: dev tools, the profile extra (torch 2.13.0 CPU build, transformers),
+# the Jupyter kernel the notebooks run on, and the CPU vLLM for the live tests (outside the tree).
+$(STAMP)-test: $(STAMP)
+	$(PY) -m pip install -q torch==2.13.0  # the CPU build; an unpinned torch pulls a CUDA one
+	$(PY) -m pip install -q -e '.[dev,profile]'
+	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	@touch $(STAMP)-test
+
 install: $(STAMP)
+install-test: $(STAMP)-test live-env
 
 demo: install
 	$(VENV)/bin/kvbudget compare --policies unlimited,conservative,overcommit,preemptive
 
-lint: install
+lint: $(STAMP)-test
 	$(VENV)/bin/ruff check .
 
-typecheck: install
+typecheck: $(STAMP)-test
 	$(VENV)/bin/mypy
 
-unit: install
-	$(VENV)/bin/pytest -q
+unit: $(STAMP)-test
+	$(VENV)/bin/pytest -q -m "not live"
 
-test: install
+test: install-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q

@@ -138,12 +138,9 @@ class Scenario:
         return make_policy(name)
 
     def workload(self) -> Workload:
-        from workloads.spec import WorkloadSpec, build_workload
+        from workloads.spec import build_workload, parse_workload_spec
 
-        try:
-            wspec = WorkloadSpec.model_validate(self.spec.workload)
-        except ValidationError as exc:
-            raise ValueError(_pydantic_message(exc, prefix="workload")) from None
+        wspec = parse_workload_spec(self.spec.workload, prefix="workload")
         rng = np.random.default_rng(np.random.SeedSequence(self.spec.seed))
         return build_workload(wspec, rng, base_dir=self.base_dir)
 

@@ -1,0 +1,143 @@
+"""``kvbudget simulate``, ``compare`` and ``presets`` through typer's runner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from simulator.records import RECORD_COLUMNS, TIMELINE_COLUMNS
+
+runner = CliRunner()
+SHORT = ["--set", "workload.duration_s=20"]
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    res = runner.invoke(app, list(args))
+    return res.exit_code, res.stdout, res.stderr
+
+
+def test_simulate_writes_the_three_files_with_the_documented_schema(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    code, stdout, _ = run("simulate", *SHORT, "--policy", "overcommit", "--out", str(out))
+    assert code == 0, stdout
+    assert "overcommit" in stdout and "TTFT p99" in stdout
+    req = pq.read_table(out / "requests.parquet")
+    assert req.column_names == list(RECORD_COLUMNS)
+    tl = pq.read_table(out / "timeline.parquet")
+    assert tl.column_names == list(TIMELINE_COLUMNS)
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("policy", "seed", "kv_capacity_tokens", "wall_time_s", "overall", "tiers", "kv"):
+        assert key in summary
+    assert set(summary["tiers"]) >= {"interactive", "batch"}
+    block_keys = {"offered", "completed", "rejected_too_large", "rejected_overloaded", "expired",
+                  "num_preemptions", "ttft_s", "tpot_s", "e2e_s", "output_tokens_per_s",
+                  "goodput_rps", "slo_attainment"}
+    for block in [summary["overall"], *summary["tiers"].values()]:
+        assert block_keys <= set(block)
+        assert set(block["ttft_s"]) == {"mean", "p50", "p90", "p99"}
+    assert set(summary["kv"]) >= {"used_mean", "used_p99", "reserved_mean",
+                                  "reservation_efficiency"}
+    assert summary["policy"] == "overcommit" and summary["overall"]["offered"] == req.num_rows
+
+
+def test_simulate_json_and_engine_knobs() -> None:
+    code, stdout, _ = run("simulate", *SHORT, "--json", "--num-gpu-blocks", "2000",
+                          "--block-size", "32", "--max-num-seqs", "64",
+                          "--max-num-batched-tokens", "4096", "--seed", "3")
+    assert code == 0
+    summary = json.loads(stdout)
+    assert summary["kv_capacity_tokens"] == 64_000 and summary["seed"] == 3
+
+
+def test_same_seed_same_records(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        assert run("simulate", *SHORT, "--seed", "11", "--out", str(tmp_path / name))[0] == 0
+    a = pq.read_table(tmp_path / "a" / "requests.parquet")
+    b = pq.read_table(tmp_path / "b" / "requests.parquet")
+    assert a.equals(b)
+
+
+def test_compare_prints_each_policy_side_by_side(tmp_path: Path) -> None:
+    code, stdout, _ = run("compare", *SHORT, "--policies", "conservative,preemptive",
+                          "--out", str(tmp_path))
+    assert code == 0
+    assert "conservative" in stdout and "preemptive" in stdout
+    assert (tmp_path / "preemptive" / "summary.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["simulate", "--policy", "greedy"], "unknown policy 'greedy'"),
+        (["compare", "--policies", "conservative,nope"], "unknown policy 'nope'"),
+        (["simulate", "--gpu", "B300"], "unknown GPU preset 'B300'"),
+        (["simulate", "--model", "gpt-9"], "unknown model preset 'gpt-9'"),
+        (["simulate", "--num-gpu-blocks", "-5"], "num_gpu_blocks"),
+        (["simulate", "--max-num-seqs", "0"], "max_num_seqs"),
+        (["simulate", "--set", "workload.arrival.rate_rps=-1"], "rate_rps"),
+        (["simulate", "--set", "engine.bogus=1"], "engine.bogus"),
+        (["simulate", "--set", "policy_params.overcommit_ratio=2", "--policy", "overcommit"],
+         "overcommit_ratio"),
+        (["simulate", "--trace", "/nonexistent/trace.csv"], "no such trace file"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str) -> None:
+    code, stdout, stderr = run(*args)
+    assert code == 2, (stdout, stderr)
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert needle in lines[0]
+    assert "Traceback" not in stderr + stdout
+
+
+def test_scenario_file_with_a_wrong_field_names_the_file_and_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('policy = "conservative"\n[engine]\nmax_num_seqs = "many"\n')
+    code, _, stderr = run("simulate", "--scenario", str(bad))
+    assert code == 2
+    assert str(bad) in stderr and "engine.max_num_seqs" in stderr
+    missing = tmp_path / "missing.toml"
+    code, _, stderr = run("simulate", "--scenario", str(missing))
+    assert code == 2 and "no such scenario file" in stderr
+
+
+def test_scenario_file_runs_a_trace(tmp_path: Path, shared: Path) -> None:
+    scn = tmp_path / "s.toml"
+    scn.write_text(
+        'name = "bench"\npolicy = "conservative"\ngpu = "A100-80GB"\nmodel = "Llama-2-7B"\n'
+        "[engine]\nnum_gpu_blocks = 7672\nmax_num_batched_tokens = 4096\n"
+        f'[workload]\nkind = "trace"\npath = "{shared / "bench" / "conv_n2000_q6.jsonl"}"\n'
+    )
+    code, stdout, stderr = run("simulate", "--scenario", str(scn), "--json")
+    assert code == 0, stderr
+    summary = json.loads(stdout)
+    assert summary["overall"]["offered"] == 2000
+
+
+def test_presets_lists_gpus_models_and_capacity() -> None:
+    code, stdout, _ = run("presets")
+    assert code == 0
+    for name in ("A100-80GB", "H100-80GB", "H200-141GB", "L40S", "Llama-3.1-8B",
+                 "Llama-3.1-70B-TP4", "Llama-3.1-70B-TP8", "Qwen2.5-7B", "Mistral-7B"):
+        assert name in stdout
+
+
+@pytest.mark.slow
+def test_default_scenario_shows_the_trade_off() -> None:
+    """The foundation issue's acceptance check on the embedded default scenario, one seed."""
+    code, stdout, stderr = run("compare", "--json")
+    assert code == 0, stderr
+    s = {x["policy"]: x for x in json.loads(stdout)}
+    cons, over, pre, unl = s["conservative"], s["overcommit"], s["preemptive"], s["unlimited"]
+    assert (over["overall"]["completed"] > cons["overall"]["completed"]
+            or over["overall"]["output_tokens_per_s"] > cons["overall"]["output_tokens_per_s"])
+    assert over["engine"]["num_engine_preemptions"] > 0
+    assert cons["engine"]["num_engine_preemptions"] == 0
+    p99 = {k: v["tiers"]["interactive"]["ttft_s"]["p99"] for k, v in s.items()}
+    assert p99["preemptive"] <= p99["conservative"]
+    assert p99["unlimited"] == max(p99.values())
