@@ -40,7 +40,7 @@ SUMMARY_HEADERS = (
 
 def summary_rows(summary: dict[str, Any]) -> list[list[Any]]:
     rows = []
-    blocks = [("all", summary["overall"])] + list(summary["tiers"].items())
+    blocks = [("all", summary["overall"]), *summary["tiers"].items()]
     for tier, b in blocks:
         if not b["offered"]:
             continue
