@@ -17,6 +17,24 @@ def _register() -> None:
     from cli import simulate
 
     simulate.register(app)
+    from cli import profile
+
+    profile.register(app)
+    from cli import regress
+
+    regress.register(app)
+    from cli import trace
+
+    trace.register(app)
+    from cli import live
+
+    live.register(app)
+    from cli import sweep
+
+    sweep.register(app)
+    from cli import report
+
+    report.register(app)
 
 
 _register()
