@@ -122,7 +122,7 @@ class Scenario:
         return SimConfig(
             gpu=s.gpu,
             model=s.model,
-            engine=EngineConfig(**s.engine.model_dump()),  # type: ignore[arg-type]
+            engine=EngineConfig(**s.engine.model_dump()),
             tiers=self.tiers(),
             cost_model=cost,
             gateway_capacity_tokens=s.gateway_capacity_tokens,
