@@ -80,7 +80,7 @@ class Workload:
                 )
             if self.tier.min() < 0 or self.tier.max() >= len(self.tier_names):
                 raise ValueError(f"tier codes must index tier_names {self.tier_names!r}")
-            if len(np.unique(self.request_id)) != n:
+            if not _all_distinct(self.request_id):
                 raise ValueError("request_id values must be unique")
         if (self.prefix_hashes is None) != (self.prefix_offsets is None):
             raise ValueError("prefix_hashes and prefix_offsets go together")
@@ -144,6 +144,17 @@ class Workload:
             name=self.name,
             meta=dict(self.meta),
         )
+
+
+def _all_distinct(values: IntArray) -> bool:
+    """Whether all values differ: O(n) when increasing (the usual case), else a sort.
+
+    (``np.unique`` of numpy 2.x hashes and is ~20x slower than this on a million ids.)
+    """
+    if len(values) < 2 or bool(np.all(values[1:] > values[:-1])):
+        return True
+    ordered = np.sort(values)
+    return not bool(np.any(ordered[1:] == ordered[:-1]))
 
 
 def from_columns(

@@ -1,0 +1,279 @@
+"""``kvbudget trace`` through typer's CliRunner: outputs, one-line errors, fetch over loopback."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import threading
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from cli import trace
+from workloads.traces import load_trace
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+TRACES = SHARED / "traces"
+AZURE_CODE = TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_code.csv"
+SHAREGPT = TRACES / "sharegpt_lengths" / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
+STATS_KEYS = {"file", "format", "rows", "dropped_rows", "span_s", "rate_rps", "interarrival_cv",
+              "prompt_tokens", "output_tokens"}
+
+needs_shared = pytest.mark.skipif(not TRACES.exists(), reason="shared trace data not present")
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer(pretty_exceptions_enable=False)
+
+    @app.callback()
+    def _root() -> None:
+        """kvbudget (test harness with only the trace commands)."""
+
+    trace.register(app)
+    return app
+
+
+APP = _app()
+runner = CliRunner()
+
+
+def run(*args: str | Path) -> Any:
+    return runner.invoke(APP, ["trace", *map(str, args)])
+
+
+def assert_one_line_error(result: Any, *needles: str) -> None:
+    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in result.stderr + result.stdout
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+@needs_shared
+def test_stats_json_has_exactly_the_keys() -> None:
+    result = run("stats", AZURE_CODE, "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert set(data) == STATS_KEYS
+    assert set(data["prompt_tokens"]) == set(data["output_tokens"]) == {"mean", "p50", "p90",
+                                                                        "p99"}
+    assert data["format"] == "azure2023" and data["rows"] == 8819 and data["dropped_rows"] == 0
+    assert abs(data["span_s"] / 3600 - 0.95) < 0.01 and abs(data["rate_rps"] - 2.57) < 0.01
+    assert abs(data["interarrival_cv"] - 13.15) < 0.05
+    assert data["prompt_tokens"]["p50"] == 1469
+
+
+@needs_shared
+def test_stats_json_list_and_null_time_fields_for_lengths() -> None:
+    burst = TRACES / "burstgpt" / "burstgpt_slice.csv"
+    result = run("stats", burst, SHAREGPT, "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert isinstance(data, list) and len(data) == 2
+    assert data[0]["rows"] == 383 and data[0]["dropped_rows"] == 17
+    lengths = data[1]
+    assert set(lengths) == STATS_KEYS
+    assert lengths["span_s"] is None and lengths["rate_rps"] is None
+    assert lengths["interarrival_cv"] is None and lengths["rows"] == 30731
+    assert "no arrival times" in result.stderr
+
+
+@needs_shared
+def test_stats_text_with_tiers() -> None:
+    result = run("stats", TRACES / "burstgpt" / "burstgpt_slice.csv", "--tier-column",
+                 "Log Type", "--tier-map", "Conversation log=interactive", "--tier-map",
+                 "API log=batch")
+    assert result.exit_code == 0, result.stderr
+    assert "rows 383 (dropped 17)" in result.stdout
+    assert "tier interactive" in result.stdout and "tier batch" in result.stdout
+
+
+def test_convert_all_extensions(tmp_path: Path) -> None:
+    src = tmp_path / "in.csv"
+    src.write_text("arrival_s,prompt_tokens,output_tokens,tier\n0,5,3,batch\n2,6,4,\n1,7,5,"
+                   "interactive\n")
+    for suffix in (".parquet", ".csv", ".jsonl"):
+        out = tmp_path / f"out{suffix}"
+        result = run("convert", src, "--out", out, "--max-output", "factor:2")
+        assert result.exit_code == 0, result.stderr
+        assert "wrote 3 requests" in result.stdout
+        assert "not in order" in result.stderr
+        w = load_trace(out).workload
+        assert w.arrival_s.tolist() == [0.0, 1.0, 2.0]
+        assert w.max_output_tokens.tolist() == [6, 10, 8]
+        assert [w.tier_of(i) for i in range(3)] == ["batch", "interactive", "interactive"]
+
+
+def test_synth_default_and_overrides(tmp_path: Path) -> None:
+    out = tmp_path / "s.jsonl"
+    result = run("synth", "--out", out, "--rate-rps", "4", "--duration-s", "50", "--seed", "3")
+    assert result.exit_code == 0, result.stderr
+    w = load_trace(out).workload
+    assert set(w.tier_names) == {"interactive", "batch"} and w.arrival_s.max() < 50
+    assert abs(len(w) - 200) < 6 * np.sqrt(200)
+    again = tmp_path / "again.jsonl"
+    run("synth", "--out", again, "--rate-rps", "4", "--duration-s", "50", "--seed", "3")
+    assert out.read_bytes() == again.read_bytes()
+
+
+def test_synth_from_spec_file(tmp_path: Path) -> None:
+    spec = tmp_path / "w.toml"
+    spec.write_text("""
+[workload]
+kind = "synthetic"
+num_requests = 100
+arrival = { kind = "gamma", rate_rps = 2.0, cv = 3.0 }
+[[workload.tiers]]
+name = "only"
+prompt = { kind = "zipf", a = 1.2, max_tokens = 4000 }
+output = { kind = "uniform", low = 1, high = 10 }
+""")
+    out = tmp_path / "s.csv"
+    result = run("synth", "--spec", spec, "--out", out)
+    assert result.exit_code == 0, result.stderr
+    w = load_trace(out).workload
+    assert len(w) == 100 and w.tier_names == ("only",)
+    spec.write_text(spec.read_text().replace("cv = 3.0", "cv = -3.0"))
+    assert_one_line_error(run("synth", "--spec", spec, "--out", out),
+                          "workload.arrival.cv must be >= 0.01, got -3")
+    assert_one_line_error(run("synth", "--spec", spec, "--out", tmp_path / "s.txt",
+                              "--rate-rps", "1"), "workload.arrival.cv")
+
+
+@pytest.mark.parametrize(("content", "args", "needles"), [
+    ("arrival_s,prompt_tokens\n0,1\n", (), ("line 1", "'output_tokens'", "missing column")),
+    ("arrival_s,prompt_tokens,output_tokens\n0,1,1\n1,x,1\n2,1,1\n", (),
+     ("line 3", "'prompt_tokens'", "not a number")),
+    ("arrival_s,prompt_tokens,output_tokens\n0,1,1\n1,-1,1\n2,1,1\n", (),
+     ("line 3", "'prompt_tokens'", "negative")),
+    ("arrival_s,prompt_tokens,output_tokens\n0,1,1\n1,NaN,1\n2,1,1\n", (),
+     ("line 3", "'prompt_tokens'", "missing value")),
+    ("", (), ("is empty",)),
+    ("arrival_s,prompt_tokens,output_tokens\n0,1,1\n", ("--format", "burstgpt"),
+     ("line 1", "'Timestamp'", "looks like generic")),
+    ("arrival_s,prompt_tokens,output_tokens\n0,1,1\n", ("--format", "nope"),
+     ("--format", "must be one of")),
+    ("arrival_s,prompt_tokens,output_tokens\n0,1,1\n", ("--window", "x:1"), ("--window",)),
+    ("arrival_s,prompt_tokens,output_tokens\n0,1,1\n", ("--max-output", "fixed:abc"),
+     ("--max-output",)),
+    ("arrival_s,prompt_tokens,output_tokens\n0,1,1\n", ("--rate-scale", "0"),
+     ("--rate-scale", "must be > 0")),
+    ("arrival_s,prompt_tokens,output_tokens\n0,1,1\n", ("--tier-shares", "a=0.5"),
+     ("--tier-shares", "sum to 1")),
+    ("arrival_s,prompt_tokens,output_tokens\n0,1,1\n", ("--tier-map", "novalue"),
+     ("--tier-map", "KEY=VALUE")),
+    ("arrival_s,prompt_tokens,output_tokens\n0,1,1\n", ("--window", "10:20"), ("window",)),
+])
+def test_bad_input_is_one_line_exit_2(tmp_path: Path, content: str, args: tuple[str, ...],
+                                      needles: tuple[str, ...]) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text(content)
+    for command in (("stats", path), ("convert", path, "--out", tmp_path / "o.csv")):
+        assert_one_line_error(run(*command, *args), *needles)
+
+
+def test_missing_file_and_bad_output_extension(tmp_path: Path) -> None:
+    assert_one_line_error(run("stats", tmp_path / "none.csv"), "no such file")
+    src = tmp_path / "in.csv"
+    src.write_text("arrival_s,prompt_tokens,output_tokens\n0,1,1\n")
+    assert_one_line_error(run("convert", src, "--out", tmp_path / "o.xlsx"), ".xlsx")
+    assert_one_line_error(run("convert", src, "--out", tmp_path / "no" / "o.csv"),
+                          "does not exist")
+
+
+# ---------------------------------------------------------------------------------------------
+# fetch, against a loopback HTTP server started and stopped here
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def serve() -> Iterator[Any]:
+    servers: list[tuple[ThreadingHTTPServer, threading.Thread]] = []
+
+    def start(directory: Path) -> str:
+        handler = functools.partial(_QuietHandler, directory=str(directory))
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        servers.append((server, thread))
+        return f"http://127.0.0.1:{server.server_address[1]}/"
+
+    yield start
+    for server, thread in servers:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@needs_shared
+def test_fetch_verifies_pinned_sha256(tmp_path: Path, serve: Any) -> None:
+    base = serve(AZURE_CODE.parent)
+    dest = tmp_path / "dl"
+    result = run("fetch", "azure-code-2023", "--dest", dest, "--base-url", base)
+    assert result.exit_code == 0, result.stderr
+    assert "downloaded" in result.stdout and "sha256 verified" in result.stdout
+    assert "Splitwise" in result.stdout
+    assert (dest / AZURE_CODE.name).read_bytes() == AZURE_CODE.read_bytes()
+    again = run("fetch", "azure-code-2023", "--dest", dest, "--base-url", base)
+    assert again.exit_code == 0 and "already present" in again.stdout
+    moon = run("fetch", "mooncake-synthetic", "--dest", dest, "--base-url",
+               serve(TRACES / "mooncake"))
+    assert moon.exit_code == 0, moon.stderr
+    assert sorted(p.name for p in dest.iterdir()) == [AZURE_CODE.name, "synthetic_trace.jsonl"]
+
+
+def test_fetch_rejects_a_corrupted_download(tmp_path: Path, serve: Any) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "AzureLLMInferenceTrace_code.csv").write_text("TIMESTAMP,ContextTokens\n")
+    dest = tmp_path / "dl"
+    result = run("fetch", "azure-code-2023", "--dest", dest, "--base-url", serve(site))
+    assert_one_line_error(result, "does not verify", "deleted")
+    assert list(dest.iterdir()) == []
+
+
+def test_fetch_git_blob_and_user_sha256(tmp_path: Path, serve: Any) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    body = b"TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00+00:00,1,1\n"
+    (site / "AzureLLMInferenceTrace_code_1week.csv").write_bytes(body)
+    base = serve(site)
+    digest = hashlib.sha256(body).hexdigest()
+    ok = run("fetch", "azure-code-2024", "--dest", tmp_path / "a", "--base-url", base,
+             "--sha256", digest)
+    assert ok.exit_code == 0 and "sha256 verified" in ok.stdout
+    unverified = run("fetch", "azure-code-2024", "--dest", tmp_path / "b", "--base-url", base)
+    assert unverified.exit_code == 0 and digest in unverified.stderr
+    wrong = run("fetch", "azure-code-2024", "--dest", tmp_path / "c", "--base-url", base,
+                "--sha256", "0" * 64)
+    assert_one_line_error(wrong, "does not verify")
+    # A source pinned by git blob id: the served bytes are not the real BurstGPT_1.csv.
+    (site / "BurstGPT_1.csv").write_bytes(body)
+    blob = run("fetch", "burstgpt-1", "--dest", tmp_path / "d", "--base-url", base)
+    assert_one_line_error(blob, "git blob")
+
+
+def test_fetch_errors(tmp_path: Path, serve: Any) -> None:
+    base = serve(tmp_path)
+    assert_one_line_error(run("fetch", "nope", "--dest", tmp_path), "unknown trace 'nope'")
+    assert_one_line_error(run("fetch", "azure-conv-2023", "--dest", tmp_path / "x",
+                              "--base-url", base), "HTTP 404")
+    assert_one_line_error(run("fetch", "azure-conv-2023", "--dest", tmp_path,
+                              "--base-url", "ftp://x"), "base URL")
+    assert_one_line_error(run("fetch", "azure-conv-2023", "--dest", tmp_path, "--sha256", "12"),
+                          "64 hex digits")
+    listing = run("fetch", "--list")
+    assert listing.exit_code == 0 and "mooncake-conversation" in listing.stdout

@@ -1,0 +1,421 @@
+"""Each trace format on small hand-written files: known answers, options, repairs and errors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from workloads.arrivals import ConstantArrivals
+from workloads.errors import TraceError
+from workloads.lengths import FactorOfTrue, FixedCap, QuantileCap
+from workloads.synthetic import Fixed, PoissonArrivals, TierTraffic, Uniform, generate_workload
+from workloads.traces import TraceOptions, detect_format, load_trace, save_workload
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+AZURE_2023 = """TIMESTAMP,ContextTokens,GeneratedTokens
+2023-11-16 18:17:03.9799600,4808,10
+2023-11-16 18:17:04.0319600,3180,8
+2023-11-16 18:17:05.5000000,100,3000
+"""
+
+AZURE_2024 = """TIMESTAMP,ContextTokens,GeneratedTokens
+2024-05-10 00:00:00.009930+00:00,2162,5
+2024-05-10 00:00:01+00:00,2399,6
+2024-05-10 00:00:02.5+00:00,76,15
+"""
+
+
+def test_azure_2023_and_2024(tmp_path: Path) -> None:
+    a = load_trace(write(tmp_path / "a.csv", AZURE_2023))
+    assert a.report.format == "azure2023"
+    assert np.allclose(a.workload.arrival_s, [0.0, 0.052, 1.52004])
+    assert a.workload.prompt_tokens.tolist() == [4808, 3180, 100]
+    # Default max_output_tokens: 2,048, never below the true output.
+    assert a.workload.max_output_tokens.tolist() == [2048, 2048, 3000]
+    b = load_trace(write(tmp_path / "b.csv", AZURE_2024))
+    assert b.report.format == "azure2024"
+    assert np.allclose(b.workload.arrival_s, [0.0, 0.99007, 2.49007])
+    assert detect_format(tmp_path / "b.csv") == "azure"
+
+
+def test_azure_mixed_zone_offsets_are_repaired_with_warning(tmp_path: Path) -> None:
+    text = AZURE_2024.replace("00:00:01+00:00", "00:00:01")
+    loaded = load_trace(write(tmp_path / "m.csv", text))
+    assert np.allclose(loaded.workload.arrival_s, [0.0, 0.99007, 2.49007])
+    assert any("zone offset" in w for w in loaded.report.warnings)
+
+
+def test_azure_bad_timestamp_names_line_and_field(tmp_path: Path) -> None:
+    text = AZURE_2023.replace("2023-11-16 18:17:04.0319600", "yesterday")
+    with pytest.raises(TraceError, match=r"line 3: field 'TIMESTAMP': not a timestamp"):
+        load_trace(write(tmp_path / "t.csv", text))
+
+
+BURST_1 = """Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type
+5,ChatGPT,472,18,490,Conversation log
+45,ChatGPT,1087,230,1317,Conversation log
+46,GPT-4,0,0,0,Conversation log
+50,GPT-4,20,30,50,API log
+"""
+
+BURST_3 = """Timestamp,Session ID,Elapsed time,Model,Request tokens,Response tokens,Total tokens,Log Type
+19440110.0,a,43,GPT-4,906,446,1352,Conversation log
+19440161.0,b,2,ChatGPT,36,29,65,API log
+19440170.0,c,2,ChatGPT,36,0,36,API log
+"""
+
+
+def test_burstgpt_layouts_read_by_name(tmp_path: Path) -> None:
+    one = load_trace(write(tmp_path / "b1.csv", BURST_1),
+                     TraceOptions(tier_column="Log Type",
+                                  tier_map={"Conversation log": "interactive",
+                                            "API log": "batch"}))
+    assert one.report.format == "burstgpt_1"
+    assert one.report.rows_read == 4 and one.report.rows_loaded == 3
+    assert one.report.dropped_rows == 1
+    w = one.workload
+    assert w.arrival_s.tolist() == [0.0, 40.0, 45.0]
+    assert [w.tier_of(i) for i in range(3)] == ["interactive", "interactive", "batch"]
+    three = load_trace(write(tmp_path / "b3.csv", BURST_3))
+    assert three.report.format == "burstgpt_3"
+    assert three.report.dropped == (("0 output tokens", 1),)
+    assert three.workload.prompt_tokens.tolist() == [906, 36]
+    assert three.workload.arrival_s.tolist() == [0.0, 51.0]
+
+
+def test_burstgpt_columns_in_any_order(tmp_path: Path) -> None:
+    text = """Log Type,Response tokens,Request tokens,Timestamp,Model
+Conversation log,18,472,5,ChatGPT
+API log,230,1087,45,GPT-4
+"""
+    loaded = load_trace(write(tmp_path / "r.csv", text), TraceOptions(tier_column="Model"))
+    assert loaded.workload.prompt_tokens.tolist() == [472, 1087]
+    assert loaded.workload.output_tokens.tolist() == [18, 230]
+    assert loaded.workload.tier_names == ("ChatGPT", "GPT-4")
+
+
+def test_tier_map_unmapped_values_get_default_with_warning(tmp_path: Path) -> None:
+    loaded = load_trace(write(tmp_path / "b1.csv", BURST_1),
+                        TraceOptions(tier_column="Model", tier_map={"GPT-4": "batch"},
+                                     default_tier="interactive"))
+    assert any("not in the tier map" in w for w in loaded.report.warnings)
+    assert set(loaded.workload.tier_names) == {"interactive", "batch"}
+
+
+def mooncake_lines(records: list[dict[str, object]]) -> str:
+    return "".join(json.dumps(r) + "\n" for r in records)
+
+
+def test_mooncake_hashes_and_buckets(tmp_path: Path) -> None:
+    records = [
+        {"timestamp": 0, "input_length": 1000, "output_length": 5, "hash_ids": [0, 1]},
+        {"timestamp": 0, "input_length": 600, "output_length": 6, "hash_ids": [0, 2]},
+        {"timestamp": 0, "input_length": 10, "output_length": 7, "hash_ids": [3]},
+        {"timestamp": 3000, "input_length": 513, "output_length": 8, "hash_ids": [0, 1]},
+    ]
+    path = write(tmp_path / "m.jsonl", mooncake_lines(records))
+    w = load_trace(path).workload
+    assert w.arrival_s.tolist() == [0.0, 0.0, 0.0, 3.0]
+    assert w.prefix_of(1) == (0, 2) and w.prefix_of(3) == (0, 1)
+    spread = load_trace(path, TraceOptions(spread_s=3.0)).workload
+    assert np.allclose(spread.arrival_s, [0.0, 1.0, 2.0, 3.0])
+    assert spread.prefix_of(2) == (3,)
+    # A spread wider than the gap to the next timestamp is narrowed to that gap.
+    narrow = load_trace(path, TraceOptions(spread_s=30.0)).workload
+    assert np.allclose(narrow.arrival_s, [0.0, 1.0, 2.0, 3.0])
+
+
+def test_length_table_with_arrival_process(tmp_path: Path) -> None:
+    text = "num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio\n10,5,15,2\n20,6,26,3\n"
+    path = write(tmp_path / "l.csv", text)
+    default = load_trace(path)
+    assert not default.report.timed
+    assert any("no arrival times" in w for w in default.report.warnings)
+    fixed = load_trace(path, TraceOptions(arrival=ConstantArrivals(2.0)))
+    assert fixed.workload.arrival_s.tolist() == [0.5, 1.0]
+    assert fixed.workload.prompt_tokens.tolist() == [10, 20]
+    assert fixed.report.warnings == ()
+
+
+def test_generic_formats_round_trip(tmp_path: Path) -> None:
+    tiers = [TierTraffic("interactive", 0.6, Uniform(1, 100), Uniform(1, 50),
+                         max_output=FixedCap(40)),
+             TierTraffic("batch", 0.4, Fixed(7), Uniform(10, 20), max_output=FactorOfTrue(2))]
+    original = generate_workload(PoissonArrivals(3.0), tiers, np.random.default_rng(5),
+                                 num_requests=200)
+    deadline = original.deadline_s.copy()
+    deadline[::3] = original.arrival_s[::3] + 5.0
+    original = type(original)(**{**original.__dict__, "deadline_s": deadline})
+    for suffix in (".csv", ".jsonl", ".parquet"):
+        path = save_workload(original, tmp_path / f"w{suffix}")
+        loaded = load_trace(path)
+        w = loaded.workload
+        assert loaded.report.format == f"generic-{suffix[1:]}"
+        for col in ("arrival_s", "prompt_tokens", "output_tokens", "max_output_tokens",
+                    "request_id"):
+            assert np.array_equal(getattr(w, col), getattr(original, col)), (suffix, col)
+        assert np.array_equal(w.deadline_s, original.deadline_s, equal_nan=True)
+        assert [w.tier_of(i) for i in range(len(w))] == [
+            original.tier_of(i) for i in range(len(original))]
+
+
+def test_generic_round_trip_keeps_prefix_hashes(tmp_path: Path) -> None:
+    records = [
+        {"timestamp": 0, "input_length": 1000, "output_length": 5, "hash_ids": [0, 1]},
+        {"timestamp": 10, "input_length": 10, "output_length": 6, "hash_ids": []},
+        {"timestamp": 20, "input_length": 600, "output_length": 7, "hash_ids": [0, 9]},
+    ]
+    original = load_trace(write(tmp_path / "m.jsonl", mooncake_lines(records))).workload
+    for suffix in (".csv", ".jsonl", ".parquet"):
+        w = load_trace(save_workload(original, tmp_path / f"p{suffix}")).workload
+        assert [w.prefix_of(i) for i in range(3)] == [(0, 1), (), (0, 9)], suffix
+
+
+def test_generic_column_mapping_and_units(tmp_path: Path) -> None:
+    text = "t_ms,in,out,who\n1500,10,2,gold\n500,20,3,free\n"
+    path = write(tmp_path / "g.csv", text)
+    loaded = load_trace(path, TraceOptions(
+        format="generic", columns={"arrival_s": "t_ms", "prompt_tokens": "in",
+                                   "output_tokens": "out", "tier": "who"},
+        arrival_unit="ms", tier_map={"gold": "interactive", "free": "batch"}))
+    w = loaded.workload
+    assert w.arrival_s.tolist() == [0.5, 1.5]
+    assert [w.tier_of(i) for i in range(2)] == ["batch", "interactive"]
+    assert any("not in order" in m for m in loaded.report.warnings)
+
+
+def test_generic_parquet_with_string_numbers_and_bad_value(tmp_path: Path) -> None:
+    table = pa.table({"arrival_s": ["0.5", "1.0"], "prompt_tokens": [3, 4],
+                      "output_tokens": [1, 2]})
+    pq.write_table(table, tmp_path / "s.parquet")
+    assert load_trace(tmp_path / "s.parquet").workload.arrival_s.tolist() == [0.5, 1.0]
+    bad = pa.table({"arrival_s": [0.5, 1.0], "prompt_tokens": ["3", "x"],
+                    "output_tokens": [1, 2]})
+    pq.write_table(bad, tmp_path / "b.parquet")
+    with pytest.raises(TraceError, match=r"row 1: field 'prompt_tokens': not a number"):
+        load_trace(tmp_path / "b.parquet")
+
+
+def test_window_rate_scale_and_sampling(tmp_path: Path) -> None:
+    rows = "".join(f"{t},{10 + t},{1 + t % 5}\n" for t in range(100))
+    path = write(tmp_path / "g.csv", "arrival_s,prompt_tokens,output_tokens\n" + rows)
+    w = load_trace(path, TraceOptions(window=(10, 20))).workload
+    assert w.arrival_s.tolist() == [float(t) for t in range(10)]
+    assert w.prompt_tokens.tolist() == [10 + t for t in range(10, 20)]
+    fast = load_trace(path, TraceOptions(window=(10, None), rate_scale=2.0)).workload
+    assert fast.arrival_s[-1] == 44.5 and len(fast) == 90
+    sample = load_trace(path, TraceOptions(sample_count=30, seed=3)).workload
+    again = load_trace(path, TraceOptions(sample_count=30, seed=3)).workload
+    assert len(sample) == 30 and np.array_equal(sample.request_id, again.request_id)
+    assert np.all(np.diff(sample.arrival_s) >= 0)
+    assert len(load_trace(path, TraceOptions(sample_fraction=0.25)).workload) == 25
+    with pytest.raises(TraceError, match="window"):
+        load_trace(path, TraceOptions(window=(500, 600)))
+    with pytest.raises(TraceError, match="sample_count"):
+        load_trace(path, TraceOptions(sample_count=1000))
+
+
+def test_tier_shares_and_max_output_rules(tmp_path: Path) -> None:
+    rows = "".join(f"{t},{10},{1 + t}\n" for t in range(1000))
+    path = write(tmp_path / "g.csv", "arrival_s,prompt_tokens,output_tokens\n" + rows)
+    w = load_trace(path, TraceOptions(tier_shares={"interactive": 0.7, "batch": 0.3},
+                                      seed=1)).workload
+    share = float((w.tier == w.tier_names.index("interactive")).mean())
+    assert abs(share - 0.7) < 0.06
+    q = load_trace(path, TraceOptions(max_output=QuantileCap(0.9))).workload
+    assert q.max_output_tokens.tolist() == [max(900, o) for o in range(1, 1001)]
+    t = load_trace(path, TraceOptions(max_output=FixedCap(100, truncate=True))).workload
+    assert t.output_tokens.max() == 100 and t.max_output_tokens.tolist() == [100] * 1000
+    by_tier = load_trace(path, TraceOptions(
+        tier_shares={"interactive": 0.5, "batch": 0.5},
+        max_output_by_tier={"batch": FactorOfTrue(1.0)})).workload
+    batch = by_tier.tier == by_tier.tier_names.index("batch")
+    assert np.array_equal(by_tier.max_output_tokens[batch], by_tier.output_tokens[batch])
+    assert np.all(by_tier.max_output_tokens[~batch] >= 2048)
+
+
+def test_generic_max_output_column_used_where_given(tmp_path: Path) -> None:
+    text = "arrival_s,prompt_tokens,output_tokens,max_output_tokens,deadline_s\n0,5,3,4,\n1,5,3,,9\n"
+    w = load_trace(write(tmp_path / "g.csv", text)).workload
+    assert w.max_output_tokens.tolist() == [4, 2048]
+    assert np.isnan(w.deadline_s[0]) and w.deadline_s[1] == 9.0
+    bad = text.replace("0,5,3,4,", "0,5,3,2,")
+    with pytest.raises(TraceError, match=r"line 2: field 'max_output_tokens': 2 is below"):
+        load_trace(write(tmp_path / "b.csv", bad))
+
+
+# ---------------------------------------------------------------------------------------------
+# Repairs
+
+
+def test_unsorted_timestamps_are_sorted_with_warning(tmp_path: Path) -> None:
+    text = "arrival_s,prompt_tokens,output_tokens\n0,1,1\n5,2,2\n3,3,3\n4,4,4\n"
+    loaded = load_trace(write(tmp_path / "u.csv", text))
+    assert loaded.workload.arrival_s.tolist() == [0, 3, 4, 5]
+    assert loaded.workload.request_id.tolist() == [0, 2, 3, 1]
+    (warning,) = loaded.report.warnings
+    assert "line 4" in warning and "3 rows" in warning
+
+
+def test_truncated_last_line_is_dropped(tmp_path: Path) -> None:
+    for text in (AZURE_2023 + "2023-11-16 18:17:06.00", AZURE_2023 + "2023-11-16 18:17:06,12",
+                 AZURE_2023 + "2023-11-16 18:17:06,12,"):
+        loaded = load_trace(write(tmp_path / "t.csv", text))
+        assert loaded.report.rows_loaded == 3
+        assert loaded.report.dropped == (("truncated last line", 1),)
+        assert any("truncated" in w for w in loaded.report.warnings)
+    records = mooncake_lines([{"timestamp": 0, "input_length": 5, "output_length": 1}] * 2)
+    loaded = load_trace(write(tmp_path / "t.jsonl", records + '{"timestamp": 1, "input_le'))
+    assert loaded.report.rows_loaded == 2 and loaded.report.dropped_rows == 1
+
+
+def test_bad_last_line_with_newline_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match=r"line 5: expected 3 fields, got 2"):
+        load_trace(write(tmp_path / "t.csv", AZURE_2023 + "2023-11-16 18:17:06,12\n"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors: one line naming the file, the line and the field
+
+
+@pytest.mark.parametrize(
+    ("text", "pattern"),
+    [
+        ("arrival_s,prompt_tokens\n0,1\n", r"line 1: field 'output_tokens': missing column"),
+        ("arrival_s,prompt_tokens,output_tokens\n0,1,1\n1,abc,1\n2,1,1\n",
+         r"line 3: field 'prompt_tokens': not a number: 'abc'"),
+        ("arrival_s,prompt_tokens,output_tokens\n0,1,1\n1,-5,1\n2,1,1\n",
+         r"line 3: field 'prompt_tokens': negative value: -5"),
+        ("arrival_s,prompt_tokens,output_tokens\n0,1,1\n1,2,NaN\n2,1,1\n",
+         r"line 3: field 'output_tokens': missing value"),
+        ("arrival_s,prompt_tokens,output_tokens\n0,1,1\n1,2,1.5\n2,1,1\n",
+         r"line 3: field 'output_tokens': not a whole number: 1.5"),
+        ("arrival_s,prompt_tokens,output_tokens\n0,1,1\n\n-1,2,1\n",
+         r"line 4: field 'arrival_s': negative value"),
+        ("arrival_s,prompt_tokens,output_tokens\n0,1,1\ninf,2,1\n3,1,1\n",
+         r"line 3: field 'arrival_s': not finite"),
+        ("arrival_s,prompt_tokens,output_tokens\n0,1,1\n1,2,1,7\n3,1,1\n",
+         r"line 3: expected 3 fields, got 4"),
+        ("id,arrival_s,prompt_tokens,output_tokens\n1,0,1,1\n1,1,2,1\n",
+         r"line 3: field 'id': duplicate id 1 \(first at line 2\)"),
+        ("arrival_s,prompt_tokens,output_tokens\n", r"has no data rows"),
+        ("", r"is empty"),
+        ("\n\n", r"is empty"),
+        ("a,b,c\n1,2,3\n", r"line 1: cannot tell the trace format"),
+        ("arrival_s,prompt_tokens,output_tokens\n0,0,0\n", r"no requests left"),
+        ("arrival_s,prompt_tokens,output_tokens,deadline_s\n5,1,1,4\n",
+         r"line 2: field 'deadline_s': 4 is before arrival_s 5"),
+    ],
+)
+def test_bad_input_errors(tmp_path: Path, text: str, pattern: str) -> None:
+    path = write(tmp_path / "bad.csv", text)
+    with pytest.raises(TraceError, match=pattern) as info:
+        load_trace(path)
+    message = str(info.value)
+    assert message.startswith(str(path)) and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("text", "pattern"),
+    [
+        ('{"timestamp": 0, "input_length": 1}\n', r"line 1: field 'output_length': missing"),
+        ('{"timestamp": 0, "input_length": 1, "output_length": 1}\n[1]\n'
+         '{"timestamp": 0, "input_length": 1, "output_length": 1}\n',
+         r"line 2: not a JSON object"),
+        ('{"timestamp": 0, "input_length": 1, "output_length": 1}\n{"timestamp": 1, '
+         '"input_length": "x", "output_length": 1}\n{"timestamp": 0, "input_length": 1, '
+         '"output_length": 1}\n', r"line 2: field 'input_length': not a number: 'x'"),
+        ('{"timestamp": 0, "input_length": 1, "output_length": 1}\n{"timestamp": 1, '
+         '"input_length": 2, "output_length": 1, "hash_ids": [1, "a"]}\n{"timestamp": 0, '
+         '"input_length": 1, "output_length": 1}\n',
+         r"line 2: field 'hash_ids': expected a list of integers"),
+        ('{"timestamp": 0, "input_length": 1, "output_length": 1}\n{bad json}\n'
+         '{"timestamp": 0, "input_length": 1, "output_length": 1}\n', r"line 2: not valid JSON"),
+        ('{"timestamp": 0, "input_length": 1, "output_length": 1}\n\n{"timestamp": 1, '
+         '"input_length": null, "output_length": 1}\n{"timestamp": 2, "input_length": 1, '
+         '"output_length": 1}\n', r"line 3: field 'input_length': missing value"),
+    ],
+)
+def test_bad_jsonl_errors(tmp_path: Path, text: str, pattern: str) -> None:
+    path = write(tmp_path / "bad.jsonl", text)
+    with pytest.raises(TraceError, match=pattern):
+        load_trace(path, TraceOptions(format="mooncake"))
+
+
+def test_wrong_format_names_the_missing_column_and_suggests(tmp_path: Path) -> None:
+    path = write(tmp_path / "a.csv", AZURE_2023)
+    with pytest.raises(TraceError, match=r"field 'Timestamp'.*looks like azure, not "
+                       r"burstgpt"):
+        load_trace(path, TraceOptions(format="burstgpt"))
+    with pytest.raises(TraceError, match=r"line 1: not valid JSON"):
+        load_trace(path, TraceOptions(format="mooncake"))
+
+
+def test_missing_file_and_directory(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="no such file"):
+        load_trace(tmp_path / "nope.csv")
+    with pytest.raises(TraceError, match="ServeGen"):
+        load_trace(tmp_path)
+
+
+def test_bad_option_values() -> None:
+    from workloads.errors import SpecError
+
+    with pytest.raises(SpecError, match="rate_scale must be > 0, got 0"):
+        TraceOptions(rate_scale=0)
+    with pytest.raises(SpecError, match="format must be one of"):
+        TraceOptions(format="csv")
+    with pytest.raises(SpecError, match="tier_shares must sum to 1"):
+        TraceOptions(tier_shares={"a": 0.5})
+    with pytest.raises(SpecError, match="window end_s must be > start_s"):
+        TraceOptions(window=(5, 1))
+
+
+# ---------------------------------------------------------------------------------------------
+# ServeGen on a hand-made chunk
+
+
+def _servegen_chunk(folder: Path, cid: int, rows: str, dataset: Mapping[str, object]) -> None:
+    write(folder / f"chunk-{cid}-trace.csv", rows)
+    write(folder / f"chunk-{cid}-dataset.json", json.dumps(dataset))
+
+
+def test_servegen_small_chunk(tmp_path: Path) -> None:
+    rows = "0,10,1.0,Gamma,1.0,0.1\n600,0,0,,0,0\n1200,5,2.0,Weibull,0.6,0.1\n"
+    dataset = {"0": {"input_tokens": "{100: 0.5, 200: 0.5}", "output_tokens": "{7: 1.0}"}}
+    _servegen_chunk(tmp_path, 7, rows, dataset)
+    w = load_trace(tmp_path / "chunk-7-trace.csv", TraceOptions(window=(0, 1800))).workload
+    assert set(w.prompt_tokens.tolist()) <= {100, 200} and set(w.output_tokens.tolist()) == {7}
+    in_first = int((w.arrival_s < 600).sum())
+    in_quiet = int(((w.arrival_s >= 600) & (w.arrival_s < 1200)).sum())
+    assert in_quiet == 0 and abs(in_first - 6000) < 6 * np.sqrt(6000)
+    assert w.tier_names == ("client-7",)
+
+
+def test_servegen_errors(tmp_path: Path) -> None:
+    dataset = {"0": {"input_tokens": "{100: 1.0}", "output_tokens": "{7: 1.0}"}}
+    _servegen_chunk(tmp_path, 1, "0,10,1.0,Gamma,1.0,0.1\n600,x,1,Gamma,1,1\n", dataset)
+    with pytest.raises(TraceError, match=r"chunk-1-trace.csv: line 2: field 'rate': not a "
+                       r"number"):
+        load_trace(tmp_path / "chunk-1-trace.csv", TraceOptions(window=(0, 600)))
+    bad = {"0": {"input_tokens": "{100: 0.5}", "output_tokens": "{7: 1.0}"}}
+    _servegen_chunk(tmp_path, 2, "0,10,1.0,Gamma,1.0,0.1\n", bad)
+    with pytest.raises(TraceError, match=r"field '0.input_tokens': probabilities sum to 0.5"):
+        load_trace(tmp_path / "chunk-2-trace.csv", TraceOptions(window=(0, 600)))
+    evil = {"0": {"input_tokens": "__import__('os').system('true')", "output_tokens": "{7: 1}"}}
+    _servegen_chunk(tmp_path, 3, "0,10,1.0,Gamma,1.0,0.1\n", evil)
+    with pytest.raises(TraceError, match="not a Python dict literal"):
+        load_trace(tmp_path / "chunk-3-trace.csv", TraceOptions(window=(0, 600)))
+    with pytest.raises(TraceError, match="has no chunk 9"):
+        load_trace(tmp_path, TraceOptions(clients=(9,)))

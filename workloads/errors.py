@@ -1,0 +1,67 @@
+"""Errors for bad workload input: one line that names the file, the line or row, and the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class TraceError(ValueError):
+    """A trace file (or trace option) that cannot be loaded.
+
+    The message is one line: ``FILE: line N: field 'F': what is wrong``. The parts are also kept
+    as attributes so callers can act on them. ``line`` is the 1-based physical line in the file
+    (a CSV header is line 1); ``row`` is the 0-based data row when the line is not meaningful
+    (Parquet).
+    """
+
+    def __init__(
+        self,
+        path: str | Path | None,
+        problem: str,
+        *,
+        line: int | None = None,
+        row: int | None = None,
+        field: str | None = None,
+    ) -> None:
+        self.path = None if path is None else str(path)
+        self.problem = problem
+        self.line = line
+        self.row = row
+        self.field = field
+        parts: list[str] = []
+        if self.path is not None:
+            parts.append(self.path)
+        if line is not None:
+            parts.append(f"line {line}")
+        elif row is not None:
+            parts.append(f"row {row}")
+        if field is not None:
+            parts.append(f"field {field!r}")
+        parts.append(" ".join(problem.split()))
+        super().__init__(": ".join(parts))
+
+
+class SpecError(ValueError):
+    """An invalid parameter of a generator or distribution.
+
+    ``field`` names the parameter so a file-level validator can point at it
+    (``workload.tiers[1].prompt.sigma must be > 0, got -1``); the message alone reads
+    ``sigma must be > 0, got -1``.
+    """
+
+    def __init__(self, field: str, problem: str, value: object = None, *, show_value: bool = True):
+        self.field = field
+        self.problem = problem
+        self.value = value
+        self.show_value = show_value
+        text = f"{field} {problem}"
+        if show_value:
+            text += f", got {show(value)}"
+        super().__init__(text)
+
+
+def show(value: object) -> str:
+    """``repr`` of a value, with whole floats written as integers (5.0 -> 5)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return repr(value)

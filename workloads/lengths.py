@@ -1,0 +1,436 @@
+"""Token-length distributions, deadline (delay) distributions and ``max_output_tokens`` rules.
+
+Every draw comes from the ``numpy.random.Generator`` passed in; nothing here keeps a random
+state. Continuous distributions are turned into token counts with ``ceil`` (so every draw is at
+least one token and ``P(N = k) = P(k - 1 < X <= k)``): nothing is clipped or rescaled. Bounds
+(``max_tokens`` of the lognormal, the support of the Zipf) are part of a distribution's
+definition: the lognormal is then *truncated* (draws above the bound are redrawn), never clipped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from statistics import NormalDist
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from workloads.errors import SpecError
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+MAX_TOKENS = 10_000_000
+"""Largest token count a distribution may produce (a sanity bound on parameters)."""
+_MAX_SUPPORT = 10_000_000
+
+
+def _require(ok: bool, name: str, problem: str, value: object) -> None:
+    if not ok:
+        raise SpecError(name, problem, value)
+
+
+def _finite_positive(name: str, value: float) -> None:
+    _require(isinstance(value, int | float) and math.isfinite(value) and value > 0, name,
+             "must be > 0", value)
+
+
+def _check_q(q: float, name: str = "q") -> None:
+    _require(isinstance(q, int | float) and 0.0 <= q <= 1.0, name, "must be in [0, 1]", q)
+
+
+@runtime_checkable
+class LengthDist(Protocol):
+    """A distribution of token counts (integers >= 1)."""
+
+    def sample(self, rng: np.random.Generator, n: int) -> IntArray: ...
+
+    def quantile(self, q: float) -> int: ...
+
+
+# ----------------------------------------------------------------------------------------------
+# Length distributions
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """Always ``tokens``."""
+
+    tokens: int
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.tokens, int) and 1 <= self.tokens <= MAX_TOKENS, "tokens",
+                 f"must be an integer in [1, {MAX_TOKENS}]", self.tokens)
+
+    def sample(self, rng: np.random.Generator, n: int) -> IntArray:
+        return np.full(n, self.tokens, dtype=np.int64)
+
+    def quantile(self, q: float) -> int:
+        _check_q(q)
+        return self.tokens
+
+
+@dataclass(frozen=True)
+class Uniform:
+    """Integers uniform on ``[low, high]`` (both included)."""
+
+    low: int
+    high: int
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.low, int) and 1 <= self.low <= MAX_TOKENS, "low",
+                 f"must be an integer in [1, {MAX_TOKENS}]", self.low)
+        _require(isinstance(self.high, int) and self.low <= self.high <= MAX_TOKENS, "high",
+                 f"must be an integer in [low={self.low}, {MAX_TOKENS}]", self.high)
+
+    def sample(self, rng: np.random.Generator, n: int) -> IntArray:
+        return rng.integers(self.low, self.high, size=n, endpoint=True, dtype=np.int64)
+
+    def quantile(self, q: float) -> int:
+        _check_q(q)
+        width = self.high - self.low + 1
+        return self.low + max(0, math.ceil(q * width) - 1)
+
+
+@dataclass(frozen=True)
+class LogNormal:
+    """Lognormal with the given ``mean`` (tokens, before discretisation) and shape ``sigma``.
+
+    ``mu = ln(mean) - sigma**2 / 2``. The distribution is truncated to ``X <= max_tokens``
+    (draws above are redrawn, so the mean is a little lower than ``mean``); without
+    ``max_tokens`` the bound is :data:`MAX_TOKENS`, far in the tail for any sane parameters.
+    """
+
+    mean: float
+    sigma: float
+    max_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        _finite_positive("mean", self.mean)
+        _require(self.mean <= MAX_TOKENS, "mean", f"must be <= {MAX_TOKENS}", self.mean)
+        _require(isinstance(self.sigma, int | float) and math.isfinite(self.sigma)
+                 and 0 < self.sigma <= 5, "sigma", "must be in (0, 5]", self.sigma)
+        if self.max_tokens is not None:
+            _require(isinstance(self.max_tokens, int) and 1 <= self.max_tokens <= MAX_TOKENS,
+                     "max_tokens", f"must be an integer in [1, {MAX_TOKENS}]", self.max_tokens)
+            _require(self._cdf(self.max_tokens) >= 1e-3, "max_tokens",
+                     "keeps less than 0.1% of the distribution (raise it or lower mean)",
+                     self.max_tokens)
+
+    @property
+    def mu(self) -> float:
+        return math.log(self.mean) - self.sigma**2 / 2
+
+    def _cdf(self, x: float) -> float:
+        return NormalDist(self.mu, self.sigma).cdf(math.log(x))
+
+    @property
+    def bound(self) -> int:
+        return MAX_TOKENS if self.max_tokens is None else self.max_tokens
+
+    def sample(self, rng: np.random.Generator, n: int) -> IntArray:
+        x = rng.lognormal(self.mu, self.sigma, size=n)
+        bad = np.flatnonzero(x > self.bound)
+        while bad.size:
+            x[bad] = rng.lognormal(self.mu, self.sigma, size=bad.size)
+            bad = bad[x[bad] > self.bound]
+        return np.ceil(x).astype(np.int64)
+
+    def quantile(self, q: float) -> int:
+        _check_q(q)
+        q = min(max(q * self._cdf(self.bound), 1e-12), 1 - 1e-12)
+        value = math.exp(NormalDist(self.mu, self.sigma).inv_cdf(q))
+        return int(min(max(1, math.ceil(value)), self.bound))
+
+
+def _cdf_sample(rng: np.random.Generator, values: IntArray, cdf: FloatArray, n: int) -> IntArray:
+    u = rng.random(n) * cdf[-1]
+    idx = np.searchsorted(cdf, u, side="right")
+    np.minimum(idx, len(values) - 1, out=idx)
+    out: IntArray = values[idx]
+    return out
+
+
+def _cdf_quantile(values: IntArray, cdf: FloatArray, q: float) -> int:
+    _check_q(q)
+    idx = int(np.searchsorted(cdf, q * cdf[-1], side="left"))
+    return int(values[min(idx, len(values) - 1)])
+
+
+@dataclass(frozen=True)
+class Zipf:
+    """Bounded Zipf: ``P(k) ∝ k**-a`` for integers ``min_tokens <= k <= max_tokens`` (``a > 0``)."""
+
+    a: float
+    max_tokens: int
+    min_tokens: int = 1
+    _values: IntArray = field(init=False, repr=False, compare=False)
+    _cdf: FloatArray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _finite_positive("a", self.a)
+        _require(isinstance(self.min_tokens, int) and self.min_tokens >= 1, "min_tokens",
+                 "must be an integer >= 1", self.min_tokens)
+        _require(isinstance(self.max_tokens, int) and self.min_tokens <= self.max_tokens
+                 and self.max_tokens - self.min_tokens < _MAX_SUPPORT, "max_tokens",
+                 f"must be an integer in [min_tokens, min_tokens + {_MAX_SUPPORT})",
+                 self.max_tokens)
+        values = np.arange(self.min_tokens, self.max_tokens + 1, dtype=np.int64)
+        cdf = np.cumsum(values.astype(np.float64) ** -self.a)
+        object.__setattr__(self, "_values", values)
+        object.__setattr__(self, "_cdf", cdf)
+
+    def sample(self, rng: np.random.Generator, n: int) -> IntArray:
+        return _cdf_sample(rng, self._values, self._cdf, n)
+
+    def quantile(self, q: float) -> int:
+        return _cdf_quantile(self._values, self._cdf, q)
+
+
+def _as_token_array(values: Sequence[int] | IntArray, name: str) -> IntArray:
+    arr = np.asarray(values)
+    _require(arr.ndim == 1 and arr.size > 0, name, "must be a non-empty list of token counts",
+             f"{arr.size} values")
+    _require(np.issubdtype(arr.dtype, np.integer) or bool(np.all(np.mod(arr, 1) == 0)), name,
+             "must hold whole token counts", arr[:5].tolist())
+    out = arr.astype(np.int64)
+    _require(int(out.min()) >= 1 and int(out.max()) <= MAX_TOKENS, name,
+             f"values must be in [1, {MAX_TOKENS}]", (int(out.min()), int(out.max())))
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class Empirical:
+    """Resampling (with replacement) of observed token counts, e.g. one column of a trace."""
+
+    values: IntArray
+    source: str = "values"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "values", np.sort(_as_token_array(self.values, "values")))
+
+    def sample(self, rng: np.random.Generator, n: int) -> IntArray:
+        return self.values[rng.integers(0, len(self.values), size=n)]
+
+    def quantile(self, q: float) -> int:
+        _check_q(q)
+        return int(np.quantile(self.values, q, method="inverted_cdf"))
+
+
+@dataclass(frozen=True, eq=False)
+class Pmf:
+    """A probability mass function over token counts (ServeGen style ``{tokens: prob}``).
+
+    ``probs`` must be non-negative and sum to 1 within 1e-6 (no silent renormalisation).
+    """
+
+    values: IntArray
+    probs: FloatArray
+    _cdf: FloatArray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        values = _as_token_array(self.values, "values")
+        probs = np.asarray(self.probs, dtype=np.float64)
+        _require(probs.shape == values.shape, "probs", f"must have {len(values)} entries",
+                 len(probs))
+        _require(bool(np.all(np.isfinite(probs)) and np.all(probs >= 0)), "probs",
+                 "must be finite and >= 0", probs[:5].tolist())
+        total = float(probs.sum())
+        _require(abs(total - 1.0) <= 1e-6, "probs", "must sum to 1", total)
+        order = np.argsort(values, kind="stable")
+        object.__setattr__(self, "values", values[order])
+        object.__setattr__(self, "probs", probs[order])
+        object.__setattr__(self, "_cdf", np.cumsum(probs[order]))
+
+    @classmethod
+    def from_mapping(cls, pmf: dict[int, float]) -> Pmf:
+        return cls(np.fromiter(pmf.keys(), np.int64, len(pmf)),
+                   np.fromiter(pmf.values(), np.float64, len(pmf)))
+
+    def sample(self, rng: np.random.Generator, n: int) -> IntArray:
+        return _cdf_sample(rng, self.values, self._cdf, n)
+
+    def quantile(self, q: float) -> int:
+        return _cdf_quantile(self.values, self._cdf, q)
+
+
+@dataclass(frozen=True, eq=False)
+class JointEmpirical:
+    """(prompt, output) pairs resampled together, keeping their correlation."""
+
+    prompt: IntArray
+    output: IntArray
+    source: str = "pairs"
+
+    def __post_init__(self) -> None:
+        prompt = _as_token_array(self.prompt, "prompt")
+        output = _as_token_array(self.output, "output")
+        _require(len(prompt) == len(output), "output", f"must have {len(prompt)} entries "
+                 "(one per prompt)", len(output))
+        object.__setattr__(self, "prompt", prompt)
+        object.__setattr__(self, "output", output)
+
+    def sample(self, rng: np.random.Generator, n: int) -> tuple[IntArray, IntArray]:
+        idx = rng.integers(0, len(self.prompt), size=n)
+        return self.prompt[idx], self.output[idx]
+
+    def output_quantile(self, q: float) -> int:
+        _check_q(q)
+        return int(np.quantile(self.output, q, method="inverted_cdf"))
+
+
+# ----------------------------------------------------------------------------------------------
+# Delay distributions (seconds), for deadlines relative to arrival
+
+
+@runtime_checkable
+class DelayDist(Protocol):
+    """A distribution of non-negative durations in seconds."""
+
+    def sample(self, rng: np.random.Generator, n: int) -> FloatArray: ...
+
+
+@dataclass(frozen=True)
+class FixedDelay:
+    seconds: float
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.seconds, int | float) and math.isfinite(self.seconds)
+                 and self.seconds >= 0, "seconds", "must be >= 0", self.seconds)
+
+    def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
+        return np.full(n, float(self.seconds))
+
+
+@dataclass(frozen=True)
+class UniformDelay:
+    low_s: float
+    high_s: float
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.low_s, int | float) and math.isfinite(self.low_s)
+                 and self.low_s >= 0, "low_s", "must be >= 0", self.low_s)
+        _require(isinstance(self.high_s, int | float) and math.isfinite(self.high_s)
+                 and self.high_s >= self.low_s, "high_s", f"must be >= low_s={self.low_s:g}",
+                 self.high_s)
+
+    def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
+        return rng.uniform(self.low_s, self.high_s, size=n)
+
+
+@dataclass(frozen=True)
+class ExponentialDelay:
+    mean_s: float
+
+    def __post_init__(self) -> None:
+        _finite_positive("mean_s", self.mean_s)
+
+    def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
+        return rng.exponential(self.mean_s, size=n)
+
+
+@dataclass(frozen=True)
+class LogNormalDelay:
+    mean_s: float
+    sigma: float
+
+    def __post_init__(self) -> None:
+        _finite_positive("mean_s", self.mean_s)
+        _require(isinstance(self.sigma, int | float) and math.isfinite(self.sigma)
+                 and 0 < self.sigma <= 5, "sigma", "must be in (0, 5]", self.sigma)
+
+    def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
+        return rng.lognormal(math.log(self.mean_s) - self.sigma**2 / 2, self.sigma, size=n)
+
+
+# ----------------------------------------------------------------------------------------------
+# max_output_tokens rules: what a client declares, given the true output length
+
+
+@runtime_checkable
+class MaxOutputRule(Protocol):
+    """Turns true output lengths into declared ``max_output_tokens``.
+
+    ``apply`` returns ``(max_output_tokens, output_tokens)``; the output is unchanged unless the
+    rule truncates. ``quantile`` gives the output distribution's quantiles (for
+    :class:`QuantileCap`).
+    """
+
+    def apply(self, output: IntArray, quantile: Callable[[float], int]) -> tuple[IntArray,
+                                                                                 IntArray]: ...
+
+
+def _cap(output: IntArray, cap: int, truncate: bool) -> tuple[IntArray, IntArray]:
+    if truncate:
+        out = np.minimum(output, cap)
+        return np.full(len(output), cap, dtype=np.int64), out
+    return np.maximum(output, cap).astype(np.int64), output
+
+
+@dataclass(frozen=True)
+class FixedCap:
+    """Every request declares ``tokens``.
+
+    A true output above the cap either raises that request's declaration to its true length
+    (default: the recorded output proves the client allowed it) or, with ``truncate``, is cut
+    to the cap (the server stops at ``max_tokens``).
+    """
+
+    tokens: int
+    truncate: bool = False
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.tokens, int) and 1 <= self.tokens <= MAX_TOKENS, "tokens",
+                 f"must be an integer in [1, {MAX_TOKENS}]", self.tokens)
+
+    def apply(self, output: IntArray, quantile: Callable[[float], int]) -> tuple[IntArray,
+                                                                                 IntArray]:
+        return _cap(output, self.tokens, self.truncate)
+
+
+@dataclass(frozen=True)
+class FactorOfTrue:
+    """``max_output_tokens = ceil(factor * true output)`` (``factor >= 1``; 1 = an oracle)."""
+
+    factor: float
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.factor, int | float) and math.isfinite(self.factor)
+                 and 1 <= self.factor <= 1000, "factor", "must be in [1, 1000]", self.factor)
+
+    def apply(self, output: IntArray, quantile: Callable[[float], int]) -> tuple[IntArray,
+                                                                                 IntArray]:
+        mx = np.ceil(output * float(self.factor) - 1e-9).astype(np.int64)
+        return np.maximum(mx, output), output
+
+
+@dataclass(frozen=True)
+class QuantileCap:
+    """Every request declares the ``q`` quantile of its output distribution (its tier's, or
+    the trace's), with the same above-the-cap handling as :class:`FixedCap`."""
+
+    q: float
+    truncate: bool = False
+
+    def __post_init__(self) -> None:
+        _check_q(self.q)
+
+    def apply(self, output: IntArray, quantile: Callable[[float], int]) -> tuple[IntArray,
+                                                                                 IntArray]:
+        return _cap(output, max(1, int(quantile(self.q))), self.truncate)
+
+
+def empirical_quantile(values: IntArray) -> Callable[[float], int]:
+    """Quantiles of observed values (an actual observed value: ``inverted_cdf``)."""
+    sorted_values = np.sort(values)
+
+    def quantile(q: float) -> int:
+        _check_q(q)
+        if not len(sorted_values):
+            return 1
+        return int(np.quantile(sorted_values, q, method="inverted_cdf"))
+
+    return quantile

@@ -1,0 +1,129 @@
+"""Low-level file facts: header, last line, and row -> line numbers for error messages."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from workloads.errors import TraceError
+
+_PEEK = 1 << 16
+
+
+@dataclass(frozen=True)
+class FileFacts:
+    """What the loaders need to know before reading a text file."""
+
+    path: Path
+    size: int
+    first_line: str
+    """The first non-empty line (a CSV header), decoded, without the line end or a BOM."""
+    second_line: str | None
+    """The next non-empty line, when it is within the first 64 KiB."""
+    last_line: str
+    """The last non-empty line, without its line end."""
+    unterminated: bool
+    """The file does not end with a newline: its last line may have been cut off."""
+    single_line: bool
+    """The file has only one non-empty line."""
+
+
+def check_readable(path: Path) -> None:
+    if not path.exists():
+        raise TraceError(path, "no such file")
+    if path.is_dir():
+        raise TraceError(path, "is a directory, not a trace file")
+    if not os.access(path, os.R_OK):
+        raise TraceError(path, "cannot be read (permission denied)")
+
+
+def _decode(raw: bytes, path: Path) -> str:
+    try:
+        return raw.decode("utf-8-sig") if raw.startswith(b"\xef\xbb\xbf") else raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TraceError(path, f"is not UTF-8 text (byte {exc.start}); is it a binary file?",
+                         line=1) from None
+
+
+def file_facts(path: Path) -> FileFacts:
+    check_readable(path)
+    size = path.stat().st_size
+    if size == 0:
+        raise TraceError(path, "is empty")
+    with path.open("rb") as fh:
+        head = fh.read(_PEEK)
+        fh.seek(max(0, size - _PEEK))
+        tail = fh.read()
+    if b"\x00" in head[:4096]:
+        raise TraceError(path, "is a binary file, not a text trace", line=1)
+    head_lines = [ln for ln in head.splitlines() if ln.strip()]
+    if not head_lines:
+        raise TraceError(path, "is empty (only blank lines)")
+    # A first line cut by the peek is fine for the header check (it is the only use).
+    first = _decode(head_lines[0], path).strip("\r\n")
+    second = None
+    if len(head_lines) > 1 and (len(head) < _PEEK or len(head_lines) > 2):
+        second = head_lines[1].decode("utf-8", errors="replace").strip("\r\n")
+    tail_lines = [ln for ln in tail.splitlines() if ln.strip()]
+    last = tail_lines[-1].decode("utf-8", errors="replace").strip("\r\n") if tail_lines else ""
+    single = len(head) == size and len(head_lines) == 1
+    return FileFacts(
+        path=path,
+        size=size,
+        first_line=first,
+        second_line=second,
+        last_line=last,
+        unterminated=not tail.endswith((b"\n", b"\r")),
+        single_line=single,
+    )
+
+
+def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    with path.open("rb") as fh:
+        yield from enumerate(fh, start=1)
+
+
+def line_of_row(path: Path, row: int, *, header_lines: int = 1) -> int:
+    """The 1-based line of data row ``row`` (0-based), skipping the header and blank lines.
+
+    Only used on the error path: it reads the file up to that row.
+    """
+    seen = -1
+    last = header_lines
+    for number, line in _lines(path):
+        if number <= header_lines:
+            continue
+        last = number
+        if line.strip():
+            seen += 1
+            if seen == row:
+                return number
+    return last
+
+
+def line_of_text(path: Path, text: str, *, start_line: int = 2) -> int | None:
+    """The first line (from ``start_line``) whose content is ``text``, if any."""
+    target = text.strip("\r\n").encode("utf-8", errors="replace")
+    for number, line in _lines(path):
+        if number >= start_line and line.rstrip(b"\r\n") == target:
+            return number
+    return None
+
+
+def count_data_lines(path: Path, *, header_lines: int = 1) -> int:
+    return sum(1 for number, line in _lines(path) if number > header_lines and line.strip())
+
+
+def last_line_offset(path: Path, facts: FileFacts) -> int:
+    """Byte offset where the last non-empty line starts (to read the file without it)."""
+    with path.open("rb") as fh:
+        fh.seek(max(0, facts.size - _PEEK))
+        start = fh.tell()
+        tail = fh.read()
+    end = len(tail.rstrip(b"\r\n \t"))
+    cut = max(tail.rfind(b"\n", 0, end), tail.rfind(b"\r", 0, end))
+    if cut < 0:
+        return start if start > 0 else 0
+    return start + cut + 1

@@ -1,0 +1,490 @@
+"""From the columns a format loader read to a validated, transformed :class:`Workload`.
+
+Every loader fills a :class:`RawTrace` (columns as read, float64 so that a missing value is NaN)
+and :func:`finish` does what all formats share, in this order: validate (errors name the line
+and field; a bad *last* line of a file without a final newline is a truncated line: dropped),
+drop failed requests (zero tokens, counted), synthesise arrivals for length-only tables, rebase
+wall clocks, sort (repair, with a warning), spread equal timestamps, window, rate scale, sample,
+assign tiers, apply the ``max_output_tokens`` rule, and build the workload.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from workloads.arrivals import PoissonArrivals
+from workloads.errors import TraceError
+from workloads.lengths import MAX_TOKENS, empirical_quantile
+from workloads.traces.options import TraceOptions
+from workloads.traces.report import LoadedTrace, LoadReport
+from workloads.workload import Workload
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+Labels = tuple[IntArray, tuple[str, ...]]
+
+DROP_FAILED = "failed request (0 prompt and 0 output tokens)"
+DROP_ZERO_OUTPUT = "0 output tokens"
+DROP_ZERO_PROMPT = "0 prompt tokens"
+DROP_TRUNCATED = "truncated last line"
+
+
+@dataclass
+class RawTrace:
+    """Columns as a format loader read them (one entry per data row, in file order)."""
+
+    path: Path
+    format: str
+    prompt: FloatArray
+    output: FloatArray
+    arrival: FloatArray | None = None
+    max_output: FloatArray | None = None
+    deadline: FloatArray | None = None
+    request_id: FloatArray | None = None
+    labels: dict[str, Labels] = field(default_factory=dict)
+    tiers: Labels | None = None
+    """Final tier names chosen by the loader (ServeGen clients); skips tier assignment."""
+    prefix: tuple[IntArray, IntArray] | None = None
+    fields: dict[str, str] = field(default_factory=dict)
+    """Canonical column -> the file's name for it (error messages)."""
+    absolute_clock: bool = False
+    """Arrivals are wall-clock times: rebased so the first request arrives at 0."""
+    rows_read: int = 0
+    line_of: Callable[[int], int] | None = None
+    """Row -> 1-based line (text files); None reports the 0-based row instead (Parquet)."""
+    unterminated: bool = False
+    """The file does not end with a newline: a bad last row is a truncated line."""
+    dropped: Counter[str] = field(default_factory=Counter)
+    warnings: list[str] = field(default_factory=list)
+    default_arrival_note: bool = True
+
+
+@dataclass(frozen=True)
+class Streams:
+    """The independent random streams of one load, from ``TraceOptions.seed``."""
+
+    arrival: np.random.Generator
+    sample: np.random.Generator
+    tiers: np.random.Generator
+    source: np.random.Generator
+
+    @classmethod
+    def from_seed(cls, seed: int) -> Streams:
+        a, b, c, d = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(4))
+        return cls(a, b, c, d)
+
+
+def _error(raw: RawTrace, row: int, name: str, problem: str) -> TraceError:
+    fname = raw.fields.get(name, name)
+    if raw.line_of is not None:
+        return TraceError(raw.path, problem, line=raw.line_of(row), field=fname)
+    return TraceError(raw.path, problem, row=row, field=fname)
+
+
+def _first_bad(values: FloatArray, *, integer: bool, optional: bool, allow_negative: bool,
+               upper: float | None) -> tuple[int, str] | None:
+    finite = np.isfinite(values)
+    bad = ~finite
+    if optional:
+        bad &= ~np.isnan(values)
+    with np.errstate(invalid="ignore"):
+        if not allow_negative:
+            bad |= finite & (values < 0)
+        if integer:
+            bad |= finite & (values != np.floor(values))
+        if upper is not None:
+            bad |= finite & (values > upper)
+    if not bad.any():
+        return None
+    row = int(np.argmax(bad))
+    v = float(values[row])
+    if np.isnan(v):
+        problem = "missing value (empty, NaN or null)"
+    elif not np.isfinite(v):
+        problem = f"not finite: {v}"
+    elif v < 0 and not allow_negative:
+        problem = f"negative value: {v:g}"
+    elif integer and v != np.floor(v):
+        problem = f"not a whole number: {v:g}"
+    else:
+        problem = f"implausibly large: {v:g} (the limit is {upper:,.0f})"
+    return row, problem
+
+
+def _validate(raw: RawTrace) -> RawTrace:
+    """Raise on the first bad value; a bad last row of an unterminated file is dropped."""
+    while True:
+        checks: list[tuple[str, FloatArray | None, dict[str, Any]]] = [
+            ("arrival_s", raw.arrival, {"integer": False, "optional": False,
+                                        "allow_negative": raw.absolute_clock, "upper": None}),
+            ("prompt_tokens", raw.prompt, {"integer": True, "optional": False,
+                                           "allow_negative": False, "upper": MAX_TOKENS}),
+            ("output_tokens", raw.output, {"integer": True, "optional": False,
+                                           "allow_negative": False, "upper": MAX_TOKENS}),
+            ("max_output_tokens", raw.max_output, {"integer": True, "optional": True,
+                                                   "allow_negative": False,
+                                                   "upper": MAX_TOKENS}),
+            ("deadline_s", raw.deadline, {"integer": False, "optional": True,
+                                          "allow_negative": raw.absolute_clock,
+                                          "upper": None}),
+            ("id", raw.request_id, {"integer": True, "optional": False,
+                                    "allow_negative": False, "upper": 2.0**53}),
+        ]
+        worst: tuple[int, str, str] | None = None
+        for name, values, kw in checks:
+            if values is None:
+                continue
+            found = _first_bad(values, **kw)
+            if found is not None and (worst is None or found[0] < worst[0]):
+                worst = (found[0], name, found[1])
+        n = len(raw.prompt)
+        if worst is None:
+            return raw
+        row, name, problem = worst
+        if raw.unterminated and row == n - 1 and n > 1:
+            _drop_rows(raw, np.arange(n) < n - 1)
+            raw.dropped[DROP_TRUNCATED] += 1
+            line = raw.line_of(row) if raw.line_of else row
+            raw.warnings.append(f"the last line ({line}) looks truncated ({name}: {problem}): "
+                                "dropped")
+            raw.unterminated = False
+            continue
+        raise _error(raw, row, name, problem)
+
+
+def _drop_rows(raw: RawTrace, keep: npt.NDArray[np.bool_]) -> None:
+    for name in ("prompt", "output", "arrival", "max_output", "deadline", "request_id"):
+        values = getattr(raw, name)
+        if values is not None:
+            setattr(raw, name, values[keep])
+    raw.labels = {k: (codes[keep], vals) for k, (codes, vals) in raw.labels.items()}
+    if raw.tiers is not None:
+        raw.tiers = (raw.tiers[0][keep], raw.tiers[1])
+    if raw.prefix is not None:
+        raw.prefix = gather_csr(raw.prefix[0], raw.prefix[1], np.flatnonzero(keep))
+
+
+def gather_csr(values: IntArray, offsets: IntArray, index: IntArray) -> tuple[IntArray, IntArray]:
+    """Rows ``index`` of a flat (values, offsets) list column, vectorised."""
+    lo = offsets[index]
+    lengths = offsets[index + 1] - lo
+    new_offsets = np.zeros(len(index) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=new_offsets[1:])
+    total = int(new_offsets[-1])
+    if total == 0:
+        return np.zeros(0, dtype=np.int64), new_offsets
+    pos = np.repeat(lo - new_offsets[:-1], lengths) + np.arange(total, dtype=np.int64)
+    return values[pos], new_offsets
+
+
+def _opt_take(values: FloatArray | None, index: IntArray) -> FloatArray | None:
+    return None if values is None else values[index]
+
+
+@dataclass
+class _Rows:
+    """The kept rows, as integer columns, carried through the transformations.
+
+    Columns the file does not have stay None (no NaN-filled copies of a million rows).
+    """
+
+    arrival: FloatArray
+    prompt: IntArray
+    output: IntArray
+    max_output: FloatArray | None  # NaN: not given for that row
+    deadline: FloatArray | None
+    ids: IntArray
+    rows: IntArray | None  # 0-based data row in the file (None: same as ids)
+    labels: dict[str, Labels]
+    tiers: Labels | None
+    prefix: tuple[IntArray, IntArray] | None
+
+    @property
+    def file_rows(self) -> IntArray:
+        return self.ids if self.rows is None else self.rows
+
+    def take(self, index: IntArray) -> _Rows:
+        if len(index) == len(self.arrival) and bool(np.all(index == np.arange(len(index)))):
+            return self
+        return _Rows(
+            arrival=self.arrival[index],
+            prompt=self.prompt[index],
+            output=self.output[index],
+            max_output=_opt_take(self.max_output, index),
+            deadline=_opt_take(self.deadline, index),
+            ids=self.ids[index],
+            rows=None if self.rows is None else self.rows[index],
+            labels={k: (codes[index], vals) for k, (codes, vals) in self.labels.items()},
+            tiers=None if self.tiers is None else (self.tiers[0][index], self.tiers[1]),
+            prefix=None if self.prefix is None else gather_csr(*self.prefix, index),
+        )
+
+    def shift(self, offset: float | FloatArray) -> None:
+        """Move arrivals (and deadlines with them) by ``-offset``."""
+        self.arrival = self.arrival - offset
+        if self.deadline is not None:
+            self.deadline = self.deadline - offset
+
+
+def _drop_failed(raw: RawTrace) -> npt.NDArray[np.bool_]:
+    prompt_zero = raw.prompt == 0
+    output_zero = raw.output == 0
+    failed = prompt_zero & output_zero
+    for reason, mask in ((DROP_FAILED, failed), (DROP_ZERO_OUTPUT, output_zero & ~failed),
+                         (DROP_ZERO_PROMPT, prompt_zero & ~failed)):
+        count = int(mask.sum())
+        if count:
+            raw.dropped[reason] += count
+    keep: npt.NDArray[np.bool_] = ~(prompt_zero | output_zero)
+    return keep
+
+
+def _check_relations(raw: RawTrace, keep: npt.NDArray[np.bool_]) -> None:
+    if raw.max_output is not None:
+        with np.errstate(invalid="ignore"):
+            bad = keep & ~np.isnan(raw.max_output) & (raw.max_output < np.maximum(raw.output, 1))
+        if bad.any():
+            row = int(np.argmax(bad))
+            raise _error(raw, row, "max_output_tokens",
+                         f"{raw.max_output[row]:g} is below output_tokens {raw.output[row]:g}")
+    if raw.deadline is not None and raw.arrival is not None:
+        with np.errstate(invalid="ignore"):
+            bad = keep & ~np.isnan(raw.deadline) & (raw.deadline < raw.arrival)
+        if bad.any():
+            row = int(np.argmax(bad))
+            raise _error(raw, row, "deadline_s",
+                         f"{raw.deadline[row]:g} is before arrival_s {raw.arrival[row]:g}")
+    if raw.request_id is not None:
+        ids = raw.request_id[keep]
+        ordered = np.sort(ids)
+        same = ordered[1:] == ordered[:-1]
+        if same.any():
+            dup_value = ordered[1:][np.argmax(same)]
+            rows = np.flatnonzero(keep)[ids == dup_value]
+            first_row = int(rows[0])
+            where = (f"line {raw.line_of(first_row)}" if raw.line_of else f"row {first_row}")
+            raise _error(raw, int(rows[1]), "id", f"duplicate id {dup_value:.0f} (first at {where})")
+
+
+def _assign_tiers(rows: _Rows, options: TraceOptions, raw: RawTrace,
+                  streams: Streams) -> tuple[npt.NDArray[np.int16], tuple[str, ...]]:
+    n = len(rows.arrival)
+    default = options.default_tier
+    if options.tier_shares is not None:
+        names = tuple(options.tier_shares)
+        p = np.array([options.tier_shares[t] for t in names], dtype=np.float64)
+        codes = streams.tiers.choice(len(names), size=n, p=p / p.sum())
+        return _compact(codes.astype(np.int64), names)
+    if rows.tiers is not None:
+        return _compact(rows.tiers[0], rows.tiers[1])
+    column = options.tier_column
+    if column is None and "tier" in rows.labels:
+        column = "tier"
+    if column is None or column not in rows.labels:
+        return np.zeros(n, dtype=np.int16), (default,)
+    codes, values = rows.labels[column]
+    if options.tier_map is not None:
+        mapped = [options.tier_map.get(v, default) for v in values]
+        unmapped = [v for v in values if v not in options.tier_map]
+        if unmapped:
+            index = {v: i for i, v in enumerate(values)}
+            count = int(np.isin(codes, [index[v] for v in unmapped]).sum())
+            if count:
+                shown = ", ".join(repr(v) for v in unmapped[:5])
+                raw.warnings.append(f"{count} rows with {column} values not in the tier map "
+                                    f"({shown}) got the default tier {default!r}")
+    else:
+        mapped = list(values)
+        bad = [v for v in values if not v.replace("_", "").replace("-", "").isalnum()]
+        if bad:
+            raw.warnings.append(f"{column} values such as {bad[0]!r} are not valid tier names;"
+                                " map them with a tier map")
+    names = tuple(dict.fromkeys([*mapped, default]))
+    lut = np.array([names.index(m) for m in mapped] + [names.index(default)], dtype=np.int64)
+    final = lut[np.where(codes < 0, len(mapped), codes)]
+    return _compact(final, names)
+
+
+def _compact(codes: IntArray, names: tuple[str, ...]) -> tuple[npt.NDArray[np.int16],
+                                                                tuple[str, ...]]:
+    """Keep only the tier names used, in order of first use (stable names for equal input)."""
+    if len(codes) == 0:
+        return np.zeros(0, dtype=np.int16), names[:1]
+    used, first = np.unique(codes, return_index=True)
+    order = used[np.argsort(first, kind="stable")]
+    remap = np.zeros(max(len(names), int(codes.max()) + 1), dtype=np.int16)
+    remap[order] = np.arange(len(order), dtype=np.int16)
+    return remap[codes], tuple(names[i] for i in order)
+
+
+def _apply_max_output(rows: _Rows, tier_codes: npt.NDArray[np.int16], tier_names: tuple[str, ...],
+                      options: TraceOptions) -> tuple[IntArray, IntArray]:
+    output = rows.output
+    if rows.max_output is None:
+        max_out = np.zeros(len(output), dtype=np.int64)
+        missing = np.ones(len(output), dtype=bool)
+    else:
+        missing = np.isnan(rows.max_output)
+        max_out = np.where(missing, 0, rows.max_output).astype(np.int64)
+    if options.max_output_by_tier is None:
+        groups = [(missing, options.max_output)]
+    else:
+        groups = [(missing & (tier_codes == j), options.rule_for(name))
+                  for j, name in enumerate(tier_names)]
+    for mask, rule in groups:
+        if not mask.any():
+            continue
+        if bool(mask.all()):
+            mx, out = rule.apply(output, empirical_quantile(output))
+            max_out, output = mx, out
+            continue
+        true_out = output[mask]
+        mx, out = rule.apply(true_out, empirical_quantile(true_out))
+        max_out[mask] = mx
+        if out is not true_out:
+            output = output.copy()
+            output[mask] = out
+    return max_out, output
+
+
+def finish(raw: RawTrace, options: TraceOptions, streams: Streams) -> LoadedTrace:
+    """Validate and transform a loader's columns into the workload and its report."""
+    n_parsed = len(raw.prompt)
+    if n_parsed == 0 and not raw.dropped:
+        raise TraceError(raw.path, "has no data rows")
+    raw = _validate(raw)
+    keep = _drop_failed(raw)
+    _check_relations(raw, keep)
+    n = int(keep.sum())
+    if n == 0:
+        reasons = ", ".join(f"{c} {r}" for r, c in raw.dropped.items()) or "none"
+        raise TraceError(raw.path, f"no requests left: every row was dropped ({reasons})")
+    index = np.flatnonzero(keep)
+    timed = raw.arrival is not None
+    if raw.arrival is None:
+        process = options.arrival
+        if process is None:
+            process = PoissonArrivals(1.0)
+            raw.warnings.append("the file has no arrival times: Poisson arrivals at 1 req/s "
+                                "were drawn (choose another process with the arrival option)")
+        arrival_all = np.zeros(n_parsed)
+        arrival_all[index] = process.sample(streams.arrival, num_requests=n)
+        raw.arrival = arrival_all
+    n_rows = len(raw.prompt)
+    has_ids = raw.request_id is not None
+    rows = _Rows(
+        arrival=np.asarray(raw.arrival, dtype=np.float64),
+        prompt=raw.prompt.astype(np.int64),
+        output=raw.output.astype(np.int64),
+        max_output=raw.max_output,
+        deadline=raw.deadline,
+        ids=(raw.request_id.astype(np.int64) if raw.request_id is not None
+             else np.arange(n_rows, dtype=np.int64)),
+        rows=np.arange(n_rows, dtype=np.int64) if has_ids else None,
+        labels=raw.labels,
+        tiers=raw.tiers,
+        prefix=raw.prefix,
+    ).take(index)
+    raw.prompt = raw.output = np.zeros(0)  # let the float copies go
+
+    if raw.absolute_clock:
+        rows.shift(float(rows.arrival.min()))
+
+    gaps = np.diff(rows.arrival)
+    if timed and gaps.size and bool((gaps < 0).any()):
+        first = int(np.argmax(gaps < 0)) + 1
+        order = np.argsort(rows.arrival, kind="stable")
+        moved = int((order != np.arange(len(order))).sum())
+        first_row = int(rows.file_rows[first])
+        where = f"line {raw.line_of(first_row)}" if raw.line_of else f"row {first_row}"
+        raw.warnings.append(f"timestamps are not in order (first at {where}): {moved} rows "
+                            "were sorted by arrival time (stable)")
+        rows = rows.take(order)
+    del gaps
+
+    if options.spread_s is not None and timed:
+        _spread(rows, options.spread_s)
+
+    if options.window is not None:
+        start, end = options.window
+        upper = np.inf if end is None else end
+        inside = np.flatnonzero((rows.arrival >= start) & (rows.arrival < upper))
+        if inside.size == 0:
+            span = float(rows.arrival[-1]) if len(rows.arrival) else 0.0
+            raise TraceError(raw.path, f"the window [{start:g}, {upper:g}) s holds no requests "
+                             f"(the trace spans 0 to {span:.1f} s)", field="window")
+        rows = rows.take(inside)
+        if start:
+            rows.shift(start)
+
+    if options.rate_scale != 1.0:
+        wait = None if rows.deadline is None else rows.deadline - rows.arrival
+        rows.arrival = rows.arrival / options.rate_scale
+        if wait is not None:
+            rows.deadline = rows.arrival + wait
+
+    total = len(rows.arrival)
+    k = None
+    if options.sample_count is not None:
+        k = options.sample_count
+        if k > total:
+            raise TraceError(raw.path, f"asks for {k} requests but only {total} are left",
+                             field="sample_count")
+    elif options.sample_fraction is not None:
+        k = max(1, round(options.sample_fraction * total))
+    if k is not None and k < total:
+        rows = rows.take(np.sort(streams.sample.choice(total, size=k, replace=False)))
+
+    tier_codes, tier_names = _assign_tiers(rows, options, raw, streams)
+    max_out, output = _apply_max_output(rows, tier_codes, tier_names, options)
+    hashes, offsets = (None, None) if rows.prefix is None else rows.prefix
+    workload = Workload(
+        arrival_s=np.ascontiguousarray(rows.arrival, dtype=np.float64),
+        prompt_tokens=rows.prompt,
+        output_tokens=output,
+        max_output_tokens=max_out,
+        tier=tier_codes,
+        tier_names=tier_names,
+        deadline_s=(np.full(len(rows.arrival), np.nan) if rows.deadline is None
+                    else np.ascontiguousarray(rows.deadline, dtype=np.float64)),
+        request_id=rows.ids,
+        prefix_hashes=hashes,
+        prefix_offsets=offsets,
+        prefix_block_tokens=options.prefix_block_tokens,
+        name=raw.path.stem,
+        meta={"source": str(raw.path), "format": raw.format, "timed": timed},
+    )
+    report = LoadReport(
+        path=str(raw.path),
+        format=raw.format,
+        rows_read=raw.rows_read,
+        rows_loaded=len(workload),
+        dropped=tuple(sorted(raw.dropped.items())),
+        warnings=tuple(raw.warnings),
+        timed=timed,
+    )
+    return LoadedTrace(workload=workload, report=report)
+
+
+def _spread(rows: _Rows, spread_s: float) -> None:
+    arrival = rows.arrival
+    n = len(arrival)
+    if n < 2:
+        return
+    starts = np.flatnonzero(np.concatenate([[True], np.diff(arrival) > 0]))
+    counts = np.diff(np.append(starts, n))
+    if int(counts.max()) == 1:
+        return
+    group_time = arrival[starts]
+    room = np.append(np.diff(group_time), spread_s)
+    width = np.minimum(room, spread_s)
+    rank = np.arange(n) - np.repeat(starts, counts)
+    offset: FloatArray = (np.repeat(width / counts, counts) * rank).astype(np.float64)
+    rows.shift(-offset)

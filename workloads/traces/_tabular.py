@@ -1,0 +1,379 @@
+"""The per-request formats: Azure, BurstGPT, Mooncake, length-only tables and the generic
+format (CSV, JSONL, Parquet). Each reads only the columns it needs, by name."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workloads.errors import TraceError
+from workloads.traces._csv import CsvColumns, Kind, read_csv_columns, split_header
+from workloads.traces._files import FileFacts, file_facts, line_of_row
+from workloads.traces._finish import DROP_TRUNCATED, RawTrace, Streams
+from workloads.traces._jsonl import JsonColumns, JsonKind, read_jsonl_columns
+from workloads.traces.options import ARRIVAL_UNITS, CANONICAL_COLUMNS, TraceOptions
+
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+BURSTGPT_COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
+MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length")
+LENGTH_COLUMNS = ("num_prefill_tokens", "num_decode_tokens")
+GENERIC_REQUIRED = ("prompt_tokens", "output_tokens")
+
+
+def _csv_line_of(path: Path, header_lines: int = 1) -> Any:
+    return lambda row: line_of_row(path, row, header_lines=header_lines)
+
+
+def _note_truncated(raw: RawTrace, facts: FileFacts, dropped_last: bool) -> RawTrace:
+    if dropped_last:
+        raw.dropped[DROP_TRUNCATED] += 1
+        raw.rows_read += 1
+        raw.warnings.append(f"the last line looks truncated ({facts.last_line[:60]!r}): dropped")
+    raw.unterminated = facts.unterminated and not dropped_last
+    return raw
+
+
+def _labels(cols: CsvColumns | JsonColumns, tier_column: str | None) -> dict[str, Any]:
+    if tier_column is None or tier_column not in cols.labels:
+        return {}
+    return {tier_column: cols.labels[tier_column]}
+
+
+def _with_tier_column(kinds: dict[str, Any], options: TraceOptions) -> dict[str, Any]:
+    if options.tier_column is not None and options.tier_column not in kinds:
+        kinds[options.tier_column] = "label"
+    return kinds
+
+
+def _tier_required(options: TraceOptions) -> list[str]:
+    return [options.tier_column] if options.tier_column is not None else []
+
+
+def load_azure(path: Path, options: TraceOptions, streams: Streams) -> RawTrace:
+    facts = file_facts(path)
+    kinds: dict[str, Kind] = {"TIMESTAMP": "timestamp", "ContextTokens": "number",
+                              "GeneratedTokens": "number"}
+    cols = read_csv_columns(facts, _with_tier_column(dict(kinds), options), fmt="azure",
+                            tier_column=options.tier_column)
+    ns = cols.timestamps_ns["TIMESTAMP"]
+    second = split_header(facts.second_line) if facts.second_line else []
+    header = split_header(facts.first_line)
+    stamp = second[header.index("TIMESTAMP")] if len(second) == len(header) else ""
+    aware = stamp.rstrip().endswith("Z") or "+" in stamp[10:] or stamp[19:].count("-") > 0
+    raw = RawTrace(
+        path=path,
+        format="azure2024" if aware else "azure2023",
+        prompt=cols.numbers["ContextTokens"],
+        output=cols.numbers["GeneratedTokens"],
+        arrival=ns / 1e9,
+        labels=_labels(cols, options.tier_column),
+        fields={"arrival_s": "TIMESTAMP", "prompt_tokens": "ContextTokens",
+                "output_tokens": "GeneratedTokens"},
+        absolute_clock=True,
+        rows_read=cols.num_rows,
+        line_of=_csv_line_of(path),
+    )
+    if cols.tz_note:
+        raw.warnings.append(cols.tz_note)
+    return _note_truncated(raw, facts, cols.dropped_last)
+
+
+def load_burstgpt(path: Path, options: TraceOptions, streams: Streams) -> RawTrace:
+    facts = file_facts(path)
+    header = split_header(facts.first_line)
+    kinds: dict[str, Kind] = {"Timestamp": "number", "Request tokens": "number",
+                              "Response tokens": "number"}
+    cols = read_csv_columns(facts, _with_tier_column(dict(kinds), options), fmt="burstgpt",
+                            tier_column=options.tier_column)
+    raw = RawTrace(
+        path=path,
+        format="burstgpt_3" if "Session ID" in header else "burstgpt_1",
+        prompt=cols.numbers["Request tokens"],
+        output=cols.numbers["Response tokens"],
+        arrival=cols.numbers["Timestamp"],
+        labels=_labels(cols, options.tier_column),
+        fields={"arrival_s": "Timestamp", "prompt_tokens": "Request tokens",
+                "output_tokens": "Response tokens"},
+        absolute_clock=True,
+        rows_read=cols.num_rows,
+        line_of=_csv_line_of(path),
+    )
+    return _note_truncated(raw, facts, cols.dropped_last)
+
+
+def load_mooncake(path: Path, options: TraceOptions, streams: Streams) -> RawTrace:
+    facts = file_facts(path)
+    kinds: dict[str, JsonKind] = {"timestamp": "number", "input_length": "number",
+                                  "output_length": "number", "hash_ids": "int_list"}
+    cols = read_jsonl_columns(facts, _with_tier_column(dict(kinds), options), fmt="mooncake",
+                              required=[*MOONCAKE_FIELDS, *_tier_required(options)])
+    prefix = cols.lists["hash_ids"] if "hash_ids" in cols.present else None
+    raw = RawTrace(
+        path=path,
+        format="mooncake",
+        prompt=cols.numbers["input_length"],
+        output=cols.numbers["output_length"],
+        arrival=cols.numbers["timestamp"] / 1000.0,
+        labels=_labels(cols, options.tier_column),
+        prefix=prefix,
+        fields={"arrival_s": "timestamp", "prompt_tokens": "input_length",
+                "output_tokens": "output_length"},
+        rows_read=cols.num_rows,
+        line_of=_csv_line_of(path, header_lines=0),
+    )
+    return _note_truncated(raw, facts, cols.dropped_last)
+
+
+def load_lengths(path: Path, options: TraceOptions, streams: Streams) -> RawTrace:
+    facts = file_facts(path)
+    kinds: dict[str, Kind] = {"num_prefill_tokens": "number", "num_decode_tokens": "number"}
+    cols = read_csv_columns(facts, _with_tier_column(dict(kinds), options), fmt="lengths",
+                            tier_column=options.tier_column)
+    raw = RawTrace(
+        path=path,
+        format="lengths",
+        prompt=cols.numbers["num_prefill_tokens"],
+        output=cols.numbers["num_decode_tokens"],
+        labels=_labels(cols, options.tier_column),
+        fields={"prompt_tokens": "num_prefill_tokens", "output_tokens": "num_decode_tokens"},
+        rows_read=cols.num_rows,
+        line_of=_csv_line_of(path),
+    )
+    return _note_truncated(raw, facts, cols.dropped_last)
+
+
+# ---------------------------------------------------------------------------------------------
+# The generic format
+
+
+_GENERIC_KIND: dict[str, str] = {
+    "arrival_s": "number",
+    "prompt_tokens": "number",
+    "output_tokens": "number",
+    "max_output_tokens": "number",
+    "tier": "label",
+    "deadline_s": "number",
+    "id": "number",
+    "hash_ids": "int_list",
+}
+
+
+def generic_kind(path: Path) -> str:
+    """``csv``, ``jsonl`` or ``parquet`` for a generic-format file (by content, then name)."""
+    with path.open("rb") as fh:
+        head = fh.read(4)
+    if head == b"PAR1" or path.suffix.lower() in (".parquet", ".pq"):
+        return "parquet"
+    if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
+        return "jsonl"
+    return "jsonl" if head.lstrip()[:1] == b"{" else "csv"
+
+
+def _column_names(options: TraceOptions) -> dict[str, str]:
+    names = {c: c for c in CANONICAL_COLUMNS}
+    if options.columns:
+        names.update(options.columns)
+    return names
+
+
+def _generic_raw(path: Path, fmt: str, numbers: Mapping[str, Any], labels: Mapping[str, Any],
+                 lists: Mapping[str, Any], present: set[str], names: dict[str, str],
+                 options: TraceOptions, rows: int, line_of: Any) -> RawTrace:
+    unit = ARRIVAL_UNITS[options.arrival_unit]
+
+    def num(canon: str) -> Any:
+        col = names[canon]
+        return numbers[col] if canon in present else None
+
+    arrival = num("arrival_s")
+    deadline = num("deadline_s")
+    tier_labels: dict[str, Any] = {}
+    if "tier" in present:
+        tier_labels["tier"] = labels[names["tier"]]
+    if options.tier_column is not None and options.tier_column in labels:
+        tier_labels[options.tier_column] = labels[options.tier_column]
+    return RawTrace(
+        path=path,
+        format=fmt,
+        prompt=numbers[names["prompt_tokens"]],
+        output=numbers[names["output_tokens"]],
+        arrival=None if arrival is None else arrival * unit,
+        max_output=num("max_output_tokens"),
+        deadline=None if deadline is None else deadline * unit,
+        request_id=num("id"),
+        labels=tier_labels,
+        prefix=lists.get(names["hash_ids"]) if "hash_ids" in present else None,
+        fields={canon: names[canon] for canon in CANONICAL_COLUMNS},
+        rows_read=rows,
+        line_of=line_of,
+    )
+
+
+def load_generic(path: Path, options: TraceOptions, streams: Streams) -> RawTrace:
+    kind = generic_kind(path)
+    names = _column_names(options)
+    if kind == "parquet":
+        return _load_generic_parquet(path, options, names)
+    facts = file_facts(path)
+    if kind == "jsonl":
+        import json
+
+        try:
+            first = json.loads(facts.first_line)
+        except json.JSONDecodeError as exc:
+            raise TraceError(path, f"not valid JSON ({exc.msg})", line=1) from None
+        keys = set(first) if isinstance(first, dict) else set()
+        present = {c for c in CANONICAL_COLUMNS if names[c] in keys}
+        for canon in GENERIC_REQUIRED:
+            present.add(canon)
+        jkinds: dict[str, JsonKind] = {}
+        for canon in present:
+            jkinds[names[canon]] = _GENERIC_KIND[canon]  # type: ignore[assignment]
+        if options.tier_column is not None:
+            jkinds.setdefault(options.tier_column, "label")
+        cols = read_jsonl_columns(facts, jkinds, fmt="generic",
+                                  required=[*(names[c] for c in GENERIC_REQUIRED),
+                                            *_tier_required(options)])
+        raw = _generic_raw(path, "generic-jsonl", cols.numbers, cols.labels, cols.lists,
+                           present, names, options, cols.num_rows,
+                           _csv_line_of(path, header_lines=0))
+        return _note_truncated(raw, facts, cols.dropped_last)
+    header = split_header(facts.first_line)
+    present = {c for c in CANONICAL_COLUMNS if names[c] in header}
+    present.update(GENERIC_REQUIRED)
+    ckinds: dict[str, Kind] = {}
+    for canon in present:
+        k = _GENERIC_KIND[canon]
+        ckinds[names[canon]] = "label" if k in ("label", "int_list") else "number"
+    if options.tier_column is not None:
+        ckinds.setdefault(options.tier_column, "label")
+    csv_cols = read_csv_columns(facts, ckinds, fmt="generic",
+                            tier_column=options.tier_column)
+    lists: dict[str, Any] = {}
+    if "hash_ids" in present:
+        lists[names["hash_ids"]] = _split_hash_labels(path, csv_cols.labels[names["hash_ids"]],
+                                                      names["hash_ids"])
+    raw = _generic_raw(path, "generic-csv", csv_cols.numbers, csv_cols.labels, lists, present,
+                       names, options, csv_cols.num_rows, _csv_line_of(path))
+    return _note_truncated(raw, facts, csv_cols.dropped_last)
+
+
+def _split_hash_labels(path: Path, labels: tuple[np.ndarray[Any, Any], tuple[str, ...]],
+                       column: str) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """CSV ``hash_ids`` cells hold space-separated integers."""
+    codes, values = labels
+    parsed: list[np.ndarray[Any, Any]] = []
+    for i, text in enumerate(values):
+        try:
+            parsed.append(np.array([int(t) for t in text.split()], dtype=np.int64))
+        except ValueError:
+            row = int(np.argmax(codes == i))
+            raise TraceError(path, f"expected space-separated integers, got {text[:40]!r}",
+                             line=line_of_row(path, row), field=column) from None
+    lengths = np.array([len(p) for p in parsed] + [0], dtype=np.int64)
+    per_row = lengths[np.where(codes < 0, len(parsed), codes)]
+    offsets = np.zeros(len(codes) + 1, dtype=np.int64)
+    np.cumsum(per_row, out=offsets[1:])
+    flat = [parsed[c] for c in codes if c >= 0]
+    values_arr = np.concatenate(flat) if flat else np.zeros(0, dtype=np.int64)
+    return values_arr, offsets
+
+
+def _load_generic_parquet(path: Path, options: TraceOptions, names: dict[str, str]) -> RawTrace:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not path.exists():
+        raise TraceError(path, "no such file")
+    if path.stat().st_size == 0:
+        raise TraceError(path, "is empty")
+    unreadable = (pa.ArrowException, OSError, ValueError, KeyError, IndexError, TypeError)
+    try:
+        schema = pq.read_schema(path)
+    except unreadable as exc:
+        raise TraceError(path, f"not a readable Parquet file ({type(exc).__name__}: "
+                         f"{str(exc)[:120]})") from None
+    columns = set(schema.names)
+    present = {c for c in CANONICAL_COLUMNS if names[c] in columns}
+    for canon in GENERIC_REQUIRED:
+        if canon not in present:
+            raise TraceError(path, f"missing column {names[canon]!r} needed by the generic "
+                             f"format (the file has: {', '.join(schema.names)})",
+                             field=names[canon])
+    wanted = [names[c] for c in present]
+    if options.tier_column is not None:
+        if options.tier_column not in columns:
+            raise TraceError(path, f"missing column {options.tier_column!r} (tier column)",
+                             field=options.tier_column)
+        wanted.append(options.tier_column)
+    try:
+        table = pq.read_table(path, columns=sorted(set(wanted)))
+    except unreadable as exc:
+        raise TraceError(path, f"not a readable Parquet file ({type(exc).__name__}: "
+                         f"{str(exc)[:120]})") from None
+    numbers: dict[str, Any] = {}
+    labels: dict[str, Any] = {}
+    lists: dict[str, Any] = {}
+    from workloads.traces._csv import _categorical
+
+    for canon in sorted(present):
+        col_name = names[canon]
+        try:
+            _parquet_column(path, table.column(col_name), col_name, _GENERIC_KIND[canon],
+                            numbers, labels, lists)
+        except pa.ArrowException as exc:
+            raise TraceError(path, f"cannot be read ({str(exc)[:120]})",
+                             field=col_name) from None
+    if options.tier_column is not None and options.tier_column not in labels:
+        labels[options.tier_column] = _categorical(table.column(options.tier_column))
+    return _generic_raw(path, "generic-parquet", numbers, labels, lists, present, names,
+                        options, table.num_rows, None)
+
+
+def _parquet_column(path: Path, col: Any, col_name: str, kind: str, numbers: dict[str, Any],
+                    labels: dict[str, Any], lists: dict[str, Any]) -> None:
+    import pyarrow as pa
+
+    from workloads.traces._csv import _categorical
+
+    if kind == "number":
+        numbers[col_name] = _parquet_numbers(path, col, col_name)
+    elif kind == "label":
+        labels[col_name] = _categorical(col)
+    else:
+        arr = col.combine_chunks() if col.num_chunks else pa.array([], pa.list_(pa.int64()))
+        if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
+            raise TraceError(path, f"must be a list of integers, got {arr.type}",
+                             field=col_name)
+        lengths = arr.value_lengths().fill_null(0).to_numpy(zero_copy_only=False)
+        offsets = np.zeros(len(arr) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        try:
+            flat = arr.flatten().cast(pa.int64()).to_numpy(zero_copy_only=False)
+        except pa.ArrowException as exc:
+            raise TraceError(path, f"must hold integers ({exc})", field=col_name) from None
+        lists[col_name] = (np.asarray(flat, dtype=np.int64), offsets)
+
+
+def _parquet_numbers(path: Path, col: Any, name: str) -> np.ndarray[Any, np.dtype[np.float64]]:
+    import pandas as pd
+    import pyarrow as pa
+
+    arr = col.combine_chunks() if col.num_chunks else pa.array([], pa.float64())
+    if pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type) or pa.types.is_null(
+            arr.type):
+        # Unsafe: integers beyond 2**53 round (then fail the range checks) instead of raising.
+        return np.asarray(arr.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False),
+                          dtype=np.float64)
+    series = arr.to_pandas()
+    conv = pd.to_numeric(series, errors="coerce")
+    bad = conv.isna() & series.notna()
+    if bad.any():
+        row = int(np.argmax(bad.to_numpy()))
+        raise TraceError(path, f"not a number: {series.iloc[row]!r}", row=row, field=name)
+    out: np.ndarray[Any, np.dtype[np.float64]] = conv.to_numpy(dtype=np.float64,
+                                                                na_value=np.nan)
+    return out

@@ -1,0 +1,97 @@
+"""``load_trace``: detect the format, read the file, validate and transform it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from workloads.errors import TraceError
+from workloads.traces._files import check_readable, file_facts
+from workloads.traces._finish import RawTrace, Streams, finish
+from workloads.traces.options import FORMATS, TraceOptions
+from workloads.traces.report import LoadedTrace
+
+Loader = Callable[[Path, TraceOptions, Streams], RawTrace]
+_GENERIC_HINT = {"arrival_s", "prompt_tokens", "output_tokens"}
+
+
+def _loader(fmt: str) -> Loader:
+    from workloads.traces import _servegen, _tabular
+
+    loaders: dict[str, Loader] = {
+        "azure": _tabular.load_azure,
+        "burstgpt": _tabular.load_burstgpt,
+        "mooncake": _tabular.load_mooncake,
+        "lengths": _tabular.load_lengths,
+        "servegen": _servegen.load_servegen,
+        "generic": _tabular.load_generic,
+    }
+    return loaders[fmt]
+
+
+def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
+    """The format of a trace file, from its name, its first bytes and its header."""
+    from workloads.traces._csv import split_header
+    from workloads.traces._servegen import is_servegen_path
+
+    path = Path(path)
+    if is_servegen_path(path):
+        return "servegen"
+    check_readable(path)
+    with path.open("rb") as fh:
+        magic = fh.read(4)
+    if magic == b"PAR1" or path.suffix.lower() in (".parquet", ".pq"):
+        return "generic"
+    facts = file_facts(path)
+    first = facts.first_line.strip()
+    mapped = set((options.columns or {}).values()) if options else set()
+    if first.startswith("{"):
+        try:
+            record = json.loads(first)
+        except json.JSONDecodeError as exc:
+            raise TraceError(path, f"not valid JSON ({exc.msg})", line=1) from None
+        keys = set(record) if isinstance(record, dict) else set()
+        if {"timestamp", "input_length", "output_length"} <= keys:
+            return "mooncake"
+        if _GENERIC_HINT & keys or mapped & keys:
+            return "generic"
+        raise TraceError(path, "cannot tell the trace format from the first record (keys: "
+                         f"{', '.join(sorted(map(str, keys)))}); pass a format", line=1)
+    header = set(split_header(first))
+    if {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} <= header:
+        return "azure"
+    if {"Timestamp", "Request tokens", "Response tokens"} <= header:
+        return "burstgpt"
+    if {"num_prefill_tokens", "num_decode_tokens"} <= header:
+        return "lengths"
+    if _GENERIC_HINT & header or mapped & header:
+        return "generic"
+    raise TraceError(path, f"cannot tell the trace format from the header {first[:80]!r}; "
+                     f"pass a format ({', '.join(FORMATS)})", line=1)
+
+
+def load_trace(path: str | Path, options: TraceOptions | None = None) -> LoadedTrace:
+    """Load a trace file (or a ServeGen directory) as a workload with a load report.
+
+    Raises :class:`~workloads.errors.TraceError` (a ``ValueError``) naming the file, the line
+    or row and the field for anything it cannot load.
+    """
+    options = options or TraceOptions()
+    path = Path(path)
+    fmt = options.format or detect_format(path, options)
+    streams = Streams.from_seed(options.seed or 0)
+    try:
+        raw = _loader(fmt)(path, options, streams)
+    except TraceError as exc:
+        if options.format is not None:
+            try:
+                detected = detect_format(path, options)
+            except TraceError:
+                detected = None
+            if detected is not None and detected != options.format:
+                raise TraceError(exc.path, f"{exc.problem} (is the format right? the file "
+                                 f"looks like {detected}, not {options.format})", line=exc.line,
+                                 row=exc.row, field=exc.field) from None
+        raise
+    return finish(raw, options, streams)

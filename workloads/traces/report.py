@@ -1,0 +1,51 @@
+"""What loading a trace did: rows read, rows dropped (with reasons), repairs and warnings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workloads.workload import Workload
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """The load report of one file.
+
+    ``rows_read`` counts data rows in the file (ServeGen: rate windows read); ``rows_loaded``
+    the requests in the workload (after drops, window and sampling). ``dropped`` lists
+    ``(reason, count)`` for rows removed as invalid-but-expected (failed requests, a truncated
+    last line), not those a window or sample left out. ``timed`` is False when the file has no
+    arrival times (length-only tables): the workload's arrivals are then synthetic.
+    """
+
+    path: str
+    format: str
+    rows_read: int
+    rows_loaded: int
+    dropped: tuple[tuple[str, int], ...] = ()
+    warnings: tuple[str, ...] = ()
+    timed: bool = True
+
+    @property
+    def dropped_rows(self) -> int:
+        return sum(count for _, count in self.dropped)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "format": self.format,
+            "rows_read": self.rows_read,
+            "rows_loaded": self.rows_loaded,
+            "dropped_rows": self.dropped_rows,
+            "dropped": {reason: count for reason, count in self.dropped},
+            "warnings": list(self.warnings),
+            "timed": self.timed,
+        }
+
+
+@dataclass(frozen=True)
+class LoadedTrace:
+    """A loaded trace: the workload and how it was obtained."""
+
+    workload: Workload
+    report: LoadReport
