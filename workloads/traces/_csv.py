@@ -14,16 +14,18 @@ import io
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from workloads.errors import TraceError
 from workloads.traces._files import FileFacts, last_line_offset, line_of_row, line_of_text
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Kind = Literal["number", "timestamp", "label"]
 NULL_VALUES = ["", "NaN", "nan", "NA", "N/A", "null", "NULL", "None", "#N/A"]
@@ -211,6 +213,8 @@ def _slow_path(facts: FileFacts, kinds: Mapping[str, Kind], header: Sequence[str
             raise TraceError(path, f"expected {expected} fields, got {actual}",
                              line=line) from None
         raise TraceError(path, f"cannot be read as CSV: {exc}") from None
+    import pandas as pd  # only CSV conversion needs it: JSONL and Parquet start faster
+
     n = table.num_rows
     converted: dict[str, pd.Series[Any]] = {}
     first_bad: tuple[int, str, str] | None = None
