@@ -1,0 +1,70 @@
+"""The notebooks: committed without outputs, and each runs top to bottom on a fresh kernel
+(nbclient, the `python3` kernel of this virtual environment) without an error."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+EXPECTED = ["01_tail_latency.ipynb", "02_kv_timeline.ipynb", "03_sim_vs_real.ipynb",
+            "04_tuning.ipynb"]
+SHARED = REPO.parent / "shared"
+# inputs the notebooks read from the environment: the tests run them without any
+INPUT_VARIABLES = ("KVBUDGET_MEASURED_RUN", "KVBUDGET_SIMULATED_RUN", "KVBUDGET_COST_MODEL",
+                   "KVBUDGET_SWEEP_DIR")
+
+
+def execute(nb: nbformat.NotebookNode, cwd: Path) -> None:
+    client = NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(cwd)}})
+    client.execute()
+
+
+def test_the_four_notebooks_are_there() -> None:
+    assert [p.name for p in NOTEBOOKS] == EXPECTED
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_committed_without_outputs(path: Path) -> None:
+    nb = nbformat.read(path, as_version=4)  # type: ignore[no-untyped-call]
+    nbformat.validate(nb)
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [], f"{path.name}: a cell has outputs"
+            assert cell.execution_count is None, f"{path.name}: a cell has an execution count"
+
+
+def test_the_kernel_is_this_virtual_environments_python(tmp_path: Path) -> None:
+    nb = nbformat.v4.new_notebook()  # type: ignore[no-untyped-call]
+    cell = nbformat.v4.new_code_cell("import sys; print(sys.prefix)")  # type: ignore[no-untyped-call]
+    nb.cells.append(cell)
+    execute(nb, tmp_path)
+    printed = nb.cells[0].outputs[0]["text"].strip()
+    assert Path(printed).resolve() == Path(sys.prefix).resolve()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_runs_top_to_bottom(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not SHARED.is_dir():
+        pytest.skip(f"shared data folder {SHARED} is missing")
+    for name in INPUT_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("KVBUDGET_SHARED", str(SHARED))
+    assert "KVBUDGET_MEASURED_RUN" not in os.environ
+    nb = nbformat.read(path, as_version=4)  # type: ignore[no-untyped-call]
+    execute(nb, path.parent)  # raises CellExecutionError, naming the cell, on any error
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert images, f"{path.name} drew no figure"
+    stderr = [o["text"] for o in outputs if o.get("name") == "stderr"]
+    assert not [t for t in stderr if "Warning" in t], stderr

@@ -1,0 +1,209 @@
+"""`kvbudget report`: two simulated runs give one self-contained HTML file whose embedded images
+are valid PNGs (the same bytes as the PNG files), and which headless Chromium renders with every
+image loaded (when Chromium is installed)."""
+
+from __future__ import annotations
+
+import base64
+import re
+import shutil
+import struct
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from simulator.report import REPORT_FILE, build_report, run_labels
+from simulator.results import RunResult, read_run
+
+CHROMIUM = Path("/usr/bin/chromium")
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == PNG_SIGNATURE, "not a PNG"
+    assert data[12:16] == b"IHDR"
+    w, h = struct.unpack(">II", data[16:24])
+    return int(w), int(h)
+
+
+class Page(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.images: list[dict[str, str]] = []
+        self.links: list[str] = []
+        self.tables = 0
+        self.headings: list[str] = []
+        self._in_h = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        if tag == "img":
+            self.images.append(a)
+        if tag in ("link", "script", "iframe") or "href" in a:
+            self.links.append(a.get("href") or a.get("src") or tag)
+        if tag == "table":
+            self.tables += 1
+        self._in_h = tag == "h2"
+
+    def handle_data(self, data: str) -> None:
+        if self._in_h:
+            self.headings.append(data.strip())
+            self._in_h = False
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    from policies.registry import make_policy
+    from simulator.engine_config import EngineConfig
+    from simulator.run import SimConfig, simulate
+    from tests.conftest import mixed_workload
+
+    base = tmp_path_factory.mktemp("runs")
+    w = mixed_workload(300, rate_rps=10.0, seed=0)
+    cfg = SimConfig(engine=EngineConfig(num_gpu_blocks=2500), seed=0, timeline_period_s=0.5)
+    dirs = []
+    grid: list[tuple[str, str, dict[str, Any]]] = [
+        ("cons", "conservative", {"batch_on_overload": "reject"}),
+        ("over", "overcommit", {"overcommit_ratio": 0.2}),
+    ]
+    for name, policy, params in grid:
+        run = simulate(w, make_policy(policy, params), cfg)
+        run.write(base / name)
+        dirs.append(base / name)
+    return dirs
+
+
+def check_report(out: Path, expected_figures: int) -> Page:
+    html_text = (out / REPORT_FILE).read_text(encoding="utf-8")
+    page = Page()
+    page.feed(html_text)
+    assert page.links == [], f"the report refers to outside resources: {page.links}"
+    assert len(page.images) == expected_figures
+    files = sorted(out.glob("*.png"))
+    assert len(files) == expected_figures
+    for img, path in zip(page.images, files, strict=True):
+        src = img["src"]
+        assert src.startswith("data:image/png;base64,")
+        data = base64.b64decode(src.split(",", 1)[1], validate=True)
+        w, h = png_size(data)
+        assert 600 <= w <= 2000 and 200 <= h <= 2500, (path.name, w, h)
+        assert data == path.read_bytes()
+        assert img["alt"]
+    return page
+
+
+@pytest.fixture(scope="module")
+def cli_report(two_runs: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("report") / "report"
+    result = CliRunner().invoke(app, ["report", *map(str, two_runs), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert f"wrote {out / REPORT_FILE} and 9 PNG files" in result.output
+    return out
+
+
+def test_report_on_two_runs(two_runs: list[Path], cli_report: Path) -> None:
+    page = check_report(cli_report, expected_figures=9)
+    assert page.headings == ["Runs", "Outcomes", "Latency", "KV cache", "Figures"]
+    assert page.tables == 4
+    text = (cli_report / REPORT_FILE).read_text()
+    for label in ("conservative", "overcommit", "interactive", "batch", "no_capacity",
+                  "overcommit_ratio=0.2"):
+        assert label in text
+    names = sorted(p.name for p in cli_report.glob("*.png"))
+    assert names[0] == "01_latency_cdf.png" and "07_kv_timeline.png" in names
+    offered = read_run(two_runs[0]).summary["tiers"]["interactive"]["offered"]
+    assert f'<td>interactive</td><td class="n">{offered:,}</td>' in text
+
+
+def test_report_compares_with_a_measured_run(two_runs: list[Path], tmp_path: Path) -> None:
+    rep = build_report(two_runs, tmp_path / "a", measured=two_runs[0], num_resamples=200)
+    page = check_report(tmp_path / "a", expected_figures=11)
+    assert len(rep.png_paths) == 11
+    assert "Simulated against measured" in page.headings
+    text = rep.html_path.read_text()
+    # the measured run against itself: every quantile has a zero relative error
+    first = text.split("Simulated against measured")[1].split("</table>")[0]
+    assert len(re.findall(r"<small>([^<]*)</small>", first)) == 2 * 3 * 3
+    assert set(re.findall(r"<small>([^<]*)</small>", first)) == {"+0.0%"}
+
+
+def test_bad_run_dir_is_one_line_and_exit_2(two_runs: list[Path], tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    proc = subprocess.run(
+        [sys.executable, "-m", "cli.main", "report", str(two_runs[0]), str(missing), "--out",
+         str(tmp_path / "out")],
+        capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1],
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr
+    assert str(missing) in lines[0] and "not a run directory" in lines[0]
+    broken = tmp_path / "broken"
+    shutil.copytree(two_runs[0], broken)
+    (broken / "summary.json").write_text("{not json")
+    result = CliRunner().invoke(app, ["report", str(broken), "--out", str(tmp_path / "o2")])
+    assert result.exit_code == 2
+    assert "summary.json: not valid JSON" in result.output
+
+
+def test_report_on_a_run_without_completions_or_timeline(two_runs: list[Path],
+                                                         tmp_path: Path) -> None:
+    """A replay whose requests all failed and whose server was never scraped still reports."""
+    run = read_run(two_runs[0])
+    rec = dict(run.record_columns)
+    n = len(rec["request_id"])
+    rec["status"] = np.array(["rejected_overloaded"] * n, dtype=object)
+    rec["reason"] = np.array(["backend_error"] * n, dtype=object)
+    for col in ("admitted_s", "first_token_s", "finished_s", "ttft_s", "tpot_s", "e2e_s"):
+        rec[col] = np.full(n, np.nan)
+    empty = {k: np.asarray(v)[:0] for k, v in run.timeline_columns.items()}
+    RunResult(rec, empty, {"policy": "conservative"}).write(tmp_path / "failed")
+    rep = build_report([tmp_path / "failed", two_runs[1]], tmp_path / "out", num_resamples=50)
+    check_report(tmp_path / "out", expected_figures=9)
+    assert "backend_error" in rep.html_path.read_text()
+
+
+def test_run_labels_disambiguate_repeated_policies() -> None:
+    dirs = [Path("x/a"), Path("y/b"), Path("z/b"), Path("w/c")]
+    summaries = [{"policy": "overcommit"}, {"policy": "overcommit"}, {"policy": "overcommit"},
+                 {"policy": "conservative"}]
+    assert run_labels(dirs, summaries) == [
+        "overcommit (a)", "overcommit (b) #1", "overcommit (b) #2", "conservative"]
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Chromium is not installed (/usr/bin/chromium)")
+def test_chromium_renders_the_report_with_every_image(cli_report: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    shutil.copytree(cli_report, out)
+    # a copy of the report that writes, once loaded, how many images decoded
+    probe = out / "probe.html"
+    script = (
+        "<script>window.addEventListener('load', () => {"
+        "const imgs = Array.from(document.images);"
+        "document.title = 'loaded ' + imgs.filter(i => i.complete && i.naturalWidth > 0).length"
+        " + ' of ' + imgs.length; });</script>"
+    )
+    probe.write_text((out / REPORT_FILE).read_text().replace("</body>", script + "</body>"))
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'chromium'}", "--virtual-time-budget=5000"]
+    dom = subprocess.run([str(CHROMIUM), *flags, "--dump-dom", probe.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert "<title>loaded 9 of 9</title>" in dom.stdout, dom.stderr[-2000:]
+    shot = tmp_path / "shot.png"
+    subprocess.run([str(CHROMIUM), *flags, "--hide-scrollbars", "--window-size=1280,6000",
+                    f"--screenshot={shot}", (out / REPORT_FILE).as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    assert png_size(shot.read_bytes()) == (1280, 6000)
+    from matplotlib.image import imread
+
+    pixels = imread(str(shot))
+    # the lower part of the page is figures, not blank
+    assert pixels[3000:, :, :3].std() > 0.05
