@@ -44,6 +44,10 @@ BatchedOpt = Annotated[
     int | None, typer.Option("--max-num-batched-tokens", help="Tokens per engine step cap.")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")]
+EngineOpt = Annotated[
+    str | None,
+    typer.Option("--engine", help="Engine behaviour: vllm, vllm-swap, tgi, sglang or trtllm."),
+]
 
 
 def build_scenario(
@@ -114,14 +118,28 @@ def _progress(total: int, desc: str) -> Any:
     return tqdm(total=total, desc=desc, unit="req", leave=False, disable=None)
 
 
-def run_one(scn: Scenario, policy_name: str | None, label: str) -> RunResult:
+def _check_engine(engine: str | None) -> None:
+    from simulator.engine_config import ENGINE_NAMES
+
+    if engine is not None and engine not in ENGINE_NAMES:
+        raise CliError(f"--engine: unknown engine {engine!r}; known: {', '.join(ENGINE_NAMES)}")
+
+
+def run_one(
+    scn: Scenario, policy_name: str | None, label: str, engine: str | None = None
+) -> RunResult:
+    from dataclasses import replace
+
     from simulator.run import simulate
 
     workload = scn.workload()
     policy = scn.make_policy(policy_name)
+    config = scn.sim_config()
+    if engine is not None:
+        config = replace(config, engine=replace(config.engine, name=engine))  # type: ignore[arg-type]
     bar = _progress(len(workload), label)
     try:
-        return simulate(workload, policy, scn.sim_config(), progress=bar.update)
+        return simulate(workload, policy, config, progress=bar.update)
     finally:
         bar.close()
 
@@ -143,19 +161,21 @@ def simulate_cmd(
     block_size: BlockSizeOpt = None,
     max_num_seqs: SeqsOpt = None,
     max_num_batched_tokens: BatchedOpt = None,
+    engine: EngineOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Simulate one policy on a scenario (the embedded default when none is given)."""
     from cli.tables import render_summaries
 
     with user_errors():
+        _check_engine(engine)
         scn = build_scenario(
             scenario=scenario, overrides=overrides, policy=policy, gpu=gpu, model=model,
             seed=seed, trace=trace, trace_format=trace_format, cost_model=cost_model,
             num_gpu_blocks=num_gpu_blocks, block_size=block_size, max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
         )
-        result = run_one(scn, None, scn.spec.policy)
+        result = run_one(scn, None, scn.spec.policy, engine)
         if out is not None:
             result.write(out)
     if as_json:
@@ -185,6 +205,7 @@ def compare_cmd(
     block_size: BlockSizeOpt = None,
     max_num_seqs: SeqsOpt = None,
     max_num_batched_tokens: BatchedOpt = None,
+    engine: EngineOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run the same workload and seed under each policy and print them side by side."""
@@ -193,6 +214,7 @@ def compare_cmd(
 
     names = [p.strip() for p in policies.split(",") if p.strip()]
     with user_errors():
+        _check_engine(engine)
         if not names:
             raise CliError("--policies: give at least one policy name")
         for name in names:
@@ -208,7 +230,7 @@ def compare_cmd(
         )
         summaries = []
         for name in names:
-            result = run_one(scn, name, name)
+            result = run_one(scn, name, name, engine)
             summaries.append(result.summary)
             if out is not None:
                 result.write(out / name)

@@ -30,17 +30,70 @@ from policies.tiers import DEFAULT_TIERS, TierConfig, by_priority, tier_map
 
 
 @dataclass(frozen=True, slots=True)
+class FrontDoor:
+    """Caps checked when a request arrives, before it may queue (``None``: no cap).
+
+    * ``max_concurrent_requests``: requests in flight (waiting at the gateway plus admitted);
+      one more is refused with ``Overloaded(retryable=True, "concurrency")``, HTTP 429. TGI's
+      router flag of the same name (``text-generation-launcher --max-concurrent-requests``,
+      default 128: ``FrontDoor()`` is TGI's default).
+    * ``max_num_queued_requests``: the same in-flight count, refused with
+      ``Overloaded(retryable=False, "queue_full")``, HTTP 503: vLLM's ``--max-num-queued-reqs``
+      (waiting + running requests, checked in ``AsyncLLM.add_request``; vllm-project/vllm#49445).
+    * ``max_num_queued_tokens``: prompt tokens of in-flight requests not yet past prefill
+      (waiting at the gateway, or admitted with no output token yet per the engine probe),
+      including the arrival's; 503 ``queue_full``. vLLM's ``--max-num-queued-tokens`` (the same
+      PR), meant as ``target TTFT x prefill throughput``.
+    * ``tier_max_queued``: ``(tier, n)`` pairs capping the requests waiting at the gateway in
+      that tier; 503 ``queue_full``.
+    * ``evict_lower_priority``: when a global cap (the first three) would refuse an arrival and
+      requests of a strictly lower-priority tier are waiting, the lowest-priority, latest-arriving
+      of them are evicted (``Overloaded(tier.retryable_on_overload, "evicted")``) until the
+      arrival fits; if evicting every such request would not be enough, nothing is evicted and
+      the arrival is refused. Tier caps never evict (a tier's queue holds one priority).
+    """
+
+    max_concurrent_requests: int | None = 128
+    max_num_queued_requests: int | None = None
+    max_num_queued_tokens: int | None = None
+    tier_max_queued: tuple[tuple[str, int], ...] = ()
+    evict_lower_priority: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("max_concurrent_requests", "max_num_queued_requests", "max_num_queued_tokens"):
+            value = getattr(self, name)
+            if value is not None and not (
+                isinstance(value, int) and not isinstance(value, bool) and value >= 1
+            ):
+                raise ValueError(f"{name} must be an integer >= 1 or None, got {value!r}")
+        object.__setattr__(self, "tier_max_queued", tuple(tuple(p) for p in self.tier_max_queued))
+        seen: set[str] = set()
+        for pair in self.tier_max_queued:
+            if len(pair) != 2 or not isinstance(pair[0], str) or not isinstance(pair[1], int):
+                raise ValueError(f"tier_max_queued entries must be (tier, n) pairs, got {pair!r}")
+            tier, cap = pair
+            if cap < 0:
+                raise ValueError(f"tier_max_queued[{tier!r}] must be >= 0, got {cap!r}")
+            if tier in seen:
+                raise ValueError(f"tier_max_queued names tier {tier!r} twice")
+            seen.add(tier)
+
+
+@dataclass(frozen=True, slots=True)
 class GatewayConfig:
     """Everything the gateway needs besides the policy.
 
     ``reservation_granularity`` rounds every reservation up to a multiple (the engine's
     ``block_size``), so that reserved tokens bound the KV blocks the engine can allocate.
+    ``front_door``: caps on concurrency and queues checked at arrival (:class:`FrontDoor`);
+    ``None`` has none.
     """
 
     capacity_tokens: int
     tiers: tuple[TierConfig, ...] = DEFAULT_TIERS
     lease_ttl_s: float | None = None
     reservation_granularity: int = 1
+    front_door: FrontDoor | None = None
 
     def __post_init__(self) -> None:
         if self.capacity_tokens < 1:
@@ -51,7 +104,14 @@ class GatewayConfig:
             )
         if self.lease_ttl_s is not None and not self.lease_ttl_s > 0:
             raise ValueError(f"lease_ttl_s must be > 0 or None, got {self.lease_ttl_s!r}")
-        tier_map(self.tiers)
+        tiers = tier_map(self.tiers)
+        if self.front_door is not None:
+            for tier, _ in self.front_door.tier_max_queued:
+                if tier not in tiers:
+                    raise ValueError(
+                        f"front_door.tier_max_queued names unknown tier {tier!r}; "
+                        f"known tiers: {sorted(tiers)}"
+                    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,11 +231,17 @@ class Gateway:
         refusal = self.policy.precheck(request, self)
         if refusal is not None:
             return [Reject(request, refusal)]
+        actions: list[Action] = []
+        if self.config.front_door is not None:
+            door = self._front_door(request, self.config.front_door)
+            if isinstance(door, Reject):
+                return [door]
+            actions.extend(door)
         deadline = request.deadline_s
         if deadline is None and tier.queue_timeout_s is not None:
             deadline = now_s + tier.queue_timeout_s
         self._enqueue(request, math.inf if deadline is None else deadline)
-        actions = self._expire(now_s)
+        actions.extend(self._expire(now_s))
         actions.extend(self._dispatch())
         return actions
 
@@ -331,6 +397,70 @@ class Gateway:
                     progressed = True
                     break
                 return actions  # Wait: strict priority, nothing below this tier is admitted
+        return actions
+
+    # --- front door ---------------------------------------------------------------------------
+    def _in_prefill_tokens(self) -> int:
+        """Prompt tokens of in-flight requests with no output yet (waiting or admitted)."""
+        tokens = sum(q.prompt_tokens for q in self._queues.values())
+        engine = self._engine
+        if engine is not None:
+            tokens += sum(
+                a.request.prompt_tokens
+                for a in self._admitted.values()
+                if engine.num_output_tokens(a.request.request_id) == 0
+            )
+        return tokens
+
+    def _front_door(self, request: Request, door: FrontDoor) -> Reject | list[Action]:
+        """Check the caps for an arrival: a refusal, or the evictions that make room."""
+        tier = self._tiers[request.tier]
+        for name, cap in door.tier_max_queued:
+            if name == request.tier and self._queues[name].live >= cap:
+                return Reject(request, Overloaded(False, "queue_full"))
+        in_flight = len(self._waiting) + len(self._admitted) + 1
+        queued_tokens = (
+            self._in_prefill_tokens() + request.prompt_tokens
+            if door.max_num_queued_tokens is not None
+            else 0
+        )
+
+        def violation(n: int, tokens: int) -> Overloaded | None:
+            if door.max_concurrent_requests is not None and n > door.max_concurrent_requests:
+                return Overloaded(True, "concurrency")
+            if door.max_num_queued_requests is not None and n > door.max_num_queued_requests:
+                return Overloaded(False, "queue_full")
+            if door.max_num_queued_tokens is not None and tokens > door.max_num_queued_tokens:
+                return Overloaded(False, "queue_full")
+            return None
+
+        first = violation(in_flight, queued_tokens)
+        if first is None:
+            return []
+        if not door.evict_lower_priority:
+            return Reject(request, first)
+        victims: list[Request] = []
+        for name in reversed(self._order):  # lowest priority first
+            if self._tiers[name].priority <= tier.priority:
+                break
+            queue = self._queues[name]
+            for cand in reversed(queue.items):  # latest arrival first
+                if cand.request_id not in self._waiting:
+                    continue
+                victims.append(cand)
+                in_flight -= 1
+                queued_tokens -= cand.prompt_tokens
+                if violation(in_flight, queued_tokens) is None:
+                    return self._evict(victims)
+        return Reject(request, first)
+
+    def _evict(self, victims: Sequence[Request]) -> list[Action]:
+        actions: list[Action] = []
+        for victim in victims:
+            self._dequeue(victim)
+            self._revocations.pop(victim.request_id, None)
+            retryable = self._tiers[victim.tier].retryable_on_overload
+            actions.append(Reject(victim, Overloaded(retryable, "evicted")))
         return actions
 
     def _try_reserve(self, request: Request, tokens: int) -> Lease | None:

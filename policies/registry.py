@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from policies.base import BasePolicy
+from policies.learned import Adaptive, EarlyReject, Peak, Quantile
 from policies.seed_policies import Conservative, Overcommit, Preemptive, Unlimited
 
 POLICIES: dict[str, type[BasePolicy]] = {
@@ -14,6 +15,10 @@ POLICIES: dict[str, type[BasePolicy]] = {
     "conservative": Conservative,
     "overcommit": Overcommit,
     "preemptive": Preemptive,
+    "quantile": Quantile,
+    "adaptive": Adaptive,
+    "peak": Peak,
+    "early_reject": EarlyReject,
 }
 
 

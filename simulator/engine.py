@@ -15,6 +15,15 @@ A step's duration comes from the :class:`~simulator.cost_model.CostModel`. When 
 request is decoding and nothing else can change until a request finishes, a block allocation
 could fail, or something arrives from outside, the engine computes that whole run of steps at
 once (``skip_ahead``): the arithmetic is the same as stepping, so the results are identical.
+
+Other engines (TGI, SGLang, TensorRT-LLM, vLLM with swap; ``simulator.engine_presets``) are
+subclasses that override a few small hooks: :meth:`Engine._admit_waiting` (may a waiting request
+start, and which blocks does it take), :meth:`Engine._preempt` and :meth:`Engine._victim` (what
+preemption does and to whom), :meth:`Engine._schedule_running_slow` (what happens when running
+requests run out of blocks), :meth:`Engine._jump_limit` (how long a decode run keeps a refused
+waiting request refused), :meth:`Engine._on_steps` and :meth:`Engine._on_idle`. Automatic
+prefix caching (``enable_prefix_caching``) shares the KV blocks of prompt prefixes with equal
+hashes (Mooncake ``hash_ids``) and evicts unreferenced ones least recently used first.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ import simpy
 
 from simulator.cost_model import CostModel
 from simulator.engine_config import EngineConfig
+from simulator.prefix_cache import PrefixCache
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -64,6 +74,10 @@ class Engine:
         arrival_s: FloatArray,
         hooks: EngineHooks,
         timeline_period_s: float = 1.0,
+        max_output_tokens: IntArray | None = None,
+        prefix_hashes: IntArray | None = None,
+        prefix_offsets: IntArray | None = None,
+        prefix_block_tokens: int = 512,
     ) -> None:
         if num_gpu_blocks < 1:
             raise ValueError(f"num_gpu_blocks must be >= 1, got {num_gpu_blocks!r}")
@@ -86,6 +100,7 @@ class Engine:
             priority if config.scheduling_policy == "priority" else np.zeros(n, np.int64)
         )
         self.arrival_s = arrival_s
+        self.max_output_tokens = output_tokens if max_output_tokens is None else max_output_tokens
         # per-request state (vLLM names)
         self.num_tokens = np.zeros(n, np.int64)
         self.num_computed_tokens = np.zeros(n, np.int64)
@@ -95,6 +110,7 @@ class Engine:
         self.finished_s = np.full(n, np.nan)
         self.num_preemptions = np.zeros(n, np.int64)
         self.num_recomputed_tokens = 0
+        self.recomputed_tokens = np.zeros(n, np.int64)  # per request: KV computed then discarded
         self.num_preemptions_total = 0
         # queues
         self.running: list[int] = []
@@ -103,9 +119,39 @@ class Engine:
         self._prio: list[tuple[int, float, int]] = []
         self._in_engine = np.zeros(n, np.bool_)
         self.num_free_blocks = num_gpu_blocks
+        self._step_extra_s = 0.0  # seconds a hook adds to the current step (swap transfers)
+        self._hol_blocked = False  # this step's waiting head was refused for lack of KV
+        self._head_refusal = ""  # why the waiting loop stopped: "", seqs, budget, kv, policy
+        self._hol_terms: list[FloatArray] = []
+        self._hol_scalar_terms: list[float] = []
+        # automatic prefix caching (vLLM --enable-prefix-caching) over the workload's hashes
+        self._cache: PrefixCache | None = None
+        self._evictable = 0  # blocks of cached prefixes no request uses (free, but cached)
+        self._pending_hit: list[int] | None = None  # the prefix hit of the waiting head
+        if config.enable_prefix_caching and prefix_hashes is not None:
+            if prefix_offsets is None or prefix_block_tokens % config.block_size:
+                raise ValueError(
+                    f"prefix caching needs prefix_offsets and prefix_block_tokens "
+                    f"({prefix_block_tokens}) a multiple of block_size ({config.block_size})"
+                )
+            self._cache = PrefixCache(prefix_block_tokens // config.block_size)
+            self._hash_tokens = prefix_block_tokens
+            self._hashes = prefix_hashes
+            self._hash_lo = prefix_offsets[:-1]
+            # full blocks only: a trailing partial block is never cached (as vLLM)
+            self._num_full_hashes = np.minimum(
+                prefix_offsets[1:] - prefix_offsets[:-1], prompt_tokens // prefix_block_tokens
+            )
+            self._held: dict[int, list[int]] = {}
+            self._next_hash = np.zeros(n, np.int64)
+            self.num_shared_blocks = np.zeros(n, np.int64)
+        self.prefix_query_tokens = 0
+        self.prefix_hit_tokens = 0
         self._aborts: list[int] = []
         self._deferred_adds: list[int] = []
         self._busy = False
+        self._jump_ends: FloatArray | None = None  # step ends of the decode run in progress
+        self._jump_keep = 0
         self._wake: simpy.Event | None = None
         self.t = 0.0
         self.num_steps = 0
@@ -132,6 +178,8 @@ class Engine:
         self._push_waiting(i)
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
+        elif self._busy:
+            self._interrupt_jump()
 
     def abort_request(self, i: int) -> None:
         """Remove row ``i`` (a gateway revocation). Applied at the next step boundary, as vLLM
@@ -140,6 +188,7 @@ class Engine:
             return
         if self._busy:
             self._aborts.append(i)
+            self._interrupt_jump()
         else:
             self._abort_now(i)
 
@@ -151,8 +200,37 @@ class Engine:
         return len(self._fcfs) + len(self._prio)
 
     @property
+    def num_used_blocks(self) -> int:
+        """Blocks some request references (cached prefixes nobody uses count as free)."""
+        return self.num_gpu_blocks - self.num_free_blocks - self._evictable
+
+    @property
     def kv_used_tokens(self) -> int:
-        return (self.num_gpu_blocks - self.num_free_blocks) * self.block_size
+        return self.num_used_blocks * self.block_size
+
+    def output_tokens_of(self, i: int) -> int:
+        return int(self.num_output_tokens[i])
+
+    def head_of_line_blocked_s(self) -> float:
+        """Exact total of the steps during which the waiting head could not start for lack of
+        KV memory, free or (TGI, TensorRT-LLM, SGLang) reserved or estimated: every engine here
+        stops at the first waiting request that does not fit, so it blocks those behind it."""
+        terms: list[float] = list(self._hol_scalar_terms)
+        for arr in self._hol_terms:
+            terms.extend(arr.tolist())
+        return math.fsum(terms)
+
+    def stats(self) -> dict[str, object]:
+        """Engine figures for the summary's ``engine`` block."""
+        queries = self.prefix_query_tokens
+        return {
+            "engine": self.config.name,
+            "head_of_line_blocked_s": self.head_of_line_blocked_s(),
+            "prefix_caching": self._cache is not None,
+            "prefix_cache_query_tokens": queries,
+            "prefix_cache_hit_tokens": self.prefix_hit_tokens,
+            "prefix_cache_hit_rate": self.prefix_hit_tokens / queries if queries else None,
+        }
 
     def kv_token_seconds(self) -> float:
         """Exact integral of KV tokens in use over time (blocks x block_size x seconds)."""
@@ -207,21 +285,44 @@ class Engine:
         extra = need - int(self.num_blocks[i])
         if extra <= 0:
             return True
-        if extra > self.num_free_blocks - reserve:
+        if extra > self.num_free_blocks + self._evictable - reserve:
             return False
         self.num_blocks[i] = need
-        self.num_free_blocks -= extra
+        self._take(extra)
         return True
 
     def _free(self, i: int) -> None:
+        if self._cache is not None:
+            shared = int(self.num_shared_blocks[i])
+            self.num_free_blocks += int(self.num_blocks[i]) - shared
+            self.num_blocks[i] = 0
+            held = self._held.pop(i, None)
+            if held:
+                self._evictable += self._cache.release(held)
+            self.num_shared_blocks[i] = 0
+            self._next_hash[i] = 0
+            return
         self.num_free_blocks += int(self.num_blocks[i])
         self.num_blocks[i] = 0
 
+    def _take(self, blocks: int) -> None:
+        """Take ``blocks`` free blocks, evicting cached prefixes (LRU) when needed; the caller
+        has checked ``blocks <= num_free_blocks + _evictable``."""
+        if blocks > self.num_free_blocks:
+            assert self._cache is not None
+            freed = self._cache.evict(blocks - self.num_free_blocks)
+            self._evictable -= freed
+            self.num_free_blocks += freed
+        self.num_free_blocks -= blocks
+
     def _preempt(self, i: int) -> None:
+        """Preempt running request ``i`` by recompute (vLLM v1): free its blocks, forget its
+        computed tokens and put it back at the front of ``waiting``."""
         self.running.remove(i)
         self._running_arr = None
         self._free(i)
         self.num_recomputed_tokens += int(self.num_computed_tokens[i])
+        self.recomputed_tokens[i] += int(self.num_computed_tokens[i])
         self.num_computed_tokens[i] = 0
         self.num_preemptions[i] += 1
         self.num_preemptions_total += 1
@@ -238,11 +339,28 @@ class Engine:
                 best, best_key = j, key
         return best
 
+    # --- hooks for other engines (no-ops here) -----------------------------------------------
+    def _jump_limit(self, rows: IntArray, k_max: int, alloc_cum: IntArray) -> int:
+        """How many steps of a planned decode run keep the waiting head refused. Step ``j``
+        of the run (``0 <= j < k_max``) sees ``alloc_cum[j]`` more blocks taken than step 0 and
+        every row ``j`` more tokens. vLLM's refusals (seats, token budget, blocks) cannot lift
+        during a decode run, so the whole run stands."""
+        return k_max
+
+    def _on_steps(self, rows: IntArray, new: IntArray, preempted: bool, k: int) -> None:
+        """Called before ``k`` scheduled steps of ``rows`` are committed."""
+
+    def _on_idle(self) -> None:
+        """Called when the engine has nothing running or waiting."""
+
     # --- one step -------------------------------------------------------------------------
     def _schedule(self) -> tuple[IntArray, IntArray, bool]:
         """vLLM v1 ``schedule()``: returns the scheduled rows, their new-token counts and
         whether any request was preempted."""
         budget = self.config.max_num_batched_tokens
+        self._step_extra_s = 0.0
+        self._hol_blocked = False
+        self._head_refusal = ""
         fast = self._schedule_running_fast(budget)
         if fast is not None:
             sched, new = fast
@@ -279,10 +397,10 @@ class Engine:
         want = -(-(self.num_computed_tokens[rows] + new) // bs)
         extra = np.maximum(want - self.num_blocks[rows], 0)
         total = int(extra.sum())
-        if total > self.num_free_blocks:
+        if total > self.num_free_blocks + self._evictable:
             return None
         self.num_blocks[rows] += extra
-        self.num_free_blocks -= total
+        self._take(total)
         return rows, new
 
     def _schedule_running_slow(self, budget: int) -> tuple[list[int], list[int], bool, int]:
@@ -319,15 +437,30 @@ class Engine:
         sched: list[int] = []
         new: list[int] = []
         chunked = self.config.enable_chunked_prefill
-        while budget > 0 and len(self.running) < self.config.max_num_seqs:
+        self._hol_blocked = False
+        self._head_refusal = ""
+        while True:
+            if len(self.running) >= self.config.max_num_seqs:
+                self._head_refusal = "seqs"
+                break
+            if budget <= 0:
+                self._head_refusal = "budget"
+                break
             i_w = self._peek_waiting()
             if i_w is None:
                 break
-            n_new = int(self.num_tokens[i_w] - self.num_computed_tokens[i_w])
+            self._pending_hit = None
+            if self._cache is not None and self.num_computed_tokens[i_w] == 0:
+                self._pending_hit = self._prefix_lookup(i_w)
+            n_new = int(self.num_tokens[i_w]) - self._start_tokens(i_w)
             if not chunked and n_new > budget:
+                self._head_refusal = "budget"
                 break
             n_new = min(n_new, budget)
-            if not self.allocate_slots(i_w, n_new, reserve=self.watermark_blocks):
+            refusal = self._admit_waiting(i_w, n_new)
+            if refusal:
+                self._head_refusal = refusal
+                self._hol_blocked = True
                 break
             self._pop_waiting()
             self.running.append(i_w)
@@ -336,6 +469,77 @@ class Engine:
             new.append(n_new)
             budget -= n_new
         return sched, new
+
+    def _admit_waiting(self, i: int, n_new: int) -> str:
+        """Whether waiting request ``i`` may start with ``n_new`` tokens this step: allocate its
+        blocks and return "", or change nothing and return why not ("kv": no blocks;
+        "policy": an engine admission rule). vLLM: ``allocate_slots`` keeping the watermark."""
+        return self._allocate_start(i, self._start_tokens(i) + n_new, reserve=self.watermark_blocks)
+
+    def _start_tokens(self, i: int) -> int:
+        """Tokens of waiting request ``i`` already in KV if it starts now: its computed tokens
+        (kept across a swap), or the prefix-cache hit found for it."""
+        if self._pending_hit is not None:
+            return len(self._pending_hit) * self._hash_tokens
+        return int(self.num_computed_tokens[i])
+
+    def _allocate_start(self, i: int, tokens: int, *, reserve: int) -> str:
+        """Blocks for the first ``tokens`` tokens of waiting request ``i`` (sharing its prefix
+        hit, if any), keeping ``reserve`` blocks free: "" when allocated, else "kv"."""
+        hit = self._pending_hit
+        if hit is None:
+            computed = int(self.num_computed_tokens[i])
+            return "" if self.allocate_slots(i, tokens - computed, reserve=reserve) else "kv"
+        assert self._cache is not None
+        b = self._cache.blocks_per_hash
+        need = -(-tokens // self.block_size) - len(hit) * b
+        unused = self._cache.num_unreferenced(hit) * b  # hit blocks leave the evictable pool
+        if need > self.num_free_blocks + self._evictable - unused - reserve:
+            return "kv"
+        hit_tokens = len(hit) * self._hash_tokens
+        self._evictable -= self._cache.acquire(hit)
+        if hit:
+            self._held[i] = list(hit)
+        self._next_hash[i] = len(hit)
+        self.num_shared_blocks[i] = len(hit) * b
+        self.num_blocks[i] = len(hit) * b + need
+        self._take(need)
+        self.num_computed_tokens[i] = hit_tokens
+        self.prefix_hit_tokens += hit_tokens
+        self.prefix_query_tokens += int(self.num_tokens[i])
+        self._pending_hit = None
+        return ""
+
+    # --- prefix caching -----------------------------------------------------------------------
+    def _prefix_lookup(self, i: int) -> list[int]:
+        """The cached leading hashes of waiting request ``i`` (nothing changes yet)."""
+        assert self._cache is not None
+        full = int(self._num_full_hashes[i])
+        # at least the last token is computed again (vLLM: the hit stops short of num_tokens)
+        full = min(full, (int(self.num_tokens[i]) - 1) // self._hash_tokens)
+        lo = int(self._hash_lo[i])
+        hashes: list[int] = self._hashes[lo : lo + full].tolist()
+        return hashes[: self._cache.match(hashes)]
+
+    def _register_prefixes(self, rows: IntArray) -> None:
+        """Cache the full prompt blocks the step completed (one hash each), first come first
+        cached; a block whose hash is cached already stays private (vLLM does not dedupe)."""
+        assert self._cache is not None
+        done = np.minimum(
+            self.num_computed_tokens[rows] // self._hash_tokens, self._num_full_hashes[rows]
+        )
+        todo = np.flatnonzero(self._next_hash[rows] < done)
+        if todo.size == 0:
+            return
+        b = self._cache.blocks_per_hash
+        for k in todo.tolist():
+            i = int(rows[k])
+            lo = int(self._hash_lo[i])
+            for h in self._hashes[lo + int(self._next_hash[i]) : lo + int(done[k])].tolist():
+                if self._cache.insert(h):
+                    self._held.setdefault(i, []).append(h)
+                    self.num_shared_blocks[i] += b
+            self._next_hash[i] = int(done[k])
 
     def _features(self, rows: IntArray, new: IntArray) -> tuple[float, float, float, float]:
         after = self.num_computed_tokens[rows] + new
@@ -352,7 +556,7 @@ class Engine:
         """True when the step is pure decode of every running request and no waiting request
         can start until something changes (a finish, an allocation failure, an arrival)."""
         n = len(rows)
-        if preempted or n != len(self.running) or n == 0:
+        if preempted or n != len(self.running) or n == 0 or self._step_extra_s:
             return False
         if n > self.config.max_num_batched_tokens:
             return False
@@ -366,6 +570,7 @@ class Engine:
         while True:
             self._apply_aborts()
             if not self.running and self._peek_waiting() is None:
+                self._on_idle()
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
@@ -373,47 +578,74 @@ class Engine:
                 self.t = max(self.t, env.now)
                 continue
             reserved, gw_waiting = self.hooks.gateway_state()
-            used_before = self.num_gpu_blocks - self.num_free_blocks
+            used_before = self.num_used_blocks
             rows, new, preempted = self._schedule()
             if len(rows) == 0:
+                if preempted:
+                    # the request being scheduled was its own victim (priority scheduling):
+                    # vLLM v1 stops the running loop there and schedules nothing this step
+                    continue
                 # nothing fits even with every block free: cannot happen for requests that
                 # passed fits(); guard against a livelock all the same
                 raise RuntimeError("engine could not schedule any request")  # pragma: no cover
+            counts = (len(self.running), self.num_waiting() + gw_waiting)
             if self.config.skip_ahead and self._steady(rows, new, preempted):
-                k, step_end, used = self._plan_jump(rows, used_before)
+                k, step_end, used, dts = self._plan_jump(rows, used_before)
+                t1 = float(step_end[-1])
             else:
                 p, d, c, a = self._features(rows, new)
-                dt = float(self.cost.step_time(p, d, c, a))
+                dt = float(self.cost.step_time(p, d, c, a)) + self._step_extra_s
                 step_end = None
                 k = 1
-                used = None
                 t1 = self.t + dt
-                self._kv_scalar_terms.append(
-                    float(self.num_gpu_blocks - self.num_free_blocks) * self.block_size * dt
-                )
-            if step_end is not None and used is not None:
-                t1 = float(step_end[-1])
-                self._sample_steps(step_end, used, reserved, gw_waiting)
-            else:
+                self._kv_scalar_terms.append(float(self.num_used_blocks) * self.block_size * dt)
+                if self._hol_blocked:
+                    self._hol_scalar_terms.append(dt)
                 self._sample_steps(
-                    np.array([t1]),
-                    np.array([self.num_gpu_blocks - self.num_free_blocks], np.int64),
-                    reserved,
-                    gw_waiting,
+                    np.array([t1]), np.array([self.num_used_blocks], np.int64), reserved, counts
                 )
             self._busy = True
-            yield env.timeout(max(0.0, t1 - env.now))
+            self._jump_ends = step_end if k > 1 else None
+            try:
+                yield env.timeout(max(0.0, t1 - env.now))
+            except simpy.Interrupt:
+                # work was added or aborted mid-run: stop at the end of the step in progress,
+                # as stepping one by one would have
+                k = self._jump_keep
+                t1 = float(step_end[k - 1])  # type: ignore[index]
+                yield env.timeout(max(0.0, t1 - env.now))
+            self._jump_ends = None
             self._busy = False
+            if step_end is not None:
+                step_end, used, dts = step_end[:k], used[:k], dts[:k]
+                self._kv_terms.append(used.astype(np.float64) * self.block_size * dts)
+                if self._hol_blocked:
+                    self._hol_terms.append(dts)
+                self._sample_steps(step_end, used, reserved, counts)
             self.t = t1
             self.num_steps += k
             aborted = self._apply_aborts()
             if k == 1 and step_end is None:
+                self._on_steps(rows, new, preempted, 1)
                 self._commit_step(rows, new, aborted)
             else:
+                self._on_steps(rows, new, preempted, k)
                 self._commit_jump(rows[~np.isin(rows, aborted)] if aborted else rows, k)
             for i in self._deferred_adds:
                 self.add_request(i)
             self._deferred_adds.clear()
+
+    def _interrupt_jump(self) -> None:
+        """Something changed this engine's work during a planned decode run (another replica's
+        completion admitted or revoked a request here): end the run with the step in progress."""
+        ends = self._jump_ends
+        if ends is None:
+            return
+        keep = int(np.searchsorted(ends, self.env.now, side="left")) + 1
+        if keep < len(ends):
+            self._jump_keep = keep
+            self._jump_ends = None
+            self.process.interrupt()
 
     def _apply_aborts(self) -> list[int]:
         aborted = list(self._aborts)
@@ -429,6 +661,8 @@ class Engine:
             rows, new = rows[keep], new[keep]
         computed = self.num_computed_tokens[rows] + new
         self.num_computed_tokens[rows] = computed
+        if self._cache is not None:
+            self._register_prefixes(rows)
         sampled = rows[computed >= self.num_tokens[rows]]
         if sampled.size == 0:
             return
@@ -440,13 +674,17 @@ class Engine:
         if done.size:
             self._finish(done.tolist())
 
-    def _plan_jump(self, rows: IntArray, used_before: int) -> tuple[int, FloatArray, IntArray]:
-        """Plan a run of pure-decode steps; returns its length, step end times and blocks in
-        use during each step. The first step's blocks were already allocated by _schedule."""
+    def _plan_jump(
+        self, rows: IntArray, used_before: int
+    ) -> tuple[int, FloatArray, IntArray, FloatArray]:
+        """Plan a run of pure-decode steps; returns its length, step end times, blocks in use
+        during each step and step durations. The first step's blocks were already allocated by
+        _schedule."""
         bs = self.block_size
         n = len(rows)
         computed = self.num_computed_tokens[rows]  # before step 0
         c0 = int(computed.sum())
+        step0 = self.num_used_blocks - used_before  # blocks step 0 took in _schedule
         k_max = min(
             int((self.target_output[rows] - self.num_output_tokens[rows]).min()), MAX_JUMP_STEPS
         )
@@ -457,19 +695,21 @@ class Engine:
             dt0 = float(self.cost.step_time(0.0, float(n), float(c0 + n), 0.0))
             if dt0 > 0:
                 k_max = max(1, min(k_max, int((t_ext - self.t) / dt0) + 2))
-        # block allocation pattern: request r (c_r tokens computed, ceil(c_r / bs) blocks before
-        # the run) needs a new block at steps j1_r, j1_r + bs, ... with j1_r in [0, bs)
-        blocks_before = -(-computed // bs)
-        j1 = blocks_before * bs - computed
-        cum_cnt = np.cumsum(np.bincount(j1, minlength=bs))
-        j = np.arange(k_max, dtype=np.int64)
-        alloc_cum = (j // bs) * n + cum_cnt[j % bs]  # blocks allocated through step j
-        step0 = int((self.num_blocks[rows] - blocks_before).sum())
-        fail = np.flatnonzero(alloc_cum > self.num_free_blocks + step0)
+        # block allocation pattern: request r (c_r tokens computed before the run, b_r blocks
+        # after step 0's allocation by _schedule) needs its next block at step
+        # f_r = b_r * bs - c_r >= 1 and then every bs steps; a[j] counts the blocks step j takes
+        first = self.num_blocks[rows] * bs - computed
+        a = np.bincount(first[first < k_max], minlength=k_max)
+        period = -(-k_max // bs) * bs
+        a = np.concatenate((a, np.zeros(period - k_max, a.dtype))).reshape(-1, bs)
+        alloc_cum = np.cumsum(np.cumsum(a, axis=0).ravel()[:k_max])  # blocks taken in 1..j
+        fail = np.flatnonzero(alloc_cum > self.num_free_blocks + self._evictable)
         if fail.size:
             k_max = max(int(fail[0]), 1)
-            j = j[:k_max]
             alloc_cum = alloc_cum[:k_max]
+        k_max = self._jump_limit(rows, k_max, alloc_cum)
+        alloc_cum = alloc_cum[:k_max]
+        j = np.arange(k_max, dtype=np.int64)
         context = (c0 + n * (j + 1)).astype(np.float64)
         zeros = np.zeros(k_max)
         dts = np.asarray(
@@ -480,16 +720,15 @@ class Engine:
         if t_ext < ends[-1]:
             k = int(np.searchsorted(ends, t_ext, side="left")) + 1
             ends, dts, alloc_cum = ends[:k], dts[:k], alloc_cum[:k]
-        used = used_before + alloc_cum
-        self._kv_terms.append(used.astype(np.float64) * bs * dts)
-        return k, ends, used
+        used = used_before + step0 + alloc_cum
+        return k, ends, used, dts
 
     def _commit_jump(self, rows: IntArray, k: int) -> None:
         bs = self.block_size
         computed = self.num_computed_tokens[rows]
         new_total = computed + k
-        need = -(-new_total // bs)
-        self.num_free_blocks -= int((need - self.num_blocks[rows]).sum())
+        need = np.maximum(-(-new_total // bs), self.num_blocks[rows])
+        self._take(int((need - self.num_blocks[rows]).sum()))
         self.num_blocks[rows] = need
         self.num_computed_tokens[rows] = new_total
         self.num_output_tokens[rows] += k
@@ -524,14 +763,15 @@ class Engine:
         return out
 
     def _sample_steps(
-        self, ends: FloatArray, used_blocks: IntArray, reserved: int, gw_waiting: int
+        self, ends: FloatArray, used_blocks: IntArray, reserved: int, counts: tuple[int, int]
     ) -> None:
+        """Timeline samples up to ``ends[-1]``; ``counts`` are the running and waiting (engine
+        plus gateway) requests when the steps were scheduled."""
         grid = self._grid(float(ends[-1]))
         if not grid:
             return
         idx = np.minimum(np.searchsorted(ends, grid, side="right"), len(ends) - 1)
-        waiting = self.num_waiting() + gw_waiting
-        running = len(self.running)
+        running, waiting = counts
         for g, s in zip(grid, idx.tolist(), strict=True):
             self.timeline.append(
                 (

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+EngineName = Literal["vllm", "vllm-swap", "tgi", "sglang", "trtllm"]
+ENGINE_NAMES: tuple[EngineName, ...] = ("vllm", "vllm-swap", "tgi", "sglang", "trtllm")
+
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
@@ -20,6 +23,16 @@ class EngineConfig:
     block-manager watermark, 0.01 there; v1 has none, hence the default 0).
     ``skip_ahead`` computes runs of pure-decode steps analytically instead of one by one; results
     are identical (tests compare both).
+
+    ``name`` picks the engine's behaviour (``simulator.engine_presets``): ``vllm`` (the above),
+    ``vllm-swap`` (vLLM v0's ``--preemption-mode swap``: preempted KV moves to
+    ``swap_space_gib`` of host memory over PCIe and back; ``preemption_mode="swap"`` means the
+    same), ``tgi`` (worst-case block reservation at admission, head-of-line blocking, never
+    preempts), ``sglang`` (its ``new_token_ratio`` admission with ``schedule_conservativeness``,
+    and ``retract_decode``), ``trtllm`` (``capacity_scheduler_policy`` ``GUARANTEED_NO_EVICT``
+    or ``MAX_UTILIZATION``). ``enable_prefix_caching`` shares the KV of equal prompt prefixes
+    where the workload has prefix hashes (vLLM's flag; on by default in vLLM v1, off here so
+    that runs without it stay comparable).
     """
 
     block_size: int = 16
@@ -29,10 +42,17 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.9
     max_model_len: int | None = None
     scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
-    preemption_mode: Literal["recompute"] = "recompute"
+    preemption_mode: Literal["recompute", "swap"] = "recompute"
     watermark: float = 0.0
     enable_chunked_prefill: bool = True
     skip_ahead: bool = True
+    name: EngineName = "vllm"
+    swap_space_gib: float = 4.0
+    schedule_conservativeness: float = 1.0
+    capacity_scheduler_policy: Literal["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"] = (
+        "GUARANTEED_NO_EVICT"
+    )
+    enable_prefix_caching: bool = False
 
     def __post_init__(self) -> None:
         if self.block_size < 1:
@@ -55,7 +75,31 @@ class EngineConfig:
             raise ValueError(
                 f"scheduling_policy must be 'fcfs' or 'priority', got {self.scheduling_policy!r}"
             )
-        if self.preemption_mode not in ("recompute",):
-            raise ValueError(f"preemption_mode must be 'recompute', got {self.preemption_mode!r}")
+        if self.name not in ENGINE_NAMES:
+            raise ValueError(f"unknown engine {self.name!r}; known engines: {', '.join(ENGINE_NAMES)}")
+        if self.preemption_mode not in ("recompute", "swap"):
+            raise ValueError(
+                f"preemption_mode must be 'recompute' or 'swap', got {self.preemption_mode!r}"
+            )
+        # vllm + swap and vllm-swap are one engine: normalise to both names agreeing
+        if self.name == "vllm" and self.preemption_mode == "swap":
+            object.__setattr__(self, "name", "vllm-swap")
+        elif self.name == "vllm-swap":
+            object.__setattr__(self, "preemption_mode", "swap")
+        elif self.preemption_mode == "swap":
+            raise ValueError(f"preemption_mode 'swap' is vLLM's; engine {self.name!r} recomputes")
+        if self.name == "vllm-swap" and self.enable_prefix_caching:
+            raise ValueError("enable_prefix_caching is not modelled with swap preemption")
+        if not self.swap_space_gib >= 0:
+            raise ValueError(f"swap_space_gib must be >= 0, got {self.swap_space_gib!r}")
+        if not self.schedule_conservativeness > 0:
+            raise ValueError(
+                f"schedule_conservativeness must be > 0, got {self.schedule_conservativeness!r}"
+            )
+        if self.capacity_scheduler_policy not in ("GUARANTEED_NO_EVICT", "MAX_UTILIZATION"):
+            raise ValueError(
+                "capacity_scheduler_policy must be 'GUARANTEED_NO_EVICT' or 'MAX_UTILIZATION', "
+                f"got {self.capacity_scheduler_policy!r}"
+            )
         if not 0 <= self.watermark < 1:
             raise ValueError(f"watermark must be in [0, 1), got {self.watermark!r}")

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import math
 import time
-from functools import partial
 from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -32,10 +32,13 @@ from policies import (
     Revoke,
     TierConfig,
 )
+from policies.gateway import FrontDoor
 from policies.tiers import tier_map
 from simulator.cost_model import CostModel
 from simulator.engine import Engine, EngineHooks
 from simulator.engine_config import EngineConfig
+from simulator.engine_presets import engine_inputs, make_engine
+from simulator.fleet import Fleet, FleetConfig, FleetGateway
 from simulator.metrics import summarize
 from simulator.presets import RooflineCostModel, get_gpu, get_model, num_gpu_blocks
 from simulator.records import PENDING, STATUS_CODES, STATUSES, derive_latencies
@@ -62,6 +65,8 @@ class SimConfig:
     lease_ttl_s: float | None = None
     timeline_period_s: float = 1.0
     seed: int = 0
+    front_door: FrontDoor | None = None
+    fleet: FleetConfig | None = None
 
     def __post_init__(self) -> None:
         get_gpu(self.gpu)
@@ -75,6 +80,9 @@ class SimConfig:
             raise ValueError(f"timeline_period_s must be > 0, got {self.timeline_period_s!r}")
         if self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed!r}")
+        if self.fleet is not None:
+            for gpu in self.fleet.gpus:
+                get_gpu(gpu)
 
     def resolved_num_gpu_blocks(self) -> int:
         if self.engine.num_gpu_blocks is not None:
@@ -93,6 +101,17 @@ class SimConfig:
         return RooflineCostModel(get_gpu(self.gpu), get_model(self.model))
 
 
+def gateway_config(config: SimConfig, capacity_tokens: int) -> GatewayConfig:
+    """The gateway of ``config`` over ``capacity_tokens``."""
+    return GatewayConfig(
+        capacity_tokens=capacity_tokens,
+        tiers=config.tiers,
+        lease_ttl_s=config.lease_ttl_s,
+        reservation_granularity=config.engine.block_size,
+        front_door=config.front_door,
+    )
+
+
 class _Simulation:
     def __init__(
         self,
@@ -108,9 +127,6 @@ class _Simulation:
         n = len(workload)
         self.n = n
         self.env = simpy.Environment()
-        blocks = config.resolved_num_gpu_blocks()
-        self.kv_capacity_tokens = blocks * config.engine.block_size
-        capacity = config.gateway_capacity_tokens or self.kv_capacity_tokens
         tiers = tier_map(config.tiers)
         missing = sorted(set(workload.tier_names) - set(tiers))
         if missing:
@@ -118,33 +134,49 @@ class _Simulation:
                 f"workload tier {missing[0]!r} has no tier configuration; "
                 f"configured tiers: {sorted(tiers)}"
             )
-        self.gateway = Gateway(
-            GatewayConfig(
-                capacity_tokens=capacity,
-                tiers=config.tiers,
-                lease_ttl_s=config.lease_ttl_s,
-                reservation_granularity=config.engine.block_size,
-            ),
-            policy,
-        )
         tier_prio = np.array([tiers[t].priority for t in workload.tier_names], dtype=np.int64)
-        self.engine = Engine(
-            self.env,
-            config.engine,
-            config.resolved_cost_model(),
-            num_gpu_blocks=blocks,
-            prompt_tokens=workload.prompt_tokens,
-            output_tokens=workload.output_tokens,
-            priority=tier_prio[workload.tier],
-            arrival_s=workload.arrival_s,
-            hooks=EngineHooks(
-                on_finish=self._on_finish,
-                on_preempt=self._on_preempt,
-                next_external_s=self._next_external_s,
-                gateway_state=self._gateway_state,
-            ),
-            timeline_period_s=config.timeline_period_s,
+        hooks = EngineHooks(
+            on_finish=self._on_finish,
+            on_preempt=self._on_preempt,
+            next_external_s=self._next_external_s,
+            gateway_state=self._gateway_state,
         )
+        self.engine: Engine | Fleet
+        self.gateway: Gateway | FleetGateway
+        if config.fleet is None:
+            blocks = config.resolved_num_gpu_blocks()
+            self.kv_capacity_tokens = blocks * config.engine.block_size
+            self.gateway = Gateway(
+                gateway_config(config, config.gateway_capacity_tokens or self.kv_capacity_tokens),
+                policy,
+            )
+            self.engine = make_engine(
+                self.env,
+                config.engine,
+                config.resolved_cost_model(),
+                num_gpu_blocks=blocks,
+                hooks=hooks,
+                **engine_inputs(
+                    workload,
+                    tier_prio[workload.tier],
+                    timeline_period_s=config.timeline_period_s,
+                    model=config.model,
+                    gpu=config.gpu,
+                ),
+            )
+        else:
+            fleet = Fleet(
+                self.env,
+                workload,
+                tier_prio[workload.tier],
+                config,
+                hooks,
+                policy,
+                gateway_config=partial(gateway_config, config),
+            )
+            self.engine = fleet
+            self.gateway = fleet.gateway
+            self.kv_capacity_tokens = fleet.capacity_tokens
         self.gateway.attach_engine(_Probe(self.engine))
         self.status = np.full(n, PENDING, dtype=np.int8)
         self.reason: dict[int, str] = {}
@@ -315,6 +347,11 @@ class _Simulation:
                     "num_engine_preemptions": e.num_preemptions_total,
                     "num_gateway_revocations": int(self.num_revocations.sum()),
                     "num_recomputed_tokens": e.num_recomputed_tokens,
+                    "recomputed_tokens_by_tier": {
+                        name: int(e.recomputed_tokens[w.tier == code].sum())
+                        for code, name in enumerate(w.tier_names)
+                    },
+                    **e.stats(),
                 },
                 "workload": {"name": w.name, "num_requests": self.n},
             },
@@ -325,11 +362,11 @@ class _Simulation:
 class _Probe:
     """What a policy may read of the simulated engine."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine | Fleet) -> None:
         self._engine = engine
 
     def num_output_tokens(self, request_id: int) -> int:
-        return int(self._engine.num_output_tokens[request_id])
+        return self._engine.output_tokens_of(request_id)
 
     @property
     def num_preemptions_total(self) -> int:

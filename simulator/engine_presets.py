@@ -1,0 +1,389 @@
+"""Named engine behaviours: what changes when the server is not vLLM v1 with recompute.
+
+Each preset is a subclass of :class:`simulator.engine.Engine` overriding a few small hooks, so
+continuous batching, chunked prefill, the step cost model, the timeline and the skip-ahead over
+pure-decode runs are shared (and stay exactly equal to stepping: tests compare both for every
+preset). Pick one with ``EngineConfig(name=...)`` or ``kvbudget simulate --engine``.
+
+* ``vllm``: vLLM v1 (:mod:`simulator.engine`): blocks allocated as tokens are computed,
+  preemption by recompute when they run out; victim is the lowest priority then latest arrival
+  (``--scheduling-policy priority``) or the latest arrival (``fcfs``); ``watermark`` keeps a
+  fraction of blocks free when admitting (vLLM v0's block manager, 0.01 there).
+* ``vllm-swap``: vLLM v0 with ``--preemption-mode swap`` and ``--swap-space`` GiB of host memory
+  per GPU (default 4): a preempted request's blocks are copied to host memory and back when it
+  resumes, keeping its computed tokens; each copy adds ``bytes / pcie_bandwidth_bytes_s`` (the
+  GPU preset's host link) to the step it happens in, as vLLM v0's cache engine runs
+  ``swap_out``/``swap_in`` before the model step. When the swap space is full the request is
+  recomputed instead (vLLM v0 raised an error there).
+* ``tgi``: Text Generation Inference's block allocator (``backends/v3/src/queue.rs``,
+  ``State::next_batch``): a request is given blocks for ``input_length + max_new_tokens`` when it
+  is admitted, so a running request never runs out and TGI never preempts; the queue stops at
+  the first request that does not fit (head-of-line blocking). TGI's own batching knobs
+  (``max_batch_prefill_tokens``, ``waiting_served_ratio``, ``max_waiting_tokens``) are not
+  modelled: steps are composed as in vLLM, with ``max_num_batched_tokens``.
+* ``sglang``: SGLang's scheduler (``python/sglang/srt/managers/schedule_policy.py``,
+  ``PrefillAdder``; ``scheduler.py``, ``update_running_batch``; ``schedule_batch.py``,
+  ``retract_decode``): a waiting request starts only if ``extend_input_len +
+  min(max_new_tokens - output, 4096)`` is below the free (and evictable) tokens minus
+  ``new_token_ratio`` x the clipped remaining output of every running request (minus what the
+  requests added in the same round still need); ``new_token_ratio`` starts at
+  ``0.7 x schedule_conservativeness``, decays by ``(init - 0.14 init) / 600`` per decode step
+  to ``0.14 init``, and returns to ``init`` when the engine is idle. When a decode step does not
+  fit, ``retract_decode`` sends running requests back to the end of the waiting queue (their
+  KV discarded), fewest output tokens first and then longest prompt, until the rest have room
+  for ``20`` more steps each, and sets the ratio to ``min(1, (decoded + 20 n) / (sum
+  max_new_tokens + 1))`` of the rest.
+* ``trtllm``: TensorRT-LLM's capacity scheduler (``cpp/tensorrt_llm/batch_manager/
+  capacityScheduler.cpp``; ``tensorrt_llm/_torch/pyexecutor/scheduler.py``),
+  ``capacity_scheduler_policy``: ``GUARANTEED_NO_EVICT`` (default) starts a request only when
+  the blocks it needs to finish (``prompt + max_tokens``), plus those every running request
+  still needs to finish, are free, in order, stopping at the first that does not fit; nothing
+  is ever evicted. ``MAX_UTILIZATION`` starts whatever fits the next step and, when running
+  requests run out of blocks, pauses the most recently started one (its KV is discarded and
+  recomputed).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import simpy
+
+from simulator.cost_model import CostModel
+from simulator.engine import Engine, EngineHooks, FloatArray, IntArray
+from simulator.engine_config import EngineConfig
+from simulator.presets import get_gpu, get_model
+from workloads import Workload
+
+GIB = 1024**3
+
+# SGLang's defaults (python/sglang/srt/environ.py and global_config.py)
+SGLANG_INIT_NEW_TOKEN_RATIO = 0.7
+SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
+SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS = 600
+SGLANG_RETRACT_DECODE_STEPS = 20
+SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION = 4096
+
+
+class SwapEngine(Engine):
+    """vLLM with ``--preemption-mode swap``."""
+
+    def __init__(
+        self, *args: Any, kv_bytes_per_token: int, pcie_bandwidth_bytes_s: float, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        if kv_bytes_per_token < 1 or not pcie_bandwidth_bytes_s > 0:
+            raise ValueError("swap needs kv_bytes_per_token >= 1 and a PCIe bandwidth > 0")
+        self.block_bytes = kv_bytes_per_token * self.block_size
+        self.pcie_bandwidth_bytes_s = float(pcie_bandwidth_bytes_s)
+        self.num_cpu_blocks = int(self.config.swap_space_gib * GIB // self.block_bytes)
+        self.num_free_cpu_blocks = self.num_cpu_blocks
+        self.swapped_blocks = np.zeros(len(self.prompt_tokens), np.int64)
+        self.swap_out_bytes = 0
+        self.swap_in_bytes = 0
+        self.num_swap_outs = 0
+        self.num_swap_ins = 0
+        self.num_swap_fallbacks = 0
+        self._swap_s: list[float] = []
+
+    def _transfer(self, blocks: int) -> int:
+        nbytes = blocks * self.block_bytes
+        seconds = nbytes / self.pcie_bandwidth_bytes_s
+        self._step_extra_s += seconds
+        self._swap_s.append(seconds)
+        return nbytes
+
+    def _preempt(self, i: int) -> None:
+        blocks = int(self.num_blocks[i])
+        if blocks == 0 or blocks > self.num_free_cpu_blocks:
+            if blocks:
+                self.num_swap_fallbacks += 1
+            super()._preempt(i)
+            return
+        self.running.remove(i)
+        self._running_arr = None
+        self._free(i)
+        self.swapped_blocks[i] = blocks
+        self.num_free_cpu_blocks -= blocks
+        self.swap_out_bytes += self._transfer(blocks)
+        self.num_swap_outs += 1
+        self.num_preemptions[i] += 1
+        self.num_preemptions_total += 1
+        self._push_waiting(i, front=True)
+        self.hooks.on_preempt(i, self.t)
+
+    def _admit_waiting(self, i: int, n_new: int) -> str:
+        refusal = super()._admit_waiting(i, n_new)
+        blocks = int(self.swapped_blocks[i])
+        if not refusal and blocks:
+            self.num_free_cpu_blocks += blocks
+            self.swapped_blocks[i] = 0
+            self.swap_in_bytes += self._transfer(blocks)
+            self.num_swap_ins += 1
+        return refusal
+
+    def _abort_now(self, i: int) -> None:
+        if self._in_engine[i] and self.swapped_blocks[i]:
+            self.num_free_cpu_blocks += int(self.swapped_blocks[i])
+            self.swapped_blocks[i] = 0
+        super()._abort_now(i)
+
+    def stats(self) -> dict[str, object]:
+        return {
+            **super().stats(),
+            "swap_space_blocks": self.num_cpu_blocks,
+            "num_swap_outs": self.num_swap_outs,
+            "num_swap_ins": self.num_swap_ins,
+            "num_swap_fallbacks": self.num_swap_fallbacks,
+            "swap_out_bytes": self.swap_out_bytes,
+            "swap_in_bytes": self.swap_in_bytes,
+            "swap_time_s": math.fsum(self._swap_s),
+        }
+
+
+def _worst_case_tokens(engine: Engine, i: int) -> int:
+    """KV tokens request ``i`` holds at most: its prompt and all but the last of its
+    ``max_output_tokens`` (the last sampled token is never stored)."""
+    return int(engine.prompt_tokens[i] + engine.max_output_tokens[i]) - 1
+
+
+class TgiEngine(Engine):
+    """Text Generation Inference: worst-case blocks at admission; never preempts."""
+
+    def _admit_waiting(self, i: int, n_new: int) -> str:
+        tokens = max(self._start_tokens(i) + n_new, _worst_case_tokens(self, i))
+        return self._allocate_start(i, tokens, reserve=self.watermark_blocks)
+
+
+class TrtllmEngine(Engine):
+    """TensorRT-LLM's capacity scheduler: GUARANTEED_NO_EVICT or MAX_UTILIZATION."""
+
+    def _admit_waiting(self, i: int, n_new: int) -> str:
+        if self.config.capacity_scheduler_policy == "GUARANTEED_NO_EVICT":
+            bs = self.block_size
+            rows = self._running_rows()
+            worst = -(-(self.prompt_tokens[rows] + self.max_output_tokens[rows] - 1) // bs)
+            reserved = int(np.maximum(worst - self.num_blocks[rows], 0).sum())
+            need = -(-_worst_case_tokens(self, i) // bs)
+            hit = self._pending_hit
+            available = self.num_free_blocks + self._evictable
+            if hit and self._cache is not None:
+                b = self._cache.blocks_per_hash
+                need -= len(hit) * b
+                available -= self._cache.num_unreferenced(hit) * b
+            if reserved + need > available:
+                return "kv"
+        return super()._admit_waiting(i, n_new)
+
+    def _victim(self) -> int:
+        if self.config.capacity_scheduler_policy == "MAX_UTILIZATION":
+            return self.running[-1]  # the most recently started is paused first
+        return super()._victim()
+
+
+class SglangEngine(Engine):
+    """SGLang: ``new_token_ratio`` admission and ``retract_decode``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        init = min(SGLANG_INIT_NEW_TOKEN_RATIO * self.config.schedule_conservativeness, 1.0)
+        self.init_new_token_ratio = init
+        self.min_new_token_ratio = min(init * SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
+        self.new_token_ratio_decay = (
+            init - self.min_new_token_ratio
+        ) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
+        self._ratio_start = init
+        self._ratio_steps = 0
+        self._offset = 0.0
+        self._round_extra = 0
+        self.num_retractions = 0
+        self.num_retract_events = 0
+
+    @property
+    def new_token_ratio(self) -> float:
+        return max(
+            self._ratio_start - self._ratio_steps * self.new_token_ratio_decay,
+            self.min_new_token_ratio,
+        )
+
+    def _remaining(self, rows: IntArray) -> IntArray:
+        left = np.maximum(self.max_output_tokens[rows] - self.num_output_tokens[rows], 0)
+        return np.asarray(np.minimum(left, SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION), np.int64)
+
+    def _schedule_waiting(self, budget: int) -> tuple[list[int], list[int]]:
+        rows = self._running_rows()
+        self._offset = self.new_token_ratio * float(int(self._remaining(rows).sum()))
+        self._round_extra = 0
+        return super()._schedule_waiting(budget)
+
+    def _admit_waiting(self, i: int, n_new: int) -> str:
+        start = self._start_tokens(i)
+        extend = int(self.num_tokens[i]) - start
+        max_new = int(self._remaining(np.array([i], np.int64))[0])
+        available = self.num_free_blocks + self._evictable
+        hit = self._pending_hit
+        if hit and self._cache is not None:
+            available -= self._cache.num_unreferenced(hit) * self._cache.blocks_per_hash
+        rem_total = available * self.block_size - self._offset - self._round_extra
+        if extend + max_new >= rem_total:
+            return "policy"
+        refusal = super()._admit_waiting(i, n_new)
+        if not refusal:
+            self._round_extra += extend - n_new + max_new
+        return refusal
+
+    def _jump_limit(self, rows: IntArray, k_max: int, alloc_cum: IntArray) -> int:
+        if self._head_refusal != "policy" or k_max <= 1:
+            return k_max
+        if self._cache is not None:
+            return 1  # the head's hit could shrink as its prefix is evicted: step one by one
+        head = self._peek_waiting()
+        assert head is not None
+        extend = int(self.num_tokens[head] - self.num_computed_tokens[head])
+        need = extend + int(self._remaining(np.array([head], np.int64))[0])
+        j = np.arange(1, k_max, dtype=np.int64)
+        ratio = np.maximum(
+            self._ratio_start - (self._ratio_steps + j) * self.new_token_ratio_decay,
+            self.min_new_token_ratio,
+        )
+        left = np.maximum(self.max_output_tokens[rows] - self.num_output_tokens[rows], 0)
+        rem = np.minimum(left[:, None] - j[None, :], SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION)
+        rem_sum = np.maximum(rem, 0).sum(axis=0)
+        available = self.num_free_blocks + self._evictable - alloc_cum[1:]
+        rem_total = available * self.block_size - ratio * rem_sum.astype(np.float64) - 0
+        passes = np.flatnonzero(need < rem_total)
+        return int(passes[0]) + 1 if passes.size else k_max
+
+    def _retract_order_key(self, i: int) -> tuple[int, int]:
+        return (int(self.num_output_tokens[i]), -int(self.prompt_tokens[i]))
+
+    def _victim(self) -> int:
+        return min(reversed(self.running), key=self._retract_order_key)
+
+    def _schedule_running_slow(self, budget: int) -> tuple[list[int], list[int], bool, int]:
+        self._retract()
+        fast = self._schedule_running_fast(budget)
+        if fast is not None:
+            rows, new = fast
+            return rows.tolist(), new.tolist(), True, budget - int(new.sum())
+        sched, new_l, _, budget = super()._schedule_running_slow(budget)
+        return sched, new_l, True, budget
+
+    def _retract(self) -> None:
+        """``retract_decode``: free running requests until the rest have room for
+        ``SGLANG_RETRACT_DECODE_STEPS`` more tokens each (at least one retracted, one kept)."""
+        order = sorted(self.running, key=self._retract_order_key, reverse=True)
+        first = True
+        while first or (
+            (self.num_free_blocks + self._evictable) * self.block_size
+            < SGLANG_RETRACT_DECODE_STEPS * len(order)
+        ):
+            if len(order) == 1:
+                break
+            first = False
+            i = order.pop()
+            self.running.remove(i)
+            self._running_arr = None
+            self._free(i)
+            self.num_recomputed_tokens += int(self.num_computed_tokens[i])
+            self.recomputed_tokens[i] += int(self.num_computed_tokens[i])
+            self.num_computed_tokens[i] = 0
+            self.num_preemptions[i] += 1
+            self.num_preemptions_total += 1
+            self.num_retractions += 1
+            self._push_waiting(i)  # SGLang extends the waiting queue with retracted requests
+            self.hooks.on_preempt(i, self.t)
+        self.num_retract_events += 1
+        decoded = int(self.num_output_tokens[order].sum())
+        total_max = int(self.max_output_tokens[order].sum())
+        self._ratio_start = min(
+            1.0, (decoded + SGLANG_RETRACT_DECODE_STEPS * len(order)) / (total_max + 1)
+        )
+        self._ratio_steps = 0
+
+    def _on_steps(self, rows: IntArray, new: IntArray, preempted: bool, k: int) -> None:
+        if not preempted and bool((self.num_output_tokens[rows] > 0).any()):
+            self._ratio_steps += k
+
+    def _on_idle(self) -> None:
+        self._ratio_start = self.init_new_token_ratio
+        self._ratio_steps = 0
+
+    def stats(self) -> dict[str, object]:
+        return {
+            **super().stats(),
+            "num_retract_events": self.num_retract_events,
+            "num_retractions": self.num_retractions,
+            "new_token_ratio": self.new_token_ratio,
+        }
+
+
+ENGINE_CLASSES: dict[str, type[Engine]] = {
+    "vllm": Engine,
+    "vllm-swap": SwapEngine,
+    "tgi": TgiEngine,
+    "sglang": SglangEngine,
+    "trtllm": TrtllmEngine,
+}
+
+
+def make_engine(
+    env: simpy.Environment,
+    config: EngineConfig,
+    cost_model: CostModel,
+    *,
+    num_gpu_blocks: int,
+    prompt_tokens: IntArray,
+    output_tokens: IntArray,
+    priority: IntArray,
+    arrival_s: FloatArray,
+    hooks: EngineHooks,
+    timeline_period_s: float = 1.0,
+    max_output_tokens: IntArray | None = None,
+    prefix_hashes: IntArray | None = None,
+    prefix_offsets: IntArray | None = None,
+    prefix_block_tokens: int = 512,
+    kv_bytes_per_token: int = 1,
+    pcie_bandwidth_bytes_s: float = math.inf,
+) -> Engine:
+    """The engine ``config.name`` names, with the GPU facts swap needs."""
+    cls = ENGINE_CLASSES[config.name]
+    kwargs: dict[str, Any] = {
+        "num_gpu_blocks": num_gpu_blocks,
+        "prompt_tokens": prompt_tokens,
+        "output_tokens": output_tokens,
+        "priority": priority,
+        "arrival_s": arrival_s,
+        "hooks": hooks,
+        "timeline_period_s": timeline_period_s,
+        "max_output_tokens": max_output_tokens,
+        "prefix_hashes": prefix_hashes,
+        "prefix_offsets": prefix_offsets,
+        "prefix_block_tokens": prefix_block_tokens,
+    }
+    if cls is SwapEngine:
+        kwargs["kv_bytes_per_token"] = kv_bytes_per_token
+        kwargs["pcie_bandwidth_bytes_s"] = pcie_bandwidth_bytes_s
+    return cls(env, config, cost_model, **kwargs)
+
+
+def engine_inputs(
+    workload: Workload, priority: IntArray, *, timeline_period_s: float, model: str, gpu: str
+) -> dict[str, Any]:
+    """The per-request columns and hardware facts :func:`make_engine` takes, for ``workload``
+    served by ``model`` on ``gpu`` (``priority``: each request's tier priority)."""
+    return {
+        "prompt_tokens": workload.prompt_tokens,
+        "output_tokens": workload.output_tokens,
+        "priority": priority,
+        "arrival_s": workload.arrival_s,
+        "timeline_period_s": timeline_period_s,
+        "max_output_tokens": workload.max_output_tokens,
+        "prefix_hashes": workload.prefix_hashes,
+        "prefix_offsets": workload.prefix_offsets,
+        "prefix_block_tokens": workload.prefix_block_tokens,
+        "kv_bytes_per_token": get_model(model).kv_bytes_per_token,
+        "pcie_bandwidth_bytes_s": get_gpu(gpu).pcie_bandwidth_bytes_s,
+    }

@@ -1,0 +1,485 @@
+"""N engine replicas behind one gateway, with a router.
+
+``SimConfig(fleet=FleetConfig(...))`` replaces the single engine by :class:`Fleet`, which looks
+like one engine to the driver (``simulator.run``): it routes each admitted request to a replica
+and merges their records, timelines and figures. Replicas may run different GPU presets
+(``gpus``); each gets its KV capacity from its own preset (or ``EngineConfig.num_gpu_blocks``
+for all) and its step times from its own roofline (an explicit ``SimConfig.cost_model`` applies
+to the replicas on ``SimConfig.gpu``).
+
+The token budget (``budget``):
+
+* ``"global"``: one gateway whose capacity is the sum of the replicas' KV capacities; a request
+  is routed when it is admitted (a gateway in front of a load-balanced pool);
+* ``"per_replica"``: one gateway per replica over that replica's capacity, each with its own
+  copy of the policy (its own learning state); a request is routed when it arrives and waits at
+  that replica's gateway (N independent gateway+engine deployments behind a load balancer).
+
+Routers (``router``), deterministic:
+
+* ``"round_robin"``: replicas in turn;
+* ``"least_tokens"``: the replica with the fewest outstanding tokens (``prompt +
+  max_output_tokens`` of the requests routed to it and not finished) per token of its KV
+  capacity, ties to the lowest index;
+* ``"prefix_affinity"``: the replica that last took the longest leading run of the request's
+  prefix hashes (so its prefix cache likely holds them), unless the replicas' in-flight request
+  counts are imbalanced, that is the busiest holds more than ``balance_abs_threshold`` (64) more
+  than the idlest and more than ``balance_rel_threshold`` (1.5) times it (the defaults of
+  SGLang's cache-aware router, ``sgl-router --policy cache_aware``); no match or imbalance falls
+  back to ``least_tokens``.
+
+Timeline rows sum the replicas' samples at each sample time (an idle replica contributes its
+capacity and nothing else); the gateway columns (reserved tokens, gateway waiting) are sampled
+at the sample times themselves by a sampler of the gateway (a replica's decode run may span
+other replicas' completions, which change the shared gateway).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import simpy
+
+from policies import Action, BasePolicy, EngineProbe, Gateway, GatewayConfig, Reject, Request
+from simulator.engine import Engine, EngineHooks, FloatArray, IntArray
+from simulator.engine_presets import engine_inputs, make_engine
+from simulator.presets import RooflineCostModel, get_gpu, get_model, num_gpu_blocks
+from workloads import Workload
+
+if TYPE_CHECKING:
+    from simulator.run import SimConfig
+
+RouterName = Literal["round_robin", "least_tokens", "prefix_affinity"]
+ROUTERS: tuple[RouterName, ...] = ("round_robin", "least_tokens", "prefix_affinity")
+BALANCE_ABS_THRESHOLD = 64
+BALANCE_REL_THRESHOLD = 1.5
+
+
+@dataclass(frozen=True, slots=True)
+class FleetConfig:
+    """Replicas, their router and where the token budget lives (see the module docstring)."""
+
+    num_replicas: int = 2
+    gpus: tuple[str, ...] = ()
+    router: RouterName = "round_robin"
+    budget: Literal["global", "per_replica"] = "global"
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.num_replicas, int) and self.num_replicas >= 1):
+            raise ValueError(f"num_replicas must be an integer >= 1, got {self.num_replicas!r}")
+        object.__setattr__(self, "gpus", tuple(self.gpus))
+        if self.gpus and len(self.gpus) != self.num_replicas:
+            raise ValueError(
+                f"gpus names {len(self.gpus)} GPU presets for {self.num_replicas} replicas; "
+                "give one per replica or none"
+            )
+        if self.router not in ROUTERS:
+            raise ValueError(f"unknown router {self.router!r}; known routers: {', '.join(ROUTERS)}")
+        if self.budget not in ("global", "per_replica"):
+            raise ValueError(f"budget must be 'global' or 'per_replica', got {self.budget!r}")
+
+    def gpu_of(self, replica: int, default: str) -> str:
+        return self.gpus[replica] if self.gpus else default
+
+
+class Router:
+    """Chooses a replica for a request; told when requests leave a replica."""
+
+    def __init__(
+        self,
+        name: RouterName,
+        capacity_tokens: list[int],
+        workload: Workload,
+    ) -> None:
+        self.name = name
+        self.capacity = np.asarray(capacity_tokens, dtype=np.float64)
+        self.outstanding = np.zeros(len(capacity_tokens), np.int64)
+        self.in_flight = np.zeros(len(capacity_tokens), np.int64)
+        self.w = workload
+        self._next = 0
+        self._owner: dict[int, int] = {}
+
+    def _tokens(self, i: int) -> int:
+        return int(self.w.prompt_tokens[i] + self.w.max_output_tokens[i])
+
+    def _least_tokens(self, allowed: list[int]) -> int:
+        load = self.outstanding[allowed] / self.capacity[allowed]
+        return allowed[int(np.argmin(load))]
+
+    def route(self, i: int, allowed: list[int]) -> int:
+        """The replica for workload row ``i`` among ``allowed`` (non-empty), and count it there."""
+        if self.name == "round_robin":
+            n = len(self.capacity)
+            for step in range(n):
+                r = (self._next + step) % n
+                if r in allowed:
+                    break
+            self._next = (r + 1) % n
+        elif self.name == "least_tokens":
+            r = self._least_tokens(allowed)
+        else:
+            r = self._prefix_affinity(i, allowed)
+        self.outstanding[r] += self._tokens(i)
+        self.in_flight[r] += 1
+        return r
+
+    def _prefix_affinity(self, i: int, allowed: list[int]) -> int:
+        hashes = self.w.prefix_of(i)
+        loads = self.in_flight[allowed]
+        busiest, idlest = int(loads.max()), int(loads.min())
+        imbalanced = (
+            busiest - idlest > BALANCE_ABS_THRESHOLD and busiest > BALANCE_REL_THRESHOLD * idlest
+        )
+        best = -1
+        if not imbalanced:
+            for h in hashes:
+                owner = self._owner.get(h)
+                if owner is None or owner not in allowed:
+                    break
+                best = owner
+        r = best if best >= 0 else self._least_tokens(allowed)
+        for h in hashes:
+            self._owner[h] = r
+        return r
+
+    def leave(self, i: int, r: int) -> None:
+        self.outstanding[r] -= self._tokens(i)
+        self.in_flight[r] -= 1
+
+
+class _Budget:
+    """The summed ledger figures of per-replica gateways."""
+
+    def __init__(self, gateways: list[Gateway]) -> None:
+        self._gateways = gateways
+
+    @property
+    def capacity_tokens(self) -> int:
+        return sum(g.budget.capacity_tokens for g in self._gateways)
+
+    @property
+    def reserved_tokens(self) -> int:
+        return sum(g.budget.reserved_tokens for g in self._gateways)
+
+    @property
+    def used_tokens(self) -> int:
+        return sum(g.budget.used_tokens for g in self._gateways)
+
+
+class FleetGateway:
+    """One gateway per replica behind the router: the interface of :class:`policies.Gateway`
+    that the driver uses, routing each request at arrival."""
+
+    def __init__(self, fleet: Fleet, gateways: list[Gateway]) -> None:
+        self._fleet = fleet
+        self.gateways = gateways
+        self.budget = _Budget(gateways)
+        self._of: dict[int, int] = {}
+
+    @property
+    def now_s(self) -> float:
+        return max(g.now_s for g in self.gateways)
+
+    def attach_engine(self, engine: EngineProbe) -> None:
+        for g in self.gateways:
+            g.attach_engine(engine)
+
+    def num_waiting(self, tier: str | None = None) -> int:
+        return sum(g.num_waiting(tier) for g in self.gateways)
+
+    def next_timer_s(self) -> float | None:
+        times = [t for g in self.gateways if (t := g.next_timer_s()) is not None]
+        return min(times) if times else None
+
+    def arrive(self, request: Request, now_s: float) -> list[Action]:
+        i = request.request_id
+        r = self._fleet.route(i)
+        self._of[i] = r
+        return self._settle(self.gateways[r].arrive(request, now_s))
+
+    def finish(self, request_id: int, output_tokens: int, now_s: float) -> list[Action]:
+        g = self.gateways[self._of[request_id]]
+        return self._settle(g.finish(request_id, output_tokens, now_s))
+
+    def fail(self, request_id: int, now_s: float) -> list[Action]:
+        self._fleet.left(request_id)
+        return self._settle(self.gateways[self._of[request_id]].fail(request_id, now_s))
+
+    def engine_preempted(self, request_id: int, now_s: float) -> None:
+        self.gateways[self._of[request_id]].engine_preempted(request_id, now_s)
+
+    def advance(self, now_s: float) -> list[Action]:
+        out: list[Action] = []
+        for g in self.gateways:
+            out.extend(g.advance(now_s))
+        return self._settle(out)
+
+    def _settle(self, actions: list[Action]) -> list[Action]:
+        """Requests refused at their replica's gateway leave the router's counts."""
+        for a in actions:
+            if isinstance(a, Reject):
+                self._fleet.left(a.request.request_id)
+        return actions
+
+
+class Fleet:
+    """Replicas that look like one engine to the driver."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        workload: Workload,
+        priority: IntArray,
+        config: SimConfig,
+        hooks: EngineHooks,
+        policy: BasePolicy,
+        *,
+        gateway_config: Callable[[int], GatewayConfig],
+    ) -> None:
+        assert config.fleet is not None
+        self.fleet = config.fleet
+        self.hooks = hooks
+        self.config = config
+        n = len(workload)
+        engine = config.engine
+        self.replicas: list[Engine] = []
+        self.gpus: list[str] = []
+        for r in range(self.fleet.num_replicas):
+            gpu = self.fleet.gpu_of(r, config.gpu)
+            self.gpus.append(gpu)
+            blocks = engine.num_gpu_blocks or num_gpu_blocks(
+                get_gpu(gpu),
+                get_model(config.model),
+                block_size=engine.block_size,
+                gpu_memory_utilization=engine.gpu_memory_utilization,
+                max_num_batched_tokens=engine.max_num_batched_tokens,
+            )
+            cost = (
+                config.cost_model
+                if config.cost_model is not None and gpu == config.gpu
+                else RooflineCostModel(get_gpu(gpu), get_model(config.model))
+            )
+            replica_hooks = EngineHooks(
+                on_finish=partial(self._on_finish, r),
+                on_preempt=hooks.on_preempt,
+                next_external_s=hooks.next_external_s,
+                gateway_state=partial(self._gateway_state, r),
+            )
+            self.replicas.append(
+                make_engine(
+                    env,
+                    engine,
+                    cost,
+                    num_gpu_blocks=blocks,
+                    hooks=replica_hooks,
+                    **engine_inputs(
+                        workload,
+                        priority,
+                        timeline_period_s=config.timeline_period_s,
+                        model=config.model,
+                        gpu=gpu,
+                    ),
+                )
+            )
+        caps = [e.capacity_tokens for e in self.replicas]
+        self.capacity_tokens = sum(caps)
+        self.num_gpu_blocks = sum(e.num_gpu_blocks for e in self.replicas)
+        self.block_size = engine.block_size
+        self.router = Router(self.fleet.router, caps, workload)
+        self.replica_of = np.full(n, -1, np.int64)
+        self.env = env
+        self._gateway_samples: list[tuple[int, int]] = []
+        env.process(self._sample_gateway())
+        self.gateway: Gateway | FleetGateway
+        if self.fleet.budget == "global":
+            self._global: Gateway | None = Gateway(
+                gateway_config(config.gateway_capacity_tokens or self.capacity_tokens), policy
+            )
+            self.gateway = self._global
+        else:
+            self._global = None
+            total = config.gateway_capacity_tokens
+            shares = [cap if total is None else max(1, total * cap // self.capacity_tokens)
+                      for cap in caps]
+            self.gateway = FleetGateway(
+                self,
+                [Gateway(gateway_config(s), copy.deepcopy(policy)) for s in shares],
+            )
+
+    # --- routing -------------------------------------------------------------------------------
+    def _allowed(self, i: int) -> list[int]:
+        return [r for r, e in enumerate(self.replicas) if e.fits(i)] or [
+            int(np.argmax([e.max_model_len for e in self.replicas]))
+        ]
+
+    def route(self, i: int) -> int:
+        r = self.router.route(i, self._allowed(i))
+        self.replica_of[i] = r
+        return r
+
+    def left(self, i: int) -> None:
+        r = int(self.replica_of[i])
+        if r >= 0 and self._global is None:
+            self.router.leave(i, r)
+
+    # --- the engine interface the driver uses ----------------------------------------------------
+    def fits(self, i: int) -> bool:
+        if self._global is None:
+            return self.replicas[int(self.replica_of[i])].fits(i)
+        return any(e.fits(i) for e in self.replicas)
+
+    def add_request(self, i: int) -> None:
+        if self._global is not None:
+            self.route(i)
+        self.replicas[int(self.replica_of[i])].add_request(i)
+
+    def abort_request(self, i: int) -> None:
+        r = int(self.replica_of[i])
+        self.replicas[r].abort_request(i)
+        if self._global is not None:
+            self.router.leave(i, r)
+
+    def _on_finish(self, r: int, i: int, t: float) -> None:
+        self.router.leave(i, r)
+        self.hooks.on_finish(i, t)
+
+    def _gateway_state(self, r: int) -> tuple[int, int]:
+        return 0, 0  # the gateway is sampled on its own (_sample_gateway)
+
+    def _idle(self) -> bool:
+        return all(not e.running and e.num_waiting() == 0 and not e._busy for e in self.replicas)
+
+    def _sample_gateway(self) -> Generator[simpy.Event, Any, None]:
+        """Reserved tokens and gateway waiting at every sample time, until nothing is left."""
+        period = self.config.timeline_period_s
+        m = 0
+        while True:
+            due = m * period
+            if due > self.env.now:
+                yield self.env.timeout(due - self.env.now)
+            self._gateway_samples.append(self.hooks.gateway_state())
+            m += 1
+            if self._idle() and self.hooks.next_external_s() == math.inf:
+                return
+
+    def output_tokens_of(self, i: int) -> int:
+        r = int(self.replica_of[i])
+        return 0 if r < 0 else self.replicas[r].output_tokens_of(i)
+
+    @property
+    def num_preemptions_total(self) -> int:
+        return sum(e.num_preemptions_total for e in self.replicas)
+
+    # --- merged results ----------------------------------------------------------------------------
+    @property
+    def t(self) -> float:
+        return max(e.t for e in self.replicas)
+
+    @property
+    def num_steps(self) -> int:
+        return sum(e.num_steps for e in self.replicas)
+
+    @property
+    def num_recomputed_tokens(self) -> int:
+        return sum(e.num_recomputed_tokens for e in self.replicas)
+
+    @property
+    def recomputed_tokens(self) -> IntArray:
+        return np.asarray(np.sum([e.recomputed_tokens for e in self.replicas], axis=0), np.int64)
+
+    @property
+    def num_preemptions(self) -> IntArray:
+        return np.asarray(np.sum([e.num_preemptions for e in self.replicas], axis=0), np.int64)
+
+    @property
+    def first_token_s(self) -> FloatArray:
+        """The first token a caller saw, on whichever replica it came from."""
+        return np.asarray(np.fmin.reduce([e.first_token_s for e in self.replicas]), np.float64)
+
+    @property
+    def finished_s(self) -> FloatArray:
+        return np.asarray(np.fmin.reduce([e.finished_s for e in self.replicas]), np.float64)
+
+    @property
+    def num_output_tokens(self) -> IntArray:
+        out = np.zeros(len(self.replica_of), np.int64)
+        for r, e in enumerate(self.replicas):
+            mask = self.replica_of == r
+            out[mask] = e.num_output_tokens[mask]
+        return out
+
+    def kv_token_seconds(self) -> float:
+        terms: list[float] = []
+        for e in self.replicas:
+            terms.extend(e._kv_scalar_terms)
+            for arr in e._kv_terms:
+                terms.extend(arr.tolist())
+        return math.fsum(terms)
+
+    @property
+    def timeline(self) -> list[tuple[float, int, int, int, int, int, int]]:
+        rows = max(len(e.timeline) for e in self.replicas)
+        merged: list[tuple[float, int, int, int, int, int, int]] = []
+        period = self.config.timeline_period_s
+        gw = self._gateway_samples
+        for m in range(rows):
+            reserved, waiting = gw[min(m, len(gw) - 1)] if gw else (0, 0)
+            used = cap = running = preempted = 0
+            for e in self.replicas:
+                if m < len(e.timeline):
+                    _, u, _, c, run, wait, pre = e.timeline[m]
+                else:
+                    u, c, run, wait, pre = 0, e.capacity_tokens, 0, 0, e.num_preemptions_total
+                used += u
+                cap += c
+                running += run
+                waiting += wait
+                preempted += pre
+            merged.append((m * period, used, reserved, cap, running, waiting, preempted))
+        return merged
+
+    def stats(self) -> dict[str, object]:
+        per = [e.stats() for e in self.replicas]
+        queries = sum(e.prefix_query_tokens for e in self.replicas)
+        hits = sum(e.prefix_hit_tokens for e in self.replicas)
+        out: dict[str, object] = {
+            "engine": self.config.engine.name,
+            "head_of_line_blocked_s": math.fsum(e.head_of_line_blocked_s() for e in self.replicas),
+            "prefix_caching": self.replicas[0]._cache is not None,
+            "prefix_cache_query_tokens": queries,
+            "prefix_cache_hit_tokens": hits,
+            "prefix_cache_hit_rate": hits / queries if queries else None,
+        }
+        for key in ("swap_out_bytes", "swap_in_bytes", "num_swap_outs", "num_swap_ins",
+                    "num_retractions"):
+            if key in per[0]:
+                out[key] = sum(int(p[key]) for p in per)  # type: ignore[call-overload]
+        out["fleet"] = {
+            "num_replicas": len(self.replicas),
+            "router": self.fleet.router,
+            "budget": self.fleet.budget,
+            "replicas": [
+                {
+                    "gpu": gpu,
+                    "num_gpu_blocks": e.num_gpu_blocks,
+                    "num_requests": int((self.replica_of == r).sum()),
+                    "num_steps": e.num_steps,
+                    "num_preemptions": e.num_preemptions_total,
+                    **{k: v for k, v in p.items() if k != "engine"},
+                }
+                for r, (gpu, e, p) in enumerate(zip(self.gpus, self.replicas, per, strict=True))
+            ],
+        }
+        return out
+
+    def __iter__(self) -> Iterator[Engine]:
+        return iter(self.replicas)
+
+    def describe(self) -> dict[str, Any]:
+        return {"replicas": self.gpus, "router": self.fleet.router, "budget": self.fleet.budget}

@@ -1,0 +1,216 @@
+"""N replicas behind one gateway: routers, global and per-replica budgets, heterogeneous GPUs.
+
+The scaling checks. Exactly: N identical replicas with per-replica budgets and round-robin
+routing give every request the same record as N independent single replicas each offered every
+N-th request (so a fleet at N times the load is N single replicas at the base rate).
+Statistically, against one replica offered one of N independent Poisson streams merged into the
+fleet's: per replica output throughput within 10 % (the fleet's run lasts until its slowest
+replica's last request, which lowers its tokens per second a little), mean time per output
+token within 5 %, completions within 2 %, mean time to first token within 15 % for batch and
+50 % for interactive (at 300 requests per stream the interactive tail is a few bursts, and
+round-robin thins the merged stream into smoother ones than Poisson).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from policies import make_policy
+from simulator.engine_config import EngineConfig
+from simulator.fleet import FleetConfig, Router
+from simulator.presets import get_gpu, get_model, num_gpu_blocks
+from simulator.run import SimConfig, simulate
+from tests.conftest import make_workload, mixed_workload
+from workloads import Workload, from_columns
+
+
+def streams(n: int, rate: float, seeds: list[int]) -> Workload:
+    """Independent Poisson streams of mixed interactive and batch traffic, merged."""
+    parts = []
+    for seed in seeds:
+        rng = np.random.default_rng(seed)
+        arrival = np.cumsum(rng.exponential(1 / rate, n))
+        inter = rng.random(n) < 0.7
+        prompt = (
+            np.where(
+                inter, rng.lognormal(np.log(1500), 0.6, n), rng.lognormal(np.log(4000), 0.5, n)
+            ).astype(np.int64)
+            + 1
+        )
+        cap = np.where(inter, 1024, 2048)
+        out = np.where(
+            inter,
+            np.minimum(rng.lognormal(np.log(250), 0.7, n).astype(np.int64) + 1, 1024),
+            rng.integers(256, 2049, n),
+        )
+        parts.append((arrival, prompt, out, cap, np.where(inter, "interactive", "batch")))
+    a, p, o, c, t = (np.concatenate(x) for x in zip(*parts, strict=True))
+    return from_columns(a, p, o, max_output_tokens=c, tiers=list(t))
+
+
+def test_fleet_config_is_validated() -> None:
+    with pytest.raises(ValueError, match="num_replicas"):
+        FleetConfig(0)
+    with pytest.raises(ValueError, match="2 GPU presets for 3 replicas"):
+        FleetConfig(3, gpus=("H100-80GB", "L40S"))
+    with pytest.raises(ValueError, match="unknown router 'random'"):
+        FleetConfig(2, router="random")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown GPU preset 'B300'"):
+        SimConfig(fleet=FleetConfig(2, gpus=("H100-80GB", "B300")))
+
+
+def test_a_fleet_of_one_is_the_single_engine() -> None:
+    w = mixed_workload(150, rate_rps=6.0, seed=2)
+    cfg = SimConfig(engine=EngineConfig(num_gpu_blocks=1500))
+    one = simulate(w, make_policy("overcommit"), replace(cfg, fleet=FleetConfig(1)))
+    single = simulate(w, make_policy("overcommit"), cfg)
+    assert one.records.equals(single.records)
+    assert one.summary["kv"] == single.summary["kv"]
+
+
+@pytest.mark.parametrize("policy", ["conservative", "overcommit", "quantile", "preemptive"])
+def test_per_replica_round_robin_fleet_is_n_independent_replicas(policy: str) -> None:
+    w = mixed_workload(240, rate_rps=15.0, seed=5)
+    n_rep = 3
+    engine = EngineConfig(num_gpu_blocks=1200)
+    fleet = simulate(
+        w,
+        make_policy(policy),
+        SimConfig(engine=engine, fleet=FleetConfig(n_rep, budget="per_replica")),
+    ).records
+    for r in range(n_rep):
+        rows = np.arange(r, len(w), n_rep)
+        single = simulate(w.take(rows), make_policy(policy), SimConfig(engine=engine)).records
+        assert fleet.iloc[rows].reset_index(drop=True).equals(single)
+
+
+@pytest.mark.parametrize("policy", ["conservative", "overcommit"])
+def test_n_replicas_at_n_times_the_load_behave_like_one_replica(policy: str) -> None:
+    n_rep, n, rate = 3, 300, 5.0
+    seeds = [100 + s for s in range(n_rep)]
+    engine = EngineConfig(num_gpu_blocks=3000)
+    singles = [
+        simulate(streams(n, rate, [s]), make_policy(policy), SimConfig(engine=engine)).summary
+        for s in seeds
+    ]
+    fleet = simulate(
+        streams(n, rate, seeds),
+        make_policy(policy),
+        SimConfig(engine=engine, fleet=FleetConfig(n_rep, budget="per_replica")),
+    ).summary
+    for tier in ("interactive", "batch"):
+        one: dict[str, Any] = {
+            key: np.mean([s["tiers"][tier][key] for s in singles])
+            for key in ("output_tokens_per_s", "completed")
+        }
+        for metric in ("ttft_s", "tpot_s"):
+            one[metric] = np.mean([s["tiers"][tier][metric]["mean"] for s in singles])
+        got = fleet["tiers"][tier]
+        assert got["output_tokens_per_s"] / n_rep == pytest.approx(
+            one["output_tokens_per_s"], rel=0.10
+        )
+        assert got["tpot_s"]["mean"] == pytest.approx(one["tpot_s"], rel=0.05)
+        rel = 0.50 if tier == "interactive" else 0.15
+        assert got["ttft_s"]["mean"] == pytest.approx(one["ttft_s"], rel=rel)
+        assert got["completed"] / n_rep == pytest.approx(one["completed"], rel=0.02)
+
+
+@pytest.mark.parametrize("router", ["round_robin", "least_tokens", "prefix_affinity"])
+@pytest.mark.parametrize("budget", ["global", "per_replica"])
+def test_skip_ahead_is_exact_in_a_fleet(router: str, budget: str) -> None:
+    w = mixed_workload(300, rate_rps=15.0, seed=5)
+    out = []
+    for skip in (False, True):
+        cfg = SimConfig(
+            engine=EngineConfig(num_gpu_blocks=1200, skip_ahead=skip),
+            fleet=FleetConfig(3, router=router, budget=budget),  # type: ignore[arg-type]
+        )
+        out.append(simulate(w, make_policy("preemptive"), cfg))
+    a, b = out
+    assert a.records.equals(b.records)
+    assert a.timeline.equals(b.timeline)
+    assert a.summary["engine"]["fleet"] == b.summary["engine"]["fleet"] | {
+        "replicas": [
+            r | {"num_steps": ra["num_steps"]}
+            for r, ra in zip(
+                b.summary["engine"]["fleet"]["replicas"],
+                a.summary["engine"]["fleet"]["replicas"],
+                strict=True,
+            )
+        ]
+    }
+
+
+def test_replicas_of_different_gpus_get_their_own_capacity_and_load() -> None:
+    w = mixed_workload(200, rate_rps=8.0, seed=6)
+    cfg = SimConfig(fleet=FleetConfig(2, gpus=("H100-80GB", "L40S"), router="least_tokens"))
+    res = simulate(w, make_policy("conservative"), cfg)
+    replicas = res.summary["engine"]["fleet"]["replicas"]
+    model = get_model("Llama-3.1-8B")
+    expected = [num_gpu_blocks(get_gpu(g), model) for g in ("H100-80GB", "L40S")]
+    assert [r["num_gpu_blocks"] for r in replicas] == expected
+    assert res.summary["kv_capacity_tokens"] == 16 * sum(expected)
+    # least outstanding tokens per token of capacity: the bigger replica takes more
+    assert replicas[0]["num_requests"] > replicas[1]["num_requests"]
+    assert sum(r["num_requests"] for r in replicas) == int((res.records.status == "completed").sum())
+
+
+def test_routers_choose_as_documented() -> None:
+    w = make_workload([0.0] * 4, [100, 100, 100, 100], [10] * 4, max_output_tokens=[100] * 4)
+    rr = Router("round_robin", [1000, 1000, 1000], w)
+    assert [rr.route(i, [0, 1, 2]) for i in range(4)] == [0, 1, 2, 0]
+    assert rr.route(0, [2]) == 2  # only where the request fits
+    lt = Router("least_tokens", [1000, 2000], w)
+    assert [lt.route(i, [0, 1]) for i in range(3)] == [0, 1, 1]  # per token of capacity
+    lt.leave(0, 0)
+    assert lt.route(3, [0, 1]) == 0
+
+
+def test_prefix_affinity_follows_the_longest_cached_prefix_until_imbalanced() -> None:
+    n = 200
+    hashes = [[1, 2, 3]] * n
+    w = Workload(
+        arrival_s=np.zeros(n),
+        prompt_tokens=np.full(n, 1600, np.int64),
+        output_tokens=np.full(n, 10, np.int64),
+        max_output_tokens=np.full(n, 10, np.int64),
+        tier=np.zeros(n, np.int16),
+        tier_names=("interactive",),
+        deadline_s=np.full(n, np.nan),
+        request_id=np.arange(n, dtype=np.int64),
+        prefix_hashes=np.asarray([h for hs in hashes for h in hs], np.int64),
+        prefix_offsets=np.arange(0, 3 * n + 1, 3, dtype=np.int64),
+    )
+    router = Router("prefix_affinity", [10_000, 10_000], w)
+    routed = [router.route(i, [0, 1]) for i in range(n)]
+    # the first goes to the least loaded (0) and the rest follow it until replica 0 holds
+    # more than 64 more requests than replica 1 and more than 1.5 times as many
+    assert routed[:65] == [0] * 65
+    assert routed[65] == 1
+    assert 60 < routed.count(1) < 140
+
+
+def test_prefix_affinity_raises_the_fleets_prefix_hit_rate(shared: Path) -> None:
+    from workloads.traces.load import load_trace
+    from workloads.traces.options import TraceOptions
+
+    path = shared / "traces" / "mooncake" / "synthetic_trace.jsonl"
+    w = load_trace(path, TraceOptions(window=(0.0, 600.0))).workload
+    rates = {}
+    for router in ("round_robin", "prefix_affinity"):
+        cfg = SimConfig(
+            engine=EngineConfig(enable_prefix_caching=True),
+            fleet=FleetConfig(4, router=router),
+        )
+        # conservative: no engine preemption, so no request re-hits its own prefix
+        rates[router] = simulate(w, make_policy("conservative"), cfg).summary["engine"][
+            "prefix_cache_hit_rate"
+        ]
+    # multi-turn conversations return to the replica holding their earlier turns
+    assert rates["prefix_affinity"] > 2 * rates["round_robin"]
+    assert rates["prefix_affinity"] > rates["round_robin"] + 0.05
