@@ -65,6 +65,7 @@ def build_scenario(
     block_size: int | None = None,
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
+    engine: str | None = None,
 ) -> Scenario:
     """The scenario file (or the embedded default) with the command-line flags applied."""
     import tomllib
@@ -97,6 +98,8 @@ def build_scenario(
     ):
         if ivalue is not None:
             flags.append(f"engine.{key}={ivalue}")
+    if engine is not None:
+        flags.append(f"engine.name={json.dumps(engine)}")
     if cost_model is not None:
         flags.append(f"cost_model={json.dumps(str(cost_model.resolve()))}")
     if trace is not None:
@@ -125,18 +128,12 @@ def _check_engine(engine: str | None) -> None:
         raise CliError(f"--engine: unknown engine {engine!r}; known: {', '.join(ENGINE_NAMES)}")
 
 
-def run_one(
-    scn: Scenario, policy_name: str | None, label: str, engine: str | None = None
-) -> RunResult:
-    from dataclasses import replace
-
+def run_one(scn: Scenario, policy_name: str | None, label: str) -> RunResult:
     from simulator.run import simulate
 
     workload = scn.workload()
     policy = scn.make_policy(policy_name)
     config = scn.sim_config()
-    if engine is not None:
-        config = replace(config, engine=replace(config.engine, name=engine))  # type: ignore[arg-type]
     bar = _progress(len(workload), label)
     try:
         return simulate(workload, policy, config, progress=bar.update)
@@ -174,8 +171,9 @@ def simulate_cmd(
             seed=seed, trace=trace, trace_format=trace_format, cost_model=cost_model,
             num_gpu_blocks=num_gpu_blocks, block_size=block_size, max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
+            engine=engine,
         )
-        result = run_one(scn, None, scn.spec.policy, engine)
+        result = run_one(scn, None, scn.spec.policy)
         if out is not None:
             result.write(out)
     if as_json:
@@ -227,10 +225,11 @@ def compare_cmd(
             trace=trace, trace_format=trace_format, cost_model=cost_model,
             num_gpu_blocks=num_gpu_blocks, block_size=block_size, max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
+            engine=engine,
         )
         summaries = []
         for name in names:
-            result = run_one(scn, name, name, engine)
+            result = run_one(scn, name, name)
             summaries.append(result.summary)
             if out is not None:
                 result.write(out / name)

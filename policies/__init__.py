@@ -17,7 +17,7 @@ from policies.base import (
 )
 from policies.budget import Lease, TokenBudget
 from policies.errors import OVERLOAD_REASONS, Overloaded, OverloadReason, RequestTooLarge
-from policies.gateway import Action, Admit, Gateway, GatewayConfig, Reject, Revoke
+from policies.gateway import Action, Admit, FrontDoor, Gateway, GatewayConfig, Reject, Revoke
 from policies.registry import POLICIES, make_policy, policy_names, policy_parameters
 from policies.request import Request
 from policies.tiers import BATCH, DEFAULT_TIERS, INTERACTIVE, TierConfig
@@ -34,6 +34,7 @@ __all__ = [
     "BasePolicy",
     "Completion",
     "EngineProbe",
+    "FrontDoor",
     "Gateway",
     "GatewayConfig",
     "GatewayView",

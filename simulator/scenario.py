@@ -24,6 +24,14 @@ dotted names. Example::
     ttft_s = 2.0
     tpot_s = 0.1
 
+    [front_door]                # TGI / vLLM front-door caps (optional)
+    max_concurrent_requests = 128
+
+    [fleet]                     # N replicas behind one gateway (optional)
+    num_replicas = 4
+    router = "least_tokens"
+    budget = "per_replica"
+
     [workload]
     kind = "trace"
     path = "AzureLLMInferenceTrace_conv.csv"
@@ -43,8 +51,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from policies import DEFAULT_TIERS, BasePolicy, TierConfig, make_policy
+from policies.gateway import FrontDoor
 from simulator.cost_model import load_cost_model
 from simulator.engine_config import EngineConfig
+from simulator.fleet import FleetConfig
 from simulator.run import SimConfig
 from workloads import Workload
 
@@ -65,6 +75,26 @@ class EngineModel(_Strict):
     watermark: float = Field(0.0, ge=0, lt=1)
     enable_chunked_prefill: bool = True
     skip_ahead: bool = True
+    name: str = "vllm"
+    swap_space_gib: float = Field(4.0, ge=0)
+    schedule_conservativeness: float = Field(1.0, gt=0)
+    capacity_scheduler_policy: str = "GUARANTEED_NO_EVICT"
+    enable_prefix_caching: bool = False
+
+
+class FrontDoorModel(_Strict):
+    max_concurrent_requests: int | None = Field(128, ge=1)
+    max_num_queued_requests: int | None = Field(None, ge=0)
+    max_num_queued_tokens: int | None = Field(None, ge=0)
+    tier_max_queued: dict[str, int] = Field(default_factory=dict)
+    evict_lower_priority: bool = True
+
+
+class FleetModel(_Strict):
+    num_replicas: int = Field(2, ge=1)
+    gpus: list[str] = Field(default_factory=list)
+    router: str = "round_robin"
+    budget: str = "global"
 
 
 class TierModel(_Strict):
@@ -91,6 +121,8 @@ class ScenarioModel(_Strict):
     timeline_period_s: float = Field(1.0, gt=0)
     engine: EngineModel = Field(default_factory=lambda: EngineModel())
     tiers: list[TierModel] | None = None
+    front_door: FrontDoorModel | None = None
+    fleet: FleetModel | None = None
     workload: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -119,10 +151,22 @@ class Scenario:
         cost = None
         if s.cost_model is not None:
             cost = load_cost_model(self._path(s.cost_model))
+        front_door = None
+        if s.front_door is not None:
+            fd = s.front_door.model_dump()
+            fd["tier_max_queued"] = tuple(sorted(fd["tier_max_queued"].items()))
+            front_door = FrontDoor(**fd)
+        fleet = None
+        if s.fleet is not None:
+            fl = s.fleet.model_dump()
+            fl["gpus"] = tuple(fl["gpus"])
+            fleet = FleetConfig(**fl)
         return SimConfig(
             gpu=s.gpu,
             model=s.model,
             engine=EngineConfig(**s.engine.model_dump()),
+            front_door=front_door,
+            fleet=fleet,
             tiers=self.tiers(),
             cost_model=cost,
             gateway_capacity_tokens=s.gateway_capacity_tokens,
