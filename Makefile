@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml Makefile
 # the Jupyter kernel the notebooks run on, and the CPU vLLM for the live tests (outside the tree).
 $(STAMP)-test: $(STAMP)
 	$(PY) -m pip install -q torch==2.13.0  # the CPU build; an unpinned torch pulls a CUDA one
-	$(PY) -m pip install -q -e '.[dev,profile]'
+	$(PY) -m pip install -q -e '.[dev,profile,ray]'
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	@# headless Chromium renders `kvbudget report` in a test (skipped where it cannot be had)
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \

@@ -1,0 +1,370 @@
+"""``kvbudget sweep``, ``tune`` and ``capacity``: many simulations on local cores or on Ray."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from cli.errors import CliError, fail, user_errors
+from cli.simulate import ScenarioOpt, SetOpt, build_scenario
+
+if TYPE_CHECKING:
+    from simulator.executors import LocalExecutor, RayExecutor
+
+ExecutorOpt = Annotated[
+    str, typer.Option("--executor", help="Where runs execute: local (all cores) or ray.")
+]
+AddressOpt = Annotated[
+    str | None,
+    typer.Option("--address", help="Join an existing Ray cluster (e.g. auto, ray://head:10001)."),
+]
+JobsOpt = Annotated[
+    int | None,
+    typer.Option("--jobs", "-j", min=1, help="Parallel runs (default: every core)."),
+]
+ReplicationsOpt = Annotated[
+    int, typer.Option("--replications", "-r", min=1, help="Seeds per configuration.")
+]
+SeedOpt = Annotated[
+    int | None,
+    typer.Option("--seed", min=0,
+                 help="Root seed: replication r uses its r-th child (default: the scenario's)."),
+]
+PoliciesOpt = Annotated[
+    str | None, typer.Option("--policies", help="Comma-separated policy names.")
+]
+
+
+def _policies(text: str | None) -> list[str]:
+    from policies import POLICIES
+
+    if text is None:
+        return []
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if not names:
+        raise CliError("--policies: give at least one policy name")
+    for name in names:
+        if name not in POLICIES:
+            raise CliError(
+                f"--policies: unknown policy {name!r}; known policies: {', '.join(POLICIES)}"
+            )
+    return names
+
+
+def _executor(kind: str, jobs: int | None, address: str | None) -> LocalExecutor | RayExecutor:
+    from simulator.executors import make_executor
+
+    return make_executor(kind, jobs=jobs, address=address)
+
+
+class _Bar:
+    def __init__(self, desc: str, total: int | None = None) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, desc=desc, unit="run", leave=False, disable=None,
+                        file=sys.stderr)
+
+    def update(self, n: int) -> None:
+        self.bar.update(n)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+@contextmanager
+def _interrupts(message: str) -> Iterator[None]:
+    """An interrupt or a run that failed inside the simulator: one line, no traceback."""
+    from simulator.sweep import RunError
+
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise fail(f"interrupted; {message}", 130) from None
+    except RunError as exc:
+        raise fail(f"{exc}; {message}", 1) from None
+
+
+def _fmt(v: Any) -> Any:
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    return v
+
+
+def sweep_cmd(
+    out: Annotated[Path, typer.Option("--out", help="Output directory (parts + sweep.parquet).")],
+    scenario: ScenarioOpt = None,
+    overrides: SetOpt = None,
+    grid: Annotated[
+        list[str] | None,
+        typer.Option("--grid", help="An axis: key=v1,v2,... or key=lo:hi:n (repeatable)."),
+    ] = None,
+    policies: PoliciesOpt = None,
+    rate_scale: Annotated[
+        str | None,
+        typer.Option("--rate-scale", help="Load axis: arrival-rate multipliers, e.g. 0.5,1,1.5."),
+    ] = None,
+    replications: ReplicationsOpt = 3,
+    seed: SeedOpt = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Keep the runs already in --out; run the rest.")
+    ] = False,
+    plot: Annotated[bool, typer.Option("--plot/--no-plot", help="Write the plots.")] = True,
+    executor: ExecutorOpt = "local",
+    address: AddressOpt = None,
+    jobs: JobsOpt = None,
+) -> None:
+    """Simulate a grid of configurations x replications into one table (a row per run).
+
+    Every configuration sees the same arrivals in a given replication (common random numbers).
+    Finished runs are kept in --out as they complete; rerun with --resume after an interrupt.
+    """
+    from cli.tables import render
+    from simulator.sweep import Axis, SweepPlan, parse_axis, run_sweep, summarize_points
+
+    with user_errors():
+        scn = build_scenario(scenario=scenario, overrides=overrides)
+        axes: list[Axis] = []
+        names = _policies(policies)
+        if names:
+            axes.append(Axis("policy", tuple(names)))
+        axes += [parse_axis(g) for g in grid or []]
+        if rate_scale is not None:
+            axes.append(parse_axis(f"rate_scale={rate_scale}"))
+        plan = SweepPlan(scn, tuple(axes), replications, seed)
+        ex = _executor(executor, jobs, address)
+        bar: _Bar | None = None
+
+        def on_start(todo: int, stored: int) -> None:
+            nonlocal bar
+            typer.echo(f"{len(plan.points)} configurations x {replications} replications = "
+                       f"{len(plan.runs)} runs ({stored} already in {out}, {todo} to run on "
+                       f"{ex.name})", err=True)
+            bar = _Bar("sweep", todo)
+
+        with _interrupts(f"finished runs are kept in {out}; rerun with --resume"), ex:
+            try:
+                table = run_sweep(plan, ex, out, resume=resume,
+                                  progress=lambda n: bar.update(n) if bar else None,
+                                  on_start=on_start)
+            finally:
+                if bar is not None:
+                    bar.close()
+        metrics = [m for m in ("interactive_ttft_p99_s", "batch_output_tokens_per_s",
+                               "overall_slo_attainment", "offered_rate_rps")
+                   if m in table.columns]
+        points = summarize_points(table, metrics)
+        points.to_csv(out / "points.csv", index=False)
+        axis_cols = [a.key for a in axes if a.key != "policy"]
+        headers = ["policy", *axis_cols, *[f"{m} (mean)" for m in metrics]]
+        rows = [[_fmt(r.get(c)) for c in ["policy", *axis_cols]]
+                + [_fmt(r[f"{m}_mean"]) for m in metrics] for _, r in points.iterrows()]
+        typer.echo(render(headers, rows))
+        written = [out / "sweep.parquet", out / "points.csv"]
+        if plot:
+            from simulator.pareto import plot_attainment, plot_pareto
+
+            if {"interactive_ttft_p99_s", "batch_output_tokens_per_s"} <= set(metrics):
+                labels = [c for c in axis_cols if c != "rate_scale"]
+                loads = sorted(points["rate_scale"].unique())
+                if len(loads) == 1:
+                    written += plot_pareto(points, out / "pareto", label_columns=labels)
+                else:  # a front compares configurations at one load
+                    for load in loads:
+                        written += plot_pareto(
+                            points[points["rate_scale"] == load], out / f"pareto-rate{load:g}",
+                            label_columns=labels,
+                            title=f"Tail latency against batch throughput at rate x{load:g}")
+            if (rate_scale is not None and "overall_slo_attainment" in metrics
+                    and "offered_rate_rps" in metrics):
+                curve = summarize_points(table, ["overall_slo_attainment", "offered_rate_rps"],
+                                         by=["policy", "rate_scale"])
+                written += plot_attainment(curve, out / "attainment")
+    typer.echo("wrote " + ", ".join(str(p) for p in written))
+
+
+def tune_cmd(
+    out: Annotated[Path, typer.Option("--out", help="Output directory.")],
+    param: Annotated[
+        list[str],
+        typer.Option("--param", help="A tuned key and bounds: key=low:high[:int] (repeatable)."),
+    ],
+    scenario: ScenarioOpt = None,
+    overrides: SetOpt = None,
+    policy: Annotated[
+        str | None, typer.Option("--policy", help="Tune this policy (default: the scenario's).")
+    ] = None,
+    objective: Annotated[
+        str, typer.Option("--objective", help="Metric column to optimise.")
+    ] = "batch_output_tokens_per_s",
+    minimize: Annotated[
+        bool, typer.Option("--minimize", help="Minimise the objective instead.")
+    ] = False,
+    constraint: Annotated[
+        list[str] | None,
+        typer.Option("--constraint", help="METRIC<=VALUE or METRIC>=VALUE (repeatable)."),
+    ] = None,
+    replications: ReplicationsOpt = 5,
+    grid_points: Annotated[
+        int, typer.Option("--grid-points", min=2, help="Grid values per parameter.")
+    ] = 9,
+    refine_evals: Annotated[
+        int, typer.Option("--refine-evals", min=0, help="Evaluations of the refinement.")
+    ] = 8,
+    validate: Annotated[
+        int, typer.Option("--validate", min=0, help="Fresh seeds to re-check the winner.")
+    ] = 5,
+    confidence: Annotated[
+        float, typer.Option("--confidence", help="Level of the t intervals.")
+    ] = 0.95,
+    seed: SeedOpt = None,
+    executor: ExecutorOpt = "local",
+    address: AddressOpt = None,
+    jobs: JobsOpt = None,
+) -> None:
+    """Find the parameters that optimise an objective subject to constraints.
+
+    Writes best.toml (a scenario for `kvbudget simulate --scenario`), evidence.parquet (every
+    run) and tune.json. Exits 1 when no setting meets the constraints.
+    """
+    from cli.tables import render
+    from simulator.tune import Constraint, Param, TuneSpec, evaluations_frame, tune
+
+    with user_errors():
+        if policy is not None:
+            _policies(policy)
+        scn = build_scenario(scenario=scenario, overrides=overrides, policy=policy)
+        spec = TuneSpec(
+            scenario=scn,
+            params=tuple(Param.parse(p) for p in param),
+            objective=objective,
+            maximize=not minimize,
+            constraints=tuple(Constraint.parse(c) for c in constraint or []),
+            replications=replications,
+            grid_points=grid_points,
+            refine_evals=refine_evals,
+            validate=validate,
+            confidence=confidence,
+            root_seed=seed,
+        )
+        ex = _executor(executor, jobs, address)
+        bar = _Bar("tune")
+        with _interrupts("nothing was written"), ex:
+            try:
+                result = tune(spec, ex, progress=bar.update)
+            finally:
+                bar.close()
+        written = result.write(out)
+        frame = evaluations_frame(result)
+        frame.to_csv(out / "evaluations.csv", index=False)
+    keys = [p.key for p in spec.params]
+    headers = ["stage", *keys, f"{objective} (mean)", "CI low", "CI high", "feasible"]
+    rows = [[r["stage"], *[r[k] for k in keys], _fmt(r["objective_mean"]),
+             _fmt(r["objective_low"]), _fmt(r["objective_high"]), bool(r["feasible"])]
+            for _, r in frame.iterrows()]
+    typer.echo(render(headers, rows))
+    if result.best is None:
+        typer.echo("wrote " + ", ".join(str(p) for p in written))
+        raise fail("no setting met the constraints: " +
+                   ", ".join(str(c) for c in spec.constraints), 1)
+    mean, low, high = result.best.objective
+    best = ", ".join(f"{k} = {v}" for k, v in result.best.params.items())
+    typer.echo(f"best: {best}: {objective} = {mean:.6g} "
+               f"({confidence:.0%} CI {low:.6g} .. {high:.6g}, {replications} replications)")
+    if result.validation is not None:
+        v = result.validation
+        checks = "; ".join(f"{c} -> mean {cm:.4g} ({'holds' if cm == cm and ok else 'FAILS'})"
+                           for (c, _, cm, _), ok in
+                           zip(v.constraints, v.mean_checks(), strict=True))
+        typer.echo(f"validation with {len(v.rows)} fresh seeds: {checks or 'no constraints'}")
+    typer.echo("wrote " + ", ".join(str(p) for p in [*written, out / "evaluations.csv"]))
+
+
+def capacity_cmd(
+    out: Annotated[Path, typer.Option("--out", help="Output directory.")],
+    scenario: ScenarioOpt = None,
+    overrides: SetOpt = None,
+    policies: PoliciesOpt = None,
+    target: Annotated[
+        float, typer.Option("--target", help="SLO attainment to sustain (0-1).")
+    ] = 0.9,
+    metric: Annotated[
+        str, typer.Option("--metric", help="Attainment column (e.g. interactive_slo_attainment).")
+    ] = "overall_slo_attainment",
+    replications: ReplicationsOpt = 3,
+    rel_tol: Annotated[
+        float, typer.Option("--rel-tol", help="Stop when the bracket is this tight (relative).")
+    ] = 0.02,
+    seed: SeedOpt = None,
+    curve_points: Annotated[
+        int,
+        typer.Option("--curve-points", min=0,
+                     help="Also sweep N common loads around the capacities (attainment curves)."),
+    ] = 0,
+    plot: Annotated[bool, typer.Option("--plot/--no-plot", help="Write the plot.")] = True,
+    executor: ExecutorOpt = "local",
+    address: AddressOpt = None,
+    jobs: JobsOpt = None,
+) -> None:
+    """The largest arrival rate each policy sustains at the SLO attainment target
+    (DistServe's per-GPU goodput), by bisection on the load with replications."""
+    from cli.tables import render
+    from simulator.capacity import (
+        CapacitySpec,
+        attainment_curve,
+        capacity,
+        curve_scales,
+        first_miss_rps,
+        order_consistent,
+    )
+
+    with user_errors():
+        names = _policies(policies)
+        scn = build_scenario(scenario=scenario, overrides=overrides)
+        spec = CapacitySpec(scn, tuple(names), target=target, metric=metric,
+                            replications=replications, rel_tol=rel_tol, root_seed=seed)
+        ex = _executor(executor, jobs, address)
+        bar = _Bar("capacity")
+        consistent: bool | None = None
+        with _interrupts("nothing was written"), ex:
+            try:
+                result = capacity(spec, ex, progress=bar.update)
+                curve = result.curve()
+                scales = curve_scales(result, curve_points)
+                if scales:
+                    curve = attainment_curve(spec, ex, scales, progress=bar.update)
+                    consistent = order_consistent(result.capacities,
+                                                  first_miss_rps(curve, metric, target))
+            finally:
+                bar.close()
+        written = result.write(out)
+        if scales:
+            curve.to_csv(out / "curve.csv", index=False)
+            written.append(out / "curve.csv")
+        if plot:
+            from simulator.pareto import plot_attainment
+
+            written += plot_attainment(
+                curve, out / "attainment", metric=metric, target=target,
+                capacities={c.policy: c.capacity_rps for c in result.capacities},
+            )
+    typer.echo(render(
+        ["policy", "capacity req/s", "per GPU", "bracket high", f"{metric} at cap", "note"],
+        [[c.policy, c.capacity_rps, c.capacity_rps_per_gpu, _fmt(c.bracket_rps[1]),
+          _fmt(c.attainment[0]), c.note] for c in result.capacities],
+    ))
+    if consistent is not None:
+        typer.echo(f"capacity order consistent with the attainment curves ({len(scales)} loads): "
+                   f"{'yes' if consistent else 'NO'}")
+    typer.echo("wrote " + ", ".join(str(p) for p in written))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sweep")(sweep_cmd)
+    app.command("tune")(tune_cmd)
+    app.command("capacity")(capacity_cmd)

@@ -1,0 +1,328 @@
+"""Capacity: the largest arrival rate a configuration sustains while meeting an SLO attainment
+target, per policy (DistServe's per-GPU goodput, Zhong et al., OSDI 2024: the maximum request
+rate at which the SLO attainment stays at or above a target such as 90%, divided by the GPUs).
+
+The load is the scenario's workload with every arrival time divided by a rate scale ``s`` (the
+same requests, offered ``s`` times as fast; see :func:`simulator.sweep.scale_rate`), so the
+arrival rate is ``s`` times the workload's own. For each policy the search keeps ``lo`` (the
+largest scale seen to meet the target) and ``hi`` (the smallest seen to miss it): it starts at
+``s = 1``, doubles or halves until the target is bracketed, then bisects geometrically
+(``sqrt(lo * hi)``) until ``hi / lo - 1 <= rel_tol``. A scale meets the target when the mean
+attainment over the replications (common random numbers: the same seeds at every scale and for
+every policy) is at least the target. All policies advance together, one round at a time, so
+the executor always has ``policies x replications`` runs to share out.
+
+The reported capacity is the offered rate at ``lo`` (requests per second), and per GPU that
+figure divided by the configuration's GPUs (fleet replicas times the model preset's
+tensor-parallel degree).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from simulator.sweep import (
+    GridPoint,
+    execute,
+    plan_runs,
+    replication_seeds,
+    rows_to_frame,
+    t_interval,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from simulator.executors import Executor
+    from simulator.scenario import Scenario
+
+EVIDENCE_FILE = "evidence.parquet"
+RESULT_FILE = "capacity.json"
+
+
+def num_gpus(scenario: Scenario) -> int:
+    """GPUs of the simulated configuration: replicas (a ``[fleet]``, else one engine) times the
+    model preset's tensor-parallel degree."""
+    from simulator.presets import get_model
+
+    replicas = scenario.spec.fleet.num_replicas if scenario.spec.fleet is not None else 1
+    return max(1, replicas * int(get_model(scenario.spec.model).tensor_parallel))
+
+
+@dataclass
+class CapacitySpec:
+    scenario: Scenario
+    policies: tuple[str, ...] = ()
+    target: float = 0.9
+    metric: str = "overall_slo_attainment"
+    replications: int = 3
+    rel_tol: float = 0.02
+    min_scale: float = 1 / 64
+    max_scale: float = 64.0
+    max_rounds: int = 30
+    confidence: float = 0.95
+    root_seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.policies:
+            self.policies = (self.scenario.spec.policy,)
+        if len(set(self.policies)) != len(self.policies):
+            raise ValueError(f"policies must be distinct, got {list(self.policies)}")
+        if not 0 < self.target <= 1:
+            raise ValueError(f"target must be in (0, 1], got {self.target!r}")
+        if self.replications < 1:
+            raise ValueError(f"replications must be >= 1, got {self.replications!r}")
+        if not 0 < self.rel_tol < 1:
+            raise ValueError(f"rel_tol must be in (0, 1), got {self.rel_tol!r}")
+        if not 0 < self.min_scale < 1 < self.max_scale:
+            raise ValueError("need 0 < min_scale < 1 < max_scale")
+        if self.root_seed is None:
+            self.root_seed = self.scenario.seed
+
+
+@dataclass
+class _Search:
+    policy: str
+    lo: float | None = None
+    hi: float | None = None
+    done: bool = False
+    note: str = ""
+    seen: dict[float, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def next_scale(self, spec: CapacitySpec) -> float | None:
+        if self.done:
+            return None
+        if self.lo is None and self.hi is None:
+            return 1.0
+        if self.lo is None:
+            assert self.hi is not None
+            nxt = self.hi / 2
+            if nxt < spec.min_scale:
+                self.done, self.note = True, f"misses the target even at scale {self.hi:g}"
+                return None
+            return nxt
+        if self.hi is None:
+            nxt = self.lo * 2
+            if nxt > spec.max_scale:
+                self.done, self.note = True, f"meets the target up to scale {self.lo:g} (censored)"
+                return None
+            return nxt
+        if self.hi / self.lo - 1 <= spec.rel_tol:
+            self.done = True
+            return None
+        return math.sqrt(self.lo * self.hi)
+
+
+@dataclass
+class PolicyCapacity:
+    policy: str
+    capacity_rps: float
+    capacity_rps_per_gpu: float
+    scale: float
+    bracket_rps: tuple[float, float]
+    attainment: tuple[float, float, float]
+    evaluations: int
+    note: str
+
+    def describe(self) -> dict[str, Any]:
+        def n(x: float) -> float | None:
+            return float(x) if math.isfinite(x) else None
+
+        return {
+            "policy": self.policy,
+            "capacity_rps": n(self.capacity_rps),
+            "capacity_rps_per_gpu": n(self.capacity_rps_per_gpu),
+            "rate_scale": n(self.scale),
+            "bracket_rps": [n(self.bracket_rps[0]), n(self.bracket_rps[1])],
+            "attainment_at_capacity": {"mean": n(self.attainment[0]),
+                                       "ci_low": n(self.attainment[1]),
+                                       "ci_high": n(self.attainment[2])},
+            "evaluations": self.evaluations,
+            "note": self.note,
+        }
+
+
+@dataclass
+class CapacityResult:
+    spec: CapacitySpec
+    capacities: list[PolicyCapacity]
+    rows: list[dict[str, Any]]
+
+    def table(self) -> pd.DataFrame:
+        return rows_to_frame(self.rows)
+
+    def curve(self) -> pd.DataFrame:
+        """Attainment against offered rate for each policy over the loads the search visited
+        (mean and t interval over the replications); see :func:`attainment_curve` for a
+        common grid of loads."""
+        from simulator.sweep import summarize_points
+
+        df = self.table()
+        return summarize_points(df, [self.spec.metric, "offered_rate_rps"],
+                                by=["policy", "rate_scale"], confidence=self.spec.confidence)
+
+    def describe(self) -> dict[str, Any]:
+        s = self.spec
+        return {
+            "metric": s.metric,
+            "target": s.target,
+            "replications": s.replications,
+            "rel_tol": s.rel_tol,
+            "root_seed": s.root_seed,
+            "num_gpus": num_gpus(s.scenario),
+            "gpu": s.scenario.spec.gpu,
+            "model": s.scenario.spec.model,
+            "policies": [c.describe() for c in self.capacities],
+        }
+
+    def write(self, out_dir: Path) -> list[Path]:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        ev = out_dir / EVIDENCE_FILE
+        self.table().to_parquet(ev, index=False)
+        res = out_dir / RESULT_FILE
+        res.write_text(json.dumps(self.describe(), indent=2) + "\n")
+        return [ev, res]
+
+
+def _meets(rows: Sequence[dict[str, Any]], spec: CapacitySpec) -> tuple[bool, float]:
+    v = np.array([_f(r.get(spec.metric)) for r in rows])
+    if v.size == 0 or not np.all(np.isfinite(v)):
+        return False, math.nan
+    mean = float(v.mean())
+    return mean >= spec.target, mean
+
+
+def _f(x: Any) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def capacity(spec: CapacitySpec, executor: Executor, *,
+             progress: Callable[[int], None] | None = None) -> CapacityResult:
+    """Bisect every policy's capacity (see module doc)."""
+    assert spec.root_seed is not None
+    seeds = replication_seeds(spec.root_seed, spec.replications)
+    searches = {p: _Search(p) for p in spec.policies}
+    base_policy = spec.scenario.spec.policy
+    all_rows: list[dict[str, Any]] = []
+    index = 0
+    for round_no in range(spec.max_rounds):
+        points: list[GridPoint] = []
+        owner: dict[int, tuple[_Search, float]] = {}
+        for s in searches.values():
+            scale = s.next_scale(spec)
+            if scale is None:
+                continue
+            overrides = () if s.policy == base_policy else (
+                f"policy={json.dumps(s.policy)}", "policy_params={}")
+            points.append(GridPoint(index, (("policy", s.policy),), overrides, s.policy, scale))
+            owner[index] = (s, scale)
+            index += 1
+        if not points:
+            break
+        rows = execute(plan_runs(spec.scenario, points, seeds), executor, progress=progress)
+        if rows and spec.metric not in rows[0]:
+            raise ValueError(
+                f"no metric {spec.metric!r} in the runs table; e.g. overall_slo_attainment, "
+                "interactive_slo_attainment"
+            )
+        for r in rows:
+            r["round"] = round_no
+        all_rows.extend(rows)
+        for i, (s, scale) in owner.items():
+            mine = [r for r in rows if int(r["point"]) == i]
+            s.seen[scale] = mine
+            ok, _ = _meets(mine, spec)
+            if ok:
+                s.lo = scale if s.lo is None else max(s.lo, scale)
+            else:
+                s.hi = scale if s.hi is None else min(s.hi, scale)
+    else:
+        for s in searches.values():
+            if not s.done:
+                s.note = s.note or f"stopped after {spec.max_rounds} rounds"
+    gpus = num_gpus(spec.scenario)
+    results = [_result(s, spec, gpus) for s in searches.values()]
+    return CapacityResult(spec, results, all_rows)
+
+
+def _rate_at(rows: Sequence[dict[str, Any]]) -> float:
+    v = np.array([_f(r.get("offered_rate_rps")) for r in rows])
+    v = v[np.isfinite(v)]
+    return float(v.mean()) if v.size else math.nan
+
+
+def _result(s: _Search, spec: CapacitySpec, gpus: int) -> PolicyCapacity:
+    if s.lo is None:
+        hi_rate = _rate_at(s.seen[s.hi]) if s.hi is not None else math.nan
+        return PolicyCapacity(s.policy, 0.0, 0.0, 0.0, (0.0, hi_rate),
+                              (math.nan, math.nan, math.nan), len(s.seen),
+                              s.note or "misses the target at every load tried")
+    rows = s.seen[s.lo]
+    rate = _rate_at(rows)
+    hi_rate = _rate_at(s.seen[s.hi]) if s.hi is not None else math.inf
+    att = t_interval([_f(r.get(spec.metric)) for r in rows], spec.confidence)
+    return PolicyCapacity(s.policy, rate, rate / gpus, s.lo, (rate, hi_rate), att,
+                          len(s.seen), s.note)
+
+
+# --- attainment curves -----------------------------------------------------------------------
+
+
+def curve_scales(result: CapacityResult, num_points: int) -> list[float]:
+    """``num_points`` loads (rate scales), evenly spaced from half the smallest capacity found
+    to one and a half times the largest, for an attainment-curve sweep around the capacities."""
+    found = [c.scale for c in result.capacities if c.scale > 0]
+    if num_points < 2 or not found:
+        return []
+    lo, hi = 0.5 * min(found), 1.5 * max(found)
+    return [float(round(s, 6)) for s in np.linspace(lo, hi, num_points)]
+
+
+def attainment_curve(spec: CapacitySpec, executor: Executor, scales: Sequence[float], *,
+                     progress: Callable[[int], None] | None = None) -> pd.DataFrame:
+    """Attainment against load for every policy of ``spec`` on a common grid of rate scales:
+    a sweep with the search's seeds (so its runs at a scale the search visited are the very
+    same runs). One row per (policy, rate_scale) with mean and t interval of the metric and
+    of ``offered_rate_rps``."""
+    from simulator.sweep import Axis, SweepPlan, execute, summarize_points
+
+    plan = SweepPlan(spec.scenario, (Axis("policy", spec.policies),
+                                     Axis("rate_scale", tuple(scales))),
+                     replications=spec.replications, root_seed=spec.root_seed)
+    rows = execute(plan.runs, executor, progress=progress)
+    return summarize_points(rows_to_frame(rows), [spec.metric, "offered_rate_rps"],
+                            by=["policy", "rate_scale"], confidence=spec.confidence)
+
+
+def first_miss_rps(curve: pd.DataFrame, metric: str, target: float) -> dict[str, float]:
+    """Per policy: the lowest offered load on the curve whose mean attainment misses the
+    target (``inf`` when none does)."""
+    out: dict[str, float] = {}
+    for policy, g in curve.groupby("policy", sort=False):
+        miss = g[g[f"{metric}_mean"] < target]
+        out[str(policy)] = (float(miss["offered_rate_rps_mean"].min()) if len(miss)
+                            else math.inf)
+    return out
+
+
+def order_consistent(capacities: Sequence[PolicyCapacity], first_miss: dict[str, float]) -> bool:
+    """Whether the capacities rank the policies as their attainment curves do: for any two
+    policies whose curves first miss the target at different loads, the one that misses later
+    has the larger capacity."""
+    caps = {c.policy: c.capacity_rps for c in capacities}
+    names = [p for p in caps if p in first_miss]
+    for a in names:
+        for b in names:
+            if first_miss[a] > first_miss[b] and not caps[a] > caps[b]:
+                return False
+    return True

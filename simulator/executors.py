@@ -1,0 +1,267 @@
+"""Where many independent simulations run: local processes (the default) or a Ray cluster.
+
+An executor maps a picklable, top-level task function over a list of task specs and yields
+``(index, result)`` pairs as the tasks finish (not in submission order), so that a caller can
+store each finished run at once and a progress bar can advance. Both executors run the same
+function on the same specs, so their results are identical (the simulator is deterministic
+given its inputs).
+
+* :class:`LocalExecutor`: a process pool over the machine's cores (``max_workers=1`` runs the
+  tasks in the calling process, which is what tests and debuggers want). Workers are started
+  with the ``forkserver`` method where the platform has it (``spawn`` elsewhere), never by a
+  bare ``fork`` of a process that may hold threads (a progress bar's monitor, a Ray client).
+* :class:`RayExecutor`: Ray tasks on a local instance it starts (``address=None``) or on an
+  existing cluster (``address="ray://head:10001"`` or ``"auto"``). Ray is an optional extra
+  (``pip install 'kvbudget[ray]'``) imported only when a ``RayExecutor`` is first used; the
+  cluster's workers must be able to import ``kvbudget`` (same install, or a ``runtime_env``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from types import TracebackType
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+EXECUTORS: tuple[str, ...] = ("local", "ray")
+
+
+def available_cores() -> int:
+    """Cores this process may run on (the affinity mask where the platform has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
+class Executor(Protocol):
+    """What sweeps, tuning and capacity search need from an executor."""
+
+    name: str
+
+    @property
+    def num_workers(self) -> int: ...
+
+    def map_unordered(
+        self, fn: Callable[[T], R], tasks: Sequence[T]
+    ) -> Iterator[tuple[int, R]]: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Executor: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+class _ContextMixin:
+    def close(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def __enter__(self: Any) -> Any:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+PRELOAD: tuple[str, ...] = (
+    "simulator.sweep", "simulator.run", "simulator.scenario", "workloads.spec",
+)
+"""Modules the forkserver imports once, so that each worker starts with the simulator loaded."""
+
+
+def _start_method() -> str:
+    methods = multiprocessing.get_all_start_methods()
+    return "forkserver" if "forkserver" in methods else "spawn"
+
+
+class LocalExecutor(_ContextMixin):
+    """A process pool over local cores; the pool is started on first use and kept until
+    :meth:`close` (so a search that calls :meth:`map_unordered` many times pays the worker
+    start-up once).
+
+    ``max_workers``: ``None`` = every core this process may use; ``1`` = run in this process.
+    ``preload``: modules the worker server imports once before forking workers (forkserver).
+    """
+
+    name = "local"
+
+    def __init__(
+        self, max_workers: int | None = None, *, preload: Sequence[str] = PRELOAD
+    ) -> None:
+        if max_workers is not None and (not isinstance(max_workers, int) or max_workers < 1):
+            raise ValueError(f"max_workers must be an integer >= 1, got {max_workers!r}")
+        self._max_workers = max_workers or available_cores()
+        self._preload = tuple(preload)
+        self._pool: ProcessPoolExecutor | None = None
+
+    @property
+    def num_workers(self) -> int:
+        return self._max_workers
+
+    def _get_pool(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            method = _start_method()
+            ctx = multiprocessing.get_context(method)
+            if method == "forkserver" and self._preload:
+                ctx.set_forkserver_preload(list(self._preload))
+            self._pool = ProcessPoolExecutor(max_workers=self._max_workers, mp_context=ctx)
+        return self._pool
+
+    def map_unordered(self, fn: Callable[[T], R], tasks: Sequence[T]) -> Iterator[tuple[int, R]]:
+        """Run ``fn`` on every task; yield ``(index, result)`` as each finishes.
+
+        A task that raises stops the map: the exception propagates and tasks not yet started
+        are cancelled (so do results that were not consumed when the generator is closed).
+        """
+        tasks = list(tasks)
+        if not tasks:
+            return
+        if self._max_workers == 1:
+            for i, task in enumerate(tasks):
+                yield i, fn(task)
+            return
+        pool = self._get_pool()
+        # keep a bounded number in flight so that an interrupt cancels quickly
+        limit = 2 * self._max_workers
+        pending: dict[Future[R], int] = {}
+        nxt = 0
+        try:
+            while nxt < len(tasks) or pending:
+                while nxt < len(tasks) and len(pending) < limit:
+                    pending[pool.submit(fn, tasks[nxt])] = nxt
+                    nxt += 1
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    i = pending.pop(fut)
+                    yield i, fut.result()
+        finally:
+            for fut in pending:
+                fut.cancel()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+class RayExecutor(_ContextMixin):
+    """Ray tasks, one CPU each.
+
+    ``address``: ``None`` starts a local Ray instance (stopped again by :meth:`close`);
+    ``"auto"`` or ``"ray://host:10001"`` joins an existing cluster (left running).
+    ``num_cpus``: CPUs of a local instance (default: all). ``runtime_env``: passed to
+    ``ray.init`` (e.g. ``{"py_modules": [...]}`` when the cluster lacks kvbudget).
+    ``max_in_flight``: tasks submitted at a time (default: four per cluster CPU).
+    """
+
+    name = "ray"
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        num_cpus: int | None = None,
+        runtime_env: Mapping[str, Any] | None = None,
+        max_in_flight: int | None = None,
+    ) -> None:
+        if num_cpus is not None and num_cpus < 1:
+            raise ValueError(f"num_cpus must be >= 1, got {num_cpus!r}")
+        if max_in_flight is not None and max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight!r}")
+        self.address = address
+        self._num_cpus = num_cpus
+        self._runtime_env = dict(runtime_env) if runtime_env else None
+        self._max_in_flight = max_in_flight
+        self._ray: Any = None
+        self._owns = False
+
+    def _init(self) -> Any:
+        if self._ray is not None:
+            return self._ray
+        try:
+            import ray
+        except ImportError:
+            raise ValueError(
+                "the ray executor needs Ray: pip install 'kvbudget[ray]' (or 'ray>=2.9')"
+            ) from None
+        if not ray.is_initialized():
+            kwargs: dict[str, Any] = {
+                "include_dashboard": False,
+                "logging_level": "error",
+                "log_to_driver": False,
+            }
+            if self._runtime_env:
+                kwargs["runtime_env"] = self._runtime_env
+            if self.address is None:
+                kwargs["num_cpus"] = self._num_cpus or available_cores()
+            else:
+                kwargs["address"] = self.address
+            try:
+                ray.init(**kwargs)
+            except ConnectionError as exc:
+                raise ValueError(f"cannot reach the Ray cluster at {self.address!r}: {exc}") from None
+            self._owns = True
+        self._ray = ray
+        return ray
+
+    @property
+    def num_workers(self) -> int:
+        ray = self._init()
+        return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+    def map_unordered(self, fn: Callable[[T], R], tasks: Sequence[T]) -> Iterator[tuple[int, R]]:
+        tasks = list(tasks)
+        if not tasks:
+            return
+        ray = self._init()
+        remote = ray.remote(num_cpus=1, max_retries=0)(fn)
+        limit = self._max_in_flight or 4 * self.num_workers
+        pending: dict[Any, int] = {}
+        nxt = 0
+        try:
+            while nxt < len(tasks) or pending:
+                while nxt < len(tasks) and len(pending) < limit:
+                    pending[remote.remote(tasks[nxt])] = nxt
+                    nxt += 1
+                done, _ = ray.wait(list(pending), num_returns=1)
+                for ref in done:
+                    i = pending.pop(ref)
+                    yield i, ray.get(ref)
+        finally:
+            for ref in pending:
+                ray.cancel(ref)
+
+    def close(self) -> None:
+        if self._ray is not None and self._owns:
+            self._ray.shutdown()
+        self._ray = None
+        self._owns = False
+
+
+def make_executor(kind: str = "local", *, jobs: int | None = None,
+                  address: str | None = None) -> LocalExecutor | RayExecutor:
+    """``kind`` is ``"local"`` or ``"ray"``; ``jobs`` caps local workers (or a local Ray
+    instance's CPUs); ``address`` joins an existing Ray cluster."""
+    if kind == "local":
+        if address is not None:
+            raise ValueError("--address applies to the ray executor only")
+        return LocalExecutor(jobs)
+    if kind == "ray":
+        return RayExecutor(address, num_cpus=jobs if address is None else None)
+    raise ValueError(f"unknown executor {kind!r}; choose one of: {', '.join(EXECUTORS)}")

@@ -1,0 +1,570 @@
+"""Tuning: the policy (or engine) parameters that maximise an objective subject to constraints.
+
+The search (documented in docs/tuning.md):
+
+1. **Grid**: ``grid_points`` evenly spaced values per parameter over its bounds (the cross
+   product for several parameters), each simulated with ``replications`` seeds. Common random
+   numbers: replication ``r`` has the same seed, hence the same arrivals, at every point.
+2. **Refine** around the best feasible grid point: for one parameter, ``scipy.optimize.
+   minimize_scalar(method="bounded")`` on the interval between its grid neighbours; for several,
+   Nelder-Mead with bounds from that point with a one-grid-step simplex. Each evaluation is the
+   mean over the same replications; an infeasible point scores worse than any feasible one.
+   ``refine_evals`` caps the evaluations.
+3. **Winner**: among the feasible evaluations, those statistically indistinguishable from the
+   one with the best mean (the paired t interval of their per-replication differences, which
+   common random numbers make tight, includes 0); of these the one with the most slack in its
+   tightest constraint wins (without constraints: the best mean). It is reported with a Student t confidence interval over its replications. Taking
+   the slack into account keeps the search from picking the setting that merely had the
+   luckiest seeds at the edge of the feasible region.
+4. **Validation**: the winner simulated again with ``validate`` fresh seeds (replications that
+   the search never saw), reporting whether each constraint still holds.
+
+Feasibility is judged conservatively: a constraint ``m <= x`` holds at a point when the upper
+bound of the t interval of ``m``'s mean is at most ``x`` (``>=``: the lower bound at least
+``x``); a run whose metric is missing (no request of that tier completed) violates it. With a
+single replication the mean itself is used.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from simulator.sweep import (
+    GridPoint,
+    _scenario_data,
+    execute,
+    plan_runs,
+    replication_seeds,
+    rows_to_frame,
+    t_interval,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from simulator.executors import Executor
+    from simulator.scenario import Scenario
+
+BEST_FILE = "best.toml"
+EVIDENCE_FILE = "evidence.parquet"
+RESULT_FILE = "tune.json"
+
+_CONSTRAINT = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*(<=|>=)\s*(\S+)\s*$")
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """``metric <= limit`` or ``metric >= limit`` on a column of the runs table."""
+
+    metric: str
+    op: Literal["<=", ">="]
+    limit: float
+
+    @classmethod
+    def parse(cls, text: str) -> Constraint:
+        m = _CONSTRAINT.match(text)
+        if not m:
+            raise ValueError(
+                f"--constraint {text!r}: expected METRIC<=VALUE or METRIC>=VALUE, "
+                "e.g. interactive_ttft_p99_s<=2"
+            )
+        try:
+            limit = float(m.group(3))
+        except ValueError:
+            raise ValueError(f"--constraint {text!r}: {m.group(3)!r} is not a number") from None
+        if not math.isfinite(limit):
+            raise ValueError(f"--constraint {text!r}: the limit must be finite")
+        op: Literal["<=", ">="] = "<=" if m.group(2) == "<=" else ">="
+        return cls(m.group(1), op, limit)
+
+    def __str__(self) -> str:
+        return f"{self.metric}{self.op}{self.limit:g}"
+
+    def check(self, values: Sequence[float] | np.ndarray[Any, Any],
+              confidence: float) -> tuple[bool, float, float]:
+        """``(holds, mean, bound)`` over one point's replications (see module doc)."""
+        v = np.asarray(values, dtype=np.float64)
+        if v.size == 0 or not np.all(np.isfinite(v)):
+            return False, math.nan, math.nan
+        mean, low, high = t_interval(v, confidence)
+        bound = (high if self.op == "<=" else low) if v.size > 1 else mean
+        ok = bound <= self.limit if self.op == "<=" else bound >= self.limit
+        return bool(ok), mean, bound
+
+    def violation(self, bound: float) -> float:
+        """How far ``bound`` is on the wrong side, relative to the limit (0 when it holds)."""
+        if not math.isfinite(bound):
+            return math.inf
+        scale = max(abs(self.limit), 1e-9)
+        over = bound - self.limit if self.op == "<=" else self.limit - bound
+        return max(0.0, over / scale)
+
+
+@dataclass(frozen=True)
+class Param:
+    """A tuned scenario key (dotted, as ``--set``) with its bounds; ``integer`` rounds values."""
+
+    key: str
+    low: float
+    high: float
+    integer: bool = False
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.low) and math.isfinite(self.high) and self.low < self.high):
+            raise ValueError(
+                f"--param {self.key}: bounds must be finite with low < high, got "
+                f"{self.low!r}:{self.high!r}"
+            )
+        if self.key in ("policy", "seed", "name", "rate_scale"):
+            raise ValueError(f"--param {self.key!r}: not a tunable numeric scenario key")
+
+    @classmethod
+    def parse(cls, text: str) -> Param:
+        """``key=low:high`` or ``key=low:high:int``."""
+        if "=" not in text:
+            raise ValueError(f"--param {text!r}: expected key=low:high (or key=low:high:int)")
+        key, raw = (s.strip() for s in text.split("=", 1))
+        parts = raw.split(":")
+        integer = len(parts) == 3 and parts[2].strip() == "int"
+        if len(parts) != 2 and not integer:
+            raise ValueError(f"--param {text!r}: expected key=low:high (or key=low:high:int)")
+        try:
+            low, high = float(parts[0]), float(parts[1])
+        except ValueError:
+            raise ValueError(f"--param {text!r}: bounds must be numbers") from None
+        return cls(key, low, high, integer)
+
+    def value(self, x: float) -> float | int:
+        """``x`` clamped to the bounds and rounded: integers, or decimals with a resolution of
+        about 1/1000 of the range (the power of ten below it), so that a search does not
+        simulate settings that differ in the tenth digit."""
+        x = min(max(float(x), self.low), self.high)
+        if self.integer:
+            return round(x)
+        digits = -math.floor(math.log10((self.high - self.low) / 1000))
+        return float(min(max(round(x, digits), self.low), self.high))
+
+    def grid(self, n: int) -> list[float | int]:
+        vals = [self.value(v) for v in np.linspace(self.low, self.high, n)]
+        return list(dict.fromkeys(vals))
+
+
+@dataclass
+class Evaluation:
+    """One parameter setting evaluated over a set of replications."""
+
+    index: int
+    stage: str
+    params: dict[str, float | int]
+    objective: tuple[float, float, float]
+    constraints: list[tuple[Constraint, bool, float, float]]
+    rows: list[dict[str, Any]] = field(repr=False)
+
+    @property
+    def feasible(self) -> bool:
+        return all(ok for _, ok, _, _ in self.constraints)
+
+    def mean_checks(self) -> list[bool]:
+        """Each constraint judged on the plain mean of the replications."""
+        return [math.isfinite(mean) and (mean <= c.limit if c.op == "<=" else mean >= c.limit)
+                for c, _, mean, _ in self.constraints]
+
+    @property
+    def feasible_on_mean(self) -> bool:
+        """Constraints judged on the plain mean (how validation with fresh seeds is read)."""
+        return all(self.mean_checks())
+
+    @property
+    def slack(self) -> float:
+        """The tightest constraint's relative room: ``(limit - bound) / |limit|`` for ``<=``
+        (``(bound - limit) / |limit|`` for ``>=``); ``inf`` without constraints."""
+        out = math.inf
+        for c, _, _, bound in self.constraints:
+            if not math.isfinite(bound):
+                return -math.inf
+            scale = max(abs(c.limit), 1e-9)
+            room = (c.limit - bound if c.op == "<=" else bound - c.limit) / scale
+            out = min(out, room)
+        return out
+
+    @property
+    def total_violation(self) -> float:
+        return sum(c.violation(bound) for c, _, _, bound in self.constraints)
+
+    def describe(self) -> dict[str, Any]:
+        mean, low, high = self.objective
+        return {
+            "stage": self.stage,
+            "params": self.params,
+            "objective": {"mean": _num(mean), "ci_low": _num(low), "ci_high": _num(high)},
+            "replications": len(self.rows),
+            "feasible": self.feasible,
+            "constraints": [
+                {"constraint": str(c), "holds": ok, "mean": _num(mean_c), "bound": _num(bound)}
+                for c, ok, mean_c, bound in self.constraints
+            ],
+        }
+
+
+def _num(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+@dataclass
+class TuneSpec:
+    """What to tune and how hard to look."""
+
+    scenario: Scenario
+    params: tuple[Param, ...]
+    objective: str = "batch_output_tokens_per_s"
+    maximize: bool = True
+    constraints: tuple[Constraint, ...] = ()
+    replications: int = 5
+    grid_points: int = 9
+    refine_evals: int = 8
+    validate: int = 5
+    confidence: float = 0.95
+    root_seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.params:
+            raise ValueError("give at least one parameter to tune (--param key=low:high)")
+        if len({p.key for p in self.params}) != len(self.params):
+            raise ValueError("each --param key may be given once")
+        if len(self.params) > 3:
+            raise ValueError(f"tune searches at most 3 parameters at once, got {len(self.params)}")
+        if self.replications < 1:
+            raise ValueError(f"replications must be >= 1, got {self.replications!r}")
+        if self.grid_points < 2:
+            raise ValueError(f"grid_points must be >= 2, got {self.grid_points!r}")
+        if self.refine_evals < 0 or self.validate < 0:
+            raise ValueError("refine_evals and validate must be >= 0")
+        if not 0 < self.confidence < 1:
+            raise ValueError(f"confidence must be in (0, 1), got {self.confidence!r}")
+        if self.root_seed is None:
+            self.root_seed = self.scenario.seed
+
+
+@dataclass
+class TuneResult:
+    spec: TuneSpec
+    evaluations: list[Evaluation]
+    best: Evaluation | None
+    validation: Evaluation | None
+
+    @property
+    def validated(self) -> bool | None:
+        return None if self.validation is None else self.validation.feasible_on_mean
+
+    def best_scenario(self) -> dict[str, Any]:
+        """The scenario (as TOML-ready data) with the winning parameters."""
+        if self.best is None:
+            raise ValueError("no parameter setting met the constraints")
+        from simulator.scenario import scenario_from_dict
+
+        scn = scenario_from_dict(
+            _scenario_data(self.spec.scenario), self.spec.scenario.base_dir,
+            _overrides(self.best.params),
+        )
+        data = _scenario_data(scn)
+        data["name"] = f"{self.spec.scenario.name}-tuned"
+        data["seed"] = int(self.spec.scenario.seed)
+        return _absolute_paths(data, self.spec.scenario.base_dir)
+
+    def table(self) -> pd.DataFrame:
+        """The evidence: every run, with its evaluation index and stage."""
+        rows = []
+        for ev in [*self.evaluations, *([self.validation] if self.validation else [])]:
+            for r in ev.rows:
+                rows.append({"evaluation": ev.index, "stage": ev.stage, **r})
+        return rows_to_frame(rows)
+
+    def describe(self) -> dict[str, Any]:
+        s = self.spec
+        return {
+            "objective": s.objective,
+            "maximize": s.maximize,
+            "constraints": [str(c) for c in s.constraints],
+            "params": [{"key": p.key, "low": p.low, "high": p.high, "integer": p.integer}
+                       for p in s.params],
+            "replications": s.replications,
+            "confidence": s.confidence,
+            "root_seed": s.root_seed,
+            "num_evaluations": len(self.evaluations),
+            "best": None if self.best is None else self.best.describe(),
+            "validation": None if self.validation is None else {
+                **self.validation.describe(),
+                "constraints_hold_on_mean": self.validation.feasible_on_mean,
+            },
+        }
+
+    def write(self, out_dir: Path) -> list[Path]:
+        """``best.toml`` (when a setting was feasible), ``evidence.parquet``, ``tune.json``."""
+        out_dir.mkdir(parents=True, exist_ok=True)
+        written = []
+        if self.best is not None:
+            path = out_dir / BEST_FILE
+            header = _toml_header(self)
+            path.write_text(header + dumps_toml(self.best_scenario()))
+            written.append(path)
+        ev = out_dir / EVIDENCE_FILE
+        self.table().to_parquet(ev, index=False)
+        res = out_dir / RESULT_FILE
+        res.write_text(json.dumps(self.describe(), indent=2) + "\n")
+        return [*written, ev, res]
+
+
+def _toml_header(result: TuneResult) -> str:
+    assert result.best is not None
+    mean, low, high = result.best.objective
+    lines = [
+        "# written by `kvbudget tune`",
+        f"# objective: {'maximise' if result.spec.maximize else 'minimise'} "
+        f"{result.spec.objective} = {mean:.6g} "
+        f"({result.spec.confidence:.0%} CI {low:.6g} .. {high:.6g}, "
+        f"{len(result.best.rows)} replications)",
+    ]
+    for c in result.spec.constraints:
+        lines.append(f"# constraint: {c}")
+    lines.append("# tuned: " + ", ".join(f"{k} = {v}" for k, v in result.best.params.items()))
+    return "\n".join(lines) + "\n\n"
+
+
+def _overrides(params: Mapping[str, float | int]) -> tuple[str, ...]:
+    return tuple(f"{k}={json.dumps(v)}" for k, v in params.items())
+
+
+def _absolute_paths(data: dict[str, Any], base_dir: Path) -> dict[str, Any]:
+    """Relative file paths (``cost_model`` and any ``path``/``*_path``/``*_file`` key) made
+    absolute, so the written scenario works from any directory."""
+
+    def fix(node: Any, key: str = "") -> Any:
+        if isinstance(node, dict):
+            return {k: fix(v, k) for k, v in node.items()}
+        if isinstance(node, list):
+            return [fix(v, key) for v in node]
+        if (isinstance(node, str) and node
+                and (key in ("path", "cost_model") or key.endswith(("_path", "_file")))):
+            p = Path(node)
+            if not p.is_absolute() and (base_dir / p).exists():
+                return str((base_dir / p).resolve())
+        return node
+
+    out: dict[str, Any] = fix(data)
+    return out
+
+
+def _drop_none(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _drop_none(v) for k, v in node.items() if v is not None}
+    if isinstance(node, list):
+        return [_drop_none(v) for v in node if v is not None]
+    return node
+
+
+def dumps_toml(data: Mapping[str, Any]) -> str:
+    """A scenario as TOML (``None`` values are left out: they mean "the default")."""
+    import tomli_w
+
+    text: str = tomli_w.dumps(_drop_none(dict(data)))
+    return text
+
+
+# --- the search ------------------------------------------------------------------------------
+
+
+class _Evaluator:
+    def __init__(self, spec: TuneSpec, executor: Executor,
+                 progress: Callable[[int], None] | None) -> None:
+        self.spec = spec
+        self.executor = executor
+        self.progress = progress
+        assert spec.root_seed is not None
+        self.seeds = replication_seeds(spec.root_seed, spec.replications)
+        self.evaluations: list[Evaluation] = []
+        self._cache: dict[tuple[float | int, ...], Evaluation] = {}
+
+    def _point(self, params: Mapping[str, float | int], index: int) -> GridPoint:
+        return GridPoint(index, tuple(params.items()), _overrides(params),
+                         self.spec.scenario.spec.policy, 1.0)
+
+    @staticmethod
+    def _key(setting: Mapping[str, float | int]) -> tuple[float | int, ...]:
+        return tuple(setting.values())
+
+    def evaluate_many(self, settings: Sequence[Mapping[str, float | int]],
+                      stage: str) -> list[Evaluation]:
+        """Evaluate each setting on the search's replications (each setting once: a repeat
+        returns the stored evaluation)."""
+        new: list[dict[str, float | int]] = []
+        for s in settings:
+            k = self._key(s)
+            if k not in self._cache and all(self._key(t) != k for t in new):
+                new.append(dict(s))
+        made = self._run(new, stage, self.seeds, 0)
+        for s, e in zip(new, made, strict=True):
+            self.evaluations.append(e)
+            self._cache[self._key(s)] = e
+        return [self._cache[self._key(s)] for s in settings]
+
+    def validate(self, setting: Mapping[str, float | int], seeds: Sequence[int],
+                 first_replication: int) -> Evaluation:
+        return self._run([dict(setting)], "validate", seeds, first_replication)[0]
+
+    def _run(self, settings: Sequence[dict[str, float | int]], stage: str,
+             seeds: Sequence[int], first_replication: int) -> list[Evaluation]:
+        if not settings:
+            return []
+        base = len(self.evaluations)
+        points = [self._point(s, base + i) for i, s in enumerate(settings)]
+        runs = plan_runs(self.spec.scenario, points, seeds, first_replication=first_replication)
+        rows = execute(runs, self.executor, progress=self.progress)
+        by_point: dict[int, list[dict[str, Any]]] = {p.index: [] for p in points}
+        for r in rows:
+            by_point[int(r["point"])].append(r)
+        return [self._make(p.index, stage, s, by_point[p.index])
+                for p, s in zip(points, settings, strict=True)]
+
+    def _make(self, index: int, stage: str, params: dict[str, float | int],
+              rows: list[dict[str, Any]]) -> Evaluation:
+        spec = self.spec
+        for r in rows:
+            for m in [spec.objective, *(c.metric for c in spec.constraints)]:
+                if m not in r:
+                    raise ValueError(
+                        f"no metric {m!r} in the runs table; e.g. "
+                        "batch_output_tokens_per_s, interactive_ttft_p99_s, "
+                        "overall_slo_attainment, overall_goodput_rps"
+                    )
+        rows.sort(key=lambda r: int(r["replication"]))
+        obj = np.array([_f(r[spec.objective]) for r in rows])
+        objective = t_interval(obj, spec.confidence) if np.all(np.isfinite(obj)) else (
+            math.nan, math.nan, math.nan)
+        checks = []
+        for c in spec.constraints:
+            ok, mean, bound = c.check([_f(r[c.metric]) for r in rows], spec.confidence)
+            checks.append((c, ok, mean, bound))
+        return Evaluation(index, stage, params, objective, checks, rows)
+
+    def score(self, ev: Evaluation) -> float:
+        """Lower is better: the negated objective when feasible, else a penalty above every
+        feasible score that grows with the violation."""
+        mean = ev.objective[0]
+        if ev.feasible and math.isfinite(mean):
+            return -mean if self.spec.maximize else mean
+        return 1e30 * (1.0 + min(ev.total_violation, 1e6))
+
+
+def _f(x: Any) -> float:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return math.nan
+    return v
+
+
+def tune(spec: TuneSpec, executor: Executor, *,
+         progress: Callable[[int], None] | None = None) -> TuneResult:
+    """Run the search of the module doc and return its result."""
+    from scipy import optimize
+
+    ev = _Evaluator(spec, executor, progress)
+    params = spec.params
+    grids = [p.grid(spec.grid_points) for p in params]
+    settings = [dict(zip([p.key for p in params], combo, strict=True))
+                for combo in itertools.product(*grids)]
+    ev.evaluate_many(settings, "grid")
+
+    def best_of(evals: Sequence[Evaluation]) -> Evaluation:
+        return min(evals, key=lambda e: (ev.score(e), e.index))
+
+    start = best_of(ev.evaluations)
+    budget = spec.refine_evals
+    if budget > 0 and start.feasible:
+        def f(x: Any) -> float:
+            xs = [float(v) for v in np.atleast_1d(np.asarray(x, dtype=np.float64))]
+            s = {p.key: p.value(v) for p, v in zip(params, xs, strict=True)}
+            return ev.score(ev.evaluate_many([s], "refine")[0])
+
+        if len(params) == 1:
+            p = params[0]
+            g = grids[0]
+            i = g.index(start.params[p.key])
+            lo, hi = g[max(i - 1, 0)], g[min(i + 1, len(g) - 1)]
+            if hi > lo:
+                optimize.minimize_scalar(
+                    f, bounds=(float(lo), float(hi)), method="bounded",
+                    options={"maxiter": budget,
+                             "xatol": 1e-3 * (p.high - p.low) if not p.integer else 0.5},
+                )
+        else:
+            x0 = np.array([float(start.params[p.key]) for p in params])
+            steps = np.array([(p.high - p.low) / (spec.grid_points - 1) for p in params])
+            simplex = np.vstack([x0] + [x0 + np.eye(len(params))[k] * steps[k]
+                                        * (1 if x0[k] + steps[k] <= params[k].high else -1)
+                                        for k in range(len(params))])
+            optimize.minimize(
+                f, x0, method="Nelder-Mead",
+                bounds=[(p.low, p.high) for p in params],
+                options={"maxfev": budget, "initial_simplex": simplex, "xatol": 1e-6,
+                         "fatol": 1e-9},
+            )
+    feasible = [e for e in ev.evaluations if e.feasible and math.isfinite(e.objective[0])]
+    best = (_winner(feasible, spec.maximize, spec.objective, spec.confidence)
+            if feasible else None)
+    validation = None
+    if best is not None and spec.validate > 0:
+        assert spec.root_seed is not None
+        fresh = replication_seeds(spec.root_seed, spec.validate, start=spec.replications)
+        validation = ev.validate(best.params, fresh, spec.replications)
+    return TuneResult(spec, ev.evaluations, best, validation)
+
+
+def _winner(feasible: Sequence[Evaluation], maximize: bool, objective: str,
+            confidence: float) -> Evaluation:
+    """The module doc's rule: the most slack among those indistinguishable from the best."""
+    sign = 1.0 if maximize else -1.0
+    top = max(feasible, key=lambda e: (sign * e.objective[0], -e.index))
+
+    def values(e: Evaluation) -> np.ndarray[Any, np.dtype[np.float64]]:
+        return np.array([_f(r[objective]) for r in e.rows])
+
+    best = values(top)
+    tied = []
+    for e in feasible:
+        mine = values(e)
+        if e is top or len(mine) != len(best) or len(best) < 2:
+            if e is top:
+                tied.append(e)
+            continue
+        # common random numbers: compare replication by replication (paired t interval)
+        _, low, _ = t_interval(sign * (best - mine), confidence)
+        if low <= 0:
+            tied.append(e)
+    return max(tied, key=lambda e: (e.slack, sign * e.objective[0], -e.index))
+
+
+def evaluations_frame(result: TuneResult) -> pd.DataFrame:
+    """One row per evaluation: parameters, objective mean and interval, feasibility."""
+    import pandas as pd
+
+    rows = []
+    for e in result.evaluations:
+        mean, low, high = e.objective
+        row: dict[str, Any] = {"evaluation": e.index, "stage": e.stage, **e.params,
+                               "objective_mean": mean, "objective_low": low,
+                               "objective_high": high, "feasible": e.feasible}
+        for c, _ok, cmean, bound in e.constraints:
+            row[f"{c.metric}_mean"] = cmean
+            row[f"{c.metric}_bound"] = bound
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,0 +1,113 @@
+"""Executors: the local process pool and Ray map a task over specs and agree exactly."""
+
+from __future__ import annotations
+
+import math
+import operator
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from simulator.executors import LocalExecutor, RayExecutor, available_cores, make_executor
+from simulator.scenario import scenario_from_dict
+from simulator.sweep import Axis, SweepPlan, execute, run_one
+
+
+def _scenario() -> dict[str, Any]:
+    return {
+        "name": "tiny", "seed": 5, "policy": "overcommit",
+        "engine": {"num_gpu_blocks": 2500},
+        "workload": {
+            "kind": "synthetic", "num_requests": 120,
+            "arrival": {"kind": "poisson", "rate_rps": 8.0},
+            "tiers": [
+                {"name": "interactive", "share": 0.7,
+                 "prompt": {"kind": "lognormal", "mean": 1000, "sigma": 0.8, "max_tokens": 8192},
+                 "output": {"kind": "lognormal", "mean": 200, "sigma": 0.9},
+                 "max_output": {"kind": "fixed", "tokens": 1024}},
+                {"name": "batch", "share": 0.3,
+                 "prompt": {"kind": "lognormal", "mean": 2000, "sigma": 0.6, "max_tokens": 8192},
+                 "output": {"kind": "uniform", "low": 256, "high": 1024},
+                 "max_output": {"kind": "fixed", "tokens": 1024}},
+            ],
+        },
+    }
+
+
+def _plan() -> SweepPlan:
+    scn = scenario_from_dict(_scenario(), Path("."))
+    return SweepPlan(scn, (Axis("policy", ("conservative", "overcommit", "preemptive")),),
+                     replications=2)
+
+
+def _metrics(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    df = pd.DataFrame(rows).drop(columns=["wall_time_s"])
+    return df.sort_values("run_key").reset_index(drop=True)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_local_executor_yields_every_result_with_its_index(workers: int) -> None:
+    tasks = list(range(-5, 15))
+    with LocalExecutor(workers) as ex:
+        got = dict(ex.map_unordered(operator.neg, tasks))
+        assert ex.num_workers == workers
+        # the pool is kept between maps
+        assert dict(ex.map_unordered(abs, tasks[:3])) == {0: 5, 1: 4, 2: 3}
+    assert got == {i: -t for i, t in enumerate(tasks)}
+
+
+def test_local_executor_propagates_a_task_error() -> None:
+    with LocalExecutor(2) as ex, pytest.raises(ValueError, match="math domain error"):
+        list(ex.map_unordered(math.sqrt, [4.0, -1.0, 9.0]))
+
+
+def test_empty_task_list_and_bad_arguments() -> None:
+    assert list(LocalExecutor(2).map_unordered(abs, [])) == []
+    assert LocalExecutor().num_workers == available_cores()
+    with pytest.raises(ValueError, match="max_workers must be an integer >= 1, got 0"):
+        LocalExecutor(0)
+    with pytest.raises(ValueError, match="unknown executor 'spark'"):
+        make_executor("spark")
+    with pytest.raises(ValueError, match="--address applies to the ray executor only"):
+        make_executor("local", address="auto")
+    assert isinstance(make_executor("ray", jobs=2), RayExecutor)
+
+
+def test_a_process_pool_gives_the_same_rows_as_one_process() -> None:
+    plan = _plan()
+    with LocalExecutor(1) as one:
+        ref = execute(plan.runs, one)
+    with LocalExecutor(2) as pool:
+        got = execute(plan.runs, pool)
+    pd.testing.assert_frame_equal(_metrics(got), _metrics(ref))
+
+
+@pytest.mark.slow
+def test_ray_results_are_identical_to_the_local_executor() -> None:
+    # Ray is the optional extra `kvbudget[ray]`; the Makefile installs it for the tests.
+    ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'kvbudget[ray]')")
+    plan = _plan()
+    with LocalExecutor(1) as local:
+        ref = execute(plan.runs, local)
+    with warnings.catch_warnings():
+        # Ray's start-up may warn about its own environment (not about our code)
+        warnings.simplefilter("ignore")
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="error",
+                 log_to_driver=False)
+    try:
+        ex = RayExecutor()  # joins the instance started above and leaves it running
+        assert ex.num_workers == 2
+        finished: list[int] = []
+        got = []
+        for i, row in ex.map_unordered(run_one, plan.runs):
+            finished.append(i)
+            got.append(row)
+        ex.close()
+        assert ray.is_initialized()
+        assert sorted(finished) == list(range(len(plan.runs)))
+        pd.testing.assert_frame_equal(_metrics(got), _metrics(ref))
+    finally:
+        ray.shutdown()
