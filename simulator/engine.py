@@ -152,6 +152,8 @@ class Engine:
         self._busy = False
         self._jump_ends: FloatArray | None = None  # step ends of the decode run in progress
         self._jump_keep = 0
+        self._step_numbers = np.arange(1, MAX_JUMP_STEPS + 1, dtype=np.float64)  # j + 1
+        self._zeros = np.zeros(MAX_JUMP_STEPS)
         self._wake: simpy.Event | None = None
         self.t = 0.0
         self.num_steps = 0
@@ -388,19 +390,25 @@ class Engine:
         if not self.running:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         rows = self._running_rows()
-        need = self.num_tokens[rows] - self.num_computed_tokens[rows]
-        before = budget - (np.cumsum(need) - need)  # budget left when each is reached
-        m = int(np.count_nonzero(before > 0))  # budget only shrinks: a prefix is scheduled
-        rows, need, before = rows[:m], need[:m], before[:m]
-        new = np.minimum(need, before)
+        computed = self.num_computed_tokens[rows]
+        need = self.num_tokens[rows] - computed
+        cum = need.cumsum()
+        if cum[-1] < budget:
+            new = need  # every request gets all it needs, with budget to spare
+        else:
+            before = budget - (cum - need)  # budget left when each is reached
+            m = int(np.count_nonzero(before > 0))  # budget only shrinks: a prefix is scheduled
+            rows, computed, need, before = rows[:m], computed[:m], need[:m], before[:m]
+            new = np.minimum(need, before)
         bs = self.block_size
-        want = -(-(self.num_computed_tokens[rows] + new) // bs)
-        extra = np.maximum(want - self.num_blocks[rows], 0)
-        total = int(extra.sum())
+        blocks = self.num_blocks[rows]
+        want = np.maximum((computed + new + (bs - 1)) // bs, blocks)
+        total = int(np.add.reduce(want - blocks))
         if total > self.num_free_blocks + self._evictable:
             return None
-        self.num_blocks[rows] += extra
-        self._take(total)
+        if total:
+            self.num_blocks[rows] = want
+            self._take(total)
         return rows, new
 
     def _schedule_running_slow(self, budget: int) -> tuple[list[int], list[int], bool, int]:
@@ -589,21 +597,24 @@ class Engine:
                 # passed fits(); guard against a livelock all the same
                 raise RuntimeError("engine could not schedule any request")  # pragma: no cover
             counts = (len(self.running), self.num_waiting() + gw_waiting)
-            if self.config.skip_ahead and self._steady(rows, new, preempted):
-                k, step_end, used, dts = self._plan_jump(rows, used_before)
-                t1 = float(step_end[-1])
+            step_end: FloatArray | None = None
+            k = 1
+            steady = self.config.skip_ahead and self._steady(rows, new, preempted)
+            if steady:
+                k_max, c0, dt, t_ext = self._decode_run_bound(rows)
+                if k_max > 1:
+                    k, step_end, used, dts = self._plan_jump(rows, used_before, k_max, c0, t_ext)
+                    t1 = float(step_end[-1])
             else:
                 p, d, c, a = self._features(rows, new)
                 dt = float(self.cost.step_time(p, d, c, a)) + self._step_extra_s
-                step_end = None
-                k = 1
+            if step_end is None:
                 t1 = self.t + dt
-                self._kv_scalar_terms.append(float(self.num_used_blocks) * self.block_size * dt)
+                used_now = self.num_used_blocks
+                self._kv_scalar_terms.append(float(used_now) * self.block_size * dt)
                 if self._hol_blocked:
                     self._hol_scalar_terms.append(dt)
-                self._sample_steps(
-                    np.array([t1]), np.array([self.num_used_blocks], np.int64), reserved, counts
-                )
+                self._sample_step(t1, used_now, reserved, counts)
             self._busy = True
             self._jump_ends = step_end if k > 1 else None
             try:
@@ -625,7 +636,7 @@ class Engine:
             self.t = t1
             self.num_steps += k
             aborted = self._apply_aborts()
-            if k == 1 and step_end is None:
+            if not steady:
                 self._on_steps(rows, new, preempted, 1)
                 self._commit_step(rows, new, aborted)
             else:
@@ -648,6 +659,8 @@ class Engine:
             self.process.interrupt()
 
     def _apply_aborts(self) -> list[int]:
+        if not self._aborts:
+            return []
         aborted = list(self._aborts)
         for i in aborted:
             self._abort_now(i)
@@ -674,51 +687,58 @@ class Engine:
         if done.size:
             self._finish(done.tolist())
 
-    def _plan_jump(
-        self, rows: IntArray, used_before: int
-    ) -> tuple[int, FloatArray, IntArray, FloatArray]:
-        """Plan a run of pure-decode steps; returns its length, step end times, blocks in use
-        during each step and step durations. The first step's blocks were already allocated by
-        _schedule."""
-        bs = self.block_size
+    def _decode_run_bound(self, rows: IntArray) -> tuple[int, int, float, float]:
+        """For a decode run of ``rows`` starting now: an upper bound on its length (the first
+        finish, :data:`MAX_JUMP_STEPS`, the next external event), the context tokens before it,
+        the duration of its first step and the time of the next external event."""
         n = len(rows)
-        computed = self.num_computed_tokens[rows]  # before step 0
-        c0 = int(computed.sum())
-        step0 = self.num_used_blocks - used_before  # blocks step 0 took in _schedule
+        c0 = int(np.add.reduce(self.num_computed_tokens[rows]))
+        dt0 = float(self.cost.step_time(0.0, float(n), float(c0 + n), 0.0))
         k_max = min(
             int((self.target_output[rows] - self.num_output_tokens[rows]).min()), MAX_JUMP_STEPS
         )
         t_ext = self.hooks.next_external_s()
-        if t_ext != math.inf and k_max > 1:
+        if t_ext != math.inf and k_max > 1 and dt0 > 0:
             # step times never shrink during a decode run (the context only grows), so the run
-            # reaches t_ext within (t_ext - t) / dt0 + 1 steps: size the arrays to that
-            dt0 = float(self.cost.step_time(0.0, float(n), float(c0 + n), 0.0))
-            if dt0 > 0:
-                k_max = max(1, min(k_max, int((t_ext - self.t) / dt0) + 2))
+            # reaches t_ext within (t_ext - t) / dt0 + 1 steps
+            k_max = max(1, min(k_max, int((t_ext - self.t) / dt0) + 2))
+        return k_max, c0, dt0, t_ext
+
+    def _plan_jump(
+        self, rows: IntArray, used_before: int, k_max: int, c0: int, t_ext: float
+    ) -> tuple[int, FloatArray, IntArray, FloatArray]:
+        """Plan a run of at most ``k_max`` pure-decode steps from ``c0`` context tokens, ending
+        with the step in progress at ``t_ext``; returns its length, step end times, blocks in use during each step and step durations. The
+        first step's blocks were already allocated by _schedule."""
+        bs = self.block_size
+        n = len(rows)
+        step0 = self.num_used_blocks - used_before  # blocks step 0 took in _schedule
         # block allocation pattern: request r (c_r tokens computed before the run, b_r blocks
         # after step 0's allocation by _schedule) needs its next block at step
         # f_r = b_r * bs - c_r >= 1 and then every bs steps; a[j] counts the blocks step j takes
-        first = self.num_blocks[rows] * bs - computed
-        a = np.bincount(first[first < k_max], minlength=k_max)
+        first = self.num_blocks[rows] * bs - self.num_computed_tokens[rows]
         period = -(-k_max // bs) * bs
-        a = np.concatenate((a, np.zeros(period - k_max, a.dtype))).reshape(-1, bs)
-        alloc_cum = np.cumsum(np.cumsum(a, axis=0).ravel()[:k_max])  # blocks taken in 1..j
-        fail = np.flatnonzero(alloc_cum > self.num_free_blocks + self._evictable)
-        if fail.size:
-            k_max = max(int(fail[0]), 1)
+        a = np.bincount(first[first < k_max], minlength=period)  # first < k_max <= period
+        alloc_cum = a.reshape(-1, bs).cumsum(axis=0).ravel()[:k_max].cumsum()  # taken in 1..j
+        # alloc_cum never decreases: the first step that runs out of blocks, if any
+        fail = int(alloc_cum.searchsorted(self.num_free_blocks + self._evictable, side="right"))
+        if fail < k_max:
+            k_max = max(fail, 1)
             alloc_cum = alloc_cum[:k_max]
         k_max = self._jump_limit(rows, k_max, alloc_cum)
         alloc_cum = alloc_cum[:k_max]
-        j = np.arange(k_max, dtype=np.int64)
-        context = (c0 + n * (j + 1)).astype(np.float64)
-        zeros = np.zeros(k_max)
+        context = c0 + float(n) * self._step_numbers[:k_max]  # exact: integers below 2**53
+        zeros = self._zeros[:k_max]
         dts = np.asarray(
-            self.cost.step_time(zeros, np.full(k_max, float(n)), context, zeros), dtype=np.float64
+            self.cost.step_time(zeros, zeros + float(n), context, zeros), dtype=np.float64
         )
-        ends = np.cumsum(np.concatenate(([self.t], dts)))[1:]
+        ends = np.empty(k_max + 1)
+        ends[0] = self.t
+        ends[1:] = dts
+        ends = ends.cumsum()[1:]  # sequential sums from t, as stepping adds them
         k = k_max
         if t_ext < ends[-1]:
-            k = int(np.searchsorted(ends, t_ext, side="left")) + 1
+            k = int(ends.searchsorted(t_ext, side="left")) + 1
             ends, dts, alloc_cum = ends[:k], dts[:k], alloc_cum[:k]
         used = used_before + step0 + alloc_cum
         return k, ends, used, dts
@@ -777,6 +797,24 @@ class Engine:
                 (
                     g,
                     int(used_blocks[s]) * self.block_size,
+                    reserved,
+                    self.capacity_tokens,
+                    running,
+                    waiting,
+                    self.num_preemptions_total,
+                )
+            )
+
+    def _sample_step(
+        self, end: float, used_blocks: int, reserved: int, counts: tuple[int, int]
+    ) -> None:
+        """Timeline samples up to the end of one step (see :meth:`_sample_steps`)."""
+        running, waiting = counts
+        for g in self._grid(end):
+            self.timeline.append(
+                (
+                    g,
+                    used_blocks * self.block_size,
                     reserved,
                     self.capacity_tokens,
                     running,
