@@ -418,6 +418,14 @@ class Engine:
         preempted = False
         idx = 0
         while idx < len(self.running) and budget > 0:
+            ok_rows, ok_new = self._allocate_running_prefix(idx, budget)
+            sched.extend(ok_rows)
+            new.extend(ok_new)
+            budget -= sum(ok_new)
+            idx += len(ok_rows)
+            if idx >= len(self.running) or budget <= 0:
+                break
+            # running[idx] does not fit: preempt until it does (or is preempted itself)
             i = self.running[idx]
             n_new = min(int(self.num_tokens[i] - self.num_computed_tokens[i]), budget)
             can = True
@@ -440,6 +448,28 @@ class Engine:
             budget -= n_new
             idx += 1
         return sched, new, preempted, budget
+
+    def _allocate_running_prefix(self, start: int, budget: int) -> tuple[list[int], list[int]]:
+        """Allocate, in order, the running requests from index ``start`` on until one does
+        not fit or the token budget is spent, as :meth:`allocate_slots` one by one would;
+        returns the allocated rows and their new-token counts."""
+        rows = np.asarray(self.running[start:], dtype=np.int64)
+        computed = self.num_computed_tokens[rows]
+        need = self.num_tokens[rows] - computed
+        before = budget - (need.cumsum() - need)  # budget left when each is reached
+        m = int(np.count_nonzero(before > 0))  # budget only shrinks: a prefix is scheduled
+        rows, computed, need, before = rows[:m], computed[:m], need[:m], before[:m]
+        new = np.minimum(need, before)
+        bs = self.block_size
+        blocks = self.num_blocks[rows]
+        want = np.maximum((computed + new + (bs - 1)) // bs, blocks)
+        taken = (want - blocks).cumsum()
+        # taken never decreases: the first request whose blocks do not fit, if any
+        ok = int(taken.searchsorted(self.num_free_blocks + self._evictable, side="right"))
+        if ok:
+            self.num_blocks[rows[:ok]] = want[:ok]
+            self._take(int(taken[ok - 1]))
+        return rows[:ok].tolist(), new[:ok].tolist()
 
     def _schedule_waiting(self, budget: int) -> tuple[list[int], list[int]]:
         sched: list[int] = []
@@ -679,11 +709,13 @@ class Engine:
         sampled = rows[computed >= self.num_tokens[rows]]
         if sampled.size == 0:
             return
-        self.num_output_tokens[sampled] += 1
+        output = self.num_output_tokens[sampled] + 1
+        self.num_output_tokens[sampled] = output
         self.num_tokens[sampled] += 1
         first = sampled[np.isnan(self.first_token_s[sampled])]
-        self.first_token_s[first] = self.t
-        done = sampled[self.num_output_tokens[sampled] >= self.target_output[sampled]]
+        if first.size:
+            self.first_token_s[first] = self.t
+        done = sampled[output >= self.target_output[sampled]]
         if done.size:
             self._finish(done.tolist())
 
@@ -708,8 +740,9 @@ class Engine:
         self, rows: IntArray, used_before: int, k_max: int, c0: int, t_ext: float
     ) -> tuple[int, FloatArray, IntArray, FloatArray]:
         """Plan a run of at most ``k_max`` pure-decode steps from ``c0`` context tokens, ending
-        with the step in progress at ``t_ext``; returns its length, step end times, blocks in use during each step and step durations. The
-        first step's blocks were already allocated by _schedule."""
+        with the step in progress at ``t_ext``; returns its length, step end times, blocks in
+        use during each step and step durations. The first step's blocks were already
+        allocated by _schedule."""
         bs = self.block_size
         n = len(rows)
         step0 = self.num_used_blocks - used_before  # blocks step 0 took in _schedule
@@ -745,16 +778,20 @@ class Engine:
 
     def _commit_jump(self, rows: IntArray, k: int) -> None:
         bs = self.block_size
-        computed = self.num_computed_tokens[rows]
-        new_total = computed + k
-        need = np.maximum(-(-new_total // bs), self.num_blocks[rows])
-        self._take(int((need - self.num_blocks[rows]).sum()))
-        self.num_blocks[rows] = need
+        new_total = self.num_computed_tokens[rows] + k
+        blocks = self.num_blocks[rows]
+        need = np.maximum((new_total + (bs - 1)) // bs, blocks)
+        extra = int(np.add.reduce(need - blocks))
+        if extra:
+            self._take(extra)
+            self.num_blocks[rows] = need
         self.num_computed_tokens[rows] = new_total
-        self.num_output_tokens[rows] += k
+        output = self.num_output_tokens[rows] + k
+        self.num_output_tokens[rows] = output
         self.num_tokens[rows] += k
-        done = rows[self.num_output_tokens[rows] >= self.target_output[rows]]
-        self._finish([int(i) for i in done])
+        done = rows[output >= self.target_output[rows]]
+        if done.size:
+            self._finish(done.tolist())
 
     def _finish(self, finished: list[int]) -> None:
         if not finished:
