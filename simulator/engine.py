@@ -333,13 +333,11 @@ class Engine:
 
     def _victim(self) -> int:
         """Lowest priority (highest value), then latest arrival, then latest scheduled."""
-        best = self.running[-1]
-        best_key = (int(self.priority[best]), float(self.arrival_s[best]))
-        for j in reversed(self.running):
-            key = (int(self.priority[j]), float(self.arrival_s[j]))
-            if key > best_key:
-                best, best_key = j, key
-        return best
+        rows = self._running_rows()
+        prio = self.priority[rows]
+        cand = np.flatnonzero(prio == prio.max())
+        arrival = self.arrival_s[rows[cand]]
+        return int(rows[cand[np.flatnonzero(arrival == arrival.max())[-1]]])
 
     # --- hooks for other engines (no-ops here) -----------------------------------------------
     def _jump_limit(self, rows: IntArray, k_max: int, alloc_cum: IntArray) -> int:
@@ -797,8 +795,12 @@ class Engine:
         if not finished:
             return
         t = self.t
-        done = set(finished)
-        self.running = [i for i in self.running if i not in done]
+        if len(finished) <= 4:  # a few finish at a time: removing them one by one is cheaper
+            for i in finished:
+                self.running.remove(i)
+        else:
+            done = set(finished)
+            self.running = [i for i in self.running if i not in done]
         self._running_arr = None
         for i in finished:
             self._free(i)
