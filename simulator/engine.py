@@ -364,7 +364,7 @@ class Engine:
         fast = self._schedule_running_fast(budget)
         if fast is not None:
             sched, new = fast
-            budget -= int(new.sum())
+            budget -= int(np.add.reduce(new))
             preempted = False
         else:
             sched_l, new_l, preempted, budget = self._schedule_running_slow(budget)
@@ -580,12 +580,12 @@ class Engine:
     def _features(self, rows: IntArray, new: IntArray) -> tuple[float, float, float, float]:
         after = self.num_computed_tokens[rows] + new
         decode = (new == 1) & (self.num_output_tokens[rows] > 0) & (after == self.num_tokens[rows])
-        prefill = ~decode
+        prefill_new = new * ~decode  # new tokens of the prefill chunks, 0 for decode rows
         return (
-            float(new[prefill].sum()),
+            float(np.add.reduce(prefill_new)),
             float(np.count_nonzero(decode)),
-            float(after.sum()),
-            float((new[prefill] * after[prefill]).sum()),
+            float(np.add.reduce(after)),
+            float(np.add.reduce(prefill_new * after)),
         )
 
     def _steady(self, rows: IntArray, new: IntArray, preempted: bool) -> bool:
