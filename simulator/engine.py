@@ -775,14 +775,15 @@ class Engine:
         return k, ends, used, dts
 
     def _commit_jump(self, rows: IntArray, k: int) -> None:
-        bs = self.block_size
         new_total = self.num_computed_tokens[rows] + k
-        blocks = self.num_blocks[rows]
-        need = np.maximum((new_total + (bs - 1)) // bs, blocks)
-        extra = int(np.add.reduce(need - blocks))
-        if extra:
-            self._take(extra)
-            self.num_blocks[rows] = need
+        if k > 1:  # step 0's blocks were allocated by _schedule; the later steps' are taken now
+            bs = self.block_size
+            blocks = self.num_blocks[rows]
+            need = np.maximum((new_total + (bs - 1)) // bs, blocks)
+            extra = int(np.add.reduce(need - blocks))
+            if extra:
+                self._take(extra)
+                self.num_blocks[rows] = need
         self.num_computed_tokens[rows] = new_total
         output = self.num_output_tokens[rows] + k
         self.num_output_tokens[rows] = output
