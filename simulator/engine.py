@@ -748,9 +748,13 @@ class Engine:
         # after step 0's allocation by _schedule) needs its next block at step
         # f_r = b_r * bs - c_r >= 1 and then every bs steps; a[j] counts the blocks step j takes
         first = self.num_blocks[rows] * bs - self.num_computed_tokens[rows]
-        period = -(-k_max // bs) * bs
-        a = np.bincount(first[first < k_max], minlength=period)  # first < k_max <= period
-        alloc_cum = a.reshape(-1, bs).cumsum(axis=0).ravel()[:k_max].cumsum()  # taken in 1..j
+        if k_max <= bs:  # no request takes a second new block within the run
+            a = np.bincount(first[first < k_max], minlength=k_max)
+        else:  # a[j] counts the requests with f_r <= j and f_r = j (mod bs)
+            period = -(-k_max // bs) * bs
+            a = np.bincount(first[first < k_max], minlength=period)
+            a = a.reshape(-1, bs).cumsum(axis=0).ravel()[:k_max]
+        alloc_cum = a.cumsum()  # blocks taken in steps 1..j
         # alloc_cum never decreases: the first step that runs out of blocks, if any
         fail = int(alloc_cum.searchsorted(self.num_free_blocks + self._evictable, side="right"))
         if fail < k_max:
