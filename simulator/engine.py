@@ -152,6 +152,8 @@ class Engine:
         self._busy = False
         self._jump_ends: FloatArray | None = None  # step ends of the decode run in progress
         self._jump_keep = 0
+        self._step_numbers = np.arange(1, MAX_JUMP_STEPS + 1, dtype=np.float64)  # j + 1
+        self._zeros = np.zeros(MAX_JUMP_STEPS)
         self._wake: simpy.Event | None = None
         self.t = 0.0
         self.num_steps = 0
@@ -331,13 +333,11 @@ class Engine:
 
     def _victim(self) -> int:
         """Lowest priority (highest value), then latest arrival, then latest scheduled."""
-        best = self.running[-1]
-        best_key = (int(self.priority[best]), float(self.arrival_s[best]))
-        for j in reversed(self.running):
-            key = (int(self.priority[j]), float(self.arrival_s[j]))
-            if key > best_key:
-                best, best_key = j, key
-        return best
+        rows = self._running_rows()
+        prio = self.priority[rows]
+        cand = np.flatnonzero(prio == prio.max())
+        arrival = self.arrival_s[rows[cand]]
+        return int(rows[cand[np.flatnonzero(arrival == arrival.max())[-1]]])
 
     # --- hooks for other engines (no-ops here) -----------------------------------------------
     def _jump_limit(self, rows: IntArray, k_max: int, alloc_cum: IntArray) -> int:
@@ -364,7 +364,7 @@ class Engine:
         fast = self._schedule_running_fast(budget)
         if fast is not None:
             sched, new = fast
-            budget -= int(new.sum())
+            budget -= int(np.add.reduce(new))
             preempted = False
         else:
             sched_l, new_l, preempted, budget = self._schedule_running_slow(budget)
@@ -388,19 +388,25 @@ class Engine:
         if not self.running:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         rows = self._running_rows()
-        need = self.num_tokens[rows] - self.num_computed_tokens[rows]
-        before = budget - (np.cumsum(need) - need)  # budget left when each is reached
-        m = int(np.count_nonzero(before > 0))  # budget only shrinks: a prefix is scheduled
-        rows, need, before = rows[:m], need[:m], before[:m]
-        new = np.minimum(need, before)
+        computed = self.num_computed_tokens[rows]
+        need = self.num_tokens[rows] - computed
+        cum = need.cumsum()
+        if cum[-1] < budget:
+            new = need  # every request gets all it needs, with budget to spare
+        else:
+            before = budget - (cum - need)  # budget left when each is reached
+            m = int(np.count_nonzero(before > 0))  # budget only shrinks: a prefix is scheduled
+            rows, computed, need, before = rows[:m], computed[:m], need[:m], before[:m]
+            new = np.minimum(need, before)
         bs = self.block_size
-        want = -(-(self.num_computed_tokens[rows] + new) // bs)
-        extra = np.maximum(want - self.num_blocks[rows], 0)
-        total = int(extra.sum())
+        blocks = self.num_blocks[rows]
+        want = np.maximum((computed + new + (bs - 1)) // bs, blocks)
+        total = int(np.add.reduce(want - blocks))
         if total > self.num_free_blocks + self._evictable:
             return None
-        self.num_blocks[rows] += extra
-        self._take(total)
+        if total:
+            self.num_blocks[rows] = want
+            self._take(total)
         return rows, new
 
     def _schedule_running_slow(self, budget: int) -> tuple[list[int], list[int], bool, int]:
@@ -410,6 +416,14 @@ class Engine:
         preempted = False
         idx = 0
         while idx < len(self.running) and budget > 0:
+            ok_rows, ok_new = self._allocate_running_prefix(idx, budget)
+            sched.extend(ok_rows)
+            new.extend(ok_new)
+            budget -= sum(ok_new)
+            idx += len(ok_rows)
+            if idx >= len(self.running) or budget <= 0:
+                break
+            # running[idx] does not fit: preempt until it does (or is preempted itself)
             i = self.running[idx]
             n_new = min(int(self.num_tokens[i] - self.num_computed_tokens[i]), budget)
             can = True
@@ -432,6 +446,28 @@ class Engine:
             budget -= n_new
             idx += 1
         return sched, new, preempted, budget
+
+    def _allocate_running_prefix(self, start: int, budget: int) -> tuple[list[int], list[int]]:
+        """Allocate, in order, the running requests from index ``start`` on until one does
+        not fit or the token budget is spent, as :meth:`allocate_slots` one by one would;
+        returns the allocated rows and their new-token counts."""
+        rows = np.asarray(self.running[start:], dtype=np.int64)
+        computed = self.num_computed_tokens[rows]
+        need = self.num_tokens[rows] - computed
+        before = budget - (need.cumsum() - need)  # budget left when each is reached
+        m = int(np.count_nonzero(before > 0))  # budget only shrinks: a prefix is scheduled
+        rows, computed, need, before = rows[:m], computed[:m], need[:m], before[:m]
+        new = np.minimum(need, before)
+        bs = self.block_size
+        blocks = self.num_blocks[rows]
+        want = np.maximum((computed + new + (bs - 1)) // bs, blocks)
+        taken = (want - blocks).cumsum()
+        # taken never decreases: the first request whose blocks do not fit, if any
+        ok = int(taken.searchsorted(self.num_free_blocks + self._evictable, side="right"))
+        if ok:
+            self.num_blocks[rows[:ok]] = want[:ok]
+            self._take(int(taken[ok - 1]))
+        return rows[:ok].tolist(), new[:ok].tolist()
 
     def _schedule_waiting(self, budget: int) -> tuple[list[int], list[int]]:
         sched: list[int] = []
@@ -544,12 +580,12 @@ class Engine:
     def _features(self, rows: IntArray, new: IntArray) -> tuple[float, float, float, float]:
         after = self.num_computed_tokens[rows] + new
         decode = (new == 1) & (self.num_output_tokens[rows] > 0) & (after == self.num_tokens[rows])
-        prefill = ~decode
+        prefill_new = new * ~decode  # new tokens of the prefill chunks, 0 for decode rows
         return (
-            float(new[prefill].sum()),
+            float(np.add.reduce(prefill_new)),
             float(np.count_nonzero(decode)),
-            float(after.sum()),
-            float((new[prefill] * after[prefill]).sum()),
+            float(np.add.reduce(after)),
+            float(np.add.reduce(prefill_new * after)),
         )
 
     def _steady(self, rows: IntArray, new: IntArray, preempted: bool) -> bool:
@@ -589,21 +625,24 @@ class Engine:
                 # passed fits(); guard against a livelock all the same
                 raise RuntimeError("engine could not schedule any request")  # pragma: no cover
             counts = (len(self.running), self.num_waiting() + gw_waiting)
-            if self.config.skip_ahead and self._steady(rows, new, preempted):
-                k, step_end, used, dts = self._plan_jump(rows, used_before)
-                t1 = float(step_end[-1])
+            step_end: FloatArray | None = None
+            k = 1
+            steady = self.config.skip_ahead and self._steady(rows, new, preempted)
+            if steady:
+                k_max, c0, dt, t_ext = self._decode_run_bound(rows)
+                if k_max > 1:
+                    k, step_end, used, dts = self._plan_jump(rows, used_before, k_max, c0, t_ext)
+                    t1 = float(step_end[-1])
             else:
                 p, d, c, a = self._features(rows, new)
                 dt = float(self.cost.step_time(p, d, c, a)) + self._step_extra_s
-                step_end = None
-                k = 1
+            if step_end is None:
                 t1 = self.t + dt
-                self._kv_scalar_terms.append(float(self.num_used_blocks) * self.block_size * dt)
+                used_now = self.num_used_blocks
+                self._kv_scalar_terms.append(float(used_now) * self.block_size * dt)
                 if self._hol_blocked:
                     self._hol_scalar_terms.append(dt)
-                self._sample_steps(
-                    np.array([t1]), np.array([self.num_used_blocks], np.int64), reserved, counts
-                )
+                self._sample_step(t1, used_now, reserved, counts)
             self._busy = True
             self._jump_ends = step_end if k > 1 else None
             try:
@@ -625,7 +664,7 @@ class Engine:
             self.t = t1
             self.num_steps += k
             aborted = self._apply_aborts()
-            if k == 1 and step_end is None:
+            if not steady:
                 self._on_steps(rows, new, preempted, 1)
                 self._commit_step(rows, new, aborted)
             else:
@@ -648,6 +687,8 @@ class Engine:
             self.process.interrupt()
 
     def _apply_aborts(self) -> list[int]:
+        if not self._aborts:
+            return []
         aborted = list(self._aborts)
         for i in aborted:
             self._abort_now(i)
@@ -666,82 +707,105 @@ class Engine:
         sampled = rows[computed >= self.num_tokens[rows]]
         if sampled.size == 0:
             return
-        self.num_output_tokens[sampled] += 1
+        output = self.num_output_tokens[sampled] + 1
+        self.num_output_tokens[sampled] = output
         self.num_tokens[sampled] += 1
         first = sampled[np.isnan(self.first_token_s[sampled])]
-        self.first_token_s[first] = self.t
-        done = sampled[self.num_output_tokens[sampled] >= self.target_output[sampled]]
+        if first.size:
+            self.first_token_s[first] = self.t
+        done = sampled[output >= self.target_output[sampled]]
         if done.size:
             self._finish(done.tolist())
 
-    def _plan_jump(
-        self, rows: IntArray, used_before: int
-    ) -> tuple[int, FloatArray, IntArray, FloatArray]:
-        """Plan a run of pure-decode steps; returns its length, step end times, blocks in use
-        during each step and step durations. The first step's blocks were already allocated by
-        _schedule."""
-        bs = self.block_size
+    def _decode_run_bound(self, rows: IntArray) -> tuple[int, int, float, float]:
+        """For a decode run of ``rows`` starting now: an upper bound on its length (the first
+        finish, :data:`MAX_JUMP_STEPS`, the next external event), the context tokens before it,
+        the duration of its first step and the time of the next external event."""
         n = len(rows)
-        computed = self.num_computed_tokens[rows]  # before step 0
-        c0 = int(computed.sum())
-        step0 = self.num_used_blocks - used_before  # blocks step 0 took in _schedule
+        c0 = int(np.add.reduce(self.num_computed_tokens[rows]))
+        dt0 = float(self.cost.step_time(0.0, float(n), float(c0 + n), 0.0))
         k_max = min(
             int((self.target_output[rows] - self.num_output_tokens[rows]).min()), MAX_JUMP_STEPS
         )
         t_ext = self.hooks.next_external_s()
-        if t_ext != math.inf and k_max > 1:
+        if t_ext != math.inf and k_max > 1 and dt0 > 0:
             # step times never shrink during a decode run (the context only grows), so the run
-            # reaches t_ext within (t_ext - t) / dt0 + 1 steps: size the arrays to that
-            dt0 = float(self.cost.step_time(0.0, float(n), float(c0 + n), 0.0))
-            if dt0 > 0:
-                k_max = max(1, min(k_max, int((t_ext - self.t) / dt0) + 2))
+            # reaches t_ext within (t_ext - t) / dt0 + 1 steps
+            k_max = max(1, min(k_max, int((t_ext - self.t) / dt0) + 2))
+        return k_max, c0, dt0, t_ext
+
+    def _plan_jump(
+        self, rows: IntArray, used_before: int, k_max: int, c0: int, t_ext: float
+    ) -> tuple[int, FloatArray, IntArray, FloatArray]:
+        """Plan a run of at most ``k_max`` pure-decode steps from ``c0`` context tokens, ending
+        with the step in progress at ``t_ext``; returns its length, step end times, blocks in
+        use during each step and step durations. The first step's blocks were already
+        allocated by _schedule."""
+        bs = self.block_size
+        n = len(rows)
+        step0 = self.num_used_blocks - used_before  # blocks step 0 took in _schedule
         # block allocation pattern: request r (c_r tokens computed before the run, b_r blocks
         # after step 0's allocation by _schedule) needs its next block at step
         # f_r = b_r * bs - c_r >= 1 and then every bs steps; a[j] counts the blocks step j takes
-        first = self.num_blocks[rows] * bs - computed
-        a = np.bincount(first[first < k_max], minlength=k_max)
-        period = -(-k_max // bs) * bs
-        a = np.concatenate((a, np.zeros(period - k_max, a.dtype))).reshape(-1, bs)
-        alloc_cum = np.cumsum(np.cumsum(a, axis=0).ravel()[:k_max])  # blocks taken in 1..j
-        fail = np.flatnonzero(alloc_cum > self.num_free_blocks + self._evictable)
-        if fail.size:
-            k_max = max(int(fail[0]), 1)
+        first = self.num_blocks[rows] * bs - self.num_computed_tokens[rows]
+        if k_max <= bs:  # no request takes a second new block within the run
+            a = np.bincount(first[first < k_max], minlength=k_max)
+        else:  # a[j] counts the requests with f_r <= j and f_r = j (mod bs)
+            period = -(-k_max // bs) * bs
+            a = np.bincount(first[first < k_max], minlength=period)
+            a = a.reshape(-1, bs).cumsum(axis=0).ravel()[:k_max]
+        alloc_cum = a.cumsum()  # blocks taken in steps 1..j
+        # alloc_cum never decreases: the first step that runs out of blocks, if any
+        fail = int(alloc_cum.searchsorted(self.num_free_blocks + self._evictable, side="right"))
+        if fail < k_max:
+            k_max = max(fail, 1)
             alloc_cum = alloc_cum[:k_max]
         k_max = self._jump_limit(rows, k_max, alloc_cum)
         alloc_cum = alloc_cum[:k_max]
-        j = np.arange(k_max, dtype=np.int64)
-        context = (c0 + n * (j + 1)).astype(np.float64)
-        zeros = np.zeros(k_max)
+        context = c0 + float(n) * self._step_numbers[:k_max]  # exact: integers below 2**53
+        zeros = self._zeros[:k_max]
         dts = np.asarray(
-            self.cost.step_time(zeros, np.full(k_max, float(n)), context, zeros), dtype=np.float64
+            self.cost.step_time(zeros, zeros + float(n), context, zeros), dtype=np.float64
         )
-        ends = np.cumsum(np.concatenate(([self.t], dts)))[1:]
+        ends = np.empty(k_max + 1)
+        ends[0] = self.t
+        ends[1:] = dts
+        ends = ends.cumsum()[1:]  # sequential sums from t, as stepping adds them
         k = k_max
         if t_ext < ends[-1]:
-            k = int(np.searchsorted(ends, t_ext, side="left")) + 1
+            k = int(ends.searchsorted(t_ext, side="left")) + 1
             ends, dts, alloc_cum = ends[:k], dts[:k], alloc_cum[:k]
         used = used_before + step0 + alloc_cum
         return k, ends, used, dts
 
     def _commit_jump(self, rows: IntArray, k: int) -> None:
-        bs = self.block_size
-        computed = self.num_computed_tokens[rows]
-        new_total = computed + k
-        need = np.maximum(-(-new_total // bs), self.num_blocks[rows])
-        self._take(int((need - self.num_blocks[rows]).sum()))
-        self.num_blocks[rows] = need
+        new_total = self.num_computed_tokens[rows] + k
+        if k > 1:  # step 0's blocks were allocated by _schedule; the later steps' are taken now
+            bs = self.block_size
+            blocks = self.num_blocks[rows]
+            need = np.maximum((new_total + (bs - 1)) // bs, blocks)
+            extra = int(np.add.reduce(need - blocks))
+            if extra:
+                self._take(extra)
+                self.num_blocks[rows] = need
         self.num_computed_tokens[rows] = new_total
-        self.num_output_tokens[rows] += k
+        output = self.num_output_tokens[rows] + k
+        self.num_output_tokens[rows] = output
         self.num_tokens[rows] += k
-        done = rows[self.num_output_tokens[rows] >= self.target_output[rows]]
-        self._finish([int(i) for i in done])
+        done = rows[output >= self.target_output[rows]]
+        if done.size:
+            self._finish(done.tolist())
 
     def _finish(self, finished: list[int]) -> None:
         if not finished:
             return
         t = self.t
-        done = set(finished)
-        self.running = [i for i in self.running if i not in done]
+        if len(finished) <= 4:  # a few finish at a time: removing them one by one is cheaper
+            for i in finished:
+                self.running.remove(i)
+        else:
+            done = set(finished)
+            self.running = [i for i in self.running if i not in done]
         self._running_arr = None
         for i in finished:
             self._free(i)
@@ -777,6 +841,24 @@ class Engine:
                 (
                     g,
                     int(used_blocks[s]) * self.block_size,
+                    reserved,
+                    self.capacity_tokens,
+                    running,
+                    waiting,
+                    self.num_preemptions_total,
+                )
+            )
+
+    def _sample_step(
+        self, end: float, used_blocks: int, reserved: int, counts: tuple[int, int]
+    ) -> None:
+        """Timeline samples up to the end of one step (see :meth:`_sample_steps`)."""
+        running, waiting = counts
+        for g in self._grid(end):
+            self.timeline.append(
+                (
+                    g,
+                    used_blocks * self.block_size,
                     reserved,
                     self.capacity_tokens,
                     running,

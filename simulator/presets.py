@@ -37,7 +37,7 @@ parallelism each GPU holds ``kv_heads / tp`` heads (at least one), which is how 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
@@ -207,6 +207,19 @@ def num_gpu_blocks(
 
 
 @dataclass(frozen=True, slots=True)
+class _RooflineTerms:
+    """The constants of :meth:`RooflineCostModel.step_time`, computed once."""
+
+    flops_per_token: float
+    attn_flops: float
+    flops_s: float
+    weight_bytes: float
+    kv_bytes_per_token: int
+    bytes_s: float
+    overhead_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class RooflineCostModel:
     """A roofline step time: the slower of compute and memory traffic, plus a fixed overhead.
 
@@ -229,6 +242,7 @@ class RooflineCostModel:
     mbu: float = 0.75
     overhead_s: float = 0.004
     tp_overhead_s: float = 0.0005
+    _terms: _RooflineTerms = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("mfu", "mbu"):
@@ -237,22 +251,29 @@ class RooflineCostModel:
                 raise ValueError(f"roofline {name} must be in (0, 1], got {value!r}")
         if self.overhead_s < 0:
             raise ValueError(f"roofline overhead_s must be >= 0, got {self.overhead_s!r}")
+        m, g = self.model, self.gpu
+        tp = m.tensor_parallel
+        terms = _RooflineTerms(
+            flops_per_token=2.0 * m.num_params / tp,
+            attn_flops=4.0 * m.num_layers * m.num_heads * m.head_dim / tp,
+            flops_s=g.bf16_flops * self.mfu,
+            weight_bytes=m.weight_bytes_per_gpu,
+            kv_bytes_per_token=m.kv_bytes_per_token,
+            bytes_s=g.hbm_bandwidth_bytes_s * self.mbu,
+            overhead_s=self.overhead_s + (self.tp_overhead_s if tp > 1 else 0.0),
+        )
+        object.__setattr__(self, "_terms", terms)
 
     def step_time(
         self, num_prefill_tokens: F, num_decode_seqs: F, num_context_tokens: F, prefill_attention: F
     ) -> F:
-        m, g = self.model, self.gpu
-        tp = m.tensor_parallel
-        flops_per_token = 2.0 * m.num_params / tp
-        attn_flops = 4.0 * m.num_layers * m.num_heads * m.head_dim / tp
+        c = self._terms
         compute = (
-            flops_per_token * (num_prefill_tokens + num_decode_seqs)
-            + attn_flops * prefill_attention
-        ) / (g.bf16_flops * self.mfu)
-        memory = (m.weight_bytes_per_gpu + m.kv_bytes_per_token * num_context_tokens) / (
-            g.hbm_bandwidth_bytes_s * self.mbu
-        )
-        overhead = self.overhead_s + (self.tp_overhead_s if tp > 1 else 0.0)
+            c.flops_per_token * (num_prefill_tokens + num_decode_seqs)
+            + c.attn_flops * prefill_attention
+        ) / c.flops_s
+        memory = (c.weight_bytes + c.kv_bytes_per_token * num_context_tokens) / c.bytes_s
+        overhead = c.overhead_s
         if isinstance(compute, float) and isinstance(memory, float):
             scalar: F = overhead + max(compute, memory)  # same bits as np.maximum, faster
             return scalar

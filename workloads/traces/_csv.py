@@ -17,15 +17,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 
 from workloads.errors import TraceError
 from workloads.traces._files import FileFacts, last_line_offset, line_of_row, line_of_text
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
+
+# pyarrow is imported by the functions that read CSV: a JSONL trace never pays for it
 
 Kind = Literal["number", "timestamp", "label"]
 NULL_VALUES = ["", "NaN", "nan", "NA", "N/A", "null", "NULL", "None", "#N/A"]
@@ -52,6 +52,8 @@ class CsvColumns:
 
 def _categorical(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray[Any, np.dtype[np.int64]],
                                                            tuple[str, ...]]:
+    import pyarrow as pa
+
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks() if col.num_chunks else pa.array([], pa.string())
     if not pa.types.is_dictionary(col.type):
@@ -67,6 +69,9 @@ def _categorical(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray[Any, np.dt
 def _ns(col: pa.ChunkedArray | pa.Array) -> np.ndarray[Any, np.dtype[np.float64]]:
     """Timestamps as float nanoseconds relative to the earliest one, NaN for nulls (exact
     integer arithmetic, so the order of the rows does not change the values)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks() if col.num_chunks else pa.array([], pa.int64())
     ints = col.cast(pa.int64())
@@ -82,6 +87,8 @@ def _ns(col: pa.ChunkedArray | pa.Array) -> np.ndarray[Any, np.dtype[np.float64]
 
 def _fast_types(kinds: Mapping[str, Kind], facts: FileFacts,
                 names: Sequence[str]) -> dict[str, pa.DataType]:
+    import pyarrow as pa
+
     types: dict[str, pa.DataType] = {}
     sample = split_header(facts.second_line) if facts.second_line else []
     for name, kind in kinds.items():
@@ -110,6 +117,9 @@ def read_csv_columns(
     ``names`` gives the column names when the file has no header (``header_lines=0``).
     A last line without a line end that cannot be parsed is dropped (``dropped_last``).
     """
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
     path = facts.path
     header = list(names) if names is not None else split_header(facts.first_line)
     if names is None:
@@ -180,6 +190,9 @@ def _slow_path(facts: FileFacts, kinds: Mapping[str, Kind], header: Sequence[str
                header_lines: int) -> CsvColumns:
     """Re-read as strings to find the first unparseable value; drop it if it is a truncated
     last line, else raise with its line."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
     path = facts.path
     skipped: list[str] = []
     invalid: list[tuple[int, int, str]] = []
