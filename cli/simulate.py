@@ -81,7 +81,7 @@ def build_scenario(
             raise CliError(f"{scenario}: not valid TOML ({exc})") from None
         base = scenario.resolve().parent
     else:
-        data = default_scenario_dict()
+        data = default_scenario_dict(workload=trace is None)
         base = Path.cwd()
     if policy is not None and policy != data.get("policy"):
         data["policy"] = policy

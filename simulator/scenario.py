@@ -182,6 +182,18 @@ class Scenario:
         return make_policy(name)
 
     def workload(self) -> Workload:
+        plain = _plain_trace(self.spec.workload)
+        if plain is not None:
+            # ``kind = "trace"`` with only ``path`` (and ``format``): the spec's defaults are
+            # TraceOptions' own, so skip building the pydantic workload models
+            from workloads.traces import TraceOptions, load_trace
+
+            path, fmt = plain
+            rng = np.random.default_rng(np.random.SeedSequence(self.spec.seed))
+            options = TraceOptions(format=fmt, seed=int(rng.integers(0, 2**31 - 1)))
+            file = Path(path).expanduser()
+            return load_trace(file if file.is_absolute() else self.base_dir / file,
+                              options).workload
         from workloads.spec import build_workload, parse_workload_spec
 
         wspec = parse_workload_spec(self.spec.workload, prefix="workload")
@@ -194,6 +206,22 @@ class Scenario:
 
     def to_toml_dict(self) -> dict[str, Any]:
         return self.spec.model_dump(exclude_none=True)
+
+
+def _plain_trace(workload: Mapping[str, Any]) -> tuple[str, str | None] | None:
+    """(path, format) of a ``[workload]`` table that names a trace file and nothing else
+    (valid as it stands); ``None`` for any other table, which the full spec validates."""
+    from workloads.traces.options import FORMATS
+
+    if workload.get("kind") != "trace" or not set(workload) <= {"kind", "path", "format"}:
+        return None
+    path = workload.get("path")
+    fmt = workload.get("format")
+    if type(path) is not str or not path:
+        return None
+    if fmt is not None and (type(fmt) is not str or fmt not in FORMATS):
+        return None
+    return path, fmt
 
 
 def _pydantic_message(exc: ValidationError, prefix: str = "") -> str:
@@ -280,19 +308,22 @@ def load_scenario(path: Path, overrides: Sequence[str] = ()) -> Scenario:
         raise ValueError(f"{path}: {exc}") from None
 
 
-def default_scenario_dict() -> dict[str, Any]:
+def default_scenario_dict(*, workload: bool = True) -> dict[str, Any]:
     """The embedded default: Llama-3.1-8B on one H100-80GB, mixed interactive and batch
-    synthetic traffic near saturation for several minutes."""
-    from workloads.spec import default_workload_spec
-
-    return {
+    synthetic traffic near saturation for several minutes (without its ``workload`` table
+    when ``workload`` is false: for a caller that replaces it)."""
+    data: dict[str, Any] = {
         "name": "default",
         "seed": 0,
         "policy": "conservative",
         "gpu": "H100-80GB",
         "model": "Llama-3.1-8B",
-        "workload": default_workload_spec().model_dump(mode="json", exclude_none=True),
     }
+    if workload:
+        from workloads.spec import default_workload_spec
+
+        data["workload"] = default_workload_spec().model_dump(mode="json", exclude_none=True)
+    return data
 
 
 def default_scenario(overrides: Sequence[str] = ()) -> Scenario:
