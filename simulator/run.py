@@ -28,6 +28,7 @@ from policies import (
     Gateway,
     GatewayConfig,
     Reject,
+    Request,
     RequestTooLarge,
     Revoke,
     TierConfig,
@@ -259,6 +260,40 @@ class _Simulation:
         self._handle(self.gateway.advance, max(at, self.env.now))
 
     def _arrivals(self) -> Generator[simpy.Event, Any, None]:
+        w = self.w
+        if self.n and int(w.request_id.min()) < 0:
+            # Workload.request raises on such a row when it is reached
+            yield from self._arrivals_one_by_one()
+            return
+        # the columns as Python lists: the Request of row i (with request_id i) built
+        # directly, as ``_with_id(w.request(i), i)`` would build it
+        arrival = w.arrival_s.tolist()
+        tiers = [w.tier_names[c] for c in w.tier.tolist()]
+        prompt = w.prompt_tokens.tolist()
+        max_output = w.max_output_tokens.tolist()
+        deadline = w.deadline_s.tolist()
+        with_prefix = w.prefix_hashes is not None
+        env, arrive, handle = self.env, self.gateway.arrive, self._handle
+        for i in range(self.n):
+            t = arrival[i]
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            self.next_arrival = i + 1
+            if self.progress is not None and (i + 1) % 1000 == 0:
+                self.progress(1000)
+            d = deadline[i]
+            request = Request(
+                request_id=i,
+                tier=tiers[i],
+                arrival_s=t,
+                prompt_tokens=prompt[i],
+                max_output_tokens=max_output[i],
+                deadline_s=None if d != d else d,
+                prefix_hashes=w.prefix_of(i) if with_prefix else (),
+            )
+            handle(partial(arrive, request), t)
+
+    def _arrivals_one_by_one(self) -> Generator[simpy.Event, Any, None]:
         arrival = self.w.arrival_s
         for i in range(self.n):
             t = float(arrival[i])
