@@ -1,0 +1,425 @@
+"""Calibrate the linear step-time model against a live server, from the outside.
+
+A profiling run measures engine steps through the OpenAI API only, so it works unchanged on any
+vLLM (CPU or GPU) and on other servers that stream one chunk per step:
+
+* **decode**: ``N`` streams of ``C``-token prompts started together. Once all of them have their
+  first token and until the first one ends, every engine step is a decode step of ``N``
+  sequences, and each stream receives one token per step: the step time is the time between
+  two chunks divided by the tokens between them (exact token counts from
+  ``continuous_usage_stats``, which vLLM and SGLang support).
+* **prefill**: one background stream decodes steadily; a ``P``-token prompt is sent while it runs.
+  The step that computes the prompt also decodes the background stream, so the background's
+  chunk that arrives with the new request's first token ends a gap that *is* that mixed step
+  (``P`` prefill tokens plus one decode): no HTTP or queueing time is in it.
+* **front-end overhead**: the same prompts on an idle server; their time to first token minus the
+  fitted prefill step is what the API server adds to every request (HTTP, request set-up,
+  detokenisation, streaming). The simulator models engine steps only, so ``kvbudget validate``
+  adds this constant to simulated TTFT and E2E, and says so.
+
+Features are counted as the engine model counts them (:data:`simulator.cost_model.FEATURES`,
+context *after* the step). The fit is :func:`simulator.fit.fit_linear_cost_model`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from backends.openai_client import ServerTarget, StreamResult, stream_completion
+from backends.replay import prompt_token_ids
+from backends.server import BackendUnavailable, ServerInfo, discover, with_model
+from simulator.cost_model import FEATURES, LinearCostModel, load_cost_model, save_cost_model
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from simulator.fit import FitResult
+
+class CalibrationFailed(RuntimeError):
+    """The profiling run could not time enough steps to fit the model."""
+
+
+SAMPLE_COLUMNS = (*FEATURES, "step_time_s", "kind", "num_seqs", "seq_len", "repeat")
+"""Columns of the samples table: the fit's inputs plus what each measurement was."""
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationPlan:
+    """The profiling grid. Points that do not fit the server (KV capacity, ``max_model_len``,
+    ``max_num_seqs``, one prefill chunk of ``max_num_batched_tokens``) are left out."""
+
+    prefill_tokens: tuple[int, ...] = (16, 64, 128, 256, 512, 1024, 2048)
+    decode_batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    context_tokens: tuple[int, ...] = (64, 256, 1024)
+    decode_tokens: int = 128
+    background_tokens: int = 64
+    repeats: int = 3
+    warmup: int = 3
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    token_ids: tuple[int, int] = (10, 250)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("prefill_tokens", "decode_batches", "context_tokens"):
+            values = getattr(self, name)
+            if not values or any(int(v) < 1 for v in values):
+                raise ValueError(f"{name} must be positive integers, got {values!r}")
+        for name in ("decode_tokens", "background_tokens"):
+            if getattr(self, name) < 8:
+                raise ValueError(f"{name} must be >= 8, got {getattr(self, name)!r}")
+        if self.repeats < 1:
+            raise ValueError(f"repeats must be >= 1, got {self.repeats!r}")
+        if self.warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {self.warmup!r}")
+        if self.max_num_seqs < 1 or self.max_num_batched_tokens < 2:
+            raise ValueError("max_num_seqs must be >= 1 and max_num_batched_tokens >= 2")
+
+
+@dataclass(frozen=True, slots=True)
+class GridPoint:
+    """``prefill``: one ``seq_len``-token prompt; ``decode``: ``num_seqs`` streams of
+    ``seq_len``-token prompts generating ``tokens`` tokens each."""
+
+    kind: str  # "decode" or "prefill"
+    num_seqs: int
+    seq_len: int
+    tokens: int = 1
+
+
+BACKGROUND_PROMPT = 16
+MIN_DECODE_TOKENS = 32
+
+
+def plan_points(plan: CalibrationPlan, capacity_tokens: int, max_model_len: int | None
+                ) -> list[GridPoint]:
+    """The grid points that fit the server, prefill first. A decode point whose streams would
+    not fit in the KV capacity with ``decode_tokens`` each generates fewer (down to
+    ``MIN_DECODE_TOKENS``, or ``decode_tokens`` when that is smaller), so that the engine never preempts while it is measured."""
+    limit = max_model_len or 1 << 30
+    points: list[GridPoint] = []
+    bg = BACKGROUND_PROMPT + plan.background_tokens
+    for p in sorted(set(plan.prefill_tokens)):
+        if p + 1 <= limit and p + bg <= capacity_tokens and p + 1 <= plan.max_num_batched_tokens:
+            points.append(GridPoint("prefill", 1, p))
+    for n in sorted(set(plan.decode_batches)):
+        if n > plan.max_num_seqs:
+            continue
+        for c in sorted(set(plan.context_tokens)):
+            k = min(plan.decode_tokens, capacity_tokens // n - c - 1, limit - c)
+            if k >= min(MIN_DECODE_TOKENS, plan.decode_tokens) and (
+                    n * c <= plan.max_num_batched_tokens):
+                points.append(GridPoint("decode", n, c, k))
+    return points
+
+
+@dataclass(eq=False)
+class Calibration:
+    """A calibration's result: the fitted model, the front-end overhead, the samples."""
+
+    fit: FitResult
+    frontend_overhead_s: float
+    samples: pd.DataFrame
+    idle_ttft: pd.DataFrame
+    info: ServerInfo
+    plan: CalibrationPlan
+    url: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def model(self) -> LinearCostModel:
+        return self.fit.model
+
+    def save(self, path: Path) -> None:
+        """Write the cost-model file (``simulate --cost-model FILE`` reads it) with the fit's
+        errors, the front-end overhead and the measurements."""
+        extra = self.fit.to_json_extra()
+        extra["frontend_overhead_s"] = self.frontend_overhead_s
+        extra["calibration"] = {
+            "url": self.url,
+            "model": self.info.model,
+            "max_model_len": self.info.max_model_len,
+            "num_gpu_blocks": self.info.num_gpu_blocks,
+            "usable_blocks": self.info.usable_blocks,
+            "block_size": self.info.block_size,
+            "kv_capacity_tokens": self.info.kv_capacity_tokens,
+            "plan": asdict(self.plan),
+            "idle_ttft": self.idle_ttft.to_dict(orient="records"),
+            "notes": self.notes,
+        }
+        save_cost_model(self.model, path, extra=extra)
+
+
+def read_frontend_overhead(path: Path) -> float:
+    """The ``frontend_overhead_s`` of a calibrated cost-model file (0 when it has none)."""
+    load_cost_model(path)  # validates the file, with messages naming the field
+    payload = json.loads(path.read_text())
+    value = payload.get("frontend_overhead_s", 0.0)
+    if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{path}: field 'frontend_overhead_s' must be a number >= 0")
+    return float(value)
+
+
+# --- measurements -----------------------------------------------------------------------------
+class _Profiler:
+    def __init__(self, client: httpx.AsyncClient, target: ServerTarget, plan: CalibrationPlan,
+                 clock: Callable[[], float]) -> None:
+        self.client = client
+        self.target = target
+        self.plan = plan
+        self.clock = clock
+        self._next_id = 0
+
+    def _prompt(self, length: int) -> list[int]:
+        self._next_id += 1
+        return prompt_token_ids(self._next_id, length, self.plan.seed, self.plan.token_ids)
+
+    async def stream(self, prompt_len: int, max_tokens: int,
+                     on_chunk: Callable[[int], None] | None = None) -> StreamResult:
+        res = await stream_completion(self.client, self.target, self._prompt(prompt_len),
+                                      max_tokens, clock=self.clock, on_chunk=on_chunk)
+        if not res.ok:
+            raise BackendUnavailable(f"calibration request failed: {res.error}")
+        return res
+
+    async def idle_ttft(self, p: int) -> float:
+        res = await self.stream(p, 1)
+        return res.ttft_s
+
+    async def mixed_step(self, p: int) -> tuple[float, int] | None:
+        """The duration of the step that prefills ``p`` tokens next to one decoding stream,
+        and the background's context after it; None when it cannot be told apart.
+
+        Between the background's last chunk before the prompt was sent (``a``) and its first
+        chunk that came out with the prompt's first token (``b``), the engine ran ``k`` decode
+        steps of the background alone and then the mixed step, so the mixed step is
+        ``t_b - t_a - k * d`` with ``d`` the background's own decode step (median of its gaps
+        before ``a``). Only the two ends are timed: a chunk delivered late inside the window
+        (the API server busy with the new request) changes nothing.
+        """
+        started = asyncio.Event()
+        warm = 8
+
+        def on_chunk(tokens: int) -> None:
+            if tokens >= warm:
+                started.set()
+
+        bg = asyncio.create_task(self.stream(BACKGROUND_PROMPT, self.plan.background_tokens,
+                                             on_chunk))
+        waiter = asyncio.create_task(started.wait())
+        await asyncio.wait({bg, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        if bg.done():
+            await bg  # raises when the background request failed
+            return None
+        probe = await self.stream(p, 1)
+        back = await bg
+        return mixed_step_from(back, probe, tolerance_s=0.002)
+
+    async def decode_step(self, n: int, c: int, k: int) -> tuple[float, float] | None:
+        """Seconds per decode step of ``n`` sequences of about ``c`` tokens (each generating
+        ``k``), and the mean context per sequence over the measured steps."""
+        results = await asyncio.gather(*(self.stream(c, k) for _ in range(n)))
+        start = max(r.chunk_s[0] for r in results)
+        end = min(r.chunk_s[-1] for r in results)
+        steps: list[float] = []
+        contexts: list[float] = []
+        for r in results:
+            idx = [i for i, t in enumerate(r.chunk_s) if start <= t <= end]
+            if len(idx) < 2:
+                continue
+            i0, i1 = idx[0], idx[-1]
+            tokens = r.chunk_tokens[i1] - r.chunk_tokens[i0]
+            if tokens < 4 or merged_fraction(r.chunk_tokens[i0:i1 + 1]) > MAX_MERGED:
+                continue  # too short, or the chunks' times are not the steps' times
+            steps.append((r.chunk_s[i1] - r.chunk_s[i0]) / tokens)
+            contexts.append(c + (r.chunk_tokens[i0] + r.chunk_tokens[i1]) / 2 + 1)
+        if not steps:
+            return None
+        return statistics.median(steps), statistics.mean(contexts)
+
+
+MAX_MERGED = 0.2
+"""Above this fraction of chunks carrying more than one token, a stream's chunk times are not
+its steps' times: the API server fell behind the engine and sent what had piled up at once
+(it happens on an overloaded machine). Such a measurement is dropped."""
+
+
+def merged_fraction(cumulative_tokens: Sequence[int]) -> float:
+    """The fraction of chunks (after the first) that brought more than one token."""
+    steps = [b - a for a, b in itertools.pairwise(cumulative_tokens)]
+    return sum(1 for s in steps if s > 1) / len(steps) if steps else 0.0
+
+
+def mixed_step_from(background: StreamResult, probe: StreamResult, *, tolerance_s: float
+                    ) -> tuple[float, int] | None:
+    """See :meth:`_Profiler.mixed_step`: (mixed step seconds, background context after it)."""
+    times, tokens = background.chunk_s, background.chunk_tokens
+    sent, first = probe.sent_s, probe.first_token_s
+    before = [i for i, t in enumerate(times) if t <= sent]
+    if len(before) < 4 or merged_fraction(tokens) > MAX_MERGED:
+        return None  # too little background before the prompt, or its chunks merged
+    per_token = [(times[i] - times[i - 1]) / max(tokens[i] - tokens[i - 1], 1)
+                 for i in range(2, before[-1] + 1)]  # the first gap follows its prefill
+    d = statistics.median(per_token)
+    tol = min(tolerance_s, d / 3)
+    # the background's chunk of the mixed step comes out with the prompt's first token; any
+    # chunk delivered late arrives with it or before it, so take the last one of that moment
+    with_first = [i for i, t in enumerate(times) if abs(t - first) <= tol]
+    if not with_first or with_first[-1] <= before[-1]:
+        return None
+    a, b = before[-1], with_first[-1]
+    k = tokens[b] - tokens[a] - 1
+    mixed = times[b] - times[a] - k * d
+    if k < 0 or mixed < 0.5 * d:
+        return None
+    return mixed, BACKGROUND_PROMPT + tokens[b]
+
+
+def _sample(kind: str, n: int, seq_len: int, repeat: int, step_s: float, *, prefill: int,
+            decode: int, context: float, attention: float) -> dict[str, Any]:
+    return {"num_prefill_tokens": prefill, "num_decode_seqs": decode,
+            "num_context_tokens": context, "prefill_attention": attention,
+            "step_time_s": step_s, "kind": kind, "num_seqs": n, "seq_len": seq_len,
+            "repeat": repeat}
+
+
+async def profile_async(
+    target: ServerTarget,
+    plan: CalibrationPlan,
+    *,
+    capacity_tokens: int | None = None,
+    on_point: Callable[[GridPoint, int, int], None] | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame, ServerInfo, list[str]]:
+    """Measure the grid; return (step samples, idle TTFT per prompt size, server info, notes).
+
+    ``on_point(point, done, total)`` reports progress (``total`` counts every repeat).
+    """
+    import time
+
+    import pandas as pd
+
+    t0 = time.perf_counter()
+
+    def clock() -> float:
+        return time.perf_counter() - t0
+
+    notes: list[str] = []
+    async with httpx.AsyncClient(timeout=target.timeout(),
+                                 limits=httpx.Limits(max_connections=plan.max_num_seqs + 8)
+                                 ) as client:
+        info = await discover(client, target)
+        capacity = capacity_tokens or info.kv_capacity_tokens
+        if capacity is None:
+            raise ValueError(f"{target.url('/metrics')} does not tell the KV capacity; "
+                             "give the capacity in tokens explicitly")
+        stream_options = {"include_usage": True, "continuous_usage_stats": True}
+        target = replace(with_model(target, info),
+                         extra_body={**target.extra_body, "stream_options": stream_options})
+        points = plan_points(plan, capacity, info.max_model_len)
+        if not any(p.kind == "prefill" for p in points) or not any(
+                p.kind == "decode" for p in points):
+            raise ValueError(
+                f"no prefill or no decode point of the plan fits the server (KV capacity "
+                f"{capacity} tokens, max_model_len {info.max_model_len})"
+            )
+        prof = _Profiler(client, target, plan, clock)
+        for _ in range(plan.warmup):
+            await prof.stream(BACKGROUND_PROMPT, 16)
+        rows: list[dict[str, Any]] = []
+        idle: list[dict[str, Any]] = []
+        total = len(points) * plan.repeats
+        done = 0
+        # round after round over the whole grid: a change in the machine's load during the
+        # calibration then spreads over every point instead of skewing a few of them
+        for rep in range(plan.repeats):
+            for point in points:
+                if point.kind == "prefill":
+                    p = point.seq_len
+                    idle.append({"prompt_tokens": p, "repeat": rep,
+                                 "ttft_s": await prof.idle_ttft(p)})
+                    mixed = await prof.mixed_step(p)
+                    if mixed is None:
+                        notes.append(f"prefill {p}: stall not seen (repeat {rep})")
+                    else:
+                        step, bg_context = mixed
+                        rows.append(_sample("prefill", 1, p, rep, step, prefill=p, decode=1,
+                                            context=p + bg_context, attention=float(p) * p))
+                else:
+                    dec = await prof.decode_step(point.num_seqs, point.seq_len, point.tokens)
+                    if dec is None:
+                        notes.append(f"decode {point.num_seqs}x{point.seq_len}: no overlap "
+                                     f"(repeat {rep})")
+                    else:
+                        step, ctx = dec
+                        n = point.num_seqs
+                        rows.append(_sample("decode", n, point.seq_len, rep, step, prefill=0,
+                                            decode=n, context=n * ctx, attention=0.0))
+                done += 1
+                if on_point is not None:
+                    on_point(point, done, total)
+    samples = pd.DataFrame(rows, columns=list(SAMPLE_COLUMNS))
+    for kind in ("prefill", "decode"):
+        planned = sum(1 for p in points if p.kind == kind)
+        of_kind = samples.loc[samples["kind"] == kind, ["num_seqs", "seq_len"]]
+        measured = len(of_kind.drop_duplicates())
+        if measured < min(2, planned):
+            raise CalibrationFailed(
+                f"timed {measured} of {planned} {kind} grid points: the server sent its tokens "
+                "in bursts (its API server fell behind the engine, as on an overloaded "
+                "machine) or the streams did not overlap; notes: " + "; ".join(notes[:6]))
+    return samples, pd.DataFrame(idle, columns=["prompt_tokens", "repeat", "ttft_s"]), info, notes
+
+
+def median_samples(samples: pd.DataFrame) -> pd.DataFrame:
+    """One row per grid point: the median step time and features over its repeats."""
+    keys = ["kind", "num_seqs", "seq_len"]
+    agg = samples.groupby(keys, sort=True).median(numeric_only=True).reset_index()
+    return agg.loc[:, [*FEATURES, "step_time_s", *keys]]
+
+
+def frontend_overhead(idle_ttft: pd.DataFrame, model: LinearCostModel) -> float:
+    """Median over idle requests of (time to first token - the fitted prefill step): what the
+    API server adds to a request outside the engine's steps (>= 0)."""
+    if len(idle_ttft) == 0:
+        return 0.0
+    p = idle_ttft["prompt_tokens"].to_numpy(dtype=float)
+    predicted = model.step_time(p, p * 0.0, p, p * p)
+    excess = idle_ttft["ttft_s"].to_numpy(dtype=float) - predicted
+    return max(0.0, float(statistics.median(excess.tolist())))
+
+
+def fit_calibration(samples: pd.DataFrame, idle_ttft: pd.DataFrame, info: ServerInfo,
+                    plan: CalibrationPlan, url: str, notes: Sequence[str] = ()) -> Calibration:
+    """Fit the linear model to the per-point medians and derive the front-end overhead."""
+    from simulator.fit import fit_linear_cost_model
+
+    if len(samples) < 2:
+        raise ValueError(f"calibration measured {len(samples)} step(s); need at least 2")
+    fit = fit_linear_cost_model(median_samples(samples), source=f"calibrated against {url}")
+    overhead = frontend_overhead(idle_ttft, fit.model)
+    return Calibration(fit, overhead, samples, idle_ttft, info, plan, url, list(notes))
+
+
+def calibrate(
+    target: ServerTarget,
+    plan: CalibrationPlan,
+    *,
+    capacity_tokens: int | None = None,
+    on_point: Callable[[GridPoint, int, int], None] | None = None,
+) -> Calibration:
+    """Profile the live server and fit the cost model (runs its own event loop)."""
+    samples, idle, info, notes = asyncio.run(
+        profile_async(target, plan, capacity_tokens=capacity_tokens, on_point=on_point)
+    )
+    return fit_calibration(samples, idle, info, plan, target.base_url, notes)

@@ -1,0 +1,613 @@
+"""The live gateway: replay a workload through an admission policy against a real server.
+
+The same :class:`policies.Gateway` state machine and :class:`policies.Policy` objects as the
+simulator decide admission; this module only supplies a clock (``time.perf_counter``) and carries
+out the gateway's actions on the asyncio event loop:
+
+* ``Admit`` streams the request to the server (exact prompt and output lengths, see
+  :mod:`backends.openai_client`), behind a safety cap on requests in flight;
+* ``Revoke`` cancels the stream (closing the connection makes vLLM abort the request and free its
+  KV blocks); a re-queued request is streamed again from scratch when re-admitted;
+* ``Reject`` records the refusal.
+
+Arrivals are open loop at the workload's timestamps; a timer task applies admission deadlines
+and lease expiry when :meth:`Gateway.next_timer_s` says; a poller scrapes ``/metrics`` into the
+timeline. Every finished request is appended to the run directory at once
+(:mod:`backends.run_dir`). When the server stops answering, the replay stops, keeps what
+finished and reports :class:`ReplayOutcome.error`; a later run with ``resume=True`` replays only
+the requests that have no row yet.
+
+Times: the run's clock equals the trace's (its zero is the trace's zero), so ``arrival_s`` in
+the records is when the request actually reached the gateway on that clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import numpy as np
+
+from backends.openai_client import TRANSPORT_ERRORS, ServerTarget, StreamResult, stream_completion
+from backends.run_dir import RunDir, engine_preemptions, read_parts, write_outputs
+from backends.server import (
+    BackendUnavailable,
+    ServerInfo,
+    discover,
+    fetch_snapshot,
+    server_alive,
+    with_model,
+)
+from backends.server_metrics import EngineSnapshot
+from policies import (
+    DEFAULT_TIERS,
+    Action,
+    Admit,
+    Gateway,
+    GatewayConfig,
+    Policy,
+    Reject,
+    Request,
+    RequestTooLarge,
+    Revoke,
+    TierConfig,
+)
+from simulator.metrics import summarize
+from simulator.records import derive_latencies
+from workloads import Workload
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+_REASON_STATUS = {
+    "deadline": "expired",
+    "preempted": "preempted_dropped",
+    "lease_expired": "preempted_dropped",
+}
+BACKEND_ERROR = "backend_error"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayConfig:
+    """How to replay, besides the workload and the policy.
+
+    ``capacity_tokens``: the gateway's budget; ``None`` reads the server's KV capacity from
+    ``/metrics`` (vLLM: ``num_gpu_blocks * block_size``). ``block_size``: reservations are
+    rounded up to it (the engine allocates whole blocks); ``None`` takes the server's.
+    ``max_in_flight``: a safety cap on streams open at once, whatever the policy admits.
+    ``token_ids``: the half-open range prompt token ids are drawn from (seeded per request);
+    the default is valid for any vocabulary of at least 256 entries. ``poll_period_s``: how
+    often ``/metrics`` is scraped (a scrape costs the API server a few milliseconds, on the
+    same cores that stream the tokens on a CPU server).
+    """
+
+    target: ServerTarget
+    tiers: tuple[TierConfig, ...] = DEFAULT_TIERS
+    capacity_tokens: int | None = None
+    block_size: int | None = None
+    lease_ttl_s: float | None = None
+    max_in_flight: int = 256
+    poll_period_s: float = 1.0
+    token_ids: tuple[int, int] = (10, 250)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.capacity_tokens is not None and self.capacity_tokens < 1:
+            raise ValueError(f"capacity_tokens must be >= 1, got {self.capacity_tokens!r}")
+        if self.block_size is not None and self.block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {self.block_size!r}")
+        if self.max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {self.max_in_flight!r}")
+        if not (math.isfinite(self.poll_period_s) and self.poll_period_s > 0):
+            raise ValueError(f"poll_period_s must be > 0, got {self.poll_period_s!r}")
+        lo, hi = self.token_ids
+        if not 0 <= lo < hi:
+            raise ValueError(f"token_ids must be a range 0 <= low < high, got {self.token_ids!r}")
+        if self.seed < 0:
+            raise ValueError(f"seed must be >= 0, got {self.seed!r}")
+
+
+@dataclass(eq=False)
+class ReplayOutcome:
+    """What a replay produced. ``complete`` is False when it stopped early (``error`` says why);
+    the records then hold every request that finished, and the run directory can be resumed."""
+
+    records: pd.DataFrame
+    timeline: pd.DataFrame
+    summary: dict[str, Any]
+    complete: bool
+    error: str = ""
+    num_replayed: int = 0
+
+
+@dataclass(eq=False)
+class _State:
+    index: int
+    request: Request
+    true_output_tokens: int
+    arrival_s: float = math.nan
+    admitted_s: float = math.nan
+    first_token_s: float = math.nan
+    reserved_tokens: int = 0
+    num_revocations: int = 0
+    tokens_so_far: int = 0
+    generation: int = 0
+    task: asyncio.Task[None] | None = None
+
+
+class _Probe:
+    """What a policy may read of the live engine."""
+
+    def __init__(self, replay: _Replay) -> None:
+        self._replay = replay
+
+    def num_output_tokens(self, request_id: int) -> int:
+        st = self._replay.states.get(request_id)
+        return 0 if st is None else st.tokens_so_far
+
+    @property
+    def num_preemptions_total(self) -> int:
+        return self._replay.engine_preemptions
+
+
+def scale_time(workload: Workload, time_scale: float) -> Workload:
+    """The workload with every arrival time multiplied by ``time_scale`` (0.5 replays twice as
+    fast); explicit deadlines keep their distance to the arrival."""
+    if not (math.isfinite(time_scale) and time_scale > 0):
+        raise ValueError(f"time_scale must be > 0, got {time_scale!r}")
+    if time_scale == 1.0:
+        return workload
+    from dataclasses import replace
+
+    arrival = workload.arrival_s * time_scale
+    deadline = arrival + (workload.deadline_s - workload.arrival_s)
+    return replace(workload, arrival_s=arrival, deadline_s=deadline)
+
+
+def prompt_token_ids(request_id: int, length: int, seed: int, token_ids: tuple[int, int]
+                     ) -> list[int]:
+    """The prompt of one request: ``length`` ids drawn from ``token_ids`` with a generator
+    seeded by ``(seed, request_id)`` (the same prompt on every attempt and every run)."""
+    rng = np.random.default_rng([seed, request_id])
+    return [int(x) for x in rng.integers(token_ids[0], token_ids[1], size=length)]
+
+
+class _Replay:
+    def __init__(self, workload: Workload, policy: Policy, config: ReplayConfig, run_dir: RunDir,
+                 on_record: Callable[[Mapping[str, Any]], None] | None) -> None:
+        self.workload = workload
+        self.policy = policy
+        self.config = config
+        self.target = config.target
+        self.run_dir = run_dir
+        self.on_record = on_record
+        done = set(run_dir.done)
+        self.todo = [i for i in range(len(workload)) if int(workload.request_id[i]) not in done]
+        self.states: dict[int, _State] = {}
+        self.pending: set[int] = set(self.todo)
+        self.engine_preemptions = 0
+        self.preemptions_base: int | None = None
+        self.snapshot: EngineSnapshot | None = None
+        self.fatal = ""
+        self.finished = asyncio.Event()
+        self.wake = asyncio.Event()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.num_written = 0
+        self.max_model_len: int | None = None
+        self.kv_capacity_tokens = 0
+        self.engine_capacity_tokens: int | None = None
+        self._t0 = time.perf_counter()
+        self._offset = float(workload.arrival_s[self.todo[0]]) if self.todo else 0.0
+        self.gateway: Gateway | None = None
+        self.client: httpx.AsyncClient | None = None
+        self.slots = asyncio.Semaphore(config.max_in_flight)
+
+    # --- clock ------------------------------------------------------------------------------
+    def now(self) -> float:
+        return time.perf_counter() - self._t0 + self._offset
+
+    # --- set-up -----------------------------------------------------------------------------
+    async def run(self, info: ServerInfo,
+                  on_start: Callable[[int, int], None] | None) -> None:
+        limits = httpx.Limits(max_connections=self.config.max_in_flight + 4,
+                              max_keepalive_connections=self.config.max_in_flight + 4)
+        async with httpx.AsyncClient(limits=limits, timeout=self.target.timeout()) as client:
+            self.client = client
+            self.target = with_model(self.target, info)
+            self.max_model_len = info.max_model_len
+            self.engine_capacity_tokens = info.kv_capacity_tokens
+            capacity = gateway_capacity(self.config, info)
+            self.kv_capacity_tokens = capacity
+            block = self.config.block_size or info.block_size or 1
+            self.gateway = Gateway(
+                GatewayConfig(capacity_tokens=capacity, tiers=self.config.tiers,
+                              lease_ttl_s=self.config.lease_ttl_s,
+                              reservation_granularity=block),
+                self.policy,
+                engine=_Probe(self),
+            )
+            if on_start is not None:
+                on_start(len(self.workload) - len(self.todo), len(self.todo))
+            if info.has_metrics:
+                await self._scrape()
+            if not self.todo:
+                return
+            self._t0 = time.perf_counter()
+            workers = [
+                asyncio.create_task(self._arrivals()),
+                asyncio.create_task(self._timers()),
+                asyncio.create_task(self._poll(info.has_metrics)),
+            ]
+            try:
+                await self.finished.wait()
+            finally:
+                pending = [*workers, *self.tasks]
+                for task in pending:
+                    task.cancel()
+                await asyncio.wait(pending, timeout=10.0)
+            if info.has_metrics and not self.fatal:
+                await self._scrape()
+
+    def _stop(self, message: str) -> None:
+        if not self.fatal:
+            self.fatal = message
+        self.finished.set()
+
+    # --- arrivals, timers, metrics ----------------------------------------------------------------
+    async def _arrivals(self) -> None:
+        try:
+            for i in self.todo:
+                delay = float(self.workload.arrival_s[i]) - self.now()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                request = self.workload.request(i)
+                st = _State(i, request, int(self.workload.output_tokens[i]))
+                st.arrival_s = self.now()
+                self.states[i] = st
+                gateway_request = Request(
+                    request_id=i, tier=request.tier, arrival_s=request.arrival_s,
+                    prompt_tokens=request.prompt_tokens,
+                    max_output_tokens=request.max_output_tokens,
+                    deadline_s=request.deadline_s, prefix_hashes=request.prefix_hashes,
+                )
+                st.request = gateway_request
+                now = self.now()
+                self._apply(self._gw().arrive(gateway_request, now), now)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug must stop the run loudly, not hang it
+            self._stop(f"internal error in the arrival loop: {exc!r}")
+
+    async def _timers(self) -> None:
+        try:
+            while True:
+                nxt = self._gw().next_timer_s()
+                timeout = None if nxt is None else max(0.0, nxt - self.now())
+                self.wake.clear()
+                if timeout is None or timeout > 0:
+                    # asyncio.timeout, not wait_for: in Python 3.11 wait_for can swallow a
+                    # cancellation that arrives as the event is set, and this loop would then
+                    # outlive the replay (a Ctrl-C that never ends)
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(timeout):
+                            await self.wake.wait()
+                else:
+                    await asyncio.sleep(0)
+                now = self.now()
+                self._apply(self._gw().advance(now), now)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._stop(f"internal error in the gateway timer: {exc!r}")
+
+    async def _scrape(self) -> bool:
+        assert self.client is not None
+        try:
+            snap = await fetch_snapshot(self.client, self.target)
+        except httpx.HTTPError:
+            return False
+        self.snapshot = snap
+        if snap.num_preemptions_total is not None:
+            if self.preemptions_base is None:
+                self.preemptions_base = snap.num_preemptions_total
+            self.engine_preemptions = snap.num_preemptions_total - self.preemptions_base
+        self._timeline_row(snap)
+        return True
+
+    def _timeline_row(self, snap: EngineSnapshot) -> None:
+        gw = self._gw()
+        cap = self.engine_capacity_tokens or self.kv_capacity_tokens
+        used = snap.kv_used_tokens(cap)
+        running = snap.num_running if snap.num_running is not None else len(gw.admitted)
+        waiting = (snap.num_waiting or 0) + gw.num_waiting()
+        self.run_dir.write_timeline({
+            "time_s": self.now(),
+            "kv_used_tokens": 0 if used is None else used,
+            "kv_reserved_tokens": gw.budget.reserved_tokens,
+            "kv_capacity_tokens": cap,
+            "num_running": running,
+            "num_waiting": waiting,
+            "num_preemptions": self.engine_preemptions,
+        })
+
+    async def _poll(self, has_metrics: bool) -> None:
+        assert self.client is not None
+        while True:
+            await asyncio.sleep(self.config.poll_period_s)
+            if not has_metrics:
+                continue
+            if not await self._scrape() and not await server_alive(self.client, self.target):
+                self._stop(f"the server at {self.target.base_url} stopped answering")
+                return
+
+    # --- gateway actions ----------------------------------------------------------------------
+    def _gw(self) -> Gateway:
+        assert self.gateway is not None
+        return self.gateway
+
+    def _apply(self, actions: Sequence[Action], now: float) -> None:
+        for action in actions:
+            st = self.states[action.request.request_id]
+            if isinstance(action, Admit):
+                st.admitted_s = now
+                st.reserved_tokens = action.lease.reserved_tokens
+                st.generation += 1
+                st.tokens_so_far = 0
+                task = asyncio.create_task(self._attempt(st, st.generation))
+                st.task = task
+                self.tasks.add(task)
+                task.add_done_callback(self.tasks.discard)
+            elif isinstance(action, Revoke):
+                st.num_revocations += 1
+                st.generation += 1
+                if action.requeued:
+                    st.tokens_so_far = 0  # its work is lost; it starts again when re-admitted
+                if st.task is not None:
+                    st.task.cancel()
+                    st.task = None
+            elif isinstance(action, Reject):
+                if isinstance(action.error, RequestTooLarge):
+                    self._record(st, "rejected_too_large", "")
+                else:
+                    reason = action.error.reason
+                    self._record(st, _REASON_STATUS.get(reason, "rejected_overloaded"), reason)
+        self.wake.set()
+
+    async def _attempt(self, st: _State, generation: int) -> None:
+        try:
+            await self._attempt_inner(st, generation)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._stop(f"internal error on request {int(self.workload.request_id[st.index])}: "
+                       f"{exc!r}")
+
+    async def _attempt_inner(self, st: _State, generation: int) -> None:
+        assert self.client is not None
+        req = st.request
+        if self.max_model_len is not None and (
+            req.prompt_tokens + st.true_output_tokens > self.max_model_len
+        ):
+            now = self.now()
+            self._record(st, "rejected_too_large", "max_model_len")
+            self._apply(self._gw().fail(req.request_id, now), now)
+            return
+        prompt = prompt_token_ids(int(self.workload.request_id[st.index]), req.prompt_tokens,
+                                  self.config.seed, self.config.token_ids)
+
+        def on_chunk(tokens: int) -> None:
+            if st.generation == generation:
+                st.tokens_so_far = tokens
+                self._gw().progress(req.request_id, req.prompt_tokens + tokens)
+
+        async with self.slots:
+            result = await stream_completion(self.client, self.target, prompt,
+                                             st.true_output_tokens, clock=self.now,
+                                             on_chunk=on_chunk)
+        if st.generation != generation:
+            return  # revoked while finishing: the re-queued attempt owns the request now
+        if result.chunk_s:
+            st.first_token_s = min(st.first_token_s, result.first_token_s) if math.isfinite(
+                st.first_token_s) else result.first_token_s
+        if result.ok:
+            now = self.now()
+            self._record(st, "completed", "", result=result)
+            self._apply(self._gw().finish(req.request_id, result.output_tokens, now), now)
+            return
+        if result.error_kind in TRANSPORT_ERRORS and not await server_alive(
+            self.client, self.target
+        ):
+            self._stop(f"the server at {self.target.base_url} stopped answering "
+                       f"({result.error})")
+            return
+        if st.generation != generation:
+            return
+        now = self.now()
+        self._record(st, "rejected_overloaded", BACKEND_ERROR, result=result)
+        self._apply(self._gw().fail(req.request_id, now), now)
+
+    # --- records ------------------------------------------------------------------------------
+    def _record(self, st: _State, status: str, reason: str, *,
+                result: StreamResult | None = None) -> None:
+        i = st.index
+        if i not in self.pending:
+            return
+        completed = status == "completed" and result is not None
+        output = st.tokens_so_far  # what was generated (a lease that expired mid-stream)
+        first = finished = math.nan
+        error = ""
+        if result is not None:
+            output = result.output_tokens
+            error = result.error
+            if completed:
+                first, finished = st.first_token_s, result.finished_s
+        ttft, tpot, e2e = derive_latencies(
+            np.array([st.arrival_s]), np.array([first]), np.array([finished]),
+            np.array([output], dtype=np.int64),
+        )
+        row = {
+            "request_id": int(self.workload.request_id[i]),
+            "tier": st.request.tier,
+            "arrival_s": st.arrival_s,
+            "prompt_tokens": st.request.prompt_tokens,
+            "max_output_tokens": st.request.max_output_tokens,
+            "output_tokens": output,
+            "status": status,
+            "reason": reason,
+            "admitted_s": st.admitted_s,
+            "first_token_s": first,
+            "finished_s": finished,
+            "ttft_s": float(ttft[0]),
+            "tpot_s": float(tpot[0]),
+            "e2e_s": float(e2e[0]),
+            "num_preemptions": st.num_revocations,
+            "reserved_tokens": st.reserved_tokens,
+            "error": error,
+        }
+        self.run_dir.write_record(row)
+        self.num_written += 1
+        self.pending.discard(i)
+        if self.on_record is not None:
+            self.on_record(row)
+        if not self.pending:
+            self.finished.set()
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayMeta:
+    """Provenance written to ``replay.json`` and checked on resume."""
+
+    trace: str
+    policy: str
+    policy_params: Mapping[str, Any]
+    time_scale: float
+    seed: int
+    url: str
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"trace": self.trace, "policy": self.policy,
+                "policy_params": dict(self.policy_params), "time_scale": self.time_scale,
+                "seed": self.seed, "url": self.url, **self.extra}
+
+
+async def replay_async(
+    workload: Workload,
+    policy: Policy,
+    config: ReplayConfig,
+    out_dir: Path,
+    *,
+    meta: ReplayMeta,
+    resume: bool = False,
+    on_record: Callable[[Mapping[str, Any]], None] | None = None,
+    on_start: Callable[[int, int], None] | None = None,
+) -> ReplayOutcome:
+    """Replay ``workload`` through ``policy`` against the server; write ``out_dir``.
+
+    Raises :class:`BackendUnavailable` when the server cannot be reached at the start and
+    ``ValueError`` for bad settings. A server that dies mid-run gives an outcome with
+    ``complete=False`` (the output is still written). ``on_start(num_done, num_todo)`` is called
+    once the server answered.
+    """
+    if len(workload) == 0:
+        raise ValueError("the workload has no requests")
+    async with httpx.AsyncClient(timeout=config.target.timeout()) as client:
+        info = await discover(client, config.target)
+    capacity = gateway_capacity(config, info)
+    run_dir = RunDir(out_dir, {**meta.as_dict(), "kv_capacity_tokens": capacity}, resume=resume)
+    wall = time.perf_counter()
+    rep = _Replay(workload, policy, config, run_dir, on_record)
+    try:
+        await rep.run(info, on_start)
+    finally:
+        # also on Ctrl-C (the task is cancelled) and on errors: keep what finished
+        run_dir.close()
+        outcome = finalize(out_dir, policy, config.tiers, capacity_tokens=capacity,
+                           seed=config.seed, wall_time_s=time.perf_counter() - wall,
+                           num_requests=len(workload))
+    outcome.error = rep.fatal
+    outcome.complete = not rep.fatal and len(outcome.records) == len(workload)
+    outcome.num_replayed = rep.num_written
+    return outcome
+
+
+def gateway_capacity(config: ReplayConfig, info: ServerInfo) -> int:
+    """The gateway's budget: the configured capacity, else the server's usable KV capacity."""
+    capacity = config.capacity_tokens or info.kv_capacity_tokens
+    if capacity is None:
+        raise ValueError(
+            f"{config.target.url('/metrics')} does not tell the KV capacity "
+            "(vllm:cache_config_info); give the capacity in tokens explicitly"
+        )
+    return capacity
+
+
+def finalize(
+    out_dir: Path,
+    policy: Policy,
+    tiers: Sequence[TierConfig],
+    *,
+    capacity_tokens: int,
+    seed: int,
+    wall_time_s: float,
+    num_requests: int,
+) -> ReplayOutcome:
+    """Write ``requests.parquet``, ``timeline.parquet`` and ``summary.json`` from the part files
+    (everything finished so far, across resumed runs)."""
+    records, timeline = read_parts(out_dir)
+    revocations = int(records["num_preemptions"].sum()) if len(records) else 0
+    summary = summarize(
+        _columns(records), _columns(timeline), tiers=tiers, kv_capacity_tokens=max(capacity_tokens, 1),
+        policy=policy.name, seed=seed, wall_time_s=wall_time_s,
+        extra={
+            "executor": "live",
+            "policy_params": {str(k): _plain(v) for k, v in policy.describe().items()},
+            "engine": {
+                "num_engine_preemptions": engine_preemptions(out_dir),
+                "num_gateway_revocations": revocations,
+            },
+            "workload": {"num_requests": num_requests, "num_recorded": len(records)},
+            "complete": len(records) == num_requests,
+        },
+    )
+    write_outputs(out_dir, records, timeline, summary)
+    return ReplayOutcome(records, timeline, summary, complete=len(records) == num_requests)
+
+
+def _columns(df: pd.DataFrame) -> dict[str, Any]:
+    return {str(c): df[c].to_numpy() for c in df.columns}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, float | int | str | bool) or value is None:
+        return value
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
+def replay(
+    workload: Workload,
+    policy: Policy,
+    config: ReplayConfig,
+    out_dir: Path,
+    *,
+    meta: ReplayMeta,
+    resume: bool = False,
+    on_record: Callable[[Mapping[str, Any]], None] | None = None,
+    on_start: Callable[[int, int], None] | None = None,
+) -> ReplayOutcome:
+    """Synchronous :func:`replay_async` (runs its own event loop)."""
+    return asyncio.run(replay_async(workload, policy, config, out_dir, meta=meta, resume=resume,
+                                    on_record=on_record, on_start=on_start))
+
+
+__all__ = ["BackendUnavailable", "ReplayConfig", "ReplayMeta", "ReplayOutcome", "finalize",
+           "gateway_capacity", "prompt_token_ids", "replay", "replay_async", "scale_time"]

@@ -1,0 +1,191 @@
+"""A replay's output directory, written as it goes so that an interrupted run keeps its work.
+
+While a replay runs, every finished request is appended at once to ``requests.part.jsonl`` and
+every scrape of the server to ``timeline.part.jsonl`` (one JSON object a line, flushed). At the
+end, or when the run is interrupted, :func:`finalize` turns what is there into the same
+``requests.parquet``, ``timeline.parquet`` and ``summary.json`` as ``kvbudget simulate``.
+``replay.json`` keeps the run's settings, so that ``--resume`` can check it continues the same
+replay and skip the requests already done.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+import numpy as np
+
+from simulator.records import RECORD_COLUMNS, TIMELINE_COLUMNS
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+REQUESTS_PART = "requests.part.jsonl"
+TIMELINE_PART = "timeline.part.jsonl"
+META_FILE = "replay.json"
+EXTRA_RECORD_COLUMNS: dict[str, str] = {"error": "str"}
+"""Columns a live replay adds to :data:`RECORD_COLUMNS`: ``error`` holds a backend failure
+(HTTP status, mid-stream error, reset, timeout) for rows with status ``rejected_overloaded``
+and reason ``backend_error``; it is empty otherwise."""
+
+LIVE_RECORD_COLUMNS: dict[str, str] = {**RECORD_COLUMNS, **EXTRA_RECORD_COLUMNS}
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, float | np.floating):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Rows of a part file. A last line cut short by a crash is ignored; any other bad line is
+    an error naming the file and line."""
+    if not path.is_file():
+        return []
+    lines = path.read_text().splitlines()
+    rows: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            if number == len(lines):
+                break  # the write in progress when the process died
+            raise ValueError(f"{path}:{number}: not a JSON object") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{number}: not a JSON object")
+        rows.append(row)
+    return rows
+
+
+class RunDir:
+    """Append-only part files of one replay (see the module doc)."""
+
+    def __init__(self, out_dir: Path, meta: Mapping[str, Any], *, resume: bool) -> None:
+        self.path = out_dir
+        meta = json.loads(json.dumps(dict(meta), default=str))  # as it reads back
+        out_dir.mkdir(parents=True, exist_ok=True)
+        meta_path = out_dir / META_FILE
+        parts_exist = (out_dir / REQUESTS_PART).exists() or meta_path.exists()
+        if parts_exist and not resume:
+            raise ValueError(
+                f"{out_dir} already holds a replay; pass --resume to continue it, "
+                "or choose another --out"
+            )
+        if resume and meta_path.exists():
+            old = json.loads(meta_path.read_text())
+            for key in ("trace", "policy", "policy_params", "time_scale", "seed"):
+                if key in meta and old.get(key) != meta[key]:
+                    raise ValueError(
+                        f"{meta_path}: cannot resume, field {key!r} was {old.get(key)!r} "
+                        f"and is now {meta[key]!r}"
+                    )
+        meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+        self._clean_tail(out_dir / REQUESTS_PART)
+        self._clean_tail(out_dir / TIMELINE_PART)
+        self.done: dict[int, dict[str, Any]] = {
+            int(r["request_id"]): r for r in read_jsonl(out_dir / REQUESTS_PART)
+        }
+        sessions = [int(r.get("session", 0)) for r in read_jsonl(out_dir / TIMELINE_PART)]
+        self.session = max(sessions, default=0) + 1
+        self._requests: IO[str] = (out_dir / REQUESTS_PART).open("a")
+        self._timeline: IO[str] = (out_dir / TIMELINE_PART).open("a")
+
+    @staticmethod
+    def _clean_tail(path: Path) -> None:
+        """Drop a last line cut short by a crash, so that appends start on a fresh line."""
+        if not path.is_file():
+            return
+        text = path.read_text()
+        if text and not text.endswith("\n"):
+            path.write_text(text[: text.rfind("\n") + 1])
+
+    def write_record(self, row: Mapping[str, Any]) -> None:
+        self._requests.write(json.dumps({k: _json_value(v) for k, v in row.items()}) + "\n")
+        self._requests.flush()
+
+    def write_timeline(self, row: Mapping[str, Any]) -> None:
+        """One scrape; ``session`` (1 for the first run, 2 after a resume, ...) is added."""
+        out = {k: _json_value(v) for k, v in row.items()}
+        out["session"] = self.session
+        self._timeline.write(json.dumps(out) + "\n")
+        self._timeline.flush()
+
+    def close(self) -> None:
+        self._requests.close()
+        self._timeline.close()
+
+
+def _frame(rows: Iterable[Mapping[str, Any]], schema: Mapping[str, str]) -> pd.DataFrame:
+    import pandas as pd
+
+    rows = list(rows)
+    cols: dict[str, Any] = {}
+    for name, dtype in schema.items():
+        values = [r.get(name) for r in rows]
+        if dtype == "str":
+            cols[name] = np.array(["" if v is None else str(v) for v in values], dtype=object)
+        elif dtype == "float64":
+            cols[name] = np.array([math.nan if v is None else float(v) for v in values],
+                                  dtype=np.float64)
+        else:
+            cols[name] = np.array([0 if v is None else int(v) for v in values], dtype=dtype)
+    return pd.DataFrame(cols)
+
+
+def records_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """Record rows as a DataFrame with the live columns, sorted by ``request_id``."""
+    df = _frame(rows, LIVE_RECORD_COLUMNS)
+    return df.sort_values("request_id", kind="stable").reset_index(drop=True)
+
+
+def timeline_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    df = _frame(rows, TIMELINE_COLUMNS)
+    return df.sort_values("time_s", kind="stable").reset_index(drop=True)
+
+
+def read_parts(out_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The records and timeline written so far (deduplicated by request id, last row wins)."""
+    by_id = {int(r["request_id"]): r for r in read_jsonl(out_dir / REQUESTS_PART)}
+    return records_frame(by_id.values()), timeline_frame(read_jsonl(out_dir / TIMELINE_PART))
+
+
+def engine_preemptions(out_dir: Path) -> int:
+    """Engine preemptions over all sessions of a replay: each session's timeline counts from
+    its own start, so their last values add up."""
+    last: dict[int, int] = {}
+    for row in read_jsonl(out_dir / TIMELINE_PART):
+        session = int(row.get("session", 0))
+        last[session] = max(last.get(session, 0), int(row.get("num_preemptions") or 0))
+    return sum(last.values())
+
+
+def write_outputs(
+    out_dir: Path, records: pd.DataFrame, timeline: pd.DataFrame, summary: Mapping[str, Any]
+) -> None:
+    """Write ``requests.parquet`` (the records columns plus ``error``), ``timeline.parquet`` and
+    ``summary.json``: the files :func:`simulator.results.read_run` reads."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from simulator.results import REQUESTS_FILE, SUMMARY_FILE, TIMELINE_FILE
+
+    def table(df: pd.DataFrame, schema: Mapping[str, str]) -> Any:
+        arrays = {}
+        for name, dtype in schema.items():
+            if dtype == "str":
+                arrays[name] = pa.array([str(v) for v in df[name]], type=pa.string())
+            else:
+                arrays[name] = pa.array(df[name].to_numpy(dtype=dtype))
+        return pa.table(arrays)
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table(records, LIVE_RECORD_COLUMNS), out_dir / REQUESTS_FILE)
+    pq.write_table(table(timeline, TIMELINE_COLUMNS), out_dir / TIMELINE_FILE)
+    (out_dir / SUMMARY_FILE).write_text(json.dumps(dict(summary), indent=2) + "\n")

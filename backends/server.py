@@ -1,0 +1,100 @@
+"""Questions to a live OpenAI-compatible server: which model, how much KV, is it still there."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, replace
+
+import httpx
+
+from backends.openai_client import ServerTarget
+from backends.server_metrics import EngineSnapshot, snapshot
+
+
+class BackendUnavailable(RuntimeError):
+    """The server cannot be reached (it never started, or it died during the run)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """What kvbudget reads from a server before a run. ``kv_capacity_tokens`` is the usable
+    capacity (``usable_blocks * block_size``; see :mod:`backends.server_metrics`)."""
+
+    model: str
+    max_model_len: int | None
+    kv_capacity_tokens: int | None
+    num_gpu_blocks: int | None
+    usable_blocks: int | None
+    block_size: int | None
+    has_metrics: bool
+
+
+async def fetch_snapshot(client: httpx.AsyncClient, target: ServerTarget) -> EngineSnapshot:
+    """Scrape ``/metrics`` once (raises ``httpx.HTTPError`` when it cannot)."""
+    response = await client.get(
+        target.url("/metrics"), headers=target.headers(), timeout=target.connect_timeout_s
+    )
+    response.raise_for_status()
+    return snapshot(response.text)
+
+
+async def server_alive(
+    client: httpx.AsyncClient, target: ServerTarget, *, tries: int = 3, pause_s: float = 0.5
+) -> bool:
+    """Whether the server answers HTTP at all (``/health``, any status), retried a few times."""
+    for attempt in range(tries):
+        try:
+            await client.get(target.url("/health"), timeout=min(5.0, target.connect_timeout_s))
+            return True
+        except httpx.HTTPError:
+            if attempt + 1 < tries:
+                await asyncio.sleep(pause_s)
+    return False
+
+
+async def discover(client: httpx.AsyncClient, target: ServerTarget) -> ServerInfo:
+    """Model name (the first served model unless ``target.model`` names one), its context length
+    where the server reports it (vLLM's ``max_model_len``), and the KV capacity from ``/metrics``.
+    """
+    try:
+        response = await client.get(
+            target.url("/v1/models"), headers=target.headers(), timeout=target.connect_timeout_s
+        )
+    except httpx.HTTPError as exc:
+        raise BackendUnavailable(f"cannot reach {target.base_url}: {exc}") from None
+    if response.status_code >= 400:
+        raise BackendUnavailable(
+            f"{target.url('/v1/models')} answered HTTP {response.status_code}"
+        )
+    try:
+        models = response.json().get("data") or []
+    except ValueError:
+        models = []
+    model = target.model
+    max_model_len: int | None = None
+    entry = next((m for m in models if not model or m.get("id") == model), None)
+    if entry is None and not model:
+        raise BackendUnavailable(f"{target.url('/v1/models')} lists no model")
+    if entry is not None:
+        model = str(entry.get("id"))
+        raw_len = entry.get("max_model_len")
+        max_model_len = int(raw_len) if isinstance(raw_len, int | float) and raw_len > 0 else None
+    snap: EngineSnapshot | None
+    try:
+        snap = await fetch_snapshot(client, target)
+    except httpx.HTTPError:
+        snap = None
+    return ServerInfo(
+        model=model,
+        max_model_len=max_model_len,
+        kv_capacity_tokens=None if snap is None else snap.kv_capacity_tokens,
+        num_gpu_blocks=None if snap is None else snap.num_gpu_blocks,
+        usable_blocks=None if snap is None else snap.usable_blocks,
+        block_size=None if snap is None else snap.block_size,
+        has_metrics=snap is not None,
+    )
+
+
+def with_model(target: ServerTarget, info: ServerInfo) -> ServerTarget:
+    """The target with the discovered model name filled in."""
+    return target if target.model == info.model else replace(target, model=info.model)

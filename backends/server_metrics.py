@@ -1,0 +1,163 @@
+"""Read a serving engine's Prometheus ``/metrics``: KV use, queue depths, preemptions, capacity.
+
+The text format is parsed here (a few dozen lines; no client library needed). Names differ by
+engine; each quantity has a list of known names, tried in order, summed over label sets (one
+per engine of a data-parallel server):
+
+* vLLM: ``vllm:kv_cache_usage_perc`` (a fraction, 1 = full; ``vllm:gpu_cache_usage_perc`` before
+  v0.10), ``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
+  ``vllm:num_preemptions_total``, and the capacity in ``vllm:cache_config_info``'s labels
+  ``num_gpu_blocks`` and ``block_size``. vLLM v1 keeps one block of each engine as its "null
+  block" and never allocates it, and its usage fraction is over the others
+  (``vllm/v1/core/block_pool.py``, ``BlockPool.get_usage``: "Subtract 1 to account for null
+  block"): the usable capacity is ``(num_gpu_blocks - 1) * block_size`` per engine.
+* llama.cpp (``--metrics``): ``llamacpp:kv_cache_usage_ratio``, ``llamacpp:requests_processing``,
+  ``llamacpp:requests_deferred``; it exposes no capacity (pass it explicitly).
+* SGLang: ``sglang:token_usage``, ``sglang:num_running_reqs``, ``sglang:num_queue_reqs``,
+  ``sglang:max_total_num_tokens`` (capacity in tokens).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+Sample = tuple[dict[str, str], float]
+
+KV_USAGE_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
+                  "llamacpp:kv_cache_usage_ratio", "sglang:token_usage")
+RUNNING_NAMES = ("vllm:num_requests_running", "llamacpp:requests_processing",
+                 "sglang:num_running_reqs")
+WAITING_NAMES = ("vllm:num_requests_waiting", "llamacpp:requests_deferred",
+                 "sglang:num_queue_reqs")
+PREEMPTION_NAMES = ("vllm:num_preemptions_total", "vllm:num_preemptions")
+CAPACITY_TOKEN_NAMES = ("sglang:max_total_num_tokens",)
+
+_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)(\s+\S+)?\s*$")
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+
+
+def _unescape(value: str) -> str:
+    return value.replace("\\n", "\n").replace('\\"', '"').replace("\\\\", "\\")
+
+
+def parse_prometheus(text: str) -> dict[str, list[Sample]]:
+    """Metric name -> [(labels, value)] from the Prometheus text exposition format.
+
+    Comment lines and lines that do not parse are skipped (a scrape is best effort).
+    """
+    out: dict[str, list[Sample]] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _LINE.match(line)
+        if m is None:
+            continue
+        name, _, label_text, value_text = m.group(1), m.group(2), m.group(3), m.group(4)
+        try:
+            value = float(value_text)
+        except ValueError:
+            continue
+        labels: dict[str, str] = {}
+        if label_text:
+            pos = 0
+            while pos < len(label_text):
+                lm = _LABEL.match(label_text, pos)
+                if lm is None:
+                    break
+                labels[lm.group(1)] = _unescape(lm.group(2))
+                pos = lm.end()
+        out.setdefault(name, []).append((labels, value))
+    return out
+
+
+def _first(metrics: dict[str, list[Sample]], names: Iterable[str]) -> float | None:
+    for name in names:
+        samples = metrics.get(name)
+        if samples:
+            return float(sum(v for _, v in samples))
+    return None
+
+
+def _mean(metrics: dict[str, list[Sample]], names: Iterable[str]) -> float | None:
+    for name in names:
+        samples = metrics.get(name)
+        if samples:
+            return float(sum(v for _, v in samples) / len(samples))
+    return None
+
+
+def _int_label(labels: dict[str, str], key: str) -> int | None:
+    try:
+        value = int(labels.get(key, ""))
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSnapshot:
+    """One scrape. ``None`` where the server does not expose the quantity."""
+
+    kv_usage: float | None
+    num_running: int | None
+    num_waiting: int | None
+    num_preemptions_total: int | None
+    num_gpu_blocks: int | None
+    block_size: int | None
+    capacity_tokens_direct: int | None = None
+    num_engines: int = 1
+
+    @property
+    def usable_blocks(self) -> int | None:
+        """Blocks the engine can allocate: ``num_gpu_blocks`` less one null block per engine."""
+        if self.num_gpu_blocks is None:
+            return None
+        return max(self.num_gpu_blocks - self.num_engines, 0)
+
+    @property
+    def kv_capacity_tokens(self) -> int | None:
+        """Usable KV capacity in tokens: ``usable_blocks * block_size`` (vLLM), or the server's
+        own figure in tokens (SGLang)."""
+        if self.usable_blocks is not None and self.block_size is not None:
+            return self.usable_blocks * self.block_size
+        return self.capacity_tokens_direct
+
+    def kv_used_tokens(self, capacity_tokens: int | None = None) -> int | None:
+        """Tokens in allocated KV blocks: the usage fraction times the capacity."""
+        cap = self.kv_capacity_tokens if capacity_tokens is None else capacity_tokens
+        if self.kv_usage is None or cap is None or not math.isfinite(self.kv_usage):
+            return None
+        return round(self.kv_usage * cap)
+
+
+def snapshot(text: str) -> EngineSnapshot:
+    """Read the quantities kvbudget uses from one ``/metrics`` page."""
+    metrics = parse_prometheus(text)
+    blocks = block_size = None
+    engines = 1
+    info = metrics.get("vllm:cache_config_info")
+    if info:
+        num = [_int_label(labels, "num_gpu_blocks") for labels, _ in info]
+        sizes = [_int_label(labels, "block_size") for labels, _ in info]
+        if all(n is not None for n in num) and sizes and sizes[0] is not None:
+            blocks = sum(n for n in num if n is not None)
+            block_size = sizes[0]
+            engines = len(num)
+
+    def as_int(x: float | None) -> int | None:
+        return None if x is None or not math.isfinite(x) else round(x)
+
+    return EngineSnapshot(
+        kv_usage=_mean(metrics, KV_USAGE_NAMES),
+        num_running=as_int(_first(metrics, RUNNING_NAMES)),
+        num_waiting=as_int(_first(metrics, WAITING_NAMES)),
+        num_preemptions_total=as_int(_first(metrics, PREEMPTION_NAMES)),
+        num_gpu_blocks=blocks,
+        block_size=block_size,
+        capacity_tokens_direct=as_int(_first(metrics, CAPACITY_TOKEN_NAMES)),
+        num_engines=engines,
+    )

@@ -1,0 +1,422 @@
+"""``kvbudget replay``, ``calibrate`` and ``validate``: the gateway against a live server."""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from cli.errors import CliError, fail, user_errors
+
+if TYPE_CHECKING:
+    from backends.openai_client import ServerTarget
+    from backends.replay import ReplayOutcome
+    from policies import BasePolicy, TierConfig
+    from workloads import Workload
+
+UrlOpt = Annotated[str, typer.Option(
+    "--url", help="The server root, e.g. http://127.0.0.1:8000 (OpenAI-compatible).")]
+ModelOpt = Annotated[str, typer.Option(
+    "--model", help="Served model name (default: the server's first model).")]
+ApiKeyOpt = Annotated[str | None, typer.Option(
+    "--api-key", envvar="KVBUDGET_API_KEY", help="Bearer token, if the server wants one.")]
+TraceOpt = Annotated[Path, typer.Option("--trace", help="The trace file to replay.")]
+FormatOpt = Annotated[str | None, typer.Option(
+    "--format", help="Trace format (auto-detected by default).")]
+TierOpt = Annotated[str, typer.Option(
+    "--tier", help="Tier of requests whose trace has no tier column.")]
+MaxOutputOpt = Annotated[int | None, typer.Option(
+    "--max-output", help="Declared max_tokens of requests whose trace has none (default "
+    "2048; never below the true output).")]
+PolicyOpt = Annotated[str, typer.Option("--policy", help="Admission policy (see kvbudget compare).")]
+ParamOpt = Annotated[list[str] | None, typer.Option(
+    "--param", help="A policy parameter, key=value (value as JSON), repeatable.")]
+TimeScaleOpt = Annotated[float, typer.Option(
+    "--time-scale", help="Multiply trace timestamps (0.5 replays twice as fast).")]
+CapacityOpt = Annotated[int | None, typer.Option(
+    "--capacity-tokens", help="Gateway budget in tokens (default: the server's KV capacity).")]
+InFlightOpt = Annotated[int, typer.Option(
+    "--max-in-flight", help="Safety cap on requests streaming at once.")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the prompts' token ids.")]
+TimeoutOpt = Annotated[float, typer.Option(
+    "--read-timeout", help="Seconds of silence after which a stream counts as timed out.")]
+LeaseOpt = Annotated[float | None, typer.Option(
+    "--lease-ttl", help="Seconds after which a lease expires and its request is dropped.")]
+PollOpt = Annotated[float, typer.Option(
+    "--poll-period", help="Seconds between two scrapes of the server's /metrics.")]
+SeqsOpt = Annotated[int | None, typer.Option(
+    "--max-num-seqs", help="The server's --max-num-seqs (calibration grid, simulation).")]
+BatchedOpt = Annotated[int | None, typer.Option(
+    "--max-num-batched-tokens", help="The server's --max-num-batched-tokens.")]
+
+
+def _target(url: str, model: str, api_key: str | None, read_timeout: float) -> ServerTarget:
+    from backends.openai_client import ServerTarget
+
+    return ServerTarget(base_url=url, model=model, api_key=api_key, read_timeout_s=read_timeout)
+
+
+def _policy(name: str, params: list[str] | None) -> BasePolicy:
+    from policies import make_policy
+
+    values: dict[str, Any] = {}
+    for item in params or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"--param: expected key=value, got {item!r}")
+        try:
+            values[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            values[key.strip()] = raw
+    return make_policy(name, values)
+
+
+def _tiers_for(workload: Workload) -> tuple[TierConfig, ...]:
+    from policies import DEFAULT_TIERS
+
+    known = {t.name for t in DEFAULT_TIERS}
+    missing = sorted(set(workload.tier_names) - known)
+    if missing:
+        raise CliError(f"tier {missing[0]!r} of the trace is not configured; "
+                       f"known tiers: {', '.join(sorted(known))}")
+    return DEFAULT_TIERS
+
+
+def load_workload(trace: Path, trace_format: str | None, tier: str, time_scale: float,
+                  max_output: int | None = None) -> Workload:
+    """The trace as a workload (the loaders of ``kvbudget simulate --trace``), time-scaled."""
+    from backends.replay import scale_time
+    from workloads.lengths import FixedCap
+    from workloads.traces import TraceOptions, load_trace
+
+    if not trace.exists():
+        raise CliError(f"{trace}: no such trace file")
+    options = TraceOptions(format=trace_format, default_tier=tier)
+    if max_output is not None:
+        options = TraceOptions(format=trace_format, default_tier=tier,
+                               max_output=FixedCap(max_output))
+    loaded = load_trace(trace, options)
+    return scale_time(loaded.workload, time_scale)
+
+
+def _progress(total: int, desc: str) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="req", leave=False, disable=None, file=sys.stderr)
+
+
+def _resume_hint() -> str:
+    """What to run to resume: this very command line with ``--resume``."""
+    argv = sys.argv[1:]
+    if argv[:1] != ["replay"]:  # called in-process (tests, notebooks): no command line to show
+        return "; resume with the same command and --resume"
+    args = [a for a in argv if a != "--resume"]
+    return "; resume with: kvbudget " + " ".join(shlex.quote(a) for a in args) + " --resume"
+
+
+def run_replay(workload: Workload, policy: BasePolicy, *, target: ServerTarget, out: Path,
+               trace: Path, time_scale: float, capacity_tokens: int | None, max_in_flight: int,
+               seed: int, resume: bool, tiers: tuple[TierConfig, ...],
+               poll_period: float, lease_ttl: float | None = None,
+               hint: str = "") -> ReplayOutcome:
+    """Replay with a progress bar; a server that dies or Ctrl-C exit with code 1 / 130 after
+    the output is written, saying how to resume."""
+    import asyncio
+
+    from backends.replay import ReplayConfig, ReplayMeta, replay_async
+    from backends.server import BackendUnavailable
+
+    config = ReplayConfig(target=target, tiers=tiers, capacity_tokens=capacity_tokens,
+                          max_in_flight=max_in_flight, seed=seed, poll_period_s=poll_period,
+                          lease_ttl_s=lease_ttl)
+    meta = ReplayMeta(trace=str(trace.resolve()), policy=policy.name,
+                      policy_params={k: v for k, v in policy.describe().items() if k != "name"},
+                      time_scale=time_scale, seed=seed, url=target.base_url)
+    bar: Any = None
+
+    def on_start(num_done: int, num_todo: int) -> None:
+        nonlocal bar
+        if num_done:
+            typer.echo(f"resuming: {num_done} requests already done, {num_todo} to replay",
+                       err=True)
+        bar = _progress(num_todo, f"replay {policy.name}")
+
+    def on_record(row: Any) -> None:
+        if bar is not None:
+            bar.update(1)
+
+    try:
+        outcome = asyncio.run(replay_async(workload, policy, config, out, meta=meta,
+                                           resume=resume, on_record=on_record,
+                                           on_start=on_start))
+    except BackendUnavailable as exc:
+        raise CliError(str(exc), 1) from None
+    except KeyboardInterrupt:
+        raise CliError(f"interrupted; the requests that finished are in {out}{hint}",
+                       130) from None
+    finally:
+        if bar is not None:
+            bar.close()
+    if outcome.error:
+        done = len(outcome.records)
+        raise CliError(
+            f"{outcome.error}; kept {done} of {len(workload)} requests in {out} "
+            f"(requests.parquet){hint}", 1)
+    return outcome
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    from cli.tables import render_summaries
+
+    typer.echo(render_summaries([summary]))
+
+
+def replay_cmd(
+    url: UrlOpt,
+    trace: TraceOpt,
+    out: Annotated[Path, typer.Option("--out", help="Run directory to write.")],
+    policy: PolicyOpt = "conservative",
+    params: ParamOpt = None,
+    trace_format: FormatOpt = None,
+    tier: TierOpt = "interactive",
+    max_output: MaxOutputOpt = None,
+    time_scale: TimeScaleOpt = 1.0,
+    capacity_tokens: CapacityOpt = None,
+    max_in_flight: InFlightOpt = 256,
+    poll_period: PollOpt = 1.0,
+    lease_ttl: LeaseOpt = None,
+    model: ModelOpt = "",
+    api_key: ApiKeyOpt = None,
+    seed: SeedOpt = 0,
+    read_timeout: TimeoutOpt = 600.0,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Continue an interrupted replay in --out (skips finished requests).")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Replay a trace through an admission policy against a live OpenAI-compatible server."""
+    with user_errors():
+        target = _target(url, model, api_key, read_timeout)
+        pol = _policy(policy, params)
+        workload = load_workload(trace, trace_format, tier, time_scale, max_output)
+        outcome = run_replay(workload, pol, target=target, out=out, trace=trace,
+                             time_scale=time_scale, capacity_tokens=capacity_tokens,
+                             max_in_flight=max_in_flight, seed=seed, resume=resume,
+                             tiers=_tiers_for(workload), poll_period=poll_period,
+                             lease_ttl=lease_ttl, hint=_resume_hint())
+    if as_json:
+        typer.echo(json.dumps(outcome.summary, indent=2))
+    else:
+        _print_summary(outcome.summary)
+        typer.echo(f"wrote {out}/requests.parquet, timeline.parquet, summary.json")
+
+
+def _ints(text: str, name: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise CliError(f"{name}: expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise CliError(f"{name}: expected positive integers, got {text!r}")
+    return values
+
+
+def calibrate_cmd(
+    url: UrlOpt,
+    out: Annotated[Path, typer.Option("--out", help="Cost-model JSON file to write.")
+                   ] = Path("cost_model.json"),
+    model: ModelOpt = "",
+    api_key: ApiKeyOpt = None,
+    prefill_tokens: Annotated[str, typer.Option(
+        "--prefill-tokens", help="Prompt sizes to time (comma-separated).")
+    ] = "16,64,128,256,512,1024,2048",
+    decode_batches: Annotated[str, typer.Option(
+        "--decode-batches", help="Concurrent decode streams to time.")] = "1,2,4,8,16,32",
+    context_tokens: Annotated[str, typer.Option(
+        "--context-tokens", help="Context lengths of the decode streams.")] = "64,256,1024",
+    repeats: Annotated[int, typer.Option("--repeats", help="Repeats per grid point.")] = 3,
+    max_num_seqs: SeqsOpt = None,
+    max_num_batched_tokens: BatchedOpt = None,
+    capacity_tokens: CapacityOpt = None,
+    read_timeout: TimeoutOpt = 600.0,
+) -> None:
+    """Profile a live server's step times and fit the cost model for simulate --cost-model."""
+    from cli.tables import render
+
+    with user_errors():
+        from backends.calibrate import CalibrationPlan, calibrate
+
+        plan = CalibrationPlan(
+            prefill_tokens=_ints(prefill_tokens, "--prefill-tokens"),
+            decode_batches=_ints(decode_batches, "--decode-batches"),
+            context_tokens=_ints(context_tokens, "--context-tokens"),
+            repeats=repeats,
+            max_num_seqs=max_num_seqs or 256,
+            max_num_batched_tokens=max_num_batched_tokens or 2048,
+        )
+        target = _target(url, model, api_key, read_timeout)
+        bar: Any = None
+
+        def on_point(point: Any, done: int, total: int) -> None:
+            nonlocal bar
+            if bar is None:
+                from tqdm import tqdm
+
+                bar = tqdm(total=total, desc="calibrate", unit="point", leave=False,
+                           disable=None, file=sys.stderr)
+            bar.update(1)
+
+        from backends.calibrate import CalibrationFailed
+        from backends.server import BackendUnavailable
+
+        try:
+            cal = calibrate(target, plan, capacity_tokens=capacity_tokens, on_point=on_point)
+        except (BackendUnavailable, CalibrationFailed) as exc:
+            raise CliError(str(exc), 1) from None
+        finally:
+            if bar is not None:
+                bar.close()
+        cal.save(out)
+    m = cal.model
+    typer.echo(f"fitted on {cal.fit.num_samples} grid points of {cal.info.model} at {url}")
+    typer.echo(render(("coefficient", "value"), [
+        ["intercept_s", m.intercept_s], ["per_prefill_token_s", m.per_prefill_token_s],
+        ["per_decode_seq_s", m.per_decode_seq_s], ["per_context_token_s", m.per_context_token_s],
+        ["per_prefill_attention_s", m.per_prefill_attention_s],
+        ["frontend_overhead_s", cal.frontend_overhead_s],
+    ]))
+    per_class = cal.fit.per_class()
+    typer.echo(render(("points", "n", "MAPE %", "max |err| %", "bias %"), [
+        [r["point_class"], r["num_points"], 100 * r["mape"], 100 * r["max_abs_rel_error"],
+         100 * r["mean_rel_error"]] for r in per_class.to_dict(orient="records")
+    ]))
+    for note in cal.notes:
+        typer.echo(f"note: {note}", err=True)
+    typer.echo(f"wrote {out}")
+
+
+def validate_cmd(
+    url: UrlOpt,
+    trace: TraceOpt,
+    cost_model: Annotated[Path, typer.Option(
+        "--cost-model", help="The cost-model file written by kvbudget calibrate.")],
+    policy: PolicyOpt = "conservative",
+    params: ParamOpt = None,
+    out: Annotated[Path, typer.Option("--out", help="Directory for the live run, the "
+                                      "simulated run, the table and the plot.")
+                   ] = Path("validation"),
+    trace_format: FormatOpt = None,
+    tier: TierOpt = "interactive",
+    max_output: MaxOutputOpt = None,
+    time_scale: TimeScaleOpt = 1.0,
+    capacity_tokens: CapacityOpt = None,
+    max_in_flight: InFlightOpt = 256,
+    poll_period: PollOpt = 1.0,
+    lease_ttl: LeaseOpt = None,
+    max_num_seqs: SeqsOpt = None,
+    max_num_batched_tokens: BatchedOpt = None,
+    model: ModelOpt = "",
+    api_key: ApiKeyOpt = None,
+    seed: SeedOpt = 0,
+    read_timeout: TimeoutOpt = 600.0,
+    max_error: Annotated[float | None, typer.Option(
+        "--max-error", help="Exit 1 when p50 TTFT, p50 TPOT or throughput is off by more "
+        "than this fraction.")] = None,
+) -> None:
+    """Replay a trace live and simulate it with the calibrated model: compare per metric."""
+    import asyncio
+
+    from cli.tables import render
+
+    with user_errors():
+        from backends.calibrate import read_frontend_overhead
+        from backends.server import BackendUnavailable, discover
+        from backends.validation import plot_validation, validate_runs
+        from simulator.cost_model import load_cost_model
+        from simulator.engine_config import EngineConfig
+        from simulator.run import SimConfig, simulate
+
+        if out.exists() and any(out.iterdir()):
+            raise CliError(f"{out}: already exists and is not empty; choose another --out")
+        cost = load_cost_model(cost_model)
+        overhead = read_frontend_overhead(cost_model)
+        plan = json.loads(cost_model.read_text()).get("calibration", {}).get("plan", {})
+        target = _target(url, model, api_key, read_timeout)
+        pol = _policy(policy, params)
+        workload = load_workload(trace, trace_format, tier, time_scale, max_output)
+        tiers = _tiers_for(workload)
+
+        async def ask() -> Any:
+            import httpx
+
+            async with httpx.AsyncClient() as client:
+                return await discover(client, target)
+
+        try:
+            info = asyncio.run(ask())
+        except BackendUnavailable as exc:
+            raise CliError(str(exc), 1) from None
+        if info.usable_blocks is None or info.block_size is None:
+            raise CliError(f"{url}/metrics does not expose vllm:cache_config_info; validate "
+                           "needs the server's KV blocks", 2)
+        seqs = max_num_seqs or int(plan.get("max_num_seqs", 256))
+        batched = max_num_batched_tokens or int(plan.get("max_num_batched_tokens", 2048))
+        live = run_replay(workload, pol, target=target, out=out / "live", trace=trace,
+                          time_scale=time_scale, capacity_tokens=capacity_tokens,
+                          max_in_flight=max_in_flight, seed=seed, resume=False, tiers=tiers,
+                          poll_period=poll_period, lease_ttl=lease_ttl,
+                          hint="; validate needs a complete run: start it again with another "
+                               "--out")
+        sim_config = SimConfig(
+            engine=EngineConfig(block_size=info.block_size, num_gpu_blocks=info.usable_blocks,
+                                max_num_seqs=seqs, max_num_batched_tokens=batched,
+                                max_model_len=info.max_model_len),
+            tiers=tiers, cost_model=cost, gateway_capacity_tokens=capacity_tokens,
+            lease_ttl_s=lease_ttl, timeline_period_s=0.25, seed=seed,
+        )
+        sim = simulate(workload, _policy(policy, params), sim_config)
+        sim.write(out / "sim")
+        capacity = capacity_tokens or info.usable_blocks * info.block_size
+        result, adjusted = validate_runs(
+            sim.records, sim.timeline, sim.summary.get("engine", {}), live.records,
+            live.summary, tiers=tiers, capacity_tokens=capacity, policy=pol.name,
+            frontend_overhead_s=overhead)
+        result.metrics.to_csv(out / "validation.csv", index=False)
+        (out / "validation.json").write_text(json.dumps(
+            {**result.to_dict(), "policy": pol.name, "trace": str(trace), "url": url,
+             "engine": {"block_size": info.block_size, "num_gpu_blocks": info.usable_blocks,
+                        "max_num_seqs": seqs, "max_num_batched_tokens": batched}},
+            indent=2) + "\n")
+        plot_validation(adjusted, live.records, sim.timeline, live.timeline,
+                        out / "validate.png", f"{pol.name} on {trace.name}: simulated vs measured")
+
+    def pct(x: float) -> str:
+        return "-" if not math.isfinite(x) else f"{100 * x:+.1f}%"
+
+    typer.echo(render(("metric", "simulated", "measured", "rel. error"), [
+        [r["metric"], r["simulated"], r["measured"], pct(r["rel_error"])]
+        for r in result.metrics.to_dict(orient="records")
+    ]))
+    typer.echo(render(("per-request", "pairs", "MAPE"), [
+        [r["metric"], r["num_pairs"], pct(r["mape"])]
+        for r in result.per_request.to_dict(orient="records")
+    ]))
+    typer.echo(f"simulated times include the calibrated front-end overhead of "
+               f"{1000 * overhead:.1f} ms per request")
+    typer.echo(f"wrote {out}/validation.csv, validation.json, validate.png, live/, sim/")
+    if max_error is not None:
+        name, err = result.worst_key_error()
+        if not err <= max_error:
+            raise fail(f"{name} is off by {100 * err:.1f}%, more than --max-error "
+                       f"{100 * max_error:.1f}%", 1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("replay")(replay_cmd)
+    app.command("calibrate")(calibrate_cmd)
+    app.command("validate")(validate_cmd)

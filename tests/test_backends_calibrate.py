@@ -1,0 +1,341 @@
+"""Calibration from the outside, against a fake engine whose step times are known.
+
+The fake engine (a thread on 127.0.0.1) batches continuously like vLLM: each step admits every
+waiting request (its prompt is prefilled in that step and its first token comes out at the
+end), decodes one token for every running request, and lasts
+``intercept + per_decode_seq * decodes + per_prefill_token * prefill_tokens`` seconds; its
+"API server" spends a fixed time on each request before handing it to the engine. The
+calibration sees it only through the OpenAI API and must recover the step times and that
+front-end time.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from backends.calibrate import (
+    CalibrationPlan,
+    GridPoint,
+    calibrate,
+    frontend_overhead,
+    median_samples,
+    plan_points,
+    read_frontend_overhead,
+)
+from backends.openai_client import ServerTarget
+from simulator.cost_model import FEATURES, LinearCostModel, load_cost_model
+
+INTERCEPT_S = 0.004
+PER_DECODE_SEQ_S = 0.0006
+PER_PREFILL_TOKEN_S = 0.00002
+FRONTEND_S = 0.015  # what the fake's "API server" spends on a request before the engine
+
+
+def true_step(prefill: float, decodes: float) -> float:
+    return INTERCEPT_S + PER_DECODE_SEQ_S * decodes + PER_PREFILL_TOKEN_S * prefill
+
+
+@dataclass(eq=False)
+class _Seq:
+    prompt: int
+    max_tokens: int
+    out: queue.Queue[int | None] = field(default_factory=queue.Queue)
+    generated: int = 0
+
+
+class FakeEngine:
+    def __init__(self) -> None:
+        self.waiting: list[_Seq] = []
+        self.running: list[_Seq] = []
+        self.cond = threading.Condition()
+        self.stop = False
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def add(self, seq: _Seq) -> None:
+        with self.cond:
+            self.waiting.append(seq)
+            self.cond.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self.cond:
+                while not (self.waiting or self.running or self.stop):
+                    self.cond.wait()
+                if self.stop:
+                    return
+                new, self.waiting = self.waiting, []
+                decoding = list(self.running)
+            step = true_step(sum(s.prompt for s in new), len(decoding))
+            deadline = time.perf_counter() + step
+            while time.perf_counter() < deadline:  # sleep is too coarse for 1 ms steps
+                time.sleep(min(0.0005, max(0.0, deadline - time.perf_counter())))
+            with self.cond:
+                for seq in [*decoding, *new]:
+                    seq.generated += 1
+                    seq.out.put(seq.generated)
+                    if seq.generated >= seq.max_tokens:
+                        seq.out.put(None)
+                    elif seq in new:
+                        self.running.append(seq)
+                self.running = [s for s in self.running if s.generated < s.max_tokens]
+
+    def close(self) -> None:
+        with self.cond:
+            self.stop = True
+            self.cond.notify()
+        self.thread.join(timeout=5)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.0"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, raw: bytes, ctype: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def do_GET(self) -> None:
+        if self.path == "/v1/models":
+            raw = json.dumps({"data": [{"id": "fake", "max_model_len": 2048}]}).encode()
+            self._send(200, raw, "application/json")
+        elif self.path == "/metrics":
+            raw = (b'vllm:cache_config_info{block_size="16",num_gpu_blocks="257"} 1.0\n'
+                   b'vllm:num_preemptions_total{engine="0"} 0.0\n')
+            self._send(200, raw, "text/plain")
+        else:
+            self._send(200, b"{}", "application/json")
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.bodies.append(body)
+        seq = _Seq(len(body["prompt"]), int(body["max_tokens"]))
+        per_chunk_usage = body.get("stream_options", {}).get("continuous_usage_stats", False)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        time.sleep(FRONTEND_S)
+        self.server.engine.add(seq)
+        while (tokens := seq.out.get()) is not None:
+            if self.server.burst and tokens % 4 and tokens != seq.max_tokens:
+                continue  # an API server that fell behind: several tokens in one chunk
+            usage = {"prompt_tokens": seq.prompt, "completion_tokens": tokens}
+            chunk = {"choices": [{"index": 0, "text": "a", "finish_reason":
+                                  "length" if tokens == seq.max_tokens else None}],
+                     "usage": usage if per_chunk_usage else None}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.flush()
+        final = {"choices": [], "usage": {"prompt_tokens": seq.prompt,
+                                          "completion_tokens": seq.max_tokens}}
+        self.wfile.write(f"data: {json.dumps(final)}\n\ndata: [DONE]\n\n".encode())
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128  # the default 5 drops concurrent connects (retried after 1 s)
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.engine = FakeEngine()
+        self.bodies: list[dict[str, Any]] = []
+        self.burst = False
+
+
+@pytest.fixture
+def fake_server() -> Iterator[_Server]:
+    server = _Server()
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    server.engine.close()
+    thread.join(timeout=5)
+
+
+@pytest.fixture
+def fake_url() -> Iterator[str]:
+    server = _Server()
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    server.engine.close()
+    thread.join(timeout=5)
+
+
+PLAN = CalibrationPlan(prefill_tokens=(16, 128, 512, 1024), decode_batches=(1, 2, 4, 8),
+                       context_tokens=(32, 256), decode_tokens=24, background_tokens=40,
+                       repeats=2, warmup=1, max_num_seqs=8, max_num_batched_tokens=2048)
+
+
+def test_calibration_recovers_known_step_times(fake_url: str, tmp_path: Path) -> None:
+    seen: list[GridPoint] = []
+    cal = calibrate(ServerTarget(fake_url), PLAN, on_point=lambda p, d, t: seen.append(p))
+    assert cal.info.model == "fake" and cal.info.kv_capacity_tokens == 256 * 16
+    assert len(seen) == PLAN.repeats * len(plan_points(PLAN, 4096, 2048))
+    assert not cal.notes
+    assert cal.fit.mape < 0.10, cal.fit.table
+    m = cal.model
+    for prefill, decodes in ((0, 1), (0, 4), (0, 8), (512, 1), (1024, 1)):
+        truth = true_step(prefill, decodes)
+        got = m.step_time(float(prefill), float(decodes), float(prefill + 64 * decodes),
+                          float(prefill * prefill))
+        assert got == pytest.approx(truth, rel=0.2), (prefill, decodes)
+    # the fake's front end, plus a few ms of Python HTTP handling
+    assert FRONTEND_S <= cal.frontend_overhead_s < FRONTEND_S + 0.008
+    out = tmp_path / "cost.json"
+    cal.save(out)
+    assert load_cost_model(out) == m
+    assert read_frontend_overhead(out) == cal.frontend_overhead_s
+    payload = json.loads(out.read_text())
+    assert payload["calibration"]["model"] == "fake"
+    assert payload["fit"]["num_samples"] == cal.fit.num_samples
+
+
+def test_plan_points_respect_the_server() -> None:
+    plan = CalibrationPlan(prefill_tokens=(16, 512, 4096), decode_batches=(1, 8, 64),
+                           context_tokens=(64, 1024), decode_tokens=64, background_tokens=64,
+                           max_num_seqs=8, max_num_batched_tokens=2048)
+    pts = plan_points(plan, capacity_tokens=1152, max_model_len=1024)
+    assert GridPoint("prefill", 1, 16) in pts and GridPoint("prefill", 1, 512) in pts
+    assert all(p.seq_len < 1024 for p in pts if p.kind == "prefill")
+    decode = [(p.num_seqs, p.seq_len, p.tokens) for p in pts if p.kind == "decode"]
+    # 1 x 1024: no token left below max_model_len; 8 x 1024 does not fit; 64 > max_num_seqs
+    assert decode == [(1, 64, 64), (8, 64, 64)]
+    fewer = plan_points(replace(plan, decode_tokens=128), capacity_tokens=1152,
+                        max_model_len=1024)
+    # 8 streams of 64-token prompts have room for 1152 / 8 - 65 = 79 tokens each
+    assert [(p.num_seqs, p.seq_len, p.tokens) for p in fewer if p.kind == "decode"] == [
+        (1, 64, 128), (8, 64, 79)]
+    with pytest.raises(ValueError, match="repeats"):
+        CalibrationPlan(repeats=0)
+    with pytest.raises(ValueError, match="prefill_tokens"):
+        CalibrationPlan(prefill_tokens=())
+
+
+def test_median_samples_and_overhead() -> None:
+    rows = []
+    for rep, t in enumerate((0.010, 0.012, 0.011)):
+        rows.append({"num_prefill_tokens": 0, "num_decode_seqs": 2, "num_context_tokens": 100,
+                     "prefill_attention": 0, "step_time_s": t, "kind": "decode", "num_seqs": 2,
+                     "seq_len": 40, "repeat": rep})
+    med = median_samples(pd.DataFrame(rows))
+    assert len(med) == 1 and med["step_time_s"].iloc[0] == pytest.approx(0.011)
+    assert list(med.columns[: len(FEATURES)]) == list(FEATURES)
+    model = LinearCostModel(0.004, 1e-5, 0.0, 0.0)
+    idle = pd.DataFrame({"prompt_tokens": [100, 100, 200], "repeat": [0, 1, 0],
+                         "ttft_s": [0.015, 0.016, 0.017]})
+    # excess over the model: 0.010, 0.011, 0.011
+    assert frontend_overhead(idle, model) == pytest.approx(0.011)
+    assert frontend_overhead(idle.iloc[:0], model) == 0.0
+    assert np.isfinite(frontend_overhead(idle, LinearCostModel(1.0, 0, 0, 0)))
+    assert frontend_overhead(idle, LinearCostModel(1.0, 0, 0, 0)) == 0.0
+
+
+def test_calibrate_and_validate_commands(fake_url: str, tmp_path: Path) -> None:
+    """The whole loop on the fake engine, whose steps follow the linear model exactly: the
+    simulation of a held-out trace with the calibrated model must match the measurement."""
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    runner = CliRunner()
+    cost = tmp_path / "cost.json"
+    res = runner.invoke(app, ["calibrate", "--url", fake_url, "--out", str(cost),
+                              "--prefill-tokens", "64,256,1024", "--decode-batches", "1,4,8",
+                              "--context-tokens", "64", "--repeats", "2", "--max-num-seqs",
+                              "64"])
+    assert res.exit_code == 0, res.stderr
+    assert "intercept_s" in res.stdout and "frontend_overhead_s" in res.stdout
+    assert f"wrote {cost}" in res.stdout
+
+    rng = np.random.default_rng(3)
+    arrivals = np.cumsum(rng.exponential(1 / 10, 40))
+    trace = tmp_path / "heldout.jsonl"
+    trace.write_text("".join(
+        json.dumps({"arrival_s": float(t), "prompt_tokens": int(p), "output_tokens": int(o),
+                    "max_output_tokens": int(o), "tier": "batch"}) + "\n"
+        for t, p, o in zip(arrivals, rng.integers(32, 512, 40), rng.integers(16, 64, 40),
+                           strict=True)))
+    out = tmp_path / "val"
+    res = runner.invoke(app, ["validate", "--url", fake_url, "--trace", str(trace),
+                              "--cost-model", str(cost), "--policy", "unlimited", "--out",
+                              str(out), "--poll-period", "0.1"])
+    assert res.exit_code == 0, res.stderr
+    assert "ttft_p50_s" in res.stdout and "per-request" in res.stdout
+    for name in ("validation.csv", "validation.json", "validate.png", "live/requests.parquet",
+                 "sim/requests.parquet"):
+        assert (out / name).is_file(), name
+    report = json.loads((out / "validation.json").read_text())
+    assert report["engine"]["max_num_seqs"] == 64  # from the calibration
+    metrics = {m["metric"]: m for m in report["metrics"]}
+    assert metrics["completed"]["simulated"] == metrics["completed"]["measured"] == 40
+    for key in ("ttft_p50_s", "tpot_p50_s", "output_tokens_per_s", "e2e_p50_s"):
+        assert abs(metrics[key]["rel_error"]) < 0.25, (key, res.stdout)
+    # the same directory again is refused; an impossible --max-error fails with code 1
+    res = runner.invoke(app, ["validate", "--url", fake_url, "--trace", str(trace),
+                              "--cost-model", str(cost), "--out", str(out)])
+    assert res.exit_code == 2 and "not empty" in res.stderr
+    res = runner.invoke(app, ["validate", "--url", fake_url, "--trace", str(trace),
+                              "--cost-model", str(cost), "--policy", "unlimited", "--out",
+                              str(tmp_path / "val2"), "--max-error", "0"])
+    assert res.exit_code == 1 and "more than --max-error 0.0%" in res.stderr
+
+
+def test_mixed_step_ignores_late_chunks_inside_the_window() -> None:
+    from backends.calibrate import mixed_step_from
+    from backends.openai_client import StreamResult
+
+    # background: a decode step every 4 ms; the prompt is sent at 30.5 ms, its step (10 ms)
+    # runs after two more decode steps (ending 32, 36), from 36 to 46 ms
+    times = [4.0 * i for i in range(1, 10)] + [46.0, 50.0, 54.0]
+    background = StreamResult(sent_s=0.0, chunk_s=[t / 1000 for t in times],
+                              chunk_tokens=list(range(1, 13)))
+    probe = StreamResult(sent_s=0.0305, chunk_s=[0.0461])
+    got = mixed_step_from(background, probe, tolerance_s=0.001)
+    assert got is not None
+    assert got[0] == pytest.approx(0.010) and got[1] == 16 + 10
+    # the chunk of the step ending at 36 ms delivered late, with the next one
+    late = list(background.chunk_s)
+    late[8] = 0.0459
+    got = mixed_step_from(StreamResult(sent_s=0.0, chunk_s=late,
+                                       chunk_tokens=background.chunk_tokens), probe,
+                          tolerance_s=0.001)
+    assert got is not None and got[0] == pytest.approx(0.010)
+    # a probe sent before the background has run a few steps tells nothing
+    early = StreamResult(sent_s=0.005, chunk_s=[0.0461])
+    assert mixed_step_from(background, early, tolerance_s=0.001) is None
+
+
+def test_tokens_in_bursts_fail_the_calibration_clearly(fake_server: _Server) -> None:
+    from backends.calibrate import CalibrationFailed, merged_fraction
+
+    assert merged_fraction([1, 2, 3, 4]) == 0.0
+    assert merged_fraction([1, 4, 8, 9]) == pytest.approx(2 / 3)
+    fake_server.burst = True
+    plan = replace(PLAN, prefill_tokens=(64, 256), decode_batches=(1, 2), repeats=1)
+    url = f"http://127.0.0.1:{fake_server.server_address[1]}"
+    with pytest.raises(CalibrationFailed, match="in bursts"):
+        calibrate(ServerTarget(url), plan)
