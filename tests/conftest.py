@@ -59,3 +59,40 @@ def shared() -> Path:
     if not SHARED.is_dir():
         pytest.skip(f"shared data folder {SHARED} is missing")
     return SHARED
+
+
+def small_scenario_dict(
+    n: int = 200,
+    rate: float = 6.0,
+    *,
+    seed: int = 11,
+    policy: str = "overcommit",
+    policy_params: dict[str, object] | None = None,
+    name: str = "small",
+) -> dict[str, object]:
+    """A few hundred synthetic requests (70 % interactive, 30 % batch) on a small KV cache
+    (2,500 blocks of 16 tokens) so that policies differ: a scenario dict for sweeps and tuning."""
+    scenario: dict[str, object] = {
+        "name": name,
+        "seed": seed,
+        "policy": policy,
+        "engine": {"num_gpu_blocks": 2500},
+        "workload": {
+            "kind": "synthetic",
+            "num_requests": n,
+            "arrival": {"kind": "poisson", "rate_rps": rate},
+            "tiers": [
+                {"name": "interactive", "share": 0.7,
+                 "prompt": {"kind": "lognormal", "mean": 1000, "sigma": 0.8, "max_tokens": 8192},
+                 "output": {"kind": "lognormal", "mean": 200, "sigma": 0.9},
+                 "max_output": {"kind": "fixed", "tokens": 1024}},
+                {"name": "batch", "share": 0.3,
+                 "prompt": {"kind": "lognormal", "mean": 2000, "sigma": 0.6, "max_tokens": 8192},
+                 "output": {"kind": "uniform", "low": 256, "high": 1024},
+                 "max_output": {"kind": "fixed", "tokens": 1024}},
+            ],
+        },
+    }
+    if policy_params is not None:
+        scenario["policy_params"] = policy_params
+    return scenario

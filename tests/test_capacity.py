@@ -23,30 +23,14 @@ from simulator.capacity import (
 from simulator.executors import LocalExecutor
 from simulator.scenario import scenario_from_dict
 from simulator.sweep import RunSpec
+from tests.conftest import small_scenario_dict
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 
 def small_scenario(n: int = 200, rate: float = 6.0) -> dict[str, Any]:
-    return {
-        "name": "small", "seed": 21, "policy": "conservative",
-        "engine": {"num_gpu_blocks": 2500},
-        "workload": {
-            "kind": "synthetic", "num_requests": n,
-            "arrival": {"kind": "poisson", "rate_rps": rate},
-            "tiers": [
-                {"name": "interactive", "share": 0.7,
-                 "prompt": {"kind": "lognormal", "mean": 1000, "sigma": 0.8, "max_tokens": 8192},
-                 "output": {"kind": "lognormal", "mean": 200, "sigma": 0.9},
-                 "max_output": {"kind": "fixed", "tokens": 1024}},
-                {"name": "batch", "share": 0.3,
-                 "prompt": {"kind": "lognormal", "mean": 2000, "sigma": 0.6, "max_tokens": 8192},
-                 "output": {"kind": "uniform", "low": 256, "high": 1024},
-                 "max_output": {"kind": "fixed", "tokens": 1024}},
-            ],
-        },
-    }
+    return small_scenario_dict(n, rate, seed=21, policy="conservative")
 
 
 class _Threshold:

@@ -14,27 +14,11 @@ import pytest
 from simulator.executors import LocalExecutor, RayExecutor, available_cores, make_executor
 from simulator.scenario import scenario_from_dict
 from simulator.sweep import Axis, SweepPlan, execute, run_one
+from tests.conftest import small_scenario_dict
 
 
 def _scenario() -> dict[str, Any]:
-    return {
-        "name": "tiny", "seed": 5, "policy": "overcommit",
-        "engine": {"num_gpu_blocks": 2500},
-        "workload": {
-            "kind": "synthetic", "num_requests": 120,
-            "arrival": {"kind": "poisson", "rate_rps": 8.0},
-            "tiers": [
-                {"name": "interactive", "share": 0.7,
-                 "prompt": {"kind": "lognormal", "mean": 1000, "sigma": 0.8, "max_tokens": 8192},
-                 "output": {"kind": "lognormal", "mean": 200, "sigma": 0.9},
-                 "max_output": {"kind": "fixed", "tokens": 1024}},
-                {"name": "batch", "share": 0.3,
-                 "prompt": {"kind": "lognormal", "mean": 2000, "sigma": 0.6, "max_tokens": 8192},
-                 "output": {"kind": "uniform", "low": 256, "high": 1024},
-                 "max_output": {"kind": "fixed", "tokens": 1024}},
-            ],
-        },
-    }
+    return small_scenario_dict(120, 8.0, seed=5, name="tiny")
 
 
 def _plan() -> SweepPlan:

@@ -30,6 +30,7 @@ from simulator.sweep import (
     summarize_points,
     t_interval,
 )
+from tests.conftest import small_scenario_dict
 from workloads import from_columns
 
 T = TypeVar("T")
@@ -38,33 +39,13 @@ R = TypeVar("R")
 
 def small_scenario(n: int = 200, rate: float = 6.0) -> dict[str, Any]:
     """A few hundred requests on a small KV cache (2,500 blocks) so that policies differ."""
-    return {
-        "name": "small",
-        "seed": 11,
-        "policy": "overcommit",
-        "policy_params": {"overcommit_ratio": 0.5},
-        "engine": {"num_gpu_blocks": 2500},
-        "workload": {
-            "kind": "synthetic",
-            "num_requests": n,
-            "arrival": {"kind": "poisson", "rate_rps": rate},
-            "tiers": [
-                {"name": "interactive", "share": 0.7,
-                 "prompt": {"kind": "lognormal", "mean": 1000, "sigma": 0.8, "max_tokens": 8192},
-                 "output": {"kind": "lognormal", "mean": 200, "sigma": 0.9},
-                 "max_output": {"kind": "fixed", "tokens": 1024}},
-                {"name": "batch", "share": 0.3,
-                 "prompt": {"kind": "lognormal", "mean": 2000, "sigma": 0.6, "max_tokens": 8192},
-                 "output": {"kind": "uniform", "low": 256, "high": 1024},
-                 "max_output": {"kind": "fixed", "tokens": 1024}},
-            ],
-        },
-    }
+    return small_scenario_dict(n, rate, policy_params={"overcommit_ratio": 0.5})
 
 
 def metric_view(df: pd.DataFrame) -> pd.DataFrame:
     """The table without its wall-clock column, in a canonical order."""
     return df.drop(columns=["wall_time_s"]).sort_values("run_key").reset_index(drop=True)
+
 
 
 # --- seeds and load --------------------------------------------------------------------------

@@ -19,28 +19,11 @@ from simulator.run import simulate
 from simulator.scenario import load_scenario, scenario_from_dict
 from simulator.sweep import flatten_summary, replication_seeds
 from simulator.tune import Constraint, Param, TuneResult, TuneSpec, dumps_toml, tune
+from tests.conftest import small_scenario_dict
 
 
 def small_scenario(n: int = 200, rate: float = 6.0) -> dict[str, Any]:
-    return {
-        "name": "small", "seed": 11, "policy": "overcommit",
-        "policy_params": {"overcommit_ratio": 0.5},
-        "engine": {"num_gpu_blocks": 2500},
-        "workload": {
-            "kind": "synthetic", "num_requests": n,
-            "arrival": {"kind": "poisson", "rate_rps": rate},
-            "tiers": [
-                {"name": "interactive", "share": 0.7,
-                 "prompt": {"kind": "lognormal", "mean": 1000, "sigma": 0.8, "max_tokens": 8192},
-                 "output": {"kind": "lognormal", "mean": 200, "sigma": 0.9},
-                 "max_output": {"kind": "fixed", "tokens": 1024}},
-                {"name": "batch", "share": 0.3,
-                 "prompt": {"kind": "lognormal", "mean": 2000, "sigma": 0.6, "max_tokens": 8192},
-                 "output": {"kind": "uniform", "low": 256, "high": 1024},
-                 "max_output": {"kind": "fixed", "tokens": 1024}},
-            ],
-        },
-    }
+    return small_scenario_dict(n, rate, policy_params={"overcommit_ratio": 0.5})
 
 
 # --- parsing ---------------------------------------------------------------------------------
