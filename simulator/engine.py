@@ -382,12 +382,12 @@ class Engine:
             self._running_arr = np.asarray(self.running, dtype=np.int64)
         return self._running_arr
 
-    def _schedule_running_fast(self, budget: int) -> tuple[IntArray, IntArray] | None:
-        """The running loop when every allocation succeeds (no preemption), vectorised.
-        Returns None, changing nothing, when some allocation would fail."""
-        if not self.running:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        rows = self._running_rows()
+    def _budget_prefix(
+        self, rows: IntArray, budget: int
+    ) -> tuple[IntArray, IntArray, IntArray, IntArray]:
+        """The token budget handed out in ``rows``' order, as the running loop does: each gets
+        ``min(num_tokens - num_computed_tokens, budget left)`` until the budget is spent.
+        Returns the rows reached, their new tokens, their blocks now and the blocks they need."""
         computed = self.num_computed_tokens[rows]
         need = self.num_tokens[rows] - computed
         cum = need.cumsum()
@@ -401,6 +401,14 @@ class Engine:
         bs = self.block_size
         blocks = self.num_blocks[rows]
         want = np.maximum((computed + new + (bs - 1)) // bs, blocks)
+        return rows, new, blocks, want
+
+    def _schedule_running_fast(self, budget: int) -> tuple[IntArray, IntArray] | None:
+        """The running loop when every allocation succeeds (no preemption), vectorised.
+        Returns None, changing nothing, when some allocation would fail."""
+        if not self.running:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        rows, new, blocks, want = self._budget_prefix(self._running_rows(), budget)
         total = int(np.add.reduce(want - blocks))
         if total > self.num_free_blocks + self._evictable:
             return None
@@ -452,15 +460,7 @@ class Engine:
         not fit or the token budget is spent, as :meth:`allocate_slots` one by one would;
         returns the allocated rows and their new-token counts."""
         rows = np.asarray(self.running[start:], dtype=np.int64)
-        computed = self.num_computed_tokens[rows]
-        need = self.num_tokens[rows] - computed
-        before = budget - (need.cumsum() - need)  # budget left when each is reached
-        m = int(np.count_nonzero(before > 0))  # budget only shrinks: a prefix is scheduled
-        rows, computed, need, before = rows[:m], computed[:m], need[:m], before[:m]
-        new = np.minimum(need, before)
-        bs = self.block_size
-        blocks = self.num_blocks[rows]
-        want = np.maximum((computed + new + (bs - 1)) // bs, blocks)
+        rows, new, blocks, want = self._budget_prefix(rows, budget)
         taken = (want - blocks).cumsum()
         # taken never decreases: the first request whose blocks do not fit, if any
         ok = int(taken.searchsorted(self.num_free_blocks + self._evictable, side="right"))

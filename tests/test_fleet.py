@@ -31,26 +31,15 @@ from workloads import Workload, from_columns
 
 def streams(n: int, rate: float, seeds: list[int]) -> Workload:
     """Independent Poisson streams of mixed interactive and batch traffic, merged."""
-    parts = []
-    for seed in seeds:
-        rng = np.random.default_rng(seed)
-        arrival = np.cumsum(rng.exponential(1 / rate, n))
-        inter = rng.random(n) < 0.7
-        prompt = (
-            np.where(
-                inter, rng.lognormal(np.log(1500), 0.6, n), rng.lognormal(np.log(4000), 0.5, n)
-            ).astype(np.int64)
-            + 1
-        )
-        cap = np.where(inter, 1024, 2048)
-        out = np.where(
-            inter,
-            np.minimum(rng.lognormal(np.log(250), 0.7, n).astype(np.int64) + 1, 1024),
-            rng.integers(256, 2049, n),
-        )
-        parts.append((arrival, prompt, out, cap, np.where(inter, "interactive", "batch")))
-    a, p, o, c, t = (np.concatenate(x) for x in zip(*parts, strict=True))
-    return from_columns(a, p, o, max_output_tokens=c, tiers=list(t))
+    parts = [mixed_workload(n, rate, seed) for seed in seeds]
+    tiers = np.concatenate([np.array(w.tier_names)[w.tier] for w in parts])
+    return from_columns(
+        np.concatenate([w.arrival_s for w in parts]),
+        np.concatenate([w.prompt_tokens for w in parts]),
+        np.concatenate([w.output_tokens for w in parts]),
+        max_output_tokens=np.concatenate([w.max_output_tokens for w in parts]),
+        tiers=list(tiers),
+    )
 
 
 def test_fleet_config_is_validated() -> None:
