@@ -287,9 +287,10 @@ def mixed_step_from(background: StreamResult, probe: StreamResult, *, tolerance_
 
 
 def _sample(kind: str, n: int, seq_len: int, repeat: int, step_s: float, *, prefill: int,
-            decode: int, context: float, attention: float) -> dict[str, Any]:
+            decode: int, context: float, attention: float, prefill_seqs: int) -> dict[str, Any]:
     return {"num_prefill_tokens": prefill, "num_decode_seqs": decode,
             "num_context_tokens": context, "prefill_attention": attention,
+            "num_prefill_seqs": prefill_seqs,
             "step_time_s": step_s, "kind": kind, "num_seqs": n, "seq_len": seq_len,
             "repeat": repeat}
 
@@ -354,7 +355,8 @@ async def profile_async(
                     else:
                         step, bg_context = mixed
                         rows.append(_sample("prefill", 1, p, rep, step, prefill=p, decode=1,
-                                            context=p + bg_context, attention=float(p) * p))
+                                            context=p + bg_context, attention=float(p) * p,
+                                            prefill_seqs=1))
                 else:
                     dec = await prof.decode_step(point.num_seqs, point.seq_len, point.tokens)
                     if dec is None:
@@ -364,7 +366,8 @@ async def profile_async(
                         step, ctx = dec
                         n = point.num_seqs
                         rows.append(_sample("decode", n, point.seq_len, rep, step, prefill=0,
-                                            decode=n, context=n * ctx, attention=0.0))
+                                            decode=n, context=n * ctx, attention=0.0,
+                                            prefill_seqs=0))
                 done += 1
                 if on_point is not None:
                     on_point(point, done, total)
@@ -394,7 +397,7 @@ def frontend_overhead(idle_ttft: pd.DataFrame, model: LinearCostModel) -> float:
     if len(idle_ttft) == 0:
         return 0.0
     p = idle_ttft["prompt_tokens"].to_numpy(dtype=float)
-    predicted = model.step_time(p, p * 0.0, p, p * p)
+    predicted = model.step_time(p, p * 0.0, p, p * p, p * 0.0 + 1.0)
     excess = idle_ttft["ttft_s"].to_numpy(dtype=float) - predicted
     return max(0.0, float(statistics.median(excess.tolist())))
 

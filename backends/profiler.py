@@ -5,7 +5,8 @@ weights (nothing is downloaded: the weights' values do not change the time of a 
 and times the two kinds of engine step the simulator's cost model predicts:
 
 * **prefill**: one forward pass over ``n`` prompt tokens of one sequence, writing its KV cache
-  (``num_prefill_tokens = n``, ``num_context_tokens = n``, ``prefill_attention = n * n``);
+  (``num_prefill_tokens = n``, ``num_context_tokens = n``, ``prefill_attention = n * n``,
+  ``num_prefill_seqs = 1``);
 * **decode**: one single-token step for ``B`` sequences that each already hold ``C`` tokens of
   KV cache, built beforehand by a prefill (``num_decode_seqs = B``,
   ``num_context_tokens = B * (C + 1)``).
@@ -114,14 +115,16 @@ class ProfileGrid:
 
 
 def point_features(point_class: str, batch_size: int, seq_len: int) -> dict[str, int]:
-    """The cost model's four features of one grid point (see the module docstring)."""
+    """The cost model's five features of one grid point (see the module docstring)."""
     if point_class == "prefill":
         n = batch_size * seq_len
         return {"num_prefill_tokens": n, "num_decode_seqs": 0,
-                "num_context_tokens": n, "prefill_attention": batch_size * seq_len * seq_len}
+                "num_context_tokens": n, "prefill_attention": batch_size * seq_len * seq_len,
+                "num_prefill_seqs": batch_size}
     if point_class == "decode":
         return {"num_prefill_tokens": 0, "num_decode_seqs": batch_size,
-                "num_context_tokens": batch_size * (seq_len + 1), "prefill_attention": 0}
+                "num_context_tokens": batch_size * (seq_len + 1), "prefill_attention": 0,
+                "num_prefill_seqs": 0}
     raise ValueError(f"unknown point class {point_class!r}; known: prefill, decode")
 
 

@@ -288,6 +288,7 @@ def calibrate_cmd(
         ["intercept_s", m.intercept_s], ["per_prefill_token_s", m.per_prefill_token_s],
         ["per_decode_seq_s", m.per_decode_seq_s], ["per_context_token_s", m.per_context_token_s],
         ["per_prefill_attention_s", m.per_prefill_attention_s],
+        ["per_prefill_seq_s", m.per_prefill_seq_s],
         ["frontend_overhead_s", cal.frontend_overhead_s],
     ]))
     per_class = cal.fit.per_class()

@@ -496,7 +496,9 @@ def isolated_prefill_s(
         chunk = np.minimum(p - done, float(max_num_batched_tokens))
         active = chunk > 0
         ctx = done + chunk
-        step = cost_model.step_time(chunk, np.zeros_like(p), ctx, chunk * ctx)
+        step = cost_model.step_time(
+            chunk, np.zeros_like(p), ctx, chunk * ctx, active.astype(np.float64)
+        )
         total += np.where(active, step, 0.0)
         done = ctx
     return total

@@ -577,15 +577,20 @@ class Engine:
                     self.num_shared_blocks[i] += b
             self._next_hash[i] = int(done[k])
 
-    def _features(self, rows: IntArray, new: IntArray) -> tuple[float, float, float, float]:
+    def _features(
+        self, rows: IntArray, new: IntArray
+    ) -> tuple[float, float, float, float, float]:
+        """The step's cost-model features (:data:`simulator.cost_model.FEATURES`)."""
         after = self.num_computed_tokens[rows] + new
         decode = (new == 1) & (self.num_output_tokens[rows] > 0) & (after == self.num_tokens[rows])
         prefill_new = new * ~decode  # new tokens of the prefill chunks, 0 for decode rows
+        num_decode = int(np.count_nonzero(decode))
         return (
             float(np.add.reduce(prefill_new)),
-            float(np.count_nonzero(decode)),
+            float(num_decode),
             float(np.add.reduce(after)),
             float(np.add.reduce(prefill_new * after)),
+            float(len(rows) - num_decode),
         )
 
     def _steady(self, rows: IntArray, new: IntArray, preempted: bool) -> bool:
@@ -634,8 +639,8 @@ class Engine:
                     k, step_end, used, dts = self._plan_jump(rows, used_before, k_max, c0, t_ext)
                     t1 = float(step_end[-1])
             else:
-                p, d, c, a = self._features(rows, new)
-                dt = float(self.cost.step_time(p, d, c, a)) + self._step_extra_s
+                p, d, c, a, s = self._features(rows, new)
+                dt = float(self.cost.step_time(p, d, c, a, s)) + self._step_extra_s
             if step_end is None:
                 t1 = self.t + dt
                 used_now = self.num_used_blocks
@@ -723,7 +728,7 @@ class Engine:
         the duration of its first step and the time of the next external event."""
         n = len(rows)
         c0 = int(np.add.reduce(self.num_computed_tokens[rows]))
-        dt0 = float(self.cost.step_time(0.0, float(n), float(c0 + n), 0.0))
+        dt0 = float(self.cost.step_time(0.0, float(n), float(c0 + n), 0.0, 0.0))
         k_max = min(
             int((self.target_output[rows] - self.num_output_tokens[rows]).min()), MAX_JUMP_STEPS
         )
@@ -765,7 +770,8 @@ class Engine:
         context = c0 + float(n) * self._step_numbers[:k_max]  # exact: integers below 2**53
         zeros = self._zeros[:k_max]
         dts = np.asarray(
-            self.cost.step_time(zeros, zeros + float(n), context, zeros), dtype=np.float64
+            self.cost.step_time(zeros, zeros + float(n), context, zeros, zeros),
+            dtype=np.float64,
         )
         ends = np.empty(k_max + 1)
         ends[0] = self.t

@@ -37,7 +37,7 @@ TABLE_COLUMNS = (*FEATURES, "point_class", "measured_s", "predicted_s", "rel_err
 POINT_CLASSES = ("prefill", "decode", "mixed", "empty")
 
 COEFFICIENT_NAMES = ("intercept_s", "per_prefill_token_s", "per_decode_seq_s",
-                     "per_context_token_s", "per_prefill_attention_s")
+                     "per_context_token_s", "per_prefill_attention_s", "per_prefill_seq_s")
 """LinearCostModel's coefficients, in the order of ``("1", *FEATURES)``."""
 
 _MIN_INTERCEPT_S = 1e-9
@@ -48,7 +48,7 @@ _MIN_INTERCEPT_S = 1e-9
 class FitResult:
     """A fitted linear cost model and its error on every sample it was fitted to.
 
-    ``table`` has one row per sample: the four features, ``point_class`` (see
+    ``table`` has one row per sample: the five features, ``point_class`` (see
     :func:`point_classes`), ``measured_s``, ``predicted_s`` and ``rel_error`` (signed,
     ``(predicted - measured) / measured``). ``mape`` and ``max_abs_rel_error`` are fractions
     (0.05 is 5 %).

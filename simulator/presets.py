@@ -265,8 +265,14 @@ class RooflineCostModel:
         object.__setattr__(self, "_terms", terms)
 
     def step_time(
-        self, num_prefill_tokens: F, num_decode_seqs: F, num_context_tokens: F, prefill_attention: F
+        self,
+        num_prefill_tokens: F,
+        num_decode_seqs: F,
+        num_context_tokens: F,
+        prefill_attention: F,
+        num_prefill_seqs: F,
     ) -> F:
+        """``num_prefill_seqs`` is not used: the fixed overhead is per step."""
         c = self._terms
         compute = (
             c.flops_per_token * (num_prefill_tokens + num_decode_seqs)

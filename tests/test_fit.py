@@ -28,9 +28,11 @@ from simulator.fit import (
 from simulator.presets import RooflineCostModel, get_gpu, get_model
 
 # An H100-like 8B model: 12 ms per step, 50 us per prefill token, 0.1 ms per decode sequence,
-# 40 ns per context token, 1 ns per (token, context) pair of prefill attention.
+# 40 ns per context token, 1 ns per (token, context) pair of prefill attention, 0.5 ms per
+# prefilling sequence.
 TRUE = LinearCostModel(intercept_s=0.012, per_prefill_token_s=5e-5, per_decode_seq_s=1e-4,
-                       per_context_token_s=4e-8, per_prefill_attention_s=1e-9, source="truth")
+                       per_context_token_s=4e-8, per_prefill_attention_s=1e-9,
+                       per_prefill_seq_s=5e-4, source="truth")
 
 
 def grid_features() -> pd.DataFrame:
@@ -38,14 +40,20 @@ def grid_features() -> pd.DataFrame:
     rows = []
     for n in (64, 256, 1024, 4096, 8192):
         rows.append({"num_prefill_tokens": n, "num_decode_seqs": 0, "num_context_tokens": n,
-                     "prefill_attention": n * n})
+                     "prefill_attention": n * n, "num_prefill_seqs": 1})
     for b in (1, 8, 32, 128):
         for c in (128, 1024, 4096):
             rows.append({"num_prefill_tokens": 0, "num_decode_seqs": b,
-                         "num_context_tokens": b * (c + 1), "prefill_attention": 0})
+                         "num_context_tokens": b * (c + 1), "prefill_attention": 0,
+                         "num_prefill_seqs": 0})
+    for n in (128, 1024):  # two prompts prefilled in one step
+        rows.append({"num_prefill_tokens": 2 * n, "num_decode_seqs": 0,
+                     "num_context_tokens": 2 * n, "prefill_attention": 2 * n * n,
+                     "num_prefill_seqs": 2})
     for chunk, ctx, b in ((512, 2048, 16), (2048, 2048, 64)):
         rows.append({"num_prefill_tokens": chunk, "num_decode_seqs": b,
-                     "num_context_tokens": ctx + b * 1000, "prefill_attention": chunk * ctx})
+                     "num_context_tokens": ctx + b * 1000, "prefill_attention": chunk * ctx,
+                     "num_prefill_seqs": 1})
     return pd.DataFrame(rows, columns=list(FEATURES))
 
 
@@ -124,6 +132,7 @@ def test_a_feature_absent_from_every_row_gets_zero() -> None:
     fit = fit_linear_cost_model(with_times(decode_only, TRUE))
     assert fit.model.per_prefill_token_s == 0.0
     assert fit.model.per_prefill_attention_s == 0.0
+    assert fit.model.per_prefill_seq_s == 0.0
     assert fit.model.per_decode_seq_s == pytest.approx(TRUE.per_decode_seq_s, rel=1e-6)
     assert fit.model.per_context_token_s == pytest.approx(TRUE.per_context_token_s, rel=1e-6)
 
@@ -148,7 +157,7 @@ def test_table_schema_and_summary_figures() -> None:
     assert fit.mape == pytest.approx(expected_rel.abs().mean())
     assert fit.max_abs_rel_error == pytest.approx(expected_rel.abs().max())
     assert list(fit.table["point_class"].value_counts().sort_index().items()) == [
-        ("decode", 12), ("mixed", 2), ("prefill", 5)]
+        ("decode", 12), ("mixed", 2), ("prefill", 7)]
     per_class = fit.per_class().set_index("point_class")
     assert list(per_class.index) == ["prefill", "decode", "mixed", "all"]
     assert per_class.loc["all", "mape"] == pytest.approx(fit.mape)

@@ -98,10 +98,10 @@ def test_grid_points_and_features() -> None:
                              ("decode", 1, 32), ("decode", 4, 32)]
     assert point_features("prefill", 1, 64) == {
         "num_prefill_tokens": 64, "num_decode_seqs": 0, "num_context_tokens": 64,
-        "prefill_attention": 64 * 64}
+        "prefill_attention": 64 * 64, "num_prefill_seqs": 1}
     assert point_features("decode", 4, 32) == {
         "num_prefill_tokens": 0, "num_decode_seqs": 4, "num_context_tokens": 4 * 33,
-        "prefill_attention": 0}
+        "prefill_attention": 0, "num_prefill_seqs": 0}
     with pytest.raises(ValueError, match="unknown point class 'mixed'"):
         point_features("mixed", 1, 1)
 
