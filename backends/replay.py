@@ -50,6 +50,7 @@ from policies import (
     DEFAULT_TIERS,
     Action,
     Admit,
+    FrontDoor,
     Gateway,
     GatewayConfig,
     Policy,
@@ -85,7 +86,8 @@ class ReplayConfig:
     ``token_ids``: the half-open range prompt token ids are drawn from (seeded per request);
     the default is valid for any vocabulary of at least 256 entries. ``poll_period_s``: how
     often ``/metrics`` is scraped (a scrape costs the API server a few milliseconds, on the
-    same cores that stream the tokens on a CPU server).
+    same cores that stream the tokens on a CPU server). ``front_door``: the gateway's caps on
+    concurrency and queues (429/503 before any reservation), as in the simulator.
     """
 
     target: ServerTarget
@@ -97,6 +99,7 @@ class ReplayConfig:
     poll_period_s: float = 1.0
     token_ids: tuple[int, int] = (10, 250)
     seed: int = 0
+    front_door: FrontDoor | None = None
 
     def __post_init__(self) -> None:
         if self.capacity_tokens is not None and self.capacity_tokens < 1:
@@ -229,7 +232,8 @@ class _Replay:
             self.gateway = Gateway(
                 GatewayConfig(capacity_tokens=capacity, tiers=self.config.tiers,
                               lease_ttl_s=self.config.lease_ttl_s,
-                              reservation_granularity=block),
+                              reservation_granularity=block,
+                              front_door=self.config.front_door),
                 self.policy,
                 engine=_Probe(self),
             )

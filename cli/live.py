@@ -6,6 +6,7 @@ import json
 import math
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -16,7 +17,7 @@ from cli.errors import CliError, fail, user_errors
 if TYPE_CHECKING:
     from backends.openai_client import ServerTarget
     from backends.replay import ReplayOutcome
-    from policies import BasePolicy, TierConfig
+    from policies import BasePolicy, FrontDoor, TierConfig
     from workloads import Workload
 
 UrlOpt = Annotated[str, typer.Option(
@@ -33,7 +34,12 @@ TierOpt = Annotated[str, typer.Option(
 MaxOutputOpt = Annotated[int | None, typer.Option(
     "--max-output", help="Declared max_tokens of requests whose trace has none (default "
     "2048; never below the true output).")]
-PolicyOpt = Annotated[str, typer.Option("--policy", help="Admission policy (see kvbudget compare).")]
+PolicyOpt = Annotated[str | None, typer.Option(
+    "--policy", help="Admission policy (see kvbudget compare); default: the --scenario's, "
+    "else conservative.")]
+ScenarioOpt = Annotated[Path | None, typer.Option(
+    "--scenario", help="A scenario file (docs/scenarios.md) whose tiers, front door and policy "
+    "the gateway uses; its workload and engine are ignored.")]
 ParamOpt = Annotated[list[str] | None, typer.Option(
     "--param", help="A policy parameter, key=value (value as JSON), repeatable.")]
 TimeScaleOpt = Annotated[float, typer.Option(
@@ -76,15 +82,52 @@ def _policy(name: str, params: list[str] | None) -> BasePolicy:
     return make_policy(name, values)
 
 
-def _tiers_for(workload: Workload) -> tuple[TierConfig, ...]:
+def _tiers_for(workload: Workload, tiers: tuple[TierConfig, ...] | None = None
+               ) -> tuple[TierConfig, ...]:
     from policies import DEFAULT_TIERS
 
-    known = {t.name for t in DEFAULT_TIERS}
+    tiers = DEFAULT_TIERS if tiers is None else tiers
+    known = {t.name for t in tiers}
     missing = sorted(set(workload.tier_names) - known)
     if missing:
         raise CliError(f"tier {missing[0]!r} of the trace is not configured; "
                        f"known tiers: {', '.join(sorted(known))}")
-    return DEFAULT_TIERS
+    return tiers
+
+
+@dataclass(frozen=True, slots=True)
+class GatewaySetup:
+    """What the live gateway takes from a scenario file (or the defaults without one)."""
+
+    policy: BasePolicy
+    tiers: tuple[TierConfig, ...] | None
+    front_door: FrontDoor | None
+
+
+def gateway_setup(scenario: Path | None, policy: str | None, params: list[str] | None
+                  ) -> GatewaySetup:
+    """The policy (``--policy``/``--param`` over the scenario's), the tiers and the front door;
+    without a scenario: default tiers, no front door, ``conservative`` by default."""
+    if scenario is None:
+        return GatewaySetup(_policy(policy or "conservative", params), None, None)
+    import tomllib
+
+    from simulator.scenario import scenario_from_dict
+
+    try:
+        data = tomllib.loads(scenario.read_text())
+    except FileNotFoundError:
+        raise CliError(f"{scenario}: no such scenario file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise CliError(f"{scenario}: not valid TOML ({exc})") from None
+    try:
+        scn = scenario_from_dict(data, scenario.resolve().parent, [])
+    except ValueError as exc:
+        raise CliError(f"{scenario}: {exc}") from None
+    if policy is None and params:
+        raise CliError("--param needs --policy when the policy comes from --scenario")
+    pol = scn.make_policy() if policy is None else _policy(policy, params)
+    return GatewaySetup(pol, scn.tiers(), scn.sim_config().front_door)
 
 
 def load_workload(trace: Path, trace_format: str | None, tier: str, time_scale: float,
@@ -123,7 +166,7 @@ def run_replay(workload: Workload, policy: BasePolicy, *, target: ServerTarget, 
                trace: Path, time_scale: float, capacity_tokens: int | None, max_in_flight: int,
                seed: int, resume: bool, tiers: tuple[TierConfig, ...],
                poll_period: float, lease_ttl: float | None = None,
-               hint: str = "") -> ReplayOutcome:
+               hint: str = "", front_door: FrontDoor | None = None) -> ReplayOutcome:
     """Replay with a progress bar; a server that dies or Ctrl-C exit with code 1 / 130 after
     the output is written, saying how to resume."""
     import asyncio
@@ -133,7 +176,7 @@ def run_replay(workload: Workload, policy: BasePolicy, *, target: ServerTarget, 
 
     config = ReplayConfig(target=target, tiers=tiers, capacity_tokens=capacity_tokens,
                           max_in_flight=max_in_flight, seed=seed, poll_period_s=poll_period,
-                          lease_ttl_s=lease_ttl)
+                          lease_ttl_s=lease_ttl, front_door=front_door)
     meta = ReplayMeta(trace=str(trace.resolve()), policy=policy.name,
                       policy_params={k: v for k, v in policy.describe().items() if k != "name"},
                       time_scale=time_scale, seed=seed, url=target.base_url)
@@ -180,8 +223,9 @@ def replay_cmd(
     url: UrlOpt,
     trace: TraceOpt,
     out: Annotated[Path, typer.Option("--out", help="Run directory to write.")],
-    policy: PolicyOpt = "conservative",
+    policy: PolicyOpt = None,
     params: ParamOpt = None,
+    scenario: ScenarioOpt = None,
     trace_format: FormatOpt = None,
     tier: TierOpt = "interactive",
     max_output: MaxOutputOpt = None,
@@ -202,13 +246,14 @@ def replay_cmd(
     """Replay a trace through an admission policy against a live OpenAI-compatible server."""
     with user_errors():
         target = _target(url, model, api_key, read_timeout)
-        pol = _policy(policy, params)
+        setup = gateway_setup(scenario, policy, params)
         workload = load_workload(trace, trace_format, tier, time_scale, max_output)
-        outcome = run_replay(workload, pol, target=target, out=out, trace=trace,
+        outcome = run_replay(workload, setup.policy, target=target, out=out, trace=trace,
                              time_scale=time_scale, capacity_tokens=capacity_tokens,
                              max_in_flight=max_in_flight, seed=seed, resume=resume,
-                             tiers=_tiers_for(workload), poll_period=poll_period,
-                             lease_ttl=lease_ttl, hint=_resume_hint())
+                             tiers=_tiers_for(workload, setup.tiers), poll_period=poll_period,
+                             lease_ttl=lease_ttl, hint=_resume_hint(),
+                             front_door=setup.front_door)
     if as_json:
         typer.echo(json.dumps(outcome.summary, indent=2))
     else:
@@ -306,8 +351,9 @@ def validate_cmd(
     trace: TraceOpt,
     cost_model: Annotated[Path, typer.Option(
         "--cost-model", help="The cost-model file written by kvbudget calibrate.")],
-    policy: PolicyOpt = "conservative",
+    policy: PolicyOpt = None,
     params: ParamOpt = None,
+    scenario: ScenarioOpt = None,
     out: Annotated[Path, typer.Option("--out", help="Directory for the live run, the "
                                       "simulated run, the table and the plot.")
                    ] = Path("validation"),
@@ -348,9 +394,10 @@ def validate_cmd(
         overhead = read_frontend_overhead(cost_model)
         plan = json.loads(cost_model.read_text()).get("calibration", {}).get("plan", {})
         target = _target(url, model, api_key, read_timeout)
-        pol = _policy(policy, params)
+        setup = gateway_setup(scenario, policy, params)
+        pol = setup.policy
         workload = load_workload(trace, trace_format, tier, time_scale, max_output)
-        tiers = _tiers_for(workload)
+        tiers = _tiers_for(workload, setup.tiers)
 
         async def ask() -> Any:
             import httpx
@@ -372,15 +419,16 @@ def validate_cmd(
                           max_in_flight=max_in_flight, seed=seed, resume=False, tiers=tiers,
                           poll_period=poll_period, lease_ttl=lease_ttl,
                           hint="; validate needs a complete run: start it again with another "
-                               "--out")
+                               "--out", front_door=setup.front_door)
         sim_config = SimConfig(
             engine=EngineConfig(block_size=info.block_size, num_gpu_blocks=info.usable_blocks,
                                 max_num_seqs=seqs, max_num_batched_tokens=batched,
                                 max_model_len=info.max_model_len),
-            tiers=tiers, cost_model=cost, gateway_capacity_tokens=capacity_tokens,
-            lease_ttl_s=lease_ttl, timeline_period_s=0.25, seed=seed,
+            tiers=tiers, front_door=setup.front_door, cost_model=cost,
+            gateway_capacity_tokens=capacity_tokens, lease_ttl_s=lease_ttl,
+            timeline_period_s=0.25, seed=seed,
         )
-        sim = simulate(workload, _policy(policy, params), sim_config)
+        sim = simulate(workload, gateway_setup(scenario, policy, params).policy, sim_config)
         sim.write(out / "sim")
         capacity = capacity_tokens or info.usable_blocks * info.block_size
         result, adjusted = validate_runs(

@@ -556,6 +556,48 @@ def test_replay_command_and_resume_message(fake: Fake, tmp_path: Path) -> None:
     assert json.loads(stdout)["overall"]["completed"] == 6
 
 
+def test_replay_takes_tiers_front_door_and_policy_from_a_scenario(fake: Fake,
+                                                                  tmp_path: Path) -> None:
+    """``--scenario``: the trace's tier ``gold`` exists only in the scenario's tiers; its front
+    door lets two requests be in flight and refuses the rest (429, ``concurrency``); its policy
+    is used unless ``--policy`` is given."""
+    fake.state.token_s = 0.01
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"arrival_s": 0.001 * i, "prompt_tokens": 20,
+                                        "output_tokens": 10, "max_output_tokens": 10,
+                                        "tier": "gold"}) + "\n"
+                            for i in range(6)))
+    scenario = tmp_path / "gw.toml"
+    scenario.write_text(
+        'policy = "overcommit"\npolicy_params = { overcommit_ratio = 0.5 }\n'
+        "[front_door]\nmax_concurrent_requests = 2\n"
+        '[[tiers]]\nname = "gold"\nmax_sequence_tokens = 512\npriority = 0\n')
+    code, _, stderr = _cli("replay", "--url", fake.url, "--trace", str(trace), "--out",
+                           str(tmp_path / "plain"), "--poll-period", "0.05")
+    assert code == 2 and "tier 'gold' of the trace is not configured" in stderr
+    out = tmp_path / "run"
+    code, stdout, stderr = _cli("replay", "--url", fake.url, "--trace", str(trace), "--scenario",
+                                str(scenario), "--out", str(out), "--poll-period", "0.05")
+    assert code == 0, stderr
+    run = read_run(out)
+    assert run.summary["policy"] == "overcommit"
+    assert run.summary["policy_params"]["overcommit_ratio"] == 0.5
+    rec = run.records
+    assert (rec["tier"] == "gold").all() and len(rec) == 6
+    assert (rec["status"] == "completed").sum() == 2
+    rejected = rec[rec["status"] != "completed"]
+    assert set(rejected["reason"]) == {"concurrency"}, rec[["status", "reason"]]
+    assert fake.state.max_active <= 2
+    code, _, stderr = _cli("replay", "--url", fake.url, "--trace", str(trace), "--scenario",
+                           str(scenario), "--policy", "conservative", "--out",
+                           str(tmp_path / "run2"), "--poll-period", "0.05")
+    assert code == 0, stderr
+    assert read_run(tmp_path / "run2").summary["policy"] == "conservative"
+    code, _, stderr = _cli("replay", "--url", fake.url, "--trace", str(trace), "--scenario",
+                           str(tmp_path / "none.toml"), "--out", str(tmp_path / "run3"))
+    assert code == 2 and "none.toml: no such scenario file" in stderr
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--url", "ftp://x"], "server URL must start with http"),
     (["--policy", "nope"], "unknown policy 'nope'"),
