@@ -414,6 +414,52 @@ def fit_calibration(samples: pd.DataFrame, idle_ttft: pd.DataFrame, info: Server
     return Calibration(fit, overhead, samples, idle_ttft, info, plan, url, list(notes))
 
 
+@dataclass(frozen=True, slots=True)
+class SpeedCheck:
+    """A decode step timed now against the calibrated model's prediction for it: how far the
+    server's speed has moved since the calibration (machine load, clocks, another tenant)."""
+
+    num_seqs: int
+    seq_len: int
+    measured_s: float
+    predicted_s: float
+
+    @property
+    def drift(self) -> float:
+        """``(measured - predicted) / predicted``: +0.2 means steps take 20% longer now."""
+        return (self.measured_s - self.predicted_s) / self.predicted_s
+
+
+async def speed_check_async(target: ServerTarget, model: LinearCostModel, *, num_seqs: int = 4,
+                            seq_len: int = 64, tokens: int = 48, repeats: int = 3,
+                            seed: int = 1) -> SpeedCheck | None:
+    """Time ``repeats`` decode steps of ``num_seqs`` streams (median) as ``calibrate`` does and
+    compare with ``model``; None when no repeat could be timed. Takes a few seconds."""
+    import time
+
+    t0 = time.perf_counter()
+    plan = CalibrationPlan(seed=seed)
+    async with httpx.AsyncClient(timeout=target.timeout(),
+                                 limits=httpx.Limits(max_connections=num_seqs + 4)) as client:
+        info = await discover(client, target)
+        stream_options = {"include_usage": True, "continuous_usage_stats": True}
+        target = replace(with_model(target, info),
+                         extra_body={**target.extra_body, "stream_options": stream_options})
+        prof = _Profiler(client, target, plan, lambda: time.perf_counter() - t0)
+        steps: list[float] = []
+        contexts: list[float] = []
+        for _ in range(repeats):
+            got = await prof.decode_step(num_seqs, seq_len, tokens)
+            if got is not None:
+                steps.append(got[0])
+                contexts.append(got[1])
+    if not steps:
+        return None
+    ctx = statistics.median(contexts)
+    predicted = float(model.step_time(0.0, float(num_seqs), num_seqs * ctx, 0.0, 0.0))
+    return SpeedCheck(num_seqs, seq_len, statistics.median(steps), predicted)
+
+
 def calibrate(
     target: ServerTarget,
     plan: CalibrationPlan,

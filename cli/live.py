@@ -374,6 +374,9 @@ def validate_cmd(
     max_error: Annotated[float | None, typer.Option(
         "--max-error", help="Exit 1 when p50 TTFT, p50 TPOT or throughput is off by more "
         "than this fraction.")] = None,
+    speed_check: Annotated[bool, typer.Option(
+        "--speed-check/--no-speed-check", help="Time a few decode steps before and after the "
+        "replay and report how far the server's speed moved since the calibration.")] = True,
 ) -> None:
     """Replay a trace live and simulate it with the calibrated model: compare per metric."""
     import asyncio
@@ -381,7 +384,7 @@ def validate_cmd(
     from cli.tables import render
 
     with user_errors():
-        from backends.calibrate import read_frontend_overhead
+        from backends.calibrate import SpeedCheck, read_frontend_overhead, speed_check_async
         from backends.server import BackendUnavailable, discover
         from backends.validation import plot_validation, validate_runs
         from simulator.cost_model import load_cost_model
@@ -414,12 +417,21 @@ def validate_cmd(
                            "needs the server's KV blocks", 2)
         seqs = max_num_seqs or int(plan.get("max_num_seqs", 256))
         batched = max_num_batched_tokens or int(plan.get("max_num_batched_tokens", 2048))
+
+        def check() -> SpeedCheck | None:
+            if not speed_check:
+                return None
+            n = max(1, min(4, seqs))
+            return asyncio.run(speed_check_async(target, cost, num_seqs=n))
+
+        checks = [check()]
         live = run_replay(workload, pol, target=target, out=out / "live", trace=trace,
                           time_scale=time_scale, capacity_tokens=capacity_tokens,
                           max_in_flight=max_in_flight, seed=seed, resume=False, tiers=tiers,
                           poll_period=poll_period, lease_ttl=lease_ttl,
                           hint="; validate needs a complete run: start it again with another "
                                "--out", front_door=setup.front_door)
+        checks.append(check())
         sim_config = SimConfig(
             engine=EngineConfig(block_size=info.block_size, num_gpu_blocks=info.usable_blocks,
                                 max_num_seqs=seqs, max_num_batched_tokens=batched,
@@ -439,7 +451,11 @@ def validate_cmd(
         (out / "validation.json").write_text(json.dumps(
             {**result.to_dict(), "policy": pol.name, "trace": str(trace), "url": url,
              "engine": {"block_size": info.block_size, "num_gpu_blocks": info.usable_blocks,
-                        "max_num_seqs": seqs, "max_num_batched_tokens": batched}},
+                        "max_num_seqs": seqs, "max_num_batched_tokens": batched},
+             "speed_check": {when: None if c is None else {
+                 "num_seqs": c.num_seqs, "seq_len": c.seq_len, "measured_s": c.measured_s,
+                 "predicted_s": c.predicted_s, "drift": c.drift}
+                 for when, c in zip(("before", "after"), checks, strict=True)}},
             indent=2) + "\n")
         plot_validation(adjusted, live.records, sim.timeline, live.timeline,
                         out / "validate.png", f"{pol.name} on {trace.name}: simulated vs measured")
@@ -457,6 +473,12 @@ def validate_cmd(
     ]))
     typer.echo(f"simulated times include the calibrated front-end overhead of "
                f"{1000 * overhead:.1f} ms per request")
+    if speed_check:
+        said = ["not timed" if c is None else f"{pct(c.drift)} ({1000 * c.measured_s:.2f} vs "
+                f"{1000 * c.predicted_s:.2f} ms)" for c in checks]
+        typer.echo(f"decode step now vs the calibration: before the replay {said[0]}, after "
+                   f"{said[1]}; a drift beyond a few percent means the server's speed moved "
+                   "since the calibration, and the comparison carries that")
     typer.echo(f"wrote {out}/validation.csv, validation.json, validate.png, live/, sim/")
     if max_error is not None:
         name, err = result.worst_key_error()

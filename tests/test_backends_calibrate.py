@@ -302,6 +302,12 @@ def test_calibrate_and_validate_commands(fake_url: str, tmp_path: Path) -> None:
         assert (out / name).is_file(), name
     report = json.loads((out / "validation.json").read_text())
     assert report["engine"]["max_num_seqs"] == 64  # from the calibration
+    # the fake's speed never changes: the decode steps timed around the replay agree with the
+    # calibrated model
+    assert "decode step now vs the calibration" in res.stdout
+    for when in ("before", "after"):
+        check = report["speed_check"][when]
+        assert check["num_seqs"] == 4 and abs(check["drift"]) < 0.25, check
     metrics = {m["metric"]: m for m in report["metrics"]}
     assert metrics["completed"]["simulated"] == metrics["completed"]["measured"] == 40
     for key in ("ttft_p50_s", "tpot_p50_s", "output_tokens_per_s", "e2e_p50_s"):

@@ -579,6 +579,7 @@ def test_replay_takes_tiers_front_door_and_policy_from_a_scenario(fake: Fake,
     code, stdout, stderr = _cli("replay", "--url", fake.url, "--trace", str(trace), "--scenario",
                                 str(scenario), "--out", str(out), "--poll-period", "0.05")
     assert code == 0, stderr
+    assert "overcommit" in stdout
     run = read_run(out)
     assert run.summary["policy"] == "overcommit"
     assert run.summary["policy_params"]["overcommit_ratio"] == 0.5
