@@ -189,7 +189,7 @@ class Engine:
         self.timeline_period_s = timeline_period_s
         self._next_sample_idx = 0
         self.timeline: list[tuple[float, int, int, int, int, int, int]] = []
-        self._kv_terms: list[tuple[IntArray, FloatArray]] = []  # (blocks used, durations)
+        self._kv_terms: list[FloatArray] = []
         self._kv_scalar_terms: list[float] = []
         self.process = env.process(self._run())
 
@@ -269,10 +269,8 @@ class Engine:
     def kv_token_second_terms(self) -> list[float]:
         """The terms of :meth:`kv_token_seconds`: KV tokens in use times seconds, per step."""
         terms: list[float] = list(self._kv_scalar_terms)
-        if self._kv_terms:
-            used = np.concatenate([u for u, _ in self._kv_terms])
-            dts = np.concatenate([d for _, d in self._kv_terms])
-            terms.extend((used.astype(np.float64) * self.block_size * dts).tolist())
+        for arr in self._kv_terms:
+            terms.extend(arr.tolist())
         return terms
 
     # --- queues -------------------------------------------------------------------------------
@@ -715,7 +713,7 @@ class Engine:
             self._busy = False
             if step_end is not None:
                 step_end, used, dts = step_end[:k], used[:k], dts[:k]
-                self._kv_terms.append((used, dts))
+                self._kv_terms.append(used.astype(np.float64) * self.block_size * dts)
                 if self._hol_blocked:
                     self._hol_terms.append(dts)
                 self._sample_steps(step_end, used, reserved, counts)
