@@ -49,6 +49,33 @@ MAX_JUMP_STEPS = 4096
 
 
 @dataclass(slots=True)
+class RunningPrefix:
+    """The requests the running loop reaches, in order, with the token budget it hands out:
+    ``rows``, their ``new`` tokens, ``computed`` (``num_computed_tokens`` before the step),
+    ``blocks`` (``num_blocks`` now), ``want`` (the blocks they need for the step) and
+    ``num_new`` (the new tokens in all)."""
+
+    rows: IntArray
+    new: IntArray
+    computed: IntArray
+    blocks: IntArray
+    want: IntArray
+    num_new: int
+
+
+@dataclass(slots=True)
+class DecodeRows:
+    """A pure-decode step of every running request, gathered once for the decode run planned
+    from it: ``computed`` and ``output`` are the requests' ``num_computed_tokens`` and
+    ``num_output_tokens`` before the step, ``blocks`` their ``num_blocks`` after the step's
+    allocation."""
+
+    computed: IntArray
+    blocks: IntArray
+    output: IntArray
+
+
+@dataclass(slots=True)
 class EngineHooks:
     """How the engine tells its executor what happened (all optional)."""
 
@@ -120,6 +147,7 @@ class Engine:
         self._in_engine = np.zeros(n, np.bool_)
         self.num_free_blocks = num_gpu_blocks
         self._step_extra_s = 0.0  # seconds a hook adds to the current step (swap transfers)
+        self._fast: RunningPrefix | None = None  # this step's running loop, when vectorised
         self._hol_blocked = False  # this step's waiting head was refused for lack of KV
         self._head_refusal = ""  # why the waiting loop stopped: "", seqs, budget, kv, policy
         self._hol_terms: list[FloatArray] = []
@@ -153,7 +181,7 @@ class Engine:
         self._jump_ends: FloatArray | None = None  # step ends of the decode run in progress
         self._jump_keep = 0
         self._step_numbers = np.arange(1, MAX_JUMP_STEPS + 1, dtype=np.float64)  # j + 1
-        self._zeros = np.zeros(MAX_JUMP_STEPS)
+        self._step_index = np.arange(MAX_JUMP_STEPS + config.block_size, dtype=np.int64)  # j
         self._wake: simpy.Event | None = None
         self.t = 0.0
         self.num_steps = 0
@@ -236,10 +264,14 @@ class Engine:
 
     def kv_token_seconds(self) -> float:
         """Exact integral of KV tokens in use over time (blocks x block_size x seconds)."""
+        return math.fsum(self.kv_token_second_terms())
+
+    def kv_token_second_terms(self) -> list[float]:
+        """The terms of :meth:`kv_token_seconds`: KV tokens in use times seconds, per step."""
         terms: list[float] = list(self._kv_scalar_terms)
         for arr in self._kv_terms:
             terms.extend(arr.tolist())
-        return math.fsum(terms)
+        return terms
 
     # --- queues -------------------------------------------------------------------------------
     def _push_waiting(self, i: int, *, front: bool = False) -> None:
@@ -361,10 +393,12 @@ class Engine:
         self._step_extra_s = 0.0
         self._hol_blocked = False
         self._head_refusal = ""
+        self._fast = None
         fast = self._schedule_running_fast(budget)
         if fast is not None:
             sched, new = fast
-            budget -= int(np.add.reduce(new))
+            if self._fast is not None:
+                budget -= self._fast.num_new
             preempted = False
         else:
             sched_l, new_l, preempted, budget = self._schedule_running_slow(budget)
@@ -382,40 +416,40 @@ class Engine:
             self._running_arr = np.asarray(self.running, dtype=np.int64)
         return self._running_arr
 
-    def _budget_prefix(
-        self, rows: IntArray, budget: int
-    ) -> tuple[IntArray, IntArray, IntArray, IntArray]:
+    def _budget_prefix(self, rows: IntArray, budget: int) -> RunningPrefix:
         """The token budget handed out in ``rows``' order, as the running loop does: each gets
-        ``min(num_tokens - num_computed_tokens, budget left)`` until the budget is spent.
-        Returns the rows reached, their new tokens, their blocks now and the blocks they need."""
+        ``min(num_tokens - num_computed_tokens, budget left)`` until the budget is spent."""
         computed = self.num_computed_tokens[rows]
         need = self.num_tokens[rows] - computed
         cum = need.cumsum()
-        if cum[-1] < budget:
+        total = int(cum[-1])
+        if total < budget:
             new = need  # every request gets all it needs, with budget to spare
         else:
             before = budget - (cum - need)  # budget left when each is reached
             m = int(np.count_nonzero(before > 0))  # budget only shrinks: a prefix is scheduled
             rows, computed, need, before = rows[:m], computed[:m], need[:m], before[:m]
             new = np.minimum(need, before)
+            total = budget  # the last request reached takes what is left
         bs = self.block_size
         blocks = self.num_blocks[rows]
         want = np.maximum((computed + new + (bs - 1)) // bs, blocks)
-        return rows, new, blocks, want
+        return RunningPrefix(rows, new, computed, blocks, want, total)
 
     def _schedule_running_fast(self, budget: int) -> tuple[IntArray, IntArray] | None:
         """The running loop when every allocation succeeds (no preemption), vectorised.
         Returns None, changing nothing, when some allocation would fail."""
         if not self.running:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        rows, new, blocks, want = self._budget_prefix(self._running_rows(), budget)
-        total = int(np.add.reduce(want - blocks))
+        prefix = self._budget_prefix(self._running_rows(), budget)
+        total = int(np.add.reduce(prefix.want - prefix.blocks))
         if total > self.num_free_blocks + self._evictable:
             return None
         if total:
-            self.num_blocks[rows] = want
+            self.num_blocks[prefix.rows] = prefix.want
             self._take(total)
-        return rows, new
+        self._fast = prefix
+        return prefix.rows, prefix.new
 
     def _schedule_running_slow(self, budget: int) -> tuple[list[int], list[int], bool, int]:
         """The running loop request by request, preempting when allocation fails."""
@@ -459,9 +493,9 @@ class Engine:
         """Allocate, in order, the running requests from index ``start`` on until one does
         not fit or the token budget is spent, as :meth:`allocate_slots` one by one would;
         returns the allocated rows and their new-token counts."""
-        rows = np.asarray(self.running[start:], dtype=np.int64)
-        rows, new, blocks, want = self._budget_prefix(rows, budget)
-        taken = (want - blocks).cumsum()
+        prefix = self._budget_prefix(np.asarray(self.running[start:], dtype=np.int64), budget)
+        rows, new, want = prefix.rows, prefix.new, prefix.want
+        taken = (want - prefix.blocks).cumsum()
         # taken never decreases: the first request whose blocks do not fit, if any
         ok = int(taken.searchsorted(self.num_free_blocks + self._evictable, side="right"))
         if ok:
@@ -593,18 +627,33 @@ class Engine:
             float(len(rows) - num_decode),
         )
 
-    def _steady(self, rows: IntArray, new: IntArray, preempted: bool) -> bool:
-        """True when the step is pure decode of every running request and no waiting request
-        can start until something changes (a finish, an allocation failure, an arrival)."""
+    def _steady(self, rows: IntArray, new: IntArray, preempted: bool) -> DecodeRows | None:
+        """The rows' state when the step is pure decode of every running request and no
+        waiting request can start until something changes (a finish, an allocation failure,
+        an arrival); None otherwise."""
         n = len(rows)
         if preempted or n != len(self.running) or n == 0 or self._step_extra_s:
-            return False
+            return None
         if n > self.config.max_num_batched_tokens:
-            return False
+            return None
         # A waiting head (if any) was refused this step by max_num_seqs, the token budget or
         # allocate_slots; during a decode run the first two stay and free blocks only shrink,
         # so it stays refused until a request finishes (which ends the run).
-        return int(new.max()) == 1 and bool((self.num_output_tokens[rows] > 0).all())
+        fast = self._fast
+        if fast is not None and fast.rows is rows:
+            # the running loop alone, vectorised: a running request always has at least one
+            # token to compute, so one token each is ``n`` tokens in all
+            if fast.num_new != n:
+                return None
+            computed, blocks = fast.computed, fast.want
+        else:
+            if int(new.max()) != 1:
+                return None
+            computed, blocks = self.num_computed_tokens[rows], self.num_blocks[rows]
+        output = self.num_output_tokens[rows]
+        if not int(output.min()) > 0:
+            return None
+        return DecodeRows(computed, blocks, output)
 
     def _run(self) -> Generator[simpy.Event, Any, None]:
         env = self.env
@@ -632,11 +681,13 @@ class Engine:
             counts = (len(self.running), self.num_waiting() + gw_waiting)
             step_end: FloatArray | None = None
             k = 1
-            steady = self.config.skip_ahead and self._steady(rows, new, preempted)
-            if steady:
-                k_max, c0, dt, t_ext = self._decode_run_bound(rows)
+            decode = self._steady(rows, new, preempted) if self.config.skip_ahead else None
+            if decode is not None:
+                k_max, c0, dt, t_ext, to_finish = self._decode_run_bound(rows, decode)
                 if k_max > 1:
-                    k, step_end, used, dts = self._plan_jump(rows, used_before, k_max, c0, t_ext)
+                    k, step_end, used, dts = self._plan_jump(
+                        rows, decode, used_before, k_max, c0, t_ext
+                    )
                     t1 = float(step_end[-1])
             else:
                 p, d, c, a, s = self._features(rows, new)
@@ -669,12 +720,18 @@ class Engine:
             self.t = t1
             self.num_steps += k
             aborted = self._apply_aborts()
-            if not steady:
+            if decode is None:
                 self._on_steps(rows, new, preempted, 1)
                 self._commit_step(rows, new, aborted)
             else:
                 self._on_steps(rows, new, preempted, k)
-                self._commit_jump(rows[~np.isin(rows, aborted)] if aborted else rows, k)
+                if aborted:
+                    keep = ~np.isin(rows, aborted)
+                    rows = rows[keep]
+                    decode = DecodeRows(
+                        decode.computed[keep], decode.blocks[keep], decode.output[keep]
+                    )
+                self._commit_jump(rows, k, decode, k >= to_finish)
             for i in self._deferred_adds:
                 self.add_request(i)
             self._deferred_adds.clear()
@@ -685,7 +742,7 @@ class Engine:
         ends = self._jump_ends
         if ends is None:
             return
-        keep = int(np.searchsorted(ends, self.env.now, side="left")) + 1
+        keep = int(ends.searchsorted(self.env.now, side="left")) + 1
         if keep < len(ends):
             self._jump_keep = keep
             self._jump_ends = None
@@ -722,25 +779,33 @@ class Engine:
         if done.size:
             self._finish(done.tolist())
 
-    def _decode_run_bound(self, rows: IntArray) -> tuple[int, int, float, float]:
+    def _decode_run_bound(
+        self, rows: IntArray, decode: DecodeRows
+    ) -> tuple[int, int, float, float, int]:
         """For a decode run of ``rows`` starting now: an upper bound on its length (the first
         finish, :data:`MAX_JUMP_STEPS`, the next external event), the context tokens before it,
-        the duration of its first step and the time of the next external event."""
+        the duration of its first step, the time of the next external event and the steps
+        until the first request finishes."""
         n = len(rows)
-        c0 = int(np.add.reduce(self.num_computed_tokens[rows]))
+        c0 = int(np.add.reduce(decode.computed))
         dt0 = float(self.cost.step_time(0.0, float(n), float(c0 + n), 0.0, 0.0))
-        k_max = min(
-            int((self.target_output[rows] - self.num_output_tokens[rows]).min()), MAX_JUMP_STEPS
-        )
+        to_finish = int((self.target_output[rows] - decode.output).min())
+        k_max = min(to_finish, MAX_JUMP_STEPS)
         t_ext = self.hooks.next_external_s()
         if t_ext != math.inf and k_max > 1 and dt0 > 0:
             # step times never shrink during a decode run (the context only grows), so the run
             # reaches t_ext within (t_ext - t) / dt0 + 1 steps
             k_max = max(1, min(k_max, int((t_ext - self.t) / dt0) + 2))
-        return k_max, c0, dt0, t_ext
+        return k_max, c0, dt0, t_ext, to_finish
 
     def _plan_jump(
-        self, rows: IntArray, used_before: int, k_max: int, c0: int, t_ext: float
+        self,
+        rows: IntArray,
+        decode: DecodeRows,
+        used_before: int,
+        k_max: int,
+        c0: int,
+        t_ext: float,
     ) -> tuple[int, FloatArray, IntArray, FloatArray]:
         """Plan a run of at most ``k_max`` pure-decode steps from ``c0`` context tokens, ending
         with the step in progress at ``t_ext``; returns its length, step end times, blocks in
@@ -751,32 +816,29 @@ class Engine:
         step0 = self.num_used_blocks - used_before  # blocks step 0 took in _schedule
         # block allocation pattern: request r (c_r tokens computed before the run, b_r blocks
         # after step 0's allocation by _schedule) needs its next block at step
-        # f_r = b_r * bs - c_r >= 1 and then every bs steps; a[j] counts the blocks step j takes
-        first = self.num_blocks[rows] * bs - self.num_computed_tokens[rows]
+        # f_r = b_r * bs - c_r >= 1 and then every bs steps
+        first = np.sort(decode.blocks * bs - decode.computed)
+        # reached[j]: the requests with f_r <= j, each taking a block in steps 1..j
         if k_max <= bs:  # no request takes a second new block within the run
-            a = np.bincount(first[first < k_max], minlength=k_max)
-        else:  # a[j] counts the requests with f_r <= j and f_r = j (mod bs)
+            alloc_cum = first.searchsorted(self._step_index[:k_max], side="right")
+        else:  # plus one block for every bs steps since f_r: sum reached[j - m * bs] over m
             period = -(-k_max // bs) * bs
-            a = np.bincount(first[first < k_max], minlength=period)
-            a = a.reshape(-1, bs).cumsum(axis=0).ravel()[:k_max]
-        alloc_cum = a.cumsum()  # blocks taken in steps 1..j
-        # alloc_cum never decreases: the first step that runs out of blocks, if any
-        fail = int(alloc_cum.searchsorted(self.num_free_blocks + self._evictable, side="right"))
-        if fail < k_max:
+            reached = first.searchsorted(self._step_index[:period], side="right")
+            alloc_cum = reached.reshape(-1, bs).cumsum(axis=0).ravel()[:k_max]
+        # alloc_cum[j]: blocks taken in steps 1..j
+        free = self.num_free_blocks + self._evictable
+        if alloc_cum[-1] > free:
+            # alloc_cum never decreases: the first step that runs out of blocks
+            fail = int(alloc_cum.searchsorted(free, side="right"))
             k_max = max(fail, 1)
             alloc_cum = alloc_cum[:k_max]
         k_max = self._jump_limit(rows, k_max, alloc_cum)
         alloc_cum = alloc_cum[:k_max]
         context = c0 + float(n) * self._step_numbers[:k_max]  # exact: integers below 2**53
-        zeros = self._zeros[:k_max]
-        dts = np.asarray(
-            self.cost.step_time(zeros, zeros + float(n), context, zeros, zeros),
-            dtype=np.float64,
-        )
-        ends = np.empty(k_max + 1)
-        ends[0] = self.t
-        ends[1:] = dts
-        ends = ends.cumsum()[1:]  # sequential sums from t, as stepping adds them
+        dts = self._decode_step_times(n, context)
+        ends = dts.copy()
+        ends[0] += self.t
+        ends = ends.cumsum()  # sequential sums from t, as stepping adds them
         k = k_max
         if t_ext < ends[-1]:
             k = int(ends.searchsorted(t_ext, side="left")) + 1
@@ -784,20 +846,32 @@ class Engine:
         used = used_before + step0 + alloc_cum
         return k, ends, used, dts
 
-    def _commit_jump(self, rows: IntArray, k: int) -> None:
-        new_total = self.num_computed_tokens[rows] + k
+    def _decode_step_times(self, n: int, context: FloatArray) -> FloatArray:
+        """Durations of decode steps of ``n`` requests attending to ``context`` tokens (one
+        step per element). The features that stay the same along a decode run go in as floats:
+        a cost model's step_time is element-wise arithmetic, so they broadcast against the
+        context to the bits arrays of equal values would give, with fewer array operations."""
+        step_time: Callable[..., FloatArray] = self.cost.step_time
+        return np.asarray(step_time(0.0, float(n), context, 0.0, 0.0), dtype=np.float64)
+
+    def _commit_jump(self, rows: IntArray, k: int, decode: DecodeRows, finishes: bool) -> None:
+        """Commit ``k`` decode steps of ``rows`` (whose state before them is ``decode``);
+        ``finishes``: whether some request may reach its output length."""
+        new_total = decode.computed + k
         if k > 1:  # step 0's blocks were allocated by _schedule; the later steps' are taken now
             bs = self.block_size
-            blocks = self.num_blocks[rows]
+            blocks = decode.blocks
             need = np.maximum((new_total + (bs - 1)) // bs, blocks)
             extra = int(np.add.reduce(need - blocks))
             if extra:
                 self._take(extra)
                 self.num_blocks[rows] = need
         self.num_computed_tokens[rows] = new_total
-        output = self.num_output_tokens[rows] + k
+        output = decode.output + k
         self.num_output_tokens[rows] = output
         self.num_tokens[rows] += k
+        if not finishes:
+            return
         done = rows[output >= self.target_output[rows]]
         if done.size:
             self._finish(done.tolist())

@@ -417,9 +417,7 @@ class Fleet:
     def kv_token_seconds(self) -> float:
         terms: list[float] = []
         for e in self.replicas:
-            terms.extend(e._kv_scalar_terms)
-            for arr in e._kv_terms:
-                terms.extend(arr.tolist())
+            terms.extend(e.kv_token_second_terms())
         return math.fsum(terms)
 
     @property
