@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
-import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -38,7 +36,11 @@ import httpx
 from backends.openai_client import ServerTarget, StreamResult, stream_completion
 from backends.replay import prompt_token_ids
 from backends.server import BackendUnavailable, ServerInfo, discover, with_model
-from simulator.cost_model import FEATURES, LinearCostModel, load_cost_model, save_cost_model
+from simulator.cost_model import (
+    FEATURES,
+    LinearCostModel,
+    save_cost_model,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -158,16 +160,6 @@ class Calibration:
             "notes": self.notes,
         }
         save_cost_model(self.model, path, extra=extra)
-
-
-def read_frontend_overhead(path: Path) -> float:
-    """The ``frontend_overhead_s`` of a calibrated cost-model file (0 when it has none)."""
-    load_cost_model(path)  # validates the file, with messages naming the field
-    payload = json.loads(path.read_text())
-    value = payload.get("frontend_overhead_s", 0.0)
-    if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{path}: field 'frontend_overhead_s' must be a number >= 0")
-    return float(value)
 
 
 # --- measurements -----------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import json
 import math
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -384,10 +384,10 @@ def validate_cmd(
     from cli.tables import render
 
     with user_errors():
-        from backends.calibrate import SpeedCheck, read_frontend_overhead, speed_check_async
+        from backends.calibrate import SpeedCheck, speed_check_async
         from backends.server import BackendUnavailable, discover
         from backends.validation import plot_validation, validate_runs
-        from simulator.cost_model import load_cost_model
+        from simulator.cost_model import load_cost_model, read_frontend_overhead
         from simulator.engine_config import EngineConfig
         from simulator.run import SimConfig, simulate
 
@@ -438,7 +438,7 @@ def validate_cmd(
                                 max_model_len=info.max_model_len),
             tiers=tiers, front_door=setup.front_door, cost_model=cost,
             gateway_capacity_tokens=capacity_tokens, lease_ttl_s=lease_ttl,
-            timeline_period_s=0.25, seed=seed,
+            timeline_period_s=0.25, seed=seed, frontend_overhead_s=overhead,
         )
         sim = simulate(workload, gateway_setup(scenario, policy, params).policy, sim_config)
         sim.write(out / "sim")
@@ -446,7 +446,8 @@ def validate_cmd(
         result, adjusted = validate_runs(
             sim.records, sim.timeline, sim.summary.get("engine", {}), live.records,
             live.summary, tiers=tiers, capacity_tokens=capacity, policy=pol.name,
-            frontend_overhead_s=overhead)
+            frontend_overhead_s=0.0)  # the simulation added it already
+        result = replace(result, frontend_overhead_s=overhead)
         result.metrics.to_csv(out / "validation.csv", index=False)
         (out / "validation.json").write_text(json.dumps(
             {**result.to_dict(), "policy": pol.name, "trace": str(trace), "url": url,

@@ -114,6 +114,20 @@ def save_cost_model(
     path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
 
 
+def read_frontend_overhead(path: Path) -> float:
+    """The ``frontend_overhead_s`` of a cost-model file (0 when it has none): what the server's
+    API front end adds to every request's first token and finish outside the engine's steps,
+    as ``kvbudget calibrate`` measured it."""
+    load_cost_model(path)  # validates the file, with messages naming the field
+    payload = json.loads(path.read_text())
+    value = payload.get("frontend_overhead_s", 0.0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (
+        np.isfinite(value) and value >= 0
+    ):
+        raise ValueError(f"{path}: field 'frontend_overhead_s' must be a number >= 0")
+    return float(value)
+
+
 def load_cost_model(path: Path) -> LinearCostModel:
     """Read a cost-model file written by :func:`save_cost_model`; errors name the field."""
     try:

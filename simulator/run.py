@@ -55,7 +55,13 @@ _REASON_STATUS = {
 
 @dataclass(frozen=True, slots=True)
 class SimConfig:
-    """Everything about a simulation besides the workload and the policy."""
+    """Everything about a simulation besides the workload and the policy.
+
+    ``frontend_overhead_s``: what the server's API front end adds to every request outside the
+    engine's steps (HTTP, request set-up, detokenisation, streaming; ``kvbudget calibrate``
+    measures it and writes it into the cost-model file). It delays each completed request's
+    first token and finish as its client sees them; the engine and the gateway do not see it.
+    """
 
     gpu: str = "H100-80GB"
     model: str = "Llama-3.1-8B"
@@ -68,8 +74,13 @@ class SimConfig:
     seed: int = 0
     front_door: FrontDoor | None = None
     fleet: FleetConfig | None = None
+    frontend_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.frontend_overhead_s) and self.frontend_overhead_s >= 0):
+            raise ValueError(
+                f"frontend_overhead_s must be >= 0, got {self.frontend_overhead_s!r}"
+            )
         get_gpu(self.gpu)
         get_model(self.model)
         tier_map(self.tiers)
@@ -324,6 +335,9 @@ class _Simulation:
         output = np.where(completed, w.output_tokens, e.num_output_tokens)
         first = e.first_token_s.copy()
         finished = np.where(completed, e.finished_s, np.nan)
+        if self.config.frontend_overhead_s:
+            first = first + self.config.frontend_overhead_s
+            finished = finished + self.config.frontend_overhead_s
         ttft, tpot, e2e = derive_latencies(w.arrival_s, first, finished, output)
         ttft = np.where(completed, ttft, np.nan)
         tpot = np.where(completed, tpot, np.nan)
@@ -377,6 +391,7 @@ class _Simulation:
                 "num_gpu_blocks": e.num_gpu_blocks,
                 "block_size": e.block_size,
                 "cost_model": _jsonable(self.config.resolved_cost_model().describe()),
+                "frontend_overhead_s": self.config.frontend_overhead_s,
                 "engine": {
                     "num_steps": e.num_steps,
                     "num_engine_preemptions": e.num_preemptions_total,

@@ -52,7 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from policies import DEFAULT_TIERS, BasePolicy, TierConfig, make_policy
 from policies.gateway import FrontDoor
-from simulator.cost_model import load_cost_model
+from simulator.cost_model import load_cost_model, read_frontend_overhead
 from simulator.engine_config import EngineConfig
 from simulator.fleet import FleetConfig
 from simulator.run import SimConfig
@@ -149,8 +149,10 @@ class Scenario:
     def sim_config(self) -> SimConfig:
         s = self.spec
         cost = None
+        overhead = 0.0
         if s.cost_model is not None:
             cost = load_cost_model(self._path(s.cost_model))
+            overhead = read_frontend_overhead(self._path(s.cost_model))
         front_door = None
         if s.front_door is not None:
             fd = s.front_door.model_dump()
@@ -173,6 +175,7 @@ class Scenario:
             lease_ttl_s=s.lease_ttl_s,
             timeline_period_s=s.timeline_period_s,
             seed=s.seed,
+            frontend_overhead_s=overhead,
         )
 
     def make_policy(self, name: str | None = None) -> BasePolicy:

@@ -32,10 +32,14 @@ from backends.calibrate import (
     frontend_overhead,
     median_samples,
     plan_points,
-    read_frontend_overhead,
 )
 from backends.openai_client import ServerTarget
-from simulator.cost_model import FEATURES, LinearCostModel, load_cost_model
+from simulator.cost_model import (
+    FEATURES,
+    LinearCostModel,
+    load_cost_model,
+    read_frontend_overhead,
+)
 
 INTERCEPT_S = 0.004
 PER_DECODE_SEQ_S = 0.0006

@@ -141,3 +141,36 @@ def test_default_scenario_shows_the_trade_off() -> None:
     p99 = {k: v["tiers"]["interactive"]["ttft_s"]["p99"] for k, v in s.items()}
     assert p99["preemptive"] <= p99["conservative"]
     assert p99["unlimited"] == max(p99.values())
+
+
+def test_calibrated_frontend_overhead_delays_first_token_and_finish(tmp_path: Path) -> None:
+    """A cost-model file's ``frontend_overhead_s`` (``kvbudget calibrate``) is added to every
+    completed request's first token and finish, as its client sees them; TPOT, the engine and
+    the gateway are unchanged."""
+    from simulator.cost_model import LinearCostModel, save_cost_model
+
+    model = LinearCostModel(0.01, 2e-5, 1e-4, 1e-8, per_prefill_seq_s=0.002)
+    plain, with_overhead = tmp_path / "plain.json", tmp_path / "overhead.json"
+    save_cost_model(model, plain)
+    save_cost_model(model, with_overhead, extra={"frontend_overhead_s": 0.025})
+    runs = {}
+    for name, path in (("plain", plain), ("overhead", with_overhead)):
+        out = tmp_path / name
+        code, _, stderr = run("simulate", *SHORT, "--cost-model", str(path), "--out",
+                                   str(out))
+        assert code == 0, stderr
+        runs[name] = (pq.read_table(out / "requests.parquet").to_pandas(),
+                      json.loads((out / "summary.json").read_text()))
+    (a, sa), (b, sb) = runs["plain"], runs["overhead"]
+    assert sa["frontend_overhead_s"] == 0.0 and sb["frontend_overhead_s"] == 0.025
+    assert list(a["status"]) == list(b["status"]) and list(a["admitted_s"]) == list(b["admitted_s"])
+    done = a["status"] == "completed"
+    assert done.sum() > 10
+    for col in ("ttft_s", "e2e_s", "first_token_s", "finished_s"):
+        assert (b.loc[done, col] - a.loc[done, col]).round(12).eq(0.025).all(), col
+    assert (b.loc[done, "tpot_s"] - a.loc[done, "tpot_s"]).abs().max() < 1e-12
+    assert sb["engine"]["num_steps"] == sa["engine"]["num_steps"]
+    bad = tmp_path / "bad.json"
+    save_cost_model(model, bad, extra={"frontend_overhead_s": -1})
+    code, _, stderr = run("simulate", *SHORT, "--cost-model", str(bad))
+    assert code == 2 and "frontend_overhead_s" in stderr and len(stderr.splitlines()) == 1
