@@ -1,7 +1,5 @@
 """``kvbudget replay``, ``calibrate`` and ``validate``: the gateway against a live server."""
 
-from __future__ import annotations
-
 import json
 import math
 import shlex
@@ -55,13 +53,13 @@ BatchedOpt = Annotated[int | None, typer.Option(
     "--max-num-batched-tokens", help="The server's --max-num-batched-tokens.")]
 
 
-def _target(url: str, model: str, api_key: str | None, read_timeout: float) -> ServerTarget:
+def _target(url: str, model: str, api_key: str | None, read_timeout: float) -> "ServerTarget":
     from backends.openai_client import ServerTarget
 
     return ServerTarget(base_url=url, model=model, api_key=api_key, read_timeout_s=read_timeout)
 
 
-def _policy(name: str, params: list[str] | None) -> BasePolicy:
+def _policy(name: str, params: list[str] | None) -> "BasePolicy":
     from policies import make_policy
 
     values: dict[str, Any] = {}
@@ -76,7 +74,7 @@ def _policy(name: str, params: list[str] | None) -> BasePolicy:
     return make_policy(name, values)
 
 
-def _tiers_for(workload: Workload) -> tuple[TierConfig, ...]:
+def _tiers_for(workload: "Workload") -> "tuple[TierConfig, ...]":
     from policies import DEFAULT_TIERS
 
     known = {t.name for t in DEFAULT_TIERS}
@@ -88,7 +86,7 @@ def _tiers_for(workload: Workload) -> tuple[TierConfig, ...]:
 
 
 def load_workload(trace: Path, trace_format: str | None, tier: str, time_scale: float,
-                  max_output: int | None = None) -> Workload:
+                  max_output: int | None = None) -> "Workload":
     """The trace as a workload (the loaders of ``kvbudget simulate --trace``), time-scaled."""
     from backends.replay import scale_time
     from workloads.lengths import FixedCap
@@ -119,11 +117,11 @@ def _resume_hint() -> str:
     return "; resume with: kvbudget " + " ".join(shlex.quote(a) for a in args) + " --resume"
 
 
-def run_replay(workload: Workload, policy: BasePolicy, *, target: ServerTarget, out: Path,
+def run_replay(workload: "Workload", policy: "BasePolicy", *, target: "ServerTarget", out: Path,
                trace: Path, time_scale: float, capacity_tokens: int | None, max_in_flight: int,
-               seed: int, resume: bool, tiers: tuple[TierConfig, ...],
+               seed: int, resume: bool, tiers: "tuple[TierConfig, ...]",
                poll_period: float, lease_ttl: float | None = None,
-               hint: str = "") -> ReplayOutcome:
+               hint: str = "") -> "ReplayOutcome":
     """Replay with a progress bar; a server that dies or Ctrl-C exit with code 1 / 130 after
     the output is written, saying how to resume."""
     import asyncio

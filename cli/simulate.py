@@ -1,7 +1,5 @@
 """``kvbudget simulate``, ``compare`` and ``presets``."""
 
-from __future__ import annotations
-
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -66,7 +64,7 @@ def build_scenario(
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
     engine: str | None = None,
-) -> Scenario:
+) -> "Scenario":
     """The scenario file (or the embedded default) with the command-line flags applied."""
     import tomllib
 
@@ -128,7 +126,7 @@ def _check_engine(engine: str | None) -> None:
         raise CliError(f"--engine: unknown engine {engine!r}; known: {', '.join(ENGINE_NAMES)}")
 
 
-def run_one(scn: Scenario, policy_name: str | None, label: str) -> RunResult:
+def run_one(scn: "Scenario", policy_name: str | None, label: str) -> "RunResult":
     from simulator.run import simulate
 
     workload = scn.workload()
