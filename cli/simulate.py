@@ -1,6 +1,7 @@
 """``kvbudget simulate``, ``compare`` and ``presets``."""
 
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -113,7 +114,22 @@ def build_scenario(
         raise CliError(f"{where}{exc}") from None
 
 
+class _NoBar:
+    """A progress bar that shows nothing."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def _progress(total: int, desc: str) -> Any:
+    # tqdm's disable=None hides the bar when stderr is not a terminal: decide that here and
+    # skip importing tqdm (and its multiprocessing lock) for piped and scripted runs
+    isatty = getattr(sys.stderr, "isatty", None)
+    if isatty is not None and not isatty():
+        return _NoBar()
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, unit="req", leave=False, disable=None)
