@@ -2,7 +2,6 @@
 
 import json
 import math
-import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -113,6 +112,8 @@ def _resume_hint() -> str:
     argv = sys.argv[1:]
     if argv[:1] != ["replay"]:  # called in-process (tests, notebooks): no command line to show
         return "; resume with the same command and --resume"
+    import shlex
+
     args = [a for a in argv if a != "--resume"]
     return "; resume with: kvbudget " + " ".join(shlex.quote(a) for a in args) + " --resume"
 
