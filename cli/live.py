@@ -1,10 +1,7 @@
 """``kvbudget replay``, ``calibrate`` and ``validate``: the gateway against a live server."""
 
-from __future__ import annotations
-
 import json
 import math
-import shlex
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -61,13 +58,13 @@ BatchedOpt = Annotated[int | None, typer.Option(
     "--max-num-batched-tokens", help="The server's --max-num-batched-tokens.")]
 
 
-def _target(url: str, model: str, api_key: str | None, read_timeout: float) -> ServerTarget:
+def _target(url: str, model: str, api_key: str | None, read_timeout: float) -> "ServerTarget":
     from backends.openai_client import ServerTarget
 
     return ServerTarget(base_url=url, model=model, api_key=api_key, read_timeout_s=read_timeout)
 
 
-def _policy(name: str, params: list[str] | None) -> BasePolicy:
+def _policy(name: str, params: list[str] | None) -> "BasePolicy":
     from policies import make_policy
 
     values: dict[str, Any] = {}
@@ -82,8 +79,8 @@ def _policy(name: str, params: list[str] | None) -> BasePolicy:
     return make_policy(name, values)
 
 
-def _tiers_for(workload: Workload, tiers: tuple[TierConfig, ...] | None = None
-               ) -> tuple[TierConfig, ...]:
+def _tiers_for(workload: "Workload", tiers: "tuple[TierConfig, ...] | None" = None
+               ) -> "tuple[TierConfig, ...]":
     from policies import DEFAULT_TIERS
 
     tiers = DEFAULT_TIERS if tiers is None else tiers
@@ -99,9 +96,9 @@ def _tiers_for(workload: Workload, tiers: tuple[TierConfig, ...] | None = None
 class GatewaySetup:
     """What the live gateway takes from a scenario file (or the defaults without one)."""
 
-    policy: BasePolicy
-    tiers: tuple[TierConfig, ...] | None
-    front_door: FrontDoor | None
+    policy: "BasePolicy"
+    tiers: "tuple[TierConfig, ...] | None"
+    front_door: "FrontDoor | None"
 
 
 def gateway_setup(scenario: Path | None, policy: str | None, params: list[str] | None
@@ -131,7 +128,7 @@ def gateway_setup(scenario: Path | None, policy: str | None, params: list[str] |
 
 
 def load_workload(trace: Path, trace_format: str | None, tier: str, time_scale: float,
-                  max_output: int | None = None) -> Workload:
+                  max_output: int | None = None) -> "Workload":
     """The trace as a workload (the loaders of ``kvbudget simulate --trace``), time-scaled."""
     from backends.replay import scale_time
     from workloads.lengths import FixedCap
@@ -158,15 +155,17 @@ def _resume_hint() -> str:
     argv = sys.argv[1:]
     if argv[:1] != ["replay"]:  # called in-process (tests, notebooks): no command line to show
         return "; resume with the same command and --resume"
+    import shlex
+
     args = [a for a in argv if a != "--resume"]
     return "; resume with: kvbudget " + " ".join(shlex.quote(a) for a in args) + " --resume"
 
 
-def run_replay(workload: Workload, policy: BasePolicy, *, target: ServerTarget, out: Path,
+def run_replay(workload: "Workload", policy: "BasePolicy", *, target: "ServerTarget", out: Path,
                trace: Path, time_scale: float, capacity_tokens: int | None, max_in_flight: int,
-               seed: int, resume: bool, tiers: tuple[TierConfig, ...],
+               seed: int, resume: bool, tiers: "tuple[TierConfig, ...]",
                poll_period: float, lease_ttl: float | None = None,
-               hint: str = "", front_door: FrontDoor | None = None) -> ReplayOutcome:
+               hint: str = "", front_door: "FrontDoor | None" = None) -> "ReplayOutcome":
     """Replay with a progress bar; a server that dies or Ctrl-C exit with code 1 / 130 after
     the output is written, saying how to resume."""
     import asyncio

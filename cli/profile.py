@@ -1,8 +1,6 @@
 """``kvbudget profile`` (time a model's steps on this machine) and ``kvbudget profile-fit``
 (turn a profile table into a cost-model file for ``simulate --cost-model``)."""
 
-from __future__ import annotations
-
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -63,8 +61,8 @@ def _fmt_ms(seconds: float) -> str:
     return f"{seconds * 1e3:10.3f}"
 
 
-def _print_report(profile: Profile, fit: FitResult, roofline: Any,
-                  roofline_points: pd.DataFrame | None) -> None:
+def _print_report(profile: "Profile", fit: "FitResult", roofline: Any,
+                  roofline_points: "pd.DataFrame | None") -> None:
     from simulator.fit import summarize_errors
 
     tab = profile.table.reset_index(drop=True)
@@ -97,15 +95,15 @@ def _print_report(profile: Profile, fit: FitResult, roofline: Any,
         _print_summary("roofline", summarize_errors(roofline_points))
 
 
-def _print_summary(label: str, summary: pd.DataFrame) -> None:
+def _print_summary(label: str, summary: "pd.DataFrame") -> None:
     for rec in summary.to_dict(orient="records"):
         typer.echo(f"  {label} {rec['point_class']:<8} n={int(rec['num_points']):<4} "
                    f"MAPE {rec['mape'] * 100:7.2f}%  max {rec['max_abs_rel_error'] * 100:7.2f}%  "
                    f"bias {rec['mean_rel_error'] * 100:+7.2f}%")
 
 
-def fit_profile_to_file(profile: Profile, out: Path, *, gpu: str | None = None,
-                        model: str | None = None, profile_path: Path | None = None) -> FitResult:
+def fit_profile_to_file(profile: "Profile", out: Path, *, gpu: str | None = None,
+                        model: str | None = None, profile_path: Path | None = None) -> "FitResult":
     """Fit ``profile``, write the cost-model file ``out`` and print the per-point report."""
     from simulator.cost_model import save_cost_model
     from simulator.fit import (

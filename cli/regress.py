@@ -1,7 +1,5 @@
 """``kvbudget regress``: a CI gate that fails when policy metrics get worse (docs/regress.md)."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -77,7 +75,7 @@ def regress_cmd(
         raise typer.Exit(1)
 
 
-def _write_reports(report: RegressReport, junit: Path | None, markdown: Path | None) -> None:
+def _write_reports(report: "RegressReport", junit: Path | None, markdown: Path | None) -> None:
     from simulator.regress import render_junit, render_markdown
 
     for path, text in ((junit, render_junit), (markdown, render_markdown)):

@@ -1,7 +1,5 @@
 """``kvbudget report``: an HTML report with embedded figures, and the figures as PNG files."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Annotated
 

@@ -1,8 +1,7 @@
 """``kvbudget simulate``, ``compare`` and ``presets``."""
 
-from __future__ import annotations
-
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -66,7 +65,7 @@ def build_scenario(
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
     engine: str | None = None,
-) -> Scenario:
+) -> "Scenario":
     """The scenario file (or the embedded default) with the command-line flags applied."""
     import tomllib
 
@@ -115,7 +114,22 @@ def build_scenario(
         raise CliError(f"{where}{exc}") from None
 
 
+class _NoBar:
+    """A progress bar that shows nothing."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def _progress(total: int, desc: str) -> Any:
+    # tqdm's disable=None hides the bar when stderr is not a terminal: decide that here and
+    # skip importing tqdm (and its multiprocessing lock) for piped and scripted runs
+    isatty = getattr(sys.stderr, "isatty", None)
+    if isatty is not None and not isatty():
+        return _NoBar()
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, unit="req", leave=False, disable=None)
@@ -128,7 +142,7 @@ def _check_engine(engine: str | None) -> None:
         raise CliError(f"--engine: unknown engine {engine!r}; known: {', '.join(ENGINE_NAMES)}")
 
 
-def run_one(scn: Scenario, policy_name: str | None, label: str) -> RunResult:
+def run_one(scn: "Scenario", policy_name: str | None, label: str) -> "RunResult":
     from simulator.run import simulate
 
     workload = scn.workload()

@@ -1,7 +1,5 @@
 """``kvbudget sweep``, ``tune`` and ``capacity``: many simulations on local cores or on Ray."""
 
-from __future__ import annotations
-
 import math
 import sys
 from collections.abc import Iterator
@@ -57,7 +55,7 @@ def _policies(text: str | None) -> list[str]:
     return names
 
 
-def _executor(kind: str, jobs: int | None, address: str | None) -> LocalExecutor | RayExecutor:
+def _executor(kind: str, jobs: int | None, address: str | None) -> "LocalExecutor | RayExecutor":
     from simulator.executors import make_executor
 
     return make_executor(kind, jobs=jobs, address=address)

@@ -5,8 +5,6 @@ The trace options (``--format``, ``--window``, ``--rate-scale`` ...) are declare
 :func:`build_trace_options`, so other commands that take ``--trace FILE`` accept the same ones.
 """
 
-from __future__ import annotations
-
 import json
 import sys
 from pathlib import Path
@@ -103,7 +101,7 @@ def parse_window(text: str) -> tuple[float, float | None]:
     return (_float(start, "--window"), _float(end, "--window") if sep and end.strip() else None)
 
 
-def parse_max_output(text: str) -> MaxOutputRule:
+def parse_max_output(text: str) -> "MaxOutputRule":
     from workloads.lengths import FactorOfTrue, FixedCap, QuantileCap
 
     parts = text.split(":")
@@ -123,7 +121,7 @@ def parse_max_output(text: str) -> MaxOutputRule:
     raise CliError(f"--max-output must be fixed:N, factor:F or quantile:Q, got {text!r}")
 
 
-def parse_arrival(text: str) -> ArrivalProcess:
+def parse_arrival(text: str) -> "ArrivalProcess":
     from workloads.arrivals import ConstantArrivals, GammaArrivals, PoissonArrivals
 
     parts = text.split(":")
@@ -158,7 +156,7 @@ def build_trace_options(
     arrival_unit: str = "s",
     clients: str | None = None,
     servegen_arrivals: str = "fitted_rate",
-) -> TraceOptions:
+) -> "TraceOptions":
     """TraceOptions from the command-line strings (errors name the option)."""
     from workloads.errors import SpecError
     from workloads.traces import TraceOptions
@@ -195,7 +193,7 @@ def build_trace_options(
         raise CliError(f"--{exc.field.split('[')[0].replace('_', '-')}: {exc}") from None
 
 
-def _warn(loaded: LoadedTrace) -> None:
+def _warn(loaded: "LoadedTrace") -> None:
     for warning in loaded.report.warnings:
         print(f"warning: {loaded.report.path}: {warning}", file=sys.stderr)
 

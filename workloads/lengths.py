@@ -1,4 +1,5 @@
-"""Token-length distributions, deadline (delay) distributions and ``max_output_tokens`` rules.
+"""Token-length distributions and deadline (delay) distributions. The ``max_output_tokens``
+rules live in :mod:`workloads.max_output` and are re-exported here.
 
 Every draw comes from the ``numpy.random.Generator`` passed in; nothing here keeps a random
 state. Continuous distributions are turned into token counts with ``ceil`` (so every draw is at
@@ -10,7 +11,7 @@ definition: the lognormal is then *truncated* (draws above the bound are redrawn
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Protocol, runtime_checkable
@@ -19,12 +20,17 @@ import numpy as np
 import numpy.typing as npt
 
 from workloads.errors import SpecError
+from workloads.max_output import MAX_TOKENS as MAX_TOKENS
+from workloads.max_output import FactorOfTrue as FactorOfTrue
+from workloads.max_output import FixedCap as FixedCap
+from workloads.max_output import MaxOutputRule as MaxOutputRule
+from workloads.max_output import QuantileCap as QuantileCap
+from workloads.max_output import check_q
+from workloads.max_output import empirical_quantile as empirical_quantile
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
-MAX_TOKENS = 10_000_000
-"""Largest token count a distribution may produce (a sanity bound on parameters)."""
 _MAX_SUPPORT = 10_000_000
 
 
@@ -36,10 +42,6 @@ def _require(ok: bool, name: str, problem: str, value: object) -> None:
 def _finite_positive(name: str, value: float) -> None:
     _require(isinstance(value, int | float) and math.isfinite(value) and value > 0, name,
              "must be > 0", value)
-
-
-def _check_q(q: float, name: str = "q") -> None:
-    _require(isinstance(q, int | float) and 0.0 <= q <= 1.0, name, "must be in [0, 1]", q)
 
 
 @runtime_checkable
@@ -69,7 +71,7 @@ class Fixed:
         return np.full(n, self.tokens, dtype=np.int64)
 
     def quantile(self, q: float) -> int:
-        _check_q(q)
+        check_q(q)
         return self.tokens
 
 
@@ -90,7 +92,7 @@ class Uniform:
         return rng.integers(self.low, self.high, size=n, endpoint=True, dtype=np.int64)
 
     def quantile(self, q: float) -> int:
-        _check_q(q)
+        check_q(q)
         width = self.high - self.low + 1
         return self.low + max(0, math.ceil(q * width) - 1)
 
@@ -140,7 +142,7 @@ class LogNormal:
         return np.ceil(x).astype(np.int64)
 
     def quantile(self, q: float) -> int:
-        _check_q(q)
+        check_q(q)
         q = min(max(q * self._cdf(self.bound), 1e-12), 1 - 1e-12)
         value = math.exp(NormalDist(self.mu, self.sigma).inv_cdf(q))
         return int(min(max(1, math.ceil(value)), self.bound))
@@ -155,7 +157,7 @@ def _cdf_sample(rng: np.random.Generator, values: IntArray, cdf: FloatArray, n: 
 
 
 def _cdf_quantile(values: IntArray, cdf: FloatArray, q: float) -> int:
-    _check_q(q)
+    check_q(q)
     idx = int(np.searchsorted(cdf, q * cdf[-1], side="left"))
     return int(values[min(idx, len(values) - 1)])
 
@@ -216,7 +218,7 @@ class Empirical:
         return self.values[rng.integers(0, len(self.values), size=n)]
 
     def quantile(self, q: float) -> int:
-        _check_q(q)
+        check_q(q)
         return int(np.quantile(self.values, q, method="inverted_cdf"))
 
 
@@ -278,7 +280,7 @@ class JointEmpirical:
         return self.prompt[idx], self.output[idx]
 
     def output_quantile(self, q: float) -> int:
-        _check_q(q)
+        check_q(q)
         return int(np.quantile(self.output, q, method="inverted_cdf"))
 
 
@@ -344,93 +346,3 @@ class LogNormalDelay:
 
     def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
         return rng.lognormal(math.log(self.mean_s) - self.sigma**2 / 2, self.sigma, size=n)
-
-
-# ----------------------------------------------------------------------------------------------
-# max_output_tokens rules: what a client declares, given the true output length
-
-
-@runtime_checkable
-class MaxOutputRule(Protocol):
-    """Turns true output lengths into declared ``max_output_tokens``.
-
-    ``apply`` returns ``(max_output_tokens, output_tokens)``; the output is unchanged unless the
-    rule truncates. ``quantile`` gives the output distribution's quantiles (for
-    :class:`QuantileCap`).
-    """
-
-    def apply(self, output: IntArray, quantile: Callable[[float], int]) -> tuple[IntArray,
-                                                                                 IntArray]: ...
-
-
-def _cap(output: IntArray, cap: int, truncate: bool) -> tuple[IntArray, IntArray]:
-    if truncate:
-        out = np.minimum(output, cap)
-        return np.full(len(output), cap, dtype=np.int64), out
-    return np.maximum(output, cap).astype(np.int64), output
-
-
-@dataclass(frozen=True)
-class FixedCap:
-    """Every request declares ``tokens``.
-
-    A true output above the cap either raises that request's declaration to its true length
-    (default: the recorded output proves the client allowed it) or, with ``truncate``, is cut
-    to the cap (the server stops at ``max_tokens``).
-    """
-
-    tokens: int
-    truncate: bool = False
-
-    def __post_init__(self) -> None:
-        _require(isinstance(self.tokens, int) and 1 <= self.tokens <= MAX_TOKENS, "tokens",
-                 f"must be an integer in [1, {MAX_TOKENS}]", self.tokens)
-
-    def apply(self, output: IntArray, quantile: Callable[[float], int]) -> tuple[IntArray,
-                                                                                 IntArray]:
-        return _cap(output, self.tokens, self.truncate)
-
-
-@dataclass(frozen=True)
-class FactorOfTrue:
-    """``max_output_tokens = ceil(factor * true output)`` (``factor >= 1``; 1 = an oracle)."""
-
-    factor: float
-
-    def __post_init__(self) -> None:
-        _require(isinstance(self.factor, int | float) and math.isfinite(self.factor)
-                 and 1 <= self.factor <= 1000, "factor", "must be in [1, 1000]", self.factor)
-
-    def apply(self, output: IntArray, quantile: Callable[[float], int]) -> tuple[IntArray,
-                                                                                 IntArray]:
-        mx = np.ceil(output * float(self.factor) - 1e-9).astype(np.int64)
-        return np.maximum(mx, output), output
-
-
-@dataclass(frozen=True)
-class QuantileCap:
-    """Every request declares the ``q`` quantile of its output distribution (its tier's, or
-    the trace's), with the same above-the-cap handling as :class:`FixedCap`."""
-
-    q: float
-    truncate: bool = False
-
-    def __post_init__(self) -> None:
-        _check_q(self.q)
-
-    def apply(self, output: IntArray, quantile: Callable[[float], int]) -> tuple[IntArray,
-                                                                                 IntArray]:
-        return _cap(output, max(1, int(quantile(self.q))), self.truncate)
-
-
-def empirical_quantile(values: IntArray) -> Callable[[float], int]:
-    """Quantiles of observed values (an actual observed value: ``inverted_cdf``)."""
-    sorted_values = np.sort(values)
-
-    def quantile(q: float) -> int:
-        _check_q(q)
-        if not len(sorted_values):
-            return 1
-        return int(np.quantile(sorted_values, q, method="inverted_cdf"))
-
-    return quantile

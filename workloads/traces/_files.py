@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,13 @@ from pathlib import Path
 from workloads.errors import TraceError
 
 _PEEK = 1 << 16
+SERVEGEN_CHUNK = re.compile(r"chunk-(\d+)-(trace\.csv|dataset\.json)$")
+
+
+def is_servegen_path(path: Path) -> bool:
+    """A ServeGen chunk file or a directory of them (named here so that telling the format
+    does not load the ServeGen reader)."""
+    return path.is_dir() or SERVEGEN_CHUNK.search(path.name) is not None
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from workloads.arrivals import PoissonArrivals
 from workloads.errors import TraceError
-from workloads.lengths import MAX_TOKENS, empirical_quantile
+from workloads.max_output import MAX_TOKENS, empirical_quantile
 from workloads.traces.options import TraceOptions
 from workloads.traces.report import LoadedTrace, LoadReport
 from workloads.workload import Workload
@@ -371,6 +370,8 @@ def finish(raw: RawTrace, options: TraceOptions, streams: Streams) -> LoadedTrac
     if raw.arrival is None:
         process = options.arrival
         if process is None:
+            from workloads.arrivals import PoissonArrivals
+
             process = PoissonArrivals(1.0)
             raw.warnings.append("the file has no arrival times: Poisson arrivals at 1 req/s "
                                 "were drawn (choose another process with the arrival option)")

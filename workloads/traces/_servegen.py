@@ -27,7 +27,6 @@ from __future__ import annotations
 import ast
 import json
 import math
-import re
 from pathlib import Path
 from typing import Any
 
@@ -38,30 +37,26 @@ from workloads.arrivals import MAX_REQUESTS
 from workloads.errors import TraceError
 from workloads.lengths import Pmf
 from workloads.synthetic import split_streams
-from workloads.traces._files import check_readable, file_facts
+from workloads.traces._files import SERVEGEN_CHUNK, check_readable, file_facts
 from workloads.traces._finish import DROP_TRUNCATED, RawTrace, Streams
 from workloads.traces.options import TraceOptions
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
-CHUNK = re.compile(r"chunk-(\d+)-(trace\.csv|dataset\.json)$")
 DEFAULT_WINDOW = (0.0, 3600.0)
 _DISTS = ("Gamma", "Weibull", "")
 
 
-def is_servegen_path(path: Path) -> bool:
-    return path.is_dir() or CHUNK.search(path.name) is not None
-
-
 def _chunks(path: Path, options: TraceOptions) -> list[tuple[int, Path, Path]]:
     if path.is_dir():
-        ids = sorted({int(m.group(1)) for p in path.iterdir() if (m := CHUNK.search(p.name))})
+        ids = sorted({int(m.group(1)) for p in path.iterdir()
+                      if (m := SERVEGEN_CHUNK.search(p.name))})
         if not ids:
             raise TraceError(path, "holds no ServeGen chunk-N-trace.csv files")
         folder = path
     else:
-        match = CHUNK.search(path.name)
+        match = SERVEGEN_CHUNK.search(path.name)
         if match is None:
             raise TraceError(path, "is not a ServeGen chunk (expected chunk-N-trace.csv or "
                              "chunk-N-dataset.json, or a directory of them)")

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from workloads.errors import TraceError
-from workloads.traces._files import check_readable, file_facts
+from workloads.traces._files import check_readable, file_facts, is_servegen_path
 from workloads.traces._finish import RawTrace, Streams, finish
 from workloads.traces.options import FORMATS, TraceOptions
 from workloads.traces.report import LoadedTrace
@@ -17,14 +17,17 @@ _GENERIC_HINT = {"arrival_s", "prompt_tokens", "output_tokens"}
 
 
 def _loader(fmt: str) -> Loader:
-    from workloads.traces import _servegen, _tabular
+    if fmt == "servegen":
+        from workloads.traces._servegen import load_servegen
+
+        return load_servegen
+    from workloads.traces import _tabular
 
     loaders: dict[str, Loader] = {
         "azure": _tabular.load_azure,
         "burstgpt": _tabular.load_burstgpt,
         "mooncake": _tabular.load_mooncake,
         "lengths": _tabular.load_lengths,
-        "servegen": _servegen.load_servegen,
         "generic": _tabular.load_generic,
     }
     return loaders[fmt]
@@ -33,7 +36,6 @@ def _loader(fmt: str) -> Loader:
 def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
     """The format of a trace file, from its name, its first bytes and its header."""
     from workloads.traces._csv import split_header
-    from workloads.traces._servegen import is_servegen_path
 
     path = Path(path)
     if is_servegen_path(path):

@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from workloads.arrivals import ArrivalProcess
 from workloads.errors import SpecError
-from workloads.lengths import FixedCap, MaxOutputRule
+from workloads.max_output import FixedCap, MaxOutputRule
+
+if TYPE_CHECKING:
+    from workloads.arrivals import ArrivalProcess
 
 FORMATS: tuple[str, ...] = ("azure", "burstgpt", "mooncake", "lengths", "servegen", "generic")
 """Names accepted by ``TraceOptions.format`` (``--format``)."""
@@ -68,7 +70,7 @@ class TraceOptions:
         themselves are the tier names), else the generic format's ``tier`` column, else
         ``default_tier`` for every request.
         ``max_output`` (or ``max_output_by_tier``): the declared ``max_output_tokens`` for rows
-        whose file has none. Default: :class:`~workloads.lengths.FixedCap` of 2,048 (a client
+        whose file has none. Default: :class:`~workloads.max_output.FixedCap` of 2,048 (a client
         that sends ``max_tokens=2048``), never below the recorded true output.
         ``arrival``: an arrival process for length-only tables (default: Poisson at 1 req/s,
         with a warning in the report).
