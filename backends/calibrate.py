@@ -12,13 +12,10 @@ vLLM (CPU or GPU) and on other servers that stream one chunk per step:
   The step that computes the prompt also decodes the background stream, so the background's
   chunk that arrives with the new request's first token ends a gap that *is* that mixed step
   (``P`` prefill tokens plus one decode): no HTTP or queueing time is in it.
-* **front-end overhead**: the same prompts on an idle server, and the prompts of the prefill
-  measurements (sent next to one decoding stream); their time to first token minus what the
-  simulator counts for them (the wait for the step in progress to end, from the background's
-  chunks, and the fitted prefill step) is what the API server adds to every request (HTTP,
-  request set-up, detokenisation, streaming; on a busy server also the engine steps a request
-  misses while the API server hands it over). The median over both kinds is written as
-  ``frontend_overhead_s``; the simulator adds it to every first-token and finish time.
+* **front-end overhead**: the same prompts on an idle server; their time to first token minus the
+  fitted prefill step is what the API server adds to every request (HTTP, request set-up,
+  detokenisation, streaming). The simulator models engine steps only, so ``kvbudget validate``
+  adds this constant to simulated TTFT and E2E, and says so.
 
 Features are counted as the engine model counts them (:data:`simulator.cost_model.FEATURES`,
 context *after* the step). The fit is :func:`simulator.fit.fit_linear_cost_model`.
@@ -135,7 +132,7 @@ class Calibration:
     fit: FitResult
     frontend_overhead_s: float
     samples: pd.DataFrame
-    ttft_probes: pd.DataFrame
+    idle_ttft: pd.DataFrame
     info: ServerInfo
     plan: CalibrationPlan
     url: str
@@ -159,7 +156,7 @@ class Calibration:
             "block_size": self.info.block_size,
             "kv_capacity_tokens": self.info.kv_capacity_tokens,
             "plan": asdict(self.plan),
-            "ttft_probes": self.ttft_probes.to_dict(orient="records"),
+            "idle_ttft": self.idle_ttft.to_dict(orient="records"),
             "notes": self.notes,
         }
         save_cost_model(self.model, path, extra=extra)
@@ -191,11 +188,9 @@ class _Profiler:
         res = await self.stream(p, 1)
         return res.ttft_s
 
-    async def mixed_step(self, p: int) -> tuple[float, int, float, float] | None:
+    async def mixed_step(self, p: int) -> tuple[float, int] | None:
         """The duration of the step that prefills ``p`` tokens next to one decoding stream,
-        the background's context after it, the prompt's time to first token and the time from
-        its sending to the end of the background's step then in progress; None when the mixed
-        step cannot be told apart.
+        and the background's context after it; None when it cannot be told apart.
 
         Between the background's last chunk before the prompt was sent (``a``) and its first
         chunk that came out with the prompt's first token (``b``), the engine ran ``k`` decode
@@ -221,12 +216,7 @@ class _Profiler:
             return None
         probe = await self.stream(p, 1)
         back = await bg
-        mixed = mixed_step_from(back, probe, tolerance_s=0.002)
-        if mixed is None:
-            return None
-        ends = [t for t in back.chunk_s if t > probe.sent_s]
-        wait = ends[0] - probe.sent_s if ends else 0.0
-        return mixed[0], mixed[1], probe.ttft_s, wait
+        return mixed_step_from(back, probe, tolerance_s=0.002)
 
     async def decode_step(self, n: int, c: int, k: int) -> tuple[float, float] | None:
         """Seconds per decode step of ``n`` sequences of about ``c`` tokens (each generating
@@ -288,19 +278,6 @@ def mixed_step_from(background: StreamResult, probe: StreamResult, *, tolerance_
     return mixed, BACKGROUND_PROMPT + tokens[b]
 
 
-PROBE_COLUMNS = ("prompt_tokens", "repeat", "decode_seqs", "num_context_tokens", "wait_s",
-                 "ttft_s")
-"""A TTFT probe: a prompt sent to an idle server (``decode_seqs`` 0) or next to one decoding
-stream (1), the context of the step that prefilled it, the time from its sending to the end of
-the step then in progress (0 when idle) and its time to first token."""
-
-
-def _probe(p: int, repeat: int, ttft_s: float, wait_s: float, *, decode: int, context: float
-           ) -> dict[str, Any]:
-    return {"prompt_tokens": p, "repeat": repeat, "decode_seqs": decode,
-            "num_context_tokens": context, "wait_s": wait_s, "ttft_s": ttft_s}
-
-
 def _sample(kind: str, n: int, seq_len: int, repeat: int, step_s: float, *, prefill: int,
             decode: int, context: float, attention: float, prefill_seqs: int) -> dict[str, Any]:
     return {"num_prefill_tokens": prefill, "num_decode_seqs": decode,
@@ -317,8 +294,7 @@ async def profile_async(
     capacity_tokens: int | None = None,
     on_point: Callable[[GridPoint, int, int], None] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, ServerInfo, list[str]]:
-    """Measure the grid; return (step samples, TTFT probes (:data:`PROBE_COLUMNS`), server
-    info, notes).
+    """Measure the grid; return (step samples, idle TTFT per prompt size, server info, notes).
 
     ``on_point(point, done, total)`` reports progress (``total`` counts every repeat).
     """
@@ -354,7 +330,7 @@ async def profile_async(
         for _ in range(plan.warmup):
             await prof.stream(BACKGROUND_PROMPT, 16)
         rows: list[dict[str, Any]] = []
-        probes: list[dict[str, Any]] = []
+        idle: list[dict[str, Any]] = []
         total = len(points) * plan.repeats
         done = 0
         # round after round over the whole grid: a change in the machine's load during the
@@ -363,18 +339,16 @@ async def profile_async(
             for point in points:
                 if point.kind == "prefill":
                     p = point.seq_len
-                    probes.append(_probe(p, rep, await prof.idle_ttft(p), 0.0, decode=0,
-                                         context=p))
+                    idle.append({"prompt_tokens": p, "repeat": rep,
+                                 "ttft_s": await prof.idle_ttft(p)})
                     mixed = await prof.mixed_step(p)
                     if mixed is None:
                         notes.append(f"prefill {p}: stall not seen (repeat {rep})")
                     else:
-                        step, bg_context, ttft, wait = mixed
+                        step, bg_context = mixed
                         rows.append(_sample("prefill", 1, p, rep, step, prefill=p, decode=1,
                                             context=p + bg_context, attention=float(p) * p,
                                             prefill_seqs=1))
-                        probes.append(_probe(p, rep, ttft, wait, decode=1,
-                                             context=p + bg_context))
                 else:
                     dec = await prof.decode_step(point.num_seqs, point.seq_len, point.tokens)
                     if dec is None:
@@ -399,7 +373,7 @@ async def profile_async(
                 f"timed {measured} of {planned} {kind} grid points: the server sent its tokens "
                 "in bursts (its API server fell behind the engine, as on an overloaded "
                 "machine) or the streams did not overlap; notes: " + "; ".join(notes[:6]))
-    return samples, pd.DataFrame(probes, columns=list(PROBE_COLUMNS)), info, notes
+    return samples, pd.DataFrame(idle, columns=["prompt_tokens", "repeat", "ttft_s"]), info, notes
 
 
 def median_samples(samples: pd.DataFrame) -> pd.DataFrame:
@@ -409,26 +383,18 @@ def median_samples(samples: pd.DataFrame) -> pd.DataFrame:
     return agg.loc[:, [*FEATURES, "step_time_s", *keys]]
 
 
-def frontend_overhead(probes: pd.DataFrame, model: LinearCostModel) -> float:
-    """Median over the TTFT probes of (time to first token - what the simulator would count
-    for it: the wait for the step in progress to end and the fitted prefill step): what the API
-    server adds to a request outside the engine's steps (>= 0). Probes on an idle server and
-    next to one decoding stream count alike; without ``decode_seqs`` / ``wait_s`` /
-    ``num_context_tokens`` columns a probe is an idle one."""
-    if len(probes) == 0:
+def frontend_overhead(idle_ttft: pd.DataFrame, model: LinearCostModel) -> float:
+    """Median over idle requests of (time to first token - the fitted prefill step): what the
+    API server adds to a request outside the engine's steps (>= 0)."""
+    if len(idle_ttft) == 0:
         return 0.0
-    p = probes["prompt_tokens"].to_numpy(dtype=float)
-    zero = p * 0.0
-    decode = probes["decode_seqs"].to_numpy(dtype=float) if "decode_seqs" in probes else zero
-    wait = probes["wait_s"].to_numpy(dtype=float) if "wait_s" in probes else zero
-    context = (probes["num_context_tokens"].to_numpy(dtype=float)
-               if "num_context_tokens" in probes else p)
-    predicted = wait + model.step_time(p, decode, context, p * p, zero + 1.0)
-    excess = probes["ttft_s"].to_numpy(dtype=float) - predicted
+    p = idle_ttft["prompt_tokens"].to_numpy(dtype=float)
+    predicted = model.step_time(p, p * 0.0, p, p * p, p * 0.0 + 1.0)
+    excess = idle_ttft["ttft_s"].to_numpy(dtype=float) - predicted
     return max(0.0, float(statistics.median(excess.tolist())))
 
 
-def fit_calibration(samples: pd.DataFrame, probes: pd.DataFrame, info: ServerInfo,
+def fit_calibration(samples: pd.DataFrame, idle_ttft: pd.DataFrame, info: ServerInfo,
                     plan: CalibrationPlan, url: str, notes: Sequence[str] = ()) -> Calibration:
     """Fit the linear model to the per-point medians and derive the front-end overhead."""
     from simulator.fit import fit_linear_cost_model
@@ -436,8 +402,8 @@ def fit_calibration(samples: pd.DataFrame, probes: pd.DataFrame, info: ServerInf
     if len(samples) < 2:
         raise ValueError(f"calibration measured {len(samples)} step(s); need at least 2")
     fit = fit_linear_cost_model(median_samples(samples), source=f"calibrated against {url}")
-    overhead = frontend_overhead(probes, fit.model)
-    return Calibration(fit, overhead, samples, probes, info, plan, url, list(notes))
+    overhead = frontend_overhead(idle_ttft, fit.model)
+    return Calibration(fit, overhead, samples, idle_ttft, info, plan, url, list(notes))
 
 
 @dataclass(frozen=True, slots=True)
