@@ -102,6 +102,20 @@ class LinearCostModel:
             + self.per_prefill_seq_s * num_prefill_seqs
         )
 
+    def scaled(self, factor: float, source: str) -> LinearCostModel:
+        """Every step ``factor`` times as long (a calibration refreshed by one speed ratio)."""
+        if not (np.isfinite(factor) and factor > 0):
+            raise ValueError(f"scale factor must be > 0, got {factor!r}")
+        return LinearCostModel(
+            self.intercept_s * factor,
+            self.per_prefill_token_s * factor,
+            self.per_decode_seq_s * factor,
+            self.per_context_token_s * factor,
+            self.per_prefill_attention_s * factor,
+            self.per_prefill_seq_s * factor,
+            source=source,
+        )
+
     def describe(self) -> dict[str, Any]:
         return {"kind": "linear", **asdict(self)}
 

@@ -297,8 +297,8 @@ def test_calibrate_and_validate_commands(fake_url: str, tmp_path: Path) -> None:
                            strict=True)))
     out = tmp_path / "val"
     res = runner.invoke(app, ["validate", "--url", fake_url, "--trace", str(trace),
-                              "--cost-model", str(cost), "--policy", "unlimited", "--out",
-                              str(out), "--poll-period", "0.1"])
+                              "--cost-model", str(cost), "--policy", "unlimited",
+                              "--correct-drift", "--out", str(out), "--poll-period", "0.1"])
     assert res.exit_code == 0, res.stderr
     assert "ttft_p50_s" in res.stdout and "per-request" in res.stdout
     for name in ("validation.csv", "validation.json", "validate.png", "live/requests.parquet",
@@ -312,6 +312,16 @@ def test_calibrate_and_validate_commands(fake_url: str, tmp_path: Path) -> None:
     for when in ("before", "after"):
         check = report["speed_check"][when]
         assert check["num_seqs"] == 4 and abs(check["drift"]) < 0.25, check
+    # --correct-drift: a second simulation with the steps scaled by the checks' mean speed
+    fixed = report["drift_corrected"]
+    assert 0.75 < fixed["factor"] < 1.25
+    assert fixed["factor"] == pytest.approx(1 + (report["speed_check"]["before"]["drift"]
+                                                 + report["speed_check"]["after"]["drift"]) / 2)
+    assert (out / "sim-drift-corrected" / "requests.parquet").is_file()
+    assert "the speed checks' mean" in res.stdout
+    for m in fixed["metrics"]:
+        if m["metric"] in ("ttft_p50_s", "tpot_p50_s", "output_tokens_per_s"):
+            assert abs(m["rel_error"]) < 0.25, m
     metrics = {m["metric"]: m for m in report["metrics"]}
     assert metrics["completed"]["simulated"] == metrics["completed"]["measured"] == 40
     for key in ("ttft_p50_s", "tpot_p50_s", "output_tokens_per_s", "e2e_p50_s"):
