@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -58,7 +59,9 @@ SAMPLE_COLUMNS = (*FEATURES, "step_time_s", "kind", "num_seqs", "seq_len", "repe
 @dataclass(frozen=True, slots=True)
 class CalibrationPlan:
     """The profiling grid. Points that do not fit the server (KV capacity, ``max_model_len``,
-    ``max_num_seqs``, one prefill chunk of ``max_num_batched_tokens``) are left out."""
+    ``max_num_seqs``, one prefill chunk of ``max_num_batched_tokens``) are left out.
+    ``idle_gap_s``: the quiet before each idle time-to-first-token probe (the front-end
+    overhead), so that it sees a server that has been idle, as a request between bursts does."""
 
     prefill_tokens: tuple[int, ...] = (16, 64, 128, 256, 512, 1024, 2048)
     decode_batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
@@ -71,8 +74,11 @@ class CalibrationPlan:
     max_num_batched_tokens: int = 2048
     token_ids: tuple[int, int] = (10, 250)
     seed: int = 0
+    idle_gap_s: float = 0.5
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.idle_gap_s) and self.idle_gap_s >= 0):
+            raise ValueError(f"idle_gap_s must be >= 0, got {self.idle_gap_s!r}")
         for name in ("prefill_tokens", "decode_batches", "context_tokens"):
             values = getattr(self, name)
             if not values or any(int(v) < 1 for v in values):
@@ -185,6 +191,10 @@ class _Profiler:
         return res
 
     async def idle_ttft(self, p: int) -> float:
+        """Time to first token of a ``p``-token prompt sent after ``idle_gap_s`` of quiet: a
+        request that finds the server idle pays its wake-up (a CPU vLLM: 0.5-2 ms more than one
+        sent right after another request)."""
+        await asyncio.sleep(self.plan.idle_gap_s)
         res = await self.stream(p, 1)
         return res.ttft_s
 
