@@ -12,10 +12,11 @@ vLLM (CPU or GPU) and on other servers that stream one chunk per step:
   The step that computes the prompt also decodes the background stream, so the background's
   chunk that arrives with the new request's first token ends a gap that *is* that mixed step
   (``P`` prefill tokens plus one decode): no HTTP or queueing time is in it.
-* **front-end overhead**: the same prompts on an idle server; their time to first token minus the
-  fitted prefill step is what the API server adds to every request (HTTP, request set-up,
-  detokenisation, streaming). The simulator models engine steps only, so ``kvbudget validate``
-  adds this constant to simulated TTFT and E2E, and says so.
+* **front-end overhead**: the same prompts on an idle server, each after ``idle_gap_s`` of quiet;
+  their time to first token minus the fitted prefill step is what the API server adds to every
+  request (HTTP, request set-up, detokenisation, streaming, the engine's wake-up). The
+  simulator models engine steps only, so every simulation with this cost-model file adds the
+  constant to first-token and finish times (``SimConfig.frontend_overhead_s``).
 
 Features are counted as the engine model counts them (:data:`simulator.cost_model.FEATURES`,
 context *after* the step). The fit is :func:`simulator.fit.fit_linear_cost_model`.
