@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.json as pajson
 
 from workloads.errors import TraceError
-from workloads.traces._csv import _categorical
+from workloads.traces._csv import _categorical, _numbers
 from workloads.traces._files import FileFacts, last_line_offset
 
 JsonKind = Literal["number", "label", "int_list"]
@@ -57,19 +57,6 @@ def _record_problem(obj: Any, kinds: Mapping[str, JsonKind],
         ):
             return name, f"expected a list of integers, got {str(value)[:40]}"
     return None
-
-
-_PLAIN = {pa.float64(): np.float64, pa.int64(): np.int64}
-
-
-def _numbers(arr: Any) -> np.ndarray[Any, np.dtype[np.float64]]:
-    """A numeric Arrow array as float64; without nulls straight from its buffer (Arrow's own
-    ``to_numpy`` conversion imports pandas, which costs a third of a second of start-up)."""
-    dtype = _PLAIN.get(arr.type)
-    if dtype is not None and arr.null_count == 0:
-        raw = np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset: arr.offset + len(arr)]
-        return raw.astype(np.float64)
-    return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=np.float64)
 
 
 def _parse_line(text: str) -> tuple[Any, str | None]:
