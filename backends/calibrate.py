@@ -327,9 +327,7 @@ async def profile_async(
         if capacity is None:
             raise ValueError(f"{target.url('/metrics')} does not tell the KV capacity; "
                              "give the capacity in tokens explicitly")
-        stream_options = {"include_usage": True, "continuous_usage_stats": True}
-        target = replace(with_model(target, info),
-                         extra_body={**target.extra_body, "stream_options": stream_options})
+        target = _profiling_target(target, info)
         points = plan_points(plan, capacity, info.max_model_len)
         if not any(p.kind == "prefill" for p in points) or not any(
                 p.kind == "decode" for p in points):
@@ -433,21 +431,30 @@ class SpeedCheck:
         return (self.measured_s - self.predicted_s) / self.predicted_s
 
 
+def _profiling_target(target: ServerTarget, info: ServerInfo) -> ServerTarget:
+    """The served model, and token counts on every chunk (``continuous_usage_stats``): the
+    chunks of a stream then time the engine's steps."""
+    stream_options = {"include_usage": True, "continuous_usage_stats": True}
+    return replace(with_model(target, info),
+                   extra_body={**target.extra_body, "stream_options": stream_options})
+
+
 async def speed_check_async(target: ServerTarget, model: LinearCostModel, *, num_seqs: int = 4,
                             seq_len: int = 64, tokens: int = 48, repeats: int = 3,
-                            seed: int = 1) -> SpeedCheck | None:
+                            seed: int = 1, info: ServerInfo | None = None
+                            ) -> SpeedCheck | None:
     """Time ``repeats`` decode steps of ``num_seqs`` streams (median) as ``calibrate`` does and
-    compare with ``model``; None when no repeat could be timed. Takes a few seconds."""
+    compare with ``model``; None when no repeat could be timed. Takes a few seconds. ``info``:
+    the server as :func:`~backends.server.discover` found it (asked again when not given)."""
     import time
 
     t0 = time.perf_counter()
     plan = CalibrationPlan(seed=seed)
     async with httpx.AsyncClient(timeout=target.timeout(),
                                  limits=httpx.Limits(max_connections=num_seqs + 4)) as client:
-        info = await discover(client, target)
-        stream_options = {"include_usage": True, "continuous_usage_stats": True}
-        target = replace(with_model(target, info),
-                         extra_body={**target.extra_body, "stream_options": stream_options})
+        if info is None:
+            info = await discover(client, target)
+        target = _profiling_target(target, info)
         prof = _Profiler(client, target, plan, lambda: time.perf_counter() - t0)
         steps: list[float] = []
         contexts: list[float] = []

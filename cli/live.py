@@ -12,6 +12,8 @@ import typer
 from cli.errors import CliError, fail, user_errors
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from backends.openai_client import ServerTarget
     from backends.replay import ReplayOutcome
     from policies import BasePolicy, FrontDoor, TierConfig
@@ -94,9 +96,10 @@ def _tiers_for(workload: "Workload", tiers: "tuple[TierConfig, ...] | None" = No
 
 @dataclass(frozen=True, slots=True)
 class GatewaySetup:
-    """What the live gateway takes from a scenario file (or the defaults without one)."""
+    """What the live gateway takes from a scenario file (or the defaults without one).
+    ``new_policy`` makes a fresh policy object (each run needs its own: policies keep state)."""
 
-    policy: "BasePolicy"
+    new_policy: "Callable[[], BasePolicy]"
     tiers: "tuple[TierConfig, ...] | None"
     front_door: "FrontDoor | None"
 
@@ -106,7 +109,9 @@ def gateway_setup(scenario: Path | None, policy: str | None, params: list[str] |
     """The policy (``--policy``/``--param`` over the scenario's), the tiers and the front door;
     without a scenario: default tiers, no front door, ``conservative`` by default."""
     if scenario is None:
-        return GatewaySetup(_policy(policy or "conservative", params), None, None)
+        name = policy or "conservative"
+        _policy(name, params)  # a bad name or parameter fails here, before anything runs
+        return GatewaySetup(lambda: _policy(name, params), None, None)
     import tomllib
 
     from simulator.scenario import scenario_from_dict
@@ -123,8 +128,12 @@ def gateway_setup(scenario: Path | None, policy: str | None, params: list[str] |
         raise CliError(f"{scenario}: {exc}") from None
     if policy is None and params:
         raise CliError("--param needs --policy when the policy comes from --scenario")
-    pol = scn.make_policy() if policy is None else _policy(policy, params)
-    return GatewaySetup(pol, scn.tiers(), scn.sim_config().front_door)
+
+    def new_policy() -> "BasePolicy":
+        return scn.make_policy() if policy is None else _policy(policy, params)
+
+    new_policy()  # a bad name or parameter fails here, before anything runs
+    return GatewaySetup(new_policy, scn.tiers(), scn.sim_config().front_door)
 
 
 def load_workload(trace: Path, trace_format: str | None, tier: str, time_scale: float,
@@ -247,7 +256,7 @@ def replay_cmd(
         target = _target(url, model, api_key, read_timeout)
         setup = gateway_setup(scenario, policy, params)
         workload = load_workload(trace, trace_format, tier, time_scale, max_output)
-        outcome = run_replay(workload, setup.policy, target=target, out=out, trace=trace,
+        outcome = run_replay(workload, setup.new_policy(), target=target, out=out, trace=trace,
                              time_scale=time_scale, capacity_tokens=capacity_tokens,
                              max_in_flight=max_in_flight, seed=seed, resume=resume,
                              tiers=_tiers_for(workload, setup.tiers), poll_period=poll_period,
@@ -407,7 +416,7 @@ def validate_cmd(
         plan = json.loads(cost_model.read_text()).get("calibration", {}).get("plan", {})
         target = _target(url, model, api_key, read_timeout)
         setup = gateway_setup(scenario, policy, params)
-        pol = setup.policy
+        pol = setup.new_policy()
         workload = load_workload(trace, trace_format, tier, time_scale, max_output)
         tiers = _tiers_for(workload, setup.tiers)
 
@@ -431,7 +440,7 @@ def validate_cmd(
             if not speed_check:
                 return None
             n = max(1, min(4, seqs))
-            return asyncio.run(speed_check_async(target, cost, num_seqs=n))
+            return asyncio.run(speed_check_async(target, cost, num_seqs=n, info=info))
 
         checks = [check()]
         live = run_replay(workload, pol, target=target, out=out / "live", trace=trace,
@@ -449,7 +458,7 @@ def validate_cmd(
             gateway_capacity_tokens=capacity_tokens, lease_ttl_s=lease_ttl,
             timeline_period_s=0.25, seed=seed, frontend_overhead_s=overhead,
         )
-        sim = simulate(workload, gateway_setup(scenario, policy, params).policy, sim_config)
+        sim = simulate(workload, setup.new_policy(), sim_config)
         sim.write(out / "sim")
         capacity = capacity_tokens or info.usable_blocks * info.block_size
         result, adjusted = validate_runs(
@@ -462,7 +471,7 @@ def validate_cmd(
         if correct_drift and timed:
             factor = sum(c.measured_s / c.predicted_s for c in timed) / len(timed)
             scaled = cost.scaled(factor, f"{cost.source}, x{factor:.4f} (validate speed checks)")
-            sim_c = simulate(workload, gateway_setup(scenario, policy, params).policy,
+            sim_c = simulate(workload, setup.new_policy(),
                              replace(sim_config, cost_model=scaled))
             sim_c.write(out / "sim-drift-corrected")
             corrected = factor, validate_runs(
