@@ -179,6 +179,8 @@ class Engine:
         self._deferred_adds: list[int] = []
         self._busy = False
         self._jump_ends: FloatArray | None = None  # step ends of the decode run in progress
+        self._run_rows: IntArray | None = None  # its rows (the run is committed at its end)
+        self._run_ends: FloatArray | None = None  # its step ends, kept when it is cut short
         self._jump_keep = 0
         self._step_numbers = np.arange(1, MAX_JUMP_STEPS + 1, dtype=np.float64)  # j + 1
         self._step_index = np.arange(MAX_JUMP_STEPS + config.block_size, dtype=np.int64)  # j
@@ -239,7 +241,13 @@ class Engine:
         return self.num_used_blocks * self.block_size
 
     def output_tokens_of(self, i: int) -> int:
-        return int(self.num_output_tokens[i])
+        """Row ``i``'s output tokens as of the last step that has ended: a decode run in
+        progress is committed at its end, so the steps of it already run are added."""
+        out = int(self.num_output_tokens[i])
+        ends, rows = self._run_ends, self._run_rows
+        if ends is not None and rows is not None and bool((rows == i).any()):
+            out += int(ends.searchsorted(self.env.now, side="left"))
+        return out
 
     def head_of_line_blocked_s(self) -> float:
         """Exact total of the steps during which the waiting head could not start for lack of
@@ -700,7 +708,9 @@ class Engine:
                     self._hol_scalar_terms.append(dt)
                 self._sample_step(t1, used_now, reserved, counts)
             self._busy = True
-            self._jump_ends = step_end if k > 1 else None
+            if k > 1:
+                self._jump_ends = self._run_ends = step_end
+                self._run_rows = rows
             try:
                 yield env.timeout(max(0.0, t1 - env.now))
             except simpy.Interrupt:
@@ -709,7 +719,7 @@ class Engine:
                 k = self._jump_keep
                 t1 = float(step_end[k - 1])  # type: ignore[index]
                 yield env.timeout(max(0.0, t1 - env.now))
-            self._jump_ends = None
+            self._jump_ends = self._run_ends = self._run_rows = None
             self._busy = False
             if step_end is not None:
                 step_end, used, dts = step_end[:k], used[:k], dts[:k]
@@ -727,6 +737,13 @@ class Engine:
                 self._on_steps(rows, new, preempted, k)
                 if aborted:
                     keep = ~np.isin(rows, aborted)
+                    if k > 1:
+                        # an aborted request keeps the tokens of the steps that ended before
+                        # its abort (which came during the last step: it ended the run)
+                        gone = rows[~keep]
+                        self.num_output_tokens[gone] = decode.output[~keep] + (k - 1)
+                        self.num_computed_tokens[gone] = decode.computed[~keep] + (k - 1)
+                        self.num_tokens[gone] += k - 1
                     rows = rows[keep]
                     decode = DecodeRows(
                         decode.computed[keep], decode.blocks[keep], decode.output[keep]

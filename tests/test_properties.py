@@ -154,3 +154,29 @@ def test_skip_ahead_matches_step_by_step(
     b = simulate(w, make_policy(policy, params), skip)
     assert a.records.equals(b.records)
     assert a.timeline.equals(b.timeline)
+
+
+@SETTINGS
+@given(
+    scenarios(),
+    st.sampled_from(["adaptive", "peak", "conservative", "overcommit"]),
+    st.sampled_from([None, 0.3, 1.0, 3.0]),
+)
+def test_skip_ahead_matches_step_by_step_when_the_gateway_reads_mid_run(
+    case: tuple[Workload, SimConfig, str, dict[str, object]],
+    policy: str,
+    lease_ttl_s: float | None,
+) -> None:
+    """Mid-run reads of the engine: ``adaptive`` and ``peak`` read running requests' output
+    tokens at arrivals; an expired lease revokes a running request, whose record keeps the
+    tokens of the steps that ended before. Both land inside skip-ahead decode runs."""
+    from dataclasses import replace
+
+    w, cfg, _, _ = case
+    cfg = replace(cfg, lease_ttl_s=lease_ttl_s)
+    step = replace(cfg, engine=replace(cfg.engine, skip_ahead=False))
+    skip = replace(cfg, engine=replace(cfg.engine, skip_ahead=True))
+    a = simulate(w, make_policy(policy), step)
+    b = simulate(w, make_policy(policy), skip)
+    assert a.records.equals(b.records)
+    assert a.timeline.equals(b.timeline)
