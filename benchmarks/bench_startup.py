@@ -9,7 +9,7 @@ kernel's own accounting of the child):
 - ``kvbudget --help`` (typer building every command, nothing imported for a command).
 
 For reference it also times a bare interpreter and one importing what every simulate needs
-whatever kvbudget does (typer with its pydantic coercion, numpy, simpy, pyarrow's JSON reader):
+whatever kvbudget does (typer, numpy, simpy, pyarrow's JSON reader):
 the difference between that floor and the simulate figure is kvbudget's own start-up.
 
 Usage: python benchmarks/bench_startup.py [--repeats N]
@@ -31,7 +31,7 @@ KVBUDGET = [sys.executable, "-m", "cli.main"]
 BENCH_ENGINE = ["--gpu", "A100-80GB", "--model", "Llama-2-7B", "--num-gpu-blocks", "7672",
                 "--block-size", "16", "--max-num-seqs", "256", "--max-num-batched-tokens", "4096",
                 "--policy", "unlimited"]
-FLOOR = "import typer._adapters, numpy, simpy, pyarrow.json"
+FLOOR = "import typer, numpy, simpy, pyarrow.json"
 
 
 def cpu_s(args: list[str], env: dict[str, str] | None = None) -> float:

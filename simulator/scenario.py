@@ -1,6 +1,7 @@
 """Scenario files: one TOML file names the workload, the policy, the engine and the tiers.
 
-Validated at the file boundary with pydantic; an error names the field
+Validated at the file boundary with pydantic (well-typed data, such as a scenario built from
+command-line flags, without it: see ``_plain_value``); an error names the field
 (``engine.max_num_seqs: must be >= 1, got 0``). ``--set key=value`` overrides use the same
 dotted names. Example::
 
@@ -43,12 +44,24 @@ import copy
 import json
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+from functools import cache
 from pathlib import Path
-from typing import Any
+from types import NoneType, UnionType
+from typing import (
+    TYPE_CHECKING,
+    Annotated,
+    Any,
+    ClassVar,
+    Literal,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from annotated_types import Ge, Gt, Le, Lt
 
 from policies import DEFAULT_TIERS, BasePolicy, TierConfig, make_policy
 from policies.gateway import FrontDoor
@@ -58,79 +71,201 @@ from simulator.fleet import FleetConfig
 from simulator.run import SimConfig
 from workloads import Workload
 
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter, ValidationError
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+# The tables of a scenario file: frozen dataclasses whose constraints pydantic reads from the
+# annotations (``Annotated[int, Ge(1)]``), with unknown keys rejected. Pydantic validates them
+# (and words the errors) whenever the plain check in ``_plain_value`` cannot vouch for the data.
+_FORBID_EXTRA: dict[str, str] = {"extra": "forbid"}
 
 
-class EngineModel(_Strict):
-    block_size: int = Field(16, ge=1)
-    num_gpu_blocks: int | None = Field(None, ge=1)
-    max_num_seqs: int = Field(256, ge=1)
-    max_num_batched_tokens: int = Field(8192, ge=1)
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
-    max_model_len: int | None = Field(None, ge=2)
+@dataclass(frozen=True)
+class EngineSpec:
+    __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
+    block_size: Annotated[int, Ge(1)] = 16
+    num_gpu_blocks: Annotated[int, Ge(1)] | None = None
+    max_num_seqs: Annotated[int, Ge(1)] = 256
+    max_num_batched_tokens: Annotated[int, Ge(1)] = 8192
+    gpu_memory_utilization: Annotated[float, Gt(0), Le(1)] = 0.9
+    max_model_len: Annotated[int, Ge(2)] | None = None
     scheduling_policy: str = "fcfs"
     preemption_mode: str = "recompute"
-    watermark: float = Field(0.0, ge=0, lt=1)
+    watermark: Annotated[float, Ge(0), Lt(1)] = 0.0
     enable_chunked_prefill: bool = True
     skip_ahead: bool = True
     name: str = "vllm"
-    swap_space_gib: float = Field(4.0, ge=0)
-    schedule_conservativeness: float = Field(1.0, gt=0)
+    swap_space_gib: Annotated[float, Ge(0)] = 4.0
+    schedule_conservativeness: Annotated[float, Gt(0)] = 1.0
     capacity_scheduler_policy: str = "GUARANTEED_NO_EVICT"
     enable_prefix_caching: bool = False
 
 
-class FrontDoorModel(_Strict):
-    max_concurrent_requests: int | None = Field(128, ge=1)
-    max_num_queued_requests: int | None = Field(None, ge=0)
-    max_num_queued_tokens: int | None = Field(None, ge=0)
-    tier_max_queued: dict[str, int] = Field(default_factory=dict)
+@dataclass(frozen=True)
+class FrontDoorSpec:
+    __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
+    max_concurrent_requests: Annotated[int, Ge(1)] | None = 128
+    max_num_queued_requests: Annotated[int, Ge(0)] | None = None
+    max_num_queued_tokens: Annotated[int, Ge(0)] | None = None
+    tier_max_queued: dict[str, int] = field(default_factory=dict)
     evict_lower_priority: bool = True
 
 
-class FleetModel(_Strict):
-    num_replicas: int = Field(2, ge=1)
-    gpus: list[str] = Field(default_factory=list)
+@dataclass(frozen=True)
+class FleetSpec:
+    __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
+    num_replicas: Annotated[int, Ge(1)] = 2
+    gpus: list[str] = field(default_factory=list)
     router: str = "round_robin"
     budget: str = "global"
 
 
-class TierModel(_Strict):
+@dataclass(frozen=True)
+class TierSpec:
+    __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
     name: str
-    max_sequence_tokens: int = Field(32_768, ge=2)
+    max_sequence_tokens: Annotated[int, Ge(2)] = 32_768
     priority: int = 0
-    queue_timeout_s: float | None = Field(10.0, ge=0)
+    queue_timeout_s: Annotated[float, Ge(0)] | None = 10.0
     retryable_on_overload: bool = False
-    ttft_s: float = Field(2.0, gt=0)
-    tpot_s: float = Field(0.2, gt=0)
-    guaranteed_tokens: int = Field(0, ge=0)
+    ttft_s: Annotated[float, Gt(0)] = 2.0
+    tpot_s: Annotated[float, Gt(0)] = 0.2
+    guaranteed_tokens: Annotated[int, Ge(0)] = 0
 
 
-class ScenarioModel(_Strict):
+@dataclass(frozen=True)
+class ScenarioSpec:
+    __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
     name: str = "scenario"
-    seed: int = Field(0, ge=0)
+    seed: Annotated[int, Ge(0)] = 0
     policy: str = "conservative"
-    policy_params: dict[str, Any] = Field(default_factory=dict)
+    policy_params: dict[str, Any] = field(default_factory=dict)
     gpu: str = "H100-80GB"
     model: str = "Llama-3.1-8B"
     cost_model: str | None = None
-    gateway_capacity_tokens: int | None = Field(None, ge=1)
-    lease_ttl_s: float | None = Field(None, gt=0)
-    timeline_period_s: float = Field(1.0, gt=0)
-    engine: EngineModel = Field(default_factory=lambda: EngineModel())
-    tiers: list[TierModel] | None = None
-    front_door: FrontDoorModel | None = None
-    fleet: FleetModel | None = None
-    workload: dict[str, Any] = Field(default_factory=dict)
+    gateway_capacity_tokens: Annotated[int, Ge(1)] | None = None
+    lease_ttl_s: Annotated[float, Gt(0)] | None = None
+    timeline_period_s: Annotated[float, Gt(0)] = 1.0
+    engine: EngineSpec = field(default_factory=EngineSpec)
+    tiers: list[TierSpec] | None = None
+    front_door: FrontDoorSpec | None = None
+    fleet: FleetSpec | None = None
+    workload: dict[str, Any] = field(default_factory=dict)
+
+
+@cache
+def _spec_adapter() -> TypeAdapter[ScenarioSpec]:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(ScenarioSpec)
+
+
+def validate_spec(data: Mapping[str, Any]) -> ScenarioSpec:
+    """The scenario spec of ``data``; ``ValueError`` naming the field when it is invalid."""
+    spec = _plain_value(ScenarioSpec, data)
+    if spec is not _UNSURE:
+        return spec  # type: ignore[no-any-return]
+    from pydantic import ValidationError
+
+    try:
+        return _spec_adapter().validate_python(data)
+    except ValidationError as exc:
+        raise ValueError(_pydantic_message(exc)) from None
+
+
+def dump_spec(spec: ScenarioSpec, *, mode: Literal["python", "json"] = "python") -> dict[str, Any]:
+    """The spec as the plain tables of a scenario file (unset optional fields left out)."""
+    data: dict[str, Any] = _spec_adapter().dump_python(spec, mode=mode, exclude_none=True)
+    return data
+
+
+# What ``_plain_value`` returns for a value it cannot vouch for.
+_UNSURE: Any = object()
+
+
+def _plain_value(hint: Any, value: Any) -> Any:
+    """``value`` validated as ``hint`` without pydantic (~80 ms to import and build its
+    validators) when it already has the annotated type and meets its constraints, as scenarios
+    built from command-line flags do; ``_UNSURE`` otherwise, for pydantic to coerce or reject.
+
+    The result must be what pydantic itself returns, so only exact types pass (an int for a
+    float field becomes the float pydantic makes of it); anything else is left to pydantic."""
+    origin = get_origin(hint)
+    if origin is Annotated:
+        base, *constraints = get_args(hint)
+        value = _plain_value(base, value)
+        if value is _UNSURE or not all(_meets(c, value) for c in constraints):
+            return _UNSURE
+        return value
+    if origin is UnionType or origin is Union:  # ``X | None`` (a Union when X is Annotated)
+        if value is None:
+            return None
+        (other,) = (a for a in get_args(hint) if a is not NoneType)
+        return _plain_value(other, value)
+    if hint is Any:
+        return value
+    if hint in (int, str, bool):
+        return value if type(value) is hint else _UNSURE
+    if hint is float:
+        if type(value) is int and abs(value) <= 2**53:  # exactly representable, as pydantic
+            return float(value)
+        return value if type(value) is float else _UNSURE
+    if origin is dict:  # every dict of a spec has str keys
+        value_hint = get_args(hint)[1]
+        if type(value) is not dict or any(type(k) is not str for k in value):
+            return _UNSURE
+        out = {k: _plain_value(value_hint, v) for k, v in value.items()}
+        return _UNSURE if any(v is _UNSURE for v in out.values()) else out
+    if origin is list:
+        (item_hint,) = get_args(hint)
+        if type(value) is not list:
+            return _UNSURE
+        items = [_plain_value(item_hint, v) for v in value]
+        return _UNSURE if any(v is _UNSURE for v in items) else items
+    if isinstance(hint, type) and is_dataclass(hint):
+        return _plain_dataclass(hint, value)
+    return _UNSURE
+
+
+def _plain_dataclass(cls: type[Any], value: Any) -> Any:
+    hints, required = _spec_fields(cls)
+    if type(value) is not dict or not required <= value.keys() <= hints.keys():
+        return _UNSURE
+    kwargs = {name: _plain_value(hints[name], item) for name, item in value.items()}
+    return _UNSURE if any(v is _UNSURE for v in kwargs.values()) else cls(**kwargs)
+
+
+_SPEC_FIELDS: dict[type[Any], tuple[dict[str, Any], set[str]]] = {}
+
+
+def _spec_fields(cls: type[Any]) -> tuple[dict[str, Any], set[str]]:
+    """A spec dataclass's field annotations (constraints kept) and required fields."""
+    if cls not in _SPEC_FIELDS:
+        hints = get_type_hints(cls, include_extras=True)
+        _SPEC_FIELDS[cls] = (
+            {f.name: hints[f.name] for f in fields(cls)},
+            {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING},
+        )
+    return _SPEC_FIELDS[cls]
+
+
+def _meets(constraint: Any, value: Any) -> bool:
+    if isinstance(constraint, Ge):
+        return bool(value >= constraint.ge)
+    if isinstance(constraint, Gt):
+        return bool(value > constraint.gt)
+    if isinstance(constraint, Le):
+        return bool(value <= constraint.le)
+    if isinstance(constraint, Lt):
+        return bool(value < constraint.lt)
+    return False
 
 
 @dataclass(frozen=True)
 class Scenario:
     """A validated scenario; ``base_dir`` resolves relative paths in it."""
 
-    spec: ScenarioModel
+    spec: ScenarioSpec
     base_dir: Path
 
     @property
@@ -144,7 +279,7 @@ class Scenario:
     def tiers(self) -> tuple[TierConfig, ...]:
         if self.spec.tiers is None:
             return DEFAULT_TIERS
-        return tuple(TierConfig(**t.model_dump()) for t in self.spec.tiers)
+        return tuple(TierConfig(**asdict(t)) for t in self.spec.tiers)
 
     def sim_config(self) -> SimConfig:
         s = self.spec
@@ -155,18 +290,18 @@ class Scenario:
             overhead = read_frontend_overhead(self._path(s.cost_model))
         front_door = None
         if s.front_door is not None:
-            fd = s.front_door.model_dump()
+            fd = asdict(s.front_door)
             fd["tier_max_queued"] = tuple(sorted(fd["tier_max_queued"].items()))
             front_door = FrontDoor(**fd)
         fleet = None
         if s.fleet is not None:
-            fl = s.fleet.model_dump()
+            fl = asdict(s.fleet)
             fl["gpus"] = tuple(fl["gpus"])
             fleet = FleetConfig(**fl)
         return SimConfig(
             gpu=s.gpu,
             model=s.model,
-            engine=EngineConfig(**s.engine.model_dump()),
+            engine=EngineConfig(**asdict(s.engine)),
             front_door=front_door,
             fleet=fleet,
             tiers=self.tiers(),
@@ -208,7 +343,7 @@ class Scenario:
         return p if p.is_absolute() else self.base_dir / p
 
     def to_toml_dict(self) -> dict[str, Any]:
-        return self.spec.model_dump(exclude_none=True)
+        return dump_spec(self.spec)
 
 
 def _plain_trace(workload: Mapping[str, Any]) -> tuple[str, str | None] | None:
@@ -234,7 +369,10 @@ def _pydantic_message(exc: ValidationError, prefix: str = "") -> str:
         loc = f"{prefix}.{loc}" if loc else prefix
     value = err.get("input")
     shown = "" if isinstance(value, dict) else f", got {value!r}"
-    return f"{loc}: {err['msg'].lower()}{shown}"
+    # pydantic words an unknown key of a dataclass as a keyword argument: say it of a table
+    msg = "extra inputs are not permitted" if err["type"] == "unexpected_keyword_argument" \
+        else err["msg"].lower()
+    return f"{loc}: {msg}{shown}"
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
@@ -283,10 +421,7 @@ def scenario_from_dict(
     data: Mapping[str, Any], base_dir: Path, overrides: Sequence[str] = ()
 ) -> Scenario:
     merged = apply_overrides(dict(data), overrides)
-    try:
-        spec = ScenarioModel.model_validate(merged)
-    except ValidationError as exc:
-        raise ValueError(_pydantic_message(exc)) from None
+    spec = validate_spec(merged)
     scenario = Scenario(spec, base_dir)
     # fail early on bad names and values that only the library checks
     try:

@@ -355,8 +355,9 @@ def run_key(scenario: Mapping[str, Any], base_dir: str, rate_scale: float) -> st
 
 
 def _scenario_data(scenario: Scenario) -> dict[str, Any]:
-    data: dict[str, Any] = scenario.spec.model_dump(mode="json", exclude_none=True)
-    return data
+    from simulator.scenario import dump_spec
+
+    return dump_spec(scenario.spec, mode="json")
 
 
 def plan_runs(
@@ -652,6 +653,8 @@ _CONFIG_COLUMNS = {POLICY, RATE_SCALE, "num_requests", "kv_capacity_tokens", "nu
 
 def _is_config_column(col: str) -> bool:
     """Grid values and configuration figures (kept per point), as opposed to metrics."""
-    from simulator.scenario import ScenarioModel
+    from dataclasses import fields
 
-    return col in _CONFIG_COLUMNS or "." in col or col in ScenarioModel.model_fields
+    from simulator.scenario import ScenarioSpec
+
+    return col in _CONFIG_COLUMNS or "." in col or col in {f.name for f in fields(ScenarioSpec)}
