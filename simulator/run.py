@@ -360,7 +360,9 @@ class _Simulation:
         ttft = np.where(completed, ttft, np.nan)
         tpot = np.where(completed, tpot, np.nan)
         status_names = np.array(STATUSES, dtype=object)[self.status]
-        reason = np.array([self.reason.get(i, "") for i in range(self.n)], dtype=object)
+        reason = np.full(self.n, "", dtype=object)
+        for i, why in self.reason.items():
+            reason[i] = why
         tier_names = np.array(w.tier_names, dtype=object)[w.tier]
         records: dict[str, Any] = {
             "request_id": w.request_id,
