@@ -294,7 +294,7 @@ class _Simulation:
             return
         # the columns as Python lists: the Request of row i (with request_id i) built
         # directly, as ``_with_id(w.request(i), i)`` would build it
-        arrival = w.arrival_s.tolist()
+        arrival = self._arrival_s
         tiers = [w.tier_names[c] for c in w.tier.tolist()]
         prompt = w.prompt_tokens.tolist()
         max_output = w.max_output_tokens.tolist()
@@ -309,14 +309,15 @@ class _Simulation:
             if self.progress is not None and (i + 1) % 1000 == 0:
                 self.progress(1000)
             d = deadline[i]
+            # positional: keyword arguments cost ~0.4 us per request here
             request = Request(
-                request_id=i,
-                tier=tiers[i],
-                arrival_s=t,
-                prompt_tokens=prompt[i],
-                max_output_tokens=max_output[i],
-                deadline_s=None if d != d else d,
-                prefix_hashes=w.prefix_of(i) if with_prefix else (),
+                i,  # request_id
+                tiers[i],
+                t,  # arrival_s
+                prompt[i],
+                max_output[i],
+                None if d != d else d,  # deadline_s (NaN: none)
+                w.prefix_of(i) if with_prefix else (),
             )
             now = clock(t)
             carry_out(arrive(request, now), now)
