@@ -203,7 +203,8 @@ class _Simulation:
         self._reserved_ts = 0.0
         self._reserved_last_t = 0.0
         self._reserved_now = 0
-        # the gateway changes only in _carry_out: what the engine hooks read is kept from there
+        # what the engine hooks read of the gateway, noted after every gateway call
+        # (_note_gateway): the hooks run once per engine loop iteration
         self._gateway_timer_s = math.inf
         self._state = (self._reserved_now, self.gateway.num_waiting())
 
@@ -235,11 +236,17 @@ class _Simulation:
 
     def _carry_out(self, actions: list[Action], now: float) -> None:
         """Carry out the actions of a gateway call made at ``now`` (see :meth:`_clock`)."""
+        self._note_gateway()
         self._apply(actions, now)
+        self._arm_timer()
+
+    def _note_gateway(self) -> None:
+        """Note the gateway's next timer and its state as its last call left them."""
         gateway = self.gateway
+        nxt = gateway.next_timer_s()
+        self._gateway_timer_s = math.inf if nxt is None else nxt
         self._reserved_now = reserved = gateway.budget.reserved_tokens
         self._state = (reserved, gateway.num_waiting())
-        self._arm_timer()
 
     def _apply(self, actions: list[Action], now: float) -> None:
         failed: list[Action] = []
@@ -254,6 +261,7 @@ class _Simulation:
                 else:
                     self._set_status(i, "rejected_too_large", "max_model_len")
                     failed.extend(self.gateway.fail(i, now))
+                    self._note_gateway()
             elif isinstance(action, Revoke):
                 engine.abort_request(i)
                 self.num_revocations[i] += 1
@@ -272,9 +280,8 @@ class _Simulation:
             self.reason[i] = reason
 
     def _arm_timer(self) -> None:
-        nxt = self.gateway.next_timer_s()
-        self._gateway_timer_s = math.inf if nxt is None else nxt
-        if nxt is None or nxt >= self._timer_at:
+        nxt = self._gateway_timer_s
+        if nxt >= self._timer_at:  # also when there is no timer (inf)
             return
         self._timer_at = nxt
         event = self.env.timeout(max(0.0, nxt - self.env.now))
