@@ -168,6 +168,7 @@ class Gateway:
         self._engine = engine
         self._now = 0.0
         self._queues: dict[str, _Queue] = {name: _Queue() for name in self._tiers}
+        self._queues_by_priority = [(name, self._queues[name]) for name in self._order]
         self._waiting: dict[int, float] = {}  # request_id -> admission deadline (inf: none)
         self._waiting_requests: dict[int, Request] = {}
         self._deadlines: list[tuple[float, int]] = []
@@ -221,13 +222,13 @@ class Gateway:
                 f"request {request.request_id}: unknown tier {request.tier!r}; "
                 f"known tiers: {sorted(self._tiers)}"
             )
-        if request.max_sequence_tokens > tier.max_sequence_tokens:
-            err = RequestTooLarge(tier.max_sequence_tokens, request.max_sequence_tokens)
-            return [Reject(request, err)]
-        if request.max_sequence_tokens > self.config.capacity_tokens:
+        size = request.max_sequence_tokens
+        if size > tier.max_sequence_tokens:
+            return [Reject(request, RequestTooLarge(tier.max_sequence_tokens, size))]
+        capacity = self.config.capacity_tokens
+        if size > capacity:
             # could never be admitted, even into an empty budget
-            err = RequestTooLarge(self.config.capacity_tokens, request.max_sequence_tokens)
-            return [Reject(request, err)]
+            return [Reject(request, RequestTooLarge(capacity, size))]
         refusal = self.policy.precheck(request, self)
         if refusal is not None:
             return [Reject(request, refusal)]
@@ -241,25 +242,22 @@ class Gateway:
         if deadline is None and tier.queue_timeout_s is not None:
             deadline = now_s + tier.queue_timeout_s
         self._enqueue(request, math.inf if deadline is None else deadline)
-        actions.extend(self._expire(now_s))
-        actions.extend(self._dispatch())
-        return actions
+        self._expire(now_s, actions)
+        return self._dispatch(actions)
 
     def finish(self, request_id: int, output_tokens: int, now_s: float) -> list[Action]:
         """An admitted request completed with ``output_tokens`` generated."""
         self._tick(now_s)
         entry = self._admitted.pop(request_id, None)
-        actions: list[Action] = []
         if entry is not None:
-            entry.lease.settle(entry.request.prompt_tokens + output_tokens)
-            entry.lease.release()
+            lease = entry.lease
+            lease.settle(entry.request.prompt_tokens + output_tokens)
+            lease.release()
             self._revocations.pop(request_id, None)
             self.policy.observe_completion(
-                Completion(entry.request, output_tokens, entry.lease.reserved_tokens), self
+                Completion(entry.request, output_tokens, lease.reserved_tokens), self
             )
-        actions.extend(self._expire(now_s))
-        actions.extend(self._dispatch())
-        return actions
+        return self._dispatch(self._expire(now_s, []))
 
     def fail(self, request_id: int, now_s: float) -> list[Action]:
         """An admitted request ended without completing (a backend error): free its lease."""
@@ -267,9 +265,7 @@ class Gateway:
         entry = self._admitted.pop(request_id, None)
         if entry is not None:
             entry.lease.release()
-        actions = self._expire(now_s)
-        actions.extend(self._dispatch())
-        return actions
+        return self._dispatch(self._expire(now_s, []))
 
     def progress(self, request_id: int, output_tokens: int) -> None:
         """Optional: report the tokens an admitted request holds so far (settles its lease)."""
@@ -285,16 +281,15 @@ class Gateway:
     def advance(self, now_s: float) -> list[Action]:
         """Apply deadlines and lease expiry due by ``now_s``."""
         self._tick(now_s)
-        actions = self._expire(now_s)
-        if actions:
-            actions.extend(self._dispatch())
-        return actions
+        actions = self._expire(now_s, [])
+        return self._dispatch(actions) if actions else actions
 
     def next_timer_s(self) -> float | None:
         """When :meth:`advance` next has something to do (a deadline or a lease expiry)."""
-        while self._deadlines and self._waiting.get(self._deadlines[0][1]) != self._deadlines[0][0]:
-            heapq.heappop(self._deadlines)
-        nxt = self._deadlines[0][0] if self._deadlines else None
+        deadlines, waiting = self._deadlines, self._waiting
+        while deadlines and waiting.get(deadlines[0][1]) != deadlines[0][0]:
+            heapq.heappop(deadlines)
+        nxt = deadlines[0][0] if deadlines else None
         lease_nxt = self._budget.next_expiry_s()
         if lease_nxt is not None and (nxt is None or lease_nxt < nxt):
             nxt = lease_nxt
@@ -326,17 +321,13 @@ class Gateway:
         del self._waiting_requests[request.request_id]
         queue.live -= 1
         queue.prompt_tokens -= request.prompt_tokens
-        while queue.items and queue.items[0].request_id not in self._waiting:
-            queue.items.popleft()
+        # every removal from a queue passes here: a queue's head is therefore always waiting
+        items = queue.items
+        while items and items[0].request_id not in self._waiting:
+            items.popleft()
 
-    def _head(self, tier: str) -> Request | None:
-        queue = self._queues[tier]
-        while queue.items and queue.items[0].request_id not in self._waiting:
-            queue.items.popleft()
-        return queue.items[0] if queue.items else None
-
-    def _expire(self, now_s: float) -> list[Action]:
-        actions: list[Action] = []
+    def _expire(self, now_s: float, actions: list[Action]) -> list[Action]:
+        """Append the rejections and revocations due by ``now_s`` to ``actions``."""
         while True:
             nxt = self.next_timer_s()
             if nxt is None or nxt > now_s:
@@ -363,41 +354,40 @@ class Gateway:
                             )
                         )
 
-    def _dispatch(self) -> list[Action]:
-        actions: list[Action] = []
-        progressed = True
-        while progressed:
-            progressed = False
-            for tier_name in self._order:
-                request = self._head(tier_name)
-                if request is None or not self.policy.may_admit(tier_name, self):
+    def _dispatch(self, actions: list[Action]) -> list[Action]:
+        """Admit (or refuse, or make room for) queue heads by tier priority; append the actions
+        to ``actions``. After each step the scan restarts from the highest-priority tier."""
+        policy = self.policy
+        gran = self.config.reservation_granularity
+        while True:
+            for tier_name, queue in self._queues_by_priority:
+                if not queue.items or not policy.may_admit(tier_name, self):
                     continue
-                tokens = self.policy.reservation(request, self)
-                gran = self.config.reservation_granularity
+                request = queue.items[0]
+                tokens = policy.reservation(request, self)
                 tokens = -(-tokens // gran) * gran
                 lease = self._try_reserve(request, tokens)
                 if lease is not None:
+                    rid = request.request_id
                     self._dequeue(request)
-                    self._admitted[request.request_id] = Admitted(
-                        request, lease, self._now, self._revocations.get(request.request_id, 0)
+                    self._admitted[rid] = Admitted(
+                        request, lease, self._now, self._revocations.get(rid, 0)
                     )
                     actions.append(Admit(request, lease))
-                    progressed = True
                     break
-                decision = self.policy.on_no_capacity(request, self)
+                decision = policy.on_no_capacity(request, self)
                 if isinstance(decision, Refuse):
                     self._dequeue(request)
                     tier = self._tiers[tier_name]
                     err = Overloaded(tier.retryable_on_overload, decision.reason)
                     actions.append(Reject(request, err))
-                    progressed = True
                     break
                 if isinstance(decision, RevokeLeases) and decision.request_ids:
                     actions.extend(self._revoke(decision.request_ids))
-                    progressed = True
                     break
                 return actions  # Wait: strict priority, nothing below this tier is admitted
-        return actions
+            else:
+                return actions  # a whole scan without progress
 
     # --- front door ---------------------------------------------------------------------------
     def _in_prefill_tokens(self) -> int:
