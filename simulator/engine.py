@@ -46,6 +46,26 @@ from simulator.prefix_cache import PrefixCache
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 MAX_JUMP_STEPS = 4096
+# The loop's cost is the number of small numpy calls it makes, not their size: a reduction
+# (sum, min) over a few running requests costs ~1 us in numpy's reduction machinery but a few
+# hundred ns as a Python sum over ``tolist()``, which is exact for int64 (same value). Arrays
+# longer than this go through numpy.
+SMALL_N = 48
+
+
+def _isum(a: IntArray) -> int:
+    """``int(a.sum())``, cheaper for small ``a``."""
+    return sum(a.tolist()) if len(a) <= SMALL_N else int(np.add.reduce(a))
+
+
+def _imin(a: IntArray) -> int:
+    """``int(a.min())``, cheaper for small ``a``."""
+    return min(a.tolist()) if len(a) <= SMALL_N else int(np.minimum.reduce(a))
+
+
+def _imax(a: IntArray) -> int:
+    """``int(a.max())``, cheaper for small ``a``."""
+    return max(a.tolist()) if len(a) <= SMALL_N else int(np.maximum.reduce(a))
 
 
 @dataclass(slots=True)
@@ -245,7 +265,7 @@ class Engine:
         progress is committed at its end, so the steps of it already run are added."""
         out = int(self.num_output_tokens[i])
         ends, rows = self._run_ends, self._run_rows
-        if ends is not None and rows is not None and bool((rows == i).any()):
+        if ends is not None and rows is not None and bool(np.count_nonzero(rows == i)):
             out += int(ends.searchsorted(self.env.now, side="left"))
         return out
 
@@ -429,7 +449,7 @@ class Engine:
         ``min(num_tokens - num_computed_tokens, budget left)`` until the budget is spent."""
         computed = self.num_computed_tokens[rows]
         need = self.num_tokens[rows] - computed
-        cum = need.cumsum()
+        cum = np.add.accumulate(need)
         total = int(cum[-1])
         if total < budget:
             new = need  # every request gets all it needs, with budget to spare
@@ -450,7 +470,7 @@ class Engine:
         if not self.running:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         prefix = self._budget_prefix(self._running_rows(), budget)
-        total = int(np.add.reduce(prefix.want - prefix.blocks))
+        total = _isum(prefix.want - prefix.blocks)
         if total > self.num_free_blocks + self._evictable:
             return None
         if total:
@@ -503,7 +523,7 @@ class Engine:
         returns the allocated rows and their new-token counts."""
         prefix = self._budget_prefix(np.asarray(self.running[start:], dtype=np.int64), budget)
         rows, new, want = prefix.rows, prefix.new, prefix.want
-        taken = (want - prefix.blocks).cumsum()
+        taken = np.add.accumulate(want - prefix.blocks)
         # taken never decreases: the first request whose blocks do not fit, if any
         ok = int(taken.searchsorted(self.num_free_blocks + self._evictable, side="right"))
         if ok:
@@ -628,10 +648,10 @@ class Engine:
         prefill_new = new * ~decode  # new tokens of the prefill chunks, 0 for decode rows
         num_decode = int(np.count_nonzero(decode))
         return (
-            float(np.add.reduce(prefill_new)),
+            float(_isum(prefill_new)),
             float(num_decode),
-            float(np.add.reduce(after)),
-            float(np.add.reduce(prefill_new * after)),
+            float(_isum(after)),
+            float(_isum(prefill_new * after)),
             float(len(rows) - num_decode),
         )
 
@@ -655,11 +675,11 @@ class Engine:
                 return None
             computed, blocks = fast.computed, fast.want
         else:
-            if int(new.max()) != 1:
+            if _imax(new) != 1:
                 return None
             computed, blocks = self.num_computed_tokens[rows], self.num_blocks[rows]
         output = self.num_output_tokens[rows]
-        if not int(output.min()) > 0:
+        if not _imin(output) > 0:
             return None
         return DecodeRows(computed, blocks, output)
 
@@ -735,7 +755,10 @@ class Engine:
                 self._commit_step(rows, new, aborted)
             else:
                 self._on_steps(rows, new, preempted, k)
+                # the blocks steps 1..k-1 take, as planned (step 0 takes none: see _plan_jump)
+                extra = int(used[k - 1] - used[0]) if step_end is not None else 0
                 if aborted:
+                    extra = -1  # fewer rows than planned: count them again
                     keep = ~np.isin(rows, aborted)
                     if k > 1:
                         # an aborted request keeps the tokens of the steps that ended before
@@ -748,7 +771,7 @@ class Engine:
                     decode = DecodeRows(
                         decode.computed[keep], decode.blocks[keep], decode.output[keep]
                     )
-                self._commit_jump(rows, k, decode, k >= to_finish)
+                self._commit_jump(rows, k, decode, k >= to_finish, extra)
             for i in self._deferred_adds:
                 self.add_request(i)
             self._deferred_adds.clear()
@@ -804,9 +827,9 @@ class Engine:
         the duration of its first step, the time of the next external event and the steps
         until the first request finishes."""
         n = len(rows)
-        c0 = int(np.add.reduce(decode.computed))
+        c0 = _isum(decode.computed)
         dt0 = float(self.cost.step_time(0.0, float(n), float(c0 + n), 0.0, 0.0))
-        to_finish = int((self.target_output[rows] - decode.output).min())
+        to_finish = _imin(self.target_output[rows] - decode.output)
         k_max = min(to_finish, MAX_JUMP_STEPS)
         t_ext = self.hooks.next_external_s()
         if t_ext != math.inf and k_max > 1 and dt0 > 0:
@@ -841,10 +864,10 @@ class Engine:
         else:  # plus one block for every bs steps since f_r: sum reached[j - m * bs] over m
             period = -(-k_max // bs) * bs
             reached = first.searchsorted(self._step_index[:period], side="right")
-            alloc_cum = reached.reshape(-1, bs).cumsum(axis=0).ravel()[:k_max]
+            alloc_cum = np.add.accumulate(reached.reshape(-1, bs), axis=0).ravel()[:k_max]
         # alloc_cum[j]: blocks taken in steps 1..j
         free = self.num_free_blocks + self._evictable
-        if alloc_cum[-1] > free:
+        if int(alloc_cum[-1]) > free:
             # alloc_cum never decreases: the first step that runs out of blocks
             fail = int(alloc_cum.searchsorted(free, side="right"))
             k_max = max(fail, 1)
@@ -855,7 +878,7 @@ class Engine:
         dts = self._decode_step_times(n, context)
         ends = dts.copy()
         ends[0] += self.t
-        ends = ends.cumsum()  # sequential sums from t, as stepping adds them
+        ends = np.add.accumulate(ends)  # sequential sums from t, as stepping adds them
         k = k_max
         if t_ext < ends[-1]:
             k = int(ends.searchsorted(t_ext, side="left")) + 1
@@ -871,15 +894,19 @@ class Engine:
         step_time: Callable[..., FloatArray] = self.cost.step_time
         return np.asarray(step_time(0.0, float(n), context, 0.0, 0.0), dtype=np.float64)
 
-    def _commit_jump(self, rows: IntArray, k: int, decode: DecodeRows, finishes: bool) -> None:
+    def _commit_jump(
+        self, rows: IntArray, k: int, decode: DecodeRows, finishes: bool, extra: int = -1
+    ) -> None:
         """Commit ``k`` decode steps of ``rows`` (whose state before them is ``decode``);
-        ``finishes``: whether some request may reach its output length."""
+        ``finishes``: whether some request may reach its output length; ``extra``: the blocks
+        steps 1..k-1 take, if the plan counted them (else -1)."""
         new_total = decode.computed + k
-        if k > 1:  # step 0's blocks were allocated by _schedule; the later steps' are taken now
-            bs = self.block_size
+        if k > 1 and extra:  # step 0's blocks were allocated by _schedule; the later steps'
+            bs = self.block_size  # are taken now
             blocks = decode.blocks
             need = np.maximum((new_total + (bs - 1)) // bs, blocks)
-            extra = int(np.add.reduce(need - blocks))
+            if extra < 0:
+                extra = _isum(need - blocks)
             if extra:
                 self._take(extra)
                 self.num_blocks[rows] = need
