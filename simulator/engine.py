@@ -68,6 +68,11 @@ def _imax(a: IntArray) -> int:
     return max(a.tolist()) if len(a) <= SMALL_N else int(np.maximum.reduce(a))
 
 
+def _concat(arrays: list[FloatArray]) -> list[float]:
+    """The elements of ``arrays``, in order, as one list (one ``tolist`` for them all)."""
+    return np.concatenate(arrays).tolist() if arrays else []
+
+
 @dataclass(slots=True)
 class RunningPrefix:
     """The requests the running loop reaches, in order, with the token budget it hands out:
@@ -273,10 +278,7 @@ class Engine:
         """Exact total of the steps during which the waiting head could not start for lack of
         KV memory, free or (TGI, TensorRT-LLM, SGLang) reserved or estimated: every engine here
         stops at the first waiting request that does not fit, so it blocks those behind it."""
-        terms: list[float] = list(self._hol_scalar_terms)
-        for arr in self._hol_terms:
-            terms.extend(arr.tolist())
-        return math.fsum(terms)
+        return math.fsum(self._hol_scalar_terms + _concat(self._hol_terms))
 
     def stats(self) -> dict[str, object]:
         """Engine figures for the summary's ``engine`` block."""
@@ -296,10 +298,7 @@ class Engine:
 
     def kv_token_second_terms(self) -> list[float]:
         """The terms of :meth:`kv_token_seconds`: KV tokens in use times seconds, per step."""
-        terms: list[float] = list(self._kv_scalar_terms)
-        for arr in self._kv_terms:
-            terms.extend(arr.tolist())
-        return terms
+        return self._kv_scalar_terms + _concat(self._kv_terms)
 
     # --- queues -------------------------------------------------------------------------------
     def _push_waiting(self, i: int, *, front: bool = False) -> None:
@@ -756,9 +755,9 @@ class Engine:
             else:
                 self._on_steps(rows, new, preempted, k)
                 # the blocks steps 1..k-1 take, as planned (step 0 takes none: see _plan_jump)
-                extra = int(used[k - 1] - used[0]) if step_end is not None else 0
+                extra: int | None = int(used[k - 1] - used[0]) if step_end is not None else 0
                 if aborted:
-                    extra = -1  # fewer rows than planned: count them again
+                    extra = None  # fewer rows than planned: count them again
                     keep = ~np.isin(rows, aborted)
                     if k > 1:
                         # an aborted request keeps the tokens of the steps that ended before
@@ -895,17 +894,17 @@ class Engine:
         return np.asarray(step_time(0.0, float(n), context, 0.0, 0.0), dtype=np.float64)
 
     def _commit_jump(
-        self, rows: IntArray, k: int, decode: DecodeRows, finishes: bool, extra: int = -1
+        self, rows: IntArray, k: int, decode: DecodeRows, finishes: bool, extra: int | None = None
     ) -> None:
         """Commit ``k`` decode steps of ``rows`` (whose state before them is ``decode``);
         ``finishes``: whether some request may reach its output length; ``extra``: the blocks
-        steps 1..k-1 take, if the plan counted them (else -1)."""
+        steps 1..k-1 take, if the plan counted them (None: count them here)."""
         new_total = decode.computed + k
         if k > 1 and extra:  # step 0's blocks were allocated by _schedule; the later steps'
             bs = self.block_size  # are taken now
             blocks = decode.blocks
             need = np.maximum((new_total + (bs - 1)) // bs, blocks)
-            if extra < 0:
+            if extra is None:
                 extra = _isum(need - blocks)
             if extra:
                 self._take(extra)
