@@ -18,6 +18,7 @@ from simulator.records import STATUSES
 
 FloatArray = npt.NDArray[np.float64]
 QUANTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
+_FACTORIZE_CHUNK = 1 << 16
 
 
 def _float(x: float) -> float | None:
@@ -68,22 +69,46 @@ def meets_slo(
     return np.asarray(ok_ttft & ok_tpot, dtype=np.bool_)
 
 
+def factorize(column: Any) -> tuple[npt.NDArray[np.intp], list[str]]:
+    """Codes of a column of strings and its sorted distinct values: ``values[codes[i]]`` is
+    row i. The strings are compared in C, a chunk of rows at a time (a million records'
+    strings as one numpy str array, sorted, would take hundreds of MB); only small integers
+    are kept."""
+    arr = np.asarray(column)
+    index: dict[str, int] = {}  # value -> code in order of first appearance
+    parts: list[npt.NDArray[np.intp]] = [np.zeros(0, np.intp)]
+    for lo in range(0, len(arr), _FACTORIZE_CHUNK):
+        chunk = arr[lo : lo + _FACTORIZE_CHUNK].astype(str)
+        values, inverse = np.unique(chunk, return_inverse=True)
+        local = [index.setdefault(v, len(index)) for v in values.tolist()]
+        parts.append(np.asarray(local, np.intp)[inverse.reshape(-1)])
+    names = sorted(index)
+    sorted_code = np.zeros(len(names), np.intp)
+    for position, name in enumerate(names):
+        sorted_code[index[name]] = position
+    return sorted_code[np.concatenate(parts)], names
+
+
 def block(
     cols: Mapping[str, Any],
     mask: npt.NDArray[np.bool_],
     duration_s: float,
     slo_ok: npt.NDArray[np.bool_],
 ) -> dict[str, Any]:
-    """One summary block over the rows selected by ``mask``."""
-    status = np.asarray(cols["status"])[mask]
-    completed = status == "completed"
+    """One summary block over the rows selected by ``mask``. ``cols["status"]`` and
+    ``cols["reason"]`` are (codes, values) pairs from :func:`factorize`."""
+    status_codes, status_values = cols["status"]
+    status_counts = np.bincount(status_codes[mask], minlength=len(status_values)).tolist()
+    by_status = dict(zip(status_values, status_counts, strict=True))
+    completed_code = status_values.index("completed") if "completed" in by_status else -1
+    completed = status_codes[mask] == completed_code
     out: dict[str, Any] = {"offered": int(mask.sum())}
     for s in STATUSES:
-        out[s] = int((status == s).sum())
-    reasons = np.asarray(cols["reason"])[mask]
+        out[s] = by_status.get(s, 0)
+    reason_codes, reason_values = cols["reason"]
+    reason_counts = np.bincount(reason_codes[mask], minlength=len(reason_values)).tolist()
     out["rejections_by_reason"] = {
-        str(r): int(c)
-        for r, c in zip(*np.unique(reasons[reasons != ""], return_counts=True), strict=True)
+        r: c for r, c in zip(reason_values, reason_counts, strict=True) if r != "" and c
     }
     out["num_preemptions"] = int(np.asarray(cols["num_preemptions"])[mask].sum())
     for metric in ("ttft_s", "tpot_s", "e2e_s"):
@@ -127,20 +152,22 @@ def summarize(
     executor knows exact KV integrals (the simulator does), pass ``kv_token_seconds =
     (used_token_s, reserved_token_s, duration_s)``; otherwise they come from the timeline.
     """
-    tier_col = np.asarray(records["tier"]).astype(str)
+    tier_codes, tier_values = factorize(records["tier"])
     arrival = np.asarray(records["arrival_s"], dtype=np.float64)
     finished = np.asarray(records["finished_s"], dtype=np.float64)
     n = arrival.size
-    # the columns block() reads, converted once (strings to a numpy str dtype: compared in C)
+    # the columns block() reads, converted once (strings to small integer codes: a million
+    # records' strings as numpy str arrays would take hundreds of MB)
     cols: dict[str, Any] = {
-        "status": np.asarray(records["status"]).astype(str),
-        "reason": np.asarray(records["reason"]).astype(str),
+        "status": factorize(records["status"]),
+        "reason": factorize(records["reason"]),
         "num_preemptions": np.asarray(records["num_preemptions"]),
         "output_tokens": np.asarray(records["output_tokens"]),
         **{m: np.asarray(records[m], dtype=np.float64) for m in ("ttft_s", "tpot_s", "e2e_s")},
     }
-    names = list(dict.fromkeys([t.name for t in tiers] + sorted(set(tier_col.tolist()))))
-    in_tier = {name: tier_col == name for name in names}
+    names = list(dict.fromkeys([t.name for t in tiers] + tier_values))
+    code_of = {name: code for code, name in enumerate(tier_values)}
+    in_tier = {name: tier_codes == code_of.get(name, -1) for name in names}
     ttft_slo = np.full(n, math.inf)
     tpot_slo = np.full(n, math.inf)
     for t in tiers:

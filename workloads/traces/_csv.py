@@ -93,7 +93,8 @@ def _ns(col: pa.ChunkedArray | pa.Array) -> np.ndarray[Any, np.dtype[np.float64]
         # the int64 nanoseconds straight from the buffer: casting would import pyarrow.compute
         # (~25 ms, most of it wrapping its functions) for what numpy does here
         raw = np.frombuffer(col.buffers()[1], dtype=np.int64)[col.offset:col.offset + len(col)]
-        return (raw - raw.min()).astype(np.float64)
+        rel: np.ndarray[Any, np.dtype[np.float64]] = (raw - raw.min()).astype(np.float64)
+        return rel
     import pyarrow.compute as pc
 
     ints = col.cast(pa.int64())
