@@ -1,4 +1,4 @@
-"""simulator.metrics: the quantiles of the summary are numpy's."""
+"""simulator.metrics: the quantiles of the summary are numpy's; string columns factorised."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from simulator import metrics
 from simulator.metrics import _percentile, percentile_of_sorted, quantiles
 
 
@@ -33,3 +34,16 @@ def test_percentile_falls_back_for_non_finite_values() -> None:
     assert math.isnan(_percentile(np.array([]), 99.0))
     assert math.isnan(_percentile(np.array([1.0, math.nan]), 99.0))
     assert _percentile(np.array([4.0, 1.0, 2.0]), 99.0) == float(np.percentile([4.0, 1, 2], 99))
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 1 << 16])
+def test_factorize_round_trips_across_chunks(chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(metrics, "_FACTORIZE_CHUNK", chunk)
+    rng = np.random.default_rng(0)
+    words = np.array(["completed", "expired", "", "batch", "interactive", "é-tier"], dtype=object)
+    column = words[rng.integers(0, len(words), 50)]
+    codes, values = metrics.factorize(column)
+    assert values == sorted(set(column.tolist()))
+    assert [values[c] for c in codes.tolist()] == column.tolist()
+    empty_codes, empty_values = metrics.factorize(np.array([], dtype=object))
+    assert empty_codes.size == 0 and empty_values == []
