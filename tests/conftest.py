@@ -8,6 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from policies import make_policy
+from simulator.results import RunResult
+from simulator.run import SimConfig, simulate
 from workloads import Workload, from_columns
 
 REPO = Path(__file__).resolve().parents[1]
@@ -96,3 +99,19 @@ def small_scenario_dict(
     if policy_params is not None:
         scenario["policy_params"] = policy_params
     return scenario
+
+
+def assert_skip_ahead_matches_stepping(
+    w: Workload, cfg: SimConfig, policy: str, params: dict[str, object] | None = None
+) -> tuple[RunResult, RunResult]:
+    """Simulate ``w`` stepping one step at a time and with skip-ahead: the records and the
+    timeline must be identical. Returns both results (stepped, skipped)."""
+    from dataclasses import replace
+
+    step = replace(cfg, engine=replace(cfg.engine, skip_ahead=False))
+    skip = replace(cfg, engine=replace(cfg.engine, skip_ahead=True))
+    a = simulate(w, make_policy(policy, params or {}), step)
+    b = simulate(w, make_policy(policy, params or {}), skip)
+    assert a.records.equals(b.records)
+    assert a.timeline.equals(b.timeline)
+    return a, b

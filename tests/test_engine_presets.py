@@ -20,7 +20,7 @@ from simulator.engine_config import ENGINE_NAMES, EngineConfig
 from simulator.engine_presets import SglangEngine, make_engine
 from simulator.presets import get_gpu, get_model
 from simulator.run import SimConfig, simulate
-from tests.conftest import make_workload, mixed_workload
+from tests.conftest import assert_skip_ahead_matches_stepping, make_workload, mixed_workload
 from workloads import Workload, from_columns
 
 TIERS = (
@@ -324,12 +324,7 @@ def test_skip_ahead_matches_step_by_step_for_random_presets(
     case: tuple[Workload, SimConfig, str],
 ) -> None:
     w, cfg, policy = case
-    step = replace(cfg, engine=replace(cfg.engine, skip_ahead=False))
-    skip = replace(cfg, engine=replace(cfg.engine, skip_ahead=True))
-    a = simulate(w, make_policy(policy), step)
-    b = simulate(w, make_policy(policy), skip)
-    assert a.records.equals(b.records)
-    assert a.timeline.equals(b.timeline)
+    a, _ = assert_skip_ahead_matches_stepping(w, cfg, policy)
     assert (a.timeline.kv_used_tokens <= a.timeline.kv_capacity_tokens).all()
     if cfg.engine.name == "tgi" or (
         cfg.engine.name == "trtllm" and cfg.engine.capacity_scheduler_policy == "GUARANTEED_NO_EVICT"

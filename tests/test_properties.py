@@ -10,6 +10,7 @@ from policies import TierConfig, make_policy
 from simulator.cost_model import LinearCostModel
 from simulator.engine_config import EngineConfig
 from simulator.run import SimConfig, simulate
+from tests.conftest import assert_skip_ahead_matches_stepping
 from workloads import Workload, from_columns
 
 TIERS = (
@@ -145,15 +146,8 @@ def test_same_inputs_give_identical_records(
 def test_skip_ahead_matches_step_by_step(
     case: tuple[Workload, SimConfig, str, dict[str, object]],
 ) -> None:
-    from dataclasses import replace
-
     w, cfg, policy, params = case
-    step = replace(cfg, engine=replace(cfg.engine, skip_ahead=False))
-    skip = replace(cfg, engine=replace(cfg.engine, skip_ahead=True))
-    a = simulate(w, make_policy(policy, params), step)
-    b = simulate(w, make_policy(policy, params), skip)
-    assert a.records.equals(b.records)
-    assert a.timeline.equals(b.timeline)
+    assert_skip_ahead_matches_stepping(w, cfg, policy, params)
 
 
 @SETTINGS
@@ -173,10 +167,4 @@ def test_skip_ahead_matches_step_by_step_when_the_gateway_reads_mid_run(
     from dataclasses import replace
 
     w, cfg, _, _ = case
-    cfg = replace(cfg, lease_ttl_s=lease_ttl_s)
-    step = replace(cfg, engine=replace(cfg.engine, skip_ahead=False))
-    skip = replace(cfg, engine=replace(cfg.engine, skip_ahead=True))
-    a = simulate(w, make_policy(policy), step)
-    b = simulate(w, make_policy(policy), skip)
-    assert a.records.equals(b.records)
-    assert a.timeline.equals(b.timeline)
+    assert_skip_ahead_matches_stepping(w, replace(cfg, lease_ttl_s=lease_ttl_s), policy)
