@@ -165,8 +165,18 @@ class Engine:
         self.recomputed_tokens = np.zeros(n, np.int64)  # per request: KV computed then discarded
         self.num_preemptions_total = 0
         # queues
+        # ``running`` changes only through _start_running and _stop_running, which keep the
+        # two facts derived from it below true (see there)
         self.running: list[int] = []
-        self._running_arr: IntArray | None = None  # cache of running as an array
+        self._running_arr: IntArray | None = None  # running as an array (a _running_buf view)
+        self._running_buf: IntArray = np.zeros(0, np.int64)
+        self._all_decode = False  # True only while every running request is decoding
+        # one new token each, for a running loop of decoding requests (read-only: it is shared)
+        self._ones = np.ones(min(config.max_num_seqs, config.max_num_batched_tokens), np.int64)
+        self._ones.flags.writeable = False
+        self._pow2_shift = (
+            config.block_size.bit_length() - 1 if config.block_size & (config.block_size - 1) == 0 else -1
+        )
         self._fcfs: deque[int] = deque()
         self._prio: list[tuple[int, float, int]] = []
         self._in_engine = np.zeros(n, np.bool_)
@@ -331,8 +341,7 @@ class Engine:
         if not self._in_engine[i]:
             return
         if i in self.running:
-            self.running.remove(i)
-            self._running_arr = None
+            self._stop_running([i])
         else:
             self._remove_waiting(i)
         self._free(i)
@@ -379,8 +388,7 @@ class Engine:
     def _preempt(self, i: int) -> None:
         """Preempt running request ``i`` by recompute (vLLM v1): free its blocks, forget its
         computed tokens and put it back at the front of ``waiting``."""
-        self.running.remove(i)
-        self._running_arr = None
+        self._stop_running([i])
         self._free(i)
         self.num_recomputed_tokens += int(self.num_computed_tokens[i])
         self.recomputed_tokens[i] += int(self.num_computed_tokens[i])
@@ -438,14 +446,64 @@ class Engine:
                 new = np.concatenate((new, np.asarray(w_new, dtype=np.int64)))
         return sched, new, preempted
 
+    # --- the running set -----------------------------------------------------------------
+    # ``running`` changes only here, so two facts derived from it stay true:
+    # * ``_running_arr`` (when not None) is ``running`` as an array: a prefix view of
+    #   ``_running_buf``. A request that starts is written just past that view, so views handed
+    #   out before (a step's rows) never change; a removal drops the array (rebuilt, into a new
+    #   buffer, on demand).
+    # * ``_all_decode`` is True only while every running request is decoding: one token to
+    #   compute (``num_tokens - num_computed_tokens == 1``) and ``num_output_tokens > 0``. A
+    #   request that starts clears it; removals keep it; only :meth:`_commit_step` sets it,
+    #   when it has sampled a token of every running request (so each has exactly one token to
+    #   compute). Decode steps (:meth:`_commit_jump`) keep it: each adds one token to
+    #   ``num_tokens`` and computes one. Nothing else changes a running request's tokens.
+    def _start_running(self, i: int) -> None:
+        self.running.append(i)
+        self._all_decode = False
+        arr = self._running_arr
+        if arr is not None:
+            n = len(arr)
+            if n < len(self._running_buf) and n + 1 == len(self.running):
+                self._running_buf[n] = i
+                self._running_arr = self._running_buf[: n + 1]
+            else:
+                self._running_arr = None
+
+    def _stop_running(self, rows: list[int]) -> None:
+        if len(rows) <= 4:  # a few at a time: removing them one by one is cheaper
+            for i in rows:
+                self.running.remove(i)
+        else:
+            done = set(rows)
+            self.running = [i for i in self.running if i not in done]
+        self._running_arr = None
+
     def _running_rows(self) -> IntArray:
-        if self._running_arr is None or len(self._running_arr) != len(self.running):
-            self._running_arr = np.asarray(self.running, dtype=np.int64)
-        return self._running_arr
+        arr = self._running_arr
+        if arr is None or len(arr) != len(self.running):
+            n = len(self.running)
+            self._running_buf = np.empty(n + 16, np.int64)
+            arr = self._running_arr = self._running_buf[:n]
+            arr[:] = self.running
+        return arr
 
     def _budget_prefix(self, rows: IntArray, budget: int) -> RunningPrefix:
         """The token budget handed out in ``rows``' order, as the running loop does: each gets
         ``min(num_tokens - num_computed_tokens, budget left)`` until the budget is spent."""
+        n = len(rows)
+        if self._all_decode and n <= budget and n <= len(self._ones):
+            # every row is decoding (``rows`` are running): one new token each, and a block
+            # more for those whose blocks are full (at most one: blocks >= computed / bs)
+            computed = self.num_computed_tokens[rows]
+            blocks = self.num_blocks[rows]
+            shift = self._pow2_shift
+            if shift >= 0:
+                full = (computed >> shift) + 1
+            else:
+                full = (computed + self.block_size) // self.block_size
+            want = np.maximum(full, blocks)
+            return RunningPrefix(rows, self._ones[:n], computed, blocks, want, n)
         computed = self.num_computed_tokens[rows]
         need = self.num_tokens[rows] - computed
         cum = np.add.accumulate(need)
@@ -560,8 +618,7 @@ class Engine:
                 self._hol_blocked = True
                 break
             self._pop_waiting()
-            self.running.append(i_w)
-            self._running_arr = None
+            self._start_running(i_w)
             sched.append(i_w)
             new.append(n_new)
             budget -= n_new
@@ -678,7 +735,7 @@ class Engine:
                 return None
             computed, blocks = self.num_computed_tokens[rows], self.num_blocks[rows]
         output = self.num_output_tokens[rows]
-        if not _imin(output) > 0:
+        if not self._all_decode and not _imin(output) > 0:
             return None
         return DecodeRows(computed, blocks, output)
 
@@ -808,6 +865,10 @@ class Engine:
         sampled = rows[computed >= self.num_tokens[rows]]
         if sampled.size == 0:
             return
+        if sampled.size == len(self.running):
+            # ``rows`` are distinct running requests (aborted ones dropped above), so every
+            # running request was sampled: each now has one token to compute, and an output
+            self._all_decode = True
         output = self.num_output_tokens[sampled] + 1
         self.num_output_tokens[sampled] = output
         self.num_tokens[sampled] += 1
@@ -923,13 +984,7 @@ class Engine:
         if not finished:
             return
         t = self.t
-        if len(finished) <= 4:  # a few finish at a time: removing them one by one is cheaper
-            for i in finished:
-                self.running.remove(i)
-        else:
-            done = set(finished)
-            self.running = [i for i in self.running if i not in done]
-        self._running_arr = None
+        self._stop_running(finished)
         for i in finished:
             self._free(i)
             self._in_engine[i] = False
