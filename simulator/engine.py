@@ -77,8 +77,9 @@ def _concat(arrays: list[FloatArray]) -> list[float]:
 class RunningPrefix:
     """The requests the running loop reaches, in order, with the token budget it hands out:
     ``rows``, their ``new`` tokens, ``computed`` (``num_computed_tokens`` before the step),
-    ``blocks`` (``num_blocks`` now), ``want`` (the blocks they need for the step) and
-    ``num_new`` (the new tokens in all)."""
+    ``blocks`` (``num_blocks`` now), ``want`` (the blocks they need for the step),
+    ``num_new`` (the new tokens in all) and ``decoding`` (whether every one of them is
+    decoding, so gets one token: see ``Engine._all_decode``)."""
 
     rows: IntArray
     new: IntArray
@@ -86,6 +87,7 @@ class RunningPrefix:
     blocks: IntArray
     want: IntArray
     num_new: int
+    decoding: bool = False
 
 
 @dataclass(slots=True)
@@ -183,6 +185,9 @@ class Engine:
         self.num_free_blocks = num_gpu_blocks
         self._step_extra_s = 0.0  # seconds a hook adds to the current step (swap transfers)
         self._fast: RunningPrefix | None = None  # this step's running loop, when vectorised
+        # this step's waiting requests (row, new tokens), when the rows before them are every
+        # running request, all decoding (or none): see _features
+        self._tail: list[tuple[int, int]] | None = None
         self._hol_blocked = False  # this step's waiting head was refused for lack of KV
         self._head_refusal = ""  # why the waiting loop stopped: "", seqs, budget, kv, policy
         self._hol_terms: list[FloatArray] = []
@@ -429,11 +434,16 @@ class Engine:
         self._hol_blocked = False
         self._head_refusal = ""
         self._fast = None
+        self._tail = None
+        decoding = False
         fast = self._schedule_running_fast(budget)
         if fast is not None:
             sched, new = fast
             if self._fast is not None:
                 budget -= self._fast.num_new
+                decoding = self._fast.decoding
+            else:
+                decoding = True  # nothing running
             preempted = False
         else:
             sched_l, new_l, preempted, budget = self._schedule_running_slow(budget)
@@ -441,6 +451,8 @@ class Engine:
             new = np.asarray(new_l, dtype=np.int64)
         if not preempted:
             w_rows, w_new = self._schedule_waiting(budget)
+            if decoding:
+                self._tail = list(zip(w_rows, w_new, strict=True))
             if w_rows:
                 sched = np.concatenate((sched, np.asarray(w_rows, dtype=np.int64)))
                 new = np.concatenate((new, np.asarray(w_new, dtype=np.int64)))
@@ -503,7 +515,7 @@ class Engine:
             else:
                 full = (computed + self.block_size) // self.block_size
             want = np.maximum(full, blocks)
-            return RunningPrefix(rows, self._ones[:n], computed, blocks, want, n)
+            return RunningPrefix(rows, self._ones[:n], computed, blocks, want, n, True)
         computed = self.num_computed_tokens[rows]
         need = self.num_tokens[rows] - computed
         cum = np.add.accumulate(need)
@@ -699,6 +711,30 @@ class Engine:
         self, rows: IntArray, new: IntArray
     ) -> tuple[float, float, float, float, float]:
         """The step's cost-model features (:data:`simulator.cost_model.FEATURES`)."""
+        tail = self._tail
+        if tail is not None:
+            # ``rows`` are the running requests, all decoding (one new token each), then the
+            # waiting requests that start (``tail``, a few): the same sums, in integers
+            m = len(rows) - len(tail)
+            fast = self._fast
+            context = m + _isum(fast.computed) if fast is not None else 0
+            num_decode = m
+            prefill = attention = 0
+            for i, n_new in tail:
+                after_i = int(self.num_computed_tokens[i]) + n_new
+                context += after_i
+                if n_new == 1 and after_i == int(self.num_tokens[i]) and self.num_output_tokens[i]:
+                    num_decode += 1
+                else:
+                    prefill += n_new
+                    attention += n_new * after_i
+            return (
+                float(prefill),
+                float(num_decode),
+                float(context),
+                float(attention),
+                float(len(rows) - num_decode),
+            )
         after = self.num_computed_tokens[rows] + new
         decode = (new == 1) & (self.num_output_tokens[rows] > 0) & (after == self.num_tokens[rows])
         prefill_new = new * ~decode  # new tokens of the prefill chunks, 0 for decode rows
