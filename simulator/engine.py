@@ -891,6 +891,9 @@ class Engine:
 
     # --- committing -------------------------------------------------------------------------
     def _commit_step(self, rows: IntArray, new: IntArray, aborted: list[int]) -> None:
+        if self._tail is not None and not aborted and self._cache is None:
+            self._commit_decode_step(len(rows))
+            return
         if aborted:
             keep = ~np.isin(rows, aborted)
             rows, new = rows[keep], new[keep]
@@ -914,6 +917,39 @@ class Engine:
         done = sampled[output >= self.target_output[sampled]]
         if done.size:
             self._finish(done.tolist())
+
+    def _commit_decode_step(self, n: int) -> None:
+        """:meth:`_commit_step` of ``n`` rows when they are the running requests, all
+        decoding (``_fast``, each sampled), then the starting ones (``_tail``, a few)."""
+        tail = self._tail
+        assert tail is not None
+        done: list[int] = []
+        fast = self._fast
+        if fast is not None:
+            prefix = fast.rows
+            computed = fast.computed + 1
+            self.num_computed_tokens[prefix] = computed
+            self.num_tokens[prefix] = computed + 1  # one token to compute, as before
+            output = self.num_output_tokens[prefix] + 1
+            self.num_output_tokens[prefix] = output
+            done = prefix[output >= self.target_output[prefix]].tolist()
+        sampled = n - len(tail)
+        for i, n_new in tail:
+            computed_i = int(self.num_computed_tokens[i]) + n_new
+            self.num_computed_tokens[i] = computed_i
+            if computed_i >= self.num_tokens[i]:
+                sampled += 1
+                output_i = int(self.num_output_tokens[i]) + 1
+                self.num_output_tokens[i] = output_i
+                self.num_tokens[i] += 1
+                if math.isnan(self.first_token_s[i]):
+                    self.first_token_s[i] = self.t
+                if output_i >= self.target_output[i]:
+                    done.append(i)
+        if sampled == len(self.running):
+            self._all_decode = True  # as in _commit_step
+        if done:
+            self._finish(done)
 
     def _decode_run_bound(
         self, rows: IntArray, decode: DecodeRows
