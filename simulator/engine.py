@@ -222,7 +222,6 @@ class Engine:
         self._run_rows: IntArray | None = None  # its rows (the run is committed at its end)
         self._run_ends: FloatArray | None = None  # its step ends, kept when it is cut short
         self._jump_keep = 0
-        self._step_numbers = np.arange(1, MAX_JUMP_STEPS + 1, dtype=np.float64)  # j + 1
         self._step_index = np.arange(MAX_JUMP_STEPS + config.block_size, dtype=np.int64)  # j
         self._wake: simpy.Event | None = None
         self.t = 0.0
@@ -1004,9 +1003,12 @@ class Engine:
             fail = int(alloc_cum.searchsorted(free, side="right"))
             k_max = max(fail, 1)
             alloc_cum = alloc_cum[:k_max]
-        k_max = self._jump_limit(rows, k_max, alloc_cum)
-        alloc_cum = alloc_cum[:k_max]
-        context = c0 + float(n) * self._step_numbers[:k_max]  # exact: integers below 2**53
+        k_limit = self._jump_limit(rows, k_max, alloc_cum)
+        if k_limit != k_max:
+            k_max = k_limit
+            alloc_cum = alloc_cum[:k_max]
+        # c0 + n * (j + 1) for step j, exact (integers below 2**53, as arange computes them)
+        context = np.arange(c0 + n, c0 + n * (k_max + 1), n, dtype=np.float64)
         dts = self._decode_step_times(n, context)
         ends = dts.copy()
         ends[0] += self.t
