@@ -176,9 +176,6 @@ class Engine:
         # one new token each, for a running loop of decoding requests (read-only: it is shared)
         self._ones = np.ones(min(config.max_num_seqs, config.max_num_batched_tokens), np.int64)
         self._ones.flags.writeable = False
-        self._pow2_shift = (
-            config.block_size.bit_length() - 1 if config.block_size & (config.block_size - 1) == 0 else -1
-        )
         self._fcfs: deque[int] = deque()
         self._prio: list[tuple[int, float, int]] = []
         self._in_engine = np.zeros(n, np.bool_)
@@ -504,16 +501,11 @@ class Engine:
         ``min(num_tokens - num_computed_tokens, budget left)`` until the budget is spent."""
         n = len(rows)
         if self._all_decode and n <= budget and n <= len(self._ones):
-            # every row is decoding (``rows`` are running): one new token each, and a block
-            # more for those whose blocks are full (at most one: blocks >= computed / bs)
+            # every row is decoding (``rows`` are running): one new token each, so the
+            # general case below with ``new == 1``, ``total == n``
             computed = self.num_computed_tokens[rows]
             blocks = self.num_blocks[rows]
-            shift = self._pow2_shift
-            if shift >= 0:
-                full = (computed >> shift) + 1
-            else:
-                full = (computed + self.block_size) // self.block_size
-            want = np.maximum(full, blocks)
+            want = np.maximum((computed + self.block_size) // self.block_size, blocks)
             return RunningPrefix(rows, self._ones[:n], computed, blocks, want, n, True)
         computed = self.num_computed_tokens[rows]
         need = self.num_tokens[rows] - computed
