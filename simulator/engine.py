@@ -911,7 +911,8 @@ class Engine:
 
     def _commit_decode_step(self, n: int) -> None:
         """:meth:`_commit_step` of ``n`` rows when they are the running requests, all
-        decoding (``_fast``, each sampled), then the starting ones (``_tail``, a few)."""
+        decoding (``_fast``, each sampled; their first tokens are out already, as they have
+        output), then the starting ones (``_tail``, a few), with fewer array operations."""
         tail = self._tail
         assert tail is not None
         done: list[int] = []
