@@ -77,8 +77,9 @@ def _concat(arrays: list[FloatArray]) -> list[float]:
 class RunningPrefix:
     """The requests the running loop reaches, in order, with the token budget it hands out:
     ``rows``, their ``new`` tokens, ``computed`` (``num_computed_tokens`` before the step),
-    ``blocks`` (``num_blocks`` now), ``want`` (the blocks they need for the step) and
-    ``num_new`` (the new tokens in all)."""
+    ``blocks`` (``num_blocks`` now), ``want`` (the blocks they need for the step),
+    ``num_new`` (the new tokens in all) and ``decoding`` (whether every one of them is
+    decoding, so gets one token: see ``Engine._all_decode``)."""
 
     rows: IntArray
     new: IntArray
@@ -86,6 +87,7 @@ class RunningPrefix:
     blocks: IntArray
     want: IntArray
     num_new: int
+    decoding: bool = False
 
 
 @dataclass(slots=True)
@@ -165,14 +167,24 @@ class Engine:
         self.recomputed_tokens = np.zeros(n, np.int64)  # per request: KV computed then discarded
         self.num_preemptions_total = 0
         # queues
+        # ``running`` changes only through _start_running and _stop_running, which keep the
+        # two facts derived from it below true (see there)
         self.running: list[int] = []
-        self._running_arr: IntArray | None = None  # cache of running as an array
+        self._running_arr: IntArray | None = None  # running as an array (a _running_buf view)
+        self._running_buf: IntArray = np.zeros(0, np.int64)
+        self._all_decode = False  # True only while every running request is decoding
+        # one new token each, for a running loop of decoding requests (read-only: it is shared)
+        self._ones = np.ones(min(config.max_num_seqs, config.max_num_batched_tokens), np.int64)
+        self._ones.flags.writeable = False
         self._fcfs: deque[int] = deque()
         self._prio: list[tuple[int, float, int]] = []
         self._in_engine = np.zeros(n, np.bool_)
         self.num_free_blocks = num_gpu_blocks
         self._step_extra_s = 0.0  # seconds a hook adds to the current step (swap transfers)
         self._fast: RunningPrefix | None = None  # this step's running loop, when vectorised
+        # this step's waiting requests (row, new tokens), when the rows before them are every
+        # running request, all decoding (or none): see _features
+        self._tail: list[tuple[int, int]] | None = None
         self._hol_blocked = False  # this step's waiting head was refused for lack of KV
         self._head_refusal = ""  # why the waiting loop stopped: "", seqs, budget, kv, policy
         self._hol_terms: list[FloatArray] = []
@@ -207,7 +219,6 @@ class Engine:
         self._run_rows: IntArray | None = None  # its rows (the run is committed at its end)
         self._run_ends: FloatArray | None = None  # its step ends, kept when it is cut short
         self._jump_keep = 0
-        self._step_numbers = np.arange(1, MAX_JUMP_STEPS + 1, dtype=np.float64)  # j + 1
         self._step_index = np.arange(MAX_JUMP_STEPS + config.block_size, dtype=np.int64)  # j
         self._wake: simpy.Event | None = None
         self.t = 0.0
@@ -331,8 +342,7 @@ class Engine:
         if not self._in_engine[i]:
             return
         if i in self.running:
-            self.running.remove(i)
-            self._running_arr = None
+            self._stop_running([i])
         else:
             self._remove_waiting(i)
         self._free(i)
@@ -379,8 +389,7 @@ class Engine:
     def _preempt(self, i: int) -> None:
         """Preempt running request ``i`` by recompute (vLLM v1): free its blocks, forget its
         computed tokens and put it back at the front of ``waiting``."""
-        self.running.remove(i)
-        self._running_arr = None
+        self._stop_running([i])
         self._free(i)
         self.num_recomputed_tokens += int(self.num_computed_tokens[i])
         self.recomputed_tokens[i] += int(self.num_computed_tokens[i])
@@ -421,11 +430,16 @@ class Engine:
         self._hol_blocked = False
         self._head_refusal = ""
         self._fast = None
+        self._tail = None
+        decoding = False
         fast = self._schedule_running_fast(budget)
         if fast is not None:
             sched, new = fast
             if self._fast is not None:
                 budget -= self._fast.num_new
+                decoding = self._fast.decoding
+            else:
+                decoding = True  # nothing running
             preempted = False
         else:
             sched_l, new_l, preempted, budget = self._schedule_running_slow(budget)
@@ -433,19 +447,66 @@ class Engine:
             new = np.asarray(new_l, dtype=np.int64)
         if not preempted:
             w_rows, w_new = self._schedule_waiting(budget)
+            if decoding:
+                self._tail = list(zip(w_rows, w_new, strict=True))
             if w_rows:
                 sched = np.concatenate((sched, np.asarray(w_rows, dtype=np.int64)))
                 new = np.concatenate((new, np.asarray(w_new, dtype=np.int64)))
         return sched, new, preempted
 
+    # --- the running set -----------------------------------------------------------------
+    # ``running`` changes only here, so two facts derived from it stay true:
+    # * ``_running_arr`` (when not None) is ``running`` as an array: a prefix view of
+    #   ``_running_buf``. A request that starts is written just past that view, so views handed
+    #   out before (a step's rows) never change; a removal drops the array (rebuilt, into a new
+    #   buffer, on demand).
+    # * ``_all_decode`` is True only while every running request is decoding: one token to
+    #   compute (``num_tokens - num_computed_tokens == 1``) and ``num_output_tokens > 0``. A
+    #   request that starts clears it; removals keep it; only :meth:`_commit_step` sets it,
+    #   when it has sampled a token of every running request (so each has exactly one token to
+    #   compute). Decode steps (:meth:`_commit_jump`) keep it: each adds one token to
+    #   ``num_tokens`` and computes one. Nothing else changes a running request's tokens.
+    def _start_running(self, i: int) -> None:
+        self.running.append(i)
+        self._all_decode = False
+        arr = self._running_arr
+        if arr is not None:
+            n = len(arr)
+            if n < len(self._running_buf) and n + 1 == len(self.running):
+                self._running_buf[n] = i
+                self._running_arr = self._running_buf[: n + 1]
+            else:
+                self._running_arr = None
+
+    def _stop_running(self, rows: list[int]) -> None:
+        if len(rows) <= 4:  # a few at a time: removing them one by one is cheaper
+            for i in rows:
+                self.running.remove(i)
+        else:
+            done = set(rows)
+            self.running = [i for i in self.running if i not in done]
+        self._running_arr = None
+
     def _running_rows(self) -> IntArray:
-        if self._running_arr is None or len(self._running_arr) != len(self.running):
-            self._running_arr = np.asarray(self.running, dtype=np.int64)
-        return self._running_arr
+        arr = self._running_arr
+        if arr is None or len(arr) != len(self.running):
+            n = len(self.running)
+            self._running_buf = np.empty(n + 16, np.int64)
+            arr = self._running_arr = self._running_buf[:n]
+            arr[:] = self.running
+        return arr
 
     def _budget_prefix(self, rows: IntArray, budget: int) -> RunningPrefix:
         """The token budget handed out in ``rows``' order, as the running loop does: each gets
         ``min(num_tokens - num_computed_tokens, budget left)`` until the budget is spent."""
+        n = len(rows)
+        if self._all_decode and n <= budget and n <= len(self._ones):
+            # every row is decoding (``rows`` are running): one new token each, so the
+            # general case below with ``new == 1``, ``total == n``
+            computed = self.num_computed_tokens[rows]
+            blocks = self.num_blocks[rows]
+            want = np.maximum((computed + self.block_size) // self.block_size, blocks)
+            return RunningPrefix(rows, self._ones[:n], computed, blocks, want, n, True)
         computed = self.num_computed_tokens[rows]
         need = self.num_tokens[rows] - computed
         cum = np.add.accumulate(need)
@@ -560,8 +621,7 @@ class Engine:
                 self._hol_blocked = True
                 break
             self._pop_waiting()
-            self.running.append(i_w)
-            self._running_arr = None
+            self._start_running(i_w)
             sched.append(i_w)
             new.append(n_new)
             budget -= n_new
@@ -642,6 +702,30 @@ class Engine:
         self, rows: IntArray, new: IntArray
     ) -> tuple[float, float, float, float, float]:
         """The step's cost-model features (:data:`simulator.cost_model.FEATURES`)."""
+        tail = self._tail
+        if tail is not None:
+            # ``rows`` are the running requests, all decoding (one new token each), then the
+            # waiting requests that start (``tail``, a few): the same sums, in integers
+            m = len(rows) - len(tail)
+            fast = self._fast
+            context = m + _isum(fast.computed) if fast is not None else 0
+            num_decode = m
+            prefill = attention = 0
+            for i, n_new in tail:
+                after_i = int(self.num_computed_tokens[i]) + n_new
+                context += after_i
+                if n_new == 1 and after_i == int(self.num_tokens[i]) and self.num_output_tokens[i]:
+                    num_decode += 1
+                else:
+                    prefill += n_new
+                    attention += n_new * after_i
+            return (
+                float(prefill),
+                float(num_decode),
+                float(context),
+                float(attention),
+                float(len(rows) - num_decode),
+            )
         after = self.num_computed_tokens[rows] + new
         decode = (new == 1) & (self.num_output_tokens[rows] > 0) & (after == self.num_tokens[rows])
         prefill_new = new * ~decode  # new tokens of the prefill chunks, 0 for decode rows
@@ -678,7 +762,7 @@ class Engine:
                 return None
             computed, blocks = self.num_computed_tokens[rows], self.num_blocks[rows]
         output = self.num_output_tokens[rows]
-        if not _imin(output) > 0:
+        if not self._all_decode and not _imin(output) > 0:
             return None
         return DecodeRows(computed, blocks, output)
 
@@ -798,6 +882,9 @@ class Engine:
 
     # --- committing -------------------------------------------------------------------------
     def _commit_step(self, rows: IntArray, new: IntArray, aborted: list[int]) -> None:
+        if self._tail is not None and not aborted and self._cache is None:
+            self._commit_decode_step(len(rows))
+            return
         if aborted:
             keep = ~np.isin(rows, aborted)
             rows, new = rows[keep], new[keep]
@@ -808,6 +895,10 @@ class Engine:
         sampled = rows[computed >= self.num_tokens[rows]]
         if sampled.size == 0:
             return
+        if sampled.size == len(self.running):
+            # ``rows`` are distinct running requests (aborted ones dropped above), so every
+            # running request was sampled: each now has one token to compute, and an output
+            self._all_decode = True
         output = self.num_output_tokens[sampled] + 1
         self.num_output_tokens[sampled] = output
         self.num_tokens[sampled] += 1
@@ -817,6 +908,40 @@ class Engine:
         done = sampled[output >= self.target_output[sampled]]
         if done.size:
             self._finish(done.tolist())
+
+    def _commit_decode_step(self, n: int) -> None:
+        """:meth:`_commit_step` of ``n`` rows when they are the running requests, all
+        decoding (``_fast``, each sampled; their first tokens are out already, as they have
+        output), then the starting ones (``_tail``, a few), with fewer array operations."""
+        tail = self._tail
+        assert tail is not None
+        done: list[int] = []
+        fast = self._fast
+        if fast is not None:
+            prefix = fast.rows
+            computed = fast.computed + 1
+            self.num_computed_tokens[prefix] = computed
+            self.num_tokens[prefix] = computed + 1  # one token to compute, as before
+            output = self.num_output_tokens[prefix] + 1
+            self.num_output_tokens[prefix] = output
+            done = prefix[output >= self.target_output[prefix]].tolist()
+        sampled = n - len(tail)
+        for i, n_new in tail:
+            computed_i = int(self.num_computed_tokens[i]) + n_new
+            self.num_computed_tokens[i] = computed_i
+            if computed_i >= self.num_tokens[i]:
+                sampled += 1
+                output_i = int(self.num_output_tokens[i]) + 1
+                self.num_output_tokens[i] = output_i
+                self.num_tokens[i] += 1
+                if math.isnan(self.first_token_s[i]):
+                    self.first_token_s[i] = self.t
+                if output_i >= self.target_output[i]:
+                    done.append(i)
+        if sampled == len(self.running):
+            self._all_decode = True  # as in _commit_step
+        if done:
+            self._finish(done)
 
     def _decode_run_bound(
         self, rows: IntArray, decode: DecodeRows
@@ -871,9 +996,12 @@ class Engine:
             fail = int(alloc_cum.searchsorted(free, side="right"))
             k_max = max(fail, 1)
             alloc_cum = alloc_cum[:k_max]
-        k_max = self._jump_limit(rows, k_max, alloc_cum)
-        alloc_cum = alloc_cum[:k_max]
-        context = c0 + float(n) * self._step_numbers[:k_max]  # exact: integers below 2**53
+        k_limit = self._jump_limit(rows, k_max, alloc_cum)
+        if k_limit != k_max:
+            k_max = k_limit
+            alloc_cum = alloc_cum[:k_max]
+        # c0 + n * (j + 1) for step j, exact (integers below 2**53, as arange computes them)
+        context = np.arange(c0 + n, c0 + n * (k_max + 1), n, dtype=np.float64)
         dts = self._decode_step_times(n, context)
         ends = dts.copy()
         ends[0] += self.t
@@ -923,13 +1051,7 @@ class Engine:
         if not finished:
             return
         t = self.t
-        if len(finished) <= 4:  # a few finish at a time: removing them one by one is cheaper
-            for i in finished:
-                self.running.remove(i)
-        else:
-            done = set(finished)
-            self.running = [i for i in self.running if i not in done]
-        self._running_arr = None
+        self._stop_running(finished)
         for i in finished:
             self._free(i)
             self._in_engine[i] = False

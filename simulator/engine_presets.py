@@ -102,8 +102,7 @@ class SwapEngine(Engine):
                 self.num_swap_fallbacks += 1
             super()._preempt(i)
             return
-        self.running.remove(i)
-        self._running_arr = None
+        self._stop_running([i])
         self._free(i)
         self.swapped_blocks[i] = blocks
         self.num_free_cpu_blocks -= blocks
@@ -284,8 +283,7 @@ class SglangEngine(Engine):
                 break
             first = False
             i = order.pop()
-            self.running.remove(i)
-            self._running_arr = None
+            self._stop_running([i])
             self._free(i)
             self.num_recomputed_tokens += int(self.num_computed_tokens[i])
             self.recomputed_tokens[i] += int(self.num_computed_tokens[i])

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
+import numpy.typing as npt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from policies import TierConfig, make_policy
 from simulator.cost_model import LinearCostModel
+from simulator.engine import Engine
 from simulator.engine_config import EngineConfig
+from simulator.engine_presets import ENGINE_CLASSES
 from simulator.run import SimConfig, simulate
 from tests.conftest import assert_skip_ahead_matches_stepping
 from workloads import Workload, from_columns
@@ -168,3 +173,35 @@ def test_skip_ahead_matches_step_by_step_when_the_gateway_reads_mid_run(
 
     w, cfg, _, _ = case
     assert_skip_ahead_matches_stepping(w, replace(cfg, lease_ttl_s=lease_ttl_s), policy)
+
+
+def _assert_running_facts(engine: Engine) -> None:
+    """The facts the engine keeps about its running set (see ``Engine._start_running``)."""
+    rows = np.asarray(engine.running, dtype=np.int64)
+    if engine._running_arr is not None:
+        assert engine._running_arr.tolist() == engine.running
+    if engine._all_decode:
+        assert (engine.num_tokens[rows] - engine.num_computed_tokens[rows] == 1).all()
+        assert (engine.num_output_tokens[rows] > 0).all()
+
+
+@SETTINGS
+# SGLang is left out: these random configurations can leave it unable to schedule anything
+# (RuntimeError in Engine._run), on the reference code too
+@given(scenarios(), st.sampled_from(sorted(set(ENGINE_CLASSES) - {"sglang"})))
+def test_running_set_facts_hold_before_every_step(
+    case: tuple[Workload, SimConfig, str, dict[str, object]], name: str
+) -> None:
+    w, cfg, policy, params = case
+    cfg = replace(cfg, engine=replace(cfg.engine, name=name))  # type: ignore[arg-type]
+    schedule = Engine._schedule
+
+    def checked(self: Engine) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], bool]:
+        _assert_running_facts(self)
+        return schedule(self)
+
+    Engine._schedule = checked  # type: ignore[method-assign]
+    try:
+        simulate(w, make_policy(policy, params), cfg)
+    finally:
+        Engine._schedule = schedule  # type: ignore[method-assign]
