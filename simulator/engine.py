@@ -78,7 +78,8 @@ class RunningPrefix:
     """The requests the running loop reaches, in order, with the token budget it hands out:
     ``rows``, their ``new`` tokens, ``computed`` (``num_computed_tokens`` before the step),
     ``blocks`` (``num_blocks`` now), ``want`` (the blocks they need for the step),
-    ``num_new`` (the new tokens in all) and ``decoding`` (whether every one of them is
+    ``num_new`` (the new tokens in all), ``num_need`` (the tokens they have left to
+    compute, in all) and ``decoding`` (whether every one of them is
     decoding, so gets one token: see ``Engine._all_decode``)."""
 
     rows: IntArray
@@ -87,6 +88,7 @@ class RunningPrefix:
     blocks: IntArray
     want: IntArray
     num_new: int
+    num_need: int
     decoding: bool = False
 
 
@@ -506,23 +508,24 @@ class Engine:
             computed = self.num_computed_tokens[rows]
             blocks = self.num_blocks[rows]
             want = np.maximum((computed + self.block_size) // self.block_size, blocks)
-            return RunningPrefix(rows, self._ones[:n], computed, blocks, want, n, True)
+            return RunningPrefix(rows, self._ones[:n], computed, blocks, want, n, n, True)
         computed = self.num_computed_tokens[rows]
         need = self.num_tokens[rows] - computed
         cum = np.add.accumulate(need)
-        total = int(cum[-1])
+        total = num_need = int(cum[-1])
         if total < budget:
             new = need  # every request gets all it needs, with budget to spare
         else:
             before = budget - (cum - need)  # budget left when each is reached
             m = int(np.count_nonzero(before > 0))  # budget only shrinks: a prefix is scheduled
+            num_need = int(cum[m - 1]) if m else 0
             rows, computed, need, before = rows[:m], computed[:m], need[:m], before[:m]
             new = np.minimum(need, before)
             total = budget  # the last request reached takes what is left
         bs = self.block_size
         blocks = self.num_blocks[rows]
         want = np.maximum((computed + new + (bs - 1)) // bs, blocks)
-        return RunningPrefix(rows, new, computed, blocks, want, total)
+        return RunningPrefix(rows, new, computed, blocks, want, total, num_need)
 
     def _schedule_running_fast(self, budget: int) -> tuple[IntArray, IntArray] | None:
         """The running loop when every allocation succeeds (no preemption), vectorised.
@@ -753,14 +756,16 @@ class Engine:
         fast = self._fast
         if fast is not None and fast.rows is rows:
             # the running loop alone, vectorised: a running request always has at least one
-            # token to compute, so one token each is ``n`` tokens in all
-            if fast.num_new != n:
+            # token to compute, so ``n`` tokens left in all is one each, all scheduled (one
+            # token scheduled each is not enough: the budget may cut a prefill to one token)
+            if fast.num_need != n:
                 return None
             computed, blocks = fast.computed, fast.want
         else:
-            if _imax(new) != 1:
+            computed = self.num_computed_tokens[rows]
+            if _imax(self.num_tokens[rows] - computed) != 1:  # then one new token each too
                 return None
-            computed, blocks = self.num_computed_tokens[rows], self.num_blocks[rows]
+            blocks = self.num_blocks[rows]
         output = self.num_output_tokens[rows]
         if not self._all_decode and not _imin(output) > 0:
             return None
@@ -1028,7 +1033,7 @@ class Engine:
         ``finishes``: whether some request may reach its output length; ``extra``: the blocks
         steps 1..k-1 take, if the plan counted them (None: count them here)."""
         new_total = decode.computed + k
-        if k > 1 and extra:  # step 0's blocks were allocated by _schedule; the later steps'
+        if k > 1 and extra != 0:  # step 0's blocks were allocated by _schedule; the later steps'
             bs = self.block_size  # are taken now
             blocks = decode.blocks
             need = np.maximum((new_total + (bs - 1)) // bs, blocks)

@@ -205,3 +205,31 @@ def test_running_set_facts_hold_before_every_step(
         simulate(w, make_policy(policy, params), cfg)
     finally:
         Engine._schedule = schedule  # type: ignore[method-assign]
+
+
+@SETTINGS
+@given(
+    st.integers(0, 2**32 - 1),
+    st.sampled_from([2, 3, 4, 6, 8]),
+    st.integers(8, 40),
+    st.sampled_from(["unlimited", "overcommit"]),
+)
+def test_skip_ahead_matches_step_by_step_when_the_budget_cuts_a_prefill(
+    seed: int, budget: int, blocks: int, policy: str
+) -> None:
+    """A token budget of one token per running request: a request resuming after a
+    preemption (it has output already) may get one token of its recomputation, the budget's
+    last, alongside decoding ones. One token each is then not a decode step."""
+    rng = np.random.default_rng(seed)
+    n = 30
+    arrival = np.cumsum(rng.exponential(0.05, n))
+    prompt = rng.integers(1, 60, n)
+    out = rng.integers(1, 80, n)
+    w = from_columns(arrival, prompt, out, max_output_tokens=out + 10)
+    engine = EngineConfig(
+        num_gpu_blocks=blocks, block_size=4, max_num_seqs=budget, max_num_batched_tokens=budget
+    )
+    cfg = SimConfig(
+        engine=engine, cost_model=LinearCostModel(0.005, 1e-4, 1e-4, 1e-7), timeline_period_s=0.05
+    )
+    assert_skip_ahead_matches_stepping(w, cfg, policy)
