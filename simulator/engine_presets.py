@@ -187,6 +187,12 @@ class SglangEngine(Engine):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # SGLang clips a request's max_new_tokens to what its context can hold (the scheduler:
+        # min(max_new_tokens, max_req_len - input_len - 1), max_req_len the context length or
+        # the KV pool, less one). Unclipped, a declared maximum beyond it would keep the
+        # request from ever starting, even on an idle engine.
+        room = np.maximum(self.max_model_len - 2 - self.prompt_tokens, 0)
+        self.max_new_tokens: IntArray = np.minimum(self.max_output_tokens, room)
         init = min(SGLANG_INIT_NEW_TOKEN_RATIO * self.config.schedule_conservativeness, 1.0)
         self.init_new_token_ratio = init
         self.min_new_token_ratio = min(init * SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
@@ -208,7 +214,7 @@ class SglangEngine(Engine):
         )
 
     def _remaining(self, rows: IntArray) -> IntArray:
-        left = np.maximum(self.max_output_tokens[rows] - self.num_output_tokens[rows], 0)
+        left = np.maximum(self.max_new_tokens[rows] - self.num_output_tokens[rows], 0)
         return np.asarray(np.minimum(left, SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION), np.int64)
 
     def _schedule_waiting(self, budget: int) -> tuple[list[int], list[int]]:
@@ -247,7 +253,7 @@ class SglangEngine(Engine):
             self._ratio_start - (self._ratio_steps + j) * self.new_token_ratio_decay,
             self.min_new_token_ratio,
         )
-        left = np.maximum(self.max_output_tokens[rows] - self.num_output_tokens[rows], 0)
+        left = np.maximum(self.max_new_tokens[rows] - self.num_output_tokens[rows], 0)
         rem = np.minimum(left[:, None] - j[None, :], SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION)
         rem_sum = np.maximum(rem, 0).sum(axis=0)
         available = self.num_free_blocks + self._evictable - alloc_cum[1:]
@@ -295,7 +301,7 @@ class SglangEngine(Engine):
             self.hooks.on_preempt(i, self.t)
         self.num_retract_events += 1
         decoded = int(self.num_output_tokens[order].sum())
-        total_max = int(self.max_output_tokens[order].sum())
+        total_max = int(self.max_new_tokens[order].sum())
         self._ratio_start = min(
             1.0, (decoded + SGLANG_RETRACT_DECODE_STEPS * len(order)) / (total_max + 1)
         )

@@ -334,3 +334,22 @@ def test_skip_ahead_matches_step_by_step_for_random_presets(
 
 def test_engine_names_are_the_presets() -> None:
     assert ENGINE_NAMES == ("vllm", "vllm-swap", "tgi", "sglang", "trtllm")
+
+
+def test_sglang_clips_a_declared_max_tokens_beyond_the_context() -> None:
+    """A client may declare more max_tokens than the context holds; SGLang clips
+    max_new_tokens to ``max_req_len - input_len - 1`` at arrival, so an idle engine starts the
+    request (unclipped, its admission estimate never fits and nothing is ever scheduled)."""
+    # prompt + max_tokens = 16 = the KV pool: the gateway admits it, and it fits the context
+    w = from_columns(
+        np.array([0.0, 0.1]), np.array([6, 1]), np.array([3, 2]), max_output_tokens=np.array([10, 6])
+    )
+    cfg = SimConfig(
+        engine=EngineConfig(
+            name="sglang", num_gpu_blocks=16, block_size=1, max_num_seqs=1, max_num_batched_tokens=16
+        ),
+        cost_model=LinearCostModel(0.005, 1e-4, 1e-4, 1e-7),
+    )
+    rec = simulate(w, make_policy("unlimited"), cfg).records
+    assert rec.status.tolist() == ["completed", "completed"]
+    assert rec.output_tokens.tolist() == [3, 2]
