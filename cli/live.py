@@ -112,20 +112,12 @@ def gateway_setup(scenario: Path | None, policy: str | None, params: list[str] |
         name = policy or "conservative"
         _policy(name, params)  # a bad name or parameter fails here, before anything runs
         return GatewaySetup(lambda: _policy(name, params), None, None)
-    import tomllib
-
-    from simulator.scenario import scenario_from_dict
+    from simulator.scenario import load_scenario
 
     try:
-        data = tomllib.loads(scenario.read_text())
-    except FileNotFoundError:
-        raise CliError(f"{scenario}: no such scenario file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise CliError(f"{scenario}: not valid TOML ({exc})") from None
-    try:
-        scn = scenario_from_dict(data, scenario.resolve().parent, [])
-    except ValueError as exc:
-        raise CliError(f"{scenario}: {exc}") from None
+        scn = load_scenario(scenario)
+    except (FileNotFoundError, ValueError) as exc:  # each names the file and the field
+        raise CliError(str(exc)) from None
     if policy is None and params:
         raise CliError("--param needs --policy when the policy comes from --scenario")
 

@@ -784,7 +784,6 @@ class Engine:
                 self.t = max(self.t, env.now)
                 continue
             reserved, gw_waiting = self.hooks.gateway_state()
-            used_before = self.num_used_blocks
             rows, new, preempted = self._schedule()
             if len(rows) == 0:
                 if preempted:
@@ -801,9 +800,7 @@ class Engine:
             if decode is not None:
                 k_max, c0, dt, t_ext, to_finish = self._decode_run_bound(rows, decode)
                 if k_max > 1:
-                    k, step_end, used, dts = self._plan_jump(
-                        rows, decode, used_before, k_max, c0, t_ext
-                    )
+                    k, step_end, used, dts = self._plan_jump(rows, decode, k_max, c0, t_ext)
                     t1 = float(step_end[-1])
             else:
                 p, d, c, a, s = self._features(rows, new)
@@ -968,13 +965,7 @@ class Engine:
         return k_max, c0, dt0, t_ext, to_finish
 
     def _plan_jump(
-        self,
-        rows: IntArray,
-        decode: DecodeRows,
-        used_before: int,
-        k_max: int,
-        c0: int,
-        t_ext: float,
+        self, rows: IntArray, decode: DecodeRows, k_max: int, c0: int, t_ext: float
     ) -> tuple[int, FloatArray, IntArray, FloatArray]:
         """Plan a run of at most ``k_max`` pure-decode steps from ``c0`` context tokens, ending
         with the step in progress at ``t_ext``; returns its length, step end times, blocks in
@@ -982,7 +973,6 @@ class Engine:
         allocated by _schedule."""
         bs = self.block_size
         n = len(rows)
-        step0 = self.num_used_blocks - used_before  # blocks step 0 took in _schedule
         # block allocation pattern: request r (c_r tokens computed before the run, b_r blocks
         # after step 0's allocation by _schedule) needs its next block at step
         # f_r = b_r * bs - c_r >= 1 and then every bs steps
@@ -1015,7 +1005,7 @@ class Engine:
         if t_ext < ends[-1]:
             k = int(ends.searchsorted(t_ext, side="left")) + 1
             ends, dts, alloc_cum = ends[:k], dts[:k], alloc_cum[:k]
-        used = used_before + step0 + alloc_cum
+        used = self.num_used_blocks + alloc_cum  # step 0's blocks were taken by _schedule
         return k, ends, used, dts
 
     def _decode_step_times(self, n: int, context: FloatArray) -> FloatArray:
