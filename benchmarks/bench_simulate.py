@@ -1,7 +1,8 @@
 """Whole-process cost of ``kvbudget simulate``: CPU seconds, wall seconds, peak memory.
 
 Start-up is included (users pay for it). Each figure is the median of ``--repeats`` runs, each
-run a fresh process measured with ``os.wait4`` (the kernel's own accounting of the child):
+run a fresh process measured with ``os.wait4`` (the kernel's own accounting of the child), after
+the project's modules are byte-compiled as an installed package's are (``bytecode.py``):
 
 (a) the four workloads in ../shared/bench/ with the configuration other simulators were timed
     on there (Llama-2-7B on A100-80GB, 7,672 blocks of 16 tokens, max_num_seqs 256,
@@ -24,6 +25,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bytecode import compile_project
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -116,6 +119,7 @@ def main() -> None:
     parser.add_argument("--only", choices=["a", "b", "c"])
     parser.add_argument("--million-requests", type=int, default=1_000_000)
     args = parser.parse_args()
+    compile_project()
     if not SHARED.is_dir():
         raise SystemExit(f"{SHARED} is missing")
     if args.only in (None, "a"):

@@ -1,7 +1,8 @@
 """Fixed start-up cost of the CLI: whole-process CPU seconds of commands that do almost no work.
 
 Each figure is the median of ``--repeats`` fresh processes measured with ``os.wait4`` (the
-kernel's own accounting of the child):
+kernel's own accounting of the child), after the project's modules are byte-compiled as an
+installed package's are (``bytecode.py``):
 
 - ``simulate`` on the first 5 requests of ../shared/bench/conv_n2000_q2.jsonl with the
   configuration of bench_simulate.py (a) (everything but the simulation loop);
@@ -24,6 +25,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from bytecode import compile_project
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -49,6 +52,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=9)
     args = parser.parse_args()
+    compile_project()
     source = SHARED / "bench" / "conv_n2000_q2.jsonl"
     if not source.exists():
         raise SystemExit(f"{source}: missing (the benchmark workloads live in ../shared/bench/)")

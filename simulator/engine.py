@@ -79,8 +79,9 @@ class RunningPrefix:
     ``rows``, their ``new`` tokens, ``computed`` (``num_computed_tokens`` before the step),
     ``blocks`` (``num_blocks`` now), ``want`` (the blocks they need for the step),
     ``num_new`` (the new tokens in all), ``num_need`` (the tokens they have left to
-    compute, in all) and ``decoding`` (whether every one of them is
-    decoding, so gets one token: see ``Engine._all_decode``)."""
+    compute, in all), ``decoding`` (whether every one of them is
+    decoding, so gets one token: see ``Engine._all_decode``) and ``num_extra`` (the new
+    blocks in all, ``sum(want - blocks)``, when counted already)."""
 
     rows: IntArray
     new: IntArray
@@ -90,6 +91,7 @@ class RunningPrefix:
     num_new: int
     num_need: int
     decoding: bool = False
+    num_extra: int | None = None  # sum(want - blocks), when counted already
 
 
 @dataclass(slots=True)
@@ -404,6 +406,10 @@ class Engine:
     def _victim(self) -> int:
         """Lowest priority (highest value), then latest arrival, then latest scheduled."""
         rows = self._running_rows()
+        if self.config.scheduling_policy != "priority":
+            # every priority is 0: the last of the latest arrivals (argmax finds the first
+            # maximum, so it searches the rows in reverse)
+            return int(rows[len(rows) - 1 - int(self.arrival_s[rows][::-1].argmax())])
         prio = self.priority[rows]
         cand = np.flatnonzero(prio == prio.max())
         arrival = self.arrival_s[rows[cand]]
@@ -507,8 +513,14 @@ class Engine:
             # general case below with ``new == 1``, ``total == n``
             computed = self.num_computed_tokens[rows]
             blocks = self.num_blocks[rows]
-            want = np.maximum((computed + self.block_size) // self.block_size, blocks)
-            return RunningPrefix(rows, self._ones[:n], computed, blocks, want, n, n, True)
+            # a running request's blocks hold its computed tokens, so one more token takes a
+            # new block only when they are full: ``max(ceil((computed + 1) / bs), blocks)``
+            full = computed == blocks * self.block_size
+            num_full = int(np.count_nonzero(full))
+            want = blocks + full if num_full else blocks
+            return RunningPrefix(
+                rows, self._ones[:n], computed, blocks, want, n, n, True, num_full
+            )
         computed = self.num_computed_tokens[rows]
         need = self.num_tokens[rows] - computed
         cum = np.add.accumulate(need)
@@ -533,7 +545,9 @@ class Engine:
         if not self.running:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         prefix = self._budget_prefix(self._running_rows(), budget)
-        total = _isum(prefix.want - prefix.blocks)
+        total = prefix.num_extra
+        if total is None:
+            total = _isum(prefix.want - prefix.blocks)
         if total > self.num_free_blocks + self._evictable:
             return None
         if total:
@@ -584,7 +598,7 @@ class Engine:
         """Allocate, in order, the running requests from index ``start`` on until one does
         not fit or the token budget is spent, as :meth:`allocate_slots` one by one would;
         returns the allocated rows and their new-token counts."""
-        prefix = self._budget_prefix(np.asarray(self.running[start:], dtype=np.int64), budget)
+        prefix = self._budget_prefix(self._running_rows()[start:], budget)
         rows, new, want = prefix.rows, prefix.new, prefix.want
         taken = np.add.accumulate(want - prefix.blocks)
         # taken never decreases: the first request whose blocks do not fit, if any
@@ -750,6 +764,9 @@ class Engine:
             return None
         if n > self.config.max_num_batched_tokens:
             return None
+        tail = self._tail
+        if tail and any(n_new != 1 for _, n_new in tail):
+            return None  # a request starting with more than one token: a prefill
         # A waiting head (if any) was refused this step by max_num_seqs, the token budget or
         # allocate_slots; during a decode run the first two stay and free blocks only shrink,
         # so it stays refused until a request finishes (which ends the run).
@@ -828,7 +845,8 @@ class Engine:
             self._busy = False
             if step_end is not None:
                 step_end, used, dts = step_end[:k], used[:k], dts[:k]
-                self._kv_terms.append(used.astype(np.float64) * self.block_size * dts)
+                # float(used * bs) * dt: the same bits as float(used) * bs * dt (exact integers)
+                self._kv_terms.append(dts * (used * self.block_size))
                 if self._hol_blocked:
                     self._hol_terms.append(dts)
                 self._sample_steps(step_end, used, reserved, counts)
@@ -857,9 +875,10 @@ class Engine:
                         decode.computed[keep], decode.blocks[keep], decode.output[keep]
                     )
                 self._commit_jump(rows, k, decode, k >= to_finish, extra)
-            for i in self._deferred_adds:
-                self.add_request(i)
-            self._deferred_adds.clear()
+            if self._deferred_adds:
+                for i in self._deferred_adds:
+                    self.add_request(i)
+                self._deferred_adds.clear()
 
     def _interrupt_jump(self) -> None:
         """Something changed this engine's work during a planned decode run (another replica's
@@ -976,7 +995,8 @@ class Engine:
         # block allocation pattern: request r (c_r tokens computed before the run, b_r blocks
         # after step 0's allocation by _schedule) needs its next block at step
         # f_r = b_r * bs - c_r >= 1 and then every bs steps
-        first = np.sort(decode.blocks * bs - decode.computed)
+        first = decode.blocks * bs - decode.computed
+        first.sort()  # in place: a new array (np.sort would copy it once more)
         # reached[j]: the requests with f_r <= j, each taking a block in steps 1..j
         if k_max <= bs:  # no request takes a second new block within the run
             alloc_cum = first.searchsorted(self._step_index[:k_max], side="right")
@@ -1000,7 +1020,7 @@ class Engine:
         dts = self._decode_step_times(n, context)
         ends = dts.copy()
         ends[0] += self.t
-        ends = np.add.accumulate(ends)  # sequential sums from t, as stepping adds them
+        np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
         k = k_max
         if t_ext < ends[-1]:
             k = int(ends.searchsorted(t_ext, side="left")) + 1
@@ -1035,7 +1055,7 @@ class Engine:
         self.num_computed_tokens[rows] = new_total
         output = decode.output + k
         self.num_output_tokens[rows] = output
-        self.num_tokens[rows] += k
+        self.num_tokens[rows] = new_total + 1  # decoding: one token to compute, as before
         if not finishes:
             return
         done = rows[output >= self.target_output[rows]]

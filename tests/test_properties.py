@@ -180,6 +180,8 @@ def _assert_running_facts(engine: Engine) -> None:
     rows = np.asarray(engine.running, dtype=np.int64)
     if engine._running_arr is not None:
         assert engine._running_arr.tolist() == engine.running
+    # a running request's blocks hold its computed tokens (Engine._budget_prefix relies on it)
+    assert (engine.num_blocks[rows] * engine.block_size >= engine.num_computed_tokens[rows]).all()
     if engine._all_decode:
         assert (engine.num_tokens[rows] - engine.num_computed_tokens[rows] == 1).all()
         assert (engine.num_output_tokens[rows] > 0).all()
