@@ -51,6 +51,9 @@ MAX_JUMP_STEPS = 4096
 # hundred ns as a Python sum over ``tolist()``, which is exact for int64 (same value). Arrays
 # longer than this go through numpy.
 SMALL_N = 48
+# Decode runs of at most this many steps get their step times from one scalar step_time call
+# per step (~0.4 us each) rather than array arithmetic (~8 us whatever the length).
+SMALL_K = 20
 
 
 def _isum(a: IntArray) -> int:
@@ -1015,6 +1018,14 @@ class Engine:
         if k_limit != k_max:
             k_max = k_limit
             alloc_cum = alloc_cum[:k_max]
+        if k_max <= SMALL_K:
+            ends_l, dts_l = self._decode_steps_small(n, c0, k_max, t_ext)
+            k = len(ends_l)
+            ends, dts = np.array(ends_l), np.array(dts_l)
+            if k < k_max:
+                alloc_cum = alloc_cum[:k]
+            used = self.num_used_blocks + alloc_cum  # step 0's blocks were taken by _schedule
+            return k, ends, used, dts
         # c0 + n * (j + 1) for step j, exact (integers below 2**53, as arange computes them)
         context = np.arange(c0 + n, c0 + n * (k_max + 1), n, dtype=np.float64)
         dts = self._decode_step_times(n, context)
@@ -1027,6 +1038,30 @@ class Engine:
             ends, dts, alloc_cum = ends[:k], dts[:k], alloc_cum[:k]
         used = self.num_used_blocks + alloc_cum  # step 0's blocks were taken by _schedule
         return k, ends, used, dts
+
+    def _decode_steps_small(
+        self, n: int, c0: int, k_max: int, t_ext: float
+    ) -> tuple[list[float], list[float]]:
+        """End times and durations of the steps of a short decode run (at most ``k_max``
+        steps, ending with the step in progress at ``t_ext``), one ``step_time`` call per step
+        as stepping makes them: for a few steps, cheaper than the array arithmetic of
+        :meth:`_decode_step_times`, and the same bits (sums from ``t`` in the same order)."""
+        step_time = self.cost.step_time
+        num = float(n)
+        t = self.t
+        ends: list[float] = []
+        dts: list[float] = []
+        first_at = 0  # steps up to the first one that ends at t_ext or later
+        for j in range(1, k_max + 1):
+            dt = float(step_time(0.0, num, float(c0 + n * j), 0.0, 0.0))
+            t += dt
+            ends.append(t)
+            dts.append(dt)
+            if t >= t_ext:
+                first_at = first_at or j
+                if t > t_ext:  # the run ends with the first step ending at t_ext or later
+                    return ends[:first_at], dts[:first_at]
+        return ends, dts  # no step ends after t_ext: the whole run, as the array path does
 
     def _decode_step_times(self, n: int, context: FloatArray) -> FloatArray:
         """Durations of decode steps of ``n`` requests attending to ``context`` tokens (one

@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 from policies import TierConfig, make_policy
 from simulator.cost_model import LinearCostModel
-from simulator.engine import Engine
+from simulator.engine import SMALL_K, Engine
 from simulator.engine_config import EngineConfig
 from simulator.engine_presets import ENGINE_CLASSES
+from simulator.presets import RooflineCostModel, get_gpu, get_model
 from simulator.run import SimConfig, simulate
 from tests.conftest import assert_skip_ahead_matches_stepping
 from workloads import Workload, from_columns
@@ -250,3 +251,59 @@ def test_every_engine_schedules_what_fits(
     rec = simulate(w, make_policy(policy, params), cfg).records
     assert len(rec) == len(w)
     assert rec.request_id.is_unique
+
+
+def _bare_engine(cost: LinearCostModel | RooflineCostModel) -> Engine:
+    import math
+
+    import simpy
+
+    from simulator.engine import EngineHooks
+
+    hooks = EngineHooks(
+        on_finish=lambda i, t: None,
+        on_preempt=lambda i, t: None,
+        next_external_s=lambda: math.inf,
+        gateway_state=lambda: (0, 0),
+    )
+    one = np.ones(1, np.int64)
+    return Engine(simpy.Environment(), EngineConfig(num_gpu_blocks=10), cost, num_gpu_blocks=10,
+                  prompt_tokens=one, output_tokens=one, priority=0 * one,
+                  arrival_s=np.zeros(1), hooks=hooks)
+
+
+@SETTINGS
+@given(
+    st.sampled_from(["linear", "roofline", "tiny"]),
+    st.integers(1, 256),
+    st.integers(0, 2_000_000),
+    st.integers(1, SMALL_K),
+    st.floats(1.0, 1e5),
+    st.one_of(st.just(-1), st.integers(0, SMALL_K + 2)),
+)
+def test_short_decode_run_step_times_match_the_array_path(
+    kind: str, n: int, c0: int, k_max: int, t: float, ext_at: int
+) -> None:
+    """:meth:`Engine._decode_steps_small` (one scalar step_time call per step) gives the bits of
+    the array path, and its cut at t_ext (also when t_ext is exactly a step's end, or beyond
+    the run) is the array path's ``searchsorted`` cut."""
+    cost: LinearCostModel | RooflineCostModel = {
+        "linear": LinearCostModel(0.003, 1e-4, 2e-4, 3e-8),
+        # steps too short to move a clock past 1 s: end times repeat, so ``t_ext`` equal to
+        # one of them is equal to them all
+        "tiny": LinearCostModel(1e-17, 0.0, 0.0, 0.0),
+    }.get(kind) or RooflineCostModel(get_gpu("H100-80GB"), get_model("Llama-3.1-8B"))
+    engine = _bare_engine(cost)
+    engine.t = t
+    context = np.arange(c0 + n, c0 + n * (k_max + 1), n, dtype=np.float64)
+    dts = engine._decode_step_times(n, context)
+    ends = dts.copy()
+    ends[0] += t
+    np.add.accumulate(ends, out=ends)
+    t_ext = float(ends[ext_at]) if 0 <= ext_at < k_max else (np.inf if ext_at < 0 else t)
+    k = k_max
+    if t_ext < ends[-1]:
+        k = int(ends.searchsorted(t_ext, side="left")) + 1
+    got_ends, got_dts = engine._decode_steps_small(n, c0, k_max, t_ext)
+    assert got_ends == ends[:k].tolist()
+    assert got_dts == dts[:k].tolist()
