@@ -793,8 +793,10 @@ class Engine:
 
     def _run(self) -> Generator[simpy.Event, Any, None]:
         env = self.env
+        skip_ahead = self.config.skip_ahead
         while True:
-            self._apply_aborts()
+            if self._aborts:
+                self._apply_aborts()
             if not self.running and self._peek_waiting() is None:
                 self._on_idle()
                 self._wake = env.event()
@@ -816,11 +818,11 @@ class Engine:
             counts = (len(self.running), self.num_waiting() + gw_waiting)
             step_end: FloatArray | None = None
             k = 1
-            decode = self._steady(rows, new, preempted) if self.config.skip_ahead else None
+            decode = self._steady(rows, new, preempted) if skip_ahead else None
             if decode is not None:
                 k_max, c0, dt, t_ext, to_finish = self._decode_run_bound(rows, decode)
                 if k_max > 1:
-                    k, step_end, used, dts = self._plan_jump(rows, decode, k_max, c0, t_ext)
+                    k, step_end, used, dts = self._plan_jump(rows, decode, k_max, c0, t_ext, dt)
                     t1 = float(step_end[-1])
             else:
                 p, d, c, a, s = self._features(rows, new)
@@ -831,7 +833,8 @@ class Engine:
                 self._kv_scalar_terms.append(float(used_now) * self.block_size * dt)
                 if self._hol_blocked:
                     self._hol_scalar_terms.append(dt)
-                self._sample_step(t1, used_now, reserved, counts)
+                if self._next_sample_idx * self.timeline_period_s < t1:  # a sample is due
+                    self._sample_step(t1, used_now, reserved, counts)
             self._busy = True
             if k > 1:
                 self._jump_ends = self._run_ends = step_end
@@ -847,15 +850,17 @@ class Engine:
             self._jump_ends = self._run_ends = self._run_rows = None
             self._busy = False
             if step_end is not None:
-                step_end, used, dts = step_end[:k], used[:k], dts[:k]
+                if k < len(step_end):  # cut short
+                    step_end, used, dts = step_end[:k], used[:k], dts[:k]
                 # float(used * bs) * dt: the same bits as float(used) * bs * dt (exact integers)
                 self._kv_terms.append(dts * (used * self.block_size))
                 if self._hol_blocked:
                     self._hol_terms.append(dts)
-                self._sample_steps(step_end, used, reserved, counts)
+                if self._next_sample_idx * self.timeline_period_s < t1:  # a sample is due
+                    self._sample_steps(step_end, used, reserved, counts)
             self.t = t1
             self.num_steps += k
-            aborted = self._apply_aborts()
+            aborted = self._apply_aborts() if self._aborts else []
             if decode is None:
                 self._on_steps(rows, new, preempted, 1)
                 self._commit_step(rows, new, aborted)
@@ -987,12 +992,12 @@ class Engine:
         return k_max, c0, dt0, t_ext, to_finish
 
     def _plan_jump(
-        self, rows: IntArray, decode: DecodeRows, k_max: int, c0: int, t_ext: float
+        self, rows: IntArray, decode: DecodeRows, k_max: int, c0: int, t_ext: float, dt0: float
     ) -> tuple[int, FloatArray, IntArray, FloatArray]:
-        """Plan a run of at most ``k_max`` pure-decode steps from ``c0`` context tokens, ending
-        with the step in progress at ``t_ext``; returns its length, step end times, blocks in
-        use during each step and step durations. The first step's blocks were already
-        allocated by _schedule."""
+        """Plan a run of at most ``k_max`` pure-decode steps from ``c0`` context tokens (the
+        first one ``dt0`` long), ending with the step in progress at ``t_ext``; returns its
+        length, step end times, blocks in use during each step and step durations. The first
+        step's blocks were already allocated by _schedule."""
         bs = self.block_size
         n = len(rows)
         # block allocation pattern: request r (c_r tokens computed before the run, b_r blocks
@@ -1019,7 +1024,7 @@ class Engine:
             k_max = k_limit
             alloc_cum = alloc_cum[:k_max]
         if k_max <= SMALL_K:
-            ends_l, dts_l = self._decode_steps_small(n, c0, k_max, t_ext)
+            ends_l, dts_l = self._decode_steps_small(n, c0, k_max, t_ext, dt0)
             k = len(ends_l)
             ends, dts = np.array(ends_l), np.array(dts_l)
             if k < k_max:
@@ -1040,7 +1045,7 @@ class Engine:
         return k, ends, used, dts
 
     def _decode_steps_small(
-        self, n: int, c0: int, k_max: int, t_ext: float
+        self, n: int, c0: int, k_max: int, t_ext: float, dt0: float | None = None
     ) -> tuple[list[float], list[float]]:
         """End times and durations of the steps of a short decode run (at most ``k_max``
         steps, ending with the step in progress at ``t_ext``), one ``step_time`` call per step
@@ -1052,8 +1057,10 @@ class Engine:
         ends: list[float] = []
         dts: list[float] = []
         first_at = 0  # steps up to the first one that ends at t_ext or later
+        if dt0 is None:
+            dt0 = float(step_time(0.0, num, float(c0 + n), 0.0, 0.0))
         for j in range(1, k_max + 1):
-            dt = float(step_time(0.0, num, float(c0 + n * j), 0.0, 0.0))
+            dt = dt0 if j == 1 else float(step_time(0.0, num, float(c0 + n * j), 0.0, 0.0))
             t += dt
             ends.append(t)
             dts.append(dt)
