@@ -892,7 +892,9 @@ class Engine:
         """Something changed this engine's work during a planned decode run (another replica's
         completion admitted or revoked a request here): end the run with the step in progress."""
         ends = self._jump_ends
-        if ends is None:
+        # nothing to cut unless a step after the one in progress is planned (the run's next
+        # to last step ends now or later): the common case, checked without a search
+        if ends is None or len(ends) < 2 or ends[-2] < self.env.now:
             return
         keep = int(ends.searchsorted(self.env.now, side="left")) + 1
         if keep < len(ends):
