@@ -459,10 +459,10 @@ class Engine:
         if not preempted:
             w_rows, w_new = self._schedule_waiting(budget)
             if decoding:
-                self._tail = list(zip(w_rows, w_new, strict=True))
+                self._tail = list(zip(w_rows, w_new, strict=True)) if w_rows else []
             if w_rows:
-                sched = np.concatenate((sched, np.asarray(w_rows, dtype=np.int64)))
-                new = np.concatenate((new, np.asarray(w_new, dtype=np.int64)))
+                sched = np.concatenate((sched, w_rows))
+                new = np.concatenate((new, w_new))
         return sched, new, preempted
 
     # --- the running set -----------------------------------------------------------------
@@ -767,9 +767,9 @@ class Engine:
             return None
         if n > self.config.max_num_batched_tokens:
             return None
-        tail = self._tail
-        if tail and any(n_new != 1 for _, n_new in tail):
-            return None  # a request starting with more than one token: a prefill
+        for _, n_new in self._tail or ():
+            if n_new != 1:
+                return None  # a request starting with more than one token: a prefill
         # A waiting head (if any) was refused this step by max_num_seqs, the token budget or
         # allocate_slots; during a decode run the first two stay and free blocks only shrink,
         # so it stays refused until a request finishes (which ends the run).
