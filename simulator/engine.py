@@ -896,15 +896,12 @@ class Engine:
         # to last step ends now or later): the common case, checked without a search
         if ends is None or len(ends) < 2 or ends[-2] < self.env.now:
             return
-        keep = int(ends.searchsorted(self.env.now, side="left")) + 1
-        if keep < len(ends):
-            self._jump_keep = keep
-            self._jump_ends = None
-            self.process.interrupt()
+        self._jump_keep = int(ends.searchsorted(self.env.now, side="left")) + 1
+        self._jump_ends = None
+        self.process.interrupt()
 
     def _apply_aborts(self) -> list[int]:
-        if not self._aborts:
-            return []
+        """Apply the aborts queued during the last step (the caller checks there are some)."""
         aborted = list(self._aborts)
         for i in aborted:
             self._abort_now(i)
@@ -1027,40 +1024,35 @@ class Engine:
             alloc_cum = alloc_cum[:k_max]
         if k_max <= SMALL_K:
             ends_l, dts_l = self._decode_steps_small(n, c0, k_max, t_ext, dt0)
-            k = len(ends_l)
             ends, dts = np.array(ends_l), np.array(dts_l)
-            if k < k_max:
-                alloc_cum = alloc_cum[:k]
-            used = self.num_used_blocks + alloc_cum  # step 0's blocks were taken by _schedule
-            return k, ends, used, dts
-        # c0 + n * (j + 1) for step j, exact (integers below 2**53, as arange computes them)
-        context = np.arange(c0 + n, c0 + n * (k_max + 1), n, dtype=np.float64)
-        dts = self._decode_step_times(n, context)
-        ends = dts.copy()
-        ends[0] += self.t
-        np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
-        k = k_max
-        if t_ext < ends[-1]:
-            k = int(ends.searchsorted(t_ext, side="left")) + 1
-            ends, dts, alloc_cum = ends[:k], dts[:k], alloc_cum[:k]
-        used = self.num_used_blocks + alloc_cum  # step 0's blocks were taken by _schedule
+        else:
+            # c0 + n * (j + 1) for step j, exact (integers below 2**53, as arange computes them)
+            context = np.arange(c0 + n, c0 + n * (k_max + 1), n, dtype=np.float64)
+            dts = self._decode_step_times(n, context)
+            ends = dts.copy()
+            ends[0] += self.t
+            np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
+            if t_ext < ends[-1]:  # the run ends with the first step ending at t_ext or later
+                cut = int(ends.searchsorted(t_ext, side="left")) + 1
+                ends, dts = ends[:cut], dts[:cut]
+        k = len(ends)
+        used = self.num_used_blocks + alloc_cum[:k]  # step 0's blocks were taken by _schedule
         return k, ends, used, dts
 
     def _decode_steps_small(
-        self, n: int, c0: int, k_max: int, t_ext: float, dt0: float | None = None
+        self, n: int, c0: int, k_max: int, t_ext: float, dt0: float
     ) -> tuple[list[float], list[float]]:
         """End times and durations of the steps of a short decode run (at most ``k_max``
-        steps, ending with the step in progress at ``t_ext``), one ``step_time`` call per step
-        as stepping makes them: for a few steps, cheaper than the array arithmetic of
-        :meth:`_decode_step_times`, and the same bits (sums from ``t`` in the same order)."""
+        steps, the first ``dt0`` long, ending with the step in progress at ``t_ext``), one
+        ``step_time`` call per step as stepping makes them: for a few steps, cheaper than the
+        array arithmetic of :meth:`_decode_step_times`, and the same bits (sums from ``t`` in
+        the same order)."""
         step_time = self.cost.step_time
         num = float(n)
         t = self.t
         ends: list[float] = []
         dts: list[float] = []
         first_at = 0  # steps up to the first one that ends at t_ext or later
-        if dt0 is None:
-            dt0 = float(step_time(0.0, num, float(c0 + n), 0.0, 0.0))
         for j in range(1, k_max + 1):
             dt = dt0 if j == 1 else float(step_time(0.0, num, float(c0 + n * j), 0.0, 0.0))
             t += dt

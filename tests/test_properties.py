@@ -304,6 +304,7 @@ def test_short_decode_run_step_times_match_the_array_path(
     k = k_max
     if t_ext < ends[-1]:
         k = int(ends.searchsorted(t_ext, side="left")) + 1
-    got_ends, got_dts = engine._decode_steps_small(n, c0, k_max, t_ext)
+    dt0 = float(cost.step_time(0.0, float(n), float(c0 + n), 0.0, 0.0))  # as _decode_run_bound
+    got_ends, got_dts = engine._decode_steps_small(n, c0, k_max, t_ext, dt0)
     assert got_ends == ends[:k].tolist()
     assert got_dts == dts[:k].tolist()
