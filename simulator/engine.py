@@ -110,6 +110,30 @@ class DecodeRows:
 
 
 @dataclass(slots=True)
+class DecodeGroup:
+    """The running requests of a base :class:`Engine` while every one of them is decoding,
+    kept in O(1) per step: a member's ``num_computed_tokens``, ``num_output_tokens`` and
+    ``num_tokens`` are its arrays' values plus ``step - members[row]`` (the decode steps the
+    group took since the row joined), and its ``num_blocks`` is ``ceil(num_computed_tokens /
+    block_size)``; the arrays are written when it leaves (:meth:`Engine._group_leave`) or the
+    group is dissolved.
+
+    ``context`` is the members' ``num_computed_tokens`` in all; ``hist[x]`` counts the members
+    whose ``(num_computed_tokens - step) % block_size`` is ``x`` (they take a new block in a
+    step scheduled when ``step % block_size == -x % block_size``: their blocks are full);
+    ``finish`` is a heap of ``(step at which the member has its output, join order, row)``
+    (join order is running order: see :meth:`Engine._group_join`)."""
+
+    hist: list[int]
+    finish: list[tuple[int, int, int]]
+    members: dict[int, int]  # row -> step at which it joined
+    step: int = 0
+    context: int = 0
+    size: int = 0
+    num_joined: int = 0
+
+
+@dataclass(slots=True)
 class EngineHooks:
     """How the engine tells its executor what happened (all optional)."""
 
@@ -219,6 +243,12 @@ class Engine:
             self.num_shared_blocks = np.zeros(n, np.int64)
         self.prefix_query_tokens = 0
         self.prefix_hit_tokens = 0
+        # the decode group (see DecodeGroup): the base engine only (presets read running
+        # requests' arrays in their hooks), without prefix caching (shared blocks), and with
+        # skip_ahead, so that stepping one by one (skip_ahead=false) stays the reference
+        self._lazy = type(self) is Engine and self._cache is None and config.skip_ahead
+        self._group: DecodeGroup | None = None
+        self._group_step = False  # this step's running loop is the decode group
         self._aborts: list[int] = []
         self._deferred_adds: list[int] = []
         self._busy = False
@@ -287,6 +317,9 @@ class Engine:
         """Row ``i``'s output tokens as of the last step that has ended: a decode run in
         progress is committed at its end, so the steps of it already run are added."""
         out = int(self.num_output_tokens[i])
+        g = self._group
+        if g is not None and i in g.members:
+            out += g.step - g.members[i]
         ends, rows = self._run_ends, self._run_rows
         if ends is not None and rows is not None and bool(np.count_nonzero(rows == i)):
             out += int(ends.searchsorted(self.env.now, side="left"))
@@ -348,6 +381,8 @@ class Engine:
     def _abort_now(self, i: int) -> None:
         if not self._in_engine[i]:
             return
+        if self._group is not None and i in self._group.members:
+            self._group_dissolve(scheduled=False)  # between steps (aborts wait for their end)
         if i in self.running:
             self._stop_running([i])
         else:
@@ -442,6 +477,20 @@ class Engine:
         self._head_refusal = ""
         self._fast = None
         self._tail = None
+        self._group_step = False
+        if self._group is None and self._lazy and self._all_decode and self.running:
+            self._group_form()
+        if self._group is not None:
+            group = self._schedule_group(budget)
+            if group is not None:
+                sched, new = group
+                w_rows, w_new = self._schedule_waiting(budget - len(sched))
+                self._tail = list(zip(w_rows, w_new, strict=True)) if w_rows else []
+                if w_rows:
+                    sched = np.concatenate((sched, w_rows))
+                    new = np.concatenate((new, w_new))
+                return sched, new, False
+            self._group_dissolve(scheduled=False)
         decoding = False
         fast = self._schedule_running_fast(budget)
         if fast is not None:
@@ -506,6 +555,104 @@ class Engine:
             arr = self._running_arr = self._running_buf[:n]
             arr[:] = self.running
         return arr
+
+    # --- the decode group (base engine: see DecodeGroup) -------------------------------------
+    def _group_form(self) -> None:
+        """Make the running requests, all decoding, the decode group."""
+        rows = self._running_rows()
+        bs = self.block_size
+        computed = self.num_computed_tokens[rows]
+        left = (self.target_output[rows] - self.num_output_tokens[rows]).tolist()
+        running = self.running
+        finish = list(zip(left, range(len(running)), running, strict=True))
+        heapq.heapify(finish)
+        self._group = DecodeGroup(
+            hist=np.bincount(computed % bs, minlength=bs).tolist(),
+            finish=finish,
+            members=dict.fromkeys(running, 0),
+            context=_isum(computed),
+            size=len(running),
+            num_joined=len(running),
+        )
+
+    def _group_join(self, g: DecodeGroup, i: int, computed: int, output: int) -> None:
+        """Add row ``i``, sampled this step (decoding now), whose arrays hold ``computed`` and
+        ``output``. Rows join in the order they started running (all at once when the group
+        forms, or at the step that started them), so join order is running order."""
+        step = g.step
+        g.members[i] = step
+        g.hist[(computed - step) % self.block_size] += 1
+        g.context += computed
+        g.size += 1
+        heapq.heappush(g.finish, (int(self.target_output[i]) - output + step, g.num_joined, i))
+        g.num_joined += 1
+
+    def _group_leave(self, g: DecodeGroup, i: int) -> None:
+        """Write member ``i``'s arrays and take it out of the group (the caller has taken its
+        heap entry)."""
+        joined = g.members.pop(i)
+        d = g.step - joined
+        c0 = int(self.num_computed_tokens[i])
+        c = c0 + d
+        self.num_computed_tokens[i] = c
+        self.num_output_tokens[i] += d
+        self.num_tokens[i] = c + 1
+        self.num_blocks[i] = -(-c // self.block_size)
+        g.hist[(c0 - joined) % self.block_size] -= 1
+        g.context -= c
+        g.size -= 1
+
+    def _group_done(self, g: DecodeGroup) -> list[int]:
+        """The members that have all their output now, out of the group, in running order."""
+        finish = g.finish
+        done: list[int] = []
+        while finish and finish[0][0] <= g.step:
+            i = heapq.heappop(finish)[2]
+            self._group_leave(g, i)
+            done.append(i)
+        return done
+
+    def _group_dissolve(self, *, scheduled: bool) -> None:
+        """Write every member's arrays and end the group. ``scheduled``: the group's step is
+        scheduled (its blocks taken), not committed."""
+        g = self._group
+        assert g is not None
+        self._group = None
+        self._group_step = False
+        m = len(g.members)
+        if not m:
+            return
+        rows = np.fromiter(g.members.keys(), np.int64, m)
+        d = g.step - np.fromiter(g.members.values(), np.int64, m)
+        computed = self.num_computed_tokens[rows] + d
+        self.num_computed_tokens[rows] = computed
+        self.num_output_tokens[rows] += d
+        self.num_tokens[rows] = computed + 1
+        bs = self.block_size
+        self.num_blocks[rows] = (computed + (bs - 1 + int(scheduled))) // bs
+
+    def _schedule_group(self, budget: int) -> tuple[IntArray, IntArray] | None:
+        """The running loop when the running requests are the decode group and every one gets
+        its token and block (no preemption): one new token each. None, changing nothing,
+        otherwise."""
+        g = self._group
+        assert g is not None
+        n = len(self.running)
+        if not (self._all_decode and n == g.size and n <= budget and n <= len(self._ones)):
+            return None
+        total = g.hist[-g.step % self.block_size]  # the members whose blocks are full
+        if total > self.num_free_blocks + self._evictable:
+            return None
+        if total:
+            self._take(total)
+        self._group_step = True
+        return self._running_rows(), self._ones[:n]
+
+    def sync(self) -> None:
+        """Write the decode group's state to the per-request arrays (``num_output_tokens``
+        and the others), for reading them once the simulation has stopped."""
+        if self._group is not None:
+            self._group_dissolve(scheduled=self._busy and self._group_step)
 
     def _budget_prefix(self, rows: IntArray, budget: int) -> RunningPrefix:
         """The token budget handed out in ``rows``' order, as the running loop does: each gets
@@ -728,7 +875,11 @@ class Engine:
             # waiting requests that start (``tail``, a few): the same sums, in integers
             m = len(rows) - len(tail)
             fast = self._fast
-            context = m + _isum(fast.computed) if fast is not None else 0
+            if self._group_step:
+                assert self._group is not None
+                context = m + self._group.context
+            else:
+                context = m + _isum(fast.computed) if fast is not None else 0
             num_decode = m
             prefill = attention = 0
             for i, n_new in tail:
@@ -818,11 +969,30 @@ class Engine:
             counts = (len(self.running), self.num_waiting() + gw_waiting)
             step_end: FloatArray | None = None
             k = 1
-            decode = self._steady(rows, new, preempted) if skip_ahead else None
-            if decode is not None:
-                k_max, c0, dt, t_ext, to_finish = self._decode_run_bound(rows, decode)
+            group = self._group if self._group_step else None
+            decode: DecodeRows | None = None
+            run = False  # a decode run: pure decode of every running request
+            if group is not None:
+                run = not self._tail and not self._step_extra_s
+            elif skip_ahead:
+                decode = self._steady(rows, new, preempted)
+                run = decode is not None
+            if run:
+                if group is not None:
+                    c0 = group.context
+                    to_finish = group.finish[0][0] - group.step
+                else:
+                    assert decode is not None
+                    c0 = _isum(decode.computed)
+                    to_finish = _imin(self.target_output[rows] - decode.output)
+                k_max, dt, t_ext = self._decode_run_bound(len(rows), c0, to_finish)
                 if k_max > 1:
-                    k, step_end, used, dts = self._plan_jump(rows, decode, k_max, c0, t_ext, dt)
+                    if group is not None:
+                        alloc_cum = self._group_alloc_plan(group, k_max)
+                    else:
+                        assert decode is not None
+                        alloc_cum = self._alloc_plan(decode, k_max)
+                    k, step_end, used, dts = self._plan_jump(rows, alloc_cum, c0, t_ext, dt)
                     t1 = float(step_end[-1])
             else:
                 p, d, c, a, s = self._features(rows, new)
@@ -860,8 +1030,28 @@ class Engine:
                     self._sample_steps(step_end, used, reserved, counts)
             self.t = t1
             self.num_steps += k
-            aborted = self._apply_aborts() if self._aborts else []
-            if decode is None:
+            aborted: list[int] = []
+            if self._aborts:
+                if group is not None:
+                    # back to the arrays, as they were when the step was scheduled
+                    self._group_dissolve(scheduled=True)
+                    group = None
+                    if run:
+                        decode = DecodeRows(
+                            self.num_computed_tokens[rows],
+                            self.num_blocks[rows],
+                            self.num_output_tokens[rows],
+                        )
+                aborted = self._apply_aborts()
+            if group is not None:
+                self._on_steps(rows, new, preempted, k)
+                if run:
+                    # the blocks steps 1..k-1 take, as planned (step 0's were taken already)
+                    taken = int(used[k - 1] - used[0]) if step_end is not None else 0
+                    self._group_commit_run(group, k, taken, k >= to_finish)
+                else:
+                    self._commit_decode_step(len(rows))
+            elif decode is None:
                 self._on_steps(rows, new, preempted, 1)
                 self._commit_step(rows, new, aborted)
             else:
@@ -945,7 +1135,14 @@ class Engine:
         assert tail is not None
         done: list[int] = []
         fast = self._fast
-        if fast is not None:
+        g = self._group if self._group_step else None
+        if g is not None:
+            self._group_step = False
+            g.step += 1
+            g.context += g.size
+            if g.finish and g.finish[0][0] <= g.step:
+                done = self._group_done(g)
+        elif fast is not None:
             prefix = fast.rows
             computed = fast.computed + 1
             self.num_computed_tokens[prefix] = computed
@@ -966,39 +1163,48 @@ class Engine:
                     self.first_token_s[i] = self.t
                 if output_i >= self.target_output[i]:
                     done.append(i)
+                elif g is not None:
+                    self._group_join(g, i, computed_i, output_i)
         if sampled == len(self.running):
             self._all_decode = True  # as in _commit_step
         if done:
             self._finish(done)
 
-    def _decode_run_bound(
-        self, rows: IntArray, decode: DecodeRows
-    ) -> tuple[int, int, float, float, int]:
-        """For a decode run of ``rows`` starting now: an upper bound on its length (the first
-        finish, :data:`MAX_JUMP_STEPS`, the next external event), the context tokens before it,
-        the duration of its first step, the time of the next external event and the steps
-        until the first request finishes."""
-        n = len(rows)
-        c0 = _isum(decode.computed)
+    def _decode_run_bound(self, n: int, c0: int, to_finish: int) -> tuple[int, float, float]:
+        """For a decode run of ``n`` requests starting now from ``c0`` context tokens, the first
+        of them finishing in ``to_finish`` steps: an upper bound on its length (the first
+        finish, :data:`MAX_JUMP_STEPS`, the next external event), the duration of its first
+        step and the time of the next external event."""
         dt0 = float(self.cost.step_time(0.0, float(n), float(c0 + n), 0.0, 0.0))
-        to_finish = _imin(self.target_output[rows] - decode.output)
         k_max = min(to_finish, MAX_JUMP_STEPS)
         t_ext = self.hooks.next_external_s()
         if t_ext != math.inf and k_max > 1 and dt0 > 0:
             # step times never shrink during a decode run (the context only grows), so the run
             # reaches t_ext within (t_ext - t) / dt0 + 1 steps
             k_max = max(1, min(k_max, int((t_ext - self.t) / dt0) + 2))
-        return k_max, c0, dt0, t_ext, to_finish
+        return k_max, dt0, t_ext
 
-    def _plan_jump(
-        self, rows: IntArray, decode: DecodeRows, k_max: int, c0: int, t_ext: float, dt0: float
-    ) -> tuple[int, FloatArray, IntArray, FloatArray]:
-        """Plan a run of at most ``k_max`` pure-decode steps from ``c0`` context tokens (the
-        first one ``dt0`` long), ending with the step in progress at ``t_ext``; returns its
-        length, step end times, blocks in use during each step and step durations. The first
-        step's blocks were already allocated by _schedule."""
+    def _group_alloc_plan(self, g: DecodeGroup, k_max: int) -> IntArray:
+        """:meth:`_alloc_plan` for the decode group: a member's blocks are full every
+        ``block_size`` steps, at steps its ``hist`` bucket says."""
         bs = self.block_size
-        n = len(rows)
+        hist = g.hist
+        step = g.step
+        if k_max <= SMALL_K:
+            taken = [0] * k_max
+            acc = 0
+            for j in range(1, k_max):
+                acc += hist[(-step - j) % bs]
+                taken[j] = acc
+            return np.array(taken, np.int64)
+        per = np.array(hist, np.int64)[(-step - self._step_index[:k_max]) % bs]
+        per[0] = 0
+        return np.add.accumulate(per, out=per)
+
+    def _alloc_plan(self, decode: DecodeRows, k_max: int) -> IntArray:
+        """Blocks a decode run of ``decode``'s rows takes in its steps 1..j, for ``j <
+        k_max`` (step 0's blocks were taken by _schedule)."""
+        bs = self.block_size
         # block allocation pattern: request r (c_r tokens computed before the run, b_r blocks
         # after step 0's allocation by _schedule) needs its next block at step
         # f_r = b_r * bs - c_r >= 1 and then every bs steps
@@ -1011,7 +1217,18 @@ class Engine:
             period = -(-k_max // bs) * bs
             reached = first.searchsorted(self._step_index[:period], side="right")
             alloc_cum = np.add.accumulate(reached.reshape(-1, bs), axis=0).ravel()[:k_max]
-        # alloc_cum[j]: blocks taken in steps 1..j
+        return alloc_cum
+
+    def _plan_jump(
+        self, rows: IntArray, alloc_cum: IntArray, c0: int, t_ext: float, dt0: float
+    ) -> tuple[int, FloatArray, IntArray, FloatArray]:
+        """Plan a run of at most ``len(alloc_cum)`` pure-decode steps of ``rows`` from ``c0``
+        context tokens (the first one ``dt0`` long), ending with the step in progress at
+        ``t_ext`` or when blocks run out (``alloc_cum[j]``: blocks taken in steps 1..j); returns
+        its length, step end times, blocks in use during each step and step durations. The
+        first step's blocks were already allocated by _schedule."""
+        n = len(rows)
+        k_max = len(alloc_cum)
         free = self.num_free_blocks + self._evictable
         if int(alloc_cum[-1]) > free:
             # alloc_cum never decreases: the first step that runs out of blocks
@@ -1097,6 +1314,19 @@ class Engine:
         done = rows[output >= self.target_output[rows]]
         if done.size:
             self._finish(done.tolist())
+
+    def _group_commit_run(self, g: DecodeGroup, k: int, extra: int, finishes: bool) -> None:
+        """:meth:`_commit_jump` for the decode group: ``k`` steps, ``extra`` blocks taken by
+        steps 1..k-1; ``finishes``: whether some member may have all its output."""
+        self._group_step = False
+        if extra:
+            self._take(extra)
+        g.step += k
+        g.context += g.size * k
+        if finishes:
+            done = self._group_done(g)
+            if done:
+                self._finish(done)
 
     def _finish(self, finished: list[int]) -> None:
         if not finished:

@@ -406,6 +406,11 @@ class Fleet:
     def finished_s(self) -> FloatArray:
         return np.asarray(np.fmin.reduce([e.finished_s for e in self.replicas]), np.float64)
 
+    def sync(self) -> None:
+        """Each replica's :meth:`Engine.sync`."""
+        for e in self.replicas:
+            e.sync()
+
     @property
     def num_output_tokens(self) -> IntArray:
         out = np.zeros(len(self.replica_of), np.int64)

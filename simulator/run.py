@@ -362,6 +362,7 @@ class _Simulation:
 
     def _result(self, wall_time_s: float) -> RunResult:
         w, e = self.w, self.engine
+        e.sync()
         completed = self.status == STATUS_CODES["completed"]
         output = np.where(completed, w.output_tokens, e.num_output_tokens)
         first = e.first_token_s.copy()

@@ -176,25 +176,79 @@ def test_skip_ahead_matches_step_by_step_when_the_gateway_reads_mid_run(
     assert_skip_ahead_matches_stepping(w, replace(cfg, lease_ttl_s=lease_ttl_s), policy)
 
 
+def _true_state(engine: Engine, rows: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], ...]:
+    """``num_computed_tokens``, ``num_tokens``, ``num_output_tokens`` and ``num_blocks`` of
+    ``rows``, with the decode group's steps added to its members (see ``DecodeGroup``)."""
+    computed = engine.num_computed_tokens[rows].copy()
+    tokens = engine.num_tokens[rows].copy()
+    output = engine.num_output_tokens[rows].copy()
+    blocks = engine.num_blocks[rows].copy()
+    g = engine._group
+    if g is not None:
+        for k, i in enumerate(rows.tolist()):
+            if i in g.members:
+                d = g.step - g.members[i]
+                computed[k] += d
+                tokens[k] += d
+                output[k] += d
+                blocks[k] = -(-computed[k] // engine.block_size)
+    return computed, tokens, output, blocks
+
+
+def _assert_group_facts(engine: Engine) -> None:
+    """The decode group's running sums, histogram and finish heap agree with its members."""
+    g = engine._group
+    if g is None:
+        return
+    assert engine._lazy
+    members = list(g.members)
+    assert set(members) <= set(engine.running)
+    if engine._all_decode:
+        assert members == engine.running  # join order is running order
+    rows = np.asarray(members, dtype=np.int64)
+    computed, tokens, output, blocks = _true_state(engine, rows)
+    bs = engine.block_size
+    # the array values a member joined with, and the step it joined at
+    joined = np.asarray(list(g.members.values()), dtype=np.int64)
+    base = engine.num_computed_tokens[rows]
+    assert g.size == len(members)
+    assert g.context == int(computed.sum())
+    assert g.hist == np.bincount((base - joined) % bs, minlength=bs).tolist()
+    # a member takes its next block in the step scheduled when its blocks are full
+    assert (blocks * bs >= computed).all() and (blocks * bs < computed + bs).all()
+    # ties in the heap break by join order, which is running order (finishes in running order)
+    assert [i for _, _, i in sorted(g.finish, key=lambda e: e[1])] == members
+    finish = {i: f for f, _, i in g.finish}
+    assert len(finish) == len(g.finish) == len(members)
+    for k, i in enumerate(members):
+        assert finish[i] - g.step == int(engine.target_output[i]) - int(output[k])
+    assert (tokens - computed == 1).all()
+    assert (output > 0).all() and (output < engine.target_output[rows]).all()
+
+
 def _assert_running_facts(engine: Engine) -> None:
     """The facts the engine keeps about its running set (see ``Engine._start_running``)."""
     rows = np.asarray(engine.running, dtype=np.int64)
     if engine._running_arr is not None:
         assert engine._running_arr.tolist() == engine.running
+    _assert_group_facts(engine)
+    computed, tokens, output, blocks = _true_state(engine, rows)
     # a running request's blocks hold its computed tokens (Engine._budget_prefix relies on it)
-    assert (engine.num_blocks[rows] * engine.block_size >= engine.num_computed_tokens[rows]).all()
+    assert (blocks * engine.block_size >= computed).all()
     if engine._all_decode:
-        assert (engine.num_tokens[rows] - engine.num_computed_tokens[rows] == 1).all()
-        assert (engine.num_output_tokens[rows] > 0).all()
+        assert (tokens - computed == 1).all()
+        assert (output > 0).all()
+    if engine._lazy:
+        # the base engine without prefix caching: running requests hold exactly the blocks
+        # of their computed tokens (the decode group relies on it), the others none
+        assert (blocks == -(-computed // engine.block_size)).all()
+        held = int(engine.num_blocks[engine._in_engine].sum()) - int(engine.num_blocks[rows].sum())
+        assert held + int(blocks.sum()) + engine.num_free_blocks == engine.num_gpu_blocks
 
 
-@SETTINGS
-@given(scenarios(), st.sampled_from(sorted(ENGINE_CLASSES)))
-def test_running_set_facts_hold_before_every_step(
-    case: tuple[Workload, SimConfig, str, dict[str, object]], name: str
+def _simulate_checking_every_step(
+    w: Workload, cfg: SimConfig, policy: str, params: dict[str, object]
 ) -> None:
-    w, cfg, policy, params = case
-    cfg = replace(cfg, engine=replace(cfg.engine, name=name))  # type: ignore[arg-type]
     schedule = Engine._schedule
 
     def checked(self: Engine) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], bool]:
@@ -206,6 +260,34 @@ def test_running_set_facts_hold_before_every_step(
         simulate(w, make_policy(policy, params), cfg)
     finally:
         Engine._schedule = schedule  # type: ignore[method-assign]
+
+
+@SETTINGS
+@given(scenarios(), st.sampled_from(sorted(ENGINE_CLASSES)))
+def test_running_set_facts_hold_before_every_step(
+    case: tuple[Workload, SimConfig, str, dict[str, object]], name: str
+) -> None:
+    w, cfg, policy, params = case
+    cfg = replace(cfg, engine=replace(cfg.engine, name=name))  # type: ignore[arg-type]
+    _simulate_checking_every_step(w, cfg, policy, params)
+
+
+@SETTINGS
+@given(scenarios(), st.sampled_from(["adaptive", "peak", None]), st.sampled_from([None, 0.3]))
+def test_decode_group_facts_hold_before_every_step(
+    case: tuple[Workload, SimConfig, str, dict[str, object]],
+    policy: str | None,
+    lease_ttl_s: float | None,
+) -> None:
+    """The base engine with skip-ahead keeps its decoding requests as a decode group; its
+    sums, histogram and finish heap match the requests' true state before every step, also
+    when the gateway reads output tokens mid-run (adaptive, peak) or revokes leases."""
+    w, cfg, drawn, params = case
+    cfg = replace(cfg, engine=replace(cfg.engine, name="vllm", skip_ahead=True))
+    cfg = replace(cfg, lease_ttl_s=lease_ttl_s)
+    if policy is not None:
+        drawn, params = policy, {}
+    _simulate_checking_every_step(w, cfg, drawn, params)
 
 
 @SETTINGS
