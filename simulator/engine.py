@@ -28,6 +28,7 @@ hashes (Mooncake ``hash_ids``) and evicts unreferenced ones least recently used 
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections import deque
@@ -45,6 +46,9 @@ from simulator.prefix_cache import PrefixCache
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+# a decode run's per-step values: arrays, or lists for a short run of the decode group
+Floats = FloatArray | list[float]
+Ints = IntArray | list[int]
 MAX_JUMP_STEPS = 4096
 # The loop's cost is the number of small numpy calls it makes, not their size: a reduction
 # (sum, min) over a few running requests costs ~1 us in numpy's reduction machinery but a few
@@ -252,9 +256,9 @@ class Engine:
         self._aborts: list[int] = []
         self._deferred_adds: list[int] = []
         self._busy = False
-        self._jump_ends: FloatArray | None = None  # step ends of the decode run in progress
+        self._jump_ends: Floats | None = None  # step ends of the decode run in progress
         self._run_rows: IntArray | None = None  # its rows (the run is committed at its end)
-        self._run_ends: FloatArray | None = None  # its step ends, kept when it is cut short
+        self._run_ends: Floats | None = None  # its step ends, kept when it is cut short
         self._jump_keep = 0
         self._step_index = np.arange(MAX_JUMP_STEPS + config.block_size, dtype=np.int64)  # j
         self._wake: simpy.Event | None = None
@@ -320,9 +324,13 @@ class Engine:
         g = self._group
         if g is not None and i in g.members:
             out += g.step - g.members[i]
-        ends, rows = self._run_ends, self._run_rows
-        if ends is not None and rows is not None and bool(np.count_nonzero(rows == i)):
-            out += int(ends.searchsorted(self.env.now, side="left"))
+            in_run = True  # a group run's rows are the group's
+        else:
+            rows = self._run_rows
+            in_run = rows is not None and bool(np.count_nonzero(rows == i))
+        ends = self._run_ends
+        if ends is not None and in_run:
+            out += bisect.bisect_left(ends, self.env.now)
         return out
 
     def head_of_line_blocked_s(self) -> float:
@@ -468,9 +476,10 @@ class Engine:
         """Called when the engine has nothing running or waiting."""
 
     # --- one step -------------------------------------------------------------------------
-    def _schedule(self) -> tuple[IntArray, IntArray, bool]:
+    def _schedule(self) -> tuple[IntArray, IntArray, bool] | None:
         """vLLM v1 ``schedule()``: returns the scheduled rows, their new-token counts and
-        whether any request was preempted."""
+        whether any request was preempted; None when the running loop was the decode group's
+        (:meth:`_schedule_group`: every running request, one token each, then ``_tail``)."""
         budget = self.config.max_num_batched_tokens
         self._step_extra_s = 0.0
         self._hol_blocked = False
@@ -481,15 +490,10 @@ class Engine:
         if self._group is None and self._lazy and self._all_decode and self.running:
             self._group_form()
         if self._group is not None:
-            group = self._schedule_group(budget)
-            if group is not None:
-                sched, new = group
-                w_rows, w_new = self._schedule_waiting(budget - len(sched))
+            if self._schedule_group(budget):
+                w_rows, w_new = self._schedule_waiting(budget - self._group.size)
                 self._tail = list(zip(w_rows, w_new, strict=True)) if w_rows else []
-                if w_rows:
-                    sched = np.concatenate((sched, w_rows))
-                    new = np.concatenate((new, w_new))
-                return sched, new, False
+                return None
             self._group_dissolve(scheduled=False)
         decoding = False
         fast = self._schedule_running_fast(budget)
@@ -631,22 +635,22 @@ class Engine:
         bs = self.block_size
         self.num_blocks[rows] = (computed + (bs - 1 + int(scheduled))) // bs
 
-    def _schedule_group(self, budget: int) -> tuple[IntArray, IntArray] | None:
+    def _schedule_group(self, budget: int) -> bool:
         """The running loop when the running requests are the decode group and every one gets
-        its token and block (no preemption): one new token each. None, changing nothing,
+        its token and block (no preemption): one new token each. False, changing nothing,
         otherwise."""
         g = self._group
         assert g is not None
         n = len(self.running)
-        if not (self._all_decode and n == g.size and n <= budget and n <= len(self._ones)):
-            return None
+        if not (self._all_decode and n == g.size and n <= budget):
+            return False
         total = g.hist[-g.step % self.block_size]  # the members whose blocks are full
         if total > self.num_free_blocks + self._evictable:
-            return None
+            return False
         if total:
             self._take(total)
         self._group_step = True
-        return self._running_rows(), self._ones[:n]
+        return True
 
     def sync(self) -> None:
         """Write the decode group's state to the per-request arrays (``num_output_tokens``
@@ -875,28 +879,8 @@ class Engine:
             # waiting requests that start (``tail``, a few): the same sums, in integers
             m = len(rows) - len(tail)
             fast = self._fast
-            if self._group_step:
-                assert self._group is not None
-                context = m + self._group.context
-            else:
-                context = m + _isum(fast.computed) if fast is not None else 0
-            num_decode = m
-            prefill = attention = 0
-            for i, n_new in tail:
-                after_i = int(self.num_computed_tokens[i]) + n_new
-                context += after_i
-                if n_new == 1 and after_i == int(self.num_tokens[i]) and self.num_output_tokens[i]:
-                    num_decode += 1
-                else:
-                    prefill += n_new
-                    attention += n_new * after_i
-            return (
-                float(prefill),
-                float(num_decode),
-                float(context),
-                float(attention),
-                float(len(rows) - num_decode),
-            )
+            context = m + _isum(fast.computed) if fast is not None else 0
+            return self._tail_features(m, context, tail)
         after = self.num_computed_tokens[rows] + new
         decode = (new == 1) & (self.num_output_tokens[rows] > 0) & (after == self.num_tokens[rows])
         prefill_new = new * ~decode  # new tokens of the prefill chunks, 0 for decode rows
@@ -907,6 +891,29 @@ class Engine:
             float(_isum(after)),
             float(_isum(prefill_new * after)),
             float(len(rows) - num_decode),
+        )
+
+    def _tail_features(
+        self, m: int, context: int, tail: list[tuple[int, int]]
+    ) -> tuple[float, float, float, float, float]:
+        """:meth:`_features` of a step of ``m`` decoding requests attending to ``context``
+        tokens, then the waiting requests that start (``tail``): the same sums, in integers."""
+        num_decode = m
+        prefill = attention = 0
+        for i, n_new in tail:
+            after_i = int(self.num_computed_tokens[i]) + n_new
+            context += after_i
+            if n_new == 1 and after_i == int(self.num_tokens[i]) and self.num_output_tokens[i]:
+                num_decode += 1
+            else:
+                prefill += n_new
+                attention += n_new * after_i
+        return (
+            float(prefill),
+            float(num_decode),
+            float(context),
+            float(attention),
+            float(m + len(tail) - num_decode),
         )
 
     def _steady(self, rows: IntArray, new: IntArray, preempted: bool) -> DecodeRows | None:
@@ -957,7 +964,12 @@ class Engine:
                 self.t = max(self.t, env.now)
                 continue
             reserved, gw_waiting = self.hooks.gateway_state()
-            rows, new, preempted = self._schedule()
+            scheduled = self._schedule()
+            if scheduled is None:  # the decode group's step
+                yield from self._group_iteration(reserved, gw_waiting)
+                self._add_deferred()
+                continue
+            rows, new, preempted = scheduled
             if len(rows) == 0:
                 if preempted:
                     # the request being scheduled was its own victim (priority scheduling):
@@ -967,116 +979,185 @@ class Engine:
                 # passed fits(); guard against a livelock all the same
                 raise RuntimeError("engine could not schedule any request")  # pragma: no cover
             counts = (len(self.running), self.num_waiting() + gw_waiting)
-            step_end: FloatArray | None = None
+            step_end: Floats | None = None
+            used: Ints
+            dts: Floats
             k = 1
-            group = self._group if self._group_step else None
-            decode: DecodeRows | None = None
-            run = False  # a decode run: pure decode of every running request
-            if group is not None:
-                run = not self._tail and not self._step_extra_s
-            elif skip_ahead:
-                decode = self._steady(rows, new, preempted)
-                run = decode is not None
-            if run:
-                if group is not None:
-                    c0 = group.context
-                    to_finish = group.finish[0][0] - group.step
-                else:
-                    assert decode is not None
-                    c0 = _isum(decode.computed)
-                    to_finish = _imin(self.target_output[rows] - decode.output)
+            decode = self._steady(rows, new, preempted) if skip_ahead else None
+            if decode is not None:
+                c0 = _isum(decode.computed)
+                to_finish = _imin(self.target_output[rows] - decode.output)
                 k_max, dt, t_ext = self._decode_run_bound(len(rows), c0, to_finish)
                 if k_max > 1:
-                    if group is not None:
-                        alloc_cum = self._group_alloc_plan(group, k_max)
-                    else:
-                        assert decode is not None
-                        alloc_cum = self._alloc_plan(decode, k_max)
-                    k, step_end, used, dts = self._plan_jump(rows, alloc_cum, c0, t_ext, dt)
-                    t1 = float(step_end[-1])
+                    alloc_cum = self._cut_to_free(self._alloc_plan(decode, k_max))
+                    k_limit = self._jump_limit(rows, len(alloc_cum), alloc_cum)
+                    alloc_cum = alloc_cum[:k_limit]
+                    k, step_end, used, dts = self._plan_jump(len(rows), alloc_cum, c0, t_ext, dt)
+                    if k > 1:
+                        self._run_rows = rows
             else:
                 p, d, c, a, s = self._features(rows, new)
                 dt = float(self.cost.step_time(p, d, c, a, s)) + self._step_extra_s
-            if step_end is None:
-                t1 = self.t + dt
-                used_now = self.num_used_blocks
-                self._kv_scalar_terms.append(float(used_now) * self.block_size * dt)
-                if self._hol_blocked:
-                    self._hol_scalar_terms.append(dt)
-                if self._next_sample_idx * self.timeline_period_s < t1:  # a sample is due
-                    self._sample_step(t1, used_now, reserved, counts)
-            self._busy = True
-            if k > 1:
-                self._jump_ends = self._run_ends = step_end
-                self._run_rows = rows
-            try:
-                yield env.timeout(max(0.0, t1 - env.now))
-            except simpy.Interrupt:
-                # work was added or aborted mid-run: stop at the end of the step in progress,
-                # as stepping one by one would have
-                k = self._jump_keep
-                t1 = float(step_end[k - 1])  # type: ignore[index]
-                yield env.timeout(max(0.0, t1 - env.now))
-            self._jump_ends = self._run_ends = self._run_rows = None
-            self._busy = False
+            t1 = self._account_step(dt, reserved, counts) if step_end is None else float(step_end[-1])
+            k = yield from self._wait(t1, step_end)
             if step_end is not None:
-                if k < len(step_end):  # cut short
-                    step_end, used, dts = step_end[:k], used[:k], dts[:k]
-                # float(used * bs) * dt: the same bits as float(used) * bs * dt (exact integers)
-                self._kv_terms.append(dts * (used * self.block_size))
-                if self._hol_blocked:
-                    self._hol_terms.append(dts)
-                if self._next_sample_idx * self.timeline_period_s < t1:  # a sample is due
-                    self._sample_steps(step_end, used, reserved, counts)
-            self.t = t1
-            self.num_steps += k
-            aborted: list[int] = []
-            if self._aborts:
-                if group is not None:
-                    # back to the arrays, as they were when the step was scheduled
-                    self._group_dissolve(scheduled=True)
-                    group = None
-                    if run:
-                        decode = DecodeRows(
-                            self.num_computed_tokens[rows],
-                            self.num_blocks[rows],
-                            self.num_output_tokens[rows],
-                        )
-                aborted = self._apply_aborts()
-            if group is not None:
-                self._on_steps(rows, new, preempted, k)
-                if run:
-                    # the blocks steps 1..k-1 take, as planned (step 0's were taken already)
-                    taken = int(used[k - 1] - used[0]) if step_end is not None else 0
-                    self._group_commit_run(group, k, taken, k >= to_finish)
-                else:
-                    self._commit_decode_step(len(rows))
-            elif decode is None:
+                self._account_run(step_end, used, dts, k, reserved, counts)
+            aborted = self._apply_aborts() if self._aborts else []
+            if decode is None:
                 self._on_steps(rows, new, preempted, 1)
                 self._commit_step(rows, new, aborted)
             else:
                 self._on_steps(rows, new, preempted, k)
                 # the blocks steps 1..k-1 take, as planned (step 0 takes none: see _plan_jump)
                 extra: int | None = int(used[k - 1] - used[0]) if step_end is not None else 0
-                if aborted:
-                    extra = None  # fewer rows than planned: count them again
-                    keep = ~np.isin(rows, aborted)
-                    if k > 1:
-                        # an aborted request keeps the tokens of the steps that ended before
-                        # its abort (which came during the last step: it ended the run)
-                        gone = rows[~keep]
-                        self.num_output_tokens[gone] = decode.output[~keep] + (k - 1)
-                        self.num_computed_tokens[gone] = decode.computed[~keep] + (k - 1)
-                        self.num_tokens[gone] += k - 1
-                    rows = rows[keep]
-                    decode = DecodeRows(
-                        decode.computed[keep], decode.blocks[keep], decode.output[keep]
-                    )
-                self._commit_jump(rows, k, decode, k >= to_finish, extra)
-            if self._deferred_adds:
-                for i in self._deferred_adds:
-                    self.add_request(i)
-                self._deferred_adds.clear()
+                self._commit_run(rows, k, decode, k >= to_finish, extra, aborted)
+            self._add_deferred()
+
+    def _group_iteration(self, reserved: int, gw_waiting: int) -> Generator[simpy.Event, Any, None]:
+        """The rest of an engine loop iteration whose running loop was the decode group's
+        (:meth:`_schedule_group`): the same arithmetic as the iteration of :meth:`_run`, on the
+        group's numbers instead of the rows' arrays."""
+        g = self._group
+        tail = self._tail
+        assert g is not None and tail is not None
+        counts = (len(self.running), self.num_waiting() + gw_waiting)
+        n = g.size
+        step_end: Floats | None = None
+        used: Ints
+        dts: Floats
+        run = not tail and not self._step_extra_s  # a decode run of the group
+        if run:
+            c0 = g.context
+            to_finish = g.finish[0][0] - g.step
+            k_max, dt, t_ext = self._decode_run_bound(n, c0, to_finish)
+            if k_max > SMALL_K:
+                alloc_cum = self._cut_to_free(self._group_alloc_plan(g, k_max))
+                _, step_end, used, dts = self._plan_jump(n, alloc_cum, c0, t_ext, dt)
+            elif k_max > 1:
+                _, step_end, used, dts = self._group_plan_small(g, k_max, c0, t_ext, dt)
+        else:
+            p, d, c, a, s = self._tail_features(n, n + g.context, tail)
+            dt = float(self.cost.step_time(p, d, c, a, s)) + self._step_extra_s
+        t1 = self._account_step(dt, reserved, counts) if step_end is None else float(step_end[-1])
+        k = yield from self._wait(t1, step_end)
+        if step_end is not None:
+            self._account_run(step_end, used, dts, k, reserved, counts)
+        if self._aborts:
+            # back to the arrays, as they were when the step was scheduled, and on as _run
+            self._group_dissolve(scheduled=True)
+            rows = self._running_rows()  # the group's rows, then the tail's
+            decode = DecodeRows(
+                self.num_computed_tokens[rows],
+                self.num_blocks[rows],
+                self.num_output_tokens[rows],
+            )
+            aborted = self._apply_aborts()
+            if run:
+                self._commit_run(rows, k, decode, k >= to_finish, None, aborted)
+            else:
+                new = np.array([1] * n + [n_new for _, n_new in tail], np.int64)
+                self._commit_step(rows, new, aborted)
+        elif run:
+            # the blocks steps 1..k-1 take, as planned (step 0's were taken already)
+            taken = int(used[k - 1] - used[0]) if step_end is not None else 0
+            self._group_commit_run(g, k, taken, k >= to_finish)
+        else:
+            self._commit_decode_step(n + len(tail))
+
+    def _account_step(self, dt: float, reserved: int, counts: tuple[int, int]) -> float:
+        """A single step of ``dt`` seconds from now: its KV and head-of-line terms and timeline
+        samples; returns its end."""
+        t1 = self.t + dt
+        used_now = self.num_used_blocks
+        self._kv_scalar_terms.append(float(used_now) * self.block_size * dt)
+        if self._hol_blocked:
+            self._hol_scalar_terms.append(dt)
+        if self._next_sample_idx * self.timeline_period_s < t1:  # a sample is due
+            self._sample_step(t1, used_now, reserved, counts)
+        return t1
+
+    def _wait(self, t1: float, step_end: Floats | None) -> Generator[simpy.Event, Any, int]:
+        """Wait for the step (or the planned decode run, ``step_end``) to end at ``t1``;
+        returns the steps that ran (a run ends early when work is added or aborted)."""
+        env = self.env
+        self._busy = True
+        k = 1
+        if step_end is not None:
+            k = len(step_end)
+            if k > 1:
+                self._jump_ends = self._run_ends = step_end
+        try:
+            yield env.timeout(max(0.0, t1 - env.now))
+        except simpy.Interrupt:
+            # work was added or aborted mid-run: stop at the end of the step in progress,
+            # as stepping one by one would have
+            assert step_end is not None
+            k = self._jump_keep
+            t1 = float(step_end[k - 1])
+            yield env.timeout(max(0.0, t1 - env.now))
+        self._jump_ends = self._run_ends = self._run_rows = None
+        self._busy = False
+        self.t = t1
+        self.num_steps += k
+        return k
+
+    def _account_run(
+        self,
+        step_end: Floats,
+        used: Ints,
+        dts: Floats,
+        k: int,
+        reserved: int,
+        counts: tuple[int, int],
+    ) -> None:
+        """The KV and head-of-line terms and timeline samples of the first ``k`` steps of a
+        decode run."""
+        if k < len(step_end):  # cut short
+            step_end, used, dts = step_end[:k], used[:k], dts[:k]
+        # float(used * bs) * dt: the same bits as float(used) * bs * dt (exact integers)
+        if isinstance(dts, list):
+            bs = self.block_size
+            self._kv_scalar_terms.extend([d * (u * bs) for d, u in zip(dts, used, strict=True)])
+            if self._hol_blocked:
+                self._hol_scalar_terms.extend(dts)
+        else:
+            self._kv_terms.append(dts * (np.asarray(used) * self.block_size))
+            if self._hol_blocked:
+                self._hol_terms.append(dts)
+        if self._next_sample_idx * self.timeline_period_s < self.t:  # a sample is due
+            self._sample_steps(step_end, used, reserved, counts)
+
+    def _commit_run(
+        self,
+        rows: IntArray,
+        k: int,
+        decode: DecodeRows,
+        finishes: bool,
+        extra: int | None,
+        aborted: list[int],
+    ) -> None:
+        """Commit a decode run of ``k`` steps (see :meth:`_commit_jump`), dropping the requests
+        ``aborted`` during its last step."""
+        if aborted:
+            extra = None  # fewer rows than planned: count them again
+            keep = ~np.isin(rows, aborted)
+            if k > 1:
+                # an aborted request keeps the tokens of the steps that ended before
+                # its abort (which came during the last step: it ended the run)
+                gone = rows[~keep]
+                self.num_output_tokens[gone] = decode.output[~keep] + (k - 1)
+                self.num_computed_tokens[gone] = decode.computed[~keep] + (k - 1)
+                self.num_tokens[gone] += k - 1
+            rows = rows[keep]
+            decode = DecodeRows(decode.computed[keep], decode.blocks[keep], decode.output[keep])
+        self._commit_jump(rows, k, decode, finishes, extra)
+
+    def _add_deferred(self) -> None:
+        """Add the requests re-admitted while their aborts waited for the step's end."""
+        if self._deferred_adds:
+            for i in self._deferred_adds:
+                self.add_request(i)
+            self._deferred_adds.clear()
 
     def _interrupt_jump(self) -> None:
         """Something changed this engine's work during a planned decode run (another replica's
@@ -1086,7 +1167,7 @@ class Engine:
         # to last step ends now or later): the common case, checked without a search
         if ends is None or len(ends) < 2 or ends[-2] < self.env.now:
             return
-        self._jump_keep = int(ends.searchsorted(self.env.now, side="left")) + 1
+        self._jump_keep = bisect.bisect_left(ends, self.env.now) + 1
         self._jump_ends = None
         self.process.interrupt()
 
@@ -1184,20 +1265,34 @@ class Engine:
             k_max = max(1, min(k_max, int((t_ext - self.t) / dt0) + 2))
         return k_max, dt0, t_ext
 
+    def _group_plan_small(
+        self, g: DecodeGroup, k_max: int, c0: int, t_ext: float, dt0: float
+    ) -> tuple[int, list[float], list[int], list[float]]:
+        """:meth:`_plan_jump` of a short decode run (at most ``SMALL_K`` steps) of the decode
+        group, in Python numbers: the same steps, in the same order, as the array path."""
+        bs = self.block_size
+        hist = g.hist
+        step = g.step
+        free = self.num_free_blocks + self._evictable
+        used0 = self.num_used_blocks
+        used = [used0]
+        taken = 0  # blocks taken in steps 1..j
+        for j in range(1, k_max):
+            taken += hist[(-step - j) % bs]
+            if taken > free:  # step j runs out of blocks: the run is steps 0..j-1
+                k_max = j
+                break
+            used.append(used0 + taken)
+        ends, dts = self._decode_steps_small(g.size, c0, k_max, t_ext, dt0)
+        k = len(ends)
+        return k, ends, used[:k], dts
+
     def _group_alloc_plan(self, g: DecodeGroup, k_max: int) -> IntArray:
         """:meth:`_alloc_plan` for the decode group: a member's blocks are full every
         ``block_size`` steps, at steps its ``hist`` bucket says."""
         bs = self.block_size
-        hist = g.hist
         step = g.step
-        if k_max <= SMALL_K:
-            taken = [0] * k_max
-            acc = 0
-            for j in range(1, k_max):
-                acc += hist[(-step - j) % bs]
-                taken[j] = acc
-            return np.array(taken, np.int64)
-        per = np.array(hist, np.int64)[(-step - self._step_index[:k_max]) % bs]
+        per = np.array(g.hist, np.int64)[(-step - self._step_index[:k_max]) % bs]
         per[0] = 0
         return np.add.accumulate(per, out=per)
 
@@ -1219,26 +1314,25 @@ class Engine:
             alloc_cum = np.add.accumulate(reached.reshape(-1, bs), axis=0).ravel()[:k_max]
         return alloc_cum
 
-    def _plan_jump(
-        self, rows: IntArray, alloc_cum: IntArray, c0: int, t_ext: float, dt0: float
-    ) -> tuple[int, FloatArray, IntArray, FloatArray]:
-        """Plan a run of at most ``len(alloc_cum)`` pure-decode steps of ``rows`` from ``c0``
-        context tokens (the first one ``dt0`` long), ending with the step in progress at
-        ``t_ext`` or when blocks run out (``alloc_cum[j]``: blocks taken in steps 1..j); returns
-        its length, step end times, blocks in use during each step and step durations. The
-        first step's blocks were already allocated by _schedule."""
-        n = len(rows)
-        k_max = len(alloc_cum)
+    def _cut_to_free(self, alloc_cum: IntArray) -> IntArray:
+        """``alloc_cum`` (blocks taken in steps 1..j of a planned decode run) up to the first
+        step that runs out of blocks."""
         free = self.num_free_blocks + self._evictable
         if int(alloc_cum[-1]) > free:
             # alloc_cum never decreases: the first step that runs out of blocks
             fail = int(alloc_cum.searchsorted(free, side="right"))
-            k_max = max(fail, 1)
-            alloc_cum = alloc_cum[:k_max]
-        k_limit = self._jump_limit(rows, k_max, alloc_cum)
-        if k_limit != k_max:
-            k_max = k_limit
-            alloc_cum = alloc_cum[:k_max]
+            return alloc_cum[: max(fail, 1)]
+        return alloc_cum
+
+    def _plan_jump(
+        self, n: int, alloc_cum: IntArray, c0: int, t_ext: float, dt0: float
+    ) -> tuple[int, FloatArray, IntArray, FloatArray]:
+        """Plan a run of at most ``len(alloc_cum)`` pure-decode steps of ``n`` requests from ``c0``
+        context tokens (the first one ``dt0`` long), ending with the step in progress at
+        ``t_ext`` or when blocks run out (``alloc_cum[j]``: blocks taken in steps 1..j); returns
+        its length, step end times, blocks in use during each step and step durations. The
+        first step's blocks were already allocated by _schedule."""
+        k_max = len(alloc_cum)
         if k_max <= SMALL_K:
             ends_l, dts_l = self._decode_steps_small(n, c0, k_max, t_ext, dt0)
             ends, dts = np.array(ends_l), np.array(dts_l)
@@ -1353,7 +1447,7 @@ class Engine:
         return out
 
     def _sample_steps(
-        self, ends: FloatArray, used_blocks: IntArray, reserved: int, counts: tuple[int, int]
+        self, ends: Floats, used_blocks: Ints, reserved: int, counts: tuple[int, int]
     ) -> None:
         """Timeline samples up to ``ends[-1]``; ``counts`` are the running and waiting (engine
         plus gateway) requests when the steps were scheduled."""

@@ -251,7 +251,7 @@ def _simulate_checking_every_step(
 ) -> None:
     schedule = Engine._schedule
 
-    def checked(self: Engine) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], bool]:
+    def checked(self: Engine) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], bool] | None:
         _assert_running_facts(self)
         return schedule(self)
 
