@@ -58,6 +58,9 @@ SMALL_N = 48
 # Decode runs of at most this many steps get their step times from one scalar step_time call
 # per step (~0.4 us each) rather than array arithmetic (~8 us whatever the length).
 SMALL_K = 20
+# The decode group plans runs of up to this many steps in Python numbers (blocks and KV terms
+# too, ~0.7 us a step), longer ones with arrays (~20 us however long): measured crossover.
+GROUP_SMALL_K = 48
 
 
 def _isum(a: IntArray) -> int:
@@ -1030,7 +1033,7 @@ class Engine:
             c0 = g.context
             to_finish = g.finish[0][0] - g.step
             k_max, dt, t_ext = self._decode_run_bound(n, c0, to_finish)
-            if k_max > SMALL_K:
+            if k_max > GROUP_SMALL_K:
                 alloc_cum = self._cut_to_free(self._group_alloc_plan(g, k_max))
                 _, step_end, used, dts = self._plan_jump(n, alloc_cum, c0, t_ext, dt)
             elif k_max > 1:
@@ -1268,7 +1271,7 @@ class Engine:
     def _group_plan_small(
         self, g: DecodeGroup, k_max: int, c0: int, t_ext: float, dt0: float
     ) -> tuple[int, list[float], list[int], list[float]]:
-        """:meth:`_plan_jump` of a short decode run (at most ``SMALL_K`` steps) of the decode
+        """:meth:`_plan_jump` of a short decode run (at most ``GROUP_SMALL_K`` steps) of the decode
         group, in Python numbers: the same steps, in the same order, as the array path."""
         bs = self.block_size
         hist = g.hist
@@ -1454,9 +1457,13 @@ class Engine:
         grid = self._grid(float(ends[-1]))
         if not grid:
             return
-        idx = np.minimum(np.searchsorted(ends, grid, side="right"), len(ends) - 1)
+        last = len(ends) - 1
+        if isinstance(ends, list):
+            idx = [min(bisect.bisect_right(ends, g), last) for g in grid]
+        else:
+            idx = np.minimum(np.searchsorted(ends, grid, side="right"), last).tolist()
         running, waiting = counts
-        for g, s in zip(grid, idx.tolist(), strict=True):
+        for g, s in zip(grid, idx, strict=True):
             self.timeline.append(
                 (
                     g,

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from policies import TierConfig, make_policy
 from simulator.cost_model import LinearCostModel
-from simulator.engine import SMALL_K, Engine
+from simulator.engine import GROUP_SMALL_K, SMALL_K, Engine
 from simulator.engine_config import EngineConfig
 from simulator.engine_presets import ENGINE_CLASSES
 from simulator.presets import RooflineCostModel, get_gpu, get_model
@@ -359,9 +359,9 @@ def _bare_engine(cost: LinearCostModel | RooflineCostModel) -> Engine:
     st.sampled_from(["linear", "roofline", "tiny"]),
     st.integers(1, 256),
     st.integers(0, 2_000_000),
-    st.integers(1, SMALL_K),
+    st.integers(1, max(SMALL_K, GROUP_SMALL_K)),
     st.floats(1.0, 1e5),
-    st.one_of(st.just(-1), st.integers(0, SMALL_K + 2)),
+    st.one_of(st.just(-1), st.integers(0, max(SMALL_K, GROUP_SMALL_K) + 2)),
 )
 def test_short_decode_run_step_times_match_the_array_path(
     kind: str, n: int, c0: int, k_max: int, t: float, ext_at: int
