@@ -15,6 +15,9 @@ A step's duration comes from the :class:`~simulator.cost_model.CostModel`. When 
 request is decoding and nothing else can change until a request finishes, a block allocation
 could fail, or something arrives from outside, the engine computes that whole run of steps at
 once (``skip_ahead``): the arithmetic is the same as stepping, so the results are identical.
+Meanwhile the base engine keeps the decoding requests as a :class:`DecodeGroup` (base values
+plus the group's step count, their context in all, when their blocks fill, when they finish),
+so such a run costs the same however many requests decode.
 
 Other engines (TGI, SGLang, TensorRT-LLM, vLLM with swap; ``simulator.engine_presets``) are
 subclasses that override a few small hooks: :meth:`Engine._admit_waiting` (may a waiting request
