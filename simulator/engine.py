@@ -257,8 +257,8 @@ class Engine:
         # requests' arrays in their hooks), without prefix caching (shared blocks), and with
         # skip_ahead, so that stepping one by one (skip_ahead=false) stays the reference
         self._lazy = type(self) is Engine and self._cache is None and config.skip_ahead
+        # exists only while its steps run: any other step dissolves it first (see _schedule)
         self._group: DecodeGroup | None = None
-        self._group_step = False  # this step's running loop is the decode group
         self._aborts: list[int] = []
         self._deferred_adds: list[int] = []
         self._busy = False
@@ -492,7 +492,6 @@ class Engine:
         self._head_refusal = ""
         self._fast = None
         self._tail = None
-        self._group_step = False
         if self._group is None and self._lazy and self._all_decode and self.running:
             self._group_form()
         if self._group is not None:
@@ -628,7 +627,6 @@ class Engine:
         g = self._group
         assert g is not None
         self._group = None
-        self._group_step = False
         m = len(g.members)
         if not m:
             return
@@ -655,14 +653,13 @@ class Engine:
             return False
         if total:
             self._take(total)
-        self._group_step = True
         return True
 
     def sync(self) -> None:
         """Write the decode group's state to the per-request arrays (``num_output_tokens``
         and the others), for reading them once the simulation has stopped."""
         if self._group is not None:
-            self._group_dissolve(scheduled=self._busy and self._group_step)
+            self._group_dissolve(scheduled=self._busy)  # a step of the group's in flight
 
     def _budget_prefix(self, rows: IntArray, budget: int) -> RunningPrefix:
         """The token budget handed out in ``rows``' order, as the running loop does: each gets
@@ -1052,15 +1049,15 @@ class Engine:
             # back to the arrays, as they were when the step was scheduled, and on as _run
             self._group_dissolve(scheduled=True)
             rows = self._running_rows()  # the group's rows, then the tail's
-            decode = DecodeRows(
-                self.num_computed_tokens[rows],
-                self.num_blocks[rows],
-                self.num_output_tokens[rows],
-            )
-            aborted = self._apply_aborts()
-            if run:
-                self._commit_run(rows, k, decode, k >= to_finish, None, aborted)
+            if run:  # read before the aborts change the arrays
+                decode = DecodeRows(
+                    self.num_computed_tokens[rows],
+                    self.num_blocks[rows],
+                    self.num_output_tokens[rows],
+                )
+                self._commit_run(rows, k, decode, k >= to_finish, None, self._apply_aborts())
             else:
+                aborted = self._apply_aborts()
                 new = np.array([1] * n + [n_new for _, n_new in tail], np.int64)
                 self._commit_step(rows, new, aborted)
         elif run:
@@ -1222,9 +1219,8 @@ class Engine:
         assert tail is not None
         done: list[int] = []
         fast = self._fast
-        g = self._group if self._group_step else None
+        g = self._group  # a step of the group's (any other step dissolves it first)
         if g is not None:
-            self._group_step = False
             g.step += 1
             g.context += g.size
             if g.finish and g.finish[0][0] <= g.step:
@@ -1418,7 +1414,6 @@ class Engine:
     def _group_commit_run(self, g: DecodeGroup, k: int, extra: int, finishes: bool) -> None:
         """:meth:`_commit_jump` for the decode group: ``k`` steps, ``extra`` blocks taken by
         steps 1..k-1; ``finishes``: whether some member may have all its output."""
-        self._group_step = False
         if extra:
             self._take(extra)
         g.step += k
