@@ -32,7 +32,7 @@ $(STAMP)-test: $(STAMP)
 # with PYTHONDONTWRITEBYTECODE set every command would recompile its modules at start (~0.05 s).
 # A .pyc whose source has since changed is ignored; this is quick when nothing changed.
 bytecode: $(STAMP)
-	$(PY) -m compileall -q policies simulator workloads backends cli
+	$(PY) -m compileall -q kvbudget policies workloads results perf analysis simulator studies live cli
 
 install: $(STAMP) bytecode
 install-test: $(STAMP)-test live-env bytecode

@@ -30,7 +30,7 @@ from bytecode import compile_project
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
-KVBUDGET = [sys.executable, "-m", "cli.main"]
+KVBUDGET = [sys.executable, "-m", "kvbudget.cli.main"]
 BENCH_ENGINE = ["--gpu", "A100-80GB", "--model", "Llama-2-7B", "--num-gpu-blocks", "7672",
                 "--block-size", "16", "--max-num-seqs", "256", "--max-num-batched-tokens", "4096",
                 "--policy", "unlimited"]

@@ -21,10 +21,10 @@ import math
 import time
 from typing import Any
 
-from simulator import sweep
-from simulator.executors import LocalExecutor, RayExecutor, available_cores
-from simulator.scenario import default_scenario
-from simulator.sweep import Axis, SweepPlan, execute
+from kvbudget.simulator.scenario import default_scenario
+from kvbudget.studies import sweep
+from kvbudget.studies.executors import LocalExecutor, RayExecutor, available_cores
+from kvbudget.studies.sweep import Axis, SweepPlan, execute
 
 
 def _metrics(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:

@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 CHILD = """
 import json, sys, time, tracemalloc
 import pyarrow as pa, pyarrow.csv, pandas
-from workloads.traces import TraceOptions, load_trace
+from kvbudget.workloads.traces import TraceOptions, load_trace
 if sys.argv[1] == "baseline":
     print(json.dumps({}))
     raise SystemExit

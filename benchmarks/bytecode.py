@@ -12,7 +12,7 @@ import compileall
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("cli", "simulator", "policies", "workloads", "backends")
+PACKAGES = ("kvbudget", "cli", "simulator", "policies", "workloads", "results", "perf", "analysis", "studies", "live")
 
 
 def compile_project() -> None:

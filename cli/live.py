@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cli.errors import CliError, fail, user_errors
+from kvbudget.cli.errors import CliError, fail, user_errors
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from backends.openai_client import ServerTarget
-    from backends.replay import ReplayOutcome
-    from policies import BasePolicy, FrontDoor, TierConfig
-    from workloads import Workload
+    from kvbudget.live.openai_client import ServerTarget
+    from kvbudget.live.replay import ReplayOutcome
+    from kvbudget.policies import BasePolicy, FrontDoor, TierConfig
+    from kvbudget.workloads import Workload
 
 UrlOpt = Annotated[str, typer.Option(
     "--url", help="The server root, e.g. http://127.0.0.1:8000 (OpenAI-compatible).")]
@@ -61,13 +61,13 @@ BatchedOpt = Annotated[int | None, typer.Option(
 
 
 def _target(url: str, model: str, api_key: str | None, read_timeout: float) -> "ServerTarget":
-    from backends.openai_client import ServerTarget
+    from kvbudget.live.openai_client import ServerTarget
 
     return ServerTarget(base_url=url, model=model, api_key=api_key, read_timeout_s=read_timeout)
 
 
 def _policy(name: str, params: list[str] | None) -> "BasePolicy":
-    from policies import make_policy
+    from kvbudget.policies import make_policy
 
     values: dict[str, Any] = {}
     for item in params or []:
@@ -83,7 +83,7 @@ def _policy(name: str, params: list[str] | None) -> "BasePolicy":
 
 def _tiers_for(workload: "Workload", tiers: "tuple[TierConfig, ...] | None" = None
                ) -> "tuple[TierConfig, ...]":
-    from policies import DEFAULT_TIERS
+    from kvbudget.policies import DEFAULT_TIERS
 
     tiers = DEFAULT_TIERS if tiers is None else tiers
     known = {t.name for t in tiers}
@@ -112,7 +112,7 @@ def gateway_setup(scenario: Path | None, policy: str | None, params: list[str] |
         name = policy or "conservative"
         _policy(name, params)  # a bad name or parameter fails here, before anything runs
         return GatewaySetup(lambda: _policy(name, params), None, None)
-    from simulator.scenario import load_scenario
+    from kvbudget.simulator.scenario import load_scenario
 
     try:
         scn = load_scenario(scenario)
@@ -131,9 +131,9 @@ def gateway_setup(scenario: Path | None, policy: str | None, params: list[str] |
 def load_workload(trace: Path, trace_format: str | None, tier: str, time_scale: float,
                   max_output: int | None = None) -> "Workload":
     """The trace as a workload (the loaders of ``kvbudget simulate --trace``), time-scaled."""
-    from backends.replay import scale_time
-    from workloads.lengths import FixedCap
-    from workloads.traces import TraceOptions, load_trace
+    from kvbudget.live.replay import scale_time
+    from kvbudget.workloads.lengths import FixedCap
+    from kvbudget.workloads.traces import TraceOptions, load_trace
 
     if not trace.exists():
         raise CliError(f"{trace}: no such trace file")
@@ -171,8 +171,8 @@ def run_replay(workload: "Workload", policy: "BasePolicy", *, target: "ServerTar
     the output is written, saying how to resume."""
     import asyncio
 
-    from backends.replay import ReplayConfig, ReplayMeta, replay_async
-    from backends.server import BackendUnavailable
+    from kvbudget.live.replay import ReplayConfig, ReplayMeta, replay_async
+    from kvbudget.live.server import BackendUnavailable
 
     config = ReplayConfig(target=target, tiers=tiers, capacity_tokens=capacity_tokens,
                           max_in_flight=max_in_flight, seed=seed, poll_period_s=poll_period,
@@ -214,7 +214,7 @@ def run_replay(workload: "Workload", policy: "BasePolicy", *, target: "ServerTar
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
-    from cli.tables import render_summaries
+    from kvbudget.cli.tables import render_summaries
 
     typer.echo(render_summaries([summary]))
 
@@ -294,10 +294,10 @@ def calibrate_cmd(
     read_timeout: TimeoutOpt = 600.0,
 ) -> None:
     """Profile a live server's step times and fit the cost model for simulate --cost-model."""
-    from cli.tables import render
+    from kvbudget.cli.tables import render
 
     with user_errors():
-        from backends.calibrate import CalibrationPlan, calibrate
+        from kvbudget.live.calibrate import CalibrationPlan, calibrate
 
         plan = CalibrationPlan(
             prefill_tokens=_ints(prefill_tokens, "--prefill-tokens"),
@@ -320,8 +320,8 @@ def calibrate_cmd(
                            disable=None, file=sys.stderr)
             bar.update(1)
 
-        from backends.calibrate import CalibrationFailed
-        from backends.server import BackendUnavailable
+        from kvbudget.live.calibrate import CalibrationFailed
+        from kvbudget.live.server import BackendUnavailable
 
         try:
             cal = calibrate(target, plan, capacity_tokens=capacity_tokens, on_point=on_point)
@@ -389,15 +389,15 @@ def validate_cmd(
     """Replay a trace live and simulate it with the calibrated model: compare per metric."""
     import asyncio
 
-    from cli.tables import render
+    from kvbudget.cli.tables import render
 
     with user_errors():
-        from backends.calibrate import SpeedCheck, speed_check_async
-        from backends.server import BackendUnavailable, discover
-        from backends.validation import KEY_METRICS, plot_validation, validate_runs
-        from simulator.cost_model import load_cost_model, read_frontend_overhead
-        from simulator.engine_config import EngineConfig
-        from simulator.run import SimConfig, simulate
+        from kvbudget.analysis.validation import KEY_METRICS, plot_validation, validate_runs
+        from kvbudget.live.calibrate import SpeedCheck, speed_check_async
+        from kvbudget.live.server import BackendUnavailable, discover
+        from kvbudget.perf.cost_model import load_cost_model, read_frontend_overhead
+        from kvbudget.simulator.engine_config import EngineConfig
+        from kvbudget.simulator.run import SimConfig, simulate
 
         if out.exists() and any(out.iterdir()):
             raise CliError(f"{out}: already exists and is not empty; choose another --out")

@@ -17,25 +17,25 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from cli import simulate
+    from kvbudget.cli import simulate
 
     simulate.register(app)
-    from cli import profile
+    from kvbudget.cli import profile
 
     profile.register(app)
-    from cli import regress
+    from kvbudget.cli import regress
 
     regress.register(app)
-    from cli import trace
+    from kvbudget.cli import trace
 
     trace.register(app)
-    from cli import live
+    from kvbudget.cli import live
 
     live.register(app)
-    from cli import sweep
+    from kvbudget.cli import sweep
 
     sweep.register(app)
-    from cli import report
+    from kvbudget.cli import report
 
     report.register(app)
 

@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cli.errors import CliError, fail, user_errors
+from kvbudget.cli.errors import CliError, fail, user_errors
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from backends.profiler import Profile
-    from simulator.fit import FitResult
+    from kvbudget.live.profiler import Profile
+    from kvbudget.perf.fit import FitResult
 
 
 def _int_list(option: str, text: str | None) -> tuple[int, ...] | None:
@@ -41,8 +41,10 @@ def _roofline(gpu: str | None, model: str | None, meta: dict[str, Any]) -> Any:
         if model is not None:
             raise CliError("--model (a model preset for the roofline) needs --gpu as well")
         return None
-    from backends.profiler import model_spec_from_meta
-    from simulator.presets import RooflineCostModel, get_gpu, get_model
+    from kvbudget.live.profiler import model_spec_from_meta
+    from kvbudget.perf.hardware import get_gpu
+    from kvbudget.perf.models import get_model
+    from kvbudget.perf.roofline import RooflineCostModel
 
     spec = get_model(model) if model is not None else model_spec_from_meta(meta)
     return RooflineCostModel(get_gpu(gpu), spec)
@@ -63,7 +65,7 @@ def _fmt_ms(seconds: float) -> str:
 
 def _print_report(profile: "Profile", fit: "FitResult", roofline: Any,
                   roofline_points: "pd.DataFrame | None") -> None:
-    from simulator.fit import summarize_errors
+    from kvbudget.perf.fit import summarize_errors
 
     tab = profile.table.reset_index(drop=True)
     header = (f"{'class':<8} {'batch':>6} {'seq_len':>8} {'measured_ms':>12} {'p10-p90_%':>9} "
@@ -105,8 +107,8 @@ def _print_summary(label: str, summary: "pd.DataFrame") -> None:
 def fit_profile_to_file(profile: "Profile", out: Path, *, gpu: str | None = None,
                         model: str | None = None, profile_path: Path | None = None) -> "FitResult":
     """Fit ``profile``, write the cost-model file ``out`` and print the per-point report."""
-    from simulator.cost_model import save_cost_model
-    from simulator.fit import (
+    from kvbudget.perf.cost_model import save_cost_model
+    from kvbudget.perf.fit import (
         compare_cost_model,
         errors_as_dict,
         fit_linear_cost_model,
@@ -176,7 +178,7 @@ def register(app: typer.Typer) -> None:
         """Time prefill and decode steps of a model on this machine (needs kvbudget[profile])."""
         from tqdm import tqdm
 
-        from backends.profiler import (
+        from kvbudget.live.profiler import (
             ProfileGrid,
             measure_to_file,
             rows_to_profile,
@@ -253,7 +255,7 @@ def register(app: typer.Typer) -> None:
             "[default: the profiled model's shape from the sidecar]")] = None,
     ) -> None:
         """Fit the linear cost model to a profile; write a file for simulate --cost-model."""
-        from backends.profiler import read_profile
+        from kvbudget.live.profiler import read_profile
 
         with user_errors():
             profile = read_profile(profile_path)

@@ -5,10 +5,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cli.errors import user_errors
+from kvbudget.cli.errors import user_errors
 
 if TYPE_CHECKING:
-    from simulator.regress import RegressReport
+    from kvbudget.studies.regress import RegressReport
 
 
 def regress_cmd(
@@ -47,7 +47,7 @@ def regress_cmd(
 
     Exit 0 when nothing regressed, 1 when a metric regressed, 2 on bad input.
     """
-    from simulator.regress import load_suite, regress, render_text
+    from kvbudget.studies.regress import load_suite, regress, render_text
 
     with user_errors():
         s = load_suite(suite, overrides or [])
@@ -76,7 +76,7 @@ def regress_cmd(
 
 
 def _write_reports(report: "RegressReport", junit: Path | None, markdown: Path | None) -> None:
-    from simulator.regress import render_junit, render_markdown
+    from kvbudget.studies.regress import render_junit, render_markdown
 
     for path, text in ((junit, render_junit), (markdown, render_markdown)):
         if path is not None:

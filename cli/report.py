@@ -5,7 +5,7 @@ from typing import Annotated
 
 import typer
 
-from cli.errors import user_errors
+from kvbudget.cli.errors import user_errors
 
 
 def report_cmd(
@@ -27,7 +27,7 @@ def report_cmd(
 ) -> None:
     """Write one self-contained HTML report (figures embedded) and PNGs for one or more runs."""
     with user_errors():
-        from simulator.report import build_report
+        from kvbudget.analysis.report import build_report
 
         report = build_report(run_dirs, out, measured=measured, seed=seed)
     typer.echo(f"wrote {report.html_path} and {len(report.png_paths)} PNG files in {out}")

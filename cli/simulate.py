@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cli.errors import CliError, user_errors
+from kvbudget.cli.errors import CliError, user_errors
 
 if TYPE_CHECKING:
-    from simulator.results import RunResult
-    from simulator.scenario import Scenario
+    from kvbudget.results.run_result import RunResult
+    from kvbudget.simulator.scenario import Scenario
 
 
 ScenarioOpt = Annotated[
@@ -69,7 +69,7 @@ def build_scenario(
     """The scenario file (or the embedded default) with the command-line flags applied."""
     import tomllib
 
-    from simulator.scenario import default_scenario_dict, scenario_from_dict
+    from kvbudget.simulator.scenario import default_scenario_dict, scenario_from_dict
 
     if scenario is not None:
         try:
@@ -136,14 +136,14 @@ def _progress(total: int, desc: str) -> Any:
 
 
 def _check_engine(engine: str | None) -> None:
-    from simulator.engine_config import ENGINE_NAMES
+    from kvbudget.simulator.engine_config import ENGINE_NAMES
 
     if engine is not None and engine not in ENGINE_NAMES:
         raise CliError(f"--engine: unknown engine {engine!r}; known: {', '.join(ENGINE_NAMES)}")
 
 
 def run_one(scn: "Scenario", policy_name: str | None, label: str) -> "RunResult":
-    from simulator.run import simulate
+    from kvbudget.simulator.run import simulate
 
     workload = scn.workload()
     policy = scn.make_policy(policy_name)
@@ -176,7 +176,7 @@ def simulate_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Simulate one policy on a scenario (the embedded default when none is given)."""
-    from cli.tables import render_summaries
+    from kvbudget.cli.tables import render_summaries
 
     with user_errors():
         _check_engine(engine)
@@ -221,8 +221,8 @@ def compare_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Run the same workload and seed under each policy and print them side by side."""
-    from cli.tables import render_summaries
-    from policies import POLICIES
+    from kvbudget.cli.tables import render_summaries
+    from kvbudget.policies import POLICIES
 
     names = [p.strip() for p in policies.split(",") if p.strip()]
     with user_errors():
@@ -255,8 +255,10 @@ def compare_cmd(
 
 def presets_cmd() -> None:
     """List the GPU and model presets with their KV capacity."""
-    from cli.tables import render
-    from simulator.presets import GPUS, MODELS, num_gpu_blocks
+    from kvbudget.cli.tables import render
+    from kvbudget.perf.hardware import GPUS
+    from kvbudget.perf.kv_capacity import num_gpu_blocks
+    from kvbudget.perf.models import MODELS
 
     typer.echo(render(
         ("GPU", "memory GiB", "HBM TB/s", "BF16 TFLOP/s", "PCIe GB/s"),

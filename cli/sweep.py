@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cli.errors import CliError, fail, user_errors
-from cli.simulate import ScenarioOpt, SetOpt, build_scenario
+from kvbudget.cli.errors import CliError, fail, user_errors
+from kvbudget.cli.simulate import ScenarioOpt, SetOpt, build_scenario
 
 if TYPE_CHECKING:
-    from simulator.executors import LocalExecutor, RayExecutor
+    from kvbudget.studies.executors import LocalExecutor, RayExecutor
 
 ExecutorOpt = Annotated[
     str, typer.Option("--executor", help="Where runs execute: local (all cores) or ray.")
@@ -40,7 +40,7 @@ PoliciesOpt = Annotated[
 
 
 def _policies(text: str | None) -> list[str]:
-    from policies import POLICIES
+    from kvbudget.policies import POLICIES
 
     if text is None:
         return []
@@ -56,7 +56,7 @@ def _policies(text: str | None) -> list[str]:
 
 
 def _executor(kind: str, jobs: int | None, address: str | None) -> "LocalExecutor | RayExecutor":
-    from simulator.executors import make_executor
+    from kvbudget.studies.executors import make_executor
 
     return make_executor(kind, jobs=jobs, address=address)
 
@@ -78,7 +78,7 @@ class _Bar:
 @contextmanager
 def _interrupts(message: str) -> Iterator[None]:
     """An interrupt or a run that failed inside the simulator: one line, no traceback."""
-    from simulator.sweep import RunError
+    from kvbudget.studies.sweep import RunError
 
     try:
         yield
@@ -122,8 +122,8 @@ def sweep_cmd(
     Every configuration sees the same arrivals in a given replication (common random numbers).
     Finished runs are kept in --out as they complete; rerun with --resume after an interrupt.
     """
-    from cli.tables import render
-    from simulator.sweep import Axis, SweepPlan, parse_axis, run_sweep, summarize_points
+    from kvbudget.cli.tables import render
+    from kvbudget.studies.sweep import Axis, SweepPlan, parse_axis, run_sweep, summarize_points
 
     with user_errors():
         scn = build_scenario(scenario=scenario, overrides=overrides)
@@ -165,7 +165,7 @@ def sweep_cmd(
         typer.echo(render(headers, rows))
         written = [out / "sweep.parquet", out / "points.csv"]
         if plot:
-            from simulator.pareto import plot_attainment, plot_pareto
+            from kvbudget.analysis.pareto import plot_attainment, plot_pareto
 
             if {"interactive_ttft_p99_s", "batch_output_tokens_per_s"} <= set(metrics):
                 labels = [c for c in axis_cols if c != "rate_scale"]
@@ -230,8 +230,8 @@ def tune_cmd(
     Writes best.toml (a scenario for `kvbudget simulate --scenario`), evidence.parquet (every
     run) and tune.json. Exits 1 when no setting meets the constraints.
     """
-    from cli.tables import render
-    from simulator.tune import Constraint, Param, TuneSpec, evaluations_frame, tune
+    from kvbudget.cli.tables import render
+    from kvbudget.studies.tune import Constraint, Param, TuneSpec, evaluations_frame, tune
 
     with user_errors():
         if policy is not None:
@@ -311,8 +311,8 @@ def capacity_cmd(
 ) -> None:
     """The largest arrival rate each policy sustains at the SLO attainment target
     (DistServe's per-GPU goodput), by bisection on the load with replications."""
-    from cli.tables import render
-    from simulator.capacity import (
+    from kvbudget.cli.tables import render
+    from kvbudget.studies.capacity import (
         CapacitySpec,
         attainment_curve,
         capacity,
@@ -345,7 +345,7 @@ def capacity_cmd(
             curve.to_csv(out / "curve.csv", index=False)
             written.append(out / "curve.csv")
         if plot:
-            from simulator.pareto import plot_attainment
+            from kvbudget.analysis.pareto import plot_attainment
 
             written += plot_attainment(
                 curve, out / "attainment", metric=metric, target=target,

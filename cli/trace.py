@@ -1,7 +1,7 @@
 """``kvbudget trace``: statistics, conversion, synthesis and download of workload traces.
 
 The trace options (``--format``, ``--window``, ``--rate-scale`` ...) are declared once here as
-``Annotated`` aliases and turned into :class:`workloads.traces.TraceOptions` by
+``Annotated`` aliases and turned into :class:`kvbudget.workloads.traces.TraceOptions` by
 :func:`build_trace_options`, so other commands that take ``--trace FILE`` accept the same ones.
 """
 
@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cli.errors import CliError, user_errors
+from kvbudget.cli.errors import CliError, user_errors
 
 if TYPE_CHECKING:
-    from workloads.arrivals import ArrivalProcess
-    from workloads.lengths import MaxOutputRule
-    from workloads.traces import LoadedTrace, TraceOptions
+    from kvbudget.workloads.arrivals import ArrivalProcess
+    from kvbudget.workloads.lengths import MaxOutputRule
+    from kvbudget.workloads.traces import LoadedTrace, TraceOptions
 
 trace_app = typer.Typer(
     name="trace",
@@ -102,7 +102,7 @@ def parse_window(text: str) -> tuple[float, float | None]:
 
 
 def parse_max_output(text: str) -> "MaxOutputRule":
-    from workloads.lengths import FactorOfTrue, FixedCap, QuantileCap
+    from kvbudget.workloads.lengths import FactorOfTrue, FixedCap, QuantileCap
 
     parts = text.split(":")
     truncate = len(parts) == 3 and parts[2] == "truncate"
@@ -122,7 +122,7 @@ def parse_max_output(text: str) -> "MaxOutputRule":
 
 
 def parse_arrival(text: str) -> "ArrivalProcess":
-    from workloads.arrivals import ConstantArrivals, GammaArrivals, PoissonArrivals
+    from kvbudget.workloads.arrivals import ConstantArrivals, GammaArrivals, PoissonArrivals
 
     parts = text.split(":")
     kind = parts[0]
@@ -158,8 +158,8 @@ def build_trace_options(
     servegen_arrivals: str = "fitted_rate",
 ) -> "TraceOptions":
     """TraceOptions from the command-line strings (errors name the option)."""
-    from workloads.errors import SpecError
-    from workloads.traces import TraceOptions
+    from kvbudget.workloads.errors import SpecError
+    from kvbudget.workloads.traces import TraceOptions
 
     kwargs: dict[str, Any] = {
         "format": format,
@@ -249,8 +249,8 @@ def stats_command(
 ) -> None:
     """Rows, span, rate, inter-arrival CV and token percentiles of each file, per tier."""
     with user_errors():
-        from workloads.stats import tier_stats, workload_stats
-        from workloads.traces import load_trace
+        from kvbudget.workloads.stats import tier_stats, workload_stats
+        from kvbudget.workloads.traces import load_trace
 
         options = build_trace_options(
             format=format, window=window, rate_scale=rate_scale,
@@ -309,7 +309,7 @@ def convert_command(
 ) -> None:
     """Load any supported trace and write it in the generic format."""
     with user_errors():
-        from workloads.traces import load_trace, save_workload
+        from kvbudget.workloads.traces import load_trace, save_workload
 
         options = build_trace_options(
             format=format, window=window, rate_scale=rate_scale,
@@ -329,7 +329,7 @@ def convert_command(
 def _synth_spec(spec_file: Path | None) -> dict[str, Any]:
     import tomllib
 
-    from workloads.spec import default_workload_spec
+    from kvbudget.workloads.spec import default_workload_spec
 
     if spec_file is None:
         return default_workload_spec().model_dump(exclude_none=True)
@@ -364,8 +364,8 @@ def synth_command(
     with user_errors():
         import numpy as np
 
-        from workloads.spec import build_workload, parse_workload_spec
-        from workloads.traces import save_workload
+        from kvbudget.workloads.spec import build_workload, parse_workload_spec
+        from kvbudget.workloads.traces import save_workload
 
         table = _synth_spec(spec)
         if rate_rps is not None:
@@ -403,7 +403,7 @@ def fetch_command(
 ) -> None:
     """Download a public trace from its published address and verify its checksum."""
     with user_errors():
-        from workloads.fetch import SOURCES, fetch
+        from kvbudget.workloads.fetch import SOURCES, fetch
 
         if list_sources or name is None:
             for source in SOURCES.values():

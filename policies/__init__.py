@@ -4,7 +4,7 @@ This package imports nothing else of the project: it is the pure decision layer 
 simulator and the live gateway.
 """
 
-from policies.base import (
+from kvbudget.policies.base import (
     Admitted,
     BasePolicy,
     Completion,
@@ -15,12 +15,20 @@ from policies.base import (
     RevokeLeases,
     Wait,
 )
-from policies.budget import Lease, TokenBudget
-from policies.errors import OVERLOAD_REASONS, Overloaded, OverloadReason, RequestTooLarge
-from policies.gateway import Action, Admit, FrontDoor, Gateway, GatewayConfig, Reject, Revoke
-from policies.registry import POLICIES, make_policy, policy_names, policy_parameters
-from policies.request import Request
-from policies.tiers import BATCH, DEFAULT_TIERS, INTERACTIVE, TierConfig
+from kvbudget.policies.budget import Lease, TokenBudget
+from kvbudget.policies.errors import OVERLOAD_REASONS, Overloaded, OverloadReason, RequestTooLarge
+from kvbudget.policies.gateway import (
+    Action,
+    Admit,
+    FrontDoor,
+    Gateway,
+    GatewayConfig,
+    Reject,
+    Revoke,
+)
+from kvbudget.policies.registry import POLICIES, make_policy, policy_names, policy_parameters
+from kvbudget.policies.request import Request
+from kvbudget.policies.tiers import BATCH, DEFAULT_TIERS, INTERACTIVE, TierConfig
 
 __all__ = [
     "BATCH",

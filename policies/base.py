@@ -6,7 +6,7 @@ executor passes in, and (optionally) an :class:`EngineProbe` with what the engin
 same policy object therefore drives the simulator and the live gateway.
 
 To write a policy, subclass :class:`BasePolicy`, override what differs, and add the class to
-``policies.registry.POLICIES`` (one line).
+``kvbudget.policies.registry.POLICIES`` (one line).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Literal, Protocol, runtime_checkable
 
-from policies.budget import Lease
-from policies.errors import Overloaded
-from policies.request import Request
-from policies.tiers import TierConfig
+from kvbudget.policies.budget import Lease
+from kvbudget.policies.errors import Overloaded
+from kvbudget.policies.request import Request
+from kvbudget.policies.tiers import TierConfig
 
 
 @dataclass(frozen=True, slots=True)

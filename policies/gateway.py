@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from policies.base import (
+from kvbudget.policies.base import (
     Admitted,
     Completion,
     EngineProbe,
@@ -23,10 +23,10 @@ from policies.base import (
     Refuse,
     RevokeLeases,
 )
-from policies.budget import Lease, TokenBudget
-from policies.errors import Overloaded, OverloadReason, RequestTooLarge
-from policies.request import Request
-from policies.tiers import DEFAULT_TIERS, TierConfig, by_priority, tier_map
+from kvbudget.policies.budget import Lease, TokenBudget
+from kvbudget.policies.errors import Overloaded, OverloadReason, RequestTooLarge
+from kvbudget.policies.request import Request
+from kvbudget.policies.tiers import DEFAULT_TIERS, TierConfig, by_priority, tier_map
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """Learned and adaptive admission policies, after what real serving systems do inside.
 
-Each is pure decision logic over the :class:`~policies.base.GatewayView`: what it learns comes only
+Each is pure decision logic over the :class:`~kvbudget.policies.base.GatewayView`: what it learns comes only
 from :meth:`observe_completion`, :meth:`observe_preemption` and the view (the ledger, the queues,
 the admitted requests, and the engine probe's output-token counts). No clock, no I/O.
 
@@ -43,15 +43,15 @@ from collections import deque
 from collections.abc import Iterable
 from typing import ClassVar, Literal
 
-from policies.base import (
+from kvbudget.policies.base import (
     Admitted,
     BasePolicy,
     Completion,
     GatewayView,
 )
-from policies.errors import Overloaded
-from policies.request import Request
-from policies.seed_policies import Conservative
+from kvbudget.policies.errors import Overloaded
+from kvbudget.policies.request import Request
+from kvbudget.policies.seed_policies import Conservative
 
 
 def _positive_int(name: str, value: int) -> int:

@@ -6,9 +6,9 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from policies.base import BasePolicy
-from policies.learned import Adaptive, EarlyReject, Peak, Quantile
-from policies.seed_policies import Conservative, Overcommit, Preemptive, Unlimited
+from kvbudget.policies.base import BasePolicy
+from kvbudget.policies.learned import Adaptive, EarlyReject, Peak, Quantile
+from kvbudget.policies.seed_policies import Conservative, Overcommit, Preemptive, Unlimited
 
 POLICIES: dict[str, type[BasePolicy]] = {
     "unlimited": Unlimited,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import ClassVar, Literal
 
-from policies.base import (
+from kvbudget.policies.base import (
     REFUSE,
     WAIT,
     BasePolicy,
@@ -24,7 +24,7 @@ from policies.base import (
     NoCapacityDecision,
     RevokeLeases,
 )
-from policies.request import Request
+from kvbudget.policies.request import Request
 
 
 def _check_ratio(name: str, value: float) -> float:

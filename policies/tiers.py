@@ -14,7 +14,7 @@ class TierConfig:
     ``priority`` follows vLLM's convention: a *lower* value is served first.
     ``queue_timeout_s`` is the caller's deadline to be admitted (time waiting at the gateway);
     ``None`` waits forever. ``guaranteed_tokens`` is this tier's private pool in the
-    :class:`~policies.budget.TokenBudget`; the rest of the capacity is shared.
+    :class:`~kvbudget.policies.budget.TokenBudget`; the rest of the capacity is shared.
     """
 
     name: str

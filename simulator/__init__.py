@@ -1,5 +1,3 @@
-"""The engine model: a SimPy model of vLLM-style serving engines, cost models, presets, metrics.
-
-Kept import-light on purpose: ``simulator.records``, ``simulator.metrics``, ``simulator.results``
-and ``simulator.cost_model`` never import SimPy or the engine, so ``backends`` can use them.
-"""
+"""The engine model: a SimPy model of vLLM-style serving engines (paged KV blocks, continuous
+batching, chunked prefill, preemption), its variants for other engines, fleets, scenarios and the
+run driver. Step times come from :mod:`kvbudget.perf`; records from :mod:`kvbudget.results`."""

@@ -11,7 +11,7 @@ freed, its ``num_computed_tokens`` reset to 0 and it returns to the front of ``w
 prompt and generated tokens are computed again); then, if nothing was preempted, ``waiting``
 requests while the budget, ``max_num_seqs`` and the free blocks allow.
 
-A step's duration comes from the :class:`~simulator.cost_model.CostModel`. When every running
+A step's duration comes from the :class:`~kvbudget.perf.cost_model.CostModel`. When every running
 request is decoding and nothing else can change until a request finishes, a block allocation
 could fail, or something arrives from outside, the engine computes that whole run of steps at
 once (``skip_ahead``): the arithmetic is the same as stepping, so the results are identical.
@@ -19,7 +19,7 @@ Meanwhile the base engine keeps the decoding requests as a :class:`DecodeGroup` 
 plus the group's step count, their context in all, when their blocks fill, when they finish),
 so such a run costs the same however many requests decode.
 
-Other engines (TGI, SGLang, TensorRT-LLM, vLLM with swap; ``simulator.engine_presets``) are
+Other engines (TGI, SGLang, TensorRT-LLM, vLLM with swap; ``kvbudget.simulator.engine_variants``) are
 subclasses that override a few small hooks: :meth:`Engine._admit_waiting` (may a waiting request
 start, and which blocks does it take), :meth:`Engine._preempt` and :meth:`Engine._victim` (what
 preemption does and to whom), :meth:`Engine._schedule_running_slow` (what happens when running
@@ -43,9 +43,9 @@ import numpy as np
 import numpy.typing as npt
 import simpy
 
-from simulator.cost_model import CostModel
-from simulator.engine_config import EngineConfig
-from simulator.prefix_cache import PrefixCache
+from kvbudget.perf.cost_model import CostModel
+from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.prefix_cache import PrefixCache
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -875,7 +875,7 @@ class Engine:
     def _features(
         self, rows: IntArray, new: IntArray
     ) -> tuple[float, float, float, float, float]:
-        """The step's cost-model features (:data:`simulator.cost_model.FEATURES`)."""
+        """The step's cost-model features (:data:`kvbudget.perf.cost_model.FEATURES`)."""
         tail = self._tail
         if tail is not None:
             # ``rows`` are the running requests, all decoding (one new token each), then the

@@ -24,7 +24,7 @@ class EngineConfig:
     ``skip_ahead`` computes runs of pure-decode steps analytically instead of one by one; results
     are identical (tests compare both).
 
-    ``name`` picks the engine's behaviour (``simulator.engine_presets``): ``vllm`` (the above),
+    ``name`` picks the engine's behaviour (``kvbudget.simulator.engine_variants``): ``vllm`` (the above),
     ``vllm-swap`` (vLLM v0's ``--preemption-mode swap``: preempted KV moves to
     ``swap_space_gib`` of host memory over PCIe and back; ``preemption_mode="swap"`` means the
     same), ``tgi`` (worst-case block reservation at admission, head-of-line blocking, never

@@ -1,7 +1,7 @@
 """N engine replicas behind one gateway, with a router.
 
 ``SimConfig(fleet=FleetConfig(...))`` replaces the single engine by :class:`Fleet`, which looks
-like one engine to the driver (``simulator.run``): it routes each admitted request to a replica
+like one engine to the driver (``kvbudget.simulator.run``): it routes each admitted request to a replica
 and merges their records, timelines and figures. Replicas may run different GPU presets
 (``gpus``); each gets its KV capacity from its own preset (or ``EngineConfig.num_gpu_blocks``
 for all) and its step times from its own roofline (an explicit ``SimConfig.cost_model`` applies
@@ -46,14 +46,25 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import simpy
 
-from policies import Action, BasePolicy, EngineProbe, Gateway, GatewayConfig, Reject, Request
-from simulator.engine import Engine, EngineHooks, FloatArray, IntArray
-from simulator.engine_presets import engine_inputs, make_engine
-from simulator.presets import RooflineCostModel, get_gpu, get_model, num_gpu_blocks
-from workloads import Workload
+from kvbudget.perf.hardware import get_gpu
+from kvbudget.perf.kv_capacity import num_gpu_blocks
+from kvbudget.perf.models import get_model
+from kvbudget.perf.roofline import RooflineCostModel
+from kvbudget.policies import (
+    Action,
+    BasePolicy,
+    EngineProbe,
+    Gateway,
+    GatewayConfig,
+    Reject,
+    Request,
+)
+from kvbudget.simulator.engine import Engine, EngineHooks, FloatArray, IntArray
+from kvbudget.simulator.engine_variants import engine_inputs, make_engine
+from kvbudget.workloads import Workload
 
 if TYPE_CHECKING:
-    from simulator.run import SimConfig
+    from kvbudget.simulator.run import SimConfig
 
 RouterName = Literal["round_robin", "least_tokens", "prefix_affinity"]
 ROUTERS: tuple[RouterName, ...] = ("round_robin", "least_tokens", "prefix_affinity")

@@ -1,6 +1,6 @@
 """One simulation as a function call: workload + policy + configuration -> :class:`RunResult`.
 
-The gateway (``policies.Gateway``) and the engine (:class:`simulator.engine.Engine`) run as
+The gateway (``policies.Gateway``) and the engine (:class:`kvbudget.simulator.engine.Engine`) run as
 SimPy processes on one clock: the arrival process offers each request to the gateway, the
 gateway's actions start, refuse or abort engine work, the engine's completions settle and
 release leases, and a timer applies admission deadlines and lease expiry. No global state: two
@@ -19,7 +19,12 @@ from typing import Any
 import numpy as np
 import simpy
 
-from policies import (
+from kvbudget.perf.cost_model import CostModel
+from kvbudget.perf.hardware import get_gpu
+from kvbudget.perf.kv_capacity import num_gpu_blocks
+from kvbudget.perf.models import get_model
+from kvbudget.perf.roofline import RooflineCostModel
+from kvbudget.policies import (
     DEFAULT_TIERS,
     Action,
     Admit,
@@ -32,18 +37,16 @@ from policies import (
     Revoke,
     TierConfig,
 )
-from policies.gateway import FrontDoor
-from policies.tiers import tier_map
-from simulator.cost_model import CostModel
-from simulator.engine import Engine, EngineHooks
-from simulator.engine_config import EngineConfig
-from simulator.engine_presets import engine_inputs, make_engine
-from simulator.fleet import Fleet, FleetConfig, FleetGateway
-from simulator.metrics import summarize
-from simulator.presets import RooflineCostModel, get_gpu, get_model, num_gpu_blocks
-from simulator.records import PENDING, STATUS_CODES, STATUSES, derive_latencies
-from simulator.results import RunResult
-from workloads import Workload
+from kvbudget.policies.gateway import FrontDoor
+from kvbudget.policies.tiers import tier_map
+from kvbudget.results.metrics import summarize
+from kvbudget.results.records import PENDING, STATUS_CODES, STATUSES, derive_latencies
+from kvbudget.results.run_result import RunResult
+from kvbudget.simulator.engine import Engine, EngineHooks
+from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.engine_variants import engine_inputs, make_engine
+from kvbudget.simulator.fleet import Fleet, FleetConfig, FleetGateway
+from kvbudget.workloads import Workload
 
 _COMPLETED = STATUS_CODES["completed"]
 _ARRIVAL_CHUNK = 1 << 16  # rows whose columns the arrival process holds as lists at once

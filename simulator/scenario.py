@@ -63,13 +63,13 @@ from typing import (
 import numpy as np
 from annotated_types import Ge, Gt, Le, Lt
 
-from policies import DEFAULT_TIERS, BasePolicy, TierConfig, make_policy
-from policies.gateway import FrontDoor
-from simulator.cost_model import load_cost_model, read_frontend_overhead
-from simulator.engine_config import EngineConfig
-from simulator.fleet import FleetConfig
-from simulator.run import SimConfig
-from workloads import Workload
+from kvbudget.perf.cost_model import load_cost_model, read_frontend_overhead
+from kvbudget.policies import DEFAULT_TIERS, BasePolicy, TierConfig, make_policy
+from kvbudget.policies.gateway import FrontDoor
+from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.fleet import FleetConfig
+from kvbudget.simulator.run import SimConfig
+from kvbudget.workloads import Workload
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter, ValidationError
@@ -324,7 +324,7 @@ class Scenario:
         if plain is not None:
             # ``kind = "trace"`` with only ``path`` (and ``format``): the spec's defaults are
             # TraceOptions' own, so skip building the pydantic workload models
-            from workloads.traces import TraceOptions, load_trace
+            from kvbudget.workloads.traces import TraceOptions, load_trace
 
             path, fmt = plain
             rng = np.random.default_rng(np.random.SeedSequence(self.spec.seed))
@@ -332,7 +332,7 @@ class Scenario:
             file = Path(path).expanduser()
             return load_trace(file if file.is_absolute() else self.base_dir / file,
                               options).workload
-        from workloads.spec import build_workload, parse_workload_spec
+        from kvbudget.workloads.spec import build_workload, parse_workload_spec
 
         wspec = parse_workload_spec(self.spec.workload, prefix="workload")
         rng = np.random.default_rng(np.random.SeedSequence(self.spec.seed))
@@ -349,7 +349,7 @@ class Scenario:
 def _plain_trace(workload: Mapping[str, Any]) -> tuple[str, str | None] | None:
     """(path, format) of a ``[workload]`` table that names a trace file and nothing else
     (valid as it stands); ``None`` for any other table, which the full spec validates."""
-    from workloads.traces.options import FORMATS
+    from kvbudget.workloads.traces.options import FORMATS
 
     if workload.get("kind") != "trace" or not set(workload) <= {"kind", "path", "format"}:
         return None
@@ -458,7 +458,7 @@ def default_scenario_dict(*, workload: bool = True) -> dict[str, Any]:
         "model": "Llama-3.1-8B",
     }
     if workload:
-        from workloads.spec import default_workload_spec
+        from kvbudget.workloads.spec import default_workload_spec
 
         data["workload"] = default_workload_spec().model_dump(mode="json", exclude_none=True)
     return data

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from policies import make_policy
-from simulator.results import RunResult
-from simulator.run import SimConfig, simulate
-from workloads import Workload, from_columns
+from kvbudget.policies import make_policy
+from kvbudget.results.run_result import RunResult
+from kvbudget.simulator.run import SimConfig, simulate
+from kvbudget.workloads import Workload, from_columns
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

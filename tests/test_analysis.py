@@ -1,4 +1,4 @@
-"""The analysis library (simulator.analysis): known answers on hand-made tables, statistical
+"""The analysis library (kvbudget.analysis.tables): known answers on hand-made tables, statistical
 checks of the bootstrap, properties, and agreement with the simulator's own summary."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from policies import DEFAULT_TIERS, TierConfig
-from simulator import analysis as A
-from simulator.cost_model import LinearCostModel
-from simulator.records import RECORD_COLUMNS, TIMELINE_COLUMNS, derive_latencies
+from kvbudget.analysis import tables as A
+from kvbudget.perf.cost_model import LinearCostModel
+from kvbudget.policies import DEFAULT_TIERS, TierConfig
+from kvbudget.results.records import RECORD_COLUMNS, TIMELINE_COLUMNS, derive_latencies
 
 NAN = math.nan
 
@@ -408,9 +408,9 @@ def test_missing_columns_are_named() -> None:
 
 
 def test_analysis_agrees_with_the_simulators_summary() -> None:
-    from policies.registry import make_policy
-    from simulator.engine_config import EngineConfig
-    from simulator.run import SimConfig, simulate
+    from kvbudget.policies.registry import make_policy
+    from kvbudget.simulator.engine_config import EngineConfig
+    from kvbudget.simulator.run import SimConfig, simulate
     from tests.conftest import mixed_workload
 
     w = mixed_workload(400, rate_rps=12.0, seed=1)

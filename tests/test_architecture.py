@@ -1,31 +1,40 @@
-"""The import rules of DEVELOPERS.md, checked on the source (not on what happens to load)."""
+"""The import rules of DEVELOPERS.md, checked on the source (not on what happens to load).
+
+Each package of ``kvbudget`` may import only the packages below it in :data:`ALLOWED`; nothing
+else (no allow-list of single modules). The installed layout (``pyproject.toml``'s package
+mapping) and the checkout's ``kvbudget/`` links must name the same packages.
+"""
 
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("policies", "workloads", "simulator", "backends", "cli")
-# simulator modules that backends may import (never the SimPy engine or the run driver)
-BACKEND_SIMULATOR_OK = {
-    "simulator",
-    "simulator.records",
-    "simulator.metrics",
-    "simulator.results",
-    "simulator.cost_model",
-    "simulator.fit",
-    "simulator.presets",
-    "simulator.analysis",
-    "simulator.plots",
-    "simulator.report",
+
+# package -> the project packages it may import (besides itself)
+ALLOWED: dict[str, set[str]] = {
+    "policies": set(),
+    "workloads": {"policies"},
+    "results": {"policies", "workloads"},
+    "perf": set(),
+    "analysis": {"policies", "workloads", "results", "perf"},
+    "simulator": {"policies", "workloads", "results", "perf"},
+    "live": {"policies", "workloads", "results", "perf", "analysis"},
+    "studies": {"policies", "workloads", "results", "perf", "analysis", "simulator"},
+    "cli": {"policies", "workloads", "results", "perf", "analysis", "simulator", "studies", "live"},
 }
-ENGINE_MODULES = {"simulator.engine", "simulator.run"}
+PACKAGES = tuple(ALLOWED)
+OLD_TOP_LEVEL = {"policies", "workloads", "simulator", "backends", "cli", "results", "perf",
+                 "analysis", "studies", "live"}
+SIMPY_FREE = ("policies", "workloads", "results", "perf", "analysis", "live")
 
 
 def project_imports(path: Path) -> set[str]:
+    """The kvbudget packages a module imports, as their names under ``kvbudget.``."""
     tree = ast.parse(path.read_text(), filename=str(path))
     out: set[str] = set()
     for node in ast.walk(tree):
@@ -35,55 +44,69 @@ def project_imports(path: Path) -> set[str]:
             names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
         else:
             continue
-        out.update(n for n in names if n.split(".")[0] in PACKAGES)
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "kvbudget" and len(parts) > 1:
+                out.add(parts[1])
     return out
+
+
+def third_party_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    return {n.split(".")[0] for n in names}
 
 
 def modules(package: str) -> list[Path]:
     return sorted((REPO / package).rglob("*.py"))
 
 
-@pytest.mark.parametrize("path", modules("policies"), ids=lambda p: p.name)
-def test_policies_import_nothing_else_of_the_project(path: Path) -> None:
-    bad = {m for m in project_imports(path) if m.split(".")[0] != "policies"}
-    assert not bad, f"{path.relative_to(REPO)} imports {sorted(bad)}"
-
-
-@pytest.mark.parametrize("path", modules("workloads"), ids=lambda p: p.name)
-def test_workloads_import_only_policies(path: Path) -> None:
-    bad = {m for m in project_imports(path) if m.split(".")[0] not in ("workloads", "policies")}
-    assert not bad, f"{path.relative_to(REPO)} imports {sorted(bad)}"
-
-
-@pytest.mark.parametrize("path", modules("simulator"), ids=lambda p: p.name)
-def test_simulator_never_imports_backends_or_cli(path: Path) -> None:
-    bad = {m for m in project_imports(path) if m.split(".")[0] in ("backends", "cli")}
-    assert not bad, f"{path.relative_to(REPO)} imports {sorted(bad)}"
-
-
-@pytest.mark.parametrize("path", modules("backends"), ids=lambda p: p.name)
-def test_backends_never_import_the_simpy_engine(path: Path) -> None:
-    imports = project_imports(path)
-    bad = {m for m in imports if m.split(".")[0] == "cli"}
-    bad |= {
-        m
-        for m in imports
-        if m.startswith("simulator")
-        and not any(
-            m == ok or m.startswith(ok + ".") for ok in BACKEND_SIMULATOR_OK - {"simulator"}
-        )
-        and m != "simulator"
-    }
-    assert not bad, f"{path.relative_to(REPO)} imports {sorted(bad)}"
+ALL_MODULES = [(pkg, path) for pkg in PACKAGES for path in modules(pkg)]
 
 
 @pytest.mark.parametrize(
-    "module",
-    ["simulator.records", "simulator.metrics", "simulator.results", "simulator.cost_model"],
+    ("package", "path"), ALL_MODULES, ids=[f"{p}/{m.relative_to(REPO / p)}" for p, m in ALL_MODULES]
 )
-def test_shared_simulator_modules_stay_free_of_simpy(module: str) -> None:
-    path = REPO / (module.replace(".", "/") + ".py")
-    tree = ast.parse(path.read_text())
-    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert "simpy" not in names and not (names & ENGINE_MODULES)
+def test_each_package_imports_only_what_lies_below_it(package: str, path: Path) -> None:
+    bad = project_imports(path) - ALLOWED[package] - {package} - {"__init__"}
+    assert not bad, f"{path.relative_to(REPO)} imports kvbudget.{sorted(bad)}"
+
+
+@pytest.mark.parametrize(("package", "path"), ALL_MODULES, ids=[str(m) for _, m in ALL_MODULES])
+def test_no_module_imports_a_top_level_name_of_the_old_layout(package: str, path: Path) -> None:
+    bad = third_party_imports(path) & OLD_TOP_LEVEL
+    assert not bad, f"{path.relative_to(REPO)} imports {sorted(bad)} outside kvbudget"
+
+
+@pytest.mark.parametrize("package", SIMPY_FREE)
+def test_the_shared_packages_never_import_simpy(package: str) -> None:
+    for path in modules(package):
+        assert "simpy" not in third_party_imports(path), path.relative_to(REPO)
+
+
+def test_the_rules_form_a_layered_order_without_cycles() -> None:
+    done: set[str] = set()
+    order = []
+    while len(done) < len(ALLOWED):
+        ready = [p for p in ALLOWED if p not in done and ALLOWED[p] <= done]
+        assert ready, f"cycle among {sorted(set(ALLOWED) - done)}"
+        done.update(ready)
+        order.append(ready)
+    assert order[-1] == ["cli"]
+
+
+def test_the_package_mapping_and_the_checkout_links_name_the_same_packages() -> None:
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    mapping = config["package-dir"]
+    top = {k.split(".")[1] for k in mapping if k.count(".") == 1}
+    assert top == set(PACKAGES)
+    assert all(k.startswith("kvbudget") for k in config["packages"])
+    for name in PACKAGES:
+        link = REPO / "kvbudget" / name
+        assert link.is_symlink() and link.resolve() == (REPO / mapping[f"kvbudget.{name}"]).resolve()
+    # every package folder (one with an __init__.py) is installed
+    for name in PACKAGES:
+        for init in (REPO / name).rglob("__init__.py"):
+            dotted = "kvbudget." + ".".join(init.parent.relative_to(REPO).parts)
+            assert dotted in config["packages"], f"{dotted} is not in pyproject's packages"

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from backends.calibrate import (
+from kvbudget.live.calibrate import (
     CalibrationPlan,
     GridPoint,
     calibrate,
@@ -33,8 +33,8 @@ from backends.calibrate import (
     median_samples,
     plan_points,
 )
-from backends.openai_client import ServerTarget
-from simulator.cost_model import (
+from kvbudget.live.openai_client import ServerTarget
+from kvbudget.perf.cost_model import (
     FEATURES,
     LinearCostModel,
     load_cost_model,
@@ -273,7 +273,7 @@ def test_calibrate_and_validate_commands(fake_url: str, tmp_path: Path) -> None:
     simulation of a held-out trace with the calibrated model must match the measurement."""
     from typer.testing import CliRunner
 
-    from cli.main import app
+    from kvbudget.cli.main import app
 
     runner = CliRunner()
     cost = tmp_path / "cost.json"
@@ -337,8 +337,8 @@ def test_calibrate_and_validate_commands(fake_url: str, tmp_path: Path) -> None:
 
 
 def test_mixed_step_ignores_late_chunks_inside_the_window() -> None:
-    from backends.calibrate import mixed_step_from
-    from backends.openai_client import StreamResult
+    from kvbudget.live.calibrate import mixed_step_from
+    from kvbudget.live.openai_client import StreamResult
 
     # background: a decode step every 4 ms; the prompt is sent at 30.5 ms, its step (10 ms)
     # runs after two more decode steps (ending 32, 36), from 36 to 46 ms
@@ -362,7 +362,7 @@ def test_mixed_step_ignores_late_chunks_inside_the_window() -> None:
 
 
 def test_tokens_in_bursts_fail_the_calibration_clearly(fake_server: _Server) -> None:
-    from backends.calibrate import CalibrationFailed, merged_fraction
+    from kvbudget.live.calibrate import CalibrationFailed, merged_fraction
 
     assert merged_fraction([1, 2, 3, 4]) == 0.0
     assert merged_fraction([1, 4, 8, 9]) == pytest.approx(2 / 3)

@@ -26,19 +26,24 @@ import httpx
 import numpy as np
 import pytest
 
-from backends.openai_client import ServerTarget, StreamResult, completion_body, stream_completion
-from backends.replay import (
+from kvbudget.live.openai_client import (
+    ServerTarget,
+    StreamResult,
+    completion_body,
+    stream_completion,
+)
+from kvbudget.live.replay import (
     ReplayConfig,
     ReplayMeta,
     prompt_token_ids,
     replay,
     scale_time,
 )
-from backends.run_dir import REQUESTS_PART, read_jsonl
-from policies import BATCH, INTERACTIVE, make_policy
-from simulator.records import RECORD_COLUMNS, STATUSES, TIMELINE_COLUMNS
-from simulator.results import read_run
-from workloads import Workload, from_columns
+from kvbudget.live.run_dir import REQUESTS_PART, read_jsonl
+from kvbudget.policies import BATCH, INTERACTIVE, make_policy
+from kvbudget.results.records import RECORD_COLUMNS, STATUSES, TIMELINE_COLUMNS
+from kvbudget.results.run_result import read_run
+from kvbudget.workloads import Workload, from_columns
 
 
 @dataclass
@@ -481,7 +486,7 @@ def test_server_dying_keeps_finished_rows_and_resumes(fake: Fake, tmp_path: Path
 
 
 def test_unreachable_server_fails_before_writing(tmp_path: Path) -> None:
-    from backends.server import BackendUnavailable
+    from kvbudget.live.server import BackendUnavailable
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -522,7 +527,7 @@ def test_scale_time() -> None:
 def _cli(*args: str) -> tuple[int, str, str]:
     from typer.testing import CliRunner
 
-    from cli.main import app
+    from kvbudget.cli.main import app
 
     res = CliRunner().invoke(app, list(args))
     return res.exit_code, res.stdout, res.stderr
@@ -640,7 +645,7 @@ def test_ctrl_c_keeps_what_finished(fake: Fake, tmp_path: Path) -> None:
     # a shell starts background jobs with SIGINT ignored, and children inherit that: restore
     # Python's handler, as in an interactive terminal
     boot = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler);"
-            " sys.argv[0] = 'kvbudget'; runpy.run_module('cli.main', run_name='__main__')")
+            " sys.argv[0] = 'kvbudget'; runpy.run_module('kvbudget.cli.main', run_name='__main__')")
     proc = subprocess.Popen(
         [sys.executable, "-c", boot, "replay", "--url", fake.url, "--trace", str(trace),
          "--out", str(out), "--max-output", "20", "--policy", "conservative"],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backends.server_metrics import EngineSnapshot, parse_prometheus, snapshot
+from kvbudget.live.server_metrics import EngineSnapshot, parse_prometheus, snapshot
 
 # trimmed from a vLLM 0.32.0 CPU server started with --num-gpu-blocks-override 10
 VLLM = """\

@@ -9,8 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from backends.run_dir import records_frame, timeline_frame
-from backends.validation import (
+from kvbudget.analysis.validation import (
     add_frontend_overhead,
     compare_metrics,
     per_request_errors,
@@ -19,7 +18,8 @@ from backends.validation import (
     summary_of,
     validate_runs,
 )
-from policies import DEFAULT_TIERS
+from kvbudget.live.run_dir import records_frame, timeline_frame
+from kvbudget.policies import DEFAULT_TIERS
 
 
 def _records(ttft: list[float], tpot: list[float], out: int = 11,

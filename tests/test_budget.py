@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies import TokenBudget
+from kvbudget.policies import TokenBudget
 
 
 def test_reserve_settle_release_counters() -> None:

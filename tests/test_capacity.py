@@ -12,17 +12,17 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
-from simulator.capacity import (
+from kvbudget.cli.main import app
+from kvbudget.simulator.scenario import scenario_from_dict
+from kvbudget.studies.capacity import (
     CapacitySpec,
     attainment_curve,
     capacity,
     first_miss_rps,
     order_consistent,
 )
-from simulator.executors import LocalExecutor
-from simulator.scenario import scenario_from_dict
-from simulator.sweep import RunSpec
+from kvbudget.studies.executors import LocalExecutor
+from kvbudget.studies.sweep import RunSpec
 from tests.conftest import small_scenario_dict
 
 T = TypeVar("T")
@@ -140,7 +140,7 @@ def test_capacity_orders_policies_like_their_attainment_curves(found: Any) -> No
 
 
 def test_order_consistent_flags_a_contradiction() -> None:
-    from simulator.capacity import PolicyCapacity
+    from kvbudget.studies.capacity import PolicyCapacity
 
     def cap(p: str, rps: float) -> PolicyCapacity:
         return PolicyCapacity(p, rps, rps, 1.0, (rps, rps * 1.1), (1.0, 1.0, 1.0), 3, "")
@@ -184,7 +184,7 @@ def test_cli_capacity(tmp_path: Path) -> None:
 
 
 def test_per_gpu_capacity_divides_by_the_fleet() -> None:
-    from simulator.capacity import num_gpus
+    from kvbudget.studies.capacity import num_gpus
 
     assert num_gpus(scenario_from_dict(small_scenario(), Path("."))) == 1
     fleet = scenario_from_dict({**small_scenario(), "fleet": {"num_replicas": 4}}, Path("."))

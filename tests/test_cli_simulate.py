@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
-from simulator.records import RECORD_COLUMNS, TIMELINE_COLUMNS
+from kvbudget.cli.main import app
+from kvbudget.results.records import RECORD_COLUMNS, TIMELINE_COLUMNS
 
 runner = CliRunner()
 SHORT = ["--set", "workload.duration_s=20"]
@@ -147,7 +147,7 @@ def test_calibrated_frontend_overhead_delays_first_token_and_finish(tmp_path: Pa
     """A cost-model file's ``frontend_overhead_s`` (``kvbudget calibrate``) is added to every
     completed request's first token and finish, as its client sees them; TPOT, the engine and
     the gateway are unchanged."""
-    from simulator.cost_model import LinearCostModel, save_cost_model
+    from kvbudget.perf.cost_model import LinearCostModel, save_cost_model
 
     model = LinearCostModel(0.01, 2e-5, 1e-4, 1e-8, per_prefill_seq_s=0.002)
     plain, with_overhead = tmp_path / "plain.json", tmp_path / "overhead.json"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from policies import TierConfig, make_policy
-from simulator.cost_model import LinearCostModel
-from simulator.engine_config import EngineConfig
-from simulator.run import SimConfig, simulate
+from kvbudget.perf.cost_model import LinearCostModel
+from kvbudget.policies import TierConfig, make_policy
+from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.run import SimConfig, simulate
 from tests.conftest import make_workload
 
 TIERS = (

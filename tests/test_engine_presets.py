@@ -13,15 +13,16 @@ import simpy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from policies import TierConfig, make_policy
-from simulator.cost_model import LinearCostModel
-from simulator.engine import EngineHooks
-from simulator.engine_config import ENGINE_NAMES, EngineConfig
-from simulator.engine_presets import SglangEngine, make_engine
-from simulator.presets import get_gpu, get_model
-from simulator.run import SimConfig, simulate
+from kvbudget.perf.cost_model import LinearCostModel
+from kvbudget.perf.hardware import get_gpu
+from kvbudget.perf.models import get_model
+from kvbudget.policies import TierConfig, make_policy
+from kvbudget.simulator.engine import EngineHooks
+from kvbudget.simulator.engine_config import ENGINE_NAMES, EngineConfig
+from kvbudget.simulator.engine_variants import SglangEngine, make_engine
+from kvbudget.simulator.run import SimConfig, simulate
+from kvbudget.workloads import Workload, from_columns
 from tests.conftest import assert_skip_ahead_matches_stepping, make_workload, mixed_workload
-from workloads import Workload, from_columns
 
 TIERS = (
     TierConfig("interactive", queue_timeout_s=None),

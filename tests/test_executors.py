@@ -11,9 +11,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from simulator.executors import LocalExecutor, RayExecutor, available_cores, make_executor
-from simulator.scenario import scenario_from_dict
-from simulator.sweep import Axis, SweepPlan, execute, run_one
+from kvbudget.simulator.scenario import scenario_from_dict
+from kvbudget.studies.executors import LocalExecutor, RayExecutor, available_cores, make_executor
+from kvbudget.studies.sweep import Axis, SweepPlan, execute, run_one
 from tests.conftest import small_scenario_dict
 
 

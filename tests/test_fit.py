@@ -1,4 +1,4 @@
-"""The least-squares cost-model fit (simulator.fit), on synthetic steps from known coefficients.
+"""The least-squares cost-model fit (kvbudget.perf.fit), on synthetic steps from known coefficients.
 
 No torch here: these run everywhere.
 """
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.cost_model import FEATURES, LinearCostModel, load_cost_model, save_cost_model
-from simulator.fit import (
+from kvbudget.perf.cost_model import FEATURES, LinearCostModel, load_cost_model, save_cost_model
+from kvbudget.perf.fit import (
     COEFFICIENT_NAMES,
     TABLE_COLUMNS,
     FitResult,
@@ -25,7 +25,9 @@ from simulator.fit import (
     point_classes,
     roofline_error,
 )
-from simulator.presets import RooflineCostModel, get_gpu, get_model
+from kvbudget.perf.hardware import get_gpu
+from kvbudget.perf.models import get_model
+from kvbudget.perf.roofline import RooflineCostModel
 
 # An H100-like 8B model: 12 ms per step, 50 us per prefill token, 0.1 ms per decode sequence,
 # 40 ns per context token, 1 ns per (token, context) pair of prefill attention, 0.5 ms per

@@ -20,13 +20,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from policies import make_policy
-from simulator.engine_config import EngineConfig
-from simulator.fleet import FleetConfig, Router
-from simulator.presets import get_gpu, get_model, num_gpu_blocks
-from simulator.run import SimConfig, simulate
+from kvbudget.perf.hardware import get_gpu
+from kvbudget.perf.kv_capacity import num_gpu_blocks
+from kvbudget.perf.models import get_model
+from kvbudget.policies import make_policy
+from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.fleet import FleetConfig, Router
+from kvbudget.simulator.run import SimConfig, simulate
+from kvbudget.workloads import Workload, from_columns
 from tests.conftest import make_workload, mixed_workload
-from workloads import Workload, from_columns
 
 
 def streams(n: int, rate: float, seeds: list[int]) -> Workload:
@@ -185,8 +187,8 @@ def test_prefix_affinity_follows_the_longest_cached_prefix_until_imbalanced() ->
 
 
 def test_prefix_affinity_raises_the_fleets_prefix_hit_rate(shared: Path) -> None:
-    from workloads.traces.load import load_trace
-    from workloads.traces.options import TraceOptions
+    from kvbudget.workloads.traces.load import load_trace
+    from kvbudget.workloads.traces.options import TraceOptions
 
     path = shared / "traces" / "mooncake" / "synthetic_trace.jsonl"
     w = load_trace(path, TraceOptions(window=(0.0, 600.0))).workload

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from policies import (
+from kvbudget.perf.cost_model import LinearCostModel
+from kvbudget.policies import (
     Admit,
     Gateway,
     GatewayConfig,
@@ -17,10 +18,9 @@ from policies import (
     TierConfig,
     make_policy,
 )
-from policies.gateway import FrontDoor
-from simulator.cost_model import LinearCostModel
-from simulator.engine_config import EngineConfig
-from simulator.run import SimConfig, simulate
+from kvbudget.policies.gateway import FrontDoor
+from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.run import SimConfig, simulate
 from tests.conftest import make_workload
 
 TIERS = (

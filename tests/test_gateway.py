@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from policies import (
+from kvbudget.policies import (
     Admit,
     Gateway,
     GatewayConfig,

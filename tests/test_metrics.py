@@ -1,4 +1,4 @@
-"""simulator.metrics: the quantiles of the summary are numpy's; string columns factorised."""
+"""kvbudget.results.metrics: the quantiles of the summary are numpy's; string columns factorised."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from simulator import metrics
-from simulator.metrics import _percentile, percentile_of_sorted, quantiles
+from kvbudget.results import metrics
+from kvbudget.results.metrics import _percentile, percentile_of_sorted, quantiles
 
 
 @pytest.mark.parametrize("seed", range(4))

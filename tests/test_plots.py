@@ -1,4 +1,4 @@
-"""Plots (simulator.plots): every figure has labelled axes with units, the right scales, and
+"""Plots (kvbudget.analysis.plots): every figure has labelled axes with units, the right scales, and
 tells policies apart by colour and tiers by line style; figures render to PNG."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 from matplotlib.collections import PathCollection
 from matplotlib.figure import Figure
 
-from simulator import analysis as A
-from simulator import plots as P
+from kvbudget.analysis import plots as P
+from kvbudget.analysis import tables as A
 from tests.test_analysis import done, random_records, records, timeline
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -182,8 +182,8 @@ def test_png_bytes_and_save(tmp_path: Path, runs: pd.DataFrame) -> None:
 
 def test_analysis_plots_and_report_never_load_the_engine_or_pyplot() -> None:
     code = (
-        "import sys, simulator.analysis, simulator.plots, simulator.report\n"
-        "bad = [m for m in ('simpy', 'simulator.engine', 'simulator.run', 'matplotlib.pyplot')"
+        "import sys, kvbudget.analysis.tables, kvbudget.analysis.plots, kvbudget.analysis.report\n"
+        "bad = [m for m in ('simpy', 'kvbudget.simulator.engine', 'kvbudget.simulator.run', 'matplotlib.pyplot')"
         " if m in sys.modules]\n"
         "print(','.join(bad))\n"
     )

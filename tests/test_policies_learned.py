@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from policies import (
+from kvbudget.perf.cost_model import LinearCostModel
+from kvbudget.policies import (
     Admit,
     Gateway,
     GatewayConfig,
@@ -16,10 +17,9 @@ from policies import (
     TierConfig,
     make_policy,
 )
-from policies.learned import Adaptive, Peak, Quantile, predicted_peak_tokens
-from simulator.cost_model import LinearCostModel
-from simulator.engine_config import EngineConfig
-from simulator.run import SimConfig, simulate
+from kvbudget.policies.learned import Adaptive, Peak, Quantile, predicted_peak_tokens
+from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.run import SimConfig, simulate
 from tests.conftest import make_workload
 
 TIERS = (

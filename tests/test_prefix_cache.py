@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from policies import TierConfig, make_policy
-from simulator.cost_model import LinearCostModel
-from simulator.engine_config import EngineConfig
-from simulator.prefix_cache import PrefixCache
-from simulator.run import SimConfig, simulate
-from workloads import Workload
+from kvbudget.perf.cost_model import LinearCostModel
+from kvbudget.policies import TierConfig, make_policy
+from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.prefix_cache import PrefixCache
+from kvbudget.simulator.run import SimConfig, simulate
+from kvbudget.workloads import Workload
 
 TIERS = (TierConfig("interactive", queue_timeout_s=None),)
 
@@ -145,8 +145,8 @@ def test_skip_ahead_is_exact_with_prefix_caching(name: str) -> None:
 
 
 def test_prefix_caching_on_the_mooncake_trace(shared: Path) -> None:
-    from workloads.traces.load import load_trace
-    from workloads.traces.options import TraceOptions
+    from kvbudget.workloads.traces.load import load_trace
+    from kvbudget.workloads.traces.options import TraceOptions
 
     path = shared / "traces" / "mooncake" / "synthetic_trace.jsonl"
     w = load_trace(path, TraceOptions(window=(0.0, 120.0))).workload

@@ -18,7 +18,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from backends.profiler import (
+from kvbudget.cli import profile as profile_cli
+from kvbudget.live.profiler import (
     PROFILE_COLUMNS,
     ProfileGrid,
     model_spec_from_meta,
@@ -29,8 +30,7 @@ from backends.profiler import (
     summarize_timings,
     write_profile,
 )
-from cli import profile as profile_cli
-from simulator.cost_model import FEATURES, load_cost_model
+from kvbudget.perf.cost_model import FEATURES, load_cost_model
 
 TINY_CONFIG = {
     "architectures": ["LlamaForCausalLM"],
@@ -299,7 +299,7 @@ def test_bad_files_give_one_line_and_exit_2(tmp_path: Path) -> None:
 def test_out_of_memory_points_are_skipped_and_listed(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     needs_torch()
-    from backends import profiler
+    from kvbudget.live import profiler
 
     real = profiler._Runner.time_decode
 
@@ -322,7 +322,7 @@ def test_out_of_memory_points_are_skipped_and_listed(tmp_path: Path,
 def test_failure_mid_run_keeps_the_points_already_measured(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     needs_torch()
-    from backends import profiler
+    from kvbudget.live import profiler
 
     def broken_decode(self: Any, batch: int, context: int, runs: int) -> list[float]:
         raise RuntimeError("device lost")
@@ -361,7 +361,7 @@ def test_profile_without_torch_says_how_to_install(monkeypatch: pytest.MonkeyPat
 
 
 def test_module_entry_point_needs_only_torch_and_transformers(tmp_path: Path) -> None:
-    """`python -m backends.profiler` (the GPU-machine path of docs/profile.md) runs with pandas,
+    """`python -m kvbudget.live.profiler` (the GPU-machine path of docs/profile.md) runs with pandas,
     scipy, typer and pyarrow unimportable, writes a CSV that `profile-fit` reads, and
     `--time-limit-s` stops it early with the points measured kept and the run marked so."""
     needs_torch()
@@ -373,7 +373,7 @@ def test_module_entry_point_needs_only_torch_and_transformers(tmp_path: Path) ->
     blocked = "pandas", "scipy", "typer", "pyarrow", "matplotlib"
     code = ("import sys\n"
             + "".join(f"sys.modules[{name!r}] = None\n" for name in blocked)
-            + "from backends.profiler import main\n"
+            + "from kvbudget.live.profiler import main\n"
             + "sys.exit(main(sys.argv[1:]))\n")
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.run(
@@ -400,7 +400,7 @@ def test_module_entry_point_needs_only_torch_and_transformers(tmp_path: Path) ->
 def test_module_entry_point_rejects_bad_input(tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     needs_torch()
-    from backends.profiler import main
+    from kvbudget.live.profiler import main
 
     assert main(["--model", str(tmp_path / "none"), "--out", str(tmp_path / "p.csv")]) == 2
     assert "no such model config" in capsys.readouterr().err
@@ -413,7 +413,7 @@ def test_decode_steps_each_see_exactly_the_context_asked_for(
     """The cache is filled by chunked prefill (here 10 tokens a pass: 4 sequences x 2
     positions), and every timed step, warm-up included, starts from `context` cached tokens."""
     needs_torch()
-    from backends import profiler
+    from kvbudget.live import profiler
 
     monkeypatch.setattr(profiler, "FILL_CHUNK_TOKENS", 10)
     calls: list[tuple[tuple[int, ...], int]] = []
@@ -440,7 +440,7 @@ def test_simulate_accepts_the_fitted_cost_model(profiled: dict[str, Any]) -> Non
     """`kvbudget simulate --cost-model` runs on the profile's fit, and uses it: every decode
     step costs at least the fitted intercept, so no TPOT is below it, and the run differs from
     the roofline default's."""
-    from cli.main import app
+    from kvbudget.cli.main import app
 
     model = load_cost_model(profiled["cost"])
     runner = CliRunner()

@@ -9,15 +9,17 @@ import numpy.typing as npt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from policies import TierConfig, make_policy
-from simulator.cost_model import LinearCostModel
-from simulator.engine import GROUP_SMALL_K, SMALL_K, Engine
-from simulator.engine_config import EngineConfig
-from simulator.engine_presets import ENGINE_CLASSES
-from simulator.presets import RooflineCostModel, get_gpu, get_model
-from simulator.run import SimConfig, simulate
+from kvbudget.perf.cost_model import LinearCostModel
+from kvbudget.perf.hardware import get_gpu
+from kvbudget.perf.models import get_model
+from kvbudget.perf.roofline import RooflineCostModel
+from kvbudget.policies import TierConfig, make_policy
+from kvbudget.simulator.engine import GROUP_SMALL_K, SMALL_K, Engine
+from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.engine_variants import ENGINE_CLASSES
+from kvbudget.simulator.run import SimConfig, simulate
+from kvbudget.workloads import Workload, from_columns
 from tests.conftest import assert_skip_ahead_matches_stepping
-from workloads import Workload, from_columns
 
 TIERS = (
     TierConfig("interactive", max_sequence_tokens=4096, priority=0, queue_timeout_s=3.0),
@@ -340,7 +342,7 @@ def _bare_engine(cost: LinearCostModel | RooflineCostModel) -> Engine:
 
     import simpy
 
-    from simulator.engine import EngineHooks
+    from kvbudget.simulator.engine import EngineHooks
 
     hooks = EngineHooks(
         on_finish=lambda i, t: None,

@@ -15,11 +15,11 @@ import math
 import numpy as np
 import pytest
 
-from policies import TierConfig, make_policy
-from simulator.cost_model import LinearCostModel
-from simulator.engine_config import EngineConfig
-from simulator.run import SimConfig, simulate
-from workloads import from_columns
+from kvbudget.perf.cost_model import LinearCostModel
+from kvbudget.policies import TierConfig, make_policy
+from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.run import SimConfig, simulate
+from kvbudget.workloads import from_columns
 
 DELTA_S = 0.002
 MU = 1.0  # service rate per server (1/s)

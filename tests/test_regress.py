@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
-from simulator.regress import (
+from kvbudget.cli.main import app
+from kvbudget.studies.regress import (
     BaselineFile,
     MetricBaseline,
     RegressInputError,

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
-from simulator.report import REPORT_FILE, build_report, run_labels
-from simulator.results import RunResult, read_run
+from kvbudget.analysis.report import REPORT_FILE, build_report, run_labels
+from kvbudget.cli.main import app
+from kvbudget.results.run_result import RunResult, read_run
 
 CHROMIUM = Path("/usr/bin/chromium")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -60,9 +60,9 @@ class Page(HTMLParser):
 
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    from policies.registry import make_policy
-    from simulator.engine_config import EngineConfig
-    from simulator.run import SimConfig, simulate
+    from kvbudget.policies.registry import make_policy
+    from kvbudget.simulator.engine_config import EngineConfig
+    from kvbudget.simulator.run import SimConfig, simulate
     from tests.conftest import mixed_workload
 
     base = tmp_path_factory.mktemp("runs")
@@ -137,7 +137,7 @@ def test_report_compares_with_a_measured_run(two_runs: list[Path], tmp_path: Pat
 def test_bad_run_dir_is_one_line_and_exit_2(two_runs: list[Path], tmp_path: Path) -> None:
     missing = tmp_path / "nope"
     proc = subprocess.run(
-        [sys.executable, "-m", "cli.main", "report", str(two_runs[0]), str(missing), "--out",
+        [sys.executable, "-m", "kvbudget.cli.main", "report", str(two_runs[0]), str(missing), "--out",
          str(tmp_path / "out")],
         capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1],
     )

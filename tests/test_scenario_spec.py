@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from simulator.scenario import (
+from kvbudget.simulator.scenario import (
     _UNSURE,
     ScenarioSpec,
     _plain_value,
@@ -153,7 +153,7 @@ def test_command_line_scenarios_do_not_import_pydantic(tmp_path: Path) -> None:
     code = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from cli.simulate import build_scenario\n"
+        "from kvbudget.cli.simulate import build_scenario\n"
         f"scn = build_scenario(scenario=None, overrides=None, policy='unlimited', gpu='A100-80GB',"
         f" model='Llama-2-7B', seed=3, trace=Path({str(trace)!r}), num_gpu_blocks=7672,"
         " block_size=16, max_num_seqs=256, max_num_batched_tokens=4096, engine='vllm')\n"

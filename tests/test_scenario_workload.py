@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from simulator.scenario import scenario_from_dict
-from workloads import Workload
-from workloads.spec import WorkloadSpecError, build_workload, parse_workload_spec
+from kvbudget.simulator.scenario import scenario_from_dict
+from kvbudget.workloads import Workload
+from kvbudget.workloads.spec import WorkloadSpecError, build_workload, parse_workload_spec
 
 ROWS = [
     "TIMESTAMP,ContextTokens,GeneratedTokens",

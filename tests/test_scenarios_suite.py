@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
-from simulator.regress import find_baseline, load_suite, read_baseline
+from kvbudget.cli.main import app
+from kvbudget.studies.regress import find_baseline, load_suite, read_baseline
 
 REPO = Path(__file__).resolve().parents[1]
 SUITE = REPO / "scenarios"

@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
-from simulator.executors import LocalExecutor
-from simulator.pareto import pareto_mask, plot_attainment, plot_pareto
-from simulator.scenario import scenario_from_dict
-from simulator.sweep import (
+from kvbudget.analysis.pareto import pareto_mask, plot_attainment, plot_pareto
+from kvbudget.cli.main import app
+from kvbudget.simulator.scenario import scenario_from_dict
+from kvbudget.studies.executors import LocalExecutor
+from kvbudget.studies.sweep import (
     Axis,
     RunStore,
     SweepPlan,
@@ -30,8 +30,8 @@ from simulator.sweep import (
     summarize_points,
     t_interval,
 )
+from kvbudget.workloads import from_columns
 from tests.conftest import small_scenario_dict
-from workloads import from_columns
 
 T = TypeVar("T")
 R = TypeVar("R")

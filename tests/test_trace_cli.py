@@ -16,8 +16,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from cli import trace
-from workloads.traces import load_trace
+from kvbudget.cli import trace
+from kvbudget.workloads.traces import load_trace
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 TRACES = SHARED / "traces"

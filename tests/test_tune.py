@@ -13,12 +13,12 @@ import pytest
 import tomli_w
 from typer.testing import CliRunner
 
-from cli.main import app
-from simulator.executors import LocalExecutor
-from simulator.run import simulate
-from simulator.scenario import load_scenario, scenario_from_dict
-from simulator.sweep import flatten_summary, replication_seeds
-from simulator.tune import Constraint, Param, TuneResult, TuneSpec, dumps_toml, tune
+from kvbudget.cli.main import app
+from kvbudget.simulator.run import simulate
+from kvbudget.simulator.scenario import load_scenario, scenario_from_dict
+from kvbudget.studies.executors import LocalExecutor
+from kvbudget.studies.sweep import flatten_summary, replication_seeds
+from kvbudget.studies.tune import Constraint, Param, TuneResult, TuneSpec, dumps_toml, tune
 from tests.conftest import small_scenario_dict
 
 

@@ -11,11 +11,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from workloads.arrivals import ConstantArrivals
-from workloads.errors import TraceError
-from workloads.lengths import FactorOfTrue, FixedCap, QuantileCap
-from workloads.synthetic import Fixed, PoissonArrivals, TierTraffic, Uniform, generate_workload
-from workloads.traces import TraceOptions, detect_format, load_trace, save_workload
+from kvbudget.workloads.arrivals import ConstantArrivals
+from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.lengths import FactorOfTrue, FixedCap, QuantileCap
+from kvbudget.workloads.synthetic import (
+    Fixed,
+    PoissonArrivals,
+    TierTraffic,
+    Uniform,
+    generate_workload,
+)
+from kvbudget.workloads.traces import TraceOptions, detect_format, load_trace, save_workload
 
 
 def write(path: Path, text: str) -> Path:
@@ -370,7 +376,7 @@ def test_missing_file_and_directory(tmp_path: Path) -> None:
 
 
 def test_bad_option_values() -> None:
-    from workloads.errors import SpecError
+    from kvbudget.workloads.errors import SpecError
 
     with pytest.raises(SpecError, match="rate_scale must be > 0, got 0"):
         TraceOptions(rate_scale=0)

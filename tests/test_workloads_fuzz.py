@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from workloads.errors import TraceError
-from workloads.traces import TraceOptions, load_trace
+from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.traces import TraceOptions, load_trace
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 TRACES = SHARED / "traces"
@@ -43,8 +43,8 @@ SEEDS_PER_BASE = 45
 @functools.cache
 def _full_workload_text(suffix: str) -> tuple[str, ...]:
     """A generic file with every optional column (tiers, caps, deadlines, prefix hashes)."""
-    from workloads.lengths import FixedCap
-    from workloads.synthetic import (
+    from kvbudget.workloads.lengths import FixedCap
+    from kvbudget.workloads.synthetic import (
         ExponentialDelay,
         Fixed,
         PoissonArrivals,
@@ -52,8 +52,8 @@ def _full_workload_text(suffix: str) -> tuple[str, ...]:
         Uniform,
         generate_workload,
     )
-    from workloads.traces import save_workload
-    from workloads.workload import Workload
+    from kvbudget.workloads.traces import save_workload
+    from kvbudget.workloads.workload import Workload
 
     tiers = [TierTraffic("interactive", 0.5, Uniform(1, 2000), Uniform(1, 300),
                          max_output=FixedCap(256), deadline=ExponentialDelay(3.0)),
@@ -193,7 +193,7 @@ def test_mutated_file_loads_or_fails_cleanly(tmp_path: Path, name: str, seed: in
 
 @pytest.mark.parametrize("seed", range(60))
 def test_mutated_parquet_loads_or_fails_cleanly(tmp_path: Path, seed: int) -> None:
-    from workloads.traces import save_workload
+    from kvbudget.workloads.traces import save_workload
 
     original = load_trace(TRACES / "mooncake" / "synthetic_trace.jsonl",
                           TraceOptions(sample_count=40)).workload

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from workloads.spec import (
+from kvbudget.workloads.spec import (
     DEFAULT_RATE_RPS,
     PoissonSpec,
     SyntheticWorkloadSpec,
@@ -64,7 +64,7 @@ def test_default_spec_is_the_documented_mix() -> None:
 
 
 def test_module_docstring_examples_parse(tmp_path: Path) -> None:
-    import workloads.spec as module
+    import kvbudget.workloads.spec as module
 
     doc = module.__doc__ or ""
     examples = [block for block in doc.split("::")[1:]]

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workloads.errors import SpecError
-from workloads.synthetic import (
+from kvbudget.workloads.errors import SpecError
+from kvbudget.workloads.synthetic import (
     ConstantArrivals,
     DiurnalArrivals,
     Empirical,

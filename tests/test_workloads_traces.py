@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from workloads.stats import time_summary, token_summary
-from workloads.traces import TraceOptions, load_trace
+from kvbudget.workloads.stats import time_summary, token_summary
+from kvbudget.workloads.traces import TraceOptions, load_trace
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 TRACES = SHARED / "traces"

@@ -27,7 +27,7 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from workloads.errors import SpecError
+from kvbudget.workloads.errors import SpecError
 
 FloatArray = npt.NDArray[np.float64]
 

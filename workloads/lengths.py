@@ -1,5 +1,5 @@
 """Token-length distributions and deadline (delay) distributions. The ``max_output_tokens``
-rules live in :mod:`workloads.max_output` and are re-exported here.
+rules live in :mod:`kvbudget.workloads.max_output` and are re-exported here.
 
 Every draw comes from the ``numpy.random.Generator`` passed in; nothing here keeps a random
 state. Continuous distributions are turned into token counts with ``ceil`` (so every draw is at
@@ -19,14 +19,14 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from workloads.errors import SpecError
-from workloads.max_output import MAX_TOKENS as MAX_TOKENS
-from workloads.max_output import FactorOfTrue as FactorOfTrue
-from workloads.max_output import FixedCap as FixedCap
-from workloads.max_output import MaxOutputRule as MaxOutputRule
-from workloads.max_output import QuantileCap as QuantileCap
-from workloads.max_output import check_q
-from workloads.max_output import empirical_quantile as empirical_quantile
+from kvbudget.workloads.errors import SpecError
+from kvbudget.workloads.max_output import MAX_TOKENS as MAX_TOKENS
+from kvbudget.workloads.max_output import FactorOfTrue as FactorOfTrue
+from kvbudget.workloads.max_output import FixedCap as FixedCap
+from kvbudget.workloads.max_output import MaxOutputRule as MaxOutputRule
+from kvbudget.workloads.max_output import QuantileCap as QuantileCap
+from kvbudget.workloads.max_output import check_q
+from kvbudget.workloads.max_output import empirical_quantile as empirical_quantile
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]

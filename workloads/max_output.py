@@ -1,6 +1,6 @@
 """``max_output_tokens`` rules: what a client declares, given the true output length.
 
-Kept apart from the length distributions (:mod:`workloads.lengths`, which re-exports these
+Kept apart from the length distributions (:mod:`kvbudget.workloads.lengths`, which re-exports these
 names) so that loading a trace does not build every distribution class.
 """
 
@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from workloads.errors import SpecError
+from kvbudget.workloads.errors import SpecError
 
 IntArray = npt.NDArray[np.int64]
 

@@ -44,11 +44,11 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from workloads import arrivals as arr
-from workloads import lengths as ln
-from workloads.errors import SpecError, show
-from workloads.synthetic import TierTraffic, generate_workload
-from workloads.workload import Workload
+from kvbudget.workloads import arrivals as arr
+from kvbudget.workloads import lengths as ln
+from kvbudget.workloads.errors import SpecError, show
+from kvbudget.workloads.synthetic import TierTraffic, generate_workload
+from kvbudget.workloads.workload import Workload
 
 DEFAULT_RATE_RPS = 6.0
 """Offered load of the default what-if scenario (Llama-3.1-8B on one H100-80GB, near saturation).
@@ -157,7 +157,7 @@ class RateTableSpec(_Model):
 def _read_rate_table(path: Path) -> tuple[list[float], list[float]]:
     import csv
 
-    from workloads.errors import TraceError
+    from kvbudget.workloads.errors import TraceError
 
     if not path.is_file():
         raise TraceError(path, "no such file")
@@ -276,8 +276,8 @@ class EmpiricalSpec(_Model):
 
 
 def _load_lengths(path: Path, fmt: str | None) -> Workload:
-    from workloads.lengths import FactorOfTrue
-    from workloads.traces import TraceOptions, load_trace
+    from kvbudget.workloads.lengths import FactorOfTrue
+    from kvbudget.workloads.traces import TraceOptions, load_trace
 
     # Only the lengths matter here: an oracle max_output keeps the file's true outputs.
     options = TraceOptions(format=fmt, max_output=FactorOfTrue(1.0),
@@ -488,7 +488,7 @@ class SyntheticWorkloadSpec(_Model):
 
 
 class TraceOptionsSpec(_Model):
-    """:class:`workloads.traces.TraceOptions` as written in a file (see its docs)."""
+    """:class:`kvbudget.workloads.traces.TraceOptions` as written in a file (see its docs)."""
 
     window: list[float] | None = Field(default=None, min_length=1, max_length=2)
     rate_scale: float = Field(default=1.0, gt=0)
@@ -517,7 +517,7 @@ class TraceOptionsSpec(_Model):
     def build(self, fmt: str | None, base_dir: Path | None, *,
               validate_only: bool = False) -> Any:
         """The TraceOptions (``validate_only`` skips reading an arrival rate-table file)."""
-        from workloads.traces import TraceOptions
+        from kvbudget.workloads.traces import TraceOptions
 
         window: tuple[float, float | None] | None = None
         if self.window is not None:
@@ -557,7 +557,7 @@ class TraceWorkloadSpec(_Model):
     def build(self, rng: np.random.Generator, base_dir: Path | None = None) -> Workload:
         from dataclasses import replace
 
-        from workloads.traces import load_trace
+        from kvbudget.workloads.traces import load_trace
 
         options = self.options.build(self.format, base_dir)
         if options.seed is None:

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from workloads.workload import Workload
+from kvbudget.workloads.workload import Workload
 
 PERCENTILES = (50, 90, 99)
 

@@ -7,8 +7,8 @@ unchanged (common random numbers for what-if comparisons). The same generator st
 byte-identical arrays.
 
 This module is the one import point for the building blocks: arrival processes
-(:mod:`workloads.arrivals`), length and delay distributions and ``max_output_tokens`` rules
-(:mod:`workloads.lengths`).
+(:mod:`kvbudget.workloads.arrivals`), length and delay distributions and ``max_output_tokens`` rules
+(:mod:`kvbudget.workloads.lengths`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from workloads.arrivals import (
+from kvbudget.workloads.arrivals import (
     MAX_REQUESTS,
     ArrivalProcess,
     ConstantArrivals,
@@ -29,8 +29,8 @@ from workloads.arrivals import (
     PoissonArrivals,
     RateTableArrivals,
 )
-from workloads.errors import SpecError
-from workloads.lengths import (
+from kvbudget.workloads.errors import SpecError
+from kvbudget.workloads.lengths import (
     DelayDist,
     Empirical,
     ExponentialDelay,
@@ -50,7 +50,7 @@ from workloads.lengths import (
     UniformDelay,
     Zipf,
 )
-from workloads.workload import Workload
+from kvbudget.workloads.workload import Workload
 
 __all__ = [
     "MAX_REQUESTS",

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from policies import Request
+from kvbudget.policies import Request
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]

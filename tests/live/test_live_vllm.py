@@ -1,6 +1,6 @@
 """The live commands against a real vLLM engine (CPU build, tiny random Llama).
 
-Every command runs as a user would run it (``python -m cli.main ...`` in a subprocess). The
+Every command runs as a user would run it (``python -m kvbudget.cli.main ...`` in a subprocess). The
 first test starts and kills a server of its own; the others share the session's server.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from livevllm import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS, VllmServer, running_vllm, vllm_python
 
-from simulator.results import read_run
+from kvbudget.results.run_result import read_run
 
 pytestmark = pytest.mark.live
 REPO = Path(__file__).resolve().parents[2]
@@ -27,7 +27,7 @@ USABLE_KV_TOKENS = 9 * 128  # 10 blocks of 128 tokens, one kept as vLLM's null b
 
 
 def kvbudget(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=REPO, text=True,
+    return subprocess.run([sys.executable, "-m", "kvbudget.cli.main", *args], cwd=REPO, text=True,
                           capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
@@ -49,7 +49,7 @@ def test_killing_the_server_mid_replay(tiny_model: Path, tmp_path: Path) -> None
     out = tmp_path / "run"
     with running_vllm(vllm_python(), tiny_model, tmp_path / "vllm.log") as (server, proc):
         replay = subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "replay", "--url", server.url, "--trace",
+            [sys.executable, "-m", "kvbudget.cli.main", "replay", "--url", server.url, "--trace",
              str(trace), "--policy", "conservative", "--out", str(out)],
             cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL)

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from workloads.errors import TraceError
-from workloads.traces._files import FileFacts, last_line_offset, line_of_row, line_of_text
+from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.traces._files import FileFacts, last_line_offset, line_of_row, line_of_text
 
 if TYPE_CHECKING:
     import pandas as pd

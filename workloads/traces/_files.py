@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from workloads.errors import TraceError
+from kvbudget.workloads.errors import TraceError
 
 _PEEK = 1 << 16
 SERVEGEN_CHUNK = re.compile(r"chunk-(\d+)-(trace\.csv|dataset\.json)$")

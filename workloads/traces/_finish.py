@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from workloads.errors import TraceError
-from workloads.max_output import MAX_TOKENS, empirical_quantile
-from workloads.traces.options import TraceOptions
-from workloads.traces.report import LoadedTrace, LoadReport
-from workloads.workload import Workload
+from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.max_output import MAX_TOKENS, empirical_quantile
+from kvbudget.workloads.traces.options import TraceOptions
+from kvbudget.workloads.traces.report import LoadedTrace, LoadReport
+from kvbudget.workloads.workload import Workload
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -370,7 +370,7 @@ def finish(raw: RawTrace, options: TraceOptions, streams: Streams) -> LoadedTrac
     if raw.arrival is None:
         process = options.arrival
         if process is None:
-            from workloads.arrivals import PoissonArrivals
+            from kvbudget.workloads.arrivals import PoissonArrivals
 
             process = PoissonArrivals(1.0)
             raw.warnings.append("the file has no arrival times: Poisson arrivals at 1 req/s "

@@ -12,9 +12,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pajson
 
-from workloads.errors import TraceError
-from workloads.traces._csv import _categorical, _numbers
-from workloads.traces._files import FileFacts, last_line_offset
+from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.traces._csv import _categorical, _numbers
+from kvbudget.workloads.traces._files import FileFacts, last_line_offset
 
 JsonKind = Literal["number", "label", "int_list"]
 _TYPES: dict[str, pa.DataType] = {

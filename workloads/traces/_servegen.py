@@ -33,13 +33,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from workloads.arrivals import MAX_REQUESTS
-from workloads.errors import TraceError
-from workloads.lengths import Pmf
-from workloads.synthetic import split_streams
-from workloads.traces._files import SERVEGEN_CHUNK, check_readable, file_facts
-from workloads.traces._finish import DROP_TRUNCATED, RawTrace, Streams
-from workloads.traces.options import TraceOptions
+from kvbudget.workloads.arrivals import MAX_REQUESTS
+from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.lengths import Pmf
+from kvbudget.workloads.synthetic import split_streams
+from kvbudget.workloads.traces._files import SERVEGEN_CHUNK, check_readable, file_facts
+from kvbudget.workloads.traces._finish import DROP_TRUNCATED, RawTrace, Streams
+from kvbudget.workloads.traces.options import TraceOptions
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

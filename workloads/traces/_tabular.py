@@ -9,12 +9,12 @@ from typing import Any
 
 import numpy as np
 
-from workloads.errors import TraceError
-from workloads.traces._csv import CsvColumns, Kind, read_csv_columns, split_header
-from workloads.traces._files import FileFacts, file_facts, line_of_row
-from workloads.traces._finish import DROP_TRUNCATED, RawTrace, Streams
-from workloads.traces._jsonl import JsonColumns, JsonKind, read_jsonl_columns
-from workloads.traces.options import ARRIVAL_UNITS, CANONICAL_COLUMNS, TraceOptions
+from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.traces._csv import CsvColumns, Kind, read_csv_columns, split_header
+from kvbudget.workloads.traces._files import FileFacts, file_facts, line_of_row
+from kvbudget.workloads.traces._finish import DROP_TRUNCATED, RawTrace, Streams
+from kvbudget.workloads.traces._jsonl import JsonColumns, JsonKind, read_jsonl_columns
+from kvbudget.workloads.traces.options import ARRIVAL_UNITS, CANONICAL_COLUMNS, TraceOptions
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 BURSTGPT_COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
@@ -317,7 +317,7 @@ def _load_generic_parquet(path: Path, options: TraceOptions, names: dict[str, st
     numbers: dict[str, Any] = {}
     labels: dict[str, Any] = {}
     lists: dict[str, Any] = {}
-    from workloads.traces._csv import _categorical
+    from kvbudget.workloads.traces._csv import _categorical
 
     for canon in sorted(present):
         col_name = names[canon]
@@ -337,7 +337,7 @@ def _parquet_column(path: Path, col: Any, col_name: str, kind: str, numbers: dic
                     labels: dict[str, Any], lists: dict[str, Any]) -> None:
     import pyarrow as pa
 
-    from workloads.traces._csv import _categorical
+    from kvbudget.workloads.traces._csv import _categorical
 
     if kind == "number":
         numbers[col_name] = _parquet_numbers(path, col, col_name)

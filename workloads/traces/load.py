@@ -6,11 +6,11 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from workloads.errors import TraceError
-from workloads.traces._files import check_readable, file_facts, is_servegen_path
-from workloads.traces._finish import RawTrace, Streams, finish
-from workloads.traces.options import FORMATS, TraceOptions
-from workloads.traces.report import LoadedTrace
+from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.traces._files import check_readable, file_facts, is_servegen_path
+from kvbudget.workloads.traces._finish import RawTrace, Streams, finish
+from kvbudget.workloads.traces.options import FORMATS, TraceOptions
+from kvbudget.workloads.traces.report import LoadedTrace
 
 Loader = Callable[[Path, TraceOptions, Streams], RawTrace]
 _GENERIC_HINT = {"arrival_s", "prompt_tokens", "output_tokens"}
@@ -18,10 +18,10 @@ _GENERIC_HINT = {"arrival_s", "prompt_tokens", "output_tokens"}
 
 def _loader(fmt: str) -> Loader:
     if fmt == "servegen":
-        from workloads.traces._servegen import load_servegen
+        from kvbudget.workloads.traces._servegen import load_servegen
 
         return load_servegen
-    from workloads.traces import _tabular
+    from kvbudget.workloads.traces import _tabular
 
     loaders: dict[str, Loader] = {
         "azure": _tabular.load_azure,
@@ -35,7 +35,7 @@ def _loader(fmt: str) -> Loader:
 
 def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
     """The format of a trace file, from its name, its first bytes and its header."""
-    from workloads.traces._csv import split_header
+    from kvbudget.workloads.traces._csv import split_header
 
     path = Path(path)
     if is_servegen_path(path):
@@ -76,7 +76,7 @@ def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
 def load_trace(path: str | Path, options: TraceOptions | None = None) -> LoadedTrace:
     """Load a trace file (or a ServeGen directory) as a workload with a load report.
 
-    Raises :class:`~workloads.errors.TraceError` (a ``ValueError``) naming the file, the line
+    Raises :class:`~kvbudget.workloads.errors.TraceError` (a ``ValueError``) naming the file, the line
     or row and the field for anything it cannot load.
     """
     options = options or TraceOptions()

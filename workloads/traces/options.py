@@ -7,11 +7,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from workloads.errors import SpecError
-from workloads.max_output import FixedCap, MaxOutputRule
+from kvbudget.workloads.errors import SpecError
+from kvbudget.workloads.max_output import FixedCap, MaxOutputRule
 
 if TYPE_CHECKING:
-    from workloads.arrivals import ArrivalProcess
+    from kvbudget.workloads.arrivals import ArrivalProcess
 
 FORMATS: tuple[str, ...] = ("azure", "burstgpt", "mooncake", "lengths", "servegen", "generic")
 """Names accepted by ``TraceOptions.format`` (``--format``)."""
@@ -41,7 +41,7 @@ def _valid_tier_name(name: object) -> bool:
 
 @dataclass(frozen=True)
 class TraceOptions:
-    """Options of :func:`workloads.traces.load_trace` (all optional).
+    """Options of :func:`kvbudget.workloads.traces.load_trace` (all optional).
 
     Reading:
         ``format``: one of :data:`FORMATS`; ``None`` detects it from the header or extension.
@@ -52,7 +52,7 @@ class TraceOptions:
         in the directory, or the one named), and how inter-arrivals are drawn in each window:
         the fitted family and shape at the measured rate (``"fitted_rate"``, default), the
         fitted distribution as published (``"fitted"``), or a Gamma with the measured rate and
-        CV (``"rate_cv"``). See :mod:`workloads.traces._servegen`.
+        CV (``"rate_cv"``). See :mod:`kvbudget.workloads.traces._servegen`.
 
     Transformations, applied in this order after loading and sorting:
         ``spread_s``: requests sharing one timestamp are spaced evenly over ``spread_s`` seconds
@@ -70,7 +70,7 @@ class TraceOptions:
         themselves are the tier names), else the generic format's ``tier`` column, else
         ``default_tier`` for every request.
         ``max_output`` (or ``max_output_by_tier``): the declared ``max_output_tokens`` for rows
-        whose file has none. Default: :class:`~workloads.max_output.FixedCap` of 2,048 (a client
+        whose file has none. Default: :class:`~kvbudget.workloads.max_output.FixedCap` of 2,048 (a client
         that sends ``max_tokens=2048``), never below the recorded true output.
         ``arrival``: an arrival process for length-only tables (default: Poisson at 1 req/s,
         with a warning in the report).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workloads.workload import Workload
+from kvbudget.workloads.workload import Workload
 
 
 @dataclass(frozen=True)

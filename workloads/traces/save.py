@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from workloads.errors import TraceError
-from workloads.workload import Workload
+from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.workload import Workload
 
 SAVE_SUFFIXES = (".parquet", ".csv", ".jsonl")
 

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from policies import TierConfig
-from simulator.records import STATUSES
+from kvbudget.policies import TierConfig
+from kvbudget.results.records import STATUSES
 
 FloatArray = npt.NDArray[np.float64]
 QUANTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}

@@ -1,6 +1,6 @@
 """Analysis of run results: pure functions over the records and timeline tables.
 
-Everything here takes pandas DataFrames with the columns of :mod:`simulator.records` (a
+Everything here takes pandas DataFrames with the columns of :mod:`kvbudget.results.records` (a
 simulated run and a live replay alike) and returns DataFrames or plain numbers; nothing reads
 files, draws plots or runs the engine. Random draws (the bootstrap) come from a
 ``numpy.random.Generator`` the caller passes in, so the same seed gives the same table.
@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import numpy as np
 import numpy.typing as npt
 
-from simulator.metrics import meets_slo, time_weighted_mean
+from kvbudget.results.metrics import meets_slo, time_weighted_mean
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from policies import TierConfig
-    from simulator.cost_model import CostModel
+    from kvbudget.perf.cost_model import CostModel
+    from kvbudget.policies import TierConfig
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

@@ -1,8 +1,8 @@
 """Least-squares fit of the linear step-time model to measured steps, and error reports.
 
 Both ``kvbudget calibrate`` (steps timed on a live server) and ``kvbudget profile-fit`` (steps
-timed by :mod:`backends.profiler`) turn a table of measured steps into a
-:class:`~simulator.cost_model.LinearCostModel` with :func:`fit_linear_cost_model`.
+timed by :mod:`kvbudget.live.profiler`) turn a table of measured steps into a
+:class:`~kvbudget.perf.cost_model.LinearCostModel` with :func:`fit_linear_cost_model`.
 
 The fit minimises the sum of squared *relative* errors,
 ``sum(((intercept + coef . x_i) - t_i) / t_i) ** 2``, under ``coef >= 0`` and
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from simulator.cost_model import FEATURES, CostModel, LinearCostModel
+from kvbudget.perf.cost_model import FEATURES, CostModel, LinearCostModel
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -146,7 +146,7 @@ def point_classes(samples: pd.DataFrame) -> npt.NDArray[np.str_]:
 def fit_linear_cost_model(samples: pd.DataFrame, *, source: str = "least-squares fit") -> FitResult:
     """Fit ``t = intercept + sum(coef * feature)`` to measured steps, all coefficients >= 0.
 
-    ``samples`` has the columns of :data:`simulator.cost_model.FEATURES` and ``step_time_s``
+    ``samples`` has the columns of :data:`kvbudget.perf.cost_model.FEATURES` and ``step_time_s``
     (seconds, > 0), one row per measured step (or per grid point's median). Minimises the
     squared relative error of every row. A feature that is zero in every row gets coefficient 0.
     Raises ValueError naming the column and row of a bad value.
@@ -231,7 +231,7 @@ def summarize_errors(errors: pd.DataFrame) -> pd.DataFrame:
 
 
 def roofline_error(table: pd.DataFrame, cost_model: CostModel) -> pd.DataFrame:
-    """How far a cost model (typically a :class:`simulator.presets.RooflineCostModel`) is from
+    """How far a cost model (typically a :class:`kvbudget.perf.roofline.RooflineCostModel`) is from
     measured steps, per point class (``prefill``, ``decode``, ... and ``all``).
 
     ``table`` as for :func:`compare_cost_model`. Returns :func:`summarize_errors`' columns.

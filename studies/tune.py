@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from simulator.sweep import (
+from kvbudget.studies.sweep import (
     GridPoint,
     _scenario_data,
     execute,
@@ -51,8 +51,8 @@ from simulator.sweep import (
 if TYPE_CHECKING:
     import pandas as pd
 
-    from simulator.executors import Executor
-    from simulator.scenario import Scenario
+    from kvbudget.simulator.scenario import Scenario
+    from kvbudget.studies.executors import Executor
 
 BEST_FILE = "best.toml"
 EVIDENCE_FILE = "evidence.parquet"
@@ -269,7 +269,7 @@ class TuneResult:
         """The scenario (as TOML-ready data) with the winning parameters."""
         if self.best is None:
             raise ValueError("no parameter setting met the constraints")
-        from simulator.scenario import scenario_from_dict
+        from kvbudget.simulator.scenario import scenario_from_dict
 
         scn = scenario_from_dict(
             _scenario_data(self.spec.scenario), self.spec.scenario.base_dir,

@@ -360,7 +360,7 @@ def load_suite(path: Path, overrides: Sequence[str] = ()) -> Suite:
     Every scenario is loaded and validated here (with ``overrides``, ``--set key=value``
     applied to each), so bad input is reported before anything runs.
     """
-    from simulator.scenario import load_scenario
+    from kvbudget.simulator.scenario import load_scenario
 
     if path.is_dir():
         files = sorted(p for p in path.glob("*.toml") if p.name != SUITE_FILE)
@@ -429,8 +429,8 @@ def _check_metric_name(where: Path, field_name: str, metric: str) -> None:
 # --- running ------------------------------------------------------------------------------------
 def run_replication(path: str, overrides: tuple[str, ...], seed: int) -> dict[str, Any]:
     """Simulate one scenario file with one seed and return its summary."""
-    from simulator.run import simulate
-    from simulator.scenario import load_scenario
+    from kvbudget.simulator.run import simulate
+    from kvbudget.simulator.scenario import load_scenario
 
     scn = load_scenario(Path(path), [*overrides, f"seed={seed}"])
     try:
@@ -447,7 +447,7 @@ def _run_task(task: tuple[str, tuple[str, ...], int]) -> dict[str, Any]:
 
 
 Task = tuple[str, int]  # (scenario name, seed)
-_WORKER_PRELOAD = ("simulator.regress", "simulator.run", "simulator.scenario", "workloads.spec")
+_WORKER_PRELOAD = ("kvbudget.studies.regress", "kvbudget.simulator.run", "kvbudget.simulator.scenario", "kvbudget.workloads.spec")
 
 
 def run_suite(
@@ -461,7 +461,7 @@ def run_suite(
     """Run every scenario once per seed on the local executor: ``jobs`` processes (default:
     every core; 1 runs here, in this process). Returns the summaries per scenario, in the
     order of ``seeds``."""
-    from simulator.executors import LocalExecutor
+    from kvbudget.studies.executors import LocalExecutor
 
     paths = {s.name: str(s.path) for s in suite.scenarios}
     tasks: list[Task] = [(name, seed) for name in paths for seed in seeds[name]]

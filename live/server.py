@@ -7,8 +7,8 @@ from dataclasses import dataclass, replace
 
 import httpx
 
-from backends.openai_client import ServerTarget
-from backends.server_metrics import EngineSnapshot, snapshot
+from kvbudget.live.openai_client import ServerTarget
+from kvbudget.live.server_metrics import EngineSnapshot, snapshot
 
 
 class BackendUnavailable(RuntimeError):
@@ -18,7 +18,7 @@ class BackendUnavailable(RuntimeError):
 @dataclass(frozen=True, slots=True)
 class ServerInfo:
     """What kvbudget reads from a server before a run. ``kv_capacity_tokens`` is the usable
-    capacity (``usable_blocks * block_size``; see :mod:`backends.server_metrics`)."""
+    capacity (``usable_blocks * block_size``; see :mod:`kvbudget.live.server_metrics`)."""
 
     model: str
     max_model_len: int | None

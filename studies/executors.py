@@ -80,7 +80,7 @@ class _ContextMixin:
 
 
 PRELOAD: tuple[str, ...] = (
-    "simulator.sweep", "simulator.run", "simulator.scenario", "workloads.spec",
+    "kvbudget.studies.sweep", "kvbudget.simulator.run", "kvbudget.simulator.scenario", "kvbudget.workloads.spec",
 )
 """Modules the forkserver imports once, so that each worker starts with the simulator loaded."""
 

@@ -72,7 +72,7 @@ def plot_pareto(
     label_columns: Sequence[str] = (),
     title: str | None = None,
 ) -> list[Path]:
-    """Plot a per-point summary (``simulator.sweep.summarize_points`` with metrics ``x`` and
+    """Plot a per-point summary (``kvbudget.studies.sweep.summarize_points`` with metrics ``x`` and
     ``y``: columns ``{x}_mean``, ``{x}_low``, ... and ``policy``) to ``stem.png`` and
     ``stem.svg``."""
     from matplotlib.figure import Figure

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from simulator.records import RECORD_COLUMNS, TIMELINE_COLUMNS, check_columns
+from kvbudget.results.records import RECORD_COLUMNS, TIMELINE_COLUMNS, check_columns
 
 if TYPE_CHECKING:
     import pandas as pd

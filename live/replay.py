@@ -5,7 +5,7 @@ simulator decide admission; this module only supplies a clock (``time.perf_count
 out the gateway's actions on the asyncio event loop:
 
 * ``Admit`` streams the request to the server (exact prompt and output lengths, see
-  :mod:`backends.openai_client`), behind a safety cap on requests in flight;
+  :mod:`kvbudget.live.openai_client`), behind a safety cap on requests in flight;
 * ``Revoke`` cancels the stream (closing the connection makes vLLM abort the request and free its
   KV blocks); a re-queued request is streamed again from scratch when re-admitted;
 * ``Reject`` records the refusal.
@@ -13,7 +13,7 @@ out the gateway's actions on the asyncio event loop:
 Arrivals are open loop at the workload's timestamps; a timer task applies admission deadlines
 and lease expiry when :meth:`Gateway.next_timer_s` says; a poller scrapes ``/metrics`` into the
 timeline. Every finished request is appended to the run directory at once
-(:mod:`backends.run_dir`). When the server stops answering, the replay stops, keeps what
+(:mod:`kvbudget.live.run_dir`). When the server stops answering, the replay stops, keeps what
 finished and reports :class:`ReplayOutcome.error`; a later run with ``resume=True`` replays only
 the requests that have no row yet.
 
@@ -35,9 +35,14 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import numpy as np
 
-from backends.openai_client import TRANSPORT_ERRORS, ServerTarget, StreamResult, stream_completion
-from backends.run_dir import RunDir, engine_preemptions, read_parts, write_outputs
-from backends.server import (
+from kvbudget.live.openai_client import (
+    TRANSPORT_ERRORS,
+    ServerTarget,
+    StreamResult,
+    stream_completion,
+)
+from kvbudget.live.run_dir import RunDir, engine_preemptions, read_parts, write_outputs
+from kvbudget.live.server import (
     BackendUnavailable,
     ServerInfo,
     discover,
@@ -45,8 +50,8 @@ from backends.server import (
     server_alive,
     with_model,
 )
-from backends.server_metrics import EngineSnapshot
-from policies import (
+from kvbudget.live.server_metrics import EngineSnapshot
+from kvbudget.policies import (
     DEFAULT_TIERS,
     Action,
     Admit,
@@ -60,9 +65,9 @@ from policies import (
     Revoke,
     TierConfig,
 )
-from simulator.metrics import summarize
-from simulator.records import derive_latencies
-from workloads import Workload
+from kvbudget.results.metrics import summarize
+from kvbudget.results.records import derive_latencies
+from kvbudget.workloads import Workload
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -2,7 +2,7 @@
 same figures as PNG files, for one or more run directories (simulated or replayed).
 
 The report holds: the runs and their settings, outcomes per run and tier, latency quantiles
-with bootstrap confidence intervals, KV-cache figures, and the plots of :mod:`simulator.plots`
+with bootstrap confidence intervals, KV-cache figures, and the plots of :mod:`kvbudget.analysis.plots`
 (latency CDFs and tails, p99 with intervals, p99 TTFT over time, TTFT attainment, where the TTFT
 tail comes from, KV used and reserved over time, queue depth, requests that did not complete),
 plus simulated against measured quantiles when a measured run is given.
@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from simulator import analysis
-from simulator.results import RunResult, read_run
+from kvbudget.analysis import tables as analysis
+from kvbudget.results.run_result import RunResult, read_run
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -274,7 +274,7 @@ def build_report(
     request. ``seed`` seeds the bootstrap. ``window_s`` is the window of the p99-over-time plot
     (default: a twentieth of the longest run).
     """
-    from simulator import plots
+    from kvbudget.analysis import plots
 
     dirs = [Path(d) for d in run_dirs]
     runs = load_runs(dirs)

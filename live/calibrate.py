@@ -18,8 +18,8 @@ vLLM (CPU or GPU) and on other servers that stream one chunk per step:
   simulator models engine steps only, so every simulation with this cost-model file adds the
   constant to first-token and finish times (``SimConfig.frontend_overhead_s``).
 
-Features are counted as the engine model counts them (:data:`simulator.cost_model.FEATURES`,
-context *after* the step). The fit is :func:`simulator.fit.fit_linear_cost_model`.
+Features are counted as the engine model counts them (:data:`kvbudget.perf.cost_model.FEATURES`,
+context *after* the step). The fit is :func:`kvbudget.perf.fit.fit_linear_cost_model`.
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from backends.openai_client import ServerTarget, StreamResult, stream_completion
-from backends.replay import prompt_token_ids
-from backends.server import BackendUnavailable, ServerInfo, discover, with_model
-from simulator.cost_model import (
+from kvbudget.live.openai_client import ServerTarget, StreamResult, stream_completion
+from kvbudget.live.replay import prompt_token_ids
+from kvbudget.live.server import BackendUnavailable, ServerInfo, discover, with_model
+from kvbudget.perf.cost_model import (
     FEATURES,
     LinearCostModel,
     save_cost_model,
@@ -47,7 +47,7 @@ from simulator.cost_model import (
 if TYPE_CHECKING:
     import pandas as pd
 
-    from simulator.fit import FitResult
+    from kvbudget.perf.fit import FitResult
 
 class CalibrationFailed(RuntimeError):
     """The profiling run could not time enough steps to fit the model."""
@@ -406,7 +406,7 @@ def frontend_overhead(idle_ttft: pd.DataFrame, model: LinearCostModel) -> float:
 def fit_calibration(samples: pd.DataFrame, idle_ttft: pd.DataFrame, info: ServerInfo,
                     plan: CalibrationPlan, url: str, notes: Sequence[str] = ()) -> Calibration:
     """Fit the linear model to the per-point medians and derive the front-end overhead."""
-    from simulator.fit import fit_linear_cost_model
+    from kvbudget.perf.fit import fit_linear_cost_model
 
     if len(samples) < 2:
         raise ValueError(f"calibration measured {len(samples)} step(s); need at least 2")
@@ -445,7 +445,7 @@ async def speed_check_async(target: ServerTarget, model: LinearCostModel, *, num
                             ) -> SpeedCheck | None:
     """Time ``repeats`` decode steps of ``num_seqs`` streams (median) as ``calibrate`` does and
     compare with ``model``; None when no repeat could be timed. Takes a few seconds. ``info``:
-    the server as :func:`~backends.server.discover` found it (asked again when not given)."""
+    the server as :func:`~kvbudget.live.server.discover` found it (asked again when not given)."""
     import time
 
     t0 = time.perf_counter()

@@ -18,7 +18,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from simulator.records import RECORD_COLUMNS, TIMELINE_COLUMNS
+from kvbudget.results.records import RECORD_COLUMNS, TIMELINE_COLUMNS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -170,11 +170,11 @@ def write_outputs(
     out_dir: Path, records: pd.DataFrame, timeline: pd.DataFrame, summary: Mapping[str, Any]
 ) -> None:
     """Write ``requests.parquet`` (the records columns plus ``error``), ``timeline.parquet`` and
-    ``summary.json``: the files :func:`simulator.results.read_run` reads."""
+    ``summary.json``: the files :func:`kvbudget.results.run_result.read_run` reads."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from simulator.results import REQUESTS_FILE, SUMMARY_FILE, TIMELINE_FILE
+    from kvbudget.results.run_result import REQUESTS_FILE, SUMMARY_FILE, TIMELINE_FILE
 
     def table(df: pd.DataFrame, schema: Mapping[str, str]) -> Any:
         arrays = {}

@@ -1,11 +1,11 @@
 """Named engine behaviours: what changes when the server is not vLLM v1 with recompute.
 
-Each preset is a subclass of :class:`simulator.engine.Engine` overriding a few small hooks, so
+Each preset is a subclass of :class:`kvbudget.simulator.engine.Engine` overriding a few small hooks, so
 continuous batching, chunked prefill, the step cost model, the timeline and the skip-ahead over
 pure-decode runs are shared (and stay exactly equal to stepping: tests compare both for every
 preset). Pick one with ``EngineConfig(name=...)`` or ``kvbudget simulate --engine``.
 
-* ``vllm``: vLLM v1 (:mod:`simulator.engine`): blocks allocated as tokens are computed,
+* ``vllm``: vLLM v1 (:mod:`kvbudget.simulator.engine`): blocks allocated as tokens are computed,
   preemption by recompute when they run out; victim is the lowest priority then latest arrival
   (``--scheduling-policy priority``) or the latest arrival (``fcfs``); ``watermark`` keeps a
   fraction of blocks free when admitting (vLLM v0's block manager, 0.01 there).
@@ -51,11 +51,12 @@ from typing import Any
 import numpy as np
 import simpy
 
-from simulator.cost_model import CostModel
-from simulator.engine import Engine, EngineHooks, FloatArray, IntArray
-from simulator.engine_config import EngineConfig
-from simulator.presets import get_gpu, get_model
-from workloads import Workload
+from kvbudget.perf.cost_model import CostModel
+from kvbudget.perf.hardware import get_gpu
+from kvbudget.perf.models import get_model
+from kvbudget.simulator.engine import Engine, EngineHooks, FloatArray, IntArray
+from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.workloads import Workload
 
 GIB = 1024**3
 

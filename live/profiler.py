@@ -11,9 +11,9 @@ and times the two kinds of engine step the simulator's cost model predicts:
   KV cache, built beforehand by a prefill (``num_decode_seqs = B``,
   ``num_context_tokens = B * (C + 1)``).
 
-The features are those of :data:`simulator.cost_model.FEATURES`, counted the way the engine
+The features are those of :data:`kvbudget.perf.cost_model.FEATURES`, counted the way the engine
 model counts them (context *after* the step), so the table feeds
-:func:`simulator.fit.fit_linear_cost_model` directly.
+:func:`kvbudget.perf.fit.fit_linear_cost_model` directly.
 
 Each grid point is run ``warmup`` times untimed, then ``repeats`` times timed, each timing
 bracketed by ``torch.cuda.synchronize()`` on a GPU; the table keeps the median and the 10th and
@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simulator.cost_model import FEATURES
+from kvbudget.perf.cost_model import FEATURES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -576,8 +576,8 @@ def measure_to_file(
 
 
 def model_spec_from_meta(meta: dict[str, Any], name: str | None = None) -> Any:
-    """A :class:`simulator.presets.ModelSpec` of the profiled model (for a roofline of it)."""
-    from simulator.presets import ModelSpec
+    """A :class:`kvbudget.perf.models.ModelSpec` of the profiled model (for a roofline of it)."""
+    from kvbudget.perf.models import ModelSpec
 
     shape = meta.get("model")
     if not isinstance(shape, dict):
@@ -602,11 +602,11 @@ def _int_tuple(text: str) -> tuple[int, ...]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m backends.profiler``: the measurement alone, for a machine that has PyTorch and
+    """``python -m kvbudget.live.profiler``: the measurement alone, for a machine that has PyTorch and
     transformers but not kvbudget's other dependencies (typer, pandas, scipy); writes CSV. The
     fit runs elsewhere with ``kvbudget profile-fit``. ``kvbudget profile`` is the usual way."""
     defaults = ProfileGrid()
-    parser = argparse.ArgumentParser(prog="python -m backends.profiler", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m kvbudget.live.profiler", description=main.__doc__)
     parser.add_argument("--model", type=Path, required=True, help="config.json or its directory")
     parser.add_argument("--out", type=Path, required=True, help="profile table FILE.csv")
     parser.add_argument("--dtype", default="bf16", choices=DTYPES)

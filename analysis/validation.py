@@ -1,6 +1,6 @@
 """Simulated against measured: per-metric relative errors, per-request errors, and a plot.
 
-Both sides are records tables with the same columns (:mod:`simulator.records`), so the
+Both sides are records tables with the same columns (:mod:`kvbudget.results.records`), so the
 comparison is a join on ``request_id``. The simulator models engine steps only; what the API
 server adds to every request outside them (``frontend_overhead_s``, measured by
 ``kvbudget calibrate``) is added to the simulated first-token and finish times before comparing,
@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from policies import TierConfig
-from simulator.metrics import summarize
+from kvbudget.policies import TierConfig
+from kvbudget.results.metrics import summarize
 
 if TYPE_CHECKING:
     import pandas as pd

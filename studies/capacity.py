@@ -3,7 +3,7 @@ target, per policy (DistServe's per-GPU goodput, Zhong et al., OSDI 2024: the ma
 rate at which the SLO attainment stays at or above a target such as 90%, divided by the GPUs).
 
 The load is the scenario's workload with every arrival time divided by a rate scale ``s`` (the
-same requests, offered ``s`` times as fast; see :func:`simulator.sweep.scale_rate`), so the
+same requests, offered ``s`` times as fast; see :func:`kvbudget.studies.sweep.scale_rate`), so the
 arrival rate is ``s`` times the workload's own. For each policy the search keeps ``lo`` (the
 largest scale seen to meet the target) and ``hi`` (the smallest seen to miss it): it starts at
 ``s = 1``, doubles or halves until the target is bracketed, then bisects geometrically
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from simulator.sweep import (
+from kvbudget.studies.sweep import (
     GridPoint,
     execute,
     plan_runs,
@@ -40,8 +40,8 @@ from simulator.sweep import (
 if TYPE_CHECKING:
     import pandas as pd
 
-    from simulator.executors import Executor
-    from simulator.scenario import Scenario
+    from kvbudget.simulator.scenario import Scenario
+    from kvbudget.studies.executors import Executor
 
 EVIDENCE_FILE = "evidence.parquet"
 RESULT_FILE = "capacity.json"
@@ -50,7 +50,7 @@ RESULT_FILE = "capacity.json"
 def num_gpus(scenario: Scenario) -> int:
     """GPUs of the simulated configuration: replicas (a ``[fleet]``, else one engine) times the
     model preset's tensor-parallel degree."""
-    from simulator.presets import get_model
+    from kvbudget.perf.models import get_model
 
     replicas = scenario.spec.fleet.num_replicas if scenario.spec.fleet is not None else 1
     return max(1, replicas * int(get_model(scenario.spec.model).tensor_parallel))
@@ -162,7 +162,7 @@ class CapacityResult:
         """Attainment against offered rate for each policy over the loads the search visited
         (mean and t interval over the replications); see :func:`attainment_curve` for a
         common grid of loads."""
-        from simulator.sweep import summarize_points
+        from kvbudget.studies.sweep import summarize_points
 
         df = self.table()
         return summarize_points(df, [self.spec.metric, "offered_rate_rps"],
@@ -294,7 +294,7 @@ def attainment_curve(spec: CapacitySpec, executor: Executor, scales: Sequence[fl
     a sweep with the search's seeds (so its runs at a scale the search visited are the very
     same runs). One row per (policy, rate_scale) with mean and t interval of the metric and
     of ``offered_rate_rps``."""
-    from simulator.sweep import Axis, SweepPlan, execute, summarize_points
+    from kvbudget.studies.sweep import Axis, SweepPlan, execute, summarize_points
 
     plan = SweepPlan(spec.scenario, (Axis("policy", spec.policies),
                                      Axis("rate_scale", tuple(scales))),

@@ -42,13 +42,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from workloads import Workload
+from kvbudget.workloads import Workload
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from simulator.executors import Executor
-    from simulator.scenario import Scenario
+    from kvbudget.simulator.scenario import Scenario
+    from kvbudget.studies.executors import Executor
 
 POLICY = "policy"
 RATE_SCALE = "rate_scale"
@@ -202,8 +202,8 @@ def describe_run(spec: RunSpec) -> str:
 
 def run_one(spec: RunSpec) -> dict[str, Any]:
     """Simulate one run and return its table row (the task function of every executor)."""
-    from simulator.run import simulate
-    from simulator.scenario import scenario_from_dict
+    from kvbudget.simulator.run import simulate
+    from kvbudget.simulator.scenario import scenario_from_dict
 
     scn = scenario_from_dict(spec.scenario, Path(spec.base_dir))
     workload = scale_rate(_workload_for(scn, spec), spec.rate_scale)
@@ -255,7 +255,7 @@ def parse_axis(text: str) -> Axis:
 
     Values are read as TOML literals (numbers, booleans, quoted strings), else as bare strings.
     """
-    from simulator.scenario import parse_override
+    from kvbudget.simulator.scenario import parse_override
 
     if "=" not in text:
         raise ValueError(f"--grid {text!r}: expected key=v1,v2,... or key=lo:hi:n")
@@ -292,7 +292,7 @@ class GridPoint:
 
 def expand_grid(base: Mapping[str, Any], axes: Sequence[Axis]) -> list[GridPoint]:
     """The cross product of ``axes`` (first axis slowest), deduplicated (see module doc)."""
-    from policies.registry import policy_parameters
+    from kvbudget.policies.registry import policy_parameters
 
     keys = [a.key for a in axes]
     if len(set(keys)) != len(keys):
@@ -338,7 +338,7 @@ def expand_grid(base: Mapping[str, Any], axes: Sequence[Axis]) -> list[GridPoint
 
 
 def _literal(value: Any) -> str:
-    """A value as a literal that :func:`simulator.scenario.parse_override` reads back."""
+    """A value as a literal that :func:`kvbudget.simulator.scenario.parse_override` reads back."""
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"grid values must be finite, got {value!r}")
     return json.dumps(value)
@@ -355,7 +355,7 @@ def run_key(scenario: Mapping[str, Any], base_dir: str, rate_scale: float) -> st
 
 
 def _scenario_data(scenario: Scenario) -> dict[str, Any]:
-    from simulator.scenario import dump_spec
+    from kvbudget.simulator.scenario import dump_spec
 
     return dump_spec(scenario.spec, mode="json")
 
@@ -369,7 +369,7 @@ def plan_runs(
 ) -> list[RunSpec]:
     """A run per grid point and seed (points validated here, so bad values fail before any
     simulation, with a message naming the grid point)."""
-    from simulator.scenario import scenario_from_dict
+    from kvbudget.simulator.scenario import scenario_from_dict
 
     data = _scenario_data(base)
     base_dir = str(base.base_dir)
@@ -655,6 +655,6 @@ def _is_config_column(col: str) -> bool:
     """Grid values and configuration figures (kept per point), as opposed to metrics."""
     from dataclasses import fields
 
-    from simulator.scenario import ScenarioSpec
+    from kvbudget.simulator.scenario import ScenarioSpec
 
     return col in _CONFIG_COLUMNS or "." in col or col in {f.name for f in fields(ScenarioSpec)}

@@ -23,7 +23,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, PercentFormatter
 
-from simulator import analysis
+from kvbudget.analysis import tables as analysis
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -1,1 +1,0 @@
-"""Live backends: the same gateway policies in front of a real OpenAI-compatible server."""

@@ -1,0 +1,189 @@
+"""kvbudget: a capacity simulator and KV-cache admission-policy tuner for LLM inference gateways.
+
+``import kvbudget as kb`` gives what a notebook needs; every name below is loaded on first use,
+so importing the package costs next to nothing (the command line starts from it too).
+
+Workloads and traces
+--------------------
+- :class:`Workload`, :func:`from_columns`: requests as columns
+- :func:`load_trace`, :class:`TraceOptions`, :func:`save_workload`: real trace formats
+- :func:`generate_workload`, :class:`TierTraffic`: synthetic traffic
+- :class:`PoissonArrivals`, :class:`GammaArrivals`: arrival processes
+- :class:`Fixed`, :class:`Uniform`, :class:`LogNormal`, :class:`Empirical`: length distributions
+- :class:`FixedCap`, :class:`FactorOfTrue`, :class:`QuantileCap`: declared ``max_output_tokens``
+
+Policies and tiers
+------------------
+- :func:`make_policy`, :func:`policy_names`, :data:`POLICIES`: the admission policies
+- :class:`BasePolicy`: the base class of a new policy
+- :class:`TierConfig`, :data:`DEFAULT_TIERS`: service tiers and their SLOs
+- :class:`Request`, :class:`TokenBudget`: a request and the token-budget ledger
+
+Configs and presets
+-------------------
+- :class:`EngineConfig`: the engine's knobs, under vLLM's names
+- :class:`GPUSpec`, :func:`get_gpu`: GPU specifications
+- :class:`ModelSpec`, :func:`get_model`: model specifications
+- :func:`num_gpu_blocks`: KV-cache capacity as vLLM computes it
+- :class:`RooflineCostModel`, :class:`LinearCostModel`, :func:`load_cost_model`: step-time models
+- :class:`Scenario`, :func:`load_scenario`, :func:`default_scenario`: scenario files
+
+Simulation
+----------
+- :func:`simulate`, :class:`SimConfig`: one policy on one workload
+- :class:`FleetConfig`: several engine replicas behind a router
+
+Run results
+-----------
+- :class:`RunResult`, :func:`read_run`: a run's records, timeline and summary, on disk or not
+- :func:`summarize`: the summary metrics of a records table
+
+Analysis and plots
+------------------
+- :mod:`tables`: percentile tables, CDFs, breakdowns, simulated-vs-measured joins
+- :mod:`plots`: latency CDFs, KV timelines, SLO attainment, Pareto plots
+- :func:`build_report`: one self-contained HTML report of runs
+- :func:`validate_runs`: simulated against measured, metric by metric
+
+Studies
+-------
+- :func:`run_sweep`: grids of runs with common random numbers
+- :func:`tune`, :class:`TuneSpec`: parameter tuning under constraints
+- :func:`capacity`, :class:`CapacitySpec`: the largest sustainable rate per policy
+- :func:`regress`, :func:`load_suite`: the CI gate on policy metrics
+
+Live servers
+------------
+- :func:`replay`, :class:`ReplayConfig`: the gateway in front of an OpenAI-compatible server
+- :func:`calibrate`: fit a step-time model against a live server
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# name -> module that defines it (relative to this package)
+_EXPORTS: dict[str, str] = {
+    # Workloads and traces
+    "Workload": "workloads",
+    "from_columns": "workloads",
+    "load_trace": "workloads.traces",
+    "TraceOptions": "workloads.traces",
+    "save_workload": "workloads.traces",
+    "generate_workload": "workloads.synthetic",
+    "TierTraffic": "workloads.synthetic",
+    "PoissonArrivals": "workloads.arrivals",
+    "GammaArrivals": "workloads.arrivals",
+    "Fixed": "workloads.lengths",
+    "Uniform": "workloads.lengths",
+    "LogNormal": "workloads.lengths",
+    "Empirical": "workloads.lengths",
+    "FixedCap": "workloads.max_output",
+    "FactorOfTrue": "workloads.max_output",
+    "QuantileCap": "workloads.max_output",
+    # Policies and tiers
+    "make_policy": "policies",
+    "policy_names": "policies",
+    "POLICIES": "policies",
+    "BasePolicy": "policies",
+    "TierConfig": "policies",
+    "DEFAULT_TIERS": "policies",
+    "Request": "policies",
+    "TokenBudget": "policies",
+    # Configs and presets
+    "EngineConfig": "simulator.engine_config",
+    "GPUSpec": "perf.hardware",
+    "get_gpu": "perf.hardware",
+    "ModelSpec": "perf.models",
+    "get_model": "perf.models",
+    "num_gpu_blocks": "perf.kv_capacity",
+    "RooflineCostModel": "perf.roofline",
+    "LinearCostModel": "perf.cost_model",
+    "load_cost_model": "perf.cost_model",
+    "Scenario": "simulator.scenario",
+    "load_scenario": "simulator.scenario",
+    "default_scenario": "simulator.scenario",
+    # Simulation
+    "simulate": "simulator.run",
+    "SimConfig": "simulator.run",
+    "FleetConfig": "simulator.fleet",
+    # Run results
+    "RunResult": "results.run_result",
+    "read_run": "results.run_result",
+    "summarize": "results.metrics",
+    # Analysis and plots
+    "tables": "analysis",
+    "plots": "analysis",
+    "build_report": "analysis.report",
+    "validate_runs": "analysis.validation",
+    # Studies
+    "run_sweep": "studies.sweep",
+    "tune": "studies.tune",
+    "TuneSpec": "studies.tune",
+    "capacity": "studies.capacity",
+    "CapacitySpec": "studies.capacity",
+    "regress": "studies.regress",
+    "load_suite": "studies.regress",
+    # Live servers
+    "replay": "live.replay",
+    "ReplayConfig": "live.replay",
+    "calibrate": "live.calibrate",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kvbudget' has no attribute {name!r}")
+    mod = importlib.import_module(f"{__name__}.{module}")
+    value = getattr(mod, name) if hasattr(mod, name) else importlib.import_module(
+        f"{__name__}.{module}.{name}"
+    )
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # what a type checker and an IDE see
+    from kvbudget.analysis import plots, tables
+    from kvbudget.analysis.report import build_report
+    from kvbudget.analysis.validation import validate_runs
+    from kvbudget.live.calibrate import calibrate
+    from kvbudget.live.replay import ReplayConfig, replay
+    from kvbudget.perf.cost_model import LinearCostModel, load_cost_model
+    from kvbudget.perf.hardware import GPUSpec, get_gpu
+    from kvbudget.perf.kv_capacity import num_gpu_blocks
+    from kvbudget.perf.models import ModelSpec, get_model
+    from kvbudget.perf.roofline import RooflineCostModel
+    from kvbudget.policies import (
+        DEFAULT_TIERS,
+        POLICIES,
+        BasePolicy,
+        Request,
+        TierConfig,
+        TokenBudget,
+        make_policy,
+        policy_names,
+    )
+    from kvbudget.results.metrics import summarize
+    from kvbudget.results.run_result import RunResult, read_run
+    from kvbudget.simulator.engine_config import EngineConfig
+    from kvbudget.simulator.fleet import FleetConfig
+    from kvbudget.simulator.run import SimConfig, simulate
+    from kvbudget.simulator.scenario import Scenario, default_scenario, load_scenario
+    from kvbudget.studies.capacity import CapacitySpec, capacity
+    from kvbudget.studies.regress import load_suite, regress
+    from kvbudget.studies.sweep import run_sweep
+    from kvbudget.studies.tune import TuneSpec, tune
+    from kvbudget.workloads import Workload, from_columns
+    from kvbudget.workloads.arrivals import GammaArrivals, PoissonArrivals
+    from kvbudget.workloads.lengths import Empirical, Fixed, LogNormal, Uniform
+    from kvbudget.workloads.max_output import FactorOfTrue, FixedCap, QuantileCap
+    from kvbudget.workloads.synthetic import TierTraffic, generate_workload
+    from kvbudget.workloads.traces import TraceOptions, load_trace, save_workload
