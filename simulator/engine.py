@@ -34,7 +34,6 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +45,7 @@ import simpy
 from kvbudget.perf.cost_model import CostModel
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.prefix_cache import PrefixCache
+from kvbudget.simulator.request_queue import make_request_queue
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -217,8 +217,7 @@ class Engine:
         # one new token each, for a running loop of decoding requests (read-only: it is shared)
         self._ones = np.ones(min(config.max_num_seqs, config.max_num_batched_tokens), np.int64)
         self._ones.flags.writeable = False
-        self._fcfs: deque[int] = deque()
-        self._prio: list[tuple[int, float, int]] = []
+        self.waiting = make_request_queue(config.scheduling_policy, self.priority, arrival_s)
         self._in_engine = np.zeros(n, np.bool_)
         self.num_free_blocks = num_gpu_blocks
         self._step_extra_s = 0.0  # seconds a hook adds to the current step (swap transfers)
@@ -290,7 +289,7 @@ class Engine:
         self.num_output_tokens[i] = 0
         self.num_blocks[i] = 0
         self._in_engine[i] = True
-        self._push_waiting(i)
+        self.waiting.add_request(i)
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
         elif self._busy:
@@ -312,7 +311,7 @@ class Engine:
         return int(self.prompt_tokens[i] + self.target_output[i]) <= self.max_model_len
 
     def num_waiting(self) -> int:
-        return len(self._fcfs) + len(self._prio)
+        return len(self.waiting)
 
     @property
     def num_used_blocks(self) -> int:
@@ -365,33 +364,6 @@ class Engine:
         """The terms of :meth:`kv_token_seconds`: KV tokens in use times seconds, per step."""
         return self._kv_scalar_terms + _concat(self._kv_terms)
 
-    # --- queues -------------------------------------------------------------------------------
-    def _push_waiting(self, i: int, *, front: bool = False) -> None:
-        if self.config.scheduling_policy == "priority":
-            heapq.heappush(self._prio, (int(self.priority[i]), float(self.arrival_s[i]), i))
-        elif front:
-            self._fcfs.appendleft(i)
-        else:
-            self._fcfs.append(i)
-
-    def _peek_waiting(self) -> int | None:
-        if self._prio:
-            return self._prio[0][2]
-        return self._fcfs[0] if self._fcfs else None
-
-    def _pop_waiting(self) -> None:
-        if self._prio:
-            heapq.heappop(self._prio)
-        else:
-            self._fcfs.popleft()
-
-    def _remove_waiting(self, i: int) -> None:
-        if self.config.scheduling_policy == "priority":
-            self._prio = [e for e in self._prio if e[2] != i]
-            heapq.heapify(self._prio)
-        else:
-            self._fcfs.remove(i)
-
     def _abort_now(self, i: int) -> None:
         if not self._in_engine[i]:
             return
@@ -400,7 +372,7 @@ class Engine:
         if i in self.running:
             self._stop_running([i])
         else:
-            self._remove_waiting(i)
+            self.waiting.remove_request(i)
         self._free(i)
         self._in_engine[i] = False
 
@@ -452,7 +424,7 @@ class Engine:
         self.num_computed_tokens[i] = 0
         self.num_preemptions[i] += 1
         self.num_preemptions_total += 1
-        self._push_waiting(i, front=True)
+        self.waiting.prepend_request(i)
         self.hooks.on_preempt(i, self.t)
 
     def _victim(self) -> int:
@@ -778,7 +750,7 @@ class Engine:
             if budget <= 0:
                 self._head_refusal = "budget"
                 break
-            i_w = self._peek_waiting()
+            i_w = self.waiting.peek_request()
             if i_w is None:
                 break
             self._pending_hit = None
@@ -794,7 +766,7 @@ class Engine:
                 self._head_refusal = refusal
                 self._hol_blocked = True
                 break
-            self._pop_waiting()
+            self.waiting.pop_request()
             self._start_running(i_w)
             sched.append(i_w)
             new.append(n_new)
@@ -958,7 +930,7 @@ class Engine:
         while True:
             if self._aborts:
                 self._apply_aborts()
-            if not self.running and self._peek_waiting() is None:
+            if not self.running and self.waiting.peek_request() is None:
                 self._on_idle()
                 self._wake = env.event()
                 yield self._wake

@@ -111,7 +111,7 @@ class SwapEngine(Engine):
         self.num_swap_outs += 1
         self.num_preemptions[i] += 1
         self.num_preemptions_total += 1
-        self._push_waiting(i, front=True)
+        self.waiting.prepend_request(i)
         self.hooks.on_preempt(i, self.t)
 
     def _admit_waiting(self, i: int, n_new: int) -> str:
@@ -245,7 +245,7 @@ class SglangEngine(Engine):
             return k_max
         if self._cache is not None:
             return 1  # the head's hit could shrink as its prefix is evicted: step one by one
-        head = self._peek_waiting()
+        head = self.waiting.peek_request()
         assert head is not None
         extend = int(self.num_tokens[head] - self.num_computed_tokens[head])
         need = extend + int(self._remaining(np.array([head], np.int64))[0])
@@ -298,7 +298,7 @@ class SglangEngine(Engine):
             self.num_preemptions[i] += 1
             self.num_preemptions_total += 1
             self.num_retractions += 1
-            self._push_waiting(i)  # SGLang extends the waiting queue with retracted requests
+            self.waiting.add_request(i)  # SGLang extends the waiting queue with retracted requests
             self.hooks.on_preempt(i, self.t)
         self.num_retract_events += 1
         decoded = int(self.num_output_tokens[order].sum())

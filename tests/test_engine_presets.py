@@ -229,7 +229,7 @@ def test_sglang_retract_decode_frees_fewest_outputs_then_longest_prompt_first() 
     # new_token_ratio = (decoded + 20 x kept) / (sum max_new_tokens + 1) of the kept requests
     assert eng.new_token_ratio == pytest.approx((5 + 20) / (50 + 1))
     # retracted requests go to the back of the waiting queue (SGLang extends it)
-    assert list(eng._fcfs) == [3, 1, 2]
+    assert list(eng.waiting) == [3, 1, 2]
 
 
 def test_sglang_schedule_conservativeness_scales_the_ratio() -> None:
