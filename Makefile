@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 include mk/live.mk
 export KVBUDGET_VLLM_PYTHON
 
-.PHONY: install install-test bytecode demo test lint typecheck unit clean
+.PHONY: install install-test bytecode demo test lint typecheck unit api-docs clean
 
 # The package with its runtime dependencies: all that `make demo` needs.
 $(STAMP): pyproject.toml Makefile
@@ -53,6 +53,13 @@ test: install-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q
+
+# The API reference, generated from the docstrings (pdoc); any warning fails the build.
+API_MODULES := kvbudget $(addprefix kvbudget.,policies workloads results perf analysis simulator studies live cli)
+api-docs: $(STAMP)-test
+	rm -rf build/api
+	$(PY) -W error -m pdoc -d restructuredtext --no-show-source -o build/api $(API_MODULES)
+	@echo "API reference: build/api/index.html"
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build *.egg-info

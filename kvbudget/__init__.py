@@ -42,6 +42,7 @@ Analysis and plots
 ------------------
 - :mod:`tables`: percentile tables, CDFs, breakdowns, simulated-vs-measured joins
 - :mod:`plots`: latency CDFs, KV timelines, SLO attainment, Pareto plots
+- :func:`pareto_mask`: which points of a sweep are Pareto-optimal
 - :func:`build_report`: one self-contained HTML report of runs
 - :func:`validate_runs`: simulated against measured, metric by metric
 
@@ -115,6 +116,7 @@ _EXPORTS: dict[str, str] = {
     # Analysis and plots
     "tables": "analysis",
     "plots": "analysis",
+    "pareto_mask": "analysis.pareto",
     "build_report": "analysis.report",
     "validate_runs": "analysis.validation",
     # Studies
@@ -152,6 +154,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # what a type checker and an IDE see
     from kvbudget.analysis import plots, tables
+    from kvbudget.analysis.pareto import pareto_mask
     from kvbudget.analysis.report import build_report
     from kvbudget.analysis.validation import validate_runs
     from kvbudget.live.calibrate import calibrate

@@ -55,6 +55,7 @@ GPUS: dict[str, GPUSpec] = {
 
 
 def get_gpu(name: str) -> GPUSpec:
+    """The GPU preset of that name; an unknown name is a ValueError listing the known ones."""
     try:
         return GPUS[name]
     except KeyError:

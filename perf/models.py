@@ -101,6 +101,7 @@ MODELS: dict[str, ModelSpec] = {
 
 
 def get_model(name: str) -> ModelSpec:
+    """The model preset of that name; an unknown name is a ValueError listing the known ones."""
     try:
         return MODELS[name]
     except KeyError:

@@ -23,6 +23,7 @@ POLICIES: dict[str, type[BasePolicy]] = {
 
 
 def policy_names() -> list[str]:
+    """The registered policy names, in registration order."""
     return list(POLICIES)
 
 

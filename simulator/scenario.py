@@ -465,4 +465,6 @@ def default_scenario_dict(*, workload: bool = True) -> dict[str, Any]:
 
 
 def default_scenario(overrides: Sequence[str] = ()) -> Scenario:
+    """The embedded default scenario (what ``kvbudget simulate`` runs with no arguments), with
+    ``key=value`` overrides applied as ``--set`` applies them."""
     return scenario_from_dict(default_scenario_dict(), Path.cwd(), overrides)
