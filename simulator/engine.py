@@ -338,6 +338,29 @@ class Engine:
             out += bisect.bisect_left(ends, self.env.now)
         return out
 
+    def output_tokens(self) -> IntArray:
+        """Every row's output tokens as of the last step that has ended (the arrays, with
+        the steps of the decode group or decode run in progress added: see
+        :meth:`output_tokens_of`)."""
+        out = self.num_output_tokens.copy()
+        g = self._group
+        rows = [] if g is None else list(g.members)
+        if self._run_rows is not None:
+            rows += self._run_rows.tolist()
+        for i in rows:
+            out[i] = self.output_tokens_of(i)
+        return out
+
+    @property
+    def idle(self) -> bool:
+        """Nothing running, waiting or in a step."""
+        return not self.running and self.num_waiting() == 0 and not self._busy
+
+    @property
+    def prefix_caching(self) -> bool:
+        """Whether automatic prefix caching is on (and the workload has prefix hashes)."""
+        return self._cache is not None
+
     def head_of_line_blocked_s(self) -> float:
         """Exact total of the steps during which the waiting head could not start for lack of
         KV memory, free or (TGI, TensorRT-LLM, SGLang) reserved or estimated: every engine here
@@ -350,7 +373,7 @@ class Engine:
         return {
             "engine": self.config.name,
             "head_of_line_blocked_s": self.head_of_line_blocked_s(),
-            "prefix_caching": self._cache is not None,
+            "prefix_caching": self.prefix_caching,
             "prefix_cache_query_tokens": queries,
             "prefix_cache_hit_tokens": self.prefix_hit_tokens,
             "prefix_cache_hit_rate": self.prefix_hit_tokens / queries if queries else None,
@@ -626,12 +649,6 @@ class Engine:
         if total:
             self._take(total)
         return True
-
-    def sync(self) -> None:
-        """Write the decode group's state to the per-request arrays (``num_output_tokens``
-        and the others), for reading them once the simulation has stopped."""
-        if self._group is not None:
-            self._group_dissolve(scheduled=self._busy)  # a step of the group's in flight
 
     def _budget_prefix(self, rows: IntArray, budget: int) -> RunningPrefix:
         """The token budget handed out in ``rows``' order, as the running loop does: each gets

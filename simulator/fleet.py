@@ -1,7 +1,8 @@
 """N engine replicas behind one gateway, with a router.
 
 ``SimConfig(fleet=FleetConfig(...))`` replaces the single engine by :class:`Fleet`, which looks
-like one engine to the driver (``kvbudget.simulator.run``): it routes each admitted request to a replica
+like one engine to the driver (``kvbudget.simulator.run``; both implement
+:class:`kvbudget.simulator.serving.ServingEngine`): it routes each admitted request to a replica
 and merges their records, timelines and figures. Replicas may run different GPU presets
 (``gpus``); each gets its KV capacity from its own preset (or ``EngineConfig.num_gpu_blocks``
 for all) and its step times from its own roofline (an explicit ``SimConfig.cost_model`` applies
@@ -39,9 +40,8 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 import numpy as np
 import simpy
@@ -61,43 +61,13 @@ from kvbudget.policies import (
 )
 from kvbudget.simulator.engine import Engine, EngineHooks, FloatArray, IntArray
 from kvbudget.simulator.engine_variants import engine_inputs, make_engine
+from kvbudget.simulator.serving import TimelineRow
+from kvbudget.simulator.sim_config import ROUTERS, FleetConfig, RouterName, SimConfig
 from kvbudget.workloads import Workload
 
-if TYPE_CHECKING:
-    from kvbudget.simulator.run import SimConfig
-
-RouterName = Literal["round_robin", "least_tokens", "prefix_affinity"]
-ROUTERS: tuple[RouterName, ...] = ("round_robin", "least_tokens", "prefix_affinity")
+__all__ = ["ROUTERS", "Fleet", "FleetConfig", "FleetGateway", "Router", "RouterName"]
 BALANCE_ABS_THRESHOLD = 64
 BALANCE_REL_THRESHOLD = 1.5
-
-
-@dataclass(frozen=True, slots=True)
-class FleetConfig:
-    """Replicas, their router and where the token budget lives (see the module docstring)."""
-
-    num_replicas: int = 2
-    gpus: tuple[str, ...] = ()
-    router: RouterName = "round_robin"
-    budget: Literal["global", "per_replica"] = "global"
-
-    def __post_init__(self) -> None:
-        if not (isinstance(self.num_replicas, int) and self.num_replicas >= 1):
-            raise ValueError(f"num_replicas must be an integer >= 1, got {self.num_replicas!r}")
-        object.__setattr__(self, "gpus", tuple(self.gpus))
-        if self.gpus and len(self.gpus) != self.num_replicas:
-            raise ValueError(
-                f"gpus names {len(self.gpus)} GPU presets for {self.num_replicas} replicas; "
-                "give one per replica or none"
-            )
-        if self.router not in ROUTERS:
-            raise ValueError(f"unknown router {self.router!r}; known routers: {', '.join(ROUTERS)}")
-        if self.budget not in ("global", "per_replica"):
-            raise ValueError(f"budget must be 'global' or 'per_replica', got {self.budget!r}")
-
-    def gpu_of(self, replica: int, default: str) -> str:
-        return self.gpus[replica] if self.gpus else default
-
 
 class Router:
     """Chooses a replica for a request; told when requests leave a replica."""
@@ -364,7 +334,7 @@ class Fleet:
         return 0, 0  # the gateway is sampled on its own (_sample_gateway)
 
     def _idle(self) -> bool:
-        return all(not e.running and e.num_waiting() == 0 and not e._busy for e in self.replicas)
+        return all(e.idle for e in self.replicas)
 
     def _sample_gateway(self) -> Generator[simpy.Event, Any, None]:
         """Reserved tokens and gateway waiting at every sample time, until nothing is left."""
@@ -417,17 +387,12 @@ class Fleet:
     def finished_s(self) -> FloatArray:
         return np.asarray(np.fmin.reduce([e.finished_s for e in self.replicas]), np.float64)
 
-    def sync(self) -> None:
-        """Each replica's :meth:`Engine.sync`."""
-        for e in self.replicas:
-            e.sync()
-
-    @property
-    def num_output_tokens(self) -> IntArray:
+    def output_tokens(self) -> IntArray:
+        """Each row's output tokens on the replica it was routed to."""
         out = np.zeros(len(self.replica_of), np.int64)
         for r, e in enumerate(self.replicas):
             mask = self.replica_of == r
-            out[mask] = e.num_output_tokens[mask]
+            out[mask] = e.output_tokens()[mask]
         return out
 
     def kv_token_seconds(self) -> float:
@@ -437,9 +402,9 @@ class Fleet:
         return math.fsum(terms)
 
     @property
-    def timeline(self) -> list[tuple[float, int, int, int, int, int, int]]:
+    def timeline(self) -> list[TimelineRow]:
         rows = max(len(e.timeline) for e in self.replicas)
-        merged: list[tuple[float, int, int, int, int, int, int]] = []
+        merged: list[TimelineRow] = []
         period = self.config.timeline_period_s
         gw = self._gateway_samples
         for m in range(rows):
@@ -465,7 +430,7 @@ class Fleet:
         out: dict[str, object] = {
             "engine": self.config.engine.name,
             "head_of_line_blocked_s": math.fsum(e.head_of_line_blocked_s() for e in self.replicas),
-            "prefix_caching": self.replicas[0]._cache is not None,
+            "prefix_caching": self.replicas[0].prefix_caching,
             "prefix_cache_query_tokens": queries,
             "prefix_cache_hit_tokens": hits,
             "prefix_cache_hit_rate": hits / queries if queries else None,

@@ -12,40 +12,33 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 import numpy as np
 import simpy
 
-from kvbudget.perf.cost_model import CostModel
-from kvbudget.perf.hardware import get_gpu
-from kvbudget.perf.kv_capacity import num_gpu_blocks
-from kvbudget.perf.models import get_model
-from kvbudget.perf.roofline import RooflineCostModel
 from kvbudget.policies import (
-    DEFAULT_TIERS,
     Action,
     Admit,
     BasePolicy,
     Gateway,
-    GatewayConfig,
     Reject,
     Request,
     RequestTooLarge,
     Revoke,
-    TierConfig,
 )
-from kvbudget.policies.gateway import FrontDoor
 from kvbudget.policies.tiers import tier_map
 from kvbudget.results.metrics import summarize
 from kvbudget.results.records import PENDING, STATUS_CODES, STATUSES, derive_latencies
 from kvbudget.results.run_result import RunResult
-from kvbudget.simulator.engine import Engine, EngineHooks
-from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.engine import EngineHooks
 from kvbudget.simulator.engine_variants import engine_inputs, make_engine
-from kvbudget.simulator.fleet import Fleet, FleetConfig, FleetGateway
+from kvbudget.simulator.fleet import Fleet, FleetGateway
+from kvbudget.simulator.serving import ServingEngine
+from kvbudget.simulator.sim_config import FleetConfig, SimConfig, gateway_config
+
+__all__ = ["FleetConfig", "SimConfig", "gateway_config", "simulate"]
 from kvbudget.workloads import Workload
 
 _COMPLETED = STATUS_CODES["completed"]
@@ -55,77 +48,6 @@ _REASON_STATUS = {
     "preempted": "preempted_dropped",
     "lease_expired": "preempted_dropped",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class SimConfig:
-    """Everything about a simulation besides the workload and the policy.
-
-    ``frontend_overhead_s``: what the server's API front end adds to every request outside the
-    engine's steps (HTTP, request set-up, detokenisation, streaming; ``kvbudget calibrate``
-    measures it and writes it into the cost-model file). It delays each completed request's
-    first token and finish as its client sees them; the engine and the gateway do not see it.
-    """
-
-    gpu: str = "H100-80GB"
-    model: str = "Llama-3.1-8B"
-    engine: EngineConfig = field(default_factory=EngineConfig)
-    tiers: tuple[TierConfig, ...] = DEFAULT_TIERS
-    cost_model: CostModel | None = None
-    gateway_capacity_tokens: int | None = None
-    lease_ttl_s: float | None = None
-    timeline_period_s: float = 1.0
-    seed: int = 0
-    front_door: FrontDoor | None = None
-    fleet: FleetConfig | None = None
-    frontend_overhead_s: float = 0.0
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.frontend_overhead_s) and self.frontend_overhead_s >= 0):
-            raise ValueError(
-                f"frontend_overhead_s must be >= 0, got {self.frontend_overhead_s!r}"
-            )
-        get_gpu(self.gpu)
-        get_model(self.model)
-        tier_map(self.tiers)
-        if self.gateway_capacity_tokens is not None and self.gateway_capacity_tokens < 1:
-            raise ValueError(
-                f"gateway_capacity_tokens must be >= 1, got {self.gateway_capacity_tokens!r}"
-            )
-        if not self.timeline_period_s > 0:
-            raise ValueError(f"timeline_period_s must be > 0, got {self.timeline_period_s!r}")
-        if self.seed < 0:
-            raise ValueError(f"seed must be >= 0, got {self.seed!r}")
-        if self.fleet is not None:
-            for gpu in self.fleet.gpus:
-                get_gpu(gpu)
-
-    def resolved_num_gpu_blocks(self) -> int:
-        if self.engine.num_gpu_blocks is not None:
-            return self.engine.num_gpu_blocks
-        return num_gpu_blocks(
-            get_gpu(self.gpu),
-            get_model(self.model),
-            block_size=self.engine.block_size,
-            gpu_memory_utilization=self.engine.gpu_memory_utilization,
-            max_num_batched_tokens=self.engine.max_num_batched_tokens,
-        )
-
-    def resolved_cost_model(self) -> CostModel:
-        if self.cost_model is not None:
-            return self.cost_model
-        return RooflineCostModel(get_gpu(self.gpu), get_model(self.model))
-
-
-def gateway_config(config: SimConfig, capacity_tokens: int) -> GatewayConfig:
-    """The gateway of ``config`` over ``capacity_tokens``."""
-    return GatewayConfig(
-        capacity_tokens=capacity_tokens,
-        tiers=config.tiers,
-        lease_ttl_s=config.lease_ttl_s,
-        reservation_granularity=config.engine.block_size,
-        front_door=config.front_door,
-    )
 
 
 class _Simulation:
@@ -157,7 +79,7 @@ class _Simulation:
             next_external_s=self._next_external_s,
             gateway_state=self._gateway_state,
         )
-        self.engine: Engine | Fleet
+        self.engine: ServingEngine
         self.gateway: Gateway | FleetGateway
         if config.fleet is None:
             blocks = config.resolved_num_gpu_blocks()
@@ -365,9 +287,8 @@ class _Simulation:
 
     def _result(self, wall_time_s: float) -> RunResult:
         w, e = self.w, self.engine
-        e.sync()
         completed = self.status == STATUS_CODES["completed"]
-        output = np.where(completed, w.output_tokens, e.num_output_tokens)
+        output = np.where(completed, w.output_tokens, e.output_tokens())
         first = e.first_token_s.copy()
         finished = np.where(completed, e.finished_s, np.nan)
         if self.config.frontend_overhead_s:
@@ -449,7 +370,7 @@ class _Simulation:
 class _Probe:
     """What a policy may read of the simulated engine."""
 
-    def __init__(self, engine: Engine | Fleet) -> None:
+    def __init__(self, engine: ServingEngine) -> None:
         self._engine = engine
 
     def num_output_tokens(self, request_id: int) -> int:

@@ -110,3 +110,84 @@ def test_the_package_mapping_and_the_checkout_links_name_the_same_packages() -> 
         for init in (REPO / name).rglob("__init__.py"):
             dotted = "kvbudget." + ".".join(init.parent.relative_to(REPO).parts)
             assert dotted in config["packages"], f"{dotted} is not in pyproject's packages"
+
+
+def module_level_imports(path: Path) -> set[str]:
+    """The ``kvbudget`` modules a module imports outside its functions (``if TYPE_CHECKING``
+    blocks included: a cycle there is a cycle in the design), as dotted names."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out: set[str] = set()
+    todo: list[ast.stmt] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.add(node.module)
+            out.update(f"{node.module}.{a.name}" for a in node.names)  # submodules by name
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            todo.extend(getattr(node, field, []) or [])
+    return {name for name in out if name.startswith("kvbudget.")}
+
+
+def module_name(package: str, path: Path) -> str:
+    parts = path.relative_to(REPO / package).with_suffix("").parts
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(("kvbudget", package, *parts))
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of ``graph`` with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_import_cycle_finder_finds_a_cycle_and_only_cycles() -> None:
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_module_level_import_cycles_inside_a_package(package: str) -> None:
+    names = {module_name(package, path): path for path in modules(package)}
+    graph = {
+        name: {m for m in module_level_imports(path) if m in names and m != name}
+        for name, path in names.items()
+    }
+    # a package's __init__ that re-exports its modules is not part of a cycle through them
+    init = f"kvbudget.{package}"
+    for deps in graph.values():
+        deps.discard(init)
+    assert import_cycles(graph) == []

@@ -1,0 +1,94 @@
+""":class:`ServingEngine`: what the run driver (``kvbudget.simulator.run``) asks of the engine
+model, one replica (:class:`kvbudget.simulator.engine.Engine` and its variants) or several
+behind a router (:class:`kvbudget.simulator.fleet.Fleet`).
+
+Every figure read through it is current: a decode run or decode group in progress is counted
+as far as its steps have ended, with no call needed first to bring the arrays up to date.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+TimelineRow = tuple[float, int, int, int, int, int, int]
+
+
+class ServingEngine(Protocol):
+    """The executor interface and the figures of a run, per workload row ``i``."""
+
+    # --- the executor interface: the gateway's actions ---------------------------------------
+    def fits(self, i: int) -> bool:
+        """Whether row ``i`` could ever run here (vLLM's ``max_model_len`` check)."""
+        ...
+
+    def add_request(self, i: int) -> None:
+        """Row ``i`` was admitted: queue it (its prompt only; nothing computed)."""
+        ...
+
+    def abort_request(self, i: int) -> None:
+        """Row ``i``'s lease was revoked: remove it (at the next step boundary)."""
+        ...
+
+    def output_tokens_of(self, i: int) -> int:
+        """Row ``i``'s output tokens so far (a policy's probe reads it mid-run)."""
+        ...
+
+    @property
+    def num_preemptions_total(self) -> int:
+        """Engine preemptions so far, all requests."""
+        ...
+
+    # --- figures of the run ------------------------------------------------------------------
+    @property
+    def t(self) -> float:
+        """The end of the last step that has ended."""
+        ...
+
+    @property
+    def num_gpu_blocks(self) -> int: ...
+
+    @property
+    def block_size(self) -> int: ...
+
+    @property
+    def num_steps(self) -> int: ...
+
+    @property
+    def num_recomputed_tokens(self) -> int: ...
+
+    @property
+    def recomputed_tokens(self) -> IntArray:
+        """Per row: KV tokens computed and then discarded by preemption."""
+        ...
+
+    @property
+    def num_preemptions(self) -> IntArray: ...
+
+    @property
+    def first_token_s(self) -> FloatArray: ...
+
+    @property
+    def finished_s(self) -> FloatArray: ...
+
+    def output_tokens(self) -> IntArray:
+        """Every row's output tokens so far (:meth:`output_tokens_of` of each)."""
+        ...
+
+    @property
+    def timeline(self) -> list[TimelineRow]:
+        """Samples ``(time_s, kv_used_tokens, kv_reserved_tokens, kv_capacity_tokens,
+        num_running, num_waiting, num_preemptions)``, one per timeline period."""
+        ...
+
+    def kv_token_seconds(self) -> float:
+        """Exact integral of KV tokens in use over time."""
+        ...
+
+    def stats(self) -> dict[str, object]:
+        """Engine figures for the summary's ``engine`` block."""
+        ...
