@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from kvbudget.cli import trace
 from kvbudget.workloads.traces import load_trace
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 TRACES = SHARED / "traces"
 AZURE_CODE = TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_code.csv"
 SHAREGPT = TRACES / "sharegpt_lengths" / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"

@@ -44,7 +44,7 @@ def config(name: str, skip: bool = True, **engine: Any) -> SimConfig:
 
 def squeeze() -> Workload:
     # 4 blocks of 4 tokens; two requests of 4 prompt + 8 output tokens: vLLM preempts the
-    # second at step 6 (tests/test_engine.py works the recompute case out)
+    # second at step 6 (tests/unit/simulator/test_engine.py works the recompute case out)
     return make_workload([0.0, 0.0], [4, 4], [8, 8])
 
 

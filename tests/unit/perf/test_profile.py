@@ -375,7 +375,7 @@ def test_module_entry_point_needs_only_torch_and_transformers(tmp_path: Path) ->
             + "".join(f"sys.modules[{name!r}] = None\n" for name in blocked)
             + "from kvbudget.live.profiler import main\n"
             + "sys.exit(main(sys.argv[1:]))\n")
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[3]
     proc = subprocess.run(
         [sys.executable, "-W", "error", "-c", code, "--model", str(config), "--out", str(out),
          "--device", "cpu", "--dtype", "fp32", "--threads", "1", "--prefill-tokens", "8,16",

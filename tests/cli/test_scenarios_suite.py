@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from kvbudget.cli.main import app
 from kvbudget.studies.regress import find_baseline, load_suite, read_baseline
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SUITE = REPO / "scenarios"
 BASELINES = SUITE / "baselines"
 SHARED = REPO.parent / "shared"

@@ -641,7 +641,7 @@ def test_ctrl_c_keeps_what_finished(fake: Fake, tmp_path: Path) -> None:
     fake.state.token_s = 0.01
     trace = _trace_file(tmp_path / "t.jsonl", 30, prompt=20, output=20)
     out = tmp_path / "run"
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[3]
     # a shell starts background jobs with SIGINT ignored, and children inherit that: restore
     # Python's handler, as in an interactive terminal
     boot = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler);"

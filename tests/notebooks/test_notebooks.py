@@ -11,7 +11,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 EXPECTED = ["01_tail_latency.ipynb", "02_kv_timeline.ipynb", "03_sim_vs_real.ipynb",
             "04_tuning.ipynb"]

@@ -17,7 +17,7 @@ import pytest
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.traces import TraceOptions, load_trace
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SHARED = Path(__file__).resolve().parents[3].parent / "shared"
 TRACES = SHARED / "traces"
 
 pytestmark = pytest.mark.skipif(not TRACES.exists(), reason="shared trace data not present")

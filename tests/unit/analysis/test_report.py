@@ -139,7 +139,7 @@ def test_bad_run_dir_is_one_line_and_exit_2(two_runs: list[Path], tmp_path: Path
     proc = subprocess.run(
         [sys.executable, "-m", "kvbudget.cli.main", "report", str(two_runs[0]), str(missing), "--out",
          str(tmp_path / "out")],
-        capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1],
+        capture_output=True, text=True, cwd=Path(__file__).resolve().parents[3],
     )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()

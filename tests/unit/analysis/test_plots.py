@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from kvbudget.analysis import plots as P
 from kvbudget.analysis import tables as A
-from tests.test_analysis import done, random_records, records, timeline
+from tests.unit.analysis.test_analysis import done, random_records, records, timeline
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -188,5 +188,5 @@ def test_analysis_plots_and_report_never_load_the_engine_or_pyplot() -> None:
         "print(','.join(bad))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, cwd=Path(__file__).resolve().parents[1])
+                         check=True, cwd=Path(__file__).resolve().parents[3])
     assert out.stdout.strip() == ""

@@ -21,7 +21,7 @@ from kvbudget.workloads.spec import (
     parse_workload_spec,
 )
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SHARED = Path(__file__).resolve().parents[3].parent / "shared"
 
 
 def _tier(name: str = "a", share: float = 1.0, **extra: Any) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from kvbudget.simulator.scenario import (
     validate_spec,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 
 LEAVES = st.one_of(
     st.none(),

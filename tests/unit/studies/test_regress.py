@@ -32,7 +32,7 @@ from kvbudget.studies.regress import (
     render_text,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 SHARED = REPO.parent / "shared"
 TRACE = SHARED / "bench" / "conv_n2000_q6.jsonl"
 

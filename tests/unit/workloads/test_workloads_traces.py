@@ -16,7 +16,7 @@ import pytest
 from kvbudget.workloads.stats import time_summary, token_summary
 from kvbudget.workloads.traces import TraceOptions, load_trace
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SHARED = Path(__file__).resolve().parents[3].parent / "shared"
 TRACES = SHARED / "traces"
 SOURCES = TRACES / "SOURCES.md"
 
