@@ -267,12 +267,14 @@ def build_report(
     num_resamples: int = 1000,
     window_s: float | None = None,
     title: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Report:
     """Read the runs, write ``report.html`` and one PNG per figure into ``out_dir``.
 
     ``measured`` is a run directory (a live replay) to compare every run against, request by
     request. ``seed`` seeds the bootstrap. ``window_s`` is the window of the p99-over-time plot
-    (default: a twentieth of the longest run).
+    (default: a twentieth of the longest run). ``progress(done, total)`` is called as the
+    work advances: the bootstrap intervals, then each figure.
     """
     from kvbudget.analysis import plots
 
@@ -347,8 +349,12 @@ def build_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     pngs: list[Path] = []
     fig_html: list[str] = []
+    if progress is not None:
+        progress(1, 1 + len(figs))
     for i, f in enumerate(figs, start=1):
         fig = f.make()
+        if progress is not None:
+            progress(1 + i, 1 + len(figs))
         data = plots.png_bytes(fig)
         path = out_dir / f"{i:02d}_{f.name}.png"
         path.write_bytes(data)

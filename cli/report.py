@@ -28,8 +28,14 @@ def report_cmd(
     """Write one self-contained HTML report (figures embedded) and PNGs for one or more runs."""
     with user_errors():
         from kvbudget.analysis.report import build_report
+        from kvbudget.cli.progress import Bar
 
-        report = build_report(run_dirs, out, measured=measured, seed=seed)
+        bar = Bar("report", None, unit="step")
+        try:
+            report = build_report(run_dirs, out, measured=measured, seed=seed,
+                                  progress=bar.set)
+        finally:
+            bar.close()
     typer.echo(f"wrote {report.html_path} and {len(report.png_paths)} PNG files in {out}")
 
 

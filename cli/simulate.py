@@ -8,45 +8,24 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kvbudget.cli.errors import CliError, user_errors
+from kvbudget.cli.options import (
+    AddressOpt,
+    ExecutorOpt,
+    JobsOpt,
+    ScenarioArgs,
+    with_scenario_options,
+)
+from kvbudget.cli.tables import WIDTH
 
 if TYPE_CHECKING:
     from kvbudget.results.run_result import RunResult
     from kvbudget.simulator.scenario import Scenario
 
 
-ScenarioOpt = Annotated[
-    Path | None, typer.Option("--scenario", help="A TOML scenario file (see docs/scenarios.md).")
-]
-SetOpt = Annotated[
-    list[str] | None,
-    typer.Option("--set", help="Override a scenario field: key=value (dotted, repeatable)."),
-]
-GpuOpt = Annotated[str | None, typer.Option("--gpu", help="GPU preset (kvbudget presets).")]
-ModelOpt = Annotated[str | None, typer.Option("--model", help="Model preset.")]
 SeedOpt = Annotated[int | None, typer.Option("--seed", help="Seed of every random draw.")]
-TraceOpt = Annotated[
-    Path | None, typer.Option("--trace", help="Replay a trace file instead of the scenario's.")
-]
-FormatOpt = Annotated[
-    str | None, typer.Option("--format", help="Trace format (auto-detected by default).")
-]
-CostOpt = Annotated[
-    Path | None,
-    typer.Option("--cost-model", help="A cost-model JSON file (kvbudget calibrate/profile)."),
-]
-BlocksOpt = Annotated[
-    int | None, typer.Option("--num-gpu-blocks", help="KV blocks (overrides the presets).")
-]
-BlockSizeOpt = Annotated[int | None, typer.Option("--block-size", help="Tokens per KV block.")]
-SeqsOpt = Annotated[int | None, typer.Option("--max-num-seqs", help="Running requests cap.")]
-BatchedOpt = Annotated[
-    int | None, typer.Option("--max-num-batched-tokens", help="Tokens per engine step cap.")
-]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")]
-EngineOpt = Annotated[
-    str | None,
-    typer.Option("--engine", help="Engine behaviour: vllm, vllm-swap, tgi, sglang or trtllm."),
-]
+WideOpt = Annotated[bool, typer.Option(
+    "--wide", help=f"Every column (tables fit {WIDTH} columns by default).")]
 
 
 def build_scenario(
@@ -66,52 +45,19 @@ def build_scenario(
     max_num_batched_tokens: int | None = None,
     engine: str | None = None,
 ) -> "Scenario":
-    """The scenario file (or the embedded default) with the command-line flags applied."""
-    import tomllib
+    """The scenario file (or the embedded default) with the command-line flags applied
+    (:func:`kvbudget.simulator.scenario.make_scenario`; errors as :class:`CliError`)."""
+    from kvbudget.simulator.scenario import make_scenario
 
-    from kvbudget.simulator.scenario import default_scenario_dict, scenario_from_dict
-
-    if scenario is not None:
-        try:
-            data: dict[str, Any] = tomllib.loads(scenario.read_text())
-        except FileNotFoundError:
-            raise CliError(f"{scenario}: no such scenario file") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise CliError(f"{scenario}: not valid TOML ({exc})") from None
-        base = scenario.resolve().parent
-    else:
-        data = default_scenario_dict(workload=trace is None)
-        base = Path.cwd()
-    if policy is not None and policy != data.get("policy"):
-        data["policy"] = policy
-        data["policy_params"] = {}
-    flags: list[str] = []
-    for key, value in (("gpu", gpu), ("model", model), ("seed", seed)):
-        if value is not None:
-            flags.append(f"{key}={json.dumps(value)}")
-    for key, ivalue in (
-        ("num_gpu_blocks", num_gpu_blocks),
-        ("block_size", block_size),
-        ("max_num_seqs", max_num_seqs),
-        ("max_num_batched_tokens", max_num_batched_tokens),
-    ):
-        if ivalue is not None:
-            flags.append(f"engine.{key}={ivalue}")
-    if engine is not None:
-        flags.append(f"engine.name={json.dumps(engine)}")
-    if cost_model is not None:
-        flags.append(f"cost_model={json.dumps(str(cost_model.resolve()))}")
-    if trace is not None:
-        if not trace.exists():
-            raise CliError(f"{trace}: no such trace file")
-        data["workload"] = {"kind": "trace", "path": str(trace.resolve())}
-        if trace_format is not None:
-            data["workload"]["format"] = trace_format
+    knobs = {"num_gpu_blocks": num_gpu_blocks, "block_size": block_size,
+             "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
+             "name": engine}
     try:
-        return scenario_from_dict(data, base, [*(overrides or []), *flags])
-    except ValueError as exc:
-        where = f"{scenario}: " if scenario is not None else ""
-        raise CliError(f"{where}{exc}") from None
+        return make_scenario(scenario, overrides or (), policy=policy, gpu=gpu, model=model,
+                             seed=seed, trace=trace, trace_format=trace_format,
+                             cost_model=cost_model, engine=knobs)
+    except (ValueError, FileNotFoundError) as exc:
+        raise CliError(str(exc)) from None
 
 
 class _NoBar:
@@ -124,7 +70,7 @@ class _NoBar:
         pass
 
 
-def _progress(total: int, desc: str) -> Any:
+def _progress(total: int, desc: str, unit: str = "req") -> Any:
     # tqdm's disable=None hides the bar when stderr is not a terminal: decide that here and
     # skip importing tqdm (and its multiprocessing lock) for piped and scripted runs
     isatty = getattr(sys.stderr, "isatty", None)
@@ -132,14 +78,7 @@ def _progress(total: int, desc: str) -> Any:
         return _NoBar()
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit="req", leave=False, disable=None)
-
-
-def _check_engine(engine: str | None) -> None:
-    from kvbudget.simulator.engine_config import ENGINE_NAMES
-
-    if engine is not None and engine not in ENGINE_NAMES:
-        raise CliError(f"--engine: unknown engine {engine!r}; known: {', '.join(ENGINE_NAMES)}")
+    return tqdm(total=total, desc=desc, unit=unit, leave=False, disable=None)
 
 
 def run_one(scn: "Scenario", policy_name: str | None, label: str) -> "RunResult":
@@ -155,102 +94,112 @@ def run_one(scn: "Scenario", policy_name: str | None, label: str) -> "RunResult"
         bar.close()
 
 
+@with_scenario_options
 def simulate_cmd(
+    setup: ScenarioArgs,
     policy: Annotated[str | None, typer.Option("--policy", help="Admission policy.")] = None,
-    gpu: GpuOpt = None,
-    model: ModelOpt = None,
     seed: SeedOpt = None,
     out: Annotated[
         Path | None, typer.Option("--out", help="Write requests/timeline parquet + summary.json.")
     ] = None,
-    scenario: ScenarioOpt = None,
-    overrides: SetOpt = None,
-    trace: TraceOpt = None,
-    trace_format: FormatOpt = None,
-    cost_model: CostOpt = None,
-    num_gpu_blocks: BlocksOpt = None,
-    block_size: BlockSizeOpt = None,
-    max_num_seqs: SeqsOpt = None,
-    max_num_batched_tokens: BatchedOpt = None,
-    engine: EngineOpt = None,
     as_json: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Simulate one policy on a scenario (the embedded default when none is given)."""
     from kvbudget.cli.tables import render_summaries
 
     with user_errors():
-        _check_engine(engine)
-        scn = build_scenario(
-            scenario=scenario, overrides=overrides, policy=policy, gpu=gpu, model=model,
-            seed=seed, trace=trace, trace_format=trace_format, cost_model=cost_model,
-            num_gpu_blocks=num_gpu_blocks, block_size=block_size, max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-            engine=engine,
-        )
+        scn = setup.build(policy=policy, seed=seed)
         result = run_one(scn, None, scn.spec.policy)
         if out is not None:
             result.write(out)
     if as_json:
         typer.echo(json.dumps(result.summary, indent=2))
     else:
-        typer.echo(render_summaries([result.summary]))
+        typer.echo(render_summaries([result.summary], wide=wide))
         if out is not None:
             typer.echo(f"wrote {out}/requests.parquet, timeline.parquet, summary.json")
 
 
-def compare_cmd(
-    policies: Annotated[
-        str, typer.Option("--policies", help="Comma-separated policy names.")
-    ] = "unlimited,conservative,overcommit,preemptive",
-    gpu: GpuOpt = None,
-    model: ModelOpt = None,
-    seed: SeedOpt = None,
-    out: Annotated[
-        Path | None, typer.Option("--out", help="Write one run directory per policy here.")
-    ] = None,
-    scenario: ScenarioOpt = None,
-    overrides: SetOpt = None,
-    trace: TraceOpt = None,
-    trace_format: FormatOpt = None,
-    cost_model: CostOpt = None,
-    num_gpu_blocks: BlocksOpt = None,
-    block_size: BlockSizeOpt = None,
-    max_num_seqs: SeqsOpt = None,
-    max_num_batched_tokens: BatchedOpt = None,
-    engine: EngineOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Run the same workload and seed under each policy and print them side by side."""
-    from kvbudget.cli.tables import render_summaries
+def _check_policies(text: str) -> list[str]:
     from kvbudget.policies import POLICIES
 
-    names = [p.strip() for p in policies.split(",") if p.strip()]
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if not names:
+        raise CliError("--policies: give at least one policy name")
+    for name in names:
+        if name not in POLICIES:
+            raise CliError(
+                f"--policies: unknown policy {name!r}; known policies: {', '.join(POLICIES)}"
+            )
+    return names
+
+
+@with_scenario_options
+def compare_cmd(
+    setup: ScenarioArgs,
+    policies: Annotated[
+        str, typer.Option("--policies", help="Comma-separated policy names (the first is the "
+                          "baseline of the paired tests).")
+    ] = "unlimited,conservative,overcommit,preemptive",
+    seed: SeedOpt = None,
+    replications: Annotated[int, typer.Option(
+        "--replications", "-r", min=1, help="Seeds per policy (common random numbers); above "
+        "1: means with intervals and paired tests against the first policy.")] = 1,
+    confidence: Annotated[float, typer.Option(
+        "--confidence", min=0.5, max=0.999, help="Level of the intervals.")] = 0.95,
+    metric: Annotated[list[str] | None, typer.Option(
+        "--metric", help="A metric of the replicated table (column or dotted summary path, "
+        "e.g. tiers.interactive.ttft_s.p99; repeatable; default: per tier p99 TTFT/TPOT, "
+        "tokens/s, SLO attainment, and the drain time).")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write one run directory per policy here "
+                                  "(with --replications: runs.parquet and compare.csv).")
+    ] = None,
+    executor: ExecutorOpt = "local",
+    address: AddressOpt = None,
+    jobs: JobsOpt = None,
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
+) -> None:
+    """Run the same workload and seed under each policy and print them side by side."""
+    from kvbudget.cli.tables import render_comparison, render_summaries
+    from kvbudget.studies.compare import compare
+
     with user_errors():
-        _check_engine(engine)
-        if not names:
-            raise CliError("--policies: give at least one policy name")
-        for name in names:
-            if name not in POLICIES:
-                raise CliError(
-                    f"--policies: unknown policy {name!r}; known policies: {', '.join(POLICIES)}"
-                )
-        scn = build_scenario(
-            scenario=scenario, overrides=overrides, gpu=gpu, model=model, seed=seed,
-            trace=trace, trace_format=trace_format, cost_model=cost_model,
-            num_gpu_blocks=num_gpu_blocks, block_size=block_size, max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-            engine=engine,
-        )
-        summaries = []
-        for name in names:
-            result = run_one(scn, name, name)
-            summaries.append(result.summary)
+        names = _check_policies(policies)
+        scn = setup.build(seed=seed)
+        if replications == 1:
+            result = compare(scn, names, metrics=metric)
             if out is not None:
-                result.write(out / name)
+                for name, run in zip(names, result.results, strict=True):
+                    run.write(out / name)
+        else:
+            from kvbudget.studies.executors import make_executor
+
+            bar = _progress(len(names) * replications, "compare", unit="run")
+            try:
+                with make_executor(executor, jobs=jobs, address=address) as ex:
+                    result = compare(scn, names, replications=replications, root_seed=seed,
+                                     metrics=metric, confidence=confidence, executor=ex,
+                                     progress=bar.update)
+            finally:
+                bar.close()
+            if out is not None:
+                out.mkdir(parents=True, exist_ok=True)
+                result.runs.to_parquet(out / "runs.parquet", index=False)
+                result.table.to_csv(out / "compare.csv", index=False)
     if as_json:
-        typer.echo(json.dumps(summaries, indent=2))
+        if replications == 1:
+            typer.echo(json.dumps(result.summaries(), indent=2))
+        else:
+            typer.echo(result.table.to_json(orient="records", indent=2))
+    elif replications == 1:
+        typer.echo(render_summaries(result.summaries(), wide=wide))
     else:
-        typer.echo(render_summaries(summaries))
+        typer.echo(render_comparison(result, wide=wide))
+        if out is not None:
+            typer.echo(f"wrote {out}/runs.parquet, compare.csv")
 
 
 def presets_cmd() -> None:

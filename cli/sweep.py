@@ -1,7 +1,6 @@
 """``kvbudget sweep``, ``tune`` and ``capacity``: many simulations on local cores or on Ray."""
 
 import math
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -10,22 +9,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kvbudget.cli.errors import CliError, fail, user_errors
-from kvbudget.cli.simulate import ScenarioOpt, SetOpt, build_scenario
+from kvbudget.cli.options import (
+    AddressOpt,
+    ExecutorOpt,
+    JobsOpt,
+    ScenarioArgs,
+    with_scenario_options,
+)
+from kvbudget.cli.progress import Bar
 
 if TYPE_CHECKING:
     from kvbudget.studies.executors import LocalExecutor, RayExecutor
-
-ExecutorOpt = Annotated[
-    str, typer.Option("--executor", help="Where runs execute: local (all cores) or ray.")
-]
-AddressOpt = Annotated[
-    str | None,
-    typer.Option("--address", help="Join an existing Ray cluster (e.g. auto, ray://head:10001)."),
-]
-JobsOpt = Annotated[
-    int | None,
-    typer.Option("--jobs", "-j", min=1, help="Parallel runs (default: every core)."),
-]
 ReplicationsOpt = Annotated[
     int, typer.Option("--replications", "-r", min=1, help="Seeds per configuration.")
 ]
@@ -36,6 +30,13 @@ SeedOpt = Annotated[
 ]
 PoliciesOpt = Annotated[
     str | None, typer.Option("--policies", help="Comma-separated policy names.")
+]
+SloOpt = Annotated[
+    list[str] | None,
+    typer.Option("--slo", "--constraint", metavar="METRIC<=VALUE",
+                 help="A limit on any summary metric, METRIC<=VALUE or METRIC>=VALUE, the metric "
+                 "as a dotted summary path (tiers.interactive.ttft_s.p99<=2.0) or a runs-table "
+                 "column (interactive_ttft_p99_s<=2.0); repeatable."),
 ]
 
 
@@ -61,20 +62,6 @@ def _executor(kind: str, jobs: int | None, address: str | None) -> "LocalExecuto
     return make_executor(kind, jobs=jobs, address=address)
 
 
-class _Bar:
-    def __init__(self, desc: str, total: int | None = None) -> None:
-        from tqdm import tqdm
-
-        self.bar = tqdm(total=total, desc=desc, unit="run", leave=False, disable=None,
-                        file=sys.stderr)
-
-    def update(self, n: int) -> None:
-        self.bar.update(n)
-
-    def close(self) -> None:
-        self.bar.close()
-
-
 @contextmanager
 def _interrupts(message: str) -> Iterator[None]:
     """An interrupt or a run that failed inside the simulator: one line, no traceback."""
@@ -94,19 +81,15 @@ def _fmt(v: Any) -> Any:
     return v
 
 
+@with_scenario_options
 def sweep_cmd(
+    setup: ScenarioArgs,
     out: Annotated[Path, typer.Option("--out", help="Output directory (parts + sweep.parquet).")],
-    scenario: ScenarioOpt = None,
-    overrides: SetOpt = None,
     grid: Annotated[
         list[str] | None,
         typer.Option("--grid", help="An axis: key=v1,v2,... or key=lo:hi:n (repeatable)."),
     ] = None,
     policies: PoliciesOpt = None,
-    rate_scale: Annotated[
-        str | None,
-        typer.Option("--rate-scale", help="Load axis: arrival-rate multipliers, e.g. 0.5,1,1.5."),
-    ] = None,
     replications: ReplicationsOpt = 3,
     seed: SeedOpt = None,
     resume: Annotated[
@@ -126,7 +109,9 @@ def sweep_cmd(
     from kvbudget.studies.sweep import Axis, SweepPlan, parse_axis, run_sweep, summarize_points
 
     with user_errors():
-        scn = build_scenario(scenario=scenario, overrides=overrides)
+        scn = setup.build(with_rate_scale=False)
+        scales = setup.trace_args.rate_scales()
+        rate_scale = None if scales is None else ",".join(f"{v:g}" for v in scales)
         axes: list[Axis] = []
         names = _policies(policies)
         if names:
@@ -136,14 +121,14 @@ def sweep_cmd(
             axes.append(parse_axis(f"rate_scale={rate_scale}"))
         plan = SweepPlan(scn, tuple(axes), replications, seed)
         ex = _executor(executor, jobs, address)
-        bar: _Bar | None = None
+        bar: Bar | None = None
 
         def on_start(todo: int, stored: int) -> None:
             nonlocal bar
             typer.echo(f"{len(plan.points)} configurations x {replications} replications = "
                        f"{len(plan.runs)} runs ({stored} already in {out}, {todo} to run on "
                        f"{ex.name})", err=True)
-            bar = _Bar("sweep", todo)
+            bar = Bar("sweep", todo)
 
         with _interrupts(f"finished runs are kept in {out}; rerun with --resume"), ex:
             try:
@@ -186,14 +171,14 @@ def sweep_cmd(
     typer.echo("wrote " + ", ".join(str(p) for p in written))
 
 
+@with_scenario_options
 def tune_cmd(
+    setup: ScenarioArgs,
     out: Annotated[Path, typer.Option("--out", help="Output directory.")],
     param: Annotated[
         list[str],
         typer.Option("--param", help="A tuned key and bounds: key=low:high[:int] (repeatable)."),
     ],
-    scenario: ScenarioOpt = None,
-    overrides: SetOpt = None,
     policy: Annotated[
         str | None, typer.Option("--policy", help="Tune this policy (default: the scenario's).")
     ] = None,
@@ -203,10 +188,7 @@ def tune_cmd(
     minimize: Annotated[
         bool, typer.Option("--minimize", help="Minimise the objective instead.")
     ] = False,
-    constraint: Annotated[
-        list[str] | None,
-        typer.Option("--constraint", help="METRIC<=VALUE or METRIC>=VALUE (repeatable)."),
-    ] = None,
+    constraint: SloOpt = None,
     replications: ReplicationsOpt = 5,
     grid_points: Annotated[
         int, typer.Option("--grid-points", min=2, help="Grid values per parameter.")
@@ -236,7 +218,7 @@ def tune_cmd(
     with user_errors():
         if policy is not None:
             _policies(policy)
-        scn = build_scenario(scenario=scenario, overrides=overrides, policy=policy)
+        scn = setup.build(policy=policy)
         spec = TuneSpec(
             scenario=scn,
             params=tuple(Param.parse(p) for p in param),
@@ -251,7 +233,7 @@ def tune_cmd(
             root_seed=seed,
         )
         ex = _executor(executor, jobs, address)
-        bar = _Bar("tune")
+        bar = Bar("tune", spec.max_runs())
         with _interrupts("nothing was written"), ex:
             try:
                 result = tune(spec, ex, progress=bar.update)
@@ -283,14 +265,16 @@ def tune_cmd(
     typer.echo("wrote " + ", ".join(str(p) for p in [*written, out / "evaluations.csv"]))
 
 
+@with_scenario_options
 def capacity_cmd(
+    setup: ScenarioArgs,
     out: Annotated[Path, typer.Option("--out", help="Output directory.")],
-    scenario: ScenarioOpt = None,
-    overrides: SetOpt = None,
     policies: PoliciesOpt = None,
     target: Annotated[
-        float, typer.Option("--target", help="SLO attainment to sustain (0-1).")
-    ] = 0.9,
+        float | None, typer.Option(
+            "--target", help="SLO attainment to sustain (0-1; default 0.9 without --slo).")
+    ] = None,
+    slo: SloOpt = None,
     metric: Annotated[
         str, typer.Option("--metric", help="Attainment column (e.g. interactive_slo_attainment).")
     ] = "overall_slo_attainment",
@@ -322,12 +306,18 @@ def capacity_cmd(
     )
 
     with user_errors():
+        from kvbudget.studies.tune import Constraint
+
         names = _policies(policies)
-        scn = build_scenario(scenario=scenario, overrides=overrides)
-        spec = CapacitySpec(scn, tuple(names), target=target, metric=metric,
-                            replications=replications, rel_tol=rel_tol, root_seed=seed)
+        if setup.trace_args.rate_scales() is not None:
+            raise CliError("--rate-scale: capacity searches the load itself")
+        scn = setup.build()
+        slos = tuple(Constraint.parse(c) for c in slo or [])
+        spec = CapacitySpec(scn, tuple(names), target=0.9 if target is None else target,
+                            metric=metric, replications=replications, rel_tol=rel_tol,
+                            root_seed=seed, slos=slos, use_target=target is not None or not slos)
         ex = _executor(executor, jobs, address)
-        bar = _Bar("capacity")
+        bar = Bar("capacity", spec.expected_runs())
         consistent: bool | None = None
         with _interrupts("nothing was written"), ex:
             try:
@@ -335,9 +325,11 @@ def capacity_cmd(
                 curve = result.curve()
                 scales = curve_scales(result, curve_points)
                 if scales:
+                    bar.set_total(len(result.rows) + len(spec.policies) * len(scales)
+                                  * spec.replications)
                     curve = attainment_curve(spec, ex, scales, progress=bar.update)
                     consistent = order_consistent(result.capacities,
-                                                  first_miss_rps(curve, metric, target))
+                                                  first_miss_rps(curve, metric, spec.target))
             finally:
                 bar.close()
         written = result.write(out)
@@ -348,13 +340,24 @@ def capacity_cmd(
             from kvbudget.analysis.pareto import plot_attainment
 
             written += plot_attainment(
-                curve, out / "attainment", metric=metric, target=target,
+                curve, out / "attainment", metric=metric, target=spec.target,
                 capacities={c.policy: c.capacity_rps for c in result.capacities},
             )
+    def at_cap(policy: str, scale: float, column: str) -> Any:
+        v = [float(r[column]) for r in result.rows
+             if r.get("policy") == policy and r.get("rate_scale") == scale
+             and r.get(column) is not None and r[column] == r[column]]
+        return sum(v) / len(v) if v else None
+
+    slo_cols = [c.metric for c in spec.slos]
+    typer.echo(f"criteria (mean over {spec.replications} replications): "
+               + ", ".join(spec.criteria()))
     typer.echo(render(
-        ["policy", "capacity req/s", "per GPU", "bracket high", f"{metric} at cap", "note"],
+        ["policy", "capacity req/s", "per GPU", "bracket high", "attain. at cap", *slo_cols,
+         "note"],
         [[c.policy, c.capacity_rps, c.capacity_rps_per_gpu, _fmt(c.bracket_rps[1]),
-          _fmt(c.attainment[0]), c.note] for c in result.capacities],
+          _fmt(c.attainment[0]), *[at_cap(c.policy, c.scale, m) for m in slo_cols], c.note]
+         for c in result.capacities],
     ))
     if consistent is not None:
         typer.echo(f"capacity order consistent with the attainment curves ({len(scales)} loads): "

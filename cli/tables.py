@@ -32,44 +32,158 @@ def render(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-SUMMARY_HEADERS = (
-    "policy", "tier", "offered", "done", "rej", "expired", "dropped", "preempt",
-    "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p99", "out tok/s", "goodput/s", "SLO att",
+WIDTH = 100
+"""Columns a table fits in by default (``--wide`` shows every column)."""
+
+# (header, block -> value); the first group is what fits WIDTH, --wide adds the rest
+_NARROW: tuple[tuple[str, Any], ...] = (
+    ("offered", lambda b: b["offered"]),
+    ("done", lambda b: b["completed"]),
+    ("refused", lambda b: b["rejected_too_large"] + b["rejected_overloaded"] + b["expired"]
+     + b["preempted_dropped"]),
+    ("TTFT p99", lambda b: b["ttft_s"]["p99"]),
+    ("TPOT p99", lambda b: b["tpot_s"]["p99"]),
+    ("out tok/s", lambda b: b["output_tokens_per_s"]),
+    ("SLO att", lambda b: b["slo_attainment"]),
 )
+_WIDE: tuple[tuple[str, Any], ...] = (
+    ("offered", lambda b: b["offered"]),
+    ("done", lambda b: b["completed"]),
+    ("rej", lambda b: b["rejected_too_large"] + b["rejected_overloaded"]),
+    ("expired", lambda b: b["expired"]),
+    ("dropped", lambda b: b["preempted_dropped"]),
+    ("preempt", lambda b: b["num_preemptions"]),
+    ("TTFT p50", lambda b: b["ttft_s"]["p50"]),
+    ("TTFT p99", lambda b: b["ttft_s"]["p99"]),
+    ("TPOT p50", lambda b: b["tpot_s"]["p50"]),
+    ("TPOT p99", lambda b: b["tpot_s"]["p99"]),
+    ("ITL p99", lambda b: b.get("itl_s", {}).get("p99")),
+    ("E2E p99", lambda b: b["e2e_s"]["p99"]),
+    ("out tok/s", lambda b: b["output_tokens_per_s"]),
+    ("goodput/s", lambda b: b["goodput_rps"]),
+    ("SLO att", lambda b: b["slo_attainment"]),
+)
+SUMMARY_HEADERS = ("policy", "tier", *(h for h, _ in _WIDE))
 
 
-def summary_rows(summary: dict[str, Any]) -> list[list[Any]]:
+def summary_rows(summary: dict[str, Any], wide: bool = True) -> list[list[Any]]:
     rows = []
     blocks = [("all", summary["overall"]), *summary["tiers"].items()]
     for tier, b in blocks:
         if not b["offered"]:
             continue
-        rows.append([
-            summary["policy"], tier, b["offered"], b["completed"],
-            b["rejected_too_large"] + b["rejected_overloaded"], b["expired"],
-            b["preempted_dropped"], b["num_preemptions"],
-            b["ttft_s"]["p50"], b["ttft_s"]["p99"], b["tpot_s"]["p50"], b["tpot_s"]["p99"],
-            b["e2e_s"]["p99"], b["output_tokens_per_s"], b["goodput_rps"], b["slo_attainment"],
-        ])
+        rows.append([summary["policy"], tier, *(f(b) for _, f in (_WIDE if wide else _NARROW))])
     return rows
 
 
-def kv_rows(summary: dict[str, Any]) -> list[Any]:
+def kv_rows(summary: dict[str, Any], wide: bool = True) -> list[Any]:
     kv = summary["kv"]
-    return [summary["policy"], kv["used_mean_fraction"], kv["reserved_mean_fraction"],
-            kv["reservation_efficiency"], kv["used_p99"], summary["kv_capacity_tokens"],
-            summary["engine"]["num_engine_preemptions"],
-            summary["engine"]["num_gateway_revocations"], summary["wall_time_s"]]
+    row = [summary["policy"], kv["used_mean_fraction"], kv["reserved_mean_fraction"],
+           kv["reservation_efficiency"], kv["used_p99"], summary["kv_capacity_tokens"],
+           summary["engine"]["num_engine_preemptions"],
+           summary["engine"]["num_gateway_revocations"], summary.get("drain_s")]
+    return [*row, summary["wall_time_s"]] if wide else row
 
 
 KV_HEADERS = ("policy", "KV used", "KV reserved", "res. eff.", "KV used p99", "KV capacity",
-              "engine preempt", "gw revoke", "wall s")
+              "engine preempt", "gw revoke", "drain s", "wall s")
 
 
-def render_summaries(summaries: Sequence[dict[str, Any]]) -> str:
+def params_line(summary: dict[str, Any]) -> str:
+    """``policy: k=v, ...`` (the parameters in force), or ``policy: no parameters``."""
+    params = {k: v for k, v in (summary.get("policy_params") or {}).items() if k != "name"}
+    text = ", ".join(f"{k}={_fmt(v)}" for k, v in params.items()) or "no parameters"
+    return f"{summary['policy']}: {text}"
+
+
+def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False) -> str:
     rows: list[list[Any]] = []
     for s in summaries:
-        rows.extend(summary_rows(s))
-    kv = [kv_rows(s) for s in summaries]
-    return (render(SUMMARY_HEADERS, rows) + "\n\n" + render(KV_HEADERS, kv) +
-            "\n(times in seconds; KV used/reserved are time-weighted fractions of capacity)")
+        rows.extend(summary_rows(s, wide))
+    kv = [kv_rows(s, wide) for s in summaries]
+    headers = SUMMARY_HEADERS if wide else ("policy", "tier", *(h for h, _ in _NARROW))
+    kv_headers = KV_HEADERS if wide else KV_HEADERS[:-1]
+    window = summaries[0].get("offered_window_s") if summaries else None
+    import textwrap
+
+    lines = [render(headers, rows), "", render(kv_headers, kv),
+             textwrap.fill("policy parameters: " + "; ".join(params_line(s) for s in summaries),
+                           WIDTH, subsequent_indent="  ")]
+    note = "(times in seconds; KV used/reserved are time-weighted fractions of capacity"
+    if window is not None:
+        note += (f"; rates over the offered window of {_fmt(float(window))} s, first to last "
+                 "arrival; drain s: after the last arrival")
+    lines.append(textwrap.fill(note + ")", WIDTH))
+    return "\n".join(lines)
+
+
+def _pm(mean: float, low: float, high: float) -> str:
+    """``mean ± half-width`` (a t interval is symmetric), ``mean`` without one, ``-``."""
+    import math
+
+    if not math.isfinite(mean):
+        return "-"
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return _fmt(mean)
+    return f"{_fmt(mean)} ± {_fmt((high - low) / 2)}"
+
+
+def _p(p: float) -> str:
+    import math
+
+    if not math.isfinite(p):
+        return "-"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+_SHORT = (("output_tokens_per_s", "out_tok/s"), ("slo_attainment", "slo_att"),
+          ("goodput_rps", "goodput/s"))
+
+
+def short_metric(column: str) -> str:
+    """A runs-table column, shorter (``interactive_ttft_p99_s`` -> ``interactive ttft p99``)."""
+    for long, short in _SHORT:
+        column = column.replace(long, short)
+    if column.endswith("_s") and not column.endswith("tok/s"):
+        column = column[:-2]
+    return column.replace("_", " ")
+
+
+def render_comparison(comparison: Any, wide: bool = False) -> str:
+    """A replicated comparison (:class:`kvbudget.studies.compare.Comparison`): per metric and
+    policy the mean with its interval, and against the first policy the paired difference,
+    its interval, p and the verdict."""
+    import textwrap
+
+    c = comparison
+    base = c.policies[0]
+    level = f"{c.confidence:.0%}"
+    import math
+
+    rows = []
+    records = c.table.to_dict(orient="records")
+    shown = {r["metric"] for r in records if math.isfinite(r["mean"])}
+    for r in records:
+        if r["metric"] not in shown:  # e.g. a tier this workload does not offer
+            continue
+        diff = "" if r["policy"] == base else _pm(r["diff"], r["diff_low"], r["diff_high"])
+        row = [short_metric(r["metric"]) if not wide else r["metric"], r["policy"],
+               _pm(r["mean"], r["low"], r["high"]), diff]
+        if wide:
+            row.append("" if r["policy"] == base else _p(r["p"]))
+        rows.append([*row, r["verdict"]])
+    headers = ("metric", "policy", f"mean ± {level} CI", f"vs {base} ± {level} CI",
+               *(("p",) if wide else ()), "verdict")
+    params = "; ".join(
+        f"{n}: " + (", ".join(f"{k}={_fmt(v)}" for k, v in c.params[n].items())
+                    or "no parameters") for n in c.policies)
+    notes = [
+        f"{c.replications} replications per policy on common random numbers (replication r "
+        "of every policy sees the same requests); paired t test of each policy against "
+        f"{base}; 'within noise': the difference's interval holds 0.",
+        "policy parameters: " + params,
+        "rates are over the offered window (first to last arrival); drain_s is the time "
+        "after the last arrival.",
+    ]
+    return "\n".join([render(headers, rows), *(textwrap.fill(n, WIDTH, subsequent_indent="  ")
+                                              for n in notes)])

@@ -2,6 +2,11 @@
 
 Pure functions over columns; no engine, no SimPy. ``summarize`` produces the ``summary.json``
 shape: an overall block, one block per tier, and KV figures.
+
+Rates (``output_tokens_per_s``, ``goodput_rps``) count what completed, divided by the offered
+window: arrival of the first request to arrival of the last (``offered_window_s``; the whole
+run when every request arrives at once). ``drain_s`` is what the run took after the last
+arrival, ``duration_s`` the two together.
 """
 
 from __future__ import annotations
@@ -96,7 +101,8 @@ def block(
     slo_ok: npt.NDArray[np.bool_],
 ) -> dict[str, Any]:
     """One summary block over the rows selected by ``mask``. ``cols["status"]`` and
-    ``cols["reason"]`` are (codes, values) pairs from :func:`factorize`."""
+    ``cols["reason"]`` are (codes, values) pairs from :func:`factorize`; rates are per second
+    of ``duration_s`` (the offered window, see the module docstring)."""
     status_codes, status_values = cols["status"]
     status_counts = np.bincount(status_codes[mask], minlength=len(status_values)).tolist()
     by_status = dict(zip(status_values, status_counts, strict=True))
@@ -177,10 +183,15 @@ def summarize(
     if n:
         end = np.nanmax(np.append(finished, arrival.max()))
         duration = float(end - arrival.min())
+        offered_window = float(arrival.max() - arrival.min())
     else:
-        duration = 0.0
-    overall = block(cols, np.ones(n, dtype=np.bool_), duration, slo_ok)
-    per_tier = {name: block(cols, in_tier[name], duration, slo_ok) for name in names}
+        duration = offered_window = 0.0
+    # rates over the offered window (first to last arrival), not the whole run: the time the
+    # backlog takes to drain after the last arrival is its own figure (``drain_s``), so a tier
+    # that completes the same tokens under two policies shows the same throughput under both
+    rate_window = offered_window if offered_window > 0 else duration
+    overall = block(cols, np.ones(n, dtype=np.bool_), rate_window, slo_ok)
+    per_tier = {name: block(cols, in_tier[name], rate_window, slo_ok) for name in names}
 
     t_times = np.asarray(timeline["time_s"], dtype=np.float64)
     used = np.asarray(timeline["kv_used_tokens"], dtype=np.float64)
@@ -209,6 +220,8 @@ def summarize(
         "kv_capacity_tokens": int(kv_capacity_tokens),
         "wall_time_s": float(wall_time_s),
         "duration_s": duration,
+        "offered_window_s": offered_window,
+        "drain_s": duration - offered_window,
         "overall": overall,
         "tiers": per_tier,
         "kv": kv,

@@ -468,3 +468,84 @@ def default_scenario(overrides: Sequence[str] = ()) -> Scenario:
     """The embedded default scenario (what ``kvbudget simulate`` runs with no arguments), with
     ``key=value`` overrides applied as ``--set`` applies them."""
     return scenario_from_dict(default_scenario_dict(), Path.cwd(), overrides)
+
+
+ENGINE_FLAG_KEYS: tuple[str, ...] = (
+    "num_gpu_blocks",
+    "block_size",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "name",
+)
+"""``[engine]`` keys that :func:`make_scenario` takes as keyword values (the command line's
+engine flags; any other key goes through ``overrides``)."""
+
+
+def make_scenario(
+    scenario: Path | None = None,
+    overrides: Sequence[str] = (),
+    *,
+    policy: str | None = None,
+    policy_params: Mapping[str, Any] | None = None,
+    gpu: str | None = None,
+    model: str | None = None,
+    seed: int | None = None,
+    trace: Path | None = None,
+    trace_format: str | None = None,
+    trace_options: Mapping[str, Any] | None = None,
+    cost_model: Path | None = None,
+    engine: Mapping[str, Any] | None = None,
+) -> Scenario:
+    """A scenario file (or the embedded default) with values applied on top, as the command
+    line's flags do: a notebook's way to say ``kvbudget simulate --trace T --gpu G ...``.
+
+    ``trace`` replaces the workload by that trace file (``trace_format``, and
+    ``trace_options``: a ``[workload.options]`` table as in a scenario file, e.g.
+    ``{"sample_count": 500, "window": [0, 600]}``); ``trace_options`` without ``trace`` apply
+    to the scenario's own trace workload. ``engine`` maps ``[engine]`` keys to values
+    (``{"max_num_seqs": 128, "name": "sglang"}``). ``overrides`` are ``--set`` items
+    (``key=value``), applied before the keyword values. Errors name the file and the field.
+    """
+    if scenario is not None:
+        try:
+            data: dict[str, Any] = tomllib.loads(Path(scenario).read_text())
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{scenario}: no such scenario file") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"{scenario}: not valid TOML ({exc})") from None
+        base = Path(scenario).resolve().parent
+    else:
+        data = default_scenario_dict(workload=trace is None)
+        base = Path.cwd()
+    if policy is not None and policy != data.get("policy"):
+        data["policy"] = policy
+        data["policy_params"] = {}
+    if policy_params:
+        data["policy_params"] = {**data.get("policy_params", {}), **policy_params}
+    flags: list[str] = []
+    for key, value in (("gpu", gpu), ("model", model), ("seed", seed)):
+        if value is not None:
+            flags.append(f"{key}={json.dumps(value)}")
+    for key, value in (engine or {}).items():
+        if value is not None:
+            flags.append(f"engine.{key}={json.dumps(value)}")
+    if cost_model is not None:
+        flags.append(f"cost_model={json.dumps(str(Path(cost_model).resolve()))}")
+    if trace is not None:
+        if not Path(trace).exists():
+            raise FileNotFoundError(f"{trace}: no such trace file")
+        data["workload"] = {"kind": "trace", "path": str(Path(trace).resolve())}
+        if trace_format is not None:
+            data["workload"]["format"] = trace_format
+    if trace_options:
+        workload = data.get("workload")
+        if not isinstance(workload, dict) or workload.get("kind") != "trace":
+            names = ", ".join(sorted(trace_options))
+            raise ValueError(f"trace options ({names}) need a trace: give --trace FILE, or a "
+                             "scenario whose [workload] has kind = \"trace\"")
+        workload["options"] = {**workload.get("options", {}), **trace_options}
+    try:
+        return scenario_from_dict(data, base, [*overrides, *flags])
+    except ValueError as exc:
+        where = f"{scenario}: " if scenario is not None else ""
+        raise ValueError(f"{where}{exc}") from None

@@ -9,7 +9,10 @@ largest scale seen to meet the target) and ``hi`` (the smallest seen to miss it)
 ``s = 1``, doubles or halves until the target is bracketed, then bisects geometrically
 (``sqrt(lo * hi)``) until ``hi / lo - 1 <= rel_tol``. A scale meets the target when the mean
 attainment over the replications (common random numbers: the same seeds at every scale and for
-every policy) is at least the target. All policies advance together, one round at a time, so
+every policy) is at least the target, and, with ``slos`` (constraints on any metric, e.g.
+``tiers.interactive.ttft_s.p99<=2``, see :class:`kvbudget.studies.tune.Constraint`), when the
+mean of each constrained metric meets its limit (``use_target=False``: the SLOs alone). All
+policies advance together, one round at a time, so
 the executor always has ``policies x replications`` runs to share out.
 
 The reported capacity is the offered rate at ``lo`` (requests per second), and per GPU that
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
 
     from kvbudget.simulator.scenario import Scenario
     from kvbudget.studies.executors import Executor
+    from kvbudget.studies.tune import Constraint
 
 EVIDENCE_FILE = "evidence.parquet"
 RESULT_FILE = "capacity.json"
@@ -69,6 +73,8 @@ class CapacitySpec:
     max_rounds: int = 30
     confidence: float = 0.95
     root_seed: int | None = None
+    slos: tuple[Constraint, ...] = ()
+    use_target: bool = True
 
     def __post_init__(self) -> None:
         if not self.policies:
@@ -85,6 +91,20 @@ class CapacitySpec:
             raise ValueError("need 0 < min_scale < 1 < max_scale")
         if self.root_seed is None:
             self.root_seed = self.scenario.seed
+        if not self.use_target and not self.slos:
+            raise ValueError("capacity needs an attainment target or at least one SLO")
+
+    def criteria(self) -> list[str]:
+        """What a load must meet, in words (``overall_slo_attainment>=0.9``, SLOs)."""
+        out = [f"{self.metric}>={self.target:g}"] if self.use_target else []
+        return [*out, *(str(c) for c in self.slos)]
+
+    def expected_runs(self) -> int:
+        """About how many runs the search makes (a progress bar's total): per policy, the
+        first load, a doubling or halving or two to bracket, then the bisection down to
+        ``rel_tol``, each times the replications."""
+        bisect = math.ceil(math.log2(math.log(2) / math.log1p(self.rel_tol)))
+        return len(self.policies) * self.replications * (3 + max(bisect, 0))
 
 
 @dataclass
@@ -172,7 +192,8 @@ class CapacityResult:
         s = self.spec
         return {
             "metric": s.metric,
-            "target": s.target,
+            "target": s.target if s.use_target else None,
+            "slos": [str(c) for c in s.slos],
             "replications": s.replications,
             "rel_tol": s.rel_tol,
             "root_seed": s.root_seed,
@@ -192,11 +213,20 @@ class CapacityResult:
 
 
 def _meets(rows: Sequence[dict[str, Any]], spec: CapacitySpec) -> tuple[bool, float]:
+    """Whether a load meets the criteria on the mean over its replications (the attainment
+    target and every SLO), and the mean attainment."""
     v = np.array([_f(r.get(spec.metric)) for r in rows])
     if v.size == 0 or not np.all(np.isfinite(v)):
         return False, math.nan
     mean = float(v.mean())
-    return mean >= spec.target, mean
+    ok = mean >= spec.target if spec.use_target else True
+    for c in spec.slos:
+        w = np.array([_f(r.get(c.metric)) for r in rows])
+        if w.size == 0 or not np.all(np.isfinite(w)):
+            return False, mean
+        m = float(w.mean())
+        ok = ok and (m <= c.limit if c.op == "<=" else m >= c.limit)
+    return ok, mean
 
 
 def _f(x: Any) -> float:
@@ -230,11 +260,12 @@ def capacity(spec: CapacitySpec, executor: Executor, *,
         if not points:
             break
         rows = execute(plan_runs(spec.scenario, points, seeds), executor, progress=progress)
-        if rows and spec.metric not in rows[0]:
-            raise ValueError(
-                f"no metric {spec.metric!r} in the runs table; e.g. overall_slo_attainment, "
-                "interactive_slo_attainment"
-            )
+        for name in [spec.metric, *(c.metric for c in spec.slos)]:
+            if rows and name not in rows[0]:
+                raise ValueError(
+                    f"no metric {name!r} in the runs table; e.g. overall_slo_attainment, "
+                    "interactive_slo_attainment, tiers.interactive.ttft_s.p99"
+                )
         for r in rows:
             r["round"] = round_no
         all_rows.extend(rows)

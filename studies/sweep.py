@@ -144,6 +144,29 @@ def flatten_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def metric_column(name: str) -> str:
+    """The runs-table column of a metric named as in ``summary.json`` (dotted) or as the
+    column itself: ``tiers.interactive.ttft_s.p99`` -> ``interactive_ttft_p99_s``,
+    ``overall.slo_attainment`` -> ``overall_slo_attainment``, ``kv.used_mean_fraction`` ->
+    ``kv_used_mean_fraction``, ``drain_s`` -> ``drain_s``. A name without dots is returned
+    as it is."""
+    parts = name.split(".")
+    if len(parts) == 1:
+        return name
+    head, rest = parts[0], parts[1:]
+    if head == "tiers" and len(rest) >= 2:
+        head, rest = rest[0], rest[1:]
+    elif head not in ("overall", "kv", "engine"):
+        raise ValueError(f"metric {name!r}: expected tiers.TIER.FIELD[.QUANTILE], "
+                         "overall.FIELD[.QUANTILE], kv.FIELD or engine.FIELD")
+    if len(rest) == 2 and rest[0] in _LATENCY_KEYS:
+        return f"{head}_{rest[0][: -len('_s')]}_{rest[1]}_s"
+    if len(rest) == 1:
+        return f"{head}_{rest[0]}"
+    raise ValueError(f"metric {name!r}: expected tiers.TIER.FIELD[.QUANTILE], "
+                     "overall.FIELD[.QUANTILE], kv.FIELD or engine.FIELD")
+
+
 # --- one run ---------------------------------------------------------------------------------
 
 

@@ -42,6 +42,7 @@ from kvbudget.studies.sweep import (
     GridPoint,
     _scenario_data,
     execute,
+    metric_column,
     plan_runs,
     replication_seeds,
     rows_to_frame,
@@ -63,7 +64,9 @@ _CONSTRAINT = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*(<=|>=)\s*(\S+)\s*$")
 
 @dataclass(frozen=True)
 class Constraint:
-    """``metric <= limit`` or ``metric >= limit`` on a column of the runs table."""
+    """``metric <= limit`` or ``metric >= limit`` on a column of the runs table; ``parse``
+    also takes the metric as a dotted ``summary.json`` path (``tiers.interactive.ttft_s.p99``,
+    see :func:`kvbudget.studies.sweep.metric_column`)."""
 
     metric: str
     op: Literal["<=", ">="]
@@ -84,7 +87,11 @@ class Constraint:
         if not math.isfinite(limit):
             raise ValueError(f"--constraint {text!r}: the limit must be finite")
         op: Literal["<=", ">="] = "<=" if m.group(2) == "<=" else ">="
-        return cls(m.group(1), op, limit)
+        try:
+            metric = metric_column(m.group(1))
+        except ValueError as exc:
+            raise ValueError(f"--constraint {text!r}: {exc}") from None
+        return cls(metric, op, limit)
 
     def __str__(self) -> str:
         return f"{self.metric}{self.op}{self.limit:g}"
@@ -252,6 +259,14 @@ class TuneSpec:
             raise ValueError(f"confidence must be in (0, 1), got {self.confidence!r}")
         if self.root_seed is None:
             self.root_seed = self.scenario.seed
+
+    def max_runs(self) -> int:
+        """Runs the search makes at most: the grid, the refinement and the validation (a
+        progress bar's total; a refinement that converges early makes fewer)."""
+        grid = 1
+        for p in self.params:
+            grid *= len(p.grid(self.grid_points))
+        return (grid + self.refine_evals) * self.replications + self.validate
 
 
 @dataclass

@@ -134,8 +134,9 @@ def test_default_scenario_shows_the_trade_off() -> None:
     assert code == 0, stderr
     s = {x["policy"]: x for x in json.loads(stdout)}
     cons, over = s["conservative"], s["overcommit"]
+    # rates are over the offered window, so finishing the same work sooner shows as the drain
     assert (over["overall"]["completed"] > cons["overall"]["completed"]
-            or over["overall"]["output_tokens_per_s"] > cons["overall"]["output_tokens_per_s"])
+            or over["drain_s"] < cons["drain_s"])
     assert over["engine"]["num_engine_preemptions"] > 0
     assert cons["engine"]["num_engine_preemptions"] == 0
     p99 = {k: v["tiers"]["interactive"]["ttft_s"]["p99"] for k, v in s.items()}

@@ -1,0 +1,420 @@
+"""The option sets the commands share, each declared once.
+
+* :data:`TRACE_OPTIONS`: how a trace file is read and transformed (``--format``, ``--window``,
+  ``--sample-count``, ``--tier-map`` ...), parsed into :class:`TraceArgs` (``.options()`` gives
+  :class:`kvbudget.workloads.traces.TraceOptions`, ``.table()`` the ``[workload.options]`` table
+  of a scenario file);
+* :data:`ENGINE_OPTIONS`: the engine knobs under vLLM's names (``--max-num-seqs`` ...), each
+  an ``[engine]`` key of the scenario;
+* :data:`SCENARIO_OPTIONS`: ``--scenario``, ``--set``, ``--gpu``, ``--model``,
+  ``--cost-model`` and ``--trace`` (with the trace and engine options), parsed into
+  :class:`ScenarioArgs`, whose ``.build()`` is :func:`kvbudget.simulator.scenario.make_scenario`.
+
+A command takes a set by decorating itself (:func:`with_trace_options`,
+:func:`with_scenario_options`) and declaring one parameter (``trace_args: TraceArgs`` or
+``setup: ScenarioArgs``): the decorator adds the set's options to the command's signature, so
+typer shows them under their own help panels, and hands the command the parsed object.
+A new shared option is one entry in a table below (its name, its ``Annotated`` type with the
+``typer.Option``, its default); every command that takes the set then has it.
+"""
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from kvbudget.cli.errors import CliError
+
+if TYPE_CHECKING:
+    from kvbudget.simulator.scenario import Scenario
+    from kvbudget.workloads.arrivals import ArrivalProcess
+    from kvbudget.workloads.max_output import MaxOutputRule
+    from kvbudget.workloads.traces import TraceOptions
+
+_T = "Trace options"
+_E = "Engine options"
+_S = "Scenario options"
+
+# name -> (annotation, default); the name is the command function's parameter
+TRACE_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "format": (Annotated[str | None, typer.Option(
+        "--format", help="azure, burstgpt, mooncake, lengths, servegen or generic "
+        "(default: detected from the header).", rich_help_panel=_T)], None),
+    "window": (Annotated[str | None, typer.Option(
+        "--window", metavar="START:END", help="Keep requests with START <= t < END seconds on "
+        "the trace clock (END may be empty); t is then counted from START.",
+        rich_help_panel=_T)], None),
+    "rate_scale": (Annotated[str | None, typer.Option(
+        "--rate-scale", metavar="F", help="Divide arrival times by F (2 = twice the rate; "
+        "sweep: a list, e.g. 0.5,1,1.5, is a load axis).", rich_help_panel=_T)], None),
+    "sample_fraction": (Annotated[float | None, typer.Option(
+        "--sample-fraction", help="Keep this random fraction of the requests.",
+        rich_help_panel=_T)], None),
+    "sample_count": (Annotated[int | None, typer.Option(
+        "--sample-count", help="Keep this many random requests.", rich_help_panel=_T)], None),
+    "tier_column": (Annotated[str | None, typer.Option(
+        "--tier-column", help="Column whose value picks the tier (e.g. 'Log Type', 'Model').",
+        rich_help_panel=_T)], None),
+    "tier_map": (Annotated[list[str] | None, typer.Option(
+        "--tier-map", metavar="VALUE=TIER", help="Map a --tier-column value to a tier "
+        "(repeatable); others get --default-tier.", rich_help_panel=_T)], None),
+    "tier_shares": (Annotated[str | None, typer.Option(
+        "--tier-shares", metavar="TIER=SHARE,...", help="Assign tiers at random by share "
+        "(e.g. interactive=0.7,batch=0.3).", rich_help_panel=_T)], None),
+    "default_tier": (Annotated[str | None, typer.Option(
+        "--default-tier", help="Tier of requests no rule assigns (default interactive).",
+        rich_help_panel=_T)], None),
+    "max_output": (Annotated[str | None, typer.Option(
+        "--max-output", metavar="RULE", help="max_output_tokens where the file has none: "
+        "fixed:N, factor:F or quantile:Q, optionally :truncate (default fixed:2048, never "
+        "below the true output).", rich_help_panel=_T)], None),
+    "spread_s": (Annotated[float | None, typer.Option(
+        "--spread-s", help="Spread requests sharing a timestamp evenly over this many seconds "
+        "(Kimi traces: 3).", rich_help_panel=_T)], None),
+    "arrival": (Annotated[str | None, typer.Option(
+        "--arrival", metavar="PROCESS", help="Arrivals for length-only tables: poisson:RATE, "
+        "gamma:RATE:CV or constant:RATE (default poisson:1).", rich_help_panel=_T)], None),
+    "column": (Annotated[list[str] | None, typer.Option(
+        "--column", metavar="NAME=COLUMN", help="Generic format: read NAME (arrival_s, "
+        "prompt_tokens, output_tokens, max_output_tokens, tier, deadline_s, id, hash_ids) from "
+        "COLUMN (repeatable).", rich_help_panel=_T)], None),
+    "arrival_unit": (Annotated[str | None, typer.Option(
+        "--arrival-unit", help="Generic format: unit of arrival_s and deadline_s (s, ms, us; "
+        "default s).", rich_help_panel=_T)], None),
+    "servegen_clients": (Annotated[str | None, typer.Option(
+        "--servegen-clients", metavar="ID,...", help="ServeGen: chunk ids to load.",
+        rich_help_panel=_T)], None),
+    "servegen_arrivals": (Annotated[str | None, typer.Option(
+        "--servegen-arrivals", help="ServeGen inter-arrivals: fitted_rate (default), fitted "
+        "or rate_cv.", rich_help_panel=_T)], None),
+}
+
+# name -> (annotation, default, [engine] key of the scenario)
+ENGINE_OPTIONS: dict[str, tuple[Any, Any, str]] = {
+    "num_gpu_blocks": (Annotated[int | None, typer.Option(
+        "--num-gpu-blocks", help="KV blocks (overrides the presets).",
+        rich_help_panel=_E)], None, "num_gpu_blocks"),
+    "block_size": (Annotated[int | None, typer.Option(
+        "--block-size", help="Tokens per KV block.", rich_help_panel=_E)], None,
+        "block_size"),
+    "max_num_seqs": (Annotated[int | None, typer.Option(
+        "--max-num-seqs", help="Running requests cap.", rich_help_panel=_E)], None,
+        "max_num_seqs"),
+    "max_num_batched_tokens": (Annotated[int | None, typer.Option(
+        "--max-num-batched-tokens", help="Tokens per engine step cap.",
+        rich_help_panel=_E)], None, "max_num_batched_tokens"),
+    "engine": (Annotated[str | None, typer.Option(
+        "--engine", help="Engine behaviour: vllm, vllm-swap, tgi, sglang or trtllm.",
+        rich_help_panel=_E)], None, "name"),
+}
+
+SCENARIO_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "scenario": (Annotated[Path | None, typer.Option(
+        "--scenario", help="A TOML scenario file (see docs/scenarios.md).",
+        rich_help_panel=_S)], None),
+    "overrides": (Annotated[list[str] | None, typer.Option(
+        "--set", metavar="KEY=VALUE", help="Override a scenario field (dotted, repeatable), "
+        "e.g. policy_params.overcommit_ratio=0.7.", rich_help_panel=_S)], None),
+    "gpu": (Annotated[str | None, typer.Option(
+        "--gpu", help="GPU preset (kvbudget presets).", rich_help_panel=_S)], None),
+    "model": (Annotated[str | None, typer.Option(
+        "--model", help="Model preset (kvbudget presets).", rich_help_panel=_S)], None),
+    "cost_model": (Annotated[Path | None, typer.Option(
+        "--cost-model", help="A cost-model JSON file (kvbudget calibrate/profile).",
+        rich_help_panel=_S)], None),
+    "trace": (Annotated[Path | None, typer.Option(
+        "--trace", help="Replay a trace file instead of the scenario's workload (with the "
+        "trace options).", rich_help_panel=_S)], None),
+}
+
+
+# --- parsing of the trace options -------------------------------------------------------------
+
+
+def _split_pairs(items: list[str], option: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise CliError(f"{option} must be KEY=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _float(text: str, option: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise CliError(f"{option}: not a number: {text!r}") from None
+
+
+def parse_window(text: str) -> tuple[float, float | None]:
+    start, sep, end = text.partition(":")
+    if not start.strip():
+        raise CliError(f"--window must be START:END in seconds, got {text!r}")
+    return (_float(start, "--window"), _float(end, "--window") if sep and end.strip() else None)
+
+
+def parse_rate_scales(text: str) -> tuple[float, ...]:
+    values = tuple(_float(v, "--rate-scale") for v in text.split(",") if v.strip())
+    if not values or not all(v > 0 for v in values):
+        raise CliError(f"--rate-scale: must be > 0 (a number, or a list for a sweep), got {text!r}")
+    return values
+
+
+def _max_output_table(text: str) -> dict[str, Any]:
+    parts = text.split(":")
+    truncate = len(parts) == 3 and parts[2] == "truncate"
+    if len(parts) not in (2, 3) or (len(parts) == 3 and not truncate):
+        raise CliError(f"--max-output must be fixed:N, factor:F or quantile:Q (optionally "
+                       f":truncate), got {text!r}")
+    kind, value = parts[0], parts[1]
+    if kind == "fixed":
+        if not value.isdigit():
+            raise CliError(f"--max-output fixed:N needs a whole number of tokens, got {value!r}")
+        return {"kind": "fixed", "tokens": int(value), "truncate": truncate}
+    if kind == "factor" and not truncate:
+        return {"kind": "factor", "factor": _float(value, "--max-output")}
+    if kind == "quantile":
+        return {"kind": "quantile", "q": _float(value, "--max-output"), "truncate": truncate}
+    raise CliError(f"--max-output must be fixed:N, factor:F or quantile:Q, got {text!r}")
+
+
+def parse_max_output(text: str) -> "MaxOutputRule":
+    from kvbudget.workloads.max_output import FactorOfTrue, FixedCap, QuantileCap
+
+    t = _max_output_table(text)
+    if t["kind"] == "fixed":
+        return FixedCap(t["tokens"], t["truncate"])
+    if t["kind"] == "factor":
+        return FactorOfTrue(t["factor"])
+    return QuantileCap(t["q"], t["truncate"])
+
+
+def _arrival_table(text: str) -> dict[str, Any]:
+    parts = text.split(":")
+    kind = parts[0]
+    values = [_float(p, "--arrival") for p in parts[1:]]
+    if kind in ("poisson", "constant") and len(values) == 1:
+        return {"kind": kind, "rate_rps": values[0]}
+    if kind == "gamma" and len(values) == 2:
+        return {"kind": "gamma", "rate_rps": values[0], "cv": values[1]}
+    raise CliError("--arrival must be poisson:RATE, gamma:RATE:CV or constant:RATE, "
+                   f"got {text!r}")
+
+
+def parse_arrival(text: str) -> "ArrivalProcess":
+    from kvbudget.workloads.arrivals import ConstantArrivals, GammaArrivals, PoissonArrivals
+
+    t = _arrival_table(text)
+    if t["kind"] == "poisson":
+        return PoissonArrivals(t["rate_rps"])
+    if t["kind"] == "constant":
+        return ConstantArrivals(t["rate_rps"])
+    return GammaArrivals(t["rate_rps"], t["cv"])
+
+
+@dataclass(frozen=True)
+class TraceArgs:
+    """The trace options as given on the command line (``None``: not given)."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def given(self) -> dict[str, Any]:
+        return {k: v for k, v in self.values.items() if v is not None}
+
+    def rate_scales(self) -> tuple[float, ...] | None:
+        text = self.values.get("rate_scale")
+        return None if text is None else parse_rate_scales(text)
+
+    def _common(self) -> dict[str, Any]:
+        """The options as plain values (``TraceOptions`` field -> value), ``format`` and the
+        rate scale aside; each error names its option."""
+        v = self.given()
+        out: dict[str, Any] = {}
+        for key in ("sample_fraction", "sample_count", "tier_column", "default_tier",
+                    "spread_s", "arrival_unit", "servegen_arrivals"):
+            if key in v:
+                out[key] = v[key]
+        if "window" in v:
+            out["window"] = parse_window(v["window"])
+        if "tier_map" in v:
+            out["tier_map"] = _split_pairs(v["tier_map"], "--tier-map")
+        if "tier_shares" in v:
+            shares = _split_pairs([s for s in v["tier_shares"].split(",") if s], "--tier-shares")
+            out["tier_shares"] = {k: _float(s, "--tier-shares") for k, s in shares.items()}
+        if "column" in v:
+            out["columns"] = _split_pairs(v["column"], "--column")
+        if "servegen_clients" in v:
+            text = v["servegen_clients"]
+            try:
+                out["clients"] = [int(c) for c in text.split(",") if c.strip()]
+            except ValueError:
+                raise CliError(f"--servegen-clients must be chunk ids like 34,143, got "
+                               f"{text!r}") from None
+        return out
+
+    def options(self, seed: int | None = None, *, with_rate_scale: bool = True
+                ) -> "TraceOptions":
+        """:class:`TraceOptions` for loading a trace directly (``kvbudget trace stats``)."""
+        from kvbudget.workloads.errors import SpecError
+        from kvbudget.workloads.traces import TraceOptions
+
+        kwargs = self._common()
+        v = self.given()
+        if "window" in kwargs:
+            kwargs["window"] = tuple(kwargs["window"])
+        if "clients" in kwargs:
+            kwargs["clients"] = tuple(kwargs["clients"])
+        if "max_output" in v:
+            kwargs["max_output"] = parse_max_output(v["max_output"])
+        if "arrival" in v:
+            kwargs["arrival"] = parse_arrival(v["arrival"])
+        scales = self.rate_scales()
+        if with_rate_scale and scales is not None:
+            if len(scales) != 1:
+                raise CliError(f"--rate-scale: give one number here, got {v['rate_scale']!r}")
+            kwargs["rate_scale"] = scales[0]
+        try:
+            return TraceOptions(format=v.get("format"), seed=seed, **kwargs)
+        except SpecError as exc:
+            raise CliError(f"--{exc.field.split('[')[0].replace('_', '-')}: {exc}") from None
+
+    def table(self, *, with_rate_scale: bool = True) -> dict[str, Any]:
+        """The ``[workload.options]`` table of a scenario file (what a sweep's runs carry).
+        ``with_rate_scale=False`` leaves ``--rate-scale`` out (a sweep's load axis)."""
+        out = self._common()
+        v = self.given()
+        if "window" in out:
+            start, end = out["window"]
+            out["window"] = [start] if end is None else [start, end]
+        if "max_output" in v:
+            out["max_output"] = _max_output_table(v["max_output"])
+        if "arrival" in v:
+            out["arrival"] = _arrival_table(v["arrival"])
+        scales = self.rate_scales()
+        if with_rate_scale and scales is not None:
+            if len(scales) != 1:
+                raise CliError(f"--rate-scale: give one number here, got {v['rate_scale']!r}")
+            out["rate_scale"] = scales[0]
+        self.options(with_rate_scale=with_rate_scale)  # the same checks as loading a trace directly, naming the option
+        return out
+
+
+@dataclass(frozen=True)
+class ScenarioArgs:
+    """What a command that builds a scenario takes: ``--scenario``, ``--set``, ``--gpu``,
+    ``--model``, ``--cost-model``, ``--trace`` with its trace options, the engine knobs."""
+
+    scenario: Path | None = None
+    overrides: tuple[str, ...] = ()
+    gpu: str | None = None
+    model: str | None = None
+    cost_model: Path | None = None
+    trace: Path | None = None
+    trace_args: TraceArgs = field(default_factory=TraceArgs)
+    engine: dict[str, Any] = field(default_factory=dict)
+
+    def build(self, *, policy: str | None = None, seed: int | None = None,
+              with_rate_scale: bool = True) -> "Scenario":
+        """The scenario: :func:`kvbudget.simulator.scenario.make_scenario` of these values."""
+        from kvbudget.simulator.engine_config import ENGINE_NAMES
+        from kvbudget.simulator.scenario import make_scenario
+
+        name = self.engine.get("name")
+        if name is not None and name not in ENGINE_NAMES:
+            raise CliError(f"--engine: unknown engine {name!r}; known: {', '.join(ENGINE_NAMES)}")
+        given = self.trace_args.given()
+        fmt = given.get("format")
+        table = self.trace_args.table(with_rate_scale=with_rate_scale)
+        if (self.trace is None and self.scenario is None
+                and (table or fmt is not None)):
+            opts = ", ".join("--" + k.replace("_", "-") for k in given
+                             if with_rate_scale or k != "rate_scale")
+            raise CliError(f"{opts}: trace options need --trace FILE")
+        if self.trace is None and fmt is not None:
+            raise CliError("--format: needs --trace FILE")
+        return make_scenario(
+            self.scenario, self.overrides, policy=policy, gpu=self.gpu, model=self.model,
+            seed=seed, trace=self.trace, trace_format=fmt, trace_options=table or None,
+            cost_model=self.cost_model, engine=self.engine)
+
+
+# --- decorators --------------------------------------------------------------------------------
+
+
+def _extend(func: Callable[..., Any], slot: str, extra: dict[str, tuple[Any, Any]],
+            make: Callable[[dict[str, Any]], Any]) -> Callable[..., Any]:
+    """``func`` with parameter ``slot`` replaced by the keyword options ``extra``; the wrapper
+    builds ``slot``'s value from them with ``make``."""
+    sig = inspect.signature(func)
+    own = [p for p in sig.parameters.values() if p.name != slot]
+    if len(own) == len(sig.parameters):
+        raise TypeError(f"{func.__name__} has no parameter {slot!r}")
+    clash = {p.name for p in own} & set(extra)
+    if clash:
+        raise TypeError(f"{func.__name__}: parameters {sorted(clash)} are in the shared set")
+    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                               annotation=annotation)
+             for name, (annotation, default) in extra.items()]
+
+    def wrapper(**kwargs: Any) -> Any:
+        shared = {name: kwargs.pop(name, default) for name, (_, default) in extra.items()}
+        kwargs[slot] = make(shared)
+        return func(**kwargs)
+
+    wrapper.__name__ = func.__name__
+    wrapper.__qualname__ = func.__qualname__
+    wrapper.__doc__ = func.__doc__
+    wrapper.__module__ = func.__module__
+    wrapper.__signature__ = sig.replace(  # type: ignore[attr-defined]
+        parameters=[*[p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own], *added])
+    wrapper.__annotations__ = {
+        **{p.name: p.annotation for p in own if p.annotation is not inspect.Parameter.empty},
+        **{name: annotation for name, (annotation, _) in extra.items()},
+    }
+    return wrapper
+
+
+def with_trace_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Give a command the trace options; it receives them as ``trace_args: TraceArgs``."""
+    return _extend(func, "trace_args", TRACE_OPTIONS, lambda values: TraceArgs(values))
+
+
+def _scenario_args(values: dict[str, Any]) -> ScenarioArgs:
+    trace_values = {k: values.pop(k) for k in TRACE_OPTIONS}
+    engine = {key: values.pop(name) for name, (_, _, key) in ENGINE_OPTIONS.items()}
+    return ScenarioArgs(
+        scenario=values["scenario"], overrides=tuple(values["overrides"] or ()),
+        gpu=values["gpu"], model=values["model"], cost_model=values["cost_model"],
+        trace=values["trace"], trace_args=TraceArgs(trace_values),
+        engine={k: v for k, v in engine.items() if v is not None})
+
+
+def with_scenario_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Give a command the scenario options (with the trace and engine options); it receives
+    them as ``setup: ScenarioArgs``."""
+    extra: dict[str, tuple[Any, Any]] = {
+        **SCENARIO_OPTIONS, **TRACE_OPTIONS,
+        **{name: (annotation, default) for name, (annotation, default, _) in
+           ENGINE_OPTIONS.items()},
+    }
+    return _extend(func, "setup", extra, _scenario_args)
+
+
+# --- where many runs execute (sweep, tune, capacity, plan, compare --replications) ------------
+
+ExecutorOpt = Annotated[
+    str, typer.Option("--executor", help="Where runs execute: local (all cores) or ray.")
+]
+AddressOpt = Annotated[
+    str | None,
+    typer.Option("--address", help="Join an existing Ray cluster (e.g. auto, ray://head:10001)."),
+]
+JobsOpt = Annotated[
+    int | None,
+    typer.Option("--jobs", "-j", min=1, help="Parallel runs (default: every core)."),
+]
