@@ -27,6 +27,7 @@ Configs and presets
 - :func:`num_gpu_blocks`: KV-cache capacity as vLLM computes it
 - :class:`RooflineCostModel`, :class:`LinearCostModel`, :func:`load_cost_model`: step-time models
 - :class:`Scenario`, :func:`load_scenario`, :func:`default_scenario`: scenario files
+- :func:`make_scenario`: a scenario from values, as the command line's flags make it
 
 Simulation
 ----------
@@ -48,6 +49,7 @@ Analysis and plots
 
 Studies
 -------
+- :func:`compare`, :class:`Comparison`: policies side by side, with intervals and paired tests
 - :func:`run_sweep`: grids of runs with common random numbers
 - :func:`tune`, :class:`TuneSpec`: parameter tuning under constraints
 - :func:`capacity`, :class:`CapacitySpec`: the largest sustainable rate per policy
@@ -105,6 +107,7 @@ _EXPORTS: dict[str, str] = {
     "Scenario": "simulator.scenario",
     "load_scenario": "simulator.scenario",
     "default_scenario": "simulator.scenario",
+    "make_scenario": "simulator.scenario",
     # Simulation
     "simulate": "simulator.run",
     "SimConfig": "simulator.run",
@@ -120,6 +123,8 @@ _EXPORTS: dict[str, str] = {
     "build_report": "analysis.report",
     "validate_runs": "analysis.validation",
     # Studies
+    "compare": "studies.compare",
+    "Comparison": "studies.compare",
     "run_sweep": "studies.sweep",
     "tune": "studies.tune",
     "TuneSpec": "studies.tune",
@@ -179,8 +184,14 @@ if TYPE_CHECKING:  # what a type checker and an IDE see
     from kvbudget.simulator.engine_config import EngineConfig
     from kvbudget.simulator.fleet import FleetConfig
     from kvbudget.simulator.run import SimConfig, simulate
-    from kvbudget.simulator.scenario import Scenario, default_scenario, load_scenario
+    from kvbudget.simulator.scenario import (
+        Scenario,
+        default_scenario,
+        load_scenario,
+        make_scenario,
+    )
     from kvbudget.studies.capacity import CapacitySpec, capacity
+    from kvbudget.studies.compare import Comparison, compare
     from kvbudget.studies.regress import load_suite, regress
     from kvbudget.studies.sweep import run_sweep
     from kvbudget.studies.tune import TuneSpec, tune

@@ -64,7 +64,7 @@ def test_every_study_command_takes_the_shared_options(command: str) -> None:
 def test_trace_options_reach_the_runs_of_a_sweep(tmp_path: Path) -> None:
     trace = _trace(tmp_path)
     out = tmp_path / "sw"
-    code, stdout, stderr = run("sweep", "--out", out, "--trace", trace, "--sample-count", "40",
+    code, _stdout, stderr = run("sweep", "--out", out, "--trace", trace, "--sample-count", "40",
                                "--max-num-seqs", "8", "--gpu", "A100-80GB", "--replications",
                                "2", "--rate-scale", "1,2", "--no-plot", "-j", "1")
     assert code == 0, stderr
@@ -133,7 +133,7 @@ def test_capacity_constrains_any_summary_metric(tmp_path: Path) -> None:
 def test_tune_takes_slo_on_a_dotted_metric(tmp_path: Path) -> None:
     scn = _scenario(tmp_path)
     out = tmp_path / "tune"
-    code, stdout, stderr = run(
+    code, _stdout, stderr = run(
         "tune", "--scenario", scn, "--out", out, "--param",
         "policy_params.overcommit_ratio=0.3:0.9", "--slo", "tiers.interactive.ttft_s.p99<=50",
         "--replications", "2", "--grid-points", "2", "--refine-evals", "0", "--validate", "0",
