@@ -304,22 +304,28 @@ async def profile_async(
     *,
     capacity_tokens: int | None = None,
     on_point: Callable[[GridPoint, int, int], None] | None = None,
+    clock: Callable[[], float] | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, ServerInfo, list[str]]:
     """Measure the grid; return (step samples, idle TTFT per prompt size, server info, notes).
 
     ``on_point(point, done, total)`` reports progress (``total`` counts every repeat).
+    ``clock`` (seconds; ``time.perf_counter`` from the start by default) times every chunk;
+    ``transport`` replaces the network (tests drive an in-process engine on a virtual clock
+    with both, so that what they measure does not depend on the machine's load).
     """
     import time
 
     import pandas as pd
 
-    t0 = time.perf_counter()
+    if clock is None:
+        t0 = time.perf_counter()
 
-    def clock() -> float:
-        return time.perf_counter() - t0
+        def clock() -> float:
+            return time.perf_counter() - t0
 
     notes: list[str] = []
-    async with httpx.AsyncClient(timeout=target.timeout(),
+    async with httpx.AsyncClient(timeout=target.timeout(), transport=transport,
                                  limits=httpx.Limits(max_connections=plan.max_num_seqs + 8)
                                  ) as client:
         info = await discover(client, target)
@@ -476,9 +482,13 @@ def calibrate(
     *,
     capacity_tokens: int | None = None,
     on_point: Callable[[GridPoint, int, int], None] | None = None,
+    clock: Callable[[], float] | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> Calibration:
-    """Profile the live server and fit the cost model (runs its own event loop)."""
+    """Profile the live server and fit the cost model (runs its own event loop);
+    ``clock`` and ``transport`` as in :func:`profile_async`."""
     samples, idle, info, notes = asyncio.run(
-        profile_async(target, plan, capacity_tokens=capacity_tokens, on_point=on_point)
+        profile_async(target, plan, capacity_tokens=capacity_tokens, on_point=on_point,
+                      clock=clock, transport=transport)
     )
     return fit_calibration(samples, idle, info, plan, target.base_url, notes)

@@ -46,6 +46,9 @@ from kvbudget.results.run_result import read_run
 from kvbudget.workloads import Workload, from_columns
 
 
+GATE_WAIT_S = 60.0
+
+
 @dataclass
 class FakeState:
     token_s: float = 0.002
@@ -62,6 +65,19 @@ class FakeState:
     dead: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
     next_id: int = 0
+    completions: int = 0
+    die_after_completions: int | None = None  # the server crashes after its N-th [DONE]
+    on_die: Any = None  # what crashing does (set by the fixture: reset streams, close)
+    # a stream sends its next token only once gate() holds (tests sequence the fake by events,
+    # never by timers); every wait is bounded by GATE_WAIT_S and ends at teardown (release)
+    gate: Any = None
+    release: threading.Event = field(default_factory=threading.Event)
+
+    def wait_for_gate(self) -> None:
+        deadline = time.monotonic() + GATE_WAIT_S
+        while (self.gate is not None and not self.gate() and not self.release.is_set()
+               and time.monotonic() < deadline):
+            self.release.wait(0.005)
 
     def kv_tokens(self) -> int:
         return sum(self.active.values())
@@ -151,6 +167,7 @@ class _Handler(BaseHTTPRequestHandler):
             st.max_kv_tokens = max(st.max_kv_tokens, st.kv_tokens())
         try:
             while sent < n:
+                st.wait_for_gate()
                 time.sleep(st.token_s * per_chunk)
                 if st.dead:
                     self._reset()
@@ -171,7 +188,7 @@ class _Handler(BaseHTTPRequestHandler):
                     self._reset()
                     return
                 if sent == 2 and mode == "stall":
-                    time.sleep(2.0)
+                    st.release.wait(GATE_WAIT_S)  # answers nothing more until the test ends
                     return
                 if sent == 3 and mode == "truncated":
                     return
@@ -180,6 +197,11 @@ class _Handler(BaseHTTPRequestHandler):
                              "usage": {"prompt_tokens": prompt, "completion_tokens": n,
                                        "total_tokens": prompt + n}})
             self._event("[DONE]")
+            with st.lock:
+                st.completions += 1
+                die = st.completions == st.die_after_completions
+            if die and st.on_die is not None:
+                st.on_die()  # sequenced by completions, not by a timer
         except (BrokenPipeError, ConnectionResetError, OSError):
             with st.lock:
                 st.disconnects += 1
@@ -206,6 +228,7 @@ class Fake:
     def kill(self) -> None:
         """Die like a crashed server: reset open streams, refuse new connections."""
         self.state.dead = True
+        self.state.release.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -218,7 +241,10 @@ def fake() -> Iterator[Fake]:
                               daemon=True)
     thread.start()
     host, port = server.server_address[:2]
-    yield Fake(state, f"http://{host!s}:{port}", server)
+    fake = Fake(state, f"http://{host!s}:{port}", server)
+    state.on_die = fake.kill
+    yield fake
+    state.release.set()
     if not state.dead:
         server.shutdown()
         server.server_close()
@@ -376,9 +402,10 @@ def test_conservative_keeps_kv_within_capacity(fake: Fake, tmp_path: Path) -> No
 
 def test_unlimited_lets_everything_through(fake: Fake, tmp_path: Path) -> None:
     fake.state.token_s = 0.001
+    fake.state.gate = lambda: fake.state.max_active >= 8  # no token until all eight are in
     out = _replay(fake, _workload(8, 40, 30), "unlimited", tmp_path / "run")
     assert out.complete
-    assert fake.state.max_active >= 6
+    assert fake.state.max_active == 8
 
 
 def test_every_request_gets_a_row_also_on_backend_errors(fake: Fake, tmp_path: Path) -> None:
@@ -426,7 +453,7 @@ def test_lease_expiry_cancels_the_stream(fake: Fake, tmp_path: Path) -> None:
     assert rec.loc[1, "reason"] == "lease_expired"
     assert rec.loc[1, "num_preemptions"] == 1
     cut = out.records.loc[out.records["request_id"] == 1, "output_tokens"].to_numpy()
-    assert 3 <= int(cut[0]) < 60  # what it had generated when it was cut
+    assert 0 <= int(cut[0]) < 60  # what it had generated when it was cut
     deadline = time.monotonic() + 5
     while fake.state.disconnects < 1 and time.monotonic() < deadline:
         time.sleep(0.01)  # the server notices the closed connection at its next write
@@ -449,17 +476,16 @@ def test_preemptive_cancels_batch_streams(fake: Fake, tmp_path: Path) -> None:
 
 def test_server_dying_keeps_finished_rows_and_resumes(fake: Fake, tmp_path: Path) -> None:
     fake.state.token_s = 0.005
+    fake.state.die_after_completions = 3  # an event, not a timer: the test holds on any machine
     w = _workload(12, 20, 20, gap_s=0.05)
     run = tmp_path / "run"
-    killer = threading.Timer(0.35, fake.kill)
-    killer.start()
-    try:
-        out = _replay(fake, w, "conservative", run)
-    finally:
-        killer.cancel()
+    out = _replay(fake, w, "conservative", run)
+    assert fake.state.dead
     assert not out.complete and "stopped answering" in out.error
     done = len(out.records)
-    assert 0 < done < 12
+    # the three that finished before the crash; a stream past its last token when the server
+    # died may still finish, one that was not cannot
+    assert 3 <= done < 12
     assert (out.records["status"] == "completed").all()  # no row for the killed streams
     assert len(read_jsonl(run / REQUESTS_PART)) == done
     assert read_run(run).summary["complete"] is False
@@ -567,6 +593,12 @@ def test_replay_takes_tiers_front_door_and_policy_from_a_scenario(fake: Fake,
     door lets two requests be in flight and refuses the rest (429, ``concurrency``); its policy
     is used unless ``--policy`` is given."""
     fake.state.token_s = 0.01
+    out = tmp_path / "run"
+
+    def four_turned_away() -> bool:  # the two admitted streams wait for the other four's rows
+        part = out / REQUESTS_PART
+        return part.exists() and part.read_text().count('"concurrency"') >= 4
+
     trace = tmp_path / "t.jsonl"
     trace.write_text("".join(json.dumps({"arrival_s": 0.001 * i, "prompt_tokens": 20,
                                         "output_tokens": 10, "max_output_tokens": 10,
@@ -580,9 +612,10 @@ def test_replay_takes_tiers_front_door_and_policy_from_a_scenario(fake: Fake,
     code, _, stderr = _cli("replay", "--url", fake.url, "--trace", str(trace), "--out",
                            str(tmp_path / "plain"), "--poll-period", "0.05")
     assert code == 2 and "tier 'gold' of the trace is not configured" in stderr
-    out = tmp_path / "run"
+    fake.state.gate = four_turned_away
     code, stdout, stderr = _cli("replay", "--url", fake.url, "--trace", str(trace), "--scenario",
                                 str(scenario), "--out", str(out), "--poll-period", "0.05")
+    fake.state.gate = None
     assert code == 0, stderr
     assert "overcommit" in stdout
     run = read_run(out)
@@ -639,6 +672,9 @@ def test_ctrl_c_keeps_what_finished(fake: Fake, tmp_path: Path) -> None:
     import sys
 
     fake.state.token_s = 0.01
+    # after two completions the server holds every stream: the interrupt comes mid-run on any
+    # machine, however slow the test is to send it
+    fake.state.gate = lambda: fake.state.completions < 2
     trace = _trace_file(tmp_path / "t.jsonl", 30, prompt=20, output=20)
     out = tmp_path / "run"
     repo = Path(__file__).resolve().parents[3]
