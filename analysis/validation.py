@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from kvbudget.policies import TierConfig
 from kvbudget.results.metrics import summarize
@@ -193,3 +194,125 @@ def plot_validation(sim_records: pd.DataFrame, live_records: pd.DataFrame,
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------
+# Offline validation: simulated records against a recording's, overall and per load stage
+
+STATS = ("mean", "p50", "p90", "p99")
+"""The statistics of every latency metric an offline comparison reports."""
+
+LATENCY_METRICS = ("ttft_s", "tpot_s", "e2e_s")
+
+STAGE_COLUMNS = ("stage", "metric", "simulated", "measured", "rel_error")
+"""Columns of :func:`compare_recorded`'s table."""
+
+OVERALL = "all"
+"""The stage label of the whole run."""
+
+
+def latency_stats(records: pd.DataFrame) -> dict[str, float]:
+    """Mean, p50, p90 and p99 of TTFT, TPOT and E2E over the completed rows of a records
+    table (``ttft_mean_s``, ``ttft_p50_s``, ...), output tokens per second (completed output
+    over first arrival to last finish) and ``completed``; NaN where undefined."""
+    done = records[records["status"] == "completed"]
+    out: dict[str, float] = {}
+    for metric in LATENCY_METRICS:
+        stem = metric[: -len("_s")]
+        v = done[metric].to_numpy(dtype=np.float64)
+        v = v[np.isfinite(v)]
+        for stat in STATS:
+            if not v.size:
+                out[f"{stem}_{stat}_s"] = math.nan
+            elif stat == "mean":
+                out[f"{stem}_{stat}_s"] = float(v.mean())
+            else:
+                out[f"{stem}_{stat}_s"] = float(np.percentile(v, float(stat[1:])))
+    finished = done["finished_s"].to_numpy(dtype=np.float64)
+    finished = finished[np.isfinite(finished)]
+    span = (float(finished.max()) - float(records["arrival_s"].min())) if finished.size else 0.0
+    tokens = float(done["output_tokens"].sum())
+    out["output_tokens_per_s"] = tokens / span if span > 0 else math.nan
+    out["completed"] = float(len(done))
+    return out
+
+
+def offered_rate_stages(arrival_s: npt.NDArray[np.float64], *, min_requests: int = 30
+                        ) -> list[str]:
+    """Split a run into windows of constant offered rate; a label per request.
+
+    The run is cut into about ``n / 10`` equal time bins (at most 100); a bin whose arrival
+    count is more than three Poisson standard deviations from the current window's mean count
+    per bin starts a new window, provided both sides keep ``min_requests`` requests. One
+    window gives every request the label ``all``; several are labelled ``"k: R req/s"``.
+    """
+    n = len(arrival_s)
+    if n < 2 * min_requests:
+        return [OVERALL] * n
+    t0, t1 = float(arrival_s[0]), float(arrival_s[-1])
+    if not t1 > t0:
+        return [OVERALL] * n
+    num_bins = int(min(100, max(4, n // 10)))
+    edges = np.linspace(t0, t1, num_bins + 1)
+    bins = np.clip(np.searchsorted(edges, arrival_s, side="right") - 1, 0, num_bins - 1)
+    counts = np.bincount(bins, minlength=num_bins)
+    starts = [0]
+    total = 0
+    width = 0
+    remaining = n
+    for b in range(num_bins):
+        c = int(counts[b])
+        if width:
+            mean = total / width
+            if (abs(c - mean) > 3 * math.sqrt(max(mean, 1.0)) and total >= min_requests
+                    and remaining >= min_requests):
+                starts.append(b)
+                total = width = 0
+        total += c
+        width += 1
+        remaining -= c
+    if len(starts) == 1:
+        return [OVERALL] * n
+    window_of_bin = np.searchsorted(np.array(starts), np.arange(num_bins), side="right") - 1
+    window = window_of_bin[bins]
+    labels = []
+    bin_width = (t1 - t0) / num_bins
+    for k, b0 in enumerate(starts):
+        b1 = starts[k + 1] if k + 1 < len(starts) else num_bins
+        rate = float(counts[b0:b1].sum()) / (bin_width * (b1 - b0))
+        labels.append(f"{k}: {rate:.3g} req/s")
+    return [labels[w] for w in window.tolist()]
+
+
+def compare_recorded(simulated: pd.DataFrame, measured: pd.DataFrame,
+                     stages: Sequence[str] | None = None,
+                     rows: npt.NDArray[np.bool_] | None = None) -> pd.DataFrame:
+    """Simulated against measured, overall (stage ``all``) and per stage: one row per stage
+    and metric of :func:`latency_stats` with the signed relative error.
+
+    ``measured`` is a recording's records table (:meth:`~kvbudget.results.recordings.
+    Recording.records`), ``simulated`` the simulation's records of the same workload (joined
+    on ``request_id``); ``stages`` labels each measured row, ``rows`` selects the compared ones
+    (a hold-out part). Both sides are summarised over the same requests: those measured as
+    completed (a simulated one that did not complete counts as not completed).
+    """
+    import pandas as pd
+
+    mask = np.ones(len(measured), dtype=bool) if rows is None else np.asarray(rows, dtype=bool)
+    labels = np.array([OVERALL] * len(measured) if stages is None else list(stages),
+                      dtype=object)
+    keep = mask & (measured["status"] == "completed").to_numpy()
+    sim = simulated.set_index("request_id")
+    groups: list[tuple[str, npt.NDArray[np.bool_]]] = [(OVERALL, keep)]
+    for label in dict.fromkeys(labels[keep].tolist()):
+        if label != OVERALL:
+            groups.append((str(label), keep & (labels == label)))
+    out = []
+    for label, sel in groups:
+        meas = measured[sel]
+        ids = meas["request_id"].to_numpy()
+        s = sim.loc[ids].reset_index()
+        mv, sv = latency_stats(meas), latency_stats(s)
+        for metric in mv:
+            out.append((label, metric, sv[metric], mv[metric], rel_error(sv[metric], mv[metric])))
+    return pd.DataFrame(out, columns=list(STAGE_COLUMNS))

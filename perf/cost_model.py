@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -61,6 +61,11 @@ class LinearCostModel:
     The fit (``kvbudget calibrate`` / ``kvbudget profile``) writes these to a JSON file that
     :func:`load_cost_model` reads back.
     """
+
+    FIT_PARAMETERS: ClassVar[tuple[str, ...]] = (
+        "intercept_s", "per_prefill_token_s", "per_decode_seq_s", "per_context_token_s")
+    """The float fields a calibrator may change (``dataclasses.replace``): the four that every
+    recorded run constrains (the attention and per-prefill-sequence terms need profiles)."""
 
     intercept_s: float
     per_prefill_token_s: float
@@ -121,10 +126,19 @@ class LinearCostModel:
 
 
 def save_cost_model(
-    model: LinearCostModel, path: Path, extra: dict[str, Any] | None = None
+    model: CostModel, path: Path, extra: dict[str, Any] | None = None
 ) -> None:
-    """Write a linear cost model (and optional provenance, fit errors) as JSON."""
-    payload = {"kind": "linear", "coefficients": asdict(model), **(extra or {})}
+    """Write a cost model (and optional provenance, fit errors) as JSON.
+
+    A :class:`LinearCostModel` is written as ``{"kind": "linear", "coefficients": {...}}``; any
+    other model as its ``describe()``: ``{"kind": ..., "parameters": {...}}`` (the roofline's
+    GPU and model names and its float fields), which :func:`load_cost_model` reads back."""
+    if isinstance(model, LinearCostModel):
+        payload = {"kind": "linear", "coefficients": asdict(model), **(extra or {})}
+    else:
+        described = dict(model.describe())
+        kind = described.pop("kind")
+        payload = {"kind": kind, "parameters": described, **(extra or {})}
     path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
 
 
@@ -142,14 +156,17 @@ def read_frontend_overhead(path: Path) -> float:
     return float(value)
 
 
-def load_cost_model(path: Path) -> LinearCostModel:
+def load_cost_model(path: Path) -> CostModel:
     """Read a cost-model file written by :func:`save_cost_model`; errors name the field."""
     try:
         payload = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: not a readable cost-model JSON file ({exc})") from None
-    if not isinstance(payload, dict) or payload.get("kind") != "linear":
-        raise ValueError(f"{path}: field 'kind' must be 'linear'")
+    kind = payload.get("kind") if isinstance(payload, dict) else None
+    if kind == "roofline":
+        return _load_roofline(path, payload)
+    if kind != "linear":
+        raise ValueError(f"{path}: field 'kind' must be 'linear' or 'roofline'")
     coefs = payload.get("coefficients")
     if not isinstance(coefs, dict):
         raise ValueError(f"{path}: field 'coefficients' must be an object")
@@ -159,5 +176,31 @@ def load_cost_model(path: Path) -> LinearCostModel:
         raise ValueError(f"{path}: unknown field 'coefficients.{unknown[0]}'")
     try:
         return LinearCostModel(**coefs)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+def _load_roofline(path: Path, payload: dict[str, Any]) -> CostModel:
+    from kvbudget.perf.hardware import get_gpu
+    from kvbudget.perf.models import get_model
+    from kvbudget.perf.roofline import RooflineCostModel
+
+    params = payload.get("parameters")
+    if not isinstance(params, dict):
+        raise ValueError(f"{path}: field 'parameters' must be an object")
+    params = dict(params)
+    try:
+        gpu = get_gpu(str(params.pop("gpu")))
+        model = get_model(str(params.pop("model")))
+    except KeyError as exc:
+        raise ValueError(f"{path}: field 'parameters.{exc.args[0]}' is missing") from None
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    known = {f for f in RooflineCostModel.__dataclass_fields__ if not f.startswith("_")}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise ValueError(f"{path}: unknown field 'parameters.{unknown[0]}'")
+    try:
+        return RooflineCostModel(gpu, model, **params)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{path}: {exc}") from None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +43,9 @@ class RooflineCostModel:
     throughput on Hopper and Ampere; a calibrated :class:`~kvbudget.perf.cost_model.LinearCostModel`
     replaces them with measurements.
     """
+
+    FIT_PARAMETERS: ClassVar[tuple[str, ...]] = ("mfu", "mbu", "overhead_s")
+    """The float fields a calibrator may change (``dataclasses.replace``)."""
 
     gpu: GPUSpec
     model: ModelSpec

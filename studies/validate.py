@@ -1,0 +1,191 @@
+"""Validate the simulator against a recorded run, offline (``kvbudget validate --records``).
+
+The recorded workload (:class:`~kvbudget.results.recordings.Recording`) is simulated on the
+recorded configuration with a cost model, and the simulated TTFT, TPOT, E2E (mean, p50, p90,
+p99) and throughput are set beside the measured ones, overall and per load stage (the
+recording's ``stage`` column, else windows of constant offered rate:
+:func:`~kvbudget.analysis.validation.offered_rate_stages`). The files are those of the live
+``kvbudget validate``: ``validation.csv``, ``validation.json``, ``validate.png`` and the
+simulated run in ``sim/``.
+
+A hold-out comparison (``rows``) still simulates the whole recorded workload (what arrived
+before and beside the held-out requests shapes their latencies) and compares only the held-out
+requests: the model's coefficients, not the workload, are what must come from the other part.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from kvbudget.analysis.validation import (
+    OVERALL,
+    compare_recorded,
+    offered_rate_stages,
+    per_request_errors,
+    plot_validation,
+)
+from kvbudget.perf.cost_model import CostModel
+from kvbudget.policies import TierConfig, make_policy
+from kvbudget.results.recordings import Recording
+from kvbudget.results.run_result import RunResult
+from kvbudget.simulator.run import SimConfig, simulate
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+OPEN_TIER_TOKENS = 1 << 40
+"""``max_sequence_tokens`` of a tier that a recording names but the configuration does not:
+a recorded server took whatever it got, so the gateway refuses nothing."""
+
+
+def recording_tiers(recording: Recording, tiers: tuple[TierConfig, ...]
+                    ) -> tuple[TierConfig, ...]:
+    """``tiers`` plus an open tier (no size limit, no queue timeout) for every tier name of the
+    recording that they lack."""
+    known = {t.name for t in tiers}
+    extra = tuple(TierConfig(name, max_sequence_tokens=OPEN_TIER_TOKENS, queue_timeout_s=None)
+                  for name in recording.workload.tier_names if name not in known)
+    return tiers + extra
+
+
+def recorded_policy(recording: Recording, policy: str | None = None,
+                    policy_params: Mapping[str, Any] | None = None
+                    ) -> tuple[str, dict[str, Any]]:
+    """The gateway policy a recording is simulated with: ``policy`` when given, else the one a
+    ``kvbudget replay`` run recorded, else ``unlimited`` (a benchmark client or a production
+    log sends every request straight to the server)."""
+    if policy is not None:
+        return policy, dict(policy_params or {})
+    name = recording.config.get("policy")
+    if isinstance(name, str):
+        params = recording.config.get("policy_params") or {}
+        params = {k: v for k, v in dict(params).items() if k != "name"}
+        return name, params
+    return "unlimited", {}
+
+
+def simulate_recording(recording: Recording, config: SimConfig, *, policy: str = "unlimited",
+                       policy_params: Mapping[str, Any] | None = None,
+                       cost_model: CostModel | None = None,
+                       frontend_overhead_s: float | None = None,
+                       progress: Callable[[int], None] | None = None) -> RunResult:
+    """Simulate the recorded workload on ``config`` (its tiers completed for the recording's,
+    its cost model and front-end overhead replaced when given)."""
+    changes: dict[str, Any] = {"tiers": recording_tiers(recording, config.tiers)}
+    if cost_model is not None:
+        changes["cost_model"] = cost_model
+    if frontend_overhead_s is not None:
+        changes["frontend_overhead_s"] = frontend_overhead_s
+    cfg = replace(config, **changes)
+    return simulate(recording.workload, make_policy(policy, dict(policy_params or {})), cfg,
+                    progress=progress)
+
+
+def recording_stages(recording: Recording) -> list[str]:
+    """Each request's load stage: the recording's own labels when it has any, else windows of
+    constant offered rate."""
+    labels = recording.measured["stage"].astype(str).tolist()
+    if any(labels):
+        return [label or OVERALL for label in labels]
+    return offered_rate_stages(recording.workload.arrival_s)
+
+
+@dataclass(eq=False)
+class OfflineValidation:
+    """The outcome of an offline validation.
+
+    ``table``: :data:`~kvbudget.analysis.validation.STAGE_COLUMNS`, stage ``all`` first;
+    ``per_request``: the per-request MAPE of TTFT, TPOT and E2E over the compared requests;
+    ``simulated``: the simulated run; ``num_compared``: the measured requests compared.
+    """
+
+    table: pd.DataFrame
+    per_request: pd.DataFrame
+    simulated: RunResult
+    num_compared: int
+    frontend_overhead_s: float
+
+    @property
+    def overall(self) -> pd.DataFrame:
+        return self.table[self.table["stage"] == OVERALL].reset_index(drop=True)
+
+    def errors(self, stage: str = OVERALL) -> dict[str, float]:
+        """``{metric: rel_error}`` of one stage."""
+        sub = self.table[self.table["stage"] == stage]
+        return {str(m): float(e) for m, e in zip(sub["metric"], sub["rel_error"], strict=True)}
+
+    def to_dict(self) -> dict[str, Any]:
+        def clean(v: Any) -> Any:
+            if isinstance(v, float | np.floating):
+                return None if not math.isfinite(float(v)) else float(v)
+            if isinstance(v, np.integer):
+                return int(v)
+            return v
+
+        return {
+            "frontend_overhead_s": self.frontend_overhead_s,
+            "num_compared": self.num_compared,
+            "metrics": [{k: clean(v) for k, v in r.items()}
+                        for r in self.table.to_dict(orient="records")],
+            "per_request": [{k: clean(v) for k, v in r.items()}
+                            for r in self.per_request.to_dict(orient="records")],
+        }
+
+
+def validate_recording(recording: Recording, config: SimConfig, *, policy: str = "unlimited",
+                       policy_params: Mapping[str, Any] | None = None,
+                       cost_model: CostModel | None = None,
+                       frontend_overhead_s: float | None = None,
+                       rows: npt.NDArray[np.bool_] | None = None,
+                       out: Path | None = None, meta: Mapping[str, Any] | None = None,
+                       progress: Callable[[int], None] | None = None) -> OfflineValidation:
+    """Simulate the recording and compare it with what was measured (``rows``: only these
+    requests, e.g. a hold-out part). With ``out``, write the live ``validate``'s files there
+    (``meta`` goes into ``validation.json``)."""
+    sim = simulate_recording(recording, config, policy=policy, policy_params=policy_params,
+                             cost_model=cost_model, frontend_overhead_s=frontend_overhead_s,
+                             progress=progress)
+    measured = recording.records()
+    stages = recording_stages(recording)
+    table = compare_recorded(sim.records, measured, stages, rows)
+    mask = (measured["status"] == "completed").to_numpy()
+    if rows is not None:
+        mask &= rows
+    per_request = per_request_errors(sim.records[mask], measured[mask])
+    overhead = float(sim.summary.get("frontend_overhead_s", 0.0))
+    result = OfflineValidation(table, per_request, sim, int(mask.sum()), overhead)
+    if out is not None:
+        write_validation(result, recording, out, meta=meta, rows=rows)
+    return result
+
+
+def write_validation(result: OfflineValidation, recording: Recording, out: Path, *,
+                     meta: Mapping[str, Any] | None = None,
+                     rows: npt.NDArray[np.bool_] | None = None) -> None:
+    """``validation.csv`` (the table), ``validation.json`` (table, per-request errors, what
+    was compared), ``validate.png`` (CDFs, simulated against measured) and ``sim/``."""
+    import pandas as pd
+
+    out.mkdir(parents=True, exist_ok=True)
+    result.table.to_csv(out / "validation.csv", index=False)
+    payload = {**result.to_dict(), "records": recording.path, "format": recording.format,
+               "counts": recording.counts, "notes": list(recording.notes),
+               "holdout_rows": None if rows is None else int(np.asarray(rows).sum()),
+               **dict(meta or {})}
+    (out / "validation.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    result.simulated.write(out / "sim")
+    measured = recording.records()
+    sim = result.simulated.records
+    if rows is not None:
+        measured, sim = measured[rows], sim[rows]
+    empty = pd.DataFrame({"time_s": [], "kv_used_tokens": []})
+    plot_validation(sim, measured, result.simulated.timeline, empty, out / "validate.png",
+                    f"{Path(recording.path).name}: simulated vs measured")
