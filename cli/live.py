@@ -58,6 +58,41 @@ SeqsOpt = Annotated[int | None, typer.Option(
     "--max-num-seqs", help="The server's --max-num-seqs (calibration grid, simulation).")]
 BatchedOpt = Annotated[int | None, typer.Option(
     "--max-num-batched-tokens", help="The server's --max-num-batched-tokens.")]
+OptUrlOpt = Annotated[str | None, typer.Option(
+    "--url", help="The server root, e.g. http://127.0.0.1:8000 (OpenAI-compatible); or "
+    "--records for a recorded run instead.")]
+RecordsOpt = Annotated[Path | None, typer.Option(
+    "--records", help="A recorded run instead of a live server: a records file (the generic "
+    "trace format plus ttft_s, e2e_s), a kvbudget replay run directory, a vllm bench serve "
+    "--save-detailed JSON or a GuideLLM report (docs/fidelity.md).")]
+RecordsFormatOpt = Annotated[str | None, typer.Option(
+    "--records-format", help="records, run, vllm-bench or guidellm (detected by default).")]
+ColumnOpt = Annotated[list[str] | None, typer.Option(
+    "--column", help="NAME=COLUMN: the records file's column for a canonical name "
+    "(arrival_s, prompt_tokens, ..., ttft_s, e2e_s, status, stage), repeatable.")]
+GpuOpt = Annotated[str | None, typer.Option(
+    "--gpu", help="With --records: the recorded server's GPU (kvbudget presets).")]
+BlocksOpt = Annotated[int | None, typer.Option(
+    "--num-gpu-blocks", help="With --records: the recorded server's KV blocks (default: "
+    "what the recording says, else computed for --gpu and --model).")]
+BlockSizeOpt = Annotated[int | None, typer.Option(
+    "--block-size", help="With --records: tokens per KV block.")]
+SetOpt = Annotated[list[str] | None, typer.Option(
+    "--set", help="With --records: a scenario field, key=value (e.g. "
+    "engine.enable_prefix_caching=true), repeatable.")]
+FitOpt = Annotated[str, typer.Option(
+    "--fit", help="With --records: fit the default step-time model's own parameters "
+    "(default) or the linear model's (linear).")]
+HoldoutOpt = Annotated[float | None, typer.Option(
+    "--holdout", help="With --records: fit on the first part of the run and validate on "
+    "this last fraction of it (e.g. 0.5).")]
+EvalsOpt = Annotated[int, typer.Option(
+    "--max-evals", help="With --records: simulations the fit may run.")]
+OverheadFitOpt = Annotated[bool, typer.Option(
+    "--fit-overhead/--no-fit-overhead", help="With --records: also fit the API server's "
+    "time per request (frontend_overhead_s); off for engine-side logs.")]
+RecTierOpt = Annotated[str, typer.Option(
+    "--tier", help="Tier of requests whose recording has none.")]
 
 
 def _target(url: str, model: str, api_key: str | None, read_timeout: float) -> "ServerTarget":
@@ -272,10 +307,31 @@ def _ints(text: str, name: str) -> tuple[int, ...]:
 
 
 def calibrate_cmd(
-    url: UrlOpt,
+    url: OptUrlOpt = None,
     out: Annotated[Path, typer.Option("--out", help="Cost-model JSON file to write.")
                    ] = Path("cost_model.json"),
-    model: ModelOpt = "",
+    model: Annotated[str, typer.Option(
+        "--model", help="Served model name (default: the server's first model); with "
+        "--records, the model preset or config.json of the recorded server.")] = "",
+    records: RecordsOpt = None,
+    records_format: RecordsFormatOpt = None,
+    columns: ColumnOpt = None,
+    gpu: GpuOpt = None,
+    num_gpu_blocks: BlocksOpt = None,
+    block_size: BlockSizeOpt = None,
+    overrides: SetOpt = None,
+    scenario: ScenarioOpt = None,
+    cost_model: Annotated[Path | None, typer.Option(
+        "--cost-model", help="With --records: the model to start the fit from (default: "
+        "the default step-time model).")] = None,
+    policy: PolicyOpt = None,
+    params: ParamOpt = None,
+    fit_kind: FitOpt = "default",
+    holdout: HoldoutOpt = None,
+    max_evals: EvalsOpt = 200,
+    fit_overhead: OverheadFitOpt = True,
+    tier: RecTierOpt = "interactive",
+    seed: SeedOpt = 0,
     api_key: ApiKeyOpt = None,
     prefill_tokens: Annotated[str, typer.Option(
         "--prefill-tokens", help="Prompt sizes to time (comma-separated).")
@@ -293,10 +349,28 @@ def calibrate_cmd(
     capacity_tokens: CapacityOpt = None,
     read_timeout: TimeoutOpt = 600.0,
 ) -> None:
-    """Profile a live server's step times and fit the cost model for simulate --cost-model."""
+    """Fit the cost model for simulate --cost-model: to a live server's step times (--url), or
+    to a recorded run's latencies (--records, offline)."""
     from kvbudget.cli.tables import render
 
+    if records is not None:
+        from kvbudget.cli import recorded
+
+        with user_errors():
+            if url is not None:
+                raise CliError("--url and --records exclude each other")
+            setup = recorded.recorded_setup(
+                records, records_format=records_format, columns=columns, tier=tier, seed=seed,
+                gpu=gpu, model=model or None, scenario=scenario, overrides=overrides,
+                num_gpu_blocks=num_gpu_blocks, block_size=block_size,
+                max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                cost_model=cost_model, policy=policy, params=params)
+            recorded.calibrate_records(setup, out, kind=fit_kind, holdout=holdout,
+                                       max_evals=max_evals, fit_overhead=fit_overhead)
+        return
     with user_errors():
+        if url is None:
+            raise CliError("give --url (a live server) or --records (a recorded run)")
         from kvbudget.live.calibrate import CalibrationPlan, calibrate
 
         plan = CalibrationPlan(
@@ -351,10 +425,24 @@ def calibrate_cmd(
 
 
 def validate_cmd(
-    url: UrlOpt,
-    trace: TraceOpt,
-    cost_model: Annotated[Path, typer.Option(
-        "--cost-model", help="The cost-model file written by kvbudget calibrate.")],
+    url: OptUrlOpt = None,
+    trace: Annotated[Path | None, typer.Option(
+        "--trace", help="The trace file to replay (with --url).")] = None,
+    cost_model: Annotated[Path | None, typer.Option(
+        "--cost-model", help="The cost-model file written by kvbudget calibrate (with "
+        "--records: default, the default step-time model; with --holdout, where the fit "
+        "starts).")] = None,
+    records: RecordsOpt = None,
+    records_format: RecordsFormatOpt = None,
+    columns: ColumnOpt = None,
+    gpu: GpuOpt = None,
+    num_gpu_blocks: BlocksOpt = None,
+    block_size: BlockSizeOpt = None,
+    overrides: SetOpt = None,
+    holdout: HoldoutOpt = None,
+    fit_kind: FitOpt = "default",
+    max_evals: EvalsOpt = 200,
+    fit_overhead: OverheadFitOpt = True,
     policy: PolicyOpt = None,
     params: ParamOpt = None,
     scenario: ScenarioOpt = None,
@@ -371,7 +459,9 @@ def validate_cmd(
     lease_ttl: LeaseOpt = None,
     max_num_seqs: SeqsOpt = None,
     max_num_batched_tokens: BatchedOpt = None,
-    model: ModelOpt = "",
+    model: Annotated[str, typer.Option(
+        "--model", help="Served model name (default: the server's first model); with "
+        "--records, the model preset or config.json of the recorded server.")] = "",
     api_key: ApiKeyOpt = None,
     seed: SeedOpt = 0,
     read_timeout: TimeoutOpt = 600.0,
@@ -386,16 +476,40 @@ def validate_cmd(
         "checks measured (mean of before and after) and compare that too; --max-error then "
         "applies to it.")] = False,
 ) -> None:
-    """Replay a trace live and simulate it with the calibrated model: compare per metric."""
+    """Simulate with the calibrated model and compare per metric: against a live replay of a
+    trace (--url), or against a recorded run (--records, offline)."""
     import asyncio
 
     from kvbudget.cli.tables import render
 
+    if records is not None:
+        from kvbudget.cli import recorded
+
+        with user_errors():
+            if url is not None or trace is not None:
+                raise CliError("--records excludes --url and --trace")
+            rec_setup = recorded.recorded_setup(
+                records, records_format=records_format, columns=columns, tier=tier, seed=seed,
+                gpu=gpu, model=model or None, scenario=scenario, overrides=overrides,
+                num_gpu_blocks=num_gpu_blocks, block_size=block_size,
+                max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                cost_model=cost_model, policy=policy, params=params)
+            recorded.validate_records(rec_setup, out, holdout=holdout, kind=fit_kind,
+                                      max_evals=max_evals, fit_overhead=fit_overhead,
+                                      max_error=max_error, cost_model=cost_model)
+        return
     with user_errors():
+        if url is None or trace is None or cost_model is None:
+            raise CliError("give --url, --trace and --cost-model (a live validation) or "
+                           "--records (a recorded run)")
         from kvbudget.analysis.validation import KEY_METRICS, plot_validation, validate_runs
         from kvbudget.live.calibrate import SpeedCheck, speed_check_async
         from kvbudget.live.server import BackendUnavailable, discover
-        from kvbudget.perf.cost_model import load_cost_model, read_frontend_overhead
+        from kvbudget.perf.cost_model import (
+            LinearCostModel,
+            load_cost_model,
+            read_frontend_overhead,
+        )
         from kvbudget.simulator.engine_config import EngineConfig
         from kvbudget.simulator.run import SimConfig, simulate
 
@@ -403,7 +517,11 @@ def validate_cmd(
             raise CliError(f"{out}: already exists and is not empty; choose another --out")
         if correct_drift and not speed_check:
             raise CliError("--correct-drift needs the speed checks (drop --no-speed-check)")
-        cost = load_cost_model(cost_model)
+        loaded = load_cost_model(cost_model)
+        if not isinstance(loaded, LinearCostModel):
+            raise CliError(f"{cost_model}: a live validate needs a linear cost model (kvbudget "
+                           "calibrate --url writes one); validate a recorded run with --records")
+        cost = loaded
         overhead = read_frontend_overhead(cost_model)
         plan = json.loads(cost_model.read_text()).get("calibration", {}).get("plan", {})
         target = _target(url, model, api_key, read_timeout)
