@@ -250,14 +250,11 @@ def detect_recording_format(path: Path) -> str:
         head = fh.read(1 << 16)
     text = head.lstrip()
     if text[:1] == b"{":
-        # a JSON document (not JSON lines) if the first line does not close the object
-        first_line = text.split(b"\n", 1)[0]
+        # a JSON document, or JSON lines (each line a request)
         try:
-            json.loads(first_line)
-            return "records"
+            doc = json.loads(text.split(b"\n", 1)[0])
         except (json.JSONDecodeError, UnicodeDecodeError):
-            pass
-        doc = _load_json(path)
+            doc = _load_json(path)
         if isinstance(doc, dict):
             if "benchmarks" in doc:
                 return "guidellm"
@@ -267,9 +264,11 @@ def detect_recording_format(path: Path) -> str:
                 raise TraceError(path, "is a vllm bench serve result without per-request data; "
                                  "run vllm bench serve with --save-detailed",
                                  field="input_lens")
-        raise TraceError(path, "cannot tell the recording format (a JSON document that is "
-                         "neither a vllm bench serve result nor a GuideLLM report); pass a "
-                         f"format ({', '.join(RECORDING_FORMATS)})")
+            if not {"arrival_s", "prompt_tokens", "output_tokens"} & set(doc):
+                raise TraceError(path, "cannot tell the recording format (a JSON object that is "
+                                 "neither a vllm bench serve result, a GuideLLM report nor a "
+                                 "record of the generic format); pass a format "
+                                 f"({', '.join(RECORDING_FORMATS)})")
     return "records"
 
 

@@ -1,0 +1,286 @@
+"""Recorded runs as input (``kvbudget.results.recordings``): every format reads the same six
+requests to the same rows; bad files give one line naming the file, row and field (exit 2 from
+the command line); noisy recordings are counted, not fatal."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from kvbudget.cli.main import app
+from kvbudget.results.recordings import (
+    MEASURED_COLUMNS,
+    Recording,
+    detect_recording_format,
+    read_recording,
+)
+from kvbudget.results.records import RECORD_COLUMNS
+from kvbudget.results.run_result import RunResult
+from kvbudget.workloads.errors import TraceError
+from tests.conftest import SHARED
+
+# six requests: arrival, prompt, output, TTFT, E2E (seconds from arrival)
+ARRIVAL = [0.0, 0.25, 0.5, 1.0, 1.5, 2.25]
+PROMPT = [100, 2000, 30, 512, 64, 900]
+OUTPUT = [10, 50, 1, 200, 33, 7]
+TTFT = [0.05, 0.3, 0.02, 0.08, 0.04, 0.2]
+E2E = [0.5, 2.5, 0.02, 6.0, 1.0, 0.45]
+
+
+def check_rows(rec: Recording) -> None:
+    m = rec.measured
+    assert list(m.columns) == list(MEASURED_COLUMNS)
+    assert len(rec) == 6 and rec.num_usable == 6
+    np.testing.assert_allclose(m["arrival_s"], ARRIVAL, atol=1e-6)
+    np.testing.assert_array_equal(m["prompt_tokens"], PROMPT)
+    np.testing.assert_array_equal(m["output_tokens"], OUTPUT)
+    np.testing.assert_allclose(m["ttft_s"], TTFT, atol=1e-6)
+    np.testing.assert_allclose(m["e2e_s"], E2E, atol=1e-6)
+    tpot = [(e - t) / (o - 1) if o > 1 else np.nan for e, t, o in zip(E2E, TTFT, OUTPUT)]
+    np.testing.assert_allclose(m["tpot_s"], tpot, atol=1e-6)
+    np.testing.assert_array_equal(rec.workload.output_tokens, OUTPUT)
+    records = rec.records()
+    assert list(records.columns) == list(RECORD_COLUMNS)
+    assert (records["status"] == "completed").all()
+
+
+def generic_frame() -> pd.DataFrame:
+    return pd.DataFrame({"arrival_s": ARRIVAL, "prompt_tokens": PROMPT, "output_tokens": OUTPUT,
+                         "ttft_s": TTFT, "e2e_s": E2E})
+
+
+def test_generic_records_csv_jsonl_and_parquet(tmp_path: Path) -> None:
+    df = generic_frame()
+    csv = tmp_path / "r.csv"
+    df.to_csv(csv, index=False)
+    jsonl = tmp_path / "r.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in df.to_dict(orient="records")))
+    parquet = tmp_path / "r.parquet"
+    df.to_parquet(parquet)
+    for path in (csv, jsonl, parquet):
+        assert detect_recording_format(path) == "records"
+        rec = read_recording(path)
+        assert rec.format == "records"
+        check_rows(rec)
+
+
+def test_generic_records_with_a_column_mapping_ids_out_of_order_and_trace_columns(
+        tmp_path: Path) -> None:
+    df = generic_frame().rename(columns={"ttft_s": "TTFT", "e2e_s": "latency"})
+    df["id"] = [10, 11, 12, 13, 14, 15]
+    df["tier"] = ["interactive", "batch"] * 3
+    df["max_output_tokens"] = [o + 5 for o in OUTPUT]
+    df["stage"] = ["low"] * 3 + ["high"] * 3
+    path = tmp_path / "r.csv"
+    df.iloc[::-1].to_csv(path, index=False)  # written newest first: read back in arrival order
+    rec = read_recording(path, columns={"ttft_s": "TTFT", "e2e_s": "latency"})
+    check_rows(rec)
+    assert rec.measured["request_id"].tolist() == [10, 11, 12, 13, 14, 15]
+    assert rec.measured["tier"].tolist() == ["interactive", "batch"] * 3
+    assert rec.measured["stage"].tolist() == ["low"] * 3 + ["high"] * 3
+    np.testing.assert_array_equal(rec.workload.max_output_tokens, [o + 5 for o in OUTPUT])
+
+
+def test_a_kvbudget_run_directory(tmp_path: Path) -> None:
+    n = 6
+    arrival = np.array(ARRIVAL)
+    cols: dict[str, Any] = {
+        "request_id": np.arange(n), "tier": ["interactive"] * n, "arrival_s": arrival,
+        "prompt_tokens": np.array(PROMPT), "max_output_tokens": np.array(OUTPUT) + 1,
+        "output_tokens": np.array(OUTPUT), "status": ["completed"] * n, "reason": [""] * n,
+        "admitted_s": arrival, "first_token_s": arrival + TTFT, "finished_s": arrival + E2E,
+        "ttft_s": np.array(TTFT), "tpot_s": np.zeros(n), "e2e_s": np.array(E2E),
+        "num_preemptions": np.zeros(n, dtype=np.int64),
+        "reserved_tokens": np.zeros(n, dtype=np.int64),
+    }
+    timeline = {c: np.zeros(0) for c in ("time_s", "kv_used_tokens", "kv_reserved_tokens",
+                                         "kv_capacity_tokens", "num_running", "num_waiting",
+                                         "num_preemptions")}
+    run = tmp_path / "run"
+    RunResult(cols, timeline, {"policy": "conservative", "policy_params": {}}).write(run)
+    (run / "replay.json").write_text(json.dumps({"policy": "overcommit", "policy_params": {},
+                                                  "kv_capacity_tokens": 4096}))
+    assert detect_recording_format(run) == "run"
+    rec = read_recording(run)
+    check_rows(rec)
+    assert rec.config["policy"] == "overcommit" and rec.config["kv_capacity_tokens"] == 4096
+
+
+def vllm_bench_doc(*, start_times: bool = True) -> dict[str, Any]:
+    itls = [[(e - t) / (o - 1)] * (o - 1) if o > 1 else []
+            for t, e, o in zip(TTFT, E2E, OUTPUT, strict=True)]
+    doc: dict[str, Any] = {
+        "date": "20260101-120000", "backend": "vllm", "model_id": "meta-llama/Llama-3.1-8B",
+        "num_prompts": 6, "request_rate": 4.0, "burstiness": 1.0, "max_concurrency": None,
+        "duration": 9.0, "completed": 6, "failed": 0,
+        "input_lens": PROMPT, "output_lens": OUTPUT, "ttfts": TTFT, "itls": itls,
+        "generated_texts": ["x"] * 6, "errors": [""] * 6,
+    }
+    if start_times:
+        doc["latencies"] = E2E
+        doc["start_times"] = [1000.0 + a for a in ARRIVAL]
+    return doc
+
+
+def test_vllm_bench_serve_json(tmp_path: Path) -> None:
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(vllm_bench_doc()))
+    assert detect_recording_format(path) == "vllm-bench"
+    rec = read_recording(path)
+    check_rows(rec)
+    assert rec.config["model"] == "meta-llama/Llama-3.1-8B" and rec.config["request_rate"] == 4.0
+    np.testing.assert_allclose(rec.measured["itl_mean_s"].iloc[1], (E2E[1] - TTFT[1]) / 49)
+
+
+def test_older_vllm_bench_json_without_latencies_and_start_times(tmp_path: Path) -> None:
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(vllm_bench_doc(start_times=False)))
+    rec = read_recording(path, seed=3)
+    np.testing.assert_allclose(rec.measured["e2e_s"], E2E, atol=1e-9)  # TTFT + sum of ITLs
+    np.testing.assert_array_equal(rec.measured["prompt_tokens"], PROMPT)
+    arrival = rec.workload.arrival_s
+    assert arrival[0] == 0 and np.all(np.diff(arrival) > 0)  # redrawn at 4 req/s
+    assert any("start_times" in note for note in rec.notes)
+    assert read_recording(path, seed=3).workload.arrival_s.tolist() == arrival.tolist()
+
+
+def test_vllm_bench_closed_loop_arrivals_follow_the_measured_latencies(tmp_path: Path) -> None:
+    doc = vllm_bench_doc(start_times=False)
+    doc.update(request_rate="inf", max_concurrency=2, latencies=E2E)
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(doc))
+    rec = read_recording(path)
+    # two at 0; then each starts when the earliest of the running ones finishes
+    by_id = dict(zip(rec.measured["request_id"], rec.workload.arrival_s, strict=True))
+    assert by_id[0] == by_id[1] == 0.0
+    assert by_id[2] == pytest.approx(E2E[0])
+    assert by_id[3] == pytest.approx(E2E[0] + E2E[2])
+
+
+def guidellm_request(i: int, *, new_schema: bool) -> dict[str, Any]:
+    t0 = 1.7e9 + ARRIVAL[i]
+    if new_schema:  # GuideLLM >= 0.4: computed fields plus info.timings
+        return {"request_id": str(i), "request_type": "text_completion",
+                "info": {"timings": {"request_start": t0,
+                                     "first_token_iteration": t0 + TTFT[i],
+                                     "request_end": t0 + E2E[i]}},
+                "input_metrics": {"text_tokens": PROMPT[i]},
+                "output_metrics": {"text_tokens": OUTPUT[i]},
+                "request_start_time": t0, "request_end_time": t0 + E2E[i],
+                "request_latency": E2E[i], "prompt_tokens": PROMPT[i],
+                "output_tokens": OUTPUT[i], "time_to_first_token_ms": 1000 * TTFT[i]}
+    return {"request_id": str(i), "prompt_tokens": PROMPT[i], "output_tokens": OUTPUT[i],
+            "start_time": t0, "first_token_time": t0 + TTFT[i], "end_time": t0 + E2E[i]}
+
+
+def guidellm_doc(*, new_schema: bool) -> dict[str, Any]:
+    benchmarks = []
+    for b, (lo, hi, rate) in enumerate(((0, 3, 1.0), (3, 6, 4.0))):
+        strategy = {"type_": "constant", "rate": rate}
+        bench: dict[str, Any] = {
+            "type_": "generative_benchmark",
+            "requests": {"successful": [guidellm_request(i, new_schema=new_schema)
+                                        for i in range(lo, hi)],
+                         "errored": [], "incomplete": []}}
+        bench["config" if new_schema else "args"] = {"strategy": strategy, "run_index": b}
+        benchmarks.append(bench)
+    return {"benchmarks": benchmarks}
+
+
+@pytest.mark.parametrize("new_schema", [True, False], ids=["guidellm-0.4", "guidellm-0.2"])
+def test_guidellm_report(tmp_path: Path, new_schema: bool) -> None:
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(guidellm_doc(new_schema=new_schema), indent=2))
+    assert detect_recording_format(path) == "guidellm"
+    rec = read_recording(path)
+    check_rows(rec)
+    assert rec.measured["stage"].tolist() == (["0: constant 1.0 req/s"] * 3
+                                              + ["1: constant 4.0 req/s"] * 3)
+
+
+def test_noisy_records_are_counted_not_fatal(tmp_path: Path) -> None:
+    df = generic_frame()
+    df["status"] = ["ok", "error", "", "timeout", "completed", "ok"]
+    df.loc[4, "ttft_s"] = np.nan  # a completed request whose TTFT was not logged
+    df.loc[5, "e2e_s"] = np.nan
+    df.loc[6] = [3.0, 40, 0, np.nan, np.nan, "error"]  # failed before any token
+    path = tmp_path / "r.csv"
+    df.to_csv(path, index=False)
+    rec = read_recording(path)
+    c = rec.counts
+    assert c["num_rows_read"] == 7 and c["num_simulated"] == 6 and c["num_measured"] == 2
+    assert c["num_not_completed"] == 2 and c["num_missing_ttft"] == 1
+    assert c["num_missing_e2e"] == 1 and c["num_dropped_0_output_tokens"] == 1
+    assert rec.measured["status"].tolist() == ["completed", "error", "completed", "timeout",
+                                               "completed", "completed"]
+    assert rec.measured["usable"].tolist() == [True, False, True, False, False, False]
+    records = rec.records()
+    assert records["reason"].tolist() == ["", "error", "", "timeout", "not measured",
+                                          "not measured"]
+
+
+def test_the_shared_measured_runs_read_as_records() -> None:
+    path = SHARED / "measured" / "llmservingsim_vllm019" / "RTX4090_Llama-3.1-8B" / "requests.csv"
+    if not path.exists():
+        pytest.skip(f"{path} is not there")
+    rec = read_recording(path)
+    assert rec.counts["num_measured"] == 300
+    assert rec.measured["ttft_s"].mean() == pytest.approx(65.45657, rel=1e-5)
+
+
+BAD_CASES = [
+    ("negative-ttft.csv", "arrival_s,prompt_tokens,output_tokens,ttft_s,e2e_s\n"
+     "0,10,5,0.1,0.5\n1,10,5,-0.2,0.5\n", "line 3: field 'ttft_s': negative time: -0.2"),
+    ("e2e-below-ttft.csv", "arrival_s,prompt_tokens,output_tokens,ttft_s,e2e_s\n"
+     "0,10,5,0.1,0.5\n1,10,5,0.6,0.5\n", "line 3: field 'e2e_s': 0.5 is below ttft_s 0.6"),
+    ("not-a-number.csv", "arrival_s,prompt_tokens,output_tokens,ttft_s,e2e_s\n"
+     "0,10,5,abc,0.5\n", "line 2: field 'ttft_s': not a number: 'abc'"),
+    ("no-ttft.csv", "arrival_s,prompt_tokens,output_tokens,e2e_s\n0,10,5,0.5\n",
+     "field 'ttft_s': missing column 'ttft_s'"),
+    ("bad-prompt.csv", "arrival_s,prompt_tokens,output_tokens,ttft_s,e2e_s\n"
+     "0,10.5,5,0.1,0.5\n", "line 2: field 'prompt_tokens': not a whole number: 10.5"),
+    ("short.json", json.dumps({**vllm_bench_doc(), "ttfts": TTFT[:5]}),
+     "field 'ttfts': has 5 entries, input_lens has 6"),
+    ("bad-itl.json", json.dumps({**vllm_bench_doc(), "itls": [[0.1]] * 5 + [["x"]]}),
+     "row 5: field 'itls': must be a list of numbers"),
+    ("neg.json", json.dumps({**vllm_bench_doc(), "input_lens": [10, -1, 3, 4, 5, 6]}),
+     "row 1: field 'input_lens': negative value: -1"),
+    ("no-detail.json", json.dumps({"completed": 6, "duration": 3.0, "date": "x"}),
+     "field 'input_lens': is a vllm bench serve result without per-request data"),
+    ("guidellm.json", json.dumps({"benchmarks": [{"requests": {"successful": [
+        {"prompt_tokens": 3, "output_tokens": 2}]}}]}),
+     "field 'benchmarks[0].requests.successful[0]': has no start time"),
+    ("broken.json", '{"benchmarks": [\n{"requests": ', "line 2: not valid JSON"),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "message"), BAD_CASES,
+                         ids=[c[0] for c in BAD_CASES])
+def test_bad_files_name_the_file_row_and_field(tmp_path: Path, name: str, text: str,
+                                               message: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert str(info.value).startswith(f"{path}: ")
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("command", ["calibrate", "validate"])
+def test_a_bad_recording_exits_2_with_one_line(tmp_path: Path, command: str) -> None:
+    name, text, message = BAD_CASES[0]
+    path = tmp_path / name
+    path.write_text(text)
+    res = CliRunner().invoke(app, [command, "--records", str(path), "--out",
+                                   str(tmp_path / ("c.json" if command == "calibrate" else "v"))])
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
+    assert "Traceback" not in res.stderr
