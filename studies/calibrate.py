@@ -91,6 +91,10 @@ def linear_start(model: CostModel, *, max_num_batched_tokens: int, max_num_seqs:
     samples = pd.DataFrame(rows, columns=list(FEATURES))
     cols = [samples[f].to_numpy(dtype=np.float64) for f in FEATURES]
     samples["step_time_s"] = np.asarray(model.step_time(*cols), dtype=np.float64)
+    # the linear model fitted here has the four terms a recorded run constrains: the prefill
+    # attention and per-prefill-sequence costs are folded into them
+    samples["prefill_attention"] = 0.0
+    samples["num_prefill_seqs"] = 0.0
     fit = fit_linear_cost_model(samples, source=f"linear fit of {model.describe()['kind']}")
     m = fit.model
     # keep the four recorded-run coefficients positive so that the log-space search can move

@@ -158,7 +158,7 @@ def validate_recording(recording: Recording, config: SimConfig, *, policy: str =
     table = compare_recorded(sim.records, measured, stages, rows)
     mask = (measured["status"] == "completed").to_numpy()
     if rows is not None:
-        mask &= rows
+        mask = mask & rows
     per_request = per_request_errors(sim.records[mask], measured[mask])
     overhead = float(sim.summary.get("frontend_overhead_s", 0.0))
     result = OfflineValidation(table, per_request, sim, int(mask.sum()), overhead)

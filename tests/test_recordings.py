@@ -42,7 +42,7 @@ def check_rows(rec: Recording) -> None:
     np.testing.assert_array_equal(m["output_tokens"], OUTPUT)
     np.testing.assert_allclose(m["ttft_s"], TTFT, atol=1e-6)
     np.testing.assert_allclose(m["e2e_s"], E2E, atol=1e-6)
-    tpot = [(e - t) / (o - 1) if o > 1 else np.nan for e, t, o in zip(E2E, TTFT, OUTPUT)]
+    tpot = [(e - t) / (o - 1) if o > 1 else np.nan for e, t, o in zip(E2E, TTFT, OUTPUT, strict=True)]
     np.testing.assert_allclose(m["tpot_s"], tpot, atol=1e-6)
     np.testing.assert_array_equal(rec.workload.output_tokens, OUTPUT)
     records = rec.records()
