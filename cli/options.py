@@ -109,6 +109,13 @@ ENGINE_OPTIONS: dict[str, tuple[Any, Any, str]] = {
     "engine": (Annotated[str | None, typer.Option(
         "--engine", help="Engine behaviour: vllm, vllm-swap, tgi, sglang or trtllm.",
         rich_help_panel=_E)], None, "name"),
+    "tensor_parallel_size": (Annotated[int | None, typer.Option(
+        "--tensor-parallel-size", "-tp", help="GPUs each replica shards the model over.",
+        rich_help_panel=_E)], None, "tensor_parallel_size"),
+    "enable_expert_parallel": (Annotated[bool | None, typer.Option(
+        "--enable-expert-parallel/--no-enable-expert-parallel", help="MoE models: whole "
+        "experts spread over the GPUs instead of every expert sharded.",
+        rich_help_panel=_E)], None, "enable_expert_parallel"),
 }
 
 SCENARIO_OPTIONS: dict[str, tuple[Any, Any]] = {
@@ -121,7 +128,8 @@ SCENARIO_OPTIONS: dict[str, tuple[Any, Any]] = {
     "gpu": (Annotated[str | None, typer.Option(
         "--gpu", help="GPU preset (kvbudget presets).", rich_help_panel=_S)], None),
     "model": (Annotated[str | None, typer.Option(
-        "--model", help="Model preset (kvbudget presets).", rich_help_panel=_S)], None),
+        "--model", help="Model preset (kvbudget presets) or a Hugging Face config.json (or its "
+        "folder).", rich_help_panel=_S)], None),
     "cost_model": (Annotated[Path | None, typer.Option(
         "--cost-model", help="A cost-model JSON file (kvbudget calibrate/profile).",
         rich_help_panel=_S)], None),

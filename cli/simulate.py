@@ -207,7 +207,7 @@ def presets_cmd() -> None:
     from kvbudget.cli.tables import render
     from kvbudget.perf.hardware import GPUS
     from kvbudget.perf.kv_capacity import num_gpu_blocks
-    from kvbudget.perf.models import MODELS
+    from kvbudget.perf.models import bundled_models
 
     typer.echo(render(
         ("GPU", "memory GiB", "HBM TB/s", "BF16 TFLOP/s", "PCIe GB/s"),
@@ -215,14 +215,18 @@ def presets_cmd() -> None:
           g.pcie_bandwidth_bytes_s / 1e9] for g in GPUS.values()],
     ))
     typer.echo("")
+    models = bundled_models()
+    typer.echo("Models (bundled Hugging Face configs; --model also takes a config.json path):")
     typer.echo(render(
-        ("model", "layers", "hidden", "heads", "kv heads", "TP", "params B", "KV KiB/token"),
-        [[m.name, m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.tensor_parallel,
-          m.num_params / 1e9, m.kv_bytes_per_token / 1024] for m in MODELS.values()],
+        ("model", "type", "layers", "kv heads", "weights", "params B", "active B",
+         "KV KiB/token"),
+        [[m.name, m.model_type, m.num_layers, m.num_kv_heads if m.mla is None else "MLA",
+          m.weight_dtype, m.num_params / 1e9, m.num_active_params / 1e9,
+          m.kv_bytes_per_token() / 1024] for m in models.values()],
     ))
     typer.echo("")
     rows = []
-    for m in MODELS.values():
+    for m in models.values():
         row: list[Any] = [m.name]
         for g in GPUS.values():
             try:
@@ -230,7 +234,8 @@ def presets_cmd() -> None:
             except ValueError:
                 row.append(None)
         rows.append(row)
-    typer.echo("KV capacity in tokens (gpu_memory_utilization 0.9, block_size 16; - = does not fit):")
+    typer.echo("KV capacity in tokens at tensor_parallel_size 1 (gpu_memory_utilization 0.9, "
+               "block_size 16; - = does not fit):")
     typer.echo(render(("model", *GPUS), rows))
 
 

@@ -23,7 +23,8 @@ Configs and presets
 -------------------
 - :class:`EngineConfig`: the engine's knobs, under vLLM's names
 - :class:`GPUSpec`, :func:`get_gpu`: GPU specifications
-- :class:`ModelSpec`, :func:`get_model`: model specifications
+- :class:`ModelSpec`, :func:`get_model`, :func:`model_from_config`: model specifications
+  (bundled presets or any Hugging Face ``config.json``; :class:`MoESpec`, :class:`MLASpec`)
 - :func:`num_gpu_blocks`: KV-cache capacity as vLLM computes it
 - :class:`RooflineCostModel`, :class:`LinearCostModel`, :func:`load_cost_model`: step-time models
 - :class:`Scenario`, :func:`load_scenario`, :func:`default_scenario`: scenario files
@@ -100,6 +101,10 @@ _EXPORTS: dict[str, str] = {
     "get_gpu": "perf.hardware",
     "ModelSpec": "perf.models",
     "get_model": "perf.models",
+    "model_from_config": "perf.models",
+    "ModelConfigError": "perf.models",
+    "MoESpec": "perf.models",
+    "MLASpec": "perf.models",
     "num_gpu_blocks": "perf.kv_capacity",
     "RooflineCostModel": "perf.roofline",
     "LinearCostModel": "perf.cost_model",
@@ -167,7 +172,14 @@ if TYPE_CHECKING:  # what a type checker and an IDE see
     from kvbudget.perf.cost_model import LinearCostModel, load_cost_model
     from kvbudget.perf.hardware import GPUSpec, get_gpu
     from kvbudget.perf.kv_capacity import num_gpu_blocks
-    from kvbudget.perf.models import ModelSpec, get_model
+    from kvbudget.perf.models import (
+        MLASpec,
+        ModelConfigError,
+        ModelSpec,
+        MoESpec,
+        get_model,
+        model_from_config,
+    )
     from kvbudget.perf.roofline import RooflineCostModel
     from kvbudget.policies import (
         DEFAULT_TIERS,

@@ -583,11 +583,21 @@ def model_spec_from_meta(meta: dict[str, Any], name: str | None = None) -> Any:
     if not isinstance(shape, dict):
         raise ValueError("profile sidecar has no 'model' shape; give a model preset instead")
     try:
+        dtype_bytes = int(meta.get("dtype_bytes", 2))
+        weight_dtype = {4: "float32", 2: "float16" if meta.get("dtype") == "fp16" else "bfloat16"}
         return ModelSpec(
-            name or f"profiled-{shape['architecture']}", int(shape["num_layers"]),
-            int(shape["hidden_size"]), int(shape["num_heads"]), int(shape["num_kv_heads"]),
-            int(shape["head_dim"]), int(shape["intermediate_size"]), int(shape["vocab_size"]),
-            float(shape["num_params"]), 1, int(meta.get("dtype_bytes", 2)),
+            name=name or f"profiled-{shape['architecture']}",
+            model_type=str(shape.get("model_type", "?")),
+            num_layers=int(shape["num_layers"]),
+            hidden_size=int(shape["hidden_size"]),
+            num_attention_heads=int(shape["num_heads"]),
+            num_kv_heads=int(shape["num_kv_heads"]),
+            head_dim=int(shape["head_dim"]),
+            intermediate_size=int(shape["intermediate_size"]),
+            vocab_size=int(shape["vocab_size"]),
+            weight_dtype=weight_dtype.get(dtype_bytes, "bfloat16"),
+            source="profile sidecar",
+            num_params_published=float(shape["num_params"]),
         )
     except KeyError as exc:
         raise ValueError(f"profile sidecar: missing field 'model.{exc.args[0]}'") from None

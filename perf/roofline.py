@@ -33,11 +33,14 @@ class RooflineCostModel:
 
     * compute: ``2 * params`` FLOPs per token computed (prefill and decode), plus prefill
       attention ``4 * layers * heads * head_dim`` FLOPs per (token, context token) pair,
-      split over ``tensor_parallel`` GPUs, at ``mfu`` of the dense BF16 peak;
+      split over ``tensor_parallel_size`` GPUs, at ``mfu`` of the dense BF16 peak;
     * memory: the weights once per step plus the KV of every attended token, at ``mbu`` of the
       HBM bandwidth;
     * ``overhead_s`` per step: scheduling, sampling and kernel launches (CUDA graphs keep it at a
       few milliseconds in vLLM), plus ``tp_overhead_s`` per step for tensor-parallel all-reduces.
+
+    The model is sized as the presets were before configs were parsed
+    (:attr:`~kvbudget.perf.models.ModelSpec.legacy_num_params`), so results do not move.
 
     Efficiency defaults (``mfu`` 0.55, ``mbu`` 0.75, 4 ms overhead) are typical of measured vLLM
     throughput on Hopper and Ampere; a calibrated :class:`~kvbudget.perf.cost_model.LinearCostModel`
@@ -53,6 +56,7 @@ class RooflineCostModel:
     mbu: float = 0.75
     overhead_s: float = 0.004
     tp_overhead_s: float = 0.0005
+    tensor_parallel_size: int = 1
     _terms: _RooflineTerms = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -62,14 +66,18 @@ class RooflineCostModel:
                 raise ValueError(f"roofline {name} must be in (0, 1], got {value!r}")
         if self.overhead_s < 0:
             raise ValueError(f"roofline overhead_s must be >= 0, got {self.overhead_s!r}")
+        if not (isinstance(self.tensor_parallel_size, int) and self.tensor_parallel_size >= 1):
+            raise ValueError(
+                f"roofline tensor_parallel_size must be >= 1, got {self.tensor_parallel_size!r}"
+            )
         m, g = self.model, self.gpu
-        tp = m.tensor_parallel
+        tp = self.tensor_parallel_size
         terms = _RooflineTerms(
-            flops_per_token=2.0 * m.num_params / tp,
-            attn_flops=4.0 * m.num_layers * m.num_heads * m.head_dim / tp,
+            flops_per_token=2.0 * m.legacy_num_params / tp,
+            attn_flops=4.0 * m.num_layers * m.num_attention_heads * m.head_dim / tp,
             flops_s=g.bf16_flops * self.mfu,
-            weight_bytes=m.weight_bytes_per_gpu,
-            kv_bytes_per_token=m.kv_bytes_per_token,
+            weight_bytes=m.legacy_weight_bytes(tp),
+            kv_bytes_per_token=m.kv_bytes_per_token(tp),
             bytes_s=g.hbm_bandwidth_bytes_s * self.mbu,
             overhead_s=self.overhead_s + (self.tp_overhead_s if tp > 1 else 0.0),
         )
@@ -98,6 +106,8 @@ class RooflineCostModel:
         return result
 
     def describe(self) -> dict[str, Any]:
+        tp = {"tensor_parallel_size": self.tensor_parallel_size} \
+            if self.tensor_parallel_size > 1 else {}
         return {
             "kind": "roofline",
             "gpu": self.gpu.name,
@@ -106,4 +116,5 @@ class RooflineCostModel:
             "mbu": self.mbu,
             "overhead_s": self.overhead_s,
             "tp_overhead_s": self.tp_overhead_s,
+            **tp,
         }

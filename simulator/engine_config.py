@@ -33,6 +33,10 @@ class EngineConfig:
     or ``MAX_UTILIZATION``). ``enable_prefix_caching`` shares the KV of equal prompt prefixes
     where the workload has prefix hashes (vLLM's flag; on by default in vLLM v1, off here so
     that runs without it stay comparable).
+    ``tensor_parallel_size`` GPUs serve the replica, the model's weights and KV heads sharded
+    over them (vLLM's ``--tensor-parallel-size``; the KV blocks counted are each GPU's, every
+    block spanning all of them); ``enable_expert_parallel`` places an MoE model's routed
+    experts whole on the GPUs instead of sharding each (vLLM's ``--enable-expert-parallel``).
     """
 
     block_size: int = 16
@@ -53,6 +57,8 @@ class EngineConfig:
         "GUARANTEED_NO_EVICT"
     )
     enable_prefix_caching: bool = False
+    tensor_parallel_size: int = 1
+    enable_expert_parallel: bool = False
 
     def __post_init__(self) -> None:
         if self.block_size < 1:
@@ -100,6 +106,10 @@ class EngineConfig:
             raise ValueError(
                 "capacity_scheduler_policy must be 'GUARANTEED_NO_EVICT' or 'MAX_UTILIZATION', "
                 f"got {self.capacity_scheduler_policy!r}"
+            )
+        if not (isinstance(self.tensor_parallel_size, int) and self.tensor_parallel_size >= 1):
+            raise ValueError(
+                f"tensor_parallel_size must be an integer >= 1, got {self.tensor_parallel_size!r}"
             )
         if not 0 <= self.watermark < 1:
             raise ValueError(f"watermark must be in [0, 1), got {self.watermark!r}")

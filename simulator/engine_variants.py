@@ -375,10 +375,17 @@ def make_engine(
 
 
 def engine_inputs(
-    workload: Workload, priority: IntArray, *, timeline_period_s: float, model: str, gpu: str
+    workload: Workload,
+    priority: IntArray,
+    *,
+    timeline_period_s: float,
+    model: str,
+    gpu: str,
+    tensor_parallel_size: int = 1,
 ) -> dict[str, Any]:
     """The per-request columns and hardware facts :func:`make_engine` takes, for ``workload``
-    served by ``model`` on ``gpu`` (``priority``: each request's tier priority)."""
+    served by ``model`` on ``gpu`` (``priority``: each request's tier priority), sharded over
+    ``tensor_parallel_size`` GPUs."""
     return {
         "prompt_tokens": workload.prompt_tokens,
         "output_tokens": workload.output_tokens,
@@ -389,6 +396,6 @@ def engine_inputs(
         "prefix_hashes": workload.prefix_hashes,
         "prefix_offsets": workload.prefix_offsets,
         "prefix_block_tokens": workload.prefix_block_tokens,
-        "kv_bytes_per_token": get_model(model).kv_bytes_per_token,
+        "kv_bytes_per_token": get_model(model).kv_bytes_per_token(tensor_parallel_size),
         "pcie_bandwidth_bytes_s": get_gpu(gpu).pcie_bandwidth_bytes_s,
     }

@@ -240,11 +240,13 @@ class Fleet:
                 block_size=engine.block_size,
                 gpu_memory_utilization=engine.gpu_memory_utilization,
                 max_num_batched_tokens=engine.max_num_batched_tokens,
+                tensor_parallel_size=engine.tensor_parallel_size,
             )
             cost = (
                 config.cost_model
                 if config.cost_model is not None and gpu == config.gpu
-                else RooflineCostModel(get_gpu(gpu), get_model(config.model))
+                else RooflineCostModel(get_gpu(gpu), get_model(config.model),
+                                       tensor_parallel_size=engine.tensor_parallel_size)
             )
             replica_hooks = EngineHooks(
                 on_finish=partial(self._on_finish, r),
@@ -265,6 +267,7 @@ class Fleet:
                         timeline_period_s=config.timeline_period_s,
                         model=config.model,
                         gpu=gpu,
+                        tensor_parallel_size=engine.tensor_parallel_size,
                     ),
                 )
             )

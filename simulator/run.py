@@ -100,6 +100,7 @@ class _Simulation:
                     timeline_period_s=config.timeline_period_s,
                     model=config.model,
                     gpu=config.gpu,
+                    tensor_parallel_size=config.engine.tensor_parallel_size,
                 ),
             )
         else:

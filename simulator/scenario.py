@@ -9,7 +9,7 @@ dotted names. Example::
     seed = 7
     policy = "overcommit"
     gpu = "H100-80GB"
-    model = "Llama-3.1-8B"
+    model = "Llama-3.1-8B"       # a preset (kvbudget presets) or a config.json path
 
     [policy_params]
     overcommit_ratio = 0.6
@@ -17,6 +17,7 @@ dotted names. Example::
     [engine]
     max_num_seqs = 256
     max_num_batched_tokens = 8192
+    tensor_parallel_size = 1    # vLLM's --tensor-parallel-size
 
     [[tiers]]
     name = "interactive"
@@ -99,6 +100,8 @@ class EngineSpec:
     schedule_conservativeness: Annotated[float, Gt(0)] = 1.0
     capacity_scheduler_policy: str = "GUARANTEED_NO_EVICT"
     enable_prefix_caching: bool = False
+    tensor_parallel_size: Annotated[int, Ge(1)] = 1
+    enable_expert_parallel: bool = False
 
 
 @dataclass(frozen=True)
@@ -300,7 +303,7 @@ class Scenario:
             fleet = FleetConfig(**fl)
         return SimConfig(
             gpu=s.gpu,
-            model=s.model,
+            model=self._model(s.model),
             engine=EngineConfig(**asdict(s.engine)),
             front_door=front_door,
             fleet=fleet,
@@ -337,6 +340,15 @@ class Scenario:
         wspec = parse_workload_spec(self.spec.workload, prefix="workload")
         rng = np.random.default_rng(np.random.SeedSequence(self.spec.seed))
         return build_workload(wspec, rng, base_dir=self.base_dir)
+
+    def _model(self, value: str) -> str:
+        """A preset name as it is; a config.json path relative to the scenario file's folder."""
+        from kvbudget.perf.models import is_preset
+
+        if is_preset(value):
+            return value
+        path = self._path(str(Path(value).expanduser()))
+        return str(path) if path.exists() else value
 
     def _path(self, value: str) -> Path:
         p = Path(value)
@@ -523,6 +535,11 @@ def make_scenario(
     if policy_params:
         data["policy_params"] = {**data.get("policy_params", {}), **policy_params}
     flags: list[str] = []
+    if model is not None:
+        from kvbudget.perf.models import is_preset
+
+        if not is_preset(model) and Path(model).expanduser().exists():
+            model = str(Path(model).expanduser().resolve())  # a config.json, from here
     for key, value in (("gpu", gpu), ("model", model), ("seed", seed)):
         if value is not None:
             flags.append(f"{key}={json.dumps(value)}")

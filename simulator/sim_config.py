@@ -56,6 +56,9 @@ class SimConfig:
     engine's steps (HTTP, request set-up, detokenisation, streaming; ``kvbudget calibrate``
     measures it and writes it into the cost-model file). It delays each completed request's
     first token and finish as its client sees them; the engine and the gateway do not see it.
+
+    ``model`` is a bundled preset name or a ``config.json`` path (:func:`get_model`); the
+    engine's ``tensor_parallel_size`` shards it over that many GPUs.
     """
 
     gpu: str = "H100-80GB"
@@ -77,7 +80,13 @@ class SimConfig:
                 f"frontend_overhead_s must be >= 0, got {self.frontend_overhead_s!r}"
             )
         get_gpu(self.gpu)
-        get_model(self.model)
+        model = get_model(self.model)
+        tp = self.engine.tensor_parallel_size
+        if model.num_attention_heads % tp:
+            raise ValueError(
+                f"engine.tensor_parallel_size {tp} does not divide {model.name}'s "
+                f"{model.num_attention_heads} attention heads (vLLM requires it to)"
+            )
         tier_map(self.tiers)
         if self.gateway_capacity_tokens is not None and self.gateway_capacity_tokens < 1:
             raise ValueError(
@@ -100,12 +109,14 @@ class SimConfig:
             block_size=self.engine.block_size,
             gpu_memory_utilization=self.engine.gpu_memory_utilization,
             max_num_batched_tokens=self.engine.max_num_batched_tokens,
+            tensor_parallel_size=self.engine.tensor_parallel_size,
         )
 
     def resolved_cost_model(self) -> CostModel:
         if self.cost_model is not None:
             return self.cost_model
-        return RooflineCostModel(get_gpu(self.gpu), get_model(self.model))
+        return RooflineCostModel(get_gpu(self.gpu), get_model(self.model),
+                                 tensor_parallel_size=self.engine.tensor_parallel_size)
 
 
 def gateway_config(config: SimConfig, capacity_tokens: int) -> GatewayConfig:

@@ -53,11 +53,9 @@ RESULT_FILE = "capacity.json"
 
 def num_gpus(scenario: Scenario) -> int:
     """GPUs of the simulated configuration: replicas (a ``[fleet]``, else one engine) times the
-    model preset's tensor-parallel degree."""
-    from kvbudget.perf.models import get_model
-
+    engine's ``tensor_parallel_size``."""
     replicas = scenario.spec.fleet.num_replicas if scenario.spec.fleet is not None else 1
-    return max(1, replicas * int(get_model(scenario.spec.model).tensor_parallel))
+    return max(1, replicas * int(scenario.spec.engine.tensor_parallel_size))
 
 
 @dataclass

@@ -123,7 +123,8 @@ def test_presets_lists_gpus_models_and_capacity() -> None:
     code, stdout, _ = run("presets")
     assert code == 0
     for name in ("A100-80GB", "H100-80GB", "H200-141GB", "L40S", "Llama-3.1-8B",
-                 "Llama-3.1-70B-TP4", "Llama-3.1-70B-TP8", "Qwen2.5-7B", "Mistral-7B"):
+                 "Llama-3.1-70B", "Qwen2.5-7B", "Mistral-7B-v0.3", "Mixtral-8x7B",
+                 "Qwen3-30B-A3B", "DeepSeek-V2-Lite", "gpt-oss-20b", "Gemma-3-27B"):
         assert name in stdout
 
 
