@@ -823,8 +823,8 @@ def get_model(name_or_path: str) -> ModelSpec:
     if _looks_like_path(name_or_path) or Path(name_or_path).expanduser().is_file():
         return load_model_config(name_or_path)
     raise ValueError(
-        f"unknown model {name_or_path!r}: not a preset ({', '.join(preset_names())}) "
-        "nor a config.json path"
+        f"unknown model preset {name_or_path!r} (and no such config.json file); known presets: "
+        f"{', '.join(preset_names())}"
     )
 
 

@@ -58,7 +58,7 @@ def test_swap_moves_the_victims_blocks_over_pcie_instead_of_recomputing(skip: bo
     # B (2 blocks of 4 tokens) goes to host memory at step 6 and back at step 9, each copy
     # costing bytes / PCIe bandwidth; A finishes after step 8, B after step 11 with no
     # recompute (the recompute case ends B at 12.7 s)
-    nbytes = 2 * 4 * get_model("Llama-3.1-8B").kv_bytes_per_token
+    nbytes = 2 * 4 * get_model("Llama-3.1-8B").kv_bytes_per_token()
     delta = nbytes / get_gpu("H100-80GB").pcie_bandwidth_bytes_s
     assert list(rec.num_preemptions) == [0, 1]
     assert rec.finished_s[0] == pytest.approx(1.8 + 7 + delta, abs=1e-12)
