@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -765,6 +765,7 @@ def preset_names() -> list[str]:
     return sorted((file[: -len(".json")] for file in _bundled_files().values()), key=str.lower)
 
 
+@cache
 def _load_bundled(file: str) -> ModelSpec:
     data = json.loads(_bundled_dir().joinpath(file).read_text())
     meta = data.get(_META, {})
