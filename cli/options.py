@@ -113,7 +113,7 @@ ENGINE_OPTIONS: dict[str, tuple[Any, Any, str]] = {
         "--tensor-parallel-size", "-tp", help="GPUs each replica shards the model over.",
         rich_help_panel=_E)], None, "tensor_parallel_size"),
     "enable_expert_parallel": (Annotated[bool | None, typer.Option(
-        "--enable-expert-parallel/--no-enable-expert-parallel", help="MoE models: whole "
+        "--enable-expert-parallel", help="MoE models: whole "
         "experts spread over the GPUs instead of every expert sharded.",
         rich_help_panel=_E)], None, "enable_expert_parallel"),
 }

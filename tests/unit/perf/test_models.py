@@ -13,22 +13,20 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from kvbudget.cli.main import app
+import kvbudget.perf.models as models_module
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.kv_capacity import activation_reserve_bytes, num_gpu_blocks
 from kvbudget.perf.models import (
     ModelConfigError,
     ModelSpec,
-    bundled_models,
     get_model,
-    load_model_config,
     model_from_config,
     model_sources,
     preset_names,
 )
 from kvbudget.perf.roofline import RooflineCostModel
 
-CONFIGS = Path(__file__).resolve().parent.parent / "perf" / "model_configs"
+CONFIGS = Path(models_module.__file__).resolve().parent / "model_configs"
 runner = CliRunner()
 
 # Published parameter counts: (total, active or None, who publishes them). Model cards on
@@ -309,49 +307,6 @@ def test_bad_configs_name_the_file_and_field(config: dict[str, Any], needle: str
     assert "\n" not in message
 
 
-def test_cli_bad_config_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    bad = tmp_path / "config.json"
-    bad.write_text(json.dumps(_llama(model_type="rwkv")))
-    for args in (["simulate", "--model", str(bad)], ["compare", "--model", str(tmp_path)]):
-        res = runner.invoke(app, args)
-        assert res.exit_code == 2, res.output
-        lines = [line for line in res.stderr.splitlines() if line.strip()]
-        assert len(lines) == 1 and str(bad) in lines[0] and "model_type" in lines[0]
-    bad.write_text("{not json")
-    res = runner.invoke(app, ["simulate", "--model", str(bad)])
-    assert res.exit_code == 2 and "not valid JSON" in res.stderr
-    with pytest.raises(ModelConfigError, match="no such model config file"):
-        load_model_config(tmp_path / "missing.json")
-
-
-def _trace(tmp_path: Path, n: int = 40) -> Path:
-    path = tmp_path / "trace.jsonl"
-    rows = [{"id": i, "arrival_s": 0.1 * i, "prompt_tokens": 200 + 10 * i,
-             "output_tokens": 20 + i} for i in range(n)]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-@pytest.mark.parametrize(("name", "gpu", "tp"), [
-    ("Mixtral-8x7B", "H100-80GB", 2), ("Qwen3-32B", "H100-80GB", 2),
-    ("Llama-3.1-70B", "H100-80GB", 4), ("DeepSeek-V2-Lite", "H100-80GB", 1),
-])
-def test_simulate_a_config_json_with_tensor_parallelism(
-    tmp_path: Path, name: str, gpu: str, tp: int
-) -> None:
-    config = tmp_path / "config.json"
-    config.write_text((CONFIGS / f"{name}.json").read_text())
-    res = runner.invoke(app, ["simulate", "--model", str(config), "--gpu", gpu, "-tp", str(tp),
-                              "--trace", str(_trace(tmp_path)), "--json"])
-    assert res.exit_code == 0, res.output
-    summary = json.loads(res.stdout)
-    assert summary["overall"]["completed"] == 40
-    model = get_model(str(config))
-    blocks = num_gpu_blocks(get_gpu(gpu), model, tensor_parallel_size=tp)
-    assert summary["num_gpu_blocks"] == blocks
-    assert summary["cost_model"].get("tensor_parallel_size", 1) == tp
-
-
 def test_tensor_parallel_roofline_and_capacity_as_the_former_tp_presets() -> None:
     """Llama-3.1-70B at tensor_parallel_size 4 is sized as the former "Llama-3.1-70B-TP4"
     preset was: 70.6e9 parameters, a quarter of them and of the FFN activations per GPU, two
@@ -394,14 +349,6 @@ def test_tensor_parallel_size_in_scenarios_and_flags(tmp_path: Path) -> None:
     bad.write_text('model = "Llama-3.1-8B"\n[engine]\ntensor_parallel_size = 0\n')
     with pytest.raises(ValueError, match=r"engine\.tensor_parallel_size"):
         load_scenario(bad)
-
-
-def test_presets_lists_bundled_models_with_params_and_kv() -> None:
-    res = runner.invoke(app, ["presets"])
-    assert res.exit_code == 0
-    for name, m in bundled_models().items():
-        line = next(line for line in res.stdout.splitlines() if line.startswith(name + " "))
-        assert f"{m.kv_bytes_per_token() / 1024:g}"[:4] in line or "MLA" in line
 
 
 def test_model_spec_validates() -> None:
