@@ -262,6 +262,10 @@ def calibrate_recording(
     simplex = np.tile(x0, (dim + 1, 1))
     for j in range(dim):
         simplex[j + 1, j] += 0.7 if j < len(names) else 0.5
+        try:
+            build(simplex[j + 1])
+        except ValueError:  # past a bound the model enforces (an mfu of 1): the other way
+            simplex[j + 1, j] = x0[j] - 0.7
     bounds = [(-math.log(SPAN), math.log(SPAN))] * len(names)
     if fit_overhead:
         bounds.append((0.0, MAX_OVERHEAD_S / _OVERHEAD_UNIT_S))

@@ -1,0 +1,248 @@
+"""How close a simulation calibrated from a recorded run comes to real vLLM servers.
+
+For every recorded run in ``../shared/measured/`` (read its README), read as a recording
+(:func:`kvbudget.results.recordings.read_recording`) and simulated on the run's own engine
+configuration (its ``meta.json``: ``max_num_seqs``, ``max_num_batched_tokens``, tensor
+parallelism, the KV blocks vLLM reported or, where it did not, those kvbudget computes;
+prefix caching on; no API-server cost: the recordings drive ``AsyncLLM`` in-process):
+
+* ``uncalibrated``: the default step-time model;
+* ``in-sample``: fitted on the whole run (``kvbudget calibrate --records``), compared on it;
+* ``half 1->2`` / ``half 2->1``: leave one half out: fitted on the first (second) half of the
+  run by arrival, compared on the other half (the whole workload is simulated both times;
+  only the coefficients come from the fitted half);
+* ``cross-run``: fitted on one run, compared on another run of the same GPU and model. The
+  shared runs have no such pair (the two RTX PRO 6000 runs are different models and TP), so
+  this benchmark prints instead ``GPU transfer``: the default model's parameters fitted on
+  RTX PRO 6000 / Llama-3.1-8B (TP1) applied to RTX PRO 6000 x2 / Qwen3-32B (TP2): what carries
+  over when only the GPU is the same. A linear model's coefficients are the model's own and
+  do not transfer; that row is for the default model only.
+
+Each fit is the simulator in the loop (:func:`kvbudget.studies.calibrate.calibrate_recording`),
+of the default model's ``FIT_PARAMETERS`` (``--fit default``) and of the linear model's
+(``--fit linear``). Prints, per run and kind, the simulated and measured mean / p50 / p90 / p99
+of TTFT, TPOT and E2E and the output throughput with the relative errors, then one summary
+line per run and kind.
+
+Usage: python benchmarks/bench_fidelity_calibrated.py [--fit default|linear]... [--max-evals N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+MEASURED = REPO.parent / "shared" / "measured"
+
+# folder prefix -> GPU preset names to try (the README's table), Hugging Face id -> model
+GPU_OF_FOLDER = {"RTX4090": ("RTX-4090", "RTX4090"),
+                 "RTXPRO6000": ("RTX-PRO-6000", "RTXPRO6000")}
+MODEL_OF_ID = {"meta-llama/Llama-3.1-8B": "Llama-3.1-8B", "Qwen/Qwen3-32B": "Qwen3-32B"}
+STAND_IN_GPU = "L40S"  # when the GPU has no preset (an Ada card of the same class)
+METRICS = ("ttft", "tpot", "e2e")
+STATS = ("mean", "p50", "p90", "p99")
+SUMMARY = ("ttft_mean_s", "ttft_p50_s", "ttft_p99_s", "tpot_mean_s", "tpot_p50_s",
+           "tpot_p99_s", "e2e_mean_s", "e2e_p50_s", "e2e_p99_s", "output_tokens_per_s")
+
+
+@dataclass
+class Run:
+    name: str
+    gpu: str
+    model: str
+    notes: list[str]
+    recording: Any
+    config: Any
+
+
+def _preset(kind: str, names: tuple[str, ...]) -> str | None:
+    from kvbudget.perf.hardware import get_gpu
+    from kvbudget.perf.models import get_model
+
+    for name in names:
+        try:
+            (get_gpu if kind == "gpu" else get_model)(name)
+        except (ValueError, KeyError):
+            continue
+        return name
+    return None
+
+
+def find_runs(root: Path = MEASURED) -> list[Run]:
+    from kvbudget.results.recordings import read_recording
+    from kvbudget.simulator.engine_config import EngineConfig
+    from kvbudget.simulator.run import SimConfig
+
+    runs = []
+    for meta_path in sorted(root.glob("*/*/meta.json")):
+        folder = meta_path.parent
+        meta = json.loads(meta_path.read_text())
+        kw = meta["engine_kwargs"]
+        notes: list[str] = []
+        gpu = _preset("gpu", GPU_OF_FOLDER[folder.name.split("_")[0]])
+        if gpu is None:
+            notes.append(f"no preset for {folder.name.split('_')[0]}: {STAND_IN_GPU}'s figures")
+            gpu = STAND_IN_GPU
+        model = _preset("model", (MODEL_OF_ID[kw["model"]],))
+        tp = int(kw.get("tensor_parallel_size", 1))
+        engine_fields = {f.name for f in dataclasses.fields(EngineConfig)}
+        knobs: dict[str, Any] = {"max_num_seqs": int(kw["max_num_seqs"]),
+                                 "max_num_batched_tokens": int(kw["max_num_batched_tokens"]),
+                                 "enable_prefix_caching": True}
+        if "tensor_parallel_size" in engine_fields:
+            knobs["tensor_parallel_size"] = tp
+        if "profile_cudagraph_memory" in engine_fields:
+            knobs["profile_cudagraph_memory"] = False  # vLLM 0.19
+        blocks = (meta.get("kv_cache") or {}).get("num_gpu_blocks")
+        if model is None:
+            notes.append(f"no preset for {kw['model']}: Llama-3.1-8B's shape, linear fit only")
+            model = "Llama-3.1-8B"
+        if blocks is None and gpu == STAND_IN_GPU:
+            blocks = 20_000  # 320k tokens: the 300 requests never fill it (max_num_seqs binds)
+            notes.append("KV blocks not recorded and no GPU preset: 20,000 (never binding here)")
+        if blocks is not None:
+            knobs["num_gpu_blocks"] = int(blocks)
+        config = SimConfig(gpu=gpu, model=model, engine=EngineConfig(**knobs))
+        try:
+            config.resolved_num_gpu_blocks()
+        except ValueError as exc:  # the model does not fit the (stand-in) GPU
+            notes.append(f"{exc}: 20,000 KV blocks")
+            config = dataclasses.replace(config, engine=dataclasses.replace(
+                config.engine, num_gpu_blocks=20_000))
+        rec = read_recording(folder / "requests.csv")
+        runs.append(Run(f"{folder.name}", gpu, model, notes, rec, config))
+    return runs
+
+
+def start_model(run: Run, fit: str) -> Any:
+    from kvbudget.perf.cost_model import LinearCostModel
+    from kvbudget.studies.calibrate import linear_start
+
+    model = run.config.resolved_cost_model()
+    if fit == "linear" and not isinstance(model, LinearCostModel):
+        e = run.config.engine
+        model = linear_start(model, max_num_batched_tokens=e.max_num_batched_tokens,
+                             max_num_seqs=e.max_num_seqs)
+    return model
+
+
+def compare(run: Run, cost_model: Any, rows: np.ndarray | None) -> Any:
+    from kvbudget.studies.validate import validate_recording
+
+    return validate_recording(run.recording, run.config, cost_model=cost_model, rows=rows,
+                              frontend_overhead_s=0.0).table
+
+
+def fit(run: Run, fit_kind: str, rows: np.ndarray | None, max_evals: int) -> Any:
+    from kvbudget.studies.calibrate import calibrate_recording
+
+    t = time.perf_counter()
+    cal = calibrate_recording(run.recording, run.config, start_model(run, fit_kind),
+                              rows=rows, fit_overhead=False, max_evals=max_evals)
+    print(f"  fitted {fit_kind} on {run.name} ({cal.num_rows} requests, {cal.num_evals} "
+          f"simulations, {time.perf_counter() - t:.0f} s): "
+          + ", ".join(f"{k}={v:.4g}" for k, v in cal.fitted.items()), file=sys.stderr)
+    return cal
+
+
+def _err(sim: float, meas: float) -> str:
+    if not (math.isfinite(sim) and math.isfinite(meas)) or meas == 0:
+        return "-"
+    return f"{(sim / meas - 1) * 100:+.1f}%"
+
+
+def detail(kind: str, run: str, table: Any) -> list[str]:
+    overall = table[table["stage"] == "all"].set_index("metric")
+    lines = []
+    for metric in METRICS:
+        line = f"{kind:<22} {run:<26} {metric + ' ms':<8}"
+        for s in STATS:
+            sim = float(overall.loc[f"{metric}_{s}_s", "simulated"])
+            meas = float(overall.loc[f"{metric}_{s}_s", "measured"])
+            line += f" {sim * 1e3:>10.1f} {meas * 1e3:>10.1f} {_err(sim, meas):>7}"
+        lines.append(line)
+    sim = float(overall.loc["output_tokens_per_s", "simulated"])
+    meas = float(overall.loc["output_tokens_per_s", "measured"])
+    lines.append(f"{kind:<22} {run:<26} {'tok/s':<8} {sim:>10.1f} {meas:>10.1f} "
+                 f"{_err(sim, meas):>7}")
+    return lines
+
+
+def summary_line(kind: str, run: str, table: Any) -> str:
+    overall = table[table["stage"] == "all"].set_index("metric")
+    cells = [_err(float(overall.loc[m, "simulated"]), float(overall.loc[m, "measured"]))
+             for m in SUMMARY]
+    return f"{kind:<22} {run:<26} " + " ".join(f"{c:>8}" for c in cells)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--fit", choices=("default", "linear"), action="append")
+    parser.add_argument("--max-evals", type=int, default=150)
+    args = parser.parse_args()
+    fits = args.fit or ["default", "linear"]
+    runs = find_runs()
+    if not runs:
+        raise SystemExit(f"no recorded runs under {MEASURED}")
+    results: list[tuple[str, str, Any]] = []
+    fitted: dict[tuple[str, str], Any] = {}
+    for run in runs:
+        for note in run.notes:
+            print(f"note: {run.name}: {note}", file=sys.stderr)
+        results.append(("uncalibrated", run.name, compare(run, None, None)))
+        for fit_kind in fits:
+            if fit_kind == "default" and any("linear fit only" in x for x in run.notes):
+                continue
+            cal = fit(run, fit_kind, None, args.max_evals)
+            fitted[(run.name, fit_kind)] = cal
+            results.append((f"in-sample {fit_kind}", run.name, cal.table))
+            first = run.recording.fit_rows(0.5)
+            for label, fit_rows in (("half 1->2", first), ("half 2->1", ~first)):
+                half = fit(run, fit_kind, fit_rows, args.max_evals)
+                results.append((f"{label} {fit_kind}", run.name,
+                                compare(run, half.model, ~fit_rows)))
+    # GPU transfer: the default model's parameters from one model to another on the same GPU
+    by_gpu: dict[str, list[Run]] = {}
+    for run in runs:
+        by_gpu.setdefault(run.name.split("_")[0], []).append(run)
+    for group in by_gpu.values():
+        for source in group:
+            for target in group:
+                cal = fitted.get((source.name, "default"))
+                if target is source or cal is None:
+                    continue
+                if any("linear fit only" in x for x in target.notes):
+                    continue
+                start = target.config.resolved_cost_model()
+                if type(start) is not type(cal.model):
+                    continue
+                moved = dataclasses.replace(start, **{k: v for k, v in cal.fitted.items()
+                                                      if hasattr(start, k)})
+                results.append((f"GPU transfer from {source.name.split('_')[1]}", target.name,
+                                compare(target, moved, None)))
+    header = f"{'kind':<22} {'run':<26} {'metric':<8}"
+    for s in STATS:
+        header += f" {s + ' sim':>10} {s + ' meas':>10} {'err':>7}"
+    print(header)
+    for kind, run_name, table in results:
+        print("\n".join(detail(kind, run_name, table)))
+    print()
+    print(f"{'kind':<22} {'run':<26} " + " ".join(
+        f"{m.replace('_s', '').replace('output_tokens_per', 'tok/s'):>8}" for m in SUMMARY))
+    for kind, run_name, table in results:
+        print(summary_line(kind, run_name, table))
+
+
+if __name__ == "__main__":
+    main()
