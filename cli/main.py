@@ -38,6 +38,9 @@ def _register() -> None:
     from kvbudget.cli import report
 
     report.register(app)
+    from kvbudget.cli import plan
+
+    plan.register(app)
 
 
 _register()

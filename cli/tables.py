@@ -20,15 +20,16 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
-def render(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+def render(headers: Sequence[str], rows: Sequence[Sequence[Any]], gap: int = 2) -> str:
     cells = [[_fmt(v) for v in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in
-                       enumerate(zip(headers, widths, strict=True)))]
-    lines.append("  ".join("-" * w for w in widths))
+    sep = " " * gap
+    lines = [sep.join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in
+                      enumerate(zip(headers, widths, strict=True)))]
+    lines.append(sep.join("-" * w for w in widths))
     for r in cells:
-        lines.append("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
-                               enumerate(zip(r, widths, strict=True))))
+        lines.append(sep.join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
+                              enumerate(zip(r, widths, strict=True))))
     return "\n".join(lines)
 
 
@@ -125,7 +126,7 @@ def _pm(mean: float, low: float, high: float) -> str:
         return "-"
     if not (math.isfinite(low) and math.isfinite(high)):
         return _fmt(mean)
-    return f"{_fmt(mean)} ± {_fmt((high - low) / 2)}"
+    return f"{_fmt(mean)} ± {(high - low) / 2:.2g}"
 
 
 def _p(p: float) -> str:

@@ -54,6 +54,7 @@ Studies
 - :func:`run_sweep`: grids of runs with common random numbers
 - :func:`tune`, :class:`TuneSpec`: parameter tuning under constraints
 - :func:`capacity`, :class:`CapacitySpec`: the largest sustainable rate per policy
+- :func:`plan`, :class:`PlanSpec`: the cheapest deployment (GPU, TP, replicas, policy) meeting SLOs
 - :func:`regress`, :func:`load_suite`: the CI gate on policy metrics
 
 Live servers
@@ -135,6 +136,8 @@ _EXPORTS: dict[str, str] = {
     "TuneSpec": "studies.tune",
     "capacity": "studies.capacity",
     "CapacitySpec": "studies.capacity",
+    "plan": "studies.plan",
+    "PlanSpec": "studies.plan",
     "regress": "studies.regress",
     "load_suite": "studies.regress",
     # Live servers
@@ -204,6 +207,7 @@ if TYPE_CHECKING:  # what a type checker and an IDE see
     )
     from kvbudget.studies.capacity import CapacitySpec, capacity
     from kvbudget.studies.compare import Comparison, compare
+    from kvbudget.studies.plan import PlanSpec, plan
     from kvbudget.studies.regress import load_suite, regress
     from kvbudget.studies.sweep import run_sweep
     from kvbudget.studies.tune import TuneSpec, tune

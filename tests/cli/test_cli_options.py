@@ -46,7 +46,7 @@ def _scenario(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("command", ["simulate", "compare", "sweep", "tune", "capacity"])
+@pytest.mark.parametrize("command", ["simulate", "compare", "sweep", "tune", "capacity", "plan"])
 def test_every_study_command_takes_the_shared_options(command: str) -> None:
     import typer.main
 

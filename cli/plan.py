@@ -1,0 +1,204 @@
+"""``kvbudget plan``: the cheapest deployment that meets the SLOs for a workload."""
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from kvbudget.cli.errors import CliError, fail, user_errors
+from kvbudget.cli.options import (
+    AddressOpt,
+    ExecutorOpt,
+    JobsOpt,
+    ScenarioArgs,
+    with_scenario_options,
+)
+from kvbudget.cli.progress import Bar
+
+
+def _list(text: str, option: str, kind: type) -> tuple[Any, ...]:
+    try:
+        values = tuple(kind(v.strip()) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise CliError(f"{option}: expected a comma-separated list, got {text!r}") from None
+    if not values:
+        raise CliError(f"{option}: give at least one value")
+    return values
+
+
+@with_scenario_options
+def plan_cmd(
+    setup: ScenarioArgs,
+    out: Annotated[Path, typer.Option("--out", help="Output directory (runs kept as they "
+                                      "finish; plan.csv, plan.json).")],
+    gpus: Annotated[str, typer.Option(
+        "--gpus", help="GPU types to try (comma-separated presets).")
+    ] = "A100-80GB,H100-80GB,H200-141GB",
+    tp: Annotated[str, typer.Option(
+        "--tp", help="Tensor-parallel degrees to try (model presets M or M-TPn).")] = "1",
+    replicas: Annotated[str, typer.Option(
+        "--replicas", help="Replica counts to try, smallest first.")] = "1,2,3,4,6,8",
+    policies: Annotated[str | None, typer.Option(
+        "--policies", help="Admission policies (default: the scenario's).")] = None,
+    grid: Annotated[list[str] | None, typer.Option(
+        "--grid", metavar="KEY=V1,V2", help="Values of a policy parameter to try, e.g. "
+        "policy_params.overcommit_ratio=0.6,0.8 (default: each policy's main parameter at a "
+        "few values).")] = None,
+    slo: Annotated[list[str] | None, typer.Option(
+        "--slo", metavar="METRIC<=VALUE", help="An SLO on any summary metric (repeatable), "
+        "e.g. tiers.interactive.ttft_s.p99<=2 (default overall_slo_attainment>=0.9).")] = None,
+    prices: Annotated[Path | None, typer.Option(
+        "--prices", help="A price table (TOML or JSON: GPU = dollars per GPU-hour) replacing "
+        "the cited defaults.")] = None,
+    price: Annotated[list[str] | None, typer.Option(
+        "--price", metavar="GPU=USD", help="One GPU's price per GPU-hour (repeatable; over "
+        "--prices).")] = None,
+    replications: Annotated[int, typer.Option(
+        "--replications", "-r", min=1, help="Seeds per configuration.")] = 3,
+    seed: Annotated[int | None, typer.Option("--seed", min=0, help="Root seed.")] = None,
+    top: Annotated[int, typer.Option("--top", min=1, help="Rows of the ranked table.")] = 10,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Reuse the runs already in --out; run the rest.")] = False,
+    executor: ExecutorOpt = "local",
+    address: AddressOpt = None,
+    jobs: JobsOpt = None,
+    wide: Annotated[bool, typer.Option("--wide", help="Every column.")] = False,
+) -> None:
+    """The cheapest deployment meeting the SLOs: GPU type x tensor parallelism x replicas x
+    admission policy (and its main parameter), ranked by dollars per hour.
+
+    For each GPU, degree and policy setting the replica counts are tried smallest first; the
+    first that meets every SLO (upper bound of the t interval over the replications) is its
+    answer. Prices default to cited on-demand figures (kvbudget.studies.plan.DEFAULT_PRICES).
+    """
+    from kvbudget.studies.executors import make_executor
+    from kvbudget.studies.plan import DEFAULT_PRICES, PlanSpec, plan, read_prices
+    from kvbudget.studies.sweep import RunError, parse_axis
+    from kvbudget.studies.tune import Constraint
+
+    with user_errors():
+        if setup.trace_args.rate_scales() is not None and len(
+                setup.trace_args.rate_scales() or ()) > 1:
+            raise CliError("--rate-scale: plan takes one load")
+        scn = setup.build()
+        table = read_prices(prices) if prices is not None else dict(DEFAULT_PRICES)
+        for item in price or []:
+            gpu, sep, usd = item.partition("=")
+            try:
+                table[gpu.strip()] = float(usd)
+            except ValueError:
+                raise CliError(f"--price must be GPU=USD, got {item!r}") from None
+            if not sep or not table[gpu.strip()] > 0:
+                raise CliError(f"--price must be GPU=USD with USD > 0, got {item!r}")
+        names: tuple[str, ...] = ()
+        if policies is not None:
+            from kvbudget.cli.sweep import _policies
+
+            names = tuple(_policies(policies))
+        param_values = None
+        if grid:
+            axes = [parse_axis(g) for g in grid]
+            for a in axes:
+                if not a.key.startswith("policy_params."):
+                    raise CliError(f"--grid {a.key}: plan takes policy parameters here "
+                                   "(--gpus, --tp and --replicas are its other axes)")
+            param_values = {a.key.split(".", 1)[1]: a.values for a in axes}
+        spec = PlanSpec(
+            scn, gpus=_list(gpus, "--gpus", str), tensor_parallel=_list(tp, "--tp", int),
+            replicas=_list(replicas, "--replicas", int), policies=names,
+            param_values=param_values, slos=tuple(Constraint.parse(s) for s in slo or []),
+            prices=table, replications=replications, root_seed=seed)
+        bar: Bar | None = None
+
+        def on_start(total: int, stored: int) -> None:
+            nonlocal bar
+            typer.echo(f"at most {total} runs ({stored} already in {out}); a configuration "
+                       "stops at its first replica count that meets the SLOs", err=True)
+            bar = Bar("plan", total)
+
+        try:
+            with make_executor(executor, jobs=jobs, address=address) as ex:
+                result = plan(spec, ex, out, resume=resume,
+                              progress=lambda n: bar.update(n) if bar else None,
+                              on_start=on_start)
+        except KeyboardInterrupt:
+            raise fail(f"interrupted; finished runs are kept in {out}; rerun with --resume",
+                       130) from None
+        except RunError as exc:
+            raise fail(f"{exc}; finished runs are kept in {out}; rerun with --resume",
+                       1) from None
+        finally:
+            if bar is not None:
+                bar.close()
+        written = result.write(out)
+    typer.echo(render_plan(result, top=top, wide=wide))
+    import textwrap
+
+    from kvbudget.cli.tables import WIDTH
+
+    for note in result.notes:
+        typer.echo(textwrap.fill(f"note: {note}", WIDTH, subsequent_indent="  "))
+    typer.echo("wrote " + ", ".join(str(p) for p in written))
+    if not any(c.replicas is not None for c in result.candidates):
+        raise fail("no configuration met the SLOs: " + ", ".join(str(s) for s in spec.slos), 1)
+
+
+def render_plan(result: Any, *, top: int | None = 10, wide: bool = False) -> str:
+    """The ranked table: GPUs, $/h, $/M output tokens, attainment per tier, p99 TTFT and TPOT
+    of the first tier (every SLO metric and tier with --wide), mean ± half its t interval."""
+    import textwrap
+
+    from kvbudget.cli.tables import WIDTH, _pm, render, short_metric
+    from kvbudget.studies.plan import policy_label, summary_rows
+
+    df = summary_rows(result, top)
+    if df.empty:
+        return "(no runs)"
+    spec = result.spec
+    tiers = [t.name for t in spec.scenario.tiers()]
+    offered = [t for t in tiers if f"{t}_slo_attainment" in df.columns
+               and df[f"{t}_slo_attainment"].notna().any()]
+    metrics = [f"{t}_slo_attainment" for t in offered]
+    first = offered[0] if offered else tiers[0]
+    metrics += [f"{first}_ttft_p99_s", f"{first}_tpot_p99_s"]
+    if wide:
+        metrics = list(dict.fromkeys([*(c.metric for c in spec.slos), *metrics,
+                                      *(f"{t}_ttft_p99_s" for t in offered),
+                                      *(f"{t}_tpot_p99_s" for t in offered)]))
+    keys = [a.key.split(".", 1)[1] for a in spec.grid_axes()
+            if a.key.startswith("policy_params.")]
+    def label(m: str) -> str:
+        text = short_metric(m).replace("slo att", "att").replace(" p99", "")
+        if wide:
+            return text
+        for t in tiers:
+            short = "" if len(offered) == 1 else (t[:5] + "." if len(t) > 6 else t) + " "
+            text = text.replace(f"{t} ", short)
+        return text
+
+    headers = ["GPU", "GPUs", "policy", "$/h", "$/M tok", *(label(m) for m in metrics), "ok"]
+    rows = []
+    for r in df.to_dict(orient="records"):
+        name = policy_label({str(k): v for k, v in r.items()}, keys)
+        if not wide:
+            name = name.replace("(", "").replace(")", "")
+            for k in keys:
+                name = name.replace(f"{k}=", "")
+        rows.append([r["gpu"], f"{r['replicas']}x{r['tp']}", name,
+                     f"{r['usd_per_hour']:.2f}", f"{r['usd_per_m_output_tokens']:.3f}",
+                     *(_pm(r[m], r[f"{m}_low"], r[f"{m}_high"]) for m in metrics),
+                     "yes" if r["feasible"] else "no"])
+    how = (f"the bound of the {spec.confidence:.0%} t interval over {spec.replications} "
+           "replications" if spec.replications > 1 else "one replication")
+    note = (f"SLOs: {', '.join(str(s) for s in spec.slos)} ({how}); "
+            "$/h = GPUs x price per GPU-hour (" + ", ".join(
+                f"{g} {spec.prices[g]:.2f}" for g in spec.gpus if g in spec.prices)
+            + "); GPUs: replicas x tensor-parallel degree; $/M tok: per million "
+            "output tokens at the offered load; att = SLO attainment, ttft/tpot = p99 seconds, "
+            "mean ± half the interval; 'no' rows: the largest replica count tried still misses."
+            + ("" if wide or not keys else f" Policy values: {', '.join(keys)}."))
+    return render(headers, rows, gap=1 if not wide else 2) + "\n" + textwrap.fill(note, WIDTH)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan_cmd)

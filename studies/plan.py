@@ -1,0 +1,407 @@
+"""Plan: the cheapest deployment that meets the SLOs for a workload.
+
+The search space is GPU type x tensor parallelism x number of replicas x admission policy (and
+the policy's main parameter). For every configuration of GPU, tensor parallelism and policy
+setting, the replica counts are tried in increasing order, each over ``replications`` seeds
+(common random numbers, as in :mod:`kvbudget.studies.sweep`); the first count whose runs meet
+every SLO is that configuration's answer, and larger counts are not run (more replicas of the
+same engine behind one router are assumed not to make an SLO worse; a configuration whose
+largest count still misses is reported as such). All configurations advance together, one
+replica count per round, so the executor always has a round's runs to share out.
+
+An SLO is a :class:`kvbudget.studies.tune.Constraint` on any summary metric
+(``tiers.interactive.ttft_s.p99<=2``); it holds when the bound of its t interval over the
+replications is on the right side (the upper bound for ``<=``), as in tuning; with one
+replication the mean decides. Default: ``overall_slo_attainment>=0.9``.
+
+Costs come from a price table in dollars per GPU-hour (:data:`DEFAULT_PRICES`, cited; a user's
+table replaces or extends it): a configuration costs ``GPUs x price`` per hour, and per million
+output tokens that hourly cost divided by the output tokens it completes in an hour (the
+summary's ``overall_output_tokens_per_s``, over the offered window). GPU types without a price
+are skipped with a note.
+
+Tensor parallelism is a model preset's: degree ``t`` of model ``M`` is the preset ``M`` for
+``t = 1`` and ``M-TPt`` otherwise (``Llama-3.1-70B-TP4``); degrees without a preset, and model
+and GPU pairs whose weights do not fit, are reported and skipped. Replicas are a ``[fleet]`` of
+that many engines (the scenario's router and budget, else ``least_tokens`` and per-replica
+budgets; one replica is a single engine without a fleet).
+
+With an output directory, finished runs are kept as Parquet parts (``parts/``) as they finish;
+``resume=True`` reuses every stored run whose key (a hash of everything it depends on) matches,
+so an interrupted plan picks up where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from kvbudget.studies.sweep import (
+    Axis,
+    GridPoint,
+    RunStore,
+    _scenario_data,
+    execute,
+    expand_grid,
+    plan_runs,
+    replication_seeds,
+    rows_to_frame,
+    t_interval,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from kvbudget.simulator.scenario import Scenario
+    from kvbudget.studies.executors import Executor
+    from kvbudget.studies.tune import Constraint
+
+DEFAULT_PRICES: dict[str, float] = {
+    "A100-80GB": 1.80,
+    "H100-80GB": 2.49,
+    "H200-141GB": 2.25,
+}
+"""On-demand dollars per GPU-hour (2026 list prices; edit or replace with ``--prices``):
+
+* A100-80GB 1.80: "on-demand $1.80-$2.25 / GPU-hr at hyperscalers", low end
+  (https://www.yobitel.com/knowledge-base/nvidia-a100);
+* H100-80GB 2.49: "A Lambda H100 costs $2.49/hr for 1 GPU"
+  (https://computespec.pages.dev/learn/pricing/cloud-gpu-pricing-explained);
+* H200-141GB 2.25: "$2.25/hr (H200 SXM)" on-demand at packet.ai
+  (https://packet.ai/blog/gpu-pricing-models-compared).
+
+No L40S price was found in a citable source; give one to include it (``L40S=1.0``). Prices
+vary several-fold between providers (the same sources quote $6.88-$12.29 per H100-hour at
+AWS), so the ranking is only as good as the table."""
+
+MAIN_PARAMETERS: dict[str, tuple[str, tuple[float, ...]]] = {
+    "overcommit": ("overcommit_ratio", (0.5, 0.7, 0.9)),
+    "preemptive": ("overcommit_ratio", (0.5, 0.7, 0.9)),
+    "quantile": ("quantile", (0.9, 0.99)),
+}
+"""Each policy's main parameter and the values a plan tries by default."""
+
+RESULT_FILE = "plan.json"
+TABLE_FILE = "plan.csv"
+RUNS_FILE = "runs.parquet"
+
+
+def read_prices(path: Path) -> dict[str, float]:
+    """A price table file: TOML or JSON, ``GPU = dollars per GPU-hour`` (a ``[prices]`` table
+    or the top level)."""
+    import tomllib
+
+    text = path.read_text()
+    try:
+        data: Any = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"{path}: not a valid price table ({exc})") from None
+    data = data.get("prices", data) if isinstance(data, dict) else data
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected GPU = price entries")
+    out: dict[str, float] = {}
+    for gpu, price in data.items():
+        if not (isinstance(price, int | float) and not isinstance(price, bool)
+                and math.isfinite(price) and price > 0):
+            raise ValueError(f"{path}: {gpu}: price must be a number > 0, got {price!r}")
+        out[str(gpu)] = float(price)
+    return out
+
+
+def model_for_tp(model: str, tp: int) -> str:
+    """The preset of ``model`` at tensor-parallel degree ``tp`` (``M`` or ``M-TPt``)."""
+    base = model.split("-TP")[0]
+    return base if tp == 1 else f"{base}-TP{tp}"
+
+
+@dataclass
+class PlanSpec:
+    """What to plan. ``policies``: names (default: the scenario's); ``param_values``: a
+    policy parameter -> the values to try (default: :data:`MAIN_PARAMETERS`)."""
+
+    scenario: Scenario
+    gpus: tuple[str, ...] = ("A100-80GB", "H100-80GB", "H200-141GB")
+    tensor_parallel: tuple[int, ...] = (1,)
+    replicas: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
+    policies: tuple[str, ...] = ()
+    param_values: Mapping[str, tuple[Any, ...]] | None = None
+    slos: tuple[Constraint, ...] = ()
+    prices: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_PRICES))
+    replications: int = 3
+    confidence: float = 0.95
+    root_seed: int | None = None
+
+    def __post_init__(self) -> None:
+        from kvbudget.perf.hardware import get_gpu
+
+        if not self.policies:
+            self.policies = (self.scenario.spec.policy,)
+        if not self.gpus:
+            raise ValueError("plan: give at least one GPU type")
+        for g in self.gpus:
+            get_gpu(g)
+        if not self.tensor_parallel or min(self.tensor_parallel) < 1:
+            raise ValueError(f"tensor parallel degrees must be >= 1, got {self.tensor_parallel}")
+        if not self.replicas or min(self.replicas) < 1:
+            raise ValueError(f"replica counts must be >= 1, got {self.replicas}")
+        self.replicas = tuple(sorted(set(self.replicas)))
+        if self.replications < 1:
+            raise ValueError(f"replications must be >= 1, got {self.replications!r}")
+        if not self.slos:
+            from kvbudget.studies.tune import Constraint
+
+            self.slos = (Constraint.parse("overall_slo_attainment>=0.9"),)
+        if self.root_seed is None:
+            self.root_seed = self.scenario.seed
+
+    def grid_axes(self) -> list[Axis]:
+        values = self.param_values
+        if values is None:
+            values = {}
+            for p in self.policies:
+                if p in MAIN_PARAMETERS:
+                    name, vals = MAIN_PARAMETERS[p]
+                    values = {**values, name: tuple(sorted({*values.get(name, ()), *vals}))}
+        return [Axis("policy", tuple(self.policies)),
+                *(Axis(f"policy_params.{k}", tuple(v)) for k, v in values.items())]
+
+
+@dataclass
+class Candidate:
+    """A configuration of GPU, tensor parallelism and policy setting, and what its search
+    found: ``replicas`` (the smallest count that met the SLOs, or None), the evidence rows of
+    that count (or of the largest tried), and a note."""
+
+    index: int
+    gpu: str
+    tp: int
+    model: str
+    policy: str
+    params: dict[str, Any]
+    overrides: tuple[str, ...]
+    replicas: int | None = None
+    tried: list[int] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    done: bool = False
+    note: str = ""
+
+
+@dataclass
+class PlanResult:
+    spec: PlanSpec
+    candidates: list[Candidate]
+    runs: list[dict[str, Any]]
+    notes: list[str]
+
+    def table(self) -> pd.DataFrame:
+        """A row per configuration, cheapest feasible first (then the infeasible ones): GPUs,
+        dollars per hour and per million output tokens, and for each SLO metric and each
+        tier's attainment the mean with its t interval."""
+        import pandas as pd
+
+        s = self.spec
+        tiers = [t.name for t in s.scenario.tiers()]
+        metrics = list(dict.fromkeys([
+            *(c.metric for c in s.slos), *(f"{t}_slo_attainment" for t in tiers),
+            *(f"{t}_ttft_p99_s" for t in tiers), *(f"{t}_tpot_p99_s" for t in tiers)]))
+        rows = []
+        for c in self.candidates:
+            if not c.rows:
+                continue
+            n = c.replicas if c.replicas is not None else c.tried[-1]
+            gpus = n * c.tp
+            price = s.prices[c.gpu]
+            per_hour = gpus * price
+            tok = t_interval([_f(r.get("overall_output_tokens_per_s")) for r in c.rows])[0]
+            row: dict[str, Any] = {
+                "gpu": c.gpu, "tp": c.tp, "replicas": n, "gpus": gpus, "policy": c.policy,
+                **{k.split(".", 1)[1]: v for k, v in c.params.items()},
+                "feasible": c.replicas is not None,
+                "usd_per_hour": per_hour,
+                "usd_per_m_output_tokens": (per_hour / (tok * 3600) * 1e6
+                                            if tok and math.isfinite(tok) and tok > 0
+                                            else math.nan),
+                "output_tokens_per_s": tok,
+            }
+            for m in metrics:
+                mean, low, high = t_interval([_f(r.get(m)) for r in c.rows], s.confidence)
+                row[m], row[f"{m}_low"], row[f"{m}_high"] = mean, low, high
+            row["note"] = c.note
+            rows.append(row)
+        df = pd.DataFrame(rows)
+        if df.empty:
+            return df
+        df = df.sort_values(["feasible", "usd_per_hour", "usd_per_m_output_tokens"],
+                            ascending=[False, True, True], kind="stable")
+        return df.reset_index(drop=True)
+
+    def describe(self) -> dict[str, Any]:
+        s = self.spec
+        return {
+            "gpus": list(s.gpus), "tensor_parallel": list(s.tensor_parallel),
+            "replicas": list(s.replicas), "policies": list(s.policies),
+            "slos": [str(c) for c in s.slos], "prices_usd_per_gpu_hour": dict(s.prices),
+            "replications": s.replications, "confidence": s.confidence,
+            "root_seed": s.root_seed, "notes": self.notes,
+            "num_runs": len(self.runs),
+        }
+
+    def write(self, out_dir: Path) -> list[Path]:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        table = out_dir / TABLE_FILE
+        self.table().to_csv(table, index=False)
+        runs = out_dir / RUNS_FILE
+        rows_to_frame(self.runs).to_parquet(runs, index=False)
+        res = out_dir / RESULT_FILE
+        res.write_text(json.dumps(self.describe(), indent=2, default=str) + "\n")
+        return [table, runs, res]
+
+
+def _f(x: Any) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _fits(scenario: Scenario, gpu: str, model: str) -> str | None:
+    """Why ``model`` cannot run on ``gpu`` (None when it can)."""
+    from dataclasses import replace
+
+    from kvbudget.perf.models import MODELS
+
+    if model not in MODELS:
+        return f"no model preset {model!r}"
+    config = replace(scenario.sim_config(), gpu=gpu, model=model)
+    try:
+        config.resolved_num_gpu_blocks()
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _candidates(spec: PlanSpec, notes: list[str]) -> list[Candidate]:
+    data = _scenario_data(spec.scenario)
+    points = expand_grid(data, spec.grid_axes())
+    out: list[Candidate] = []
+    for gpu in spec.gpus:
+        if gpu not in spec.prices:
+            notes.append(f"{gpu}: no price in the table; skipped (give --price {gpu}=USD)")
+            continue
+        for tp in spec.tensor_parallel:
+            model = model_for_tp(spec.scenario.spec.model, tp)
+            why = _fits(spec.scenario, gpu, model)
+            if why is not None:
+                notes.append(f"{gpu} x TP{tp}: {why}; skipped")
+                continue
+            for p in points:
+                params = {k: v for k, v in p.values if k.startswith("policy_params.")
+                          and v is not None}
+                overrides = (*p.overrides, f"gpu={json.dumps(gpu)}",
+                             f"model={json.dumps(model)}")
+                out.append(Candidate(len(out), gpu, tp, model, p.policy, params, overrides))
+    if not out:
+        raise ValueError("plan: no configuration to try (" + "; ".join(notes) + ")")
+    return out
+
+
+def _fleet_overrides(spec: PlanSpec, replicas: int) -> tuple[str, ...]:
+    fleet = spec.scenario.spec.fleet
+    if replicas == 1 and fleet is None:
+        return ()
+    table = {"num_replicas": replicas, "router": "least_tokens", "budget": "per_replica"}
+    if fleet is not None:
+        table = {"num_replicas": replicas, "router": fleet.router, "budget": fleet.budget}
+    return (f"fleet={json.dumps(table)}",)
+
+
+def max_runs(spec: PlanSpec, num_candidates: int) -> int:
+    """Runs a plan makes at most (every configuration at every replica count)."""
+    return num_candidates * len(spec.replicas) * spec.replications
+
+
+def plan(
+    spec: PlanSpec,
+    executor: Executor,
+    out_dir: Path | None = None,
+    *,
+    resume: bool = False,
+    progress: Callable[[int], None] | None = None,
+    on_start: Callable[[int, int], None] | None = None,
+) -> PlanResult:
+    """Search the space of the module docstring. ``on_start(max_runs, num_stored)`` is called
+    before the first run; ``progress(n)`` as runs finish (stored runs reused count at once)."""
+    notes: list[str] = []
+    candidates = _candidates(spec, notes)
+    assert spec.root_seed is not None
+    seeds = replication_seeds(spec.root_seed, spec.replications)
+    store: RunStore | None = None
+    stored: dict[str, dict[str, Any]] = {}
+    if out_dir is not None:
+        store = RunStore(out_dir)
+        if store.part_files():
+            if not resume:
+                raise ValueError(f"{out_dir}: already holds runs of a plan; pass --resume to "
+                                 "continue it, or choose another --out")
+            stored = {str(r["run_key"]): {str(k): v for k, v in r.items()}
+                      for r in store.read().to_dict(orient="records")}
+        out_dir.mkdir(parents=True, exist_ok=True)
+    if on_start is not None:
+        on_start(max_runs(spec, len(candidates)), len(stored))
+    all_rows: list[dict[str, Any]] = []
+    for replicas in spec.replicas:
+        active = [c for c in candidates if not c.done]
+        if not active:
+            break
+        points = []
+        for c in active:
+            values = (("gpu", c.gpu), ("tp", c.tp), ("replicas", replicas),
+                      ("policy", c.policy), *c.params.items())
+            points.append(GridPoint(c.index, values,
+                                    (*c.overrides, *_fleet_overrides(spec, replicas)),
+                                    c.policy, 1.0))
+        runs = plan_runs(spec.scenario, points, seeds)
+        todo = [r for r in runs if r.key not in stored]
+        reused = [stored[r.key] for r in runs if r.key in stored]
+        if reused and progress is not None:
+            progress(len(reused))
+        rows = [*reused, *execute(todo, executor, store=store, progress=progress)]
+        all_rows.extend(rows)
+        for c in active:
+            mine = [r for r in rows if int(r["point"]) == c.index]
+            c.tried.append(replicas)
+            c.rows = mine
+            if all(s.check([_f(r.get(s.metric)) for r in mine], spec.confidence)[0]
+                   for s in spec.slos):
+                c.replicas, c.done = replicas, True
+    for c in candidates:
+        if not c.done:
+            c.note = f"misses the SLOs up to {c.tried[-1]} replicas" if c.tried else "not run"
+    return PlanResult(spec, candidates, all_rows, notes)
+
+
+def summary_rows(result: PlanResult, top: int | None = None) -> pd.DataFrame:
+    """The ranked table cut to ``top`` rows, plus the cheapest feasible row of every GPU type
+    not among them (so that each GPU type shows its best)."""
+    df = result.table()
+    if df.empty or top is None or len(df) <= top:
+        return df
+    head = df.head(top)
+    extra = [g.head(1) for gpu, g in df[df["feasible"]].groupby("gpu", sort=False)
+             if gpu not in set(head["gpu"])]
+    import pandas as pd
+
+    return pd.concat([head, *extra]).reset_index(drop=True)
+
+
+def policy_label(row: Mapping[str, Any], keys: Sequence[str]) -> str:
+    """``overcommit (overcommit_ratio=0.7)`` from a table row."""
+    params = [f"{k}={row[k]:g}" for k in keys
+              if k in row and isinstance(row[k], int | float) and not np.isnan(row[k])]
+    return str(row["policy"]) + (f" ({', '.join(params)})" if params else "")

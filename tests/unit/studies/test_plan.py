@@ -1,0 +1,138 @@
+"""Plan: the cheapest deployment meeting the SLOs (GPU x TP x replicas x policy setting)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from typer.testing import CliRunner
+
+from kvbudget.cli.main import app
+from kvbudget.simulator.scenario import scenario_from_dict
+from kvbudget.studies.plan import PlanSpec, model_for_tp, plan, read_prices
+from kvbudget.studies.sweep import RunSpec
+from kvbudget.studies.tune import Constraint
+from tests.conftest import small_scenario_dict
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class _Fake:
+    """A stand-in executor: p99 TTFT = base[gpu] / replicas (seconds), tokens 1,000/s."""
+
+    name = "fake"
+
+    def __init__(self, base: dict[str, float]) -> None:
+        self.base = base
+        self.calls: list[tuple[str, int]] = []
+
+    @property
+    def num_workers(self) -> int:
+        return 1
+
+    def map_unordered(self, fn: Callable[[T], R], tasks: Sequence[T]) -> Iterator[tuple[int, R]]:
+        for i, task in enumerate(tasks):
+            assert isinstance(task, RunSpec)
+            s = task.scenario
+            replicas = int((s.get("fleet") or {}).get("num_replicas", 1))
+            self.calls.append((str(s["gpu"]), replicas))
+            row: Any = {"run_key": task.key, "point": task.point,
+                        "replication": task.replication, "seed": task.seed,
+                        "policy": s["policy"], **dict(task.values),
+                        "interactive_ttft_p99_s": self.base[str(s["gpu"])] / replicas,
+                        "overall_output_tokens_per_s": 1000.0}
+            yield i, row
+
+    def close(self) -> None:
+        pass
+
+
+def _spec(tmp_path: Path, **kw: Any) -> PlanSpec:
+    scn = scenario_from_dict(small_scenario_dict(40, 4.0, policy="conservative"), tmp_path)
+    return PlanSpec(scn, gpus=("A100-80GB", "H100-80GB"), replicas=(1, 2, 3, 4),
+                    slos=(Constraint.parse("tiers.interactive.ttft_s.p99<=2"),),
+                    prices={"A100-80GB": 1.0, "H100-80GB": 3.0}, replications=2, **kw)
+
+
+def test_each_configuration_stops_at_its_first_feasible_replica_count(tmp_path: Path) -> None:
+    ex = _Fake({"A100-80GB": 5.0, "H100-80GB": 3.0})
+    result = plan(_spec(tmp_path), ex)
+    found = {c.gpu: c.replicas for c in result.candidates}
+    assert found == {"A100-80GB": 3, "H100-80GB": 2}  # 5/3 <= 2, 3/2 <= 2
+    assert ex.calls.count(("A100-80GB", 4)) == 0 and ex.calls.count(("H100-80GB", 3)) == 0
+    table = result.table()
+    assert list(table["gpu"]) == ["A100-80GB", "H100-80GB"]  # 3 x $1 < 2 x $3
+    assert list(table["usd_per_hour"]) == [3.0, 6.0]
+    assert table["usd_per_m_output_tokens"].iloc[0] == pytest.approx(3.0 / 3.6)
+
+
+def test_a_configuration_that_never_meets_the_slos_is_ranked_last(tmp_path: Path) -> None:
+    result = plan(_spec(tmp_path), _Fake({"A100-80GB": 50.0, "H100-80GB": 3.0}))
+    table = result.table()
+    assert list(table["feasible"]) == [True, False]
+    assert "misses the SLOs up to 4 replicas" in table["note"].iloc[1]
+
+
+def test_a_gpu_without_a_price_is_skipped_with_a_note(tmp_path: Path) -> None:
+    spec = _spec(tmp_path)
+    spec.prices = {"H100-80GB": 3.0}
+    result = plan(spec, _Fake({"A100-80GB": 1.0, "H100-80GB": 1.0}))
+    assert {c.gpu for c in result.candidates} == {"H100-80GB"}
+    assert any("A100-80GB: no price" in n for n in result.notes)
+
+
+def test_plan_resumes_from_the_stored_runs(tmp_path: Path) -> None:
+    out = tmp_path / "plan"
+    first = _Fake({"A100-80GB": 5.0, "H100-80GB": 3.0})
+    plan(_spec(tmp_path), first, out)
+    with pytest.raises(ValueError, match="--resume"):
+        plan(_spec(tmp_path), first, out)
+    again = _Fake({"A100-80GB": 5.0, "H100-80GB": 3.0})
+    result = plan(_spec(tmp_path), again, out, resume=True)
+    assert again.calls == []
+    assert {c.gpu: c.replicas for c in result.candidates} == {"A100-80GB": 3, "H100-80GB": 2}
+
+
+def test_policy_main_parameters_are_searched(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, policies=("conservative", "overcommit"))
+    result = plan(spec, _Fake({"A100-80GB": 1.0, "H100-80GB": 1.0}))
+    settings = {(c.policy, tuple(c.params.values())) for c in result.candidates}
+    assert settings >= {("conservative", ()), ("overcommit", (0.5,)), ("overcommit", (0.9,))}
+
+
+def test_tensor_parallel_degrees_are_model_presets() -> None:
+    assert model_for_tp("Llama-3.1-70B-TP4", 8) == "Llama-3.1-70B-TP8"
+    assert model_for_tp("Llama-3.1-8B", 1) == "Llama-3.1-8B"
+
+
+def test_price_table_file(tmp_path: Path) -> None:
+    path = tmp_path / "prices.toml"
+    path.write_text('[prices]\nL40S = 0.9\n"H100-80GB" = 2.0\n')
+    assert read_prices(path) == {"L40S": 0.9, "H100-80GB": 2.0}
+    path.write_text('L40S = -1\n')
+    with pytest.raises(ValueError, match="L40S"):
+        read_prices(path)
+
+
+def test_plan_cli_ranks_gpu_types(tmp_path: Path) -> None:
+    import tomli_w
+
+    scn = tmp_path / "s.toml"
+    scn.write_bytes(tomli_w.dumps(small_scenario_dict(40, 4.0, policy="conservative")).encode())
+    out = tmp_path / "plan"
+    res = CliRunner().invoke(app, [
+        "plan", "--scenario", str(scn), "--out", str(out), "--gpus", "A100-80GB,H100-80GB",
+        "--price", "A100-80GB=1.5", "--replicas", "1,2", "-r", "2", "-j", "1",
+        "--slo", "overall_slo_attainment>=0.5"])
+    assert res.exit_code in (0, 1), res.stderr
+    assert "A100-80GB" in res.stdout and "H100-80GB" in res.stdout and "$/M tok" in res.stdout
+    described = json.loads((out / "plan.json").read_text())
+    assert described["prices_usd_per_gpu_hour"]["A100-80GB"] == 1.5
+    assert (out / "plan.csv").exists()
+    long = [line for line in res.stdout.splitlines()
+            if len(line) > 100 and not line.startswith(("wrote", "at most"))]
+    assert not long, long
