@@ -20,9 +20,9 @@ output tokens that hourly cost divided by the output tokens it completes in an h
 summary's ``overall_output_tokens_per_s``, over the offered window). GPU types without a price
 are skipped with a note.
 
-Tensor parallelism is a model preset's: degree ``t`` of model ``M`` is the preset ``M`` for
-``t = 1`` and ``M-TPt`` otherwise (``Llama-3.1-70B-TP4``); degrees without a preset, and model
-and GPU pairs whose weights do not fit, are reported and skipped. Replicas are a ``[fleet]`` of
+Tensor parallelism is the engine's ``tensor_parallel_size`` (vLLM's ``--tensor-parallel-size``:
+the model sharded over that many GPUs of one replica); degrees the model cannot be split by,
+and model and GPU pairs whose weights do not fit, are reported and skipped. Replicas are a ``[fleet]`` of
 that many engines (the scenario's router and budget, else ``least_tokens`` and per-replica
 budgets; one replica is a single engine without a fleet).
 
@@ -114,12 +114,6 @@ def read_prices(path: Path) -> dict[str, float]:
     return out
 
 
-def model_for_tp(model: str, tp: int) -> str:
-    """The preset of ``model`` at tensor-parallel degree ``tp`` (``M`` or ``M-TPt``)."""
-    base = model.split("-TP")[0]
-    return base if tp == 1 else f"{base}-TP{tp}"
-
-
 @dataclass
 class PlanSpec:
     """What to plan. ``policies``: names (default: the scenario's); ``param_values``: a
@@ -181,7 +175,6 @@ class Candidate:
     index: int
     gpu: str
     tp: int
-    model: str
     policy: str
     params: dict[str, Any]
     overrides: tuple[str, ...]
@@ -270,16 +263,13 @@ def _f(x: Any) -> float:
         return math.nan
 
 
-def _fits(scenario: Scenario, gpu: str, model: str) -> str | None:
-    """Why ``model`` cannot run on ``gpu`` (None when it can)."""
+def _fits(scenario: Scenario, gpu: str, tp: int) -> str | None:
+    """Why the scenario's model cannot run on ``gpu`` at degree ``tp`` (None when it can)."""
     from dataclasses import replace
 
-    from kvbudget.perf.models import MODELS
-
-    if model not in MODELS:
-        return f"no model preset {model!r}"
-    config = replace(scenario.sim_config(), gpu=gpu, model=model)
+    base = scenario.sim_config()
     try:
+        config = replace(base, gpu=gpu, engine=replace(base.engine, tensor_parallel_size=tp))
         config.resolved_num_gpu_blocks()
     except ValueError as exc:
         return str(exc)
@@ -295,8 +285,7 @@ def _candidates(spec: PlanSpec, notes: list[str]) -> list[Candidate]:
             notes.append(f"{gpu}: no price in the table; skipped (give --price {gpu}=USD)")
             continue
         for tp in spec.tensor_parallel:
-            model = model_for_tp(spec.scenario.spec.model, tp)
-            why = _fits(spec.scenario, gpu, model)
+            why = _fits(spec.scenario, gpu, tp)
             if why is not None:
                 notes.append(f"{gpu} x TP{tp}: {why}; skipped")
                 continue
@@ -304,8 +293,8 @@ def _candidates(spec: PlanSpec, notes: list[str]) -> list[Candidate]:
                 params = {k: v for k, v in p.values if k.startswith("policy_params.")
                           and v is not None}
                 overrides = (*p.overrides, f"gpu={json.dumps(gpu)}",
-                             f"model={json.dumps(model)}")
-                out.append(Candidate(len(out), gpu, tp, model, p.policy, params, overrides))
+                             f"engine.tensor_parallel_size={tp}")
+                out.append(Candidate(len(out), gpu, tp, p.policy, params, overrides))
     if not out:
         raise ValueError("plan: no configuration to try (" + "; ".join(notes) + ")")
     return out

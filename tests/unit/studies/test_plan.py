@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
 from kvbudget.simulator.scenario import scenario_from_dict
-from kvbudget.studies.plan import PlanSpec, model_for_tp, plan, read_prices
+from kvbudget.studies.plan import PlanSpec, plan, read_prices
 from kvbudget.studies.sweep import RunSpec
 from kvbudget.studies.tune import Constraint
 from tests.conftest import small_scenario_dict
@@ -104,9 +104,16 @@ def test_policy_main_parameters_are_searched(tmp_path: Path) -> None:
     assert settings >= {("conservative", ()), ("overcommit", (0.5,)), ("overcommit", (0.9,))}
 
 
-def test_tensor_parallel_degrees_are_model_presets() -> None:
-    assert model_for_tp("Llama-3.1-70B-TP4", 8) == "Llama-3.1-70B-TP8"
-    assert model_for_tp("Llama-3.1-8B", 1) == "Llama-3.1-8B"
+def test_tensor_parallel_degrees_are_searched_and_counted(tmp_path: Path) -> None:
+    ex = _Fake({"A100-80GB": 5.0, "H100-80GB": 3.0})
+    spec = _spec(tmp_path, tensor_parallel=(1, 2))
+    result = plan(spec, ex)
+    assert {(c.gpu, c.tp) for c in result.candidates} == {
+        ("A100-80GB", 1), ("A100-80GB", 2), ("H100-80GB", 1), ("H100-80GB", 2)}
+    table = result.table()
+    row = table[(table["gpu"] == "H100-80GB") & (table["tp"] == 2)].iloc[0]
+    assert row["gpus"] == 2 * row["replicas"]
+    assert row["usd_per_hour"] == 3.0 * row["gpus"]
 
 
 def test_price_table_file(tmp_path: Path) -> None:
