@@ -360,3 +360,9 @@ def test_model_spec_validates() -> None:
         ModelSpec("x", "llama", 2, 64, 4, 4, 16, 128, 100, num_sliding_layers=1)
     with pytest.raises(ValueError, match="tensor_parallel_size"):
         get_model("Llama-3.1-8B").kv_bytes_per_token(0)
+
+
+def test_docs_list_every_preset() -> None:
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "models.md").read_text()
+    for name in preset_names():
+        assert f"| {name} | {get_model(name).source.split('(')[1].rstrip(')')} |" in docs, name
