@@ -116,6 +116,9 @@ ENGINE_OPTIONS: dict[str, tuple[Any, Any, str]] = {
         "--enable-expert-parallel", help="MoE models: whole "
         "experts spread over the GPUs instead of every expert sharded.",
         rich_help_panel=_E)], None, "enable_expert_parallel"),
+    "kv_cache_dtype": (Annotated[str | None, typer.Option(
+        "--kv-cache-dtype", help="auto (the model's 16-bit dtype), fp8 (= fp8_e4m3) or "
+        "fp8_e5m2.", rich_help_panel=_E)], None, "kv_cache_dtype"),
 }
 
 SCENARIO_OPTIONS: dict[str, tuple[Any, Any]] = {

@@ -30,6 +30,7 @@ def num_gpu_blocks(
     gpu_memory_utilization: float = 0.9,
     max_num_batched_tokens: int = 8192,
     tensor_parallel_size: int = 1,
+    kv_cache_dtype: str = "auto",
 ) -> int:
     """KV blocks per GPU the way vLLM sizes them: what is left of ``memory * utilization`` after
     weights and the activation peak, divided by the bytes of one block (each of the
@@ -44,7 +45,8 @@ def num_gpu_blocks(
         - model.legacy_weight_bytes(tensor_parallel_size)
         - activation_reserve_bytes(model, max_num_batched_tokens, tensor_parallel_size)
     )
-    blocks = math.floor(free / (model.kv_bytes_per_token(tensor_parallel_size) * block_size))
+    kv_bytes = model.kv_bytes_per_token(tensor_parallel_size, kv_cache_dtype)
+    blocks = math.floor(free / (kv_bytes * block_size))
     if blocks < 1:
         raise ValueError(
             f"{model.name} does not fit on {gpu.name} at gpu_memory_utilization="

@@ -57,6 +57,7 @@ class RooflineCostModel:
     overhead_s: float = 0.004
     tp_overhead_s: float = 0.0005
     tensor_parallel_size: int = 1
+    kv_cache_dtype: str = "auto"
     _terms: _RooflineTerms = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -77,7 +78,7 @@ class RooflineCostModel:
             attn_flops=4.0 * m.num_layers * m.num_attention_heads * m.head_dim / tp,
             flops_s=g.bf16_flops * self.mfu,
             weight_bytes=m.legacy_weight_bytes(tp),
-            kv_bytes_per_token=m.kv_bytes_per_token(tp),
+            kv_bytes_per_token=m.kv_bytes_per_token(tp, self.kv_cache_dtype),
             bytes_s=g.hbm_bandwidth_bytes_s * self.mbu,
             overhead_s=self.overhead_s + (self.tp_overhead_s if tp > 1 else 0.0),
         )
@@ -106,8 +107,11 @@ class RooflineCostModel:
         return result
 
     def describe(self) -> dict[str, Any]:
-        tp = {"tensor_parallel_size": self.tensor_parallel_size} \
-            if self.tensor_parallel_size > 1 else {}
+        extra: dict[str, Any] = {}
+        if self.tensor_parallel_size > 1:
+            extra["tensor_parallel_size"] = self.tensor_parallel_size
+        if self.kv_cache_dtype != "auto":
+            extra["kv_cache_dtype"] = self.kv_cache_dtype
         return {
             "kind": "roofline",
             "gpu": self.gpu.name,
@@ -116,5 +120,5 @@ class RooflineCostModel:
             "mbu": self.mbu,
             "overhead_s": self.overhead_s,
             "tp_overhead_s": self.tp_overhead_s,
-            **tp,
+            **extra,
         }

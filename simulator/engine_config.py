@@ -37,6 +37,9 @@ class EngineConfig:
     over them (vLLM's ``--tensor-parallel-size``; the KV blocks counted are each GPU's, every
     block spanning all of them); ``enable_expert_parallel`` places an MoE model's routed
     experts whole on the GPUs instead of sharding each (vLLM's ``--enable-expert-parallel``).
+    ``kv_cache_dtype`` is vLLM's ``--kv-cache-dtype``: ``auto`` (the model's 16-bit dtype),
+    ``fp8`` (= ``fp8_e4m3``) or ``fp8_e5m2`` (1 byte per element: twice the tokens per block's
+    memory).
     """
 
     block_size: int = 16
@@ -59,6 +62,7 @@ class EngineConfig:
     enable_prefix_caching: bool = False
     tensor_parallel_size: int = 1
     enable_expert_parallel: bool = False
+    kv_cache_dtype: str = "auto"
 
     def __post_init__(self) -> None:
         if self.block_size < 1:
@@ -110,6 +114,13 @@ class EngineConfig:
         if not (isinstance(self.tensor_parallel_size, int) and self.tensor_parallel_size >= 1):
             raise ValueError(
                 f"tensor_parallel_size must be an integer >= 1, got {self.tensor_parallel_size!r}"
+            )
+        if self.kv_cache_dtype != "auto":
+            from kvbudget.perf.models import KV_CACHE_DTYPES  # numpy: only when needed
+        if self.kv_cache_dtype != "auto" and self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(
+                f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, "
+                f"got {self.kv_cache_dtype!r}"
             )
         if not 0 <= self.watermark < 1:
             raise ValueError(f"watermark must be in [0, 1), got {self.watermark!r}")

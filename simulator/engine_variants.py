@@ -382,10 +382,11 @@ def engine_inputs(
     model: str,
     gpu: str,
     tensor_parallel_size: int = 1,
+    kv_cache_dtype: str = "auto",
 ) -> dict[str, Any]:
     """The per-request columns and hardware facts :func:`make_engine` takes, for ``workload``
     served by ``model`` on ``gpu`` (``priority``: each request's tier priority), sharded over
-    ``tensor_parallel_size`` GPUs."""
+    ``tensor_parallel_size`` GPUs with a ``kv_cache_dtype`` KV cache."""
     return {
         "prompt_tokens": workload.prompt_tokens,
         "output_tokens": workload.output_tokens,
@@ -396,6 +397,7 @@ def engine_inputs(
         "prefix_hashes": workload.prefix_hashes,
         "prefix_offsets": workload.prefix_offsets,
         "prefix_block_tokens": workload.prefix_block_tokens,
-        "kv_bytes_per_token": get_model(model).kv_bytes_per_token(tensor_parallel_size),
+        "kv_bytes_per_token": get_model(model).kv_bytes_per_token(tensor_parallel_size,
+                                                                 kv_cache_dtype),
         "pcie_bandwidth_bytes_s": get_gpu(gpu).pcie_bandwidth_bytes_s,
     }

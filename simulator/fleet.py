@@ -241,12 +241,14 @@ class Fleet:
                 gpu_memory_utilization=engine.gpu_memory_utilization,
                 max_num_batched_tokens=engine.max_num_batched_tokens,
                 tensor_parallel_size=engine.tensor_parallel_size,
+                kv_cache_dtype=engine.kv_cache_dtype,
             )
             cost = (
                 config.cost_model
                 if config.cost_model is not None and gpu == config.gpu
                 else RooflineCostModel(get_gpu(gpu), get_model(config.model),
-                                       tensor_parallel_size=engine.tensor_parallel_size)
+                                       tensor_parallel_size=engine.tensor_parallel_size,
+                                       kv_cache_dtype=engine.kv_cache_dtype)
             )
             replica_hooks = EngineHooks(
                 on_finish=partial(self._on_finish, r),
@@ -268,6 +270,7 @@ class Fleet:
                         model=config.model,
                         gpu=gpu,
                         tensor_parallel_size=engine.tensor_parallel_size,
+                        kv_cache_dtype=engine.kv_cache_dtype,
                     ),
                 )
             )

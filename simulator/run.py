@@ -101,6 +101,7 @@ class _Simulation:
                     model=config.model,
                     gpu=config.gpu,
                     tensor_parallel_size=config.engine.tensor_parallel_size,
+                    kv_cache_dtype=config.engine.kv_cache_dtype,
                 ),
             )
         else:

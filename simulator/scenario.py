@@ -102,6 +102,7 @@ class EngineSpec:
     enable_prefix_caching: bool = False
     tensor_parallel_size: Annotated[int, Ge(1)] = 1
     enable_expert_parallel: bool = False
+    kv_cache_dtype: str = "auto"
 
 
 @dataclass(frozen=True)

@@ -110,13 +110,15 @@ class SimConfig:
             gpu_memory_utilization=self.engine.gpu_memory_utilization,
             max_num_batched_tokens=self.engine.max_num_batched_tokens,
             tensor_parallel_size=self.engine.tensor_parallel_size,
+            kv_cache_dtype=self.engine.kv_cache_dtype,
         )
 
     def resolved_cost_model(self) -> CostModel:
         if self.cost_model is not None:
             return self.cost_model
         return RooflineCostModel(get_gpu(self.gpu), get_model(self.model),
-                                 tensor_parallel_size=self.engine.tensor_parallel_size)
+                                 tensor_parallel_size=self.engine.tensor_parallel_size,
+                                 kv_cache_dtype=self.engine.kv_cache_dtype)
 
 
 def gateway_config(config: SimConfig, capacity_tokens: int) -> GatewayConfig:

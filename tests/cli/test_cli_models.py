@@ -78,3 +78,22 @@ def test_presets_lists_bundled_models_with_params_and_kv() -> None:
         assert f"{m.kv_bytes_per_token() / 1024:g}"[:4] in line or "MLA" in line
 
 
+
+
+def test_kv_cache_dtype_fp8_halves_the_bytes_of_a_block(tmp_path: Path) -> None:
+    trace = str(_trace(tmp_path))
+    runs = {}
+    for dtype in ("auto", "fp8"):
+        res = runner.invoke(app, ["simulate", "--model", "Qwen3-8B", "--kv-cache-dtype", dtype,
+                                  "--trace", trace, "--json"])
+        assert res.exit_code == 0, res.output
+        runs[dtype] = json.loads(res.stdout)
+    model, gpu = get_model("Qwen3-8B"), get_gpu("H100-80GB")
+    for dtype, summary in runs.items():
+        assert summary["num_gpu_blocks"] == num_gpu_blocks(gpu, model, kv_cache_dtype=dtype)
+    # the same free memory over blocks of half the bytes
+    assert runs["fp8"]["num_gpu_blocks"] in (2 * runs["auto"]["num_gpu_blocks"],
+                                             2 * runs["auto"]["num_gpu_blocks"] + 1)
+    assert runs["fp8"]["cost_model"]["kv_cache_dtype"] == "fp8"
+    res = runner.invoke(app, ["simulate", "--kv-cache-dtype", "fp4", "--trace", trace])
+    assert res.exit_code == 2 and "kv_cache_dtype must be one of" in res.stderr
