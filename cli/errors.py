@@ -30,7 +30,8 @@ def user_errors() -> Iterator[None]:
         yield
     except CliError as exc:
         raise fail(str(exc), exc.code) from None
-    except (ValueError, FileNotFoundError, IsADirectoryError, PermissionError, KeyError) as exc:
+    except (ValueError, FileNotFoundError, FileExistsError, IsADirectoryError,
+            NotADirectoryError, PermissionError, KeyError) as exc:
         msg = str(exc)
         if isinstance(exc, KeyError):
             msg = f"missing key {msg}"

@@ -55,9 +55,9 @@ LeaseOpt = Annotated[float | None, typer.Option(
 PollOpt = Annotated[float, typer.Option(
     "--poll-period", help="Seconds between two scrapes of the server's /metrics.")]
 SeqsOpt = Annotated[int | None, typer.Option(
-    "--max-num-seqs", help="The server's --max-num-seqs (calibration grid, simulation).")]
+    "--max-num-seqs", min=1, help="The server's --max-num-seqs (calibration grid, simulation).")]
 BatchedOpt = Annotated[int | None, typer.Option(
-    "--max-num-batched-tokens", help="The server's --max-num-batched-tokens.")]
+    "--max-num-batched-tokens", min=1, help="The server's --max-num-batched-tokens.")]
 OptUrlOpt = Annotated[str | None, typer.Option(
     "--url", help="The server root, e.g. http://127.0.0.1:8000 (OpenAI-compatible); or "
     "--records for a recorded run instead.")]

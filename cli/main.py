@@ -57,7 +57,15 @@ def main() -> None:
     # What is loaded so far (typer, the command modules) lives as long as the process: keep it
     # out of the collector's passes while each command imports the rest (as mypy does).
     gc.freeze()
-    app()
+    try:
+        app()
+    except KeyboardInterrupt:
+        # Ctrl-C outside a command's own handling (commands that keep partial work say so
+        # themselves): one line, and the shell's code for SIGINT
+        import sys
+
+        print("error: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":  # pragma: no cover

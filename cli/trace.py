@@ -103,7 +103,22 @@ def stats_command(
             else:
                 _print_stats(str(file), stats, tier_stats(loaded.workload, timed=report.timed))
         if as_json:
-            print(json.dumps(results[0] if len(results) == 1 else results, indent=2))
+            out = _json_safe(results[0] if len(results) == 1 else results)
+            print(json.dumps(out, indent=2, allow_nan=False))
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` with non-finite floats as null: JSON has no Infinity or NaN (a rate over a
+    span of a few nanoseconds overflows to inf)."""
+    import math
+
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
 
 
 @trace_app.command("convert")
@@ -186,6 +201,9 @@ def synth_command(
         parsed = parse_workload_spec(table)
         base_dir = spec.resolve().parent if spec is not None else None
         workload = build_workload(parsed, np.random.default_rng(seed), base_dir)
+        if len(workload) == 0:  # no loader reads an empty trace back
+            raise CliError("the workload has no requests (--num-requests 0, or a duration too "
+                           f"short for its rate): {out} not written")
         save_workload(workload, out)
         print(f"wrote {len(workload):,} requests over {workload.span_s:,.1f} s to {out}")
 

@@ -152,6 +152,38 @@ def _error_message(payload: Any) -> str:
     return ""
 
 
+def _count(value: Any) -> bool:
+    """A token count as JSON carries one: a non-negative integer (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _event_problem(payload: Any, max_tokens: int) -> str:
+    """What makes a parsed stream event unusable ('' when nothing): not an object, ``choices``
+    not a list of objects, a ``usage`` that is not an object or whose counts are not
+    non-negative integers, or more completion tokens than the request allowed. A server that
+    sends such an event is not trusted with the rest of the stream: the request fails with a
+    protocol error on its row, the replay goes on."""
+    if not isinstance(payload, dict):
+        return f"a {type(payload).__name__}, not an object"
+    choices = payload.get("choices")
+    if choices is not None and not (
+            isinstance(choices, list) and all(isinstance(c, dict) for c in choices)):
+        return "choices is not a list of objects"
+    usage = payload.get("usage")
+    if usage is None:
+        return ""
+    if not isinstance(usage, dict):
+        return "usage is not an object"
+    for key in ("completion_tokens", "prompt_tokens"):
+        value = usage.get(key)
+        if value is not None and not _count(value):
+            return f"usage.{key} {value!r} is not a token count"
+    completion = usage.get("completion_tokens")
+    if completion is not None and completion > max_tokens:
+        return f"usage.completion_tokens {completion} > max_tokens {max_tokens}"
+    return ""
+
+
 async def stream_completion(
     client: httpx.AsyncClient,
     target: ServerTarget,
@@ -209,9 +241,16 @@ async def stream_completion(
                     res.error_kind = "stream_error"
                     res.output_tokens = counted
                     return res
+                problem = _event_problem(payload, max_tokens)
+                if problem:
+                    res.finished_s = clock()
+                    res.error = f"malformed stream event ({problem}): {data[:120]!r}"
+                    res.error_kind = "protocol"
+                    res.output_tokens = counted
+                    return res
                 choices = payload.get("choices") or []
                 usage = payload.get("usage")
-                has_usage = isinstance(usage, dict) and "completion_tokens" in usage
+                has_usage = isinstance(usage, dict) and usage.get("completion_tokens") is not None
                 if choices:
                     now = clock()
                     counted = int(usage["completion_tokens"]) if has_usage else counted + 1

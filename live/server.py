@@ -67,9 +67,13 @@ async def discover(client: httpx.AsyncClient, target: ServerTarget) -> ServerInf
             f"{target.url('/v1/models')} answered HTTP {response.status_code}"
         )
     try:
-        models = response.json().get("data") or []
+        payload = response.json()
     except ValueError:
-        models = []
+        payload = None
+    # OpenAI's shape is {"object": "list", "data": [{"id": ...}, ...]}; anything else (a bare
+    # list, a string, entries that are not objects) lists no usable model
+    raw_models = payload.get("data") if isinstance(payload, dict) else None
+    models = [m for m in raw_models if isinstance(m, dict)] if isinstance(raw_models, list) else []
     model = target.model
     max_model_len: int | None = None
     entry = next((m for m in models if not model or m.get("id") == model), None)
@@ -78,7 +82,8 @@ async def discover(client: httpx.AsyncClient, target: ServerTarget) -> ServerInf
     if entry is not None:
         model = str(entry.get("id"))
         raw_len = entry.get("max_model_len")
-        max_model_len = int(raw_len) if isinstance(raw_len, int | float) and raw_len > 0 else None
+        max_model_len = (int(raw_len) if isinstance(raw_len, int | float) and not isinstance(
+            raw_len, bool) and 0 < raw_len < 2**53 else None)
     snap: EngineSnapshot | None
     try:
         snap = await fetch_snapshot(client, target)

@@ -51,18 +51,28 @@ class RunResult:
         return df
 
     def write(self, out_dir: Path) -> None:
-        """Write the three files (the directory is created)."""
+        """Write the three files (the directory is created), so that an interrupted write
+        never leaves a directory that reads as one run: each file is written under a temporary
+        name first; then ``summary.json`` (what :func:`read_run` needs last) is removed, the
+        two tables are renamed into place and the summary is renamed last. A directory
+        interrupted at any point holds either the previous run whole or no summary (not a run
+        directory), never this run's requests beside the previous run's timeline."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         out_dir.mkdir(parents=True, exist_ok=True)
+        tmp = {name: out_dir / f".{name}.partial" for name in
+               (REQUESTS_FILE, TIMELINE_FILE, SUMMARY_FILE)}
         pq.write_table(
-            _arrow_table(self.record_columns, RECORD_COLUMNS, pa), out_dir / REQUESTS_FILE
+            _arrow_table(self.record_columns, RECORD_COLUMNS, pa), tmp[REQUESTS_FILE]
         )
         pq.write_table(
-            _arrow_table(self.timeline_columns, TIMELINE_COLUMNS, pa), out_dir / TIMELINE_FILE
+            _arrow_table(self.timeline_columns, TIMELINE_COLUMNS, pa), tmp[TIMELINE_FILE]
         )
-        (out_dir / SUMMARY_FILE).write_text(json.dumps(self.summary, indent=2) + "\n")
+        tmp[SUMMARY_FILE].write_text(json.dumps(self.summary, indent=2) + "\n")
+        (out_dir / SUMMARY_FILE).unlink(missing_ok=True)
+        for name in (REQUESTS_FILE, TIMELINE_FILE, SUMMARY_FILE):
+            tmp[name].replace(out_dir / name)
 
 
 def _arrow_table(cols: dict[str, Any], schema: dict[str, str], pa: Any) -> Any:

@@ -176,8 +176,8 @@ class Engine:
     ) -> None:
         if num_gpu_blocks < 1:
             raise ValueError(f"num_gpu_blocks must be >= 1, got {num_gpu_blocks!r}")
-        if not timeline_period_s > 0:
-            raise ValueError(f"timeline_period_s must be > 0, got {timeline_period_s!r}")
+        if not 0 < timeline_period_s < float("inf"):
+            raise ValueError(f"timeline_period_s must be > 0 and finite, got {timeline_period_s!r}")
         self.env = env
         self.config = config
         self.cost = cost_model
@@ -187,7 +187,17 @@ class Engine:
         self.capacity_tokens = num_gpu_blocks * config.block_size
         cap = self.capacity_tokens
         self.max_model_len = cap if config.max_model_len is None else min(cap, config.max_model_len)
+        if (not config.enable_chunked_prefill and config.name in ("vllm", "vllm-swap")
+                and config.max_num_batched_tokens < self.max_model_len):
+            # vLLM's SchedulerConfig refuses this at start-up: without chunking a prompt is
+            # prefilled in one step, so one longer than a step's budget could never run
+            raise ValueError(
+                f"enable_chunked_prefill = false needs max_num_batched_tokens >= max_model_len, "
+                f"got {config.max_num_batched_tokens} < {self.max_model_len} (vLLM refuses to "
+                "start: a longer prompt could never be scheduled); raise max_num_batched_tokens "
+                "or set max_model_len")
         self.watermark_blocks = int(config.watermark * num_gpu_blocks)
+        self._admit_blocks = num_gpu_blocks - self.watermark_blocks
         n = len(prompt_tokens)
         self.prompt_tokens = prompt_tokens
         self.target_output = output_tokens
@@ -307,8 +317,12 @@ class Engine:
             self._abort_now(i)
 
     def fits(self, i: int) -> bool:
-        """Whether the request could ever run here (vLLM's max_model_len check)."""
-        return int(self.prompt_tokens[i] + self.target_output[i]) <= self.max_model_len
+        """Whether the request could ever run here: vLLM's max_model_len check, and a prompt
+        whose blocks fit beside the watermark (vLLM v0's ``AllocStatus.NEVER``: such a request
+        is refused, never scheduled)."""
+        prompt = int(self.prompt_tokens[i])
+        return (prompt + int(self.target_output[i]) <= self.max_model_len
+                and -(-prompt // self.block_size) <= self._admit_blocks)
 
     def num_waiting(self) -> int:
         return len(self.waiting)

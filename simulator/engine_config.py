@@ -9,6 +9,14 @@ EngineName = Literal["vllm", "vllm-swap", "tgi", "sglang", "trtllm"]
 ENGINE_NAMES: tuple[EngineName, ...] = ("vllm", "vllm-swap", "tgi", "sglang", "trtllm")
 
 
+MAX_BLOCK_SIZE = 65_536
+"""Beyond any engine's KV block (vLLM's ``--block-size`` choices stop at 128 tokens)."""
+MAX_KV_TOKENS = 2**40
+"""About 10^12 tokens of KV cache: more than a petabyte at any model's bytes per token."""
+MAX_COUNT = 2**31 - 1
+"""Bound of the scheduler's counts (``max_num_seqs``, ``max_num_batched_tokens``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     """One serving engine (a replica): its KV cache and scheduler limits.
@@ -65,16 +73,25 @@ class EngineConfig:
     kv_cache_dtype: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.block_size < 1:
-            raise ValueError(f"block_size must be >= 1, got {self.block_size!r}")
+        if not 1 <= self.block_size <= MAX_BLOCK_SIZE:
+            raise ValueError(f"block_size must be in [1, {MAX_BLOCK_SIZE}], got {self.block_size!r}")
         if self.num_gpu_blocks is not None and self.num_gpu_blocks < 1:
             raise ValueError(f"num_gpu_blocks must be >= 1, got {self.num_gpu_blocks!r}")
-        if self.max_num_seqs < 1:
-            raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs!r}")
-        if self.max_num_batched_tokens < 1:
+        if (self.num_gpu_blocks is not None
+                and self.num_gpu_blocks * self.block_size > MAX_KV_TOKENS):
             raise ValueError(
-                f"max_num_batched_tokens must be >= 1, got {self.max_num_batched_tokens!r}"
+                f"num_gpu_blocks {self.num_gpu_blocks} x block_size {self.block_size} = "
+                f"{self.num_gpu_blocks * self.block_size:.3g} tokens of KV cache, beyond any "
+                f"deployment (at most {MAX_KV_TOKENS:.3g})")
+        if not 1 <= self.max_num_seqs <= MAX_COUNT:
+            raise ValueError(f"max_num_seqs must be in [1, {MAX_COUNT}], got {self.max_num_seqs!r}")
+        if not 1 <= self.max_num_batched_tokens <= MAX_COUNT:
+            raise ValueError(
+                f"max_num_batched_tokens must be in [1, {MAX_COUNT}], got "
+                f"{self.max_num_batched_tokens!r}"
             )
+        if self.max_model_len is not None and self.max_model_len > MAX_KV_TOKENS:
+            raise ValueError(f"max_model_len must be <= {MAX_KV_TOKENS}, got {self.max_model_len!r}")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(
                 f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization!r}"

@@ -417,4 +417,23 @@ def simulate(
     wall_start = time.perf_counter()
     if len(workload) == 0:
         raise ValueError("the workload has no requests")
-    return _Simulation(workload, policy, config or SimConfig(), progress).run(wall_start)
+    config = config or SimConfig()
+    _check_timeline_size(workload, config.timeline_period_s)
+    return _Simulation(workload, policy, config, progress).run(wall_start)
+
+
+MAX_TIMELINE_SAMPLES = 10_000_000
+"""A timeline longer than this (80 MB a column) is a mistake, not a measurement: refused."""
+
+
+def _check_timeline_size(workload: Workload, period_s: float) -> None:
+    """The timeline takes a sample every ``period_s`` from 0 to the end: its length over the
+    arrivals alone must stay bounded (a period of 1e-7 s, or a trace whose clock starts at
+    Unix-epoch seconds, would take hours and gigabytes before the first request)."""
+    last = float(workload.arrival_s.max())
+    samples = last / period_s
+    if not samples <= MAX_TIMELINE_SAMPLES:
+        raise ValueError(
+            f"timeline_period_s {period_s:g}: the timeline would take {samples:.3g} samples over "
+            f"the {last:.3g} s to the last arrival (at most {MAX_TIMELINE_SAMPLES:,}); raise "
+            "timeline_period_s")

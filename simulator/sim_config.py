@@ -92,8 +92,9 @@ class SimConfig:
             raise ValueError(
                 f"gateway_capacity_tokens must be >= 1, got {self.gateway_capacity_tokens!r}"
             )
-        if not self.timeline_period_s > 0:
-            raise ValueError(f"timeline_period_s must be > 0, got {self.timeline_period_s!r}")
+        if not 0 < self.timeline_period_s < float("inf"):
+            raise ValueError(
+                f"timeline_period_s must be > 0 and finite, got {self.timeline_period_s!r}")
         if self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed!r}")
         if self.fleet is not None:

@@ -265,6 +265,19 @@ def _read_data(path: Path) -> dict[str, Any]:
     return data
 
 
+def _check_comparable(path: Path, baseline: BaselineFile) -> None:
+    """A gate that cannot compare must not pass: a baseline without metrics, or a metric whose
+    every value is nan (a wiped or hand-damaged file), is bad input unless ``--update``
+    rewrites it."""
+    if not baseline.metrics:
+        raise RegressInputError(f"{path}: no metrics to compare; write the baseline with --update")
+    for name, entry in baseline.metrics.items():
+        if not entry.finite():
+            raise RegressInputError(
+                f"{path}: metric {name!r} has no baseline value (every value is nan), so the "
+                "gate cannot compare it; rewrite the baseline with --update or delete the metric")
+
+
 def read_baseline(path: Path) -> BaselineFile:
     """Read and validate a baseline file (TOML or JSON); errors name the file and the field."""
     data = _read_data(path)
@@ -748,7 +761,10 @@ def regress(
                 f"{baseline_dir}: no baseline for scenario {scn.name!r} ({scn.path}); "
                 f"write one with --update"
             )
-        baselines[scn.name] = None if path is None else (path, read_baseline(path))
+        found = None if path is None else (path, read_baseline(path))
+        if found is not None and not update:
+            _check_comparable(*found)
+        baselines[scn.name] = found
     seeds: dict[str, tuple[int, ...]] = {}
     for scn in suite.scenarios:
         found = baselines[scn.name]

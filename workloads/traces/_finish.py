@@ -353,6 +353,24 @@ def _apply_max_output(rows: _Rows, tier_codes: npt.NDArray[np.int16], tier_names
     return max_out, output
 
 
+ABSOLUTE_CLOCK_S = 1e8
+"""A first arrival this late (about three years of seconds) is a wall-clock timestamp (Unix
+epoch seconds, a Parquet timestamp column), not an offset into the trace: it is rebased to 0
+with a note, so the simulation does not start decades before the first request."""
+YEAR_S = 365.25 * 86400
+MAX_SPAN_S = 10 * YEAR_S
+"""Longer than any trace a deployment records: such arrival times are refused (wrong unit)."""
+
+
+def _utc(epoch_s: float) -> str:
+    import datetime
+
+    try:
+        return datetime.datetime.fromtimestamp(epoch_s, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return "far beyond any calendar date"
+
+
 def finish(raw: RawTrace, options: TraceOptions, streams: Streams) -> LoadedTrace:
     """Validate and transform a loader's columns into the workload and its report."""
     n_parsed = len(raw.prompt)
@@ -397,6 +415,19 @@ def finish(raw: RawTrace, options: TraceOptions, streams: Streams) -> LoadedTrac
 
     if raw.absolute_clock:
         rows.shift(float(rows.arrival.min()))
+    elif timed and rows.arrival.size and float(rows.arrival.min()) >= ABSOLUTE_CLOCK_S:
+        first = float(rows.arrival.min())
+        rows.shift(first)
+        raw.warnings.append(
+            f"arrival times look like absolute timestamps (the first is {first:.0f} s after "
+            f"1970-01-01, {_utc(first)}): rebased so the first request arrives at 0")
+    if timed and rows.arrival.size:
+        span = float(rows.arrival.max() - rows.arrival.min())
+        if not span <= MAX_SPAN_S:
+            last = int(np.argmax(rows.arrival))
+            raise _error(raw, int(rows.file_rows[last]), "arrival_s",
+                         f"the trace spans {span:.3g} s (over {MAX_SPAN_S / YEAR_S:.0f} years), "
+                         "beyond any recorded deployment: are the times in seconds?")
 
     gaps = np.diff(rows.arrival)
     if timed and gaps.size and bool((gaps < 0).any()):

@@ -368,6 +368,13 @@ def _parquet_numbers(path: Path, col: Any, name: str) -> np.ndarray[Any, np.dtyp
         # Unsafe: integers beyond 2**53 round (then fail the range checks) instead of raising.
         return np.asarray(arr.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False),
                           dtype=np.float64)
+    if pa.types.is_timestamp(arr.type) or pa.types.is_duration(arr.type):
+        # a point in time (or an offset) in whatever unit the file stores: seconds, as floats
+        # (time zones do not matter: arrivals are rebased to the first one)
+        unit = arr.type.unit
+        ints = arr.cast(pa.int64()).to_numpy(zero_copy_only=False)
+        scale = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}[unit]
+        return np.asarray(ints, dtype=np.float64) * scale
     series = arr.to_pandas()
     conv = pd.to_numeric(series, errors="coerce")
     bad = conv.isna() & series.notna()

@@ -45,7 +45,6 @@ from kvbudget.results.records import RECORD_COLUMNS, STATUSES, TIMELINE_COLUMNS
 from kvbudget.results.run_result import read_run
 from kvbudget.workloads import Workload, from_columns
 
-
 GATE_WAIT_S = 60.0
 
 
