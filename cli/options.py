@@ -139,6 +139,11 @@ SCENARIO_OPTIONS: dict[str, tuple[Any, Any]] = {
     "trace": (Annotated[Path | None, typer.Option(
         "--trace", help="Replay a trace file instead of the scenario's workload (with the "
         "trace options).", rich_help_panel=_S)], None),
+    "clients": (Annotated[str | None, typer.Option(
+        "--clients", metavar="TIER=PRESET,...", help="What each tier's clients do with "
+        "answers (no-retry, openai-sdk, batch-pipeline, impatient-user), over the scenario's "
+        "[clients], e.g. batch=batch-pipeline,interactive=impatient-user.",
+        rich_help_panel=_S)], None),
 }
 
 
@@ -328,6 +333,7 @@ class ScenarioArgs:
     trace: Path | None = None
     trace_args: TraceArgs = field(default_factory=TraceArgs)
     engine: dict[str, Any] = field(default_factory=dict)
+    clients: str | None = None
 
     def build(self, *, policy: str | None = None, seed: int | None = None,
               with_rate_scale: bool = True) -> "Scenario":
@@ -348,10 +354,18 @@ class ScenarioArgs:
             raise CliError(f"{opts}: trace options need --trace FILE")
         if self.trace is None and fmt is not None:
             raise CliError("--format: needs --trace FILE")
+        clients = None
+        if self.clients is not None:
+            from kvbudget.policies.clients import parse_clients
+
+            try:
+                clients = parse_clients(self.clients)
+            except ValueError as exc:
+                raise CliError(str(exc)) from None
         return make_scenario(
             self.scenario, self.overrides, policy=policy, gpu=self.gpu, model=self.model,
             seed=seed, trace=self.trace, trace_format=fmt, trace_options=table or None,
-            cost_model=self.cost_model, engine=self.engine)
+            cost_model=self.cost_model, engine=self.engine, clients=clients)
 
 
 # --- decorators --------------------------------------------------------------------------------
@@ -402,7 +416,7 @@ def _scenario_args(values: dict[str, Any]) -> ScenarioArgs:
         scenario=values["scenario"], overrides=tuple(values["overrides"] or ()),
         gpu=values["gpu"], model=values["model"], cost_model=values["cost_model"],
         trace=values["trace"], trace_args=TraceArgs(trace_values),
-        engine={k: v for k, v in engine.items() if v is not None})
+        engine={k: v for k, v in engine.items() if v is not None}, clients=values["clients"])
 
 
 def with_scenario_options(func: Callable[..., Any]) -> Callable[..., Any]:

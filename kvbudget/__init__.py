@@ -18,6 +18,8 @@ Policies and tiers
 - :class:`BasePolicy`: the base class of a new policy
 - :class:`TierConfig`, :data:`DEFAULT_TIERS`: service tiers and their SLOs
 - :class:`Request`, :class:`TokenBudget`: a request and the token-budget ledger
+- :class:`ClientModel`, :func:`client_model`, :data:`CLIENT_PRESETS`: what clients do with
+  answers (retries, backoff, Retry-After, timeouts)
 
 Configs and presets
 -------------------
@@ -96,6 +98,9 @@ _EXPORTS: dict[str, str] = {
     "DEFAULT_TIERS": "policies",
     "Request": "policies",
     "TokenBudget": "policies",
+    "ClientModel": "policies.clients",
+    "client_model": "policies.clients",
+    "CLIENT_PRESETS": "policies.clients",
     # Configs and presets
     "EngineConfig": "simulator.engine_config",
     "GPUSpec": "perf.hardware",
@@ -194,6 +199,7 @@ if TYPE_CHECKING:  # what a type checker and an IDE see
         make_policy,
         policy_names,
     )
+    from kvbudget.policies.clients import CLIENT_PRESETS, ClientModel, client_model
     from kvbudget.results.metrics import summarize
     from kvbudget.results.run_result import RunResult, read_run
     from kvbudget.simulator.engine_config import EngineConfig

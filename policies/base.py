@@ -11,6 +11,7 @@ To write a policy, subclass :class:`BasePolicy`, override what differs, and add 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Literal, Protocol, runtime_checkable
@@ -103,6 +104,7 @@ class Completion:
     request: Request
     output_tokens: int
     reserved_tokens: int
+    admitted_s: float = math.nan
 
 
 class Policy(Protocol):
@@ -117,6 +119,7 @@ class Policy(Protocol):
     def on_no_capacity(self, request: Request, view: GatewayView) -> NoCapacityDecision: ...
     def observe_completion(self, completion: Completion, view: GatewayView) -> None: ...
     def observe_preemption(self, request_id: int, view: GatewayView) -> None: ...
+    def retry_after_s(self, request: Request, view: GatewayView) -> float | None: ...
     def describe(self) -> dict[str, object]: ...
 
 
@@ -145,7 +148,42 @@ class BasePolicy:
     def observe_preemption(self, request_id: int, view: GatewayView) -> None:
         return None
 
+    def retry_after_s(self, request: Request, view: GatewayView) -> float | None:
+        """When a request refused retryably now should come back (seconds; the Retry-After
+        of the answer), or ``None`` to say nothing."""
+        return None
+
     def describe(self) -> dict[str, object]:
         """The policy's name and parameters, for summaries and scenario files."""
         params = {k: v for k, v in vars(self).items() if not k.startswith("_")}
         return {"name": self.name, **params}
+
+
+def lease_ends_retry_after(
+    request: Request, tokens: int, view: GatewayView, s_per_token: float | None
+) -> float | None:
+    """The earliest time (seconds from now) at which ``tokens`` could be free for ``request``'s
+    tier, from the leases the gateway holds and their expected ends: a lease ends when its
+    request has generated the rest of its declared ``max_output_tokens`` at ``s_per_token``
+    seconds per token (the tier's ``tpot_s`` when ``None``). ``None`` when even every lease's
+    end would not free enough (the request then waits on arrivals of capacity, not on leases).
+    """
+    need = tokens - view.budget.available(request.tier)
+    if need <= 0:
+        return None
+    engine = view.engine
+    ends: list[tuple[float, int]] = []
+    for rid, entry in view.admitted.items():
+        done = engine.num_output_tokens(rid) if engine is not None else 0
+        remaining = max(entry.request.max_output_tokens - done, 0)
+        per_token = s_per_token if s_per_token is not None else view.tiers[entry.request.tier].tpot_s
+        freed = entry.lease.from_shared
+        if entry.lease.tier == request.tier:
+            freed += entry.lease.from_guaranteed
+        ends.append((remaining * per_token, freed))
+    ends.sort()
+    for end_s, freed in ends:
+        need -= freed
+        if need <= 0:
+            return end_s
+    return None

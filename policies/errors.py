@@ -45,11 +45,18 @@ class RequestTooLarge(AdmissionError):
 
 class Overloaded(AdmissionError):
     """No capacity for the request. ``retryable`` tells the caller whether to try again (HTTP 429
-    with Retry-After) or give up (HTTP 503)."""
+    with Retry-After) or give up (HTTP 503). ``retry_after_s``: when the policy expects
+    capacity for it (seconds from the refusal; ``None``: it does not say), the Retry-After of
+    the answer."""
 
-    def __init__(self, retryable: bool, reason: OverloadReason) -> None:
+    def __init__(
+        self, retryable: bool, reason: OverloadReason, retry_after_s: float | None = None
+    ) -> None:
         if reason not in OVERLOAD_REASONS:
             raise ValueError(f"unknown overload reason {reason!r}; known: {OVERLOAD_REASONS}")
+        if retry_after_s is not None and not retry_after_s >= 0:
+            raise ValueError(f"retry_after_s must be >= 0 or None, got {retry_after_s!r}")
         self.retryable = retryable
         self.reason: OverloadReason = reason
+        self.retry_after_s = retry_after_s
         super().__init__(f"overloaded ({reason}), retryable={retryable}")

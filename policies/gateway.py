@@ -255,7 +255,8 @@ class Gateway:
             lease.release()
             self._revocations.pop(request_id, None)
             self.policy.observe_completion(
-                Completion(entry.request, output_tokens, lease.reserved_tokens), self
+                Completion(entry.request, output_tokens, lease.reserved_tokens, entry.admitted_s),
+                self,
             )
         return self._dispatch(self._expire(now_s, []))
 
@@ -265,6 +266,20 @@ class Gateway:
         entry = self._admitted.pop(request_id, None)
         if entry is not None:
             entry.lease.release()
+        return self._dispatch(self._expire(now_s, []))
+
+    def cancel(self, request_id: int, now_s: float) -> list[Action]:
+        """The caller went away (its client timed out): forget the request, waiting or
+        admitted, and free its lease. The executor aborts its engine work itself; the actions
+        returned are what the freed capacity admits."""
+        self._tick(now_s)
+        request = self._waiting_requests.get(request_id)
+        if request is not None:
+            self._dequeue(request)
+        entry = self._admitted.pop(request_id, None)
+        if entry is not None:
+            entry.lease.release()
+        self._revocations.pop(request_id, None)
         return self._dispatch(self._expire(now_s, []))
 
     def progress(self, request_id: int, output_tokens: int) -> None:
@@ -339,7 +354,9 @@ class Gateway:
                 tier = self._tiers[request.tier]
                 was_revoked = self._revocations.pop(rid, 0) > 0
                 reason: OverloadReason = "preempted" if was_revoked else "deadline"
-                actions.append(Reject(request, Overloaded(tier.retryable_on_overload, reason)))
+                actions.append(
+                    Reject(request, self._overloaded(request, tier.retryable_on_overload, reason))
+                )
             else:
                 for lease in self._budget.expire(now_s):
                     entry = self._admitted.pop(lease.holder, None)
@@ -379,7 +396,7 @@ class Gateway:
                 if isinstance(decision, Refuse):
                     self._dequeue(request)
                     tier = self._tiers[tier_name]
-                    err = Overloaded(tier.retryable_on_overload, decision.reason)
+                    err = self._overloaded(request, tier.retryable_on_overload, decision.reason)
                     actions.append(Reject(request, err))
                     break
                 if isinstance(decision, RevokeLeases) and decision.request_ids:
@@ -388,6 +405,11 @@ class Gateway:
                 return actions  # Wait: strict priority, nothing below this tier is admitted
             else:
                 return actions  # a whole scan without progress
+
+    def _overloaded(self, request: Request, retryable: bool, reason: OverloadReason) -> Overloaded:
+        """The refusal, with the policy's Retry-After when the caller may retry."""
+        after = self.policy.retry_after_s(request, self) if retryable else None
+        return Overloaded(retryable, reason, after)
 
     # --- front door ---------------------------------------------------------------------------
     def _in_prefill_tokens(self) -> int:
@@ -417,7 +439,7 @@ class Gateway:
 
         def violation(n: int, tokens: int) -> Overloaded | None:
             if door.max_concurrent_requests is not None and n > door.max_concurrent_requests:
-                return Overloaded(True, "concurrency")
+                return self._overloaded(request, True, "concurrency")
             if door.max_num_queued_requests is not None and n > door.max_num_queued_requests:
                 return Overloaded(False, "queue_full")
             if door.max_num_queued_tokens is not None and tokens > door.max_num_queued_tokens:

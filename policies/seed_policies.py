@@ -20,9 +20,11 @@ from kvbudget.policies.base import (
     REFUSE,
     WAIT,
     BasePolicy,
+    Completion,
     GatewayView,
     NoCapacityDecision,
     RevokeLeases,
+    lease_ends_retry_after,
 )
 from kvbudget.policies.request import Request
 
@@ -48,16 +50,49 @@ class Conservative(BasePolicy):
     ``batch_on_overload``: ``"wait"`` queues retryable tiers like interactive ones (until their
     ``queue_timeout_s``); ``"reject"`` answers them at once with ``Overloaded(retryable=True)``.
     Tiers that are not retryable always wait until their deadline.
+
+    ``retry_after``: ``"none"`` says nothing in a retryable refusal; ``"lease_ends"`` answers
+    with the earliest time a lease of the needed size could be free, from the leases held and
+    their expected ends (:func:`~kvbudget.policies.base.lease_ends_retry_after`, at the seconds
+    per output token learned from completions).
     """
 
     name: ClassVar[str] = "conservative"
 
-    def __init__(self, batch_on_overload: Literal["wait", "reject"] = "wait") -> None:
+    def __init__(
+        self,
+        batch_on_overload: Literal["wait", "reject"] = "wait",
+        retry_after: Literal["none", "lease_ends"] = "none",
+    ) -> None:
         if batch_on_overload not in ("wait", "reject"):
             raise ValueError(
                 f"batch_on_overload must be 'wait' or 'reject', got {batch_on_overload!r}"
             )
+        if retry_after not in ("none", "lease_ends"):
+            raise ValueError(f"retry_after must be 'none' or 'lease_ends', got {retry_after!r}")
         self.batch_on_overload = batch_on_overload
+        self.retry_after = retry_after
+        self._s_per_token: float | None = None
+
+    def retry_after_s(self, request: Request, view: GatewayView) -> float | None:
+        if self.retry_after == "none":
+            return None
+        return lease_ends_retry_after(
+            request, self.reservation(request, view), view, self._s_per_token
+        )
+
+    def observe_completion(self, completion: Completion, view: GatewayView) -> None:
+        if self.retry_after == "none" or not math.isfinite(completion.admitted_s):
+            return
+        sample = (view.now_s - completion.admitted_s) / max(completion.output_tokens, 1)
+        old = self._s_per_token
+        self._s_per_token = sample if old is None else 0.9 * old + 0.1 * sample
+
+    def describe(self) -> dict[str, object]:
+        out = super().describe()
+        if out.get("retry_after") == "none":  # the default, left out of summaries
+            del out["retry_after"]
+        return out
 
     def on_no_capacity(self, request: Request, view: GatewayView) -> NoCapacityDecision:
         tier = view.tiers[request.tier]
@@ -73,9 +108,12 @@ class Overcommit(Conservative):
     name: ClassVar[str] = "overcommit"
 
     def __init__(
-        self, overcommit_ratio: float = 0.5, batch_on_overload: Literal["wait", "reject"] = "wait"
+        self,
+        overcommit_ratio: float = 0.5,
+        batch_on_overload: Literal["wait", "reject"] = "wait",
+        retry_after: Literal["none", "lease_ends"] = "none",
     ) -> None:
-        super().__init__(batch_on_overload)
+        super().__init__(batch_on_overload, retry_after)
         self.overcommit_ratio = _check_ratio("overcommit_ratio", overcommit_ratio)
 
     def reservation(self, request: Request, view: GatewayView) -> int:
@@ -96,8 +134,9 @@ class Preemptive(Conservative):
         mode: Literal["preempt", "defer"] = "preempt",
         protected_tiers: tuple[str, ...] = ("interactive",),
         batch_on_overload: Literal["wait", "reject"] = "wait",
+        retry_after: Literal["none", "lease_ends"] = "none",
     ) -> None:
-        super().__init__(batch_on_overload)
+        super().__init__(batch_on_overload, retry_after)
         if mode not in ("preempt", "defer"):
             raise ValueError(f"mode must be 'preempt' or 'defer', got {mode!r}")
         self.overcommit_ratio = _check_ratio("overcommit_ratio", overcommit_ratio)

@@ -21,6 +21,26 @@ import numpy.typing as npt
 from kvbudget.policies import TierConfig
 from kvbudget.results.records import STATUSES
 
+CLIENT_STATUSES = frozenset({"client_timeout"})
+"""Statuses only a run with client models can have (shown only in such runs' summaries)."""
+CLIENT_SUMMARY_KEYS: tuple[str, ...] = (
+    "num_attempts",
+    "retry_amplification",
+    "eventual_completion",
+    "first_attempt_completion",
+    "time_to_eventual_completion_s",
+    "retried_completion_s",
+    "goodput_first_attempt_rps",
+)
+"""Keys added to every summary block (overall and per tier) of a run whose clients are
+modelled: attempts sent in all; ``retry_amplification`` = attempts per offered request;
+``eventual_completion`` = completed / offered, whatever the attempts it took;
+``first_attempt_completion``: those completed on their first attempt / offered;
+``time_to_eventual_completion_s``: quantiles of first arrival to last token over the completed
+(the users' E2E); ``retried_completion_s``: the same over those that needed a retry;
+``goodput_first_attempt_rps``: goodput counting only first-attempt completions (``goodput_rps``
+counts the ones retries rescued too)."""
+
 FloatArray = npt.NDArray[np.float64]
 QUANTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
 _FACTORIZE_CHUNK = 1 << 16
@@ -109,7 +129,10 @@ def block(
     completed_code = status_values.index("completed") if "completed" in by_status else -1
     completed = status_codes[mask] == completed_code
     out: dict[str, Any] = {"offered": int(mask.sum())}
+    with_clients = "num_attempts" in cols
     for s in STATUSES:
+        if s in CLIENT_STATUSES and not with_clients:
+            continue  # a run without client models has none (and its summary stays as it was)
         out[s] = by_status.get(s, 0)
     reason_codes, reason_values = cols["reason"]
     reason_counts = np.bincount(reason_codes[mask], minlength=len(reason_values)).tolist()
@@ -125,7 +148,38 @@ def block(
     out["output_tokens_per_s"] = _float(float(out_tokens.sum()) / dur)
     out["goodput_rps"] = _float(float(good.sum()) / dur)
     out["slo_attainment"] = _float(float(good.sum()) / out["offered"]) if out["offered"] else None
+    if with_clients:
+        out.update(_client_block(cols, mask, completed, good, dur, out["offered"]))
     return out
+
+
+def _client_block(
+    cols: Mapping[str, Any],
+    mask: npt.NDArray[np.bool_],
+    completed: npt.NDArray[np.bool_],
+    good: npt.NDArray[np.bool_],
+    dur: float,
+    offered: int,
+) -> dict[str, Any]:
+    """The figures of a run whose clients are modelled (retries, timeouts): see
+    :data:`CLIENT_SUMMARY_KEYS`."""
+    attempts = np.asarray(cols["num_attempts"], dtype=np.int64)[mask]
+    first_try = attempts[completed] == 1
+    e2e = np.asarray(cols["e2e_s"], dtype=np.float64)[mask][completed]
+    total = int(attempts.sum())
+    return {
+        "num_attempts": total,
+        "retry_amplification": _float(total / offered) if offered else None,
+        "eventual_completion": _float(float(completed.sum()) / offered) if offered else None,
+        "first_attempt_completion": (
+            _float(float(first_try.sum()) / offered) if offered else None
+        ),
+        "time_to_eventual_completion_s": quantiles(e2e),
+        "retried_completion_s": quantiles(e2e[~first_try]),
+        "goodput_first_attempt_rps": _float(
+            float(np.count_nonzero(good & (attempts == 1))) / dur
+        ),
+    }
 
 
 def time_weighted_mean(times: FloatArray, values: FloatArray, end_s: float) -> float:
@@ -150,6 +204,7 @@ def summarize(
     seed: int,
     wall_time_s: float,
     kv_token_seconds: tuple[float, float, float] | None = None,
+    attempts: Mapping[str, Any] | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``summary.json`` dictionary.
@@ -157,6 +212,9 @@ def summarize(
     ``records`` and ``timeline`` are column mappings (a pandas DataFrame works). When the
     executor knows exact KV integrals (the simulator does), pass ``kv_token_seconds =
     (used_token_s, reserved_token_s, duration_s)``; otherwise they come from the timeline.
+    Records with a ``num_attempts`` column (clients modelled) add :data:`CLIENT_SUMMARY_KEYS`
+    to every block; ``attempts`` (the attempts table) adds an ``attempts`` block: attempts by
+    answer, and the Retry-After the refusals carried.
     """
     tier_codes, tier_values = factorize(records["tier"])
     arrival = np.asarray(records["arrival_s"], dtype=np.float64)
@@ -171,6 +229,8 @@ def summarize(
         "output_tokens": np.asarray(records["output_tokens"]),
         **{m: np.asarray(records[m], dtype=np.float64) for m in ("ttft_s", "tpot_s", "e2e_s")},
     }
+    if "num_attempts" in records:
+        cols["num_attempts"] = np.asarray(records["num_attempts"], dtype=np.int64)
     names = list(dict.fromkeys([t.name for t in tiers] + tier_values))
     code_of = {name: code for code, name in enumerate(tier_values)}
     in_tier = {name: tier_codes == code_of.get(name, -1) for name in names}
@@ -226,6 +286,21 @@ def summarize(
         "tiers": per_tier,
         "kv": kv,
     }
+    if attempts is not None:
+        summary["attempts"] = attempts_block(attempts)
     if extra:
         summary.update(extra)
     return summary
+
+
+def attempts_block(attempts: Mapping[str, Any]) -> dict[str, Any]:
+    """Attempts by answer, and the Retry-After figures of the refusals that carried one."""
+    answer_codes, answer_values = factorize(attempts["answer"])
+    counts = np.bincount(answer_codes, minlength=len(answer_values)).tolist()
+    after = np.asarray(attempts["retry_after_s"], dtype=np.float64)
+    return {
+        "num_attempts": len(answer_codes),
+        "by_answer": {a: c for a, c in zip(answer_values, counts, strict=True) if c},
+        "num_retry_after": int(np.count_nonzero(~np.isnan(after))),
+        "retry_after_s": quantiles(after),
+    }

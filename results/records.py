@@ -18,12 +18,14 @@ STATUSES: Final[tuple[str, ...]] = (
     "rejected_overloaded",
     "expired",
     "preempted_dropped",
+    "client_timeout",
 )
 """Terminal states. ``expired``: waited at the gateway until its admission deadline.
 ``preempted_dropped``: admitted, then its lease was revoked (or expired) and it never finished.
 ``rejected_overloaded``: refused without waiting (no capacity for a retryable tier, a queue cap,
 an SLO prediction). A live replay also records backend failures as ``rejected_overloaded`` with
-the failure in ``error``."""
+the failure in ``error``. ``client_timeout``: the client's own timeout ran out and it gave up
+(it disconnected: the engine aborted the request and freed its KV)."""
 
 STATUS_CODES: Final[dict[str, int]] = {s: i for i, s in enumerate(STATUSES)}
 PENDING: Final[int] = -1
@@ -51,6 +53,28 @@ RECORD_COLUMNS: Final[dict[str, str]] = {
 defines it (NaN for one-token outputs). ``num_preemptions`` counts engine preemptions plus
 gateway revocations of this request. ``output_tokens`` is what was generated (the true length for
 a completed request). ``reason`` is the overload reason for refusals, else empty."""
+
+OPTIONAL_RECORD_COLUMNS: Final[dict[str, str]] = {"num_attempts": "int64"}
+"""Columns a run has when its clients are modelled (a ``[clients]`` table, ``--clients`` or a
+per-request timeout): ``num_attempts`` counts the attempts the client sent (1: no retry). The
+row stays one per request: ``arrival_s`` is its first attempt's, ``status`` its final answer,
+and ``ttft_s``/``e2e_s`` count from the first attempt, as its user experienced them."""
+
+ATTEMPT_COLUMNS: Final[dict[str, str]] = {
+    "request_id": "int64",
+    "attempt": "int64",
+    "sent_s": "float64",
+    "ended_s": "float64",
+    "answer": "str",
+    "reason": "str",
+    "retry_after_s": "float64",
+    "next_attempt_s": "float64",
+}
+"""``attempts.parquet``: one row per attempt of a run whose clients are modelled. ``answer``
+is ``completed`` or a client-model answer (``overloaded_retryable``, ``overloaded``,
+``too_large``, ``backend_error``, ``timeout``); ``reason`` the overload reason (or
+``max_model_len``, or the backend's error); ``retry_after_s`` what the refusal said (NaN:
+nothing); ``next_attempt_s`` when the client sent its next attempt (NaN: it stopped)."""
 
 TIMELINE_COLUMNS: Final[dict[str, str]] = {
     "time_s": "float64",

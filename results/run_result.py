@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kvbudget.results.records import RECORD_COLUMNS, TIMELINE_COLUMNS, check_columns
+from kvbudget.results.records import (
+    ATTEMPT_COLUMNS,
+    OPTIONAL_RECORD_COLUMNS,
+    RECORD_COLUMNS,
+    TIMELINE_COLUMNS,
+    check_columns,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -18,15 +24,19 @@ if TYPE_CHECKING:
 REQUESTS_FILE = "requests.parquet"
 TIMELINE_FILE = "timeline.parquet"
 SUMMARY_FILE = "summary.json"
+ATTEMPTS_FILE = "attempts.parquet"
 
 
 @dataclass(eq=False)
 class RunResult:
-    """Columns are kept as numpy arrays; ``records``/``timeline`` build DataFrames on demand."""
+    """Columns are kept as numpy arrays; ``records``/``timeline`` build DataFrames on demand.
+    ``attempt_columns``: one row per attempt (``attempts.parquet``), when the run modelled its
+    clients; ``None`` otherwise."""
 
     record_columns: dict[str, Any]
     timeline_columns: dict[str, Any]
     summary: dict[str, Any]
+    attempt_columns: dict[str, Any] | None = None
     _records_df: Any = field(default=None, repr=False)
     _timeline_df: Any = field(default=None, repr=False)
 
@@ -35,9 +45,20 @@ class RunResult:
         if self._records_df is None:
             import pandas as pd
 
-            self._records_df = pd.DataFrame({c: self.record_columns[c] for c in RECORD_COLUMNS})
+            self._records_df = pd.DataFrame(
+                {c: self.record_columns[c] for c in _record_schema(self.record_columns)}
+            )
         df: pd.DataFrame = self._records_df
         return df
+
+    @property
+    def attempts(self) -> pd.DataFrame | None:
+        """One row per attempt, or ``None`` for a run without client models."""
+        if self.attempt_columns is None:
+            return None
+        import pandas as pd
+
+        return pd.DataFrame({c: self.attempt_columns[c] for c in ATTEMPT_COLUMNS})
 
     @property
     def timeline(self) -> pd.DataFrame:
@@ -64,15 +85,30 @@ class RunResult:
         tmp = {name: out_dir / f".{name}.partial" for name in
                (REQUESTS_FILE, TIMELINE_FILE, SUMMARY_FILE)}
         pq.write_table(
-            _arrow_table(self.record_columns, RECORD_COLUMNS, pa), tmp[REQUESTS_FILE]
+            _arrow_table(self.record_columns, _record_schema(self.record_columns), pa),
+            tmp[REQUESTS_FILE],
         )
         pq.write_table(
             _arrow_table(self.timeline_columns, TIMELINE_COLUMNS, pa), tmp[TIMELINE_FILE]
         )
+        names = [REQUESTS_FILE, TIMELINE_FILE, SUMMARY_FILE]
+        if self.attempt_columns is not None:
+            tmp[ATTEMPTS_FILE] = out_dir / f".{ATTEMPTS_FILE}.partial"
+            pq.write_table(
+                _arrow_table(self.attempt_columns, ATTEMPT_COLUMNS, pa), tmp[ATTEMPTS_FILE]
+            )
+            names.insert(2, ATTEMPTS_FILE)
         tmp[SUMMARY_FILE].write_text(json.dumps(self.summary, indent=2) + "\n")
         (out_dir / SUMMARY_FILE).unlink(missing_ok=True)
-        for name in (REQUESTS_FILE, TIMELINE_FILE, SUMMARY_FILE):
+        if self.attempt_columns is None:
+            (out_dir / ATTEMPTS_FILE).unlink(missing_ok=True)  # not a previous run's attempts
+        for name in names:
             tmp[name].replace(out_dir / name)
+
+
+def _record_schema(cols: dict[str, Any]) -> dict[str, str]:
+    """The records' columns: the fixed ones, then the optional ones the run has."""
+    return {**RECORD_COLUMNS, **{c: t for c, t in OPTIONAL_RECORD_COLUMNS.items() if c in cols}}
 
 
 def _arrow_table(cols: dict[str, Any], schema: dict[str, str], pa: Any) -> Any:
@@ -104,4 +140,9 @@ def read_run(run_dir: Path) -> RunResult:
         raise ValueError(f"{paths[2]}: not valid JSON ({exc})") from None
     rec = {c: req.column(c).to_numpy(zero_copy_only=False) for c in req.column_names}
     tim = {c: tl.column(c).to_numpy(zero_copy_only=False) for c in tl.column_names}
-    return RunResult(rec, tim, summary)
+    attempts = None
+    if (run_dir / ATTEMPTS_FILE).is_file():
+        at = pq.read_table(run_dir / ATTEMPTS_FILE)
+        check_columns(at.column_names, ATTEMPT_COLUMNS, f"{run_dir / ATTEMPTS_FILE}: attempts")
+        attempts = {c: at.column(c).to_numpy(zero_copy_only=False) for c in at.column_names}
+    return RunResult(rec, tim, summary, attempts)

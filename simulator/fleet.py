@@ -192,6 +192,10 @@ class FleetGateway:
         self._fleet.left(request_id)
         return self._settle(self.gateways[self._of[request_id]].fail(request_id, now_s))
 
+    def cancel(self, request_id: int, now_s: float) -> list[Action]:
+        self._fleet.left(request_id)
+        return self._settle(self.gateways[self._of[request_id]].cancel(request_id, now_s))
+
     def engine_preempted(self, request_id: int, now_s: float) -> None:
         self.gateways[self._of[request_id]].engine_preempted(request_id, now_s)
 

@@ -28,10 +28,17 @@ from kvbudget.policies import (
     RequestTooLarge,
     Revoke,
 )
+from kvbudget.policies.clients import Answer
 from kvbudget.policies.tiers import tier_map
 from kvbudget.results.metrics import summarize
-from kvbudget.results.records import PENDING, STATUS_CODES, STATUSES, derive_latencies
+from kvbudget.results.records import (
+    PENDING,
+    STATUS_CODES,
+    STATUSES,
+    derive_latencies,
+)
 from kvbudget.results.run_result import RunResult
+from kvbudget.simulator.clients import _Clients
 from kvbudget.simulator.engine import EngineHooks
 from kvbudget.simulator.engine_variants import engine_inputs, make_engine
 from kvbudget.simulator.fleet import Fleet, FleetGateway
@@ -73,10 +80,14 @@ class _Simulation:
                 f"configured tiers: {sorted(tiers)}"
             )
         tier_prio = np.array([tiers[t].priority for t in workload.tier_names], dtype=np.int64)
+        self._clients = _Clients(self, config) if _Clients.wanted(workload, config) else None
         hooks = EngineHooks(
             on_finish=self._on_finish,
             on_preempt=self._on_preempt,
-            next_external_s=self._next_external_s,
+            next_external_s=(
+                self._next_external_s if self._clients is None
+                else self._next_external_with_clients
+            ),
             gateway_state=self._gateway_state,
         )
         self.engine: ServingEngine
@@ -143,10 +154,18 @@ class _Simulation:
     def _next_external_s(self) -> float:
         return min(self._arrival_s[self.next_arrival], self._gateway_timer_s)
 
+    def _next_external_with_clients(self) -> float:
+        assert self._clients is not None
+        return min(
+            self._arrival_s[self.next_arrival], self._gateway_timer_s, self._clients.next_s()
+        )
+
     def _gateway_state(self) -> tuple[int, int]:
         return self._state
 
     def _on_finish(self, i: int, t: float) -> None:
+        if self._clients is not None and not self._clients.completed(i, t):
+            return
         self.status[i] = _COMPLETED
         now = self._clock(t)
         self._carry_out(self.gateway.finish(i, self._output_tokens[i], now), now)
@@ -185,22 +204,50 @@ class _Simulation:
                 self.admitted_s[i] = now
                 self.reserved_tokens[i] = action.lease.reserved_tokens
                 if engine.fits(i):
+                    if self._clients is not None:
+                        self._clients.admitted(i)
                     engine.add_request(i)
                 else:
-                    self._set_status(i, "rejected_too_large", "max_model_len")
+                    self._outcome(i, now, "rejected_too_large", "max_model_len", "too_large")
                     failed.extend(self.gateway.fail(i, now))
                     self._note_gateway()
             elif isinstance(action, Revoke):
                 engine.abort_request(i)
                 self.num_revocations[i] += 1
+                if self._clients is not None:
+                    self._clients.revoked(i)
             elif isinstance(action, Reject):
-                if isinstance(action.error, RequestTooLarge):
-                    self._set_status(i, "rejected_too_large", "")
+                error = action.error
+                if isinstance(error, RequestTooLarge):
+                    self._outcome(i, now, "rejected_too_large", "", "too_large")
                 else:
-                    reason = action.error.reason
-                    self._set_status(i, _REASON_STATUS.get(reason, "rejected_overloaded"), reason)
+                    reason = error.reason
+                    self._outcome(
+                        i,
+                        now,
+                        _REASON_STATUS.get(reason, "rejected_overloaded"),
+                        reason,
+                        "overloaded_retryable" if error.retryable else "overloaded",
+                        error.retry_after_s,
+                    )
         if failed:  # after the actions before them, in order (first in, first out)
             self._apply(failed, now)
+
+    def _outcome(
+        self,
+        i: int,
+        now: float,
+        status: str,
+        reason: str,
+        answer: Answer,
+        retry_after_s: float | None = None,
+    ) -> None:
+        """Attempt ``i`` ended unanswered: final unless its client tries again."""
+        if self._clients is not None and self._clients.ended(
+            i, now, answer, reason, retry_after_s
+        ):
+            return
+        self._set_status(i, status, reason)
 
     def _set_status(self, i: int, status: str, reason: str) -> None:
         self.status[i] = STATUS_CODES[status]
@@ -233,6 +280,7 @@ class _Simulation:
         arrival = self._arrival_s
         with_prefix = w.prefix_hashes is not None
         env, arrive, clock, carry_out = self.env, self.gateway.arrive, self._clock, self._carry_out
+        clients = self._clients
         for lo in range(0, self.n, _ARRIVAL_CHUNK):
             rows = slice(lo, lo + _ARRIVAL_CHUNK)
             tiers = [w.tier_names[c] for c in w.tier[rows].tolist()]
@@ -259,6 +307,8 @@ class _Simulation:
                     w.prefix_of(i) if with_prefix else (),
                 )
                 now = clock(t)
+                if clients is not None:
+                    clients.sent(i, now)
                 carry_out(arrive(request, now), now)
 
     def _arrivals_one_by_one(self) -> Generator[simpy.Event, Any, None]:
@@ -273,6 +323,8 @@ class _Simulation:
             request = self.w.request(i)
             request = _with_id(request, i)
             now = self._clock(t)
+            if self._clients is not None:
+                self._clients.sent(i, now)
             self._carry_out(self.gateway.arrive(request, now), now)
 
     # --- run -------------------------------------------------------------------------------
@@ -284,6 +336,8 @@ class _Simulation:
         # requests still waiting when nothing else can happen never got capacity
         leftover = self.status == PENDING
         for i in np.flatnonzero(leftover).tolist():
+            if self._clients is not None:
+                self._clients.close_leftover(i, end_t)
             self._set_status(i, "expired", "end_of_run")
         return self._result(time.perf_counter() - wall_start)
 
@@ -322,6 +376,10 @@ class _Simulation:
             "num_preemptions": e.num_preemptions + self.num_revocations,
             "reserved_tokens": self.reserved_tokens,
         }
+        attempts = None
+        if self._clients is not None:
+            records["num_attempts"] = self._clients.attempt.copy()
+            attempts = self._clients.table(w.request_id)
         tl = np.array(e.timeline, dtype=np.float64).reshape(-1, 7)
         timeline: dict[str, Any] = {
             "time_s": tl[:, 0],
@@ -344,6 +402,7 @@ class _Simulation:
             seed=self.config.seed,
             wall_time_s=wall_time_s,
             kv_token_seconds=(e.kv_token_seconds(), self._reserved_ts, span),
+            attempts=attempts,
             extra={
                 "policy_params": _jsonable(self.policy.describe()),
                 "gpu": self.config.gpu,
@@ -364,9 +423,12 @@ class _Simulation:
                     **e.stats(),
                 },
                 "workload": {"name": w.name, "num_requests": self.n},
+                **(
+                    {"clients": self._clients.describe()} if self._clients is not None else {}
+                ),
             },
         )
-        return RunResult(records, timeline, summary)
+        return RunResult(records, timeline, summary, attempts)
 
 
 class _Probe:

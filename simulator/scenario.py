@@ -29,6 +29,10 @@ dotted names. Example::
     [front_door]                # TGI / vLLM front-door caps (optional)
     max_concurrent_requests = 128
 
+    [clients]                   # what each tier's clients do with answers (optional)
+    batch = "batch-pipeline"    # a preset: no-retry, openai-sdk, batch-pipeline, impatient-user
+    interactive = { preset = "impatient-user", timeout_s = 20 }
+
     [fleet]                     # N replicas behind one gateway (optional)
     num_replicas = 4
     router = "least_tokens"
@@ -66,6 +70,7 @@ from annotated_types import Ge, Gt, Le, Lt
 
 from kvbudget.perf.cost_model import load_cost_model, read_frontend_overhead
 from kvbudget.policies import DEFAULT_TIERS, BasePolicy, TierConfig, make_policy
+from kvbudget.policies.clients import ClientModel, client_models
 from kvbudget.policies.gateway import FrontDoor
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.fleet import FleetConfig
@@ -154,6 +159,7 @@ class ScenarioSpec:
     tiers: list[TierSpec] | None = None
     front_door: FrontDoorSpec | None = None
     fleet: FleetSpec | None = None
+    clients: dict[str, Any] | None = None
     workload: dict[str, Any] = field(default_factory=dict)
 
 
@@ -302,7 +308,11 @@ class Scenario:
             fl = asdict(s.fleet)
             fl["gpus"] = tuple(fl["gpus"])
             fleet = FleetConfig(**fl)
+        clients: tuple[tuple[str, ClientModel], ...] = ()
+        if s.clients:
+            clients = client_models(s.clients, {t.name: t for t in self.tiers()})
         return SimConfig(
+            clients=clients,
             gpu=s.gpu,
             model=self._model(s.model),
             engine=EngineConfig(**asdict(s.engine)),
@@ -508,6 +518,7 @@ def make_scenario(
     trace_options: Mapping[str, Any] | None = None,
     cost_model: Path | None = None,
     engine: Mapping[str, Any] | None = None,
+    clients: Mapping[str, Any] | None = None,
 ) -> Scenario:
     """A scenario file (or the embedded default) with values applied on top, as the command
     line's flags do: a notebook's way to say ``kvbudget simulate --trace T --gpu G ...``.
@@ -516,7 +527,8 @@ def make_scenario(
     ``trace_options``: a ``[workload.options]`` table as in a scenario file, e.g.
     ``{"sample_count": 500, "window": [0, 600]}``); ``trace_options`` without ``trace`` apply
     to the scenario's own trace workload. ``engine`` maps ``[engine]`` keys to values
-    (``{"max_num_seqs": 128, "name": "sglang"}``). ``overrides`` are ``--set`` items
+    (``{"max_num_seqs": 128, "name": "sglang"}``). ``clients`` maps tiers to client presets
+    or tables, over the scenario's ``[clients]`` (``{"batch": "batch-pipeline"}``). ``overrides`` are ``--set`` items
     (``key=value``), applied before the keyword values. Errors name the file and the field.
     """
     if scenario is not None:
@@ -535,6 +547,8 @@ def make_scenario(
         data["policy_params"] = {}
     if policy_params:
         data["policy_params"] = {**data.get("policy_params", {}), **policy_params}
+    if clients:
+        data["clients"] = {**(data.get("clients") or {}), **clients}
     flags: list[str] = []
     if model is not None:
         from kvbudget.perf.models import is_preset

@@ -13,6 +13,7 @@ from kvbudget.perf.kv_capacity import num_gpu_blocks
 from kvbudget.perf.models import get_model
 from kvbudget.perf.roofline import RooflineCostModel
 from kvbudget.policies import DEFAULT_TIERS, GatewayConfig, TierConfig
+from kvbudget.policies.clients import ClientModel
 from kvbudget.policies.gateway import FrontDoor
 from kvbudget.policies.tiers import tier_map
 from kvbudget.simulator.engine_config import EngineConfig
@@ -59,6 +60,11 @@ class SimConfig:
 
     ``model`` is a bundled preset name or a ``config.json`` path (:func:`get_model`); the
     engine's ``tensor_parallel_size`` shards it over that many GPUs.
+
+    ``clients``: ``(tier, ClientModel)`` pairs (:mod:`kvbudget.policies.clients`); a tier not
+    named has the ``no-retry`` client. With none (and no per-request ``timeout_s`` in the
+    workload) the run is exactly what it was before client models: no ``num_attempts``
+    column, no attempts table, no client figures in the summary.
     """
 
     gpu: str = "H100-80GB"
@@ -73,6 +79,7 @@ class SimConfig:
     front_door: FrontDoor | None = None
     fleet: FleetConfig | None = None
     frontend_overhead_s: float = 0.0
+    clients: tuple[tuple[str, ClientModel], ...] = ()
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.frontend_overhead_s) and self.frontend_overhead_s >= 0):
@@ -87,7 +94,12 @@ class SimConfig:
                 f"engine.tensor_parallel_size {tp} does not divide {model.name}'s "
                 f"{model.num_attention_heads} attention heads (vLLM requires it to)"
             )
-        tier_map(self.tiers)
+        tiers = tier_map(self.tiers)
+        for tier, client in self.clients:
+            if tier not in tiers:
+                raise ValueError(f"clients.{tier}: no such tier; tiers: {sorted(tiers)}")
+            if not isinstance(client, ClientModel):
+                raise ValueError(f"clients.{tier}: expected a ClientModel, got {client!r}")
         if self.gateway_capacity_tokens is not None and self.gateway_capacity_tokens < 1:
             raise ValueError(
                 f"gateway_capacity_tokens must be >= 1, got {self.gateway_capacity_tokens!r}"

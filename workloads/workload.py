@@ -28,7 +28,9 @@ class Workload:
     the source has them (Mooncake ``hash_ids``), are stored flat in ``prefix_hashes`` with
     ``prefix_offsets`` (length ``n + 1``): request ``i`` has
     ``prefix_hashes[prefix_offsets[i]:prefix_offsets[i + 1]]``; ``prefix_block_tokens`` is the
-    number of tokens one hash covers.
+    number of tokens one hash covers. ``timeout_s``, when the source has it (a trace's
+    ``timeout_s`` column), is each request's client timeout in seconds (NaN: its tier's client
+    model decides).
     """
 
     arrival_s: FloatArray
@@ -44,6 +46,7 @@ class Workload:
     prefix_block_tokens: int = 512
     name: str = "workload"
     meta: dict[str, object] = field(default_factory=dict)
+    timeout_s: FloatArray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
@@ -82,6 +85,14 @@ class Workload:
                 raise ValueError(f"tier codes must index tier_names {self.tier_names!r}")
             if not _all_distinct(self.request_id):
                 raise ValueError("request_id values must be unique")
+        if self.timeout_s is not None:
+            if len(self.timeout_s) != n:
+                raise ValueError(f"column 'timeout_s' has {len(self.timeout_s)} rows, expected {n}")
+            bad = ~np.isnan(self.timeout_s) & ~(self.timeout_s > 0)
+            if np.any(bad):
+                i = int(np.argmax(bad))
+                raise ValueError(f"request {int(self.request_id[i])}: timeout_s must be > 0, "
+                                 f"got {float(self.timeout_s[i])!r}")
         if (self.prefix_hashes is None) != (self.prefix_offsets is None):
             raise ValueError("prefix_hashes and prefix_offsets go together")
         if self.prefix_offsets is not None and len(self.prefix_offsets) != n + 1:
@@ -143,6 +154,7 @@ class Workload:
             prefix_block_tokens=self.prefix_block_tokens,
             name=self.name,
             meta=dict(self.meta),
+            timeout_s=None if self.timeout_s is None else self.timeout_s[idx],
         )
 
 
@@ -167,6 +179,7 @@ def from_columns(
     deadline_s: Sequence[float] | FloatArray | None = None,
     request_id: Sequence[int] | IntArray | None = None,
     name: str = "workload",
+    timeout_s: Sequence[float] | FloatArray | None = None,
 ) -> Workload:
     """Build a workload from plain columns, sorting by arrival (stable) and naming tiers.
 
@@ -193,4 +206,5 @@ def from_columns(
         deadline_s=dl[order],
         request_id=rid[order],
         name=name,
+        timeout_s=None if timeout_s is None else np.asarray(timeout_s, np.float64)[order],
     )

@@ -47,6 +47,8 @@ class RawTrace:
     max_output: FloatArray | None = None
     deadline: FloatArray | None = None
     request_id: FloatArray | None = None
+    timeout: FloatArray | None = None
+    """Per-request client timeout in seconds (NaN: the tier's client model)."""
     labels: dict[str, Labels] = field(default_factory=dict)
     tiers: Labels | None = None
     """Final tier names chosen by the loader (ServeGen clients); skips tier assignment."""
@@ -133,6 +135,8 @@ def _validate(raw: RawTrace) -> RawTrace:
             ("deadline_s", raw.deadline, {"integer": False, "optional": True,
                                           "allow_negative": raw.absolute_clock,
                                           "upper": None}),
+            ("timeout_s", raw.timeout, {"integer": False, "optional": True,
+                                        "allow_negative": False, "upper": None}),
             ("id", raw.request_id, {"integer": True, "optional": False,
                                     "allow_negative": False, "upper": 2.0**53}),
         ]
@@ -159,7 +163,8 @@ def _validate(raw: RawTrace) -> RawTrace:
 
 
 def _drop_rows(raw: RawTrace, keep: npt.NDArray[np.bool_]) -> None:
-    for name in ("prompt", "output", "arrival", "max_output", "deadline", "request_id"):
+    for name in ("prompt", "output", "arrival", "max_output", "deadline", "request_id",
+                 "timeout"):
         values = getattr(raw, name)
         if values is not None:
             setattr(raw, name, values[keep])
@@ -199,6 +204,7 @@ class _Rows:
     output: IntArray
     max_output: FloatArray | None  # NaN: not given for that row
     deadline: FloatArray | None
+    timeout: FloatArray | None
     ids: IntArray
     rows: IntArray | None  # 0-based data row in the file (None: same as ids)
     labels: dict[str, Labels]
@@ -218,6 +224,7 @@ class _Rows:
             output=self.output[index],
             max_output=_opt_take(self.max_output, index),
             deadline=_opt_take(self.deadline, index),
+            timeout=_opt_take(self.timeout, index),
             ids=self.ids[index],
             rows=None if self.rows is None else self.rows[index],
             labels={k: (codes[index], vals) for k, (codes, vals) in self.labels.items()},
@@ -404,6 +411,7 @@ def finish(raw: RawTrace, options: TraceOptions, streams: Streams) -> LoadedTrac
         output=raw.output.astype(np.int64),
         max_output=raw.max_output,
         deadline=raw.deadline,
+        timeout=raw.timeout,
         ids=(raw.request_id.astype(np.int64) if raw.request_id is not None
              else np.arange(n_rows, dtype=np.int64)),
         rows=np.arange(n_rows, dtype=np.int64) if has_ids else None,
@@ -492,6 +500,8 @@ def finish(raw: RawTrace, options: TraceOptions, streams: Streams) -> LoadedTrac
         prefix_block_tokens=options.prefix_block_tokens,
         name=raw.path.stem,
         meta={"source": str(raw.path), "format": raw.format, "timed": timed},
+        timeout_s=(None if rows.timeout is None or bool(np.isnan(rows.timeout).all())
+                   else np.ascontiguousarray(rows.timeout, dtype=np.float64)),
     )
     report = LoadReport(
         path=str(raw.path),

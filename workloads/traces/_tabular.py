@@ -156,6 +156,7 @@ _GENERIC_KIND: dict[str, str] = {
     "max_output_tokens": "number",
     "tier": "label",
     "deadline_s": "number",
+    "timeout_s": "number",
     "id": "number",
     "hash_ids": "int_list",
 }
@@ -203,6 +204,7 @@ def _generic_raw(path: Path, fmt: str, numbers: Mapping[str, Any], labels: Mappi
         arrival=None if arrival is None else arrival * unit,
         max_output=num("max_output_tokens"),
         deadline=None if deadline is None else deadline * unit,
+        timeout=num("timeout_s"),
         request_id=num("id"),
         labels=tier_labels,
         prefix=lists.get(names["hash_ids"]) if "hash_ids" in present else None,

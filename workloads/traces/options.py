@@ -25,6 +25,7 @@ CANONICAL_COLUMNS: tuple[str, ...] = (
     "deadline_s",
     "id",
     "hash_ids",
+    "timeout_s",
 )
 """Columns of the generic format (the keys of ``TraceOptions.columns``)."""
 

@@ -36,6 +36,9 @@ def _table(workload: Workload) -> Any:
         "tier": pa.array(tiers, pa.string()).dictionary_encode(),
         "deadline_s": pa.array(deadline, pa.float64(), mask=np.isnan(deadline)),
     }
+    if workload.timeout_s is not None:
+        timeout = workload.timeout_s
+        columns["timeout_s"] = pa.array(timeout, pa.float64(), mask=np.isnan(timeout))
     if workload.prefix_hashes is not None and workload.prefix_offsets is not None:
         columns["hash_ids"] = pa.LargeListArray.from_arrays(
             pa.array(workload.prefix_offsets, pa.int64()),
@@ -58,6 +61,7 @@ def _write_jsonl(workload: Workload, fh: Any) -> None:
     max_out = workload.max_output_tokens.tolist()
     tier = workload.tier.tolist()
     deadline = workload.deadline_s.tolist()
+    timeouts = None if workload.timeout_s is None else workload.timeout_s.tolist()
     tier_json = [f'"{t}"' for t in tiers]
     for i in range(len(ids)):
         d = deadline[i]
@@ -65,6 +69,9 @@ def _write_jsonl(workload: Workload, fh: Any) -> None:
                 f'"output_tokens": {output[i]}, "max_output_tokens": {max_out[i]}, '
                 f'"tier": {tier_json[tier[i]]}, '
                 f'"deadline_s": {"null" if d != d else repr(d)}')
+        if timeouts is not None:
+            c = timeouts[i]
+            line += f', "timeout_s": {"null" if c != c else repr(c)}'
         if hashes is not None:
             line += f', "hash_ids": [{", ".join(map(str, hashes[i]))}]'
         fh.write(line + "}\n")
