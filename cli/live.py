@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kvbudget.cli.errors import CliError, fail, user_errors
+from kvbudget.cli.simulate import ClientsOpt
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from kvbudget.live.openai_client import ServerTarget
     from kvbudget.live.replay import ReplayOutcome
     from kvbudget.policies import BasePolicy, FrontDoor, TierConfig
+    from kvbudget.policies.clients import ClientModel
     from kvbudget.workloads import Workload
 
 UrlOpt = Annotated[str, typer.Option(
@@ -137,6 +139,7 @@ class GatewaySetup:
     new_policy: "Callable[[], BasePolicy]"
     tiers: "tuple[TierConfig, ...] | None"
     front_door: "FrontDoor | None"
+    clients: "tuple[tuple[str, ClientModel], ...]" = ()
 
 
 def gateway_setup(scenario: Path | None, policy: str | None, params: list[str] | None
@@ -160,7 +163,24 @@ def gateway_setup(scenario: Path | None, policy: str | None, params: list[str] |
         return scn.make_policy() if policy is None else _policy(policy, params)
 
     new_policy()  # a bad name or parameter fails here, before anything runs
-    return GatewaySetup(new_policy, scn.tiers(), scn.sim_config().front_door)
+    config = scn.sim_config()
+    return GatewaySetup(new_policy, scn.tiers(), config.front_door, config.clients)
+
+
+def with_clients(setup: GatewaySetup, clients: str | None) -> GatewaySetup:
+    """The setup with ``--clients tier=preset,...`` over the scenario's ``[clients]``."""
+    if clients is None:
+        return setup
+    from kvbudget.policies import DEFAULT_TIERS
+    from kvbudget.policies.clients import client_models, parse_clients
+
+    tiers = setup.tiers if setup.tiers is not None else DEFAULT_TIERS
+    try:
+        chosen = dict(client_models(parse_clients(clients), {t.name: t for t in tiers}))
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    merged = {**dict(setup.clients), **chosen}
+    return replace(setup, clients=tuple(sorted(merged.items())))
 
 
 def load_workload(trace: Path, trace_format: str | None, tier: str, time_scale: float,
@@ -201,7 +221,8 @@ def run_replay(workload: "Workload", policy: "BasePolicy", *, target: "ServerTar
                trace: Path, time_scale: float, capacity_tokens: int | None, max_in_flight: int,
                seed: int, resume: bool, tiers: "tuple[TierConfig, ...]",
                poll_period: float, lease_ttl: float | None = None,
-               hint: str = "", front_door: "FrontDoor | None" = None) -> "ReplayOutcome":
+               hint: str = "", front_door: "FrontDoor | None" = None,
+               clients: "tuple[tuple[str, ClientModel], ...]" = ()) -> "ReplayOutcome":
     """Replay with a progress bar; a server that dies or Ctrl-C exit with code 1 / 130 after
     the output is written, saying how to resume."""
     import asyncio
@@ -211,7 +232,7 @@ def run_replay(workload: "Workload", policy: "BasePolicy", *, target: "ServerTar
 
     config = ReplayConfig(target=target, tiers=tiers, capacity_tokens=capacity_tokens,
                           max_in_flight=max_in_flight, seed=seed, poll_period_s=poll_period,
-                          lease_ttl_s=lease_ttl, front_door=front_door)
+                          lease_ttl_s=lease_ttl, front_door=front_door, clients=clients)
     meta = ReplayMeta(trace=str(trace.resolve()), policy=policy.name,
                       policy_params={k: v for k, v in policy.describe().items() if k != "name"},
                       time_scale=time_scale, seed=seed, url=target.base_url)
@@ -277,18 +298,19 @@ def replay_cmd(
         "--resume", help="Continue an interrupted replay in --out (skips finished requests).")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    clients: ClientsOpt = None,
 ) -> None:
     """Replay a trace through an admission policy against a live OpenAI-compatible server."""
     with user_errors():
         target = _target(url, model, api_key, read_timeout)
-        setup = gateway_setup(scenario, policy, params)
+        setup = with_clients(gateway_setup(scenario, policy, params), clients)
         workload = load_workload(trace, trace_format, tier, time_scale, max_output)
         outcome = run_replay(workload, setup.new_policy(), target=target, out=out, trace=trace,
                              time_scale=time_scale, capacity_tokens=capacity_tokens,
                              max_in_flight=max_in_flight, seed=seed, resume=resume,
                              tiers=_tiers_for(workload, setup.tiers), poll_period=poll_period,
                              lease_ttl=lease_ttl, hint=_resume_hint(),
-                             front_door=setup.front_door)
+                             front_door=setup.front_door, clients=setup.clients)
     if as_json:
         typer.echo(json.dumps(outcome.summary, indent=2))
     else:

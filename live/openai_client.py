@@ -82,7 +82,8 @@ class StreamResult:
     sent usage, else the number of such chunks. ``chunk_tokens`` holds the cumulative output
     tokens at each such chunk: exact where the server reports usage on every chunk (vLLM's and
     SGLang's ``stream_options.continuous_usage_stats``), else one per chunk. ``error`` is empty
-    on success.
+    on success. ``retry_after_s``: what an error answer's ``Retry-After`` (or
+    ``retry-after-ms``) header asked for, in seconds (``None``: no such header).
     """
 
     sent_s: float
@@ -94,6 +95,7 @@ class StreamResult:
     usage_reported: bool = False
     finish_reason: str | None = None
     http_status: int | None = None
+    retry_after_s: float | None = None
     error: str = ""
     error_kind: ErrorKind = ""
 
@@ -184,6 +186,34 @@ def _event_problem(payload: Any, max_tokens: int) -> str:
     return ""
 
 
+def retry_after_header(headers: Mapping[str, str]) -> float | None:
+    """Seconds a response asks the client to wait: ``retry-after-ms`` (milliseconds, as the
+    OpenAI SDKs read first), else ``Retry-After`` as seconds or an HTTP date (RFC 9110
+    section 10.2.3); ``None`` when there is neither or it does not parse."""
+    import email.utils
+    import time
+
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            value = float(ms) / 1000
+        except ValueError:
+            value = math.nan
+        if math.isfinite(value) and value >= 0:
+            return value
+    raw = headers.get("retry-after")
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        when = email.utils.parsedate_tz(raw)
+        if when is None:
+            return None
+        value = max(0.0, email.utils.mktime_tz(when) - time.time())
+    return value if math.isfinite(value) and value >= 0 else None
+
+
 async def stream_completion(
     client: httpx.AsyncClient,
     target: ServerTarget,
@@ -209,6 +239,7 @@ async def stream_completion(
         ) as response:
             res.http_status = response.status_code
             if response.status_code >= 400:
+                res.retry_after_s = retry_after_header(response.headers)
                 raw = await response.aread()
                 res.finished_s = clock()
                 detail = ""

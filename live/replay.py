@@ -10,6 +10,15 @@ out the gateway's actions on the asyncio event loop:
   KV blocks); a re-queued request is streamed again from scratch when re-admitted;
 * ``Reject`` records the refusal.
 
+With client models (``ReplayConfig.clients``, or per-request ``timeout_s`` in the workload) the
+replay also plays each tier's client (:mod:`kvbudget.policies.clients`), exactly as the
+simulator does: a refusal (the gateway's, or the server's HTTP 429/503 with its
+``Retry-After``), a backend error or the client's own timeout ends an *attempt*; the client
+model says whether and when the next one is sent (it sleeps on the run's clock, jitter drawn
+from a generator seeded by the run's seed); a timeout cancels the stream (the server aborts the
+request and frees its KV) and the gateway forgets the request. Every attempt is a row of
+``attempts.parquet``; the request's row counts ``num_attempts``.
+
 Arrivals are open loop at the workload's timestamps; a timer task applies admission deadlines
 and lease expiry when :meth:`Gateway.next_timer_s` says; a poller scrapes ``/metrics`` into the
 timeline. Every finished request is appended to the run directory at once
@@ -41,7 +50,13 @@ from kvbudget.live.openai_client import (
     StreamResult,
     stream_completion,
 )
-from kvbudget.live.run_dir import RunDir, engine_preemptions, read_parts, write_outputs
+from kvbudget.live.run_dir import (
+    RunDir,
+    attempts_frame,
+    engine_preemptions,
+    read_parts,
+    write_outputs,
+)
 from kvbudget.live.server import (
     BackendUnavailable,
     ServerInfo,
@@ -65,6 +80,7 @@ from kvbudget.policies import (
     Revoke,
     TierConfig,
 )
+from kvbudget.policies.clients import CLIENT_SEED_TAG, NO_RETRY, Answer, ClientModel
 from kvbudget.results.metrics import summarize
 from kvbudget.results.records import derive_latencies
 from kvbudget.workloads import Workload
@@ -93,6 +109,8 @@ class ReplayConfig:
     often ``/metrics`` is scraped (a scrape costs the API server a few milliseconds, on the
     same cores that stream the tokens on a CPU server). ``front_door``: the gateway's caps on
     concurrency and queues (429/503 before any reservation), as in the simulator.
+    ``clients``: ``(tier, ClientModel)`` pairs: what each tier's client does with answers
+    (a tier not named has ``no-retry``; none at all replays as before client models).
     """
 
     target: ServerTarget
@@ -105,8 +123,13 @@ class ReplayConfig:
     token_ids: tuple[int, int] = (10, 250)
     seed: int = 0
     front_door: FrontDoor | None = None
+    clients: tuple[tuple[str, ClientModel], ...] = ()
 
     def __post_init__(self) -> None:
+        names = {t.name for t in self.tiers}
+        for tier, _ in self.clients:
+            if tier not in names:
+                raise ValueError(f"clients.{tier}: no such tier; tiers: {sorted(names)}")
         if self.capacity_tokens is not None and self.capacity_tokens < 1:
             raise ValueError(f"capacity_tokens must be >= 1, got {self.capacity_tokens!r}")
         if self.block_size is not None and self.block_size < 1:
@@ -148,6 +171,9 @@ class _State:
     tokens_so_far: int = 0
     generation: int = 0
     task: asyncio.Task[None] | None = None
+    attempt: int = 0  # attempts sent (client models)
+    in_flight: bool = False
+    attempt_row: dict[str, Any] | None = None
 
 
 class _Probe:
@@ -216,6 +242,12 @@ class _Replay:
         self.gateway: Gateway | None = None
         self.client: httpx.AsyncClient | None = None
         self.slots = asyncio.Semaphore(config.max_in_flight)
+        self.with_clients = bool(config.clients) or workload.timeout_s is not None
+        by_tier = dict(config.clients)
+        self.client_of: dict[str, ClientModel] = {
+            t: by_tier.get(t, NO_RETRY) for t in workload.tier_names
+        }
+        self.rng = np.random.default_rng(np.random.SeedSequence([config.seed, CLIENT_SEED_TAG]))
 
     # --- clock ------------------------------------------------------------------------------
     def now(self) -> float:
@@ -288,6 +320,9 @@ class _Replay:
                 )
                 st.request = gateway_request
                 now = self.now()
+                if self.with_clients:
+                    self._send(st, st.arrival_s)  # the first attempt's time is the arrival
+                    continue
                 self._apply(self._gw().arrive(gateway_request, now), now)
         except asyncio.CancelledError:
             raise
@@ -382,12 +417,110 @@ class _Replay:
                     st.task.cancel()
                     st.task = None
             elif isinstance(action, Reject):
-                if isinstance(action.error, RequestTooLarge):
-                    self._record(st, "rejected_too_large", "")
+                error = action.error
+                if isinstance(error, RequestTooLarge):
+                    self._ended(st, now, "too_large", "", None, "rejected_too_large", "")
                 else:
-                    reason = action.error.reason
-                    self._record(st, _REASON_STATUS.get(reason, "rejected_overloaded"), reason)
+                    reason = error.reason
+                    answer: Answer = "overloaded_retryable" if error.retryable else "overloaded"
+                    self._ended(st, now, answer, reason, error.retry_after_s,
+                                _REASON_STATUS.get(reason, "rejected_overloaded"), reason)
         self.wake.set()
+
+    # --- clients (see the module doc) ---------------------------------------------------------
+    def _send(self, st: _State, now: float) -> None:
+        """Send attempt ``st.attempt + 1`` of a request to the gateway at ``now``."""
+        st.attempt += 1
+        st.in_flight = True
+        st.first_token_s = math.nan  # the user's first token is the final attempt's
+        req = st.request
+        if st.attempt > 1:
+            req = Request(request_id=req.request_id, tier=req.tier, arrival_s=now,
+                          prompt_tokens=req.prompt_tokens,
+                          max_output_tokens=req.max_output_tokens,
+                          deadline_s=req.deadline_s, prefix_hashes=req.prefix_hashes)
+            st.request = req
+        st.attempt_row = {"request_id": int(self.workload.request_id[st.index]),
+                          "attempt": st.attempt, "sent_s": now}
+        timeout = self._timeout_of(st)
+        if timeout is not None:
+            self._spawn(self._time_out_at(st, st.attempt, now + timeout))
+        self._apply(self._gw().arrive(req, now), now)
+
+    def _timeout_of(self, st: _State) -> float | None:
+        own = self.workload.timeout_s
+        if own is not None and not math.isnan(float(own[st.index])):
+            return float(own[st.index])
+        return self.client_of[st.request.tier].timeout_s
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _time_out_at(self, st: _State, attempt: int, at: float) -> None:
+        try:
+            delay = at - self.now()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if st.attempt != attempt or not st.in_flight:
+                return
+            now = self.now()
+            st.generation += 1  # the stream, if any, no longer owns the request
+            if st.task is not None:
+                st.task.cancel()  # closing the connection makes the server abort it
+                st.task = None
+            actions = self._gw().cancel(st.request.request_id, now)
+            self._ended(st, now, "timeout", "", None, "client_timeout", "")
+            self._apply(actions, now)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._stop(f"internal error in a client timeout: {exc!r}")
+
+    async def _send_at(self, st: _State, at: float) -> None:
+        try:
+            delay = at - self.now()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self._send(st, max(at, self.now()))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._stop(f"internal error in a client retry: {exc!r}")
+
+    def _ended(self, st: _State, now: float, answer: Answer, reason: str,
+               retry_after_s: float | None, status: str, status_reason: str, *,
+               result: StreamResult | None = None) -> None:
+        """An attempt ended unanswered: the client retries, or ``status`` is final."""
+        if not self.with_clients:
+            self._record(st, status, status_reason, result=result)
+            return
+        if not st.in_flight:
+            return
+        at = self.client_of[st.request.tier].next_attempt_s(
+            answer, attempt=st.attempt, now_s=now, first_s=st.arrival_s,
+            retry_after_s=retry_after_s, rng=self.rng,
+        )
+        deadline = st.request.deadline_s
+        if at is not None and deadline is not None and at > deadline:
+            at = None
+        self._close_attempt(st, now, answer, reason, retry_after_s, at)
+        if at is None:
+            self._record(st, status, status_reason, result=result)
+        else:
+            self._spawn(self._send_at(st, at))
+
+    def _close_attempt(self, st: _State, now: float, answer: str, reason: str,
+                       retry_after_s: float | None, next_s: float | None) -> None:
+        st.in_flight = False
+        row = st.attempt_row
+        if row is None:
+            return
+        row.update({"ended_s": now, "answer": answer, "reason": reason,
+                    "retry_after_s": retry_after_s, "next_attempt_s": next_s})
+        self.run_dir.write_attempt(row)
+        st.attempt_row = None
 
     async def _attempt(self, st: _State, generation: int) -> None:
         try:
@@ -405,7 +538,8 @@ class _Replay:
             req.prompt_tokens + st.true_output_tokens > self.max_model_len
         ):
             now = self.now()
-            self._record(st, "rejected_too_large", "max_model_len")
+            self._ended(st, now, "too_large", "max_model_len", None, "rejected_too_large",
+                        "max_model_len")
             self._apply(self._gw().fail(req.request_id, now), now)
             return
         prompt = prompt_token_ids(int(self.workload.request_id[st.index]), req.prompt_tokens,
@@ -427,6 +561,8 @@ class _Replay:
                 st.first_token_s) else result.first_token_s
         if result.ok:
             now = self.now()
+            if self.with_clients and st.in_flight:
+                self._close_attempt(st, now, "completed", "", None, None)
             self._record(st, "completed", "", result=result)
             self._apply(self._gw().finish(req.request_id, result.output_tokens, now), now)
             return
@@ -439,8 +575,11 @@ class _Replay:
         if st.generation != generation:
             return
         now = self.now()
-        self._record(st, "rejected_overloaded", BACKEND_ERROR, result=result)
-        self._apply(self._gw().fail(req.request_id, now), now)
+        answer, reason = _server_answer(result)
+        actions = self._gw().fail(req.request_id, now)
+        self._ended(st, now, answer, reason, result.retry_after_s, "rejected_overloaded",
+                    BACKEND_ERROR, result=result)
+        self._apply(actions, now)
 
     # --- records ------------------------------------------------------------------------------
     def _record(self, st: _State, status: str, reason: str, *,
@@ -480,6 +619,8 @@ class _Replay:
             "reserved_tokens": st.reserved_tokens,
             "error": error,
         }
+        if self.with_clients:
+            row["num_attempts"] = st.attempt
         self.run_dir.write_record(row)
         self.num_written += 1
         self.pending.discard(i)
@@ -487,6 +628,20 @@ class _Replay:
             self.on_record(row)
         if not self.pending:
             self.finished.set()
+
+
+def _server_answer(result: StreamResult) -> tuple[Answer, str]:
+    """What a failed stream means to a client: the server's 429 is a retryable refusal (its
+    Retry-After in ``result``), 503 a final one, 400/413 a request too large, anything else a
+    backend error."""
+    code = result.http_status if result.error_kind == "http" else None
+    if code == 429:
+        return "overloaded_retryable", "server_429"
+    if code == 503:
+        return "overloaded", "server_503"
+    if code in (400, 413):
+        return "too_large", f"server_{code}"
+    return "backend_error", result.error_kind or "error"
 
 
 @dataclass(frozen=True, slots=True)
@@ -571,10 +726,12 @@ def finalize(
     """Write ``requests.parquet``, ``timeline.parquet`` and ``summary.json`` from the part files
     (everything finished so far, across resumed runs)."""
     records, timeline = read_parts(out_dir)
+    attempts = attempts_frame(out_dir)
     revocations = int(records["num_preemptions"].sum()) if len(records) else 0
     summary = summarize(
         _columns(records), _columns(timeline), tiers=tiers, kv_capacity_tokens=max(capacity_tokens, 1),
         policy=policy.name, seed=seed, wall_time_s=wall_time_s,
+        attempts=None if attempts is None else _columns(attempts),
         extra={
             "executor": "live",
             "policy_params": {str(k): _plain(v) for k, v in policy.describe().items()},
@@ -586,7 +743,7 @@ def finalize(
             "complete": len(records) == num_requests,
         },
     )
-    write_outputs(out_dir, records, timeline, summary)
+    write_outputs(out_dir, records, timeline, summary, attempts)
     return ReplayOutcome(records, timeline, summary, complete=len(records) == num_requests)
 
 

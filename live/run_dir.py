@@ -18,13 +18,19 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from kvbudget.results.records import RECORD_COLUMNS, TIMELINE_COLUMNS
+from kvbudget.results.records import (
+    ATTEMPT_COLUMNS,
+    OPTIONAL_RECORD_COLUMNS,
+    RECORD_COLUMNS,
+    TIMELINE_COLUMNS,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
 
 REQUESTS_PART = "requests.part.jsonl"
 TIMELINE_PART = "timeline.part.jsonl"
+ATTEMPTS_PART = "attempts.part.jsonl"
 META_FILE = "replay.json"
 EXTRA_RECORD_COLUMNS: dict[str, str] = {"error": "str"}
 """Columns a live replay adds to :data:`RECORD_COLUMNS`: ``error`` holds a backend failure
@@ -96,6 +102,8 @@ class RunDir:
         self.session = max(sessions, default=0) + 1
         self._requests: IO[str] = (out_dir / REQUESTS_PART).open("a")
         self._timeline: IO[str] = (out_dir / TIMELINE_PART).open("a")
+        self._attempts: IO[str] | None = None  # opened by the first attempt row
+        self._clean_tail(out_dir / ATTEMPTS_PART)
 
     @staticmethod
     def _clean_tail(path: Path) -> None:
@@ -117,9 +125,18 @@ class RunDir:
         self._timeline.write(json.dumps(out) + "\n")
         self._timeline.flush()
 
+    def write_attempt(self, row: Mapping[str, Any]) -> None:
+        """One finished attempt (a replay with client models)."""
+        if self._attempts is None:
+            self._attempts = (self.path / ATTEMPTS_PART).open("a")
+        self._attempts.write(json.dumps({k: _json_value(v) for k, v in row.items()}) + "\n")
+        self._attempts.flush()
+
     def close(self) -> None:
         self._requests.close()
         self._timeline.close()
+        if self._attempts is not None:
+            self._attempts.close()
 
 
 def _frame(rows: Iterable[Mapping[str, Any]], schema: Mapping[str, str]) -> pd.DataFrame:
@@ -140,9 +157,26 @@ def _frame(rows: Iterable[Mapping[str, Any]], schema: Mapping[str, str]) -> pd.D
 
 
 def records_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
-    """Record rows as a DataFrame with the live columns, sorted by ``request_id``."""
-    df = _frame(rows, LIVE_RECORD_COLUMNS)
+    """Record rows as a DataFrame with the live columns (and ``num_attempts`` when the rows
+    have it), sorted by ``request_id``."""
+    rows = list(rows)
+    df = _frame(rows, record_schema(rows))
     return df.sort_values("request_id", kind="stable").reset_index(drop=True)
+
+
+def record_schema(rows: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    rows = list(rows)
+    extra = {c: t for c, t in OPTIONAL_RECORD_COLUMNS.items() if any(c in r for r in rows)}
+    return {**LIVE_RECORD_COLUMNS, **extra}
+
+
+def attempts_frame(out_dir: Path) -> pd.DataFrame | None:
+    """The attempts written so far, sorted by request and attempt; ``None`` when the replay had
+    no client models (no attempts file)."""
+    if not (out_dir / ATTEMPTS_PART).is_file():
+        return None
+    df = _frame(read_jsonl(out_dir / ATTEMPTS_PART), ATTEMPT_COLUMNS)
+    return df.sort_values(["request_id", "attempt"], kind="stable").reset_index(drop=True)
 
 
 def timeline_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
@@ -167,14 +201,20 @@ def engine_preemptions(out_dir: Path) -> int:
 
 
 def write_outputs(
-    out_dir: Path, records: pd.DataFrame, timeline: pd.DataFrame, summary: Mapping[str, Any]
+    out_dir: Path, records: pd.DataFrame, timeline: pd.DataFrame, summary: Mapping[str, Any],
+    attempts: pd.DataFrame | None = None,
 ) -> None:
     """Write ``requests.parquet`` (the records columns plus ``error``), ``timeline.parquet`` and
     ``summary.json``: the files :func:`kvbudget.results.run_result.read_run` reads."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from kvbudget.results.run_result import REQUESTS_FILE, SUMMARY_FILE, TIMELINE_FILE
+    from kvbudget.results.run_result import (
+        ATTEMPTS_FILE,
+        REQUESTS_FILE,
+        SUMMARY_FILE,
+        TIMELINE_FILE,
+    )
 
     def table(df: pd.DataFrame, schema: Mapping[str, str]) -> Any:
         arrays = {}
@@ -186,6 +226,10 @@ def write_outputs(
         return pa.table(arrays)
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table(records, LIVE_RECORD_COLUMNS), out_dir / REQUESTS_FILE)
+    schema = {**LIVE_RECORD_COLUMNS,
+              **{c: t for c, t in OPTIONAL_RECORD_COLUMNS.items() if c in records.columns}}
+    pq.write_table(table(records, schema), out_dir / REQUESTS_FILE)
+    if attempts is not None:
+        pq.write_table(table(attempts, ATTEMPT_COLUMNS), out_dir / ATTEMPTS_FILE)
     pq.write_table(table(timeline, TIMELINE_COLUMNS), out_dir / TIMELINE_FILE)
     (out_dir / SUMMARY_FILE).write_text(json.dumps(dict(summary), indent=2) + "\n")

@@ -51,6 +51,9 @@ ANSWERS: tuple[Answer, ...] = (
 )
 Backoff = Literal["constant", "exponential"]
 Jitter = Literal["none", "full", "equal", "proportional"]
+CLIENT_SEED_TAG = 0x636C69
+"""Mixed into the run's seed for the clients' generator (``SeedSequence([seed, tag])``): the
+simulator and the live replay draw jitter from the same stream."""
 _BACKOFFS: tuple[str, ...] = ("constant", "exponential")
 _JITTERS: tuple[str, ...] = ("none", "full", "equal", "proportional")
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from kvbudget.policies import Request
-from kvbudget.policies.clients import NO_RETRY, Answer, ClientModel
+from kvbudget.policies.clients import CLIENT_SEED_TAG, NO_RETRY, Answer, ClientModel
 from kvbudget.results.records import ATTEMPT_COLUMNS
 from kvbudget.workloads import Workload
 
@@ -55,7 +55,6 @@ class _Driver(Protocol):
     def _set_status(self, i: int, status: str, reason: str) -> None: ...
 
 _TIMEOUT, _RETRY = 0, 1
-CLIENT_SEED_TAG = 0x636C69  # "cli": the client stream of the run's SeedSequence
 
 
 class _Clients:

@@ -1,0 +1,201 @@
+"""The live replay's clients against a fake server on 127.0.0.1 that answers 429 with
+Retry-After: the replay waits at least that long (shown by the attempt times it recorded on
+its own clock, not by timing the test) and records every attempt."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvbudget.live.openai_client import ServerTarget, retry_after_header
+from kvbudget.live.replay import ReplayConfig, ReplayMeta, replay
+from kvbudget.policies import INTERACTIVE, TierConfig, make_policy
+from kvbudget.policies.clients import OPENAI_SDK, client_model
+from kvbudget.results.run_result import read_run
+from kvbudget.workloads import from_columns
+
+BATCH = TierConfig("batch", priority=1, queue_timeout_s=600.0, retryable_on_overload=True,
+                   ttft_s=60.0, tpot_s=1.0)
+
+
+@dataclass
+class _State:
+    refusals: int = 2  # the first requests answered 429
+    retry_after: str = "1"
+    token_s: float = 0.001
+    stall_s: float = 0.0  # a first token this late (a client timeout test)
+    posts: list[float] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.0"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        raw = json.dumps(payload).encode()
+        self.send_response(status)
+        for k, v in {"Content-Type": "application/json", **(headers or {})}.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def do_GET(self) -> None:
+        if self.path == "/v1/models":
+            self._json(200, {"object": "list", "data": [{"id": "fake", "max_model_len": 4096}]})
+        else:
+            self._json(404, {"error": {"message": "not found"}})
+
+    def do_POST(self) -> None:
+        st = self.server.state
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+        with st.lock:
+            st.posts.append(time.perf_counter())
+            refuse = st.refusals > 0
+            st.refusals -= 1
+        if refuse:
+            self._json(429, {"error": {"message": "slow down"}},
+                       {"Retry-After": st.retry_after})
+            return
+        n = int(body["max_tokens"])
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        try:
+            if st.stall_s:
+                time.sleep(st.stall_s)
+            for k in range(1, n + 1):
+                time.sleep(st.token_s)
+                chunk = {"choices": [{"index": 0, "text": "a",
+                                      "finish_reason": "length" if k == n else None}]}
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.flush()
+            usage = {"choices": [], "usage": {"prompt_tokens": len(body["prompt"]),
+                                              "completion_tokens": n}}
+            self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
+        except OSError:
+            pass
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, state: _State) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.state = state
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[_State, str]]:
+    state = _State()
+    srv = _Server(state)
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
+    host, port = srv.server_address[:2]
+    yield state, f"http://{host!s}:{port}"
+    srv.shutdown()
+    srv.server_close()
+    thread.join(timeout=5)
+
+
+def _replay(url: str, out: Path, clients: Any, n: int = 1, timeout_s: list[float] | None = None
+            ) -> Any:
+    w = from_columns([0.0] * n, [8] * n, [4] * n, tiers=["batch"] * n, timeout_s=timeout_s)
+    config = ReplayConfig(target=ServerTarget(url, model="fake", read_timeout_s=10.0),
+                          tiers=(INTERACTIVE, BATCH), capacity_tokens=10_000, block_size=16,
+                          clients=clients, poll_period_s=0.05)
+    meta = ReplayMeta(trace="t", policy="unlimited", policy_params={}, time_scale=1.0, seed=0,
+                      url=url)
+    return replay(w, make_policy("unlimited"), config, out, meta=meta)
+
+
+def test_replay_honours_retry_after_and_records_every_attempt(
+    server: tuple[_State, str], tmp_path: Path
+) -> None:
+    state, url = server
+    outcome = _replay(url, tmp_path / "run", (("batch", OPENAI_SDK),))
+    assert outcome.complete, outcome.error
+    run = read_run(tmp_path / "run")
+    rec = run.records
+    assert rec.status.tolist() == ["completed"] and rec.num_attempts.tolist() == [3]
+    att = run.attempts
+    assert att is not None
+    assert att.attempt.tolist() == [1, 2, 3]
+    assert att.answer.tolist() == ["overloaded_retryable"] * 2 + ["completed"]
+    assert att.retry_after_s.tolist()[:2] == [1.0, 1.0]
+    # on the replay's own clock: each retry was sent no earlier than Retry-After after the
+    # refusal it answered, and at the time the client model planned
+    waits = (att.sent_s.to_numpy()[1:] - att.ended_s.to_numpy()[:-1]).tolist()
+    assert all(w >= 1.0 for w in waits), waits
+    assert att.next_attempt_s.tolist()[:2] == pytest.approx(
+        (att.ended_s.to_numpy()[:2] + 1.0).tolist())
+    assert len(state.posts) == 3  # the server saw every attempt
+    # TTFT and E2E count from the first attempt, as the user lived them
+    assert rec.e2e_s[0] >= 2.0 and rec.arrival_s[0] == att.sent_s[0]
+    assert run.summary["tiers"]["batch"]["retry_amplification"] == 3.0
+    assert run.summary["attempts"]["by_answer"] == {"completed": 1, "overloaded_retryable": 2}
+
+
+def test_no_retry_client_gives_up_on_the_first_429(
+    server: tuple[_State, str], tmp_path: Path
+) -> None:
+    _state, url = server
+    _replay(url, tmp_path / "run", (("batch", client_model("no-retry")),))
+    run = read_run(tmp_path / "run")
+    assert run.records.status.tolist() == ["rejected_overloaded"]
+    assert run.records.num_attempts.tolist() == [1]
+    assert run.attempts is not None and run.attempts.reason.tolist() == ["server_429"]
+
+
+def test_client_timeout_cancels_the_stream(server: tuple[_State, str], tmp_path: Path) -> None:
+    state, url = server
+    state.refusals = 0
+    state.stall_s = 3.0
+    _replay(url, tmp_path / "run", (), timeout_s=[0.3])
+    run = read_run(tmp_path / "run")
+    assert run.records.status.tolist() == ["client_timeout"]
+    att = run.attempts
+    assert att is not None and att.answer.tolist() == ["timeout"]
+    assert att.ended_s[0] - att.sent_s[0] >= 0.3
+
+
+def test_retry_after_header_forms() -> None:
+    assert retry_after_header({"retry-after": "3"}) == 3.0
+    assert retry_after_header({"retry-after-ms": "250", "retry-after": "3"}) == 0.25
+    assert retry_after_header({"retry-after": "soon"}) is None
+    assert retry_after_header({}) is None
+    assert retry_after_header({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0
+
+
+def test_replay_command_takes_clients(server: tuple[_State, str], tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from kvbudget.cli.main import app
+
+    _state, url = server
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"arrival_s": 0, "prompt_tokens": 8, "output_tokens": 4,
+                                 "max_output_tokens": 4}) + "\n")
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, ["replay", "--url", url, "--trace", str(trace), "--tier",
+                                   "batch", "--capacity-tokens", "10000", "--out", str(out),
+                                   "--clients", "batch=openai-sdk", "--json"])
+    assert res.exit_code == 0, res.output
+    run = read_run(out)
+    assert run.records.num_attempts.tolist() == [3]
+    bad = CliRunner().invoke(app, ["replay", "--url", url, "--trace", str(trace), "--out",
+                                   str(tmp_path / "bad"), "--clients", "bulk=openai-sdk"])
+    assert bad.exit_code == 2 and "bulk" in bad.output
