@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kvbudget.cli.errors import CliError, fail, user_errors
-from kvbudget.cli.simulate import ClientsOpt
+from kvbudget.cli.options import ClientsOpt
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -121,6 +121,11 @@ ENGINE_OPTIONS: dict[str, tuple[Any, Any, str]] = {
         "fp8_e5m2.", rich_help_panel=_E)], None, "kv_cache_dtype"),
 }
 
+CLIENTS_HELP = ("What each tier's clients do with answers (no-retry, openai-sdk, batch-pipeline, "
+                "impatient-user), over the scenario's [clients], e.g. "
+                "batch=batch-pipeline,interactive=impatient-user.")
+ClientsOpt = Annotated[str | None, typer.Option("--clients", metavar="TIER=PRESET,...",
+                                                help=CLIENTS_HELP)]
 SCENARIO_OPTIONS: dict[str, tuple[Any, Any]] = {
     "scenario": (Annotated[Path | None, typer.Option(
         "--scenario", help="A TOML scenario file (see docs/scenarios.md).",
@@ -140,10 +145,7 @@ SCENARIO_OPTIONS: dict[str, tuple[Any, Any]] = {
         "--trace", help="Replay a trace file instead of the scenario's workload (with the "
         "trace options).", rich_help_panel=_S)], None),
     "clients": (Annotated[str | None, typer.Option(
-        "--clients", metavar="TIER=PRESET,...", help="What each tier's clients do with "
-        "answers (no-retry, openai-sdk, batch-pipeline, impatient-user), over the scenario's "
-        "[clients], e.g. batch=batch-pipeline,interactive=impatient-user.",
-        rich_help_panel=_S)], None),
+        "--clients", metavar="TIER=PRESET,...", help=CLIENTS_HELP, rich_help_panel=_S)], None),
 }
 
 

@@ -295,3 +295,10 @@ def test_trace_timeout_column_is_read(tmp_path: Path) -> None:
     w = load_trace(trace, TraceOptions()).workload
     assert w.timeout_s is not None
     assert w.timeout_s[0] == 3.5 and np.isnan(w.timeout_s[1])
+
+
+@pytest.mark.parametrize("command", ["simulate", "compare", "sweep", "tune", "capacity",
+                                     "replay"])
+def test_every_study_command_takes_clients(command: str) -> None:
+    res = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0 and "--clients" in res.output
