@@ -237,6 +237,19 @@ class ModelSpec:
             return 1
         return max(1, self.num_kv_heads // tp)
 
+    def check_tensor_parallel(self, tp: int) -> None:
+        """``ValueError`` unless vLLM can shard this model over ``tp`` GPUs: ``tp`` divides the
+        attention heads, and the KV heads divide evenly over the GPUs (or, fewer than them,
+        replicate evenly: ``tp`` a multiple of them), as vLLM's ``QKVParallelLinear`` asserts."""
+        _check_parallel(tp)
+        heads, kv = self.num_attention_heads, self.num_kv_heads
+        if heads % tp:
+            raise ValueError(f"tensor_parallel_size {tp} does not divide {self.name}'s {heads} "
+                             "attention heads (vLLM requires it to)")
+        if self.mla is None and (kv % tp if kv >= tp else tp % kv):
+            raise ValueError(f"tensor_parallel_size {tp} does not shard {self.name}'s {kv} KV "
+                             "heads evenly (vLLM requires one to divide the other)")
+
     def _attention_params(self, tp: int) -> tuple[float, float]:
         """One layer's attention on one GPU: (linear weights, biases and norms)."""
         h, heads, d = self.hidden_size, self.num_attention_heads, self.head_dim

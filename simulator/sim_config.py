@@ -87,13 +87,10 @@ class SimConfig:
                 f"frontend_overhead_s must be >= 0, got {self.frontend_overhead_s!r}"
             )
         get_gpu(self.gpu)
-        model = get_model(self.model)
-        tp = self.engine.tensor_parallel_size
-        if model.num_attention_heads % tp:
-            raise ValueError(
-                f"engine.tensor_parallel_size {tp} does not divide {model.name}'s "
-                f"{model.num_attention_heads} attention heads (vLLM requires it to)"
-            )
+        try:
+            get_model(self.model).check_tensor_parallel(self.engine.tensor_parallel_size)
+        except ValueError as exc:
+            raise ValueError(f"engine.{exc}") from None
         tiers = tier_map(self.tiers)
         for tier, client in self.clients:
             if tier not in tiers:

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import kvbudget.perf.models as models_module
@@ -360,9 +362,67 @@ def test_model_spec_validates() -> None:
         ModelSpec("x", "llama", 2, 64, 4, 4, 16, 128, 100, num_sliding_layers=1)
     with pytest.raises(ValueError, match="tensor_parallel_size"):
         get_model("Llama-3.1-8B").kv_bytes_per_token(0)
+    phi = get_model("Phi-4")  # 40 heads, 10 KV heads
+    phi.check_tensor_parallel(2)
+    with pytest.raises(ValueError, match="does not shard Phi-4's 10 KV heads"):
+        phi.check_tensor_parallel(4)
+    with pytest.raises(ValueError, match="does not divide Phi-4's 40 attention heads"):
+        phi.check_tensor_parallel(16)
+    get_model("Qwen3-30B-A3B").check_tensor_parallel(8)  # 4 KV heads, each on two GPUs
+    get_model("DeepSeek-V2-Lite").check_tensor_parallel(16)  # MLA: one latent on every GPU
 
 
 def test_docs_list_every_preset() -> None:
     docs = (Path(__file__).resolve().parents[3] / "docs" / "models.md").read_text()
     for name in preset_names():
         assert f"| {name} | {get_model(name).source.split('(')[1].rstrip(')')} |" in docs, name
+
+
+def test_qwen2_moe_shared_expert() -> None:
+    """Qwen2-MoE has a shared expert with a one-output gate; shapes of Qwen1.5-MoE-A2.7B,
+    whose card gives 14.3B parameters, 2.7B activated (Qwen counts the embedding table)."""
+    cfg = {"model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size": 5632,
+           "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 16,
+           "vocab_size": 151936, "max_position_embeddings": 8192, "num_experts": 60,
+           "num_experts_per_tok": 4, "moe_intermediate_size": 1408,
+           "shared_expert_intermediate_size": 5632, "decoder_sparse_step": 1,
+           "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+    m = model_from_config(cfg, name="qwen2-moe", source="qwen2-moe.json")
+    assert m.moe is not None and m.attention_bias
+    assert (m.moe.num_shared_experts, m.moe.shared_expert_intermediate_size) == (1, 5632)
+    assert m.moe.shared_expert_gate and m.num_dense_layers == 0
+    assert m.num_params == pytest.approx(14.3e9, rel=0.03)
+    assert m.num_active_params + 151936 * 2048 == pytest.approx(2.7e9, rel=0.03)
+    # every other layer MoE: the rest are dense FFNs of intermediate_size
+    half = model_from_config({**cfg, "decoder_sparse_step": 2}, name="q", source="q")
+    assert half.moe is not None and half.moe.num_moe_layers == 12 and half.num_dense_layers == 12
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from(sorted(PUBLISHED)), tp=st.sampled_from([1, 2, 4, 8, 16]),
+       num_tokens=st.integers(min_value=0, max_value=100_000))
+def test_sharding_properties(name: str, tp: int, num_tokens: int) -> None:
+    """More GPUs never hold more per GPU, replication keeps the total at or above the whole,
+    and the distinct experts a step touches lie between its first token's and all of them."""
+    m = get_model(name)
+    try:
+        m.check_tensor_parallel(tp)
+    except ValueError:
+        assume(False)
+    one = m.weight_bytes()
+    assert m.weight_bytes(tp) <= one
+    assert m.weight_bytes(tp) * tp >= one * (1 - 1e-12)
+    assert m.kv_bytes_per_token(tp) <= m.kv_bytes_per_token()
+    assert m.kv_bytes_per_token(tp) * tp >= m.kv_bytes_per_token() or m.mla is not None
+    assert sum(m.kv_bytes_per_token_full_and_sliding(tp)) == m.kv_bytes_per_token(tp)
+    assert m.dense_weight_bytes(tp) <= m.weight_bytes(tp)
+    tokens = float(num_tokens)
+    distinct = m.expected_distinct_experts(tokens)
+    if m.moe is None:
+        assert distinct == 0.0
+    else:
+        e, k = m.moe.num_experts, m.moe.num_experts_per_tok
+        assert distinct <= min(e, k * tokens) * (1 + 1e-9)
+        if tokens >= 1:
+            assert distinct >= k * (1 - 1e-9)
+        assert m.num_active_params < m.num_params
