@@ -204,6 +204,8 @@ def compare_cmd(
 
 def presets_cmd() -> None:
     """List the GPU and model presets with their KV capacity."""
+    import textwrap
+
     from kvbudget.cli.tables import render
     from kvbudget.perf.hardware import GPUS
     from kvbudget.perf.kv_capacity import num_gpu_blocks
@@ -224,6 +226,9 @@ def presets_cmd() -> None:
           m.weight_dtype, m.num_params / 1e9, m.num_active_params / 1e9,
           m.kv_bytes_per_token() / 1024] for m in models.values()],
     ))
+    typer.echo(textwrap.fill(
+        "active: the parameters a token computes with (the input embedding table and the "
+        "experts it is not routed to left out); KV per GPU at TP 1, kv_cache_dtype auto.", WIDTH))
     typer.echo("")
     rows = []
     for m in models.values():
