@@ -3,7 +3,7 @@
 import json
 import math
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -524,7 +524,7 @@ def validate_cmd(
         if url is None or trace is None or cost_model is None:
             raise CliError("give --url, --trace and --cost-model (a live validation) or "
                            "--records (a recorded run)")
-        from kvbudget.analysis.validation import KEY_METRICS, plot_validation, validate_runs
+        from kvbudget.analysis.validation import KEY_METRICS
         from kvbudget.live.calibrate import SpeedCheck, speed_check_async
         from kvbudget.live.server import BackendUnavailable, discover
         from kvbudget.perf.cost_model import (
@@ -533,7 +533,8 @@ def validate_cmd(
             read_frontend_overhead,
         )
         from kvbudget.simulator.engine_config import EngineConfig
-        from kvbudget.simulator.run import SimConfig, simulate
+        from kvbudget.simulator.run import SimConfig
+        from kvbudget.studies.validate import compare_live_run
 
         if out.exists() and any(out.iterdir()):
             raise CliError(f"{out}: already exists and is not empty; choose another --out")
@@ -590,40 +591,26 @@ def validate_cmd(
             gateway_capacity_tokens=capacity_tokens, lease_ttl_s=lease_ttl,
             timeline_period_s=0.25, seed=seed, frontend_overhead_s=overhead,
         )
-        sim = simulate(workload, setup.new_policy(), sim_config)
-        sim.write(out / "sim")
-        capacity = capacity_tokens or info.usable_blocks * info.block_size
-        result, adjusted = validate_runs(
-            sim.records, sim.timeline, sim.summary.get("engine", {}), live.records,
-            live.summary, tiers=tiers, capacity_tokens=capacity, policy=pol.name,
-            frontend_overhead_s=0.0)  # the simulation added it already
-        result = replace(result, frontend_overhead_s=overhead)
-        corrected = None
         timed = [c for c in checks if c is not None]
-        if correct_drift and timed:
-            factor = sum(c.measured_s / c.predicted_s for c in timed) / len(timed)
-            scaled = cost.scaled(factor, f"{cost.source}, x{factor:.4f} (validate speed checks)")
-            sim_c = simulate(workload, setup.new_policy(),
-                             replace(sim_config, cost_model=scaled))
-            sim_c.write(out / "sim-drift-corrected")
-            corrected = factor, validate_runs(
-                sim_c.records, sim_c.timeline, sim_c.summary.get("engine", {}), live.records,
-                live.summary, tiers=tiers, capacity_tokens=capacity, policy=pol.name,
-                frontend_overhead_s=0.0)[0]
-        result.metrics.to_csv(out / "validation.csv", index=False)
-        (out / "validation.json").write_text(json.dumps(
-            {**result.to_dict(), "policy": pol.name, "trace": str(trace), "url": url,
-             "engine": {"block_size": info.block_size, "num_gpu_blocks": info.usable_blocks,
-                        "max_num_seqs": seqs, "max_num_batched_tokens": batched},
-             "speed_check": {when: None if c is None else {
-                 "num_seqs": c.num_seqs, "seq_len": c.seq_len, "measured_s": c.measured_s,
-                 "predicted_s": c.predicted_s, "drift": c.drift}
-                 for when, c in zip(("before", "after"), checks, strict=True)},
-             "drift_corrected": None if corrected is None else {
-                 "factor": corrected[0], **corrected[1].to_dict()}},
-            indent=2) + "\n")
-        plot_validation(adjusted, live.records, sim.timeline, live.timeline,
-                        out / "validate.png", f"{pol.name} on {trace.name}: simulated vs measured")
+        factor = (sum(c.measured_s / c.predicted_s for c in timed) / len(timed)
+                  if correct_drift and timed else None)
+        outcome = compare_live_run(
+            workload, setup.new_policy, sim_config, live, out,
+            capacity_tokens=capacity_tokens or info.usable_blocks * info.block_size,
+            drift_factor=factor,
+            meta={"trace": str(trace), "url": url,
+                  "engine": {"block_size": info.block_size,
+                             "num_gpu_blocks": info.usable_blocks, "max_num_seqs": seqs,
+                             "max_num_batched_tokens": batched},
+                  "speed_check": {when: None if c is None else {
+                      "num_seqs": c.num_seqs, "seq_len": c.seq_len,
+                      "measured_s": c.measured_s, "predicted_s": c.predicted_s,
+                      "drift": c.drift}
+                      for when, c in zip(("before", "after"), checks, strict=True)}},
+            title=f"{pol.name} on {trace.name}: simulated vs measured")
+        result = outcome.validation
+        corrected = (None if outcome.drift_corrected is None
+                     else (outcome.drift_factor, outcome.drift_corrected))
 
     def pct(x: float) -> str:
         return "-" if not math.isfinite(x) else f"{100 * x:+.1f}%"

@@ -27,16 +27,19 @@ import numpy.typing as npt
 
 from kvbudget.analysis.validation import (
     OVERALL,
+    Validation,
     compare_recorded,
     offered_rate_stages,
     per_request_errors,
     plot_validation,
+    validate_runs,
 )
-from kvbudget.perf.cost_model import CostModel
-from kvbudget.policies import TierConfig, make_policy
+from kvbudget.perf.cost_model import CostModel, LinearCostModel
+from kvbudget.policies import BasePolicy, TierConfig, make_policy
 from kvbudget.results.recordings import Recording
 from kvbudget.results.run_result import RunResult
 from kvbudget.simulator.run import SimConfig, simulate
+from kvbudget.workloads import Workload
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -189,3 +192,66 @@ def write_validation(result: OfflineValidation, recording: Recording, out: Path,
     empty = pd.DataFrame({"time_s": [], "kv_used_tokens": []})
     plot_validation(sim, measured, result.simulated.timeline, empty, out / "validate.png",
                     f"{Path(recording.path).name}: simulated vs measured")
+
+
+# ---------------------------------------------------------------------------------------------
+# Live validation: the simulated side of ``kvbudget validate --url``
+
+
+@dataclass(eq=False)
+class LiveComparison:
+    """A simulated run against a live replay: the validation, and the same with every step
+    time scaled by the speed checks' drift (``drift_factor``, when asked for)."""
+
+    validation: Validation
+    drift_factor: float | None = None
+    drift_corrected: Validation | None = None
+
+    def checked(self) -> Validation:
+        """What ``--max-error`` applies to: the drift-corrected comparison when there is one."""
+        return self.validation if self.drift_corrected is None else self.drift_corrected
+
+
+def compare_live_run(workload: Workload, new_policy: Callable[[], BasePolicy],
+                     config: SimConfig, live: RunResult | Any, out: Path, *,
+                     capacity_tokens: int, drift_factor: float | None = None,
+                     meta: Mapping[str, Any] | None = None, title: str = "") -> LiveComparison:
+    """Simulate the replayed workload on the server's configuration (``config``: its blocks,
+    batch limits, the calibrated cost model and front-end overhead) and compare it with the
+    live run (``records``, ``timeline``, ``summary``); with ``drift_factor``, also with every
+    step time scaled by it (a linear cost model's ``scaled``). Writes ``validation.csv``,
+    ``validation.json`` (with ``meta``), ``validate.png``, ``sim/`` (and
+    ``sim-drift-corrected/``) under ``out``."""
+    overhead = config.frontend_overhead_s
+    policy_name = new_policy().name
+    sim = simulate(workload, new_policy(), config)
+    sim.write(out / "sim")
+
+    def compare(run: RunResult) -> tuple[Validation, pd.DataFrame]:
+        result, adjusted = validate_runs(
+            run.records, run.timeline, run.summary.get("engine", {}), live.records,
+            live.summary, tiers=config.tiers, capacity_tokens=capacity_tokens,
+            policy=policy_name, frontend_overhead_s=0.0)  # the simulation added it already
+        return replace(result, frontend_overhead_s=overhead), adjusted
+
+    result, adjusted = compare(sim)
+    outcome = LiveComparison(result)
+    if drift_factor is not None:
+        cost = config.cost_model
+        if not isinstance(cost, LinearCostModel):
+            raise ValueError("drift correction needs a linear cost model")
+        scaled = cost.scaled(drift_factor,
+                             f"{cost.source}, x{drift_factor:.4f} (validate speed checks)")
+        sim_c = simulate(workload, new_policy(), replace(config, cost_model=scaled))
+        sim_c.write(out / "sim-drift-corrected")
+        outcome = LiveComparison(result, drift_factor, compare(sim_c)[0])
+    result.metrics.to_csv(out / "validation.csv", index=False)
+    corrected = outcome.drift_corrected
+    (out / "validation.json").write_text(json.dumps(
+        {**result.to_dict(), "policy": policy_name, **dict(meta or {}),
+         "drift_corrected": None if corrected is None else {
+             "factor": drift_factor, **corrected.to_dict()}},
+        indent=2) + "\n")
+    plot_validation(adjusted, live.records, sim.timeline, live.timeline, out / "validate.png",
+                    title or f"{policy_name}: simulated vs measured")
+    return outcome
