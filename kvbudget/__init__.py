@@ -41,6 +41,8 @@ Run results
 -----------
 - :class:`RunResult`, :func:`read_run`: a run's records, timeline and summary, on disk or not
 - :func:`summarize`: the summary metrics of a records table
+- :func:`read_recording`, :class:`Recording`: a real server's recorded run (request logs,
+  ``vllm bench serve`` results, GuideLLM reports, replay run directories)
 
 Analysis and plots
 ------------------
@@ -58,6 +60,8 @@ Studies
 - :func:`capacity`, :class:`CapacitySpec`: the largest sustainable rate per policy
 - :func:`plan`, :class:`PlanSpec`: the cheapest deployment (GPU, TP, replicas, policy) meeting SLOs
 - :func:`regress`, :func:`load_suite`: the CI gate on policy metrics
+- :func:`calibrate_recording`: fit a step-time model to a recorded run (simulator in the loop)
+- :func:`validate_recording`: a recorded run simulated against its measurements, per stage
 
 Live servers
 ------------
@@ -127,6 +131,8 @@ _EXPORTS: dict[str, str] = {
     "RunResult": "results.run_result",
     "read_run": "results.run_result",
     "summarize": "results.metrics",
+    "read_recording": "results.recordings",
+    "Recording": "results.recordings",
     # Analysis and plots
     "tables": "analysis",
     "plots": "analysis",
@@ -145,6 +151,8 @@ _EXPORTS: dict[str, str] = {
     "PlanSpec": "studies.plan",
     "regress": "studies.regress",
     "load_suite": "studies.regress",
+    "calibrate_recording": "studies.calibrate",
+    "validate_recording": "studies.validate",
     # Live servers
     "replay": "live.replay",
     "ReplayConfig": "live.replay",
@@ -201,6 +209,7 @@ if TYPE_CHECKING:  # what a type checker and an IDE see
     )
     from kvbudget.policies.clients import CLIENT_PRESETS, ClientModel, client_model
     from kvbudget.results.metrics import summarize
+    from kvbudget.results.recordings import Recording, read_recording
     from kvbudget.results.run_result import RunResult, read_run
     from kvbudget.simulator.engine_config import EngineConfig
     from kvbudget.simulator.fleet import FleetConfig
@@ -211,12 +220,14 @@ if TYPE_CHECKING:  # what a type checker and an IDE see
         load_scenario,
         make_scenario,
     )
+    from kvbudget.studies.calibrate import calibrate_recording
     from kvbudget.studies.capacity import CapacitySpec, capacity
     from kvbudget.studies.compare import Comparison, compare
     from kvbudget.studies.plan import PlanSpec, plan
     from kvbudget.studies.regress import load_suite, regress
     from kvbudget.studies.sweep import run_sweep
     from kvbudget.studies.tune import TuneSpec, tune
+    from kvbudget.studies.validate import validate_recording
     from kvbudget.workloads import Workload, from_columns
     from kvbudget.workloads.arrivals import GammaArrivals, PoissonArrivals
     from kvbudget.workloads.lengths import Empirical, Fixed, LogNormal, Uniform
