@@ -26,7 +26,8 @@ Configs and presets
 - :class:`EngineConfig`: the engine's knobs, under vLLM's names
 - :class:`GPUSpec`, :func:`get_gpu`: GPU specifications
 - :class:`ModelSpec`, :func:`get_model`, :func:`model_from_config`: model specifications
-  (bundled presets or any Hugging Face ``config.json``; :class:`MoESpec`, :class:`MLASpec`)
+  (bundled presets or any Hugging Face ``config.json``; :class:`MoESpec`, :class:`MLASpec`,
+  :class:`ModelConfigError`)
 - :func:`num_gpu_blocks`: KV-cache capacity as vLLM computes it
 - :class:`RooflineCostModel`, :class:`LinearCostModel`, :func:`load_cost_model`: step-time models
 - :class:`Scenario`, :func:`load_scenario`, :func:`default_scenario`: scenario files
