@@ -92,8 +92,12 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
         recorded.append(f"engine.num_gpu_blocks={int(cfg['kv_capacity_tokens']) // size}")
     if gpu is None and _known("gpu", cfg.get("gpu")):
         gpu = str(cfg["gpu"])
-    if model is None and _known("model", cfg.get("model")):
-        model = str(cfg["model"])
+    if model is None and isinstance(cfg.get("model"), str):
+        # a preset's name, or a Hugging Face id whose last part names a bundled model
+        for name in (cfg["model"], cfg["model"].rsplit("/", 1)[-1]):
+            if _known("model", name):
+                model = name
+                break
     scn = build_scenario(scenario=scenario, overrides=[*recorded, *(overrides or [])],
                          gpu=gpu, model=model, cost_model=cost_model,
                          num_gpu_blocks=num_gpu_blocks, block_size=block_size,

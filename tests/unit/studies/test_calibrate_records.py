@@ -227,3 +227,23 @@ def test_engine_flags_win_over_the_recording_and_the_recording_over_defaults(
                            **kwargs)  # type: ignore[arg-type]
     assert setup.config.resolved_num_gpu_blocks() == 100
     assert setup.config.engine.max_num_seqs == 7
+
+
+def test_a_recorded_model_id_picks_the_bundled_model(tmp_path: Path) -> None:
+    from kvbudget.cli.recorded import recorded_setup
+
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({"model_id": "Qwen/Qwen2.5-7B", "input_lens": [10, 20],
+                                "output_lens": [3, 4], "ttfts": [0.1, 0.1],
+                                "latencies": [0.5, 0.6], "start_times": [0.0, 1.0],
+                                "errors": ["", ""]}))
+    kwargs = dict(records_format=None, columns=None, tier="interactive", seed=0, gpu=None,
+                  scenario=None, overrides=None, block_size=None, num_gpu_blocks=None,
+                  max_num_seqs=None, max_num_batched_tokens=None, cost_model=None, policy=None,
+                  params=None)
+    from kvbudget.perf.models import get_model
+
+    chosen = recorded_setup(path, model=None, **kwargs).config.model  # type: ignore[arg-type]
+    assert get_model(chosen) == get_model("Qwen2.5-7B")
+    assert recorded_setup(path, model="Llama-3.1-8B", **kwargs  # type: ignore[arg-type]
+                          ).config.model == "Llama-3.1-8B"
