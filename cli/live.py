@@ -95,6 +95,14 @@ OverheadFitOpt = Annotated[bool, typer.Option(
     "time per request (frontend_overhead_s); off for engine-side logs.")]
 RecTierOpt = Annotated[str, typer.Option(
     "--tier", help="Tier of requests whose recording has none.")]
+TpOpt = Annotated[int | None, typer.Option(
+    "--tensor-parallel-size", "-tp", help="With --records: GPUs the recorded server sharded "
+    "the model over.")]
+KvDtypeOpt = Annotated[str | None, typer.Option(
+    "--kv-cache-dtype", help="With --records: auto, fp8 (= fp8_e4m3) or fp8_e5m2.")]
+EngineNameOpt = Annotated[str | None, typer.Option(
+    "--engine", help="With --records: engine behaviour (vllm, vllm-swap, tgi, sglang, "
+    "trtllm).")]
 
 
 def _target(url: str, model: str, api_key: str | None, read_timeout: float) -> "ServerTarget":
@@ -341,6 +349,9 @@ def calibrate_cmd(
     gpu: GpuOpt = None,
     num_gpu_blocks: BlocksOpt = None,
     block_size: BlockSizeOpt = None,
+    tensor_parallel_size: TpOpt = None,
+    kv_cache_dtype: KvDtypeOpt = None,
+    engine: EngineNameOpt = None,
     overrides: SetOpt = None,
     scenario: ScenarioOpt = None,
     cost_model: Annotated[Path | None, typer.Option(
@@ -386,7 +397,9 @@ def calibrate_cmd(
                 gpu=gpu, model=model or None, scenario=scenario, overrides=overrides,
                 num_gpu_blocks=num_gpu_blocks, block_size=block_size,
                 max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                cost_model=cost_model, policy=policy, params=params)
+                cost_model=cost_model, policy=policy, params=params,
+                engine={"tensor_parallel_size": tensor_parallel_size,
+                        "kv_cache_dtype": kv_cache_dtype, "name": engine})
             recorded.calibrate_records(setup, out, kind=fit_kind, holdout=holdout,
                                        max_evals=max_evals, fit_overhead=fit_overhead)
         return
@@ -460,6 +473,9 @@ def validate_cmd(
     gpu: GpuOpt = None,
     num_gpu_blocks: BlocksOpt = None,
     block_size: BlockSizeOpt = None,
+    tensor_parallel_size: TpOpt = None,
+    kv_cache_dtype: KvDtypeOpt = None,
+    engine: EngineNameOpt = None,
     overrides: SetOpt = None,
     holdout: HoldoutOpt = None,
     fit_kind: FitOpt = "default",
@@ -515,7 +531,9 @@ def validate_cmd(
                 gpu=gpu, model=model or None, scenario=scenario, overrides=overrides,
                 num_gpu_blocks=num_gpu_blocks, block_size=block_size,
                 max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                cost_model=cost_model, policy=policy, params=params)
+                cost_model=cost_model, policy=policy, params=params,
+                engine={"tensor_parallel_size": tensor_parallel_size,
+                        "kv_cache_dtype": kv_cache_dtype, "name": engine})
             recorded.validate_records(rec_setup, out, holdout=holdout, kind=fit_kind,
                                       max_evals=max_evals, fit_overhead=fit_overhead,
                                       max_error=max_error, cost_model=cost_model)

@@ -66,7 +66,8 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
                    num_gpu_blocks: int | None, block_size: int | None,
                    max_num_seqs: int | None, max_num_batched_tokens: int | None,
                    cost_model: Path | None, policy: str | None,
-                   params: list[str] | None) -> RecordedSetup:
+                   params: list[str] | None,
+                   engine: dict[str, Any] | None = None) -> RecordedSetup:
     """Read the recording and build the simulation configuration: the command-line flags,
     then ``--set``, then what the recording says of the server, then the scenario/defaults."""
     from kvbudget.cli.live import _policy
@@ -98,7 +99,12 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
             if _known("model", name):
                 model = name
                 break
-    scn = build_scenario(scenario=scenario, overrides=[*recorded, *(overrides or [])],
+    flags = [f"engine.{k}={json.dumps(v)}" for k, v in (engine or {}).items() if v is not None]
+    for flag, value in (("--gpu", gpu), ("--model", model)):
+        if value is None and scenario is None:
+            typer.echo(f"note: no {flag} and the recording does not name one: the default "
+                       "scenario's is simulated", err=True)
+    scn = build_scenario(scenario=scenario, overrides=[*recorded, *(overrides or []), *flags],
                          gpu=gpu, model=model, cost_model=cost_model,
                          num_gpu_blocks=num_gpu_blocks, block_size=block_size,
                          max_num_seqs=max_num_seqs,
