@@ -230,6 +230,8 @@ def _print_fit(cal: "RecordedCalibration") -> None:
                f"{cal.loss:.4g} fitted")
     typer.echo(render(("parameter", "start", "fitted"), [
         [k, cal.start[k], v] for k, v in cal.fitted.items()]))
+    for name, why in cal.fixed.items():
+        typer.echo(f"not fitted: {name} ({why})")
 
 
 def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: float | None,

@@ -67,6 +67,52 @@ def fit_parameters(model: CostModel) -> tuple[str, ...]:
     return tuple(names)
 
 
+_PROBES = (  # (prefill tokens, decode seqs, context tokens, prefill attention, prefill seqs)
+    (0.0, 1.0, 512.0, 0.0, 0.0),
+    (0.0, 32.0, 32 * 2048.0, 0.0, 0.0),
+    (0.0, 256.0, 256 * 1024.0, 0.0, 0.0),
+    (2048.0, 0.0, 2048.0, 2048.0**2, 1.0),
+    (512.0, 16.0, 512.0 + 16 * 1024.0, 512.0**2, 1.0),
+)
+
+
+def effective_parameters(model: CostModel, names: tuple[str, ...] | None = None
+                         ) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The fit parameters that move ``model``'s step times (on a few batch states), and why
+    each other one is left as it is: a starting value of zero (the log-space search scales
+    values), or no effect on the step time in this configuration (an all-reduce latency at
+    tensor parallelism 1, say)."""
+    names = names or fit_parameters(model)
+    base = [float(model.step_time(*p)) for p in _PROBES]
+    keep: list[str] = []
+    fixed: dict[str, str] = {}
+    for name in names:
+        value = float(getattr(model, name))
+        if not (math.isfinite(value) and value > 0):
+            fixed[name] = f"starts at {value!r}"
+            continue
+        moved = None
+        for factor in (1.5, 1 / 1.5):
+            try:
+                moved = dataclasses.replace(model, **{name: value * factor})  # type: ignore[type-var]
+                break
+            except ValueError:
+                continue
+        if moved is None:
+            fixed[name] = "cannot be moved either way"
+            continue
+        change = max(abs(float(moved.step_time(*p)) - b) / b for p, b in zip(_PROBES, base,
+                                                                             strict=True))
+        if change < 1e-9:
+            fixed[name] = "does not change the step time here"
+            continue
+        keep.append(name)
+    if not keep:
+        raise ValueError(f"none of {type(model).__name__}'s fit parameters changes its step "
+                         f"times ({'; '.join(f'{k}: {v}' for k, v in fixed.items())})")
+    return tuple(keep), fixed
+
+
 def linear_start(model: CostModel, *, max_num_batched_tokens: int, max_num_seqs: int,
                  max_context_tokens: int = 8192) -> LinearCostModel:
     """The linear model closest (least squares on relative error) to ``model``'s step times
@@ -153,6 +199,7 @@ class RecordedCalibration:
     start: dict[str, float]
     fitted: dict[str, float]
     num_rows: int
+    fixed: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def in_sample_errors(self) -> dict[str, float | None]:
         """``{metric: signed relative error}`` over the fitted rows (stage ``all``)."""
@@ -187,6 +234,7 @@ class RecordedCalibration:
                 "start_loss": self.start_loss,
                 "start": self.start,
                 "fitted": self.fitted,
+                "not_fitted": self.fixed,
                 "in_sample_error": self.in_sample_errors(),
             },
         }
@@ -213,15 +261,13 @@ def calibrate_recording(
 ) -> RecordedCalibration:
     """Fit ``start``'s ``FIT_PARAMETERS`` (or ``parameters``) so that simulating the recording
     on ``config`` reproduces the measured latencies of ``rows`` (default: every measured
-    request). ``progress(num_evals, best_loss)`` is called after every simulation."""
+    request); those that do not move the step time are left as they are
+    (:func:`effective_parameters`, listed in ``fixed``). ``progress(num_evals, best_loss)`` is
+    called after every simulation."""
     from scipy.optimize import minimize
 
-    names = parameters or fit_parameters(start)
+    names, fixed = effective_parameters(start, parameters)
     base = {n: float(getattr(start, n)) for n in names}
-    for n, v in base.items():
-        if not (math.isfinite(v) and v > 0):
-            raise ValueError(f"cannot fit {type(start).__name__}.{n}: its starting value "
-                             f"{v!r} must be > 0 (the search scales it)")
     if max_evals < 1:
         raise ValueError(f"max_evals must be >= 1, got {max_evals!r}")
     measured = recording.records()
@@ -293,7 +339,7 @@ def calibrate_recording(
     return RecordedCalibration(model=model, frontend_overhead_s=overhead, table=table,
                                loss=best_loss, start_loss=start_loss,
                                num_evals=int(state["evals"]), start=start_values, fitted=fitted,
-                               num_rows=num_rows)
+                               num_rows=num_rows, fixed=fixed)
 
 
 def read_calibration(path: Path) -> dict[str, Any]:

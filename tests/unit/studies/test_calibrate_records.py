@@ -117,6 +117,19 @@ def test_fit_parameters_and_the_linear_start() -> None:
         fit_parameters(make_policy("unlimited"))  # type: ignore[arg-type]
 
 
+def test_parameters_that_cannot_move_the_step_time_are_left_alone(recording_csv: Path) -> None:
+    from kvbudget.studies.calibrate import effective_parameters
+
+    start = LinearCostModel(0.02, 0.0, 1e-4, 5e-7)  # no prefill term to scale
+    names, fixed = effective_parameters(start)
+    assert names == ("intercept_s", "per_decode_seq_s", "per_context_token_s")
+    assert fixed == {"per_prefill_token_s": "starts at 0.0"}
+    cal = calibrate_recording(read_recording(recording_csv), SimConfig(engine=ENGINE), start,
+                              fit_overhead=False, max_evals=5)
+    assert set(cal.fitted) == set(names) and cal.fixed == fixed
+    assert cal.model.per_prefill_token_s == 0.0  # type: ignore[attr-defined]
+
+
 def test_a_roofline_fit_saves_and_loads_by_kind(recording_csv: Path, tmp_path: Path) -> None:
     from kvbudget.perf.hardware import get_gpu
     from kvbudget.perf.models import get_model
