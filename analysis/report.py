@@ -174,6 +174,41 @@ def _outcomes_table(records: pd.DataFrame, runs: Mapping[str, RunResult]) -> str
                   "gateway revocations; SLO attainment is over offered requests).")
 
 
+def _clients_table(runs: Mapping[str, RunResult]) -> str:
+    """Retries and client timeouts per run and tier, for the runs whose clients are modelled
+    (their summaries have :data:`kvbudget.results.metrics.CLIENT_SUMMARY_KEYS`); '' if none."""
+    rows = []
+    for label, run in runs.items():
+        clients = run.summary.get("clients", {}).get("by_tier", {})
+        for tier, block in run.summary.get("tiers", {}).items():
+            if "eventual_completion" not in block or not block.get("offered"):
+                continue
+            done = block.get("time_to_eventual_completion_s") or {}
+            rows.append([
+                label,
+                tier,
+                str(clients.get(tier, {}).get("name", "no-retry")),
+                _fmt(block.get("num_attempts")),
+                _fmt(block.get("retry_amplification")),
+                _fmt(block.get("eventual_completion"), kind="pct"),
+                _fmt(block.get("first_attempt_completion"), kind="pct"),
+                _fmt(block.get("client_timeout")),
+                _fmt(done.get("p50"), kind="s"),
+                _fmt(done.get("p99"), kind="s"),
+                _fmt(block.get("goodput_rps")),
+                _fmt(block.get("goodput_first_attempt_rps")),
+            ])
+    if not rows:
+        return ""
+    headers = ["run", "tier", "client", "attempts", "attempts/request", "eventual completion",
+               "first-attempt completion", "client timeouts", "p50 time to completion (s)",
+               "p99 time to completion (s)", "goodput (req/s)", "first-attempt goodput"]
+    return "<h2>Clients and retries</h2>\n" + _table(
+        headers, rows, caption="Attempts per request, completion whatever the attempts it took "
+        "(and on the first attempt), and time from the first attempt to the last token; "
+        "goodput with and without the completions retries rescued.")
+
+
 def _reasons(records: pd.DataFrame, label: str, tier: str) -> str:
     """Refusal and expiry reasons of one run and tier, most frequent first."""
     sel = (records["policy"].astype(str) == label) & (records["tier"].astype(str) == tier)
@@ -378,6 +413,7 @@ def build_report(
         _runs_table(runs, dirs),
         "<h2>Outcomes</h2>",
         _outcomes_table(records, runs),
+        _clients_table(runs),
         "<h2>Latency</h2>",
         _latency_table(pct),
         "<h2>KV cache</h2>",

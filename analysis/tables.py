@@ -288,6 +288,10 @@ def breakdown(
         npre = grp["num_preemptions"].to_numpy(dtype=np.int64)
         row["num_preemptions"] = int(npre.sum())
         row["num_preempted_requests"] = int((npre > 0).sum())
+        if "num_attempts" in grp.columns:  # clients modelled: attempts and retries
+            attempts = grp["num_attempts"].to_numpy(dtype=np.int64)
+            row["num_attempts"] = int(attempts.sum())
+            row["retry_amplification"] = float(attempts.mean()) if len(grp) else math.nan
         for metric in METRICS:
             v = grp[metric].to_numpy(dtype=np.float64)[done]
             v = v[np.isfinite(v)]

@@ -75,17 +75,20 @@ BASELINE_FORMAT: Literal[1] = 1
 DEFAULT_ALPHA = 0.05
 DEFAULT_REPLICATIONS = 3
 
-_LATENCIES = frozenset({"ttft_s", "tpot_s", "e2e_s"})
+_LATENCIES = frozenset({"ttft_s", "tpot_s", "e2e_s", "time_to_eventual_completion_s",
+                        "retried_completion_s"})
 _HIGHER_IS_WORSE = frozenset({
     "num_preemptions", "rejected_too_large", "rejected_overloaded", "expired",
     "preempted_dropped", "num_engine_preemptions", "num_gateway_revocations",
-    "num_recomputed_tokens",
+    "num_recomputed_tokens", "client_timeout", "num_attempts", "retry_amplification",
 })
 _LOWER_IS_WORSE = frozenset({
     "output_tokens_per_s", "goodput_rps", "slo_attainment", "completed",
-    "reservation_efficiency",
+    "reservation_efficiency", "eventual_completion", "first_attempt_completion",
+    "goodput_first_attempt_rps",
 })
-_FRACTIONS = frozenset({"slo_attainment", "reservation_efficiency"})
+_FRACTIONS = frozenset({"slo_attainment", "reservation_efficiency", "eventual_completion",
+                        "first_attempt_completion"})
 
 #: metrics a new baseline records for every tier that was offered requests
 DEFAULT_TIER_METRICS = (
@@ -93,6 +96,8 @@ DEFAULT_TIER_METRICS = (
 )
 #: and for the whole run
 DEFAULT_OVERALL_METRICS = ("output_tokens_per_s", "goodput_rps", "num_preemptions")
+#: and, for a run whose clients are modelled (retries, timeouts), per offered tier
+DEFAULT_CLIENT_METRICS = ("eventual_completion", "retry_amplification", "client_timeout")
 
 
 class RegressInputError(ValueError):
@@ -123,7 +128,9 @@ def default_tolerance(metric: str) -> tuple[float, float]:
     last = parts[-1]
     if any(p in _LATENCIES for p in parts):
         return 0.10, 0.001
-    if last in ("output_tokens_per_s", "goodput_rps"):
+    if last == "retry_amplification":
+        return 0.10, 0.0
+    if last in ("output_tokens_per_s", "goodput_rps", "goodput_first_attempt_rps"):
         return 0.05, 0.0
     if last in _FRACTIONS:
         return 0.0, 0.02
@@ -163,6 +170,8 @@ def default_metrics(summary: Mapping[str, Any]) -> list[str]:
     for tier, block in summary.get("tiers", {}).items():
         if block.get("offered"):
             out.extend(f"tiers.{tier}.{m}" for m in DEFAULT_TIER_METRICS)
+            if "eventual_completion" in block:
+                out.extend(f"tiers.{tier}.{m}" for m in DEFAULT_CLIENT_METRICS)
     out.extend(f"overall.{m}" for m in DEFAULT_OVERALL_METRICS)
     return out
 

@@ -99,7 +99,8 @@ def offered_rate_rps(workload: Workload) -> float:
 
 # --- summary -> columns ----------------------------------------------------------------------
 
-_LATENCY_KEYS = ("ttft_s", "tpot_s", "e2e_s")
+_LATENCY_KEYS = ("ttft_s", "tpot_s", "e2e_s", "time_to_eventual_completion_s",
+                 "retried_completion_s")
 
 
 def _block_columns(prefix: str, block: Mapping[str, Any]) -> dict[str, Any]:

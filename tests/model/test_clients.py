@@ -302,3 +302,59 @@ def test_trace_timeout_column_is_read(tmp_path: Path) -> None:
 def test_every_study_command_takes_clients(command: str) -> None:
     res = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "200"})
     assert res.exit_code == 0 and "--clients" in res.output
+
+
+# --- under overload -----------------------------------------------------------------------------
+def _overloaded(client: ClientModel, **params: str) -> object:
+    """The default scenario's traffic at about 1.3x what the server sustains (4 req/s against
+    ~3.05 measured by benchmarks/bench_clients.py), batch refused retryably, for 200 s."""
+    from dataclasses import replace
+
+    from kvbudget.simulator.scenario import default_scenario
+
+    scn = default_scenario(["workload.arrival.rate_rps=4.0", "workload.duration_s=200",
+                            'policy_params.batch_on_overload="reject"',
+                            *(f'policy_params.{k}="{v}"' for k, v in params.items())])
+    config = replace(scn.sim_config(), clients=(("batch", client),))
+    return simulate(scn.workload(), scn.make_policy(), config)
+
+
+def test_under_overload_retries_complete_batch_and_storms_multiply_attempts() -> None:
+    plain = _overloaded(CLIENT_PRESETS["no-retry"]).summary  # type: ignore[attr-defined]
+    pipeline = _overloaded(BATCH_PIPELINE).summary  # type: ignore[attr-defined]
+    storm = _overloaded(_constant(0.1, timeout_s=300.0)).summary  # type: ignore[attr-defined]
+    b0, b1, b2 = (s["tiers"]["batch"] for s in (plain, pipeline, storm))
+    assert b0["rejected_overloaded"] > 0 and b0["eventual_completion"] < 0.95
+    assert b0["retry_amplification"] == 1.0  # no-retry: what the run was without clients
+    assert b1["eventual_completion"] > b0["eventual_completion"]
+    assert b2["eventual_completion"] >= b1["eventual_completion"]
+    # a storm sends an order of magnitude more attempts for the same completions
+    assert b2["retry_amplification"] > 10 * b1["retry_amplification"]
+    # retried completions count in goodput but not in first-attempt goodput
+    assert pipeline["overall"]["goodput_first_attempt_rps"] < pipeline["overall"]["goodput_rps"]
+    # the interactive tier never retries: its offered requests are the same in every run
+    assert plain["tiers"]["interactive"]["num_attempts"] == \
+        pipeline["tiers"]["interactive"]["offered"]
+
+
+def test_client_metrics_reach_studies_regress_and_report(tmp_path: Path) -> None:
+    from kvbudget.analysis.report import build_report
+    from kvbudget.studies.regress import default_metrics, get_metric, infer_worse
+    from kvbudget.studies.sweep import flatten_summary
+    from kvbudget.studies.tune import Constraint
+
+    r = _one_at_a_time([0.0, 0.5], ["batch", "batch"], (("batch", _constant(1.5)),))
+    s = r.summary  # type: ignore[attr-defined]
+    row = flatten_summary(s)
+    assert row["batch_eventual_completion"] == 1.0
+    assert row["batch_time_to_eventual_completion_p99_s"] > 8.0
+    c = Constraint.parse("tiers.batch.eventual_completion>=0.99")
+    assert c.metric == "batch_eventual_completion"
+    assert "tiers.batch.eventual_completion" in default_metrics(s)
+    assert get_metric(s, "tiers.batch.retry_amplification") == 2.5
+    assert infer_worse("tiers.batch.eventual_completion") == "lower"
+    assert infer_worse("tiers.batch.retry_amplification") == "higher"
+    r.write(tmp_path / "run")  # type: ignore[attr-defined]
+    report = build_report([tmp_path / "run"], tmp_path / "report", num_resamples=20)
+    text = report.html_path.read_text()
+    assert "Clients and retries" in text and "attempts/request" in text
