@@ -1,9 +1,12 @@
-"""The ``kvbudget`` application. Each command module registers itself with one line below."""
+"""The ``kvbudget`` application. Each command module registers itself: one entry below."""
 
 from __future__ import annotations
 
 import gc
+import importlib
 import os
+import sys
+from collections.abc import Sequence
 
 import typer
 
@@ -15,35 +18,46 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-
-def _register() -> None:
-    from kvbudget.cli import simulate
-
-    simulate.register(app)
-    from kvbudget.cli import profile
-
-    profile.register(app)
-    from kvbudget.cli import regress
-
-    regress.register(app)
-    from kvbudget.cli import trace
-
-    trace.register(app)
-    from kvbudget.cli import live
-
-    live.register(app)
-    from kvbudget.cli import sweep
-
-    sweep.register(app)
-    from kvbudget.cli import report
-
-    report.register(app)
-    from kvbudget.cli import plan
-
-    plan.register(app)
+# The command modules, in the order of ``kvbudget --help``, and the commands each registers.
+COMMAND_MODULES: dict[str, tuple[str, ...]] = {
+    "simulate": ("simulate", "compare", "presets"),
+    "profile": ("profile", "profile-fit"),
+    "regress": ("regress",),
+    "trace": ("trace",),
+    "live": ("replay", "calibrate", "validate"),
+    "sweep": ("sweep", "tune", "capacity"),
+    "report": ("report",),
+    "plan": ("plan",),
+}
+_MODULE_OF = {command: module for module, cmds in COMMAND_MODULES.items() for command in cmds}
 
 
-_register()
+@app.callback()
+def _group() -> None:
+    # A group even when one command module with one command is registered (typer would
+    # otherwise run that command without its name).
+    pass
+
+
+def _modules_for(argv: Sequence[str]) -> tuple[str, ...]:
+    """The command modules a command line needs: only the one of the command it names when
+    the process was started as ``kvbudget COMMAND ...`` (building typer's parser for every
+    command, and importing their modules, costs ~25 ms a start); every module otherwise
+    (``--help``, a mistyped command). An ``app`` imported by a test or a notebook has every
+    command (see ``_AS_COMMAND``)."""
+    if len(argv) >= 2 and argv[1] in _MODULE_OF:
+        return (_MODULE_OF[argv[1]],)
+    return tuple(COMMAND_MODULES)
+
+
+def _register(modules: Sequence[str]) -> None:
+    for name in modules:
+        importlib.import_module(f"kvbudget.cli.{name}").register(app)
+
+
+# started as the command (the ``kvbudget`` script, or ``python -m kvbudget.cli.main``)?
+_AS_COMMAND = __name__ == "__main__" or os.path.basename(sys.argv[0]) == "kvbudget"
+_register(_modules_for(sys.argv) if _AS_COMMAND else tuple(COMMAND_MODULES))
 
 
 def main() -> None:

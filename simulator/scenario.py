@@ -47,8 +47,9 @@ from __future__ import annotations
 
 import copy
 import json
+import operator
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from functools import cache
 from pathlib import Path
@@ -66,7 +67,6 @@ from typing import (
 )
 
 import numpy as np
-from annotated_types import Ge, Gt, Le, Lt
 
 from kvbudget.perf.cost_model import load_cost_model, read_frontend_overhead
 from kvbudget.policies import DEFAULT_TIERS, BasePolicy, TierConfig, make_policy
@@ -78,7 +78,18 @@ from kvbudget.simulator.run import SimConfig
 from kvbudget.workloads import Workload
 
 if TYPE_CHECKING:
+    from annotated_types import Ge, Gt, Le, Lt
     from pydantic import TypeAdapter, ValidationError
+
+
+def _bind_constraints() -> None:
+    """Bind annotated_types' ``Ge``, ``Gt``, ``Le`` and ``Lt`` in this module, where the specs'
+    annotations (strings until read) name them, for pydantic: done when it is first needed,
+    since importing annotated_types costs ~10 ms of a start that may never need it."""
+    if "Ge" not in globals():
+        from annotated_types import Ge, Gt, Le, Lt
+
+        globals().update(Ge=Ge, Gt=Gt, Le=Le, Lt=Lt)
 
 # The tables of a scenario file: frozen dataclasses whose constraints pydantic reads from the
 # annotations (``Annotated[int, Ge(1)]``), with unknown keys rejected. Pydantic validates them
@@ -167,6 +178,7 @@ class ScenarioSpec:
 def _spec_adapter() -> TypeAdapter[ScenarioSpec]:
     from pydantic import TypeAdapter
 
+    _bind_constraints()
     return TypeAdapter(ScenarioSpec)
 
 
@@ -251,7 +263,7 @@ _SPEC_FIELDS: dict[type[Any], tuple[dict[str, Any], set[str]]] = {}
 def _spec_fields(cls: type[Any]) -> tuple[dict[str, Any], set[str]]:
     """A spec dataclass's field annotations (constraints kept) and required fields."""
     if cls not in _SPEC_FIELDS:
-        hints = get_type_hints(cls, include_extras=True)
+        hints = get_type_hints(cls, localns=_PLAIN_CONSTRAINTS, include_extras=True)
         _SPEC_FIELDS[cls] = (
             {f.name: hints[f.name] for f in fields(cls)},
             {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING},
@@ -259,16 +271,23 @@ def _spec_fields(cls: type[Any]) -> tuple[dict[str, Any], set[str]]:
     return _SPEC_FIELDS[cls]
 
 
+def _constraint(compare: Callable[[Any, Any], Any]) -> Callable[[Any], Any]:
+    return lambda bound: (compare, bound)
+
+
+# What the specs' constraint names read as for ``_plain_value``: (comparison, bound) pairs,
+# not annotated_types' classes, whose import (~10 ms) a scenario from flags can do without.
+_PLAIN_CONSTRAINTS: dict[str, Any] = {
+    "Ge": _constraint(operator.ge),
+    "Gt": _constraint(operator.gt),
+    "Le": _constraint(operator.le),
+    "Lt": _constraint(operator.lt),
+}
+
+
 def _meets(constraint: Any, value: Any) -> bool:
-    if isinstance(constraint, Ge):
-        return bool(value >= constraint.ge)
-    if isinstance(constraint, Gt):
-        return bool(value > constraint.gt)
-    if isinstance(constraint, Le):
-        return bool(value <= constraint.le)
-    if isinstance(constraint, Lt):
-        return bool(value < constraint.lt)
-    return False
+    compare, bound = constraint
+    return bool(compare(value, bound))
 
 
 @dataclass(frozen=True)
