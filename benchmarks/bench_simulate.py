@@ -12,13 +12,22 @@ the project's modules are byte-compiled as an installed package's are (``bytecod
     seed policy (Llama-3.1-8B on H100-80GB);
 (c) a synthetic run of a million requests.
 
+With ``--blis CMD`` (e.g. ``../shared/bench/peers/blis/run.sh``, called as ``CMD WORKLOAD``) it
+times instead kvbudget and that peer side by side on the four workloads of (a): ``--repeats``
+pairs per workload, the two commands alternating (which one goes first alternates too), and
+prints the medians, the least of each, the ratio of the medians (BLIS / kvbudget) and the
+ratio of the least, with the machine's load average before and after (absolute times move
+with the machine and its other jobs; the ratio is the figure to compare).
+
 Usage: python benchmarks/bench_simulate.py [--repeats N] [--only a|b|c] [--million-requests N]
+       python benchmarks/bench_simulate.py --blis ../shared/bench/peers/blis/run.sh [--repeats N]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -44,13 +53,16 @@ QUOTED = {
 
 def measure(args: list[str]) -> tuple[float, float, float]:
     """(cpu_s, wall_s, peak_rss_mb) of one child process."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        err = proc.stderr.read().decode() if proc.stderr else ""
-        raise SystemExit(f"failed: {' '.join(args)}\n{err}")
+    # stderr to a file, not a pipe: a peer that logs more than a pipe holds would block
+    with tempfile.TemporaryFile() as errfile:
+        start = time.perf_counter()
+        proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=errfile)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        if os.waitstatus_to_exitcode(status) != 0:
+            errfile.seek(0)
+            err = errfile.read().decode(errors="replace")[-4000:]
+            raise SystemExit(f"failed: {' '.join(args)}\n{err}")
     return usage.ru_utime + usage.ru_stime, wall, usage.ru_maxrss / 1024
 
 
@@ -76,6 +88,35 @@ def bench_a(repeats: int) -> None:
         vidur, blis = QUOTED[name]
         print(f"{name:<16}{n:>9,}{cpu:>8.2f}{least:>7.2f}{wall:>8.2f}{mb:>7.0f}"
               f"{cpu / n * 1e3:>12.3f}{least / n * 1e3:>7.3f}{vidur:>9}{blis:>9}")
+
+
+def bench_blis(blis: list[str], repeats: int) -> None:
+    """kvbudget and a peer alternating on each bench workload: medians, least, ratios."""
+    print(f"side by side with {' '.join(blis)} WORKLOAD: {repeats} alternating pairs per "
+          "workload, whole-process CPU seconds (user + system)")
+    load0 = os.getloadavg()
+    print(f"load average before: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} "
+          f"({os.cpu_count()} CPUs)")
+    print(f"{'workload':<16}{'kvbudget s':>11}{'min':>7}{'BLIS s':>9}{'min':>7}"
+          f"{'ratio':>8}{'ratio of min':>14}{'kvb ms/req':>12}")
+    for name in QUOTED:
+        path = SHARED / "bench" / f"{name}.jsonl"
+        n = sum(1 for _ in path.open())
+        ours = [*KVBUDGET, "simulate", "--trace", str(path), *BENCH_ENGINE, "--policy",
+                "unlimited", "--json"]
+        theirs = [*blis, name]
+        kvb: list[float] = []
+        peer: list[float] = []
+        for k in range(repeats):
+            first, second = (ours, theirs) if k % 2 == 0 else (theirs, ours)
+            a, b = measure(first)[0], measure(second)[0]
+            kvb.append(a if first is ours else b)
+            peer.append(b if first is ours else a)
+        mk, mp = statistics.median(kvb), statistics.median(peer)
+        print(f"{name:<16}{mk:>11.3f}{min(kvb):>7.3f}{mp:>9.3f}{min(peer):>7.3f}"
+              f"{mp / mk:>8.1f}{min(peer) / min(kvb):>14.1f}{mk / n * 1e3:>12.3f}", flush=True)
+    load1 = os.getloadavg()
+    print(f"load average after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
 
 
 def bench_b(repeats: int) -> None:
@@ -118,10 +159,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only", choices=["a", "b", "c"])
     parser.add_argument("--million-requests", type=int, default=1_000_000)
+    parser.add_argument("--blis", help="a peer's command, run as CMD WORKLOAD, to time "
+                        "side by side with kvbudget (e.g. ../shared/bench/peers/blis/run.sh)")
     args = parser.parse_args()
     compile_project()
     if not SHARED.is_dir():
         raise SystemExit(f"{SHARED} is missing")
+    if args.blis:
+        bench_blis(shlex.split(args.blis), args.repeats)
+        return
     if args.only in (None, "a"):
         bench_a(args.repeats)
     if args.only in (None, "b"):

@@ -1,0 +1,136 @@
+"""The distributed path on a real cluster: a Ray head and a worker started as separate
+processes on 127.0.0.1 (``ray start --head``, ``ray start --address``), a sweep run on it with
+``--executor ray --address``, and its table equal to the local executor's."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import small_scenario_dict
+
+REPO = Path(__file__).resolve().parents[3]
+RAY = Path(sys.executable).parent / "ray"
+START_TIMEOUT_S = 240.0  # a generous bound for a loaded machine, not a speed assertion
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _env() -> dict[str, str]:
+    # the cluster's workers import this checkout's kvbudget; no usage report, no token prompt
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_AUTH_MODE": "disabled"}
+
+
+def _alive_nodes(address: str, env: dict[str, str]) -> int:
+    """Alive nodes of the cluster at ``address`` as a fresh driver sees them (0 if none)."""
+    probe = (f"import ray; ray.init(address={address!r}, logging_level='error', "
+             "log_to_driver=False); print(sum(1 for n in ray.nodes() if n['Alive'])); "
+             "ray.shutdown()")
+    try:
+        done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                              text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return 0
+    lines = done.stdout.split()
+    return int(lines[-1]) if done.returncode == 0 and lines and lines[-1].isdigit() else 0
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a ``ray start --block`` and everything it started (its own process group)."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)  # ray drains and stops its processes
+        proc.wait(timeout=45)
+    except subprocess.TimeoutExpired:
+        pass
+    except ProcessLookupError:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # what did not stop in time
+    proc.wait()
+
+
+@pytest.fixture
+def ray_cluster() -> Iterator[str]:
+    """The address of a two-node Ray cluster on 127.0.0.1 (one CPU each); both nodes are
+    stopped when the test ends, whatever happened."""
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'kvbudget[ray]')")
+    if not RAY.exists():
+        pytest.skip(f"no ray command beside {sys.executable}")
+    env = _env()
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    # a short path: Ray's Unix sockets live under it (at most ~107 characters)
+    temp_dir = tempfile.mkdtemp(prefix="kvb-ray-", dir="/tmp")
+    common = ["--num-cpus=1", "--block", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        with open(os.path.join(temp_dir, "head.log"), "wb") as log:
+            procs.append(subprocess.Popen(
+                [str(RAY), "start", "--head", f"--port={port}", f"--temp-dir={temp_dir}",
+                 "--include-dashboard=false", *common],
+                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while _alive_nodes(address, env) < 1:
+            assert procs[0].poll() is None, Path(temp_dir, "head.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, "the Ray head did not come up"
+            time.sleep(1)
+        with open(os.path.join(temp_dir, "worker.log"), "wb") as log:
+            procs.append(subprocess.Popen(
+                [str(RAY), "start", f"--address={address}", *common],
+                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        while _alive_nodes(address, env) < 2:
+            assert procs[1].poll() is None, Path(temp_dir, "worker.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, "the Ray worker did not join the head"
+            time.sleep(1)
+        yield address
+    finally:
+        for proc in reversed(procs):
+            _stop(proc)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _sweep(tmp_path: Path, name: str, executor: list[str]) -> pd.DataFrame:
+    import tomli_w
+
+    scenario = tmp_path / "tiny.toml"
+    if not scenario.exists():
+        scenario.write_text(tomli_w.dumps(small_scenario_dict(120, 8.0, seed=5, name="tiny")))
+    out = tmp_path / name
+    done = subprocess.run(
+        [sys.executable, "-m", "kvbudget.cli.main", "sweep", "--scenario", str(scenario),
+         "--out", str(out), "--policies", "conservative,overcommit,preemptive", "-r", "2",
+         "--no-plot", *executor],
+        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = pd.read_parquet(out / "sweep.parquet").drop(columns=["wall_time_s"])
+    return table.sort_values("run_key").reset_index(drop=True)
+
+
+@pytest.mark.slow
+def test_a_sweep_on_a_two_node_cluster_equals_the_local_one(
+    ray_cluster: str, tmp_path: Path
+) -> None:
+    local = _sweep(tmp_path, "local", ["--executor", "local", "-j", "1"])
+    remote = _sweep(tmp_path, "ray", ["--executor", "ray", "--address", ray_cluster])
+    assert len(local) == 3 * 2
+    pd.testing.assert_frame_equal(remote, local)
