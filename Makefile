@@ -12,8 +12,10 @@ export KVBUDGET_VLLM_PYTHON
 
 # The package with its runtime dependencies: all that `make demo` needs.
 $(STAMP): pyproject.toml Makefile
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@test -x $(PY) || { echo "kvbudget: creating the virtual environment $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo "kvbudget: upgrading pip"
 	$(PY) -m pip install -q --upgrade pip
+	@echo "kvbudget: installing kvbudget and its dependencies into $(VENV) (about a minute the first time)"
 	$(PY) -m pip install -q -e .
 	@touch $(STAMP)
 
@@ -32,12 +34,14 @@ $(STAMP)-test: $(STAMP)
 # with PYTHONDONTWRITEBYTECODE set every command would recompile its modules at start (~0.05 s).
 # A .pyc whose source has since changed is ignored; this is quick when nothing changed.
 bytecode: $(STAMP)
+	@echo "kvbudget: byte-compiling the project"
 	$(PY) -m compileall -q kvbudget policies workloads results perf analysis simulator studies live cli
 
 install: $(STAMP) bytecode
 install-test: $(STAMP)-test live-env bytecode
 
 demo: install
+	@echo "kvbudget: simulating the default scenario under four admission policies"
 	$(VENV)/bin/kvbudget compare --policies unlimited,conservative,overcommit,preemptive
 
 lint: $(STAMP)-test

@@ -46,10 +46,35 @@ def _save(fig: Any, stem: Path) -> list[Path]:
     stem.parent.mkdir(parents=True, exist_ok=True)
     out = []
     for fmt in FORMATS:
-        path = stem.with_suffix(f".{fmt}")
+        path = stem.parent / f"{stem.name}.{fmt}"  # not with_suffix: "rate1.5" keeps its ".5"
         fig.savefig(path, format=fmt, dpi=120, bbox_inches="tight")
         out.append(path)
     return out
+
+
+def _spread_labels(fig: Any, labels: Sequence[Any], max_moves: int = 40) -> None:
+    """Move point labels apart: each label that overlaps one placed before it is pushed up
+    (then down) in steps of its own height until it overlaps none."""
+    if len(labels) < 2:
+        return
+    get = getattr(fig.canvas, "get_renderer", None)
+    if get is None:  # a bare Figure: give it an Agg canvas to measure text with
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        get = FigureCanvasAgg(fig).get_renderer
+    renderer = get()
+    placed: list[Any] = []
+    for label in labels:
+        box = label.get_window_extent(renderer)
+        dx, dy = label.xyann
+        step = box.height / fig.dpi * 72 + 1  # points
+        for k in range(max_moves):
+            if not any(box.overlaps(other) for other in placed):
+                break
+            shift = (k // 2 + 1) * step * (1 if k % 2 == 0 else -1)
+            label.xyann = (dx, dy + shift)
+            box = label.get_window_extent(renderer)
+        placed.append(box)
 
 
 def _label(row: Mapping[Any, Any], columns: Sequence[str]) -> str:
@@ -99,16 +124,18 @@ def plot_pareto(
                 g[f"{y}_high"].to_numpy(np.float64) - gy])))
             ax.errorbar(gx, gy, xerr=xerr, yerr=yerr, fmt="none", elinewidth=0.6,
                         alpha=0.3, color=dots.get_facecolor()[0], zorder=2)
+    labels: list[Any] = []
     if front.any():
         order = np.argsort(xs[front])
         fx, fy = xs[front][order], ys[front][order]
         ax.plot(fx, fy, color="black", linewidth=1.2, linestyle="--", marker="o",
                 markerfacecolor="none", markersize=10, label="Pareto front", zorder=4)
         if label_columns:
-            for i in np.flatnonzero(front):
-                text = _label(points.iloc[int(i)].to_dict(), ["policy", *label_columns])
-                ax.annotate(text, (xs[i], ys[i]), fontsize=7, xytext=(6, 6),
-                            textcoords="offset points")
+            labels = [ax.annotate(_label(points.iloc[int(i)].to_dict(),
+                                         ["policy", *label_columns]),
+                                  (xs[i], ys[i]), fontsize=7, xytext=(6, 6),
+                                  textcoords="offset points")
+                      for i in np.flatnonzero(front)]
     finite_x = xs[np.isfinite(xs)]
     finite_y = ys[np.isfinite(ys)]
     if finite_x.size and finite_y.size:
@@ -121,6 +148,7 @@ def plot_pareto(
     ax.set_title(title or "Interactive tail latency against batch throughput")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
+    _spread_labels(fig, labels)  # after the limits: they move the points on the canvas
     return _save(fig, stem)
 
 

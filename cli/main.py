@@ -16,6 +16,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # click's plain help: rich's panels cut option names and words at 80 columns and read
+    # "[profile]" as markup; plain help wraps instead and shows every name whole
+    rich_markup_mode=None,
 )
 
 # The command modules, in the order of ``kvbudget --help``, and the commands each registers.

@@ -168,13 +168,14 @@ def render_plan(result: Any, *, top: int | None = 10, wide: bool = False) -> str
     keys = [a.key.split(".", 1)[1] for a in spec.grid_axes()
             if a.key.startswith("policy_params.")]
     def label(m: str) -> str:
-        text = short_metric(m).replace("slo att", "att").replace(" p99", "")
         if wide:
-            return text
-        for t in tiers:
-            short = "" if len(offered) == 1 else (t[:5] + "." if len(t) > 6 else t) + " "
-            text = text.replace(f"{t} ", short)
-        return text
+            return short_metric(m)
+        tier = next((t for t in tiers if m.startswith(f"{t}_")), None)
+        if tier is None:
+            return short_metric(m)
+        rest = short_metric(m[len(tier) + 1:]).replace("slo att", "att").replace(" p99", "")
+        prefix = "" if len(offered) == 1 else (tier[:5] + "." if len(tier) > 6 else tier) + " "
+        return prefix + rest
 
     headers = ["GPU", "GPUs", "policy", "$/h", "$/M tok", *(label(m) for m in metrics), "ok"]
     rows = []

@@ -99,6 +99,7 @@ def sweep_cmd(
     executor: ExecutorOpt = "local",
     address: AddressOpt = None,
     jobs: JobsOpt = None,
+    wide: Annotated[bool, typer.Option("--wide", help="Every column, full names.")] = False,
 ) -> None:
     """Simulate a grid of configurations x replications into one table (a row per run).
 
@@ -144,10 +145,22 @@ def sweep_cmd(
         points = summarize_points(table, metrics)
         points.to_csv(out / "points.csv", index=False)
         axis_cols = [a.key for a in axes if a.key != "policy"]
-        headers = ["policy", *axis_cols, *[f"{m} (mean)" for m in metrics]]
-        rows = [[_fmt(r.get(c)) for c in ["policy", *axis_cols]]
-                + [_fmt(r[f"{m}_mean"]) for m in metrics] for _, r in points.iterrows()]
-        typer.echo(render(headers, rows))
+        if wide:
+            headers = ["policy", *axis_cols, *[f"{m} (mean)" for m in metrics]]
+            rows = [[_fmt(r.get(c)) for c in ["policy", *axis_cols]]
+                    + [_fmt(r[f"{m}_mean"]) for m in metrics] for _, r in points.iterrows()]
+            typer.echo(render(headers, rows))
+        else:  # short names, one space apart, to fit WIDTH columns
+            from kvbudget.cli.tables import short_metric
+
+            headers = ["policy", *[("rate x" if c == "rate_scale" else c.rsplit(".", 1)[-1])
+                                   for c in axis_cols],
+                       *[short_metric(m) for m in metrics]]
+            rows = [[_fmt(r.get(c)) for c in ["policy", *axis_cols]]
+                    + [_fmt(r[f"{m}_mean"]) for m in metrics] for _, r in points.iterrows()]
+            typer.echo(render(headers, rows, gap=1))
+            typer.echo("(means over the replications; --wide: full names; points.csv: "
+                       "intervals)")
         written = [out / "sweep.parquet", out / "points.csv"]
         if plot:
             from kvbudget.analysis.pareto import plot_attainment, plot_pareto

@@ -88,6 +88,8 @@ def kv_rows(summary: dict[str, Any], wide: bool = True) -> list[Any]:
 
 KV_HEADERS = ("policy", "KV used", "KV reserved", "res. eff.", "KV used p99", "KV capacity",
               "engine preempt", "gw revoke", "drain s", "wall s")
+KV_NARROW = ("policy", "KV used", "KV reserved", "res. eff.", "used p99", "KV capacity",
+             "preempt", "revoke", "drain s")
 
 
 def params_line(summary: dict[str, Any]) -> str:
@@ -103,7 +105,7 @@ def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False) ->
         rows.extend(summary_rows(s, wide))
     kv = [kv_rows(s, wide) for s in summaries]
     headers = SUMMARY_HEADERS if wide else ("policy", "tier", *(h for h, _ in _NARROW))
-    kv_headers = KV_HEADERS if wide else KV_HEADERS[:-1]
+    kv_headers = KV_HEADERS if wide else KV_NARROW
     window = summaries[0].get("offered_window_s") if summaries else None
     import textwrap
 
@@ -138,7 +140,8 @@ def _p(p: float) -> str:
 
 
 _SHORT = (("output_tokens_per_s", "out_tok/s"), ("slo_attainment", "slo_att"),
-          ("goodput_rps", "goodput/s"))
+          ("goodput_rps", "goodput/s"), ("offered_rate_rps", "offered_req/s"),
+          ("interactive_", "inter._"))
 
 
 def short_metric(column: str) -> str:

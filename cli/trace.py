@@ -22,6 +22,9 @@ trace_app = typer.Typer(
     name="trace",
     help="Inspect, convert, generate and download workload traces.",
     no_args_is_help=True,
+    # click's plain help: rich's panels cut option names and words at 80 columns and read
+    # "[profile]" as markup; plain help wraps instead and shows every name whole
+    rich_markup_mode=None,
 )
 
 SeedOpt = Annotated[int | None, typer.Option(
@@ -60,7 +63,8 @@ def _print_stats(file: str, stats: dict[str, Any], tiers: dict[str, dict[str, An
     if len(tiers) > 1:
         for name, t in tiers.items():
             print(f"  tier {name}: {t['share']:.1%} of rows, rate {_fmt(t['rate_rps'], 3)} "
-                  f"req/s, prompt mean {_fmt(t['prompt_tokens']['mean'], 1)} p99 "
+                  f"req/s")
+            print(f"    prompt mean {_fmt(t['prompt_tokens']['mean'], 1)} p99 "
                   f"{_fmt(t['prompt_tokens']['p99'])}, output mean "
                   f"{_fmt(t['output_tokens']['mean'], 1)} p99 {_fmt(t['output_tokens']['p99'])}")
 
@@ -227,10 +231,15 @@ def fetch_command(
         from kvbudget.workloads.fetch import SOURCES, fetch
 
         if list_sources or name is None:
+            import textwrap
+
+            from kvbudget.cli.tables import WIDTH
+
             for source in SOURCES.values():
                 pinned = ("sha256" if source.sha256 else "git blob" if source.git_blob_sha1
                           else "no pinned checksum")
-                print(f"{source.name:<24}{source.description} [{pinned}]")
+                print(textwrap.fill(f"{source.name:<24}{source.description} [{pinned}]", WIDTH,
+                                    subsequent_indent=" " * 24))
             if name is None and not list_sources:
                 raise CliError("name a trace to fetch (listed above)")
             return

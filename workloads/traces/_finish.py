@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.errors import SpecError, TraceError
 from kvbudget.workloads.max_output import MAX_TOKENS, empirical_quantile
 from kvbudget.workloads.traces.options import TraceOptions
 from kvbudget.workloads.traces.report import LoadedTrace, LoadReport
@@ -293,6 +293,10 @@ def _assign_tiers(rows: _Rows, options: TraceOptions, raw: RawTrace,
     column = options.tier_column
     if column is None and "tier" in rows.labels:
         column = "tier"
+    if column is None and options.tier_map is not None:
+        raise SpecError("tier_map", "needs tier_column (the column whose values it maps); "
+                        f"this trace's columns: {', '.join(sorted(rows.labels)) or 'none'}",
+                        None, show_value=False)
     if column is None or column not in rows.labels:
         return np.zeros(n, dtype=np.int16), (default,)
     codes, values = rows.labels[column]
