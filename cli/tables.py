@@ -99,6 +99,25 @@ def params_line(summary: dict[str, Any]) -> str:
     return f"{summary['policy']}: {text}"
 
 
+def client_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
+    """The retries table of runs whose clients are modelled (and a blank line); none else."""
+    rows = []
+    for s in summaries:
+        by_tier = s.get("clients", {}).get("by_tier", {})
+        for tier, block in s.get("tiers", {}).items():
+            if "eventual_completion" in block and block.get("offered"):
+                done = block.get("time_to_eventual_completion_s") or {}
+                rows.append([s.get("policy"), tier, by_tier.get(tier, {}).get("name", "no-retry"),
+                             block.get("retry_amplification"), block.get("eventual_completion"),
+                             block.get("client_timeout"), done.get("p50"),
+                             block.get("goodput_first_attempt_rps")])
+    if not rows:
+        return []
+    headers = ("policy", "tier", "client", "att/req", "done", "timeouts", "p50 done s",
+               "1st-try goodput")
+    return [render(headers, rows), ""]
+
+
 def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False) -> str:
     rows: list[list[Any]] = []
     for s in summaries:
@@ -109,7 +128,7 @@ def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False) ->
     window = summaries[0].get("offered_window_s") if summaries else None
     import textwrap
 
-    lines = [render(headers, rows), "", render(kv_headers, kv),
+    lines = [render(headers, rows), "", *client_lines(summaries), render(kv_headers, kv),
              textwrap.fill("policy parameters: " + "; ".join(params_line(s) for s in summaries),
                            WIDTH, subsequent_indent="  ")]
     note = "(times in seconds; KV used/reserved are time-weighted fractions of capacity"

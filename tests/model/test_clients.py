@@ -358,3 +358,26 @@ def test_client_metrics_reach_studies_regress_and_report(tmp_path: Path) -> None
     report = build_report([tmp_path / "run"], tmp_path / "report", num_resamples=20)
     text = report.html_path.read_text()
     assert "Clients and retries" in text and "attempts/request" in text
+
+
+def test_client_events_give_the_same_run_stepping_or_skipping_ahead() -> None:
+    """Timeouts that abort requests mid-decode and retries arriving during decode runs: the
+    engine's skip-ahead must give exactly what stepping one step at a time gives."""
+    from dataclasses import replace
+
+    from kvbudget.simulator.scenario import default_scenario
+
+    quick = client_model({"preset": "impatient-user", "timeout_s": 4.0})
+    results = []
+    for skip in (True, False):
+        scn = default_scenario(["workload.arrival.rate_rps=5.0", "workload.duration_s=60",
+                                'policy_params.batch_on_overload="reject"',
+                                f"engine.skip_ahead={str(skip).lower()}"])
+        config = replace(scn.sim_config(), clients=(("batch", BATCH_PIPELINE),
+                                                    ("interactive", quick)))
+        results.append(simulate(scn.workload(), scn.make_policy(), config))
+    a, b = results
+    assert a.summary["tiers"]["interactive"]["client_timeout"] > 0
+    assert a.summary["tiers"]["batch"]["retry_amplification"] > 1.0
+    assert a.records.equals(b.records)
+    assert a.attempts.equals(b.attempts)  # type: ignore[union-attr]
