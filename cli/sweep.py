@@ -139,6 +139,8 @@ def sweep_cmd(
             finally:
                 if bar is not None:
                     bar.close()
+        if bar is not None:
+            typer.echo(bar.rate_line(), err=True)
         metrics = [m for m in ("interactive_ttft_p99_s", "batch_output_tokens_per_s",
                                "overall_slo_attainment", "offered_rate_rps")
                    if m in table.columns]
@@ -252,6 +254,7 @@ def tune_cmd(
                 result = tune(spec, ex, progress=bar.update)
             finally:
                 bar.close()
+        typer.echo(bar.rate_line(), err=True)
         written = result.write(out)
         frame = evaluations_frame(result)
         frame.to_csv(out / "evaluations.csv", index=False)
@@ -345,6 +348,7 @@ def capacity_cmd(
                                                   first_miss_rps(curve, metric, spec.target))
             finally:
                 bar.close()
+        typer.echo(bar.rate_line(), err=True)
         written = result.write(out)
         if scales:
             curve.to_csv(out / "curve.csv", index=False)

@@ -174,6 +174,7 @@ def test_cli_capacity(tmp_path: Path) -> None:
     ])
     assert res.exit_code == 0, res.output
     assert "capacity req/s" in res.output
+    assert " runs per minute" in res.output
     assert "capacity order consistent with the attainment curves (3 loads):" in res.output
     for name in ("capacity.json", "evidence.parquet", "attainment.png", "attainment.svg",
                  "curve.csv"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -323,6 +324,7 @@ def test_cli_sweep_writes_the_table_and_resumes(tmp_path: Path) -> None:
             "--rate-scale", "1,2", "-r", "2", "-j", "1"]
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
+    assert re.search(r"^12 runs in [0-9.]+ s: [0-9.]+ runs per minute$", res.output, re.M)
     df = pd.read_parquet(out / "sweep.parquet")
     assert len(df) == 3 * 2 * 2
     for name in ("points.csv", "pareto-rate1.png", "pareto-rate2.svg", "attainment.png",

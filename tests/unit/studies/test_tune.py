@@ -196,6 +196,7 @@ def test_cli_tune_writes_a_scenario_that_simulate_runs(tmp_path: Path) -> None:
     ])
     assert res.exit_code == 0, res.output
     assert "best: policy_params.overcommit_ratio" in res.output
+    assert " runs per minute" in res.output
     assert "validation with 2 fresh seeds" in res.output
     sim = runner.invoke(app, ["simulate", "--scenario", str(out / "best.toml"), "--json"])
     assert sim.exit_code == 0, sim.output
