@@ -1,9 +1,11 @@
 """Named engine behaviours: what changes when the server is not vLLM v1 with recompute.
 
-Each preset is a subclass of :class:`kvbudget.simulator.engine.Engine` overriding a few small hooks, so
-continuous batching, chunked prefill, the step cost model, the timeline and the skip-ahead over
-pure-decode runs are shared (and stay exactly equal to stepping: tests compare both for every
-preset). Pick one with ``EngineConfig(name=...)`` or ``kvbudget simulate --engine``.
+Each preset is a subclass of :class:`kvbudget.simulator.engine.Engine` overriding some of the
+hooks that class lists (and nothing else of it), so continuous batching, chunked prefill, the
+step cost model and the timeline are shared. With ``skip_ahead`` :func:`make_engine` runs a preset
+on :class:`kvbudget.simulator.fast_decode.SkipAheadEngine` (the preset's hooks first, then the
+decode runs), with the same results as stepping (tests compare both for every preset). Pick
+one with ``EngineConfig(name=...)`` or ``kvbudget simulate --engine``.
 
 * ``vllm``: vLLM v1 (:mod:`kvbudget.simulator.engine`): blocks allocated as tokens are computed,
   preemption by recompute when they run out; victim is the lowest priority then latest arrival
@@ -46,7 +48,7 @@ preset). Pick one with ``EngineConfig(name=...)`` or ``kvbudget simulate --engin
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import simpy
@@ -56,6 +58,7 @@ from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
 from kvbudget.simulator.engine import Engine, EngineHooks, FloatArray, IntArray
 from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.fast_decode import DecodeGroupEngine, SkipAheadEngine
 from kvbudget.workloads import Workload
 
 GIB = 1024**3
@@ -92,7 +95,7 @@ class SwapEngine(Engine):
     def _transfer(self, blocks: int) -> int:
         nbytes = blocks * self.block_bytes
         seconds = nbytes / self.pcie_bandwidth_bytes_s
-        self._step_extra_s += seconds
+        self.add_step_time(seconds)
         self._swap_s.append(seconds)
         return nbytes
 
@@ -103,16 +106,11 @@ class SwapEngine(Engine):
                 self.num_swap_fallbacks += 1
             super()._preempt(i)
             return
-        self._stop_running([i])
-        self._free(i)
         self.swapped_blocks[i] = blocks
         self.num_free_cpu_blocks -= blocks
         self.swap_out_bytes += self._transfer(blocks)
         self.num_swap_outs += 1
-        self.num_preemptions[i] += 1
-        self.num_preemptions_total += 1
-        self.waiting.prepend_request(i)
-        self.hooks.on_preempt(i, self.t)
+        self.evict_running(i, recompute=False)  # its computed tokens come back with its KV
 
     def _admit_waiting(self, i: int, n_new: int) -> str:
         refusal = super()._admit_waiting(i, n_new)
@@ -124,11 +122,10 @@ class SwapEngine(Engine):
             self.num_swap_ins += 1
         return refusal
 
-    def _abort_now(self, i: int) -> None:
-        if self._in_engine[i] and self.swapped_blocks[i]:
+    def _on_abort(self, i: int) -> None:
+        if self.swapped_blocks[i]:
             self.num_free_cpu_blocks += int(self.swapped_blocks[i])
             self.swapped_blocks[i] = 0
-        super()._abort_now(i)
 
     def stats(self) -> dict[str, object]:
         return {
@@ -153,8 +150,8 @@ class TgiEngine(Engine):
     """Text Generation Inference: worst-case blocks at admission; never preempts."""
 
     def _admit_waiting(self, i: int, n_new: int) -> str:
-        tokens = max(self._start_tokens(i) + n_new, _worst_case_tokens(self, i))
-        return self._allocate_start(i, tokens, reserve=self.watermark_blocks)
+        tokens = max(self.start_tokens(i) + n_new, _worst_case_tokens(self, i))
+        return self.allocate_start(i, tokens, reserve=self.watermark_blocks)
 
 
 class TrtllmEngine(Engine):
@@ -163,16 +160,12 @@ class TrtllmEngine(Engine):
     def _admit_waiting(self, i: int, n_new: int) -> str:
         if self.config.capacity_scheduler_policy == "GUARANTEED_NO_EVICT":
             bs = self.block_size
-            rows = self._running_rows()
+            rows = self.running_rows()
             worst = -(-(self.prompt_tokens[rows] + self.max_output_tokens[rows] - 1) // bs)
             reserved = int(np.maximum(worst - self.num_blocks[rows], 0).sum())
-            need = -(-_worst_case_tokens(self, i) // bs)
-            hit = self._pending_hit
-            available = self.num_free_blocks + self._evictable
-            if hit and self._cache is not None:
-                b = self._cache.blocks_per_hash
-                need -= len(hit) * b
-                available -= self._cache.num_unreferenced(hit) * b
+            shared, unused = self.prefix_hit_blocks()
+            need = -(-_worst_case_tokens(self, i) // bs) - shared
+            available = self.num_available_blocks - unused
             if reserved + need > available:
                 return "kv"
         return super()._admit_waiting(i, n_new)
@@ -218,20 +211,16 @@ class SglangEngine(Engine):
         left = np.maximum(self.max_new_tokens[rows] - self.num_output_tokens[rows], 0)
         return np.asarray(np.minimum(left, SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION), np.int64)
 
-    def _schedule_waiting(self, budget: int) -> tuple[list[int], list[int]]:
-        rows = self._running_rows()
+    def _on_schedule_waiting(self) -> None:
+        rows = self.running_rows()
         self._offset = self.new_token_ratio * float(int(self._remaining(rows).sum()))
         self._round_extra = 0
-        return super()._schedule_waiting(budget)
 
     def _admit_waiting(self, i: int, n_new: int) -> str:
-        start = self._start_tokens(i)
+        start = self.start_tokens(i)
         extend = int(self.num_tokens[i]) - start
         max_new = int(self._remaining(np.array([i], np.int64))[0])
-        available = self.num_free_blocks + self._evictable
-        hit = self._pending_hit
-        if hit and self._cache is not None:
-            available -= self._cache.num_unreferenced(hit) * self._cache.blocks_per_hash
+        available = self.num_available_blocks - self.prefix_hit_blocks()[1]
         rem_total = available * self.block_size - self._offset - self._round_extra
         if extend + max_new >= rem_total:
             return "policy"
@@ -241,9 +230,9 @@ class SglangEngine(Engine):
         return refusal
 
     def _jump_limit(self, rows: IntArray, k_max: int, alloc_cum: IntArray) -> int:
-        if self._head_refusal != "policy" or k_max <= 1:
+        if self.head_refusal != "policy" or k_max <= 1:
             return k_max
-        if self._cache is not None:
+        if self.prefix_caching:
             return 1  # the head's hit could shrink as its prefix is evicted: step one by one
         head = self.waiting.peek_request()
         assert head is not None
@@ -257,7 +246,7 @@ class SglangEngine(Engine):
         left = np.maximum(self.max_new_tokens[rows] - self.num_output_tokens[rows], 0)
         rem = np.minimum(left[:, None] - j[None, :], SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION)
         rem_sum = np.maximum(rem, 0).sum(axis=0)
-        available = self.num_free_blocks + self._evictable - alloc_cum[1:]
+        available = self.num_available_blocks - alloc_cum[1:]
         rem_total = available * self.block_size - ratio * rem_sum.astype(np.float64) - 0
         passes = np.flatnonzero(need < rem_total)
         return int(passes[0]) + 1 if passes.size else k_max
@@ -268,14 +257,12 @@ class SglangEngine(Engine):
     def _victim(self) -> int:
         return min(reversed(self.running), key=self._retract_order_key)
 
-    def _schedule_running_slow(self, budget: int) -> tuple[list[int], list[int], bool, int]:
-        self._retract()
-        fast = self._schedule_running_fast(budget)
-        if fast is not None:
-            rows, new = fast
-            return rows.tolist(), new.tolist(), True, budget - int(new.sum())
-        sched, new_l, _, budget = super()._schedule_running_slow(budget)
-        return sched, new_l, True, budget
+    def _schedule_running(self, budget: int) -> tuple[list[int], list[int], bool, int]:
+        if self.running_fits(budget):
+            return super()._schedule_running(budget)
+        self._retract()  # a decode step does not fit: retract first, then schedule the rest
+        sched, new, _, budget = super()._schedule_running(budget)
+        return sched, new, True, budget
 
     def _retract(self) -> None:
         """``retract_decode``: free running requests until the rest have room for
@@ -283,23 +270,15 @@ class SglangEngine(Engine):
         order = sorted(self.running, key=self._retract_order_key, reverse=True)
         first = True
         while first or (
-            (self.num_free_blocks + self._evictable) * self.block_size
-            < SGLANG_RETRACT_DECODE_STEPS * len(order)
+            self.num_available_blocks * self.block_size < SGLANG_RETRACT_DECODE_STEPS * len(order)
         ):
             if len(order) == 1:
                 break
             first = False
             i = order.pop()
-            self._stop_running([i])
-            self._free(i)
-            self.num_recomputed_tokens += int(self.num_computed_tokens[i])
-            self.recomputed_tokens[i] += int(self.num_computed_tokens[i])
-            self.num_computed_tokens[i] = 0
-            self.num_preemptions[i] += 1
-            self.num_preemptions_total += 1
             self.num_retractions += 1
-            self.waiting.add_request(i)  # SGLang extends the waiting queue with retracted requests
-            self.hooks.on_preempt(i, self.t)
+            # KV discarded; SGLang extends the waiting queue with retracted requests
+            self.evict_running(i, front=False)
         self.num_retract_events += 1
         decoded = int(self.num_output_tokens[order].sum())
         total_max = int(self.max_new_tokens[order].sum())
@@ -325,6 +304,8 @@ class SglangEngine(Engine):
         }
 
 
+# engine name -> the class that steps one step at a time (the reference): a new variant is
+# one entry here
 ENGINE_CLASSES: dict[str, type[Engine]] = {
     "vllm": Engine,
     "vllm-swap": SwapEngine,
@@ -332,6 +313,32 @@ ENGINE_CLASSES: dict[str, type[Engine]] = {
     "sglang": SglangEngine,
     "trtllm": TrtllmEngine,
 }
+
+
+def _with_skip_ahead(cls: type[Engine]) -> type[Engine]:
+    """``cls``'s hooks over :class:`SkipAheadEngine` (``cls`` first in the method order, so
+    its hooks run and their ``super()`` calls reach the skip-ahead engine)."""
+    if cls is Engine:
+        return SkipAheadEngine
+    doc = f"{cls.__name__} with skip-ahead (the same results, decode runs at once)."
+    made = type(f"{cls.__name__}SkipAhead", (cls, SkipAheadEngine), {"__doc__": doc})
+    return cast("type[Engine]", made)
+
+
+# ... and the same engine with skip-ahead
+SKIP_AHEAD_CLASSES: dict[str, type[Engine]] = {
+    name: _with_skip_ahead(cls) for name, cls in ENGINE_CLASSES.items()
+}
+
+
+def engine_class(config: EngineConfig, *, prefix_caching: bool) -> type[Engine]:
+    """The class that runs ``config``: its preset, stepping or with skip-ahead; the base vLLM
+    engine with skip-ahead and without prefix caching keeps a decode group."""
+    if not config.skip_ahead:
+        return ENGINE_CLASSES[config.name]
+    if config.name == "vllm" and not prefix_caching:
+        return DecodeGroupEngine
+    return SKIP_AHEAD_CLASSES[config.name]
 
 
 def make_engine(
@@ -353,8 +360,10 @@ def make_engine(
     kv_bytes_per_token: int = 1,
     pcie_bandwidth_bytes_s: float = math.inf,
 ) -> Engine:
-    """The engine ``config.name`` names, with the GPU facts swap needs."""
-    cls = ENGINE_CLASSES[config.name]
+    """The engine ``config.name`` names (:func:`engine_class`), with the GPU facts swap needs."""
+    cls = engine_class(
+        config, prefix_caching=config.enable_prefix_caching and prefix_hashes is not None
+    )
     kwargs: dict[str, Any] = {
         "num_gpu_blocks": num_gpu_blocks,
         "prompt_tokens": prompt_tokens,
@@ -368,7 +377,7 @@ def make_engine(
         "prefix_offsets": prefix_offsets,
         "prefix_block_tokens": prefix_block_tokens,
     }
-    if cls is SwapEngine:
+    if issubclass(cls, SwapEngine):
         kwargs["kv_bytes_per_token"] = kv_bytes_per_token
         kwargs["pcie_bandwidth_bytes_s"] = pcie_bandwidth_bytes_s
     return cls(env, config, cost_model, **kwargs)

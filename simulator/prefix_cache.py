@@ -15,6 +15,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
+import numpy as np
+import numpy.typing as npt
+
 
 class PrefixCache:
     """Reference-counted cached hashes with an LRU of the unreferenced ones."""
@@ -83,3 +86,94 @@ class PrefixCache:
             del self._refs[h]
             freed += self.blocks_per_hash
         return freed
+
+
+class PrefixCaching:
+    """An engine's automatic prefix caching over a workload's prompt-block hashes: the
+    :class:`PrefixCache` and what each request (workload row ``i``) has of it.
+
+    Request ``i``'s hashes are ``hashes[offsets[i]:offsets[i + 1]]``, one per full block of
+    ``hash_tokens`` prompt tokens (a trailing partial block is never cached, as in vLLM). A
+    request *holds* the hashes of its hit and those it cached itself; their blocks are its
+    ``num_shared_blocks``. The block counts go back to the engine, which keeps the free and
+    evictable totals.
+    """
+
+    def __init__(
+        self,
+        block_size: int,
+        prompt_tokens: npt.NDArray[np.int64],
+        hashes: npt.NDArray[np.int64],
+        offsets: npt.NDArray[np.int64] | None,
+        hash_tokens: int,
+    ) -> None:
+        if offsets is None or hash_tokens % block_size:
+            raise ValueError(
+                f"prefix caching needs prefix_offsets and prefix_block_tokens "
+                f"({hash_tokens}) a multiple of block_size ({block_size})"
+            )
+        self.cache = PrefixCache(hash_tokens // block_size)
+        self.blocks_per_hash = self.cache.blocks_per_hash
+        self.hash_tokens = hash_tokens
+        self._hashes = hashes
+        self._lo = offsets[:-1]
+        self._num_full = np.minimum(offsets[1:] - offsets[:-1], prompt_tokens // hash_tokens)
+        n = len(prompt_tokens)
+        self._held: dict[int, list[int]] = {}
+        self._next = np.zeros(n, np.int64)  # hashes of the request registered (or hit)
+        self.num_shared_blocks = np.zeros(n, np.int64)
+
+    @property
+    def num_cached_blocks(self) -> int:
+        return self.cache.num_cached * self.blocks_per_hash
+
+    def lookup(self, i: int, num_tokens: int) -> list[int]:
+        """The cached leading hashes of waiting request ``i`` with ``num_tokens`` tokens
+        (nothing changes yet)."""
+        # at least the last token is computed again (vLLM: the hit stops short of num_tokens)
+        full = min(int(self._num_full[i]), (num_tokens - 1) // self.hash_tokens)
+        lo = int(self._lo[i])
+        hashes: list[int] = self._hashes[lo : lo + full].tolist()
+        return hashes[: self.cache.match(hashes)]
+
+    def hit_blocks(self, hit: list[int]) -> tuple[int, int]:
+        """The blocks ``hit`` shares, and how many of them nobody references now."""
+        b = self.blocks_per_hash
+        return len(hit) * b, self.cache.num_unreferenced(hit) * b
+
+    def acquire(self, i: int, hit: list[int]) -> int:
+        """Request ``i`` starts with ``hit``; returns the blocks that left the evictable pool."""
+        out = self.cache.acquire(hit)
+        if hit:
+            self._held[i] = list(hit)
+        self._next[i] = len(hit)
+        self.num_shared_blocks[i] = len(hit) * self.blocks_per_hash
+        return out
+
+    def release(self, i: int) -> tuple[int, int]:
+        """Request ``i`` lets go of its hashes; returns its shared blocks and the blocks that
+        became evictable."""
+        shared = int(self.num_shared_blocks[i])
+        held = self._held.pop(i, None)
+        evictable = self.cache.release(held) if held else 0
+        self.num_shared_blocks[i] = 0
+        self._next[i] = 0
+        return shared, evictable
+
+    def register(self, rows: npt.NDArray[np.int64], computed: npt.NDArray[np.int64]) -> None:
+        """Cache the full prompt blocks the step completed for ``rows`` (``computed`` tokens
+        now), one hash each, first come first cached; a block whose hash is cached already
+        stays private (vLLM does not dedupe)."""
+        done = np.minimum(computed // self.hash_tokens, self._num_full[rows])
+        todo = np.flatnonzero(self._next[rows] < done)
+        if todo.size == 0:
+            return
+        b = self.blocks_per_hash
+        for k in todo.tolist():
+            i = int(rows[k])
+            lo = int(self._lo[i])
+            for h in self._hashes[lo + int(self._next[i]) : lo + int(done[k])].tolist():
+                if self.cache.insert(h):
+                    self._held.setdefault(i, []).append(h)
+                    self.num_shared_blocks[i] += b
+            self._next[i] = int(done[k])

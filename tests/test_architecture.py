@@ -191,3 +191,50 @@ def test_no_module_level_import_cycles_inside_a_package(package: str) -> None:
     for deps in graph.values():
         deps.discard(init)
     assert import_cycles(graph) == []
+
+
+def _engine_hooks() -> set[str]:
+    """The hooks the ``Engine`` docstring lists (``:meth:`_name```)."""
+    import re
+
+    tree = ast.parse((REPO / "simulator" / "engine.py").read_text())
+    engine = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Engine")
+    doc = ast.get_docstring(engine) or ""
+    return set(re.findall(r":meth:`(_\w+)`", doc))
+
+
+def test_engine_variants_touch_only_the_documented_hooks_of_the_base_class() -> None:
+    """A variant in ``simulator/engine_variants.py`` may use its own underscored names and the
+    hooks the ``Engine`` docstring lists; every other underscored name is the base's own."""
+    hooks = _engine_hooks()
+    assert {"_admit_waiting", "_victim", "_preempt", "_on_steps", "_jump_limit"} <= hooks
+    tree = ast.parse((REPO / "simulator" / "engine_variants.py").read_text())
+    bad: list[str] = []
+    base_src = "".join(
+        (REPO / "simulator" / f).read_text() for f in ("engine.py", "fast_decode.py")
+    )
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        own = {f.name for f in cls.body if isinstance(f, ast.FunctionDef)}
+        for name in own:  # an override of the base's own (not a hook) is not the variant's
+            private = name.startswith("_") and not name.startswith("__")
+            if private and name not in hooks and f"def {name}(" in base_src:
+                bad.append(f"{cls.name}: overrides {name}")
+        for node in ast.walk(cls):
+            if (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+                    and isinstance(node.value, ast.Name) and node.value.id == "self"):
+                own.add(node.attr)
+        for node in ast.walk(cls):
+            if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
+                continue
+            if node.attr.startswith("__") or node.attr in own | hooks:
+                continue
+            target = node.value
+            on_self = isinstance(target, ast.Name) and target.id in ("self", "engine")
+            on_super = isinstance(target, ast.Call) and getattr(target.func, "id", "") == "super"
+            if on_self or on_super:
+                bad.append(f"{cls.name}: {node.attr} (line {node.lineno})")
+    assert not bad, bad
+    # the hooks are the base's methods
+    engine_src = (REPO / "simulator" / "engine.py").read_text()
+    for hook in hooks:
+        assert f"def {hook}(" in engine_src, hook

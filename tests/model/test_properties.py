@@ -14,9 +14,11 @@ from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
 from kvbudget.perf.roofline import RooflineCostModel
 from kvbudget.policies import TierConfig, make_policy
-from kvbudget.simulator.engine import GROUP_SMALL_K, SMALL_K, Engine
+from kvbudget.simulator.decode_plan import GROUP_SMALL_K, SMALL_K, DecodeRunPlanner
+from kvbudget.simulator.engine import Engine
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.engine_variants import ENGINE_CLASSES
+from kvbudget.simulator.fast_decode import DecodeGroupEngine, SkipAheadEngine
 from kvbudget.simulator.run import SimConfig, simulate
 from kvbudget.workloads import Workload, from_columns
 from tests.conftest import assert_skip_ahead_matches_stepping
@@ -185,7 +187,7 @@ def _true_state(engine: Engine, rows: npt.NDArray[np.int64]) -> tuple[npt.NDArra
     tokens = engine.num_tokens[rows].copy()
     output = engine.num_output_tokens[rows].copy()
     blocks = engine.num_blocks[rows].copy()
-    g = engine._group
+    g = engine._group if isinstance(engine, DecodeGroupEngine) else None
     if g is not None:
         for k, i in enumerate(rows.tolist()):
             if i in g.members:
@@ -199,10 +201,9 @@ def _true_state(engine: Engine, rows: npt.NDArray[np.int64]) -> tuple[npt.NDArra
 
 def _assert_group_facts(engine: Engine) -> None:
     """The decode group's running sums, histogram and finish heap agree with its members."""
-    g = engine._group
-    if g is None:
+    if not isinstance(engine, DecodeGroupEngine) or engine._group is None:
         return
-    assert engine._lazy
+    g = engine._group
     members = list(g.members)
     assert set(members) <= set(engine.running)
     if engine._all_decode:
@@ -229,39 +230,43 @@ def _assert_group_facts(engine: Engine) -> None:
 
 
 def _assert_running_facts(engine: Engine) -> None:
-    """The facts the engine keeps about its running set (see ``Engine._start_running``)."""
+    """The facts the engine keeps about its running set (``Engine._all_decode``,
+    ``SkipAheadEngine._running_arr``, the decode group) and its invariants: every block is free,
+    held by a request or cached; the seats."""
     rows = np.asarray(engine.running, dtype=np.int64)
-    if engine._running_arr is not None:
+    if isinstance(engine, SkipAheadEngine) and engine._running_arr is not None:
         assert engine._running_arr.tolist() == engine.running
+    assert len(engine.running) <= engine.config.max_num_seqs
     _assert_group_facts(engine)
     computed, tokens, output, blocks = _true_state(engine, rows)
-    # a running request's blocks hold its computed tokens (Engine._budget_prefix relies on it)
+    # what the run driver reads (ServingEngine) is current without a sync: the group's steps
+    # are counted
+    assert engine.output_tokens()[rows].tolist() == output.tolist()
+    assert [engine.output_tokens_of(i) for i in rows.tolist()] == output.tolist()
+    # a running request's blocks hold its computed tokens (SkipAheadEngine._budget_prefix
+    # relies on it)
     assert (blocks * engine.block_size >= computed).all()
     if engine._all_decode:
         assert (tokens - computed == 1).all()
         assert (output > 0).all()
-    if engine._lazy:
-        # the base engine without prefix caching: running requests hold exactly the blocks
-        # of their computed tokens (the decode group relies on it), the others none
+    # block conservation (no prefix caching here): the waiting requests' blocks as their
+    # arrays say, the running ones' as their true state does
+    held = int(engine.num_blocks[engine._in_engine].sum()) - int(engine.num_blocks[rows].sum())
+    assert held + int(blocks.sum()) + engine.num_free_blocks == engine.num_gpu_blocks
+    if isinstance(engine, DecodeGroupEngine):
+        # running requests hold exactly the blocks of their computed tokens (the decode group
+        # relies on it), the others none
         assert (blocks == -(-computed // engine.block_size)).all()
-        held = int(engine.num_blocks[engine._in_engine].sum()) - int(engine.num_blocks[rows].sum())
-        assert held + int(blocks.sum()) + engine.num_free_blocks == engine.num_gpu_blocks
 
 
 def _simulate_checking_every_step(
     w: Workload, cfg: SimConfig, policy: str, params: dict[str, object]
 ) -> None:
-    schedule = Engine._schedule
-
-    def checked(self: Engine) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], bool] | None:
-        _assert_running_facts(self)
-        return schedule(self)
-
-    Engine._schedule = checked  # type: ignore[method-assign]
+    Engine.step_observer = _assert_running_facts
     try:
         simulate(w, make_policy(policy, params), cfg)
     finally:
-        Engine._schedule = schedule  # type: ignore[method-assign]
+        Engine.step_observer = None
 
 
 @SETTINGS
@@ -337,25 +342,6 @@ def test_every_engine_schedules_what_fits(
     assert rec.request_id.is_unique
 
 
-def _bare_engine(cost: LinearCostModel | RooflineCostModel) -> Engine:
-    import math
-
-    import simpy
-
-    from kvbudget.simulator.engine import EngineHooks
-
-    hooks = EngineHooks(
-        on_finish=lambda i, t: None,
-        on_preempt=lambda i, t: None,
-        next_external_s=lambda: math.inf,
-        gateway_state=lambda: (0, 0),
-    )
-    one = np.ones(1, np.int64)
-    return Engine(simpy.Environment(), EngineConfig(num_gpu_blocks=10), cost, num_gpu_blocks=10,
-                  prompt_tokens=one, output_tokens=one, priority=0 * one,
-                  arrival_s=np.zeros(1), hooks=hooks)
-
-
 @SETTINGS
 @given(
     st.sampled_from(["linear", "roofline", "tiny"]),
@@ -368,7 +354,7 @@ def _bare_engine(cost: LinearCostModel | RooflineCostModel) -> Engine:
 def test_short_decode_run_step_times_match_the_array_path(
     kind: str, n: int, c0: int, k_max: int, t: float, ext_at: int
 ) -> None:
-    """:meth:`Engine._decode_steps_small` (one scalar step_time call per step) gives the bits of
+    """:meth:`DecodeRunPlanner.steps_small` (one scalar step_time call per step) gives the bits of
     the array path, and its cut at t_ext (also when t_ext is exactly a step's end, or beyond
     the run) is the array path's ``searchsorted`` cut."""
     cost: LinearCostModel | RooflineCostModel = {
@@ -377,10 +363,9 @@ def test_short_decode_run_step_times_match_the_array_path(
         # one of them is equal to them all
         "tiny": LinearCostModel(1e-17, 0.0, 0.0, 0.0),
     }.get(kind) or RooflineCostModel(get_gpu("H100-80GB"), get_model("Llama-3.1-8B"))
-    engine = _bare_engine(cost)
-    engine.t = t
+    planner = DecodeRunPlanner(cost, 16)
     context = np.arange(c0 + n, c0 + n * (k_max + 1), n, dtype=np.float64)
-    dts = engine._decode_step_times(n, context)
+    dts = planner.step_times(n, context)
     ends = dts.copy()
     ends[0] += t
     np.add.accumulate(ends, out=ends)
@@ -388,7 +373,8 @@ def test_short_decode_run_step_times_match_the_array_path(
     k = k_max
     if t_ext < ends[-1]:
         k = int(ends.searchsorted(t_ext, side="left")) + 1
-    dt0 = float(cost.step_time(0.0, float(n), float(c0 + n), 0.0, 0.0))  # as _decode_run_bound
-    got_ends, got_dts = engine._decode_steps_small(n, c0, k_max, t_ext, dt0)
+    k_bound, dt0 = planner.bound(n, c0, k_max, t, np.inf)
+    assert k_bound == min(k_max, 4096)
+    got_ends, got_dts = planner.steps_small(n, c0, k_max, t, t_ext, dt0)
     assert got_ends == ends[:k].tolist()
     assert got_dts == dts[:k].tolist()

@@ -176,3 +176,49 @@ def test_same_seed_same_bytes() -> None:
     b = simulate(w, make_policy("overcommit"), cfg).records
     assert a.equals(b)
     assert np.array_equal(a.to_numpy(dtype=str), b.to_numpy(dtype=str))
+
+
+def test_skip_ahead_chooses_the_fast_decode_subclass_of_the_reference_engine() -> None:
+    """Stepping is :class:`Engine` itself (or a preset's own class); ``skip_ahead`` runs the
+    same hooks over :class:`SkipAheadEngine`, and the base engine without prefix caching
+    keeps a decode group (:class:`DecodeGroupEngine`)."""
+    from kvbudget.simulator.engine import Engine
+    from kvbudget.simulator.engine_config import ENGINE_NAMES
+    from kvbudget.simulator.engine_variants import ENGINE_CLASSES, engine_class
+    from kvbudget.simulator.fast_decode import DecodeGroupEngine, SkipAheadEngine
+
+    assert engine_class(EngineConfig(skip_ahead=False), prefix_caching=False) is Engine
+    assert engine_class(EngineConfig(), prefix_caching=False) is DecodeGroupEngine
+    assert engine_class(EngineConfig(), prefix_caching=True) is SkipAheadEngine
+    assert set(ENGINE_CLASSES) == set(ENGINE_NAMES)
+    for name in ENGINE_NAMES:
+        step = engine_class(EngineConfig(name=name, skip_ahead=False), prefix_caching=False)
+        assert step is ENGINE_CLASSES[name] and not issubclass(step, SkipAheadEngine)
+        for cache in (False, True):
+            if name == "vllm-swap" and cache:
+                continue  # not modelled
+            skip = engine_class(EngineConfig(name=name), prefix_caching=cache)
+            assert issubclass(skip, SkipAheadEngine) and issubclass(skip, step)
+            # the preset's hooks come first, then the skip-ahead engine's
+            mro = skip.__mro__
+            assert mro.index(step) < mro.index(SkipAheadEngine) or step is Engine
+            assert issubclass(skip, DecodeGroupEngine) == (name == "vllm" and not cache)
+
+
+def test_the_decode_group_refuses_prefix_caching() -> None:
+    import math
+
+    import simpy
+
+    from kvbudget.simulator.engine import EngineHooks
+    from kvbudget.simulator.fast_decode import DecodeGroupEngine
+
+    one = np.ones(1, np.int64)
+    hooks = EngineHooks(lambda i, t: None, lambda i, t: None, lambda: math.inf, lambda: (0, 0))
+    with pytest.raises(ValueError, match="prefix caching"):
+        DecodeGroupEngine(
+            simpy.Environment(), EngineConfig(enable_prefix_caching=True), LinearCostModel(0.01, 0, 0, 0),
+            num_gpu_blocks=10, prompt_tokens=one, output_tokens=one, priority=0 * one,
+            arrival_s=np.zeros(1), hooks=hooks, prefix_hashes=one, prefix_offsets=np.array([0, 1]),
+            prefix_block_tokens=16,
+        )

@@ -1,0 +1,188 @@
+"""The arithmetic of a run of pure-decode steps, done at once (skip-ahead's planner).
+
+During a decode run every running request gets one token per step, so step ``j`` (from 0)
+attends to ``c0 + n (j + 1)`` tokens, and a request with ``c`` tokens computed and ``b`` blocks
+takes its next block at step ``b * block_size - c`` and then every ``block_size`` steps. The
+planner computes the steps' durations, end times (sums from ``t`` in stepping's order, so the
+same bits) and the blocks in use, and where the run must end: the first finish, the first step
+that runs out of blocks, or the step in progress at the next external event.
+
+Two ways to compute the same numbers, chosen by length: a short run in Python numbers (one
+scalar ``step_time`` call per step, ~0.4 us each), a longer one with arrays (~8-20 us however
+long). Both give the same bits (``tests/test_properties.py`` compares them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import numpy.typing as npt
+
+from kvbudget.perf.cost_model import CostModel
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+# a decode run's per-step values: arrays, or lists for a short run
+Floats = FloatArray | list[float]
+Ints = IntArray | list[int]
+
+MAX_JUMP_STEPS = 4096  # the longest run planned at once
+# Runs of at most this many steps get their step times from one scalar step_time call per
+# step rather than array arithmetic.
+SMALL_K = 20
+# The decode group plans runs of up to this many steps in Python numbers (blocks and KV terms
+# too, ~0.7 us a step), longer ones with arrays (~20 us however long): measured crossover.
+GROUP_SMALL_K = 48
+
+
+class DecodeRunPlanner:
+    """Plans decode runs for one engine (its cost model and block size)."""
+
+    def __init__(self, cost: CostModel, block_size: int) -> None:
+        self.cost = cost
+        self.block_size = block_size
+        self._step_index = np.arange(MAX_JUMP_STEPS + block_size, dtype=np.int64)  # j
+
+    def bound(
+        self, n: int, c0: int, to_finish: int, t: float, t_ext: float
+    ) -> tuple[int, float]:
+        """For a decode run of ``n`` requests starting at ``t`` from ``c0`` context tokens, the
+        first of them finishing in ``to_finish`` steps: an upper bound on its length (the first
+        finish, :data:`MAX_JUMP_STEPS`, the next external event at ``t_ext``) and the duration
+        of its first step."""
+        dt0 = float(self.cost.step_time(0.0, float(n), float(c0 + n), 0.0, 0.0))
+        k_max = min(to_finish, MAX_JUMP_STEPS)
+        if t_ext != math.inf and k_max > 1 and dt0 > 0:
+            # step times never shrink during a decode run (the context only grows), so the run
+            # reaches t_ext within (t_ext - t) / dt0 + 1 steps
+            k_max = max(1, min(k_max, int((t_ext - t) / dt0) + 2))
+        return k_max, dt0
+
+    def alloc_plan(self, computed: IntArray, blocks: IntArray, k_max: int) -> IntArray:
+        """Blocks a decode run of requests with ``computed`` tokens and ``blocks`` blocks
+        (after step 0's allocation) takes in its steps 1..j, for ``j < k_max``."""
+        bs = self.block_size
+        # request r needs its next block at step f_r = b_r * bs - c_r >= 1, then every bs steps
+        first = blocks * bs - computed
+        first.sort()  # in place: a new array (np.sort would copy it once more)
+        # reached[j]: the requests with f_r <= j, each taking a block in steps 1..j
+        if k_max <= bs:  # no request takes a second new block within the run
+            alloc_cum = first.searchsorted(self._step_index[:k_max], side="right")
+        else:  # plus one block for every bs steps since f_r: sum reached[j - m * bs] over m
+            period = -(-k_max // bs) * bs
+            reached = first.searchsorted(self._step_index[:period], side="right")
+            alloc_cum = np.add.accumulate(reached.reshape(-1, bs), axis=0).ravel()[:k_max]
+        return alloc_cum
+
+    def group_alloc_plan(self, hist: list[int], step: int, k_max: int) -> IntArray:
+        """:meth:`alloc_plan` for the decode group: ``hist[x]`` members take a block at the
+        steps where ``(step + j) % block_size == -x % block_size``."""
+        bs = self.block_size
+        per = np.array(hist, np.int64)[(-step - self._step_index[:k_max]) % bs]
+        per[0] = 0
+        return np.add.accumulate(per, out=per)
+
+    @staticmethod
+    def cut_to_free(alloc_cum: IntArray, free: int) -> IntArray:
+        """``alloc_cum`` (blocks taken in steps 1..j of a planned decode run) up to the first
+        step that runs out of the ``free`` blocks."""
+        if int(alloc_cum[-1]) > free:
+            # alloc_cum never decreases: the first step that runs out of blocks
+            fail = int(alloc_cum.searchsorted(free, side="right"))
+            return alloc_cum[: max(fail, 1)]
+        return alloc_cum
+
+    def plan(
+        self,
+        n: int,
+        alloc_cum: IntArray,
+        c0: int,
+        t: float,
+        t_ext: float,
+        dt0: float,
+        used_now: int,
+    ) -> tuple[int, FloatArray, IntArray, FloatArray]:
+        """Plan a run of at most ``len(alloc_cum)`` pure-decode steps of ``n`` requests from
+        ``c0`` context tokens starting at ``t`` (the first step ``dt0`` long, ``used_now``
+        blocks in use), ending with the step in progress at ``t_ext`` or when blocks run out
+        (``alloc_cum[j]``: blocks taken in steps 1..j); returns its length, step end times,
+        blocks in use during each step and step durations."""
+        k_max = len(alloc_cum)
+        if k_max <= SMALL_K:
+            ends_l, dts_l = self.steps_small(n, c0, k_max, t, t_ext, dt0)
+            ends, dts = np.array(ends_l), np.array(dts_l)
+        else:
+            # c0 + n * (j + 1) for step j, exact (integers below 2**53, as arange computes them)
+            context = np.arange(c0 + n, c0 + n * (k_max + 1), n, dtype=np.float64)
+            dts = self.step_times(n, context)
+            ends = dts.copy()
+            ends[0] += t
+            np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
+            if t_ext < ends[-1]:  # the run ends with the first step ending at t_ext or later
+                cut = int(ends.searchsorted(t_ext, side="left")) + 1
+                ends, dts = ends[:cut], dts[:cut]
+        k = len(ends)
+        used = used_now + alloc_cum[:k]  # step 0's blocks were taken by the schedule
+        return k, ends, used, dts
+
+    def group_plan_small(
+        self,
+        hist: list[int],
+        step: int,
+        n: int,
+        k_max: int,
+        c0: int,
+        t: float,
+        t_ext: float,
+        dt0: float,
+        free: int,
+        used_now: int,
+    ) -> tuple[int, list[float], list[int], list[float]]:
+        """:meth:`plan` of a short run (at most :data:`GROUP_SMALL_K` steps) of the decode
+        group (``hist``, ``step``: see ``DecodeGroup``), in Python numbers: the same steps, in
+        the same order, as the array path."""
+        bs = self.block_size
+        used = [used_now]
+        taken = 0  # blocks taken in steps 1..j
+        for j in range(1, k_max):
+            taken += hist[(-step - j) % bs]
+            if taken > free:  # step j runs out of blocks: the run is steps 0..j-1
+                k_max = j
+                break
+            used.append(used_now + taken)
+        ends, dts = self.steps_small(n, c0, k_max, t, t_ext, dt0)
+        k = len(ends)
+        return k, ends, used[:k], dts
+
+    def steps_small(
+        self, n: int, c0: int, k_max: int, t: float, t_ext: float, dt0: float
+    ) -> tuple[list[float], list[float]]:
+        """End times and durations of the steps of a short decode run from ``t`` (at most
+        ``k_max`` steps, the first ``dt0`` long, ending with the step in progress at
+        ``t_ext``), one ``step_time`` call per step as stepping makes them: the bits of
+        :meth:`step_times` (sums from ``t`` in the same order)."""
+        step_time = self.cost.step_time
+        num = float(n)
+        ends: list[float] = []
+        dts: list[float] = []
+        first_at = 0  # steps up to the first one that ends at t_ext or later
+        for j in range(1, k_max + 1):
+            dt = dt0 if j == 1 else float(step_time(0.0, num, float(c0 + n * j), 0.0, 0.0))
+            t += dt
+            ends.append(t)
+            dts.append(dt)
+            if t >= t_ext:
+                first_at = first_at or j
+                if t > t_ext:  # the run ends with the first step ending at t_ext or later
+                    return ends[:first_at], dts[:first_at]
+        return ends, dts  # no step ends after t_ext: the whole run, as the array path does
+
+    def step_times(self, n: int, context: FloatArray) -> FloatArray:
+        """Durations of decode steps of ``n`` requests attending to ``context`` tokens (one
+        step per element). The features that stay the same along a decode run go in as floats:
+        a cost model's step_time is element-wise arithmetic, so they broadcast against the
+        context to the bits arrays of equal values would give, with fewer array operations."""
+        step_time: Callable[..., FloatArray] = self.cost.step_time
+        return np.asarray(step_time(0.0, float(n), context, 0.0, 0.0), dtype=np.float64)

@@ -1,0 +1,750 @@
+"""The engine with ``skip_ahead``: the same results as stepping, with runs of pure-decode steps
+computed at once.
+
+When every running request is decoding and nothing else can change until a request finishes,
+a block allocation fails, or something arrives from outside, the whole run of steps follows
+from arithmetic (:mod:`kvbudget.simulator.decode_plan`), so :class:`SkipAheadEngine` plans it,
+waits for its end and commits it in one go (cut short at the step in progress when work is
+added or aborted meanwhile, as stepping would have). It also schedules a step whose running
+requests all get their blocks with arrays rather than request by request. Every engine variant
+runs on it when ``skip_ahead`` is on (:func:`kvbudget.simulator.engine_variants.make_engine`).
+
+:class:`DecodeGroupEngine` (the base vLLM engine without prefix caching) goes further: while
+every running request decodes it keeps them as a :class:`DecodeGroup` (base values plus the
+group's step count, their context in all, when their blocks fill, when they finish), so a
+decode run and the running part of a step cost the same however many requests decode.
+
+Stepping (:class:`kvbudget.simulator.engine.Engine`) stays the reference: the property tests
+compare every result of these classes with it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import simpy
+
+from kvbudget.simulator.decode_plan import GROUP_SMALL_K, DecodeRunPlanner, Floats, Ints
+from kvbudget.simulator.engine import Engine, IntArray
+from kvbudget.simulator.small_arrays import imax, imin, isum
+
+__all__ = ["DecodeGroup", "DecodeGroupEngine", "SkipAheadEngine"]
+
+
+@dataclass(slots=True)
+class RunningPrefix:
+    """The requests the running loop reaches, in order, with the token budget it hands out:
+    ``rows``, their ``new`` tokens, ``computed`` (``num_computed_tokens`` before the step),
+    ``blocks`` (``num_blocks`` now), ``want`` (the blocks they need for the step),
+    ``num_new`` (the new tokens in all), ``num_need`` (the tokens they have left to compute,
+    in all), ``decoding`` (whether every one of them is decoding, so gets one token) and
+    ``num_extra`` (the new blocks in all, ``sum(want - blocks)``, when counted already)."""
+
+    rows: IntArray
+    new: IntArray
+    computed: IntArray
+    blocks: IntArray
+    want: IntArray
+    num_new: int
+    num_need: int
+    decoding: bool = False
+    num_extra: int | None = None
+
+
+@dataclass(slots=True)
+class DecodeRows:
+    """A pure-decode step of every running request, gathered once for the decode run planned
+    from it: ``computed`` and ``output`` are the requests' ``num_computed_tokens`` and
+    ``num_output_tokens`` before the step, ``blocks`` their ``num_blocks`` after the step's
+    allocation."""
+
+    computed: IntArray
+    blocks: IntArray
+    output: IntArray
+
+
+class SkipAheadEngine(Engine):
+    """:class:`Engine` with decode runs computed at once and the running loop in arrays."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._planner = DecodeRunPlanner(self.cost, self.block_size)
+        # ``running`` as an array, when not None: a prefix view of ``_running_buf``. A request
+        # that starts is written just past that view, so views handed out before (a step's
+        # rows) never change; a removal drops the array (rebuilt, into a new buffer, on demand)
+        self._running_arr: IntArray | None = None
+        self._running_buf: IntArray = np.zeros(0, np.int64)
+        # one new token each, for a running loop of decoding requests (read-only: it is shared)
+        n = min(self.config.max_num_seqs, self.config.max_num_batched_tokens)
+        self._ones = np.ones(n, np.int64)
+        self._ones.flags.writeable = False
+        self._fast: RunningPrefix | None = None  # this step's running loop, when vectorised
+        # this step's waiting requests (row, new tokens), when the rows before them are every
+        # running request, all decoding (or none)
+        self._tail: list[tuple[int, int]] | None = None
+        self._jump_ends: Floats | None = None  # step ends of the decode run in progress
+        self._run_rows: IntArray | None = None  # its rows (the run is committed at its end)
+        self._run_ends: Floats | None = None  # its step ends, kept when it is cut short
+        self._jump_keep = 0
+
+    # --- what the executor reads mid-run ---------------------------------------------------
+    def output_tokens_of(self, i: int) -> int:
+        """Row ``i``'s output tokens as of the last step that has ended: a decode run in
+        progress is committed at its end, so the steps of it already run are added."""
+        out = int(self.num_output_tokens[i])
+        rows, ends = self._run_rows, self._run_ends
+        if ends is not None and rows is not None and np.count_nonzero(rows == i):
+            out += bisect.bisect_left(ends, self.env.now)
+        return out
+
+    def output_tokens(self) -> IntArray:
+        out = self.num_output_tokens.copy()
+        for i in self._rows_ahead():
+            out[i] = self.output_tokens_of(i)
+        return out
+
+    def _rows_ahead(self) -> list[int]:
+        """The rows whose arrays lag behind the steps that have ended."""
+        return [] if self._run_rows is None else self._run_rows.tolist()
+
+    # --- the running set, with its array -------------------------------------------------
+    def _start_running(self, i: int) -> None:
+        super()._start_running(i)
+        arr = self._running_arr
+        if arr is not None:
+            n = len(arr)
+            if n < len(self._running_buf) and n + 1 == len(self.running):
+                self._running_buf[n] = i
+                self._running_arr = self._running_buf[: n + 1]
+            else:
+                self._running_arr = None
+
+    def _stop_running(self, rows: list[int]) -> None:
+        super()._stop_running(rows)
+        self._running_arr = None
+
+    def running_rows(self) -> IntArray:
+        arr = self._running_arr
+        if arr is None or len(arr) != len(self.running):
+            n = len(self.running)
+            self._running_buf = np.empty(n + 16, np.int64)
+            arr = self._running_arr = self._running_buf[:n]
+            arr[:] = self.running
+        return arr
+
+    # --- scheduling in arrays ---------------------------------------------------------------
+    def _schedule(self) -> tuple[IntArray, IntArray, bool]:
+        """:meth:`Engine._schedule`, with the running loop in arrays when every running
+        request gets its blocks (``_fast``), and the waiting rows that follow running ones all
+        decoding kept apart (``_tail``) for :meth:`_features` and :meth:`_commit_step`."""
+        budget = self.config.max_num_batched_tokens
+        self._step_extra_s = 0.0
+        self._hol_blocked = False
+        self.head_refusal = ""
+        self._fast = None
+        self._tail = None
+        decoding = False
+        preempted = False
+        prefix = self._fitting_prefix(budget) if self.running else None
+        if prefix is not None:
+            if prefix.num_extra:
+                self.num_blocks[prefix.rows] = prefix.want
+                self._take(prefix.num_extra)
+            self._fast = prefix
+            sched, new = prefix.rows, prefix.new
+            budget -= prefix.num_new
+            decoding = prefix.decoding
+        elif not self.running:
+            sched = new = np.zeros(0, np.int64)
+            decoding = True
+        else:
+            sched_l, new_l, preempted, budget = self._schedule_running(budget)
+            sched = np.asarray(sched_l, dtype=np.int64)
+            new = np.asarray(new_l, dtype=np.int64)
+        if not preempted:
+            w_rows, w_new = self._schedule_waiting(budget)
+            if decoding:
+                self._tail = list(zip(w_rows, w_new, strict=True)) if w_rows else []
+            if w_rows:
+                sched = np.concatenate((sched, w_rows))
+                new = np.concatenate((new, w_new))
+        assert len(self.running) <= self.config.max_num_seqs, "max_num_seqs exceeded"
+        assert self.num_free_blocks >= 0, "more blocks taken than the GPU holds"
+        return sched, new, preempted
+
+    def _budget_prefix(self, rows: IntArray, budget: int) -> RunningPrefix:
+        """The token budget handed out in ``rows``' order, as the running loop does: each gets
+        ``min(num_tokens - num_computed_tokens, budget left)`` until the budget is spent."""
+        n = len(rows)
+        if self._all_decode and n <= budget and n <= len(self._ones):
+            # every row is decoding (``rows`` are running): one new token each, so the
+            # general case below with ``new == 1``, ``total == n``
+            computed = self.num_computed_tokens[rows]
+            blocks = self.num_blocks[rows]
+            # a running request's blocks hold its computed tokens, so one more token takes a
+            # new block only when they are full: ``max(ceil((computed + 1) / bs), blocks)``
+            full = computed == blocks * self.block_size
+            num_full = int(np.count_nonzero(full))
+            want = blocks + full if num_full else blocks
+            return RunningPrefix(rows, self._ones[:n], computed, blocks, want, n, n, True, num_full)
+        computed = self.num_computed_tokens[rows]
+        need = self.num_tokens[rows] - computed
+        cum = np.add.accumulate(need)
+        total = num_need = int(cum[-1])
+        if total < budget:
+            new = need  # every request gets all it needs, with budget to spare
+        else:
+            before = budget - (cum - need)  # budget left when each is reached
+            m = int(np.count_nonzero(before > 0))  # budget only shrinks: a prefix is scheduled
+            num_need = int(cum[m - 1]) if m else 0
+            rows, computed, need, before = rows[:m], computed[:m], need[:m], before[:m]
+            new = np.minimum(need, before)
+            total = budget  # the last request reached takes what is left
+        bs = self.block_size
+        blocks = self.num_blocks[rows]
+        want = np.maximum((computed + new + (bs - 1)) // bs, blocks)
+        return RunningPrefix(rows, new, computed, blocks, want, total, num_need)
+
+    def _fitting_prefix(self, budget: int) -> RunningPrefix | None:
+        """The running loop's prefix (some running requests) when every allocation in it
+        succeeds, with its new blocks counted; None otherwise."""
+        prefix = self._budget_prefix(self.running_rows(), budget)
+        total = prefix.num_extra
+        if total is None:
+            total = prefix.num_extra = isum(prefix.want - prefix.blocks)
+        if total > self.num_free_blocks + self._evictable:
+            return None
+        return prefix
+
+    def running_fits(self, budget: int) -> bool:
+        return not self.running or self._fitting_prefix(budget) is not None
+
+    def _allocate_running(self, start: int, budget: int) -> tuple[list[int], list[int]]:
+        """:meth:`Engine._allocate_running` in arrays: the same blocks taken, in one go."""
+        prefix = self._budget_prefix(self.running_rows()[start:], budget)
+        rows, new, want = prefix.rows, prefix.new, prefix.want
+        taken = np.add.accumulate(want - prefix.blocks)
+        # taken never decreases: the first request whose blocks do not fit, if any
+        ok = int(taken.searchsorted(self.num_free_blocks + self._evictable, side="right"))
+        if ok:
+            self.num_blocks[rows[:ok]] = want[:ok]
+            self._take(int(taken[ok - 1]))
+        return rows[:ok].tolist(), new[:ok].tolist()
+
+    def _features(self, rows: IntArray, new: IntArray) -> tuple[float, float, float, float, float]:
+        tail = self._tail
+        if tail is None:
+            return super()._features(rows, new)
+        # ``rows`` are the running requests, all decoding (one new token each), then the
+        # waiting requests that start (``tail``, a few): the same sums, in integers
+        m = len(rows) - len(tail)
+        fast = self._fast
+        context = m + isum(fast.computed) if fast is not None else 0
+        return self._tail_features(m, context, tail)
+
+    def _tail_features(
+        self, m: int, context: int, tail: list[tuple[int, int]]
+    ) -> tuple[float, float, float, float, float]:
+        """:meth:`_features` of a step of ``m`` decoding requests attending to ``context``
+        tokens, then the waiting requests that start (``tail``): the same sums, in integers."""
+        num_decode = m
+        prefill = attention = 0
+        for i, n_new in tail:
+            after_i = int(self.num_computed_tokens[i]) + n_new
+            context += after_i
+            if n_new == 1 and after_i == int(self.num_tokens[i]) and self.num_output_tokens[i]:
+                num_decode += 1
+            else:
+                prefill += n_new
+                attention += n_new * after_i
+        return (
+            float(prefill),
+            float(num_decode),
+            float(context),
+            float(attention),
+            float(m + len(tail) - num_decode),
+        )
+
+    # --- decode runs -----------------------------------------------------------------------
+    def _steady(self, rows: IntArray, new: IntArray, preempted: bool) -> DecodeRows | None:
+        """The rows' state when the step is pure decode of every running request and no
+        waiting request can start until something changes (a finish, an allocation failure,
+        an arrival); None otherwise."""
+        n = len(rows)
+        if preempted or n != len(self.running) or n == 0 or self._step_extra_s:
+            return None
+        if n > self.config.max_num_batched_tokens:
+            return None
+        for _, n_new in self._tail or ():
+            if n_new != 1:
+                return None  # a request starting with more than one token: a prefill
+        # A waiting head (if any) was refused this step by max_num_seqs, the token budget or
+        # allocate_slots; during a decode run the first two stay and free blocks only shrink,
+        # so it stays refused until a request finishes (which ends the run).
+        fast = self._fast
+        if fast is not None and fast.rows is rows:
+            # the running loop alone, vectorised: a running request always has at least one
+            # token to compute, so ``n`` tokens left in all is one each, all scheduled (one
+            # token scheduled each is not enough: the budget may cut a prefill to one token)
+            if fast.num_need != n:
+                return None
+            computed, blocks = fast.computed, fast.want
+        else:
+            computed = self.num_computed_tokens[rows]
+            if imax(self.num_tokens[rows] - computed) != 1:  # then one new token each too
+                return None
+            blocks = self.num_blocks[rows]
+        output = self.num_output_tokens[rows]
+        if not self._all_decode and not imin(output) > 0:
+            return None
+        return DecodeRows(computed, blocks, output)
+
+    def _run_scheduled(
+        self, rows: IntArray, new: IntArray, preempted: bool, reserved: int, counts: tuple[int, int]
+    ) -> Generator[simpy.Event, Any, None]:
+        """A pure-decode step of every running request starts a decode run (as long as
+        nothing can change); any other step runs as :class:`Engine` runs it."""
+        decode = self._steady(rows, new, preempted) if self.config.skip_ahead else None
+        if decode is None:
+            yield from super()._run_scheduled(rows, new, preempted, reserved, counts)
+            return
+        step_end: Floats | None = None
+        used: Ints
+        dts: Floats
+        c0 = isum(decode.computed)
+        to_finish = imin(self.target_output[rows] - decode.output)
+        n = len(rows)
+        t_ext = self.hooks.next_external_s()
+        k_max, dt = self._planner.bound(n, c0, to_finish, self.t, t_ext)
+        if k_max > 1:
+            free = self.num_free_blocks + self._evictable
+            planned = self._planner.alloc_plan(decode.computed, decode.blocks, k_max)
+            alloc_cum = self._planner.cut_to_free(planned, free)
+            k_limit = self._jump_limit(rows, len(alloc_cum), alloc_cum)
+            alloc_cum = alloc_cum[:k_limit]
+            k, step_end, used, dts = self._planner.plan(
+                n, alloc_cum, c0, self.t, t_ext, dt, self.num_used_blocks
+            )
+            if k > 1:
+                self._run_rows = rows
+        t1 = self._account_step(dt, reserved, counts) if step_end is None else float(step_end[-1])
+        k = yield from self._wait_run(t1, step_end)
+        if step_end is not None:
+            self._account_run(step_end, used, dts, k, reserved, counts)
+        aborted = self._apply_aborts() if self._aborts else []
+        self._on_steps(rows, new, preempted, k)
+        # the blocks steps 1..k-1 take, as planned (step 0 takes none: see plan)
+        extra: int | None = int(used[k - 1] - used[0]) if step_end is not None else 0
+        self._commit_run(rows, k, decode, k >= to_finish, extra, aborted)
+
+    def _wait_run(self, t1: float, step_end: Floats | None) -> Generator[simpy.Event, Any, int]:
+        """Wait for the step (or the planned decode run, ``step_end``) to end at ``t1``;
+        returns the steps that ran (a run ends early when work is added or aborted)."""
+        env = self.env
+        self._busy = True
+        k = 1
+        if step_end is not None:
+            k = len(step_end)
+            if k > 1:
+                self._jump_ends = self._run_ends = step_end
+        try:
+            yield env.timeout(max(0.0, t1 - env.now))
+        except simpy.Interrupt:
+            # work was added or aborted mid-run: stop at the end of the step in progress,
+            # as stepping one by one would have
+            assert step_end is not None
+            k = self._jump_keep
+            t1 = float(step_end[k - 1])
+            yield env.timeout(max(0.0, t1 - env.now))
+        self._jump_ends = self._run_ends = self._run_rows = None
+        self._busy = False
+        self.t = t1
+        self.num_steps += k
+        return k
+
+    def _work_changed(self) -> None:
+        """Something changed this engine's work during a planned decode run (another replica's
+        completion admitted or revoked a request here): end the run with the step in progress."""
+        ends = self._jump_ends
+        # nothing to cut unless a step after the one in progress is planned (the run's next
+        # to last step ends now or later): the common case, checked without a search
+        if ends is None or len(ends) < 2 or ends[-2] < self.env.now:
+            return
+        self._jump_keep = bisect.bisect_left(ends, self.env.now) + 1
+        self._jump_ends = None
+        self.process.interrupt()
+
+    def _account_run(
+        self, step_end: Floats, used: Ints, dts: Floats, k: int, reserved: int,
+        counts: tuple[int, int],
+    ) -> None:
+        """The KV and head-of-line terms and timeline samples of the first ``k`` steps of a
+        decode run."""
+        if k < len(step_end):  # cut short
+            step_end, used, dts = step_end[:k], used[:k], dts[:k]
+        # float(used * bs) * dt: the same bits as float(used) * bs * dt (exact integers)
+        if isinstance(dts, list):
+            bs = self.block_size
+            self._kv_scalar_terms.extend([d * (u * bs) for d, u in zip(dts, used, strict=True)])
+            if self._hol_blocked:
+                self._hol_scalar_terms.extend(dts)
+        else:
+            self._kv_terms.append(dts * (np.asarray(used) * self.block_size))
+            if self._hol_blocked:
+                self._hol_terms.append(dts)
+        if self._timeline.due(self.t):  # a sample is due
+            self._timeline.sample_steps(step_end, used, reserved, counts, self.num_preemptions_total)
+
+    def _commit_run(
+        self, rows: IntArray, k: int, decode: DecodeRows, finishes: bool, extra: int | None,
+        aborted: list[int],
+    ) -> None:
+        """Commit a decode run of ``k`` steps (see :meth:`_commit_jump`), dropping the requests
+        ``aborted`` during its last step."""
+        if aborted:
+            extra = None  # fewer rows than planned: count them again
+            keep = ~np.isin(rows, aborted)
+            if k > 1:
+                # an aborted request keeps the tokens of the steps that ended before
+                # its abort (which came during the last step: it ended the run)
+                gone = rows[~keep]
+                self.num_output_tokens[gone] = decode.output[~keep] + (k - 1)
+                self.num_computed_tokens[gone] = decode.computed[~keep] + (k - 1)
+                self.num_tokens[gone] += k - 1
+            rows = rows[keep]
+            decode = DecodeRows(decode.computed[keep], decode.blocks[keep], decode.output[keep])
+        self._commit_jump(rows, k, decode, finishes, extra)
+
+    def _commit_jump(
+        self, rows: IntArray, k: int, decode: DecodeRows, finishes: bool, extra: int | None = None
+    ) -> None:
+        """Commit ``k`` decode steps of ``rows`` (whose state before them is ``decode``);
+        ``finishes``: whether some request may reach its output length; ``extra``: the blocks
+        steps 1..k-1 take, if the plan counted them (None: count them here)."""
+        new_total = decode.computed + k
+        if k > 1 and extra != 0:  # step 0's blocks were allocated by _schedule; the later steps'
+            bs = self.block_size  # are taken now
+            blocks = decode.blocks
+            need = np.maximum((new_total + (bs - 1)) // bs, blocks)
+            if extra is None:
+                extra = isum(need - blocks)
+            if extra:
+                self._take(extra)
+                self.num_blocks[rows] = need
+        self.num_computed_tokens[rows] = new_total
+        output = decode.output + k
+        self.num_output_tokens[rows] = output
+        self.num_tokens[rows] = new_total + 1  # decoding: one token to compute, as before
+        if not finishes:
+            return
+        done = rows[output >= self.target_output[rows]]
+        if done.size:
+            self._finish(done.tolist())
+
+    # --- committing a step of decoding rows ----------------------------------------------------
+    def _commit_step(self, rows: IntArray, new: IntArray, aborted: list[int]) -> None:
+        if self._tail is not None and not aborted and self._prefix is None:
+            self._commit_decode_step(len(rows))
+            return
+        super()._commit_step(rows, new, aborted)
+
+    def _commit_decode_step(self, n: int) -> None:
+        """:meth:`_commit_step` of ``n`` rows when they are the running requests, all
+        decoding (each sampled; their first tokens are out already, as they have output),
+        then the starting ones (``_tail``, a few), with fewer array operations."""
+        tail = self._tail
+        assert tail is not None
+        done = self._commit_running_decode()
+        sampled = n - len(tail)
+        for i, n_new in tail:
+            computed_i = int(self.num_computed_tokens[i]) + n_new
+            self.num_computed_tokens[i] = computed_i
+            if computed_i >= self.num_tokens[i]:
+                sampled += 1
+                output_i = int(self.num_output_tokens[i]) + 1
+                self.num_output_tokens[i] = output_i
+                self.num_tokens[i] += 1
+                if math.isnan(self.first_token_s[i]):
+                    self.first_token_s[i] = self.t
+                if output_i >= self.target_output[i]:
+                    done.append(i)
+                else:
+                    self._now_decoding(i, computed_i, output_i)
+        if sampled == len(self.running):
+            self._all_decode = True  # as in Engine._commit_step
+        if done:
+            self._finish(done)
+
+    def _commit_running_decode(self) -> list[int]:
+        """One decode step of the running requests the step's running loop took (``_fast``);
+        returns those that have all their output now, in running order."""
+        fast = self._fast
+        if fast is None:
+            return []
+        prefix = fast.rows
+        computed = fast.computed + 1
+        self.num_computed_tokens[prefix] = computed
+        self.num_tokens[prefix] = computed + 1  # one token to compute, as before
+        output = self.num_output_tokens[prefix] + 1
+        self.num_output_tokens[prefix] = output
+        done: list[int] = prefix[output >= self.target_output[prefix]].tolist()
+        return done
+
+    def _now_decoding(self, i: int, computed: int, output: int) -> None:
+        """Row ``i`` started this step and sampled its first token (``computed``, ``output``
+        are its arrays' values now)."""
+
+
+@dataclass(slots=True)
+class DecodeGroup:
+    """The running requests of a :class:`DecodeGroupEngine` while every one of them is
+    decoding, kept in O(1) per step: a member's ``num_computed_tokens``, ``num_output_tokens``
+    and ``num_tokens`` are its arrays' values plus ``step - members[row]`` (the decode steps
+    the group took since the row joined), and its ``num_blocks`` is ``ceil(num_computed_tokens
+    / block_size)``; the arrays are written when it leaves or the group is dissolved.
+
+    ``context`` is the members' ``num_computed_tokens`` in all; ``hist[x]`` counts the members
+    whose ``(num_computed_tokens - step) % block_size`` is ``x`` (they take a new block in a
+    step scheduled when ``step % block_size == -x % block_size``: their blocks are full);
+    ``finish`` is a heap of ``(step at which the member has its output, join order, row)``
+    (join order is running order: rows join in the order they started running)."""
+
+    hist: list[int]
+    finish: list[tuple[int, int, int]]
+    members: dict[int, int]  # row -> step at which it joined
+    step: int = 0
+    context: int = 0
+    size: int = 0
+    num_joined: int = 0
+
+
+class DecodeGroupEngine(SkipAheadEngine):
+    """:class:`SkipAheadEngine` keeping its running requests as a :class:`DecodeGroup` while
+    all of them decode. For the base vLLM engine without prefix caching (shared blocks) only:
+    the variants' hooks read running requests' arrays, which lag behind the group's steps."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.prefix_caching:
+            raise ValueError("the decode group does not model prefix caching (shared blocks)")
+        # exists only while its steps run: any other step dissolves it first (see _step)
+        self._group: DecodeGroup | None = None
+
+    def output_tokens_of(self, i: int) -> int:
+        g = self._group
+        if g is None or i not in g.members:
+            return super().output_tokens_of(i)
+        out = int(self.num_output_tokens[i]) + g.step - g.members[i]
+        ends = self._run_ends  # a group run's rows are the group's
+        if ends is not None:
+            out += bisect.bisect_left(ends, self.env.now)
+        return out
+
+    def _rows_ahead(self) -> list[int]:
+        g = self._group
+        return super()._rows_ahead() + ([] if g is None else list(g.members))
+
+    def _abort_now(self, i: int) -> None:
+        if self._group is not None and i in self._group.members:
+            self._group_dissolve(scheduled=False)  # between steps (aborts wait for their end)
+        super()._abort_now(i)
+
+    # --- the group's members ------------------------------------------------------------------
+    def _group_form(self) -> None:
+        """Make the running requests, all decoding, the decode group."""
+        rows = self.running_rows()
+        bs = self.block_size
+        computed = self.num_computed_tokens[rows]
+        left = (self.target_output[rows] - self.num_output_tokens[rows]).tolist()
+        running = self.running
+        finish = list(zip(left, range(len(running)), running, strict=True))
+        heapq.heapify(finish)
+        self._group = DecodeGroup(
+            hist=np.bincount(computed % bs, minlength=bs).tolist(),
+            finish=finish,
+            members=dict.fromkeys(running, 0),
+            context=isum(computed),
+            size=len(running),
+            num_joined=len(running),
+        )
+
+    def _now_decoding(self, i: int, computed: int, output: int) -> None:
+        """Row ``i`` joins the group (if there is one): rows join in the order they started
+        running (all at once when the group forms, or at the step that started them), so join
+        order is running order."""
+        g = self._group
+        if g is None:
+            return
+        step = g.step
+        g.members[i] = step
+        g.hist[(computed - step) % self.block_size] += 1
+        g.context += computed
+        g.size += 1
+        heapq.heappush(g.finish, (int(self.target_output[i]) - output + step, g.num_joined, i))
+        g.num_joined += 1
+
+    def _group_leave(self, g: DecodeGroup, i: int) -> None:
+        """Write member ``i``'s arrays and take it out of the group (the caller has taken its
+        heap entry)."""
+        joined = g.members.pop(i)
+        d = g.step - joined
+        c0 = int(self.num_computed_tokens[i])
+        c = c0 + d
+        self.num_computed_tokens[i] = c
+        self.num_output_tokens[i] += d
+        self.num_tokens[i] = c + 1
+        self.num_blocks[i] = -(-c // self.block_size)
+        g.hist[(c0 - joined) % self.block_size] -= 1
+        g.context -= c
+        g.size -= 1
+
+    def _group_done(self, g: DecodeGroup) -> list[int]:
+        """The members that have all their output now, out of the group, in running order."""
+        finish = g.finish
+        done: list[int] = []
+        while finish and finish[0][0] <= g.step:
+            i = heapq.heappop(finish)[2]
+            self._group_leave(g, i)
+            done.append(i)
+        return done
+
+    def _group_dissolve(self, *, scheduled: bool) -> None:
+        """Write every member's arrays and end the group. ``scheduled``: the group's step is
+        scheduled (its blocks taken), not committed."""
+        g = self._group
+        assert g is not None
+        self._group = None
+        m = len(g.members)
+        if not m:
+            return
+        rows = np.fromiter(g.members.keys(), np.int64, m)
+        d = g.step - np.fromiter(g.members.values(), np.int64, m)
+        computed = self.num_computed_tokens[rows] + d
+        self.num_computed_tokens[rows] = computed
+        self.num_output_tokens[rows] += d
+        self.num_tokens[rows] = computed + 1
+        bs = self.block_size
+        self.num_blocks[rows] = (computed + (bs - 1 + int(scheduled))) // bs
+
+    # --- the group's steps ----------------------------------------------------------------------
+    def _step(self) -> Generator[simpy.Event, Any, None]:
+        """A step whose running loop is the group's (every member gets its token and block):
+        :meth:`_group_iteration`; any other step dissolves the group first."""
+        if self._group is None and self._all_decode and self.running:
+            self._group_form()
+        if self._group is not None:
+            reserved, gw_waiting = self.hooks.gateway_state()
+            if self._schedule_group():
+                yield from self._group_iteration(reserved, gw_waiting)
+                return
+            self._group_dissolve(scheduled=False)
+        yield from super()._step()
+
+    def _schedule_group(self) -> bool:
+        """:meth:`_schedule` when the running requests are the decode group and every one gets
+        its token and block (no preemption): one new token each, then the waiting loop
+        (``_tail``). False, changing nothing, otherwise."""
+        g = self._group
+        assert g is not None
+        budget = self.config.max_num_batched_tokens
+        self._step_extra_s = 0.0
+        self._hol_blocked = False
+        self.head_refusal = ""
+        self._fast = None
+        self._tail = None
+        n = len(self.running)
+        if not (self._all_decode and n == g.size and n <= budget):
+            return False
+        total = g.hist[-g.step % self.block_size]  # the members whose blocks are full
+        if total > self.num_free_blocks + self._evictable:
+            return False
+        if total:
+            self._take(total)
+        w_rows, w_new = self._schedule_waiting(budget - g.size)
+        self._tail = list(zip(w_rows, w_new, strict=True)) if w_rows else []
+        return True
+
+    def _group_iteration(self, reserved: int, gw_waiting: int) -> Generator[simpy.Event, Any, None]:
+        """The rest of a step whose running loop was the group's: the same arithmetic as
+        :meth:`SkipAheadEngine._run_scheduled`, on the group's numbers instead of the rows'."""
+        g = self._group
+        tail = self._tail
+        assert g is not None and tail is not None
+        counts = (len(self.running), self.num_waiting() + gw_waiting)
+        n = g.size
+        step_end: Floats | None = None
+        used: Ints
+        dts: Floats
+        run = not tail and not self._step_extra_s  # a decode run of the group
+        if run:
+            c0 = g.context
+            to_finish = g.finish[0][0] - g.step
+            t_ext = self.hooks.next_external_s()
+            k_max, dt = self._planner.bound(n, c0, to_finish, self.t, t_ext)
+            free = self.num_free_blocks + self._evictable
+            if k_max > GROUP_SMALL_K:
+                planned = self._planner.group_alloc_plan(g.hist, g.step, k_max)
+                alloc_cum = self._planner.cut_to_free(planned, free)
+                _, step_end, used, dts = self._planner.plan(
+                    n, alloc_cum, c0, self.t, t_ext, dt, self.num_used_blocks
+                )
+            elif k_max > 1:
+                _, step_end, used, dts = self._planner.group_plan_small(
+                    g.hist, g.step, n, k_max, c0, self.t, t_ext, dt, free, self.num_used_blocks
+                )
+        else:
+            p, d, c, a, s = self._tail_features(n, n + g.context, tail)
+            dt = float(self.cost.step_time(p, d, c, a, s)) + self._step_extra_s
+        t1 = self._account_step(dt, reserved, counts) if step_end is None else float(step_end[-1])
+        k = yield from self._wait_run(t1, step_end)
+        if step_end is not None:
+            self._account_run(step_end, used, dts, k, reserved, counts)
+        if self._aborts:
+            # back to the arrays, as they were when the step was scheduled, and on as stepping
+            self._group_dissolve(scheduled=True)
+            rows = self.running_rows()  # the group's rows, then the tail's
+            if run:  # read before the aborts change the arrays
+                decode = DecodeRows(
+                    self.num_computed_tokens[rows],
+                    self.num_blocks[rows],
+                    self.num_output_tokens[rows],
+                )
+                self._commit_run(rows, k, decode, k >= to_finish, None, self._apply_aborts())
+            else:
+                aborted = self._apply_aborts()
+                new = np.array([1] * n + [n_new for _, n_new in tail], np.int64)
+                self._commit_step(rows, new, aborted)
+        elif run:
+            # the blocks steps 1..k-1 take, as planned (step 0's were taken already)
+            taken = int(used[k - 1] - used[0]) if step_end is not None else 0
+            self._group_commit_run(g, k, taken, k >= to_finish)
+        else:
+            self._commit_decode_step(n + len(tail))
+
+    def _commit_running_decode(self) -> list[int]:
+        g = self._group  # a step of the group's (any other step dissolves it first)
+        if g is None:
+            return super()._commit_running_decode()
+        g.step += 1
+        g.context += g.size
+        if g.finish and g.finish[0][0] <= g.step:
+            return self._group_done(g)
+        return []
+
+    def _group_commit_run(self, g: DecodeGroup, k: int, extra: int, finishes: bool) -> None:
+        """:meth:`_commit_jump` for the decode group: ``k`` steps, ``extra`` blocks taken by
+        steps 1..k-1; ``finishes``: whether some member may have all its output."""
+        if extra:
+            self._take(extra)
+        g.step += k
+        g.context += g.size * k
+        if finishes:
+            done = self._group_done(g)
+            if done:
+                self._finish(done)
