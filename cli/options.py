@@ -109,6 +109,9 @@ ENGINE_OPTIONS: dict[str, tuple[Any, Any, str]] = {
     "engine": (Annotated[str | None, typer.Option(
         "--engine", help="Engine behaviour: vllm, vllm-swap, tgi, sglang or trtllm.",
         rich_help_panel=_E)], None, "name"),
+    "gpu_memory_utilization": (Annotated[float | None, typer.Option(
+        "--gpu-memory-utilization", help="Fraction of GPU memory vLLM may use (default: "
+        "vLLM's 0.92).", rich_help_panel=_E)], None, "gpu_memory_utilization"),
     "tensor_parallel_size": (Annotated[int | None, typer.Option(
         "--tensor-parallel-size", "-tp", help="GPUs each replica shards the model over.",
         rich_help_panel=_E)], None, "tensor_parallel_size"),
@@ -134,7 +137,15 @@ SCENARIO_OPTIONS: dict[str, tuple[Any, Any]] = {
         "--set", metavar="KEY=VALUE", help="Override a scenario field (dotted, repeatable), "
         "e.g. policy_params.overcommit_ratio=0.7.", rich_help_panel=_S)], None),
     "gpu": (Annotated[str | None, typer.Option(
-        "--gpu", help="GPU preset (kvbudget presets).", rich_help_panel=_S)], None),
+        "--gpu", help="GPU preset (kvbudget presets) or a JSON/TOML file of its figures "
+        "(docs/fidelity.md).", rich_help_panel=_S)], None),
+    "engine_defaults": (Annotated[str | None, typer.Option(
+        "--engine-defaults", help="Whose defaults fill the engine knobs and pick the step "
+        "model: vllm (vLLM 0.33's, the default) or kvbudget-0.1 (this tool's before).",
+        rich_help_panel=_S)], None),
+    "frontend": (Annotated[str | None, typer.Option(
+        "--frontend", help="API-server cost clients see: vllm-api-server (default with the "
+        "default step model) or none (engine-side recordings).", rich_help_panel=_S)], None),
     "model": (Annotated[str | None, typer.Option(
         "--model", help="Model preset (kvbudget presets) or a Hugging Face config.json (or its "
         "folder).", rich_help_panel=_S)], None),
@@ -334,6 +345,8 @@ class ScenarioArgs:
     cost_model: Path | None = None
     trace: Path | None = None
     trace_args: TraceArgs = field(default_factory=TraceArgs)
+    engine_defaults: str | None = None
+    frontend: str | None = None
     engine: dict[str, Any] = field(default_factory=dict)
     clients: str | None = None
 
@@ -367,7 +380,8 @@ class ScenarioArgs:
         return make_scenario(
             self.scenario, self.overrides, policy=policy, gpu=self.gpu, model=self.model,
             seed=seed, trace=self.trace, trace_format=fmt, trace_options=table or None,
-            cost_model=self.cost_model, engine=self.engine, clients=clients)
+            cost_model=self.cost_model, engine=self.engine, clients=clients,
+            engine_defaults=self.engine_defaults, frontend=self.frontend)
 
 
 # --- decorators --------------------------------------------------------------------------------
@@ -418,7 +432,8 @@ def _scenario_args(values: dict[str, Any]) -> ScenarioArgs:
         scenario=values["scenario"], overrides=tuple(values["overrides"] or ()),
         gpu=values["gpu"], model=values["model"], cost_model=values["cost_model"],
         trace=values["trace"], trace_args=TraceArgs(trace_values),
-        engine={k: v for k, v in engine.items() if v is not None}, clients=values["clients"])
+        engine={k: v for k, v in engine.items() if v is not None}, clients=values["clients"],
+        engine_defaults=values["engine_defaults"], frontend=values["frontend"])
 
 
 def with_scenario_options(func: Callable[..., Any]) -> Callable[..., Any]:

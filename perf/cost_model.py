@@ -23,10 +23,13 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from kvbudget.perf.step_time import VllmStepModel
 
 F = TypeVar("F", float, npt.NDArray[np.float64])
 
@@ -125,16 +128,79 @@ class LinearCostModel:
         return {"kind": "linear", **asdict(self)}
 
 
+@dataclass(frozen=True, slots=True)
+class FrontendCost:
+    """What the server's API front end adds to a request outside the engine's steps, as its
+    client sees it: ``per_request_s`` (HTTP request handling, chat template and tokenisation,
+    the hop to the engine process) plus ``per_prompt_token_s`` per prompt token before the first
+    token; ``per_output_token_s`` per output token (detokenisation and one SSE event each) to
+    the end of the stream. Engine-side recordings (``AsyncLLM`` driven in-process) have none:
+    ``FRONTENDS["none"]``. Sources: docs/fidelity.md, "API server".
+    """
+
+    per_request_s: float = 0.0
+    per_prompt_token_s: float = 0.0
+    per_output_token_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("per_request_s", "per_prompt_token_s", "per_output_token_s"):
+            value = getattr(self, name)
+            if not (np.isfinite(value) and value >= 0):
+                raise ValueError(f"frontend {name} must be >= 0, got {value!r}")
+
+    def first_token_delay_s(self, prompt_tokens: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        return self.per_request_s + self.per_prompt_token_s * prompt_tokens.astype(np.float64)
+
+    def finish_delay_s(
+        self, prompt_tokens: npt.NDArray[np.int64], output_tokens: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.float64]:
+        return self.first_token_delay_s(prompt_tokens) + self.per_output_token_s * (
+            output_tokens.astype(np.float64)
+        )
+
+    @property
+    def is_zero(self) -> bool:
+        return not (self.per_request_s or self.per_prompt_token_s or self.per_output_token_s)
+
+
+# vLLM's OpenAI API server (``vllm serve``): 1.3 ms to apply the chat template and tokenise a
+# 131-token prompt (tenstorrent/tt-inference-server#2173, steady state 1.32-1.40 ms) plus
+# ~0.7 ms for HTTP parsing, request set-up and the ZMQ hop to EngineCore (an estimate: no
+# public measurement found); 20 us per output token for incremental detokenisation and one SSE
+# event (the same issue's ~10 us per token of tokeniser work, doubled for the event; an estimate).
+FRONTENDS: dict[str, FrontendCost] = {
+    "none": FrontendCost(),
+    "vllm-api-server": FrontendCost(per_request_s=2.0e-3, per_output_token_s=20e-6),
+}
+
+
+def get_frontend(name: str) -> FrontendCost:
+    try:
+        return FRONTENDS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown frontend {name!r}; known: {', '.join(FRONTENDS)}"
+        ) from None
+
+
 def save_cost_model(
     model: CostModel, path: Path, extra: dict[str, Any] | None = None
 ) -> None:
     """Write a cost model (and optional provenance, fit errors) as JSON.
 
-    A :class:`LinearCostModel` is written as ``{"kind": "linear", "coefficients": {...}}``; any
-    other model as its ``describe()``: ``{"kind": ..., "parameters": {...}}`` (the roofline's
-    GPU and model names and its float fields), which :func:`load_cost_model` reads back."""
+    A :class:`LinearCostModel` is written as ``{"kind": "linear", "coefficients": {...}}``; the
+    default step model (:class:`~kvbudget.perf.step_time.VllmStepModel`) as ``{"kind":
+    "vllm-v1", "gpu": {...}, "model": NAME, "parameters": {...}, "tensor_parallel_size": ...}``
+    (the GPU's figures in full, the model by the name or path ``get_model`` resolves); any other
+    model as its ``describe()``: ``{"kind": ..., "parameters": {...}}`` (the roofline's GPU and
+    model names and its float fields), which :func:`load_cost_model` reads back."""
+    from kvbudget.perf.step_time import VllmStepModel
+
+    payload: dict[str, Any]
     if isinstance(model, LinearCostModel):
         payload = {"kind": "linear", "coefficients": asdict(model), **(extra or {})}
+    elif isinstance(model, VllmStepModel):
+        payload = {"kind": model.KIND, **model.to_json(), **(extra or {})}
     else:
         described = dict(model.describe())
         kind = described.pop("kind")
@@ -163,10 +229,17 @@ def load_cost_model(path: Path) -> CostModel:
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: not a readable cost-model JSON file ({exc})") from None
     kind = payload.get("kind") if isinstance(payload, dict) else None
+    if kind == "vllm-v1":
+        from kvbudget.perf.step_time import VllmStepModel
+
+        try:
+            return VllmStepModel.from_json(payload)
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
     if kind == "roofline":
         return _load_roofline(path, payload)
     if kind != "linear":
-        raise ValueError(f"{path}: field 'kind' must be 'linear' or 'roofline'")
+        raise ValueError(f"{path}: field 'kind' must be 'linear', 'vllm-v1' or 'roofline'")
     coefs = payload.get("coefficients")
     if not isinstance(coefs, dict):
         raise ValueError(f"{path}: field 'coefficients' must be an object")

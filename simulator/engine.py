@@ -125,12 +125,12 @@ class Engine:
         cap = self.capacity_tokens
         self.max_model_len = cap if config.max_model_len is None else min(cap, config.max_model_len)
         if (not config.enable_chunked_prefill and config.name in ("vllm", "vllm-swap")
-                and config.max_num_batched_tokens < self.max_model_len):
+                and config.batched_tokens_limit < self.max_model_len):
             # vLLM's SchedulerConfig refuses this at start-up: without chunking a prompt is
             # prefilled in one step, so one longer than a step's budget could never run
             raise ValueError(
                 f"enable_chunked_prefill = false needs max_num_batched_tokens >= max_model_len, "
-                f"got {config.max_num_batched_tokens} < {self.max_model_len} (vLLM refuses to "
+                f"got {config.batched_tokens_limit} < {self.max_model_len} (vLLM refuses to "
                 "start: a longer prompt could never be scheduled); raise max_num_batched_tokens "
                 "or set max_model_len")
         self.watermark_blocks = int(config.watermark * num_gpu_blocks)
@@ -466,7 +466,7 @@ class Engine:
     def _schedule(self) -> tuple[IntArray, IntArray, bool]:
         """vLLM v1 ``schedule()``: the scheduled rows, their new-token counts and whether a
         request was preempted."""
-        budget = self.config.max_num_batched_tokens
+        budget = self.config.batched_tokens_limit
         self._step_extra_s = 0.0
         self._hol_blocked = False
         self.head_refusal = ""
@@ -479,7 +479,7 @@ class Engine:
         # the invariants: the token budget, the seats, and every block free, held by one
         # request or cached
         assert budget >= 0, "the token budget is overspent"
-        assert len(self.running) <= self.config.max_num_seqs, "max_num_seqs exceeded"
+        assert len(self.running) <= self.config.seqs_limit, "max_num_seqs exceeded"
         assert self.num_free_blocks >= 0, "more blocks taken than the GPU holds"
         assert self._held_blocks() + self.num_free_blocks == self.num_gpu_blocks, "blocks lost"
         return np.array(rows, np.int64), np.array(new, np.int64), preempted
@@ -557,7 +557,7 @@ class Engine:
         self._hol_blocked = False
         self.head_refusal = ""
         while True:
-            if len(self.running) >= self.config.max_num_seqs:
+            if len(self.running) >= self.config.seqs_limit:
                 self.head_refusal = "seqs"
                 break
             if budget <= 0:

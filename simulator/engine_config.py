@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from kvbudget.perf.hardware import GPUSpec
 
 EngineName = Literal["vllm", "vllm-swap", "tgi", "sglang", "trtllm"]
 ENGINE_NAMES: tuple[EngineName, ...] = ("vllm", "vllm-swap", "tgi", "sglang", "trtllm")
+EngineDefaults = Literal["vllm", "kvbudget-0.1"]
+ENGINE_DEFAULTS: tuple[EngineDefaults, ...] = ("vllm", "kvbudget-0.1")
+# what an engine built straight from EngineConfig() (no GPU to pick for) uses, and the
+# defaults of kvbudget 0.1: 256 sequences, 8,192 tokens a step, 0.9 of memory, no prefix cache
+FALLBACK_MAX_NUM_SEQS = 256
+FALLBACK_MAX_NUM_BATCHED_TOKENS = 8192
 
 
 MAX_BLOCK_SIZE = 65_536
@@ -39,8 +48,17 @@ class EngineConfig:
     preempts), ``sglang`` (its ``new_token_ratio`` admission with ``schedule_conservativeness``,
     and ``retract_decode``), ``trtllm`` (``capacity_scheduler_policy`` ``GUARANTEED_NO_EVICT``
     or ``MAX_UTILIZATION``). ``enable_prefix_caching`` shares the KV of equal prompt prefixes
-    where the workload has prefix hashes (vLLM's flag; on by default in vLLM v1, off here so
-    that runs without it stay comparable).
+    where the workload has prefix hashes (vLLM's flag).
+
+    ``None`` for ``max_num_seqs``, ``max_num_batched_tokens``, ``gpu_memory_utilization`` and
+    ``enable_prefix_caching`` means the engine's own default, which :meth:`resolved` fills in
+    for a GPU (the simulation does it): under ``defaults="vllm"`` what vLLM 0.33's ``vllm
+    serve`` picks for that GPU (:func:`kvbudget.perf.vllm_defaults.batch_defaults`; 0.92 of
+    memory; prefix caching on for ``vllm``, off for the other engines, whose presets model it
+    off), under ``defaults="kvbudget-0.1"`` kvbudget 0.1's (256, 8,192, 0.9, off).
+    ``profile_cudagraph_memory``: the KV cache is sized after CUDA-graph memory is taken off, as
+    vLLM does since v0.21 (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1``); ``False`` for older
+    versions, which captured the graphs in the ``1 - gpu_memory_utilization`` slack.
     ``tensor_parallel_size`` GPUs serve the replica, the model's weights and KV heads sharded
     over them (vLLM's ``--tensor-parallel-size``; the KV blocks counted are each GPU's, every
     block spanning all of them); ``enable_expert_parallel`` places an MoE model's routed
@@ -52,9 +70,9 @@ class EngineConfig:
 
     block_size: int = 16
     num_gpu_blocks: int | None = None
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
-    gpu_memory_utilization: float = 0.9
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    gpu_memory_utilization: float | None = None
     max_model_len: int | None = None
     scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
     preemption_mode: Literal["recompute", "swap"] = "recompute"
@@ -67,7 +85,8 @@ class EngineConfig:
     capacity_scheduler_policy: Literal["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"] = (
         "GUARANTEED_NO_EVICT"
     )
-    enable_prefix_caching: bool = False
+    enable_prefix_caching: bool | None = None
+    profile_cudagraph_memory: bool = True
     tensor_parallel_size: int = 1
     enable_expert_parallel: bool = False
     kv_cache_dtype: str = "auto"
@@ -83,16 +102,18 @@ class EngineConfig:
                 f"num_gpu_blocks {self.num_gpu_blocks} x block_size {self.block_size} = "
                 f"{self.num_gpu_blocks * self.block_size:.3g} tokens of KV cache, beyond any "
                 f"deployment (at most {MAX_KV_TOKENS:.3g})")
-        if not 1 <= self.max_num_seqs <= MAX_COUNT:
+        if self.max_num_seqs is not None and not 1 <= self.max_num_seqs <= MAX_COUNT:
             raise ValueError(f"max_num_seqs must be in [1, {MAX_COUNT}], got {self.max_num_seqs!r}")
-        if not 1 <= self.max_num_batched_tokens <= MAX_COUNT:
+        if self.max_num_batched_tokens is not None and not (
+            1 <= self.max_num_batched_tokens <= MAX_COUNT
+        ):
             raise ValueError(
                 f"max_num_batched_tokens must be in [1, {MAX_COUNT}], got "
                 f"{self.max_num_batched_tokens!r}"
             )
         if self.max_model_len is not None and self.max_model_len > MAX_KV_TOKENS:
             raise ValueError(f"max_model_len must be <= {MAX_KV_TOKENS}, got {self.max_model_len!r}")
-        if not 0 < self.gpu_memory_utilization <= 1:
+        if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(
                 f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization!r}"
             )
@@ -141,3 +162,57 @@ class EngineConfig:
             )
         if not 0 <= self.watermark < 1:
             raise ValueError(f"watermark must be in [0, 1), got {self.watermark!r}")
+
+    @property
+    def seqs_limit(self) -> int:
+        """``max_num_seqs``, or the fallback when it was left to a GPU that never came."""
+        return FALLBACK_MAX_NUM_SEQS if self.max_num_seqs is None else self.max_num_seqs
+
+    @property
+    def batched_tokens_limit(self) -> int:
+        """``max_num_batched_tokens``, or the fallback (see :attr:`seqs_limit`)."""
+        if self.max_num_batched_tokens is None:
+            return FALLBACK_MAX_NUM_BATCHED_TOKENS
+        return self.max_num_batched_tokens
+
+    @property
+    def memory_utilization(self) -> float:
+        """``gpu_memory_utilization``, or vLLM's default 0.92 when unresolved."""
+        return 0.92 if self.gpu_memory_utilization is None else self.gpu_memory_utilization
+
+    def resolved(self, gpu: GPUSpec, defaults: EngineDefaults = "vllm") -> EngineConfig:
+        """This configuration with every ``None`` knob set to ``defaults``' choice for ``gpu``."""
+        if defaults not in ENGINE_DEFAULTS:
+            raise ValueError(
+                f"engine defaults must be one of {', '.join(ENGINE_DEFAULTS)}, got {defaults!r}"
+            )
+        if defaults == "vllm":
+            from kvbudget.perf.vllm_defaults import GPU_MEMORY_UTILIZATION, batch_defaults
+
+            batched, seqs = batch_defaults(gpu)
+            utilization = GPU_MEMORY_UTILIZATION
+            caching = self.name == "vllm"
+        else:
+            batched, seqs = FALLBACK_MAX_NUM_BATCHED_TOKENS, FALLBACK_MAX_NUM_SEQS
+            utilization, caching = 0.9, False
+        if self.max_num_seqs is not None or self.max_num_batched_tokens is not None:
+            # vLLM: max_num_batched_tokens >= max_num_seqs (scheduler.py:330-335); a default
+            # gives way to the knob that was set
+            if self.max_num_seqs is not None:
+                batched = max(batched, self.max_num_seqs)
+            if self.max_num_batched_tokens is not None:
+                seqs = min(seqs, self.max_num_batched_tokens)
+        return replace(
+            self,
+            max_num_seqs=seqs if self.max_num_seqs is None else self.max_num_seqs,
+            max_num_batched_tokens=(
+                batched if self.max_num_batched_tokens is None else self.max_num_batched_tokens
+            ),
+            gpu_memory_utilization=(
+                utilization if self.gpu_memory_utilization is None
+                else self.gpu_memory_utilization
+            ),
+            enable_prefix_caching=(
+                caching if self.enable_prefix_caching is None else self.enable_prefix_caching
+            ),
+        )

@@ -81,7 +81,7 @@ class SkipAheadEngine(Engine):
         self._running_arr: IntArray | None = None
         self._running_buf: IntArray = np.zeros(0, np.int64)
         # one new token each, for a running loop of decoding requests (read-only: it is shared)
-        n = min(self.config.max_num_seqs, self.config.max_num_batched_tokens)
+        n = min(self.config.seqs_limit, self.config.batched_tokens_limit)
         self._ones = np.ones(n, np.int64)
         self._ones.flags.writeable = False
         self._fast: RunningPrefix | None = None  # this step's running loop, when vectorised
@@ -143,7 +143,7 @@ class SkipAheadEngine(Engine):
         """:meth:`Engine._schedule`, with the running loop in arrays when every running
         request gets its blocks (``_fast``), and the waiting rows that follow running ones all
         decoding kept apart (``_tail``) for :meth:`_features` and :meth:`_commit_step`."""
-        budget = self.config.max_num_batched_tokens
+        budget = self.config.batched_tokens_limit
         self._step_extra_s = 0.0
         self._hol_blocked = False
         self.head_refusal = ""
@@ -174,7 +174,7 @@ class SkipAheadEngine(Engine):
             if w_rows:
                 sched = np.concatenate((sched, w_rows))
                 new = np.concatenate((new, w_new))
-        assert len(self.running) <= self.config.max_num_seqs, "max_num_seqs exceeded"
+        assert len(self.running) <= self.config.seqs_limit, "max_num_seqs exceeded"
         assert self.num_free_blocks >= 0, "more blocks taken than the GPU holds"
         return sched, new, preempted
 
@@ -279,7 +279,7 @@ class SkipAheadEngine(Engine):
         n = len(rows)
         if preempted or n != len(self.running) or n == 0 or self._step_extra_s:
             return None
-        if n > self.config.max_num_batched_tokens:
+        if n > self.config.batched_tokens_limit:
             return None
         for _, n_new in self._tail or ():
             if n_new != 1:
@@ -652,7 +652,7 @@ class DecodeGroupEngine(SkipAheadEngine):
         (``_tail``). False, changing nothing, otherwise."""
         g = self._group
         assert g is not None
-        budget = self.config.max_num_batched_tokens
+        budget = self.config.batched_tokens_limit
         self._step_extra_s = 0.0
         self._hol_blocked = False
         self.head_refusal = ""

@@ -46,10 +46,6 @@ from typing import Any
 import numpy as np
 import simpy
 
-from kvbudget.perf.hardware import get_gpu
-from kvbudget.perf.kv_capacity import num_gpu_blocks
-from kvbudget.perf.models import get_model
-from kvbudget.perf.roofline import RooflineCostModel
 from kvbudget.policies import (
     Action,
     BasePolicy,
@@ -232,28 +228,14 @@ class Fleet:
         self.hooks = hooks
         self.config = config
         n = len(workload)
-        engine = config.engine
         self.replicas: list[Engine] = []
         self.gpus: list[str] = []
         for r in range(self.fleet.num_replicas):
             gpu = self.fleet.gpu_of(r, config.gpu)
             self.gpus.append(gpu)
-            blocks = engine.num_gpu_blocks or num_gpu_blocks(
-                get_gpu(gpu),
-                get_model(config.model),
-                block_size=engine.block_size,
-                gpu_memory_utilization=engine.gpu_memory_utilization,
-                max_num_batched_tokens=engine.max_num_batched_tokens,
-                tensor_parallel_size=engine.tensor_parallel_size,
-                kv_cache_dtype=engine.kv_cache_dtype,
-            )
-            cost = (
-                config.cost_model
-                if config.cost_model is not None and gpu == config.gpu
-                else RooflineCostModel(get_gpu(gpu), get_model(config.model),
-                                       tensor_parallel_size=engine.tensor_parallel_size,
-                                       kv_cache_dtype=engine.kv_cache_dtype)
-            )
+            engine = config.engine_for(gpu)
+            blocks = config.resolved_num_gpu_blocks(gpu)
+            cost = config.resolved_cost_model(gpu)
             replica_hooks = EngineHooks(
                 on_finish=partial(self._on_finish, r),
                 on_preempt=hooks.on_preempt,

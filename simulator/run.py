@@ -101,7 +101,7 @@ class _Simulation:
             )
             self.engine = make_engine(
                 self.env,
-                config.engine,
+                config.engine_for(),
                 config.resolved_cost_model(),
                 num_gpu_blocks=blocks,
                 hooks=hooks,
@@ -347,9 +347,13 @@ class _Simulation:
         output = np.where(completed, w.output_tokens, e.output_tokens())
         first = e.first_token_s.copy()
         finished = np.where(completed, e.finished_s, np.nan)
-        if self.config.frontend_overhead_s:
-            first = first + self.config.frontend_overhead_s
-            finished = finished + self.config.frontend_overhead_s
+        frontend = self.config.resolved_frontend()
+        calibrated = self.config.frontend_overhead_s
+        if calibrated or not frontend.is_zero:
+            first = first + (calibrated + frontend.first_token_delay_s(w.prompt_tokens))
+            finished = finished + (
+                calibrated + frontend.finish_delay_s(w.prompt_tokens, output.astype(np.int64))
+            )
         ttft, tpot, e2e = derive_latencies(w.arrival_s, first, finished, output)
         ttft = np.where(completed, ttft, np.nan)
         tpot = np.where(completed, tpot, np.nan)
@@ -411,6 +415,9 @@ class _Simulation:
                 "block_size": e.block_size,
                 "cost_model": _jsonable(self.config.resolved_cost_model().describe()),
                 "frontend_overhead_s": self.config.frontend_overhead_s,
+                "frontend": {"name": self.config.frontend, **_jsonable(
+                    {k: getattr(frontend, k) for k in frontend.__dataclass_fields__})},
+                "engine_defaults": self.config.engine_defaults,
                 "engine": {
                     "num_steps": e.num_steps,
                     "num_engine_preemptions": e.num_preemptions_total,

@@ -10,11 +10,13 @@ dotted names. Example::
     policy = "overcommit"
     gpu = "H100-80GB"
     model = "Llama-3.1-8B"       # a preset (kvbudget presets) or a config.json path
+    engine_defaults = "vllm"      # or "kvbudget-0.1" (docs/fidelity.md)
+    frontend = "vllm-api-server"  # or "none" (engine-side recordings)
 
     [policy_params]
     overcommit_ratio = 0.6
 
-    [engine]
+    [engine]                    # knobs left out take vLLM's defaults for the GPU
     max_num_seqs = 256
     max_num_batched_tokens = 8192
     tensor_parallel_size = 1    # vLLM's --tensor-parallel-size
@@ -102,9 +104,9 @@ class EngineSpec:
     __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
     block_size: Annotated[int, Ge(1)] = 16
     num_gpu_blocks: Annotated[int, Ge(1)] | None = None
-    max_num_seqs: Annotated[int, Ge(1)] = 256
-    max_num_batched_tokens: Annotated[int, Ge(1)] = 8192
-    gpu_memory_utilization: Annotated[float, Gt(0), Le(1)] = 0.9
+    max_num_seqs: Annotated[int, Ge(1)] | None = None
+    max_num_batched_tokens: Annotated[int, Ge(1)] | None = None
+    gpu_memory_utilization: Annotated[float, Gt(0), Le(1)] | None = None
     max_model_len: Annotated[int, Ge(2)] | None = None
     scheduling_policy: str = "fcfs"
     preemption_mode: str = "recompute"
@@ -115,7 +117,8 @@ class EngineSpec:
     swap_space_gib: Annotated[float, Ge(0)] = 4.0
     schedule_conservativeness: Annotated[float, Gt(0)] = 1.0
     capacity_scheduler_policy: str = "GUARANTEED_NO_EVICT"
-    enable_prefix_caching: bool = False
+    enable_prefix_caching: bool | None = None
+    profile_cudagraph_memory: bool = True
     tensor_parallel_size: Annotated[int, Ge(1)] = 1
     enable_expert_parallel: bool = False
     kv_cache_dtype: str = "auto"
@@ -163,6 +166,8 @@ class ScenarioSpec:
     gpu: str = "H100-80GB"
     model: str = "Llama-3.1-8B"
     cost_model: str | None = None
+    engine_defaults: str = "vllm"
+    frontend: str | None = None
     gateway_capacity_tokens: Annotated[int, Ge(1)] | None = None
     lease_ttl_s: Annotated[float, Gt(0)] | None = None
     timeline_period_s: Annotated[float, Gt(0)] = 1.0
@@ -344,6 +349,9 @@ class Scenario:
             timeline_period_s=s.timeline_period_s,
             seed=s.seed,
             frontend_overhead_s=overhead,
+            engine_defaults=s.engine_defaults,  # type: ignore[arg-type]  # SimConfig checks it
+            # a calibrated file's frontend_overhead_s stands for the API server
+            frontend=s.frontend if s.frontend is not None or s.cost_model is None else "none",
         )
 
     def make_policy(self, name: str | None = None) -> BasePolicy:
@@ -538,6 +546,8 @@ def make_scenario(
     cost_model: Path | None = None,
     engine: Mapping[str, Any] | None = None,
     clients: Mapping[str, Any] | None = None,
+    engine_defaults: str | None = None,
+    frontend: str | None = None,
 ) -> Scenario:
     """A scenario file (or the embedded default) with values applied on top, as the command
     line's flags do: a notebook's way to say ``kvbudget simulate --trace T --gpu G ...``.
@@ -574,7 +584,10 @@ def make_scenario(
 
         if not is_preset(model) and Path(model).expanduser().exists():
             model = str(Path(model).expanduser().resolve())  # a config.json, from here
-    for key, value in (("gpu", gpu), ("model", model), ("seed", seed)):
+    if gpu is not None and gpu.endswith((".json", ".toml")) and Path(gpu).exists():
+        gpu = str(Path(gpu).resolve())  # a GPU file, from here
+    for key, value in (("gpu", gpu), ("model", model), ("seed", seed),
+                       ("engine_defaults", engine_defaults), ("frontend", frontend)):
         if value is not None:
             flags.append(f"{key}={json.dumps(value)}")
     for key, value in (engine or {}).items():

@@ -7,16 +7,17 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from kvbudget.perf.cost_model import CostModel
+from kvbudget.perf.cost_model import CostModel, FrontendCost, get_frontend
 from kvbudget.perf.hardware import get_gpu
-from kvbudget.perf.kv_capacity import num_gpu_blocks
+from kvbudget.perf.kv_capacity import legacy_num_gpu_blocks, num_gpu_blocks
 from kvbudget.perf.models import get_model
 from kvbudget.perf.roofline import RooflineCostModel
+from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.policies import DEFAULT_TIERS, GatewayConfig, TierConfig
 from kvbudget.policies.clients import ClientModel
 from kvbudget.policies.gateway import FrontDoor
 from kvbudget.policies.tiers import tier_map
-from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.engine_config import ENGINE_DEFAULTS, EngineConfig, EngineDefaults
 
 RouterName = Literal["round_robin", "least_tokens", "prefix_affinity"]
 ROUTERS: tuple[RouterName, ...] = ("round_robin", "least_tokens", "prefix_affinity")
@@ -58,6 +59,15 @@ class SimConfig:
     measures it and writes it into the cost-model file). It delays each completed request's
     first token and finish as its client sees them; the engine and the gateway do not see it.
 
+    ``engine_defaults``: whose defaults fill the engine knobs left ``None`` and pick the cost
+    model, the KV sizing and the API-server cost (docs/fidelity.md): ``vllm`` (what ``vllm
+    serve`` 0.33 does on the GPU, the ``vllm-v1`` step model, KV sized as vLLM v1 sizes it) or
+    ``kvbudget-0.1`` (256 sequences, 8,192 tokens a step, 0.9 of memory, no prefix caching,
+    the roofline, no API-server cost: this tool's behaviour before).
+    ``frontend``: the API server between the clients and the engine (``vllm-api-server``, or
+    ``none`` for engine-side recordings); ``None``: ``vllm-api-server`` with the default cost
+    model, ``none`` with a given one (a calibration's ``frontend_overhead_s`` stands for it)
+    or under ``kvbudget-0.1``.
     ``model`` is a bundled preset name or a ``config.json`` path (:func:`get_model`); the
     engine's ``tensor_parallel_size`` shards it over that many GPUs.
 
@@ -80,8 +90,17 @@ class SimConfig:
     fleet: FleetConfig | None = None
     frontend_overhead_s: float = 0.0
     clients: tuple[tuple[str, ClientModel], ...] = ()
+    engine_defaults: EngineDefaults = "vllm"
+    frontend: str | None = None
 
     def __post_init__(self) -> None:
+        if self.engine_defaults not in ENGINE_DEFAULTS:
+            raise ValueError(
+                f"engine_defaults must be one of {', '.join(ENGINE_DEFAULTS)}, "
+                f"got {self.engine_defaults!r}"
+            )
+        if self.frontend is not None:
+            get_frontend(self.frontend)
         if not (math.isfinite(self.frontend_overhead_s) and self.frontend_overhead_s >= 0):
             raise ValueError(
                 f"frontend_overhead_s must be >= 0, got {self.frontend_overhead_s!r}"
@@ -110,25 +129,68 @@ class SimConfig:
             for gpu in self.fleet.gpus:
                 get_gpu(gpu)
 
-    def resolved_num_gpu_blocks(self) -> int:
-        if self.engine.num_gpu_blocks is not None:
-            return self.engine.num_gpu_blocks
+    def engine_for(self, gpu: str | None = None) -> EngineConfig:
+        """The engine knobs with every default filled in for ``gpu`` (the config's own GPU
+        when ``None``)."""
+        return self.engine.resolved(get_gpu(gpu or self.gpu), self.engine_defaults)
+
+    def resolved_num_gpu_blocks(self, gpu: str | None = None) -> int:
+        """KV blocks of one replica on ``gpu``: the engine's ``num_gpu_blocks``, else as vLLM v1
+        sizes them (kvbudget 0.1's estimate under ``engine_defaults = "kvbudget-0.1"``)."""
+        engine = self.engine_for(gpu)
+        if engine.num_gpu_blocks is not None:
+            return engine.num_gpu_blocks
+        spec, model = get_gpu(gpu or self.gpu), get_model(self.model)
+        tp, ep = _parallelism(engine)
+        if self.engine_defaults == "kvbudget-0.1":
+            return legacy_num_gpu_blocks(
+                spec, model, block_size=engine.block_size,
+                gpu_memory_utilization=engine.memory_utilization,
+                max_num_batched_tokens=engine.batched_tokens_limit, tensor_parallel_size=tp,
+                kv_cache_dtype=engine.kv_cache_dtype,
+            )
         return num_gpu_blocks(
-            get_gpu(self.gpu),
-            get_model(self.model),
-            block_size=self.engine.block_size,
-            gpu_memory_utilization=self.engine.gpu_memory_utilization,
-            max_num_batched_tokens=self.engine.max_num_batched_tokens,
-            tensor_parallel_size=self.engine.tensor_parallel_size,
-            kv_cache_dtype=self.engine.kv_cache_dtype,
+            spec, model, block_size=engine.block_size,
+            gpu_memory_utilization=engine.memory_utilization,
+            max_num_batched_tokens=engine.batched_tokens_limit,
+            max_num_seqs=engine.seqs_limit, tensor_parallel_size=tp, expert_parallel_size=ep,
+            kv_cache_dtype=_kv_cache_dtype(engine),
+            profile_cudagraph_memory=engine.profile_cudagraph_memory,
         )
 
-    def resolved_cost_model(self) -> CostModel:
-        if self.cost_model is not None:
+    def resolved_cost_model(self, gpu: str | None = None) -> CostModel:
+        """The step-time model of a replica on ``gpu``: the given ``cost_model`` (for the
+        config's own GPU), else the defaults' (``vllm-v1``, or the roofline under
+        ``kvbudget-0.1``)."""
+        if self.cost_model is not None and (gpu is None or gpu == self.gpu):
             return self.cost_model
-        return RooflineCostModel(get_gpu(self.gpu), get_model(self.model),
-                                 tensor_parallel_size=self.engine.tensor_parallel_size,
-                                 kv_cache_dtype=self.engine.kv_cache_dtype)
+        spec, model = get_gpu(gpu or self.gpu), get_model(self.model)
+        tp, ep = _parallelism(self.engine)
+        if self.engine_defaults == "kvbudget-0.1":
+            return RooflineCostModel(spec, model, tensor_parallel_size=tp,
+                                     kv_cache_dtype=self.engine.kv_cache_dtype)
+        return VllmStepModel(spec, model, tensor_parallel_size=tp, expert_parallel_size=ep,
+                             kv_cache_dtype=_kv_cache_dtype(self.engine))
+
+    def resolved_frontend(self) -> FrontendCost:
+        """What the API server adds to each request as its client sees it."""
+        name = self.frontend
+        if name is None:
+            # a given cost model (calibrated: its frontend_overhead_s stands for the API
+            # server) or kvbudget 0.1's defaults: none; else vLLM's API server
+            default = self.cost_model is None and self.engine_defaults == "vllm"
+            name = "vllm-api-server" if default else "none"
+        return get_frontend(name)
+
+
+def _parallelism(engine: EngineConfig) -> tuple[int, int]:
+    """(tensor, expert) parallel sizes: vLLM's expert parallelism spans the TP ranks."""
+    tp = engine.tensor_parallel_size
+    return tp, (tp if engine.enable_expert_parallel else 1)
+
+
+def _kv_cache_dtype(engine: EngineConfig) -> str:
+    return engine.kv_cache_dtype
 
 
 def gateway_config(config: SimConfig, capacity_tokens: int) -> GatewayConfig:

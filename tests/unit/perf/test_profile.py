@@ -225,7 +225,7 @@ def test_profile_fit_command_with_roofline(profiled: dict[str, Any]) -> None:
     assert load_cost_model(cost) == load_cost_model(profiled["cost"])
     payload = json.loads(cost.read_text())
     comparison = payload["roofline_comparison"]
-    assert comparison["roofline"]["gpu"] == "H200-141GB"
+    assert comparison["roofline"]["gpu"] == "H200"  # H200-141GB is its alias
     assert comparison["roofline"]["model"] == "Llama-3.1-8B"
     assert set(comparison["per_class"]) == {"prefill", "decode", "all"}
     assert "roofline H200-141GB + Llama-3.1-8B" in result.stdout

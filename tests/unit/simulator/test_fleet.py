@@ -143,7 +143,9 @@ def test_replicas_of_different_gpus_get_their_own_capacity_and_load() -> None:
     res = simulate(w, make_policy("conservative"), cfg)
     replicas = res.summary["engine"]["fleet"]["replicas"]
     model = get_model("Llama-3.1-8B")
-    expected = [num_gpu_blocks(get_gpu(g), model) for g in ("H100-80GB", "L40S")]
+    # each replica sized with vLLM's defaults for its own GPU (8,192 / 1,024 and 2,048 / 256)
+    expected = [num_gpu_blocks(get_gpu(g), model, max_num_batched_tokens=b, max_num_seqs=s)
+                for g, b, s in (("H100-80GB", 8192, 1024), ("L40S", 2048, 256))]
     assert [r["num_gpu_blocks"] for r in replicas] == expected
     assert res.summary["kv_capacity_tokens"] == 16 * sum(expected)
     # least outstanding tokens per token of capacity: the bigger replica takes more

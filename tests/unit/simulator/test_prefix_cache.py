@@ -154,7 +154,9 @@ def test_prefix_caching_on_the_mooncake_trace(shared: Path) -> None:
     runs = {}
     for cache in (False, True):
         for skip in (False, True):
-            cfg = SimConfig(engine=EngineConfig(enable_prefix_caching=cache, skip_ahead=skip))
+            # the capacity and step times this test was written for (kvbudget 0.1's defaults)
+            cfg = SimConfig(engine=EngineConfig(enable_prefix_caching=cache, skip_ahead=skip),
+                            engine_defaults="kvbudget-0.1")
             runs[cache, skip] = simulate(w, make_policy("unlimited"), cfg)
     for cache in (False, True):
         assert runs[cache, False].records.equals(runs[cache, True].records)

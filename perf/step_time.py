@@ -1,0 +1,371 @@
+"""The default step-time model: vLLM v1 on one GPU and model, from physics and public measurements.
+
+One engine step (``t`` seconds) is modelled as
+
+    t = step_overhead_s + num_layers * layer_overhead_s
+        + smooth_max(gemm_flops / (peak * gemm_efficiency),  weight_bytes / (bw * mem_efficiency))
+        + smooth_max(attn_flops / (peak * attention_efficiency), kv_bytes / (bw * mem_efficiency))
+        + communication
+
+* **GEMMs against their weights.** ``gemm_flops`` are the matmul FLOPs of the step's tokens
+  (``ModelSpec.flops_per_token`` per token, the LM head only for the tokens that are sampled:
+  decodes and the last token of each prefill chunk), split over the tensor-parallel ranks.
+  ``weight_bytes`` are the bytes of weights one GPU reads: the dense weights (less the input
+  embedding table, of which a step reads only its tokens' rows) plus, for MoE layers, the
+  experts the step's tokens touch (``ModelSpec.expected_distinct_experts`` of the step's tokens,
+  each expert once), under expert parallelism the experts of this GPU only.
+* **Attention against the KV cache.** ``attn_flops`` are the score and value FLOPs of prefill
+  chunks (``prefill_attention`` pairs); ``kv_bytes`` the KV every scheduled sequence reads
+  (``num_context_tokens`` times the KV bytes of a token on one GPU; sliding-window layers read
+  at most their window per sequence).
+* The two kernel classes run one after the other, each as fast as its slower resource allows;
+  ``smooth_max(a, b) = (a^4 + b^4)^(1/4)`` (1.19x the max where the two are equal, the max away
+  from it): a GEMM or attention kernel near its ridge point reaches neither roof.
+* **Communication** with tensor parallelism: two all-reduces per layer (after attention and
+  after the MLP) of the step's hidden states, each ``allreduce_latency_s + 2 (n-1)/n * bytes /
+  (link_efficiency * link bandwidth)`` (the ring all-reduce's traffic per GPU); with expert
+  parallelism, an all-to-all dispatch and combine per MoE layer of each token's ``top_k``
+  hidden states.
+* **Overheads.** ``step_overhead_s`` is the host's gap between two GPU steps with CUDA graphs
+  and async scheduling (vLLM PR #11133: 150-170 us); ``layer_overhead_s`` the per-layer cost of
+  kernel launches and the small kernels (norms, rotary, activation, sampling) that a roofline of
+  GEMMs and attention leaves out. It is derived from one published measurement (the intercept of
+  vLLM's FP8-KV blog's decode fit, Llama-3.1-8B on H100, 6.44 ms at batch 1, less the model's own
+  weight reading time and the step gap, per layer); docs/fidelity.md has the derivation and the
+  check against the blog's B200 figure.
+
+Every default constant names its source in docs/fidelity.md ("Step-time model").
+:attr:`VllmStepModel.FIT_PARAMETERS` names the floats a calibration may change (with
+``dataclasses.replace``); :func:`kvbudget.perf.cost_model.save_cost_model` writes the model and
+:func:`kvbudget.perf.cost_model.load_cost_model` reads it back.
+
+``step_time`` uses element-wise arithmetic only (``+ - * /`` and ``sqrt``, which IEEE rounds
+correctly), so floats and numpy arrays give the same bits.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from kvbudget.perf.hardware import GPUSpec
+
+if TYPE_CHECKING:
+    from kvbudget.perf.models import ModelSpec
+
+F = TypeVar("F", float, npt.NDArray[np.float64])
+
+# --- default constants (sources: docs/fidelity.md, "Step-time model") -----------------------
+STEP_OVERHEAD_S = 150e-6  # vLLM PR #11133: step gap 150-170 us with async scheduling + graphs
+# FlashAttention-2 paper: 50-73 % of peak on A100; FlashAttention-3: up to 75 % on H100. vLLM's
+# chunked, paged prefill runs shorter sequences than the papers' benchmarks: the lower end.
+ATTENTION_EFFICIENCY = 0.50
+ALLREDUCE_LATENCY_S = {  # per all-reduce, small messages
+    "nvlink": 6e-6,  # NVIDIA/nccl#1259: ~6 us with 2 GPUs, CUDA graphs (vLLM captures them)
+    "xgmi": 6e-6,  # no public MI300X figure found: NVLink's
+    "pcie": 18e-6,  # no public PCIe figure found: the eager-mode floor on H20 (Mooncake #3484)
+}
+LINK_EFFICIENCY = {  # achieved fraction of per-direction link bandwidth, large messages
+    "nvlink": 0.80,  # NCCL all-reduce busbw: A100 ~230/300 GB/s (nccl-tests#149), H20 358/450
+    "xgmi": 0.80,
+    "pcie": 0.70,  # H100 host link: 35 (H2D) and 52.8 (D2H) of 64 GB/s (nvbandwidth#24)
+}
+# the FP8-KV blog's decode fit (vLLM 0.19.1, Llama-3.1-8B, H100, BF16 KV, concurrency 1):
+# ITL = 6.44 ms + 4.37e-5 ms per context token
+BLOG_H100_INTERCEPT_S = 6.44e-3
+# Llama-3.1-8B bf16: 16,060,522,496 B of safetensors less the 128,256 x 4,096 input embeddings
+_BLOG_H100_WEIGHT_READ_BYTES = 16_060_522_496 - 2 * 128_256 * 4_096
+_BLOG_LLAMA8B_LAYERS = 32
+_BLOG_H100_BANDWIDTH = 3.35e12 * 0.90
+LAYER_OVERHEAD_S = (
+    BLOG_H100_INTERCEPT_S - STEP_OVERHEAD_S - _BLOG_H100_WEIGHT_READ_BYTES / _BLOG_H100_BANDWIDTH
+) / _BLOG_LLAMA8B_LAYERS  # ~41 us per layer
+ACTIVATION_BYTES = 2  # bf16 hidden states on the wire
+# Paged decode attention streams the KV cache below the streaming-read fraction: the same
+# blog's concurrency-8 run (Llama-3.1-8B, H100, ~20,000 input + ~2,000 output tokens, BF16 KV)
+# has a median ITL of 15.18 ms; less the batch-1 intercept (6.44 ms: weights and overheads),
+# 8.74 ms read 8 x 21,000 tokens x 128 KiB = 22.0 GB: 2.52 TB/s, 0.752 of 3.35 TB/s, i.e.
+# 0.835 of the 0.90 streaming fraction.
+BLOG_H100_CONC8_ITL_S = 15.18e-3
+KV_READ_FACTOR = (8 * 21_000 * 131_072 / (BLOG_H100_CONC8_ITL_S - BLOG_H100_INTERCEPT_S)) / (
+    3.35e12 * 0.90
+)
+
+
+def _smooth_max(a: F, b: F) -> F:
+    """``(a^4 + b^4)^(1/4)`` with products and square roots only (same bits for floats and
+    arrays)."""
+    a2 = a * a
+    b2 = b * b
+    s = a2 * a2 + b2 * b2
+    if isinstance(s, float):
+        return math.sqrt(math.sqrt(s))  # type: ignore[return-value]
+    result: F = np.sqrt(np.sqrt(s))
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class _Terms:
+    gemm_flops_per_token: float
+    lm_head_flops: float
+    gemm_flops_s: float
+    attn_flops_per_pair: float
+    attn_flops_s: float
+    dense_read_bytes: float
+    expert_bytes: float
+    num_moe_layers: int
+    local_experts: float
+    ep_share: float
+    kv_full_per_token: float
+    kv_sliding_per_token: float
+    sliding_window: float
+    bytes_s: float
+    kv_bytes_s: float
+    overhead_s: float
+    comm_per_step_s: float
+    comm_per_token_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class VllmStepModel:
+    """vLLM v1's step time on ``gpu`` for ``model`` (see the module docstring).
+
+    ``mem_efficiency`` and ``gemm_efficiency`` default to the GPU's (``GPUSpec``); the other
+    constants to the module's sourced values.
+    """
+
+    gpu: GPUSpec
+    model: ModelSpec
+    tensor_parallel_size: int = 1
+    expert_parallel_size: int = 1
+    kv_cache_dtype: str = "auto"
+    mem_efficiency: float = math.nan
+    kv_mem_efficiency: float = math.nan
+    gemm_efficiency: float = math.nan
+    attention_efficiency: float = ATTENTION_EFFICIENCY
+    step_overhead_s: float = STEP_OVERHEAD_S
+    layer_overhead_s: float = LAYER_OVERHEAD_S
+    allreduce_latency_s: float = math.nan
+    link_efficiency: float = math.nan
+    source: str = "defaults"
+    _terms: _Terms = field(init=False, repr=False, compare=False)
+
+    KIND: ClassVar[str] = "vllm-v1"
+    FIT_PARAMETERS: ClassVar[tuple[str, ...]] = (
+        "mem_efficiency",
+        "kv_mem_efficiency",
+        "gemm_efficiency",
+        "attention_efficiency",
+        "step_overhead_s",
+        "layer_overhead_s",
+        "allreduce_latency_s",
+        "link_efficiency",
+    )
+
+    def __post_init__(self) -> None:
+        g = self.gpu
+        tp, ep = self.tensor_parallel_size, self.expert_parallel_size
+        if tp < 1 or ep < 1:
+            raise ValueError(
+                f"tensor_parallel_size and expert_parallel_size must be >= 1, got {tp}, {ep}"
+            )
+        if math.isnan(self.mem_efficiency):
+            object.__setattr__(self, "mem_efficiency", float(g.achievable_bandwidth_fraction))
+        defaults = {
+            "kv_mem_efficiency": min(1.0, self.mem_efficiency * KV_READ_FACTOR),
+            "gemm_efficiency": g.achievable_gemm_fraction,
+            "allreduce_latency_s": ALLREDUCE_LATENCY_S[g.interconnect],
+            "link_efficiency": LINK_EFFICIENCY[g.interconnect],
+        }
+        for name, value in defaults.items():
+            if math.isnan(getattr(self, name)):
+                object.__setattr__(self, name, float(value))
+        for name in ("mem_efficiency", "kv_mem_efficiency", "gemm_efficiency",
+                     "attention_efficiency", "link_efficiency"):
+            value = getattr(self, name)
+            if not 0 < value <= 1:
+                raise ValueError(f"step model {name} must be in (0, 1], got {value!r}")
+        for name in ("step_overhead_s", "layer_overhead_s", "allreduce_latency_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"step model {name} must be >= 0, got {value!r}")
+        object.__setattr__(self, "_terms", self._compute_terms())
+
+    def _compute_terms(self) -> _Terms:
+        g, m = self.gpu, self.model
+        tp, ep = self.tensor_parallel_size, self.expert_parallel_size
+        peak = g.peak_flops(m.weight_dtype)
+        attn_peak = g.peak_flops("bf16")
+        embed = m.vocab_size * m.hidden_size * m.dtype_bytes / tp  # embeddings stay 16-bit
+        lm_head = 2.0 * m.vocab_size * m.hidden_size / tp
+        moe = m.moe
+        if moe is not None:
+            dense = m.dense_weight_bytes(tp)
+            # one touched expert's bytes on this GPU: its 1/tp slice, or all of it under EP
+            expert = m.expert_weight_bytes(tp, enable_expert_parallel=ep > 1)
+            num_moe_layers = moe.num_moe_layers
+            local = moe.num_experts / ep
+        else:
+            dense = m.weight_bytes(tp)
+            expert, num_moe_layers, local = 0.0, 0, 0.0
+        # tied embeddings: the table is the LM head, read whole every step
+        read = dense if getattr(m, "tie_word_embeddings", False) else dense - embed
+        full, sliding = m.kv_bytes_per_token_full_and_sliding(tp, self.kv_cache_dtype)
+        window = float(m.sliding_window) if m.sliding_window and sliding else math.inf
+        layers = m.num_layers
+        comm_step = comm_token = 0.0
+        link = g.link_bandwidth_bytes_s * self.link_efficiency
+        if tp > 1:
+            ring = 2.0 * (tp - 1) / tp
+            comm_step += 2 * layers * self.allreduce_latency_s
+            comm_token += 2 * layers * ring * m.hidden_size * ACTIVATION_BYTES / link
+        if moe is not None and ep > 1:
+            share = (ep - 1) / ep
+            comm_step += 2 * num_moe_layers * self.allreduce_latency_s
+            comm_token += (
+                2 * num_moe_layers * moe.num_experts_per_tok * m.hidden_size
+                * ACTIVATION_BYTES * share / link
+            )
+        return _Terms(
+            gemm_flops_per_token=m.flops_per_token() / tp - lm_head,
+            lm_head_flops=lm_head,
+            gemm_flops_s=peak * self.gemm_efficiency,
+            attn_flops_per_pair=m.attention_flops_per_token_pair() / tp,
+            attn_flops_s=attn_peak * self.attention_efficiency,
+            dense_read_bytes=read,
+            expert_bytes=expert,
+            num_moe_layers=num_moe_layers,
+            local_experts=local,
+            ep_share=1.0 / ep,
+            kv_full_per_token=float(full),
+            kv_sliding_per_token=float(sliding),
+            sliding_window=window,
+            bytes_s=g.hbm_bandwidth_bytes_s * self.mem_efficiency,
+            kv_bytes_s=g.hbm_bandwidth_bytes_s * self.kv_mem_efficiency,
+            overhead_s=self.step_overhead_s + layers * self.layer_overhead_s,
+            comm_per_step_s=comm_step,
+            comm_per_token_s=comm_token,
+        )
+
+    def step_time(
+        self,
+        num_prefill_tokens: F,
+        num_decode_seqs: F,
+        num_context_tokens: F,
+        prefill_attention: F,
+        num_prefill_seqs: F,
+    ) -> F:
+        c = self._terms
+        tokens = num_prefill_tokens + num_decode_seqs
+        sampled = num_decode_seqs + num_prefill_seqs
+        gemm_c = (c.gemm_flops_per_token * tokens + c.lm_head_flops * sampled) / c.gemm_flops_s
+        if c.num_moe_layers:
+            gemm_m = (c.dense_read_bytes + c.expert_bytes * self._experts_read(tokens)) / c.bytes_s
+        else:
+            gemm_m = c.dense_read_bytes / c.bytes_s + tokens * 0.0
+        attn_c = c.attn_flops_per_pair * prefill_attention / c.attn_flops_s
+        kv = c.kv_full_per_token * num_context_tokens
+        if c.kv_sliding_per_token:
+            kv = kv + c.kv_sliding_per_token * _minimum(
+                num_context_tokens, c.sliding_window * (num_decode_seqs + num_prefill_seqs)
+            )
+        attn_m = kv / c.kv_bytes_s
+        t = c.overhead_s + _smooth_max(gemm_c, gemm_m) + _smooth_max(attn_c, attn_m)
+        if c.comm_per_step_s or c.comm_per_token_s:
+            t = t + (c.comm_per_step_s + c.comm_per_token_s * tokens)
+        return t
+
+    def _experts_read(self, tokens: F) -> F:
+        """Experts one GPU reads in a step, summed over the MoE layers."""
+        c = self._terms
+        # through a numpy array whatever the input, so floats and arrays share the bits
+        arr = np.atleast_1d(np.asarray(tokens, dtype=np.float64))
+        distinct = self.model.expected_distinct_experts(arr) * c.ep_share
+        local = np.minimum(distinct, c.local_experts) * c.num_moe_layers
+        if isinstance(tokens, float):
+            return float(local[0])  # type: ignore[return-value]
+        result: F = local.reshape(np.shape(tokens))
+        return result
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "kind": self.KIND,
+            "gpu": self.gpu.name,
+            "model": self.model.name,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "expert_parallel_size": self.expert_parallel_size,
+            "kv_cache_dtype": self.kv_cache_dtype,
+            **{name: getattr(self, name) for name in self.FIT_PARAMETERS},
+            "source": self.source,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """What :func:`~kvbudget.perf.cost_model.save_cost_model` writes: the GPU's figures in
+        full, the model by name, the parallelism and the :attr:`FIT_PARAMETERS`."""
+        gpu = {f.name: getattr(self.gpu, f.name) for f in dataclass_fields(self.gpu)}
+        return {
+            "gpu": gpu,
+            "model": self.model.name,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "expert_parallel_size": self.expert_parallel_size,
+            "kv_cache_dtype": self.kv_cache_dtype,
+            "parameters": {name: getattr(self, name) for name in self.FIT_PARAMETERS},
+            "source": self.source,
+        }
+
+    @classmethod
+    def from_json(cls, payload: dict[str, Any]) -> VllmStepModel:
+        """The model :meth:`to_json` wrote; ``ValueError`` naming the field."""
+        from kvbudget.perf.hardware import get_gpu
+        from kvbudget.perf.models import get_model
+
+        gpu_raw = payload.get("gpu")
+        if isinstance(gpu_raw, str):
+            gpu = get_gpu(gpu_raw)
+        elif isinstance(gpu_raw, dict):
+            try:
+                gpu = GPUSpec(**gpu_raw)
+            except TypeError as exc:
+                raise ValueError(f"field 'gpu': {exc}") from None
+        else:
+            raise ValueError("field 'gpu' must be a preset name or an object of GPU figures")
+        name = payload.get("model")
+        if not isinstance(name, str):
+            raise ValueError("field 'model' must be a model preset name or config path")
+        try:
+            model = get_model(name)
+        except ValueError as exc:
+            raise ValueError(f"field 'model': {exc}") from None
+        params = payload.get("parameters", {})
+        if not isinstance(params, dict):
+            raise ValueError("field 'parameters' must be an object")
+        unknown = sorted(set(params) - set(cls.FIT_PARAMETERS))
+        if unknown:
+            raise ValueError(f"unknown field 'parameters.{unknown[0]}'")
+        for key, value in params.items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"field 'parameters.{key}' must be a number")
+        ints = {}
+        for key in ("tensor_parallel_size", "expert_parallel_size"):
+            value = payload.get(key, 1)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"field {key!r} must be an integer >= 1")
+            ints[key] = value
+        dtype = payload.get("kv_cache_dtype", "auto")
+        if not isinstance(dtype, str):
+            raise ValueError("field 'kv_cache_dtype' must be a string")
+        source = payload.get("source", "file")
+        return cls(gpu, model, kv_cache_dtype=dtype, source=str(source),
+                   **ints, **{k: float(v) for k, v in params.items()})
+
+
+def _minimum(a: F, b: F) -> F:
+    if isinstance(a, float) and isinstance(b, float):
+        return min(a, b)  # type: ignore[return-value]
+    result: F = np.minimum(a, b)
+    return result

@@ -1,0 +1,50 @@
+"""vLLM's own engine defaults, as current vLLM picks them for a GPU and an entry point.
+
+From vLLM 0.33.0 (commit 4ba787ec9; https://github.com/vllm-project/vllm/blob/4ba787ec9/):
+
+* ``EngineArgs.get_batch_defaults`` (vllm/engine/arg_utils.py:2939-3039) keys
+  ``max_num_batched_tokens`` / ``max_num_seqs`` on the device's total memory and name:
+
+  ========================================  ======================  =====================
+  device                                    ``vllm serve``          offline ``LLM``
+  ========================================  ======================  =====================
+  >= 160 GiB (B200/B300, MI300X; L2973)     16384 / 1024            16384 / 1024
+  >= 70 GiB, not an A100 (H100/H200; L2983) 8192 / 1024             16384 / 1024
+  anything else (A100, L40S, L4...; L2997)  2048 / 256              8192 / 256
+  ========================================  ======================  =====================
+
+* ``gpu_memory_utilization`` defaults to 0.92 (vllm/config/cache.py:215; 0.9 before v0.21,
+  when CUDA-graph memory began to be profiled and taken off the KV cache, gpu_worker.py:777-793);
+* prefix caching is on (``CacheConfig.enable_prefix_caching = True``, cache.py:257, resolved
+  from ``model_config.is_prefix_caching_supported`` for decoder-only models,
+  arg_utils.py:3041-3045); chunked prefill is on (scheduler.py:134); the block size is 16
+  (cache.py:185).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from kvbudget.perf.hardware import GIB, GPUSpec
+
+EntryPoint = Literal["api_server", "offline"]
+GPU_MEMORY_UTILIZATION = 0.92
+BLOCK_SIZE = 16
+ENABLE_PREFIX_CACHING = True
+
+# (max_num_batched_tokens, max_num_seqs) per tier and entry point
+_LARGEST = {"api_server": (16384, 1024), "offline": (16384, 1024)}
+_HOPPER = {"api_server": (8192, 1024), "offline": (16384, 1024)}
+_OTHER = {"api_server": (2048, 256), "offline": (8192, 256)}
+
+
+def batch_defaults(gpu: GPUSpec, entry_point: EntryPoint = "api_server") -> tuple[int, int]:
+    """``(max_num_batched_tokens, max_num_seqs)`` vLLM 0.33 picks for ``gpu``."""
+    if entry_point not in ("api_server", "offline"):
+        raise ValueError(f"entry_point must be api_server or offline, got {entry_point!r}")
+    memory = gpu.memory_bytes
+    if memory >= 160 * GIB:
+        return _LARGEST[entry_point]
+    if memory >= 70 * GIB and "a100" not in gpu.name.lower():
+        return _HOPPER[entry_point]
+    return _OTHER[entry_point]
