@@ -147,7 +147,7 @@ def _describe_recording(setup: RecordedSetup) -> None:
                   if not_measured else "")
                + "".join(f", {k.removeprefix('num_dropped_').replace('_', ' ')} {v} dropped"
                          for k, v in c.items() if k.startswith("num_dropped_") and v))
-    e = setup.config.engine
+    e = setup.config.engine_for()  # the knobs with vLLM's (or the chosen) defaults filled in
     typer.echo(f"simulated on {setup.config.gpu} / {setup.config.model}: "
                f"num_gpu_blocks={setup.config.resolved_num_gpu_blocks()} "
                f"block_size={e.block_size} max_num_seqs={e.max_num_seqs} "
@@ -167,9 +167,9 @@ def start_model(setup: RecordedSetup, kind: str) -> "CostModel":
         raise CliError(f"--fit: expected one of {', '.join(COST_KINDS)}, got {kind!r}")
     model = setup.config.resolved_cost_model()
     if kind == "linear" and not isinstance(model, LinearCostModel):
-        e = setup.config.engine
-        model = linear_start(model, max_num_batched_tokens=e.max_num_batched_tokens,
-                             max_num_seqs=e.max_num_seqs)
+        e = setup.config.engine_for()
+        model = linear_start(model, max_num_batched_tokens=e.batched_tokens_limit,
+                             max_num_seqs=e.seqs_limit)
     return model
 
 

@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 if TYPE_CHECKING:
-    from kvbudget.perf.step_time import VllmStepModel
+    pass
 
 F = TypeVar("F", float, npt.NDArray[np.float64])
 

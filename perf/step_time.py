@@ -46,7 +46,7 @@ correctly), so floats and numpy arrays give the same bits.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from dataclasses import fields as dataclass_fields
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -104,7 +104,7 @@ def _smooth_max(a: F, b: F) -> F:
     b2 = b * b
     s = a2 * a2 + b2 * b2
     if isinstance(s, float):
-        return math.sqrt(math.sqrt(s))  # type: ignore[return-value]
+        return math.sqrt(math.sqrt(s))
     result: F = np.sqrt(np.sqrt(s))
     return result
 
@@ -288,7 +288,7 @@ class VllmStepModel:
         distinct = self.model.expected_distinct_experts(arr) * c.ep_share
         local = np.minimum(distinct, c.local_experts) * c.num_moe_layers
         if isinstance(tokens, float):
-            return float(local[0])  # type: ignore[return-value]
+            return float(local[0])
         result: F = local.reshape(np.shape(tokens))
         return result
 
@@ -350,7 +350,7 @@ class VllmStepModel:
         for key, value in params.items():
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ValueError(f"field 'parameters.{key}' must be a number")
-        ints = {}
+        ints: dict[str, int] = {}
         for key in ("tensor_parallel_size", "expert_parallel_size"):
             value = payload.get(key, 1)
             if isinstance(value, bool) or not isinstance(value, int):
@@ -360,12 +360,14 @@ class VllmStepModel:
         if not isinstance(dtype, str):
             raise ValueError("field 'kv_cache_dtype' must be a string")
         source = payload.get("source", "file")
-        return cls(gpu, model, kv_cache_dtype=dtype, source=str(source),
-                   **ints, **{k: float(v) for k, v in params.items()})
+        model_obj = cls(gpu, model, ints["tensor_parallel_size"], ints["expert_parallel_size"],
+                        kv_cache_dtype=dtype, source=str(source))
+        floats: dict[str, Any] = {k: float(v) for k, v in params.items()}
+        return replace(model_obj, **floats)
 
 
 def _minimum(a: F, b: F) -> F:
     if isinstance(a, float) and isinstance(b, float):
-        return min(a, b)  # type: ignore[return-value]
+        return min(a, b)
     result: F = np.minimum(a, b)
     return result

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 import kvbudget.perf.models as models_module
 from kvbudget.perf.hardware import get_gpu
-from kvbudget.perf.kv_capacity import activation_reserve_bytes, num_gpu_blocks
+from kvbudget.perf.kv_capacity import legacy_num_gpu_blocks, num_gpu_blocks
 from kvbudget.perf.models import (
     ModelConfigError,
     ModelSpec,
@@ -321,11 +321,13 @@ def test_tensor_parallel_roofline_and_capacity_as_the_former_tp_presets() -> Non
     compute = 2.0 * 70.6e9 / 4 * 8 / (h100.bf16_flops * 0.55)
     memory = (weights + 81920 * 8000) / (h100.hbm_bandwidth_bytes_s * 0.75)
     assert step == pytest.approx(0.004 + 0.0005 + max(compute, memory))
+    # kvbudget 0.1's capacity estimate (engine_defaults = "kvbudget-0.1"), on nvidia-smi's total
     per_token = (4 * 8192 + 2 * 28672) * 2
     reserve = per_token * 8192 / 4 + 256 * 128256 * 4 + 1024 * 2**20
-    assert activation_reserve_bytes(l70, 8192, 4) == reserve
-    blocks = math.floor((h100.memory_bytes * 0.9 - weights - reserve) / (81920 * 16))
-    assert num_gpu_blocks(h100, l70, tensor_parallel_size=4) == blocks
+    assert h100.memory_mib_smi is not None
+    total = h100.memory_mib_smi * 2**20
+    blocks = math.floor((total * 0.9 - weights - reserve) / (81920 * 16))
+    assert legacy_num_gpu_blocks(h100, l70, tensor_parallel_size=4) == blocks
     with pytest.raises(ValueError, match="does not fit"):
         num_gpu_blocks(h100, l70)  # 141 GB of weights on one 80 GB GPU
 
