@@ -195,6 +195,10 @@ class EngineConfig:
         else:
             batched, seqs = FALLBACK_MAX_NUM_BATCHED_TOKENS, FALLBACK_MAX_NUM_SEQS
             utilization, caching = 0.9, False
+        if not self.enable_chunked_prefill and self.max_model_len is not None:
+            # vLLM: without chunked prefill the default budget is max(max_model_len, default)
+            # (arg_utils.py:3191-3199)
+            batched = max(batched, self.max_model_len)
         if self.max_num_seqs is not None or self.max_num_batched_tokens is not None:
             # vLLM: max_num_batched_tokens >= max_num_seqs (scheduler.py:330-335); a default
             # gives way to the knob that was set
