@@ -22,6 +22,7 @@ import argparse
 import csv
 import json
 import math
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # this checkout's kvbudget, not an installed one
 SHARED = REPO.parent / "shared"
 MEASURED = SHARED / "measured"
 METRICS = ("ttft", "tpot", "e2e")

@@ -28,8 +28,11 @@ Configs and presets
 - :class:`ModelSpec`, :func:`get_model`, :func:`model_from_config`: model specifications
   (bundled presets or any Hugging Face ``config.json``; :class:`MoESpec`, :class:`MLASpec`,
   :class:`ModelConfigError`)
-- :func:`num_gpu_blocks`: KV-cache capacity as vLLM computes it
-- :class:`RooflineCostModel`, :class:`LinearCostModel`, :func:`load_cost_model`: step-time models
+- :func:`num_gpu_blocks`, :func:`kv_budget`: KV-cache capacity as vLLM v1 computes it
+- :class:`VllmStepModel`: the default step-time model (vLLM v1, constants in docs/fidelity.md)
+- :class:`RooflineCostModel`, :class:`LinearCostModel`, :func:`load_cost_model`,
+  :func:`save_cost_model`: other step-time models and cost-model files
+- :class:`FrontendCost`: what an API server adds to each request
 - :class:`Scenario`, :func:`load_scenario`, :func:`default_scenario`: scenario files
 - :func:`make_scenario`: a scenario from values, as the command line's flags make it
 
@@ -117,6 +120,10 @@ _EXPORTS: dict[str, str] = {
     "MoESpec": "perf.models",
     "MLASpec": "perf.models",
     "num_gpu_blocks": "perf.kv_capacity",
+    "kv_budget": "perf.kv_capacity",
+    "VllmStepModel": "perf.step_time",
+    "save_cost_model": "perf.cost_model",
+    "FrontendCost": "perf.cost_model",
     "RooflineCostModel": "perf.roofline",
     "LinearCostModel": "perf.cost_model",
     "load_cost_model": "perf.cost_model",
@@ -186,9 +193,14 @@ if TYPE_CHECKING:  # what a type checker and an IDE see
     from kvbudget.analysis.validation import validate_runs
     from kvbudget.live.calibrate import calibrate
     from kvbudget.live.replay import ReplayConfig, replay
-    from kvbudget.perf.cost_model import LinearCostModel, load_cost_model
+    from kvbudget.perf.cost_model import (
+        FrontendCost,
+        LinearCostModel,
+        load_cost_model,
+        save_cost_model,
+    )
     from kvbudget.perf.hardware import GPUSpec, get_gpu
-    from kvbudget.perf.kv_capacity import num_gpu_blocks
+    from kvbudget.perf.kv_capacity import kv_budget, num_gpu_blocks
     from kvbudget.perf.models import (
         MLASpec,
         ModelConfigError,
@@ -198,6 +210,7 @@ if TYPE_CHECKING:  # what a type checker and an IDE see
         model_from_config,
     )
     from kvbudget.perf.roofline import RooflineCostModel
+    from kvbudget.perf.step_time import VllmStepModel
     from kvbudget.policies import (
         DEFAULT_TIERS,
         POLICIES,

@@ -176,3 +176,51 @@ def test_calibrated_frontend_overhead_delays_first_token_and_finish(tmp_path: Pa
     save_cost_model(model, bad, extra={"frontend_overhead_s": -1})
     code, _, stderr = run("simulate", *SHORT, "--cost-model", str(bad))
     assert code == 2 and "frontend_overhead_s" in stderr and len(stderr.splitlines()) == 1
+
+
+def test_presets_show_vllms_defaults_per_gpu() -> None:
+    code, stdout, _ = run("presets")
+    assert code == 0
+    lines = {line.split()[0]: line.split() for line in stdout.splitlines() if line.strip()}
+    # vLLM 0.33's `vllm serve` defaults: 1024 / 8192 on H100, 1024 / 16384 on B200, 256 / 2048
+    # on A100 (arg_utils.py:2973-3006)
+    assert lines["H100-SXM"][-2:] == ["1,024", "8,192"]
+    assert lines["B200"][-2:] == ["1,024", "16,384"]
+    assert lines["A100-80GB"][-2:] == ["256", "2,048"]
+    for name in ("A10G", "L4", "H100-PCIe", "H20", "MI300X", "RTX-4090", "RTX-PRO-6000"):
+        assert name in lines
+
+
+def test_a_gpu_file_runs_and_a_bad_one_exits_2_naming_the_field(tmp_path: Path) -> None:
+    good = tmp_path / "gpu.toml"
+    good.write_text('name = "MyGPU"\nmemory_gib = 80\nhbm_bandwidth_bytes_s = 2.0e12\n'
+                    'bf16_flops = 5.0e14\n')
+    code, stdout, stderr = run("simulate", *SHORT, "--gpu", str(good), "--json")
+    assert code == 0, stderr
+    assert json.loads(stdout)["cost_model"]["gpu"] == "MyGPU"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"name": "X", "memory_gib": 80, "hbm_bandwidth_bytes_s": 2e12,
+                               "bf16_flops": -1}))
+    code, _, stderr = run("simulate", *SHORT, "--gpu", str(bad))
+    assert code == 2 and "field 'bf16_flops'" in stderr and len(stderr.strip().splitlines()) == 1
+
+
+def test_engine_defaults_and_frontend_flags() -> None:
+    """--engine-defaults kvbudget-0.1 brings back the roofline, 256 / 8192, no prefix caching
+    and no API-server cost; --frontend none removes the API server from the default."""
+    code, stdout, stderr = run("simulate", *SHORT, "--json")
+    assert code == 0, stderr
+    new = json.loads(stdout)
+    assert new["cost_model"]["kind"] == "vllm-v1" and new["frontend"]["per_request_s"] > 0
+    code, stdout, stderr = run("simulate", *SHORT, "--json", "--engine-defaults", "kvbudget-0.1")
+    assert code == 0, stderr
+    old = json.loads(stdout)
+    assert old["cost_model"]["kind"] == "roofline" and old["frontend"]["per_request_s"] == 0
+    code, stdout, stderr = run("simulate", *SHORT, "--json", "--frontend", "none")
+    assert code == 0, stderr
+    engine_side = json.loads(stdout)
+    assert engine_side["frontend"]["per_request_s"] == 0
+    ttft = (new["overall"]["ttft_s"]["p50"], engine_side["overall"]["ttft_s"]["p50"])
+    assert ttft[0] > ttft[1]
+    code, _, stderr = run("simulate", *SHORT, "--engine-defaults", "kvbudget-9")
+    assert code == 2 and "engine_defaults" in stderr
