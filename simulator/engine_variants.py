@@ -362,7 +362,7 @@ def make_engine(
 ) -> Engine:
     """The engine ``config.name`` names (:func:`engine_class`), with the GPU facts swap needs."""
     cls = engine_class(
-        config, prefix_caching=config.enable_prefix_caching and prefix_hashes is not None
+        config, prefix_caching=bool(config.enable_prefix_caching) and prefix_hashes is not None
     )
     kwargs: dict[str, Any] = {
         "num_gpu_blocks": num_gpu_blocks,
