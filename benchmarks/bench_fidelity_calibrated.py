@@ -186,12 +186,10 @@ def summary_line(kind: str, run: str, table: Any) -> str:
     return f"{kind:<22} {run:<26} " + " ".join(f"{c:>8}" for c in cells)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--fit", choices=("default", "linear"), action="append")
-    parser.add_argument("--max-evals", type=int, default=150)
-    args = parser.parse_args()
-    fits = args.fit or ["default", "linear"]
+def calibrated_results(fits: tuple[str, ...] = ("default", "linear"), max_evals: int = 150,
+                       *, uncalibrated: bool = True) -> list[tuple[str, str, Any]]:
+    """``(kind, run, comparison table)`` for every run and kind (the module docstring); the
+    tables have :data:`kvbudget.analysis.validation.STAGE_COLUMNS`."""
     runs = find_runs()
     if not runs:
         raise SystemExit(f"no recorded runs under {MEASURED}")
@@ -200,16 +198,17 @@ def main() -> None:
     for run in runs:
         for note in run.notes:
             print(f"note: {run.name}: {note}", file=sys.stderr)
-        results.append(("uncalibrated", run.name, compare(run, None, None)))
+        if uncalibrated:
+            results.append(("uncalibrated", run.name, compare(run, None, None)))
         for fit_kind in fits:
             if fit_kind == "default" and any("linear fit only" in x for x in run.notes):
                 continue
-            cal = fit(run, fit_kind, None, args.max_evals)
+            cal = fit(run, fit_kind, None, max_evals)
             fitted[(run.name, fit_kind)] = cal
             results.append((f"in-sample {fit_kind}", run.name, cal.table))
             first = run.recording.fit_rows(0.5)
             for label, fit_rows in (("half 1->2", first), ("half 2->1", ~first)):
-                half = fit(run, fit_kind, fit_rows, args.max_evals)
+                half = fit(run, fit_kind, fit_rows, max_evals)
                 results.append((f"{label} {fit_kind}", run.name,
                                 compare(run, half.model, ~fit_rows)))
     # GPU transfer: the default model's parameters from one model to another on the same GPU
@@ -231,6 +230,15 @@ def main() -> None:
                                                       if hasattr(start, k)})
                 results.append((f"GPU transfer from {source.name.split('_')[1]}", target.name,
                                 compare(target, moved, None)))
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--fit", choices=("default", "linear"), action="append")
+    parser.add_argument("--max-evals", type=int, default=150)
+    args = parser.parse_args()
+    results = calibrated_results(tuple(args.fit or ("default", "linear")), args.max_evals)
     header = f"{'kind':<22} {'run':<26} {'metric':<8}"
     for s in STATS:
         header += f" {s + ' sim':>10} {s + ' meas':>10} {'err':>7}"
