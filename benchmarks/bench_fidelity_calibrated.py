@@ -114,6 +114,9 @@ def find_runs(root: Path = MEASURED) -> list[Run]:
         if blocks is not None:
             knobs["num_gpu_blocks"] = int(blocks)
         config = SimConfig(gpu=gpu, model=model, engine=EngineConfig(**knobs))
+        if "frontend" in {f.name for f in dataclasses.fields(SimConfig)}:
+            # engine-side timings (AsyncLLM in-process): no API server in the simulation
+            config = dataclasses.replace(config, frontend="none")  # type: ignore[call-arg]
         try:
             config.resolved_num_gpu_blocks()
         except ValueError as exc:  # the model does not fit the (stand-in) GPU
