@@ -4,7 +4,8 @@ A small file (up to ``SMALL_JSONL_BYTES``) whose every record is plain is read b
 ``json`` instead, as one array: importing pyarrow costs more (~30 ms) than parsing some ten
 thousand lines. It gives the same columns pyarrow would (numbers as float64, labels as codes in
 the order they first appear, lists as values and offsets); a file it cannot vouch for (a value
-of another type, a blank line, NaN, an integer beyond 2**53) goes to pyarrow, whose errors
+of another type, a blank line, NaN, a key given twice, a surrogate escape, a line holding more or less than one
+value, an integer beyond 2**53) goes to pyarrow, whose errors
 the messages are worded from.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -26,6 +28,7 @@ JsonKind = Literal["number", "label", "int_list"]
 SMALL_JSONL_BYTES = 1 << 20
 _EXACT = 2.0**53  # integers up to this convert to float64 exactly, whoever parses them
 _INT64 = 2**63
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def _arrow_type(kind: JsonKind) -> Any:
@@ -140,20 +143,32 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(name)
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are all different (pyarrow refuses a key given twice)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise ValueError("a key given twice")
+    return obj
+
+
 def _read_plain(data: bytes, kinds: Mapping[str, JsonKind], present: frozenset[str],
                 dropped_last: bool) -> JsonColumns | None:
     """The columns of ``data`` read with Python's ``json``; ``None`` when any record is not
     plain (then pyarrow reads the file and words the error, if there is one)."""
     try:
-        lines = data.decode("utf-8").split("\n")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         return None
+    if "\\u" in text and _SURROGATE_ESCAPE.search(text):
+        return None  # pyarrow refuses a lone surrogate, json takes it: let pyarrow judge a pair
+    lines = text.split("\n")
     if lines and not lines[-1].strip():
         lines.pop()  # the file's last line end
     if not all(lines):
         return None
     try:
-        records = json.loads("[" + ",".join(lines) + "]", parse_constant=_reject_constant)
+        records = json.loads("[" + ",".join(lines) + "]", parse_constant=_reject_constant,
+                             object_pairs_hook=_unique_keys)
     except (ValueError, RecursionError):
         return None
     if len(records) != len(lines) or not all(type(r) is dict for r in records):

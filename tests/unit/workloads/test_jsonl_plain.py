@@ -115,6 +115,9 @@ def test_any_records_read_or_fail_as_pyarrow_does(tmp_path_factory: pytest.TempP
 def test_values_pyarrow_would_refuse_are_left_to_it(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     for bad in ('{"t": NaN}', '{"t": true}', '{"t": "1"}', '{"t": 1, "tier": 3}',
-                '{"t": 1, "ids": [1.5]}', '{"t": 1e400}', '[1]'):
+                '{"t": 1, "ids": [1.5]}', '{"t": 1e400}', '[1]', '{"t": 1, "t": 2}',
+                '{"t": 1, "x": {"a": 1, "a": 2}}', '{"t": 1}, {"t": 2}', '{"t": 1} {"t": 2}',
+                ' ', '{"t": 1, "tier": "a\\ud800"}'):
         path.write_text('{"t": 0}\n' + bad + "\n", encoding="utf-8")
         assert _jsonl._read_plain(path.read_bytes(), KINDS, frozenset(), False) is None, bad
+        _same(_read(path, 1 << 30), _read(path, -1))
