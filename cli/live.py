@@ -591,7 +591,10 @@ def validate_cmd(
             if not speed_check:
                 return None
             n = max(1, min(4, seqs))
-            return asyncio.run(speed_check_async(target, cost, num_seqs=n, info=info))
+            try:
+                return asyncio.run(speed_check_async(target, cost, num_seqs=n, info=info))
+            except BackendUnavailable as exc:  # the server refused or dropped the check
+                raise CliError(f"speed check: {exc}", 1) from None
 
         checks = [check()]
         live = run_replay(workload, pol, target=target, out=out / "live", trace=trace,

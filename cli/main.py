@@ -74,6 +74,14 @@ def main() -> None:
     # What is loaded so far (typer, the command modules) lives as long as the process: keep it
     # out of the collector's passes while each command imports the rest (as mypy does).
     gc.freeze()
+    # SIGTERM (a CI runner's timeout, `kill`) takes the same way out as Ctrl-C: the commands
+    # that keep finished work (sweep parts, replay rows) flush it and say where it is
+    import signal
+
+    def _terminate(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         app()
     except KeyboardInterrupt:

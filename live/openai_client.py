@@ -15,6 +15,7 @@ into one chunk under load. Times come from ``time.perf_counter`` through the cal
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import math
@@ -232,8 +233,12 @@ async def stream_completion(
     res = StreamResult(sent_s=clock())
     counted = 0
     done = False
+    loop = asyncio.get_running_loop()
     try:
-        async with client.stream(
+        # ``read_timeout_s`` between two pieces of output, not only between two bytes: a server
+        # that drips keep-alive bytes (or one line a byte at a time) without ever sending a
+        # token ends as a timeout instead of holding the request forever
+        async with asyncio.timeout(target.read_timeout_s) as progress, client.stream(
             "POST", target.url("/v1/completions"), json=body, headers=target.headers(),
             timeout=target.timeout(),
         ) as response:
@@ -282,6 +287,8 @@ async def stream_completion(
                 choices = payload.get("choices") or []
                 usage = payload.get("usage")
                 has_usage = isinstance(usage, dict) and usage.get("completion_tokens") is not None
+                if choices or has_usage:
+                    progress.reschedule(loop.time() + target.read_timeout_s)
                 if choices:
                     now = clock()
                     counted = int(usage["completion_tokens"]) if has_usage else counted + 1
@@ -299,6 +306,9 @@ async def stream_completion(
                     res.usage_reported = True
     except httpx.TimeoutException as exc:
         res.error, res.error_kind = f"timeout: {type(exc).__name__}", "timeout"
+    except TimeoutError:
+        res.error = f"timeout: no output for {target.read_timeout_s:g} s"
+        res.error_kind = "timeout"
     except httpx.ConnectError as exc:
         res.error, res.error_kind = f"cannot connect to {target.base_url}: {exc}", "connect"
     except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:

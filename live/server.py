@@ -29,11 +29,23 @@ class ServerInfo:
     has_metrics: bool
 
 
+async def bounded_get(client: httpx.AsyncClient, url: str, *, headers: dict[str, str],
+                      timeout_s: float) -> httpx.Response:
+    """GET ``url`` within ``timeout_s`` in all: httpx's timeouts bound each read, so a server
+    that drips a byte at a time would otherwise hold the call forever. Raises
+    ``httpx.ReadTimeout`` (an ``httpx.HTTPError``) when the whole answer takes longer."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await client.get(url, headers=headers, timeout=timeout_s)
+    except TimeoutError:
+        raise httpx.ReadTimeout(f"{url} did not answer in {timeout_s:g} s") from None
+
+
 async def fetch_snapshot(client: httpx.AsyncClient, target: ServerTarget) -> EngineSnapshot:
     """Scrape ``/metrics`` once (raises ``httpx.HTTPError`` when it cannot)."""
-    response = await client.get(
-        target.url("/metrics"), headers=target.headers(), timeout=target.connect_timeout_s
-    )
+    response = await bounded_get(
+        client, target.url("/metrics"), headers=target.headers(),
+        timeout_s=target.connect_timeout_s)
     response.raise_for_status()
     return snapshot(response.text)
 
@@ -44,7 +56,8 @@ async def server_alive(
     """Whether the server answers HTTP at all (``/health``, any status), retried a few times."""
     for attempt in range(tries):
         try:
-            await client.get(target.url("/health"), timeout=min(5.0, target.connect_timeout_s))
+            await bounded_get(client, target.url("/health"), headers=target.headers(),
+                              timeout_s=min(5.0, target.connect_timeout_s))
             return True
         except httpx.HTTPError:
             if attempt + 1 < tries:
@@ -57,9 +70,9 @@ async def discover(client: httpx.AsyncClient, target: ServerTarget) -> ServerInf
     where the server reports it (vLLM's ``max_model_len``), and the KV capacity from ``/metrics``.
     """
     try:
-        response = await client.get(
-            target.url("/v1/models"), headers=target.headers(), timeout=target.connect_timeout_s
-        )
+        response = await bounded_get(
+            client, target.url("/v1/models"), headers=target.headers(),
+            timeout_s=target.connect_timeout_s)
     except httpx.HTTPError as exc:
         raise BackendUnavailable(f"cannot reach {target.base_url}: {exc}") from None
     if response.status_code >= 400:

@@ -172,8 +172,9 @@ def _stream(server: Hostile, max_tokens: int = 4, **target: Any) -> StreamResult
 
     async def go() -> StreamResult:
         async with httpx.AsyncClient() as client:
-            return await stream_completion(client, t, [1, 2, 3, 4, 5], max_tokens,
-                                           clock=lambda: 0.0)
+            # a regression that hangs fails here instead of holding the suite
+            return await asyncio.wait_for(stream_completion(
+                client, t, [1, 2, 3, 4, 5], max_tokens, clock=lambda: 0.0), 60)
 
     return asyncio.run(go())
 
@@ -289,3 +290,45 @@ def test_a_server_that_answers_before_the_request_is_read(hostile: Hostile) -> N
     hostile.completions = sse(_chunk(1), _chunk(2, finish="length"), _event("[DONE]"))
     res = _stream(hostile, max_tokens=2)
     assert res.ok or res.error_kind in ("reset", "protocol"), res.error
+
+
+@pytest.mark.parametrize("drip", [b":", b": keep-alive\n\n"])
+def test_a_server_that_drips_bytes_without_tokens_times_out(hostile: Hostile,
+                                                            drip: bytes) -> None:
+    def dripping(conn: socket.socket, body: dict[str, Any]) -> None:
+        conn.sendall(SSE_HEAD + _chunk(1))
+        while not hostile.release.wait(0.01):  # never a token again, bytes until teardown
+            conn.sendall(drip)
+
+    hostile.completions = dripping
+    res = _stream(hostile, read_timeout_s=0.3)
+    # the bytes keep every read short of httpx's read timeout: only the bound on the silence
+    # between two pieces of output can end the stream, and the server is still dripping
+    assert res.error_kind == "timeout" and "no output for 0.3 s" in res.error, res.error
+    assert res.output_tokens == 1 and not hostile.release.is_set()
+
+
+@pytest.mark.parametrize("script", ["503", "never"])
+def test_validate_against_a_refusing_server_is_one_line(hostile: Hostile, tmp_path: Path,
+                                                        script: str) -> None:
+    from typer.testing import CliRunner
+
+    from kvbudget.cli.main import app
+
+    if script == "503":
+        hostile.completions = status(503)
+    else:
+        def never(conn: socket.socket, body: dict[str, Any]) -> None:
+            hostile.release.wait(60)
+        hostile.completions = never
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 2}\n')
+    cost = tmp_path / "cost.json"
+    cost.write_text(json.dumps({"kind": "linear", "coefficients": {
+        "intercept_s": 0.004, "per_prefill_token_s": 1e-5, "per_decode_seq_s": 1e-4,
+        "per_context_token_s": 0.0}}))
+    res = CliRunner().invoke(app, ["validate", "--url", hostile.url, "--trace", str(trace),
+                                   "--cost-model", str(cost), "--out", str(tmp_path / "v"),
+                                   "--read-timeout", "0.3"])
+    assert res.exit_code == 1, res.stderr
+    assert res.stderr.startswith("error: ") and len(res.stderr.strip().splitlines()) == 1
