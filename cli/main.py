@@ -81,8 +81,8 @@ def main() -> None:
     def _terminate(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, _terminate)
     try:
+        signal.signal(signal.SIGTERM, _terminate)
         app()
     except KeyboardInterrupt:
         # Ctrl-C outside a command's own handling (commands that keep partial work say so

@@ -223,8 +223,17 @@ def test_out_naming_a_file_is_a_clean_error(tmp_path: Path) -> None:
     assert_clean_error(code, stderr, str(f))
 
 
-BOOT = ("import sys; import kvbudget.cli.main as m; sys.argv[0] = 'kvbudget';"
-        " print('ready', file=sys.stderr, flush=True); m.main()")
+# the entry point, saying "ready" on stderr once it has installed its SIGTERM handler (so the
+# test signals a process that is inside main(), whatever the machine's speed)
+BOOT = ("import signal, sys; import kvbudget.cli.main as m; sys.argv[0] = 'kvbudget'\n"
+        "install = signal.signal\n"
+        "def hooked(sig, handler):\n"
+        "    old = install(sig, handler)\n"
+        "    if sig == signal.SIGTERM:\n"
+        "        print('ready', file=sys.stderr, flush=True)\n"
+        "    return old\n"
+        "signal.signal = hooked\n"
+        "m.main()")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -233,7 +242,7 @@ def test_simulate_interrupted_says_so(sig: signal.Signals) -> None:
     # run is far longer than a signal takes to arrive (10^7 requests)
     proc = subprocess.Popen(
         [sys.executable, "-c", "import signal; signal.signal(signal.SIGINT, "
-         "signal.default_int_handler); " + BOOT, "simulate", "--set",
+         "signal.default_int_handler)\n" + BOOT, "simulate", "--set",
          "workload.num_requests=10000000"],
         cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL)
@@ -266,7 +275,7 @@ def test_sweep_interrupted_keeps_its_runs_and_resumes(tmp_path: Path,
             "--policies", "conservative", "--out", str(out), "-j", "1", "-r", "1", "--no-plot"]
     proc = subprocess.Popen(
         [sys.executable, "-c", "import signal; signal.signal(signal.SIGINT, "
-         "signal.default_int_handler); " + BOOT, *args],
+         "signal.default_int_handler)\n" + BOOT, *args],
         cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL)
     try:
