@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kvbudget.cli.errors import CliError, fail, user_errors
-from kvbudget.cli.options import ClientsOpt
+from kvbudget.cli.options import ClientsOpt, ThinkTimeOpt, UsersOpt
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from kvbudget.policies import BasePolicy, FrontDoor, TierConfig
     from kvbudget.policies.clients import ClientModel
     from kvbudget.workloads import Workload
+    from kvbudget.workloads.closed_loop import ClosedLoop
 
 UrlOpt = Annotated[str, typer.Option(
     "--url", help="The server root, e.g. http://127.0.0.1:8000 (OpenAI-compatible).")]
@@ -230,7 +231,8 @@ def run_replay(workload: "Workload", policy: "BasePolicy", *, target: "ServerTar
                seed: int, resume: bool, tiers: "tuple[TierConfig, ...]",
                poll_period: float, lease_ttl: float | None = None,
                hint: str = "", front_door: "FrontDoor | None" = None,
-               clients: "tuple[tuple[str, ClientModel], ...]" = ()) -> "ReplayOutcome":
+               clients: "tuple[tuple[str, ClientModel], ...]" = (),
+               closed_loop: "ClosedLoop | None" = None) -> "ReplayOutcome":
     """Replay with a progress bar; a server that dies or Ctrl-C exit with code 1 / 130 after
     the output is written, saying how to resume."""
     import asyncio
@@ -240,7 +242,8 @@ def run_replay(workload: "Workload", policy: "BasePolicy", *, target: "ServerTar
 
     config = ReplayConfig(target=target, tiers=tiers, capacity_tokens=capacity_tokens,
                           max_in_flight=max_in_flight, seed=seed, poll_period_s=poll_period,
-                          lease_ttl_s=lease_ttl, front_door=front_door, clients=clients)
+                          lease_ttl_s=lease_ttl, front_door=front_door, clients=clients,
+                          closed_loop=closed_loop)
     meta = ReplayMeta(trace=str(trace.resolve()), policy=policy.name,
                       policy_params={k: v for k, v in policy.describe().items() if k != "name"},
                       time_scale=time_scale, seed=seed, url=target.base_url)
@@ -277,6 +280,16 @@ def run_replay(workload: "Workload", policy: "BasePolicy", *, target: "ServerTar
     return outcome
 
 
+def _closed_loop(users: int | None, think_time_s: float | None) -> "ClosedLoop | None":
+    from kvbudget.workloads.closed_loop import ClosedLoop
+
+    if users is None:
+        if think_time_s is not None:
+            raise CliError("--think-time-s needs --users (a closed loop)")
+        return None
+    return ClosedLoop(users, think_time_s or 0.0)
+
+
 def _print_summary(summary: dict[str, Any]) -> None:
     from kvbudget.cli.tables import render_summaries
 
@@ -307,6 +320,8 @@ def replay_cmd(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     clients: ClientsOpt = None,
+    users: UsersOpt = None,
+    think_time_s: ThinkTimeOpt = None,
 ) -> None:
     """Replay a trace through an admission policy against a live OpenAI-compatible server."""
     with user_errors():
@@ -318,7 +333,8 @@ def replay_cmd(
                              max_in_flight=max_in_flight, seed=seed, resume=resume,
                              tiers=_tiers_for(workload, setup.tiers), poll_period=poll_period,
                              lease_ttl=lease_ttl, hint=_resume_hint(),
-                             front_door=setup.front_door, clients=setup.clients)
+                             front_door=setup.front_door, clients=setup.clients,
+                             closed_loop=_closed_loop(users, think_time_s))
     if as_json:
         typer.echo(json.dumps(outcome.summary, indent=2))
     else:

@@ -129,6 +129,20 @@ CLIENTS_HELP = ("What each tier's clients do with answers (no-retry, openai-sdk,
                 "batch=batch-pipeline,interactive=impatient-user.")
 ClientsOpt = Annotated[str | None, typer.Option("--clients", metavar="TIER=PRESET,...",
                                                 help=CLIENTS_HELP)]
+_L = "Load options"
+# name -> (annotation, default, scenario key)
+UsersOpt = Annotated[int | None, typer.Option(
+    "--users", min=1, help="Closed-loop load: this many users, each sending its next "
+    "request a think time after its last one ended (vllm bench serve --max-concurrency).",
+    rich_help_panel=_L)]
+ThinkTimeOpt = Annotated[float | None, typer.Option(
+    "--think-time-s", min=0.0, help="Closed loop: seconds a user waits after an answer "
+    "(default 0).", rich_help_panel=_L)]
+LOAD_OPTIONS: dict[str, tuple[Any, Any, str]] = {
+    "users": (UsersOpt, None, "closed_loop.num_users"),
+    "think_time_s": (ThinkTimeOpt, None, "closed_loop.think_time_s"),
+}
+
 SCENARIO_OPTIONS: dict[str, tuple[Any, Any]] = {
     "scenario": (Annotated[Path | None, typer.Option(
         "--scenario", help="A TOML scenario file (see docs/scenarios.md).",
@@ -348,6 +362,7 @@ class ScenarioArgs:
     engine_defaults: str | None = None
     frontend: str | None = None
     engine: dict[str, Any] = field(default_factory=dict)
+    load: dict[str, Any] = field(default_factory=dict)
     clients: str | None = None
 
     def build(self, *, policy: str | None = None, seed: int | None = None,
@@ -377,8 +392,9 @@ class ScenarioArgs:
                 clients = parse_clients(self.clients)
             except ValueError as exc:
                 raise CliError(str(exc)) from None
+        load = [f"{key}={value}" for key, value in self.load.items()]
         return make_scenario(
-            self.scenario, self.overrides, policy=policy, gpu=self.gpu, model=self.model,
+            self.scenario, (*self.overrides, *load), policy=policy, gpu=self.gpu, model=self.model,
             seed=seed, trace=self.trace, trace_format=fmt, trace_options=table or None,
             cost_model=self.cost_model, engine=self.engine, clients=clients,
             engine_defaults=self.engine_defaults, frontend=self.frontend)
@@ -428,7 +444,9 @@ def with_trace_options(func: Callable[..., Any]) -> Callable[..., Any]:
 def _scenario_args(values: dict[str, Any]) -> ScenarioArgs:
     trace_values = {k: values.pop(k) for k in TRACE_OPTIONS}
     engine = {key: values.pop(name) for name, (_, _, key) in ENGINE_OPTIONS.items()}
+    load = {key: values.pop(name) for name, (_, _, key) in LOAD_OPTIONS.items()}
     return ScenarioArgs(
+        load={k: v for k, v in load.items() if v is not None},
         scenario=values["scenario"], overrides=tuple(values["overrides"] or ()),
         gpu=values["gpu"], model=values["model"], cost_model=values["cost_model"],
         trace=values["trace"], trace_args=TraceArgs(trace_values),
@@ -443,6 +461,8 @@ def with_scenario_options(func: Callable[..., Any]) -> Callable[..., Any]:
         **SCENARIO_OPTIONS, **TRACE_OPTIONS,
         **{name: (annotation, default) for name, (annotation, default, _) in
            ENGINE_OPTIONS.items()},
+        **{name: (annotation, default) for name, (annotation, default, _) in
+           LOAD_OPTIONS.items()},
     }
     return _extend(func, "setup", extra, _scenario_args)
 

@@ -40,6 +40,7 @@ Simulation
 ----------
 - :func:`simulate`, :class:`SimConfig`: one policy on one workload
 - :class:`FleetConfig`: several engine replicas behind a router
+- :class:`ClosedLoop`: closed-loop load (N users, a think time), for simulate and replay
 
 Run results
 -----------
@@ -135,6 +136,7 @@ _EXPORTS: dict[str, str] = {
     "simulate": "simulator.run",
     "SimConfig": "simulator.run",
     "FleetConfig": "simulator.fleet",
+    "ClosedLoop": "workloads.closed_loop",
     # Run results
     "RunResult": "results.run_result",
     "read_run": "results.run_result",
@@ -244,6 +246,7 @@ if TYPE_CHECKING:  # what a type checker and an IDE see
     from kvbudget.studies.validate import validate_recording
     from kvbudget.workloads import Workload, from_columns
     from kvbudget.workloads.arrivals import GammaArrivals, PoissonArrivals
+    from kvbudget.workloads.closed_loop import ClosedLoop
     from kvbudget.workloads.lengths import Empirical, Fixed, LogNormal, Uniform
     from kvbudget.workloads.max_output import FactorOfTrue, FixedCap, QuantileCap
     from kvbudget.workloads.synthetic import TierTraffic, generate_workload

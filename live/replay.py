@@ -84,6 +84,7 @@ from kvbudget.policies.clients import CLIENT_SEED_TAG, NO_RETRY, Answer, ClientM
 from kvbudget.results.metrics import summarize
 from kvbudget.results.records import derive_latencies
 from kvbudget.workloads import Workload
+from kvbudget.workloads.closed_loop import ClosedLoop
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -94,6 +95,10 @@ _REASON_STATUS = {
     "lease_expired": "preempted_dropped",
 }
 BACKEND_ERROR = "backend_error"
+
+
+CLOSED_LOOP_TAG = 0xC105ED
+"""Mixed into the seed of a closed loop's think times."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +116,8 @@ class ReplayConfig:
     concurrency and queues (429/503 before any reservation), as in the simulator.
     ``clients``: ``(tier, ClientModel)`` pairs: what each tier's client does with answers
     (a tier not named has ``no-retry``; none at all replays as before client models).
+    ``closed_loop``: send as :class:`kvbudget.workloads.closed_loop.ClosedLoop` users do
+    instead of at the trace's times (each request's ``arrival_s`` is when it was sent).
     """
 
     target: ServerTarget
@@ -124,6 +131,7 @@ class ReplayConfig:
     seed: int = 0
     front_door: FrontDoor | None = None
     clients: tuple[tuple[str, ClientModel], ...] = ()
+    closed_loop: ClosedLoop | None = None
 
     def __post_init__(self) -> None:
         names = {t.name for t in self.tiers}
@@ -233,6 +241,7 @@ class _Replay:
         self.finished = asyncio.Event()
         self.wake = asyncio.Event()
         self.tasks: set[asyncio.Task[None]] = set()
+        self.done_events: dict[int, asyncio.Event] = {}  # closed loop: set when i is recorded
         self.num_written = 0
         self.max_model_len: int | None = None
         self.kv_capacity_tokens = 0
@@ -303,31 +312,64 @@ class _Replay:
 
     # --- arrivals, timers, metrics ----------------------------------------------------------------
     async def _arrivals(self) -> None:
+        if self.config.closed_loop is not None:
+            await self._closed_loop(self.config.closed_loop)
+            return
         try:
             for i in self.todo:
                 delay = float(self.workload.arrival_s[i]) - self.now()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                request = self.workload.request(i)
-                st = _State(i, request, int(self.workload.output_tokens[i]))
-                st.arrival_s = self.now()
-                self.states[i] = st
-                gateway_request = Request(
-                    request_id=i, tier=request.tier, arrival_s=request.arrival_s,
-                    prompt_tokens=request.prompt_tokens,
-                    max_output_tokens=request.max_output_tokens,
-                    deadline_s=request.deadline_s, prefix_hashes=request.prefix_hashes,
-                )
-                st.request = gateway_request
-                now = self.now()
-                if self.with_clients:
-                    self._send(st, st.arrival_s)  # the first attempt's time is the arrival
-                    continue
-                self._apply(self._gw().arrive(gateway_request, now), now)
+                self._arrive(i)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug must stop the run loudly, not hang it
             self._stop(f"internal error in the arrival loop: {exc!r}")
+
+    async def _closed_loop(self, loop: ClosedLoop) -> None:
+        """``num_users`` users, each sending the next request of the trace a think time after
+        its last one ended (its record written)."""
+        rows = iter(self.todo)
+        rng = np.random.default_rng(np.random.SeedSequence([self.config.seed, CLOSED_LOOP_TAG]))
+
+        async def user() -> None:
+            for i in rows:  # one shared iterator: each request goes to one user
+                done = self.done_events.setdefault(i, asyncio.Event())
+                self._arrive(i)
+                await done.wait()
+                think = loop.think_s(rng)
+                if think > 0:
+                    await asyncio.sleep(think)
+
+        try:
+            await asyncio.gather(*(user() for _ in range(min(loop.num_users, len(self.todo)))))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug must stop the run loudly, not hang it
+            self._stop(f"internal error in the closed loop: {exc!r}")
+
+    def _arrive(self, i: int) -> None:
+        """Request ``i`` arrives now."""
+        request = self.workload.request(i)
+        st = _State(i, request, int(self.workload.output_tokens[i]))
+        st.arrival_s = self.now()
+        self.states[i] = st
+        arrival, deadline = request.arrival_s, request.deadline_s
+        if self.config.closed_loop is not None:  # sent now: the deadline keeps its distance
+            arrival = st.arrival_s
+            deadline = None if deadline is None else arrival + deadline - request.arrival_s
+        gateway_request = Request(
+            request_id=i, tier=request.tier, arrival_s=arrival,
+            prompt_tokens=request.prompt_tokens,
+            max_output_tokens=request.max_output_tokens,
+            deadline_s=deadline, prefix_hashes=request.prefix_hashes,
+        )
+        st.request = gateway_request
+        now = self.now()
+        if self.with_clients:
+            self._send(st, st.arrival_s)  # the first attempt's time is the arrival
+            return
+        self._apply(self._gw().arrive(gateway_request, now), now)
 
     async def _timers(self) -> None:
         try:
@@ -624,6 +666,9 @@ class _Replay:
         self.run_dir.write_record(row)
         self.num_written += 1
         self.pending.discard(i)
+        done = self.done_events.get(i)
+        if done is not None:
+            done.set()
         if self.on_record is not None:
             self.on_record(row)
         if not self.pending:

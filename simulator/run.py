@@ -9,6 +9,7 @@ calls with the same inputs give identical records.
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
 from collections.abc import Callable, Generator
@@ -44,8 +45,9 @@ from kvbudget.simulator.engine_variants import engine_inputs, make_engine
 from kvbudget.simulator.fleet import Fleet, FleetGateway
 from kvbudget.simulator.serving import ServingEngine
 from kvbudget.simulator.sim_config import FleetConfig, SimConfig, gateway_config
+from kvbudget.workloads.closed_loop import ClosedLoop
 
-__all__ = ["FleetConfig", "SimConfig", "gateway_config", "simulate"]
+__all__ = ["ClosedLoop", "FleetConfig", "SimConfig", "gateway_config", "simulate"]
 from kvbudget.workloads import Workload
 
 _COMPLETED = STATUS_CODES["completed"]
@@ -66,6 +68,12 @@ class _Simulation:
         progress: Callable[[int], None] | None = None,
     ) -> None:
         self.progress = progress
+        self._loop: _ClosedLoopState | None = None
+        if config.closed_loop is not None:
+            # the send times are decided as the run goes: a copy of the workload whose arrival
+            # column is written as each request is sent (the engine reads the same array)
+            self._loop = _ClosedLoopState(workload, config.closed_loop, config.seed)
+            workload = self._loop.workload
         self.w = workload
         self.policy = policy
         self.config = config
@@ -136,7 +144,9 @@ class _Simulation:
         self.num_revocations = np.zeros(n, dtype=np.int64)
         self.next_arrival = 0
         # arrival times as Python floats, with a sentinel: read by every engine loop iteration
-        self._arrival_s: list[float] = [*workload.arrival_s.tolist(), math.inf]
+        self._arrival_s: list[float] = (
+            [*workload.arrival_s.tolist(), math.inf] if self._loop is None
+            else [math.inf] * (n + 1))  # a closed loop's are written as sends are scheduled
         self._output_tokens: list[int] = workload.output_tokens.tolist()
         self._timer_at = math.inf
         self._reserved_ts = 0.0
@@ -169,6 +179,8 @@ class _Simulation:
         self.status[i] = _COMPLETED
         now = self._clock(t)
         self._carry_out(self.gateway.finish(i, self._output_tokens[i], now), now)
+        if self._loop is not None:
+            self._user_free(t)
 
     def _on_preempt(self, i: int, t: float) -> None:
         self.gateway.engine_preempted(i, self._now(t))
@@ -253,6 +265,56 @@ class _Simulation:
         self.status[i] = STATUS_CODES[status]
         if reason:
             self.reason[i] = reason
+        if self._loop is not None and self._loop.running:
+            self._user_free(self.env.now)
+
+    # --- closed loop ----------------------------------------------------------------------------
+    def _user_free(self, t: float) -> None:
+        """A user's request ended at ``t``: it sends its next one a think time later."""
+        loop = self._loop
+        assert loop is not None
+        if loop.user_free(t):
+            self._sync_next_send()
+
+    def _sync_next_send(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        if self.next_arrival < self.n:
+            self._arrival_s[self.next_arrival] = loop.next_send_s()
+        loop.wake()
+
+    def _closed_loop_arrivals(self) -> Generator[simpy.Event, Any, None]:
+        loop = self._loop
+        assert loop is not None
+        env, w = self.env, self.w
+        loop.start(env)
+        self._sync_next_send()
+        while self.next_arrival < self.n:
+            t = loop.next_send_s()
+            if t > env.now:  # wait for the send time, or for an earlier one to be scheduled
+                event = loop.waiter(env)
+                if t < math.inf:
+                    yield env.any_of([env.timeout(t - env.now), event])
+                else:
+                    yield event
+                continue
+            loop.pop()
+            i = self.next_arrival
+            now_s = max(t, env.now)
+            w.arrival_s[i] = now_s
+            self._arrival_s[i] = now_s
+            self.next_arrival = i + 1
+            self._sync_next_send()
+            if self.progress is not None and (i + 1) % 1000 == 0:
+                self.progress(1000)
+            offset = loop.deadline_offset_s[i]
+            request = Request(i, w.tier_names[int(w.tier[i])], now_s, int(w.prompt_tokens[i]),
+                              int(w.max_output_tokens[i]),
+                              None if offset != offset else now_s + float(offset),
+                              w.prefix_of(i) if w.prefix_hashes is not None else ())
+            now = self._clock(now_s)
+            self._carry_out(self.gateway.arrive(request, now), now)
+        loop.running = False
 
     def _arm_timer(self) -> None:
         nxt = self._gateway_timer_s
@@ -329,9 +391,14 @@ class _Simulation:
 
     # --- run -------------------------------------------------------------------------------
     def run(self, wall_start: float) -> RunResult:
-        self.env.process(self._arrivals())
+        self.env.process(self._arrivals() if self._loop is None
+                         else self._closed_loop_arrivals())
         self.env.run()
         end_t = max(self.engine.t, self.env.now)
+        if self._loop is not None:
+            self._loop.running = False
+            # never sent (their users' requests never ended): they "arrive" at the end
+            self.w.arrival_s[self.next_arrival:] = end_t
         self._reserved_ts += self._reserved_now * (end_t - self._reserved_last_t)
         # requests still waiting when nothing else can happen never got capacity
         leftover = self.status == PENDING
@@ -430,12 +497,67 @@ class _Simulation:
                     **e.stats(),
                 },
                 "workload": {"name": w.name, "num_requests": self.n},
+                **({"closed_loop": self._loop.describe()} if self._loop is not None else {}),
                 **(
                     {"clients": self._clients.describe()} if self._clients is not None else {}
                 ),
             },
         )
         return RunResult(records, timeline, summary, attempts)
+
+
+class _ClosedLoopState:
+    """The users of a closed loop: a heap of the times of the sends they have scheduled, and
+    the think times drawn from the run's seed (one stream, in the order users become free)."""
+
+    def __init__(self, workload: Workload, loop: ClosedLoop, seed: int) -> None:
+        from dataclasses import replace
+
+        n = len(workload)
+        self.loop = loop
+        self.deadline_offset_s = (workload.deadline_s - workload.arrival_s).tolist()
+        # zeros until sent (a Workload's arrivals are finite and sorted; sends keep them sorted)
+        self.workload = replace(workload, arrival_s=np.zeros(n), deadline_s=np.full(n, np.nan))
+        self.n = n
+        self.rng = np.random.default_rng(np.random.SeedSequence([seed, 0xC105ED]))
+        self.pending: list[float] = []
+        self.num_scheduled = 0
+        self.running = False
+        self._event: simpy.Event | None = None
+
+    def start(self, env: simpy.Environment) -> None:
+        self.running = True
+        for _ in range(min(self.loop.num_users, self.n)):
+            heapq.heappush(self.pending, env.now)
+            self.num_scheduled += 1
+
+    def think_s(self) -> float:
+        return self.loop.think_s(self.rng)
+
+    def user_free(self, t: float) -> bool:
+        """Schedule the free user's next send; False when every request is scheduled."""
+        if not self.running or self.num_scheduled >= self.n:
+            return False
+        heapq.heappush(self.pending, t + self.think_s())
+        self.num_scheduled += 1
+        return True
+
+    def next_send_s(self) -> float:
+        return self.pending[0] if self.pending else math.inf
+
+    def pop(self) -> float:
+        return heapq.heappop(self.pending)
+
+    def waiter(self, env: simpy.Environment) -> simpy.Event:
+        self._event = env.event()
+        return self._event
+
+    def wake(self) -> None:
+        if self._event is not None and not self._event.triggered:
+            self._event.succeed()
+
+    def describe(self) -> dict[str, Any]:
+        return self.loop.describe()
 
 
 class _Probe:

@@ -35,6 +35,10 @@ dotted names. Example::
     batch = "batch-pipeline"    # a preset: no-retry, openai-sdk, batch-pipeline, impatient-user
     interactive = { preset = "impatient-user", timeout_s = 20 }
 
+    [closed_loop]               # N users, each sending after its last ended (optional)
+    num_users = 64
+    think_time_s = 1.0
+
     [fleet]                     # N replicas behind one gateway (optional)
     num_replicas = 4
     router = "least_tokens"
@@ -76,7 +80,7 @@ from kvbudget.policies.clients import ClientModel, client_models
 from kvbudget.policies.gateway import FrontDoor
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.fleet import FleetConfig
-from kvbudget.simulator.run import SimConfig
+from kvbudget.simulator.run import ClosedLoop, SimConfig
 from kvbudget.workloads import Workload
 
 if TYPE_CHECKING:
@@ -135,6 +139,14 @@ class FrontDoorSpec:
 
 
 @dataclass(frozen=True)
+class ClosedLoopSpec:
+    __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
+    num_users: Annotated[int, Ge(1)]
+    think_time_s: Annotated[float, Ge(0)] = 0.0
+    think_distribution: str = "fixed"
+
+
+@dataclass(frozen=True)
 class FleetSpec:
     __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
     num_replicas: Annotated[int, Ge(1)] = 2
@@ -175,6 +187,7 @@ class ScenarioSpec:
     tiers: list[TierSpec] | None = None
     front_door: FrontDoorSpec | None = None
     fleet: FleetSpec | None = None
+    closed_loop: ClosedLoopSpec | None = None
     clients: dict[str, Any] | None = None
     workload: dict[str, Any] = field(default_factory=dict)
 
@@ -336,6 +349,7 @@ class Scenario:
         if s.clients:
             clients = client_models(s.clients, {t.name: t for t in self.tiers()})
         return SimConfig(
+            closed_loop=None if s.closed_loop is None else ClosedLoop(**asdict(s.closed_loop)),
             clients=clients,
             gpu=s.gpu,
             model=self._model(s.model),

@@ -18,6 +18,7 @@ from kvbudget.policies.clients import ClientModel
 from kvbudget.policies.gateway import FrontDoor
 from kvbudget.policies.tiers import tier_map
 from kvbudget.simulator.engine_config import ENGINE_DEFAULTS, EngineConfig, EngineDefaults
+from kvbudget.workloads.closed_loop import ClosedLoop
 
 RouterName = Literal["round_robin", "least_tokens", "prefix_affinity"]
 ROUTERS: tuple[RouterName, ...] = ("round_robin", "least_tokens", "prefix_affinity")
@@ -92,6 +93,7 @@ class SimConfig:
     clients: tuple[tuple[str, ClientModel], ...] = ()
     engine_defaults: EngineDefaults = "vllm"
     frontend: str | None = None
+    closed_loop: ClosedLoop | None = None
 
     def __post_init__(self) -> None:
         if self.engine_defaults not in ENGINE_DEFAULTS:
@@ -111,6 +113,9 @@ class SimConfig:
         except ValueError as exc:
             raise ValueError(f"engine.{exc}") from None
         tiers = tier_map(self.tiers)
+        if self.closed_loop is not None and self.clients:
+            raise ValueError("closed_loop and clients together are not supported: a closed "
+                             "loop's user sends its next request when the last one ends")
         for tier, client in self.clients:
             if tier not in tiers:
                 raise ValueError(f"clients.{tier}: no such tier; tiers: {sorted(tiers)}")

@@ -1,0 +1,41 @@
+"""Closed-loop load in the live replay: N users, each sending after its last answer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from kvbudget.live.openai_client import ServerTarget
+from kvbudget.live.replay import ReplayConfig, ReplayMeta, replay
+from kvbudget.policies import make_policy
+from kvbudget.workloads.closed_loop import ClosedLoop
+from tests.unit.live.test_backends_live_gateway import (  # noqa: F401 (the fixture)
+    BATCH,
+    INTERACTIVE,
+    Fake,
+    _workload,
+    fake,
+)
+
+
+def test_closed_loop_keeps_num_users_in_flight(fake: Fake, tmp_path: Path) -> None:  # noqa: F811
+    fake.state.token_s = 0.001
+    # trace times far apart: an open-loop replay would send one at a time
+    w = _workload(12, 20, 10, gap_s=100.0)
+    config = ReplayConfig(ServerTarget(fake.url), poll_period_s=0.02,
+                          tiers=(INTERACTIVE, BATCH), closed_loop=ClosedLoop(3))
+    meta = ReplayMeta(trace="test", policy="unlimited", policy_params={}, time_scale=1.0,
+                      seed=0, url=fake.url)
+    out = replay(w, make_policy("unlimited"), config, tmp_path / "run", meta=meta)
+    assert out.complete and not out.error
+    rec = out.records.sort_values("request_id")
+    assert (rec["status"] == "completed").all()
+    assert fake.state.max_active <= 3
+    arrival = rec["arrival_s"].to_numpy()
+    finished = rec["finished_s"].to_numpy()
+    assert arrival.max() < 100.0  # sent as users freed up, not at the trace's times
+    for k in range(3, 12):  # the k-th send waits for k - 2 answers (3 users)
+        assert int((finished <= arrival[k] + 1e-9).sum()) >= k - 2
+    inflight = [int(((arrival <= a) & (finished > a)).sum()) for a in arrival]
+    assert max(inflight) <= 3 and np.all(np.diff(np.sort(arrival)) >= 0)

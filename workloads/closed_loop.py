@@ -1,0 +1,56 @@
+"""Closed-loop load: a number of users, each waiting for its answer before sending again.
+
+Open-loop traffic (a trace's or a synthetic workload's arrival times) keeps arriving whatever
+the server does; a closed loop offers only as much as its users can send, as
+``vllm bench serve --max-concurrency N`` and GuideLLM's ``concurrent`` profile benchmark a
+server. Both executors take a :class:`ClosedLoop`: the simulator (``SimConfig.closed_loop``)
+and the live replay (``ReplayConfig.closed_loop``) send the workload's requests in order, each
+user its next one a think time after its last one ended (completed or refused), and record each
+request's arrival as the time it was sent. With ``think_time_s = 0`` exactly ``num_users``
+requests are in flight while requests remain, and the interactive response-time law holds:
+throughput = ``num_users / (mean response time + mean think time)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedLoop:
+    """Closed-loop load: ``num_users`` users, each sending its next request ``think_time_s``
+    after its last one ended (completed or refused), as ``vllm bench serve --max-concurrency``
+    (with no think time) and GuideLLM's ``concurrent`` profile run a benchmark. The workload's
+    requests are sent in their order; their own arrival times are not used (a request's
+    deadline keeps its distance to the arrival). ``think_distribution``: ``fixed`` or
+    ``exponential`` (mean ``think_time_s``, drawn from the run's seed)."""
+
+    num_users: int
+    think_time_s: float = 0.0
+    think_distribution: Literal["fixed", "exponential"] = "fixed"
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.num_users, int) and self.num_users >= 1):
+            raise ValueError(f"closed_loop.num_users must be an integer >= 1, got "
+                             f"{self.num_users!r}")
+        if not (math.isfinite(self.think_time_s) and self.think_time_s >= 0):
+            raise ValueError(f"closed_loop.think_time_s must be >= 0, got {self.think_time_s!r}")
+        if self.think_distribution not in ("fixed", "exponential"):
+            raise ValueError("closed_loop.think_distribution must be 'fixed' or 'exponential', "
+                             f"got {self.think_distribution!r}")
+
+    def think_s(self, rng: np.random.Generator) -> float:
+        """One think time (a draw from ``rng`` only for ``exponential``)."""
+        if self.think_time_s == 0:
+            return 0.0
+        if self.think_distribution == "fixed":
+            return self.think_time_s
+        return float(rng.exponential(self.think_time_s))
+
+    def describe(self) -> dict[str, Any]:
+        return {"num_users": self.num_users, "think_time_s": self.think_time_s,
+                "think_distribution": self.think_distribution}
