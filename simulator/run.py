@@ -179,8 +179,8 @@ class _Simulation:
         self.status[i] = _COMPLETED
         now = self._clock(t)
         self._carry_out(self.gateway.finish(i, self._output_tokens[i], now), now)
-        if self._loop is not None:
-            self._user_free(t)
+        if self._loop is not None:  # the user sees the answer after the front end's delays
+            self._user_free(t + self._client_delay_s(i))
 
     def _on_preempt(self, i: int, t: float) -> None:
         self.gateway.engine_preempted(i, self._now(t))
@@ -269,6 +269,16 @@ class _Simulation:
             self._user_free(self.env.now)
 
     # --- closed loop ----------------------------------------------------------------------------
+    def _client_delay_s(self, i: int) -> float:
+        """What the front end adds to request ``i``'s finish as its client sees it (as the
+        records' ``finished_s`` do)."""
+        frontend = self.config.resolved_frontend()
+        delay = self.config.frontend_overhead_s
+        if not frontend.is_zero:
+            delay += float(frontend.finish_delay_s(
+                self.w.prompt_tokens[i : i + 1], self.w.output_tokens[i : i + 1])[0])
+        return delay
+
     def _user_free(self, t: float) -> None:
         """A user's request ended at ``t``: it sends its next one a think time later."""
         loop = self._loop
