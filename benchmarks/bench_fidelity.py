@@ -208,6 +208,18 @@ def published_rows(_runs: list[MeasuredRun]) -> list[Row]:
                        {"mean": t0 * 1e3}, {"mean": intercept_ms}))
         out.append(Row("published", name, "ns per context token",
                        {"mean": (t1 - t0) / 1e5 * 1e9}, {"mean": slope_ns}))
+    gptoss = get_model("gpt-oss-20b")
+    for name, gpu, intercept_ms, slope_ns in (
+        ("gpt-oss-20b H100 bf16 KV, batch 1", "H100-SXM", 4.05, 8.94),
+        ("gpt-oss-20b B200 bf16 KV, batch 1", "B200", 3.15, 3.56),
+    ):
+        model = VllmStepModel(get_gpu(gpu), gptoss)
+        t0 = model.step_time(0.0, 1.0, 1.0, 0.0, 0.0)
+        t1 = model.step_time(0.0, 1.0, 100_001.0, 0.0, 0.0)
+        out.append(Row("published", name, "decode step ms at context 0",
+                       {"mean": t0 * 1e3}, {"mean": intercept_ms}))
+        out.append(Row("published", name, "ns per context token",
+                       {"mean": (t1 - t0) / 1e5 * 1e9}, {"mean": slope_ns}))
     # same blog: concurrency 8, ~20,000 input + ~2,000 output tokens, median ITL 15.18 ms
     t8 = h100.step_time(0.0, 8.0, 8 * 21_000.0, 0.0, 0.0)
     out.append(Row("published", "Llama-3.1-8B H100 bf16 KV, batch 8 x 21k", "decode step ms",

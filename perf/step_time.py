@@ -2,7 +2,7 @@
 
 One engine step (``t`` seconds) is modelled as
 
-    t = step_overhead_s + num_layers * layer_overhead_s
+    t = step_overhead_s + num_layers * layer_overhead_s + num_moe_layers * moe_layer_overhead_s
         + smooth_max(gemm_flops / (peak * gemm_efficiency),  weight_bytes / (bw * mem_efficiency))
         + smooth_max(attn_flops / (peak * attention_efficiency), kv_bytes / (bw * mem_efficiency))
         + communication
@@ -32,7 +32,9 @@ One engine step (``t`` seconds) is modelled as
   GEMMs and attention leaves out. It is derived from one published measurement (the intercept of
   vLLM's FP8-KV blog's decode fit, Llama-3.1-8B on H100, 6.44 ms at batch 1, less the model's own
   weight reading time and the step gap, per layer); docs/fidelity.md has the derivation and the
-  check against the blog's B200 figure.
+  check against the blog's B200 figure. ``moe_layer_overhead_s`` is what an MoE layer adds to
+  that (routing, token permutation, grouped GEMM launches), from the same blog's gpt-oss-20b
+  intercept on H100 (4.05 ms), checked against its B200 figure.
 
 Every default constant names its source in docs/fidelity.md ("Step-time model").
 :attr:`VllmStepModel.FIT_PARAMETERS` names the floats a calibration may change (with
@@ -86,6 +88,11 @@ LAYER_OVERHEAD_S = (
     BLOG_H100_INTERCEPT_S - STEP_OVERHEAD_S - _BLOG_H100_WEIGHT_READ_BYTES / _BLOG_H100_BANDWIDTH
 ) / _BLOG_LLAMA8B_LAYERS  # ~41 us per layer
 ACTIVATION_BYTES = 2  # bf16 hidden states on the wire
+# the same blog's gpt-oss-20b fit on H100: ITL ~4.05 ms at context 0 (4.03-4.07); the model
+# without an MoE term gives 2.364 ms (weights read, step gap, 24 x layer_overhead_s), so its
+# 24 MoE layers add (4.05 - 2.364) / 24 = 70 us each
+BLOG_H100_GPTOSS20B_INTERCEPT_S = 4.05e-3
+MOE_LAYER_OVERHEAD_S = (BLOG_H100_GPTOSS20B_INTERCEPT_S - 2.3636e-3) / 24
 # Paged decode attention streams the KV cache below the streaming-read fraction: the same
 # blog's concurrency-8 run (Llama-3.1-8B, H100, ~20,000 input + ~2,000 output tokens, BF16 KV)
 # has a median ITL of 15.18 ms; less the batch-1 intercept (6.44 ms: weights and overheads),
@@ -150,6 +157,7 @@ class VllmStepModel:
     attention_efficiency: float = ATTENTION_EFFICIENCY
     step_overhead_s: float = STEP_OVERHEAD_S
     layer_overhead_s: float = LAYER_OVERHEAD_S
+    moe_layer_overhead_s: float = MOE_LAYER_OVERHEAD_S
     allreduce_latency_s: float = math.nan
     link_efficiency: float = math.nan
     source: str = "defaults"
@@ -163,6 +171,7 @@ class VllmStepModel:
         "attention_efficiency",
         "step_overhead_s",
         "layer_overhead_s",
+        "moe_layer_overhead_s",
         "allreduce_latency_s",
         "link_efficiency",
     )
@@ -190,7 +199,8 @@ class VllmStepModel:
             value = getattr(self, name)
             if not 0 < value <= 1:
                 raise ValueError(f"step model {name} must be in (0, 1], got {value!r}")
-        for name in ("step_overhead_s", "layer_overhead_s", "allreduce_latency_s"):
+        for name in ("step_overhead_s", "layer_overhead_s", "moe_layer_overhead_s",
+                     "allreduce_latency_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"step model {name} must be >= 0, got {value!r}")
@@ -247,7 +257,8 @@ class VllmStepModel:
             sliding_window=window,
             bytes_s=g.hbm_bandwidth_bytes_s * self.mem_efficiency,
             kv_bytes_s=g.hbm_bandwidth_bytes_s * self.kv_mem_efficiency,
-            overhead_s=self.step_overhead_s + layers * self.layer_overhead_s,
+            overhead_s=self.step_overhead_s + layers * self.layer_overhead_s
+            + num_moe_layers * self.moe_layer_overhead_s,
             comm_per_step_s=comm_step,
             comm_per_token_s=comm_token,
         )

@@ -128,3 +128,16 @@ def test_a_bad_step_model_file_names_the_field(tmp_path: Path, patch: dict[str, 
     path.write_text(json.dumps(payload))
     with pytest.raises(ValueError, match=field):
         load_cost_model(path)
+
+
+def test_an_moe_decode_step_is_the_published_one_and_b200_follows() -> None:
+    """The MoE layer overhead is derived from the blog's gpt-oss-20b H100 intercept (~4.05 ms);
+    its B200 intercept (3.15 ms) is then a check, within 10 %."""
+    spec = get_model("gpt-oss-20b")
+    h100 = VllmStepModel(get_gpu("H100-SXM"), spec).step_time(0.0, 1.0, 1.0, 0.0, 0.0)
+    b200 = VllmStepModel(get_gpu("B200"), spec).step_time(0.0, 1.0, 1.0, 0.0, 0.0)
+    assert h100 == pytest.approx(4.05e-3, rel=0.01)
+    assert b200 == pytest.approx(3.15e-3, rel=0.10)
+    dense = VllmStepModel(get_gpu("H100-SXM"), get_model("Llama-3.1-8B"))
+    assert dataclasses.replace(dense, moe_layer_overhead_s=1.0).step_time(
+        0.0, 1.0, 1.0, 0.0, 0.0) == dense.step_time(0.0, 1.0, 1.0, 0.0, 0.0)
