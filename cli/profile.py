@@ -36,7 +36,8 @@ def _int_list(option: str, text: str | None) -> tuple[int, ...] | None:
 
 
 def _roofline(gpu: str | None, model: str | None, meta: dict[str, Any]) -> Any:
-    """The roofline preset for ``gpu`` and ``model`` (default: the profiled model's shape)."""
+    """The default step-time model (``vllm-v1``, docs/fidelity.md) for ``gpu`` and ``model``
+    (default: the profiled model's shape), to compare with the measured steps."""
     if gpu is None:
         if model is not None:
             raise CliError("--model (a model preset for the roofline) needs --gpu as well")
@@ -44,10 +45,10 @@ def _roofline(gpu: str | None, model: str | None, meta: dict[str, Any]) -> Any:
     from kvbudget.live.profiler import model_spec_from_meta
     from kvbudget.perf.hardware import get_gpu
     from kvbudget.perf.models import get_model
-    from kvbudget.perf.roofline import RooflineCostModel
+    from kvbudget.perf.step_time import VllmStepModel
 
     spec = get_model(model) if model is not None else model_spec_from_meta(meta)
-    return RooflineCostModel(get_gpu(gpu), spec)
+    return VllmStepModel(get_gpu(gpu), spec)
 
 
 def _source(meta: dict[str, Any]) -> str:
@@ -93,7 +94,8 @@ def _print_report(profile: "Profile", fit: "FitResult", roofline: Any,
                f"{fit.max_abs_rel_error * 100:.2f}% over {fit.num_samples} grid points")
     _print_summary("fit", summarize_errors(fit.table))
     if roofline_points is not None:
-        typer.echo(f"roofline {roofline.gpu.name} + {roofline.model.name} against the same points:")
+        typer.echo(f"default step model ({roofline.describe()['kind']}) {roofline.gpu.name} + "
+                   f"{roofline.model.name} against the same points:")
         _print_summary("roofline", summarize_errors(roofline_points))
 
 

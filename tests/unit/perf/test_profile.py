@@ -228,7 +228,7 @@ def test_profile_fit_command_with_roofline(profiled: dict[str, Any]) -> None:
     assert comparison["roofline"]["gpu"] == "H200"  # H200-141GB is its alias
     assert comparison["roofline"]["model"] == "Llama-3.1-8B"
     assert set(comparison["per_class"]) == {"prefill", "decode", "all"}
-    assert "roofline H200 + Llama-3.1-8B" in result.stdout  # H200-141GB is its alias
+    assert "(vllm-v1) H200 + Llama-3.1-8B" in result.stdout  # H200-141GB is its alias
     assert "roof_err_%" in result.stdout
 
     # Without --model, the roofline takes the profiled model's own shape from the sidecar.
