@@ -457,7 +457,8 @@ def calibrate_cmd(
                 bar.close()
         cal.save(out)
     m = cal.model
-    typer.echo(f"fitted on {cal.fit.num_samples} grid points of {cal.info.model} at {url}")
+    typer.echo(f"fitted on {cal.fit.num_samples} grid points of {cal.info.model} at "
+               f"{target.base_url}")
     typer.echo(render(("coefficient", "value"), [
         ["intercept_s", m.intercept_s], ["per_prefill_token_s", m.per_prefill_token_s],
         ["per_decode_seq_s", m.per_decode_seq_s], ["per_context_token_s", m.per_context_token_s],
@@ -598,7 +599,7 @@ def validate_cmd(
         except BackendUnavailable as exc:
             raise CliError(str(exc), 1) from None
         if info.usable_blocks is None or info.block_size is None:
-            raise CliError(f"{url}/metrics does not expose vllm:cache_config_info; validate "
+            raise CliError(f"{target.base_url}/metrics does not expose vllm:cache_config_info; validate "
                            "needs the server's KV blocks", 2)
         seqs = max_num_seqs or int(plan.get("max_num_seqs", 256))
         batched = max_num_batched_tokens or int(plan.get("max_num_batched_tokens", 2048))
@@ -635,7 +636,7 @@ def validate_cmd(
             workload, setup.new_policy, sim_config, live, out,
             capacity_tokens=capacity_tokens or info.usable_blocks * info.block_size,
             drift_factor=factor,
-            meta={"trace": str(trace), "url": url,
+            meta={"trace": str(trace), "url": target.base_url,
                   "engine": {"block_size": info.block_size,
                              "num_gpu_blocks": info.usable_blocks, "max_num_seqs": seqs,
                              "max_num_batched_tokens": batched},

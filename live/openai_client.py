@@ -30,6 +30,15 @@ TRANSPORT_ERRORS: frozenset[str] = frozenset({"connect", "reset", "timeout"})
 """Error kinds after which the replay checks whether the server is still there."""
 
 
+def redact_url(url: str) -> str:
+    """``url`` without the ``user:password@`` part, for printing."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    netloc, slash, tail = rest.partition("/")
+    return f"{scheme}://{netloc.rpartition('@')[2]}{slash}{tail}"
+
+
 @dataclass(frozen=True, slots=True)
 class ServerTarget:
     """Where and how to send completions.
@@ -43,16 +52,28 @@ class ServerTarget:
 
     base_url: str
     model: str = ""
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 600.0
     exact_output: bool = True
     extra_body: Mapping[str, Any] = field(default_factory=dict)
+    basic_auth: tuple[str, str] | None = field(default=None, repr=False)
+    """``user:password@`` of the URL given, taken out of ``base_url`` (which is printed and
+    written to run directories) and sent as an ``Authorization: Basic`` header instead."""
 
     def __post_init__(self) -> None:
+        from urllib.parse import unquote, urlsplit, urlunsplit
+
         url = self.base_url.rstrip("/")
         if not url.startswith(("http://", "https://")):
-            raise ValueError(f"server URL must start with http:// or https://, got {self.base_url!r}")
+            raise ValueError("server URL must start with http:// or https://, got "
+                             f"{redact_url(self.base_url)!r}")
+        parts = urlsplit(url)
+        if parts.username is not None or parts.password is not None:
+            host = parts.netloc.rpartition("@")[2]
+            url = urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+            object.__setattr__(self, "basic_auth", (unquote(parts.username or ""),
+                                                    unquote(parts.password or "")))
         if url.endswith("/v1"):
             url = url[: -len("/v1")]
         object.__setattr__(self, "base_url", url)
@@ -64,8 +85,22 @@ class ServerTarget:
     def url(self, path: str) -> str:
         return self.base_url + path
 
+    def redact(self, text: str) -> str:
+        """``text`` with this target's secrets (API key, URL password) replaced by ``***``."""
+        for secret in (self.api_key, self.basic_auth[1] if self.basic_auth else None):
+            if secret:
+                text = text.replace(secret, "***")
+        return text
+
     def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        if self.api_key:
+            return {"Authorization": f"Bearer {self.api_key}"}
+        if self.basic_auth is not None:
+            import base64
+
+            token = base64.b64encode(":".join(self.basic_auth).encode()).decode()
+            return {"Authorization": f"Basic {token}"}
+        return {}
 
     def timeout(self) -> httpx.Timeout:
         return httpx.Timeout(
@@ -252,6 +287,7 @@ async def stream_completion(
                     detail = _error_message(json.loads(raw))
                 except ValueError:
                     detail = raw[:200].decode("utf-8", "replace").strip()
+                detail = target.redact(detail)  # a server may echo the request's headers
                 res.error = f"HTTP {response.status_code}" + (f": {detail}" if detail else "")
                 res.error_kind = "http"
                 return res
@@ -266,21 +302,22 @@ async def stream_completion(
                     payload = json.loads(data)
                 except ValueError:
                     res.finished_s = clock()
-                    res.error = f"malformed stream event: {data[:120]!r}"
+                    res.error = target.redact(f"malformed stream event: {data[:120]!r}")
                     res.error_kind = "protocol"
                     res.output_tokens = counted
                     return res
                 message = _error_message(payload)
                 if message:
                     res.finished_s = clock()
-                    res.error = f"stream error: {message}"
+                    res.error = target.redact(f"stream error: {message}")
                     res.error_kind = "stream_error"
                     res.output_tokens = counted
                     return res
                 problem = _event_problem(payload, max_tokens)
                 if problem:
                     res.finished_s = clock()
-                    res.error = f"malformed stream event ({problem}): {data[:120]!r}"
+                    res.error = target.redact(
+                        f"malformed stream event ({problem}): {data[:120]!r}")
                     res.error_kind = "protocol"
                     res.output_tokens = counted
                     return res

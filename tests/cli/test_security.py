@@ -1,0 +1,200 @@
+"""Security checks (issue 20 item 4): secrets stay secret, loaders never run code, the HTML
+report escapes what came from its inputs. (``trace fetch`` refusing a file whose sha256 is not
+the pinned or given one is tested in tests/cli/test_trace_cli.py: the corrupted download is
+deleted and the error is one line.)"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from kvbudget.cli.main import app
+from kvbudget.live.openai_client import ServerTarget, redact_url
+from tests.conftest import REPO
+from tests.unit.live.test_hostile_servers import (
+    SSE_HEAD,
+    Hostile,
+    _chunk,
+    _event,
+    hostile,  # noqa: F401  (the fixture)
+)
+
+SECRET = "sk-TOPSECRET-0123456789"
+PASSWORD = "hunter2-PASSWORD"
+
+
+def _run(*args: object, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    res = CliRunner().invoke(app, [str(a) for a in args], env=env)
+    return res.exit_code, res.stdout, res.stderr
+
+
+def _everything_in(folder: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file())
+
+
+def _trace(tmp_path: Path, n: int = 4) -> Path:
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps({"arrival_s": 0.01 * i, "prompt_tokens": 5,
+                                        "output_tokens": 2, "tier": "batch"}) + "\n"
+                            for i in range(n)))
+    return path
+
+
+def _echoing(server: Hostile) -> Any:
+    """Answers the first completion 401 with the request's Authorization header in the body
+    (as a careless proxy does), the rest normally; keeps every header it saw."""
+    seen: list[str] = []
+
+    def script(conn: Any, body: dict[str, Any]) -> None:
+        seen.append(body.get("_auth", ""))
+        if len(seen) == 1:
+            raw = json.dumps({"error": {"message": f"bad key: {server.last_auth}"}}).encode()
+            conn.sendall(b"HTTP/1.1 401 X\r\nContent-Type: application/json\r\n"
+                         + f"Content-Length: {len(raw)}\r\n".encode()
+                         + b"Connection: close\r\n\r\n" + raw)
+        else:
+            conn.sendall(SSE_HEAD + _chunk(1) + _chunk(2, finish="length") + _event("[DONE]"))
+    return script
+
+
+@pytest.fixture
+def auth_seen(hostile: Hostile, monkeypatch: pytest.MonkeyPatch) -> list[str]:  # noqa: F811
+    """The Authorization headers the server received (the key must reach the server)."""
+    from tests.unit.live import test_hostile_servers as h
+
+    seen: list[str] = []
+    real = h._read_request
+
+    def reading(conn: Any, *, body: bool) -> tuple[str, dict[str, Any]]:
+        peek = conn.recv(65536, 2)  # MSG_PEEK: leave the bytes for the real reader
+        m = re.search(rb"(?i)authorization: ([^\r\n]*)", peek)
+        hostile.last_auth = m.group(1).decode() if m else ""  # type: ignore[attr-defined]
+        seen.append(hostile.last_auth)  # type: ignore[attr-defined]
+        return real(conn, body=body)
+
+    monkeypatch.setattr(h, "_read_request", reading)
+    hostile.completions = _echoing(hostile)
+    return seen
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_the_api_key_never_shows(hostile: Hostile, auth_seen: list[str], tmp_path: Path,  # noqa: F811
+                                 how: str) -> None:
+    out = tmp_path / "run"
+    args: list[object] = ["replay", "--url", hostile.url, "--trace", _trace(tmp_path), "--out",
+                          out, "--poll-period", "0.05"]
+    env = None
+    if how == "flag":
+        args += ["--api-key", SECRET]
+    else:
+        env = {"KVBUDGET_API_KEY": SECRET}
+    code, stdout, stderr = _run(*args, env=env)
+    assert code == 0, stderr
+    assert f"Bearer {SECRET}" in auth_seen  # it was sent
+    blob = _everything_in(out)
+    assert b"HTTP 401" in blob and b"bad key: Bearer ***" in blob  # recorded, the key masked
+    assert SECRET not in stdout + stderr
+    assert SECRET.encode() not in blob
+    assert SECRET not in repr(ServerTarget(hostile.url, api_key=SECRET))
+
+
+def test_url_credentials_are_sent_but_never_printed(hostile: Hostile, auth_seen: list[str],  # noqa: F811
+                                                    tmp_path: Path) -> None:
+    url = hostile.url.replace("http://", f"http://admin:{PASSWORD}@")
+    out = tmp_path / "run"
+    code, stdout, stderr = _run("replay", "--url", url, "--trace", _trace(tmp_path), "--out",
+                                out, "--poll-period", "0.05")
+    assert code == 0, stderr
+    assert any(a.startswith("Basic ") for a in auth_seen)
+    assert PASSWORD not in stdout + stderr
+    assert PASSWORD.encode() not in _everything_in(out)
+    assert redact_url(url) == hostile.url
+    # errors that name the server do not name the password either
+    for bad in (f"ftp://admin:{PASSWORD}@127.0.0.1:1", f"http://admin:{PASSWORD}@127.0.0.1:1"):
+        code, stdout, stderr = _run("replay", "--url", bad, "--trace", _trace(tmp_path),
+                                    "--out", tmp_path / "r2")
+        assert code in (1, 2) and stderr.startswith("error: "), stderr
+        assert PASSWORD not in stdout + stderr
+
+
+class _Boom:
+    """Unpickling this runs code: it creates the marker file."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Path.touch, (self.marker,))
+
+
+@pytest.mark.parametrize("name", ["t.pkl", "t.parquet", "t.csv", "t.jsonl", "t.json"])
+def test_loaders_never_unpickle(tmp_path: Path, name: str) -> None:
+    marker = tmp_path / "marker"
+    payload = pickle.dumps(_Boom(marker))
+    path = tmp_path / name
+    path.write_bytes(payload)
+    for args in (("trace", "stats", path), ("simulate", "--trace", path),
+                 ("simulate", "--cost-model", path), ("report", tmp_path, "--out",
+                                                      tmp_path / "rep")):
+        code, _, stderr = _run(*args)
+        assert code == 2 and "Traceback" not in stderr, (args, stderr)
+    scenario = tmp_path / "s.toml"
+    scenario.write_bytes(payload)
+    code, _, stderr = _run("simulate", "--scenario", scenario)
+    assert code == 2 and "Traceback" not in stderr
+    assert not marker.exists()
+
+
+def test_scenarios_and_traces_are_data_not_code(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    code_like = f"__import__('pathlib').Path({str(marker)!r}).touch()"
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(f'name = "{code_like}"\nseed = 1\n[engine]\nblock_size = "{code_like}"\n')
+    code, _, stderr = _run("simulate", "--scenario", scenario)
+    assert code == 2 and "block_size" in stderr
+    code, _, stderr = _run("simulate", "--set", f"engine.block_size={code_like}")
+    assert code == 2
+    trace = tmp_path / "t.csv"
+    trace.write_text(f"arrival_s,prompt_tokens,output_tokens\n0,\"{code_like}\",1\n")
+    code, _, stderr = _run("trace", "stats", trace)
+    assert code == 2
+    assert not marker.exists()
+
+
+def test_the_source_has_no_eval_or_unpickling() -> None:
+    pattern = re.compile(r"\bpickle\b|(?<![.\w])eval\(|\bexec\(|yaml\.load\(|allow_pickle|"
+                         r"read_pickle|\bmarshal\b|\bshelve\b|\bdill\b")
+    found = []
+    for pkg in ("policies", "workloads", "results", "perf", "analysis", "simulator", "studies",
+                "live", "cli"):
+        for path in (REPO / pkg).rglob("*.py"):
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                if pattern.search(line.split("#", 1)[0]):
+                    found.append(f"{path.relative_to(REPO)}:{n}: {line.strip()}")
+    assert found == []
+
+
+HOSTILE = "<script>alert(1)</script>"
+
+
+def test_the_html_report_escapes_its_inputs(tmp_path: Path) -> None:
+    run_dir = tmp_path / "<img src=x onerror=alert(2)>"
+    code, _, stderr = _run("simulate", "--set", "workload.num_requests=30", "--set",
+                           f"name={HOSTILE}", "--out", run_dir)
+    assert code == 0, stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    summary["scenario"] = HOSTILE  # whatever a summary carries is input to the report
+    summary["policy"] = HOSTILE
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    out = tmp_path / "rep"
+    code, _, stderr = _run("report", run_dir, "--out", out)
+    assert code == 0, stderr
+    html = (out / "report.html").read_text()
+    assert HOSTILE not in html and "<img src=x" not in html
+    assert "&lt;img src=x" in html
