@@ -88,6 +88,7 @@ LAYER_OVERHEAD_S = (
     BLOG_H100_INTERCEPT_S - STEP_OVERHEAD_S - _BLOG_H100_WEIGHT_READ_BYTES / _BLOG_H100_BANDWIDTH
 ) / _BLOG_LLAMA8B_LAYERS  # ~41 us per layer
 ACTIVATION_BYTES = 2  # bf16 hidden states on the wire
+EXPERT_TABLE_SIZE = 1 << 15  # tokens a step may schedule, tabulated for MoE weight reads
 # the same blog's gpt-oss-20b fit on H100: ITL ~4.05 ms at context 0 (4.03-4.07); the model
 # without an MoE term gives 2.364 ms (weights read, step gap, 24 x layer_overhead_s), so its
 # 24 MoE layers add (4.05 - 2.364) / 24 = 70 us each
@@ -162,6 +163,8 @@ class VllmStepModel:
     link_efficiency: float = math.nan
     source: str = "defaults"
     _terms: _Terms = field(init=False, repr=False, compare=False)
+    _experts_table: list[float] = field(init=False, repr=False, compare=False)
+    _experts_array: npt.NDArray[np.float64] = field(init=False, repr=False, compare=False)
 
     KIND: ClassVar[str] = "vllm-v1"
     FIT_PARAMETERS: ClassVar[tuple[str, ...]] = (
@@ -205,6 +208,12 @@ class VllmStepModel:
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"step model {name} must be >= 0, got {value!r}")
         object.__setattr__(self, "_terms", self._compute_terms())
+        # experts read per step for 0 .. EXPERT_TABLE_SIZE - 1 tokens, computed once: floats
+        # and arrays then read the same values (and a step costs a lookup, not a power)
+        size = EXPERT_TABLE_SIZE if self._terms.num_moe_layers else 0  # dense: never read
+        table = self._experts_exact(np.arange(size, dtype=np.float64))
+        object.__setattr__(self, "_experts_array", table)
+        object.__setattr__(self, "_experts_table", table.tolist())
 
     def _compute_terms(self) -> _Terms:
         g, m = self.gpu, self.model
@@ -291,17 +300,30 @@ class VllmStepModel:
             t = t + (c.comm_per_step_s + c.comm_per_token_s * tokens)
         return t
 
-    def _experts_read(self, tokens: F) -> F:
-        """Experts one GPU reads in a step, summed over the MoE layers."""
+    def _experts_exact(self, arr: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         c = self._terms
-        # through a numpy array whatever the input, so floats and arrays share the bits
-        arr = np.atleast_1d(np.asarray(tokens, dtype=np.float64))
+        if not c.num_moe_layers:
+            return arr * 0.0
         distinct = self.model.expected_distinct_experts(arr) * c.ep_share
-        local = np.minimum(distinct, c.local_experts) * c.num_moe_layers
+        local: npt.NDArray[np.float64] = np.minimum(distinct, c.local_experts) * c.num_moe_layers
+        return local
+
+    def _experts_read(self, tokens: F) -> F:
+        """Experts one GPU reads in a step, summed over the MoE layers (a table lookup for
+        whole token counts below :data:`EXPERT_TABLE_SIZE`, numpy's arithmetic otherwise:
+        either way floats and arrays share the bits)."""
         if isinstance(tokens, float):
-            return float(local[0])
-        result: F = local.reshape(np.shape(tokens))
-        return result
+            i = int(tokens)
+            if i == tokens and 0 <= i < EXPERT_TABLE_SIZE:
+                return self._experts_table[i]
+            return float(self._experts_exact(np.array([tokens], dtype=np.float64))[0])
+        idx = tokens.astype(np.int64)
+        if len(idx) and idx.min() >= 0 and idx.max() < EXPERT_TABLE_SIZE and np.all(idx == tokens):
+            looked: F = self._experts_array[idx]
+            return looked
+        flat = np.asarray(tokens, dtype=np.float64).ravel()
+        exact: F = self._experts_exact(flat).reshape(np.shape(tokens))
+        return exact
 
     def describe(self) -> dict[str, Any]:
         return {
