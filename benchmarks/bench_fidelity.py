@@ -10,10 +10,10 @@ of TTFT, TPOT and E2E and the output throughput, with relative errors; then the 
 against those vLLM reported, and the step model against published single-point figures.
 
 Rows are made by one function per kind (:func:`uncalibrated_rows`, :func:`capacity_rows`,
-:func:`published_rows`); a calibrated kind adds its own function returning :class:`Row` s and
-joins ``ROW_KINDS``.
+:func:`published_rows`, :func:`calibrated_rows`: fitted on the recordings, see
+``bench_fidelity_calibrated.py``); each returns :class:`Row` s and joins ``ROW_KINDS``.
 
-Usage: python benchmarks/bench_fidelity.py [--only uncalibrated|capacity|published]
+Usage: python benchmarks/bench_fidelity.py [--only uncalibrated|capacity|published|calibrated]
 """
 
 from __future__ import annotations
@@ -227,10 +227,36 @@ def published_rows(_runs: list[MeasuredRun]) -> list[Row]:
     return out
 
 
+def calibrated_rows(_runs: list[MeasuredRun]) -> list[Row]:
+    """Calibrated from the recordings themselves (``benchmarks/bench_fidelity_calibrated.py``):
+    fitted on a whole run (in sample), on one half of it and compared on the other, and the
+    default model's parameters moved between the two models of the same GPU."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_fidelity_calibrated import calibrated_results
+
+    out = []
+    for kind, run, table in calibrated_results(uncalibrated=False):
+        overall = table[table["stage"] == "all"].set_index("metric")
+
+        def value(metric: str, side: str) -> float:
+            return float(overall.loc[metric, side])  # noqa: B023 (used at once)
+
+        for m in METRICS:
+            out.append(Row(kind, run, m, {s: value(f"{m}_{s}_s", "simulated") for s in STATS},
+                           {s: value(f"{m}_{s}_s", "measured") for s in STATS}))
+        out.append(Row(kind, run, "output tok/s",
+                       {"mean": value("output_tokens_per_s", "simulated")},
+                       {"mean": value("output_tokens_per_s", "measured")}))
+    return out
+
+
 ROW_KINDS: dict[str, Callable[[list[MeasuredRun]], list[Row]]] = {
     "uncalibrated": uncalibrated_rows,
     "capacity": capacity_rows,
     "published": published_rows,
+    "calibrated": calibrated_rows,
 }
 
 
