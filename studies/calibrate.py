@@ -213,7 +213,6 @@ class RecordedCalibration:
         engine = dataclasses.asdict(config.engine)
         return {
             "frontend_overhead_s": self.frontend_overhead_s,
-            "source": "calibrated from a recorded run",
             "calibration": {
                 "method": "simulator in the loop: bounded Nelder-Mead (scipy) in log space on "
                           "the squared log ratios of TTFT, TPOT and E2E mean/p50/p90/p99",
@@ -326,6 +325,9 @@ def calibrate_recording(
     else:
         best_x, best_loss = x0, start_loss
     model, overhead = build(best_x)
+    if "source" in {f.name for f in dataclasses.fields(model)}:  # type: ignore[arg-type]
+        model = dataclasses.replace(  # type: ignore[type-var]
+            model, source=f"calibrated from {Path(recording.path).name}")
     sim = simulate_recording(recording, sim_config, policy=policy, policy_params=policy_params,
                              cost_model=model, frontend_overhead_s=overhead)
     table = compare_recorded(sim.records, measured, recording_stages(recording), rows)

@@ -156,6 +156,28 @@ def test_a_roofline_fit_saves_and_loads_by_kind(recording_csv: Path, tmp_path: P
     assert json.loads(res.stdout)["cost_model"]["kind"] == "roofline"
 
 
+def test_a_default_model_fit_is_taken_by_simulate_and_sweep(recording_csv: Path,
+                                                            tmp_path: Path) -> None:
+    rec = read_recording(recording_csv)
+    config = SimConfig(engine=ENGINE)
+    start = config.resolved_cost_model()  # the default step-time model
+    cal = calibrate_recording(rec, config, start, max_evals=8)
+    path = tmp_path / "default.json"
+    cal.save(path, rec, config, policy="unlimited")
+    loaded = load_cost_model(path)
+    assert type(loaded) is type(start) and loaded == cal.model
+    assert json.loads(path.read_text())["calibration"]["not_fitted"] == cal.fixed
+    runner = CliRunner()
+    res = runner.invoke(app, ["simulate", "--trace", str(recording_csv), "--policy",
+                              "unlimited", "--cost-model", str(path), "--json", *ENGINE_FLAGS])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["sweep", "--trace", str(recording_csv), "--cost-model", str(path),
+                              "--policies", "unlimited,conservative", "--out",
+                              str(tmp_path / "sweep"), "-j", "1", "-r", "1", *ENGINE_FLAGS])
+    assert res.exit_code == 0, res.output
+    assert len(pd.read_parquet(tmp_path / "sweep" / "sweep.parquet")) == 2
+
+
 def test_holdout_validation_compares_only_the_held_out_requests(recording_csv: Path) -> None:
     rec = read_recording(recording_csv)
     fit_rows = rec.fit_rows(0.25)
