@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kvbudget.cli.errors import CliError, fail, user_errors
-from kvbudget.cli.options import ClientsOpt, ThinkTimeOpt, UsersOpt
+from kvbudget.cli.options import (
+    ClientsOpt,
+    ThinkTimeOpt,
+    TraceArgs,
+    UsersOpt,
+    with_trace_options,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -209,6 +215,23 @@ def load_workload(trace: Path, trace_format: str | None, tier: str, time_scale: 
     return scale_time(loaded.workload, time_scale)
 
 
+def load_trace_workload(trace: Path, trace_args: TraceArgs, tier: str, time_scale: float
+                        ) -> "Workload":
+    """The trace read with the shared trace options (``--default-tier`` over ``--tier``),
+    time-scaled."""
+    from dataclasses import replace as _replace
+
+    from kvbudget.live.replay import scale_time
+    from kvbudget.workloads.traces import load_trace
+
+    if not trace.exists():
+        raise CliError(f"{trace}: no such trace file")
+    options = trace_args.options()
+    if trace_args.values.get("default_tier") is None:
+        options = _replace(options, default_tier=tier)
+    return scale_time(load_trace(trace, options).workload, time_scale)
+
+
 def _progress(total: int, desc: str) -> Any:
     from tqdm import tqdm
 
@@ -296,16 +319,16 @@ def _print_summary(summary: dict[str, Any]) -> None:
     typer.echo(render_summaries([summary]))
 
 
+@with_trace_options
 def replay_cmd(
+    trace_args: TraceArgs,
     url: UrlOpt,
     trace: TraceOpt,
     out: Annotated[Path, typer.Option("--out", help="Run directory to write.")],
     policy: PolicyOpt = None,
     params: ParamOpt = None,
     scenario: ScenarioOpt = None,
-    trace_format: FormatOpt = None,
     tier: TierOpt = "interactive",
-    max_output: MaxOutputOpt = None,
     time_scale: TimeScaleOpt = 1.0,
     capacity_tokens: CapacityOpt = None,
     max_in_flight: InFlightOpt = 256,
@@ -327,7 +350,7 @@ def replay_cmd(
     with user_errors():
         target = _target(url, model, api_key, read_timeout)
         setup = with_clients(gateway_setup(scenario, policy, params), clients)
-        workload = load_workload(trace, trace_format, tier, time_scale, max_output)
+        workload = load_trace_workload(trace, trace_args, tier, time_scale)
         outcome = run_replay(workload, setup.new_policy(), target=target, out=out, trace=trace,
                              time_scale=time_scale, capacity_tokens=capacity_tokens,
                              max_in_flight=max_in_flight, seed=seed, resume=resume,

@@ -69,7 +69,7 @@ TRACE_OPTIONS: dict[str, tuple[Any, Any]] = {
         rich_help_panel=_T)], None),
     "max_output": (Annotated[str | None, typer.Option(
         "--max-output", metavar="RULE", help="max_output_tokens where the file has none: "
-        "fixed:N, factor:F or quantile:Q, optionally :truncate (default fixed:2048, never "
+        "N (= fixed:N), fixed:N, factor:F or quantile:Q, optionally :truncate (default fixed:2048, never "
         "below the true output).", rich_help_panel=_T)], None),
     "spread_s": (Annotated[float | None, typer.Option(
         "--spread-s", help="Spread requests sharing a timestamp evenly over this many seconds "
@@ -209,6 +209,8 @@ def parse_rate_scales(text: str) -> tuple[float, ...]:
 
 
 def _max_output_table(text: str) -> dict[str, Any]:
+    if text.strip().isdigit():  # N: fixed:N
+        return {"kind": "fixed", "tokens": int(text), "truncate": False}
     parts = text.split(":")
     truncate = len(parts) == 3 and parts[2] == "truncate"
     if len(parts) not in (2, 3) or (len(parts) == 3 and not truncate):

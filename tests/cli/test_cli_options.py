@@ -205,3 +205,22 @@ def test_rates_are_over_the_offered_window() -> None:
                   policy="p", seed=0, wall_time_s=0.0)
     assert s["offered_window_s"] == 10.0 and s["drain_s"] == 20.0 and s["duration_s"] == 30.0
     assert s["tiers"]["interactive"]["output_tokens_per_s"] == 3.0
+
+
+def test_replay_takes_the_trace_options() -> None:
+    import typer.main
+
+    sub = typer.main.get_command(app).commands["replay"]  # type: ignore[attr-defined]
+    names = {opt for p in sub.params for opt in p.opts}
+    for annotation, _ in TRACE_OPTIONS.values():
+        option = annotation.__metadata__[0]
+        flag = next(d for d in (option.default, *option.param_decls) if str(d).startswith("--"))
+        assert flag in names, flag
+    assert {"--users", "--think-time-s", "--tier"} <= names
+
+
+def test_a_bare_max_output_is_a_fixed_cap() -> None:
+    from kvbudget.cli.options import TraceArgs
+    from kvbudget.workloads.max_output import FixedCap
+
+    assert TraceArgs({"max_output": "10"}).options().max_output == FixedCap(10)
