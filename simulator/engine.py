@@ -78,7 +78,11 @@ class Engine:
     * :meth:`_on_idle` ``()``: nothing is running or waiting;
     * :meth:`_jump_limit` ``(rows, k_max, alloc_cum) -> int``: with skip-ahead, how many steps
       of a planned decode run keep the waiting head refused;
-    * :meth:`stats` ``()``: the variant's own figures, added to the base's.
+    * :meth:`stats` ``()``: the variant's own figures, added to the base's;
+    * :attr:`decode_group` (a class attribute): False when a hook reads running requests'
+      arrays between steps, or a running request may hold blocks beyond its computed tokens;
+      with skip-ahead the running requests are then never kept as a decode group (where
+      those arrays lag behind and blocks follow the computed tokens).
 
     What a hook may use besides the request arrays (``num_tokens``, ``num_computed_tokens``,
     ``num_output_tokens``, ``num_blocks``, ``prompt_tokens``, ``max_output_tokens``,
@@ -92,6 +96,8 @@ class Engine:
 
     # called with the engine before every step when set (tests check invariants there)
     step_observer: ClassVar[Callable[[Engine], None] | None] = None
+    # whether skip-ahead may keep the running requests as a decode group (see above)
+    decode_group: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -656,7 +662,7 @@ class Engine:
         self._kv_scalar_terms.append(float(used_now) * self.block_size * dt)
         if self._hol_blocked:
             self._hol_scalar_terms.append(dt)
-        if self._timeline.due(t1):
+        if self._timeline.next_s < t1:  # a sample is due
             self._timeline.sample_step(t1, used_now, reserved, counts, self.num_preemptions_total)
         return t1
 

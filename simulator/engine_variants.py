@@ -4,7 +4,8 @@ Each preset is a subclass of :class:`kvbudget.simulator.engine.Engine` overridin
 hooks that class lists (and nothing else of it), so continuous batching, chunked prefill, the
 step cost model and the timeline are shared. With ``skip_ahead`` :func:`make_engine` runs a preset
 on :class:`kvbudget.simulator.fast_decode.SkipAheadEngine` (the preset's hooks first, then the
-decode runs), with the same results as stepping (tests compare both for every preset). Pick
+decode runs), or on its ``DecodeGroupEngine`` where the preset's ``decode_group`` allows it
+(vllm-swap), with the same results as stepping (tests compare both for every preset). Pick
 one with ``EngineConfig(name=...)`` or ``kvbudget simulate --engine``.
 
 * ``vllm``: vLLM v1 (:mod:`kvbudget.simulator.engine`): blocks allocated as tokens are computed,
@@ -149,6 +150,8 @@ def _worst_case_tokens(engine: Engine, i: int) -> int:
 class TgiEngine(Engine):
     """Text Generation Inference: worst-case blocks at admission; never preempts."""
 
+    decode_group = False  # a running request holds blocks for its whole output
+
     def _admit_waiting(self, i: int, n_new: int) -> str:
         tokens = max(self.start_tokens(i) + n_new, _worst_case_tokens(self, i))
         return self.allocate_start(i, tokens, reserve=self.watermark_blocks)
@@ -156,6 +159,8 @@ class TgiEngine(Engine):
 
 class TrtllmEngine(Engine):
     """TensorRT-LLM's capacity scheduler: GUARANTEED_NO_EVICT or MAX_UTILIZATION."""
+
+    decode_group = False  # admission reads the running requests' blocks
 
     def _admit_waiting(self, i: int, n_new: int) -> str:
         if self.config.capacity_scheduler_policy == "GUARANTEED_NO_EVICT":
@@ -178,6 +183,8 @@ class TrtllmEngine(Engine):
 
 class SglangEngine(Engine):
     """SGLang: ``new_token_ratio`` admission and ``retract_decode``."""
+
+    decode_group = False  # admission reads the running requests' output tokens
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -315,29 +322,35 @@ ENGINE_CLASSES: dict[str, type[Engine]] = {
 }
 
 
-def _with_skip_ahead(cls: type[Engine]) -> type[Engine]:
-    """``cls``'s hooks over :class:`SkipAheadEngine` (``cls`` first in the method order, so
-    its hooks run and their ``super()`` calls reach the skip-ahead engine)."""
+def _with_skip_ahead(cls: type[Engine], fast: type[SkipAheadEngine]) -> type[Engine]:
+    """``cls``'s hooks over ``fast`` (``cls`` first in the method order, so its hooks run
+    and their ``super()`` calls reach the skip-ahead engine)."""
     if cls is Engine:
-        return SkipAheadEngine
-    doc = f"{cls.__name__} with skip-ahead (the same results, decode runs at once)."
-    made = type(f"{cls.__name__}SkipAhead", (cls, SkipAheadEngine), {"__doc__": doc})
+        return fast
+    doc = f"{cls.__name__} over {fast.__name__} (the same results, decode runs at once)."
+    made = type(f"{cls.__name__}{fast.__name__}", (cls, fast), {"__doc__": doc})
     return cast("type[Engine]", made)
 
 
-# ... and the same engine with skip-ahead
+# ... the same engine with skip-ahead, and with the decode group (where its hooks allow one)
 SKIP_AHEAD_CLASSES: dict[str, type[Engine]] = {
-    name: _with_skip_ahead(cls) for name, cls in ENGINE_CLASSES.items()
+    name: _with_skip_ahead(cls, SkipAheadEngine) for name, cls in ENGINE_CLASSES.items()
+}
+DECODE_GROUP_CLASSES: dict[str, type[Engine]] = {
+    name: _with_skip_ahead(cls, DecodeGroupEngine)
+    for name, cls in ENGINE_CLASSES.items()
+    if cls.decode_group
 }
 
 
 def engine_class(config: EngineConfig, *, prefix_caching: bool) -> type[Engine]:
-    """The class that runs ``config``: its preset, stepping or with skip-ahead; the base vLLM
-    engine with skip-ahead and without prefix caching keeps a decode group."""
+    """The class that runs ``config``: its preset, stepping or with skip-ahead; with
+    skip-ahead and without prefix caching (shared blocks), a preset whose hooks allow it
+    (``Engine.decode_group``: vllm, vllm-swap) keeps a decode group."""
     if not config.skip_ahead:
         return ENGINE_CLASSES[config.name]
-    if config.name == "vllm" and not prefix_caching:
-        return DecodeGroupEngine
+    if not prefix_caching and config.name in DECODE_GROUP_CLASSES:
+        return DECODE_GROUP_CLASSES[config.name]
     return SKIP_AHEAD_CLASSES[config.name]
 
 

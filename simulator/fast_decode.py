@@ -398,7 +398,7 @@ class SkipAheadEngine(Engine):
             self._kv_terms.append(dts * (np.asarray(used) * self.block_size))
             if self._hol_blocked:
                 self._hol_terms.append(dts)
-        if self._timeline.due(self.t):  # a sample is due
+        if self._timeline.next_s < self.t:  # a sample is due
             self._timeline.sample_steps(step_end, used, reserved, counts, self.num_preemptions_total)
 
     def _commit_run(

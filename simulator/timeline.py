@@ -25,10 +25,11 @@ class Timeline:
         self.block_size = block_size
         self.rows: list[TimelineRow] = []
         self._next = 0  # the grid index of the next sample
+        self.next_s = 0.0  # its time, ``_next * period_s``: a sample is due before t > next_s
 
     def due(self, until: float) -> bool:
-        """Whether a sample falls before ``until``."""
-        return self._next * self.period_s < until
+        """Whether a sample falls before ``until`` (the engine loop reads ``next_s``)."""
+        return self.next_s < until
 
     def _grid(self, until: float) -> list[float]:
         """Sample times ``m * period`` in [next sample, until), advancing the next sample."""
@@ -39,6 +40,7 @@ class Timeline:
             out.append(m * period)
             m += 1
         self._next = m
+        self.next_s = m * period
         return out
 
     def sample_step(

@@ -280,17 +280,27 @@ def test_running_set_facts_hold_before_every_step(
 
 
 @SETTINGS
-@given(scenarios(), st.sampled_from(["adaptive", "peak", None]), st.sampled_from([None, 0.3]))
+@given(
+    scenarios(),
+    st.sampled_from(["adaptive", "peak", None]),
+    st.sampled_from([None, 0.3]),
+    st.sampled_from([("vllm", 4.0), ("vllm-swap", 4.0), ("vllm-swap", 0.0005)]),
+)
 def test_decode_group_facts_hold_before_every_step(
     case: tuple[Workload, SimConfig, str, dict[str, object]],
     policy: str | None,
     lease_ttl_s: float | None,
+    engine: tuple[str, float],
 ) -> None:
-    """The base engine with skip-ahead keeps its decoding requests as a decode group; its
+    """The base engine (and vllm-swap) with skip-ahead keeps its decoding requests as a decode group; its
     sums, histogram and finish heap match the requests' true state before every step, also
     when the gateway reads output tokens mid-run (adaptive, peak) or revokes leases."""
     w, cfg, drawn, params = case
-    cfg = replace(cfg, engine=replace(cfg.engine, name="vllm", skip_ahead=True))
+    name, swap_gib = engine  # vllm-swap with little swap space falls back to recompute too
+    cfg = replace(cfg, engine=replace(
+        cfg.engine, name=name, skip_ahead=True, swap_space_gib=swap_gib,
+        preemption_mode="swap" if name == "vllm-swap" else "recompute",
+    ))
     cfg = replace(cfg, lease_ttl_s=lease_ttl_s)
     if policy is not None:
         drawn, params = policy, {}

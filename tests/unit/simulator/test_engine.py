@@ -181,7 +181,7 @@ def test_same_seed_same_bytes() -> None:
 def test_skip_ahead_chooses_the_fast_decode_subclass_of_the_reference_engine() -> None:
     """Stepping is :class:`Engine` itself (or a preset's own class); ``skip_ahead`` runs the
     same hooks over :class:`SkipAheadEngine`, and the base engine without prefix caching
-    keeps a decode group (:class:`DecodeGroupEngine`)."""
+    and vllm-swap without prefix caching keep a decode group (:class:`DecodeGroupEngine`)."""
     from kvbudget.simulator.engine import Engine
     from kvbudget.simulator.engine_config import ENGINE_NAMES
     from kvbudget.simulator.engine_variants import ENGINE_CLASSES, engine_class
@@ -202,7 +202,8 @@ def test_skip_ahead_chooses_the_fast_decode_subclass_of_the_reference_engine() -
             # the preset's hooks come first, then the skip-ahead engine's
             mro = skip.__mro__
             assert mro.index(step) < mro.index(SkipAheadEngine) or step is Engine
-            assert issubclass(skip, DecodeGroupEngine) == (name == "vllm" and not cache)
+            group = name in ("vllm", "vllm-swap") and not cache
+            assert issubclass(skip, DecodeGroupEngine) == group == (step.decode_group and not cache)
 
 
 def test_the_decode_group_refuses_prefix_caching() -> None:
