@@ -132,45 +132,66 @@ class LinearCostModel:
 class FrontendCost:
     """What the server's API front end adds to a request outside the engine's steps, as its
     client sees it: ``per_request_s`` (HTTP request handling, chat template and tokenisation,
-    the hop to the engine process) plus ``per_prompt_token_s`` per prompt token before the first
-    token; ``per_output_token_s`` per output token (detokenisation and one SSE event each) to
-    the end of the stream. Engine-side recordings (``AsyncLLM`` driven in-process) have none:
-    ``FRONTENDS["none"]``. Sources: docs/fidelity.md, "API server".
+    the hop to the engine process, before the request reaches the engine's queue) plus
+    ``per_prompt_token_s`` per prompt token, and ``per_output_token_s`` per output token
+    (detokenisation and one SSE event each, the first token's included in TTFT); at the end of
+    the stream ``post_decode_s`` once (finishing the response: E2E only). Engine-side
+    recordings (``AsyncLLM`` driven in-process) have none: ``FRONTENDS["none"]``. Sources:
+    docs/fidelity.md, "API server".
     """
 
     per_request_s: float = 0.0
     per_prompt_token_s: float = 0.0
     per_output_token_s: float = 0.0
+    post_decode_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("per_request_s", "per_prompt_token_s", "per_output_token_s"):
+        for name in ("per_request_s", "per_prompt_token_s", "per_output_token_s",
+                     "post_decode_s"):
             value = getattr(self, name)
             if not (np.isfinite(value) and value >= 0):
                 raise ValueError(f"frontend {name} must be >= 0, got {value!r}")
 
     def first_token_delay_s(self, prompt_tokens: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
-        return self.per_request_s + self.per_prompt_token_s * prompt_tokens.astype(np.float64)
+        """Before the first token: the request's set-up, its prompt, and the first token's own
+        detokenisation and event."""
+        return (self.per_request_s + self.per_output_token_s
+                + self.per_prompt_token_s * prompt_tokens.astype(np.float64))
 
     def finish_delay_s(
         self, prompt_tokens: npt.NDArray[np.int64], output_tokens: npt.NDArray[np.int64]
     ) -> npt.NDArray[np.float64]:
-        return self.first_token_delay_s(prompt_tokens) + self.per_output_token_s * (
-            output_tokens.astype(np.float64)
-        )
+        """Before the end of the stream: the first token's delay, every later token's, and the
+        response's finish."""
+        later = np.maximum(output_tokens.astype(np.float64) - 1.0, 0.0)
+        return (self.first_token_delay_s(prompt_tokens) + self.per_output_token_s * later
+                + self.post_decode_s)
 
     @property
     def is_zero(self) -> bool:
-        return not (self.per_request_s or self.per_prompt_token_s or self.per_output_token_s)
+        return not (self.per_request_s or self.per_prompt_token_s or self.per_output_token_s
+                    or self.post_decode_s)
 
 
-# vLLM's OpenAI API server (``vllm serve``): 1.3 ms to apply the chat template and tokenise a
-# 131-token prompt (tenstorrent/tt-inference-server#2173, steady state 1.32-1.40 ms) plus
-# ~0.7 ms for HTTP parsing, request set-up and the ZMQ hop to EngineCore (an estimate: no
-# public measurement found); 20 us per output token for incremental detokenisation and one SSE
-# event (the same issue's ~10 us per token of tokeniser work, doubled for the event; an estimate).
+# vLLM's OpenAI API server (``vllm serve``) as an HTTP client sees it, from the alpha
+# coefficients that BLIS (inference-sim/inference-sim, defaults.yaml
+# ``trained_physics_coefficients``) fitted to client-side recordings (inference-perf over HTTP)
+# of vLLM on H100 (Llama-2-7B TP1, Llama-3.1-70B TP4, Mistral-Nemo, Qwen2.5-7B, Yi-34B, Scout):
+# - per_request_s 12 ms: BLIS's alpha0 (15.56 ms, "QueueingTime", before the request enters
+#   the engine's queue, so in TTFT and E2E) less the part of it that stands for prefill work
+#   BLIS's step model leaves out (its prefill-compute correction is 0.15) and kvbudget's does
+#   not: at BLIS's training shape (Llama-2-7B, H100, a 466-713-token prompt at idle) BLIS's
+#   client TTFT is 23.0-23.5 ms and kvbudget's engine-side TTFT 9.5-13.7 ms, so 9.7-13.4 ms
+#   is the front end's; 12 ms is the 566-token (100 system + 466 question) point.
+# - per_output_token_s 45.9 us: alpha2 ("OutputTokenProcessingTime", streaming
+#   detokenisation), which BLIS adds to the first token and to every inter-token gap.
+# - post_decode_s 0.78 ms: alpha1 ("PostDecodeFixedOverhead"), once at the end: E2E only.
+# Derivation and citations: docs/fidelity.md, "API server".
 FRONTENDS: dict[str, FrontendCost] = {
     "none": FrontendCost(),
-    "vllm-api-server": FrontendCost(per_request_s=2.0e-3, per_output_token_s=20e-6),
+    "vllm-api-server": FrontendCost(
+        per_request_s=12.0e-3, per_output_token_s=45.9e-6, post_decode_s=0.78e-3
+    ),
 }
 
 
