@@ -50,13 +50,17 @@ lint: $(STAMP)-test
 typecheck: $(STAMP)-test
 	$(VENV)/bin/mypy
 
+# PYTEST_ARGS: e.g. "-n 2 --dist loadgroup" (pytest-xdist, in the dev extra; the live tests
+# then share one worker and one vLLM server)
+PYTEST_ARGS ?=
+
 unit: $(STAMP)-test
-	$(VENV)/bin/pytest -q -m "not live"
+	$(VENV)/bin/pytest -q -m "not live" $(PYTEST_ARGS)
 
 test: install-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
 
 # The API reference, generated from the docstrings (pdoc); any warning fails the build.
 API_MODULES := kvbudget $(addprefix kvbudget.,policies workloads results perf analysis simulator studies live cli)

@@ -115,3 +115,12 @@ def assert_skip_ahead_matches_stepping(
     assert a.records.equals(b.records)
     assert a.timeline.equals(b.timeline)
     return a, b
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``-n N --dist loadgroup``, as ``make test`` runs the suite) the live
+    tests share one worker, so they share one CPU vLLM server (a session fixture)."""
+    live = REPO / "tests" / "live"
+    for item in items:
+        if live in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.xdist_group("live-vllm"))

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -134,20 +135,23 @@ def test_an_interrupted_write_never_mixes_two_runs(tmp_path: Path,
     out = tmp_path / "run"
     old, new = result(8), result(5)
     old.write(out)
-    real = pq.write_table
+    # the second Parquet file begun (the timeline), however the tables are written
     calls = 0
 
-    def interrupted(*args: object, **kwargs: object) -> None:
-        nonlocal calls
-        calls += 1
-        if calls == 2:  # Ctrl-C while the timeline is written
-            raise KeyboardInterrupt
-        real(*args, **kwargs)
+    def counted(real: Any) -> Any:
+        def wrapper(*args: object, **kwargs: object) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 2:  # Ctrl-C while the timeline is written
+                raise KeyboardInterrupt
+            return real(*args, **kwargs)
+        return wrapper
 
-    monkeypatch.setattr(pq, "write_table", interrupted)
+    monkeypatch.setattr(pq, "write_table", counted(pq.write_table))
+    monkeypatch.setattr(pq, "ParquetWriter", counted(pq.ParquetWriter))
     with pytest.raises(KeyboardInterrupt):
         new.write(out)
-    monkeypatch.setattr(pq, "write_table", real)
+    monkeypatch.undo()
     try:
         back = read_run(out)
     except FileNotFoundError:
