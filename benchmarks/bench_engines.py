@@ -72,7 +72,7 @@ def main() -> None:
             cpu[label].append(time.process_time() - start)
     base = {path: None for path in loaded}
     print(f"{'configuration':<34}{'requests':>9}{'cpu ms/req':>12}{'x base':>8}")
-    for label, w, cfg in configs:
+    for label, w, _cfg in configs:
         per = statistics.median(cpu[label]) / len(w) * 1e3
         key = next(p for p, wl in loaded.items() if wl is w)
         if base[key] is None:
