@@ -21,10 +21,12 @@ from kvbudget.cli.options import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from kvbudget.live.calibrate import SpeedCheck
     from kvbudget.live.openai_client import ServerTarget
     from kvbudget.live.replay import ReplayOutcome
     from kvbudget.policies import BasePolicy, FrontDoor, TierConfig
     from kvbudget.policies.clients import ClientModel
+    from kvbudget.studies.validate import LiveComparison
     from kvbudget.workloads import Workload
     from kvbudget.workloads.closed_loop import ClosedLoop
 
@@ -556,10 +558,6 @@ def validate_cmd(
 ) -> None:
     """Simulate with the calibrated model and compare per metric: against a live replay of a
     trace (--url), or against a recorded run (--records, offline)."""
-    import asyncio
-
-    from kvbudget.cli.tables import render
-
     if records is not None:
         from kvbudget.cli import recorded
 
@@ -582,96 +580,67 @@ def validate_cmd(
         if url is None or trace is None or cost_model is None:
             raise CliError("give --url, --trace and --cost-model (a live validation) or "
                            "--records (a recorded run)")
-        from kvbudget.analysis.validation import KEY_METRICS
-        from kvbudget.live.calibrate import SpeedCheck, speed_check_async
-        from kvbudget.live.server import BackendUnavailable, discover
-        from kvbudget.perf.cost_model import (
-            LinearCostModel,
-            load_cost_model,
-            read_frontend_overhead,
+        from kvbudget.live.server import BackendUnavailable
+        from kvbudget.live.validate import (
+            discover_kv_server,
+            load_live_cost_model,
+            run_live_validation,
         )
-        from kvbudget.simulator.engine_config import EngineConfig
-        from kvbudget.simulator.run import SimConfig
-        from kvbudget.studies.validate import compare_live_run
+        from kvbudget.studies.validate import compare_live_validation
 
         if out.exists() and any(out.iterdir()):
             raise CliError(f"{out}: already exists and is not empty; choose another --out")
         if correct_drift and not speed_check:
             raise CliError("--correct-drift needs the speed checks (drop --no-speed-check)")
-        loaded = load_cost_model(cost_model)
-        if not isinstance(loaded, LinearCostModel):
-            raise CliError(f"{cost_model}: a live validate needs a linear cost model (kvbudget "
-                           "calibrate --url writes one); validate a recorded run with --records")
-        cost = loaded
-        overhead = read_frontend_overhead(cost_model)
-        plan = json.loads(cost_model.read_text()).get("calibration", {}).get("plan", {})
+        cal = load_live_cost_model(cost_model, max_num_seqs=max_num_seqs,
+                                   max_num_batched_tokens=max_num_batched_tokens)
+        overhead = cal.frontend_overhead_s
         target = _target(url, model, api_key, read_timeout)
         setup = gateway_setup(scenario, policy, params)
         pol = setup.new_policy()
         workload = load_workload(trace, trace_format, tier, time_scale, max_output)
         tiers = _tiers_for(workload, setup.tiers)
-
-        async def ask() -> Any:
-            import httpx
-
-            async with httpx.AsyncClient() as client:
-                return await discover(client, target)
-
+        out_live, trace_path = out / "live", trace
         try:
-            info = asyncio.run(ask())
-        except BackendUnavailable as exc:
+            info = discover_kv_server(target)
+            run = run_live_validation(
+                target, cal.model, info, lambda: run_replay(
+                    workload, pol, target=target, out=out_live, trace=trace_path,
+                    time_scale=time_scale, capacity_tokens=capacity_tokens,
+                    max_in_flight=max_in_flight, seed=seed, resume=False, tiers=tiers,
+                    poll_period=poll_period, lease_ttl=lease_ttl,
+                    hint="; validate needs a complete run: start it again with another --out",
+                    front_door=setup.front_door),
+                num_seqs=cal.max_num_seqs, speed_check=speed_check)
+        except BackendUnavailable as exc:  # the server, or a speed check, failed
             raise CliError(str(exc), 1) from None
-        if info.usable_blocks is None or info.block_size is None:
-            raise CliError(f"{target.base_url}/metrics does not expose vllm:cache_config_info; validate "
-                           "needs the server's KV blocks", 2)
-        seqs = max_num_seqs or int(plan.get("max_num_seqs", 256))
-        batched = max_num_batched_tokens or int(plan.get("max_num_batched_tokens", 2048))
-
-        def check() -> SpeedCheck | None:
-            if not speed_check:
-                return None
-            n = max(1, min(4, seqs))
-            try:
-                return asyncio.run(speed_check_async(target, cost, num_seqs=n, info=info))
-            except BackendUnavailable as exc:  # the server refused or dropped the check
-                raise CliError(f"speed check: {exc}", 1) from None
-
-        checks = [check()]
-        live = run_replay(workload, pol, target=target, out=out / "live", trace=trace,
-                          time_scale=time_scale, capacity_tokens=capacity_tokens,
-                          max_in_flight=max_in_flight, seed=seed, resume=False, tiers=tiers,
-                          poll_period=poll_period, lease_ttl=lease_ttl,
-                          hint="; validate needs a complete run: start it again with another "
-                               "--out", front_door=setup.front_door)
-        checks.append(check())
-        sim_config = SimConfig(
-            engine=EngineConfig(block_size=info.block_size, num_gpu_blocks=info.usable_blocks,
-                                max_num_seqs=seqs, max_num_batched_tokens=batched,
-                                max_model_len=info.max_model_len),
-            tiers=tiers, front_door=setup.front_door, cost_model=cost,
-            gateway_capacity_tokens=capacity_tokens, lease_ttl_s=lease_ttl,
-            timeline_period_s=0.25, seed=seed, frontend_overhead_s=overhead,
-        )
-        timed = [c for c in checks if c is not None]
-        factor = (sum(c.measured_s / c.predicted_s for c in timed) / len(timed)
-                  if correct_drift and timed else None)
-        outcome = compare_live_run(
-            workload, setup.new_policy, sim_config, live, out,
-            capacity_tokens=capacity_tokens or info.usable_blocks * info.block_size,
-            drift_factor=factor,
-            meta={"trace": str(trace), "url": target.base_url,
-                  "engine": {"block_size": info.block_size,
-                             "num_gpu_blocks": info.usable_blocks, "max_num_seqs": seqs,
-                             "max_num_batched_tokens": batched},
-                  "speed_check": {when: None if c is None else {
-                      "num_seqs": c.num_seqs, "seq_len": c.seq_len,
-                      "measured_s": c.measured_s, "predicted_s": c.predicted_s,
-                      "drift": c.drift}
-                      for when, c in zip(("before", "after"), checks, strict=True)}},
+        checks = run.checks
+        outcome = compare_live_validation(
+            workload, setup.new_policy, run.live, out, cost_model=cal.model,
+            frontend_overhead_s=overhead, block_size=run.block_size,
+            num_gpu_blocks=run.num_gpu_blocks, max_model_len=info.max_model_len,
+            max_num_seqs=cal.max_num_seqs, max_num_batched_tokens=cal.max_num_batched_tokens,
+            tiers=tiers, front_door=setup.front_door, capacity_tokens=capacity_tokens,
+            lease_ttl_s=lease_ttl, seed=seed,
+            drift_factor=run.drift_factor() if correct_drift else None,
+            source={"trace": str(trace), "url": target.base_url},
+            speed_check=run.speed_check_meta(),
             title=f"{pol.name} on {trace.name}: simulated vs measured")
-        result = outcome.validation
-        corrected = (None if outcome.drift_corrected is None
-                     else (outcome.drift_factor, outcome.drift_corrected))
+    _print_live_validation(outcome, checks, overhead=overhead, speed_check=speed_check,
+                           out=out, max_error=max_error)
+
+
+def _print_live_validation(outcome: "LiveComparison",
+                           checks: "tuple[SpeedCheck | None, SpeedCheck | None]", *,
+                           overhead: float, speed_check: bool, out: Path,
+                           max_error: float | None) -> None:
+    """The tables and lines ``validate --url`` prints; exit 1 past ``--max-error``."""
+    from kvbudget.analysis.validation import KEY_METRICS
+    from kvbudget.cli.tables import render
+
+    result = outcome.validation
+    corrected = (None if outcome.drift_corrected is None
+                 else (outcome.drift_factor, outcome.drift_corrected))
 
     def pct(x: float) -> str:
         return "-" if not math.isfinite(x) else f"{100 * x:+.1f}%"

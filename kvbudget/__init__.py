@@ -67,11 +67,16 @@ Studies
 - :func:`regress`, :func:`load_suite`: the CI gate on policy metrics
 - :func:`calibrate_recording`: fit a step-time model to a recorded run (simulator in the loop)
 - :func:`validate_recording`: a recorded run simulated against its measurements, per stage
+- :func:`compare_live_validation`: a live validation run simulated on the server's figures
+  and compared, metric by metric
 
 Live servers
 ------------
 - :func:`replay`, :class:`ReplayConfig`: the gateway in front of an OpenAI-compatible server
 - :func:`calibrate`: fit a step-time model against a live server
+- :func:`load_live_cost_model`, :class:`LiveCostModel`, :func:`discover_kv_server`,
+  :func:`run_live_validation`, :class:`LiveValidationRun`: ``validate --url``'s live half
+  (the calibrated model, the server's KV blocks, a replay between two speed checks)
 """
 
 from __future__ import annotations
@@ -163,10 +168,16 @@ _EXPORTS: dict[str, str] = {
     "load_suite": "studies.regress",
     "calibrate_recording": "studies.calibrate",
     "validate_recording": "studies.validate",
+    "compare_live_validation": "studies.validate",
     # Live servers
     "replay": "live.replay",
     "ReplayConfig": "live.replay",
     "calibrate": "live.calibrate",
+    "load_live_cost_model": "live.validate",
+    "LiveCostModel": "live.validate",
+    "discover_kv_server": "live.validate",
+    "run_live_validation": "live.validate",
+    "LiveValidationRun": "live.validate",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -195,6 +206,13 @@ if TYPE_CHECKING:  # what a type checker and an IDE see
     from kvbudget.analysis.validation import validate_runs
     from kvbudget.live.calibrate import calibrate
     from kvbudget.live.replay import ReplayConfig, replay
+    from kvbudget.live.validate import (
+        LiveCostModel,
+        LiveValidationRun,
+        discover_kv_server,
+        load_live_cost_model,
+        run_live_validation,
+    )
     from kvbudget.perf.cost_model import (
         FrontendCost,
         LinearCostModel,
@@ -243,7 +261,7 @@ if TYPE_CHECKING:  # what a type checker and an IDE see
     from kvbudget.studies.regress import load_suite, regress
     from kvbudget.studies.sweep import run_sweep
     from kvbudget.studies.tune import TuneSpec, tune
-    from kvbudget.studies.validate import validate_recording
+    from kvbudget.studies.validate import compare_live_validation, validate_recording
     from kvbudget.workloads import Workload, from_columns
     from kvbudget.workloads.arrivals import GammaArrivals, PoissonArrivals
     from kvbudget.workloads.closed_loop import ClosedLoop

@@ -35,9 +35,10 @@ from kvbudget.analysis.validation import (
     validate_runs,
 )
 from kvbudget.perf.cost_model import CostModel, LinearCostModel
-from kvbudget.policies import BasePolicy, TierConfig, make_policy
+from kvbudget.policies import BasePolicy, FrontDoor, TierConfig, make_policy
 from kvbudget.results.recordings import Recording
 from kvbudget.results.run_result import RunResult
+from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig, simulate
 from kvbudget.workloads import Workload
 
@@ -255,3 +256,39 @@ def compare_live_run(workload: Workload, new_policy: Callable[[], BasePolicy],
     plot_validation(adjusted, live.records, sim.timeline, live.timeline, out / "validate.png",
                     title or f"{policy_name}: simulated vs measured")
     return outcome
+
+
+def compare_live_validation(workload: Workload, new_policy: Callable[[], BasePolicy],
+                            live: RunResult | Any, out: Path, *, cost_model: LinearCostModel,
+                            frontend_overhead_s: float, block_size: int, num_gpu_blocks: int,
+                            max_model_len: int | None, max_num_seqs: int,
+                            max_num_batched_tokens: int, tiers: tuple[TierConfig, ...],
+                            front_door: FrontDoor | None = None,
+                            capacity_tokens: int | None = None,
+                            lease_ttl_s: float | None = None, seed: int = 0,
+                            drift_factor: float | None = None,
+                            source: Mapping[str, Any] | None = None,
+                            speed_check: Mapping[str, Any] | None = None,
+                            title: str = "") -> LiveComparison:
+    """:func:`compare_live_run` on the configuration a live server reported: its KV blocks
+    (``num_gpu_blocks`` of ``block_size`` tokens, as :func:`kvbudget.live.validate.\
+discover_kv_server` finds them), the calibrated batch limits, ``cost_model`` and front-end
+    overhead. ``capacity_tokens``: the gateway's budget (default: the server's KV capacity).
+    ``validation.json`` records ``source`` (e.g. trace, url), the engine and ``speed_check``."""
+    config = SimConfig(
+        engine=EngineConfig(block_size=block_size, num_gpu_blocks=num_gpu_blocks,
+                            max_num_seqs=max_num_seqs,
+                            max_num_batched_tokens=max_num_batched_tokens,
+                            max_model_len=max_model_len),
+        tiers=tiers, front_door=front_door, cost_model=cost_model,
+        gateway_capacity_tokens=capacity_tokens, lease_ttl_s=lease_ttl_s,
+        timeline_period_s=0.25, seed=seed, frontend_overhead_s=frontend_overhead_s,
+    )
+    meta = {**dict(source or {}),
+            "engine": {"block_size": block_size, "num_gpu_blocks": num_gpu_blocks,
+                       "max_num_seqs": max_num_seqs,
+                       "max_num_batched_tokens": max_num_batched_tokens},
+            "speed_check": dict(speed_check or {})}
+    return compare_live_run(workload, new_policy, config, live, out,
+                            capacity_tokens=capacity_tokens or num_gpu_blocks * block_size,
+                            drift_factor=drift_factor, meta=meta, title=title)

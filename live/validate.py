@@ -1,0 +1,137 @@
+"""The live half of ``kvbudget validate --url``: the calibrated model it checks, the server it
+runs against, and the replay between two speed checks.
+
+A notebook makes the same calls as the command::
+
+    cal = load_live_cost_model(Path("cost_model.json"))
+    info = discover_kv_server(target)
+    run = run_live_validation(target, cal.model, info, replay, num_seqs=cal.max_num_seqs)
+
+then hands ``run``'s figures to :func:`kvbudget.studies.validate.compare_live_validation`
+(this package never imports the simulator).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from kvbudget.live.calibrate import SpeedCheck, speed_check_async
+from kvbudget.live.openai_client import ServerTarget
+from kvbudget.live.replay import ReplayOutcome
+from kvbudget.live.server import BackendUnavailable, ServerInfo, discover
+from kvbudget.perf.cost_model import LinearCostModel, load_cost_model, read_frontend_overhead
+
+
+@dataclass(frozen=True, slots=True)
+class LiveCostModel:
+    """A ``kvbudget calibrate --url`` file as a live validation uses it: the linear model, the
+    calibrated front-end overhead, and the batch limits (the calibration plan's, unless given)."""
+
+    model: LinearCostModel
+    frontend_overhead_s: float
+    max_num_seqs: int
+    max_num_batched_tokens: int
+
+
+def load_live_cost_model(path: Path, *, max_num_seqs: int | None = None,
+                         max_num_batched_tokens: int | None = None) -> LiveCostModel:
+    """Read ``path``; ValueError (naming it) unless it holds a linear cost model. The batch
+    limits default to the calibration plan's, else vLLM's 256 and 2048."""
+    loaded = load_cost_model(path)
+    if not isinstance(loaded, LinearCostModel):
+        raise ValueError(f"{path}: a live validate needs a linear cost model (kvbudget "
+                         "calibrate --url writes one); validate a recorded run with --records")
+    overhead = read_frontend_overhead(path)
+    plan = json.loads(path.read_text()).get("calibration", {}).get("plan", {})
+    return LiveCostModel(
+        model=loaded, frontend_overhead_s=overhead,
+        max_num_seqs=max_num_seqs or int(plan.get("max_num_seqs", 256)),
+        max_num_batched_tokens=max_num_batched_tokens
+        or int(plan.get("max_num_batched_tokens", 2048)))
+
+
+def discover_kv_server(target: ServerTarget) -> ServerInfo:
+    """The server as :func:`~kvbudget.live.server.discover` finds it, which must expose its KV
+    blocks and block size (``vllm:cache_config_info``); ValueError otherwise,
+    :class:`~kvbudget.live.server.BackendUnavailable` when it cannot be reached."""
+
+    async def ask() -> ServerInfo:
+        async with httpx.AsyncClient() as client:
+            return await discover(client, target)
+
+    info = asyncio.run(ask())
+    if info.usable_blocks is None or info.block_size is None:
+        raise ValueError(f"{target.base_url}/metrics does not expose vllm:cache_config_info; "
+                         "validate needs the server's KV blocks")
+    return info
+
+
+class SpeedCheckFailed(BackendUnavailable):
+    """The server refused or dropped a speed check."""
+
+
+@dataclass(frozen=True, slots=True)
+class LiveValidationRun:
+    """A replay between two speed checks. ``checks``: before and after (None where not timed,
+    or ``speed_check`` was off); ``info``: the server's figures (KV blocks, block size)."""
+
+    live: ReplayOutcome
+    info: ServerInfo
+    checks: tuple[SpeedCheck | None, SpeedCheck | None]
+    speed_checked: bool
+
+    @property
+    def block_size(self) -> int:
+        """Tokens per KV block (:func:`discover_kv_server` made sure the server says)."""
+        assert self.info.block_size is not None
+        return self.info.block_size
+
+    @property
+    def num_gpu_blocks(self) -> int:
+        """The server's usable KV blocks."""
+        assert self.info.usable_blocks is not None
+        return self.info.usable_blocks
+
+    def drift_factor(self) -> float | None:
+        """Mean measured / predicted step time of the timed checks; None if none was timed."""
+        timed = [c for c in self.checks if c is not None]
+        if not timed:
+            return None
+        return sum(c.measured_s / c.predicted_s for c in timed) / len(timed)
+
+    def speed_check_meta(self) -> dict[str, dict[str, Any] | None]:
+        """``{"before": ..., "after": ...}`` as ``validation.json`` records them."""
+        return {when: None if c is None else {
+            "num_seqs": c.num_seqs, "seq_len": c.seq_len, "measured_s": c.measured_s,
+            "predicted_s": c.predicted_s, "drift": c.drift}
+            for when, c in zip(("before", "after"), self.checks, strict=True)}
+
+
+def run_live_validation(target: ServerTarget, model: LinearCostModel, info: ServerInfo,
+                        replay: Callable[[], ReplayOutcome], *, num_seqs: int,
+                        speed_check: bool = True) -> LiveValidationRun:
+    """Time a decode step of up to 4 streams (at most ``num_seqs``) against ``model``, run
+    ``replay`` (e.g. ``lambda: asyncio.run(replay_async(...))``; the command's adds a progress
+    bar), time it again. :class:`SpeedCheckFailed` when the server fails a check."""
+
+    def check() -> SpeedCheck | None:
+        if not speed_check:
+            return None
+        n = max(1, min(4, num_seqs))
+        try:
+            return asyncio.run(speed_check_async(target, model, num_seqs=n, info=info))
+        except BackendUnavailable as exc:
+            raise SpeedCheckFailed(f"speed check: {exc}") from exc
+
+    before = check()
+    live = replay()
+    after = check()
+    return LiveValidationRun(live=live, info=info, checks=(before, after),
+                             speed_checked=speed_check)
