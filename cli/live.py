@@ -21,7 +21,7 @@ from kvbudget.cli.options import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from kvbudget.live.calibrate import SpeedCheck
+    from kvbudget.live.calibrate import Calibration, CalibrationPlan, SpeedCheck
     from kvbudget.live.openai_client import ServerTarget
     from kvbudget.live.replay import ReplayOutcome
     from kvbudget.policies import BasePolicy, FrontDoor, TierConfig
@@ -425,8 +425,6 @@ def calibrate_cmd(
 ) -> None:
     """Fit the cost model for simulate --cost-model: to a live server's step times (--url), or
     to a recorded run's latencies (--records, offline)."""
-    from kvbudget.cli.tables import render
-
     if records is not None:
         from kvbudget.cli import recorded
 
@@ -447,7 +445,7 @@ def calibrate_cmd(
     with user_errors():
         if url is None:
             raise CliError("give --url (a live server) or --records (a recorded run)")
-        from kvbudget.live.calibrate import CalibrationPlan, calibrate
+        from kvbudget.live.calibrate import CalibrationPlan
 
         plan = CalibrationPlan(
             prefill_tokens=_ints(prefill_tokens, "--prefill-tokens"),
@@ -459,28 +457,42 @@ def calibrate_cmd(
             max_num_batched_tokens=max_num_batched_tokens or 2048,
         )
         target = _target(url, model, api_key, read_timeout)
-        bar: Any = None
-
-        def on_point(point: Any, done: int, total: int) -> None:
-            nonlocal bar
-            if bar is None:
-                from tqdm import tqdm
-
-                bar = tqdm(total=total, desc="calibrate", unit="point", leave=False,
-                           disable=None, file=sys.stderr)
-            bar.update(1)
-
-        from kvbudget.live.calibrate import CalibrationFailed
-        from kvbudget.live.server import BackendUnavailable
-
-        try:
-            cal = calibrate(target, plan, capacity_tokens=capacity_tokens, on_point=on_point)
-        except (BackendUnavailable, CalibrationFailed) as exc:
-            raise CliError(str(exc), 1) from None
-        finally:
-            if bar is not None:
-                bar.close()
+        cal = _calibrate_with_bar(target, plan, capacity_tokens)
         cal.save(out)
+    _print_calibration(cal, target, out)
+
+
+def _calibrate_with_bar(target: "ServerTarget", plan: "CalibrationPlan",
+                        capacity_tokens: int | None) -> "Calibration":
+    """:func:`~kvbudget.live.calibrate.calibrate` with a progress bar; a server that fails it
+    exits with code 1."""
+    from kvbudget.live.calibrate import CalibrationFailed, calibrate
+    from kvbudget.live.server import BackendUnavailable
+
+    bar: Any = None
+
+    def on_point(point: Any, done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:
+            from tqdm import tqdm
+
+            bar = tqdm(total=total, desc="calibrate", unit="point", leave=False,
+                       disable=None, file=sys.stderr)
+        bar.update(1)
+
+    try:
+        return calibrate(target, plan, capacity_tokens=capacity_tokens, on_point=on_point)
+    except (BackendUnavailable, CalibrationFailed) as exc:
+        raise CliError(str(exc), 1) from None
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _print_calibration(cal: "Calibration", target: "ServerTarget", out: Path) -> None:
+    """The coefficients and the per-class fit errors ``calibrate --url`` prints."""
+    from kvbudget.cli.tables import render
+
     m = cal.model
     typer.echo(f"fitted on {cal.fit.num_samples} grid points of {cal.info.model} at "
                f"{target.base_url}")
