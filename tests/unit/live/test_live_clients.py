@@ -199,3 +199,35 @@ def test_replay_command_takes_clients(server: tuple[_State, str], tmp_path: Path
     bad = CliRunner().invoke(app, ["replay", "--url", url, "--trace", str(trace), "--out",
                                    str(tmp_path / "bad"), "--clients", "bulk=openai-sdk"])
     assert bad.exit_code == 2 and "bulk" in bad.output
+
+
+def test_live_gateway_answers_with_its_policys_retry_after(
+    server: tuple[_State, str], tmp_path: Path
+) -> None:
+    # a budget for one request: the second is refused at the gateway (batch, retryably) with
+    # the end of the first one's lease (4 output tokens at the tier's 0.1 s) as Retry-After;
+    # its client (batch-pipeline) comes back no sooner than that
+    state, url = server
+    state.refusals = 0
+    fast = TierConfig("batch", priority=1, queue_timeout_s=600.0, retryable_on_overload=True,
+                      ttft_s=60.0, tpot_s=0.1)
+    w = from_columns([0.0, 0.0], [8, 8], [4, 4], tiers=["batch", "batch"])
+    config = ReplayConfig(target=ServerTarget(url, model="fake", read_timeout_s=10.0),
+                          tiers=(INTERACTIVE, fast), capacity_tokens=16, block_size=16,
+                          clients=(("batch", client_model("batch-pipeline")),),
+                          poll_period_s=0.05)
+    meta = ReplayMeta(trace="t", policy="conservative", policy_params={}, time_scale=1.0,
+                      seed=0, url=url)
+    policy = make_policy("conservative", {"batch_on_overload": "reject",
+                                          "retry_after": "lease_ends"})
+    outcome = replay(w, policy, config, tmp_path / "run", meta=meta)
+    assert outcome.complete, outcome.error
+    att = read_run(tmp_path / "run").attempts
+    assert att is not None
+    refused = att[att.answer == "overloaded_retryable"]
+    assert len(refused) >= 1
+    first = refused.iloc[0]
+    assert first.retry_after_s == pytest.approx(0.4)
+    again = att[(att.request_id == first.request_id) & (att.attempt == first.attempt + 1)]
+    assert float(again.sent_s.iloc[0]) - float(first.ended_s) >= 0.4
+    assert sorted(read_run(tmp_path / "run").records.status) == ["completed", "completed"]
