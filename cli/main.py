@@ -63,6 +63,13 @@ _AS_COMMAND = __name__ == "__main__" or os.path.basename(sys.argv[0]) == "kvbudg
 _register(_modules_for(sys.argv) if _AS_COMMAND else tuple(COMMAND_MODULES))
 
 
+def terminate(signum: int, frame: object) -> None:
+    """The SIGTERM handler :func:`main` installs: SIGTERM (a CI runner's timeout, `kill`) takes
+    the same way out as Ctrl-C, so the commands that keep finished work (sweep, tune, capacity
+    and plan parts, replay rows) flush it and say where it is."""
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     # kvbudget's numeric work is element-wise numpy and small solves, never large BLAS calls, so
     # one OpenBLAS thread loses nothing and saves starting its thread pool when numpy loads
@@ -74,15 +81,10 @@ def main() -> None:
     # What is loaded so far (typer, the command modules) lives as long as the process: keep it
     # out of the collector's passes while each command imports the rest (as mypy does).
     gc.freeze()
-    # SIGTERM (a CI runner's timeout, `kill`) takes the same way out as Ctrl-C: the commands
-    # that keep finished work (sweep parts, replay rows) flush it and say where it is
     import signal
 
-    def _terminate(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
     try:
-        signal.signal(signal.SIGTERM, _terminate)
+        signal.signal(signal.SIGTERM, terminate)
         app()
     except KeyboardInterrupt:
         # Ctrl-C outside a command's own handling (commands that keep partial work say so

@@ -221,11 +221,15 @@ def tune_cmd(
     executor: ExecutorOpt = "local",
     address: AddressOpt = None,
     jobs: JobsOpt = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Reuse the runs already in --out; run the rest.")
+    ] = False,
 ) -> None:
     """Find the parameters that optimise an objective subject to constraints.
 
     Writes best.toml (a scenario for `kvbudget simulate --scenario`), evidence.parquet (every
-    run) and tune.json. Exits 1 when no setting meets the constraints.
+    run) and tune.json. Exits 1 when no setting meets the constraints. Finished runs are kept
+    in --out as they complete; rerun with --resume after an interrupt.
     """
     from kvbudget.cli.tables import render
     from kvbudget.studies.tune import Constraint, Param, TuneSpec, evaluations_frame, tune
@@ -249,9 +253,9 @@ def tune_cmd(
         )
         ex = _executor(executor, jobs, address)
         bar = Bar("tune", spec.max_runs())
-        with _interrupts("nothing was written"), ex:
+        with _interrupts(f"finished runs are kept in {out}; rerun with --resume"), ex:
             try:
-                result = tune(spec, ex, progress=bar.update)
+                result = tune(spec, ex, out, resume=resume, progress=bar.update)
             finally:
                 bar.close()
         typer.echo(bar.rate_line(), err=True)
@@ -308,9 +312,13 @@ def capacity_cmd(
     executor: ExecutorOpt = "local",
     address: AddressOpt = None,
     jobs: JobsOpt = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Reuse the runs already in --out; run the rest.")
+    ] = False,
 ) -> None:
     """The largest arrival rate each policy sustains at the SLO attainment target
-    (DistServe's per-GPU goodput), by bisection on the load with replications."""
+    (DistServe's per-GPU goodput), by bisection on the load with replications. Finished runs
+    are kept in --out as they complete; rerun with --resume after an interrupt."""
     from kvbudget.cli.tables import render
     from kvbudget.studies.capacity import (
         CapacitySpec,
@@ -332,18 +340,22 @@ def capacity_cmd(
         spec = CapacitySpec(scn, tuple(names), target=0.9 if target is None else target,
                             metric=metric, replications=replications, rel_tol=rel_tol,
                             root_seed=seed, slos=slos, use_target=target is not None or not slos)
+        from kvbudget.studies.sweep import StoredRuns
+
+        stored = StoredRuns(out, resume=resume, what="capacity search")
         ex = _executor(executor, jobs, address)
         bar = Bar("capacity", spec.expected_runs())
         consistent: bool | None = None
-        with _interrupts("nothing was written"), ex:
+        with _interrupts(f"finished runs are kept in {out}; rerun with --resume"), ex:
             try:
-                result = capacity(spec, ex, progress=bar.update)
+                result = capacity(spec, ex, progress=bar.update, stored=stored)
                 curve = result.curve()
                 scales = curve_scales(result, curve_points)
                 if scales:
                     bar.set_total(len(result.rows) + len(spec.policies) * len(scales)
                                   * spec.replications)
-                    curve = attainment_curve(spec, ex, scales, progress=bar.update)
+                    curve = attainment_curve(spec, ex, scales, progress=bar.update,
+                                             stored=stored)
                     consistent = order_consistent(result.capacities,
                                                   first_miss_rps(curve, metric, spec.target))
             finally:

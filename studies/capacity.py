@@ -33,6 +33,7 @@ import numpy as np
 
 from kvbudget.studies.sweep import (
     GridPoint,
+    StoredRuns,
     execute,
     plan_runs,
     replication_seeds,
@@ -234,9 +235,19 @@ def _f(x: Any) -> float:
         return math.nan
 
 
+def _execute(runs: Sequence[Any], executor: Executor, stored: StoredRuns | None,
+             progress: Callable[[int], None] | None) -> list[dict[str, Any]]:
+    if stored is None:
+        return execute(runs, executor, progress=progress)
+    return stored.execute(runs, executor, progress=progress)
+
+
 def capacity(spec: CapacitySpec, executor: Executor, *,
-             progress: Callable[[int], None] | None = None) -> CapacityResult:
-    """Bisect every policy's capacity (see module doc)."""
+             progress: Callable[[int], None] | None = None,
+             stored: StoredRuns | None = None) -> CapacityResult:
+    """Bisect every policy's capacity (see module doc). With ``stored``, runs are kept as they
+    finish and kept runs are reused (the bisection is deterministic: a resumed search takes
+    the same steps)."""
     assert spec.root_seed is not None
     seeds = replication_seeds(spec.root_seed, spec.replications)
     searches = {p: _Search(p) for p in spec.policies}
@@ -257,7 +268,7 @@ def capacity(spec: CapacitySpec, executor: Executor, *,
             index += 1
         if not points:
             break
-        rows = execute(plan_runs(spec.scenario, points, seeds), executor, progress=progress)
+        rows = _execute(plan_runs(spec.scenario, points, seeds), executor, stored, progress)
         for name in [spec.metric, *(c.metric for c in spec.slos)]:
             if rows and name not in rows[0]:
                 raise ValueError(
@@ -318,17 +329,18 @@ def curve_scales(result: CapacityResult, num_points: int) -> list[float]:
 
 
 def attainment_curve(spec: CapacitySpec, executor: Executor, scales: Sequence[float], *,
-                     progress: Callable[[int], None] | None = None) -> pd.DataFrame:
+                     progress: Callable[[int], None] | None = None,
+                     stored: StoredRuns | None = None) -> pd.DataFrame:
     """Attainment against load for every policy of ``spec`` on a common grid of rate scales:
     a sweep with the search's seeds (so its runs at a scale the search visited are the very
     same runs). One row per (policy, rate_scale) with mean and t interval of the metric and
     of ``offered_rate_rps``."""
-    from kvbudget.studies.sweep import Axis, SweepPlan, execute, summarize_points
+    from kvbudget.studies.sweep import Axis, SweepPlan, summarize_points
 
     plan = SweepPlan(spec.scenario, (Axis("policy", spec.policies),
                                      Axis("rate_scale", tuple(scales))),
                      replications=spec.replications, root_seed=spec.root_seed)
-    rows = execute(plan.runs, executor, progress=progress)
+    rows = _execute(plan.runs, executor, stored, progress)
     return summarize_points(rows_to_frame(rows), [spec.metric, "offered_rate_rps"],
                             by=["policy", "rate_scale"], confidence=spec.confidence)
 

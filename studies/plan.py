@@ -45,7 +45,7 @@ import numpy as np
 from kvbudget.studies.sweep import (
     Axis,
     GridPoint,
-    RunStore,
+    StoredRuns,
     _scenario_data,
     execute,
     expand_grid,
@@ -330,19 +330,9 @@ def plan(
     candidates = _candidates(spec, notes)
     assert spec.root_seed is not None
     seeds = replication_seeds(spec.root_seed, spec.replications)
-    store: RunStore | None = None
-    stored: dict[str, dict[str, Any]] = {}
-    if out_dir is not None:
-        store = RunStore(out_dir)
-        if store.part_files():
-            if not resume:
-                raise ValueError(f"{out_dir}: already holds runs of a plan; pass --resume to "
-                                 "continue it, or choose another --out")
-            stored = {str(r["run_key"]): {str(k): v for k, v in r.items()}
-                      for r in store.read().to_dict(orient="records")}
-        out_dir.mkdir(parents=True, exist_ok=True)
+    stored = None if out_dir is None else StoredRuns(out_dir, resume=resume, what="plan")
     if on_start is not None:
-        on_start(max_runs(spec, len(candidates)), len(stored))
+        on_start(max_runs(spec, len(candidates)), 0 if stored is None else len(stored.stored))
     all_rows: list[dict[str, Any]] = []
     for replicas in spec.replicas:
         active = [c for c in candidates if not c.done]
@@ -356,11 +346,8 @@ def plan(
                                     (*c.overrides, *_fleet_overrides(spec, replicas)),
                                     c.policy, 1.0))
         runs = plan_runs(spec.scenario, points, seeds)
-        todo = [r for r in runs if r.key not in stored]
-        reused = [stored[r.key] for r in runs if r.key in stored]
-        if reused and progress is not None:
-            progress(len(reused))
-        rows = [*reused, *execute(todo, executor, store=store, progress=progress)]
+        rows = (execute(runs, executor, progress=progress) if stored is None
+                else stored.execute(runs, executor, progress=progress))
         all_rows.extend(rows)
         for c in active:
             mine = [r for r in rows if int(r["point"]) == c.index]

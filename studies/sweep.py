@@ -564,6 +564,43 @@ def execute(
     return [r for r in rows if r is not None]
 
 
+class StoredRuns:
+    """A study's finished runs kept in ``out_dir/parts`` as they finish (a :class:`RunStore`)
+    and, on a resumed study, reused by run key: the same inputs give the same row, so a study
+    that was interrupted and resumed reaches the same result as one that never stopped.
+
+    Without ``resume``, an ``out_dir`` that already holds runs is an error (never mixed)."""
+
+    def __init__(self, out_dir: Path, *, resume: bool, what: str) -> None:
+        self.store = RunStore(out_dir)
+        self.stored: dict[str, dict[str, Any]] = {}
+        if self.store.part_files():
+            if not resume:
+                raise ValueError(f"{out_dir}: already holds runs of a {what}; pass --resume to "
+                                 "continue it, or choose another --out")
+            self.stored = {str(r["run_key"]): {str(k): v for k, v in r.items()}
+                           for r in self.store.read().to_dict(orient="records")}
+        out_dir.mkdir(parents=True, exist_ok=True)
+
+    def execute(self, runs: Sequence[RunSpec], executor: Executor, *,
+                progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+        """:func:`execute` for the runs not stored; stored ones come back as they were kept
+        (read back from Parquet: a column another run had is NaN), in the order of ``runs``."""
+        todo = [r for r in runs if r.key not in self.stored]
+        reused = len(runs) - len(todo)
+        if reused and progress is not None:
+            progress(reused)
+        made = iter(execute(todo, executor, store=self.store, progress=progress))
+        rows: list[dict[str, Any]] = []
+        for r in runs:
+            kept = self.stored.get(r.key)
+            if kept is None:
+                rows.append(next(made))
+            else:
+                rows.append({**kept, "point": r.point, "replication": r.replication})
+        return rows
+
+
 def run_sweep(
     plan: SweepPlan,
     executor: Executor,

@@ -40,6 +40,7 @@ import numpy as np
 
 from kvbudget.studies.sweep import (
     GridPoint,
+    StoredRuns,
     _scenario_data,
     execute,
     metric_column,
@@ -399,10 +400,12 @@ def dumps_toml(data: Mapping[str, Any]) -> str:
 
 class _Evaluator:
     def __init__(self, spec: TuneSpec, executor: Executor,
-                 progress: Callable[[int], None] | None) -> None:
+                 progress: Callable[[int], None] | None,
+                 stored: StoredRuns | None = None) -> None:
         self.spec = spec
         self.executor = executor
         self.progress = progress
+        self.stored = stored
         assert spec.root_seed is not None
         self.seeds = replication_seeds(spec.root_seed, spec.replications)
         self.evaluations: list[Evaluation] = []
@@ -442,7 +445,8 @@ class _Evaluator:
         base = len(self.evaluations)
         points = [self._point(s, base + i) for i, s in enumerate(settings)]
         runs = plan_runs(self.spec.scenario, points, seeds, first_replication=first_replication)
-        rows = execute(runs, self.executor, progress=self.progress)
+        rows = (execute(runs, self.executor, progress=self.progress) if self.stored is None
+                else self.stored.execute(runs, self.executor, progress=self.progress))
         by_point: dict[int, list[dict[str, Any]]] = {p.index: [] for p in points}
         for r in rows:
             by_point[int(r["point"])].append(r)
@@ -487,12 +491,17 @@ def _f(x: Any) -> float:
     return v
 
 
-def tune(spec: TuneSpec, executor: Executor, *,
+def tune(spec: TuneSpec, executor: Executor, out_dir: Path | None = None, *,
+         resume: bool = False,
          progress: Callable[[int], None] | None = None) -> TuneResult:
-    """Run the search of the module doc and return its result."""
+    """Run the search of the module doc and return its result. With ``out_dir``, every run is
+    kept there as it finishes (``parts/``), and ``resume=True`` reuses the kept runs: the search
+    is deterministic, so a resumed search makes the same decisions and reaches the same result
+    as one never interrupted."""
     from scipy import optimize
 
-    ev = _Evaluator(spec, executor, progress)
+    stored = None if out_dir is None else StoredRuns(out_dir, resume=resume, what="tune")
+    ev = _Evaluator(spec, executor, progress, stored)
     params = spec.params
     grids = [p.grid(spec.grid_points) for p in params]
     settings = [dict(zip([p.key for p in params], combo, strict=True))
