@@ -247,7 +247,24 @@ def _resume_hint() -> str:
         return "; resume with the same command and --resume"
     import shlex
 
-    args = [a for a in argv if a != "--resume"]
+    from kvbudget.live.openai_client import redact_url
+
+    # the command line as typed, less its secrets: an API key's value and a URL's password
+    # are never printed (the key then comes from KVBUDGET_API_KEY or --api-key again)
+    args: list[str] = []
+    secret_next = False
+    for a in argv:
+        if a == "--resume":
+            continue
+        if secret_next:
+            a, secret_next = "***", False
+        elif a == "--api-key":
+            secret_next = True
+        elif a.startswith("--api-key="):
+            a = "--api-key=***"
+        elif "://" in a and "@" in a:
+            a = redact_url(a)
+        args.append(a)
     return "; resume with: kvbudget " + " ".join(shlex.quote(a) for a in args) + " --resume"
 
 

@@ -331,8 +331,9 @@ async def profile_async(
         info = await discover(client, target)
         capacity = capacity_tokens or info.kv_capacity_tokens
         if capacity is None:
-            raise ValueError(f"{target.url('/metrics')} does not tell the KV capacity; "
-                             "give the capacity in tokens explicitly")
+            why = info.capacity_problem or "it does not tell the KV capacity"
+            raise ValueError(f"{target.url('/metrics')}: {why}; give the capacity in tokens "
+                             "explicitly")
         target = _profiling_target(target, info)
         points = plan_points(plan, capacity, info.max_model_len)
         if not any(p.kind == "prefill" for p in points) or not any(

@@ -31,12 +31,46 @@ TRANSPORT_ERRORS: frozenset[str] = frozenset({"connect", "reset", "timeout"})
 
 
 def redact_url(url: str) -> str:
-    """``url`` without the ``user:password@`` part, for printing."""
+    """``url`` without the ``user:password@`` part, for printing (also when the scheme is
+    missing: ``user:password@host:8000``)."""
     scheme, sep, rest = url.partition("://")
     if not sep:
-        return url
+        scheme, rest = "", url
     netloc, slash, tail = rest.partition("/")
-    return f"{scheme}://{netloc.rpartition('@')[2]}{slash}{tail}"
+    return f"{scheme}{sep}{netloc.rpartition('@')[2]}{slash}{tail}"
+
+
+def _header_safe(secret: str) -> bool:
+    """Whether ``secret`` can go in an HTTP header as it is: printable ASCII, no spaces."""
+    return all(33 <= ord(c) <= 126 for c in secret)
+
+
+def _checked_url(given: str) -> str:
+    """``given`` as a server root httpx can send to, or ValueError quoting it (credentials
+    left out): http or https, a host, a port in range, no query or fragment (the API paths are
+    appended to the root)."""
+    from urllib.parse import urlsplit
+
+    shown = repr(redact_url(given))
+    url = given.strip()
+    scheme = url.partition("://")[0].lower()
+    if scheme not in ("http", "https") or "://" not in url:
+        raise ValueError(f"server URL must start with http:// or https://, got {shown}")
+    url = (scheme + url[len(scheme):]).rstrip("/")
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # ValueError when not a number in 0..65535
+        httpx.URL(url)
+    except (ValueError, httpx.InvalidURL) as exc:
+        raise ValueError(f"server URL {shown} is not a valid URL: {exc}") from None
+    if not parts.hostname:
+        raise ValueError(f"server URL {shown} names no host")
+    if port == 0:
+        raise ValueError(f"server URL {shown}: port 0 is no server's port")
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        raise ValueError(f"server URL {shown} has a query or fragment; give the server root "
+                         "(e.g. http://127.0.0.1:8000)")
+    return url
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,10 +98,12 @@ class ServerTarget:
     def __post_init__(self) -> None:
         from urllib.parse import unquote, urlsplit, urlunsplit
 
-        url = self.base_url.rstrip("/")
-        if not url.startswith(("http://", "https://")):
-            raise ValueError("server URL must start with http:// or https://, got "
-                             f"{redact_url(self.base_url)!r}")
+        if self.api_key is not None and not _header_safe(self.api_key):
+            # never quoted: h11 would refuse the header with its value in the message
+            raise ValueError("the API key (--api-key, KVBUDGET_API_KEY) holds whitespace, a "
+                             "control character or a non-ASCII character (a trailing "
+                             "newline?); give the key alone")
+        url = _checked_url(self.base_url)
         parts = urlsplit(url)
         if parts.username is not None or parts.password is not None:
             host = parts.netloc.rpartition("@")[2]
@@ -86,20 +122,28 @@ class ServerTarget:
         return self.base_url + path
 
     def redact(self, text: str) -> str:
-        """``text`` with this target's secrets (API key, URL password) replaced by ``***``."""
-        for secret in (self.api_key, self.basic_auth[1] if self.basic_auth else None):
+        """``text`` with this target's secrets (API key, URL password, and the Basic token
+        that encodes it) replaced by ``***``. Cut a text short only after redacting it: a cut
+        through a secret would leave its first characters."""
+        secrets = [self.api_key]
+        if self.basic_auth is not None:
+            secrets += [self._basic_token(), self.basic_auth[1]]
+        for secret in secrets:
             if secret:
                 text = text.replace(secret, "***")
         return text
+
+    def _basic_token(self) -> str:
+        import base64
+
+        assert self.basic_auth is not None
+        return base64.b64encode(":".join(self.basic_auth).encode()).decode()
 
     def headers(self) -> dict[str, str]:
         if self.api_key:
             return {"Authorization": f"Bearer {self.api_key}"}
         if self.basic_auth is not None:
-            import base64
-
-            token = base64.b64encode(":".join(self.basic_auth).encode()).decode()
-            return {"Authorization": f"Basic {token}"}
+            return {"Authorization": f"Basic {self._basic_token()}"}
         return {}
 
     def timeout(self) -> httpx.Timeout:
@@ -183,8 +227,8 @@ def _error_message(payload: Any) -> str:
     err = payload.get("error")
     if isinstance(err, dict):
         return str(err.get("message") or err.get("type") or err)
-    if isinstance(err, str) and err:
-        return err
+    if err is not None and err is not False and err != "":  # a string, a number, a list
+        return str(err)
     if payload.get("object") == "error":
         return str(payload.get("message") or payload)
     return ""
@@ -195,18 +239,32 @@ def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _event_problem(payload: Any, max_tokens: int) -> str:
+PROMPT_TOKENS_SLACK = 16
+"""``usage.prompt_tokens`` may exceed the prompt sent by this many tokens (a server that adds a
+BOS token or a template); beyond it the count is not this request's."""
+
+
+def _event_problem(payload: Any, max_tokens: int, num_prompt: int) -> str:
     """What makes a parsed stream event unusable ('' when nothing): not an object, ``choices``
-    not a list of objects, a ``usage`` that is not an object or whose counts are not
-    non-negative integers, or more completion tokens than the request allowed. A server that
-    sends such an event is not trusted with the rest of the stream: the request fails with a
-    protocol error on its row, the replay goes on."""
+    not a list of objects each with a ``text`` string or a ``finish_reason`` (a string), a
+    ``usage`` that is not an object or whose counts are not non-negative integers, more
+    completion tokens than the request allowed, or a prompt far longer than the one sent. A
+    server that sends such an event is not trusted with the rest of the stream: the request
+    fails with a protocol error on its row, the replay goes on."""
     if not isinstance(payload, dict):
         return f"a {type(payload).__name__}, not an object"
     choices = payload.get("choices")
     if choices is not None and not (
             isinstance(choices, list) and all(isinstance(c, dict) for c in choices)):
         return "choices is not a list of objects"
+    for choice in choices or ():
+        text, reason = choice.get("text"), choice.get("finish_reason")
+        if text is not None and not isinstance(text, str):
+            return f"choices[].text {text!r} is not a string"
+        if reason is not None and not isinstance(reason, str):
+            return f"choices[].finish_reason {reason!r} is not a string"
+        if text is None and reason is None:
+            return "a choice with neither text nor finish_reason"
     usage = payload.get("usage")
     if usage is None:
         return ""
@@ -219,13 +277,22 @@ def _event_problem(payload: Any, max_tokens: int) -> str:
     completion = usage.get("completion_tokens")
     if completion is not None and completion > max_tokens:
         return f"usage.completion_tokens {completion} > max_tokens {max_tokens}"
+    prompt = usage.get("prompt_tokens")
+    if prompt is not None and prompt > num_prompt + PROMPT_TOKENS_SLACK:
+        return f"usage.prompt_tokens {prompt} for a prompt of {num_prompt} tokens"
     return ""
+
+
+MAX_RETRY_AFTER_S = 86400.0
+"""A ``Retry-After`` beyond a day is no wait a client honours (the OpenAI SDKs ignore one over
+60 s and back off on their own): it is read as no header at all."""
 
 
 def retry_after_header(headers: Mapping[str, str]) -> float | None:
     """Seconds a response asks the client to wait: ``retry-after-ms`` (milliseconds, as the
     OpenAI SDKs read first), else ``Retry-After`` as seconds or an HTTP date (RFC 9110
-    section 10.2.3); ``None`` when there is neither or it does not parse."""
+    section 10.2.3); ``None`` when there is neither, it does not parse, or it asks for a
+    negative wait or one beyond :data:`MAX_RETRY_AFTER_S`."""
     import email.utils
     import time
 
@@ -235,7 +302,7 @@ def retry_after_header(headers: Mapping[str, str]) -> float | None:
             value = float(ms) / 1000
         except ValueError:
             value = math.nan
-        if math.isfinite(value) and value >= 0:
+        if math.isfinite(value) and 0 <= value <= MAX_RETRY_AFTER_S:
             return value
     raw = headers.get("retry-after")
     if raw is None:
@@ -247,7 +314,7 @@ def retry_after_header(headers: Mapping[str, str]) -> float | None:
         if when is None:
             return None
         value = max(0.0, email.utils.mktime_tz(when) - time.time())
-    return value if math.isfinite(value) and value >= 0 else None
+    return value if math.isfinite(value) and 0 <= value <= MAX_RETRY_AFTER_S else None
 
 
 async def stream_completion(
@@ -266,7 +333,9 @@ async def stream_completion(
     """
     body = completion_body(target, prompt_ids, max_tokens)
     res = StreamResult(sent_s=clock())
+    content_type = ""
     counted = 0
+    text_chunks = 0  # chunks with text: each carried at least one token
     done = False
     loop = asyncio.get_running_loop()
     try:
@@ -278,6 +347,7 @@ async def stream_completion(
             timeout=target.timeout(),
         ) as response:
             res.http_status = response.status_code
+            content_type = response.headers.get("content-type", "")
             if response.status_code >= 400:
                 res.retry_after_s = retry_after_header(response.headers)
                 raw = await response.aread()
@@ -286,9 +356,18 @@ async def stream_completion(
                 try:
                     detail = _error_message(json.loads(raw))
                 except ValueError:
-                    detail = raw[:200].decode("utf-8", "replace").strip()
-                detail = target.redact(detail)  # a server may echo the request's headers
+                    detail = raw[:65536].decode("utf-8", "replace").strip()
+                # a server may echo the request's headers: redact, then cut
+                detail = target.redact(detail)[:200]
                 res.error = f"HTTP {response.status_code}" + (f": {detail}" if detail else "")
+                res.error_kind = "http"
+                return res
+            if 300 <= response.status_code < 400:
+                # never followed: the request (and its API key) goes to this server only
+                where = target.redact(redact_url(response.headers.get("location", "")))[:200]
+                res.finished_s = clock()
+                res.error = (f"HTTP {response.status_code}: a redirect"
+                             + (f" to {where!r}" if where else "") + ", not followed")
                 res.error_kind = "http"
                 return res
             async for line in response.aiter_lines():
@@ -302,38 +381,55 @@ async def stream_completion(
                     payload = json.loads(data)
                 except ValueError:
                     res.finished_s = clock()
-                    res.error = target.redact(f"malformed stream event: {data[:120]!r}")
+                    res.error = f"malformed stream event: {target.redact(data)[:120]!r}"
                     res.error_kind = "protocol"
                     res.output_tokens = counted
                     return res
                 message = _error_message(payload)
                 if message:
                     res.finished_s = clock()
-                    res.error = target.redact(f"stream error: {message}")
+                    res.error = f"stream error: {target.redact(message)[:200]}"
                     res.error_kind = "stream_error"
                     res.output_tokens = counted
                     return res
-                problem = _event_problem(payload, max_tokens)
+                problem = _event_problem(payload, max_tokens, len(prompt_ids))
                 if problem:
                     res.finished_s = clock()
-                    res.error = target.redact(
-                        f"malformed stream event ({problem}): {data[:120]!r}")
+                    res.error = target.redact(f"malformed stream event ({problem}): "
+                                              f"{target.redact(data)[:120]!r}")
                     res.error_kind = "protocol"
                     res.output_tokens = counted
                     return res
                 choices = payload.get("choices") or []
                 usage = payload.get("usage")
                 has_usage = isinstance(usage, dict) and usage.get("completion_tokens") is not None
+                # a chunk whose text is empty and that only says why the stream ends carries
+                # no token (llama.cpp's and TGI's last chunk)
+                token_chunk = bool(choices) and (
+                    bool(choices[0].get("text")) or not choices[0].get("finish_reason"))
+                problem = _count_problem(
+                    usage["completion_tokens"] if has_usage else None, res.output_tokens,
+                    text_chunks + (token_chunk and bool(choices[0].get("text"))),
+                    counted + (token_chunk and not has_usage), max_tokens)
+                if problem:
+                    res.finished_s = clock()
+                    res.error = target.redact(f"malformed stream event ({problem}): "
+                                              f"{target.redact(data)[:120]!r}")
+                    res.error_kind = "protocol"
+                    res.output_tokens = counted
+                    return res
                 if choices or has_usage:
                     progress.reschedule(loop.time() + target.read_timeout_s)
                 if choices:
-                    now = clock()
-                    counted = int(usage["completion_tokens"]) if has_usage else counted + 1
-                    res.chunk_s.append(now)
-                    res.chunk_tokens.append(counted)
                     reason = choices[0].get("finish_reason")
                     if reason:
                         res.finish_reason = str(reason)
+                if token_chunk:
+                    now = clock()
+                    counted = int(usage["completion_tokens"]) if has_usage else counted + 1
+                    text_chunks += bool(choices[0].get("text"))
+                    res.chunk_s.append(now)
+                    res.chunk_tokens.append(counted)
                     if on_chunk is not None:
                         on_chunk(counted)
                 if has_usage:
@@ -347,15 +443,41 @@ async def stream_completion(
         res.error = f"timeout: no output for {target.read_timeout_s:g} s"
         res.error_kind = "timeout"
     except httpx.ConnectError as exc:
-        res.error, res.error_kind = f"cannot connect to {target.base_url}: {exc}", "connect"
+        res.error = target.redact(f"cannot connect to {target.base_url}: {exc}")
+        res.error_kind = "connect"
     except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-        res.error = f"connection closed mid-stream: {exc or type(exc).__name__}"
+        res.error = target.redact(f"connection closed mid-stream: {exc or type(exc).__name__}")
         res.error_kind = "reset"
     except httpx.HTTPError as exc:
-        res.error, res.error_kind = f"{type(exc).__name__}: {exc}", "protocol"
+        res.error = target.redact(f"{type(exc).__name__}: {exc}")
+        res.error_kind = "protocol"
     res.finished_s = clock()
     if not res.usage_reported:
         res.output_tokens = counted
     if not res.error and not done and res.finish_reason is None:
         res.error, res.error_kind = "stream ended before its last event", "reset"
+    if not res.error and not res.chunk_s:
+        # every completion asks for at least one token: an answer without any is no answer
+        # (a server that ignored "stream": true sends one JSON object without "data:")
+        res.error = "stream ended without any output" + (
+            f" (Content-Type {content_type!r}, not text/event-stream)"
+            if content_type and "event-stream" not in content_type else "")
+        res.error_kind = "protocol"
+        res.output_tokens = 0
     return res
+
+
+def _count_problem(usage_tokens: int | None, last_usage: int, text_chunks: int, counted: int,
+                   max_tokens: int) -> str:
+    """What is wrong with the token counts once an event is taken ('' when nothing): a usage
+    count below an earlier one or below the chunks of text seen (each carried a token), or,
+    without usage, more chunks than ``max_tokens``."""
+    if usage_tokens is not None:
+        if usage_tokens < last_usage:
+            return f"usage.completion_tokens went back from {last_usage} to {usage_tokens}"
+        if usage_tokens < text_chunks:
+            return (f"usage.completion_tokens {usage_tokens} < the {text_chunks} chunks of text "
+                    "sent")
+    elif counted > max_tokens:
+        return f"{counted} output chunks > max_tokens {max_tokens}"
+    return ""

@@ -751,9 +751,9 @@ def gateway_capacity(config: ReplayConfig, info: ServerInfo) -> int:
     """The gateway's budget: the configured capacity, else the server's usable KV capacity."""
     capacity = config.capacity_tokens or info.kv_capacity_tokens
     if capacity is None:
+        why = info.capacity_problem or "it does not tell the KV capacity (vllm:cache_config_info)"
         raise ValueError(
-            f"{config.target.url('/metrics')} does not tell the KV capacity "
-            "(vllm:cache_config_info); give the capacity in tokens explicitly"
+            f"{config.target.url('/metrics')}: {why}; give the capacity in tokens explicitly"
         )
     return capacity
 

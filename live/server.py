@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 import httpx
 
-from kvbudget.live.openai_client import ServerTarget
+from kvbudget.live.openai_client import ServerTarget, _error_message
 from kvbudget.live.server_metrics import EngineSnapshot, snapshot
 
 
@@ -27,6 +27,8 @@ class ServerInfo:
     usable_blocks: int | None
     block_size: int | None
     has_metrics: bool
+    capacity_problem: str = ""
+    """Why ``/metrics``'s KV capacity was not taken (an absurd figure), '' otherwise."""
 
 
 async def bounded_get(client: httpx.AsyncClient, url: str, *, headers: dict[str, str],
@@ -74,7 +76,8 @@ async def discover(client: httpx.AsyncClient, target: ServerTarget) -> ServerInf
             client, target.url("/v1/models"), headers=target.headers(),
             timeout_s=target.connect_timeout_s)
     except httpx.HTTPError as exc:
-        raise BackendUnavailable(f"cannot reach {target.base_url}: {exc}") from None
+        raise BackendUnavailable(target.redact(f"cannot reach {target.base_url}: {exc}")
+                                 ) from None
     if response.status_code >= 400:
         raise BackendUnavailable(
             f"{target.url('/v1/models')} answered HTTP {response.status_code}"
@@ -85,18 +88,29 @@ async def discover(client: httpx.AsyncClient, target: ServerTarget) -> ServerInf
         payload = None
     # OpenAI's shape is {"object": "list", "data": [{"id": ...}, ...]}; anything else (a bare
     # list, a string, entries that are not objects) lists no usable model
+    # list no usable model; an entry is a model when its id is a non-empty string
     raw_models = payload.get("data") if isinstance(payload, dict) else None
-    models = [m for m in raw_models if isinstance(m, dict)] if isinstance(raw_models, list) else []
+    models = [m for m in raw_models if isinstance(m, dict) and isinstance(m.get("id"), str)
+              and m["id"]] if isinstance(raw_models, list) else []
     model = target.model
     max_model_len: int | None = None
     entry = next((m for m in models if not model or m.get("id") == model), None)
     if entry is None and not model:
-        raise BackendUnavailable(f"{target.url('/v1/models')} lists no model")
+        said = _error_message(payload)
+        raise BackendUnavailable(
+            f"{target.url('/v1/models')} lists no model"
+            + (f" (HTTP {response.status_code}, not a model list)"
+               if 300 <= response.status_code < 400 else "")
+            + (f": {target.redact(said)}" if said else ""))
+    if entry is None and models:
+        served = ", ".join(repr(m["id"]) for m in models[:8])
+        raise BackendUnavailable(f"{target.url('/v1/models')} does not serve model {model!r} "
+                                 f"(--model); it serves {served}")
     if entry is not None:
         model = str(entry.get("id"))
         raw_len = entry.get("max_model_len")
         max_model_len = (int(raw_len) if isinstance(raw_len, int | float) and not isinstance(
-            raw_len, bool) and 0 < raw_len < 2**53 else None)
+            raw_len, bool) and 1 <= raw_len < 2**53 else None)
     snap: EngineSnapshot | None
     try:
         snap = await fetch_snapshot(client, target)
@@ -110,6 +124,7 @@ async def discover(client: httpx.AsyncClient, target: ServerTarget) -> ServerInf
         usable_blocks=None if snap is None else snap.usable_blocks,
         block_size=None if snap is None else snap.block_size,
         has_metrics=snap is not None,
+        capacity_problem="" if snap is None else snap.capacity_problem,
     )
 
 

@@ -90,12 +90,26 @@ def _mean(metrics: dict[str, list[Sample]], names: Iterable[str]) -> float | Non
     return None
 
 
+MAX_COUNT = 2**53
+"""Above this a count read from ``/metrics`` is no count (nor exact as a float): ignored."""
+MAX_KV_CAPACITY_TOKENS = 10**12
+"""A KV capacity beyond this many tokens is no server's (the largest hold ~10^7 per replica):
+a page that claims one is not taken as the gateway's budget."""
+
+
 def _int_label(labels: dict[str, str], key: str) -> int | None:
     try:
         value = int(labels.get(key, ""))
     except ValueError:
         return None
-    return value if value > 0 else None
+    return value if 0 < value <= MAX_COUNT else None
+
+
+def _fraction(x: float | None) -> float | None:
+    """A usage fraction as engines report it (0..1; a hair above 1 is rounding), else None."""
+    if x is None or not (math.isfinite(x) and 0 <= x <= 1.01):
+        return None
+    return min(x, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,12 +133,28 @@ class EngineSnapshot:
         return max(self.num_gpu_blocks - self.num_engines, 0)
 
     @property
-    def kv_capacity_tokens(self) -> int | None:
-        """Usable KV capacity in tokens: ``usable_blocks * block_size`` (vLLM), or the server's
-        own figure in tokens (SGLang)."""
+    def reported_capacity_tokens(self) -> int | None:
+        """The KV capacity in tokens as the page tells it: ``usable_blocks * block_size``
+        (vLLM), or the server's own figure in tokens (SGLang); unchecked."""
         if self.usable_blocks is not None and self.block_size is not None:
             return self.usable_blocks * self.block_size
         return self.capacity_tokens_direct
+
+    @property
+    def capacity_problem(self) -> str:
+        """Why the reported capacity is not taken ('' when it is, or when there is none)."""
+        cap = self.reported_capacity_tokens
+        if cap is None or 1 <= cap <= MAX_KV_CAPACITY_TOKENS:
+            return ""
+        how = (f"{self.num_gpu_blocks} blocks of {self.block_size} tokens, "
+               f"{self.num_engines} null" if self.num_gpu_blocks is not None else "in tokens")
+        return f"it reports a KV capacity of {cap} tokens ({how}), which no server has"
+
+    @property
+    def kv_capacity_tokens(self) -> int | None:
+        """Usable KV capacity in tokens (:attr:`reported_capacity_tokens`), None where the
+        page tells none or one no server has (1 to :data:`MAX_KV_CAPACITY_TOKENS`)."""
+        return None if self.capacity_problem else self.reported_capacity_tokens
 
     def kv_used_tokens(self, capacity_tokens: int | None = None) -> int | None:
         """Tokens in allocated KV blocks: the usage fraction times the capacity."""
@@ -149,15 +179,16 @@ def snapshot(text: str) -> EngineSnapshot:
             engines = len(num)
 
     def as_int(x: float | None) -> int | None:
-        return None if x is None or not math.isfinite(x) else round(x)
+        """A count: finite, >= 0 and within MAX_COUNT (a negative or absurd one is ignored)."""
+        return None if x is None or not (math.isfinite(x) and 0 <= x <= MAX_COUNT) else round(x)
 
     return EngineSnapshot(
-        kv_usage=_mean(metrics, KV_USAGE_NAMES),
+        kv_usage=_fraction(_mean(metrics, KV_USAGE_NAMES)),
         num_running=as_int(_first(metrics, RUNNING_NAMES)),
         num_waiting=as_int(_first(metrics, WAITING_NAMES)),
         num_preemptions_total=as_int(_first(metrics, PREEMPTION_NAMES)),
         num_gpu_blocks=blocks,
         block_size=block_size,
-        capacity_tokens_direct=as_int(_first(metrics, CAPACITY_TOKEN_NAMES)),
+        capacity_tokens_direct=as_int(_first(metrics, CAPACITY_TOKEN_NAMES)) or None,
         num_engines=engines,
     )

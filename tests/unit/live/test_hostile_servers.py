@@ -81,6 +81,8 @@ class Hostile:
     completions: Script = field(default_factory=lambda: sse(_chunk(1, finish="length"),
                                                             _event("[DONE]")))
     models: bytes = json.dumps({"data": [{"id": "m", "max_model_len": 4096}]}).encode()
+    metrics: bytes = METRICS
+    paths: dict[str, Script] = field(default_factory=dict)  # any path, answered by a script
     early: bool = False  # answer before reading the request body
     release: threading.Event = field(default_factory=threading.Event)
     bodies: list[dict[str, Any]] = field(default_factory=list)
@@ -98,6 +100,9 @@ def _read_request(conn: socket.socket, *, body: bool) -> tuple[str, dict[str, An
         if not got:
             return "", {}
         data += got
+        if not data[:1].isalpha():  # not HTTP (a TLS hello): a plain server's 400 and close
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            return "", {}
     head, rest = data.split(b"\r\n\r\n", 1)
     lines = head.decode("latin-1").split("\r\n")
     path = lines[0].split(" ")[1]
@@ -119,14 +124,16 @@ def _serve_one(server: Hostile, conn: socket.socket) -> None:
     with conn:
         try:
             path, body = _read_request(conn, body=not server.early)
-            if path == "/v1/models":
+            if path in server.paths:
+                server.paths[path](conn, body)
+            elif path == "/v1/models":
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                              + f"Content-Length: {len(server.models)}\r\n".encode()
                              + b"Connection: close\r\n\r\n" + server.models)
             elif path == "/metrics":
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
-                             + f"Content-Length: {len(METRICS)}\r\n".encode()
-                             + b"Connection: close\r\n\r\n" + METRICS)
+                             + f"Content-Length: {len(server.metrics)}\r\n".encode()
+                             + b"Connection: close\r\n\r\n" + server.metrics)
             elif path == "/v1/completions":
                 server.bodies.append(body)
                 server.completions(conn, body)
