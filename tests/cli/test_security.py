@@ -71,12 +71,12 @@ def auth_seen(hostile: Hostile, monkeypatch: pytest.MonkeyPatch) -> list[str]:  
     seen: list[str] = []
     real = h._read_request
 
-    def reading(conn: Any, *, body: bool) -> tuple[str, dict[str, Any]]:
+    def reading(conn: Any, *, body: bool, **kwargs: Any) -> tuple[str, dict[str, Any]]:
         peek = conn.recv(65536, 2)  # MSG_PEEK: leave the bytes for the real reader
         m = re.search(rb"(?i)authorization: ([^\r\n]*)", peek)
         hostile.last_auth = m.group(1).decode() if m else ""  # type: ignore[attr-defined]
         seen.append(hostile.last_auth)  # type: ignore[attr-defined]
-        return real(conn, body=body)
+        return real(conn, body=body, **kwargs)
 
     monkeypatch.setattr(h, "_read_request", reading)
     hostile.completions = _echoing(hostile)

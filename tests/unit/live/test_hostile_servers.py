@@ -83,6 +83,7 @@ class Hostile:
     models: bytes = json.dumps({"data": [{"id": "m", "max_model_len": 4096}]}).encode()
     metrics: bytes = METRICS
     paths: dict[str, Script] = field(default_factory=dict)  # any path, answered by a script
+    auth: list[str] = field(default_factory=list)  # the Authorization header of each request
     early: bool = False  # answer before reading the request body
     release: threading.Event = field(default_factory=threading.Event)
     bodies: list[dict[str, Any]] = field(default_factory=list)
@@ -93,7 +94,8 @@ class Hostile:
         return f"http://127.0.0.1:{self.port}"
 
 
-def _read_request(conn: socket.socket, *, body: bool) -> tuple[str, dict[str, Any]]:
+def _read_request(conn: socket.socket, *, body: bool,
+                  auth: list[str] | None = None) -> tuple[str, dict[str, Any]]:
     data = b""
     while b"\r\n\r\n" not in data:
         got = conn.recv(65536)
@@ -110,6 +112,8 @@ def _read_request(conn: socket.socket, *, body: bool) -> tuple[str, dict[str, An
     for line in lines[1:]:
         if line.lower().startswith("content-length:"):
             length = int(line.split(":", 1)[1])
+        if line.lower().startswith("authorization:") and auth is not None:
+            auth.append(line.split(":", 1)[1].strip())
     if not body:
         return path, {}
     while len(rest) < length:
@@ -123,7 +127,7 @@ def _read_request(conn: socket.socket, *, body: bool) -> tuple[str, dict[str, An
 def _serve_one(server: Hostile, conn: socket.socket) -> None:
     with conn:
         try:
-            path, body = _read_request(conn, body=not server.early)
+            path, body = _read_request(conn, body=not server.early, auth=server.auth)
             if path in server.paths:
                 server.paths[path](conn, body)
             elif path == "/v1/models":

@@ -596,3 +596,99 @@ def test_metrics_that_stall_mid_run_do_not_stop_the_replay(hostile: Hostile,  # 
     out = replay(w, make_policy("unlimited"), cfg, tmp_path / "run", meta=meta)
     assert out.complete, out.error
     assert len(scrapes) >= 2 and not hostile.release.is_set()
+
+
+# --- secrets ------------------------------------------------------------------------------------
+SECRET = "sk-CAMPAIGN-0123456789abcdef"
+PASSWORD = "pw-CAMPAIGN-987"
+
+
+def _echo_auth(server: Hostile, frame: Callable[[str], bytes]) -> Script:
+    """Answers with ``frame(the request's Authorization header)``: a server that echoes it."""
+    def script(conn: socket.socket, body: dict[str, Any]) -> None:
+        conn.sendall(frame(server.auth[-1]))
+    return script
+
+
+ECHOES: dict[str, Callable[[str], bytes]] = {
+    "a JSON error body": lambda a: status_bytes(401, json.dumps({"error": {"message": a}})),
+    "a text body, the key across the cut at 200": lambda a: status_bytes(401, "x" * 190 + a),
+    "a stream error event": lambda a: SSE_HEAD + _chunk(1) + _event({"error": {"message": a}}),
+    "a malformed event": lambda a: SSE_HEAD + f"data: {{{a}\n\n".encode(),
+    "an odd event": lambda a: SSE_HEAD + _event({"choices": [{"text": 5}], "echo": a}),
+}
+
+
+def status_bytes(code: int, body: str) -> bytes:
+    raw_body = body.encode()
+    return (f"HTTP/1.1 {code} X\r\nContent-Length: {len(raw_body)}\r\nConnection: close\r\n"
+            "\r\n").encode() + raw_body
+
+
+@pytest.mark.parametrize("echo", sorted(ECHOES))
+@pytest.mark.parametrize("how", ["key", "url password"])
+def test_an_echoed_secret_is_masked(hostile: Hostile, tmp_path: Path, echo: str,  # noqa: F811
+                                    how: str) -> None:
+    hostile.completions = _echo_auth(hostile, ECHOES[echo])
+    if how == "key":
+        target = ServerTarget(hostile.url, api_key=SECRET)
+    else:
+        target = ServerTarget(hostile.url.replace("//", f"//admin:{PASSWORD}@"))
+    res = _replay_target(target, tmp_path)
+    assert hostile.auth and all(a.startswith(("Bearer ", "Basic ")) for a in hostile.auth)
+    token = hostile.auth[-1].split(" ", 1)[1]
+    blob = _everything_in(tmp_path / "run")
+    assert res.records["error"].str.len().gt(0).all()
+    for secret in (SECRET, PASSWORD, token):
+        for prefix in (secret[:8], secret[-8:]):
+            assert prefix.encode() not in blob, (echo, prefix)
+    assert target.redact(hostile.auth[-1]).endswith("***")
+
+
+def _replay_target(target: ServerTarget, tmp_path: Path, n: int = 2) -> Any:
+    cfg = ReplayConfig(target, poll_period_s=0.05, tiers=(INTERACTIVE, BATCH))
+    meta = ReplayMeta("t", "unlimited", {}, 1.0, 0, target.base_url)
+    w = from_columns([0.0] * n, [5] * n, [4] * n, tiers=["batch"] * n)
+    return replay(w, make_policy("unlimited"), cfg, tmp_path / "run", meta=meta)
+
+
+def _everything_in(folder: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file())
+
+
+@pytest.mark.parametrize("key", [SECRET + "\n", " " + SECRET, SECRET + "\x00", SECRET + "\u00e9"])
+def test_a_key_that_cannot_be_a_header_is_refused_unquoted(tmp_path: Path, key: str) -> None:
+    with pytest.raises(ValueError, match="API key") as err:
+        ServerTarget("http://127.0.0.1:8000", api_key=key)
+    assert SECRET not in str(err.value)
+    ways: list[tuple[list[str], dict[str, str] | None]] = [(["--api-key", key], None)]
+    if "\x00" not in key:  # no environment variable holds a NUL
+        ways.append(([], {"KVBUDGET_API_KEY": key}))
+    for args, env in ways:
+        code, stdout, stderr = _cli("replay", "--url", "http://127.0.0.1:8000", "--trace",
+                                    _trace(tmp_path), "--out", tmp_path / "run", *args, env=env)
+        assert code == 2 and stderr.startswith("error: the API key"), stderr
+        assert SECRET not in stdout + stderr
+
+
+def test_the_resume_hint_leaves_the_secrets_out(hostile: Hostile, tmp_path: Path,  # noqa: F811
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replay whose server dies prints the command to resume it: without the key's value or
+    the URL's password (the hint is built from the process's command line)."""
+    def dead(conn: socket.socket, body: dict[str, Any]) -> None:
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+    hostile.completions = dead
+    hostile.paths["/health"] = dead  # and it no longer answers: the replay stops
+    url = hostile.url.replace("//", f"//admin:{PASSWORD}@")
+    for key_args in (["--api-key", SECRET], [f"--api-key={SECRET}"]):
+        out = tmp_path / f"run{len(key_args)}"
+        argv = ["replay", "--url", url, "--trace", str(_trace(tmp_path)), "--out", str(out),
+                *key_args, "--poll-period", "0.05"]
+        monkeypatch.setattr("sys.argv", ["kvbudget", *argv])
+        code, stdout, stderr = _cli(*argv)
+        assert code == 1 and "stopped answering" in stderr, stderr
+        assert "resume with: kvbudget replay --url" in stderr and "--api-key" in stderr
+        assert SECRET not in stdout + stderr and PASSWORD not in stdout + stderr
+        assert SECRET.encode() not in _everything_in(out)
+        assert PASSWORD.encode() not in _everything_in(out)
