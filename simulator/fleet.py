@@ -66,7 +66,8 @@ BALANCE_ABS_THRESHOLD = 64
 BALANCE_REL_THRESHOLD = 1.5
 
 class Router:
-    """Chooses a replica for a request; told when requests leave a replica."""
+    """Chooses a replica for a request; told when requests leave a replica. Its counts are
+    Python numbers (a handful of replicas: cheaper than arrays, the same values)."""
 
     def __init__(
         self,
@@ -75,9 +76,9 @@ class Router:
         workload: Workload,
     ) -> None:
         self.name = name
-        self.capacity = np.asarray(capacity_tokens, dtype=np.float64)
-        self.outstanding = np.zeros(len(capacity_tokens), np.int64)
-        self.in_flight = np.zeros(len(capacity_tokens), np.int64)
+        self.capacity = [float(c) for c in capacity_tokens]
+        self.outstanding = [0] * len(capacity_tokens)
+        self.in_flight = [0] * len(capacity_tokens)
         self.w = workload
         self._next = 0
         self._owner: dict[int, int] = {}
@@ -85,9 +86,12 @@ class Router:
     def _tokens(self, i: int) -> int:
         return int(self.w.prompt_tokens[i] + self.w.max_output_tokens[i])
 
+    def _load(self, r: int) -> float:
+        return self.outstanding[r] / self.capacity[r]
+
     def _least_tokens(self, allowed: list[int]) -> int:
-        load = self.outstanding[allowed] / self.capacity[allowed]
-        return allowed[int(np.argmin(load))]
+        """The least loaded of ``allowed``, the first of equals (as ``argmin``)."""
+        return min(allowed, key=self._load)
 
     def route(self, i: int, allowed: list[int]) -> int:
         """The replica for workload row ``i`` among ``allowed`` (non-empty), and count it there."""
@@ -108,8 +112,8 @@ class Router:
 
     def _prefix_affinity(self, i: int, allowed: list[int]) -> int:
         hashes = self.w.prefix_of(i)
-        loads = self.in_flight[allowed]
-        busiest, idlest = int(loads.max()), int(loads.min())
+        loads = [self.in_flight[r] for r in allowed]
+        busiest, idlest = max(loads), min(loads)
         imbalanced = (
             busiest - idlest > BALANCE_ABS_THRESHOLD and busiest > BALANCE_REL_THRESHOLD * idlest
         )
@@ -124,6 +128,18 @@ class Router:
         for h in hashes:
             self._owner[h] = r
         return r
+
+    def arrivals_until(self, r: int) -> int:
+        """About how many arrivals from now the next one routed to replica ``r`` is (0: the
+        next): exact for round robin when every replica is allowed; for the others, twice the
+        replicas less loaded than ``r`` now (the next arrivals likely go to those first; twice:
+        measured, fewer runs cut short or planned too long than once or ``N - 1``)."""
+        if self.name == "round_robin":
+            return (r - self._next) % len(self.capacity)
+        load = self._load(r)
+        below = sum(1 for q, (o, c) in enumerate(zip(self.outstanding, self.capacity, strict=True))
+                    if o / c < load or (q < r and o / c == load))
+        return 2 * below
 
     def leave(self, i: int, r: int) -> None:
         self.outstanding[r] -= self._tokens(i)
@@ -239,7 +255,7 @@ class Fleet:
             replica_hooks = EngineHooks(
                 on_finish=partial(self._on_finish, r),
                 on_preempt=hooks.on_preempt,
-                next_external_s=hooks.next_external_s,
+                next_external_s=partial(self._next_touch_s, r),
                 gateway_state=partial(self._gateway_state, r),
             )
             self.replicas.append(
@@ -265,8 +281,13 @@ class Fleet:
         self.num_gpu_blocks = sum(e.num_gpu_blocks for e in self.replicas)
         self.block_size = engine.block_size
         self.router = Router(self.fleet.router, caps, workload)
+        # replicas that refuse the same requests (Engine.fits: max_model_len, the watermark)
+        self._alike = len({(e.max_model_len, e.block_size, e.num_gpu_blocks - e.watermark_blocks)
+                           for e in self.replicas}) == 1
+        self._everyone = list(range(len(self.replicas)))
         self.replica_of = np.full(n, -1, np.int64)
         self.env = env
+        self._arrival_s = workload.arrival_s
         self._gateway_samples: list[tuple[int, int]] = []
         env.process(self._sample_gateway())
         self.gateway: Gateway | FleetGateway
@@ -287,6 +308,8 @@ class Fleet:
 
     # --- routing -------------------------------------------------------------------------------
     def _allowed(self, i: int) -> list[int]:
+        if self._alike:  # every replica fits the same requests: ask one
+            return self._everyone if self.replicas[0].fits(i) else [0]
         return [r for r, e in enumerate(self.replicas) if e.fits(i)] or [
             int(np.argmax([e.max_model_len for e in self.replicas]))
         ]
@@ -305,6 +328,8 @@ class Fleet:
     def fits(self, i: int) -> bool:
         if self._global is None:
             return self.replicas[int(self.replica_of[i])].fits(i)
+        if self._alike:
+            return self.replicas[0].fits(i)
         return any(e.fits(i) for e in self.replicas)
 
     def add_request(self, i: int) -> None:
@@ -321,6 +346,21 @@ class Fleet:
     def _on_finish(self, r: int, i: int, t: float) -> None:
         self.router.leave(i, r)
         self.hooks.on_finish(i, t)
+
+    def _next_touch_s(self, r: int) -> float:
+        """Where replica ``r``'s decode runs are planned to end (its ``next_external_s``): about
+        when the next request is routed to it. Only a plan: whatever the fleet does to a
+        replica comes through :meth:`Engine.add_request` or :meth:`Engine.abort_request`, which
+        end a run in progress with the step in progress (as stepping would have), and what the
+        gateway reads of it mid-run (output tokens) counts the steps that have ended; so a run
+        need not be cut at every arrival of the fleet, and one planned too long or too short
+        gives the same results."""
+        t_next = self.hooks.next_external_s()
+        if t_next == math.inf:
+            return t_next
+        arrival = self._arrival_s
+        j = int(arrival.searchsorted(self.env.now, side="right")) + self.router.arrivals_until(r)
+        return max(t_next, float(arrival[j])) if j < len(arrival) else math.inf
 
     def _gateway_state(self, r: int) -> tuple[int, int]:
         return 0, 0  # the gateway is sampled on its own (_sample_gateway)

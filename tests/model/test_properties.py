@@ -180,6 +180,51 @@ def test_skip_ahead_matches_step_by_step_when_the_gateway_reads_mid_run(
     assert_skip_ahead_matches_stepping(w, replace(cfg, lease_ttl_s=lease_ttl_s), policy)
 
 
+@SETTINGS
+@given(
+    scenarios(),
+    st.sampled_from(["round_robin", "least_tokens", "prefix_affinity"]),
+    st.sampled_from(["global", "per_replica"]),
+    st.integers(2, 5),
+    st.sampled_from(["unlimited", "overcommit", "preemptive", "adaptive", "peak"]),
+    st.sampled_from([None, 0.3]),
+    st.sampled_from(sorted(ENGINE_CLASSES)),
+)
+def test_skip_ahead_matches_step_by_step_in_a_fleet(
+    case: tuple[Workload, SimConfig, str, dict[str, object]],
+    router: str,
+    budget: str,
+    num_replicas: int,
+    policy: str,
+    lease_ttl_s: float | None,
+    name: str,
+) -> None:
+    """A fleet's replicas plan their decode runs to about when the router sends them their
+    next request, not to the fleet's next arrival: whatever reaches a replica in the middle of
+    a run (a request routed to it, a revocation, a read of its output tokens by ``adaptive``
+    or ``peak``, another replica's completion admitting a waiting request) ends the run where
+    stepping would have. Preemption-heavy: scenarios draw KV as small as 16 blocks a replica."""
+    from kvbudget.simulator.fleet import FleetConfig
+
+    w, cfg, drawn, params = case
+    if policy != "unlimited":
+        drawn, params = policy, {}
+    engine = cfg.engine
+    cfg = replace(
+        cfg,
+        engine=replace(engine, name=name),  # type: ignore[arg-type]
+        fleet=FleetConfig(num_replicas, router=router, budget=budget),  # type: ignore[arg-type]
+        lease_ttl_s=lease_ttl_s,
+    )
+    if name == "tgi" and budget == "global":
+        # TGI reserves prompt + max_output for a request; one larger than a replica's KV never
+        # starts, and only a gateway no larger than a replica refuses it (a fleet's global
+        # gateway holds the sum of the replicas)
+        assert engine.num_gpu_blocks is not None
+        cfg = replace(cfg, gateway_capacity_tokens=engine.num_gpu_blocks * engine.block_size)
+    assert_skip_ahead_matches_stepping(w, cfg, drawn, params)
+
+
 def _true_state(engine: Engine, rows: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], ...]:
     """``num_computed_tokens``, ``num_tokens``, ``num_output_tokens`` and ``num_blocks`` of
     ``rows``, with the decode group's steps added to its members (see ``DecodeGroup``)."""
