@@ -336,6 +336,7 @@ async def stream_completion(
     content_type = ""
     counted = 0
     text_chunks = 0  # chunks with text: each carried at least one token
+    events = 0
     done = False
     loop = asyncio.get_running_loop()
     try:
@@ -374,6 +375,7 @@ async def stream_completion(
                 if not line.startswith("data:"):
                     continue  # SSE comments, event names, blank separators
                 data = line[5:].strip()
+                events += 1
                 if data == "[DONE]":
                     done = True
                     break
@@ -455,13 +457,16 @@ async def stream_completion(
     if not res.usage_reported:
         res.output_tokens = counted
     if not res.error and not done and res.finish_reason is None:
-        res.error, res.error_kind = "stream ended before its last event", "reset"
+        if not events and content_type and "event-stream" not in content_type:
+            res.error = (f"not an event stream (Content-Type {content_type[:60]!r}): the "
+                         "server ignored \"stream\": true")
+            res.error_kind = "protocol"
+        else:
+            res.error, res.error_kind = "stream ended before its last event", "reset"
     if not res.error and not res.chunk_s:
         # every completion asks for at least one token: an answer without any is no answer
         # (a server that ignored "stream": true sends one JSON object without "data:")
-        res.error = "stream ended without any output" + (
-            f" (Content-Type {content_type!r}, not text/event-stream)"
-            if content_type and "event-stream" not in content_type else "")
+        res.error = "stream ended without any output"
         res.error_kind = "protocol"
         res.output_tokens = 0
     return res

@@ -20,6 +20,10 @@ from typing import Any, Literal
 import numpy as np
 
 
+MAX_THINK_TIME_S = 86400.0
+"""The longest think time a closed loop takes (a day)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ClosedLoop:
     """Closed-loop load: ``num_users`` users, each sending its next request ``think_time_s``
@@ -37,8 +41,11 @@ class ClosedLoop:
         if not (isinstance(self.num_users, int) and self.num_users >= 1):
             raise ValueError(f"closed_loop.num_users must be an integer >= 1, got "
                              f"{self.num_users!r}")
-        if not (math.isfinite(self.think_time_s) and self.think_time_s >= 0):
-            raise ValueError(f"closed_loop.think_time_s must be >= 0, got {self.think_time_s!r}")
+        if not (math.isfinite(self.think_time_s) and 0 <= self.think_time_s <= MAX_THINK_TIME_S):
+            # beyond a day between two requests a user is no closed loop: a live replay would
+            # sleep that long, a simulation span centuries
+            raise ValueError(f"closed_loop.think_time_s must be within 0 and {MAX_THINK_TIME_S:g} "
+                             f"s, got {self.think_time_s!r}")
         if self.think_distribution not in ("fixed", "exponential"):
             raise ValueError("closed_loop.think_distribution must be 'fixed' or 'exponential', "
                              f"got {self.think_distribution!r}")

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import gzip
 import json
+import math
 import socket
 import struct
 import threading
@@ -172,6 +173,8 @@ def test_stream_framing(hostile: Hostile, case: str) -> None:  # noqa: F811
     res = _stream(hostile)
     _sane(res)
     assert res.ok == valid, res
+    if case == "a JSON answer, not a stream":
+        assert "not an event stream (Content-Type 'application/json')" in res.error, res.error
 
 
 # --- HTTP answers -----------------------------------------------------------------------------
@@ -692,3 +695,130 @@ def test_the_resume_hint_leaves_the_secrets_out(hostile: Hostile, tmp_path: Path
         assert SECRET not in stdout + stderr and PASSWORD not in stdout + stderr
         assert SECRET.encode() not in _everything_in(out)
         assert PASSWORD.encode() not in _everything_in(out)
+
+
+# --- interruption ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("sig", ["SIGTERM"])  # SIGINT: test_ctrl_c_keeps_what_finished
+def test_an_interrupted_replay_keeps_its_rows_and_resumes(hostile: Hostile,  # noqa: F811
+                                                          tmp_path: Path, sig: str) -> None:
+    """The server answers two requests and then holds every stream: the signal comes mid-run
+    however slow the machine. What finished is on disk and reads as incomplete; ``--resume``
+    replays only the rest, and every request ends with exactly one row."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from kvbudget.live.run_dir import REQUESTS_PART
+    from kvbudget.results.run_result import read_run
+    from tests.conftest import REPO
+
+    answered: list[int] = []
+    lock = threading.Lock()
+
+    def two_then_hold(conn: socket.socket, body: dict[str, Any]) -> None:
+        with lock:
+            answered.append(1)
+            first = len(answered) <= 2
+        if first:
+            conn.sendall(SSE_HEAD + GOOD)
+        else:
+            hostile.release.wait(60)
+
+    hostile.completions = two_then_hold
+    n = 12
+    trace = _trace(tmp_path, n)
+    out = tmp_path / "run"
+    args = ["replay", "--url", hostile.url, "--trace", str(trace), "--out", str(out),
+            "--max-output", "4", "--policy", "unlimited", "--poll-period", "0.05",
+            "--api-key", SECRET]
+    # a shell starts background jobs with SIGINT ignored: restore Python's handler
+    boot = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler);"
+            " sys.argv[0] = 'kvbudget'; runpy.run_module('kvbudget.cli.main', run_name='__main__')")
+    proc = subprocess.Popen([sys.executable, "-c", boot, *args], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL)
+    try:
+        part = out / REQUESTS_PART
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:  # an event: two rows
+            if part.exists() and len(part.read_text().splitlines()) >= 2:
+                break
+            time.sleep(0.01)
+        proc.send_signal(getattr(signal, sig))
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1].startswith("error: interrupted;"), stderr
+    assert "Traceback" not in stderr and SECRET not in stdout + stderr
+    assert "--api-key '***'" in stderr or "--api-key ***" in stderr
+    run = read_run(out)
+    assert len(run.records) == 2 and run.summary["complete"] is False
+    assert run.summary["workload"] == {"num_requests": n, "num_recorded": 2}
+    # the rest, resumed against a server that answers
+    hostile.completions = sse(GOOD)
+    code, stdout, stderr = _cli(*args, "--resume", "--json")
+    assert code == 0, stderr
+    assert "resuming: 2 requests already done, 10 to replay" in stderr
+    run = read_run(out)
+    assert run.summary["complete"] is True and len(run.records) == n
+    assert sorted(run.records["request_id"]) == list(range(n))
+    assert (run.records["status"] == "completed").all()
+    assert SECRET.encode() not in _everything_in(out)
+
+
+# --- closed-loop users and client models against the same answers ----------------------------------
+def _rotating(scripts: list[Script]) -> Script:
+    lock = threading.Lock()
+    count = [0]
+
+    def script(conn: socket.socket, body: dict[str, Any]) -> None:
+        with lock:
+            i = count[0]
+            count[0] += 1
+        scripts[i % len(scripts)](conn, body)
+    return script
+
+
+def test_closed_loop_users_go_on_through_every_answer(hostile: Hostile,  # noqa: F811
+                                                      tmp_path: Path) -> None:
+    from kvbudget.workloads.closed_loop import ClosedLoop
+
+    scripts = [ANSWERS[c][0] for c in sorted(ANSWERS)] + [sse(GOOD)]
+    hostile.completions = _rotating(scripts)
+    out = _replay(hostile, tmp_path, n=2 * len(scripts), closed_loop=ClosedLoop(3))
+    assert out.complete, out.error
+    assert len(out.records) == 2 * len(scripts)
+    assert (out.records["status"] == "completed").sum() == 2
+
+
+def test_absurd_think_times_are_refused(tmp_path: Path) -> None:
+    from kvbudget.workloads.closed_loop import ClosedLoop
+
+    for think in (1e12, math.inf, math.nan, -1.0):
+        with pytest.raises(ValueError, match="think_time_s"):
+            ClosedLoop(2, think)
+    code, _, stderr = _cli("replay", "--url", "http://127.0.0.1:1", "--trace", _trace(tmp_path),
+                           "--out", tmp_path / "run", "--users", "2", "--think-time-s", "1e12")
+    assert code == 2 and "think_time_s" in stderr and len(stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("header", [b"Retry-After: 1e12\r\n", b"Retry-After: -3\r\n",
+                                    b"Retry-After: Wed, 21 Oct 9999 07:28:00 GMT\r\n",
+                                    b"Retry-After: soon\r\n", b""], ids=repr)
+def test_a_client_never_sleeps_on_an_absurd_retry_after(hostile: Hostile, tmp_path: Path,  # noqa: F811
+                                                        header: bytes) -> None:
+    """A client that honours Retry-After with no cap of its own retries at once (its back-off
+    is 0 here) instead of sleeping for the 31,000 years the server asked for."""
+    from kvbudget.policies.clients import ClientModel
+
+    client = ClientModel(name="eager", max_attempts=3, retry_on=("overloaded_retryable",),
+                         initial_backoff_s=0.0, max_backoff_s=0.0, honor_retry_after=True)
+    hostile.completions = _rotating([status(429, header), sse(GOOD)])
+    out = _replay(hostile, tmp_path, n=1, clients=(("batch", client),))
+    assert out.complete, out.error
+    assert out.records["status"].tolist() == ["completed"]
+    assert out.records["num_attempts"].tolist() == [2]  # the 429, then the answer
