@@ -19,7 +19,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-
 MAX_THINK_TIME_S = 86400.0
 """The longest think time a closed loop takes (a day)."""
 

@@ -75,3 +75,50 @@ def test_a_sweep_is_the_same_through_local_processes_and_ray(tmp_path: Path) -> 
     a, b = _sweep_rows(local), _sweep_rows(ray)
     assert len(a) == 4
     pd.testing.assert_frame_equal(a, b)
+
+
+STUDIES = {  # command -> (its flags, its tables)
+    "sweep": (["--policies", "conservative,overcommit", "--rate-scale", "1,2", "-r", "1",
+               "--no-plot"], ["sweep.parquet", "points.csv", "sweep.json"]),
+    "tune": (["--param", "policy_params.overcommit_ratio=0.2:1", "--constraint",
+              "overall_slo_attainment>=0.1", "-r", "1", "--grid-points", "3", "--refine-evals",
+              "1", "--validate", "1"],
+             ["evidence.parquet", "evaluations.csv", "tune.json", "best.toml"]),
+    "capacity": (["--policies", "conservative,overcommit", "-r", "1", "--rel-tol", "0.3",
+                  "--curve-points", "2", "--no-plot"],
+                 ["evidence.parquet", "capacity.json", "curve.csv"]),
+    "plan": (["--gpus", "A100-80GB,H100-80GB", "--replicas", "1,2", "-r", "1", "--slo",
+              "overall_slo_attainment>=0.1"], ["runs.parquet", "plan.csv", "plan.json"]),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", sorted(STUDIES))
+def test_a_study_is_the_same_with_one_worker_and_two(tmp_path: Path, command: str) -> None:
+    """``-j 1`` (every run in this process) and ``-j 2`` (worker processes, each with its own
+    string-hash seed) give the same tables, bar the wall time of each run."""
+    import pandas as pd
+    import tomli_w
+    from typer.testing import CliRunner
+
+    from kvbudget.cli.main import app
+
+    scn = tmp_path / "s.toml"
+    scn.write_text(tomli_w.dumps(small_scenario_dict(n=40, rate=6.0, policy="overcommit")))
+    flags, tables = STUDIES[command]
+    outs = []
+    for jobs in ("1", "2"):
+        out = tmp_path / f"out-{jobs}"
+        res = CliRunner().invoke(app, [command, "--scenario", str(scn), *flags, "--out",
+                                       str(out), "-j", jobs])
+        assert res.exit_code == 0, res.output
+        outs.append(out)
+    a, b = outs
+    for name in tables:
+        if name.endswith(".parquet"):
+            da, db = pd.read_parquet(a / name), pd.read_parquet(b / name)
+            assert "wall_time_s" in da.columns  # the one column excluded
+            pd.testing.assert_frame_equal(da.drop(columns="wall_time_s"),
+                                          db.drop(columns="wall_time_s"))
+        else:
+            assert (a / name).read_bytes() == (b / name).read_bytes(), name

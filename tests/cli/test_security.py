@@ -188,9 +188,17 @@ def test_the_html_report_escapes_its_inputs(tmp_path: Path) -> None:
     code, _, stderr = _run("simulate", "--set", "workload.num_requests=30", "--set",
                            f"name={HOSTILE}", "--out", run_dir)
     assert code == 0, stderr
+    # whatever a run directory carries is input to the report (edited by hand, or written by
+    # another tool): tier names become column and row headers, the rest table cells
+    import pandas as pd
+
+    rename = {"interactive": HOSTILE, "batch": QUOTED}
+    df = pd.read_parquet(run_dir / "requests.parquet")
+    df["tier"] = df["tier"].astype(object).map(rename)
+    df.to_parquet(run_dir / "requests.parquet")
     summary = json.loads((run_dir / "summary.json").read_text())
-    summary["scenario"] = HOSTILE  # whatever a summary carries is input to the report
-    summary["policy"] = HOSTILE
+    summary["tiers"] = {rename[k]: v for k, v in summary["tiers"].items()}
+    summary.update(scenario=HOSTILE, policy=HOSTILE, gpu=QUOTED, model=QUOTED)
     (run_dir / "summary.json").write_text(json.dumps(summary))
     out = tmp_path / "rep"
     code, _, stderr = _run("report", run_dir, "--out", out)
@@ -198,3 +206,22 @@ def test_the_html_report_escapes_its_inputs(tmp_path: Path) -> None:
     html = (out / "report.html").read_text()
     assert HOSTILE not in html and "<img src=x" not in html
     assert "&lt;img src=x" in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html  # shown, as text
+    assert "&quot;&gt;&lt;img src=x" in html
+
+
+QUOTED = '"><img src=x onerror=alert(3)>'
+
+
+def test_svg_figures_carry_no_input_text(tmp_path: Path) -> None:
+    """A sweep's SVG figures: a hostile scenario name never reaches them as markup."""
+    out = tmp_path / "sweep"
+    code, _, stderr = _run("sweep", "--set", "workload.num_requests=30", "--set",
+                           f"name={HOSTILE}", "--policies", "conservative,overcommit", "-r", "1",
+                           "-j", "1", "--out", out)
+    assert code == 0, stderr
+    svgs = sorted(out.glob("*.svg"))
+    assert svgs
+    for svg in svgs:
+        text = svg.read_text()
+        assert "<script" not in text and "alert(1)" not in text, svg

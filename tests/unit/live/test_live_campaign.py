@@ -822,3 +822,18 @@ def test_a_client_never_sleeps_on_an_absurd_retry_after(hostile: Hostile, tmp_pa
     assert out.complete, out.error
     assert out.records["status"].tolist() == ["completed"]
     assert out.records["num_attempts"].tolist() == [2]  # the 429, then the answer
+
+
+# --- determinism of what a replay sends ------------------------------------------------------------
+def test_a_replay_sends_the_same_requests_for_the_same_seed(tmp_path: Path) -> None:
+    """The prompts are drawn from (seed, request id), never from the process: two replays with
+    one seed send the same bodies; another seed sends other prompts."""
+    sent = []
+    for i, seed in enumerate((3, 3, 4)):
+        server = Hostile()
+        with _serving(server):
+            server.completions = sse(GOOD)
+            out = _replay(server, tmp_path / str(i), n=4, seed=seed)
+            assert out.complete, out.error
+            sent.append(sorted(json.dumps(b, sort_keys=True) for b in server.bodies))
+    assert sent[0] == sent[1] and sent[0] != sent[2]
