@@ -54,7 +54,7 @@ from __future__ import annotations
 import copy
 import json
 import operator
-import tomllib
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from functools import cache
@@ -439,6 +439,30 @@ def _pydantic_message(exc: ValidationError, prefix: str = "") -> str:
     return f"{loc}: {msg}{shown}"
 
 
+_NOT_PLAIN = object()
+# Literals that TOML and Python read alike (TOML's grammar, toml.io/en/v1.0.0): a decimal
+# integer without sign, underscores or leading zeros; a decimal fraction; a boolean; a
+# double-quoted string without escapes or control characters. Anything else goes to tomllib.
+_PLAIN_INT = re.compile(r"-?(?:0|[1-9][0-9]*)")
+_PLAIN_FLOAT = re.compile(r"-?(?:0|[1-9][0-9]*)\.[0-9]+")
+_PLAIN_STRING = re.compile(r'"[^"\\\x00-\x1f\x7f]*"')
+
+
+def _plain_literal(raw: str) -> Any:
+    """``raw`` read as ``tomllib.loads(f"v = {raw}")["v"]`` reads it, for the plain literals
+    every command-line flag becomes (:func:`make_scenario` writes them with ``json.dumps``),
+    without importing tomllib; ``_NOT_PLAIN`` for anything else."""
+    if _PLAIN_INT.fullmatch(raw):
+        return int(raw)
+    if _PLAIN_FLOAT.fullmatch(raw):
+        return float(raw)
+    if raw == "true" or raw == "false":
+        return raw == "true"
+    if _PLAIN_STRING.fullmatch(raw):
+        return raw[1:-1]
+    return _NOT_PLAIN
+
+
 def parse_override(item: str) -> tuple[list[str], Any]:
     """``a.b=3`` -> (["a", "b"], 3); values are read as TOML/JSON literals, else as strings."""
     if "=" not in item:
@@ -448,7 +472,11 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     if not path:
         raise ValueError(f"--set {item!r}: empty key")
     raw = raw.strip()
-    value: Any
+    value: Any = _plain_literal(raw)
+    if value is not _NOT_PLAIN:
+        return path, value
+    import tomllib  # ~3 ms to import: only for a value that is not a plain literal
+
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
@@ -498,6 +526,8 @@ def scenario_from_dict(
 
 def load_scenario(path: Path, overrides: Sequence[str] = ()) -> Scenario:
     """Read and validate a TOML scenario file; errors name the file and the field."""
+    import tomllib
+
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
@@ -575,6 +605,8 @@ def make_scenario(
     (``key=value``), applied before the keyword values. Errors name the file and the field.
     """
     if scenario is not None:
+        import tomllib
+
         try:
             data: dict[str, Any] = tomllib.loads(Path(scenario).read_text())
         except FileNotFoundError:

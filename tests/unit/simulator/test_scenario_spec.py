@@ -18,8 +18,10 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from kvbudget.simulator.scenario import (
+    _NOT_PLAIN,
     _UNSURE,
     ScenarioSpec,
+    _plain_literal,
     _plain_value,
     _spec_adapter,
     _spec_fields,
@@ -159,7 +161,43 @@ def test_command_line_scenarios_do_not_import_pydantic(tmp_path: Path) -> None:
         " block_size=16, max_num_seqs=256, max_num_batched_tokens=4096, engine='vllm')\n"
         "scn.sim_config(); scn.make_policy()\n"
         "assert 'pydantic' not in sys.modules, 'pydantic imported'\n"
+        "assert 'tomllib' not in sys.modules, 'tomllib imported'\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                           check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+_LITERAL_TEXT = st.one_of(
+    st.text(alphabet='0123456789-+._eE"\\ #truefalsinx\x00\x1f\x7f\u00e9\'[]{}', max_size=12),
+    st.integers().map(str),
+    st.floats(allow_nan=True).map(json.dumps),
+    st.booleans().map(json.dumps),
+    st.text().map(json.dumps),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_LITERAL_TEXT)
+def test_plain_literals_read_as_toml_reads_them(raw: str) -> None:
+    """A ``--set`` value (or a flag ``make_scenario`` writes with ``json.dumps``) read without
+    tomllib is exactly what tomllib reads; anything the fast path does not vouch for is left to
+    tomllib."""
+    import tomllib
+
+    value = _plain_literal(raw)
+    if value is _NOT_PLAIN:
+        return
+    expected = tomllib.loads(f"v = {raw}")["v"]
+    assert type(value) is type(expected)
+    assert value == expected
+    if isinstance(value, float):
+        assert math.copysign(1.0, value) == math.copysign(1.0, expected)
+
+
+def test_plain_literals_cover_the_command_line_flags() -> None:
+    for value in (7672, 16, -3, 0.5, -0.0, True, False, "A100-80GB", "Llama-2-7B", "vllm"):
+        raw = json.dumps(value)
+        assert _plain_literal(raw) == value and type(_plain_literal(raw)) is type(value)
+    for raw in ("1_000", "+5", "007", "1e5", "inf", "'lit'", '"a\\nb"', "[1, 2]", "1979-05-27"):
+        assert _plain_literal(raw) is _NOT_PLAIN
