@@ -217,14 +217,28 @@ def fetch(
             if response.status_code >= 400:
                 raise FetchError(f"GET {url}: HTTP {response.status_code} "
                                  f"{response.reason_phrase}")
+            kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
+            if kind in ("text/html", "application/xhtml+xml"):
+                # an error or log-in page served with 200 (a proxy, a moved file): no trace
+                raise FetchError(f"GET {url}: answered an HTML page (Content-Type {kind}), "
+                                 "not the trace file")
             length = response.headers.get("content-length")
             total = int(length) if length and length.isdigit() else source.size
+            limit = None if source.size is None or sha256 is not None else source.size
             with part.open("wb") as fh, tqdm(
                 total=total, unit="B", unit_scale=True, unit_divisor=1024,
                 desc=source.filename, disable=not progress, file=stream or sys.stderr,
                 leave=False,
             ) as bar:
+                received = 0
                 for chunk in response.iter_bytes(1 << 20):
+                    if not received and chunk.lstrip()[:1] == b"<":  # no trace starts so
+                        raise FetchError(f"GET {url}: answered an HTML or XML page, not the "
+                                         "trace file")
+                    received += len(chunk)
+                    if limit is not None and received > limit:  # no endless download
+                        raise FetchError(f"GET {url}: more than the {limit:,} bytes the "
+                                         "source has; deleted")
                     fh.write(chunk)
                     bar.update(len(chunk))
         how, digest, problem = _verify(part, source, sha256)

@@ -225,3 +225,37 @@ def test_svg_figures_carry_no_input_text(tmp_path: Path) -> None:
     for svg in svgs:
         text = svg.read_text()
         assert "<script" not in text and "alert(1)" not in text, svg
+
+
+def test_arrow_extension_metadata_is_never_unpickled(tmp_path: Path) -> None:
+    """Parquet can name a Python extension type whose metadata is a pickle (pyarrow's old
+    ``arrow.py_extension_type``): the trace, recording and run readers load it as plain data
+    or refuse it, and never run it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    marker = tmp_path / "marker"
+    payload = pickle.dumps(_Boom(marker))
+    field = pa.field("prompt_tokens", pa.int64(), metadata={
+        b"ARROW:extension:name": b"arrow.py_extension_type",
+        b"ARROW:extension:metadata": payload})
+    schema = pa.schema([pa.field("arrival_s", pa.float64()), field,
+                        pa.field("output_tokens", pa.int64())],
+                       metadata={b"pandas": payload, b"kvbudget": payload})
+    table = pa.table({"arrival_s": [0.0, 1.0], "prompt_tokens": [5, 6],
+                      "output_tokens": [2, 3]}, schema=schema)
+    trace = tmp_path / "t.parquet"
+    pq.write_table(table, trace)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    pq.write_table(table, run_dir / "requests.parquet")
+    pq.write_table(table, run_dir / "timeline.parquet")
+    (run_dir / "summary.json").write_text("{}")
+    for args in (("trace", "stats", trace), ("simulate", "--trace", trace, "--out",
+                                              tmp_path / "sim"),
+                 ("report", run_dir, "--out", tmp_path / "rep"),
+                 ("validate", "--records", trace, "--out", tmp_path / "val")):
+        code, _, stderr = _run(*args)
+        assert code in (0, 1, 2) and "Traceback" not in stderr, (args, stderr)
+        assert code == 0 or stderr.startswith("error: "), (args, stderr)
+    assert not marker.exists()

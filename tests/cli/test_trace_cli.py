@@ -277,3 +277,45 @@ def test_fetch_errors(tmp_path: Path, serve: Any) -> None:
                           "64 hex digits")
     listing = run("fetch", "--list")
     assert listing.exit_code == 0 and "mooncake-conversation" in listing.stdout
+
+
+def test_fetch_refuses_pages_that_are_no_trace(tmp_path: Path) -> None:
+    """An error or log-in page served with 200, an endless body, a redirect: only the bytes
+    that verify are kept, and nothing is left behind otherwise."""
+    from tests.unit.live.test_hostile_servers import Hostile
+    from tests.unit.live.test_live_campaign import _serving, raw
+
+    body = b"TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00+00:00,1,1\n"
+    digest = hashlib.sha256(body).hexdigest()
+    page = b"<!DOCTYPE html><html><body>Sign in</body></html>"
+
+    def answer(kind: str, data: bytes, code: str = "200 OK", extra: str = "") -> Any:
+        return raw(f"HTTP/1.1 {code}\r\nContent-Type: {kind}\r\nContent-Length: {len(data)}\r\n"
+                   f"{extra}Connection: close\r\n\r\n".encode() + data)
+
+    site, mirror = Hostile(), Hostile()
+    with _serving(site), _serving(mirror):
+        name = "/AzureLLMInferenceTrace_code_1week.csv"
+        cases = [
+            (answer("text/html; charset=utf-8", page), "answered an HTML page"),
+            (answer("text/csv", page), "answered an HTML or XML page"),
+            (answer("text/csv", body, "302 Found", f"Location: {mirror.url}{name}\r\n"), None),
+        ]
+        mirror.paths[name] = answer("text/csv", body)
+        for i, (script, said) in enumerate(cases):
+            site.paths[name] = script
+            dest = tmp_path / f"d{i}"
+            res = run("fetch", "azure-code-2024", "--dest", dest, "--base-url", site.url + "/")
+            if said is None:  # followed to the mirror: the bytes are the trace's
+                assert res.exit_code == 0, res.stderr
+                assert (dest / name[1:]).read_bytes() == body and digest in res.stderr
+            else:
+                assert_one_line_error(res, said)
+                assert list(dest.iterdir()) == []
+        # a pinned source: a body longer than the source is cut off, not downloaded forever
+        big = b"TIMESTAMP,ContextTokens\n" + b"x" * 400_000
+        site.paths["/AzureLLMInferenceTrace_code.csv"] = answer("text/csv", big)
+        dest = tmp_path / "pinned"
+        res = run("fetch", "azure-code-2023", "--dest", dest, "--base-url", site.url + "/")
+        assert_one_line_error(res, "more than the 320,117 bytes")
+        assert list(dest.iterdir()) == []
