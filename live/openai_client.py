@@ -19,7 +19,8 @@ import asyncio
 import itertools
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+import re
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -317,6 +318,42 @@ def retry_after_header(headers: Mapping[str, str]) -> float | None:
     return value if math.isfinite(value) and 0 <= value <= MAX_RETRY_AFTER_S else None
 
 
+MAX_EVENT_CHARS = 16 << 20
+"""The longest line of an event stream taken (16 Mi characters; vLLM's events are a few
+hundred): a server that sends an endless line fails the request instead of filling memory."""
+
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+
+
+class _EventTooLong(Exception):
+    pass
+
+
+async def _stream_lines(response: httpx.Response, limit: int = MAX_EVENT_CHARS
+                        ) -> AsyncIterator[str]:
+    """The lines of an event stream (``\r\n``, ``\r`` or ``\n``; one split across two reads
+    may add a blank line, which an event stream ignores); :class:`_EventTooLong` past
+    ``limit`` characters without a line end."""
+    pending: list[str] = []
+    size = 0
+    async for text in response.aiter_text():
+        parts = _NEWLINE.split(text)
+        if len(parts) == 1:
+            pending.append(text)
+            size += len(text)
+            if size > limit:
+                raise _EventTooLong
+            continue
+        pending.append(parts[0])
+        yield "".join(pending)
+        for line in parts[1:-1]:
+            yield line
+        pending, size = [parts[-1]], len(parts[-1])
+    tail = "".join(pending)
+    if tail:
+        yield tail
+
+
 async def stream_completion(
     client: httpx.AsyncClient,
     target: ServerTarget,
@@ -371,7 +408,7 @@ async def stream_completion(
                              + (f" to {where!r}" if where else "") + ", not followed")
                 res.error_kind = "http"
                 return res
-            async for line in response.aiter_lines():
+            async for line in _stream_lines(response):
                 if not line.startswith("data:"):
                     continue  # SSE comments, event names, blank separators
                 data = line[5:].strip()
@@ -439,6 +476,9 @@ async def stream_completion(
                     if usage.get("prompt_tokens") is not None:
                         res.prompt_tokens = int(usage["prompt_tokens"])
                     res.usage_reported = True
+    except _EventTooLong:
+        res.error = f"malformed stream event: a line longer than {MAX_EVENT_CHARS:,} characters"
+        res.error_kind = "protocol"
     except httpx.TimeoutException as exc:
         res.error, res.error_kind = f"timeout: {type(exc).__name__}", "timeout"
     except TimeoutError:

@@ -837,3 +837,36 @@ def test_a_replay_sends_the_same_requests_for_the_same_seed(tmp_path: Path) -> N
             assert out.complete, out.error
             sent.append(sorted(json.dumps(b, sort_keys=True) for b in server.bodies))
     assert sent[0] == sent[1] and sent[0] != sent[2]
+
+
+def test_an_endless_line_fails_the_request(hostile: Hostile) -> None:  # noqa: F811
+    """A line that never ends: past MAX_EVENT_CHARS the request fails (nothing fills memory);
+    one that drips slower than that ends at the read timeout, the server still dripping."""
+    from kvbudget.live.openai_client import MAX_EVENT_CHARS
+
+    hostile.completions = _silent(hostile, SSE_HEAD + _chunk(1) + b"data: "
+                                  + b"x" * (MAX_EVENT_CHARS + 1024))
+    res = _stream(hostile, read_timeout_s=30)
+    assert res.error_kind == "protocol" and "a line longer than" in res.error, res
+    assert res.output_tokens == 1 and not hostile.release.is_set()
+    hostile.completions = _silent(hostile, SSE_HEAD + _chunk(1) + b"data: ", b"x" * 64)
+    res = _stream(hostile, read_timeout_s=0.3)
+    assert res.error_kind == "timeout" and "no output for 0.3 s" in res.error, res
+    assert not hostile.release.is_set()
+
+
+def test_an_answer_before_a_large_request_is_sent(hostile: Hostile) -> None:  # noqa: F811
+    """The server answers (and closes) before reading a 200,000-token prompt: the request
+    ends as an answer or as a reset on its row, never as an exception or a hang."""
+    hostile.early = True
+    hostile.completions = sse(GOOD)
+    t = ServerTarget(hostile.url, model="m", read_timeout_s=10)
+
+    async def go() -> StreamResult:
+        async with httpx.AsyncClient() as client:
+            return await asyncio.wait_for(stream_completion(
+                client, t, list(range(10, 200_010)), 4, clock=lambda: 0.0), 60)
+
+    res = asyncio.run(go())
+    _sane(res)
+    assert res.ok or res.error_kind == "reset", res
