@@ -275,6 +275,8 @@ class _Clients:
 def _forget_first_token(engine: Any, i: int) -> None:
     """A new attempt of row ``i`` starts on the engine: the first token its user will see is
     this attempt's, not an abandoned one's."""
-    replicas = getattr(engine, "replicas", None)
-    for e in replicas if replicas is not None else (engine,):
-        e.first_token_s[i] = math.nan
+    forget = getattr(engine, "forget_first_token", None)  # a fleet: on each replica it reached
+    if forget is not None:
+        forget(i)
+    else:
+        engine.first_token_s[i] = math.nan

@@ -32,7 +32,7 @@ override the hooks :class:`Engine` lists.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -98,6 +98,9 @@ class Engine:
     step_observer: ClassVar[Callable[[Engine], None] | None] = None
     # whether skip-ahead may keep the running requests as a decode group (see above)
     decode_group: ClassVar[bool] = True
+    # whether grow_rows grows every per-request array of the class (a variant with per-request
+    # arrays of its own lists them in _row_state, or says False)
+    rows_grow: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -231,9 +234,45 @@ class Engine:
         """Whether the request could ever run here: vLLM's max_model_len check, and a prompt
         whose blocks fit beside the watermark (vLLM v0's ``AllocStatus.NEVER``: such a request
         is refused, never scheduled)."""
-        prompt = int(self.prompt_tokens[i])
-        return (prompt + int(self.target_output[i]) <= self.max_model_len
+        return self.fits_tokens(int(self.prompt_tokens[i]), int(self.target_output[i]))
+
+    def fits_tokens(self, prompt: int, output: int) -> bool:
+        """:meth:`fits` of a request of ``prompt`` and ``output`` tokens."""
+        return (prompt + output <= self.max_model_len
                 and -(-prompt // self.block_size) <= self._admit_blocks)
+
+    # --- rows that come as they are routed (a fleet's replicas: kvbudget.simulator.fleet) ----
+    def _row_state(self) -> dict[str, float]:
+        """The per-request state arrays and the value a row starts with."""
+        zero = ("num_tokens", "num_computed_tokens", "num_output_tokens", "num_blocks",
+                "num_preemptions", "recomputed_tokens", "_in_engine")
+        return dict.fromkeys(zero, 0.0) | {"first_token_s": math.nan, "finished_s": math.nan}
+
+    def grow_rows(self, columns: Mapping[str, IntArray | FloatArray]) -> None:
+        """Take longer per-request columns (``prompt_tokens``, ``output_tokens``,
+        ``max_output_tokens``, ``arrival_s``, ``priority``, and ``order``: the rows' order for
+        ties in a priority queue), whose first rows are the ones there already, and grow the
+        per-request state to their length (the rows there keep theirs). A fleet indexes each
+        replica by the rows routed to it, so a replica's arrays hold its own rows, not
+        everyone's. Not with prefix caching (its arrays are the workload's)."""
+        assert self._prefix is None and type(self).rows_grow
+        cap = len(columns["prompt_tokens"])
+        self.prompt_tokens = np.asarray(columns["prompt_tokens"], np.int64)
+        self.target_output = np.asarray(columns["output_tokens"], np.int64)
+        self.max_output_tokens = np.asarray(columns["max_output_tokens"], np.int64)
+        self.arrival_s = np.asarray(columns["arrival_s"], np.float64)
+        if self.config.scheduling_policy == "priority":
+            self.priority = np.asarray(columns["priority"], np.int64)
+        else:
+            self.priority = np.zeros(cap, np.int64)
+        for name, fill in self._row_state().items():
+            old = getattr(self, name)
+            new = np.full(cap, fill, old.dtype)
+            new[: len(old)] = old
+            setattr(self, name, new)
+        order = columns.get("order")
+        self.waiting.columns_changed(
+            self.priority, self.arrival_s, None if order is None else np.asarray(order, np.int64))
 
     def num_waiting(self) -> int:
         return len(self.waiting)

@@ -93,6 +93,9 @@ class SwapEngine(Engine):
         self.num_swap_fallbacks = 0
         self._swap_s: list[float] = []
 
+    def _row_state(self) -> dict[str, float]:
+        return super()._row_state() | {"swapped_blocks": 0.0}
+
     def _transfer(self, blocks: int) -> int:
         nbytes = blocks * self.block_bytes
         seconds = nbytes / self.pcie_bandwidth_bytes_s
@@ -185,6 +188,7 @@ class SglangEngine(Engine):
     """SGLang: ``new_token_ratio`` admission and ``retract_decode``."""
 
     decode_group = False  # admission reads the running requests' output tokens
+    rows_grow = False  # max_new_tokens follows from each row's columns
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

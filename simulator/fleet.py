@@ -56,7 +56,7 @@ from kvbudget.policies import (
     Request,
 )
 from kvbudget.simulator.engine import Engine, EngineHooks, FloatArray, IntArray
-from kvbudget.simulator.engine_variants import engine_inputs, make_engine
+from kvbudget.simulator.engine_variants import ENGINE_CLASSES, engine_inputs, make_engine
 from kvbudget.simulator.serving import TimelineRow
 from kvbudget.simulator.sim_config import ROUTERS, FleetConfig, RouterName, SimConfig
 from kvbudget.workloads import Workload
@@ -225,8 +225,53 @@ class FleetGateway:
         return actions
 
 
+_LOCAL_COLUMNS = {"prompt_tokens": np.int64, "output_tokens": np.int64,
+                  "max_output_tokens": np.int64, "arrival_s": np.float64, "priority": np.int64,
+                  "order": np.int64}
+
+
+class _ReplicaRows:
+    """The rows routed to one replica, numbered 0, 1, ... in the order they first reached it:
+    the replica's own columns (``order`` is each one's workload row), grown by doubling."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.columns: dict[str, Any] = {k: np.zeros(8, t) for k, t in _LOCAL_COLUMNS.items()}
+
+    @property
+    def rows(self) -> IntArray:
+        """The workload row of each of the replica's rows."""
+        return np.asarray(self.columns["order"][: self.n], np.int64)
+
+    def add(self, engine: Engine, w: Workload, priority: IntArray, i: int) -> int:
+        """Give workload row ``i`` the replica's next row number (growing the replica's
+        columns, and its engine's state, when full)."""
+        cols = self.columns
+        j = self.n
+        if j == len(cols["order"]):
+            for k, old in list(cols.items()):
+                new = np.zeros(2 * j, old.dtype)
+                new[:j] = old
+                cols[k] = new
+            engine.grow_rows(cols)
+        cols["prompt_tokens"][j] = w.prompt_tokens[i]
+        cols["output_tokens"][j] = w.output_tokens[i]
+        cols["max_output_tokens"][j] = w.max_output_tokens[i]
+        cols["arrival_s"][j] = w.arrival_s[i]
+        cols["priority"][j] = priority[i]
+        cols["order"][j] = i
+        self.n = j + 1
+        return j
+
+
 class Fleet:
-    """Replicas that look like one engine to the driver."""
+    """Replicas that look like one engine to the driver.
+
+    Each replica's engine is indexed by the rows routed to it (:class:`_ReplicaRows`; its
+    per-request arrays hold those rows only), mapped back to workload rows for the records;
+    with prefix caching, or a preset whose per-request arrays cannot grow
+    (``Engine.rows_grow``), by workload rows.
+    """
 
     def __init__(
         self,
@@ -244,17 +289,43 @@ class Fleet:
         self.hooks = hooks
         self.config = config
         n = len(workload)
+        self.w = workload
+        self._priority = priority
         self.replicas: list[Engine] = []
         self.gpus: list[str] = []
-        for r in range(self.fleet.num_replicas):
-            gpu = self.fleet.gpu_of(r, config.gpu)
+        gpus = [self.fleet.gpu_of(r, config.gpu) for r in range(self.fleet.num_replicas)]
+        self._compact = all(
+            ENGINE_CLASSES[e.name].rows_grow
+            and not (e.enable_prefix_caching and workload.prefix_hashes is not None)
+            for e in (config.engine_for(g) for g in gpus)
+        )
+        self._local: list[_ReplicaRows] = [_ReplicaRows() for _ in gpus]
+        # row -> the first replica it reached and its number there; rows that reached more
+        # than one (revoked, then admitted again elsewhere): (row, replica) -> number
+        self._first_replica = np.full(n if self._compact else 0, -1, np.int32)
+        self._first_local = np.zeros(n if self._compact else 0, np.int64)
+        self._more_local: dict[tuple[int, int], int] = {}
+        for r, gpu in enumerate(gpus):
             self.gpus.append(gpu)
             engine = config.engine_for(gpu)
             blocks = config.resolved_num_gpu_blocks(gpu)
             cost = config.resolved_cost_model(gpu)
+            columns = engine_inputs(
+                workload,
+                priority,
+                timeline_period_s=config.timeline_period_s,
+                model=config.model,
+                gpu=gpu,
+                tensor_parallel_size=engine.tensor_parallel_size,
+                kv_cache_dtype=engine.kv_cache_dtype,
+            )
+            if self._compact:
+                local = self._local[r].columns
+                columns.update({k: local[k] for k in _LOCAL_COLUMNS if k != "order"},
+                               prefix_hashes=None, prefix_offsets=None)
             replica_hooks = EngineHooks(
                 on_finish=partial(self._on_finish, r),
-                on_preempt=hooks.on_preempt,
+                on_preempt=partial(self._on_preempt, r),
                 next_external_s=partial(self._next_touch_s, r),
                 gateway_state=partial(self._gateway_state, r),
             )
@@ -265,17 +336,11 @@ class Fleet:
                     cost,
                     num_gpu_blocks=blocks,
                     hooks=replica_hooks,
-                    **engine_inputs(
-                        workload,
-                        priority,
-                        timeline_period_s=config.timeline_period_s,
-                        model=config.model,
-                        gpu=gpu,
-                        tensor_parallel_size=engine.tensor_parallel_size,
-                        kv_cache_dtype=engine.kv_cache_dtype,
-                    ),
+                    **columns,
                 )
             )
+            if self._compact:
+                self.replicas[r].grow_rows(self._local[r].columns)  # the ties' order
         caps = [e.capacity_tokens for e in self.replicas]
         self.capacity_tokens = sum(caps)
         self.num_gpu_blocks = sum(e.num_gpu_blocks for e in self.replicas)
@@ -307,10 +372,14 @@ class Fleet:
             )
 
     # --- routing -------------------------------------------------------------------------------
+    def _fits(self, e: Engine, i: int) -> bool:
+        """Whether workload row ``i`` could ever run on replica ``e`` (:meth:`Engine.fits`)."""
+        return e.fits_tokens(int(self.w.prompt_tokens[i]), int(self.w.output_tokens[i]))
+
     def _allowed(self, i: int) -> list[int]:
         if self._alike:  # every replica fits the same requests: ask one
-            return self._everyone if self.replicas[0].fits(i) else [0]
-        return [r for r, e in enumerate(self.replicas) if e.fits(i)] or [
+            return self._everyone if self._fits(self.replicas[0], i) else [0]
+        return [r for r, e in enumerate(self.replicas) if self._fits(e, i)] or [
             int(np.argmax([e.max_model_len for e in self.replicas]))
         ]
 
@@ -324,28 +393,69 @@ class Fleet:
         if r >= 0 and self._global is None:
             self.router.leave(i, r)
 
+    # --- each replica's own rows ----------------------------------------------------------------
+    def _row_on(self, i: int, r: int, *, add: bool = False) -> int:
+        """Replica ``r``'s number for workload row ``i`` (``add``: give it one if it has none;
+        else -1 then). Workload rows themselves where replicas are indexed by them."""
+        if not self._compact:
+            return i
+        first = int(self._first_replica[i])
+        if first == r:
+            return int(self._first_local[i])
+        if first >= 0:
+            j = self._more_local.get((i, r), -1)
+            if j < 0 and add:
+                j = self._more_local[(i, r)] = self._new_row(i, r)
+            return j
+        if not add:
+            return -1
+        j = self._new_row(i, r)
+        self._first_replica[i] = r
+        self._first_local[i] = j
+        return j
+
+    def _new_row(self, i: int, r: int) -> int:
+        return self._local[r].add(self.replicas[r], self.w, self._priority, i)
+
+    def _workload_row(self, r: int, j: int) -> int:
+        """The workload row of replica ``r``'s row ``j``."""
+        return int(self._local[r].columns["order"][j]) if self._compact else j
+
     # --- the engine interface the driver uses ----------------------------------------------------
     def fits(self, i: int) -> bool:
         if self._global is None:
-            return self.replicas[int(self.replica_of[i])].fits(i)
+            return self._fits(self.replicas[int(self.replica_of[i])], i)
         if self._alike:
-            return self.replicas[0].fits(i)
-        return any(e.fits(i) for e in self.replicas)
+            return self._fits(self.replicas[0], i)
+        return any(self._fits(e, i) for e in self.replicas)
 
     def add_request(self, i: int) -> None:
         if self._global is not None:
             self.route(i)
-        self.replicas[int(self.replica_of[i])].add_request(i)
+        r = int(self.replica_of[i])
+        self.replicas[r].add_request(self._row_on(i, r, add=True))
 
     def abort_request(self, i: int) -> None:
         r = int(self.replica_of[i])
-        self.replicas[r].abort_request(i)
+        self.replicas[r].abort_request(self._row_on(i, r))
         if self._global is not None:
             self.router.leave(i, r)
 
-    def _on_finish(self, r: int, i: int, t: float) -> None:
+    def forget_first_token(self, i: int) -> None:
+        """A new attempt of row ``i`` starts: forget the first token of earlier ones, on every
+        replica it reached (``simulator.clients``)."""
+        for r, e in enumerate(self.replicas):
+            j = self._row_on(i, r)
+            if j >= 0:
+                e.first_token_s[j] = math.nan
+
+    def _on_finish(self, r: int, j: int, t: float) -> None:
+        i = self._workload_row(r, j)
         self.router.leave(i, r)
         self.hooks.on_finish(i, t)
+
+    def _on_preempt(self, r: int, j: int, t: float) -> None:
+        self.hooks.on_preempt(self._workload_row(r, j), t)
 
     def _next_touch_s(self, r: int) -> float:
         """Where replica ``r``'s decode runs are planned to end (its ``next_external_s``): about
@@ -383,7 +493,8 @@ class Fleet:
 
     def output_tokens_of(self, i: int) -> int:
         r = int(self.replica_of[i])
-        return 0 if r < 0 else self.replicas[r].output_tokens_of(i)
+        j = -1 if r < 0 else self._row_on(i, r)
+        return 0 if j < 0 else self.replicas[r].output_tokens_of(j)
 
     @property
     def num_preemptions_total(self) -> int:
@@ -402,29 +513,47 @@ class Fleet:
     def num_recomputed_tokens(self) -> int:
         return sum(e.num_recomputed_tokens for e in self.replicas)
 
+    def _merged(self, name: str, empty: float, merge: Callable[..., Any]) -> Any:
+        """Replica arrays ``name`` by workload row: ``merge(so_far, replica's)`` over the
+        replicas (rows no replica took: ``empty``)."""
+        n = len(self.replica_of)
+        if not self._compact:
+            return merge.reduce([getattr(e, name) for e in self.replicas])  # type: ignore[attr-defined]
+        first = getattr(self.replicas[0], name)
+        out = np.full(n, empty, first.dtype)
+        for e, local in zip(self.replicas, self._local, strict=True):
+            rows = local.rows
+            out[rows] = merge(out[rows], getattr(e, name)[: local.n])
+        return out
+
     @property
     def recomputed_tokens(self) -> IntArray:
-        return np.asarray(np.sum([e.recomputed_tokens for e in self.replicas], axis=0), np.int64)
+        return np.asarray(self._merged("recomputed_tokens", 0, np.add), np.int64)
 
     @property
     def num_preemptions(self) -> IntArray:
-        return np.asarray(np.sum([e.num_preemptions for e in self.replicas], axis=0), np.int64)
+        return np.asarray(self._merged("num_preemptions", 0, np.add), np.int64)
 
     @property
     def first_token_s(self) -> FloatArray:
         """The first token a caller saw, on whichever replica it came from."""
-        return np.asarray(np.fmin.reduce([e.first_token_s for e in self.replicas]), np.float64)
+        return np.asarray(self._merged("first_token_s", math.nan, np.fmin), np.float64)
 
     @property
     def finished_s(self) -> FloatArray:
-        return np.asarray(np.fmin.reduce([e.finished_s for e in self.replicas]), np.float64)
+        return np.asarray(self._merged("finished_s", math.nan, np.fmin), np.float64)
 
     def output_tokens(self) -> IntArray:
         """Each row's output tokens on the replica it was routed to."""
         out = np.zeros(len(self.replica_of), np.int64)
-        for r, e in enumerate(self.replicas):
-            mask = self.replica_of == r
-            out[mask] = e.output_tokens()[mask]
+        for r, (e, local) in enumerate(zip(self.replicas, self._local, strict=True)):
+            if not self._compact:
+                mask = self.replica_of == r
+                out[mask] = e.output_tokens()[mask]
+                continue
+            rows = local.rows
+            here = self.replica_of[rows] == r  # rows whose last replica is this one
+            out[rows[here]] = e.output_tokens()[: local.n][here]
         return out
 
     def kv_token_seconds(self) -> float:

@@ -44,6 +44,16 @@ class RequestQueue(ABC):
         """Take row ``i`` out (it is queued)."""
 
     @abstractmethod
+    def columns_changed(
+        self,
+        priority: npt.NDArray[np.int64],
+        arrival_s: npt.NDArray[np.float64],
+        order: npt.NDArray[np.int64] | None,
+    ) -> None:
+        """The engine's per-request columns grew (``order``: the rows' order for ties, when it
+        is not the row numbers' own)."""
+
+    @abstractmethod
     def __len__(self) -> int: ...
 
     @abstractmethod
@@ -72,6 +82,14 @@ class FcfsQueue(RequestQueue):
     def remove_request(self, i: int) -> None:
         self._rows.remove(i)
 
+    def columns_changed(
+        self,
+        priority: npt.NDArray[np.int64],
+        arrival_s: npt.NDArray[np.float64],
+        order: npt.NDArray[np.int64] | None,
+    ) -> None:
+        """Nothing to do: the order of adding decides."""
+
     def __len__(self) -> int:
         return len(self._rows)
 
@@ -80,34 +98,44 @@ class FcfsQueue(RequestQueue):
 
 
 class PriorityQueue(RequestQueue):
-    """Lowest ``(priority, arrival_s)`` first (ties by row), a binary heap."""
+    """Lowest ``(priority, arrival_s)`` first (ties by row, or by ``order``), a binary heap."""
 
     def __init__(self, priority: npt.NDArray[np.int64], arrival_s: npt.NDArray[np.float64]) -> None:
         self._priority = priority
         self._arrival_s = arrival_s
-        self._heap: list[tuple[int, float, int]] = []
+        self._order: npt.NDArray[np.int64] | None = None
+        self._heap: list[tuple[int, float, int, int]] = []
+
+    def columns_changed(
+        self,
+        priority: npt.NDArray[np.int64],
+        arrival_s: npt.NDArray[np.float64],
+        order: npt.NDArray[np.int64] | None,
+    ) -> None:
+        self._priority, self._arrival_s, self._order = priority, arrival_s, order
 
     def add_request(self, i: int) -> None:
-        heapq.heappush(self._heap, (int(self._priority[i]), float(self._arrival_s[i]), i))
+        tie = i if self._order is None else int(self._order[i])
+        heapq.heappush(self._heap, (int(self._priority[i]), float(self._arrival_s[i]), tie, i))
 
     def prepend_request(self, i: int) -> None:
         self.add_request(i)  # the key, not the order of adding, decides
 
     def peek_request(self) -> int | None:
-        return self._heap[0][2] if self._heap else None
+        return self._heap[0][3] if self._heap else None
 
     def pop_request(self) -> int:
-        return heapq.heappop(self._heap)[2]
+        return heapq.heappop(self._heap)[3]
 
     def remove_request(self, i: int) -> None:
-        self._heap = [e for e in self._heap if e[2] != i]
+        self._heap = [e for e in self._heap if e[3] != i]
         heapq.heapify(self._heap)
 
     def __len__(self) -> int:
         return len(self._heap)
 
     def __iter__(self) -> Iterator[int]:
-        return iter([e[2] for e in sorted(self._heap)])
+        return iter([e[3] for e in sorted(self._heap)])
 
 
 def make_request_queue(

@@ -28,7 +28,7 @@ from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.fleet import FleetConfig, Router
 from kvbudget.simulator.run import SimConfig, simulate
 from kvbudget.workloads import Workload, from_columns
-from tests.conftest import make_workload, mixed_workload
+from tests.conftest import assert_skip_ahead_matches_stepping, make_workload, mixed_workload
 
 
 def streams(n: int, rate: float, seeds: list[int]) -> Workload:
@@ -207,3 +207,61 @@ def test_prefix_affinity_raises_the_fleets_prefix_hit_rate(shared: Path) -> None
     # multi-turn conversations return to the replica holding their earlier turns
     assert rates["prefix_affinity"] > 2 * rates["round_robin"]
     assert rates["prefix_affinity"] > rates["round_robin"] + 0.05
+
+
+def _bursts(n: int, seed: int) -> Workload:
+    """Mixed traffic whose requests come in bursts of equal arrival times (ties in a priority
+    queue fall to the rows' order)."""
+    w = mixed_workload(n, rate_rps=12.0, seed=seed)
+    return replace(w, arrival_s=np.repeat(w.arrival_s[::4], 4)[:n].copy())
+
+
+@pytest.mark.parametrize("scheduling_policy", ["fcfs", "priority"])
+def test_a_fleet_of_one_with_clients_and_revocations_is_the_single_engine(
+    scheduling_policy: str,
+) -> None:
+    """The replica's own row numbers (not the workload's) map back exactly: clients that time
+    out and retry (each new attempt forgets its first token), revocations, and a priority
+    queue whose ties follow the workload rows' order, not the order rows reach the replica."""
+    from kvbudget.policies.clients import client_model
+
+    w = _bursts(200, seed=3)
+    batch = client_model({"preset": "batch-pipeline", "backoff": "constant",
+                          "initial_backoff_s": 2.0, "jitter": "none", "timeout_s": 60.0})
+    cfg = SimConfig(
+        engine=EngineConfig(num_gpu_blocks=700, scheduling_policy=scheduling_policy),  # type: ignore[arg-type]
+        clients=(("batch", batch),),
+        lease_ttl_s=8.0,
+    )
+    single = simulate(w, make_policy("overcommit"), cfg)
+    one = simulate(w, make_policy("overcommit"), replace(cfg, fleet=FleetConfig(1)))
+    assert one.records.equals(single.records)
+    assert one.attempts is not None and single.attempts is not None
+    assert one.attempts.equals(single.attempts)
+    assert (single.records.num_attempts > 1).any()  # some retried
+    assert single.summary["engine"]["num_gateway_revocations"] > 0
+    assert single.summary["engine"]["num_engine_preemptions"] > 0
+
+
+@pytest.mark.parametrize("router", ["round_robin", "least_tokens"])
+def test_replicas_hold_only_the_rows_routed_to_them(router: str) -> None:
+    """Each replica's per-request arrays are as long as (at most twice) the rows routed to it,
+    not the workload; the records are those of stepping one step at a time."""
+    from kvbudget.simulator.engine import Engine
+
+    w = mixed_workload(400, rate_rps=20.0, seed=8)
+    longest: dict[int, int] = {}
+
+    def note(engine: Engine) -> None:
+        longest[id(engine)] = max(longest.get(id(engine), 0), len(engine.num_tokens))
+
+    cfg = SimConfig(engine=EngineConfig(num_gpu_blocks=1500),
+                    fleet=FleetConfig(4, router=router))  # type: ignore[arg-type]
+    Engine.step_observer = note
+    try:
+        _, skipped = assert_skip_ahead_matches_stepping(w, cfg, "overcommit")
+    finally:
+        Engine.step_observer = None
+    routed = [r["num_requests"] for r in skipped.summary["engine"]["fleet"]["replicas"]]
+    assert len(longest) == 8 and sum(routed) == len(w)
+    assert max(longest.values()) <= 2 * max(routed) < len(w)
