@@ -79,6 +79,10 @@ class Engine:
     * :meth:`_jump_limit` ``(rows, k_max, alloc_cum) -> int``: with skip-ahead, how many steps
       of a planned decode run keep the waiting head refused;
     * :meth:`stats` ``()``: the variant's own figures, added to the base's;
+    * :meth:`_row_state` ``() -> dict``: the per-request state arrays and the value a row
+      starts with, which :meth:`grow_rows` grows (a fleet's replica holds the rows routed to
+      it): a variant with per-request arrays of its own adds them, or says
+      ``rows_grow = False`` (a class attribute) when they follow from the columns;
     * :attr:`decode_group` (a class attribute): False when a hook reads running requests'
       arrays between steps, or a running request may hold blocks beyond its computed tokens;
       with skip-ahead the running requests are then never kept as a decode group (where
