@@ -14,7 +14,7 @@ import math
 import time
 from collections.abc import Callable, Generator
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import simpy
@@ -29,7 +29,6 @@ from kvbudget.policies import (
     RequestTooLarge,
     Revoke,
 )
-from kvbudget.policies.clients import Answer
 from kvbudget.policies.tiers import tier_map
 from kvbudget.results.metrics import summarize
 from kvbudget.results.records import (
@@ -39,15 +38,19 @@ from kvbudget.results.records import (
     derive_latencies,
 )
 from kvbudget.results.run_result import RunResult
-from kvbudget.simulator.clients import _Clients
 from kvbudget.simulator.engine import EngineHooks
 from kvbudget.simulator.engine_variants import engine_inputs, make_engine
 from kvbudget.simulator.fleet import Fleet, FleetGateway
 from kvbudget.simulator.serving import ServingEngine
 from kvbudget.simulator.sim_config import FleetConfig, SimConfig, gateway_config
-from kvbudget.workloads.closed_loop import ClosedLoop
 
-__all__ = ["ClosedLoop", "FleetConfig", "SimConfig", "gateway_config", "simulate"]
+if TYPE_CHECKING:
+    # loaded only by a run that has them (client models, a closed loop)
+    from kvbudget.policies.clients import Answer
+    from kvbudget.simulator.clients import _Clients
+    from kvbudget.workloads.closed_loop import ClosedLoop
+
+__all__ = ["FleetConfig", "SimConfig", "gateway_config", "simulate"]
 from kvbudget.workloads import Workload
 
 _COMPLETED = STATUS_CODES["completed"]
@@ -88,7 +91,11 @@ class _Simulation:
                 f"configured tiers: {sorted(tiers)}"
             )
         tier_prio = np.array([tiers[t].priority for t in workload.tier_names], dtype=np.int64)
-        self._clients = _Clients(self, config) if _Clients.wanted(workload, config) else None
+        self._clients: _Clients | None = None
+        if config.clients or workload.timeout_s is not None:
+            from kvbudget.simulator.clients import _Clients
+
+            self._clients = _Clients(self, config)
         hooks = EngineHooks(
             on_finish=self._on_finish,
             on_preempt=self._on_preempt,

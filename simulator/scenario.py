@@ -76,16 +76,17 @@ import numpy as np
 
 from kvbudget.perf.cost_model import load_cost_model, read_frontend_overhead
 from kvbudget.policies import DEFAULT_TIERS, BasePolicy, TierConfig, make_policy
-from kvbudget.policies.clients import ClientModel, client_models
 from kvbudget.policies.gateway import FrontDoor
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.fleet import FleetConfig
-from kvbudget.simulator.run import ClosedLoop, SimConfig
+from kvbudget.simulator.run import SimConfig
 from kvbudget.workloads import Workload
 
 if TYPE_CHECKING:
     from annotated_types import Ge, Gt, Le, Lt
     from pydantic import TypeAdapter, ValidationError
+
+    from kvbudget.policies.clients import ClientModel
 
 
 def _bind_constraints() -> None:
@@ -347,9 +348,16 @@ class Scenario:
             fleet = FleetConfig(**fl)
         clients: tuple[tuple[str, ClientModel], ...] = ()
         if s.clients:
+            from kvbudget.policies.clients import client_models
+
             clients = client_models(s.clients, {t.name: t for t in self.tiers()})
+        closed_loop = None
+        if s.closed_loop is not None:
+            from kvbudget.workloads.closed_loop import ClosedLoop
+
+            closed_loop = ClosedLoop(**asdict(s.closed_loop))
         return SimConfig(
-            closed_loop=None if s.closed_loop is None else ClosedLoop(**asdict(s.closed_loop)),
+            closed_loop=closed_loop,
             clients=clients,
             gpu=s.gpu,
             model=self._model(s.model),

@@ -5,20 +5,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from kvbudget.perf.cost_model import CostModel, FrontendCost, get_frontend
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.kv_capacity import legacy_num_gpu_blocks, num_gpu_blocks
 from kvbudget.perf.models import get_model
-from kvbudget.perf.roofline import RooflineCostModel
 from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.policies import DEFAULT_TIERS, GatewayConfig, TierConfig
-from kvbudget.policies.clients import ClientModel
 from kvbudget.policies.gateway import FrontDoor
 from kvbudget.policies.tiers import tier_map
 from kvbudget.simulator.engine_config import ENGINE_DEFAULTS, EngineConfig, EngineDefaults
-from kvbudget.workloads.closed_loop import ClosedLoop
+
+if TYPE_CHECKING:
+    # not imported at run time (a run without clients or users never loads them)
+    from kvbudget.policies.clients import ClientModel
+    from kvbudget.workloads.closed_loop import ClosedLoop
 
 RouterName = Literal["round_robin", "least_tokens", "prefix_affinity"]
 ROUTERS: tuple[RouterName, ...] = ("round_robin", "least_tokens", "prefix_affinity")
@@ -116,6 +118,8 @@ class SimConfig:
         if self.closed_loop is not None and self.clients:
             raise ValueError("closed_loop and clients together are not supported: a closed "
                              "loop's user sends its next request when the last one ends")
+        if self.clients:
+            from kvbudget.policies.clients import ClientModel
         for tier, client in self.clients:
             if tier not in tiers:
                 raise ValueError(f"clients.{tier}: no such tier; tiers: {sorted(tiers)}")
@@ -172,6 +176,8 @@ class SimConfig:
         spec, model = get_gpu(gpu or self.gpu), get_model(self.model)
         tp, ep = _parallelism(self.engine)
         if self.engine_defaults == "kvbudget-0.1":
+            from kvbudget.perf.roofline import RooflineCostModel
+
             return RooflineCostModel(spec, model, tensor_parallel_size=tp,
                                      kv_cache_dtype=self.engine.kv_cache_dtype)
         return VllmStepModel(spec, model, tensor_parallel_size=tp, expert_parallel_size=ep,
