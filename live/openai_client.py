@@ -488,7 +488,8 @@ async def stream_completion(
         res.error = target.redact(f"cannot connect to {target.base_url}: {exc}")
         res.error_kind = "connect"
     except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-        res.error = target.redact(f"connection closed mid-stream: {exc or type(exc).__name__}")
+        res.error = target.redact(
+            f"connection closed mid-stream: {str(exc) or type(exc).__name__}")
         res.error_kind = "reset"
     except httpx.HTTPError as exc:
         res.error = target.redact(f"{type(exc).__name__}: {exc}")

@@ -67,6 +67,9 @@ def discover_kv_server(target: ServerTarget) -> ServerInfo:
             return await discover(client, target)
 
     info = asyncio.run(ask())
+    if info.capacity_problem:
+        raise ValueError(f"{target.base_url}/metrics: {info.capacity_problem}; validate needs "
+                         "the server's real KV blocks")
     if info.usable_blocks is None or info.block_size is None:
         raise ValueError(f"{target.base_url}/metrics does not expose vllm:cache_config_info; "
                          "validate needs the server's KV blocks")
@@ -132,6 +135,12 @@ def run_live_validation(target: ServerTarget, model: LinearCostModel, info: Serv
 
     before = check()
     live = replay()
+    done = live.records["status"] == "completed"
+    if not done.any():  # nothing measured: no comparison to make
+        errors = live.records.loc[live.records["error"] != "", "error"]
+        first = f" (first error: {errors.iloc[0]})" if len(errors) else ""
+        raise BackendUnavailable(f"the replay completed none of its {len(live.records)} "
+                                 f"requests{first}; nothing to validate against")
     after = check()
     return LiveValidationRun(live=live, info=info, checks=(before, after),
                              speed_checked=speed_check)

@@ -870,3 +870,54 @@ def test_an_answer_before_a_large_request_is_sent(hostile: Hostile) -> None:  # 
     res = asyncio.run(go())
     _sane(res)
     assert res.ok or res.error_kind == "reset", res
+
+
+# --- validate --url -----------------------------------------------------------------------------
+def _never(server: Hostile) -> Script:
+    def script(conn: socket.socket, body: dict[str, Any]) -> None:
+        server.release.wait(60)
+    return script
+
+
+VALIDATE = {  # name -> (how the server is set up, exit code, what the one line says)
+    "answers": (lambda s: None, 0, ""),
+    "503 to every request": (lambda s: setattr(s, "completions", status(503)), 1,
+                             "completed none of its 4 requests (first error: HTTP 503"),
+    "[DONE] only": (lambda s: setattr(s, "completions", sse(DONE)), 1,
+                    "first error: stream ended without any output"),
+    "resets": (lambda s: setattr(s, "completions", _reset_now(True)), 1,
+               "first error: connection closed mid-stream: "),
+    "never answers": (lambda s: setattr(s, "completions", _never(s)), 1,
+                      "first error: timeout: no output for 0.5 s"),
+    "an absurd KV capacity": (lambda s: setattr(s, "metrics", b'vllm:cache_config_info{'
+                                                b'block_size="16",num_gpu_blocks="'
+                                                + b"9" * 14 + b'"} 1\n'), 2,
+                              "which no server has; validate needs the server's real KV"),
+    "a model not served": (lambda s: setattr(s, "models", b'{"data": [{"id": "other"}]}'), 1,
+                           "does not serve model 'm' (--model); it serves 'other'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VALIDATE))
+def test_validate_against_hostile_servers(hostile: Hostile, tmp_path: Path,  # noqa: F811
+                                          case: str) -> None:
+    setup, code, said = VALIDATE[case]
+    hostile.completions = sse(GOOD)
+    setup(hostile)
+    trace = _trace(tmp_path, 4)
+    cost = tmp_path / "cost.json"
+    cost.write_text(json.dumps({"kind": "linear", "coefficients": {
+        "intercept_s": 0.004, "per_prefill_token_s": 1e-5, "per_decode_seq_s": 1e-4,
+        "per_context_token_s": 0.0}}))
+    out = tmp_path / "v"
+    got, stdout, stderr = _cli("validate", "--url", hostile.url, "--model", "m", "--trace",
+                               trace, "--cost-model", cost, "--out", out, "--read-timeout",
+                               "0.5", "--poll-period", "0.05", "--no-speed-check",
+                               "--max-output", "4")
+    assert got == code, stderr
+    if code == 0:
+        assert (out / "validation.json").exists() and "wrote" in stdout
+    else:
+        assert stderr.startswith("error: ") and len(stderr.strip().splitlines()) == 1, stderr
+        assert said in stderr, stderr
+        assert not (out / "validation.json").exists()  # no result that reads as one
