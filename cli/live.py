@@ -98,7 +98,7 @@ HoldoutOpt = Annotated[float | None, typer.Option(
     "--holdout", help="With --records: fit on the first part of the run and validate on "
     "this last fraction of it (e.g. 0.5).")]
 EvalsOpt = Annotated[int, typer.Option(
-    "--max-evals", help="With --records: simulations the fit may run.")]
+    "--max-evals", min=1, max=100_000, help="With --records: simulations the fit may run.")]
 OverheadFitOpt = Annotated[bool, typer.Option(
     "--fit-overhead/--no-fit-overhead", help="With --records: also fit the API server's "
     "time per request (frontend_overhead_s); off for engine-side logs.")]

@@ -7,6 +7,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 # started as the command (the ``kvbudget`` script, or ``python -m kvbudget.cli.main``)?
 _AS_COMMAND = __name__ == "__main__" or os.path.basename(sys.argv[0]) == "kvbudget"
@@ -20,7 +21,47 @@ if _AS_COMMAND:
 
 import typer  # noqa: E402
 
+
+def _finite_and_present(ctx: object, param: object, value: object) -> object:
+    """Every float flag takes a finite number (NaN passes click's ranges, and infinity is no
+    deployment's figure: leave the flag out for "no limit"), and every path flag a non-empty
+    path (typer reads '' as the current directory)."""
+    import math
+
+    kind = type(getattr(param, "type", None)).__name__
+    for v in value if isinstance(value, (list, tuple)) else (value,):
+        if kind in ("FloatParamType", "FloatRange") and isinstance(v, float) \
+                and not math.isfinite(v):
+            raise typer.BadParameter(f"expected a finite number, got {v}")
+        if kind == "TyperPath" and v is not None and str(v) == "":
+            raise typer.BadParameter("expected a path, got an empty string")
+    return value
+
+
+def _guard(command: object) -> None:
+    """Put :func:`_finite_and_present` on each float and path parameter of ``command`` (and of
+    a group's commands) that has no callback of its own."""
+    if getattr(command, "_kvbudget_guarded", False):
+        return
+    for sub in getattr(command, "commands", {}).values():
+        _guard(sub)
+    for param in getattr(command, "params", ()):
+        if type(param.type).__name__ in ("FloatParamType", "FloatRange", "TyperPath") \
+                and param.callback is None:
+            param.callback = _finite_and_present
+    command._kvbudget_guarded = True  # type: ignore[attr-defined]
+
+
+class _Group(typer.core.TyperGroup):
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            _guard(command)
+        return command
+
+
 app = typer.Typer(
+    cls=_Group,
     name="kvbudget",
     help="Capacity simulator and KV-cache admission-policy tuner for LLM inference gateways.",
     no_args_is_help=True,

@@ -478,7 +478,13 @@ AddressOpt = Annotated[
     str | None,
     typer.Option("--address", help="Join an existing Ray cluster (e.g. auto, ray://head:10001)."),
 ]
+MAX_JOBS = 4096
+"""More parallel processes than any machine has cores is a typo (``-j 1000000``)."""
+MAX_REPLICATIONS = 10_000
+"""Seeds per configuration: beyond this a study would run for days (a typo, not a plan)."""
+
 JobsOpt = Annotated[
     int | None,
-    typer.Option("--jobs", "-j", min=1, help="Parallel runs (default: every core)."),
+    typer.Option("--jobs", "-j", min=1, max=MAX_JOBS,
+                 help="Parallel runs (default: every core)."),
 ]

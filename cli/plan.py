@@ -7,6 +7,7 @@ import typer
 
 from kvbudget.cli.errors import CliError, fail, user_errors
 from kvbudget.cli.options import (
+    MAX_REPLICATIONS,
     AddressOpt,
     ExecutorOpt,
     JobsOpt,
@@ -54,7 +55,8 @@ def plan_cmd(
         "--price", metavar="GPU=USD", help="One GPU's price per GPU-hour (repeatable; over "
         "--prices).")] = None,
     replications: Annotated[int, typer.Option(
-        "--replications", "-r", min=1, help="Seeds per configuration.")] = 3,
+        "--replications", "-r", min=1, max=MAX_REPLICATIONS,
+        help="Seeds per configuration.")] = 3,
     seed: Annotated[int | None, typer.Option("--seed", min=0, help="Root seed.")] = None,
     top: Annotated[int, typer.Option("--top", min=1, help="Rows of the ranked table.")] = 10,
     resume: Annotated[bool, typer.Option(

@@ -30,7 +30,8 @@ def regress_cmd(
     ] = None,
     jobs: Annotated[
         int | None,
-        typer.Option("--jobs", "-j", min=1, help="Parallel processes (default: all cores)."),
+        typer.Option("--jobs", "-j", min=1, max=4096,
+                     help="Parallel processes (default: all cores)."),
     ] = None,
     alpha: Annotated[
         float | None,

@@ -9,6 +9,7 @@ import typer
 
 from kvbudget.cli.errors import CliError, user_errors
 from kvbudget.cli.options import (
+    MAX_REPLICATIONS,
     AddressOpt,
     ExecutorOpt,
     JobsOpt,
@@ -144,7 +145,8 @@ def compare_cmd(
     ] = "unlimited,conservative,overcommit,preemptive",
     seed: SeedOpt = None,
     replications: Annotated[int, typer.Option(
-        "--replications", "-r", min=1, help="Seeds per policy (common random numbers); above "
+        "--replications", "-r", min=1, max=MAX_REPLICATIONS,
+        help="Seeds per policy (common random numbers); above "
         "1: means with intervals and paired tests against the first policy.")] = 1,
     confidence: Annotated[float, typer.Option(
         "--confidence", min=0.5, max=0.999, help="Level of the intervals.")] = 0.95,

@@ -10,6 +10,7 @@ import typer
 
 from kvbudget.cli.errors import CliError, fail, user_errors
 from kvbudget.cli.options import (
+    MAX_REPLICATIONS,
     AddressOpt,
     ExecutorOpt,
     JobsOpt,
@@ -21,7 +22,8 @@ from kvbudget.cli.progress import Bar
 if TYPE_CHECKING:
     from kvbudget.studies.executors import LocalExecutor, RayExecutor
 ReplicationsOpt = Annotated[
-    int, typer.Option("--replications", "-r", min=1, help="Seeds per configuration.")
+    int, typer.Option("--replications", "-r", min=1, max=MAX_REPLICATIONS,
+                      help="Seeds per configuration.")
 ]
 SeedOpt = Annotated[
     int | None,

@@ -142,27 +142,163 @@ def _arrow_table(cols: dict[str, Any], schema: dict[str, str], pa: Any) -> Any:
     return pa.table(arrays)
 
 
+def _read_table(path: Path, pq: Any) -> Any:
+    """A Parquet file, or ``ValueError`` naming it (truncated, empty, not Parquet)."""
+    try:
+        return pq.read_table(path)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{path}: not a readable Parquet file ({detail}); "
+                         "the run directory is damaged") from None
+
+
+def _check_types(table: Any, schema: dict[str, str], path: Path, pa: Any) -> None:
+    """Each expected column has its kind (integers, numbers, text) and no nulls where a value
+    is required (a float column's null is a missing measurement)."""
+    kinds = {"int64": (pa.types.is_integer, "integers"),
+             "float64": (lambda t: pa.types.is_floating(t) or pa.types.is_integer(t), "numbers"),
+             "str": (lambda t: pa.types.is_string(t) or pa.types.is_large_string(t), "text")}
+    for name, dtype in schema.items():
+        if name not in table.column_names:
+            continue
+        col = table.column(name)
+        ok, what = kinds[dtype]
+        if not ok(col.type) and not (pa.types.is_null(col.type) and dtype == "float64"):
+            raise ValueError(f"{path}: column {name!r} holds {col.type}, expected {what}")
+        if dtype != "float64" and col.null_count:
+            raise ValueError(f"{path}: column {name!r} has {col.null_count} empty values")
+
+
+def _first_bad(path: Path, name: str, values: Any, bad: Any, problem: str) -> None:
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"{path}: row {i}, column {name!r}: {problem} ({values[i]!r})")
+
+
+MAX_RUN_SPAN_S = 10 * 365.25 * 86400.0
+"""A run longer than ten years is not a run (the trace loader's bound)."""
+
+
+def _check_records(rec: dict[str, Any], path: Path) -> None:
+    from kvbudget.results.records import STATUSES
+    from kvbudget.workloads.max_output import MAX_TOKENS
+
+    n = len(rec["request_id"])
+    ids = np.asarray(rec["request_id"])
+    if n and np.unique(ids).size != n:
+        _, first = np.unique(ids, return_index=True)
+        dup = np.ones(n, dtype=bool)
+        dup[first] = False
+        _first_bad(path, "request_id", ids, dup, "duplicated request id")
+    for name in ("prompt_tokens", "max_output_tokens", "output_tokens"):
+        v = np.asarray(rec[name])
+        _first_bad(path, name, v, (v < 0) | (v > MAX_TOKENS),
+                   f"tokens outside 0..{MAX_TOKENS:,}")
+    for name in ("num_preemptions", "reserved_tokens", *[c for c in OPTIONAL_RECORD_COLUMNS
+                                                         if c in rec]):
+        v = np.asarray(rec[name])
+        _first_bad(path, name, v, v < 0, "negative")
+    arrival = np.asarray(rec["arrival_s"], dtype=np.float64)
+    _first_bad(path, "arrival_s", arrival, ~np.isfinite(arrival), "not a finite time")
+    if n and float(arrival.max() - arrival.min()) > MAX_RUN_SPAN_S:
+        _first_bad(path, "arrival_s", arrival, arrival == arrival.max(),
+                   "the run would span over ten years")
+    for name in ("admitted_s", "first_token_s", "finished_s"):
+        v = np.asarray(rec[name], dtype=np.float64)
+        _first_bad(path, name, v, np.isinf(v), "not a finite time")
+    for name in ("ttft_s", "tpot_s", "e2e_s"):
+        v = np.asarray(rec[name], dtype=np.float64)
+        _first_bad(path, name, v, np.isinf(v) | (v < 0), "not a duration >= 0")
+    status = np.asarray(rec["status"], dtype=object)
+    _first_bad(path, "status", status, ~np.isin(status, np.array(STATUSES, dtype=object)),
+               f"not one of {', '.join(STATUSES)}")
+    tiers = np.asarray(rec["tier"], dtype=object)
+    _first_bad(path, "tier", tiers, tiers == "", "empty tier name")
+    done = status == "completed"
+    for name in ("ttft_s", "e2e_s"):
+        v = np.asarray(rec[name], dtype=np.float64)
+        _first_bad(path, name, v, done & np.isnan(v), "a completed request without it")
+    ttft = np.asarray(rec["ttft_s"], dtype=np.float64)
+    e2e = np.asarray(rec["e2e_s"], dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        _first_bad(path, "e2e_s", e2e, e2e < ttft, "below ttft_s")
+
+
+def _check_timeline(tim: dict[str, Any], path: Path) -> None:
+    t = np.asarray(tim["time_s"], dtype=np.float64)
+    _first_bad(path, "time_s", t, ~np.isfinite(t), "not a finite time")
+    if t.size > 1:
+        _first_bad(path, "time_s", t[1:], np.diff(t) < 0, "earlier than the sample before it")
+    for name in TIMELINE_COLUMNS:
+        if name != "time_s":
+            v = np.asarray(tim[name])
+            _first_bad(path, name, v, v < 0, "negative")
+
+
+_SUMMARY_TYPES: dict[str, tuple[type, ...]] = {
+    "policy": (str,), "policy_params": (dict,), "gpu": (str, type(None)),
+    "model": (str, type(None)), "num_gpu_blocks": (int, type(None)),
+    "block_size": (int, type(None)), "kv_capacity_tokens": (int, float, type(None)),
+    "overall": (dict,), "tiers": (dict,), "clients": (dict,), "engine": (dict,), "kv": (dict,),
+    "workload": (dict, type(None)), "seed": (int, type(None)),
+    "duration_s": (int, float, type(None)),
+}
+
+
+def _check_summary(summary: Any, num_records: int, path: Path) -> None:
+    """A JSON object whose keys that kvbudget reads back have their types, and whose request
+    count is the records' (a summary beside other records, or none, is a damaged run)."""
+    if not isinstance(summary, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(summary).__name__}")
+    for key, types in _SUMMARY_TYPES.items():
+        if key in summary and (not isinstance(summary[key], types)
+                               or isinstance(summary[key], bool)):
+            raise ValueError(f"{path}: {key!r} holds {summary[key]!r}, expected "
+                             + " or ".join(t.__name__ for t in types if t is not type(None)))
+    for tier, block in (summary.get("tiers") or {}).items():
+        if not isinstance(block, dict):
+            raise ValueError(f"{path}: tiers.{tier} holds {block!r}, expected an object")
+    offered = (summary.get("overall") or {}).get("offered")
+    if offered is not None and offered != num_records:
+        raise ValueError(f"{path}: says {offered!r} requests were offered but "
+                         f"{REQUESTS_FILE} has {num_records} rows; the run directory is damaged "
+                         "(an interrupted or mixed write)")
+
+
 def read_run(run_dir: Path) -> RunResult:
-    """Read a run directory written by :meth:`RunResult.write` (simulated or replayed)."""
+    """Read a run directory written by :meth:`RunResult.write` (simulated or replayed).
+
+    A damaged directory (a file missing, truncated or not Parquet, a column missing or of the
+    wrong kind, values no run has: negative or non-finite times, token counts beyond
+    ``MAX_TOKENS``, unknown statuses, duplicated ids; a summary that is not a JSON object, or
+    whose request count is not the records') raises ``ValueError`` or ``FileNotFoundError``
+    naming the file, row and column."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     paths = [run_dir / REQUESTS_FILE, run_dir / TIMELINE_FILE, run_dir / SUMMARY_FILE]
     for p in paths:
         if not p.is_file():
             raise FileNotFoundError(f"{run_dir}: not a run directory ({p.name} is missing)")
-    req = pq.read_table(paths[0])
-    tl = pq.read_table(paths[1])
+    req = _read_table(paths[0], pq)
+    tl = _read_table(paths[1], pq)
     check_columns(req.column_names, RECORD_COLUMNS, f"{paths[0]}: records")
     check_columns(tl.column_names, TIMELINE_COLUMNS, f"{paths[1]}: timeline")
+    _check_types(req, {**RECORD_COLUMNS, **OPTIONAL_RECORD_COLUMNS}, paths[0], pa)
+    _check_types(tl, TIMELINE_COLUMNS, paths[1], pa)
     try:
-        summary = json.loads(paths[2].read_text())
-    except json.JSONDecodeError as exc:
+        summary = json.loads(paths[2].read_bytes().decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{paths[2]}: not valid JSON ({exc})") from None
     rec = {c: req.column(c).to_numpy(zero_copy_only=False) for c in req.column_names}
     tim = {c: tl.column(c).to_numpy(zero_copy_only=False) for c in tl.column_names}
+    _check_records(rec, paths[0])
+    _check_timeline(tim, paths[1])
+    _check_summary(summary, req.num_rows, paths[2])
     attempts = None
     if (run_dir / ATTEMPTS_FILE).is_file():
-        at = pq.read_table(run_dir / ATTEMPTS_FILE)
+        at = _read_table(run_dir / ATTEMPTS_FILE, pq)
         check_columns(at.column_names, ATTEMPT_COLUMNS, f"{run_dir / ATTEMPTS_FILE}: attempts")
+        _check_types(at, ATTEMPT_COLUMNS, run_dir / ATTEMPTS_FILE, pa)
         attempts = {c: at.column(c).to_numpy(zero_copy_only=False) for c in at.column_names}
     return RunResult(rec, tim, summary, attempts)
