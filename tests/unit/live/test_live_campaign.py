@@ -921,3 +921,31 @@ def test_validate_against_hostile_servers(hostile: Hostile, tmp_path: Path,  # n
         assert stderr.startswith("error: ") and len(stderr.strip().splitlines()) == 1, stderr
         assert said in stderr, stderr
         assert not (out / "validation.json").exists()  # no result that reads as one
+
+
+# --- calibrate --url ----------------------------------------------------------------------------
+CALIBRATE = {
+    "[DONE] only": (sse(DONE), "stream ended without any output"),
+    "usage only": (FRAMING["usage only, no output"][0], "stream ended without any output"),
+    "a JSON answer": (FRAMING["a JSON answer, not a stream"][0], "not an event stream"),
+    "503": (status(503), "HTTP 503"),
+    "a redirect": (ANSWERS["307 to another host"][0], "not followed"),
+    "reset": (_reset_now(True), "connection closed mid-stream"),
+    "usage going backwards": (FRAMING["usage going backwards"][0], "went back from 3 to 1"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CALIBRATE))
+def test_calibrate_against_hostile_servers(hostile: Hostile, tmp_path: Path,  # noqa: F811
+                                           case: str) -> None:
+    """Every answer that is no measurement stops the calibration with one line (exit 1) and
+    writes no cost model (a stream without output used to fail with an IndexError)."""
+    script, said = CALIBRATE[case]
+    hostile.completions = script
+    out = tmp_path / "cost.json"
+    code, _, stderr = _cli("calibrate", "--url", hostile.url, "--out", out, "--prefill-tokens",
+                           "16,32", "--decode-batches", "1,2", "--context-tokens", "16",
+                           "--repeats", "1", "--idle-gap", "0", "--read-timeout", "0.5")
+    assert code == 1 and stderr.startswith("error: calibration request failed"), stderr
+    assert said in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    assert not out.exists()
