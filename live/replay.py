@@ -236,6 +236,8 @@ class _Replay:
         self.pending: set[int] = set(self.todo)
         self.engine_preemptions = 0
         self.preemptions_base: int | None = None
+        self._preemptions_last = 0
+        self._preemptions_before_reset = 0
         self.snapshot: EngineSnapshot | None = None
         self.fatal = ""
         self.finished = asyncio.Event()
@@ -285,11 +287,13 @@ class _Replay:
             )
             if on_start is not None:
                 on_start(len(self.workload) - len(self.todo), len(self.todo))
+            # the run's clock starts here, so that the first scrape is the timeline's first row
+            # (it was timed from before the gateway was built, and sorted after later rows)
+            self._t0 = time.perf_counter()
             if info.has_metrics:
                 await self._scrape()
             if not self.todo:
                 return
-            self._t0 = time.perf_counter()
             workers = [
                 asyncio.create_task(self._arrivals()),
                 asyncio.create_task(self._timers()),
@@ -400,10 +404,17 @@ class _Replay:
         except httpx.HTTPError:
             return False
         self.snapshot = snap
-        if snap.num_preemptions_total is not None:
+        total = snap.num_preemptions_total
+        if total is not None:
             if self.preemptions_base is None:
-                self.preemptions_base = snap.num_preemptions_total
-            self.engine_preemptions = snap.num_preemptions_total - self.preemptions_base
+                self.preemptions_base = self._preemptions_last = total
+            if total < self._preemptions_last:
+                # a counter that went down was reset (the server restarted): what it had
+                # counted still happened, and it counts on from zero (Prometheus's rule)
+                self._preemptions_before_reset += self._preemptions_last
+            self._preemptions_last = total
+            self.engine_preemptions = (total + self._preemptions_before_reset
+                                       - self.preemptions_base)
         self._timeline_row(snap)
         return True
 

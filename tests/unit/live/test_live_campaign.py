@@ -949,3 +949,34 @@ def test_calibrate_against_hostile_servers(hostile: Hostile, tmp_path: Path,  # 
     assert code == 1 and stderr.startswith("error: calibration request failed"), stderr
     assert said in stderr and len(stderr.strip().splitlines()) == 1, stderr
     assert not out.exists()
+
+
+def test_a_preemption_counter_that_goes_down_was_reset(hostile: Hostile,  # noqa: F811
+                                                       tmp_path: Path) -> None:
+    """``vllm:num_preemptions_total`` 5, 9, then 2 (the server restarted), 4, 4...: the replay
+    counts 4 + 2 + 2 = 8 preemptions, never a negative number."""
+    seq = [0, 5, 9, 2, 4]  # the first page is discovery's, before the replay's own start
+    scrapes: list[int] = []
+    lock = threading.Lock()
+    gate = threading.Event()
+
+    def metrics(conn: socket.socket, body: dict[str, Any]) -> None:
+        with lock:
+            total = seq[min(len(scrapes), len(seq) - 1)]
+            scrapes.append(total)
+            if len(scrapes) >= len(seq):
+                gate.set()  # the counter has gone round: the request may finish
+        page = METRICS + b"vllm:num_preemptions_total %d\n" % total
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(page) + page)
+
+    def held(conn: socket.socket, body: dict[str, Any]) -> None:
+        gate.wait(60)  # an event, not a timer
+        conn.sendall(SSE_HEAD + GOOD)
+
+    hostile.paths["/metrics"] = metrics
+    hostile.completions = held
+    out = _replay(hostile, tmp_path, n=1)
+    assert out.complete, out.error
+    tl = out.timeline["num_preemptions"].tolist()
+    assert tl[:4] == [0, 4, 6, 8] and tl[-1] == 8 and tl == sorted(tl), tl
+    assert out.summary["engine"]["num_engine_preemptions"] == 8
