@@ -36,3 +36,7 @@ def user_errors() -> Iterator[None]:
         if isinstance(exc, KeyError):
             msg = f"missing key {msg}"
         raise fail(msg, 2) from None
+    except OSError as exc:  # a path no file system takes (too long, a device, read-only)
+        if isinstance(exc, ConnectionError):
+            raise
+        raise fail(str(exc), 2) from None

@@ -575,7 +575,7 @@ def validate_cmd(
     seed: SeedOpt = 0,
     read_timeout: TimeoutOpt = 600.0,
     max_error: Annotated[float | None, typer.Option(
-        "--max-error", help="Exit 1 when p50 TTFT, p50 TPOT or throughput is off by more "
+        "--max-error", min=0, help="Exit 1 when p50 TTFT, p50 TPOT or throughput is off by more "
         "than this fraction.")] = None,
     speed_check: Annotated[bool, typer.Option(
         "--speed-check/--no-speed-check", help="Time a few decode steps before and after the "

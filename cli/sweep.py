@@ -208,13 +208,13 @@ def tune_cmd(
     constraint: SloOpt = None,
     replications: ReplicationsOpt = 5,
     grid_points: Annotated[
-        int, typer.Option("--grid-points", min=2, help="Grid values per parameter.")
+        int, typer.Option("--grid-points", min=2, max=1000, help="Grid values per parameter.")
     ] = 9,
     refine_evals: Annotated[
-        int, typer.Option("--refine-evals", min=0, help="Evaluations of the refinement.")
+        int, typer.Option("--refine-evals", min=0, max=100_000, help="Evaluations of the refinement.")
     ] = 8,
     validate: Annotated[
-        int, typer.Option("--validate", min=0, help="Fresh seeds to re-check the winner.")
+        int, typer.Option("--validate", min=0, max=MAX_REPLICATIONS, help="Fresh seeds to re-check the winner.")
     ] = 5,
     confidence: Annotated[
         float, typer.Option("--confidence", help="Level of the t intervals.")
@@ -307,7 +307,7 @@ def capacity_cmd(
     seed: SeedOpt = None,
     curve_points: Annotated[
         int,
-        typer.Option("--curve-points", min=0,
+        typer.Option("--curve-points", min=0, max=1000,
                      help="Also sweep N common loads around the capacities (attainment curves)."),
     ] = 0,
     plot: Annotated[bool, typer.Option("--plot/--no-plot", help="Write the plot.")] = True,

@@ -48,6 +48,12 @@ def make_policy(name: str, params: Mapping[str, Any] | None = None) -> BasePolic
         raise ValueError(
             f"policy {name!r} has no parameter {unknown[0]!r}; its parameters: {sorted(known)}"
         )
+    for key, value in params.items():  # ``true`` for a number: isinstance(True, int) holds
+        default = known[key]
+        if isinstance(value, bool) and isinstance(default, int | float) \
+                and not isinstance(default, bool):
+            raise ValueError(f"policy {name!r} parameter {key!r}: expected a number, "
+                             f"got {str(value).lower()}")
     return cls(**params)
 
 

@@ -103,6 +103,13 @@ def _bind_constraints() -> None:
 # (and words the errors) whenever the plain check in ``_plain_value`` cannot vouch for the data.
 _FORBID_EXTRA: dict[str, str] = {"extra": "forbid"}
 
+# Bounds no real deployment comes near (a larger value is a typo, and would hang the run or
+# overflow the engine's integer arrays): refused with the field's name.
+MAX_REPLICAS = 10_000
+MAX_USERS = 10_000_000
+MAX_THINK_TIME_S = 86_400.0
+MAX_PRIORITY = 2**31 - 1
+
 
 @dataclass(frozen=True)
 class EngineSpec:
@@ -142,15 +149,15 @@ class FrontDoorSpec:
 @dataclass(frozen=True)
 class ClosedLoopSpec:
     __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
-    num_users: Annotated[int, Ge(1)]
-    think_time_s: Annotated[float, Ge(0)] = 0.0
+    num_users: Annotated[int, Ge(1), Le(MAX_USERS)]
+    think_time_s: Annotated[float, Ge(0), Le(MAX_THINK_TIME_S)] = 0.0
     think_distribution: str = "fixed"
 
 
 @dataclass(frozen=True)
 class FleetSpec:
     __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
-    num_replicas: Annotated[int, Ge(1)] = 2
+    num_replicas: Annotated[int, Ge(1), Le(MAX_REPLICAS)] = 2
     gpus: list[str] = field(default_factory=list)
     router: str = "round_robin"
     budget: str = "global"
@@ -161,7 +168,7 @@ class TierSpec:
     __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
     name: str
     max_sequence_tokens: Annotated[int, Ge(2)] = 32_768
-    priority: int = 0
+    priority: Annotated[int, Ge(-MAX_PRIORITY), Le(MAX_PRIORITY)] = 0
     queue_timeout_s: Annotated[float, Ge(0)] | None = 10.0
     retryable_on_overload: bool = False
     ttft_s: Annotated[float, Gt(0)] = 2.0
@@ -206,6 +213,7 @@ def validate_spec(data: Mapping[str, Any]) -> ScenarioSpec:
     spec = _plain_value(ScenarioSpec, data)
     if spec is not _UNSURE:
         return spec  # type: ignore[no-any-return]
+    _refuse_loose_scalars(ScenarioSpec, data, "")
     from pydantic import ValidationError
 
     try:
@@ -266,6 +274,35 @@ def _plain_value(hint: Any, value: Any) -> Any:
     if isinstance(hint, type) and is_dataclass(hint):
         return _plain_dataclass(hint, value)
     return _UNSURE
+
+
+def _refuse_loose_scalars(hint: Any, value: Any, where: str) -> None:
+    """``true`` where a number is due, and anything but ``true``/``false`` where a switch is
+    due, are refused (pydantic's lax mode would read ``seed = true`` as 1, ``block_size =
+    true`` as one token, ``skip_ahead = "yes"`` or ``0`` as a switch)."""
+    origin = get_origin(hint)
+    if origin is Annotated:
+        _refuse_loose_scalars(get_args(hint)[0], value, where)
+    elif origin is UnionType or origin is Union:
+        if value is not None:
+            others = [a for a in get_args(hint) if a is not NoneType]
+            if len(others) == 1:
+                _refuse_loose_scalars(others[0], value, where)
+    elif hint in (int, float) and isinstance(value, bool):
+        raise ValueError(f"{where}: expected a number, got {str(value).lower()}")
+    elif hint is bool and not isinstance(value, bool):
+        raise ValueError(f"{where}: expected true or false, got {value!r}")
+    elif origin is dict and isinstance(value, dict):
+        for k, v in value.items():
+            _refuse_loose_scalars(get_args(hint)[1], v, f"{where}.{k}" if where else str(k))
+    elif origin is list and isinstance(value, list):
+        for i, v in enumerate(value):
+            _refuse_loose_scalars(get_args(hint)[0], v, f"{where}.{i}")
+    elif isinstance(hint, type) and is_dataclass(hint) and isinstance(value, dict):
+        hints, _ = _spec_fields(hint)
+        for k, v in value.items():
+            if k in hints:
+                _refuse_loose_scalars(hints[k], v, f"{where}.{k}" if where else k)
 
 
 def _plain_dataclass(cls: type[Any], value: Any) -> Any:

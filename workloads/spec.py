@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
@@ -59,8 +59,26 @@ class WorkloadSpecError(ValueError):
     """A ``[workload]`` table that does not validate; the message is one line naming the field."""
 
 
+def _allows_bool(annotation: Any) -> bool:
+    if annotation is bool or annotation is Any:
+        return True
+    return any(_allows_bool(a) for a in get_args(annotation))
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_switch_as_number(cls, data: Any) -> Any:
+        """``true`` is not a number (pydantic's lax mode would read ``num_requests = true``
+        as one request)."""
+        if isinstance(data, dict):
+            for name, info in cls.model_fields.items():
+                value = data.get(info.alias or name)
+                if isinstance(value, bool) and not _allows_bool(info.annotation):
+                    raise ValueError(f"{name} expects a number, got {str(value).lower()}")
+        return data
 
 
 def _resolve(path: str, base_dir: Path | None) -> Path:

@@ -93,6 +93,8 @@ HUGE = "1" + "0" * 30
     ["capacity", "-r", HUGE], ["compare", "-j", HUGE], ["regress", "-j", HUGE],
     ["sweep", "-j", "100000"], ["calibrate", "--max-evals", HUGE],
     ["calibrate", "--max-evals", "0"], ["validate", "--max-evals", "-1"],
+    ["tune", "--validate", HUGE], ["tune", "--grid-points", HUGE], ["tune", "--refine-evals", HUGE],
+    ["capacity", "--curve-points", HUGE], ["validate", "--max-error", "-1"],
 ])
 def test_magnitudes_beyond_any_study_are_refused(args: list[str]) -> None:
     res = runner.invoke(app, args)
