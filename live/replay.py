@@ -51,10 +51,12 @@ from kvbudget.live.openai_client import (
     stream_completion,
 )
 from kvbudget.live.run_dir import (
+    TOKEN_GAPS_KEY,
     RunDir,
     attempts_frame,
     engine_preemptions,
     read_parts,
+    token_gaps_of_parts,
     write_outputs,
 )
 from kvbudget.live.server import (
@@ -674,6 +676,10 @@ class _Replay:
         }
         if self.with_clients:
             row["num_attempts"] = st.attempt
+        if completed:
+            # the answer's inter-chunk gaps (ITL, as vllm bench serve counts them): kept in
+            # the part file with its row, so a resumed replay still has them
+            row[TOKEN_GAPS_KEY] = result.inter_chunk_gaps_s() if result is not None else []
         self.run_dir.write_record(row)
         self.num_written += 1
         self.pending.discard(i)
@@ -783,11 +789,13 @@ def finalize(
     (everything finished so far, across resumed runs)."""
     records, timeline = read_parts(out_dir)
     attempts = attempts_frame(out_dir)
+    gaps = token_gaps_of_parts(out_dir)
     revocations = int(records["num_preemptions"].sum()) if len(records) else 0
     summary = summarize(
         _columns(records), _columns(timeline), tiers=tiers, kv_capacity_tokens=max(capacity_tokens, 1),
         policy=policy.name, seed=seed, wall_time_s=wall_time_s,
         attempts=None if attempts is None else _columns(attempts),
+        token_gaps=gaps,
         extra={
             "executor": "live",
             "policy_params": {str(k): _plain(v) for k, v in policy.describe().items()},
@@ -799,7 +807,7 @@ def finalize(
             "complete": len(records) == num_requests,
         },
     )
-    write_outputs(out_dir, records, timeline, summary, attempts)
+    write_outputs(out_dir, records, timeline, summary, attempts, gaps)
     return ReplayOutcome(records, timeline, summary, complete=len(records) == num_requests)
 
 

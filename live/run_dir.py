@@ -23,6 +23,7 @@ from kvbudget.results.records import (
     OPTIONAL_RECORD_COLUMNS,
     RECORD_COLUMNS,
     TIMELINE_COLUMNS,
+    TOKEN_GAP_COLUMNS,
 )
 
 if TYPE_CHECKING:
@@ -38,6 +39,9 @@ EXTRA_RECORD_COLUMNS: dict[str, str] = {"error": "str"}
 and reason ``backend_error``; it is empty otherwise."""
 
 LIVE_RECORD_COLUMNS: dict[str, str] = {**RECORD_COLUMNS, **EXTRA_RECORD_COLUMNS}
+TOKEN_GAPS_KEY = "token_gaps_s"
+"""Key of a completed row in ``requests.part.jsonl``: the gaps between its answer's output
+chunks (seconds; not a records column: ``token_gaps.parquet`` is made from them)."""
 
 
 def _json_value(value: Any) -> Any:
@@ -190,6 +194,27 @@ def read_parts(out_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return records_frame(by_id.values()), timeline_frame(read_jsonl(out_dir / TIMELINE_PART))
 
 
+def token_gaps_of_parts(out_dir: Path) -> dict[str, Any] | None:
+    """The token-gaps table (:data:`~kvbudget.results.records.TOKEN_GAP_COLUMNS`) of the
+    completed rows written so far (one gap per pair of successive output chunks); ``None`` when
+    a completed row lacks its gaps (written by a version before they were recorded)."""
+    from kvbudget.results.metrics import aggregate_token_gaps
+
+    by_id = {int(r["request_id"]): r for r in read_jsonl(out_dir / REQUESTS_PART)}
+    tiers: list[str] = []
+    gaps: list[float] = []
+    for row in by_id.values():
+        if row.get("status") != "completed":
+            continue
+        mine = row.get(TOKEN_GAPS_KEY)
+        if not isinstance(mine, list):
+            return None
+        tiers.extend([str(row.get("tier", ""))] * len(mine))
+        gaps.extend(float(g) for g in mine)
+    return aggregate_token_gaps(np.array(tiers, dtype=object), np.array(gaps, np.float64),
+                                np.ones(len(gaps), np.int64))
+
+
 def engine_preemptions(out_dir: Path) -> int:
     """Engine preemptions over all sessions of a replay: each session's timeline counts from
     its own start, so their last values add up."""
@@ -202,10 +227,11 @@ def engine_preemptions(out_dir: Path) -> int:
 
 def write_outputs(
     out_dir: Path, records: pd.DataFrame, timeline: pd.DataFrame, summary: Mapping[str, Any],
-    attempts: pd.DataFrame | None = None,
+    attempts: pd.DataFrame | None = None, token_gaps: Mapping[str, Any] | None = None,
 ) -> None:
-    """Write ``requests.parquet`` (the records columns plus ``error``), ``timeline.parquet`` and
-    ``summary.json``: the files :func:`kvbudget.results.run_result.read_run` reads."""
+    """Write ``requests.parquet`` (the records columns plus ``error``), ``timeline.parquet``,
+    ``summary.json`` and ``token_gaps.parquet`` (when known): the files
+    :func:`kvbudget.results.run_result.read_run` reads."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -214,6 +240,7 @@ def write_outputs(
         REQUESTS_FILE,
         SUMMARY_FILE,
         TIMELINE_FILE,
+        TOKEN_GAPS_FILE,
     )
 
     def table(df: pd.DataFrame, schema: Mapping[str, str]) -> Any:
@@ -232,4 +259,11 @@ def write_outputs(
     if attempts is not None:
         pq.write_table(table(attempts, ATTEMPT_COLUMNS), out_dir / ATTEMPTS_FILE)
     pq.write_table(table(timeline, TIMELINE_COLUMNS), out_dir / TIMELINE_FILE)
+    if token_gaps is not None:
+        import pandas as pd
+
+        pq.write_table(table(pd.DataFrame(dict(token_gaps)), TOKEN_GAP_COLUMNS),
+                       out_dir / TOKEN_GAPS_FILE)
+    else:
+        (out_dir / TOKEN_GAPS_FILE).unlink(missing_ok=True)
     (out_dir / SUMMARY_FILE).write_text(json.dumps(dict(summary), indent=2) + "\n")

@@ -69,10 +69,68 @@ def percentile_of_sorted(v: FloatArray, q: float) -> float:
     if virtual >= last:
         return float(v[last])
     lo = math.floor(virtual)
-    a, b = float(v[lo]), float(v[lo + 1])
-    t = virtual - lo
+    return _lerp(float(v[lo]), float(v[lo + 1]), virtual - lo)
+
+
+def _lerp(a: float, b: float, t: float) -> float:
+    """numpy's linear interpolation between neighbours (``numpy._lerp``'s operations)."""
     diff = b - a
     return b - diff * (1 - t) if t >= 0.5 else a + diff * t
+
+
+def weighted_quantiles(values: FloatArray, counts: npt.NDArray[np.int64]) -> dict[str, float | None]:
+    """:func:`quantiles` of the multiset holding ``counts[j]`` copies of ``values[j]``, without
+    expanding it: the percentiles are exactly ``np.percentile`` of the expanded values (the
+    same neighbours, the same interpolation); the mean is their exact sum over their number."""
+    keep = (counts > 0) & np.isfinite(values)
+    v, c = values[keep], counts[keep].astype(np.int64)
+    if v.size == 0:
+        return {"mean": None, **dict.fromkeys(QUANTILES)}
+    order = np.argsort(v, kind="stable")
+    v, c = v[order], c[order]
+    cum = np.cumsum(c)  # values[j] fills the expanded positions cum[j - 1] .. cum[j] - 1
+    total = int(cum[-1])
+    mean = math.fsum((v * c).tolist()) / total
+
+    def at(position: int) -> float:
+        return float(v[int(np.searchsorted(cum, position, side="right"))])
+
+    out: dict[str, float | None] = {"mean": mean}
+    last = total - 1
+    for key, q in QUANTILES.items():
+        virtual = last * (q / 100)
+        if virtual >= last:
+            out[key] = float(v[-1])
+            continue
+        lo = math.floor(virtual)
+        out[key] = _lerp(at(lo), at(lo + 1), virtual - lo)
+    return out
+
+
+def aggregate_token_gaps(
+    tier: Any, gap_s: FloatArray, num_gaps: npt.NDArray[np.int64]
+) -> dict[str, Any]:
+    """The token-gaps table (:data:`kvbudget.results.records.TOKEN_GAP_COLUMNS`) of gap rows
+    (``num_gaps[j]`` gaps of ``gap_s[j]`` in tier ``tier[j]``): one row per distinct (tier,
+    gap), sorted by tier then gap, rows with no gap dropped."""
+    gap = np.asarray(gap_s, dtype=np.float64)
+    num = np.asarray(num_gaps, dtype=np.int64)
+    codes, names = factorize(np.asarray(tier, dtype=object)) if gap.size else (
+        np.zeros(0, np.intp), [])
+    keep = num > 0
+    codes, gap, num = codes[keep], gap[keep], num[keep]
+    order = np.lexsort((gap, codes))
+    codes, gap, num = codes[order], gap[order], num[order]
+    if gap.size:
+        new = np.ones(gap.size, np.bool_)
+        new[1:] = (codes[1:] != codes[:-1]) | (gap[1:] != gap[:-1])
+        starts = np.flatnonzero(new)
+        codes, gap, num = codes[starts], gap[starts], np.add.reduceat(num, starts)
+    return {
+        "tier": np.array(names, dtype=object)[codes] if names else np.zeros(0, dtype=object),
+        "gap_s": gap,
+        "num_gaps": num.astype(np.int64),
+    }
 
 
 def _percentile(values: FloatArray, q: float) -> float:
@@ -119,10 +177,12 @@ def block(
     mask: npt.NDArray[np.bool_],
     duration_s: float,
     slo_ok: npt.NDArray[np.bool_],
+    itl: dict[str, float | None] | None = None,
 ) -> dict[str, Any]:
     """One summary block over the rows selected by ``mask``. ``cols["status"]`` and
     ``cols["reason"]`` are (codes, values) pairs from :func:`factorize`; rates are per second
-    of ``duration_s`` (the offered window, see the module docstring)."""
+    of ``duration_s`` (the offered window, see the module docstring). ``itl``: the block's
+    inter-token latency quantiles (``itl_s``, after ``tpot_s``), when the run has gaps."""
     status_codes, status_values = cols["status"]
     status_counts = np.bincount(status_codes[mask], minlength=len(status_values)).tolist()
     by_status = dict(zip(status_values, status_counts, strict=True))
@@ -142,6 +202,8 @@ def block(
     out["num_preemptions"] = int(np.asarray(cols["num_preemptions"])[mask].sum())
     for metric in ("ttft_s", "tpot_s", "e2e_s"):
         out[metric] = quantiles(np.asarray(cols[metric], dtype=np.float64)[mask][completed])
+        if metric == "tpot_s" and itl is not None:
+            out["itl_s"] = itl
     out_tokens = np.asarray(cols["output_tokens"])[mask][completed]
     good = slo_ok[mask] & completed
     dur = duration_s if duration_s > 0 else math.nan
@@ -205,6 +267,7 @@ def summarize(
     wall_time_s: float,
     kv_token_seconds: tuple[float, float, float] | None = None,
     attempts: Mapping[str, Any] | None = None,
+    token_gaps: Mapping[str, Any] | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``summary.json`` dictionary.
@@ -214,7 +277,10 @@ def summarize(
     (used_token_s, reserved_token_s, duration_s)``; otherwise they come from the timeline.
     Records with a ``num_attempts`` column (clients modelled) add :data:`CLIENT_SUMMARY_KEYS`
     to every block; ``attempts`` (the attempts table) adds an ``attempts`` block: attempts by
-    answer, and the Retry-After the refusals carried.
+    answer, and the Retry-After the refusals carried. ``token_gaps`` (the token-gaps table,
+    :data:`kvbudget.results.records.TOKEN_GAP_COLUMNS`) adds ``itl_s`` (inter-token latency:
+    mean, p50, p90, p99 of the pooled gaps, as ``vllm bench serve`` reports ITL) to every
+    block; without it (a run directory written before it existed) there is none.
     """
     tier_codes, tier_values = factorize(records["tier"])
     arrival = np.asarray(records["arrival_s"], dtype=np.float64)
@@ -250,8 +316,18 @@ def summarize(
     # backlog takes to drain after the last arrival is its own figure (``drain_s``), so a tier
     # that completes the same tokens under two policies shows the same throughput under both
     rate_window = offered_window if offered_window > 0 else duration
-    overall = block(cols, np.ones(n, dtype=np.bool_), rate_window, slo_ok)
-    per_tier = {name: block(cols, in_tier[name], rate_window, slo_ok) for name in names}
+    itl: dict[str, dict[str, float | None]] = {}
+    if token_gaps is not None:
+        gap_tier = np.asarray(token_gaps["tier"], dtype=object)
+        gap_s = np.asarray(token_gaps["gap_s"], dtype=np.float64)
+        num_gaps = np.asarray(token_gaps["num_gaps"], dtype=np.int64)
+        itl[""] = weighted_quantiles(gap_s, num_gaps)
+        for name in names:
+            mine = gap_tier == name
+            itl[name] = weighted_quantiles(gap_s[mine], num_gaps[mine])
+    overall = block(cols, np.ones(n, dtype=np.bool_), rate_window, slo_ok, itl.get(""))
+    per_tier = {name: block(cols, in_tier[name], rate_window, slo_ok, itl.get(name))
+                for name in names}
 
     t_times = np.asarray(timeline["time_s"], dtype=np.float64)
     used = np.asarray(timeline["kv_used_tokens"], dtype=np.float64)

@@ -89,6 +89,21 @@ TIMELINE_COLUMNS: Final[dict[str, str]] = {
 ``kv_cache_usage_perc``); ``kv_reserved_tokens``: tokens held by gateway leases;
 ``num_waiting``: engine waiting queue plus gateway queues; ``num_preemptions``: cumulative."""
 
+TOKEN_GAP_COLUMNS: Final[dict[str, str]] = {
+    "tier": "str",
+    "gap_s": "float64",
+    "num_gaps": "int64",
+}
+"""``token_gaps.parquet``: the inter-token gaps (ITL) of the completed requests, as a weighted
+multiset: ``num_gaps`` gaps of ``gap_s`` seconds in ``tier``, one row per distinct (tier, gap),
+sorted. A gap is the time between two successive streamed tokens (chunks, live) of a request,
+its first token excluded, as ``vllm bench serve`` counts them
+(``vllm/benchmarks/lib/endpoint_request_func.py``: ``output.itl.append(timestamp -
+most_recent_timestamp)`` for every chunk after the first), pooled over the requests.
+In a simulation the gaps of a request add up to its last token's time less its first's (its
+``finished_s - first_token_s`` less the front end's ``post_decode_s``) and it has
+``output_tokens - 1`` of them; live, a chunk that carries several tokens is one gap."""
+
 Columns = Mapping[str, npt.NDArray[np.generic] | list[str]]
 
 

@@ -1,5 +1,6 @@
 """A run's result (simulated or measured): records, timeline, summary; written to and read from
-a run directory (``requests.parquet``, ``timeline.parquet``, ``summary.json``)."""
+a run directory (``requests.parquet``, ``timeline.parquet``, ``summary.json``, and
+``token_gaps.parquet``, the inter-token gaps, in runs written since ITL was measured)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from kvbudget.results.records import (
     OPTIONAL_RECORD_COLUMNS,
     RECORD_COLUMNS,
     TIMELINE_COLUMNS,
+    TOKEN_GAP_COLUMNS,
     check_columns,
 )
 
@@ -25,18 +27,22 @@ REQUESTS_FILE = "requests.parquet"
 TIMELINE_FILE = "timeline.parquet"
 SUMMARY_FILE = "summary.json"
 ATTEMPTS_FILE = "attempts.parquet"
+TOKEN_GAPS_FILE = "token_gaps.parquet"
 
 
 @dataclass(eq=False)
 class RunResult:
     """Columns are kept as numpy arrays; ``records``/``timeline`` build DataFrames on demand.
     ``attempt_columns``: one row per attempt (``attempts.parquet``), when the run modelled its
-    clients; ``None`` otherwise."""
+    clients; ``None`` otherwise. ``token_gap_columns``: the inter-token gaps of the completed
+    requests (:data:`~kvbudget.results.records.TOKEN_GAP_COLUMNS`, ``token_gaps.parquet``);
+    ``None`` for a run directory written before they were recorded."""
 
     record_columns: dict[str, Any]
     timeline_columns: dict[str, Any]
     summary: dict[str, Any]
     attempt_columns: dict[str, Any] | None = None
+    token_gap_columns: dict[str, Any] | None = None
     _records_df: Any = field(default=None, repr=False)
     _timeline_df: Any = field(default=None, repr=False)
 
@@ -59,6 +65,16 @@ class RunResult:
         import pandas as pd
 
         return pd.DataFrame({c: self.attempt_columns[c] for c in ATTEMPT_COLUMNS})
+
+    @property
+    def token_gaps(self) -> pd.DataFrame | None:
+        """The inter-token gaps as a weighted multiset (``tier``, ``gap_s``, ``num_gaps``), or
+        ``None`` when the run directory has none."""
+        if self.token_gap_columns is None:
+            return None
+        import pandas as pd
+
+        return pd.DataFrame({c: self.token_gap_columns[c] for c in TOKEN_GAP_COLUMNS})
 
     @property
     def timeline(self) -> pd.DataFrame:
@@ -94,10 +110,17 @@ class RunResult:
                 _arrow_table(self.attempt_columns, ATTEMPT_COLUMNS, pa), tmp[ATTEMPTS_FILE]
             )
             names.insert(2, ATTEMPTS_FILE)
+        if self.token_gap_columns is not None:
+            tmp[TOKEN_GAPS_FILE] = out_dir / f".{TOKEN_GAPS_FILE}.partial"
+            pq.write_table(_arrow_table(self.token_gap_columns, TOKEN_GAP_COLUMNS, pa),
+                           tmp[TOKEN_GAPS_FILE])
+            names.insert(2, TOKEN_GAPS_FILE)
         tmp[SUMMARY_FILE].write_text(json.dumps(self.summary, indent=2) + "\n")
         (out_dir / SUMMARY_FILE).unlink(missing_ok=True)
         if self.attempt_columns is None:
             (out_dir / ATTEMPTS_FILE).unlink(missing_ok=True)  # not a previous run's attempts
+        if self.token_gap_columns is None:
+            (out_dir / TOKEN_GAPS_FILE).unlink(missing_ok=True)
         for name in names:
             tmp[name].replace(out_dir / name)
 
@@ -301,4 +324,9 @@ def read_run(run_dir: Path) -> RunResult:
         check_columns(at.column_names, ATTEMPT_COLUMNS, f"{run_dir / ATTEMPTS_FILE}: attempts")
         _check_types(at, ATTEMPT_COLUMNS, run_dir / ATTEMPTS_FILE, pa)
         attempts = {c: at.column(c).to_numpy(zero_copy_only=False) for c in at.column_names}
-    return RunResult(rec, tim, summary, attempts)
+    gaps = None
+    if (run_dir / TOKEN_GAPS_FILE).is_file():
+        tg = pq.read_table(run_dir / TOKEN_GAPS_FILE)
+        check_columns(tg.column_names, TOKEN_GAP_COLUMNS, f"{run_dir / TOKEN_GAPS_FILE}: token gaps")
+        gaps = {c: tg.column(c).to_numpy(zero_copy_only=False) for c in tg.column_names}
+    return RunResult(rec, tim, summary, attempts, gaps)

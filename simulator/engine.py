@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+import numpy.typing as npt
 import simpy
 
 from kvbudget.perf.cost_model import CostModel
@@ -47,7 +48,13 @@ from kvbudget.simulator.serving import FloatArray, IntArray
 from kvbudget.simulator.small_arrays import concat, isum
 from kvbudget.simulator.timeline import Timeline, TimelineRow
 
-__all__ = ["Engine", "EngineHooks", "FloatArray", "IntArray"]
+__all__ = ["Engine", "EngineHooks", "FloatArray", "IntArray", "TokenGaps"]
+
+_NO_SEGMENT = -(1 << 62)  # ``_seg_base`` of a request with no token yet: never continues
+
+TokenGaps = tuple[IntArray, FloatArray, IntArray]
+"""Inter-token gaps of an engine's finished requests: (tier code, gap in seconds, number of
+gaps), one row per step and tier (and one per gap across a pause), unaggregated."""
 
 
 @dataclass(slots=True)
@@ -203,6 +210,18 @@ class Engine:
         self._kv_scalar_terms: list[float] = []
         self._hol_terms: list[FloatArray] = []
         self._hol_scalar_terms: list[float] = []
+        # inter-token gaps (ITL): while a request gets a token in consecutive steps (a
+        # segment, from step ``_seg_start``), its token number k (``num_output_tokens``) came
+        # at step ``_seg_base + k``, so the decode runs and the decode group keep it without a
+        # write; a token that does not continue the segment closes it (``_closed_segments``:
+        # row -> (first step, last step) of each) and starts the next. Steps count from 1
+        # (``num_steps`` after the step); ``_step_end_s[s - 1]`` is step s's end.
+        self._seg_base = np.full(n, _NO_SEGMENT, np.int64)
+        self._seg_start = np.zeros(n, np.int64)
+        self._closed_segments: dict[int, list[tuple[int, int]]] = {}
+        self._step_end_s: list[float] = []
+        # every running request got a token in the last committed step (a start clears it)
+        self._synced = False
         self.process = env.process(self._run())
 
     # --- the executor interface (kvbudget.simulator.serving.ServingEngine) ------------------
@@ -216,6 +235,9 @@ class Engine:
         self.num_computed_tokens[i] = 0
         self.num_output_tokens[i] = 0
         self.num_blocks[i] = 0
+        self._seg_base[i] = _NO_SEGMENT
+        if self._closed_segments:
+            self._closed_segments.pop(i, None)
         self._in_engine[i] = True
         self.waiting.add_request(i)
         if self._wake is not None and not self._wake.triggered:
@@ -489,6 +511,7 @@ class Engine:
     def _start_running(self, i: int) -> None:
         self.running.append(i)
         self._all_decode = False
+        self._synced = False
 
     def _stop_running(self, rows: list[int]) -> None:
         if len(rows) <= 4:  # a few at a time: removing them one by one is cheaper
@@ -716,6 +739,7 @@ class Engine:
         self._busy = False
         self.t = t1
         self.num_steps += 1
+        self._step_end_s.append(t1)
 
     def _commit_step(self, rows: IntArray, new: IntArray, aborted: list[int]) -> None:
         """The step's new tokens are computed: a request whose tokens are all computed
@@ -729,6 +753,7 @@ class Engine:
         if self._prefix is not None:
             self._prefix.register(rows, computed)
         sampled = rows[computed >= self.num_tokens[rows]]
+        self._synced = sampled.size == len(self.running)
         if sampled.size == 0:
             return
         if sampled.size == len(self.running):
@@ -738,12 +763,92 @@ class Engine:
         output = self.num_output_tokens[sampled] + 1
         self.num_output_tokens[sampled] = output
         self.num_tokens[sampled] += 1
+        self._note_tokens(sampled, output, self.num_steps)
         first = sampled[np.isnan(self.first_token_s[sampled])]
         if first.size:
             self.first_token_s[first] = self.t
         done = sampled[output >= self.target_output[sampled]]
         if done.size:
             self._finish(done.tolist())
+
+    # --- inter-token gaps ------------------------------------------------------------------------
+    def _note_tokens(self, rows: IntArray, output: IntArray, step: int) -> None:
+        """``rows`` sampled their token number ``output`` at ``step``: those whose previous
+        token was not at ``step - 1`` start a segment."""
+        off = np.flatnonzero(self._seg_base[rows] + output != step)
+        if off.size:
+            for i, o in zip(rows[off].tolist(), output[off].tolist(), strict=True):
+                self._new_segment(i, o, step)
+
+    def _new_segment(self, i: int, output: int, step: int) -> None:
+        """Row ``i``'s token number ``output`` came at ``step``, not right after its previous
+        one: close the segment that ended there (if any) and start one."""
+        if output > 1:
+            last = int(self._seg_base[i]) + output - 1
+            self._closed_segments.setdefault(i, []).append((int(self._seg_start[i]), last))
+        self._seg_base[i] = step - output
+        self._seg_start[i] = step
+
+    def token_gaps(self, keep: npt.NDArray[np.bool_], tier: IntArray) -> TokenGaps:
+        """The inter-token gaps of the rows ``keep`` selects that finished here, as ``vllm
+        bench serve`` counts them (each token's time minus the previous token's, the first
+        token's excluded): a gap of step s's duration for each request whose tokens came at
+        steps s - 1 and s, and one gap per pause (a request preempted, or not scheduled for
+        some steps), from its last token before the pause to its first after it. Returns
+        (tier code, gap_s, number of gaps) rows with a number > 0; engine times (the front
+        end's per-token cost is the caller's)."""
+        ends = np.array(self._step_end_s, dtype=np.float64)
+        num = len(ends)
+        rows = np.flatnonzero(keep & np.isfinite(self.finished_s))
+        first = self._seg_start[rows]
+        last = self._seg_base[rows] + self.num_output_tokens[rows]
+        tiers = tier[rows]
+        pause_rows: list[int] = []
+        pause_from: list[int] = []
+        pause_to: list[int] = []
+        seg_rows: list[int] = []
+        seg_first: list[int] = []
+        seg_last: list[int] = []
+        if self._closed_segments:
+            for j, i in enumerate(rows.tolist()):
+                closed = self._closed_segments.get(i)
+                if not closed:
+                    continue
+                for k, (a, b) in enumerate(closed):
+                    seg_rows.append(j)
+                    seg_first.append(a)
+                    seg_last.append(b)
+                    pause_rows.append(j)
+                    pause_from.append(b)
+                    pause_to.append(closed[k + 1][0] if k + 1 < len(closed) else int(first[j]))
+        seg_j = np.concatenate((np.arange(len(rows)), np.asarray(seg_rows, np.int64)))
+        seg_a = np.concatenate((first, np.asarray(seg_first, np.int64)))
+        seg_b = np.concatenate((last, np.asarray(seg_last, np.int64)))
+        # step s (2..num) gives a gap of ends[s-1] - ends[s-2] to every segment with a < s <= b
+        step_gap = np.diff(ends)  # step_gap[s - 2]
+        out_tier: list[IntArray] = []
+        out_gap: list[FloatArray] = []
+        out_num: list[IntArray] = []
+        seg_tier = tiers[seg_j] if len(seg_j) else np.zeros(0, np.int64)
+        for code in np.unique(seg_tier).tolist():
+            mine = seg_tier == code
+            counts = np.cumsum(
+                np.bincount(seg_a[mine] + 1, minlength=num + 2)
+                - np.bincount(seg_b[mine] + 1, minlength=num + 2)
+            )[2 : num + 1]
+            has = np.flatnonzero(counts)
+            out_tier.append(np.full(has.size, code, np.int64))
+            out_gap.append(step_gap[has])
+            out_num.append(counts[has].astype(np.int64))
+        if pause_rows:
+            p_from = np.asarray(pause_from, np.int64)
+            p_to = np.asarray(pause_to, np.int64)
+            out_tier.append(tiers[np.asarray(pause_rows, np.int64)].astype(np.int64))
+            out_gap.append(ends[p_to - 1] - ends[p_from - 1])
+            out_num.append(np.ones(len(pause_rows), np.int64))
+        if not out_tier:
+            return np.zeros(0, np.int64), np.zeros(0, np.float64), np.zeros(0, np.int64)
+        return np.concatenate(out_tier), np.concatenate(out_gap), np.concatenate(out_num)
 
     def _finish(self, finished: list[int]) -> None:
         if not finished:

@@ -92,6 +92,7 @@ class SkipAheadEngine(Engine):
         self._run_rows: IntArray | None = None  # its rows (the run is committed at its end)
         self._run_ends: Floats | None = None  # its step ends, kept when it is cut short
         self._jump_keep = 0
+        self._prior_synced = False  # ``_synced`` as this step was scheduled (before starts)
 
     # --- what the executor reads mid-run ---------------------------------------------------
     def output_tokens_of(self, i: int) -> int:
@@ -149,6 +150,7 @@ class SkipAheadEngine(Engine):
         self.head_refusal = ""
         self._fast = None
         self._tail = None
+        self._prior_synced = self._synced
         decoding = False
         preempted = False
         prefix = self._fitting_prefix(budget) if self.running else None
@@ -366,6 +368,12 @@ class SkipAheadEngine(Engine):
         self._busy = False
         self.t = t1
         self.num_steps += k
+        if step_end is None:
+            self._step_end_s.append(t1)
+        elif isinstance(step_end, list):
+            self._step_end_s.extend(step_end[:k])
+        else:
+            self._step_end_s.extend(step_end[:k].tolist())
         return k
 
     def _work_changed(self) -> None:
@@ -438,6 +446,9 @@ class SkipAheadEngine(Engine):
                 self._take(extra)
                 self.num_blocks[rows] = need
         self.num_computed_tokens[rows] = new_total
+        if not self._synced:  # some row's previous token may not be the step before the run's
+            self._note_tokens(rows, decode.output + 1, self.num_steps - k + 1)
+        self._synced = True  # ``rows`` are the running requests: each got every step's token
         output = decode.output + k
         self.num_output_tokens[rows] = output
         self.num_tokens[rows] = new_total + 1  # decoding: one token to compute, as before
@@ -470,13 +481,16 @@ class SkipAheadEngine(Engine):
                 output_i = int(self.num_output_tokens[i]) + 1
                 self.num_output_tokens[i] = output_i
                 self.num_tokens[i] += 1
+                if self._seg_base[i] + output_i != self.num_steps:
+                    self._new_segment(i, output_i, self.num_steps)
                 if math.isnan(self.first_token_s[i]):
                     self.first_token_s[i] = self.t
                 if output_i >= self.target_output[i]:
                     done.append(i)
                 else:
                     self._now_decoding(i, computed_i, output_i)
-        if sampled == len(self.running):
+        self._synced = sampled == len(self.running)
+        if self._synced:
             self._all_decode = True  # as in Engine._commit_step
         if done:
             self._finish(done)
@@ -493,6 +507,8 @@ class SkipAheadEngine(Engine):
         self.num_tokens[prefix] = computed + 1  # one token to compute, as before
         output = self.num_output_tokens[prefix] + 1
         self.num_output_tokens[prefix] = output
+        if not self._prior_synced:  # the running requests' previous tokens are not all last step's
+            self._note_tokens(prefix, output, self.num_steps)
         done: list[int] = prefix[output >= self.target_output[prefix]].tolist()
         return done
 
@@ -636,7 +652,8 @@ class DecodeGroupEngine(SkipAheadEngine):
     def _step(self) -> Generator[simpy.Event, Any, None]:
         """A step whose running loop is the group's (every member gets its token and block):
         :meth:`_group_iteration`; any other step dissolves the group first."""
-        if self._group is None and self._all_decode and self.running:
+        if self._group is None and self._all_decode and self._synced and self.running:
+            # (members get a token every group step, so each must have had last step's)
             self._group_form()
         if self._group is not None:
             reserved, gw_waiting = self.hooks.gateway_state()

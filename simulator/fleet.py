@@ -44,6 +44,7 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import simpy
 
 from kvbudget.policies import (
@@ -555,6 +556,17 @@ class Fleet:
             here = self.replica_of[rows] == r  # rows whose last replica is this one
             out[rows[here]] = e.output_tokens()[: local.n][here]
         return out
+
+    def token_gaps(
+        self, keep: npt.NDArray[np.bool_], tier: IntArray
+    ) -> tuple[IntArray, FloatArray, IntArray]:
+        """Every replica's gaps of the requests that finished there."""
+        parts = [e.token_gaps(keep, tier) for e in self.replicas]
+        return (
+            np.concatenate([p[0] for p in parts]),
+            np.concatenate([p[1] for p in parts]),
+            np.concatenate([p[2] for p in parts]),
+        )
 
     def kv_token_seconds(self) -> float:
         terms: list[float] = []

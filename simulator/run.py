@@ -30,7 +30,7 @@ from kvbudget.policies import (
     Revoke,
 )
 from kvbudget.policies.tiers import tier_map
-from kvbudget.results.metrics import summarize
+from kvbudget.results.metrics import aggregate_token_gaps, summarize
 from kvbudget.results.records import (
     PENDING,
     STATUS_CODES,
@@ -439,6 +439,13 @@ class _Simulation:
                 calibrated + frontend.finish_delay_s(w.prompt_tokens, output.astype(np.int64))
             )
         ttft, tpot, e2e = derive_latencies(w.arrival_s, first, finished, output)
+        # the gaps between a completed request's tokens, each with the front end's per-token
+        # cost (as finished_s has it for every token after the first)
+        gap_tier, gap_s, num_gaps = e.token_gaps(completed, np.asarray(w.tier, np.int64))
+        if frontend.per_output_token_s:
+            gap_s = gap_s + frontend.per_output_token_s
+        token_gaps = aggregate_token_gaps(
+            np.array(w.tier_names, dtype=object)[gap_tier], gap_s, num_gaps)
         ttft = np.where(completed, ttft, np.nan)
         tpot = np.where(completed, tpot, np.nan)
         status_names = np.array(STATUSES, dtype=object)[self.status]
@@ -491,6 +498,7 @@ class _Simulation:
             wall_time_s=wall_time_s,
             kv_token_seconds=(e.kv_token_seconds(), self._reserved_ts, span),
             attempts=attempts,
+            token_gaps=token_gaps,
             extra={
                 "policy_params": _jsonable(self.policy.describe()),
                 "gpu": self.config.gpu,
@@ -520,7 +528,7 @@ class _Simulation:
                 ),
             },
         )
-        return RunResult(records, timeline, summary, attempts)
+        return RunResult(records, timeline, summary, attempts, token_gaps)
 
 
 class _ClosedLoopState:

@@ -89,6 +89,13 @@ class ServingEngine(Protocol):
         """Exact integral of KV tokens in use over time."""
         ...
 
+    def token_gaps(
+        self, keep: npt.NDArray[np.bool_], tier: IntArray
+    ) -> tuple[IntArray, FloatArray, IntArray]:
+        """Inter-token gaps of the rows ``keep`` selects (their final attempts):
+        (tier code, gap_s, number of gaps) rows (:meth:`kvbudget.simulator.engine.Engine.token_gaps`)."""
+        ...
+
     def stats(self) -> dict[str, object]:
         """Engine figures for the summary's ``engine`` block."""
         ...

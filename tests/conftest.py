@@ -114,7 +114,44 @@ def assert_skip_ahead_matches_stepping(
     b = simulate(w, make_policy(policy, params or {}), skip)
     assert a.records.equals(b.records)
     assert a.timeline.equals(b.timeline)
+    assert_token_gaps_equal(a, b)
+    assert_token_gaps_consistent(a)
     return a, b
+
+
+def assert_token_gaps_equal(a: RunResult, b: RunResult) -> None:
+    """The two runs' inter-token gaps tables are identical, bit for bit."""
+    ga, gb = a.token_gaps, b.token_gaps
+    assert ga is not None and gb is not None
+    assert ga.equals(gb)
+    assert a.summary["overall"]["itl_s"] == b.summary["overall"]["itl_s"]
+
+
+def assert_token_gaps_consistent(result: RunResult) -> None:
+    """A simulated run's gaps are its tokens' gaps: per tier, ``output_tokens - 1`` of them per
+    completed request, and (when no request restarted: no gateway revocation, no retry) their
+    sum is the sum of the requests' last-token less first-token times (``finished_s`` less
+    the front end's ``post_decode_s``)."""
+    import math
+
+    gaps = result.token_gaps
+    assert gaps is not None
+    rec = result.records
+    done = rec[rec["status"] == "completed"]
+    restarted = result.summary["engine"]["num_gateway_revocations"] > 0 or (
+        "num_attempts" in rec and bool((rec["num_attempts"] > 1).any()))
+    post = float(result.summary.get("frontend", {}).get("post_decode_s", 0.0))
+    assert (gaps["num_gaps"] > 0).all()
+    for tier in sorted(set(done["tier"]) | set(gaps["tier"])):
+        mine = gaps[gaps["tier"] == tier]
+        reqs = done[done["tier"] == tier]
+        assert int(mine["num_gaps"].sum()) == int((reqs["output_tokens"] - 1).sum())
+        if restarted:
+            continue
+        total = math.fsum((mine["gap_s"] * mine["num_gaps"]).tolist())
+        spans = reqs[reqs["output_tokens"] > 1]
+        expect = math.fsum((spans["finished_s"] - spans["first_token_s"] - post).tolist())
+        assert math.isclose(total, expect, rel_tol=1e-9, abs_tol=1e-9), (tier, total, expect)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

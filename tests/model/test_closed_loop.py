@@ -13,7 +13,7 @@ from kvbudget.policies import make_policy
 from kvbudget.simulator.run import SimConfig, simulate
 from kvbudget.simulator.sim_config import FleetConfig
 from kvbudget.workloads.closed_loop import ClosedLoop
-from tests.conftest import mixed_workload
+from tests.conftest import assert_token_gaps_consistent, mixed_workload
 
 
 def _inflight(rec: dict) -> list[int]:
@@ -33,6 +33,17 @@ def test_64_users_keep_64_requests_in_flight() -> None:
     assert np.all(np.diff(a) >= 0) and a[63] == 0.0 and a[64] > 0.0
     assert r.summary["closed_loop"] == {"num_users": 64, "think_time_s": 0.0,
                                         "think_distribution": "fixed"}
+
+
+def test_64_users_closed_loop_has_itl_consistent_with_its_tokens() -> None:
+    w = mixed_workload(300, 5.0, seed=8)
+    r = simulate(w, make_policy("overcommit"), SimConfig(closed_loop=ClosedLoop(64, 0.1)))
+    assert max(_inflight(r.records)) <= 64
+    itl = r.summary["overall"]["itl_s"]
+    assert itl["p50"] is not None and 0 < itl["p50"] <= itl["p90"] <= itl["p99"]
+    for tier in ("interactive", "batch"):
+        assert r.summary["tiers"][tier]["itl_s"]["mean"] > 0
+    assert_token_gaps_consistent(r)
 
 
 def test_one_user_sends_a_think_time_after_each_answer() -> None:

@@ -28,7 +28,13 @@ from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.fleet import FleetConfig, Router
 from kvbudget.simulator.run import SimConfig, simulate
 from kvbudget.workloads import Workload, from_columns
-from tests.conftest import assert_skip_ahead_matches_stepping, make_workload, mixed_workload
+from tests.conftest import (
+    assert_skip_ahead_matches_stepping,
+    assert_token_gaps_consistent,
+    assert_token_gaps_equal,
+    make_workload,
+    mixed_workload,
+)
 
 
 def streams(n: int, rate: float, seeds: list[int]) -> Workload:
@@ -125,6 +131,8 @@ def test_skip_ahead_is_exact_in_a_fleet(router: str, budget: str) -> None:
     a, b = out
     assert a.records.equals(b.records)
     assert a.timeline.equals(b.timeline)
+    assert_token_gaps_equal(a, b)
+    assert_token_gaps_consistent(a)
     assert a.summary["engine"]["fleet"] == b.summary["engine"]["fleet"] | {
         "replicas": [
             r | {"num_steps": ra["num_steps"]}

@@ -16,6 +16,7 @@ from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.prefix_cache import PrefixCache
 from kvbudget.simulator.run import SimConfig, simulate
 from kvbudget.workloads import Workload
+from tests.conftest import assert_token_gaps_consistent, assert_token_gaps_equal
 
 TIERS = (TierConfig("interactive", queue_timeout_s=None),)
 
@@ -139,6 +140,8 @@ def test_skip_ahead_is_exact_with_prefix_caching(name: str) -> None:
     a, b = out
     assert a.records.equals(b.records)
     assert a.timeline.equals(b.timeline)
+    assert_token_gaps_equal(a, b)
+    assert_token_gaps_consistent(a)
     assert a.summary["engine"] == b.summary["engine"]
     assert a.summary["engine"]["prefix_cache_hit_rate"] > 0.3
     assert (a.timeline.kv_used_tokens <= a.timeline.kv_capacity_tokens).all()
