@@ -42,12 +42,15 @@ def add_frontend_overhead(records: pd.DataFrame, overhead_s: float) -> pd.DataFr
 
 
 def summary_of(records: pd.DataFrame, timeline: pd.DataFrame, tiers: Sequence[TierConfig],
-               capacity_tokens: int, policy: str) -> dict[str, Any]:
+               capacity_tokens: int, policy: str,
+               token_gaps: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The summary of a records table (and its token gaps, for ITL: a constant front-end
+    overhead moves every token alike, so leaves the gaps as they are)."""
     return summarize(
         {str(c): records[c].to_numpy() for c in records.columns},
         {str(c): timeline[c].to_numpy() for c in timeline.columns},
         tiers=tiers, kv_capacity_tokens=max(capacity_tokens, 1), policy=policy, seed=0,
-        wall_time_s=0.0,
+        wall_time_s=0.0, token_gaps=token_gaps,
     )
 
 
@@ -55,7 +58,10 @@ def metric_values(summary: Mapping[str, Any]) -> dict[str, float]:
     """The compared metrics of one summary (``summary.json`` shape), NaN where undefined."""
     overall = summary["overall"]
     out: dict[str, float] = {}
-    for metric in ("ttft_s", "tpot_s", "e2e_s"):
+    # ITL (inter-token latency) where the run has its gaps (runs written before it do not)
+    metrics = ("ttft_s", "tpot_s", "itl_s", "e2e_s") if "itl_s" in overall else (
+        "ttft_s", "tpot_s", "e2e_s")
+    for metric in metrics:
         stem = metric[: -len("_s")]
         for q in ("p50", "p90", "p99"):
             value = overall[metric].get(q)
@@ -82,11 +88,11 @@ def rel_error(simulated: float, measured: float) -> float:
 
 
 def compare_metrics(simulated: Mapping[str, Any], measured: Mapping[str, Any]) -> pd.DataFrame:
-    """One row per metric: simulated, measured, signed relative error."""
+    """One row per metric both summaries have: simulated, measured, signed relative error."""
     import pandas as pd
 
     sim, meas = metric_values(simulated), metric_values(measured)
-    rows = [(m, sim[m], meas[m], rel_error(sim[m], meas[m])) for m in sim]
+    rows = [(m, sim[m], meas[m], rel_error(sim[m], meas[m])) for m in sim if m in meas]
     return pd.DataFrame(rows, columns=list(COMPARISON_COLUMNS))
 
 
@@ -148,11 +154,14 @@ def validate_runs(
     capacity_tokens: int,
     policy: str,
     frontend_overhead_s: float,
+    sim_token_gaps: Mapping[str, Any] | None = None,
 ) -> tuple[Validation, pd.DataFrame]:
     """Compare a simulated run with a measured one; returns the validation and the simulated
-    records as compared (with the front-end overhead added)."""
+    records as compared (with the front-end overhead added). With ``sim_token_gaps`` (the
+    simulation's token-gaps table) and a measured summary with ``itl_s``, ITL is compared too."""
     adjusted = add_frontend_overhead(sim_records, frontend_overhead_s)
-    sim_summary = summary_of(adjusted, sim_timeline, tiers, capacity_tokens, policy)
+    sim_summary = summary_of(adjusted, sim_timeline, tiers, capacity_tokens, policy,
+                             sim_token_gaps)
     sim_summary["engine"] = dict(sim_engine)
     metrics = compare_metrics(sim_summary, live_summary)
     return Validation(metrics, per_request_errors(adjusted, live_records),

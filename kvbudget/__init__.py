@@ -46,6 +46,7 @@ Run results
 -----------
 - :class:`RunResult`, :func:`read_run`: a run's records, timeline and summary, on disk or not
 - :func:`summarize`: the summary metrics of a records table
+- :func:`weighted_quantiles`: numpy's percentiles of a weighted multiset (the token gaps: ITL)
 - :func:`read_recording`, :class:`Recording`: a real server's recorded run (request logs,
   ``vllm bench serve`` results, GuideLLM reports, replay run directories)
 
@@ -146,6 +147,7 @@ _EXPORTS: dict[str, str] = {
     "RunResult": "results.run_result",
     "read_run": "results.run_result",
     "summarize": "results.metrics",
+    "weighted_quantiles": "results.metrics",
     "read_recording": "results.recordings",
     "Recording": "results.recordings",
     # Analysis and plots
@@ -242,7 +244,7 @@ if TYPE_CHECKING:  # what a type checker and an IDE see
         policy_names,
     )
     from kvbudget.policies.clients import CLIENT_PRESETS, ClientModel, client_model
-    from kvbudget.results.metrics import summarize
+    from kvbudget.results.metrics import summarize, weighted_quantiles
     from kvbudget.results.recordings import Recording, read_recording
     from kvbudget.results.run_result import RunResult, read_run
     from kvbudget.simulator.engine_config import EngineConfig

@@ -211,8 +211,10 @@ def token_gaps_of_parts(out_dir: Path) -> dict[str, Any] | None:
             return None
         tiers.extend([str(row.get("tier", ""))] * len(mine))
         gaps.extend(float(g) for g in mine)
-    return aggregate_token_gaps(np.array(tiers, dtype=object), np.array(gaps, np.float64),
-                                np.ones(len(gaps), np.int64))
+    names = sorted(set(tiers))
+    code = {name: j for j, name in enumerate(names)}
+    return aggregate_token_gaps(np.array([code[t] for t in tiers], np.int64), names,
+                                np.array(gaps, np.float64), np.ones(len(gaps), np.int64))
 
 
 def engine_preemptions(out_dir: Path) -> int:

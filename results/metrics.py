@@ -81,16 +81,19 @@ def _lerp(a: float, b: float, t: float) -> float:
 def weighted_quantiles(values: FloatArray, counts: npt.NDArray[np.int64]) -> dict[str, float | None]:
     """:func:`quantiles` of the multiset holding ``counts[j]`` copies of ``values[j]``, without
     expanding it: the percentiles are exactly ``np.percentile`` of the expanded values (the
-    same neighbours, the same interpolation); the mean is their exact sum over their number."""
+    same neighbours, the same interpolation); the mean is their weighted sum over their
+    number (to rounding)."""
     keep = (counts > 0) & np.isfinite(values)
     v, c = values[keep], counts[keep].astype(np.int64)
     if v.size == 0:
         return {"mean": None, **dict.fromkeys(QUANTILES)}
-    order = np.argsort(v, kind="stable")
-    v, c = v[order], c[order]
+    if v.size > 1 and not bool((v[1:] >= v[:-1]).all()):
+        # (equal values may come in any order: the expanded sorted values are the same)
+        order = np.argsort(v)
+        v, c = v[order], c[order]
     cum = np.cumsum(c)  # values[j] fills the expanded positions cum[j - 1] .. cum[j] - 1
     total = int(cum[-1])
-    mean = math.fsum((v * c).tolist()) / total
+    mean = float(v @ c.astype(np.float64)) / total
 
     def at(position: int) -> float:
         return float(v[int(np.searchsorted(cum, position, side="right"))])
@@ -108,18 +111,21 @@ def weighted_quantiles(values: FloatArray, counts: npt.NDArray[np.int64]) -> dic
 
 
 def aggregate_token_gaps(
-    tier: Any, gap_s: FloatArray, num_gaps: npt.NDArray[np.int64]
+    tier_code: npt.NDArray[np.integer[Any]], tier_names: Sequence[str], gap_s: FloatArray,
+    num_gaps: npt.NDArray[np.int64],
 ) -> dict[str, Any]:
     """The token-gaps table (:data:`kvbudget.results.records.TOKEN_GAP_COLUMNS`) of gap rows
-    (``num_gaps[j]`` gaps of ``gap_s[j]`` in tier ``tier[j]``): one row per distinct (tier,
-    gap), sorted by tier then gap, rows with no gap dropped."""
+    (``num_gaps[j]`` gaps of ``gap_s[j]`` in tier ``tier_names[tier_code[j]]``): one row per
+    distinct (tier, gap), sorted by tier name then gap, rows with no gap dropped."""
     gap = np.asarray(gap_s, dtype=np.float64)
     num = np.asarray(num_gaps, dtype=np.int64)
-    codes, names = factorize(np.asarray(tier, dtype=object)) if gap.size else (
-        np.zeros(0, np.intp), [])
+    names = sorted(set(tier_names))
+    rank = np.array([names.index(t) for t in tier_names], dtype=np.int64)
+    codes = rank[np.asarray(tier_code, dtype=np.int64)] if gap.size else np.zeros(0, np.int64)
     keep = num > 0
     codes, gap, num = codes[keep], gap[keep], num[keep]
-    order = np.lexsort((gap, codes))
+    order = np.argsort(gap)  # by gap, then (stably) by tier: equal gaps merge in any order
+    order = order[np.argsort(codes[order], kind="stable")]
     codes, gap, num = codes[order], gap[order], num[order]
     if gap.size:
         new = np.ones(gap.size, np.bool_)

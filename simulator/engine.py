@@ -32,6 +32,7 @@ override the hooks :class:`Engine` lists.
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -219,7 +220,7 @@ class Engine:
         self._seg_base = np.full(n, _NO_SEGMENT, np.int64)
         self._seg_start = np.zeros(n, np.int64)
         self._closed_segments: dict[int, list[tuple[int, int]]] = {}
-        self._step_end_s: list[float] = []
+        self._step_end_s = array("d")  # 8 bytes a step
         # every running request got a token in the last committed step (a start clears it)
         self._synced = False
         self.process = env.process(self._run())
@@ -797,7 +798,7 @@ class Engine:
         some steps), from its last token before the pause to its first after it. Returns
         (tier code, gap_s, number of gaps) rows with a number > 0; engine times (the front
         end's per-token cost is the caller's)."""
-        ends = np.array(self._step_end_s, dtype=np.float64)
+        ends = np.frombuffer(self._step_end_s, dtype=np.float64).copy()
         num = len(ends)
         rows = np.flatnonzero(keep & np.isfinite(self.finished_s))
         first = self._seg_start[rows]
@@ -829,9 +830,11 @@ class Engine:
         out_tier: list[IntArray] = []
         out_gap: list[FloatArray] = []
         out_num: list[IntArray] = []
-        seg_tier = tiers[seg_j] if len(seg_j) else np.zeros(0, np.int64)
-        for code in np.unique(seg_tier).tolist():
+        seg_tier = tiers[seg_j]
+        for code in range(int(seg_tier.max()) + 1 if seg_tier.size else 0):
             mine = seg_tier == code
+            if not mine.any():
+                continue
             counts = np.cumsum(
                 np.bincount(seg_a[mine] + 1, minlength=num + 2)
                 - np.bincount(seg_b[mine] + 1, minlength=num + 2)
@@ -839,7 +842,7 @@ class Engine:
             has = np.flatnonzero(counts)
             out_tier.append(np.full(has.size, code, np.int64))
             out_gap.append(step_gap[has])
-            out_num.append(counts[has].astype(np.int64))
+            out_num.append(counts[has])
         if pause_rows:
             p_from = np.asarray(pause_from, np.int64)
             p_to = np.asarray(pause_to, np.int64)

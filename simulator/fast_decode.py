@@ -373,7 +373,7 @@ class SkipAheadEngine(Engine):
         elif isinstance(step_end, list):
             self._step_end_s.extend(step_end[:k])
         else:
-            self._step_end_s.extend(step_end[:k].tolist())
+            self._step_end_s.frombytes(np.ascontiguousarray(step_end[:k], np.float64).tobytes())
         return k
 
     def _work_changed(self) -> None:

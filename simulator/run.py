@@ -444,8 +444,7 @@ class _Simulation:
         gap_tier, gap_s, num_gaps = e.token_gaps(completed, np.asarray(w.tier, np.int64))
         if frontend.per_output_token_s:
             gap_s = gap_s + frontend.per_output_token_s
-        token_gaps = aggregate_token_gaps(
-            np.array(w.tier_names, dtype=object)[gap_tier], gap_s, num_gaps)
+        token_gaps = aggregate_token_gaps(gap_tier, list(w.tier_names), gap_s, num_gaps)
         ttft = np.where(completed, ttft, np.nan)
         tpot = np.where(completed, tpot, np.nan)
         status_names = np.array(STATUSES, dtype=object)[self.status]

@@ -42,11 +42,12 @@ HIGHER_IS_BETTER = ("output_tokens_per_s", "goodput_rps", "slo_attainment", "com
 
 
 def default_metrics(scenario: Scenario) -> list[str]:
-    """Per tier: p99 TTFT, p99 TPOT, output tokens/s, SLO attainment; then the drain time."""
+    """Per tier: p99 TTFT, p99 TPOT, p99 ITL, output tokens/s, SLO attainment; then the drain
+    time."""
     out: list[str] = []
     for tier in [t.name for t in scenario.tiers()]:
-        out += [f"{tier}_ttft_p99_s", f"{tier}_tpot_p99_s", f"{tier}_output_tokens_per_s",
-                f"{tier}_slo_attainment"]
+        out += [f"{tier}_ttft_p99_s", f"{tier}_tpot_p99_s", f"{tier}_itl_p99_s",
+                f"{tier}_output_tokens_per_s", f"{tier}_slo_attainment"]
     return [*out, "overall_slo_attainment", "drain_s"]
 
 

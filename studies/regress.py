@@ -75,7 +75,7 @@ BASELINE_FORMAT: Literal[1] = 1
 DEFAULT_ALPHA = 0.05
 DEFAULT_REPLICATIONS = 3
 
-_LATENCIES = frozenset({"ttft_s", "tpot_s", "e2e_s", "time_to_eventual_completion_s",
+_LATENCIES = frozenset({"ttft_s", "tpot_s", "itl_s", "e2e_s", "time_to_eventual_completion_s",
                         "retried_completion_s"})
 _HIGHER_IS_WORSE = frozenset({
     "num_preemptions", "rejected_too_large", "rejected_overloaded", "expired",

@@ -99,7 +99,7 @@ def offered_rate_rps(workload: Workload) -> float:
 
 # --- summary -> columns ----------------------------------------------------------------------
 
-_LATENCY_KEYS = ("ttft_s", "tpot_s", "e2e_s", "time_to_eventual_completion_s",
+_LATENCY_KEYS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "time_to_eventual_completion_s",
                  "retried_completion_s")
 
 
@@ -123,7 +123,7 @@ def flatten_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
 
     ``overall`` and each tier give ``{block}_{field}`` (``interactive_slo_attainment``,
     ``batch_output_tokens_per_s``, ``overall_completed``), latency quantiles give
-    ``{block}_{ttft|tpot|e2e}_{mean|p50|p90|p99}_s``, rejection reasons
+    ``{block}_{ttft|tpot|itl|e2e}_{mean|p50|p90|p99}_s``, rejection reasons
     ``{block}_reason_{reason}``, the KV block ``kv_{field}``, the engine counters
     ``engine_{field}``, and the top-level scalars keep their names.
     """

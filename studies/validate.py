@@ -232,7 +232,8 @@ def compare_live_run(workload: Workload, new_policy: Callable[[], BasePolicy],
         result, adjusted = validate_runs(
             run.records, run.timeline, run.summary.get("engine", {}), live.records,
             live.summary, tiers=config.tiers, capacity_tokens=capacity_tokens,
-            policy=policy_name, frontend_overhead_s=0.0)  # the simulation added it already
+            policy=policy_name, frontend_overhead_s=0.0,  # the simulation added it already
+            sim_token_gaps=run.token_gap_columns)
         return replace(result, frontend_overhead_s=overhead), adjusted
 
     result, adjusted = compare(sim)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -223,3 +225,40 @@ def test_the_decode_group_refuses_prefix_caching() -> None:
             arrival_s=np.zeros(1), hooks=hooks, prefix_hashes=one, prefix_offsets=np.array([0, 1]),
             prefix_block_tokens=16,
         )
+
+
+def _gaps(res: object) -> list[float]:
+    gaps = res.token_gaps  # type: ignore[attr-defined]
+    assert gaps is not None
+    return sorted(np.repeat(gaps["gap_s"].to_numpy(), gaps["num_gaps"].to_numpy()).tolist())
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_itl_gaps_are_the_steps_between_tokens(skip: bool) -> None:
+    # A (100 + 4) alone: prefill 0.11 s (token 1 at 0.11), decode 0.12 (token 2); B (100 + 3)
+    # arrives during that step and its prefill shares the next step with A's decode: 0.11 s
+    # (A's token 3 and B's first at 0.23); then 0.24 (A's last, B's 2nd), 0.25 (B's last).
+    w = make_workload([0.0, 0.115], [100, 100], [4, 3])
+    res = simulate(w, make_policy("unlimited"), config(skip))
+    assert list(res.records.finished_s) == pytest.approx([0.24, 0.25])
+    assert _gaps(res) == pytest.approx([0.01, 0.01, 0.01, 0.01, 0.11])
+    itl = res.summary["overall"]["itl_s"]
+    assert itl["p50"] == pytest.approx(0.01) and itl["mean"] == pytest.approx(0.03)
+    assert itl["p99"] == pytest.approx(0.01 + 0.96 * 0.1)  # numpy's linear percentile of 5
+    # with the API server's per-token cost in every gap (none in the engine's steps)
+    served = simulate(w, make_policy("unlimited"),
+                      replace(config(skip), frontend="vllm-api-server"))
+    assert _gaps(served) == pytest.approx([g + 45.9e-6 for g in _gaps(res)])
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_itl_has_one_long_gap_across_a_preemption(skip: bool) -> None:
+    # the preemption case above: B's tokens 1-5 at 1.8, 2.8, ..., 5.8; preempted at step 6;
+    # its recompute ends at 1.8 + 7 + 1.9 = 10.7 (token 6), then 11.7, 12.7
+    w = make_workload([0.0, 0.0], [4, 4], [8, 8])
+    cost = LinearCostModel(1.0, 0.1, 0.0, 0.0)
+    res = simulate(w, make_policy("unlimited"), config(skip, blocks=4, block_size=4, cost=cost))
+    gaps = res.token_gaps
+    assert gaps is not None
+    assert int(gaps["num_gaps"].sum()) == 7 + 7
+    assert _gaps(res) == pytest.approx([1.0] * 13 + [10.7 - 5.8])
