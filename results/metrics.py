@@ -93,7 +93,7 @@ def weighted_quantiles(values: FloatArray, counts: npt.NDArray[np.int64]) -> dic
         v, c = v[order], c[order]
     cum = np.cumsum(c)  # values[j] fills the expanded positions cum[j - 1] .. cum[j] - 1
     total = int(cum[-1])
-    mean = float(v @ c.astype(np.float64)) / total
+    mean = float(np.sum(v * c)) / total
 
     def at(position: int) -> float:
         return float(v[int(np.searchsorted(cum, position, side="right"))])
