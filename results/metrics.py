@@ -11,6 +11,7 @@ arrival, ``duration_s`` the two together.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -88,8 +89,8 @@ def weighted_quantiles(values: FloatArray, counts: npt.NDArray[np.int64]) -> dic
     if v.size == 0:
         return {"mean": None, **dict.fromkeys(QUANTILES)}
     if v.size > 1 and not bool((v[1:] >= v[:-1]).all()):
-        # (equal values may come in any order: the expanded sorted values are the same)
-        order = np.argsort(v)
+        # (timsort: a few sorted runs, as the tiers of a token-gaps table are, merge in O(n))
+        order = np.argsort(v, kind="stable")
         v, c = v[order], c[order]
     cum = np.cumsum(c)  # values[j] fills the expanded positions cum[j - 1] .. cum[j] - 1
     total = int(cum[-1])
@@ -123,9 +124,14 @@ def aggregate_token_gaps(
     rank = np.array([names.index(t) for t in tier_names], dtype=np.int64)
     codes = rank[np.asarray(tier_code, dtype=np.int64)] if gap.size else np.zeros(0, np.int64)
     keep = num > 0
-    codes, gap, num = codes[keep], gap[keep], num[keep]
-    order = np.argsort(gap)  # by gap, then (stably) by tier: equal gaps merge in any order
-    order = order[np.argsort(codes[order], kind="stable")]
+    if not keep.all():
+        codes, gap, num = codes[keep], gap[keep], num[keep]
+    # by tier (by name), then by gap within each (equal gaps merge, in any order)
+    parts = []
+    for code in range(len(names)):
+        rows = np.flatnonzero(codes == code) if len(names) > 1 else np.arange(gap.size)
+        parts.append(rows[np.argsort(gap[rows])])
+    order = np.concatenate(parts) if parts else np.zeros(0, np.int64)
     codes, gap, num = codes[order], gap[order], num[order]
     if gap.size:
         new = np.ones(gap.size, np.bool_)
@@ -328,9 +334,23 @@ def summarize(
         gap_s = np.asarray(token_gaps["gap_s"], dtype=np.float64)
         num_gaps = np.asarray(token_gaps["num_gaps"], dtype=np.int64)
         itl[""] = weighted_quantiles(gap_s, num_gaps)
+        # the table's rows are grouped by tier: compare the strings once, at the boundaries
+        cuts: list[int] = (
+            (np.flatnonzero(gap_tier[1:] != gap_tier[:-1]) + 1).tolist() if gap_tier.size else [])
+        bounds = [0, *cuts, int(gap_tier.size)]
+        runs: dict[str, list[tuple[int, int]]] = {}
+        for lo, hi in itertools.pairwise(bounds):
+            if hi > lo:
+                runs.setdefault(str(gap_tier[lo]), []).append((lo, hi))
+        for name, parts in runs.items():
+            if len(parts) == 1:
+                lo, hi = parts[0]
+                itl[name] = weighted_quantiles(gap_s[lo:hi], num_gaps[lo:hi])
+            else:  # not grouped by tier (a table not made by aggregate_token_gaps)
+                mine = gap_tier == name
+                itl[name] = weighted_quantiles(gap_s[mine], num_gaps[mine])
         for name in names:
-            mine = gap_tier == name
-            itl[name] = weighted_quantiles(gap_s[mine], num_gaps[mine])
+            itl.setdefault(name, weighted_quantiles(gap_s[:0], num_gaps[:0]))
     overall = block(cols, np.ones(n, dtype=np.bool_), rate_window, slo_ok, itl.get(""))
     per_tier = {name: block(cols, in_tier[name], rate_window, slo_ok, itl.get(name))
                 for name in names}

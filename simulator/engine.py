@@ -32,7 +32,6 @@ override the hooks :class:`Engine` lists.
 from __future__ import annotations
 
 import math
-from array import array
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -51,7 +50,14 @@ from kvbudget.simulator.timeline import Timeline, TimelineRow
 
 __all__ = ["Engine", "EngineHooks", "FloatArray", "IntArray", "TokenGaps"]
 
-_NO_SEGMENT = -(1 << 62)  # ``_seg_base`` of a request with no token yet: never continues
+_NO_SEGMENT = -(1 << 62)
+
+
+def concat_floats(chunks: list[FloatArray]) -> FloatArray:
+    """The chunks end to end (an empty array for none)."""
+    if not chunks:
+        return np.zeros(0, np.float64)
+    return chunks[0].copy() if len(chunks) == 1 else np.concatenate(chunks)  # ``_seg_base`` of a request with no token yet: never continues
 
 TokenGaps = tuple[IntArray, FloatArray, IntArray]
 """Inter-token gaps of an engine's finished requests: (tier code, gap in seconds, number of
@@ -216,11 +222,14 @@ class Engine:
         # at step ``_seg_base + k``, so the decode runs and the decode group keep it without a
         # write; a token that does not continue the segment closes it (``_closed_segments``:
         # row -> (first step, last step) of each) and starts the next. Steps count from 1
-        # (``num_steps`` after the step); ``_step_end_s[s - 1]`` is step s's end.
+        # (``num_steps`` after the step); the step ends are ``_end_chunks`` (arrays) then
+        # ``_step_end_s`` (a list: appending to it is the cheapest, and it goes to the chunks
+        # at each timeline sample and before a run's array of step ends is kept).
         self._seg_base = np.full(n, _NO_SEGMENT, np.int64)
         self._seg_start = np.zeros(n, np.int64)
         self._closed_segments: dict[int, list[tuple[int, int]]] = {}
-        self._step_end_s = array("d")  # 8 bytes a step
+        self._step_end_s: list[float] = []
+        self._end_chunks: list[FloatArray] = []
         # every running request got a token in the last committed step (a start clears it)
         self._synced = False
         self.process = env.process(self._run())
@@ -731,6 +740,7 @@ class Engine:
             self._hol_scalar_terms.append(dt)
         if self._timeline.next_s < t1:  # a sample is due
             self._timeline.sample_step(t1, used_now, reserved, counts, self.num_preemptions_total)
+            self._flush_step_ends()
         return t1
 
     def _wait(self, t1: float) -> Generator[simpy.Event, Any, None]:
@@ -773,6 +783,7 @@ class Engine:
             self._finish(done.tolist())
 
     # --- inter-token gaps ------------------------------------------------------------------------
+    # (helpers below; ``concat_floats`` joins the chunks of step ends)
     def _note_tokens(self, rows: IntArray, output: IntArray, step: int) -> None:
         """``rows`` sampled their token number ``output`` at ``step``: those whose previous
         token was not at ``step - 1`` start a segment."""
@@ -798,7 +809,8 @@ class Engine:
         some steps), from its last token before the pause to its first after it. Returns
         (tier code, gap_s, number of gaps) rows with a number > 0; engine times (the front
         end's per-token cost is the caller's)."""
-        ends = np.frombuffer(self._step_end_s, dtype=np.float64).copy()
+        self._flush_step_ends()
+        ends = concat_floats(self._end_chunks)
         num = len(ends)
         rows = np.flatnonzero(keep & np.isfinite(self.finished_s))
         first = self._seg_start[rows]
@@ -852,6 +864,13 @@ class Engine:
         if not out_tier:
             return np.zeros(0, np.int64), np.zeros(0, np.float64), np.zeros(0, np.int64)
         return np.concatenate(out_tier), np.concatenate(out_gap), np.concatenate(out_num)
+
+    def _flush_step_ends(self) -> None:
+        """Move the step ends listed since the last flush to an array chunk."""
+        if self._step_end_s:
+            ends = self._step_end_s
+            self._end_chunks.append(np.fromiter(ends, np.float64, len(ends)))
+            self._step_end_s.clear()
 
     def _finish(self, finished: list[int]) -> None:
         if not finished:

@@ -371,9 +371,10 @@ class SkipAheadEngine(Engine):
         if step_end is None:
             self._step_end_s.append(t1)
         elif isinstance(step_end, list):
-            self._step_end_s.extend(step_end[:k])
+            self._step_end_s.extend(step_end[:k] if k < len(step_end) else step_end)
         else:
-            self._step_end_s.frombytes(np.ascontiguousarray(step_end[:k], np.float64).tobytes())
+            self._flush_step_ends()
+            self._end_chunks.append(np.asarray(step_end[:k], np.float64))
         return k
 
     def _work_changed(self) -> None:
@@ -408,6 +409,7 @@ class SkipAheadEngine(Engine):
                 self._hol_terms.append(dts)
         if self._timeline.next_s < self.t:  # a sample is due
             self._timeline.sample_steps(step_end, used, reserved, counts, self.num_preemptions_total)
+            self._flush_step_ends()
 
     def _commit_run(
         self, rows: IntArray, k: int, decode: DecodeRows, finishes: bool, extra: int | None,
