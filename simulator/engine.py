@@ -281,8 +281,9 @@ class Engine:
     def _row_state(self) -> dict[str, float]:
         """The per-request state arrays and the value a row starts with."""
         zero = ("num_tokens", "num_computed_tokens", "num_output_tokens", "num_blocks",
-                "num_preemptions", "recomputed_tokens", "_in_engine")
-        return dict.fromkeys(zero, 0.0) | {"first_token_s": math.nan, "finished_s": math.nan}
+                "num_preemptions", "recomputed_tokens", "_in_engine", "_seg_start")
+        return dict.fromkeys(zero, 0.0) | {"first_token_s": math.nan, "finished_s": math.nan,
+                                           "_seg_base": float(_NO_SEGMENT)}
 
     def grow_rows(self, columns: Mapping[str, IntArray | FloatArray]) -> None:
         """Take longer per-request columns (``prompt_tokens``, ``output_tokens``,

@@ -561,7 +561,17 @@ class Fleet:
         self, keep: npt.NDArray[np.bool_], tier: IntArray
     ) -> tuple[IntArray, FloatArray, IntArray]:
         """Every replica's gaps of the requests that finished there."""
-        parts = [e.token_gaps(keep, tier) for e in self.replicas]
+        parts = []
+        for e, local in zip(self.replicas, self._local, strict=True):
+            if not self._compact:  # indexed by workload rows
+                parts.append(e.token_gaps(keep, tier))
+                continue
+            rows, size = local.rows, len(e.finished_s)
+            mine = np.zeros(size, np.bool_)
+            mine[: local.n] = keep[rows]
+            codes = np.zeros(size, np.int64)
+            codes[: local.n] = tier[rows]
+            parts.append(e.token_gaps(mine, codes))
         return (
             np.concatenate([p[0] for p in parts]),
             np.concatenate([p[1] for p in parts]),
