@@ -304,7 +304,7 @@ class Fleet:
         # row -> the first replica it reached and its number there; rows that reached more
         # than one (revoked, then admitted again elsewhere): (row, replica) -> number
         self._first_replica = np.full(n if self._compact else 0, -1, np.int32)
-        self._first_local = np.zeros(n if self._compact else 0, np.int64)
+        self._first_local = np.zeros(n if self._compact else 0, np.int32)
         self._more_local: dict[tuple[int, int], int] = {}
         for r, gpu in enumerate(gpus):
             self.gpus.append(gpu)

@@ -150,11 +150,11 @@ class _Simulation:
         self.reserved_tokens = np.zeros(n, dtype=np.int64)
         self.num_revocations = np.zeros(n, dtype=np.int64)
         self.next_arrival = 0
-        # arrival times as Python floats, with a sentinel: read by every engine loop iteration
-        self._arrival_s: list[float] = (
-            [*workload.arrival_s.tolist(), math.inf] if self._loop is None
-            else [math.inf] * (n + 1))  # a closed loop's are written as sends are scheduled
-        self._output_tokens: list[int] = workload.output_tokens.tolist()
+        # the arrival time of row ``next_arrival`` (inf past the last), read by every engine
+        # loop iteration; a closed loop's is written as sends are scheduled. No per-request
+        # Python objects: a list of ten million floats would take 320 MB.
+        self._next_arrival_s = (
+            float(workload.arrival_s[0]) if n and self._loop is None else math.inf)
         self._timer_at = math.inf
         self._reserved_ts = 0.0
         self._reserved_last_t = 0.0
@@ -169,12 +169,12 @@ class _Simulation:
         return max(t, self.gateway.now_s)
 
     def _next_external_s(self) -> float:
-        return min(self._arrival_s[self.next_arrival], self._gateway_timer_s)
+        return min(self._next_arrival_s, self._gateway_timer_s)
 
     def _next_external_with_clients(self) -> float:
         assert self._clients is not None
         return min(
-            self._arrival_s[self.next_arrival], self._gateway_timer_s, self._clients.next_s()
+            self._next_arrival_s, self._gateway_timer_s, self._clients.next_s()
         )
 
     def _gateway_state(self) -> tuple[int, int]:
@@ -185,7 +185,7 @@ class _Simulation:
             return
         self.status[i] = _COMPLETED
         now = self._clock(t)
-        self._carry_out(self.gateway.finish(i, self._output_tokens[i], now), now)
+        self._carry_out(self.gateway.finish(i, int(self.w.output_tokens[i]), now), now)
         if self._loop is not None:  # the user sees the answer after the front end's delays
             self._user_free(t + self._client_delay_s(i))
 
@@ -296,8 +296,7 @@ class _Simulation:
     def _sync_next_send(self) -> None:
         loop = self._loop
         assert loop is not None
-        if self.next_arrival < self.n:
-            self._arrival_s[self.next_arrival] = loop.next_send_s()
+        self._next_arrival_s = loop.next_send_s() if self.next_arrival < self.n else math.inf
         loop.wake()
 
     def _closed_loop_arrivals(self) -> Generator[simpy.Event, Any, None]:
@@ -319,7 +318,6 @@ class _Simulation:
             i = self.next_arrival
             now_s = max(t, env.now)
             w.arrival_s[i] = now_s
-            self._arrival_s[i] = now_s
             self.next_arrival = i + 1
             self._sync_next_send()
             if self.progress is not None and (i + 1) % 1000 == 0:
@@ -356,22 +354,24 @@ class _Simulation:
         # the columns as Python lists, a chunk of rows at a time (a million rows' lists would
         # take ~150 MB): the Request of row i (with request_id i) built directly, as
         # ``_with_id(w.request(i), i)`` would build it
-        arrival = self._arrival_s
         with_prefix = w.prefix_hashes is not None
         env, arrive, clock, carry_out = self.env, self.gateway.arrive, self._clock, self._carry_out
         clients = self._clients
         for lo in range(0, self.n, _ARRIVAL_CHUNK):
             rows = slice(lo, lo + _ARRIVAL_CHUNK)
+            # with the next chunk's first arrival (or inf) as a sentinel
+            arrival = [*w.arrival_s[lo : lo + _ARRIVAL_CHUNK + 1].tolist(), math.inf]
             tiers = [w.tier_names[c] for c in w.tier[rows].tolist()]
             prompt = w.prompt_tokens[rows].tolist()
             max_output = w.max_output_tokens[rows].tolist()
             deadline = w.deadline_s[rows].tolist()
             for j in range(len(prompt)):
                 i = lo + j
-                t = arrival[i]
+                t = arrival[j]
                 if t > env.now:
                     yield env.timeout(t - env.now)
                 self.next_arrival = i + 1
+                self._next_arrival_s = arrival[j + 1]
                 if self.progress is not None and (i + 1) % 1000 == 0:
                     self.progress(1000)
                 d = deadline[j]
@@ -397,6 +397,7 @@ class _Simulation:
             if t > self.env.now:
                 yield self.env.timeout(t - self.env.now)
             self.next_arrival = i + 1
+            self._next_arrival_s = float(arrival[i + 1]) if i + 1 < self.n else math.inf
             if self.progress is not None and (i + 1) % 1000 == 0:
                 self.progress(1000)
             request = self.w.request(i)
