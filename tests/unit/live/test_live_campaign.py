@@ -980,3 +980,61 @@ def test_a_preemption_counter_that_goes_down_was_reset(hostile: Hostile,  # noqa
     tl = out.timeline["num_preemptions"].tolist()
     assert tl[:4] == [0, 4, 6, 8] and tl[-1] == 8 and tl == sorted(tl), tl
     assert out.summary["engine"]["num_engine_preemptions"] == 8
+
+
+def test_an_interrupted_validate_leaves_no_result(hostile: Hostile,  # noqa: F811
+                                                  tmp_path: Path) -> None:
+    """SIGTERM in the middle of ``validate --url``'s replay: exit 130, the finished rows in
+    live/ read as incomplete, no validation file that would read as a result."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from kvbudget.live.run_dir import REQUESTS_PART
+    from kvbudget.results.run_result import read_run
+    from tests.conftest import REPO
+
+    answered: list[int] = []
+    lock = threading.Lock()
+
+    def two_then_hold(conn: socket.socket, body: dict[str, Any]) -> None:
+        with lock:
+            answered.append(1)
+            first = len(answered) <= 2
+        if first:
+            conn.sendall(SSE_HEAD + GOOD)
+        else:
+            hostile.release.wait(60)
+
+    hostile.completions = two_then_hold
+    cost = tmp_path / "cost.json"
+    cost.write_text(json.dumps({"kind": "linear", "coefficients": {
+        "intercept_s": 0.004, "per_prefill_token_s": 1e-5, "per_decode_seq_s": 1e-4,
+        "per_context_token_s": 0.0}}))
+    out = tmp_path / "v"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kvbudget.cli.main", "validate", "--url", hostile.url,
+         "--trace", str(_trace(tmp_path, 8)), "--cost-model", str(cost), "--out", str(out),
+         "--no-speed-check", "--poll-period", "0.05", "--max-output", "4"],
+        cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL)
+    try:
+        part = out / "live" / REQUESTS_PART
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:  # an event: two rows
+            if part.exists() and len(part.read_text().splitlines()) >= 2:
+                break
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1].startswith("error: interrupted;"), stderr
+    assert "Traceback" not in stderr
+    run = read_run(out / "live")
+    assert len(run.records) == 2 and run.summary["complete"] is False
+    assert not (out / "validation.json").exists() and not (out / "validation.csv").exists()
