@@ -481,6 +481,10 @@ def kv_element_bytes(kv_cache_dtype: str, auto_bytes: int = 2) -> int:
 
 
 # --- config.json --------------------------------------------------------------------------------
+MAX_CONFIG_INT = 2**31 - 1
+"""The largest integer a config.json field may hold (sizes, counts, positions)."""
+
+
 class _Fields:
     """Typed reads of one config table; every failure names the file and the field."""
 
@@ -503,6 +507,8 @@ class _Fields:
             raise self.fail(key, f"must be an integer, got {value!r}")
         if int(value) < minimum:
             raise self.fail(key, f"must be >= {minimum}, got {value!r}")
+        if int(value) > MAX_CONFIG_INT:  # no model has 2^31 layers, heads or positions
+            raise self.fail(key, f"must be <= {MAX_CONFIG_INT:,}, got {value!r}")
         return int(value)
 
     def opt_int(self, key: str, *, minimum: int = 1) -> int | None:

@@ -441,13 +441,30 @@ class RunStore:
     def part_files(self) -> list[Path]:
         return sorted(self.parts.glob("part-*.parquet")) if self.parts.is_dir() else []
 
+    @staticmethod
+    def _read_part(path: Path, columns: list[str] | None = None) -> Any:
+        """One part file as an Arrow table, or ``ValueError`` naming it (a part is written under
+        a temporary name and renamed, so a damaged one was damaged after the study wrote it)."""
+        import pyarrow.parquet as pq
+
+        try:
+            table = pq.read_table(path, columns=columns)
+        except (OSError, ValueError, KeyError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ValueError(f"{path}: not a readable part file ({first}); move it out of "
+                             "the way to run its runs again") from None
+        if "run_key" not in table.column_names:
+            raise ValueError(f"{path}: a part file without a run_key column; move it out of "
+                             "the way to run its runs again")
+        return table
+
     def read(self) -> pd.DataFrame:
         import pandas as pd
 
         files = self.part_files()
         if not files:
             return pd.DataFrame()
-        frames = [pd.read_parquet(f) for f in files]
+        frames: list[pd.DataFrame] = [self._read_part(f).to_pandas() for f in files]
         df = pd.concat(frames, ignore_index=True)
         for col in df.columns:
             if "_reason_" in col:  # a reason no run of one part saw is a count of 0
@@ -455,11 +472,9 @@ class RunStore:
         return df.drop_duplicates("run_key", keep="last").reset_index(drop=True)
 
     def keys(self) -> set[str]:
-        import pyarrow.parquet as pq
-
         out: set[str] = set()
         for f in self.part_files():
-            out.update(str(k) for k in pq.read_table(f, columns=["run_key"])["run_key"].to_pylist())
+            out.update(str(k) for k in self._read_part(f)["run_key"].to_pylist())
         return out
 
     def add(self, row: dict[str, Any]) -> None:
