@@ -165,6 +165,7 @@ class VllmStepModel:
     _terms: _Terms = field(init=False, repr=False, compare=False)
     _experts_table: list[float] = field(init=False, repr=False, compare=False)
     _experts_array: npt.NDArray[np.float64] = field(init=False, repr=False, compare=False)
+    _dense: tuple[float, ...] | None = field(init=False, repr=False, compare=False)
 
     KIND: ClassVar[str] = "vllm-v1"
     FIT_PARAMETERS: ClassVar[tuple[str, ...]] = (
@@ -214,6 +215,7 @@ class VllmStepModel:
         table = self._experts_exact(np.arange(size, dtype=np.float64))
         object.__setattr__(self, "_experts_array", table)
         object.__setattr__(self, "_experts_table", table.tolist())
+        object.__setattr__(self, "_dense", _dense_constants(self._terms))
 
     def _compute_terms(self) -> _Terms:
         g, m = self.gpu, self.model
@@ -280,6 +282,38 @@ class VllmStepModel:
         prefill_attention: F,
         num_prefill_seqs: F,
     ) -> F:
+        k = self._dense
+        if (k is not None and type(num_decode_seqs) is float and type(num_context_tokens) is float
+                and type(num_prefill_tokens) is float and type(prefill_attention) is float
+                and type(num_prefill_seqs) is float):
+            # a dense model on one GPU in Python floats (a short decode run makes one such call
+            # a step): the general path's operations, in its order, without its attribute
+            # reads and calls; the same bits
+            gemm_flops, lm_head, gemm_s, read_s, attn_flops, attn_s, kv_full, kv_s, over, read4 = k
+            if (num_prefill_tokens == 0.0 and prefill_attention == 0.0
+                    and num_prefill_seqs == 0.0 and -math.inf < num_decode_seqs < math.inf):
+                # a pure decode step: tokens and sampled are num_decode_seqs, exactly; the
+                # weights' term is read_s (tokens * 0.0 adds a zero) and the attention
+                # FLOPs' term is 0 (finite constants times a zero), so their fourth powers
+                # are a constant and a zero the general path adds exactly
+                a = (gemm_flops * num_decode_seqs + lm_head * num_decode_seqs) / gemm_s
+                a2 = a * a
+                b = kv_full * num_context_tokens / kv_s
+                b2 = b * b
+                return over + math.sqrt(math.sqrt(a2 * a2 + read4)) + math.sqrt(
+                    math.sqrt(b2 * b2))
+            tokens = num_prefill_tokens + num_decode_seqs
+            sampled = num_decode_seqs + num_prefill_seqs
+            a = (gemm_flops * tokens + lm_head * sampled) / gemm_s
+            b = read_s + tokens * 0.0
+            a2 = a * a
+            b2 = b * b
+            gemm = math.sqrt(math.sqrt(a2 * a2 + b2 * b2))
+            a = attn_flops * prefill_attention / attn_s
+            b = kv_full * num_context_tokens / kv_s
+            a2 = a * a
+            b2 = b * b
+            return over + gemm + math.sqrt(math.sqrt(a2 * a2 + b2 * b2))
         c = self._terms
         tokens = num_prefill_tokens + num_decode_seqs
         sampled = num_decode_seqs + num_prefill_seqs
@@ -397,6 +431,24 @@ class VllmStepModel:
                         kv_cache_dtype=dtype, source=str(source))
         floats: dict[str, Any] = {k: float(v) for k, v in params.items()}
         return replace(model_obj, **floats)
+
+
+def _dense_constants(c: _Terms) -> tuple[float, ...] | None:
+    """The constants of :meth:`VllmStepModel.step_time`'s float path, for a model without
+    MoE layers, sliding-window layers or collectives, all finite (``None`` otherwise: the
+    general path). ``dense_read_bytes / bytes_s`` is the division the general path makes each
+    step, and the last is that term's fourth power as the general path forms it."""
+    if c.num_moe_layers or c.kv_sliding_per_token or c.comm_per_step_s or c.comm_per_token_s:
+        return None
+    constants = (c.gemm_flops_per_token, c.lm_head_flops, c.gemm_flops_s, c.attn_flops_per_pair,
+                 c.attn_flops_s, c.kv_full_per_token, c.kv_bytes_s, c.overhead_s)
+    read_s = c.dense_read_bytes / c.bytes_s
+    if not all(math.isfinite(v) for v in (*constants, read_s)):
+        return None
+    read2 = read_s * read_s
+    return (c.gemm_flops_per_token, c.lm_head_flops, c.gemm_flops_s, read_s,
+            c.attn_flops_per_pair, c.attn_flops_s, c.kv_full_per_token, c.kv_bytes_s,
+            c.overhead_s, read2 * read2)
 
 
 def _minimum(a: F, b: F) -> F:

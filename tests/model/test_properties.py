@@ -13,6 +13,7 @@ from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
 from kvbudget.perf.roofline import RooflineCostModel
+from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.policies import TierConfig, make_policy
 from kvbudget.simulator.decode_plan import GROUP_SMALL_K, SMALL_K, DecodeRunPlanner
 from kvbudget.simulator.engine import Engine
@@ -399,7 +400,7 @@ def test_every_engine_schedules_what_fits(
 
 @SETTINGS
 @given(
-    st.sampled_from(["linear", "roofline", "tiny"]),
+    st.sampled_from(["linear", "roofline", "tiny", "vllm-v1"]),
     st.integers(1, 256),
     st.integers(0, 2_000_000),
     st.integers(1, max(SMALL_K, GROUP_SMALL_K)),
@@ -412,8 +413,10 @@ def test_short_decode_run_step_times_match_the_array_path(
     """:meth:`DecodeRunPlanner.steps_small` (one scalar step_time call per step) gives the bits of
     the array path, and its cut at t_ext (also when t_ext is exactly a step's end, or beyond
     the run) is the array path's ``searchsorted`` cut."""
-    cost: LinearCostModel | RooflineCostModel = {
+    cost: LinearCostModel | RooflineCostModel | VllmStepModel = {
         "linear": LinearCostModel(0.003, 1e-4, 2e-4, 3e-8),
+        # the default step model: a dense model on one GPU has its own float path
+        "vllm-v1": VllmStepModel(get_gpu("A100-80GB"), get_model("Llama-2-7B")),
         # steps too short to move a clock past 1 s: end times repeat, so ``t_ext`` equal to
         # one of them is equal to them all
         "tiny": LinearCostModel(1e-17, 0.0, 0.0, 0.0),

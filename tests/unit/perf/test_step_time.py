@@ -141,3 +141,31 @@ def test_an_moe_decode_step_is_the_published_one_and_b200_follows() -> None:
     dense = VllmStepModel(get_gpu("H100-SXM"), get_model("Llama-3.1-8B"))
     assert dataclasses.replace(dense, moe_layer_overhead_s=1.0).step_time(
         0.0, 1.0, 1.0, 0.0, 0.0) == dense.step_time(0.0, 1.0, 1.0, 0.0, 0.0)
+
+
+_COUNT = st.one_of(st.integers(0, 10**7).map(float), st.sampled_from([0.0, -0.0, 1.0, 2.0**53]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.tuples(_COUNT, _COUNT, _COUNT, _COUNT, _COUNT), st.booleans())
+def test_the_dense_float_path_gives_the_general_paths_bits(
+    row: tuple[float, ...], decode: bool
+) -> None:
+    """A dense model on one GPU takes Python floats through its own path (pure decode steps
+    through a shorter one); numpy scalars and arrays take the general one: the same bits."""
+    p, d, c, a, s = row
+    if decode:  # the shape a short decode run asks for: (0, n, context, 0, 0)
+        p, a, s = (0.0 if x > 0 else x for x in (p, a, s))
+    for model in (VllmStepModel(get_gpu("A100-80GB"), get_model("Llama-2-7B")),
+                  VllmStepModel(get_gpu("H100-SXM"), get_model("Llama-3.1-8B"))):
+        assert model._dense is not None
+        one = model.step_time(p, d, c, a, s)
+        general = model.step_time(*(np.float64(x) for x in (p, d, c, a, s)))
+        arr = model.step_time(*(np.array([x]) for x in (p, d, c, a, s)))
+        assert type(one) is float
+        assert one == float(general) == float(arr[0])
+
+
+def test_only_dense_single_gpu_models_take_the_float_path() -> None:
+    paths = [m._dense is not None for m in _models()]
+    assert paths == [True, False, False, False, False]
