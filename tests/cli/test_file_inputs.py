@@ -109,3 +109,41 @@ def test_leftovers_of_an_interrupted_flush_are_ignored(tmp_path: Path,
     res = runner.invoke(app, [*args, str(out), "--resume"])
     assert res.exit_code == 0, res.stderr
     assert len(pd.read_parquet(out / "sweep.parquet")) == 2
+
+
+# --- trace files ------------------------------------------------------------------------------
+CSV_HEADERS = {
+    "azure": ("TIMESTAMP,ContextTokens,GeneratedTokens", "2023-11-16 18:17:03.0000000,10,2"),
+    "burstgpt": ("Timestamp,Session ID,Elapsed time,Model,Request tokens,Response tokens,"
+                 "Total tokens,Log Type", "5.0,s1,1,GPT-4,10,2,12,Conversation log"),
+    "lengths": ("num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio", "10,2,12,0.5"),
+    "generic": ("arrival_s,prompt_tokens,output_tokens", "0,10,2"),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(CSV_HEADERS))
+def test_a_malformed_line_that_is_not_utf8_is_one_line(tmp_path: Path, fmt: str) -> None:
+    """pyarrow printed "Exception ignored ... UnicodeDecodeError" twice before the error."""
+    header, row = CSV_HEADERS[fmt]
+    path = tmp_path / "t.csv"
+    path.write_bytes(f"{header}\n{row}\n".encode() + "caf\xe9,\xff\n".encode("latin-1"))
+    args = ["trace", "stats", str(path)] + ([] if fmt == "generic" else ["--format", fmt])
+    res = runner.invoke(app, args)
+    assert "Exception ignored" not in res.stderr
+    _one_line(res, str(path), "UTF-8")
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_a_line_longer_than_a_read_block_is_refused_without_reading_it_whole(
+        tmp_path: Path, suffix: str) -> None:
+    """The guard against a gigabyte-long line: the readers parse 4 MiB blocks, and a line
+    longer than a block is refused (a 1 GiB line is refused in under a second in 0.1 GB of
+    memory; 8 MiB proves the same bound here)."""
+    path = tmp_path / f"long{suffix}"
+    pad = b"9" * (8 << 20)
+    if suffix == ".csv":
+        path.write_bytes(b"arrival_s,prompt_tokens,output_tokens\n0," + pad + b",1\n1,10,1\n")
+    else:
+        path.write_bytes(b'{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 1, "pad": "'
+                         + pad + b'"}\n{"arrival_s": 1, "prompt_tokens": 5, "output_tokens": 1}\n')
+    _one_line(runner.invoke(app, ["trace", "stats", str(path)]), str(path))

@@ -12,7 +12,9 @@ from __future__ import annotations
 import csv
 import io
 import re
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -22,6 +24,8 @@ from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.traces._files import FileFacts, last_line_offset, line_of_row, line_of_text
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import pandas as pd
     import pyarrow as pa
 
@@ -129,6 +133,31 @@ def _fast_types(kinds: Mapping[str, Kind], facts: FileFacts,
     return types
 
 
+@contextmanager
+def _undecodable_rows(found: list[str]) -> Iterator[None]:
+    """pyarrow decodes a malformed row's text as UTF-8 before it calls the invalid-row handler;
+    when it cannot, it prints "Exception ignored ... UnicodeDecodeError" and fails the read.
+    Keep that print off the user's screen and note it, so the error says what was wrong."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, UnicodeDecodeError):
+            found.append(str(unraisable.exc_value))
+            return
+        previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
+
+
+def _not_utf8(path: Path, found: list[str]) -> TraceError:
+    return TraceError(path, f"has a malformed line that is not UTF-8 text ({found[0]}); "
+                      "convert the file to UTF-8")
+
+
 def read_csv_columns(
     facts: FileFacts,
     kinds: Mapping[str, Kind],
@@ -185,10 +214,14 @@ def read_csv_columns(
         strings_can_be_null=True,
         quoted_strings_can_be_null=True,
     )
+    undecodable: list[str] = []
     try:
-        table = pacsv.read_csv(path, read_options=read_opts, parse_options=parse_opts,
-                               convert_options=convert)
+        with _undecodable_rows(undecodable):
+            table = pacsv.read_csv(path, read_options=read_opts, parse_options=parse_opts,
+                                   convert_options=convert)
     except pa.ArrowInvalid as exc:
+        if undecodable:
+            raise _not_utf8(path, undecodable) from None
         if invalid:
             expected, actual, text = invalid[0]
             line = line_of_text(path, text, start_line=header_lines + 1)
@@ -231,21 +264,25 @@ def _slow_path(facts: FileFacts, kinds: Mapping[str, Kind], header: Sequence[str
         invalid.append((int(row.expected_columns), int(row.actual_columns), text))
         return "error"
 
+    undecodable: list[str] = []
     try:
-        table = pacsv.read_csv(
-            path,
-            read_options=pacsv.ReadOptions(column_names=list(header), skip_rows=header_lines,
-                                           block_size=1 << 22),
-            parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid),
-            convert_options=pacsv.ConvertOptions(
-                include_columns=list(kinds),
-                column_types={name: pa.string() for name in kinds},
-                null_values=NULL_VALUES,
-                strings_can_be_null=True,
-                quoted_strings_can_be_null=True,
-            ),
-        )
+        with _undecodable_rows(undecodable):
+            table = pacsv.read_csv(
+                path,
+                read_options=pacsv.ReadOptions(column_names=list(header), skip_rows=header_lines,
+                                               block_size=1 << 22),
+                parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid),
+                convert_options=pacsv.ConvertOptions(
+                    include_columns=list(kinds),
+                    column_types={name: pa.string() for name in kinds},
+                    null_values=NULL_VALUES,
+                    strings_can_be_null=True,
+                    quoted_strings_can_be_null=True,
+                ),
+            )
     except (OSError, pa.ArrowException) as exc:
+        if undecodable:
+            raise _not_utf8(path, undecodable) from None
         if invalid:
             expected, actual, text = invalid[0]
             line = line_of_text(path, text, start_line=header_lines + 1)
