@@ -50,9 +50,10 @@ lint: $(STAMP)-test
 typecheck: $(STAMP)-test
 	$(VENV)/bin/mypy
 
-# PYTEST_ARGS: e.g. "-n 2 --dist loadgroup" (pytest-xdist, in the dev extra; the live tests
-# then share one worker and one vLLM server)
-PYTEST_ARGS ?=
+# The suite runs on every core (pytest-xdist, in the dev extra), a file per worker at a time,
+# so the live tests, which are one file, share one worker and one vLLM server.
+# PYTEST_ARGS= (empty) runs it in one process.
+PYTEST_ARGS ?= -n auto --dist loadfile
 
 unit: $(STAMP)-test
 	$(VENV)/bin/pytest -q -m "not live" $(PYTEST_ARGS)

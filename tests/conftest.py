@@ -155,9 +155,9 @@ def assert_token_gaps_consistent(result: RunResult) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``-n N --dist loadgroup``, as ``make test`` runs the suite) the live
-    tests share one worker, so they share one CPU vLLM server (a session fixture)."""
-    live = REPO / "tests" / "live"
-    for item in items:
-        if live in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.xdist_group("live-vllm"))
+    """Tests marked ``kills_vllm`` run last: they stop the CPU vLLM server that the live tests
+    share (a session fixture). Under pytest-xdist ``make test`` distributes the suite by file
+    (``--dist loadfile``), so the live tests, all in ``tests/live/test_live_vllm.py``, run on
+    one worker against one server. (``--dist loadgroup`` would allow several files, but with
+    pytest 9.2 it no longer groups anything: pytest-dev/pytest-xdist#1386.)"""
+    items.sort(key=lambda item: item.get_closest_marker("kills_vllm") is not None)

@@ -136,11 +136,11 @@ def test_admission_deadline_expires_waiting_requests() -> None:
 
 
 WORKLOAD_CASES = [
-    ("unlimited", {}, 600, 2000),
-    ("conservative", {}, 600, 2000),
-    ("overcommit", {"overcommit_ratio": 0.3}, 600, 2000),
-    ("preemptive", {}, 600, 2000),
-    ("preemptive", {"mode": "defer"}, 400, 1500),
+    ("unlimited", {}, 300, 2000),
+    ("conservative", {}, 300, 2000),
+    ("overcommit", {"overcommit_ratio": 0.3}, 300, 2000),
+    ("preemptive", {}, 300, 2000),
+    ("preemptive", {"mode": "defer"}, 200, 1500),
 ]
 
 

@@ -120,7 +120,7 @@ def test_n_replicas_at_n_times_the_load_behave_like_one_replica(policy: str) -> 
 @pytest.mark.parametrize("router", ["round_robin", "least_tokens", "prefix_affinity"])
 @pytest.mark.parametrize("budget", ["global", "per_replica"])
 def test_skip_ahead_is_exact_in_a_fleet(router: str, budget: str) -> None:
-    w = mixed_workload(300, rate_rps=15.0, seed=5)
+    w = mixed_workload(150, rate_rps=15.0, seed=5)
     out = []
     for skip in (False, True):
         cfg = SimConfig(

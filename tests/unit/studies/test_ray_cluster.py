@@ -39,6 +39,13 @@ def _env() -> dict[str, str]:
             "RAY_AUTH_MODE": "disabled"}
 
 
+def _accepts(port: int) -> bool:
+    """Whether something listens on 127.0.0.1:``port``."""
+    with socket.socket() as s:
+        s.settimeout(1.0)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
 def _alive_nodes(address: str, env: dict[str, str]) -> int:
     """Alive nodes of the cluster at ``address`` as a fresh driver sees them (0 if none)."""
     probe = (f"import ray; ray.init(address={address!r}, logging_level='error', "
@@ -90,10 +97,12 @@ def ray_cluster() -> Iterator[str]:
                  "--include-dashboard=false", *common],
                 env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
         deadline = time.monotonic() + START_TIMEOUT_S
-        while _alive_nodes(address, env) < 1:
+        # the head's GCS port accepting connections is cheap to watch; a driver probe (a
+        # Python process that imports ray) costs seconds of CPU, so it is only used below
+        while not _accepts(port):
             assert procs[0].poll() is None, Path(temp_dir, "head.log").read_text()[-2000:]
             assert time.monotonic() < deadline, "the Ray head did not come up"
-            time.sleep(1)
+            time.sleep(0.5)
         with open(os.path.join(temp_dir, "worker.log"), "wb") as log:
             procs.append(subprocess.Popen(
                 [str(RAY), "start", f"--address={address}", *common],
@@ -101,7 +110,7 @@ def ray_cluster() -> Iterator[str]:
         while _alive_nodes(address, env) < 2:
             assert procs[1].poll() is None, Path(temp_dir, "worker.log").read_text()[-2000:]
             assert time.monotonic() < deadline, "the Ray worker did not join the head"
-            time.sleep(1)
+            time.sleep(2)
         yield address
     finally:
         for proc in reversed(procs):
