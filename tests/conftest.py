@@ -154,10 +154,23 @@ def assert_token_gaps_consistent(result: RunResult) -> None:
         assert math.isclose(total, expect, rel_tol=1e-9, abs_tol=1e-9), (tier, total, expect)
 
 
+FIRST = ("tests/live/", "tests/unit/studies/test_ray_cluster.py", "tests/notebooks/")
+"""Files whose tests wait on servers they start (the CPU vLLM, a Ray cluster, Jupyter kernels):
+they run first, so that under pytest-xdist their waits overlap the rest of the suite rather
+than trail it."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``kills_vllm`` run last: they stop the CPU vLLM server that the live tests
-    share (a session fixture). Under pytest-xdist ``make test`` distributes the suite by file
-    (``--dist loadfile``), so the live tests, all in ``tests/live/test_live_vllm.py``, run on
-    one worker against one server. (``--dist loadgroup`` would allow several files, but with
-    pytest 9.2 it no longer groups anything: pytest-dev/pytest-xdist#1386.)"""
-    items.sort(key=lambda item: item.get_closest_marker("kills_vllm") is not None)
+    """Order the suite: the :data:`FIRST` files first, and tests marked ``kills_vllm`` after
+    the other live tests, as they stop the CPU vLLM server that the live tests share (a session
+    fixture). Under pytest-xdist ``make test`` distributes the suite by file (``--dist
+    loadfile``), so the live tests, all in ``tests/live/test_live_vllm.py``, run on one worker
+    against one server. (``--dist loadgroup`` would allow several files, but with pytest 9.2 it
+    no longer groups anything: pytest-dev/pytest-xdist#1386.)"""
+
+    def rank(item: pytest.Item) -> tuple[int, bool]:
+        path = Path(str(item.fspath)).relative_to(REPO).as_posix()
+        first = next((i for i, prefix in enumerate(FIRST) if path.startswith(prefix)), len(FIRST))
+        return first, item.get_closest_marker("kills_vllm") is not None
+
+    items.sort(key=rank)

@@ -112,11 +112,7 @@ def running_vllm(python: str, model_dir: Path, log: Path) -> Iterator[
     port = _free_port()
     env = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-           "DO_NOT_TRACK": "1", "PYTHONWARNINGS": "ignore",
-           # the engine core in the API server's process: one Python process fewer to start
-           # (each imports torch and vLLM, about a minute of CPU on a busy 2-core machine);
-           # the scheduler, the KV cache and the OpenAI server are the same
-           "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+           "DO_NOT_TRACK": "1", "PYTHONWARNINGS": "ignore"}
     cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
            "--served-model-name", MODEL_NAME, *SERVER_FLAGS, "--host", "127.0.0.1",
            "--port", str(port)]
