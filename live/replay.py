@@ -307,7 +307,13 @@ class _Replay:
                 pending = [*workers, *self.tasks]
                 for task in pending:
                     task.cancel()
-                await asyncio.wait(pending, timeout=10.0)
+                done, _ = await asyncio.wait(pending, timeout=10.0)
+                for task in done:
+                    # a task that failed as it was cancelled (an interrupt inside httpx's own
+                    # task group, mid-scrape) has nothing more to say: its exception is
+                    # retrieved here, else asyncio prints it with a traceback at exit
+                    if not task.cancelled():
+                        task.exception()
             if info.has_metrics and not self.fatal:
                 await self._scrape()
 
