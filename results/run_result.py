@@ -5,6 +5,7 @@ a run directory (``requests.parquet``, ``timeline.parquet``, ``summary.json``, a
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -278,6 +279,10 @@ def _check_summary(summary: Any, num_records: int, path: Path) -> None:
                                or isinstance(summary[key], bool)):
             raise ValueError(f"{path}: {key!r} holds {summary[key]!r}, expected "
                              + " or ".join(t.__name__ for t in types if t is not type(None)))
+    for key in ("duration_s", "kv_capacity_tokens", "num_gpu_blocks", "block_size"):
+        value = summary.get(key)
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"{path}: {key!r} holds {value!r}, expected a number >= 0")
     for tier, block in (summary.get("tiers") or {}).items():
         if not isinstance(block, dict):
             raise ValueError(f"{path}: tiers.{tier} holds {block!r}, expected an object")

@@ -82,6 +82,7 @@ DAMAGES: dict[str, tuple[Damage, str]] = {
     "summary tier block a number": (_summary(lambda s: _set(s, 3, "tiers", "interactive")),
                                     "tiers.interactive"),
     "summary policy a number": (_summary(lambda s: _set(s, 5, "policy")), "'policy'"),
+    "summary duration negative": (_summary(lambda s: _set(s, -5, "duration_s")), "'duration_s'"),
     "summary offered beside other records": (_summary(lambda s: _set(s, 999, "overall",
                                                                      "offered")), "999"),
     "summary complete, records empty": (_rewrite(REQ, lambda df: df.iloc[:0]), "0 rows"),
