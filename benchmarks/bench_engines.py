@@ -3,14 +3,17 @@ on the same workload (issue 22 item 2), in one process: ``simulate`` timed with
 ``time.process_time`` (the trace parsed once, outside the timing), the median of ``--repeats``
 runs, each configuration in turn within a round so that load on the machine hits all alike.
 
-Usage: python benchmarks/bench_engines.py [--trace PATH] [--repeats N]
+Usage: python benchmarks/bench_engines.py [--trace PATH] [--repeats N] [--only TEXT]
 (default: ../shared/bench/conv_n2000_q6.jsonl, the bench engine of bench_simulate.py; prefix
-caching on the Mooncake conversation trace, whose requests carry prefix hashes)
+caching on the Mooncake conversation trace, whose requests carry prefix hashes: each engine
+with it on, beside the base engine with it off, on the same trace and KV blocks). ``x base``
+is the ratio to the first row of the same trace; the load average is printed before and after.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from pathlib import Path
@@ -29,9 +32,12 @@ def cases(trace: Path, mooncake: Path) -> list[tuple[str, Path, dict[str, Any]]]
         out.append((name, trace, {"name": name}))
     for router in ("round_robin", "least_tokens", "prefix_affinity"):
         out.append((f"fleet 8 x vllm, {router}", trace, {"fleet": router}))
-    out.append(("mooncake: vllm (base)", mooncake, {"blocks": 3000}))
-    out.append(("mooncake: vllm + prefix caching", mooncake,
-                {"blocks": 3000, "enable_prefix_caching": True}))
+    # prefix caching is on by default (vLLM v1): the base row turns it off
+    out.append(("mooncake: vllm (base), no caching", mooncake,
+                {"blocks": 3000, "enable_prefix_caching": False}))
+    for name in ("vllm", "tgi", "sglang", "trtllm"):  # vllm-swap: not modelled with caching
+        out.append((f"mooncake: {name} + prefix caching", mooncake,
+                    {"blocks": 3000, "enable_prefix_caching": True, "name": name}))
     return out
 
 
@@ -42,6 +48,9 @@ def main() -> None:
                         default=str(SHARED / "traces" / "mooncake" / "synthetic_trace.jsonl"))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--policy", default="unlimited")
+    parser.add_argument("--only", action="append", default=[],
+                        help="keep the configurations whose label contains TEXT (repeatable; "
+                             "each trace's base row is always kept)")
     args = parser.parse_args()
 
     from kvbudget.policies import make_policy
@@ -50,6 +59,9 @@ def main() -> None:
     from kvbudget.workloads.traces import load_trace
 
     todo = cases(Path(args.trace), Path(args.mooncake))
+    if args.only:
+        firsts = {next(c for c in todo if c[1] == path)[0] for path in {c[1] for c in todo}}
+        todo = [c for c in todo if c[0] in firsts or any(t in c[0] for t in args.only)]
     loaded = {path: load_trace(path).workload for path in {c[1] for c in todo}}
     configs = []
     for label, path, opts in todo:
@@ -65,19 +77,24 @@ def main() -> None:
                         fleet=None if fleet is None else FleetConfig(num_replicas=8, router=fleet))
         configs.append((label, loaded[path], cfg))
     cpu: dict[str, list[float]] = {label: [] for label, _, _ in configs}
+    print("load average before: {:.2f} {:.2f} {:.2f} ({} CPUs)".format(
+        *os.getloadavg(), os.cpu_count()))
     for _ in range(args.repeats):
         for label, w, cfg in configs:
             start = time.process_time()
             simulate(w, make_policy(args.policy), cfg)
             cpu[label].append(time.process_time() - start)
-    base = {path: None for path in loaded}
-    print(f"{'configuration':<34}{'requests':>9}{'cpu ms/req':>12}{'x base':>8}")
+    print("load average after: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
+    base: dict[Path, float | None] = {path: None for path in loaded}
+    print(f"{'configuration':<38}{'requests':>9}{'cpu ms/req':>12}{'min':>9}{'x base':>8}")
     for label, w, _cfg in configs:
         per = statistics.median(cpu[label]) / len(w) * 1e3
+        least = min(cpu[label]) / len(w) * 1e3
         key = next(p for p, wl in loaded.items() if wl is w)
         if base[key] is None:
             base[key] = per
-        print(f"{label:<34}{len(w):>9,}{per:>12.4f}{per / base[key]:>8.2f}")
+        ratio = per / (base[key] or per)
+        print(f"{label:<38}{len(w):>9,}{per:>12.4f}{least:>9.4f}{ratio:>8.2f}")
 
 
 if __name__ == "__main__":

@@ -127,34 +127,23 @@ class DecodeRunPlanner:
         used = used_now + alloc_cum[:k]  # step 0's blocks were taken by the schedule
         return k, ends, used, dts
 
-    def group_plan_small(
-        self,
-        hist: list[int],
-        step: int,
-        n: int,
-        k_max: int,
-        c0: int,
-        t: float,
-        t_ext: float,
-        dt0: float,
-        free: int,
-        used_now: int,
-    ) -> tuple[int, list[float], list[int], list[float]]:
-        """:meth:`plan` of a short run (at most :data:`GROUP_SMALL_K` steps) of the decode
-        group (``hist``, ``step``: see ``DecodeGroup``), in Python numbers: the same steps, in
-        the same order, as the array path."""
+    def group_used_small(
+        self, hist: list[int], step: int, k_max: int, free: int, used_now: int
+    ) -> list[int]:
+        """The blocks in use during each step of a short run (at most :data:`GROUP_SMALL_K`
+        steps) of the decode group (``hist``, ``step``: see ``DecodeGroup``), ``used_now``
+        during step 0, up to the first step that runs out of the ``free`` blocks, in Python
+        numbers (:meth:`group_alloc_plan` and :meth:`cut_to_free`, plus ``used_now``); its step
+        times are :meth:`steps_small`'s."""
         bs = self.block_size
         used = [used_now]
         taken = 0  # blocks taken in steps 1..j
         for j in range(1, k_max):
             taken += hist[(-step - j) % bs]
             if taken > free:  # step j runs out of blocks: the run is steps 0..j-1
-                k_max = j
                 break
             used.append(used_now + taken)
-        ends, dts = self.steps_small(n, c0, k_max, t, t_ext, dt0)
-        k = len(ends)
-        return k, ends, used[:k], dts
+        return used
 
     def steps_small(
         self, n: int, c0: int, k_max: int, t: float, t_ext: float, dt0: float

@@ -88,9 +88,10 @@ class Engine:
     * :meth:`_victim` ``() -> int``: the running request preempted when blocks run out;
     * :meth:`_preempt` ``(i)``: what preempting ``i`` does (recompute here, swap in vllm-swap);
     * :meth:`_on_abort` ``(i)``: request ``i`` leaves by an abort (before its blocks are freed);
-    * :meth:`_on_steps` ``(rows, new, preempted, k)``: before ``k`` scheduled steps commit;
+    * :meth:`_on_steps` ``(preempted, k)``: before ``k`` scheduled steps commit
+      (:meth:`scheduled_with_output` says whether one of their requests had output);
     * :meth:`_on_idle` ``()``: nothing is running or waiting;
-    * :meth:`_jump_limit` ``(rows, k_max, alloc_cum) -> int``: with skip-ahead, how many steps
+    * :meth:`_jump_limit` ``(k_max, alloc_cum) -> int``: with skip-ahead, how many steps
       of a planned decode run keep the waiting head refused;
     * :meth:`stats` ``()``: the variant's own figures, added to the base's;
     * :meth:`_row_state` ``() -> dict``: the per-request state arrays and the value a row
@@ -98,9 +99,8 @@ class Engine:
       it): a variant with per-request arrays of its own adds them, or says
       ``rows_grow = False`` (a class attribute) when they follow from the columns;
     * :attr:`decode_group` (a class attribute): False when a hook reads running requests'
-      arrays between steps, or a running request may hold blocks beyond its computed tokens;
-      with skip-ahead the running requests are then never kept as a decode group (where
-      those arrays lag behind and blocks follow the computed tokens).
+      arrays between steps; with skip-ahead the running requests are then never kept as a
+      decode group (whose members' arrays lag behind its steps).
 
     What a hook may use besides the request arrays (``num_tokens``, ``num_computed_tokens``,
     ``num_output_tokens``, ``num_blocks``, ``prompt_tokens``, ``max_output_tokens``,
@@ -108,8 +108,14 @@ class Engine:
     ``config``, ``block_size``, ``watermark_blocks``, ``num_free_blocks``, ``t`` and
     ``hooks``: :meth:`running_rows`, :attr:`num_available_blocks`, :attr:`head_refusal`,
     :attr:`prefix_caching`, :meth:`start_tokens`, :meth:`prefix_hit_blocks`,
-    :meth:`allocate_start`, :meth:`allocate_slots`, :meth:`evict_running` and
-    :meth:`add_step_time`. Nothing else of the base (its underscored fields) is theirs.
+    :meth:`allocate_start`, :meth:`allocate_slots`, :meth:`evict_running`,
+    :meth:`add_step_time`, :meth:`running_output_tokens`, :attr:`num_running_blocks` and
+    :meth:`scheduled_with_output`. Nothing else of the base (its underscored fields) is
+    theirs. With a decode group (``decode_group``), a hook that runs while requests are
+    running reads their output tokens and blocks through :meth:`running_output_tokens` and
+    :attr:`num_running_blocks`, never through their arrays; a hook that preempts or retracts
+    (:meth:`_victim`, :meth:`_preempt`, :meth:`_schedule_running`) runs after the group is
+    dissolved, so the arrays are current there.
     """
 
     # called with the engine before every step when set (tests check invariants there)
@@ -163,6 +169,12 @@ class Engine:
         self.watermark_blocks = int(config.watermark * num_gpu_blocks)
         self._admit_blocks = num_gpu_blocks - self.watermark_blocks
         n = len(prompt_tokens)
+        if max_output_tokens is not None and bool(np.any(output_tokens > max_output_tokens)):
+            # a request never generates more than it declared (workloads check it): the
+            # worst-case reservations of TGI and TensorRT-LLM rely on it
+            k = int(np.argmax(output_tokens > max_output_tokens))
+            raise ValueError(f"request {k}: output_tokens {int(output_tokens[k])} exceeds "
+                             f"max_output_tokens {int(max_output_tokens[k])}")
         self.prompt_tokens = prompt_tokens
         self.target_output = output_tokens
         self.priority = (
@@ -205,6 +217,7 @@ class Engine:
         self._pending_hit: list[int] | None = None  # the prefix hit of the waiting head
         self.prefix_query_tokens = 0
         self.prefix_hit_tokens = 0
+        self._steps_rows: IntArray | None = None  # the rows of the steps being committed
         self._aborts: list[int] = []  # aborts waiting for the step in flight to end
         self._deferred_adds: list[int] = []  # re-admissions waiting for those aborts
         self._busy = False  # a step is in flight
@@ -381,6 +394,28 @@ class Engine:
         """``running`` as an array (read-only)."""
         return np.array(self.running, dtype=np.int64)
 
+    def running_output_tokens(self) -> IntArray:
+        """The running requests' ``num_output_tokens``, in ``running`` order, as of the step
+        being scheduled (a new array)."""
+        return self.num_output_tokens[self.running_rows()]
+
+    @property
+    def num_running_blocks(self) -> int:
+        """``num_blocks`` summed over the running requests (a shared prefix block counts once
+        for every request holding it): the blocks no request waiting holds, as no waiting
+        request holds any."""
+        held = self.num_gpu_blocks - self.num_free_blocks
+        if self._prefix is None:
+            return held
+        return held - self._prefix.num_cached_blocks + self._prefix.num_shared_total
+
+    def scheduled_with_output(self) -> bool:
+        """While :meth:`_on_steps` runs: whether a request of the steps being committed had
+        output tokens before them (decoding, or computing its KV again after a preemption)."""
+        rows = self._steps_rows
+        assert rows is not None, "scheduled_with_output is for _on_steps"
+        return bool(self.num_output_tokens[rows].any())
+
     def start_tokens(self, i: int) -> int:
         """Tokens of waiting request ``i`` already in KV if it starts now: its computed tokens
         (kept across a swap), or the prefix-cache hit found for it."""
@@ -505,17 +540,27 @@ class Engine:
     def _on_abort(self, i: int) -> None:
         """Called when request ``i`` leaves by an abort, before its blocks are freed."""
 
-    def _on_steps(self, rows: IntArray, new: IntArray, preempted: bool, k: int) -> None:
-        """Called before ``k`` scheduled steps of ``rows`` are committed."""
+    def _on_steps(self, preempted: bool, k: int) -> None:
+        """Called before ``k`` scheduled steps are committed (``preempted``: the schedule
+        preempted a request)."""
 
     def _on_idle(self) -> None:
         """Called when the engine has nothing running or waiting."""
 
-    def _jump_limit(self, rows: IntArray, k_max: int, alloc_cum: IntArray) -> int:
-        """How many steps of a planned decode run (skip-ahead) keep the waiting head refused.
-        Step ``j`` of the run (``0 <= j < k_max``) sees ``alloc_cum[j]`` more blocks taken
-        than step 0 and every row ``j`` more tokens. vLLM's refusals (seats, token budget,
-        blocks) cannot lift during a decode run, so the whole run stands."""
+    def _jump_limit(self, k_max: int, alloc_cum: IntArray) -> int:
+        """How many steps of a planned decode run (skip-ahead) of every running request keep
+        the waiting head refused. Step ``j`` of the run (``0 <= j < k_max``) sees
+        ``alloc_cum[j]`` more blocks taken than step 0 and every running request ``j`` more
+        tokens. vLLM's refusals (seats, token budget, blocks) cannot lift during a decode run,
+        so the whole run stands, but for one: with prefix caching, a step that evicts a cached
+        prefix nobody uses may evict part of the head's hit. Its blocks then count as free
+        instead of as the hit's (a chunk of the budget's size needs the same blocks either
+        way), so the head may fit: the run stops before the first step that evicts (steps
+        1.. of the run take ``alloc_cum`` blocks beyond the free ones)."""
+        if self._prefix is not None and self.head_refusal == "kv" and self.prefix_hit_blocks()[1]:
+            free = self.num_free_blocks
+            if int(alloc_cum[k_max - 1]) > free:
+                return max(int(np.searchsorted(alloc_cum[:k_max], free, side="right")), 1)
         return k_max
 
     # --- the running set ------------------------------------------------------------------
@@ -728,7 +773,8 @@ class Engine:
         t1 = self._account_step(dt, reserved, counts)
         yield from self._wait(t1)
         aborted = self._apply_aborts() if self._aborts else []
-        self._on_steps(rows, new, preempted, 1)
+        self._steps_rows = rows
+        self._on_steps(preempted, 1)
         self._commit_step(rows, new, aborted)
 
     def _account_step(self, dt: float, reserved: int, counts: tuple[int, int]) -> float:

@@ -3,9 +3,11 @@
 Each preset is a subclass of :class:`kvbudget.simulator.engine.Engine` overriding some of the
 hooks that class lists (and nothing else of it), so continuous batching, chunked prefill, the
 step cost model and the timeline are shared. With ``skip_ahead`` :func:`make_engine` runs a preset
-on :class:`kvbudget.simulator.fast_decode.SkipAheadEngine` (the preset's hooks first, then the
-decode runs), or on its ``DecodeGroupEngine`` where the preset's ``decode_group`` allows it
-(vllm-swap), with the same results as stepping (tests compare both for every preset). Pick
+on :class:`kvbudget.simulator.fast_decode.DecodeGroupEngine` (the preset's hooks first, then the
+decode runs and the decode group; on ``SkipAheadEngine`` alone for a preset whose
+``decode_group`` is False), with the same results as stepping (tests compare both for every
+preset, with and without prefix caching). The hooks read running requests only through
+``running_output_tokens`` and ``num_running_blocks``, which count the group's steps. Pick
 one with ``EngineConfig(name=...)`` or ``kvbudget simulate --engine``.
 
 * ``vllm``: vLLM v1 (:mod:`kvbudget.simulator.engine`): blocks allocated as tokens are computed,
@@ -60,6 +62,7 @@ from kvbudget.perf.models import get_model
 from kvbudget.simulator.engine import Engine, EngineHooks, FloatArray, IntArray
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.fast_decode import DecodeGroupEngine, SkipAheadEngine
+from kvbudget.simulator.small_arrays import isum
 from kvbudget.workloads import Workload
 
 GIB = 1024**3
@@ -153,8 +156,6 @@ def _worst_case_tokens(engine: Engine, i: int) -> int:
 class TgiEngine(Engine):
     """Text Generation Inference: worst-case blocks at admission; never preempts."""
 
-    decode_group = False  # a running request holds blocks for its whole output
-
     def _admit_waiting(self, i: int, n_new: int) -> str:
         tokens = max(self.start_tokens(i) + n_new, _worst_case_tokens(self, i))
         return self.allocate_start(i, tokens, reserve=self.watermark_blocks)
@@ -163,16 +164,23 @@ class TgiEngine(Engine):
 class TrtllmEngine(Engine):
     """TensorRT-LLM's capacity scheduler: GUARANTEED_NO_EVICT or MAX_UTILIZATION."""
 
-    decode_group = False  # admission reads the running requests' blocks
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        bs = self.block_size
+        # the blocks each request needs to finish (prompt and max_tokens)
+        self.worst_case_blocks: IntArray = -(
+            -(self.prompt_tokens + self.max_output_tokens - 1) // bs
+        )
 
     def _admit_waiting(self, i: int, n_new: int) -> str:
         if self.config.capacity_scheduler_policy == "GUARANTEED_NO_EVICT":
-            bs = self.block_size
-            rows = self.running_rows()
-            worst = -(-(self.prompt_tokens[rows] + self.max_output_tokens[rows] - 1) // bs)
-            reserved = int(np.maximum(worst - self.num_blocks[rows], 0).sum())
+            # the blocks running requests still need to finish: a running request never holds
+            # more than its worst case (it never outgrows its max_tokens), so this is
+            # sum(max(worst - num_blocks, 0)) over them
+            worst = isum(self.worst_case_blocks[self.running_rows()])
+            reserved = worst - self.num_running_blocks
             shared, unused = self.prefix_hit_blocks()
-            need = -(-_worst_case_tokens(self, i) // bs) - shared
+            need = int(self.worst_case_blocks[i]) - shared
             available = self.num_available_blocks - unused
             if reserved + need > available:
                 return "kv"
@@ -187,7 +195,6 @@ class TrtllmEngine(Engine):
 class SglangEngine(Engine):
     """SGLang: ``new_token_ratio`` admission and ``retract_decode``."""
 
-    decode_group = False  # admission reads the running requests' output tokens
     rows_grow = False  # max_new_tokens follows from each row's columns
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -206,7 +213,7 @@ class SglangEngine(Engine):
         ) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
         self._ratio_start = init
         self._ratio_steps = 0
-        self._offset = 0.0
+        self._offset: float | None = None  # this round's estimate for the running requests
         self._round_extra = 0
         self.num_retractions = 0
         self.num_retract_events = 0
@@ -218,19 +225,25 @@ class SglangEngine(Engine):
             self.min_new_token_ratio,
         )
 
-    def _remaining(self, rows: IntArray) -> IntArray:
-        left = np.maximum(self.max_new_tokens[rows] - self.num_output_tokens[rows], 0)
-        return np.asarray(np.minimum(left, SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION), np.int64)
+    def _remaining_of(self, i: int) -> int:
+        """Request ``i``'s remaining output as SGLang estimates it: ``max_new_tokens`` less
+        its output so far, clipped to ``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION``."""
+        left = max(int(self.max_new_tokens[i]) - int(self.num_output_tokens[i]), 0)
+        return min(left, SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION)
 
     def _on_schedule_waiting(self) -> None:
-        rows = self.running_rows()
-        self._offset = self.new_token_ratio * float(int(self._remaining(rows).sum()))
-        self._round_extra = 0
+        self._offset = None  # computed when a request asks to start (the running set is
+        self._round_extra = 0  # this round's until one starts)
 
     def _admit_waiting(self, i: int, n_new: int) -> str:
+        if self._offset is None:
+            left = np.maximum(self.max_new_tokens[self.running_rows()]
+                              - self.running_output_tokens(), 0)
+            remaining = isum(np.minimum(left, SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION))
+            self._offset = self.new_token_ratio * float(remaining)
         start = self.start_tokens(i)
         extend = int(self.num_tokens[i]) - start
-        max_new = int(self._remaining(np.array([i], np.int64))[0])
+        max_new = self._remaining_of(i)
         available = self.num_available_blocks - self.prefix_hit_blocks()[1]
         rem_total = available * self.block_size - self._offset - self._round_extra
         if extend + max_new >= rem_total:
@@ -240,21 +253,22 @@ class SglangEngine(Engine):
             self._round_extra += extend - n_new + max_new
         return refusal
 
-    def _jump_limit(self, rows: IntArray, k_max: int, alloc_cum: IntArray) -> int:
+    def _jump_limit(self, k_max: int, alloc_cum: IntArray) -> int:
         if self.head_refusal != "policy" or k_max <= 1:
-            return k_max
+            return super()._jump_limit(k_max, alloc_cum)
         if self.prefix_caching:
             return 1  # the head's hit could shrink as its prefix is evicted: step one by one
         head = self.waiting.peek_request()
         assert head is not None
         extend = int(self.num_tokens[head] - self.num_computed_tokens[head])
-        need = extend + int(self._remaining(np.array([head], np.int64))[0])
+        need = extend + self._remaining_of(head)
         j = np.arange(1, k_max, dtype=np.int64)
         ratio = np.maximum(
             self._ratio_start - (self._ratio_steps + j) * self.new_token_ratio_decay,
             self.min_new_token_ratio,
         )
-        left = np.maximum(self.max_new_tokens[rows] - self.num_output_tokens[rows], 0)
+        left = np.maximum(self.max_new_tokens[self.running_rows()]
+                          - self.running_output_tokens(), 0)
         rem = np.minimum(left[:, None] - j[None, :], SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION)
         rem_sum = np.maximum(rem, 0).sum(axis=0)
         available = self.num_available_blocks - alloc_cum[1:]
@@ -298,8 +312,8 @@ class SglangEngine(Engine):
         )
         self._ratio_steps = 0
 
-    def _on_steps(self, rows: IntArray, new: IntArray, preempted: bool, k: int) -> None:
-        if not preempted and bool((self.num_output_tokens[rows] > 0).any()):
+    def _on_steps(self, preempted: bool, k: int) -> None:
+        if not preempted and self.scheduled_with_output():
             self._ratio_steps += k
 
     def _on_idle(self) -> None:
@@ -347,13 +361,12 @@ DECODE_GROUP_CLASSES: dict[str, type[Engine]] = {
 }
 
 
-def engine_class(config: EngineConfig, *, prefix_caching: bool) -> type[Engine]:
+def engine_class(config: EngineConfig) -> type[Engine]:
     """The class that runs ``config``: its preset, stepping or with skip-ahead; with
-    skip-ahead and without prefix caching (shared blocks), a preset whose hooks allow it
-    (``Engine.decode_group``: vllm, vllm-swap) keeps a decode group."""
+    skip-ahead, a preset whose hooks allow it (``Engine.decode_group``) keeps a decode group."""
     if not config.skip_ahead:
         return ENGINE_CLASSES[config.name]
-    if not prefix_caching and config.name in DECODE_GROUP_CLASSES:
+    if config.name in DECODE_GROUP_CLASSES:
         return DECODE_GROUP_CLASSES[config.name]
     return SKIP_AHEAD_CLASSES[config.name]
 
@@ -378,9 +391,7 @@ def make_engine(
     pcie_bandwidth_bytes_s: float = math.inf,
 ) -> Engine:
     """The engine ``config.name`` names (:func:`engine_class`), with the GPU facts swap needs."""
-    cls = engine_class(
-        config, prefix_caching=bool(config.enable_prefix_caching) and prefix_hashes is not None
-    )
+    cls = engine_class(config)
     kwargs: dict[str, Any] = {
         "num_gpu_blocks": num_gpu_blocks,
         "prompt_tokens": prompt_tokens,

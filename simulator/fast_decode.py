@@ -9,9 +9,9 @@ added or aborted meanwhile, as stepping would have). It also schedules a step wh
 requests all get their blocks with arrays rather than request by request. Every engine variant
 runs on it when ``skip_ahead`` is on (:func:`kvbudget.simulator.engine_variants.make_engine`).
 
-:class:`DecodeGroupEngine` (the base vLLM engine without prefix caching) goes further: while
-every running request decodes it keeps them as a :class:`DecodeGroup` (base values plus the
-group's step count, their context in all, when their blocks fill, when they finish), so a
+:class:`DecodeGroupEngine` (every engine preset, with or without prefix caching) goes further:
+while every running request decodes it keeps them as a :class:`DecodeGroup` (base values plus
+the group's step count, their context in all, when their blocks fill, when they finish), so a
 decode run and the running part of a step cost the same however many requests decode.
 
 Stepping (:class:`kvbudget.simulator.engine.Engine`) stays the reference: the property tests
@@ -24,7 +24,7 @@ import bisect
 import heapq
 import math
 from collections.abc import Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -328,8 +328,8 @@ class SkipAheadEngine(Engine):
             free = self.num_free_blocks + self._evictable
             planned = self._planner.alloc_plan(decode.computed, decode.blocks, k_max)
             alloc_cum = self._planner.cut_to_free(planned, free)
-            k_limit = self._jump_limit(rows, len(alloc_cum), alloc_cum)
-            alloc_cum = alloc_cum[:k_limit]
+            if self.head_refusal:  # the waiting head was refused: for how long?
+                alloc_cum = alloc_cum[: self._jump_limit(len(alloc_cum), alloc_cum)]
             k, step_end, used, dts = self._planner.plan(
                 n, alloc_cum, c0, self.t, t_ext, dt, self.num_used_blocks
             )
@@ -340,7 +340,8 @@ class SkipAheadEngine(Engine):
         if step_end is not None:
             self._account_run(step_end, used, dts, k, reserved, counts)
         aborted = self._apply_aborts() if self._aborts else []
-        self._on_steps(rows, new, preempted, k)
+        self._steps_rows = rows
+        self._on_steps(preempted, k)
         # the blocks steps 1..k-1 take, as planned (step 0 takes none: see plan)
         extra: int | None = int(used[k - 1] - used[0]) if step_end is not None else 0
         self._commit_run(rows, k, decode, k >= to_finish, extra, aborted)
@@ -462,7 +463,7 @@ class SkipAheadEngine(Engine):
 
     # --- committing a step of decoding rows ----------------------------------------------------
     def _commit_step(self, rows: IntArray, new: IntArray, aborted: list[int]) -> None:
-        if self._tail is not None and not aborted and self._prefix is None:
+        if self._tail is not None and not aborted:
             self._commit_decode_step(len(rows))
             return
         super()._commit_step(rows, new, aborted)
@@ -470,11 +471,18 @@ class SkipAheadEngine(Engine):
     def _commit_decode_step(self, n: int) -> None:
         """:meth:`_commit_step` of ``n`` rows when they are the running requests, all
         decoding (each sampled; their first tokens are out already, as they have output),
-        then the starting ones (``_tail``, a few), with fewer array operations."""
+        then the starting ones (``_tail``, a few), with fewer array operations. With prefix
+        caching the starting ones' full prompt blocks are cached as :meth:`Engine._commit_step`
+        caches them (decoding requests have cached all theirs: they computed their prompt)."""
         tail = self._tail
         assert tail is not None
         done = self._commit_running_decode()
         sampled = n - len(tail)
+        if tail and self._prefix is not None:
+            rows = np.array([i for i, _ in tail], np.int64)
+            new = np.array([m for _, m in tail], np.int64)
+            self._prefix.register(rows, self.num_computed_tokens[rows] + new)
+        joining = True  # running order stays join order (the group's members come first)
         for i, n_new in tail:
             computed_i = int(self.num_computed_tokens[i]) + n_new
             self.num_computed_tokens[i] = computed_i
@@ -489,8 +497,12 @@ class SkipAheadEngine(Engine):
                     self.first_token_s[i] = self.t
                 if output_i >= self.target_output[i]:
                     done.append(i)
-                else:
+                elif joining:
                     self._now_decoding(i, computed_i, output_i)
+            else:
+                # still prefilling: the next step is no decode step of the group (which
+                # dissolves), so the rows after it need not join
+                joining = False
         self._synced = sampled == len(self.running)
         if self._synced:
             self._all_decode = True  # as in Engine._commit_step
@@ -516,7 +528,8 @@ class SkipAheadEngine(Engine):
 
     def _now_decoding(self, i: int, computed: int, output: int) -> None:
         """Row ``i`` started this step and sampled its first token (``computed``, ``output``
-        are its arrays' values now)."""
+        are its arrays' values now); every row started before it in the step did too (or
+        finished)."""
 
 
 @dataclass(slots=True)
@@ -524,14 +537,20 @@ class DecodeGroup:
     """The running requests of a :class:`DecodeGroupEngine` while every one of them is
     decoding, kept in O(1) per step: a member's ``num_computed_tokens``, ``num_output_tokens``
     and ``num_tokens`` are its arrays' values plus ``step - members[row]`` (the decode steps
-    the group took since the row joined), and its ``num_blocks`` is ``ceil(num_computed_tokens
-    / block_size)``; the arrays are written when it leaves or the group is dissolved.
+    the group took since the row joined), and its ``num_blocks`` is the larger of its array's
+    and ``ceil(num_computed_tokens / block_size)``; the arrays are written when it leaves or
+    the group is dissolved.
 
     ``context`` is the members' ``num_computed_tokens`` in all; ``hist[x]`` counts the members
     whose ``(num_computed_tokens - step) % block_size`` is ``x`` (they take a new block in a
     step scheduled when ``step % block_size == -x % block_size``: their blocks are full);
     ``finish`` is a heap of ``(step at which the member has its output, join order, row)``
-    (join order is running order: rows join in the order they started running)."""
+    (join order is running order: rows join in the order they started running).
+
+    A member that joined holding blocks beyond its computed tokens (TGI reserves a request's
+    whole output when it starts) is ``deferred`` instead: ``deferred[row]`` is the step whose
+    scheduling finds its blocks full, when it joins ``hist`` (``wake`` is a heap of those
+    steps, with stale entries of members that left); one that finishes first never does."""
 
     hist: list[int]
     finish: list[tuple[int, int, int]]
@@ -540,19 +559,41 @@ class DecodeGroup:
     context: int = 0
     size: int = 0
     num_joined: int = 0
+    deferred: dict[int, int] = field(default_factory=dict)
+    wake: list[tuple[int, int]] = field(default_factory=list)
+    over: bool = False  # some member joined holding blocks beyond its computed tokens
 
 
 class DecodeGroupEngine(SkipAheadEngine):
     """:class:`SkipAheadEngine` keeping its running requests as a :class:`DecodeGroup` while
-    all of them decode. For the base vLLM engine without prefix caching (shared blocks) only:
-    the variants' hooks read running requests' arrays, which lag behind the group's steps."""
+    all of them decode. A member's arrays lag behind the group's steps: a variant's hooks read
+    running requests through :meth:`running_output_tokens` and :attr:`num_running_blocks`
+    (which count the group's steps), never their arrays (``Engine.decode_group``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if self.prefix_caching:
-            raise ValueError("the decode group does not model prefix caching (shared blocks)")
         # exists only while its steps run: any other step dissolves it first (see _step)
         self._group: DecodeGroup | None = None
+        self._joined_at = np.zeros(len(self.prompt_tokens), np.int64)  # a member's join step
+        # the group's step being committed: its members and the requests that start in it
+        self._steps_group: tuple[int, list[tuple[int, int]]] = (0, [])
+
+    # --- what hooks read of running requests ------------------------------------------------
+    def running_output_tokens(self) -> IntArray:
+        out = super().running_output_tokens()
+        g = self._group
+        if g is not None and g.size:
+            # the members are the first running requests (join order is running order, and a
+            # request that starts after one still prefilling does not join)
+            m = g.size
+            out[:m] += g.step - self._joined_at[self.running_rows()[:m]]
+        return out
+
+    def scheduled_with_output(self) -> bool:
+        if self._steps_rows is not None:
+            return super().scheduled_with_output()
+        n, tail = self._steps_group  # members have output; of the tail, those resuming
+        return n > 0 or any(self.num_output_tokens[i] > 0 for i, _ in tail)
 
     def output_tokens_of(self, i: int) -> int:
         g = self._group
@@ -583,7 +624,10 @@ class DecodeGroupEngine(SkipAheadEngine):
         running = self.running
         finish = list(zip(left, range(len(running)), running, strict=True))
         heapq.heapify(finish)
-        self._group = DecodeGroup(
+        blocks = self.num_blocks[rows]
+        room = blocks * bs - computed  # steps until their blocks are full
+        over = np.flatnonzero(room >= bs)  # holding blocks beyond their computed tokens
+        g = self._group = DecodeGroup(
             hist=np.bincount(computed % bs, minlength=bs).tolist(),
             finish=finish,
             members=dict.fromkeys(running, 0),
@@ -591,6 +635,31 @@ class DecodeGroupEngine(SkipAheadEngine):
             size=len(running),
             num_joined=len(running),
         )
+        self._joined_at[rows] = 0
+        if over.size:
+            g.over = True
+            for k in over.tolist():
+                i = running[k]
+                g.hist[int(computed[k]) % bs] -= 1
+                self._group_defer(g, i, int(room[k]), left[k])
+
+    def _group_defer(self, g: DecodeGroup, i: int, room: int, left: int) -> None:
+        """Member ``i``, whose blocks fill ``room`` steps from now and which has ``left``
+        output tokens to go, waits out of ``hist`` until they do."""
+        wake = g.step + room
+        g.deferred[i] = wake
+        if room < left:  # its blocks fill before it finishes
+            heapq.heappush(g.wake, (wake, i))
+
+    def _group_wake(self, g: DecodeGroup) -> None:
+        """The deferred members whose blocks are full at the step being scheduled join
+        ``hist``."""
+        wake = g.wake
+        while wake and wake[0][0] <= g.step:
+            s, i = heapq.heappop(wake)
+            if g.deferred.get(i) == s:  # else a stale entry
+                del g.deferred[i]
+                g.hist[(int(self.num_computed_tokens[i]) - g.members[i]) % self.block_size] += 1
 
     def _now_decoding(self, i: int, computed: int, output: int) -> None:
         """Row ``i`` joins the group (if there is one): rows join in the order they started
@@ -600,12 +669,20 @@ class DecodeGroupEngine(SkipAheadEngine):
         if g is None:
             return
         step = g.step
+        bs = self.block_size
         g.members[i] = step
-        g.hist[(computed - step) % self.block_size] += 1
+        self._joined_at[i] = step
         g.context += computed
         g.size += 1
-        heapq.heappush(g.finish, (int(self.target_output[i]) - output + step, g.num_joined, i))
+        left = int(self.target_output[i]) - output
+        heapq.heappush(g.finish, (left + step, g.num_joined, i))
         g.num_joined += 1
+        room = int(self.num_blocks[i]) * bs - computed
+        if room >= bs:  # blocks beyond its computed tokens
+            g.over = True
+            self._group_defer(g, i, room, left)
+        else:
+            g.hist[(computed - step) % bs] += 1
 
     def _group_leave(self, g: DecodeGroup, i: int) -> None:
         """Write member ``i``'s arrays and take it out of the group (the caller has taken its
@@ -617,8 +694,9 @@ class DecodeGroupEngine(SkipAheadEngine):
         self.num_computed_tokens[i] = c
         self.num_output_tokens[i] += d
         self.num_tokens[i] = c + 1
-        self.num_blocks[i] = -(-c // self.block_size)
-        g.hist[(c0 - joined) % self.block_size] -= 1
+        if g.deferred.pop(i, None) is None:
+            self.num_blocks[i] = max(int(self.num_blocks[i]), -(-c // self.block_size))
+            g.hist[(c0 - joined) % self.block_size] -= 1
         g.context -= c
         g.size -= 1
 
@@ -648,7 +726,8 @@ class DecodeGroupEngine(SkipAheadEngine):
         self.num_output_tokens[rows] += d
         self.num_tokens[rows] = computed + 1
         bs = self.block_size
-        self.num_blocks[rows] = (computed + (bs - 1 + int(scheduled))) // bs
+        blocks = (computed + (bs - 1 + int(scheduled))) // bs
+        self.num_blocks[rows] = np.maximum(blocks, self.num_blocks[rows]) if g.over else blocks
 
     # --- the group's steps ----------------------------------------------------------------------
     def _step(self) -> Generator[simpy.Event, Any, None]:
@@ -680,6 +759,8 @@ class DecodeGroupEngine(SkipAheadEngine):
         n = len(self.running)
         if not (self._all_decode and n == g.size and n <= budget):
             return False
+        if g.wake:
+            self._group_wake(g)
         total = g.hist[-g.step % self.block_size]  # the members whose blocks are full
         if total > self.num_free_blocks + self._evictable:
             return False
@@ -705,18 +786,26 @@ class DecodeGroupEngine(SkipAheadEngine):
             c0 = g.context
             to_finish = g.finish[0][0] - g.step
             t_ext = self.hooks.next_external_s()
-            k_max, dt = self._planner.bound(n, c0, to_finish, self.t, t_ext)
+            # the run ends before a deferred member's blocks fill (it joins hist then)
+            to_end = min(to_finish, g.wake[0][0] - g.step) if g.wake else to_finish
+            k_max, dt = self._planner.bound(n, c0, to_end, self.t, t_ext)
             free = self.num_free_blocks + self._evictable
             if k_max > GROUP_SMALL_K:
                 planned = self._planner.group_alloc_plan(g.hist, g.step, k_max)
                 alloc_cum = self._planner.cut_to_free(planned, free)
+                if self.head_refusal:  # the waiting head was refused: for how long?
+                    alloc_cum = alloc_cum[: self._jump_limit(len(alloc_cum), alloc_cum)]
                 _, step_end, used, dts = self._planner.plan(
                     n, alloc_cum, c0, self.t, t_ext, dt, self.num_used_blocks
                 )
             elif k_max > 1:
-                _, step_end, used, dts = self._planner.group_plan_small(
-                    g.hist, g.step, n, k_max, c0, self.t, t_ext, dt, free, self.num_used_blocks
-                )
+                used_now = self.num_used_blocks
+                used = self._planner.group_used_small(g.hist, g.step, k_max, free, used_now)
+                if self.head_refusal:
+                    alloc = np.array(used, np.int64) - used_now
+                    used = used[: self._jump_limit(len(used), alloc)]
+                step_end, dts = self._planner.steps_small(n, c0, len(used), self.t, t_ext, dt)
+                used = used[: len(step_end)]
         else:
             p, d, c, a, s = self._tail_features(n, n + g.context, tail)
             dt = float(self.cost.step_time(p, d, c, a, s)) + self._step_extra_s
@@ -724,6 +813,8 @@ class DecodeGroupEngine(SkipAheadEngine):
         k = yield from self._wait_run(t1, step_end)
         if step_end is not None:
             self._account_run(step_end, used, dts, k, reserved, counts)
+        self._steps_rows = None  # for scheduled_with_output: the group's step
+        self._steps_group = (n, tail)
         if self._aborts:
             # back to the arrays, as they were when the step was scheduled, and on as stepping
             self._group_dissolve(scheduled=True)
@@ -734,12 +825,17 @@ class DecodeGroupEngine(SkipAheadEngine):
                     self.num_blocks[rows],
                     self.num_output_tokens[rows],
                 )
-                self._commit_run(rows, k, decode, k >= to_finish, None, self._apply_aborts())
+                aborted = self._apply_aborts()
+                self._on_steps(False, k)
+                self._commit_run(rows, k, decode, k >= to_finish, None, aborted)
             else:
                 aborted = self._apply_aborts()
+                self._on_steps(False, 1)
                 new = np.array([1] * n + [n_new for _, n_new in tail], np.int64)
                 self._commit_step(rows, new, aborted)
-        elif run:
+            return
+        self._on_steps(False, k)
+        if run:
             # the blocks steps 1..k-1 take, as planned (step 0's were taken already)
             taken = int(used[k - 1] - used[0]) if step_end is not None else 0
             self._group_commit_run(g, k, taken, k >= to_finish)

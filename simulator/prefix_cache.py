@@ -122,6 +122,7 @@ class PrefixCaching:
         self._held: dict[int, list[int]] = {}
         self._next = np.zeros(n, np.int64)  # hashes of the request registered (or hit)
         self.num_shared_blocks = np.zeros(n, np.int64)
+        self.num_shared_total = 0  # num_shared_blocks summed (over the requests holding any)
 
     @property
     def num_cached_blocks(self) -> int:
@@ -147,7 +148,9 @@ class PrefixCaching:
         if hit:
             self._held[i] = list(hit)
         self._next[i] = len(hit)
-        self.num_shared_blocks[i] = len(hit) * self.blocks_per_hash
+        shared = len(hit) * self.blocks_per_hash
+        self.num_shared_blocks[i] = shared
+        self.num_shared_total += shared
         return out
 
     def release(self, i: int) -> tuple[int, int]:
@@ -157,6 +160,7 @@ class PrefixCaching:
         held = self._held.pop(i, None)
         evictable = self.cache.release(held) if held else 0
         self.num_shared_blocks[i] = 0
+        self.num_shared_total -= shared
         self._next[i] = 0
         return shared, evictable
 
@@ -176,4 +180,5 @@ class PrefixCaching:
                 if self.cache.insert(h):
                     self._held.setdefault(i, []).append(h)
                     self.num_shared_blocks[i] += b
+                    self.num_shared_total += b
             self._next[i] = int(done[k])

@@ -241,7 +241,8 @@ def _true_state(engine: Engine, rows: npt.NDArray[np.int64]) -> tuple[npt.NDArra
                 computed[k] += d
                 tokens[k] += d
                 output[k] += d
-                blocks[k] = -(-computed[k] // engine.block_size)
+                # a deferred member (blocks beyond its computed tokens) keeps its array's
+                blocks[k] = max(blocks[k], -(-computed[k] // engine.block_size))
     return computed, tokens, output, blocks
 
 
@@ -251,20 +252,36 @@ def _assert_group_facts(engine: Engine) -> None:
         return
     g = engine._group
     members = list(g.members)
-    assert set(members) <= set(engine.running)
+    # the members are the first running requests, in running order (join order), what
+    # running_output_tokens relies on
+    assert members == engine.running[: len(members)]
     if engine._all_decode:
-        assert members == engine.running  # join order is running order
+        assert members == engine.running
     rows = np.asarray(members, dtype=np.int64)
     computed, tokens, output, blocks = _true_state(engine, rows)
     bs = engine.block_size
     # the array values a member joined with, and the step it joined at
     joined = np.asarray(list(g.members.values()), dtype=np.int64)
+    assert engine._joined_at[rows].tolist() == joined.tolist()
     base = engine.num_computed_tokens[rows]
     assert g.size == len(members)
     assert g.context == int(computed.sum())
-    assert g.hist == np.bincount((base - joined) % bs, minlength=bs).tolist()
-    # a member takes its next block in the step scheduled when its blocks are full
-    assert (blocks * bs >= computed).all() and (blocks * bs < computed + bs).all()
+    deferred = np.isin(rows, list(g.deferred))
+    in_hist = (base - joined)[~deferred] % bs
+    assert g.hist == np.bincount(in_hist, minlength=bs).tolist()
+    # a member in hist takes its next block in the step scheduled when its blocks are full
+    assert (blocks * bs >= computed).all()
+    assert (blocks * bs < computed + bs)[~deferred].all()
+    # a deferred one (TGI: blocks for its whole output) joins hist at the step whose
+    # scheduling finds its blocks full; one that finishes first never does
+    wake = set(g.wake)
+    for k in np.flatnonzero(deferred).tolist():
+        i = members[k]
+        assert g.deferred[i] == g.step + int(blocks[k]) * bs - int(computed[k]) >= g.step
+        finishes_first = g.deferred[i] >= g.step + int(engine.target_output[i]) - int(output[k])
+        assert finishes_first or (g.deferred[i], i) in wake
+    if not g.over:
+        assert not g.deferred
     # ties in the heap break by join order, which is running order (finishes in running order)
     assert [i for _, _, i in sorted(g.finish, key=lambda e: e[1])] == members
     finish = {i: f for f, _, i in g.finish}
@@ -289,6 +306,13 @@ def _assert_running_facts(engine: Engine) -> None:
     # are counted
     assert engine.output_tokens()[rows].tolist() == output.tolist()
     assert [engine.output_tokens_of(i) for i in rows.tolist()] == output.tolist()
+    # ... and so is what the variants' hooks read of running requests
+    assert engine.running_output_tokens().tolist() == output.tolist()
+    assert engine.num_running_blocks == int(blocks.sum())
+    # no request generates more than it declared, so none holds more than its worst case
+    worst = -(-(engine.prompt_tokens[rows] + engine.max_output_tokens[rows] - 1)
+              // engine.block_size)
+    assert (blocks <= np.maximum(worst, 1)).all()
     # a running request's blocks hold its computed tokens (SkipAheadEngine._budget_prefix
     # relies on it)
     assert (blocks * engine.block_size >= computed).all()
@@ -299,9 +323,9 @@ def _assert_running_facts(engine: Engine) -> None:
     # arrays say, the running ones' as their true state does
     held = int(engine.num_blocks[engine._in_engine].sum()) - int(engine.num_blocks[rows].sum())
     assert held + int(blocks.sum()) + engine.num_free_blocks == engine.num_gpu_blocks
-    if isinstance(engine, DecodeGroupEngine):
-        # running requests hold exactly the blocks of their computed tokens (the decode group
-        # relies on it), the others none
+    if engine.config.name != "tgi":
+        # running requests hold exactly the blocks of their computed tokens (TGI: blocks for
+        # the whole output, from the start)
         assert (blocks == -(-computed // engine.block_size)).all()
 
 
@@ -315,6 +339,37 @@ def _simulate_checking_every_step(
         Engine.step_observer = None
 
 
+# every preset on the decode group, with the knobs that change what its hooks do
+GROUP_PRESETS: list[tuple[str, dict[str, object]]] = [
+    ("vllm", {}),
+    ("vllm-swap", {"swap_space_gib": 4.0, "preemption_mode": "swap"}),
+    # little swap space: falls back to recompute too
+    ("vllm-swap", {"swap_space_gib": 0.0005, "preemption_mode": "swap"}),
+    ("tgi", {}),
+    ("sglang", {}),
+    ("sglang", {"schedule_conservativeness": 0.3}),
+    ("trtllm", {}),
+    ("trtllm", {"capacity_scheduler_policy": "MAX_UTILIZATION"}),
+]
+
+
+@SETTINGS
+@given(scenarios(), st.sampled_from(GROUP_PRESETS))
+def test_every_preset_on_the_decode_group_matches_stepping(
+    case: tuple[Workload, SimConfig, str, dict[str, object]],
+    engine: tuple[str, dict[str, object]],
+) -> None:
+    """Records and timeline of each preset with skip-ahead (the decode group) equal stepping's,
+    on random workloads: small KV (preemptions, SGLang's retractions and its new_token_ratio,
+    TensorRT-LLM's victim choice, swap and its fallback), token budgets that cut prefills."""
+    w, cfg, policy, params = case
+    name, extra = engine
+    cfg = replace(cfg, engine=replace(cfg.engine, name=name, **extra))  # type: ignore[arg-type]
+    a, b = assert_skip_ahead_matches_stepping(w, cfg, policy, params)
+    # the engine's own figures too (retractions, the final new_token_ratio, swap traffic)
+    assert a.summary["engine"] == b.summary["engine"]
+
+
 @SETTINGS
 @given(scenarios(), st.sampled_from(sorted(ENGINE_CLASSES)))
 def test_running_set_facts_hold_before_every_step(
@@ -325,27 +380,29 @@ def test_running_set_facts_hold_before_every_step(
     _simulate_checking_every_step(w, cfg, policy, params)
 
 
+
+
 @SETTINGS
 @given(
     scenarios(),
     st.sampled_from(["adaptive", "peak", None]),
     st.sampled_from([None, 0.3]),
-    st.sampled_from([("vllm", 4.0), ("vllm-swap", 4.0), ("vllm-swap", 0.0005)]),
+    st.sampled_from(GROUP_PRESETS),
 )
 def test_decode_group_facts_hold_before_every_step(
     case: tuple[Workload, SimConfig, str, dict[str, object]],
     policy: str | None,
     lease_ttl_s: float | None,
-    engine: tuple[str, float],
+    engine: tuple[str, dict[str, object]],
 ) -> None:
-    """The base engine (and vllm-swap) with skip-ahead keeps its decoding requests as a decode group; its
-    sums, histogram and finish heap match the requests' true state before every step, also
-    when the gateway reads output tokens mid-run (adaptive, peak) or revokes leases."""
+    """Every preset with skip-ahead keeps its decoding requests as a decode group; its sums,
+    histogram, deferred members (TGI) and finish heap match the requests' true state before
+    every step, and so do what hooks read of running requests, also when the gateway reads
+    output tokens mid-run (adaptive, peak) or revokes leases."""
     w, cfg, drawn, params = case
-    name, swap_gib = engine  # vllm-swap with little swap space falls back to recompute too
+    name, extra = engine
     cfg = replace(cfg, engine=replace(
-        cfg.engine, name=name, skip_ahead=True, swap_space_gib=swap_gib,
-        preemption_mode="swap" if name == "vllm-swap" else "recompute",
+        cfg.engine, name=name, skip_ahead=True, **extra,  # type: ignore[arg-type]
     ))
     cfg = replace(cfg, lease_ttl_s=lease_ttl_s)
     if policy is not None:

@@ -182,48 +182,44 @@ def test_same_seed_same_bytes() -> None:
 
 def test_skip_ahead_chooses_the_fast_decode_subclass_of_the_reference_engine() -> None:
     """Stepping is :class:`Engine` itself (or a preset's own class); ``skip_ahead`` runs the
-    same hooks over :class:`SkipAheadEngine`, and the base engine without prefix caching
-    and vllm-swap without prefix caching keep a decode group (:class:`DecodeGroupEngine`)."""
+    same hooks over :class:`DecodeGroupEngine` (every preset's hooks read running requests
+    through the group-aware accessors), with or without prefix caching."""
     from kvbudget.simulator.engine import Engine
     from kvbudget.simulator.engine_config import ENGINE_NAMES
     from kvbudget.simulator.engine_variants import ENGINE_CLASSES, engine_class
     from kvbudget.simulator.fast_decode import DecodeGroupEngine, SkipAheadEngine
 
-    assert engine_class(EngineConfig(skip_ahead=False), prefix_caching=False) is Engine
-    assert engine_class(EngineConfig(), prefix_caching=False) is DecodeGroupEngine
-    assert engine_class(EngineConfig(), prefix_caching=True) is SkipAheadEngine
+    assert engine_class(EngineConfig(skip_ahead=False)) is Engine
+    assert engine_class(EngineConfig()) is DecodeGroupEngine
+    assert engine_class(EngineConfig(enable_prefix_caching=True)) is DecodeGroupEngine
     assert set(ENGINE_CLASSES) == set(ENGINE_NAMES)
     for name in ENGINE_NAMES:
-        step = engine_class(EngineConfig(name=name, skip_ahead=False), prefix_caching=False)
+        step = engine_class(EngineConfig(name=name, skip_ahead=False))
         assert step is ENGINE_CLASSES[name] and not issubclass(step, SkipAheadEngine)
-        for cache in (False, True):
-            if name == "vllm-swap" and cache:
-                continue  # not modelled
-            skip = engine_class(EngineConfig(name=name), prefix_caching=cache)
-            assert issubclass(skip, SkipAheadEngine) and issubclass(skip, step)
-            # the preset's hooks come first, then the skip-ahead engine's
-            mro = skip.__mro__
-            assert mro.index(step) < mro.index(SkipAheadEngine) or step is Engine
-            group = name in ("vllm", "vllm-swap") and not cache
-            assert issubclass(skip, DecodeGroupEngine) == group == (step.decode_group and not cache)
+        skip = engine_class(EngineConfig(name=name))
+        assert issubclass(skip, SkipAheadEngine) and issubclass(skip, step)
+        # the preset's hooks come first, then the skip-ahead engine's
+        mro = skip.__mro__
+        assert mro.index(step) < mro.index(SkipAheadEngine) or step is Engine
+        assert issubclass(skip, DecodeGroupEngine) == step.decode_group
 
 
-def test_the_decode_group_refuses_prefix_caching() -> None:
+def test_the_engine_refuses_more_output_than_declared() -> None:
+    """TGI's and TensorRT-LLM's worst-case reservations rely on a request never generating
+    more than its max_output_tokens (workloads check it too)."""
     import math
 
     import simpy
 
-    from kvbudget.simulator.engine import EngineHooks
-    from kvbudget.simulator.fast_decode import DecodeGroupEngine
+    from kvbudget.simulator.engine import Engine, EngineHooks
 
     one = np.ones(1, np.int64)
     hooks = EngineHooks(lambda i, t: None, lambda i, t: None, lambda: math.inf, lambda: (0, 0))
-    with pytest.raises(ValueError, match="prefix caching"):
-        DecodeGroupEngine(
-            simpy.Environment(), EngineConfig(enable_prefix_caching=True), LinearCostModel(0.01, 0, 0, 0),
-            num_gpu_blocks=10, prompt_tokens=one, output_tokens=one, priority=0 * one,
-            arrival_s=np.zeros(1), hooks=hooks, prefix_hashes=one, prefix_offsets=np.array([0, 1]),
-            prefix_block_tokens=16,
+    with pytest.raises(ValueError, match="request 0: output_tokens 2 exceeds max_output_tokens 1"):
+        Engine(
+            simpy.Environment(), EngineConfig(), LinearCostModel(0.01, 0, 0, 0),
+            num_gpu_blocks=10, prompt_tokens=one, output_tokens=2 * one, priority=0 * one,
+            arrival_s=np.zeros(1), hooks=hooks, max_output_tokens=one,
         )
 
 

@@ -9,10 +9,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.policies import TierConfig, make_policy
+from kvbudget.simulator.engine import Engine
 from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.fast_decode import DecodeGroupEngine
 from kvbudget.simulator.prefix_cache import PrefixCache
 from kvbudget.simulator.run import SimConfig, simulate
 from kvbudget.workloads import Workload
@@ -145,6 +149,59 @@ def test_skip_ahead_is_exact_with_prefix_caching(name: str) -> None:
     assert a.summary["engine"] == b.summary["engine"]
     assert a.summary["engine"]["prefix_cache_hit_rate"] > 0.3
     assert (a.timeline.kv_used_tokens <= a.timeline.kv_capacity_tokens).all()
+
+
+def _check_running_figures(engine: Engine) -> None:
+    """What hooks read of running requests is their true state (a decode group's members'
+    arrays lag behind its steps), with shared blocks counted once per request holding them."""
+    rows = engine.running_rows()
+    output = engine.num_output_tokens[rows].copy()
+    blocks = engine.num_blocks[rows].copy()
+    g = engine._group if isinstance(engine, DecodeGroupEngine) else None
+    if g is not None:
+        for k, i in enumerate(rows.tolist()):
+            if i in g.members:
+                d = g.step - g.members[i]
+                output[k] += d
+                computed = int(engine.num_computed_tokens[i]) + d
+                blocks[k] = max(blocks[k], -(-computed // engine.block_size))
+    assert engine.running_output_tokens().tolist() == output.tolist()
+    assert engine.num_running_blocks == int(blocks.sum())
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(5, 60),
+    st.sampled_from(["vllm", "tgi", "sglang", "trtllm", "trtllm-max"]),
+    st.sampled_from([200, 400, 1500]),
+    st.sampled_from([64, 512, 2048]),
+    st.sampled_from(["unlimited", "overcommit"]),
+)
+def test_skip_ahead_is_exact_with_prefix_caching_on_random_workloads(
+    seed: int, n: int, name: str, blocks: int, budget: int, policy: str
+) -> None:
+    """Every preset with prefix caching, on the decode group, equals stepping on random
+    shared-prefix workloads, also with few blocks (evictions, preemptions, SGLang's
+    retractions) and token budgets that chunk prefills; what hooks read of running requests
+    is checked before every step."""
+    w = shared_prefix_workload(n, seed=seed)
+    extra: dict[str, Any] = {}
+    if name == "trtllm-max":
+        name, extra = "trtllm", {"capacity_scheduler_policy": "MAX_UTILIZATION"}
+    out = []
+    Engine.step_observer = _check_running_figures
+    try:
+        for skip in (False, True):
+            cfg = config(True, blocks=blocks, skip=skip, name=name,
+                         max_num_batched_tokens=budget, max_num_seqs=8, **extra)
+            out.append(simulate(w, make_policy(policy), cfg))
+    finally:
+        Engine.step_observer = None
+    a, b = out
+    assert a.records.equals(b.records)
+    assert a.timeline.equals(b.timeline)
+    assert a.summary["engine"] == b.summary["engine"]
 
 
 def test_prefix_caching_on_the_mooncake_trace(shared: Path) -> None:
