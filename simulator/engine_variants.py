@@ -164,6 +164,8 @@ class TgiEngine(Engine):
 class TrtllmEngine(Engine):
     """TensorRT-LLM's capacity scheduler: GUARANTEED_NO_EVICT or MAX_UTILIZATION."""
 
+    rows_grow = False  # worst_case_blocks follows from each row's columns
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         bs = self.block_size

@@ -578,6 +578,9 @@ class DecodeGroupEngine(SkipAheadEngine):
         # the group's step being committed: its members and the requests that start in it
         self._steps_group: tuple[int, list[tuple[int, int]]] = (0, [])
 
+    def _row_state(self) -> dict[str, float]:
+        return super()._row_state() | {"_joined_at": 0.0}
+
     # --- what hooks read of running requests ------------------------------------------------
     def running_output_tokens(self) -> IntArray:
         out = super().running_output_tokens()
