@@ -71,6 +71,9 @@ class FakeState:
     # never by timers); every wait is bounded by GATE_WAIT_S and ends at teardown (release)
     gate: Any = None
     release: threading.Event = field(default_factory=threading.Event)
+    # a stream that asks for at least this many tokens sends one, then only SSE comments
+    # (which a client ignores) until the client leaves or the test ends: it never finishes
+    endless_min_tokens: int | None = None
 
     def wait_for_gate(self) -> None:
         deadline = time.monotonic() + GATE_WAIT_S
@@ -185,6 +188,11 @@ class _Handler(BaseHTTPRequestHandler):
                     return
                 if sent == 3 and mode == "reset":
                     self._reset()
+                    return
+                if st.endless_min_tokens is not None and n >= st.endless_min_tokens:
+                    while not st.release.wait(st.token_s):
+                        self.wfile.write(b": still here\n\n")  # fails once the client left
+                        self.wfile.flush()
                     return
                 if sent == 2 and mode == "stall":
                     st.release.wait(GATE_WAIT_S)  # answers nothing more until the test ends
@@ -440,8 +448,11 @@ def test_interactive_deadline_expires_at_the_gateway(fake: Fake, tmp_path: Path)
 
 
 def test_lease_expiry_cancels_the_stream(fake: Fake, tmp_path: Path) -> None:
-    fake.state.token_s = 0.01
-    config = ReplayConfig(ServerTarget(fake.url), poll_period_s=0.02, lease_ttl_s=0.1,
+    """A stream that never ends is cut when its lease expires; one that ends (five tokens, two
+    hundred times quicker than the lease) completes."""
+    fake.state.token_s = 0.001
+    fake.state.endless_min_tokens = 60  # request 1 never finishes: its lease must expire
+    config = ReplayConfig(ServerTarget(fake.url), poll_period_s=0.02, lease_ttl_s=1.0,
                           tiers=(INTERACTIVE, BATCH))
     meta = ReplayMeta("t", "conservative", {}, 1.0, 0, fake.url)
     w = from_columns([0.0, 0.0], [10, 10], [5, 60], tiers=["batch"] * 2)
@@ -452,7 +463,7 @@ def test_lease_expiry_cancels_the_stream(fake: Fake, tmp_path: Path) -> None:
     assert rec.loc[1, "reason"] == "lease_expired"
     assert rec.loc[1, "num_preemptions"] == 1
     cut = out.records.loc[out.records["request_id"] == 1, "output_tokens"].to_numpy()
-    assert 0 <= int(cut[0]) < 60  # what it had generated when it was cut
+    assert int(cut[0]) == 1  # what it had generated when it was cut
     deadline = time.monotonic() + 5
     while fake.state.disconnects < 1 and time.monotonic() < deadline:
         time.sleep(0.01)  # the server notices the closed connection at its next write
