@@ -139,7 +139,10 @@ def aggregate_token_gaps(
         starts = np.flatnonzero(new)
         codes, gap, num = codes[starts], gap[starts], np.add.reduceat(num, starts)
     return {
-        "tier": np.array(names, dtype=object)[codes] if names else np.zeros(0, dtype=object),
+        # (sorted by tier: each name repeated, cheaper than gathering objects row by row)
+        "tier": np.repeat(np.array(names, dtype=object),
+                          np.bincount(codes, minlength=len(names))) if names else np.zeros(
+            0, dtype=object),
         "gap_s": gap,
         "num_gaps": num.astype(np.int64),
     }
