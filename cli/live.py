@@ -593,6 +593,16 @@ def validate_cmd(
         with user_errors():
             if url is not None or trace is not None:
                 raise CliError("--records excludes --url and --trace")
+            live_only = {"--format": trace_format is not None,
+                         "--max-output": max_output is not None, "--time-scale": time_scale != 1.0,
+                         "--capacity-tokens": capacity_tokens is not None,
+                         "--max-in-flight": max_in_flight != 256, "--poll-period": poll_period != 1.0,
+                         "--lease-ttl": lease_ttl is not None}
+            given = [flag for flag, set_ in live_only.items() if set_]
+            if given:  # it would be ignored: say so rather than take any value silently
+                raise CliError(f"{given[0]} applies to a live validation (--url), not to --records")
+            if fit_kind not in ("default", "linear"):
+                raise CliError(f"--fit: expected one of default, linear, got {fit_kind!r}")
             rec_setup = recorded.recorded_setup(
                 records, records_format=records_format, columns=columns, tier=tier, seed=seed,
                 gpu=gpu, model=model or None, scenario=scenario, overrides=overrides,

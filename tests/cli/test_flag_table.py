@@ -100,3 +100,17 @@ def test_magnitudes_beyond_any_study_are_refused(args: list[str]) -> None:
     res = runner.invoke(app, args)
     assert res.exit_code == 2 and args[1] in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize(("flag", "value"), [
+    ("--time-scale", "-1"), ("--max-in-flight", "0"), ("--poll-period", "0"),
+    ("--capacity-tokens", "-1"), ("--lease-ttl", "-1"), ("--max-output", "0"),
+    ("--format", "zzz"), ("--fit", "zzz"),
+])
+def test_validate_records_refuses_what_it_would_ignore(tmp_path: Any, flag: str,
+                                                       value: str) -> None:
+    """Live-only flags given with --records were ignored whatever their value (a negative
+    --time-scale was "valid"); an unknown --fit passed when no fit ran."""
+    res = runner.invoke(app, ["validate", "--records", str(tmp_path), flag, value])
+    assert res.exit_code == 2 and flag in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
