@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("--policy", default="unlimited")
     parser.add_argument("--only", action="append", default=[],
                         help="keep the configurations whose label contains TEXT (repeatable; "
-                             "each trace's base row is always kept)")
+                             "the base row of each trace they use is kept)")
     args = parser.parse_args()
 
     from kvbudget.policies import make_policy
@@ -59,9 +59,10 @@ def main() -> None:
     from kvbudget.workloads.traces import load_trace
 
     todo = cases(Path(args.trace), Path(args.mooncake))
-    if args.only:
-        firsts = {next(c for c in todo if c[1] == path)[0] for path in {c[1] for c in todo}}
-        todo = [c for c in todo if c[0] in firsts or any(t in c[0] for t in args.only)]
+    if args.only:  # the rows asked for, and the base row of each trace they use
+        keep = [c for c in todo if any(t in c[0] for t in args.only)]
+        firsts = {next(c for c in todo if c[1] == path)[0] for path in {c[1] for c in keep}}
+        todo = [c for c in todo if c[0] in firsts or c in keep]
     loaded = {path: load_trace(path).workload for path in {c[1] for c in todo}}
     configs = []
     for label, path, opts in todo:
