@@ -86,7 +86,9 @@ class GatewayConfig:
     ``reservation_granularity`` rounds every reservation up to a multiple (the engine's
     ``block_size``), so that reserved tokens bound the KV blocks the engine can allocate.
     ``front_door``: caps on concurrency and queues checked at arrival (:class:`FrontDoor`);
-    ``None`` has none.
+    ``None`` has none. ``max_request_tokens``: the largest reservation one request may hold,
+    when less than ``capacity_tokens`` (a budget over a fleet, where a request runs on one
+    replica: that replica's capacity); a larger one is :class:`RequestTooLarge`.
     """
 
     capacity_tokens: int
@@ -94,6 +96,7 @@ class GatewayConfig:
     lease_ttl_s: float | None = None
     reservation_granularity: int = 1
     front_door: FrontDoor | None = None
+    max_request_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.capacity_tokens < 1:
@@ -101,6 +104,10 @@ class GatewayConfig:
         if self.reservation_granularity < 1:
             raise ValueError(
                 f"reservation_granularity must be >= 1, got {self.reservation_granularity!r}"
+            )
+        if self.max_request_tokens is not None and self.max_request_tokens < 1:
+            raise ValueError(
+                f"max_request_tokens must be >= 1 or None, got {self.max_request_tokens!r}"
             )
         if self.lease_ttl_s is not None and not self.lease_ttl_s > 0:
             raise ValueError(f"lease_ttl_s must be > 0 or None, got {self.lease_ttl_s!r}")
@@ -226,8 +233,10 @@ class Gateway:
         if size > tier.max_sequence_tokens:
             return [Reject(request, RequestTooLarge(tier.max_sequence_tokens, size))]
         capacity = self.config.capacity_tokens
+        if self.config.max_request_tokens is not None:
+            capacity = min(capacity, self.config.max_request_tokens)
         if size > capacity:
-            # could never be admitted, even into an empty budget
+            # could never be admitted, even into an empty budget (or onto an empty replica)
             return [Reject(request, RequestTooLarge(capacity, size))]
         refusal = self.policy.precheck(request, self)
         if refusal is not None:

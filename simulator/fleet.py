@@ -283,7 +283,7 @@ class Fleet:
         hooks: EngineHooks,
         policy: BasePolicy,
         *,
-        gateway_config: Callable[[int], GatewayConfig],
+        gateway_config: Callable[[int, int | None], GatewayConfig],
     ) -> None:
         assert config.fleet is not None
         self.fleet = config.fleet
@@ -358,8 +358,12 @@ class Fleet:
         env.process(self._sample_gateway())
         self.gateway: Gateway | FleetGateway
         if self.fleet.budget == "global":
+            # a request runs on one replica: a reservation beyond the largest replica's
+            # capacity could never run, though it fits the fleet's budget (RequestTooLarge,
+            # as a single engine's gateway refuses it)
             self._global: Gateway | None = Gateway(
-                gateway_config(config.gateway_capacity_tokens or self.capacity_tokens), policy
+                gateway_config(config.gateway_capacity_tokens or self.capacity_tokens, max(caps)),
+                policy,
             )
             self.gateway = self._global
         else:
@@ -369,7 +373,7 @@ class Fleet:
                       for cap in caps]
             self.gateway = FleetGateway(
                 self,
-                [Gateway(gateway_config(s), copy.deepcopy(policy)) for s in shares],
+                [Gateway(gateway_config(s, None), copy.deepcopy(policy)) for s in shares],
             )
 
     # --- routing -------------------------------------------------------------------------------

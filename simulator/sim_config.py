@@ -204,12 +204,15 @@ def _kv_cache_dtype(engine: EngineConfig) -> str:
     return engine.kv_cache_dtype
 
 
-def gateway_config(config: SimConfig, capacity_tokens: int) -> GatewayConfig:
-    """The gateway of ``config`` over ``capacity_tokens``."""
+def gateway_config(config: SimConfig, capacity_tokens: int,
+                   max_request_tokens: int | None = None) -> GatewayConfig:
+    """The gateway of ``config`` over ``capacity_tokens`` (a request's reservation at most
+    ``max_request_tokens``, where given: one replica's capacity under a fleet's budget)."""
     return GatewayConfig(
         capacity_tokens=capacity_tokens,
         tiers=config.tiers,
         lease_ttl_s=config.lease_ttl_s,
         reservation_granularity=config.engine.block_size,
         front_door=config.front_door,
+        max_request_tokens=max_request_tokens,
     )

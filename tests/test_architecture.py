@@ -238,3 +238,11 @@ def test_engine_variants_touch_only_the_documented_hooks_of_the_base_class() -> 
     engine_src = (REPO / "simulator" / "engine.py").read_text()
     for hook in hooks:
         assert f"def {hook}(" in engine_src, hook
+
+
+def test_the_live_tests_are_one_file() -> None:
+    """``make test`` distributes the suite by file (pytest-xdist ``--dist loadfile``): the live
+    tests share one CPU vLLM server (a session fixture) only while they are one file; a second
+    file could land on another worker and start a second server."""
+    live = sorted(p.name for p in (REPO / "tests" / "live").glob("test_*.py"))
+    assert live == ["test_live_vllm.py"]

@@ -50,6 +50,20 @@ def test_too_large_is_rejected_at_arrival_before_queueing() -> None:
     assert g.num_waiting() == 0 and g.budget.reserved_tokens == 0
 
 
+@pytest.mark.parametrize("policy", ["unlimited", "conservative", "overcommit"])
+def test_a_reservation_beyond_max_request_tokens_is_too_large(policy: str) -> None:
+    """A budget over a fleet: 1,000 tokens in all, 400 on the largest replica."""
+    g = Gateway(GatewayConfig(capacity_tokens=1000, tiers=TIERS, max_request_tokens=400),
+                make_policy(policy))
+    [too_large] = g.arrive(req(1, prompt=200, max_out=201), 0.0)
+    assert isinstance(too_large, Reject) and isinstance(too_large.error, RequestTooLarge)
+    assert too_large.error.limit == 400
+    [admit] = g.arrive(req(2, prompt=200, max_out=200), 0.0)
+    assert not isinstance(admit, Reject)
+    with pytest.raises(ValueError, match="max_request_tokens"):
+        GatewayConfig(capacity_tokens=1000, max_request_tokens=0)
+
+
 def test_unknown_tier_is_an_error_naming_it() -> None:
     with pytest.raises(ValueError, match="'gold'"):
         gw("conservative").arrive(req(1, tier="gold"), 0.0)

@@ -273,3 +273,18 @@ def test_replicas_hold_only_the_rows_routed_to_them(router: str) -> None:
     routed = [r["num_requests"] for r in skipped.summary["engine"]["fleet"]["replicas"]]
     assert len(longest) == 8 and sum(routed) == len(w)
     assert max(longest.values()) <= 2 * max(routed) < len(w)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "vllm-swap", "tgi", "sglang", "trtllm"])
+@pytest.mark.parametrize("budget", ["global", "per_replica"])
+def test_a_request_larger_than_any_replica_is_too_large(engine: str, budget: str) -> None:
+    """Its reservation (100 + 3,000 tokens) fits the two replicas' budget (3,200 tokens) but
+    not one replica's (1,600): it is refused before any prefill, as one engine refuses it
+    (before, a global budget admitted it and tgi and trtllm stopped: no request could run)."""
+    w = make_workload([0.0, 0.1], [100, 100], [50, 50], max_output_tokens=[3000, 50])
+    for fleet in (None, FleetConfig(2, budget=budget)):  # type: ignore[arg-type]
+        cfg = SimConfig(engine=EngineConfig(name=engine, num_gpu_blocks=100, block_size=16),
+                        fleet=fleet)
+        for policy in ("unlimited", "conservative", "overcommit"):
+            rec = simulate(w, make_policy(policy), cfg).records
+            assert list(rec.status) == ["rejected_too_large", "completed"], (fleet, policy)
