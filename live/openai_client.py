@@ -373,6 +373,7 @@ async def stream_completion(
     content_type = ""
     counted = 0
     text_chunks = 0  # chunks with text: each carried at least one token
+    last_empty_s: float | None = None  # when the last chunk of no text that ended the choice came
     events = 0
     done = False
     loop = asyncio.get_running_loop()
@@ -463,6 +464,8 @@ async def stream_completion(
                     reason = choices[0].get("finish_reason")
                     if reason:
                         res.finish_reason = str(reason)
+                    if not token_chunk:
+                        last_empty_s = clock()
                 if token_chunk:
                     now = clock()
                     counted = int(usage["completion_tokens"]) if has_usage else counted + 1
@@ -504,6 +507,14 @@ async def stream_completion(
             res.error_kind = "protocol"
         else:
             res.error, res.error_kind = "stream ended before its last event", "reset"
+    if (not res.error and not res.chunk_s and res.usage_reported and res.output_tokens > 0
+            and last_empty_s is not None):
+        # the only chunk had no text and ended the choice, yet the usage counts tokens: it
+        # carried them (vLLM holds back the text of a token that ends inside a UTF-8
+        # character, so a one-token answer can stream as {"text": "", "finish_reason":
+        # "length"}); a server whose last chunk carries no token sends others before it
+        res.chunk_s.append(last_empty_s)
+        res.chunk_tokens.append(res.output_tokens)
     if not res.error and not res.chunk_s:
         # every completion asks for at least one token: an answer without any is no answer
         # (a server that ignored "stream": true sends one JSON object without "data:")

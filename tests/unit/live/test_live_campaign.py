@@ -113,6 +113,13 @@ FRAMING: dict[str, tuple[Script, bool]] = {  # name -> (script, whether it is a 
         {"choices": [{"text": "\u00e9\u4e2d", "finish_reason": "length"}],
          "usage": {"completion_tokens": 4}}) + DONE, 3), True),
     "[DONE] and nothing else": (sse(DONE), False),
+    # vLLM holds back the text of a token that ends inside a UTF-8 character: a one-token
+    # answer can be one chunk of no text that ends the choice; the usage says it had a token
+    "one token of no text, with usage": (sse(
+        _event({"choices": [{"text": "", "finish_reason": "length"}]}),
+        _event({"choices": [], "usage": {"completion_tokens": 1}}), DONE), True),
+    "one chunk of no text, no usage": (sse(
+        _event({"choices": [{"text": "", "finish_reason": "length"}]}), DONE), False),
     "usage only, no output": (sse(_event({"choices": [], "usage": {"completion_tokens": 4}}),
                                   DONE), False),
     "a huge event (4 MiB of text)": (sse(_event({"choices": [{"text": "x" * (4 << 20),
@@ -173,6 +180,8 @@ def test_stream_framing(hostile: Hostile, case: str) -> None:  # noqa: F811
     res = _stream(hostile)
     _sane(res)
     assert res.ok == valid, res
+    if case == "one token of no text, with usage":
+        assert res.output_tokens == 1 and len(res.chunk_s) == 1, res
     if case == "a JSON answer, not a stream":
         assert "not an event stream (Content-Type 'application/json')" in res.error, res.error
 
