@@ -53,10 +53,11 @@ typecheck: $(STAMP)-test
 # The suite runs on every core plus one (pytest-xdist, in the dev extra): many tests wait on a
 # server or a subprocess they started (the CPU vLLM, a Ray cluster, Jupyter kernels, the CLI),
 # and the extra worker keeps the cores busy meanwhile. A file goes to one worker at a time, so
-# the live tests, which are one file, share one worker and one vLLM server.
+# the live tests, which are one file, share one worker and one vLLM server. The files run in the
+# order tests/conftest.py gives (the slowest first), not xdist's (the largest first).
 # PYTEST_ARGS= (empty) runs it in one process. The 25 slowest tests are listed at the end.
 PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
-PYTEST_ARGS ?= -n $(PYTEST_WORKERS) --dist loadfile --durations=25
+PYTEST_ARGS ?= -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 unit: $(STAMP)-test
 	$(VENV)/bin/pytest -q -m "not live" $(PYTEST_ARGS)

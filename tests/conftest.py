@@ -154,10 +154,20 @@ def assert_token_gaps_consistent(result: RunResult) -> None:
         assert math.isclose(total, expect, rel_tol=1e-9, abs_tol=1e-9), (tier, total, expect)
 
 
-FIRST = ("tests/live/", "tests/unit/studies/test_ray_cluster.py", "tests/notebooks/")
-"""Files whose tests wait on servers they start (the CPU vLLM, a Ray cluster, Jupyter kernels):
-they run first, so that under pytest-xdist their waits overlap the rest of the suite rather
-than trail it."""
+FIRST = (
+    "tests/live/",
+    "tests/unit/studies/test_ray_cluster.py",
+    "tests/notebooks/",
+    "tests/test_package.py",
+    "tests/unit/live/test_live_campaign.py",
+    "tests/model/test_properties.py",
+    "tests/unit/simulator/test_engine_presets.py",
+    "tests/unit/simulator/test_fleet.py",
+)
+"""The files that take longest, first: those whose tests wait on servers they start (the CPU
+vLLM, a Ray cluster, Jupyter kernels), then the slowest others (a wheel and the API reference
+built; long property tests). Under pytest-xdist (``make test`` passes ``--no-loadscope-reorder``
+so that this order holds) their waits overlap the rest of the suite instead of trailing it."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
