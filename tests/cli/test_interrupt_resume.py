@@ -72,6 +72,9 @@ def counted_runs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[int, int
 
     monkeypatch.setattr(sweep_mod, "run_one", run_one)
     old_term = signal.signal(signal.SIGTERM, terminate)  # what kvbudget's main() installs
+    # Python's own Ctrl-C handler, as in a command's process (a pytest-xdist worker ignores
+    # SIGINT, leaving Ctrl-C to the controller)
+    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def arm(k: int, sig: int) -> None:
         state.update(k=k, sig=sig, n=0)
@@ -80,6 +83,7 @@ def counted_runs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[int, int
         yield arm
     finally:
         signal.signal(signal.SIGTERM, old_term)
+        signal.signal(signal.SIGINT, old_int)
 
 
 def _invoke(args: list[str]) -> tuple[int, str, str]:
