@@ -205,6 +205,14 @@ def parse_rate_scales(text: str) -> tuple[float, ...]:
     values = tuple(_float(v, "--rate-scale") for v in text.split(",") if v.strip())
     if not values or not all(v > 0 for v in values):
         raise CliError(f"--rate-scale: must be > 0 (a number, or a list for a sweep), got {text!r}")
+    from kvbudget.workloads.errors import SpecError
+    from kvbudget.workloads.traces.options import TraceOptions
+
+    for v in values:  # each value as loading a trace checks it (bounds, finiteness)
+        try:
+            TraceOptions(rate_scale=v)
+        except SpecError as exc:
+            raise CliError(f"--rate-scale: {exc}") from None
     return values
 
 

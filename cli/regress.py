@@ -51,6 +51,7 @@ def regress_cmd(
     from kvbudget.studies.regress import load_suite, regress, render_text
 
     with user_errors():
+        _check_report_paths(junit, markdown)
         s = load_suite(suite, overrides or [])
         bar: Any = None
 
@@ -74,6 +75,43 @@ def regress_cmd(
     typer.echo(render_text(report))
     if report.regressed and not update:
         raise typer.Exit(1)
+
+
+# How a report this command wrote begins: such a file (or an empty one) is replaced, as --out
+# replaces a run directory; any other existing file is refused, not overwritten.
+_REPORT_STARTS = {"--junit": ('<?xml version="1.0" encoding="utf-8"?>\n'
+                              '<testsuites name="kvbudget regress"'),
+                  "--markdown": "## kvbudget regress: "}
+
+
+def _check_report_paths(junit: Path | None, markdown: Path | None) -> None:
+    """Before any run: each report path is a new file, an empty one or a report of this
+    command's (replaced); a directory, a path under a file or any other file is refused."""
+    from kvbudget.cli.errors import CliError
+
+    if junit is not None and markdown is not None and junit.resolve() == markdown.resolve():
+        raise CliError(f"--junit and --markdown both name {junit}: give two files")
+    for flag, path in (("--junit", junit), ("--markdown", markdown)):
+        if path is None:
+            continue
+        if str(path) in ("", "."):
+            raise CliError(f"{flag}: give a file name")
+        if path.is_dir():
+            raise CliError(f"{flag}: {path} is a directory; give a file name")
+        for parent in path.parents:
+            if parent.exists():
+                if not parent.is_dir():
+                    raise CliError(f"{flag}: {parent} is a file, not a directory")
+                break
+        if path.exists():
+            try:
+                with path.open("rb") as fh:
+                    head = fh.read(len(_REPORT_STARTS[flag]))
+            except OSError as exc:
+                raise CliError(f"{flag}: {path}: cannot read ({exc.strerror})") from None
+            if head and head != _REPORT_STARTS[flag].encode():
+                raise CliError(f"{flag}: {path} exists and is not a report of kvbudget regress; "
+                               "not overwritten (remove it or choose another file)")
 
 
 def _write_reports(report: "RegressReport", junit: Path | None, markdown: Path | None) -> None:

@@ -136,6 +136,27 @@ def _check_policies(text: str) -> list[str]:
     return names
 
 
+def _check_executor(executor: str, address: str | None, jobs: int | None,
+                    replications: int) -> None:
+    """``--executor``, ``--address`` and ``--jobs`` checked whatever the replications; with
+    one replication the runs go in this process, so any of them given is refused, not
+    ignored."""
+    from kvbudget.studies.executors import EXECUTORS
+
+    if executor not in EXECUTORS:
+        raise CliError(f"--executor: unknown executor {executor!r}; choose one of: "
+                       f"{', '.join(EXECUTORS)}")
+    if address is not None and executor != "ray":
+        raise CliError("--address: applies to --executor ray only")
+    if replications == 1:
+        given = [flag for flag, on in (("--executor", executor != "local"),
+                                       ("--address", address is not None),
+                                       ("--jobs", jobs is not None)) if on]
+        if given:
+            raise CliError(f"{', '.join(given)}: one replication runs each policy once in "
+                           "this process; give --replications N (N > 1) to run on an executor")
+
+
 @with_scenario_options
 def compare_cmd(
     setup: ScenarioArgs,
@@ -170,6 +191,7 @@ def compare_cmd(
 
     with user_errors():
         names = _check_policies(policies)
+        _check_executor(executor, address, jobs, replications)
         scn = setup.build(seed=seed)
         if replications == 1:
             result = compare(scn, names, metrics=metric)

@@ -189,6 +189,9 @@ def synth_command(
         from kvbudget.workloads.spec import build_workload, parse_workload_spec
         from kvbudget.workloads.traces import save_workload
 
+        if duration_s is not None and num_requests is not None:
+            raise CliError("--duration-s and --num-requests exclude each other (each replaces "
+                           "the other): give one")
         table = _synth_spec(spec)
         if rate_rps is not None:
             arrival = table.get("arrival")

@@ -26,7 +26,16 @@ from kvbudget.policies.base import (
 from kvbudget.policies.budget import Lease, TokenBudget
 from kvbudget.policies.errors import Overloaded, OverloadReason, RequestTooLarge
 from kvbudget.policies.request import Request
-from kvbudget.policies.tiers import DEFAULT_TIERS, TierConfig, by_priority, tier_map
+from kvbudget.policies.tiers import (
+    DEFAULT_TIERS,
+    MAX_LIMIT_COUNT,
+    MAX_LIMIT_S,
+    MAX_LIMIT_TOKENS,
+    TierConfig,
+    by_priority,
+    check_limit,
+    tier_map,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +75,10 @@ class FrontDoor:
                 isinstance(value, int) and not isinstance(value, bool) and value >= 1
             ):
                 raise ValueError(f"{name} must be an integer >= 1 or None, got {value!r}")
+            if name == "max_num_queued_tokens":
+                check_limit(f"front_door.{name}", value, MAX_LIMIT_TOKENS, "tokens")
+            else:
+                check_limit(f"front_door.{name}", value, MAX_LIMIT_COUNT, "requests")
         object.__setattr__(self, "tier_max_queued", tuple(tuple(p) for p in self.tier_max_queued))
         seen: set[str] = set()
         for pair in self.tier_max_queued:
@@ -74,6 +87,8 @@ class FrontDoor:
             tier, cap = pair
             if cap < 0:
                 raise ValueError(f"tier_max_queued[{tier!r}] must be >= 0, got {cap!r}")
+            check_limit(f"front_door.tier_max_queued[{tier!r}]", cap, MAX_LIMIT_COUNT,
+                        "requests")
             if tier in seen:
                 raise ValueError(f"tier_max_queued names tier {tier!r} twice")
             seen.add(tier)
@@ -111,6 +126,8 @@ class GatewayConfig:
             )
         if self.lease_ttl_s is not None and not self.lease_ttl_s > 0:
             raise ValueError(f"lease_ttl_s must be > 0 or None, got {self.lease_ttl_s!r}")
+        check_limit("lease_ttl_s", self.lease_ttl_s, MAX_LIMIT_S, "s")
+        check_limit("capacity_tokens", self.capacity_tokens, MAX_LIMIT_TOKENS, "tokens")
         tiers = tier_map(self.tiers)
         if self.front_door is not None:
             for tier, _ in self.front_door.tier_max_queued:

@@ -6,6 +6,26 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+# Bounds beyond any real deployment: a larger limit is a typo (or 1e300 meant as "no limit",
+# which is None, or the field left out) and is refused naming the field, rather than simulated
+# as if there were no limit.
+MAX_LIMIT_S = 86_400.0
+"""A day: no queue timeout, SLO target or lease of an LLM server is set beyond it."""
+MAX_LIMIT_TOKENS = 2**40
+"""About 10^12 tokens: more KV than any fleet holds (the engine's own bound on KV tokens)."""
+MAX_LIMIT_COUNT = 2**31 - 1
+"""Requests in flight or queued: beyond any server's queue (the engine's bound on counts)."""
+
+
+def check_limit(field: str, value: object, bound: float, unit: str) -> None:
+    """``ValueError`` naming ``field`` when ``value`` exceeds ``bound`` (finite values only:
+    the caller checks the sign and finiteness)."""
+    if isinstance(value, int | float) and value > bound:
+        raise ValueError(
+            f"{field} must be <= {bound:,.0f} {unit} (beyond any real deployment), "
+            f"got {value!r}"
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class TierConfig:
@@ -49,6 +69,13 @@ class TierConfig:
             raise ValueError(
                 f"tier {self.name!r}: guaranteed_tokens must be >= 0, got {self.guaranteed_tokens!r}"
             )
+        where = f"tier {self.name!r}: "
+        check_limit(where + "max_sequence_tokens", self.max_sequence_tokens, MAX_LIMIT_TOKENS,
+                    "tokens")
+        check_limit(where + "guaranteed_tokens", self.guaranteed_tokens, MAX_LIMIT_TOKENS,
+                    "tokens")
+        for field_name in ("queue_timeout_s", "ttft_s", "tpot_s"):
+            check_limit(where + field_name, getattr(self, field_name), MAX_LIMIT_S, "s")
 
 
 INTERACTIVE = TierConfig(

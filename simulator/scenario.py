@@ -77,6 +77,7 @@ import numpy as np
 from kvbudget.perf.cost_model import load_cost_model, read_frontend_overhead
 from kvbudget.policies import DEFAULT_TIERS, BasePolicy, TierConfig, make_policy
 from kvbudget.policies.gateway import FrontDoor
+from kvbudget.policies.tiers import MAX_LIMIT_TOKENS
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.fleet import FleetConfig
 from kvbudget.simulator.run import SimConfig
@@ -188,7 +189,7 @@ class ScenarioSpec:
     cost_model: str | None = None
     engine_defaults: str = "vllm"
     frontend: str | None = None
-    gateway_capacity_tokens: Annotated[int, Ge(1)] | None = None
+    gateway_capacity_tokens: Annotated[int, Ge(1), Le(MAX_LIMIT_TOKENS)] | None = None
     lease_ttl_s: Annotated[float, Gt(0)] | None = None
     timeline_period_s: Annotated[float, Gt(0)] = 1.0
     engine: EngineSpec = field(default_factory=EngineSpec)
@@ -566,7 +567,35 @@ def scenario_from_dict(
         scenario.make_policy()
     except ValueError as exc:
         raise ValueError(f"{exc}") from None
+    _check_workload_tiers(spec.workload, {t.name for t in scenario.tiers()})
     return scenario
+
+
+def _check_workload_tiers(workload: Mapping[str, Any], known: set[str]) -> None:
+    """The tiers a workload table names (a synthetic mix's ``tiers[].name``, a trace's
+    ``options.default_tier``, ``tier_map`` values and ``tier_shares`` keys) are configured
+    tiers: refused here, naming the field, rather than when a run (a sweep's first) starts."""
+    named: list[tuple[str, object]] = []
+    tiers = workload.get("tiers")
+    if isinstance(tiers, list):
+        named += [(f"workload.tiers.{i}.name", t.get("name")) for i, t in enumerate(tiers)
+                  if isinstance(t, dict)]
+    options = workload.get("options")
+    if isinstance(options, dict):
+        if "default_tier" in options:
+            named.append(("workload.options.default_tier (--default-tier)",
+                          options["default_tier"]))
+        tier_map = options.get("tier_map")
+        if isinstance(tier_map, dict):
+            named += [(f"workload.options.tier_map[{k!r}] (--tier-map)", v)
+                      for k, v in tier_map.items()]
+        shares = options.get("tier_shares")
+        if isinstance(shares, dict):
+            named += [("workload.options.tier_shares (--tier-shares)", k) for k in shares]
+    for where, name in named:
+        if isinstance(name, str) and name not in known:
+            raise ValueError(f"{where}: tier {name!r} is not configured; configured tiers: "
+                             f"{', '.join(sorted(known))} (add a [[tiers]] table for it)")
 
 
 def load_scenario(path: Path, overrides: Sequence[str] = ()) -> Scenario:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from kvbudget.policies.tiers import MAX_LIMIT_S
 from kvbudget.workloads.errors import SpecError, TraceError
 from kvbudget.workloads.max_output import MAX_TOKENS, empirical_quantile
 from kvbudget.workloads.traces.options import TraceOptions
@@ -136,7 +137,7 @@ def _validate(raw: RawTrace) -> RawTrace:
                                           "allow_negative": raw.absolute_clock,
                                           "upper": None}),
             ("timeout_s", raw.timeout, {"integer": False, "optional": True,
-                                        "allow_negative": False, "upper": None}),
+                                        "allow_negative": False, "upper": MAX_LIMIT_S}),
             ("id", raw.request_id, {"integer": True, "optional": False,
                                     "allow_negative": False, "upper": 2.0**53}),
         ]
@@ -254,6 +255,13 @@ def _drop_failed(raw: RawTrace) -> npt.NDArray[np.bool_]:
 
 def _check_relations(raw: RawTrace, keep: npt.NDArray[np.bool_]) -> None:
     if raw.max_output is not None:
+        with np.errstate(invalid="ignore"):
+            zero = ~np.isnan(raw.max_output) & (raw.max_output < 1)
+        if zero.any():  # every row, dropped ones too: no client asks for no tokens
+            row = int(np.argmax(zero))
+            raise _error(raw, row, "max_output_tokens",
+                         f"must be >= 1, got {raw.max_output[row]:g} (a request asks for at "
+                         "least one token: vLLM refuses max_tokens=0)")
         with np.errstate(invalid="ignore"):
             bad = keep & ~np.isnan(raw.max_output) & (raw.max_output < np.maximum(raw.output, 1))
         if bad.any():
@@ -473,6 +481,11 @@ def finish(raw: RawTrace, options: TraceOptions, streams: Streams) -> LoadedTrac
         rows.arrival = rows.arrival / options.rate_scale
         if wait is not None:
             rows.deadline = rows.arrival + wait
+        span = float(rows.arrival.max() - rows.arrival.min()) if rows.arrival.size else 0.0
+        if not span <= MAX_SPAN_S:
+            raise TraceError(raw.path, f"rate_scale {options.rate_scale:g} stretches the trace "
+                             f"to {span:.3g} s (over {MAX_SPAN_S / YEAR_S:.0f} years), beyond "
+                             "any recorded deployment", field="rate_scale")
 
     total = len(rows.arrival)
     k = None

@@ -34,6 +34,13 @@ DEFAULT_MAX_OUTPUT_TOKENS = 2048
 
 ARRIVAL_UNITS: dict[str, float] = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 
+MAX_RATE_SCALE = 1e6
+"""The largest factor ``rate_scale`` may speed a trace up (or, inverted, slow it down)."""
+
+MAX_SPREAD_S = 3600.0
+"""The widest ``spread_s``: an hour, beyond any trace's timestamp quantisation (Kimi's is about
+3 s); a wider spread would smear the last timestamp's requests over days."""
+
 
 def _valid_tier_name(name: object) -> bool:
     return isinstance(name, str) and bool(name) and name.replace("_", "").replace(
@@ -116,6 +123,10 @@ class TraceOptions:
         if not (isinstance(self.rate_scale, int | float) and math.isfinite(self.rate_scale)
                 and self.rate_scale > 0):
             raise SpecError("rate_scale", "must be > 0", self.rate_scale)
+        if not 1 / MAX_RATE_SCALE <= self.rate_scale <= MAX_RATE_SCALE:
+            raise SpecError("rate_scale", f"must be within [{1 / MAX_RATE_SCALE:g}, "
+                            f"{MAX_RATE_SCALE:g}] (a million times faster or slower than "
+                            "recorded is beyond any deployment)", self.rate_scale)
         if self.sample_fraction is not None and self.sample_count is not None:
             raise SpecError("sample_fraction", "and sample_count exclude each other", None,
                             show_value=False)
@@ -153,6 +164,9 @@ class TraceOptions:
             and self.spread_s > 0
         ):
             raise SpecError("spread_s", "must be > 0", self.spread_s)
+        if self.spread_s is not None and self.spread_s > MAX_SPREAD_S:
+            raise SpecError("spread_s", f"must be <= {MAX_SPREAD_S:g} s (an hour: traces "
+                            "quantise arrivals to seconds or minutes)", self.spread_s)
         if self.columns is not None:
             for key in self.columns:
                 if key not in CANONICAL_COLUMNS:

@@ -1,0 +1,231 @@
+"""The bad-input campaign, third round (issue 20 item 3): what the first two left accepted.
+
+Every case ends in one clean line on stderr (exit 2) naming the flag, field, file or row, or
+in a valid result; nothing here runs more than a few dozen simulated requests, in-process.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kvbudget.cli.main import app
+from tests.conftest import small_scenario_dict
+
+runner = CliRunner()
+TINY = ("--set", "workload.num_requests=8")
+
+
+def run(*args: object) -> tuple[int, str, str]:
+    res = runner.invoke(app, [str(a) for a in args])
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    return res.exit_code, res.stdout, res.stderr
+
+
+def assert_clean_error(code: int, stderr: str, *needles: str) -> None:
+    assert code == 2, stderr
+    assert stderr.startswith("error: ") and len(stderr.strip().splitlines()) == 1, stderr
+    for needle in needles:
+        assert needle in stderr, stderr
+
+
+def _toml(table: dict[str, object]) -> str:
+    import tomli_w
+
+    return tomli_w.dumps(table)
+
+
+@pytest.fixture
+def csv3(tmp_path: Path) -> Path:
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,1\n0,10,1\n5,10,2\n")
+    return path
+
+
+# --- compare: executor flags that one replication would ignore ---------------------------------
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--executor", "zzz"], "--executor"),
+    (["--executor", "zzz", "-r", "2"], "--executor"),
+    (["--address", "auto"], "--address"),
+    (["--executor", "ray"], "--executor"),
+    (["--executor", "ray", "--address", "auto"], "--address"),
+    (["-j", "2"], "--jobs"),
+])
+def test_compare_refuses_executor_flags_it_would_not_use(args: list[str], needle: str) -> None:
+    code, _, stderr = run("compare", *TINY, "--policies", "unlimited", *args)
+    assert_clean_error(code, stderr, needle)
+
+
+# --- trace synth ------------------------------------------------------------------------------
+@pytest.mark.parametrize("duration", ["-1", "10"])
+def test_synth_refuses_duration_beside_a_request_count(tmp_path: Path, duration: str) -> None:
+    out = tmp_path / "s.jsonl"
+    code, _, stderr = run("trace", "synth", "--duration-s", duration, "--num-requests", "5",
+                          "--out", out)
+    assert_clean_error(code, stderr, "--duration-s", "--num-requests")
+    assert not out.exists()
+
+
+# --- trace options ----------------------------------------------------------------------------
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--spread-s", "1e308"], "spread"),
+    (["--spread-s", "3601"], "spread"),
+    (["--rate-scale", "1e300"], "rate-scale"),
+    (["--rate-scale", "1e-300"], "rate-scale"),
+])
+def test_trace_transformations_beyond_any_deployment_are_refused(csv3: Path, args: list[str],
+                                                                 needle: str) -> None:
+    code, _, stderr = run("trace", "stats", csv3, *args)
+    assert_clean_error(code, stderr, needle)
+
+
+def test_a_rate_scale_that_stretches_the_trace_over_decades_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "long.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,1\n1e6,10,1\n")
+    code, _, stderr = run("trace", "stats", path, "--rate-scale", "1e-3")
+    assert_clean_error(code, stderr, "long.csv", "rate_scale", "years")
+
+
+def test_a_moderate_spread_still_spreads(csv3: Path) -> None:
+    import json
+
+    code, stdout, stderr = run("trace", "stats", csv3, "--spread-s", "3", "--json")
+    assert code == 0, stderr
+    assert json.loads(stdout)["span_s"] == 5.0
+
+
+@pytest.mark.parametrize("args", [
+    ["--default-tier", "nope"],
+    ["--tier-shares", "nope=0.5,batch=0.5"],
+])
+@pytest.mark.parametrize("command", [
+    ["simulate"],
+    ["sweep", "--grid", "engine.num_gpu_blocks=1000,2000", "--no-plot", "-j", "1", "-r", "1"],
+])
+def test_a_tier_no_configuration_has_is_refused_before_any_run(
+        tmp_path: Path, csv3: Path, command: list[str], args: list[str]) -> None:
+    out = tmp_path / "out"
+    extra = ["--out", out] if command[0] == "sweep" else []
+    code, _, stderr = run(*command, "--trace", csv3, *args, *extra)
+    assert_clean_error(code, stderr, "'nope'", "configured tiers")
+    assert not out.exists()
+
+
+def test_a_synthetic_tier_no_configuration_has_is_refused() -> None:
+    code, _, stderr = run("simulate", *TINY, "--set", "workload.tiers.0.name=zz")
+    assert_clean_error(code, stderr, "workload.tiers.0.name", "'zz'")
+
+
+def test_a_configured_default_tier_runs(csv3: Path) -> None:
+    code, _, stderr = run("simulate", "--trace", csv3, "--default-tier", "batch", "--json")
+    assert code == 0, stderr
+
+
+# --- limits beyond any deployment -------------------------------------------------------------
+HUGE_INT = "9000000000000000000"
+LIMITS = {
+    "gateway_capacity_tokens": (f"gateway_capacity_tokens={HUGE_INT}",
+                                "gateway_capacity_tokens"),
+    "lease_ttl_s": ("lease_ttl_s=1e300", "lease_ttl_s"),
+    "queue_timeout_s": ("tiers=[{name='interactive',queue_timeout_s=1e300},{name='batch'}]",
+                        "queue_timeout_s"),
+    "ttft_s": ("tiers=[{name='interactive',ttft_s=1e300},{name='batch'}]", "ttft_s"),
+    "tpot_s": ("tiers=[{name='interactive'},{name='batch',tpot_s=1e300}]", "tpot_s"),
+    "max_sequence_tokens": (f"tiers=[{{name='interactive',max_sequence_tokens={HUGE_INT}}},"
+                            "{name='batch'}]", "max_sequence_tokens"),
+    "max_num_queued_requests": (f"front_door.max_num_queued_requests={HUGE_INT}",
+                                "max_num_queued_requests"),
+    "max_num_queued_tokens": (f"front_door.max_num_queued_tokens={HUGE_INT}",
+                              "max_num_queued_tokens"),
+    "max_concurrent_requests": (f"front_door.max_concurrent_requests={HUGE_INT}",
+                                "max_concurrent_requests"),
+    "tier_max_queued": (f"front_door.tier_max_queued={{batch={HUGE_INT}}}", "tier_max_queued"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LIMITS))
+def test_limits_no_deployment_has_are_refused_naming_the_field(case: str) -> None:
+    expr, needle = LIMITS[case]
+    code, _, stderr = run("simulate", *TINY, "--set", expr)
+    assert_clean_error(code, stderr, needle)
+
+
+def test_the_same_limits_in_a_scenario_file_name_the_file(tmp_path: Path) -> None:
+    table = small_scenario_dict(n=8)
+    table["tiers"] = [{"name": "interactive", "ttft_s": 1e300}, {"name": "batch"}]
+    path = tmp_path / "s.toml"
+    path.write_text(_toml(table))
+    code, _, stderr = run("simulate", "--scenario", path)
+    assert_clean_error(code, stderr, str(path), "ttft_s", "86,400")
+
+
+def test_the_library_refuses_them_too() -> None:
+    from kvbudget.policies import TierConfig
+    from kvbudget.policies.gateway import FrontDoor, GatewayConfig
+
+    with pytest.raises(ValueError, match="ttft_s must be <= 86,400"):
+        TierConfig("interactive", ttft_s=1e300)
+    with pytest.raises(ValueError, match="max_num_queued_tokens"):
+        FrontDoor(max_num_queued_tokens=10**18)
+    with pytest.raises(ValueError, match="lease_ttl_s"):
+        GatewayConfig(capacity_tokens=100, lease_ttl_s=float("inf"))
+    TierConfig("interactive", ttft_s=86_400.0, queue_timeout_s=None)  # a day is allowed
+
+
+# --- trace and records files ------------------------------------------------------------------
+def test_a_records_file_asking_for_no_tokens_is_refused(tmp_path: Path) -> None:
+    rec = tmp_path / "rec.csv"
+    rec.write_text("arrival_s,prompt_tokens,output_tokens,max_output_tokens,ttft_s,e2e_s,status\n"
+                   "0,100,0,0,0.1,0.5,error\n1,100,10,20,0.1,0.5,ok\n2,100,5,20,0.1,0.3,ok\n")
+    code, _, stderr = run("validate", "--records", rec, "--out", tmp_path / "v")
+    assert_clean_error(code, stderr, "rec.csv", "line 2", "max_output_tokens", ">= 1")
+    assert not (tmp_path / "v").exists()
+
+
+def test_a_trace_timeout_beyond_a_day_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "to.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tokens,timeout_s\n0,100,10,1e300\n")
+    code, _, stderr = run("simulate", "--trace", path)
+    assert_clean_error(code, stderr, "to.csv", "line 2", "timeout_s")
+
+
+# --- regress reports --------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("regress")
+    (root / "suite").mkdir()
+    (root / "suite" / "tiny.toml").write_text(_toml(small_scenario_dict(n=12, name="tiny")))
+    code, _, stderr = run("regress", root / "suite", "--baseline", root / "base", "--update",
+                          "-j", "1")
+    assert code == 0, stderr
+    return root / "suite", root / "base"
+
+
+def test_regress_reports_never_overwrite_a_file_they_did_not_write(
+        tmp_path: Path, suite: tuple[Path, Path]) -> None:
+    s, base = suite
+    notes = tmp_path / "notes.md"
+    notes.write_text("my notes\n")
+    for flag in ("--markdown", "--junit"):
+        code, _, stderr = run("regress", s, "--baseline", base, flag, notes, "-j", "1")
+        assert_clean_error(code, stderr, flag, str(notes), "not overwritten")
+        assert notes.read_text() == "my notes\n"
+    code, _, stderr = run("regress", s, "--baseline", base, "--junit", tmp_path, "-j", "1")
+    assert_clean_error(code, stderr, "--junit", "directory")
+    code, _, stderr = run("regress", s, "--baseline", base, "--junit", notes / "r.xml", "-j", "1")
+    assert_clean_error(code, stderr, "--junit", "is a file")
+    code, _, stderr = run("regress", s, "--baseline", base, "--junit", tmp_path / "r",
+                          "--markdown", tmp_path / "r", "-j", "1")
+    assert_clean_error(code, stderr, "--junit and --markdown")
+    # its own reports (and empty files) are replaced, as --out replaces a run directory
+    xml, md = tmp_path / "r.xml", tmp_path / "r.md"
+    md.write_text("")
+    xml.write_text('<?xml version="1.0" encoding="utf-8"?>\n<testsuites name="kvbudget regress" '
+                   'tests="0"></testsuites>\n')
+    code, _, stderr = run("regress", s, "--baseline", base, "--junit", xml, "--markdown", md,
+                          "-j", "1")
+    assert code == 0, stderr
+    assert md.read_text().startswith("## kvbudget regress")
+    assert 'tests="0"' not in xml.read_text() and "<testcase" in xml.read_text()
