@@ -71,27 +71,27 @@ def test_a_process_pool_gives_the_same_rows_as_one_process() -> None:
 
 @pytest.mark.slow
 def test_ray_results_are_identical_to_the_local_executor() -> None:
+    """A local Ray instance the executor starts itself (``--executor ray`` on one machine) and
+    stops again at close. Joining a cluster someone else started is checked on a real two-node
+    cluster in test_ray_cluster.py."""
     # Ray is the optional extra `kvbudget[ray]`; the Makefile installs it for the tests.
     ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'kvbudget[ray]')")
     plan = _plan()
     with LocalExecutor(1) as local:
         ref = execute(plan.runs, local)
-    with warnings.catch_warnings():
-        # Ray's start-up may warn about its own environment (not about our code)
-        warnings.simplefilter("ignore")
-        ray.init(num_cpus=2, include_dashboard=False, logging_level="error",
-                 log_to_driver=False)
+    ex = RayExecutor(num_cpus=2)
     try:
-        ex = RayExecutor()  # joins the instance started above and leaves it running
-        assert ex.num_workers == 2
+        with warnings.catch_warnings():
+            # Ray's start-up may warn about its own environment (not about our code)
+            warnings.simplefilter("ignore")
+            assert ex.num_workers == 2
         finished: list[int] = []
         got = []
         for i, row in ex.map_unordered(run_one, plan.runs):
             finished.append(i)
             got.append(row)
-        ex.close()
-        assert ray.is_initialized()
         assert sorted(finished) == list(range(len(plan.runs)))
         pd.testing.assert_frame_equal(_metrics(got), _metrics(ref))
     finally:
-        ray.shutdown()
+        ex.close()
+    assert not ray.is_initialized()  # the instance it started is stopped

@@ -1,6 +1,9 @@
 """The distributed path on a real cluster: a Ray head and a worker started as separate
 processes on 127.0.0.1 (``ray start --head``, ``ray start --address``), a sweep run on it with
-``--executor ray --address``, and its table equal to the local executor's."""
+``--executor ray --address`` under another string-hash seed than the local process pool's, and
+its table equal to the local one; and a driver that joined the cluster itself, whose executor
+uses it and leaves it running. One cluster serves the module (a start costs tens of seconds of
+CPU)."""
 
 from __future__ import annotations
 
@@ -76,10 +79,10 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[str]:
     """The address of a two-node Ray cluster on 127.0.0.1 (one CPU each); both nodes are
-    stopped when the test ends, whatever happened."""
+    stopped when the module's tests end, whatever happened."""
     pytest.importorskip("ray", reason="ray is not installed (pip install 'kvbudget[ray]')")
     if not RAY.exists():
         pytest.skip(f"no ray command beside {sys.executable}")
@@ -118,7 +121,7 @@ def ray_cluster() -> Iterator[str]:
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def _sweep(tmp_path: Path, name: str, executor: list[str]) -> pd.DataFrame:
+def _sweep(tmp_path: Path, name: str, executor: list[str], hash_seed: str) -> pd.DataFrame:
     import tomli_w
 
     scenario = tmp_path / "tiny.toml"
@@ -129,7 +132,8 @@ def _sweep(tmp_path: Path, name: str, executor: list[str]) -> pd.DataFrame:
         [sys.executable, "-m", "kvbudget.cli.main", "sweep", "--scenario", str(scenario),
          "--out", str(out), "--policies", "conservative,overcommit,preemptive", "-r", "2",
          "--no-plot", *executor],
-        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+        cwd=REPO, env={**_env(), "PYTHONHASHSEED": hash_seed}, capture_output=True, text=True,
+        timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     table = pd.read_parquet(out / "sweep.parquet").drop(columns=["wall_time_s"])
     return table.sort_values("run_key").reset_index(drop=True)
@@ -139,7 +143,39 @@ def _sweep(tmp_path: Path, name: str, executor: list[str]) -> pd.DataFrame:
 def test_a_sweep_on_a_two_node_cluster_equals_the_local_one(
     ray_cluster: str, tmp_path: Path
 ) -> None:
-    local = _sweep(tmp_path, "local", ["--executor", "local", "-j", "1"])
-    remote = _sweep(tmp_path, "ray", ["--executor", "ray", "--address", ray_cluster])
+    local = _sweep(tmp_path, "local", ["--executor", "local", "-j", "2"], hash_seed="0")
+    remote = _sweep(tmp_path, "ray", ["--executor", "ray", "--address", ray_cluster],
+                    hash_seed="1")
     assert len(local) == 3 * 2
     pd.testing.assert_frame_equal(remote, local)
+
+
+@pytest.mark.slow
+def test_an_executor_joins_the_cluster_its_driver_joined_and_leaves_it_running(
+    ray_cluster: str,
+) -> None:
+    import ray
+
+    from kvbudget.simulator.scenario import scenario_from_dict
+    from kvbudget.studies.executors import LocalExecutor, RayExecutor
+    from kvbudget.studies.sweep import Axis, SweepPlan, execute, run_one
+
+    scn = scenario_from_dict(small_scenario_dict(120, 8.0, seed=5, name="tiny"), Path("."))
+    plan = SweepPlan(scn, (Axis("policy", ("conservative", "overcommit")),), replications=2)
+    with LocalExecutor(1) as local:
+        ref = pd.DataFrame(execute(plan.runs, local))
+    # the nodes' workers import this checkout's kvbudget (the PYTHONPATH the nodes started with)
+    ray.init(address=ray_cluster, logging_level="error", log_to_driver=False)
+    try:
+        ex = RayExecutor()  # joins the instance this driver joined
+        assert ex.num_workers == 2  # one CPU on each node
+        got = pd.DataFrame(row for _, row in ex.map_unordered(run_one, plan.runs))
+        ex.close()
+        assert ray.is_initialized()  # left as it found it
+        assert len(ray.nodes()) == 2
+    finally:
+        ray.shutdown()
+    key = ["run_key"]
+    pd.testing.assert_frame_equal(
+        got.drop(columns=["wall_time_s"]).sort_values(key).reset_index(drop=True),
+        ref.drop(columns=["wall_time_s"]).sort_values(key).reset_index(drop=True))
