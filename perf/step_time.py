@@ -334,6 +334,34 @@ class VllmStepModel:
             t = t + (c.comm_per_step_s + c.comm_per_token_s * tokens)
         return t
 
+    def decode_step_times(
+        self, num_decode_seqs: int, first_context: int, num_steps: int
+    ) -> list[float]:
+        """:meth:`step_time` of ``num_steps`` pure-decode steps of ``num_decode_seqs`` requests,
+        the first attending to ``first_context`` tokens and each next one to
+        ``num_decode_seqs`` more, as Python floats (a short decode run's step times): the bits
+        of one call per step. For a dense model on one GPU the float path's weights term, the
+        same all along the run, is computed once (``over + gemm`` is the first addition of
+        ``over + gemm + attention``); the context's term is formed per step as there."""
+        num = float(num_decode_seqs)
+        contexts = range(first_context, first_context + num_decode_seqs * num_steps,
+                         num_decode_seqs)
+        k = self._dense
+        if k is None:
+            step_time = self.step_time
+            return [step_time(0.0, num, float(c), 0.0, 0.0) for c in contexts]
+        gemm_flops, lm_head, gemm_s, _, _, _, kv_full, kv_s, over, read4 = k
+        a = (gemm_flops * num + lm_head * num) / gemm_s
+        a2 = a * a
+        fixed = over + math.sqrt(math.sqrt(a2 * a2 + read4))
+        sqrt = math.sqrt
+        times = []
+        for c in contexts:
+            b = kv_full * float(c) / kv_s
+            b2 = b * b
+            times.append(fixed + sqrt(sqrt(b2 * b2)))
+        return times
+
     def _experts_exact(self, arr: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         c = self._terms
         if not c.num_moe_layers:

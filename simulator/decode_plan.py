@@ -7,15 +7,19 @@ planner computes the steps' durations, end times (sums from ``t`` in stepping's 
 same bits) and the blocks in use, and where the run must end: the first finish, the first step
 that runs out of blocks, or the step in progress at the next external event.
 
-Two ways to compute the same numbers, chosen by length: a short run in Python numbers (one
-scalar ``step_time`` call per step, ~0.4 us each), a longer one with arrays (~8-20 us however
-long). Both give the same bits (``tests/test_properties.py`` compares them).
+Two ways to compute the same numbers, chosen by length: a short run in Python numbers (the
+step times of one scalar ``step_time`` call per step, ~0.4 us each, or the cost model's own
+``decode_step_times`` loop with the same bits, ~0.15 us a step), a longer one with arrays
+(~8-20 us however long). Both give the same bits (``tests/model/test_properties.py`` compares
+them).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable
+from itertools import accumulate
 
 import numpy as np
 import numpy.typing as npt
@@ -44,6 +48,10 @@ class DecodeRunPlanner:
         self.cost = cost
         self.block_size = block_size
         self._step_index = np.arange(MAX_JUMP_STEPS + block_size, dtype=np.int64)  # j
+        # a short run's step times: the cost model's own loop when it has one (the bits of one
+        # step_time call per step, with what stays the same along the run computed once)
+        self._decode_times: Callable[[int, int, int], list[float]] = getattr(
+            cost, "decode_step_times", None) or self._decode_times_one_by_one
 
     def bound(
         self, n: int, c0: int, to_finish: int, t: float, t_ext: float
@@ -150,23 +158,26 @@ class DecodeRunPlanner:
     ) -> tuple[list[float], list[float]]:
         """End times and durations of the steps of a short decode run from ``t`` (at most
         ``k_max`` steps, the first ``dt0`` long, ending with the step in progress at
-        ``t_ext``), one ``step_time`` call per step as stepping makes them: the bits of
-        :meth:`step_times` (sums from ``t`` in the same order)."""
+        ``t_ext``), the step times of one ``step_time`` call per step as stepping makes them
+        (``decode_step_times`` where the cost model has it): the bits of :meth:`step_times`
+        (sums from ``t`` in the same order)."""
+        dts = [dt0]
+        if k_max > 1:
+            dts += self._decode_times(n, c0 + 2 * n, k_max - 1)
+        ends = list(accumulate(dts, initial=t))  # t += dt, step by step
+        del ends[0]
+        if ends[-1] > t_ext:  # the run ends with the first step ending at t_ext or later
+            cut = bisect.bisect_left(ends, t_ext) + 1
+            return ends[:cut], dts[:cut]
+        return ends, dts  # no step ends after t_ext: the whole run, as the array path does
+
+    def _decode_times_one_by_one(self, n: int, first_context: int, num_steps: int) -> list[float]:
+        """Durations of ``num_steps`` decode steps of ``n`` requests from ``first_context``
+        tokens, one ``step_time`` call per step (a cost model without ``decode_step_times``)."""
         step_time = self.cost.step_time
         num = float(n)
-        ends: list[float] = []
-        dts: list[float] = []
-        first_at = 0  # steps up to the first one that ends at t_ext or later
-        for j in range(1, k_max + 1):
-            dt = dt0 if j == 1 else float(step_time(0.0, num, float(c0 + n * j), 0.0, 0.0))
-            t += dt
-            ends.append(t)
-            dts.append(dt)
-            if t >= t_ext:
-                first_at = first_at or j
-                if t > t_ext:  # the run ends with the first step ending at t_ext or later
-                    return ends[:first_at], dts[:first_at]
-        return ends, dts  # no step ends after t_ext: the whole run, as the array path does
+        return [float(step_time(0.0, num, float(first_context + n * j), 0.0, 0.0))
+                for j in range(num_steps)]
 
     def step_times(self, n: int, context: FloatArray) -> FloatArray:
         """Durations of decode steps of ``n`` requests attending to ``context`` tokens (one

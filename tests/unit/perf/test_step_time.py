@@ -169,3 +169,21 @@ def test_the_dense_float_path_gives_the_general_paths_bits(
 def test_only_dense_single_gpu_models_take_the_float_path() -> None:
     paths = [m._dense is not None for m in _models()]
     assert paths == [True, False, False, False, False]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 1024), st.integers(0, 10**7), st.integers(0, 60))
+def test_decode_step_times_give_one_step_time_call_per_steps_bits(
+    n: int, first: int, num_steps: int
+) -> None:
+    """A short decode run's step times in one call (the dense float path's weights term
+    computed once) are the bits of one step_time call per step, general path included (the
+    models without the float path) and numpy's arrays."""
+    for model in (VllmStepModel(get_gpu("A100-80GB"), get_model("Llama-2-7B")), *_models()):
+        got = model.decode_step_times(n, first, num_steps)
+        contexts = [float(first + n * j) for j in range(num_steps)]
+        assert got == [model.step_time(0.0, float(n), c, 0.0, 0.0) for c in contexts]
+        assert all(type(x) is float for x in got)
+        if num_steps:
+            arr = model.step_time(0.0, float(n), np.array(contexts), 0.0, 0.0)
+            assert got == arr.tolist()
