@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import typer
 
@@ -35,8 +36,56 @@ def user_errors() -> Iterator[None]:
         msg = str(exc)
         if isinstance(exc, KeyError):
             msg = f"missing key {msg}"
+        elif isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+            msg = f"{_short(str(exc.filename))}: {exc.strerror}"  # not "[Errno 17] ..."
         raise fail(msg, 2) from None
     except OSError as exc:  # a path no file system takes (too long, a device, read-only)
         if isinstance(exc, ConnectionError):
             raise
+        if exc.filename is not None and exc.strerror:
+            raise fail(f"{_short(str(exc.filename))}: {exc.strerror}", 2) from None
         raise fail(str(exc), 2) from None
+
+
+def _nearest_existing(path: Path) -> Path | None:
+    for parent in path.parents:
+        if parent.exists():
+            return parent
+    return None
+
+
+def check_out_dir(path: Path | None, flag: str = "--out") -> None:
+    """Before any work: ``path`` can be (or become) a directory. A file there, or a file
+    where one of its folders would go, is one line naming the flag (the work would otherwise
+    be done and then lost at the write)."""
+    if path is None:
+        return
+    try:
+        if path.exists() and not path.is_dir():
+            raise CliError(f"{flag}: {path} is a file, not a directory")
+        parent = _nearest_existing(path) if not path.exists() else None
+    except OSError as exc:
+        raise CliError(f"{flag}: {_short(str(path))}: {exc.strerror or exc}") from None
+    if parent is not None and not parent.is_dir():
+        raise CliError(f"{flag}: {parent} is a file, not a directory")
+
+
+def check_out_file(path: Path | None, flag: str = "--out") -> None:
+    """Before any work: ``path`` can be written as a file (its folders are created): not a
+    directory, not under a file."""
+    if path is None:
+        return
+    if str(path) in ("", "."):
+        raise CliError(f"{flag}: give a file name")
+    try:
+        if path.is_dir():
+            raise CliError(f"{flag}: {path} is a directory; give a file name")
+        parent = _nearest_existing(path)
+    except OSError as exc:
+        raise CliError(f"{flag}: {_short(str(path))}: {exc.strerror or exc}") from None
+    if parent is not None and not parent.is_dir():
+        raise CliError(f"{flag}: {parent} is a file, not a directory")
+
+
+def _short(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from kvbudget.cli.errors import CliError, fail, user_errors
+from kvbudget.cli.errors import CliError, check_out_dir, check_out_file, fail, user_errors
 from kvbudget.cli.options import (
     ClientsOpt,
     ThinkTimeOpt,
@@ -58,7 +58,7 @@ CapacityOpt = Annotated[int | None, typer.Option(
     "--capacity-tokens", help="Gateway budget in tokens (default: the server's KV capacity).")]
 InFlightOpt = Annotated[int, typer.Option(
     "--max-in-flight", help="Safety cap on requests streaming at once.")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the prompts' token ids.")]
+SeedOpt = Annotated[int, typer.Option("--seed", min=0, help="Seed of the prompts' token ids.")]
 TimeoutOpt = Annotated[float, typer.Option(
     "--read-timeout", help="Seconds of silence after which a stream counts as timed out.")]
 LeaseOpt = Annotated[float | None, typer.Option(
@@ -234,6 +234,14 @@ def load_trace_workload(trace: Path, trace_args: TraceArgs, tier: str, time_scal
     return scale_time(load_trace(trace, options).workload, time_scale)
 
 
+def _key_given(api_key: str | None) -> bool:
+    """Whether the command line gave ``--api-key`` (not ``KVBUDGET_API_KEY``, which a shell
+    may export for every command)."""
+    import os
+
+    return api_key is not None and api_key != os.environ.get("KVBUDGET_API_KEY")
+
+
 def _progress(total: int, desc: str) -> Any:
     from tqdm import tqdm
 
@@ -367,6 +375,7 @@ def replay_cmd(
 ) -> None:
     """Replay a trace through an admission policy against a live OpenAI-compatible server."""
     with user_errors():
+        check_out_dir(out)
         target = _target(url, model, api_key, read_timeout)
         setup = with_clients(gateway_setup(scenario, policy, params), clients)
         workload = load_trace_workload(trace, trace_args, tier, time_scale)
@@ -448,6 +457,10 @@ def calibrate_cmd(
         with user_errors():
             if url is not None:
                 raise CliError("--url and --records exclude each other")
+            check_out_file(out)
+            if _key_given(api_key) or read_timeout != 600.0:
+                flag = "--api-key" if _key_given(api_key) else "--read-timeout"
+                raise CliError(f"{flag} applies to a live calibration (--url), not to --records")
             setup = recorded.recorded_setup(
                 records, records_format=records_format, columns=columns, tier=tier, seed=seed,
                 gpu=gpu, model=model or None, scenario=scenario, overrides=overrides,
@@ -462,6 +475,7 @@ def calibrate_cmd(
     with user_errors():
         if url is None:
             raise CliError("give --url (a live server) or --records (a recorded run)")
+        check_out_file(out)
         from kvbudget.live.calibrate import CalibrationPlan
 
         plan = CalibrationPlan(
@@ -475,6 +489,7 @@ def calibrate_cmd(
         )
         target = _target(url, model, api_key, read_timeout)
         cal = _calibrate_with_bar(target, plan, capacity_tokens)
+        out.parent.mkdir(parents=True, exist_ok=True)
         cal.save(out)
     _print_calibration(cal, target, out)
 
@@ -593,7 +608,9 @@ def validate_cmd(
         with user_errors():
             if url is not None or trace is not None:
                 raise CliError("--records excludes --url and --trace")
+            check_out_dir(out)
             live_only = {"--format": trace_format is not None,
+                         "--api-key": _key_given(api_key), "--read-timeout": read_timeout != 600.0,
                          "--max-output": max_output is not None, "--time-scale": time_scale != 1.0,
                          "--capacity-tokens": capacity_tokens is not None,
                          "--max-in-flight": max_in_flight != 256, "--poll-period": poll_period != 1.0,
@@ -627,6 +644,7 @@ def validate_cmd(
         )
         from kvbudget.studies.validate import compare_live_validation
 
+        check_out_dir(out)
         if out.exists() and any(out.iterdir()):
             raise CliError(f"{out}: already exists and is not empty; choose another --out")
         if correct_drift and not speed_check:

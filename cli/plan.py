@@ -5,7 +5,7 @@ from typing import Annotated, Any
 
 import typer
 
-from kvbudget.cli.errors import CliError, fail, user_errors
+from kvbudget.cli.errors import CliError, check_out_dir, fail, user_errors
 from kvbudget.cli.options import (
     MAX_REPLICATIONS,
     AddressOpt,
@@ -79,6 +79,7 @@ def plan_cmd(
     from kvbudget.studies.tune import Constraint
 
     with user_errors():
+        check_out_dir(out)
         if setup.trace_args.rate_scales() is not None and len(
                 setup.trace_args.rate_scales() or ()) > 1:
             raise CliError("--rate-scale: plan takes one load")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from kvbudget.cli.errors import CliError, fail, user_errors
+from kvbudget.cli.errors import CliError, check_out_file, fail, user_errors
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -190,6 +190,8 @@ def register(app: typer.Typer) -> None:
         )
 
         with user_errors():
+            check_out_file(out)
+            check_out_file(fit_out, "--fit-out")
             defaults = ProfileGrid()
             grid = ProfileGrid(
                 prefill_tokens=_int_list("--prefill-tokens", prefill_tokens)
@@ -260,5 +262,7 @@ def register(app: typer.Typer) -> None:
         from kvbudget.live.profiler import read_profile
 
         with user_errors():
+            check_out_file(out)
             profile = read_profile(profile_path)
+            out.parent.mkdir(parents=True, exist_ok=True)
             fit_profile_to_file(profile, out, gpu=gpu, model=model, profile_path=profile_path)

@@ -245,6 +245,7 @@ def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: fl
     rows = None if holdout is None else setup.recording.fit_rows(holdout)
     cal = fit(setup, kind, rows=rows, max_evals=max_evals, fit_overhead=fit_overhead,
               desc="calibrate")
+    out.parent.mkdir(parents=True, exist_ok=True)
     cal.save(out, setup.recording, setup.config, policy=setup.policy, holdout=holdout)
     _print_fit(cal)
     print_comparison(cal.table, f"in sample ({cal.num_rows} requests):")

@@ -5,7 +5,7 @@ from typing import Annotated
 
 import typer
 
-from kvbudget.cli.errors import user_errors
+from kvbudget.cli.errors import check_out_dir, user_errors
 
 
 def report_cmd(
@@ -28,6 +28,8 @@ def report_cmd(
     """Write one self-contained HTML report (figures embedded) and PNGs for one or more runs."""
     with user_errors():
         from kvbudget.analysis.report import build_report
+
+        check_out_dir(out)
         from kvbudget.cli.progress import Bar
 
         bar = Bar("report", None, unit="step")

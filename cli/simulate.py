@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from kvbudget.cli.errors import CliError, user_errors
+from kvbudget.cli.errors import CliError, check_out_dir, user_errors
 from kvbudget.cli.options import (
     MAX_REPLICATIONS,
     AddressOpt,
@@ -110,6 +110,7 @@ def simulate_cmd(
     from kvbudget.cli.tables import render_summaries
 
     with user_errors():
+        check_out_dir(out)
         scn = setup.build(policy=policy, seed=seed)
         result = run_one(scn, None, scn.spec.policy)
         if out is not None:
@@ -192,6 +193,7 @@ def compare_cmd(
     with user_errors():
         names = _check_policies(policies)
         _check_executor(executor, address, jobs, replications)
+        check_out_dir(out)
         scn = setup.build(seed=seed)
         if replications == 1:
             result = compare(scn, names, metrics=metric)

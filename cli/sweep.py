@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from kvbudget.cli.errors import CliError, fail, user_errors
+from kvbudget.cli.errors import CliError, check_out_dir, fail, user_errors
 from kvbudget.cli.options import (
     MAX_REPLICATIONS,
     AddressOpt,
@@ -112,6 +112,7 @@ def sweep_cmd(
     from kvbudget.studies.sweep import Axis, SweepPlan, parse_axis, run_sweep, summarize_points
 
     with user_errors():
+        check_out_dir(out)
         scn = setup.build(with_rate_scale=False)
         scales = setup.trace_args.rate_scales()
         rate_scale = None if scales is None else ",".join(f"{v:g}" for v in scales)
@@ -217,7 +218,7 @@ def tune_cmd(
         int, typer.Option("--validate", min=0, max=MAX_REPLICATIONS, help="Fresh seeds to re-check the winner.")
     ] = 5,
     confidence: Annotated[
-        float, typer.Option("--confidence", help="Level of the t intervals.")
+        float, typer.Option("--confidence", min=0.5, max=0.999, help="Level of the t intervals.")
     ] = 0.95,
     seed: SeedOpt = None,
     executor: ExecutorOpt = "local",
@@ -237,6 +238,7 @@ def tune_cmd(
     from kvbudget.studies.tune import Constraint, Param, TuneSpec, evaluations_frame, tune
 
     with user_errors():
+        check_out_dir(out)
         if policy is not None:
             _policies(policy)
         scn = setup.build(policy=policy)
@@ -334,6 +336,7 @@ def capacity_cmd(
     with user_errors():
         from kvbudget.studies.tune import Constraint
 
+        check_out_dir(out)
         names = _policies(policies)
         if setup.trace_args.rate_scales() is not None:
             raise CliError("--rate-scale: capacity searches the load itself")

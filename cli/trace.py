@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from kvbudget.cli.errors import CliError, user_errors
+from kvbudget.cli.errors import CliError, check_out_file, user_errors
 from kvbudget.cli.options import TraceArgs, with_trace_options
 
 if TYPE_CHECKING:
@@ -139,6 +139,7 @@ def convert_command(
     with user_errors():
         from kvbudget.workloads.traces import load_trace, save_workload
 
+        check_out_file(out)
         options = build_trace_options(trace_args, seed)
         loaded = load_trace(file, options)
         _warn(loaded)
@@ -189,6 +190,7 @@ def synth_command(
         from kvbudget.workloads.spec import build_workload, parse_workload_spec
         from kvbudget.workloads.traces import save_workload
 
+        check_out_file(out)
         if duration_s is not None and num_requests is not None:
             raise CliError("--duration-s and --num-requests exclude each other (each replaces "
                            "the other): give one")
@@ -233,6 +235,15 @@ def fetch_command(
     with user_errors():
         from kvbudget.workloads.fetch import SOURCES, fetch
 
+        if list_sources:
+            given = [flag for flag, on in (("NAME", name is not None),
+                                           ("--dest", dest != Path(".")),
+                                           ("--base-url", base_url is not None),
+                                           ("--sha256", sha256 is not None),
+                                           ("--force", force)) if on]
+            if given:  # --list downloads nothing: they would be ignored
+                raise CliError(f"--list lists the traces and downloads nothing: drop "
+                               f"{', '.join(given)}")
         if list_sources or name is None:
             import textwrap
 

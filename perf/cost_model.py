@@ -247,7 +247,13 @@ def load_cost_model(path: Path) -> CostModel:
     """Read a cost-model file written by :func:`save_cost_model`; errors name the field."""
     try:
         payload = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except OSError as exc:
+        raise ValueError(f"{path}: not a readable cost-model JSON file "
+                         f"({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not a cost-model JSON file (not UTF-8 text: byte "
+                         f"{exc.start})") from None
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise ValueError(f"{path}: not a readable cost-model JSON file ({exc})") from None
     kind = payload.get("kind") if isinstance(payload, dict) else None
     if kind == "vllm-v1":

@@ -823,8 +823,18 @@ def is_preset(name: str) -> bool:
     return key in _bundled_files() or ("/" in key and key in _repo_ids())
 
 
+def _path_is(text: str, kind: str) -> bool:
+    """``Path(text).is_dir()`` / ``is_file()``, false for a name no file system takes (too
+    long, a NUL byte) instead of an ``OSError``."""
+    try:
+        path = Path(text).expanduser()
+        return path.is_dir() if kind == "dir" else path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def _looks_like_path(text: str) -> bool:
-    return text.endswith(".json") or text.startswith((".", "/", "~")) or Path(text).is_dir()
+    return text.endswith(".json") or text.startswith((".", "/", "~")) or _path_is(text, "dir")
 
 
 @lru_cache(maxsize=64)
@@ -840,7 +850,7 @@ def get_model(name_or_path: str) -> ModelSpec:
         return _load_bundled(files[_repo_ids()[key]])
     if not name_or_path.strip():
         raise ValueError("model: empty name")
-    if _looks_like_path(name_or_path) or Path(name_or_path).expanduser().is_file():
+    if _looks_like_path(name_or_path) or _path_is(name_or_path, "file"):
         return load_model_config(name_or_path)
     raise ValueError(
         f"unknown model preset {name_or_path!r} (and no such config.json file); known presets: "

@@ -349,10 +349,12 @@ def _meets(constraint: Any, value: Any) -> bool:
 
 @dataclass(frozen=True)
 class Scenario:
-    """A validated scenario; ``base_dir`` resolves relative paths in it."""
+    """A validated scenario; ``base_dir`` resolves relative paths in it; ``source`` is the file
+    it was read from (``None`` for the embedded default), named by the workload's errors."""
 
     spec: ScenarioSpec
     base_dir: Path
+    source: str | None = None
 
     @property
     def name(self) -> str:
@@ -421,6 +423,18 @@ class Scenario:
         return make_policy(name)
 
     def workload(self) -> Workload:
+        if self.source is None:
+            return self._workload()
+        from kvbudget.workloads.errors import TraceError
+
+        try:
+            return self._workload()
+        except TraceError:
+            raise  # names the trace file, its line and field
+        except ValueError as exc:  # a field of [workload]: the file first, as every other
+            raise ValueError(f"{self.source}: {exc}") from None
+
+    def _workload(self) -> Workload:
         plain = _plain_trace(self.spec.workload)
         if plain is not None:
             # ``kind = "trace"`` with only ``path`` (and ``format``): the spec's defaults are
@@ -443,10 +457,13 @@ class Scenario:
         """A preset name as it is; a config.json path relative to the scenario file's folder."""
         from kvbudget.perf.models import is_preset
 
-        if is_preset(value):
+        if is_preset(value) or not value.strip():
+            return value  # an empty name is refused by name, not read as this folder
+        try:
+            path = self._path(str(Path(value).expanduser()))
+            return str(path) if path.exists() else value
+        except (OSError, ValueError):  # a name no file system takes (too long, a NUL byte)
             return value
-        path = self._path(str(Path(value).expanduser()))
-        return str(path) if path.exists() else value
 
     def _path(self, value: str) -> Path:
         p = Path(value)
@@ -556,11 +573,12 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
 
 
 def scenario_from_dict(
-    data: Mapping[str, Any], base_dir: Path, overrides: Sequence[str] = ()
+    data: Mapping[str, Any], base_dir: Path, overrides: Sequence[str] = (), *,
+    source: str | Path | None = None,
 ) -> Scenario:
     merged = apply_overrides(dict(data), overrides)
     spec = validate_spec(merged)
-    scenario = Scenario(spec, base_dir)
+    scenario = Scenario(spec, base_dir, None if source is None else str(source))
     # fail early on bad names and values that only the library checks
     try:
         scenario.sim_config()
@@ -598,18 +616,30 @@ def _check_workload_tiers(workload: Mapping[str, Any], known: set[str]) -> None:
                              f"{', '.join(sorted(known))} (add a [[tiers]] table for it)")
 
 
-def load_scenario(path: Path, overrides: Sequence[str] = ()) -> Scenario:
-    """Read and validate a TOML scenario file; errors name the file and the field."""
+def _read_toml(path: Path) -> dict[str, Any]:
+    """A scenario file's tables; each way it cannot be read is one line naming the file."""
     import tomllib
 
     try:
-        data = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no such scenario file") from None
-    except tomllib.TOMLDecodeError as exc:
+    except IsADirectoryError:
+        raise ValueError(f"{path}: is a directory, not a scenario file") from None
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read the scenario file ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not a TOML scenario file (not UTF-8 text: byte "
+                         f"{exc.start})") from None
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:
         raise ValueError(f"{path}: not valid TOML ({exc})") from None
+
+
+def load_scenario(path: Path, overrides: Sequence[str] = ()) -> Scenario:
+    """Read and validate a TOML scenario file; errors name the file and the field."""
+    data = _read_toml(path)
     try:
-        return scenario_from_dict(data, path.resolve().parent, overrides)
+        return scenario_from_dict(data, path.resolve().parent, overrides, source=path)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
 
@@ -636,6 +666,14 @@ def default_scenario(overrides: Sequence[str] = ()) -> Scenario:
     """The embedded default scenario (what ``kvbudget simulate`` runs with no arguments), with
     ``key=value`` overrides applied as ``--set`` applies them."""
     return scenario_from_dict(default_scenario_dict(), Path.cwd(), overrides)
+
+
+def _exists(text: str) -> bool:
+    """Whether ``text`` names an existing path; false for a name no file system takes."""
+    try:
+        return Path(text).expanduser().exists()
+    except (OSError, ValueError):
+        return False
 
 
 ENGINE_FLAG_KEYS: tuple[str, ...] = (
@@ -679,14 +717,7 @@ def make_scenario(
     (``key=value``), applied before the keyword values. Errors name the file and the field.
     """
     if scenario is not None:
-        import tomllib
-
-        try:
-            data: dict[str, Any] = tomllib.loads(Path(scenario).read_text())
-        except FileNotFoundError:
-            raise FileNotFoundError(f"{scenario}: no such scenario file") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ValueError(f"{scenario}: not valid TOML ({exc})") from None
+        data: dict[str, Any] = _read_toml(Path(scenario))
         base = Path(scenario).resolve().parent
     else:
         data = default_scenario_dict(workload=trace is None)
@@ -702,9 +733,9 @@ def make_scenario(
     if model is not None:
         from kvbudget.perf.models import is_preset
 
-        if not is_preset(model) and Path(model).expanduser().exists():
+        if not is_preset(model) and model.strip() and _exists(model):
             model = str(Path(model).expanduser().resolve())  # a config.json, from here
-    if gpu is not None and gpu.endswith((".json", ".toml")) and Path(gpu).exists():
+    if gpu is not None and gpu.endswith((".json", ".toml")) and _exists(gpu):
         gpu = str(Path(gpu).resolve())  # a GPU file, from here
     for key, value in (("gpu", gpu), ("model", model), ("seed", seed),
                        ("engine_defaults", engine_defaults), ("frontend", frontend)):
@@ -729,7 +760,7 @@ def make_scenario(
                              "scenario whose [workload] has kind = \"trace\"")
         workload["options"] = {**workload.get("options", {}), **trace_options}
     try:
-        return scenario_from_dict(data, base, [*overrides, *flags])
+        return scenario_from_dict(data, base, [*overrides, *flags], source=scenario)
     except ValueError as exc:
         where = f"{scenario}: " if scenario is not None else ""
         raise ValueError(f"{where}{exc}") from None

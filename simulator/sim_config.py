@@ -110,8 +110,9 @@ class SimConfig:
                 f"frontend_overhead_s must be >= 0, got {self.frontend_overhead_s!r}"
             )
         get_gpu(self.gpu)
+        model = get_model(self.model)  # its errors name the preset or the file
         try:
-            get_model(self.model).check_tensor_parallel(self.engine.tensor_parallel_size)
+            model.check_tensor_parallel(self.engine.tensor_parallel_size)
         except ValueError as exc:
             raise ValueError(f"engine.{exc}") from None
         tiers = tier_map(self.tiers)

@@ -34,6 +34,8 @@ FloatArray = npt.NDArray[np.float64]
 MAX_REQUESTS = 20_000_000
 """Most requests one draw may produce (about 1 GB of workload columns)."""
 _MAX_CHUNK = 1_000_000
+MAX_SPAN_S = 10 * 365.25 * 86400.0
+"""The longest span a draw may cover (ten years, as a trace may: longer is a wrong unit)."""
 
 
 @runtime_checkable
@@ -75,10 +77,17 @@ def check_limits(num_requests: int | None, duration_s: float | None, mean_rate: 
     if duration_s is not None:
         _require(isinstance(duration_s, int | float) and math.isfinite(duration_s)
                  and duration_s > 0, "duration_s", "must be > 0", duration_s)
+        _require(duration_s <= MAX_SPAN_S, "duration_s", f"must be <= {MAX_SPAN_S:.4g} s (ten "
+                 "years: beyond any deployment's trace)", duration_s)
         expected = mean_rate * duration_s
         if num_requests is None and expected > MAX_REQUESTS:
             raise SpecError("duration_s", f"at {mean_rate:g} req/s would draw about "
                             f"{expected:,.0f} requests (more than {MAX_REQUESTS:,})", duration_s)
+    if (num_requests is not None and num_requests > 1 and duration_s is None
+            and mean_rate > 0 and (num_requests - 1) / mean_rate > MAX_SPAN_S):
+        raise SpecError("rate_rps", f"is too low for {num_requests:,} requests: they would "
+                        f"span about {(num_requests - 1) / mean_rate:.3g} s (over ten years, "
+                        "beyond any deployment's trace)", mean_rate)
 
 
 def _expected(n: int | None, duration_s: float | None, rate: float) -> float:

@@ -229,3 +229,128 @@ def test_regress_reports_never_overwrite_a_file_they_did_not_write(
     assert code == 0, stderr
     assert md.read_text().startswith("## kvbudget regress")
     assert 'tests="0"' not in xml.read_text() and "<testcase" in xml.read_text()
+
+
+# --- output paths: checked before any work, one line naming the flag --------------------------
+@pytest.fixture(scope="module")
+def fx(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("fx")
+    (root / "a_file").write_text("x")
+    (root / "garbage.bin").write_bytes(bytes(range(256)) * 4)
+    (root / "scn.toml").write_text(_toml(small_scenario_dict(n=8, name="scn")))
+    (root / "trace.csv").write_text("arrival_s,prompt_tokens,output_tokens\n0,10,2\n1,20,3\n")
+    (root / "rec.csv").write_text("arrival_s,prompt_tokens,output_tokens,ttft_s,e2e_s\n"
+                                  "0,100,10,0.05,0.3\n1,120,12,0.05,0.35\n")
+    code, _, stderr = run("simulate", "--scenario", root / "scn.toml", "--out", root / "run")
+    assert code == 0, stderr
+    return {p.name: p for p in root.iterdir()}
+
+
+DIR_COMMANDS = {
+    "simulate": lambda f, o: ["simulate", "--scenario", f["scn.toml"], "--out", o],
+    "compare": lambda f, o: ["compare", "--scenario", f["scn.toml"], "--policies", "unlimited",
+                             "--out", o],
+    "sweep": lambda f, o: ["sweep", "--scenario", f["scn.toml"], "--grid", "seed=1",
+                           "--out", o, "--no-plot"],
+    "report": lambda f, o: ["report", f["run"], "--out", o],
+    "validate --records": lambda f, o: ["validate", "--records", f["rec.csv"], "--out", o],
+    "replay": lambda f, o: ["replay", "--url", "http://127.0.0.1:9", "--trace", f["trace.csv"],
+                            "--out", o],
+}
+FILE_COMMANDS = {
+    "calibrate --records": lambda f, o: ["calibrate", "--records", f["rec.csv"], "--out", o,
+                                         "--max-evals", "1"],
+    "trace convert": lambda f, o: ["trace", "convert", f["trace.csv"], "--out", o],
+    "trace synth": lambda f, o: ["trace", "synth", "--num-requests", "3", "--out", o],
+}
+
+
+@pytest.mark.parametrize("command", sorted(DIR_COMMANDS))
+@pytest.mark.parametrize("where", ["a file", "under a file"])
+def test_an_output_directory_that_cannot_be_one_is_refused_first(
+        fx: dict[str, Path], command: str, where: str) -> None:
+    out = fx["a_file"] if where == "a file" else fx["a_file"] / "sub"
+    code, _, stderr = run(*DIR_COMMANDS[command](fx, out))
+    assert_clean_error(code, stderr, "--out", str(fx["a_file"]), "is a file, not a directory")
+    assert fx["a_file"].read_text() == "x"
+
+
+@pytest.mark.parametrize("command", sorted(FILE_COMMANDS))
+def test_an_output_file_that_cannot_be_one_is_refused_first(fx: dict[str, Path],
+                                                            command: str) -> None:
+    code, _, stderr = run(*FILE_COMMANDS[command](fx, fx["run"]))
+    assert_clean_error(code, stderr, "--out", "is a directory")
+    code, _, stderr = run(*FILE_COMMANDS[command](fx, fx["a_file"] / "x.csv"))
+    assert_clean_error(code, stderr, "--out", "is a file, not a directory")
+
+
+def test_an_output_file_in_a_new_folder_is_written(fx: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "new" / "deeper" / "cost.json"  # the folders are made, not an Errno 2
+    code, _, stderr = run(*FILE_COMMANDS["calibrate --records"](fx, out))
+    assert code == 0, stderr
+    assert out.is_file()
+
+
+# --- files of the wrong kind where a scenario or cost model is due -----------------------------
+@pytest.mark.parametrize("flag", ["--scenario", "--cost-model"])
+@pytest.mark.parametrize("kind", ["garbage.bin", "run", "under a file"])
+def test_unreadable_input_files_are_one_line_naming_them(fx: dict[str, Path], flag: str,
+                                                         kind: str) -> None:
+    path = fx["a_file"] / "x" if kind == "under a file" else fx[kind]
+    code, _, stderr = run("simulate", flag, path)
+    assert_clean_error(code, stderr, str(path))
+    assert "codec" not in stderr and "Errno" not in stderr
+
+
+def test_an_empty_scenario_file_names_itself(tmp_path: Path) -> None:
+    path = tmp_path / "empty.toml"
+    path.write_text("")
+    code, _, stderr = run("simulate", "--scenario", path)
+    assert_clean_error(code, stderr, str(path), "workload.kind")
+
+
+@pytest.mark.parametrize(("model", "needle"), [
+    ("", "model: empty name"),
+    ("zzz", "unknown model preset 'zzz'"),
+    ("a" * 3000, "unknown model preset"),
+])
+def test_model_names_that_are_no_preset_or_file(model: str, needle: str) -> None:
+    code, _, stderr = run("simulate", *TINY, "--model", model)
+    assert_clean_error(code, stderr, needle)
+    assert "engine." not in stderr and "Errno" not in stderr
+
+
+# --- flags that would be ignored or that no study can use --------------------------------------
+def test_validate_records_refuses_live_only_flags(fx: dict[str, Path], tmp_path: Path) -> None:
+    for flag, value in (("--read-timeout", "-1"), ("--api-key", "sk-secret-1")):
+        code, _, stderr = run("validate", "--records", fx["rec.csv"], "--out", tmp_path / "v",
+                              flag, value)
+        assert_clean_error(code, stderr, flag, "--records")
+        assert "sk-secret-1" not in stderr
+    code, _, stderr = run("calibrate", "--records", fx["rec.csv"], "--out", tmp_path / "c.json",
+                          "--read-timeout", "0")
+    assert_clean_error(code, stderr, "--read-timeout")
+
+
+def test_tune_confidence_is_a_level(fx: dict[str, Path], tmp_path: Path) -> None:
+    code, _, stderr = run("tune", "--scenario", fx["scn.toml"], "--param",
+                          "policy_params.overcommit_ratio=0.5:1", "--out", tmp_path / "t",
+                          "--confidence", "1e-300")
+    assert code == 2 and "--confidence" in stderr
+
+
+def test_fetch_list_refuses_what_it_would_ignore() -> None:
+    code, _, stderr = run("trace", "fetch", "--list", "--sha256", "abc")
+    assert_clean_error(code, stderr, "--list", "--sha256")
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--rate-rps", "1e-300", "--num-requests", "5"], "rate_rps"),
+    (["--duration-s", "1e12", "--rate-rps", "1e-9"], "duration_s"),
+])
+def test_synth_refuses_a_workload_spanning_centuries(tmp_path: Path, args: list[str],
+                                                     needle: str) -> None:
+    out = tmp_path / "s.jsonl"
+    code, _, stderr = run("trace", "synth", *args, "--out", out)
+    assert_clean_error(code, stderr, needle, "ten years")
+    assert not out.exists()
