@@ -377,6 +377,15 @@ async def stream_completion(
     events = 0
     done = False
     loop = asyncio.get_running_loop()
+
+    def ended(kind: ErrorKind, error: str) -> StreamResult:
+        """The stream ends here as a failed request, with the tokens it counted so far."""
+        res.finished_s = clock()
+        res.error = error
+        res.error_kind = kind
+        res.output_tokens = counted
+        return res
+
     try:
         # ``read_timeout_s`` between two pieces of output, not only between two bytes: a server
         # that drips keep-alive bytes (or one line a byte at a time) without ever sending a
@@ -420,26 +429,15 @@ async def stream_completion(
                 try:
                     payload = json.loads(data)
                 except ValueError:
-                    res.finished_s = clock()
-                    res.error = f"malformed stream event: {target.redact(data)[:120]!r}"
-                    res.error_kind = "protocol"
-                    res.output_tokens = counted
-                    return res
+                    return ended("protocol",
+                                 f"malformed stream event: {target.redact(data)[:120]!r}")
                 message = _error_message(payload)
                 if message:
-                    res.finished_s = clock()
-                    res.error = f"stream error: {target.redact(message)[:200]}"
-                    res.error_kind = "stream_error"
-                    res.output_tokens = counted
-                    return res
+                    return ended("stream_error", f"stream error: {target.redact(message)[:200]}")
                 problem = _event_problem(payload, max_tokens, len(prompt_ids))
                 if problem:
-                    res.finished_s = clock()
-                    res.error = target.redact(f"malformed stream event ({problem}): "
-                                              f"{target.redact(data)[:120]!r}")
-                    res.error_kind = "protocol"
-                    res.output_tokens = counted
-                    return res
+                    return ended("protocol", target.redact(
+                        f"malformed stream event ({problem}): {target.redact(data)[:120]!r}"))
                 choices = payload.get("choices") or []
                 usage = payload.get("usage")
                 has_usage = isinstance(usage, dict) and usage.get("completion_tokens") is not None
@@ -452,12 +450,8 @@ async def stream_completion(
                     text_chunks + (token_chunk and bool(choices[0].get("text"))),
                     counted + (token_chunk and not has_usage), max_tokens)
                 if problem:
-                    res.finished_s = clock()
-                    res.error = target.redact(f"malformed stream event ({problem}): "
-                                              f"{target.redact(data)[:120]!r}")
-                    res.error_kind = "protocol"
-                    res.output_tokens = counted
-                    return res
+                    return ended("protocol", target.redact(
+                        f"malformed stream event ({problem}): {target.redact(data)[:120]!r}"))
                 if choices or has_usage:
                     progress.reschedule(loop.time() + target.read_timeout_s)
                 if choices:
