@@ -144,13 +144,14 @@ class DecodeRunPlanner:
         numbers (:meth:`group_alloc_plan` and :meth:`cut_to_free`, plus ``used_now``); its step
         times are :meth:`steps_small`'s."""
         bs = self.block_size
-        used = [used_now]
-        taken = 0  # blocks taken in steps 1..j
-        for j in range(1, k_max):
-            taken += hist[(-step - j) % bs]
-            if taken > free:  # step j runs out of blocks: the run is steps 0..j-1
-                break
-            used.append(used_now + taken)
+        # step j takes hist[(-step - j) % bs] blocks: hist read backwards from step 1's entry,
+        # round and round
+        r = (-step - 1) % bs
+        turn = hist[r::-1] + hist[:r:-1]
+        per_step = (turn * -(-(k_max - 1) // bs))[: k_max - 1]
+        used = list(accumulate(per_step, initial=used_now))
+        if used[-1] - used_now > free:  # the first step that runs out of blocks ends the run
+            del used[max(1, bisect.bisect_right(used, used_now + free)):]
         return used
 
     def steps_small(

@@ -493,3 +493,23 @@ def test_short_decode_run_step_times_match_the_array_path(
     got_ends, got_dts = planner.steps_small(n, c0, k_max, t, t_ext, dt0)
     assert got_ends == ends[:k].tolist()
     assert got_dts == dts[:k].tolist()
+
+
+@SETTINGS
+@given(
+    st.sampled_from([1, 4, 16, 32]).flatmap(
+        lambda bs: st.tuples(st.just(bs), st.lists(st.integers(0, 40), min_size=bs, max_size=bs))),
+    st.integers(0, 10**6),
+    st.integers(1, GROUP_SMALL_K),
+    st.integers(0, 400),
+    st.integers(0, 10**5),
+)
+def test_a_short_group_runs_blocks_are_the_array_plans(
+    bs_hist: tuple[int, list[int]], step: int, k_max: int, free: int, used_now: int
+) -> None:
+    """:meth:`DecodeRunPlanner.group_used_small` (Python numbers) gives the blocks in use of
+    :meth:`group_alloc_plan` cut by :meth:`cut_to_free` (arrays), plus those in use now."""
+    bs, hist = bs_hist
+    planner = DecodeRunPlanner(LinearCostModel(0.003, 1e-4, 2e-4, 3e-8), bs)
+    want = used_now + planner.cut_to_free(planner.group_alloc_plan(hist, step, k_max), free)
+    assert planner.group_used_small(hist, step, k_max, free, used_now) == want.tolist()
