@@ -217,12 +217,6 @@ def test_skip_ahead_matches_step_by_step_in_a_fleet(
         fleet=FleetConfig(num_replicas, router=router, budget=budget),  # type: ignore[arg-type]
         lease_ttl_s=lease_ttl_s,
     )
-    if name in ("tgi", "trtllm") and budget == "global":
-        # TGI and TensorRT-LLM (GUARANTEED_NO_EVICT) reserve prompt + max_output for a
-        # request; one larger than a replica's KV never starts, and only a gateway no larger
-        # than a replica refuses it (a fleet's global gateway holds the sum of the replicas)
-        assert engine.num_gpu_blocks is not None
-        cfg = replace(cfg, gateway_capacity_tokens=engine.num_gpu_blocks * engine.block_size)
     assert_skip_ahead_matches_stepping(w, cfg, drawn, params)
 
 
