@@ -41,6 +41,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal, Protocol
 
+from kvbudget.policies.tiers import MAX_LIMIT_S, check_limit
+
+MAX_ATTEMPTS = 10_000
+"""No client retries a request more often (the SDKs' defaults are 2 or 3 retries)."""
+MAX_MULTIPLIER = 100.0
+"""No backoff grows faster per attempt (the SDKs double it)."""
+
 Answer = Literal["overloaded_retryable", "overloaded", "too_large", "backend_error", "timeout"]
 ANSWERS: tuple[Answer, ...] = (
     "overloaded_retryable",
@@ -96,6 +103,15 @@ class ClientModel:
     budget_s: float | None = None
 
     def __post_init__(self) -> None:
+        for name in ("timeout_s", "budget_s", "max_retry_after_s", "initial_backoff_s",
+                     "max_backoff_s", "multiplier", "jitter_fraction", "max_attempts"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool)
+                                      or not isinstance(value, int | float)):
+                raise ValueError(f"{name} must be a number, got {value!r}")
+        if not isinstance(self.honor_retry_after, bool):
+            raise ValueError(f"honor_retry_after must be true or false, got "
+                             f"{self.honor_retry_after!r}")
         object.__setattr__(self, "retry_on", tuple(self.retry_on))
         for answer in self.retry_on:
             if answer not in ANSWERS:
@@ -121,6 +137,11 @@ class ClientModel:
             raise ValueError(f"backoff must be one of {list(_BACKOFFS)}, got {self.backoff!r}")
         if self.jitter not in _JITTERS:
             raise ValueError(f"jitter must be one of {list(_JITTERS)}, got {self.jitter!r}")
+        for name in ("timeout_s", "budget_s", "max_retry_after_s", "initial_backoff_s",
+                     "max_backoff_s"):
+            check_limit(name, getattr(self, name), MAX_LIMIT_S, "s")
+        check_limit("max_attempts", self.max_attempts, MAX_ATTEMPTS, "attempts")
+        check_limit("multiplier", self.multiplier, MAX_MULTIPLIER, "")
         if self.retry_on and self.max_attempts is None and self.budget_s is None:
             raise ValueError("a client that retries needs max_attempts or budget_s (or both)")
         if self.retry_on and self.max_attempts is None and self.max_backoff_s == 0:

@@ -22,8 +22,8 @@ def check_limit(field: str, value: object, bound: float, unit: str) -> None:
     the caller checks the sign and finiteness)."""
     if isinstance(value, int | float) and value > bound:
         raise ValueError(
-            f"{field} must be <= {bound:,.0f} {unit} (beyond any real deployment), "
-            f"got {value!r}"
+            f"{field} must be <= {bound:,.0f}{' ' + unit if unit else ''} (beyond any real "
+            f"deployment), got {value!r}"
         )
 
 

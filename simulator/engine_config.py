@@ -23,6 +23,11 @@ MAX_BLOCK_SIZE = 65_536
 MAX_KV_TOKENS = 2**40
 """About 10^12 tokens of KV cache: more than a petabyte at any model's bytes per token."""
 MAX_COUNT = 2**31 - 1
+MAX_SWAP_SPACE_GIB = 65_536.0
+"""64 TiB of host memory per GPU for swapped-out KV blocks: more than any server has."""
+MAX_CONSERVATIVENESS = 100.0
+"""SGLang's ``--schedule-conservativeness`` scales its new-token-ratio estimate (default 1.0);
+a hundred times more conservative admits next to nothing."""
 """Bound of the scheduler's counts (``max_num_seqs``, ``max_num_batched_tokens``)."""
 
 
@@ -138,8 +143,14 @@ class EngineConfig:
             raise ValueError(f"preemption_mode 'swap' is vLLM's; engine {self.name!r} recomputes")
         if self.name == "vllm-swap" and self.enable_prefix_caching:
             raise ValueError("enable_prefix_caching is not modelled with swap preemption")
-        if not self.swap_space_gib >= 0:
-            raise ValueError(f"swap_space_gib must be >= 0, got {self.swap_space_gib!r}")
+        if not 0 <= self.swap_space_gib <= MAX_SWAP_SPACE_GIB:
+            raise ValueError(f"swap_space_gib must be in [0, {MAX_SWAP_SPACE_GIB:g}] GiB (more "
+                             f"host memory than any server has), got {self.swap_space_gib!r}")
+        if not 0 < self.schedule_conservativeness <= MAX_CONSERVATIVENESS:
+            raise ValueError(
+                f"schedule_conservativeness must be in (0, {MAX_CONSERVATIVENESS:g}] (SGLang's "
+                f"default is 1.0), got {self.schedule_conservativeness!r}"
+            )
         if not self.schedule_conservativeness > 0:
             raise ValueError(
                 f"schedule_conservativeness must be > 0, got {self.schedule_conservativeness!r}"

@@ -133,6 +133,9 @@ class SimConfig:
         if not 0 < self.timeline_period_s < float("inf"):
             raise ValueError(
                 f"timeline_period_s must be > 0 and finite, got {self.timeline_period_s!r}")
+        if self.timeline_period_s > 86_400.0:
+            raise ValueError(f"timeline_period_s must be <= 86,400 s (a sample a day at the "
+                             f"most), got {self.timeline_period_s!r}")
         if self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed!r}")
         if self.fleet is not None:

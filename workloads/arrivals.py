@@ -34,6 +34,8 @@ FloatArray = npt.NDArray[np.float64]
 MAX_REQUESTS = 20_000_000
 """Most requests one draw may produce (about 1 GB of workload columns)."""
 _MAX_CHUNK = 1_000_000
+MAX_RATE_RPS = 1e7
+"""The highest arrival rate: ten million requests a second, beyond any gateway's."""
 MAX_SPAN_S = 10 * 365.25 * 86400.0
 """The longest span a draw may cover (ten years, as a trace may: longer is a wrong unit)."""
 
@@ -62,9 +64,14 @@ def _require(ok: bool, name: str, problem: str, value: object) -> None:
 
 
 def _rate(name: str, value: float, *, allow_zero: bool = False) -> None:
-    ok = isinstance(value, int | float) and math.isfinite(value)
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     ok = ok and (value >= 0 if allow_zero else value > 0)
     _require(ok, name, "must be >= 0" if allow_zero else "must be > 0", value)
+    timed = name.endswith("_s")
+    bound = MAX_SPAN_S if timed else MAX_RATE_RPS
+    what = "ten years" if timed else "ten million requests a second"
+    _require(value <= bound, name, f"must be <= {bound:.4g} ({what}: beyond any deployment)",
+             value)
 
 
 def check_limits(num_requests: int | None, duration_s: float | None, mean_rate: float) -> None:

@@ -92,7 +92,7 @@ def _resolve(path: str, base_dir: Path | None) -> Path:
 
 class PoissonSpec(_Model):
     kind: Literal["poisson"] = "poisson"
-    rate_rps: float = Field(gt=0)
+    rate_rps: float = Field(gt=0, le=arr.MAX_RATE_RPS)
 
     def build(self, base_dir: Path | None = None) -> arr.ArrivalProcess:
         return arr.PoissonArrivals(self.rate_rps)
@@ -100,7 +100,7 @@ class PoissonSpec(_Model):
 
 class GammaSpec(_Model):
     kind: Literal["gamma"] = "gamma"
-    rate_rps: float = Field(gt=0)
+    rate_rps: float = Field(gt=0, le=arr.MAX_RATE_RPS)
     cv: float = Field(ge=0.01, le=100)
 
     def build(self, base_dir: Path | None = None) -> arr.ArrivalProcess:
@@ -109,7 +109,7 @@ class GammaSpec(_Model):
 
 class ConstantSpec(_Model):
     kind: Literal["constant"] = "constant"
-    rate_rps: float = Field(gt=0)
+    rate_rps: float = Field(gt=0, le=arr.MAX_RATE_RPS)
 
     def build(self, base_dir: Path | None = None) -> arr.ArrivalProcess:
         return arr.ConstantArrivals(self.rate_rps)
@@ -117,10 +117,10 @@ class ConstantSpec(_Model):
 
 class OnOffSpec(_Model):
     kind: Literal["onoff"] = "onoff"
-    on_rate_rps: float = Field(gt=0)
-    off_rate_rps: float = Field(default=0.0, ge=0)
-    mean_on_s: float = Field(gt=0)
-    mean_off_s: float = Field(gt=0)
+    on_rate_rps: float = Field(gt=0, le=arr.MAX_RATE_RPS)
+    off_rate_rps: float = Field(default=0.0, ge=0, le=arr.MAX_RATE_RPS)
+    mean_on_s: float = Field(gt=0, le=arr.MAX_SPAN_S)
+    mean_off_s: float = Field(gt=0, le=arr.MAX_SPAN_S)
     start: Literal["on", "off", "stationary"] = "stationary"
 
     def build(self, base_dir: Path | None = None) -> arr.ArrivalProcess:
@@ -130,9 +130,9 @@ class OnOffSpec(_Model):
 
 class DiurnalSpec(_Model):
     kind: Literal["diurnal"] = "diurnal"
-    mean_rate_rps: float = Field(gt=0)
+    mean_rate_rps: float = Field(gt=0, le=arr.MAX_RATE_RPS)
     amplitude: float = Field(default=0.5, ge=0, le=1)
-    period_s: float = Field(default=86_400.0, gt=0)
+    period_s: float = Field(default=86_400.0, gt=0, le=arr.MAX_SPAN_S)
     peak_s: float = 14 * 3600.0
     start_s: float = 0.0
 

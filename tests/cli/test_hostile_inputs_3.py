@@ -354,3 +354,47 @@ def test_synth_refuses_a_workload_spanning_centuries(tmp_path: Path, args: list[
     code, _, stderr = run("trace", "synth", *args, "--out", out)
     assert_clean_error(code, stderr, needle, "ten years")
     assert not out.exists()
+
+
+# --- scenario fields beyond any deployment (the campaign's scenario round) ----------------------
+@pytest.mark.parametrize(("expr", "needle"), [
+    ("engine.swap_space_gib=1e300", "swap_space_gib"),
+    ("engine.swap_space_gib=inf", "swap_space_gib"),
+    ("engine.schedule_conservativeness=1e300", "schedule_conservativeness"),
+    ("timeline_period_s=1e300", "timeline_period_s"),
+    ("workload.arrival.rate_rps=1e300", "workload.arrival.rate_rps"),
+    ("clients.interactive={preset='impatient-user',timeout_s=true}", "timeout_s"),
+    ("clients.interactive={preset='impatient-user',timeout_s=1e300}", "timeout_s"),
+    ("clients.batch={preset='openai-sdk',max_attempts=100000000}", "max_attempts"),
+    ("clients.batch={preset='openai-sdk',honor_retry_after=1}", "honor_retry_after"),
+])
+def test_scenario_values_beyond_any_deployment_are_refused(expr: str, needle: str) -> None:
+    code, _, stderr = run("simulate", *TINY, "--set", expr)
+    assert_clean_error(code, stderr, needle)
+
+
+def test_the_library_bounds_client_models_too() -> None:
+    from kvbudget.policies.clients import ClientModel
+
+    with pytest.raises(ValueError, match="max_backoff_s must be <= 86,400"):
+        ClientModel(max_backoff_s=1e9)
+    with pytest.raises(ValueError, match="max_attempts must be a number"):
+        ClientModel(max_attempts=True)  # type: ignore[arg-type]
+    ClientModel(timeout_s=86_400.0, max_attempts=10_000)
+
+
+def test_a_deadline_centuries_after_its_arrival_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "dl.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tokens,deadline_s\n0,10,2,5\n1,10,2,1e300\n")
+    code, _, stderr = run("trace", "stats", path)
+    assert_clean_error(code, stderr, "dl.csv", "line 3", "deadline_s", "ten years")
+
+
+def test_a_parquet_column_of_booleans_is_no_token_count(tmp_path: Path) -> None:
+    import pandas as pd
+
+    path = tmp_path / "b.parquet"
+    pd.DataFrame({"arrival_s": [0.0, 1.0], "prompt_tokens": [True, True],
+                  "output_tokens": [5, 5]}).to_parquet(path)
+    code, _, stderr = run("trace", "stats", path)
+    assert_clean_error(code, stderr, "b.parquet", "prompt_tokens", "true/false")

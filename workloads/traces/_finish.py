@@ -275,6 +275,13 @@ def _check_relations(raw: RawTrace, keep: npt.NDArray[np.bool_]) -> None:
             row = int(np.argmax(bad))
             raise _error(raw, row, "deadline_s",
                          f"{raw.deadline[row]:g} is before arrival_s {raw.arrival[row]:g}")
+        with np.errstate(invalid="ignore"):
+            far = keep & ~np.isnan(raw.deadline) & (raw.deadline - raw.arrival > MAX_SPAN_S)
+        if far.any():
+            row = int(np.argmax(far))
+            raise _error(raw, row, "deadline_s",
+                         f"{raw.deadline[row]:g} is over ten years after arrival_s "
+                         f"{raw.arrival[row]:g} (leave it empty for no deadline)")
     if raw.request_id is not None:
         ids = raw.request_id[keep]
         ordered = np.sort(ids)

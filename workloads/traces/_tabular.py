@@ -365,6 +365,8 @@ def _parquet_numbers(path: Path, col: Any, name: str) -> np.ndarray[Any, np.dtyp
     import pyarrow as pa
 
     arr = col.combine_chunks() if col.num_chunks else pa.array([], pa.float64())
+    if pa.types.is_boolean(arr.type):  # true is not one token, nor one second
+        raise TraceError(path, "must be numbers, got a column of true/false", field=name)
     if pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type) or pa.types.is_null(
             arr.type):
         # Unsafe: integers beyond 2**53 round (then fail the range checks) instead of raising.
