@@ -42,10 +42,11 @@ import simpy
 
 from kvbudget.perf.cost_model import CostModel
 from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.exact_sum import ExactSum
 from kvbudget.simulator.prefix_cache import PrefixCaching
 from kvbudget.simulator.request_queue import make_request_queue
 from kvbudget.simulator.serving import FloatArray, IntArray
-from kvbudget.simulator.small_arrays import concat, isum
+from kvbudget.simulator.small_arrays import isum
 from kvbudget.simulator.timeline import Timeline, TimelineRow
 
 __all__ = ["Engine", "EngineHooks", "FloatArray", "IntArray", "TokenGaps"]
@@ -224,12 +225,13 @@ class Engine:
         self._wake: simpy.Event | None = None
         self.t = 0.0
         self.num_steps = 0
-        # timeline and exact time integrals (their terms, summed with math.fsum at the end)
+        # timeline and exact time integrals: running exact sums (ExactSum, math.fsum's value)
+        # whose terms wait in lists the loop appends to, folded at each timeline sample
         self._timeline = Timeline(timeline_period_s, self.capacity_tokens, self.block_size)
-        self._kv_terms: list[FloatArray] = []
-        self._kv_scalar_terms: list[float] = []
-        self._hol_terms: list[FloatArray] = []
-        self._hol_scalar_terms: list[float] = []
+        self._kv_sum = ExactSum()
+        self._hol_sum = ExactSum()
+        self._kv_scalar_terms = self._kv_sum.scalars
+        self._hol_scalar_terms = self._hol_sum.scalars
         # inter-token gaps (ITL): while a request gets a token in consecutive steps (a
         # segment, from step ``_seg_start``), its token number k (``num_output_tokens``) came
         # at step ``_seg_base + k``, so the decode runs and the decode group keep it without a
@@ -357,15 +359,17 @@ class Engine:
         """Exact total of the steps during which the waiting head could not start for lack of
         KV memory, free or (TGI, TensorRT-LLM, SGLang) reserved or estimated: every engine here
         stops at the first waiting request that does not fit, so it blocks those behind it."""
-        return math.fsum(self._hol_scalar_terms + concat(self._hol_terms))
+        return self._hol_sum.value()
 
     def kv_token_seconds(self) -> float:
-        """Exact integral of KV tokens in use over time (blocks x block_size x seconds)."""
-        return math.fsum(self.kv_token_second_terms())
+        """Exact integral of KV tokens in use over time (blocks x block_size x seconds),
+        rounded once (``math.fsum`` of its per-step terms)."""
+        return self._kv_sum.value()
 
-    def kv_token_second_terms(self) -> list[float]:
-        """The terms of :meth:`kv_token_seconds`: KV tokens in use times seconds, per step."""
-        return self._kv_scalar_terms + concat(self._kv_terms)
+    def kv_token_seconds_exact(self) -> int:
+        """:meth:`kv_token_seconds` before rounding: exactly, in units of
+        ``2**-exact_sum.EXPONENT_BIAS`` (a fleet adds its replicas' and rounds once)."""
+        return self._kv_sum.exact()
 
     def stats(self) -> dict[str, object]:
         """Engine figures for the summary's ``engine`` block."""
@@ -788,7 +792,14 @@ class Engine:
         if self._timeline.next_s < t1:  # a sample is due
             self._timeline.sample_step(t1, used_now, reserved, counts, self.num_preemptions_total)
             self._flush_step_ends()
+            self._fold_terms()
         return t1
+
+    def _fold_terms(self) -> None:
+        """Fold the time integrals' waiting terms into their exact sums once there are many
+        (at timeline samples: memory that does not grow with the run's steps)."""
+        self._kv_sum.fold_if_many()
+        self._hol_sum.fold_if_many()
 
     def _wait(self, t1: float) -> Generator[simpy.Event, Any, None]:
         """Wait for the step in flight to end at ``t1``."""

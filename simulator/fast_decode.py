@@ -405,12 +405,13 @@ class SkipAheadEngine(Engine):
             if self._hol_blocked:
                 self._hol_scalar_terms.extend(dts)
         else:
-            self._kv_terms.append(dts * (np.asarray(used) * self.block_size))
+            self._kv_sum.arrays.append(dts * (np.asarray(used) * self.block_size))
             if self._hol_blocked:
-                self._hol_terms.append(dts)
+                self._hol_sum.arrays.append(np.asarray(dts, np.float64))
         if self._timeline.next_s < self.t:  # a sample is due
             self._timeline.sample_steps(step_end, used, reserved, counts, self.num_preemptions_total)
             self._flush_step_ends()
+            self._fold_terms()
 
     def _commit_run(
         self, rows: IntArray, k: int, decode: DecodeRows, finishes: bool, extra: int | None,

@@ -58,6 +58,7 @@ from kvbudget.policies import (
 )
 from kvbudget.simulator.engine import Engine, EngineHooks, FloatArray, IntArray
 from kvbudget.simulator.engine_variants import ENGINE_CLASSES, engine_inputs, make_engine
+from kvbudget.simulator.exact_sum import to_float
 from kvbudget.simulator.serving import TimelineRow
 from kvbudget.simulator.sim_config import ROUTERS, FleetConfig, RouterName, SimConfig
 from kvbudget.workloads import Workload
@@ -583,10 +584,9 @@ class Fleet:
         )
 
     def kv_token_seconds(self) -> float:
-        terms: list[float] = []
-        for e in self.replicas:
-            terms.extend(e.kv_token_second_terms())
-        return math.fsum(terms)
+        """The replicas' integrals added exactly, rounded once (``math.fsum`` of all their
+        terms)."""
+        return to_float(sum(e.kv_token_seconds_exact() for e in self.replicas))
 
     @property
     def timeline(self) -> list[TimelineRow]:

@@ -30,7 +30,3 @@ def imax(a: IntArray) -> int:
     """``int(a.max())``, cheaper for small ``a``."""
     return max(a.tolist()) if len(a) <= SMALL_N else int(np.maximum.reduce(a))
 
-
-def concat(arrays: list[npt.NDArray[np.float64]]) -> list[float]:
-    """The elements of ``arrays``, in order, as one list (one ``tolist`` for them all)."""
-    return np.concatenate(arrays).tolist() if arrays else []
