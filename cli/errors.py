@@ -39,6 +39,9 @@ def user_errors() -> Iterator[None]:
         elif isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
             msg = f"{_short(str(exc.filename))}: {exc.strerror}"  # not "[Errno 17] ..."
         raise fail(msg, 2) from None
+    except RecursionError:  # a reader without its own guard met a document nested too deep
+        raise fail("an input file is nested too deeply to read (over a thousand levels of "
+                   "lists or tables)", 2) from None
     except OSError as exc:  # a path no file system takes (too long, a device, read-only)
         if isinstance(exc, ConnectionError):
             raise

@@ -130,7 +130,7 @@ def _policy(name: str, params: list[str] | None) -> "BasePolicy":
             raise CliError(f"--param: expected key=value, got {item!r}")
         try:
             values[key.strip()] = json.loads(raw)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             values[key.strip()] = raw
     return make_policy(name, values)
 

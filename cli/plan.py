@@ -84,6 +84,8 @@ def plan_cmd(
                 setup.trace_args.rate_scales() or ()) > 1:
             raise CliError("--rate-scale: plan takes one load")
         scn = setup.build()
+        from kvbudget.studies.plan import MAX_PRICE
+
         table = read_prices(prices) if prices is not None else dict(DEFAULT_PRICES)
         for item in price or []:
             gpu, sep, usd = item.partition("=")
@@ -91,8 +93,9 @@ def plan_cmd(
                 table[gpu.strip()] = float(usd)
             except ValueError:
                 raise CliError(f"--price must be GPU=USD, got {item!r}") from None
-            if not sep or not table[gpu.strip()] > 0:
-                raise CliError(f"--price must be GPU=USD with USD > 0, got {item!r}")
+            if not sep or not gpu.strip() or not 0 < table[gpu.strip()] <= MAX_PRICE:
+                raise CliError(f"--price must be GPU=USD with 0 < USD <= {MAX_PRICE:g}, got "
+                               f"{item!r}")
         names: tuple[str, ...] = ()
         if policies is not None:
             from kvbudget.cli.sweep import _policies

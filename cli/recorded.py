@@ -128,7 +128,7 @@ def _param_values(params: list[str] | None) -> dict[str, Any]:
         key, _, raw = item.partition("=")
         try:
             values[key.strip()] = json.loads(raw)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             values[key.strip()] = raw
     return values
 

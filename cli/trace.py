@@ -161,7 +161,7 @@ def _synth_spec(spec_file: Path | None) -> dict[str, Any]:
     with spec_file.open("rb") as fh:
         try:
             doc = tomllib.load(fh)
-        except tomllib.TOMLDecodeError as exc:
+        except (tomllib.TOMLDecodeError, RecursionError) as exc:
             raise CliError(f"{spec_file}: not valid TOML ({exc})") from None
     table = doc.get("workload", doc)
     if not isinstance(table, dict):

@@ -33,11 +33,21 @@ TRANSPORT_ERRORS: frozenset[str] = frozenset({"connect", "reset", "timeout"})
 
 def redact_url(url: str) -> str:
     """``url`` without the ``user:password@`` part, for printing (also when the scheme is
-    missing: ``user:password@host:8000``)."""
+    missing: ``user:password@host:8000``), and without what follows a ``?`` or ``#`` (a query
+    may carry a key: ``?api_key=...``)."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         scheme, rest = "", url
+    for mark in ("?", "#"):
+        head, found, _ = rest.partition(mark)
+        rest = f"{head}{mark}***" if found else rest
     netloc, slash, tail = rest.partition("/")
+    if not slash:  # a query straight after the host (http://host?key=...)
+        for mark in ("?", "#"):
+            netloc, found, _ = netloc.partition(mark)
+            if found:
+                tail, slash = f"{mark}***", ""
+                break
     return f"{scheme}{sep}{netloc.rpartition('@')[2]}{slash}{tail}"
 
 
@@ -403,7 +413,7 @@ async def stream_completion(
                 detail = ""
                 try:
                     detail = _error_message(json.loads(raw))
-                except ValueError:
+                except (ValueError, RecursionError):
                     detail = raw[:65536].decode("utf-8", "replace").strip()
                 # a server may echo the request's headers: redact, then cut
                 detail = target.redact(detail)[:200]
@@ -428,7 +438,7 @@ async def stream_completion(
                     break
                 try:
                     payload = json.loads(data)
-                except ValueError:
+                except (ValueError, RecursionError):
                     return ended("protocol",
                                  f"malformed stream event: {target.redact(data)[:120]!r}")
                 message = _error_message(payload)

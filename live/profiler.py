@@ -229,7 +229,7 @@ def read_profile(path: Path) -> Profile:
     if meta_path.is_file():
         try:
             loaded = json.loads(meta_path.read_text())
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:
             raise ValueError(f"{meta_path}: not valid JSON ({exc})") from None
         if not isinstance(loaded, dict):
             raise ValueError(f"{meta_path}: must hold a JSON object")

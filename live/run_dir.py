@@ -64,7 +64,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
             continue
         try:
             row = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             if number == len(lines):
                 break  # the write in progress when the process died
             raise ValueError(f"{path}:{number}: not a JSON object") from None

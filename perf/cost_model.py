@@ -57,6 +57,12 @@ class CostModel(Protocol):
     def describe(self) -> dict[str, Any]: ...
 
 
+MAX_COEFFICIENT_S = 1.0
+"""The largest linear coefficient: a second per step, token or sequence, beyond any engine (a
+larger one would simulate a run for ages)."""
+MAX_FRONTEND_OVERHEAD_S = 60.0
+"""The largest ``frontend_overhead_s`` a cost-model file may give."""
+
 @dataclass(frozen=True, slots=True)
 class LinearCostModel:
     """``t = intercept_s + sum(coef * feature)``: explicit coefficients, fitted by calibration.
@@ -88,8 +94,11 @@ class LinearCostModel:
             "per_prefill_seq_s",
         ):
             value = getattr(self, name)
-            if not (np.isfinite(value) and value >= 0):
+            if isinstance(value, bool) or not (np.isfinite(value) and value >= 0):
                 raise ValueError(f"cost model coefficient {name} must be >= 0, got {value!r}")
+            if value > MAX_COEFFICIENT_S:
+                raise ValueError(f"cost model coefficient {name} must be <= "
+                                 f"{MAX_COEFFICIENT_S:g} s (beyond any engine), got {value!r}")
         if self.intercept_s <= 0:
             raise ValueError(f"cost model intercept_s must be > 0, got {self.intercept_s!r}")
 
@@ -240,6 +249,10 @@ def read_frontend_overhead(path: Path) -> float:
         np.isfinite(value) and value >= 0
     ):
         raise ValueError(f"{path}: field 'frontend_overhead_s' must be a number >= 0")
+    if value > MAX_FRONTEND_OVERHEAD_S:
+        raise ValueError(f"{path}: field 'frontend_overhead_s' must be <= "
+                         f"{MAX_FRONTEND_OVERHEAD_S:g} s (an API server adding a minute to "
+                         f"every request is beyond any deployment), got {value!r}")
     return float(value)
 
 

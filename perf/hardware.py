@@ -34,6 +34,12 @@ DTYPES = ("bf16", "fp16", "fp8")
 WEIGHT_ONLY_DTYPES = ("int4", "int8", "mxfp4", "nvfp4", "awq", "gptq")
 
 
+# A thousand times the largest GPU of the table (B200: 192 GB, 8 TB/s, 2.25 PFLOP/s dense
+# BF16): a figure beyond these is a unit slip (bytes for gigabytes), refused naming the field.
+MAX_MEMORY_BYTES = 2.0**48
+MAX_BANDWIDTH_BYTES_S = 1e16
+MAX_FLOPS = 1e19
+
 @dataclass(frozen=True, slots=True)
 class GPUSpec:
     """One GPU as the step-time model and the KV sizing see it.
@@ -71,10 +77,25 @@ class GPUSpec:
                 raise ValueError(f"GPU {self.name!r}: {field_name} must be > 0, got {value!r}")
         for field_name in ("fp16_flops", "fp8_flops", "interconnect_bandwidth_bytes_s"):
             value = getattr(self, field_name)
-            if value is not None and not value > 0:
+            if value is not None and (isinstance(value, bool) or not isinstance(
+                    value, int | float) or not value > 0):
                 raise ValueError(f"GPU {self.name!r}: {field_name} must be > 0, got {value!r}")
+        for field_name, bound in (("memory_bytes", MAX_MEMORY_BYTES),
+                                  ("hbm_bandwidth_bytes_s", MAX_BANDWIDTH_BYTES_S),
+                                  ("pcie_bandwidth_bytes_s", MAX_BANDWIDTH_BYTES_S),
+                                  ("interconnect_bandwidth_bytes_s", MAX_BANDWIDTH_BYTES_S),
+                                  ("bf16_flops", MAX_FLOPS), ("fp16_flops", MAX_FLOPS),
+                                  ("fp8_flops", MAX_FLOPS)):
+            value = getattr(self, field_name)
+            if value is not None and not value <= bound:
+                raise ValueError(f"GPU {self.name!r}: {field_name} must be <= {bound:.3g} "
+                                 f"(a thousand times any GPU's), got {value!r}")
         for field_name in ("mem_efficiency", "gemm_efficiency"):
             value = getattr(self, field_name)
+            if value is not None and (isinstance(value, bool) or not isinstance(
+                    value, int | float)):
+                raise ValueError(f"GPU {self.name!r}: {field_name} must be a number in (0, 1], "
+                                 f"got {value!r}")
             if value is not None and not 0 < value <= 1:
                 raise ValueError(
                     f"GPU {self.name!r}: {field_name} must be in (0, 1], got {value!r}"
@@ -289,10 +310,14 @@ def load_gpu_file(path: Path) -> GPUSpec:
             raw = tomllib.loads(text)
         else:
             raw = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise ValueError(f"{path}: not a valid {path.suffix[1:].upper()} file ({exc})") from None
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: a GPU file holds one table of fields")
+    for key, value in raw.items():  # pydantic's lax mode would read true as 1 FLOP/s
+        if isinstance(value, bool):
+            raise ValueError(f"{path}: field {key!r}: expected a number or a name, got "
+                             f"{str(value).lower()}")
     try:
         spec = _GPUFile.model_validate(raw)
     except ValidationError as exc:

@@ -809,8 +809,10 @@ def load_model_config(path: str | Path, name: str | None = None) -> ModelSpec:
         raise ModelConfigError(f"{p}: cannot read it ({exc.strerror})") from None
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ModelConfigError(f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except (json.JSONDecodeError, RecursionError) as exc:
+        where = (f"line {exc.lineno}: {exc.msg}" if isinstance(exc, json.JSONDecodeError)
+                 else "nested too deeply")
+        raise ModelConfigError(f"{p}: not valid JSON ({where})") from None
     if name is None:
         name = p.parent.name if p.name == "config.json" and p.parent.name else p.stem
     return model_from_config(data, name=name, source=str(p))

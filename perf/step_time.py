@@ -139,6 +139,11 @@ class _Terms:
     comm_per_token_s: float
 
 
+MAX_OVERHEAD_S = 1.0
+"""The largest fixed time a step, a layer or an all-reduce may add: a second, a thousand times
+what vLLM's steps measure (about 0.1-1 ms); beyond it a step model would simulate for ages."""
+
+
 @dataclass(frozen=True, slots=True)
 class VllmStepModel:
     """vLLM v1's step time on ``gpu`` for ``model`` (see the module docstring).
@@ -208,6 +213,9 @@ class VllmStepModel:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"step model {name} must be >= 0, got {value!r}")
+            if value > MAX_OVERHEAD_S:
+                raise ValueError(f"step model {name} must be <= {MAX_OVERHEAD_S:g} s (a "
+                                 f"thousand times any measured engine's), got {value!r}")
         object.__setattr__(self, "_terms", self._compute_terms())
         # experts read per step for 0 .. EXPERT_TABLE_SIZE - 1 tokens, computed once: floats
         # and arrays then read the same values (and a step costs a lookup, not a power)
@@ -445,6 +453,8 @@ class VllmStepModel:
         for key, value in params.items():
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ValueError(f"field 'parameters.{key}' must be a number")
+            if not math.isfinite(value):  # NaN means "the GPU's default" only in code
+                raise ValueError(f"field 'parameters.{key}' must be finite, got {value!r}")
         ints: dict[str, int] = {}
         for key in ("tensor_parallel_size", "expert_parallel_size"):
             value = payload.get(key, 1)

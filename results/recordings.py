@@ -55,6 +55,7 @@ import numpy.typing as npt
 
 from kvbudget.results.records import RECORD_COLUMNS
 from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.errors import json_problem as _json_problem
 from kvbudget.workloads.traces.options import CANONICAL_COLUMNS, TraceOptions
 from kvbudget.workloads.workload import Workload
 
@@ -253,7 +254,7 @@ def detect_recording_format(path: Path) -> str:
         # a JSON document, or JSON lines (each line a request)
         try:
             doc = json.loads(text.split(b"\n", 1)[0])
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
             doc = _load_json(path)
         if isinstance(doc, dict):
             if "benchmarks" in doc:
@@ -275,8 +276,9 @@ def detect_recording_format(path: Path) -> str:
 def _load_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise TraceError(path, f"not valid JSON ({exc.msg})", line=exc.lineno) from None
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise TraceError(path, f"not valid JSON ({_json_problem(exc)})",
+                         line=getattr(exc, "lineno", 1)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise TraceError(path, f"cannot be read ({exc})") from None
 
@@ -352,7 +354,12 @@ def _read_records(path: Path, columns: Mapping[str, str], default_tier: str) -> 
         if kind == "jsonl":
             from kvbudget.workloads.traces._jsonl import read_jsonl_columns
 
-            first = json.loads(facts.first_line)
+            try:
+                first = json.loads(facts.first_line)
+            except (ValueError, RecursionError) as exc:
+                raise ValueError(f"{path}: line 1: not a JSON object ({exc})") from None
+            if not isinstance(first, dict):
+                raise ValueError(f"{path}: line 1: not a JSON object")
             present = [c for c in wanted if names[c] in first]
             jcols = read_jsonl_columns(facts, {names[c]: wanted[c] for c in present},  # type: ignore[misc]
                                        fmt="records", required=[])

@@ -316,7 +316,7 @@ def read_run(run_dir: Path) -> RunResult:
     _check_types(tl, TIMELINE_COLUMNS, paths[1], pa)
     try:
         summary = json.loads(paths[2].read_bytes().decode("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise ValueError(f"{paths[2]}: not valid JSON ({exc})") from None
     rec = {c: req.column(c).to_numpy(zero_copy_only=False) for c in req.column_names}
     tim = {c: tl.column(c).to_numpy(zero_copy_only=False) for c in tl.column_names}

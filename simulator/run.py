@@ -46,6 +46,7 @@ from kvbudget.simulator.sim_config import FleetConfig, SimConfig, gateway_config
 
 if TYPE_CHECKING:
     # loaded only by a run that has them (client models, a closed loop)
+    from kvbudget.perf.cost_model import CostModel
     from kvbudget.policies.clients import Answer
     from kvbudget.simulator.clients import _Clients
     from kvbudget.workloads.closed_loop import ClosedLoop
@@ -635,7 +636,31 @@ def simulate(
         raise ValueError("the workload has no requests")
     config = config or SimConfig()
     _check_timeline_size(workload, config.timeline_period_s)
+    if config.cost_model is not None or config.gpu.endswith((".json", ".toml")) or (
+            config.model.endswith(".json") or "/" in config.model):
+        _check_step_time(config.resolved_cost_model(),  # figures from a file: bounded
+                         f"gpu {config.gpu}, model {config.model}"
+                         + ("" if config.cost_model is None else ", the given cost model"))
     return _Simulation(workload, policy, config, progress).run(wall_start)
+
+
+MAX_STEP_S = 600.0
+"""The longest engine step one short request may take (ten minutes, against milliseconds on any
+GPU): a cost model, GPU or model file beyond it is off by orders of magnitude, and would
+simulate for hours (or, at 1e300 s a step, never end)."""
+
+
+def _check_step_time(cost: CostModel, where: str) -> None:
+    """A prefill of 1,024 tokens and a decode step of one sequence at 1,024 tokens of context
+    each take a finite time under :data:`MAX_STEP_S`."""
+    prefill = float(cost.step_time(1024.0, 0.0, 0.0, 1024.0 * 1024.0 / 2, 1.0))
+    decode = float(cost.step_time(0.0, 1.0, 1024.0, 0.0, 0.0))
+    worst = max(prefill, decode)
+    if not (math.isfinite(prefill) and math.isfinite(decode) and worst <= MAX_STEP_S):
+        raise ValueError(
+            f"the step-time model takes {worst:.3g} s for one step of a single 1,024-token "
+            f"request (at most {MAX_STEP_S:g} s; {where}): a figure of the cost model, GPU or "
+            "model is off by orders of magnitude")
 
 
 MAX_TIMELINE_SAMPLES = 10_000_000

@@ -542,10 +542,10 @@ def parse_override(item: str) -> tuple[list[str], Any]:
 
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):
         try:
             value = json.loads(raw)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             value = raw
     return path, value
 

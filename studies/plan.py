@@ -92,15 +92,25 @@ TABLE_FILE = "plan.csv"
 RUNS_FILE = "runs.parquet"
 
 
+MAX_PRICE = 1e6
+"""The dearest GPU-hour a price table may name (dollars): far beyond any cloud's list price."""
+
+
 def read_prices(path: Path) -> dict[str, float]:
     """A price table file: TOML or JSON, ``GPU = dollars per GPU-hour`` (a ``[prices]`` table
     or the top level)."""
     import tomllib
 
-    text = path.read_text()
     try:
+        text = path.read_text()
         data: Any = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such price table") from None
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read the price table ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not a price table (not UTF-8 text: byte {exc.start})") from None
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
         raise ValueError(f"{path}: not a valid price table ({exc})") from None
     data = data.get("prices", data) if isinstance(data, dict) else data
     if not isinstance(data, dict):
@@ -108,8 +118,9 @@ def read_prices(path: Path) -> dict[str, float]:
     out: dict[str, float] = {}
     for gpu, price in data.items():
         if not (isinstance(price, int | float) and not isinstance(price, bool)
-                and math.isfinite(price) and price > 0):
-            raise ValueError(f"{path}: {gpu}: price must be a number > 0, got {price!r}")
+                and math.isfinite(price) and 0 < price <= MAX_PRICE):
+            raise ValueError(f"{path}: {gpu}: price must be a number in (0, {MAX_PRICE:g}] "
+                             f"dollars per GPU-hour, got {price!r}")
         out[str(gpu)] = float(price)
     return out
 

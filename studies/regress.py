@@ -262,12 +262,12 @@ def _read_data(path: Path) -> dict[str, Any]:
     if path.suffix == ".json":
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:
             raise RegressInputError(f"{path}: not valid JSON ({exc})") from None
     else:
         try:
             data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
+        except (tomllib.TOMLDecodeError, RecursionError) as exc:
             raise RegressInputError(f"{path}: not valid TOML ({exc})") from None
     if not isinstance(data, dict):
         raise RegressInputError(f"{path}: expected a table/object at the top level")

@@ -65,3 +65,10 @@ def show(value: object) -> str:
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
         return str(int(value))
     return repr(value)
+
+
+def json_problem(exc: BaseException) -> str:
+    """What is wrong with a JSON document, from ``json``'s error (``msg``) or a
+    ``RecursionError`` (a document nested deeper than the parser goes)."""
+    msg = getattr(exc, "msg", None)
+    return str(msg) if msg else "nested too deeply"

@@ -398,3 +398,120 @@ def test_a_parquet_column_of_booleans_is_no_token_count(tmp_path: Path) -> None:
                   "output_tokens": [5, 5]}).to_parquet(path)
     code, _, stderr = run("trace", "stats", path)
     assert_clean_error(code, stderr, "b.parquet", "prompt_tokens", "true/false")
+
+
+# --- files nested too deeply, cost models and GPUs beyond any engine (the run-dir round) -------
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("where", ["summary.json", "records.json", "trace.jsonl", "gpu.json",
+                                   "config.json", "scenario.toml"])
+def test_a_document_nested_too_deeply_is_one_line_naming_it(fx: dict[str, Path], tmp_path: Path,
+                                                            where: str) -> None:
+    import shutil
+
+    if where == "summary.json":
+        run_dir = tmp_path / "run"
+        shutil.copytree(fx["run"], run_dir)
+        path = run_dir / "summary.json"
+        path.write_text(DEEP)
+        args: list[object] = ["report", run_dir, "--out", tmp_path / "rep"]
+    elif where == "records.json":
+        path = tmp_path / where
+        path.write_text(DEEP)
+        args = ["validate", "--records", path, "--out", tmp_path / "v"]
+    elif where == "trace.jsonl":
+        path = tmp_path / where
+        path.write_text('{"arrival_s": 0, "prompt_tokens": 1, "output_tokens": 1, "x": '
+                        + DEEP + "}\n")
+        args = ["trace", "stats", path]
+    elif where == "gpu.json":
+        path = tmp_path / where
+        path.write_text(DEEP)
+        args = ["simulate", *TINY, "--gpu", path]
+    elif where == "config.json":
+        path = tmp_path / "m" / where
+        path.parent.mkdir()
+        path.write_text(DEEP)
+        args = ["simulate", *TINY, "--model", path]
+    else:
+        path = tmp_path / where
+        path.write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+        args = ["simulate", "--scenario", path]
+    code, _, stderr = run(*args)
+    assert_clean_error(code, stderr, path.name)
+
+
+def _cost_file(tmp_path: Path, fx: dict[str, Path], **params: float) -> Path:
+    import json
+
+    code, _, stderr = run("calibrate", "--records", fx["rec.csv"], "--out",
+                          tmp_path / "cost.json", "--max-evals", "1")
+    assert code == 0, stderr
+    data = json.loads((tmp_path / "cost.json").read_text())
+    for key, value in params.items():
+        if key == "frontend_overhead_s":
+            data[key] = value
+        else:
+            data["parameters"][key] = value
+    out = tmp_path / "bad.json"
+    out.write_text(json.dumps(data))
+    return out
+
+
+@pytest.mark.parametrize(("param", "value", "needle"), [
+    ("step_overhead_s", 1e300, "step_overhead_s must be <= 1 s"),
+    ("layer_overhead_s", 1e300, "layer_overhead_s"),
+    ("gemm_efficiency", float("nan"), "must be finite"),
+    ("frontend_overhead_s", 1e300, "frontend_overhead_s"),
+])
+def test_a_cost_model_beyond_any_engine_is_refused_not_simulated_forever(
+        fx: dict[str, Path], tmp_path: Path, param: str, value: float, needle: str) -> None:
+    path = _cost_file(tmp_path, fx, **{param: value})
+    code, _, stderr = run("simulate", "--scenario", fx["scn.toml"], "--cost-model", path)
+    assert_clean_error(code, stderr, path.name, needle)
+
+
+@pytest.mark.parametrize(("figures", "needle"), [
+    ({"bf16_flops": 1e300}, "bf16_flops must be <="),
+    ({"fp16_flops": True}, "'fp16_flops': expected a number"),
+    ({"hbm_bandwidth_bytes_s": 1.0, "bf16_flops": 1.0}, "step-time model takes"),
+])
+def test_gpu_files_beyond_any_gpu_are_refused(tmp_path: Path, figures: dict[str, object],
+                                              needle: str) -> None:
+    import json
+
+    gpu = {"name": "G", "memory_bytes": 80e9, "hbm_bandwidth_bytes_s": 3.35e12,
+           "bf16_flops": 9.9e14, "pcie_bandwidth_bytes_s": 6.4e10, **figures}
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(gpu))
+    code, _, stderr = run("simulate", *TINY, "--num-gpu-blocks", "1000", "--gpu", path)
+    assert_clean_error(code, stderr, needle)
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--price", "=1"], "--price"),
+    (["--price", "H100-80GB=1e300"], "--price"),
+    (["--prices", "GARBAGE"], "not UTF-8"),
+    (["--prices", "HUGE"], "price must be a number in"),
+])
+def test_plan_prices_beyond_any_cloud_are_refused(fx: dict[str, Path], tmp_path: Path,
+                                                  args: list[str], needle: str) -> None:
+    if args[1] == "GARBAGE":
+        args = [args[0], str(fx["garbage.bin"])]
+    elif args[1] == "HUGE":
+        (tmp_path / "p.toml").write_text("H100-80GB = 1e300\n")
+        args = [args[0], str(tmp_path / "p.toml")]
+    code, _, stderr = run("plan", "--scenario", fx["scn.toml"], "--out", tmp_path / "plan",
+                          "--gpus", "H100-80GB", "--replicas", "1", *args)
+    assert_clean_error(code, stderr, needle)
+
+
+def test_a_key_in_a_server_urls_query_is_never_printed(tmp_path: Path) -> None:
+    from kvbudget.live.openai_client import redact_url
+
+    code, stdout, stderr = run("replay", "--url", "http://127.0.0.1:9/?api_key=sk-SECRET-9",
+                               "--trace", "x.csv", "--out", tmp_path / "r")
+    assert code == 2 and "sk-SECRET-9" not in stdout + stderr, stderr
+    assert redact_url("http://u:pw@h:1?key=S#f") == "http://h:1?***"
+    assert redact_url("http://h:8000/v1") == "http://h:8000/v1"

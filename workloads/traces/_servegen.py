@@ -197,7 +197,7 @@ def _dataset(path: Path) -> dict[float, dict[str, Any]]:
     check_readable(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         line = getattr(exc, "lineno", None)
         raise TraceError(path, f"not valid JSON ({exc})", line=line) from None
     if not isinstance(data, dict) or not data:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.errors import json_problem as _json_problem
 from kvbudget.workloads.traces._csv import CsvColumns, Kind, read_csv_columns, split_header
 from kvbudget.workloads.traces._files import FileFacts, file_facts, line_of_row
 from kvbudget.workloads.traces._finish import DROP_TRUNCATED, RawTrace, Streams
@@ -225,8 +226,8 @@ def load_generic(path: Path, options: TraceOptions, streams: Streams) -> RawTrac
 
         try:
             first = json.loads(facts.first_line)
-        except json.JSONDecodeError as exc:
-            raise TraceError(path, f"not valid JSON ({exc.msg})", line=1) from None
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise TraceError(path, f"not valid JSON ({_json_problem(exc)})", line=1) from None
         keys = set(first) if isinstance(first, dict) else set()
         present = {c for c in CANONICAL_COLUMNS if names[c] in keys}
         for canon in GENERIC_REQUIRED:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.errors import json_problem as _json_problem
 from kvbudget.workloads.traces._files import check_readable, file_facts, is_servegen_path
 from kvbudget.workloads.traces._finish import RawTrace, Streams, finish
 from kvbudget.workloads.traces.options import FORMATS, TraceOptions
@@ -51,8 +52,8 @@ def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
     if first.startswith("{"):
         try:
             record = json.loads(first)
-        except json.JSONDecodeError as exc:
-            raise TraceError(path, f"not valid JSON ({exc.msg})", line=1) from None
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise TraceError(path, f"not valid JSON ({_json_problem(exc)})", line=1) from None
         keys = set(record) if isinstance(record, dict) else set()
         if {"timestamp", "input_length", "output_length"} <= keys:
             return "mooncake"
