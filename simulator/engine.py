@@ -52,6 +52,8 @@ from kvbudget.simulator.timeline import Timeline, TimelineRow
 __all__ = ["Engine", "EngineHooks", "FloatArray", "IntArray", "TokenGaps"]
 
 _NO_SEGMENT = -(1 << 62)
+MERGE_CHUNKS = 256
+"""Chunks of step ends merged into one at a timeline sample once this many have come."""
 
 
 def concat_floats(chunks: list[FloatArray]) -> FloatArray:
@@ -245,6 +247,7 @@ class Engine:
         self._closed_segments: dict[int, list[tuple[int, int]]] = {}
         self._step_end_s: list[float] = []
         self._end_chunks: list[FloatArray] = []
+        self._ends_merged = 0  # the leading chunks that are merges of MERGE_CHUNKS chunks
         # every running request got a token in the last committed step (a start clears it)
         self._synced = False
         self.process = env.process(self._run())
@@ -796,10 +799,17 @@ class Engine:
         return t1
 
     def _fold_terms(self) -> None:
-        """Fold the time integrals' waiting terms into their exact sums once there are many
-        (at timeline samples: memory that does not grow with the run's steps)."""
+        """Fold the time integrals' waiting terms into their exact sums, and merge the chunks
+        of step ends, once there are many (at timeline samples: what a step leaves behind is
+        8 bytes, its end)."""
         self._kv_sum.fold_if_many()
         self._hol_sum.fold_if_many()
+        chunks = self._end_chunks
+        if len(chunks) - self._ends_merged >= MERGE_CHUNKS:
+            # the step ends since the last merge as one array (a chunk holds a few steps'
+            # ends, and an array's own ~100 bytes would double what they take)
+            chunks[self._ends_merged :] = [np.concatenate(chunks[self._ends_merged :])]
+            self._ends_merged += 1
 
     def _wait(self, t1: float) -> Generator[simpy.Event, Any, None]:
         """Wait for the step in flight to end at ``t1``."""
