@@ -118,34 +118,53 @@ def aggregate_token_gaps(
     """The token-gaps table (:data:`kvbudget.results.records.TOKEN_GAP_COLUMNS`) of gap rows
     (``num_gaps[j]`` gaps of ``gap_s[j]`` in tier ``tier_names[tier_code[j]]``): one row per
     distinct (tier, gap), sorted by tier name then gap, rows with no gap dropped."""
-    gap = np.asarray(gap_s, dtype=np.float64)
-    num = np.asarray(num_gaps, dtype=np.int64)
     names = sorted(set(tier_names))
     rank = np.array([names.index(t) for t in tier_names], dtype=np.int64)
-    codes = rank[np.asarray(tier_code, dtype=np.int64)] if gap.size else np.zeros(0, np.int64)
-    keep = num > 0
-    if not keep.all():
-        codes, gap, num = codes[keep], gap[keep], num[keep]
-    # by tier (by name), then by gap within each (equal gaps merge, in any order)
-    parts = []
-    for code in range(len(names)):
-        rows = np.flatnonzero(codes == code) if len(names) > 1 else np.arange(gap.size)
-        parts.append(rows[np.argsort(gap[rows])])
-    order = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-    codes, gap, num = codes[order], gap[order], num[order]
-    if gap.size:
-        new = np.ones(gap.size, np.bool_)
-        new[1:] = (codes[1:] != codes[:-1]) | (gap[1:] != gap[:-1])
-        starts = np.flatnonzero(new)
-        codes, gap, num = codes[starts], gap[starts], np.add.reduceat(num, starts)
+    codes = (rank[np.asarray(tier_code, dtype=np.int64)] if len(gap_s)
+             else np.zeros(0, np.int64))
+    codes, gap, num = merge_gap_rows(codes, gap_s, num_gaps, len(names))
     return {
         # (sorted by tier: each name repeated, cheaper than gathering objects row by row)
         "tier": np.repeat(np.array(names, dtype=object),
                           np.bincount(codes, minlength=len(names))) if names else np.zeros(
             0, dtype=object),
         "gap_s": gap,
-        "num_gaps": num.astype(np.int64),
+        "num_gaps": num,
     }
+
+
+def merge_gap_rows(
+    codes: npt.NDArray[np.int64], gap_s: FloatArray, num_gaps: npt.NDArray[np.int64],
+    num_codes: int,
+) -> tuple[npt.NDArray[np.int64], FloatArray, npt.NDArray[np.int64]]:
+    """Gap rows (``num_gaps[j]`` gaps of ``gap_s[j]`` in group ``codes[j]``, ``0 <= codes <
+    num_codes``) with the rows of equal (code, gap) merged into one (their numbers added) and
+    rows with no gap dropped, sorted by code, then gap. Merging rows first, in any grouping,
+    gives the same result in the end (a fleet merges each replica's before they are joined)."""
+    gap = np.asarray(gap_s, dtype=np.float64)
+    num = np.asarray(num_gaps, dtype=np.int64)
+    codes = np.asarray(codes, dtype=np.int64)
+    keep = num > 0
+    if not keep.all():
+        codes, gap, num = codes[keep], gap[keep], num[keep]
+    # by code, then by gap within each (equal gaps merge, in any order)
+    if num_codes > 1:
+        parts = []
+        for code in range(num_codes):
+            rows = np.flatnonzero(codes == code)
+            parts.append(rows[np.argsort(gap[rows])])
+        order = np.concatenate(parts)
+    else:
+        order = np.argsort(gap)
+    codes, gap, num = codes[order], gap[order], num[order]
+    del order
+    if gap.size:
+        new = np.ones(gap.size, np.bool_)
+        new[1:] = (codes[1:] != codes[:-1]) | (gap[1:] != gap[:-1])
+        starts = np.flatnonzero(new)
+        del new
+        codes, gap, num = codes[starts], gap[starts], np.add.reduceat(num, starts)
+    return codes, gap, num.astype(np.int64)
 
 
 def _percentile(values: FloatArray, q: float) -> float:

@@ -14,6 +14,7 @@ from kvbudget.policies import TierConfig
 from kvbudget.results.metrics import (
     QUANTILES,
     aggregate_token_gaps,
+    merge_gap_rows,
     summarize,
     weighted_quantiles,
 )
@@ -100,6 +101,34 @@ def _result(gaps: dict[str, object] | None) -> RunResult:
     summary = summarize(records, timeline, tiers=tiers, kv_capacity_tokens=100, policy="x",
                         seed=0, wall_time_s=0.0, token_gaps=gaps)
     return RunResult(records, timeline, summary, None, gaps)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 2), st.sampled_from([0.01, 0.02, 0.025, 0.1, 1e-9, 3.0]),
+                       st.integers(0, 4)), max_size=60),
+    st.integers(1, 5),
+    st.floats(0.0, 1e-3),
+)
+def test_merging_in_parts_first_gives_the_same_table(
+    rows: list[tuple[int, float, int]], num_parts: int, per_token_s: float
+) -> None:
+    """What a fleet does: each replica's rows merged first (equal gaps of a tier as one row),
+    the parts joined, the front end's per-token cost added, the table aggregated: the same
+    table, bit for bit, as aggregating every row with the cost added."""
+    names = ["batch", "interactive", "batch"]  # codes 0 and 2 are one tier
+    codes = np.array([r[0] for r in rows], np.int64)
+    gaps = np.array([r[1] for r in rows], np.float64)
+    nums = np.array([r[2] for r in rows], np.int64)
+    whole = aggregate_token_gaps(codes, names, gaps + per_token_s, nums)
+    parts = [merge_gap_rows(codes[k::num_parts], gaps[k::num_parts], nums[k::num_parts], 3)
+             for k in range(num_parts)]
+    joined = [np.concatenate([p[j] for p in parts]) for j in range(3)]
+    merged = aggregate_token_gaps(joined[0], names, joined[1] + per_token_s, joined[2])
+    assert list(merged["tier"]) == list(whole["tier"])
+    assert merged["gap_s"].tobytes() == whole["gap_s"].tobytes()
+    assert merged["num_gaps"].tobytes() == whole["num_gaps"].tobytes()
+    assert merged["num_gaps"].dtype == np.int64
 
 
 def test_summary_has_itl_beside_tpot_overall_and_per_tier(tmp_path: Path) -> None:
