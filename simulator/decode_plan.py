@@ -39,6 +39,17 @@ SMALL_K = 20
 # The decode group plans runs of up to this many steps in Python numbers (blocks and KV terms
 # too, ~0.7 us a step), longer ones with arrays (~20 us however long): measured crossover.
 GROUP_SMALL_K = 48
+_TIE = """A run whose last step would end exactly at ``t_ext`` ends one step earlier.
+
+Stepping creates each step's end event when the step starts; SimPy runs events due at the same
+time in the order they were created. So an external event due at ``t_ext`` (a gateway timer, an
+arrival, a client's retry) runs before a step ending then whenever it was scheduled before that
+step began, and the step that follows sees what it did (a request the gateway admitted at that
+instant is in it). A planned run's end event is created when the run starts, possibly before
+the external event was scheduled, and would run first: the next step would then be scheduled
+without what the gateway did at that instant. Ending the run a step early leaves its last step
+to be scheduled when it starts, as stepping does. (Found with step times and arrivals on a grid
+of powers of two, where such ties are exact.)"""
 
 
 class DecodeRunPlanner:
@@ -131,6 +142,8 @@ class DecodeRunPlanner:
             if t_ext < ends[-1]:  # the run ends with the first step ending at t_ext or later
                 cut = int(ends.searchsorted(t_ext, side="left")) + 1
                 ends, dts = ends[:cut], dts[:cut]
+            if len(ends) > 1 and ends[-1] == t_ext:  # see _TIE
+                ends, dts = ends[:-1], dts[:-1]
         k = len(ends)
         used = used_now + alloc_cum[:k]  # step 0's blocks were taken by the schedule
         return k, ends, used, dts
@@ -169,8 +182,11 @@ class DecodeRunPlanner:
         del ends[0]
         if ends[-1] > t_ext:  # the run ends with the first step ending at t_ext or later
             cut = bisect.bisect_left(ends, t_ext) + 1
-            return ends[:cut], dts[:cut]
-        return ends, dts  # no step ends after t_ext: the whole run, as the array path does
+            del ends[cut:], dts[cut:]
+        # else no step ends after t_ext: the whole run, as the array path does
+        if len(ends) > 1 and ends[-1] == t_ext:  # see _TIE
+            del ends[-1], dts[-1]
+        return ends, dts
 
     def _decode_times_one_by_one(self, n: int, first_context: int, num_steps: int) -> list[float]:
         """Durations of ``num_steps`` decode steps of ``n`` requests from ``first_context``

@@ -354,3 +354,31 @@ def test_sglang_clips_a_declared_max_tokens_beyond_the_context() -> None:
     rec = simulate(w, make_policy("unlimited"), cfg).records
     assert rec.status.tolist() == ["completed", "completed"]
     assert rec.output_tokens.tolist() == [3, 2]
+
+
+@pytest.mark.parametrize("name", sorted(ENGINE_NAMES))
+@pytest.mark.parametrize("seed", [0, 6, 7])
+def test_skip_ahead_matches_stepping_when_steps_end_on_a_gateway_timer(name: str,
+                                                                       seed: int) -> None:
+    """Steps of exactly 0.25 s (or 1/16 s) and arrivals on a 0.25 s grid: step ends fall on
+    the gateway's queue-timeout timers (arrival + 5 s) and on arrivals exactly. An interactive
+    request that expires at a step's end lets the one behind it in; stepping starts it in the
+    very next step, and a planned decode run must end where stepping would see it (it used to
+    run through that step, the request starting a step later: 1 case in 30 of this grid)."""
+    rng = np.random.default_rng(seed)
+    n = 40
+    arrival = np.sort(rng.integers(0, 80, n)) * 0.25
+    out = rng.integers(1, 60, n)
+    w = from_columns(arrival.astype(np.float64), rng.integers(1, 200, n), out,
+                     max_output_tokens=out + rng.integers(0, 20, n),
+                     tiers=rng.choice(["interactive", "batch"], n).tolist())
+    for step_s in (0.25, 0.0625):
+        cfg = SimConfig(
+            engine=EngineConfig(name=name, num_gpu_blocks=24, block_size=16, max_num_seqs=8,
+                                max_num_batched_tokens=256),
+            tiers=(TierConfig("interactive", queue_timeout_s=5.0, max_sequence_tokens=10**6),
+                   TierConfig("batch", queue_timeout_s=None, max_sequence_tokens=10**6)),
+            cost_model=LinearCostModel(step_s, 0.0, 0.0, 0.0),
+        )
+        for policy in ("preemptive", "overcommit"):
+            assert_skip_ahead_matches_stepping(w, cfg, policy)
