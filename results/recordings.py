@@ -222,15 +222,23 @@ def _count_text(counts: Mapping[str, int]) -> str:
                      if v)
 
 
+MAX_MEASURED_S = 86_400.0
+"""The longest time to first token or end to end a recording may hold (a day)."""
+
+
 def _check_times(path: Path, name: str, values: FloatArray, rows: npt.NDArray[np.int64],
                  line_of: Any) -> None:
-    """Measured times must be >= 0 where present (NaN is a missing measurement)."""
-    bad = np.isfinite(values) & (values < 0) | np.isinf(values)
+    """Measured times must be >= 0 and at most a day where present (NaN is a missing
+    measurement): no server keeps a request open for a day, so 1e12 s is a wrong unit."""
+    with np.errstate(invalid="ignore"):
+        bad = np.isfinite(values) & ((values < 0) | (values > MAX_MEASURED_S)) | np.isinf(values)
     if bad.any():
         i = int(np.argmax(bad))
         row = int(rows[i])
-        problem = (f"negative time: {values[i]:g}" if np.isfinite(values[i])
-                   else f"not finite: {values[i]}")
+        problem = (f"not finite: {values[i]}" if not np.isfinite(values[i])
+                   else f"negative time: {values[i]:g}" if values[i] < 0
+                   else f"implausibly long: {values[i]:g} s (over a day; are the times in "
+                   "seconds?)")
         if line_of is not None:
             raise TraceError(path, problem, line=line_of(row), field=name)
         raise TraceError(path, problem, row=row, field=name)

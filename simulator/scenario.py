@@ -586,6 +586,15 @@ def scenario_from_dict(
     except ValueError as exc:
         raise ValueError(f"{exc}") from None
     _check_workload_tiers(spec.workload, {t.name for t in scenario.tiers()})
+    eng = spec.engine
+    if (eng.name.startswith("vllm") and eng.max_num_seqs is not None
+            and eng.max_num_batched_tokens is not None
+            and eng.max_num_batched_tokens < eng.max_num_seqs):
+        # vLLM refuses both set so at start-up (SchedulerConfig, scheduler.py:330-335): a step
+        # could not give every running sequence its decode token
+        raise ValueError(
+            f"engine.max_num_batched_tokens ({eng.max_num_batched_tokens}) must be greater "
+            f"than or equal to engine.max_num_seqs ({eng.max_num_seqs}), as vLLM requires")
     return scenario
 
 

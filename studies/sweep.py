@@ -274,6 +274,10 @@ class Axis:
                     raise ValueError(f"rate_scale values must be numbers > 0, got {v!r}")
 
 
+MAX_AXIS_VALUES = 100_000
+"""The most values one --grid axis may take (each is at least one simulation)."""
+
+
 def parse_axis(text: str) -> Axis:
     """``key=v1,v2,...`` or ``key=lo:hi:n`` (``n`` evenly spaced numbers, ends included).
 
@@ -292,14 +296,28 @@ def parse_axis(text: str) -> Axis:
         except ValueError:
             pass
         else:
-            if n < 1:
-                raise ValueError(f"--grid {text!r}: the number of values must be >= 1")
-            return Axis(key, tuple(float(round(v, 12)) for v in np.linspace(lo, hi, n)))
+            if not 1 <= n <= MAX_AXIS_VALUES:
+                raise ValueError(f"--grid {text!r}: the number of values must be in [1, "
+                                 f"{MAX_AXIS_VALUES:,}]")
+            if not (np.isfinite(lo) and np.isfinite(hi)):
+                raise ValueError(f"--grid {text!r}: the ends must be finite numbers")
+            values_: tuple[Any, ...] = tuple(float(round(v, 12)) for v in np.linspace(lo, hi, n))
+            if len(set(values_)) < len(values_):
+                raise ValueError(f"--grid {text!r}: the values repeat (lo = hi with n > 1?)")
+            return Axis(key, values_)
     values = []
     for item in raw.split(","):
         if not item.strip():
             raise ValueError(f"--grid {text!r}: empty value")
         values.append(parse_override(f"v={item}")[1])
+    seen: list[Any] = []
+    for v in values:
+        if any(type(v) is type(s) and v == s for s in seen):
+            raise ValueError(f"--grid {text!r}: the value {v!r} is given twice (each "
+                             "configuration would run twice)")
+        seen.append(v)
+    if len(values) > MAX_AXIS_VALUES:
+        raise ValueError(f"--grid {text!r}: at most {MAX_AXIS_VALUES:,} values")
     return Axis(key, tuple(values))
 
 

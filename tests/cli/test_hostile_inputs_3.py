@@ -515,3 +515,56 @@ def test_a_key_in_a_server_urls_query_is_never_printed(tmp_path: Path) -> None:
     assert code == 2 and "sk-SECRET-9" not in stdout + stderr, stderr
     assert redact_url("http://u:pw@h:1?key=S#f") == "http://h:1?***"
     assert redact_url("http://h:8000/v1") == "http://h:8000/v1"
+
+
+@pytest.mark.parametrize("value", ["1e300", "1e12"])
+def test_a_recording_with_latencies_beyond_a_day_is_refused(tmp_path: Path, value: str) -> None:
+    rec = tmp_path / "rec.csv"
+    rec.write_text("arrival_s,prompt_tokens,output_tokens,ttft_s,e2e_s\n0,100,10,0.05,0.3\n"
+                   f"1,120,12,0.05,{value}\n")
+    code, _, stderr = run("validate", "--records", rec, "--out", tmp_path / "v")
+    assert_clean_error(code, stderr, "rec.csv", "line 3", "e2e_s", "over a day")
+
+
+# --- trace options, engine knobs and grids (the options round) ----------------------------------
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--arrival", "constant:1"], "has arrival times"),
+    (["--column", "arrival_s=nope"], "has no column 'nope'"),
+    (["--servegen-clients", "1"], "ServeGen"),
+    (["--servegen-arrivals", "fitted"], "ServeGen"),
+])
+def test_trace_options_that_would_be_ignored_are_refused(csv3: Path, args: list[str],
+                                                         needle: str) -> None:
+    code, _, stderr = run("trace", "stats", csv3, *args)
+    assert_clean_error(code, stderr, "t.csv", needle)
+
+
+def test_generic_options_on_another_format_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "az.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                    "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109\n")
+    code, _, stderr = run("trace", "stats", path, "--column", "arrival_s=x")
+    assert_clean_error(code, stderr, "az.csv", "generic format")
+    code, _, stderr = run("trace", "stats", path, "--arrival-unit", "ms")
+    assert_clean_error(code, stderr, "az.csv", "arrival_unit")
+
+
+def test_fewer_batched_tokens_than_sequences_is_refused_as_vllm_does() -> None:
+    code, _, stderr = run("simulate", *TINY, "--max-num-seqs", "64",
+                          "--max-num-batched-tokens", "16")
+    assert_clean_error(code, stderr, "max_num_batched_tokens (16)", "max_num_seqs (64)")
+
+
+@pytest.mark.parametrize(("grid", "needle"), [
+    ("engine.num_gpu_blocks=1000,1000", "given twice"),
+    ("policy_params.overcommit_ratio=0.5:0.5:3", "repeat"),
+    ("policy_params.overcommit_ratio=0.5:1:1000000000", "number of values"),
+    ("policy_params.overcommit_ratio=nan:1:3", "finite"),
+])
+def test_grids_that_repeat_or_explode_are_refused(fx: dict[str, Path], tmp_path: Path,
+                                                  grid: str, needle: str) -> None:
+    out = tmp_path / "sw"
+    code, _, stderr = run("sweep", "--scenario", fx["scn.toml"], "--grid", grid, "--out", out,
+                          "--no-plot")
+    assert_clean_error(code, stderr, "--grid", needle)
+    assert not out.exists() or not any(out.iterdir())

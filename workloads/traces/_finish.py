@@ -411,6 +411,9 @@ def finish(raw: RawTrace, options: TraceOptions, streams: Streams) -> LoadedTrac
         raise TraceError(raw.path, f"no requests left: every row was dropped ({reasons})")
     index = np.flatnonzero(keep)
     timed = raw.arrival is not None
+    if timed and options.arrival is not None:
+        raise TraceError(raw.path, "has arrival times: an arrival process (--arrival) applies "
+                         "to length-only tables; drop it", field="arrival")
     if raw.arrival is None:
         process = options.arrival
         if process is None:

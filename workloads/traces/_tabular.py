@@ -215,6 +215,16 @@ def _generic_raw(path: Path, fmt: str, numbers: Mapping[str, Any], labels: Mappi
     )
 
 
+def _check_mapped(path: Path, options: TraceOptions, present: set[str],
+                  names: Mapping[str, str]) -> None:
+    """A column the options map by name (``--column arrival_s=ts``) is in the file: one that
+    is not is refused, not read as "the file has no such column" (arrivals drawn instead)."""
+    for canon in options.columns or {}:
+        if canon not in present:
+            raise TraceError(path, f"has no column {names[canon]!r} (mapped to {canon} by "
+                             "--column)", field=names[canon])
+
+
 def load_generic(path: Path, options: TraceOptions, streams: Streams) -> RawTrace:
     kind = generic_kind(path)
     names = _column_names(options)
@@ -230,6 +240,7 @@ def load_generic(path: Path, options: TraceOptions, streams: Streams) -> RawTrac
             raise TraceError(path, f"not valid JSON ({_json_problem(exc)})", line=1) from None
         keys = set(first) if isinstance(first, dict) else set()
         present = {c for c in CANONICAL_COLUMNS if names[c] in keys}
+        _check_mapped(path, options, present, names)
         for canon in GENERIC_REQUIRED:
             present.add(canon)
         jkinds: dict[str, JsonKind] = {}
@@ -246,6 +257,7 @@ def load_generic(path: Path, options: TraceOptions, streams: Streams) -> RawTrac
         return _note_truncated(raw, facts, cols.dropped_last)
     header = split_header(facts.first_line)
     present = {c for c in CANONICAL_COLUMNS if names[c] in header}
+    _check_mapped(path, options, present, names)
     present.update(GENERIC_REQUIRED)
     ckinds: dict[str, Kind] = {}
     for canon in present:
@@ -301,6 +313,7 @@ def _load_generic_parquet(path: Path, options: TraceOptions, names: dict[str, st
                          f"{str(exc)[:120]})") from None
     columns = set(schema.names)
     present = {c for c in CANONICAL_COLUMNS if names[c] in columns}
+    _check_mapped(path, options, present, names)
     for canon in GENERIC_REQUIRED:
         if canon not in present:
             raise TraceError(path, f"missing column {names[canon]!r} needed by the generic "

@@ -74,6 +74,24 @@ def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
                      f"pass a format ({', '.join(FORMATS)})", line=1)
 
 
+def _check_applicable(path: Path, fmt: str, options: TraceOptions) -> None:
+    """Options of one format given for another are refused, not ignored."""
+    if fmt != "servegen":
+        if options.clients is not None:
+            raise TraceError(path, f"servegen clients apply to ServeGen traces, not {fmt}",
+                             field="servegen_clients")
+        if options.servegen_arrivals != "fitted_rate":
+            raise TraceError(path, f"servegen arrivals apply to ServeGen traces, not {fmt}",
+                             field="servegen_arrivals")
+    if fmt != "generic":
+        if options.columns:
+            raise TraceError(path, f"columns (--column) apply to the generic format, not {fmt}",
+                             field="columns")
+        if options.arrival_unit != "s":
+            raise TraceError(path, f"arrival_unit applies to the generic format, not {fmt}",
+                             field="arrival_unit")
+
+
 def load_trace(path: str | Path, options: TraceOptions | None = None) -> LoadedTrace:
     """Load a trace file (or a ServeGen directory) as a workload with a load report.
 
@@ -83,6 +101,7 @@ def load_trace(path: str | Path, options: TraceOptions | None = None) -> LoadedT
     options = options or TraceOptions()
     path = Path(path)
     fmt = options.format or detect_format(path, options)
+    _check_applicable(path, fmt, options)
     streams = Streams.from_seed(options.seed or 0)
     try:
         raw = _loader(fmt)(path, options, streams)
