@@ -9,6 +9,7 @@ calls with the same inputs give identical records.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 import time
@@ -428,11 +429,40 @@ class _Simulation:
         return self._result(time.perf_counter() - wall_start)
 
     def _result(self, wall_time_s: float) -> RunResult:
-        w, e = self.w, self.engine
+        w = self.w
         completed = self.status == STATUS_CODES["completed"]
+        # everything the records and summary take from the engine, read first; then the
+        # engine and its per-request state are let go (a 10 M-request fleet's replicas hold
+        # ~2 GB of them) before the records' own columns are built
+        e = self.engine
         output = np.where(completed, w.output_tokens, e.output_tokens())
         first = e.first_token_s.copy()
         finished = np.where(completed, e.finished_s, np.nan)
+        gap_tier, gap_s, num_gaps = e.token_gaps(completed, np.asarray(w.tier, np.int64))
+        num_preemptions = e.num_preemptions + self.num_revocations
+        recomputed = e.recomputed_tokens
+        recomputed_by_tier = {name: int(recomputed[w.tier == code].sum())
+                              for code, name in enumerate(w.tier_names)}
+        del recomputed
+        tl = np.array(e.timeline, dtype=np.float64).reshape(-1, 7)
+        span = max(e.t, float(w.arrival_s[-1]) if self.n else 0.0) - (
+            float(w.arrival_s[0]) if self.n else 0.0
+        )
+        kv_token_seconds = e.kv_token_seconds()
+        num_gpu_blocks, block_size = e.num_gpu_blocks, e.block_size
+        engine_figures = {
+            "num_steps": e.num_steps,
+            "num_engine_preemptions": e.num_preemptions_total,
+            "num_gateway_revocations": int(self.num_revocations.sum()),
+            "num_recomputed_tokens": e.num_recomputed_tokens,
+            "recomputed_tokens_by_tier": recomputed_by_tier,
+            **e.stats(),
+        }
+        attempts = None
+        if self._clients is not None:
+            attempts = self._clients.table(w.request_id)
+        del e
+        self._let_engine_go()
         frontend = self.config.resolved_frontend()
         calibrated = self.config.frontend_overhead_s
         if calibrated or not frontend.is_zero:
@@ -443,10 +473,10 @@ class _Simulation:
         ttft, tpot, e2e = derive_latencies(w.arrival_s, first, finished, output)
         # the gaps between a completed request's tokens, each with the front end's per-token
         # cost (as finished_s has it for every token after the first)
-        gap_tier, gap_s, num_gaps = e.token_gaps(completed, np.asarray(w.tier, np.int64))
         if frontend.per_output_token_s:
             gap_s = gap_s + frontend.per_output_token_s
         token_gaps = aggregate_token_gaps(gap_tier, list(w.tier_names), gap_s, num_gaps)
+        del gap_tier, gap_s, num_gaps
         ttft = np.where(completed, ttft, np.nan)
         tpot = np.where(completed, tpot, np.nan)
         status_names = np.array(STATUSES, dtype=object)[self.status]
@@ -469,14 +499,11 @@ class _Simulation:
             "ttft_s": ttft,
             "tpot_s": tpot,
             "e2e_s": e2e,
-            "num_preemptions": e.num_preemptions + self.num_revocations,
+            "num_preemptions": num_preemptions,
             "reserved_tokens": self.reserved_tokens,
         }
-        attempts = None
         if self._clients is not None:
             records["num_attempts"] = self._clients.attempt.copy()
-            attempts = self._clients.table(w.request_id)
-        tl = np.array(e.timeline, dtype=np.float64).reshape(-1, 7)
         timeline: dict[str, Any] = {
             "time_s": tl[:, 0],
             "kv_used_tokens": tl[:, 1].astype(np.int64),
@@ -486,9 +513,6 @@ class _Simulation:
             "num_waiting": tl[:, 5].astype(np.int64),
             "num_preemptions": tl[:, 6].astype(np.int64),
         }
-        span = max(e.t, float(w.arrival_s[-1]) if self.n else 0.0) - (
-            float(w.arrival_s[0]) if self.n else 0.0
-        )
         summary = summarize(
             records,
             timeline,
@@ -497,31 +521,21 @@ class _Simulation:
             policy=self.policy.name,
             seed=self.config.seed,
             wall_time_s=wall_time_s,
-            kv_token_seconds=(e.kv_token_seconds(), self._reserved_ts, span),
+            kv_token_seconds=(kv_token_seconds, self._reserved_ts, span),
             attempts=attempts,
             token_gaps=token_gaps,
             extra={
                 "policy_params": _jsonable(self.policy.describe()),
                 "gpu": self.config.gpu,
                 "model": self.config.model,
-                "num_gpu_blocks": e.num_gpu_blocks,
-                "block_size": e.block_size,
+                "num_gpu_blocks": num_gpu_blocks,
+                "block_size": block_size,
                 "cost_model": _jsonable(self.config.resolved_cost_model().describe()),
                 "frontend_overhead_s": self.config.frontend_overhead_s,
                 "frontend": {"name": self.config.frontend, **_jsonable(
                     {k: getattr(frontend, k) for k in frontend.__dataclass_fields__})},
                 "engine_defaults": self.config.engine_defaults,
-                "engine": {
-                    "num_steps": e.num_steps,
-                    "num_engine_preemptions": e.num_preemptions_total,
-                    "num_gateway_revocations": int(self.num_revocations.sum()),
-                    "num_recomputed_tokens": e.num_recomputed_tokens,
-                    "recomputed_tokens_by_tier": {
-                        name: int(e.recomputed_tokens[w.tier == code].sum())
-                        for code, name in enumerate(w.tier_names)
-                    },
-                    **e.stats(),
-                },
+                "engine": engine_figures,
                 "workload": {"name": w.name, "num_requests": self.n},
                 **({"closed_loop": self._loop.describe()} if self._loop is not None else {}),
                 **(
@@ -530,6 +544,13 @@ class _Simulation:
             },
         )
         return RunResult(records, timeline, summary, attempts, token_gaps)
+
+    def _let_engine_go(self) -> None:
+        """Drop the engine, the gateway and the clock once the results have been read from
+        them (``_result``): the engine's per-request state is freed before the records are
+        built. The simulation cannot go on after this."""
+        del self.engine, self.gateway, self.env
+        gc.collect()  # the engine's processes, hooks and replicas refer to one another
 
 
 class _ClosedLoopState:
