@@ -242,6 +242,27 @@ def _latency_table(table: pd.DataFrame) -> str:
                   "bootstrap confidence intervals in brackets.")
 
 
+def _itl_table(runs: Mapping[str, RunResult]) -> str:
+    """Inter-token latency (the gaps between a request's tokens, over every token of the
+    completed requests: ``summary.json``'s ``itl_s``), per run and tier; nothing when no run has
+    it (a run directory written before it was recorded)."""
+    rows = []
+    for label, run in runs.items():
+        parts = [("all", run.summary.get("overall", {}))]
+        parts += sorted((str(t), v) for t, v in (run.summary.get("tiers") or {}).items())
+        for tier, part in parts:
+            itl = part.get("itl_s") if isinstance(part, Mapping) else None
+            if not isinstance(itl, Mapping):
+                continue
+            rows.append([label, tier, *(_fmt(itl.get(k), kind="s")
+                                        for k in ("mean", "p50", "p90", "p99"))])
+    if not rows:
+        return ""
+    return _table(["run", "tier", "mean (s)", "p50 (s)", "p90 (s)", "p99 (s)"], rows,
+                  caption="Inter-token latency: the gaps between consecutive tokens of the "
+                  "completed requests, over all their tokens.")
+
+
 def _kv_table(runs: Mapping[str, RunResult]) -> str:
     rows = []
     for label, run in runs.items():
@@ -416,6 +437,7 @@ def build_report(
         _clients_table(runs),
         "<h2>Latency</h2>",
         _latency_table(pct),
+        _itl_table(runs),
         "<h2>KV cache</h2>",
         _kv_table(runs),
         compare_html,

@@ -111,8 +111,13 @@ def cli_report(two_runs: list[Path], tmp_path_factory: pytest.TempPathFactory) -
 def test_report_on_two_runs(two_runs: list[Path], cli_report: Path) -> None:
     page = check_report(cli_report, expected_figures=9)
     assert page.headings == ["Runs", "Outcomes", "Latency", "KV cache", "Figures"]
-    assert page.tables == 4
+    assert page.tables == 5
     text = (cli_report / REPORT_FILE).read_text()
+    # inter-token latency, from each run's summary: a row per run and tier, the summary's p99
+    itl = text.split("Inter-token latency")[1].split("</table>")[0]
+    run0 = read_run(two_runs[0]).summary
+    assert itl.count("<tr>") == 1 + 2 * (1 + len(run0["tiers"]))  # the header, the rows
+    assert f"{run0['tiers']['batch']['itl_s']['p99']:.3g}" in itl
     for label in ("conservative", "overcommit", "interactive", "batch", "no_capacity",
                   "overcommit_ratio=0.2"):
         assert label in text
