@@ -268,6 +268,26 @@ class _ReplicaRows:
         return j
 
 
+def _join_dropping(parts: list[tuple[IntArray, FloatArray, IntArray]]
+                   ) -> tuple[IntArray, FloatArray, IntArray]:
+    """The parts' columns end to end, each part dropped once copied: the joined arrays'
+    pages are written as the parts go (a large ``np.empty`` takes no memory until written),
+    so the parts and their join are not held whole at once (a long fleet run's gap rows run
+    to hundreds of MB)."""
+    total = sum(len(p[1]) for p in parts)
+    out = (np.empty(total, np.int64), np.empty(total, np.float64), np.empty(total, np.int64))
+    lo = 0
+    parts.reverse()
+    while parts:
+        part = parts.pop()
+        hi = lo + len(part[1])
+        for column, values in zip(out, part, strict=True):
+            column[lo:hi] = values
+        del part
+        lo = hi
+    return out
+
+
 class Fleet:
     """Replicas that look like one engine to the driver.
 
@@ -583,11 +603,7 @@ class Fleet:
                 codes[: local.n] = tier[rows]
                 part = e.token_gaps(mine, codes)
             parts.append(merge_gap_rows(*part, num_codes))
-        return (
-            np.concatenate([p[0] for p in parts]),
-            np.concatenate([p[1] for p in parts]),
-            np.concatenate([p[2] for p in parts]),
-        )
+        return _join_dropping(parts)
 
     def kv_token_seconds(self) -> float:
         """The replicas' integrals added exactly, rounded once (``math.fsum`` of all their
