@@ -334,7 +334,10 @@ class TraceArgs:
         try:
             return TraceOptions(format=v.get("format"), seed=seed, **kwargs)
         except SpecError as exc:
-            raise CliError(f"--{exc.field.split('[')[0].replace('_', '-')}: {exc}") from None
+            field = exc.field.split("[")[0]
+            flag = {"clients": "servegen-clients", "columns": "column"}.get(
+                field, field.replace("_", "-"))
+            raise CliError(f"--{flag}: {exc}") from None
 
     def table(self, *, with_rate_scale: bool = True) -> dict[str, Any]:
         """The ``[workload.options]`` table of a scenario file (what a sweep's runs carry).

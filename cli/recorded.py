@@ -76,6 +76,8 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
     from kvbudget.studies.validate import recorded_policy
     from kvbudget.workloads.errors import TraceError
 
+    if not tier or not tier.replace("_", "").replace("-", "").isalnum():
+        raise CliError(f"--tier: a tier name is alphanumeric (with - or _), got {tier!r}")
     try:
         recording = read_recording(records, format=records_format, columns=_columns(columns),
                                    default_tier=tier, seed=seed)

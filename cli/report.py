@@ -23,7 +23,8 @@ def report_cmd(
         Path | None,
         typer.Option("--measured", help="A measured run (live replay) to compare each run with."),
     ] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap intervals.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0,
+                                      help="Seed of the bootstrap intervals.")] = 0,
 ) -> None:
     """Write one self-contained HTML report (figures embedded) and PNGs for one or more runs."""
     with user_errors():

@@ -563,3 +563,20 @@ def test_grids_that_repeat_or_explode_are_refused(fx: dict[str, Path], tmp_path:
                           "--no-plot")
     assert_clean_error(code, stderr, "--grid", needle)
     assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize("tier", ["", "<b>"])
+def test_a_records_tier_that_is_no_name_is_refused_naming_the_flag(fx: dict[str, Path],
+                                                                   tmp_path: Path,
+                                                                   tier: str) -> None:
+    code, _, stderr = run("validate", "--records", fx["rec.csv"], "--tier", tier, "--out",
+                          tmp_path / "v")
+    assert_clean_error(code, stderr, "--tier")
+
+
+def test_flag_names_in_messages_are_the_flags_given(csv3: Path, fx: dict[str, Path],
+                                                    tmp_path: Path) -> None:
+    code, _, stderr = run("trace", "stats", csv3, "--servegen-clients", "")
+    assert_clean_error(code, stderr, "--servegen-clients")
+    code, _, stderr = run("report", fx["run"], "--seed", "-1", "--out", tmp_path / "r")
+    assert code == 2 and "--seed" in stderr
