@@ -16,6 +16,9 @@ from kvbudget.cli.options import (
 )
 from kvbudget.cli.progress import Bar
 
+MAX_REPLICAS = 10_000
+"""The most replicas (or tensor-parallel GPUs) a plan may try: the scenario's fleet bound."""
+
 
 def _list(text: str, option: str, kind: type) -> tuple[Any, ...]:
     try:
@@ -24,6 +27,8 @@ def _list(text: str, option: str, kind: type) -> tuple[Any, ...]:
         raise CliError(f"{option}: expected a comma-separated list, got {text!r}") from None
     if not values:
         raise CliError(f"{option}: give at least one value")
+    if kind is int and not all(1 <= v <= MAX_REPLICAS for v in values):
+        raise CliError(f"{option}: each value must be in [1, {MAX_REPLICAS:,}], got {text!r}")
     return values
 
 

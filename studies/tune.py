@@ -92,6 +92,11 @@ class Constraint:
             metric = metric_column(m.group(1))
         except ValueError as exc:
             raise ValueError(f"--constraint {text!r}: {exc}") from None
+        # a limit no run can meet (or every run meets) is a typo, not a constraint
+        if metric.endswith("_s") and op == "<=" and limit < 0:
+            raise ValueError(f"--constraint {text!r}: a time is never below 0 s")
+        if "attainment" in metric and not 0 <= limit <= 1:
+            raise ValueError(f"--constraint {text!r}: an attainment is a fraction in [0, 1]")
         return cls(metric, op, limit)
 
     def __str__(self) -> str:

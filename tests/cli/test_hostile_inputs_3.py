@@ -580,3 +580,18 @@ def test_flag_names_in_messages_are_the_flags_given(csv3: Path, fx: dict[str, Pa
     assert_clean_error(code, stderr, "--servegen-clients")
     code, _, stderr = run("report", fx["run"], "--seed", "-1", "--out", tmp_path / "r")
     assert code == 2 and "--seed" in stderr
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["tune", "--param", "policy_params.overcommit_ratio=0.5:1",
+      "--slo", "tiers.interactive.ttft_s.p99<=-1"], "never below 0"),
+    (["capacity", "--slo", "overall_slo_attainment>=2"], "fraction"),
+    (["plan", "--replicas", "100000"], "--replicas"),
+    (["plan", "--tp", "0"], "--tp"),
+])
+def test_study_targets_no_run_can_meet_are_refused_before_any_run(
+        fx: dict[str, Path], tmp_path: Path, args: list[str], needle: str) -> None:
+    out = tmp_path / "study"
+    code, _, stderr = run(args[0], "--scenario", fx["scn.toml"], "--out", out, *args[1:])
+    assert_clean_error(code, stderr, needle)
+    assert not out.exists() or not any(out.iterdir())
