@@ -56,10 +56,11 @@ __all__ = ["FleetConfig", "SimConfig", "gateway_config", "simulate"]
 from kvbudget.workloads import Workload
 
 _COMPLETED = STATUS_CODES["completed"]
-_COLLECT_ROWS = 1 << 20
-"""Runs of this many requests or more collect the engine at once after it is read (a full
-``gc.collect`` costs ~50-200 ms in a process with pandas loaded: too much for the short runs a
-sweep makes in one process, whose engines the collector finds in its own time)."""
+_COLLECT_ROWS = 1 << 18
+"""Runs of this many requests or more (half a minute of CPU or more) collect the engine at
+once after it is read (a full ``gc.collect`` costs ~50-200 ms in a process with pandas loaded:
+too much for the short runs a sweep makes in one process, whose engines the collector finds in
+its own time)."""
 _ARRIVAL_CHUNK = 1 << 16  # rows whose columns the arrival process holds as lists at once
 _REASON_STATUS = {
     "deadline": "expired",
