@@ -96,6 +96,10 @@ class Engine:
     * :meth:`_on_idle` ``()``: nothing is running or waiting;
     * :meth:`_jump_limit` ``(k_max, alloc_cum) -> int``: with skip-ahead, how many steps
       of a planned decode run keep the waiting head refused;
+    * :meth:`_start_running` ``(i)``, :meth:`_stop_running` ``(rows)``: request ``i`` joins
+      ``running`` (it starts), requests ``rows`` leave it (they finish, are preempted,
+      retracted or aborted); call ``super()`` (TensorRT-LLM keeps a sum over the running
+      requests);
     * :meth:`stats` ``()``: the variant's own figures, added to the base's;
     * :meth:`_row_state` ``() -> dict``: the per-request state arrays and the value a row
       starts with, which :meth:`grow_rows` grows (a fleet's replica holds the rows routed to
@@ -271,7 +275,7 @@ class Engine:
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
         elif self._busy:
-            self._work_changed()
+            self._work_changed(added=True)
 
     def abort_request(self, i: int) -> None:
         """Remove row ``i`` (a gateway revocation). Applied at the next step boundary, as vLLM
@@ -953,8 +957,8 @@ class Engine:
             self.hooks.on_finish(i, t)
 
     # --- aborts --------------------------------------------------------------------------------
-    def _work_changed(self) -> None:
-        """A request was added or aborted during a step (skip-ahead cuts its run there)."""
+    def _work_changed(self, *, added: bool = False) -> None:
+        """A request was ``added`` or aborted during a step (skip-ahead cuts its run there)."""
 
     def _abort_now(self, i: int) -> None:
         if not self._in_engine[i]:

@@ -92,6 +92,9 @@ class SkipAheadEngine(Engine):
         self._run_rows: IntArray | None = None  # its rows (the run is committed at its end)
         self._run_ends: Floats | None = None  # its step ends, kept when it is cut short
         self._jump_keep = 0
+        # the waiting head refused as the decode run in progress was planned past the next
+        # external event (_plan_until), None when it was not
+        self._span_head: int | None = None
         self._prior_synced = False  # ``_synced`` as this step was scheduled (before starts)
 
     # --- what the executor reads mid-run ---------------------------------------------------
@@ -323,7 +326,8 @@ class SkipAheadEngine(Engine):
         to_finish = imin(self.target_output[rows] - decode.output)
         n = len(rows)
         t_ext = self.hooks.next_external_s()
-        k_max, dt = self._planner.bound(n, c0, to_finish, self.t, t_ext)
+        until = self._plan_until(t_ext)
+        k_max, dt = self._planner.bound(n, c0, to_finish, self.t, until)
         if k_max > 1:
             free = self.num_free_blocks + self._evictable
             planned = self._planner.alloc_plan(decode.computed, decode.blocks, k_max)
@@ -331,8 +335,11 @@ class SkipAheadEngine(Engine):
             if self.head_refusal:  # the waiting head was refused: for how long?
                 alloc_cum = alloc_cum[: self._jump_limit(len(alloc_cum), alloc_cum)]
             k, step_end, used, dts = self._planner.plan(
-                n, alloc_cum, c0, self.t, t_ext, dt, self.num_used_blocks
+                n, alloc_cum, c0, self.t, until, dt, self.num_used_blocks
             )
+            if until != t_ext:
+                k = self._span_keep(step_end, t_ext, until)
+                step_end, used, dts = step_end[:k], used[:k], dts[:k]
             if k > 1:
                 self._run_rows = rows
         t1 = self._account_step(dt, reserved, counts) if step_end is None else float(step_end[-1])
@@ -346,6 +353,33 @@ class SkipAheadEngine(Engine):
         extra: int | None = int(used[k - 1] - used[0]) if step_end is not None else 0
         self._commit_run(rows, k, decode, k >= to_finish, extra, aborted)
 
+    def _plan_until(self, t_ext: float) -> float:
+        """How far a decode run planned now may go: to the step in progress at ``t_ext``, the
+        next external event (which may change what the next step schedules). While the
+        waiting head is refused (``head_refusal``) a request that arrives joins the queue
+        behind it, so the steps scheduled after it differ only in the timeline's figures
+        (running and waiting requests, the gateway's reserved tokens: read as each step is
+        scheduled, kept at the samples); the run may then go on, over arrivals, to the first
+        timeline sample at or after ``t_ext`` (:meth:`_span_keep`). A request that arrives
+        at the head (a priority queue) or an abort still ends the run with the step in
+        progress (:meth:`_work_changed`), as without."""
+        if not self.head_refusal or t_ext == math.inf:
+            return t_ext
+        self._span_head = self.waiting.peek_request()
+        return self._timeline.first_at_or_after(t_ext)
+
+    @staticmethod
+    def _span_keep(ends: Floats, t_ext: float, until: float) -> int:
+        """The steps to keep of a run planned to ``until`` (:meth:`_plan_until`): those up to
+        the one in progress at ``t_ext``, and those ending by ``until`` (the steps scheduled
+        before ``t_ext`` and those whose figures no sample reads)."""
+        if isinstance(ends, list):
+            keep = max(bisect.bisect_left(ends, t_ext) + 1, bisect.bisect_right(ends, until))
+        else:
+            keep = max(int(ends.searchsorted(t_ext, side="left")) + 1,
+                       int(ends.searchsorted(until, side="right")))
+        return min(keep, len(ends))
+
     def _wait_run(self, t1: float, step_end: Floats | None) -> Generator[simpy.Event, Any, int]:
         """Wait for the step (or the planned decode run, ``step_end``) to end at ``t1``;
         returns the steps that ran (a run ends early when work is added or aborted)."""
@@ -356,16 +390,18 @@ class SkipAheadEngine(Engine):
             k = len(step_end)
             if k > 1:
                 self._jump_ends = self._run_ends = step_end
-        try:
-            yield env.timeout(max(0.0, t1 - env.now))
-        except simpy.Interrupt:
-            # work was added or aborted mid-run: stop at the end of the step in progress,
-            # as stepping one by one would have
-            assert step_end is not None
-            k = self._jump_keep
-            t1 = float(step_end[k - 1])
-            yield env.timeout(max(0.0, t1 - env.now))
+        while True:
+            try:
+                yield env.timeout(max(0.0, t1 - env.now))
+                break
+            except simpy.Interrupt:
+                # work was added or aborted mid-run: stop at the end of the step in progress,
+                # as stepping one by one would have (or later: see _work_changed)
+                assert step_end is not None
+                k = self._jump_keep
+                t1 = float(step_end[k - 1])
         self._jump_ends = self._run_ends = self._run_rows = None
+        self._span_head = None
         self._busy = False
         self.t = t1
         self.num_steps += k
@@ -378,16 +414,27 @@ class SkipAheadEngine(Engine):
             self._end_chunks.append(np.asarray(step_end[:k], np.float64))
         return k
 
-    def _work_changed(self) -> None:
+    def _work_changed(self, *, added: bool = False) -> None:
         """Something changed this engine's work during a planned decode run (another replica's
-        completion admitted or revoked a request here): end the run with the step in progress."""
+        completion admitted or revoked a request here): end the run with the step in progress.
+        A request ``added`` behind the waiting head the run was planned past arrivals for
+        (:meth:`_plan_until`) changes only the timeline's figures of the steps scheduled from
+        now on: the run goes on to the first sample at or after now."""
         ends = self._jump_ends
+        now = self.env.now
         # nothing to cut unless a step after the one in progress is planned (the run's next
         # to last step ends now or later): the common case, checked without a search
-        if ends is None or len(ends) < 2 or ends[-2] < self.env.now:
+        if ends is None or len(ends) < 2 or ends[-2] < now:
             return
-        self._jump_keep = bisect.bisect_left(ends, self.env.now) + 1
-        self._jump_ends = None
+        keep = bisect.bisect_left(ends, now) + 1
+        if added and self._span_head is not None and self.waiting.peek_request() == self._span_head:
+            keep = max(keep, bisect.bisect_right(ends, self._timeline.first_at_or_after(now)))
+            if keep >= len(ends):
+                return
+            self._jump_ends = ends[:keep]  # what comes later may cut it shorter
+        else:
+            self._jump_ends = None
+        self._jump_keep = keep
         self.process.interrupt()
 
     def _account_run(
@@ -790,9 +837,10 @@ class DecodeGroupEngine(SkipAheadEngine):
             c0 = g.context
             to_finish = g.finish[0][0] - g.step
             t_ext = self.hooks.next_external_s()
+            until = self._plan_until(t_ext)
             # the run ends before a deferred member's blocks fill (it joins hist then)
             to_end = min(to_finish, g.wake[0][0] - g.step) if g.wake else to_finish
-            k_max, dt = self._planner.bound(n, c0, to_end, self.t, t_ext)
+            k_max, dt = self._planner.bound(n, c0, to_end, self.t, until)
             free = self.num_free_blocks + self._evictable
             if k_max > GROUP_SMALL_K:
                 planned = self._planner.group_alloc_plan(g.hist, g.step, k_max)
@@ -800,7 +848,7 @@ class DecodeGroupEngine(SkipAheadEngine):
                 if self.head_refusal:  # the waiting head was refused: for how long?
                     alloc_cum = alloc_cum[: self._jump_limit(len(alloc_cum), alloc_cum)]
                 _, step_end, used, dts = self._planner.plan(
-                    n, alloc_cum, c0, self.t, t_ext, dt, self.num_used_blocks
+                    n, alloc_cum, c0, self.t, until, dt, self.num_used_blocks
                 )
             elif k_max > 1:
                 used_now = self.num_used_blocks
@@ -808,8 +856,11 @@ class DecodeGroupEngine(SkipAheadEngine):
                 if self.head_refusal:
                     alloc = np.array(used, np.int64) - used_now
                     used = used[: self._jump_limit(len(used), alloc)]
-                step_end, dts = self._planner.steps_small(n, c0, len(used), self.t, t_ext, dt)
+                step_end, dts = self._planner.steps_small(n, c0, len(used), self.t, until, dt)
                 used = used[: len(step_end)]
+            if step_end is not None and until != t_ext:
+                k = self._span_keep(step_end, t_ext, until)
+                step_end, used, dts = step_end[:k], used[:k], dts[:k]
         else:
             p, d, c, a, s = self._tail_features(n, n + g.context, tail)
             dt = float(self.cost.step_time(p, d, c, a, s)) + self._step_extra_s

@@ -4,6 +4,7 @@ grid times ``m * period_s`` from the step in progress then (the state it was sch
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -30,6 +31,18 @@ class Timeline:
     def due(self, until: float) -> bool:
         """Whether a sample falls before ``until`` (the engine loop reads ``next_s``)."""
         return self.next_s < until
+
+    def first_at_or_after(self, t: float) -> float:
+        """The first sample time to come that is at or after ``t`` (inf for ``t = inf``)."""
+        if t == math.inf:
+            return t
+        period = self.period_s
+        m = max(self._next, math.ceil(t / period))
+        while m * period < t:  # the grid's own products, as _grid computes them
+            m += 1
+        while m > self._next and (m - 1) * period >= t:
+            m -= 1
+        return m * period
 
     def _grid(self, until: float) -> list[float]:
         """Sample times ``m * period`` in [next sample, until), advancing the next sample."""

@@ -382,3 +382,67 @@ def test_skip_ahead_matches_stepping_when_steps_end_on_a_gateway_timer(name: str
         )
         for policy in ("preemptive", "overcommit"):
             assert_skip_ahead_matches_stepping(w, cfg, policy)
+
+
+# --- decode runs past arrivals while the waiting head is refused ----------------------------------
+
+def backed_up_workload(n: int, seed: int) -> Workload:
+    """Requests arriving faster than the engines below serve them: the waiting queue backs up
+    behind a head that is refused (TGI's and TensorRT-LLM's reservations, SGLang's estimate,
+    vLLM's seats)."""
+    rng = np.random.default_rng(seed)
+    arrival = np.cumsum(rng.exponential(0.04, n))
+    prompt = rng.integers(16, 300, n)
+    cap = rng.integers(20, 300, n)
+    out = np.maximum(1, (cap * rng.random(n)).astype(np.int64))
+    tiers = list(np.where(rng.random(n) < 0.5, "interactive", "batch"))
+    return from_columns(arrival, prompt, out, max_output_tokens=cap, tiers=tiers)
+
+
+SPAN_CASES: list[tuple[str, dict[str, Any]]] = [
+    ("tgi", {}),
+    ("trtllm", {}),
+    ("sglang", {}),
+    ("vllm", {"max_num_seqs": 3}),
+    # an interactive request that arrives goes before a batch head: that run ends at once
+    ("vllm", {"max_num_seqs": 3, "scheduling_policy": "priority"}),
+    ("tgi", {"scheduling_policy": "priority"}),
+]
+
+
+@pytest.mark.parametrize(("name", "extra"), SPAN_CASES,
+                         ids=[n + "".join(f"-{v}" for v in e.values()) for n, e in SPAN_CASES])
+@pytest.mark.parametrize("fleet", [None, "least_tokens", "round_robin"])
+def test_decode_runs_go_past_arrivals_behind_a_refused_head_as_stepping_does(
+    name: str, extra: dict[str, Any], fleet: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the waiting head is refused, a request that arrives joins the queue behind it and
+    changes only the timeline's figures of the steps after it: a decode run goes on over
+    arrivals to the next timeline sample (a fleet's replica: from a request routed to it
+    sooner than planned), and records, timeline and gaps stay those of stepping."""
+    from kvbudget.simulator.fast_decode import SkipAheadEngine
+    from kvbudget.simulator.fleet import FleetConfig
+
+    longer: list[int] = []
+    span_keep = SkipAheadEngine._span_keep
+
+    def counting(ends: Any, t_ext: float, until: float) -> int:
+        keep = span_keep(ends, t_ext, until)
+        longer.append(keep > min(len(ends), int(np.searchsorted(ends, t_ext)) + 1))
+        return keep
+
+    monkeypatch.setattr(SkipAheadEngine, "_span_keep", staticmethod(counting))
+    w = backed_up_workload(120, seed=len(name) + len(extra))
+    engine = EngineConfig(name=name, num_gpu_blocks=120, block_size=16,  # type: ignore[arg-type]
+                          max_num_batched_tokens=512, **extra)
+    cfg = SimConfig(
+        engine=engine,
+        tiers=(TierConfig("interactive", queue_timeout_s=None),
+               TierConfig("batch", priority=1, queue_timeout_s=None)),
+        cost_model=LinearCostModel(0.005, 1e-4, 1e-4, 1e-7),
+        timeline_period_s=0.5 if fleet is None else 0.05,
+        fleet=None if fleet is None else FleetConfig(2, router=fleet),  # type: ignore[arg-type]
+    )
+    a, b = assert_skip_ahead_matches_stepping(w, cfg, "unlimited")
+    assert a.summary["engine"] == b.summary["engine"]
+    assert any(longer)  # some runs went past the next arrival
