@@ -173,14 +173,24 @@ class TrtllmEngine(Engine):
         self.worst_case_blocks: IntArray = -(
             -(self.prompt_tokens + self.max_output_tokens - 1) // bs
         )
+        self._running_worst = 0  # worst_case_blocks summed over the running requests
+
+    def _start_running(self, i: int) -> None:
+        super()._start_running(i)
+        self._running_worst += int(self.worst_case_blocks[i])
+
+    def _stop_running(self, rows: list[int]) -> None:
+        super()._stop_running(rows)
+        worst = self.worst_case_blocks
+        self._running_worst -= (sum([int(worst[i]) for i in rows]) if len(rows) <= 4
+                                else isum(worst[rows]))
 
     def _admit_waiting(self, i: int, n_new: int) -> str:
         if self.config.capacity_scheduler_policy == "GUARANTEED_NO_EVICT":
             # the blocks running requests still need to finish: a running request never holds
             # more than its worst case (it never outgrows its max_tokens), so this is
             # sum(max(worst - num_blocks, 0)) over them
-            worst = isum(self.worst_case_blocks[self.running_rows()])
-            reserved = worst - self.num_running_blocks
+            reserved = self._running_worst - self.num_running_blocks
             shared, unused = self.prefix_hit_blocks()
             need = int(self.worst_case_blocks[i]) - shared
             available = self.num_available_blocks - unused

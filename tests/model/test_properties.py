@@ -18,7 +18,7 @@ from kvbudget.policies import TierConfig, make_policy
 from kvbudget.simulator.decode_plan import GROUP_SMALL_K, SMALL_K, DecodeRunPlanner
 from kvbudget.simulator.engine import Engine
 from kvbudget.simulator.engine_config import EngineConfig
-from kvbudget.simulator.engine_variants import ENGINE_CLASSES
+from kvbudget.simulator.engine_variants import ENGINE_CLASSES, TrtllmEngine
 from kvbudget.simulator.fast_decode import DecodeGroupEngine, SkipAheadEngine
 from kvbudget.simulator.run import SimConfig, simulate
 from kvbudget.workloads import Workload, from_columns
@@ -307,6 +307,8 @@ def _assert_running_facts(engine: Engine) -> None:
     worst = -(-(engine.prompt_tokens[rows] + engine.max_output_tokens[rows] - 1)
               // engine.block_size)
     assert (blocks <= np.maximum(worst, 1)).all()
+    if isinstance(engine, TrtllmEngine):  # its admission reads the running requests' worst case
+        assert engine._running_worst == int(engine.worst_case_blocks[rows].sum())
     # a running request's blocks hold its computed tokens (SkipAheadEngine._budget_prefix
     # relies on it)
     assert (blocks * engine.block_size >= computed).all()
