@@ -374,11 +374,15 @@ class SkipAheadEngine(Engine):
         the one in progress at ``t_ext``, and those ending by ``until`` (the steps scheduled
         before ``t_ext`` and those whose figures no sample reads)."""
         if isinstance(ends, list):
-            keep = max(bisect.bisect_left(ends, t_ext) + 1, bisect.bisect_right(ends, until))
+            k_ext = bisect.bisect_left(ends, t_ext) + 1
+            k_until = bisect.bisect_right(ends, until)
         else:
-            keep = max(int(ends.searchsorted(t_ext, side="left")) + 1,
-                       int(ends.searchsorted(until, side="right")))
-        return min(keep, len(ends))
+            k_ext = int(ends.searchsorted(t_ext, side="left")) + 1
+            k_until = int(ends.searchsorted(until, side="right"))
+        k_ext = min(k_ext, len(ends))
+        if k_ext > 1 and ends[k_ext - 1] == t_ext:  # see decode_plan._TIE
+            k_ext -= 1
+        return max(k_ext, k_until)
 
     def _wait_run(self, t1: float, step_end: Floats | None) -> Generator[simpy.Event, Any, int]:
         """Wait for the step (or the planned decode run, ``step_end``) to end at ``t1``;
@@ -390,8 +394,17 @@ class SkipAheadEngine(Engine):
             k = len(step_end)
             if k > 1:
                 self._jump_ends = self._run_ends = step_end
+        # a run planned past the next external event waits for its last step's end from that
+        # step's start, as stepping creates a step's end event when the step starts: an event
+        # created during the run and due exactly then runs after it or before, as in stepping
+        # (decode_plan._TIE)
+        last_start = (float(step_end[k - 2]) if self._span_head is not None and k > 1
+                      and step_end is not None else None)
         while True:
             try:
+                if last_start is not None:
+                    yield env.timeout(max(0.0, last_start - env.now))
+                    last_start = None
                 yield env.timeout(max(0.0, t1 - env.now))
                 break
             except simpy.Interrupt:
@@ -400,6 +413,10 @@ class SkipAheadEngine(Engine):
                 assert step_end is not None
                 k = self._jump_keep
                 t1 = float(step_end[k - 1])
+                if last_start is not None and k > 1 and float(step_end[k - 2]) >= env.now:
+                    last_start = float(step_end[k - 2])
+                else:
+                    last_start = None
         self._jump_ends = self._run_ends = self._run_rows = None
         self._span_head = None
         self._busy = False
