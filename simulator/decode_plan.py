@@ -49,7 +49,17 @@ instant is in it). A planned run's end event is created when the run starts, pos
 the external event was scheduled, and would run first: the next step would then be scheduled
 without what the gateway did at that instant. Ending the run a step early leaves its last step
 to be scheduled when it starts, as stepping does. (Found with step times and arrivals on a grid
-of powers of two, where such ties are exact.)"""
+of powers of two, where such ties are exact.)
+
+A fleet's replica plans its runs past events of the fleet that need not end them (arrivals
+routed elsewhere, gateway timers and samples, see ``fleet.Fleet._next_touch_s``); one of them
+at the end of a step of the run would run in another order than stepping's: a request finishing
+then is seen before the event (a gateway sample, an admission into the freed room), a request
+routed to the replica then (mispredicted) joins a step earlier or later. Its planner's ``tie``
+gives the first step ending at an instant where such an event may be due, and the run ends
+with the step before it (or with that step when it is the first), so that step is scheduled
+when it starts, as stepping does. (Steps and arrivals on grids tie; continuous times do not,
+and the run is as long as before.)"""
 
 
 class DecodeRunPlanner:
@@ -58,6 +68,8 @@ class DecodeRunPlanner:
     def __init__(self, cost: CostModel, block_size: int) -> None:
         self.cost = cost
         self.block_size = block_size
+        # the first of a run's step ends where another event may be due, -1 for none (_TIE)
+        self.tie: Callable[[Floats], int] | None = None
         self._step_index = np.arange(MAX_JUMP_STEPS + block_size, dtype=np.int64)  # j
         # a short run's step times: the cost model's own loop when it has one (the bits of one
         # step_time call per step, with what stays the same along the run computed once)
@@ -144,6 +156,10 @@ class DecodeRunPlanner:
                 ends, dts = ends[:cut], dts[:cut]
             if len(ends) > 1 and ends[-1] == t_ext:  # see _TIE
                 ends, dts = ends[:-1], dts[:-1]
+            if self.tie is not None and len(ends) > 1:
+                j = self.tie(ends)
+                if j >= 0:
+                    ends, dts = ends[: max(1, j)], dts[: max(1, j)]
         k = len(ends)
         used = used_now + alloc_cum[:k]  # step 0's blocks were taken by the schedule
         return k, ends, used, dts
@@ -186,6 +202,10 @@ class DecodeRunPlanner:
         # else no step ends after t_ext: the whole run, as the array path does
         if len(ends) > 1 and ends[-1] == t_ext:  # see _TIE
             del ends[-1], dts[-1]
+        if self.tie is not None and len(ends) > 1:
+            j = self.tie(ends)
+            if j >= 0:
+                del ends[max(1, j):], dts[max(1, j):]
         return ends, dts
 
     def _decode_times_one_by_one(self, n: int, first_context: int, num_steps: int) -> list[float]:

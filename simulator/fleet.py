@@ -365,6 +365,9 @@ class Fleet:
             )
             if self._compact:
                 self.replicas[r].grow_rows(self._local[r].columns)  # the ties' order
+            planner = getattr(self.replicas[r], "_planner", None)
+            if planner is not None:  # skip-ahead: runs span the fleet's events (_first_tie)
+                planner.tie = self._first_tie
         caps = [e.capacity_tokens for e in self.replicas]
         self.capacity_tokens = sum(caps)
         self.num_gpu_blocks = sum(e.num_gpu_blocks for e in self.replicas)
@@ -499,6 +502,32 @@ class Fleet:
         arrival = self._arrival_s
         j = int(arrival.searchsorted(self.env.now, side="right")) + self.router.arrivals_until(r)
         return max(t_next, float(arrival[j])) if j < len(arrival) else math.inf
+
+    def _first_tie(self, ends: FloatArray | list[float]) -> int:
+        """The first of a replica's planned step ``ends`` at which an event of the fleet that
+        may touch it is due (an arrival, the gateway's next timer), or the run's last step
+        then when it ends on a gateway sample (which reads what a request finishing then
+        changes), -1 for none: the run ends before it (``decode_plan._TIE``)."""
+        t = np.asarray(ends, np.float64)
+        arrival = self._arrival_s
+        k = len(t)
+        tie = np.zeros(k, np.bool_)
+        if len(arrival):
+            j = np.minimum(arrival.searchsorted(t), len(arrival) - 1)
+            tie = arrival[j] == t
+        timer = self.gateway.next_timer_s()
+        if timer is not None:
+            tie |= t == timer
+        hit = np.flatnonzero(tie)
+        if hit.size:
+            k = int(hit[0])
+        if k < 2:  # the run ends with its first step: nothing to cut
+            return k if k < len(t) else -1
+        period = self.config.timeline_period_s
+        last = float(t[k - 1])
+        if round(last / period) * period == last:  # a sample time, m * period
+            return k - 1
+        return k if k < len(t) else -1
 
     def _gateway_state(self, r: int) -> tuple[int, int]:
         return 0, 0  # the gateway is sampled on its own (_sample_gateway)
