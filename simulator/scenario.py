@@ -531,9 +531,12 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     if "=" not in item:
         raise ValueError(f"--set {item!r}: expected key=value")
     key, raw = item.split("=", 1)
-    path = [p for p in key.strip().split(".") if p]
+    parts = [p.strip() for p in key.strip().split(".")]
+    path = [p for p in parts if p]
     if not path:
         raise ValueError(f"--set {item!r}: empty key")
+    if len(path) != len(parts):  # engine..block_size, .seed, engine.: a typo, not a key
+        raise ValueError(f"--set {item!r}: the key {key.strip()!r} has an empty part")
     raw = raw.strip()
     value: Any = _plain_literal(raw)
     if value is not _NOT_PLAIN:

@@ -595,3 +595,9 @@ def test_study_targets_no_run_can_meet_are_refused_before_any_run(
     code, _, stderr = run(args[0], "--scenario", fx["scn.toml"], "--out", out, *args[1:])
     assert_clean_error(code, stderr, needle)
     assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize("expr", ["engine..block_size=16", ".seed=1", "engine.=16"])
+def test_a_set_key_with_an_empty_part_is_refused(expr: str) -> None:
+    code, _, stderr = run("simulate", *TINY, "--set", expr)
+    assert_clean_error(code, stderr, "empty part")
