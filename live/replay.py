@@ -36,10 +36,10 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 import numpy as np
@@ -91,6 +91,7 @@ from kvbudget.workloads.closed_loop import ClosedLoop
 if TYPE_CHECKING:
     import pandas as pd
 
+_T = TypeVar("_T")
 _REASON_STATUS = {
     "deadline": "expired",
     "preempted": "preempted_dropped",
@@ -297,9 +298,9 @@ class _Replay:
             if not self.todo:
                 return
             workers = [
-                asyncio.create_task(self._arrivals()),
-                asyncio.create_task(self._timers()),
-                asyncio.create_task(self._poll(info.has_metrics)),
+                asyncio.create_task(_ends_cancelled(self._arrivals())),
+                asyncio.create_task(_ends_cancelled(self._timers())),
+                asyncio.create_task(_ends_cancelled(self._poll(info.has_metrics))),
             ]
             try:
                 await self.finished.wait()
@@ -465,7 +466,7 @@ class _Replay:
                 st.reserved_tokens = action.lease.reserved_tokens
                 st.generation += 1
                 st.tokens_so_far = 0
-                task = asyncio.create_task(self._attempt(st, st.generation))
+                task = asyncio.create_task(_ends_cancelled(self._attempt(st, st.generation)))
                 st.task = task
                 self.tasks.add(task)
                 task.add_done_callback(self.tasks.discard)
@@ -515,7 +516,7 @@ class _Replay:
         return self.client_of[st.request.tier].timeout_s
 
     def _spawn(self, coro: Any) -> None:
-        task = asyncio.create_task(coro)
+        task = asyncio.create_task(_ends_cancelled(coro))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
@@ -827,6 +828,23 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     return str(value)
+
+
+async def _ends_cancelled(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Await ``coro``; when its task is being cancelled, whatever it raises as it unwinds ends
+    the task as cancelled. httpx (through anyio's task groups) can turn a cancellation in the
+    middle of a request into an exception group, and ``asyncio.run``, which cancels the tasks
+    left after an interrupt (Ctrl-C, SIGTERM), prints such a task's exception with a traceback
+    ("unhandled exception during asyncio.run() shutdown") under the one-line message."""
+    try:
+        return await coro
+    except asyncio.CancelledError:
+        raise
+    except BaseException:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError from None
+        raise
 
 
 def replay(
