@@ -78,11 +78,12 @@ def test_conservative_never_preempts_overcommit_does(vllm_server: VllmServer,
 HELDOUT = 16
 """Requests in the held-out trace."""
 
-CALIBRATION_GRID = ("--prefill-tokens", "16,128,512", "--decode-batches", "1,8",
-                    "--context-tokens", "64,256", "--repeats", "1")
-"""A small calibration grid (3 prefill sizes, 2 x 2 decode points, once each): the fit's
+CALIBRATION_GRID = ("--prefill-tokens", "16,64,128,256,512", "--decode-batches", "1,4,8",
+                    "--context-tokens", "64,256", "--repeats", "2")
+"""A small calibration grid (5 prefill sizes, 3 x 2 decode points, twice each): the fit's
 mechanics, not its accuracy, are what the test checks, and the default grid takes minutes on
-a busy CPU."""
+a busy CPU. (Two repeats: ``calibrate`` needs two prefill points whose stall the stream shows,
+and on a loaded machine one repeat of three sizes showed only one.)"""
 
 
 def heldout_trace(path: Path, n: int = HELDOUT, rate: float = 2.0, seed: int = 7) -> Path:

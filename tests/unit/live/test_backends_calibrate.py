@@ -418,7 +418,7 @@ def test_calibrate_and_validate_commands(fake_url: str, tmp_path: Path) -> None:
     # the per-context-token cost (context = sequences x length)
     res = runner.invoke(app, ["calibrate", "--url", fake_url, "--out", str(cost),
                               "--prefill-tokens", "64,256,1024", "--decode-batches", "1,4,8",
-                              "--context-tokens", "64,256", "--repeats", "1", "--max-num-seqs",
+                              "--context-tokens", "64,256", "--repeats", "2", "--max-num-seqs",
                               "64"])
     assert res.exit_code == 0, res.stderr
     assert "intercept_s" in res.stdout and "frontend_overhead_s" in res.stdout
