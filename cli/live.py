@@ -242,12 +242,6 @@ def _key_given(api_key: str | None) -> bool:
     return api_key is not None and api_key != os.environ.get("KVBUDGET_API_KEY")
 
 
-def _progress(total: int, desc: str) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="req", leave=False, disable=None, file=sys.stderr)
-
-
 def _resume_hint() -> str:
     """What to run to resume: this very command line with ``--resume``."""
     argv = sys.argv[1:]
@@ -304,7 +298,9 @@ def run_replay(workload: "Workload", policy: "BasePolicy", *, target: "ServerTar
         if num_done:
             typer.echo(f"resuming: {num_done} requests already done, {num_todo} to replay",
                        err=True)
-        bar = _progress(num_todo, f"replay {policy.name}")
+        from kvbudget.cli.progress import Bar
+
+        bar = Bar(f"replay {policy.name}", num_todo, "req")
 
     def on_record(row: Any) -> None:
         if bar is not None:

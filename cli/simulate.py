@@ -1,7 +1,6 @@
 """``kvbudget simulate``, ``compare`` and ``presets``."""
 
 import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -16,6 +15,7 @@ from kvbudget.cli.options import (
     ScenarioArgs,
     with_scenario_options,
 )
+from kvbudget.cli.progress import Bar
 from kvbudget.cli.tables import WIDTH
 
 if TYPE_CHECKING:
@@ -61,25 +61,14 @@ def build_scenario(
         raise CliError(str(exc)) from None
 
 
-class _NoBar:
-    """A progress bar that shows nothing."""
-
-    def update(self, n: int = 1) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
+SIMULATE_LINES_FROM = 100_000
+"""Requests from which a ``simulate`` not at a terminal writes progress lines (cli.progress)."""
 
 
-def _progress(total: int, desc: str, unit: str = "req") -> Any:
-    # tqdm's disable=None hides the bar when stderr is not a terminal: decide that here and
-    # skip importing tqdm (and its multiprocessing lock) for piped and scripted runs
-    isatty = getattr(sys.stderr, "isatty", None)
-    if isatty is not None and not isatty():
-        return _NoBar()
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit=unit, leave=False, disable=None)
+def _progress(total: int, desc: str, unit: str = "req") -> Bar:
+    # at a terminal tqdm's bar; elsewhere silent (tqdm not even imported), except a run of at
+    # least SIMULATE_LINES_FROM requests, which writes a line every half minute
+    return Bar(desc, total, unit, lines_from=SIMULATE_LINES_FROM if unit == "req" else None)
 
 
 def run_one(scn: "Scenario", policy_name: str | None, label: str) -> "RunResult":
@@ -112,7 +101,7 @@ def simulate_cmd(
     with user_errors():
         check_out_dir(out)
         scn = setup.build(policy=policy, seed=seed)
-        result = run_one(scn, None, scn.spec.policy)
+        result = run_one(scn, None, f"simulate {scn.spec.policy}")
         if out is not None:
             result.write(out)
     if as_json:
