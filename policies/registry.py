@@ -30,6 +30,12 @@ def policy_names() -> list[str]:
 def policy_parameters(name: str) -> dict[str, Any]:
     """The parameters of a registered policy with their defaults."""
     cls = _lookup(name)
+    if cls.__init__ is object.__init__:
+        # A policy without an ``__init__`` of its own takes no parameters. (``object.__init__``
+        # is a builtin: ``inspect.signature`` would read its text signature, ``(self, /, *args,
+        # **kwargs)``, by tokenizing it, compiling tokenize's patterns (~5 ms of a start), and
+        # list ``args`` and ``kwargs`` as parameters, which the class refuses.)
+        return {}
     sig = inspect.signature(cls.__init__)
     return {
         p.name: (None if p.default is inspect.Parameter.empty else p.default)

@@ -36,3 +36,16 @@ def test_a_command_line_imports_only_its_command_module() -> None:
     assert main._modules_for(["kvbudget", "tune"]) == ("sweep",)
     assert main._modules_for(["kvbudget", "--help"]) == tuple(main.COMMAND_MODULES)
     assert main._modules_for(["kvbudget", "simulat"]) == tuple(main.COMMAND_MODULES)
+
+
+def test_a_command_line_registers_only_its_command() -> None:
+    probe = ("import sys; sys.argv = ['kvbudget', 'simulate', '--help']; "
+             "import kvbudget.cli.main as m; "
+             "print(sorted(c.name for c in m.app.registered_commands), "
+             "sorted(g.name for g in m.app.registered_groups))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.split() == ["['simulate']", "[]"]
+    assert main._command_for(["kvbudget", "trace", "stats"]) == "trace"
+    assert main._command_for(["kvbudget", "--help"]) is None
+    assert main._command_for(["kvbudget"]) is None

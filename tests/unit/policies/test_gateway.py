@@ -185,6 +185,8 @@ def test_time_must_not_go_backwards() -> None:
         ("nope", {}, "unknown policy 'nope'"),
         ("overcommit", {"overcommit_ratio": 0}, "(0, 1]"),
         ("overcommit", {"ratio": 0.5}, "no parameter 'ratio'"),
+        # a policy without an __init__ of its own: no parameters (not object's *args, **kwargs)
+        ("unlimited", {"args": 1}, "no parameter 'args'; its parameters: []"),
         ("preemptive", {"mode": "kill"}, "'kill'"),
     ],
 )
@@ -196,3 +198,15 @@ def test_policy_validation_quotes_the_value(
         match=match.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]"),
     ):
         make_policy(name, params)
+
+
+def test_policy_parameters_of_every_registered_policy_are_its_init_keywords() -> None:
+    import inspect
+
+    from kvbudget.policies import POLICIES, policy_parameters
+
+    assert policy_parameters("unlimited") == {}
+    for name, cls in POLICIES.items():
+        if cls.__init__ is not object.__init__:
+            own = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+            assert list(policy_parameters(name)) == own, name
