@@ -37,6 +37,7 @@ other replicas' completions, which change the shared gateway).
 
 from __future__ import annotations
 
+import bisect
 import copy
 import math
 from collections.abc import Callable, Generator, Iterator
@@ -380,6 +381,11 @@ class Fleet:
         self.replica_of = np.full(n, -1, np.int64)
         self.env = env
         self._arrival_s = workload.arrival_s
+        # the arrivals due by now, counted on as the clock moves (_arrived): an open-loop
+        # workload's arrivals are sorted and fixed; a closed loop writes them as it sends
+        self._sorted_arrivals = config.closed_loop is None
+        self._num_arrived = 0
+        self._next_arrival_s = float(workload.arrival_s[0]) if n else math.inf
         self._gateway_samples: list[tuple[int, int]] = []
         env.process(self._sample_gateway())
         self.gateway: Gateway | FleetGateway
@@ -500,14 +506,65 @@ class Fleet:
         if t_next == math.inf:
             return t_next
         arrival = self._arrival_s
-        j = int(arrival.searchsorted(self.env.now, side="right")) + self.router.arrivals_until(r)
+        j = self._arrived() + self.router.arrivals_until(r)
         return max(t_next, float(arrival[j])) if j < len(arrival) else math.inf
+
+    def _arrived(self) -> int:
+        """The arrivals due by now, ``arrival_s.searchsorted(now, side="right")``: counted on
+        from the last call where arrivals are sorted and fixed (the clock only moves on), the
+        next one's time kept (``_next_arrival_s``)."""
+        arrival = self._arrival_s
+        now = self.env.now
+        if not self._sorted_arrivals:
+            return int(arrival.searchsorted(now, side="right"))
+        j = self._num_arrived
+        if self._next_arrival_s <= now:
+            n = len(arrival)
+            j += 1
+            while j < n and arrival[j] <= now:
+                j += 1
+            self._num_arrived = j
+            self._next_arrival_s = float(arrival[j]) if j < n else math.inf
+        return j
 
     def _first_tie(self, ends: FloatArray | list[float]) -> int:
         """The first of a replica's planned step ``ends`` at which an event of the fleet that
         may touch it is due (an arrival, the gateway's next timer), or the run's last step
         then when it ends on a gateway sample (which reads what a request finishing then
-        changes), -1 for none: the run ends before it (``decode_plan._TIE``)."""
+        changes), -1 for none: the run ends before it (``decode_plan._TIE``).
+
+        With sorted arrivals, only those within ``[ends[0], ends[-1]]`` can tie (a few: a
+        replica's run spans the arrivals routed to the others), each looked up among the
+        ends by bisection, in Python numbers; else every end is searched among the arrivals."""
+        if not self._sorted_arrivals:
+            return self._first_tie_searched(ends)
+        t = ends if isinstance(ends, list) else ends.tolist()
+        size = len(t)
+        first, last = t[0], t[-1]
+        k = size
+        arrival = self._arrival_s
+        j, n = self._arrived(), len(arrival)
+        a = self._next_arrival_s  # the next arrival, on to the first at or after ends[0]
+        while a < first:
+            j += 1
+            a = float(arrival[j]) if j < n else math.inf
+        while a <= last:  # ends and arrivals both sorted: the first tie is the earliest end
+            at = bisect.bisect_left(t, a)
+            if t[at] == a:
+                k = at
+                break
+            j += 1
+            a = float(arrival[j]) if j < n else math.inf
+        timer = self.gateway.next_timer_s()
+        if timer is not None and first <= timer <= last:
+            at = bisect.bisect_left(t, timer)
+            if t[at] == timer:
+                k = min(k, at)
+        return self._tie_step(t, k)
+
+    def _first_tie_searched(self, ends: FloatArray | list[float]) -> int:
+        """:meth:`_first_tie` searching each end among the arrivals (a closed loop's arrival
+        column, written as requests are sent, is not sorted throughout)."""
         t = np.asarray(ends, np.float64)
         arrival = self._arrival_s
         k = len(t)
@@ -521,6 +578,11 @@ class Fleet:
         hit = np.flatnonzero(tie)
         if hit.size:
             k = int(hit[0])
+        return self._tie_step(t, k)
+
+    def _tie_step(self, t: FloatArray | list[float], k: int) -> int:
+        """:meth:`_first_tie` from the first step ``k`` of ``t`` that ends on an event of the
+        fleet (``len(t)``: none)."""
         if k < 2:  # the run ends with its first step: nothing to cut
             return k if k < len(t) else -1
         period = self.config.timeline_period_s
