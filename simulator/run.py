@@ -41,15 +41,15 @@ from kvbudget.results.records import (
 from kvbudget.results.run_result import RunResult
 from kvbudget.simulator.engine import EngineHooks
 from kvbudget.simulator.engine_variants import engine_inputs, make_engine
-from kvbudget.simulator.fleet import Fleet, FleetGateway
 from kvbudget.simulator.serving import ServingEngine
 from kvbudget.simulator.sim_config import FleetConfig, SimConfig, gateway_config
 
 if TYPE_CHECKING:
-    # loaded only by a run that has them (client models, a closed loop)
+    # loaded only by a run that has them (client models, a closed loop, a fleet)
     from kvbudget.perf.cost_model import CostModel
     from kvbudget.policies.clients import Answer
     from kvbudget.simulator.clients import _Clients
+    from kvbudget.simulator.fleet import FleetGateway
     from kvbudget.workloads.closed_loop import ClosedLoop
 
 __all__ = ["FleetConfig", "SimConfig", "gateway_config", "simulate"]
@@ -138,6 +138,9 @@ class _Simulation:
                 ),
             )
         else:
+            # imported here: a single engine's run does without the fleet module
+            from kvbudget.simulator.fleet import Fleet
+
             fleet = Fleet(
                 self.env,
                 workload,

@@ -57,7 +57,7 @@ import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from types import NoneType, UnionType
 from typing import (
@@ -79,8 +79,8 @@ from kvbudget.policies import DEFAULT_TIERS, BasePolicy, TierConfig, make_policy
 from kvbudget.policies.gateway import FrontDoor
 from kvbudget.policies.tiers import MAX_LIMIT_TOKENS
 from kvbudget.simulator.engine_config import EngineConfig
-from kvbudget.simulator.fleet import FleetConfig
 from kvbudget.simulator.run import SimConfig
+from kvbudget.simulator.sim_config import FleetConfig
 from kvbudget.workloads import Workload
 
 if TYPE_CHECKING:
@@ -442,11 +442,11 @@ class Scenario:
             from kvbudget.workloads.traces import TraceOptions, load_trace
 
             path, fmt = plain
-            rng = np.random.default_rng(np.random.SeedSequence(self.spec.seed))
-            options = TraceOptions(format=fmt, seed=int(rng.integers(0, 2**31 - 1)))
             file = Path(path).expanduser()
+            # the trace's seed is drawn only if the load draws at all (see ``trace_seed``)
             return load_trace(file if file.is_absolute() else self.base_dir / file,
-                              options).workload
+                              TraceOptions(format=fmt),
+                              seed=partial(trace_seed, self.spec.seed)).workload
         from kvbudget.workloads.spec import build_workload, parse_workload_spec
 
         wspec = parse_workload_spec(self.spec.workload, prefix="workload")
@@ -471,6 +471,16 @@ class Scenario:
 
     def to_toml_dict(self) -> dict[str, Any]:
         return dump_spec(self.spec)
+
+
+def trace_seed(seed: int) -> int:
+    """The seed of the trace a scenario with ``seed`` loads when its ``[workload]`` table
+    gives none: the first draw of the scenario's generator, as
+    :meth:`kvbudget.workloads.spec.TraceWorkloadSpec.build` draws it. Called by the load only
+    when it draws (a timed trace read whole draws nothing, and skips importing
+    ``numpy.random``)."""
+    rng = np.random.default_rng(np.random.SeedSequence(seed))
+    return int(rng.integers(0, 2**31 - 1))
 
 
 def _plain_trace(workload: Mapping[str, Any]) -> tuple[str, str | None] | None:

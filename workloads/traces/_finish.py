@@ -68,19 +68,48 @@ class RawTrace:
     default_arrival_note: bool = True
 
 
-@dataclass(frozen=True)
 class Streams:
-    """The independent random streams of one load, from ``TraceOptions.seed``."""
+    """The independent random streams of one load, from ``TraceOptions.seed``.
 
-    arrival: np.random.Generator
-    sample: np.random.Generator
-    tiers: np.random.Generator
-    source: np.random.Generator
+    The four generators are spawned together (``SeedSequence(seed).spawn(4)``) when one of
+    them is first used, so a load that draws nothing (a timed trace read whole) never imports
+    ``numpy.random`` (~10 ms of a start) and the draws do not depend on which stream is used
+    first. ``seed`` may be a function that gives the seed, called then (a scenario's trace:
+    see :func:`kvbudget.simulator.scenario.trace_seed`).
+    """
+
+    __slots__ = ("_generators", "_seed")
+
+    def __init__(self, seed: int | Callable[[], int]) -> None:
+        self._seed = seed
+        self._generators: tuple[np.random.Generator, ...] | None = None
 
     @classmethod
-    def from_seed(cls, seed: int) -> Streams:
-        a, b, c, d = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(4))
-        return cls(a, b, c, d)
+    def from_seed(cls, seed: int | Callable[[], int]) -> Streams:
+        return cls(seed)
+
+    def _generator(self, index: int) -> np.random.Generator:
+        if self._generators is None:
+            seed = self._seed() if callable(self._seed) else self._seed
+            self._generators = tuple(
+                np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(4))
+        return self._generators[index]
+
+    @property
+    def arrival(self) -> np.random.Generator:
+        return self._generator(0)
+
+    @property
+    def sample(self) -> np.random.Generator:
+        return self._generator(1)
+
+    @property
+    def tiers(self) -> np.random.Generator:
+        return self._generator(2)
+
+    @property
+    def source(self) -> np.random.Generator:
+        return self._generator(3)
 
 
 def _error(raw: RawTrace, row: int, name: str, problem: str) -> TraceError:

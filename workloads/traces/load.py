@@ -92,8 +92,13 @@ def _check_applicable(path: Path, fmt: str, options: TraceOptions) -> None:
                              field="arrival_unit")
 
 
-def load_trace(path: str | Path, options: TraceOptions | None = None) -> LoadedTrace:
+def load_trace(path: str | Path, options: TraceOptions | None = None, *,
+               seed: Callable[[], int] | None = None) -> LoadedTrace:
     """Load a trace file (or a ServeGen directory) as a workload with a load report.
+
+    The random choices (sampling, tier shares, synthetic arrivals, ServeGen's clients) draw
+    from ``options.seed``; where that is ``None``, from the seed ``seed()`` gives, called only
+    when the load draws at all (0 without ``seed``).
 
     Raises :class:`~kvbudget.workloads.errors.TraceError` (a ``ValueError``) naming the file, the line
     or row and the field for anything it cannot load.
@@ -102,7 +107,7 @@ def load_trace(path: str | Path, options: TraceOptions | None = None) -> LoadedT
     path = Path(path)
     fmt = options.format or detect_format(path, options)
     _check_applicable(path, fmt, options)
-    streams = Streams.from_seed(options.seed or 0)
+    streams = Streams.from_seed(options.seed if options.seed is not None else seed or 0)
     try:
         raw = _loader(fmt)(path, options, streams)
     except TraceError as exc:

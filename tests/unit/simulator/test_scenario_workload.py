@@ -56,6 +56,53 @@ def test_plain_trace_workload_equals_the_spec_path(tmp_path: Path, table: dict[s
     _same(_scenario(absolute, Path("/")).workload(), _through_spec(table, tmp_path))
 
 
+LENGTHS = ["num_prefill_tokens,num_decode_tokens", "100,20", "300,5", "50,60", "70,1"]
+
+
+@pytest.mark.parametrize("seed", [0, 3, 12345])
+def test_a_plain_trace_that_draws_draws_what_the_spec_path_draws(tmp_path: Path,
+                                                                 seed: int) -> None:
+    # a length-only table: its arrivals are drawn from the trace's seed (the scenario's
+    # first draw), which the plain path derives only when the load asks for it
+    (tmp_path / "l.csv").write_text("\n".join(LENGTHS) + "\n")
+    table = {"kind": "trace", "path": "l.csv", "format": "lengths"}
+    plain = _scenario(table, tmp_path, seed).workload()
+    _same(plain, _through_spec(table, tmp_path, seed))
+    assert np.unique(plain.arrival_s).size == len(LENGTHS) - 1
+
+
+def test_streams_are_spawned_together_whichever_is_used_first() -> None:
+    from kvbudget.workloads.traces._finish import Streams
+
+    eager = [np.random.default_rng(s) for s in np.random.SeedSequence(7).spawn(4)]
+    names = ["arrival", "sample", "tiers", "source"]
+    for first in names:
+        streams = Streams.from_seed(lambda: 7)
+        order = [first, *(n for n in names if n != first)]
+        draws = {n: getattr(streams, n).integers(0, 2**62) for n in order}
+        assert [draws[n] for n in names] == [g.integers(0, 2**62) for g in
+                                              (np.random.default_rng(s) for s in
+                                               np.random.SeedSequence(7).spawn(4))]
+    assert [getattr(Streams.from_seed(7), n).random() for n in names] == \
+        [g.random() for g in eager]
+
+
+def test_a_timed_plain_trace_never_imports_numpy_random(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "t.csv").write_text("\n".join(ROWS) + "\n")
+    probe = ("import sys; from pathlib import Path; "
+             "from kvbudget.simulator.scenario import scenario_from_dict; "
+             "s = scenario_from_dict({'seed': 3, 'policy': 'unlimited', 'workload': "
+             f"{{'kind': 'trace', 'path': 't.csv'}}}}, Path({str(tmp_path)!r})); "
+             "n = len(s.workload()); print(n, 'numpy.random' in sys.modules)")
+    repo = Path(__file__).resolve().parents[3]
+    out = subprocess.run([sys.executable, "-c", probe], cwd=repo, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.split() == ["5", "False"]
+
+
 @pytest.mark.parametrize("table", [
     {"kind": "trace", "path": "t.csv", "format": "nope"},
     {"kind": "trace", "path": ""},
