@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Literal
 
 from kvbudget.perf.cost_model import CostModel, FrontendCost, get_frontend
 from kvbudget.perf.hardware import get_gpu
-from kvbudget.perf.kv_capacity import legacy_num_gpu_blocks, num_gpu_blocks
 from kvbudget.perf.models import get_model
 from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.policies import DEFAULT_TIERS, GatewayConfig, TierConfig
@@ -153,6 +152,9 @@ class SimConfig:
         engine = self.engine_for(gpu)
         if engine.num_gpu_blocks is not None:
             return engine.num_gpu_blocks
+        # imported here: a run given its blocks (as the benchmarks are) does without it
+        from kvbudget.perf.kv_capacity import legacy_num_gpu_blocks, num_gpu_blocks
+
         spec, model = get_gpu(gpu or self.gpu), get_model(self.model)
         tp, ep = _parallelism(engine)
         if self.engine_defaults == "kvbudget-0.1":

@@ -5,17 +5,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.errors import json_problem as _json_problem
-from kvbudget.workloads.traces._csv import CsvColumns, Kind, read_csv_columns, split_header
 from kvbudget.workloads.traces._files import FileFacts, file_facts, line_of_row
 from kvbudget.workloads.traces._finish import DROP_TRUNCATED, RawTrace, Streams
 from kvbudget.workloads.traces._jsonl import JsonColumns, JsonKind, read_jsonl_columns
 from kvbudget.workloads.traces.options import ARRIVAL_UNITS, CANONICAL_COLUMNS, TraceOptions
+
+if TYPE_CHECKING:
+    from kvbudget.workloads.traces._csv import CsvColumns, Kind
+
+# The CSV reader (kvbudget.workloads.traces._csv) is imported by the loaders that read CSV: a
+# JSONL trace does without it.
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 BURSTGPT_COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
@@ -54,6 +59,8 @@ def _tier_required(options: TraceOptions) -> list[str]:
 
 
 def load_azure(path: Path, options: TraceOptions, streams: Streams) -> RawTrace:
+    from kvbudget.workloads.traces._csv import read_csv_columns, split_header
+
     facts = file_facts(path)
     kinds: dict[str, Kind] = {"TIMESTAMP": "timestamp", "ContextTokens": "number",
                               "GeneratedTokens": "number"}
@@ -83,6 +90,8 @@ def load_azure(path: Path, options: TraceOptions, streams: Streams) -> RawTrace:
 
 
 def load_burstgpt(path: Path, options: TraceOptions, streams: Streams) -> RawTrace:
+    from kvbudget.workloads.traces._csv import read_csv_columns, split_header
+
     facts = file_facts(path)
     header = split_header(facts.first_line)
     kinds: dict[str, Kind] = {"Timestamp": "number", "Request tokens": "number",
@@ -129,6 +138,8 @@ def load_mooncake(path: Path, options: TraceOptions, streams: Streams) -> RawTra
 
 
 def load_lengths(path: Path, options: TraceOptions, streams: Streams) -> RawTrace:
+    from kvbudget.workloads.traces._csv import read_csv_columns
+
     facts = file_facts(path)
     kinds: dict[str, Kind] = {"num_prefill_tokens": "number", "num_decode_tokens": "number"}
     cols = read_csv_columns(facts, _with_tier_column(dict(kinds), options), fmt="lengths",
@@ -255,6 +266,8 @@ def load_generic(path: Path, options: TraceOptions, streams: Streams) -> RawTrac
                            present, names, options, cols.num_rows,
                            _csv_line_of(path, header_lines=0))
         return _note_truncated(raw, facts, cols.dropped_last)
+    from kvbudget.workloads.traces._csv import read_csv_columns, split_header
+
     header = split_header(facts.first_line)
     present = {c for c in CANONICAL_COLUMNS if names[c] in header}
     _check_mapped(path, options, present, names)

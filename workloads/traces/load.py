@@ -36,8 +36,6 @@ def _loader(fmt: str) -> Loader:
 
 def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
     """The format of a trace file, from its name, its first bytes and its header."""
-    from kvbudget.workloads.traces._csv import split_header
-
     path = Path(path)
     if is_servegen_path(path):
         return "servegen"
@@ -61,6 +59,8 @@ def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
             return "generic"
         raise TraceError(path, "cannot tell the trace format from the first record (keys: "
                          f"{', '.join(sorted(map(str, keys)))}); pass a format", line=1)
+    from kvbudget.workloads.traces._csv import split_header  # a JSONL trace does without
+
     header = set(split_header(first))
     if {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} <= header:
         return "azure"
