@@ -342,6 +342,22 @@ class VllmStepModel:
             t = t + (c.comm_per_step_s + c.comm_per_token_s * tokens)
         return t
 
+    def decode_step_time(self, num_decode_seqs: int, num_context_tokens: int) -> float:
+        """:meth:`step_time` of one pure-decode step of ``num_decode_seqs`` requests attending
+        to ``num_context_tokens`` tokens, as a Python float: the bits of the float path's pure
+        decode step, without its checks (``kv_full * c`` of an int ``c`` below 2**53 is
+        ``kv_full * float(c)``)."""
+        k = self._dense
+        num = float(num_decode_seqs)
+        if k is None:
+            return float(self.step_time(0.0, num, float(num_context_tokens), 0.0, 0.0))
+        gemm_flops, lm_head, gemm_s, _, _, _, kv_full, kv_s, over, read4 = k
+        a = (gemm_flops * num + lm_head * num) / gemm_s
+        a2 = a * a
+        b = kv_full * num_context_tokens / kv_s
+        b2 = b * b
+        return over + math.sqrt(math.sqrt(a2 * a2 + read4)) + math.sqrt(math.sqrt(b2 * b2))
+
     def decode_step_times(
         self, num_decode_seqs: int, first_context: int, num_steps: int
     ) -> list[float]:
@@ -363,12 +379,9 @@ class VllmStepModel:
         a2 = a * a
         fixed = over + math.sqrt(math.sqrt(a2 * a2 + read4))
         sqrt = math.sqrt
-        times = []
-        for c in contexts:
-            b = kv_full * float(c) / kv_s
-            b2 = b * b
-            times.append(fixed + sqrt(sqrt(b2 * b2)))
-        return times
+        # ``kv_full * c`` of an int ``c`` is ``kv_full * float(c)``: exact below 2**53
+        squares = [b * b for b in [kv_full * c / kv_s for c in contexts]]
+        return [fixed + sqrt(sqrt(b2 * b2)) for b2 in squares]
 
     def _experts_exact(self, arr: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         c = self._terms

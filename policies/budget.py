@@ -105,9 +105,12 @@ class TokenBudget:
         return iter(self._live.values())
 
     def next_expiry_s(self) -> float | None:
-        while self._expiry and self._expiry[0][1] not in self._live:
-            heapq.heappop(self._expiry)
-        return self._expiry[0][0] if self._expiry else None
+        expiry = self._expiry
+        if not expiry:
+            return None
+        while expiry and expiry[0][1] not in self._live:
+            heapq.heappop(expiry)  # the lease was released
+        return expiry[0][0] if expiry else None
 
     # --- changes --------------------------------------------------------------------------
     def try_reserve(

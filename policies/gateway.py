@@ -327,14 +327,17 @@ class Gateway:
 
     def next_timer_s(self) -> float | None:
         """When :meth:`advance` next has something to do (a deadline or a lease expiry)."""
-        deadlines, waiting = self._deadlines, self._waiting
-        while deadlines and waiting.get(deadlines[0][1]) != deadlines[0][0]:
-            heapq.heappop(deadlines)
-        nxt = deadlines[0][0] if deadlines else None
+        deadlines = self._deadlines
         lease_nxt = self._budget.next_expiry_s()
-        if lease_nxt is not None and (nxt is None or lease_nxt < nxt):
-            nxt = lease_nxt
-        return nxt
+        if not deadlines:
+            return lease_nxt
+        waiting = self._waiting
+        while deadlines and waiting.get(deadlines[0][1]) != deadlines[0][0]:
+            heapq.heappop(deadlines)  # a stale entry (the request left the queue)
+        if not deadlines:
+            return lease_nxt
+        nxt = deadlines[0][0]
+        return lease_nxt if lease_nxt is not None and lease_nxt < nxt else nxt
 
     # --- internals --------------------------------------------------------------------------
     def _tick(self, now_s: float) -> None:

@@ -75,6 +75,9 @@ class DecodeRunPlanner:
         # step_time call per step, with what stays the same along the run computed once)
         self._decode_times: Callable[[int, int, int], list[float]] = getattr(
             cost, "decode_step_times", None) or self._decode_times_one_by_one
+        # one decode step's time: the cost model's own (the same bits) when it has one
+        self._decode_time: Callable[[int, int], float] = getattr(
+            cost, "decode_step_time", None) or self._decode_time_by_step_time
 
     def bound(
         self, n: int, c0: int, to_finish: int, t: float, t_ext: float
@@ -83,7 +86,7 @@ class DecodeRunPlanner:
         first of them finishing in ``to_finish`` steps: an upper bound on its length (the first
         finish, :data:`MAX_JUMP_STEPS`, the next external event at ``t_ext``) and the duration
         of its first step."""
-        dt0 = float(self.cost.step_time(0.0, float(n), float(c0 + n), 0.0, 0.0))
+        dt0 = self._decode_time(n, c0 + n)
         k_max = min(to_finish, MAX_JUMP_STEPS)
         if t_ext != math.inf and k_max > 1 and dt0 > 0:
             # step times never shrink during a decode run (the context only grows), so the run
@@ -207,6 +210,10 @@ class DecodeRunPlanner:
             if j >= 0:
                 del ends[max(1, j):], dts[max(1, j):]
         return ends, dts
+
+    def _decode_time_by_step_time(self, n: int, context: int) -> float:
+        """Duration of a decode step of ``n`` requests attending to ``context`` tokens."""
+        return float(self.cost.step_time(0.0, float(n), float(context), 0.0, 0.0))
 
     def _decode_times_one_by_one(self, n: int, first_context: int, num_steps: int) -> list[float]:
         """Durations of ``num_steps`` decode steps of ``n`` requests from ``first_context``

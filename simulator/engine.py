@@ -39,6 +39,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 import simpy
+from simpy.events import Timeout
 
 from kvbudget.perf.cost_model import CostModel
 from kvbudget.simulator.engine_config import EngineConfig
@@ -173,6 +174,9 @@ class Engine:
                 f"got {config.batched_tokens_limit} < {self.max_model_len} (vLLM refuses to "
                 "start: a longer prompt could never be scheduled); raise max_num_batched_tokens "
                 "or set max_model_len")
+        # the seats and the token budget of a step (the config is frozen: read once)
+        self.seqs_limit = config.seqs_limit
+        self.tokens_limit = config.batched_tokens_limit
         self.watermark_blocks = int(config.watermark * num_gpu_blocks)
         self._admit_blocks = num_gpu_blocks - self.watermark_blocks
         n = len(prompt_tokens)
@@ -469,7 +473,11 @@ class Engine:
     def allocate_slots(self, i: int, num_new_tokens: int, *, reserve: int = 0) -> bool:
         """Blocks for ``num_computed_tokens + num_new_tokens`` tokens; False when they do not
         fit (keeping ``reserve`` blocks free). vLLM returns None there."""
-        need = -(-(int(self.num_computed_tokens[i]) + num_new_tokens) // self.block_size)
+        return self._allocate_tokens(i, int(self.num_computed_tokens[i]) + num_new_tokens, reserve)
+
+    def _allocate_tokens(self, i: int, tokens: int, reserve: int) -> bool:
+        """:meth:`allocate_slots` of request ``i`` to hold ``tokens`` tokens in all."""
+        need = -(-tokens // self.block_size)
         extra = need - int(self.num_blocks[i])
         if extra <= 0:
             return True
@@ -483,9 +491,8 @@ class Engine:
         """Blocks for the first ``tokens`` tokens of waiting request ``i`` (sharing its prefix
         hit, if any), keeping ``reserve`` blocks free: "" when allocated, else "kv"."""
         hit = self._pending_hit
-        if hit is None:
-            computed = int(self.num_computed_tokens[i])
-            return "" if self.allocate_slots(i, tokens - computed, reserve=reserve) else "kv"
+        if hit is None:  # allocate_slots for the tokens beyond the computed ones
+            return "" if self._allocate_tokens(i, tokens, reserve) else "kv"
         assert self._prefix is not None
         shared, unused = self._prefix.hit_blocks(hit)  # unused: they leave the evictable pool
         need = -(-tokens // self.block_size) - shared
@@ -605,7 +612,7 @@ class Engine:
     def _schedule(self) -> tuple[IntArray, IntArray, bool]:
         """vLLM v1 ``schedule()``: the scheduled rows, their new-token counts and whether a
         request was preempted."""
-        budget = self.config.batched_tokens_limit
+        budget = self.tokens_limit
         self._step_extra_s = 0.0
         self._hol_blocked = False
         self.head_refusal = ""
@@ -618,7 +625,7 @@ class Engine:
         # the invariants: the token budget, the seats, and every block free, held by one
         # request or cached
         assert budget >= 0, "the token budget is overspent"
-        assert len(self.running) <= self.config.seqs_limit, "max_num_seqs exceeded"
+        assert len(self.running) <= self.seqs_limit, "max_num_seqs exceeded"
         assert self.num_free_blocks >= 0, "more blocks taken than the GPU holds"
         assert self._held_blocks() + self.num_free_blocks == self.num_gpu_blocks, "blocks lost"
         return np.array(rows, np.int64), np.array(new, np.int64), preempted
@@ -692,24 +699,24 @@ class Engine:
         self._on_schedule_waiting()
         sched: list[int] = []
         new: list[int] = []
-        chunked = self.config.enable_chunked_prefill
         self._hol_blocked = False
         self.head_refusal = ""
+        waiting = self.waiting
         while True:
-            if len(self.running) >= self.config.seqs_limit:
+            if len(self.running) >= self.seqs_limit:
                 self.head_refusal = "seqs"
                 break
             if budget <= 0:
                 self.head_refusal = "budget"
                 break
-            i_w = self.waiting.peek_request()
+            i_w = waiting.peek_request()
             if i_w is None:
                 break
             self._pending_hit = None
             if self._prefix is not None and self.num_computed_tokens[i_w] == 0:
                 self._pending_hit = self._prefix.lookup(i_w, int(self.num_tokens[i_w]))
             n_new = int(self.num_tokens[i_w]) - self.start_tokens(i_w)
-            if not chunked and n_new > budget:
+            if n_new > budget and not self.config.enable_chunked_prefill:
                 self.head_refusal = "budget"
                 break
             n_new = min(n_new, budget)
@@ -718,7 +725,7 @@ class Engine:
                 self.head_refusal = refusal
                 self._hol_blocked = True
                 break
-            self.waiting.pop_request()
+            waiting.pop_request()
             self._start_running(i_w)
             sched.append(i_w)
             new.append(n_new)
@@ -757,7 +764,8 @@ class Engine:
             if Engine.step_observer is not None:
                 Engine.step_observer(self)
             yield from self._step()
-            self._add_deferred()
+            if self._deferred_adds:
+                self._add_deferred()
 
     def _step(self) -> Generator[simpy.Event, Any, None]:
         """Schedule a step, run it and commit it."""
@@ -771,7 +779,7 @@ class Engine:
             # nothing fits even with every block free: cannot happen for requests that
             # passed fits(); guard against a livelock all the same
             raise RuntimeError("engine could not schedule any request")  # pragma: no cover
-        counts = (len(self.running), self.num_waiting() + gw_waiting)
+        counts = (len(self.running), len(self.waiting) + gw_waiting)
         yield from self._run_scheduled(rows, new, preempted, reserved, counts)
 
     def _run_scheduled(
@@ -792,7 +800,7 @@ class Engine:
         """A single step of ``dt`` seconds from now: its KV and head-of-line terms and timeline
         samples; returns its end."""
         t1 = self.t + dt
-        used_now = self.num_used_blocks
+        used_now = self.num_gpu_blocks - self.num_free_blocks - self._evictable  # num_used_blocks
         self._kv_scalar_terms.append(float(used_now) * self.block_size * dt)
         if self._hol_blocked:
             self._hol_scalar_terms.append(dt)
@@ -818,7 +826,8 @@ class Engine:
     def _wait(self, t1: float) -> Generator[simpy.Event, Any, None]:
         """Wait for the step in flight to end at ``t1``."""
         self._busy = True
-        yield self.env.timeout(max(0.0, t1 - self.env.now))
+        # ``Timeout(env, d)`` is ``env.timeout(d)`` without the bound-class descriptor's call
+        yield Timeout(self.env, max(0.0, t1 - self.env.now))
         self._busy = False
         self.t = t1
         self.num_steps += 1
@@ -980,8 +989,8 @@ class Engine:
         return aborted
 
     def _add_deferred(self) -> None:
-        """Add the requests re-admitted while their aborts waited for the step's end."""
-        if self._deferred_adds:
-            for i in self._deferred_adds:
-                self.add_request(i)
-            self._deferred_adds.clear()
+        """Add the requests re-admitted while their aborts waited for the step's end (the
+        caller checks there are some)."""
+        for i in self._deferred_adds:
+            self.add_request(i)
+        self._deferred_adds.clear()

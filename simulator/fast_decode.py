@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import simpy
+from simpy.events import Timeout
 
 from kvbudget.simulator.decode_plan import GROUP_SMALL_K, DecodeRunPlanner, Floats, Ints
 from kvbudget.simulator.engine import Engine, IntArray
@@ -81,7 +82,7 @@ class SkipAheadEngine(Engine):
         self._running_arr: IntArray | None = None
         self._running_buf: IntArray = np.zeros(0, np.int64)
         # one new token each, for a running loop of decoding requests (read-only: it is shared)
-        n = min(self.config.seqs_limit, self.config.batched_tokens_limit)
+        n = min(self.seqs_limit, self.tokens_limit)
         self._ones = np.ones(n, np.int64)
         self._ones.flags.writeable = False
         self._fast: RunningPrefix | None = None  # this step's running loop, when vectorised
@@ -147,7 +148,7 @@ class SkipAheadEngine(Engine):
         """:meth:`Engine._schedule`, with the running loop in arrays when every running
         request gets its blocks (``_fast``), and the waiting rows that follow running ones all
         decoding kept apart (``_tail``) for :meth:`_features` and :meth:`_commit_step`."""
-        budget = self.config.batched_tokens_limit
+        budget = self.tokens_limit
         self._step_extra_s = 0.0
         self._hol_blocked = False
         self.head_refusal = ""
@@ -179,7 +180,7 @@ class SkipAheadEngine(Engine):
             if w_rows:
                 sched = np.concatenate((sched, w_rows))
                 new = np.concatenate((new, w_new))
-        assert len(self.running) <= self.config.seqs_limit, "max_num_seqs exceeded"
+        assert len(self.running) <= self.seqs_limit, "max_num_seqs exceeded"
         assert self.num_free_blocks >= 0, "more blocks taken than the GPU holds"
         return sched, new, preempted
 
@@ -284,7 +285,7 @@ class SkipAheadEngine(Engine):
         n = len(rows)
         if preempted or n != len(self.running) or n == 0 or self._step_extra_s:
             return None
-        if n > self.config.batched_tokens_limit:
+        if n > self.tokens_limit:
             return None
         for _, n_new in self._tail or ():
             if n_new != 1:
@@ -389,28 +390,32 @@ class SkipAheadEngine(Engine):
         returns the steps that ran (a run ends early when work is added or aborted)."""
         env = self.env
         self._busy = True
-        k = 1
-        if step_end is not None:
-            k = len(step_end)
-            if k > 1:
-                self._jump_ends = self._run_ends = step_end
+        if step_end is None:  # one step: nothing cuts it (_work_changed)
+            yield Timeout(env, max(0.0, t1 - env.now))  # env.timeout, without its descriptor
+            self._span_head = None
+            self._busy = False
+            self.t = t1
+            self.num_steps += 1
+            self._step_end_s.append(t1)
+            return 1
+        k = len(step_end)
+        if k > 1:
+            self._jump_ends = self._run_ends = step_end
         # a run planned past the next external event waits for its last step's end from that
         # step's start, as stepping creates a step's end event when the step starts: an event
         # created during the run and due exactly then runs after it or before, as in stepping
         # (decode_plan._TIE)
-        last_start = (float(step_end[k - 2]) if self._span_head is not None and k > 1
-                      and step_end is not None else None)
+        last_start = float(step_end[k - 2]) if self._span_head is not None and k > 1 else None
         while True:
             try:
                 if last_start is not None:
-                    yield env.timeout(max(0.0, last_start - env.now))
+                    yield Timeout(env, max(0.0, last_start - env.now))
                     last_start = None
-                yield env.timeout(max(0.0, t1 - env.now))
+                yield Timeout(env, max(0.0, t1 - env.now))
                 break
             except simpy.Interrupt:
                 # work was added or aborted mid-run: stop at the end of the step in progress,
                 # as stepping one by one would have (or later: see _work_changed)
-                assert step_end is not None
                 k = self._jump_keep
                 t1 = float(step_end[k - 1])
                 if last_start is not None and k > 1 and float(step_end[k - 2]) >= env.now:
@@ -422,9 +427,7 @@ class SkipAheadEngine(Engine):
         self._busy = False
         self.t = t1
         self.num_steps += k
-        if step_end is None:
-            self._step_end_s.append(t1)
-        elif isinstance(step_end, list):
+        if isinstance(step_end, list):
             self._step_end_s.extend(step_end[:k] if k < len(step_end) else step_end)
         else:
             self._flush_step_ends()
@@ -548,19 +551,23 @@ class SkipAheadEngine(Engine):
             new = np.array([m for _, m in tail], np.int64)
             self._prefix.register(rows, self.num_computed_tokens[rows] + new)
         joining = True  # running order stays join order (the group's members come first)
+        num_computed, num_tokens, num_output = (
+            self.num_computed_tokens, self.num_tokens, self.num_output_tokens)
+        step = self.num_steps
         for i, n_new in tail:
-            computed_i = int(self.num_computed_tokens[i]) + n_new
-            self.num_computed_tokens[i] = computed_i
-            if computed_i >= self.num_tokens[i]:
+            computed_i = int(num_computed[i]) + n_new
+            num_computed[i] = computed_i
+            tokens_i = int(num_tokens[i])
+            if computed_i >= tokens_i:
                 sampled += 1
-                output_i = int(self.num_output_tokens[i]) + 1
-                self.num_output_tokens[i] = output_i
-                self.num_tokens[i] += 1
-                if self._seg_base[i] + output_i != self.num_steps:
-                    self._new_segment(i, output_i, self.num_steps)
+                output_i = int(num_output[i]) + 1
+                num_output[i] = output_i
+                num_tokens[i] = tokens_i + 1
+                if int(self._seg_base[i]) + output_i != step:
+                    self._new_segment(i, output_i, step)
                 if math.isnan(self.first_token_s[i]):
                     self.first_token_s[i] = self.t
-                if output_i >= self.target_output[i]:
+                if output_i >= int(self.target_output[i]):
                     done.append(i)
                 elif joining:
                     self._now_decoding(i, computed_i, output_i)
@@ -760,7 +767,7 @@ class DecodeGroupEngine(SkipAheadEngine):
         c0 = int(self.num_computed_tokens[i])
         c = c0 + d
         self.num_computed_tokens[i] = c
-        self.num_output_tokens[i] += d
+        self.num_output_tokens[i] = int(self.num_output_tokens[i]) + d
         self.num_tokens[i] = c + 1
         if g.deferred.pop(i, None) is None:
             self.num_blocks[i] = max(int(self.num_blocks[i]), -(-c // self.block_size))
@@ -801,31 +808,30 @@ class DecodeGroupEngine(SkipAheadEngine):
     def _step(self) -> Generator[simpy.Event, Any, None]:
         """A step whose running loop is the group's (every member gets its token and block):
         :meth:`_group_iteration`; any other step dissolves the group first."""
-        if self._group is None and self._all_decode and self._synced and self.running:
+        g = self._group
+        if g is None and self._all_decode and self._synced and self.running:
             # (members get a token every group step, so each must have had last step's)
             self._group_form()
-        if self._group is not None:
+            g = self._group
+        if g is not None:
             reserved, gw_waiting = self.hooks.gateway_state()
-            if self._schedule_group():
-                yield from self._group_iteration(reserved, gw_waiting)
+            if self._schedule_group(g):
+                yield from self._group_iteration(g, reserved, gw_waiting)
                 return
             self._group_dissolve(scheduled=False)
         yield from super()._step()
 
-    def _schedule_group(self) -> bool:
-        """:meth:`_schedule` when the running requests are the decode group and every one gets
-        its token and block (no preemption): one new token each, then the waiting loop
+    def _schedule_group(self, g: DecodeGroup) -> bool:
+        """:meth:`_schedule` when the running requests are the decode group ``g`` and every one
+        gets its token and block (no preemption): one new token each, then the waiting loop
         (``_tail``). False, changing nothing, otherwise."""
-        g = self._group
-        assert g is not None
-        budget = self.config.batched_tokens_limit
+        budget = self.tokens_limit
+        # (_schedule_waiting resets the head's refusal; Engine._schedule, after a False, all)
         self._step_extra_s = 0.0
-        self._hol_blocked = False
-        self.head_refusal = ""
         self._fast = None
         self._tail = None
-        n = len(self.running)
-        if not (self._all_decode and n == g.size and n <= budget):
+        n = g.size
+        if not (self._all_decode and n == len(self.running) and n <= budget):
             return False
         if g.wake:
             self._group_wake(g)
@@ -834,17 +840,19 @@ class DecodeGroupEngine(SkipAheadEngine):
             return False
         if total:
             self._take(total)
-        w_rows, w_new = self._schedule_waiting(budget - g.size)
+        w_rows, w_new = self._schedule_waiting(budget - n)
         self._tail = list(zip(w_rows, w_new, strict=True)) if w_rows else []
         return True
 
-    def _group_iteration(self, reserved: int, gw_waiting: int) -> Generator[simpy.Event, Any, None]:
-        """The rest of a step whose running loop was the group's: the same arithmetic as
-        :meth:`SkipAheadEngine._run_scheduled`, on the group's numbers instead of the rows'."""
-        g = self._group
+    def _group_iteration(
+        self, g: DecodeGroup, reserved: int, gw_waiting: int
+    ) -> Generator[simpy.Event, Any, None]:
+        """The rest of a step whose running loop was the group's (``g``): the same arithmetic
+        as :meth:`SkipAheadEngine._run_scheduled`, on the group's numbers instead of the
+        rows'."""
         tail = self._tail
-        assert g is not None and tail is not None
-        counts = (len(self.running), self.num_waiting() + gw_waiting)
+        assert tail is not None
+        counts = (len(self.running), len(self.waiting) + gw_waiting)
         n = g.size
         step_end: Floats | None = None
         used: Ints
@@ -854,7 +862,7 @@ class DecodeGroupEngine(SkipAheadEngine):
             c0 = g.context
             to_finish = g.finish[0][0] - g.step
             t_ext = self.hooks.next_external_s()
-            until = self._plan_until(t_ext)
+            until = self._plan_until(t_ext) if self.head_refusal else t_ext
             # the run ends before a deferred member's blocks fill (it joins hist then)
             to_end = min(to_finish, g.wake[0][0] - g.step) if g.wake else to_finish
             k_max, dt = self._planner.bound(n, c0, to_end, self.t, until)
@@ -868,7 +876,7 @@ class DecodeGroupEngine(SkipAheadEngine):
                     n, alloc_cum, c0, self.t, until, dt, self.num_used_blocks
                 )
             elif k_max > 1:
-                used_now = self.num_used_blocks
+                used_now = self.num_gpu_blocks - free  # num_used_blocks
                 used = self._planner.group_used_small(g.hist, g.step, k_max, free, used_now)
                 if self.head_refusal:
                     alloc = np.array(used, np.int64) - used_now

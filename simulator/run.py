@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import simpy
+from simpy.events import Timeout
 
 from kvbudget.policies import (
     Action,
@@ -213,8 +214,10 @@ class _Simulation:
     def _carry_out(self, actions: list[Action], now: float) -> None:
         """Carry out the actions of a gateway call made at ``now`` (see :meth:`_clock`)."""
         self._note_gateway()
-        self._apply(actions, now)
-        self._arm_timer()
+        if actions:
+            self._apply(actions, now)
+        if self._gateway_timer_s < self._timer_at:
+            self._arm_timer()
 
     def _note_gateway(self) -> None:
         """Note the gateway's next timer and its state as its last call left them."""
@@ -379,7 +382,7 @@ class _Simulation:
                 i = lo + j
                 t = arrival[j]
                 if t > env.now:
-                    yield env.timeout(t - env.now)
+                    yield Timeout(env, t - env.now)  # env.timeout, without its descriptor
                 self.next_arrival = i + 1
                 self._next_arrival_s = arrival[j + 1]
                 if self.progress is not None and (i + 1) % 1000 == 0:
