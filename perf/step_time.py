@@ -89,6 +89,13 @@ LAYER_OVERHEAD_S = (
 ) / _BLOG_LLAMA8B_LAYERS  # ~41 us per layer
 ACTIVATION_BYTES = 2  # bf16 hidden states on the wire
 EXPERT_TABLE_SIZE = 1 << 15  # tokens a step may schedule, tabulated for MoE weight reads
+ATTENTION_TABLE_SIZE = 1 << 18
+"""A dense model tabulates its pure-decode attention term by context (tokens) below this, as
+the decode runs reach them (an array grown to the next power of two: at most 2 MB); a larger
+context's term is computed as it comes."""
+ATTENTION_TABLE_MIN_STEPS = 4
+"""Decode runs of fewer steps compute their attention terms one by one (reading the table
+costs about what three steps do)."""
 # the same blog's gpt-oss-20b fit on H100: ITL ~4.05 ms at context 0 (4.03-4.07); the model
 # without an MoE term gives 2.364 ms (weights read, step gap, 24 x layer_overhead_s), so its
 # 24 MoE layers add (4.05 - 2.364) / 24 = 70 us each
@@ -171,6 +178,11 @@ class VllmStepModel:
     _experts_table: list[float] = field(init=False, repr=False, compare=False)
     _experts_array: npt.NDArray[np.float64] = field(init=False, repr=False, compare=False)
     _dense: tuple[float, ...] | None = field(init=False, repr=False, compare=False)
+    # a dense model's pure-decode terms, filled as runs need them: the weights' term plus the
+    # overhead by batch size, and the attention term by context (an array replaced by a
+    # longer one as runs reach larger contexts, never changed in place)
+    _decode_fixed: dict[int, float] = field(init=False, repr=False, compare=False)
+    _attention: npt.NDArray[np.float64] = field(init=False, repr=False, compare=False)
 
     KIND: ClassVar[str] = "vllm-v1"
     FIT_PARAMETERS: ClassVar[tuple[str, ...]] = (
@@ -224,6 +236,8 @@ class VllmStepModel:
         object.__setattr__(self, "_experts_array", table)
         object.__setattr__(self, "_experts_table", table.tolist())
         object.__setattr__(self, "_dense", _dense_constants(self._terms))
+        object.__setattr__(self, "_decode_fixed", {})
+        object.__setattr__(self, "_attention", np.zeros(0, np.float64))
 
     def _compute_terms(self) -> _Terms:
         g, m = self.gpu, self.model
@@ -348,15 +362,15 @@ class VllmStepModel:
         decode step, without its checks (``kv_full * c`` of an int ``c`` below 2**53 is
         ``kv_full * float(c)``)."""
         k = self._dense
-        num = float(num_decode_seqs)
         if k is None:
+            num = float(num_decode_seqs)
             return float(self.step_time(0.0, num, float(num_context_tokens), 0.0, 0.0))
-        gemm_flops, lm_head, gemm_s, _, _, _, kv_full, kv_s, over, read4 = k
-        a = (gemm_flops * num + lm_head * num) / gemm_s
-        a2 = a * a
-        b = kv_full * num_context_tokens / kv_s
+        fixed = self._decode_fixed.get(num_decode_seqs)
+        if fixed is None:
+            fixed = self._fixed_term(num_decode_seqs)
+        b = k[6] * num_context_tokens / k[7]  # kv_full * context / kv_s
         b2 = b * b
-        return over + math.sqrt(math.sqrt(a2 * a2 + read4)) + math.sqrt(math.sqrt(b2 * b2))
+        return fixed + math.sqrt(math.sqrt(b2 * b2))
 
     def decode_step_times(
         self, num_decode_seqs: int, first_context: int, num_steps: int
@@ -364,24 +378,71 @@ class VllmStepModel:
         """:meth:`step_time` of ``num_steps`` pure-decode steps of ``num_decode_seqs`` requests,
         the first attending to ``first_context`` tokens and each next one to
         ``num_decode_seqs`` more, as Python floats (a short decode run's step times): the bits
-        of one call per step. For a dense model on one GPU the float path's weights term, the
-        same all along the run, is computed once (``over + gemm`` is the first addition of
-        ``over + gemm + attention``); the context's term is formed per step as there."""
-        num = float(num_decode_seqs)
-        contexts = range(first_context, first_context + num_decode_seqs * num_steps,
-                         num_decode_seqs)
-        k = self._dense
-        if k is None:
+        of one call per step. For a dense model on one GPU the float path's pure decode step
+        is ``(over + gemm) + attention``: the first sum depends on the batch size only, the
+        second term on the context only, so both are computed once and looked up
+        (:meth:`_fixed_term`, :meth:`_attention_terms`)."""
+        if self._dense is None:
+            num = float(num_decode_seqs)
             step_time = self.step_time
-            return [step_time(0.0, num, float(c), 0.0, 0.0) for c in contexts]
-        gemm_flops, lm_head, gemm_s, _, _, _, kv_full, kv_s, over, read4 = k
+            return [step_time(0.0, num, float(c), 0.0, 0.0)
+                    for c in range(first_context, first_context + num_decode_seqs * num_steps,
+                                   num_decode_seqs)]
+        fixed = self._decode_fixed.get(num_decode_seqs)
+        if fixed is None:
+            fixed = self._fixed_term(num_decode_seqs)
+        return [fixed + b for b in self._attention_terms(first_context, num_decode_seqs,
+                                                           num_steps)]
+
+    def _fixed_term(self, num_decode_seqs: int) -> float:
+        """``over + gemm`` of a pure decode step of ``num_decode_seqs`` requests (the float
+        path's operations, in its order), remembered."""
+        k = self._dense
+        assert k is not None
+        gemm_flops, lm_head, gemm_s, _, _, _, _, _, over, read4 = k
+        num = float(num_decode_seqs)
         a = (gemm_flops * num + lm_head * num) / gemm_s
         a2 = a * a
         fixed = over + math.sqrt(math.sqrt(a2 * a2 + read4))
+        self._decode_fixed[num_decode_seqs] = fixed
+        return fixed
+
+    def _attention_terms(self, first: int, step: int, num: int) -> list[float]:
+        """The float path's attention term of pure decode steps at contexts ``first``,
+        ``first + step``, ... (``num`` of them): ``sqrt(sqrt(b2 * b2))``, ``b2 = b * b``,
+        ``b = kv_full * context / kv_s``; read from the table (:meth:`_attention_table`) for a
+        run of :data:`ATTENTION_TABLE_MIN_STEPS` or more below :data:`ATTENTION_TABLE_SIZE`."""
+        stop = first + step * num
+        if num >= ATTENTION_TABLE_MIN_STEPS and stop <= ATTENTION_TABLE_SIZE:
+            table = self._attention
+            if stop > len(table):
+                table = self._attention_table(stop)
+            terms: list[float] = table[first:stop:step].tolist()
+            return terms
+        k = self._dense
+        assert k is not None
+        kv_full, kv_s = k[6], k[7]
         sqrt = math.sqrt
         # ``kv_full * c`` of an int ``c`` is ``kv_full * float(c)``: exact below 2**53
-        squares = [b * b for b in [kv_full * c / kv_s for c in contexts]]
-        return [fixed + sqrt(sqrt(b2 * b2)) for b2 in squares]
+        squares = [b * b for b in [kv_full * c / kv_s for c in range(first, stop, step)]]
+        return [sqrt(sqrt(b2 * b2)) for b2 in squares]
+
+    def _attention_table(self, stop: int) -> npt.NDArray[np.float64]:
+        """The attention terms of every context below ``stop`` at least (up to the next power
+        of two), computed by numpy with the float path's operations: IEEE ``* /`` and
+        ``sqrt`` are correctly rounded, so arrays give the bits of floats. A new array (the
+        one before is left as it was)."""
+        k = self._dense
+        assert k is not None
+        old = self._attention
+        size = max(1 << 12, 1 << (stop - 1).bit_length())
+        context = np.arange(len(old), size, dtype=np.float64)
+        b = k[6] * context / k[7]  # kv_full * context / kv_s
+        b2 = b * b
+        table = np.concatenate((old, np.sqrt(np.sqrt(b2 * b2))))
+        table.flags.writeable = False
+        object.__setattr__(self, "_attention", table)
+        return table
 
     def _experts_exact(self, arr: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         c = self._terms

@@ -238,7 +238,7 @@ class Engine:
         # timeline and exact time integrals: running exact sums (ExactSum, math.fsum's value)
         # whose terms wait in lists the loop appends to, folded at each timeline sample
         self._timeline = Timeline(timeline_period_s, self.capacity_tokens, self.block_size)
-        self._kv_sum = ExactSum()
+        self._kv_sum = ExactSum(scale=self.block_size)  # terms: seconds x (blocks x block_size)
         self._hol_sum = ExactSum()
         self._kv_scalar_terms = self._kv_sum.scalars
         self._hol_scalar_terms = self._hol_sum.scalars

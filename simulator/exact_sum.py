@@ -34,21 +34,29 @@ FOLD_ARRAYS = 1 << 10
 
 class ExactSum:
     """Append floats to :attr:`scalars` and arrays of them to :attr:`arrays` (appending to a
-    list is the cheapest thing the engine loop can do per step); call :meth:`fold_if_many` now
-    and then (the engine: at each timeline sample), which folds them into the exact integer
-    with a few numpy calls once :data:`FOLD_TERMS` floats or :data:`FOLD_ARRAYS` arrays wait.
-    :meth:`value` is ``math.fsum`` of everything appended. The two lists stay the same
-    objects (emptied in place), so a caller may hold them."""
+    list is the cheapest thing the engine loop can do per step), or terms as products: a float
+    to :attr:`factors` and an integer below 2**53 / ``scale`` to :attr:`counts` for each term
+    ``factor * (count * scale)`` (extending two lists is cheaper than forming the products one
+    by one; numpy forms them at the fold, with the same bits: the integer product is exact and
+    so is its conversion to a float). Call :meth:`fold_if_many` now and then (the engine: at
+    each timeline sample), which folds them into the exact integer with a few numpy calls once
+    :data:`FOLD_TERMS` floats or :data:`FOLD_ARRAYS` arrays wait. :meth:`value` is
+    ``math.fsum`` of everything appended. The lists stay the same objects (emptied in place),
+    so a caller may hold them."""
 
-    __slots__ = ("_total", "arrays", "scalars")
+    __slots__ = ("_total", "arrays", "counts", "factors", "scalars", "scale")
 
-    def __init__(self) -> None:
+    def __init__(self, scale: int = 1) -> None:
         self._total = 0  # the sum of the folded terms, in units of 2**-EXPONENT_BIAS
         self.scalars: list[float] = []
         self.arrays: list[FloatArray] = []
+        self.factors: list[float] = []
+        self.counts: list[int] = []
+        self.scale = scale
 
     def fold_if_many(self) -> None:
-        if len(self.scalars) >= FOLD_TERMS or len(self.arrays) >= FOLD_ARRAYS:
+        if (len(self.scalars) >= FOLD_TERMS or len(self.factors) >= FOLD_TERMS
+                or len(self.arrays) >= FOLD_ARRAYS):
             self.fold()
 
     def exact(self) -> int:
@@ -62,15 +70,21 @@ class ExactSum:
 
     def fold(self) -> None:
         """Fold the waiting terms into the exact sum."""
+        assert len(self.factors) == len(self.counts), "a product's factors come in pairs"
         parts = list(self.arrays)
         if self.scalars:
             parts.append(np.array(self.scalars, np.float64))
+        if self.factors:
+            counts = np.array(self.counts, np.int64) * self.scale
+            parts.append(np.array(self.factors, np.float64) * counts)
         if not parts:
             return
         terms = parts[0] if len(parts) == 1 else np.concatenate(parts)
         self._total += exact_sum(np.asarray(terms, np.float64))
         self.scalars.clear()
         self.arrays.clear()
+        self.factors.clear()
+        self.counts.clear()
 
 
 def exact_sum(terms: FloatArray) -> int:

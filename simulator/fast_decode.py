@@ -465,10 +465,12 @@ class SkipAheadEngine(Engine):
         decode run."""
         if k < len(step_end):  # cut short
             step_end, used, dts = step_end[:k], used[:k], dts[:k]
-        # float(used * bs) * dt: the same bits as float(used) * bs * dt (exact integers)
+        # float(used * bs) * dt: the same bits as float(used) * bs * dt (exact integers), as
+        # products the sum forms when it folds them
         if isinstance(dts, list):
-            bs = self.block_size
-            self._kv_scalar_terms.extend([d * (u * bs) for d, u in zip(dts, used, strict=True)])
+            assert len(dts) == len(used), "a step's duration and blocks come in pairs"
+            self._kv_sum.factors.extend(dts)
+            self._kv_sum.counts.extend(used)
             if self._hol_blocked:
                 self._hol_scalar_terms.extend(dts)
         else:
