@@ -246,12 +246,13 @@ class Gateway:
                 f"request {request.request_id}: unknown tier {request.tier!r}; "
                 f"known tiers: {sorted(self._tiers)}"
             )
-        size = request.max_sequence_tokens
+        size = request.prompt_tokens + request.max_output_tokens  # max_sequence_tokens
         if size > tier.max_sequence_tokens:
             return [Reject(request, RequestTooLarge(tier.max_sequence_tokens, size))]
-        capacity = self.config.capacity_tokens
-        if self.config.max_request_tokens is not None:
-            capacity = min(capacity, self.config.max_request_tokens)
+        config = self.config
+        capacity = config.capacity_tokens
+        if config.max_request_tokens is not None:
+            capacity = min(capacity, config.max_request_tokens)
         if size > capacity:
             # could never be admitted, even into an empty budget (or onto an empty replica)
             return [Reject(request, RequestTooLarge(capacity, size))]
@@ -259,8 +260,8 @@ class Gateway:
         if refusal is not None:
             return [Reject(request, refusal)]
         actions: list[Action] = []
-        if self.config.front_door is not None:
-            door = self._front_door(request, self.config.front_door)
+        if config.front_door is not None:
+            door = self._front_door(request, config.front_door)
             if isinstance(door, Reject):
                 return [door]
             actions.extend(door)

@@ -206,7 +206,7 @@ class _Simulation:
     # --- gateway actions ------------------------------------------------------------------------
     def _clock(self, t: float) -> float:
         """The gateway's time for a call at ``t``; integrates the reserved tokens up to it."""
-        now = self._now(t)
+        now = max(t, self.gateway.now_s)  # _now
         self._reserved_ts += self._reserved_now * (now - self._reserved_last_t)
         self._reserved_last_t = now
         return now
