@@ -187,3 +187,23 @@ def test_decode_step_times_give_one_step_time_call_per_steps_bits(
         if num_steps:
             arr = model.step_time(0.0, float(n), np.array(contexts), 0.0, 0.0)
             assert got == arr.tolist()
+        # one step (a decode run's first, which bounds its length) has the same bits
+        one = model.decode_step_time(n, first)
+        assert type(one) is float
+        assert one == model.step_time(0.0, float(n), float(first), 0.0, 0.0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 512), st.integers(0, 1 << 18), st.integers(0, 48)),
+                min_size=1, max_size=8))
+def test_decode_step_times_from_the_attention_table_keep_the_bits(
+    runs: list[tuple[int, int, int]]
+) -> None:
+    """Runs whose contexts the dense model tabulates (below ATTENTION_TABLE_SIZE, the table
+    grown as they reach larger contexts, in any order) give the bits of one step_time call
+    per step, as runs beyond the table do."""
+    model = VllmStepModel(get_gpu("A100-80GB"), get_model("Llama-2-7B"))
+    for n, first, num_steps in runs:
+        got = model.decode_step_times(n, first, num_steps)
+        assert got == [model.step_time(0.0, float(n), float(first + n * j), 0.0, 0.0)
+                       for j in range(num_steps)]

@@ -95,3 +95,29 @@ def test_exact_integer_is_the_sum_in_fixed_units(terms: list[float]) -> None:
         return
     if math.isfinite(expected):
         assert _same(to_float(a.exact() + b.exact()), expected)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0.0, 10.0), st.integers(0, 2**40)), max_size=100),
+    st.sampled_from([1, 16, 128]),
+    st.lists(bounded, max_size=20),
+    st.integers(0, 100),
+)
+def test_products_are_the_terms_python_forms(
+    pairs: list[tuple[float, int]], scale: int, scalars: list[float], cut: int
+) -> None:
+    """Terms given as factor pairs (an engine step's seconds and its blocks in use) sum to
+    ``math.fsum`` of the products Python forms one by one, ``d * (u * scale)``, beside scalar
+    terms, folded early or late."""
+    s = ExactSum(scale=scale)
+    s.scalars.extend(scalars)
+    cut = min(cut, len(pairs))
+    for part in (pairs[:cut], pairs[cut:]):
+        s.factors.extend([d for d, _ in part])
+        s.counts.extend([u for _, u in part])
+        if part is pairs[:cut] and cut % 2:
+            s.fold()
+    expected = math.fsum([d * (u * scale) for d, u in pairs] + scalars)
+    assert _same(s.value(), expected)
+    assert not s.factors and not s.counts  # folded
