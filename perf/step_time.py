@@ -381,7 +381,7 @@ class VllmStepModel:
         of one call per step. For a dense model on one GPU the float path's pure decode step
         is ``(over + gemm) + attention``: the first sum depends on the batch size only, the
         second term on the context only, so both are computed once and looked up
-        (:meth:`_fixed_term`, :meth:`_attention_terms`)."""
+        (:meth:`_fixed_term`, :meth:`_decode_sums`)."""
         if self._dense is None:
             num = float(num_decode_seqs)
             step_time = self.step_time
@@ -391,8 +391,7 @@ class VllmStepModel:
         fixed = self._decode_fixed.get(num_decode_seqs)
         if fixed is None:
             fixed = self._fixed_term(num_decode_seqs)
-        return [fixed + b for b in self._attention_terms(first_context, num_decode_seqs,
-                                                           num_steps)]
+        return self._decode_sums(fixed, first_context, num_decode_seqs, num_steps)
 
     def _fixed_term(self, num_decode_seqs: int) -> float:
         """``over + gemm`` of a pure decode step of ``num_decode_seqs`` requests (the float
@@ -407,25 +406,27 @@ class VllmStepModel:
         self._decode_fixed[num_decode_seqs] = fixed
         return fixed
 
-    def _attention_terms(self, first: int, step: int, num: int) -> list[float]:
-        """The float path's attention term of pure decode steps at contexts ``first``,
-        ``first + step``, ... (``num`` of them): ``sqrt(sqrt(b2 * b2))``, ``b2 = b * b``,
-        ``b = kv_full * context / kv_s``; read from the table (:meth:`_attention_table`) for a
-        run of :data:`ATTENTION_TABLE_MIN_STEPS` or more below :data:`ATTENTION_TABLE_SIZE`."""
+    def _decode_sums(self, fixed: float, first: int, step: int, num: int) -> list[float]:
+        """``fixed`` plus the float path's attention term of pure decode steps at contexts
+        ``first``, ``first + step``, ... (``num`` of them): ``sqrt(sqrt(b2 * b2))``,
+        ``b2 = b * b``, ``b = kv_full * context / kv_s``; the terms read from the table
+        (:meth:`_attention_table`) and the sums formed by numpy (IEEE additions: the bits of
+        Python's) for a run of :data:`ATTENTION_TABLE_MIN_STEPS` or more below
+        :data:`ATTENTION_TABLE_SIZE`."""
         stop = first + step * num
         if num >= ATTENTION_TABLE_MIN_STEPS and stop <= ATTENTION_TABLE_SIZE:
             table = self._attention
             if stop > len(table):
                 table = self._attention_table(stop)
-            terms: list[float] = table[first:stop:step].tolist()
-            return terms
+            sums: list[float] = (fixed + table[first:stop:step]).tolist()
+            return sums
         k = self._dense
         assert k is not None
         kv_full, kv_s = k[6], k[7]
         sqrt = math.sqrt
         # ``kv_full * c`` of an int ``c`` is ``kv_full * float(c)``: exact below 2**53
         squares = [b * b for b in [kv_full * c / kv_s for c in range(first, stop, step)]]
-        return [sqrt(sqrt(b2 * b2)) for b2 in squares]
+        return [fixed + sqrt(sqrt(b2 * b2)) for b2 in squares]
 
     def _attention_table(self, stop: int) -> npt.NDArray[np.float64]:
         """The attention terms of every context below ``stop`` at least (up to the next power
