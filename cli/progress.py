@@ -27,8 +27,7 @@ class Bar:
 
     ``lines_from``: where stderr is not a terminal, write a progress line every ``every_s``
     seconds of ``clock`` (:data:`LINE_EVERY_S` if None) once the total is at least this (None:
-    never). ``stream`` is where
-    the lines go (stderr by default)."""
+    never). ``stream`` is where the lines go (stderr by default)."""
 
     def __init__(self, desc: str, total: int | None, unit: str = "run", *,
                  lines_from: int | None = None, stream: TextIO | None = None,

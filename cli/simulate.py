@@ -65,19 +65,15 @@ SIMULATE_LINES_FROM = 100_000
 """Requests from which a ``simulate`` not at a terminal writes progress lines (cli.progress)."""
 
 
-def _progress(total: int, desc: str, unit: str = "req") -> Bar:
-    # at a terminal tqdm's bar; elsewhere silent (tqdm not even imported), except a run of at
-    # least SIMULATE_LINES_FROM requests, which writes a line every half minute
-    return Bar(desc, total, unit, lines_from=SIMULATE_LINES_FROM if unit == "req" else None)
-
-
 def run_one(scn: "Scenario", policy_name: str | None, label: str) -> "RunResult":
     from kvbudget.simulator.run import simulate
 
     workload = scn.workload()
     policy = scn.make_policy(policy_name)
     config = scn.sim_config()
-    bar = _progress(len(workload), label)
+    # at a terminal tqdm's bar; elsewhere silent, except a run of at least SIMULATE_LINES_FROM
+    # requests, which writes a line every half minute
+    bar = Bar(label, len(workload), "req", lines_from=SIMULATE_LINES_FROM)
     try:
         return simulate(workload, policy, config, progress=bar.update)
     finally:
@@ -192,7 +188,7 @@ def compare_cmd(
         else:
             from kvbudget.studies.executors import make_executor
 
-            bar = _progress(len(names) * replications, "compare", unit="run")
+            bar = Bar("compare", len(names) * replications, "run")
             try:
                 with make_executor(executor, jobs=jobs, address=address) as ex:
                     result = compare(scn, names, replications=replications, root_seed=seed,

@@ -142,9 +142,9 @@ class Router:
         :meth:`Engine.add_request`), about a third of that, so the guess leans long: measured
         on conv_n2000_q6, least tokens, 8 replicas, four times took 6 % fewer instructions
         than twice, eight times 5 %; planning past every arrival (unless ``r`` is the least
-        loaded) to an interruption 8 %, but it moved which of the power-of-two grid cases with a global budget and 24 blocks
-        differ from stepping (a known limitation), 109 to 110, while four and eight times
-        leave 109."""
+        loaded) to an interruption 8 %, but it moved the power-of-two grid cases with a global
+        budget and 24 blocks that differ from stepping (a known limitation) from 109 to 110,
+        while four and eight times leave 109."""
         if self.name == "round_robin":
             return (r - self._next) % len(self.capacity)
         load = self._load(r)
