@@ -45,6 +45,7 @@ import numpy as np
 from kvbudget.studies.sweep import (
     Axis,
     GridPoint,
+    RunSpec,
     StoredRuns,
     _scenario_data,
     execute,
@@ -321,6 +322,24 @@ def _fleet_overrides(spec: PlanSpec, replicas: int) -> tuple[str, ...]:
     return (f"fleet={json.dumps(table)}",)
 
 
+def _execute(runs: list[RunSpec], executor: Executor, stored: StoredRuns | None,
+             progress: Callable[[int], None] | None) -> list[dict[str, Any]]:
+    if stored is None:
+        return execute(runs, executor, progress=progress)
+    return stored.execute(runs, executor, progress=progress)
+
+
+def _check_metrics(spec: PlanSpec, row: Mapping[str, Any]) -> None:
+    """Every SLO names a column of the runs table (a count of a rejection reason appears only
+    where the reason occurred, so ``*_reason_*`` is taken on trust)."""
+    for c in spec.slos:
+        if c.metric not in row and "_reason_" not in c.metric:
+            raise ValueError(
+                f"no metric {c.metric!r} in the runs table; e.g. overall_slo_attainment, "
+                "interactive_slo_attainment, tiers.interactive.ttft_s.p99"
+            )
+
+
 def max_runs(spec: PlanSpec, num_candidates: int) -> int:
     """Runs a plan makes at most (every configuration at every replica count)."""
     return num_candidates * len(spec.replicas) * spec.replications
@@ -357,8 +376,12 @@ def plan(
                                     (*c.overrides, *_fleet_overrides(spec, replicas)),
                                     c.policy, 1.0))
         runs = plan_runs(spec.scenario, points, seeds)
-        rows = (execute(runs, executor, progress=progress) if stored is None
-                else stored.execute(runs, executor, progress=progress))
+        rows = []
+        if not all_rows and runs:  # one run first: an SLO on no metric fails before the grid
+            rows = _execute(runs[:1], executor, stored, progress)
+            _check_metrics(spec, rows[0])
+            runs = runs[1:]
+        rows += _execute(runs, executor, stored, progress)
         all_rows.extend(rows)
         for c in active:
             mine = [r for r in rows if int(r["point"]) == c.index]

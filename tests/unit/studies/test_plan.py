@@ -53,8 +53,8 @@ class _Fake:
 
 def _spec(tmp_path: Path, **kw: Any) -> PlanSpec:
     scn = scenario_from_dict(small_scenario_dict(40, 4.0, policy="conservative"), tmp_path)
+    kw.setdefault("slos", (Constraint.parse("tiers.interactive.ttft_s.p99<=2"),))
     return PlanSpec(scn, gpus=("A100-80GB", "H100-80GB"), replicas=(1, 2, 3, 4),
-                    slos=(Constraint.parse("tiers.interactive.ttft_s.p99<=2"),),
                     prices={"A100-80GB": 1.0, "H100-80GB": 3.0}, replications=2, **kw)
 
 
@@ -75,6 +75,14 @@ def test_a_configuration_that_never_meets_the_slos_is_ranked_last(tmp_path: Path
     table = result.table()
     assert list(table["feasible"]) == [True, False]
     assert "misses the SLOs up to 4 replicas" in table["note"].iloc[1]
+
+
+def test_an_slo_on_no_metric_fails_after_the_first_run(tmp_path: Path) -> None:
+    ex = _Fake({"A100-80GB": 5.0, "H100-80GB": 3.0})
+    spec = _spec(tmp_path, slos=(Constraint.parse("zzz<=1"),))
+    with pytest.raises(ValueError, match="no metric 'zzz' in the runs table"):
+        plan(spec, ex)
+    assert ex.calls == [("A100-80GB", 1)]  # not the grid of 2 GPUs x 2 seeds
 
 
 def test_a_gpu_without_a_price_is_skipped_with_a_note(tmp_path: Path) -> None:
