@@ -107,14 +107,12 @@ class RunResult:
         names = [REQUESTS_FILE, TIMELINE_FILE, SUMMARY_FILE]
         if self.attempt_columns is not None:
             tmp[ATTEMPTS_FILE] = out_dir / f".{ATTEMPTS_FILE}.partial"
-            pq.write_table(
-                _arrow_table(self.attempt_columns, ATTEMPT_COLUMNS, pa), tmp[ATTEMPTS_FILE]
-            )
+            _write_parquet(self.attempt_columns, ATTEMPT_COLUMNS, tmp[ATTEMPTS_FILE], pa, pq)
             names.insert(2, ATTEMPTS_FILE)
         if self.token_gap_columns is not None:
             tmp[TOKEN_GAPS_FILE] = out_dir / f".{TOKEN_GAPS_FILE}.partial"
-            pq.write_table(_arrow_table(self.token_gap_columns, TOKEN_GAP_COLUMNS, pa),
-                           tmp[TOKEN_GAPS_FILE])
+            _write_parquet(self.token_gap_columns, TOKEN_GAP_COLUMNS, tmp[TOKEN_GAPS_FILE], pa,
+                           pq)
             names.insert(2, TOKEN_GAPS_FILE)
         tmp[SUMMARY_FILE].write_text(json.dumps(self.summary, indent=2) + "\n")
         (out_dir / SUMMARY_FILE).unlink(missing_ok=True)
