@@ -46,7 +46,7 @@ from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.exact_sum import ExactSum
 from kvbudget.simulator.prefix_cache import PrefixCaching
 from kvbudget.simulator.request_queue import make_request_queue
-from kvbudget.simulator.serving import FloatArray, IntArray
+from kvbudget.simulator.serving import FloatArray, IntArray, RequestFigures
 from kvbudget.simulator.small_arrays import isum
 from kvbudget.simulator.timeline import Timeline, TimelineRow
 
@@ -945,6 +945,23 @@ class Engine:
         if not out_tier:
             return np.zeros(0, np.int64), np.zeros(0, np.float64), np.zeros(0, np.int64)
         return np.concatenate(out_tier), np.concatenate(out_gap), np.concatenate(out_num)
+
+    def request_figures(self, keep: npt.NDArray[np.bool_], tier: IntArray) -> RequestFigures:
+        """The per-row figures at the end of the run (``ServingEngine.request_figures``)."""
+        return RequestFigures(self.output_tokens(), self.first_token_s.copy(), self.finished_s,
+                              self.num_preemptions, self.recomputed_tokens,
+                              *self.token_gaps(keep, tier))
+
+    def drop_request_state(self) -> None:
+        """Let the per-request state go (a fleet's replica, once its figures are read): every
+        array of :meth:`_row_state`, the rows' columns and the step ends. The engine cannot go
+        on after this; its other figures (timeline, integrals, counters, stats) stay."""
+        for name in [*self._row_state(), "prompt_tokens", "target_output",
+                     "max_output_tokens", "arrival_s", "priority"]:
+            setattr(self, name, np.zeros(0, getattr(self, name).dtype))
+        self._end_chunks = []
+        self._step_end_s = []
+        self._closed_segments = {}
 
     def _flush_step_ends(self) -> None:
         """Move the step ends listed since the last flush to an array chunk."""

@@ -446,28 +446,33 @@ class _Simulation:
         # engine and its per-request state are let go (a 10 M-request fleet's replicas hold
         # ~2 GB of them) before the records' own columns are built
         e = self.engine
-        output = np.where(completed, w.output_tokens, e.output_tokens())
-        first = e.first_token_s.copy()
-        finished = np.where(completed, e.finished_s, np.nan)
-        gap_tier, gap_s, num_gaps = e.token_gaps(completed, np.asarray(w.tier, np.int64))
-        num_preemptions = e.num_preemptions + self.num_revocations
-        recomputed = e.recomputed_tokens
-        recomputed_by_tier = {name: int(recomputed[w.tier == code].sum())
-                              for code, name in enumerate(w.tier_names)}
-        del recomputed
+        # the run's figures first; then the per-row ones, which a fleet reads a replica at a
+        # time, letting each one's per-request state go as it goes
         tl = np.array(e.timeline, dtype=np.float64).reshape(-1, 7)
         span = max(e.t, float(w.arrival_s[-1]) if self.n else 0.0) - (
             float(w.arrival_s[0]) if self.n else 0.0
         )
         kv_token_seconds = e.kv_token_seconds()
         num_gpu_blocks, block_size = e.num_gpu_blocks, e.block_size
+        num_steps, num_engine_preemptions = e.num_steps, e.num_preemptions_total
+        num_recomputed_tokens, stats = e.num_recomputed_tokens, e.stats()
+        fig = e.request_figures(completed, np.asarray(w.tier, np.int64))
+        output = np.where(completed, w.output_tokens, fig.output_tokens)
+        first = fig.first_token_s
+        finished = np.where(completed, fig.finished_s, np.nan)
+        gap_tier, gap_s, num_gaps = fig.gap_tier, fig.gap_s, fig.num_gaps
+        num_preemptions = fig.num_preemptions + self.num_revocations
+        recomputed = fig.recomputed_tokens
+        recomputed_by_tier = {name: int(recomputed[w.tier == code].sum())
+                              for code, name in enumerate(w.tier_names)}
+        del recomputed, fig
         engine_figures = {
-            "num_steps": e.num_steps,
-            "num_engine_preemptions": e.num_preemptions_total,
+            "num_steps": num_steps,
+            "num_engine_preemptions": num_engine_preemptions,
             "num_gateway_revocations": int(self.num_revocations.sum()),
-            "num_recomputed_tokens": e.num_recomputed_tokens,
+            "num_recomputed_tokens": num_recomputed_tokens,
             "recomputed_tokens_by_tier": recomputed_by_tier,
-            **e.stats(),
+            **stats,
         }
         attempts = None
         if self._clients is not None:

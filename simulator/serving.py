@@ -8,7 +8,7 @@ as far as its steps have ended, with no call needed first to bring the arrays up
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -16,6 +16,20 @@ import numpy.typing as npt
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 TimelineRow = tuple[float, int, int, int, int, int, int]
+
+
+class RequestFigures(NamedTuple):
+    """Per workload row, what the records take from the engine when the run is over
+    (:meth:`ServingEngine.request_figures`), and the token-gap rows."""
+
+    output_tokens: IntArray
+    first_token_s: FloatArray
+    finished_s: FloatArray
+    num_preemptions: IntArray
+    recomputed_tokens: IntArray
+    gap_tier: IntArray
+    gap_s: FloatArray
+    num_gaps: IntArray
 
 
 class ServingEngine(Protocol):
@@ -98,4 +112,14 @@ class ServingEngine(Protocol):
 
     def stats(self) -> dict[str, object]:
         """Engine figures for the summary's ``engine`` block."""
+        ...
+
+    def request_figures(
+        self, keep: npt.NDArray[np.bool_], tier: IntArray
+    ) -> RequestFigures:
+        """The per-row figures at the end of the run (:meth:`output_tokens`,
+        :attr:`first_token_s`, :attr:`finished_s`, :attr:`num_preemptions`,
+        :attr:`recomputed_tokens`, :meth:`token_gaps` of ``keep``), read once: a fleet lets
+        each replica's per-request state go as soon as it has read it, so nothing per row can
+        be read after this (the other figures can)."""
         ...

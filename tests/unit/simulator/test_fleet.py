@@ -322,3 +322,37 @@ def test_skip_ahead_matches_stepping_in_a_fleet_when_events_tie(router: str, bud
             )
             for policy in ("preemptive", "overcommit"):
                 assert_skip_ahead_matches_stepping(w, cfg, policy)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])  # replicas by their own rows; by workload rows
+@pytest.mark.parametrize("router", ["round_robin", "least_tokens"])
+def test_request_figures_are_the_merged_arrays_and_let_each_replicas_state_go(
+    engine: str, router: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The figures the driver reads at the end (a replica at a time) are those the merged
+    properties give, dtypes included; afterwards no replica holds per-request state."""
+    from kvbudget.simulator.fleet import Fleet
+
+    original = Fleet.request_figures
+    seen: dict[str, Any] = {}
+
+    def checked(self: Fleet, keep: Any, tier: Any) -> Any:
+        merged = (self.output_tokens(), self.first_token_s, self.finished_s,
+                  self.num_preemptions, self.recomputed_tokens, *self.token_gaps(keep, tier))
+        got = original(self, keep, tier)
+        for a, b in zip(merged, got, strict=True):
+            assert a.dtype == b.dtype
+            np.testing.assert_array_equal(a, b)
+        seen["compact"] = self._compact
+        seen["rows"] = [len(e.num_tokens) + len(e.first_token_s) for e in self.replicas]
+        seen["preempted"] = int(got.num_preemptions.sum())
+        return got
+
+    monkeypatch.setattr(Fleet, "request_figures", checked)
+    w = mixed_workload(400, rate_rps=20.0, seed=8)
+    cfg = SimConfig(engine=EngineConfig(name=engine, num_gpu_blocks=1500),
+                    fleet=FleetConfig(4, router=router))  # type: ignore[arg-type]
+    simulate(w, make_policy("overcommit"), cfg)
+    assert seen["compact"] == (engine == "vllm")
+    assert seen["rows"] == [0, 0, 0, 0]
+    assert seen["preempted"] > 0
