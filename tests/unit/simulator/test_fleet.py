@@ -284,7 +284,7 @@ def test_a_request_larger_than_any_replica_is_too_large(engine: str, budget: str
     (before, a global budget admitted it and tgi and trtllm stopped: no request could run)."""
     w = make_workload([0.0, 0.1], [100, 100], [50, 50], max_output_tokens=[3000, 50])
     for fleet in (None, FleetConfig(2, budget=budget)):  # type: ignore[arg-type]
-        cfg = SimConfig(engine=EngineConfig(name=engine, num_gpu_blocks=100, block_size=16),
+        cfg = SimConfig(engine=EngineConfig(name=engine, num_gpu_blocks=100, block_size=16),  # type: ignore[arg-type]
                         fleet=fleet)
         for policy in ("unlimited", "conservative", "overcommit"):
             rec = simulate(w, make_policy(policy), cfg).records
