@@ -8,7 +8,7 @@ as far as its steps have ended, with no call needed first to bring the arrays up
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -18,18 +18,26 @@ FloatArray = npt.NDArray[np.float64]
 TimelineRow = tuple[float, int, int, int, int, int, int]
 
 
-class RequestFigures(NamedTuple):
+class RequestFigures:
     """Per workload row, what the records take from the engine when the run is over
-    (:meth:`ServingEngine.request_figures`), and the token-gap rows."""
+    (:meth:`ServingEngine.request_figures`), and the token-gap rows. A plain class, not a
+    dataclass: every ``simulate`` imports this module, and creating a dataclass costs about a
+    millisecond of start-up."""
 
-    output_tokens: IntArray
-    first_token_s: FloatArray
-    finished_s: FloatArray
-    num_preemptions: IntArray
-    recomputed_tokens: IntArray
-    gap_tier: IntArray
-    gap_s: FloatArray
-    num_gaps: IntArray
+    __slots__ = ("finished_s", "first_token_s", "gap_s", "gap_tier", "num_gaps",
+                 "num_preemptions", "output_tokens", "recomputed_tokens")
+
+    def __init__(self, output_tokens: IntArray, first_token_s: FloatArray,
+                 finished_s: FloatArray, num_preemptions: IntArray, recomputed_tokens: IntArray,
+                 gap_tier: IntArray, gap_s: FloatArray, num_gaps: IntArray) -> None:
+        self.output_tokens = output_tokens
+        self.first_token_s = first_token_s
+        self.finished_s = finished_s
+        self.num_preemptions = num_preemptions
+        self.recomputed_tokens = recomputed_tokens
+        self.gap_tier = gap_tier
+        self.gap_s = gap_s
+        self.num_gaps = num_gaps
 
 
 class ServingEngine(Protocol):
