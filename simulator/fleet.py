@@ -241,6 +241,16 @@ _LOCAL_COLUMNS = {"prompt_tokens": np.int64, "output_tokens": np.int64,
                   "order": np.int64}
 
 
+_MERGED: dict[str, tuple[float, Callable[..., Any]]] = {
+    "first_token_s": (math.nan, np.fmin),  # the first a caller saw, on whichever replica
+    "finished_s": (math.nan, np.fmin),
+    "num_preemptions": (0, np.add),
+    "recomputed_tokens": (0, np.add),
+}
+"""The replicas' per-row arrays a fleet merges by workload row: the value of a row no replica
+took, and how one replica's value joins the others'."""
+
+
 class _ReplicaRows:
     """The rows routed to one replica, numbered 0, 1, ... in the order they first reached it:
     the replica's own columns (``order`` is each one's workload row), grown by a quarter."""
@@ -274,6 +284,11 @@ class _ReplicaRows:
         cols["order"][j] = i
         self.n = j + 1
         return j
+
+    def drop(self) -> None:
+        """Let the columns go (the run is over and its figures read)."""
+        self.columns = {k: np.zeros(0, v.dtype) for k, v in self.columns.items()}
+        self.n = 0
 
 
 def _join_dropping(parts: list[tuple[IntArray, FloatArray, IntArray]]
@@ -639,117 +654,106 @@ class Fleet:
     def num_recomputed_tokens(self) -> int:
         return sum(e.num_recomputed_tokens for e in self.replicas)
 
-    def _merged(self, name: str, empty: float, merge: Callable[..., Any]) -> Any:
-        """Replica arrays ``name`` by workload row: ``merge(so_far, replica's)`` over the
-        replicas (rows no replica took: ``empty``)."""
-        n = len(self.replica_of)
-        if not self._compact:
-            return merge.reduce([getattr(e, name) for e in self.replicas])  # type: ignore[attr-defined]
-        first = getattr(self.replicas[0], name)
-        out = np.full(n, empty, first.dtype)
+    def _merge_in(self, out: Any, e: Engine, local: _ReplicaRows, name: str,
+                  merge: Callable[..., Any]) -> Any:
+        """``out`` (by workload row) with replica ``e``'s array ``name`` merged in:
+        ``merge(so_far, replica's)``."""
+        if not self._compact:  # indexed by workload rows
+            return merge(out, getattr(e, name))
+        rows = local.rows
+        out[rows] = merge(out[rows], getattr(e, name)[: local.n])
+        return out
+
+    def _merged(self, name: str) -> Any:
+        """Replica arrays ``name`` by workload row, merged over the replicas (:data:`_MERGED`:
+        rows no replica took keep its empty value)."""
+        empty, merge = _MERGED[name]
+        out = np.full(len(self.replica_of), empty, getattr(self.replicas[0], name).dtype)
         for e, local in zip(self.replicas, self._local, strict=True):
-            rows = local.rows
-            out[rows] = merge(out[rows], getattr(e, name)[: local.n])
+            out = self._merge_in(out, e, local, name, merge)
         return out
 
     @property
     def recomputed_tokens(self) -> IntArray:
-        return np.asarray(self._merged("recomputed_tokens", 0, np.add), np.int64)
+        return np.asarray(self._merged("recomputed_tokens"), np.int64)
 
     @property
     def num_preemptions(self) -> IntArray:
-        return np.asarray(self._merged("num_preemptions", 0, np.add), np.int64)
+        return np.asarray(self._merged("num_preemptions"), np.int64)
 
     @property
     def first_token_s(self) -> FloatArray:
         """The first token a caller saw, on whichever replica it came from."""
-        return np.asarray(self._merged("first_token_s", math.nan, np.fmin), np.float64)
+        return np.asarray(self._merged("first_token_s"), np.float64)
 
     @property
     def finished_s(self) -> FloatArray:
-        return np.asarray(self._merged("finished_s", math.nan, np.fmin), np.float64)
+        return np.asarray(self._merged("finished_s"), np.float64)
+
+    def _output_into(self, out: IntArray, r: int, e: Engine, local: _ReplicaRows) -> None:
+        """Replica ``r``'s output tokens of the rows whose last replica it is, into ``out``."""
+        if not self._compact:
+            mask = self.replica_of == r
+            out[mask] = e.output_tokens()[mask]
+            return
+        rows = local.rows
+        here = self.replica_of[rows] == r  # rows whose last replica is this one
+        out[rows[here]] = e.output_tokens()[: local.n][here]
 
     def output_tokens(self) -> IntArray:
         """Each row's output tokens on the replica it was routed to."""
         out = np.zeros(len(self.replica_of), np.int64)
         for r, (e, local) in enumerate(zip(self.replicas, self._local, strict=True)):
-            if not self._compact:
-                mask = self.replica_of == r
-                out[mask] = e.output_tokens()[mask]
-                continue
-            rows = local.rows
-            here = self.replica_of[rows] == r  # rows whose last replica is this one
-            out[rows[here]] = e.output_tokens()[: local.n][here]
+            self._output_into(out, r, e, local)
         return out
+
+    def _gaps_of(self, e: Engine, local: _ReplicaRows, keep: npt.NDArray[np.bool_],
+                 tier: IntArray, num_codes: int) -> tuple[IntArray, FloatArray, IntArray]:
+        """Replica ``e``'s gaps of the requests ``keep`` selects that finished there, its equal
+        gaps of a tier as one row (``results.metrics.merge_gap_rows``)."""
+        if not self._compact:  # indexed by workload rows
+            return merge_gap_rows(*e.token_gaps(keep, tier), num_codes)
+        rows, size = local.rows, len(e.finished_s)
+        mine = np.zeros(size, np.bool_)
+        mine[: local.n] = keep[rows]
+        codes = np.zeros(size, np.int64)
+        codes[: local.n] = tier[rows]
+        return merge_gap_rows(*e.token_gaps(mine, codes), num_codes)
 
     def token_gaps(
         self, keep: npt.NDArray[np.bool_], tier: IntArray
     ) -> tuple[IntArray, FloatArray, IntArray]:
         """Every replica's gaps of the requests that finished there, each replica's equal
-        gaps of a tier as one row (``results.metrics.merge_gap_rows``: a replica's steps give
-        one row each, millions in a long run, and the table merges equal ones in the end)."""
+        gaps of a tier as one row (a replica's steps give one row each, millions in a long
+        run, and the table merges equal ones in the end)."""
         num_codes = int(tier.max()) + 1 if tier.size else 0
-        parts = []
-        for e, local in zip(self.replicas, self._local, strict=True):
-            if not self._compact:  # indexed by workload rows
-                part = e.token_gaps(keep, tier)
-            else:
-                rows, size = local.rows, len(e.finished_s)
-                mine = np.zeros(size, np.bool_)
-                mine[: local.n] = keep[rows]
-                codes = np.zeros(size, np.int64)
-                codes[: local.n] = tier[rows]
-                part = e.token_gaps(mine, codes)
-            parts.append(merge_gap_rows(*part, num_codes))
-        return _join_dropping(parts)
+        return _join_dropping([self._gaps_of(e, local, keep, tier, num_codes)
+                               for e, local in zip(self.replicas, self._local, strict=True)])
 
     def request_figures(self, keep: npt.NDArray[np.bool_], tier: IntArray) -> RequestFigures:
-        """What :meth:`output_tokens`, :attr:`first_token_s`, :attr:`finished_s`,
-        :attr:`num_preemptions`, :attr:`recomputed_tokens` and :meth:`token_gaps` give, read a
-        replica at a time, each replica's per-request state let go once read
+        """What :meth:`output_tokens`, the :data:`_MERGED` arrays and :meth:`token_gaps` give,
+        read a replica at a time, each replica's per-request state let go once read
         (``Engine.drop_request_state``: ~170 bytes a request in a 16-replica fleet, so the
         figures never sit beside all of it). The replicas cannot go on after this."""
-        n = len(self.replica_of)
         num_codes = int(tier.max()) + 1 if tier.size else 0
-        first_replica = self.replicas[0]
-        output = np.zeros(n, np.int64)
-        first = np.full(n, math.nan, first_replica.first_token_s.dtype)
-        finished = np.full(n, math.nan, first_replica.finished_s.dtype)
-        preemptions = np.zeros(n, first_replica.num_preemptions.dtype)
-        recomputed = np.zeros(n, first_replica.recomputed_tokens.dtype)
+        output = np.zeros(len(self.replica_of), np.int64)
+        merged = {name: np.full(len(self.replica_of), empty,
+                                getattr(self.replicas[0], name).dtype)
+                  for name, (empty, _) in _MERGED.items()}
         parts = []
         for r, (e, local) in enumerate(zip(self.replicas, self._local, strict=True)):
-            if not self._compact:  # indexed by workload rows
-                mask = self.replica_of == r
-                output[mask] = e.output_tokens()[mask]
-                first = np.fmin(first, e.first_token_s)
-                finished = np.fmin(finished, e.finished_s)
-                preemptions = np.add(preemptions, e.num_preemptions)
-                recomputed = np.add(recomputed, e.recomputed_tokens)
-                part = e.token_gaps(keep, tier)
-            else:
-                rows, m, size = local.rows, local.n, len(e.finished_s)
-                here = self.replica_of[rows] == r  # rows whose last replica is this one
-                output[rows[here]] = e.output_tokens()[:m][here]
-                first[rows] = np.fmin(first[rows], e.first_token_s[:m])
-                finished[rows] = np.fmin(finished[rows], e.finished_s[:m])
-                preemptions[rows] = np.add(preemptions[rows], e.num_preemptions[:m])
-                recomputed[rows] = np.add(recomputed[rows], e.recomputed_tokens[:m])
-                mine = np.zeros(size, np.bool_)
-                mine[:m] = keep[rows]
-                codes = np.zeros(size, np.int64)
-                codes[:m] = tier[rows]
-                part = e.token_gaps(mine, codes)
-                del rows, here, mine, codes
-                local.columns = {k: np.zeros(0, v.dtype) for k, v in local.columns.items()}
-                local.n = 0
-            parts.append(merge_gap_rows(*part, num_codes))
-            del part
+            self._output_into(output, r, e, local)
+            for name, (_, merge) in _MERGED.items():
+                merged[name] = self._merge_in(merged[name], e, local, name, merge)
+            parts.append(self._gaps_of(e, local, keep, tier, num_codes))
+            if self._compact:
+                local.drop()
             e.drop_request_state()
         return RequestFigures(
-            output, np.asarray(first, np.float64), np.asarray(finished, np.float64),
-            np.asarray(preemptions, np.int64), np.asarray(recomputed, np.int64),
-            *_join_dropping(parts))
+            output, np.asarray(merged["first_token_s"], np.float64),
+            np.asarray(merged["finished_s"], np.float64),
+            np.asarray(merged["num_preemptions"], np.int64),
+            np.asarray(merged["recomputed_tokens"], np.int64), *_join_dropping(parts))
 
     def kv_token_seconds(self) -> float:
         """The replicas' integrals added exactly, rounded once (``math.fsum`` of all their
