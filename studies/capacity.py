@@ -34,7 +34,7 @@ import numpy as np
 from kvbudget.studies.sweep import (
     GridPoint,
     StoredRuns,
-    execute,
+    execute_stored,
     plan_runs,
     replication_seeds,
     rows_to_frame,
@@ -235,13 +235,6 @@ def _f(x: Any) -> float:
         return math.nan
 
 
-def _execute(runs: Sequence[Any], executor: Executor, stored: StoredRuns | None,
-             progress: Callable[[int], None] | None) -> list[dict[str, Any]]:
-    if stored is None:
-        return execute(runs, executor, progress=progress)
-    return stored.execute(runs, executor, progress=progress)
-
-
 def capacity(spec: CapacitySpec, executor: Executor, *,
              progress: Callable[[int], None] | None = None,
              stored: StoredRuns | None = None) -> CapacityResult:
@@ -268,7 +261,8 @@ def capacity(spec: CapacitySpec, executor: Executor, *,
             index += 1
         if not points:
             break
-        rows = _execute(plan_runs(spec.scenario, points, seeds), executor, stored, progress)
+        rows = execute_stored(plan_runs(spec.scenario, points, seeds), executor, stored,
+                              progress=progress)
         for name in [spec.metric, *(c.metric for c in spec.slos)]:
             if rows and name not in rows[0]:
                 raise ValueError(
@@ -340,7 +334,7 @@ def attainment_curve(spec: CapacitySpec, executor: Executor, scales: Sequence[fl
     plan = SweepPlan(spec.scenario, (Axis("policy", spec.policies),
                                      Axis("rate_scale", tuple(scales))),
                      replications=spec.replications, root_seed=spec.root_seed)
-    rows = _execute(plan.runs, executor, stored, progress)
+    rows = execute_stored(plan.runs, executor, stored, progress=progress)
     return summarize_points(rows_to_frame(rows), [spec.metric, "offered_rate_rps"],
                             by=["policy", "rate_scale"], confidence=spec.confidence)
 

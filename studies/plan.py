@@ -45,10 +45,9 @@ import numpy as np
 from kvbudget.studies.sweep import (
     Axis,
     GridPoint,
-    RunSpec,
     StoredRuns,
     _scenario_data,
-    execute,
+    execute_stored,
     expand_grid,
     plan_runs,
     replication_seeds,
@@ -322,13 +321,6 @@ def _fleet_overrides(spec: PlanSpec, replicas: int) -> tuple[str, ...]:
     return (f"fleet={json.dumps(table)}",)
 
 
-def _execute(runs: list[RunSpec], executor: Executor, stored: StoredRuns | None,
-             progress: Callable[[int], None] | None) -> list[dict[str, Any]]:
-    if stored is None:
-        return execute(runs, executor, progress=progress)
-    return stored.execute(runs, executor, progress=progress)
-
-
 def _check_metrics(spec: PlanSpec, row: Mapping[str, Any]) -> None:
     """Every SLO names a column of the runs table (a count of a rejection reason appears only
     where the reason occurred, so ``*_reason_*`` is taken on trust)."""
@@ -378,10 +370,10 @@ def plan(
         runs = plan_runs(spec.scenario, points, seeds)
         rows = []
         if not all_rows and runs:  # one run first: an SLO on no metric fails before the grid
-            rows = _execute(runs[:1], executor, stored, progress)
+            rows = execute_stored(runs[:1], executor, stored, progress=progress)
             _check_metrics(spec, rows[0])
             runs = runs[1:]
-        rows += _execute(runs, executor, stored, progress)
+        rows += execute_stored(runs, executor, stored, progress=progress)
         all_rows.extend(rows)
         for c in active:
             mine = [r for r in rows if int(r["point"]) == c.index]

@@ -634,6 +634,14 @@ class StoredRuns:
         return rows
 
 
+def execute_stored(runs: Sequence[RunSpec], executor: Executor, stored: StoredRuns | None, *,
+                   progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+    """:meth:`StoredRuns.execute` with ``stored``, plain :func:`execute` without."""
+    if stored is None:
+        return execute(runs, executor, progress=progress)
+    return stored.execute(runs, executor, progress=progress)
+
+
 def run_sweep(
     plan: SweepPlan,
     executor: Executor,

@@ -42,7 +42,7 @@ from kvbudget.studies.sweep import (
     GridPoint,
     StoredRuns,
     _scenario_data,
-    execute,
+    execute_stored,
     metric_column,
     plan_runs,
     replication_seeds,
@@ -450,8 +450,7 @@ class _Evaluator:
         base = len(self.evaluations)
         points = [self._point(s, base + i) for i, s in enumerate(settings)]
         runs = plan_runs(self.spec.scenario, points, seeds, first_replication=first_replication)
-        rows = (execute(runs, self.executor, progress=self.progress) if self.stored is None
-                else self.stored.execute(runs, self.executor, progress=self.progress))
+        rows = execute_stored(runs, self.executor, self.stored, progress=self.progress)
         by_point: dict[int, list[dict[str, Any]]] = {p.index: [] for p in points}
         for r in rows:
             by_point[int(r["point"])].append(r)
