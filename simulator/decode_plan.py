@@ -71,10 +71,17 @@ class DecodeRunPlanner:
         # the first of a run's step ends where another event may be due, -1 for none (_TIE)
         self.tie: Callable[[Floats], int] | None = None
         self._step_index = np.arange(MAX_JUMP_STEPS + block_size, dtype=np.int64)  # j
+        # (-m) % block_size for m = 0, 1, ...: sliced from block_size - r, it is (r - j) %
+        # block_size for j = 0, 1, ... (group_alloc_plan's phase, one table for every r)
+        self._phase = (-np.arange(MAX_JUMP_STEPS + 2 * block_size, dtype=np.int64)) % block_size
         # a short run's step times: the cost model's own loop when it has one (the bits of one
         # step_time call per step, with what stays the same along the run computed once)
         self._decode_times: Callable[[int, int, int], list[float]] = getattr(
             cost, "decode_step_times", None) or self._decode_times_one_by_one
+        # a long run's step times as an array: the cost model's own (the same bits) when it
+        # has one, else step_times on an array of the contexts
+        self._decode_array: Callable[[int, int, int], FloatArray] | None = getattr(
+            cost, "decode_step_times_array", None)
         # one decode step's time: the cost model's own (the same bits) when it has one
         self._decode_time: Callable[[int, int], float] = getattr(
             cost, "decode_step_time", None) or self._decode_time_by_step_time
@@ -114,7 +121,8 @@ class DecodeRunPlanner:
         """:meth:`alloc_plan` for the decode group: ``hist[x]`` members take a block at the
         steps where ``(step + j) % block_size == -x % block_size``."""
         bs = self.block_size
-        per = np.array(hist, np.int64)[(-step - self._step_index[:k_max]) % bs]
+        start = bs - (-step) % bs  # step j reads hist[(-step - j) % bs]
+        per = np.array(hist, np.int64)[self._phase[start : start + k_max]]
         per[0] = 0
         return np.add.accumulate(per, out=per)
 
@@ -148,9 +156,12 @@ class DecodeRunPlanner:
             ends_l, dts_l = self.steps_small(n, c0, k_max, t, t_ext, dt0)
             ends, dts = np.array(ends_l), np.array(dts_l)
         else:
-            # c0 + n * (j + 1) for step j, exact (integers below 2**53, as arange computes them)
-            context = np.arange(c0 + n, c0 + n * (k_max + 1), n, dtype=np.float64)
-            dts = self.step_times(n, context)
+            if self._decode_array is not None:  # step j attends to c0 + n * (j + 1) tokens
+                dts = self._decode_array(n, c0 + n, k_max)
+            else:
+                # c0 + n * (j + 1) for step j, exact (integers below 2**53, as arange gives them)
+                context = np.arange(c0 + n, c0 + n * (k_max + 1), n, dtype=np.float64)
+                dts = self.step_times(n, context)
             ends = dts.copy()
             ends[0] += t
             np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them

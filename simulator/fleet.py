@@ -557,12 +557,13 @@ class Fleet:
 
         With sorted arrivals, only those within ``[ends[0], ends[-1]]`` can tie (a few: a
         replica's run spans the arrivals routed to the others), each looked up among the
-        ends by bisection, in Python numbers; else every end is searched among the arrivals."""
+        ends by bisection (on the array itself: a few element reads, no copy to a list); else
+        every end is searched among the arrivals."""
         if not self._sorted_arrivals:
             return self._first_tie_searched(ends)
-        t = ends if isinstance(ends, list) else ends.tolist()
+        t = ends
         size = len(t)
-        first, last = t[0], t[-1]
+        first, last = float(t[0]), float(t[-1])
         k = size
         arrival = self._arrival_s
         j, n = self._arrived(), len(arrival)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,6 +16,8 @@ from kvbudget.perf.cost_model import load_cost_model, save_cost_model
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
 from kvbudget.perf.step_time import BLOG_H100_INTERCEPT_S, VllmStepModel
+
+FloatArray = npt.NDArray[np.float64]
 
 
 def _models() -> list[VllmStepModel]:
@@ -185,12 +189,33 @@ def test_decode_step_times_give_one_step_time_call_per_steps_bits(
         assert got == [model.step_time(0.0, float(n), c, 0.0, 0.0) for c in contexts]
         assert all(type(x) is float for x in got)
         if num_steps:
-            arr = model.step_time(0.0, float(n), np.array(contexts), 0.0, 0.0)
+            on_arrays: Callable[..., FloatArray] = model.step_time
+            arr = on_arrays(0.0, float(n), np.array(contexts), 0.0, 0.0)
             assert got == arr.tolist()
         # one step (a decode run's first, which bounds its length) has the same bits
         one = model.decode_step_time(n, first)
         assert type(one) is float
         assert one == model.step_time(0.0, float(n), float(first), 0.0, 0.0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 1024), st.integers(0, 1 << 19), st.integers(1, 4096))
+def test_decode_step_times_as_an_array_are_the_general_paths_bits(
+    n: int, first: int, num_steps: int
+) -> None:
+    """A long decode run's step times as an array (the attention table read with a stride
+    where the contexts are below ATTENTION_TABLE_SIZE, the general path beyond it and for the
+    models without the float path) are the bits of step_time on the array of contexts, and of
+    one step_time call per step."""
+    for model in (VllmStepModel(get_gpu("A100-80GB"), get_model("Llama-2-7B")), *_models()):
+        got = model.decode_step_times_array(n, first, num_steps)
+        contexts = np.arange(first, first + n * num_steps, n, dtype=np.float64)
+        on_arrays: Callable[..., FloatArray] = model.step_time
+        want = on_arrays(0.0, float(n), contexts, 0.0, 0.0)
+        assert got.dtype == np.float64 and got.shape == (num_steps,)
+        assert got.tobytes() == np.asarray(want, np.float64).tobytes()
+        for j in (0, num_steps // 2, num_steps - 1):
+            assert got[j] == model.step_time(0.0, float(n), float(contexts[j]), 0.0, 0.0)
 
 
 @settings(max_examples=100, deadline=None)
