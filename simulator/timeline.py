@@ -82,9 +82,12 @@ class Timeline:
         if not grid:
             return
         last = len(ends) - 1
-        # bisection on an array too: a grid is a point or two, so a few element reads cost
-        # less than numpy's searchsorted and minimum calls (~1 against ~6 us)
-        idx = [min(bisect.bisect_right(ends, g), last) for g in grid]
+        if not isinstance(ends, np.ndarray) or len(grid) <= 4:
+            # bisection, on an array too: a grid is most often a point or two, where a few
+            # element reads cost less than numpy's searchsorted and minimum (~1 against ~6 us)
+            idx = [min(bisect.bisect_right(ends, g), last) for g in grid]
+        else:
+            idx = np.minimum(ends.searchsorted(grid, side="right"), last).tolist()
         running, waiting = counts
         for g, s in zip(grid, idx, strict=True):
             self.rows.append(
