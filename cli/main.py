@@ -126,10 +126,23 @@ else:
     _register(tuple(COMMAND_MODULES))
 
 
-def terminate(signum: int, frame: object) -> None:
+def terminate(signum: int, frame: Any) -> None:
     """The SIGTERM handler :func:`main` installs: SIGTERM (a CI runner's timeout, `kill`) takes
     the same way out as Ctrl-C, so the commands that keep finished work (sweep, tune, capacity
-    and plan parts, replay rows) flush it and say where it is."""
+    and plan parts, replay rows) flush it and say where it is.
+
+    It is Ctrl-C's own way: the SIGINT handler in force is called. Under ``asyncio.run`` (the
+    live commands) that is asyncio's, which cancels the main task through the event loop, so
+    the interruption cannot be lost; a ``KeyboardInterrupt`` raised by a signal handler can be,
+    when the handler happens to run inside a weakref callback or a finalizer (asyncio's task
+    WeakSet drops tasks in one), where Python prints the exception and goes on. Elsewhere
+    (Python's default SIGINT handler, or SIGINT ignored) it raises ``KeyboardInterrupt``."""
+    import signal
+
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler) and handler not in (signal.default_int_handler, terminate):
+        handler(signal.SIGINT, frame)
+        return
     raise KeyboardInterrupt
 
 

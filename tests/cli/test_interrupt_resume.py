@@ -172,3 +172,51 @@ def test_an_interrupted_study_keeps_its_runs_and_resumes_to_the_same_result(
     _assert_same(_result_files(out, kind), ref["files"])
     total = len(sweep_mod.RunStore(out).read())
     assert len(seen) == total - (k - 1)  # only the runs not kept were simulated again
+
+
+def test_sigterm_under_asyncio_run_cancels_the_main_task_as_ctrl_c_does() -> None:
+    """Under ``asyncio.run`` (the live commands) SIGTERM goes through asyncio's Ctrl-C handler:
+    the main task is cancelled through the event loop, so it sees CancelledError at its next
+    await (where a replay flushes what finished) and ``asyncio.run`` then raises
+    KeyboardInterrupt. A KeyboardInterrupt raised by the signal handler itself would land in
+    whatever code runs then (a weakref callback, where Python only prints it) and the task
+    would never see a cancellation."""
+    import asyncio
+
+    seen: list[str] = []
+
+    async def main() -> None:
+        os.kill(os.getpid(), signal.SIGTERM)  # handled at the next bytecode, before the await
+        try:
+            await asyncio.Event().wait()  # forever, unless cancelled
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    old_term = signal.signal(signal.SIGTERM, terminate)
+    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a command
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            asyncio.run(main())
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
+        signal.signal(signal.SIGINT, old_int)
+    assert seen == ["cancelled"]
+    assert signal.getsignal(signal.SIGINT) is old_int  # asyncio put its handler back
+
+
+def test_sigterm_outside_asyncio_raises_keyboard_interrupt() -> None:
+    """With Python's own SIGINT handler in force, SIGTERM raises KeyboardInterrupt where the
+    main thread is (the studies' way out), and with SIGINT ignored (a shell's background job)
+    too."""
+    for sigint in (signal.default_int_handler, signal.SIG_IGN):
+        old_term = signal.signal(signal.SIGTERM, terminate)
+        old_int = signal.signal(signal.SIGINT, sigint)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(1000):  # the handler runs at one of the next bytecodes
+                    pass
+        finally:
+            signal.signal(signal.SIGTERM, old_term)
+            signal.signal(signal.SIGINT, old_int)
