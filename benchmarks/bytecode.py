@@ -15,8 +15,9 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("kvbudget", "cli", "simulator", "policies", "workloads", "results", "perf", "analysis", "studies", "live")
 
 
-def compile_project() -> None:
-    """Write up-to-date ``.pyc`` files for every module of the project's packages."""
+def compile_project(root: Path = REPO) -> None:
+    """Write up-to-date ``.pyc`` files for every module of the project's packages (of the
+    checkout at ``root``: this one by default)."""
     for package in PACKAGES:
-        if not compileall.compile_dir(REPO / package, quiet=1):
-            raise SystemExit(f"could not byte-compile {REPO / package}")
+        if not compileall.compile_dir(root / package, quiet=1):
+            raise SystemExit(f"could not byte-compile {root / package}")

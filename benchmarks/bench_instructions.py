@@ -1,0 +1,152 @@
+"""Instructions counted by valgrind (cachegrind, no cache simulation): a measure of CPU work
+that does not move with the machine's load or speed, for A/B comparisons of two trees and for
+ratios between configurations (issue 22's "x base" table), where timings on a shared machine
+wander by 20-50 % between runs.
+
+(a) whole ``kvbudget simulate`` processes on the four bench workloads and on the first 5
+    requests of one (the command bench_simulate.py times, start-up included);
+(b) the simulation alone on conv_n2000_q6: a process that loads the trace and simulates once,
+    less one that only loads it (the same imports), for the base engine, the other engines and
+    8-replica fleets under each router (bench_engines.py's configurations without prefix
+    caching), with each one's ratio to the base engine.
+
+Valgrind runs a process about 50x slower than Python alone: (a) takes ~6 minutes on a 2-core
+machine, (b) ~8. ``PYTHONHASHSEED=0`` and one OpenBLAS thread, so that two counts of the same
+tree agree to ~0.5 %.
+
+Usage: python benchmarks/bench_instructions.py [--only a|b] [--tree DIR]
+(``--tree``: count another checkout's code, e.g. a worktree of the commit before a change,
+with this checkout's virtual environment; its modules are byte-compiled first, or compiling
+them would be counted too)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bytecode import compile_project
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+WORKLOADS = ("conv_n2000_q2", "conv_n2000_q6", "conv_n10000_q2", "conv_n10000_q6")
+BENCH = {"gpu": "A100-80GB", "model": "Llama-2-7B"}
+ENGINE = {"num_gpu_blocks": 7672, "block_size": 16, "max_num_seqs": 256,
+          "max_num_batched_tokens": 4096}
+BENCH_FLAGS = ["--gpu", "A100-80GB", "--model", "Llama-2-7B", "--num-gpu-blocks", "7672",
+               "--block-size", "16", "--max-num-seqs", "256", "--max-num-batched-tokens", "4096",
+               "--policy", "unlimited", "--json"]
+# (label, engine name, router of an 8-replica fleet or None)
+CONFIGS: tuple[tuple[str, str, str | None], ...] = (
+    ("vllm (base)", "vllm", None),
+    ("vllm-swap", "vllm-swap", None),
+    ("tgi", "tgi", None),
+    ("sglang", "sglang", None),
+    ("trtllm", "trtllm", None),
+    ("fleet 8 x vllm, round_robin", "vllm", "round_robin"),
+    ("fleet 8 x vllm, least_tokens", "vllm", "least_tokens"),
+    ("fleet 8 x vllm, prefix_affinity", "vllm", "prefix_affinity"),
+)
+# the child of (b): load the trace, then simulate once if asked (the fleet module is imported
+# either way, so that the difference is the simulation, not an import)
+CHILD = """\
+import json, sys
+from pathlib import Path
+from kvbudget.policies import make_policy
+from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.run import FleetConfig, SimConfig, simulate
+import kvbudget.simulator.fleet
+from kvbudget.workloads.traces import load_trace
+spec = json.loads(sys.argv[1])
+workload = load_trace(Path(spec["trace"])).workload
+if spec["simulate"]:
+    engine = dict(spec["engine"])
+    fleet = spec["router"]
+    if fleet is not None:
+        engine["num_gpu_blocks"] //= 8
+    config = SimConfig(gpu=spec["gpu"], model=spec["model"], engine=EngineConfig(**engine),
+                       fleet=None if fleet is None else FleetConfig(num_replicas=8, router=fleet))
+    simulate(workload, make_policy("unlimited"), config)
+"""
+_REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
+
+
+def instructions_of(stderr: str) -> int:
+    """The instruction count in valgrind's summary (``==PID== I refs: 1,234,567``)."""
+    found = _REFS.findall(stderr)
+    if not found:
+        raise RuntimeError("no instruction count in valgrind's output:\n" + stderr[-2000:])
+    return int(found[-1].replace(",", ""))
+
+
+def count(args: list[str], tree: Path) -> int:
+    """Instructions of one process, run in ``tree`` with its code first on the path."""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
+           "PYTHONPATH": str(tree)}
+    cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+           sys.executable, *args]
+    done = subprocess.run(cmd, cwd=tree, env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(args[:4])} ... exited {done.returncode}:\n"
+                           + done.stderr[-2000:])
+    return instructions_of(done.stderr)
+
+
+def child_args(trace: Path, engine: str, router: str | None, simulate: bool) -> list[str]:
+    spec = {"trace": str(trace), "engine": dict(ENGINE, name=engine), "router": router,
+            "simulate": simulate, **BENCH}
+    return ["-c", CHILD, json.dumps(spec)]
+
+
+def bench_a(tree: Path) -> None:
+    print("(a) whole `kvbudget simulate` processes, millions of instructions")
+    with tempfile.TemporaryDirectory() as tmp:
+        tiny = Path(tmp) / "tiny.jsonl"
+        with (SHARED / "bench" / "conv_n2000_q2.jsonl").open() as fh:
+            tiny.write_text("".join(next(fh) for _ in range(5)))
+        paths = [("5 requests", tiny)] + [(w, SHARED / "bench" / f"{w}.jsonl") for w in WORKLOADS]
+        for label, path in paths:
+            n = count(["-m", "kvbudget.cli.main", "simulate", "--trace", str(path),
+                       *BENCH_FLAGS], tree)
+            print(f"  {label:<20}{n / 1e6:>10,.0f} M", flush=True)
+
+
+def bench_b(tree: Path) -> None:
+    trace = SHARED / "bench" / "conv_n2000_q6.jsonl"
+    print("(b) the simulation alone on conv_n2000_q6 (a process that simulates once, less one "
+          "that only loads the trace), millions of instructions")
+    load = count(child_args(trace, "vllm", None, False), tree)
+    print(f"  {'loading the trace (subtracted)':<34}{load / 1e6:>10,.0f} M", flush=True)
+    base = 0
+    for label, engine, router in CONFIGS:
+        n = count(child_args(trace, engine, router, True), tree) - load
+        base = base or n
+        print(f"  {label:<34}{n / 1e6:>10,.0f} M {n / base:>8.2f} x base", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=("a", "b"))
+    parser.add_argument("--tree", type=Path, default=REPO,
+                        help="the checkout whose code is counted (default: this one)")
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None:
+        sys.exit("bench_instructions: valgrind not found (Debian: apt-get install valgrind)")
+    tree = args.tree.resolve()
+    compile_project(tree)
+    if args.only in (None, "a"):
+        bench_a(tree)
+    if args.only in (None, "b"):
+        bench_b(tree)
+
+
+if __name__ == "__main__":
+    main()

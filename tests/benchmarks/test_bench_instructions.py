@@ -1,0 +1,51 @@
+"""Smoke test of benchmarks/bench_instructions.py without valgrind: its child process simulates
+(or only loads the trace) for an engine and a fleet, and valgrind's summary line is read. The
+counts themselves are not asserted (they are the benchmark's to print)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+SHARED = BENCHMARKS.parents[1] / "shared"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    sys.path.insert(0, str(BENCHMARKS))  # its `from bytecode import compile_project`
+    try:
+        spec = importlib.util.spec_from_file_location("bench_instructions",
+                                                      BENCHMARKS / "bench_instructions.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return module
+
+
+def test_valgrinds_summary_is_read(bench: ModuleType) -> None:
+    stderr = ("==123== Cachegrind, a high-precision tracing profiler\n==123== \n"
+              "==123== I   refs:      1,536,372,839\n")
+    assert bench.instructions_of(stderr) == 1_536_372_839
+    with pytest.raises(RuntimeError, match="no instruction count"):
+        bench.instructions_of("==123== ERROR SUMMARY: 0 errors\n")
+
+
+@pytest.mark.parametrize(("engine", "router"), [("tgi", None), ("vllm", "least_tokens")])
+@pytest.mark.parametrize("simulate", [False, True])
+def test_the_child_runs(bench: ModuleType, tmp_path: Path, engine: str, router: str | None,
+                        simulate: bool) -> None:
+    trace = tmp_path / "t.jsonl"
+    with (SHARED / "bench" / "conv_n2000_q6.jsonl").open() as fh:
+        trace.write_text("".join(next(fh) for _ in range(20)))
+    args = bench.child_args(trace, engine, router, simulate)
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stderr
