@@ -32,17 +32,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench_engines import BENCH, ENGINE
+from bench_simulate import BENCH_ENGINE, QUOTED, REPO, SHARED
 from bytecode import compile_project
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-WORKLOADS = ("conv_n2000_q2", "conv_n2000_q6", "conv_n10000_q2", "conv_n10000_q6")
-BENCH = {"gpu": "A100-80GB", "model": "Llama-2-7B"}
-ENGINE = {"num_gpu_blocks": 7672, "block_size": 16, "max_num_seqs": 256,
-          "max_num_batched_tokens": 4096}
-BENCH_FLAGS = ["--gpu", "A100-80GB", "--model", "Llama-2-7B", "--num-gpu-blocks", "7672",
-               "--block-size", "16", "--max-num-seqs", "256", "--max-num-batched-tokens", "4096",
-               "--policy", "unlimited", "--json"]
+WORKLOADS = tuple(QUOTED)  # the four bench workloads
+BENCH_FLAGS = [*BENCH_ENGINE, "--policy", "unlimited", "--json"]  # bench_simulate.py's command
 # (label, engine name, router of an 8-replica fleet or None)
 CONFIGS: tuple[tuple[str, str, str | None], ...] = (
     ("vllm (base)", "vllm", None),

@@ -367,9 +367,7 @@ class VllmStepModel:
         if k is None:
             num = float(num_decode_seqs)
             return float(self.step_time(0.0, num, float(num_context_tokens), 0.0, 0.0))
-        fixed = self._decode_fixed.get(num_decode_seqs)
-        if fixed is None:
-            fixed = self._fixed_term(num_decode_seqs)
+        fixed = self._fixed_term(num_decode_seqs)
         b = k[6] * num_context_tokens / k[7]  # kv_full * context / kv_s
         b2 = b * b
         return fixed + math.sqrt(math.sqrt(b2 * b2))
@@ -390,9 +388,7 @@ class VllmStepModel:
             return [step_time(0.0, num, float(c), 0.0, 0.0)
                     for c in range(first_context, first_context + num_decode_seqs * num_steps,
                                    num_decode_seqs)]
-        fixed = self._decode_fixed.get(num_decode_seqs)
-        if fixed is None:
-            fixed = self._fixed_term(num_decode_seqs)
+        fixed = self._fixed_term(num_decode_seqs)
         return self._decode_sums(fixed, first_context, num_decode_seqs, num_steps)
 
     def decode_step_times_array(
@@ -406,13 +402,8 @@ class VllmStepModel:
         arithmetic on arrays is IEEE's on floats)."""
         stop = first_context + num_decode_seqs * num_steps
         if self._dense is not None and stop <= ATTENTION_TABLE_SIZE:
-            fixed = self._decode_fixed.get(num_decode_seqs)
-            if fixed is None:
-                fixed = self._fixed_term(num_decode_seqs)
-            table = self._attention
-            if stop > len(table):
-                table = self._attention_table(stop)
-            times: npt.NDArray[np.float64] = fixed + table[first_context:stop:num_decode_seqs]
+            times: npt.NDArray[np.float64] = self._fixed_term(num_decode_seqs) + (
+                self._attention_terms(first_context, stop, num_decode_seqs))
             return times
         context = np.arange(first_context, stop, num_decode_seqs, dtype=np.float64)
         step_time: Callable[..., npt.NDArray[np.float64]] = self.step_time
@@ -422,6 +413,9 @@ class VllmStepModel:
     def _fixed_term(self, num_decode_seqs: int) -> float:
         """``over + gemm`` of a pure decode step of ``num_decode_seqs`` requests (the float
         path's operations, in its order), remembered."""
+        fixed = self._decode_fixed.get(num_decode_seqs)
+        if fixed is not None:
+            return fixed
         k = self._dense
         assert k is not None
         gemm_flops, lm_head, gemm_s, _, _, _, _, _, over, read4 = k
@@ -441,10 +435,7 @@ class VllmStepModel:
         :data:`ATTENTION_TABLE_SIZE`."""
         stop = first + step * num
         if num >= ATTENTION_TABLE_MIN_STEPS and stop <= ATTENTION_TABLE_SIZE:
-            table = self._attention
-            if stop > len(table):
-                table = self._attention_table(stop)
-            sums: list[float] = (fixed + table[first:stop:step]).tolist()
+            sums: list[float] = (fixed + self._attention_terms(first, stop, step)).tolist()
             return sums
         k = self._dense
         assert k is not None
@@ -453,6 +444,14 @@ class VllmStepModel:
         # ``kv_full * c`` of an int ``c`` is ``kv_full * float(c)``: exact below 2**53
         squares = [b * b for b in [kv_full * c / kv_s for c in range(first, stop, step)]]
         return [fixed + sqrt(sqrt(b2 * b2)) for b2 in squares]
+
+    def _attention_terms(self, first: int, stop: int, step: int) -> npt.NDArray[np.float64]:
+        """The tabulated attention terms of contexts ``first``, ``first + step``, ... below
+        ``stop`` (at most :data:`ATTENTION_TABLE_SIZE`; the table grown to reach it)."""
+        table = self._attention
+        if stop > len(table):
+            table = self._attention_table(stop)
+        return table[first:stop:step]
 
     def _attention_table(self, stop: int) -> npt.NDArray[np.float64]:
         """The attention terms of every context below ``stop`` at least (up to the next power

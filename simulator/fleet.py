@@ -241,14 +241,14 @@ _LOCAL_COLUMNS = {"prompt_tokens": np.int64, "output_tokens": np.int64,
                   "order": np.int64}
 
 
-_MERGED: dict[str, tuple[float, Callable[..., Any]]] = {
-    "first_token_s": (math.nan, np.fmin),  # the first a caller saw, on whichever replica
-    "finished_s": (math.nan, np.fmin),
-    "num_preemptions": (0, np.add),
-    "recomputed_tokens": (0, np.add),
+_MERGED: dict[str, tuple[float, Callable[..., Any], type[np.generic]]] = {
+    "first_token_s": (math.nan, np.fmin, np.float64),  # the first a caller saw, anywhere
+    "finished_s": (math.nan, np.fmin, np.float64),
+    "num_preemptions": (0, np.add, np.int64),
+    "recomputed_tokens": (0, np.add, np.int64),
 }
 """The replicas' per-row arrays a fleet merges by workload row: the value of a row no replica
-took, and how one replica's value joins the others'."""
+took, how one replica's value joins the others', and the merged array's dtype."""
 
 
 class _ReplicaRows:
@@ -561,9 +561,8 @@ class Fleet:
         every end is searched among the arrivals."""
         if not self._sorted_arrivals:
             return self._first_tie_searched(ends)
-        t = ends
-        size = len(t)
-        first, last = float(t[0]), float(t[-1])
+        size = len(ends)
+        first, last = float(ends[0]), float(ends[-1])
         k = size
         arrival = self._arrival_s
         j, n = self._arrived(), len(arrival)
@@ -572,18 +571,18 @@ class Fleet:
             j += 1
             a = float(arrival[j]) if j < n else math.inf
         while a <= last:  # ends and arrivals both sorted: the first tie is the earliest end
-            at = bisect.bisect_left(t, a)
-            if t[at] == a:
+            at = bisect.bisect_left(ends, a)
+            if ends[at] == a:
                 k = at
                 break
             j += 1
             a = float(arrival[j]) if j < n else math.inf
         timer = self.gateway.next_timer_s()
         if timer is not None and first <= timer <= last:
-            at = bisect.bisect_left(t, timer)
-            if t[at] == timer:
+            at = bisect.bisect_left(ends, timer)
+            if ends[at] == timer:
                 k = min(k, at)
-        return self._tie_step(t, k)
+        return self._tie_step(ends, k)
 
     def _first_tie_searched(self, ends: FloatArray | list[float]) -> int:
         """:meth:`_first_tie` searching each end among the arrivals (a closed loop's arrival
@@ -665,31 +664,42 @@ class Fleet:
         out[rows] = merge(out[rows], getattr(e, name)[: local.n])
         return out
 
-    def _merged(self, name: str) -> Any:
+    def _merge_start(self, name: str) -> npt.NDArray[Any]:
+        """The merge of :data:`_MERGED` array ``name`` before any replica's: its empty value
+        in every workload row, in the replicas' dtype."""
+        return np.full(len(self.replica_of), _MERGED[name][0],
+                       getattr(self.replicas[0], name).dtype)
+
+    @staticmethod
+    def _merge_end(name: str, out: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """The merged array ``name`` in its dtype (:data:`_MERGED`)."""
+        return np.asarray(out, _MERGED[name][2])
+
+    def _merged(self, name: str) -> npt.NDArray[Any]:
         """Replica arrays ``name`` by workload row, merged over the replicas (:data:`_MERGED`:
         rows no replica took keep its empty value)."""
-        empty, merge = _MERGED[name]
-        out = np.full(len(self.replica_of), empty, getattr(self.replicas[0], name).dtype)
+        merge = _MERGED[name][1]
+        out = self._merge_start(name)
         for e, local in zip(self.replicas, self._local, strict=True):
             out = self._merge_in(out, e, local, name, merge)
-        return out
+        return self._merge_end(name, out)
 
     @property
     def recomputed_tokens(self) -> IntArray:
-        return np.asarray(self._merged("recomputed_tokens"), np.int64)
+        return self._merged("recomputed_tokens")
 
     @property
     def num_preemptions(self) -> IntArray:
-        return np.asarray(self._merged("num_preemptions"), np.int64)
+        return self._merged("num_preemptions")
 
     @property
     def first_token_s(self) -> FloatArray:
         """The first token a caller saw, on whichever replica it came from."""
-        return np.asarray(self._merged("first_token_s"), np.float64)
+        return self._merged("first_token_s")
 
     @property
     def finished_s(self) -> FloatArray:
-        return np.asarray(self._merged("finished_s"), np.float64)
+        return self._merged("finished_s")
 
     def _output_into(self, out: IntArray, r: int, e: Engine, local: _ReplicaRows) -> None:
         """Replica ``r``'s output tokens of the rows whose last replica it is, into ``out``."""
@@ -738,23 +748,20 @@ class Fleet:
         figures never sit beside all of it). The replicas cannot go on after this."""
         num_codes = int(tier.max()) + 1 if tier.size else 0
         output = np.zeros(len(self.replica_of), np.int64)
-        merged = {name: np.full(len(self.replica_of), empty,
-                                getattr(self.replicas[0], name).dtype)
-                  for name, (empty, _) in _MERGED.items()}
+        merged = {name: self._merge_start(name) for name in _MERGED}
         parts = []
         for r, (e, local) in enumerate(zip(self.replicas, self._local, strict=True)):
             self._output_into(output, r, e, local)
-            for name, (_, merge) in _MERGED.items():
+            for name, (_, merge, _) in _MERGED.items():
                 merged[name] = self._merge_in(merged[name], e, local, name, merge)
             parts.append(self._gaps_of(e, local, keep, tier, num_codes))
             if self._compact:
                 local.drop()
             e.drop_request_state()
-        return RequestFigures(
-            output, np.asarray(merged["first_token_s"], np.float64),
-            np.asarray(merged["finished_s"], np.float64),
-            np.asarray(merged["num_preemptions"], np.int64),
-            np.asarray(merged["recomputed_tokens"], np.int64), *_join_dropping(parts))
+        first, finished, preemptions, recomputed = (
+            self._merge_end(name, out) for name, out in merged.items())
+        return RequestFigures(output, first, finished, preemptions, recomputed,
+                              *_join_dropping(parts))
 
     def kv_token_seconds(self) -> float:
         """The replicas' integrals added exactly, rounded once (``math.fsum`` of all their
