@@ -115,7 +115,8 @@ class MethodCache:
         if not force and (self.num_compiled == 0 or sys.dont_write_bytecode):
             return False
         codes = self.codes
-        if len(codes) > MAX_ENTRIES:
+        if len(codes) > MAX_ENTRIES and self.num_compiled:
+            # those compiled now come last (dicts keep their insertion order)
             codes = dict(list(codes.items())[-self.num_compiled:])
         temporary = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
         try:

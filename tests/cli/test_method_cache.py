@@ -174,3 +174,31 @@ def test_the_command_line_installs_the_cache_and_keeps_python_s_exec_elsewhere()
 
     assert cli_main._METHODS is None
     assert "exec" not in vars(dataclasses)
+
+
+
+def test_a_file_grown_too_large_starts_afresh_with_what_this_process_compiled(
+        tmp_path: Path, modules: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvbudget.cli import method_cache
+
+    path = tmp_path / "methods.marshal"
+    first = MethodCache(path)
+    build(modules, "kvbudget._cache_test_old", first)
+    assert first.save()
+    monkeypatch.setattr(method_cache, "MAX_ENTRIES", first.num_compiled)
+    # one class changed (a field added): its methods' sources are new
+    edited = SOURCE.replace("    key: str\n", "    key: str\n    num_uses: int = 0\n")
+    second = MethodCache(path)
+    module = types.ModuleType("kvbudget._cache_test_edited")
+    sys.modules[module.__name__] = module
+    modules.append(module.__name__)
+    second.install()
+    try:
+        exec(compile(edited, "<edited>", "exec", dont_inherit=True), module.__dict__)
+    finally:
+        MethodCache.uninstall()
+    assert second.num_hits > 0 and second.num_compiled > 0
+    assert len(second.codes) > method_cache.MAX_ENTRIES
+    assert second.save()
+    kept = MethodCache(path).codes
+    assert set(kept) == set(second.codes) - set(first.codes)
