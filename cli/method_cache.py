@@ -80,19 +80,28 @@ class MethodCache:
         taken from the cache or added to it. Other packages' classes are left to Python."""
         if isinstance(source, str) and isinstance(globals, dict) \
                 and str(globals.get("__name__", "")).startswith("kvbudget."):
-            kept = self.codes.get(source)
-            code: CodeType
-            if kept is None:
+            code = self._kept(source)
+            if code is None:
                 # what ``exec(source)`` in dataclasses.py compiles: that module has no
                 # ``__future__`` imports, and this one's are not passed on (dont_inherit)
                 code = compile(source, "<string>", "exec", dont_inherit=True)
                 self.codes[source] = marshal.dumps(code)
                 self.num_compiled += 1
             else:
-                code = marshal.loads(kept)
                 self.num_hits += 1
             source = code
         builtins.exec(source, globals, locals)
+
+    def _kept(self, source: str) -> CodeType | None:
+        """The kept code of ``source``; None if there is none or it cannot be read back."""
+        kept = self.codes.get(source)
+        if kept is None:
+            return None
+        try:
+            code = marshal.loads(kept)
+        except (EOFError, ValueError, TypeError):
+            return None
+        return code if isinstance(code, CodeType) else None
 
     def install(self) -> None:
         """Make :meth:`exec` the ``exec`` that :mod:`dataclasses` calls."""

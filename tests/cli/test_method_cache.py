@@ -135,6 +135,20 @@ def test_other_packages_classes_are_left_to_python(tmp_path: Path, modules: list
     assert behaviour(module)[0] == "Spec(name='a', num_blocks=16, share=0.5, tags=('x',))"
 
 
+def _entries_spoiled(spoil: Any) -> bytes:
+    """A file of this Python whose entries hold every source text of SOURCE's classes, each
+    with ``spoil(code)`` in place of its marshalled code."""
+    recorder = MethodCache(Path("/nonexistent/methods.marshal"))
+    recorder.install()
+    try:
+        make_module("kvbudget._cache_test_recorded")
+    finally:
+        MethodCache.uninstall()
+        sys.modules.pop("kvbudget._cache_test_recorded", None)
+    return marshal.dumps((importlib.util.MAGIC_NUMBER,
+                          {source: spoil(code) for source, code in recorder.codes.items()}))
+
+
 @pytest.mark.parametrize("content", [b"", b"not marshal at all",
                                      marshal.dumps((b"\x00\x00\r\n", {})),
                                      marshal.dumps(["a", "list"])],
@@ -202,3 +216,17 @@ def test_a_file_grown_too_large_starts_afresh_with_what_this_process_compiled(
     assert second.save()
     kept = MethodCache(path).codes
     assert set(kept) == set(second.codes) - set(first.codes)
+
+
+@pytest.mark.parametrize("spoil", [lambda code: code[:-7], lambda code: 42,
+                                   lambda code: marshal.dumps("not code")],
+                         ids=["cut-short", "not-bytes", "not-a-code-object"])
+def test_an_entry_that_cannot_be_read_back_is_compiled_again(
+        tmp_path: Path, modules: list[str], spoil: Any) -> None:
+    path = tmp_path / "methods.marshal"
+    path.write_bytes(_entries_spoiled(spoil))
+    cache = MethodCache(path)
+    assert cache.codes
+    module = build(modules, "kvbudget._cache_test_spoiled", cache)
+    assert cache.num_hits == 0 and cache.num_compiled == len(cache.codes)
+    assert behaviour(module) == behaviour(build(modules, "kvbudget._cache_test_fine", None))
