@@ -131,6 +131,39 @@ def test_merging_in_parts_first_gives_the_same_table(
     assert merged["num_gaps"].dtype == np.int64
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 2), st.sampled_from([0.0, 0.01, 0.02, 0.025, 0.1, 3.0]),
+                       st.integers(0, 4)), max_size=300),
+    st.integers(1, 9),
+    st.booleans(),
+)
+def test_either_sort_gives_the_same_rows(rows: list[tuple[int, float, int]], num_runs: int,
+                                         runs: bool) -> None:
+    """merge_gap_rows sorts rows that are a few sorted runs (a fleet's replicas' merged rows,
+    joined) with the stable sort, others with quicksort: both give the same rows, bit for bit,
+    on sorted runs and on unsorted rows."""
+    from kvbudget.results import metrics
+
+    codes = np.array([r[0] for r in rows], np.int64)
+    gaps = np.array([r[1] for r in rows], np.float64)
+    nums = np.array([r[2] for r in rows], np.int64)
+    if runs:  # num_runs sorted runs one after another, as a fleet joins its replicas' rows
+        parts = [merge_gap_rows(codes[k::num_runs], gaps[k::num_runs], nums[k::num_runs], 3)
+                 for k in range(num_runs)]
+        codes, gaps, nums = (np.concatenate([p[j] for p in parts]) for j in range(3))
+    out = []
+    for threshold in (0, 10**12):  # always the stable sort; never
+        saved = metrics.SORTED_RUNS_FROM
+        metrics.SORTED_RUNS_FROM = threshold
+        try:
+            out.append(merge_gap_rows(codes, gaps, nums, 3))
+        finally:
+            metrics.SORTED_RUNS_FROM = saved
+    for a, b in zip(*out, strict=True):
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
 def test_summary_has_itl_beside_tpot_overall_and_per_tier(tmp_path: Path) -> None:
     gaps = _agg(["interactive", "interactive", "batch"], [0.15, 0.05, 0.2], [1, 1, 1])
     r = _result(gaps)
