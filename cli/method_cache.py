@@ -41,10 +41,11 @@ MAX_ENTRIES = 4_000
 
 
 def default_path() -> Path:
-    """``kvbudget/__pycache__/dataclass_methods.<cache tag>.marshal`` beside the package."""
-    package = Path(__file__).resolve().parents[1]
-    if package.name != "kvbudget":  # run from the checkout's cli/ folder rather than the package
-        package = package / "kvbudget"
+    """``__pycache__/dataclass_methods.<cache tag>.marshal`` in the folder of the kvbudget
+    package's ``__init__.py`` (``kvbudget/`` in a checkout, as installed)."""
+    import kvbudget
+
+    package = Path(str(kvbudget.__file__)).parent
     tag = sys.implementation.cache_tag or "python"
     return package / "__pycache__" / f"dataclass_methods.{tag}.marshal"
 
