@@ -43,11 +43,11 @@ class Handle:
 '''
 
 
-def make_module(name: str) -> types.ModuleType:
-    """``SOURCE`` run as module ``name`` (registered, as dataclasses looks its globals up)."""
+def make_module(name: str, source: str = SOURCE) -> types.ModuleType:
+    """``source`` run as module ``name`` (registered, as dataclasses looks its globals up)."""
     module = types.ModuleType(name)
     sys.modules[name] = module
-    exec(compile(SOURCE, f"<{name}>", "exec", dont_inherit=True), module.__dict__)
+    exec(compile(source, f"<{name}>", "exec", dont_inherit=True), module.__dict__)
     return module
 
 
@@ -63,12 +63,15 @@ def modules(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         sys.modules.pop(name, None)
 
 
-def build(names: list[str], name: str, cache: MethodCache | None) -> types.ModuleType:
+def build(names: list[str], name: str, cache: MethodCache | None,
+          source: str = SOURCE) -> types.ModuleType:
+    """:func:`make_module` with ``cache`` installed meanwhile (Python's own exec if None);
+    ``name`` noted in ``names`` for the fixture to remove."""
     if cache is not None:
         cache.install()
     try:
         names.append(name)
-        return make_module(name)
+        return make_module(name, source)
     finally:
         MethodCache.uninstall()
 
@@ -139,12 +142,9 @@ def _entries_spoiled(spoil: Any) -> bytes:
     """A file of this Python whose entries hold every source text of SOURCE's classes, each
     with ``spoil(code)`` in place of its marshalled code."""
     recorder = MethodCache(Path("/nonexistent/methods.marshal"))
-    recorder.install()
-    try:
-        make_module("kvbudget._cache_test_recorded")
-    finally:
-        MethodCache.uninstall()
-        sys.modules.pop("kvbudget._cache_test_recorded", None)
+    names: list[str] = []
+    build(names, "kvbudget._cache_test_recorded", recorder)
+    sys.modules.pop(names[0], None)
     return marshal.dumps((importlib.util.MAGIC_NUMBER,
                           {source: spoil(code) for source, code in recorder.codes.items()}))
 
@@ -203,14 +203,7 @@ def test_a_file_grown_too_large_starts_afresh_with_what_this_process_compiled(
     # one class changed (a field added): its methods' sources are new
     edited = SOURCE.replace("    key: str\n", "    key: str\n    num_uses: int = 0\n")
     second = MethodCache(path)
-    module = types.ModuleType("kvbudget._cache_test_edited")
-    sys.modules[module.__name__] = module
-    modules.append(module.__name__)
-    second.install()
-    try:
-        exec(compile(edited, "<edited>", "exec", dont_inherit=True), module.__dict__)
-    finally:
-        MethodCache.uninstall()
+    build(modules, "kvbudget._cache_test_edited", second, edited)
     assert second.num_hits > 0 and second.num_compiled > 0
     assert len(second.codes) > method_cache.MAX_ENTRIES
     assert second.save()
