@@ -4,15 +4,21 @@ on the same workload (issue 22 item 2), in one process: ``simulate`` timed with
 runs, each configuration in turn within a round so that load on the machine hits all alike.
 
 Usage: python benchmarks/bench_engines.py [--trace PATH] [--repeats N] [--only TEXT]
-(default: ../shared/bench/conv_n2000_q6.jsonl, the bench engine of bench_simulate.py; prefix
-caching on the Mooncake conversation trace, whose requests carry prefix hashes: each engine
-with it on, beside the base engine with it off, on the same trace and KV blocks). ``x base``
-is the ratio to the first row of the same trace; the load average is printed before and after.
+(default: ../shared/bench/conv_n2000_q6.jsonl, the bench engine of bench_simulate.py).
+
+Fleets of 8 replicas come two ways: on the trace as it is, each replica with an eighth of the
+base engine's KV blocks (so an eighth of its load), and "at 8x rate", each replica with the base
+engine's blocks and the trace's arrival times divided by 8 (so each replica is offered the base
+engine's request rate, and an eighth of the requests). Prefix caching runs on the Mooncake
+conversation trace, whose requests carry prefix hashes: each engine with it on, beside the base
+engine with it off, on the same trace and KV blocks. ``x base`` is the ratio to the first row of
+the same trace; the load average is printed before and after.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import time
@@ -21,7 +27,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
-BENCH = {"gpu": "A100-80GB", "model": "Llama-2-7B"}
+BENCH: dict[str, Any] = {"gpu": "A100-80GB", "model": "Llama-2-7B"}
 ENGINE = {"num_gpu_blocks": 7672, "block_size": 16, "max_num_seqs": 256,
           "max_num_batched_tokens": 4096}
 
@@ -32,6 +38,11 @@ def cases(trace: Path, mooncake: Path) -> list[tuple[str, Path, dict[str, Any]]]
         out.append((name, trace, {"name": name}))
     for router in ("round_robin", "least_tokens", "prefix_affinity"):
         out.append((f"fleet 8 x vllm, {router}", trace, {"fleet": router}))
+    # the same fleets with each replica loaded as the base engine is: its blocks, and the
+    # trace's arrivals 8x as fast, so that a replica is offered the base engine's rate
+    for router in ("round_robin", "least_tokens", "prefix_affinity"):
+        out.append((f"fleet 8 x vllm at 8x rate, {router}", trace,
+                    {"fleet": router, "speedup": 8}))
     # prefix caching is on by default (vLLM v1): the base row turns it off
     out.append(("mooncake: vllm (base), no caching", mooncake,
                 {"blocks": 3000, "enable_prefix_caching": False}))
@@ -69,33 +80,36 @@ def main() -> None:
         opts = dict(opts)
         fleet = opts.pop("fleet", None)
         blocks = opts.pop("blocks", None)
+        speedup = opts.pop("speedup", None)
         engine = dict(ENGINE, **opts)
+        workload = loaded[path]
         if blocks is not None:
             engine["num_gpu_blocks"] = blocks
-        if fleet is not None:
+        if speedup is not None:
+            workload = dataclasses.replace(workload, arrival_s=workload.arrival_s / speedup)
+        elif fleet is not None:
             engine["num_gpu_blocks"] = ENGINE["num_gpu_blocks"] // 8
         cfg = SimConfig(**BENCH, engine=EngineConfig(**engine),
                         fleet=None if fleet is None else FleetConfig(num_replicas=8, router=fleet))
-        configs.append((label, loaded[path], cfg))
-    cpu: dict[str, list[float]] = {label: [] for label, _, _ in configs}
-    print("load average before: {:.2f} {:.2f} {:.2f} ({} CPUs)".format(
-        *os.getloadavg(), os.cpu_count()))
+        configs.append((label, path, workload, cfg))
+    cpu: dict[str, list[float]] = {label: [] for label, _, _, _ in configs}
+    one, five, fifteen = os.getloadavg()
+    print(f"load average before: {one:.2f} {five:.2f} {fifteen:.2f} ({os.cpu_count()} CPUs)")
     for _ in range(args.repeats):
-        for label, w, cfg in configs:
+        for label, _path, w, cfg in configs:
             start = time.process_time()
             simulate(w, make_policy(args.policy), cfg)
             cpu[label].append(time.process_time() - start)
     print("load average after: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     base: dict[Path, float | None] = {path: None for path in loaded}
     print(f"{'configuration':<38}{'requests':>9}{'cpu ms/req':>12}{'min':>9}{'x base':>8}")
-    for label, w, _cfg in configs:
+    for label, key, w, _cfg in configs:
         per = statistics.median(cpu[label]) / len(w) * 1e3
         least = min(cpu[label]) / len(w) * 1e3
-        key = next(p for p, wl in loaded.items() if wl is w)
         if base[key] is None:
             base[key] = per
         ratio = per / (base[key] or per)
-        print(f"{label:<38}{len(w):>9,}{per:>12.4f}{least:>9.4f}{ratio:>8.2f}")
+        print(f"{label:<48}{len(w):>9,}{per:>12.4f}{least:>9.4f}{ratio:>8.2f}")
 
 
 if __name__ == "__main__":

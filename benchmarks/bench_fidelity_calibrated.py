@@ -116,7 +116,7 @@ def find_runs(root: Path = MEASURED) -> list[Run]:
         config = SimConfig(gpu=gpu, model=model, engine=EngineConfig(**knobs))
         if "frontend" in {f.name for f in dataclasses.fields(SimConfig)}:
             # engine-side timings (AsyncLLM in-process): no API server in the simulation
-            config = dataclasses.replace(config, frontend="none")  # type: ignore[call-arg]
+            config = dataclasses.replace(config, frontend="none")
         try:
             config.resolved_num_gpu_blocks()
         except ValueError as exc:  # the model does not fit the (stand-in) GPU

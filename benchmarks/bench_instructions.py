@@ -7,7 +7,8 @@ wander by 20-50 % between runs.
     requests of one (the command bench_simulate.py times, start-up included);
 (b) the simulation alone on conv_n2000_q6: a process that loads the trace and simulates once,
     less one that only loads it (the same imports), for the base engine, the other engines and
-    8-replica fleets under each router (bench_engines.py's configurations without prefix
+    8-replica fleets under each router, with an eighth of the blocks each and at 8x the rate
+    with the base engine's blocks each (bench_engines.py's configurations without prefix
     caching), with each one's ratio to the base engine.
 
 Valgrind runs a process about 50x slower than Python alone: (a) takes ~6 minutes on a 2-core
@@ -38,21 +39,25 @@ from bytecode import compile_project
 
 WORKLOADS = tuple(QUOTED)  # the four bench workloads
 BENCH_FLAGS = [*BENCH_ENGINE, "--policy", "unlimited", "--json"]  # bench_simulate.py's command
-# (label, engine name, router of an 8-replica fleet or None)
-CONFIGS: tuple[tuple[str, str, str | None], ...] = (
-    ("vllm (base)", "vllm", None),
-    ("vllm-swap", "vllm-swap", None),
-    ("tgi", "tgi", None),
-    ("sglang", "sglang", None),
-    ("trtllm", "trtllm", None),
-    ("fleet 8 x vllm, round_robin", "vllm", "round_robin"),
-    ("fleet 8 x vllm, least_tokens", "vllm", "least_tokens"),
-    ("fleet 8 x vllm, prefix_affinity", "vllm", "prefix_affinity"),
+# (label, engine name, router of an 8-replica fleet or None, arrival speed-up of the fleet:
+# 1, an eighth of the blocks each; 8, the base engine's blocks each and arrivals 8x as fast)
+CONFIGS: tuple[tuple[str, str, str | None, int], ...] = (
+    ("vllm (base)", "vllm", None, 1),
+    ("vllm-swap", "vllm-swap", None, 1),
+    ("tgi", "tgi", None, 1),
+    ("sglang", "sglang", None, 1),
+    ("trtllm", "trtllm", None, 1),
+    ("fleet 8 x vllm, round_robin", "vllm", "round_robin", 1),
+    ("fleet 8 x vllm, least_tokens", "vllm", "least_tokens", 1),
+    ("fleet 8 x vllm, prefix_affinity", "vllm", "prefix_affinity", 1),
+    ("fleet at 8x rate, round_robin", "vllm", "round_robin", 8),
+    ("fleet at 8x rate, least_tokens", "vllm", "least_tokens", 8),
+    ("fleet at 8x rate, prefix_affinity", "vllm", "prefix_affinity", 8),
 )
 # the child of (b): load the trace, then simulate once if asked (the fleet module is imported
 # either way, so that the difference is the simulation, not an import)
 CHILD = """\
-import json, sys
+import dataclasses, json, sys
 from pathlib import Path
 from kvbudget.policies import make_policy
 from kvbudget.simulator.engine_config import EngineConfig
@@ -64,8 +69,10 @@ workload = load_trace(Path(spec["trace"])).workload
 if spec["simulate"]:
     engine = dict(spec["engine"])
     fleet = spec["router"]
-    if fleet is not None:
+    if fleet is not None and spec["speedup"] == 1:
         engine["num_gpu_blocks"] //= 8
+    elif fleet is not None:
+        workload = dataclasses.replace(workload, arrival_s=workload.arrival_s / spec["speedup"])
     config = SimConfig(gpu=spec["gpu"], model=spec["model"], engine=EngineConfig(**engine),
                        fleet=None if fleet is None else FleetConfig(num_replicas=8, router=fleet))
     simulate(workload, make_policy("unlimited"), config)
@@ -95,9 +102,11 @@ def count(args: list[str], tree: Path) -> int:
     return instructions_of(done.stderr)
 
 
-def child_args(trace: Path, engine: str, router: str | None, simulate: bool) -> list[str]:
+def child_args(
+    trace: Path, engine: str, router: str | None, simulate: bool, speedup: int = 1
+) -> list[str]:
     spec = {"trace": str(trace), "engine": dict(ENGINE, name=engine), "router": router,
-            "simulate": simulate, **BENCH}
+            "simulate": simulate, "speedup": speedup, **BENCH}
     return ["-c", CHILD, json.dumps(spec)]
 
 
@@ -121,8 +130,8 @@ def bench_b(tree: Path) -> None:
     load = count(child_args(trace, "vllm", None, False), tree)
     print(f"  {'loading the trace (subtracted)':<34}{load / 1e6:>10,.0f} M", flush=True)
     base = 0
-    for label, engine, router in CONFIGS:
-        n = count(child_args(trace, engine, router, True), tree) - load
+    for label, engine, router, speedup in CONFIGS:
+        n = count(child_args(trace, engine, router, True, speedup), tree) - load
         base = base or n
         print(f"  {label:<34}{n / 1e6:>10,.0f} M {n / base:>8.2f} x base", flush=True)
 

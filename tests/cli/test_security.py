@@ -54,7 +54,8 @@ def _echoing(server: Hostile) -> Any:
     def script(conn: Any, body: dict[str, Any]) -> None:
         seen.append(body.get("_auth", ""))
         if len(seen) == 1:
-            raw = json.dumps({"error": {"message": f"bad key: {server.last_auth}"}}).encode()
+            key = server.last_auth  # type: ignore[attr-defined]
+            raw = json.dumps({"error": {"message": f"bad key: {key}"}}).encode()
             conn.sendall(b"HTTP/1.1 401 X\r\nContent-Type: application/json\r\n"
                          + f"Content-Length: {len(raw)}\r\n".encode()
                          + b"Connection: close\r\n\r\n" + raw)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from hypothesis import given, settings
@@ -21,7 +22,7 @@ from kvbudget.results.metrics import (
 from kvbudget.results.run_result import TOKEN_GAPS_FILE, RunResult, read_run
 
 
-def _agg(tiers: list[str], gaps: list[float], nums: list[int]) -> dict[str, object]:
+def _agg(tiers: list[str], gaps: list[float], nums: list[int]) -> dict[str, Any]:
     """aggregate_token_gaps of rows named by tier (codes in order of first appearance, so
     not sorted by name)."""
     names = list(dict.fromkeys(tiers))
