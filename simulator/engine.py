@@ -296,7 +296,7 @@ class Engine:
         """Whether the request could ever run here: vLLM's max_model_len check, and a prompt
         whose blocks fit beside the watermark (vLLM v0's ``AllocStatus.NEVER``: such a request
         is refused, never scheduled)."""
-        return self.fits_tokens(int(self.prompt_tokens[i]), int(self.target_output[i]))
+        return self.fits_tokens(self.prompt_tokens.item(i), self.target_output.item(i))
 
     def fits_tokens(self, prompt: int, output: int) -> bool:
         """:meth:`fits` of a request of ``prompt`` and ``output`` tokens."""
@@ -342,7 +342,7 @@ class Engine:
 
     def output_tokens_of(self, i: int) -> int:
         """Row ``i``'s output tokens as of the last step that has ended."""
-        return int(self.num_output_tokens[i])
+        return self.num_output_tokens.item(i)
 
     def output_tokens(self) -> IntArray:
         """Every row's output tokens as of the last step that has ended."""
@@ -437,7 +437,7 @@ class Engine:
         if self._pending_hit is not None:
             assert self._prefix is not None
             return len(self._pending_hit) * self._prefix.hash_tokens
-        return int(self.num_computed_tokens[i])
+        return self.num_computed_tokens.item(i)
 
     def prefix_hit_blocks(self) -> tuple[int, int]:
         """The blocks the waiting head's prefix-cache hit would share, and how many of them
@@ -458,8 +458,8 @@ class Engine:
         self._stop_running([i])
         self._free(i)
         if recompute:
-            self.num_recomputed_tokens += int(self.num_computed_tokens[i])
-            self.recomputed_tokens[i] += int(self.num_computed_tokens[i])
+            self.num_recomputed_tokens += self.num_computed_tokens.item(i)
+            self.recomputed_tokens[i] += self.num_computed_tokens.item(i)
             self.num_computed_tokens[i] = 0
         self.num_preemptions[i] += 1
         self.num_preemptions_total += 1
@@ -473,12 +473,12 @@ class Engine:
     def allocate_slots(self, i: int, num_new_tokens: int, *, reserve: int = 0) -> bool:
         """Blocks for ``num_computed_tokens + num_new_tokens`` tokens; False when they do not
         fit (keeping ``reserve`` blocks free). vLLM returns None there."""
-        return self._allocate_tokens(i, int(self.num_computed_tokens[i]) + num_new_tokens, reserve)
+        return self._allocate_tokens(i, self.num_computed_tokens.item(i) + num_new_tokens, reserve)
 
     def _allocate_tokens(self, i: int, tokens: int, reserve: int) -> bool:
         """:meth:`allocate_slots` of request ``i`` to hold ``tokens`` tokens in all."""
         need = -(-tokens // self.block_size)
-        extra = need - int(self.num_blocks[i])
+        extra = need - self.num_blocks.item(i)
         if extra <= 0:
             return True
         if extra > self.num_free_blocks + self._evictable - reserve:
@@ -504,13 +504,13 @@ class Engine:
         self._take(need)
         self.num_computed_tokens[i] = hit_tokens
         self.prefix_hit_tokens += hit_tokens
-        self.prefix_query_tokens += int(self.num_tokens[i])
+        self.prefix_query_tokens += self.num_tokens.item(i)
         self._pending_hit = None
         return ""
 
     def _free(self, i: int) -> None:
         """Free request ``i``'s blocks (its shared ones go back to the prefix cache)."""
-        blocks = int(self.num_blocks[i])
+        blocks = self.num_blocks.item(i)
         self.num_blocks[i] = 0
         if self._prefix is not None:
             shared, evictable = self._prefix.release(i)
@@ -604,8 +604,8 @@ class Engine:
                 break
             n_new = min(int(self.num_tokens[i] - self.num_computed_tokens[i]), budget)
             budget -= n_new
-            blocks = -(-(int(self.num_computed_tokens[i]) + n_new) // self.block_size)
-            need += max(blocks - int(self.num_blocks[i]), 0)
+            blocks = -(-(self.num_computed_tokens.item(i) + n_new) // self.block_size)
+            need += max(blocks - self.num_blocks.item(i), 0)
         return need <= self.num_free_blocks + self._evictable
 
     # --- one step ---------------------------------------------------------------------------
@@ -714,8 +714,8 @@ class Engine:
                 break
             self._pending_hit = None
             if self._prefix is not None and self.num_computed_tokens[i_w] == 0:
-                self._pending_hit = self._prefix.lookup(i_w, int(self.num_tokens[i_w]))
-            n_new = int(self.num_tokens[i_w]) - self.start_tokens(i_w)
+                self._pending_hit = self._prefix.lookup(i_w, self.num_tokens.item(i_w))
+            n_new = self.num_tokens.item(i_w) - self.start_tokens(i_w)
             if n_new > budget and not self.config.enable_chunked_prefill:
                 self.head_refusal = "budget"
                 break
@@ -877,8 +877,8 @@ class Engine:
         """Row ``i``'s token number ``output`` came at ``step``, not right after its previous
         one: close the segment that ended there (if any) and start one."""
         if output > 1:
-            last = int(self._seg_base[i]) + output - 1
-            self._closed_segments.setdefault(i, []).append((int(self._seg_start[i]), last))
+            last = self._seg_base.item(i) + output - 1
+            self._closed_segments.setdefault(i, []).append((self._seg_start.item(i), last))
         self._seg_base[i] = step - output
         self._seg_start[i] = step
 

@@ -107,7 +107,7 @@ class SwapEngine(Engine):
         return nbytes
 
     def _preempt(self, i: int) -> None:
-        blocks = int(self.num_blocks[i])
+        blocks = self.num_blocks.item(i)
         if blocks == 0 or blocks > self.num_free_cpu_blocks:
             if blocks:
                 self.num_swap_fallbacks += 1
@@ -121,7 +121,7 @@ class SwapEngine(Engine):
 
     def _admit_waiting(self, i: int, n_new: int) -> str:
         refusal = super()._admit_waiting(i, n_new)
-        blocks = int(self.swapped_blocks[i])
+        blocks = self.swapped_blocks.item(i)
         if not refusal and blocks:
             self.num_free_cpu_blocks += blocks
             self.swapped_blocks[i] = 0
@@ -131,7 +131,7 @@ class SwapEngine(Engine):
 
     def _on_abort(self, i: int) -> None:
         if self.swapped_blocks[i]:
-            self.num_free_cpu_blocks += int(self.swapped_blocks[i])
+            self.num_free_cpu_blocks += self.swapped_blocks.item(i)
             self.swapped_blocks[i] = 0
 
     def stats(self) -> dict[str, object]:
@@ -177,7 +177,7 @@ class TrtllmEngine(Engine):
 
     def _start_running(self, i: int) -> None:
         super()._start_running(i)
-        self._running_worst += int(self.worst_case_blocks[i])
+        self._running_worst += self.worst_case_blocks.item(i)
 
     def _stop_running(self, rows: list[int]) -> None:
         super()._stop_running(rows)
@@ -192,7 +192,7 @@ class TrtllmEngine(Engine):
             # sum(max(worst - num_blocks, 0)) over them
             reserved = self._running_worst - self.num_running_blocks
             shared, unused = self.prefix_hit_blocks()
-            need = int(self.worst_case_blocks[i]) - shared
+            need = self.worst_case_blocks.item(i) - shared
             available = self.num_available_blocks - unused
             if reserved + need > available:
                 return "kv"
@@ -240,7 +240,7 @@ class SglangEngine(Engine):
     def _remaining_of(self, i: int) -> int:
         """Request ``i``'s remaining output as SGLang estimates it: ``max_new_tokens`` less
         its output so far, clipped to ``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION``."""
-        left = max(int(self.max_new_tokens[i]) - int(self.num_output_tokens[i]), 0)
+        left = max(self.max_new_tokens.item(i) - self.num_output_tokens.item(i), 0)
         return min(left, SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION)
 
     def _on_schedule_waiting(self) -> None:
@@ -254,7 +254,7 @@ class SglangEngine(Engine):
             remaining = isum(np.minimum(left, SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION))
             self._offset = self.new_token_ratio * float(remaining)
         start = self.start_tokens(i)
-        extend = int(self.num_tokens[i]) - start
+        extend = self.num_tokens.item(i) - start
         max_new = self._remaining_of(i)
         available = self.num_available_blocks - self.prefix_hit_blocks()[1]
         rem_total = available * self.block_size - self._offset - self._round_extra
@@ -289,7 +289,7 @@ class SglangEngine(Engine):
         return int(passes[0]) + 1 if passes.size else k_max
 
     def _retract_order_key(self, i: int) -> tuple[int, int]:
-        return (int(self.num_output_tokens[i]), -int(self.prompt_tokens[i]))
+        return (self.num_output_tokens.item(i), -self.prompt_tokens.item(i))
 
     def _victim(self) -> int:
         return min(reversed(self.running), key=self._retract_order_key)

@@ -102,7 +102,7 @@ class SkipAheadEngine(Engine):
     def output_tokens_of(self, i: int) -> int:
         """Row ``i``'s output tokens as of the last step that has ended: a decode run in
         progress is committed at its end, so the steps of it already run are added."""
-        out = int(self.num_output_tokens[i])
+        out = self.num_output_tokens.item(i)
         rows, ends = self._run_rows, self._run_ends
         if ends is not None and rows is not None and np.count_nonzero(rows == i):
             out += bisect.bisect_left(ends, self.env.now)
@@ -262,9 +262,9 @@ class SkipAheadEngine(Engine):
         num_decode = m
         prefill = attention = 0
         for i, n_new in tail:
-            after_i = int(self.num_computed_tokens[i]) + n_new
+            after_i = self.num_computed_tokens.item(i) + n_new
             context += after_i
-            if n_new == 1 and after_i == int(self.num_tokens[i]) and self.num_output_tokens[i]:
+            if n_new == 1 and after_i == self.num_tokens.item(i) and self.num_output_tokens[i]:
                 num_decode += 1
             else:
                 prefill += n_new
@@ -559,19 +559,19 @@ class SkipAheadEngine(Engine):
             self.num_computed_tokens, self.num_tokens, self.num_output_tokens)
         step = self.num_steps
         for i, n_new in tail:
-            computed_i = int(num_computed[i]) + n_new
+            computed_i = num_computed.item(i) + n_new
             num_computed[i] = computed_i
-            tokens_i = int(num_tokens[i])
+            tokens_i = num_tokens.item(i)
             if computed_i >= tokens_i:
                 sampled += 1
-                output_i = int(num_output[i]) + 1
+                output_i = num_output.item(i) + 1
                 num_output[i] = output_i
                 num_tokens[i] = tokens_i + 1
-                if int(self._seg_base[i]) + output_i != step:
+                if self._seg_base.item(i) + output_i != step:
                     self._new_segment(i, output_i, step)
                 if math.isnan(self.first_token_s[i]):
                     self.first_token_s[i] = self.t
-                if output_i >= int(self.target_output[i]):
+                if output_i >= self.target_output.item(i):
                     done.append(i)
                 elif joining:
                     self._now_decoding(i, computed_i, output_i)
@@ -678,7 +678,7 @@ class DecodeGroupEngine(SkipAheadEngine):
         g = self._group
         if g is None or i not in g.members:
             return super().output_tokens_of(i)
-        out = int(self.num_output_tokens[i]) + g.step - g.members[i]
+        out = self.num_output_tokens.item(i) + g.step - g.members[i]
         ends = self._run_ends  # a group run's rows are the group's
         if ends is not None:
             out += bisect.bisect_left(ends, self.env.now)
@@ -738,7 +738,7 @@ class DecodeGroupEngine(SkipAheadEngine):
             s, i = heapq.heappop(wake)
             if g.deferred.get(i) == s:  # else a stale entry
                 del g.deferred[i]
-                g.hist[(int(self.num_computed_tokens[i]) - g.members[i]) % self.block_size] += 1
+                g.hist[(self.num_computed_tokens.item(i) - g.members[i]) % self.block_size] += 1
 
     def _now_decoding(self, i: int, computed: int, output: int) -> None:
         """Row ``i`` joins the group (if there is one): rows join in the order they started
@@ -753,10 +753,10 @@ class DecodeGroupEngine(SkipAheadEngine):
         self._joined_at[i] = step
         g.context += computed
         g.size += 1
-        left = int(self.target_output[i]) - output
+        left = self.target_output.item(i) - output
         heapq.heappush(g.finish, (left + step, g.num_joined, i))
         g.num_joined += 1
-        room = int(self.num_blocks[i]) * bs - computed
+        room = self.num_blocks.item(i) * bs - computed
         if room >= bs:  # blocks beyond its computed tokens
             g.over = True
             self._group_defer(g, i, room, left)
@@ -768,13 +768,13 @@ class DecodeGroupEngine(SkipAheadEngine):
         heap entry)."""
         joined = g.members.pop(i)
         d = g.step - joined
-        c0 = int(self.num_computed_tokens[i])
+        c0 = self.num_computed_tokens.item(i)
         c = c0 + d
         self.num_computed_tokens[i] = c
-        self.num_output_tokens[i] = int(self.num_output_tokens[i]) + d
+        self.num_output_tokens[i] = self.num_output_tokens.item(i) + d
         self.num_tokens[i] = c + 1
         if g.deferred.pop(i, None) is None:
-            self.num_blocks[i] = max(int(self.num_blocks[i]), -(-c // self.block_size))
+            self.num_blocks[i] = max(self.num_blocks.item(i), -(-c // self.block_size))
             g.hist[(c0 - joined) % self.block_size] -= 1
         g.context -= c
         g.size -= 1

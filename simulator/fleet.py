@@ -71,7 +71,8 @@ BALANCE_REL_THRESHOLD = 1.5
 
 class Router:
     """Chooses a replica for a request; told when requests leave a replica. Its counts are
-    Python numbers (a handful of replicas: cheaper than arrays, the same values)."""
+    Python numbers (a handful of replicas: cheaper than arrays, the same values), kept only by
+    the routers that read them (``counts``: not round robin)."""
 
     def __init__(
         self,
@@ -84,6 +85,7 @@ class Router:
         self.outstanding = [0] * len(capacity_tokens)
         self.in_flight = [0] * len(capacity_tokens)
         self.w = workload
+        self.counts = name != "round_robin"
         self._next = 0
         self._owner: dict[int, int] = {}
 
@@ -95,7 +97,14 @@ class Router:
 
     def _least_tokens(self, allowed: list[int]) -> int:
         """The least loaded of ``allowed``, the first of equals (as ``argmin``)."""
-        return min(allowed, key=self._load)
+        outstanding, capacity = self.outstanding, self.capacity
+        best = allowed[0]
+        least = outstanding[best] / capacity[best]
+        for r in allowed:
+            load = outstanding[r] / capacity[r]
+            if load < least:
+                best, least = r, load
+        return best
 
     def route(self, i: int, allowed: list[int]) -> int:
         """The replica for workload row ``i`` among ``allowed`` (non-empty), and count it there."""
@@ -110,12 +119,15 @@ class Router:
             r = self._least_tokens(allowed)
         else:
             r = self._prefix_affinity(i, allowed)
-        self.outstanding[r] += self._tokens(i)
-        self.in_flight[r] += 1
+        if self.counts:
+            self.outstanding[r] += self._tokens(i)
+            self.in_flight[r] += 1
         return r
 
     def _prefix_affinity(self, i: int, allowed: list[int]) -> int:
         hashes = self.w.prefix_of(i)
+        if not hashes:  # nothing to follow (and nothing to note)
+            return self._least_tokens(allowed)
         loads = [self.in_flight[r] for r in allowed]
         busiest, idlest = max(loads), min(loads)
         imbalanced = (
@@ -147,14 +159,19 @@ class Router:
         while four and eight times leave 109."""
         if self.name == "round_robin":
             return (r - self._next) % len(self.capacity)
-        load = self._load(r)
-        below = sum(1 for q, (o, c) in enumerate(zip(self.outstanding, self.capacity, strict=True))
-                    if o / c < load or (q < r and o / c == load))
+        outstanding, capacity = self.outstanding, self.capacity
+        load = outstanding[r] / capacity[r]
+        below = 0
+        for q in range(len(capacity)):
+            other = outstanding[q] / capacity[q]
+            if other < load or (q < r and other == load):
+                below += 1
         return 4 * below
 
     def leave(self, i: int, r: int) -> None:
-        self.outstanding[r] -= self._tokens(i)
-        self.in_flight[r] -= 1
+        if self.counts:
+            self.outstanding[r] -= self._tokens(i)
+            self.in_flight[r] -= 1
 
 
 class _Budget:
@@ -253,7 +270,8 @@ took, how one replica's value joins the others', and the merged array's dtype.""
 
 class _ReplicaRows:
     """The rows routed to one replica, numbered 0, 1, ... in the order they first reached it:
-    the replica's own columns (``order`` is each one's workload row), grown by a quarter."""
+    the replica's own columns (``order`` is each one's workload row), grown by a quarter
+    (64 rows at least)."""
 
     def __init__(self) -> None:
         self.n = 0
@@ -270,7 +288,9 @@ class _ReplicaRows:
         cols = self.columns
         j = self.n
         if j == len(cols["order"]):
-            size = j + j // 4  # by a quarter: less idle room than doubling, few more copies
+            # by a quarter (less idle room than doubling, few more copies), and by at least
+            # 64 rows: a replica's first thousand rows took some twenty copies of every column
+            size = j + max(j // 4, 64)
             for k, old in list(cols.items()):
                 new = np.zeros(size, old.dtype)
                 new[:j] = old
@@ -400,6 +420,7 @@ class Fleet:
         self._alike = len({(e.max_model_len, e.block_size, e.num_gpu_blocks - e.watermark_blocks)
                            for e in self.replicas}) == 1
         self._everyone = list(range(len(self.replicas)))
+        self._fits_row, self._fits_ok = -1, False  # the last row _fits_alike asked about
         self.replica_of = np.full(n, -1, np.int64)
         self.env = env
         self._arrival_s = workload.arrival_s
@@ -433,11 +454,19 @@ class Fleet:
     # --- routing -------------------------------------------------------------------------------
     def _fits(self, e: Engine, i: int) -> bool:
         """Whether workload row ``i`` could ever run on replica ``e`` (:meth:`Engine.fits`)."""
-        return e.fits_tokens(int(self.w.prompt_tokens[i]), int(self.w.output_tokens[i]))
+        return e.fits_tokens(self.w.prompt_tokens.item(i), self.w.output_tokens.item(i))
+
+    def _fits_alike(self, i: int) -> bool:
+        """:meth:`_fits` of row ``i`` when every replica fits the same requests: one replica
+        asked, once a row (the driver asks :meth:`fits`, then the router :meth:`_allowed`)."""
+        if i != self._fits_row:
+            self._fits_row = i
+            self._fits_ok = self._fits(self.replicas[0], i)
+        return self._fits_ok
 
     def _allowed(self, i: int) -> list[int]:
         if self._alike:  # every replica fits the same requests: ask one
-            return self._everyone if self._fits(self.replicas[0], i) else [0]
+            return self._everyone if self._fits_alike(i) else [0]
         return [r for r, e in enumerate(self.replicas) if self._fits(e, i)] or [
             int(np.argmax([e.max_model_len for e in self.replicas]))
         ]
@@ -448,7 +477,7 @@ class Fleet:
         return r
 
     def left(self, i: int) -> None:
-        r = int(self.replica_of[i])
+        r = self.replica_of.item(i)
         if r >= 0 and self._global is None:
             self.router.leave(i, r)
 
@@ -458,9 +487,9 @@ class Fleet:
         else -1 then). Workload rows themselves where replicas are indexed by them."""
         if not self._compact:
             return i
-        first = int(self._first_replica[i])
+        first = self._first_replica.item(i)
         if first == r:
-            return int(self._first_local[i])
+            return self._first_local.item(i)
         if first >= 0:
             j = self._more_local.get((i, r), -1)
             if j < 0 and add:
@@ -483,19 +512,17 @@ class Fleet:
     # --- the engine interface the driver uses ----------------------------------------------------
     def fits(self, i: int) -> bool:
         if self._global is None:
-            return self._fits(self.replicas[int(self.replica_of[i])], i)
+            return self._fits(self.replicas[self.replica_of.item(i)], i)
         if self._alike:
-            return self._fits(self.replicas[0], i)
+            return self._fits_alike(i)
         return any(self._fits(e, i) for e in self.replicas)
 
     def add_request(self, i: int) -> None:
-        if self._global is not None:
-            self.route(i)
-        r = int(self.replica_of[i])
+        r = self.route(i) if self._global is not None else self.replica_of.item(i)
         self.replicas[r].add_request(self._row_on(i, r, add=True))
 
     def abort_request(self, i: int) -> None:
-        r = int(self.replica_of[i])
+        r = self.replica_of.item(i)
         self.replicas[r].abort_request(self._row_on(i, r))
         if self._global is not None:
             self.router.leave(i, r)
@@ -509,8 +536,9 @@ class Fleet:
                 e.first_token_s[j] = math.nan
 
     def _on_finish(self, r: int, j: int, t: float) -> None:
-        i = self._workload_row(r, j)
-        self.router.leave(i, r)
+        i = int(self._local[r].columns["order"][j]) if self._compact else j  # _workload_row
+        if self.router.counts:
+            self.router.leave(i, r)
         self.hooks.on_finish(i, t)
 
     def _on_preempt(self, r: int, j: int, t: float) -> None:
@@ -633,7 +661,7 @@ class Fleet:
                 return
 
     def output_tokens_of(self, i: int) -> int:
-        r = int(self.replica_of[i])
+        r = self.replica_of.item(i)
         j = -1 if r < 0 else self._row_on(i, r)
         return 0 if j < 0 else self.replicas[r].output_tokens_of(j)
 

@@ -115,8 +115,8 @@ class PriorityQueue(RequestQueue):
         self._priority, self._arrival_s, self._order = priority, arrival_s, order
 
     def add_request(self, i: int) -> None:
-        tie = i if self._order is None else int(self._order[i])
-        heapq.heappush(self._heap, (int(self._priority[i]), float(self._arrival_s[i]), tie, i))
+        tie = i if self._order is None else self._order.item(i)
+        heapq.heappush(self._heap, (self._priority.item(i), float(self._arrival_s[i]), tie, i))
 
     def prepend_request(self, i: int) -> None:
         self.add_request(i)  # the key, not the order of adding, decides

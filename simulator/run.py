@@ -196,7 +196,7 @@ class _Simulation:
             return
         self.status[i] = _COMPLETED
         now = self._clock(t)
-        self._carry_out(self.gateway.finish(i, int(self.w.output_tokens[i]), now), now)
+        self._carry_out(self.gateway.finish(i, self.w.output_tokens.item(i), now), now)
         if self._loop is not None:  # the user sees the answer after the front end's delays
             self._user_free(t + self._client_delay_s(i))
 
@@ -336,8 +336,8 @@ class _Simulation:
             if self.progress is not None and (i + 1) % 1000 == 0:
                 self.progress(1000)
             offset = loop.deadline_offset_s[i]
-            request = Request(i, w.tier_names[int(w.tier[i])], now_s, int(w.prompt_tokens[i]),
-                              int(w.max_output_tokens[i]),
+            request = Request(i, w.tier_names[w.tier.item(i)], now_s, w.prompt_tokens.item(i),
+                              w.max_output_tokens.item(i),
                               None if offset != offset else now_s + float(offset),
                               w.prefix_of(i) if w.prefix_hashes is not None else ())
             now = self._clock(now_s)

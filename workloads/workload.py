@@ -111,8 +111,8 @@ class Workload:
     def prefix_of(self, i: int) -> tuple[int, ...]:
         if self.prefix_hashes is None or self.prefix_offsets is None:
             return ()
-        lo, hi = int(self.prefix_offsets[i]), int(self.prefix_offsets[i + 1])
-        return tuple(int(h) for h in self.prefix_hashes[lo:hi])
+        lo, hi = self.prefix_offsets.item(i), self.prefix_offsets.item(i + 1)
+        return tuple(self.prefix_hashes[lo:hi].tolist())
 
     def request(self, i: int) -> Request:
         """The :class:`policies.Request` of row ``i`` (what a gateway may see)."""
