@@ -263,7 +263,7 @@ class Engine:
     # --- the executor interface (kvbudget.simulator.serving.ServingEngine) ------------------
     def add_request(self, i: int) -> None:
         """Queue row ``i`` as a fresh request (its prompt only; nothing computed)."""
-        if self._in_engine[i]:
+        if self._in_engine.item(i):
             # re-admitted while its abort waits for the step boundary: add it after the abort
             self._deferred_adds.append(i)
             return
@@ -284,7 +284,7 @@ class Engine:
     def abort_request(self, i: int) -> None:
         """Remove row ``i`` (a gateway revocation). Applied at the next step boundary, as vLLM
         processes aborts between steps; at once when the engine is idle."""
-        if not self._in_engine[i]:
+        if not self._in_engine.item(i):
             return
         if self._busy:
             self._aborts.append(i)
@@ -987,7 +987,7 @@ class Engine:
         """A request was ``added`` or aborted during a step (skip-ahead cuts its run there)."""
 
     def _abort_now(self, i: int) -> None:
-        if not self._in_engine[i]:
+        if not self._in_engine.item(i):
             return
         self._on_abort(i)
         if i in self.running:

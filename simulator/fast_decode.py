@@ -264,7 +264,7 @@ class SkipAheadEngine(Engine):
         for i, n_new in tail:
             after_i = self.num_computed_tokens.item(i) + n_new
             context += after_i
-            if n_new == 1 and after_i == self.num_tokens.item(i) and self.num_output_tokens[i]:
+            if n_new == 1 and after_i == self.num_tokens.item(i) and self.num_output_tokens.item(i):
                 num_decode += 1
             else:
                 prefill += n_new
@@ -569,7 +569,7 @@ class SkipAheadEngine(Engine):
                 num_tokens[i] = tokens_i + 1
                 if self._seg_base.item(i) + output_i != step:
                     self._new_segment(i, output_i, step)
-                if math.isnan(self.first_token_s[i]):
+                if math.isnan(self.first_token_s.item(i)):
                     self.first_token_s[i] = self.t
                 if output_i >= self.target_output.item(i):
                     done.append(i)

@@ -72,7 +72,8 @@ BALANCE_REL_THRESHOLD = 1.5
 class Router:
     """Chooses a replica for a request; told when requests leave a replica. Its counts are
     Python numbers (a handful of replicas: cheaper than arrays, the same values), kept only by
-    the routers that read them (``counts``: not round robin)."""
+    the routers that read them (``counts``: not round robin); ``load[r]`` is
+    ``outstanding[r] / capacity[r]``, worked out when ``outstanding[r]`` changes."""
 
     def __init__(
         self,
@@ -83,6 +84,7 @@ class Router:
         self.name = name
         self.capacity = [float(c) for c in capacity_tokens]
         self.outstanding = [0] * len(capacity_tokens)
+        self.load = [0.0] * len(capacity_tokens)
         self.in_flight = [0] * len(capacity_tokens)
         self.w = workload
         self.counts = name != "round_robin"
@@ -90,20 +92,21 @@ class Router:
         self._owner: dict[int, int] = {}
 
     def _tokens(self, i: int) -> int:
-        return int(self.w.prompt_tokens[i] + self.w.max_output_tokens[i])
+        return self.w.prompt_tokens.item(i) + self.w.max_output_tokens.item(i)
 
-    def _load(self, r: int) -> float:
-        return self.outstanding[r] / self.capacity[r]
+    def _count(self, r: int, tokens: int, requests: int) -> None:
+        out = self.outstanding[r] = self.outstanding[r] + tokens
+        self.load[r] = out / self.capacity[r]
+        self.in_flight[r] += requests
 
     def _least_tokens(self, allowed: list[int]) -> int:
         """The least loaded of ``allowed``, the first of equals (as ``argmin``)."""
-        outstanding, capacity = self.outstanding, self.capacity
+        loads = self.load
         best = allowed[0]
-        least = outstanding[best] / capacity[best]
+        least = loads[best]
         for r in allowed:
-            load = outstanding[r] / capacity[r]
-            if load < least:
-                best, least = r, load
+            if loads[r] < least:
+                best, least = r, loads[r]
         return best
 
     def route(self, i: int, allowed: list[int]) -> int:
@@ -120,8 +123,7 @@ class Router:
         else:
             r = self._prefix_affinity(i, allowed)
         if self.counts:
-            self.outstanding[r] += self._tokens(i)
-            self.in_flight[r] += 1
+            self._count(r, self._tokens(i), 1)
         return r
 
     def _prefix_affinity(self, i: int, allowed: list[int]) -> int:
@@ -159,19 +161,17 @@ class Router:
         while four and eight times leave 109."""
         if self.name == "round_robin":
             return (r - self._next) % len(self.capacity)
-        outstanding, capacity = self.outstanding, self.capacity
-        load = outstanding[r] / capacity[r]
+        loads = self.load
+        load = loads[r]
         below = 0
-        for q in range(len(capacity)):
-            other = outstanding[q] / capacity[q]
+        for q, other in enumerate(loads):
             if other < load or (q < r and other == load):
                 below += 1
         return 4 * below
 
     def leave(self, i: int, r: int) -> None:
         if self.counts:
-            self.outstanding[r] -= self._tokens(i)
-            self.in_flight[r] -= 1
+            self._count(r, -self._tokens(i), -1)
 
 
 class _Budget:
