@@ -602,7 +602,7 @@ class Engine:
         for i in self.running:
             if budget <= 0:
                 break
-            n_new = min(int(self.num_tokens[i] - self.num_computed_tokens[i]), budget)
+            n_new = min(self.num_tokens.item(i) - self.num_computed_tokens.item(i), budget)
             budget -= n_new
             blocks = -(-(self.num_computed_tokens.item(i) + n_new) // self.block_size)
             need += max(blocks - self.num_blocks.item(i), 0)
@@ -658,7 +658,7 @@ class Engine:
                 break
             # running[idx] does not fit: preempt until it does (or is preempted itself)
             i = self.running[idx]
-            n_new = min(int(self.num_tokens[i] - self.num_computed_tokens[i]), budget)
+            n_new = min(self.num_tokens.item(i) - self.num_computed_tokens.item(i), budget)
             while not self.allocate_slots(i, n_new):
                 victim = self._victim()
                 preempted = True
@@ -684,7 +684,7 @@ class Engine:
         for i in self.running[start:]:
             if budget <= 0:
                 break
-            n_new = min(int(self.num_tokens[i] - self.num_computed_tokens[i]), budget)
+            n_new = min(self.num_tokens.item(i) - self.num_computed_tokens.item(i), budget)
             if not self.allocate_slots(i, n_new):
                 break
             rows.append(i)
@@ -713,7 +713,7 @@ class Engine:
             if i_w is None:
                 break
             self._pending_hit = None
-            if self._prefix is not None and self.num_computed_tokens[i_w] == 0:
+            if self._prefix is not None and self.num_computed_tokens.item(i_w) == 0:
                 self._pending_hit = self._prefix.lookup(i_w, self.num_tokens.item(i_w))
             n_new = self.num_tokens.item(i_w) - self.start_tokens(i_w)
             if n_new > budget and not self.config.enable_chunked_prefill:

@@ -672,7 +672,7 @@ class DecodeGroupEngine(SkipAheadEngine):
         if self._steps_rows is not None:
             return super().scheduled_with_output()
         n, tail = self._steps_group  # members have output; of the tail, those resuming
-        return n > 0 or any(self.num_output_tokens[i] > 0 for i, _ in tail)
+        return n > 0 or any(self.num_output_tokens.item(i) > 0 for i, _ in tail)
 
     def output_tokens_of(self, i: int) -> int:
         g = self._group
@@ -719,8 +719,8 @@ class DecodeGroupEngine(SkipAheadEngine):
             g.over = True
             for k in over.tolist():
                 i = running[k]
-                g.hist[int(computed[k]) % bs] -= 1
-                self._group_defer(g, i, int(room[k]), left[k])
+                g.hist[computed.item(k) % bs] -= 1
+                self._group_defer(g, i, room.item(k), left[k])
 
     def _group_defer(self, g: DecodeGroup, i: int, room: int, left: int) -> None:
         """Member ``i``, whose blocks fill ``room`` steps from now and which has ``left``
