@@ -102,7 +102,7 @@ def main() -> None:
             cpu[label].append(time.process_time() - start)
     print("load average after: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     base: dict[Path, float | None] = {path: None for path in loaded}
-    print(f"{'configuration':<38}{'requests':>9}{'cpu ms/req':>12}{'min':>9}{'x base':>8}")
+    print(f"{'configuration':<48}{'requests':>9}{'cpu ms/req':>12}{'min':>9}{'x base':>8}")
     for label, key, w, _cfg in configs:
         per = statistics.median(cpu[label]) / len(w) * 1e3
         least = min(cpu[label]) / len(w) * 1e3
