@@ -38,14 +38,15 @@ def test_valgrinds_summary_is_read(bench: ModuleType) -> None:
         bench.instructions_of("==123== ERROR SUMMARY: 0 errors\n")
 
 
-@pytest.mark.parametrize(("engine", "router"), [("tgi", None), ("vllm", "least_tokens")])
+@pytest.mark.parametrize(("engine", "router", "speedup"),
+                         [("tgi", None, 1), ("vllm", "least_tokens", 1), ("vllm", "round_robin", 8)])
 @pytest.mark.parametrize("simulate", [False, True])
 def test_the_child_runs(bench: ModuleType, tmp_path: Path, engine: str, router: str | None,
-                        simulate: bool) -> None:
+                        speedup: int, simulate: bool) -> None:
     trace = tmp_path / "t.jsonl"
     with (SHARED / "bench" / "conv_n2000_q6.jsonl").open() as fh:
         trace.write_text("".join(next(fh) for _ in range(20)))
-    args = bench.child_args(trace, engine, router, simulate)
+    args = bench.child_args(trace, engine, router, simulate, speedup)
     done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300,
                           check=False)
     assert done.returncode == 0, done.stderr
