@@ -437,6 +437,9 @@ def calibrate_cmd(
     context_tokens: Annotated[str, typer.Option(
         "--context-tokens", help="Context lengths of the decode streams.")] = "64,256,1024",
     repeats: Annotated[int, typer.Option("--repeats", help="Repeats per grid point.")] = 3,
+    retries: Annotated[int, typer.Option(
+        "--retries", help="More tries, within a repeat, for a grid point the streams could not "
+        "time (its chunks late on a loaded machine).")] = 2,
     idle_gap: Annotated[float, typer.Option(
         "--idle-gap", help="Seconds of quiet before each idle time-to-first-token probe (the "
         "front-end overhead then includes the engine's wake-up).")] = 0.5,
@@ -479,6 +482,7 @@ def calibrate_cmd(
             decode_batches=_ints(decode_batches, "--decode-batches"),
             context_tokens=_ints(context_tokens, "--context-tokens"),
             repeats=repeats,
+            retries=retries,
             idle_gap_s=idle_gap,
             max_num_seqs=max_num_seqs or 256,
             max_num_batched_tokens=max_num_batched_tokens or 2048,

@@ -62,7 +62,10 @@ class CalibrationPlan:
     """The profiling grid. Points that do not fit the server (KV capacity, ``max_model_len``,
     ``max_num_seqs``, one prefill chunk of ``max_num_batched_tokens``) are left out.
     ``idle_gap_s``: the quiet before each idle time-to-first-token probe (the front-end
-    overhead), so that it sees a server that has been idle, as a request between bursts does."""
+    overhead), so that it sees a server that has been idle, as a request between bursts does.
+    ``retries``: how many more times, within its repeat, a point is measured when its streams
+    could not time it (a prefill stall hidden because its chunks came late, decode streams that
+    did not overlap: on a loaded machine the API server falls behind the engine now and then)."""
 
     prefill_tokens: tuple[int, ...] = (16, 64, 128, 256, 512, 1024, 2048)
     decode_batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
@@ -76,6 +79,7 @@ class CalibrationPlan:
     token_ids: tuple[int, int] = (10, 250)
     seed: int = 0
     idle_gap_s: float = 0.5
+    retries: int = 2
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.idle_gap_s) and self.idle_gap_s >= 0):
@@ -91,6 +95,8 @@ class CalibrationPlan:
             raise ValueError(f"repeats must be >= 1, got {self.repeats!r}")
         if self.warmup < 0:
             raise ValueError(f"warmup must be >= 0, got {self.warmup!r}")
+        if self.retries < 0:
+            raise ValueError(f"retries must be >= 0, got {self.retries!r}")
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 2:
             raise ValueError("max_num_seqs must be >= 1 and max_num_batched_tokens >= 2")
 
@@ -298,6 +304,32 @@ def _sample(kind: str, n: int, seq_len: int, repeat: int, step_s: float, *, pref
             "repeat": repeat}
 
 
+def _point_name(point: GridPoint) -> str:
+    if point.kind == "prefill":
+        return f"prefill {point.seq_len}"
+    return f"decode {point.num_seqs}x{point.seq_len}"
+
+
+async def _measure(prof: _Profiler, point: GridPoint, rep: int) -> dict[str, Any] | None:
+    """One sample of ``point`` (a row of :data:`SAMPLE_COLUMNS`), or None when the streams
+    could not time it."""
+    if point.kind == "prefill":
+        p = point.seq_len
+        mixed = await prof.mixed_step(p)
+        if mixed is None:
+            return None
+        step, bg_context = mixed
+        return _sample("prefill", 1, p, rep, step, prefill=p, decode=1,
+                       context=p + bg_context, attention=float(p) * p, prefill_seqs=1)
+    dec = await prof.decode_step(point.num_seqs, point.seq_len, point.tokens)
+    if dec is None:
+        return None
+    step, ctx = dec
+    n = point.num_seqs
+    return _sample("decode", n, point.seq_len, rep, step, prefill=0, decode=n,
+                   context=n * ctx, attention=0.0, prefill_seqs=0)
+
+
 async def profile_async(
     target: ServerTarget,
     plan: CalibrationPlan,
@@ -354,28 +386,16 @@ async def profile_async(
         for rep in range(plan.repeats):
             for point in points:
                 if point.kind == "prefill":
-                    p = point.seq_len
-                    idle.append({"prompt_tokens": p, "repeat": rep,
-                                 "ttft_s": await prof.idle_ttft(p)})
-                    mixed = await prof.mixed_step(p)
-                    if mixed is None:
-                        notes.append(f"prefill {p}: stall not seen (repeat {rep})")
-                    else:
-                        step, bg_context = mixed
-                        rows.append(_sample("prefill", 1, p, rep, step, prefill=p, decode=1,
-                                            context=p + bg_context, attention=float(p) * p,
-                                            prefill_seqs=1))
-                else:
-                    dec = await prof.decode_step(point.num_seqs, point.seq_len, point.tokens)
-                    if dec is None:
-                        notes.append(f"decode {point.num_seqs}x{point.seq_len}: no overlap "
-                                     f"(repeat {rep})")
-                    else:
-                        step, ctx = dec
-                        n = point.num_seqs
-                        rows.append(_sample("decode", n, point.seq_len, rep, step, prefill=0,
-                                            decode=n, context=n * ctx, attention=0.0,
-                                            prefill_seqs=0))
+                    idle.append({"prompt_tokens": point.seq_len, "repeat": rep,
+                                 "ttft_s": await prof.idle_ttft(point.seq_len)})
+                for attempt in range(1 + plan.retries):
+                    row = await _measure(prof, point, rep)
+                    if row is not None:
+                        rows.append(row)
+                        break
+                    what = ("stall not seen" if point.kind == "prefill" else "no overlap")
+                    notes.append(f"{_point_name(point)}: {what} (repeat {rep}, try "
+                                 f"{attempt + 1})")
                 done += 1
                 if on_point is not None:
                     on_point(point, done, total)
@@ -386,9 +406,10 @@ async def profile_async(
         measured = len(of_kind.drop_duplicates())
         if measured < min(2, planned):
             raise CalibrationFailed(
-                f"timed {measured} of {planned} {kind} grid points: the server sent its tokens "
-                "in bursts (its API server fell behind the engine, as on an overloaded "
-                "machine) or the streams did not overlap; notes: " + "; ".join(notes[:6]))
+                f"timed {measured} of {planned} {kind} grid points (each tried "
+                f"{1 + plan.retries} times a repeat): the server sent its tokens in bursts "
+                "(its API server fell behind the engine, as on an overloaded machine) or the "
+                "streams did not overlap; notes: " + "; ".join(notes[:6]))
     return samples, pd.DataFrame(idle, columns=["prompt_tokens", "repeat", "ttft_s"]), info, notes
 
 
