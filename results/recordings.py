@@ -82,6 +82,41 @@ statistic uses."""
 
 FloatArray = npt.NDArray[np.float64]
 
+LOAD_MODES: tuple[str, ...] = ("open", "closed", "capped", "unknown")
+"""How a load tool offered a stage's requests: ``open`` (sent at their send times whatever the
+server did: a request rate, a Poisson or constant schedule, or all at once), ``closed`` (a fixed
+number of users, each sending its next request when its last one ended: GuideLLM's
+``synchronous``, ``concurrent`` and ``throughput`` profiles, ``vllm bench serve
+--max-concurrency C`` with ``--request-rate inf``), ``capped`` (an open loop whose requests also
+wait for one of ``max_concurrency`` slots: ``--request-rate R --max-concurrency C``) or
+``unknown`` (a production log: replayed open loop from its send times, and said so)."""
+
+
+@dataclass(frozen=True)
+class RecordedStage:
+    """One load stage of a recording, as the load tool ran it.
+
+    ``label`` is the stage's value in :attr:`Recording.measured`'s ``stage`` column (``""`` for
+    a recording with one unlabelled stage); ``load`` one of :data:`LOAD_MODES`;
+    ``request_rate`` the offered rate in requests per second of an ``open`` or ``capped`` stage
+    (``math.inf``: everything at once; None when not known or closed); ``max_concurrency`` the
+    users of a ``closed`` stage or the cap of a ``capped`` one.
+    """
+
+    label: str
+    load: str
+    request_rate: float | None = None
+    max_concurrency: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.load not in LOAD_MODES:
+            raise ValueError(f"RecordedStage.load must be one of {', '.join(LOAD_MODES)}, got "
+                             f"{self.load!r}")
+        if self.load in ("closed", "capped") and not (
+                isinstance(self.max_concurrency, int) and self.max_concurrency >= 1):
+            raise ValueError(f"a {self.load} stage needs max_concurrency >= 1, got "
+                             f"{self.max_concurrency!r}")
+
 
 @dataclass(frozen=True, eq=False)
 class Recording:
@@ -103,6 +138,11 @@ class Recording:
     config: dict[str, Any] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    stages: tuple[RecordedStage, ...] = ()
+    """The load stages in the order they ran (empty: one stage, replayed open loop)."""
+    tool: str = ""
+    """The load tool that wrote the file and its version when the file says (``"vllm bench
+    serve 0.32.0"``, ``"guidellm 0.8.1"``), else the format's name."""
 
     def __len__(self) -> int:
         return len(self.workload)
