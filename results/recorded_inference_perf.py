@@ -100,6 +100,9 @@ def _one(path: Path, i: int, req: Any) -> tuple[float, float, float, float, floa
                              field="info.response_metrics.output_token_times")
         if times:
             first = number(times[0], path, "info.response_metrics.output_token_times", i) - t0
+        elif not req.get("error") and not math.isnan(o) and o > 0:
+            raise TraceError(path, f"empty, but the request generated {o:g} tokens", row=i,
+                             field="info.response_metrics.output_token_times")
     e2e = t1 - t0
     status = "completed"
     if req.get("error"):

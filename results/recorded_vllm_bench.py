@@ -117,14 +117,16 @@ def _numbers(path: Path, doc: Mapping[str, Any], key: str, n: int | None, line: 
     return out
 
 
-def _itls(path: Path, doc: Mapping[str, Any], n: int, line: int | None) -> tuple[FloatArray,
-                                                                                  FloatArray]:
-    """Per request: the sum and the mean of its inter-token times (NaN: none listed)."""
+def _itls(path: Path, doc: Mapping[str, Any], n: int, line: int | None,
+          ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Per request: the sum, the mean and the number of its inter-token times (NaN: the file
+    has no ``itls``)."""
     itls = doc.get("itls")
     itl_sum = np.full(n, np.nan)
     itl_mean = np.full(n, np.nan)
+    itl_count = np.full(n, np.nan)
     if itls is None:
-        return itl_sum, itl_mean
+        return itl_sum, itl_mean, itl_count
     if not isinstance(itls, list) or len(itls) != n:
         raise TraceError(path, f"must be a list of {n} lists", **_where(line, "itls"))
     for i, row in enumerate(itls):
@@ -140,9 +142,10 @@ def _itls(path: Path, doc: Mapping[str, Any], n: int, line: int | None) -> tuple
                 raise TraceError(path, f"negative time: {x:g}", **_where(line, "itls", i))
             values.append(x)
         itl_sum[i] = float(sum(values))
+        itl_count[i] = len(values)
         if values:
             itl_mean[i] = itl_sum[i] / len(values)
-    return itl_sum, itl_mean
+    return itl_sum, itl_mean, itl_count
 
 
 def _check_times(path: Path, line: int | None, key: str, values: FloatArray) -> None:
@@ -260,11 +263,19 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
     assert output is not None and ttft is not None
     latencies = _numbers(path, doc, "latencies", n, line, required=False)
     starts = _numbers(path, doc, "start_times", n, line, required=False)
-    itl_sum, itl_mean = _itls(path, doc, n, line)
+    itl_sum, itl_mean, itl_count = _itls(path, doc, n, line)
     errors = doc.get("errors") or [""] * n
     if not isinstance(errors, list) or len(errors) != n:
         raise TraceError(path, f"must be a list of {n} strings", **_where(line, "errors"))
     failed = np.array([bool(e) for e in errors], dtype=bool)
+    # the client appends one inter-token time per streamed chunk after the first
+    # (vllm/benchmarks/lib/endpoint_request_func.py, output.itl.append): a completed request
+    # of several tokens with none is a damaged file
+    empty = ~failed & (itl_count == 0) & (output > 1)
+    if empty.any():
+        i = int(np.argmax(empty))
+        raise TraceError(path, f"no inter-token times for {int(output[i])} output tokens",
+                         **_where(line, "itls", i))
     where = "" if line is None else f"line {line}: "
     if latencies is None:
         notes.append(f"{where}no latencies in the file: E2E = TTFT + the sum of the "
