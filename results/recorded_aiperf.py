@@ -77,25 +77,30 @@ def _summary(path: Path) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def _stage(summary: Mapping[str, Any]) -> RecordedStage:
+def _stage(path: Path, summary: Mapping[str, Any]) -> RecordedStage:
+    """The profiling phase's load (``path``: the summary file, named in errors)."""
     phases = dig(summary, "input_config", "phases")
-    profiling = [p for p in phases or [] if isinstance(p, dict)
-                 and p.get("kind", p.get("name")) == "profiling"]
-    phase = profiling[0] if profiling else dig(summary, "input_config", "loadgen") or {}
-    if not isinstance(phase, dict):
+    found = [(k, p) for k, p in enumerate(phases if isinstance(phases, list) else [])
+             if isinstance(p, dict) and p.get("kind", p.get("name")) == "profiling"]
+    if not found:
         return RecordedStage("", "unknown", None, None)
-    kind = phase.get("type")
-    conc_raw = phase.get("concurrency")
-    rate_raw = phase.get("request_rate", phase.get("rate"))
-    conc = conc_raw if isinstance(conc_raw, int) and not isinstance(conc_raw, bool) \
-        and conc_raw >= 1 else None
-    rate = float(rate_raw) if isinstance(rate_raw, int | float) and not isinstance(
-        rate_raw, bool) and rate_raw > 0 else None
-    if kind == "concurrency" and conc is not None:
+    k, phase = found[0]
+    where = f"input_config.phases[{k}]"
+    rate_key = "rate" if "rate" in phase else "request_rate"
+    rate = number(phase.get(rate_key), path, f"{where}.{rate_key}")
+    conc_f = number(phase.get("concurrency"), path, f"{where}.concurrency")
+    if not math.isnan(rate) and rate <= 0:
+        raise TraceError(path, f"must be > 0, got {phase.get(rate_key)!r}",
+                         field=f"{where}.{rate_key}")
+    if not math.isnan(conc_f) and (conc_f < 1 or not conc_f.is_integer()):
+        raise TraceError(path, f"must be a whole number >= 1, got {phase.get('concurrency')!r}",
+                         field=f"{where}.concurrency")
+    conc = None if math.isnan(conc_f) else int(conc_f)
+    if phase.get("type") == "concurrency" and conc is not None:
         return RecordedStage(f"concurrency {conc}", "closed", None, conc)
-    if rate is not None and conc is not None:
+    if not math.isnan(rate) and conc is not None:
         return RecordedStage(f"{rate:g} req/s, concurrency {conc}", "capped", rate, conc)
-    if rate is not None:
+    if not math.isnan(rate):
         return RecordedStage(f"{rate:g} req/s", "open", rate, None)
     return RecordedStage("", "unknown", None, None)
 
@@ -185,6 +190,7 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
                server_counts: int, default_tier: str,
                max_output_rule: MaxOutputRule | None) -> Recording:
     summary = _summary(path)
+    stage = _stage(_summary_path(path), summary)
     config = _config(summary)
     recorded = (np.full(len(prompt), float(config["max_tokens"])) if "max_tokens" in config
                 else None)
@@ -204,7 +210,6 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     counts["num_warmup"] = st.count("warmup")
     counts["num_failed"] = sum(s.startswith("error") for s in st)
     counts["num_cancelled"] = st.count("cancelled")
-    stage = _stage(summary)
     version = summary.get("aiperf_version")
     notes = [max_tokens_note(recorded, max_output_rule)]
     if counts["num_warmup"]:

@@ -19,6 +19,7 @@ from kvbudget.results.recorded_fields import (
     FloatArray,
     check_times,
     load_json,
+    max_tokens_note,
 )
 from kvbudget.results.recordings import (
     COMPLETED_WORDS,
@@ -73,6 +74,7 @@ def read_records(path: Path, columns: Mapping[str, str], default_tier: str,
         import pyarrow.parquet as pq
 
         schema_names = pq.read_schema(path).names
+        file_columns = set(schema_names)
         present = [c for c in wanted if names[c] in schema_names]
         table = pq.read_table(path, columns=[names[c] for c in present])
         for canon in present:
@@ -98,6 +100,7 @@ def read_records(path: Path, columns: Mapping[str, str], default_tier: str,
             if not isinstance(first, dict):
                 raise ValueError(f"{path}: line 1: not a JSON object")
             present = [c for c in wanted if names[c] in first]
+            file_columns = set(first)
             jcols = read_jsonl_columns(facts, {names[c]: wanted[c] for c in present},  # type: ignore[misc]
                                        fmt="records", required=[])
             numbers = {c: jcols.numbers[names[c]] for c in present if wanted[c] == "number"
@@ -108,6 +111,7 @@ def read_records(path: Path, columns: Mapping[str, str], default_tier: str,
             line_of = lambda row: line_of_row(path, row, header_lines=0)  # noqa: E731
         else:
             header = split_header(facts.first_line)
+            file_columns = set(header)
             present = [c for c in wanted if names[c] in header]
             ccols = read_csv_columns(facts, {names[c]: wanted[c] for c in present},  # type: ignore[misc]
                                      fmt="records")
@@ -156,6 +160,8 @@ def read_records(path: Path, columns: Mapping[str, str], default_tier: str,
     for reason, count in loaded.report.dropped:
         counts["num_dropped_" + reason.split(" (")[0].replace(" ", "_")] = count
     notes = list(loaded.report.warnings)
+    if trace_cols.get("max_output_tokens", "max_output_tokens") not in file_columns:
+        notes.append(max_tokens_note(None, max_output))
     return build_recording(path, "records", workload, ttft=ttft, e2e=e2e, status=status, stage=stage,
                   itl_mean=None, config={}, counts=counts, notes=notes)
 

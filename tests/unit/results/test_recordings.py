@@ -285,3 +285,22 @@ def test_a_bad_recording_exits_2_with_one_line(tmp_path: Path, command: str) -> 
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
     assert "Traceback" not in res.stderr
+
+
+def test_no_recorded_max_tokens_means_the_realised_output_never_an_invented_cap(
+        tmp_path: Path) -> None:
+    """A records file without max_output_tokens declares each request's realised output (the
+    old default, 2,048, made a small-KV server refuse what the real one served)."""
+    from kvbudget.workloads.max_output import FixedCap
+
+    path = tmp_path / "r.csv"
+    generic_frame().to_csv(path, index=False)
+    rec = read_recording(path)
+    assert rec.workload.max_output_tokens.tolist() == OUTPUT
+    assert any("realised output length" in n for n in rec.notes)
+    # --max-output with --records: the rule for rows without a recorded setting
+    capped = read_recording(path, max_output=FixedCap(64))
+    assert capped.workload.max_output_tokens.tolist() == [max(64, o) for o in OUTPUT]
+    bench = tmp_path / "b.json"
+    bench.write_text(json.dumps(vllm_bench_doc()))
+    assert read_recording(bench).workload.max_output_tokens.tolist() == OUTPUT
