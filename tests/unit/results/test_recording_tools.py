@@ -304,3 +304,34 @@ def test_llmd_benchmark_report_is_named_and_refused_in_one_line() -> None:
     assert "llm-d-benchmark report (schema 0.2)" in text
     assert "inference-perf 0.3.0" in text and "per_request_lifecycle_metrics.json" in text
     assert "\n" not in text
+
+
+# --------------------------------------------------------------------------- docs
+
+
+def test_the_documented_load_tool_commands_are_the_ones_the_fixture_script_ran() -> None:
+    """docs/recordings.md section 1a shows each tool's command line: every flag it uses is one
+    scripts/make_recording_fixtures.sh passes to that tool (which made the fixtures above)."""
+    import re
+
+    root = FIXTURES.parents[2]
+    doc = (root / "docs" / "recordings.md").read_text()
+    script = (root / "scripts" / "make_recording_fixtures.sh").read_text()
+    section = doc[doc.index("## 1a."):doc.index("## 2. Calibrate")]
+    blocks = re.findall(r"```\n(.*?)```", section, flags=re.S)
+    tools = {"vllm": "run_vllm()", "guidellm": "run_guidellm()", "aiperf": "run_aiperf()",
+             "load:": "run_inference_perf()"}
+    seen = set()
+    for block in blocks:
+        tool = block.split()[0]
+        assert tool in tools, block
+        seen.add(tool)
+        body = script[script.index(tools[tool]):]
+        body = body[:body.index("\n}\n")]
+        if tool == "load:":
+            for key in re.findall(r"^(\w+):", block, flags=re.M):
+                assert f"\n{key}:" in body, key
+            continue
+        for flag in re.findall(r"(?<![\w-])--[a-z][a-z-]*", block):
+            assert flag in body, (tool, flag)
+    assert seen == set(tools)
