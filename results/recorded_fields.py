@@ -4,8 +4,7 @@ A load tool's file is untrusted input: a field that should hold a number and hol
 a string, ``Infinity`` or ``NaN`` is an error naming the file, the row and the field
 (:class:`~kvbudget.workloads.errors.TraceError`), never a silent NaN; a missing value
 (``null`` or no key) is a missing measurement. Measured times are checked by
-:func:`check_times` (>= 0, at most a day) and :func:`check_order` (the last token not before
-the first). :func:`finish_columns` runs the trace loader's validation over a reader's columns
+:func:`check_times` (>= 0, at most a day). :func:`finish_columns` runs the trace loader's validation over a reader's columns
 and declares each request's ``max_output_tokens``: the tool's recorded setting where the file
 has one, else the request's realised output (it did generate that many, so the server
 accepted at least that): never an invented cap.
@@ -15,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -129,18 +128,6 @@ def check_times(path: Path, name: str, values: FloatArray, rows: npt.NDArray[np.
         raise TraceError(path, problem, row=row, field=name)
 
 
-def check_order(path: Path, ttft: FloatArray, e2e: FloatArray, rows: npt.NDArray[np.int64],
-                field: str, line_of: Callable[[int], int] | None = None) -> None:
-    """A request cannot end before its first token (both measured)."""
-    bad = np.isfinite(ttft) & np.isfinite(e2e) & (e2e < ttft - 1e-9)
-    if bad.any():
-        i = int(np.argmax(bad))
-        problem = (f"the request ends ({e2e[i]:g} s) before its first token ({ttft[i]:g} s)")
-        if line_of is not None:
-            raise TraceError(path, problem, line=line_of(int(rows[i])), field=field)
-        raise TraceError(path, problem, row=int(rows[i]), field=field)
-
-
 def finish_columns(path: Path, fmt: str, *, prompt: FloatArray, output: FloatArray,
                    arrival: FloatArray, fields: dict[str, str], default_tier: str,
                    max_output: FloatArray | None = None,
@@ -176,11 +163,3 @@ def max_tokens_note(recorded: FloatArray | None, rule: MaxOutputRule | None) -> 
     if n_rec:
         return f"max_tokens: the tool's recorded setting for {n_rec} of {n} requests, else {rest}"
     return f"max_tokens: {rest}"
-
-
-def stage_rows(labels: list[str]) -> Mapping[str, int]:
-    """How many rows each stage label has, in first-seen order."""
-    out: dict[str, int] = {}
-    for label in labels:
-        out[label] = out.get(label, 0) + 1
-    return out

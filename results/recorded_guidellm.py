@@ -38,6 +38,7 @@ it is refused with one line saying so.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import math
@@ -170,12 +171,17 @@ def _window(path: Path, bench: Mapping[str, Any], b: int) -> tuple[float, float]
 
 
 def _request_body(req: Mapping[str, Any]) -> dict[str, Any]:
+    """The request body GuideLLM sent: ``request_args`` is JSON text in 0.5+ and a Python
+    ``repr`` of a dict in 0.4 (``{'method': None, ..., 'body': {...}}``)."""
     args = req.get("request_args")
-    if isinstance(args, str):
+    if isinstance(args, str) and len(args) < (1 << 20):
         try:
             args = json.loads(args)
         except (json.JSONDecodeError, RecursionError):
-            return {}
+            try:
+                args = ast.literal_eval(args)
+            except (ValueError, SyntaxError, RecursionError, MemoryError, TypeError):
+                return {}
     body = dig(args, "body")
     return body if isinstance(body, dict) else {}
 
@@ -303,8 +309,8 @@ def read_guidellm(path: Path, default_tier: str,
             for r, req in enumerate(rows):
                 where = f"benchmarks[{b}].requests.{kind}[{r}]"
                 if not _add_request(path, cols, req, where, kind, stage.label, window):
-                    counts["num_incomplete_without_tokens"] = counts.get(
-                        "num_incomplete_without_tokens", 0) + 1
+                    counts["num_incomplete_not_simulated"] = counts.get(
+                        "num_incomplete_not_simulated", 0) + 1
         for note in (_sample_note(bench, stage.label, listed),
                      _unlisted_note(bench, stage.label, sum(listed.values()))):
             if note:
@@ -317,9 +323,10 @@ def _recording(path: Path, doc: Mapping[str, Any], benchmarks: list[Any], versio
                cols: _Columns, stages: list[RecordedStage], counts: dict[str, int],
                notes: list[str], default_tier: str,
                max_output_rule: MaxOutputRule | None) -> Recording:
-    if counts.get("num_incomplete_without_tokens"):
-        notes.append(f"{counts['num_incomplete_without_tokens']} cancelled requests have no "
-                     "prompt length in the report (prompt_tokens null): counted, not simulated")
+    if counts.get("num_incomplete_not_simulated"):
+        notes.append(f"{counts['num_incomplete_not_simulated']} cancelled requests have no "
+                     "prompt length or no start time in the report (prompt_tokens null): "
+                     "counted, not simulated")
     if not cols.prompt:
         raise TraceError(path, "lists no request with a start time and a prompt length",
                          field="benchmarks")

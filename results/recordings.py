@@ -21,18 +21,28 @@ formats below into one :class:`Recording`:
     ``summary.json`` and, for a replay, ``replay.json`` (the policy, its parameters and the
     gateway's KV capacity).
 ``vllm-bench``
-    ``vllm bench serve --save-result --save-detailed`` JSON (vLLM's
-    ``vllm/benchmarks/serve.py``): ``input_lens``, ``output_lens``, ``ttfts``, ``itls``,
-    ``errors`` per request, with ``latencies`` and ``start_times`` in current vLLM (older
-    versions have neither: E2E is then ``ttft + sum(itl)``). Arrival times come from
-    ``start_times`` when present; otherwise they are reconstructed from ``request_rate``,
-    ``burstiness`` and ``max_concurrency`` (see :func:`_bench_arrivals`), and the report says so.
+    ``vllm bench serve --save-result --save-detailed`` JSON, one run or ``--append-result``
+    runs one a line (:mod:`kvbudget.results.recorded_vllm_bench`).
 ``guidellm``
-    A GuideLLM benchmarks report (JSON, ``{"benchmarks": [...]}``): every benchmark is one load
-    stage; its ``requests.successful``, ``errored`` and ``incomplete`` lists give each request's
-    ``prompt_tokens``, ``output_tokens`` and its start, first-token and end times (GuideLLM 0.4
-    and later: ``request_start_time``, ``info.timings.first_token_iteration``,
-    ``request_end_time``; 0.2-0.3: ``start_time``, ``first_token_time``, ``end_time``).
+    A GuideLLM report, 0.2 to 0.8, JSON or YAML; the CSV report is refused (aggregates only)
+    (:mod:`kvbudget.results.recorded_guidellm`).
+``aiperf``
+    AIPerf's ``profile_export.jsonl`` (:mod:`kvbudget.results.recorded_aiperf`).
+``inference-perf``
+    inference-perf's ``per_request_lifecycle_metrics.json``
+    (:mod:`kvbudget.results.recorded_inference_perf`).
+``llmd-report``
+    An llm-d-benchmark report: aggregates only, refused with one line naming the load tool's
+    file to pass instead (:mod:`kvbudget.results.recorded_llmd`).
+
+Each reader fills :attr:`Recording.tool` (the tool and its version when the file says),
+:attr:`Recording.stages` (one :class:`RecordedStage` per load stage: its load mode, rate and
+concurrency as the tool ran it), :attr:`Recording.counts` and :attr:`Recording.config` (the
+server and client settings the file records). A request's ``max_output_tokens`` is the tool's
+recorded ``max_tokens`` where the file has one, else its realised output length (never an
+invented cap; ``read_recording``'s ``max_output`` overrides that), and a note says which.
+Warm-up and cool-down requests are simulated but not measured (status ``warmup`` /
+``cooldown``).
 
 Requests that failed (a status other than completed, an error, no TTFT or no E2E) are kept in
 the workload when they generated at least one token (the server did that work) and left out
@@ -264,8 +274,6 @@ def build_recording(path: Path, fmt: str, workload: Workload, *, ttft: FloatArra
                      config=config, counts=counts, notes=tuple(notes), stages=stages,
                      tool=tool or fmt)
 
-
-_build = build_recording
 
 
 def _count_text(counts: Mapping[str, int]) -> str:

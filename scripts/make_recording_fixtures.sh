@@ -16,7 +16,10 @@
 # bench is the `vllm` of the CPU vLLM environment (scripts/setup_vllm_cpu.sh, `make live-env`).
 # The requests' timings depend on the machine: rerunning changes the numbers, never the shape.
 # Environment: KVBUDGET_FIXTURE_URL (use a server already running there instead of starting
-# one; its model must be served as "tiny" with the tokenizer in KVBUDGET_FIXTURE_MODEL_DIR).
+# one; its model must be served as "tiny" with the tokenizer in KVBUDGET_FIXTURE_MODEL_DIR),
+# KVBUDGET_FIXTURE_KEEP_WORK (keep the temporary directory: the tools' full outputs, the log).
+# inference-perf needs Python 3.12 or later (python3.12 on the PATH); GuideLLM 0.4-0.6 get
+# transformers<5 (they import a name transformers 5 removed).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,10 +40,13 @@ cleanup() {
         for _ in $(seq 60); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.5; done
         kill -KILL -- "-$SERVER_PID" 2>/dev/null || true
     fi
-    rm -rf "$WORK"
+    if [[ -n "${KVBUDGET_FIXTURE_KEEP_WORK:-}" ]]; then
+        echo "make_recording_fixtures: kept $WORK" >&2
+    else
+        rm -rf "$WORK"
+    fi
 }
 trap cleanup EXIT
-[[ -z "${KVBUDGET_FIXTURE_KEEP_WORK:-}" ]] || trap - EXIT
 
 # tool_venv NAME VERSION PYTHON [PIN...]: the venv's python, installed from PyPI when missing
 tool_venv() {
@@ -88,7 +94,7 @@ run_vllm() {
     version=$("$VLLM_PY" -c "import importlib.metadata as m; print(m.version('vllm'))")
     dest="$OUT/vllm-bench-${version%+cpu}"  # the CPU build says 0.32.0+cpu
     mkdir -p "$dest"
-    rm -f "$dest"/*.json
+    rm -f "$dest"/*.json "$dest"/*.jsonl  # --append-result appends to what is there
     local common=(bench serve --backend vllm --base-url "$URL" --model tiny
                   --tokenizer "$MODEL_DIR" --dataset-name random --random-input-len 32
                   --random-output-len 16 --num-prompts "$NUM" --ignore-eos --seed 0
@@ -210,7 +216,7 @@ EOF
 
 mkdir -p "$OUT"
 TOOLS=("$@")
-[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm guidellm aiperf inference-perf)
+[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm guidellm guidellm-0.4.0 guidellm-0.3.1 aiperf inference-perf)
 start_server
 for tool in "${TOOLS[@]}"; do
     echo "make_recording_fixtures: $tool" >&2

@@ -211,7 +211,7 @@ def test_guidellm_cancelled_request_without_tokens_is_counted_not_fatal(tmp_path
     path.write_text(json.dumps(doc))
     rec = read_recording(path)
     assert rec.counts["num_incomplete"] == 2
-    assert rec.counts["num_incomplete_without_tokens"] == 1
+    assert rec.counts["num_incomplete_not_simulated"] == 1
     assert len(rec.workload) == 19
     assert any("cancelled requests have no prompt length" in n for n in rec.notes)
 
