@@ -286,11 +286,16 @@ def _count_text(counts: Mapping[str, int]) -> str:
 
 
 def _first_json(path: Path, head: bytes) -> Any:
-    """The first JSON value of a file: its first line (JSON lines), else the whole file."""
+    """The first JSON value of a file: its first line (JSON lines: an ``--append-result`` file,
+    AIPerf's records; a line may be far longer than ``head``), else the whole file."""
     from kvbudget.results.recorded_fields import load_json
 
+    line = head.split(b"\n", 1)[0]
+    if b"\n" not in head:
+        with path.open("rb") as fh:
+            line = fh.readline().strip()
     try:
-        return json.loads(head.split(b"\n", 1)[0])
+        return json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         return load_json(path)
 

@@ -335,3 +335,17 @@ def test_the_documented_load_tool_commands_are_the_ones_the_fixture_script_ran()
         for flag in re.findall(r"(?<![\w-])--[a-z][a-z-]*", block):
             assert flag in body, (tool, flag)
     assert seen == set(tools)
+
+
+def test_an_append_result_file_with_long_lines_is_detected(tmp_path: Path) -> None:
+    """A real run's line is far longer than the 64 KiB detection reads (1,000 prompts and their
+    generated texts): the first line is read whole."""
+    lines = (VLLM / "append.jsonl").read_text().splitlines()
+    docs = [json.loads(line) for line in lines if line.strip()]
+    for doc in docs:
+        doc["generated_texts"] = ["x" * 8000] * len(doc["generated_texts"])
+    path = tmp_path / "long.jsonl"
+    path.write_text("\n".join(json.dumps(d) for d in docs))
+    assert len(path.read_text().splitlines()[0]) > 1 << 17
+    assert detect_recording_format(path) == "vllm-bench"
+    assert read_recording(path).counts["num_stages"] == 2
