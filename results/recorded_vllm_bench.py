@@ -42,7 +42,6 @@ from kvbudget.results.recorded_fields import (
     FloatArray,
     finish_columns,
     json_lines,
-    load_json,
     max_tokens_note,
     number,
 )
@@ -75,13 +74,13 @@ def _documents(path: Path) -> list[tuple[int | None, dict[str, Any]]]:
     except OSError as exc:
         raise TraceError(path, f"cannot be read ({exc})") from None
     if size > MAX_FILE_BYTES:
-        load_json(path)  # raises: too large
+        raise TraceError(path, f"is over {MAX_FILE_BYTES >> 30} GiB: too large for a recording")
     text = path.read_text(errors="replace")
     try:
         doc = json.loads(text)
         docs: list[tuple[int | None, Any]] = [(None, doc)]
     except (json.JSONDecodeError, RecursionError):
-        docs = [(line, d) for line, d in json_lines(path)]
+        docs = list(json_lines(path))
     for line, d in docs:
         if not isinstance(d, dict):
             raise TraceError(path, "is not a JSON object (a vllm bench serve result)",
