@@ -121,8 +121,9 @@ run_guidellm() {
     rm -f "$dest"/benchmarks.*
     case "$version" in
     0.[2-3].*)
+        # 0.2 checks the streams with float.is_integer (an int has none before Python 3.12)
         "$py" -m guidellm benchmark --target "$URL" --model tiny --processor "$MODEL_DIR" \
-            --data "prompt_tokens=32,output_tokens=16" --rate-type concurrent --rate 4 \
+            --data "prompt_tokens=32,output_tokens=16" --rate-type concurrent --rate 4.0 \
             --max-requests "$NUM" --warmup-percent 0.1 --cooldown-percent 0.1 \
             --output-path "$dest/benchmarks.json" --disable-progress
         "$py" -m guidellm benchmark --target "$URL" --model tiny --processor "$MODEL_DIR" \
@@ -216,7 +217,8 @@ EOF
 
 mkdir -p "$OUT"
 TOOLS=("$@")
-[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm guidellm guidellm-0.4.0 guidellm-0.3.1 aiperf inference-perf)
+[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm guidellm guidellm-0.6.1 guidellm-0.4.0 guidellm-0.3.1 guidellm-0.2.1 aiperf
+                                    inference-perf)
 start_server
 for tool in "${TOOLS[@]}"; do
     echo "make_recording_fixtures: $tool" >&2

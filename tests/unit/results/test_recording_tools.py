@@ -26,7 +26,8 @@ from kvbudget.workloads.errors import TraceError
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
 VLLM = FIXTURES / "vllm-bench-0.32.0"
-GUIDELLM = {v: FIXTURES / f"guidellm-{v}" for v in ("0.3.1", "0.4.0", "0.8.1")}
+GUIDELLM = {v: FIXTURES / f"guidellm-{v}"
+            for v in ("0.2.1", "0.3.1", "0.4.0", "0.6.1", "0.8.1")}
 AIPERF = FIXTURES / "aiperf-0.13.0"
 INFERENCE_PERF = FIXTURES / "inference-perf-0.7.0"
 HANDMADE = FIXTURES / "handmade"
@@ -119,7 +120,7 @@ def guidellm_metrics(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return bench, bench["metrics"]
 
 
-@pytest.mark.parametrize("version", ["0.3.1", "0.4.0", "0.8.1"])
+@pytest.mark.parametrize("version", list(GUIDELLM))
 def test_guidellm_reads_to_its_own_summary(version: str) -> None:
     path = GUIDELLM[version] / "benchmarks.json"
     bench, metrics = guidellm_metrics(path)
@@ -148,10 +149,11 @@ def test_guidellm_reads_to_its_own_summary(version: str) -> None:
         assert close(u["itl_mean_s"].mean() * 1e3,
                      metrics["inter_token_latency_ms"]["successful"]["mean"])
     assert rec.stages == (RecordedStage("0: concurrent x4", "closed", None, 4),)
-    assert rec.tool == ("guidellm 0.8.1" if version == "0.8.1" else "guidellm")
+    named = (json.loads(path.read_text()).get("metadata") or {}).get("guidellm_version")
+    assert rec.tool == (f"guidellm {named}" if named else "guidellm")
 
 
-@pytest.mark.parametrize("version", ["0.4.0", "0.8.1"])
+@pytest.mark.parametrize("version", ["0.4.0", "0.6.1", "0.8.1"])
 def test_guidellm_warmup_and_cooldown_are_simulated_not_measured(version: str) -> None:
     path = GUIDELLM[version] / "benchmarks.json"
     bench, metrics = guidellm_metrics(path)
@@ -166,13 +168,14 @@ def test_guidellm_warmup_and_cooldown_are_simulated_not_measured(version: str) -
     assert not any("sample" in n for n in rec.notes)
 
 
-def test_guidellm_0_3_says_its_warmup_requests_are_missing() -> None:
-    rec = read_recording(GUIDELLM["0.3.1"] / "benchmarks.json")
+@pytest.mark.parametrize("version", ["0.2.1", "0.3.1"])
+def test_guidellm_0_2_and_0_3_say_their_warmup_requests_are_missing(version: str) -> None:
+    rec = read_recording(GUIDELLM[version] / "benchmarks.json")
     assert any("4 of the 20 requests sent" in n for n in rec.notes)
     assert not any("a sample" in n for n in rec.notes)
 
 
-@pytest.mark.parametrize("version", ["0.3.1", "0.4.0", "0.8.1"])
+@pytest.mark.parametrize("version", list(GUIDELLM))
 def test_guidellm_yaml_reports_read_as_guidellm(version: str) -> None:
     path = GUIDELLM[version] / "constant.yaml"
     assert detect_recording_format(path) == "guidellm"
@@ -196,7 +199,7 @@ def test_guidellm_records_max_tokens_from_the_request_body() -> None:
     assert (rec.workload.max_output_tokens == 16).all()
 
 
-@pytest.mark.parametrize("version", ["0.4.0", "0.8.1"])
+@pytest.mark.parametrize("version", ["0.4.0", "0.6.1", "0.8.1"])
 def test_guidellm_csv_is_refused_in_one_line(version: str) -> None:
     path = GUIDELLM[version] / "benchmarks.csv"
     assert detect_recording_format(path) == "guidellm"
