@@ -242,6 +242,20 @@ def test_guidellm_sample_note_only_when_sampled(tmp_path: Path) -> None:
     assert any("a sample of 12 of its 20" in n for n in read_recording(path).notes)
 
 
+def test_guidellm_no_sample_note_when_requests_were_cancelled_before_starting(
+        tmp_path: Path) -> None:
+    """GuideLLM 0.4+'s requests_made counts requests cancelled before they started, which no
+    list holds (accumulator.py: "cancelled before starting ... do not include"): that is no
+    sample."""
+    doc = json.loads((GUIDELLM["0.8.1"] / "benchmarks.json").read_text())
+    made = doc["benchmarks"][0]["scheduler_metrics"]["requests_made"]
+    made["incomplete"] = made.get("incomplete", 0) + 5
+    made["total"] += 5
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(doc))
+    assert not any("sample" in n for n in read_recording(path).notes)
+
+
 @pytest.mark.parametrize(("strategy", "stage"), [
     ({"type_": "synchronous"}, RecordedStage("0: synchronous", "closed", None, 1)),
     ({"type_": "throughput", "max_concurrency": 16},
