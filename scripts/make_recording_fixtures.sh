@@ -151,6 +151,10 @@ run_guidellm() {
             --output "kind=csv,path=$dest/benchmarks.csv"
         "$py" -m guidellm "${common[@]}" --profile "kind=constant,rate=8" \
             --output "kind=yaml,path=$dest/constant.yaml"
+        # cut short by a duration: the requests in flight at the end are cancelled (incomplete)
+        "$py" -m guidellm "${common[@]}" --profile "kind=constant,rate=30" \
+            --constraint "kind=max_duration,seconds=0.5" \
+            --output "kind=json,path=$dest/cancelled.json"
         ;;
     esac
 }

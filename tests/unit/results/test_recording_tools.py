@@ -379,3 +379,37 @@ def test_an_append_result_file_with_long_lines_is_detected(tmp_path: Path) -> No
     assert len(path.read_text().splitlines()[0]) > 1 << 17
     assert detect_recording_format(path) == "vllm-bench"
     assert read_recording(path).counts["num_stages"] == 2
+
+
+def test_guidellm_requests_cancelled_at_the_end_of_a_run_are_counted() -> None:
+    """A real run cut short by ``max_duration``: the requests in flight were cancelled
+    (``incomplete``, some with no output tokens): counted, not measured, never fatal."""
+    path = GUIDELLM["0.8.1"] / "cancelled.json"
+    bench, metrics = guidellm_metrics(path)
+    incomplete = len(bench["requests"]["incomplete"])
+    assert incomplete > 0
+    rec = read_recording(path)
+    assert rec.counts["num_incomplete"] == incomplete
+    assert rec.counts["num_measured"] == metrics["request_totals"]["successful"]
+    no_output = sum(1 for r in bench["requests"]["incomplete"] if not r["output_tokens"])
+    assert rec.counts.get("num_dropped_0_output_tokens", 0) == no_output
+    assert set(rec.measured.loc[~rec.measured["usable"], "status"]) <= {"incomplete"}
+
+
+def test_aiperf_cancelled_and_failed_records_are_counted_not_measured(tmp_path: Path) -> None:
+    src = AIPERF / "concurrency4.jsonl"
+    recs = [json.loads(line) for line in src.read_text().splitlines()]
+    recs[5]["metadata"]["was_cancelled"] = True
+    recs[5]["error"] = {"code": 499, "type": "RequestCancellationError", "message": "cancelled"}
+    recs[6]["error"] = {"code": 500, "type": "HTTPError", "message": "boom"}
+    recs[6]["metrics"] = {"error_isl": {"value": 32, "unit": "tokens"}}
+    path = tmp_path / "run.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    rec = read_recording(path)
+    assert rec.counts["num_cancelled"] == 1
+    assert rec.counts["num_measured"] == 18
+    # the failed request generated nothing: dropped as the trace loader drops it, and counted
+    assert rec.counts["num_dropped_0_output_tokens"] == 1
+    assert rec.counts["num_failed"] == 0  # (of the simulated ones)
+    assert len(rec.workload) == 21
+    assert any("no profile_export_aiperf.json" in n for n in rec.notes)
