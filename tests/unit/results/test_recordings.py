@@ -200,8 +200,8 @@ def test_guidellm_report(tmp_path: Path, new_schema: bool) -> None:
     assert detect_recording_format(path) == "guidellm"
     rec = read_recording(path)
     check_rows(rec)
-    assert rec.measured["stage"].tolist() == (["0: constant 1.0 req/s"] * 3
-                                              + ["1: constant 4.0 req/s"] * 3)
+    assert rec.measured["stage"].tolist() == (["0: constant 1 req/s"] * 3
+                                              + ["1: constant 4 req/s"] * 3)
 
 
 def test_noisy_records_are_counted_not_fatal(tmp_path: Path) -> None:
@@ -248,14 +248,15 @@ BAD_CASES = [
     ("short.json", json.dumps({**vllm_bench_doc(), "ttfts": TTFT[:5]}),
      "field 'ttfts': has 5 entries, input_lens has 6"),
     ("bad-itl.json", json.dumps({**vllm_bench_doc(), "itls": [[0.1]] * 5 + [["x"]]}),
-     "row 5: field 'itls': must be a list of numbers"),
+     "row 5: field 'itls': not a number: 'x'"),
     ("neg.json", json.dumps({**vllm_bench_doc(), "input_lens": [10, -1, 3, 4, 5, 6]}),
      "row 1: field 'input_lens': negative value: -1"),
     ("no-detail.json", json.dumps({"completed": 6, "duration": 3.0, "date": "x"}),
      "field 'input_lens': is a vllm bench serve result without per-request data"),
     ("guidellm.json", json.dumps({"benchmarks": [{"requests": {"successful": [
         {"prompt_tokens": 3, "output_tokens": 2}]}}]}),
-     "field 'benchmarks[0].requests.successful[0]': has no start time"),
+     "field 'benchmarks[0].requests.successful[0].request_start_time': a successful request "
+     "without request_start_time"),
     ("broken.json", '{"benchmarks": [\n{"requests": ', "line 2: not valid JSON"),
 ]
 
@@ -284,3 +285,22 @@ def test_a_bad_recording_exits_2_with_one_line(tmp_path: Path, command: str) -> 
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
     assert "Traceback" not in res.stderr
+
+
+def test_no_recorded_max_tokens_means_the_realised_output_never_an_invented_cap(
+        tmp_path: Path) -> None:
+    """A records file without max_output_tokens declares each request's realised output (the
+    old default, 2,048, made a small-KV server refuse what the real one served)."""
+    from kvbudget.workloads.max_output import FixedCap
+
+    path = tmp_path / "r.csv"
+    generic_frame().to_csv(path, index=False)
+    rec = read_recording(path)
+    assert rec.workload.max_output_tokens.tolist() == OUTPUT
+    assert any("realised output length" in n for n in rec.notes)
+    # --max-output with --records: the rule for rows without a recorded setting
+    capped = read_recording(path, max_output=FixedCap(64))
+    assert capped.workload.max_output_tokens.tolist() == [max(64, o) for o in OUTPUT]
+    bench = tmp_path / "b.json"
+    bench.write_text(json.dumps(vllm_bench_doc()))
+    assert read_recording(bench).workload.max_output_tokens.tolist() == OUTPUT

@@ -1,0 +1,227 @@
+"""AIPerf's per-request records: ``profile_export.jsonl``.
+
+What the file holds (github.com/ai-dynamo/aiperf, ``docs/tutorials/working-with-profile-
+exports.md`` and ``aiperf/common/models/record_models.py``, ``MetricRecordInfo``): one JSON
+object a line, one per request sent, with ``metadata`` (``request_start_ns``,
+``request_end_ns``: epoch nanoseconds; ``benchmark_phase``: ``warmup`` or ``profiling``;
+``was_cancelled``), ``metrics`` (each ``{"value": ..., "unit": ...}``:
+``input_sequence_length``, ``output_sequence_length`` (AIPerf's tokenizer's count of the
+text), ``usage_completion_tokens`` (the server's), ``time_to_first_token`` and
+``request_latency`` in ms, ``inter_token_latency`` in ms) and ``error`` (null, or ``code``,
+``type``, ``message``). Warm-up requests (``--warmup-request-count``) are simulated (they
+loaded the server) and left out of every measured statistic, as AIPerf's summary does;
+failed and cancelled requests are counted.
+
+The load mode and the server configuration come from ``profile_export_aiperf.json`` beside it
+when present (``input_config``: ``phases`` with ``type`` ``concurrency`` / ``request_rate``,
+``concurrency``, ``rate`` (``request_rate`` in earlier versions); ``models``; ``endpoint.extra`` with ``ignore_eos`` and
+``max_tokens``; ``aiperf_version``); without it the stage's load is ``unknown``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kvbudget.results.recorded_fields import (
+    MAX_MEASURED_S,
+    dig,
+    finish_columns,
+    json_lines,
+    load_json,
+    max_tokens_note,
+    number,
+)
+from kvbudget.results.recordings import RecordedStage, Recording, build_recording
+from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.max_output import MaxOutputRule
+
+SUMMARY_NAME = "profile_export_aiperf.json"
+"""AIPerf's summary beside the records (``<prefix>_aiperf.json`` with ``--profile-export-
+prefix``)."""
+
+
+def _metric(path: Path, line: int, metrics: Mapping[str, Any], name: str,
+            scale: float = 1.0) -> float:
+    """A metric's value (``{"value": x, "unit": u}``), NaN when absent; ms to seconds via
+    ``scale``."""
+    entry = metrics.get(name)
+    if entry is None:
+        return math.nan
+    if not isinstance(entry, dict):
+        raise TraceError(path, "must be an object with a value", line=line,
+                         field=f"metrics.{name}")
+    unit = entry.get("unit")
+    x = number(entry.get("value"), path, f"metrics.{name}.value")
+    if scale != 1.0 and unit not in (None, "ms"):
+        raise TraceError(path, f"unit {unit!r}, expected ms", line=line,
+                         field=f"metrics.{name}.unit")
+    return x * scale
+
+
+def _summary_path(path: Path) -> Path:
+    stem = path.name.removesuffix(".jsonl")
+    beside = path.with_name(f"{stem}_aiperf.json")
+    return beside if beside.is_file() else path.with_name(SUMMARY_NAME)
+
+
+def _summary(path: Path) -> dict[str, Any]:
+    summary = _summary_path(path)
+    if not summary.is_file():
+        return {}
+    doc = load_json(summary)
+    return doc if isinstance(doc, dict) else {}
+
+
+def _stage(path: Path, summary: Mapping[str, Any]) -> RecordedStage:
+    """The profiling phase's load (``path``: the summary file, named in errors)."""
+    phases = dig(summary, "input_config", "phases")
+    found = [(k, p) for k, p in enumerate(phases if isinstance(phases, list) else [])
+             if isinstance(p, dict) and p.get("kind", p.get("name")) == "profiling"]
+    if not found:
+        return RecordedStage("", "unknown", None, None)
+    k, phase = found[0]
+    where = f"input_config.phases[{k}]"
+    rate_key = "rate" if "rate" in phase else "request_rate"
+    rate = number(phase.get(rate_key), path, f"{where}.{rate_key}")
+    conc_f = number(phase.get("concurrency"), path, f"{where}.concurrency")
+    if not math.isnan(rate) and rate <= 0:
+        raise TraceError(path, f"must be > 0, got {phase.get(rate_key)!r}",
+                         field=f"{where}.{rate_key}")
+    if not math.isnan(conc_f) and (conc_f < 1 or not conc_f.is_integer()):
+        raise TraceError(path, f"must be a whole number >= 1, got {phase.get('concurrency')!r}",
+                         field=f"{where}.concurrency")
+    conc = None if math.isnan(conc_f) else int(conc_f)
+    if phase.get("type") == "concurrency" and conc is not None:
+        return RecordedStage(f"concurrency {conc}", "closed", None, conc)
+    if not math.isnan(rate) and conc is not None:
+        return RecordedStage(f"{rate:g} req/s, concurrency {conc}", "capped", rate, conc)
+    if not math.isnan(rate):
+        return RecordedStage(f"{rate:g} req/s", "open", rate, None)
+    return RecordedStage("", "unknown", None, None)
+
+
+def _config(summary: Mapping[str, Any]) -> dict[str, Any]:
+    config: dict[str, Any] = {}
+    models = dig(summary, "input_config", "models", "items")
+    if isinstance(models, list) and models and isinstance(models[0], dict):
+        config["model"] = models[0].get("name")
+    extra = dig(summary, "input_config", "endpoint", "extra") or {}
+    if isinstance(extra, dict):
+        if isinstance(extra.get("ignore_eos"), bool):
+            config["ignore_eos"] = extra["ignore_eos"]
+        mt = extra.get("max_tokens")
+        if isinstance(mt, int) and not isinstance(mt, bool) and mt >= 1:
+            config["max_tokens"] = mt
+    url = dig(summary, "input_config", "endpoint", "urls")
+    if isinstance(url, list) and url:
+        config["target"] = url[0]
+    return {k: v for k, v in config.items() if v is not None}
+
+
+def read_aiperf(path: Path, default_tier: str,
+                max_output_rule: MaxOutputRule | None = None) -> Recording:
+    """Read an AIPerf ``profile_export.jsonl`` (and its summary beside it, when present)."""
+    records = json_lines(path)
+    n = len(records)
+    prompt, output, start, ttft, e2e, itl = (np.full(n, np.nan) for _ in range(6))
+    status: list[str] = []
+    server_counts = 0
+    for i, (line, rec) in enumerate(records):
+        if not isinstance(rec, dict) or not isinstance(rec.get("metadata"), dict):
+            raise TraceError(path, "not an AIPerf record (no metadata object)", line=line,
+                             field="metadata")
+        meta = rec["metadata"]
+        metrics = rec.get("metrics") or {}
+        if not isinstance(metrics, dict):
+            raise TraceError(path, "must be an object", line=line, field="metrics")
+        try:
+            t0 = number(meta.get("request_start_ns"), path, "metadata.request_start_ns")
+            t1 = number(meta.get("request_end_ns"), path, "metadata.request_end_ns")
+            p = _metric(path, line, metrics, "input_sequence_length")
+            if math.isnan(p):
+                p = _metric(path, line, metrics, "error_isl")
+            o_server = _metric(path, line, metrics, "usage_completion_tokens")
+            o = o_server if not math.isnan(o_server) else _metric(
+                path, line, metrics, "output_sequence_length")
+            server_counts += int(not math.isnan(o_server))
+            first = _metric(path, line, metrics, "time_to_first_token", 1e-3)
+            lat = _metric(path, line, metrics, "request_latency", 1e-3)
+            itl[i] = _metric(path, line, metrics, "inter_token_latency", 1e-3)
+        except TraceError as exc:
+            raise TraceError(path, exc.problem, line=line, field=exc.field) from None
+        if math.isnan(t0):
+            raise TraceError(path, "missing", line=line, field="metadata.request_start_ns")
+        if math.isnan(lat) and not math.isnan(t1):
+            lat = (t1 - t0) * 1e-9
+        for name, value in (("time_to_first_token", first), ("request_latency", lat),
+                            ("inter_token_latency", itl[i])):
+            if not math.isnan(value) and not 0 <= value <= MAX_MEASURED_S:
+                raise TraceError(path, f"{'negative' if value < 0 else 'implausible'} time: "
+                                 f"{value * 1e3:g} ms", line=line, field=f"metrics.{name}")
+        if not math.isnan(first) and not math.isnan(lat) and lat < first - 1e-9:
+            raise TraceError(path, f"the request ends ({lat * 1e3:g} ms) before its first "
+                             f"token ({first * 1e3:g} ms)", line=line,
+                             field="metrics.request_latency")
+        prompt[i], output[i], start[i], ttft[i], e2e[i] = p, (0 if math.isnan(o) else o), t0, \
+            first, lat
+        status.append(_status(rec, meta))
+    return _recording(path, records, prompt, output, start, ttft, e2e, itl, status,
+                      server_counts, default_tier, max_output_rule)
+
+
+def _status(rec: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
+    if meta.get("was_cancelled"):
+        return "cancelled"
+    if rec.get("error"):
+        err = rec["error"]
+        kind = err.get("type") if isinstance(err, dict) else None
+        return f"error ({kind})" if kind else "error"
+    phase = meta.get("benchmark_phase", meta.get("phase_kind", "profiling"))
+    return "completed" if phase in (None, "profiling") else str(phase)
+
+
+def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: Any,
+               start: Any, ttft: Any, e2e: Any, itl: Any, status: list[str],
+               server_counts: int, default_tier: str,
+               max_output_rule: MaxOutputRule | None) -> Recording:
+    summary = _summary(path)
+    stage = _stage(_summary_path(path), summary)
+    config = _config(summary)
+    recorded = (np.full(len(prompt), float(config["max_tokens"])) if "max_tokens" in config
+                else None)
+    missing_prompt = np.isnan(prompt)
+    if missing_prompt.any():
+        i = int(np.argmax(missing_prompt))
+        raise TraceError(path, "missing", line=records[i][0],
+                         field="metrics.input_sequence_length")
+    workload, counts, warnings = finish_columns(
+        path, "aiperf", prompt=prompt, output=output, arrival=(start - np.min(start)) * 1e-9,
+        fields={"prompt_tokens": "input_sequence_length",
+                "output_tokens": "usage_completion_tokens", "arrival_s": "request_start_ns",
+                "max_output_tokens": "max_tokens"},
+        default_tier=default_tier, max_output=recorded, max_output_rule=max_output_rule)
+    rows = workload.request_id
+    st = [status[r] for r in rows.tolist()]
+    counts["num_warmup"] = st.count("warmup")
+    counts["num_failed"] = sum(s.startswith("error") for s in st)
+    counts["num_cancelled"] = st.count("cancelled")
+    version = summary.get("aiperf_version")
+    notes = [max_tokens_note(recorded, max_output_rule)]
+    if counts["num_warmup"]:
+        notes.append(f"{counts['num_warmup']} warm-up requests simulated (they loaded the "
+                     "server) and left out of the measured statistics, as AIPerf does")
+    if server_counts < len(prompt):
+        notes.append(f"output tokens: the server's usage count for {server_counts} of "
+                     f"{len(prompt)} requests, AIPerf's tokenizer count for the others")
+    if not summary:
+        notes.append(f"no {SUMMARY_NAME} beside the records: load mode and server settings "
+                     "unknown")
+    return build_recording(path, "aiperf", workload, ttft=ttft[rows], e2e=e2e[rows], status=st,
+                           stage=[stage.label] * len(rows), itl_mean=itl[rows], config=config,
+                           counts=counts, notes=[*notes, *warnings], stages=(stage,),
+                           tool=f"aiperf {version}" if isinstance(version, str) else "aiperf")

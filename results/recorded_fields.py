@@ -1,0 +1,165 @@
+"""What every recording reader shares: strict numbers, times, JSON and the workload's columns.
+
+A load tool's file is untrusted input: a field that should hold a number and holds a list,
+a string, ``Infinity`` or ``NaN`` is an error naming the file, the row and the field
+(:class:`~kvbudget.workloads.errors.TraceError`), never a silent NaN; a missing value
+(``null`` or no key) is a missing measurement. Measured times are checked by
+:func:`check_times` (>= 0, at most a day). :func:`finish_columns` runs the trace loader's validation over a reader's columns
+and declares each request's ``max_output_tokens``: the tool's recorded setting where the file
+has one, else the request's realised output (it did generate that many, so the server
+accepted at least that): never an invented cap.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.errors import json_problem as _json_problem
+from kvbudget.workloads.max_output import FactorOfTrue, MaxOutputRule
+from kvbudget.workloads.traces.options import TraceOptions
+from kvbudget.workloads.workload import Workload
+
+FloatArray = npt.NDArray[np.float64]
+
+MAX_MEASURED_S = 86_400.0
+"""The longest time to first token or end to end a recording may hold (a day)."""
+
+REALISED_OUTPUT = FactorOfTrue(1.0)
+"""The ``max_output_tokens`` of a request whose file records none: its realised output."""
+
+MAX_FILE_BYTES = 2 << 30
+"""The largest recording read (2 GiB): a load test of a million requests is far below."""
+
+
+def dig(obj: Any, *keys: str) -> Any:
+    """``obj[k1][k2]...``, None where a level is missing or not an object."""
+    for key in keys:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def number(value: Any, path: Path, field: str, row: int | None = None) -> float:
+    """A finite number, NaN for a missing one (None); anything else raises naming the field."""
+    if value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TraceError(path, f"not a number: {_short(value)}", row=row, field=field)
+    x = float(value)
+    if not math.isfinite(x):
+        raise TraceError(path, f"not finite: {value}", row=row, field=field)
+    return x
+
+
+def first_number(path: Path, row: int | None, *pairs: tuple[str, Any]) -> float:
+    """The first present value of ``(field, value)`` pairs, checked by :func:`number`."""
+    for name, value in pairs:
+        x = number(value, path, name, row)
+        if not math.isnan(x):
+            return x
+    return math.nan
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def load_json(path: Path) -> Any:
+    """The JSON document in ``path`` (errors name the line)."""
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise TraceError(path, f"is over {MAX_FILE_BYTES >> 30} GiB: too large for a "
+                             "recording")
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise TraceError(path, f"not valid JSON ({_json_problem(exc)})",
+                         line=getattr(exc, "lineno", 1)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(path, f"cannot be read ({exc})") from None
+
+
+def json_lines(path: Path) -> list[tuple[int, Any]]:
+    """Every non-empty line of a JSON-lines file as ``(line number, document)``."""
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise TraceError(path, f"is over {MAX_FILE_BYTES >> 30} GiB: too large for a "
+                             "recording")
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(path, f"cannot be read ({exc})") from None
+    out: list[tuple[int, Any]] = []
+    for i, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append((i, json.loads(line)))
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise TraceError(path, f"not valid JSON ({_json_problem(exc)})", line=i) from None
+    if not out:
+        raise TraceError(path, "is empty")
+    return out
+
+
+def check_times(path: Path, name: str, values: FloatArray, rows: npt.NDArray[np.int64],
+                line_of: Callable[[int], int] | None = None) -> None:
+    """Measured times must be >= 0 and at most a day where present (NaN is a missing
+    measurement): no server keeps a request open for a day, so 1e12 s is a wrong unit."""
+    with np.errstate(invalid="ignore"):
+        bad = np.isfinite(values) & ((values < 0) | (values > MAX_MEASURED_S)) | np.isinf(values)
+    if bad.any():
+        i = int(np.argmax(bad))
+        row = int(rows[i])
+        problem = (f"not finite: {values[i]}" if not np.isfinite(values[i])
+                   else f"negative time: {values[i]:g}" if values[i] < 0
+                   else f"implausibly long: {values[i]:g} s (over a day; are the times in "
+                   "seconds?)")
+        if line_of is not None:
+            raise TraceError(path, problem, line=line_of(row), field=name)
+        raise TraceError(path, problem, row=row, field=name)
+
+
+def finish_columns(path: Path, fmt: str, *, prompt: FloatArray, output: FloatArray,
+                   arrival: FloatArray, fields: dict[str, str], default_tier: str,
+                   max_output: FloatArray | None = None,
+                   max_output_rule: MaxOutputRule | None = None,
+                   ) -> tuple[Workload, dict[str, int], list[str]]:
+    """A workload from per-request columns, validated and transformed as a trace file's
+    (errors name the row and the file's field); request ids are the 0-based rows.
+
+    ``max_output`` holds the tool's recorded ``max_tokens`` per row (NaN: none recorded);
+    rows without one declare ``max_output_rule`` (default: their realised output)."""
+    from kvbudget.workloads.traces._finish import RawTrace, Streams, finish
+
+    rule = REALISED_OUTPUT if max_output_rule is None else max_output_rule
+    raw = RawTrace(path=path, format=fmt, prompt=prompt, output=output, arrival=arrival,
+                   max_output=max_output, fields=fields, rows_read=len(prompt), labels={})
+    loaded = finish(raw, TraceOptions(default_tier=default_tier, max_output=rule),
+                    Streams.from_seed(0))
+    counts = {"num_rows_read": loaded.report.rows_read}
+    for reason, count in loaded.report.dropped:
+        counts["num_dropped_" + reason.split(" (")[0].replace(" ", "_")] = count
+    return loaded.workload, counts, list(loaded.report.warnings)
+
+
+def max_tokens_note(recorded: FloatArray | None, rule: MaxOutputRule | None) -> str:
+    """What each request declared as ``max_tokens``, in one sentence."""
+    n_rec = 0 if recorded is None else int(np.isfinite(recorded).sum())
+    n = 0 if recorded is None else len(recorded)
+    rest = ("the --max-output rule" if rule is not None else
+            "its realised output length (the server generated that many, so it accepted at "
+            "least that; the file records no max_tokens)")
+    if n_rec and n_rec == n:
+        return "max_tokens: the tool's recorded setting for every request"
+    if n_rec:
+        return f"max_tokens: the tool's recorded setting for {n_rec} of {n} requests, else {rest}"
+    return f"max_tokens: {rest}"

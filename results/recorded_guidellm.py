@@ -1,0 +1,401 @@
+"""GuideLLM benchmark reports, 0.2 to 0.8: JSON and YAML (the same document), CSV refused.
+
+Two schemas (github.com/vllm-project/guidellm):
+
+0.2-0.3 (``src/guidellm/benchmark/benchmark.py``, ``aggregator.py``)
+    ``{"benchmarks": [...]}``; a benchmark's ``args.strategy`` (``type_`` and ``streams`` /
+    ``rate`` / ``max_concurrency``), ``worker.backend_model``, ``request_totals`` (what its
+    metrics counted), ``request_samples`` (null unless ``--output-sampling`` kept a sample),
+    ``run_stats.requests_made`` (everything sent, warm-up and cool-down included) and
+    ``requests.successful / errored / incomplete`` with ``prompt_tokens``,
+    ``output_tokens``, ``start_time``, ``first_token_time``, ``end_time``. The aggregator drops
+    the warm-up and cool-down requests (``warmup_number`` / ``cooldown_number``...) from the
+    lists altogether (``aggregator.py``, ``add_result``): they cannot be simulated, and the
+    notes say how many are missing.
+0.4 and later (``src/guidellm/benchmark/schemas/``)
+    ``{"metadata": {"guidellm_version": ...}, "benchmarks": [...]}`` (``metadata`` from 0.5);
+    a benchmark's ``config.strategy``, ``config.sample_size`` (null: every request kept),
+    ``scheduler_metrics.measure_start_time`` / ``measure_end_time`` and
+    ``requests.successful / errored / incomplete`` with every request sent, warm-up and
+    cool-down included: GuideLLM's metrics count only those with ``request_end_time >=
+    measure_start`` and ``request_start_time <= measure_end``
+    (``GenerativeRequestsAccumulator.get_within_range``); the others are read here with the
+    status ``warmup`` or ``cooldown``: simulated (they loaded the server), left out of every
+    measured statistic. Times: ``request_start_time``, ``info.timings.first_token_iteration``,
+    ``request_end_time``; tokens ``input_metrics.text_tokens`` /
+    ``output_metrics.text_tokens`` (``prompt_tokens`` / ``output_tokens`` in 0.4); an
+    incomplete (cancelled) request may have null tokens: counted, never fatal. The request
+    body (``request_args``, a JSON string, unless GuideLLM cleared it) holds ``max_tokens``
+    and ``ignore_eos``.
+
+Load mode per benchmark from its strategy: ``synchronous`` is a closed loop of 1,
+``concurrent`` of ``streams``, ``throughput`` of its ``max_concurrency``; ``constant`` and
+``poisson`` are open loops at ``rate`` (capped when they have a ``max_concurrency``).
+
+The CSV report (``outputs/csv.py``) holds one row of aggregates per benchmark and no request:
+it is refused with one line saying so.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kvbudget.results.recorded_fields import (
+    MAX_FILE_BYTES,
+    MAX_MEASURED_S,
+    FloatArray,
+    dig,
+    finish_columns,
+    first_number,
+    load_json,
+    max_tokens_note,
+    number,
+)
+from kvbudget.results.recordings import RecordedStage, Recording, build_recording
+from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.max_output import MaxOutputRule
+
+KINDS = ("successful", "errored", "incomplete")
+"""GuideLLM's request lists (``StatusBreakdown``), in the report's order."""
+
+
+@dataclass
+class _Columns:
+    prompt: list[float] = field(default_factory=list)
+    output: list[float] = field(default_factory=list)
+    start: list[float] = field(default_factory=list)
+    first: list[float] = field(default_factory=list)
+    end: list[float] = field(default_factory=list)
+    itl: list[float] = field(default_factory=list)
+    max_tokens: list[float] = field(default_factory=list)
+    status: list[str] = field(default_factory=list)
+    stage: list[str] = field(default_factory=list)
+    where: list[str] = field(default_factory=list)
+    ignore_eos: set[bool] = field(default_factory=set)
+
+
+def load_report(path: Path) -> Any:
+    """The report's document: JSON, or YAML for ``.yaml`` / ``.yml``; a CSV is refused."""
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        raise TraceError(path, csv_refusal(path))
+    if suffix not in (".yaml", ".yml"):
+        return load_json(path)
+    yaml: Any = importlib.import_module("yaml")
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise TraceError(path, "too large for a recording")
+        with path.open() as fh:
+            return yaml.safe_load(fh)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = None if mark is None else int(mark.line) + 1
+        raise TraceError(path, f"not valid YAML ({getattr(exc, 'problem', exc)})",
+                         line=line) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(path, f"cannot be read ({exc})") from None
+
+
+def csv_refusal(path: Path) -> str:
+    """Why a GuideLLM CSV report cannot be read: it has aggregates, no requests (the CSV
+    names no GuideLLM version: the version is in the JSON report's ``metadata``)."""
+    return ("is a GuideLLM CSV report (its version is not in the CSV): one row of aggregates "
+            "per benchmark and no per-request rows (start, first-token and end times, token "
+            "counts); pass the JSON or YAML report of the same run (--output kind=json or "
+            "kind=yaml; before 0.7: --outputs benchmarks.json or --output-path benchmarks.json)")
+
+
+def _version(doc: Mapping[str, Any]) -> str:
+    meta = doc.get("metadata")
+    version = dig(meta, "guidellm_version") if isinstance(meta, dict) else None
+    return str(version) if isinstance(version, str | int | float) else ""
+
+
+def _strategy(bench: Mapping[str, Any]) -> dict[str, Any]:
+    strategy = dig(bench, "config", "strategy") or dig(bench, "args", "strategy") or {}
+    return strategy if isinstance(strategy, dict) else {}
+
+
+def _positive(path: Path, value: Any, where: str) -> float | None:
+    x = number(value, path, where)
+    if math.isnan(x):
+        return None
+    if x <= 0:
+        raise TraceError(path, f"must be > 0, got {value!r}", field=where)
+    return x
+
+
+def stage_of(path: Path, bench: Mapping[str, Any], index: int) -> RecordedStage:
+    """A benchmark's load stage, from its strategy."""
+    strategy = _strategy(bench)
+    where = f"benchmarks[{index}].strategy"
+    kind = str(strategy.get("type_") or strategy.get("type") or "")
+    rate = _positive(path, strategy.get("rate"), f"{where}.rate")
+    conc_f = _positive(path, strategy.get("streams") if kind == "concurrent"
+                       else strategy.get("max_concurrency"), f"{where}.max_concurrency")
+    conc = None if conc_f is None else int(conc_f)
+    if kind == "synchronous":
+        return RecordedStage(f"{index}: synchronous", "closed", None, 1)
+    if kind in ("concurrent", "throughput") and conc is not None:
+        return RecordedStage(f"{index}: {kind} x{conc}", "closed", None, conc)
+    if kind == "throughput":
+        return RecordedStage(f"{index}: throughput", "open", math.inf, None)
+    if kind in ("constant", "poisson") and rate is not None:
+        if conc is not None:
+            return RecordedStage(f"{index}: {kind} {rate:g} req/s x{conc}", "capped", rate, conc)
+        return RecordedStage(f"{index}: {kind} {rate:g} req/s", "open", rate, None)
+    return RecordedStage(f"{index}: {kind or 'benchmark'}", "unknown", None, None)
+
+
+def _window(path: Path, bench: Mapping[str, Any], b: int) -> tuple[float, float] | None:
+    """GuideLLM 0.4+'s measurement window (``scheduler_metrics``), None for 0.2-0.3."""
+    metrics = bench.get("scheduler_metrics")
+    if not isinstance(metrics, dict):
+        return None
+    start = number(metrics.get("measure_start_time"), path,
+                   f"benchmarks[{b}].scheduler_metrics.measure_start_time")
+    end = number(metrics.get("measure_end_time"), path,
+                 f"benchmarks[{b}].scheduler_metrics.measure_end_time")
+    if math.isnan(start) or math.isnan(end):
+        return None
+    return start, end
+
+
+def _request_body(req: Mapping[str, Any]) -> dict[str, Any]:
+    """The request body GuideLLM sent: ``request_args`` is JSON text in 0.5+ and a Python
+    ``repr`` of a dict in 0.4 (``{'method': None, ..., 'body': {...}}``)."""
+    args = req.get("request_args")
+    if isinstance(args, str) and len(args) < (1 << 20):
+        try:
+            args = json.loads(args)
+        except (json.JSONDecodeError, RecursionError):
+            try:
+                args = ast.literal_eval(args)
+            except (ValueError, SyntaxError, RecursionError, MemoryError, TypeError):
+                return {}
+    body = dig(args, "body")
+    return body if isinstance(body, dict) else {}
+
+
+def _add_request(path: Path, cols: _Columns, req: Any, where: str, kind: str, label: str,
+                 window: tuple[float, float] | None) -> bool:
+    """Append one request; False when it cannot be simulated (no prompt length)."""
+    if not isinstance(req, dict):
+        raise TraceError(path, "must be an object", field=where)
+    timings = dig(req, "info", "timings") or dig(req, "scheduler_info") or {}
+    if not isinstance(timings, dict):
+        raise TraceError(path, "must be an object", field=f"{where}.info.timings")
+    t0 = first_number(path, None, (f"{where}.request_start_time", req.get("request_start_time")),
+                      (f"{where}.start_time", req.get("start_time")),
+                      (f"{where}.info.timings.request_start", timings.get("request_start")))
+    t_end = first_number(path, None, (f"{where}.request_end_time", req.get("request_end_time")),
+                         (f"{where}.end_time", req.get("end_time")),
+                         (f"{where}.info.timings.request_end", timings.get("request_end")))
+    t_first = first_number(path, None,
+                           (f"{where}.first_token_time", req.get("first_token_time")),
+                           (f"{where}.info.timings.first_token_iteration",
+                            timings.get("first_token_iteration")))
+    p = first_number(path, None, (f"{where}.prompt_tokens", req.get("prompt_tokens")),
+                     (f"{where}.input_metrics.text_tokens",
+                      dig(req, "input_metrics", "text_tokens")),
+                     (f"{where}.input_metrics.total_tokens",
+                      dig(req, "input_metrics", "total_tokens")))
+    o = first_number(path, None, (f"{where}.output_tokens", req.get("output_tokens")),
+                     (f"{where}.output_metrics.text_tokens",
+                      dig(req, "output_metrics", "text_tokens")),
+                     (f"{where}.output_metrics.total_tokens",
+                      dig(req, "output_metrics", "total_tokens")))
+    if kind == "successful" and (math.isnan(t0) or math.isnan(p)):
+        field_ = "request_start_time" if math.isnan(t0) else "prompt_tokens"
+        raise TraceError(path, f"a successful request without {field_}",
+                         field=f"{where}.{field_}")
+    if math.isnan(t0) or math.isnan(p):
+        return False  # a cancelled request GuideLLM knows nothing of: counted by the caller
+    status = "completed" if kind == "successful" else kind
+    if window is not None and not math.isnan(t_end):
+        w0, w1 = window
+        if t_end < w0:
+            status = "warmup"
+        elif t0 > w1:
+            status = "cooldown"
+    body = _request_body(req)
+    mt = body.get("max_tokens") or body.get("max_completion_tokens")
+    eos = body.get("ignore_eos")
+    if isinstance(eos, bool):
+        cols.ignore_eos.add(eos)
+    cols.prompt.append(p)
+    cols.output.append(o if not math.isnan(o) else 0.0)
+    cols.start.append(t0)
+    cols.first.append(t_first)
+    cols.end.append(t_end)
+    cols.itl.append(number(req.get("inter_token_latency_ms"), path,
+                           f"{where}.inter_token_latency_ms") / 1000.0)
+    cols.max_tokens.append(number(mt, path, f"{where}.request_args.body.max_tokens"))
+    cols.status.append(status)
+    cols.stage.append(label)
+    cols.where.append(where)
+    return True
+
+
+def _sample_note(bench: Mapping[str, Any], label: str, listed: Mapping[str, int]) -> str | None:
+    """A note when the report kept a sample of its requests (and only then)."""
+    samples = bench.get("request_samples")
+    sample_size = dig(bench, "config", "sample_size")
+    if isinstance(samples, dict):  # 0.2-0.3: --output-sampling
+        totals = bench.get("request_totals") or {}
+        kept = sum(listed.values())
+        total = sum(int(v) for k, v in totals.items() if k in KINDS and isinstance(v, int))
+    elif isinstance(sample_size, int):  # 0.4+: --sample-size
+        made = dig(bench, "scheduler_metrics", "requests_made") or {}
+        kept = sum(listed.values())
+        total = sum(int(v) for k, v in made.items() if k in KINDS and isinstance(v, int))
+    else:
+        return None
+    if total <= kept:
+        return None
+    return (f"{label}: the report kept a sample of {kept} of its {total} requests: the "
+            "simulation offers only those, a lighter load than the server saw; run GuideLLM "
+            "without sampling so that it keeps every request")
+
+
+def _unlisted_note(bench: Mapping[str, Any], label: str, listed: int) -> str | None:
+    """0.2-0.3 leave warm-up and cool-down requests out of the lists: say how many."""
+    if "args" not in bench or bench.get("request_samples") is not None:
+        return None
+    made = dig(bench, "run_stats", "requests_made", "total")
+    if isinstance(made, int) and made > listed:
+        return (f"{label}: {made - listed} of the {made} requests sent (warm-up and cool-down: "
+                "GuideLLM 0.2-0.3 leave them out of the report) are not in the file: the "
+                "simulation does not offer them")
+    return None
+
+
+def read_guidellm(path: Path, default_tier: str,
+                  max_output_rule: MaxOutputRule | None = None) -> Recording:
+    """Read a GuideLLM report (JSON or YAML)."""
+    doc = load_report(path)
+    benchmarks = doc.get("benchmarks") if isinstance(doc, dict) else None
+    if not isinstance(benchmarks, list) or not benchmarks:
+        raise TraceError(path, "must be a non-empty list of benchmarks (a GuideLLM report)",
+                         field="benchmarks")
+    version = _version(doc)
+    cols = _Columns()
+    notes: list[str] = []
+    counts: dict[str, int] = {}
+    stages = []
+    for b, bench in enumerate(benchmarks):
+        if not isinstance(bench, dict) or not isinstance(bench.get("requests"), dict):
+            raise TraceError(path, "must hold a 'requests' object (successful, errored, "
+                             "incomplete)", field=f"benchmarks[{b}].requests")
+        stage = stage_of(path, bench, b)
+        stages.append(stage)
+        window = _window(path, bench, b)
+        listed: dict[str, int] = {}
+        for kind in KINDS:
+            rows = bench["requests"].get(kind) or []
+            if not isinstance(rows, list):
+                raise TraceError(path, "must be a list", field=f"benchmarks[{b}].requests.{kind}")
+            listed[kind] = len(rows)
+            counts[f"num_{kind}"] = counts.get(f"num_{kind}", 0) + len(rows)
+            for r, req in enumerate(rows):
+                where = f"benchmarks[{b}].requests.{kind}[{r}]"
+                if not _add_request(path, cols, req, where, kind, stage.label, window):
+                    counts["num_incomplete_not_simulated"] = counts.get(
+                        "num_incomplete_not_simulated", 0) + 1
+        for note in (_sample_note(bench, stage.label, listed),
+                     _unlisted_note(bench, stage.label, sum(listed.values()))):
+            if note:
+                notes.append(note)
+    return _recording(path, doc, benchmarks, version, cols, stages, counts, notes,
+                      default_tier, max_output_rule)
+
+
+def _recording(path: Path, doc: Mapping[str, Any], benchmarks: list[Any], version: str,
+               cols: _Columns, stages: list[RecordedStage], counts: dict[str, int],
+               notes: list[str], default_tier: str,
+               max_output_rule: MaxOutputRule | None) -> Recording:
+    if counts.get("num_incomplete_not_simulated"):
+        notes.append(f"{counts['num_incomplete_not_simulated']} cancelled requests have no "
+                     "prompt length or no start time in the report (prompt_tokens null): "
+                     "counted, not simulated")
+    if not cols.prompt:
+        raise TraceError(path, "lists no request with a start time and a prompt length",
+                         field="benchmarks")
+    start = np.array(cols.start)
+    recorded: FloatArray | None = np.array(cols.max_tokens)
+    if recorded is not None and not np.isfinite(recorded).any():
+        recorded = None
+    workload, c2, warnings = finish_columns(
+        path, "guidellm", prompt=np.array(cols.prompt), output=np.array(cols.output),
+        arrival=start - float(start.min()),
+        fields={"prompt_tokens": "prompt_tokens", "output_tokens": "output_tokens",
+                "arrival_s": "request_start_time", "max_output_tokens": "max_tokens"},
+        default_tier=default_tier, max_output=recorded, max_output_rule=max_output_rule)
+    counts.update(c2)
+    rows = workload.request_id
+    ttft = np.array(cols.first) - start
+    e2e = np.array(cols.end) - start
+    label_of = {i: w for i, w in enumerate(cols.where)}
+    for name, values in (("time_to_first_token", ttft), ("request_latency", e2e)):
+        _check(path, name, values, rows, label_of)
+    bad = np.isfinite(ttft) & np.isfinite(e2e) & (e2e < ttft - 1e-9)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise TraceError(path, f"the request ends ({e2e[i]:g} s after its start) before its "
+                         f"first token ({ttft[i]:g} s)", field=f"{cols.where[i]}.request_end_time")
+    status = [cols.status[r] for r in rows.tolist()]
+    counts["num_warmup"] = status.count("warmup")
+    counts["num_cooldown"] = status.count("cooldown")
+    if counts["num_warmup"] or counts["num_cooldown"]:
+        notes.append(f"{counts['num_warmup']} warm-up and {counts['num_cooldown']} cool-down "
+                     "requests simulated (they loaded the server) and left out of the measured "
+                     "statistics, as GuideLLM does")
+    config = _config(benchmarks, doc, cols)
+    notes.append(max_tokens_note(recorded, max_output_rule))
+    return build_recording(path, "guidellm", workload, ttft=ttft[rows], e2e=e2e[rows],
+                           status=status, stage=[cols.stage[r] for r in rows.tolist()],
+                           itl_mean=np.array(cols.itl)[rows], config=config, counts=counts,
+                           notes=[*notes, *warnings], stages=tuple(stages),
+                           tool=f"guidellm {version}".strip())
+
+
+def _check(path: Path, name: str, values: FloatArray, rows: Any,
+           where: Mapping[int, str]) -> None:
+    """Measured times >= 0 and at most a day; the error names the request's place."""
+    with np.errstate(invalid="ignore"):
+        bad = np.isfinite(values) & ((values < 0) | (values > MAX_MEASURED_S))
+    if bad.any():
+        i = int(np.argmax(bad))
+        problem = (f"negative time: {values[i]:g}" if values[i] < 0 else
+                   f"implausibly long: {values[i]:g} s (over a day)")
+        raise TraceError(path, problem, field=f"{where[i]}.{name}")
+
+
+def _config(benchmarks: list[Any], doc: Mapping[str, Any], cols: _Columns) -> dict[str, Any]:
+    config: dict[str, Any] = {}
+    bench = benchmarks[0]
+    model = (dig(bench, "config", "requests", "model") or dig(bench, "config", "backend", "model")
+             or dig(bench, "worker", "backend_model")
+             or dig(doc, "config", "spec", "backend", "model")
+             or dig(doc, "args", "model"))
+    if isinstance(model, str):
+        config["model"] = model
+    finite = [x for x in cols.max_tokens if math.isfinite(x)]
+    if finite and min(finite) == max(finite):
+        config["max_tokens"] = int(finite[0])
+    if len(cols.ignore_eos) == 1:
+        config["ignore_eos"] = next(iter(cols.ignore_eos))
+    target = (dig(bench, "worker", "backend_target") or dig(bench, "config", "backend", "target")
+              or dig(doc, "config", "spec", "backend", "target"))
+    if isinstance(target, str):
+        config["target"] = target
+    return config

@@ -1,0 +1,206 @@
+"""inference-perf's per-request report: ``per_request_lifecycle_metrics.json``.
+
+What the file holds (github.com/kubernetes-sigs/inference-perf, ``inference_perf/apis/
+base.py``, ``RequestLifecycleMetric``; written by ``reportgen/base.py`` when
+``report.request_lifecycle.per_request`` is true): a JSON list, one object per request, with
+``start_time`` and ``end_time`` (the client's monotonic clock, seconds), ``request`` (the
+request body as JSON text: ``model``, ``max_tokens``, ``ignore_eos``), ``info``
+(``input_tokens`` or ``request_metrics.text.input_tokens``; ``response_metrics`` with
+``output_tokens`` (inference-perf's tokenizer's count), ``server_usage.completion_tokens``
+(the server's) and ``output_token_times``, the arrival of each output token), ``error`` (null
+or ``error_type``, ``error_msg``) and, in later versions, ``stage_id`` and ``scheduled_time``.
+TTFT is the first output token's time less ``start_time``, as inference-perf computes it.
+
+Stages: ``stage_id`` where the file has it; otherwise the ``stage_N_lifecycle_metrics.json``
+files beside it give each stage's request count (``load_summary.count``) and rate
+(``load_summary.requested_rate``), and requests are assigned in start order (inference-perf
+runs its stages one after another). Each stage is an open loop at its requested rate.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kvbudget.results.recorded_fields import (
+    MAX_MEASURED_S,
+    dig,
+    finish_columns,
+    load_json,
+    max_tokens_note,
+    number,
+)
+from kvbudget.results.recordings import RecordedStage, Recording, build_recording
+from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.max_output import MaxOutputRule
+
+
+def _body(req: Mapping[str, Any]) -> dict[str, Any]:
+    text = req.get("request")
+    if isinstance(text, str):
+        try:
+            body = json.loads(text)
+        except (json.JSONDecodeError, RecursionError):
+            return {}
+        return body if isinstance(body, dict) else {}
+    return {}
+
+
+def _stage_files(path: Path) -> list[tuple[int, float | None]]:
+    """``(count, requested rate)`` of each ``stage_N_lifecycle_metrics.json`` beside the file."""
+    found = []
+    for p in path.parent.glob("stage_*_lifecycle_metrics.json"):
+        m = re.fullmatch(r"stage_(\d+)_lifecycle_metrics\.json", p.name)
+        if m:
+            found.append((int(m.group(1)), p))
+    out: list[tuple[int, float | None]] = []
+    for _, p in sorted(found):
+        doc = load_json(p)
+        count = dig(doc, "load_summary", "count")
+        rate = dig(doc, "load_summary", "requested_rate")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise TraceError(p, f"not a count: {count!r}", field="load_summary.count")
+        rate_f = number(rate, p, "load_summary.requested_rate")
+        if not math.isnan(rate_f) and rate_f <= 0:
+            raise TraceError(p, f"must be > 0, got {rate!r}", field="load_summary.requested_rate")
+        out.append((count, None if math.isnan(rate_f) else rate_f))
+    return out
+
+
+def _one(path: Path, i: int, req: Any) -> tuple[float, float, float, float, float, str, float,
+                                                 int | None, bool | None]:
+    """prompt, output, start, ttft, e2e, status, max_tokens, stage_id, ignore_eos."""
+    if not isinstance(req, dict):
+        raise TraceError(path, "must be an object", row=i)
+    t0 = number(req.get("start_time"), path, "start_time", i)
+    t1 = number(req.get("end_time"), path, "end_time", i)
+    if math.isnan(t0):
+        raise TraceError(path, "missing", row=i, field="start_time")
+    info = req.get("info") or {}
+    p = number(dig(info, "request_metrics", "text", "input_tokens"), path,
+               "info.request_metrics.text.input_tokens", i)
+    if math.isnan(p):
+        p = number(dig(info, "input_tokens"), path, "info.input_tokens", i)
+    resp = dig(info, "response_metrics") or {}
+    o = number(dig(resp, "server_usage", "completion_tokens"), path,
+               "info.response_metrics.server_usage.completion_tokens", i)
+    if math.isnan(o):
+        o = number(dig(resp, "output_tokens"), path, "info.response_metrics.output_tokens", i)
+    times = dig(resp, "output_token_times")
+    first = math.nan
+    if times is not None:
+        if not isinstance(times, list):
+            raise TraceError(path, "must be a list of times", row=i,
+                             field="info.response_metrics.output_token_times")
+        if times:
+            first = number(times[0], path, "info.response_metrics.output_token_times", i) - t0
+        elif not req.get("error") and not math.isnan(o) and o > 0:
+            raise TraceError(path, f"empty, but the request generated {o:g} tokens", row=i,
+                             field="info.response_metrics.output_token_times")
+    e2e = t1 - t0
+    status = "completed"
+    if req.get("error"):
+        kind = dig(req, "error", "error_type")
+        status = f"error ({kind})" if isinstance(kind, str) else "error"
+    for name, value in (("output_token_times", first), ("end_time", e2e)):
+        if not math.isnan(value) and not 0 <= value <= MAX_MEASURED_S:
+            raise TraceError(path, f"{'negative' if value < 0 else 'implausible'} time from "
+                             f"start_time: {value:g} s", row=i, field=name)
+    if not math.isnan(first) and not math.isnan(e2e) and e2e < first - 1e-9:
+        raise TraceError(path, f"the request ends ({e2e:g} s) before its first token "
+                         f"({first:g} s)", row=i, field="end_time")
+    body = _body(req)
+    mt = body.get("max_tokens")
+    max_tokens = number(mt, path, "request.max_tokens", i) if mt is not None else math.nan
+    sid = req.get("stage_id")
+    eos = body.get("ignore_eos")
+    return (p, 0.0 if math.isnan(o) else o, t0, first, e2e, status, max_tokens,
+            sid if isinstance(sid, int) and not isinstance(sid, bool) else None,
+            eos if isinstance(eos, bool) else None)
+
+
+def read_inference_perf(path: Path, default_tier: str,
+                        max_output_rule: MaxOutputRule | None = None) -> Recording:
+    """Read inference-perf's ``per_request_lifecycle_metrics.json``."""
+    doc = load_json(path)
+    if not isinstance(doc, list) or not doc:
+        raise TraceError(path, "must be a non-empty JSON list of requests (inference-perf's "
+                         "per_request_lifecycle_metrics.json)")
+    rows = [_one(path, i, req) for i, req in enumerate(doc)]
+    prompt = np.array([r[0] for r in rows])
+    if np.isnan(prompt).any():
+        i = int(np.argmax(np.isnan(prompt)))
+        raise TraceError(path, "missing", row=i, field="info.input_tokens")
+    start = np.array([r[2] for r in rows])
+    labels, stages, notes = _stages(path, start, [r[7] for r in rows])
+    recorded = np.array([r[6] for r in rows])
+    recorded_or_none = recorded if np.isfinite(recorded).any() else None
+    workload, counts, warnings = finish_columns(
+        path, "inference-perf", prompt=prompt, output=np.array([r[1] for r in rows]),
+        arrival=start - float(start.min()),
+        fields={"prompt_tokens": "info.input_tokens",
+                "output_tokens": "info.response_metrics.server_usage.completion_tokens",
+                "arrival_s": "start_time", "max_output_tokens": "request.max_tokens"},
+        default_tier=default_tier, max_output=recorded_or_none, max_output_rule=max_output_rule)
+    order = workload.request_id
+    status = [rows[r][5] for r in order.tolist()]
+    counts["num_failed"] = sum(s.startswith("error") for s in status)
+    config: dict[str, Any] = {}
+    body = _body(doc[0]) if isinstance(doc[0], dict) else {}
+    if isinstance(body.get("model"), str):
+        config["model"] = body["model"]
+    finite = recorded[np.isfinite(recorded)]
+    if len(finite) and finite.min() == finite.max():
+        config["max_tokens"] = int(finite[0])
+    eos = {r[8] for r in rows if r[8] is not None}
+    if len(eos) == 1:
+        config["ignore_eos"] = eos.pop()
+    notes.append(max_tokens_note(recorded_or_none, max_output_rule))
+    ttft = np.array([r[3] for r in rows])
+    e2e = np.array([r[4] for r in rows])
+    return build_recording(path, "inference-perf", workload, ttft=ttft[order], e2e=e2e[order],
+                           status=status, stage=[labels[r] for r in order.tolist()],
+                           itl_mean=None, config=config, counts=counts,
+                           notes=[*notes, *warnings], stages=tuple(stages),
+                           tool="inference-perf")
+
+
+def _stages(path: Path, start: Any, ids: list[int | None]) -> tuple[list[str],
+                                                                     list[RecordedStage],
+                                                                     list[str]]:
+    """Each request's stage label, the stages and a note on how they were found."""
+    files = _stage_files(path)
+    n = len(start)
+    if all(s is not None for s in ids):
+        sid = [int(s) for s in ids if s is not None]
+        rates = {k: files[k][1] if k < len(files) else None for k in set(sid)}
+        stages = [_stage(k, rates[k]) for k in sorted(set(sid))]
+        by_id = {k: st.label for k, st in zip(sorted(set(sid)), stages, strict=True)}
+        return [by_id[k] for k in sid], stages, []
+    if files and sum(c for c, _ in files) == n:
+        stages = [_stage(k, rate) for k, (_, rate) in enumerate(files)]
+        order = np.argsort(start, kind="stable")
+        labels = [""] * n
+        pos = 0
+        for st, (count, _) in zip(stages, files, strict=True):
+            for r in order[pos:pos + count].tolist():
+                labels[r] = st.label
+            pos += count
+        return labels, stages, ["stages: the requests in start order, as many to each stage as "
+                                "its stage_N_lifecycle_metrics.json counts (the file has no "
+                                "stage_id)"]
+    stage = RecordedStage("", "unknown", None, None)
+    return [""] * n, [stage], ["no stage_id in the file and no matching stage files beside "
+                               "it: one stage, load mode unknown"]
+
+
+def _stage(k: int, rate: float | None) -> RecordedStage:
+    if rate is None:
+        return RecordedStage(f"stage {k}", "unknown", None, None)
+    return RecordedStage(f"stage {k}: {rate:g} req/s", "open", rate, None)

