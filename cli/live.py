@@ -41,9 +41,13 @@ FormatOpt = Annotated[str | None, typer.Option(
     "--format", help="Trace format (auto-detected by default).")]
 TierOpt = Annotated[str, typer.Option(
     "--tier", help="Tier of requests whose trace has no tier column.")]
+AllowRefusalsOpt = Annotated[bool, typer.Option(
+    "--allow-refusals", help="With --records: go on (with a warning) when the simulated replay "
+    "refuses, expires or drops more than 2 % of the requests the recording shows completed.")]
 MaxOutputOpt = Annotated[int | None, typer.Option(
     "--max-output", help="Declared max_tokens of requests whose trace has none (default "
-    "2048; never below the true output).")]
+    "2048; never below the true output); with --records, of requests whose file records none "
+    "(default: each request's realised output).")]
 PolicyOpt = Annotated[str | None, typer.Option(
     "--policy", help="Admission policy (see kvbudget compare); default: the --scenario's, "
     "else conservative.")]
@@ -429,6 +433,8 @@ def calibrate_cmd(
     max_evals: EvalsOpt = 200,
     fit_overhead: OverheadFitOpt = True,
     tier: RecTierOpt = "interactive",
+    max_output: MaxOutputOpt = None,
+    allow_refusals: AllowRefusalsOpt = False,
     seed: SeedOpt = 0,
     api_key: ApiKeyOpt = None,
     prefill_tokens: Annotated[str, typer.Option(
@@ -459,9 +465,17 @@ def calibrate_cmd(
             if url is not None:
                 raise CliError("--url and --records exclude each other")
             check_out_file(out)
-            if _key_given(api_key) or read_timeout != 600.0:
-                flag = "--api-key" if _key_given(api_key) else "--read-timeout"
-                raise CliError(f"{flag} applies to a live calibration (--url), not to --records")
+            live_only = {"--api-key": _key_given(api_key), "--read-timeout": read_timeout != 600.0,
+                         "--repeats": repeats != 3, "--retries": retries != 2,
+                         "--idle-gap": idle_gap != 0.5,
+                         "--prefill-tokens": prefill_tokens != "16,64,128,256,512,1024,2048",
+                         "--decode-batches": decode_batches != "1,2,4,8,16,32",
+                         "--context-tokens": context_tokens != "64,256,1024",
+                         "--capacity-tokens": capacity_tokens is not None}
+            given = [flag for flag, set_ in live_only.items() if set_]
+            if given:  # it would be ignored: say so rather than take any value silently
+                raise CliError(f"{given[0]} applies to a live calibration (--url), not to "
+                               "--records")
             setup = recorded.recorded_setup(
                 records, records_format=records_format, columns=columns, tier=tier, seed=seed,
                 gpu=gpu, model=model or None, scenario=scenario, overrides=overrides,
@@ -469,13 +483,18 @@ def calibrate_cmd(
                 max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                 cost_model=cost_model, policy=policy, params=params,
                 engine={"tensor_parallel_size": tensor_parallel_size,
-                        "kv_cache_dtype": kv_cache_dtype, "name": engine})
+                        "kv_cache_dtype": kv_cache_dtype, "name": engine},
+                max_output=max_output)
             recorded.calibrate_records(setup, out, kind=fit_kind, holdout=holdout,
-                                       max_evals=max_evals, fit_overhead=fit_overhead)
+                                       max_evals=max_evals, fit_overhead=fit_overhead,
+                                       allow_refusals=allow_refusals)
         return
     with user_errors():
         if url is None:
             raise CliError("give --url (a live server) or --records (a recorded run)")
+        if max_output is not None or allow_refusals:
+            flag = "--max-output" if max_output is not None else "--allow-refusals"
+            raise CliError(f"{flag} applies to --records, not to a live calibration")
         check_out_file(out)
         from kvbudget.live.calibrate import CalibrationPlan
 
@@ -578,6 +597,7 @@ def validate_cmd(
     trace_format: FormatOpt = None,
     tier: TierOpt = "interactive",
     max_output: MaxOutputOpt = None,
+    allow_refusals: AllowRefusalsOpt = False,
     time_scale: TimeScaleOpt = 1.0,
     capacity_tokens: CapacityOpt = None,
     max_in_flight: InFlightOpt = 256,
@@ -613,7 +633,7 @@ def validate_cmd(
             check_out_dir(out)
             live_only = {"--format": trace_format is not None,
                          "--api-key": _key_given(api_key), "--read-timeout": read_timeout != 600.0,
-                         "--max-output": max_output is not None, "--time-scale": time_scale != 1.0,
+                         "--time-scale": time_scale != 1.0,
                          "--capacity-tokens": capacity_tokens is not None,
                          "--max-in-flight": max_in_flight != 256, "--poll-period": poll_period != 1.0,
                          "--lease-ttl": lease_ttl is not None}
@@ -629,15 +649,19 @@ def validate_cmd(
                 max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                 cost_model=cost_model, policy=policy, params=params,
                 engine={"tensor_parallel_size": tensor_parallel_size,
-                        "kv_cache_dtype": kv_cache_dtype, "name": engine})
+                        "kv_cache_dtype": kv_cache_dtype, "name": engine},
+                max_output=max_output)
             recorded.validate_records(rec_setup, out, holdout=holdout, kind=fit_kind,
                                       max_evals=max_evals, fit_overhead=fit_overhead,
-                                      max_error=max_error, cost_model=cost_model)
+                                      max_error=max_error, cost_model=cost_model,
+                                      allow_refusals=allow_refusals)
         return
     with user_errors():
         if url is None or trace is None or cost_model is None:
             raise CliError("give --url, --trace and --cost-model (a live validation) or "
                            "--records (a recorded run)")
+        if allow_refusals:
+            raise CliError("--allow-refusals applies to --records, not to a live validation")
         from kvbudget.live.server import BackendUnavailable
         from kvbudget.live.validate import (
             discover_kv_server,

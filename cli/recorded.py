@@ -47,17 +47,72 @@ def _columns(items: list[str] | None) -> dict[str, str]:
     return out
 
 
-def _known(kind: str, name: Any) -> bool:
+def _known_gpu(name: Any) -> str | None:
     from kvbudget.perf.hardware import get_gpu
-    from kvbudget.perf.models import get_model
 
     if not isinstance(name, str):
-        return False
+        return None
     try:
-        (get_gpu if kind == "gpu" else get_model)(name)
+        return get_gpu(name).name
     except ValueError:
-        return False
-    return True
+        return None
+
+
+def _recorded_model(recording: "Recording", model: str | None,
+                    scenario: Path | None) -> tuple[str | None, str]:
+    """The model to simulate and where it came from: ``--model``, else the model the file names
+    (as Hugging Face and servers write it), else the ``--scenario``'s; a file naming a model
+    kvbudget cannot resolve, or naming none with neither flag, is an error (never the default
+    model in its place)."""
+    from kvbudget.perf.models import resolve_model_name, suggest_model
+
+    if model is not None:
+        return model, "--model"
+    named = recording.config.get("model")
+    if isinstance(named, str) and named.strip():
+        resolved = resolve_model_name(named)
+        if resolved is None:
+            raise CliError(f"{recording.path}: the recording's model {named!r} is not a bundled "
+                           f"preset{suggest_model(named)}: pass --model path/to/config.json "
+                           "(its Hugging Face config) or --model PRESET")
+        said = "" if resolved == named else f" {named!r}"
+        return resolved, f"the recording's{said}"
+    if scenario is not None:
+        return None, "--scenario"
+    raise CliError(f"{recording.path}: the recording names no model: pass --model PRESET or "
+                   "--model path/to/config.json (kvbudget simulates no model it was not given)")
+
+
+def _recorded_gpu(recording: "Recording", gpu: str | None,
+                  scenario: Path | None) -> tuple[str | None, str]:
+    """The GPU to simulate and where it came from: ``--gpu``, the file's, else the
+    ``--scenario``'s (or the default scenario's, said as an assumption: load tools' files
+    rarely name the GPU). A GPU the file names that is no preset is an error."""
+    if gpu is not None:
+        return gpu, "--gpu"
+    named = recording.config.get("gpu")
+    known = _known_gpu(named)
+    if known is not None:
+        return known, "the recording's"
+    if isinstance(named, str) and named.strip():
+        raise CliError(f"{recording.path}: the recording's GPU {named!r} is no preset: pass "
+                       "--gpu PRESET (kvbudget presets lists them) or --gpu gpu.json")
+    if scenario is not None:
+        return None, "--scenario"
+    return None, "ASSUMED: the recording does not name its GPU; pass --gpu"
+
+
+def _recorded_engine(cfg: dict[str, Any], given: dict[str, Any]) -> list[str]:
+    """``--set`` items for the engine knobs the recording says and no flag gives."""
+    recorded: list[str] = []
+    for key in _ENGINE_KEYS:
+        if given.get(key) is None and key in cfg and cfg[key] is not None:
+            recorded.append(f"engine.{key}={json.dumps(cfg[key])}")
+    if given.get("num_gpu_blocks") is None and "num_gpu_blocks" not in cfg and (
+            "kv_capacity_tokens" in cfg):
+        size = given.get("block_size") or int(cfg.get("block_size") or 16)
+        recorded.append(f"engine.num_gpu_blocks={int(cfg['kv_capacity_tokens']) // size}")
+    return recorded
 
 
 def recorded_setup(records: Path, *, records_format: str | None, columns: list[str] | None,
@@ -67,45 +122,36 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
                    max_num_seqs: int | None, max_num_batched_tokens: int | None,
                    cost_model: Path | None, policy: str | None,
                    params: list[str] | None,
-                   engine: dict[str, Any] | None = None) -> RecordedSetup:
+                   engine: dict[str, Any] | None = None,
+                   max_output: int | None = None) -> RecordedSetup:
     """Read the recording and build the simulation configuration: the command-line flags,
-    then ``--set``, then what the recording says of the server, then the scenario/defaults."""
+    then ``--set``, then what the recording says of the server, then the scenario/defaults.
+    Every setting's source is said on stderr."""
     from kvbudget.cli.live import _policy
     from kvbudget.cli.simulate import build_scenario
     from kvbudget.results.recordings import read_recording
     from kvbudget.studies.validate import recorded_policy
     from kvbudget.workloads.errors import TraceError
+    from kvbudget.workloads.max_output import FixedCap
 
     if not tier or not tier.replace("_", "").replace("-", "").isalnum():
         raise CliError(f"--tier: a tier name is alphanumeric (with - or _), got {tier!r}")
+    if max_output is not None and max_output < 1:
+        raise CliError(f"--max-output: must be >= 1, got {max_output}")
     try:
         recording = read_recording(records, format=records_format, columns=_columns(columns),
-                                   default_tier=tier, seed=seed)
+                                   default_tier=tier, seed=seed,
+                                   max_output=None if max_output is None
+                                   else FixedCap(max_output))
     except TraceError as exc:
         raise CliError(str(exc)) from None
     cfg = recording.config
-    recorded: list[str] = []
     given = {"num_gpu_blocks": num_gpu_blocks, "block_size": block_size,
              "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens}
-    for key in _ENGINE_KEYS:
-        if given.get(key) is None and key in cfg and cfg[key] is not None:
-            recorded.append(f"engine.{key}={json.dumps(cfg[key])}")
-    if num_gpu_blocks is None and "num_gpu_blocks" not in cfg and "kv_capacity_tokens" in cfg:
-        size = block_size or int(cfg.get("block_size") or 16)
-        recorded.append(f"engine.num_gpu_blocks={int(cfg['kv_capacity_tokens']) // size}")
-    if gpu is None and _known("gpu", cfg.get("gpu")):
-        gpu = str(cfg["gpu"])
-    if model is None and isinstance(cfg.get("model"), str):
-        # a preset's name, or a Hugging Face id whose last part names a bundled model
-        for name in (cfg["model"], cfg["model"].rsplit("/", 1)[-1]):
-            if _known("model", name):
-                model = name
-                break
+    recorded = _recorded_engine(cfg, given)
+    model, model_from = _recorded_model(recording, model, scenario)
+    gpu, gpu_from = _recorded_gpu(recording, gpu, scenario)
     flags = [f"engine.{k}={json.dumps(v)}" for k, v in (engine or {}).items() if v is not None]
-    for flag, value in (("--gpu", gpu), ("--model", model)):
-        if value is None and scenario is None:
-            typer.echo(f"note: no {flag} and the recording does not name one: the default "
-                       "scenario's is simulated", err=True)
     scn = build_scenario(scenario=scenario, overrides=[*recorded, *(overrides or []), *flags],
                          gpu=gpu, model=model, cost_model=cost_model,
                          num_gpu_blocks=num_gpu_blocks, block_size=block_size,
@@ -121,6 +167,14 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
     elif params:
         raise CliError("--param needs --policy")
     name, values = recorded_policy(recording, policy, _param_values(params))
+    from kvbudget.perf.hardware import gpu_label
+
+    gpu_name = gpu_label(config.gpu) if isinstance(config.gpu, str | Path) else config.gpu
+    typer.echo(f"settings: model {config.model} ({model_from}), GPU {gpu_name} ({gpu_from})"
+               + (f"; from the recording: {', '.join(r.removeprefix('engine.') for r in recorded)}"
+                  if recorded else "")
+               + ("; --max-output " + str(max_output) + " declared where the file has no "
+                  "max_tokens" if max_output is not None else ""), err=True)
     return RecordedSetup(recording, config, name, values)
 
 
@@ -149,8 +203,12 @@ def _describe_recording(setup: RecordedSetup) -> None:
                   if not_measured else "")
                + "".join(f", {k.removeprefix('num_dropped_').replace('_', ' ')} {v} dropped"
                          for k, v in c.items() if k.startswith("num_dropped_") and v))
+    from kvbudget.perf.hardware import gpu_label
+
     e = setup.config.engine_for()  # the knobs with vLLM's (or the chosen) defaults filled in
-    typer.echo(f"simulated on {setup.config.gpu} / {setup.config.model}: "
+    gpu = setup.config.gpu
+    typer.echo(f"simulated on {gpu_label(gpu) if isinstance(gpu, str | Path) else gpu} / "
+               f"{setup.config.model}: "
                f"num_gpu_blocks={setup.config.resolved_num_gpu_blocks()} "
                f"block_size={e.block_size} max_num_seqs={e.max_num_seqs} "
                f"max_num_batched_tokens={e.max_num_batched_tokens} "
@@ -236,17 +294,51 @@ def _print_fit(cal: "RecordedCalibration") -> None:
         typer.echo(f"not fitted: {name} ({why})")
 
 
+ALLOW_REFUSALS_FLAG = "--allow-refusals"
+
+
+def check_replay(setup: RecordedSetup, simulated: Any, rows: Any, *, allow_refusals: bool,
+                 what: str) -> None:
+    """Exit 1 with one line when the simulated replay lost more of the recording's completed
+    requests than :data:`~kvbudget.studies.validate.MAX_REPLAY_LOSS` (a note with
+    ``--allow-refusals``, unless it lost every one)."""
+    from kvbudget.studies.validate import replay_problems
+
+    problem = replay_problems(setup.recording, simulated, rows)
+    if problem is None:
+        return
+    everything = not bool((simulated["status"] == "completed").any())
+    if allow_refusals and not everything:
+        typer.echo(f"warning: {problem} ({ALLOW_REFUSALS_FLAG})", err=True)
+        return
+    hint = ("" if everything else f", or {ALLOW_REFUSALS_FLAG} to {what} anyway")
+    raise fail(f"{problem}; {what} refused: check --model, --gpu, --num-gpu-blocks, "
+               f"--max-output and the tiers' max_sequence_tokens{hint}", 1)
+
+
 def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: float | None,
-                      max_evals: int, fit_overhead: bool) -> None:
-    """Fit, save, print the in-sample (and, with ``holdout``, the held-out) errors."""
-    from kvbudget.studies.validate import validate_recording
+                      max_evals: int, fit_overhead: bool, allow_refusals: bool = False) -> None:
+    """Fit, save, print the in-sample (and, with ``holdout``, the held-out) errors. No file is
+    written when the replay loses the recording's requests (:func:`check_replay`) or the fit
+    does not lower its loss."""
+    from kvbudget.studies.validate import simulate_recording, validate_recording
 
     if out.suffix != ".json":
         raise CliError(f"{out}: the cost-model file must end in .json")
     _describe_recording(setup)
     rows = None if holdout is None else setup.recording.fit_rows(holdout)
+    first = simulate_recording(setup.recording, setup.config, policy=setup.policy,
+                               policy_params=setup.policy_params,
+                               cost_model=start_model(setup, kind))
+    check_replay(setup, first.records, rows, allow_refusals=allow_refusals, what="calibration")
     cal = fit(setup, kind, rows=rows, max_evals=max_evals, fit_overhead=fit_overhead,
               desc="calibrate")
+    if cal.simulated is not None:
+        check_replay(setup, cal.simulated, rows, allow_refusals=allow_refusals,
+                     what="calibration")
+    if max_evals > 1 and not cal.loss < cal.start_loss:
+        raise fail(f"the fit did not lower its loss ({cal.start_loss:.4g} at the start, "
+                   f"{cal.loss:.4g} after {cal.num_evals} simulations): {out} not written", 1)
     out.parent.mkdir(parents=True, exist_ok=True)
     cal.save(out, setup.recording, setup.config, policy=setup.policy, holdout=holdout)
     _print_fit(cal)
@@ -262,10 +354,11 @@ def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: fl
 
 def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, kind: str,
                      max_evals: int, fit_overhead: bool, max_error: float | None,
-                     cost_model: Path | None) -> "OfflineValidation":
+                     cost_model: Path | None, allow_refusals: bool = False
+                     ) -> "OfflineValidation":
     """Simulate the recording with the cost model (``--holdout``: fit one on the first part
     first) and compare; write the files of the live validate."""
-    from kvbudget.studies.validate import validate_recording
+    from kvbudget.studies.validate import validate_recording, write_validation
 
     if out.exists() and any(out.iterdir()):
         raise CliError(f"{out}: already exists and is not empty; choose another --out")
@@ -293,7 +386,10 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
                    err=True)
     result = validate_recording(setup.recording, setup.config, policy=setup.policy,
                                 policy_params=setup.policy_params, cost_model=cost,
-                                frontend_overhead_s=overhead, rows=rows, out=out, meta=meta)
+                                frontend_overhead_s=overhead, rows=rows)
+    check_replay(setup, result.simulated.records, rows, allow_refusals=allow_refusals,
+                 what="the comparison")
+    write_validation(result, setup.recording, out, meta=meta, rows=rows)
     title = ("simulated vs measured" if rows is None else
              f"held out (the last {holdout:g}, {result.num_compared} requests):")
     print_comparison(result.table, title)

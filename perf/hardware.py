@@ -259,9 +259,20 @@ def get_gpu(name: str | Path) -> GPUSpec:
         return GPUS[GPU_ALIASES[key]]
     if key.endswith((".json", ".toml")):
         return load_gpu_file(Path(key))
+    folded = {k.lower(): GPU_ALIASES.get(k, k) for k in (*GPUS, *GPU_ALIASES)}
+    spelt = key.strip().lower().removeprefix("nvidia ").removeprefix("nvidia-")
+    for candidate in (spelt, spelt.replace(" ", "-")):
+        if candidate in folded:
+            return GPUS[folded[candidate]]
+    import difflib
+
+    close = difflib.get_close_matches(spelt, list(folded), n=2, cutoff=0.6)
+    hint = (f" (did you mean {' or '.join(dict.fromkeys(folded[c] for c in close))}?)"
+            if close else "")
     known = ", ".join([*GPUS, *GPU_ALIASES])
     raise ValueError(
-        f"unknown GPU preset {key!r}; known: {known} (or a .json/.toml file of GPU figures)"
+        f"unknown GPU preset {key!r}{hint}; known: {known} (or a .json/.toml file of GPU "
+        "figures)"
     )
 
 

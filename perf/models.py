@@ -825,6 +825,53 @@ def is_preset(name: str) -> bool:
     return key in _bundled_files() or ("/" in key and key in _repo_ids())
 
 
+SAME_ARCHITECTURE_PARTS: frozenset[str] = frozenset({"instruct", "chat", "it", "hf", "base"})
+"""Dash-separated parts of a Hugging Face model name that name a fine-tune or a packaging of the
+same weights' shape, not another architecture: ``-Instruct`` and ``-Chat`` (instruction and
+chat tuning: meta-llama/Llama-3.1-8B-Instruct's config.json differs from Llama-3.1-8B's in
+``eos_token_id`` only), ``-it`` (Gemma's instruction-tuned), ``-hf`` (Llama-2's transformers
+conversion), ``-Base``. Quantised variants (``-FP8``, ``-AWQ``, ``-GPTQ``) change the weights'
+bytes and are not stripped."""
+
+
+def resolve_model_name(name: str) -> str | None:
+    """The bundled preset a model name as Hugging Face and servers write it means, or None.
+
+    Tried in order: the name itself (case-insensitive, a preset or a repository id), its last
+    ``/`` part (an organisation's prefix dropped), then that part without a leading ``Meta-``
+    (``Meta-Llama-3.1-8B``, the repositories' former names) and without the
+    :data:`SAME_ARCHITECTURE_PARTS` (``Llama-3.1-8B-Instruct`` -> ``Llama-3.1-8B``,
+    ``Mistral-7B-Instruct-v0.3`` -> ``Mistral-7B-v0.3``, ``gemma-2-9b-it`` -> ``Gemma-2-9B``).
+    """
+    text = name.strip()
+    if not text:
+        return None
+    last = text.rsplit("/", 1)[-1]
+    parts = [p for p in last.split("-") if p]
+    if parts and parts[0].lower() == "meta":
+        parts = parts[1:]
+    stripped = "-".join(p for p in parts if p.lower() not in SAME_ARCHITECTURE_PARTS)
+    names = {p.lower(): p for p in preset_names()}
+    for candidate in (text, last, stripped):
+        key = candidate.lower()
+        key = ALIASES.get(key, "").lower() or key
+        if key in names:
+            return names[key]
+        if "/" in key and key in _repo_ids():
+            return names[_repo_ids()[key]]
+    return None
+
+
+def suggest_model(name: str) -> str:
+    """``" (did you mean X?)"`` for the closest bundled preset names, or ``""``."""
+    import difflib
+
+    last = name.strip().rsplit("/", 1)[-1]
+    names = {p.lower(): p for p in preset_names()}
+    close = difflib.get_close_matches(last.lower(), list(names), n=2, cutoff=0.6)
+    return f" (did you mean {' or '.join(names[c] for c in close)}?)" if close else ""
+
+
 def _path_is(text: str, kind: str) -> bool:
     """``Path(text).is_dir()`` / ``is_file()``, false for a name no file system takes (too
     long, a NUL byte) instead of an ``OSError``."""
@@ -854,9 +901,12 @@ def get_model(name_or_path: str) -> ModelSpec:
         raise ValueError("model: empty name")
     if _looks_like_path(name_or_path) or _path_is(name_or_path, "file"):
         return load_model_config(name_or_path)
+    resolved = resolve_model_name(name_or_path)
+    if resolved is not None:
+        return _load_bundled(files[resolved.lower()])
     raise ValueError(
-        f"unknown model preset {name_or_path!r} (and no such config.json file); known presets: "
-        f"{', '.join(preset_names())}"
+        f"unknown model preset {name_or_path!r}{suggest_model(name_or_path)} (and no such "
+        f"config.json file); known presets: {', '.join(preset_names())}"
     )
 
 

@@ -200,6 +200,8 @@ class RecordedCalibration:
     fitted: dict[str, float]
     num_rows: int
     fixed: dict[str, str] = dataclasses.field(default_factory=dict)
+    simulated: pd.DataFrame | None = None
+    """The records of the fitted model's simulation of the whole recording."""
 
     def in_sample_errors(self) -> dict[str, float | None]:
         """``{metric: signed relative error}`` over the fitted rows (stage ``all``)."""
@@ -341,7 +343,7 @@ def calibrate_recording(
     return RecordedCalibration(model=model, frontend_overhead_s=overhead, table=table,
                                loss=best_loss, start_loss=start_loss,
                                num_evals=int(state["evals"]), start=start_values, fitted=fitted,
-                               num_rows=num_rows, fixed=fixed)
+                               num_rows=num_rows, fixed=fixed, simulated=sim.records)
 
 
 def read_calibration(path: Path) -> dict[str, Any]:

@@ -144,6 +144,40 @@ class OfflineValidation:
         }
 
 
+MAX_REPLAY_LOSS = 0.02
+"""The largest fraction of the requests a recording shows completed that its simulated replay
+may refuse, expire or drop before ``calibrate`` and ``validate`` refuse to answer: a replay
+that loses more is simulating another server (a token limit, a KV size or a model the real
+one did not have), and its latencies would be compared over other requests."""
+
+
+def replay_problems(recording: Recording, simulated: pd.DataFrame,
+                    rows: npt.NDArray[np.bool_] | None = None,
+                    max_loss: float = MAX_REPLAY_LOSS) -> str | None:
+    """One line saying how many of the requests the recording shows completed (of ``rows``)
+    the simulation did not complete and why (each status and reason with its count), or None
+    when they are at most ``max_loss`` of them."""
+    import pandas as pd
+
+    completed = recording.measured["usable"].to_numpy(dtype=bool)
+    if rows is not None:
+        completed = completed & np.asarray(rows, dtype=bool)
+    ids = recording.measured["request_id"].to_numpy()[completed]
+    sim = simulated.set_index("request_id").reindex(ids)
+    lost = sim[sim["status"] != "completed"]
+    num_completed = len(ids)
+    if num_completed == 0 or len(lost) <= max_loss * num_completed:
+        return None
+    status = lost["status"].fillna("never simulated").astype(str)
+    reason = lost["reason"].fillna("").astype(str) if "reason" in lost else ""
+    labels: list[str] = (status + np.where(reason != "", " (" + reason + ")", "")).tolist()
+    why = pd.Series(labels, dtype=object).value_counts()
+    said = "; ".join(f"{n} {w}" for w, n in why.items())
+    return (f"the simulated replay did not complete {len(lost)} of the {num_completed} requests "
+            f"the recording shows completed ({100 * len(lost) / num_completed:.0f} %, more than "
+            f"{100 * max_loss:g} %): {said}")
+
+
 def validate_recording(recording: Recording, config: SimConfig, *, policy: str = "unlimited",
                        policy_params: Mapping[str, Any] | None = None,
                        cost_model: CostModel | None = None,

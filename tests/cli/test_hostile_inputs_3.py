@@ -243,13 +243,14 @@ DIR_COMMANDS = {
     "sweep": lambda f, o: ["sweep", "--scenario", f["scn.toml"], "--grid", "seed=1",
                            "--out", o, "--no-plot"],
     "report": lambda f, o: ["report", f["run"], "--out", o],
-    "validate --records": lambda f, o: ["validate", "--records", f["rec.csv"], "--out", o],
+    "validate --records": lambda f, o: ["validate", "--records", f["rec.csv"], "--out", o,
+                                        "--model", "Llama-3.1-8B"],
     "replay": lambda f, o: ["replay", "--url", "http://127.0.0.1:9", "--trace", f["trace.csv"],
                             "--out", o],
 }
 FILE_COMMANDS = {
     "calibrate --records": lambda f, o: ["calibrate", "--records", f["rec.csv"], "--out", o,
-                                         "--max-evals", "1"],
+                                         "--max-evals", "1", "--model", "Llama-3.1-8B"],
     "trace convert": lambda f, o: ["trace", "convert", f["trace.csv"], "--out", o],
     "trace synth": lambda f, o: ["trace", "synth", "--num-requests", "3", "--out", o],
 }
@@ -441,7 +442,7 @@ def _cost_file(tmp_path: Path, fx: dict[str, Path], **params: float) -> Path:
     import json
 
     code, _, stderr = run("calibrate", "--records", fx["rec.csv"], "--out",
-                          tmp_path / "cost.json", "--max-evals", "1")
+                          tmp_path / "cost.json", "--max-evals", "1", "--model", "Llama-3.1-8B")
     assert code == 0, stderr
     data = json.loads((tmp_path / "cost.json").read_text())
     for key, value in params.items():

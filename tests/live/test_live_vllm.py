@@ -116,6 +116,7 @@ def finite_errors(metrics: dict[str, dict[str, Any]]) -> None:
 
 
 def test_calibrate_then_validate_live_and_from_the_recording(vllm_server: VllmServer,
+                                                             tiny_model: Path,
                                                              tmp_path: Path) -> None:
     """Mechanics end to end: ``calibrate --url``, ``validate --url`` on a held-out trace (its
     replay is a recording), then ``calibrate --records`` and ``validate --records`` on that
@@ -160,7 +161,8 @@ def test_calibrate_then_validate_live_and_from_the_recording(vllm_server: VllmSe
     num_done = int((live.records["status"] == "completed").sum())
 
     # the replay is a recorded run: calibrate and validate from it, offline
-    engine = ["--block-size", "128", "--max-num-seqs", str(MAX_NUM_SEQS),
+    engine = ["--model", str(tiny_model), "--block-size", "128",
+              "--max-num-seqs", str(MAX_NUM_SEQS),
               "--max-num-batched-tokens", str(MAX_NUM_BATCHED_TOKENS)]
     offline_cost = tmp_path / "offline-cost.json"
     res = kvbudget("calibrate", "--records", str(out / "live"), "--cost-model", str(cost),

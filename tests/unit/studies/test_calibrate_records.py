@@ -35,7 +35,7 @@ from tests.conftest import make_workload
 TRUTH = LinearCostModel(intercept_s=0.012, per_prefill_token_s=4e-5, per_decode_seq_s=3e-4,
                         per_context_token_s=2e-7)
 ENGINE = EngineConfig(num_gpu_blocks=4000, max_num_seqs=64, max_num_batched_tokens=1024)
-ENGINE_FLAGS = ["--num-gpu-blocks", "4000", "--max-num-seqs", "64",
+ENGINE_FLAGS = ["--model", "Llama-3.1-8B", "--num-gpu-blocks", "4000", "--max-num-seqs", "64",
                 "--max-num-batched-tokens", "1024"]
 
 

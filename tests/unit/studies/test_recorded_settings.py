@@ -1,0 +1,157 @@
+"""The recording's own setting, or one line that asks (issue: users' own recordings in, trusted
+answers out): model names as Hugging Face and servers write them, no default model in place of
+one the file names or lacks, ``--max-output`` with ``--records``, and the replay's sanity gate
+(a replay that loses the recording's completed requests refuses to answer)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from kvbudget.cli.main import app
+from kvbudget.perf.hardware import get_gpu
+from kvbudget.perf.models import get_model, resolve_model_name
+from kvbudget.results.recordings import read_recording
+from kvbudget.studies.validate import replay_problems
+
+
+@pytest.mark.parametrize(("name", "preset"), [
+    ("meta-llama/Llama-3.1-8B-Instruct", "Llama-3.1-8B"),
+    ("meta-llama/Meta-Llama-3.1-8B-Instruct", "Llama-3.1-8B"),
+    ("llama-3.1-8b-instruct", "Llama-3.1-8B"),
+    ("mistralai/Mistral-7B-Instruct-v0.3", "Mistral-7B-v0.3"),
+    ("google/gemma-2-9b-it", "Gemma-2-9B"),
+    ("meta-llama/Llama-2-7b-chat-hf", "Llama-2-7B"),
+    ("Qwen/Qwen2.5-7B-Instruct", "Qwen2.5-7B"),
+    ("QWEN3-8B", "Qwen3-8B"),
+])
+def test_hugging_face_names_resolve_to_the_preset_of_their_architecture(name: str,
+                                                                        preset: str) -> None:
+    assert resolve_model_name(name) == preset
+    assert get_model(name) == get_model(preset)
+
+
+@pytest.mark.parametrize("name", ["tiny", "Llama-3.1-8B-FP8", "org/Llama-9-1B", ""])
+def test_other_names_do_not_resolve(name: str) -> None:
+    assert resolve_model_name(name) is None  # a quantised variant is not the bf16 preset
+
+
+def test_unknown_names_suggest_the_nearest() -> None:
+    with pytest.raises(ValueError, match=r"did you mean Llama-3\.1-8B"):
+        get_model("Lama-3.1-8B")
+    with pytest.raises(ValueError, match=r"did you mean H20 or H200"):
+        get_gpu("H20O")
+    assert get_gpu("h100").name == get_gpu("H100").name == "H100-SXM"
+    assert get_gpu("NVIDIA-H200").name == "H200"
+
+
+def _bench(path: Path, model: str | None, output: int = 40, n: int = 20) -> Path:
+    """A vllm bench serve result: ``n`` requests of 100 prompt and ``output`` output tokens."""
+    doc: dict[str, object] = {
+        "input_lens": [100] * n, "output_lens": [output] * n, "ttfts": [0.05] * n,
+        "latencies": [0.05 + 0.01 * (output - 1)] * n,
+        "itls": [[0.01] * (output - 1)] * n, "start_times": [0.5 * i for i in range(n)],
+        "errors": [""] * n, "request_rate": 2.0}
+    if model is not None:
+        doc["model_id"] = model
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _run(*args: object) -> tuple[int, str, str]:
+    res = CliRunner().invoke(app, [str(a) for a in args])
+    return res.exit_code, res.stdout, res.stderr
+
+
+def test_an_instruct_model_name_is_simulated_as_its_preset_and_said(tmp_path: Path) -> None:
+    path = _bench(tmp_path / "b.json", "meta-llama/Llama-3.1-8B-Instruct")
+    code, out, err = _run("validate", "--records", path, "--out", tmp_path / "v", "--gpu", "H100")
+    assert code == 0, err
+    assert "model Llama-3.1-8B (the recording's 'meta-llama/Llama-3.1-8B-Instruct')" in err
+    assert "GPU H100-SXM (--gpu)" in err
+    assert "simulated on H100-SXM / Llama-3.1-8B" in out
+
+
+@pytest.mark.parametrize(("model", "needle"), [
+    ("my-org/secret-model-13b", "the recording's model 'my-org/secret-model-13b' is not a "
+     "bundled preset"),
+    (None, "the recording names no model"),
+])
+def test_a_model_the_file_names_but_kvbudget_lacks_or_no_model_exits_2(
+        tmp_path: Path, model: str | None, needle: str) -> None:
+    path = _bench(tmp_path / "b.json", model)
+    for command in (("validate", "--out", tmp_path / "v"),
+                    ("calibrate", "--out", tmp_path / "c.json")):
+        code, _, err = _run(command[0], "--records", path, *command[1:])
+        assert code == 2 and err.count("\n") == 1, err
+        assert needle in err and "--model path/to/config.json" in err
+    assert not (tmp_path / "c.json").exists() and not (tmp_path / "v").exists()
+
+
+def test_a_gpu_the_recording_does_not_name_is_said_as_assumed(tmp_path: Path) -> None:
+    path = _bench(tmp_path / "b.json", "Llama-3.1-8B")
+    code, _, err = _run("validate", "--records", path, "--out", tmp_path / "v")
+    assert code == 0, err
+    assert "ASSUMED: the recording does not name its GPU; pass --gpu" in err
+
+
+def test_max_output_declares_max_tokens_of_a_recording_without_them(tmp_path: Path) -> None:
+    path = _bench(tmp_path / "b.json", "Llama-3.1-8B")
+    assert read_recording(path).workload.max_output_tokens.tolist() == [40] * 20  # realised
+    code, _, err = _run("validate", "--records", path, "--out", tmp_path / "v", "--gpu", "H100",
+                        "--max-output", "512")
+    assert code == 0, err
+    assert "--max-output 512 declared where the file has no max_tokens" in err
+    sim = pd.read_parquet(tmp_path / "v" / "sim" / "requests.parquet")
+    assert sim["max_output_tokens"].tolist() == [512] * 20
+
+
+def test_a_replay_that_refuses_the_recordings_requests_refuses_to_answer(
+        tmp_path: Path) -> None:
+    # 20 requests of 100 + 40 tokens that the real server completed; the simulated one has
+    # 4 blocks of 16 tokens (64 tokens of KV): every request is too large for it
+    path = _bench(tmp_path / "b.json", "Llama-3.1-8B")
+    small = ("--gpu", "H100", "--num-gpu-blocks", "4", "--block-size", "16")
+    code, _, err = _run("validate", "--records", path, "--out", tmp_path / "v", *small)
+    last = err.strip().splitlines()[-1]
+    assert code == 1 and last.startswith("error: "), err
+    assert "did not complete 20 of the 20 requests the recording shows completed" in last
+    assert "20 rejected_too_large" in last and "the comparison refused" in last
+    code, _, err = _run("calibrate", "--records", path, "--out", tmp_path / "c.json", *small,
+                        "--max-evals", "3")
+    assert code == 1 and "calibration refused" in err and not (tmp_path / "c.json").exists()
+    # every request lost: no flag makes that an answer
+    code, _, err = _run("calibrate", "--records", path, "--out", tmp_path / "c.json", *small,
+                        "--max-evals", "3", "--allow-refusals")
+    assert code == 1 and not (tmp_path / "c.json").exists()
+
+
+def test_replay_problems_counts_the_lost_requests_and_their_reasons(tmp_path: Path) -> None:
+    rec = read_recording(_bench(tmp_path / "b.json", "Llama-3.1-8B", n=100))
+    ids = rec.measured["request_id"].to_numpy()
+    status = np.array(["completed"] * 100, dtype=object)
+    reason = np.array([""] * 100, dtype=object)
+    sim = pd.DataFrame({"request_id": ids, "status": status, "reason": reason})
+    assert replay_problems(rec, sim) is None
+    sim.loc[:1, "status"] = "rejected_too_large"
+    assert replay_problems(rec, sim) is None  # 2 of 100: at the limit
+    sim.loc[2, ["status", "reason"]] = ["expired", "queue_timeout"]
+    said = replay_problems(rec, sim)
+    assert said is not None and "did not complete 3 of the 100" in said
+    assert "2 rejected_too_large" in said and "1 expired (queue_timeout)" in said
+    rows = np.zeros(100, dtype=bool)
+    rows[50:] = True
+    assert replay_problems(rec, sim, rows) is None  # the lost ones are not in the rows
+
+
+def test_records_refuse_the_live_calibrations_flags(tmp_path: Path) -> None:
+    path = _bench(tmp_path / "b.json", "Llama-3.1-8B")
+    for flag, value in (("--repeats", "5"), ("--retries", "0"), ("--prefill-tokens", "16")):
+        code, _, err = _run("calibrate", "--records", path, "--out", tmp_path / "c.json", flag,
+                            value)
+        assert code == 2 and f"{flag} applies to a live calibration" in err
