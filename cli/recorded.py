@@ -213,6 +213,12 @@ def _describe_recording(setup: RecordedSetup) -> None:
                f"block_size={e.block_size} max_num_seqs={e.max_num_seqs} "
                f"max_num_batched_tokens={e.max_num_batched_tokens} "
                f"prefix_caching={e.enable_prefix_caching}, policy {setup.policy}")
+    from kvbudget.studies.recorded_replay import replay_mode
+
+    for stage in rec.stages:
+        rate = ("" if stage.request_rate is None else f", {stage.request_rate:g} req/s")
+        typer.echo(f"stage {stage.label or 'all'!r}: {stage.load} loop{rate}; replayed as "
+                   f"{replay_mode(stage)}")
     for note in rec.notes:
         typer.echo(f"note: {note}", err=True)
 

@@ -580,6 +580,9 @@ class _ClosedLoopState:
         n = len(workload)
         self.loop = loop
         self.deadline_offset_s = (workload.deadline_s - workload.arrival_s).tolist()
+        # a capped open loop: the i-th request is not sent before its own arrival
+        self.not_before_s = workload.arrival_s.tolist() if loop.not_before_arrival else None
+        self.num_sent = 0
         # zeros until sent (a Workload's arrivals are finite and sorted; sends keep them sorted)
         self.workload = replace(workload, arrival_s=np.zeros(n), deadline_s=np.full(n, np.nan))
         self.n = n
@@ -607,10 +610,17 @@ class _ClosedLoopState:
         return True
 
     def next_send_s(self) -> float:
-        return self.pending[0] if self.pending else math.inf
+        t = self.pending[0] if self.pending else math.inf
+        if self.not_before_s is not None and self.num_sent < self.n:
+            return max(t, float(self.not_before_s[self.num_sent]))
+        return t
 
     def pop(self) -> float:
-        return heapq.heappop(self.pending)
+        t = heapq.heappop(self.pending)
+        if self.not_before_s is not None:
+            t = max(t, float(self.not_before_s[self.num_sent]))
+        self.num_sent += 1
+        return t
 
     def waiter(self, env: simpy.Environment) -> simpy.Event:
         self._event = env.event()

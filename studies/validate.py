@@ -40,6 +40,7 @@ from kvbudget.results.recordings import Recording
 from kvbudget.results.run_result import RunResult
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig, simulate
+from kvbudget.studies.recorded_replay import simulate_stages, stage_plans
 from kvbudget.workloads import Workload
 
 if TYPE_CHECKING:
@@ -89,6 +90,10 @@ def simulate_recording(recording: Recording, config: SimConfig, *, policy: str =
     if frontend_overhead_s is not None:
         changes["frontend_overhead_s"] = frontend_overhead_s
     cfg = replace(config, **changes)
+    plans = stage_plans(recording)
+    if plans is not None:  # a closed or capped stage: each stage in its own load mode
+        return simulate_stages(recording, cfg, plans, policy=policy,
+                               policy_params=policy_params, progress=progress)
     return simulate(recording.workload, make_policy(policy, dict(policy_params or {})), cfg,
                     progress=progress)
 

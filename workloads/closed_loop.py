@@ -35,6 +35,10 @@ class ClosedLoop:
     num_users: int
     think_time_s: float = 0.0
     think_distribution: Literal["fixed", "exponential"] = "fixed"
+    not_before_arrival: bool = False
+    """A capped open loop (``vllm bench serve --request-rate R --max-concurrency C``): a
+    request is also not sent before its own ``arrival_s``, so the users are slots that the
+    open loop's requests wait for."""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.num_users, int) and self.num_users >= 1):
@@ -59,4 +63,5 @@ class ClosedLoop:
 
     def describe(self) -> dict[str, Any]:
         return {"num_users": self.num_users, "think_time_s": self.think_time_s,
-                "think_distribution": self.think_distribution}
+                "think_distribution": self.think_distribution,
+                **({"not_before_arrival": True} if self.not_before_arrival else {})}

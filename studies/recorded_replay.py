@@ -1,0 +1,176 @@
+"""A recording's load replayed as its load tool offered it: stage by stage, each in its mode.
+
+A load tool runs its stages one after another (GuideLLM's sweep, ``vllm bench serve
+--append-result`` lines), each in one of :data:`~kvbudget.results.recordings.LOAD_MODES`:
+
+``open`` / ``unknown``
+    The requests are sent at their recorded send times whatever the server does (a rate, or a
+    production log): the simulation offers them at the same times.
+``closed``
+    ``max_concurrency`` users each send the stage's next request when their last one ended
+    (GuideLLM's ``synchronous``/``concurrent``/``throughput``, ``vllm bench serve
+    --max-concurrency C`` at rate ``inf``): the simulation runs the same users
+    (:class:`~kvbudget.workloads.closed_loop.ClosedLoop`), so a slower simulated server sends
+    fewer requests a second, as the real one would have. Replaying the recorded send times
+    instead would make the simulated throughput agree by construction.
+``capped``
+    An open loop whose requests also wait for one of ``max_concurrency`` slots (``--request-rate
+    R --max-concurrency C``): the same users, none sending before the request's recorded time
+    (``ClosedLoop.not_before_arrival``).
+
+A recording whose stages are all open is simulated as one run (the whole load at once, as
+before). Otherwise each stage is simulated on its own, from an idle server, starting at the
+stage's first recorded send; the runs are joined into one :class:`RunResult` (records, timeline
+and token gaps on the recording's clock; the summary recomputed over them, with a ``stages``
+list saying how each was replayed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from kvbudget.policies import make_policy
+from kvbudget.results.recordings import RecordedStage, Recording
+from kvbudget.results.run_result import RunResult
+from kvbudget.simulator.run import SimConfig, simulate
+from kvbudget.workloads.closed_loop import ClosedLoop
+
+if TYPE_CHECKING:
+    from kvbudget.workloads import Workload
+
+_TIME_COLUMNS = ("arrival_s", "admitted_s", "first_token_s", "finished_s")
+"""Record columns on the run's clock (shifted by a stage's start when runs are joined)."""
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """How one stage is replayed: its rows of the workload, the loop (None: open), its start."""
+
+    stage: RecordedStage
+    rows: np.ndarray[Any, np.dtype[np.int64]]
+    loop: ClosedLoop | None
+    start_s: float
+
+    def describe(self) -> dict[str, Any]:
+        return {"label": self.stage.label, "load": self.stage.load,
+                "request_rate": self.stage.request_rate,
+                "max_concurrency": self.stage.max_concurrency,
+                "replayed_as": replay_mode(self.stage), "num_requests": len(self.rows),
+                "start_s": self.start_s}
+
+
+def replay_mode(stage: RecordedStage) -> str:
+    """What the validate table says of a stage: how its load was simulated."""
+    if stage.load == "closed":
+        return f"closed loop, {stage.max_concurrency} users"
+    if stage.load == "capped":
+        return (f"open loop at the recorded send times, at most {stage.max_concurrency} in "
+                "flight")
+    if stage.load == "unknown":
+        return "open loop at the recorded send times (load mode not recorded)"
+    return "open loop at the recorded send times"
+
+
+def stage_plans(recording: Recording) -> list[StagePlan] | None:
+    """One plan per stage, in run order; None when every stage is open (one run suffices)."""
+    stages = recording.stages
+    if not stages or all(s.load in ("open", "unknown") for s in stages):
+        return None
+    labels = recording.measured["stage"].astype(str).to_numpy()
+    arrival = recording.workload.arrival_s
+    plans = []
+    for stage in stages:
+        rows = np.flatnonzero(labels == stage.label).astype(np.int64)
+        if len(rows) == 0:
+            continue
+        loop = None
+        if stage.load in ("closed", "capped"):
+            assert stage.max_concurrency is not None  # RecordedStage checks it
+            loop = ClosedLoop(num_users=stage.max_concurrency,
+                              not_before_arrival=stage.load == "capped")
+        plans.append(StagePlan(stage, rows, loop, float(arrival[rows].min())))
+    return plans
+
+
+def _stage_workload(workload: Workload, plan: StagePlan) -> Workload:
+    sub = workload.take(plan.rows)
+    return replace(sub, arrival_s=sub.arrival_s - plan.start_s,
+                   deadline_s=sub.deadline_s - plan.start_s)
+
+
+def simulate_stages(recording: Recording, config: SimConfig, plans: Sequence[StagePlan], *,
+                    policy: str, policy_params: Mapping[str, Any] | None,
+                    progress: Callable[[int], None] | None = None) -> RunResult:
+    """Each stage simulated on its own, in its load mode, and the runs joined."""
+    runs = []
+    for plan in plans:
+        cfg = replace(config, closed_loop=plan.loop)
+        runs.append(simulate(_stage_workload(recording.workload, plan),
+                             make_policy(policy, dict(policy_params or {})), cfg,
+                             progress=progress))
+    return join_stage_runs(runs, plans, config, policy)
+
+
+def join_stage_runs(runs: Sequence[RunResult], plans: Sequence[StagePlan], config: SimConfig,
+                    policy: str) -> RunResult:
+    """The stages' runs as one: records in the recording's request ids and clock, timelines
+    and token gaps joined, the summary recomputed over them."""
+    from kvbudget.results.metrics import summarize
+
+    records: dict[str, Any] = {}
+    for name in runs[0].record_columns:
+        parts = []
+        for run, plan in zip(runs, plans, strict=True):
+            values = np.asarray(run.record_columns[name])
+            if name in _TIME_COLUMNS:  # a stage's request ids are already the recording's
+                values = values + plan.start_s
+            parts.append(values)
+        records[name] = np.concatenate(parts)
+    order = np.argsort(records["request_id"], kind="stable")
+    records = {k: v[order] for k, v in records.items()}
+    timeline: dict[str, Any] = {}
+    preempted = 0
+    for run, plan in zip(runs, plans, strict=True):
+        cols = run.timeline_columns
+        for name in cols:
+            values = np.asarray(cols[name])
+            if name == "time_s":
+                values = values + plan.start_s
+            elif name == "num_preemptions":
+                values = values + preempted
+            timeline.setdefault(name, []).append(values)
+        if len(cols["num_preemptions"]):
+            preempted += int(np.asarray(cols["num_preemptions"])[-1])
+    timeline = {k: np.concatenate(v) for k, v in timeline.items()}
+    gaps = _joined_gaps(runs)
+    first = runs[0].summary
+    extra: dict[str, Any] = {k: first[k] for k in ("policy_params", "gpu", "model", "num_gpu_blocks",
+                                   "block_size", "cost_model", "frontend_overhead_s",
+                                   "frontend", "engine_defaults", "engine") if k in first}
+    extra["stages"] = [p.describe() for p in plans]
+    summary = summarize(records, timeline, tiers=config.tiers,
+                        kv_capacity_tokens=int(first["kv_capacity_tokens"]), policy=policy,
+                        seed=config.seed,
+                        wall_time_s=sum(float(r.summary.get("wall_time_s", 0.0)) for r in runs),
+                        token_gaps=gaps, extra=extra)
+    return RunResult(records, timeline, summary, None, gaps)
+
+
+def _joined_gaps(runs: Sequence[RunResult]) -> dict[str, Any] | None:
+    """The stages' inter-token gaps as one weighted multiset (rows of equal tier and gap
+    summed)."""
+    if any(r.token_gap_columns is None for r in runs):
+        return None
+    import pandas as pd
+
+    frame = pd.concat([pd.DataFrame(r.token_gap_columns) for r in runs], ignore_index=True)
+    if frame.empty:
+        return {k: frame[k].to_numpy() for k in frame.columns}
+    merged = frame.groupby(["tier", "gap_s"], as_index=False, sort=True)["num_gaps"].sum()
+    return {"tier": merged["tier"].to_numpy(dtype=object),
+            "gap_s": merged["gap_s"].to_numpy(dtype=np.float64),
+            "num_gaps": merged["num_gaps"].to_numpy(dtype=np.int64)}
