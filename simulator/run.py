@@ -88,6 +88,11 @@ class _Simulation:
         self.w = workload
         self.policy = policy
         self.config = config
+        # vLLM's front end refuses prompt + max_tokens beyond max_model_len with a 400 before
+        # the engine sees the request ("'max_tokens' ... is too large: ... This model's maximum
+        # context length is ..."; vllm/entrypoints/openai/serving_engine.py _validate_input)
+        context = config.engine_for().max_model_len
+        self._max_model_len = math.inf if context is None else context
         n = len(workload)
         self.n = n
         self.env = simpy.Environment()
@@ -235,7 +240,8 @@ class _Simulation:
             if isinstance(action, Admit):
                 self.admitted_s[i] = now
                 self.reserved_tokens[i] = action.lease.reserved_tokens
-                if engine.fits(i):
+                declared = self.w.prompt_tokens.item(i) + self.w.max_output_tokens.item(i)
+                if declared <= self._max_model_len and engine.fits(i):
                     if self._clients is not None:
                         self._clients.admitted(i)
                     engine.add_request(i)

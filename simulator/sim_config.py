@@ -144,7 +144,16 @@ class SimConfig:
     def engine_for(self, gpu: str | None = None) -> EngineConfig:
         """The engine knobs with every default filled in for ``gpu`` (the config's own GPU
         when ``None``)."""
-        return self.engine.resolved(get_gpu(gpu or self.gpu), self.engine_defaults)
+        resolved = self.engine.resolved(get_gpu(gpu or self.gpu), self.engine_defaults)
+        if resolved.max_model_len is None:
+            # vLLM's default max_model_len is the model's context length (its config's
+            # max_position_embeddings: vllm/config/model.py, _get_and_verify_max_len); a longer
+            # prompt, or prompt + output, is refused (400), never served
+            from dataclasses import replace
+
+            resolved = replace(resolved,
+                               max_model_len=get_model(self.model).max_position_embeddings)
+        return resolved
 
     def resolved_num_gpu_blocks(self, gpu: str | None = None) -> int:
         """KV blocks of one replica on ``gpu``: the engine's ``num_gpu_blocks``, else as vLLM v1
