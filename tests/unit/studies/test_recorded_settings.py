@@ -122,6 +122,11 @@ def test_a_replay_that_refuses_the_recordings_requests_refuses_to_answer(
     assert code == 1 and last.startswith("error: "), err
     assert "did not complete 20 of the 20 requests the recording shows completed" in last
     assert "20 rejected_too_large" in last and "the comparison refused" in last
+    quoted = ("the simulated replay did not complete 20 of the 20 requests the recording shows "
+              "completed (100 %, more than 2 %): 20 rejected_too_large;")
+    assert quoted in last  # as docs/recordings.md quotes it
+    docs = Path(__file__).resolve().parents[3] / "docs" / "recordings.md"
+    assert quoted in " ".join(docs.read_text().replace("`", " ").split())
     code, _, err = _run("calibrate", "--records", path, "--out", tmp_path / "c.json", *small,
                         "--max-evals", "3")
     assert code == 1 and "calibration refused" in err and not (tmp_path / "c.json").exists()
