@@ -197,12 +197,16 @@ def _describe_recording(setup: RecordedSetup) -> None:
     rec = setup.recording
     c = rec.counts
     not_measured = c["num_simulated"] - c["num_measured"]
-    typer.echo(f"{rec.path} ({rec.format}): {c['num_simulated']} requests simulated, "
+    tool = rec.tool or rec.format
+    typer.echo(f"{rec.path} ({tool}): {c['num_simulated']} requests simulated, "
                f"{c['num_measured']} measured"
-               + (f", {not_measured} not measured (failed, timed out or without TTFT/E2E)"
-                  if not_measured else "")
+               + (f", {not_measured} not measured (failed, timed out, warm-up/cool-down or "
+                  "without TTFT/E2E)" if not_measured else "")
                + "".join(f", {k.removeprefix('num_dropped_').replace('_', ' ')} {v} dropped"
                          for k, v in c.items() if k.startswith("num_dropped_") and v))
+    said = {k: v for k, v in rec.config.items() if isinstance(v, str | int | float | bool)}
+    if said:
+        typer.echo("the file records: " + ", ".join(f"{k}={v}" for k, v in said.items()))
     from kvbudget.perf.hardware import gpu_label
 
     e = setup.config.engine_for()  # the knobs with vLLM's (or the chosen) defaults filled in
