@@ -11,10 +11,10 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
-from click.testing import Result
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from kvbudget.cli.main import app
 from kvbudget.perf.cost_model import LinearCostModel, load_cost_model, save_cost_model
@@ -40,7 +40,7 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return recorded_run(tmp_path_factory.mktemp("rec") / "rec.csv", n=40)
 
 
-def fitted_file(path: Path, target: FitTarget = H100, **params: float) -> Path:
+def fitted_file(path: Path, target: FitTarget = H100, **params: Any) -> Path:
     """A vllm-v1 file fitted on ``target`` with ``params`` moved off their defaults."""
     model = dataclasses.replace(VllmStepModel(target.gpu, target.model), **params)
     save_cost_model(model, path, extra={"frontend_overhead_s": 0.004,
