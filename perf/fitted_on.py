@@ -17,7 +17,7 @@ records them in a ``fitted_on`` block (written by :func:`fitted_on_extra`)::
 anywhere (``config_path`` and ``config_sha256`` say which file it came from).
 :func:`load_checked_cost_model` refuses a file fitted on another GPU, model or parallelism
 with one line naming both, unless asked to ``transfer``: then only the ``transferable``
-parameters are carried, and only to the same GPU.
+parameters are carried, and only to the same GPU and parallelism.
 
 **What transfers.** :class:`~kvbudget.perf.step_time.VllmStepModel` computes everything that
 depends on the model (FLOPs, weight and KV bytes, layer counts) from the
@@ -26,10 +26,16 @@ and the host achieve: fractions of the GPU's bandwidth and peak (``mem_efficienc
 ``kv_mem_efficiency``, ``gemm_efficiency``, ``attention_efficiency``, ``link_efficiency``),
 the host's step gap and the per-layer launch costs (``step_overhead_s``, ``layer_overhead_s``,
 ``moe_layer_overhead_s``), the interconnect's all-reduce latency, and the API server's
-per-request cost (``frontend_overhead_s``). All of them carry to another model on the same GPU;
-none carries to another GPU (each is a fraction or a cost of *that* GPU: the other GPU's own
-defaults apply). A linear model's coefficients are seconds per token or sequence of one model
-on one GPU: none transfers.
+per-request cost (``frontend_overhead_s``). All of them carry to another model on the same GPU
+at the same tensor and expert parallelism; none carries to another GPU (each is a fraction or a
+cost of *that* GPU: the other GPU's own defaults apply) nor to another parallelism (a fit takes
+up in its efficiencies what the communication model misses: docs/fidelity.md, "Calibrated from
+the recordings", where a TP2 fit's KV-read efficiency is 0.42 against TP1's 0.76). Even on the
+same GPU a carried fit is approximate (the same section: moving the fitted parameters between two
+models of one GPU took one's errors from -48/-35/-40 % to -27/-19/-23 %, the other's from
+-46/-19/-26 % to +65/+30/+39 %), which is why the transfer is asked for, never assumed. A
+linear model's coefficients are seconds per token or sequence of one model on one GPU: none
+transfers.
 """
 
 from __future__ import annotations
@@ -193,7 +199,8 @@ def load_checked_cost_model(path: Path, target: FitTarget, *,
                             transfer: bool = False) -> CheckedCostModel:
     """Load ``path`` for use on ``target``: as it is when it was fitted on ``target``; a
     ``ValueError`` of one line naming both when not (unless ``transfer``: then the
-    ``transferable`` parameters carry to ``target``'s step model on the same GPU, the rest
+    ``transferable`` parameters carry to ``target``'s step model on the same GPU and
+    parallelism, the rest
     reset to its defaults, and a note says which); with a note when the file does not say what
     it was fitted on (it cannot be checked)."""
     loaded = load_cost_model(path)  # validates the file, with messages naming the field
@@ -214,13 +221,15 @@ def load_checked_cost_model(path: Path, target: FitTarget, *,
         raise ValueError(f"{path}: fitted on {fitted.label()}, not {target.label()}; "
                          "--cost-model-transfer (scenario: cost_model_transfer = true) carries "
                          "over only the parameters that transfer")
-    names = _transferable(path, payload) if same_gpu else []
+    names = _transferable(path, payload) if same_gpu and same_parallel else []
     carried = {n: getattr(loaded, n) for n in names
                if n != "frontend_overhead_s" and isinstance(loaded, VllmStepModel)}
     fit_names = [*VllmStepModel.FIT_PARAMETERS, "frontend_overhead_s"] \
         if isinstance(loaded, VllmStepModel) else sorted(loaded.describe())
     reset = [n for n in fit_names if n not in names and n not in ("kind", "source")]
-    why = "" if same_gpu else " (another GPU: none of its parameters transfers)"
+    why = ("" if names or not isinstance(loaded, VllmStepModel) else
+           " (another GPU: none of its parameters transfers)" if not same_gpu else
+           " (another parallelism: none of its parameters transfers)")
     note = (f"{path}: fitted on {fitted.label()}, used for {target.label()}{why}: carried "
             f"{', '.join(names) or 'nothing'}; reset to the defaults: {', '.join(reset) or 'none'}")
     if not names:

@@ -109,13 +109,18 @@ def test_transfer_carries_the_gpu_parameters_to_another_model(records: Path,
     assert json.loads(path.read_text())["transferable"] == list(TRANSFERABLE_VLLM)
 
 
-def test_transfer_to_another_gpu_carries_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("change", "why"), [
+    ({"gpu": get_gpu("A100-80GB")}, "another GPU"),
+    ({"tensor_parallel_size": 2}, "another parallelism"),
+])
+def test_transfer_to_another_gpu_or_parallelism_carries_nothing(
+        tmp_path: Path, change: dict[str, Any], why: str) -> None:
     path = fitted_file(tmp_path / "cost.json", mem_efficiency=0.6)
-    target = dataclasses.replace(H100, gpu=get_gpu("A100-80GB"))
+    target = dataclasses.replace(H100, **change)
     checked = load_checked_cost_model(path, target, transfer=True)
     assert checked.model is None and checked.frontend_overhead_s is None
-    assert "another GPU" in checked.notes[0] and "carried nothing" in checked.notes[0]
-    with pytest.raises(ValueError, match="not A100"):
+    assert why in checked.notes[0] and "carried nothing" in checked.notes[0]
+    with pytest.raises(ValueError, match=re.escape(f"not {target.label()}")):
         load_checked_cost_model(path, target)
 
 
