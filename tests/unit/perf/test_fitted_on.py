@@ -169,3 +169,14 @@ def test_a_damaged_fitted_on_block_names_the_field(tmp_path: Path) -> None:
     path.write_text(json.dumps(payload))
     with pytest.raises(ValueError, match=re.escape("fitted_on.model.config")):
         load_cost_model(path)
+
+
+def test_the_documented_example_has_the_written_fields(tmp_path: Path) -> None:
+    doc = (Path(__file__).parents[3] / "docs" / "recordings.md").read_text()
+    block = doc.split("### Cost files: what they fit", 1)[1].split("```json\n", 1)[1]
+    example = json.loads("{" + block.split("```", 1)[0] + "}")
+    written = json.loads(fitted_file(tmp_path / "cost.json").read_text())
+    assert set(example["fitted_on"]) == set(written["fitted_on"])
+    assert set(example["fitted_on"]["model"]) - {"config_path", "config_sha256"} \
+        == set(written["fitted_on"]["model"])
+    assert example["transferable"] == written["transferable"]
