@@ -166,6 +166,10 @@ SCENARIO_OPTIONS: dict[str, tuple[Any, Any]] = {
     "cost_model": (Annotated[Path | None, typer.Option(
         "--cost-model", help="A cost-model JSON file (kvbudget calibrate/profile).",
         rich_help_panel=_S)], None),
+    "cost_model_transfer": (Annotated[bool, typer.Option(
+        "--cost-model-transfer", help="Use a --cost-model fitted on another model or GPU: "
+        "carry over only the parameters it names as transferable (same GPU), reset the rest.",
+        rich_help_panel=_S)], False),
     "trace": (Annotated[Path | None, typer.Option(
         "--trace", help="Replay a trace file instead of the scenario's workload (with the "
         "trace options).", rich_help_panel=_S)], None),
@@ -370,6 +374,7 @@ class ScenarioArgs:
     gpu: str | None = None
     model: str | None = None
     cost_model: Path | None = None
+    cost_model_transfer: bool = False
     trace: Path | None = None
     trace_args: TraceArgs = field(default_factory=TraceArgs)
     engine_defaults: str | None = None
@@ -409,7 +414,8 @@ class ScenarioArgs:
         return make_scenario(
             self.scenario, (*self.overrides, *load), policy=policy, gpu=self.gpu, model=self.model,
             seed=seed, trace=self.trace, trace_format=fmt, trace_options=table or None,
-            cost_model=self.cost_model, engine=self.engine, clients=clients,
+            cost_model=self.cost_model, cost_model_transfer=self.cost_model_transfer,
+            engine=self.engine, clients=clients,
             engine_defaults=self.engine_defaults, frontend=self.frontend)
 
 
@@ -462,6 +468,7 @@ def _scenario_args(values: dict[str, Any]) -> ScenarioArgs:
         load={k: v for k, v in load.items() if v is not None},
         scenario=values["scenario"], overrides=tuple(values["overrides"] or ()),
         gpu=values["gpu"], model=values["model"], cost_model=values["cost_model"],
+        cost_model_transfer=values["cost_model_transfer"],
         trace=values["trace"], trace_args=TraceArgs(trace_values),
         engine={k: v for k, v in engine.items() if v is not None}, clients=values["clients"],
         engine_defaults=values["engine_defaults"], frontend=values["frontend"])

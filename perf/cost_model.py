@@ -270,10 +270,11 @@ def load_cost_model(path: Path) -> CostModel:
         raise ValueError(f"{path}: not a readable cost-model JSON file ({exc})") from None
     kind = payload.get("kind") if isinstance(payload, dict) else None
     if kind == "vllm-v1":
+        from kvbudget.perf.fitted_on import embedded_model
         from kvbudget.perf.step_time import VllmStepModel
 
         try:
-            return VllmStepModel.from_json(payload)
+            return VllmStepModel.from_json(payload, embedded_model(payload))
         except ValueError as exc:
             raise ValueError(f"{path}: {exc}") from None
     if kind == "roofline":

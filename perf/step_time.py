@@ -522,8 +522,9 @@ class VllmStepModel:
         }
 
     @classmethod
-    def from_json(cls, payload: dict[str, Any]) -> VllmStepModel:
-        """The model :meth:`to_json` wrote; ``ValueError`` naming the field."""
+    def from_json(cls, payload: dict[str, Any], model: ModelSpec | None = None) -> VllmStepModel:
+        """The model :meth:`to_json` wrote; ``ValueError`` naming the field. ``model``: the
+        model's shapes as the file embeds them (then its ``model`` field is only a name)."""
         from kvbudget.perf.hardware import get_gpu
         from kvbudget.perf.models import get_model
 
@@ -540,10 +541,11 @@ class VllmStepModel:
         name = payload.get("model")
         if not isinstance(name, str):
             raise ValueError("field 'model' must be a model preset name or config path")
-        try:
-            model = get_model(name)
-        except ValueError as exc:
-            raise ValueError(f"field 'model': {exc}") from None
+        if model is None:
+            try:
+                model = get_model(name)
+            except ValueError as exc:
+                raise ValueError(f"field 'model': {exc}") from None
         params = payload.get("parameters", {})
         if not isinstance(params, dict):
             raise ValueError("field 'parameters' must be an object")

@@ -56,7 +56,7 @@ import json
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass, replace
 from functools import cache, partial
 from pathlib import Path
 from types import NoneType, UnionType
@@ -74,7 +74,7 @@ from typing import (
 
 import numpy as np
 
-from kvbudget.perf.cost_model import load_cost_model, read_frontend_overhead
+from kvbudget.perf.fitted_on import load_checked_cost_model, print_notes
 from kvbudget.policies import DEFAULT_TIERS, BasePolicy, TierConfig, make_policy
 from kvbudget.policies.gateway import FrontDoor
 from kvbudget.policies.tiers import MAX_LIMIT_TOKENS
@@ -187,6 +187,7 @@ class ScenarioSpec:
     gpu: str = "H100-80GB"
     model: str = "Llama-3.1-8B"
     cost_model: str | None = None
+    cost_model_transfer: bool = False
     engine_defaults: str = "vllm"
     frontend: str | None = None
     gateway_capacity_tokens: Annotated[int, Ge(1), Le(MAX_LIMIT_TOKENS)] | None = None
@@ -371,11 +372,6 @@ class Scenario:
 
     def sim_config(self) -> SimConfig:
         s = self.spec
-        cost = None
-        overhead = 0.0
-        if s.cost_model is not None:
-            cost = load_cost_model(self._path(s.cost_model))
-            overhead = read_frontend_overhead(self._path(s.cost_model))
         front_door = None
         if s.front_door is not None:
             fd = asdict(s.front_door)
@@ -396,7 +392,7 @@ class Scenario:
             from kvbudget.workloads.closed_loop import ClosedLoop
 
             closed_loop = ClosedLoop(**asdict(s.closed_loop))
-        return SimConfig(
+        config = SimConfig(
             closed_loop=closed_loop,
             clients=clients,
             gpu=s.gpu,
@@ -405,16 +401,24 @@ class Scenario:
             front_door=front_door,
             fleet=fleet,
             tiers=self.tiers(),
-            cost_model=cost,
             gateway_capacity_tokens=s.gateway_capacity_tokens,
             lease_ttl_s=s.lease_ttl_s,
             timeline_period_s=s.timeline_period_s,
             seed=s.seed,
-            frontend_overhead_s=overhead,
             engine_defaults=s.engine_defaults,  # type: ignore[arg-type]  # SimConfig checks it
-            # a calibrated file's frontend_overhead_s stands for the API server
-            frontend=s.frontend if s.frontend is not None or s.cost_model is None else "none",
+            frontend=s.frontend,
         )
+        if s.cost_model is None:
+            return config
+        checked = load_checked_cost_model(self._path(s.cost_model), config.fit_target(),
+                                          transfer=s.cost_model_transfer)
+        print_notes(checked)
+        if checked.model is None:  # nothing carried over: the default step model
+            return config
+        # a calibrated file's frontend_overhead_s stands for the API server
+        return replace(config, cost_model=checked.model,
+                       frontend_overhead_s=checked.frontend_overhead_s or 0.0,
+                       frontend=s.frontend if s.frontend is not None else "none")
 
     def make_policy(self, name: str | None = None) -> BasePolicy:
         """A fresh policy: the scenario's, or ``name`` (its parameters apply only to its own)."""
@@ -722,6 +726,7 @@ def make_scenario(
     trace_format: str | None = None,
     trace_options: Mapping[str, Any] | None = None,
     cost_model: Path | None = None,
+    cost_model_transfer: bool = False,
     engine: Mapping[str, Any] | None = None,
     clients: Mapping[str, Any] | None = None,
     engine_defaults: str | None = None,
@@ -768,6 +773,8 @@ def make_scenario(
             flags.append(f"engine.{key}={json.dumps(value)}")
     if cost_model is not None:
         flags.append(f"cost_model={json.dumps(str(Path(cost_model).resolve()))}")
+    if cost_model_transfer:
+        flags.append("cost_model_transfer=true")
     if trace is not None:
         if not Path(trace).exists():
             raise FileNotFoundError(f"{trace}: no such trace file")

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from kvbudget.perf.cost_model import CostModel, FrontendCost, get_frontend
+from kvbudget.perf.fitted_on import FitTarget
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
 from kvbudget.perf.step_time import VllmStepModel
@@ -197,6 +198,13 @@ class SimConfig:
                                      kv_cache_dtype=self.engine.kv_cache_dtype)
         return VllmStepModel(spec, model, tensor_parallel_size=tp, expert_parallel_size=ep,
                              kv_cache_dtype=_kv_cache_dtype(self.engine))
+
+    def fit_target(self) -> FitTarget:
+        """The GPU, model and parallelism of this configuration's own replicas: what a
+        cost-model file is checked against (:mod:`kvbudget.perf.fitted_on`)."""
+        tp, ep = _parallelism(self.engine)
+        return FitTarget(get_gpu(self.gpu), get_model(self.model), tp, ep,
+                         _kv_cache_dtype(self.engine))
 
     def resolved_frontend(self) -> FrontendCost:
         """What the API server adds to each request as its client sees it."""

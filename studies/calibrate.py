@@ -38,6 +38,7 @@ import numpy.typing as npt
 
 from kvbudget.analysis.validation import OVERALL, STATS, compare_recorded, latency_stats
 from kvbudget.perf.cost_model import FEATURES, CostModel, LinearCostModel, save_cost_model
+from kvbudget.perf.fitted_on import fitted_on_extra
 from kvbudget.results.recordings import Recording
 from kvbudget.simulator.run import SimConfig
 from kvbudget.studies.validate import recording_stages, simulate_recording
@@ -214,6 +215,8 @@ class RecordedCalibration:
         """Provenance for the cost-model file: what it was fitted on and its in-sample error."""
         engine = dataclasses.asdict(config.engine)
         return {
+            **fitted_on_extra(self.model, config.fit_target(),
+                              dataclasses.asdict(config.engine_for())),
             "frontend_overhead_s": self.frontend_overhead_s,
             "calibration": {
                 "method": "simulator in the loop: bounded Nelder-Mead (scipy) in log space on "

@@ -1,0 +1,265 @@
+"""What a cost-model file was fitted on, and the one check every loader makes against it.
+
+A fitted cost model holds for the GPU, model, parallelism and KV dtype it was fitted on. The file
+records them in a ``fitted_on`` block (written by :func:`fitted_on_extra`)::
+
+    "fitted_on": {
+      "gpu": {"name": "H100-80GB", "figures": {...every GPUSpec field...}},
+      "model": {"name": "tiny", "config": {...every ModelSpec field...},
+                "config_path": "/abs/tiny/config.json", "config_sha256": "9f2c..."},
+      "tensor_parallel_size": 1, "expert_parallel_size": 1,
+      "kv_cache_dtype": "auto", "weight_dtype": "bfloat16",
+      "engine": {"block_size": 16, "max_num_seqs": 256, "max_num_batched_tokens": 8192, ...}
+    },
+    "transferable": ["mem_efficiency", ..., "frontend_overhead_s"]
+
+``config`` embeds the model's parsed shapes, so a file fitted on any ``config.json`` loads
+anywhere (``config_path`` and ``config_sha256`` say which file it came from).
+:func:`load_checked_cost_model` refuses a file fitted on another GPU, model or parallelism
+with one line naming both, unless asked to ``transfer``: then only the ``transferable``
+parameters are carried, and only to the same GPU and parallelism.
+
+**What transfers.** :class:`~kvbudget.perf.step_time.VllmStepModel` computes everything that
+depends on the model (FLOPs, weight and KV bytes, layer counts) from the
+:class:`~kvbudget.perf.models.ModelSpec`; its fitted parameters are what the GPU, its kernels
+and the host achieve: fractions of the GPU's bandwidth and peak (``mem_efficiency``,
+``kv_mem_efficiency``, ``gemm_efficiency``, ``attention_efficiency``, ``link_efficiency``),
+the host's step gap and the per-layer launch costs (``step_overhead_s``, ``layer_overhead_s``,
+``moe_layer_overhead_s``), the interconnect's all-reduce latency, and the API server's
+per-request cost (``frontend_overhead_s``). All of them carry to another model on the same GPU
+at the same tensor and expert parallelism; none carries to another GPU (each is a fraction or a
+cost of *that* GPU: the other GPU's own defaults apply) nor to another parallelism (a fit takes
+up in its efficiencies what the communication model misses: docs/fidelity.md, "Calibrated from
+the recordings", where a TP2 fit's KV-read efficiency is 0.42 against TP1's 0.76). Even on the
+same GPU a carried fit is approximate (the same section: moving the fitted parameters between two
+models of one GPU took one's errors from -48/-35/-40 % to -27/-19/-23 %, the other's from
+-46/-19/-26 % to +65/+30/+39 %), which is why the transfer is asked for, never assumed. A
+linear model's coefficients are seconds per token or sequence of one model on one GPU: none
+transfers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from kvbudget.perf.cost_model import CostModel, load_cost_model, read_frontend_overhead
+from kvbudget.perf.hardware import GPUSpec
+from kvbudget.perf.models import MLASpec, ModelSpec, MoESpec, is_preset
+from kvbudget.perf.step_time import VllmStepModel
+
+TRANSFERABLE_VLLM = (*VllmStepModel.FIT_PARAMETERS, "frontend_overhead_s")
+"""The parameters of a ``vllm-v1`` file that carry to another model on the same GPU."""
+
+
+@dataclass(frozen=True)
+class FitTarget:
+    """The GPU, model and parallelism a cost model is fitted on or used for."""
+
+    gpu: GPUSpec
+    model: ModelSpec
+    tensor_parallel_size: int = 1
+    expert_parallel_size: int = 1
+    kv_cache_dtype: str = "auto"
+
+    def label(self) -> str:
+        return (f"{self.gpu.name} / {self.model.name} TP{self.tensor_parallel_size} "
+                f"EP{self.expert_parallel_size}")
+
+
+@dataclass(frozen=True)
+class CheckedCostModel:
+    """A loaded cost model checked against its use: ``model`` (``None``: nothing carried, the
+    default step model applies), its ``frontend_overhead_s`` (``None``: the default front
+    end), and ``notes`` to print (one line each)."""
+
+    model: CostModel | None
+    frontend_overhead_s: float | None
+    notes: tuple[str, ...] = ()
+
+
+def model_config(model: ModelSpec) -> dict[str, Any]:
+    """Every field of ``model`` as JSON (what :func:`model_from_config_block` reads back)."""
+    return asdict(model)
+
+
+def model_from_config_block(block: Any, where: str) -> ModelSpec:
+    """The :class:`ModelSpec` :func:`model_config` wrote; ``ValueError`` naming ``where``."""
+    if not isinstance(block, dict):
+        raise ValueError(f"field '{where}' must be an object")
+    data = dict(block)
+    try:
+        for key, cls in (("moe", MoESpec), ("mla", MLASpec)):
+            sub = data.get(key)
+            if sub is not None:
+                if not isinstance(sub, dict):
+                    raise ValueError(f"field '{where}.{key}' must be an object or null")
+                data[key] = cls(**sub)
+        return ModelSpec(**data)
+    except TypeError as exc:
+        raise ValueError(f"field '{where}': {exc}") from None
+
+
+def _shape_sha256(model: ModelSpec) -> str:
+    """A hash of the model's shapes (its name and source file left out): two files of the same
+    model hash alike."""
+    shapes = {k: v for k, v in asdict(model).items() if k not in ("name", "source")}
+    return hashlib.sha256(json.dumps(shapes, sort_keys=True).encode()).hexdigest()
+
+
+def _gpu_figures(gpu: GPUSpec) -> dict[str, Any]:
+    return {f.name: getattr(gpu, f.name) for f in fields(gpu)}
+
+
+def _same_gpu(a: GPUSpec, b: GPUSpec) -> bool:
+    """The same figures (the name aside: a GPU file may copy a preset under its own name)."""
+    fa, fb = _gpu_figures(a), _gpu_figures(b)
+    return {k: v for k, v in fa.items() if k != "name"} == \
+        {k: v for k, v in fb.items() if k != "name"}
+
+
+def _model_block(model: ModelSpec) -> dict[str, Any]:
+    block: dict[str, Any] = {"name": model.name, "config": model_config(model),
+                             "preset": is_preset(model.name)}
+    source = Path(model.source) if model.source else None
+    if not block["preset"] and source is not None and source.is_file():
+        block["config_path"] = str(source.resolve())
+        block["config_sha256"] = hashlib.sha256(source.read_bytes()).hexdigest()
+    return block
+
+
+def fitted_on_extra(model: CostModel, target: FitTarget,
+                    engine: dict[str, Any]) -> dict[str, Any]:
+    """The ``fitted_on`` and ``transferable`` entries of a file of ``model`` fitted on
+    ``target`` with the engine knobs ``engine``."""
+    return {
+        "fitted_on": {
+            "gpu": {"name": target.gpu.name, "figures": _gpu_figures(target.gpu)},
+            "model": _model_block(target.model),
+            "tensor_parallel_size": target.tensor_parallel_size,
+            "expert_parallel_size": target.expert_parallel_size,
+            "kv_cache_dtype": target.kv_cache_dtype,
+            "weight_dtype": target.model.weight_dtype,
+            "engine": {k: v for k, v in engine.items()
+                       if v is None or isinstance(v, str | int | float | bool)},
+        },
+        "transferable": list(TRANSFERABLE_VLLM) if isinstance(model, VllmStepModel) else [],
+    }
+
+
+def read_fitted_on(path: Path, payload: dict[str, Any]) -> FitTarget | None:
+    """The target a file records (``None`` for a file from before ``fitted_on``)."""
+    block = payload.get("fitted_on")
+    if block is None:
+        return None
+    if not isinstance(block, dict):
+        raise ValueError(f"{path}: field 'fitted_on' must be an object")
+    try:
+        gpu_block = block.get("gpu")
+        figures = gpu_block.get("figures") if isinstance(gpu_block, dict) else None
+        if not isinstance(figures, dict):
+            raise ValueError("field 'fitted_on.gpu.figures' must be an object")
+        try:
+            gpu = GPUSpec(**figures)
+        except TypeError as exc:
+            raise ValueError(f"field 'fitted_on.gpu.figures': {exc}") from None
+        model_block = block.get("model")
+        if not isinstance(model_block, dict):
+            raise ValueError("field 'fitted_on.model' must be an object")
+        model = model_from_config_block(model_block.get("config"), "fitted_on.model.config")
+        ints = []
+        for key in ("tensor_parallel_size", "expert_parallel_size"):
+            value = block.get(key, 1)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"field 'fitted_on.{key}' must be an integer >= 1")
+            ints.append(value)
+        dtype = block.get("kv_cache_dtype", "auto")
+        if not isinstance(dtype, str):
+            raise ValueError("field 'fitted_on.kv_cache_dtype' must be a string")
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    return FitTarget(gpu, model, ints[0], ints[1], dtype)
+
+
+def _transferable(path: Path, payload: dict[str, Any]) -> list[str]:
+    names = payload.get("transferable", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"{path}: field 'transferable' must be a list of parameter names")
+    unknown = sorted(set(names) - set(TRANSFERABLE_VLLM))
+    if unknown:
+        raise ValueError(f"{path}: field 'transferable': unknown parameter {unknown[0]!r}")
+    return list(names)
+
+
+def load_checked_cost_model(path: Path, target: FitTarget, *,
+                            transfer: bool = False) -> CheckedCostModel:
+    """Load ``path`` for use on ``target``: as it is when it was fitted on ``target``; a
+    ``ValueError`` of one line naming both when not (unless ``transfer``: then the
+    ``transferable`` parameters carry to ``target``'s step model on the same GPU and
+    parallelism, the rest
+    reset to its defaults, and a note says which); with a note when the file does not say what
+    it was fitted on (it cannot be checked)."""
+    loaded = load_cost_model(path)  # validates the file, with messages naming the field
+    overhead = read_frontend_overhead(path)
+    payload = json.loads(path.read_text())
+    fitted = read_fitted_on(path, payload)
+    if fitted is None:
+        return CheckedCostModel(loaded, overhead, (
+            f"{path} does not record the GPU and model it was fitted on (an older file): "
+            f"cannot check it against {target.label()}",))
+    same_model = _shape_sha256(fitted.model) == _shape_sha256(target.model)
+    same_gpu = _same_gpu(fitted.gpu, target.gpu)
+    same_parallel = (fitted.tensor_parallel_size, fitted.expert_parallel_size) == \
+        (target.tensor_parallel_size, target.expert_parallel_size)
+    if same_model and same_gpu and same_parallel:
+        return CheckedCostModel(loaded, overhead)
+    if not transfer:
+        raise ValueError(f"{path}: fitted on {fitted.label()}, not {target.label()}; "
+                         "--cost-model-transfer (scenario: cost_model_transfer = true) carries "
+                         "over only the parameters that transfer")
+    names = _transferable(path, payload) if same_gpu and same_parallel else []
+    carried = {n: getattr(loaded, n) for n in names
+               if n != "frontend_overhead_s" and isinstance(loaded, VllmStepModel)}
+    fit_names = [*VllmStepModel.FIT_PARAMETERS, "frontend_overhead_s"] \
+        if isinstance(loaded, VllmStepModel) else sorted(loaded.describe())
+    reset = [n for n in fit_names if n not in names and n not in ("kind", "source")]
+    why = ("" if names or not isinstance(loaded, VllmStepModel) else
+           " (another GPU: none of its parameters transfers)" if not same_gpu else
+           " (another parallelism: none of its parameters transfers)")
+    note = (f"{path}: fitted on {fitted.label()}, used for {target.label()}{why}: carried "
+            f"{', '.join(names) or 'nothing'}; reset to the defaults: {', '.join(reset) or 'none'}")
+    if not names:
+        return CheckedCostModel(None, None, (note,))
+    base = VllmStepModel(target.gpu, target.model, target.tensor_parallel_size,
+                         target.expert_parallel_size, kv_cache_dtype=target.kv_cache_dtype,
+                         source=f"{path} carried to {target.label()}")
+    return CheckedCostModel(replace(base, **carried),
+                            overhead if "frontend_overhead_s" in names else None, (note,))
+
+
+_PRINTED: set[str] = set()
+"""Notes already printed: a scenario's configuration is built more than once per command (once
+to check it, once per run), and each note is said once."""
+
+
+def print_notes(checked: CheckedCostModel) -> None:
+    """The notes of ``checked`` on stderr, one line each, each once per process (what was
+    assumed is said)."""
+    for note in checked.notes:
+        if note not in _PRINTED:
+            _PRINTED.add(note)
+            print(f"note: {note}", file=sys.stderr)
+
+
+def embedded_model(payload: dict[str, Any]) -> ModelSpec | None:
+    """The model shapes a file embeds (``fitted_on.model.config``), ``None`` when it has none;
+    ``ValueError`` naming the field."""
+    block = payload.get("fitted_on")
+    model_block = block.get("model") if isinstance(block, dict) else None
+    if not isinstance(model_block, dict) or "config" not in model_block:
+        return None
+    return model_from_config_block(model_block["config"], "fitted_on.model.config")

@@ -1,0 +1,182 @@
+"""A cost-model file knows what it was fitted on (``kvbudget.perf.fitted_on``): files written by
+``calibrate --model config.json`` load anywhere; ``--cost-model`` with another GPU, model or
+parallelism refuses in one line unless ``--cost-model-transfer`` carries the transferable
+parameters; an older file loads with a note that it cannot be checked."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from kvbudget.cli.main import app
+from kvbudget.perf.cost_model import LinearCostModel, load_cost_model, save_cost_model
+from kvbudget.perf.fitted_on import (
+    TRANSFERABLE_VLLM,
+    FitTarget,
+    fitted_on_extra,
+    load_checked_cost_model,
+)
+from kvbudget.perf.hardware import get_gpu
+from kvbudget.perf.models import get_model, load_model_config
+from kvbudget.perf.step_time import VllmStepModel
+from kvbudget.simulator.scenario import make_scenario
+from tests.unit.studies.test_calibrate_records import recorded_run
+
+BUNDLED = Path(__file__).parents[3] / "perf" / "model_configs" / "Llama-3.2-1B.json"
+H100 = FitTarget(get_gpu("H100-80GB"), get_model("Llama-3.1-8B"))
+ENGINE = ["--num-gpu-blocks", "4000", "--max-num-seqs", "64"]
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return recorded_run(tmp_path_factory.mktemp("rec") / "rec.csv", n=40)
+
+
+def fitted_file(path: Path, target: FitTarget = H100, **params: Any) -> Path:
+    """A vllm-v1 file fitted on ``target`` with ``params`` moved off their defaults."""
+    model = dataclasses.replace(VllmStepModel(target.gpu, target.model), **params)
+    save_cost_model(model, path, extra={"frontend_overhead_s": 0.004,
+                                        **fitted_on_extra(model, target, {"block_size": 16})})
+    return path
+
+
+def simulate(records: Path, *args: str) -> Result:
+    return CliRunner().invoke(app, ["simulate", "--trace", str(records), "--policy",
+                                    "unlimited", "--json", *ENGINE, *args])
+
+
+def test_calibrate_with_a_config_json_model_writes_a_file_that_loads_anywhere(
+        records: Path, tmp_path: Path) -> None:
+    config = tmp_path / "tiny" / "config.json"
+    config.parent.mkdir()
+    shutil.copy(BUNDLED, config)
+    out = tmp_path / "cost.json"
+    res = CliRunner().invoke(app, ["calibrate", "--records", str(records), "--model",
+                                   str(config), "--out", str(out), "--max-evals", "4", *ENGINE])
+    assert res.exit_code == 0, res.output
+    fitted_on = json.loads(out.read_text())["fitted_on"]
+    assert fitted_on["model"]["config_path"] == str(config.resolve())
+    assert fitted_on["model"]["config_sha256"] == hashlib.sha256(config.read_bytes()).hexdigest()
+    assert fitted_on["gpu"]["name"] == get_gpu("H100-80GB").name
+    assert fitted_on["engine"]["max_num_seqs"] == 64
+    shapes = load_model_config(config)
+    # the same model from another folder (the file the calibration read is gone)
+    moved = tmp_path / "elsewhere" / "config.json"
+    moved.parent.mkdir()
+    shutil.move(config, moved)
+    loaded = load_cost_model(out)
+    assert isinstance(loaded, VllmStepModel) and loaded.model.num_layers == shapes.num_layers
+    res = simulate(records, "--model", str(moved), "--cost-model", str(out))
+    assert res.exit_code == 0, res.output
+    described = json.loads(res.stdout)["cost_model"]
+    assert described["mem_efficiency"] == loaded.mem_efficiency
+
+
+@pytest.mark.parametrize("flags", [["--model", "Qwen3-8B"], ["--gpu", "A100-80GB"],
+                                   ["--tensor-parallel-size", "2"]])
+def test_another_gpu_model_or_parallelism_is_refused_in_one_line(
+        records: Path, tmp_path: Path, flags: list[str]) -> None:
+    path = fitted_file(tmp_path / "cost.json", mem_efficiency=0.6)
+    assert simulate(records, "--cost-model", str(path)).exit_code == 0  # its own setting
+    res = simulate(records, "--cost-model", str(path), *flags)
+    assert res.exit_code == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert "fitted on H100-SXM / Llama-3.1-8B TP1" in lines[0]
+    assert flags[1].replace("A100-80GB", "A100") in lines[0]
+    assert "--cost-model-transfer" in lines[0]
+
+
+def test_transfer_carries_the_gpu_parameters_to_another_model(records: Path,
+                                                               tmp_path: Path) -> None:
+    path = fitted_file(tmp_path / "cost.json", mem_efficiency=0.6, layer_overhead_s=3e-5)
+    res = simulate(records, "--cost-model", str(path), "--model", "Qwen3-8B",
+                   "--cost-model-transfer")
+    assert res.exit_code == 0, res.output
+    described = json.loads(res.stdout)["cost_model"]
+    assert described["model"] == "Qwen3-8B"
+    assert described["mem_efficiency"] == 0.6 and described["layer_overhead_s"] == 3e-5
+    notes = [line for line in res.stderr.splitlines() if "carried" in line]
+    assert len(notes) == 1 and "carried mem_efficiency" in notes[0]
+    assert json.loads(path.read_text())["transferable"] == list(TRANSFERABLE_VLLM)
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    ({"gpu": get_gpu("A100-80GB")}, "another GPU"),
+    ({"tensor_parallel_size": 2}, "another parallelism"),
+])
+def test_transfer_to_another_gpu_or_parallelism_carries_nothing(
+        tmp_path: Path, change: dict[str, Any], why: str) -> None:
+    path = fitted_file(tmp_path / "cost.json", mem_efficiency=0.6)
+    target = dataclasses.replace(H100, **change)
+    checked = load_checked_cost_model(path, target, transfer=True)
+    assert checked.model is None and checked.frontend_overhead_s is None
+    assert why in checked.notes[0] and "carried nothing" in checked.notes[0]
+    with pytest.raises(ValueError, match=re.escape(f"not {target.label()}")):
+        load_checked_cost_model(path, target)
+
+
+def test_a_linear_file_transfers_nothing_and_its_own_setting_loads_as_is(tmp_path: Path) -> None:
+    linear = LinearCostModel(0.01, 1e-5, 1e-4, 1e-7)
+    path = tmp_path / "linear.json"
+    save_cost_model(linear, path, extra=fitted_on_extra(linear, H100, {}))
+    assert json.loads(path.read_text())["transferable"] == []
+    assert load_checked_cost_model(path, H100).model == linear
+    other = dataclasses.replace(H100, model=get_model("Qwen3-8B"))
+    checked = load_checked_cost_model(path, other, transfer=True)
+    assert checked.model is None and "carried nothing" in checked.notes[0]
+
+
+def test_an_older_file_loads_with_a_note_that_it_cannot_be_checked(records: Path,
+                                                                   tmp_path: Path) -> None:
+    path = fitted_file(tmp_path / "old.json")
+    payload = json.loads(path.read_text())
+    del payload["fitted_on"], payload["transferable"]
+    path.write_text(json.dumps(payload))
+    res = simulate(records, "--cost-model", str(path), "--model", "Qwen3-8B")
+    assert res.exit_code == 0, res.output
+    notes = [line for line in res.stderr.splitlines() if "cannot check" in line]
+    assert len(notes) == 1 and str(path) in notes[0] and "Qwen3-8B" in notes[0]
+
+
+def test_the_scenario_field_asks_for_the_transfer(tmp_path: Path) -> None:
+    path = fitted_file(tmp_path / "cost.json", mem_efficiency=0.6)
+    with pytest.raises(ValueError, match=re.escape("fitted on H100-SXM / Llama-3.1-8B")):
+        make_scenario(None, (), model="Qwen3-8B", cost_model=path)
+    scn = make_scenario(None, ("cost_model_transfer=true",), model="Qwen3-8B", cost_model=path)
+    cost = scn.sim_config().cost_model
+    assert isinstance(cost, VllmStepModel) and cost.model.name == "Qwen3-8B"
+    assert cost.mem_efficiency == 0.6
+    assert scn.sim_config().frontend_overhead_s == 0.004
+
+
+def test_a_damaged_fitted_on_block_names_the_field(tmp_path: Path) -> None:
+    path = fitted_file(tmp_path / "cost.json")
+    payload = json.loads(path.read_text())
+    payload["fitted_on"]["tensor_parallel_size"] = 0
+    path.write_text(json.dumps(payload))
+    with pytest.raises(ValueError, match=re.escape("fitted_on.tensor_parallel_size")):
+        load_checked_cost_model(path, H100)
+    payload["fitted_on"]["model"]["config"] = {"name": "x"}
+    path.write_text(json.dumps(payload))
+    with pytest.raises(ValueError, match=re.escape("fitted_on.model.config")):
+        load_cost_model(path)
+
+
+def test_the_documented_example_has_the_written_fields(tmp_path: Path) -> None:
+    doc = (Path(__file__).parents[3] / "docs" / "recordings.md").read_text()
+    block = doc.split("### Cost files: what they fit", 1)[1].split("```json\n", 1)[1]
+    example = json.loads("{" + block.split("```", 1)[0] + "}")
+    written = json.loads(fitted_file(tmp_path / "cost.json").read_text())
+    assert set(example["fitted_on"]) == set(written["fitted_on"])
+    assert set(example["fitted_on"]["model"]) - {"config_path", "config_sha256"} \
+        == set(written["fitted_on"]["model"])
+    assert example["transferable"] == written["transferable"]
