@@ -196,9 +196,8 @@ def run_block(block: Block, cwd: Path, config: dict[str, Any]) -> None:
     prep = prepare(block, config)
     if prep.skip is not None:
         pytest.skip(prep.skip)
-    if "{shared}" in block.text or str(_shared()) in prep.text:
-        if not _shared().is_dir():
-            pytest.skip(f"shared data folder {_shared()} is missing")
+    if str(_shared()) in prep.text and not _shared().is_dir():
+        pytest.skip(f"shared data folder {_shared()} is missing")
     if block.lang == "python":
         script = cwd / f"block_{block.line}.py"
         script.write_text(prep.text + "\n")
