@@ -8,7 +8,7 @@ which blocks run smaller and why, and which cannot run here and why.
 
 Checks: every command exits 0; a console block that shows output (lines after a ``$`` command
 that are not commands) prints lines with the same leading label whose figures agree within
-:data:`REL_TOL` (a reduced block's figures are not compared: its size differs by design).
+:data:`REL_TOL` (a reduced command's figures are not compared: its size differs by design).
 """
 
 from __future__ import annotations
@@ -101,6 +101,12 @@ def prepare(block: Block, config: dict[str, Any]) -> Prepared:
     text = block.text
     for d in config.get("drop_line", []):
         text = "\n".join(ln for ln in _join(text) if d["match"] not in ln)
+    text, reduced = substitute(text, config)
+    return Prepared(text, reduced, None)
+
+
+def substitute(text: str, config: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
+    """``text`` with the reductions (and their reasons) and the replacements applied."""
     reduced = []
     for r in config.get("reduce", []):
         if r["match"] in text and r["text"] in text:
@@ -109,7 +115,7 @@ def prepare(block: Block, config: dict[str, Any]) -> Prepared:
     for r in config.get("replace", []):
         text = text.replace(r["text"], r["by"])
     text = text.replace("{shared}", str(_shared())).replace("{repo}", str(REPO))
-    return Prepared(text, tuple(reduced), None)
+    return text, tuple(reduced)
 
 
 def _join(text: str) -> list[str]:
@@ -205,11 +211,15 @@ def run_block(block: Block, cwd: Path, config: dict[str, Any]) -> None:
                              capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
         assert res.returncode == 0, f"{block.key}: {res.stderr[-3000:]}"
         return
-    for step in console_steps(prep.text, block.lang):
-        res = subprocess.run(_kvbudget(step.command), cwd=cwd, env=_env(),
+    text = block.text
+    for d in config.get("drop_line", []):
+        text = "\n".join(ln for ln in _join(text) if d["match"] not in ln)
+    for step in console_steps(text, block.lang):
+        command, reduced = substitute(step.command, config)
+        res = subprocess.run(_kvbudget(command), cwd=cwd, env=_env(),
                              capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
-        assert res.returncode == 0, f"{block.key}: {step.command}\n{res.stderr[-3000:]}"
-        if step.shown and not prep.reduced:
+        assert res.returncode == 0, f"{block.key}: {command}\n{res.stderr[-3000:]}"
+        if step.shown and not reduced:  # a reduced command's figures differ by design
             problems = compare_shown(step.shown, res.stdout)
             assert not problems, f"{block.key}: " + "\n".join(problems)
 
