@@ -42,3 +42,15 @@ def test_readme_quotes_the_load_and_the_capacity(conservative_capacity_rps: floa
     assert float(m.group(1)) == DEFAULT_RATE_RPS
     quoted = float(m.group(2))
     assert abs(quoted - conservative_capacity_rps) <= README_TOLERANCE * conservative_capacity_rps
+
+
+def test_docs_quote_the_default_rate_and_its_ratio(conservative_capacity_rps: float) -> None:
+    text = " ".join((README.parent / "docs" / "workloads.md").read_text().split())
+    m = re.search(r"`DEFAULT_RATE_RPS` \(([\d.]+) req/s: about ([\d.]+)x", text)
+    assert m, "docs/workloads.md: the default rate sentence"
+    assert float(m.group(1)) == DEFAULT_RATE_RPS
+    ratio = DEFAULT_RATE_RPS / conservative_capacity_rps
+    assert abs(float(m.group(2)) - ratio) <= README_TOLERANCE * ratio
+    readme = " ".join(README.read_text().split())
+    quoted = re.search(r"req/s, about ([\d.]+)x the conservative policy's capacity", readme)
+    assert quoted and abs(float(quoted.group(1)) - ratio) <= README_TOLERANCE * ratio
