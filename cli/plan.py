@@ -79,7 +79,13 @@ def plan_cmd(
     answer. Prices default to cited on-demand figures (kvbudget.studies.plan.DEFAULT_PRICES).
     """
     from kvbudget.studies.executors import make_executor
-    from kvbudget.studies.plan import DEFAULT_PRICES, PlanSpec, plan, read_prices
+    from kvbudget.studies.plan import (
+        DEFAULT_PRICES,
+        PRICE_SOURCE,
+        PlanSpec,
+        plan,
+        read_prices,
+    )
     from kvbudget.studies.sweep import RunError, parse_axis
     from kvbudget.studies.tune import Constraint
 
@@ -92,7 +98,10 @@ def plan_cmd(
         from kvbudget.studies.plan import MAX_PRICE
 
         table = read_prices(prices) if prices is not None else dict(DEFAULT_PRICES)
+        sources = (dict.fromkeys(table, str(prices)) if prices is not None
+                   else dict.fromkeys(table, PRICE_SOURCE))
         for item in price or []:
+            sources[item.partition("=")[0].strip()] = "--price"
             gpu, sep, usd = item.partition("=")
             try:
                 table[gpu.strip()] = float(usd)
@@ -118,7 +127,7 @@ def plan_cmd(
             scn, gpus=_list(gpus, "--gpus", str), tensor_parallel=_list(tp, "--tp", int),
             replicas=_list(replicas, "--replicas", int), policies=names,
             param_values=param_values, slos=tuple(Constraint.parse(s) for s in slo or []),
-            prices=table, replications=replications, root_seed=seed)
+            prices=table, price_sources=sources, replications=replications, root_seed=seed)
         bar: Bar | None = None
 
         def on_start(total: int, stored: int) -> None:
@@ -131,7 +140,8 @@ def plan_cmd(
             with make_executor(executor, jobs=jobs, address=address) as ex:
                 result = plan(spec, ex, out, resume=resume,
                               progress=lambda n: bar.update(n) if bar else None,
-                              on_start=on_start)
+                              on_start=on_start,
+                              on_total=lambda n: bar.set_total(n) if bar else None)
         except KeyboardInterrupt:
             raise fail(f"interrupted; finished runs are kept in {out}; rerun with --resume",
                        130) from None
@@ -160,9 +170,10 @@ def render_plan(result: Any, *, top: int | None = 10, wide: bool = False) -> str
     import textwrap
 
     from kvbudget.cli.tables import WIDTH, _pm, render, short_metric
-    from kvbudget.studies.plan import policy_label, summary_rows
+    from kvbudget.studies.plan import policy_label, price_note, summary_rows
 
     df = summary_rows(result, top)
+    num_all = len(summary_rows(result, None))
     if df.empty:
         return "(no runs)"
     spec = result.spec
@@ -203,13 +214,16 @@ def render_plan(result: Any, *, top: int | None = 10, wide: bool = False) -> str
     how = (f"the bound of the {spec.confidence:.0%} t interval over {spec.replications} "
            "replications" if spec.replications > 1 else "one replication")
     note = (f"SLOs: {', '.join(str(s) for s in spec.slos)} ({how}); "
-            "$/h = GPUs x price per GPU-hour (" + ", ".join(
-                f"{g} {spec.prices[g]:.2f}" for g in spec.gpus if g in spec.prices)
-            + "); GPUs: replicas x tensor-parallel degree; $/M tok: per million "
+            "$/h = GPUs x price per GPU-hour; GPUs: replicas x tensor-parallel degree; $/M tok: per million "
             "output tokens at the offered load; att = SLO attainment, ttft/tpot = p99 seconds, "
             "mean ± half the interval; 'no' rows: the largest replica count tried still misses."
             + ("" if wide or not keys else f" Policy values: {', '.join(keys)}."))
-    return render(headers, rows, gap=1 if not wide else 2) + "\n" + textwrap.fill(note, WIDTH)
+    shown = ([f"showing {len(rows)} of {num_all} configurations (the cheapest first, and each "
+              f"GPU type's cheapest feasible one; --top N for more, all in plan.csv)"]
+             if len(rows) < num_all else [])
+    return "\n".join([render(headers, rows, gap=1 if not wide else 2),
+                      *(textwrap.fill(x, WIDTH, subsequent_indent="  ")
+                        for x in [*shown, price_note(spec), note])])
 
 
 def register(app: typer.Typer) -> None:

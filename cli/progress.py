@@ -85,6 +85,7 @@ class Bar:
         print(line, file=self._stream or sys.stderr, flush=True)
 
     def set_total(self, total: int) -> None:
+        self._total = max(total, self._done)
         if self._bar is not None:
             self._bar.total = max(total, self._bar.n)
             self._bar.refresh()

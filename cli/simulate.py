@@ -103,7 +103,8 @@ def simulate_cmd(
     if as_json:
         typer.echo(json.dumps(result.summary, indent=2))
     else:
-        typer.echo(render_summaries([result.summary], wide=wide))
+        targets = {t.name: (t.ttft_s, t.tpot_s) for t in scn.tiers()}
+        typer.echo(render_summaries([result.summary], wide=wide, slo_targets=targets))
         if out is not None:
             typer.echo(f"wrote {out}/requests.parquet, timeline.parquet, summary.json")
 
@@ -206,7 +207,12 @@ def compare_cmd(
         else:
             typer.echo(result.table.to_json(orient="records", indent=2))
     elif replications == 1:
-        typer.echo(render_summaries(result.summaries(), wide=wide))
+        from kvbudget.analysis.conclusion import conclude
+
+        summaries = result.summaries()
+        targets = {t.name: (t.ttft_s, t.tpot_s) for t in scn.tiers()}
+        typer.echo(render_summaries(summaries, wide=wide, slo_targets=targets,
+                                    conclusion=conclude(summaries)))
     else:
         typer.echo(render_comparison(result, wide=wide))
         if out is not None:

@@ -278,8 +278,18 @@ def tune_cmd(
                    ", ".join(str(c) for c in spec.constraints), 1)
     mean, low, high = result.best.objective
     best = ", ".join(f"{k} = {v}" for k, v in result.best.params.items())
-    typer.echo(f"best: {best}: {objective} = {mean:.6g} "
-               f"({confidence:.0%} CI {low:.6g} .. {high:.6g}, {replications} replications)")
+    flat = result.flatness()
+    if flat.flat:
+        why = (f"relative spread {flat.relative_spread:.2%} < {flat.epsilon:.0%}"
+               if flat.relative_spread < flat.epsilon else
+               f"every setting within noise of the top one, paired {confidence:.0%} intervals")
+        typer.echo(f"flat: {objective} is {flat.low:.6g} .. {flat.high:.6g} over "
+                   f"{flat.num_settings} feasible settings ({why}); no setting is better "
+                   f"than another. best.toml keeps the one with the most constraint slack: "
+                   f"{best}")
+    else:
+        typer.echo(f"best: {best}: {objective} = {mean:.6g} ({confidence:.0%} CI {low:.6g} "
+                   f".. {high:.6g}, {replications} replications)")
     if result.validation is not None:
         v = result.validation
         checks = "; ".join(f"{c} -> mean {cm:.4g} ({'holds' if cm == cm and ok else 'FAILS'})"

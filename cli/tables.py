@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
@@ -34,17 +34,24 @@ def render(headers: Sequence[str], rows: Sequence[Sequence[Any]], gap: int = 2) 
 
 
 WIDTH = 100
+
+
+def _sustained(b: dict[str, Any]) -> Any:
+    """Output tokens over first arrival to last finish (a summary written before the figure
+    existed has only the arrival-window rate: ``-``)."""
+    return b.get("sustained_output_tokens_per_s")
 """Columns a table fits in by default (``--wide`` shows every column)."""
 
 # (header, block -> value); the first group is what fits WIDTH, --wide adds the rest
 _NARROW: tuple[tuple[str, Any], ...] = (
     ("offered", lambda b: b["offered"]),
     ("done", lambda b: b["completed"]),
-    ("refused", lambda b: b["rejected_too_large"] + b["rejected_overloaded"] + b["expired"]
+    ("refused", lambda b: b["rejected_too_large"] + b["rejected_overloaded"]
      + b["preempted_dropped"]),
+    ("expired", lambda b: b["expired"]),
     ("TTFT p99", lambda b: b["ttft_s"]["p99"]),
     ("TPOT p99", lambda b: b["tpot_s"]["p99"]),
-    ("out tok/s", lambda b: b["output_tokens_per_s"]),
+    ("out tok/s", lambda b: _sustained(b)),
     ("SLO att", lambda b: b["slo_attainment"]),
 )
 _WIDE: tuple[tuple[str, Any], ...] = (
@@ -60,7 +67,8 @@ _WIDE: tuple[tuple[str, Any], ...] = (
     ("TPOT p99", lambda b: b["tpot_s"]["p99"]),
     ("ITL p99", lambda b: b.get("itl_s", {}).get("p99")),
     ("E2E p99", lambda b: b["e2e_s"]["p99"]),
-    ("out tok/s", lambda b: b["output_tokens_per_s"]),
+    ("out tok/s", lambda b: _sustained(b)),
+    ("tok/s arr. win", lambda b: b["output_tokens_per_s"]),
     ("goodput/s", lambda b: b["goodput_rps"]),
     ("SLO att", lambda b: b["slo_attainment"]),
 )
@@ -118,7 +126,20 @@ def client_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
     return [render(headers, rows), ""]
 
 
-def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False) -> str:
+def slo_line(targets: Mapping[str, tuple[float, float]]) -> str:
+    """``SLO att: share of offered requests with TTFT <= x s and TPOT <= y s (tier: x, y; ...)``."""
+    parts = "; ".join(f"{tier} TTFT<={_fmt(float(ttft))} s, TPOT<={_fmt(float(tpot))} s"
+                      for tier, (ttft, tpot) in targets.items())
+    return ("SLO att: share of offered requests completed within their tier's targets ("
+            + parts + ")")
+
+
+def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
+                     slo_targets: Mapping[str, tuple[float, float]] | None = None,
+                     conclusion: str | None = None) -> str:
+    """The runs side by side: outcomes and latencies per tier, KV figures, the parameters,
+    the notes on units; ``slo_targets`` (tier -> (TTFT s, TPOT s)) adds the targets behind
+    ``SLO att``, ``conclusion`` a last line (:func:`kvbudget.analysis.conclusion.conclude`)."""
     rows: list[list[Any]] = []
     for s in summaries:
         rows.extend(summary_rows(s, wide))
@@ -131,11 +152,19 @@ def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False) ->
     lines = [render(headers, rows), "", *client_lines(summaries), render(kv_headers, kv),
              textwrap.fill("policy parameters: " + "; ".join(params_line(s) for s in summaries),
                            WIDTH, subsequent_indent="  ")]
-    note = "(times in seconds; KV used/reserved are time-weighted fractions of capacity"
+    note = ("(times in seconds; KV used/reserved are time-weighted fractions of capacity; "
+            "refused: answered too-large or overloaded, or dropped after preemption; expired: "
+            "waited past the tier's queue timeout; out tok/s: output tokens over the time the "
+            "work took, first arrival to last finish")
     if window is not None:
-        note += (f"; rates over the offered window of {_fmt(float(window))} s, first to last "
-                 "arrival; drain s: after the last arrival")
-    lines.append(textwrap.fill(note + ")", WIDTH))
+        note += (f"; goodput/s and 'tok/s arr. win' (--wide) over the arrival window of "
+                 f"{_fmt(float(window))} s, first to last arrival; drain s: after the last "
+                 "arrival")
+    lines.append(textwrap.fill(note + ")", WIDTH, break_on_hyphens=False))
+    if slo_targets:
+        lines.append(textwrap.fill(slo_line(slo_targets), WIDTH, subsequent_indent="  "))
+    if conclusion:
+        lines.append(textwrap.fill(conclusion, WIDTH, subsequent_indent="  "))
     return "\n".join(lines)
 
 

@@ -5,7 +5,10 @@ shape: an overall block, one block per tier, and KV figures.
 
 Rates (``output_tokens_per_s``, ``goodput_rps``) count what completed, divided by the offered
 window: arrival of the first request to arrival of the last (``offered_window_s``; the whole
-run when every request arrives at once). ``drain_s`` is what the run took after the last
+run when every request arrives at once). ``sustained_output_tokens_per_s`` divides the same
+tokens by the time the work took, first arrival to last finish (``duration_s``): what the
+engine sustained, the figure ``vllm bench serve`` reports as output token throughput (tokens
+over the benchmark's duration). Beyond capacity the offered-window rate overstates it. ``drain_s`` is what the run took after the last
 arrival, ``duration_s`` the two together.
 """
 
@@ -226,11 +229,13 @@ def block(
     duration_s: float,
     slo_ok: npt.NDArray[np.bool_],
     itl: dict[str, float | None] | None = None,
+    busy_s: float | None = None,
 ) -> dict[str, Any]:
     """One summary block over the rows selected by ``mask``. ``cols["status"]`` and
     ``cols["reason"]`` are (codes, values) pairs from :func:`factorize`; rates are per second
     of ``duration_s`` (the offered window, see the module docstring). ``itl``: the block's
-    inter-token latency quantiles (``itl_s``, after ``tpot_s``), when the run has gaps."""
+    inter-token latency quantiles (``itl_s``, after ``tpot_s``), when the run has gaps.
+    ``busy_s``: first arrival to last finish; adds ``sustained_output_tokens_per_s``."""
     status_codes, status_values = cols["status"]
     status_counts = np.bincount(status_codes[mask], minlength=len(status_values)).tolist()
     by_status = dict(zip(status_values, status_counts, strict=True))
@@ -256,6 +261,9 @@ def block(
     good = slo_ok[mask] & completed
     dur = duration_s if duration_s > 0 else math.nan
     out["output_tokens_per_s"] = _float(float(out_tokens.sum()) / dur)
+    if busy_s is not None:
+        busy = busy_s if busy_s > 0 else math.nan
+        out["sustained_output_tokens_per_s"] = _float(float(out_tokens.sum()) / busy)
     out["goodput_rps"] = _float(float(good.sum()) / dur)
     out["slo_attainment"] = _float(float(good.sum()) / out["offered"]) if out["offered"] else None
     if with_clients:
@@ -387,8 +395,10 @@ def summarize(
                 itl[name] = weighted_quantiles(gap_s[mine], num_gaps[mine])
         for name in names:
             itl.setdefault(name, weighted_quantiles(gap_s[:0], num_gaps[:0]))
-    overall = block(cols, np.ones(n, dtype=np.bool_), rate_window, slo_ok, itl.get(""))
-    per_tier = {name: block(cols, in_tier[name], rate_window, slo_ok, itl.get(name))
+    overall = block(cols, np.ones(n, dtype=np.bool_), rate_window, slo_ok, itl.get(""),
+                    busy_s=duration)
+    per_tier = {name: block(cols, in_tier[name], rate_window, slo_ok, itl.get(name),
+                            busy_s=duration)
                 for name in names}
 
     t_times = np.asarray(timeline["time_s"], dtype=np.float64)

@@ -63,22 +63,21 @@ if TYPE_CHECKING:
     from kvbudget.studies.tune import Constraint
 
 DEFAULT_PRICES: dict[str, float] = {
-    "A100-80GB": 1.80,
-    "H100-80GB": 2.49,
-    "H200-141GB": 2.25,
+    "A100-80GB": 1.10,
+    "H100-80GB": 2.50,
+    "H200-141GB": 3.50,
 }
-"""On-demand dollars per GPU-hour (2026 list prices; edit or replace with ``--prices``):
+"""On-demand dollars per GPU-hour, every GPU from one price list (:data:`PRICE_SOURCE`): the
+specialty-cloud column of Mercatus-AI's "Cloud GPU pricing" table (May 2026), the low end of
+each range: A100 80GB $1.10-$1.50, H100 SXM5 $2.50-$3.50, H200 SXM5 $3.50-$4.50
+(https://www.mercatus-ai.com/blog/cloud-gpu-pricing). One list, so the GPUs are priced alike:
+mixing providers' quotes made an H200 cheaper than an H100. The same table quotes hyperscalers
+at $3.50-$5.00 per H100-hour, so replace it with your own (``--prices``, ``--price``) for a
+decision. No L40S price is in it; give one to include it (``--price L40S=1.0``)."""
 
-* A100-80GB 1.80: "on-demand $1.80-$2.25 / GPU-hr at hyperscalers", low end
-  (https://www.yobitel.com/knowledge-base/nvidia-a100);
-* H100-80GB 2.49: "A Lambda H100 costs $2.49/hr for 1 GPU"
-  (https://computespec.pages.dev/learn/pricing/cloud-gpu-pricing-explained);
-* H200-141GB 2.25: "$2.25/hr (H200 SXM)" on-demand at packet.ai
-  (https://packet.ai/blog/gpu-pricing-models-compared).
-
-No L40S price was found in a citable source; give one to include it (``L40S=1.0``). Prices
-vary several-fold between providers (the same sources quote $6.88-$12.29 per H100-hour at
-AWS), so the ranking is only as good as the table."""
+PRICE_SOURCE = ("Mercatus-AI cloud GPU pricing, May 2026, specialty clouds, on-demand, low end: "
+                "www.mercatus-ai.com/blog/cloud-gpu-pricing")
+"""Where :data:`DEFAULT_PRICES` come from, as the plan table's note says it."""
 
 MAIN_PARAMETERS: dict[str, tuple[str, tuple[float, ...]]] = {
     "overcommit": ("overcommit_ratio", (0.5, 0.7, 0.9)),
@@ -138,6 +137,9 @@ class PlanSpec:
     param_values: Mapping[str, tuple[Any, ...]] | None = None
     slos: tuple[Constraint, ...] = ()
     prices: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_PRICES))
+    price_sources: Mapping[str, str] = field(
+        default_factory=lambda: dict.fromkeys(DEFAULT_PRICES, PRICE_SOURCE))
+    """Where each GPU's price comes from (said under the table); a GPU not named: 'given'."""
     replications: int = 3
     confidence: float = 0.95
     root_seed: int | None = None
@@ -345,9 +347,13 @@ def plan(
     resume: bool = False,
     progress: Callable[[int], None] | None = None,
     on_start: Callable[[int, int], None] | None = None,
+    on_total: Callable[[int], None] | None = None,
 ) -> PlanResult:
     """Search the space of the module docstring. ``on_start(max_runs, num_stored)`` is called
-    before the first run; ``progress(n)`` as runs finish (stored runs reused count at once)."""
+    before the first run; ``progress(n)`` as runs finish (stored runs reused count at once);
+    ``on_total(n)`` after each replica count with the runs the plan now makes at most (the runs
+    made, plus the configurations still missing times the replica counts left): a progress
+    bar's total that ends equal to the runs made."""
     notes: list[str] = []
     candidates = _candidates(spec, notes)
     assert spec.root_seed is not None
@@ -356,7 +362,7 @@ def plan(
     if on_start is not None:
         on_start(max_runs(spec, len(candidates)), 0 if stored is None else len(stored.stored))
     all_rows: list[dict[str, Any]] = []
-    for replicas in spec.replicas:
+    for round_no, replicas in enumerate(spec.replicas):
         active = [c for c in candidates if not c.done]
         if not active:
             break
@@ -382,10 +388,26 @@ def plan(
             if all(s.check([_f(r.get(s.metric)) for r in mine], spec.confidence)[0]
                    for s in spec.slos):
                 c.replicas, c.done = replicas, True
+        if on_total is not None:
+            left = len(spec.replicas) - round_no - 1
+            still = sum(1 for c in candidates if not c.done)
+            on_total(len(all_rows) + still * left * spec.replications)
     for c in candidates:
         if not c.done:
             c.note = f"misses the SLOs up to {c.tried[-1]} replicas" if c.tried else "not run"
     return PlanResult(spec, candidates, all_rows, notes)
+
+
+def price_note(spec: PlanSpec) -> str:
+    """``prices per GPU-hour: A100-80GB $1.10, H100-80GB $2.50 (source); L40S $1.00 (given)``
+    for the GPUs the plan tried, grouped by source."""
+    groups: dict[str, list[str]] = {}
+    for g in spec.gpus:
+        if g in spec.prices:
+            src = spec.price_sources.get(g, "given")
+            groups.setdefault(src, []).append(f"{g} ${spec.prices[g]:.2f}")
+    return "prices per GPU-hour: " + "; ".join(
+        f"{', '.join(items)} ({src})" for src, items in groups.items())
 
 
 def summary_rows(result: PlanResult, top: int | None = None) -> pd.DataFrame:

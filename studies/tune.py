@@ -275,12 +275,61 @@ class TuneSpec:
         return (grid + self.refine_evals) * self.replications + self.validate
 
 
+FLAT_REL_SPREAD = 0.01
+"""The objective is *flat* when the feasible settings' means differ by less than this share of
+their largest magnitude ((max - min) / max |mean| < 1 %): a stated tolerance (half the 2 %
+bracket ``kvbudget capacity`` stops at), below which no setting is worth naming as best."""
+
+
+@dataclass(frozen=True)
+class Flatness:
+    """How much the objective moved over the feasible settings: ``flat`` when the relative
+    spread is below ``epsilon`` or every setting's paired interval against the top one holds 0
+    (``within_noise``, with at least two replications)."""
+
+    num_settings: int
+    low: float
+    high: float
+    relative_spread: float
+    epsilon: float
+    within_noise: bool
+
+    @property
+    def flat(self) -> bool:
+        return self.num_settings > 1 and (self.relative_spread < self.epsilon
+                                          or self.within_noise)
+
+    def describe(self) -> dict[str, Any]:
+        return {"flat": self.flat, "num_settings": self.num_settings, "low": _num(self.low),
+                "high": _num(self.high), "relative_spread": _num(self.relative_spread),
+                "epsilon": self.epsilon, "within_noise": self.within_noise}
+
+
+def flatness(evaluations: Sequence[Evaluation], objective: str, maximize: bool,
+             confidence: float, epsilon: float = FLAT_REL_SPREAD) -> Flatness:
+    """The objective's spread over the feasible evaluations (see :class:`Flatness`)."""
+    feasible = [e for e in evaluations if e.feasible and math.isfinite(e.objective[0])]
+    means = [e.objective[0] for e in feasible]
+    if not means:
+        return Flatness(0, math.nan, math.nan, math.nan, epsilon, False)
+    low, high = min(means), max(means)
+    scale = max(abs(low), abs(high))
+    spread = (high - low) / scale if scale > 0 else 0.0
+    tied = _tied(feasible, maximize, objective, confidence)
+    noise = len(tied) == len(feasible) and all(len(e.rows) >= 2 for e in feasible)
+    return Flatness(len(feasible), low, high, spread, epsilon, noise)
+
+
 @dataclass
 class TuneResult:
     spec: TuneSpec
     evaluations: list[Evaluation]
     best: Evaluation | None
     validation: Evaluation | None
+
+    def flatness(self, epsilon: float = FLAT_REL_SPREAD) -> Flatness:
+        s = self.spec
+        return flatness(self.evaluations, s.objective, s.maximize, s.confidence, epsilon)
 
     @property
     def validated(self) -> bool | None:
@@ -322,6 +371,7 @@ class TuneResult:
             "root_seed": s.root_seed,
             "num_evaluations": len(self.evaluations),
             "best": None if self.best is None else self.best.describe(),
+            "objective_flatness": self.flatness().describe(),
             "validation": None if self.validation is None else {
                 **self.validation.describe(),
                 "constraints_hold_on_mean": self.validation.feasible_on_mean,
@@ -561,6 +611,14 @@ def _winner(feasible: Sequence[Evaluation], maximize: bool, objective: str,
             confidence: float) -> Evaluation:
     """The module doc's rule: the most slack among those indistinguishable from the best."""
     sign = 1.0 if maximize else -1.0
+    tied = _tied(feasible, maximize, objective, confidence)
+    return max(tied, key=lambda e: (e.slack, sign * e.objective[0], -e.index))
+
+
+def _tied(feasible: Sequence[Evaluation], maximize: bool, objective: str,
+          confidence: float) -> list[Evaluation]:
+    """The top evaluation and those its paired interval cannot tell from it."""
+    sign = 1.0 if maximize else -1.0
     top = max(feasible, key=lambda e: (sign * e.objective[0], -e.index))
 
     def values(e: Evaluation) -> np.ndarray[Any, np.dtype[np.float64]]:
@@ -578,7 +636,7 @@ def _winner(feasible: Sequence[Evaluation], maximize: bool, objective: str,
         _, low, _ = t_interval(sign * (best - mine), confidence)
         if low <= 0:
             tied.append(e)
-    return max(tied, key=lambda e: (e.slack, sign * e.objective[0], -e.index))
+    return tied
 
 
 def evaluations_frame(result: TuneResult) -> pd.DataFrame:

@@ -158,6 +158,7 @@ FIRST = (
     "tests/live/",
     "tests/unit/studies/test_ray_cluster.py",
     "tests/notebooks/",
+    "tests/docs/",
     "tests/test_package.py",
     "tests/unit/live/test_live_campaign.py",
     "tests/model/test_properties.py",
@@ -165,8 +166,8 @@ FIRST = (
     "tests/unit/simulator/test_fleet.py",
 )
 """The files that take longest, first: those whose tests wait on servers they start (the CPU
-vLLM, a Ray cluster, Jupyter kernels), then the slowest others (a wheel and the API reference
-built; long property tests). Under pytest-xdist (``make test`` passes ``--no-loadscope-reorder``
+vLLM, a Ray cluster, Jupyter kernels), then the slowest others (the docs' examples, about 3
+minutes in one file; a wheel and the API reference built; long property tests). Under pytest-xdist (``make test`` passes ``--no-loadscope-reorder``
 so that this order holds) their waits overlap the rest of the suite instead of trailing it."""
 
 

@@ -68,10 +68,12 @@ def test_work_past_an_estimated_total_never_shows_over_100_percent() -> None:
 
 def test_simulate_not_at_a_terminal_writes_progress_lines(monkeypatch: pytest.MonkeyPatch) -> None:
     # every run from one request on, and a line at every update (the clock is real, the
-    # period zero): 2 updates (one per 1,000 arrivals) in a run of ~2,400 requests
+    # period zero): 2 updates (one per 1,000 arrivals) in a run of ~4,200 requests (the rate
+    # set here, not the default scenario's)
     monkeypatch.setattr(simulate_cli, "SIMULATE_LINES_FROM", 1)
     monkeypatch.setattr(progress, "LINE_EVERY_S", 0.0)
-    res = CliRunner().invoke(app, ["simulate", "--set", "workload.duration_s=300", "--json"])
+    res = CliRunner().invoke(app, ["simulate", "--set", "workload.duration_s=300",
+                                   "--set", "workload.arrival.rate_rps=14", "--json"])
     assert res.exit_code == 0, res.stderr
     lines = [ln for ln in res.stderr.splitlines() if ln.startswith("simulate ")]
     assert len(lines) >= 2, res.stderr

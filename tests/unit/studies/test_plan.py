@@ -151,3 +151,43 @@ def test_plan_cli_ranks_gpu_types(tmp_path: Path) -> None:
     long = [line for line in res.stdout.splitlines()
             if len(line) > 100 and not line.startswith(("wrote", "at most"))]
     assert not long, long
+
+
+def test_default_prices_come_from_one_stated_source() -> None:
+    from kvbudget.studies.plan import DEFAULT_PRICES, PRICE_SOURCE, price_note
+
+    # one list prices the GPUs alike: the newer, larger H200 is dearer than the H100, the A100
+    # cheaper (three providers' quotes made an H200 cheaper than an H100, issue 36)
+    assert DEFAULT_PRICES["A100-80GB"] < DEFAULT_PRICES["H100-80GB"] < DEFAULT_PRICES["H200-141GB"]
+    scn = scenario_from_dict(small_scenario_dict(40, 4.0), Path("."))
+    note = price_note(PlanSpec(scn, gpus=("H100-80GB", "H200-141GB")))
+    assert note == f"prices per GPU-hour: H100-80GB $2.50, H200-141GB $3.50 ({PRICE_SOURCE})"
+    assert "May 2026" in PRICE_SOURCE
+
+
+def test_progress_total_ends_at_the_runs_made(tmp_path: Path) -> None:
+    totals: list[int] = []
+    done: list[int] = []
+    ex = _Fake({"A100-80GB": 5.0, "H100-80GB": 3.0})
+    plan(_spec(tmp_path), ex, on_start=lambda n, _s: totals.append(n), on_total=totals.append,
+         progress=done.append)
+    assert totals[0] == 2 * 4 * 2  # at most: 2 GPUs x 4 replica counts x 2 replications
+    assert totals[-1] == sum(done) == len(ex.calls) == 2 * 2 + 2 * 2 + 1 * 2  # A100 stops at 3
+    assert totals == sorted(totals, reverse=True)
+
+
+def test_plan_cli_says_when_it_shows_some_of_the_rows(tmp_path: Path) -> None:
+    import tomli_w
+
+    scn = tmp_path / "s.toml"
+    scn.write_bytes(tomli_w.dumps(small_scenario_dict(30, 4.0, policy="conservative")).encode())
+    res = CliRunner().invoke(app, [
+        "plan", "--scenario", str(scn), "--out", str(tmp_path / "p"),
+        "--gpus", "A100-80GB,H100-80GB", "--replicas", "1", "-r", "1", "-j", "1",
+        "--policies", "conservative,overcommit", "--top", "2",
+        "--slo", "overall_slo_attainment>=0.1"])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.stdout.split())
+    # conservative + overcommit at 3 ratios, on 2 GPUs; the top 2 and the H100's cheapest
+    assert "showing 3 of 8 configurations" in text
+    assert "Mercatus-AI cloud GPU pricing, May 2026" in text

@@ -195,7 +195,12 @@ def test_cli_tune_writes_a_scenario_that_simulate_runs(tmp_path: Path) -> None:
         "--refine-evals", "2", "--validate", "2", "-j", "1",
     ])
     assert res.exit_code == 0, res.output
-    assert "best: policy_params.overcommit_ratio" in res.output
+    # every request completes at this load: the batch tokens are the same under every ratio,
+    # and tune says so instead of naming a best (issue 36)
+    assert "flat: batch_output_tokens_per_s is" in res.output
+    assert "no setting is better than another" in res.output
+    assert "best: " not in res.output
+    assert json.loads((out / "tune.json").read_text())["objective_flatness"]["flat"] is True
     assert " runs per minute" in res.output
     assert "validation with 2 fresh seeds" in res.output
     sim = runner.invoke(app, ["simulate", "--scenario", str(out / "best.toml"), "--json"])
@@ -226,3 +231,40 @@ def test_cli_tune_bad_input(tmp_path: Path) -> None:
                                    "policy_params.overcommit_ratio=0.1:1",
                                    "--constraint", "a<3"])
     assert res.exit_code == 2 and "expected METRIC<=VALUE" in res.output
+
+
+def test_cli_tune_names_a_best_when_the_objective_moves(tmp_path: Path) -> None:
+    scn = tmp_path / "s.toml"
+    scn.write_text(tomli_w.dumps(small_scenario(n=120, rate=8.0)))
+    res = CliRunner().invoke(app, [
+        "tune", "--scenario", str(scn), "--out", str(tmp_path / "t"),
+        "--param", "policy_params.overcommit_ratio=0.2:1", "--objective",
+        "interactive_ttft_p99_s", "--minimize", "-r", "2", "--grid-points", "3",
+        "--refine-evals", "2", "--validate", "0", "-j", "1",
+    ])
+    assert res.exit_code == 0, res.output
+    assert "best: policy_params.overcommit_ratio" in res.output
+    assert "flat:" not in res.output
+
+
+def _evaluation(index: int, values: list[float]) -> Any:
+    from kvbudget.studies.sweep import t_interval
+    from kvbudget.studies.tune import Evaluation
+
+    return Evaluation(index, "grid", {"x": index}, t_interval(np.array(values), 0.95), [],
+                      [{"obj": v} for v in values])
+
+
+def test_flatness_relative_spread_and_noise() -> None:
+    from kvbudget.studies.tune import FLAT_REL_SPREAD, flatness
+
+    near = [_evaluation(0, [100.0, 100.2]), _evaluation(1, [100.5, 100.4])]
+    f = flatness(near, "obj", True, 0.95)
+    assert f.flat and f.relative_spread < FLAT_REL_SPREAD
+    apart = [_evaluation(0, [100.0, 101.0, 99.0]), _evaluation(1, [150.0, 151.0, 149.5])]
+    g = flatness(apart, "obj", True, 0.95)
+    assert not g.flat and not g.within_noise and g.relative_spread > 0.3
+    noisy = [_evaluation(0, [50.0, 150.0, 100.0]), _evaluation(1, [160.0, 40.0, 110.0])]
+    h = flatness(noisy, "obj", True, 0.95)
+    assert h.flat and h.within_noise and h.relative_spread > FLAT_REL_SPREAD
+    assert not flatness(near[:1], "obj", True, 0.95).flat  # one setting: nothing to compare

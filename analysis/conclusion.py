@@ -1,0 +1,70 @@
+"""One line of what to conclude from runs side by side (the last line of ``kvbudget compare``).
+
+:func:`conclude` reads the summaries (``summary.json`` dictionaries, one per policy, same
+workload) and says which policies meet the first tier's SLO (the tier the gateway protects, the
+``interactive`` tier of the default scenario) at the attainment target, and what each of those
+costs the other tiers (their SLO attainment, lowest first). It is computed from the figures,
+never written by hand: change the load and the line changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+DEFAULT_TARGET = 0.9
+"""SLO attainment a tier must reach to count as met: 90 %, the default target of
+``kvbudget capacity`` (DistServe's goodput definition uses 90 % attainment, Zhong et al. 2024,
+section 2)."""
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f} %"
+
+
+def _attainment(summary: Mapping[str, Any], tier: str) -> float:
+    value = summary["tiers"].get(tier, {}).get("slo_attainment")
+    return float(value) if value is not None else 0.0
+
+
+def offered_rate_rps(summary: Mapping[str, Any]) -> float | None:
+    """Offered requests over the arrival window (first to last arrival), or None."""
+    window = summary.get("offered_window_s") or 0.0
+    return summary["overall"]["offered"] / window if window > 0 else None
+
+
+def conclude(summaries: Sequence[Mapping[str, Any]], target: float = DEFAULT_TARGET) -> str:
+    """``conclusion at R req/s: ...``: which policies meet the first tier's SLO (attainment >=
+    ``target``) and the other tiers' attainment under each; when none does, the closest."""
+    if not summaries:
+        return ""
+    tiers = [t for t, b in summaries[0]["tiers"].items() if b.get("offered")]
+    if not tiers:
+        return "conclusion: no request was offered"
+    first, others = tiers[0], tiers[1:]
+    rate = offered_rate_rps(summaries[0])
+    head = f"conclusion at {rate:.3g} req/s offered: " if rate is not None else "conclusion: "
+    meet = [s for s in summaries if _attainment(s, first) >= target]
+    miss = [s for s in summaries if _attainment(s, first) < target]
+    if not meet:
+        best = max(summaries, key=lambda s: _attainment(s, first))
+        return (head + f"no policy meets {first}'s SLO at {_pct(target)}; closest "
+                f"{best['policy']} ({_pct(_attainment(best, first))})")
+
+    def cost(s: Mapping[str, Any]) -> str:
+        if not others:
+            return str(s["policy"])
+        figures = ", ".join(f"{t} {_pct(_attainment(s, t))}" for t in others)
+        return f"{s['policy']} ({figures})"
+
+    # the policy that costs the other tiers least first
+    ranked = sorted(meet, key=lambda s: -min((_attainment(s, t) for t in others), default=1.0))
+    line = head + f"{first} SLO met (>= {_pct(target)}) by " + "; ".join(cost(s) for s in ranked)
+    if miss:
+        line += "; missed by " + ", ".join(
+            f"{s['policy']} ({_pct(_attainment(s, first))})" for s in miss)
+    if others and len(ranked) > 1:
+        line += f"; {ranked[0]['policy']} costs the other tiers least"
+    elif others:
+        line += f"; the other tiers' attainment under {ranked[0]['policy']} in brackets"
+    return line

@@ -1,0 +1,59 @@
+"""The compare table's last line is computed from the results: change the load, it changes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from kvbudget.analysis.conclusion import conclude
+from kvbudget.cli.main import app
+
+
+def _summary(policy: str, interactive: float, batch: float) -> dict[str, object]:
+    return {"policy": policy, "offered_window_s": 100.0, "overall": {"offered": 500},
+            "tiers": {"interactive": {"offered": 350, "slo_attainment": interactive},
+                      "batch": {"offered": 150, "slo_attainment": batch}}}
+
+
+def test_conclusion_names_who_meets_the_first_tier_and_the_cost() -> None:
+    line = conclude([_summary("unlimited", 0.3, 0.8), _summary("conservative", 0.99, 0.9),
+                     _summary("preemptive", 1.0, 0.5)])
+    assert line.startswith("conclusion at 5 req/s offered: interactive SLO met (>= 90 %) by "
+                           "conservative (batch 90 %); preemptive (batch 50 %)")
+    assert "missed by unlimited (30 %)" in line
+    assert line.endswith("conservative costs the other tiers least")
+
+
+def test_conclusion_when_no_policy_meets_it() -> None:
+    line = conclude([_summary("a", 0.3, 0.8), _summary("b", 0.6, 0.1)])
+    assert line == ("conclusion at 5 req/s offered: no policy meets interactive's SLO at 90 %; "
+                    "closest b (60 %)")
+
+
+def _last_line(rate: float) -> str:
+    res = CliRunner().invoke(app, ["compare", "--policies", "unlimited,conservative",
+                                   "--set", "workload.duration_s=120",
+                                   "--set", f"workload.arrival.rate_rps={rate}"])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    return text[text.index("conclusion at"):]
+
+
+def test_compare_ends_with_the_conclusion_and_it_follows_the_load() -> None:
+    light, heavy = _last_line(2.0), _last_line(5.0)
+    assert light != heavy
+    # light load: both policies keep interactive within its SLO; at the knee unlimited does not
+    assert "missed by" not in light and "unlimited" in light.split("missed by")[0]
+    assert "missed by unlimited" in heavy
+
+
+def test_compare_names_the_slo_targets_and_splits_refused_from_expired(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["compare", "--policies", "conservative",
+                                   "--set", "workload.duration_s=30"])
+    assert res.exit_code == 0, res.output
+    header = res.output.splitlines()[0].split()
+    assert "refused" in header and "expired" in header
+    text = " ".join(res.output.split())
+    assert "interactive TTFT<=2 s, TPOT<=0.1 s" in text
+    assert "first arrival to last finish" in text

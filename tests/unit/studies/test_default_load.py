@@ -1,0 +1,56 @@
+"""The default scenario's load sits at the knee: 1.0-1.3x the conservative policy's capacity,
+measured by kvbudget's own capacity study, and the README quotes both figures correctly."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from kvbudget.simulator.scenario import default_scenario
+from kvbudget.studies.capacity import CapacitySpec, capacity
+from kvbudget.studies.executors import LocalExecutor
+from kvbudget.workloads.spec import DEFAULT_RATE_RPS
+
+README = Path(__file__).resolve().parents[3] / "README.md"
+KNEE = (1.0, 1.3)
+"""Offered load over the conservative policy's capacity: at or a little beyond it, where the
+admission policies differ (issue 36) without a queue that drains for minutes."""
+README_TOLERANCE = 0.1
+"""The README's capacity figure is rounded and measured with more replications: within 10 %."""
+
+
+@pytest.fixture(scope="module")
+def conservative_capacity_rps() -> float:
+    spec = CapacitySpec(default_scenario(), policies=("conservative",), replications=1,
+                        rel_tol=0.05)
+    with LocalExecutor(1) as ex:
+        result = capacity(spec, ex)
+    return float(result.capacities[0].capacity_rps)
+
+
+def test_default_rate_is_at_the_knee(conservative_capacity_rps: float) -> None:
+    ratio = DEFAULT_RATE_RPS / conservative_capacity_rps
+    assert KNEE[0] <= ratio <= KNEE[1], (DEFAULT_RATE_RPS, conservative_capacity_rps)
+
+
+def test_readme_quotes_the_load_and_the_capacity(conservative_capacity_rps: float) -> None:
+    text = " ".join(README.read_text().split())
+    m = re.search(r"traffic at ([\d.]+) req/s.*?capacity.*?about ([\d.]+) req/s", text)
+    assert m, "README: the default scenario's load and capacity sentence"
+    assert float(m.group(1)) == DEFAULT_RATE_RPS
+    quoted = float(m.group(2))
+    assert abs(quoted - conservative_capacity_rps) <= README_TOLERANCE * conservative_capacity_rps
+
+
+def test_docs_quote_the_default_rate_and_its_ratio(conservative_capacity_rps: float) -> None:
+    text = " ".join((README.parent / "docs" / "workloads.md").read_text().split())
+    m = re.search(r"`DEFAULT_RATE_RPS` \(([\d.]+) req/s: about ([\d.]+)x", text)
+    assert m, "docs/workloads.md: the default rate sentence"
+    assert float(m.group(1)) == DEFAULT_RATE_RPS
+    ratio = DEFAULT_RATE_RPS / conservative_capacity_rps
+    assert abs(float(m.group(2)) - ratio) <= README_TOLERANCE * ratio
+    readme = " ".join(README.read_text().split())
+    quoted = re.search(r"req/s, about ([\d.]+)x the conservative policy's capacity", readme)
+    assert quoted and abs(float(quoted.group(1)) - ratio) <= README_TOLERANCE * ratio
