@@ -59,6 +59,31 @@ _OVERHEAD_UNIT_S = 0.01  # the overhead's search coordinate is in units of 10 ms
 _PENALTY = 1e6  # loss of a trial the model refuses (an mfu above 1) or that completes nothing
 
 
+PHYSICAL_RANGES: dict[str, tuple[float, float]] = {
+    # the published extremes of docs/fidelity.md's "Achievable fractions" and step-model table
+    "mem_efficiency": (0.79, 1.0),  # gpu-stream: MI300X 0.79 .. L40 0.98 (RRZE gpu-benches)
+    "kv_mem_efficiency": (0.66, 1.0),  # the same x 0.836 (FP8-KV blog, derived)
+    "gemm_efficiency": (0.45, 1.0),  # MI300X reports 45-55 %; torch.mm H100 PCIe 0.66 .. 1.0
+    "attention_efficiency": (0.35, 0.75),  # FA2 50-73 % (A100), FA3 <= 75 % (H100); paged,
+    # chunked prefill below the papers' (docs/fidelity.md): 0.7 x FA2's low end
+    "link_efficiency": (0.55, 0.83),  # PCIe 35/64 .. 52.8/64 (nvbandwidth#24); NCCL busbw
+    # 230/300 A100 (nccl-tests#149), 358/450 H20 (Mooncake #3484)
+    "step_overhead_s": (150e-6, 6e-3),  # vLLM PR #11133: 150-170 us async, 5-6 ms before
+}
+"""Each :class:`~kvbudget.perf.step_time.VllmStepModel` parameter's physical range: the
+least and most that published measurements show (sources in comments and docs/fidelity.md).
+A fit searches only inside it (a default outside it widens it to include the default)."""
+
+
+def _log_bounds(name: str, base: float) -> tuple[float, float]:
+    lo, hi = -math.log(SPAN), math.log(SPAN)
+    if name in PHYSICAL_RANGES:
+        p_lo, p_hi = PHYSICAL_RANGES[name]
+        lo = max(lo, min(0.0, math.log(p_lo / base)))
+        hi = min(hi, max(0.0, math.log(p_hi / base)))
+    return lo, hi
+
+
 def fit_parameters(model: CostModel) -> tuple[str, ...]:
     """The ``FIT_PARAMETERS`` of a cost model; ValueError when it has none to fit."""
     names = getattr(type(model), "FIT_PARAMETERS", None)
@@ -238,6 +263,8 @@ class RecordedCalibration:
                 "start_loss": self.start_loss,
                 "start": self.start,
                 "fitted": self.fitted,
+                "physical_ranges": {n: list(PHYSICAL_RANGES[n]) for n in self.fitted
+                                    if n in PHYSICAL_RANGES},
                 "not_fitted": self.fixed,
                 "in_sample_error": self.in_sample_errors(),
             },
@@ -316,7 +343,7 @@ def calibrate_recording(
             build(simplex[j + 1])
         except ValueError:  # past a bound the model enforces (an mfu of 1): the other way
             simplex[j + 1, j] = x0[j] - 0.7
-    bounds = [(-math.log(SPAN), math.log(SPAN))] * len(names)
+    bounds = [_log_bounds(n, base[n]) for n in names]
     if fit_overhead:
         bounds.append((0.0, MAX_OVERHEAD_S / _OVERHEAD_UNIT_S))
     if max_evals > 1:
