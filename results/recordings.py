@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -329,6 +329,43 @@ def _load_json(path: Path) -> Any:
                          line=getattr(exc, "lineno", 1)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise TraceError(path, f"cannot be read ({exc})") from None
+
+
+def _non_finite(value: Any, where: str) -> str | None:
+    """The dotted field of the first Infinity or NaN in a JSON value, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "(file)"
+    items: Iterable[tuple[Any, Any]] = ()
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    for key, item in items:
+        found = _non_finite(item, f"{where}.{key}" if where else str(key))
+        if found is not None:
+            return found
+    return None
+
+
+def read_replay_meta(path: Path) -> dict[str, Any]:
+    """A run directory's ``replay.json``: one object, no Infinity or NaN anywhere (Python's json
+    reads them, JSON does not have them), ``kv_capacity_tokens`` a positive whole number and
+    ``policy_params`` a table. Errors are one :class:`TraceError` naming the file and field."""
+    meta = _load_json(path)
+    if not isinstance(meta, dict):
+        raise TraceError(path, "must hold one JSON object of the replay's settings")
+    bad = _non_finite(meta, "")
+    if bad is not None:
+        raise TraceError(path, "must be a finite number (JSON has no Infinity or NaN)",
+                         field=bad)
+    cap = meta.get("kv_capacity_tokens")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap <= 0):
+        raise TraceError(path, f"must be a positive whole number of tokens, got {cap!r}"[:200],
+                         field="kv_capacity_tokens")
+    params = meta.get("policy_params")
+    if params is not None and not isinstance(params, dict):
+        raise TraceError(path, "must be a table of parameter values", field="policy_params")
+    return meta
 
 
 def read_recording(path: str | Path, *, format: str | None = None,
@@ -775,10 +812,7 @@ def _read_run_dir(path: Path, default_tier: str) -> Recording:
     rec = run.records.sort_values(["arrival_s", "request_id"], kind="stable")
     rec = rec.reset_index(drop=True)
     meta_path = path / "replay.json"
-    meta: dict[str, Any] = {}
-    if meta_path.is_file():
-        loaded = _load_json(meta_path)
-        meta = loaded if isinstance(loaded, dict) else {}
+    meta = read_replay_meta(meta_path) if meta_path.is_file() else {}
     n = len(rec)
     if n == 0:
         raise TraceError(path / "requests.parquet", "has no rows")
@@ -814,7 +848,7 @@ def _read_run_dir(path: Path, default_tier: str) -> Recording:
         if key in summary:
             config[key] = summary[key]
     if "kv_capacity_tokens" in meta:
-        config["kv_capacity_tokens"] = int(meta["kv_capacity_tokens"])
+        config["kv_capacity_tokens"] = meta["kv_capacity_tokens"]
     counts = {"num_rows_read": n}
     recording = _build(path, "run", workload,
                        ttft=rec["ttft_s"].to_numpy(dtype=np.float64),
