@@ -109,3 +109,17 @@ def test_readme_opens_with_title_then_what_then_setup() -> None:
     first_heading = next(ln for ln in body if ln.startswith("## "))
     assert first_heading == "## Set up"
     assert lines.index(first_heading) < next(i for i, ln in enumerate(lines) if "make demo" in ln)
+
+
+def test_plan_slo_on_a_count_no_run_saw_is_zero(tmp_path: Path) -> None:
+    from tests.cli.test_hostile_inputs_3 import _toml
+    from tests.conftest import small_scenario_dict
+
+    scn = tmp_path / "scn.toml"
+    scn.write_text(_toml(small_scenario_dict(n=8, name="scn")))
+    # no run of 8 light requests expires one: the column is absent, the count is 0
+    code, stdout, stderr = run("plan", "--scenario", scn, "--out", tmp_path / "plan",
+                               "--gpus", "H100-80GB", "--replicas", "1", "-r", "1",
+                               "--slo", "overall_reason_deadline<=0")
+    assert code == 0, stderr
+    assert "no configuration met" not in stdout + stderr
