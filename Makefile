@@ -10,20 +10,25 @@ export KVBUDGET_VLLM_PYTHON
 
 .PHONY: install install-test bytecode demo test lint typecheck unit api-docs clean
 
+# setuptools' editable build ends with an "Editable installation" notice (InformationOnly, a
+# UserWarning from setuptools.command.editable_wheel, whichever editable mode): only that module's
+# notices are silenced; its errors, and every other warning, still show.
+EDITABLE_QUIET = PYTHONWARNINGS=ignore::UserWarning:setuptools.command.editable_wheel
+
 # The package with its runtime dependencies: all that `make demo` needs.
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || { echo "kvbudget: creating the virtual environment $(VENV)"; $(PYTHON) -m venv $(VENV); }
 	@echo "kvbudget: upgrading pip"
 	$(PY) -m pip install -q --upgrade pip
 	@echo "kvbudget: installing kvbudget and its dependencies into $(VENV) (about a minute the first time)"
-	$(PY) -m pip install -q -e .
+	$(EDITABLE_QUIET) $(PY) -m pip install -q -e .
 	@touch $(STAMP)
 
 # Everything the tests use: dev tools, the profile extra (torch 2.13.0 CPU build, transformers),
 # the Jupyter kernel the notebooks run on, and the CPU vLLM for the live tests (outside the tree).
 $(STAMP)-test: $(STAMP)
 	$(PY) -m pip install -q torch==2.13.0  # the CPU build; an unpinned torch pulls a CUDA one
-	$(PY) -m pip install -q -e '.[dev,profile,ray]'
+	$(EDITABLE_QUIET) $(PY) -m pip install -q -e '.[dev,profile,ray]'
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	@# headless Chromium renders `kvbudget report` in a test (skipped where it cannot be had)
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \

@@ -526,11 +526,10 @@ def _calibrate_with_bar(target: "ServerTarget", plan: "CalibrationPlan",
 
     def on_point(point: Any, done: int, total: int) -> None:
         nonlocal bar
-        if bar is None:
-            from tqdm import tqdm
+        if bar is None:  # a terminal's bar; elsewhere (CI) a line every LINE_EVERY_S
+            from kvbudget.cli.progress import Bar
 
-            bar = tqdm(total=total, desc="calibrate", unit="point", leave=False,
-                       disable=None, file=sys.stderr)
+            bar = Bar("calibrate", total, "point", lines_from=1)
         bar.update(1)
 
     try:

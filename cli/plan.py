@@ -134,7 +134,7 @@ def plan_cmd(
             nonlocal bar
             typer.echo(f"at most {total} runs ({stored} already in {out}); a configuration "
                        "stops at its first replica count that meets the SLOs", err=True)
-            bar = Bar("plan", total)
+            bar = Bar("plan", total, lines_from=1)
 
         try:
             with make_executor(executor, jobs=jobs, address=address) as ex:

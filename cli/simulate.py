@@ -189,7 +189,7 @@ def compare_cmd(
         else:
             from kvbudget.studies.executors import make_executor
 
-            bar = Bar("compare", len(names) * replications, "run")
+            bar = Bar("compare", len(names) * replications, "run", lines_from=1)
             try:
                 with make_executor(executor, jobs=jobs, address=address) as ex:
                     result = compare(scn, names, replications=replications, root_seed=seed,

@@ -132,7 +132,7 @@ def sweep_cmd(
             typer.echo(f"{len(plan.points)} configurations x {replications} replications = "
                        f"{len(plan.runs)} runs ({stored} already in {out}, {todo} to run on "
                        f"{ex.name})", err=True)
-            bar = Bar("sweep", todo)
+            bar = Bar("sweep", todo, lines_from=1)
 
         with _interrupts(f"finished runs are kept in {out}; rerun with --resume"), ex:
             try:
@@ -256,7 +256,7 @@ def tune_cmd(
             root_seed=seed,
         )
         ex = _executor(executor, jobs, address)
-        bar = Bar("tune", spec.max_runs())
+        bar = Bar("tune", spec.max_runs(), lines_from=1)
         with _interrupts(f"finished runs are kept in {out}; rerun with --resume"), ex:
             try:
                 result = tune(spec, ex, out, resume=resume, progress=bar.update)
@@ -359,7 +359,7 @@ def capacity_cmd(
 
         stored = StoredRuns(out, resume=resume, what="capacity search")
         ex = _executor(executor, jobs, address)
-        bar = Bar("capacity", spec.expected_runs())
+        bar = Bar("capacity", spec.expected_runs(), lines_from=1)
         consistent: bool | None = None
         with _interrupts(f"finished runs are kept in {out}; rerun with --resume"), ex:
             try:

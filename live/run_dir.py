@@ -89,7 +89,9 @@ class RunDir:
                 "or choose another --out"
             )
         if resume and meta_path.exists():
-            old = json.loads(meta_path.read_text())
+            from kvbudget.results.recordings import read_replay_meta
+
+            old = read_replay_meta(meta_path)
             for key in ("trace", "policy", "policy_params", "time_scale", "seed"):
                 if key in meta and old.get(key) != meta[key]:
                     raise ValueError(

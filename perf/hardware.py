@@ -291,7 +291,7 @@ def load_gpu_file(path: Path) -> GPUSpec:
     from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
     class _GPUFile(BaseModel):
-        model_config = ConfigDict(extra="forbid", strict=False)
+        model_config = ConfigDict(extra="forbid", strict=False, allow_inf_nan=False)
         name: str = Field(min_length=1)
         memory_bytes: int | None = Field(default=None, gt=0)
         memory_gib: float | None = Field(default=None, gt=0)

@@ -18,7 +18,6 @@ from kvbudget.results.recorded_fields import (
     REALISED_OUTPUT,
     FloatArray,
     check_times,
-    load_json,
     max_tokens_note,
 )
 from kvbudget.results.recordings import (
@@ -185,8 +184,9 @@ def read_run_dir(path: Path, default_tier: str) -> Recording:
     meta_path = path / "replay.json"
     meta: dict[str, Any] = {}
     if meta_path.is_file():
-        loaded = load_json(meta_path)
-        meta = loaded if isinstance(loaded, dict) else {}
+        from kvbudget.results.recordings import read_replay_meta
+
+        meta = read_replay_meta(meta_path)
     n = len(rec)
     if n == 0:
         raise TraceError(path / "requests.parquet", "has no rows")

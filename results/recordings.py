@@ -54,7 +54,8 @@ the field.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -373,6 +374,45 @@ def detect_recording_format(path: Path) -> str:
         if isinstance(doc, dict):
             return _detect_object(path, doc)
     return "records"
+
+
+def _non_finite(value: Any, where: str) -> str | None:
+    """The dotted field of the first Infinity or NaN in a JSON value, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "(file)"
+    items: Iterable[tuple[Any, Any]] = ()
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    for key, item in items:
+        found = _non_finite(item, f"{where}.{key}" if where else str(key))
+        if found is not None:
+            return found
+    return None
+
+
+def read_replay_meta(path: Path) -> dict[str, Any]:
+    """A run directory's ``replay.json``: one object, no Infinity or NaN anywhere (Python's json
+    reads them, JSON does not have them), ``kv_capacity_tokens`` a positive whole number and
+    ``policy_params`` a table. Errors are one :class:`TraceError` naming the file and field."""
+    from kvbudget.results.recorded_fields import load_json
+
+    meta = load_json(path)
+    if not isinstance(meta, dict):
+        raise TraceError(path, "must hold one JSON object of the replay's settings")
+    bad = _non_finite(meta, "")
+    if bad is not None:
+        raise TraceError(path, "must be a finite number (JSON has no Infinity or NaN)",
+                         field=bad)
+    cap = meta.get("kv_capacity_tokens")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap <= 0):
+        raise TraceError(path, f"must be a positive whole number of tokens, got {cap!r}"[:200],
+                         field="kv_capacity_tokens")
+    params = meta.get("policy_params")
+    if params is not None and not isinstance(params, dict):
+        raise TraceError(path, "must be a table of parameter values", field="policy_params")
+    return meta
 
 
 def read_recording(path: str | Path, *, format: str | None = None,

@@ -88,11 +88,6 @@ class _Simulation:
         self.w = workload
         self.policy = policy
         self.config = config
-        # vLLM's front end refuses prompt + max_tokens beyond max_model_len with a 400 before
-        # the engine sees the request ("'max_tokens' ... is too large: ... This model's maximum
-        # context length is ..."; vllm/entrypoints/openai/serving_engine.py _validate_input)
-        context = config.engine_for().max_model_len
-        self._max_model_len = math.inf if context is None else context
         n = len(workload)
         self.n = n
         self.env = simpy.Environment()
@@ -104,6 +99,7 @@ class _Simulation:
                 f"configured tiers: {sorted(tiers)}"
             )
         tier_prio = np.array([tiers[t].priority for t in workload.tier_names], dtype=np.int64)
+        self.beyond_context = context_refusals(workload, config)
         self._clients: _Clients | None = None
         if config.clients or workload.timeout_s is not None:
             from kvbudget.simulator.clients import _Clients
@@ -240,8 +236,12 @@ class _Simulation:
             if isinstance(action, Admit):
                 self.admitted_s[i] = now
                 self.reserved_tokens[i] = action.lease.reserved_tokens
-                declared = self.w.prompt_tokens.item(i) + self.w.max_output_tokens.item(i)
-                if declared <= self._max_model_len and engine.fits(i):
+                if i in self.beyond_context:  # vLLM's front answers 400 before the engine
+                    self._outcome(i, now, "rejected_too_large", self.beyond_context[i],
+                                  "too_large")
+                    failed.extend(self.gateway.fail(i, now))
+                    self._note_gateway()
+                elif engine.fits(i):
                     if self._clients is not None:
                         self._clients.admitted(i)
                     engine.add_request(i)
@@ -670,6 +670,27 @@ def _jsonable(obj: Any) -> Any:
     if isinstance(obj, float | int | str | bool) or obj is None:
         return obj
     return str(obj)
+
+
+def context_refusals(workload: Workload, config: SimConfig) -> dict[int, str]:
+    """Rows vLLM's front refuses (HTTP 400) for the model's context length ``L``: the engine's
+    ``max_model_len`` when set, else the model's ``max_position_embeddings`` (vLLM's default).
+    A prompt longer than ``L`` is ``prompt_too_long`` (vLLM, commit 01055a4b,
+    vllm/v1/engine/processor.py ``Processor._validate_model_input``: ``if prompt_len >
+    max_prompt_len`` with ``max_prompt_len = model_config.max_model_len``, "The decoder prompt
+    (length N) is longer than the maximum model length of L"); a prompt plus the request's own
+    ``max_tokens`` over ``L`` is ``context_length`` (vllm/entrypoints/openai/serving_engine.py
+    ``OpenAIServing._validate_input``: ``token_num + max_tokens > self.max_model_len``, "This
+    model's maximum context length is L tokens. However, you requested ...")."""
+    from kvbudget.perf.models import get_model
+
+    limit = config.engine.max_model_len or get_model(config.model).max_position_embeddings
+    prompt = workload.prompt_tokens
+    total = prompt + workload.max_output_tokens
+    out: dict[int, str] = {}
+    for i in np.flatnonzero(total > limit).tolist():
+        out[int(i)] = "prompt_too_long" if prompt.item(i) > limit else "context_length"
+    return out
 
 
 def simulate(

@@ -642,12 +642,22 @@ def _check_workload_tiers(workload: Mapping[str, Any], known: set[str]) -> None:
                              f"{', '.join(sorted(known))} (add a [[tiers]] table for it)")
 
 
+MAX_SCENARIO_BYTES = 1 << 20
+"""A scenario file is read up to 1 MiB (the shipped ones are under 10 KiB; a workload of many
+requests belongs in a trace file): anything bigger (or a device that never ends) is refused."""
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
     """A scenario file's tables; each way it cannot be read is one line naming the file."""
     import tomllib
 
     try:
-        return tomllib.loads(path.read_text())
+        with path.open("rb") as fh:
+            data = fh.read(MAX_SCENARIO_BYTES + 1)
+        if len(data) > MAX_SCENARIO_BYTES:
+            raise ValueError(f"{path}: a scenario file is at most 1 MiB ({MAX_SCENARIO_BYTES:,} "
+                             "bytes); put many requests in a trace file (--trace)")
+        return tomllib.loads(data.decode("utf-8"))
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no such scenario file") from None
     except IsADirectoryError:

@@ -85,6 +85,29 @@ PRELOAD: tuple[str, ...] = (
 """Modules the forkserver imports once, so that each worker starts with the simulator loaded."""
 
 
+def _ignore_sigint() -> None:
+    """A worker's initializer: Ctrl-C reaches the whole process group, but only the parent acts
+    on it (it ends the workers); a worker would print a ``KeyboardInterrupt`` traceback."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _submit(pool: ProcessPoolExecutor, fn: Callable[[T], R], task: T) -> Future[R]:
+    """``pool.submit`` with Ctrl-C held back until it returns: a submit may start a worker, and
+    an interrupt landing inside ``Process.start`` leaves a half-started worker the pool does not
+    know (it printed a traceback once the parent had gone)."""
+    import signal
+
+    if not hasattr(signal, "pthread_sigmask"):
+        return pool.submit(fn, task)
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        return pool.submit(fn, task)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def _start_method() -> str:
     methods = multiprocessing.get_all_start_methods()
     return "forkserver" if "forkserver" in methods else "spawn"
@@ -109,6 +132,7 @@ class LocalExecutor(_ContextMixin):
         self._max_workers = max_workers or available_cores()
         self._preload = tuple(preload)
         self._pool: ProcessPoolExecutor | None = None
+        self._before: set[int] = set()
 
     @property
     def num_workers(self) -> int:
@@ -120,7 +144,9 @@ class LocalExecutor(_ContextMixin):
             ctx = multiprocessing.get_context(method)
             if method == "forkserver" and self._preload:
                 ctx.set_forkserver_preload(list(self._preload))
-            self._pool = ProcessPoolExecutor(max_workers=self._max_workers, mp_context=ctx)
+            self._before = {p.pid or 0 for p in multiprocessing.active_children()}
+            self._pool = ProcessPoolExecutor(max_workers=self._max_workers, mp_context=ctx,
+                                             initializer=_ignore_sigint)
         return self._pool
 
     def map_unordered(self, fn: Callable[[T], R], tasks: Sequence[T]) -> Iterator[tuple[int, R]]:
@@ -144,7 +170,7 @@ class LocalExecutor(_ContextMixin):
         try:
             while nxt < len(tasks) or pending:
                 while nxt < len(tasks) and len(pending) < limit:
-                    pending[pool.submit(fn, tasks[nxt])] = nxt
+                    pending[_submit(pool, fn, tasks[nxt])] = nxt
                     nxt += 1
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in done:
@@ -158,6 +184,32 @@ class LocalExecutor(_ContextMixin):
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+    def abort(self) -> None:
+        """End the pool now: queued tasks cancelled, running workers terminated (SIGTERM), no
+        waiting for their runs (an interrupted study must exit at once, and a second Ctrl-C
+        must not land in a join that never returns)."""
+        if self._pool is None:
+            return
+        pool, self._pool = self._pool, None
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in multiprocessing.active_children():
+            if (proc.pid or 0) not in self._before:
+                proc.terminate()
+        for proc in multiprocessing.active_children():
+            if (proc.pid or 0) not in self._before:
+                proc.join(timeout=5)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+            self.abort()
+        else:
+            self.close()
 
 
 class RayExecutor(_ContextMixin):

@@ -323,6 +323,14 @@ def _fleet_overrides(spec: PlanSpec, replicas: int) -> tuple[str, ...]:
     return (f"fleet={json.dumps(table)}",)
 
 
+def _metric(row: Mapping[str, Any], metric: str) -> float:
+    """A row's value of an SLO's metric; a count of a rejection reason the run never saw is 0
+    (the runs table has a ``*_reason_*`` column only where the reason occurred)."""
+    if "_reason_" in metric and row.get(metric) is None:
+        return 0.0
+    return _f(row.get(metric))
+
+
 def _check_metrics(spec: PlanSpec, row: Mapping[str, Any]) -> None:
     """Every SLO names a column of the runs table (a count of a rejection reason appears only
     where the reason occurred, so ``*_reason_*`` is taken on trust)."""
@@ -385,7 +393,7 @@ def plan(
             mine = [r for r in rows if int(r["point"]) == c.index]
             c.tried.append(replicas)
             c.rows = mine
-            if all(s.check([_f(r.get(s.metric)) for r in mine], spec.confidence)[0]
+            if all(s.check([_metric(r, s.metric) for r in mine], spec.confidence)[0]
                    for s in spec.slos):
                 c.replicas, c.done = replicas, True
         if on_total is not None:

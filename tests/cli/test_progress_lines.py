@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -86,3 +87,30 @@ def test_a_short_simulate_not_at_a_terminal_writes_no_progress() -> None:
     res = CliRunner().invoke(app, ["simulate", "--set", "workload.duration_s=20", "--json"])
     assert res.exit_code == 0, res.stderr
     assert "reqs (" not in res.stderr
+
+
+STUDIES = {  # tiny studies, in-process: each line is due at once (period zero)
+    "sweep": ["sweep", "--grid", "policy_params.overcommit_ratio=0.5,1.0", "--policies",
+              "overcommit", "-r", "1", "--jobs", "1"],
+    "tune": ["tune", "--policy", "overcommit", "--param", "policy_params.overcommit_ratio=0.2:1",
+             "--grid-points", "2", "--refine-evals", "0", "--validate", "0", "-r", "1",
+             "--jobs", "1"],
+    "capacity": ["capacity", "--policies", "conservative", "-r", "1", "--rel-tol", "0.5",
+                 "--curve-points", "2", "--no-plot", "--jobs", "1"],
+    "plan": ["plan", "--gpus", "H100-80GB", "--replicas", "1", "-r", "1", "--slo",
+             "overall_slo_attainment>=0.1", "--jobs", "1"],
+    "compare": ["compare", "--policies", "conservative,overcommit", "-r", "2", "--jobs", "1"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(STUDIES))
+def test_every_study_not_at_a_terminal_writes_progress_lines(
+        command: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # issue 36: a CI log showed nothing until a study ended (their bars were silent off a tty)
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.0)
+    args = [*STUDIES[command], "--set", "workload.num_requests=12"]
+    if command != "compare":
+        args += ["--out", str(tmp_path / "out")]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.stderr
+    assert re.search(rf"^{command}: \d+/\d+ runs \(\d+ %\), \d+ s", res.stderr, re.M), res.stderr

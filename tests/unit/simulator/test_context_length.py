@@ -41,17 +41,17 @@ def test_the_default_max_model_len_is_the_models_context_length() -> None:
 def test_a_prompt_beyond_the_context_is_refused_not_served() -> None:
     # Llama-2-7B: 4,096 tokens. A prompt of 5,000 is refused; one of 3,000 + 100 is served.
     got = _statuses("Llama-2-7B", [5000, 3000], [10, 100], [10, 100])
-    assert got == [("rejected_too_large", "max_model_len"), ("completed", "")]
+    assert got == [("rejected_too_large", "prompt_too_long"), ("completed", "")]
 
 
 def test_prompt_plus_declared_max_tokens_beyond_the_context_is_refused() -> None:
     # the true output (100) would fit; the declared max_tokens (2,000) does not: vLLM's 400
     got = _statuses("Llama-2-7B", [3000, 3000], [100, 100], [2000, 1096])
-    assert got == [("rejected_too_large", "max_model_len"), ("completed", "")]
+    assert got == [("rejected_too_large", "context_length"), ("completed", "")]
 
 
 def test_a_long_context_model_serves_what_a_short_one_refuses() -> None:
     got = _statuses("Llama-3.1-8B", [5000, 120_000], [10, 10], [2000, 2000])
     assert got == [("completed", ""), ("completed", "")]
     got = _statuses("Llama-3.1-8B", [130_000], [10], [2000])
-    assert got == [("rejected_too_large", "max_model_len")]
+    assert got == [("rejected_too_large", "context_length")]
