@@ -522,7 +522,7 @@ class SkipAheadEngine(Engine):
                 self.num_blocks[rows] = need
         self.num_computed_tokens[rows] = new_total
         if not self._synced:  # some row's previous token may not be the step before the run's
-            self._note_tokens(rows, decode.output + 1, self.num_steps - k + 1)
+            self.segments.note(rows, decode.output + 1, self.num_steps - k + 1)
         self._synced = True  # ``rows`` are the running requests: each got every step's token
         output = decode.output + k
         self.num_output_tokens[rows] = output
@@ -558,6 +558,7 @@ class SkipAheadEngine(Engine):
         num_computed, num_tokens, num_output = (
             self.num_computed_tokens, self.num_tokens, self.num_output_tokens)
         step = self.num_steps
+        segments = self.segments
         for i, n_new in tail:
             computed_i = num_computed.item(i) + n_new
             num_computed[i] = computed_i
@@ -567,8 +568,8 @@ class SkipAheadEngine(Engine):
                 output_i = num_output.item(i) + 1
                 num_output[i] = output_i
                 num_tokens[i] = tokens_i + 1
-                if self._seg_base.item(i) + output_i != step:
-                    self._new_segment(i, output_i, step)
+                if segments.base.item(i) + output_i != step:
+                    segments.new_segment(i, output_i, step)
                 if math.isnan(self.first_token_s.item(i)):
                     self.first_token_s[i] = self.t
                 if output_i >= self.target_output.item(i):
@@ -598,7 +599,7 @@ class SkipAheadEngine(Engine):
         output = self.num_output_tokens[prefix] + 1
         self.num_output_tokens[prefix] = output
         if not self._prior_synced:  # the running requests' previous tokens are not all last step's
-            self._note_tokens(prefix, output, self.num_steps)
+            self.segments.note(prefix, output, self.num_steps)
         done: list[int] = prefix[output >= self.target_output[prefix]].tolist()
         return done
 
