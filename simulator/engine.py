@@ -43,11 +43,11 @@ from simpy.events import Timeout
 
 from kvbudget.perf.cost_model import CostModel
 from kvbudget.simulator.engine_config import EngineConfig
-from kvbudget.simulator.exact_sum import ExactSum
 from kvbudget.simulator.prefix_cache import PrefixCaching
 from kvbudget.simulator.request_queue import make_request_queue
 from kvbudget.simulator.serving import FloatArray, IntArray, RequestFigures
 from kvbudget.simulator.small_arrays import isum
+from kvbudget.simulator.time_integrals import TimeIntegrals
 from kvbudget.simulator.timeline import Timeline, TimelineRow
 from kvbudget.simulator.token_segments import TokenGaps, TokenSegments
 
@@ -234,10 +234,7 @@ class Engine:
         # timeline and exact time integrals: running exact sums (ExactSum, math.fsum's value)
         # whose terms wait in lists the loop appends to, folded at each timeline sample
         self._timeline = Timeline(timeline_period_s, self.capacity_tokens, self.block_size)
-        self._kv_sum = ExactSum(scale=self.block_size)  # terms: seconds x (blocks x block_size)
-        self._hol_sum = ExactSum()
-        self._kv_scalar_terms = self._kv_sum.scalars
-        self._hol_scalar_terms = self._hol_sum.scalars
+        self.integrals = TimeIntegrals(self.block_size)
         # inter-token gaps (ITL): each request's runs of tokens in consecutive steps
         # (``segments``, kvbudget.simulator.token_segments); the step ends are ``_end_chunks``
         # (arrays) then
@@ -359,17 +356,17 @@ class Engine:
         """Exact total of the steps during which the waiting head could not start for lack of
         KV memory, free or (TGI, TensorRT-LLM, SGLang) reserved or estimated: every engine here
         stops at the first waiting request that does not fit, so it blocks those behind it."""
-        return self._hol_sum.value()
+        return self.integrals.hol.value()
 
     def kv_token_seconds(self) -> float:
         """Exact integral of KV tokens in use over time (blocks x block_size x seconds),
         rounded once (``math.fsum`` of its per-step terms)."""
-        return self._kv_sum.value()
+        return self.integrals.kv.value()
 
     def kv_token_seconds_exact(self) -> int:
         """:meth:`kv_token_seconds` before rounding: exactly, in units of
         ``2**-exact_sum.EXPONENT_BIAS`` (a fleet adds its replicas' and rounds once)."""
-        return self._kv_sum.exact()
+        return self.integrals.kv.exact()
 
     def stats(self) -> dict[str, object]:
         """Engine figures for the summary's ``engine`` block."""
@@ -790,9 +787,7 @@ class Engine:
         samples; returns its end."""
         t1 = self.t + dt
         used_now = self.num_gpu_blocks - self.num_free_blocks - self._evictable  # num_used_blocks
-        self._kv_scalar_terms.append(float(used_now) * self.block_size * dt)
-        if self._hol_blocked:
-            self._hol_scalar_terms.append(dt)
+        self.integrals.add_step(dt, used_now, self._hol_blocked)
         if self._timeline.next_s < t1:  # a sample is due
             self._timeline.sample_step(t1, used_now, reserved, counts, self.num_preemptions_total)
             self._flush_step_ends()
@@ -803,8 +798,7 @@ class Engine:
         """Fold the time integrals' waiting terms into their exact sums, and merge the chunks
         of step ends, once there are many (at timeline samples: what a step leaves behind is
         8 bytes, its end)."""
-        self._kv_sum.fold_if_many()
-        self._hol_sum.fold_if_many()
+        self.integrals.fold()
         chunks = self._end_chunks
         if len(chunks) - self._ends_merged >= MERGE_CHUNKS:
             # the step ends since the last merge as one array (a chunk holds a few steps'

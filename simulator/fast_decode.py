@@ -465,20 +465,7 @@ class SkipAheadEngine(Engine):
         decode run."""
         if k < len(step_end):  # cut short
             step_end, used, dts = step_end[:k], used[:k], dts[:k]
-        # float(used * bs) * dt: the same bits as float(used) * bs * dt (exact integers), as
-        # products the sum forms when it folds them
-        if isinstance(dts, list):
-            assert len(dts) == len(used), "a step's duration and blocks come in pairs"
-            self._kv_sum.factors.extend(dts)
-            self._kv_sum.counts.extend(used)
-            if self._hol_blocked:
-                self._hol_scalar_terms.extend(dts)
-        else:
-            # (as floats: used * bs is exact in float64, so float(used) * bs is float(used * bs),
-            # with one cast instead of an integer product and a mixed-type one; ~2 us a run)
-            self._kv_sum.arrays.append(np.multiply(used, float(self.block_size)) * dts)
-            if self._hol_blocked:
-                self._hol_sum.arrays.append(np.asarray(dts, np.float64))
+        self.integrals.add_run(dts, used, self._hol_blocked)
         if self._timeline.next_s < self.t:  # a sample is due
             self._timeline.sample_steps(step_end, used, reserved, counts, self.num_preemptions_total)
             self._flush_step_ends()
