@@ -95,9 +95,6 @@ ATTENTION_TABLE_SIZE = 1 << 18
 """A dense model tabulates its pure-decode attention term by context (tokens) below this, as
 the decode runs reach them (an array grown to the next power of two: at most 2 MB); a larger
 context's term is computed as it comes."""
-ATTENTION_TABLE_MIN_STEPS = 4
-"""Decode runs of fewer steps compute their attention terms one by one (reading the table
-costs about what three steps do)."""
 # the same blog's gpt-oss-20b fit on H100: ITL ~4.05 ms at context 0 (4.03-4.07); the model
 # without an MoE term gives 2.364 ms (weights read, step gap, 24 x layer_overhead_s), so its
 # 24 MoE layers add (4.05 - 2.364) / 24 = 70 us each
@@ -179,7 +176,7 @@ class VllmStepModel:
     _terms: _Terms = field(init=False, repr=False, compare=False)
     _experts_table: list[float] = field(init=False, repr=False, compare=False)
     _experts_array: npt.NDArray[np.float64] = field(init=False, repr=False, compare=False)
-    _dense: tuple[float, ...] | None = field(init=False, repr=False, compare=False)
+    _dense: _DenseTerms | None = field(init=False, repr=False, compare=False)
     # a dense model's pure-decode terms, filled as runs need them: the weights' term plus the
     # overhead by batch size, and the attention term by context (an array replaced by a
     # longer one as runs reach larger contexts, never changed in place)
@@ -237,7 +234,7 @@ class VllmStepModel:
         table = self._experts_exact(np.arange(size, dtype=np.float64))
         object.__setattr__(self, "_experts_array", table)
         object.__setattr__(self, "_experts_table", table.tolist())
-        object.__setattr__(self, "_dense", _dense_constants(self._terms))
+        object.__setattr__(self, "_dense", _DenseTerms.of(self._terms))
         object.__setattr__(self, "_decode_fixed", {})
         object.__setattr__(self, "_attention", np.zeros(0, np.float64))
 
@@ -310,34 +307,13 @@ class VllmStepModel:
         if (k is not None and type(num_decode_seqs) is float and type(num_context_tokens) is float
                 and type(num_prefill_tokens) is float and type(prefill_attention) is float
                 and type(num_prefill_seqs) is float):
-            # a dense model on one GPU in Python floats (a short decode run makes one such call
-            # a step): the general path's operations, in its order, without its attribute
-            # reads and calls; the same bits
-            gemm_flops, lm_head, gemm_s, read_s, attn_flops, attn_s, kv_full, kv_s, over, read4 = k
+            # a dense model on one GPU in Python floats (stepping makes one such call a step):
+            # the general path's operations, in its order, without its attribute reads
             if (num_prefill_tokens == 0.0 and prefill_attention == 0.0
                     and num_prefill_seqs == 0.0 and -math.inf < num_decode_seqs < math.inf):
-                # a pure decode step: tokens and sampled are num_decode_seqs, exactly; the
-                # weights' term is read_s (tokens * 0.0 adds a zero) and the attention
-                # FLOPs' term is 0 (finite constants times a zero), so their fourth powers
-                # are a constant and a zero the general path adds exactly
-                a = (gemm_flops * num_decode_seqs + lm_head * num_decode_seqs) / gemm_s
-                a2 = a * a
-                b = kv_full * num_context_tokens / kv_s
-                b2 = b * b
-                return over + math.sqrt(math.sqrt(a2 * a2 + read4)) + math.sqrt(
-                    math.sqrt(b2 * b2))
-            tokens = num_prefill_tokens + num_decode_seqs
-            sampled = num_decode_seqs + num_prefill_seqs
-            a = (gemm_flops * tokens + lm_head * sampled) / gemm_s
-            b = read_s + tokens * 0.0
-            a2 = a * a
-            b2 = b * b
-            gemm = math.sqrt(math.sqrt(a2 * a2 + b2 * b2))
-            a = attn_flops * prefill_attention / attn_s
-            b = kv_full * num_context_tokens / kv_s
-            a2 = a * a
-            b2 = b * b
-            return over + gemm + math.sqrt(math.sqrt(a2 * a2 + b2 * b2))
+                return k.fixed(num_decode_seqs) + k.attention(num_context_tokens)
+            return k.step(num_prefill_tokens, num_decode_seqs, num_context_tokens,
+                          prefill_attention, num_prefill_seqs)
         c = self._terms
         tokens = num_prefill_tokens + num_decode_seqs
         sampled = num_decode_seqs + num_prefill_seqs
@@ -358,52 +334,23 @@ class VllmStepModel:
             t = t + (c.comm_per_step_s + c.comm_per_token_s * tokens)
         return t
 
-    def decode_step_time(self, num_decode_seqs: int, num_context_tokens: int) -> float:
-        """:meth:`step_time` of one pure-decode step of ``num_decode_seqs`` requests attending
-        to ``num_context_tokens`` tokens, as a Python float: the bits of the float path's pure
-        decode step, without its checks (``kv_full * c`` of an int ``c`` below 2**53 is
-        ``kv_full * float(c)``)."""
-        k = self._dense
-        if k is None:
-            num = float(num_decode_seqs)
-            return float(self.step_time(0.0, num, float(num_context_tokens), 0.0, 0.0))
-        fixed = self._fixed_term(num_decode_seqs)
-        b = k[6] * num_context_tokens / k[7]  # kv_full * context / kv_s
-        b2 = b * b
-        return fixed + math.sqrt(math.sqrt(b2 * b2))
-
     def decode_step_times(
         self, num_decode_seqs: int, first_context: int, num_steps: int
-    ) -> list[float]:
+    ) -> npt.NDArray[np.float64]:
         """:meth:`step_time` of ``num_steps`` pure-decode steps of ``num_decode_seqs`` requests,
         the first attending to ``first_context`` tokens and each next one to
-        ``num_decode_seqs`` more, as Python floats (a short decode run's step times): the bits
-        of one call per step. For a dense model on one GPU the float path's pure decode step
-        is ``(over + gemm) + attention``: the first sum depends on the batch size only, the
-        second term on the context only, so both are computed once and looked up
-        (:meth:`_fixed_term`, :meth:`_decode_sums`)."""
-        if self._dense is None:
-            num = float(num_decode_seqs)
-            step_time = self.step_time
-            return [step_time(0.0, num, float(c), 0.0, 0.0)
-                    for c in range(first_context, first_context + num_decode_seqs * num_steps,
-                                   num_decode_seqs)]
-        fixed = self._fixed_term(num_decode_seqs)
-        return self._decode_sums(fixed, first_context, num_decode_seqs, num_steps)
-
-    def decode_step_times_array(
-        self, num_decode_seqs: int, first_context: int, num_steps: int
-    ) -> npt.NDArray[np.float64]:
-        """:meth:`decode_step_times` as an array (a long decode run's step times, for
-        ``DecodeRunPlanner.plan``): for a dense model on one GPU with contexts below
-        :data:`ATTENTION_TABLE_SIZE`, ``over + gemm`` plus the attention table read with a
-        stride (two numpy operations instead of the general path's ~15); otherwise the
-        general path on an array of the contexts. The same bits either way (as numpy's
-        arithmetic on arrays is IEEE's on floats)."""
+        ``num_decode_seqs`` more, as an array with the bits of one call per step. For a dense
+        model on one GPU with contexts below :data:`ATTENTION_TABLE_SIZE`, a pure decode
+        step is ``fixed + attention`` (:class:`_DenseTerms`): the first remembered by batch
+        size, the second read from a table with a stride (two numpy operations); otherwise
+        :meth:`step_time` on an array of the contexts."""
         stop = first_context + num_decode_seqs * num_steps
         if self._dense is not None and stop <= ATTENTION_TABLE_SIZE:
+            table = self._attention
+            if stop > len(table):
+                table = self._attention_table(stop)
             times: npt.NDArray[np.float64] = self._fixed_term(num_decode_seqs) + (
-                self._attention_terms(first_context, stop, num_decode_seqs))
+                table[first_context:stop:num_decode_seqs])
             return times
         context = np.arange(first_context, stop, num_decode_seqs, dtype=np.float64)
         step_time: Callable[..., npt.NDArray[np.float64]] = self.step_time
@@ -411,61 +358,24 @@ class VllmStepModel:
                           dtype=np.float64)
 
     def _fixed_term(self, num_decode_seqs: int) -> float:
-        """``over + gemm`` of a pure decode step of ``num_decode_seqs`` requests (the float
-        path's operations, in its order), remembered."""
+        """:meth:`_DenseTerms.fixed` of ``num_decode_seqs``, remembered."""
         fixed = self._decode_fixed.get(num_decode_seqs)
-        if fixed is not None:
-            return fixed
-        k = self._dense
-        assert k is not None
-        gemm_flops, lm_head, gemm_s, _, _, _, _, _, over, read4 = k
-        num = float(num_decode_seqs)
-        a = (gemm_flops * num + lm_head * num) / gemm_s
-        a2 = a * a
-        fixed = over + math.sqrt(math.sqrt(a2 * a2 + read4))
-        self._decode_fixed[num_decode_seqs] = fixed
+        if fixed is None:
+            assert self._dense is not None
+            fixed = self._dense.fixed(float(num_decode_seqs))
+            self._decode_fixed[num_decode_seqs] = fixed
         return fixed
-
-    def _decode_sums(self, fixed: float, first: int, step: int, num: int) -> list[float]:
-        """``fixed`` plus the float path's attention term of pure decode steps at contexts
-        ``first``, ``first + step``, ... (``num`` of them): ``sqrt(sqrt(b2 * b2))``,
-        ``b2 = b * b``, ``b = kv_full * context / kv_s``; the terms read from the table
-        (:meth:`_attention_table`) and the sums formed by numpy (IEEE additions: the bits of
-        Python's) for a run of :data:`ATTENTION_TABLE_MIN_STEPS` or more below
-        :data:`ATTENTION_TABLE_SIZE`."""
-        stop = first + step * num
-        if num >= ATTENTION_TABLE_MIN_STEPS and stop <= ATTENTION_TABLE_SIZE:
-            sums: list[float] = (fixed + self._attention_terms(first, stop, step)).tolist()
-            return sums
-        k = self._dense
-        assert k is not None
-        kv_full, kv_s = k[6], k[7]
-        sqrt = math.sqrt
-        # ``kv_full * c`` of an int ``c`` is ``kv_full * float(c)``: exact below 2**53
-        squares = [b * b for b in [kv_full * c / kv_s for c in range(first, stop, step)]]
-        return [fixed + sqrt(sqrt(b2 * b2)) for b2 in squares]
-
-    def _attention_terms(self, first: int, stop: int, step: int) -> npt.NDArray[np.float64]:
-        """The tabulated attention terms of contexts ``first``, ``first + step``, ... below
-        ``stop`` (at most :data:`ATTENTION_TABLE_SIZE`; the table grown to reach it)."""
-        table = self._attention
-        if stop > len(table):
-            table = self._attention_table(stop)
-        return table[first:stop:step]
 
     def _attention_table(self, stop: int) -> npt.NDArray[np.float64]:
         """The attention terms of every context below ``stop`` at least (up to the next power
         of two), computed by numpy with the float path's operations: IEEE ``* /`` and
         ``sqrt`` are correctly rounded, so arrays give the bits of floats. A new array (the
         one before is left as it was)."""
-        k = self._dense
-        assert k is not None
+        assert self._dense is not None
         old = self._attention
         size = max(1 << 12, 1 << (stop - 1).bit_length())
         context = np.arange(len(old), size, dtype=np.float64)
-        b = k[6] * context / k[7]  # kv_full * context / kv_s
-        b2 = b * b
-        table = np.concatenate((old, np.sqrt(np.sqrt(b2 * b2))))
+        table = np.concatenate((old, self._dense.attention(context)))
         table.flags.writeable = False
         object.__setattr__(self, "_attention", table)
         return table
@@ -573,22 +483,70 @@ class VllmStepModel:
         return replace(model_obj, **floats)
 
 
-def _dense_constants(c: _Terms) -> tuple[float, ...] | None:
-    """The constants of :meth:`VllmStepModel.step_time`'s float path, for a model without
-    MoE layers, sliding-window layers or collectives, all finite (``None`` otherwise: the
-    general path). ``dense_read_bytes / bytes_s`` is the division the general path makes each
-    step, and the last is that term's fourth power as the general path forms it."""
-    if c.num_moe_layers or c.kv_sliding_per_token or c.comm_per_step_s or c.comm_per_token_s:
-        return None
-    constants = (c.gemm_flops_per_token, c.lm_head_flops, c.gemm_flops_s, c.attn_flops_per_pair,
-                 c.attn_flops_s, c.kv_full_per_token, c.kv_bytes_s, c.overhead_s)
-    read_s = c.dense_read_bytes / c.bytes_s
-    if not all(math.isfinite(v) for v in (*constants, read_s)):
-        return None
-    read2 = read_s * read_s
-    return (c.gemm_flops_per_token, c.lm_head_flops, c.gemm_flops_s, read_s,
-            c.attn_flops_per_pair, c.attn_flops_s, c.kv_full_per_token, c.kv_bytes_s,
-            c.overhead_s, read2 * read2)
+@dataclass(frozen=True, slots=True)
+class _DenseTerms:
+    """The constants of :meth:`VllmStepModel.step_time` for a dense model on one GPU (no MoE
+    layers, sliding-window layers or collectives, all finite), by name, and the step's time
+    written once in them: :meth:`fixed` (the overhead and the weights' term of a pure decode
+    step, which depend on the batch size only) plus :meth:`attention` (the KV read's term,
+    which depends on the context only), or :meth:`step` for a step with prefill. IEEE ``* /``
+    and ``sqrt`` are correctly rounded, so floats and arrays give the same bits."""
+
+    gemm_flops_per_token: float
+    lm_head_flops: float
+    gemm_flops_s: float
+    read_s: float  # dense_read_bytes / bytes_s, the division the general path makes
+    attn_flops_per_pair: float
+    attn_flops_s: float
+    kv_full_per_token: float
+    kv_bytes_s: float
+    overhead_s: float
+    read4: float  # read_s's fourth power as the general path forms it
+
+    @classmethod
+    def of(cls, c: _Terms) -> _DenseTerms | None:
+        """The constants of ``c``, or ``None`` where the general path is needed."""
+        if c.num_moe_layers or c.kv_sliding_per_token or c.comm_per_step_s or c.comm_per_token_s:
+            return None
+        read_s = c.dense_read_bytes / c.bytes_s
+        values = (c.gemm_flops_per_token, c.lm_head_flops, c.gemm_flops_s, read_s,
+                  c.attn_flops_per_pair, c.attn_flops_s, c.kv_full_per_token, c.kv_bytes_s,
+                  c.overhead_s)
+        if not all(math.isfinite(v) for v in values):
+            return None
+        read2 = read_s * read_s
+        return cls(*values, read2 * read2)
+
+    def fixed(self, num_decode_seqs: float) -> float:
+        """``overhead + gemm`` of a pure decode step of ``num_decode_seqs`` requests: the
+        tokens and the sampled ones are both ``num_decode_seqs``; the weights' term is
+        ``read_s`` (``tokens * 0.0`` adds a zero), so its fourth power is :attr:`read4`."""
+        num = num_decode_seqs
+        a = (self.gemm_flops_per_token * num + self.lm_head_flops * num) / self.gemm_flops_s
+        a2 = a * a
+        return self.overhead_s + math.sqrt(math.sqrt(a2 * a2 + self.read4))
+
+    def attention(self, num_context_tokens: F) -> F:
+        """The attention term of a pure decode step attending to ``num_context_tokens``
+        (the attention FLOPs' term is a zero, whose fourth power adds exactly)."""
+        b = self.kv_full_per_token * num_context_tokens / self.kv_bytes_s
+        b2 = b * b
+        if isinstance(b2, float):
+            return math.sqrt(math.sqrt(b2 * b2))
+        result: F = np.sqrt(np.sqrt(b2 * b2))
+        return result
+
+    def step(self, num_prefill_tokens: float, num_decode_seqs: float, num_context_tokens: float,
+             prefill_attention: float, num_prefill_seqs: float) -> float:
+        """The time of any step, in Python floats."""
+        tokens = num_prefill_tokens + num_decode_seqs
+        sampled = num_decode_seqs + num_prefill_seqs
+        a = (self.gemm_flops_per_token * tokens + self.lm_head_flops * sampled) / (
+            self.gemm_flops_s)
+        gemm = _smooth_max(a, self.read_s + tokens * 0.0)
+        attn_c = self.attn_flops_per_pair * prefill_attention / self.attn_flops_s
+        attn_m = self.kv_full_per_token * num_context_tokens / self.kv_bytes_s
+        return self.overhead_s + gemm + _smooth_max(attn_c, attn_m)
 
 
 def _minimum(a: F, b: F) -> F:

@@ -8,9 +8,9 @@ same bits) and the blocks in use, and where the run must end: the first finish, 
 that runs out of blocks, or the step in progress at the next external event.
 
 Two ways to compute the same numbers, chosen by length: a short run in Python numbers (the
-step times of one scalar ``step_time`` call per step, ~0.4 us each, or the cost model's own
-``decode_step_times`` loop with the same bits, ~0.15 us a step), a longer one with arrays
-(~8-20 us however long). Both give the same bits (``tests/model/test_properties.py`` compares
+step times of one scalar ``step_time`` call per step for a few, else the cost model's
+``decode_step_times`` array read into a list), a longer one with arrays (~8-20 us however
+long). Both give the same bits (``tests/model/test_properties.py`` compares
 them).
 """
 
@@ -36,6 +36,9 @@ MAX_JUMP_STEPS = 4096  # the longest run planned at once
 # Runs of at most this many steps get their step times from one scalar step_time call per
 # step rather than array arithmetic.
 SMALL_K = 20
+# Short runs of more than this many steps read their step times from the cost model's array
+# (reading it costs about what three step_time calls do).
+SHORT_RUN_STEPS = 4
 # The decode group plans runs of up to this many steps in Python numbers (blocks and KV terms
 # too, ~0.7 us a step), longer ones with arrays (~20 us however long): measured crossover.
 GROUP_SMALL_K = 48
@@ -74,17 +77,10 @@ class DecodeRunPlanner:
         # (-m) % block_size for m = 0, 1, ...: sliced from block_size - r, it is (r - j) %
         # block_size for j = 0, 1, ... (group_alloc_plan's phase, one table for every r)
         self._phase = (-np.arange(MAX_JUMP_STEPS + 2 * block_size, dtype=np.int64)) % block_size
-        # a short run's step times: the cost model's own loop when it has one (the bits of one
-        # step_time call per step, with what stays the same along the run computed once)
-        self._decode_times: Callable[[int, int, int], list[float]] = getattr(
-            cost, "decode_step_times", None) or self._decode_times_one_by_one
-        # a long run's step times as an array: the cost model's own (the same bits) when it
-        # has one, else step_times on an array of the contexts
-        self._decode_array: Callable[[int, int, int], FloatArray] | None = getattr(
-            cost, "decode_step_times_array", None)
-        # one decode step's time: the cost model's own (the same bits) when it has one
-        self._decode_time: Callable[[int, int], float] = getattr(
-            cost, "decode_step_time", None) or self._decode_time_by_step_time
+        # a run's step times as an array: the cost model's own vectorised method (the bits of
+        # one step_time call per step) when it has one, else step_time on an array
+        self._decode_array: Callable[[int, int, int], FloatArray] = getattr(
+            cost, "decode_step_times", None) or self._decode_times_by_step_time
 
     def bound(
         self, n: int, c0: int, to_finish: int, t: float, t_ext: float
@@ -93,7 +89,7 @@ class DecodeRunPlanner:
         first of them finishing in ``to_finish`` steps: an upper bound on its length (the first
         finish, :data:`MAX_JUMP_STEPS`, the next external event at ``t_ext``) and the duration
         of its first step."""
-        dt0 = self._decode_time(n, c0 + n)
+        dt0 = float(self.cost.step_time(0.0, float(n), float(c0 + n), 0.0, 0.0))
         k_max = min(to_finish, MAX_JUMP_STEPS)
         if t_ext != math.inf and k_max > 1 and dt0 > 0:
             # step times never shrink during a decode run (the context only grows), so the run
@@ -156,12 +152,7 @@ class DecodeRunPlanner:
             ends_l, dts_l = self.steps_small(n, c0, k_max, t, t_ext, dt0)
             ends, dts = np.array(ends_l), np.array(dts_l)
         else:
-            if self._decode_array is not None:  # step j attends to c0 + n * (j + 1) tokens
-                dts = self._decode_array(n, c0 + n, k_max)
-            else:
-                # c0 + n * (j + 1) for step j, exact (integers below 2**53, as arange gives them)
-                context = np.arange(c0 + n, c0 + n * (k_max + 1), n, dtype=np.float64)
-                dts = self.step_times(n, context)
+            dts = self._decode_array(n, c0 + n, k_max)  # step j: c0 + n * (j + 1) tokens
             ends = dts.copy()
             ends[0] += t
             np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
@@ -203,11 +194,15 @@ class DecodeRunPlanner:
         """End times and durations of the steps of a short decode run from ``t`` (at most
         ``k_max`` steps, the first ``dt0`` long, ending with the step in progress at
         ``t_ext``), the step times of one ``step_time`` call per step as stepping makes them
-        (``decode_step_times`` where the cost model has it): the bits of :meth:`step_times`
-        (sums from ``t`` in the same order)."""
+        (``decode_step_times`` beyond :data:`SHORT_RUN_STEPS`, the same bits): the bits of
+        :meth:`plan`'s array path (sums from ``t`` in the same order)."""
         dts = [dt0]
-        if k_max > 1:
-            dts += self._decode_times(n, c0 + 2 * n, k_max - 1)
+        if k_max > SHORT_RUN_STEPS:
+            dts += self._decode_array(n, c0 + 2 * n, k_max - 1).tolist()
+        elif k_max > 1:  # a few steps: one step_time call each costs less than an array's
+            step_time, num = self.cost.step_time, float(n)
+            dts += [float(step_time(0.0, num, float(c), 0.0, 0.0))
+                    for c in range(c0 + 2 * n, c0 + n * (k_max + 1), n)]
         ends = list(accumulate(dts, initial=t))  # t += dt, step by step
         del ends[0]
         if ends[-1] > t_ext:  # the run ends with the first step ending at t_ext or later
@@ -222,22 +217,13 @@ class DecodeRunPlanner:
                 del ends[max(1, j):], dts[max(1, j):]
         return ends, dts
 
-    def _decode_time_by_step_time(self, n: int, context: int) -> float:
-        """Duration of a decode step of ``n`` requests attending to ``context`` tokens."""
-        return float(self.cost.step_time(0.0, float(n), float(context), 0.0, 0.0))
-
-    def _decode_times_one_by_one(self, n: int, first_context: int, num_steps: int) -> list[float]:
+    def _decode_times_by_step_time(self, n: int, first_context: int, num_steps: int
+                                   ) -> FloatArray:
         """Durations of ``num_steps`` decode steps of ``n`` requests from ``first_context``
-        tokens, one ``step_time`` call per step (a cost model without ``decode_step_times``)."""
-        step_time = self.cost.step_time
-        num = float(n)
-        return [float(step_time(0.0, num, float(first_context + n * j), 0.0, 0.0))
-                for j in range(num_steps)]
-
-    def step_times(self, n: int, context: FloatArray) -> FloatArray:
-        """Durations of decode steps of ``n`` requests attending to ``context`` tokens (one
-        step per element). The features that stay the same along a decode run go in as floats:
+        tokens (a cost model without ``decode_step_times``): exact contexts (integers below
+        2**53, as arange gives them). The features that stay the same along a decode run go in as floats:
         a cost model's step_time is element-wise arithmetic, so they broadcast against the
         context to the bits arrays of equal values would give, with fewer array operations."""
+        context = np.arange(first_context, first_context + n * num_steps, n, dtype=np.float64)
         step_time: Callable[..., FloatArray] = self.cost.step_time
         return np.asarray(step_time(0.0, float(n), context, 0.0, 0.0), dtype=np.float64)

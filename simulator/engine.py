@@ -43,16 +43,16 @@ from simpy.events import Timeout
 
 from kvbudget.perf.cost_model import CostModel
 from kvbudget.simulator.engine_config import EngineConfig
-from kvbudget.simulator.exact_sum import ExactSum
 from kvbudget.simulator.prefix_cache import PrefixCaching
 from kvbudget.simulator.request_queue import make_request_queue
 from kvbudget.simulator.serving import FloatArray, IntArray, RequestFigures
 from kvbudget.simulator.small_arrays import isum
+from kvbudget.simulator.time_integrals import TimeIntegrals
 from kvbudget.simulator.timeline import Timeline, TimelineRow
+from kvbudget.simulator.token_segments import TokenGaps, TokenSegments
 
 __all__ = ["Engine", "EngineHooks", "FloatArray", "IntArray", "TokenGaps"]
 
-_NO_SEGMENT = -(1 << 62)
 MERGE_CHUNKS = 256
 """Chunks of step ends merged into one at a timeline sample once this many have come."""
 
@@ -61,11 +61,7 @@ def concat_floats(chunks: list[FloatArray]) -> FloatArray:
     """The chunks end to end (an empty array for none)."""
     if not chunks:
         return np.zeros(0, np.float64)
-    return chunks[0].copy() if len(chunks) == 1 else np.concatenate(chunks)  # ``_seg_base`` of a request with no token yet: never continues
-
-TokenGaps = tuple[IntArray, FloatArray, IntArray]
-"""Inter-token gaps of an engine's finished requests: (tier code, gap in seconds, number of
-gaps), one row per step and tier (and one per gap across a pause), unaggregated."""
+    return chunks[0].copy() if len(chunks) == 1 else np.concatenate(chunks)
 
 
 @dataclass(slots=True)
@@ -238,21 +234,13 @@ class Engine:
         # timeline and exact time integrals: running exact sums (ExactSum, math.fsum's value)
         # whose terms wait in lists the loop appends to, folded at each timeline sample
         self._timeline = Timeline(timeline_period_s, self.capacity_tokens, self.block_size)
-        self._kv_sum = ExactSum(scale=self.block_size)  # terms: seconds x (blocks x block_size)
-        self._hol_sum = ExactSum()
-        self._kv_scalar_terms = self._kv_sum.scalars
-        self._hol_scalar_terms = self._hol_sum.scalars
-        # inter-token gaps (ITL): while a request gets a token in consecutive steps (a
-        # segment, from step ``_seg_start``), its token number k (``num_output_tokens``) came
-        # at step ``_seg_base + k``, so the decode runs and the decode group keep it without a
-        # write; a token that does not continue the segment closes it (``_closed_segments``:
-        # row -> (first step, last step) of each) and starts the next. Steps count from 1
-        # (``num_steps`` after the step); the step ends are ``_end_chunks`` (arrays) then
+        self.integrals = TimeIntegrals(self.block_size)
+        # inter-token gaps (ITL): each request's runs of tokens in consecutive steps
+        # (``segments``, kvbudget.simulator.token_segments); the step ends are ``_end_chunks``
+        # (arrays) then
         # ``_step_end_s`` (a list: appending to it is the cheapest, and it goes to the chunks
         # at each timeline sample and before a run's array of step ends is kept).
-        self._seg_base = np.full(n, _NO_SEGMENT, np.int64)
-        self._seg_start = np.zeros(n, np.int64)
-        self._closed_segments: dict[int, list[tuple[int, int]]] = {}
+        self.segments = TokenSegments(n)
         self._step_end_s: list[float] = []
         self._end_chunks: list[FloatArray] = []
         self._ends_merged = 0  # the leading chunks that are merges of MERGE_CHUNKS chunks
@@ -271,9 +259,7 @@ class Engine:
         self.num_computed_tokens[i] = 0
         self.num_output_tokens[i] = 0
         self.num_blocks[i] = 0
-        self._seg_base[i] = _NO_SEGMENT
-        if self._closed_segments:
-            self._closed_segments.pop(i, None)
+        self.segments.reset(i)
         self._in_engine[i] = True
         self.waiting.add_request(i)
         if self._wake is not None and not self._wake.triggered:
@@ -307,9 +293,8 @@ class Engine:
     def _row_state(self) -> dict[str, float]:
         """The per-request state arrays and the value a row starts with."""
         zero = ("num_tokens", "num_computed_tokens", "num_output_tokens", "num_blocks",
-                "num_preemptions", "recomputed_tokens", "_in_engine", "_seg_start")
-        return dict.fromkeys(zero, 0.0) | {"first_token_s": math.nan, "finished_s": math.nan,
-                                           "_seg_base": float(_NO_SEGMENT)}
+                "num_preemptions", "recomputed_tokens", "_in_engine")
+        return dict.fromkeys(zero, 0.0) | {"first_token_s": math.nan, "finished_s": math.nan}
 
     def grow_rows(self, columns: Mapping[str, IntArray | FloatArray]) -> None:
         """Take longer per-request columns (``prompt_tokens``, ``output_tokens``,
@@ -333,6 +318,7 @@ class Engine:
             new = np.full(cap, fill, old.dtype)
             new[: len(old)] = old
             setattr(self, name, new)
+        self.segments.grow(cap)
         order = columns.get("order")
         self.waiting.columns_changed(
             self.priority, self.arrival_s, None if order is None else np.asarray(order, np.int64))
@@ -370,17 +356,17 @@ class Engine:
         """Exact total of the steps during which the waiting head could not start for lack of
         KV memory, free or (TGI, TensorRT-LLM, SGLang) reserved or estimated: every engine here
         stops at the first waiting request that does not fit, so it blocks those behind it."""
-        return self._hol_sum.value()
+        return self.integrals.hol.value()
 
     def kv_token_seconds(self) -> float:
         """Exact integral of KV tokens in use over time (blocks x block_size x seconds),
         rounded once (``math.fsum`` of its per-step terms)."""
-        return self._kv_sum.value()
+        return self.integrals.kv.value()
 
     def kv_token_seconds_exact(self) -> int:
         """:meth:`kv_token_seconds` before rounding: exactly, in units of
         ``2**-exact_sum.EXPONENT_BIAS`` (a fleet adds its replicas' and rounds once)."""
-        return self._kv_sum.exact()
+        return self.integrals.kv.exact()
 
     def stats(self) -> dict[str, object]:
         """Engine figures for the summary's ``engine`` block."""
@@ -801,9 +787,7 @@ class Engine:
         samples; returns its end."""
         t1 = self.t + dt
         used_now = self.num_gpu_blocks - self.num_free_blocks - self._evictable  # num_used_blocks
-        self._kv_scalar_terms.append(float(used_now) * self.block_size * dt)
-        if self._hol_blocked:
-            self._hol_scalar_terms.append(dt)
+        self.integrals.add_step(dt, used_now, self._hol_blocked)
         if self._timeline.next_s < t1:  # a sample is due
             self._timeline.sample_step(t1, used_now, reserved, counts, self.num_preemptions_total)
             self._flush_step_ends()
@@ -814,8 +798,7 @@ class Engine:
         """Fold the time integrals' waiting terms into their exact sums, and merge the chunks
         of step ends, once there are many (at timeline samples: what a step leaves behind is
         8 bytes, its end)."""
-        self._kv_sum.fold_if_many()
-        self._hol_sum.fold_if_many()
+        self.integrals.fold()
         chunks = self._end_chunks
         if len(chunks) - self._ends_merged >= MERGE_CHUNKS:
             # the step ends since the last merge as one array (a chunk holds a few steps'
@@ -855,7 +838,7 @@ class Engine:
         output = self.num_output_tokens[sampled] + 1
         self.num_output_tokens[sampled] = output
         self.num_tokens[sampled] += 1
-        self._note_tokens(sampled, output, self.num_steps)
+        self.segments.note(sampled, output, self.num_steps)
         first = sampled[np.isnan(self.first_token_s[sampled])]
         if first.size:
             self.first_token_s[first] = self.t
@@ -863,88 +846,14 @@ class Engine:
         if done.size:
             self._finish(done.tolist())
 
-    # --- inter-token gaps ------------------------------------------------------------------------
-    # (helpers below; ``concat_floats`` joins the chunks of step ends)
-    def _note_tokens(self, rows: IntArray, output: IntArray, step: int) -> None:
-        """``rows`` sampled their token number ``output`` at ``step``: those whose previous
-        token was not at ``step - 1`` start a segment."""
-        off = np.flatnonzero(self._seg_base[rows] + output != step)
-        if off.size:
-            for i, o in zip(rows[off].tolist(), output[off].tolist(), strict=True):
-                self._new_segment(i, o, step)
-
-    def _new_segment(self, i: int, output: int, step: int) -> None:
-        """Row ``i``'s token number ``output`` came at ``step``, not right after its previous
-        one: close the segment that ended there (if any) and start one."""
-        if output > 1:
-            last = self._seg_base.item(i) + output - 1
-            self._closed_segments.setdefault(i, []).append((self._seg_start.item(i), last))
-        self._seg_base[i] = step - output
-        self._seg_start[i] = step
-
     def token_gaps(self, keep: npt.NDArray[np.bool_], tier: IntArray) -> TokenGaps:
-        """The inter-token gaps of the rows ``keep`` selects that finished here, as ``vllm
-        bench serve`` counts them (each token's time minus the previous token's, the first
-        token's excluded): a gap of step s's duration for each request whose tokens came at
-        steps s - 1 and s, and one gap per pause (a request preempted, or not scheduled for
-        some steps), from its last token before the pause to its first after it. Returns
-        (tier code, gap_s, number of gaps) rows with a number > 0; engine times (the front
-        end's per-token cost is the caller's)."""
+        """The inter-token gaps of the rows ``keep`` selects that finished here
+        (:meth:`TokenSegments.gaps`); engine times (the front end's per-token cost is the
+        caller's)."""
         self._flush_step_ends()
-        ends = concat_floats(self._end_chunks)
-        num = len(ends)
         rows = np.flatnonzero(keep & np.isfinite(self.finished_s))
-        first = self._seg_start[rows]
-        last = self._seg_base[rows] + self.num_output_tokens[rows]
-        tiers = tier[rows]
-        pause_rows: list[int] = []
-        pause_from: list[int] = []
-        pause_to: list[int] = []
-        seg_rows: list[int] = []
-        seg_first: list[int] = []
-        seg_last: list[int] = []
-        if self._closed_segments:
-            for j, i in enumerate(rows.tolist()):
-                closed = self._closed_segments.get(i)
-                if not closed:
-                    continue
-                for k, (a, b) in enumerate(closed):
-                    seg_rows.append(j)
-                    seg_first.append(a)
-                    seg_last.append(b)
-                    pause_rows.append(j)
-                    pause_from.append(b)
-                    pause_to.append(closed[k + 1][0] if k + 1 < len(closed) else int(first[j]))
-        seg_j = np.concatenate((np.arange(len(rows)), np.asarray(seg_rows, np.int64)))
-        seg_a = np.concatenate((first, np.asarray(seg_first, np.int64)))
-        seg_b = np.concatenate((last, np.asarray(seg_last, np.int64)))
-        # step s (2..num) gives a gap of ends[s-1] - ends[s-2] to every segment with a < s <= b
-        step_gap = np.diff(ends)  # step_gap[s - 2]
-        out_tier: list[IntArray] = []
-        out_gap: list[FloatArray] = []
-        out_num: list[IntArray] = []
-        seg_tier = tiers[seg_j]
-        for code in range(int(seg_tier.max()) + 1 if seg_tier.size else 0):
-            mine = seg_tier == code
-            if not mine.any():
-                continue
-            counts = np.cumsum(
-                np.bincount(seg_a[mine] + 1, minlength=num + 2)
-                - np.bincount(seg_b[mine] + 1, minlength=num + 2)
-            )[2 : num + 1]
-            has = np.flatnonzero(counts)
-            out_tier.append(np.full(has.size, code, np.int64))
-            out_gap.append(step_gap[has])
-            out_num.append(counts[has])
-        if pause_rows:
-            p_from = np.asarray(pause_from, np.int64)
-            p_to = np.asarray(pause_to, np.int64)
-            out_tier.append(tiers[np.asarray(pause_rows, np.int64)].astype(np.int64))
-            out_gap.append(ends[p_to - 1] - ends[p_from - 1])
-            out_num.append(np.ones(len(pause_rows), np.int64))
-        if not out_tier:
-            return np.zeros(0, np.int64), np.zeros(0, np.float64), np.zeros(0, np.int64)
-        return np.concatenate(out_tier), np.concatenate(out_gap), np.concatenate(out_num)
+        return self.segments.gaps(concat_floats(self._end_chunks), rows,
+                                  self.num_output_tokens[rows], tier[rows])
 
     def request_figures(self, keep: npt.NDArray[np.bool_], tier: IntArray) -> RequestFigures:
         """The per-row figures at the end of the run (``ServingEngine.request_figures``)."""
@@ -961,7 +870,7 @@ class Engine:
             setattr(self, name, np.zeros(0, getattr(self, name).dtype))
         self._end_chunks = []
         self._step_end_s = []
-        self._closed_segments = {}
+        self.segments.drop()
 
     def _flush_step_ends(self) -> None:
         """Move the step ends listed since the last flush to an array chunk."""

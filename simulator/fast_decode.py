@@ -465,20 +465,7 @@ class SkipAheadEngine(Engine):
         decode run."""
         if k < len(step_end):  # cut short
             step_end, used, dts = step_end[:k], used[:k], dts[:k]
-        # float(used * bs) * dt: the same bits as float(used) * bs * dt (exact integers), as
-        # products the sum forms when it folds them
-        if isinstance(dts, list):
-            assert len(dts) == len(used), "a step's duration and blocks come in pairs"
-            self._kv_sum.factors.extend(dts)
-            self._kv_sum.counts.extend(used)
-            if self._hol_blocked:
-                self._hol_scalar_terms.extend(dts)
-        else:
-            # (as floats: used * bs is exact in float64, so float(used) * bs is float(used * bs),
-            # with one cast instead of an integer product and a mixed-type one; ~2 us a run)
-            self._kv_sum.arrays.append(np.multiply(used, float(self.block_size)) * dts)
-            if self._hol_blocked:
-                self._hol_sum.arrays.append(np.asarray(dts, np.float64))
+        self.integrals.add_run(dts, used, self._hol_blocked)
         if self._timeline.next_s < self.t:  # a sample is due
             self._timeline.sample_steps(step_end, used, reserved, counts, self.num_preemptions_total)
             self._flush_step_ends()
@@ -522,7 +509,7 @@ class SkipAheadEngine(Engine):
                 self.num_blocks[rows] = need
         self.num_computed_tokens[rows] = new_total
         if not self._synced:  # some row's previous token may not be the step before the run's
-            self._note_tokens(rows, decode.output + 1, self.num_steps - k + 1)
+            self.segments.note(rows, decode.output + 1, self.num_steps - k + 1)
         self._synced = True  # ``rows`` are the running requests: each got every step's token
         output = decode.output + k
         self.num_output_tokens[rows] = output
@@ -558,6 +545,7 @@ class SkipAheadEngine(Engine):
         num_computed, num_tokens, num_output = (
             self.num_computed_tokens, self.num_tokens, self.num_output_tokens)
         step = self.num_steps
+        segments = self.segments
         for i, n_new in tail:
             computed_i = num_computed.item(i) + n_new
             num_computed[i] = computed_i
@@ -567,8 +555,8 @@ class SkipAheadEngine(Engine):
                 output_i = num_output.item(i) + 1
                 num_output[i] = output_i
                 num_tokens[i] = tokens_i + 1
-                if self._seg_base.item(i) + output_i != step:
-                    self._new_segment(i, output_i, step)
+                if segments.base.item(i) + output_i != step:
+                    segments.new_segment(i, output_i, step)
                 if math.isnan(self.first_token_s.item(i)):
                     self.first_token_s[i] = self.t
                 if output_i >= self.target_output.item(i):
@@ -598,7 +586,7 @@ class SkipAheadEngine(Engine):
         output = self.num_output_tokens[prefix] + 1
         self.num_output_tokens[prefix] = output
         if not self._prior_synced:  # the running requests' previous tokens are not all last step's
-            self._note_tokens(prefix, output, self.num_steps)
+            self.segments.note(prefix, output, self.num_steps)
         done: list[int] = prefix[output >= self.target_output[prefix]].tolist()
         return done
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -477,7 +478,8 @@ def test_short_decode_run_step_times_match_the_array_path(
     }.get(kind) or RooflineCostModel(get_gpu("H100-80GB"), get_model("Llama-3.1-8B"))
     planner = DecodeRunPlanner(cost, 16)
     context = np.arange(c0 + n, c0 + n * (k_max + 1), n, dtype=np.float64)
-    dts = planner.step_times(n, context)
+    on_arrays: Callable[..., npt.NDArray[np.float64]] = cost.step_time
+    dts = np.asarray(on_arrays(0.0, float(n), context, 0.0, 0.0), np.float64)
     ends = dts.copy()
     ends[0] += t
     np.add.accumulate(ends, out=ends)
