@@ -66,7 +66,35 @@ class _Group(typer.core.TyperGroup):
         command = super().get_command(ctx, cmd_name)
         if command is not None:
             _guard(command)
+            if getattr(command, "epilog", None) is None:
+                from kvbudget.cli.help_text import epilog
+
+                command.epilog = epilog(cmd_name)
         return command
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """The commands in the panels of :data:`kvbudget.cli.help_text.PANELS` (click
+        sections), then any other."""
+        from kvbudget.cli.help_text import PANELS
+
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max((len(n) for n in names), default=0)
+        seen: set[str] = set()
+        for title, members in PANELS.items():
+            rows = []
+            for name in members:
+                command = self.get_command(ctx, name) if name in names else None
+                if command is not None and not command.hidden:
+                    rows.append((name, command.get_short_help_str(limit)))
+                    seen.add(name)
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+        rest = [(n, c.get_short_help_str(limit)) for n in names if n not in seen
+                and (c := self.get_command(ctx, n)) is not None and not c.hidden]
+        if rest:
+            with formatter.section("Other commands"):
+                formatter.write_dl(rest)
 
 
 app = typer.Typer(

@@ -1,0 +1,60 @@
+"""``kvbudget --help``'s panels and every command's two examples (shown under its ``--help``).
+
+Kept apart from the commands so that the help stays one table to read and to test
+(``tests/cli/test_help_panels.py`` checks that every command has a panel and two examples whose
+flags its parser takes). The help stays click's plain format (``rich_markup_mode=None`` in
+:mod:`kvbudget.cli.main`): the panels are click sections, the examples an epilog."""
+
+from __future__ import annotations
+
+PANELS: dict[str, tuple[str, ...]] = {
+    "Simulate a what-if": ("simulate", "compare", "presets"),
+    "Studies (many simulations)": ("sweep", "tune", "capacity", "plan", "regress"),
+    "Your recordings and live servers": ("calibrate", "validate", "replay", "report"),
+    "Inputs: traces and step times": ("trace", "profile", "profile-fit"),
+}
+"""The top-level commands by what a user comes to do, in the order ``kvbudget --help`` shows."""
+
+EXAMPLES: dict[str, tuple[str, str]] = {
+    "simulate": ("kvbudget simulate --policy overcommit --out runs/oc",
+                 "kvbudget simulate --trace trace.csv --gpu H100-80GB --model Llama-3.1-8B"),
+    "compare": ("kvbudget compare",
+                "kvbudget compare --policies conservative,overcommit -r 5 --gpu H200"),
+    "presets": ("kvbudget presets", "kvbudget presets > presets.txt"),
+    "sweep": ("kvbudget sweep --grid policy_params.overcommit_ratio=0.5,0.7,0.9 --out runs/sw",
+              "kvbudget sweep --policies conservative,overcommit -r 3 --out runs/sw2"),
+    "tune": ("kvbudget tune --policy overcommit --out runs/tuned",
+             "kvbudget tune --policy overcommit -r 3 --validate 5 --out runs/tuned2"),
+    "capacity": ("kvbudget capacity --out runs/cap",
+                 "kvbudget capacity --policies conservative --gpu H200 --out runs/cap2"),
+    "plan": ("kvbudget plan --gpus H100-80GB,H200-141GB --replicas 1,2 --out runs/plan",
+             "kvbudget plan --gpus H100-80GB --replicas 1,2,4 --top 5 --out runs/plan2"),
+    "regress": ("kvbudget regress --baseline baseline.json",
+                "kvbudget regress --baseline baseline.json --update"),
+    "calibrate": ("kvbudget calibrate --records bench.json --gpu H100-80GB --out cost.json",
+                  "kvbudget calibrate --url http://127.0.0.1:8000 --out cost.json"),
+    "validate": ("kvbudget validate --records bench.json --cost-model cost.json --out val/",
+                 "kvbudget validate --records bench.json --holdout 0.5 --gpu H100 --out val2/"),
+    "replay": ("kvbudget replay --url http://127.0.0.1:8000 --trace trace.csv --out runs/live",
+               "kvbudget replay --url http://127.0.0.1:8000 --trace trace.csv --users 16 "
+               "--out runs/closed"),
+    "report": ("kvbudget report runs/oc --out report.html",
+               "kvbudget report runs/oc --measured runs/live --out report.html"),
+    "trace": ("kvbudget trace stats trace.csv",
+              "kvbudget trace convert trace.csv --out trace.parquet"),
+    "profile": ("kvbudget profile --model config.json --out prof.csv",
+                "kvbudget profile --model config.json --out prof.csv --fit-out cost.json"),
+    "profile-fit": ("kvbudget profile-fit prof.csv --out cost.json",
+                    "kvbudget profile-fit prof.csv --out cost.json --gpu H200 --model "
+                    "Llama-3.1-8B"),
+}
+"""Two command lines per top-level command (``trace`` for its group)."""
+
+
+def epilog(command: str) -> str | None:
+    """The ``Examples:`` block of ``command``'s help (click keeps ``\\b`` paragraphs as they
+    are), or None for a command without examples."""
+    examples = EXAMPLES.get(command)
+    if examples is None:
+        return None
+    return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in examples)

@@ -1,0 +1,61 @@
+"""``kvbudget --help`` groups the commands into panels, and every command's ``--help`` ends with
+two examples whose every flag its parser takes (issue: the first screens tell the truth)."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from kvbudget.cli.help_text import EXAMPLES, PANELS
+from kvbudget.cli.main import COMMAND_MODULES, app
+
+COMMANDS = sorted({c for cmds in COMMAND_MODULES.values() for c in cmds})
+
+
+def test_every_command_is_in_one_panel_and_has_two_examples() -> None:
+    paneled = [c for members in PANELS.values() for c in members]
+    assert sorted(paneled) == COMMANDS and len(set(paneled)) == len(paneled)
+    assert sorted(EXAMPLES) == COMMANDS
+    assert all(len(set(pair)) == 2 for pair in EXAMPLES.values())
+
+
+def test_the_top_level_help_shows_the_panels_in_order() -> None:
+    out = CliRunner().invoke(app, ["--help"]).stdout
+    positions = [out.index(f"\n{title}:\n") for title in PANELS]
+    assert positions == sorted(positions)
+    assert "Other commands" not in out and "Commands:" not in out
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_commands_help_ends_with_its_examples(command: str) -> None:
+    out = CliRunner().invoke(app, [command, "--help"]).stdout
+    tail = out.rstrip().splitlines()[-3:]
+    assert [line.strip() for line in tail] == ["Examples:", *EXAMPLES[command]]
+    assert max(len(line) for line in out.splitlines()) <= 100
+
+
+@pytest.mark.parametrize("line", [line for pair in EXAMPLES.values() for line in pair])
+def test_every_example_parses(line: str) -> None:
+    words = shlex.split(line.split(" > ")[0])
+    assert words[0] == "kvbudget"
+    group: Any = typer.main.get_command(app)  # typer's click (it may bring its own)
+    ctx = group.make_context("kvbudget", [words[1], "--help"], resilient_parsing=True)
+    command, rest = group.get_command(ctx, words[1]), words[2:]
+    assert command is not None, words[1]
+    if hasattr(command, "get_command"):  # a group: trace
+        command, rest = command.get_command(ctx, rest[0]), rest[1:]
+        assert command is not None
+    # every option the example gives is one the command has
+    known = {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
+    flags = [w.split("=")[0] for w in rest if w.startswith("-")]
+    unknown = [f for f in flags if f not in known]
+    assert not unknown, f"{line}: {unknown} not options of the command"
+
+
+def test_a_mistyped_flag_in_an_example_would_fail() -> None:
+    with pytest.raises(AssertionError, match="no-such-flag"):
+        test_every_example_parses("kvbudget simulate --no-such-flag 1")
