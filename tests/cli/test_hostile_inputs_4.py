@@ -11,27 +11,12 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from kvbudget.cli.main import app
 from kvbudget.results.recordings import read_recording
 from kvbudget.workloads.errors import TraceError
+from tests.cli.test_hostile_inputs_3 import assert_clean_error, run
 
-runner = CliRunner()
 REPO = Path(__file__).resolve().parents[2]
-
-
-def run(*args: object) -> tuple[int, str, str]:
-    res = runner.invoke(app, [str(a) for a in args])
-    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
-    return res.exit_code, res.stdout, res.stderr
-
-
-def assert_clean_error(code: int, stderr: str, *needles: str) -> None:
-    assert code == 2, stderr
-    assert stderr.startswith("error: ") and len(stderr.strip().splitlines()) == 1, stderr
-    for needle in needles:
-        assert needle in stderr, stderr
 
 
 GPU = {"name": "x", "memory_gib": 80, "hbm_bandwidth_bytes_s": 3e12, "bf16_flops": 1e15}
