@@ -682,9 +682,8 @@ def context_refusals(workload: Workload, config: SimConfig) -> dict[int, str]:
     ``max_tokens`` over ``L`` is ``context_length`` (vllm/entrypoints/openai/serving_engine.py
     ``OpenAIServing._validate_input``: ``token_num + max_tokens > self.max_model_len``, "This
     model's maximum context length is L tokens. However, you requested ...")."""
-    from kvbudget.perf.models import get_model
-
-    limit = config.engine.max_model_len or get_model(config.model).max_position_embeddings
+    limit = config.engine_for().max_model_len  # the model's context unless set (engine_for)
+    assert limit is not None
     prompt = workload.prompt_tokens
     total = prompt + workload.max_output_tokens
     out: dict[int, str] = {}
