@@ -44,6 +44,9 @@ TierOpt = Annotated[str, typer.Option(
 AllowRefusalsOpt = Annotated[bool, typer.Option(
     "--allow-refusals", help="With --records: go on (with a warning) when the simulated replay "
     "refuses, expires or drops more than 2 % of the requests the recording shows completed.")]
+SmallFitOpt = Annotated[bool, typer.Option(
+    "--allow-small-fit", help="With --records: fit a recording with fewer than 10 measured "
+    "requests per fitted parameter (refused otherwise: such a fit does not transfer).")]
 MaxOutputOpt = Annotated[int | None, typer.Option(
     "--max-output", help="Declared max_tokens of requests whose trace has none (default "
     "2048; never below the true output); with --records, of requests whose file records none "
@@ -435,6 +438,7 @@ def calibrate_cmd(
     tier: RecTierOpt = "interactive",
     max_output: MaxOutputOpt = None,
     allow_refusals: AllowRefusalsOpt = False,
+    allow_small_fit: SmallFitOpt = False,
     seed: SeedOpt = 0,
     api_key: ApiKeyOpt = None,
     prefill_tokens: Annotated[str, typer.Option(
@@ -487,13 +491,15 @@ def calibrate_cmd(
                 max_output=max_output)
             recorded.calibrate_records(setup, out, kind=fit_kind, holdout=holdout,
                                        max_evals=max_evals, fit_overhead=fit_overhead,
-                                       allow_refusals=allow_refusals)
+                                       allow_refusals=allow_refusals,
+                                       allow_small=allow_small_fit)
         return
     with user_errors():
         if url is None:
             raise CliError("give --url (a live server) or --records (a recorded run)")
-        if max_output is not None or allow_refusals:
-            flag = "--max-output" if max_output is not None else "--allow-refusals"
+        if max_output is not None or allow_refusals or allow_small_fit:
+            flag = ("--max-output" if max_output is not None else "--allow-refusals"
+                    if allow_refusals else "--allow-small-fit")
             raise CliError(f"{flag} applies to --records, not to a live calibration")
         check_out_file(out)
         from kvbudget.live.calibrate import CalibrationPlan
@@ -597,6 +603,7 @@ def validate_cmd(
     tier: TierOpt = "interactive",
     max_output: MaxOutputOpt = None,
     allow_refusals: AllowRefusalsOpt = False,
+    allow_small_fit: SmallFitOpt = False,
     time_scale: TimeScaleOpt = 1.0,
     capacity_tokens: CapacityOpt = None,
     max_in_flight: InFlightOpt = 256,
@@ -653,14 +660,16 @@ def validate_cmd(
             recorded.validate_records(rec_setup, out, holdout=holdout, kind=fit_kind,
                                       max_evals=max_evals, fit_overhead=fit_overhead,
                                       max_error=max_error, cost_model=cost_model,
-                                      allow_refusals=allow_refusals)
+                                      allow_refusals=allow_refusals,
+                                      allow_small=allow_small_fit)
         return
     with user_errors():
         if url is None or trace is None or cost_model is None:
             raise CliError("give --url, --trace and --cost-model (a live validation) or "
                            "--records (a recorded run)")
-        if allow_refusals:
-            raise CliError("--allow-refusals applies to --records, not to a live validation")
+        if allow_refusals or allow_small_fit:
+            flag = "--allow-refusals" if allow_refusals else "--allow-small-fit"
+            raise CliError(f"{flag} applies to --records, not to a live validation")
         from kvbudget.live.server import BackendUnavailable
         from kvbudget.live.validate import (
             discover_kv_server,

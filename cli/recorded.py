@@ -2,6 +2,7 @@
 recorded run (thin wrappers over :mod:`kvbudget.studies.calibrate` and
 :mod:`kvbudget.studies.validate`; the commands themselves are in :mod:`kvbudget.cli.live`)."""
 
+import dataclasses
 import json
 import math
 import sys
@@ -35,6 +36,8 @@ class RecordedSetup:
     config: "SimConfig"
     policy: str
     policy_params: dict[str, Any]
+    seed: int = 0
+    """Draws the fit's bootstrap (``--seed``)."""
 
 
 def _columns(items: list[str] | None) -> dict[str, str]:
@@ -175,7 +178,7 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
                   if recorded else "")
                + ("; --max-output " + str(max_output) + " declared where the file has no "
                   "max_tokens" if max_output is not None else ""), err=True)
-    return RecordedSetup(recording, config, name, values)
+    return RecordedSetup(recording, config, name, values, seed)
 
 
 def _param_values(params: list[str] | None) -> dict[str, Any]:
@@ -244,8 +247,9 @@ def start_model(setup: RecordedSetup, kind: str) -> "CostModel":
 
 
 def fit(setup: RecordedSetup, kind: str, *, rows: Any, max_evals: int, fit_overhead: bool,
-        desc: str) -> "RecordedCalibration":
-    """Calibrate with a progress bar (simulations run)."""
+        desc: str, start_records: Any = None) -> "RecordedCalibration":
+    """Calibrate with a progress bar (simulations run); ``start_records``: the start model's
+    replay when it was already simulated (the sanity gate's)."""
     from tqdm import tqdm
 
     from kvbudget.studies.calibrate import calibrate_recording
@@ -263,22 +267,38 @@ def fit(setup: RecordedSetup, kind: str, *, rows: Any, max_evals: int, fit_overh
                                    policy_params=setup.policy_params, rows=rows,
                                    fit_overhead=fit_overhead,
                                    start_overhead_s=setup.config.frontend_overhead_s,
-                                   max_evals=max_evals, progress=progress)
+                                   max_evals=max_evals, progress=progress,
+                                   start_records=start_records, seed=setup.seed)
     finally:
         bar.close()
 
 
+def _interval(low: Any, high: Any) -> str:
+    if not (math.isfinite(float(low)) and math.isfinite(float(high))):
+        return ""
+    return f"{float(low):.4g} .. {float(high):.4g}"
+
+
 def _table_rows(table: Any, stage: str = "all") -> list[list[Any]]:
+    from kvbudget.studies.fit_uncertainty import INTERVAL_COLUMNS
+
     sub = table[table["stage"] == stage]
-    return [[r["metric"], r["simulated"], r["measured"], _pct(r["rel_error"])]
-            for r in sub.to_dict(orient="records")]
+    lo, hi = INTERVAL_COLUMNS
+    return [[r["metric"], r["simulated"], *([_interval(r[lo], r[hi])] if lo in r else []),
+             r["measured"], _pct(r["rel_error"])] for r in sub.to_dict(orient="records")]
 
 
 def print_comparison(table: Any, title: str) -> None:
     from kvbudget.cli.tables import render
+    from kvbudget.studies.fit_uncertainty import INTERVAL_COLUMNS
 
     typer.echo(title)
-    typer.echo(render(("metric", "simulated", "measured", "rel. error"), _table_rows(table)))
+    interval = ("95 % interval",) if INTERVAL_COLUMNS[0] in table else ()
+    typer.echo(render(("metric", "simulated", *interval, "measured", "rel. error"),
+                      _table_rows(table)))
+    if interval:
+        typer.echo("95 % interval: where the measured figure should fall, given the fitted "
+                   "parameters' uncertainty and the recording's own noise")
     stages = [s for s in dict.fromkeys(table["stage"].tolist()) if s != "all"]
     if stages:
         keys = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "e2e_p50_s", "output_tokens_per_s")
@@ -298,10 +318,31 @@ def _print_fit(cal: "RecordedCalibration") -> None:
 
     typer.echo(f"{cal.num_evals} simulations; loss {cal.start_loss:.4g} at the start, "
                f"{cal.loss:.4g} fitted")
-    typer.echo(render(("parameter", "start", "fitted"), [
-        [k, cal.start[k], v] for k, v in cal.fitted.items()]))
+    spans = {} if cal.uncertainty is None else cal.uncertainty.intervals()
+    typer.echo(render(("parameter", "start", "fitted", "95 % interval"), [
+        [k, cal.start[k], v, _interval(*spans.get(k, (math.nan, math.nan)))]
+        for k, v in cal.fitted.items()]))
     for name, why in cal.fixed.items():
         typer.echo(f"not fitted: {name} ({why})")
+
+
+SMALL_FIT_FLAG = "--allow-small-fit"
+
+
+def check_fit(cal: "RecordedCalibration", out: Path, *, allow_small: bool) -> None:
+    """Exit 1 with one line, writing nothing, for a fit that must not be used
+    (:func:`kvbudget.studies.calibrate.refusal`); ``allow_small`` lets a recording with too
+    few requests through, saying so."""
+    from kvbudget.studies.calibrate import refusal
+
+    why = refusal(cal)
+    if why is None:
+        return
+    if allow_small and why.small:
+        typer.echo(f"warning: {why.text}; fitted anyway ({SMALL_FIT_FLAG})", err=True)
+        return
+    hint = f"; record a longer run, or {SMALL_FIT_FLAG}" if why.small else ""
+    raise fail(f"{why.text}{hint}: {out} not written", 1)
 
 
 ALLOW_REFUSALS_FLAG = "--allow-refusals"
@@ -327,7 +368,8 @@ def check_replay(setup: RecordedSetup, simulated: Any, rows: Any, *, allow_refus
 
 
 def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: float | None,
-                      max_evals: int, fit_overhead: bool, allow_refusals: bool = False) -> None:
+                      max_evals: int, fit_overhead: bool, allow_refusals: bool = False,
+                      allow_small: bool = False) -> None:
     """Fit, save, print the in-sample (and, with ``holdout``, the held-out) errors. No file is
     written when the replay loses the recording's requests (:func:`check_replay`) or the fit
     does not lower its loss."""
@@ -342,30 +384,59 @@ def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: fl
                                cost_model=start_model(setup, kind))
     check_replay(setup, first.records, rows, allow_refusals=allow_refusals, what="calibration")
     cal = fit(setup, kind, rows=rows, max_evals=max_evals, fit_overhead=fit_overhead,
-              desc="calibrate")
+              desc="calibrate", start_records=first.records)
     if cal.simulated is not None:
         check_replay(setup, cal.simulated, rows, allow_refusals=allow_refusals,
                      what="calibration")
-    if max_evals > 1 and not cal.loss < cal.start_loss:
-        raise fail(f"the fit did not lower its loss ({cal.start_loss:.4g} at the start, "
-                   f"{cal.loss:.4g} after {cal.num_evals} simulations): {out} not written", 1)
+    _print_fit(cal)
+    if max_evals > 1:
+        check_fit(cal, out, allow_small=allow_small)
     out.parent.mkdir(parents=True, exist_ok=True)
     cal.save(out, setup.recording, setup.config, policy=setup.policy, holdout=holdout)
-    _print_fit(cal)
     print_comparison(cal.table, f"in sample ({cal.num_rows} requests):")
     if rows is not None:
         held = validate_recording(setup.recording, setup.config, policy=setup.policy,
                                   policy_params=setup.policy_params, cost_model=cal.model,
                                   frontend_overhead_s=cal.frontend_overhead_s, rows=~rows)
-        print_comparison(held.table, f"held out (the last {holdout:g}, {held.num_compared} "
-                         "requests):")
+        print_comparison(_with_intervals(held.table, cal.intervals_on(
+            setup.recording.records(), ~rows)), f"held out (the last {holdout:g}, "
+            f"{held.num_compared} requests):")
     typer.echo(f"wrote {out}")
+
+
+def _with_intervals(table: Any, intervals: dict[str, tuple[float, float]]) -> Any:
+    from kvbudget.studies.fit_uncertainty import with_intervals
+
+    return with_intervals(table, intervals) if intervals else table
+
+
+def _file_intervals(setup: RecordedSetup, cost_model: Path, result: "OfflineValidation",
+                    rows: Any) -> dict[str, tuple[float, float]]:
+    """Intervals from a cost file's posterior (none when it has none; a damaged one is a
+    one-line error)."""
+    from kvbudget.studies.calibrate import read_calibration, validation_intervals
+    from kvbudget.studies.fit_uncertainty import FitUncertainty
+
+    block = read_calibration(cost_model).get("uncertainty")
+    if block is None:
+        return {}
+    try:
+        post = FitUncertainty.from_json(block)
+    except ValueError as e:
+        raise CliError(f"{cost_model}: {e}") from None
+    typer.echo(f"intervals: {2 * len(post.names)} more simulations around the file's "
+               "fitted values", err=True)
+    return validation_intervals(setup.recording, setup.config,
+                                setup.config.resolved_cost_model(),
+                                result.frontend_overhead_s, post,
+                                simulated=result.simulated.records, rows=rows,
+                                policy=setup.policy, policy_params=setup.policy_params)
 
 
 def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, kind: str,
                      max_evals: int, fit_overhead: bool, max_error: float | None,
-                     cost_model: Path | None, allow_refusals: bool = False
-                     ) -> "OfflineValidation":
+                     cost_model: Path | None, allow_refusals: bool = False,
+                     allow_small: bool = False) -> "OfflineValidation":
     """Simulate the recording with the cost model (``--holdout``: fit one on the first part
     first) and compare; write the files of the live validate."""
     from kvbudget.studies.validate import validate_recording, write_validation
@@ -378,15 +449,18 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
                             "policy": setup.policy}
     cost = None
     overhead = None
+    cal = None
     if holdout is not None:
         fit_rows = setup.recording.fit_rows(holdout)
         rows = ~fit_rows
         cal = fit(setup, kind, rows=fit_rows, max_evals=max_evals, fit_overhead=fit_overhead,
                   desc="calibrate (first part)")
+        _print_fit(cal)
+        if max_evals > 1:
+            check_fit(cal, out / "cost.json", allow_small=allow_small)
         out.mkdir(parents=True, exist_ok=True)
         cal.save(out / "cost.json", setup.recording, setup.config, policy=setup.policy,
                  holdout=holdout)
-        _print_fit(cal)
         print_comparison(cal.table, f"fitted on the first part ({cal.num_rows} requests):")
         cost, overhead = cal.model, cal.frontend_overhead_s
         meta.update({"holdout": holdout, "fitted_cost_model": str(out / "cost.json"),
@@ -399,6 +473,10 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
                                 frontend_overhead_s=overhead, rows=rows)
     check_replay(setup, result.simulated.records, rows, allow_refusals=allow_refusals,
                  what="the comparison")
+    intervals = (cal.intervals_on(setup.recording.records(), rows) if cal is not None
+                 else {} if cost_model is None
+                 else _file_intervals(setup, cost_model, result, rows))
+    result = dataclasses.replace(result, table=_with_intervals(result.table, intervals))
     write_validation(result, setup.recording, out, meta=meta, rows=rows)
     title = ("simulated vs measured" if rows is None else
              f"held out (the last {holdout:g}, {result.num_compared} requests):")
