@@ -424,10 +424,17 @@ def _file_intervals(setup: RecordedSetup, cost_model: Path, result: "OfflineVali
         post = FitUncertainty.from_json(block)
     except ValueError as e:
         raise CliError(f"{cost_model}: {e}") from None
+    from kvbudget.cli.tables import render
+
+    model = setup.config.resolved_cost_model()
+    spans = post.intervals()
+    typer.echo(f"fitted parameters of {cost_model.name} (95 % intervals from its fit):")
+    typer.echo(render(("parameter", "fitted", "95 % interval"), [
+        [n, result.frontend_overhead_s if n == "frontend_overhead_s" else getattr(model, n),
+         _interval(*spans[n])] for n in post.names]))
     typer.echo(f"intervals: {2 * len(post.names)} more simulations around the file's "
                "fitted values", err=True)
-    return validation_intervals(setup.recording, setup.config,
-                                setup.config.resolved_cost_model(),
+    return validation_intervals(setup.recording, setup.config, model,
                                 result.frontend_overhead_s, post,
                                 simulated=result.simulated.records, rows=rows,
                                 policy=setup.policy, policy_params=setup.policy_params)

@@ -458,7 +458,8 @@ def calibrate_recording(
     x0 = np.array([c.x0 for c in coords], dtype=np.float64)
     start_sim = trials.simulate(x0) if start_records is None else start_records
     start_loss = recorded_loss(start_sim, measured, rows)
-    trials.best = min(trials.best, start_loss)
+    if start_records is not None:  # simulated by the caller: still one of the fit's
+        trials.count(start_loss)
     rng = np.random.default_rng(seed)
     noise_var = noise_variance(sampling_variance(start_sim, measured, rows, rng))
     active = list(range(len(coords)))
