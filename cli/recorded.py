@@ -5,7 +5,6 @@ recorded run (thin wrappers over :mod:`kvbudget.studies.calibrate` and
 import dataclasses
 import json
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -250,17 +249,19 @@ def fit(setup: RecordedSetup, kind: str, *, rows: Any, max_evals: int, fit_overh
         desc: str, start_records: Any = None) -> "RecordedCalibration":
     """Calibrate with a progress bar (simulations run); ``start_records``: the start model's
     replay when it was already simulated (the sanity gate's)."""
-    from tqdm import tqdm
-
-    from kvbudget.studies.calibrate import calibrate_recording
+    from kvbudget.cli.progress import Bar
+    from kvbudget.studies.calibrate import calibrate_recording, fit_parameters
 
     start = start_model(setup, kind)
-    bar = tqdm(total=max_evals, desc=desc, unit="sim", leave=False, disable=None,
-               file=sys.stderr)
+    # the search's simulations and at most four per parameter for the sensitivities (a
+    # terminal bar; elsewhere a line every 30 s)
+    bar = Bar(desc, max_evals + 4 * (len(fit_parameters(start)) + int(fit_overhead)),
+              unit="sim", lines_from=1)
+    done = [0]
 
     def progress(n: int, best: float) -> None:
-        bar.update(n - bar.n)
-        bar.set_postfix(loss=f"{best:.4g}", refresh=False)
+        bar.update(n - done[0])
+        done[0] = n
 
     try:
         return calibrate_recording(setup.recording, setup.config, start, policy=setup.policy,

@@ -510,7 +510,7 @@ def _result(trials: _Trials, recording: Recording, measured: pd.DataFrame,
                               tuple(c.log for c in coords),
                               tuple(c.base if c.log else c.unit for c in coords),
                               tuple(tuple(float(v) for v in r) for r in cov), noise_var,
-                              NUM_BOOTSTRAP)
+                              NUM_BOOTSTRAP, tuple((c.lo, c.hi) for c in coords))
         values = log_stats(_compared(simulated, measured, rows), PREDICTED)
         table = with_intervals(table, post.predicted(
             values, sens.gradient(measured, PREDICTED, rows), PREDICTED))

@@ -282,6 +282,8 @@ class FitUncertainty:
     covariance: tuple[tuple[float, ...], ...]
     noise_variance: float
     num_bootstrap: int
+    bounds: tuple[tuple[float, float], ...] = ()
+    """Each coordinate's search bounds: its interval is cut to them (none: unbounded)."""
 
     def sd(self) -> dict[str, float]:
         """Each coordinate's posterior standard deviation (log units for a log coordinate)."""
@@ -289,15 +291,14 @@ class FitUncertainty:
         return {n: float(math.sqrt(max(0.0, cov[j, j]))) for j, n in enumerate(self.names)}
 
     def intervals(self) -> dict[str, tuple[float, float]]:
-        """Each parameter's 95 % interval in its own units."""
+        """Each parameter's 95 % interval in its own units, within its search bounds."""
         out = {}
         for j, (name, sd) in enumerate(self.sd().items()):
-            x, unit = self.x[j], self.scales[j]
-            if self.log[j]:
-                value = unit * math.exp(x)
-                out[name] = (value * math.exp(-Z95 * sd), value * math.exp(Z95 * sd))
-            else:
-                out[name] = (max(0.0, (x - Z95 * sd) * unit), max(0.0, (x + Z95 * sd) * unit))
+            lo, hi = self.bounds[j] if self.bounds else (-math.inf, math.inf)
+            ends = (max(lo, self.x[j] - Z95 * sd), min(hi, self.x[j] + Z95 * sd))
+            scale = self.scales[j]
+            out[name] = ((scale * math.exp(ends[0]), scale * math.exp(ends[1])) if self.log[j]
+                         else (max(0.0, ends[0] * scale), max(0.0, ends[1] * scale)))
         return out
 
     def predicted(self, values: npt.NDArray[np.float64], jac: npt.NDArray[np.float64],
@@ -317,13 +318,15 @@ class FitUncertainty:
     def to_json(self) -> dict[str, Any]:
         return {
             "method": "Laplace approximation at the fitted point: residual variance from "
-                      f"{self.num_bootstrap} bootstrap resamples of the measured requests, "
-                      "Jacobian by forward differences, prior = the search bounds' uniform sd",
+                      f"{self.num_bootstrap} bootstrap resamples of the compared requests (at "
+                      "least the fit's left-over residuals), Jacobian by central differences, "
+                      "prior = the search bounds' uniform sd, centred at the start",
             "coordinates": list(self.names),
             "log_coordinates": list(self.log),
             "x": list(self.x),
             "scales": list(self.scales),
             "covariance": [list(r) for r in self.covariance],
+            "bounds": [list(b) for b in self.bounds],
             "noise_variance": self.noise_variance,
             "sd": self.sd(),
             "interval_95": {k: list(v) for k, v in self.intervals().items()},
@@ -340,11 +343,13 @@ class FitUncertainty:
             out = cls(names, tuple(float(v) for v in data["x"]),
                       tuple(bool(v) for v in data["log_coordinates"]),
                       tuple(float(v) for v in data["scales"]), cov,
-                      float(data["noise_variance"]), 0)
+                      float(data["noise_variance"]), 0,
+                      tuple((float(lo), float(hi)) for lo, hi in data.get("bounds", [])))
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"calibration.uncertainty: {e}") from None
         d = len(names)
         if (len(out.x) != d or len(out.log) != d or len(out.scales) != d or len(cov) != d
+                or len(out.bounds) not in (0, d)
                 or any(len(r) != d for r in cov)
                 or not np.isfinite(np.asarray(cov, dtype=np.float64)).all()):
             raise ValueError("calibration.uncertainty: coordinates, x, scales and covariance "

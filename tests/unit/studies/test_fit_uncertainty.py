@@ -174,3 +174,15 @@ def test_the_gates_replay_is_the_fits_first_trial(recording_csv: Path, tmp_path:
     assert res.exit_code == 0, res.output
     num = json.loads(out.read_text())["calibration"]["num_simulations"]
     assert len(calls) == num  # the start is simulated once, for the gate and the fit
+
+
+def test_an_interval_stays_within_the_search_bounds() -> None:
+    # a coordinate as wide as its prior: its interval is its physical range, not beyond
+    post = FitUncertainty(("step_overhead_s", "frontend_overhead_s"), (0.0, 1.0), (True, False),
+                          (150e-6, 0.01), ((4.0, 0.0), (0.0, 100.0)), 1e-4, 200,
+                          ((0.0, math.log(6e-3 / 150e-6)), (0.0, 100.0)))
+    spans = post.intervals()
+    assert spans["step_overhead_s"] == pytest.approx((150e-6, 6e-3))
+    assert spans["frontend_overhead_s"] == pytest.approx((0.0, 0.01 + 1.96 * 10 * 0.01),
+                                                         rel=1e-3)
+    assert FitUncertainty.from_json(post.to_json()).intervals() == spans
