@@ -92,6 +92,9 @@ ColumnOpt = Annotated[list[str] | None, typer.Option(
     "(arrival_s, prompt_tokens, ..., ttft_s, e2e_s, status, stage), repeatable.")]
 GpuOpt = Annotated[str | None, typer.Option(
     "--gpu", help="With --records: the recorded server's GPU (kvbudget presets).")]
+CalGpuOpt = Annotated[str | None, typer.Option(
+    "--gpu", help="With --records: the recorded server's GPU (kvbudget presets); with --url, "
+    "the server's, recorded in the cost file so that it is checked where it is used.")]
 BlocksOpt = Annotated[int | None, typer.Option(
     "--num-gpu-blocks", help="With --records: the recorded server's KV blocks (default: "
     "what the recording says, else computed for --gpu and --model).")]
@@ -418,7 +421,7 @@ def calibrate_cmd(
     records: RecordsOpt = None,
     records_format: RecordsFormatOpt = None,
     columns: ColumnOpt = None,
-    gpu: GpuOpt = None,
+    gpu: CalGpuOpt = None,
     num_gpu_blocks: BlocksOpt = None,
     block_size: BlockSizeOpt = None,
     tensor_parallel_size: TpOpt = None,
@@ -517,8 +520,25 @@ def calibrate_cmd(
         target = _target(url, model, api_key, read_timeout)
         cal = _calibrate_with_bar(target, plan, capacity_tokens)
         out.parent.mkdir(parents=True, exist_ok=True)
-        cal.save(out)
+        cal.save(out, _fitted_on(cal.model, gpu, cal.info.model, out,
+                                 tensor_parallel_size=tensor_parallel_size or 1,
+                                 kv_cache_dtype=kv_cache_dtype or "auto"))
     _print_calibration(cal, target, out)
+
+
+def _fitted_on(model: Any, gpu: str | None, served: str | None, out: Path, *,
+               tensor_parallel_size: int, kv_cache_dtype: str) -> dict[str, Any] | None:
+    """The ``fitted_on`` block of a live calibration's file (the served model resolved to a
+    preset, ``--gpu``), or a note saying why the file cannot record it."""
+    from kvbudget.perf.fitted_on import fitted_on_extra, target_or_why
+
+    target = target_or_why(gpu, served, tensor_parallel_size=tensor_parallel_size,
+                           kv_cache_dtype=kv_cache_dtype)
+    if isinstance(target, str):
+        typer.echo(f"note: {out} does not record the GPU and model it was fitted on ({target}"
+                   "): it cannot be checked where it is used", err=True)
+        return None
+    return fitted_on_extra(model, target, {})
 
 
 def _calibrate_with_bar(target: "ServerTarget", plan: "CalibrationPlan",

@@ -134,6 +134,14 @@ def fit_profile_to_file(profile: "Profile", out: Path, *, gpu: str | None = None
             "roofline": roofline.describe(),
             "per_class": errors_as_dict(summarize_errors(roofline_points)),
         }
+    from kvbudget.perf.fitted_on import fitted_on_extra, target_or_why
+
+    target = target_or_why(gpu, None if roofline is None else roofline.model)
+    if isinstance(target, str):
+        typer.echo(f"note: {out} does not record the GPU and model it was fitted on ({target}"
+                   "): it cannot be checked where it is used", err=True)
+    else:
+        extra.update(fitted_on_extra(fit.model, target, {}))
     save_cost_model(fit.model, out, extra=extra)
     _print_report(profile, fit, roofline, roofline_points)
     typer.echo(f"wrote {out}")

@@ -48,8 +48,15 @@ from pathlib import Path
 from typing import Any
 
 from kvbudget.perf.cost_model import CostModel, load_cost_model, read_frontend_overhead
-from kvbudget.perf.hardware import GPUSpec
-from kvbudget.perf.models import MLASpec, ModelSpec, MoESpec, is_preset
+from kvbudget.perf.hardware import GPUSpec, get_gpu
+from kvbudget.perf.models import (
+    MLASpec,
+    ModelSpec,
+    MoESpec,
+    get_model,
+    is_preset,
+    resolve_model_name,
+)
 from kvbudget.perf.step_time import VllmStepModel
 
 TRANSFERABLE_VLLM = (*VllmStepModel.FIT_PARAMETERS, "frontend_overhead_s")
@@ -149,6 +156,24 @@ def fitted_on_extra(model: CostModel, target: FitTarget,
         },
         "transferable": list(TRANSFERABLE_VLLM) if isinstance(model, VllmStepModel) else [],
     }
+
+
+def target_or_why(gpu: str | None, model: ModelSpec | str | None, *,
+                  tensor_parallel_size: int = 1, kv_cache_dtype: str = "auto",
+                  flags: str = "--gpu") -> FitTarget | str:
+    """The fit target a command that measured a server can name (``gpu`` a preset name,
+    ``model`` a spec or a name as a server serves it), or why it cannot (one line, for a
+    note): the file it writes then does not record what it was fitted on."""
+    if gpu is None:
+        return f"the GPU is not given ({flags})"
+    if isinstance(model, str):
+        name = resolve_model_name(model)
+        if name is None:
+            return f"the served model {model!r} is not a bundled preset"
+        model = get_model(name)
+    if model is None:
+        return "the model is not known"
+    return FitTarget(get_gpu(gpu), model, tensor_parallel_size, 1, kv_cache_dtype)
 
 
 def read_fitted_on(path: Path, payload: dict[str, Any]) -> FitTarget | None:

@@ -452,6 +452,10 @@ def test_calibrate_and_validate_commands(fake_url: str, tmp_path: Path,
     assert payload["calibration"]["plan"]["prefill_tokens"] == [64, 256, 1024]
     assert payload["calibration"]["plan"]["retries"] == 2 and payload["fit"]["mape"] < 0.01
     assert engine.bodies  # the streams went to the virtual engine
+    # no --gpu: the file cannot say what it was fitted on, and the command says so
+    assert "fitted_on" not in payload
+    assert (f"note: {cost} does not record the GPU and model it was fitted on (the GPU is not "
+            "given (--gpu))") in res.stderr
 
     rng = np.random.default_rng(3)
     arrivals = np.cumsum(rng.exponential(1 / 10, 40))
