@@ -15,6 +15,7 @@ from kvbudget.cli.options import (
     ThinkTimeOpt,
     TraceArgs,
     UsersOpt,
+    policy_from_flags,
     with_trace_options,
 )
 
@@ -126,21 +127,6 @@ def _target(url: str, model: str, api_key: str | None, read_timeout: float) -> "
     return ServerTarget(base_url=url, model=model, api_key=api_key, read_timeout_s=read_timeout)
 
 
-def _policy(name: str, params: list[str] | None) -> "BasePolicy":
-    from kvbudget.policies import make_policy
-
-    values: dict[str, Any] = {}
-    for item in params or []:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise CliError(f"--param: expected key=value, got {item!r}")
-        try:
-            values[key.strip()] = json.loads(raw)
-        except (json.JSONDecodeError, RecursionError):
-            values[key.strip()] = raw
-    return make_policy(name, values)
-
-
 def _tiers_for(workload: "Workload", tiers: "tuple[TierConfig, ...] | None" = None
                ) -> "tuple[TierConfig, ...]":
     from kvbudget.policies import DEFAULT_TIERS
@@ -171,8 +157,8 @@ def gateway_setup(scenario: Path | None, policy: str | None, params: list[str] |
     without a scenario: default tiers, no front door, ``conservative`` by default."""
     if scenario is None:
         name = policy or "conservative"
-        _policy(name, params)  # a bad name or parameter fails here, before anything runs
-        return GatewaySetup(lambda: _policy(name, params), None, None)
+        policy_from_flags(name, params)  # a bad name or parameter fails here, before anything runs
+        return GatewaySetup(lambda: policy_from_flags(name, params), None, None)
     from kvbudget.simulator.scenario import load_scenario
 
     try:
@@ -183,7 +169,7 @@ def gateway_setup(scenario: Path | None, policy: str | None, params: list[str] |
         raise CliError("--param needs --policy when the policy comes from --scenario")
 
     def new_policy() -> "BasePolicy":
-        return scn.make_policy() if policy is None else _policy(policy, params)
+        return scn.make_policy() if policy is None else policy_from_flags(policy, params)
 
     new_policy()  # a bad name or parameter fails here, before anything runs
     config = scn.sim_config()

@@ -19,6 +19,7 @@ A new shared option is one entry in a table below (its name, its ``Annotated`` t
 """
 
 import inspect
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ import typer
 from kvbudget.cli.errors import CliError
 
 if TYPE_CHECKING:
+    from kvbudget.policies import BasePolicy
     from kvbudget.simulator.scenario import Scenario
     from kvbudget.workloads.arrivals import ArrivalProcess
     from kvbudget.workloads.max_output import MaxOutputRule
@@ -506,3 +508,23 @@ JobsOpt = Annotated[
     typer.Option("--jobs", "-j", min=1, max=MAX_JOBS,
                  help="Parallel runs (default: every core)."),
 ]
+
+
+# --- a policy named on the command line (replay, calibrate, validate) -------------------------
+
+
+def policy_from_flags(name: str, params: list[str] | None) -> "BasePolicy":
+    """The policy ``name`` with the ``--param key=value`` settings (a value is read as JSON
+    when it parses, else kept as text)."""
+    from kvbudget.policies import make_policy
+
+    values: dict[str, Any] = {}
+    for item in params or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"--param: expected key=value, got {item!r}")
+        try:
+            values[key.strip()] = json.loads(raw)
+        except (json.JSONDecodeError, RecursionError):
+            values[key.strip()] = raw
+    return make_policy(name, values)

@@ -127,7 +127,7 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
     """Read the recording and build the simulation configuration: the command-line flags,
     then ``--set``, then what the recording says of the server, then the scenario/defaults.
     Every setting's source is said on stderr."""
-    from kvbudget.cli.live import _policy
+    from kvbudget.cli.options import policy_from_flags
     from kvbudget.cli.simulate import build_scenario
     from kvbudget.results.recordings import read_recording
     from kvbudget.studies.validate import recorded_policy
@@ -163,7 +163,7 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
 
         config = replace(config, gateway_capacity_tokens=int(cfg["kv_capacity_tokens"]))
     if policy is not None:
-        _policy(policy, params)  # a bad name or parameter fails here
+        policy_from_flags(policy, params)  # a bad name or parameter fails here
     elif params:
         raise CliError("--param needs --policy")
     name, values = recorded_policy(recording, policy, _param_values(params))

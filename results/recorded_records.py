@@ -20,7 +20,7 @@ from kvbudget.results.recorded_fields import (
     check_times,
     max_tokens_note,
 )
-from kvbudget.results.recordings import (
+from kvbudget.results.recording import (
     COMPLETED_WORDS,
     MEASUREMENT_COLUMNS,
     Recording,
@@ -184,7 +184,7 @@ def read_run_dir(path: Path, default_tier: str) -> Recording:
     meta_path = path / "replay.json"
     meta: dict[str, Any] = {}
     if meta_path.is_file():
-        from kvbudget.results.recordings import read_replay_meta
+        from kvbudget.results.recording import read_replay_meta
 
         meta = read_replay_meta(meta_path)
     n = len(rec)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kvbudget.policies import make_policy
-from kvbudget.results.recordings import RecordedStage, Recording
+from kvbudget.results.recording import RecordedStage, Recording
 from kvbudget.results.run_result import RunResult
 from kvbudget.simulator.run import SimConfig, simulate
 from kvbudget.workloads.closed_loop import ClosedLoop

@@ -22,7 +22,7 @@ def _loader(fmt: str) -> Loader:
         from kvbudget.workloads.traces._servegen import load_servegen
 
         return load_servegen
-    from kvbudget.workloads.traces import _tabular
+    import kvbudget.workloads.traces._tabular as _tabular
 
     loaders: dict[str, Loader] = {
         "azure": _tabular.load_azure,
