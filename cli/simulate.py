@@ -1,11 +1,13 @@
 """``kvbudget simulate``, ``compare`` and ``presets``."""
 
 import json
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from kvbudget.analysis.conclusion import conclude
 from kvbudget.cli.errors import CliError, check_out_dir, user_errors
 from kvbudget.cli.options import (
     MAX_REPLICATIONS,
@@ -16,7 +18,16 @@ from kvbudget.cli.options import (
     with_scenario_options,
 )
 from kvbudget.cli.progress import Bar
-from kvbudget.cli.tables import WIDTH
+from kvbudget.cli.tables import WIDTH, render, render_comparison, render_summaries
+from kvbudget.perf.hardware import GPU_ALIASES, GPUS
+from kvbudget.perf.kv_capacity import num_gpu_blocks
+from kvbudget.perf.models import bundled_models
+from kvbudget.policies import POLICIES
+from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.run import simulate
+from kvbudget.simulator.scenario import make_scenario
+from kvbudget.studies.compare import compare
+from kvbudget.studies.executors import EXECUTORS, make_executor
 
 if TYPE_CHECKING:
     from kvbudget.results.run_result import RunResult
@@ -48,8 +59,6 @@ def build_scenario(
 ) -> "Scenario":
     """The scenario file (or the embedded default) with the command-line flags applied
     (:func:`kvbudget.simulator.scenario.make_scenario`; errors as :class:`CliError`)."""
-    from kvbudget.simulator.scenario import make_scenario
-
     knobs = {"num_gpu_blocks": num_gpu_blocks, "block_size": block_size,
              "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
              "name": engine}
@@ -66,8 +75,6 @@ SIMULATE_LINES_FROM = 100_000
 
 
 def run_one(scn: "Scenario", policy_name: str | None, label: str) -> "RunResult":
-    from kvbudget.simulator.run import simulate
-
     workload = scn.workload()
     policy = scn.make_policy(policy_name)
     config = scn.sim_config()
@@ -92,8 +99,6 @@ def simulate_cmd(
     wide: WideOpt = False,
 ) -> None:
     """Simulate one policy on a scenario (the embedded default when none is given)."""
-    from kvbudget.cli.tables import render_summaries
-
     with user_errors():
         check_out_dir(out)
         scn = setup.build(policy=policy, seed=seed)
@@ -110,8 +115,6 @@ def simulate_cmd(
 
 
 def _check_policies(text: str) -> list[str]:
-    from kvbudget.policies import POLICIES
-
     names = [p.strip() for p in text.split(",") if p.strip()]
     if not names:
         raise CliError("--policies: give at least one policy name")
@@ -128,8 +131,6 @@ def _check_executor(executor: str, address: str | None, jobs: int | None,
     """``--executor``, ``--address`` and ``--jobs`` checked whatever the replications; with
     one replication the runs go in this process, so any of them given is refused, not
     ignored."""
-    from kvbudget.studies.executors import EXECUTORS
-
     if executor not in EXECUTORS:
         raise CliError(f"--executor: unknown executor {executor!r}; choose one of: "
                        f"{', '.join(EXECUTORS)}")
@@ -173,9 +174,6 @@ def compare_cmd(
     wide: WideOpt = False,
 ) -> None:
     """Run the same workload and seed under each policy and print them side by side."""
-    from kvbudget.cli.tables import render_comparison, render_summaries
-    from kvbudget.studies.compare import compare
-
     with user_errors():
         names = _check_policies(policies)
         _check_executor(executor, address, jobs, replications)
@@ -187,8 +185,6 @@ def compare_cmd(
                 for name, run in zip(names, result.results, strict=True):
                     run.write(out / name)
         else:
-            from kvbudget.studies.executors import make_executor
-
             bar = Bar("compare", len(names) * replications, "run", lines_from=1)
             try:
                 with make_executor(executor, jobs=jobs, address=address) as ex:
@@ -207,8 +203,6 @@ def compare_cmd(
         else:
             typer.echo(result.table.to_json(orient="records", indent=2))
     elif replications == 1:
-        from kvbudget.analysis.conclusion import conclude
-
         summaries = result.summaries()
         targets = {t.name: (t.ttft_s, t.tpot_s) for t in scn.tiers()}
         typer.echo(render_summaries(summaries, wide=wide, slo_targets=targets,
@@ -221,14 +215,6 @@ def compare_cmd(
 
 def presets_cmd() -> None:
     """List the GPU and model presets, vLLM's engine defaults per GPU and the KV capacity."""
-    import textwrap
-
-    from kvbudget.cli.tables import render
-    from kvbudget.perf.hardware import GPU_ALIASES, GPUS
-    from kvbudget.perf.kv_capacity import num_gpu_blocks
-    from kvbudget.perf.models import bundled_models
-    from kvbudget.simulator.engine_config import EngineConfig
-
     engines = {name: EngineConfig().resolved(g) for name, g in GPUS.items()}
     typer.echo(render(
         ("GPU", "memory GiB", "HBM TB/s", "BF16 TFLOP/s", "FP8 TFLOP/s", "link", "link GB/s",

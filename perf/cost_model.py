@@ -28,7 +28,10 @@ from typing import Any, ClassVar, Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from kvbudget.perf.models import MLASpec, ModelSpec, MoESpec
+from kvbudget.perf.hardware import get_gpu
+from kvbudget.perf.models import MLASpec, ModelSpec, MoESpec, get_model
+from kvbudget.perf.roofline import RooflineCostModel
+from kvbudget.perf.step_time import VllmStepModel
 
 F = TypeVar("F", float, npt.NDArray[np.float64])
 
@@ -223,8 +226,6 @@ def save_cost_model(
     (the GPU's figures in full, the model by the name or path ``get_model`` resolves); any other
     model as its ``describe()``: ``{"kind": ..., "parameters": {...}}`` (the roofline's GPU and
     model names and its float fields), which :func:`load_cost_model` reads back."""
-    from kvbudget.perf.step_time import VllmStepModel
-
     payload: dict[str, Any]
     if isinstance(model, LinearCostModel):
         payload = {"kind": "linear", "coefficients": asdict(model), **(extra or {})}
@@ -269,8 +270,6 @@ def load_cost_model(path: Path) -> CostModel:
         raise ValueError(f"{path}: not a readable cost-model JSON file ({exc})") from None
     kind = payload.get("kind") if isinstance(payload, dict) else None
     if kind == "vllm-v1":
-        from kvbudget.perf.step_time import VllmStepModel
-
         try:
             return VllmStepModel.from_json(payload, embedded_model(payload))
         except ValueError as exc:
@@ -293,10 +292,6 @@ def load_cost_model(path: Path) -> CostModel:
 
 
 def _load_roofline(path: Path, payload: dict[str, Any]) -> CostModel:
-    from kvbudget.perf.hardware import get_gpu
-    from kvbudget.perf.models import get_model
-    from kvbudget.perf.roofline import RooflineCostModel
-
     params = payload.get("parameters")
     if not isinstance(params, dict):
         raise ValueError(f"{path}: field 'parameters' must be an object")

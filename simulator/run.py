@@ -14,6 +14,7 @@ import heapq
 import math
 import time
 from collections.abc import Callable, Generator
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -40,21 +41,21 @@ from kvbudget.results.records import (
     derive_latencies,
 )
 from kvbudget.results.run_result import RunResult
+from kvbudget.simulator.clients import _Clients
 from kvbudget.simulator.engine import EngineHooks
 from kvbudget.simulator.engine_variants import engine_inputs, make_engine
+from kvbudget.simulator.fleet import Fleet
 from kvbudget.simulator.serving import ServingEngine
 from kvbudget.simulator.sim_config import FleetConfig, SimConfig, gateway_config
+from kvbudget.workloads import Workload
 
 if TYPE_CHECKING:
-    # loaded only by a run that has them (client models, a closed loop, a fleet)
     from kvbudget.perf.cost_model import CostModel
     from kvbudget.policies.clients import Answer
-    from kvbudget.simulator.clients import _Clients
     from kvbudget.simulator.fleet import FleetGateway
     from kvbudget.workloads.closed_loop import ClosedLoop
 
 __all__ = ["FleetConfig", "SimConfig", "gateway_config", "simulate"]
-from kvbudget.workloads import Workload
 
 _COMPLETED = STATUS_CODES["completed"]
 _COLLECT_ROWS = 1 << 18
@@ -102,8 +103,6 @@ class _Simulation:
         self.beyond_context = context_refusals(workload, config)
         self._clients: _Clients | None = None
         if config.clients or workload.timeout_s is not None:
-            from kvbudget.simulator.clients import _Clients
-
             self._clients = _Clients(self, config)
         hooks = EngineHooks(
             on_finish=self._on_finish,
@@ -140,9 +139,6 @@ class _Simulation:
                 ),
             )
         else:
-            # imported here: a single engine's run does without the fleet module
-            from kvbudget.simulator.fleet import Fleet
-
             fleet = Fleet(
                 self.env,
                 workload,
@@ -581,8 +577,6 @@ class _ClosedLoopState:
     the think times drawn from the run's seed (one stream, in the order users become free)."""
 
     def __init__(self, workload: Workload, loop: ClosedLoop, seed: int) -> None:
-        from dataclasses import replace
-
         n = len(workload)
         self.loop = loop
         self.deadline_offset_s = (workload.deadline_s - workload.arrival_s).tolist()
@@ -657,8 +651,6 @@ class _Probe:
 def _with_id(request: Any, i: int) -> Any:
     if request.request_id == i:
         return request
-    from dataclasses import replace
-
     return replace(request, request_id=i)
 
 

@@ -4,22 +4,23 @@ model, engine knobs, tiers, cost model, fleet) and the gateway it implies."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from kvbudget.perf.cost_model import CostModel, FrontendCost, get_frontend
 from kvbudget.perf.fitted_on import FitTarget
 from kvbudget.perf.hardware import get_gpu
+from kvbudget.perf.kv_capacity import legacy_num_gpu_blocks, num_gpu_blocks
 from kvbudget.perf.models import get_model
+from kvbudget.perf.roofline import RooflineCostModel
 from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.policies import DEFAULT_TIERS, GatewayConfig, TierConfig
+from kvbudget.policies.clients import ClientModel
 from kvbudget.policies.gateway import FrontDoor
 from kvbudget.policies.tiers import tier_map
 from kvbudget.simulator.engine_config import ENGINE_DEFAULTS, EngineConfig, EngineDefaults
 
 if TYPE_CHECKING:
-    # not imported at run time (a run without clients or users never loads them)
-    from kvbudget.policies.clients import ClientModel
     from kvbudget.workloads.closed_loop import ClosedLoop
 
 RouterName = Literal["round_robin", "least_tokens", "prefix_affinity"]
@@ -119,8 +120,6 @@ class SimConfig:
         if self.closed_loop is not None and self.clients:
             raise ValueError("closed_loop and clients together are not supported: a closed "
                              "loop's user sends its next request when the last one ends")
-        if self.clients:
-            from kvbudget.policies.clients import ClientModel
         for tier, client in self.clients:
             if tier not in tiers:
                 raise ValueError(f"clients.{tier}: no such tier; tiers: {sorted(tiers)}")
@@ -150,8 +149,6 @@ class SimConfig:
             # vLLM's default max_model_len is the model's context length (its config's
             # max_position_embeddings: vllm/config/model.py, _get_and_verify_max_len); a longer
             # prompt, or prompt + output, is refused (400), never served
-            from dataclasses import replace
-
             resolved = replace(resolved,
                                max_model_len=get_model(self.model).max_position_embeddings)
         return resolved
@@ -162,9 +159,6 @@ class SimConfig:
         engine = self.engine_for(gpu)
         if engine.num_gpu_blocks is not None:
             return engine.num_gpu_blocks
-        # imported here: a run given its blocks (as the benchmarks are) does without it
-        from kvbudget.perf.kv_capacity import legacy_num_gpu_blocks, num_gpu_blocks
-
         spec, model = get_gpu(gpu or self.gpu), get_model(self.model)
         tp, ep = _parallelism(engine)
         if self.engine_defaults == "kvbudget-0.1":
@@ -192,8 +186,6 @@ class SimConfig:
         spec, model = get_gpu(gpu or self.gpu), get_model(self.model)
         tp, ep = _parallelism(self.engine)
         if self.engine_defaults == "kvbudget-0.1":
-            from kvbudget.perf.roofline import RooflineCostModel
-
             return RooflineCostModel(spec, model, tensor_parallel_size=tp,
                                      kv_cache_dtype=self.engine.kv_cache_dtype)
         return VllmStepModel(spec, model, tensor_parallel_size=tp, expert_parallel_size=ep,
