@@ -122,7 +122,9 @@ app = typer.Typer(
 
 # The command modules, in the order of ``kvbudget --help``, and the commands each registers.
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
-    "simulate": ("simulate", "compare", "presets"),
+    "simulate": ("simulate",),
+    "compare": ("compare",),
+    "presets": ("presets",),
     "profile": ("profile", "profile-fit"),
     "regress": ("regress",),
     "trace": ("trace",),

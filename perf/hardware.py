@@ -26,8 +26,6 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
 MIB = 1024**2
 GIB = 1024**3
 CUDA_VS_SMI_MIB = 600  # mean of the four measured gaps above
@@ -290,6 +288,8 @@ def load_gpu_file(path: Path) -> GPUSpec:
     ``bf16_flops``; optional the rest (``pcie_bandwidth_bytes_s`` defaults to PCIe Gen4's
     32 GB/s per direction). Errors name the file and the field.
     """
+    from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
     class _GPUFile(BaseModel):
         model_config = ConfigDict(extra="forbid", strict=False, allow_inf_nan=False)
         name: str = Field(min_length=1)

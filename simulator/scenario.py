@@ -74,8 +74,6 @@ from typing import (
 )
 
 import numpy as np
-from annotated_types import Ge, Gt, Le, Lt
-from pydantic import TypeAdapter, ValidationError
 
 from kvbudget.perf.fitted_on import load_checked_cost_model, print_notes
 from kvbudget.perf.models import is_preset
@@ -89,13 +87,24 @@ from kvbudget.simulator.sim_config import FleetConfig
 from kvbudget.workloads import Workload
 from kvbudget.workloads.closed_loop import ClosedLoop
 from kvbudget.workloads.errors import TraceError
-from kvbudget.workloads.spec import build_workload, default_workload_spec, parse_workload_spec
 from kvbudget.workloads.traces import TraceOptions, load_trace
 from kvbudget.workloads.traces.options import FORMATS
 
 if TYPE_CHECKING:
+    from annotated_types import Ge, Gt, Le, Lt
+    from pydantic import TypeAdapter, ValidationError
+
     from kvbudget.policies.clients import ClientModel
 
+
+def _bind_constraints() -> None:
+    """Bind annotated_types' ``Ge``, ``Gt``, ``Le`` and ``Lt`` in this module, where the specs'
+    annotations (strings until read) name them, for pydantic: done when it is first needed,
+    since importing annotated_types costs ~10 ms of a start that may never need it."""
+    if "Ge" not in globals():
+        from annotated_types import Ge, Gt, Le, Lt
+
+        globals().update(Ge=Ge, Gt=Gt, Le=Le, Lt=Lt)
 
 # The tables of a scenario file: frozen dataclasses whose constraints pydantic reads from the
 # annotations (``Annotated[int, Ge(1)]``), with unknown keys rejected. Pydantic validates them
@@ -202,6 +211,9 @@ class ScenarioSpec:
 
 @cache
 def _spec_adapter() -> TypeAdapter[ScenarioSpec]:
+    from pydantic import TypeAdapter
+
+    _bind_constraints()
     return TypeAdapter(ScenarioSpec)
 
 
@@ -211,6 +223,8 @@ def validate_spec(data: Mapping[str, Any]) -> ScenarioSpec:
     if spec is not _UNSURE:
         return spec  # type: ignore[no-any-return]
     _refuse_loose_scalars(ScenarioSpec, data, "")
+    from pydantic import ValidationError
+
     try:
         return _spec_adapter().validate_python(data)
     except ValidationError as exc:
@@ -326,7 +340,8 @@ def _constraint(compare: Callable[[Any, Any], Any]) -> Callable[[Any], Any]:
     return lambda bound: (compare, bound)
 
 
-# What the specs' constraint names read as for ``_plain_value``: (comparison, bound) pairs.
+# What the specs' constraint names read as for ``_plain_value``: (comparison, bound) pairs,
+# not annotated_types' classes, whose import (~10 ms) a scenario from flags can do without.
 _PLAIN_CONSTRAINTS: dict[str, Any] = {
     "Ge": _constraint(operator.ge),
     "Gt": _constraint(operator.gt),
@@ -435,6 +450,9 @@ class Scenario:
             return load_trace(file if file.is_absolute() else self.base_dir / file,
                               TraceOptions(format=fmt),
                               seed=partial(trace_seed, self.spec.seed)).workload
+        # pydantic's models of the [workload] table: a trace's scenario never loads them
+        from kvbudget.workloads.spec import build_workload, parse_workload_spec
+
         wspec = parse_workload_spec(self.spec.workload, prefix="workload")
         rng = np.random.default_rng(np.random.SeedSequence(self.spec.seed))
         return build_workload(wspec, rng, base_dir=self.base_dir)
@@ -666,6 +684,8 @@ def default_scenario_dict(*, workload: bool = True) -> dict[str, Any]:
         "model": "Llama-3.1-8B",
     }
     if workload:
+        from kvbudget.workloads.spec import default_workload_spec  # pydantic: see workload()
+
         data["workload"] = default_workload_spec().model_dump(mode="json", exclude_none=True)
     return data
 
