@@ -174,7 +174,11 @@ def _command_for(argv: Sequence[str]) -> str | None:
     return argv[1] if len(argv) >= 2 and argv[1] in _MODULE_OF else None
 
 
-if _AS_COMMAND:
+if __name__ == "__mp_main__":
+    # a pool worker of a command (multiprocessing runs the parent's main module again in each
+    # worker it starts): it runs library calls, never the app, so it loads no command module
+    pass
+elif _AS_COMMAND:
     _register(_modules_for(sys.argv), _command_for(sys.argv))
 else:
     _register(tuple(COMMAND_MODULES))

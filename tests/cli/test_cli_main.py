@@ -86,3 +86,18 @@ def test_a_command_line_registers_only_its_command() -> None:
     assert main._command_for(["kvbudget", "trace", "stats"]) == "trace"
     assert main._command_for(["kvbudget", "--help"]) is None
     assert main._command_for(["kvbudget"]) is None
+
+
+def test_a_pool_worker_loads_no_command_module() -> None:
+    """multiprocessing runs the parent's main module again, as ``__mp_main__``, in each worker
+    it starts (spawn and forkserver): a worker of ``python -m kvbudget.cli.main sweep`` loads
+    no command module (each imports what its commands run: every one would cost a worker's
+    start a second)."""
+    probe = ("import runpy, sys; sys.argv = [sys.argv[0], 'sweep']; "
+             "g = runpy.run_module('kvbudget.cli.main', run_name='__mp_main__'); "
+             "print(len(g['app'].registered_commands), "
+             "sorted(k for k in sys.modules if k.startswith('kvbudget.cli.')))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.split(" ", 1)[0] == "0"
+    assert "kvbudget.cli.sweep" not in out and "kvbudget.cli.simulate" not in out
