@@ -15,6 +15,36 @@ PANELS: dict[str, tuple[str, ...]] = {
 }
 """The top-level commands by what a user comes to do, in the order ``kvbudget --help`` shows."""
 
+SUMMARIES: dict[str, str] = {
+    "simulate": "Simulate one policy on a scenario (the embedded default when none is given).",
+    "compare": "Run the same workload and seed under each policy and print them side by side.",
+    "presets": "List the GPU and model presets, vLLM's engine defaults per GPU and the KV "
+               "capacity.",
+    "profile": "Time prefill and decode steps of a model on this machine (needs "
+               "kvbudget[profile]).",
+    "profile-fit": "Fit the linear cost model to a profile; write a file for simulate "
+                   "--cost-model.",
+    "regress": "Run a suite of scenarios and compare their metrics with the baselines.",
+    "replay": "Replay a trace through an admission policy against a live OpenAI-compatible "
+              "server.",
+    "calibrate": "Fit the cost model for simulate --cost-model: to a live server's step times "
+                 "(--url), or to a recorded run's latencies (--records, offline).",
+    "validate": "Simulate with the calibrated model and compare per metric: against a live "
+                "replay of a trace (--url), or against a recorded run (--records, offline).",
+    "sweep": "Simulate a grid of configurations x replications into one table (a row per "
+             "run).",
+    "tune": "Find the parameters that optimise an objective subject to constraints.",
+    "capacity": "The largest arrival rate each policy sustains at the SLO attainment target "
+                "(DistServe's per-GPU goodput), by bisection on the load with replications.",
+    "report": "Write one self-contained HTML report (figures embedded) and PNGs for one or more "
+              "runs.",
+    "plan": "The cheapest deployment meeting the SLOs: GPU type x tensor parallelism x replicas "
+            "x admission policy (and its main parameter), ranked by dollars per hour.",
+    "trace": "Inspect, convert, generate and download workload traces.",
+}
+"""Each command's first sentence, as its help starts: ``kvbudget --help`` lists the commands
+from these without importing their modules (tests/cli/test_help_panels.py checks they match)."""
+
 EXAMPLES: dict[str, tuple[str, str]] = {
     "simulate": ("kvbudget simulate --policy overcommit --out runs/oc",
                  "kvbudget simulate --trace trace.csv --gpu H100-80GB --model Llama-3.1-8B"),

@@ -5,13 +5,41 @@ recorded run (thin wrappers over :mod:`kvbudget.studies.calibrate` and
 import dataclasses
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
+from kvbudget.analysis.validation import KEY_METRICS
 from kvbudget.cli.errors import CliError, fail
+from kvbudget.cli.options import policy_from_flags
+from kvbudget.cli.progress import Bar
+from kvbudget.cli.simulate import build_scenario
+from kvbudget.cli.tables import render
+from kvbudget.perf.cost_model import LinearCostModel
+from kvbudget.perf.hardware import get_gpu, gpu_label
+from kvbudget.perf.models import resolve_model_name, suggest_model
+from kvbudget.results.recordings import read_recording
+from kvbudget.studies.calibrate import (
+    calibrate_recording,
+    fit_parameters,
+    linear_start,
+    read_calibration,
+    refusal,
+    validation_intervals,
+)
+from kvbudget.studies.fit_uncertainty import INTERVAL_COLUMNS, FitUncertainty, with_intervals
+from kvbudget.studies.recorded_replay import replay_mode
+from kvbudget.studies.validate import (
+    recorded_policy,
+    replay_problems,
+    simulate_recording,
+    validate_recording,
+    write_validation,
+)
+from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.max_output import FixedCap
 
 if TYPE_CHECKING:
     from kvbudget.perf.cost_model import CostModel
@@ -50,8 +78,6 @@ def _columns(items: list[str] | None) -> dict[str, str]:
 
 
 def _known_gpu(name: Any) -> str | None:
-    from kvbudget.perf.hardware import get_gpu
-
     if not isinstance(name, str):
         return None
     try:
@@ -66,8 +92,6 @@ def _recorded_model(recording: "Recording", model: str | None,
     (as Hugging Face and servers write it), else the ``--scenario``'s; a file naming a model
     kvbudget cannot resolve, or naming none with neither flag, is an error (never the default
     model in its place)."""
-    from kvbudget.perf.models import resolve_model_name, suggest_model
-
     if model is not None:
         return model, "--model"
     named = recording.config.get("model")
@@ -129,13 +153,6 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
     """Read the recording and build the simulation configuration: the command-line flags,
     then ``--set``, then what the recording says of the server, then the scenario/defaults.
     Every setting's source is said on stderr."""
-    from kvbudget.cli.live import _policy
-    from kvbudget.cli.simulate import build_scenario
-    from kvbudget.results.recordings import read_recording
-    from kvbudget.studies.validate import recorded_policy
-    from kvbudget.workloads.errors import TraceError
-    from kvbudget.workloads.max_output import FixedCap
-
     if not tier or not tier.replace("_", "").replace("-", "").isalnum():
         raise CliError(f"--tier: a tier name is alphanumeric (with - or _), got {tier!r}")
     if max_output is not None and max_output < 1:
@@ -161,16 +178,12 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
                          max_num_batched_tokens=max_num_batched_tokens)
     config = scn.sim_config()
     if "kv_capacity_tokens" in cfg and config.gateway_capacity_tokens is None:
-        from dataclasses import replace
-
         config = replace(config, gateway_capacity_tokens=int(cfg["kv_capacity_tokens"]))
     if policy is not None:
-        _policy(policy, params)  # a bad name or parameter fails here
+        policy_from_flags(policy, params)  # a bad name or parameter fails here
     elif params:
         raise CliError("--param needs --policy")
     name, values = recorded_policy(recording, policy, _param_values(params))
-    from kvbudget.perf.hardware import gpu_label
-
     gpu_name = gpu_label(config.gpu) if isinstance(config.gpu, str | Path) else config.gpu
     typer.echo(f"settings: model {config.model} ({model_from}), GPU {gpu_name} ({gpu_from})"
                + (f"; from the recording: {', '.join(r.removeprefix('engine.') for r in recorded)}"
@@ -209,8 +222,6 @@ def _describe_recording(setup: RecordedSetup) -> None:
     said = {k: v for k, v in rec.config.items() if isinstance(v, str | int | float | bool)}
     if said:
         typer.echo("the file records: " + ", ".join(f"{k}={v}" for k, v in said.items()))
-    from kvbudget.perf.hardware import gpu_label
-
     e = setup.config.engine_for()  # the knobs with vLLM's (or the chosen) defaults filled in
     gpu = setup.config.gpu
     typer.echo(f"simulated on {gpu_label(gpu) if isinstance(gpu, str | Path) else gpu} / "
@@ -219,8 +230,6 @@ def _describe_recording(setup: RecordedSetup) -> None:
                f"block_size={e.block_size} max_num_seqs={e.max_num_seqs} "
                f"max_num_batched_tokens={e.max_num_batched_tokens} "
                f"prefix_caching={e.enable_prefix_caching}, policy {setup.policy}")
-    from kvbudget.studies.recorded_replay import replay_mode
-
     for stage in rec.stages:
         rate = ("" if stage.request_rate is None else f", {stage.request_rate:g} req/s")
         typer.echo(f"stage {stage.label or 'all'!r}: {stage.load} loop{rate}; replayed as "
@@ -232,9 +241,6 @@ def _describe_recording(setup: RecordedSetup) -> None:
 def start_model(setup: RecordedSetup, kind: str) -> "CostModel":
     """The model the fit starts from: the configuration's (``--cost-model`` or the default
     step-time model) for ``default``; its linear fit for ``linear`` (a linear file as is)."""
-    from kvbudget.perf.cost_model import LinearCostModel
-    from kvbudget.studies.calibrate import linear_start
-
     if kind not in COST_KINDS:
         raise CliError(f"--fit: expected one of {', '.join(COST_KINDS)}, got {kind!r}")
     model = setup.config.resolved_cost_model()
@@ -249,8 +255,6 @@ def fit(setup: RecordedSetup, kind: str, *, rows: Any, max_evals: int, fit_overh
         desc: str, start_records: Any = None) -> "RecordedCalibration":
     """Calibrate with a progress bar (simulations run); ``start_records``: the start model's
     replay when it was already simulated (the sanity gate's)."""
-    from kvbudget.cli.progress import Bar
-    from kvbudget.studies.calibrate import calibrate_recording, fit_parameters
 
     start = start_model(setup, kind)
     # the search's simulations and at most four per parameter for the sensitivities (a
@@ -281,8 +285,6 @@ def _interval(low: Any, high: Any) -> str:
 
 
 def _table_rows(table: Any, stage: str = "all") -> list[list[Any]]:
-    from kvbudget.studies.fit_uncertainty import INTERVAL_COLUMNS
-
     sub = table[table["stage"] == stage]
     lo, hi = INTERVAL_COLUMNS
     return [[r["metric"], r["simulated"], *([_interval(r[lo], r[hi])] if lo in r else []),
@@ -290,9 +292,6 @@ def _table_rows(table: Any, stage: str = "all") -> list[list[Any]]:
 
 
 def print_comparison(table: Any, title: str) -> None:
-    from kvbudget.cli.tables import render
-    from kvbudget.studies.fit_uncertainty import INTERVAL_COLUMNS
-
     typer.echo(title)
     interval = ("95 % interval",) if INTERVAL_COLUMNS[0] in table else ()
     typer.echo(render(("metric", "simulated", *interval, "measured", "rel. error"),
@@ -315,8 +314,6 @@ def print_comparison(table: Any, title: str) -> None:
 
 
 def _print_fit(cal: "RecordedCalibration") -> None:
-    from kvbudget.cli.tables import render
-
     typer.echo(f"{cal.num_evals} simulations; loss {cal.start_loss:.4g} at the start, "
                f"{cal.loss:.4g} fitted")
     spans = {} if cal.uncertainty is None else cal.uncertainty.intervals()
@@ -334,8 +331,6 @@ def check_fit(cal: "RecordedCalibration", out: Path, *, allow_small: bool) -> No
     """Exit 1 with one line, writing nothing, for a fit that must not be used
     (:func:`kvbudget.studies.calibrate.refusal`); ``allow_small`` lets a recording with too
     few requests through, saying so."""
-    from kvbudget.studies.calibrate import refusal
-
     why = refusal(cal)
     if why is None:
         return
@@ -354,8 +349,6 @@ def check_replay(setup: RecordedSetup, simulated: Any, rows: Any, *, allow_refus
     """Exit 1 with one line when the simulated replay lost more of the recording's completed
     requests than :data:`~kvbudget.studies.validate.MAX_REPLAY_LOSS` (a note with
     ``--allow-refusals``, unless it lost every one)."""
-    from kvbudget.studies.validate import replay_problems
-
     problem = replay_problems(setup.recording, simulated, rows)
     if problem is None:
         return
@@ -374,8 +367,6 @@ def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: fl
     """Fit, save, print the in-sample (and, with ``holdout``, the held-out) errors. No file is
     written when the replay loses the recording's requests (:func:`check_replay`) or the fit
     does not lower its loss."""
-    from kvbudget.studies.validate import simulate_recording, validate_recording
-
     if out.suffix != ".json":
         raise CliError(f"{out}: the cost-model file must end in .json")
     _describe_recording(setup)
@@ -406,8 +397,6 @@ def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: fl
 
 
 def _with_intervals(table: Any, intervals: dict[str, tuple[float, float]]) -> Any:
-    from kvbudget.studies.fit_uncertainty import with_intervals
-
     return with_intervals(table, intervals) if intervals else table
 
 
@@ -415,9 +404,6 @@ def _file_intervals(setup: RecordedSetup, cost_model: Path, result: "OfflineVali
                     rows: Any) -> dict[str, tuple[float, float]]:
     """Intervals from a cost file's posterior (none when it has none; a damaged one is a
     one-line error)."""
-    from kvbudget.studies.calibrate import read_calibration, validation_intervals
-    from kvbudget.studies.fit_uncertainty import FitUncertainty
-
     block = read_calibration(cost_model).get("uncertainty")
     if block is None:
         return {}
@@ -425,8 +411,6 @@ def _file_intervals(setup: RecordedSetup, cost_model: Path, result: "OfflineVali
         post = FitUncertainty.from_json(block)
     except ValueError as e:
         raise CliError(f"{cost_model}: {e}") from None
-    from kvbudget.cli.tables import render
-
     model = setup.config.resolved_cost_model()
     spans = post.intervals()
     typer.echo(f"fitted parameters of {cost_model.name} (95 % intervals from its fit):")
@@ -447,8 +431,6 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
                      allow_small: bool = False) -> "OfflineValidation":
     """Simulate the recording with the cost model (``--holdout``: fit one on the first part
     first) and compare; write the files of the live validate."""
-    from kvbudget.studies.validate import validate_recording, write_validation
-
     if out.exists() and any(out.iterdir()):
         raise CliError(f"{out}: already exists and is not empty; choose another --out")
     _describe_recording(setup)
@@ -489,8 +471,6 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
     title = ("simulated vs measured" if rows is None else
              f"held out (the last {holdout:g}, {result.num_compared} requests):")
     print_comparison(result.table, title)
-    from kvbudget.cli.tables import render
-
     typer.echo(render(("per-request", "pairs", "MAPE"), [
         [r["metric"], r["num_pairs"], _pct(r["mape"])]
         for r in result.per_request.to_dict(orient="records")]))
@@ -498,8 +478,6 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
                f"{1000 * result.frontend_overhead_s:.1f} ms per request")
     typer.echo(f"wrote {out}/validation.csv, validation.json, validate.png, sim/")
     if max_error is not None:
-        from kvbudget.analysis.validation import KEY_METRICS
-
         errs = result.errors()
         worst = max(KEY_METRICS, key=lambda k: abs(errs.get(k, math.inf))
                     if math.isfinite(errs.get(k, math.inf)) else math.inf)

@@ -38,6 +38,7 @@ import numpy.typing as npt
 
 from kvbudget.analysis.validation import OVERALL, STATS, compare_recorded, latency_stats
 from kvbudget.perf.cost_model import FEATURES, CostModel, LinearCostModel, save_cost_model
+from kvbudget.perf.fit import fit_linear_cost_model
 from kvbudget.perf.fitted_on import fitted_on_extra
 from kvbudget.results.recordings import Recording
 from kvbudget.simulator.run import SimConfig
@@ -159,8 +160,6 @@ def linear_start(model: CostModel, *, max_num_batched_tokens: int, max_num_seqs:
     over a grid of batch states: decode batches of 1 to ``max_num_seqs`` sequences at contexts
     up to ``max_context_tokens``, and prefill chunks up to ``max_num_batched_tokens``."""
     import pandas as pd
-
-    from kvbudget.perf.fit import fit_linear_cost_model
 
     rows = []
     seqs = sorted({1, 2, 4, 8, 16, 32, 64, 128, 256, max_num_seqs} - {0})

@@ -426,7 +426,7 @@ def test_calibrate_and_validate_commands(fake_url: str, tmp_path: Path,
     same either way."""
     from typer.testing import CliRunner
 
-    import kvbudget.live.calibrate as calibration
+    import kvbudget.cli.live as live_commands
     from kvbudget.cli.main import app
 
     engine = VirtualEngine()
@@ -436,7 +436,7 @@ def test_calibrate_and_validate_commands(fake_url: str, tmp_path: Path,
         assert target.base_url == fake_url  # the command's --url, unchanged
         return engine.calibrate(plan, target, **kwargs)
 
-    monkeypatch.setattr(calibration, "calibrate", on_the_virtual_clock)
+    monkeypatch.setattr(live_commands, "calibrate", on_the_virtual_clock)  # as it calls it
     runner = CliRunner()
     cost = tmp_path / "cost.json"
     # two context lengths: with one, the decode points cannot tell the per-sequence cost from

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+import kvbudget.cli.recorded as recorded_mod
 import kvbudget.studies.calibrate as calibrate_mod
 import kvbudget.studies.validate as validate_mod
 from kvbudget.cli.main import app
@@ -167,6 +168,7 @@ def test_the_gates_replay_is_the_fits_first_trial(recording_csv: Path, tmp_path:
 
     monkeypatch.setattr(validate_mod, "simulate_recording", counting)
     monkeypatch.setattr(calibrate_mod, "simulate_recording", counting)
+    monkeypatch.setattr(recorded_mod, "simulate_recording", counting)  # the gate's
     out = tmp_path / "cost.json"
     res = CliRunner().invoke(app, ["calibrate", "--records", str(recording_csv), "--fit",
                                    "linear", "--max-evals", "10", "--out", str(out),
