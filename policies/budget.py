@@ -137,6 +137,21 @@ class TokenBudget:
             heapq.heappush(self._expiry, (expires_at, lease.lease_id))
         return lease
 
+    def resize(self, capacity_tokens: int) -> None:
+        """Change the capacity (a live engine's KV cache, read again); the shared pool takes
+        the change. Live leases stay: while they hold more than the new shared pool, its free
+        count is negative and only guaranteed pools admit until enough is released."""
+        total_guaranteed = sum(self.guaranteed.values())
+        if capacity_tokens < total_guaranteed:
+            raise ValueError(
+                f"capacity_tokens {capacity_tokens} is below the guaranteed pools "
+                f"({total_guaranteed} tokens)"
+            )
+        delta = capacity_tokens - self.capacity_tokens
+        self.capacity_tokens = capacity_tokens
+        self.shared_capacity += delta
+        self._shared_free += delta
+
     def expire(self, now_s: float) -> list[Lease]:
         """Release every live lease whose ``expires_at`` has passed; return them."""
         out: list[Lease] = []
