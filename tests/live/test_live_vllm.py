@@ -390,3 +390,35 @@ def test_the_openai_sdk_through_kvbudget_serve(vllm_server: VllmServer, tmp_path
     assert list(run.records["output_tokens"]) == [8, 6, 5]
     # the prompt's tokens were vLLM's own count (/tokenize), not a bound from the bytes
     assert list(run.records["prompt_tokens"]) == counts
+
+
+def test_vllm_bench_serve_through_kvbudget_serve(vllm_server: VllmServer, tiny_model: Path,
+                                                 tmp_path: Path) -> None:
+    """A real load tool through the gateway: ``vllm bench serve`` (the CPU vLLM's) sends 8
+    streamed requests at 4 at a time to ``kvbudget serve``; kvbudget then reads the tool's
+    result file, and the gateway's own run directory, as recordings."""
+    from kvbudget.results.recordings import read_recording
+
+    gateway = _Gateway(vllm_server.url, tmp_path / "runs")
+    try:
+        vllm = Path(vllm_python()).parent / "vllm"
+        env = {**os.environ, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+        res = subprocess.run(
+            [str(vllm), "bench", "serve", "--backend", "vllm", "--base-url", gateway.url,
+             "--model", "tiny", "--tokenizer", str(tiny_model), "--dataset-name", "random",
+             "--random-input-len", "32", "--random-output-len", "16", "--num-prompts", "8",
+             "--ignore-eos", "--seed", "0", "--max-concurrency", "4", "--save-result",
+             "--save-detailed", "--result-dir", str(tmp_path), "--result-filename",
+             "bench.json", "--disable-tqdm"],
+            capture_output=True, text=True, timeout=600, env=env, check=False)
+        assert res.returncode == 0, res.stderr[-3000:]
+    finally:
+        assert gateway.stop() == 0, gateway.seen
+    recording = read_recording(tmp_path / "bench.json")
+    assert recording.tool.startswith("vllm bench serve")
+    assert len(recording) == 8 and recording.counts["num_failed"] == 0
+    served = read_recording(tmp_path / "runs" / "run-0001")
+    assert len(served) == 8
+    run = read_run(tmp_path / "runs" / "run-0001")
+    assert (run.records["status"] == "completed").all()
+    assert (run.records["output_tokens"] == 16).all()  # settled from vLLM's usage
