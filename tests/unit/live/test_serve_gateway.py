@@ -377,3 +377,29 @@ def test_capacity_read_from_the_upstream_metrics_and_policy_reload() -> None:
             assert not server.reload()  # a bad file: the running policy stays
             assert server.admission.gateway.policy.name == "overcommit"
     run(main())
+
+
+def test_the_openai_sdk_retries_a_429_and_gets_through() -> None:
+    openai = pytest.importorskip("openai")
+
+    async def main() -> None:
+        fake = FakeUpstream()
+        async with stack(fake, capacity_tokens=40, retry_after_s=1.0,
+                         params={"batch_on_overload": "reject"}) as (server, url), \
+                httpx.AsyncClient() as client:
+            first = asyncio.create_task(client.post(url + "/v1/completions", json=_body()))
+            await until(lambda: fake.held == 1, lambda: fake.changed)
+            sdk = openai.AsyncOpenAI(base_url=url + "/v1", api_key="sk-unused", max_retries=2,
+                                     default_headers={"x-kvbudget-tier": "batch"})
+            answer = asyncio.create_task(sdk.completions.create(model="fake", prompt="hello",
+                                                                max_tokens=8))
+            refused = server.metrics.num_refused
+            await until(lambda: refused[("batch", "no_capacity")] == 1,
+                        lambda: server.admission.changed)
+            fake.release.set()  # the first ends; the SDK's retry (after Retry-After) fits
+            assert (await first).status_code == 200
+            result = await answer
+            assert result.usage is not None and result.usage.completion_tokens == 3
+            assert refused[("batch", "no_capacity")] == 1 and len(fake.received) == 2
+            await sdk.close()
+    run(main())
