@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import httpx
 from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect
 from starlette.requests import Request as HttpRequest
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -315,6 +316,8 @@ class GatewayServer:
             self.metrics.refused(tier, "body_too_large")
             return openai_error(413, f"the body is over {self.config.max_body_bytes} bytes",
                                 "invalid_request_error")
+        except ClientDisconnect:  # gone before its body was all there: nobody to answer
+            return Response(status_code=CLIENT_CLOSED)
         except TimeoutError:
             self.metrics.refused(tier, "slow_client")
             return openai_error(408, f"the body took over {self.config.body_timeout_s} s",
@@ -472,28 +475,33 @@ class GatewayServer:
             self._flight(-1)
             if not call.ended:  # the client went away (or the stream was cut): free it now
                 self._end(call, "client_timeout")
-            self._closing.add(task := asyncio.ensure_future(resp.aclose()))
-            task.add_done_callback(self._closing.discard)
+            self._close_soon(resp)
 
         return _RelayResponse(self._relay(call, resp, revoked, gone), on_close)
 
     async def _relay(self, call: Call, resp: httpx.Response, revoked: asyncio.Future[Any],
                      gone: Disconnect) -> AsyncIterator[bytes]:
         """Pass the upstream's lines on as they come; end with an error event when the lease
-        is taken back; release the lease at once when the client goes."""
-        lines = resp.aiter_lines()
+        is taken back; release the lease at once when the client goes. The lines are read
+        plainly (no race per line): a revocation or the client leaving closes the upstream
+        response, which ends the read."""
+        def interrupt(done: asyncio.Future[Any]) -> None:
+            if not done.cancelled():
+                self._close_soon(resp)
+
+        revoked.add_done_callback(interrupt)
+        gone.future.add_done_callback(interrupt)
+        now = self.admission.now
         try:
-            while True:
-                line = await first_of(anext(lines, None), revoked, gone.future)
-                if line is None:
-                    break
-                out = call.on_line(line, self.admission.now())
+            async for line in resp.aiter_lines():
+                out = call.on_line(line, now())
                 if out is not None:
                     yield out
-        except httpx.HTTPError as exc:  # the upstream broke off: its tokens were passed on
-            self._end(call, "rejected_overloaded", "backend_error", type(exc).__name__)
-            yield sse_error("backend_error")
-            return
+        except httpx.HTTPError as exc:
+            if not (revoked.done() or gone.future.done()):  # the upstream broke off
+                self._end(call, "rejected_overloaded", "backend_error", type(exc).__name__)
+                yield sse_error("backend_error")
+                return
         if call.ticket.revoked.is_set():
             self.metrics.refused(call.ticket.request.tier, call.ticket.revoke_reason)
             self._end(call, "preempted_dropped", call.ticket.revoke_reason)
@@ -502,6 +510,12 @@ class GatewayServer:
             problem = call.problem or ("" if call.output_tokens is not None
                                        else "the stream ended without its usage")
             self._end(call, "protocol_error" if problem else "completed", error=problem)
+
+    def _close_soon(self, resp: httpx.Response) -> None:
+        """Close an upstream response (vLLM aborts the request) without waiting for it."""
+        task = asyncio.ensure_future(resp.aclose())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
 
 class _RelayResponse(StreamingResponse):

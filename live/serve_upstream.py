@@ -19,6 +19,12 @@ Router = Literal["round_robin", "least_tokens"]
 ROUTERS: tuple[Router, ...] = ("round_robin", "least_tokens")
 
 
+KEEPALIVE_EXPIRY_S = 2.0
+"""How long an idle pooled connection to an upstream is kept: under uvicorn's
+``--timeout-keep-alive`` default of 5 s (vLLM's API server runs uvicorn), so that the gateway
+never sends on a connection the upstream is closing."""
+
+
 class UpstreamError(Exception):
     """An upstream did not answer as it should (one line: which, what)."""
 
@@ -57,7 +63,8 @@ class Upstreams:
         self.client = httpx.AsyncClient(
             headers=headers, follow_redirects=False, trust_env=False,
             timeout=httpx.Timeout(options.read_timeout_s, connect=options.connect_timeout_s),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=1024))
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=1024,
+                                keepalive_expiry=KEEPALIVE_EXPIRY_S))
 
     def pick(self, tokens: int) -> int:
         if self.options.router == "least_tokens":
