@@ -396,7 +396,7 @@ class GatewayServer:
             ticket.reserved_tokens, int(bool(ticket.revoke_reason)), error, call.gaps_s()))
 
     def _upstream_request(self, call: Call, path: str) -> httpx.Request:
-        return self.upstreams.client.build_request(
+        return self.upstreams.client_for(call.ticket.request.request_id).build_request(
             "POST", self.upstreams.urls[call.upstream] + path, json=call.completion.body,
             headers={REQUEST_ID_HEADER: str(call.ticket.request.request_id)})
 
@@ -412,7 +412,8 @@ class GatewayServer:
     async def _unary(self, call: Call, gone: Disconnect, path: str) -> Response:
         revoked = asyncio.ensure_future(call.ticket.revoked.wait())
         try:
-            resp = await first_of(self.upstreams.client.send(self._upstream_request(call, path)),
+            client = self.upstreams.client_for(call.ticket.request.request_id)
+            resp = await first_of(client.send(self._upstream_request(call, path)),
                                   revoked, gone.future)
         except httpx.HTTPError as exc:
             self._end(call, "rejected_overloaded", "backend_error", type(exc).__name__)
@@ -444,8 +445,9 @@ class GatewayServer:
     async def _stream(self, call: Call, gone: Disconnect, path: str) -> Response:
         revoked = asyncio.ensure_future(call.ticket.revoked.wait())
         try:
-            resp = await first_of(self.upstreams.client.send(self._upstream_request(call, path),
-                                                             stream=True), revoked, gone.future)
+            client = self.upstreams.client_for(call.ticket.request.request_id)
+            resp = await first_of(client.send(self._upstream_request(call, path), stream=True),
+                                  revoked, gone.future)
         except httpx.HTTPError as exc:
             revoked.cancel()
             self._end(call, "rejected_overloaded", "backend_error", type(exc).__name__)

@@ -25,6 +25,13 @@ KEEPALIVE_EXPIRY_S = 2.0
 never sends on a connection the upstream is closing."""
 
 
+NUM_POOLS = 16
+"""Connection pools the forwarded requests are spread over. httpcore's pool scans every
+connection it holds at each request's start and end (``AsyncConnectionPool.
+_assign_requests_to_connections``), so one pool of a thousand streams costs a thousand checks
+a request; measured with benchmarks/bench_serve.py (the figures are in the issue)."""
+
+
 class UpstreamError(Exception):
     """An upstream did not answer as it should (one line: which, what)."""
 
@@ -60,11 +67,17 @@ class Upstreams:
         self.outstanding = [0] * len(self.urls)
         self._next = 0
         headers = {"authorization": f"Bearer {options.api_key}"} if options.api_key else {}
-        self.client = httpx.AsyncClient(
+        self.clients = tuple(httpx.AsyncClient(
             headers=headers, follow_redirects=False, trust_env=False,
             timeout=httpx.Timeout(options.read_timeout_s, connect=options.connect_timeout_s),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=1024,
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256,
                                 keepalive_expiry=KEEPALIVE_EXPIRY_S))
+            for _ in range(NUM_POOLS))
+        self.client = self.clients[0]
+
+    def client_for(self, request_id: int) -> httpx.AsyncClient:
+        """The pool of one request (requests spread over :data:`NUM_POOLS` pools)."""
+        return self.clients[request_id % NUM_POOLS]
 
     def pick(self, tokens: int) -> int:
         if self.options.router == "least_tokens":
@@ -116,4 +129,5 @@ class Upstreams:
         return total
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        for client in self.clients:
+            await client.aclose()
