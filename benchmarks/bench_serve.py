@@ -1,5 +1,6 @@
 """What ``kvbudget serve`` adds to a stream: TTFT and inter-chunk gaps through the gateway
-against a direct connection to the same fast fake upstream, at 100 and 1,000 concurrent streams.
+against a direct connection to the same fast fake upstream, at 1 (unloaded), 100 and 1,000
+concurrent streams.
 
 Three processes on loopback: a fake OpenAI upstream (a raw ASGI app under uvicorn that streams
 ``--tokens`` chunks ``--gap-ms`` apart, and answers a usage chunk when asked), ``kvbudget
@@ -13,7 +14,7 @@ alternating, and prints:
 - the gateway's CPU seconds (``/proc/PID/stat``) per request and requests per CPU-second, and
   its resident memory (``VmRSS``) after the burst.
 
-Usage: python benchmarks/bench_serve.py [--streams 100,1000] [--rounds 3] [--tokens 16]
+Usage: python benchmarks/bench_serve.py [--streams 1,100,1000] [--rounds 3] [--tokens 16]
        [--gap-ms 10]
 """
 
@@ -139,7 +140,7 @@ def rss_mib(pid: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--streams", default="100,1000")
+    parser.add_argument("--streams", default="1,100,1000")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--gap-ms", type=float, default=10.0)
