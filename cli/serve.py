@@ -3,15 +3,19 @@ servers (docs/serve.md)."""
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 
 from kvbudget.cli.errors import CliError, user_errors
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from kvbudget.live.gateway_server import CountTokens
     from kvbudget.live.serve_run import ServeSettings
     from kvbudget.policies import BasePolicy
+    from kvbudget.simulator.scenario import Scenario
 
 UpstreamOpt = Annotated[list[str], typer.Option(
     "--upstream", help="An upstream server root (OpenAI-compatible: vLLM, SGLang, TGI), e.g. "
@@ -61,7 +65,8 @@ UpKeyOpt = Annotated[str | None, typer.Option(
     help="Bearer token the upstreams want (never passed to clients).")]
 
 
-def _policy_maker(scenario: Path | None, policy: str | None) -> "tuple[object, object]":
+def _policy_maker(scenario: Path | None, policy: str | None
+                  ) -> "tuple[Scenario | None, Callable[[], BasePolicy]]":
     """The scenario (or ``None``) and a function making the policy from the file as it is now
     (a reload reads it again)."""
     from kvbudget.policies import make_policy
@@ -90,11 +95,11 @@ def settings_from_flags(upstream: list[str], scenario: Path | None, policy: str 
     from kvbudget.live.gateway_server import ServeConfig
     from kvbudget.live.serve_request import KeyTable
     from kvbudget.live.serve_run import ServeSettings, is_loopback
-    from kvbudget.live.serve_upstream import UpstreamOptions
+    from kvbudget.live.serve_upstream import ROUTERS, UpstreamOptions
     from kvbudget.policies import DEFAULT_TIERS
 
     scn, new_policy = _policy_maker(scenario, policy)
-    tiers = scn.tiers() if scn is not None else DEFAULT_TIERS  # type: ignore[attr-defined]
+    tiers = scn.tiers() if scn is not None else DEFAULT_TIERS
     table = KeyTable.load(keys, {t.name: t for t in tiers}) if keys is not None else KeyTable()
     trust = trust_tier_header or (keys is None and is_loopback(host))
     if not trust and keys is None:
@@ -103,19 +108,23 @@ def settings_from_flags(upstream: list[str], scenario: Path | None, policy: str 
     capacity = capacity_tokens
     front_door = lease_ttl_s = None
     if scn is not None:
-        sim = scn.sim_config()  # type: ignore[attr-defined]
+        sim = scn.sim_config()
         front_door, lease_ttl_s = sim.front_door, sim.lease_ttl_s
         capacity = capacity or sim.gateway_capacity_tokens
     if overload_status not in (429, 503):
         raise CliError(f"--overload-status must be 429 or 503, got {overload_status}")
-    options = UpstreamOptions(tuple(upstream), upstream_api_key, router)  # type: ignore[arg-type]
+    if router not in ROUTERS:
+        raise CliError(f"--router must be one of {', '.join(ROUTERS)}, got {router!r}")
+    if count_tokens not in ("upstream", "bytes"):
+        raise CliError(f"--count-tokens must be 'upstream' or 'bytes', got {count_tokens!r}")
+    options = UpstreamOptions(tuple(upstream), upstream_api_key, router)
     config = ServeConfig(
         keys=table, trust_tier_header=trust, default_tier=tiers[0].name,
         overload_status=overload_status, retry_after_s=retry_after_s,
         default_max_tokens=default_max_tokens, max_body_bytes=max_body_bytes,
-        count_tokens=count_tokens,  # type: ignore[arg-type]
+        count_tokens=cast("CountTokens", count_tokens),
         capacity_period_s=capacity_period_s if capacity is None else None)
-    return ServeSettings(tiers, new_policy, options, config,  # type: ignore[arg-type]
+    return ServeSettings(tiers, new_policy, options, config,
                          host=host, port=port, out=out, rotate_requests=rotate_requests,
                          drain_timeout_s=drain_timeout_s, watch=scenario,
                          capacity_tokens=capacity, front_door=front_door,

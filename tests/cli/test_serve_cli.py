@@ -9,6 +9,7 @@ import asyncio
 import os
 import re
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -101,3 +102,24 @@ def test_serve_reloads_on_sighup_and_drains_on_sigterm(tmp_path: Path) -> None:
         assert len(fake.received) == 1
 
     asyncio.run(main())
+
+
+@pytest.mark.timeout(120)
+def test_serve_refuses_bad_setups_in_one_line(tmp_path: Path) -> None:
+    keys = tmp_path / "keys.txt"
+    keys.write_text("sk-plain-key interactive\n")
+    dead = "http://127.0.0.1:9"  # the discard port: nothing answers there
+    cases = [
+        (["--host", "0.0.0.0"], "is not a loopback address: give --keys"),
+        (["--keys", str(keys)], "keys.txt: line 1: the key digest must be 64 hex"),
+        ([], "give --capacity-tokens"),
+        (["--router", "random"], "--router must be one of round_robin, least_tokens"),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for flags, message in cases:
+        res = subprocess.run([sys.executable, "-m", "kvbudget.cli.main", "serve", "--upstream",
+                              dead, "--port", "0", *flags], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=60, check=False)
+        assert res.returncode == 2, (flags, res.stderr)
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], (flags, res.stderr)

@@ -224,7 +224,7 @@ def make_server(upstream: str, capacity_tokens: int = 100_000, policy: str = "co
     recorder = options.pop("recorder", None)
     reload = options.pop("reload", None)
     router = options.pop("router", "round_robin")
-    upstreams = tuple(options.pop("upstreams", (upstream,)))
+    upstreams = (upstream, *options.pop("upstreams_extra", ()))
     options.setdefault("count_tokens", "bytes")
     config = ServeConfig(trust_tier_header=True, **options)
     return GatewayServer(Admission(gateway, on_action=on_action),

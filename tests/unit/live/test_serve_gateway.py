@@ -20,7 +20,7 @@ from kvbudget.live.serve_records import ServeRecorder
 from kvbudget.live.serve_request import KeyTable, key_digest, prompt_token_bound
 from kvbudget.policies import make_policy
 from kvbudget.results.run_result import read_run
-from tests.unit.live.serve_harness import TIERS, FakeUpstream, stack, until
+from tests.unit.live.serve_harness import TIERS, FakeUpstream, serving, stack, until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -402,4 +402,33 @@ def test_the_openai_sdk_retries_a_429_and_gets_through() -> None:
             assert result.usage is not None and result.usage.completion_tokens == 3
             assert refused[("batch", "no_capacity")] == 1 and len(fake.received) == 2
             await sdk.close()
+    run(main())
+
+
+@pytest.mark.parametrize("router", ["round_robin", "least_tokens"])
+def test_two_upstreams_share_the_requests(router: str) -> None:
+    async def main() -> None:
+        other = FakeUpstream()
+        other.release.set()
+        async with serving(other.app()) as second:
+            fake = FakeUpstream()
+            fake.release.set()
+            async with stack(fake, router=router, upstreams_extra=(second,)) as (_server, url), \
+                    httpx.AsyncClient() as client:
+                if router == "least_tokens":  # the first upstream holds a large request
+                    fake.release.clear()
+                    big = asyncio.create_task(client.post(url + "/v1/completions",
+                                                          json=_body(max_tokens=900)))
+                    await until(lambda: fake.held == 1, lambda: fake.changed)
+                    for _ in range(3):
+                        r = await client.post(url + "/v1/completions", json=_body())
+                        assert r.status_code == 200
+                    assert (len(fake.received), len(other.received)) == (1, 3)
+                    fake.release.set()
+                    assert (await big).status_code == 200
+                else:
+                    for _ in range(4):
+                        r = await client.post(url + "/v1/completions", json=_body())
+                        assert r.status_code == 200
+                    assert (len(fake.received), len(other.received)) == (2, 2)
     run(main())
