@@ -70,7 +70,6 @@ class ServeConfig:
     count_tokens: CountTokens = "upstream"
     capacity_period_s: float | None = None
     timeline_period_s: float = 1.0
-    log_prompts: bool = False
 
     def __post_init__(self) -> None:
         if self.overload_status not in (429, 503):
