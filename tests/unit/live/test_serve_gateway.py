@@ -18,7 +18,7 @@ from starlette.requests import Request
 from kvbudget.live.gateway_server import REQUEST_ID_HEADER
 from kvbudget.live.serve_records import ServeRecorder
 from kvbudget.live.serve_request import KeyTable, key_digest, prompt_token_bound
-from kvbudget.policies import make_policy
+from kvbudget.policies import TierConfig, make_policy
 from kvbudget.results.run_result import read_run
 from tests.unit.live.serve_harness import TIERS, FakeUpstream, serving, stack, until
 
@@ -431,4 +431,44 @@ def test_two_upstreams_share_the_requests(router: str) -> None:
                         r = await client.post(url + "/v1/completions", json=_body())
                         assert r.status_code == 200
                     assert (len(fake.received), len(other.received)) == (2, 2)
+    run(main())
+
+
+def test_an_interactive_request_waits_up_to_its_queue_timeout_then_gets_the_overload() -> None:
+    tiers = (TierConfig("interactive", max_sequence_tokens=4096, queue_timeout_s=0.2),)
+
+    async def main() -> None:
+        fake = FakeUpstream()
+        async with stack(fake, capacity_tokens=40, tiers=tiers) as (server, url), \
+                httpx.AsyncClient() as client:
+            first = asyncio.create_task(client.post(url + "/v1/completions", json=_body()))
+            await until(lambda: fake.held == 1, lambda: fake.changed)
+            waited = asyncio.create_task(client.post(url + "/v1/completions", json=_body()))
+            await until(lambda: server.admission.gateway.num_waiting() == 1,
+                        lambda: server.admission.changed)
+            late = await waited  # its tier's queue_timeout_s passes while the first is held
+            assert late.status_code == 429 and late.json()["error"]["code"] == "deadline"
+            assert late.headers["retry-after"] == "1"
+            fake.release.set()
+            assert (await first).status_code == 200
+            assert len(fake.received) == 1
+    run(main())
+
+
+def test_an_unreachable_upstream_is_a_502_and_frees_its_lease(tmp_path: Path) -> None:
+    async def main() -> None:
+        fake = FakeUpstream()
+        fake.release.set()
+        recorder = ServeRecorder(tmp_path, tiers=TIERS, policy={"name": "conservative"},
+                                 rotate_requests=100, meta={})
+        dead = "http://127.0.0.1:9"  # the discard port: nothing listens there
+        async with stack(fake, upstreams_extra=(dead,), recorder=recorder) as (_server, url), \
+                httpx.AsyncClient() as client:
+            answers = [await client.post(url + "/v1/completions", json=_body(stream=s))
+                       for s in (False, False, True, True)]
+            assert [r.status_code for r in answers] == [200, 502, 200, 502]
+            assert answers[1].json()["error"]["type"] == "upstream_error"
+        rows = pd.read_parquet(tmp_path / "run-0001" / "requests.parquet")
+        assert list(rows["reason"]) == ["", "backend_error", "", "backend_error"]
+        assert list(rows["error"])[1] == "ConnectError"
     run(main())
