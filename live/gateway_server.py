@@ -156,7 +156,7 @@ class GatewayServer:
         """Read the upstreams' KV capacity and resize the budget (a failed read keeps the
         capacity, logs one line and makes ``/ready`` answer 503 until a read succeeds)."""
         try:
-            capacity = await self.upstreams.capacity_tokens()
+            capacity, largest = await self.upstreams.capacity_tokens()
         except UpstreamError as exc:
             if str(exc) != self.capacity_problem:
                 log.warning("capacity not read, kept at %d tokens: %s",
@@ -164,7 +164,7 @@ class GatewayServer:
             self.capacity_problem = str(exc)
             return
         self.capacity_problem = ""
-        self.admission.resize(capacity)
+        self.admission.resize(capacity, largest if len(self.upstreams.urls) > 1 else None)
 
     async def _sample_loop(self) -> None:
         period = self.config.capacity_period_s

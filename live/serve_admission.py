@@ -93,10 +93,13 @@ class Admission:
         if not ticket.decided.done():
             ticket.decided.cancel()
 
-    def resize(self, capacity_tokens: int) -> None:
-        """The upstream's KV capacity, read again: admit what now fits."""
-        if capacity_tokens != self.gateway.config.capacity_tokens:
-            self._apply(self.gateway.resize(capacity_tokens, self.now()))
+    def resize(self, capacity_tokens: int, max_request_tokens: int | None = None) -> None:
+        """The upstreams' KV capacity, read again (``max_request_tokens``: the smallest
+        one's, with several): admit what now fits."""
+        config = self.gateway.config
+        if (capacity_tokens, max_request_tokens) != (config.capacity_tokens,
+                                                     config.max_request_tokens):
+            self._apply(self.gateway.resize(capacity_tokens, self.now(), max_request_tokens))
 
     def replace_policy(self, policy: Policy) -> None:
         """A reloaded policy decides from now on; leases held stay as they are."""

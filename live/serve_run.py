@@ -56,9 +56,11 @@ class ServeSettings:
     front_door: FrontDoor | None = None
     lease_ttl_s: float | None = None
 
-    def gateway(self, capacity_tokens: int) -> GatewayConfig:
+    def gateway(self, capacity_tokens: int, max_request_tokens: int | None = None
+                ) -> GatewayConfig:
         return GatewayConfig(capacity_tokens=capacity_tokens, tiers=self.tiers,
-                             lease_ttl_s=self.lease_ttl_s, front_door=self.front_door)
+                             lease_ttl_s=self.lease_ttl_s, front_door=self.front_door,
+                             max_request_tokens=max_request_tokens)
 
 
 def is_loopback(host: str) -> bool:
@@ -70,9 +72,9 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-async def read_capacity(options: UpstreamOptions) -> int:
-    """The upstreams' KV capacity now (:class:`~kvbudget.live.serve_upstream.UpstreamError`
-    when one does not tell it)."""
+async def read_capacity(options: UpstreamOptions) -> tuple[int, int]:
+    """The upstreams' KV capacity now, in all and the smallest one's
+    (:class:`~kvbudget.live.serve_upstream.UpstreamError` when one does not tell it)."""
     upstreams = Upstreams(options)
     try:
         return await upstreams.capacity_tokens()
@@ -157,10 +159,12 @@ async def serve(settings: ServeSettings, announce: Callable[[str], Any] = print)
         handler.setFormatter(logging.Formatter("kvbudget serve: %(message)s"))
         log.addHandler(handler)
         log.propagate = False
-    capacity = settings.capacity_tokens
+    capacity, largest = settings.capacity_tokens, None
     if capacity is None:
-        capacity = await read_capacity(settings.upstream)
-    gateway = settings.gateway(capacity)
+        capacity, largest = await read_capacity(settings.upstream)
+        if len(settings.upstream.urls) == 1:
+            largest = None
+    gateway = settings.gateway(capacity, largest)
     server = build_server(settings, gateway)
     sock = bind(settings.host, settings.port)
     config = uvicorn.Config(

@@ -109,10 +109,11 @@ class Upstreams:
             raise UpstreamError(f"{url}: HTTP {resp.status_code}, no token count")
         return count
 
-    async def capacity_tokens(self) -> int:
-        """The fleet's usable KV capacity: the sum of each upstream's (``/metrics``, vLLM's
-        ``vllm:cache_config_info``; see :mod:`kvbudget.live.server_metrics`)."""
-        total = 0
+    async def capacity_tokens(self) -> tuple[int, int]:
+        """The fleet's usable KV capacity, the sum of each upstream's, and the smallest of
+        them (a request runs on one: the largest reservation), from their ``/metrics``
+        (vLLM's ``vllm:cache_config_info``; see :mod:`kvbudget.live.server_metrics`)."""
+        each: list[int] = []
         for base in self.urls:
             url = base + "/metrics"
             try:
@@ -125,8 +126,8 @@ class Upstreams:
             if snap.kv_capacity_tokens is None:
                 why = snap.capacity_problem or "no KV capacity (vllm:cache_config_info)"
                 raise UpstreamError(f"{url}: {why}")
-            total += snap.kv_capacity_tokens
-        return total
+            each.append(snap.kv_capacity_tokens)
+        return sum(each), min(each)
 
     async def aclose(self) -> None:
         for client in self.clients:

@@ -320,11 +320,14 @@ class Gateway:
         self._tick(now_s)
         self.policy.observe_preemption(request_id, self)
 
-    def resize(self, capacity_tokens: int, now_s: float) -> list[Action]:
+    def resize(self, capacity_tokens: int, now_s: float,
+               max_request_tokens: int | None = None) -> list[Action]:
         """The capacity changed (a live server's KV cache, read again): admit what now fits.
-        Admitted requests keep their leases (see :meth:`TokenBudget.resize`)."""
+        ``max_request_tokens``: one replica's capacity, for a budget over several (``None``:
+        no such cap). Admitted requests keep their leases (see :meth:`TokenBudget.resize`)."""
         self._tick(now_s)
-        self.config = replace(self.config, capacity_tokens=capacity_tokens)
+        self.config = replace(self.config, capacity_tokens=capacity_tokens,
+                              max_request_tokens=max_request_tokens)
         self._budget.resize(capacity_tokens)
         return self._dispatch(self._expire(now_s, []))
 

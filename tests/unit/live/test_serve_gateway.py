@@ -472,3 +472,21 @@ def test_an_unreachable_upstream_is_a_502_and_frees_its_lease(tmp_path: Path) ->
         assert list(rows["reason"]) == ["", "backend_error", "", "backend_error"]
         assert list(rows["error"])[1] == "ConnectError"
     run(main())
+
+
+def test_over_two_upstreams_a_request_must_fit_the_smaller_one() -> None:
+    async def main() -> None:
+        other = FakeUpstream(num_gpu_blocks=4 + 1)  # 64 tokens
+        async with serving(other.app()) as second:
+            fake = FakeUpstream(num_gpu_blocks=20 + 1)  # 320 tokens
+            fake.release.set()
+            async with stack(fake, upstreams_extra=(second,)) as (server, url), \
+                    httpx.AsyncClient() as client:
+                await server.refresh_capacity()
+                config = server.admission.gateway.config
+                assert (config.capacity_tokens, config.max_request_tokens) == (384, 64)
+                r = await client.post(url + "/v1/completions", json=_body(max_tokens=60))
+                assert r.status_code == 400  # 21 + 60 tokens fit the fleet, not one replica
+                assert "the limit is 64 tokens" in r.json()["error"]["message"]
+                assert not fake.received and not other.received
+    run(main())
