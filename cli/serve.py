@@ -50,8 +50,9 @@ RetryOpt = Annotated[float, typer.Option(
 MaxTokensOpt = Annotated[int, typer.Option(
     "--default-max-tokens", min=1, help="max_tokens of a request that does not say.")]
 RouterOpt = Annotated[str, typer.Option(
-    "--router", help="How requests go to upstreams: round_robin or least_tokens (the fewest "
-    "reserved tokens in flight).")]
+    "--router", help="How requests go to upstreams: round_robin, least_tokens (the fewest "
+    "reserved tokens in flight) or prefix_affinity (the one that took the prompt's longest "
+    "leading blocks last, unless imbalanced).")]
 OutOpt = Annotated[Path | None, typer.Option(
     "--out", help="Write run directories (requests.parquet, timeline.parquet, summary.json) "
     "under this directory: run-0001, run-0002, ...")]

@@ -360,7 +360,8 @@ class GatewayServer:
             return self._refusal(error, tier)
         assert isinstance(decision, Admit)
         self.metrics.admitted(tier)
-        call = Call(ticket, comp, self.upstreams.pick(ticket.reserved_tokens))
+        prefix = comp.prefix() if self.upstreams.options.router == "prefix_affinity" else b""
+        call = Call(ticket, comp, self.upstreams.pick(ticket.reserved_tokens, prefix))
         if comp.stream:
             comp.body["stream_options"] = {**(comp.body.get("stream_options") or {}),
                                            "include_usage": True}

@@ -88,6 +88,13 @@ class Completion:
     prompt_bound: int
     tokenize_body: dict[str, Any]
 
+    def prefix(self) -> bytes:
+        """The prompt as bytes (the chat messages' JSON), for the prefix-affinity router."""
+        prompt = self.body["messages"] if self.chat else self.body["prompt"]
+        if isinstance(prompt, str):
+            return prompt.encode()
+        return json.dumps(prompt, separators=(",", ":")).encode()
+
 
 class BadRequest(ValueError):
     """A request refused before admission: HTTP 400 with OpenAI's error JSON (``param``: the

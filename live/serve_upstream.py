@@ -15,8 +15,31 @@ import httpx
 
 from kvbudget.live.server_metrics import snapshot
 
-Router = Literal["round_robin", "least_tokens"]
-ROUTERS: tuple[Router, ...] = ("round_robin", "least_tokens")
+Router = Literal["round_robin", "least_tokens", "prefix_affinity"]
+ROUTERS: tuple[Router, ...] = ("round_robin", "least_tokens", "prefix_affinity")
+PREFIX_BLOCK_BYTES = 64
+"""Prompt bytes per prefix block hashed by the ``prefix_affinity`` router (about 16 tokens of
+English, vLLM's default ``block_size``)."""
+MAX_PREFIX_BLOCKS = 256
+MAX_PREFIX_OWNERS = 1 << 16
+"""Block hashes remembered (the oldest forgotten first): a bound on the router's memory."""
+BALANCE_ABS_THRESHOLD = 64
+BALANCE_REL_THRESHOLD = 1.5
+"""SGLang's cache-aware router's defaults (``sgl-router --policy cache_aware``), as the
+simulator's fleet uses them: affinity yields to the fewest tokens when the busiest upstream has
+more than 64 more requests in flight than the idlest and more than 1.5 times as many."""
+
+
+def prefix_hashes(prefix: bytes) -> list[int]:
+    """Chained hashes of the prompt's leading blocks of :data:`PREFIX_BLOCK_BYTES` (a block's
+    hash covers every block before it, as vLLM's prefix cache keys do)."""
+    out: list[int] = []
+    h = 0
+    for start in range(0, min(len(prefix), PREFIX_BLOCK_BYTES * MAX_PREFIX_BLOCKS)
+                       - PREFIX_BLOCK_BYTES + 1, PREFIX_BLOCK_BYTES):
+        h = hash((h, prefix[start:start + PREFIX_BLOCK_BYTES]))
+        out.append(h)
+    return out
 
 
 KEEPALIVE_EXPIRY_S = 2.0
@@ -65,6 +88,8 @@ class Upstreams:
         self.options = options
         self.urls = tuple(u.rstrip("/") for u in options.urls)
         self.outstanding = [0] * len(self.urls)
+        self.in_flight = [0] * len(self.urls)
+        self._owner: dict[int, int] = {}  # prefix block hash -> the upstream that last took it
         self._next = 0
         headers = {"authorization": f"Bearer {options.api_key}"} if options.api_key else {}
         self.clients = tuple(httpx.AsyncClient(
@@ -79,17 +104,48 @@ class Upstreams:
         """The pool of one request (requests spread over :data:`NUM_POOLS` pools)."""
         return self.clients[request_id % NUM_POOLS]
 
-    def pick(self, tokens: int) -> int:
-        if self.options.router == "least_tokens":
-            index = min(range(len(self.urls)), key=lambda i: (self.outstanding[i], i))
-        else:
+    def pick(self, tokens: int, prefix: bytes = b"") -> int:
+        """The upstream for a request of ``tokens`` whose prompt starts with ``prefix``."""
+        router = self.options.router
+        if router == "round_robin":
             index = self._next % len(self.urls)
             self._next += 1
+        elif router == "prefix_affinity":
+            index = self._prefix_affinity(prefix_hashes(prefix))
+        else:
+            index = self._least_tokens()
         self.outstanding[index] += tokens
+        self.in_flight[index] += 1
         return index
 
     def done(self, index: int, tokens: int) -> None:
         self.outstanding[index] -= tokens
+        self.in_flight[index] -= 1
+
+    def _least_tokens(self) -> int:
+        return min(range(len(self.urls)), key=lambda i: (self.outstanding[i], i))
+
+    def _prefix_affinity(self, hashes: list[int]) -> int:
+        """The simulator's router (``simulator/fleet.py``): the upstream that last took the
+        longest leading run of the prompt's block hashes, unless the in-flight counts are
+        imbalanced (SGLang's cache-aware router's thresholds); else the fewest tokens."""
+        busiest, idlest = max(self.in_flight), min(self.in_flight)
+        imbalanced = busiest - idlest > BALANCE_ABS_THRESHOLD and \
+            busiest > BALANCE_REL_THRESHOLD * idlest
+        best = -1
+        if not imbalanced:
+            for h in hashes:
+                owner = self._owner.get(h)
+                if owner is None:
+                    break
+                best = owner
+        index = best if best >= 0 else self._least_tokens()
+        for h in hashes:
+            self._owner.pop(h, None)
+            self._owner[h] = index  # most recent last: the oldest are dropped first
+        while len(self._owner) > MAX_PREFIX_OWNERS:
+            del self._owner[next(iter(self._owner))]
+        return index
 
     async def count_tokens(self, body: dict[str, Any]) -> int:
         """The prompt's tokens as the first upstream's tokenizer counts them: vLLM's

@@ -490,3 +490,28 @@ def test_over_two_upstreams_a_request_must_fit_the_smaller_one() -> None:
                 assert "the limit is 64 tokens" in r.json()["error"]["message"]
                 assert not fake.received and not other.received
     run(main())
+
+
+def test_prefix_affinity_sends_a_shared_prefix_back_to_its_upstream() -> None:
+    a, b = "system prompt A " * 8 + "question 1", "system prompt B " * 8 + "question 2"
+
+    async def main() -> None:
+        other = FakeUpstream()
+        other.release.set()
+        async with serving(other.app()) as second:
+            fake = FakeUpstream()
+            async with stack(fake, router="prefix_affinity", upstreams_extra=(second,)) as (
+                    _server, url), httpx.AsyncClient() as client:
+                first = asyncio.create_task(client.post(url + "/v1/completions",
+                                                        json=_body(prompt=a)))
+                await until(lambda: fake.held == 1, lambda: fake.changed)  # upstream 0 busy
+                r = await client.post(url + "/v1/completions", json=_body(prompt=b))
+                assert r.status_code == 200  # a new prefix: the upstream with fewer tokens
+                again = asyncio.create_task(client.post(url + "/v1/completions",
+                                                        json=_body(prompt=a[:-1] + "9")))
+                await until(lambda: fake.held == 2, lambda: fake.changed)  # back to its own
+                fake.release.set()
+                assert (await first).status_code == 200 and (await again).status_code == 200
+        assert [body["prompt"][:16] for body in fake.received] == [a[:16]] * 2
+        assert [body["prompt"][:16] for body in other.received] == [b[:16]]
+    run(main())
