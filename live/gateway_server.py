@@ -362,11 +362,16 @@ class GatewayServer:
         self.metrics.admitted(tier)
         prefix = comp.prefix() if self.upstreams.options.router == "prefix_affinity" else b""
         call = Call(ticket, comp, self.upstreams.pick(ticket.reserved_tokens, prefix))
-        if comp.stream:
-            comp.body["stream_options"] = {**(comp.body.get("stream_options") or {}),
-                                           "include_usage": True}
-            return await self._stream(call, gone, request.url.path)
-        return await self._unary(call, gone, request.url.path)
+        try:
+            if comp.stream:
+                comp.body["stream_options"] = {**(comp.body.get("stream_options") or {}),
+                                               "include_usage": True}
+                return await self._stream(call, gone, request.url.path)
+            return await self._unary(call, gone, request.url.path)
+        except BaseException as exc:  # whatever went wrong, the lease does not outlive it
+            if not call.ended and not gone.handed_over:
+                self._end(call, "rejected_overloaded", "backend_error", type(exc).__name__)
+            raise
 
     # --- ending a call ------------------------------------------------------------------
     def _end(self, call: Call, status: str, reason: str = "", error: str = "") -> None:
