@@ -361,7 +361,8 @@ class GatewayServer:
         assert isinstance(decision, Admit)
         self.metrics.admitted(tier)
         prefix = comp.prefix() if self.upstreams.options.router == "prefix_affinity" else b""
-        call = Call(ticket, comp, self.upstreams.pick(ticket.reserved_tokens, prefix))
+        call = Call(ticket, comp, self.upstreams.pick(ticket.reserved_tokens, prefix),
+                    self.upstreams.client_for(ticket.request.request_id, self.num_in_flight))
         try:
             if comp.stream:
                 comp.body["stream_options"] = {**(comp.body.get("stream_options") or {}),
@@ -401,7 +402,7 @@ class GatewayServer:
             ticket.reserved_tokens, int(bool(ticket.revoke_reason)), error, call.gaps_s()))
 
     def _upstream_request(self, call: Call, path: str) -> httpx.Request:
-        return self.upstreams.client_for(call.ticket.request.request_id).build_request(
+        return call.client.build_request(
             "POST", self.upstreams.urls[call.upstream] + path, json=call.completion.body,
             headers={REQUEST_ID_HEADER: str(call.ticket.request.request_id)})
 
@@ -417,8 +418,7 @@ class GatewayServer:
     async def _unary(self, call: Call, gone: Disconnect, path: str) -> Response:
         revoked = asyncio.ensure_future(call.ticket.revoked.wait())
         try:
-            client = self.upstreams.client_for(call.ticket.request.request_id)
-            resp = await first_of(client.send(self._upstream_request(call, path)),
+            resp = await first_of(call.client.send(self._upstream_request(call, path)),
                                   revoked, gone.future)
         except httpx.HTTPError as exc:
             self._end(call, "rejected_overloaded", "backend_error", type(exc).__name__)
@@ -450,8 +450,7 @@ class GatewayServer:
     async def _stream(self, call: Call, gone: Disconnect, path: str) -> Response:
         revoked = asyncio.ensure_future(call.ticket.revoked.wait())
         try:
-            client = self.upstreams.client_for(call.ticket.request.request_id)
-            resp = await first_of(client.send(self._upstream_request(call, path), stream=True),
+            resp = await first_of(call.client.send(self._upstream_request(call, path), stream=True),
                                   revoked, gone.future)
         except httpx.HTTPError as exc:
             revoked.cancel()

@@ -48,11 +48,14 @@ KEEPALIVE_EXPIRY_S = 2.0
 never sends on a connection the upstream is closing."""
 
 
-NUM_POOLS = 16
+NUM_POOLS = 64
 """Connection pools the forwarded requests are spread over. httpcore's pool scans every
 connection it holds at each request's start and end (``AsyncConnectionPool.
 _assign_requests_to_connections``), so one pool of a thousand streams costs a thousand checks
 a request; measured with benchmarks/bench_serve.py (the figures are in the issue)."""
+
+
+STREAMS_PER_POOL = 8
 
 
 class UpstreamError(Exception):
@@ -92,17 +95,29 @@ class Upstreams:
         self._owner: dict[int, int] = {}  # prefix block hash -> the upstream that last took it
         self._next = 0
         headers = {"authorization": f"Bearer {options.api_key}"} if options.api_key else {}
-        self.clients = tuple(httpx.AsyncClient(
-            headers=headers, follow_redirects=False, trust_env=False,
-            timeout=httpx.Timeout(options.read_timeout_s, connect=options.connect_timeout_s),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256,
-                                keepalive_expiry=KEEPALIVE_EXPIRY_S))
-            for _ in range(NUM_POOLS))
-        self.client = self.clients[0]
+        self._headers = headers
+        self._clients: list[httpx.AsyncClient | None] = [None] * NUM_POOLS
+        self.client = self._pool(0)
 
-    def client_for(self, request_id: int) -> httpx.AsyncClient:
-        """The pool of one request (requests spread over :data:`NUM_POOLS` pools)."""
-        return self.clients[request_id % NUM_POOLS]
+    def _pool(self, index: int) -> httpx.AsyncClient:
+        client = self._clients[index]
+        if client is None:  # made when first needed (each builds an SSL context)
+            options = self.options
+            client = httpx.AsyncClient(
+                headers=self._headers, follow_redirects=False, trust_env=False,
+                timeout=httpx.Timeout(options.read_timeout_s,
+                                      connect=options.connect_timeout_s),
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=256,
+                                    keepalive_expiry=KEEPALIVE_EXPIRY_S))
+            self._clients[index] = client
+        return client
+
+    def client_for(self, request_id: int, num_in_flight: int) -> httpx.AsyncClient:
+        """The pool of a request sent while ``num_in_flight`` are: requests spread over one
+        pool for each :data:`STREAMS_PER_POOL` in flight (up to :data:`NUM_POOLS`), so that a
+        light load reuses warm connections and a heavy one keeps every pool small."""
+        num_pools = min(NUM_POOLS, 1 + num_in_flight // STREAMS_PER_POOL)
+        return self._pool(request_id % num_pools)
 
     def pick(self, tokens: int, prefix: bytes = b"") -> int:
         """The upstream for a request of ``tokens`` whose prompt starts with ``prefix``."""
@@ -186,5 +201,6 @@ class Upstreams:
         return sum(each), min(each)
 
     async def aclose(self) -> None:
-        for client in self.clients:
-            await client.aclose()
+        for client in self._clients:
+            if client is not None:
+                await client.aclose()
