@@ -10,7 +10,8 @@ from __future__ import annotations
 PANELS: dict[str, tuple[str, ...]] = {
     "Simulate a what-if": ("simulate", "compare", "presets"),
     "Studies (many simulations)": ("sweep", "tune", "capacity", "plan", "regress"),
-    "Your recordings and live servers": ("calibrate", "validate", "replay", "report"),
+    "Your recordings and live servers": ("calibrate", "validate", "replay", "serve",
+                                         "report"),
     "Inputs: traces and step times": ("trace", "profile", "profile-fit"),
 }
 """The top-level commands by what a user comes to do, in the order ``kvbudget --help`` shows."""
@@ -68,6 +69,9 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "replay": ("kvbudget replay --url http://127.0.0.1:8000 --trace trace.csv --out runs/live",
                "kvbudget replay --url http://127.0.0.1:8000 --trace trace.csv --users 16 "
                "--out runs/closed"),
+    "serve": ("kvbudget serve --upstream http://127.0.0.1:8000 --scenario tuned.toml --port 8100",
+              "kvbudget serve --upstream http://10.0.0.5:8000 --host 0.0.0.0 --keys keys.txt "
+              "--out runs/prod"),
     "report": ("kvbudget report runs/oc --out report.html",
                "kvbudget report runs/oc --measured runs/live --out report.html"),
     "trace": ("kvbudget trace stats trace.csv",

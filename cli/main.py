@@ -129,6 +129,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "regress": ("regress",),
     "trace": ("trace",),
     "live": ("replay", "calibrate", "validate"),
+    "serve": ("serve",),
     "sweep": ("sweep", "tune", "capacity"),
     "report": ("report",),
     "plan": ("plan",),
