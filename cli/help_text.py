@@ -28,6 +28,9 @@ SUMMARIES: dict[str, str] = {
     "regress": "Run a suite of scenarios and compare their metrics with the baselines.",
     "replay": "Replay a trace through an admission policy against a live OpenAI-compatible "
               "server.",
+    "serve": "Run the admission gateway: an OpenAI-compatible server that admits each request "
+             "with the policy (tier limit, token lease, queue or Overloaded) before forwarding it "
+             "upstream.",
     "calibrate": "Fit the cost model for simulate --cost-model: to a live server's step times "
                  "(--url), or to a recorded run's latencies (--records, offline).",
     "validate": "Simulate with the calibrated model and compare per metric: against a live "
