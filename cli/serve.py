@@ -1,6 +1,7 @@
 """``kvbudget serve``: the tuned policy as an admission gateway in front of OpenAI-compatible
 servers (docs/serve.md)."""
 
+import asyncio
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, cast
@@ -8,6 +9,9 @@ from typing import TYPE_CHECKING, Annotated, cast
 import typer
 
 from kvbudget.cli.errors import CliError, user_errors
+from kvbudget.live.serve_request import KeyTable
+from kvbudget.policies import DEFAULT_TIERS, make_policy
+from kvbudget.simulator.scenario import load_scenario
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -70,19 +74,28 @@ def _policy_maker(scenario: Path | None, policy: str | None
                   ) -> "tuple[Scenario | None, Callable[[], BasePolicy]]":
     """The scenario (or ``None``) and a function making the policy from the file as it is now
     (a reload reads it again)."""
-    from kvbudget.policies import make_policy
-
     if scenario is None:
         name = policy or "conservative"
         make_policy(name)
         return None, lambda: make_policy(name)
-    from kvbudget.simulator.scenario import load_scenario
 
     def fresh() -> "BasePolicy":
         scn = load_scenario(scenario)
         return scn.make_policy(policy)
 
     return load_scenario(scenario), fresh
+
+
+def _check_serve_extra() -> None:
+    """One line, not a traceback, when the ``serve`` extra (starlette, uvicorn) is missing:
+    the gateway's modules load them, so they are imported where used (a plain install lists
+    and parses every command without them)."""
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise CliError(f"kvbudget serve needs the serve extra ({exc.name} is not installed): "
+                       "pip install 'kvbudget[serve]'") from None
 
 
 def settings_from_flags(upstream: list[str], scenario: Path | None, policy: str | None,
@@ -93,11 +106,10 @@ def settings_from_flags(upstream: list[str], scenario: Path | None, policy: str 
                         rotate_requests: int, drain_timeout_s: float, max_body_bytes: int,
                         upstream_api_key: str | None) -> "ServeSettings":
     """Everything checked before anything listens (each problem one line naming the flag)."""
+    _check_serve_extra()
     from kvbudget.live.gateway_server import ServeConfig
-    from kvbudget.live.serve_request import KeyTable
     from kvbudget.live.serve_run import ServeSettings, is_loopback
     from kvbudget.live.serve_upstream import ROUTERS, UpstreamOptions
-    from kvbudget.policies import DEFAULT_TIERS
 
     scn, new_policy = _policy_maker(scenario, policy)
     tiers = scn.tiers() if scn is not None else DEFAULT_TIERS
@@ -170,8 +182,6 @@ def serve_cmd(
 ) -> None:
     """Run the admission gateway: an OpenAI-compatible server that admits each request with the
     policy (tier limit, token lease, queue or Overloaded) before forwarding it upstream."""
-    import asyncio
-
     with user_errors():
         settings = settings_from_flags(
             upstream, scenario, policy, host, port, keys, trust_tier_header, capacity_tokens,

@@ -25,6 +25,7 @@ from kvbudget.live.run_dir import (
 )
 from kvbudget.policies.request import Request
 from kvbudget.policies.tiers import TierConfig
+from kvbudget.results.metrics import summarize
 
 RUN_NAME = re.compile(r"run-(\d{4,})$")
 
@@ -117,7 +118,6 @@ class ServeRecorder:
         run.close()
         self._run = None
         records, timeline = read_parts(run.path)
-        from kvbudget.results.metrics import summarize
 
         gaps = token_gaps_of_parts(run.path)
         summary = summarize(

@@ -31,6 +31,8 @@ HEAVY: dict[str, str] = {
     "transformers": "optional (profile extra): kvbudget profile only",
     "ray": "optional (ray extra): --executor ray only",
     "jinja2": "optional (notebooks extra): pandas Styler tables only",
+    "starlette": "optional (serve extra): kvbudget serve only",
+    "uvicorn": "optional (serve extra): kvbudget serve only",
     # plotting, in modules whose commands mostly do not plot
     "matplotlib": "plotting; ~350 ms to import",
     # required, but each costs more than `kvbudget simulate` on the default scenario (~0.6 s
@@ -75,6 +77,12 @@ HEAVY_MODULES: dict[tuple[str, str], str] = {
     ("simulator/scenario.py", "kvbudget.workloads.spec"):
         "the pydantic models of the [workload] table (pydantic and their classes: ~170 ms); "
         "a scenario of a trace, or built from flags, never loads them",
+    ("cli/serve.py", "kvbudget.live.gateway_server"):
+        "starlette (the serve extra): a plain install registers the serve command without it",
+    ("cli/serve.py", "kvbudget.live.serve_run"):
+        "uvicorn (the serve extra): a plain install registers the serve command without it",
+    ("cli/serve.py", "kvbudget.live.serve_upstream"):
+        "httpx, loaded when the gateway runs",
 }
 """(module, imported kvbudget module) -> why: a module of the project that is a heavy
 dependency's (its import loads one of :data:`HEAVY`), imported where it is used."""
