@@ -21,8 +21,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, InvalidStateError, ProcessPoolExecutor, wait
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
@@ -92,17 +93,39 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def _quiet_cancelled_futures(args: threading.ExceptHookArgs) -> None:
+    """A thread excepthook that drops the ``InvalidStateError`` Python 3.11's pool manager
+    thread raises when an aborted pool's workers die while futures it holds are cancelled
+    (``terminate_broken`` sets an exception on each: CPython gh-107219, fixed in 3.12 by
+    ignoring exactly this error); anything else goes to the previous hook."""
+    if isinstance(args.exc_value, InvalidStateError) and type(args.thread).__name__ \
+            == "_ExecutorManagerThread":
+        return
+    _PREVIOUS_HOOK(args)
+
+
+_PREVIOUS_HOOK = threading.excepthook
+
+
 def _submit(pool: ProcessPoolExecutor, fn: Callable[[T], R], task: T) -> Future[R]:
     """``pool.submit`` with Ctrl-C held back until it returns: a submit may start a worker, and
     an interrupt landing inside ``Process.start`` leaves a half-started worker the pool does not
-    know (it printed a traceback once the parent had gone)."""
-    if not hasattr(signal, "pthread_sigmask"):
+    know (it printed a traceback once the parent had gone). Blocking the signal in this thread
+    is not enough (the kernel hands it to another thread and Python still raises it here), so
+    the handler itself defers it: it is acted on once the submit has returned."""
+    if threading.current_thread() is not threading.main_thread():
         return pool.submit(fn, task)
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
     try:
         return pool.submit(fn, task)
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            if callable(previous):
+                previous(signal.SIGINT, None)
+            else:
+                raise KeyboardInterrupt
 
 
 def _start_method() -> str:
@@ -189,13 +212,23 @@ class LocalExecutor(_ContextMixin):
         if self._pool is None:
             return
         pool, self._pool = self._pool, None
-        pool.shutdown(wait=False, cancel_futures=True)
-        for proc in multiprocessing.active_children():
-            if (proc.pid or 0) not in self._before:
-                proc.terminate()
-        for proc in multiprocessing.active_children():
-            if (proc.pid or 0) not in self._before:
-                proc.join(timeout=5)
+        threading.excepthook = _quiet_cancelled_futures
+        # a further Ctrl-C (the second of two) must not cut the abort short: a worker left
+        # unterminated outlives this process and, still starting, fails to read the pool's
+        # semaphores once they are gone (a traceback after the command has exited)
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        try:
+            pool.shutdown(wait=False, cancel_futures=True)
+            for proc in multiprocessing.active_children():
+                if (proc.pid or 0) not in self._before:
+                    proc.terminate()
+            for proc in multiprocessing.active_children():
+                if (proc.pid or 0) not in self._before:
+                    proc.join(timeout=5)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
 
     def __exit__(
         self,
