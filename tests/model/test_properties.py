@@ -183,6 +183,19 @@ def test_skip_ahead_matches_step_by_step_when_the_gateway_reads_mid_run(
 
 
 @SETTINGS
+@given(scenarios(), st.sampled_from(["vllm", "vllm-swap"]))
+def test_skip_ahead_follows_the_most_blocks_victim_rule(
+    case: tuple[Workload, SimConfig, str, dict[str, object]], name: str
+) -> None:
+    """The preemption victim rule is one method of the reference (``Engine._victim``): the
+    speed-ups, which have no line of their own for it, give stepping's results under either
+    rule."""
+    w, cfg, policy, params = case
+    engine = replace(cfg.engine, name=name, preemption_victim="most_blocks")  # type: ignore[arg-type]
+    assert_skip_ahead_matches_stepping(w, replace(cfg, engine=engine), policy, params)
+
+
+@SETTINGS
 @given(
     scenarios(),
     st.sampled_from(["round_robin", "least_tokens", "prefix_affinity"]),
