@@ -152,7 +152,7 @@ class _Clients:
         if self.was_started[i] and self.reset_at[i] != attempt:
             # a new attempt starts on the engine (not the same attempt re-admitted after a
             # revocation, whose first token stays the one its user saw)
-            _forget_first_token(self.sim.engine, i)
+            self.sim.engine.forget_first_token(i)
             self.reset_at[i] = attempt
         elif not self.was_started[i]:
             self.reset_at[i] = attempt
@@ -270,13 +270,3 @@ class _Clients:
             "by_tier": self.described,
             "per_request_timeouts": self.sim.w.timeout_s is not None,
         }
-
-
-def _forget_first_token(engine: Any, i: int) -> None:
-    """A new attempt of row ``i`` starts on the engine: the first token its user will see is
-    this attempt's, not an abandoned one's."""
-    forget = getattr(engine, "forget_first_token", None)  # a fleet: on each replica it reached
-    if forget is not None:
-        forget(i)
-    else:
-        engine.first_token_s[i] = math.nan

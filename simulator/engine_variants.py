@@ -107,7 +107,7 @@ class SwapEngine(Engine):
         return nbytes
 
     def _preempt(self, i: int) -> None:
-        blocks = self.num_blocks.item(i)
+        blocks = self.kv.num_blocks.item(i)
         if blocks == 0 or blocks > self.num_free_cpu_blocks:
             if blocks:
                 self.num_swap_fallbacks += 1
@@ -190,10 +190,10 @@ class TrtllmEngine(Engine):
             # the blocks running requests still need to finish: a running request never holds
             # more than its worst case (it never outgrows its max_tokens), so this is
             # sum(max(worst - num_blocks, 0)) over them
-            reserved = self._running_worst - self.num_running_blocks
-            shared, unused = self.prefix_hit_blocks()
+            reserved = self._running_worst - self.kv.num_running_blocks
+            shared, unused = self.kv.prefix_hit_blocks()
             need = self.worst_case_blocks.item(i) - shared
-            available = self.num_available_blocks - unused
+            available = self.kv.num_available_blocks - unused
             if reserved + need > available:
                 return "kv"
         return super()._admit_waiting(i, n_new)
@@ -256,7 +256,7 @@ class SglangEngine(Engine):
         start = self.start_tokens(i)
         extend = self.num_tokens.item(i) - start
         max_new = self._remaining_of(i)
-        available = self.num_available_blocks - self.prefix_hit_blocks()[1]
+        available = self.kv.num_available_blocks - self.kv.prefix_hit_blocks()[1]
         rem_total = available * self.block_size - self._offset - self._round_extra
         if extend + max_new >= rem_total:
             return "policy"
@@ -268,7 +268,7 @@ class SglangEngine(Engine):
     def _jump_limit(self, k_max: int, alloc_cum: IntArray) -> int:
         if self.head_refusal != "policy" or k_max <= 1:
             return super()._jump_limit(k_max, alloc_cum)
-        if self.prefix_caching:
+        if self.kv.prefix is not None:
             return 1  # the head's hit could shrink as its prefix is evicted: step one by one
         head = self.waiting.peek_request()
         assert head is not None
@@ -283,7 +283,7 @@ class SglangEngine(Engine):
                           - self.running_output_tokens(), 0)
         rem = np.minimum(left[:, None] - j[None, :], SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION)
         rem_sum = np.maximum(rem, 0).sum(axis=0)
-        available = self.num_available_blocks - alloc_cum[1:]
+        available = self.kv.num_available_blocks - alloc_cum[1:]
         rem_total = available * self.block_size - ratio * rem_sum.astype(np.float64) - 0
         passes = np.flatnonzero(need < rem_total)
         return int(passes[0]) + 1 if passes.size else k_max
@@ -307,7 +307,7 @@ class SglangEngine(Engine):
         order = sorted(self.running, key=self._retract_order_key, reverse=True)
         first = True
         while first or (
-            self.num_available_blocks * self.block_size < SGLANG_RETRACT_DECODE_STEPS * len(order)
+            self.kv.num_available_blocks * self.block_size < SGLANG_RETRACT_DECODE_STEPS * len(order)
         ):
             if len(order) == 1:
                 break

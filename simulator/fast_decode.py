@@ -75,7 +75,7 @@ class SkipAheadEngine(Engine):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._planner = DecodeRunPlanner(self.cost, self.block_size)
+        self.planner = DecodeRunPlanner(self.cost, self.block_size)
         # ``running`` as an array, when not None: a prefix view of ``_running_buf``. A request
         # that starts is written just past that view, so views handed out before (a step's
         # rows) never change; a removal drops the array (rebuilt, into a new buffer, on demand)
@@ -160,8 +160,8 @@ class SkipAheadEngine(Engine):
         prefix = self._fitting_prefix(budget) if self.running else None
         if prefix is not None:
             if prefix.num_extra:
-                self.num_blocks[prefix.rows] = prefix.want
-                self._take(prefix.num_extra)
+                self.kv.num_blocks[prefix.rows] = prefix.want
+                self.kv.take(prefix.num_extra)
             self._fast = prefix
             sched, new = prefix.rows, prefix.new
             budget -= prefix.num_new
@@ -181,7 +181,7 @@ class SkipAheadEngine(Engine):
                 sched = np.concatenate((sched, w_rows))
                 new = np.concatenate((new, w_new))
         assert len(self.running) <= self.seqs_limit, "max_num_seqs exceeded"
-        assert self.num_free_blocks >= 0, "more blocks taken than the GPU holds"
+        assert self.kv.num_free_blocks >= 0, "more blocks taken than the GPU holds"
         return sched, new, preempted
 
     def _budget_prefix(self, rows: IntArray, budget: int) -> RunningPrefix:
@@ -192,7 +192,7 @@ class SkipAheadEngine(Engine):
             # every row is decoding (``rows`` are running): one new token each, so the
             # general case below with ``new == 1``, ``total == n``
             computed = self.num_computed_tokens[rows]
-            blocks = self.num_blocks[rows]
+            blocks = self.kv.num_blocks[rows]
             # a running request's blocks hold its computed tokens, so one more token takes a
             # new block only when they are full: ``max(ceil((computed + 1) / bs), blocks)``
             full = computed == blocks * self.block_size
@@ -213,7 +213,7 @@ class SkipAheadEngine(Engine):
             new = np.minimum(need, before)
             total = budget  # the last request reached takes what is left
         bs = self.block_size
-        blocks = self.num_blocks[rows]
+        blocks = self.kv.num_blocks[rows]
         want = np.maximum((computed + new + (bs - 1)) // bs, blocks)
         return RunningPrefix(rows, new, computed, blocks, want, total, num_need)
 
@@ -224,7 +224,7 @@ class SkipAheadEngine(Engine):
         total = prefix.num_extra
         if total is None:
             total = prefix.num_extra = isum(prefix.want - prefix.blocks)
-        if total > self.num_free_blocks + self._evictable:
+        if total > self.kv.num_available_blocks:
             return None
         return prefix
 
@@ -237,10 +237,10 @@ class SkipAheadEngine(Engine):
         rows, new, want = prefix.rows, prefix.new, prefix.want
         taken = np.add.accumulate(want - prefix.blocks)
         # taken never decreases: the first request whose blocks do not fit, if any
-        ok = int(taken.searchsorted(self.num_free_blocks + self._evictable, side="right"))
+        ok = int(taken.searchsorted(self.kv.num_available_blocks, side="right"))
         if ok:
-            self.num_blocks[rows[:ok]] = want[:ok]
-            self._take(int(taken[ok - 1]))
+            self.kv.num_blocks[rows[:ok]] = want[:ok]
+            self.kv.take(int(taken[ok - 1]))
         return rows[:ok].tolist(), new[:ok].tolist()
 
     def _features(self, rows: IntArray, new: IntArray) -> tuple[float, float, float, float, float]:
@@ -305,7 +305,7 @@ class SkipAheadEngine(Engine):
             computed = self.num_computed_tokens[rows]
             if imax(self.num_tokens[rows] - computed) != 1:  # then one new token each too
                 return None
-            blocks = self.num_blocks[rows]
+            blocks = self.kv.num_blocks[rows]
         output = self.num_output_tokens[rows]
         if not self._all_decode and not imin(output) > 0:
             return None
@@ -328,15 +328,15 @@ class SkipAheadEngine(Engine):
         n = len(rows)
         t_ext = self.hooks.next_external_s()
         until = self._plan_until(t_ext)
-        k_max, dt = self._planner.bound(n, c0, to_finish, self.t, until)
+        k_max, dt = self.planner.bound(n, c0, to_finish, self.t, until)
         if k_max > 1:
-            free = self.num_free_blocks + self._evictable
-            planned = self._planner.alloc_plan(decode.computed, decode.blocks, k_max)
-            alloc_cum = self._planner.cut_to_free(planned, free)
+            free = self.kv.num_available_blocks
+            planned = self.planner.alloc_plan(decode.computed, decode.blocks, k_max)
+            alloc_cum = self.planner.cut_to_free(planned, free)
             if self.head_refusal:  # the waiting head was refused: for how long?
                 alloc_cum = alloc_cum[: self._jump_limit(len(alloc_cum), alloc_cum)]
-            k, step_end, used, dts = self._planner.plan(
-                n, alloc_cum, c0, self.t, until, dt, self.num_used_blocks
+            k, step_end, used, dts = self.planner.plan(
+                n, alloc_cum, c0, self.t, until, dt, self.kv.num_used_blocks
             )
             if until != t_ext:
                 k = self._span_keep(step_end, t_ext, until)
@@ -505,8 +505,8 @@ class SkipAheadEngine(Engine):
             if extra is None:
                 extra = isum(need - blocks)
             if extra:
-                self._take(extra)
-                self.num_blocks[rows] = need
+                self.kv.take(extra)
+                self.kv.num_blocks[rows] = need
         self.num_computed_tokens[rows] = new_total
         if not self._synced:  # some row's previous token may not be the step before the run's
             self.segments.note(rows, decode.output + 1, self.num_steps - k + 1)
@@ -537,10 +537,10 @@ class SkipAheadEngine(Engine):
         assert tail is not None
         done = self._commit_running_decode()
         sampled = n - len(tail)
-        if tail and self._prefix is not None:
+        if tail and self.kv.prefix is not None:
             rows = np.array([i for i, _ in tail], np.int64)
             new = np.array([m for _, m in tail], np.int64)
-            self._prefix.register(rows, self.num_computed_tokens[rows] + new)
+            self.kv.prefix.register(rows, self.num_computed_tokens[rows] + new)
         joining = True  # running order stays join order (the group's members come first)
         num_computed, num_tokens, num_output = (
             self.num_computed_tokens, self.num_tokens, self.num_output_tokens)
@@ -691,7 +691,7 @@ class DecodeGroupEngine(SkipAheadEngine):
         running = self.running
         finish = list(zip(left, range(len(running)), running, strict=True))
         heapq.heapify(finish)
-        blocks = self.num_blocks[rows]
+        blocks = self.kv.num_blocks[rows]
         room = blocks * bs - computed  # steps until their blocks are full
         over = np.flatnonzero(room >= bs)  # holding blocks beyond their computed tokens
         g = self._group = DecodeGroup(
@@ -744,7 +744,7 @@ class DecodeGroupEngine(SkipAheadEngine):
         left = self.target_output.item(i) - output
         heapq.heappush(g.finish, (left + step, g.num_joined, i))
         g.num_joined += 1
-        room = self.num_blocks.item(i) * bs - computed
+        room = self.kv.num_blocks.item(i) * bs - computed
         if room >= bs:  # blocks beyond its computed tokens
             g.over = True
             self._group_defer(g, i, room, left)
@@ -762,7 +762,7 @@ class DecodeGroupEngine(SkipAheadEngine):
         self.num_output_tokens[i] = self.num_output_tokens.item(i) + d
         self.num_tokens[i] = c + 1
         if g.deferred.pop(i, None) is None:
-            self.num_blocks[i] = max(self.num_blocks.item(i), -(-c // self.block_size))
+            self.kv.num_blocks[i] = max(self.kv.num_blocks.item(i), -(-c // self.block_size))
             g.hist[(c0 - joined) % self.block_size] -= 1
         g.context -= c
         g.size -= 1
@@ -794,7 +794,7 @@ class DecodeGroupEngine(SkipAheadEngine):
         self.num_tokens[rows] = computed + 1
         bs = self.block_size
         blocks = (computed + (bs - 1 + int(scheduled))) // bs
-        self.num_blocks[rows] = np.maximum(blocks, self.num_blocks[rows]) if g.over else blocks
+        self.kv.num_blocks[rows] = np.maximum(blocks, self.kv.num_blocks[rows]) if g.over else blocks
 
     # --- the group's steps ----------------------------------------------------------------------
     def _step(self) -> Generator[simpy.Event, Any, None]:
@@ -828,10 +828,10 @@ class DecodeGroupEngine(SkipAheadEngine):
         if g.wake:
             self._group_wake(g)
         total = g.hist[-g.step % self.block_size]  # the members whose blocks are full
-        if total > self.num_free_blocks + self._evictable:
+        if total > self.kv.num_available_blocks:
             return False
         if total:
-            self._take(total)
+            self.kv.take(total)
         w_rows, w_new = self._schedule_waiting(budget - n)
         self._tail = list(zip(w_rows, w_new, strict=True)) if w_rows else []
         return True
@@ -857,23 +857,23 @@ class DecodeGroupEngine(SkipAheadEngine):
             until = self._plan_until(t_ext) if self.head_refusal else t_ext
             # the run ends before a deferred member's blocks fill (it joins hist then)
             to_end = min(to_finish, g.wake[0][0] - g.step) if g.wake else to_finish
-            k_max, dt = self._planner.bound(n, c0, to_end, self.t, until)
-            free = self.num_free_blocks + self._evictable
+            k_max, dt = self.planner.bound(n, c0, to_end, self.t, until)
+            free = self.kv.num_available_blocks
             if k_max > GROUP_SMALL_K:
-                planned = self._planner.group_alloc_plan(g.hist, g.step, k_max)
-                alloc_cum = self._planner.cut_to_free(planned, free)
+                planned = self.planner.group_alloc_plan(g.hist, g.step, k_max)
+                alloc_cum = self.planner.cut_to_free(planned, free)
                 if self.head_refusal:  # the waiting head was refused: for how long?
                     alloc_cum = alloc_cum[: self._jump_limit(len(alloc_cum), alloc_cum)]
-                _, step_end, used, dts = self._planner.plan(
-                    n, alloc_cum, c0, self.t, until, dt, self.num_used_blocks
+                _, step_end, used, dts = self.planner.plan(
+                    n, alloc_cum, c0, self.t, until, dt, self.kv.num_used_blocks
                 )
             elif k_max > 1:
                 used_now = self.num_gpu_blocks - free  # num_used_blocks
-                used = self._planner.group_used_small(g.hist, g.step, k_max, free, used_now)
+                used = self.planner.group_used_small(g.hist, g.step, k_max, free, used_now)
                 if self.head_refusal:
                     alloc = np.array(used, np.int64) - used_now
                     used = used[: self._jump_limit(len(used), alloc)]
-                step_end, dts = self._planner.steps_small(n, c0, len(used), self.t, until, dt)
+                step_end, dts = self.planner.steps_small(n, c0, len(used), self.t, until, dt)
                 used = used[: len(step_end)]
             if step_end is not None and until != t_ext:
                 k = self._span_keep(step_end, t_ext, until)
@@ -894,7 +894,7 @@ class DecodeGroupEngine(SkipAheadEngine):
             if run:  # read before the aborts change the arrays
                 decode = DecodeRows(
                     self.num_computed_tokens[rows],
-                    self.num_blocks[rows],
+                    self.kv.num_blocks[rows],
                     self.num_output_tokens[rows],
                 )
                 aborted = self._apply_aborts()
@@ -928,7 +928,7 @@ class DecodeGroupEngine(SkipAheadEngine):
         """:meth:`_commit_jump` for the decode group: ``k`` steps, ``extra`` blocks taken by
         steps 1..k-1; ``finishes``: whether some member may have all its output."""
         if extra:
-            self._take(extra)
+            self.kv.take(extra)
         g.step += k
         g.context += g.size * k
         if finishes:

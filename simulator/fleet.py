@@ -61,6 +61,7 @@ from kvbudget.results.metrics import merge_gap_rows
 from kvbudget.simulator.engine import Engine, EngineHooks, FloatArray, IntArray
 from kvbudget.simulator.engine_variants import ENGINE_CLASSES, engine_inputs, make_engine
 from kvbudget.simulator.exact_sum import to_float
+from kvbudget.simulator.fast_decode import SkipAheadEngine
 from kvbudget.simulator.serving import RequestFigures, TimelineRow
 from kvbudget.simulator.sim_config import ROUTERS, FleetConfig, RouterName, SimConfig
 from kvbudget.workloads import Workload
@@ -408,9 +409,9 @@ class Fleet:
             )
             if self._compact:
                 self.replicas[r].grow_rows(self._local[r].columns)  # the ties' order
-            planner = getattr(self.replicas[r], "_planner", None)
-            if planner is not None:  # skip-ahead: runs span the fleet's events (_first_tie)
-                planner.tie = self._first_tie
+            replica = self.replicas[r]
+            if isinstance(replica, SkipAheadEngine):  # runs span the fleet's events (_first_tie)
+                replica.planner.tie = self._first_tie
         caps = [e.capacity_tokens for e in self.replicas]
         self.capacity_tokens = sum(caps)
         self.num_gpu_blocks = sum(e.num_gpu_blocks for e in self.replicas)
@@ -533,7 +534,7 @@ class Fleet:
         for r, e in enumerate(self.replicas):
             j = self._row_on(i, r)
             if j >= 0:
-                e.first_token_s[j] = math.nan
+                e.forget_first_token(j)
 
     def _on_finish(self, r: int, j: int, t: float) -> None:
         i = self._workload_row(r, j)
@@ -819,12 +820,12 @@ class Fleet:
 
     def stats(self) -> dict[str, object]:
         per = [e.stats() for e in self.replicas]
-        queries = sum(e.prefix_query_tokens for e in self.replicas)
-        hits = sum(e.prefix_hit_tokens for e in self.replicas)
+        queries = sum(e.kv.prefix_query_tokens for e in self.replicas)
+        hits = sum(e.kv.prefix_hit_tokens for e in self.replicas)
         out: dict[str, object] = {
             "engine": self.config.engine.name,
             "head_of_line_blocked_s": math.fsum(e.head_of_line_blocked_s() for e in self.replicas),
-            "prefix_caching": self.replicas[0].prefix_caching,
+            "prefix_caching": self.replicas[0].kv.prefix is not None,
             "prefix_cache_query_tokens": queries,
             "prefix_cache_hit_tokens": hits,
             "prefix_cache_hit_rate": hits / queries if queries else None,

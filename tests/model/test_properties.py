@@ -316,7 +316,7 @@ def _assert_running_facts(engine: Engine) -> None:
     assert [engine.output_tokens_of(i) for i in rows.tolist()] == output.tolist()
     # ... and so is what the variants' hooks read of running requests
     assert engine.running_output_tokens().tolist() == output.tolist()
-    assert engine.num_running_blocks == int(blocks.sum())
+    assert engine.kv.num_running_blocks == int(blocks.sum())
     # no request generates more than it declared, so none holds more than its worst case
     worst = -(-(engine.prompt_tokens[rows] + engine.max_output_tokens[rows] - 1)
               // engine.block_size)
@@ -332,7 +332,7 @@ def _assert_running_facts(engine: Engine) -> None:
     # block conservation (no prefix caching here): the waiting requests' blocks as their
     # arrays say, the running ones' as their true state does
     held = int(engine.num_blocks[engine._in_engine].sum()) - int(engine.num_blocks[rows].sum())
-    assert held + int(blocks.sum()) + engine.num_free_blocks == engine.num_gpu_blocks
+    assert held + int(blocks.sum()) + engine.kv.num_free_blocks == engine.num_gpu_blocks
     if engine.config.name != "tgi":
         # running requests hold exactly the blocks of their computed tokens (TGI: blocks for
         # the whole output, from the start)
