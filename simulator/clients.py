@@ -50,9 +50,9 @@ class _Driver(Protocol):
     def engine(self) -> ServingEngine: ...
     @property
     def gateway(self) -> _Gateway: ...
-    def _clock(self, t: float) -> float: ...
-    def _carry_out(self, actions: list[Action], now: float) -> None: ...
-    def _set_status(self, i: int, status: str, reason: str) -> None: ...
+    def clock(self, t: float) -> float: ...
+    def carry_out(self, actions: list[Action], now: float) -> None: ...
+    def set_status(self, i: int, status: str, reason: str) -> None: ...
 
 _TIMEOUT, _RETRY = 0, 1
 
@@ -227,18 +227,18 @@ class _Clients:
     def _timed_out(self, i: int, t: float) -> None:
         """The client of row ``i`` gave up on its attempt at ``t`` and disconnected."""
         sim = self.sim
-        now = sim._clock(t)
+        now = sim.clock(t)
         if self.in_engine[i]:
             sim.engine.abort_request(i)
         actions = sim.gateway.cancel(i, now)
         if not self._answered(i, now, "timeout", "", None):
-            sim._set_status(i, "client_timeout", "")
-        sim._carry_out(actions, now)
+            sim.set_status(i, "client_timeout", "")
+        sim.carry_out(actions, now)
 
     def _retry(self, i: int, t: float) -> None:
         sim = self.sim
         w = sim.w
-        now = sim._clock(t)
+        now = sim.clock(t)
         d = float(w.deadline_s[i])
         request = Request(
             i,
@@ -250,7 +250,7 @@ class _Clients:
             w.prefix_of(i),
         )
         self.sent(i, now)
-        sim._carry_out(sim.gateway.arrive(request, now), now)
+        sim.carry_out(sim.gateway.arrive(request, now), now)
 
     # --- results -------------------------------------------------------------------------------
     def table(self, request_id: np.ndarray[Any, Any]) -> dict[str, Any]:
