@@ -541,14 +541,21 @@ class Engine:
         if not preempted:
             w_rows, w_new = self._schedule_waiting(budget)
             rows, new, budget = rows + w_rows, new + w_new, budget - sum(w_new)
-        # the invariants: the token budget, the seats, and every block free, held by one
-        # request or cached
+        self._check_schedule(budget)
+        return np.array(rows, np.int64), np.array(new, np.int64), preempted
+
+    def _check_schedule(self, budget: int, *, count_blocks: bool = True) -> None:
+        """The invariants of a scheduled step, asserted on every path that schedules one (the
+        speed-ups' too): the token budget (``budget``: what is left of it), the seats, the
+        blocks taken; and, with ``count_blocks`` (where every request's ``num_blocks`` is
+        current: not while a decode group's members lag), every block free, held by one
+        request or cached."""
         assert budget >= 0, "the token budget is overspent"
         assert len(self.running) <= self.seqs_limit, "max_num_seqs exceeded"
         kv = self.kv
         assert kv.num_free_blocks >= 0, "more blocks taken than the GPU holds"
-        assert kv.num_held_blocks() + kv.num_free_blocks == self.num_gpu_blocks, "blocks lost"
-        return np.array(rows, np.int64), np.array(new, np.int64), preempted
+        if count_blocks:
+            assert kv.num_held_blocks() + kv.num_free_blocks == self.num_gpu_blocks, "blocks lost"
 
     def _schedule_running(self, budget: int) -> tuple[list[int], list[int], bool, int]:
         """The running loop: each running request, in order, gets ``min(tokens left,

@@ -180,8 +180,8 @@ class SkipAheadEngine(Engine):
             if w_rows:
                 sched = np.concatenate((sched, w_rows))
                 new = np.concatenate((new, w_new))
-        assert len(self.running) <= self.seqs_limit, "max_num_seqs exceeded"
-        assert self.kv.num_free_blocks >= 0, "more blocks taken than the GPU holds"
+                budget -= sum(w_new)
+        self._check_schedule(budget)
         return sched, new, preempted
 
     def _budget_prefix(self, rows: IntArray, budget: int) -> RunningPrefix:
@@ -834,6 +834,7 @@ class DecodeGroupEngine(SkipAheadEngine):
             self.kv.take(total)
         w_rows, w_new = self._schedule_waiting(budget - n)
         self._tail = list(zip(w_rows, w_new, strict=True)) if w_rows else []
+        self._check_schedule(budget - n - sum(w_new), count_blocks=False)  # members' lag
         return True
 
     def _group_iteration(
