@@ -37,6 +37,9 @@ from kvbudget.simulator.small_arrays import imax, imin, isum
 
 __all__ = ["DecodeGroup", "DecodeGroupEngine", "SkipAheadEngine"]
 
+Run = tuple[Floats, Ints, Floats]
+"""A planned decode run: its steps' ends, the blocks in use during each, their durations."""
+
 
 @dataclass(slots=True)
 class RunningPrefix:
@@ -320,9 +323,7 @@ class SkipAheadEngine(Engine):
         if decode is None:
             yield from super()._run_scheduled(rows, new, preempted, reserved, counts)
             return
-        step_end: Floats | None = None
-        used: Ints
-        dts: Floats
+        run: Run | None = None
         c0 = isum(decode.computed)
         to_finish = imin(self.target_output[rows] - decode.output)
         n = len(rows)
@@ -330,29 +331,32 @@ class SkipAheadEngine(Engine):
         until = self._plan_until(t_ext)
         k_max, dt = self.planner.bound(n, c0, to_finish, self.t, until)
         if k_max > 1:
-            free = self.kv.num_available_blocks
             planned = self.planner.alloc_plan(decode.computed, decode.blocks, k_max)
-            alloc_cum = self.planner.cut_to_free(planned, free)
-            if self.head_refusal:  # the waiting head was refused: for how long?
-                alloc_cum = alloc_cum[: self._jump_limit(len(alloc_cum), alloc_cum)]
-            k, step_end, used, dts = self.planner.plan(
-                n, alloc_cum, c0, self.t, until, dt, self.kv.num_used_blocks
-            )
-            if until != t_ext:
-                k = self._span_keep(step_end, t_ext, until)
-                step_end, used, dts = step_end[:k], used[:k], dts[:k]
-            if k > 1:
+            run = self._span_keep(self._planned_run(n, planned, c0, dt, until), t_ext, until)
+            if len(run[0]) > 1:
                 self._run_rows = rows
-        t1 = self._account_step(dt, reserved, counts) if step_end is None else float(step_end[-1])
-        k = yield from self._wait_run(t1, step_end)
-        if step_end is not None:
-            self._account_run(step_end, used, dts, k, reserved, counts)
+        k = yield from self._wait_run(dt, run, reserved, counts)
         aborted = self._apply_aborts() if self._aborts else []
         self._steps_rows = rows
         self._on_steps(preempted, k)
         # the blocks steps 1..k-1 take, as planned (step 0 takes none: see plan)
-        extra: int | None = int(used[k - 1] - used[0]) if step_end is not None else 0
+        extra: int | None = int(run[1][k - 1] - run[1][0]) if run is not None else 0
         self._commit_run(rows, k, decode, k >= to_finish, extra, aborted)
+
+    def _planned_run(
+        self, n: int, planned: IntArray, c0: int, dt: float, until: float
+    ) -> tuple[Floats, Ints, Floats]:
+        """A decode run of ``n`` requests from ``c0`` context tokens (its first step ``dt``
+        long, planned to end by ``until``) whose steps 1..j would take ``planned[j]`` blocks,
+        cut where the blocks run out and, while the waiting head is refused, where it may
+        start (:meth:`_jump_limit`): its step ends, blocks in use and step times."""
+        alloc_cum = self.planner.cut_to_free(planned, self.kv.num_available_blocks)
+        if self.head_refusal:  # the waiting head was refused: for how long?
+            alloc_cum = alloc_cum[: self._jump_limit(len(alloc_cum), alloc_cum)]
+        _, step_end, used, dts = self.planner.plan(
+            n, alloc_cum, c0, self.t, until, dt, self.kv.num_used_blocks
+        )
+        return step_end, used, dts
 
     def _plan_until(self, t_ext: float) -> float:
         """How far a decode run planned now may go: to the step in progress at ``t_ext``, the
@@ -370,10 +374,13 @@ class SkipAheadEngine(Engine):
         return self._timeline.first_at_or_after(t_ext)
 
     @staticmethod
-    def _span_keep(ends: Floats, t_ext: float, until: float) -> int:
-        """The steps to keep of a run planned to ``until`` (:meth:`_plan_until`): those up to
-        the one in progress at ``t_ext``, and those ending by ``until`` (the steps scheduled
-        before ``t_ext`` and those whose figures no sample reads)."""
+    def _span_keep(run: Run, t_ext: float, until: float) -> Run:
+        """The steps to keep of a ``run`` planned to ``until`` (:meth:`_plan_until`): those up
+        to the one in progress at ``t_ext``, and those ending by ``until`` (the steps
+        scheduled before ``t_ext`` and those whose figures no sample reads)."""
+        if until == t_ext:
+            return run
+        ends, used, dts = run
         if isinstance(ends, list):
             k_ext = bisect.bisect_left(ends, t_ext) + 1
             k_until = bisect.bisect_right(ends, until)
@@ -383,14 +390,20 @@ class SkipAheadEngine(Engine):
         k_ext = min(k_ext, len(ends))
         if k_ext > 1 and ends[k_ext - 1] == t_ext:  # see decode_plan._TIE
             k_ext -= 1
-        return max(k_ext, k_until)
+        k = max(k_ext, k_until)
+        return ends[:k], used[:k], dts[:k]
 
-    def _wait_run(self, t1: float, step_end: Floats | None) -> Generator[simpy.Event, Any, int]:
-        """Wait for the step (or the planned decode run, ``step_end``) to end at ``t1``;
-        returns the steps that ran (a run ends early when work is added or aborted)."""
+    def _wait_run(
+        self, dt: float, run: Run | None, reserved: int, counts: tuple[int, int]
+    ) -> Generator[simpy.Event, Any, int]:
+        """Run one step of ``dt`` seconds, or the planned decode ``run`` (step ends, blocks in
+        use, step times), with their KV and head-of-line terms and timeline samples
+        (``reserved`` and ``counts``: the timeline's figures as it was scheduled); returns the
+        steps that ran (a run ends early when work is added or aborted)."""
         env = self.env
-        self._busy = True
-        if step_end is None:  # one step: nothing cuts it (_work_changed)
+        if run is None:  # one step: nothing cuts it (_work_changed)
+            t1 = self._account_step(dt, reserved, counts)
+            self._busy = True
             yield Timeout(env, max(0.0, t1 - env.now))  # env.timeout, without its descriptor
             self._span_head = None
             self._busy = False
@@ -398,6 +411,9 @@ class SkipAheadEngine(Engine):
             self.num_steps += 1
             self._step_end_s.append(t1)
             return 1
+        self._busy = True
+        step_end, used, dts = run
+        t1 = float(step_end[-1])
         k = len(step_end)
         if k > 1:
             self._jump_ends = self._run_ends = step_end
@@ -432,6 +448,7 @@ class SkipAheadEngine(Engine):
         else:
             self._flush_step_ends()
             self._end_chunks.append(np.asarray(step_end[:k], np.float64))
+        self._account_run(step_end, used, dts, k, reserved, counts)
         return k
 
     def _work_changed(self, *, added: bool = False) -> None:
@@ -847,11 +864,9 @@ class DecodeGroupEngine(SkipAheadEngine):
         assert tail is not None
         counts = (len(self.running), len(self.waiting) + gw_waiting)
         n = g.size
-        step_end: Floats | None = None
-        used: Ints
-        dts: Floats
-        run = not tail and not self._step_extra_s  # a decode run of the group
-        if run:
+        run: Run | None = None
+        decoding = not tail and not self._step_extra_s  # a decode run of the group
+        if decoding:
             c0 = g.context
             to_finish = g.finish[0][0] - g.step
             t_ext = self.hooks.next_external_s()
@@ -859,40 +874,31 @@ class DecodeGroupEngine(SkipAheadEngine):
             # the run ends before a deferred member's blocks fill (it joins hist then)
             to_end = min(to_finish, g.wake[0][0] - g.step) if g.wake else to_finish
             k_max, dt = self.planner.bound(n, c0, to_end, self.t, until)
-            free = self.kv.num_available_blocks
             if k_max > GROUP_SMALL_K:
                 planned = self.planner.group_alloc_plan(g.hist, g.step, k_max)
-                alloc_cum = self.planner.cut_to_free(planned, free)
-                if self.head_refusal:  # the waiting head was refused: for how long?
-                    alloc_cum = alloc_cum[: self._jump_limit(len(alloc_cum), alloc_cum)]
-                _, step_end, used, dts = self.planner.plan(
-                    n, alloc_cum, c0, self.t, until, dt, self.kv.num_used_blocks
-                )
+                run = self._planned_run(n, planned, c0, dt, until)
             elif k_max > 1:
+                free = self.kv.num_available_blocks
                 used_now = self.num_gpu_blocks - free  # num_used_blocks
                 used = self.planner.group_used_small(g.hist, g.step, k_max, free, used_now)
                 if self.head_refusal:
                     alloc = np.array(used, np.int64) - used_now
                     used = used[: self._jump_limit(len(used), alloc)]
                 step_end, dts = self.planner.steps_small(n, c0, len(used), self.t, until, dt)
-                used = used[: len(step_end)]
-            if step_end is not None and until != t_ext:
-                k = self._span_keep(step_end, t_ext, until)
-                step_end, used, dts = step_end[:k], used[:k], dts[:k]
+                run = step_end, used[: len(step_end)], dts
+            if run is not None:
+                run = self._span_keep(run, t_ext, until)
         else:
             p, d, c, a, s = self._tail_features(n, n + g.context, tail)
             dt = float(self.cost.step_time(p, d, c, a, s)) + self._step_extra_s
-        t1 = self._account_step(dt, reserved, counts) if step_end is None else float(step_end[-1])
-        k = yield from self._wait_run(t1, step_end)
-        if step_end is not None:
-            self._account_run(step_end, used, dts, k, reserved, counts)
+        k = yield from self._wait_run(dt, run, reserved, counts)
         self._steps_rows = None  # for scheduled_with_output: the group's step
         self._steps_group = (n, tail)
         if self._aborts:
             # back to the arrays, as they were when the step was scheduled, and on as stepping
             self._group_dissolve(scheduled=True)
             rows = self.running_rows()  # the group's rows, then the tail's
-            if run:  # read before the aborts change the arrays
+            if decoding:  # read before the aborts change the arrays
                 decode = DecodeRows(
                     self.num_computed_tokens[rows],
                     self.kv.num_blocks[rows],
@@ -908,9 +914,9 @@ class DecodeGroupEngine(SkipAheadEngine):
                 self._commit_step(rows, new, aborted)
             return
         self._on_steps(False, k)
-        if run:
+        if decoding:
             # the blocks steps 1..k-1 take, as planned (step 0's were taken already)
-            taken = int(used[k - 1] - used[0]) if step_end is not None else 0
+            taken = int(run[1][k - 1] - run[1][0]) if run is not None else 0
             self._group_commit_run(g, k, taken, k >= to_finish)
         else:
             self._commit_decode_step(n + len(tail))
