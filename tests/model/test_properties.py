@@ -23,6 +23,7 @@ from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.engine_variants import ENGINE_CLASSES, TrtllmEngine
 from kvbudget.simulator.fast_decode import DecodeGroupEngine, SkipAheadEngine
 from kvbudget.simulator.run import SimConfig, simulate
+from kvbudget.simulator.sim_config import FleetConfig
 from kvbudget.workloads import Workload, from_columns
 from tests.conftest import assert_skip_ahead_matches_stepping
 
@@ -252,8 +253,6 @@ def _grid_fleet_case(
     w = from_columns(arrival.astype(np.float64), prompt, out,
                      max_output_tokens=out + rng.integers(0, 20, n),
                      tiers=rng.choice(["interactive", "batch"], n).tolist())
-    from kvbudget.simulator.fleet import FleetConfig
-
     cfg = SimConfig(
         engine=EngineConfig(num_gpu_blocks=blocks, block_size=16, max_num_seqs=8,
                             max_num_batched_tokens=256, name=name),  # type: ignore[arg-type]
