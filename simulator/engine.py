@@ -544,7 +544,7 @@ class Engine:
         self._check_schedule(budget)
         return np.array(rows, np.int64), np.array(new, np.int64), preempted
 
-    def _check_schedule(self, budget: int, *, count_blocks: bool = True) -> None:
+    def _check_schedule(self, budget: int, count_blocks: bool = True) -> None:
         """The invariants of a scheduled step, asserted on every path that schedules one (the
         speed-ups' too): the token budget (``budget``: what is left of it), the seats, the
         blocks taken; and, with ``count_blocks`` (where every request's ``num_blocks`` is

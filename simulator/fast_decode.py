@@ -851,7 +851,7 @@ class DecodeGroupEngine(SkipAheadEngine):
             self.kv.take(total)
         w_rows, w_new = self._schedule_waiting(budget - n)
         self._tail = list(zip(w_rows, w_new, strict=True)) if w_rows else []
-        self._check_schedule(budget - n - sum(w_new), count_blocks=False)  # members' lag
+        self._check_schedule(budget - n - sum(w_new), False)  # the members' num_blocks lag
         return True
 
     def _group_iteration(
