@@ -115,10 +115,11 @@ class Engine:
     ``num_available_blocks``, ``num_running_blocks``, ``prefix_hit_blocks()``, ``prefix``):
     :meth:`running_rows`, :attr:`head_refusal`, :meth:`start_tokens`,
     :meth:`allocate_start`, :meth:`allocate_slots`, :meth:`evict_running`,
-    :meth:`add_step_time`, :meth:`running_output_tokens` and :meth:`scheduled_with_output`. Nothing else of the base (its underscored fields) is
-    theirs. With a decode group (``decode_group``), a hook that runs while requests are
-    running reads their output tokens and blocks through :meth:`running_output_tokens` and
-    ``kv.num_running_blocks``, never through their arrays; a hook that preempts or retracts
+    :meth:`add_step_time`, :meth:`running_output_tokens` and :meth:`scheduled_with_output`.
+    Nothing else of the base (its underscored fields) is theirs. With a decode group
+    (``decode_group``), a hook that runs while requests are running reads their output tokens
+    and blocks through :meth:`running_output_tokens` and ``kv.num_running_blocks``, never
+    through their arrays; a hook that preempts or retracts
     (:meth:`_victim`, :meth:`_preempt`, :meth:`_schedule_running`) runs after the group is
     dissolved, so the arrays are current there.
     """

@@ -811,7 +811,8 @@ class DecodeGroupEngine(SkipAheadEngine):
         self.num_tokens[rows] = computed + 1
         bs = self.block_size
         blocks = (computed + (bs - 1 + int(scheduled))) // bs
-        self.kv.num_blocks[rows] = np.maximum(blocks, self.kv.num_blocks[rows]) if g.over else blocks
+        num_blocks = self.kv.num_blocks
+        num_blocks[rows] = np.maximum(blocks, num_blocks[rows]) if g.over else blocks
 
     # --- the group's steps ----------------------------------------------------------------------
     def _step(self) -> Generator[simpy.Event, Any, None]:

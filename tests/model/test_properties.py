@@ -193,7 +193,8 @@ def test_skip_ahead_follows_the_most_blocks_victim_rule(
     speed-ups, which have no line of their own for it, give stepping's results under either
     rule."""
     w, cfg, policy, params = case
-    engine = replace(cfg.engine, name=name, preemption_victim="most_blocks")  # type: ignore[arg-type]
+    engine = replace(cfg.engine, name=name,  # type: ignore[arg-type]
+                     preemption_victim="most_blocks")
     assert_skip_ahead_matches_stepping(w, replace(cfg, engine=engine), policy, params)
 
 
