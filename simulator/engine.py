@@ -46,6 +46,7 @@ from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.kv_blocks import KVBlocks
 from kvbudget.simulator.prefix_cache import PrefixCaching
 from kvbudget.simulator.request_queue import make_request_queue
+from kvbudget.simulator.request_rows import RowArrays
 from kvbudget.simulator.serving import FloatArray, IntArray, RequestFigures
 from kvbudget.simulator.small_arrays import isum
 from kvbudget.simulator.time_integrals import TimeIntegrals
@@ -99,9 +100,9 @@ class Engine:
       retracted or aborted); call ``super()`` (TensorRT-LLM keeps a sum over the running
       requests);
     * :meth:`stats` ``()``: the variant's own figures, added to the base's;
-    * :meth:`_row_state` ``() -> dict``: the per-request state arrays and the value a row
-      starts with, which :meth:`grow_rows` grows (a fleet's replica holds the rows routed to
-      it): a variant with per-request arrays of its own adds them, or says
+    * ``rows`` (:class:`kvbudget.simulator.request_rows.RowArrays`): a variant with
+      per-request arrays of its own registers them there (``rows.add``), so that
+      :meth:`grow_rows` grows them (a fleet's replica holds the rows routed to it), or says
       ``rows_grow = False`` (a class attribute) when they follow from the columns;
     * :attr:`decode_group` (a class attribute): False when a hook reads running requests'
       arrays between steps; with skip-ahead the running requests are then never kept as a
@@ -129,7 +130,7 @@ class Engine:
     # whether skip-ahead may keep the running requests as a decode group (see above)
     decode_group: ClassVar[bool] = True
     # whether grow_rows grows every per-request array of the class (a variant with per-request
-    # arrays of its own lists them in _row_state, or says False)
+    # arrays of its own registers them in rows, or says False)
     rows_grow: ClassVar[bool] = True
 
     def __init__(
@@ -191,14 +192,16 @@ class Engine:
         )
         self.arrival_s = arrival_s
         self.max_output_tokens = output_tokens if max_output_tokens is None else max_output_tokens
-        # per-request state (vLLM names)
-        self.num_tokens = np.zeros(n, np.int64)
-        self.num_computed_tokens = np.zeros(n, np.int64)
-        self.num_output_tokens = np.zeros(n, np.int64)
-        self.first_token_s = np.full(n, np.nan)
-        self.finished_s = np.full(n, np.nan)
-        self.num_preemptions = np.zeros(n, np.int64)
-        self.recomputed_tokens = np.zeros(n, np.int64)  # per request: KV computed then discarded
+        # per-request state (vLLM names), each with the value a new row starts with
+        self.rows = rows = RowArrays()
+        self.num_tokens = rows.add("num_tokens", np.zeros(n, np.int64), 0)
+        self.num_computed_tokens = rows.add("num_computed_tokens", np.zeros(n, np.int64), 0)
+        self.num_output_tokens = rows.add("num_output_tokens", np.zeros(n, np.int64), 0)
+        self.first_token_s = rows.add("first_token_s", np.full(n, np.nan), math.nan)
+        self.finished_s = rows.add("finished_s", np.full(n, np.nan), math.nan)
+        self.num_preemptions = rows.add("num_preemptions", np.zeros(n, np.int64), 0)
+        # per request: KV computed then discarded
+        self.recomputed_tokens = rows.add("recomputed_tokens", np.zeros(n, np.int64), 0)
         self.num_recomputed_tokens = 0
         self.num_preemptions_total = 0
         # queues: ``running`` changes only through _start_running and _stop_running
@@ -209,7 +212,7 @@ class Engine:
         # running request sets it (each then has exactly one token to compute).
         self._all_decode = False
         self.waiting = make_request_queue(config.scheduling_policy, self.priority, arrival_s)
-        self._in_engine = np.zeros(n, np.bool_)
+        self._in_engine = rows.add("_in_engine", np.zeros(n, np.bool_), 0)
         self._step_extra_s = 0.0  # seconds a hook adds to the current step (swap transfers)
         self._hol_blocked = False  # this step's waiting head was refused for lack of KV
         self.head_refusal = ""  # why the waiting loop stopped: "", seqs, budget, kv, policy
@@ -286,12 +289,6 @@ class Engine:
                 and -(-prompt // self.block_size) <= self._admit_blocks)
 
     # --- rows that come as they are routed (a fleet's replicas: kvbudget.simulator.fleet) ----
-    def _row_state(self) -> dict[str, float]:
-        """The per-request state arrays and the value a row starts with."""
-        zero = ("num_tokens", "num_computed_tokens", "num_output_tokens",
-                "num_preemptions", "recomputed_tokens", "_in_engine")
-        return dict.fromkeys(zero, 0.0) | {"first_token_s": math.nan, "finished_s": math.nan}
-
     def grow_rows(self, columns: Mapping[str, IntArray | FloatArray]) -> None:
         """Take longer per-request columns (``prompt_tokens``, ``output_tokens``,
         ``max_output_tokens``, ``arrival_s``, ``priority``, and ``order``: the rows' order for
@@ -309,11 +306,8 @@ class Engine:
             self.priority = np.asarray(columns["priority"], np.int64)
         else:
             self.priority = np.zeros(cap, np.int64)
-        for name, fill in self._row_state().items():
-            old = getattr(self, name)
-            new = np.full(cap, fill, old.dtype)
-            new[: len(old)] = old
-            setattr(self, name, new)
+        for name, array in self.rows.grow(cap).items():
+            setattr(self, name, array)
         self.segments.grow(cap)
         self.kv.grow(cap)
         order = columns.get("order")
@@ -799,10 +793,12 @@ class Engine:
 
     def drop_request_state(self) -> None:
         """Let the per-request state go (a fleet's replica, once its figures are read): every
-        array of :meth:`_row_state`, the rows' columns and the step ends. The engine cannot go
-        on after this; its other figures (timeline, integrals, counters, stats) stay."""
-        for name in [*self._row_state(), "prompt_tokens", "target_output",
-                     "max_output_tokens", "arrival_s", "priority"]:
+        array of ``rows``, the rows' columns and the step ends. The engine cannot go on after
+        this; its other figures (timeline, integrals, counters, stats) stay."""
+        for name, array in self.rows.drop().items():
+            setattr(self, name, array)
+        for name in ("prompt_tokens", "target_output", "max_output_tokens", "arrival_s",
+                     "priority"):
             setattr(self, name, np.zeros(0, getattr(self, name).dtype))
         self._end_chunks = []
         self._step_end_s = []

@@ -88,16 +88,14 @@ class SwapEngine(Engine):
         self.pcie_bandwidth_bytes_s = float(pcie_bandwidth_bytes_s)
         self.num_cpu_blocks = int(self.config.swap_space_gib * GIB // self.block_bytes)
         self.num_free_cpu_blocks = self.num_cpu_blocks
-        self.swapped_blocks = np.zeros(len(self.prompt_tokens), np.int64)
+        self.swapped_blocks = self.rows.add(
+            "swapped_blocks", np.zeros(len(self.prompt_tokens), np.int64), 0)
         self.swap_out_bytes = 0
         self.swap_in_bytes = 0
         self.num_swap_outs = 0
         self.num_swap_ins = 0
         self.num_swap_fallbacks = 0
         self._swap_s: list[float] = []
-
-    def _row_state(self) -> dict[str, float]:
-        return super()._row_state() | {"swapped_blocks": 0.0}
 
     def _transfer(self, blocks: int) -> int:
         nbytes = blocks * self.block_bytes

@@ -655,12 +655,10 @@ class DecodeGroupEngine(SkipAheadEngine):
         super().__init__(*args, **kwargs)
         # exists only while its steps run: any other step dissolves it first (see _step)
         self._group: DecodeGroup | None = None
-        self._joined_at = np.zeros(len(self.prompt_tokens), np.int64)  # a member's join step
+        joined_at = np.zeros(len(self.prompt_tokens), np.int64)  # a member's join step
+        self._joined_at = self.rows.add("_joined_at", joined_at, 0)
         # the group's step being committed: its members and the requests that start in it
         self._steps_group: tuple[int, list[tuple[int, int]]] = (0, [])
-
-    def _row_state(self) -> dict[str, float]:
-        return super()._row_state() | {"_joined_at": 0.0}
 
     # --- what hooks read of running requests ------------------------------------------------
     def running_output_tokens(self) -> IntArray:
