@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml Makefile
 # the Jupyter kernel the notebooks run on, and the CPU vLLM for the live tests (outside the tree).
 $(STAMP)-test: $(STAMP)
 	$(PY) -m pip install -q torch==2.13.0  # the CPU build; an unpinned torch pulls a CUDA one
-	$(EDITABLE_QUIET) $(PY) -m pip install -q -e '.[dev,profile,ray]'
+	$(EDITABLE_QUIET) $(PY) -m pip install -q -e '.[dev,profile,ray,serve]'
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	@# headless Chromium renders `kvbudget report` in a test (skipped where it cannot be had)
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kvbudget.analysis import plots
 from kvbudget.analysis import tables as analysis
 from kvbudget.results.run_result import RunResult, read_run
 
@@ -332,8 +333,6 @@ def build_report(
     (default: a twentieth of the longest run). ``progress(done, total)`` is called as the
     work advances: the bootstrap intervals, then each figure.
     """
-    from kvbudget.analysis import plots
-
     dirs = [Path(d) for d in run_dirs]
     runs = load_runs(dirs)
     meas = read_run(Path(measured)) if measured is not None else None

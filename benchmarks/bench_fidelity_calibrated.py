@@ -189,6 +189,33 @@ def summary_line(kind: str, run: str, table: Any) -> str:
     return f"{kind:<22} {run:<26} " + " ".join(f"{c:>8}" for c in cells)
 
 
+def out_of_range(fitted: dict[str, float]) -> list[str]:
+    """The fitted parameters outside their physical range (``PHYSICAL_RANGES``)."""
+    from kvbudget.studies.calibrate import PHYSICAL_RANGES
+
+    return [k for k, v in fitted.items() if k in PHYSICAL_RANGES
+            and not PHYSICAL_RANGES[k][0] - 1e-12 <= v <= PHYSICAL_RANGES[k][1] + 1e-12]
+
+
+def with_intervals(table: Any, spans: dict[str, tuple[float, float]]) -> Any:
+    from kvbudget.studies.fit_uncertainty import with_intervals as add
+
+    return add(table, spans)
+
+
+def coverage(results: list[tuple[str, str, Any]]) -> tuple[int, int]:
+    """How many held-out figures fall inside their 95 % prediction interval, of how many."""
+    inside = total = 0
+    for _, _, table in results:
+        if "sim_low_95" not in table:
+            continue
+        sub = table[(table["stage"] == "all") & np.isfinite(table["sim_low_95"])]
+        total += len(sub)
+        inside += int(((sub["sim_low_95"] <= sub["measured"])
+                       & (sub["measured"] <= sub["sim_high_95"])).sum())
+    return inside, total
+
+
 def calibrated_results(fits: tuple[str, ...] = ("default", "linear"), max_evals: int = 150,
                        *, uncalibrated: bool = True) -> list[tuple[str, str, Any]]:
     """``(kind, run, comparison table)`` for every run and kind (the module docstring); the
@@ -212,8 +239,14 @@ def calibrated_results(fits: tuple[str, ...] = ("default", "linear"), max_evals:
             first = run.recording.fit_rows(0.5)
             for label, fit_rows in (("half 1->2", first), ("half 2->1", ~first)):
                 half = fit(run, fit_kind, fit_rows, max_evals)
+                held = compare(run, half.model, ~fit_rows)
+                spans = half.intervals_on(run.recording.records(), ~fit_rows)
                 results.append((f"{label} {fit_kind}", run.name,
-                                compare(run, half.model, ~fit_rows)))
+                                with_intervals(held, spans) if spans else held))
+                outside = out_of_range(half.fitted)
+                if outside:
+                    print(f"note: {run.name} {label} {fit_kind}: outside its physical range: "
+                          f"{outside}", file=sys.stderr)
     # GPU transfer: the default model's parameters from one model to another on the same GPU
     by_gpu: dict[str, list[Run]] = {}
     for run in runs:
@@ -253,6 +286,10 @@ def main() -> None:
         f"{m.replace('_s', '').replace('output_tokens_per', 'tok/s'):>8}" for m in SUMMARY))
     for kind, run_name, table in results:
         print(summary_line(kind, run_name, table))
+    inside, total = coverage(results)
+    if total:
+        print(f"held-out figures inside their 95 % prediction interval: {inside} of {total} "
+              f"({100 * inside / total:.0f} %)")
 
 
 if __name__ == "__main__":

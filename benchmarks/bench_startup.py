@@ -7,7 +7,7 @@ installed package's are (``bytecode.py``):
 - ``simulate`` on the first 5 requests of ../shared/bench/conv_n2000_q2.jsonl with the
   configuration of bench_simulate.py (a) (everything but the simulation loop);
 - ``simulate`` of the same 5 requests with the rows printed as a table instead of JSON;
-- ``kvbudget --help`` (typer building every command, nothing imported for a command).
+- ``kvbudget --help`` (the commands listed from their summaries: no command module imported).
 
 For reference it also times a bare interpreter and one importing what every simulate needs
 whatever kvbudget does (typer, numpy, simpy, pyarrow's JSON reader):

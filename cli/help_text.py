@@ -10,10 +10,44 @@ from __future__ import annotations
 PANELS: dict[str, tuple[str, ...]] = {
     "Simulate a what-if": ("simulate", "compare", "presets"),
     "Studies (many simulations)": ("sweep", "tune", "capacity", "plan", "regress"),
-    "Your recordings and live servers": ("calibrate", "validate", "replay", "report"),
+    "Your recordings and live servers": ("calibrate", "validate", "replay", "serve",
+                                         "report"),
     "Inputs: traces and step times": ("trace", "profile", "profile-fit"),
 }
 """The top-level commands by what a user comes to do, in the order ``kvbudget --help`` shows."""
+
+SUMMARIES: dict[str, str] = {
+    "simulate": "Simulate one policy on a scenario (the embedded default when none is given).",
+    "compare": "Run the same workload and seed under each policy and print them side by side.",
+    "presets": "List the GPU and model presets, vLLM's engine defaults per GPU and the KV "
+               "capacity.",
+    "profile": "Time prefill and decode steps of a model on this machine (needs "
+               "kvbudget[profile]).",
+    "profile-fit": "Fit the linear cost model to a profile; write a file for simulate "
+                   "--cost-model.",
+    "regress": "Run a suite of scenarios and compare their metrics with the baselines.",
+    "replay": "Replay a trace through an admission policy against a live OpenAI-compatible "
+              "server.",
+    "serve": "Run the admission gateway: an OpenAI-compatible server that admits each request "
+             "with the policy (tier limit, token lease, queue or Overloaded) before forwarding it "
+             "upstream.",
+    "calibrate": "Fit the cost model for simulate --cost-model: to a live server's step times "
+                 "(--url), or to a recorded run's latencies (--records, offline).",
+    "validate": "Simulate with the calibrated model and compare per metric: against a live "
+                "replay of a trace (--url), or against a recorded run (--records, offline).",
+    "sweep": "Simulate a grid of configurations x replications into one table (a row per "
+             "run).",
+    "tune": "Find the parameters that optimise an objective subject to constraints.",
+    "capacity": "The largest arrival rate each policy sustains at the SLO attainment target "
+                "(DistServe's per-GPU goodput), by bisection on the load with replications.",
+    "report": "Write one self-contained HTML report (figures embedded) and PNGs for one or more "
+              "runs.",
+    "plan": "The cheapest deployment meeting the SLOs: GPU type x tensor parallelism x replicas "
+            "x admission policy (and its main parameter), ranked by dollars per hour.",
+    "trace": "Inspect, convert, generate and download workload traces.",
+}
+"""Each command's first sentence, as its help starts: ``kvbudget --help`` lists the commands
+from these without importing their modules (tests/cli/test_help_panels.py checks they match)."""
 
 EXAMPLES: dict[str, tuple[str, str]] = {
     "simulate": ("kvbudget simulate --policy overcommit --out runs/oc",
@@ -38,6 +72,9 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "replay": ("kvbudget replay --url http://127.0.0.1:8000 --trace trace.csv --out runs/live",
                "kvbudget replay --url http://127.0.0.1:8000 --trace trace.csv --users 16 "
                "--out runs/closed"),
+    "serve": ("kvbudget serve --upstream http://127.0.0.1:8000 --scenario tuned.toml --port 8100",
+              "kvbudget serve --upstream http://10.0.0.5:8000 --host 0.0.0.0 --keys keys.txt "
+              "--out runs/prod"),
     "report": ("kvbudget report runs/oc --out report.html",
                "kvbudget report runs/oc --measured runs/live --out report.html"),
     "trace": ("kvbudget trace stats trace.csv",

@@ -1,34 +1,54 @@
 """``kvbudget replay``, ``calibrate`` and ``validate``: the gateway against a live server."""
 
+import asyncio
 import json
 import math
+import os
+import shlex
 import sys
 from dataclasses import dataclass, replace
+from dataclasses import replace as _replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from kvbudget.analysis.validation import KEY_METRICS
+from kvbudget.cli import recorded
 from kvbudget.cli.errors import CliError, check_out_dir, check_out_file, fail, user_errors
 from kvbudget.cli.options import (
     ClientsOpt,
     ThinkTimeOpt,
     TraceArgs,
     UsersOpt,
+    policy_from_flags,
     with_trace_options,
 )
+from kvbudget.cli.progress import Bar
+from kvbudget.cli.tables import render, render_summaries
+from kvbudget.live.calibrate import CalibrationFailed, CalibrationPlan, calibrate
+from kvbudget.live.openai_client import ServerTarget, redact_url
+from kvbudget.live.replay import ReplayConfig, ReplayMeta, replay_async, scale_time
+from kvbudget.live.server import BackendUnavailable
+from kvbudget.live.validate import discover_kv_server, load_live_cost_model, run_live_validation
+from kvbudget.perf.fitted_on import fitted_on_extra, target_or_why
+from kvbudget.policies import DEFAULT_TIERS
+from kvbudget.policies.clients import client_models, parse_clients
+from kvbudget.simulator.scenario import load_scenario
+from kvbudget.studies.validate import compare_live_validation
+from kvbudget.workloads.closed_loop import ClosedLoop
+from kvbudget.workloads.lengths import FixedCap
+from kvbudget.workloads.traces import TraceOptions, load_trace
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from kvbudget.live.calibrate import Calibration, CalibrationPlan, SpeedCheck
-    from kvbudget.live.openai_client import ServerTarget
+    from kvbudget.live.calibrate import Calibration, SpeedCheck
     from kvbudget.live.replay import ReplayOutcome
     from kvbudget.policies import BasePolicy, FrontDoor, TierConfig
     from kvbudget.policies.clients import ClientModel
     from kvbudget.studies.validate import LiveComparison
     from kvbudget.workloads import Workload
-    from kvbudget.workloads.closed_loop import ClosedLoop
 
 UrlOpt = Annotated[str, typer.Option(
     "--url", help="The server root, e.g. http://127.0.0.1:8000 (OpenAI-compatible).")]
@@ -44,6 +64,9 @@ TierOpt = Annotated[str, typer.Option(
 AllowRefusalsOpt = Annotated[bool, typer.Option(
     "--allow-refusals", help="With --records: go on (with a warning) when the simulated replay "
     "refuses, expires or drops more than 2 % of the requests the recording shows completed.")]
+SmallFitOpt = Annotated[bool, typer.Option(
+    "--allow-small-fit", help="With --records: fit a recording with fewer than 10 measured "
+    "requests per fitted parameter (refused otherwise: such a fit does not transfer).")]
 MaxOutputOpt = Annotated[int | None, typer.Option(
     "--max-output", help="Declared max_tokens of requests whose trace has none (default "
     "2048; never below the true output); with --records, of requests whose file records none "
@@ -89,6 +112,9 @@ ColumnOpt = Annotated[list[str] | None, typer.Option(
     "(arrival_s, prompt_tokens, ..., ttft_s, e2e_s, status, stage), repeatable.")]
 GpuOpt = Annotated[str | None, typer.Option(
     "--gpu", help="With --records: the recorded server's GPU (kvbudget presets).")]
+CalGpuOpt = Annotated[str | None, typer.Option(
+    "--gpu", help="With --records: the recorded server's GPU (kvbudget presets); with --url, "
+    "the server's, recorded in the cost file so that it is checked where it is used.")]
 BlocksOpt = Annotated[int | None, typer.Option(
     "--num-gpu-blocks", help="With --records: the recorded server's KV blocks (default: "
     "what the recording says, else computed for --gpu and --model).")]
@@ -121,30 +147,11 @@ EngineNameOpt = Annotated[str | None, typer.Option(
 
 
 def _target(url: str, model: str, api_key: str | None, read_timeout: float) -> "ServerTarget":
-    from kvbudget.live.openai_client import ServerTarget
-
     return ServerTarget(base_url=url, model=model, api_key=api_key, read_timeout_s=read_timeout)
-
-
-def _policy(name: str, params: list[str] | None) -> "BasePolicy":
-    from kvbudget.policies import make_policy
-
-    values: dict[str, Any] = {}
-    for item in params or []:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise CliError(f"--param: expected key=value, got {item!r}")
-        try:
-            values[key.strip()] = json.loads(raw)
-        except (json.JSONDecodeError, RecursionError):
-            values[key.strip()] = raw
-    return make_policy(name, values)
 
 
 def _tiers_for(workload: "Workload", tiers: "tuple[TierConfig, ...] | None" = None
                ) -> "tuple[TierConfig, ...]":
-    from kvbudget.policies import DEFAULT_TIERS
-
     tiers = DEFAULT_TIERS if tiers is None else tiers
     known = {t.name for t in tiers}
     missing = sorted(set(workload.tier_names) - known)
@@ -171,10 +178,8 @@ def gateway_setup(scenario: Path | None, policy: str | None, params: list[str] |
     without a scenario: default tiers, no front door, ``conservative`` by default."""
     if scenario is None:
         name = policy or "conservative"
-        _policy(name, params)  # a bad name or parameter fails here, before anything runs
-        return GatewaySetup(lambda: _policy(name, params), None, None)
-    from kvbudget.simulator.scenario import load_scenario
-
+        policy_from_flags(name, params)  # a bad name or parameter fails here, before anything runs
+        return GatewaySetup(lambda: policy_from_flags(name, params), None, None)
     try:
         scn = load_scenario(scenario)
     except (FileNotFoundError, ValueError) as exc:  # each names the file and the field
@@ -183,7 +188,7 @@ def gateway_setup(scenario: Path | None, policy: str | None, params: list[str] |
         raise CliError("--param needs --policy when the policy comes from --scenario")
 
     def new_policy() -> "BasePolicy":
-        return scn.make_policy() if policy is None else _policy(policy, params)
+        return scn.make_policy() if policy is None else policy_from_flags(policy, params)
 
     new_policy()  # a bad name or parameter fails here, before anything runs
     config = scn.sim_config()
@@ -194,9 +199,6 @@ def with_clients(setup: GatewaySetup, clients: str | None) -> GatewaySetup:
     """The setup with ``--clients tier=preset,...`` over the scenario's ``[clients]``."""
     if clients is None:
         return setup
-    from kvbudget.policies import DEFAULT_TIERS
-    from kvbudget.policies.clients import client_models, parse_clients
-
     tiers = setup.tiers if setup.tiers is not None else DEFAULT_TIERS
     try:
         chosen = dict(client_models(parse_clients(clients), {t.name: t for t in tiers}))
@@ -209,10 +211,6 @@ def with_clients(setup: GatewaySetup, clients: str | None) -> GatewaySetup:
 def load_workload(trace: Path, trace_format: str | None, tier: str, time_scale: float,
                   max_output: int | None = None) -> "Workload":
     """The trace as a workload (the loaders of ``kvbudget simulate --trace``), time-scaled."""
-    from kvbudget.live.replay import scale_time
-    from kvbudget.workloads.lengths import FixedCap
-    from kvbudget.workloads.traces import TraceOptions, load_trace
-
     if not trace.exists():
         raise CliError(f"{trace}: no such trace file")
     options = TraceOptions(format=trace_format, default_tier=tier)
@@ -227,11 +225,6 @@ def load_trace_workload(trace: Path, trace_args: TraceArgs, tier: str, time_scal
                         ) -> "Workload":
     """The trace read with the shared trace options (``--default-tier`` over ``--tier``),
     time-scaled."""
-    from dataclasses import replace as _replace
-
-    from kvbudget.live.replay import scale_time
-    from kvbudget.workloads.traces import load_trace
-
     if not trace.exists():
         raise CliError(f"{trace}: no such trace file")
     options = trace_args.options()
@@ -243,8 +236,6 @@ def load_trace_workload(trace: Path, trace_args: TraceArgs, tier: str, time_scal
 def _key_given(api_key: str | None) -> bool:
     """Whether the command line gave ``--api-key`` (not ``KVBUDGET_API_KEY``, which a shell
     may export for every command)."""
-    import os
-
     return api_key is not None and api_key != os.environ.get("KVBUDGET_API_KEY")
 
 
@@ -253,10 +244,6 @@ def _resume_hint() -> str:
     argv = sys.argv[1:]
     if argv[:1] != ["replay"]:  # called in-process (tests, notebooks): no command line to show
         return "; resume with the same command and --resume"
-    import shlex
-
-    from kvbudget.live.openai_client import redact_url
-
     # the command line as typed, less its secrets: an API key's value and a URL's password
     # are never printed (the key then comes from KVBUDGET_API_KEY or --api-key again)
     args: list[str] = []
@@ -285,11 +272,6 @@ def run_replay(workload: "Workload", policy: "BasePolicy", *, target: "ServerTar
                closed_loop: "ClosedLoop | None" = None) -> "ReplayOutcome":
     """Replay with a progress bar; a server that dies or Ctrl-C exit with code 1 / 130 after
     the output is written, saying how to resume."""
-    import asyncio
-
-    from kvbudget.live.replay import ReplayConfig, ReplayMeta, replay_async
-    from kvbudget.live.server import BackendUnavailable
-
     config = ReplayConfig(target=target, tiers=tiers, capacity_tokens=capacity_tokens,
                           max_in_flight=max_in_flight, seed=seed, poll_period_s=poll_period,
                           lease_ttl_s=lease_ttl, front_door=front_door, clients=clients,
@@ -304,8 +286,6 @@ def run_replay(workload: "Workload", policy: "BasePolicy", *, target: "ServerTar
         if num_done:
             typer.echo(f"resuming: {num_done} requests already done, {num_todo} to replay",
                        err=True)
-        from kvbudget.cli.progress import Bar
-
         bar = Bar(f"replay {policy.name}", num_todo, "req")
 
     def on_record(row: Any) -> None:
@@ -333,8 +313,6 @@ def run_replay(workload: "Workload", policy: "BasePolicy", *, target: "ServerTar
 
 
 def _closed_loop(users: int | None, think_time_s: float | None) -> "ClosedLoop | None":
-    from kvbudget.workloads.closed_loop import ClosedLoop
-
     if users is None:
         if think_time_s is not None:
             raise CliError("--think-time-s needs --users (a closed loop)")
@@ -343,8 +321,6 @@ def _closed_loop(users: int | None, think_time_s: float | None) -> "ClosedLoop |
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
-    from kvbudget.cli.tables import render_summaries
-
     typer.echo(render_summaries([summary]))
 
 
@@ -415,7 +391,7 @@ def calibrate_cmd(
     records: RecordsOpt = None,
     records_format: RecordsFormatOpt = None,
     columns: ColumnOpt = None,
-    gpu: GpuOpt = None,
+    gpu: CalGpuOpt = None,
     num_gpu_blocks: BlocksOpt = None,
     block_size: BlockSizeOpt = None,
     tensor_parallel_size: TpOpt = None,
@@ -435,6 +411,7 @@ def calibrate_cmd(
     tier: RecTierOpt = "interactive",
     max_output: MaxOutputOpt = None,
     allow_refusals: AllowRefusalsOpt = False,
+    allow_small_fit: SmallFitOpt = False,
     seed: SeedOpt = 0,
     api_key: ApiKeyOpt = None,
     prefill_tokens: Annotated[str, typer.Option(
@@ -459,8 +436,6 @@ def calibrate_cmd(
     """Fit the cost model for simulate --cost-model: to a live server's step times (--url), or
     to a recorded run's latencies (--records, offline)."""
     if records is not None:
-        from kvbudget.cli import recorded
-
         with user_errors():
             if url is not None:
                 raise CliError("--url and --records exclude each other")
@@ -487,17 +462,17 @@ def calibrate_cmd(
                 max_output=max_output)
             recorded.calibrate_records(setup, out, kind=fit_kind, holdout=holdout,
                                        max_evals=max_evals, fit_overhead=fit_overhead,
-                                       allow_refusals=allow_refusals)
+                                       allow_refusals=allow_refusals,
+                                       allow_small=allow_small_fit)
         return
     with user_errors():
         if url is None:
             raise CliError("give --url (a live server) or --records (a recorded run)")
-        if max_output is not None or allow_refusals:
-            flag = "--max-output" if max_output is not None else "--allow-refusals"
+        if max_output is not None or allow_refusals or allow_small_fit:
+            flag = ("--max-output" if max_output is not None else "--allow-refusals"
+                    if allow_refusals else "--allow-small-fit")
             raise CliError(f"{flag} applies to --records, not to a live calibration")
         check_out_file(out)
-        from kvbudget.live.calibrate import CalibrationPlan
-
         plan = CalibrationPlan(
             prefill_tokens=_ints(prefill_tokens, "--prefill-tokens"),
             decode_batches=_ints(decode_batches, "--decode-batches"),
@@ -511,24 +486,34 @@ def calibrate_cmd(
         target = _target(url, model, api_key, read_timeout)
         cal = _calibrate_with_bar(target, plan, capacity_tokens)
         out.parent.mkdir(parents=True, exist_ok=True)
-        cal.save(out)
+        cal.save(out, _fitted_on(cal.model, gpu, cal.info.model, out,
+                                 tensor_parallel_size=tensor_parallel_size or 1,
+                                 kv_cache_dtype=kv_cache_dtype or "auto"))
     _print_calibration(cal, target, out)
+
+
+def _fitted_on(model: Any, gpu: str | None, served: str | None, out: Path, *,
+               tensor_parallel_size: int, kv_cache_dtype: str) -> dict[str, Any] | None:
+    """The ``fitted_on`` block of a live calibration's file (the served model resolved to a
+    preset, ``--gpu``), or a note saying why the file cannot record it."""
+    target = target_or_why(gpu, served, tensor_parallel_size=tensor_parallel_size,
+                           kv_cache_dtype=kv_cache_dtype)
+    if isinstance(target, str):
+        typer.echo(f"note: {out} does not record the GPU and model it was fitted on ({target}"
+                   "): it cannot be checked where it is used", err=True)
+        return None
+    return fitted_on_extra(model, target, {})
 
 
 def _calibrate_with_bar(target: "ServerTarget", plan: "CalibrationPlan",
                         capacity_tokens: int | None) -> "Calibration":
     """:func:`~kvbudget.live.calibrate.calibrate` with a progress bar; a server that fails it
     exits with code 1."""
-    from kvbudget.live.calibrate import CalibrationFailed, calibrate
-    from kvbudget.live.server import BackendUnavailable
-
     bar: Any = None
 
     def on_point(point: Any, done: int, total: int) -> None:
         nonlocal bar
         if bar is None:  # a terminal's bar; elsewhere (CI) a line every LINE_EVERY_S
-            from kvbudget.cli.progress import Bar
-
             bar = Bar("calibrate", total, "point", lines_from=1)
         bar.update(1)
 
@@ -543,8 +528,6 @@ def _calibrate_with_bar(target: "ServerTarget", plan: "CalibrationPlan",
 
 def _print_calibration(cal: "Calibration", target: "ServerTarget", out: Path) -> None:
     """The coefficients and the per-class fit errors ``calibrate --url`` prints."""
-    from kvbudget.cli.tables import render
-
     m = cal.model
     typer.echo(f"fitted on {cal.fit.num_samples} grid points of {cal.info.model} at "
                f"{target.base_url}")
@@ -597,6 +580,7 @@ def validate_cmd(
     tier: TierOpt = "interactive",
     max_output: MaxOutputOpt = None,
     allow_refusals: AllowRefusalsOpt = False,
+    allow_small_fit: SmallFitOpt = False,
     time_scale: TimeScaleOpt = 1.0,
     capacity_tokens: CapacityOpt = None,
     max_in_flight: InFlightOpt = 256,
@@ -624,8 +608,6 @@ def validate_cmd(
     """Simulate with the calibrated model and compare per metric: against a live replay of a
     trace (--url), or against a recorded run (--records, offline)."""
     if records is not None:
-        from kvbudget.cli import recorded
-
         with user_errors():
             if url is not None or trace is not None:
                 raise CliError("--records excludes --url and --trace")
@@ -653,22 +635,16 @@ def validate_cmd(
             recorded.validate_records(rec_setup, out, holdout=holdout, kind=fit_kind,
                                       max_evals=max_evals, fit_overhead=fit_overhead,
                                       max_error=max_error, cost_model=cost_model,
-                                      allow_refusals=allow_refusals)
+                                      allow_refusals=allow_refusals,
+                                      allow_small=allow_small_fit)
         return
     with user_errors():
         if url is None or trace is None or cost_model is None:
             raise CliError("give --url, --trace and --cost-model (a live validation) or "
                            "--records (a recorded run)")
-        if allow_refusals:
-            raise CliError("--allow-refusals applies to --records, not to a live validation")
-        from kvbudget.live.server import BackendUnavailable
-        from kvbudget.live.validate import (
-            discover_kv_server,
-            load_live_cost_model,
-            run_live_validation,
-        )
-        from kvbudget.studies.validate import compare_live_validation
-
+        if allow_refusals or allow_small_fit:
+            flag = "--allow-refusals" if allow_refusals else "--allow-small-fit"
+            raise CliError(f"{flag} applies to --records, not to a live validation")
         check_out_dir(out)
         if out.exists() and any(out.iterdir()):
             raise CliError(f"{out}: already exists and is not empty; choose another --out")
@@ -717,9 +693,6 @@ def _print_live_validation(outcome: "LiveComparison",
                            overhead: float, speed_check: bool, out: Path,
                            max_error: float | None) -> None:
     """The tables and lines ``validate --url`` prints; exit 1 past ``--max-error``."""
-    from kvbudget.analysis.validation import KEY_METRICS
-    from kvbudget.cli.tables import render
-
     result = outcome.validation
     corrected = (None if outcome.drift_corrected is None
                  else (outcome.drift_factor, outcome.drift_corrected))

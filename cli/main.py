@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import gc
 import importlib
+import math
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,13 +35,13 @@ else:
 
 import typer  # noqa: E402
 
+from kvbudget.cli.help_text import PANELS, SUMMARIES, epilog  # noqa: E402
+
 
 def _finite_and_present(ctx: object, param: object, value: object) -> object:
     """Every float flag takes a finite number (NaN passes click's ranges, and infinity is no
     deployment's figure: leave the flag out for "no limit"), and every path flag a non-empty
     path (typer reads '' as the current directory)."""
-    import math
-
     kind = type(getattr(param, "type", None)).__name__
     for v in value if isinstance(value, (list, tuple)) else (value,):
         if kind in ("FloatParamType", "FloatRange") and isinstance(v, float) \
@@ -67,23 +72,21 @@ class _Group(typer.core.TyperGroup):
         if command is not None:
             _guard(command)
             if getattr(command, "epilog", None) is None:
-                from kvbudget.cli.help_text import epilog
-
                 command.epilog = epilog(cmd_name)
         return command
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         """The commands in the panels of :data:`kvbudget.cli.help_text.PANELS` (click
-        sections), then any other."""
-        from kvbudget.cli.help_text import PANELS
-
-        names = self.list_commands(ctx)
+        sections), then any other. A command whose module is not loaded (``kvbudget --help``
+        loads none: see :func:`_modules_for`) is listed with its summary from
+        :data:`~kvbudget.cli.help_text.SUMMARIES`, shortened as click shortens its help."""
+        names = [*self.list_commands(ctx), *(n for n in _MODULE_OF if n not in self.commands)]
         limit = formatter.width - 6 - max((len(n) for n in names), default=0)
         seen: set[str] = set()
         for title, members in PANELS.items():
             rows = []
             for name in members:
-                command = self.get_command(ctx, name) if name in names else None
+                command = self._listed(ctx, name) if name in names else None
                 if command is not None and not command.hidden:
                     rows.append((name, command.get_short_help_str(limit)))
                     seen.add(name)
@@ -91,10 +94,18 @@ class _Group(typer.core.TyperGroup):
                 with formatter.section(title):
                     formatter.write_dl(rows)
         rest = [(n, c.get_short_help_str(limit)) for n in names if n not in seen
-                and (c := self.get_command(ctx, n)) is not None and not c.hidden]
+                and (c := self._listed(ctx, n)) is not None and not c.hidden]
         if rest:
             with formatter.section("Other commands"):
                 formatter.write_dl(rest)
+
+    def _listed(self, ctx: Any, name: str) -> Any:
+        """The command ``name``; a stand-in carrying its summary when its module is not
+        loaded (never run: only listed)."""
+        command = self.get_command(ctx, name)
+        if command is None and name in _MODULE_OF:
+            return typer.core.TyperCommand(name, help=SUMMARIES[name])
+        return command
 
 
 app = typer.Typer(
@@ -111,11 +122,14 @@ app = typer.Typer(
 
 # The command modules, in the order of ``kvbudget --help``, and the commands each registers.
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
-    "simulate": ("simulate", "compare", "presets"),
+    "simulate": ("simulate",),
+    "compare": ("compare",),
+    "presets": ("presets",),
     "profile": ("profile", "profile-fit"),
     "regress": ("regress",),
     "trace": ("trace",),
     "live": ("replay", "calibrate", "validate"),
+    "serve": ("serve",),
     "sweep": ("sweep", "tune", "capacity"),
     "report": ("report",),
     "plan": ("plan",),
@@ -131,14 +145,18 @@ def _group() -> None:
 
 
 def _modules_for(argv: Sequence[str]) -> tuple[str, ...]:
-    """The command modules a command line needs: only the one of the command it names when
-    the process was started as ``kvbudget COMMAND ...`` (building typer's parser for every
-    command, and importing their modules, costs ~25 ms a start); every module otherwise
-    (``--help``, a mistyped command). An ``app`` imported by a test or a notebook has every
+    """The command modules a command line needs, when the process was started as ``kvbudget
+    ...``: only the one of the command it names (each command module imports what its
+    commands run: building typer's parser for every command, and importing every module, would
+    cost a second a start); none for ``kvbudget`` or ``kvbudget --help`` (the commands are
+    listed from their summaries); every module for a word that names no command (click then
+    says which commands come close). An ``app`` imported by a test or a notebook has every
     command (see ``_AS_COMMAND``)."""
     if len(argv) >= 2 and argv[1] in _MODULE_OF:
         return (_MODULE_OF[argv[1]],)
-    return tuple(COMMAND_MODULES)
+    if len(argv) >= 2 and not argv[1].startswith("-"):
+        return tuple(COMMAND_MODULES)
+    return ()
 
 
 def _register(modules: Sequence[str], command: str | None = None) -> None:
@@ -157,7 +175,11 @@ def _command_for(argv: Sequence[str]) -> str | None:
     return argv[1] if len(argv) >= 2 and argv[1] in _MODULE_OF else None
 
 
-if _AS_COMMAND:
+if __name__ == "__mp_main__":
+    # a pool worker of a command (multiprocessing runs the parent's main module again in each
+    # worker it starts): it runs library calls, never the app, so it loads no command module
+    pass
+elif _AS_COMMAND:
     _register(_modules_for(sys.argv), _command_for(sys.argv))
 else:
     _register(tuple(COMMAND_MODULES))
@@ -174,8 +196,6 @@ def terminate(signum: int, frame: Any) -> None:
     when the handler happens to run inside a weakref callback or a finalizer (asyncio's task
     WeakSet drops tasks in one), where Python prints the exception and goes on. Elsewhere
     (Python's default SIGINT handler, or SIGINT ignored) it raises ``KeyboardInterrupt``."""
-    import signal
-
     handler = signal.getsignal(signal.SIGINT)
     if callable(handler) and handler not in (signal.default_int_handler, terminate):
         handler(signal.SIGINT, frame)
@@ -200,8 +220,6 @@ def _run() -> int:
     # What is loaded so far (typer, the command modules) lives as long as the process: keep it
     # out of the collector's passes while each command imports the rest (as mypy does).
     gc.freeze()
-    import signal
-
     try:
         signal.signal(signal.SIGTERM, terminate)
         app()
@@ -229,10 +247,6 @@ def _leave(code: int) -> None:
     SIGABRT: apache/arrow#34314, #39862), which turned a finished run into a failed command
     (1 in some hundreds of runs here). Skipping it also saves the teardown's CPU (~10 ms).
     """
-    import atexit
-    import contextlib
-    import threading
-
     for thread in threading.enumerate():
         if thread is not threading.main_thread() and not thread.daemon:
             thread.join()

@@ -28,13 +28,17 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import importlib.util
 import marshal
 import os
+import pkgutil
 import sys
 from pathlib import Path
 from types import CodeType
 from typing import Any
+
+import kvbudget
 
 MAX_ENTRIES = 4_000
 """A file that has grown past this (old versions of edited classes add up) starts afresh."""
@@ -43,8 +47,6 @@ MAX_ENTRIES = 4_000
 def default_path() -> Path:
     """``__pycache__/dataclass_methods.<cache tag>.marshal`` in the folder of the kvbudget
     package's ``__init__.py`` (``kvbudget/`` in a checkout, as installed)."""
-    import kvbudget
-
     package = Path(str(kvbudget.__file__)).parent
     tag = sys.implementation.cache_tag or "python"
     return package / "__pycache__" / f"dataclass_methods.{tag}.marshal"
@@ -106,15 +108,11 @@ class MethodCache:
 
     def install(self) -> None:
         """Make :meth:`exec` the ``exec`` that :mod:`dataclasses` calls."""
-        import dataclasses
-
         dataclasses.exec = self.exec  # type: ignore[attr-defined]
 
     @staticmethod
     def uninstall() -> None:
         """Give :mod:`dataclasses` the builtin ``exec`` back."""
-        import dataclasses
-
         vars(dataclasses).pop("exec", None)
 
     def save(self, *, force: bool = False) -> bool:
@@ -144,10 +142,6 @@ class MethodCache:
 def _import_every_module() -> int:
     """Import every module of the kvbudget package (those whose optional dependencies are
     missing are left out): the number imported."""
-    import pkgutil
-
-    import kvbudget
-
     num_imported = 0
     for info in pkgutil.walk_packages(kvbudget.__path__, "kvbudget."):
         if info.name.endswith("__main__"):

@@ -19,6 +19,7 @@ A new shared option is one entry in a table below (its name, its ``Annotated`` t
 """
 
 import inspect
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,12 +28,20 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kvbudget.cli.errors import CliError
+from kvbudget.policies import make_policy
+from kvbudget.policies.clients import parse_clients
+from kvbudget.simulator.engine_config import ENGINE_NAMES
+from kvbudget.simulator.scenario import make_scenario
+from kvbudget.workloads.arrivals import ConstantArrivals, GammaArrivals, PoissonArrivals
+from kvbudget.workloads.errors import SpecError
+from kvbudget.workloads.max_output import FactorOfTrue, FixedCap, QuantileCap
+from kvbudget.workloads.traces.options import TraceOptions
 
 if TYPE_CHECKING:
+    from kvbudget.policies import BasePolicy
     from kvbudget.simulator.scenario import Scenario
     from kvbudget.workloads.arrivals import ArrivalProcess
     from kvbudget.workloads.max_output import MaxOutputRule
-    from kvbudget.workloads.traces import TraceOptions
 
 _T = "Trace options"
 _E = "Engine options"
@@ -209,9 +218,6 @@ def parse_rate_scales(text: str) -> tuple[float, ...]:
     values = tuple(_float(v, "--rate-scale") for v in text.split(",") if v.strip())
     if not values or not all(v > 0 for v in values):
         raise CliError(f"--rate-scale: must be > 0 (a number, or a list for a sweep), got {text!r}")
-    from kvbudget.workloads.errors import SpecError
-    from kvbudget.workloads.traces.options import TraceOptions
-
     for v in values:  # each value as loading a trace checks it (bounds, finiteness)
         try:
             TraceOptions(rate_scale=v)
@@ -241,8 +247,6 @@ def _max_output_table(text: str) -> dict[str, Any]:
 
 
 def parse_max_output(text: str) -> "MaxOutputRule":
-    from kvbudget.workloads.max_output import FactorOfTrue, FixedCap, QuantileCap
-
     t = _max_output_table(text)
     if t["kind"] == "fixed":
         return FixedCap(t["tokens"], t["truncate"])
@@ -264,8 +268,6 @@ def _arrival_table(text: str) -> dict[str, Any]:
 
 
 def parse_arrival(text: str) -> "ArrivalProcess":
-    from kvbudget.workloads.arrivals import ConstantArrivals, GammaArrivals, PoissonArrivals
-
     t = _arrival_table(text)
     if t["kind"] == "poisson":
         return PoissonArrivals(t["rate_rps"])
@@ -317,9 +319,6 @@ class TraceArgs:
     def options(self, seed: int | None = None, *, with_rate_scale: bool = True
                 ) -> "TraceOptions":
         """:class:`TraceOptions` for loading a trace directly (``kvbudget trace stats``)."""
-        from kvbudget.workloads.errors import SpecError
-        from kvbudget.workloads.traces import TraceOptions
-
         kwargs = self._common()
         v = self.given()
         if "window" in kwargs:
@@ -386,9 +385,6 @@ class ScenarioArgs:
     def build(self, *, policy: str | None = None, seed: int | None = None,
               with_rate_scale: bool = True) -> "Scenario":
         """The scenario: :func:`kvbudget.simulator.scenario.make_scenario` of these values."""
-        from kvbudget.simulator.engine_config import ENGINE_NAMES
-        from kvbudget.simulator.scenario import make_scenario
-
         name = self.engine.get("name")
         if name is not None and name not in ENGINE_NAMES:
             raise CliError(f"--engine: unknown engine {name!r}; known: {', '.join(ENGINE_NAMES)}")
@@ -404,8 +400,6 @@ class ScenarioArgs:
             raise CliError("--format: needs --trace FILE")
         clients = None
         if self.clients is not None:
-            from kvbudget.policies.clients import parse_clients
-
             try:
                 clients = parse_clients(self.clients)
             except ValueError as exc:
@@ -506,3 +500,21 @@ JobsOpt = Annotated[
     typer.Option("--jobs", "-j", min=1, max=MAX_JOBS,
                  help="Parallel runs (default: every core)."),
 ]
+
+
+# --- a policy named on the command line (replay, calibrate, validate) -------------------------
+
+
+def policy_from_flags(name: str, params: list[str] | None) -> "BasePolicy":
+    """The policy ``name`` with the ``--param key=value`` settings (a value is read as JSON
+    when it parses, else kept as text)."""
+    values: dict[str, Any] = {}
+    for item in params or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"--param: expected key=value, got {item!r}")
+        try:
+            values[key.strip()] = json.loads(raw)
+        except (json.JSONDecodeError, RecursionError):
+            values[key.strip()] = raw
+    return make_policy(name, values)

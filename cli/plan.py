@@ -1,5 +1,6 @@
 """``kvbudget plan``: the cheapest deployment that meets the SLOs for a workload."""
 
+import textwrap
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,6 +16,22 @@ from kvbudget.cli.options import (
     with_scenario_options,
 )
 from kvbudget.cli.progress import Bar
+from kvbudget.cli.sweep import _policies
+from kvbudget.cli.tables import WIDTH, _pm, render, short_metric
+from kvbudget.studies.executors import make_executor
+from kvbudget.studies.plan import (
+    DEFAULT_PRICES,
+    MAX_PRICE,
+    PRICE_SOURCE,
+    PlanSpec,
+    plan,
+    policy_label,
+    price_note,
+    read_prices,
+    summary_rows,
+)
+from kvbudget.studies.sweep import RunError, parse_axis
+from kvbudget.studies.tune import Constraint
 
 MAX_REPLICAS = 10_000
 """The most replicas (or tensor-parallel GPUs) a plan may try: the scenario's fleet bound."""
@@ -78,25 +95,12 @@ def plan_cmd(
     first that meets every SLO (upper bound of the t interval over the replications) is its
     answer. Prices default to cited on-demand figures (kvbudget.studies.plan.DEFAULT_PRICES).
     """
-    from kvbudget.studies.executors import make_executor
-    from kvbudget.studies.plan import (
-        DEFAULT_PRICES,
-        PRICE_SOURCE,
-        PlanSpec,
-        plan,
-        read_prices,
-    )
-    from kvbudget.studies.sweep import RunError, parse_axis
-    from kvbudget.studies.tune import Constraint
-
     with user_errors():
         check_out_dir(out)
         if setup.trace_args.rate_scales() is not None and len(
                 setup.trace_args.rate_scales() or ()) > 1:
             raise CliError("--rate-scale: plan takes one load")
         scn = setup.build()
-        from kvbudget.studies.plan import MAX_PRICE
-
         table = read_prices(prices) if prices is not None else dict(DEFAULT_PRICES)
         sources = (dict.fromkeys(table, str(prices)) if prices is not None
                    else dict.fromkeys(table, PRICE_SOURCE))
@@ -112,8 +116,6 @@ def plan_cmd(
                                f"{item!r}")
         names: tuple[str, ...] = ()
         if policies is not None:
-            from kvbudget.cli.sweep import _policies
-
             names = tuple(_policies(policies))
         param_values = None
         if grid:
@@ -153,10 +155,6 @@ def plan_cmd(
                 bar.close()
         written = result.write(out)
     typer.echo(render_plan(result, top=top, wide=wide))
-    import textwrap
-
-    from kvbudget.cli.tables import WIDTH
-
     for note in result.notes:
         typer.echo(textwrap.fill(f"note: {note}", WIDTH, subsequent_indent="  "))
     typer.echo("wrote " + ", ".join(str(p) for p in written))
@@ -167,11 +165,6 @@ def plan_cmd(
 def render_plan(result: Any, *, top: int | None = 10, wide: bool = False) -> str:
     """The ranked table: GPUs, $/h, $/M output tokens, attainment per tier, p99 TTFT and TPOT
     of the first tier (every SLO metric and tier with --wide), mean ± half its t interval."""
-    import textwrap
-
-    from kvbudget.cli.tables import WIDTH, _pm, render, short_metric
-    from kvbudget.studies.plan import policy_label, price_note, summary_rows
-
     df = summary_rows(result, top)
     num_all = len(summary_rows(result, None))
     if df.empty:

@@ -8,6 +8,27 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kvbudget.cli.errors import CliError, check_out_file, fail, user_errors
+from kvbudget.live.profiler import (
+    ProfileGrid,
+    measure_to_file,
+    model_spec_from_meta,
+    read_profile,
+    rows_to_profile,
+    sidecar_path,
+    start_profile,
+    table_format,
+)
+from kvbudget.perf.cost_model import save_cost_model
+from kvbudget.perf.fit import (
+    compare_cost_model,
+    errors_as_dict,
+    fit_linear_cost_model,
+    summarize_errors,
+)
+from kvbudget.perf.fitted_on import fitted_on_extra, target_or_why
+from kvbudget.perf.hardware import get_gpu
+from kvbudget.perf.models import get_model
+from kvbudget.perf.step_time import VllmStepModel
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,11 +63,6 @@ def _roofline(gpu: str | None, model: str | None, meta: dict[str, Any]) -> Any:
         if model is not None:
             raise CliError("--model (a model preset for the roofline) needs --gpu as well")
         return None
-    from kvbudget.live.profiler import model_spec_from_meta
-    from kvbudget.perf.hardware import get_gpu
-    from kvbudget.perf.models import get_model
-    from kvbudget.perf.step_time import VllmStepModel
-
     spec = get_model(model) if model is not None else model_spec_from_meta(meta)
     return VllmStepModel(get_gpu(gpu), spec)
 
@@ -66,8 +82,6 @@ def _fmt_ms(seconds: float) -> str:
 
 def _print_report(profile: "Profile", fit: "FitResult", roofline: Any,
                   roofline_points: "pd.DataFrame | None") -> None:
-    from kvbudget.perf.fit import summarize_errors
-
     tab = profile.table.reset_index(drop=True)
     header = (f"{'class':<8} {'batch':>6} {'seq_len':>8} {'measured_ms':>12} {'p10-p90_%':>9} "
               f"{'fitted_ms':>10} {'fit_err_%':>9}")
@@ -109,14 +123,6 @@ def _print_summary(label: str, summary: "pd.DataFrame") -> None:
 def fit_profile_to_file(profile: "Profile", out: Path, *, gpu: str | None = None,
                         model: str | None = None, profile_path: Path | None = None) -> "FitResult":
     """Fit ``profile``, write the cost-model file ``out`` and print the per-point report."""
-    from kvbudget.perf.cost_model import save_cost_model
-    from kvbudget.perf.fit import (
-        compare_cost_model,
-        errors_as_dict,
-        fit_linear_cost_model,
-        summarize_errors,
-    )
-
     if out.suffix.lower() != ".json":
         raise CliError(f"{out}: the cost-model file must end in .json")
     if not out.parent.is_dir():
@@ -134,6 +140,12 @@ def fit_profile_to_file(profile: "Profile", out: Path, *, gpu: str | None = None
             "roofline": roofline.describe(),
             "per_class": errors_as_dict(summarize_errors(roofline_points)),
         }
+    target = target_or_why(gpu, None if roofline is None else roofline.model)
+    if isinstance(target, str):
+        typer.echo(f"note: {out} does not record the GPU and model it was fitted on ({target}"
+                   "): it cannot be checked where it is used", err=True)
+    else:
+        extra.update(fitted_on_extra(fit.model, target, {}))
     save_cost_model(fit.model, out, extra=extra)
     _print_report(profile, fit, roofline, roofline_points)
     typer.echo(f"wrote {out}")
@@ -179,15 +191,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Time prefill and decode steps of a model on this machine (needs kvbudget[profile])."""
         from tqdm import tqdm
-
-        from kvbudget.live.profiler import (
-            ProfileGrid,
-            measure_to_file,
-            rows_to_profile,
-            sidecar_path,
-            start_profile,
-            table_format,
-        )
 
         with user_errors():
             check_out_file(out)
@@ -259,8 +262,6 @@ def register(app: typer.Typer) -> None:
             "[default: the profiled model's shape from the sidecar]")] = None,
     ) -> None:
         """Fit the linear cost model to a profile; write a file for simulate --cost-model."""
-        from kvbudget.live.profiler import read_profile
-
         with user_errors():
             check_out_file(out)
             profile = read_profile(profile_path)

@@ -2,16 +2,44 @@
 recorded run (thin wrappers over :mod:`kvbudget.studies.calibrate` and
 :mod:`kvbudget.studies.validate`; the commands themselves are in :mod:`kvbudget.cli.live`)."""
 
+import dataclasses
 import json
 import math
-import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
+from kvbudget.analysis.validation import KEY_METRICS
 from kvbudget.cli.errors import CliError, fail
+from kvbudget.cli.options import policy_from_flags
+from kvbudget.cli.progress import Bar
+from kvbudget.cli.simulate import build_scenario
+from kvbudget.cli.tables import render
+from kvbudget.perf.cost_model import LinearCostModel
+from kvbudget.perf.hardware import get_gpu, gpu_label
+from kvbudget.perf.models import resolve_model_name, suggest_model
+from kvbudget.results.recordings import read_recording
+from kvbudget.studies.calibrate import (
+    calibrate_recording,
+    fit_parameters,
+    linear_start,
+    read_calibration,
+    refusal,
+    validation_intervals,
+)
+from kvbudget.studies.fit_uncertainty import INTERVAL_COLUMNS, FitUncertainty, with_intervals
+from kvbudget.studies.recorded_replay import replay_mode
+from kvbudget.studies.validate import (
+    recorded_policy,
+    replay_problems,
+    simulate_recording,
+    validate_recording,
+    write_validation,
+)
+from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.max_output import FixedCap
 
 if TYPE_CHECKING:
     from kvbudget.perf.cost_model import CostModel
@@ -35,6 +63,8 @@ class RecordedSetup:
     config: "SimConfig"
     policy: str
     policy_params: dict[str, Any]
+    seed: int = 0
+    """Draws the fit's bootstrap (``--seed``)."""
 
 
 def _columns(items: list[str] | None) -> dict[str, str]:
@@ -48,8 +78,6 @@ def _columns(items: list[str] | None) -> dict[str, str]:
 
 
 def _known_gpu(name: Any) -> str | None:
-    from kvbudget.perf.hardware import get_gpu
-
     if not isinstance(name, str):
         return None
     try:
@@ -64,8 +92,6 @@ def _recorded_model(recording: "Recording", model: str | None,
     (as Hugging Face and servers write it), else the ``--scenario``'s; a file naming a model
     kvbudget cannot resolve, or naming none with neither flag, is an error (never the default
     model in its place)."""
-    from kvbudget.perf.models import resolve_model_name, suggest_model
-
     if model is not None:
         return model, "--model"
     named = recording.config.get("model")
@@ -127,13 +153,6 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
     """Read the recording and build the simulation configuration: the command-line flags,
     then ``--set``, then what the recording says of the server, then the scenario/defaults.
     Every setting's source is said on stderr."""
-    from kvbudget.cli.live import _policy
-    from kvbudget.cli.simulate import build_scenario
-    from kvbudget.results.recordings import read_recording
-    from kvbudget.studies.validate import recorded_policy
-    from kvbudget.workloads.errors import TraceError
-    from kvbudget.workloads.max_output import FixedCap
-
     if not tier or not tier.replace("_", "").replace("-", "").isalnum():
         raise CliError(f"--tier: a tier name is alphanumeric (with - or _), got {tier!r}")
     if max_output is not None and max_output < 1:
@@ -159,23 +178,19 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
                          max_num_batched_tokens=max_num_batched_tokens)
     config = scn.sim_config()
     if "kv_capacity_tokens" in cfg and config.gateway_capacity_tokens is None:
-        from dataclasses import replace
-
         config = replace(config, gateway_capacity_tokens=int(cfg["kv_capacity_tokens"]))
     if policy is not None:
-        _policy(policy, params)  # a bad name or parameter fails here
+        policy_from_flags(policy, params)  # a bad name or parameter fails here
     elif params:
         raise CliError("--param needs --policy")
     name, values = recorded_policy(recording, policy, _param_values(params))
-    from kvbudget.perf.hardware import gpu_label
-
     gpu_name = gpu_label(config.gpu) if isinstance(config.gpu, str | Path) else config.gpu
     typer.echo(f"settings: model {config.model} ({model_from}), GPU {gpu_name} ({gpu_from})"
                + (f"; from the recording: {', '.join(r.removeprefix('engine.') for r in recorded)}"
                   if recorded else "")
                + ("; --max-output " + str(max_output) + " declared where the file has no "
                   "max_tokens" if max_output is not None else ""), err=True)
-    return RecordedSetup(recording, config, name, values)
+    return RecordedSetup(recording, config, name, values, seed)
 
 
 def _param_values(params: list[str] | None) -> dict[str, Any]:
@@ -207,8 +222,6 @@ def _describe_recording(setup: RecordedSetup) -> None:
     said = {k: v for k, v in rec.config.items() if isinstance(v, str | int | float | bool)}
     if said:
         typer.echo("the file records: " + ", ".join(f"{k}={v}" for k, v in said.items()))
-    from kvbudget.perf.hardware import gpu_label
-
     e = setup.config.engine_for()  # the knobs with vLLM's (or the chosen) defaults filled in
     gpu = setup.config.gpu
     typer.echo(f"simulated on {gpu_label(gpu) if isinstance(gpu, str | Path) else gpu} / "
@@ -217,8 +230,6 @@ def _describe_recording(setup: RecordedSetup) -> None:
                f"block_size={e.block_size} max_num_seqs={e.max_num_seqs} "
                f"max_num_batched_tokens={e.max_num_batched_tokens} "
                f"prefix_caching={e.enable_prefix_caching}, policy {setup.policy}")
-    from kvbudget.studies.recorded_replay import replay_mode
-
     for stage in rec.stages:
         rate = ("" if stage.request_rate is None else f", {stage.request_rate:g} req/s")
         typer.echo(f"stage {stage.label or 'all'!r}: {stage.load} loop{rate}; replayed as "
@@ -230,9 +241,6 @@ def _describe_recording(setup: RecordedSetup) -> None:
 def start_model(setup: RecordedSetup, kind: str) -> "CostModel":
     """The model the fit starts from: the configuration's (``--cost-model`` or the default
     step-time model) for ``default``; its linear fit for ``linear`` (a linear file as is)."""
-    from kvbudget.perf.cost_model import LinearCostModel
-    from kvbudget.studies.calibrate import linear_start
-
     if kind not in COST_KINDS:
         raise CliError(f"--fit: expected one of {', '.join(COST_KINDS)}, got {kind!r}")
     model = setup.config.resolved_cost_model()
@@ -244,41 +252,53 @@ def start_model(setup: RecordedSetup, kind: str) -> "CostModel":
 
 
 def fit(setup: RecordedSetup, kind: str, *, rows: Any, max_evals: int, fit_overhead: bool,
-        desc: str) -> "RecordedCalibration":
-    """Calibrate with a progress bar (simulations run)."""
-    from tqdm import tqdm
-
-    from kvbudget.studies.calibrate import calibrate_recording
+        desc: str, start_records: Any = None) -> "RecordedCalibration":
+    """Calibrate with a progress bar (simulations run); ``start_records``: the start model's
+    replay when it was already simulated (the sanity gate's)."""
 
     start = start_model(setup, kind)
-    bar = tqdm(total=max_evals, desc=desc, unit="sim", leave=False, disable=None,
-               file=sys.stderr)
+    # the search's simulations and at most four per parameter for the sensitivities (a
+    # terminal bar; elsewhere a line every 30 s)
+    bar = Bar(desc, max_evals + 4 * (len(fit_parameters(start)) + int(fit_overhead)),
+              unit="sim", lines_from=1)
+    done = [0]
 
     def progress(n: int, best: float) -> None:
-        bar.update(n - bar.n)
-        bar.set_postfix(loss=f"{best:.4g}", refresh=False)
+        bar.update(n - done[0])
+        done[0] = n
 
     try:
         return calibrate_recording(setup.recording, setup.config, start, policy=setup.policy,
                                    policy_params=setup.policy_params, rows=rows,
                                    fit_overhead=fit_overhead,
                                    start_overhead_s=setup.config.frontend_overhead_s,
-                                   max_evals=max_evals, progress=progress)
+                                   max_evals=max_evals, progress=progress,
+                                   start_records=start_records, seed=setup.seed)
     finally:
         bar.close()
 
 
+def _interval(low: Any, high: Any) -> str:
+    if not (math.isfinite(float(low)) and math.isfinite(float(high))):
+        return ""
+    return f"{float(low):.4g} .. {float(high):.4g}"
+
+
 def _table_rows(table: Any, stage: str = "all") -> list[list[Any]]:
     sub = table[table["stage"] == stage]
-    return [[r["metric"], r["simulated"], r["measured"], _pct(r["rel_error"])]
-            for r in sub.to_dict(orient="records")]
+    lo, hi = INTERVAL_COLUMNS
+    return [[r["metric"], r["simulated"], *([_interval(r[lo], r[hi])] if lo in r else []),
+             r["measured"], _pct(r["rel_error"])] for r in sub.to_dict(orient="records")]
 
 
 def print_comparison(table: Any, title: str) -> None:
-    from kvbudget.cli.tables import render
-
     typer.echo(title)
-    typer.echo(render(("metric", "simulated", "measured", "rel. error"), _table_rows(table)))
+    interval = ("95 % interval",) if INTERVAL_COLUMNS[0] in table else ()
+    typer.echo(render(("metric", "simulated", *interval, "measured", "rel. error"),
+                      _table_rows(table)))
+    if interval:
+        typer.echo("95 % interval: where the measured figure should fall, given the fitted "
+                   "parameters' uncertainty and the recording's own noise")
     stages = [s for s in dict.fromkeys(table["stage"].tolist()) if s != "all"]
     if stages:
         keys = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "e2e_p50_s", "output_tokens_per_s")
@@ -294,14 +314,31 @@ def print_comparison(table: Any, title: str) -> None:
 
 
 def _print_fit(cal: "RecordedCalibration") -> None:
-    from kvbudget.cli.tables import render
-
     typer.echo(f"{cal.num_evals} simulations; loss {cal.start_loss:.4g} at the start, "
                f"{cal.loss:.4g} fitted")
-    typer.echo(render(("parameter", "start", "fitted"), [
-        [k, cal.start[k], v] for k, v in cal.fitted.items()]))
+    spans = {} if cal.uncertainty is None else cal.uncertainty.intervals()
+    typer.echo(render(("parameter", "start", "fitted", "95 % interval"), [
+        [k, cal.start[k], v, _interval(*spans.get(k, (math.nan, math.nan)))]
+        for k, v in cal.fitted.items()]))
     for name, why in cal.fixed.items():
         typer.echo(f"not fitted: {name} ({why})")
+
+
+SMALL_FIT_FLAG = "--allow-small-fit"
+
+
+def check_fit(cal: "RecordedCalibration", out: Path, *, allow_small: bool) -> None:
+    """Exit 1 with one line, writing nothing, for a fit that must not be used
+    (:func:`kvbudget.studies.calibrate.refusal`); ``allow_small`` lets a recording with too
+    few requests through, saying so."""
+    why = refusal(cal)
+    if why is None:
+        return
+    if allow_small and why.small:
+        typer.echo(f"warning: {why.text}; fitted anyway ({SMALL_FIT_FLAG})", err=True)
+        return
+    hint = f"; record a longer run, or {SMALL_FIT_FLAG}" if why.small else ""
+    raise fail(f"{why.text}{hint}: {out} not written", 1)
 
 
 ALLOW_REFUSALS_FLAG = "--allow-refusals"
@@ -312,8 +349,6 @@ def check_replay(setup: RecordedSetup, simulated: Any, rows: Any, *, allow_refus
     """Exit 1 with one line when the simulated replay lost more of the recording's completed
     requests than :data:`~kvbudget.studies.validate.MAX_REPLAY_LOSS` (a note with
     ``--allow-refusals``, unless it lost every one)."""
-    from kvbudget.studies.validate import replay_problems
-
     problem = replay_problems(setup.recording, simulated, rows)
     if problem is None:
         return
@@ -327,12 +362,11 @@ def check_replay(setup: RecordedSetup, simulated: Any, rows: Any, *, allow_refus
 
 
 def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: float | None,
-                      max_evals: int, fit_overhead: bool, allow_refusals: bool = False) -> None:
+                      max_evals: int, fit_overhead: bool, allow_refusals: bool = False,
+                      allow_small: bool = False) -> None:
     """Fit, save, print the in-sample (and, with ``holdout``, the held-out) errors. No file is
     written when the replay loses the recording's requests (:func:`check_replay`) or the fit
     does not lower its loss."""
-    from kvbudget.studies.validate import simulate_recording, validate_recording
-
     if out.suffix != ".json":
         raise CliError(f"{out}: the cost-model file must end in .json")
     _describe_recording(setup)
@@ -342,34 +376,61 @@ def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: fl
                                cost_model=start_model(setup, kind))
     check_replay(setup, first.records, rows, allow_refusals=allow_refusals, what="calibration")
     cal = fit(setup, kind, rows=rows, max_evals=max_evals, fit_overhead=fit_overhead,
-              desc="calibrate")
+              desc="calibrate", start_records=first.records)
     if cal.simulated is not None:
         check_replay(setup, cal.simulated, rows, allow_refusals=allow_refusals,
                      what="calibration")
-    if max_evals > 1 and not cal.loss < cal.start_loss:
-        raise fail(f"the fit did not lower its loss ({cal.start_loss:.4g} at the start, "
-                   f"{cal.loss:.4g} after {cal.num_evals} simulations): {out} not written", 1)
+    _print_fit(cal)
+    if max_evals > 1:
+        check_fit(cal, out, allow_small=allow_small)
     out.parent.mkdir(parents=True, exist_ok=True)
     cal.save(out, setup.recording, setup.config, policy=setup.policy, holdout=holdout)
-    _print_fit(cal)
     print_comparison(cal.table, f"in sample ({cal.num_rows} requests):")
     if rows is not None:
         held = validate_recording(setup.recording, setup.config, policy=setup.policy,
                                   policy_params=setup.policy_params, cost_model=cal.model,
                                   frontend_overhead_s=cal.frontend_overhead_s, rows=~rows)
-        print_comparison(held.table, f"held out (the last {holdout:g}, {held.num_compared} "
-                         "requests):")
+        print_comparison(_with_intervals(held.table, cal.intervals_on(
+            setup.recording.records(), ~rows)), f"held out (the last {holdout:g}, "
+            f"{held.num_compared} requests):")
     typer.echo(f"wrote {out}")
+
+
+def _with_intervals(table: Any, intervals: dict[str, tuple[float, float]]) -> Any:
+    return with_intervals(table, intervals) if intervals else table
+
+
+def _file_intervals(setup: RecordedSetup, cost_model: Path, result: "OfflineValidation",
+                    rows: Any) -> dict[str, tuple[float, float]]:
+    """Intervals from a cost file's posterior (none when it has none; a damaged one is a
+    one-line error)."""
+    block = read_calibration(cost_model).get("uncertainty")
+    if block is None:
+        return {}
+    try:
+        post = FitUncertainty.from_json(block)
+    except ValueError as e:
+        raise CliError(f"{cost_model}: {e}") from None
+    model = setup.config.resolved_cost_model()
+    spans = post.intervals()
+    typer.echo(f"fitted parameters of {cost_model.name} (95 % intervals from its fit):")
+    typer.echo(render(("parameter", "fitted", "95 % interval"), [
+        [n, result.frontend_overhead_s if n == "frontend_overhead_s" else getattr(model, n),
+         _interval(*spans[n])] for n in post.names]))
+    typer.echo(f"intervals: {2 * len(post.names)} more simulations around the file's "
+               "fitted values", err=True)
+    return validation_intervals(setup.recording, setup.config, model,
+                                result.frontend_overhead_s, post,
+                                simulated=result.simulated.records, rows=rows,
+                                policy=setup.policy, policy_params=setup.policy_params)
 
 
 def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, kind: str,
                      max_evals: int, fit_overhead: bool, max_error: float | None,
-                     cost_model: Path | None, allow_refusals: bool = False
-                     ) -> "OfflineValidation":
+                     cost_model: Path | None, allow_refusals: bool = False,
+                     allow_small: bool = False) -> "OfflineValidation":
     """Simulate the recording with the cost model (``--holdout``: fit one on the first part
     first) and compare; write the files of the live validate."""
-    from kvbudget.studies.validate import validate_recording, write_validation
-
     if out.exists() and any(out.iterdir()):
         raise CliError(f"{out}: already exists and is not empty; choose another --out")
     _describe_recording(setup)
@@ -378,15 +439,18 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
                             "policy": setup.policy}
     cost = None
     overhead = None
+    cal = None
     if holdout is not None:
         fit_rows = setup.recording.fit_rows(holdout)
         rows = ~fit_rows
         cal = fit(setup, kind, rows=fit_rows, max_evals=max_evals, fit_overhead=fit_overhead,
                   desc="calibrate (first part)")
+        _print_fit(cal)
+        if max_evals > 1:
+            check_fit(cal, out / "cost.json", allow_small=allow_small)
         out.mkdir(parents=True, exist_ok=True)
         cal.save(out / "cost.json", setup.recording, setup.config, policy=setup.policy,
                  holdout=holdout)
-        _print_fit(cal)
         print_comparison(cal.table, f"fitted on the first part ({cal.num_rows} requests):")
         cost, overhead = cal.model, cal.frontend_overhead_s
         meta.update({"holdout": holdout, "fitted_cost_model": str(out / "cost.json"),
@@ -399,12 +463,14 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
                                 frontend_overhead_s=overhead, rows=rows)
     check_replay(setup, result.simulated.records, rows, allow_refusals=allow_refusals,
                  what="the comparison")
+    intervals = (cal.intervals_on(setup.recording.records(), rows) if cal is not None
+                 else {} if cost_model is None
+                 else _file_intervals(setup, cost_model, result, rows))
+    result = dataclasses.replace(result, table=_with_intervals(result.table, intervals))
     write_validation(result, setup.recording, out, meta=meta, rows=rows)
     title = ("simulated vs measured" if rows is None else
              f"held out (the last {holdout:g}, {result.num_compared} requests):")
     print_comparison(result.table, title)
-    from kvbudget.cli.tables import render
-
     typer.echo(render(("per-request", "pairs", "MAPE"), [
         [r["metric"], r["num_pairs"], _pct(r["mape"])]
         for r in result.per_request.to_dict(orient="records")]))
@@ -412,8 +478,6 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
                f"{1000 * result.frontend_overhead_s:.1f} ms per request")
     typer.echo(f"wrote {out}/validation.csv, validation.json, validate.png, sim/")
     if max_error is not None:
-        from kvbudget.analysis.validation import KEY_METRICS
-
         errs = result.errors()
         worst = max(KEY_METRICS, key=lambda k: abs(errs.get(k, math.inf))
                     if math.isfinite(errs.get(k, math.inf)) else math.inf)

@@ -5,7 +5,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from kvbudget.cli.errors import user_errors
+from kvbudget.cli.errors import CliError, user_errors
+from kvbudget.studies.regress import load_suite, regress, render_junit, render_markdown, render_text
 
 if TYPE_CHECKING:
     from kvbudget.studies.regress import RegressReport
@@ -48,8 +49,6 @@ def regress_cmd(
 
     Exit 0 when nothing regressed, 1 when a metric regressed, 2 on bad input.
     """
-    from kvbudget.studies.regress import load_suite, regress, render_text
-
     with user_errors():
         _check_report_paths(junit, markdown)
         s = load_suite(suite, overrides or [])
@@ -87,8 +86,6 @@ _REPORT_STARTS = {"--junit": ('<?xml version="1.0" encoding="utf-8"?>\n'
 def _check_report_paths(junit: Path | None, markdown: Path | None) -> None:
     """Before any run: each report path is a new file, an empty one or a report of this
     command's (replaced); a directory, a path under a file or any other file is refused."""
-    from kvbudget.cli.errors import CliError
-
     if junit is not None and markdown is not None and junit.resolve() == markdown.resolve():
         raise CliError(f"--junit and --markdown both name {junit}: give two files")
     for flag, path in (("--junit", junit), ("--markdown", markdown)):
@@ -115,8 +112,6 @@ def _check_report_paths(junit: Path | None, markdown: Path | None) -> None:
 
 
 def _write_reports(report: "RegressReport", junit: Path | None, markdown: Path | None) -> None:
-    from kvbudget.studies.regress import render_junit, render_markdown
-
     for path, text in ((junit, render_junit), (markdown, render_markdown)):
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)

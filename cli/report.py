@@ -5,7 +5,9 @@ from typing import Annotated
 
 import typer
 
+from kvbudget.analysis.report import build_report
 from kvbudget.cli.errors import check_out_dir, user_errors
+from kvbudget.cli.progress import Bar
 
 
 def report_cmd(
@@ -28,11 +30,7 @@ def report_cmd(
 ) -> None:
     """Write one self-contained HTML report (figures embedded) and PNGs for one or more runs."""
     with user_errors():
-        from kvbudget.analysis.report import build_report
-
         check_out_dir(out)
-        from kvbudget.cli.progress import Bar
-
         bar = Bar("report", None, unit="step")
         try:
             report = build_report(run_dirs, out, measured=measured, seed=seed,

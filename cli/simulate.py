@@ -1,22 +1,20 @@
-"""``kvbudget simulate``, ``compare`` and ``presets``."""
+"""``kvbudget simulate`` (and the options ``compare`` shares with it)."""
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from kvbudget.cli.errors import CliError, check_out_dir, user_errors
 from kvbudget.cli.options import (
-    MAX_REPLICATIONS,
-    AddressOpt,
-    ExecutorOpt,
-    JobsOpt,
     ScenarioArgs,
     with_scenario_options,
 )
 from kvbudget.cli.progress import Bar
-from kvbudget.cli.tables import WIDTH
+from kvbudget.cli.tables import WIDTH, render_summaries
+from kvbudget.simulator.run import simulate
+from kvbudget.simulator.scenario import make_scenario
 
 if TYPE_CHECKING:
     from kvbudget.results.run_result import RunResult
@@ -48,8 +46,6 @@ def build_scenario(
 ) -> "Scenario":
     """The scenario file (or the embedded default) with the command-line flags applied
     (:func:`kvbudget.simulator.scenario.make_scenario`; errors as :class:`CliError`)."""
-    from kvbudget.simulator.scenario import make_scenario
-
     knobs = {"num_gpu_blocks": num_gpu_blocks, "block_size": block_size,
              "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
              "name": engine}
@@ -66,8 +62,6 @@ SIMULATE_LINES_FROM = 100_000
 
 
 def run_one(scn: "Scenario", policy_name: str | None, label: str) -> "RunResult":
-    from kvbudget.simulator.run import simulate
-
     workload = scn.workload()
     policy = scn.make_policy(policy_name)
     config = scn.sim_config()
@@ -92,8 +86,6 @@ def simulate_cmd(
     wide: WideOpt = False,
 ) -> None:
     """Simulate one policy on a scenario (the embedded default when none is given)."""
-    from kvbudget.cli.tables import render_summaries
-
     with user_errors():
         check_out_dir(out)
         scn = setup.build(policy=policy, seed=seed)
@@ -109,173 +101,5 @@ def simulate_cmd(
             typer.echo(f"wrote {out}/requests.parquet, timeline.parquet, summary.json")
 
 
-def _check_policies(text: str) -> list[str]:
-    from kvbudget.policies import POLICIES
-
-    names = [p.strip() for p in text.split(",") if p.strip()]
-    if not names:
-        raise CliError("--policies: give at least one policy name")
-    for name in names:
-        if name not in POLICIES:
-            raise CliError(
-                f"--policies: unknown policy {name!r}; known policies: {', '.join(POLICIES)}"
-            )
-    return names
-
-
-def _check_executor(executor: str, address: str | None, jobs: int | None,
-                    replications: int) -> None:
-    """``--executor``, ``--address`` and ``--jobs`` checked whatever the replications; with
-    one replication the runs go in this process, so any of them given is refused, not
-    ignored."""
-    from kvbudget.studies.executors import EXECUTORS
-
-    if executor not in EXECUTORS:
-        raise CliError(f"--executor: unknown executor {executor!r}; choose one of: "
-                       f"{', '.join(EXECUTORS)}")
-    if address is not None and executor != "ray":
-        raise CliError("--address: applies to --executor ray only")
-    if replications == 1:
-        given = [flag for flag, on in (("--executor", executor != "local"),
-                                       ("--address", address is not None),
-                                       ("--jobs", jobs is not None)) if on]
-        if given:
-            raise CliError(f"{', '.join(given)}: one replication runs each policy once in "
-                           "this process; give --replications N (N > 1) to run on an executor")
-
-
-@with_scenario_options
-def compare_cmd(
-    setup: ScenarioArgs,
-    policies: Annotated[
-        str, typer.Option("--policies", help="Comma-separated policy names (the first is the "
-                          "baseline of the paired tests).")
-    ] = "unlimited,conservative,overcommit,preemptive",
-    seed: SeedOpt = None,
-    replications: Annotated[int, typer.Option(
-        "--replications", "-r", min=1, max=MAX_REPLICATIONS,
-        help="Seeds per policy (common random numbers); above "
-        "1: means with intervals and paired tests against the first policy.")] = 1,
-    confidence: Annotated[float, typer.Option(
-        "--confidence", min=0.5, max=0.999, help="Level of the intervals.")] = 0.95,
-    metric: Annotated[list[str] | None, typer.Option(
-        "--metric", help="A metric of the replicated table (column or dotted summary path, "
-        "e.g. tiers.interactive.ttft_s.p99; repeatable; default: per tier p99 TTFT/TPOT, "
-        "tokens/s, SLO attainment, and the drain time).")] = None,
-    out: Annotated[
-        Path | None, typer.Option("--out", help="Write one run directory per policy here "
-                                  "(with --replications: runs.parquet and compare.csv).")
-    ] = None,
-    executor: ExecutorOpt = "local",
-    address: AddressOpt = None,
-    jobs: JobsOpt = None,
-    as_json: JsonOpt = False,
-    wide: WideOpt = False,
-) -> None:
-    """Run the same workload and seed under each policy and print them side by side."""
-    from kvbudget.cli.tables import render_comparison, render_summaries
-    from kvbudget.studies.compare import compare
-
-    with user_errors():
-        names = _check_policies(policies)
-        _check_executor(executor, address, jobs, replications)
-        check_out_dir(out)
-        scn = setup.build(seed=seed)
-        if replications == 1:
-            result = compare(scn, names, metrics=metric)
-            if out is not None:
-                for name, run in zip(names, result.results, strict=True):
-                    run.write(out / name)
-        else:
-            from kvbudget.studies.executors import make_executor
-
-            bar = Bar("compare", len(names) * replications, "run", lines_from=1)
-            try:
-                with make_executor(executor, jobs=jobs, address=address) as ex:
-                    result = compare(scn, names, replications=replications, root_seed=seed,
-                                     metrics=metric, confidence=confidence, executor=ex,
-                                     progress=bar.update)
-            finally:
-                bar.close()
-            if out is not None:
-                out.mkdir(parents=True, exist_ok=True)
-                result.runs.to_parquet(out / "runs.parquet", index=False)
-                result.table.to_csv(out / "compare.csv", index=False)
-    if as_json:
-        if replications == 1:
-            typer.echo(json.dumps(result.summaries(), indent=2))
-        else:
-            typer.echo(result.table.to_json(orient="records", indent=2))
-    elif replications == 1:
-        from kvbudget.analysis.conclusion import conclude
-
-        summaries = result.summaries()
-        targets = {t.name: (t.ttft_s, t.tpot_s) for t in scn.tiers()}
-        typer.echo(render_summaries(summaries, wide=wide, slo_targets=targets,
-                                    conclusion=conclude(summaries)))
-    else:
-        typer.echo(render_comparison(result, wide=wide))
-        if out is not None:
-            typer.echo(f"wrote {out}/runs.parquet, compare.csv")
-
-
-def presets_cmd() -> None:
-    """List the GPU and model presets, vLLM's engine defaults per GPU and the KV capacity."""
-    import textwrap
-
-    from kvbudget.cli.tables import render
-    from kvbudget.perf.hardware import GPU_ALIASES, GPUS
-    from kvbudget.perf.kv_capacity import num_gpu_blocks
-    from kvbudget.perf.models import bundled_models
-    from kvbudget.simulator.engine_config import EngineConfig
-
-    engines = {name: EngineConfig().resolved(g) for name, g in GPUS.items()}
-    typer.echo(render(
-        ("GPU", "memory GiB", "HBM TB/s", "BF16 TFLOP/s", "FP8 TFLOP/s", "link", "link GB/s",
-         "max_num_seqs", "max_num_batched_tokens"),
-        [[g.name, g.memory_bytes / 2**30, g.hbm_bandwidth_bytes_s / 1e12, g.bf16_flops / 1e12,
-          (g.fp8_flops or 0) / 1e12, g.interconnect, g.link_bandwidth_bytes_s / 1e9,
-          engines[g.name].max_num_seqs, engines[g.name].max_num_batched_tokens]
-         for g in GPUS.values()],
-    ))
-    typer.echo("aliases: " + ", ".join(f"{a} = {n}" for a, n in GPU_ALIASES.items())
-               + "; --gpu also takes a JSON/TOML file of these figures (docs/fidelity.md)")
-    typer.echo("engine defaults (vLLM 0.33 `vllm serve`): the two right-hand columns, "
-               "gpu_memory_utilization 0.92, prefix caching on, block_size 16; "
-               "--engine-defaults kvbudget-0.1 for 256 / 8192 / 0.9 / off")
-    typer.echo("")
-    models = bundled_models()
-    typer.echo("Models (bundled Hugging Face configs; --model also takes a config.json path):")
-    typer.echo(render(
-        ("model", "type", "layers", "kv heads", "weights", "params B", "active B",
-         "KV KiB/token"),
-        [[m.name, m.model_type, m.num_layers, m.num_kv_heads if m.mla is None else "MLA",
-          m.weight_dtype, m.num_params / 1e9, m.num_active_params / 1e9,
-          m.kv_bytes_per_token() / 1024] for m in models.values()],
-    ))
-    typer.echo(textwrap.fill(
-        "active: the parameters a token computes with (the input embedding table and the "
-        "experts it is not routed to left out); KV per GPU at TP 1, kv_cache_dtype auto.", WIDTH))
-    typer.echo("")
-    rows = []
-    for m in models.values():
-        row: list[Any] = [m.name]
-        for name, g in GPUS.items():
-            e = engines[name]
-            try:
-                row.append(num_gpu_blocks(
-                    g, m, gpu_memory_utilization=e.memory_utilization,
-                    max_num_batched_tokens=e.batched_tokens_limit, max_num_seqs=e.seqs_limit,
-                ) * 16)
-            except ValueError:
-                row.append(None)
-        rows.append(row)
-    typer.echo("KV capacity in tokens on one GPU (tensor_parallel_size 1) with vLLM's defaults "
-               "(- = does not fit):")
-    typer.echo(render(("model", *GPUS), rows))
-
-
 def register(app: typer.Typer) -> None:
     app.command("simulate")(simulate_cmd)
-    app.command("compare")(compare_cmd)
-    app.command("presets")(presets_cmd)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from kvbudget.analysis.pareto import plot_attainment, plot_pareto
 from kvbudget.cli.errors import CliError, check_out_dir, fail, user_errors
 from kvbudget.cli.options import (
     MAX_REPLICATIONS,
@@ -18,6 +19,27 @@ from kvbudget.cli.options import (
     with_scenario_options,
 )
 from kvbudget.cli.progress import Bar
+from kvbudget.cli.tables import render, short_metric
+from kvbudget.policies import POLICIES
+from kvbudget.studies.capacity import (
+    CapacitySpec,
+    attainment_curve,
+    capacity,
+    curve_scales,
+    first_miss_rps,
+    order_consistent,
+)
+from kvbudget.studies.executors import make_executor
+from kvbudget.studies.sweep import (
+    Axis,
+    RunError,
+    StoredRuns,
+    SweepPlan,
+    parse_axis,
+    run_sweep,
+    summarize_points,
+)
+from kvbudget.studies.tune import Constraint, Param, TuneSpec, evaluations_frame, tune
 
 if TYPE_CHECKING:
     from kvbudget.studies.executors import LocalExecutor, RayExecutor
@@ -43,8 +65,6 @@ SloOpt = Annotated[
 
 
 def _policies(text: str | None) -> list[str]:
-    from kvbudget.policies import POLICIES
-
     if text is None:
         return []
     names = [p.strip() for p in text.split(",") if p.strip()]
@@ -59,16 +79,12 @@ def _policies(text: str | None) -> list[str]:
 
 
 def _executor(kind: str, jobs: int | None, address: str | None) -> "LocalExecutor | RayExecutor":
-    from kvbudget.studies.executors import make_executor
-
     return make_executor(kind, jobs=jobs, address=address)
 
 
 @contextmanager
 def _interrupts(message: str) -> Iterator[None]:
     """An interrupt or a run that failed inside the simulator: one line, no traceback."""
-    from kvbudget.studies.sweep import RunError
-
     try:
         yield
     except KeyboardInterrupt:
@@ -108,9 +124,6 @@ def sweep_cmd(
     Every configuration sees the same arrivals in a given replication (common random numbers).
     Finished runs are kept in --out as they complete; rerun with --resume after an interrupt.
     """
-    from kvbudget.cli.tables import render
-    from kvbudget.studies.sweep import Axis, SweepPlan, parse_axis, run_sweep, summarize_points
-
     with user_errors():
         check_out_dir(out)
         scn = setup.build(with_rate_scale=False)
@@ -156,8 +169,6 @@ def sweep_cmd(
                     + [_fmt(r[f"{m}_mean"]) for m in metrics] for _, r in points.iterrows()]
             typer.echo(render(headers, rows))
         else:  # short names, one space apart, to fit WIDTH columns
-            from kvbudget.cli.tables import short_metric
-
             headers = ["policy", *[("rate x" if c == "rate_scale" else c.rsplit(".", 1)[-1])
                                    for c in axis_cols],
                        *[short_metric(m) for m in metrics]]
@@ -168,8 +179,6 @@ def sweep_cmd(
                        "intervals)")
         written = [out / "sweep.parquet", out / "points.csv"]
         if plot:
-            from kvbudget.analysis.pareto import plot_attainment, plot_pareto
-
             if {"interactive_ttft_p99_s", "batch_output_tokens_per_s"} <= set(metrics):
                 labels = [c for c in axis_cols if c != "rate_scale"]
                 loads = sorted(points["rate_scale"].unique())
@@ -234,9 +243,6 @@ def tune_cmd(
     run) and tune.json. Exits 1 when no setting meets the constraints. Finished runs are kept
     in --out as they complete; rerun with --resume after an interrupt.
     """
-    from kvbudget.cli.tables import render
-    from kvbudget.studies.tune import Constraint, Param, TuneSpec, evaluations_frame, tune
-
     with user_errors():
         check_out_dir(out)
         if policy is not None:
@@ -333,19 +339,7 @@ def capacity_cmd(
     """The largest arrival rate each policy sustains at the SLO attainment target
     (DistServe's per-GPU goodput), by bisection on the load with replications. Finished runs
     are kept in --out as they complete; rerun with --resume after an interrupt."""
-    from kvbudget.cli.tables import render
-    from kvbudget.studies.capacity import (
-        CapacitySpec,
-        attainment_curve,
-        capacity,
-        curve_scales,
-        first_miss_rps,
-        order_consistent,
-    )
-
     with user_errors():
-        from kvbudget.studies.tune import Constraint
-
         check_out_dir(out)
         names = _policies(policies)
         if setup.trace_args.rate_scales() is not None:
@@ -355,8 +349,6 @@ def capacity_cmd(
         spec = CapacitySpec(scn, tuple(names), target=0.9 if target is None else target,
                             metric=metric, replications=replications, rel_tol=rel_tol,
                             root_seed=seed, slos=slos, use_target=target is not None or not slos)
-        from kvbudget.studies.sweep import StoredRuns
-
         stored = StoredRuns(out, resume=resume, what="capacity search")
         ex = _executor(executor, jobs, address)
         bar = Bar("capacity", spec.expected_runs(), lines_from=1)
@@ -381,8 +373,6 @@ def capacity_cmd(
             curve.to_csv(out / "curve.csv", index=False)
             written.append(out / "curve.csv")
         if plot:
-            from kvbudget.analysis.pareto import plot_attainment
-
             written += plot_attainment(
                 curve, out / "attainment", metric=metric, target=spec.target,
                 capacities={c.policy: c.capacity_rps for c in result.capacities},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -147,8 +149,6 @@ def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
     headers = SUMMARY_HEADERS if wide else ("policy", "tier", *(h for h, _ in _NARROW))
     kv_headers = KV_HEADERS if wide else KV_NARROW
     window = summaries[0].get("offered_window_s") if summaries else None
-    import textwrap
-
     lines = [render(headers, rows), "", *client_lines(summaries), render(kv_headers, kv),
              textwrap.fill("policy parameters: " + "; ".join(params_line(s) for s in summaries),
                            WIDTH, subsequent_indent="  ")]
@@ -170,8 +170,6 @@ def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
 
 def _pm(mean: float, low: float, high: float) -> str:
     """``mean ± half-width`` (a t interval is symmetric), ``mean`` without one, ``-``."""
-    import math
-
     if not math.isfinite(mean):
         return "-"
     if not (math.isfinite(low) and math.isfinite(high)):
@@ -180,8 +178,6 @@ def _pm(mean: float, low: float, high: float) -> str:
 
 
 def _p(p: float) -> str:
-    import math
-
     if not math.isfinite(p):
         return "-"
     return "<0.001" if p < 0.001 else f"{p:.3f}"
@@ -205,13 +201,9 @@ def render_comparison(comparison: Any, wide: bool = False) -> str:
     """A replicated comparison (:class:`kvbudget.studies.compare.Comparison`): per metric and
     policy the mean with its interval, and against the first policy the paired difference,
     its interval, p and the verdict."""
-    import textwrap
-
     c = comparison
     base = c.policies[0]
     level = f"{c.confidence:.0%}"
-    import math
-
     rows = []
     records = c.table.to_dict(orient="records")
     shown = {r["metric"] for r in records if math.isfinite(r["mean"])}

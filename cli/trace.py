@@ -6,14 +6,23 @@ accepts the same ones.
 """
 
 import json
+import math
 import sys
+import textwrap
+import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
+import numpy as np
 import typer
 
 from kvbudget.cli.errors import CliError, check_out_file, user_errors
 from kvbudget.cli.options import TraceArgs, with_trace_options
+from kvbudget.cli.tables import WIDTH
+from kvbudget.workloads.fetch import SOURCES, fetch
+from kvbudget.workloads.spec import build_workload, default_workload_spec, parse_workload_spec
+from kvbudget.workloads.stats import tier_stats, workload_stats
+from kvbudget.workloads.traces import load_trace, save_workload
 
 if TYPE_CHECKING:
     from kvbudget.workloads.traces import LoadedTrace, TraceOptions
@@ -81,9 +90,6 @@ def stats_command(
 ) -> None:
     """Rows, span, rate, inter-arrival CV and token percentiles of each file, per tier."""
     with user_errors():
-        from kvbudget.workloads.stats import tier_stats, workload_stats
-        from kvbudget.workloads.traces import load_trace
-
         options = build_trace_options(trace_args, seed)
         results: list[dict[str, Any]] = []
         for file in files:
@@ -114,8 +120,6 @@ def stats_command(
 def _json_safe(value: Any) -> Any:
     """``value`` with non-finite floats as null: JSON has no Infinity or NaN (a rate over a
     span of a few nanoseconds overflows to inf)."""
-    import math
-
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
@@ -137,8 +141,6 @@ def convert_command(
 ) -> None:
     """Load any supported trace and write it in the generic format."""
     with user_errors():
-        from kvbudget.workloads.traces import load_trace, save_workload
-
         check_out_file(out)
         options = build_trace_options(trace_args, seed)
         loaded = load_trace(file, options)
@@ -150,10 +152,6 @@ def convert_command(
 
 
 def _synth_spec(spec_file: Path | None) -> dict[str, Any]:
-    import tomllib
-
-    from kvbudget.workloads.spec import default_workload_spec
-
     if spec_file is None:
         return default_workload_spec().model_dump(exclude_none=True)
     if not spec_file.is_file():
@@ -185,11 +183,6 @@ def synth_command(
 ) -> None:
     """Generate a synthetic workload (from --spec, or the default mix) and write it."""
     with user_errors():
-        import numpy as np
-
-        from kvbudget.workloads.spec import build_workload, parse_workload_spec
-        from kvbudget.workloads.traces import save_workload
-
         check_out_file(out)
         if duration_s is not None and num_requests is not None:
             raise CliError("--duration-s and --num-requests exclude each other (each replaces "
@@ -233,8 +226,6 @@ def fetch_command(
 ) -> None:
     """Download a public trace from its published address and verify its checksum."""
     with user_errors():
-        from kvbudget.workloads.fetch import SOURCES, fetch
-
         if list_sources:
             given = [flag for flag, on in (("NAME", name is not None),
                                            ("--dest", dest != Path(".")),
@@ -245,10 +236,6 @@ def fetch_command(
                 raise CliError(f"--list lists the traces and downloads nothing: drop "
                                f"{', '.join(given)}")
         if list_sources or name is None:
-            import textwrap
-
-            from kvbudget.cli.tables import WIDTH
-
             for source in SOURCES.values():
                 pinned = ("sha256" if source.sha256 else "git blob" if source.git_blob_sha1
                           else "no pinned checksum")

@@ -28,6 +28,7 @@ import asyncio
 import itertools
 import math
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -43,6 +44,7 @@ from kvbudget.perf.cost_model import (
     LinearCostModel,
     save_cost_model,
 )
+from kvbudget.perf.fit import fit_linear_cost_model
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -155,10 +157,12 @@ class Calibration:
     def model(self) -> LinearCostModel:
         return self.fit.model
 
-    def save(self, path: Path) -> None:
+    def save(self, path: Path, fitted_on: dict[str, Any] | None = None) -> None:
         """Write the cost-model file (``simulate --cost-model FILE`` reads it) with the fit's
-        errors, the front-end overhead and the measurements."""
-        extra = self.fit.to_json_extra()
+        errors, the front-end overhead and the measurements; ``fitted_on``: the
+        :func:`~kvbudget.perf.fitted_on.fitted_on_extra` of the server's GPU and model, when
+        known (the file is then checked where it is used)."""
+        extra = {**self.fit.to_json_extra(), **(fitted_on or {})}
         extra["frontend_overhead_s"] = self.frontend_overhead_s
         extra["calibration"] = {
             "url": self.url,
@@ -346,8 +350,6 @@ async def profile_async(
     ``transport`` replaces the network (tests drive an in-process engine on a virtual clock
     with both, so that what they measure does not depend on the machine's load).
     """
-    import time
-
     import pandas as pd
 
     if clock is None:
@@ -434,8 +436,6 @@ def frontend_overhead(idle_ttft: pd.DataFrame, model: LinearCostModel) -> float:
 def fit_calibration(samples: pd.DataFrame, idle_ttft: pd.DataFrame, info: ServerInfo,
                     plan: CalibrationPlan, url: str, notes: Sequence[str] = ()) -> Calibration:
     """Fit the linear model to the per-point medians and derive the front-end overhead."""
-    from kvbudget.perf.fit import fit_linear_cost_model
-
     if len(samples) < 2:
         raise ValueError(f"calibration measured {len(samples)} step(s); need at least 2")
     fit = fit_linear_cost_model(median_samples(samples), source=f"calibrated against {url}")
@@ -474,8 +474,6 @@ async def speed_check_async(target: ServerTarget, model: LinearCostModel, *, num
     """Time ``repeats`` decode steps of ``num_seqs`` streams (median) as ``calibrate`` does and
     compare with ``model``; None when no repeat could be timed. Takes a few seconds. ``info``:
     the server as :func:`~kvbudget.live.server.discover` found it (asked again when not given)."""
-    import time
-
     t0 = time.perf_counter()
     plan = CalibrationPlan(seed=seed)
     async with httpx.AsyncClient(timeout=target.timeout(),

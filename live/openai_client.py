@@ -16,13 +16,17 @@ into one chunk under load. Times come from ``time.perf_counter`` through the cal
 from __future__ import annotations
 
 import asyncio
+import base64
+import email.utils
 import itertools
 import json
 import math
 import re
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 
@@ -60,8 +64,6 @@ def _checked_url(given: str) -> str:
     """``given`` as a server root httpx can send to, or ValueError quoting it (credentials
     left out): http or https, a host, a port in range, no query or fragment (the API paths are
     appended to the root)."""
-    from urllib.parse import urlsplit
-
     shown = repr(redact_url(given))
     url = given.strip()
     scheme = url.partition("://")[0].lower()
@@ -107,8 +109,6 @@ class ServerTarget:
     written to run directories) and sent as an ``Authorization: Basic`` header instead."""
 
     def __post_init__(self) -> None:
-        from urllib.parse import unquote, urlsplit, urlunsplit
-
         if self.api_key is not None and not _header_safe(self.api_key):
             # never quoted: h11 would refuse the header with its value in the message
             raise ValueError("the API key (--api-key, KVBUDGET_API_KEY) holds whitespace, a "
@@ -145,8 +145,6 @@ class ServerTarget:
         return text
 
     def _basic_token(self) -> str:
-        import base64
-
         assert self.basic_auth is not None
         return base64.b64encode(":".join(self.basic_auth).encode()).decode()
 
@@ -304,9 +302,6 @@ def retry_after_header(headers: Mapping[str, str]) -> float | None:
     OpenAI SDKs read first), else ``Retry-After`` as seconds or an HTTP date (RFC 9110
     section 10.2.3); ``None`` when there is neither, it does not parse, or it asks for a
     negative wait or one beyond :data:`MAX_RETRY_AFTER_S`."""
-    import email.utils
-    import time
-
     ms = headers.get("retry-after-ms")
     if ms is not None:
         try:

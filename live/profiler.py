@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvbudget.perf.cost_model import FEATURES
+from kvbudget.perf.models import ModelSpec
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -577,8 +578,6 @@ def measure_to_file(
 
 def model_spec_from_meta(meta: dict[str, Any], name: str | None = None) -> Any:
     """A :class:`kvbudget.perf.models.ModelSpec` of the profiled model (for a roofline of it)."""
-    from kvbudget.perf.models import ModelSpec
-
     shape = meta.get("model")
     if not isinstance(shape, dict):
         raise ValueError("profile sidecar has no 'model' shape; give a model preset instead")

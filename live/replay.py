@@ -37,7 +37,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -209,8 +209,6 @@ def scale_time(workload: Workload, time_scale: float) -> Workload:
         raise ValueError(f"time_scale must be > 0, got {time_scale!r}")
     if time_scale == 1.0:
         return workload
-    from dataclasses import replace
-
     arrival = workload.arrival_s * time_scale
     deadline = arrival + (workload.deadline_s - workload.arrival_s)
     return replace(workload, arrival_s=arrival, deadline_s=deadline)

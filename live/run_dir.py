@@ -18,12 +18,21 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
+from kvbudget.results.metrics import aggregate_token_gaps
+from kvbudget.results.recordings import read_replay_meta
 from kvbudget.results.records import (
     ATTEMPT_COLUMNS,
     OPTIONAL_RECORD_COLUMNS,
     RECORD_COLUMNS,
     TIMELINE_COLUMNS,
     TOKEN_GAP_COLUMNS,
+)
+from kvbudget.results.run_result import (
+    ATTEMPTS_FILE,
+    REQUESTS_FILE,
+    SUMMARY_FILE,
+    TIMELINE_FILE,
+    TOKEN_GAPS_FILE,
 )
 
 if TYPE_CHECKING:
@@ -89,8 +98,6 @@ class RunDir:
                 "or choose another --out"
             )
         if resume and meta_path.exists():
-            from kvbudget.results.recordings import read_replay_meta
-
             old = read_replay_meta(meta_path)
             for key in ("trace", "policy", "policy_params", "time_scale", "seed"):
                 if key in meta and old.get(key) != meta[key]:
@@ -200,8 +207,6 @@ def token_gaps_of_parts(out_dir: Path) -> dict[str, Any] | None:
     """The token-gaps table (:data:`~kvbudget.results.records.TOKEN_GAP_COLUMNS`) of the
     completed rows written so far (one gap per pair of successive output chunks); ``None`` when
     a completed row lacks its gaps (written by a version before they were recorded)."""
-    from kvbudget.results.metrics import aggregate_token_gaps
-
     by_id = {int(r["request_id"]): r for r in read_jsonl(out_dir / REQUESTS_PART)}
     tiers: list[str] = []
     gaps: list[float] = []
@@ -238,14 +243,6 @@ def write_outputs(
     :func:`kvbudget.results.run_result.read_run` reads."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from kvbudget.results.run_result import (
-        ATTEMPTS_FILE,
-        REQUESTS_FILE,
-        SUMMARY_FILE,
-        TIMELINE_FILE,
-        TOKEN_GAPS_FILE,
-    )
 
     def table(df: pd.DataFrame, schema: Mapping[str, str]) -> Any:
         arrays = {}

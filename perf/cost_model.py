@@ -23,13 +23,15 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-if TYPE_CHECKING:
-    pass
+from kvbudget.perf.hardware import get_gpu
+from kvbudget.perf.models import MLASpec, ModelSpec, MoESpec, get_model
+from kvbudget.perf.roofline import RooflineCostModel
+from kvbudget.perf.step_time import VllmStepModel
 
 F = TypeVar("F", float, npt.NDArray[np.float64])
 
@@ -224,8 +226,6 @@ def save_cost_model(
     (the GPU's figures in full, the model by the name or path ``get_model`` resolves); any other
     model as its ``describe()``: ``{"kind": ..., "parameters": {...}}`` (the roofline's GPU and
     model names and its float fields), which :func:`load_cost_model` reads back."""
-    from kvbudget.perf.step_time import VllmStepModel
-
     payload: dict[str, Any]
     if isinstance(model, LinearCostModel):
         payload = {"kind": "linear", "coefficients": asdict(model), **(extra or {})}
@@ -270,9 +270,6 @@ def load_cost_model(path: Path) -> CostModel:
         raise ValueError(f"{path}: not a readable cost-model JSON file ({exc})") from None
     kind = payload.get("kind") if isinstance(payload, dict) else None
     if kind == "vllm-v1":
-        from kvbudget.perf.fitted_on import embedded_model
-        from kvbudget.perf.step_time import VllmStepModel
-
         try:
             return VllmStepModel.from_json(payload, embedded_model(payload))
         except ValueError as exc:
@@ -295,10 +292,6 @@ def load_cost_model(path: Path) -> CostModel:
 
 
 def _load_roofline(path: Path, payload: dict[str, Any]) -> CostModel:
-    from kvbudget.perf.hardware import get_gpu
-    from kvbudget.perf.models import get_model
-    from kvbudget.perf.roofline import RooflineCostModel
-
     params = payload.get("parameters")
     if not isinstance(params, dict):
         raise ValueError(f"{path}: field 'parameters' must be an object")
@@ -318,3 +311,35 @@ def _load_roofline(path: Path, payload: dict[str, Any]) -> CostModel:
         return RooflineCostModel(gpu, model, **params)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{path}: {exc}") from None
+
+
+def model_config(model: ModelSpec) -> dict[str, Any]:
+    """Every field of ``model`` as JSON (what :func:`model_from_config_block` reads back)."""
+    return asdict(model)
+
+
+def model_from_config_block(block: Any, where: str) -> ModelSpec:
+    """The :class:`ModelSpec` :func:`model_config` wrote; ``ValueError`` naming ``where``."""
+    if not isinstance(block, dict):
+        raise ValueError(f"field '{where}' must be an object")
+    data = dict(block)
+    try:
+        for key, cls in (("moe", MoESpec), ("mla", MLASpec)):
+            sub = data.get(key)
+            if sub is not None:
+                if not isinstance(sub, dict):
+                    raise ValueError(f"field '{where}.{key}' must be an object or null")
+                data[key] = cls(**sub)
+        return ModelSpec(**data)
+    except TypeError as exc:
+        raise ValueError(f"field '{where}': {exc}") from None
+
+
+def embedded_model(payload: dict[str, Any]) -> ModelSpec | None:
+    """The model shapes a file embeds (``fitted_on.model.config``), ``None`` when it has none;
+    ``ValueError`` naming the field."""
+    block = payload.get("fitted_on")
+    model_block = block.get("model") if isinstance(block, dict) else None
+    if not isinstance(model_block, dict) or "config" not in model_block:
+        return None
+    return model_from_config_block(model_block["config"], "fitted_on.model.config")

@@ -47,9 +47,15 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from kvbudget.perf.cost_model import CostModel, load_cost_model, read_frontend_overhead
-from kvbudget.perf.hardware import GPUSpec
-from kvbudget.perf.models import MLASpec, ModelSpec, MoESpec, is_preset
+from kvbudget.perf.cost_model import (
+    CostModel,
+    load_cost_model,
+    model_config,
+    model_from_config_block,
+    read_frontend_overhead,
+)
+from kvbudget.perf.hardware import GPUSpec, get_gpu
+from kvbudget.perf.models import ModelSpec, get_model, is_preset, resolve_model_name
 from kvbudget.perf.step_time import VllmStepModel
 
 TRANSFERABLE_VLLM = (*VllmStepModel.FIT_PARAMETERS, "frontend_overhead_s")
@@ -80,28 +86,6 @@ class CheckedCostModel:
     model: CostModel | None
     frontend_overhead_s: float | None
     notes: tuple[str, ...] = ()
-
-
-def model_config(model: ModelSpec) -> dict[str, Any]:
-    """Every field of ``model`` as JSON (what :func:`model_from_config_block` reads back)."""
-    return asdict(model)
-
-
-def model_from_config_block(block: Any, where: str) -> ModelSpec:
-    """The :class:`ModelSpec` :func:`model_config` wrote; ``ValueError`` naming ``where``."""
-    if not isinstance(block, dict):
-        raise ValueError(f"field '{where}' must be an object")
-    data = dict(block)
-    try:
-        for key, cls in (("moe", MoESpec), ("mla", MLASpec)):
-            sub = data.get(key)
-            if sub is not None:
-                if not isinstance(sub, dict):
-                    raise ValueError(f"field '{where}.{key}' must be an object or null")
-                data[key] = cls(**sub)
-        return ModelSpec(**data)
-    except TypeError as exc:
-        raise ValueError(f"field '{where}': {exc}") from None
 
 
 def _shape_sha256(model: ModelSpec) -> str:
@@ -149,6 +133,24 @@ def fitted_on_extra(model: CostModel, target: FitTarget,
         },
         "transferable": list(TRANSFERABLE_VLLM) if isinstance(model, VllmStepModel) else [],
     }
+
+
+def target_or_why(gpu: str | None, model: ModelSpec | str | None, *,
+                  tensor_parallel_size: int = 1, kv_cache_dtype: str = "auto",
+                  flags: str = "--gpu") -> FitTarget | str:
+    """The fit target a command that measured a server can name (``gpu`` a preset name,
+    ``model`` a spec or a name as a server serves it), or why it cannot (one line, for a
+    note): the file it writes then does not record what it was fitted on."""
+    if gpu is None:
+        return f"the GPU is not given ({flags})"
+    if isinstance(model, str):
+        name = resolve_model_name(model)
+        if name is None:
+            return f"the served model {model!r} is not a bundled preset"
+        model = get_model(name)
+    if model is None:
+        return "the model is not known"
+    return FitTarget(get_gpu(gpu), model, tensor_parallel_size, 1, kv_cache_dtype)
 
 
 def read_fitted_on(path: Path, payload: dict[str, Any]) -> FitTarget | None:
@@ -253,13 +255,3 @@ def print_notes(checked: CheckedCostModel) -> None:
         if note not in _PRINTED:
             _PRINTED.add(note)
             print(f"note: {note}", file=sys.stderr)
-
-
-def embedded_model(payload: dict[str, Any]) -> ModelSpec | None:
-    """The model shapes a file embeds (``fitted_on.model.config``), ``None`` when it has none;
-    ``ValueError`` naming the field."""
-    block = payload.get("fitted_on")
-    model_block = block.get("model") if isinstance(block, dict) else None
-    if not isinstance(model_block, dict) or "config" not in model_block:
-        return None
-    return model_from_config_block(model_block["config"], "fitted_on.model.config")

@@ -19,7 +19,9 @@ form is in :data:`GPU_SOURCES`. Conventions:
 
 from __future__ import annotations
 
+import difflib
 import json
+import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
@@ -264,8 +266,6 @@ def get_gpu(name: str | Path) -> GPUSpec:
     for candidate in (spelt, spelt.replace(" ", "-")):
         if candidate in folded:
             return GPUS[folded[candidate]]
-    import difflib
-
     close = difflib.get_close_matches(spelt, list(folded), n=2, cutoff=0.6)
     hint = (f" (did you mean {' or '.join(dict.fromkeys(folded[c] for c in close))}?)"
             if close else "")
@@ -314,13 +314,7 @@ def load_gpu_file(path: Path) -> GPUSpec:
     except OSError as exc:
         raise ValueError(f"{path}: cannot read GPU file ({exc.strerror or exc})") from None
     try:
-        raw: Any
-        if path.suffix == ".toml":
-            import tomllib
-
-            raw = tomllib.loads(text)
-        else:
-            raw = json.loads(text)
+        raw: Any = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise ValueError(f"{path}: not a valid {path.suffix[1:].upper()} file ({exc})") from None
     if not isinstance(raw, dict):

@@ -36,6 +36,7 @@ How the figures are counted (each is what vLLM allocates or computes; facts from
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -864,8 +865,6 @@ def resolve_model_name(name: str) -> str | None:
 
 def suggest_model(name: str) -> str:
     """``" (did you mean X?)"`` for the closest bundled preset names, or ``""``."""
-    import difflib
-
     last = name.strip().rsplit("/", 1)[-1]
     names = {p.lower(): p for p in preset_names()}
     close = difflib.get_close_matches(last.lower(), list(names), n=2, cutoff=0.6)

@@ -55,7 +55,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from kvbudget.perf.hardware import GPUSpec
+from kvbudget.perf.hardware import GPUSpec, get_gpu
+from kvbudget.perf.models import get_model
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -435,9 +436,6 @@ class VllmStepModel:
     def from_json(cls, payload: dict[str, Any], model: ModelSpec | None = None) -> VllmStepModel:
         """The model :meth:`to_json` wrote; ``ValueError`` naming the field. ``model``: the
         model's shapes as the file embeds them (then its ``model`` field is only a name)."""
-        from kvbudget.perf.hardware import get_gpu
-        from kvbudget.perf.models import get_model
-
         gpu_raw = payload.get("gpu")
         if isinstance(gpu_raw, str):
             gpu = get_gpu(gpu_raw)

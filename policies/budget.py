@@ -98,8 +98,9 @@ class TokenBudget:
         return len(self._live)
 
     def available(self, tier: str) -> int:
-        """Tokens a reservation for ``tier`` could take now."""
-        return self._guaranteed_free.get(tier, 0) + self._shared_free
+        """Tokens a reservation for ``tier`` could take now (a shared pool held beyond a
+        capacity made smaller by :meth:`resize` gives none)."""
+        return self._guaranteed_free.get(tier, 0) + max(self._shared_free, 0)
 
     def leases(self) -> Iterator[Lease]:
         return iter(self._live.values())
@@ -122,7 +123,8 @@ class TokenBudget:
         if expires_at is not None and math.isnan(expires_at):
             raise ValueError("expires_at must be a time or None, got nan")
         g_free = self._guaranteed_free.get(tier, 0)
-        if tokens > g_free + self._shared_free:
+        shared = self._shared_free
+        if tokens > g_free + (shared if shared > 0 else 0):  # < 0 only after a resize
             return None
         from_g = min(tokens, g_free)
         from_s = tokens - from_g
@@ -136,6 +138,21 @@ class TokenBudget:
         if expires_at is not None:
             heapq.heappush(self._expiry, (expires_at, lease.lease_id))
         return lease
+
+    def resize(self, capacity_tokens: int) -> None:
+        """Change the capacity (a live engine's KV cache, read again); the shared pool takes
+        the change. Live leases stay: while they hold more than the new shared pool, its free
+        count is negative and only guaranteed pools admit until enough is released."""
+        total_guaranteed = sum(self.guaranteed.values())
+        if capacity_tokens < total_guaranteed:
+            raise ValueError(
+                f"capacity_tokens {capacity_tokens} is below the guaranteed pools "
+                f"({total_guaranteed} tokens)"
+            )
+        delta = capacity_tokens - self.capacity_tokens
+        self.capacity_tokens = capacity_tokens
+        self.shared_capacity += delta
+        self._shared_free += delta
 
     def expire(self, now_s: float) -> list[Lease]:
         """Release every live lease whose ``expires_at`` has passed; return them."""

@@ -13,7 +13,7 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvbudget.policies.base import (
     Admitted,
@@ -319,6 +319,17 @@ class Gateway:
         """The engine preempted an admitted request (told to learning policies)."""
         self._tick(now_s)
         self.policy.observe_preemption(request_id, self)
+
+    def resize(self, capacity_tokens: int, now_s: float,
+               max_request_tokens: int | None = None) -> list[Action]:
+        """The capacity changed (a live server's KV cache, read again): admit what now fits.
+        ``max_request_tokens``: one replica's capacity, for a budget over several (``None``:
+        no such cap). Admitted requests keep their leases (see :meth:`TokenBudget.resize`)."""
+        self._tick(now_s)
+        self.config = replace(self.config, capacity_tokens=capacity_tokens,
+                              max_request_tokens=max_request_tokens)
+        self._budget.resize(capacity_tokens)
+        return self._dispatch(self._expire(now_s, []))
 
     def advance(self, now_s: float) -> list[Action]:
         """Apply deadlines and lease expiry due by ``now_s``."""

@@ -342,17 +342,7 @@ def summarize(
     arrival = np.asarray(records["arrival_s"], dtype=np.float64)
     finished = np.asarray(records["finished_s"], dtype=np.float64)
     n = arrival.size
-    # the columns block() reads, converted once (strings to small integer codes: a million
-    # records' strings as numpy str arrays would take hundreds of MB)
-    cols: dict[str, Any] = {
-        "status": factorize(records["status"]),
-        "reason": factorize(records["reason"]),
-        "num_preemptions": np.asarray(records["num_preemptions"]),
-        "output_tokens": np.asarray(records["output_tokens"]),
-        **{m: np.asarray(records[m], dtype=np.float64) for m in ("ttft_s", "tpot_s", "e2e_s")},
-    }
-    if "num_attempts" in records:
-        cols["num_attempts"] = np.asarray(records["num_attempts"], dtype=np.int64)
+    cols = _block_columns(records)
     names = list(dict.fromkeys([t.name for t in tiers] + tier_values))
     code_of = {name: code for code, name in enumerate(tier_values)}
     in_tier = {name: tier_codes == code_of.get(name, -1) for name in names}
@@ -372,56 +362,14 @@ def summarize(
     # backlog takes to drain after the last arrival is its own figure (``drain_s``), so a tier
     # that completes the same tokens under two policies shows the same throughput under both
     rate_window = offered_window if offered_window > 0 else duration
-    itl: dict[str, dict[str, float | None]] = {}
-    if token_gaps is not None:
-        gap_tier = np.asarray(token_gaps["tier"], dtype=object)
-        gap_s = np.asarray(token_gaps["gap_s"], dtype=np.float64)
-        num_gaps = np.asarray(token_gaps["num_gaps"], dtype=np.int64)
-        itl[""] = weighted_quantiles(gap_s, num_gaps)
-        # the table's rows are grouped by tier: compare the strings once, at the boundaries
-        cuts: list[int] = (
-            (np.flatnonzero(gap_tier[1:] != gap_tier[:-1]) + 1).tolist() if gap_tier.size else [])
-        bounds = [0, *cuts, int(gap_tier.size)]
-        runs: dict[str, list[tuple[int, int]]] = {}
-        for lo, hi in itertools.pairwise(bounds):
-            if hi > lo:
-                runs.setdefault(str(gap_tier[lo]), []).append((lo, hi))
-        for name, parts in runs.items():
-            if len(parts) == 1:
-                lo, hi = parts[0]
-                itl[name] = weighted_quantiles(gap_s[lo:hi], num_gaps[lo:hi])
-            else:  # not grouped by tier (a table not made by aggregate_token_gaps)
-                mine = gap_tier == name
-                itl[name] = weighted_quantiles(gap_s[mine], num_gaps[mine])
-        for name in names:
-            itl.setdefault(name, weighted_quantiles(gap_s[:0], num_gaps[:0]))
+    itl = {} if token_gaps is None else _itl_by_tier(token_gaps, names)
     overall = block(cols, np.ones(n, dtype=np.bool_), rate_window, slo_ok, itl.get(""),
                     busy_s=duration)
     per_tier = {name: block(cols, in_tier[name], rate_window, slo_ok, itl.get(name),
                             busy_s=duration)
                 for name in names}
-
-    t_times = np.asarray(timeline["time_s"], dtype=np.float64)
-    used = np.asarray(timeline["kv_used_tokens"], dtype=np.float64)
-    reserved = np.asarray(timeline["kv_reserved_tokens"], dtype=np.float64)
     t_end = float(arrival.min()) + duration if n else 0.0
-    if kv_token_seconds is not None:
-        used_ts, reserved_ts, span = kv_token_seconds
-        used_mean = used_ts / span if span > 0 else math.nan
-        reserved_mean = reserved_ts / span if span > 0 else math.nan
-        efficiency = used_ts / reserved_ts if reserved_ts > 0 else math.nan
-    else:
-        used_mean = time_weighted_mean(t_times, used, t_end)
-        reserved_mean = time_weighted_mean(t_times, reserved, t_end)
-        efficiency = used_mean / reserved_mean if reserved_mean > 0 else math.nan
-    kv = {
-        "used_mean": _float(used_mean),
-        "used_p99": _float(_percentile(used, 99.0)),
-        "reserved_mean": _float(reserved_mean),
-        "reservation_efficiency": _float(efficiency),
-        "used_mean_fraction": _float(used_mean / kv_capacity_tokens),
-        "reserved_mean_fraction": _float(reserved_mean / kv_capacity_tokens),
-    }
+    kv = _kv_block(timeline, t_end, kv_capacity_tokens, kv_token_seconds)
     summary: dict[str, Any] = {
         "policy": policy,
         "seed": int(seed),
@@ -439,6 +387,73 @@ def summarize(
     if extra:
         summary.update(extra)
     return summary
+
+
+def _block_columns(records: Mapping[str, Any]) -> dict[str, Any]:
+    """The columns :func:`block` reads, converted once (strings to small integer codes: a
+    million records' strings as numpy str arrays would take hundreds of MB)."""
+    cols: dict[str, Any] = {
+        "status": factorize(records["status"]),
+        "reason": factorize(records["reason"]),
+        "num_preemptions": np.asarray(records["num_preemptions"]),
+        "output_tokens": np.asarray(records["output_tokens"]),
+        **{m: np.asarray(records[m], dtype=np.float64) for m in ("ttft_s", "tpot_s", "e2e_s")},
+    }
+    if "num_attempts" in records:
+        cols["num_attempts"] = np.asarray(records["num_attempts"], dtype=np.int64)
+    return cols
+
+
+def _itl_by_tier(token_gaps: Mapping[str, Any], names: list[str]
+                 ) -> dict[str, dict[str, float | None]]:
+    """The pooled inter-token gaps' statistics, overall (key ``""``) and per tier."""
+    gap_tier = np.asarray(token_gaps["tier"], dtype=object)
+    gap_s = np.asarray(token_gaps["gap_s"], dtype=np.float64)
+    num_gaps = np.asarray(token_gaps["num_gaps"], dtype=np.int64)
+    itl = {"": weighted_quantiles(gap_s, num_gaps)}
+    # the table's rows are grouped by tier: compare the strings once, at the boundaries
+    cuts: list[int] = (
+        (np.flatnonzero(gap_tier[1:] != gap_tier[:-1]) + 1).tolist() if gap_tier.size else [])
+    bounds = [0, *cuts, int(gap_tier.size)]
+    runs: dict[str, list[tuple[int, int]]] = {}
+    for lo, hi in itertools.pairwise(bounds):
+        if hi > lo:
+            runs.setdefault(str(gap_tier[lo]), []).append((lo, hi))
+    for name, parts in runs.items():
+        if len(parts) == 1:
+            lo, hi = parts[0]
+            itl[name] = weighted_quantiles(gap_s[lo:hi], num_gaps[lo:hi])
+        else:  # not grouped by tier (a table not made by aggregate_token_gaps)
+            mine = gap_tier == name
+            itl[name] = weighted_quantiles(gap_s[mine], num_gaps[mine])
+    for name in names:
+        itl.setdefault(name, weighted_quantiles(gap_s[:0], num_gaps[:0]))
+    return itl
+
+
+def _kv_block(timeline: Mapping[str, Any], t_end: float, kv_capacity_tokens: int,
+              kv_token_seconds: tuple[float, float, float] | None) -> dict[str, Any]:
+    """The summary's ``kv`` block: exact integrals when given, else the timeline's."""
+    t_times = np.asarray(timeline["time_s"], dtype=np.float64)
+    used = np.asarray(timeline["kv_used_tokens"], dtype=np.float64)
+    reserved = np.asarray(timeline["kv_reserved_tokens"], dtype=np.float64)
+    if kv_token_seconds is not None:
+        used_ts, reserved_ts, span = kv_token_seconds
+        used_mean = used_ts / span if span > 0 else math.nan
+        reserved_mean = reserved_ts / span if span > 0 else math.nan
+        efficiency = used_ts / reserved_ts if reserved_ts > 0 else math.nan
+    else:
+        used_mean = time_weighted_mean(t_times, used, t_end)
+        reserved_mean = time_weighted_mean(t_times, reserved, t_end)
+        efficiency = used_mean / reserved_mean if reserved_mean > 0 else math.nan
+    return {
+        "used_mean": _float(used_mean),
+        "used_p99": _float(_percentile(used, 99.0)),
+        "reserved_mean": _float(reserved_mean),
+        "reservation_efficiency": _float(efficiency),
+        "used_mean_fraction": _float(used_mean / kv_capacity_tokens),
+        "reserved_mean_fraction": _float(reserved_mean / kv_capacity_tokens),
+    }
 
 
 def attempts_block(attempts: Mapping[str, Any]) -> dict[str, Any]:

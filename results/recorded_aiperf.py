@@ -36,7 +36,7 @@ from kvbudget.results.recorded_fields import (
     max_tokens_note,
     number,
 )
-from kvbudget.results.recordings import RecordedStage, Recording, build_recording
+from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
 

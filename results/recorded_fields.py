@@ -24,6 +24,7 @@ import numpy.typing as npt
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.errors import json_problem as _json_problem
 from kvbudget.workloads.max_output import FactorOfTrue, MaxOutputRule
+from kvbudget.workloads.traces._finish import RawTrace, Streams, finish
 from kvbudget.workloads.traces.options import TraceOptions
 from kvbudget.workloads.workload import Workload
 
@@ -138,8 +139,6 @@ def finish_columns(path: Path, fmt: str, *, prompt: FloatArray, output: FloatArr
 
     ``max_output`` holds the tool's recorded ``max_tokens`` per row (NaN: none recorded);
     rows without one declare ``max_output_rule`` (default: their realised output)."""
-    from kvbudget.workloads.traces._finish import RawTrace, Streams, finish
-
     rule = REALISED_OUTPUT if max_output_rule is None else max_output_rule
     raw = RawTrace(path=path, format=fmt, prompt=prompt, output=output, arrival=arrival,
                    max_output=max_output, fields=fields, rows_read=len(prompt), labels={})

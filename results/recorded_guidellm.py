@@ -39,7 +39,6 @@ it is refused with one line saying so.
 from __future__ import annotations
 
 import ast
-import importlib
 import json
 import math
 from collections.abc import Mapping
@@ -48,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml  # type: ignore[import-untyped]  # pyyaml ships no type hints
 
 from kvbudget.results.recorded_fields import (
     MAX_FILE_BYTES,
@@ -60,7 +60,7 @@ from kvbudget.results.recorded_fields import (
     max_tokens_note,
     number,
 )
-from kvbudget.results.recordings import RecordedStage, Recording, build_recording
+from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
 
@@ -90,7 +90,6 @@ def load_report(path: Path) -> Any:
         raise TraceError(path, csv_refusal(path))
     if suffix not in (".yaml", ".yml"):
         return load_json(path)
-    yaml: Any = importlib.import_module("yaml")
     try:
         if path.stat().st_size > MAX_FILE_BYTES:
             raise TraceError(path, "too large for a recording")

@@ -20,14 +20,21 @@ from kvbudget.results.recorded_fields import (
     check_times,
     max_tokens_note,
 )
-from kvbudget.results.recordings import (
+from kvbudget.results.recording import (
     COMPLETED_WORDS,
     MEASUREMENT_COLUMNS,
     Recording,
     build_recording,
+    read_replay_meta,
 )
+from kvbudget.results.run_result import read_run
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
+from kvbudget.workloads.traces import load_trace
+from kvbudget.workloads.traces._csv import read_csv_columns, split_header
+from kvbudget.workloads.traces._files import file_facts, line_of_row
+from kvbudget.workloads.traces._jsonl import read_jsonl_columns
+from kvbudget.workloads.traces._tabular import generic_kind
 from kvbudget.workloads.traces.options import CANONICAL_COLUMNS, TraceOptions
 from kvbudget.workloads.workload import Workload
 
@@ -47,11 +54,6 @@ def _normalise_status(values: list[str]) -> list[str]:
 def read_records(path: Path, columns: Mapping[str, str], default_tier: str,
                  max_output: MaxOutputRule | None = None) -> Recording:
     """Read the generic records format."""
-    from kvbudget.workloads.traces import load_trace
-    from kvbudget.workloads.traces._csv import read_csv_columns, split_header
-    from kvbudget.workloads.traces._files import file_facts, line_of_row
-    from kvbudget.workloads.traces._tabular import generic_kind
-
     for key in columns:
         if key not in CANONICAL_COLUMNS and key not in MEASUREMENT_COLUMNS:
             raise TraceError(path, f"unknown column name {key!r} in the column mapping (known: "
@@ -90,8 +92,6 @@ def read_records(path: Path, columns: Mapping[str, str], default_tier: str,
     else:
         facts = file_facts(path)
         if kind == "jsonl":
-            from kvbudget.workloads.traces._jsonl import read_jsonl_columns
-
             try:
                 first = json.loads(facts.first_line)
             except (ValueError, RecursionError) as exc:
@@ -171,8 +171,6 @@ def read_records(path: Path, columns: Mapping[str, str], default_tier: str,
 
 def read_run_dir(path: Path, default_tier: str) -> Recording:
     """Read a ``kvbudget replay`` (or ``simulate --out``) run directory."""
-    from kvbudget.results.run_result import read_run
-
     try:
         run = read_run(path)
     except FileNotFoundError as exc:
@@ -184,8 +182,6 @@ def read_run_dir(path: Path, default_tier: str) -> Recording:
     meta_path = path / "replay.json"
     meta: dict[str, Any] = {}
     if meta_path.is_file():
-        from kvbudget.results.recordings import read_replay_meta
-
         meta = read_replay_meta(meta_path)
     n = len(rec)
     if n == 0:

@@ -16,10 +16,12 @@ from kvbudget.results.records import (
     ATTEMPT_COLUMNS,
     OPTIONAL_RECORD_COLUMNS,
     RECORD_COLUMNS,
+    STATUSES,
     TIMELINE_COLUMNS,
     TOKEN_GAP_COLUMNS,
     check_columns,
 )
+from kvbudget.workloads.max_output import MAX_TOKENS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -202,9 +204,6 @@ MAX_RUN_SPAN_S = 10 * 365.25 * 86400.0
 
 
 def _check_records(rec: dict[str, Any], path: Path) -> None:
-    from kvbudget.results.records import STATUSES
-    from kvbudget.workloads.max_output import MAX_TOKENS
-
     n = len(rec["request_id"])
     ids = np.asarray(rec["request_id"])
     if n and np.unique(ids).size != n:

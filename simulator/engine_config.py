@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
+from kvbudget.perf.models import KV_CACHE_DTYPES
+from kvbudget.perf.vllm_defaults import GPU_MEMORY_UTILIZATION, batch_defaults
+
 if TYPE_CHECKING:
     from kvbudget.perf.hardware import GPUSpec
 
@@ -176,8 +179,6 @@ class EngineConfig:
             raise ValueError(
                 f"tensor_parallel_size must be an integer >= 1, got {self.tensor_parallel_size!r}"
             )
-        if self.kv_cache_dtype != "auto":
-            from kvbudget.perf.models import KV_CACHE_DTYPES  # numpy: only when needed
         if self.kv_cache_dtype != "auto" and self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(
                 f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, "
@@ -210,8 +211,6 @@ class EngineConfig:
                 f"engine defaults must be one of {', '.join(ENGINE_DEFAULTS)}, got {defaults!r}"
             )
         if defaults == "vllm":
-            from kvbudget.perf.vllm_defaults import GPU_MEMORY_UTILIZATION, batch_defaults
-
             batched, seqs = batch_defaults(gpu)
             utilization = GPU_MEMORY_UTILIZATION
             caching = self.name == "vllm"

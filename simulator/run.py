@@ -14,6 +14,7 @@ import heapq
 import math
 import time
 from collections.abc import Callable, Generator
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -40,21 +41,21 @@ from kvbudget.results.records import (
     derive_latencies,
 )
 from kvbudget.results.run_result import RunResult
+from kvbudget.simulator.clients import _Clients
 from kvbudget.simulator.engine import EngineHooks
 from kvbudget.simulator.engine_variants import engine_inputs, make_engine
+from kvbudget.simulator.fleet import Fleet
 from kvbudget.simulator.serving import ServingEngine
-from kvbudget.simulator.sim_config import FleetConfig, SimConfig, gateway_config
+from kvbudget.simulator.sim_config import FleetConfig, ReplicaSetup, SimConfig, gateway_config
+from kvbudget.workloads import Workload
 
 if TYPE_CHECKING:
-    # loaded only by a run that has them (client models, a closed loop, a fleet)
     from kvbudget.perf.cost_model import CostModel
     from kvbudget.policies.clients import Answer
-    from kvbudget.simulator.clients import _Clients
     from kvbudget.simulator.fleet import FleetGateway
     from kvbudget.workloads.closed_loop import ClosedLoop
 
 __all__ = ["FleetConfig", "SimConfig", "gateway_config", "simulate"]
-from kvbudget.workloads import Workload
 
 _COMPLETED = STATUS_CODES["completed"]
 _COLLECT_ROWS = 1 << 18
@@ -76,9 +77,11 @@ class _Simulation:
         workload: Workload,
         policy: BasePolicy,
         config: SimConfig,
+        setup: ReplicaSetup,
         progress: Callable[[int], None] | None = None,
     ) -> None:
         self.progress = progress
+        self.setup = setup
         self._loop: _ClosedLoopState | None = None
         if config.closed_loop is not None:
             # the send times are decided as the run goes: a copy of the workload whose arrival
@@ -99,11 +102,10 @@ class _Simulation:
                 f"configured tiers: {sorted(tiers)}"
             )
         tier_prio = np.array([tiers[t].priority for t in workload.tier_names], dtype=np.int64)
-        self.beyond_context = context_refusals(workload, config)
+        assert setup.engine.max_model_len is not None  # filled in (engine_for)
+        self.beyond_context = context_refusals(workload, setup.engine.max_model_len)
         self._clients: _Clients | None = None
         if config.clients or workload.timeout_s is not None:
-            from kvbudget.simulator.clients import _Clients
-
             self._clients = _Clients(self, config)
         hooks = EngineHooks(
             on_finish=self._on_finish,
@@ -117,7 +119,8 @@ class _Simulation:
         self.engine: ServingEngine
         self.gateway: Gateway | FleetGateway
         if config.fleet is None:
-            blocks = config.resolved_num_gpu_blocks()
+            blocks = setup.num_gpu_blocks
+            assert blocks is not None  # resolved for a run without a fleet (simulate)
             self.kv_capacity_tokens = blocks * config.engine.block_size
             self.gateway = Gateway(
                 gateway_config(config, config.gateway_capacity_tokens or self.kv_capacity_tokens),
@@ -125,8 +128,8 @@ class _Simulation:
             )
             self.engine = make_engine(
                 self.env,
-                config.engine_for(),
-                config.resolved_cost_model(),
+                setup.engine,
+                setup.cost_model,
                 num_gpu_blocks=blocks,
                 hooks=hooks,
                 **engine_inputs(
@@ -140,9 +143,6 @@ class _Simulation:
                 ),
             )
         else:
-            # imported here: a single engine's run does without the fleet module
-            from kvbudget.simulator.fleet import Fleet
-
             fleet = Fleet(
                 self.env,
                 workload,
@@ -552,7 +552,7 @@ class _Simulation:
                 "model": self.config.model,
                 "num_gpu_blocks": num_gpu_blocks,
                 "block_size": block_size,
-                "cost_model": _jsonable(self.config.resolved_cost_model().describe()),
+                "cost_model": _jsonable(self.setup.cost_model.describe()),
                 "frontend_overhead_s": self.config.frontend_overhead_s,
                 "frontend": {"name": self.config.frontend, **_jsonable(
                     {k: getattr(frontend, k) for k in frontend.__dataclass_fields__})},
@@ -581,8 +581,6 @@ class _ClosedLoopState:
     the think times drawn from the run's seed (one stream, in the order users become free)."""
 
     def __init__(self, workload: Workload, loop: ClosedLoop, seed: int) -> None:
-        from dataclasses import replace
-
         n = len(workload)
         self.loop = loop
         self.deadline_offset_s = (workload.deadline_s - workload.arrival_s).tolist()
@@ -657,8 +655,6 @@ class _Probe:
 def _with_id(request: Any, i: int) -> Any:
     if request.request_id == i:
         return request
-    from dataclasses import replace
-
     return replace(request, request_id=i)
 
 
@@ -672,9 +668,10 @@ def _jsonable(obj: Any) -> Any:
     return str(obj)
 
 
-def context_refusals(workload: Workload, config: SimConfig) -> dict[int, str]:
-    """Rows vLLM's front refuses (HTTP 400) for the model's context length ``L``: the engine's
-    ``max_model_len`` when set, else the model's ``max_position_embeddings`` (vLLM's default).
+def context_refusals(workload: Workload, limit: int) -> dict[int, str]:
+    """Rows vLLM's front refuses (HTTP 400) for the model's context length ``L`` (``limit``:
+    the engine's ``max_model_len`` when set, else the model's ``max_position_embeddings``,
+    vLLM's default, as :meth:`SimConfig.engine_for` fills it in).
     A prompt longer than ``L`` is ``prompt_too_long`` (vLLM, commit 01055a4b,
     vllm/v1/engine/processor.py ``Processor._validate_model_input``: ``if prompt_len >
     max_prompt_len`` with ``max_prompt_len = model_config.max_model_len``, "The decoder prompt
@@ -682,8 +679,6 @@ def context_refusals(workload: Workload, config: SimConfig) -> dict[int, str]:
     ``max_tokens`` over ``L`` is ``context_length`` (vllm/entrypoints/openai/serving_engine.py
     ``OpenAIServing._validate_input``: ``token_num + max_tokens > self.max_model_len``, "This
     model's maximum context length is L tokens. However, you requested ...")."""
-    limit = config.engine_for().max_model_len  # the model's context unless set (engine_for)
-    assert limit is not None
     prompt = workload.prompt_tokens
     total = prompt + workload.max_output_tokens
     out: dict[int, str] = {}
@@ -710,12 +705,15 @@ def simulate(
         raise ValueError("the workload has no requests")
     config = config or SimConfig()
     _check_timeline_size(workload, config.timeline_period_s)
+    # the GPU and the model looked up, the engine's defaults filled in and the step-time model
+    # built once for the run (a fleet's replicas size their own KV blocks)
+    setup = config.replica_setup(with_blocks=config.fleet is None)
     if config.cost_model is not None or config.gpu.endswith((".json", ".toml")) or (
             config.model.endswith(".json") or "/" in config.model):
-        _check_step_time(config.resolved_cost_model(),  # figures from a file: bounded
+        _check_step_time(setup.cost_model,  # figures from a file: bounded
                          f"gpu {config.gpu}, model {config.model}"
                          + ("" if config.cost_model is None else ", the given cost model"))
-    return _Simulation(workload, policy, config, progress).run(wall_start)
+    return _Simulation(workload, policy, config, setup, progress).run(wall_start)
 
 
 MAX_STEP_S = 600.0

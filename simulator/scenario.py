@@ -55,6 +55,7 @@ import copy
 import json
 import operator
 import re
+import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass, replace
 from functools import cache, partial
@@ -75,13 +76,19 @@ from typing import (
 import numpy as np
 
 from kvbudget.perf.fitted_on import load_checked_cost_model, print_notes
+from kvbudget.perf.models import is_preset
 from kvbudget.policies import DEFAULT_TIERS, BasePolicy, TierConfig, make_policy
+from kvbudget.policies.clients import client_models
 from kvbudget.policies.gateway import FrontDoor
 from kvbudget.policies.tiers import MAX_LIMIT_TOKENS
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig
 from kvbudget.simulator.sim_config import FleetConfig
 from kvbudget.workloads import Workload
+from kvbudget.workloads.closed_loop import ClosedLoop
+from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.traces import TraceOptions, load_trace
+from kvbudget.workloads.traces.options import FORMATS
 
 if TYPE_CHECKING:
     from annotated_types import Ge, Gt, Le, Lt
@@ -384,13 +391,9 @@ class Scenario:
             fleet = FleetConfig(**fl)
         clients: tuple[tuple[str, ClientModel], ...] = ()
         if s.clients:
-            from kvbudget.policies.clients import client_models
-
             clients = client_models(s.clients, {t.name: t for t in self.tiers()})
         closed_loop = None
         if s.closed_loop is not None:
-            from kvbudget.workloads.closed_loop import ClosedLoop
-
             closed_loop = ClosedLoop(**asdict(s.closed_loop))
         config = SimConfig(
             closed_loop=closed_loop,
@@ -429,8 +432,6 @@ class Scenario:
     def workload(self) -> Workload:
         if self.source is None:
             return self._workload()
-        from kvbudget.workloads.errors import TraceError
-
         try:
             return self._workload()
         except TraceError:
@@ -443,14 +444,13 @@ class Scenario:
         if plain is not None:
             # ``kind = "trace"`` with only ``path`` (and ``format``): the spec's defaults are
             # TraceOptions' own, so skip building the pydantic workload models
-            from kvbudget.workloads.traces import TraceOptions, load_trace
-
             path, fmt = plain
             file = Path(path).expanduser()
             # the trace's seed is drawn only if the load draws at all (see ``trace_seed``)
             return load_trace(file if file.is_absolute() else self.base_dir / file,
                               TraceOptions(format=fmt),
                               seed=partial(trace_seed, self.spec.seed)).workload
+        # pydantic's models of the [workload] table: a trace's scenario never loads them
         from kvbudget.workloads.spec import build_workload, parse_workload_spec
 
         wspec = parse_workload_spec(self.spec.workload, prefix="workload")
@@ -459,8 +459,6 @@ class Scenario:
 
     def _model(self, value: str) -> str:
         """A preset name as it is; a config.json path relative to the scenario file's folder."""
-        from kvbudget.perf.models import is_preset
-
         if is_preset(value) or not value.strip():
             return value  # an empty name is refused by name, not read as this folder
         try:
@@ -490,8 +488,6 @@ def trace_seed(seed: int) -> int:
 def _plain_trace(workload: Mapping[str, Any]) -> tuple[str, str | None] | None:
     """(path, format) of a ``[workload]`` table that names a trace file and nothing else
     (valid as it stands); ``None`` for any other table, which the full spec validates."""
-    from kvbudget.workloads.traces.options import FORMATS
-
     if workload.get("kind") != "trace" or not set(workload) <= {"kind", "path", "format"}:
         return None
     path = workload.get("path")
@@ -555,8 +551,6 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     value: Any = _plain_literal(raw)
     if value is not _NOT_PLAIN:
         return path, value
-    import tomllib  # ~3 ms to import: only for a value that is not a plain literal
-
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
     except (tomllib.TOMLDecodeError, RecursionError):
@@ -649,8 +643,6 @@ requests belongs in a trace file): anything bigger (or a device that never ends)
 
 def _read_toml(path: Path) -> dict[str, Any]:
     """A scenario file's tables; each way it cannot be read is one line naming the file."""
-    import tomllib
-
     try:
         with path.open("rb") as fh:
             data = fh.read(MAX_SCENARIO_BYTES + 1)
@@ -692,7 +684,7 @@ def default_scenario_dict(*, workload: bool = True) -> dict[str, Any]:
         "model": "Llama-3.1-8B",
     }
     if workload:
-        from kvbudget.workloads.spec import default_workload_spec
+        from kvbudget.workloads.spec import default_workload_spec  # pydantic: see workload()
 
         data["workload"] = default_workload_spec().model_dump(mode="json", exclude_none=True)
     return data
@@ -767,11 +759,8 @@ def make_scenario(
     if clients:
         data["clients"] = {**(data.get("clients") or {}), **clients}
     flags: list[str] = []
-    if model is not None:
-        from kvbudget.perf.models import is_preset
-
-        if not is_preset(model) and model.strip() and _exists(model):
-            model = str(Path(model).expanduser().resolve())  # a config.json, from here
+    if model is not None and not is_preset(model) and model.strip() and _exists(model):
+        model = str(Path(model).expanduser().resolve())  # a config.json, from here
     if gpu is not None and gpu.endswith((".json", ".toml")) and _exists(gpu):
         gpu = str(Path(gpu).resolve())  # a GPU file, from here
     for key, value in (("gpu", gpu), ("model", model), ("seed", seed),

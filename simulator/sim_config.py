@@ -4,22 +4,23 @@ model, engine knobs, tiers, cost model, fleet) and the gateway it implies."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from kvbudget.perf.cost_model import CostModel, FrontendCost, get_frontend
 from kvbudget.perf.fitted_on import FitTarget
-from kvbudget.perf.hardware import get_gpu
-from kvbudget.perf.models import get_model
+from kvbudget.perf.hardware import GPUSpec, get_gpu
+from kvbudget.perf.kv_capacity import legacy_num_gpu_blocks, num_gpu_blocks
+from kvbudget.perf.models import ModelSpec, get_model
+from kvbudget.perf.roofline import RooflineCostModel
 from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.policies import DEFAULT_TIERS, GatewayConfig, TierConfig
+from kvbudget.policies.clients import ClientModel
 from kvbudget.policies.gateway import FrontDoor
 from kvbudget.policies.tiers import tier_map
 from kvbudget.simulator.engine_config import ENGINE_DEFAULTS, EngineConfig, EngineDefaults
 
 if TYPE_CHECKING:
-    # not imported at run time (a run without clients or users never loads them)
-    from kvbudget.policies.clients import ClientModel
     from kvbudget.workloads.closed_loop import ClosedLoop
 
 RouterName = Literal["round_robin", "least_tokens", "prefix_affinity"]
@@ -51,6 +52,23 @@ class FleetConfig:
 
     def gpu_of(self, replica: int, default: str) -> str:
         return self.gpus[replica] if self.gpus else default
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSetup:
+    """One replica's configuration, resolved once (:meth:`SimConfig.replica_setup`): what a
+    run passes down instead of looking the GPU and the model up, and building the step-time
+    model, again at each use."""
+
+    gpu: GPUSpec
+    model: ModelSpec
+    engine: EngineConfig
+    """The engine knobs with every default filled in (:meth:`SimConfig.engine_for`)."""
+    num_gpu_blocks: int | None
+    """KV blocks (:meth:`SimConfig.resolved_num_gpu_blocks`); ``None`` where not asked for (a
+    fleet's run: each replica sizes its own, on its own GPU)."""
+    cost_model: CostModel
+    """The step-time model (:meth:`SimConfig.resolved_cost_model`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +137,6 @@ class SimConfig:
         if self.closed_loop is not None and self.clients:
             raise ValueError("closed_loop and clients together are not supported: a closed "
                              "loop's user sends its next request when the last one ends")
-        if self.clients:
-            from kvbudget.policies.clients import ClientModel
         for tier, client in self.clients:
             if tier not in tiers:
                 raise ValueError(f"clients.{tier}: no such tier; tiers: {sorted(tiers)}")
@@ -142,30 +158,45 @@ class SimConfig:
             for gpu in self.fleet.gpus:
                 get_gpu(gpu)
 
+    def replica_setup(self, gpu: str | None = None, *, with_blocks: bool = True
+                      ) -> ReplicaSetup:
+        """A replica's configuration resolved once, on ``gpu`` (the config's own GPU when
+        ``None``): the GPU and the model looked up once each, the engine knobs with every
+        default filled in, the KV blocks (``with_blocks``) and the step-time model built once.
+        A run resolves it at its start and passes it down
+        (:func:`kvbudget.simulator.run.simulate`)."""
+        spec, model = get_gpu(gpu or self.gpu), get_model(self.model)
+        engine = self._engine(spec, model)
+        given = self._given_cost_model(gpu)
+        return ReplicaSetup(
+            gpu=spec, model=model, engine=engine,
+            num_gpu_blocks=self._num_gpu_blocks(engine, spec, model) if with_blocks else None,
+            cost_model=given if given is not None else self._default_cost_model(spec, model),
+        )
+
     def engine_for(self, gpu: str | None = None) -> EngineConfig:
         """The engine knobs with every default filled in for ``gpu`` (the config's own GPU
         when ``None``)."""
-        resolved = self.engine.resolved(get_gpu(gpu or self.gpu), self.engine_defaults)
+        return self._engine(get_gpu(gpu or self.gpu), get_model(self.model))
+
+    def _engine(self, spec: GPUSpec, model: ModelSpec) -> EngineConfig:
+        resolved = self.engine.resolved(spec, self.engine_defaults)
         if resolved.max_model_len is None:
             # vLLM's default max_model_len is the model's context length (its config's
             # max_position_embeddings: vllm/config/model.py, _get_and_verify_max_len); a longer
             # prompt, or prompt + output, is refused (400), never served
-            from dataclasses import replace
-
-            resolved = replace(resolved,
-                               max_model_len=get_model(self.model).max_position_embeddings)
+            resolved = replace(resolved, max_model_len=model.max_position_embeddings)
         return resolved
 
     def resolved_num_gpu_blocks(self, gpu: str | None = None) -> int:
         """KV blocks of one replica on ``gpu``: the engine's ``num_gpu_blocks``, else as vLLM v1
         sizes them (kvbudget 0.1's estimate under ``engine_defaults = "kvbudget-0.1"``)."""
-        engine = self.engine_for(gpu)
+        spec, model = get_gpu(gpu or self.gpu), get_model(self.model)
+        return self._num_gpu_blocks(self._engine(spec, model), spec, model)
+
+    def _num_gpu_blocks(self, engine: EngineConfig, spec: GPUSpec, model: ModelSpec) -> int:
         if engine.num_gpu_blocks is not None:
             return engine.num_gpu_blocks
-        # imported here: a run given its blocks (as the benchmarks are) does without it
-        from kvbudget.perf.kv_capacity import legacy_num_gpu_blocks, num_gpu_blocks
-
-        spec, model = get_gpu(gpu or self.gpu), get_model(self.model)
         tp, ep = _parallelism(engine)
         if self.engine_defaults == "kvbudget-0.1":
             return legacy_num_gpu_blocks(
@@ -187,13 +218,17 @@ class SimConfig:
         """The step-time model of a replica on ``gpu``: the given ``cost_model`` (for the
         config's own GPU), else the defaults' (``vllm-v1``, or the roofline under
         ``kvbudget-0.1``)."""
-        if self.cost_model is not None and (gpu is None or gpu == self.gpu):
-            return self.cost_model
-        spec, model = get_gpu(gpu or self.gpu), get_model(self.model)
+        given = self._given_cost_model(gpu)
+        if given is not None:
+            return given
+        return self._default_cost_model(get_gpu(gpu or self.gpu), get_model(self.model))
+
+    def _given_cost_model(self, gpu: str | None) -> CostModel | None:
+        return self.cost_model if gpu is None or gpu == self.gpu else None
+
+    def _default_cost_model(self, spec: GPUSpec, model: ModelSpec) -> CostModel:
         tp, ep = _parallelism(self.engine)
         if self.engine_defaults == "kvbudget-0.1":
-            from kvbudget.perf.roofline import RooflineCostModel
-
             return RooflineCostModel(spec, model, tensor_parallel_size=tp,
                                      kv_cache_dtype=self.engine.kv_cache_dtype)
         return VllmStepModel(spec, model, tensor_parallel_size=tp, expert_parallel_size=ep,

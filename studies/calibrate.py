@@ -38,16 +38,31 @@ import numpy.typing as npt
 
 from kvbudget.analysis.validation import OVERALL, STATS, compare_recorded, latency_stats
 from kvbudget.perf.cost_model import FEATURES, CostModel, LinearCostModel, save_cost_model
+from kvbudget.perf.fit import fit_linear_cost_model
 from kvbudget.perf.fitted_on import fitted_on_extra
 from kvbudget.results.recordings import Recording
 from kvbudget.simulator.run import SimConfig
+from kvbudget.studies.fit_uncertainty import (
+    FIT_KEYS,
+    FIT_METRICS,
+    INTERVAL_COLUMNS,
+    NUM_BOOTSTRAP,
+    PREDICTED,
+    Coordinate,
+    FitUncertainty,
+    Sensitivity,
+    identify,
+    log_stats,
+    noise_variance,
+    posterior_covariance,
+    sampling_variance,
+    sensitivity,
+    with_intervals,
+)
 from kvbudget.studies.validate import recording_stages, simulate_recording
 
 if TYPE_CHECKING:
     import pandas as pd
-
-FIT_METRICS = ("ttft", "tpot", "e2e")
-"""The latency metrics whose :data:`~kvbudget.analysis.validation.STATS` the fit matches."""
 
 SPAN = 100.0
 """Each fitted parameter stays between ``1 / SPAN`` and ``SPAN`` times its starting value."""
@@ -146,8 +161,6 @@ def linear_start(model: CostModel, *, max_num_batched_tokens: int, max_num_seqs:
     up to ``max_context_tokens``, and prefill chunks up to ``max_num_batched_tokens``."""
     import pandas as pd
 
-    from kvbudget.perf.fit import fit_linear_cost_model
-
     rows = []
     seqs = sorted({1, 2, 4, 8, 16, 32, 64, 128, 256, max_num_seqs} - {0})
     seqs = [s for s in seqs if s <= max(1, max_num_seqs)]
@@ -228,12 +241,36 @@ class RecordedCalibration:
     fixed: dict[str, str] = dataclasses.field(default_factory=dict)
     simulated: pd.DataFrame | None = None
     """The records of the fitted model's simulation of the whole recording."""
+    uncertainty: FitUncertainty | None = None
+    """The fit's posterior (None when not asked for or nothing was fitted)."""
+    sensitivity: Sensitivity | None = None
+    """The simulations around the fitted point (for intervals on other rows)."""
+
+    def intervals_on(self, measured: pd.DataFrame, rows: npt.NDArray[np.bool_] | None
+                     ) -> dict[str, tuple[float, float]]:
+        """95 % prediction intervals of :data:`PREDICTED` over other measured ``rows`` (a
+        held-out part) from the simulations already run; empty without a posterior."""
+        if self.uncertainty is None or self.sensitivity is None or self.simulated is None:
+            return {}
+        values = log_stats(_compared(self.simulated, measured, rows), PREDICTED)
+        return self.uncertainty.predicted(
+            values, self.sensitivity.gradient(measured, PREDICTED, rows), PREDICTED)
 
     def in_sample_errors(self) -> dict[str, float | None]:
         """``{metric: signed relative error}`` over the fitted rows (stage ``all``)."""
         sub = self.table[self.table["stage"] == OVERALL]
         return {str(m): (float(e) if math.isfinite(float(e)) else None)
                 for m, e in zip(sub["metric"], sub["rel_error"], strict=True)}
+
+    def predicted_intervals(self) -> dict[str, list[float]]:
+        """``{figure: [low, high]}``: the 95 % intervals of the simulated figures (stage
+        ``all``) that have one."""
+        if INTERVAL_COLUMNS[0] not in self.table:
+            return {}
+        sub = self.table[self.table["stage"] == OVERALL]
+        return {str(r["metric"]): [float(r[INTERVAL_COLUMNS[0]]), float(r[INTERVAL_COLUMNS[1]])]
+                for r in sub.to_dict(orient="records")
+                if math.isfinite(float(r[INTERVAL_COLUMNS[0]]))}
 
     def to_json_extra(self, recording: Recording, config: SimConfig, *,
                       policy: str, holdout: float | None = None) -> dict[str, Any]:
@@ -245,7 +282,8 @@ class RecordedCalibration:
             "frontend_overhead_s": self.frontend_overhead_s,
             "calibration": {
                 "method": "simulator in the loop: bounded Nelder-Mead (scipy) in log space on "
-                          "the squared log ratios of TTFT, TPOT and E2E mean/p50/p90/p99",
+                          "the squared log ratios of TTFT, TPOT and E2E mean/p50/p90/p99, "
+                          "regularised toward the start",
                 "records": str(Path(recording.path).resolve()),
                 "records_format": recording.format,
                 "rows": self.num_rows,
@@ -267,6 +305,9 @@ class RecordedCalibration:
                                     if n in PHYSICAL_RANGES},
                 "not_fitted": self.fixed,
                 "in_sample_error": self.in_sample_errors(),
+                "uncertainty": (None if self.uncertainty is None
+                                else self.uncertainty.to_json()),
+                "predicted_95": self.predicted_intervals(),
             },
         }
 
@@ -274,6 +315,103 @@ class RecordedCalibration:
              holdout: float | None = None) -> None:
         save_cost_model(self.model, path, extra=self.to_json_extra(
             recording, config, policy=policy, holdout=holdout))
+
+
+class _Trials:
+    """Simulations of the recording at points of the search coordinates, counted."""
+
+    def __init__(self, recording: Recording, config: SimConfig, start: CostModel,
+                 coordinates: tuple[Coordinate, ...], *, measured: pd.DataFrame,
+                 rows: npt.NDArray[np.bool_] | None, fit_overhead: bool,
+                 start_overhead_s: float, policy: str,
+                 policy_params: Mapping[str, Any] | None,
+                 progress: Callable[[int, float], None] | None) -> None:
+        self.recording, self.config, self.start = recording, config, start
+        self.measured, self.rows = measured, rows
+        self.coordinates = coordinates
+        self.fit_overhead, self.start_overhead_s = fit_overhead, start_overhead_s
+        self.policy, self.policy_params = policy, policy_params
+        self.progress = progress
+        self.num_evals = 0
+        self.best = math.inf
+
+    def build(self, x: npt.NDArray[np.float64]) -> tuple[CostModel, float]:
+        """The cost model and front-end overhead at ``x`` (ValueError: the model refuses)."""
+        values = {c.name: c.value(float(v)) for c, v in zip(self.coordinates, x, strict=True)}
+        overhead = values.pop(OVERHEAD, self.start_overhead_s)
+        model = dataclasses.replace(self.start, **values)  # type: ignore[type-var]
+        return model, overhead
+
+    def simulate(self, x: npt.NDArray[np.float64]) -> pd.DataFrame:
+        """The simulated records at ``x`` (ValueError: the model refuses these values)."""
+        model, overhead = self.build(x)
+        sim = simulate_recording(self.recording, self.config, policy=self.policy,
+                                 policy_params=self.policy_params, cost_model=model,
+                                 frontend_overhead_s=overhead)
+        self.count(recorded_loss(sim.records, self.measured, self.rows))
+        return sim.records
+
+    def count(self, loss: float) -> None:
+        self.num_evals += 1
+        self.best = min(self.best, loss)
+        if self.progress is not None:
+            self.progress(self.num_evals, self.best)
+
+
+OVERHEAD = "frontend_overhead_s"
+"""The name of the front-end overhead's search coordinate."""
+
+
+def coordinates(start: CostModel, names: tuple[str, ...], *, fit_overhead: bool,
+                start_overhead_s: float) -> tuple[Coordinate, ...]:
+    """Each fitted parameter's search coordinate: log of the value over the start's within
+    :func:`_log_bounds`; the overhead in units of 10 ms within ``[0, MAX_OVERHEAD_S]``."""
+    out = [Coordinate(n, float(getattr(start, n)), *_log_bounds(n, float(getattr(start, n))))
+           for n in names]
+    if fit_overhead:
+        out.append(Coordinate(OVERHEAD, start_overhead_s, 0.0, MAX_OVERHEAD_S / _OVERHEAD_UNIT_S,
+                              log=False, unit=_OVERHEAD_UNIT_S))
+    return tuple(out)
+
+
+def _search(trials: _Trials, active: list[int], noise_var: float, max_evals: int
+            ) -> tuple[npt.NDArray[np.float64], pd.DataFrame | None]:
+    """Bounded Nelder-Mead over the ``active`` coordinates (the others at their start) on
+    the loss plus the prior's penalty (:mod:`~kvbudget.studies.fit_uncertainty`), at most
+    ``max_evals`` simulations: the best point and its records (None if none simulated)."""
+    from scipy.optimize import minimize
+
+    coords = trials.coordinates
+    x0 = np.array([c.x0 for c in coords], dtype=np.float64)
+    sds = np.array([coords[j].prior_sd for j in active])
+    best: dict[str, Any] = {"objective": math.inf, "x": x0, "sim": None}
+
+    def objective(z: npt.NDArray[np.float64]) -> float:
+        x = _with(x0, active, z)
+        try:
+            sim = trials.simulate(x)
+        except ValueError:
+            trials.count(_PENALTY)
+            return _PENALTY
+        value = (recorded_loss(sim, trials.measured, trials.rows)
+                 + noise_var * float(np.sum(((z - x0[active]) / sds) ** 2)))
+        if value < best["objective"]:
+            best.update(objective=value, x=x, sim=sim)
+        return value
+
+    z0 = x0[active]
+    simplex = np.tile(z0, (len(active) + 1, 1))
+    for k, j in enumerate(active):
+        simplex[k + 1, k] += 0.7 if coords[j].log else 0.5
+        try:
+            trials.build(_with(x0, active, simplex[k + 1]))
+        except ValueError:  # past a bound the model enforces (an mfu of 1): the other way
+            simplex[k + 1, k] = z0[k] - 0.7
+    minimize(objective, z0, method="Nelder-Mead",
+             bounds=[(coords[j].lo, coords[j].hi) for j in active],
+             options={"maxfev": max_evals, "initial_simplex": simplex, "xatol": 1e-3,
+                      "fatol": 1e-6})
+    return best["x"], best["sim"]
 
 
 def calibrate_recording(
@@ -289,91 +427,180 @@ def calibrate_recording(
     parameters: tuple[str, ...] | None = None,
     max_evals: int = 200,
     progress: Callable[[int, float], None] | None = None,
+    start_records: pd.DataFrame | None = None,
+    uncertainty: bool = True,
+    seed: int = 0,
 ) -> RecordedCalibration:
     """Fit ``start``'s ``FIT_PARAMETERS`` (or ``parameters``) so that simulating the recording
     on ``config`` reproduces the measured latencies of ``rows`` (default: every measured
     request); those that do not move the step time are left as they are
-    (:func:`effective_parameters`, listed in ``fixed``). ``progress(num_evals, best_loss)`` is
-    called after every simulation."""
-    from scipy.optimize import minimize
-
+    (:func:`effective_parameters`, listed in ``fixed``). With ``uncertainty`` (the default),
+    those the recording does not identify are left at the start too, the fit is regularised
+    toward the start, and the result carries the posterior
+    (:mod:`~kvbudget.studies.fit_uncertainty`; ``seed`` draws the bootstrap). ``max_evals``
+    bounds the start's and the search's simulations; the sensitivities take two more per
+    parameter before the search and two per fitted one after it. ``start_records``: the start model's simulation of the recording when already run.
+    ``progress(num_evals, best_loss)`` is called after every simulation."""
     names, fixed = effective_parameters(start, parameters)
-    base = {n: float(getattr(start, n)) for n in names}
     if max_evals < 1:
         raise ValueError(f"max_evals must be >= 1, got {max_evals!r}")
     measured = recording.records()
     if rows is not None and not bool((rows & (measured["status"] == "completed")).any()):
         raise ValueError("the rows to fit hold no measured request")
     span = float(recording.workload.arrival_s[-1] - recording.workload.arrival_s[0])
-    sim_config = dataclasses.replace(config, timeline_period_s=max(1.0, span / 100))
-    state = {"evals": 0, "best": math.inf}
+    coords = coordinates(start, names, fit_overhead=fit_overhead,
+                         start_overhead_s=start_overhead_s)
+    trials = _Trials(recording, dataclasses.replace(config, timeline_period_s=max(1.0, span / 100)),
+                     start, coords, measured=measured, rows=rows, fit_overhead=fit_overhead,
+                     start_overhead_s=start_overhead_s,
+                     policy=policy, policy_params=policy_params, progress=progress)
+    x0 = np.array([c.x0 for c in coords], dtype=np.float64)
+    start_sim = trials.simulate(x0) if start_records is None else start_records
+    start_loss = recorded_loss(start_sim, measured, rows)
+    if start_records is not None:  # simulated by the caller: still one of the fit's
+        trials.count(start_loss)
+    rng = np.random.default_rng(seed)
+    noise_var = noise_variance(sampling_variance(start_sim, measured, rows, rng))
+    active = list(range(len(coords)))
+    if uncertainty:
+        jac = sensitivity(coords, x0, start_sim, trials.simulate).gradient(
+            measured, FIT_KEYS, rows)
+        active, dropped = identify(jac, noise_var, np.array([c.prior_sd for c in coords]))
+        for j, ratio in dropped.items():
+            fixed[coords[j].name] = (f"the recording does not identify it (its posterior sd "
+                                     f"is {ratio:.2f} of the prior's): left at the start")
+    best_x, best_sim, best_loss = x0, start_sim, start_loss
+    if active and max_evals > 1:
+        x, sim = _search(trials, active, noise_var, max_evals - 1)
+        loss = math.inf if sim is None else recorded_loss(sim, measured, rows)
+        if sim is not None and loss < start_loss:
+            best_x, best_sim, best_loss = x, sim, loss
+    return _result(trials, recording, measured, rows, best_x, best_sim,
+                   losses=(start_loss, best_loss), active=active, fixed=fixed,
+                   rng=rng if uncertainty else None)
 
-    def build(x: npt.NDArray[np.float64]) -> tuple[CostModel, float]:
-        values = {n: base[n] * math.exp(float(x[j])) for j, n in enumerate(names)}
-        model = dataclasses.replace(start, **values)  # type: ignore[type-var]
-        overhead = (max(0.0, float(x[-1])) * _OVERHEAD_UNIT_S if fit_overhead
-                    else start_overhead_s)
-        return model, overhead
 
-    def loss(x: npt.NDArray[np.float64]) -> float:
-        try:
-            model, overhead = build(x)
-        except ValueError:
-            value = _PENALTY
-        else:
-            sim = simulate_recording(recording, sim_config, policy=policy,
-                                     policy_params=policy_params, cost_model=model,
-                                     frontend_overhead_s=overhead)
-            value = recorded_loss(sim.records, measured, rows)
-        state["evals"] += 1
-        state["best"] = min(state["best"], value)
-        if progress is not None:
-            progress(int(state["evals"]), float(state["best"]))
-        return value
-
-    dim = len(names) + (1 if fit_overhead else 0)
-    x0 = np.zeros(dim)
-    if fit_overhead:
-        x0[-1] = start_overhead_s / _OVERHEAD_UNIT_S
-    start_loss = loss(x0)
-    simplex = np.tile(x0, (dim + 1, 1))
-    for j in range(dim):
-        simplex[j + 1, j] += 0.7 if j < len(names) else 0.5
-        try:
-            build(simplex[j + 1])
-        except ValueError:  # past a bound the model enforces (an mfu of 1): the other way
-            simplex[j + 1, j] = x0[j] - 0.7
-    bounds = [_log_bounds(n, base[n]) for n in names]
-    if fit_overhead:
-        bounds.append((0.0, MAX_OVERHEAD_S / _OVERHEAD_UNIT_S))
-    if max_evals > 1:
-        res = minimize(loss, x0, method="Nelder-Mead", bounds=bounds,
-                       options={"maxfev": max_evals - 1, "initial_simplex": simplex,
-                                "xatol": 1e-3, "fatol": 1e-6})
-        best_x = np.asarray(res.x, dtype=np.float64)
-        best_loss = float(res.fun)
-        if start_loss <= best_loss:
-            best_x, best_loss = x0, start_loss
-    else:
-        best_x, best_loss = x0, start_loss
-    model, overhead = build(best_x)
+def _result(trials: _Trials, recording: Recording, measured: pd.DataFrame,
+            rows: npt.NDArray[np.bool_] | None, x: npt.NDArray[np.float64],
+            simulated: pd.DataFrame, *, losses: tuple[float, float], active: list[int],
+            fixed: dict[str, str], rng: np.random.Generator | None) -> RecordedCalibration:
+    """The calibration at the chosen point ``x``: the fitted model, its comparison table and,
+    with ``rng`` (the bootstrap's), its posterior and the predicted figures' 95 %
+    intervals."""
+    model, overhead = trials.build(x)
     if "source" in {f.name for f in dataclasses.fields(model)}:  # type: ignore[arg-type]
         model = dataclasses.replace(  # type: ignore[type-var]
             model, source=f"calibrated from {Path(recording.path).name}")
-    sim = simulate_recording(recording, sim_config, policy=policy, policy_params=policy_params,
-                             cost_model=model, frontend_overhead_s=overhead)
-    table = compare_recorded(sim.records, measured, recording_stages(recording), rows)
-    fitted = {n: float(getattr(model, n)) for n in names}
-    start_values = dict(base)
-    if fit_overhead:
-        fitted["frontend_overhead_s"] = overhead
-        start_values["frontend_overhead_s"] = start_overhead_s
+    table = compare_recorded(simulated, measured, recording_stages(recording), rows)
+    coords = [trials.coordinates[j] for j in active]
+    fitted = {c.name: c.value(float(x[j])) for c, j in zip(coords, active, strict=True)}
+    start_values = {c.name: c.base for c in coords}
+    post = sens = None
+    if rng is not None and active:
+        sens = sensitivity(coords, x[active], simulated,
+                           lambda z: trials.simulate(_with(x, active, z)))
+        jac = sens.gradient(measured, FIT_KEYS, rows)
+        residuals = log_stats(_compared(simulated, measured, rows)) - log_stats(
+            _compared(measured, measured, rows))
+        noise_var = noise_variance(sampling_variance(simulated, measured, rows, rng),
+                                   residuals, len(active))
+        cov = posterior_covariance(jac, noise_var, np.array([c.prior_sd for c in coords]))
+        post = FitUncertainty(tuple(c.name for c in coords), tuple(float(x[j]) for j in active),
+                              tuple(c.log for c in coords),
+                              tuple(c.base if c.log else c.unit for c in coords),
+                              tuple(tuple(float(v) for v in r) for r in cov), noise_var,
+                              NUM_BOOTSTRAP, tuple((c.lo, c.hi) for c in coords))
+        values = log_stats(_compared(simulated, measured, rows), PREDICTED)
+        table = with_intervals(table, post.predicted(
+            values, sens.gradient(measured, PREDICTED, rows), PREDICTED))
     num_rows = int(((measured["status"] == "completed").to_numpy()
                     & (True if rows is None else rows)).sum())
     return RecordedCalibration(model=model, frontend_overhead_s=overhead, table=table,
-                               loss=best_loss, start_loss=start_loss,
-                               num_evals=int(state["evals"]), start=start_values, fitted=fitted,
-                               num_rows=num_rows, fixed=fixed, simulated=sim.records)
+                               loss=losses[1], start_loss=losses[0],
+                               num_evals=trials.num_evals, start=start_values, fitted=fitted,
+                               num_rows=num_rows, fixed=fixed, simulated=simulated,
+                               uncertainty=post, sensitivity=sens)
+
+
+def _compared(records: pd.DataFrame, measured: pd.DataFrame,
+              rows: npt.NDArray[np.bool_] | None) -> pd.DataFrame:
+    """The rows of ``records`` (joined on ``request_id``) that ``measured`` shows completed,
+    of ``rows``."""
+    keep = (measured["status"] == "completed").to_numpy()
+    if rows is not None:
+        keep = keep & np.asarray(rows, dtype=bool)
+    ids = measured["request_id"].to_numpy()[keep]
+    return records.set_index("request_id").loc[ids].reset_index()
+
+
+def _with(x: npt.NDArray[np.float64], active: list[int], z: npt.NDArray[np.float64]
+          ) -> npt.NDArray[np.float64]:
+    out = x.copy()
+    out[active] = z
+    return out
+
+
+def validation_intervals(recording: Recording, config: SimConfig, model: CostModel,
+                         frontend_overhead_s: float, posterior: FitUncertainty, *,
+                         simulated: pd.DataFrame, rows: npt.NDArray[np.bool_] | None = None,
+                         policy: str = "unlimited",
+                         policy_params: Mapping[str, Any] | None = None
+                         ) -> dict[str, tuple[float, float]]:
+    """95 % prediction intervals of :data:`PREDICTED` for a fitted model (its file's
+    ``posterior``) on another recording: two simulations per fitted parameter around the
+    fitted values (``simulated``: the records at them)."""
+    coords = tuple(Coordinate(n, float(getattr(model, n)) if lg else frontend_overhead_s,
+                              -math.inf, math.inf, log=lg, unit=1.0 if lg else s)
+                   for n, lg, s in zip(posterior.names, posterior.log, posterior.scales,
+                                       strict=True))
+    measured = recording.records()
+    trials = _Trials(recording, config, model, coords, measured=measured, rows=rows,
+                     fit_overhead=OVERHEAD in posterior.names,
+                     start_overhead_s=frontend_overhead_s, policy=policy,
+                     policy_params=policy_params, progress=None)
+    sens = sensitivity(coords, np.array([c.x0 for c in coords]), simulated, trials.simulate)
+    base = log_stats(_compared(simulated, measured, rows), PREDICTED)
+    return posterior.predicted(base, sens.gradient(measured, PREDICTED, rows), PREDICTED)
+
+
+REQUESTS_PER_PARAMETER = 10
+"""The fewest measured requests per fitted parameter a fit is accepted on: the "ten events per
+variable" rule for regression models (Peduzzi et al., J. Clin. Epidemiol. 49(12), 1996,
+doi:10.1016/S0895-4356(96)00236-3; Harrell, *Regression Modeling Strategies*, 2nd ed., 4.4:
+below it fitted coefficients are unstable and over-fit). A request, not a statistic, is the
+unit: the loss matches statistics of the requests' latency distributions."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a fit must not be written: one line, and whether it is only that the recording is
+    small (which ``--allow-small-fit`` overrides)."""
+
+    text: str
+    small: bool = False
+
+
+def refusal(cal: RecordedCalibration) -> Refusal | None:
+    """Why a fit must not be used, or None: its simulation completes none of the measured
+    requests, the recording identifies none of the parameters, the fit did not lower its
+    loss, or the recording has fewer than :data:`REQUESTS_PER_PARAMETER` measured requests
+    per fitted parameter."""
+    sub = cal.table[(cal.table["stage"] == OVERALL) & (cal.table["metric"] == "completed")]
+    if not (len(sub) and float(sub["simulated"].iloc[0]) > 0):
+        return Refusal(f"the fitted simulation completes none of the {cal.num_rows} measured "
+                       "requests: nothing was fitted")
+    if not cal.fitted:
+        why = "; ".join(f"{k}: {v}" for k, v in cal.fixed.items())
+        return Refusal(f"the recording identifies none of the parameters ({why})")
+    if not cal.loss < cal.start_loss:
+        return Refusal(f"the fit did not lower its loss ({cal.start_loss:.4g} at the start, "
+                       f"{cal.loss:.4g} after {cal.num_evals} simulations)")
+    need = REQUESTS_PER_PARAMETER * len(cal.fitted)
+    if cal.num_rows < need:
+        return Refusal(f"{cal.num_rows} measured requests are too few to fit "
+                       f"{len(cal.fitted)} parameters (at least {need}: "
+                       f"{REQUESTS_PER_PARAMETER} per parameter)", small=True)
+    return None
 
 
 def read_calibration(path: Path) -> dict[str, Any]:

@@ -32,12 +32,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kvbudget.studies.sweep import (
+    Axis,
     GridPoint,
     StoredRuns,
+    SweepPlan,
     execute_stored,
     plan_runs,
     replication_seeds,
     rows_to_frame,
+    summarize_points,
     t_interval,
 )
 
@@ -181,8 +184,6 @@ class CapacityResult:
         """Attainment against offered rate for each policy over the loads the search visited
         (mean and t interval over the replications); see :func:`attainment_curve` for a
         common grid of loads."""
-        from kvbudget.studies.sweep import summarize_points
-
         df = self.table()
         return summarize_points(df, [self.spec.metric, "offered_rate_rps"],
                                 by=["policy", "rate_scale"], confidence=self.spec.confidence)
@@ -329,8 +330,6 @@ def attainment_curve(spec: CapacitySpec, executor: Executor, scales: Sequence[fl
     a sweep with the search's seeds (so its runs at a scale the search visited are the very
     same runs). One row per (policy, rate_scale) with mean and t interval of the metric and
     of ``offered_rate_rps``."""
-    from kvbudget.studies.sweep import Axis, SweepPlan, summarize_points
-
     plan = SweepPlan(spec.scenario, (Axis("policy", spec.policies),
                                      Axis("rate_scale", tuple(scales))),
                      replications=spec.replications, root_seed=spec.root_seed)

@@ -27,7 +27,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kvbudget.studies.sweep import flatten_summary, metric_column, t_interval
+from kvbudget.policies import POLICIES
+from kvbudget.simulator.run import simulate
+from kvbudget.studies.executors import LocalExecutor
+from kvbudget.studies.sweep import (
+    Axis,
+    SweepPlan,
+    flatten_summary,
+    metric_column,
+    run_sweep,
+    t_interval,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -136,8 +146,6 @@ def compare(
     ``progress(n)`` is called as runs finish."""
     import pandas as pd
 
-    from kvbudget.policies import POLICIES
-
     names = list(dict.fromkeys(policies))
     if not names:
         raise ValueError("compare: give at least one policy")
@@ -151,8 +159,6 @@ def compare(
     params = {n: _params(scenario, n) for n in names}
     results: list[RunResult] = []
     if replications == 1:
-        from kvbudget.simulator.run import simulate
-
         rows = []
         for name in names:
             workload = scenario.workload()
@@ -164,9 +170,6 @@ def compare(
                 progress(1)
         runs = pd.DataFrame(rows)
     else:
-        from kvbudget.studies.executors import LocalExecutor
-        from kvbudget.studies.sweep import Axis, SweepPlan, run_sweep
-
         plan = SweepPlan(scenario, (Axis("policy", tuple(names)),), replications, root_seed)
         ex = executor if executor is not None else LocalExecutor(max_workers=1)
         runs = run_sweep(plan, ex, progress=progress)

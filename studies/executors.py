@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from types import TracebackType
@@ -88,8 +89,6 @@ PRELOAD: tuple[str, ...] = (
 def _ignore_sigint() -> None:
     """A worker's initializer: Ctrl-C reaches the whole process group, but only the parent acts
     on it (it ends the workers); a worker would print a ``KeyboardInterrupt`` traceback."""
-    import signal
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
@@ -97,8 +96,6 @@ def _submit(pool: ProcessPoolExecutor, fn: Callable[[T], R], task: T) -> Future[
     """``pool.submit`` with Ctrl-C held back until it returns: a submit may start a worker, and
     an interrupt landing inside ``Process.start`` leaves a half-started worker the pool does not
     know (it printed a traceback once the parent had gone)."""
-    import signal
-
     if not hasattr(signal, "pthread_sigmask"):
         return pool.submit(fn, task)
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})

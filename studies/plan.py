@@ -35,13 +35,15 @@ from __future__ import annotations
 
 import json
 import math
+import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kvbudget.perf.hardware import get_gpu
 from kvbudget.studies.sweep import (
     Axis,
     GridPoint,
@@ -54,13 +56,13 @@ from kvbudget.studies.sweep import (
     rows_to_frame,
     t_interval,
 )
+from kvbudget.studies.tune import Constraint
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from kvbudget.simulator.scenario import Scenario
     from kvbudget.studies.executors import Executor
-    from kvbudget.studies.tune import Constraint
 
 DEFAULT_PRICES: dict[str, float] = {
     "A100-80GB": 1.10,
@@ -98,8 +100,6 @@ MAX_PRICE = 1e6
 def read_prices(path: Path) -> dict[str, float]:
     """A price table file: TOML or JSON, ``GPU = dollars per GPU-hour`` (a ``[prices]`` table
     or the top level)."""
-    import tomllib
-
     try:
         text = path.read_text()
         data: Any = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
@@ -145,8 +145,6 @@ class PlanSpec:
     root_seed: int | None = None
 
     def __post_init__(self) -> None:
-        from kvbudget.perf.hardware import get_gpu
-
         if not self.policies:
             self.policies = (self.scenario.spec.policy,)
         if not self.gpus:
@@ -161,8 +159,6 @@ class PlanSpec:
         if self.replications < 1:
             raise ValueError(f"replications must be >= 1, got {self.replications!r}")
         if not self.slos:
-            from kvbudget.studies.tune import Constraint
-
             self.slos = (Constraint.parse("overall_slo_attainment>=0.9"),)
         if self.root_seed is None:
             self.root_seed = self.scenario.seed
@@ -278,8 +274,6 @@ def _f(x: Any) -> float:
 
 def _fits(scenario: Scenario, gpu: str, tp: int) -> str | None:
     """Why the scenario's model cannot run on ``gpu`` at degree ``tp`` (None when it can)."""
-    from dataclasses import replace
-
     base = scenario.sim_config()
     try:
         config = replace(base, gpu=gpu, engine=replace(base.engine, tensor_parallel_size=tp))

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kvbudget.policies import make_policy
-from kvbudget.results.recordings import RecordedStage, Recording
+from kvbudget.results.metrics import summarize
+from kvbudget.results.recording import RecordedStage, Recording
 from kvbudget.results.run_result import RunResult
 from kvbudget.simulator.run import SimConfig, simulate
 from kvbudget.workloads.closed_loop import ClosedLoop
@@ -119,8 +120,6 @@ def join_stage_runs(runs: Sequence[RunResult], plans: Sequence[StagePlan], confi
                     policy: str) -> RunResult:
     """The stages' runs as one: records in the recording's request ids and clock, timelines
     and token gaps joined, the summary recomputed over them."""
-    from kvbudget.results.metrics import summarize
-
     records: dict[str, Any] = {}
     for name in runs[0].record_columns:
         parts = []

@@ -50,8 +50,10 @@ import json
 import math
 import os
 import re
+import time
 import tomllib
 import warnings
+import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +67,10 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from kvbudget.simulator.run import simulate
+from kvbudget.simulator.scenario import load_scenario
+from kvbudget.studies.executors import LocalExecutor
 
 Worse = Literal["higher", "lower"]
 Verdict = Literal["ok", "improved", "regressed", "missing", "new"]
@@ -382,8 +388,6 @@ def load_suite(path: Path, overrides: Sequence[str] = ()) -> Suite:
     Every scenario is loaded and validated here (with ``overrides``, ``--set key=value``
     applied to each), so bad input is reported before anything runs.
     """
-    from kvbudget.simulator.scenario import load_scenario
-
     if path.is_dir():
         files = sorted(p for p in path.glob("*.toml") if p.name != SUITE_FILE)
         config_path = path / SUITE_FILE
@@ -451,9 +455,6 @@ def _check_metric_name(where: Path, field_name: str, metric: str) -> None:
 # --- running ------------------------------------------------------------------------------------
 def run_replication(path: str, overrides: tuple[str, ...], seed: int) -> dict[str, Any]:
     """Simulate one scenario file with one seed and return its summary."""
-    from kvbudget.simulator.run import simulate
-    from kvbudget.simulator.scenario import load_scenario
-
     scn = load_scenario(Path(path), [*overrides, f"seed={seed}"])
     try:
         workload = scn.workload()
@@ -483,8 +484,6 @@ def run_suite(
     """Run every scenario once per seed on the local executor: ``jobs`` processes (default:
     every core; 1 runs here, in this process). Returns the summaries per scenario, in the
     order of ``seeds``."""
-    from kvbudget.studies.executors import LocalExecutor
-
     paths = {s.name: str(s.path) for s in suite.scenarios}
     tasks: list[Task] = [(name, seed) for name in paths for seed in seeds[name]]
     ov = tuple(overrides)
@@ -754,8 +753,6 @@ def regress(
     without a baseline is bad input; with ``update`` the baselines are (re)written from the
     runs, with the suite's seeds, after the comparison with the old ones where they exist.
     """
-    import time
-
     start = time.perf_counter()
     a = suite.alpha if alpha is None else alpha
     if not 0 < a < 1:
@@ -935,8 +932,6 @@ def render_markdown(report: RegressReport) -> str:
 
 def render_junit(report: RegressReport) -> str:
     """JUnit XML: a test suite per scenario, a test case per metric, a failure per regression."""
-    import xml.etree.ElementTree as ET
-
     failures = len(report.failures)
     root = ET.Element("testsuites", {
         "name": "kvbudget regress", "tests": str(len(report.comparisons)),

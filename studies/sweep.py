@@ -36,12 +36,15 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kvbudget.policies.registry import policy_parameters
+from kvbudget.simulator.run import simulate
+from kvbudget.simulator.scenario import ScenarioSpec, dump_spec, parse_override, scenario_from_dict
 from kvbudget.workloads import Workload
 
 if TYPE_CHECKING:
@@ -226,9 +229,6 @@ def describe_run(spec: RunSpec) -> str:
 
 def run_one(spec: RunSpec) -> dict[str, Any]:
     """Simulate one run and return its table row (the task function of every executor)."""
-    from kvbudget.simulator.run import simulate
-    from kvbudget.simulator.scenario import scenario_from_dict
-
     scn = scenario_from_dict(spec.scenario, Path(spec.base_dir))
     workload = scale_rate(_workload_for(scn, spec), spec.rate_scale)
     try:
@@ -283,8 +283,6 @@ def parse_axis(text: str) -> Axis:
 
     Values are read as TOML literals (numbers, booleans, quoted strings), else as bare strings.
     """
-    from kvbudget.simulator.scenario import parse_override
-
     if "=" not in text:
         raise ValueError(f"--grid {text!r}: expected key=v1,v2,... or key=lo:hi:n")
     key, raw = text.split("=", 1)
@@ -334,8 +332,6 @@ class GridPoint:
 
 def expand_grid(base: Mapping[str, Any], axes: Sequence[Axis]) -> list[GridPoint]:
     """The cross product of ``axes`` (first axis slowest), deduplicated (see module doc)."""
-    from kvbudget.policies.registry import policy_parameters
-
     keys = [a.key for a in axes]
     if len(set(keys)) != len(keys):
         dup = next(k for k in keys if keys.count(k) > 1)
@@ -397,8 +393,6 @@ def run_key(scenario: Mapping[str, Any], base_dir: str, rate_scale: float) -> st
 
 
 def _scenario_data(scenario: Scenario) -> dict[str, Any]:
-    from kvbudget.simulator.scenario import dump_spec
-
     return dump_spec(scenario.spec, mode="json")
 
 
@@ -411,8 +405,6 @@ def plan_runs(
 ) -> list[RunSpec]:
     """A run per grid point and seed (points validated here, so bad values fail before any
     simulation, with a message naming the grid point)."""
-    from kvbudget.simulator.scenario import scenario_from_dict
-
     data = _scenario_data(base)
     base_dir = str(base.base_dir)
     runs: list[RunSpec] = []
@@ -755,8 +747,4 @@ _CONFIG_COLUMNS = {POLICY, RATE_SCALE, "num_requests", "kv_capacity_tokens", "nu
 
 def _is_config_column(col: str) -> bool:
     """Grid values and configuration figures (kept per point), as opposed to metrics."""
-    from dataclasses import fields
-
-    from kvbudget.simulator.scenario import ScenarioSpec
-
     return col in _CONFIG_COLUMNS or "." in col or col in {f.name for f in fields(ScenarioSpec)}

@@ -37,7 +37,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+import tomli_w
 
+from kvbudget.simulator.scenario import scenario_from_dict
 from kvbudget.studies.sweep import (
     GridPoint,
     StoredRuns,
@@ -339,8 +341,6 @@ class TuneResult:
         """The scenario (as TOML-ready data) with the winning parameters."""
         if self.best is None:
             raise ValueError("no parameter setting met the constraints")
-        from kvbudget.simulator.scenario import scenario_from_dict
-
         scn = scenario_from_dict(
             _scenario_data(self.spec.scenario), self.spec.scenario.base_dir,
             _overrides(self.best.params),
@@ -444,8 +444,6 @@ def _drop_none(node: Any) -> Any:
 
 def dumps_toml(data: Mapping[str, Any]) -> str:
     """A scenario as TOML (``None`` values are left out: they mean "the default")."""
-    import tomli_w
-
     text: str = tomli_w.dumps(_drop_none(dict(data)))
     return text
 

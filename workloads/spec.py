@@ -37,7 +37,9 @@ A recorded trace::
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
@@ -46,8 +48,10 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from kvbudget.workloads import arrivals as arr
 from kvbudget.workloads import lengths as ln
-from kvbudget.workloads.errors import SpecError, show
+from kvbudget.workloads.errors import SpecError, TraceError, show
+from kvbudget.workloads.lengths import FactorOfTrue
 from kvbudget.workloads.synthetic import TierTraffic, generate_workload
+from kvbudget.workloads.traces import TraceOptions, load_trace
 from kvbudget.workloads.workload import Workload
 
 DEFAULT_RATE_RPS = 5.5
@@ -176,10 +180,6 @@ class RateTableSpec(_Model):
 
 
 def _read_rate_table(path: Path) -> tuple[list[float], list[float]]:
-    import csv
-
-    from kvbudget.workloads.errors import TraceError
-
     if not path.is_file():
         raise TraceError(path, "no such file")
     times: list[float] = []
@@ -297,9 +297,6 @@ class EmpiricalSpec(_Model):
 
 
 def _load_lengths(path: Path, fmt: str | None) -> Workload:
-    from kvbudget.workloads.lengths import FactorOfTrue
-    from kvbudget.workloads.traces import TraceOptions, load_trace
-
     # Only the lengths matter here: an oracle max_output keeps the file's true outputs.
     options = TraceOptions(format=fmt, max_output=FactorOfTrue(1.0),
                            arrival=arr.ConstantArrivals(1.0))
@@ -538,8 +535,6 @@ class TraceOptionsSpec(_Model):
     def build(self, fmt: str | None, base_dir: Path | None, *,
               validate_only: bool = False) -> Any:
         """The TraceOptions (``validate_only`` skips reading an arrival rate-table file)."""
-        from kvbudget.workloads.traces import TraceOptions
-
         window: tuple[float, float | None] | None = None
         if self.window is not None:
             window = (self.window[0], self.window[1] if len(self.window) > 1 else None)
@@ -576,10 +571,6 @@ class TraceWorkloadSpec(_Model):
     options: TraceOptionsSpec = TraceOptionsSpec()
 
     def build(self, rng: np.random.Generator, base_dir: Path | None = None) -> Workload:
-        from dataclasses import replace
-
-        from kvbudget.workloads.traces import load_trace
-
         options = self.options.build(self.format, base_dir)
         if options.seed is None:
             options = replace(options, seed=int(rng.integers(0, 2**31 - 1)))

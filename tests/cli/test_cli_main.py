@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,8 +35,44 @@ def test_a_command_line_imports_only_its_command_module() -> None:
                          text=True, check=True).stdout
     assert "kvbudget.cli.regress" in out and "kvbudget.cli.sweep" not in out
     assert main._modules_for(["kvbudget", "tune"]) == ("sweep",)
-    assert main._modules_for(["kvbudget", "--help"]) == tuple(main.COMMAND_MODULES)
+    assert main._modules_for(["kvbudget", "--help"]) == ()
+    assert main._modules_for(["kvbudget"]) == ()
     assert main._modules_for(["kvbudget", "simulat"]) == tuple(main.COMMAND_MODULES)
+
+
+def _command_line(*argv: str) -> subprocess.CompletedProcess[str]:
+    """``kvbudget ARGV`` run as the command (``python -m kvbudget.cli.main``), 100 columns."""
+    env = {**os.environ, "COLUMNS": "100"}
+    return subprocess.run([sys.executable, "-m", "kvbudget.cli.main", *argv], cwd=REPO,
+                          capture_output=True, text=True, env=env, check=False)
+
+
+def test_the_top_level_help_loads_no_command_module_and_lists_what_they_would() -> None:
+    """``kvbudget --help`` lists every command from its summary (help_text.SUMMARIES) without
+    importing a command module: the listing is the one the loaded commands give."""
+    probe = ("import sys; sys.argv = ['kvbudget', '--help']; import kvbudget.cli.main as m; "
+             "print(sorted(m.app.registered_commands), sorted(m.app.registered_groups), "
+             "sorted(k for k in sys.modules if k.startswith('kvbudget.') and "
+             "k.split('.')[1] not in ('cli',)))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.split() == ["[]", "[]", "[]"]
+    env = {**os.environ, "COLUMNS": "100"}
+    lazy, full = (subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                                 text=True, env=env, check=False) for probe in (
+        # sys.argv set before the import: started as the command (no command module loaded)
+        "import sys; sys.argv = ['kvbudget', '--help']; from kvbudget.cli.main import app; app()",
+        # set after: an app with every command, as a test or a notebook imports it
+        "import sys; from kvbudget.cli.main import app; sys.argv = ['kvbudget', '--help']; app()",
+    ))
+    assert lazy.returncode == full.returncode == 0, lazy.stderr + full.stderr
+    assert "simulate" in lazy.stdout and lazy.stdout == full.stdout
+
+
+def test_a_mistyped_command_is_answered_with_the_close_ones() -> None:
+    done = _command_line("simulat")
+    assert done.returncode == 2
+    assert "No such command 'simulat'. Did you mean 'simulate'?" in done.stderr
 
 
 def test_a_command_line_registers_only_its_command() -> None:
@@ -49,3 +86,18 @@ def test_a_command_line_registers_only_its_command() -> None:
     assert main._command_for(["kvbudget", "trace", "stats"]) == "trace"
     assert main._command_for(["kvbudget", "--help"]) is None
     assert main._command_for(["kvbudget"]) is None
+
+
+def test_a_pool_worker_loads_no_command_module() -> None:
+    """multiprocessing runs the parent's main module again, as ``__mp_main__``, in each worker
+    it starts (spawn and forkserver): a worker of ``python -m kvbudget.cli.main sweep`` loads
+    no command module (each imports what its commands run: every one would cost a worker's
+    start a second)."""
+    probe = ("import runpy, sys; sys.argv = [sys.argv[0], 'sweep']; "
+             "g = runpy.run_module('kvbudget.cli.main', run_name='__mp_main__'); "
+             "print(len(g['app'].registered_commands), "
+             "sorted(k for k in sys.modules if k.startswith('kvbudget.cli.')))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.split(" ", 1)[0] == "0"
+    assert "kvbudget.cli.sweep" not in out and "kvbudget.cli.simulate" not in out

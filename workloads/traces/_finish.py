@@ -10,6 +10,7 @@ assign tiers, apply the ``max_output_tokens`` rule, and build the workload.
 
 from __future__ import annotations
 
+import datetime
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvbudget.policies.tiers import MAX_LIMIT_S
+from kvbudget.workloads.arrivals import PoissonArrivals
 from kvbudget.workloads.errors import SpecError, TraceError
 from kvbudget.workloads.max_output import MAX_TOKENS, empirical_quantile
 from kvbudget.workloads.traces.options import TraceOptions
@@ -418,8 +420,6 @@ MAX_SPAN_S = 10 * YEAR_S
 
 
 def _utc(epoch_s: float) -> str:
-    import datetime
-
     try:
         return datetime.datetime.fromtimestamp(epoch_s, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     except (OverflowError, OSError, ValueError):
@@ -446,8 +446,6 @@ def finish(raw: RawTrace, options: TraceOptions, streams: Streams) -> LoadedTrac
     if raw.arrival is None:
         process = options.arrival
         if process is None:
-            from kvbudget.workloads.arrivals import PoissonArrivals
-
             process = PoissonArrivals(1.0)
             raw.warnings.append("the file has no arrival times: Poisson arrivals at 1 req/s "
                                 "were drawn (choose another process with the arrival option)")

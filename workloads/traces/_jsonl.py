@@ -21,6 +21,7 @@ from typing import Any, Literal
 import numpy as np
 
 from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.traces._csv import _categorical, _numbers
 from kvbudget.workloads.traces._files import FileFacts, last_line_offset
 
 JsonKind = Literal["number", "label", "int_list"]
@@ -213,10 +214,7 @@ def _read_arrow(facts: FileFacts, source: Any, kinds: Mapping[str, JsonKind],
     import pyarrow as pa
     import pyarrow.json as pajson
 
-    # the Arrow columns are converted as the CSV reader converts them (imported here: a file
-    # small enough for the plain reader does without the CSV module)
-    from kvbudget.workloads.traces._csv import _categorical, _numbers
-
+    # the Arrow columns are converted as the CSV reader converts them
     schema = pa.schema([(name, _arrow_type(kind)) for name, kind in kinds.items()])
     try:
         table = pajson.read_json(

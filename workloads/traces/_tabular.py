@@ -3,6 +3,7 @@ format (CSV, JSONL, Parquet). Each reads only the columns it needs, by name."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,6 +12,7 @@ import numpy as np
 
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.errors import json_problem as _json_problem
+from kvbudget.workloads.traces._csv import _categorical, read_csv_columns, split_header
 from kvbudget.workloads.traces._files import FileFacts, file_facts, line_of_row
 from kvbudget.workloads.traces._finish import DROP_TRUNCATED, RawTrace, Streams
 from kvbudget.workloads.traces._jsonl import JsonColumns, JsonKind, read_jsonl_columns
@@ -18,9 +20,6 @@ from kvbudget.workloads.traces.options import ARRIVAL_UNITS, CANONICAL_COLUMNS, 
 
 if TYPE_CHECKING:
     from kvbudget.workloads.traces._csv import CsvColumns, Kind
-
-# The CSV reader (kvbudget.workloads.traces._csv) is imported by the loaders that read CSV: a
-# JSONL trace does without it.
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 BURSTGPT_COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
@@ -59,8 +58,6 @@ def _tier_required(options: TraceOptions) -> list[str]:
 
 
 def load_azure(path: Path, options: TraceOptions, streams: Streams) -> RawTrace:
-    from kvbudget.workloads.traces._csv import read_csv_columns, split_header
-
     facts = file_facts(path)
     kinds: dict[str, Kind] = {"TIMESTAMP": "timestamp", "ContextTokens": "number",
                               "GeneratedTokens": "number"}
@@ -90,8 +87,6 @@ def load_azure(path: Path, options: TraceOptions, streams: Streams) -> RawTrace:
 
 
 def load_burstgpt(path: Path, options: TraceOptions, streams: Streams) -> RawTrace:
-    from kvbudget.workloads.traces._csv import read_csv_columns, split_header
-
     facts = file_facts(path)
     header = split_header(facts.first_line)
     kinds: dict[str, Kind] = {"Timestamp": "number", "Request tokens": "number",
@@ -138,8 +133,6 @@ def load_mooncake(path: Path, options: TraceOptions, streams: Streams) -> RawTra
 
 
 def load_lengths(path: Path, options: TraceOptions, streams: Streams) -> RawTrace:
-    from kvbudget.workloads.traces._csv import read_csv_columns
-
     facts = file_facts(path)
     kinds: dict[str, Kind] = {"num_prefill_tokens": "number", "num_decode_tokens": "number"}
     cols = read_csv_columns(facts, _with_tier_column(dict(kinds), options), fmt="lengths",
@@ -243,8 +236,6 @@ def load_generic(path: Path, options: TraceOptions, streams: Streams) -> RawTrac
         return _load_generic_parquet(path, options, names)
     facts = file_facts(path)
     if kind == "jsonl":
-        import json
-
         try:
             first = json.loads(facts.first_line)
         except (json.JSONDecodeError, RecursionError) as exc:
@@ -266,8 +257,6 @@ def load_generic(path: Path, options: TraceOptions, streams: Streams) -> RawTrac
                            present, names, options, cols.num_rows,
                            _csv_line_of(path, header_lines=0))
         return _note_truncated(raw, facts, cols.dropped_last)
-    from kvbudget.workloads.traces._csv import read_csv_columns, split_header
-
     header = split_header(facts.first_line)
     present = {c for c in CANONICAL_COLUMNS if names[c] in header}
     _check_mapped(path, options, present, names)
@@ -346,8 +335,6 @@ def _load_generic_parquet(path: Path, options: TraceOptions, names: dict[str, st
     numbers: dict[str, Any] = {}
     labels: dict[str, Any] = {}
     lists: dict[str, Any] = {}
-    from kvbudget.workloads.traces._csv import _categorical
-
     for canon in sorted(present):
         col_name = names[canon]
         try:
@@ -365,8 +352,6 @@ def _load_generic_parquet(path: Path, options: TraceOptions, names: dict[str, st
 def _parquet_column(path: Path, col: Any, col_name: str, kind: str, numbers: dict[str, Any],
                     labels: dict[str, Any], lists: dict[str, Any]) -> None:
     import pyarrow as pa
-
-    from kvbudget.workloads.traces._csv import _categorical
 
     if kind == "number":
         numbers[col_name] = _parquet_numbers(path, col, col_name)

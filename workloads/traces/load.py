@@ -6,10 +6,13 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import kvbudget.workloads.traces._tabular as _tabular
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.errors import json_problem as _json_problem
+from kvbudget.workloads.traces._csv import split_header
 from kvbudget.workloads.traces._files import check_readable, file_facts, is_servegen_path
 from kvbudget.workloads.traces._finish import RawTrace, Streams, finish
+from kvbudget.workloads.traces._servegen import load_servegen
 from kvbudget.workloads.traces.options import FORMATS, TraceOptions
 from kvbudget.workloads.traces.report import LoadedTrace
 
@@ -19,11 +22,7 @@ _GENERIC_HINT = {"arrival_s", "prompt_tokens", "output_tokens"}
 
 def _loader(fmt: str) -> Loader:
     if fmt == "servegen":
-        from kvbudget.workloads.traces._servegen import load_servegen
-
         return load_servegen
-    from kvbudget.workloads.traces import _tabular
-
     loaders: dict[str, Loader] = {
         "azure": _tabular.load_azure,
         "burstgpt": _tabular.load_burstgpt,
@@ -59,8 +58,6 @@ def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
             return "generic"
         raise TraceError(path, "cannot tell the trace format from the first record (keys: "
                          f"{', '.join(sorted(map(str, keys)))}); pass a format", line=1)
-    from kvbudget.workloads.traces._csv import split_header  # a JSONL trace does without
-
     header = set(split_header(first))
     if {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} <= header:
         return "azure"

@@ -426,7 +426,7 @@ def test_calibrate_and_validate_commands(fake_url: str, tmp_path: Path,
     same either way."""
     from typer.testing import CliRunner
 
-    import kvbudget.live.calibrate as calibration
+    import kvbudget.cli.live as live_commands
     from kvbudget.cli.main import app
 
     engine = VirtualEngine()
@@ -436,7 +436,7 @@ def test_calibrate_and_validate_commands(fake_url: str, tmp_path: Path,
         assert target.base_url == fake_url  # the command's --url, unchanged
         return engine.calibrate(plan, target, **kwargs)
 
-    monkeypatch.setattr(calibration, "calibrate", on_the_virtual_clock)
+    monkeypatch.setattr(live_commands, "calibrate", on_the_virtual_clock)  # as it calls it
     runner = CliRunner()
     cost = tmp_path / "cost.json"
     # two context lengths: with one, the decode points cannot tell the per-sequence cost from
@@ -452,6 +452,10 @@ def test_calibrate_and_validate_commands(fake_url: str, tmp_path: Path,
     assert payload["calibration"]["plan"]["prefill_tokens"] == [64, 256, 1024]
     assert payload["calibration"]["plan"]["retries"] == 2 and payload["fit"]["mape"] < 0.01
     assert engine.bodies  # the streams went to the virtual engine
+    # no --gpu: the file cannot say what it was fitted on, and the command says so
+    assert "fitted_on" not in payload
+    assert (f"note: {cost} does not record the GPU and model it was fitted on (the GPU is not "
+            "given (--gpu))") in res.stderr
 
     rng = np.random.default_rng(3)
     arrivals = np.cumsum(rng.exponential(1 / 10, 40))

@@ -180,3 +180,30 @@ def test_the_documented_example_has_the_written_fields(tmp_path: Path) -> None:
     assert set(example["fitted_on"]["model"]) - {"config_path", "config_sha256"} \
         == set(written["fitted_on"]["model"])
     assert example["transferable"] == written["transferable"]
+
+
+def test_a_measured_servers_target_is_named_or_the_reason_said(tmp_path: Path) -> None:
+    """`calibrate --url` and `profile --fit-out` record what they fitted when they can name
+    it (--gpu, the served model resolved to a preset), else say why not."""
+    from kvbudget.perf.cost_model import LinearCostModel, save_cost_model
+    from kvbudget.perf.fitted_on import (
+        FitTarget,
+        fitted_on_extra,
+        load_checked_cost_model,
+        target_or_why,
+    )
+    from kvbudget.perf.hardware import get_gpu
+    from kvbudget.perf.models import get_model
+
+    target = target_or_why("H100-80GB", "meta-llama/Llama-3.1-8B-Instruct")
+    assert isinstance(target, FitTarget) and target.model.name == get_model("Llama-3.1-8B").name
+    assert target_or_why(None, "Llama-3.1-8B") == "the GPU is not given (--gpu)"
+    assert "'my-finetune' is not a bundled preset" in str(target_or_why("H100-80GB",
+                                                                       "my-finetune"))
+    model = LinearCostModel(0.01, 1e-5, 1e-4, 1e-7)
+    path = tmp_path / "live-cost.json"
+    save_cost_model(model, path, extra=fitted_on_extra(model, target, {}))
+    assert load_checked_cost_model(path, target).model == model
+    other = FitTarget(get_gpu("A100-80GB"), target.model)
+    with pytest.raises(ValueError, match="fitted on H100"):
+        load_checked_cost_model(path, other)

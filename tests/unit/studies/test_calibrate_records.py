@@ -69,7 +69,8 @@ def test_calibration_recovers_the_coefficients_of_a_simulated_recording(
     seen: list[int] = []
     cal = calibrate_recording(rec, config, start, fit_overhead=False, max_evals=150,
                               progress=lambda n, best: seen.append(n))
-    assert seen == list(range(1, len(seen) + 1)) and cal.num_evals == len(seen) <= 150
+    # the search's 150 and two per parameter for the sensitivities before and after it
+    assert seen == list(range(1, len(seen) + 1)) and cal.num_evals == len(seen) <= 150 + 16
     assert cal.loss < cal.start_loss / 100
     m = cal.model
     assert isinstance(m, LinearCostModel)
@@ -204,7 +205,8 @@ def test_calibrate_and_validate_records_from_the_command_line(recording_csv: Pat
     assert "in sample (160 requests)" in res.stdout and f"wrote {cost}" in res.stdout
     payload = json.loads(cost.read_text())
     assert payload["kind"] == "linear"
-    assert payload["calibration"]["num_simulations"] <= 25
+    # the search's 25 and two per coordinate (4 coefficients, the overhead) before and after
+    assert payload["calibration"]["num_simulations"] <= 25 + 4 * 5
     assert payload["calibration"]["engine"]["enable_prefix_caching"] is False
     out = tmp_path / "val"
     res = runner.invoke(app, ["validate", "--records", str(recording_csv), "--cost-model",
@@ -213,12 +215,17 @@ def test_calibrate_and_validate_records_from_the_command_line(recording_csv: Pat
     for name in ("validation.csv", "validation.json", "validate.png", "sim/requests.parquet"):
         assert (out / name).exists(), name
     table = pd.read_csv(out / "validation.csv")
-    assert list(table.columns) == ["stage", "metric", "simulated", "measured", "rel_error"]
+    assert list(table.columns) == ["stage", "metric", "simulated", "measured", "rel_error",
+                                   "sim_low_95", "sim_high_95"]  # the file's posterior
     assert set(table["stage"]) >= {"all"} and len(set(table["stage"])) >= 2  # two load phases
     report = json.loads((out / "validation.json").read_text())
     assert report["num_compared"] == 160 and report["counts"]["num_measured"] == 160
     overall = table[table["stage"] == "all"].set_index("metric")
     assert np.isfinite(overall["rel_error"]).all()
+    spans = overall.drop(index="completed")
+    assert ((spans["sim_low_95"] < spans["simulated"])
+            & (spans["simulated"] < spans["sim_high_95"])).all()
+    assert "95 % interval" in res.stdout
     held = tmp_path / "held"
     res = runner.invoke(app, ["validate", "--records", str(recording_csv), "--holdout", "0.5",
                               "--fit", "linear", "--max-evals", "15", "--out", str(held),

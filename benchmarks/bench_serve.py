@@ -1,0 +1,204 @@
+"""What ``kvbudget serve`` adds to a stream: TTFT and inter-chunk gaps through the gateway
+against a direct connection to the same fast fake upstream, at 1 (unloaded), 100 and 1,000
+concurrent streams.
+
+Three processes on loopback: a fake OpenAI upstream (a raw ASGI app under uvicorn that streams
+``--tokens`` chunks ``--gap-ms`` apart, and answers a usage chunk when asked), ``kvbudget
+serve`` in front of it (``--count-tokens bytes``, a budget no burst fills: admission never
+waits), and this process as the client (httpx, one stream per task, all started at once). For
+each concurrency it runs the burst direct and through the gateway, ``--rounds`` times each,
+alternating, and prints:
+
+- TTFT p50/p99 (client send to first chunk) both ways and the difference (the added TTFT);
+- the inter-chunk gap p50/p99 both ways (a gateway that buffered would show it here);
+- the gateway's CPU seconds (``/proc/PID/stat``) per request and requests per CPU-second, and
+  its resident memory (``VmRSS``) after the burst.
+
+Usage: python benchmarks/bench_serve.py [--streams 1,100,1000] [--rounds 3] [--tokens 16]
+       [--gap-ms 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# --- the fake upstream (run as ``bench_serve.py --fake PORT TOKENS GAP_MS``) -----------------
+def fake_app(num_tokens: int, gap_s: float) -> Any:
+    chunk = b'data: {"id":"c","object":"text_completion","model":"fake","choices":[{"index":0,' \
+            b'"text":"x","finish_reason":null}]}\n\n'
+    usage = ('data: {"id":"c","model":"fake","choices":[],"usage":{"prompt_tokens":4,'
+             f'"completion_tokens":{num_tokens},"total_tokens":{num_tokens + 4}}}}}\n\n').encode()
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        wants_usage = b'"include_usage": true' in body or b'"include_usage":true' in body
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")]})
+        for i in range(num_tokens):
+            if i:
+                await asyncio.sleep(gap_s)
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        tail = (usage if wants_usage else b"") + b"data: [DONE]\n\n"
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+    return app
+
+
+def run_fake(port: int, num_tokens: int, gap_ms: float) -> None:
+    import uvicorn
+
+    uvicorn.run(fake_app(num_tokens, gap_ms / 1000), host="127.0.0.1", port=port,
+                log_level="warning", access_log=False, backlog=4096)
+
+
+# --- the client ------------------------------------------------------------------------------
+async def one_stream(client: Any, url: str, start: asyncio.Event) -> tuple[float, list[float]]:
+    await start.wait()
+    t0 = time.perf_counter()
+    times: list[float] = []
+    body = {"model": "fake", "prompt": "hello", "max_tokens": 16, "stream": True}
+    async with client.stream("POST", url + "/v1/completions", json=body) as resp:
+        async for line in resp.aiter_lines():
+            if line.startswith("data: {"):
+                times.append(time.perf_counter())
+    if not times:
+        raise RuntimeError(f"{url}: a stream without chunks")
+    return times[0] - t0, [b - a for a, b in itertools.pairwise(times)]
+
+
+async def burst(url: str, num_streams: int) -> tuple[list[float], list[float]]:
+    import httpx
+
+    limits = httpx.Limits(max_connections=num_streams, max_keepalive_connections=num_streams)
+    async with httpx.AsyncClient(limits=limits, timeout=120) as client:
+        start = asyncio.Event()
+        tasks = [asyncio.create_task(one_stream(client, url, start)) for _ in range(num_streams)]
+        await asyncio.sleep(0)
+        start.set()
+        results = await asyncio.gather(*tasks)
+    return [r[0] for r in results], [g for r in results for g in r[1]]
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], bound_s: float = 60) -> None:
+    deadline = time.monotonic() + bound_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"a server exited with {proc.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {port} after {bound_s} s")
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--streams", default="1,100,1000")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tokens", type=int, default=16)
+    parser.add_argument("--gap-ms", type=float, default=10.0)
+    parser.add_argument("--fake", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.fake:
+        run_fake(int(args.fake[0]), int(args.fake[1]), float(args.fake[2]))
+        return
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    up_port, gw_port = free_port(), free_port()
+    fake = subprocess.Popen([sys.executable, __file__, "--fake", str(up_port), str(args.tokens),
+                             str(args.gap_ms)], env=env)
+    gateway = subprocess.Popen(
+        [sys.executable, "-m", "kvbudget.cli.main", "serve", "--upstream",
+         f"http://127.0.0.1:{up_port}", "--port", str(gw_port), "--count-tokens", "bytes",
+         "--capacity-tokens", str(10**9)], env=env, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(up_port, fake)
+        wait_port(gw_port, gateway)
+        direct, via = f"http://127.0.0.1:{up_port}", f"http://127.0.0.1:{gw_port}"
+        asyncio.run(burst(via, 10))  # warm both
+        rows = []
+        for n in (int(x) for x in args.streams.split(",")):
+            ttft: dict[str, list[float]] = {"direct": [], "gateway": []}
+            gaps: dict[str, list[float]] = {"direct": [], "gateway": []}
+            cpu = 0.0
+            for _ in range(args.rounds):
+                for name, url in (("direct", direct), ("gateway", via)):
+                    before = cpu_s(gateway.pid)
+                    t, g = asyncio.run(burst(url, n))
+                    if name == "gateway":
+                        cpu += cpu_s(gateway.pid) - before
+                    ttft[name] += t
+                    gaps[name] += g
+            num = n * args.rounds
+            rows.append({
+                "streams": n,
+                "ttft_ms": {k: {"p50": 1e3 * pct(v, 0.5), "p99": 1e3 * pct(v, 0.99)}
+                            for k, v in ttft.items()},
+                "added_ttft_ms": {q: 1e3 * (pct(ttft["gateway"], p) - pct(ttft["direct"], p))
+                                  for q, p in (("p50", 0.5), ("p99", 0.99))},
+                "gap_ms": {k: {"p50": 1e3 * pct(v, 0.5), "p99": 1e3 * pct(v, 0.99)}
+                           for k, v in gaps.items()},
+                "gateway_cpu_ms_per_request": 1e3 * cpu / num,
+                "gateway_requests_per_cpu_s": num / cpu if cpu else float("inf"),
+                "gateway_rss_mib": rss_mib(gateway.pid),
+            })
+        print(json.dumps({"tokens": args.tokens, "gap_ms": args.gap_ms, "rounds": args.rounds,
+                          "cpus": os.cpu_count(), "results": rows}, indent=2))
+    finally:
+        for proc in (gateway, fake):
+            proc.terminate()
+        for proc in (gateway, fake):
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+if __name__ == "__main__":
+    main()

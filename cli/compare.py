@@ -1,0 +1,127 @@
+"""``kvbudget compare``: policies side by side on one workload and seed."""
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kvbudget.analysis.conclusion import conclude
+from kvbudget.cli.errors import CliError, check_out_dir, user_errors
+from kvbudget.cli.options import (
+    MAX_REPLICATIONS,
+    AddressOpt,
+    ExecutorOpt,
+    JobsOpt,
+    ScenarioArgs,
+    with_scenario_options,
+)
+from kvbudget.cli.progress import Bar
+from kvbudget.cli.simulate import JsonOpt, SeedOpt, WideOpt
+from kvbudget.cli.tables import render_comparison, render_summaries
+from kvbudget.policies import POLICIES
+from kvbudget.studies.compare import compare
+from kvbudget.studies.executors import EXECUTORS, make_executor
+
+
+def _check_policies(text: str) -> list[str]:
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if not names:
+        raise CliError("--policies: give at least one policy name")
+    for name in names:
+        if name not in POLICIES:
+            raise CliError(
+                f"--policies: unknown policy {name!r}; known policies: {', '.join(POLICIES)}"
+            )
+    return names
+
+
+def _check_executor(executor: str, address: str | None, jobs: int | None,
+                    replications: int) -> None:
+    """``--executor``, ``--address`` and ``--jobs`` checked whatever the replications; with
+    one replication the runs go in this process, so any of them given is refused, not
+    ignored."""
+    if executor not in EXECUTORS:
+        raise CliError(f"--executor: unknown executor {executor!r}; choose one of: "
+                       f"{', '.join(EXECUTORS)}")
+    if address is not None and executor != "ray":
+        raise CliError("--address: applies to --executor ray only")
+    if replications == 1:
+        given = [flag for flag, on in (("--executor", executor != "local"),
+                                       ("--address", address is not None),
+                                       ("--jobs", jobs is not None)) if on]
+        if given:
+            raise CliError(f"{', '.join(given)}: one replication runs each policy once in "
+                           "this process; give --replications N (N > 1) to run on an executor")
+
+
+@with_scenario_options
+def compare_cmd(
+    setup: ScenarioArgs,
+    policies: Annotated[
+        str, typer.Option("--policies", help="Comma-separated policy names (the first is the "
+                          "baseline of the paired tests).")
+    ] = "unlimited,conservative,overcommit,preemptive",
+    seed: SeedOpt = None,
+    replications: Annotated[int, typer.Option(
+        "--replications", "-r", min=1, max=MAX_REPLICATIONS,
+        help="Seeds per policy (common random numbers); above "
+        "1: means with intervals and paired tests against the first policy.")] = 1,
+    confidence: Annotated[float, typer.Option(
+        "--confidence", min=0.5, max=0.999, help="Level of the intervals.")] = 0.95,
+    metric: Annotated[list[str] | None, typer.Option(
+        "--metric", help="A metric of the replicated table (column or dotted summary path, "
+        "e.g. tiers.interactive.ttft_s.p99; repeatable; default: per tier p99 TTFT/TPOT, "
+        "tokens/s, SLO attainment, and the drain time).")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write one run directory per policy here "
+                                  "(with --replications: runs.parquet and compare.csv).")
+    ] = None,
+    executor: ExecutorOpt = "local",
+    address: AddressOpt = None,
+    jobs: JobsOpt = None,
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
+) -> None:
+    """Run the same workload and seed under each policy and print them side by side."""
+    with user_errors():
+        names = _check_policies(policies)
+        _check_executor(executor, address, jobs, replications)
+        check_out_dir(out)
+        scn = setup.build(seed=seed)
+        if replications == 1:
+            result = compare(scn, names, metrics=metric)
+            if out is not None:
+                for name, run in zip(names, result.results, strict=True):
+                    run.write(out / name)
+        else:
+            bar = Bar("compare", len(names) * replications, "run", lines_from=1)
+            try:
+                with make_executor(executor, jobs=jobs, address=address) as ex:
+                    result = compare(scn, names, replications=replications, root_seed=seed,
+                                     metrics=metric, confidence=confidence, executor=ex,
+                                     progress=bar.update)
+            finally:
+                bar.close()
+            if out is not None:
+                out.mkdir(parents=True, exist_ok=True)
+                result.runs.to_parquet(out / "runs.parquet", index=False)
+                result.table.to_csv(out / "compare.csv", index=False)
+    if as_json:
+        if replications == 1:
+            typer.echo(json.dumps(result.summaries(), indent=2))
+        else:
+            typer.echo(result.table.to_json(orient="records", indent=2))
+    elif replications == 1:
+        summaries = result.summaries()
+        targets = {t.name: (t.ttft_s, t.tpot_s) for t in scn.tiers()}
+        typer.echo(render_summaries(summaries, wide=wide, slo_targets=targets,
+                                    conclusion=conclude(summaries)))
+    else:
+        typer.echo(render_comparison(result, wide=wide))
+        if out is not None:
+            typer.echo(f"wrote {out}/runs.parquet, compare.csv")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compare")(compare_cmd)

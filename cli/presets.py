@@ -1,0 +1,64 @@
+"""``kvbudget presets``: the GPU and model presets, vLLM's engine defaults and KV capacity."""
+
+import textwrap
+from typing import Any
+
+import typer
+
+from kvbudget.cli.tables import WIDTH, render
+from kvbudget.perf.hardware import GPU_ALIASES, GPUS
+from kvbudget.perf.kv_capacity import num_gpu_blocks
+from kvbudget.perf.models import bundled_models
+from kvbudget.simulator.engine_config import EngineConfig
+
+
+def presets_cmd() -> None:
+    """List the GPU and model presets, vLLM's engine defaults per GPU and the KV capacity."""
+    engines = {name: EngineConfig().resolved(g) for name, g in GPUS.items()}
+    typer.echo(render(
+        ("GPU", "memory GiB", "HBM TB/s", "BF16 TFLOP/s", "FP8 TFLOP/s", "link", "link GB/s",
+         "max_num_seqs", "max_num_batched_tokens"),
+        [[g.name, g.memory_bytes / 2**30, g.hbm_bandwidth_bytes_s / 1e12, g.bf16_flops / 1e12,
+          (g.fp8_flops or 0) / 1e12, g.interconnect, g.link_bandwidth_bytes_s / 1e9,
+          engines[g.name].max_num_seqs, engines[g.name].max_num_batched_tokens]
+         for g in GPUS.values()],
+    ))
+    typer.echo("aliases: " + ", ".join(f"{a} = {n}" for a, n in GPU_ALIASES.items())
+               + "; --gpu also takes a JSON/TOML file of these figures (docs/fidelity.md)")
+    typer.echo("engine defaults (vLLM 0.33 `vllm serve`): the two right-hand columns, "
+               "gpu_memory_utilization 0.92, prefix caching on, block_size 16; "
+               "--engine-defaults kvbudget-0.1 for 256 / 8192 / 0.9 / off")
+    typer.echo("")
+    models = bundled_models()
+    typer.echo("Models (bundled Hugging Face configs; --model also takes a config.json path):")
+    typer.echo(render(
+        ("model", "type", "layers", "kv heads", "weights", "params B", "active B",
+         "KV KiB/token"),
+        [[m.name, m.model_type, m.num_layers, m.num_kv_heads if m.mla is None else "MLA",
+          m.weight_dtype, m.num_params / 1e9, m.num_active_params / 1e9,
+          m.kv_bytes_per_token() / 1024] for m in models.values()],
+    ))
+    typer.echo(textwrap.fill(
+        "active: the parameters a token computes with (the input embedding table and the "
+        "experts it is not routed to left out); KV per GPU at TP 1, kv_cache_dtype auto.", WIDTH))
+    typer.echo("")
+    rows = []
+    for m in models.values():
+        row: list[Any] = [m.name]
+        for name, g in GPUS.items():
+            e = engines[name]
+            try:
+                row.append(num_gpu_blocks(
+                    g, m, gpu_memory_utilization=e.memory_utilization,
+                    max_num_batched_tokens=e.batched_tokens_limit, max_num_seqs=e.seqs_limit,
+                ) * 16)
+            except ValueError:
+                row.append(None)
+        rows.append(row)
+    typer.echo("KV capacity in tokens on one GPU (tensor_parallel_size 1) with vLLM's defaults "
+               "(- = does not fit):")
+    typer.echo(render(("model", *GPUS), rows))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("presets")(presets_cmd)

@@ -1,0 +1,540 @@
+"""``kvbudget serve``: the admission gateway as an OpenAI-compatible HTTP server (Starlette).
+
+It forwards ``POST /v1/completions``, ``POST /v1/chat/completions`` (streamed or not) and
+``GET /v1/models`` to the upstreams, and nothing else; it answers ``/health``, ``/ready`` and
+``/metrics`` itself. Every completion is admitted before any upstream sees it: its tier from the
+caller's key (or, where trusted, the ``x-kvbudget-tier`` header), its prompt's tokens from the
+upstream's ``/tokenize`` or a bound from its bytes, ``max_tokens`` from the body or the default,
+and a lease from the project's :class:`~kvbudget.policies.gateway.Gateway`
+(:class:`~kvbudget.live.serve_admission.Admission`). The lease is settled from the upstream's own
+``usage`` (a stream is asked for ``stream_options.include_usage``), released at once when the
+client disconnects, and taken back (the upstream request closed, which makes vLLM abort it) when
+the policy revokes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect
+from starlette.requests import Request as HttpRequest
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from kvbudget.live.serve_admission import Admission, Ticket
+from kvbudget.live.serve_forward import Call, Disconnect, first_of, openai_error, sse_error
+from kvbudget.live.serve_metrics import ServeMetrics
+from kvbudget.live.serve_records import Outcome, ServeRecorder, request_row
+from kvbudget.live.serve_request import BadRequest, Completion, KeyTable, parse_completion
+from kvbudget.live.serve_upstream import UpstreamError, Upstreams
+from kvbudget.policies.errors import Overloaded, RequestTooLarge
+from kvbudget.policies.gateway import Admit, Reject
+
+log = logging.getLogger("kvbudget.serve")
+
+TIER_HEADER = "x-kvbudget-tier"
+DEADLINE_HEADER = "x-kvbudget-deadline-s"  # seconds the caller will wait for admission
+REQUEST_ID_HEADER = "x-kvbudget-request-id"  # sent upstream: the lease's holder
+CLIENT_CLOSED = 499  # nginx's "client closed request": logged, never seen by the client
+CountTokens = Literal["upstream", "bytes"]
+
+
+@dataclass(frozen=True, slots=True)
+class ServeConfig:
+    """How the server answers (the policy, tiers and capacity are the gateway's).
+
+    ``trust_tier_header``: take the tier from ``x-kvbudget-tier`` (safe only on loopback or
+    behind a proxy that sets it); else a key of ``keys`` is required. ``overload_status``: 429
+    or 503 for a refusal. ``retry_after_s``: the ``Retry-After`` when the policy gives none.
+    ``count_tokens``: ``upstream`` (its ``/tokenize``) or ``bytes`` (an upper bound from the
+    UTF-8 bytes, :func:`~kvbudget.live.serve_request.prompt_token_bound`).
+    ``body_timeout_s``: the longest a client may take to send its body (a slow client gets 408).
+    """
+
+    keys: KeyTable = field(default_factory=KeyTable)
+    trust_tier_header: bool = False
+    default_tier: str = "interactive"
+    overload_status: int = 429
+    retry_after_s: float = 1.0
+    default_max_tokens: int = 256
+    max_body_bytes: int = 1 << 20
+    body_timeout_s: float = 30.0
+    count_tokens: CountTokens = "upstream"
+    capacity_period_s: float | None = None
+    timeline_period_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.overload_status not in (429, 503):
+            raise ValueError(f"overload_status must be 429 or 503, got {self.overload_status}")
+        if self.count_tokens not in ("upstream", "bytes"):
+            raise ValueError(f"count_tokens must be 'upstream' or 'bytes', "
+                             f"got {self.count_tokens!r}")
+        for name in ("retry_after_s", "body_timeout_s", "timeline_period_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be > 0, got {value!r}")
+        if self.default_max_tokens < 1 or self.max_body_bytes < 1:
+            raise ValueError("default_max_tokens and max_body_bytes must be >= 1")
+        if not self.keys.digests and not self.trust_tier_header:
+            raise ValueError("no way to tell a caller's tier: give a key file, or trust the "
+                             "tier header (loopback only)")
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+async def _read_body(request: HttpRequest, limit: int) -> bytes:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise _BodyTooLarge
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _BodyTooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class GatewayServer:
+    """The ASGI app (``.app``) around one :class:`Admission`. ``recorder``: the run
+    directories (none: nothing written); ``reload``: makes the policy again (SIGHUP)."""
+
+    def __init__(self, admission: Admission, upstreams: Upstreams, config: ServeConfig, *,
+                 recorder: ServeRecorder | None = None,
+                 reload: Callable[[], Any] | None = None) -> None:
+        self.admission = admission
+        self.upstreams = upstreams
+        self.config = config
+        self.recorder = recorder
+        self.reload_policy = reload
+        self.metrics = ServeMetrics(tuple(admission.gateway.tiers))
+        self.draining = False
+        self.capacity_problem = ""
+        self.num_in_flight = 0
+        self._flight_changed = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closing: set[asyncio.Future[None]] = set()
+        self.app = Starlette(routes=[
+            Route("/v1/completions", self.completion, methods=["POST"]),
+            Route("/v1/chat/completions", self.completion, methods=["POST"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/health", self.health, methods=["GET"]),
+            Route("/ready", self.ready, methods=["GET"]),
+            Route("/metrics", self.prometheus, methods=["GET"]),
+        ], lifespan=self._lifespan)
+
+    # --- lifecycle ----------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        self._tasks = [asyncio.create_task(self.admission.run_timers()),
+                       asyncio.create_task(self._sample_loop())]
+        try:
+            yield
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            for task in self._tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await self.upstreams.aclose()
+            if self.recorder is not None:
+                self.sample()
+                self.recorder.close(self.admission.now())
+
+    async def refresh_capacity(self) -> None:
+        """Read the upstreams' KV capacity and resize the budget (a failed read keeps the
+        capacity, logs one line and makes ``/ready`` answer 503 until a read succeeds)."""
+        try:
+            capacity, largest = await self.upstreams.capacity_tokens()
+        except UpstreamError as exc:
+            if str(exc) != self.capacity_problem:
+                log.warning("capacity not read, kept at %d tokens: %s",
+                            self.admission.gateway.config.capacity_tokens, exc)
+            self.capacity_problem = str(exc)
+            return
+        self.capacity_problem = ""
+        self.admission.resize(capacity, largest if len(self.upstreams.urls) > 1 else None)
+
+    async def _sample_loop(self) -> None:
+        period = self.config.capacity_period_s
+        next_capacity = 0.0 if period is not None else math.inf
+        while True:
+            if self.admission.now() >= next_capacity and period is not None:
+                await self.refresh_capacity()
+                next_capacity = self.admission.now() + period
+            self.sample()
+            await asyncio.sleep(self.config.timeline_period_s)
+
+    def sample(self) -> None:
+        """One timeline row of the gateway's state."""
+        if self.recorder is None:
+            return
+        gw = self.admission.gateway
+        now = self.admission.now()
+        self.recorder.sample({
+            "time_s": now, "kv_used_tokens": gw.budget.used_tokens,
+            "kv_reserved_tokens": gw.budget.reserved_tokens,
+            "kv_capacity_tokens": gw.config.capacity_tokens, "num_running": len(gw.admitted),
+            "num_waiting": gw.num_waiting(), "num_preemptions": self.admission.num_revocations,
+        }, now)
+
+    def reload(self) -> bool:
+        """Make the policy again (SIGHUP): a bad file keeps the running one and logs one line."""
+        if self.reload_policy is None:
+            return False
+        try:
+            policy = self.reload_policy()
+        except (ValueError, OSError) as exc:
+            log.error("reload refused, the running policy stays: %s", exc)
+            return False
+        self.admission.replace_policy(policy)
+        log.warning("policy reloaded: %s", policy.describe())
+        return True
+
+    @property
+    def flight_changed(self) -> asyncio.Event:
+        """Set at the next change of :attr:`num_in_flight` (a fresh event after each)."""
+        return self._flight_changed
+
+    def _flight(self, delta: int) -> None:
+        self.num_in_flight += delta
+        self._flight_changed.set()
+        self._flight_changed = asyncio.Event()
+
+    # --- plain routes -------------------------------------------------------------------
+    async def health(self, request: HttpRequest) -> Response:
+        return PlainTextResponse("ok\n")
+
+    async def ready(self, request: HttpRequest) -> Response:
+        if self.draining:
+            return PlainTextResponse("draining\n", status_code=503)
+        if self.capacity_problem:
+            return PlainTextResponse(f"capacity unknown: {self.capacity_problem}\n",
+                                     status_code=503)
+        return PlainTextResponse("ready\n")
+
+    async def prometheus(self, request: HttpRequest) -> Response:
+        gw = self.admission.gateway
+        text = self.metrics.render(gw.budget.reserved_tokens, gw.config.capacity_tokens,
+                                   gw.budget.num_leases,
+                                   {t: gw.num_waiting(t) for t in gw.tiers}, self.num_in_flight)
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+
+    async def models(self, request: HttpRequest) -> Response:
+        if isinstance(self._tier(request), Response):
+            return openai_error(401, "invalid or missing API key", "authentication_error",
+                                "invalid_api_key")
+        try:
+            resp = await self.upstreams.client.get(self.upstreams.urls[0] + "/v1/models")
+        except httpx.HTTPError as exc:
+            return openai_error(502, f"upstream unreachable ({type(exc).__name__})",
+                                "upstream_error")
+        return Response(resp.content, status_code=resp.status_code,
+                        media_type=resp.headers.get("content-type", "application/json"))
+
+    # --- admission ----------------------------------------------------------------------
+    def _tier(self, request: HttpRequest) -> str | Response:
+        auth = request.headers.get("authorization", "")
+        tiers = self.admission.gateway.tiers
+        if auth[:7].lower() == "bearer " and self.config.keys.digests:
+            tier = self.config.keys.tier_of(auth[7:].strip())
+            if tier is not None:
+                return tier
+        elif self.config.trust_tier_header:
+            claimed = request.headers.get(TIER_HEADER, self.config.default_tier)
+            if claimed in tiers:
+                return claimed
+            return openai_error(401, f"unknown tier {claimed!r} in {TIER_HEADER}",
+                                "authentication_error", "unknown_tier")
+        self.metrics.refused("", "unauthorized")
+        return openai_error(401, "invalid or missing API key", "authentication_error",
+                            "invalid_api_key")
+
+    def _wait_s(self, request: HttpRequest, tier: str) -> float | None:
+        own = self.admission.gateway.tiers[tier].queue_timeout_s
+        try:
+            asked = float(request.headers.get(DEADLINE_HEADER, "inf"))
+        except ValueError:
+            asked = math.inf
+        if not (math.isfinite(asked) and asked >= 0):
+            return own
+        return asked if own is None else min(own, asked)
+
+    def _refusal(self, error: RequestTooLarge | Overloaded, tier: str) -> Response:
+        if isinstance(error, RequestTooLarge):
+            self.metrics.refused(tier, "too_large")
+            return openai_error(400, f"request too large: {error.requested} tokens (prompt + "
+                                f"max_tokens) requested, the limit is {error.limit} tokens",
+                                "invalid_request_error", "context_length_exceeded")
+        self.metrics.refused(tier, error.reason)
+        wait = error.retry_after_s if error.retry_after_s is not None \
+            else self.config.retry_after_s
+        return openai_error(self.config.overload_status, f"overloaded ({error.reason}); "
+                            f"retry after {math.ceil(wait)} s", "overloaded_error", error.reason,
+                            headers={"retry-after": str(max(1, math.ceil(wait)))})
+
+    def _record(self, ticket: Ticket, outcome: Outcome) -> None:
+        if self.recorder is not None:
+            self.recorder.write(request_row(ticket.request, outcome), self.admission.now())
+
+    async def _prompt_tokens(self, comp: Completion, gone: Disconnect) -> int | Response | None:
+        if self.config.count_tokens == "bytes":
+            return comp.prompt_bound
+        try:
+            return await first_of(self.upstreams.count_tokens(comp.tokenize_body), gone.future)
+        except UpstreamError as exc:
+            log.warning("tokenize failed: %s", exc)
+            return openai_error(502, f"the upstream could not count the prompt's tokens: "
+                                f"{exc}", "upstream_error")
+
+    async def completion(self, request: HttpRequest) -> Response:
+        if self.draining:
+            return openai_error(503, "the gateway is draining", "overloaded_error", "draining",
+                                headers={"retry-after": "1"})
+        tier = self._tier(request)
+        if isinstance(tier, Response):
+            return tier
+        try:
+            raw = await asyncio.wait_for(_read_body(request, self.config.max_body_bytes),
+                                         self.config.body_timeout_s)
+            comp = parse_completion(raw, request.url.path.endswith("/chat/completions"),
+                                    self.admission.gateway.tiers[tier],
+                                    self.config.default_max_tokens)
+        except _BodyTooLarge:
+            self.metrics.refused(tier, "body_too_large")
+            return openai_error(413, f"the body is over {self.config.max_body_bytes} bytes",
+                                "invalid_request_error")
+        except ClientDisconnect:  # gone before its body was all there: nobody to answer
+            return Response(status_code=CLIENT_CLOSED)
+        except TimeoutError:
+            self.metrics.refused(tier, "slow_client")
+            return openai_error(408, f"the body took over {self.config.body_timeout_s} s",
+                                "invalid_request_error")
+        except BadRequest as exc:
+            self.metrics.refused(tier, "bad_request")
+            return openai_error(400, str(exc), "invalid_request_error", param=exc.param)
+        self._flight(1)
+        gone = Disconnect(request)
+        try:
+            return await self._admit_and_forward(request, tier, comp, gone)
+        finally:
+            if not gone.handed_over:  # else the stream's response closes it
+                gone.close()
+                self._flight(-1)
+
+    async def _admit_and_forward(self, request: HttpRequest, tier: str, comp: Completion,
+                                 gone: Disconnect) -> Response:
+        prompt_tokens = await self._prompt_tokens(comp, gone)
+        if prompt_tokens is None:
+            return Response(status_code=CLIENT_CLOSED)
+        if isinstance(prompt_tokens, Response):
+            return prompt_tokens
+        ticket = self.admission.arrive(tier, prompt_tokens, comp.max_tokens,
+                                       self._wait_s(request, tier))
+        try:
+            decision = await first_of(asyncio.shield(ticket.decided), gone.future)
+        except asyncio.CancelledError:
+            self.admission.cancel(ticket)
+            raise
+        if decision is None:  # the client left while it waited (or as it was admitted)
+            self.admission.cancel(ticket)
+            self._record(ticket, Outcome("client_timeout", finished_s=self.admission.now()))
+            return Response(status_code=CLIENT_CLOSED)
+        if isinstance(decision, Reject):
+            error = decision.error
+            status = "rejected_too_large" if isinstance(error, RequestTooLarge) else (
+                "expired" if error.reason == "deadline" else "rejected_overloaded")
+            reason = "" if isinstance(error, RequestTooLarge) else error.reason
+            self._record(ticket, Outcome(status, reason, finished_s=self.admission.now()))
+            return self._refusal(error, tier)
+        assert isinstance(decision, Admit)
+        self.metrics.admitted(tier)
+        prefix = comp.prefix() if self.upstreams.options.router == "prefix_affinity" else b""
+        call = Call(ticket, comp, self.upstreams.pick(ticket.reserved_tokens, prefix),
+                    self.upstreams.client_for(ticket.request.request_id, self.num_in_flight))
+        try:
+            if comp.stream:
+                comp.body["stream_options"] = {**(comp.body.get("stream_options") or {}),
+                                               "include_usage": True}
+                return await self._stream(call, gone, request.url.path)
+            return await self._unary(call, gone, request.url.path)
+        except BaseException as exc:  # whatever went wrong, the lease does not outlive it
+            if not call.ended and not gone.handed_over:
+                self._end(call, "rejected_overloaded", "backend_error", type(exc).__name__)
+            raise
+
+    # --- ending a call ------------------------------------------------------------------
+    def _end(self, call: Call, status: str, reason: str = "", error: str = "") -> None:
+        """Settle or release the call's lease, free its upstream share, write its row."""
+        if call.ended:
+            return
+        call.ended = True
+        ticket = call.ticket
+        now = self.admission.now()
+        self.upstreams.done(call.upstream, ticket.reserved_tokens)
+        out = 0
+        if status == "completed":
+            out = call.output_tokens if call.output_tokens is not None else 0
+            self.admission.finish(ticket, out)
+            self.metrics.observe(ticket.request.tier, call.first_token_s -
+                                 ticket.request.arrival_s, now - ticket.request.arrival_s)
+        elif status == "protocol_error":
+            # the server's count is not to be trusted: settled at the reservation
+            self.admission.finish(ticket, ticket.request.max_output_tokens)
+            self.metrics.refused(ticket.request.tier, "protocol_error")
+            status, reason = "rejected_overloaded", "backend_error"
+            log.warning("request %d: protocol error: %s", ticket.request.request_id, error)
+        else:
+            self.admission.cancel(ticket)
+        self._record(ticket, Outcome(
+            status, reason, out, ticket.admitted_s, call.first_token_s, now,
+            ticket.reserved_tokens, int(bool(ticket.revoke_reason)), error, call.gaps_s()))
+
+    def _upstream_request(self, call: Call, path: str) -> httpx.Request:
+        return call.client.build_request(
+            "POST", self.upstreams.urls[call.upstream] + path, json=call.completion.body,
+            headers={REQUEST_ID_HEADER: str(call.ticket.request.request_id)})
+
+    def _revoked_answer(self, call: Call) -> Response:
+        reason = call.ticket.revoke_reason
+        self.metrics.refused(call.ticket.request.tier, reason)
+        self._end(call, "preempted_dropped", reason)
+        return openai_error(503, f"request {reason} by the gateway; retry later",
+                            "overloaded_error", reason,
+                            headers={"retry-after": str(math.ceil(self.config.retry_after_s))})
+
+    # --- forwarding ---------------------------------------------------------------------
+    async def _unary(self, call: Call, gone: Disconnect, path: str) -> Response:
+        revoked = asyncio.ensure_future(call.ticket.revoked.wait())
+        try:
+            resp = await first_of(call.client.send(self._upstream_request(call, path)),
+                                  revoked, gone.future)
+        except httpx.HTTPError as exc:
+            self._end(call, "rejected_overloaded", "backend_error", type(exc).__name__)
+            return openai_error(502, "upstream unreachable", "upstream_error")
+        except asyncio.CancelledError:
+            self._end(call, "client_timeout")
+            raise
+        finally:
+            revoked.cancel()
+        if resp is None:
+            if call.ticket.revoked.is_set():
+                return self._revoked_answer(call)
+            self._end(call, "client_timeout")
+            return Response(status_code=CLIENT_CLOSED)
+        call.first_token_s = self.admission.now()
+        if resp.status_code != 200:
+            self._end(call, "rejected_overloaded", "backend_error", f"HTTP {resp.status_code}")
+        else:
+            try:
+                answer = resp.json()
+            except ValueError:
+                answer = None
+            call.usage(answer.get("usage") if isinstance(answer, dict) else None)
+            self._end(call, "protocol_error" if call.problem else "completed",
+                      error=call.problem)
+        return Response(resp.content, status_code=resp.status_code,
+                        media_type=resp.headers.get("content-type", "application/json"))
+
+    async def _stream(self, call: Call, gone: Disconnect, path: str) -> Response:
+        revoked = asyncio.ensure_future(call.ticket.revoked.wait())
+        try:
+            resp = await first_of(call.client.send(self._upstream_request(call, path), stream=True),
+                                  revoked, gone.future)
+        except httpx.HTTPError as exc:
+            revoked.cancel()
+            self._end(call, "rejected_overloaded", "backend_error", type(exc).__name__)
+            return openai_error(502, "upstream unreachable", "upstream_error")
+        except asyncio.CancelledError:
+            revoked.cancel()
+            self._end(call, "client_timeout")
+            raise
+        if resp is None:
+            revoked.cancel()
+            if call.ticket.revoked.is_set():
+                return self._revoked_answer(call)
+            self._end(call, "client_timeout")
+            return Response(status_code=CLIENT_CLOSED)
+        if resp.status_code != 200:
+            revoked.cancel()
+            content = await resp.aread()
+            await resp.aclose()
+            self._end(call, "rejected_overloaded", "backend_error", f"HTTP {resp.status_code}")
+            return Response(content, status_code=resp.status_code,
+                            media_type=resp.headers.get("content-type", "application/json"))
+        gone.handed_over = True
+
+        def on_close() -> None:
+            revoked.cancel()
+            gone.close()
+            self._flight(-1)
+            if not call.ended:  # the client went away (or the stream was cut): free it now
+                self._end(call, "client_timeout")
+            self._close_soon(resp)
+
+        return _RelayResponse(self._relay(call, resp, revoked, gone), on_close)
+
+    async def _relay(self, call: Call, resp: httpx.Response, revoked: asyncio.Future[Any],
+                     gone: Disconnect) -> AsyncIterator[bytes]:
+        """Pass the upstream's lines on as they come; end with an error event when the lease
+        is taken back; release the lease at once when the client goes. The lines are read
+        plainly (no race per line): a revocation or the client leaving closes the upstream
+        response, which ends the read."""
+        def interrupt(done: asyncio.Future[Any]) -> None:
+            if not done.cancelled():
+                self._close_soon(resp)
+
+        revoked.add_done_callback(interrupt)
+        gone.future.add_done_callback(interrupt)
+        now = self.admission.now
+        try:
+            async for line in resp.aiter_lines():
+                out = call.on_line(line, now())
+                if out is not None:
+                    yield out
+        except httpx.HTTPError as exc:
+            if not (revoked.done() or gone.future.done()):  # the upstream broke off
+                self._end(call, "rejected_overloaded", "backend_error", type(exc).__name__)
+                yield sse_error("backend_error")
+                return
+        if call.ticket.revoked.is_set():
+            self.metrics.refused(call.ticket.request.tier, call.ticket.revoke_reason)
+            self._end(call, "preempted_dropped", call.ticket.revoke_reason)
+            yield sse_error(call.ticket.revoke_reason)
+        elif not gone.future.done():
+            problem = call.problem or ("" if call.output_tokens is not None
+                                       else "the stream ended without its usage")
+            self._end(call, "protocol_error" if problem else "completed", error=problem)
+
+    def _close_soon(self, resp: httpx.Response) -> None:
+        """Close an upstream response (vLLM aborts the request) without waiting for it."""
+        task = asyncio.ensure_future(resp.aclose())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+
+class _RelayResponse(StreamingResponse):
+    """A streamed answer that always runs ``on_close`` when the ASGI call ends, however it ends
+    (a stream cut before its first chunk never runs its generator's ``finally``)."""
+
+    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], None]) -> None:
+        super().__init__(content, media_type="text/event-stream",
+                         headers={"cache-control": "no-cache"})
+        self._on_close = on_close
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()

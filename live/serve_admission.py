@@ -1,0 +1,156 @@
+"""The project's clock-free :class:`~kvbudget.policies.gateway.Gateway` on the wall clock, for
+``kvbudget serve``.
+
+:class:`Admission` owns one gateway and calls it from one asyncio loop only (no lock needed):
+an arriving request gets a :class:`Ticket` whose ``decided`` future the gateway's actions
+resolve (an Admit at once or when capacity frees, a Reject at once or when its deadline
+passes); a Revoke (or an admitted request's lease expiring) sets the ticket's ``revoked`` event,
+which the forwarding code turns into an aborted upstream request. Deadlines and lease expiry
+are applied by :meth:`Admission.run_timers` as they fall due.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kvbudget.policies.base import Policy
+from kvbudget.policies.errors import Overloaded
+from kvbudget.policies.gateway import Action, Admit, Gateway, Reject, Revoke
+from kvbudget.policies.request import Request
+
+
+@dataclass(slots=True)
+class Ticket:
+    """One request's place at the gateway."""
+
+    request: Request
+    decided: asyncio.Future[Admit | Reject]
+    revoked: asyncio.Event = field(default_factory=asyncio.Event)
+    revoke_reason: str = ""
+    admitted_s: float = float("nan")
+    reserved_tokens: int = 0
+
+
+class Admission:
+    """The gateway driven on ``clock`` (seconds; ``time.monotonic`` by default), times counted
+    from the admission's start. ``on_action`` sees every action the gateway returns."""
+
+    def __init__(self, gateway: Gateway, *, clock: Callable[[], float] = time.monotonic,
+                 on_action: Callable[[Action], None] | None = None) -> None:
+        self.gateway = gateway
+        self._clock = clock
+        self._t0 = clock()
+        self._tickets: dict[int, Ticket] = {}
+        self._next_id = 0
+        self._wake = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._on_action = on_action
+        self.num_revocations = 0
+
+    def now(self) -> float:
+        return self._clock() - self._t0
+
+    @property
+    def num_tickets(self) -> int:
+        """Requests the admission still tracks (waiting or holding a lease)."""
+        return len(self._tickets)
+
+    @property
+    def changed(self) -> asyncio.Event:
+        """An event set at the next change of the gateway's state (an arrival, an action, a
+        finish); a fresh one after each change, so take it before awaiting it."""
+        return self._changed
+
+    def arrive(self, tier: str, prompt_tokens: int, max_output_tokens: int,
+               wait_s: float | None) -> Ticket:
+        """A request arrives; ``wait_s``: the longest it may wait for admission (``None``: its
+        tier's ``queue_timeout_s``)."""
+        now = self.now()
+        rid = self._next_id
+        self._next_id += 1
+        request = Request(request_id=rid, tier=tier, arrival_s=now, prompt_tokens=prompt_tokens,
+                          max_output_tokens=max_output_tokens,
+                          deadline_s=None if wait_s is None else now + max(wait_s, 0.0))
+        ticket = Ticket(request, asyncio.get_running_loop().create_future())
+        self._tickets[rid] = ticket
+        self._apply(self.gateway.arrive(request, now))
+        return ticket
+
+    def finish(self, ticket: Ticket, output_tokens: int) -> None:
+        """The request completed with ``output_tokens``: settle and release its lease."""
+        if self._tickets.pop(ticket.request.request_id, None) is not None:
+            self._apply(self.gateway.finish(ticket.request.request_id, output_tokens,
+                                            self.now()))
+
+    def cancel(self, ticket: Ticket) -> None:
+        """The caller left or the upstream failed: forget the request, release its lease now.
+        Idempotent."""
+        if self._tickets.pop(ticket.request.request_id, None) is not None:
+            self._apply(self.gateway.cancel(ticket.request.request_id, self.now()))
+        if not ticket.decided.done():
+            ticket.decided.cancel()
+
+    def resize(self, capacity_tokens: int, max_request_tokens: int | None = None) -> None:
+        """The upstreams' KV capacity, read again (``max_request_tokens``: the smallest
+        one's, with several): admit what now fits."""
+        config = self.gateway.config
+        if (capacity_tokens, max_request_tokens) != (config.capacity_tokens,
+                                                     config.max_request_tokens):
+            self._apply(self.gateway.resize(capacity_tokens, self.now(), max_request_tokens))
+
+    def replace_policy(self, policy: Policy) -> None:
+        """A reloaded policy decides from now on; leases held stay as they are."""
+        self.gateway.policy = policy
+        self._apply(self.gateway.advance(self.now()))
+
+    def _apply(self, actions: list[Action]) -> None:
+        for action in actions:
+            if self._on_action is not None:
+                self._on_action(action)
+            ticket = self._tickets.get(action.request.request_id)
+            if ticket is None:
+                continue
+            if isinstance(action, Admit):
+                ticket.admitted_s = self.now()
+                ticket.reserved_tokens = action.lease.reserved_tokens
+                if not ticket.decided.done():
+                    ticket.decided.set_result(action)
+            elif isinstance(action, Revoke):
+                # the stream is aborted; a requeued request is not run again by this server:
+                # its client gets the retryable ``preempted`` answer and may send it again
+                self.num_revocations += 1
+                self._revoke(ticket, "preempted")
+                if action.requeued:
+                    self._apply(self.gateway.cancel(action.request.request_id, self.now()))
+            elif not ticket.decided.done():
+                self._tickets.pop(action.request.request_id, None)
+                ticket.decided.set_result(action)
+            else:  # an admitted request refused afterwards: its lease expired
+                error = action.error
+                self._revoke(ticket, error.reason if isinstance(error, Overloaded) else "")
+        self._wake.set()
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _revoke(self, ticket: Ticket, reason: str) -> None:
+        self._tickets.pop(ticket.request.request_id, None)
+        ticket.revoke_reason = reason or "preempted"
+        ticket.revoked.set()
+
+    async def run_timers(self) -> None:
+        """Apply deadlines and lease expiry as they fall due (runs until cancelled)."""
+        while True:
+            self._wake.clear()
+            due = self.gateway.next_timer_s()
+            delay = None if due is None else due - self.now()
+            if delay is None or delay > 0:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), delay)
+                    continue  # something changed: the next timer may be another
+                except TimeoutError:
+                    pass
+            self._apply(self.gateway.advance(self.now()))
+            await asyncio.sleep(0)  # never hold the loop, whatever the timers say

@@ -1,0 +1,140 @@
+"""Pieces of ``kvbudget serve``'s forwarding: OpenAI's error bodies, a race between an awaited
+step and the events that end it (the client gone, the lease revoked), and the reading of an
+upstream's server-sent events as they are passed on (one line at a time, never buffered: the
+usage the gateway settles from is read on the way)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import math
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import httpx
+from starlette.requests import Request as HttpRequest
+from starlette.responses import JSONResponse
+
+from kvbudget.live.serve_admission import Ticket
+from kvbudget.live.serve_request import Completion, usage_problem
+
+_T = TypeVar("_T")
+
+
+def openai_error(status: int, message: str, kind: str, code: str | None = None,
+                 param: str | None = None,
+                 headers: Mapping[str, str] | None = None) -> JSONResponse:
+    """OpenAI's error body: ``{"error": {"message", "type", "param", "code"}}``."""
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param,
+                                   "code": code}}, status_code=status, headers=headers)
+
+
+def sse_error(reason: str) -> bytes:
+    """The event that ends a stream the gateway stopped (its lease taken back)."""
+    error = {"error": {"message": f"request {reason} by the gateway; retry later",
+                       "type": "overloaded_error", "param": None, "code": reason}}
+    return f"data: {json.dumps(error)}\n\n".encode()
+
+
+class Disconnect:
+    """A future done when the client goes away. Started once the body is read: from then on the
+    ASGI server's ``receive`` only ever answers ``http.disconnect``."""
+
+    def __init__(self, request: HttpRequest) -> None:
+        self.handed_over = False  # a streamed answer closes it when its stream ends
+        self.future: asyncio.Task[None] = asyncio.ensure_future(self._watch(request))
+
+    @staticmethod
+    async def _watch(request: HttpRequest) -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    def close(self) -> None:
+        self.future.cancel()
+
+
+async def first_of(work: Awaitable[_T], *stops: asyncio.Future[Any]) -> _T | None:
+    """``work``'s result, or ``None`` when one of ``stops`` is done first (``work`` is then
+    cancelled and awaited, so nothing it holds is left open)."""
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.wait({task, *stops}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+    return None
+
+
+@dataclass(slots=True)
+class Call:
+    """One admitted completion as it is forwarded: its times (admission clock), the events of
+    its stream, and the count it will be settled with."""
+
+    ticket: Ticket
+    completion: Completion
+    upstream: int
+    client: httpx.AsyncClient
+    output_tokens: int | None = None
+    problem: str = ""
+    first_token_s: float = math.nan
+    chunk_times_s: list[float] = field(default_factory=list)
+    skip_blank: bool = False
+    ended: bool = False
+
+    def usage(self, usage: Any) -> None:
+        """Read the upstream's count (its protocol checked as the replay checks it)."""
+        problem = usage_problem(usage, self.completion.max_tokens)
+        if problem:
+            self.problem = problem
+        else:
+            self.output_tokens = int(usage["completion_tokens"])
+
+    def on_line(self, line: str, now_s: float) -> bytes | None:
+        """The bytes to pass on for one line of the upstream's stream (``None``: drop it)."""
+        if not line:
+            if self.skip_blank:
+                self.skip_blank = False
+                return None
+            return b"\n"
+        if not line.startswith("data:") or line[5:].strip() == "[DONE]":
+            return (line + "\n").encode()
+        if '"usage"' not in line:  # a chunk of output (the fast path: no JSON read)
+            self._chunk(now_s)
+            return (line + "\n").encode()
+        try:
+            event = json.loads(line[5:])
+        except ValueError:
+            self.problem = "a stream event that is not JSON"
+            return (line + "\n").encode()
+        if not isinstance(event, dict):
+            return (line + "\n").encode()
+        usage = event.get("usage")
+        if usage is not None:
+            self.usage(usage)
+        if event.get("choices"):
+            self._chunk(now_s)
+        if usage is None or self.completion.wants_usage:
+            return (line + "\n").encode()
+        if not event.get("choices"):
+            self.skip_blank = True  # the usage chunk the client did not ask for, and its end
+            return None
+        event.pop("usage")
+        return f"data: {json.dumps(event)}\n".encode()
+
+    def _chunk(self, now_s: float) -> None:
+        if math.isnan(self.first_token_s):
+            self.first_token_s = now_s
+        self.chunk_times_s.append(now_s)
+
+    def gaps_s(self) -> tuple[float, ...]:
+        """The gaps between successive output chunks (ITL, as ``vllm bench serve`` counts)."""
+        times = self.chunk_times_s
+        return tuple(b - a for a, b in itertools.pairwise(times))

@@ -1,0 +1,145 @@
+"""``kvbudget serve``'s run directories: every request it answered, in the records schema.
+
+Rows go to a :class:`~kvbudget.live.run_dir.RunDir`'s part files as requests end (flushed, so a
+crash keeps them); a directory is closed into ``requests.parquet``, ``timeline.parquet`` and
+``summary.json`` (the files ``kvbudget report`` and ``calibrate --records`` read) when it holds
+``rotate_requests`` requests and when the server stops. Directories are ``run-0001``,
+``run-0002``, ... under the root, numbered on from the highest already there.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvbudget.live.run_dir import (
+    TOKEN_GAPS_KEY,
+    RunDir,
+    read_parts,
+    token_gaps_of_parts,
+    write_outputs,
+)
+from kvbudget.policies.request import Request
+from kvbudget.policies.tiers import TierConfig
+from kvbudget.results.metrics import summarize
+
+RUN_NAME = re.compile(r"run-(\d{4,})$")
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How one request ended at the gateway (times on the admission's clock)."""
+
+    status: str
+    reason: str = ""
+    output_tokens: int = 0
+    admitted_s: float = math.nan
+    first_token_s: float = math.nan
+    finished_s: float = math.nan
+    reserved_tokens: int = 0
+    num_preemptions: int = 0
+    error: str = ""
+    token_gaps_s: tuple[float, ...] = ()
+
+
+def request_row(request: Request, outcome: Outcome) -> dict[str, Any]:
+    """One row of the records table (TTFT, TPOT and E2E as vLLM defines them)."""
+    ttft = outcome.first_token_s - request.arrival_s
+    e2e = outcome.finished_s - request.arrival_s
+    n = outcome.output_tokens
+    tpot = (e2e - ttft) / (n - 1) if n > 1 and math.isfinite(e2e - ttft) else math.nan
+    return {
+        "request_id": request.request_id, "tier": request.tier, "arrival_s": request.arrival_s,
+        "prompt_tokens": request.prompt_tokens, "max_output_tokens": request.max_output_tokens,
+        "output_tokens": n, "status": outcome.status, "reason": outcome.reason,
+        "admitted_s": outcome.admitted_s, "first_token_s": outcome.first_token_s,
+        "finished_s": outcome.finished_s, "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e,
+        "num_preemptions": outcome.num_preemptions, "reserved_tokens": outcome.reserved_tokens,
+        "error": outcome.error, TOKEN_GAPS_KEY: list(outcome.token_gaps_s),
+    }
+
+
+class ServeRecorder:
+    """Rotating run directories under ``root`` (see the module doc)."""
+
+    def __init__(self, root: Path, *, tiers: Sequence[TierConfig], policy: Mapping[str, Any],
+                 rotate_requests: int, meta: Mapping[str, Any]) -> None:
+        if rotate_requests < 1:
+            raise ValueError(f"rotate_requests must be >= 1, got {rotate_requests!r}")
+        self.root = root
+        self.tiers = tuple(tiers)
+        self.policy = dict(policy)
+        self.rotate_requests = rotate_requests
+        self.meta = dict(meta)
+        root.mkdir(parents=True, exist_ok=True)
+        taken = [int(m.group(1)) for p in root.iterdir() if (m := RUN_NAME.match(p.name))]
+        self._number = max(taken, default=0)
+        self.closed: list[Path] = []
+        self._run: RunDir | None = None
+        self._num_rows = 0
+        self._started_s = 0.0
+        self._capacity_tokens = 1
+        self._last_sample: dict[str, Any] | None = None
+
+    def _current(self, now_s: float) -> RunDir:
+        if self._run is None:
+            self._number += 1
+            self._run = RunDir(self.root / f"run-{self._number:04d}", self.meta, resume=False)
+            self._num_rows = 0
+            self._started_s = now_s
+            if self._last_sample is not None:  # the state the directory starts from
+                self._run.write_timeline(self._last_sample)
+        return self._run
+
+    def write(self, row: Mapping[str, Any], now_s: float) -> None:
+        self._current(now_s).write_record(row)
+        self._num_rows += 1
+        if self._num_rows >= self.rotate_requests:
+            self.close(now_s)
+
+    def sample(self, row: Mapping[str, Any], now_s: float) -> None:
+        """One timeline row of the gateway's state, written to the open directory (a
+        directory opens with the last row before it)."""
+        self._capacity_tokens = max(int(row.get("kv_capacity_tokens") or 1), 1)
+        self._last_sample = dict(row)
+        if self._run is not None:
+            self._run.write_timeline(row)
+
+    def close(self, now_s: float) -> Path | None:
+        """Turn the open directory into its parquet files and summary; the next row opens a new
+        one. Returns the directory closed (``None`` when none was open)."""
+        run = self._run
+        if run is None:
+            return None
+        run.close()
+        self._run = None
+        records, timeline = read_parts(run.path)
+
+        gaps = token_gaps_of_parts(run.path)
+        summary = summarize(
+            {str(c): records[c].to_numpy() for c in records.columns},
+            {str(c): timeline[c].to_numpy() for c in timeline.columns},
+            tiers=self.tiers, kv_capacity_tokens=self._capacity_tokens,
+            policy=str(self.policy.get("name", "")), seed=0,
+            wall_time_s=max(now_s - self._started_s, 0.0), token_gaps=gaps,
+            extra={"executor": "serve", "policy_params": _plain(self.policy),
+                   "workload": {"num_requests": len(records), "num_recorded": len(records)},
+                   "complete": True},
+        )
+        write_outputs(run.path, records, timeline, summary, None, gaps)
+        self.closed.append(run.path)
+        return run.path
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, float | int | str | bool) or value is None:
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return str(value)

@@ -1,0 +1,214 @@
+"""What ``kvbudget serve`` reads from a client's request before any upstream work: who the
+caller is (its tier, from a hashed key file or a trusted header), and what it asks for (the
+body's prompt, ``max_tokens``, whether it streams), checked into one :class:`Completion` or
+refused with a one-line reason (an HTTP 400)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvbudget.policies.tiers import TierConfig
+
+TOKENS_PER_MESSAGE_BOUND = 16
+"""Chat-template tokens one message may add around its text: Llama 3's template adds 4
+(``<|start_header_id|>role<|end_header_id|>\\n\\n ... <|eot_id|>``); 16 is a stated margin for
+templates with longer role headers."""
+
+PROMPT_OVERHEAD_BOUND = 16
+"""Tokens a prompt may gain besides its text (a BOS token, a generation prompt)."""
+
+KEY_DIGEST_CHARS = 64  # a SHA-256 in hex
+
+
+def key_digest(key: str) -> str:
+    """The hex SHA-256 of an API key, as the key file stores it (never the key itself)."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class KeyTable:
+    """API keys (as SHA-256 hex digests) to tier names. A lookup compares the presented key's
+    digest with every stored one with ``hmac.compare_digest`` and never stops early, so
+    neither a match's position nor a shared prefix shows in its timing."""
+
+    digests: tuple[tuple[bytes, str], ...] = ()
+
+    @classmethod
+    def parse(cls, text: str, source: str, tiers: Mapping[str, object]) -> KeyTable:
+        """``<sha256 hex> <tier>`` per line (``#`` starts a comment); a bad line raises
+        ``ValueError`` naming ``source``, the line and the field."""
+        rows: list[tuple[bytes, str]] = []
+        for number, line in enumerate(text.splitlines(), 1):
+            fields = line.split("#", 1)[0].split()
+            if not fields:
+                continue
+            if len(fields) != 2:
+                raise ValueError(f"{source}: line {number}: expected '<sha256 hex> <tier>', "
+                                 f"got {len(fields)} fields")
+            digest, tier = fields[0].lower(), fields[1]
+            if len(digest) != KEY_DIGEST_CHARS or any(c not in "0123456789abcdef" for c in digest):
+                raise ValueError(f"{source}: line {number}: the key digest must be 64 hex "
+                                 "characters (sha256sum of the key), not the key itself")
+            if tier not in tiers:
+                raise ValueError(f"{source}: line {number}: unknown tier {tier!r}; "
+                                 f"known tiers: {', '.join(sorted(tiers))}")
+            rows.append((digest.encode(), tier))
+        return cls(tuple(rows))
+
+    @classmethod
+    def load(cls, path: Path, tiers: Mapping[str, object]) -> KeyTable:
+        return cls.parse(path.read_text(), str(path), tiers)
+
+    def tier_of(self, key: str) -> str | None:
+        digest = key_digest(key).encode()
+        found: str | None = None
+        for stored, tier in self.digests:
+            if hmac.compare_digest(digest, stored):
+                found = tier
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """A checked completion request. ``prompt_bound`` is the prompt's tokens as bounded from its
+    bytes (:func:`prompt_token_bound`); ``tokenize_body`` is what the upstream's ``/tokenize``
+    takes to count them exactly."""
+
+    body: dict[str, Any]
+    chat: bool
+    stream: bool
+    wants_usage: bool
+    max_tokens: int
+    prompt_bound: int
+    tokenize_body: dict[str, Any]
+
+    def prefix(self) -> bytes:
+        """The prompt as bytes (the chat messages' JSON), for the prefix-affinity router."""
+        prompt = self.body["messages"] if self.chat else self.body["prompt"]
+        if isinstance(prompt, str):
+            return prompt.encode()
+        return json.dumps(prompt, separators=(",", ":")).encode()
+
+
+class BadRequest(ValueError):
+    """A request refused before admission: HTTP 400 with OpenAI's error JSON (``param``: the
+    field at fault)."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+def _text_bytes(value: Any) -> int | None:
+    """UTF-8 bytes of a message's content (a string, or OpenAI content parts with text)."""
+    if isinstance(value, str):
+        return len(value.encode())
+    if isinstance(value, list):
+        total = 0
+        for part in value:
+            text = part.get("text") if isinstance(part, dict) else None
+            if not isinstance(part, dict) or part.get("type") != "text" or \
+                    not isinstance(text, str):
+                return None
+            total += len(text.encode())
+        return total
+    return None
+
+
+def prompt_token_bound(chat: bool, body: Mapping[str, Any]) -> int:
+    """An upper bound on the prompt's tokens from its bytes; :class:`BadRequest` when the prompt
+    is not one the gateway can bound.
+
+    Byte-level BPE tokenizers (GPT-2's, Llama 3's, Qwen's) cover every byte with at least one
+    byte of a token, so ``n`` UTF-8 bytes are at most ``n`` tokens; the bound adds
+    :data:`PROMPT_OVERHEAD_BOUND`, and :data:`TOKENS_PER_MESSAGE_BOUND` per chat message. A list
+    of token ids counts exactly. The error is one-sided: it over-reserves (English text runs
+    about 4 bytes a token), never under-reserves."""
+    if chat:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise BadRequest("'messages' must be a non-empty list", "messages")
+        total = PROMPT_OVERHEAD_BOUND
+        for message in messages:
+            size = _text_bytes(message.get("content", "")) if isinstance(message, dict) else None
+            if size is None:
+                raise BadRequest("each message must be an object whose content is text",
+                                 "messages")
+            total += size + TOKENS_PER_MESSAGE_BOUND
+        return total
+    prompt = body.get("prompt")
+    if isinstance(prompt, str) and prompt:
+        return len(prompt.encode()) + PROMPT_OVERHEAD_BOUND
+    if isinstance(prompt, list) and prompt and all(
+            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
+        return len(prompt) + PROMPT_OVERHEAD_BOUND
+    raise BadRequest("'prompt' must be a non-empty string or a list of token ids (one prompt "
+                     "per request)", "prompt")
+
+
+def _max_tokens(body: dict[str, Any], tier: TierConfig, default: int) -> int:
+    key = "max_completion_tokens" if body.get("max_completion_tokens") is not None \
+        else "max_tokens"
+    value = body.get(key)
+    if value is None:
+        value = min(default, tier.max_sequence_tokens - 1)
+        body["max_tokens"] = value
+    if not isinstance(value, int) or isinstance(value, bool) or not \
+            1 <= value <= tier.max_sequence_tokens:
+        raise BadRequest(f"'{key}' must be an integer from 1 to {tier.max_sequence_tokens} "
+                         f"(tier {tier.name}'s max_sequence_tokens), got {value!r}", key)
+    return value
+
+
+def parse_completion(raw: bytes, chat: bool, tier: TierConfig,
+                     default_max_tokens: int) -> Completion:
+    """The request body checked (:class:`BadRequest` naming the field otherwise)."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise BadRequest("the body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise BadRequest("'model' must be a string", "model")
+    for key in ("n", "best_of"):
+        if body.get(key, 1) not in (1, None):
+            raise BadRequest(f"'{key}' must be 1: the gateway reserves one sequence a request",
+                             key)
+    stream = body.get("stream", False)
+    if stream not in (True, False, None):
+        raise BadRequest("'stream' must be true or false", "stream")
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise BadRequest("'stream_options' must be an object", "stream_options")
+    bound = prompt_token_bound(chat, body)
+    max_tokens = _max_tokens(body, tier, default_max_tokens)
+    tokenize: dict[str, Any] = {"model": model} if model else {}
+    if chat:
+        tokenize.update(messages=body["messages"], add_generation_prompt=True)
+    else:
+        tokenize["prompt"] = body["prompt"]
+    return Completion(body=body, chat=chat, stream=stream is True,
+                      wants_usage=isinstance(options, dict) and options.get("include_usage") is True,
+                      max_tokens=max_tokens, prompt_bound=bound, tokenize_body=tokenize)
+
+
+def usage_problem(usage: Any, max_tokens: int) -> str:
+    """Why a ``usage`` object cannot settle a lease ('' when it can): the replay's checks of the
+    server's count (a missing, negative or non-integer ``completion_tokens``, or more than the
+    request allowed)."""
+    if not isinstance(usage, dict):
+        return "no usage object in the answer"
+    tokens = usage.get("completion_tokens")
+    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
+        return f"usage.completion_tokens {tokens!r} is not a token count"
+    if tokens > max_tokens:
+        return f"usage.completion_tokens {tokens} > max_tokens {max_tokens}"
+    return ""

@@ -1,0 +1,197 @@
+"""Running ``kvbudget serve`` as a process: the gateway built from its settings, uvicorn on a
+socket of ours, and the signals: SIGTERM (or Ctrl-C) drains (new connections refused, ``/ready``
+503, requests in flight finish within ``drain_timeout_s``, the run directory closed), SIGHUP or
+a change of the scenario file reloads the policy (a bad file keeps the running one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import signal
+import socket
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import uvicorn
+
+from kvbudget.live.gateway_server import GatewayServer, ServeConfig
+from kvbudget.live.serve_admission import Admission
+from kvbudget.live.serve_records import ServeRecorder
+from kvbudget.live.serve_upstream import UpstreamOptions, Upstreams
+from kvbudget.policies.base import Policy
+from kvbudget.policies.gateway import FrontDoor, Gateway, GatewayConfig
+from kvbudget.policies.tiers import TierConfig
+
+MAX_HEADER_BYTES = 64 * 1024
+"""The largest request head uvicorn's h11 parser accepts (``h11_max_incomplete_event_size``;
+h11's own default is 16 KiB): beyond it the connection is answered 400 and closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServeSettings:
+    """Everything ``kvbudget serve`` runs with. ``new_policy`` makes the policy (again, on a
+    reload); ``watch``: a file whose change reloads it; ``capacity_tokens``: the budget, or
+    ``None`` to read it from the upstreams' ``/metrics`` (again every
+    ``config.capacity_period_s``)."""
+
+    tiers: tuple[TierConfig, ...]
+    new_policy: Callable[[], Policy]
+    upstream: UpstreamOptions
+    config: ServeConfig
+    host: str = "127.0.0.1"
+    port: int = 8100
+    out: Path | None = None
+    rotate_requests: int = 10_000
+    drain_timeout_s: float = 30.0
+    keep_alive_s: float = 5.0
+    watch: Path | None = None
+    capacity_tokens: int | None = None
+    front_door: FrontDoor | None = None
+    lease_ttl_s: float | None = None
+
+    def gateway(self, capacity_tokens: int, max_request_tokens: int | None = None
+                ) -> GatewayConfig:
+        return GatewayConfig(capacity_tokens=capacity_tokens, tiers=self.tiers,
+                             lease_ttl_s=self.lease_ttl_s, front_door=self.front_door,
+                             max_request_tokens=max_request_tokens)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+async def read_capacity(options: UpstreamOptions) -> tuple[int, int]:
+    """The upstreams' KV capacity now, in all and the smallest one's
+    (:class:`~kvbudget.live.serve_upstream.UpstreamError` when one does not tell it)."""
+    upstreams = Upstreams(options)
+    try:
+        return await upstreams.capacity_tokens()
+    finally:
+        await upstreams.aclose()
+
+
+def build_server(settings: ServeSettings, gateway: GatewayConfig) -> GatewayServer:
+    """The app, its admission over a fresh :class:`Gateway`, and its run directories."""
+    policy = settings.new_policy()
+    recorder = None
+    if settings.out is not None:
+        recorder = ServeRecorder(settings.out, tiers=gateway.tiers, policy=policy.describe(),
+                                 rotate_requests=settings.rotate_requests,
+                                 meta={"executor": "serve", "upstreams": list(
+                                     settings.upstream.urls), "policy": policy.describe()})
+    return GatewayServer(Admission(Gateway(gateway, policy)), Upstreams(settings.upstream),
+                         settings.config, recorder=recorder, reload=settings.new_policy)
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn whose SIGTERM/SIGINT first mark the gateway draining (``/ready`` answers 503 and
+    new completions 503) and whose process then exits 0 (uvicorn re-raises a caught signal
+    after its shutdown otherwise)."""
+
+    def __init__(self, config: uvicorn.Config, gateway: GatewayServer) -> None:
+        super().__init__(config)
+        self.gateway = gateway
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        old = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT,
+                                                                      signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if not self.gateway.draining:
+            print(f"kvbudget serve: draining ({signal.Signals(sig).name}): no new requests; "
+                  f"those in flight have {self.config.timeout_graceful_shutdown} s",
+                  file=sys.stderr, flush=True)
+        self.gateway.draining = True
+        super().handle_exit(sig, frame)
+
+
+async def _watch(path: Path, server: GatewayServer, period_s: float = 1.0) -> None:
+    """Reload the policy when ``path`` changes (its modification time or size)."""
+    def stamp() -> tuple[float, int] | None:
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        return st.st_mtime, st.st_size
+
+    last = stamp()
+    while True:
+        await asyncio.sleep(period_s)
+        now = stamp()
+        if now != last and now is not None:
+            server.reload()
+        last = now
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    return sock
+
+
+async def serve(settings: ServeSettings, announce: Callable[[str], Any] = print) -> GatewayServer:
+    """Run the gateway until SIGTERM/SIGINT; return it (its run directories closed). Without
+    a configured capacity it is read from the upstreams first (``UpstreamError`` if none
+    tells it)."""
+    log = logging.getLogger("kvbudget.serve")
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("kvbudget serve: %(message)s"))
+        log.addHandler(handler)
+        log.propagate = False
+    capacity, largest = settings.capacity_tokens, None
+    if capacity is None:
+        capacity, largest = await read_capacity(settings.upstream)
+        if len(settings.upstream.urls) == 1:
+            largest = None
+    gateway = settings.gateway(capacity, largest)
+    server = build_server(settings, gateway)
+    sock = bind(settings.host, settings.port)
+    config = uvicorn.Config(
+        server.app, lifespan="on", log_level="warning", access_log=False,
+        timeout_graceful_shutdown=max(int(settings.drain_timeout_s), 1),
+        timeout_keep_alive=max(int(settings.keep_alive_s), 1),
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES)
+    runner = _Uvicorn(config, server)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGHUP, server.reload)
+    watcher = asyncio.create_task(_watch(settings.watch, server)) if settings.watch else None
+    host, port = sock.getsockname()[:2]
+    announce(f"kvbudget serve: listening on http://{host}:{port} "
+             f"(upstreams: {', '.join(settings.upstream.urls)}; capacity "
+             f"{gateway.capacity_tokens} tokens; prompt tokens counted by "
+             f"{'the upstream /tokenize' if settings.config.count_tokens == 'upstream' else 'a bound of one token a UTF-8 byte'})")
+    try:
+        await runner.serve(sockets=[sock])
+    finally:
+        loop.remove_signal_handler(signal.SIGHUP)
+        if watcher is not None:
+            watcher.cancel()
+        sock.close()
+    if server.recorder is not None and server.recorder.closed:
+        announce(f"kvbudget serve: stopped; run directories: "
+                 f"{', '.join(str(p) for p in server.recorder.closed)}")
+    else:
+        announce("kvbudget serve: stopped")
+    sys.stdout.flush()
+    return server

@@ -1,0 +1,275 @@
+"""What :func:`kvbudget.results.recordings.read_recording` gives: :class:`Recording` (the
+workload a recorded run offered, what it measured per request, the server's settings it
+records) and its :class:`RecordedStage` load stages, built by :func:`build_recording`, the one
+constructor every format reader (``recorded_*.py``) calls; and :func:`read_replay_meta`, a
+``kvbudget replay`` run directory's ``replay.json``.
+
+The readers import these from here and :mod:`~kvbudget.results.recordings` imports the
+readers, so the imports run one way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from kvbudget.results.recorded_fields import load_json
+from kvbudget.results.records import RECORD_COLUMNS
+from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.workload import Workload
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+RECORDING_FORMATS: tuple[str, ...] = ("records", "run", "vllm-bench", "guidellm", "aiperf",
+                                     "inference-perf", "llmd-report")
+"""Names accepted by :func:`read_recording`'s ``format`` (``--records-format``)."""
+
+MEASUREMENT_COLUMNS: tuple[str, ...] = ("ttft_s", "e2e_s", "status", "stage")
+"""The generic records format's columns besides the trace format's."""
+
+COMPLETED_WORDS = frozenset({"", "completed", "complete", "ok", "success", "successful",
+                             "succeeded", "finished", "200"})
+"""``status`` values that mean the request finished (compared lower-case)."""
+
+MEASURED_COLUMNS: tuple[str, ...] = ("request_id", "tier", "arrival_s", "prompt_tokens",
+                                     "output_tokens", "status", "stage", "ttft_s", "tpot_s",
+                                     "e2e_s", "itl_mean_s", "usable")
+"""Columns of :attr:`Recording.measured` (one row per workload request, in the same order).
+``status`` is ``completed`` or what the file said (``error``, ``timeout``, ``incomplete``...);
+``usable`` is True for a completed request with a finite TTFT and E2E: the rows every measured
+statistic uses."""
+
+FloatArray = npt.NDArray[np.float64]
+
+LOAD_MODES: tuple[str, ...] = ("open", "closed", "capped", "unknown")
+"""How a load tool offered a stage's requests: ``open`` (sent at their send times whatever the
+server did: a request rate, a Poisson or constant schedule, or all at once), ``closed`` (a fixed
+number of users, each sending its next request when its last one ended: GuideLLM's
+``synchronous``, ``concurrent`` and ``throughput`` profiles, ``vllm bench serve
+--max-concurrency C`` with ``--request-rate inf``), ``capped`` (an open loop whose requests also
+wait for one of ``max_concurrency`` slots: ``--request-rate R --max-concurrency C``) or
+``unknown`` (a production log: replayed open loop from its send times, and said so)."""
+
+
+@dataclass(frozen=True)
+class RecordedStage:
+    """One load stage of a recording, as the load tool ran it.
+
+    ``label`` is the stage's value in :attr:`Recording.measured`'s ``stage`` column (``""`` for
+    a recording with one unlabelled stage); ``load`` one of :data:`LOAD_MODES`;
+    ``request_rate`` the offered rate in requests per second of an ``open`` or ``capped`` stage
+    (``math.inf``: everything at once; None when not known or closed); ``max_concurrency`` the
+    users of a ``closed`` stage or the cap of a ``capped`` one.
+    """
+
+    label: str
+    load: str
+    request_rate: float | None = None
+    max_concurrency: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.load not in LOAD_MODES:
+            raise ValueError(f"RecordedStage.load must be one of {', '.join(LOAD_MODES)}, got "
+                             f"{self.load!r}")
+        if self.load in ("closed", "capped") and not (
+                isinstance(self.max_concurrency, int) and self.max_concurrency >= 1):
+            raise ValueError(f"a {self.load} stage needs max_concurrency >= 1, got "
+                             f"{self.max_concurrency!r}")
+
+
+@dataclass(frozen=True, eq=False)
+class Recording:
+    """A recorded run: the workload the server saw and what was measured of each request.
+
+    ``workload`` is what a simulation replays (arrival order). ``measured`` has the
+    :data:`MEASURED_COLUMNS`, row ``i`` for workload row ``i``. ``config`` holds what the file
+    says of the server and the client, under vLLM's names where they exist: ``model``, ``gpu``,
+    ``num_gpu_blocks``, ``block_size``, ``max_num_seqs``, ``max_num_batched_tokens``,
+    ``enable_prefix_caching``, ``tensor_parallel_size``, ``kv_capacity_tokens``, ``policy``,
+    ``policy_params``, ``request_rate``, ``max_concurrency``, ``date`` (absent when unknown).
+    ``counts`` says how many rows were read, simulated, measured and why the others are not.
+    """
+
+    path: str
+    format: str
+    workload: Workload
+    measured: pd.DataFrame
+    config: dict[str, Any] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    stages: tuple[RecordedStage, ...] = ()
+    """The load stages in the order they ran (empty: one stage, replayed open loop)."""
+    tool: str = ""
+    """The load tool that wrote the file and its version when the file says (``"vllm bench
+    serve 0.32.0"``, ``"guidellm 0.8.1"``), else the format's name."""
+
+    def __len__(self) -> int:
+        return len(self.workload)
+
+    @property
+    def num_usable(self) -> int:
+        return int(self.measured["usable"].sum())
+
+    def records(self) -> pd.DataFrame:
+        """The measurements as a records table (:data:`~kvbudget.results.records.RECORD_COLUMNS`)
+        so that every metric function reads them; a request that did not complete is
+        ``rejected_overloaded`` with what the file said in ``reason``."""
+        import pandas as pd
+
+        m = self.measured
+        usable = m["usable"].to_numpy(dtype=bool)
+        arrival = m["arrival_s"].to_numpy(dtype=np.float64)
+        ttft = np.where(usable, m["ttft_s"].to_numpy(dtype=np.float64), np.nan)
+        e2e = np.where(usable, m["e2e_s"].to_numpy(dtype=np.float64), np.nan)
+        status = np.where(usable, "completed", "rejected_overloaded").astype(object)
+        reason = np.where(usable, "", m["status"].astype(str).to_numpy()).astype(object)
+        missing = (~usable) & (m["status"].to_numpy() == "completed")
+        reason[missing] = "not measured"
+        n = len(m)
+        return pd.DataFrame({
+            "request_id": m["request_id"].to_numpy(dtype=np.int64),
+            "tier": m["tier"].astype(str).to_numpy(),
+            "arrival_s": arrival,
+            "prompt_tokens": m["prompt_tokens"].to_numpy(dtype=np.int64),
+            "max_output_tokens": self.workload.max_output_tokens,
+            "output_tokens": m["output_tokens"].to_numpy(dtype=np.int64),
+            "status": status,
+            "reason": reason,
+            "admitted_s": arrival,
+            "first_token_s": arrival + ttft,
+            "finished_s": arrival + e2e,
+            "ttft_s": ttft,
+            "tpot_s": np.where(usable, m["tpot_s"].to_numpy(dtype=np.float64), np.nan),
+            "e2e_s": e2e,
+            "num_preemptions": np.zeros(n, dtype=np.int64),
+            "reserved_tokens": np.zeros(n, dtype=np.int64),
+        }, columns=list(RECORD_COLUMNS))
+
+    def fit_rows(self, holdout: float) -> npt.NDArray[np.bool_]:
+        """A mask of the requests before the last ``holdout`` fraction (by arrival): what
+        ``--holdout`` fits on; ``~mask`` is the held-out part it validates on."""
+        fraction = holdout
+        if not 0 < fraction < 1:
+            raise ValueError(f"--holdout must be a fraction in (0, 1), got {fraction!r}")
+        n = len(self.workload)
+        cut = round(n * (1 - fraction))
+        cut = min(max(cut, 1), n - 1) if n > 1 else n
+        mask = np.zeros(n, dtype=bool)
+        mask[:cut] = True
+        return mask
+
+
+def _status_is_completed(values: Sequence[str]) -> npt.NDArray[np.bool_]:
+    return np.array([str(v).strip().lower() in COMPLETED_WORDS for v in values], dtype=bool)
+
+
+def _normalise_status(values: Sequence[str]) -> list[str]:
+    out = []
+    for v in values:
+        text = str(v).strip()
+        out.append("completed" if text.lower() in COMPLETED_WORDS else text)
+    return out
+
+
+def build_recording(path: Path, fmt: str, workload: Workload, *, ttft: FloatArray,
+                    e2e: FloatArray, status: list[str], stage: list[str],
+                    itl_mean: FloatArray | None, config: dict[str, Any], counts: dict[str, int],
+                    notes: list[str], output_measured: npt.NDArray[np.int64] | None = None,
+                    stages: tuple[RecordedStage, ...] = (), tool: str = "") -> Recording:
+    """The recording of ``workload`` with its measurement columns (in workload order).
+
+    ``stages`` must name every label of ``stage`` (when given); ``tool`` defaults to the
+    format's name."""
+    import pandas as pd
+
+    n = len(workload)
+    output = workload.output_tokens if output_measured is None else output_measured
+    completed = np.array([s == "completed" for s in status], dtype=bool)
+    has_ttft = np.isfinite(ttft)
+    has_e2e = np.isfinite(e2e)
+    usable = completed & has_ttft & has_e2e
+    denom = (output - 1).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tpot = np.where(usable & (denom > 0), (e2e - ttft) / np.where(denom > 0, denom, 1.0),
+                        np.nan)
+    tiers = np.array(workload.tier_names, dtype=object)[workload.tier]
+    measured = pd.DataFrame({
+        "request_id": workload.request_id,
+        "tier": tiers,
+        "arrival_s": workload.arrival_s,
+        "prompt_tokens": workload.prompt_tokens,
+        "output_tokens": output,
+        "status": status,
+        "stage": stage,
+        "ttft_s": ttft,
+        "tpot_s": tpot,
+        "e2e_s": e2e,
+        "itl_mean_s": np.full(n, np.nan) if itl_mean is None else itl_mean,
+        "usable": usable,
+    }, columns=list(MEASURED_COLUMNS))
+    counts = dict(counts)
+    counts["num_simulated"] = n
+    counts["num_measured"] = int(usable.sum())
+    counts["num_not_completed"] = int((~completed).sum())
+    counts["num_missing_ttft"] = int((completed & ~has_ttft).sum())
+    counts["num_missing_e2e"] = int((completed & has_ttft & ~has_e2e).sum())
+    if counts["num_measured"] == 0:
+        raise TraceError(path, "no request has a measured TTFT and E2E with a completed status "
+                         f"({_count_text(counts)})")
+    known = {st.label for st in stages}
+    if stages and not set(stage) <= known:
+        raise AssertionError(f"stage labels {sorted(set(stage) - known)} have no RecordedStage")
+    counts["num_stages"] = max(len(stages), 1)
+    return Recording(path=str(path), format=fmt, workload=workload, measured=measured,
+                     config=config, counts=counts, notes=tuple(notes), stages=stages,
+                     tool=tool or fmt)
+
+
+
+def _count_text(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{k.removeprefix('num_').replace('_', ' ')} {v}" for k, v in counts.items()
+                     if v)
+
+
+def _non_finite(value: Any, where: str) -> str | None:
+    """The dotted field of the first Infinity or NaN in a JSON value, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "(file)"
+    items: Iterable[tuple[Any, Any]] = ()
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    for key, item in items:
+        found = _non_finite(item, f"{where}.{key}" if where else str(key))
+        if found is not None:
+            return found
+    return None
+
+
+def read_replay_meta(path: Path) -> dict[str, Any]:
+    """A run directory's ``replay.json``: one object, no Infinity or NaN anywhere (Python's json
+    reads them, JSON does not have them), ``kv_capacity_tokens`` a positive whole number and
+    ``policy_params`` a table. Errors are one :class:`TraceError` naming the file and field."""
+    meta = load_json(path)
+    if not isinstance(meta, dict):
+        raise TraceError(path, "must hold one JSON object of the replay's settings")
+    bad = _non_finite(meta, "")
+    if bad is not None:
+        raise TraceError(path, "must be a finite number (JSON has no Infinity or NaN)",
+                         field=bad)
+    cap = meta.get("kv_capacity_tokens")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap <= 0):
+        raise TraceError(path, f"must be a positive whole number of tokens, got {cap!r}"[:200],
+                         field="kv_capacity_tokens")
+    params = meta.get("policy_params")
+    if params is not None and not isinstance(params, dict):
+        raise TraceError(path, "must be a table of parameter values", field="policy_params")
+    return meta

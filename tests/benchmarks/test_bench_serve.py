@@ -1,0 +1,30 @@
+"""Smoke test of benchmarks/bench_serve.py: a tiny run (2 streams of 3 chunks, one round) prints
+its figures for both paths, and every stream went through the gateway and back."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(180)
+def test_bench_serve_prints_both_paths() -> None:
+    res = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "bench_serve.py"), "--streams", "2",
+         "--rounds", "1", "--tokens", "3", "--gap-ms", "1"],
+        capture_output=True, text=True, timeout=170, check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout)
+    (row,) = out["results"]
+    assert row["streams"] == 2
+    assert set(row["ttft_ms"]) == set(row["gap_ms"]) == {"direct", "gateway"}
+    assert set(row["added_ttft_ms"]) == {"p50", "p99"}
+    assert row["gateway_rss_mib"] > 0

@@ -1,0 +1,125 @@
+"""``kvbudget serve`` as a process on loopback, in front of a fake upstream of the test's: SIGHUP
+with a bad scenario keeps the running policy (one line on stderr), SIGTERM drains (the stream in
+flight finishes, new work is refused) and the process exits 0 with its run directory written.
+The process is killed in the test's teardown whatever happens; every wait is bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from kvbudget.results.run_result import read_run
+from tests.unit.live.serve_harness import FakeUpstream, serving, until
+
+REPO = Path(__file__).resolve().parents[2]
+BOUND_S = 30.0
+
+
+class _Lines:
+    """The process's stderr lines as they come, with an event at each."""
+
+    def __init__(self, stream: asyncio.StreamReader) -> None:
+        self.lines: list[str] = []
+        self.changed = asyncio.Event()
+        self.task = asyncio.create_task(self._read(stream))
+
+    async def _read(self, stream: asyncio.StreamReader) -> None:
+        while line := await stream.readline():
+            self.lines.append(line.decode().rstrip())
+            self.changed.set()
+            self.changed = asyncio.Event()
+
+    async def wait_for(self, pattern: str) -> re.Match[str]:
+        found: list[re.Match[str]] = []
+
+        def seen() -> bool:
+            found[:] = [m for line in self.lines if (m := re.search(pattern, line))]
+            return bool(found) or self.task.done()
+
+        await until(seen, lambda: self.changed)
+        assert found, f"no line matching {pattern!r} in {self.lines}"
+        return found[0]
+
+
+@pytest.mark.timeout(120)
+def test_serve_reloads_on_sighup_and_drains_on_sigterm(tmp_path: Path) -> None:
+    scenario = tmp_path / "scenario.toml"
+    scenario.write_text('policy = "conservative"\n')
+
+    async def main() -> None:
+        fake = FakeUpstream(hold="first_chunk")
+        async with serving(fake.app()) as up:
+            env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "kvbudget.cli.main", "serve", "--upstream", up,
+                "--scenario", str(scenario), "--port", "0", "--count-tokens", "bytes",
+                "--capacity-tokens", "4000", "--out", str(tmp_path / "runs"),
+                "--drain-timeout-s", "20", cwd=tmp_path, env=env,
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+            try:
+                assert proc.stderr is not None
+                err = _Lines(proc.stderr)
+                url = (await err.wait_for(r"listening on (http://127\.0\.0\.1:\d+)")).group(1)
+                assert "a bound of one token a UTF-8 byte" in err.lines[-1]
+                body = {"model": "fake", "prompt": "hi", "max_tokens": 8, "stream": True}
+                async with httpx.AsyncClient(timeout=BOUND_S) as client, \
+                        client.stream("POST", url + "/v1/completions", json=body) as resp:
+                        lines = resp.aiter_lines()
+                        assert (await anext(lines)).startswith("data: {")
+                        scenario.write_text('policy = "nonesuch"\n')
+                        proc.send_signal(signal.SIGHUP)
+                        await err.wait_for(r"reload refused, the running policy stays: "
+                                           r".*nonesuch")
+                        proc.send_signal(signal.SIGTERM)
+                        await err.wait_for(r"draining")
+                        try:
+                            late = await client.post(url + "/v1/completions", json={
+                                "model": "fake", "prompt": "hi", "max_tokens": 8})
+                            assert late.status_code == 503  # accepted before the close
+                        except httpx.TransportError:
+                            pass  # the listening socket was already closed
+                        fake.release.set()
+                        rest = [line async for line in lines if line]
+                        assert rest[-1] == "data: [DONE]"
+                async with asyncio.timeout(BOUND_S):
+                    assert await proc.wait() == 0
+                await err.task
+                assert any("run directories:" in line for line in err.lines)
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+        run = read_run(tmp_path / "runs" / "run-0001")
+        assert list(run.records["status"]) == ["completed"]
+        assert len(fake.received) == 1
+
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(120)
+def test_serve_refuses_bad_setups_in_one_line(tmp_path: Path) -> None:
+    keys = tmp_path / "keys.txt"
+    keys.write_text("sk-plain-key interactive\n")
+    dead = "http://127.0.0.1:9"  # the discard port: nothing answers there
+    cases = [
+        (["--host", "0.0.0.0"], "is not a loopback address: give --keys"),
+        (["--keys", str(keys)], "keys.txt: line 1: the key digest must be 64 hex"),
+        ([], "give --capacity-tokens"),
+        (["--router", "random"], "--router must be one of round_robin, least_tokens"),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for flags, message in cases:
+        res = subprocess.run([sys.executable, "-m", "kvbudget.cli.main", "serve", "--upstream",
+                              dead, "--port", "0", *flags], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=60, check=False)
+        assert res.returncode == 2, (flags, res.stderr)
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], (flags, res.stderr)

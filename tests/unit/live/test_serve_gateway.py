@@ -1,0 +1,517 @@
+"""``kvbudget serve``'s gateway against a fake upstream on loopback (see serve_harness): every
+server is stopped by the test, every wait is an event with a bound, and after each test no lease,
+ticket or request is left (``stack`` checks it)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pandas as pd
+import pytest
+from starlette.requests import Request
+
+from kvbudget.live.gateway_server import REQUEST_ID_HEADER
+from kvbudget.live.serve_records import ServeRecorder
+from kvbudget.live.serve_request import KeyTable, key_digest, prompt_token_bound
+from kvbudget.policies import TierConfig, make_policy
+from kvbudget.results.run_result import read_run
+from tests.unit.live.serve_harness import TIERS, FakeUpstream, serving, stack, until
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def run(coro: Coroutine[Any, Any, None]) -> None:
+    asyncio.run(coro)
+
+
+def _body(max_tokens: Any = 8, stream: bool = False, **extra: Any) -> dict[str, Any]:
+    return {"model": "fake", "prompt": "hello", "max_tokens": max_tokens, "stream": stream,
+            **extra}
+
+
+async def _sse(client: httpx.AsyncClient, url: str, body: dict[str, Any],
+               headers: dict[str, str] | None = None) -> tuple[int, list[str]]:
+    async with client.stream("POST", url + "/v1/completions", json=body,
+                             headers=headers or {}) as resp:
+        return resp.status_code, [line async for line in resp.aiter_lines() if line]
+
+
+def test_forwards_unary_chat_and_stream_and_hides_the_usage_chunk() -> None:
+    async def main() -> None:
+        fake = FakeUpstream()
+        fake.release.set()
+        async with stack(fake) as (_server, url), httpx.AsyncClient() as client:
+            r = await client.post(url + "/v1/completions", json=_body(),
+                                  headers={"authorization": "Bearer client-key"})
+            assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
+            assert "x-upstream-secret" not in r.headers
+            sent = fake.received[-1]["_headers"]
+            assert sent["authorization"] == "Bearer sk-upstream"  # never the client's key
+            chat = await client.post(url + "/v1/chat/completions", json={
+                "model": "fake", "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 4})
+            assert chat.status_code == 200 and "message" in chat.json()["choices"][0]
+            status, lines = await _sse(client, url, _body(stream=True))
+            assert status == 200 and lines[-1] == "data: [DONE]"
+            assert not any('"usage"' in line for line in lines)  # the client did not ask
+            assert sum('"text": "x"' in line for line in lines) == 3
+            assert fake.received[-1]["stream_options"] == {"include_usage": True}
+            status, lines = await _sse(client, url, _body(
+                stream=True, stream_options={"include_usage": True}))
+            assert any('"completion_tokens": 3' in line for line in lines)
+            models = await client.get(url + "/v1/models")
+            assert models.json()["data"][0]["id"] == "fake"
+            assert "x-upstream-secret" not in models.headers
+            for path in ("/v1/embeddings", "/tokenize", "/v1/../metrics2", "/admin"):
+                assert (await client.post(url + path, json={})).status_code in (404, 405)
+            metrics = (await client.get(url + "/metrics")).text
+            assert 'kvbudget_admitted_total{tier="interactive"} 4' in metrics
+            assert 'kvbudget_ttft_seconds_count{tier="interactive"} 4' in metrics
+            assert "kvbudget_leases 0" in metrics
+            assert (await client.get(url + "/health")).status_code == 200
+            assert (await client.get(url + "/ready")).status_code == 200
+        assert len(fake.received) == 4  # nothing else reached the upstream
+    run(main())
+
+
+def test_bad_input_is_a_clean_error_and_leaks_nothing() -> None:
+    async def main() -> None:
+        fake = FakeUpstream()
+        fake.release.set()
+        async with stack(fake, max_body_bytes=1000) as (_server, url), \
+                httpx.AsyncClient() as client:
+            post = client.post
+            bad = await post(url + "/v1/completions", content=b"{not json",
+                             headers={"content-type": "application/json"})
+            assert bad.status_code == 400 and "JSON" in bad.json()["error"]["message"]
+            assert bad.json()["error"]["type"] == "invalid_request_error"
+            big = await post(url + "/v1/completions", json=_body(prompt="x" * 2000))
+            assert big.status_code == 413
+            for value in (-1, 0, 10**9, "8", True, 1.5):
+                r = await post(url + "/v1/completions", json=_body(max_tokens=value))
+                assert r.status_code == 400, value
+                assert "4096" in r.json()["error"]["message"]
+                assert r.json()["error"]["param"] == "max_tokens"
+            # the prompt's bound + max_tokens over the tier's limit: the limit is named
+            r = await post(url + "/v1/completions", json=_body(max_tokens=4090))
+            assert r.status_code == 400
+            assert r.json()["error"]["code"] == "context_length_exceeded"
+            assert "the limit is 4096 tokens" in r.json()["error"]["message"]
+            for body in ([1, 2], {"model": "fake", "prompt": ""}, _body(n=2),
+                         {"model": "fake", "messages": []}):
+                path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
+                assert (await post(url + path, json=body)).status_code == 400
+            r = await post(url + "/v1/completions", json=_body(),
+                           headers={"x-kvbudget-tier": "nobody"})
+            assert r.status_code == 401
+            assert not fake.received  # none of these reached the upstream
+            ok = await post(url + "/v1/completions", json=_body())
+            assert ok.status_code == 200  # still serving the others
+    run(main())
+
+
+def test_a_slow_client_gets_408_and_the_others_are_served() -> None:
+    async def main() -> None:
+        fake = FakeUpstream()
+        fake.release.set()
+        async with stack(fake, body_timeout_s=0.2) as (_server, url):
+            host, port = url.removeprefix("http://").split(":")
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\n"
+                         b"content-type: application/json\r\ncontent-length: 100\r\n\r\n{")
+            await writer.drain()  # ... and never the rest of its body
+            async with httpx.AsyncClient() as client:
+                ok = await client.post(url + "/v1/completions", json=_body())
+                assert ok.status_code == 200
+            async with asyncio.timeout(20):
+                status_line = await reader.readline()
+            assert b" 408 " in status_line
+            writer.close()
+            assert not fake.received[1:]
+    run(main())
+
+
+def test_api_keys_pick_the_tier_and_unknown_keys_are_refused() -> None:
+    tiers = {t.name: t for t in TIERS}
+    table = KeyTable.parse(f"{key_digest('sk-batch')} batch  # a comment\n\n", "keys.txt", tiers)
+    assert table.tier_of("sk-batch") == "batch" and table.tier_of("sk-other") is None
+    with pytest.raises(ValueError, match=r"keys\.txt: line 1: unknown tier 'gold'"):
+        KeyTable.parse(f"{key_digest('k')} gold", "keys.txt", tiers)
+    with pytest.raises(ValueError, match=r"line 2: the key digest must be 64 hex"):
+        KeyTable.parse(f"{key_digest('k')} batch\nsk-plain batch", "keys.txt", tiers)
+
+    async def main() -> None:
+        fake = FakeUpstream()
+        fake.release.set()
+        async with stack(fake, keys=table) as (_server, url), httpx.AsyncClient() as client:
+            r = await client.post(url + "/v1/completions", json=_body(),
+                                  headers={"authorization": "Bearer sk-batch"})
+            assert r.status_code == 200
+            r = await client.post(url + "/v1/completions", json=_body(),
+                                  headers={"authorization": "Bearer sk-wrong"})
+            assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+            metrics = (await client.get(url + "/metrics")).text
+            assert 'kvbudget_admitted_total{tier="batch"} 1' in metrics
+            assert len(fake.received) == 1
+    run(main())
+
+
+def test_prompt_bound_counts_bytes_and_messages() -> None:
+    assert prompt_token_bound(False, {"prompt": "héllo"}) == 6 + 16
+    assert prompt_token_bound(False, {"prompt": [1, 2, 3]}) == 3 + 16
+    chat = {"messages": [{"role": "user", "content": "hi"},
+                         {"role": "user", "content": [{"type": "text", "text": "abc"}]}]}
+    assert prompt_token_bound(True, chat) == 16 + (2 + 16) + (3 + 16)
+
+
+def test_the_upstream_tokenizer_counts_the_prompt() -> None:
+    seen: list[int] = []
+
+    async def main() -> None:
+        fake = FakeUpstream()
+        fake.release.set()
+        async with stack(fake, count_tokens="upstream") as (server, url), \
+                httpx.AsyncClient() as client:
+            def check(request: Request, body: dict[str, Any]) -> None:
+                entry = server.admission.gateway.admitted[int(request.headers[REQUEST_ID_HEADER])]
+                seen.append(entry.request.prompt_tokens)
+
+            fake.on_request = check
+            r = await client.post(url + "/v1/completions",
+                                  json=_body(prompt="one two three four"))
+            assert r.status_code == 200
+        assert fake.num_tokenized == 1
+    run(main())
+    assert seen == [5]  # the fake's count (4 words + 1), not the byte bound (18 + 16)
+
+
+def test_overload_429_with_retry_after_and_interactive_waits_its_turn() -> None:
+    async def main() -> None:
+        fake = FakeUpstream()
+        # room for one request: the bound of "hello" (5 + 16) + 8 = 29 tokens
+        async with stack(fake, capacity_tokens=40, retry_after_s=3.0,
+                         params={"batch_on_overload": "reject"}) as (server, url), \
+                httpx.AsyncClient() as client:
+            gw = server.admission.gateway
+            first = asyncio.create_task(client.post(url + "/v1/completions", json=_body()))
+            await until(lambda: fake.held == 1, lambda: fake.changed)
+            batch = await client.post(url + "/v1/completions", json=_body(),
+                                      headers={"x-kvbudget-tier": "batch"})
+            assert batch.status_code == 429 and batch.headers["retry-after"] == "3"
+            assert batch.json()["error"]["code"] == "no_capacity"
+            # an interactive request with a zero deadline: the overload answer at once
+            late = await client.post(url + "/v1/completions", json=_body(),
+                                     headers={"x-kvbudget-deadline-s": "0"})
+            assert late.status_code == 429 and late.json()["error"]["code"] == "deadline"
+            # an interactive one waits in its queue, and is admitted when the first ends
+            third = asyncio.create_task(client.post(url + "/v1/completions", json=_body()))
+            await until(lambda: gw.num_waiting("interactive") == 1,
+                        lambda: server.admission.changed)
+            assert len(fake.received) == 1
+            fake.release.set()
+            assert (await first).status_code == 200
+            assert (await third).status_code == 200
+            assert len(fake.received) == 2
+    run(main())
+
+
+def test_overload_status_503_when_configured() -> None:
+    async def main() -> None:
+        fake = FakeUpstream()
+        async with stack(fake, capacity_tokens=40, overload_status=503,
+                         params={"batch_on_overload": "reject"}) as (_server, url), \
+                httpx.AsyncClient() as client:
+            first = asyncio.create_task(client.post(url + "/v1/completions", json=_body()))
+            await until(lambda: fake.held == 1, lambda: fake.changed)
+            r = await client.post(url + "/v1/completions", json=_body(),
+                                  headers={"x-kvbudget-tier": "batch"})
+            assert r.status_code == 503 and r.headers["retry-after"] == "1"
+            fake.release.set()
+            assert (await first).status_code == 200
+    run(main())
+
+
+@pytest.mark.parametrize("hold", ["headers", "first_chunk"])
+def test_a_disconnected_client_releases_its_lease_at_once(hold: str) -> None:
+    async def main() -> None:
+        fake = FakeUpstream(hold=hold)
+        async with stack(fake) as (server, url):
+            gw = server.admission.gateway
+            async with httpx.AsyncClient() as client:
+                task = asyncio.create_task(_sse(client, url, _body(stream=True)))
+                await until(lambda: fake.held == 1, lambda: fake.changed)
+                assert gw.budget.num_leases == 1
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            # released while the upstream still holds the request: the client's leaving freed it
+            await until(lambda: gw.budget.num_leases == 0, lambda: server.admission.changed)
+            assert not fake.release.is_set()
+            await until(lambda: fake.aborted == 1, lambda: fake.changed)  # the upstream aborted
+    run(main())
+
+
+def test_a_client_leaving_the_queue_frees_its_place() -> None:
+    async def main() -> None:
+        fake = FakeUpstream()
+        async with stack(fake, capacity_tokens=40) as (server, url):
+            gw = server.admission.gateway
+            async with httpx.AsyncClient() as client:
+                first = asyncio.create_task(client.post(url + "/v1/completions", json=_body()))
+                await until(lambda: fake.held == 1, lambda: fake.changed)
+                queued = asyncio.create_task(client.post(url + "/v1/completions", json=_body()))
+                await until(lambda: gw.num_waiting() == 1, lambda: server.admission.changed)
+                queued.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await queued
+                await until(lambda: gw.num_waiting() == 0, lambda: server.admission.changed)
+                fake.release.set()
+                assert (await first).status_code == 200
+            assert len(fake.received) == 1
+    run(main())
+
+
+@pytest.mark.parametrize("usage", [-5, 10**9, "3", None])
+def test_bad_usage_is_a_protocol_error_settled_at_the_reservation(usage: Any,
+                                                                   tmp_path: Path) -> None:
+    async def main() -> None:
+        fake = FakeUpstream(usage_tokens=usage if usage is not None else "missing")
+        fake.release.set()
+        recorder = ServeRecorder(tmp_path, tiers=TIERS, policy={"name": "conservative"},
+                                 rotate_requests=100, meta={})
+        async with stack(fake, recorder=recorder) as (_server, url), \
+                httpx.AsyncClient() as client:
+            status, _ = await _sse(client, url, _body(stream=True))
+            assert status == 200
+            metrics = (await client.get(url + "/metrics")).text
+            assert 'reason="protocol_error"} 1' in metrics
+        records = pd.read_parquet(tmp_path / "run-0001" / "requests.parquet")
+        row = records.iloc[0]
+        assert row["reason"] == "backend_error" and "usage" in row["error"]
+    run(main())
+
+
+def test_a_revoked_batch_stream_ends_with_a_preempted_event() -> None:
+    async def main() -> None:
+        fake = FakeUpstream(hold="first_chunk")
+        async with stack(fake, policy="preemptive", capacity_tokens=60) as (_server, url), \
+                httpx.AsyncClient() as client:
+            batch = asyncio.create_task(_sse(client, url, _body(max_tokens=30, stream=True),
+                                             {"x-kvbudget-tier": "batch"}))
+            await until(lambda: fake.held == 1, lambda: fake.changed)
+            inter = asyncio.create_task(client.post(url + "/v1/completions",
+                                                    json=_body(max_tokens=30)))
+            status, lines = await batch
+            assert status == 200 and lines[0].startswith("data: {")  # its first token came
+            error = json.loads(lines[-1][5:])["error"]
+            assert error["code"] == "preempted" and error["type"] == "overloaded_error"
+            await until(lambda: fake.aborted == 1, lambda: fake.changed)  # closed upstream
+            fake.release.set()
+            assert (await inter).status_code == 200
+    run(main())
+
+
+def test_a_revoked_unary_batch_request_gets_503_with_retry_after() -> None:
+    async def main() -> None:
+        fake = FakeUpstream()
+        async with stack(fake, policy="preemptive", capacity_tokens=60) as (_server, url), \
+                httpx.AsyncClient() as client:
+            batch = asyncio.create_task(client.post(url + "/v1/completions",
+                                                    json=_body(max_tokens=30),
+                                                    headers={"x-kvbudget-tier": "batch"}))
+            await until(lambda: fake.held == 1, lambda: fake.changed)
+            inter = asyncio.create_task(client.post(url + "/v1/completions",
+                                                    json=_body(max_tokens=30)))
+            r = await batch
+            assert r.status_code == 503 and r.headers["retry-after"] == "1"
+            assert r.json()["error"]["code"] == "preempted"
+            fake.release.set()
+            assert (await inter).status_code == 200
+    run(main())
+
+
+def test_run_directories_rotate_and_read_back(tmp_path: Path) -> None:
+    async def main() -> None:
+        fake = FakeUpstream()
+        fake.release.set()
+        recorder = ServeRecorder(tmp_path, tiers=TIERS, policy={"name": "conservative"},
+                                 rotate_requests=2, meta={"upstreams": ["fake"]})
+        async with stack(fake, recorder=recorder) as (_server, url), \
+                httpx.AsyncClient() as client:
+            for stream in (False, True, True):
+                assert (await client.post(url + "/v1/completions",
+                                          json=_body(stream=stream))).status_code == 200
+            r = await client.post(url + "/v1/completions", json=_body(max_tokens=4090))
+            assert r.status_code == 400
+        assert [p.name for p in recorder.closed] == ["run-0001", "run-0002"]
+        first, second = (read_run(p) for p in recorder.closed)
+        assert list(first.records["status"]) == ["completed", "completed"]
+        assert list(first.records["output_tokens"]) == [3, 3]
+        assert list(second.records["status"]) == ["completed", "rejected_too_large"]
+        assert first.summary["executor"] == "serve"
+    run(main())
+
+
+def test_capacity_read_from_the_upstream_metrics_and_policy_reload() -> None:
+    policies = [make_policy("overcommit", {"overcommit_ratio": 0.5})]
+
+    def reload() -> Any:
+        if not policies:
+            raise ValueError("scenario.toml: policy_params.overcommit_ratio must be in (0, 1]")
+        return policies.pop()
+
+    async def main() -> None:
+        fake = FakeUpstream(num_gpu_blocks=101)
+        async with stack(fake, reload=reload) as (server, _url):
+            await server.refresh_capacity()
+            assert server.admission.gateway.config.capacity_tokens == 100 * 16
+            fake.num_gpu_blocks = 51
+            await server.refresh_capacity()
+            assert server.admission.gateway.config.capacity_tokens == 50 * 16
+            assert server.reload() and server.admission.gateway.policy.name == "overcommit"
+            assert not server.reload()  # a bad file: the running policy stays
+            assert server.admission.gateway.policy.name == "overcommit"
+    run(main())
+
+
+def test_the_openai_sdk_retries_a_429_and_gets_through() -> None:
+    openai = pytest.importorskip("openai")
+
+    async def main() -> None:
+        fake = FakeUpstream()
+        async with stack(fake, capacity_tokens=40, retry_after_s=1.0,
+                         params={"batch_on_overload": "reject"}) as (server, url), \
+                httpx.AsyncClient() as client:
+            first = asyncio.create_task(client.post(url + "/v1/completions", json=_body()))
+            await until(lambda: fake.held == 1, lambda: fake.changed)
+            sdk = openai.AsyncOpenAI(base_url=url + "/v1", api_key="sk-unused", max_retries=2,
+                                     default_headers={"x-kvbudget-tier": "batch"})
+            answer = asyncio.create_task(sdk.completions.create(model="fake", prompt="hello",
+                                                                max_tokens=8))
+            refused = server.metrics.num_refused
+            await until(lambda: refused[("batch", "no_capacity")] == 1,
+                        lambda: server.admission.changed)
+            fake.release.set()  # the first ends; the SDK's retry (after Retry-After) fits
+            assert (await first).status_code == 200
+            result = await answer
+            assert result.usage is not None and result.usage.completion_tokens == 3
+            assert refused[("batch", "no_capacity")] == 1 and len(fake.received) == 2
+            await sdk.close()
+    run(main())
+
+
+@pytest.mark.parametrize("router", ["round_robin", "least_tokens"])
+def test_two_upstreams_share_the_requests(router: str) -> None:
+    async def main() -> None:
+        other = FakeUpstream()
+        other.release.set()
+        async with serving(other.app()) as second:
+            fake = FakeUpstream()
+            fake.release.set()
+            async with stack(fake, router=router, upstreams_extra=(second,)) as (_server, url), \
+                    httpx.AsyncClient() as client:
+                if router == "least_tokens":  # the first upstream holds a large request
+                    fake.release.clear()
+                    big = asyncio.create_task(client.post(url + "/v1/completions",
+                                                          json=_body(max_tokens=900)))
+                    await until(lambda: fake.held == 1, lambda: fake.changed)
+                    for _ in range(3):
+                        r = await client.post(url + "/v1/completions", json=_body())
+                        assert r.status_code == 200
+                    assert (len(fake.received), len(other.received)) == (1, 3)
+                    fake.release.set()
+                    assert (await big).status_code == 200
+                else:
+                    for _ in range(4):
+                        r = await client.post(url + "/v1/completions", json=_body())
+                        assert r.status_code == 200
+                    assert (len(fake.received), len(other.received)) == (2, 2)
+    run(main())
+
+
+def test_an_interactive_request_waits_up_to_its_queue_timeout_then_gets_the_overload() -> None:
+    tiers = (TierConfig("interactive", max_sequence_tokens=4096, queue_timeout_s=0.2),)
+
+    async def main() -> None:
+        fake = FakeUpstream()
+        async with stack(fake, capacity_tokens=40, tiers=tiers) as (server, url), \
+                httpx.AsyncClient() as client:
+            first = asyncio.create_task(client.post(url + "/v1/completions", json=_body()))
+            await until(lambda: fake.held == 1, lambda: fake.changed)
+            waited = asyncio.create_task(client.post(url + "/v1/completions", json=_body()))
+            await until(lambda: server.admission.gateway.num_waiting() == 1,
+                        lambda: server.admission.changed)
+            late = await waited  # its tier's queue_timeout_s passes while the first is held
+            assert late.status_code == 429 and late.json()["error"]["code"] == "deadline"
+            assert late.headers["retry-after"] == "1"
+            fake.release.set()
+            assert (await first).status_code == 200
+            assert len(fake.received) == 1
+    run(main())
+
+
+def test_an_unreachable_upstream_is_a_502_and_frees_its_lease(tmp_path: Path) -> None:
+    async def main() -> None:
+        fake = FakeUpstream()
+        fake.release.set()
+        recorder = ServeRecorder(tmp_path, tiers=TIERS, policy={"name": "conservative"},
+                                 rotate_requests=100, meta={})
+        dead = "http://127.0.0.1:9"  # the discard port: nothing listens there
+        async with stack(fake, upstreams_extra=(dead,), recorder=recorder) as (_server, url), \
+                httpx.AsyncClient() as client:
+            answers = [await client.post(url + "/v1/completions", json=_body(stream=s))
+                       for s in (False, False, True, True)]
+            assert [r.status_code for r in answers] == [200, 502, 200, 502]
+            assert answers[1].json()["error"]["type"] == "upstream_error"
+        rows = pd.read_parquet(tmp_path / "run-0001" / "requests.parquet")
+        assert list(rows["reason"]) == ["", "backend_error", "", "backend_error"]
+        assert list(rows["error"])[1] == "ConnectError"
+    run(main())
+
+
+def test_over_two_upstreams_a_request_must_fit_the_smaller_one() -> None:
+    async def main() -> None:
+        other = FakeUpstream(num_gpu_blocks=4 + 1)  # 64 tokens
+        async with serving(other.app()) as second:
+            fake = FakeUpstream(num_gpu_blocks=20 + 1)  # 320 tokens
+            fake.release.set()
+            async with stack(fake, upstreams_extra=(second,)) as (server, url), \
+                    httpx.AsyncClient() as client:
+                await server.refresh_capacity()
+                config = server.admission.gateway.config
+                assert (config.capacity_tokens, config.max_request_tokens) == (384, 64)
+                r = await client.post(url + "/v1/completions", json=_body(max_tokens=60))
+                assert r.status_code == 400  # 21 + 60 tokens fit the fleet, not one replica
+                assert "the limit is 64 tokens" in r.json()["error"]["message"]
+                assert not fake.received and not other.received
+    run(main())
+
+
+def test_prefix_affinity_sends_a_shared_prefix_back_to_its_upstream() -> None:
+    a, b = "system prompt A " * 8 + "question 1", "system prompt B " * 8 + "question 2"
+
+    async def main() -> None:
+        other = FakeUpstream()
+        other.release.set()
+        async with serving(other.app()) as second:
+            fake = FakeUpstream()
+            async with stack(fake, router="prefix_affinity", upstreams_extra=(second,)) as (
+                    _server, url), httpx.AsyncClient() as client:
+                first = asyncio.create_task(client.post(url + "/v1/completions",
+                                                        json=_body(prompt=a)))
+                await until(lambda: fake.held == 1, lambda: fake.changed)  # upstream 0 busy
+                r = await client.post(url + "/v1/completions", json=_body(prompt=b))
+                assert r.status_code == 200  # a new prefix: the upstream with fewer tokens
+                again = asyncio.create_task(client.post(url + "/v1/completions",
+                                                        json=_body(prompt=a[:-1] + "9")))
+                await until(lambda: fake.held == 2, lambda: fake.changed)  # back to its own
+                fake.release.set()
+                assert (await first).status_code == 200 and (await again).status_code == 200
+        assert [body["prompt"][:16] for body in fake.received] == [a[:16]] * 2
+        assert [body["prompt"][:16] for body in other.received] == [b[:16]]
+    run(main())
