@@ -57,8 +57,8 @@ import numpy as np
 import simpy
 
 from kvbudget.perf.cost_model import CostModel
-from kvbudget.perf.hardware import get_gpu
-from kvbudget.perf.models import get_model
+from kvbudget.perf.hardware import GPUSpec
+from kvbudget.perf.models import ModelSpec
 from kvbudget.simulator.engine import Engine, EngineHooks, FloatArray, IntArray
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.fast_decode import DecodeGroupEngine, SkipAheadEngine
@@ -426,14 +426,15 @@ def engine_inputs(
     priority: IntArray,
     *,
     timeline_period_s: float,
-    model: str,
-    gpu: str,
+    model: ModelSpec,
+    gpu: GPUSpec,
     tensor_parallel_size: int = 1,
     kv_cache_dtype: str = "auto",
 ) -> dict[str, Any]:
     """The per-request columns and hardware facts :func:`make_engine` takes, for ``workload``
-    served by ``model`` on ``gpu`` (``priority``: each request's tier priority), sharded over
-    ``tensor_parallel_size`` GPUs with a ``kv_cache_dtype`` KV cache."""
+    served by ``model`` on ``gpu`` (the run's resolved specs: ``ReplicaSetup``; ``priority``:
+    each request's tier priority), sharded over ``tensor_parallel_size`` GPUs with a
+    ``kv_cache_dtype`` KV cache."""
     return {
         "prompt_tokens": workload.prompt_tokens,
         "output_tokens": workload.output_tokens,
@@ -444,7 +445,6 @@ def engine_inputs(
         "prefix_hashes": workload.prefix_hashes,
         "prefix_offsets": workload.prefix_offsets,
         "prefix_block_tokens": workload.prefix_block_tokens,
-        "kv_bytes_per_token": get_model(model).kv_bytes_per_token(tensor_parallel_size,
-                                                                 kv_cache_dtype),
-        "pcie_bandwidth_bytes_s": get_gpu(gpu).pcie_bandwidth_bytes_s,
+        "kv_bytes_per_token": model.kv_bytes_per_token(tensor_parallel_size, kv_cache_dtype),
+        "pcie_bandwidth_bytes_s": gpu.pcie_bandwidth_bytes_s,
     }

@@ -136,8 +136,8 @@ class _Simulation:
                     workload,
                     tier_prio[workload.tier],
                     timeline_period_s=config.timeline_period_s,
-                    model=config.model,
-                    gpu=config.gpu,
+                    model=setup.model,
+                    gpu=setup.gpu,
                     tensor_parallel_size=config.engine.tensor_parallel_size,
                     kv_cache_dtype=config.engine.kv_cache_dtype,
                 ),
@@ -151,6 +151,7 @@ class _Simulation:
                 hooks,
                 policy,
                 gateway_config=partial(gateway_config, config),
+                setup=setup,
             )
             self.engine = fleet
             self.gateway = fleet.gateway
