@@ -50,9 +50,9 @@ class _Driver(Protocol):
     def engine(self) -> ServingEngine: ...
     @property
     def gateway(self) -> _Gateway: ...
-    def _clock(self, t: float) -> float: ...
-    def _carry_out(self, actions: list[Action], now: float) -> None: ...
-    def _set_status(self, i: int, status: str, reason: str) -> None: ...
+    def clock(self, t: float) -> float: ...
+    def carry_out(self, actions: list[Action], now: float) -> None: ...
+    def set_status(self, i: int, status: str, reason: str) -> None: ...
 
 _TIMEOUT, _RETRY = 0, 1
 
@@ -152,7 +152,7 @@ class _Clients:
         if self.was_started[i] and self.reset_at[i] != attempt:
             # a new attempt starts on the engine (not the same attempt re-admitted after a
             # revocation, whose first token stays the one its user saw)
-            _forget_first_token(self.sim.engine, i)
+            self.sim.engine.forget_first_token(i)
             self.reset_at[i] = attempt
         elif not self.was_started[i]:
             self.reset_at[i] = attempt
@@ -227,18 +227,18 @@ class _Clients:
     def _timed_out(self, i: int, t: float) -> None:
         """The client of row ``i`` gave up on its attempt at ``t`` and disconnected."""
         sim = self.sim
-        now = sim._clock(t)
+        now = sim.clock(t)
         if self.in_engine[i]:
             sim.engine.abort_request(i)
         actions = sim.gateway.cancel(i, now)
         if not self._answered(i, now, "timeout", "", None):
-            sim._set_status(i, "client_timeout", "")
-        sim._carry_out(actions, now)
+            sim.set_status(i, "client_timeout", "")
+        sim.carry_out(actions, now)
 
     def _retry(self, i: int, t: float) -> None:
         sim = self.sim
         w = sim.w
-        now = sim._clock(t)
+        now = sim.clock(t)
         d = float(w.deadline_s[i])
         request = Request(
             i,
@@ -250,7 +250,7 @@ class _Clients:
             w.prefix_of(i),
         )
         self.sent(i, now)
-        sim._carry_out(sim.gateway.arrive(request, now), now)
+        sim.carry_out(sim.gateway.arrive(request, now), now)
 
     # --- results -------------------------------------------------------------------------------
     def table(self, request_id: np.ndarray[Any, Any]) -> dict[str, Any]:
@@ -270,13 +270,3 @@ class _Clients:
             "by_tier": self.described,
             "per_request_timeouts": self.sim.w.timeout_s is not None,
         }
-
-
-def _forget_first_token(engine: Any, i: int) -> None:
-    """A new attempt of row ``i`` starts on the engine: the first token its user will see is
-    this attempt's, not an abandoned one's."""
-    forget = getattr(engine, "forget_first_token", None)  # a fleet: on each replica it reached
-    if forget is not None:
-        forget(i)
-    else:
-        engine.first_token_s[i] = math.nan

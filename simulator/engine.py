@@ -43,8 +43,10 @@ from simpy.events import Timeout
 
 from kvbudget.perf.cost_model import CostModel
 from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.kv_blocks import KVBlocks
 from kvbudget.simulator.prefix_cache import PrefixCaching
 from kvbudget.simulator.request_queue import make_request_queue
+from kvbudget.simulator.request_rows import RowArrays
 from kvbudget.simulator.serving import FloatArray, IntArray, RequestFigures
 from kvbudget.simulator.small_arrays import isum
 from kvbudget.simulator.time_integrals import TimeIntegrals
@@ -98,9 +100,9 @@ class Engine:
       retracted or aborted); call ``super()`` (TensorRT-LLM keeps a sum over the running
       requests);
     * :meth:`stats` ``()``: the variant's own figures, added to the base's;
-    * :meth:`_row_state` ``() -> dict``: the per-request state arrays and the value a row
-      starts with, which :meth:`grow_rows` grows (a fleet's replica holds the rows routed to
-      it): a variant with per-request arrays of its own adds them, or says
+    * ``rows`` (:class:`kvbudget.simulator.request_rows.RowArrays`): a variant with
+      per-request arrays of its own registers them there (``rows.add``), so that
+      :meth:`grow_rows` grows them (a fleet's replica holds the rows routed to it), or says
       ``rows_grow = False`` (a class attribute) when they follow from the columns;
     * :attr:`decode_group` (a class attribute): False when a hook reads running requests'
       arrays between steps; with skip-ahead the running requests are then never kept as a
@@ -109,15 +111,16 @@ class Engine:
     What a hook may use besides the request arrays (``num_tokens``, ``num_computed_tokens``,
     ``num_output_tokens``, ``num_blocks``, ``prompt_tokens``, ``max_output_tokens``,
     ``target_output``, ``num_preemptions``, ``recomputed_tokens``), ``running``, ``waiting``,
-    ``config``, ``block_size``, ``watermark_blocks``, ``num_free_blocks``, ``t`` and
-    ``hooks``: :meth:`running_rows`, :attr:`num_available_blocks`, :attr:`head_refusal`,
-    :attr:`prefix_caching`, :meth:`start_tokens`, :meth:`prefix_hit_blocks`,
+    ``config``, ``block_size``, ``watermark_blocks``, ``t``, ``hooks`` and ``kv`` (the KV
+    blocks, :class:`kvbudget.simulator.kv_blocks.KVBlocks`: ``num_free_blocks``,
+    ``num_available_blocks``, ``num_running_blocks``, ``prefix_hit_blocks()``, ``prefix``):
+    :meth:`running_rows`, :attr:`head_refusal`, :meth:`start_tokens`,
     :meth:`allocate_start`, :meth:`allocate_slots`, :meth:`evict_running`,
-    :meth:`add_step_time`, :meth:`running_output_tokens`, :attr:`num_running_blocks` and
-    :meth:`scheduled_with_output`. Nothing else of the base (its underscored fields) is
-    theirs. With a decode group (``decode_group``), a hook that runs while requests are
-    running reads their output tokens and blocks through :meth:`running_output_tokens` and
-    :attr:`num_running_blocks`, never through their arrays; a hook that preempts or retracts
+    :meth:`add_step_time`, :meth:`running_output_tokens` and :meth:`scheduled_with_output`.
+    Nothing else of the base (its underscored fields) is theirs. With a decode group
+    (``decode_group``), a hook that runs while requests are running reads their output tokens
+    and blocks through :meth:`running_output_tokens` and ``kv.num_running_blocks``, never
+    through their arrays; a hook that preempts or retracts
     (:meth:`_victim`, :meth:`_preempt`, :meth:`_schedule_running`) runs after the group is
     dissolved, so the arrays are current there.
     """
@@ -127,7 +130,7 @@ class Engine:
     # whether skip-ahead may keep the running requests as a decode group (see above)
     decode_group: ClassVar[bool] = True
     # whether grow_rows grows every per-request array of the class (a variant with per-request
-    # arrays of its own lists them in _row_state, or says False)
+    # arrays of its own registers them in rows, or says False)
     rows_grow: ClassVar[bool] = True
 
     def __init__(
@@ -189,15 +192,16 @@ class Engine:
         )
         self.arrival_s = arrival_s
         self.max_output_tokens = output_tokens if max_output_tokens is None else max_output_tokens
-        # per-request state (vLLM names)
-        self.num_tokens = np.zeros(n, np.int64)
-        self.num_computed_tokens = np.zeros(n, np.int64)
-        self.num_output_tokens = np.zeros(n, np.int64)
-        self.num_blocks = np.zeros(n, np.int64)
-        self.first_token_s = np.full(n, np.nan)
-        self.finished_s = np.full(n, np.nan)
-        self.num_preemptions = np.zeros(n, np.int64)
-        self.recomputed_tokens = np.zeros(n, np.int64)  # per request: KV computed then discarded
+        # per-request state (vLLM names), each with the value a new row starts with
+        self.rows = rows = RowArrays()
+        self.num_tokens = rows.add("num_tokens", np.zeros(n, np.int64), 0)
+        self.num_computed_tokens = rows.add("num_computed_tokens", np.zeros(n, np.int64), 0)
+        self.num_output_tokens = rows.add("num_output_tokens", np.zeros(n, np.int64), 0)
+        self.first_token_s = rows.add("first_token_s", np.full(n, np.nan), math.nan)
+        self.finished_s = rows.add("finished_s", np.full(n, np.nan), math.nan)
+        self.num_preemptions = rows.add("num_preemptions", np.zeros(n, np.int64), 0)
+        # per request: KV computed then discarded
+        self.recomputed_tokens = rows.add("recomputed_tokens", np.zeros(n, np.int64), 0)
         self.num_recomputed_tokens = 0
         self.num_preemptions_total = 0
         # queues: ``running`` changes only through _start_running and _stop_running
@@ -208,22 +212,17 @@ class Engine:
         # running request sets it (each then has exactly one token to compute).
         self._all_decode = False
         self.waiting = make_request_queue(config.scheduling_policy, self.priority, arrival_s)
-        self._in_engine = np.zeros(n, np.bool_)
-        self.num_free_blocks = num_gpu_blocks
+        self._in_engine = rows.add("_in_engine", np.zeros(n, np.bool_), 0)
         self._step_extra_s = 0.0  # seconds a hook adds to the current step (swap transfers)
         self._hol_blocked = False  # this step's waiting head was refused for lack of KV
         self.head_refusal = ""  # why the waiting loop stopped: "", seqs, budget, kv, policy
-        # automatic prefix caching (vLLM --enable-prefix-caching) over the workload's hashes
-        self._prefix: PrefixCaching | None = None
+        # the KV blocks, shared between prompt prefixes with equal hashes with automatic
+        # prefix caching (vLLM --enable-prefix-caching) over the workload's hashes
+        prefix = None
         if config.enable_prefix_caching and prefix_hashes is not None:
-            self._prefix = PrefixCaching(
-                config.block_size, prompt_tokens, prefix_hashes, prefix_offsets,
-                prefix_block_tokens,
-            )
-        self._evictable = 0  # blocks of cached prefixes no request uses (free, but cached)
-        self._pending_hit: list[int] | None = None  # the prefix hit of the waiting head
-        self.prefix_query_tokens = 0
-        self.prefix_hit_tokens = 0
+            prefix = PrefixCaching(config.block_size, prompt_tokens, prefix_hashes,
+                                   prefix_offsets, prefix_block_tokens)
+        self.kv = KVBlocks(num_gpu_blocks, config.block_size, n, prefix)
         self._steps_rows: IntArray | None = None  # the rows of the steps being committed
         self._aborts: list[int] = []  # aborts waiting for the step in flight to end
         self._deferred_adds: list[int] = []  # re-admissions waiting for those aborts
@@ -258,7 +257,7 @@ class Engine:
         self.num_tokens[i] = self.prompt_tokens[i]
         self.num_computed_tokens[i] = 0
         self.num_output_tokens[i] = 0
-        self.num_blocks[i] = 0
+        self.kv.num_blocks[i] = 0
         self.segments.reset(i)
         self._in_engine[i] = True
         self.waiting.add_request(i)
@@ -290,12 +289,6 @@ class Engine:
                 and -(-prompt // self.block_size) <= self._admit_blocks)
 
     # --- rows that come as they are routed (a fleet's replicas: kvbudget.simulator.fleet) ----
-    def _row_state(self) -> dict[str, float]:
-        """The per-request state arrays and the value a row starts with."""
-        zero = ("num_tokens", "num_computed_tokens", "num_output_tokens", "num_blocks",
-                "num_preemptions", "recomputed_tokens", "_in_engine")
-        return dict.fromkeys(zero, 0.0) | {"first_token_s": math.nan, "finished_s": math.nan}
-
     def grow_rows(self, columns: Mapping[str, IntArray | FloatArray]) -> None:
         """Take longer per-request columns (``prompt_tokens``, ``output_tokens``,
         ``max_output_tokens``, ``arrival_s``, ``priority``, and ``order``: the rows' order for
@@ -303,7 +296,7 @@ class Engine:
         per-request state to their length (the rows there keep theirs). A fleet indexes each
         replica by the rows routed to it, so a replica's arrays hold its own rows, not
         everyone's. Not with prefix caching (its arrays are the workload's)."""
-        assert self._prefix is None and type(self).rows_grow
+        assert self.kv.prefix is None and type(self).rows_grow
         cap = len(columns["prompt_tokens"])
         self.prompt_tokens = np.asarray(columns["prompt_tokens"], np.int64)
         self.target_output = np.asarray(columns["output_tokens"], np.int64)
@@ -313,15 +306,17 @@ class Engine:
             self.priority = np.asarray(columns["priority"], np.int64)
         else:
             self.priority = np.zeros(cap, np.int64)
-        for name, fill in self._row_state().items():
-            old = getattr(self, name)
-            new = np.full(cap, fill, old.dtype)
-            new[: len(old)] = old
-            setattr(self, name, new)
+        for name, array in self.rows.grow(cap).items():
+            setattr(self, name, array)
         self.segments.grow(cap)
+        self.kv.grow(cap)
         order = columns.get("order")
         self.waiting.columns_changed(
             self.priority, self.arrival_s, None if order is None else np.asarray(order, np.int64))
+
+    def forget_first_token(self, i: int) -> None:
+        """A new attempt of row ``i`` starts (``ServingEngine.forget_first_token``)."""
+        self.first_token_s[i] = math.nan
 
     def num_waiting(self) -> int:
         return len(self.waiting)
@@ -344,13 +339,13 @@ class Engine:
         return self._timeline.rows
 
     @property
-    def num_used_blocks(self) -> int:
-        """Blocks some request references (cached prefixes nobody uses count as free)."""
-        return self.num_gpu_blocks - self.num_free_blocks - self._evictable
+    def num_blocks(self) -> IntArray:
+        """Each request's KV blocks (``kv.num_blocks``)."""
+        return self.kv.num_blocks
 
     @property
     def kv_used_tokens(self) -> int:
-        return self.num_used_blocks * self.block_size
+        return self.kv.num_used_blocks * self.block_size
 
     def head_of_line_blocked_s(self) -> float:
         """Exact total of the steps during which the waiting head could not start for lack of
@@ -370,27 +365,13 @@ class Engine:
 
     def stats(self) -> dict[str, object]:
         """Engine figures for the summary's ``engine`` block."""
-        queries = self.prefix_query_tokens
         return {
             "engine": self.config.name,
             "head_of_line_blocked_s": self.head_of_line_blocked_s(),
-            "prefix_caching": self.prefix_caching,
-            "prefix_cache_query_tokens": queries,
-            "prefix_cache_hit_tokens": self.prefix_hit_tokens,
-            "prefix_cache_hit_rate": self.prefix_hit_tokens / queries if queries else None,
+            **self.kv.stats(),
         }
 
     # --- what hooks may use ----------------------------------------------------------------
-    @property
-    def prefix_caching(self) -> bool:
-        """Whether automatic prefix caching is on (and the workload has prefix hashes)."""
-        return self._prefix is not None
-
-    @property
-    def num_available_blocks(self) -> int:
-        """Blocks an allocation may take: the free ones and those of unused cached prefixes."""
-        return self.num_free_blocks + self._evictable
-
     def running_rows(self) -> IntArray:
         """``running`` as an array (read-only)."""
         return np.array(self.running, dtype=np.int64)
@@ -399,16 +380,6 @@ class Engine:
         """The running requests' ``num_output_tokens``, in ``running`` order, as of the step
         being scheduled (a new array)."""
         return self.num_output_tokens[self.running_rows()]
-
-    @property
-    def num_running_blocks(self) -> int:
-        """``num_blocks`` summed over the running requests (a shared prefix block counts once
-        for every request holding it): the blocks no request waiting holds, as no waiting
-        request holds any."""
-        held = self.num_gpu_blocks - self.num_free_blocks
-        if self._prefix is None:
-            return held
-        return held - self._prefix.num_cached_blocks + self._prefix.num_shared_total
 
     def scheduled_with_output(self) -> bool:
         """While :meth:`_on_steps` runs: whether a request of the steps being committed had
@@ -420,18 +391,11 @@ class Engine:
     def start_tokens(self, i: int) -> int:
         """Tokens of waiting request ``i`` already in KV if it starts now: its computed tokens
         (kept across a swap), or the prefix-cache hit found for it."""
-        if self._pending_hit is not None:
-            assert self._prefix is not None
-            return len(self._pending_hit) * self._prefix.hash_tokens
+        hit = self.kv.pending_hit
+        if hit is not None:
+            assert self.kv.prefix is not None
+            return len(hit) * self.kv.prefix.hash_tokens
         return self.num_computed_tokens.item(i)
-
-    def prefix_hit_blocks(self) -> tuple[int, int]:
-        """The blocks the waiting head's prefix-cache hit would share, and how many of them
-        are now unused (counted in :attr:`num_available_blocks`); (0, 0) without a hit."""
-        hit = self._pending_hit
-        if not hit or self._prefix is None:
-            return 0, 0
-        return self._prefix.hit_blocks(hit)
 
     def add_step_time(self, seconds: float) -> None:
         """Add ``seconds`` to the step being scheduled (a swap transfer)."""
@@ -442,7 +406,7 @@ class Engine:
         or its back): its blocks are freed and, with ``recompute``, its computed tokens
         forgotten (they are computed again when it resumes); counted as a preemption."""
         self._stop_running([i])
-        self._free(i)
+        self.kv.free(i)
         if recompute:
             self.num_recomputed_tokens += self.num_computed_tokens.item(i)
             self.recomputed_tokens[i] += self.num_computed_tokens.item(i)
@@ -455,64 +419,23 @@ class Engine:
             self.waiting.add_request(i)
         self.hooks.on_preempt(i, self.t)
 
-    # --- KV blocks ------------------------------------------------------------------------
+    # --- KV blocks (kvbudget.simulator.kv_blocks) --------------------------------------------
     def allocate_slots(self, i: int, num_new_tokens: int, *, reserve: int = 0) -> bool:
         """Blocks for ``num_computed_tokens + num_new_tokens`` tokens; False when they do not
         fit (keeping ``reserve`` blocks free). vLLM returns None there."""
-        return self._allocate_tokens(i, self.num_computed_tokens.item(i) + num_new_tokens, reserve)
-
-    def _allocate_tokens(self, i: int, tokens: int, reserve: int) -> bool:
-        """:meth:`allocate_slots` of request ``i`` to hold ``tokens`` tokens in all."""
-        need = -(-tokens // self.block_size)
-        extra = need - self.num_blocks.item(i)
-        if extra <= 0:
-            return True
-        if extra > self.num_free_blocks + self._evictable - reserve:
-            return False
-        self.num_blocks[i] = need
-        self._take(extra)
-        return True
+        return self.kv.allocate(i, self.num_computed_tokens.item(i) + num_new_tokens, reserve)
 
     def allocate_start(self, i: int, tokens: int, *, reserve: int) -> str:
         """Blocks for the first ``tokens`` tokens of waiting request ``i`` (sharing its prefix
         hit, if any), keeping ``reserve`` blocks free: "" when allocated, else "kv"."""
-        hit = self._pending_hit
-        if hit is None:  # allocate_slots for the tokens beyond the computed ones
-            return "" if self._allocate_tokens(i, tokens, reserve) else "kv"
-        assert self._prefix is not None
-        shared, unused = self._prefix.hit_blocks(hit)  # unused: they leave the evictable pool
-        need = -(-tokens // self.block_size) - shared
-        if need > self.num_free_blocks + self._evictable - unused - reserve:
+        kv = self.kv
+        if kv.pending_hit is None:  # allocate_slots for the tokens beyond the computed ones
+            return "" if kv.allocate(i, tokens, reserve) else "kv"
+        hit_tokens = kv.allocate_hit(i, tokens, reserve, self.num_tokens.item(i))
+        if hit_tokens < 0:
             return "kv"
-        hit_tokens = len(hit) * self._prefix.hash_tokens
-        self._evictable -= self._prefix.acquire(i, hit)
-        self.num_blocks[i] = shared + need
-        self._take(need)
         self.num_computed_tokens[i] = hit_tokens
-        self.prefix_hit_tokens += hit_tokens
-        self.prefix_query_tokens += self.num_tokens.item(i)
-        self._pending_hit = None
         return ""
-
-    def _free(self, i: int) -> None:
-        """Free request ``i``'s blocks (its shared ones go back to the prefix cache)."""
-        blocks = self.num_blocks.item(i)
-        self.num_blocks[i] = 0
-        if self._prefix is not None:
-            shared, evictable = self._prefix.release(i)
-            blocks -= shared
-            self._evictable += evictable
-        self.num_free_blocks += blocks
-
-    def _take(self, blocks: int) -> None:
-        """Take ``blocks`` free blocks, evicting cached prefixes (LRU) when needed; the caller
-        has checked ``blocks <= num_free_blocks + _evictable``."""
-        if blocks > self.num_free_blocks:
-            assert self._prefix is not None
-            freed = self._prefix.cache.evict(blocks - self.num_free_blocks)
-            self._evictable -= freed
-            self.num_free_blocks += freed
-        self.num_free_blocks -= blocks
 
     # --- hooks (see the class docstring) ------------------------------------------------------
     def _admit_waiting(self, i: int, n_new: int) -> str:
@@ -525,16 +448,20 @@ class Engine:
         """Called before the waiting loop of a step."""
 
     def _victim(self) -> int:
-        """Lowest priority (highest value), then latest arrival, then latest scheduled."""
+        """The running request preempted when blocks run out: of the lowest priority (highest
+        value), the latest arrival (vLLM v1's ``running.pop()``), or with
+        ``preemption_victim="most_blocks"`` the one holding the most KV blocks, then the
+        latest arrival; ties go to the latest scheduled. The one place the rule is written:
+        every engine class, the speed-ups included, preempts through it."""
         rows = self.running_rows()
-        if self.config.scheduling_policy != "priority":
-            # every priority is 0: the last of the latest arrivals (argmax finds the first
-            # maximum, so it searches the rows in reverse)
-            return int(rows[len(rows) - 1 - int(self.arrival_s[rows][::-1].argmax())])
-        prio = self.priority[rows]
-        cand = np.flatnonzero(prio == prio.max())
-        arrival = self.arrival_s[rows[cand]]
-        return int(rows[cand[np.flatnonzero(arrival == arrival.max())[-1]]])
+        if self.config.scheduling_policy == "priority":
+            prio = self.priority[rows]
+            rows = rows[prio == prio.max()]
+        if self.config.preemption_victim == "most_blocks":
+            blocks = self.num_blocks[rows]
+            rows = rows[blocks == blocks.max()]
+        # the last of the latest arrivals (argmax finds the first maximum: search in reverse)
+        return int(rows[len(rows) - 1 - int(self.arrival_s[rows][::-1].argmax())])
 
     def _preempt(self, i: int) -> None:
         """Preempt running request ``i`` by recompute (vLLM v1): free its blocks, forget its
@@ -561,8 +488,9 @@ class Engine:
         instead of as the hit's (a chunk of the budget's size needs the same blocks either
         way), so the head may fit: the run stops before the first step that evicts (steps
         1.. of the run take ``alloc_cum`` blocks beyond the free ones)."""
-        if self._prefix is not None and self.head_refusal == "kv" and self.prefix_hit_blocks()[1]:
-            free = self.num_free_blocks
+        kv = self.kv
+        if kv.prefix is not None and self.head_refusal == "kv" and kv.prefix_hit_blocks()[1]:
+            free = kv.num_free_blocks
             if int(alloc_cum[k_max - 1]) > free:
                 return max(int(np.searchsorted(alloc_cum[:k_max], free, side="right")), 1)
         return k_max
@@ -591,8 +519,8 @@ class Engine:
             n_new = min(self.num_tokens.item(i) - self.num_computed_tokens.item(i), budget)
             budget -= n_new
             blocks = -(-(self.num_computed_tokens.item(i) + n_new) // self.block_size)
-            need += max(blocks - self.num_blocks.item(i), 0)
-        return need <= self.num_free_blocks + self._evictable
+            need += max(blocks - self.kv.num_blocks.item(i), 0)
+        return need <= self.kv.num_available_blocks
 
     # --- one step ---------------------------------------------------------------------------
     def _schedule(self) -> tuple[IntArray, IntArray, bool]:
@@ -608,20 +536,21 @@ class Engine:
         if not preempted:
             w_rows, w_new = self._schedule_waiting(budget)
             rows, new, budget = rows + w_rows, new + w_new, budget - sum(w_new)
-        # the invariants: the token budget, the seats, and every block free, held by one
-        # request or cached
-        assert budget >= 0, "the token budget is overspent"
-        assert len(self.running) <= self.seqs_limit, "max_num_seqs exceeded"
-        assert self.num_free_blocks >= 0, "more blocks taken than the GPU holds"
-        assert self._held_blocks() + self.num_free_blocks == self.num_gpu_blocks, "blocks lost"
+        self._check_schedule(budget)
         return np.array(rows, np.int64), np.array(new, np.int64), preempted
 
-    def _held_blocks(self) -> int:
-        """Blocks requests hold (their private ones) or the prefix cache holds."""
-        if self._prefix is None:
-            return int(self.num_blocks.sum())
-        private = int(self.num_blocks.sum()) - int(self._prefix.num_shared_blocks.sum())
-        return private + self._prefix.num_cached_blocks
+    def _check_schedule(self, budget: int, count_blocks: bool = True) -> None:
+        """The invariants of a scheduled step, asserted on every path that schedules one (the
+        speed-ups' too): the token budget (``budget``: what is left of it), the seats, the
+        blocks taken; and, with ``count_blocks`` (where every request's ``num_blocks`` is
+        current: not while a decode group's members lag), every block free, held by one
+        request or cached."""
+        assert budget >= 0, "the token budget is overspent"
+        assert len(self.running) <= self.seqs_limit, "max_num_seqs exceeded"
+        kv = self.kv
+        assert kv.num_free_blocks >= 0, "more blocks taken than the GPU holds"
+        if count_blocks:
+            assert kv.num_held_blocks() + kv.num_free_blocks == self.num_gpu_blocks, "blocks lost"
 
     def _schedule_running(self, budget: int) -> tuple[list[int], list[int], bool, int]:
         """The running loop: each running request, in order, gets ``min(tokens left,
@@ -688,6 +617,7 @@ class Engine:
         self._hol_blocked = False
         self.head_refusal = ""
         waiting = self.waiting
+        kv = self.kv
         while True:
             if len(self.running) >= self.seqs_limit:
                 self.head_refusal = "seqs"
@@ -698,9 +628,9 @@ class Engine:
             i_w = waiting.peek_request()
             if i_w is None:
                 break
-            self._pending_hit = None
-            if self._prefix is not None and self.num_computed_tokens.item(i_w) == 0:
-                self._pending_hit = self._prefix.lookup(i_w, self.num_tokens.item(i_w))
+            kv.pending_hit = None
+            if kv.prefix is not None and self.num_computed_tokens.item(i_w) == 0:
+                kv.look_up(i_w, self.num_tokens.item(i_w))
             n_new = self.num_tokens.item(i_w) - self.start_tokens(i_w)
             if n_new > budget and not self.config.enable_chunked_prefill:
                 self.head_refusal = "budget"
@@ -786,7 +716,7 @@ class Engine:
         """A single step of ``dt`` seconds from now: its KV and head-of-line terms and timeline
         samples; returns its end."""
         t1 = self.t + dt
-        used_now = self.num_gpu_blocks - self.num_free_blocks - self._evictable  # num_used_blocks
+        used_now = self.kv.num_used_blocks
         self.integrals.add_step(dt, used_now, self._hol_blocked)
         if self._timeline.next_s < t1:  # a sample is due
             self._timeline.sample_step(t1, used_now, reserved, counts, self.num_preemptions_total)
@@ -825,8 +755,8 @@ class Engine:
             rows, new = rows[keep], new[keep]
         computed = self.num_computed_tokens[rows] + new
         self.num_computed_tokens[rows] = computed
-        if self._prefix is not None:
-            self._prefix.register(rows, computed)
+        if self.kv.prefix is not None:
+            self.kv.prefix.register(rows, computed)
         sampled = rows[computed >= self.num_tokens[rows]]
         self._synced = sampled.size == len(self.running)
         if sampled.size == 0:
@@ -863,14 +793,17 @@ class Engine:
 
     def drop_request_state(self) -> None:
         """Let the per-request state go (a fleet's replica, once its figures are read): every
-        array of :meth:`_row_state`, the rows' columns and the step ends. The engine cannot go
-        on after this; its other figures (timeline, integrals, counters, stats) stay."""
-        for name in [*self._row_state(), "prompt_tokens", "target_output",
-                     "max_output_tokens", "arrival_s", "priority"]:
+        array of ``rows``, the rows' columns and the step ends. The engine cannot go on after
+        this; its other figures (timeline, integrals, counters, stats) stay."""
+        for name, array in self.rows.drop().items():
+            setattr(self, name, array)
+        for name in ("prompt_tokens", "target_output", "max_output_tokens", "arrival_s",
+                     "priority"):
             setattr(self, name, np.zeros(0, getattr(self, name).dtype))
         self._end_chunks = []
         self._step_end_s = []
         self.segments.drop()
+        self.kv.drop()
 
     def _flush_step_ends(self) -> None:
         """Move the step ends listed since the last flush to an array chunk."""
@@ -885,7 +818,7 @@ class Engine:
         t = self.t
         self._stop_running(finished)
         for i in finished:
-            self._free(i)
+            self.kv.free(i)
             self._in_engine[i] = False
             self.finished_s[i] = t
         for i in finished:
@@ -903,7 +836,7 @@ class Engine:
             self._stop_running([i])
         else:
             self.waiting.remove_request(i)
-        self._free(i)
+        self.kv.free(i)
         self._in_engine[i] = False
 
     def _apply_aborts(self) -> list[int]:

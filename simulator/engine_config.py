@@ -43,7 +43,11 @@ class EngineConfig:
     ``fcfs`` serves the waiting queue in arrival order (preempted requests go back to its front);
     ``priority`` orders it by (tier priority, arrival). In both, the preemption victim is the
     running request of lowest priority, then latest arrival (under ``fcfs`` every request has the
-    same priority, so it is the latest arrival, as ``running.pop()`` in vLLM v1).
+    same priority, so it is the latest arrival, as ``running.pop()`` in vLLM v1);
+    ``preemption_victim="most_blocks"`` picks, among the lowest priority, the request holding
+    the most KV blocks instead (then the latest arrival): not a vLLM knob, an engine option to
+    study the rule (``vllm`` and ``vllm-swap`` only: the other engines pick their own victims,
+    or never preempt).
     ``watermark`` keeps that fraction of blocks free when admitting waiting requests (vLLM v0's
     block-manager watermark, 0.01 there; v1 has none, hence the default 0).
     ``skip_ahead`` computes runs of pure-decode steps analytically instead of one by one; results
@@ -84,6 +88,7 @@ class EngineConfig:
     max_model_len: int | None = None
     scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
     preemption_mode: Literal["recompute", "swap"] = "recompute"
+    preemption_victim: Literal["latest_arrival", "most_blocks"] = "latest_arrival"
     watermark: float = 0.0
     enable_chunked_prefill: bool = True
     skip_ahead: bool = True
@@ -144,6 +149,13 @@ class EngineConfig:
             object.__setattr__(self, "preemption_mode", "swap")
         elif self.preemption_mode == "swap":
             raise ValueError(f"preemption_mode 'swap' is vLLM's; engine {self.name!r} recomputes")
+        if self.preemption_victim not in ("latest_arrival", "most_blocks"):
+            raise ValueError("preemption_victim must be 'latest_arrival' or 'most_blocks', "
+                             f"got {self.preemption_victim!r}")
+        if self.preemption_victim != "latest_arrival" and self.name not in ("vllm", "vllm-swap"):
+            raise ValueError(f"preemption_victim {self.preemption_victim!r} is for vllm and "
+                             f"vllm-swap; engine {self.name!r} picks its own victims (or never "
+                             "preempts)")
         if self.name == "vllm-swap" and self.enable_prefix_caching:
             raise ValueError("enable_prefix_caching is not modelled with swap preemption")
         if not 0 <= self.swap_space_gib <= MAX_SWAP_SPACE_GIB:

@@ -57,8 +57,8 @@ import numpy as np
 import simpy
 
 from kvbudget.perf.cost_model import CostModel
-from kvbudget.perf.hardware import get_gpu
-from kvbudget.perf.models import get_model
+from kvbudget.perf.hardware import GPUSpec
+from kvbudget.perf.models import ModelSpec
 from kvbudget.simulator.engine import Engine, EngineHooks, FloatArray, IntArray
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.fast_decode import DecodeGroupEngine, SkipAheadEngine
@@ -88,16 +88,14 @@ class SwapEngine(Engine):
         self.pcie_bandwidth_bytes_s = float(pcie_bandwidth_bytes_s)
         self.num_cpu_blocks = int(self.config.swap_space_gib * GIB // self.block_bytes)
         self.num_free_cpu_blocks = self.num_cpu_blocks
-        self.swapped_blocks = np.zeros(len(self.prompt_tokens), np.int64)
+        self.swapped_blocks = self.rows.add(
+            "swapped_blocks", np.zeros(len(self.prompt_tokens), np.int64), 0)
         self.swap_out_bytes = 0
         self.swap_in_bytes = 0
         self.num_swap_outs = 0
         self.num_swap_ins = 0
         self.num_swap_fallbacks = 0
         self._swap_s: list[float] = []
-
-    def _row_state(self) -> dict[str, float]:
-        return super()._row_state() | {"swapped_blocks": 0.0}
 
     def _transfer(self, blocks: int) -> int:
         nbytes = blocks * self.block_bytes
@@ -107,7 +105,7 @@ class SwapEngine(Engine):
         return nbytes
 
     def _preempt(self, i: int) -> None:
-        blocks = self.num_blocks.item(i)
+        blocks = self.kv.num_blocks.item(i)
         if blocks == 0 or blocks > self.num_free_cpu_blocks:
             if blocks:
                 self.num_swap_fallbacks += 1
@@ -190,10 +188,10 @@ class TrtllmEngine(Engine):
             # the blocks running requests still need to finish: a running request never holds
             # more than its worst case (it never outgrows its max_tokens), so this is
             # sum(max(worst - num_blocks, 0)) over them
-            reserved = self._running_worst - self.num_running_blocks
-            shared, unused = self.prefix_hit_blocks()
+            reserved = self._running_worst - self.kv.num_running_blocks
+            shared, unused = self.kv.prefix_hit_blocks()
             need = self.worst_case_blocks.item(i) - shared
-            available = self.num_available_blocks - unused
+            available = self.kv.num_available_blocks - unused
             if reserved + need > available:
                 return "kv"
         return super()._admit_waiting(i, n_new)
@@ -256,7 +254,7 @@ class SglangEngine(Engine):
         start = self.start_tokens(i)
         extend = self.num_tokens.item(i) - start
         max_new = self._remaining_of(i)
-        available = self.num_available_blocks - self.prefix_hit_blocks()[1]
+        available = self.kv.num_available_blocks - self.kv.prefix_hit_blocks()[1]
         rem_total = available * self.block_size - self._offset - self._round_extra
         if extend + max_new >= rem_total:
             return "policy"
@@ -268,7 +266,7 @@ class SglangEngine(Engine):
     def _jump_limit(self, k_max: int, alloc_cum: IntArray) -> int:
         if self.head_refusal != "policy" or k_max <= 1:
             return super()._jump_limit(k_max, alloc_cum)
-        if self.prefix_caching:
+        if self.kv.prefix is not None:
             return 1  # the head's hit could shrink as its prefix is evicted: step one by one
         head = self.waiting.peek_request()
         assert head is not None
@@ -283,7 +281,7 @@ class SglangEngine(Engine):
                           - self.running_output_tokens(), 0)
         rem = np.minimum(left[:, None] - j[None, :], SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION)
         rem_sum = np.maximum(rem, 0).sum(axis=0)
-        available = self.num_available_blocks - alloc_cum[1:]
+        available = self.kv.num_available_blocks - alloc_cum[1:]
         rem_total = available * self.block_size - ratio * rem_sum.astype(np.float64) - 0
         passes = np.flatnonzero(need < rem_total)
         return int(passes[0]) + 1 if passes.size else k_max
@@ -307,7 +305,7 @@ class SglangEngine(Engine):
         order = sorted(self.running, key=self._retract_order_key, reverse=True)
         first = True
         while first or (
-            self.num_available_blocks * self.block_size < SGLANG_RETRACT_DECODE_STEPS * len(order)
+            self.kv.num_available_blocks * self.block_size < SGLANG_RETRACT_DECODE_STEPS * len(order)
         ):
             if len(order) == 1:
                 break
@@ -428,14 +426,15 @@ def engine_inputs(
     priority: IntArray,
     *,
     timeline_period_s: float,
-    model: str,
-    gpu: str,
+    model: ModelSpec,
+    gpu: GPUSpec,
     tensor_parallel_size: int = 1,
     kv_cache_dtype: str = "auto",
 ) -> dict[str, Any]:
     """The per-request columns and hardware facts :func:`make_engine` takes, for ``workload``
-    served by ``model`` on ``gpu`` (``priority``: each request's tier priority), sharded over
-    ``tensor_parallel_size`` GPUs with a ``kv_cache_dtype`` KV cache."""
+    served by ``model`` on ``gpu`` (the run's resolved specs: ``ReplicaSetup``; ``priority``:
+    each request's tier priority), sharded over ``tensor_parallel_size`` GPUs with a
+    ``kv_cache_dtype`` KV cache."""
     return {
         "prompt_tokens": workload.prompt_tokens,
         "output_tokens": workload.output_tokens,
@@ -446,7 +445,6 @@ def engine_inputs(
         "prefix_hashes": workload.prefix_hashes,
         "prefix_offsets": workload.prefix_offsets,
         "prefix_block_tokens": workload.prefix_block_tokens,
-        "kv_bytes_per_token": get_model(model).kv_bytes_per_token(tensor_parallel_size,
-                                                                 kv_cache_dtype),
-        "pcie_bandwidth_bytes_s": get_gpu(gpu).pcie_bandwidth_bytes_s,
+        "kv_bytes_per_token": model.kv_bytes_per_token(tensor_parallel_size, kv_cache_dtype),
+        "pcie_bandwidth_bytes_s": gpu.pcie_bandwidth_bytes_s,
     }

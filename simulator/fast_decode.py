@@ -37,6 +37,9 @@ from kvbudget.simulator.small_arrays import imax, imin, isum
 
 __all__ = ["DecodeGroup", "DecodeGroupEngine", "SkipAheadEngine"]
 
+Run = tuple[Floats, Ints, Floats]
+"""A planned decode run: its steps' ends, the blocks in use during each, their durations."""
+
 
 @dataclass(slots=True)
 class RunningPrefix:
@@ -75,7 +78,7 @@ class SkipAheadEngine(Engine):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._planner = DecodeRunPlanner(self.cost, self.block_size)
+        self.planner = DecodeRunPlanner(self.cost, self.block_size)
         # ``running`` as an array, when not None: a prefix view of ``_running_buf``. A request
         # that starts is written just past that view, so views handed out before (a step's
         # rows) never change; a removal drops the array (rebuilt, into a new buffer, on demand)
@@ -160,8 +163,8 @@ class SkipAheadEngine(Engine):
         prefix = self._fitting_prefix(budget) if self.running else None
         if prefix is not None:
             if prefix.num_extra:
-                self.num_blocks[prefix.rows] = prefix.want
-                self._take(prefix.num_extra)
+                self.kv.num_blocks[prefix.rows] = prefix.want
+                self.kv.take(prefix.num_extra)
             self._fast = prefix
             sched, new = prefix.rows, prefix.new
             budget -= prefix.num_new
@@ -180,8 +183,8 @@ class SkipAheadEngine(Engine):
             if w_rows:
                 sched = np.concatenate((sched, w_rows))
                 new = np.concatenate((new, w_new))
-        assert len(self.running) <= self.seqs_limit, "max_num_seqs exceeded"
-        assert self.num_free_blocks >= 0, "more blocks taken than the GPU holds"
+                budget -= sum(w_new)
+        self._check_schedule(budget)
         return sched, new, preempted
 
     def _budget_prefix(self, rows: IntArray, budget: int) -> RunningPrefix:
@@ -192,7 +195,7 @@ class SkipAheadEngine(Engine):
             # every row is decoding (``rows`` are running): one new token each, so the
             # general case below with ``new == 1``, ``total == n``
             computed = self.num_computed_tokens[rows]
-            blocks = self.num_blocks[rows]
+            blocks = self.kv.num_blocks[rows]
             # a running request's blocks hold its computed tokens, so one more token takes a
             # new block only when they are full: ``max(ceil((computed + 1) / bs), blocks)``
             full = computed == blocks * self.block_size
@@ -213,7 +216,7 @@ class SkipAheadEngine(Engine):
             new = np.minimum(need, before)
             total = budget  # the last request reached takes what is left
         bs = self.block_size
-        blocks = self.num_blocks[rows]
+        blocks = self.kv.num_blocks[rows]
         want = np.maximum((computed + new + (bs - 1)) // bs, blocks)
         return RunningPrefix(rows, new, computed, blocks, want, total, num_need)
 
@@ -224,7 +227,7 @@ class SkipAheadEngine(Engine):
         total = prefix.num_extra
         if total is None:
             total = prefix.num_extra = isum(prefix.want - prefix.blocks)
-        if total > self.num_free_blocks + self._evictable:
+        if total > self.kv.num_available_blocks:
             return None
         return prefix
 
@@ -237,10 +240,10 @@ class SkipAheadEngine(Engine):
         rows, new, want = prefix.rows, prefix.new, prefix.want
         taken = np.add.accumulate(want - prefix.blocks)
         # taken never decreases: the first request whose blocks do not fit, if any
-        ok = int(taken.searchsorted(self.num_free_blocks + self._evictable, side="right"))
+        ok = int(taken.searchsorted(self.kv.num_available_blocks, side="right"))
         if ok:
-            self.num_blocks[rows[:ok]] = want[:ok]
-            self._take(int(taken[ok - 1]))
+            self.kv.num_blocks[rows[:ok]] = want[:ok]
+            self.kv.take(int(taken[ok - 1]))
         return rows[:ok].tolist(), new[:ok].tolist()
 
     def _features(self, rows: IntArray, new: IntArray) -> tuple[float, float, float, float, float]:
@@ -305,7 +308,7 @@ class SkipAheadEngine(Engine):
             computed = self.num_computed_tokens[rows]
             if imax(self.num_tokens[rows] - computed) != 1:  # then one new token each too
                 return None
-            blocks = self.num_blocks[rows]
+            blocks = self.kv.num_blocks[rows]
         output = self.num_output_tokens[rows]
         if not self._all_decode and not imin(output) > 0:
             return None
@@ -320,39 +323,40 @@ class SkipAheadEngine(Engine):
         if decode is None:
             yield from super()._run_scheduled(rows, new, preempted, reserved, counts)
             return
-        step_end: Floats | None = None
-        used: Ints
-        dts: Floats
+        run: Run | None = None
         c0 = isum(decode.computed)
         to_finish = imin(self.target_output[rows] - decode.output)
         n = len(rows)
         t_ext = self.hooks.next_external_s()
         until = self._plan_until(t_ext)
-        k_max, dt = self._planner.bound(n, c0, to_finish, self.t, until)
+        k_max, dt = self.planner.bound(n, c0, to_finish, self.t, until)
         if k_max > 1:
-            free = self.num_free_blocks + self._evictable
-            planned = self._planner.alloc_plan(decode.computed, decode.blocks, k_max)
-            alloc_cum = self._planner.cut_to_free(planned, free)
-            if self.head_refusal:  # the waiting head was refused: for how long?
-                alloc_cum = alloc_cum[: self._jump_limit(len(alloc_cum), alloc_cum)]
-            k, step_end, used, dts = self._planner.plan(
-                n, alloc_cum, c0, self.t, until, dt, self.num_used_blocks
-            )
-            if until != t_ext:
-                k = self._span_keep(step_end, t_ext, until)
-                step_end, used, dts = step_end[:k], used[:k], dts[:k]
-            if k > 1:
+            planned = self.planner.alloc_plan(decode.computed, decode.blocks, k_max)
+            run = self._span_keep(self._planned_run(n, planned, c0, dt, until), t_ext, until)
+            if len(run[0]) > 1:
                 self._run_rows = rows
-        t1 = self._account_step(dt, reserved, counts) if step_end is None else float(step_end[-1])
-        k = yield from self._wait_run(t1, step_end)
-        if step_end is not None:
-            self._account_run(step_end, used, dts, k, reserved, counts)
+        k = yield from self._wait_run(dt, run, reserved, counts)
         aborted = self._apply_aborts() if self._aborts else []
         self._steps_rows = rows
         self._on_steps(preempted, k)
         # the blocks steps 1..k-1 take, as planned (step 0 takes none: see plan)
-        extra: int | None = int(used[k - 1] - used[0]) if step_end is not None else 0
+        extra: int | None = int(run[1][k - 1] - run[1][0]) if run is not None else 0
         self._commit_run(rows, k, decode, k >= to_finish, extra, aborted)
+
+    def _planned_run(
+        self, n: int, planned: IntArray, c0: int, dt: float, until: float
+    ) -> tuple[Floats, Ints, Floats]:
+        """A decode run of ``n`` requests from ``c0`` context tokens (its first step ``dt``
+        long, planned to end by ``until``) whose steps 1..j would take ``planned[j]`` blocks,
+        cut where the blocks run out and, while the waiting head is refused, where it may
+        start (:meth:`_jump_limit`): its step ends, blocks in use and step times."""
+        alloc_cum = self.planner.cut_to_free(planned, self.kv.num_available_blocks)
+        if self.head_refusal:  # the waiting head was refused: for how long?
+            alloc_cum = alloc_cum[: self._jump_limit(len(alloc_cum), alloc_cum)]
+        _, step_end, used, dts = self.planner.plan(
+            n, alloc_cum, c0, self.t, until, dt, self.kv.num_used_blocks
+        )
+        return step_end, used, dts
 
     def _plan_until(self, t_ext: float) -> float:
         """How far a decode run planned now may go: to the step in progress at ``t_ext``, the
@@ -370,10 +374,13 @@ class SkipAheadEngine(Engine):
         return self._timeline.first_at_or_after(t_ext)
 
     @staticmethod
-    def _span_keep(ends: Floats, t_ext: float, until: float) -> int:
-        """The steps to keep of a run planned to ``until`` (:meth:`_plan_until`): those up to
-        the one in progress at ``t_ext``, and those ending by ``until`` (the steps scheduled
-        before ``t_ext`` and those whose figures no sample reads)."""
+    def _span_keep(run: Run, t_ext: float, until: float) -> Run:
+        """The steps to keep of a ``run`` planned to ``until`` (:meth:`_plan_until`): those up
+        to the one in progress at ``t_ext``, and those ending by ``until`` (the steps
+        scheduled before ``t_ext`` and those whose figures no sample reads)."""
+        if until == t_ext:
+            return run
+        ends, used, dts = run
         if isinstance(ends, list):
             k_ext = bisect.bisect_left(ends, t_ext) + 1
             k_until = bisect.bisect_right(ends, until)
@@ -383,14 +390,20 @@ class SkipAheadEngine(Engine):
         k_ext = min(k_ext, len(ends))
         if k_ext > 1 and ends[k_ext - 1] == t_ext:  # see decode_plan._TIE
             k_ext -= 1
-        return max(k_ext, k_until)
+        k = max(k_ext, k_until)
+        return ends[:k], used[:k], dts[:k]
 
-    def _wait_run(self, t1: float, step_end: Floats | None) -> Generator[simpy.Event, Any, int]:
-        """Wait for the step (or the planned decode run, ``step_end``) to end at ``t1``;
-        returns the steps that ran (a run ends early when work is added or aborted)."""
+    def _wait_run(
+        self, dt: float, run: Run | None, reserved: int, counts: tuple[int, int]
+    ) -> Generator[simpy.Event, Any, int]:
+        """Run one step of ``dt`` seconds, or the planned decode ``run`` (step ends, blocks in
+        use, step times), with their KV and head-of-line terms and timeline samples
+        (``reserved`` and ``counts``: the timeline's figures as it was scheduled); returns the
+        steps that ran (a run ends early when work is added or aborted)."""
         env = self.env
-        self._busy = True
-        if step_end is None:  # one step: nothing cuts it (_work_changed)
+        if run is None:  # one step: nothing cuts it (_work_changed)
+            t1 = self._account_step(dt, reserved, counts)
+            self._busy = True
             yield Timeout(env, max(0.0, t1 - env.now))  # env.timeout, without its descriptor
             self._span_head = None
             self._busy = False
@@ -398,6 +411,9 @@ class SkipAheadEngine(Engine):
             self.num_steps += 1
             self._step_end_s.append(t1)
             return 1
+        self._busy = True
+        step_end, used, dts = run
+        t1 = float(step_end[-1])
         k = len(step_end)
         if k > 1:
             self._jump_ends = self._run_ends = step_end
@@ -432,6 +448,7 @@ class SkipAheadEngine(Engine):
         else:
             self._flush_step_ends()
             self._end_chunks.append(np.asarray(step_end[:k], np.float64))
+        self._account_run(step_end, used, dts, k, reserved, counts)
         return k
 
     def _work_changed(self, *, added: bool = False) -> None:
@@ -505,8 +522,8 @@ class SkipAheadEngine(Engine):
             if extra is None:
                 extra = isum(need - blocks)
             if extra:
-                self._take(extra)
-                self.num_blocks[rows] = need
+                self.kv.take(extra)
+                self.kv.num_blocks[rows] = need
         self.num_computed_tokens[rows] = new_total
         if not self._synced:  # some row's previous token may not be the step before the run's
             self.segments.note(rows, decode.output + 1, self.num_steps - k + 1)
@@ -537,10 +554,10 @@ class SkipAheadEngine(Engine):
         assert tail is not None
         done = self._commit_running_decode()
         sampled = n - len(tail)
-        if tail and self._prefix is not None:
+        if tail and self.kv.prefix is not None:
             rows = np.array([i for i, _ in tail], np.int64)
             new = np.array([m for _, m in tail], np.int64)
-            self._prefix.register(rows, self.num_computed_tokens[rows] + new)
+            self.kv.prefix.register(rows, self.num_computed_tokens[rows] + new)
         joining = True  # running order stays join order (the group's members come first)
         num_computed, num_tokens, num_output = (
             self.num_computed_tokens, self.num_tokens, self.num_output_tokens)
@@ -638,12 +655,10 @@ class DecodeGroupEngine(SkipAheadEngine):
         super().__init__(*args, **kwargs)
         # exists only while its steps run: any other step dissolves it first (see _step)
         self._group: DecodeGroup | None = None
-        self._joined_at = np.zeros(len(self.prompt_tokens), np.int64)  # a member's join step
+        joined_at = np.zeros(len(self.prompt_tokens), np.int64)  # a member's join step
+        self._joined_at = self.rows.add("_joined_at", joined_at, 0)
         # the group's step being committed: its members and the requests that start in it
         self._steps_group: tuple[int, list[tuple[int, int]]] = (0, [])
-
-    def _row_state(self) -> dict[str, float]:
-        return super()._row_state() | {"_joined_at": 0.0}
 
     # --- what hooks read of running requests ------------------------------------------------
     def running_output_tokens(self) -> IntArray:
@@ -691,7 +706,7 @@ class DecodeGroupEngine(SkipAheadEngine):
         running = self.running
         finish = list(zip(left, range(len(running)), running, strict=True))
         heapq.heapify(finish)
-        blocks = self.num_blocks[rows]
+        blocks = self.kv.num_blocks[rows]
         room = blocks * bs - computed  # steps until their blocks are full
         over = np.flatnonzero(room >= bs)  # holding blocks beyond their computed tokens
         g = self._group = DecodeGroup(
@@ -744,7 +759,7 @@ class DecodeGroupEngine(SkipAheadEngine):
         left = self.target_output.item(i) - output
         heapq.heappush(g.finish, (left + step, g.num_joined, i))
         g.num_joined += 1
-        room = self.num_blocks.item(i) * bs - computed
+        room = self.kv.num_blocks.item(i) * bs - computed
         if room >= bs:  # blocks beyond its computed tokens
             g.over = True
             self._group_defer(g, i, room, left)
@@ -762,7 +777,7 @@ class DecodeGroupEngine(SkipAheadEngine):
         self.num_output_tokens[i] = self.num_output_tokens.item(i) + d
         self.num_tokens[i] = c + 1
         if g.deferred.pop(i, None) is None:
-            self.num_blocks[i] = max(self.num_blocks.item(i), -(-c // self.block_size))
+            self.kv.num_blocks[i] = max(self.kv.num_blocks.item(i), -(-c // self.block_size))
             g.hist[(c0 - joined) % self.block_size] -= 1
         g.context -= c
         g.size -= 1
@@ -794,7 +809,8 @@ class DecodeGroupEngine(SkipAheadEngine):
         self.num_tokens[rows] = computed + 1
         bs = self.block_size
         blocks = (computed + (bs - 1 + int(scheduled))) // bs
-        self.num_blocks[rows] = np.maximum(blocks, self.num_blocks[rows]) if g.over else blocks
+        num_blocks = self.kv.num_blocks
+        num_blocks[rows] = np.maximum(blocks, num_blocks[rows]) if g.over else blocks
 
     # --- the group's steps ----------------------------------------------------------------------
     def _step(self) -> Generator[simpy.Event, Any, None]:
@@ -828,12 +844,13 @@ class DecodeGroupEngine(SkipAheadEngine):
         if g.wake:
             self._group_wake(g)
         total = g.hist[-g.step % self.block_size]  # the members whose blocks are full
-        if total > self.num_free_blocks + self._evictable:
+        if total > self.kv.num_available_blocks:
             return False
         if total:
-            self._take(total)
+            self.kv.take(total)
         w_rows, w_new = self._schedule_waiting(budget - n)
         self._tail = list(zip(w_rows, w_new, strict=True)) if w_rows else []
+        self._check_schedule(budget - n - sum(w_new), False)  # the members' num_blocks lag
         return True
 
     def _group_iteration(
@@ -846,55 +863,44 @@ class DecodeGroupEngine(SkipAheadEngine):
         assert tail is not None
         counts = (len(self.running), len(self.waiting) + gw_waiting)
         n = g.size
-        step_end: Floats | None = None
-        used: Ints
-        dts: Floats
-        run = not tail and not self._step_extra_s  # a decode run of the group
-        if run:
+        run: Run | None = None
+        decoding = not tail and not self._step_extra_s  # a decode run of the group
+        if decoding:
             c0 = g.context
             to_finish = g.finish[0][0] - g.step
             t_ext = self.hooks.next_external_s()
             until = self._plan_until(t_ext) if self.head_refusal else t_ext
             # the run ends before a deferred member's blocks fill (it joins hist then)
             to_end = min(to_finish, g.wake[0][0] - g.step) if g.wake else to_finish
-            k_max, dt = self._planner.bound(n, c0, to_end, self.t, until)
-            free = self.num_free_blocks + self._evictable
+            k_max, dt = self.planner.bound(n, c0, to_end, self.t, until)
             if k_max > GROUP_SMALL_K:
-                planned = self._planner.group_alloc_plan(g.hist, g.step, k_max)
-                alloc_cum = self._planner.cut_to_free(planned, free)
-                if self.head_refusal:  # the waiting head was refused: for how long?
-                    alloc_cum = alloc_cum[: self._jump_limit(len(alloc_cum), alloc_cum)]
-                _, step_end, used, dts = self._planner.plan(
-                    n, alloc_cum, c0, self.t, until, dt, self.num_used_blocks
-                )
+                planned = self.planner.group_alloc_plan(g.hist, g.step, k_max)
+                run = self._planned_run(n, planned, c0, dt, until)
             elif k_max > 1:
+                free = self.kv.num_available_blocks
                 used_now = self.num_gpu_blocks - free  # num_used_blocks
-                used = self._planner.group_used_small(g.hist, g.step, k_max, free, used_now)
+                used = self.planner.group_used_small(g.hist, g.step, k_max, free, used_now)
                 if self.head_refusal:
                     alloc = np.array(used, np.int64) - used_now
                     used = used[: self._jump_limit(len(used), alloc)]
-                step_end, dts = self._planner.steps_small(n, c0, len(used), self.t, until, dt)
-                used = used[: len(step_end)]
-            if step_end is not None and until != t_ext:
-                k = self._span_keep(step_end, t_ext, until)
-                step_end, used, dts = step_end[:k], used[:k], dts[:k]
+                step_end, dts = self.planner.steps_small(n, c0, len(used), self.t, until, dt)
+                run = step_end, used[: len(step_end)], dts
+            if run is not None:
+                run = self._span_keep(run, t_ext, until)
         else:
             p, d, c, a, s = self._tail_features(n, n + g.context, tail)
             dt = float(self.cost.step_time(p, d, c, a, s)) + self._step_extra_s
-        t1 = self._account_step(dt, reserved, counts) if step_end is None else float(step_end[-1])
-        k = yield from self._wait_run(t1, step_end)
-        if step_end is not None:
-            self._account_run(step_end, used, dts, k, reserved, counts)
+        k = yield from self._wait_run(dt, run, reserved, counts)
         self._steps_rows = None  # for scheduled_with_output: the group's step
         self._steps_group = (n, tail)
         if self._aborts:
             # back to the arrays, as they were when the step was scheduled, and on as stepping
             self._group_dissolve(scheduled=True)
             rows = self.running_rows()  # the group's rows, then the tail's
-            if run:  # read before the aborts change the arrays
+            if decoding:  # read before the aborts change the arrays
                 decode = DecodeRows(
                     self.num_computed_tokens[rows],
-                    self.num_blocks[rows],
+                    self.kv.num_blocks[rows],
                     self.num_output_tokens[rows],
                 )
                 aborted = self._apply_aborts()
@@ -907,9 +913,9 @@ class DecodeGroupEngine(SkipAheadEngine):
                 self._commit_step(rows, new, aborted)
             return
         self._on_steps(False, k)
-        if run:
+        if decoding:
             # the blocks steps 1..k-1 take, as planned (step 0's were taken already)
-            taken = int(used[k - 1] - used[0]) if step_end is not None else 0
+            taken = int(run[1][k - 1] - run[1][0]) if run is not None else 0
             self._group_commit_run(g, k, taken, k >= to_finish)
         else:
             self._commit_decode_step(n + len(tail))
@@ -928,7 +934,7 @@ class DecodeGroupEngine(SkipAheadEngine):
         """:meth:`_commit_jump` for the decode group: ``k`` steps, ``extra`` blocks taken by
         steps 1..k-1; ``finishes``: whether some member may have all its output."""
         if extra:
-            self._take(extra)
+            self.kv.take(extra)
         g.step += k
         g.context += g.size * k
         if finishes:

@@ -41,6 +41,7 @@ import bisect
 import copy
 import math
 from collections.abc import Callable, Generator, Iterator
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -61,8 +62,15 @@ from kvbudget.results.metrics import merge_gap_rows
 from kvbudget.simulator.engine import Engine, EngineHooks, FloatArray, IntArray
 from kvbudget.simulator.engine_variants import ENGINE_CLASSES, engine_inputs, make_engine
 from kvbudget.simulator.exact_sum import to_float
+from kvbudget.simulator.fast_decode import SkipAheadEngine
 from kvbudget.simulator.serving import RequestFigures, TimelineRow
-from kvbudget.simulator.sim_config import ROUTERS, FleetConfig, RouterName, SimConfig
+from kvbudget.simulator.sim_config import (
+    ROUTERS,
+    FleetConfig,
+    ReplicaSetup,
+    RouterName,
+    SimConfig,
+)
 from kvbudget.workloads import Workload
 
 __all__ = ["ROUTERS", "Fleet", "FleetConfig", "FleetGateway", "Router", "RouterName"]
@@ -350,6 +358,7 @@ class Fleet:
         policy: BasePolicy,
         *,
         gateway_config: Callable[[int, int | None], GatewayConfig],
+        setup: ReplicaSetup | None = None,
     ) -> None:
         assert config.fleet is not None
         self.fleet = config.fleet
@@ -361,10 +370,11 @@ class Fleet:
         self.replicas: list[Engine] = []
         self.gpus: list[str] = []
         gpus = [self.fleet.gpu_of(r, config.gpu) for r in range(self.fleet.num_replicas)]
+        setups = self._setups(config, gpus, setup)
         self._compact = all(
-            ENGINE_CLASSES[e.name].rows_grow
-            and not (e.enable_prefix_caching and workload.prefix_hashes is not None)
-            for e in (config.engine_for(g) for g in gpus)
+            ENGINE_CLASSES[s.engine.name].rows_grow
+            and not (s.engine.enable_prefix_caching and workload.prefix_hashes is not None)
+            for s in setups.values()
         )
         self._local: list[_ReplicaRows] = [_ReplicaRows() for _ in gpus]
         # row -> the first replica it reached and its number there; rows that reached more
@@ -374,15 +384,15 @@ class Fleet:
         self._more_local: dict[tuple[int, int], int] = {}
         for r, gpu in enumerate(gpus):
             self.gpus.append(gpu)
-            engine = config.engine_for(gpu)
-            blocks = config.resolved_num_gpu_blocks(gpu)
-            cost = config.resolved_cost_model(gpu)
+            on_gpu = setups[gpu]
+            engine, blocks, cost = on_gpu.engine, on_gpu.num_gpu_blocks, on_gpu.cost_model
+            assert blocks is not None  # _setups sizes every replica's KV
             columns = engine_inputs(
                 workload,
                 priority,
                 timeline_period_s=config.timeline_period_s,
-                model=config.model,
-                gpu=gpu,
+                model=on_gpu.model,
+                gpu=on_gpu.gpu,
                 tensor_parallel_size=engine.tensor_parallel_size,
                 kv_cache_dtype=engine.kv_cache_dtype,
             )
@@ -408,9 +418,9 @@ class Fleet:
             )
             if self._compact:
                 self.replicas[r].grow_rows(self._local[r].columns)  # the ties' order
-            planner = getattr(self.replicas[r], "_planner", None)
-            if planner is not None:  # skip-ahead: runs span the fleet's events (_first_tie)
-                planner.tie = self._first_tie
+            replica = self.replicas[r]
+            if isinstance(replica, SkipAheadEngine):  # runs span the fleet's events (_first_tie)
+                replica.planner.tie = self._first_tie
         caps = [e.capacity_tokens for e in self.replicas]
         self.capacity_tokens = sum(caps)
         self.num_gpu_blocks = sum(e.num_gpu_blocks for e in self.replicas)
@@ -533,7 +543,7 @@ class Fleet:
         for r, e in enumerate(self.replicas):
             j = self._row_on(i, r)
             if j >= 0:
-                e.first_token_s[j] = math.nan
+                e.forget_first_token(j)
 
     def _on_finish(self, r: int, j: int, t: float) -> None:
         i = self._workload_row(r, j)
@@ -639,6 +649,24 @@ class Fleet:
         if round(last / period) * period == last:  # a sample time, m * period
             return k - 1
         return k if k < len(t) else -1
+
+    @staticmethod
+    def _setups(
+        config: SimConfig, gpus: list[str], setup: ReplicaSetup | None
+    ) -> dict[str, ReplicaSetup]:
+        """Each replica GPU's configuration, resolved once per GPU: the run's own ``setup``
+        (resolved without KV blocks, on the config's GPU) with the blocks added, or
+        :meth:`SimConfig.replica_setup` for another GPU."""
+        out: dict[str, ReplicaSetup] = {}
+        for gpu in dict.fromkeys(gpus):
+            if setup is not None and gpu == config.gpu:
+                blocks = setup.num_gpu_blocks
+                if blocks is None:
+                    blocks = config.resolved_num_gpu_blocks(gpu)
+                out[gpu] = replace(setup, num_gpu_blocks=blocks)
+            else:
+                out[gpu] = config.replica_setup(gpu)
+        return out
 
     def _gateway_state(self, r: int) -> tuple[int, int]:
         return 0, 0  # the gateway is sampled on its own (_sample_gateway)
@@ -819,12 +847,12 @@ class Fleet:
 
     def stats(self) -> dict[str, object]:
         per = [e.stats() for e in self.replicas]
-        queries = sum(e.prefix_query_tokens for e in self.replicas)
-        hits = sum(e.prefix_hit_tokens for e in self.replicas)
+        queries = sum(e.kv.prefix_query_tokens for e in self.replicas)
+        hits = sum(e.kv.prefix_hit_tokens for e in self.replicas)
         out: dict[str, object] = {
             "engine": self.config.engine.name,
             "head_of_line_blocked_s": math.fsum(e.head_of_line_blocked_s() for e in self.replicas),
-            "prefix_caching": self.replicas[0].prefix_caching,
+            "prefix_caching": self.replicas[0].kv.prefix is not None,
             "prefix_cache_query_tokens": queries,
             "prefix_cache_hit_tokens": hits,
             "prefix_cache_hit_rate": hits / queries if queries else None,

@@ -136,8 +136,8 @@ class _Simulation:
                     workload,
                     tier_prio[workload.tier],
                     timeline_period_s=config.timeline_period_s,
-                    model=config.model,
-                    gpu=config.gpu,
+                    model=setup.model,
+                    gpu=setup.gpu,
                     tensor_parallel_size=config.engine.tensor_parallel_size,
                     kv_cache_dtype=config.engine.kv_cache_dtype,
                 ),
@@ -151,6 +151,7 @@ class _Simulation:
                 hooks,
                 policy,
                 gateway_config=partial(gateway_config, config),
+                setup=setup,
             )
             self.engine = fleet
             self.gateway = fleet.gateway
@@ -196,8 +197,8 @@ class _Simulation:
         if self._clients is not None and not self._clients.completed(i, t):
             return
         self.status[i] = _COMPLETED
-        now = self._clock(t)
-        self._carry_out(self.gateway.finish(i, self.w.output_tokens.item(i), now), now)
+        now = self.clock(t)
+        self.carry_out(self.gateway.finish(i, self.w.output_tokens.item(i), now), now)
         if self._loop is not None:  # the user sees the answer after the front end's delays
             self._user_free(t + self._client_delay_s(i))
 
@@ -205,15 +206,15 @@ class _Simulation:
         self.gateway.engine_preempted(i, self._now(t))
 
     # --- gateway actions ------------------------------------------------------------------------
-    def _clock(self, t: float) -> float:
+    def clock(self, t: float) -> float:
         """The gateway's time for a call at ``t``; integrates the reserved tokens up to it."""
         now = max(t, self.gateway.now_s)  # _now
         self._reserved_ts += self._reserved_now * (now - self._reserved_last_t)
         self._reserved_last_t = now
         return now
 
-    def _carry_out(self, actions: list[Action], now: float) -> None:
-        """Carry out the actions of a gateway call made at ``now`` (see :meth:`_clock`)."""
+    def carry_out(self, actions: list[Action], now: float) -> None:
+        """Carry out the actions of a gateway call made at ``now`` (see :meth:`clock`)."""
         self._note_gateway()
         if actions:
             self._apply(actions, now)
@@ -285,9 +286,9 @@ class _Simulation:
             i, now, answer, reason, retry_after_s
         ):
             return
-        self._set_status(i, status, reason)
+        self.set_status(i, status, reason)
 
-    def _set_status(self, i: int, status: str, reason: str) -> None:
+    def set_status(self, i: int, status: str, reason: str) -> None:
         self.status[i] = STATUS_CODES[status]
         if reason:
             self.reason[i] = reason
@@ -346,8 +347,8 @@ class _Simulation:
                               w.max_output_tokens.item(i),
                               None if offset != offset else now_s + float(offset),
                               w.prefix_of(i) if w.prefix_hashes is not None else ())
-            now = self._clock(now_s)
-            self._carry_out(self.gateway.arrive(request, now), now)
+            now = self.clock(now_s)
+            self.carry_out(self.gateway.arrive(request, now), now)
         loop.running = False
 
     def _arm_timer(self) -> None:
@@ -361,8 +362,8 @@ class _Simulation:
     def _on_timer(self, at: float, _event: object = None) -> None:
         if at == self._timer_at:
             self._timer_at = math.inf
-        now = self._clock(max(at, self.env.now))
-        self._carry_out(self.gateway.advance(now), now)
+        now = self.clock(max(at, self.env.now))
+        self.carry_out(self.gateway.advance(now), now)
 
     def _arrivals(self) -> Generator[simpy.Event, Any, None]:
         w = self.w
@@ -374,7 +375,7 @@ class _Simulation:
         # take ~150 MB): the Request of row i (with request_id i) built directly, as
         # ``_with_id(w.request(i), i)`` would build it
         with_prefix = w.prefix_hashes is not None
-        env, arrive, clock, carry_out = self.env, self.gateway.arrive, self._clock, self._carry_out
+        env, arrive, clock, carry_out = self.env, self.gateway.arrive, self.clock, self.carry_out
         clients = self._clients
         for lo in range(0, self.n, _ARRIVAL_CHUNK):
             rows = slice(lo, lo + _ARRIVAL_CHUNK)
@@ -421,10 +422,10 @@ class _Simulation:
                 self.progress(1000)
             request = self.w.request(i)
             request = _with_id(request, i)
-            now = self._clock(t)
+            now = self.clock(t)
             if self._clients is not None:
                 self._clients.sent(i, now)
-            self._carry_out(self.gateway.arrive(request, now), now)
+            self.carry_out(self.gateway.arrive(request, now), now)
 
     # --- run -------------------------------------------------------------------------------
     def run(self, wall_start: float) -> RunResult:
@@ -442,7 +443,7 @@ class _Simulation:
         for i in np.flatnonzero(leftover).tolist():
             if self._clients is not None:
                 self._clients.close_leftover(i, end_t)
-            self._set_status(i, "expired", "end_of_run")
+            self.set_status(i, "expired", "end_of_run")
         return self._result(time.perf_counter() - wall_start)
 
     def _result(self, wall_time_s: float) -> RunResult:

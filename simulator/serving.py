@@ -60,6 +60,11 @@ class ServingEngine(Protocol):
         """Row ``i``'s output tokens so far (a policy's probe reads it mid-run)."""
         ...
 
+    def forget_first_token(self, i: int) -> None:
+        """A new attempt of row ``i`` starts (a client's retry): the first token its user
+        sees is this attempt's."""
+        ...
+
     @property
     def num_preemptions_total(self) -> int:
         """Engine preemptions so far, all requests."""

@@ -236,6 +236,32 @@ def test_engine_variants_touch_only_the_documented_hooks_of_the_base_class() -> 
         assert f"def {hook}(" in engine_src, hook
 
 
+def test_no_simulator_module_reads_another_objects_underscored_names() -> None:
+    """In ``simulator/`` an underscored attribute is read only on ``self``, ``cls`` or
+    ``super()``: the run driver's clients, the fleet (a replica's planner), the engine's KV
+    blocks go through public names. (A subclass reading its base's underscored names is the
+    variant test's concern, above.)"""
+    bad: list[str] = []
+    for path in modules("simulator"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
+                continue
+            if node.attr.startswith("__"):
+                continue
+            target = node.value
+            if isinstance(target, ast.Name) and target.id in ("self", "cls"):
+                continue
+            if isinstance(target, ast.Call) and getattr(target.func, "id", "") == "super":
+                continue
+            bad.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+        for node in ast.walk(ast.parse(path.read_text())):  # getattr(x, "_name")
+            if (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "getattr"
+                    and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
+                    and str(node.args[1].value).startswith("_")):
+                bad.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    assert not bad, bad
+
+
 def test_the_live_tests_are_one_file() -> None:
     """``make test`` distributes the suite by file (pytest-xdist ``--dist loadfile``): the live
     tests share one CPU vLLM server (a session fixture) only while they are one file; a second

@@ -64,9 +64,6 @@ def test_a_run_builds_its_step_model_once(calls: Counter[str], defaults: EngineD
     assert calls["step model"] == 1
 
 
-@pytest.mark.xfail(strict=True, reason="simulator/engine_variants.py engine_inputs() looks the "
-                   "GPU and the model up again by name (the engine's files are another "
-                   "branch's): it should take the run's ReplicaSetup.gpu and .model")
 def test_a_run_looks_its_gpu_and_model_up_once(calls: Counter[str]) -> None:
     config = SimConfig(gpu="A100-80GB", model="Llama-2-7B", engine=EngineConfig(
         num_gpu_blocks=2000))
@@ -75,31 +72,6 @@ def test_a_run_looks_its_gpu_and_model_up_once(calls: Counter[str]) -> None:
     assert calls["get_gpu"] == 1 and calls["get_model"] == 1
 
 
-def test_a_run_looks_up_once_besides_the_engines_inputs(
-        calls: Counter[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """What the xfail above leaves: every lookup but ``engine_inputs``' is the run's one."""
-    from kvbudget.simulator import run
-
-    original = run.engine_inputs
-
-    def uncounted(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        before = Counter(calls)
-        out = original(*args, **kwargs)
-        calls.clear()
-        calls.update(before)
-        return out
-
-    monkeypatch.setattr(run, "engine_inputs", uncounted)
-    config = SimConfig(gpu="A100-80GB", model="Llama-2-7B")
-    calls.clear()
-    simulate(_workload(), make_policy("unlimited"), config)
-    assert (calls["get_gpu"], calls["get_model"], calls["step model"]) == (1, 1, 1)
-
-
-@pytest.mark.xfail(strict=True, reason="simulator/fleet.py resolves each replica with "
-                   "engine_for, resolved_num_gpu_blocks and resolved_cost_model (three "
-                   "lookups and a build each; another branch's file): it should take "
-                   "config.replica_setup(gpu) once per GPU")
 def test_a_fleet_run_resolves_each_gpu_once(calls: Counter[str]) -> None:
     config = SimConfig(gpu="A100-80GB", model="Llama-2-7B", fleet=FleetConfig(num_replicas=2))
     calls.clear()

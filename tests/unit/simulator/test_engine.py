@@ -105,6 +105,35 @@ def test_priority_victim_is_the_lowest_priority(skip: bool) -> None:
     assert by_tier == {"batch": 1, "interactive": 0}
 
 
+@pytest.mark.parametrize("skip", [False, True])
+@pytest.mark.parametrize("rule", ["latest_arrival", "most_blocks"])
+def test_preemption_victim_rule_in_a_decode_step(skip: bool, rule: str) -> None:
+    # 5 blocks of 4 tokens. Step 1 prefills A (12 tokens, 3 blocks) and B (4 tokens, 1 block)
+    # and samples a token of each; step 2 is pure decode: A takes its 4th block, B finds none.
+    # vLLM's rule preempts the latest arrival (B, itself: the loop ends, A decodes alone);
+    # most_blocks preempts A (4 blocks, scheduled already: its token goes back to the budget)
+    # and B gets A's blocks. The speed-ups preempt through the same method.
+    w = make_workload([0.0, 0.0], [12, 4], [6, 6])
+    cost = LinearCostModel(1.0, 0.0, 0.0, 0.0)
+    cfg = config(skip, blocks=5, block_size=4, cost=cost)
+    cfg = replace(cfg, engine=replace(cfg.engine, preemption_victim=rule))  # type: ignore[arg-type]
+    rec = simulate(w, make_policy("unlimited"), cfg).records
+    if rule == "latest_arrival":
+        assert list(rec.num_preemptions) == [0, 1]
+        assert list(rec.finished_s) == [6.0, 11.0]  # B restarts once A has finished
+    else:
+        assert list(rec.num_preemptions) == [1, 0]
+        assert list(rec.finished_s) == [11.0, 6.0]
+
+
+def test_preemption_victim_rule_is_refused_where_the_engine_has_its_own() -> None:
+    with pytest.raises(ValueError, match="preemption_victim 'most_blocks' is for vllm"):
+        EngineConfig(name="sglang", preemption_victim="most_blocks")
+    with pytest.raises(ValueError, match="preemption_victim must be"):
+        EngineConfig(preemption_victim="oldest")  # type: ignore[arg-type]
+    assert EngineConfig(name="vllm-swap", preemption_victim="most_blocks").preemption_victim
+
+
 def test_request_longer_than_the_kv_cache_is_rejected_too_large() -> None:
     w = make_workload([0.0, 0.1], [60, 10], [10, 10])
     rec = simulate(w, make_policy("unlimited"), config(True, blocks=4, block_size=16)).records

@@ -219,7 +219,7 @@ def test_sglang_retract_decode_frees_fewest_outputs_then_longest_prompt_first() 
         eng.num_computed_tokens[i] = prompt[i] + out[i]
         eng.num_blocks[i] = prompt[i] + out[i]
         eng.running.append(i)
-    eng.num_free_blocks = 75 - int(eng.num_blocks.sum())  # 6 free
+    eng.kv.num_free_blocks = 75 - int(eng.num_blocks.sum())  # 6 free
     eng._retract()
     # 6 free < 20 x 3: retract 1 (2 outputs, prompt 30) -> 38 free < 20 x 2: retract 2 ->
     # 60 >= 20 x 1; request 0 (5 outputs) stays
@@ -426,10 +426,11 @@ def test_decode_runs_go_past_arrivals_behind_a_refused_head_as_stepping_does(
     longer: list[int] = []
     span_keep = SkipAheadEngine._span_keep
 
-    def counting(ends: Any, t_ext: float, until: float) -> int:
-        keep = span_keep(ends, t_ext, until)
-        longer.append(keep > min(len(ends), int(np.searchsorted(ends, t_ext)) + 1))
-        return keep
+    def counting(run: Any, t_ext: float, until: float) -> Any:
+        kept = span_keep(run, t_ext, until)
+        ends = run[0]
+        longer.append(len(kept[0]) > min(len(ends), int(np.searchsorted(ends, t_ext)) + 1))
+        return kept
 
     monkeypatch.setattr(SkipAheadEngine, "_span_keep", staticmethod(counting))
     w = backed_up_workload(120, seed=len(name) + len(extra))

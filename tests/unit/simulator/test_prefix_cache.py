@@ -166,7 +166,7 @@ def _check_running_figures(engine: Engine) -> None:
                 computed = int(engine.num_computed_tokens[i]) + d
                 blocks[k] = max(blocks[k], -(-computed // engine.block_size))
     assert engine.running_output_tokens().tolist() == output.tolist()
-    assert engine.num_running_blocks == int(blocks.sum())
+    assert engine.kv.num_running_blocks == int(blocks.sum())
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
