@@ -796,12 +796,22 @@ def test_closed_loop_users_go_on_through_every_answer(hostile: Hostile,  # noqa:
                                                       tmp_path: Path) -> None:
     from kvbudget.workloads.closed_loop import ClosedLoop
 
-    scripts = [ANSWERS[c][0] for c in sorted(ANSWERS)] + [sse(GOOD)]
+    good = sse(GOOD)
+    served_good = [0]
+
+    def counted_good(conn: socket.socket, body: dict[str, Any]) -> None:
+        served_good[0] += 1
+        good(conn, body)
+
+    scripts = [ANSWERS[c][0] for c in sorted(ANSWERS)] + [counted_good]
     hostile.completions = _rotating(scripts)
     out = _replay(hostile, tmp_path, n=2 * len(scripts), closed_loop=ClosedLoop(3))
     assert out.complete, out.error
     assert len(out.records) == 2 * len(scripts)
-    assert (out.records["status"] == "completed").sum() == 2
+    # every good answer completes its request (which request meets which answer depends on
+    # the order the three users' connections reach the server: not asserted)
+    assert served_good[0] >= 1
+    assert (out.records["status"] == "completed").sum() == served_good[0]
 
 
 def test_absurd_think_times_are_refused(tmp_path: Path) -> None:
