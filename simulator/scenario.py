@@ -130,6 +130,7 @@ class EngineSpec:
     max_model_len: Annotated[int, Ge(2)] | None = None
     scheduling_policy: str = "fcfs"
     preemption_mode: str = "recompute"
+    preemption_victim: str = "latest_arrival"
     watermark: Annotated[float, Ge(0), Lt(1)] = 0.0
     enable_chunked_prefill: bool = True
     skip_ahead: bool = True

@@ -200,3 +200,17 @@ def test_plain_literals_cover_the_command_line_flags() -> None:
         assert _plain_literal(raw) == value and type(_plain_literal(raw)) is type(value)
     for raw in ("1_000", "+5", "007", "1e5", "inf", "'lit'", '"a\\nb"', "[1, 2]", "1979-05-27"):
         assert _plain_literal(raw) is _NOT_PLAIN
+
+
+def test_the_preemption_victim_rule_is_a_scenario_setting(tmp_path: Path) -> None:
+    """The engine option of the one-engine issue's demonstration, from a scenario file; a
+    value the engine does not have, or an engine with its own victims, is one line."""
+    from kvbudget.simulator.scenario import load_scenario
+
+    path = tmp_path / "s.toml"
+    path.write_text('[engine]\npreemption_victim = "most_blocks"\n')
+    assert load_scenario(path).sim_config().engine.preemption_victim == "most_blocks"
+    for overrides, message in ((["engine.preemption_victim=biggest"], "must be 'latest_arrival'"),
+                               (["engine.name=tgi"], "is for vllm and vllm-swap")):
+        with pytest.raises(ValueError, match=message):
+            load_scenario(path, overrides).sim_config()
