@@ -14,26 +14,14 @@ from kvbudget.cli.options import (
     ExecutorOpt,
     JobsOpt,
     ScenarioArgs,
+    policy_names,
     with_scenario_options,
 )
 from kvbudget.cli.progress import Bar
 from kvbudget.cli.simulate import JsonOpt, SeedOpt, WideOpt
 from kvbudget.cli.tables import render_comparison, render_summaries
-from kvbudget.policies import POLICIES
 from kvbudget.studies.compare import compare
 from kvbudget.studies.executors import EXECUTORS, make_executor
-
-
-def _check_policies(text: str) -> list[str]:
-    names = [p.strip() for p in text.split(",") if p.strip()]
-    if not names:
-        raise CliError("--policies: give at least one policy name")
-    for name in names:
-        if name not in POLICIES:
-            raise CliError(
-                f"--policies: unknown policy {name!r}; known policies: {', '.join(POLICIES)}"
-            )
-    return names
 
 
 def _check_executor(executor: str, address: str | None, jobs: int | None,
@@ -85,7 +73,7 @@ def compare_cmd(
 ) -> None:
     """Run the same workload and seed under each policy and print them side by side."""
     with user_errors():
-        names = _check_policies(policies)
+        names = policy_names(policies)
         _check_executor(executor, address, jobs, replications)
         check_out_dir(out)
         scn = setup.build(seed=seed)

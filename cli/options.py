@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kvbudget.cli.errors import CliError
-from kvbudget.policies import make_policy
+from kvbudget.policies import POLICIES, make_policy
 from kvbudget.policies.clients import parse_clients
 from kvbudget.simulator.engine_config import ENGINE_NAMES
 from kvbudget.simulator.scenario import make_scenario
@@ -518,3 +518,18 @@ def policy_from_flags(name: str, params: list[str] | None) -> "BasePolicy":
         except (json.JSONDecodeError, RecursionError):
             values[key.strip()] = raw
     return make_policy(name, values)
+
+
+def policy_names(text: str | None) -> list[str]:
+    """``--policies A,B``: the names, each a known policy (``None``: none given)."""
+    if text is None:
+        return []
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if not names:
+        raise CliError("--policies: give at least one policy name")
+    for name in names:
+        if name not in POLICIES:
+            raise CliError(
+                f"--policies: unknown policy {name!r}; known policies: {', '.join(POLICIES)}"
+            )
+    return names

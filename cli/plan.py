@@ -13,10 +13,10 @@ from kvbudget.cli.options import (
     ExecutorOpt,
     JobsOpt,
     ScenarioArgs,
+    policy_names,
     with_scenario_options,
 )
 from kvbudget.cli.progress import Bar
-from kvbudget.cli.sweep import _policies
 from kvbudget.cli.tables import WIDTH, _pm, render, short_metric
 from kvbudget.studies.executors import make_executor
 from kvbudget.studies.plan import (
@@ -116,7 +116,7 @@ def plan_cmd(
                                f"{item!r}")
         names: tuple[str, ...] = ()
         if policies is not None:
-            names = tuple(_policies(policies))
+            names = tuple(policy_names(policies))
         param_values = None
         if grid:
             axes = [parse_axis(g) for g in grid]

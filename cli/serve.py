@@ -12,6 +12,7 @@ from kvbudget.cli.errors import CliError, user_errors
 from kvbudget.live.serve_request import KeyTable
 from kvbudget.policies import DEFAULT_TIERS, make_policy
 from kvbudget.simulator.scenario import load_scenario
+from kvbudget.workloads.fetch import is_loopback_host
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -108,13 +109,13 @@ def settings_from_flags(upstream: list[str], scenario: Path | None, policy: str 
     """Everything checked before anything listens (each problem one line naming the flag)."""
     _check_serve_extra()
     from kvbudget.live.gateway_server import ServeConfig
-    from kvbudget.live.serve_run import ServeSettings, is_loopback
+    from kvbudget.live.serve_run import ServeSettings
     from kvbudget.live.serve_upstream import ROUTERS, UpstreamOptions
 
     scn, new_policy = _policy_maker(scenario, policy)
     tiers = scn.tiers() if scn is not None else DEFAULT_TIERS
     table = KeyTable.load(keys, {t.name: t for t in tiers}) if keys is not None else KeyTable()
-    trust = trust_tier_header or (keys is None and is_loopback(host))
+    trust = trust_tier_header or (keys is None and is_loopback_host(host))
     if not trust and keys is None:
         raise CliError(f"--host {host} is not a loopback address: give --keys (or "
                        "--trust-tier-header behind a proxy that sets x-kvbudget-tier)")

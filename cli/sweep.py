@@ -16,11 +16,11 @@ from kvbudget.cli.options import (
     ExecutorOpt,
     JobsOpt,
     ScenarioArgs,
+    policy_names,
     with_scenario_options,
 )
 from kvbudget.cli.progress import Bar
 from kvbudget.cli.tables import render, short_metric
-from kvbudget.policies import POLICIES
 from kvbudget.studies.capacity import (
     CapacitySpec,
     attainment_curve,
@@ -62,20 +62,6 @@ SloOpt = Annotated[
                  "as a dotted summary path (tiers.interactive.ttft_s.p99<=2.0) or a runs-table "
                  "column (interactive_ttft_p99_s<=2.0); repeatable."),
 ]
-
-
-def _policies(text: str | None) -> list[str]:
-    if text is None:
-        return []
-    names = [p.strip() for p in text.split(",") if p.strip()]
-    if not names:
-        raise CliError("--policies: give at least one policy name")
-    for name in names:
-        if name not in POLICIES:
-            raise CliError(
-                f"--policies: unknown policy {name!r}; known policies: {', '.join(POLICIES)}"
-            )
-    return names
 
 
 def _executor(kind: str, jobs: int | None, address: str | None) -> "LocalExecutor | RayExecutor":
@@ -130,7 +116,7 @@ def sweep_cmd(
         scales = setup.trace_args.rate_scales()
         rate_scale = None if scales is None else ",".join(f"{v:g}" for v in scales)
         axes: list[Axis] = []
-        names = _policies(policies)
+        names = policy_names(policies)
         if names:
             axes.append(Axis("policy", tuple(names)))
         axes += [parse_axis(g) for g in grid or []]
@@ -246,7 +232,7 @@ def tune_cmd(
     with user_errors():
         check_out_dir(out)
         if policy is not None:
-            _policies(policy)
+            policy_names(policy)
         scn = setup.build(policy=policy)
         spec = TuneSpec(
             scenario=scn,
@@ -341,7 +327,7 @@ def capacity_cmd(
     are kept in --out as they complete; rerun with --resume after an interrupt."""
     with user_errors():
         check_out_dir(out)
-        names = _policies(policies)
+        names = policy_names(policies)
         if setup.trace_args.rate_scales() is not None:
             raise CliError("--rate-scale: capacity searches the load itself")
         scn = setup.build()

@@ -51,6 +51,7 @@ from kvbudget.studies.fit_uncertainty import (
     Coordinate,
     FitUncertainty,
     Sensitivity,
+    compared,
     identify,
     log_stats,
     noise_variance,
@@ -252,7 +253,7 @@ class RecordedCalibration:
         held-out part) from the simulations already run; empty without a posterior."""
         if self.uncertainty is None or self.sensitivity is None or self.simulated is None:
             return {}
-        values = log_stats(_compared(self.simulated, measured, rows), PREDICTED)
+        values = log_stats(compared(self.simulated, measured, rows), PREDICTED)
         return self.uncertainty.predicted(
             values, self.sensitivity.gradient(measured, PREDICTED, rows), PREDICTED)
 
@@ -342,14 +343,20 @@ class _Trials:
         model = dataclasses.replace(self.start, **values)  # type: ignore[type-var]
         return model, overhead
 
-    def simulate(self, x: npt.NDArray[np.float64]) -> pd.DataFrame:
-        """The simulated records at ``x`` (ValueError: the model refuses these values)."""
+    def run(self, x: npt.NDArray[np.float64]) -> tuple[pd.DataFrame, float]:
+        """The simulated records at ``x`` and their loss (ValueError: the model refuses these
+        values)."""
         model, overhead = self.build(x)
         sim = simulate_recording(self.recording, self.config, policy=self.policy,
                                  policy_params=self.policy_params, cost_model=model,
                                  frontend_overhead_s=overhead)
-        self.count(recorded_loss(sim.records, self.measured, self.rows))
-        return sim.records
+        loss = recorded_loss(sim.records, self.measured, self.rows)
+        self.count(loss)
+        return sim.records, loss
+
+    def simulate(self, x: npt.NDArray[np.float64]) -> pd.DataFrame:
+        """The simulated records at ``x`` (:meth:`run`'s, without the loss)."""
+        return self.run(x)[0]
 
     def count(self, loss: float) -> None:
         self.num_evals += 1
@@ -375,28 +382,28 @@ def coordinates(start: CostModel, names: tuple[str, ...], *, fit_overhead: bool,
 
 
 def _search(trials: _Trials, active: list[int], noise_var: float, max_evals: int
-            ) -> tuple[npt.NDArray[np.float64], pd.DataFrame | None]:
+            ) -> tuple[npt.NDArray[np.float64], pd.DataFrame | None, float]:
     """Bounded Nelder-Mead over the ``active`` coordinates (the others at their start) on
     the loss plus the prior's penalty (:mod:`~kvbudget.studies.fit_uncertainty`), at most
-    ``max_evals`` simulations: the best point and its records (None if none simulated)."""
+    ``max_evals`` simulations: the best point, its records (None if none simulated) and its
+    loss (without the penalty)."""
     from scipy.optimize import minimize
 
     coords = trials.coordinates
     x0 = np.array([c.x0 for c in coords], dtype=np.float64)
     sds = np.array([coords[j].prior_sd for j in active])
-    best: dict[str, Any] = {"objective": math.inf, "x": x0, "sim": None}
+    best: dict[str, Any] = {"objective": math.inf, "x": x0, "sim": None, "loss": math.inf}
 
     def objective(z: npt.NDArray[np.float64]) -> float:
         x = _with(x0, active, z)
         try:
-            sim = trials.simulate(x)
+            sim, loss = trials.run(x)
         except ValueError:
             trials.count(_PENALTY)
             return _PENALTY
-        value = (recorded_loss(sim, trials.measured, trials.rows)
-                 + noise_var * float(np.sum(((z - x0[active]) / sds) ** 2)))
+        value = loss + noise_var * float(np.sum(((z - x0[active]) / sds) ** 2))
         if value < best["objective"]:
-            best.update(objective=value, x=x, sim=sim)
+            best.update(objective=value, x=x, sim=sim, loss=loss)
         return value
 
     z0 = x0[active]
@@ -411,7 +418,7 @@ def _search(trials: _Trials, active: list[int], noise_var: float, max_evals: int
              bounds=[(coords[j].lo, coords[j].hi) for j in active],
              options={"maxfev": max_evals, "initial_simplex": simplex, "xatol": 1e-3,
                       "fatol": 1e-6})
-    return best["x"], best["sim"]
+    return best["x"], best["sim"], best["loss"]
 
 
 def calibrate_recording(
@@ -455,9 +462,10 @@ def calibrate_recording(
                      start_overhead_s=start_overhead_s,
                      policy=policy, policy_params=policy_params, progress=progress)
     x0 = np.array([c.x0 for c in coords], dtype=np.float64)
-    start_sim = trials.simulate(x0) if start_records is None else start_records
-    start_loss = recorded_loss(start_sim, measured, rows)
-    if start_records is not None:  # simulated by the caller: still one of the fit's
+    if start_records is None:
+        start_sim, start_loss = trials.run(x0)
+    else:  # simulated by the caller: still one of the fit's
+        start_sim, start_loss = start_records, recorded_loss(start_records, measured, rows)
         trials.count(start_loss)
     rng = np.random.default_rng(seed)
     noise_var = noise_variance(sampling_variance(start_sim, measured, rows, rng))
@@ -471,8 +479,7 @@ def calibrate_recording(
                                      f"is {ratio:.2f} of the prior's): left at the start")
     best_x, best_sim, best_loss = x0, start_sim, start_loss
     if active and max_evals > 1:
-        x, sim = _search(trials, active, noise_var, max_evals - 1)
-        loss = math.inf if sim is None else recorded_loss(sim, measured, rows)
+        x, sim, loss = _search(trials, active, noise_var, max_evals - 1)
         if sim is not None and loss < start_loss:
             best_x, best_sim, best_loss = x, sim, loss
     return _result(trials, recording, measured, rows, best_x, best_sim,
@@ -500,8 +507,8 @@ def _result(trials: _Trials, recording: Recording, measured: pd.DataFrame,
         sens = sensitivity(coords, x[active], simulated,
                            lambda z: trials.simulate(_with(x, active, z)))
         jac = sens.gradient(measured, FIT_KEYS, rows)
-        residuals = log_stats(_compared(simulated, measured, rows)) - log_stats(
-            _compared(measured, measured, rows))
+        residuals = log_stats(compared(simulated, measured, rows)) - log_stats(
+            compared(measured, measured, rows))
         noise_var = noise_variance(sampling_variance(simulated, measured, rows, rng),
                                    residuals, len(active))
         cov = posterior_covariance(jac, noise_var, np.array([c.prior_sd for c in coords]))
@@ -510,7 +517,7 @@ def _result(trials: _Trials, recording: Recording, measured: pd.DataFrame,
                               tuple(c.base if c.log else c.unit for c in coords),
                               tuple(tuple(float(v) for v in r) for r in cov), noise_var,
                               NUM_BOOTSTRAP, tuple((c.lo, c.hi) for c in coords))
-        values = log_stats(_compared(simulated, measured, rows), PREDICTED)
+        values = log_stats(compared(simulated, measured, rows), PREDICTED)
         table = with_intervals(table, post.predicted(
             values, sens.gradient(measured, PREDICTED, rows), PREDICTED))
     num_rows = int(((measured["status"] == "completed").to_numpy()
@@ -520,17 +527,6 @@ def _result(trials: _Trials, recording: Recording, measured: pd.DataFrame,
                                num_evals=trials.num_evals, start=start_values, fitted=fitted,
                                num_rows=num_rows, fixed=fixed, simulated=simulated,
                                uncertainty=post, sensitivity=sens)
-
-
-def _compared(records: pd.DataFrame, measured: pd.DataFrame,
-              rows: npt.NDArray[np.bool_] | None) -> pd.DataFrame:
-    """The rows of ``records`` (joined on ``request_id``) that ``measured`` shows completed,
-    of ``rows``."""
-    keep = (measured["status"] == "completed").to_numpy()
-    if rows is not None:
-        keep = keep & np.asarray(rows, dtype=bool)
-    ids = measured["request_id"].to_numpy()[keep]
-    return records.set_index("request_id").loc[ids].reset_index()
 
 
 def _with(x: npt.NDArray[np.float64], active: list[int], z: npt.NDArray[np.float64]
@@ -559,7 +555,7 @@ def validation_intervals(recording: Recording, config: SimConfig, model: CostMod
                      start_overhead_s=frontend_overhead_s, policy=policy,
                      policy_params=policy_params, progress=None)
     sens = sensitivity(coords, np.array([c.x0 for c in coords]), simulated, trials.simulate)
-    base = log_stats(_compared(simulated, measured, rows), PREDICTED)
+    base = log_stats(compared(simulated, measured, rows), PREDICTED)
     return posterior.predicted(base, sens.gradient(measured, PREDICTED, rows), PREDICTED)
 
 

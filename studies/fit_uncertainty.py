@@ -239,6 +239,13 @@ def _subset(records: pd.DataFrame, ids: npt.NDArray[Any]) -> pd.DataFrame:
     return records.set_index("request_id").loc[ids].reset_index()
 
 
+def compared(records: pd.DataFrame, measured: pd.DataFrame,
+             rows: npt.NDArray[np.bool_] | None) -> pd.DataFrame:
+    """The rows of ``records`` (joined on ``request_id``) that ``measured`` shows completed,
+    of ``rows``."""
+    return _subset(records, _compared_ids(measured, rows))
+
+
 def sensitivity(coordinates: Sequence[Coordinate], x: npt.NDArray[np.float64],
                 base: pd.DataFrame,
                 simulate: Callable[[npt.NDArray[np.float64]], pd.DataFrame]) -> Sensitivity:

@@ -155,14 +155,18 @@ def _verify(path: Path, source: Source, sha256: str | None) -> tuple[
     return "unverified", actual_sha, None
 
 
-def _is_loopback(url: str) -> bool:
-    host = urlsplit(url).hostname or ""
+def is_loopback_host(host: str) -> bool:
+    """``localhost`` or a loopback address (127.0.0.0/8, ::1)."""
     if host == "localhost":
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _is_loopback(url: str) -> bool:
+    return is_loopback_host(urlsplit(url).hostname or "")
 
 
 def source_url(source: Source, base_url: str | None) -> str:
