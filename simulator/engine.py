@@ -47,6 +47,7 @@ from kvbudget.simulator.kv_blocks import KVBlocks
 from kvbudget.simulator.prefix_cache import PrefixCaching
 from kvbudget.simulator.request_queue import make_request_queue
 from kvbudget.simulator.request_rows import RowArrays
+from kvbudget.simulator.running_loop import RunningArray, RunningPrefix, budget_prefix
 from kvbudget.simulator.serving import FloatArray, IntArray, RequestFigures
 from kvbudget.simulator.small_arrays import isum
 from kvbudget.simulator.time_integrals import TimeIntegrals
@@ -206,6 +207,15 @@ class Engine:
         self.num_preemptions_total = 0
         # queues: ``running`` changes only through _start_running and _stop_running
         self.running: list[int] = []
+        self._running_array = RunningArray()
+        # one new token each, for a running loop of decoding requests (read-only: it is shared)
+        self._ones = np.ones(min(self.seqs_limit, self.tokens_limit), np.int64)
+        self._ones.flags.writeable = False
+        self._fast: RunningPrefix | None = None  # this step's running loop, when vectorised
+        # this step's waiting requests (row, new tokens), when the rows before them are every
+        # running request, all decoding (or none)
+        self._tail: list[tuple[int, int]] | None = None
+        self._prior_synced = False  # ``_synced`` as this step was scheduled (before starts)
         # True only while every running request is decoding: one token to compute
         # (``num_tokens - num_computed_tokens == 1``) and ``num_output_tokens > 0``. A request
         # that starts clears it, removals keep it, a commit that samples a token of every
@@ -374,7 +384,7 @@ class Engine:
     # --- what hooks may use ----------------------------------------------------------------
     def running_rows(self) -> IntArray:
         """``running`` as an array (read-only)."""
-        return np.array(self.running, dtype=np.int64)
+        return self._running_array.of(self.running)
 
     def running_output_tokens(self) -> IntArray:
         """The running requests' ``num_output_tokens``, in ``running`` order, as of the step
@@ -500,6 +510,7 @@ class Engine:
         self.running.append(i)
         self._all_decode = False
         self._synced = False
+        self._running_array.started(i, len(self.running))
 
     def _stop_running(self, rows: list[int]) -> None:
         if len(rows) <= 4:  # a few at a time: removing them one by one is cheaper
@@ -508,36 +519,77 @@ class Engine:
         else:
             done = set(rows)
             self.running = [i for i in self.running if i not in done]
+        self._running_array.stopped()
+
+    def _budget_prefix(self, rows: IntArray, budget: int) -> RunningPrefix:
+        """:func:`~kvbudget.simulator.running_loop.budget_prefix` of ``rows`` (running
+        requests, in order)."""
+        return budget_prefix(rows, self.num_tokens, self.num_computed_tokens, self.kv.num_blocks,
+                             budget, self.block_size, self._ones if self._all_decode else None)
+
+    def _fitting_prefix(self, budget: int) -> RunningPrefix | None:
+        """The running loop's prefix (some running requests) when every allocation in it
+        succeeds, with its new blocks counted; None otherwise."""
+        prefix = self._budget_prefix(self.running_rows(), budget)
+        total = prefix.num_extra
+        if total is None:
+            total = prefix.num_extra = isum(prefix.want - prefix.blocks)
+        if total > self.kv.num_available_blocks:
+            return None
+        return prefix
 
     def running_fits(self, budget: int) -> bool:
         """Whether every running request the token budget reaches gets its blocks this step
         (so the running loop preempts nothing)."""
-        need = 0
-        for i in self.running:
-            if budget <= 0:
-                break
-            n_new = min(self.num_tokens.item(i) - self.num_computed_tokens.item(i), budget)
-            budget -= n_new
-            blocks = -(-(self.num_computed_tokens.item(i) + n_new) // self.block_size)
-            need += max(blocks - self.kv.num_blocks.item(i), 0)
-        return need <= self.kv.num_available_blocks
+        return not self.running or self._fitting_prefix(budget) is not None
 
-    # --- one step ---------------------------------------------------------------------------
     def _schedule(self) -> tuple[IntArray, IntArray, bool]:
         """vLLM v1 ``schedule()``: the scheduled rows, their new-token counts and whether a
-        request was preempted."""
+        request was preempted.
+
+        1. The running requests, in order: when every one the token budget reaches gets its
+           blocks, in one go (``_fast``, :mod:`kvbudget.simulator.running_loop`), else one by
+           one, preempting when blocks run out (:meth:`_schedule_running`).
+        2. The waiting requests, unless a running request was preempted
+           (:meth:`_schedule_waiting`). When the running requests are all decoding, the
+           waiting rows that start are kept apart (``_tail``) for :meth:`_features` and
+           :meth:`_commit_step`.
+        3. The invariants (:meth:`_check_schedule`)."""
         budget = self.tokens_limit
         self._step_extra_s = 0.0
         self._hol_blocked = False
         self.head_refusal = ""
-        # 1. the running requests, in order, preempting when blocks run out
-        rows, new, preempted, budget = self._schedule_running(budget)
-        # 2. the waiting requests, unless a running request was preempted
+        self._fast = None
+        self._tail = None
+        self._prior_synced = self._synced
+        decoding = False
+        preempted = False
+        prefix = self._fitting_prefix(budget) if self.running else None
+        if prefix is not None:
+            if prefix.num_extra:
+                self.kv.num_blocks[prefix.rows] = prefix.want
+                self.kv.take(prefix.num_extra)
+            self._fast = prefix
+            sched, new = prefix.rows, prefix.new
+            budget -= prefix.num_new
+            decoding = prefix.decoding
+        elif not self.running:
+            sched = new = np.zeros(0, np.int64)
+            decoding = True
+        else:
+            sched_l, new_l, preempted, budget = self._schedule_running(budget)
+            sched = np.asarray(sched_l, dtype=np.int64)
+            new = np.asarray(new_l, dtype=np.int64)
         if not preempted:
             w_rows, w_new = self._schedule_waiting(budget)
-            rows, new, budget = rows + w_rows, new + w_new, budget - sum(w_new)
+            if decoding:
+                self._tail = list(zip(w_rows, w_new, strict=True)) if w_rows else []
+            if w_rows:
+                sched = np.concatenate((sched, w_rows))
+                new = np.concatenate((new, w_new))
+                budget -= sum(w_new)
         self._check_schedule(budget)
-        return np.array(rows, np.int64), np.array(new, np.int64), preempted
+        return sched, new, preempted
 
     def _check_schedule(self, budget: int, count_blocks: bool = True) -> None:
         """The invariants of a scheduled step, asserted on every path that schedules one (the
@@ -593,19 +645,17 @@ class Engine:
 
     def _allocate_running(self, start: int, budget: int) -> tuple[list[int], list[int]]:
         """Allocate, in order, the running requests from index ``start`` on until one does
-        not fit or the token budget is spent; returns the rows and their new tokens."""
-        rows: list[int] = []
-        new: list[int] = []
-        for i in self.running[start:]:
-            if budget <= 0:
-                break
-            n_new = min(self.num_tokens.item(i) - self.num_computed_tokens.item(i), budget)
-            if not self.allocate_slots(i, n_new):
-                break
-            rows.append(i)
-            new.append(n_new)
-            budget -= n_new
-        return rows, new
+        not fit or the token budget is spent (in arrays, in one go); returns the rows and
+        their new tokens."""
+        prefix = self._budget_prefix(self.running_rows()[start:], budget)
+        rows, new, want = prefix.rows, prefix.new, prefix.want
+        taken = np.add.accumulate(want - prefix.blocks)
+        # taken never decreases: the first request whose blocks do not fit, if any
+        ok = int(taken.searchsorted(self.kv.num_available_blocks, side="right"))
+        if ok:
+            self.kv.num_blocks[rows[:ok]] = want[:ok]
+            self.kv.take(int(taken[ok - 1]))
+        return rows[:ok].tolist(), new[:ok].tolist()
 
     def _schedule_waiting(self, budget: int) -> tuple[list[int], list[int]]:
         """The waiting loop: the queue's head starts while seats (``max_num_seqs``), the token
@@ -650,6 +700,41 @@ class Engine:
 
     def _features(self, rows: IntArray, new: IntArray) -> tuple[float, float, float, float, float]:
         """The step's cost-model features (:data:`kvbudget.perf.cost_model.FEATURES`)."""
+        tail = self._tail
+        if tail is None:
+            return self._features_of_rows(rows, new)
+        # ``rows`` are the running requests, all decoding (one new token each), then the
+        # waiting requests that start (``tail``, a few): the same sums, in integers
+        m = len(rows) - len(tail)
+        fast = self._fast
+        context = m + isum(fast.computed) if fast is not None else 0
+        return self._tail_features(m, context, tail)
+
+    def _tail_features(
+        self, m: int, context: int, tail: list[tuple[int, int]]
+    ) -> tuple[float, float, float, float, float]:
+        """:meth:`_features` of a step of ``m`` decoding requests attending to ``context``
+        tokens, then the waiting requests that start (``tail``): the same sums, in integers."""
+        num_decode = m
+        prefill = attention = 0
+        for i, n_new in tail:
+            after_i = self.num_computed_tokens.item(i) + n_new
+            context += after_i
+            if n_new == 1 and after_i == self.num_tokens.item(i) and self.num_output_tokens.item(i):
+                num_decode += 1
+            else:
+                prefill += n_new
+                attention += n_new * after_i
+        return (
+            float(prefill),
+            float(num_decode),
+            float(context),
+            float(attention),
+            float(m + len(tail) - num_decode),
+        )
+
+    def _features_of_rows(self, rows: IntArray, new: IntArray) -> tuple[float, float, float, float, float]:
+        """The step's cost-model features from its rows' arrays."""
         after = self.num_computed_tokens[rows] + new
         decode = (new == 1) & (self.num_output_tokens[rows] > 0) & (after == self.num_tokens[rows])
         prefill_new = new * ~decode  # new tokens of the prefill chunks, 0 for decode rows
@@ -750,6 +835,81 @@ class Engine:
         """The step's new tokens are computed: a request whose tokens are all computed
         samples one output token (its first sets ``first_token_s``), and one with all its
         output finishes. Requests ``aborted`` during the step are left out."""
+        if self._tail is not None and not aborted:
+            self._commit_decode_step(len(rows))
+            return
+        self._commit_rows(rows, new, aborted)
+
+    def _commit_decode_step(self, n: int) -> None:
+        """:meth:`_commit_step` of ``n`` rows when they are the running requests, all
+        decoding (each sampled; their first tokens are out already, as they have output),
+        then the starting ones (``_tail``, a few), with fewer array operations. With prefix
+        caching the starting ones' full prompt blocks are cached as :meth:`Engine._commit_step`
+        caches them (decoding requests have cached all theirs: they computed their prompt)."""
+        tail = self._tail
+        assert tail is not None
+        done = self._commit_running_decode()
+        sampled = n - len(tail)
+        if tail and self.kv.prefix is not None:
+            rows = np.array([i for i, _ in tail], np.int64)
+            new = np.array([m for _, m in tail], np.int64)
+            self.kv.prefix.register(rows, self.num_computed_tokens[rows] + new)
+        joining = True  # running order stays join order (the group's members come first)
+        num_computed, num_tokens, num_output = (
+            self.num_computed_tokens, self.num_tokens, self.num_output_tokens)
+        step = self.num_steps
+        segments = self.segments
+        for i, n_new in tail:
+            computed_i = num_computed.item(i) + n_new
+            num_computed[i] = computed_i
+            tokens_i = num_tokens.item(i)
+            if computed_i >= tokens_i:
+                sampled += 1
+                output_i = num_output.item(i) + 1
+                num_output[i] = output_i
+                num_tokens[i] = tokens_i + 1
+                if segments.base.item(i) + output_i != step:
+                    segments.new_segment(i, output_i, step)
+                if math.isnan(self.first_token_s.item(i)):
+                    self.first_token_s[i] = self.t
+                if output_i >= self.target_output.item(i):
+                    done.append(i)
+                elif joining:
+                    self._now_decoding(i, computed_i, output_i)
+            else:
+                # still prefilling: the next step is no decode step of the group (which
+                # dissolves), so the rows after it need not join
+                joining = False
+        self._synced = sampled == len(self.running)
+        if self._synced:
+            self._all_decode = True  # as in Engine._commit_step
+        if done:
+            self._finish(done)
+
+    def _commit_running_decode(self) -> list[int]:
+        """One decode step of the running requests the step's running loop took (``_fast``);
+        returns those that have all their output now, in running order."""
+        fast = self._fast
+        if fast is None:
+            return []
+        prefix = fast.rows
+        computed = fast.computed + 1
+        self.num_computed_tokens[prefix] = computed
+        self.num_tokens[prefix] = computed + 1  # one token to compute, as before
+        output = self.num_output_tokens[prefix] + 1
+        self.num_output_tokens[prefix] = output
+        if not self._prior_synced:  # the running requests' previous tokens are not all last step's
+            self.segments.note(prefix, output, self.num_steps)
+        done: list[int] = prefix[output >= self.target_output[prefix]].tolist()
+        return done
+
+    def _now_decoding(self, i: int, computed: int, output: int) -> None:
+        """Row ``i`` started this step and sampled its first token (``computed``, ``output``
+        are its arrays' values now); every row started before it in the step did too (or
+        finished)."""
+
+    def _commit_rows(self, rows: IntArray, new: IntArray, aborted: list[int]) -> None:
+        """:meth:`_commit_step` from the rows' arrays."""
         if aborted:
             keep = ~np.isin(rows, aborted)
             rows, new = rows[keep], new[keep]

@@ -42,26 +42,6 @@ Run = tuple[Floats, Ints, Floats]
 
 
 @dataclass(slots=True)
-class RunningPrefix:
-    """The requests the running loop reaches, in order, with the token budget it hands out:
-    ``rows``, their ``new`` tokens, ``computed`` (``num_computed_tokens`` before the step),
-    ``blocks`` (``num_blocks`` now), ``want`` (the blocks they need for the step),
-    ``num_new`` (the new tokens in all), ``num_need`` (the tokens they have left to compute,
-    in all), ``decoding`` (whether every one of them is decoding, so gets one token) and
-    ``num_extra`` (the new blocks in all, ``sum(want - blocks)``, when counted already)."""
-
-    rows: IntArray
-    new: IntArray
-    computed: IntArray
-    blocks: IntArray
-    want: IntArray
-    num_new: int
-    num_need: int
-    decoding: bool = False
-    num_extra: int | None = None
-
-
-@dataclass(slots=True)
 class DecodeRows:
     """A pure-decode step of every running request, gathered once for the decode run planned
     from it: ``computed`` and ``output`` are the requests' ``num_computed_tokens`` and
@@ -79,19 +59,6 @@ class SkipAheadEngine(Engine):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.planner = DecodeRunPlanner(self.cost, self.block_size)
-        # ``running`` as an array, when not None: a prefix view of ``_running_buf``. A request
-        # that starts is written just past that view, so views handed out before (a step's
-        # rows) never change; a removal drops the array (rebuilt, into a new buffer, on demand)
-        self._running_arr: IntArray | None = None
-        self._running_buf: IntArray = np.zeros(0, np.int64)
-        # one new token each, for a running loop of decoding requests (read-only: it is shared)
-        n = min(self.seqs_limit, self.tokens_limit)
-        self._ones = np.ones(n, np.int64)
-        self._ones.flags.writeable = False
-        self._fast: RunningPrefix | None = None  # this step's running loop, when vectorised
-        # this step's waiting requests (row, new tokens), when the rows before them are every
-        # running request, all decoding (or none)
-        self._tail: list[tuple[int, int]] | None = None
         self._jump_ends: Floats | None = None  # step ends of the decode run in progress
         self._run_rows: IntArray | None = None  # its rows (the run is committed at its end)
         self._run_ends: Floats | None = None  # its step ends, kept when it is cut short
@@ -99,7 +66,6 @@ class SkipAheadEngine(Engine):
         # the waiting head refused as the decode run in progress was planned past the next
         # external event (_plan_until), None when it was not
         self._span_head: int | None = None
-        self._prior_synced = False  # ``_synced`` as this step was scheduled (before starts)
 
     # --- what the executor reads mid-run ---------------------------------------------------
     def output_tokens_of(self, i: int) -> int:
@@ -120,165 +86,6 @@ class SkipAheadEngine(Engine):
     def _rows_ahead(self) -> list[int]:
         """The rows whose arrays lag behind the steps that have ended."""
         return [] if self._run_rows is None else self._run_rows.tolist()
-
-    # --- the running set, with its array -------------------------------------------------
-    def _start_running(self, i: int) -> None:
-        super()._start_running(i)
-        arr = self._running_arr
-        if arr is not None:
-            n = len(arr)
-            if n < len(self._running_buf) and n + 1 == len(self.running):
-                self._running_buf[n] = i
-                self._running_arr = self._running_buf[: n + 1]
-            else:
-                self._running_arr = None
-
-    def _stop_running(self, rows: list[int]) -> None:
-        super()._stop_running(rows)
-        self._running_arr = None
-
-    def running_rows(self) -> IntArray:
-        arr = self._running_arr
-        if arr is None or len(arr) != len(self.running):
-            n = len(self.running)
-            self._running_buf = np.empty(n + 16, np.int64)
-            arr = self._running_arr = self._running_buf[:n]
-            arr[:] = self.running
-        return arr
-
-    # --- scheduling in arrays ---------------------------------------------------------------
-    def _schedule(self) -> tuple[IntArray, IntArray, bool]:
-        """:meth:`Engine._schedule`, with the running loop in arrays when every running
-        request gets its blocks (``_fast``), and the waiting rows that follow running ones all
-        decoding kept apart (``_tail``) for :meth:`_features` and :meth:`_commit_step`."""
-        budget = self.tokens_limit
-        self._step_extra_s = 0.0
-        self._hol_blocked = False
-        self.head_refusal = ""
-        self._fast = None
-        self._tail = None
-        self._prior_synced = self._synced
-        decoding = False
-        preempted = False
-        prefix = self._fitting_prefix(budget) if self.running else None
-        if prefix is not None:
-            if prefix.num_extra:
-                self.kv.num_blocks[prefix.rows] = prefix.want
-                self.kv.take(prefix.num_extra)
-            self._fast = prefix
-            sched, new = prefix.rows, prefix.new
-            budget -= prefix.num_new
-            decoding = prefix.decoding
-        elif not self.running:
-            sched = new = np.zeros(0, np.int64)
-            decoding = True
-        else:
-            sched_l, new_l, preempted, budget = self._schedule_running(budget)
-            sched = np.asarray(sched_l, dtype=np.int64)
-            new = np.asarray(new_l, dtype=np.int64)
-        if not preempted:
-            w_rows, w_new = self._schedule_waiting(budget)
-            if decoding:
-                self._tail = list(zip(w_rows, w_new, strict=True)) if w_rows else []
-            if w_rows:
-                sched = np.concatenate((sched, w_rows))
-                new = np.concatenate((new, w_new))
-                budget -= sum(w_new)
-        self._check_schedule(budget)
-        return sched, new, preempted
-
-    def _budget_prefix(self, rows: IntArray, budget: int) -> RunningPrefix:
-        """The token budget handed out in ``rows``' order, as the running loop does: each gets
-        ``min(num_tokens - num_computed_tokens, budget left)`` until the budget is spent."""
-        n = len(rows)
-        if self._all_decode and n <= budget and n <= len(self._ones):
-            # every row is decoding (``rows`` are running): one new token each, so the
-            # general case below with ``new == 1``, ``total == n``
-            computed = self.num_computed_tokens[rows]
-            blocks = self.kv.num_blocks[rows]
-            # a running request's blocks hold its computed tokens, so one more token takes a
-            # new block only when they are full: ``max(ceil((computed + 1) / bs), blocks)``
-            full = computed == blocks * self.block_size
-            num_full = int(np.count_nonzero(full))
-            want = blocks + full if num_full else blocks
-            return RunningPrefix(rows, self._ones[:n], computed, blocks, want, n, n, True, num_full)
-        computed = self.num_computed_tokens[rows]
-        need = self.num_tokens[rows] - computed
-        cum = np.add.accumulate(need)
-        total = num_need = int(cum[-1])
-        if total < budget:
-            new = need  # every request gets all it needs, with budget to spare
-        else:
-            before = budget - (cum - need)  # budget left when each is reached
-            m = int(np.count_nonzero(before > 0))  # budget only shrinks: a prefix is scheduled
-            num_need = int(cum[m - 1]) if m else 0
-            rows, computed, need, before = rows[:m], computed[:m], need[:m], before[:m]
-            new = np.minimum(need, before)
-            total = budget  # the last request reached takes what is left
-        bs = self.block_size
-        blocks = self.kv.num_blocks[rows]
-        want = np.maximum((computed + new + (bs - 1)) // bs, blocks)
-        return RunningPrefix(rows, new, computed, blocks, want, total, num_need)
-
-    def _fitting_prefix(self, budget: int) -> RunningPrefix | None:
-        """The running loop's prefix (some running requests) when every allocation in it
-        succeeds, with its new blocks counted; None otherwise."""
-        prefix = self._budget_prefix(self.running_rows(), budget)
-        total = prefix.num_extra
-        if total is None:
-            total = prefix.num_extra = isum(prefix.want - prefix.blocks)
-        if total > self.kv.num_available_blocks:
-            return None
-        return prefix
-
-    def running_fits(self, budget: int) -> bool:
-        return not self.running or self._fitting_prefix(budget) is not None
-
-    def _allocate_running(self, start: int, budget: int) -> tuple[list[int], list[int]]:
-        """:meth:`Engine._allocate_running` in arrays: the same blocks taken, in one go."""
-        prefix = self._budget_prefix(self.running_rows()[start:], budget)
-        rows, new, want = prefix.rows, prefix.new, prefix.want
-        taken = np.add.accumulate(want - prefix.blocks)
-        # taken never decreases: the first request whose blocks do not fit, if any
-        ok = int(taken.searchsorted(self.kv.num_available_blocks, side="right"))
-        if ok:
-            self.kv.num_blocks[rows[:ok]] = want[:ok]
-            self.kv.take(int(taken[ok - 1]))
-        return rows[:ok].tolist(), new[:ok].tolist()
-
-    def _features(self, rows: IntArray, new: IntArray) -> tuple[float, float, float, float, float]:
-        tail = self._tail
-        if tail is None:
-            return super()._features(rows, new)
-        # ``rows`` are the running requests, all decoding (one new token each), then the
-        # waiting requests that start (``tail``, a few): the same sums, in integers
-        m = len(rows) - len(tail)
-        fast = self._fast
-        context = m + isum(fast.computed) if fast is not None else 0
-        return self._tail_features(m, context, tail)
-
-    def _tail_features(
-        self, m: int, context: int, tail: list[tuple[int, int]]
-    ) -> tuple[float, float, float, float, float]:
-        """:meth:`_features` of a step of ``m`` decoding requests attending to ``context``
-        tokens, then the waiting requests that start (``tail``): the same sums, in integers."""
-        num_decode = m
-        prefill = attention = 0
-        for i, n_new in tail:
-            after_i = self.num_computed_tokens.item(i) + n_new
-            context += after_i
-            if n_new == 1 and after_i == self.num_tokens.item(i) and self.num_output_tokens.item(i):
-                num_decode += 1
-            else:
-                prefill += n_new
-                attention += n_new * after_i
-        return (
-            float(prefill),
-            float(num_decode),
-            float(context),
-            float(attention),
-            float(m + len(tail) - num_decode),
-        )
 
     # --- decode runs -----------------------------------------------------------------------
     def _steady(self, rows: IntArray, new: IntArray, preempted: bool) -> DecodeRows | None:
@@ -536,82 +343,6 @@ class SkipAheadEngine(Engine):
         done = rows[output >= self.target_output[rows]]
         if done.size:
             self._finish(done.tolist())
-
-    # --- committing a step of decoding rows ----------------------------------------------------
-    def _commit_step(self, rows: IntArray, new: IntArray, aborted: list[int]) -> None:
-        if self._tail is not None and not aborted:
-            self._commit_decode_step(len(rows))
-            return
-        super()._commit_step(rows, new, aborted)
-
-    def _commit_decode_step(self, n: int) -> None:
-        """:meth:`_commit_step` of ``n`` rows when they are the running requests, all
-        decoding (each sampled; their first tokens are out already, as they have output),
-        then the starting ones (``_tail``, a few), with fewer array operations. With prefix
-        caching the starting ones' full prompt blocks are cached as :meth:`Engine._commit_step`
-        caches them (decoding requests have cached all theirs: they computed their prompt)."""
-        tail = self._tail
-        assert tail is not None
-        done = self._commit_running_decode()
-        sampled = n - len(tail)
-        if tail and self.kv.prefix is not None:
-            rows = np.array([i for i, _ in tail], np.int64)
-            new = np.array([m for _, m in tail], np.int64)
-            self.kv.prefix.register(rows, self.num_computed_tokens[rows] + new)
-        joining = True  # running order stays join order (the group's members come first)
-        num_computed, num_tokens, num_output = (
-            self.num_computed_tokens, self.num_tokens, self.num_output_tokens)
-        step = self.num_steps
-        segments = self.segments
-        for i, n_new in tail:
-            computed_i = num_computed.item(i) + n_new
-            num_computed[i] = computed_i
-            tokens_i = num_tokens.item(i)
-            if computed_i >= tokens_i:
-                sampled += 1
-                output_i = num_output.item(i) + 1
-                num_output[i] = output_i
-                num_tokens[i] = tokens_i + 1
-                if segments.base.item(i) + output_i != step:
-                    segments.new_segment(i, output_i, step)
-                if math.isnan(self.first_token_s.item(i)):
-                    self.first_token_s[i] = self.t
-                if output_i >= self.target_output.item(i):
-                    done.append(i)
-                elif joining:
-                    self._now_decoding(i, computed_i, output_i)
-            else:
-                # still prefilling: the next step is no decode step of the group (which
-                # dissolves), so the rows after it need not join
-                joining = False
-        self._synced = sampled == len(self.running)
-        if self._synced:
-            self._all_decode = True  # as in Engine._commit_step
-        if done:
-            self._finish(done)
-
-    def _commit_running_decode(self) -> list[int]:
-        """One decode step of the running requests the step's running loop took (``_fast``);
-        returns those that have all their output now, in running order."""
-        fast = self._fast
-        if fast is None:
-            return []
-        prefix = fast.rows
-        computed = fast.computed + 1
-        self.num_computed_tokens[prefix] = computed
-        self.num_tokens[prefix] = computed + 1  # one token to compute, as before
-        output = self.num_output_tokens[prefix] + 1
-        self.num_output_tokens[prefix] = output
-        if not self._prior_synced:  # the running requests' previous tokens are not all last step's
-            self.segments.note(prefix, output, self.num_steps)
-        done: list[int] = prefix[output >= self.target_output[prefix]].tolist()
-        return done
-
-    def _now_decoding(self, i: int, computed: int, output: int) -> None:
-        """Row ``i`` started this step and sampled its first token (``computed``, ``output``
-        are its arrays' values now); every row started before it in the step did too (or
-        finished)."""
-
 
 @dataclass(slots=True)
 class DecodeGroup:

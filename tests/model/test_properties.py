@@ -363,11 +363,12 @@ def _assert_group_facts(engine: Engine) -> None:
 
 def _assert_running_facts(engine: Engine) -> None:
     """The facts the engine keeps about its running set (``Engine._all_decode``,
-    ``SkipAheadEngine._running_arr``, the decode group) and its invariants: every block is free,
+    ``running`` as an array, the decode group) and its invariants: every block is free,
     held by a request or cached; the seats."""
     rows = np.asarray(engine.running, dtype=np.int64)
-    if isinstance(engine, SkipAheadEngine) and engine._running_arr is not None:
-        assert engine._running_arr.tolist() == engine.running
+    cached = engine._running_array.cached()
+    if cached is not None:
+        assert cached.tolist() == engine.running
     assert len(engine.running) <= engine.config.max_num_seqs
     _assert_group_facts(engine)
     computed, tokens, output, blocks = _true_state(engine, rows)

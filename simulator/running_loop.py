@@ -1,0 +1,118 @@
+"""The running loop of a step in arrays: what :meth:`kvbudget.simulator.engine.Engine._schedule`
+hands the running requests when all of them get their KV blocks (the common case), in one go.
+
+vLLM's running loop gives each running request, in order, ``min(num_tokens -
+num_computed_tokens, token budget left)`` new tokens and the blocks they need. When every one
+of those allocations succeeds, the loop is a prefix sum (:func:`budget_prefix`) and a count of
+new blocks; only when one fails does the engine walk the requests one by one, preempting.
+:class:`RunningArray` keeps ``running`` as an array between steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.int64]
+
+__all__ = ["RunningArray", "RunningPrefix", "budget_prefix"]
+
+
+@dataclass(slots=True)
+class RunningPrefix:
+    """The requests the running loop reaches, in order, with the token budget it hands out:
+    ``rows``, their ``new`` tokens, ``computed`` (``num_computed_tokens`` before the step),
+    ``blocks`` (``num_blocks`` now), ``want`` (the blocks they need for the step),
+    ``num_new`` (the new tokens in all), ``num_need`` (the tokens they have left to compute,
+    in all), ``decoding`` (whether every one of them is decoding, so gets one token) and
+    ``num_extra`` (the new blocks in all, ``sum(want - blocks)``, when counted already)."""
+
+    rows: IntArray
+    new: IntArray
+    computed: IntArray
+    blocks: IntArray
+    want: IntArray
+    num_new: int
+    num_need: int
+    decoding: bool = False
+    num_extra: int | None = None
+
+
+def budget_prefix(
+    rows: IntArray, num_tokens: IntArray, num_computed_tokens: IntArray, num_blocks: IntArray,
+    budget: int, block_size: int, ones: IntArray | None,
+) -> RunningPrefix:
+    """The token budget handed out in ``rows``' order, as the running loop does: each gets
+    ``min(num_tokens - num_computed_tokens, budget left)`` until the budget is spent; ``ones``
+    (one new token each, at least ``len(rows)`` long) when every row is decoding."""
+    n = len(rows)
+    computed = num_computed_tokens[rows]
+    if ones is not None and n <= budget and n <= len(ones):
+        # one new token each: the general case below with ``new == 1``, ``total == n``. A
+        # running request's blocks hold its computed tokens, so one more token takes a new
+        # block only when they are full: ``max(ceil((computed + 1) / bs), blocks)``
+        blocks = num_blocks[rows]
+        full = computed == blocks * block_size
+        num_full = int(np.count_nonzero(full))
+        want = blocks + full if num_full else blocks
+        return RunningPrefix(rows, ones[:n], computed, blocks, want, n, n, True, num_full)
+    need = num_tokens[rows] - computed
+    cum = np.add.accumulate(need)
+    total = num_need = int(cum[-1])
+    if total < budget:
+        new = need  # every request gets all it needs, with budget to spare
+    else:
+        before = budget - (cum - need)  # budget left when each is reached
+        m = int(np.count_nonzero(before > 0))  # budget only shrinks: a prefix is scheduled
+        num_need = int(cum[m - 1]) if m else 0
+        rows, computed, need, before = rows[:m], computed[:m], need[:m], before[:m]
+        new = np.minimum(need, before)
+        total = budget  # the last request reached takes what is left
+    bs = block_size
+    blocks = num_blocks[rows]
+    want = np.maximum((computed + new + (bs - 1)) // bs, blocks)
+    return RunningPrefix(rows, new, computed, blocks, want, total, num_need)
+
+
+class RunningArray:
+    """``running`` (a list, in the order requests started) as an array, kept between steps: a
+    prefix view of a buffer. A request that starts is written just past that view, so views
+    handed out before (a step's rows) never change; a removal drops the array (rebuilt, into a
+    new buffer, on demand)."""
+
+    __slots__ = ("_arr", "_buf")
+
+    def __init__(self) -> None:
+        self._arr: IntArray | None = None
+        self._buf: IntArray = np.zeros(0, np.int64)
+
+    def started(self, i: int, num_running: int) -> None:
+        """Row ``i`` joined ``running``, which now holds ``num_running`` rows."""
+        arr = self._arr
+        if arr is not None:
+            n = len(arr)
+            if n < len(self._buf) and n + 1 == num_running:
+                self._buf[n] = i
+                self._arr = self._buf[: n + 1]
+            else:
+                self._arr = None
+
+    def stopped(self) -> None:
+        """Rows left ``running``."""
+        self._arr = None
+
+    def of(self, running: list[int]) -> IntArray:
+        """``running`` as an array (read-only by convention: views are shared)."""
+        arr = self._arr
+        if arr is None or len(arr) != len(running):
+            n = len(running)
+            self._buf = np.empty(n + 16, np.int64)
+            arr = self._arr = self._buf[:n]
+            arr[:] = running
+        return arr
+
+    def cached(self) -> IntArray | None:
+        """The array kept now, None when it is to be rebuilt (tests check it)."""
+        return self._arr
