@@ -73,7 +73,6 @@ class DecodeRunPlanner:
         self.block_size = block_size
         # the first of a run's step ends where another event may be due, -1 for none (_TIE)
         self.tie: Callable[[Floats], int] | None = None
-        self._step_index = np.arange(MAX_JUMP_STEPS + block_size, dtype=np.int64)  # j
         # (-m) % block_size for m = 0, 1, ...: sliced from block_size - r, it is (r - j) %
         # block_size for j = 0, 1, ... (group_alloc_plan's phase, one table for every r)
         self._phase = (-np.arange(MAX_JUMP_STEPS + 2 * block_size, dtype=np.int64)) % block_size
@@ -97,25 +96,10 @@ class DecodeRunPlanner:
             k_max = max(1, min(k_max, int((t_ext - t) / dt0) + 2))
         return k_max, dt0
 
-    def alloc_plan(self, computed: IntArray, blocks: IntArray, k_max: int) -> IntArray:
-        """Blocks a decode run of requests with ``computed`` tokens and ``blocks`` blocks
-        (after step 0's allocation) takes in its steps 1..j, for ``j < k_max``."""
-        bs = self.block_size
-        # request r needs its next block at step f_r = b_r * bs - c_r >= 1, then every bs steps
-        first = blocks * bs - computed
-        first.sort()  # in place: a new array (np.sort would copy it once more)
-        # reached[j]: the requests with f_r <= j, each taking a block in steps 1..j
-        if k_max <= bs:  # no request takes a second new block within the run
-            alloc_cum = first.searchsorted(self._step_index[:k_max], side="right")
-        else:  # plus one block for every bs steps since f_r: sum reached[j - m * bs] over m
-            period = -(-k_max // bs) * bs
-            reached = first.searchsorted(self._step_index[:period], side="right")
-            alloc_cum = np.add.accumulate(reached.reshape(-1, bs), axis=0).ravel()[:k_max]
-        return alloc_cum
-
     def group_alloc_plan(self, hist: list[int], step: int, k_max: int) -> IntArray:
-        """:meth:`alloc_plan` for the decode group: ``hist[x]`` members take a block at the
-        steps where ``(step + j) % block_size == -x % block_size``."""
+        """Blocks a decode run of the decode group takes in its steps 1..j, for ``j < k_max``:
+        ``hist[x]`` members take a block at the steps where ``(step + j) % block_size == -x %
+        block_size``."""
         bs = self.block_size
         start = bs - (-step) % bs  # step j reads hist[(-step - j) % bs]
         per = np.array(hist, np.int64)[self._phase[start : start + k_max]]

@@ -3,9 +3,9 @@
 Each preset is a subclass of :class:`kvbudget.simulator.engine.Engine` overriding some of the
 hooks that class lists (and nothing else of it), so continuous batching, chunked prefill, the
 step cost model and the timeline are shared. With ``skip_ahead`` :func:`make_engine` runs a preset
-on :class:`kvbudget.simulator.fast_decode.DecodeGroupEngine` (the preset's hooks first, then the
-decode runs and the decode group; on ``SkipAheadEngine`` alone for a preset whose
-``decode_group`` is False), with the same results as stepping (tests compare both for every
+on :class:`kvbudget.simulator.fast_decode.SkipAheadEngine` (the preset's hooks first, then the
+decode group and its decode runs; a preset whose ``decode_group`` is False keeps no group, so
+steps), with the same results as stepping (tests compare both for every
 preset, with and without prefix caching). The hooks read running requests only through
 ``running_output_tokens`` and ``num_running_blocks``, which count the group's steps. Pick
 one with ``EngineConfig(name=...)`` or ``kvbudget simulate --engine``.
@@ -61,7 +61,7 @@ from kvbudget.perf.hardware import GPUSpec
 from kvbudget.perf.models import ModelSpec
 from kvbudget.simulator.engine import Engine, EngineHooks, FloatArray, IntArray
 from kvbudget.simulator.engine_config import EngineConfig
-from kvbudget.simulator.fast_decode import DecodeGroupEngine, SkipAheadEngine
+from kvbudget.simulator.fast_decode import SkipAheadEngine
 from kvbudget.simulator.small_arrays import isum
 from kvbudget.workloads import Workload
 
@@ -360,25 +360,15 @@ def _with_skip_ahead(cls: type[Engine], fast: type[SkipAheadEngine]) -> type[Eng
     return cast("type[Engine]", made)
 
 
-# ... the same engine with skip-ahead, and with the decode group (where its hooks allow one)
+# ... the same engine with skip-ahead
 SKIP_AHEAD_CLASSES: dict[str, type[Engine]] = {
     name: _with_skip_ahead(cls, SkipAheadEngine) for name, cls in ENGINE_CLASSES.items()
-}
-DECODE_GROUP_CLASSES: dict[str, type[Engine]] = {
-    name: _with_skip_ahead(cls, DecodeGroupEngine)
-    for name, cls in ENGINE_CLASSES.items()
-    if cls.decode_group
 }
 
 
 def engine_class(config: EngineConfig) -> type[Engine]:
-    """The class that runs ``config``: its preset, stepping or with skip-ahead; with
-    skip-ahead, a preset whose hooks allow it (``Engine.decode_group``) keeps a decode group."""
-    if not config.skip_ahead:
-        return ENGINE_CLASSES[config.name]
-    if config.name in DECODE_GROUP_CLASSES:
-        return DECODE_GROUP_CLASSES[config.name]
-    return SKIP_AHEAD_CLASSES[config.name]
+    """The class that runs ``config``: its preset, stepping or with skip-ahead."""
+    return (SKIP_AHEAD_CLASSES if config.skip_ahead else ENGINE_CLASSES)[config.name]
 
 
 def make_engine(

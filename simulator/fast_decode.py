@@ -1,18 +1,17 @@
 """The engine with ``skip_ahead``: the same results as stepping, with runs of pure-decode steps
 computed at once.
 
-When every running request is decoding and nothing else can change until a request finishes,
-a block allocation fails, or something arrives from outside, the whole run of steps follows
-from arithmetic (:mod:`kvbudget.simulator.decode_plan`), so :class:`SkipAheadEngine` plans it,
-waits for its end and commits it in one go (cut short at the step in progress when work is
-added or aborted meanwhile, as stepping would have). It also schedules a step whose running
-requests all get their blocks with arrays rather than request by request. Every engine variant
-runs on it when ``skip_ahead`` is on (:func:`kvbudget.simulator.engine_variants.make_engine`).
-
-:class:`DecodeGroupEngine` (every engine preset, with or without prefix caching) goes further:
-while every running request decodes it keeps them as a :class:`DecodeGroup` (base values plus
-the group's step count, their context in all, when their blocks fill, when they finish), so a
-decode run and the running part of a step cost the same however many requests decode.
+While every running request decodes, :class:`SkipAheadEngine` keeps them as a
+:class:`DecodeGroup` (base values plus the group's step count, their context in all, when their
+blocks fill, when they finish), so the running part of a step costs the same however many
+requests decode, and the waiting part is :class:`~kvbudget.simulator.engine.Engine`'s own. When
+such a step starts nothing (no waiting request can start until a request finishes, a block
+allocation fails, or something arrives from outside), the whole run of decode steps that
+follows is arithmetic (:mod:`kvbudget.simulator.decode_plan`): the engine plans it, waits for
+its end and commits it in one go (cut short at the step in progress when work is added or
+aborted meanwhile, as stepping would have). Every engine variant runs on it when
+``skip_ahead`` is on (:func:`kvbudget.simulator.engine_variants.make_engine`); one whose hooks
+read running requests' arrays between steps (``Engine.decode_group = False``) steps.
 
 Stepping (:class:`kvbudget.simulator.engine.Engine`) stays the reference: the property tests
 compare every result of these classes with it.
@@ -33,320 +32,17 @@ from simpy.events import Timeout
 
 from kvbudget.simulator.decode_plan import GROUP_SMALL_K, DecodeRunPlanner, Floats, Ints
 from kvbudget.simulator.engine import Engine, IntArray
-from kvbudget.simulator.small_arrays import imax, imin, isum
+from kvbudget.simulator.small_arrays import isum
 
-__all__ = ["DecodeGroup", "DecodeGroupEngine", "SkipAheadEngine"]
+__all__ = ["DecodeGroup", "SkipAheadEngine"]
 
 Run = tuple[Floats, Ints, Floats]
 """A planned decode run: its steps' ends, the blocks in use during each, their durations."""
 
 
 @dataclass(slots=True)
-class DecodeRows:
-    """A pure-decode step of every running request, gathered once for the decode run planned
-    from it: ``computed`` and ``output`` are the requests' ``num_computed_tokens`` and
-    ``num_output_tokens`` before the step, ``blocks`` their ``num_blocks`` after the step's
-    allocation."""
-
-    computed: IntArray
-    blocks: IntArray
-    output: IntArray
-
-
-class SkipAheadEngine(Engine):
-    """:class:`Engine` with decode runs computed at once and the running loop in arrays."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.planner = DecodeRunPlanner(self.cost, self.block_size)
-        self._jump_ends: Floats | None = None  # step ends of the decode run in progress
-        self._run_rows: IntArray | None = None  # its rows (the run is committed at its end)
-        self._run_ends: Floats | None = None  # its step ends, kept when it is cut short
-        self._jump_keep = 0
-        # the waiting head refused as the decode run in progress was planned past the next
-        # external event (_plan_until), None when it was not
-        self._span_head: int | None = None
-
-    # --- what the executor reads mid-run ---------------------------------------------------
-    def output_tokens_of(self, i: int) -> int:
-        """Row ``i``'s output tokens as of the last step that has ended: a decode run in
-        progress is committed at its end, so the steps of it already run are added."""
-        out = self.num_output_tokens.item(i)
-        rows, ends = self._run_rows, self._run_ends
-        if ends is not None and rows is not None and np.count_nonzero(rows == i):
-            out += bisect.bisect_left(ends, self.env.now)
-        return out
-
-    def output_tokens(self) -> IntArray:
-        out = self.num_output_tokens.copy()
-        for i in self._rows_ahead():
-            out[i] = self.output_tokens_of(i)
-        return out
-
-    def _rows_ahead(self) -> list[int]:
-        """The rows whose arrays lag behind the steps that have ended."""
-        return [] if self._run_rows is None else self._run_rows.tolist()
-
-    # --- decode runs -----------------------------------------------------------------------
-    def _steady(self, rows: IntArray, new: IntArray, preempted: bool) -> DecodeRows | None:
-        """The rows' state when the step is pure decode of every running request and no
-        waiting request can start until something changes (a finish, an allocation failure,
-        an arrival); None otherwise."""
-        n = len(rows)
-        if preempted or n != len(self.running) or n == 0 or self._step_extra_s:
-            return None
-        if n > self.tokens_limit:
-            return None
-        for _, n_new in self._tail or ():
-            if n_new != 1:
-                return None  # a request starting with more than one token: a prefill
-        # A waiting head (if any) was refused this step by max_num_seqs, the token budget or
-        # allocate_slots; during a decode run the first two stay and free blocks only shrink,
-        # so it stays refused until a request finishes (which ends the run).
-        fast = self._fast
-        if fast is not None and fast.rows is rows:
-            # the running loop alone, vectorised: a running request always has at least one
-            # token to compute, so ``n`` tokens left in all is one each, all scheduled (one
-            # token scheduled each is not enough: the budget may cut a prefill to one token)
-            if fast.num_need != n:
-                return None
-            computed, blocks = fast.computed, fast.want
-        else:
-            computed = self.num_computed_tokens[rows]
-            if imax(self.num_tokens[rows] - computed) != 1:  # then one new token each too
-                return None
-            blocks = self.kv.num_blocks[rows]
-        output = self.num_output_tokens[rows]
-        if not self._all_decode and not imin(output) > 0:
-            return None
-        return DecodeRows(computed, blocks, output)
-
-    def _run_scheduled(
-        self, rows: IntArray, new: IntArray, preempted: bool, reserved: int, counts: tuple[int, int]
-    ) -> Generator[simpy.Event, Any, None]:
-        """A pure-decode step of every running request starts a decode run (as long as
-        nothing can change); any other step runs as :class:`Engine` runs it."""
-        decode = self._steady(rows, new, preempted) if self.config.skip_ahead else None
-        if decode is None:
-            yield from super()._run_scheduled(rows, new, preempted, reserved, counts)
-            return
-        run: Run | None = None
-        c0 = isum(decode.computed)
-        to_finish = imin(self.target_output[rows] - decode.output)
-        n = len(rows)
-        t_ext = self.hooks.next_external_s()
-        until = self._plan_until(t_ext)
-        k_max, dt = self.planner.bound(n, c0, to_finish, self.t, until)
-        if k_max > 1:
-            planned = self.planner.alloc_plan(decode.computed, decode.blocks, k_max)
-            run = self._span_keep(self._planned_run(n, planned, c0, dt, until), t_ext, until)
-            if len(run[0]) > 1:
-                self._run_rows = rows
-        k = yield from self._wait_run(dt, run, reserved, counts)
-        aborted = self._apply_aborts() if self._aborts else []
-        self._steps_rows = rows
-        self._on_steps(preempted, k)
-        # the blocks steps 1..k-1 take, as planned (step 0 takes none: see plan)
-        extra: int | None = int(run[1][k - 1] - run[1][0]) if run is not None else 0
-        self._commit_run(rows, k, decode, k >= to_finish, extra, aborted)
-
-    def _planned_run(
-        self, n: int, planned: IntArray, c0: int, dt: float, until: float
-    ) -> tuple[Floats, Ints, Floats]:
-        """A decode run of ``n`` requests from ``c0`` context tokens (its first step ``dt``
-        long, planned to end by ``until``) whose steps 1..j would take ``planned[j]`` blocks,
-        cut where the blocks run out and, while the waiting head is refused, where it may
-        start (:meth:`_jump_limit`): its step ends, blocks in use and step times."""
-        alloc_cum = self.planner.cut_to_free(planned, self.kv.num_available_blocks)
-        if self.head_refusal:  # the waiting head was refused: for how long?
-            alloc_cum = alloc_cum[: self._jump_limit(len(alloc_cum), alloc_cum)]
-        _, step_end, used, dts = self.planner.plan(
-            n, alloc_cum, c0, self.t, until, dt, self.kv.num_used_blocks
-        )
-        return step_end, used, dts
-
-    def _plan_until(self, t_ext: float) -> float:
-        """How far a decode run planned now may go: to the step in progress at ``t_ext``, the
-        next external event (which may change what the next step schedules). While the
-        waiting head is refused (``head_refusal``) a request that arrives joins the queue
-        behind it, so the steps scheduled after it differ only in the timeline's figures
-        (running and waiting requests, the gateway's reserved tokens: read as each step is
-        scheduled, kept at the samples); the run may then go on, over arrivals, to the first
-        timeline sample at or after ``t_ext`` (:meth:`_span_keep`). A request that arrives
-        at the head (a priority queue) or an abort still ends the run with the step in
-        progress (:meth:`_work_changed`), as without."""
-        if not self.head_refusal or t_ext == math.inf:
-            return t_ext
-        self._span_head = self.waiting.peek_request()
-        return self._timeline.first_at_or_after(t_ext)
-
-    @staticmethod
-    def _span_keep(run: Run, t_ext: float, until: float) -> Run:
-        """The steps to keep of a ``run`` planned to ``until`` (:meth:`_plan_until`): those up
-        to the one in progress at ``t_ext``, and those ending by ``until`` (the steps
-        scheduled before ``t_ext`` and those whose figures no sample reads)."""
-        if until == t_ext:
-            return run
-        ends, used, dts = run
-        if isinstance(ends, list):
-            k_ext = bisect.bisect_left(ends, t_ext) + 1
-            k_until = bisect.bisect_right(ends, until)
-        else:
-            k_ext = int(ends.searchsorted(t_ext, side="left")) + 1
-            k_until = int(ends.searchsorted(until, side="right"))
-        k_ext = min(k_ext, len(ends))
-        if k_ext > 1 and ends[k_ext - 1] == t_ext:  # see decode_plan._TIE
-            k_ext -= 1
-        k = max(k_ext, k_until)
-        return ends[:k], used[:k], dts[:k]
-
-    def _wait_run(
-        self, dt: float, run: Run | None, reserved: int, counts: tuple[int, int]
-    ) -> Generator[simpy.Event, Any, int]:
-        """Run one step of ``dt`` seconds, or the planned decode ``run`` (step ends, blocks in
-        use, step times), with their KV and head-of-line terms and timeline samples
-        (``reserved`` and ``counts``: the timeline's figures as it was scheduled); returns the
-        steps that ran (a run ends early when work is added or aborted)."""
-        env = self.env
-        if run is None:  # one step: nothing cuts it (_work_changed)
-            t1 = self._account_step(dt, reserved, counts)
-            self._busy = True
-            yield Timeout(env, max(0.0, t1 - env.now))  # env.timeout, without its descriptor
-            self._span_head = None
-            self._busy = False
-            self.t = t1
-            self.num_steps += 1
-            self._step_end_s.append(t1)
-            return 1
-        self._busy = True
-        step_end, used, dts = run
-        t1 = float(step_end[-1])
-        k = len(step_end)
-        if k > 1:
-            self._jump_ends = self._run_ends = step_end
-        # a run planned past the next external event waits for its last step's end from that
-        # step's start, as stepping creates a step's end event when the step starts: an event
-        # created during the run and due exactly then runs after it or before, as in stepping
-        # (decode_plan._TIE)
-        last_start = float(step_end[k - 2]) if self._span_head is not None and k > 1 else None
-        while True:
-            try:
-                if last_start is not None:
-                    yield Timeout(env, max(0.0, last_start - env.now))
-                    last_start = None
-                yield Timeout(env, max(0.0, t1 - env.now))
-                break
-            except simpy.Interrupt:
-                # work was added or aborted mid-run: stop at the end of the step in progress,
-                # as stepping one by one would have (or later: see _work_changed)
-                k = self._jump_keep
-                t1 = float(step_end[k - 1])
-                if last_start is not None and k > 1 and float(step_end[k - 2]) >= env.now:
-                    last_start = float(step_end[k - 2])
-                else:
-                    last_start = None
-        self._jump_ends = self._run_ends = self._run_rows = None
-        self._span_head = None
-        self._busy = False
-        self.t = t1
-        self.num_steps += k
-        if isinstance(step_end, list):
-            self._step_end_s.extend(step_end[:k] if k < len(step_end) else step_end)
-        else:
-            self._flush_step_ends()
-            self._end_chunks.append(np.asarray(step_end[:k], np.float64))
-        self._account_run(step_end, used, dts, k, reserved, counts)
-        return k
-
-    def _work_changed(self, *, added: bool = False) -> None:
-        """Something changed this engine's work during a planned decode run (another replica's
-        completion admitted or revoked a request here): end the run with the step in progress.
-        A request ``added`` behind the waiting head the run was planned past arrivals for
-        (:meth:`_plan_until`) changes only the timeline's figures of the steps scheduled from
-        now on: the run goes on to the first sample at or after now."""
-        ends = self._jump_ends
-        now = self.env.now
-        # nothing to cut unless a step after the one in progress is planned (the run's next
-        # to last step ends now or later): the common case, checked without a search
-        if ends is None or len(ends) < 2 or ends[-2] < now:
-            return
-        keep = bisect.bisect_left(ends, now) + 1
-        if added and self._span_head is not None and self.waiting.peek_request() == self._span_head:
-            keep = max(keep, bisect.bisect_right(ends, self._timeline.first_at_or_after(now)))
-            if keep >= len(ends):
-                return
-            self._jump_ends = ends[:keep]  # what comes later may cut it shorter
-        else:
-            self._jump_ends = None
-        self._jump_keep = keep
-        self.process.interrupt()
-
-    def _account_run(
-        self, step_end: Floats, used: Ints, dts: Floats, k: int, reserved: int,
-        counts: tuple[int, int],
-    ) -> None:
-        """The KV and head-of-line terms and timeline samples of the first ``k`` steps of a
-        decode run."""
-        if k < len(step_end):  # cut short
-            step_end, used, dts = step_end[:k], used[:k], dts[:k]
-        self.integrals.add_run(dts, used, self._hol_blocked)
-        if self._timeline.next_s < self.t:  # a sample is due
-            self._timeline.sample_steps(step_end, used, reserved, counts, self.num_preemptions_total)
-            self._flush_step_ends()
-            self._fold_terms()
-
-    def _commit_run(
-        self, rows: IntArray, k: int, decode: DecodeRows, finishes: bool, extra: int | None,
-        aborted: list[int],
-    ) -> None:
-        """Commit a decode run of ``k`` steps (see :meth:`_commit_jump`), dropping the requests
-        ``aborted`` during its last step."""
-        if aborted:
-            extra = None  # fewer rows than planned: count them again
-            keep = ~np.isin(rows, aborted)
-            if k > 1:
-                # an aborted request keeps the tokens of the steps that ended before
-                # its abort (which came during the last step: it ended the run)
-                gone = rows[~keep]
-                self.num_output_tokens[gone] = decode.output[~keep] + (k - 1)
-                self.num_computed_tokens[gone] = decode.computed[~keep] + (k - 1)
-                self.num_tokens[gone] += k - 1
-            rows = rows[keep]
-            decode = DecodeRows(decode.computed[keep], decode.blocks[keep], decode.output[keep])
-        self._commit_jump(rows, k, decode, finishes, extra)
-
-    def _commit_jump(
-        self, rows: IntArray, k: int, decode: DecodeRows, finishes: bool, extra: int | None = None
-    ) -> None:
-        """Commit ``k`` decode steps of ``rows`` (whose state before them is ``decode``);
-        ``finishes``: whether some request may reach its output length; ``extra``: the blocks
-        steps 1..k-1 take, if the plan counted them (None: count them here)."""
-        new_total = decode.computed + k
-        if k > 1 and extra != 0:  # step 0's blocks were allocated by _schedule; the later steps'
-            bs = self.block_size  # are taken now
-            blocks = decode.blocks
-            need = np.maximum((new_total + (bs - 1)) // bs, blocks)
-            if extra is None:
-                extra = isum(need - blocks)
-            if extra:
-                self.kv.take(extra)
-                self.kv.num_blocks[rows] = need
-        self.num_computed_tokens[rows] = new_total
-        if not self._synced:  # some row's previous token may not be the step before the run's
-            self.segments.note(rows, decode.output + 1, self.num_steps - k + 1)
-        self._synced = True  # ``rows`` are the running requests: each got every step's token
-        output = decode.output + k
-        self.num_output_tokens[rows] = output
-        self.num_tokens[rows] = new_total + 1  # decoding: one token to compute, as before
-        if not finishes:
-            return
-        done = rows[output >= self.target_output[rows]]
-        if done.size:
-            self._finish(done.tolist())
-
-@dataclass(slots=True)
 class DecodeGroup:
-    """The running requests of a :class:`DecodeGroupEngine` while every one of them is
+    """The running requests of a :class:`SkipAheadEngine` while every one of them is
     decoding, kept in O(1) per step: a member's ``num_computed_tokens``, ``num_output_tokens``
     and ``num_tokens`` are its arrays' values plus ``step - members[row]`` (the decode steps
     the group took since the row joined), and its ``num_blocks`` is the larger of its array's
@@ -376,22 +72,53 @@ class DecodeGroup:
     over: bool = False  # some member joined holding blocks beyond its computed tokens
 
 
-class DecodeGroupEngine(SkipAheadEngine):
-    """:class:`SkipAheadEngine` keeping its running requests as a :class:`DecodeGroup` while
-    all of them decode. A member's arrays lag behind the group's steps: a variant's hooks read
-    running requests through :meth:`running_output_tokens` and :attr:`num_running_blocks`
-    (which count the group's steps), never their arrays (``Engine.decode_group``)."""
+class SkipAheadEngine(Engine):
+    """:class:`Engine` keeping its running requests as a :class:`DecodeGroup` while all of them
+    decode, and running the group's decode runs at once. A member's arrays lag behind the
+    group's steps: a variant's hooks read running requests through
+    :meth:`running_output_tokens` and ``kv.num_running_blocks`` (which count the group's
+    steps), never their arrays (``Engine.decode_group``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.planner = DecodeRunPlanner(self.cost, self.block_size)
         # exists only while its steps run: any other step dissolves it first (see _step)
         self._group: DecodeGroup | None = None
         joined_at = np.zeros(len(self.prompt_tokens), np.int64)  # a member's join step
         self._joined_at = self.rows.add("_joined_at", joined_at, 0)
         # the group's step being committed: its members and the requests that start in it
         self._steps_group: tuple[int, list[tuple[int, int]]] = (0, [])
+        self._jump_ends: Floats | None = None  # step ends of the decode run in progress
+        self._run_ends: Floats | None = None  # its step ends, kept when it is cut short
+        self._jump_keep = 0
+        # the waiting head refused as the decode run in progress was planned past the next
+        # external event (_plan_until), None when it was not
+        self._span_head: int | None = None
 
-    # --- what hooks read of running requests ------------------------------------------------
+    # --- what the executor and hooks read mid-run ------------------------------------------
+    def output_tokens_of(self, i: int) -> int:
+        """Row ``i``'s output tokens as of the last step that has ended: a member's count the
+        group's steps, and those of a decode run in progress that have ended."""
+        g = self._group
+        if g is None or i not in g.members:
+            return self.num_output_tokens.item(i)
+        out = self.num_output_tokens.item(i) + g.step - g.members[i]
+        ends = self._run_ends  # a group run's rows are the group's
+        if ends is not None:
+            out += bisect.bisect_left(ends, self.env.now)
+        return out
+
+    def output_tokens(self) -> IntArray:
+        out = self.num_output_tokens.copy()
+        for i in self._rows_ahead():
+            out[i] = self.output_tokens_of(i)
+        return out
+
+    def _rows_ahead(self) -> list[int]:
+        """The rows whose arrays lag behind the steps that have ended (the group's)."""
+        g = self._group
+        return [] if g is None else list(g.members)
+
     def running_output_tokens(self) -> IntArray:
         out = super().running_output_tokens()
         g = self._group
@@ -407,20 +134,6 @@ class DecodeGroupEngine(SkipAheadEngine):
             return super().scheduled_with_output()
         n, tail = self._steps_group  # members have output; of the tail, those resuming
         return n > 0 or any(self.num_output_tokens.item(i) > 0 for i, _ in tail)
-
-    def output_tokens_of(self, i: int) -> int:
-        g = self._group
-        if g is None or i not in g.members:
-            return super().output_tokens_of(i)
-        out = self.num_output_tokens.item(i) + g.step - g.members[i]
-        ends = self._run_ends  # a group run's rows are the group's
-        if ends is not None:
-            out += bisect.bisect_left(ends, self.env.now)
-        return out
-
-    def _rows_ahead(self) -> list[int]:
-        g = self._group
-        return super()._rows_ahead() + ([] if g is None else list(g.members))
 
     def _abort_now(self, i: int) -> None:
         if self._group is not None and i in self._group.members:
@@ -548,7 +261,7 @@ class DecodeGroupEngine(SkipAheadEngine):
         """A step whose running loop is the group's (every member gets its token and block):
         :meth:`_group_iteration`; any other step dissolves the group first."""
         g = self._group
-        if g is None and self._all_decode and self._synced and self.running:
+        if g is None and self._all_decode and self._synced and self.running and self.decode_group:
             # (members get a token every group step, so each must have had last step's)
             self._group_form()
             g = self._group
@@ -625,23 +338,7 @@ class DecodeGroupEngine(SkipAheadEngine):
         self._steps_rows = None  # for scheduled_with_output: the group's step
         self._steps_group = (n, tail)
         if self._aborts:
-            # back to the arrays, as they were when the step was scheduled, and on as stepping
-            self._group_dissolve(scheduled=True)
-            rows = self.running_rows()  # the group's rows, then the tail's
-            if decoding:  # read before the aborts change the arrays
-                decode = DecodeRows(
-                    self.num_computed_tokens[rows],
-                    self.kv.num_blocks[rows],
-                    self.num_output_tokens[rows],
-                )
-                aborted = self._apply_aborts()
-                self._on_steps(False, k)
-                self._commit_run(rows, k, decode, k >= to_finish, None, aborted)
-            else:
-                aborted = self._apply_aborts()
-                self._on_steps(False, 1)
-                new = np.array([1] * n + [n_new for _, n_new in tail], np.int64)
-                self._commit_step(rows, new, aborted)
+            self._group_abort(g, k, run, tail)
             return
         self._on_steps(False, k)
         if decoding:
@@ -650,6 +347,26 @@ class DecodeGroupEngine(SkipAheadEngine):
             self._group_commit_run(g, k, taken, k >= to_finish)
         else:
             self._commit_decode_step(n + len(tail))
+
+    def _group_abort(self, g: DecodeGroup, k: int, run: Run | None,
+                     tail: list[tuple[int, int]]) -> None:
+        """Commit ``k`` steps of the group (with ``tail``: the requests that started in the
+        first; a decode ``run``, or one step) when aborts came during the last: the first
+        ``k - 1`` commit as the group's, the last as stepping commits a step, without the
+        aborted requests (aborts wait for the step in progress to end)."""
+        if k > 1:
+            assert run is not None and not tail
+            used = run[1]
+            self._on_steps(False, k - 1)
+            self._group_commit_run(g, k - 1, int(used[k - 2] - used[0]), False)
+            self.kv.take(int(used[k - 1] - used[k - 2]))  # the last step's, as scheduled
+        n = g.size
+        self._group_dissolve(scheduled=True)
+        rows = self.running_rows()  # the group's rows, then the tail's
+        aborted = self._apply_aborts()
+        self._on_steps(False, 1)
+        new = np.array([1] * n + [n_new for _, n_new in tail], np.int64)
+        self._commit_step(rows, new, aborted)
 
     def _commit_running_decode(self) -> list[int]:
         g = self._group  # a step of the group's (any other step dissolves it first)
@@ -662,7 +379,7 @@ class DecodeGroupEngine(SkipAheadEngine):
         return []
 
     def _group_commit_run(self, g: DecodeGroup, k: int, extra: int, finishes: bool) -> None:
-        """:meth:`_commit_jump` for the decode group: ``k`` steps, ``extra`` blocks taken by
+        """Commit ``k`` decode steps of the group: ``extra`` blocks taken by
         steps 1..k-1; ``finishes``: whether some member may have all its output."""
         if extra:
             self.kv.take(extra)
@@ -672,3 +389,148 @@ class DecodeGroupEngine(SkipAheadEngine):
             done = self._group_done(g)
             if done:
                 self._finish(done)
+    # --- decode runs ----------------------------------------------------------------------------
+    def _planned_run(
+        self, n: int, planned: IntArray, c0: int, dt: float, until: float
+    ) -> tuple[Floats, Ints, Floats]:
+        """A decode run of ``n`` requests from ``c0`` context tokens (its first step ``dt``
+        long, planned to end by ``until``) whose steps 1..j would take ``planned[j]`` blocks,
+        cut where the blocks run out and, while the waiting head is refused, where it may
+        start (:meth:`_jump_limit`): its step ends, blocks in use and step times."""
+        alloc_cum = self.planner.cut_to_free(planned, self.kv.num_available_blocks)
+        if self.head_refusal:  # the waiting head was refused: for how long?
+            alloc_cum = alloc_cum[: self._jump_limit(len(alloc_cum), alloc_cum)]
+        _, step_end, used, dts = self.planner.plan(
+            n, alloc_cum, c0, self.t, until, dt, self.kv.num_used_blocks
+        )
+        return step_end, used, dts
+
+    def _plan_until(self, t_ext: float) -> float:
+        """How far a decode run planned now may go: to the step in progress at ``t_ext``, the
+        next external event (which may change what the next step schedules). While the
+        waiting head is refused (``head_refusal``) a request that arrives joins the queue
+        behind it, so the steps scheduled after it differ only in the timeline's figures
+        (running and waiting requests, the gateway's reserved tokens: read as each step is
+        scheduled, kept at the samples); the run may then go on, over arrivals, to the first
+        timeline sample at or after ``t_ext`` (:meth:`_span_keep`). A request that arrives
+        at the head (a priority queue) or an abort still ends the run with the step in
+        progress (:meth:`_work_changed`), as without."""
+        if not self.head_refusal or t_ext == math.inf:
+            return t_ext
+        self._span_head = self.waiting.peek_request()
+        return self._timeline.first_at_or_after(t_ext)
+
+    @staticmethod
+    def _span_keep(run: Run, t_ext: float, until: float) -> Run:
+        """The steps to keep of a ``run`` planned to ``until`` (:meth:`_plan_until`): those up
+        to the one in progress at ``t_ext``, and those ending by ``until`` (the steps
+        scheduled before ``t_ext`` and those whose figures no sample reads)."""
+        if until == t_ext:
+            return run
+        ends, used, dts = run
+        if isinstance(ends, list):
+            k_ext = bisect.bisect_left(ends, t_ext) + 1
+            k_until = bisect.bisect_right(ends, until)
+        else:
+            k_ext = int(ends.searchsorted(t_ext, side="left")) + 1
+            k_until = int(ends.searchsorted(until, side="right"))
+        k_ext = min(k_ext, len(ends))
+        if k_ext > 1 and ends[k_ext - 1] == t_ext:  # see decode_plan._TIE
+            k_ext -= 1
+        k = max(k_ext, k_until)
+        return ends[:k], used[:k], dts[:k]
+
+    def _wait_run(
+        self, dt: float, run: Run | None, reserved: int, counts: tuple[int, int]
+    ) -> Generator[simpy.Event, Any, int]:
+        """Run one step of ``dt`` seconds, or the planned decode ``run`` (step ends, blocks in
+        use, step times), with their KV and head-of-line terms and timeline samples
+        (``reserved`` and ``counts``: the timeline's figures as it was scheduled); returns the
+        steps that ran (a run ends early when work is added or aborted)."""
+        env = self.env
+        if run is None:  # one step: nothing cuts it (_work_changed)
+            t1 = self._account_step(dt, reserved, counts)
+            self._busy = True
+            yield Timeout(env, max(0.0, t1 - env.now))  # env.timeout, without its descriptor
+            self._span_head = None
+            self._busy = False
+            self.t = t1
+            self.num_steps += 1
+            self._step_end_s.append(t1)
+            return 1
+        self._busy = True
+        step_end, used, dts = run
+        t1 = float(step_end[-1])
+        k = len(step_end)
+        if k > 1:
+            self._jump_ends = self._run_ends = step_end
+        # a run planned past the next external event waits for its last step's end from that
+        # step's start, as stepping creates a step's end event when the step starts: an event
+        # created during the run and due exactly then runs after it or before, as in stepping
+        # (decode_plan._TIE)
+        last_start = float(step_end[k - 2]) if self._span_head is not None and k > 1 else None
+        while True:
+            try:
+                if last_start is not None:
+                    yield Timeout(env, max(0.0, last_start - env.now))
+                    last_start = None
+                yield Timeout(env, max(0.0, t1 - env.now))
+                break
+            except simpy.Interrupt:
+                # work was added or aborted mid-run: stop at the end of the step in progress,
+                # as stepping one by one would have (or later: see _work_changed)
+                k = self._jump_keep
+                t1 = float(step_end[k - 1])
+                if last_start is not None and k > 1 and float(step_end[k - 2]) >= env.now:
+                    last_start = float(step_end[k - 2])
+                else:
+                    last_start = None
+        self._jump_ends = self._run_ends = None
+        self._span_head = None
+        self._busy = False
+        self.t = t1
+        self.num_steps += k
+        if isinstance(step_end, list):
+            self._step_end_s.extend(step_end[:k] if k < len(step_end) else step_end)
+        else:
+            self._flush_step_ends()
+            self._end_chunks.append(np.asarray(step_end[:k], np.float64))
+        self._account_run(step_end, used, dts, k, reserved, counts)
+        return k
+
+    def _work_changed(self, *, added: bool = False) -> None:
+        """Something changed this engine's work during a planned decode run (another replica's
+        completion admitted or revoked a request here): end the run with the step in progress.
+        A request ``added`` behind the waiting head the run was planned past arrivals for
+        (:meth:`_plan_until`) changes only the timeline's figures of the steps scheduled from
+        now on: the run goes on to the first sample at or after now."""
+        ends = self._jump_ends
+        now = self.env.now
+        # nothing to cut unless a step after the one in progress is planned (the run's next
+        # to last step ends now or later): the common case, checked without a search
+        if ends is None or len(ends) < 2 or ends[-2] < now:
+            return
+        keep = bisect.bisect_left(ends, now) + 1
+        if added and self._span_head is not None and self.waiting.peek_request() == self._span_head:
+            keep = max(keep, bisect.bisect_right(ends, self._timeline.first_at_or_after(now)))
+            if keep >= len(ends):
+                return
+            self._jump_ends = ends[:keep]  # what comes later may cut it shorter
+        else:
+            self._jump_ends = None
+        self._jump_keep = keep
+        self.process.interrupt()
+
+    def _account_run(
+        self, step_end: Floats, used: Ints, dts: Floats, k: int, reserved: int,
+        counts: tuple[int, int],
+    ) -> None:
+        """The KV and head-of-line terms and timeline samples of the first ``k`` steps of a
+        decode run."""
+        if k < len(step_end):  # cut short
+            step_end, used, dts = step_end[:k], used[:k], dts[:k]
+        self.integrals.add_run(dts, used, self._hol_blocked)
+        if self._timeline.next_s < self.t:  # a sample is due
+            self._timeline.sample_steps(step_end, used, reserved, counts, self.num_preemptions_total)
+            self._flush_step_ends()
+            self._fold_terms()

@@ -21,7 +21,7 @@ from kvbudget.simulator.decode_plan import GROUP_SMALL_K, SMALL_K, DecodeRunPlan
 from kvbudget.simulator.engine import Engine
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.engine_variants import ENGINE_CLASSES, TrtllmEngine
-from kvbudget.simulator.fast_decode import DecodeGroupEngine, SkipAheadEngine
+from kvbudget.simulator.fast_decode import SkipAheadEngine
 from kvbudget.simulator.run import SimConfig, simulate
 from kvbudget.simulator.sim_config import FleetConfig
 from kvbudget.workloads import Workload, from_columns
@@ -302,7 +302,7 @@ def _true_state(engine: Engine, rows: npt.NDArray[np.int64]) -> tuple[npt.NDArra
     tokens = engine.num_tokens[rows].copy()
     output = engine.num_output_tokens[rows].copy()
     blocks = engine.num_blocks[rows].copy()
-    g = engine._group if isinstance(engine, DecodeGroupEngine) else None
+    g = engine._group if isinstance(engine, SkipAheadEngine) else None
     if g is not None:
         for k, i in enumerate(rows.tolist()):
             if i in g.members:
@@ -317,7 +317,7 @@ def _true_state(engine: Engine, rows: npt.NDArray[np.int64]) -> tuple[npt.NDArra
 
 def _assert_group_facts(engine: Engine) -> None:
     """The decode group's running sums, histogram and finish heap agree with its members."""
-    if not isinstance(engine, DecodeGroupEngine) or engine._group is None:
+    if not isinstance(engine, SkipAheadEngine) or engine._group is None:
         return
     g = engine._group
     members = list(g.members)

@@ -198,6 +198,34 @@ def test_skip_ahead_gives_identical_records_and_timeline(
     assert sa == sb
 
 
+def test_a_variant_that_reads_running_arrays_steps_on_the_skip_ahead_engine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An engine class saying ``decode_group = False`` (its hooks read running requests'
+    arrays between steps) keeps no decode group with skip-ahead, so it has no decode runs: it
+    steps, with stepping's records and steps."""
+    from kvbudget.simulator.fast_decode import SkipAheadEngine
+    from tests.conftest import mixed_workload
+
+    w = mixed_workload(120, rate_rps=6.0, seed=5)
+    formed: list[int] = []
+    form = SkipAheadEngine._group_form
+    monkeypatch.setattr(SkipAheadEngine, "_group_form",
+                        lambda self: (formed.append(1), form(self))[1])
+    out = []
+    for skip in (False, True, True):
+        if len(out) == 2:  # the third run: the class says its hooks read running arrays
+            assert formed  # the second run kept its decoding requests as a group
+            monkeypatch.setattr(SkipAheadEngine, "decode_group", False)
+            formed.clear()
+        cfg = SimConfig(engine=EngineConfig(num_gpu_blocks=400, skip_ahead=skip))
+        out.append(simulate(w, make_policy("unlimited"), cfg))
+    step, _, no_group = out
+    assert not formed  # the third run formed no group
+    assert step.records.equals(no_group.records)
+    assert step.summary["engine"]["num_steps"] == no_group.summary["engine"]["num_steps"]
+
+
 def test_same_seed_same_bytes() -> None:
     from tests.conftest import mixed_workload
 
@@ -211,16 +239,16 @@ def test_same_seed_same_bytes() -> None:
 
 def test_skip_ahead_chooses_the_fast_decode_subclass_of_the_reference_engine() -> None:
     """Stepping is :class:`Engine` itself (or a preset's own class); ``skip_ahead`` runs the
-    same hooks over :class:`DecodeGroupEngine` (every preset's hooks read running requests
+    same hooks over :class:`SkipAheadEngine` (every preset's hooks read running requests
     through the group-aware accessors), with or without prefix caching."""
     from kvbudget.simulator.engine import Engine
     from kvbudget.simulator.engine_config import ENGINE_NAMES
     from kvbudget.simulator.engine_variants import ENGINE_CLASSES, engine_class
-    from kvbudget.simulator.fast_decode import DecodeGroupEngine, SkipAheadEngine
+    from kvbudget.simulator.fast_decode import SkipAheadEngine
 
     assert engine_class(EngineConfig(skip_ahead=False)) is Engine
-    assert engine_class(EngineConfig()) is DecodeGroupEngine
-    assert engine_class(EngineConfig(enable_prefix_caching=True)) is DecodeGroupEngine
+    assert engine_class(EngineConfig()) is SkipAheadEngine
+    assert engine_class(EngineConfig(enable_prefix_caching=True)) is SkipAheadEngine
     assert set(ENGINE_CLASSES) == set(ENGINE_NAMES)
     for name in ENGINE_NAMES:
         step = engine_class(EngineConfig(name=name, skip_ahead=False))
@@ -230,7 +258,7 @@ def test_skip_ahead_chooses_the_fast_decode_subclass_of_the_reference_engine() -
         # the preset's hooks come first, then the skip-ahead engine's
         mro = skip.__mro__
         assert mro.index(step) < mro.index(SkipAheadEngine) or step is Engine
-        assert issubclass(skip, DecodeGroupEngine) == step.decode_group
+        assert step.decode_group
 
 
 def test_the_engine_refuses_more_output_than_declared() -> None:
