@@ -10,7 +10,7 @@ import pytest
 from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.policies import TierConfig, make_policy
 from kvbudget.simulator.engine_config import EngineConfig
-from kvbudget.simulator.run import SimConfig, simulate
+from kvbudget.simulator.run import RunResult, SimConfig, simulate
 from tests.conftest import make_workload
 
 TIERS = (
@@ -210,9 +210,13 @@ def test_a_variant_that_reads_running_arrays_steps_on_the_skip_ahead_engine(
     w = mixed_workload(120, rate_rps=6.0, seed=5)
     formed: list[int] = []
     form = SkipAheadEngine._group_form
-    monkeypatch.setattr(SkipAheadEngine, "_group_form",
-                        lambda self: (formed.append(1), form(self))[1])
-    out = []
+
+    def counted(self: SkipAheadEngine) -> None:
+        formed.append(1)
+        form(self)
+
+    monkeypatch.setattr(SkipAheadEngine, "_group_form", counted)
+    out: list[RunResult] = []
     for skip in (False, True, True):
         if len(out) == 2:  # the third run: the class says its hooks read running arrays
             assert formed  # the second run kept its decoding requests as a group
