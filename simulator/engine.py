@@ -50,22 +50,11 @@ from kvbudget.simulator.request_rows import RowArrays
 from kvbudget.simulator.running_loop import RunningArray, RunningPrefix, budget_prefix
 from kvbudget.simulator.serving import FloatArray, IntArray, RequestFigures
 from kvbudget.simulator.small_arrays import isum
-from kvbudget.simulator.time_integrals import TimeIntegrals
-from kvbudget.simulator.timeline import Timeline, TimelineRow
+from kvbudget.simulator.step_log import StepLog
+from kvbudget.simulator.timeline import TimelineRow
 from kvbudget.simulator.token_segments import TokenGaps, TokenSegments
 
 __all__ = ["Engine", "EngineHooks", "FloatArray", "IntArray", "TokenGaps"]
-
-MERGE_CHUNKS = 256
-"""Chunks of step ends merged into one at a timeline sample once this many have come."""
-
-
-def concat_floats(chunks: list[FloatArray]) -> FloatArray:
-    """The chunks end to end (an empty array for none)."""
-    if not chunks:
-        return np.zeros(0, np.float64)
-    return chunks[0].copy() if len(chunks) == 1 else np.concatenate(chunks)
-
 
 @dataclass(slots=True)
 class EngineHooks:
@@ -240,19 +229,10 @@ class Engine:
         self._wake: simpy.Event | None = None
         self.t = 0.0
         self.num_steps = 0
-        # timeline and exact time integrals: running exact sums (ExactSum, math.fsum's value)
-        # whose terms wait in lists the loop appends to, folded at each timeline sample
-        self._timeline = Timeline(timeline_period_s, self.capacity_tokens, self.block_size)
-        self.integrals = TimeIntegrals(self.block_size)
+        # the steps' log: timeline samples, exact time integrals, step ends
+        self.log = StepLog(timeline_period_s, self.capacity_tokens, self.block_size)
         # inter-token gaps (ITL): each request's runs of tokens in consecutive steps
-        # (``segments``, kvbudget.simulator.token_segments); the step ends are ``_end_chunks``
-        # (arrays) then
-        # ``_step_end_s`` (a list: appending to it is the cheapest, and it goes to the chunks
-        # at each timeline sample and before a run's array of step ends is kept).
         self.segments = TokenSegments(n)
-        self._step_end_s: list[float] = []
-        self._end_chunks: list[FloatArray] = []
-        self._ends_merged = 0  # the leading chunks that are merges of MERGE_CHUNKS chunks
         # every running request got a token in the last committed step (a start clears it)
         self._synced = False
         self.process = env.process(self._run())
@@ -346,7 +326,7 @@ class Engine:
 
     @property
     def timeline(self) -> list[TimelineRow]:
-        return self._timeline.rows
+        return self.log.timeline.rows
 
     @property
     def num_blocks(self) -> IntArray:
@@ -361,17 +341,17 @@ class Engine:
         """Exact total of the steps during which the waiting head could not start for lack of
         KV memory, free or (TGI, TensorRT-LLM, SGLang) reserved or estimated: every engine here
         stops at the first waiting request that does not fit, so it blocks those behind it."""
-        return self.integrals.hol.value()
+        return self.log.integrals.hol.value()
 
     def kv_token_seconds(self) -> float:
         """Exact integral of KV tokens in use over time (blocks x block_size x seconds),
         rounded once (``math.fsum`` of its per-step terms)."""
-        return self.integrals.kv.value()
+        return self.log.integrals.kv.value()
 
     def kv_token_seconds_exact(self) -> int:
         """:meth:`kv_token_seconds` before rounding: exactly, in units of
         ``2**-exact_sum.EXPONENT_BIAS`` (a fleet adds its replicas' and rounds once)."""
-        return self.integrals.kv.exact()
+        return self.log.integrals.kv.exact()
 
     def stats(self) -> dict[str, object]:
         """Engine figures for the summary's ``engine`` block."""
@@ -759,7 +739,8 @@ class Engine:
                 yield self._wake
                 self._wake = None
                 reserved, gw_waiting = self.hooks.gateway_state()
-                self._timeline.sample_idle(env.now, reserved, gw_waiting, self.num_preemptions_total)
+                self.log.timeline.sample_idle(env.now, reserved, gw_waiting,
+                                              self.num_preemptions_total)
                 self.t = max(self.t, env.now)
                 continue
             if Engine.step_observer is not None:
@@ -798,28 +779,12 @@ class Engine:
         self._commit_step(rows, new, aborted)
 
     def _account_step(self, dt: float, reserved: int, counts: tuple[int, int]) -> float:
-        """A single step of ``dt`` seconds from now: its KV and head-of-line terms and timeline
-        samples; returns its end."""
+        """A single step of ``dt`` seconds from now, logged (its KV and head-of-line terms and
+        timeline samples); returns its end."""
         t1 = self.t + dt
-        used_now = self.kv.num_used_blocks
-        self.integrals.add_step(dt, used_now, self._hol_blocked)
-        if self._timeline.next_s < t1:  # a sample is due
-            self._timeline.sample_step(t1, used_now, reserved, counts, self.num_preemptions_total)
-            self._flush_step_ends()
-            self._fold_terms()
+        self.log.scheduled(t1, dt, self.kv.num_used_blocks, self._hol_blocked, reserved, counts,
+                           self.num_preemptions_total)
         return t1
-
-    def _fold_terms(self) -> None:
-        """Fold the time integrals' waiting terms into their exact sums, and merge the chunks
-        of step ends, once there are many (at timeline samples: what a step leaves behind is
-        8 bytes, its end)."""
-        self.integrals.fold()
-        chunks = self._end_chunks
-        if len(chunks) - self._ends_merged >= MERGE_CHUNKS:
-            # the step ends since the last merge as one array (a chunk holds a few steps'
-            # ends, and an array's own ~100 bytes would double what they take)
-            chunks[self._ends_merged :] = [np.concatenate(chunks[self._ends_merged :])]
-            self._ends_merged += 1
 
     def _wait(self, t1: float) -> Generator[simpy.Event, Any, None]:
         """Wait for the step in flight to end at ``t1``."""
@@ -829,7 +794,7 @@ class Engine:
         self._busy = False
         self.t = t1
         self.num_steps += 1
-        self._step_end_s.append(t1)
+        self.log.ended(t1)
 
     def _commit_step(self, rows: IntArray, new: IntArray, aborted: list[int]) -> None:
         """The step's new tokens are computed: a request whose tokens are all computed
@@ -940,9 +905,8 @@ class Engine:
         """The inter-token gaps of the rows ``keep`` selects that finished here
         (:meth:`TokenSegments.gaps`); engine times (the front end's per-token cost is the
         caller's)."""
-        self._flush_step_ends()
         rows = np.flatnonzero(keep & np.isfinite(self.finished_s))
-        return self.segments.gaps(concat_floats(self._end_chunks), rows,
+        return self.segments.gaps(self.log.ends(), rows,
                                   self.num_output_tokens[rows], tier[rows])
 
     def request_figures(self, keep: npt.NDArray[np.bool_], tier: IntArray) -> RequestFigures:
@@ -960,17 +924,9 @@ class Engine:
         for name in ("prompt_tokens", "target_output", "max_output_tokens", "arrival_s",
                      "priority"):
             setattr(self, name, np.zeros(0, getattr(self, name).dtype))
-        self._end_chunks = []
-        self._step_end_s = []
+        self.log.drop_ends()
         self.segments.drop()
         self.kv.drop()
-
-    def _flush_step_ends(self) -> None:
-        """Move the step ends listed since the last flush to an array chunk."""
-        if self._step_end_s:
-            ends = self._step_end_s
-            self._end_chunks.append(np.fromiter(ends, np.float64, len(ends)))
-            self._step_end_s.clear()
 
     def _finish(self, finished: list[int]) -> None:
         if not finished:

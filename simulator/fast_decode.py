@@ -418,7 +418,7 @@ class SkipAheadEngine(Engine):
         if not self.head_refusal or t_ext == math.inf:
             return t_ext
         self._span_head = self.waiting.peek_request()
-        return self._timeline.first_at_or_after(t_ext)
+        return self.log.timeline.first_at_or_after(t_ext)
 
     @staticmethod
     def _span_keep(run: Run, t_ext: float, until: float) -> Run:
@@ -449,14 +449,8 @@ class SkipAheadEngine(Engine):
         steps that ran (a run ends early when work is added or aborted)."""
         env = self.env
         if run is None:  # one step: nothing cuts it (_work_changed)
-            t1 = self._account_step(dt, reserved, counts)
-            self._busy = True
-            yield Timeout(env, max(0.0, t1 - env.now))  # env.timeout, without its descriptor
+            yield from self._wait(self._account_step(dt, reserved, counts))
             self._span_head = None
-            self._busy = False
-            self.t = t1
-            self.num_steps += 1
-            self._step_end_s.append(t1)
             return 1
         self._busy = True
         step_end, used, dts = run
@@ -490,12 +484,11 @@ class SkipAheadEngine(Engine):
         self._busy = False
         self.t = t1
         self.num_steps += k
-        if isinstance(step_end, list):
-            self._step_end_s.extend(step_end[:k] if k < len(step_end) else step_end)
-        else:
-            self._flush_step_ends()
-            self._end_chunks.append(np.asarray(step_end[:k], np.float64))
-        self._account_run(step_end, used, dts, k, reserved, counts)
+        if k < len(step_end):  # cut short
+            step_end, used, dts = step_end[:k], used[:k], dts[:k]
+        self.log.ended_run(step_end)
+        self.log.scheduled_run(step_end, used, dts, self._hol_blocked, reserved, counts,
+                               self.num_preemptions_total)
         return k
 
     def _work_changed(self, *, added: bool = False) -> None:
@@ -512,7 +505,7 @@ class SkipAheadEngine(Engine):
             return
         keep = bisect.bisect_left(ends, now) + 1
         if added and self._span_head is not None and self.waiting.peek_request() == self._span_head:
-            keep = max(keep, bisect.bisect_right(ends, self._timeline.first_at_or_after(now)))
+            keep = max(keep, bisect.bisect_right(ends, self.log.timeline.first_at_or_after(now)))
             if keep >= len(ends):
                 return
             self._jump_ends = ends[:keep]  # what comes later may cut it shorter
@@ -520,17 +513,3 @@ class SkipAheadEngine(Engine):
             self._jump_ends = None
         self._jump_keep = keep
         self.process.interrupt()
-
-    def _account_run(
-        self, step_end: Floats, used: Ints, dts: Floats, k: int, reserved: int,
-        counts: tuple[int, int],
-    ) -> None:
-        """The KV and head-of-line terms and timeline samples of the first ``k`` steps of a
-        decode run."""
-        if k < len(step_end):  # cut short
-            step_end, used, dts = step_end[:k], used[:k], dts[:k]
-        self.integrals.add_run(dts, used, self._hol_blocked)
-        if self._timeline.next_s < self.t:  # a sample is due
-            self._timeline.sample_steps(step_end, used, reserved, counts, self.num_preemptions_total)
-            self._flush_step_ends()
-            self._fold_terms()
