@@ -31,21 +31,18 @@ import numpy.typing as npt
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import MLASpec, ModelSpec, MoESpec, get_model
 from kvbudget.perf.roofline import RooflineCostModel
+from kvbudget.perf.step_features import FEATURES, StepFeatures, decode_step_times
 from kvbudget.perf.step_time import VllmStepModel
 
 F = TypeVar("F", float, npt.NDArray[np.float64])
 
-FEATURES = (
-    "num_prefill_tokens",
-    "num_decode_seqs",
-    "num_context_tokens",
-    "prefill_attention",
-    "num_prefill_seqs",
-)
+__all__ = ["FEATURES", "CostModel", "LinearCostModel", "StepFeatures"]
 
 
 class CostModel(Protocol):
-    """Seconds per engine step as a function of the step's five features."""
+    """Seconds per engine step as a function of the step's five features
+    (:class:`~kvbudget.perf.step_features.StepFeatures`, in its order), and of a run of
+    pure-decode steps as an array (the bits of one ``step_time`` call per step)."""
 
     def step_time(
         self,
@@ -55,6 +52,10 @@ class CostModel(Protocol):
         prefill_attention: F,
         num_prefill_seqs: F,
     ) -> F: ...
+
+    def decode_step_times(
+        self, num_decode_seqs: int, first_context: int, num_steps: int
+    ) -> npt.NDArray[np.float64]: ...
 
     def describe(self) -> dict[str, Any]: ...
 
@@ -120,6 +121,12 @@ class LinearCostModel:
             + self.per_prefill_attention_s * prefill_attention
             + self.per_prefill_seq_s * num_prefill_seqs
         )
+
+    def decode_step_times(
+        self, num_decode_seqs: int, first_context: int, num_steps: int
+    ) -> npt.NDArray[np.float64]:
+        """:func:`~kvbudget.perf.step_features.decode_step_times` of this model."""
+        return decode_step_times(self.step_time, num_decode_seqs, first_context, num_steps)
 
     def scaled(self, factor: float, source: str) -> LinearCostModel:
         """Every step ``factor`` times as long (a calibration refreshed by one speed ratio)."""

@@ -10,6 +10,7 @@ import numpy.typing as npt
 
 from kvbudget.perf.hardware import GPUSpec
 from kvbudget.perf.models import ModelSpec
+from kvbudget.perf.step_features import decode_step_times
 
 F = TypeVar("F", float, npt.NDArray[np.float64])
 
@@ -105,6 +106,12 @@ class RooflineCostModel:
             return scalar
         result: F = overhead + np.maximum(compute, memory)
         return result
+
+    def decode_step_times(
+        self, num_decode_seqs: int, first_context: int, num_steps: int
+    ) -> npt.NDArray[np.float64]:
+        """:func:`~kvbudget.perf.step_features.decode_step_times` of this model."""
+        return decode_step_times(self.step_time, num_decode_seqs, first_context, num_steps)
 
     def describe(self) -> dict[str, Any]:
         extra: dict[str, Any] = {}

@@ -57,10 +57,9 @@ import numpy.typing as npt
 
 from kvbudget.perf.hardware import GPUSpec, get_gpu
 from kvbudget.perf.models import get_model
+from kvbudget.perf.step_features import decode_step_times
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from kvbudget.perf.models import ModelSpec
 
 F = TypeVar("F", float, npt.NDArray[np.float64])
@@ -344,7 +343,7 @@ class VllmStepModel:
         model on one GPU with contexts below :data:`ATTENTION_TABLE_SIZE`, a pure decode
         step is ``fixed + attention`` (:class:`_DenseTerms`): the first remembered by batch
         size, the second read from a table with a stride (two numpy operations); otherwise
-        :meth:`step_time` on an array of the contexts."""
+        :func:`~kvbudget.perf.step_features.decode_step_times`."""
         stop = first_context + num_decode_seqs * num_steps
         if self._dense is not None and stop <= ATTENTION_TABLE_SIZE:
             table = self._attention
@@ -353,10 +352,7 @@ class VllmStepModel:
             times: npt.NDArray[np.float64] = self._fixed_term(num_decode_seqs) + (
                 table[first_context:stop:num_decode_seqs])
             return times
-        context = np.arange(first_context, stop, num_decode_seqs, dtype=np.float64)
-        step_time: Callable[..., npt.NDArray[np.float64]] = self.step_time
-        return np.asarray(step_time(0.0, float(num_decode_seqs), context, 0.0, 0.0),
-                          dtype=np.float64)
+        return decode_step_times(self.step_time, num_decode_seqs, first_context, num_steps)
 
     def _fixed_term(self, num_decode_seqs: int) -> float:
         """:meth:`_DenseTerms.fixed` of ``num_decode_seqs``, remembered."""

@@ -76,10 +76,14 @@ class DecodeRunPlanner:
         # (-m) % block_size for m = 0, 1, ...: sliced from block_size - r, it is (r - j) %
         # block_size for j = 0, 1, ... (group_alloc_plan's phase, one table for every r)
         self._phase = (-np.arange(MAX_JUMP_STEPS + 2 * block_size, dtype=np.int64)) % block_size
-        # a run's step times as an array: the cost model's own vectorised method (the bits of
-        # one step_time call per step) when it has one, else step_time on an array
-        self._decode_array: Callable[[int, int, int], FloatArray] = getattr(
-            cost, "decode_step_times", None) or self._decode_times_by_step_time
+        # a run's step times as an array (the bits of one step_time call per step)
+        self._decode_array = cost.decode_step_times
+        self._step_time = cost.step_time
+
+    def decode_step(self, n: int, context: int) -> float:
+        """The time of a pure-decode step of ``n`` requests attending to ``context`` tokens:
+        ``StepFeatures(0, n, context, 0, 0)`` priced (:mod:`kvbudget.perf.step_features`)."""
+        return float(self._step_time(0.0, float(n), float(context), 0.0, 0.0))
 
     def bound(
         self, n: int, c0: int, to_finish: int, t: float, t_ext: float
@@ -88,7 +92,7 @@ class DecodeRunPlanner:
         first of them finishing in ``to_finish`` steps: an upper bound on its length (the first
         finish, :data:`MAX_JUMP_STEPS`, the next external event at ``t_ext``) and the duration
         of its first step."""
-        dt0 = float(self.cost.step_time(0.0, float(n), float(c0 + n), 0.0, 0.0))
+        dt0 = self.decode_step(n, c0 + n)
         k_max = min(to_finish, MAX_JUMP_STEPS)
         if t_ext != math.inf and k_max > 1 and dt0 > 0:
             # step times never shrink during a decode run (the context only grows), so the run
@@ -184,9 +188,7 @@ class DecodeRunPlanner:
         if k_max > SHORT_RUN_STEPS:
             dts += self._decode_array(n, c0 + 2 * n, k_max - 1).tolist()
         elif k_max > 1:  # a few steps: one step_time call each costs less than an array's
-            step_time, num = self.cost.step_time, float(n)
-            dts += [float(step_time(0.0, num, float(c), 0.0, 0.0))
-                    for c in range(c0 + 2 * n, c0 + n * (k_max + 1), n)]
+            dts += [self.decode_step(n, c) for c in range(c0 + 2 * n, c0 + n * (k_max + 1), n)]
         ends = list(accumulate(dts, initial=t))  # t += dt, step by step
         del ends[0]
         if ends[-1] > t_ext:  # the run ends with the first step ending at t_ext or later
@@ -200,14 +202,3 @@ class DecodeRunPlanner:
             if j >= 0:
                 del ends[max(1, j):], dts[max(1, j):]
         return ends, dts
-
-    def _decode_times_by_step_time(self, n: int, first_context: int, num_steps: int
-                                   ) -> FloatArray:
-        """Durations of ``num_steps`` decode steps of ``n`` requests from ``first_context``
-        tokens (a cost model without ``decode_step_times``): exact contexts (integers below
-        2**53, as arange gives them). The features that stay the same along a decode run go in as floats:
-        a cost model's step_time is element-wise arithmetic, so they broadcast against the
-        context to the bits arrays of equal values would give, with fewer array operations."""
-        context = np.arange(first_context, first_context + n * num_steps, n, dtype=np.float64)
-        step_time: Callable[..., FloatArray] = self.cost.step_time
-        return np.asarray(step_time(0.0, float(n), context, 0.0, 0.0), dtype=np.float64)

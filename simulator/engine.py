@@ -41,7 +41,7 @@ import numpy.typing as npt
 import simpy
 from simpy.events import Timeout
 
-from kvbudget.perf.cost_model import CostModel
+from kvbudget.perf.cost_model import CostModel, StepFeatures
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.kv_blocks import KVBlocks
 from kvbudget.simulator.prefix_cache import PrefixCaching
@@ -50,11 +50,31 @@ from kvbudget.simulator.request_rows import RowArrays
 from kvbudget.simulator.running_loop import RunningArray, RunningPrefix, budget_prefix
 from kvbudget.simulator.serving import FloatArray, IntArray, RequestFigures
 from kvbudget.simulator.small_arrays import isum
+from kvbudget.simulator.step_cost import rows_features, tail_features
 from kvbudget.simulator.step_log import StepLog
 from kvbudget.simulator.timeline import TimelineRow
 from kvbudget.simulator.token_segments import TokenGaps, TokenSegments
 
-__all__ = ["Engine", "EngineHooks", "FloatArray", "IntArray", "TokenGaps"]
+__all__ = ["SPEED_UP_INTERFACE", "Engine", "EngineHooks", "FloatArray", "IntArray", "TokenGaps"]
+
+SPEED_UP_INTERFACE = frozenset({
+    # how a step runs, overridden: the running requests kept as a decode group, its runs
+    "_step", "_commit_running_decode", "_now_decoding", "_abort_now", "_work_changed",
+    # the step's parts, reused: the waiting loop and the invariants, the step's end and log,
+    # the commit of a decode step, aborts and finishes
+    "_schedule_waiting", "_check_schedule", "_tail_features", "_step_seconds", "_account_step",
+    "_wait",
+    "_commit_step", "_commit_decode_step", "_apply_aborts", "_finish",
+    # the step's state: as scheduled (``_fast``, ``_tail``, ``_step_extra_s``,
+    # ``_hol_blocked``), being committed (``_steps_rows``), the running set's
+    # (``_all_decode``, ``_synced``), the loop's (``_busy``, ``_aborts``)
+    "_fast", "_tail", "_step_extra_s", "_hol_blocked", "_steps_rows", "_all_decode", "_synced",
+    "_busy", "_aborts",
+})
+"""What of :class:`Engine`'s own a speed-up (:class:`kvbudget.simulator.fast_decode.SkipAheadEngine`,
+the one subclass that changes how steps run, never what they schedule) may use besides the
+hooks the class lists: checked by ``tests/test_architecture.py``."""
+
 
 @dataclass(slots=True)
 class EngineHooks:
@@ -678,11 +698,12 @@ class Engine:
             budget -= n_new
         return sched, new
 
-    def _features(self, rows: IntArray, new: IntArray) -> tuple[float, float, float, float, float]:
-        """The step's cost-model features (:data:`kvbudget.perf.cost_model.FEATURES`)."""
+    def _features(self, rows: IntArray, new: IntArray) -> StepFeatures:
+        """The scheduled step's features (:mod:`kvbudget.simulator.step_cost`)."""
         tail = self._tail
         if tail is None:
-            return self._features_of_rows(rows, new)
+            return rows_features(rows, new, self.num_computed_tokens, self.num_tokens,
+                                 self.num_output_tokens)
         # ``rows`` are the running requests, all decoding (one new token each), then the
         # waiting requests that start (``tail``, a few): the same sums, in integers
         m = len(rows) - len(tail)
@@ -690,42 +711,15 @@ class Engine:
         context = m + isum(fast.computed) if fast is not None else 0
         return self._tail_features(m, context, tail)
 
-    def _tail_features(
-        self, m: int, context: int, tail: list[tuple[int, int]]
-    ) -> tuple[float, float, float, float, float]:
-        """:meth:`_features` of a step of ``m`` decoding requests attending to ``context``
-        tokens, then the waiting requests that start (``tail``): the same sums, in integers."""
-        num_decode = m
-        prefill = attention = 0
-        for i, n_new in tail:
-            after_i = self.num_computed_tokens.item(i) + n_new
-            context += after_i
-            if n_new == 1 and after_i == self.num_tokens.item(i) and self.num_output_tokens.item(i):
-                num_decode += 1
-            else:
-                prefill += n_new
-                attention += n_new * after_i
-        return (
-            float(prefill),
-            float(num_decode),
-            float(context),
-            float(attention),
-            float(m + len(tail) - num_decode),
-        )
+    def _tail_features(self, m: int, context: int, tail: list[tuple[int, int]]) -> StepFeatures:
+        """:func:`~kvbudget.simulator.step_cost.tail_features` of this step."""
+        return tail_features(m, context, tail, self.num_computed_tokens, self.num_tokens,
+                             self.num_output_tokens)
 
-    def _features_of_rows(self, rows: IntArray, new: IntArray) -> tuple[float, float, float, float, float]:
-        """The step's cost-model features from its rows' arrays."""
-        after = self.num_computed_tokens[rows] + new
-        decode = (new == 1) & (self.num_output_tokens[rows] > 0) & (after == self.num_tokens[rows])
-        prefill_new = new * ~decode  # new tokens of the prefill chunks, 0 for decode rows
-        num_decode = int(np.count_nonzero(decode))
-        return (
-            float(isum(prefill_new)),
-            float(num_decode),
-            float(isum(after)),
-            float(isum(prefill_new * after)),
-            float(len(rows) - num_decode),
-        )
+    def _step_seconds(self, features: StepFeatures) -> float:
+        """The scheduled step's duration: its features priced, plus what hooks added
+        (:meth:`add_step_time`)."""
+        return float(self.cost.step_time(*features)) + self._step_extra_s
 
     def _run(self) -> Generator[simpy.Event, Any, None]:
         """The engine loop: apply aborts, wait while idle, else take a step."""
@@ -769,8 +763,7 @@ class Engine:
     ) -> Generator[simpy.Event, Any, None]:
         """Run the scheduled step for its duration, then commit it. ``reserved`` and
         ``counts`` (running, waiting) are the timeline's figures as it was scheduled."""
-        p, d, c, a, s = self._features(rows, new)
-        dt = float(self.cost.step_time(p, d, c, a, s)) + self._step_extra_s
+        dt = self._step_seconds(self._features(rows, new))
         t1 = self._account_step(dt, reserved, counts)
         yield from self._wait(t1)
         aborted = self._apply_aborts() if self._aborts else []

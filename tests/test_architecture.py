@@ -236,6 +236,31 @@ def test_engine_variants_touch_only_the_documented_hooks_of_the_base_class() -> 
         assert f"def {hook}(" in engine_src, hook
 
 
+def test_the_speed_up_uses_only_the_hooks_and_its_interface_of_the_engine() -> None:
+    """``simulator/fast_decode.py`` (the skip-ahead engine, a subclass of ``Engine``) uses of
+    the base's underscored names only the hooks the ``Engine`` docstring lists and
+    ``engine.SPEED_UP_INTERFACE``; every other underscored name it uses is its own."""
+    from kvbudget.simulator.engine import SPEED_UP_INTERFACE
+
+    allowed = _engine_hooks() | SPEED_UP_INTERFACE
+    engine_src = (REPO / "simulator" / "engine.py").read_text()
+    for name in SPEED_UP_INTERFACE:  # the interface names the base's own
+        assert f"def {name}(" in engine_src or f"self.{name}" in engine_src, name
+    tree = ast.parse((REPO / "simulator" / "fast_decode.py").read_text())
+    bad: list[str] = []
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        for node in ast.walk(cls):
+            if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
+                continue
+            name = node.attr
+            if name.startswith("__") or name in allowed:
+                continue
+            base_own = f"def {name}(" in engine_src or f"self.{name} " in engine_src
+            if base_own:
+                bad.append(f"{cls.name}: {name} (line {node.lineno})")
+    assert not bad, bad
+
+
 def test_no_simulator_module_reads_another_objects_underscored_names() -> None:
     """In ``simulator/`` an underscored attribute is read only on ``self``, ``cls`` or
     ``super()``: the run driver's clients, the fleet (a replica's planner), the engine's KV

@@ -1,0 +1,61 @@
+"""A scheduled step's features (:class:`~kvbudget.perf.step_features.StepFeatures`), summed from
+the engine's per-request arrays: what its cost model prices.
+
+Two ways to the same sums: :func:`rows_features` from the scheduled rows' arrays, and
+:func:`tail_features` for a step whose first ``m`` rows are every running request, all
+decoding (one new token each; their context in all is known), followed by the few waiting
+requests that start (the ``tail``): Python integers over the tail only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvbudget.perf.step_features import StepFeatures
+from kvbudget.simulator.serving import IntArray
+from kvbudget.simulator.small_arrays import isum
+
+__all__ = ["rows_features", "tail_features"]
+
+
+def rows_features(rows: IntArray, new: IntArray, num_computed_tokens: IntArray,
+                  num_tokens: IntArray, num_output_tokens: IntArray) -> StepFeatures:
+    """The features of a step scheduling ``new`` tokens for each of ``rows``: a row decodes when
+    it gets one token, has output already and has computed all its tokens after the step;
+    the others prefill a chunk."""
+    after = num_computed_tokens[rows] + new
+    decode = (new == 1) & (num_output_tokens[rows] > 0) & (after == num_tokens[rows])
+    prefill_new = new * ~decode  # new tokens of the prefill chunks, 0 for decode rows
+    num_decode = int(np.count_nonzero(decode))
+    return StepFeatures(
+        float(isum(prefill_new)),
+        float(num_decode),
+        float(isum(after)),
+        float(isum(prefill_new * after)),
+        float(len(rows) - num_decode),
+    )
+
+
+def tail_features(m: int, context: int, tail: list[tuple[int, int]],
+                  num_computed_tokens: IntArray, num_tokens: IntArray,
+                  num_output_tokens: IntArray) -> StepFeatures:
+    """:func:`rows_features` of a step of ``m`` decoding requests attending to ``context``
+    tokens, then the waiting requests that start (``tail``: row, new tokens): the same sums,
+    in integers."""
+    num_decode = m
+    prefill = attention = 0
+    for i, n_new in tail:
+        after_i = num_computed_tokens.item(i) + n_new
+        context += after_i
+        if n_new == 1 and after_i == num_tokens.item(i) and num_output_tokens.item(i):
+            num_decode += 1
+        else:
+            prefill += n_new
+            attention += n_new * after_i
+    return StepFeatures(
+        float(prefill),
+        float(num_decode),
+        float(context),
+        float(attention),
+        float(m + len(tail) - num_decode),
+    )
