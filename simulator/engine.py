@@ -161,47 +161,13 @@ class Engine:
         prefix_offsets: IntArray | None = None,
         prefix_block_tokens: int = 512,
     ) -> None:
-        if num_gpu_blocks < 1:
-            raise ValueError(f"num_gpu_blocks must be >= 1, got {num_gpu_blocks!r}")
-        if not 0 < timeline_period_s < float("inf"):
-            raise ValueError(f"timeline_period_s must be > 0 and finite, got {timeline_period_s!r}")
         self.env = env
         self.config = config
         self.cost = cost_model
         self.hooks = hooks
-        self.block_size = config.block_size
-        self.num_gpu_blocks = num_gpu_blocks
-        self.capacity_tokens = num_gpu_blocks * config.block_size
-        cap = self.capacity_tokens
-        self.max_model_len = cap if config.max_model_len is None else min(cap, config.max_model_len)
-        if (not config.enable_chunked_prefill and config.name in ("vllm", "vllm-swap")
-                and config.batched_tokens_limit < self.max_model_len):
-            # vLLM's SchedulerConfig refuses this at start-up: without chunking a prompt is
-            # prefilled in one step, so one longer than a step's budget could never run
-            raise ValueError(
-                f"enable_chunked_prefill = false needs max_num_batched_tokens >= max_model_len, "
-                f"got {config.batched_tokens_limit} < {self.max_model_len} (vLLM refuses to "
-                "start: a longer prompt could never be scheduled); raise max_num_batched_tokens "
-                "or set max_model_len")
-        # the seats and the token budget of a step (the config is frozen: read once)
-        self.seqs_limit = config.seqs_limit
-        self.tokens_limit = config.batched_tokens_limit
-        self.watermark_blocks = int(config.watermark * num_gpu_blocks)
-        self._admit_blocks = num_gpu_blocks - self.watermark_blocks
+        self._set_limits(config, num_gpu_blocks, timeline_period_s)
+        self._set_columns(prompt_tokens, output_tokens, max_output_tokens, priority, arrival_s)
         n = len(prompt_tokens)
-        if max_output_tokens is not None and bool(np.any(output_tokens > max_output_tokens)):
-            # a request never generates more than it declared (workloads check it): the
-            # worst-case reservations of TGI and TensorRT-LLM rely on it
-            k = int(np.argmax(output_tokens > max_output_tokens))
-            raise ValueError(f"request {k}: output_tokens {int(output_tokens[k])} exceeds "
-                             f"max_output_tokens {int(max_output_tokens[k])}")
-        self.prompt_tokens = prompt_tokens
-        self.target_output = output_tokens
-        self.priority = (
-            priority if config.scheduling_policy == "priority" else np.zeros(n, np.int64)
-        )
-        self.arrival_s = arrival_s
-        self.max_output_tokens = output_tokens if max_output_tokens is None else max_output_tokens
         # per-request state (vLLM names), each with the value a new row starts with
         self.rows = rows = RowArrays()
         self.num_tokens = rows.add("num_tokens", np.zeros(n, np.int64), 0)
@@ -257,6 +223,50 @@ class Engine:
         self._synced = False
         self.process = env.process(self._run())
 
+    def _set_limits(self, config: EngineConfig, num_gpu_blocks: int,
+                    timeline_period_s: float) -> None:
+        """The engine's sizes and a step's limits (the config is frozen: read once), checked
+        as vLLM checks them at start-up."""
+        if num_gpu_blocks < 1:
+            raise ValueError(f"num_gpu_blocks must be >= 1, got {num_gpu_blocks!r}")
+        if not 0 < timeline_period_s < float("inf"):
+            raise ValueError(f"timeline_period_s must be > 0 and finite, got {timeline_period_s!r}")
+        self.block_size = config.block_size
+        self.num_gpu_blocks = num_gpu_blocks
+        self.capacity_tokens = cap = num_gpu_blocks * config.block_size
+        self.max_model_len = cap if config.max_model_len is None else min(cap, config.max_model_len)
+        if (not config.enable_chunked_prefill and config.name in ("vllm", "vllm-swap")
+                and config.batched_tokens_limit < self.max_model_len):
+            # vLLM's SchedulerConfig refuses this at start-up: without chunking a prompt is
+            # prefilled in one step, so one longer than a step's budget could never run
+            raise ValueError(
+                f"enable_chunked_prefill = false needs max_num_batched_tokens >= max_model_len, "
+                f"got {config.batched_tokens_limit} < {self.max_model_len} (vLLM refuses to "
+                "start: a longer prompt could never be scheduled); raise max_num_batched_tokens "
+                "or set max_model_len")
+        # the seats and the token budget of a step
+        self.seqs_limit = config.seqs_limit
+        self.tokens_limit = config.batched_tokens_limit
+        self.watermark_blocks = int(config.watermark * num_gpu_blocks)
+        self._admit_blocks = num_gpu_blocks - self.watermark_blocks
+
+    def _set_columns(self, prompt_tokens: IntArray, output_tokens: IntArray,
+                     max_output_tokens: IntArray | None, priority: IntArray,
+                     arrival_s: FloatArray) -> None:
+        """The per-request columns the engine reads (the workload's, or a replica's rows)."""
+        if max_output_tokens is not None and bool(np.any(output_tokens > max_output_tokens)):
+            # a request never generates more than it declared (workloads check it): the
+            # worst-case reservations of TGI and TensorRT-LLM rely on it
+            k = int(np.argmax(output_tokens > max_output_tokens))
+            raise ValueError(f"request {k}: output_tokens {int(output_tokens[k])} exceeds "
+                             f"max_output_tokens {int(max_output_tokens[k])}")
+        self.prompt_tokens = prompt_tokens
+        self.target_output = output_tokens
+        self.priority = (priority if self.config.scheduling_policy == "priority"
+                         else np.zeros(len(prompt_tokens), np.int64))
+        self.arrival_s = arrival_s
+        self.max_output_tokens = output_tokens if max_output_tokens is None else max_output_tokens
+
     # --- the executor interface (kvbudget.simulator.serving.ServingEngine) ------------------
     def add_request(self, i: int) -> None:
         """Queue row ``i`` as a fresh request (its prompt only; nothing computed)."""
@@ -308,14 +318,11 @@ class Engine:
         everyone's. Not with prefix caching (its arrays are the workload's)."""
         assert self.kv.prefix is None and type(self).rows_grow
         cap = len(columns["prompt_tokens"])
-        self.prompt_tokens = np.asarray(columns["prompt_tokens"], np.int64)
-        self.target_output = np.asarray(columns["output_tokens"], np.int64)
-        self.max_output_tokens = np.asarray(columns["max_output_tokens"], np.int64)
-        self.arrival_s = np.asarray(columns["arrival_s"], np.float64)
-        if self.config.scheduling_policy == "priority":
-            self.priority = np.asarray(columns["priority"], np.int64)
-        else:
-            self.priority = np.zeros(cap, np.int64)
+        self._set_columns(np.asarray(columns["prompt_tokens"], np.int64),
+                          np.asarray(columns["output_tokens"], np.int64),
+                          np.asarray(columns["max_output_tokens"], np.int64),
+                          np.asarray(columns["priority"], np.int64),
+                          np.asarray(columns["arrival_s"], np.float64))
         for name, array in self.rows.grow(cap).items():
             setattr(self, name, array)
         self.segments.grow(cap)

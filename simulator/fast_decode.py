@@ -371,23 +371,27 @@ class SkipAheadEngine(Engine):
         g = self._group  # a step of the group's (any other step dissolves it first)
         if g is None:
             return super()._commit_running_decode()
-        g.step += 1
-        g.context += g.size
-        if g.finish and g.finish[0][0] <= g.step:
+        return self._group_advance(g, 1, True)
+
+    def _group_advance(self, g: DecodeGroup, k: int, finishes: bool) -> list[int]:
+        """``k`` decode steps of the group committed (their blocks taken already); returns the
+        members that have all their output now (``finishes``: whether some may), in running
+        order, out of the group."""
+        g.step += k
+        g.context += g.size * k
+        if finishes and g.finish and g.finish[0][0] <= g.step:
             return self._group_done(g)
         return []
 
     def _group_commit_run(self, g: DecodeGroup, k: int, extra: int, finishes: bool) -> None:
-        """Commit ``k`` decode steps of the group: ``extra`` blocks taken by
-        steps 1..k-1; ``finishes``: whether some member may have all its output."""
+        """Commit ``k`` decode steps of the group: ``extra`` blocks taken by steps 1..k-1;
+        ``finishes``: whether some member may have all its output."""
         if extra:
             self.kv.take(extra)
-        g.step += k
-        g.context += g.size * k
-        if finishes:
-            done = self._group_done(g)
-            if done:
-                self._finish(done)
+        done = self._group_advance(g, k, finishes)
+        if done:
+            self._finish(done)
+
     # --- decode runs ----------------------------------------------------------------------------
     def _planned_run(
         self, n: int, planned: IntArray, c0: int, dt: float, until: float
