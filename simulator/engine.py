@@ -23,8 +23,10 @@ the cache), ``num_output_tokens``, ``num_blocks``. Automatic prefix caching
 (``enable_prefix_caching``) shares the KV blocks of prompt prefixes with equal hashes
 (Mooncake ``hash_ids``) and evicts unreferenced ones least recently used first.
 
-The same results, faster: ``skip_ahead`` (on by default) runs the subclasses of
-:mod:`kvbudget.simulator.fast_decode`, which compute runs of pure-decode steps at once. Other
+The same results, faster: ``skip_ahead`` (on by default) runs
+:class:`kvbudget.simulator.fast_decode.SkipAheadEngine`, which keeps decoding requests as a
+group and computes runs of pure-decode steps at once; it changes how steps run, never what
+they schedule (:data:`SPEED_UP_INTERFACE`: what of this class it uses). Other
 engines (TGI, SGLang, TensorRT-LLM, vLLM with swap: :mod:`kvbudget.simulator.engine_variants`)
 override the hooks :class:`Engine` lists.
 """
