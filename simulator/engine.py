@@ -1,41 +1,18 @@
-"""A SimPy model of one vLLM (v1) serving engine: paged KV blocks, continuous batching, chunked
-prefill, ``max_num_seqs``, ``max_num_batched_tokens`` and preemption by recompute.
-
-This module is the reference: :class:`Engine` takes one step at a time, and each step reads as
-vLLM v1's ``Scheduler.schedule()`` (``vllm/v1/core/sched/scheduler.py``) does:
-
-1. **Running requests first**, in the order they started. Each gets ``min(num_tokens -
-   num_computed_tokens, token budget left)`` new tokens if :meth:`Engine.allocate_slots` finds
-   KV blocks for them. When it does not, the lowest-priority, latest-arriving running request
-   is preempted (by recompute: its blocks are freed, its ``num_computed_tokens`` reset to 0
-   and it goes back to the front of ``waiting``), until the request fits or is itself the
-   one preempted.
-2. **Then waiting requests**, if nothing was preempted, while the token budget,
-   ``max_num_seqs`` and the free blocks allow; the queue stops at the first that does not fit
-   (:mod:`kvbudget.simulator.request_queue` orders it).
-3. **The step runs** for the time the :class:`~kvbudget.perf.cost_model.CostModel` gives its
-   features, then it is **committed**: computed tokens advance, a request whose tokens are all
-   computed samples one output token, and a request with all its output finishes.
-
-Per-request state lives in numpy arrays indexed by the workload row, in vLLM's vocabulary:
-``num_tokens`` (prompt plus generated tokens), ``num_computed_tokens`` (tokens whose KV is in
-the cache), ``num_output_tokens``, ``num_blocks``. Automatic prefix caching
-(``enable_prefix_caching``) shares the KV blocks of prompt prefixes with equal hashes
-(Mooncake ``hash_ids``) and evicts unreferenced ones least recently used first.
+"""A SimPy model of one vLLM (v1) serving engine: :class:`Engine` runs
+:class:`~kvbudget.simulator.scheduler.Scheduler`'s steps in time, one at a time: schedule, run
+for the step's time (:meth:`Engine._run_scheduled`), commit; aborts wait for the step in flight
+to end, as vLLM processes them between steps. This is the reference.
 
 The same results, faster: ``skip_ahead`` (on by default) runs
 :class:`kvbudget.simulator.fast_decode.SkipAheadEngine`, which keeps decoding requests as a
 group and computes runs of pure-decode steps at once; it changes how steps run, never what
-they schedule (:data:`SPEED_UP_INTERFACE`: what of this class it uses). Other
-engines (TGI, SGLang, TensorRT-LLM, vLLM with swap: :mod:`kvbudget.simulator.engine_variants`)
-override the hooks :class:`Engine` lists.
+they schedule (:data:`SPEED_UP_INTERFACE`: what of these classes it uses besides the hooks).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -43,19 +20,13 @@ import numpy.typing as npt
 import simpy
 from simpy.events import Timeout
 
-from kvbudget.perf.cost_model import CostModel, StepFeatures
+from kvbudget.perf.cost_model import CostModel
 from kvbudget.simulator.engine_config import EngineConfig
-from kvbudget.simulator.kv_blocks import KVBlocks
-from kvbudget.simulator.prefix_cache import PrefixCaching
-from kvbudget.simulator.request_queue import make_request_queue
-from kvbudget.simulator.request_rows import RowArrays
-from kvbudget.simulator.running_loop import RunningArray, RunningPrefix, budget_prefix
+from kvbudget.simulator.scheduler import EngineHooks, Scheduler
 from kvbudget.simulator.serving import FloatArray, IntArray, RequestFigures
-from kvbudget.simulator.small_arrays import isum
-from kvbudget.simulator.step_cost import rows_features, tail_features
 from kvbudget.simulator.step_log import StepLog
 from kvbudget.simulator.timeline import TimelineRow
-from kvbudget.simulator.token_segments import TokenGaps, TokenSegments
+from kvbudget.simulator.token_segments import TokenGaps
 
 __all__ = ["SPEED_UP_INTERFACE", "Engine", "EngineHooks", "FloatArray", "IntArray", "TokenGaps"]
 
@@ -73,77 +44,23 @@ SPEED_UP_INTERFACE = frozenset({
     "_fast", "_tail", "_step_extra_s", "_hol_blocked", "_steps_rows", "_all_decode", "_synced",
     "_busy", "_aborts",
 })
-"""What of :class:`Engine`'s own a speed-up (:class:`kvbudget.simulator.fast_decode.SkipAheadEngine`,
-the one subclass that changes how steps run, never what they schedule) may use besides the
-hooks the class lists: checked by ``tests/test_architecture.py``."""
+"""What of :class:`Engine`'s and :class:`~kvbudget.simulator.scheduler.Scheduler`'s own a
+speed-up (:class:`kvbudget.simulator.fast_decode.SkipAheadEngine`, the one subclass that changes
+how steps run, never what they schedule) may use besides the hooks ``Scheduler`` lists: checked
+by ``tests/test_architecture.py``."""
 
 
-@dataclass(slots=True)
-class EngineHooks:
-    """How the engine tells its executor what happened, and what it reads of it."""
-
-    on_finish: Callable[[int, float], None]
-    on_preempt: Callable[[int, float], None]
-    next_external_s: Callable[[], float]
-    gateway_state: Callable[[], tuple[int, int]]
-
-
-class Engine:
-    """One engine replica, stepping one step at a time. Requests are workload rows ``i``.
-
-    **Hooks** an engine variant overrides (all the behaviour a variant may change; every one
-    calls ``super()`` or replaces the base behaviour whole):
-
-    * :meth:`_admit_waiting` ``(i, n_new) -> str``: may waiting request ``i`` start with
-      ``n_new`` tokens this step; allocate its blocks and return "", or return why not;
-    * :meth:`_on_schedule_waiting` ``()``: before the waiting loop of a step;
-    * :meth:`_schedule_running` ``(budget)``: the running loop (SGLang retracts first when
-      the running requests do not fit: :meth:`running_fits`);
-    * :meth:`_victim` ``() -> int``: the running request preempted when blocks run out;
-    * :meth:`_preempt` ``(i)``: what preempting ``i`` does (recompute here, swap in vllm-swap);
-    * :meth:`_on_abort` ``(i)``: request ``i`` leaves by an abort (before its blocks are freed);
-    * :meth:`_on_steps` ``(preempted, k)``: before ``k`` scheduled steps commit
-      (:meth:`scheduled_with_output` says whether one of their requests had output);
-    * :meth:`_on_idle` ``()``: nothing is running or waiting;
-    * :meth:`_jump_limit` ``(k_max, alloc_cum) -> int``: with skip-ahead, how many steps
-      of a planned decode run keep the waiting head refused;
-    * :meth:`_start_running` ``(i)``, :meth:`_stop_running` ``(rows)``: request ``i`` joins
-      ``running`` (it starts), requests ``rows`` leave it (they finish, are preempted,
-      retracted or aborted); call ``super()`` (TensorRT-LLM keeps a sum over the running
-      requests);
-    * :meth:`stats` ``()``: the variant's own figures, added to the base's;
-    * ``rows`` (:class:`kvbudget.simulator.request_rows.RowArrays`): a variant with
-      per-request arrays of its own registers them there (``rows.add``), so that
-      :meth:`grow_rows` grows them (a fleet's replica holds the rows routed to it), or says
-      ``rows_grow = False`` (a class attribute) when they follow from the columns;
-    * :attr:`decode_group` (a class attribute): False when a hook reads running requests'
-      arrays between steps; with skip-ahead the running requests are then never kept as a
-      decode group (whose members' arrays lag behind its steps).
-
-    What a hook may use besides the request arrays (``num_tokens``, ``num_computed_tokens``,
-    ``num_output_tokens``, ``num_blocks``, ``prompt_tokens``, ``max_output_tokens``,
-    ``target_output``, ``num_preemptions``, ``recomputed_tokens``), ``running``, ``waiting``,
-    ``config``, ``block_size``, ``watermark_blocks``, ``t``, ``hooks`` and ``kv`` (the KV
-    blocks, :class:`kvbudget.simulator.kv_blocks.KVBlocks`: ``num_free_blocks``,
-    ``num_available_blocks``, ``num_running_blocks``, ``prefix_hit_blocks()``, ``prefix``):
-    :meth:`running_rows`, :attr:`head_refusal`, :meth:`start_tokens`,
-    :meth:`allocate_start`, :meth:`allocate_slots`, :meth:`evict_running`,
-    :meth:`add_step_time`, :meth:`running_output_tokens` and :meth:`scheduled_with_output`.
-    Nothing else of the base (its underscored fields) is theirs. With a decode group
-    (``decode_group``), a hook that runs while requests are running reads their output tokens
-    and blocks through :meth:`running_output_tokens` and ``kv.num_running_blocks``, never
-    through their arrays; a hook that preempts or retracts
-    (:meth:`_victim`, :meth:`_preempt`, :meth:`_schedule_running`) runs after the group is
-    dissolved, so the arrays are current there.
-    """
+class Engine(Scheduler):
+    """One engine replica in time: a SimPy process that takes one step at a time
+    (:meth:`_step`: schedule, run for the step's time, commit), applies aborts at step
+    boundaries (as vLLM processes them between steps), logs the steps
+    (:class:`~kvbudget.simulator.step_log.StepLog`) and answers the executor
+    (:class:`kvbudget.simulator.serving.ServingEngine`). Requests are workload rows ``i``;
+    what a step does is :class:`~kvbudget.simulator.scheduler.Scheduler`'s, whose docstring
+    lists the hooks an engine variant overrides."""
 
     # called with the engine before every step when set (tests check invariants there)
     step_observer: ClassVar[Callable[[Engine], None] | None] = None
-    # whether skip-ahead may keep the running requests as a decode group (see above)
-    decode_group: ClassVar[bool] = True
-    # whether grow_rows grows every per-request array of the class (a variant with per-request
-    # arrays of its own registers them in rows, or says False)
-    rows_grow: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -163,111 +80,21 @@ class Engine:
         prefix_offsets: IntArray | None = None,
         prefix_block_tokens: int = 512,
     ) -> None:
+        if not 0 < timeline_period_s < float("inf"):
+            raise ValueError(f"timeline_period_s must be > 0 and finite, got {timeline_period_s!r}")
+        super().__init__(
+            config, cost_model, num_gpu_blocks=num_gpu_blocks, prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens, priority=priority, arrival_s=arrival_s, hooks=hooks,
+            max_output_tokens=max_output_tokens, prefix_hashes=prefix_hashes,
+            prefix_offsets=prefix_offsets, prefix_block_tokens=prefix_block_tokens)
         self.env = env
-        self.config = config
-        self.cost = cost_model
-        self.hooks = hooks
-        self._set_limits(config, num_gpu_blocks, timeline_period_s)
-        self._set_columns(prompt_tokens, output_tokens, max_output_tokens, priority, arrival_s)
-        n = len(prompt_tokens)
-        # per-request state (vLLM names), each with the value a new row starts with
-        self.rows = rows = RowArrays()
-        self.num_tokens = rows.add("num_tokens", np.zeros(n, np.int64), 0)
-        self.num_computed_tokens = rows.add("num_computed_tokens", np.zeros(n, np.int64), 0)
-        self.num_output_tokens = rows.add("num_output_tokens", np.zeros(n, np.int64), 0)
-        self.first_token_s = rows.add("first_token_s", np.full(n, np.nan), math.nan)
-        self.finished_s = rows.add("finished_s", np.full(n, np.nan), math.nan)
-        self.num_preemptions = rows.add("num_preemptions", np.zeros(n, np.int64), 0)
-        # per request: KV computed then discarded
-        self.recomputed_tokens = rows.add("recomputed_tokens", np.zeros(n, np.int64), 0)
-        self.num_recomputed_tokens = 0
-        self.num_preemptions_total = 0
-        # queues: ``running`` changes only through _start_running and _stop_running
-        self.running: list[int] = []
-        self._running_array = RunningArray()
-        # one new token each, for a running loop of decoding requests (read-only: it is shared)
-        self._ones = np.ones(min(self.seqs_limit, self.tokens_limit), np.int64)
-        self._ones.flags.writeable = False
-        self._fast: RunningPrefix | None = None  # this step's running loop, when vectorised
-        # this step's waiting requests (row, new tokens), when the rows before them are every
-        # running request, all decoding (or none)
-        self._tail: list[tuple[int, int]] | None = None
-        self._prior_synced = False  # ``_synced`` as this step was scheduled (before starts)
-        # True only while every running request is decoding: one token to compute
-        # (``num_tokens - num_computed_tokens == 1``) and ``num_output_tokens > 0``. A request
-        # that starts clears it, removals keep it, a commit that samples a token of every
-        # running request sets it (each then has exactly one token to compute).
-        self._all_decode = False
-        self.waiting = make_request_queue(config.scheduling_policy, self.priority, arrival_s)
-        self._in_engine = rows.add("_in_engine", np.zeros(n, np.bool_), 0)
-        self._step_extra_s = 0.0  # seconds a hook adds to the current step (swap transfers)
-        self._hol_blocked = False  # this step's waiting head was refused for lack of KV
-        self.head_refusal = ""  # why the waiting loop stopped: "", seqs, budget, kv, policy
-        # the KV blocks, shared between prompt prefixes with equal hashes with automatic
-        # prefix caching (vLLM --enable-prefix-caching) over the workload's hashes
-        prefix = None
-        if config.enable_prefix_caching and prefix_hashes is not None:
-            prefix = PrefixCaching(config.block_size, prompt_tokens, prefix_hashes,
-                                   prefix_offsets, prefix_block_tokens)
-        self.kv = KVBlocks(num_gpu_blocks, config.block_size, n, prefix)
-        self._steps_rows: IntArray | None = None  # the rows of the steps being committed
+        # the steps' log: timeline samples, exact time integrals, step ends
+        self.log = StepLog(timeline_period_s, self.capacity_tokens, self.block_size)
         self._aborts: list[int] = []  # aborts waiting for the step in flight to end
         self._deferred_adds: list[int] = []  # re-admissions waiting for those aborts
         self._busy = False  # a step is in flight
         self._wake: simpy.Event | None = None
-        self.t = 0.0
-        self.num_steps = 0
-        # the steps' log: timeline samples, exact time integrals, step ends
-        self.log = StepLog(timeline_period_s, self.capacity_tokens, self.block_size)
-        # inter-token gaps (ITL): each request's runs of tokens in consecutive steps
-        self.segments = TokenSegments(n)
-        # every running request got a token in the last committed step (a start clears it)
-        self._synced = False
         self.process = env.process(self._run())
-
-    def _set_limits(self, config: EngineConfig, num_gpu_blocks: int,
-                    timeline_period_s: float) -> None:
-        """The engine's sizes and a step's limits (the config is frozen: read once), checked
-        as vLLM checks them at start-up."""
-        if num_gpu_blocks < 1:
-            raise ValueError(f"num_gpu_blocks must be >= 1, got {num_gpu_blocks!r}")
-        if not 0 < timeline_period_s < float("inf"):
-            raise ValueError(f"timeline_period_s must be > 0 and finite, got {timeline_period_s!r}")
-        self.block_size = config.block_size
-        self.num_gpu_blocks = num_gpu_blocks
-        self.capacity_tokens = cap = num_gpu_blocks * config.block_size
-        self.max_model_len = cap if config.max_model_len is None else min(cap, config.max_model_len)
-        if (not config.enable_chunked_prefill and config.name in ("vllm", "vllm-swap")
-                and config.batched_tokens_limit < self.max_model_len):
-            # vLLM's SchedulerConfig refuses this at start-up: without chunking a prompt is
-            # prefilled in one step, so one longer than a step's budget could never run
-            raise ValueError(
-                f"enable_chunked_prefill = false needs max_num_batched_tokens >= max_model_len, "
-                f"got {config.batched_tokens_limit} < {self.max_model_len} (vLLM refuses to "
-                "start: a longer prompt could never be scheduled); raise max_num_batched_tokens "
-                "or set max_model_len")
-        # the seats and the token budget of a step
-        self.seqs_limit = config.seqs_limit
-        self.tokens_limit = config.batched_tokens_limit
-        self.watermark_blocks = int(config.watermark * num_gpu_blocks)
-        self._admit_blocks = num_gpu_blocks - self.watermark_blocks
-
-    def _set_columns(self, prompt_tokens: IntArray, output_tokens: IntArray,
-                     max_output_tokens: IntArray | None, priority: IntArray,
-                     arrival_s: FloatArray) -> None:
-        """The per-request columns the engine reads (the workload's, or a replica's rows)."""
-        if max_output_tokens is not None and bool(np.any(output_tokens > max_output_tokens)):
-            # a request never generates more than it declared (workloads check it): the
-            # worst-case reservations of TGI and TensorRT-LLM rely on it
-            k = int(np.argmax(output_tokens > max_output_tokens))
-            raise ValueError(f"request {k}: output_tokens {int(output_tokens[k])} exceeds "
-                             f"max_output_tokens {int(max_output_tokens[k])}")
-        self.prompt_tokens = prompt_tokens
-        self.target_output = output_tokens
-        self.priority = (priority if self.config.scheduling_policy == "priority"
-                         else np.zeros(len(prompt_tokens), np.int64))
-        self.arrival_s = arrival_s
-        self.max_output_tokens = output_tokens if max_output_tokens is None else max_output_tokens
 
     # --- the executor interface (kvbudget.simulator.serving.ServingEngine) ------------------
     def add_request(self, i: int) -> None:
@@ -310,29 +137,6 @@ class Engine:
         return (prompt + output <= self.max_model_len
                 and -(-prompt // self.block_size) <= self._admit_blocks)
 
-    # --- rows that come as they are routed (a fleet's replicas: kvbudget.simulator.fleet) ----
-    def grow_rows(self, columns: Mapping[str, IntArray | FloatArray]) -> None:
-        """Take longer per-request columns (``prompt_tokens``, ``output_tokens``,
-        ``max_output_tokens``, ``arrival_s``, ``priority``, and ``order``: the rows' order for
-        ties in a priority queue), whose first rows are the ones there already, and grow the
-        per-request state to their length (the rows there keep theirs). A fleet indexes each
-        replica by the rows routed to it, so a replica's arrays hold its own rows, not
-        everyone's. Not with prefix caching (its arrays are the workload's)."""
-        assert self.kv.prefix is None and type(self).rows_grow
-        cap = len(columns["prompt_tokens"])
-        self._set_columns(np.asarray(columns["prompt_tokens"], np.int64),
-                          np.asarray(columns["output_tokens"], np.int64),
-                          np.asarray(columns["max_output_tokens"], np.int64),
-                          np.asarray(columns["priority"], np.int64),
-                          np.asarray(columns["arrival_s"], np.float64))
-        for name, array in self.rows.grow(cap).items():
-            setattr(self, name, array)
-        self.segments.grow(cap)
-        self.kv.grow(cap)
-        order = columns.get("order")
-        self.waiting.columns_changed(
-            self.priority, self.arrival_s, None if order is None else np.asarray(order, np.int64))
-
     def forget_first_token(self, i: int) -> None:
         """A new attempt of row ``i`` starts (``ServingEngine.forget_first_token``)."""
         self.first_token_s[i] = math.nan
@@ -357,15 +161,6 @@ class Engine:
     def timeline(self) -> list[TimelineRow]:
         return self.log.timeline.rows
 
-    @property
-    def num_blocks(self) -> IntArray:
-        """Each request's KV blocks (``kv.num_blocks``)."""
-        return self.kv.num_blocks
-
-    @property
-    def kv_used_tokens(self) -> int:
-        return self.kv.num_used_blocks * self.block_size
-
     def head_of_line_blocked_s(self) -> float:
         """Exact total of the steps during which the waiting head could not start for lack of
         KV memory, free or (TGI, TensorRT-LLM, SGLang) reserved or estimated: every engine here
@@ -382,6 +177,15 @@ class Engine:
         ``2**-exact_sum.EXPONENT_BIAS`` (a fleet adds its replicas' and rounds once)."""
         return self.log.integrals.kv.exact()
 
+    @property
+    def num_blocks(self) -> IntArray:
+        """Each request's KV blocks (``kv.num_blocks``)."""
+        return self.kv.num_blocks
+
+    @property
+    def kv_used_tokens(self) -> int:
+        return self.kv.num_used_blocks * self.block_size
+
     def stats(self) -> dict[str, object]:
         """Engine figures for the summary's ``engine`` block."""
         return {
@@ -390,346 +194,30 @@ class Engine:
             **self.kv.stats(),
         }
 
-    # --- what hooks may use ----------------------------------------------------------------
-    def running_rows(self) -> IntArray:
-        """``running`` as an array (read-only)."""
-        return self._running_array.of(self.running)
+    # --- rows that come as they are routed (a fleet's replicas: kvbudget.simulator.fleet) ----
+    def grow_rows(self, columns: Mapping[str, IntArray | FloatArray]) -> None:
+        """Take longer per-request columns (``prompt_tokens``, ``output_tokens``,
+        ``max_output_tokens``, ``arrival_s``, ``priority``, and ``order``: the rows' order for
+        ties in a priority queue), whose first rows are the ones there already, and grow the
+        per-request state to their length (the rows there keep theirs). A fleet indexes each
+        replica by the rows routed to it, so a replica's arrays hold its own rows, not
+        everyone's. Not with prefix caching (its arrays are the workload's)."""
+        assert self.kv.prefix is None and type(self).rows_grow
+        cap = len(columns["prompt_tokens"])
+        self._set_columns(np.asarray(columns["prompt_tokens"], np.int64),
+                          np.asarray(columns["output_tokens"], np.int64),
+                          np.asarray(columns["max_output_tokens"], np.int64),
+                          np.asarray(columns["priority"], np.int64),
+                          np.asarray(columns["arrival_s"], np.float64))
+        for name, array in self.rows.grow(cap).items():
+            setattr(self, name, array)
+        self.segments.grow(cap)
+        self.kv.grow(cap)
+        order = columns.get("order")
+        self.waiting.columns_changed(
+            self.priority, self.arrival_s, None if order is None else np.asarray(order, np.int64))
 
-    def running_output_tokens(self) -> IntArray:
-        """The running requests' ``num_output_tokens``, in ``running`` order, as of the step
-        being scheduled (a new array)."""
-        return self.num_output_tokens[self.running_rows()]
-
-    def scheduled_with_output(self) -> bool:
-        """While :meth:`_on_steps` runs: whether a request of the steps being committed had
-        output tokens before them (decoding, or computing its KV again after a preemption)."""
-        rows = self._steps_rows
-        assert rows is not None, "scheduled_with_output is for _on_steps"
-        return bool(self.num_output_tokens[rows].any())
-
-    def start_tokens(self, i: int) -> int:
-        """Tokens of waiting request ``i`` already in KV if it starts now: its computed tokens
-        (kept across a swap), or the prefix-cache hit found for it."""
-        hit = self.kv.pending_hit
-        if hit is not None:
-            assert self.kv.prefix is not None
-            return len(hit) * self.kv.prefix.hash_tokens
-        return self.num_computed_tokens.item(i)
-
-    def add_step_time(self, seconds: float) -> None:
-        """Add ``seconds`` to the step being scheduled (a swap transfer)."""
-        self._step_extra_s += seconds
-
-    def evict_running(self, i: int, *, recompute: bool = True, front: bool = True) -> None:
-        """Take running request ``i`` out of the batch and back to ``waiting`` (to its front,
-        or its back): its blocks are freed and, with ``recompute``, its computed tokens
-        forgotten (they are computed again when it resumes); counted as a preemption."""
-        self._stop_running([i])
-        self.kv.free(i)
-        if recompute:
-            self.num_recomputed_tokens += self.num_computed_tokens.item(i)
-            self.recomputed_tokens[i] += self.num_computed_tokens.item(i)
-            self.num_computed_tokens[i] = 0
-        self.num_preemptions[i] += 1
-        self.num_preemptions_total += 1
-        if front:
-            self.waiting.prepend_request(i)
-        else:
-            self.waiting.add_request(i)
-        self.hooks.on_preempt(i, self.t)
-
-    # --- KV blocks (kvbudget.simulator.kv_blocks) --------------------------------------------
-    def allocate_slots(self, i: int, num_new_tokens: int, *, reserve: int = 0) -> bool:
-        """Blocks for ``num_computed_tokens + num_new_tokens`` tokens; False when they do not
-        fit (keeping ``reserve`` blocks free). vLLM returns None there."""
-        return self.kv.allocate(i, self.num_computed_tokens.item(i) + num_new_tokens, reserve)
-
-    def allocate_start(self, i: int, tokens: int, *, reserve: int) -> str:
-        """Blocks for the first ``tokens`` tokens of waiting request ``i`` (sharing its prefix
-        hit, if any), keeping ``reserve`` blocks free: "" when allocated, else "kv"."""
-        kv = self.kv
-        if kv.pending_hit is None:  # allocate_slots for the tokens beyond the computed ones
-            return "" if kv.allocate(i, tokens, reserve) else "kv"
-        hit_tokens = kv.allocate_hit(i, tokens, reserve, self.num_tokens.item(i))
-        if hit_tokens < 0:
-            return "kv"
-        self.num_computed_tokens[i] = hit_tokens
-        return ""
-
-    # --- hooks (see the class docstring) ------------------------------------------------------
-    def _admit_waiting(self, i: int, n_new: int) -> str:
-        """Whether waiting request ``i`` may start with ``n_new`` tokens this step: allocate its
-        blocks and return "", or change nothing and return why not ("kv": no blocks;
-        "policy": an engine admission rule). vLLM: ``allocate_slots`` keeping the watermark."""
-        return self.allocate_start(i, self.start_tokens(i) + n_new, reserve=self.watermark_blocks)
-
-    def _on_schedule_waiting(self) -> None:
-        """Called before the waiting loop of a step."""
-
-    def _victim(self) -> int:
-        """The running request preempted when blocks run out: of the lowest priority (highest
-        value), the latest arrival (vLLM v1's ``running.pop()``), or with
-        ``preemption_victim="most_blocks"`` the one holding the most KV blocks, then the
-        latest arrival; ties go to the latest scheduled. The one place the rule is written:
-        every engine class, the speed-ups included, preempts through it."""
-        rows = self.running_rows()
-        if self.config.scheduling_policy == "priority":
-            prio = self.priority[rows]
-            rows = rows[prio == prio.max()]
-        if self.config.preemption_victim == "most_blocks":
-            blocks = self.num_blocks[rows]
-            rows = rows[blocks == blocks.max()]
-        # the last of the latest arrivals (argmax finds the first maximum: search in reverse)
-        return int(rows[len(rows) - 1 - int(self.arrival_s[rows][::-1].argmax())])
-
-    def _preempt(self, i: int) -> None:
-        """Preempt running request ``i`` by recompute (vLLM v1): free its blocks, forget its
-        computed tokens and put it back at the front of ``waiting``."""
-        self.evict_running(i)
-
-    def _on_abort(self, i: int) -> None:
-        """Called when request ``i`` leaves by an abort, before its blocks are freed."""
-
-    def _on_steps(self, preempted: bool, k: int) -> None:
-        """Called before ``k`` scheduled steps are committed (``preempted``: the schedule
-        preempted a request)."""
-
-    def _on_idle(self) -> None:
-        """Called when the engine has nothing running or waiting."""
-
-    def _jump_limit(self, k_max: int, alloc_cum: IntArray) -> int:
-        """How many steps of a planned decode run (skip-ahead) of every running request keep
-        the waiting head refused. Step ``j`` of the run (``0 <= j < k_max``) sees
-        ``alloc_cum[j]`` more blocks taken than step 0 and every running request ``j`` more
-        tokens. vLLM's refusals (seats, token budget, blocks) cannot lift during a decode run,
-        so the whole run stands, but for one: with prefix caching, a step that evicts a cached
-        prefix nobody uses may evict part of the head's hit. Its blocks then count as free
-        instead of as the hit's (a chunk of the budget's size needs the same blocks either
-        way), so the head may fit: the run stops before the first step that evicts (steps
-        1.. of the run take ``alloc_cum`` blocks beyond the free ones)."""
-        kv = self.kv
-        if kv.prefix is not None and self.head_refusal == "kv" and kv.prefix_hit_blocks()[1]:
-            free = kv.num_free_blocks
-            if int(alloc_cum[k_max - 1]) > free:
-                return max(int(np.searchsorted(alloc_cum[:k_max], free, side="right")), 1)
-        return k_max
-
-    # --- the running set ------------------------------------------------------------------
-    def _start_running(self, i: int) -> None:
-        self.running.append(i)
-        self._all_decode = False
-        self._synced = False
-        self._running_array.started(i, len(self.running))
-
-    def _stop_running(self, rows: list[int]) -> None:
-        if len(rows) <= 4:  # a few at a time: removing them one by one is cheaper
-            for i in rows:
-                self.running.remove(i)
-        else:
-            done = set(rows)
-            self.running = [i for i in self.running if i not in done]
-        self._running_array.stopped()
-
-    def _budget_prefix(self, rows: IntArray, budget: int) -> RunningPrefix:
-        """:func:`~kvbudget.simulator.running_loop.budget_prefix` of ``rows`` (running
-        requests, in order)."""
-        return budget_prefix(rows, self.num_tokens, self.num_computed_tokens, self.kv.num_blocks,
-                             budget, self.block_size, self._ones if self._all_decode else None)
-
-    def _fitting_prefix(self, budget: int) -> RunningPrefix | None:
-        """The running loop's prefix (some running requests) when every allocation in it
-        succeeds, with its new blocks counted; None otherwise."""
-        prefix = self._budget_prefix(self.running_rows(), budget)
-        total = prefix.num_extra
-        if total is None:
-            total = prefix.num_extra = isum(prefix.want - prefix.blocks)
-        if total > self.kv.num_available_blocks:
-            return None
-        return prefix
-
-    def running_fits(self, budget: int) -> bool:
-        """Whether every running request the token budget reaches gets its blocks this step
-        (so the running loop preempts nothing)."""
-        return not self.running or self._fitting_prefix(budget) is not None
-
-    def _schedule(self) -> tuple[IntArray, IntArray, bool]:
-        """vLLM v1 ``schedule()``: the scheduled rows, their new-token counts and whether a
-        request was preempted.
-
-        1. The running requests, in order: when every one the token budget reaches gets its
-           blocks, in one go (``_fast``, :mod:`kvbudget.simulator.running_loop`), else one by
-           one, preempting when blocks run out (:meth:`_schedule_running`).
-        2. The waiting requests, unless a running request was preempted
-           (:meth:`_schedule_waiting`). When the running requests are all decoding, the
-           waiting rows that start are kept apart (``_tail``) for :meth:`_features` and
-           :meth:`_commit_step`.
-        3. The invariants (:meth:`_check_schedule`)."""
-        budget = self.tokens_limit
-        self._step_extra_s = 0.0
-        self._hol_blocked = False
-        self.head_refusal = ""
-        self._fast = None
-        self._tail = None
-        self._prior_synced = self._synced
-        decoding = False
-        preempted = False
-        prefix = self._fitting_prefix(budget) if self.running else None
-        if prefix is not None:
-            if prefix.num_extra:
-                self.kv.num_blocks[prefix.rows] = prefix.want
-                self.kv.take(prefix.num_extra)
-            self._fast = prefix
-            sched, new = prefix.rows, prefix.new
-            budget -= prefix.num_new
-            decoding = prefix.decoding
-        elif not self.running:
-            sched = new = np.zeros(0, np.int64)
-            decoding = True
-        else:
-            sched_l, new_l, preempted, budget = self._schedule_running(budget)
-            sched = np.asarray(sched_l, dtype=np.int64)
-            new = np.asarray(new_l, dtype=np.int64)
-        if not preempted:
-            w_rows, w_new = self._schedule_waiting(budget)
-            if decoding:
-                self._tail = list(zip(w_rows, w_new, strict=True)) if w_rows else []
-            if w_rows:
-                sched = np.concatenate((sched, w_rows))
-                new = np.concatenate((new, w_new))
-                budget -= sum(w_new)
-        self._check_schedule(budget)
-        return sched, new, preempted
-
-    def _check_schedule(self, budget: int, count_blocks: bool = True) -> None:
-        """The invariants of a scheduled step, asserted on every path that schedules one (the
-        speed-ups' too): the token budget (``budget``: what is left of it), the seats, the
-        blocks taken; and, with ``count_blocks`` (where every request's ``num_blocks`` is
-        current: not while a decode group's members lag), every block free, held by one
-        request or cached."""
-        assert budget >= 0, "the token budget is overspent"
-        assert len(self.running) <= self.seqs_limit, "max_num_seqs exceeded"
-        kv = self.kv
-        assert kv.num_free_blocks >= 0, "more blocks taken than the GPU holds"
-        if count_blocks:
-            assert kv.num_held_blocks() + kv.num_free_blocks == self.num_gpu_blocks, "blocks lost"
-
-    def _schedule_running(self, budget: int) -> tuple[list[int], list[int], bool, int]:
-        """The running loop: each running request, in order, gets ``min(tokens left,
-        budget left)`` new tokens if :meth:`allocate_slots` finds their blocks; when it does
-        not, :meth:`_victim` is preempted until it does (or the request is the victim, which
-        ends the loop). Returns the rows, their new tokens, whether any was preempted and the
-        budget left."""
-        sched: list[int] = []
-        new: list[int] = []
-        preempted = False
-        idx = 0
-        while idx < len(self.running) and budget > 0:
-            # the requests from ``idx`` on that get their blocks without preempting
-            ok_rows, ok_new = self._allocate_running(idx, budget)
-            sched.extend(ok_rows)
-            new.extend(ok_new)
-            budget -= sum(ok_new)
-            idx += len(ok_rows)
-            if idx >= len(self.running) or budget <= 0:
-                break
-            # running[idx] does not fit: preempt until it does (or is preempted itself)
-            i = self.running[idx]
-            n_new = min(self.num_tokens.item(i) - self.num_computed_tokens.item(i), budget)
-            while not self.allocate_slots(i, n_new):
-                victim = self._victim()
-                preempted = True
-                if victim in sched:  # scheduled already: its tokens go back to the budget
-                    k = sched.index(victim)
-                    budget += new[k]
-                    del sched[k], new[k]
-                    idx -= 1
-                self._preempt(victim)
-                if victim == i:
-                    return sched, new, preempted, budget
-            sched.append(i)
-            new.append(n_new)
-            budget -= n_new
-            idx += 1
-        return sched, new, preempted, budget
-
-    def _allocate_running(self, start: int, budget: int) -> tuple[list[int], list[int]]:
-        """Allocate, in order, the running requests from index ``start`` on until one does
-        not fit or the token budget is spent (in arrays, in one go); returns the rows and
-        their new tokens."""
-        prefix = self._budget_prefix(self.running_rows()[start:], budget)
-        rows, new, want = prefix.rows, prefix.new, prefix.want
-        taken = np.add.accumulate(want - prefix.blocks)
-        # taken never decreases: the first request whose blocks do not fit, if any
-        ok = int(taken.searchsorted(self.kv.num_available_blocks, side="right"))
-        if ok:
-            self.kv.num_blocks[rows[:ok]] = want[:ok]
-            self.kv.take(int(taken[ok - 1]))
-        return rows[:ok].tolist(), new[:ok].tolist()
-
-    def _schedule_waiting(self, budget: int) -> tuple[list[int], list[int]]:
-        """The waiting loop: the queue's head starts while seats (``max_num_seqs``), the token
-        budget and :meth:`_admit_waiting` allow; the first refusal stops it (``head_refusal``
-        says why)."""
-        self._on_schedule_waiting()
-        sched: list[int] = []
-        new: list[int] = []
-        self._hol_blocked = False
-        self.head_refusal = ""
-        waiting = self.waiting
-        kv = self.kv
-        while True:
-            if len(self.running) >= self.seqs_limit:
-                self.head_refusal = "seqs"
-                break
-            if budget <= 0:
-                self.head_refusal = "budget"
-                break
-            i_w = waiting.peek_request()
-            if i_w is None:
-                break
-            kv.pending_hit = None
-            if kv.prefix is not None and self.num_computed_tokens.item(i_w) == 0:
-                kv.look_up(i_w, self.num_tokens.item(i_w))
-            n_new = self.num_tokens.item(i_w) - self.start_tokens(i_w)
-            if n_new > budget and not self.config.enable_chunked_prefill:
-                self.head_refusal = "budget"
-                break
-            n_new = min(n_new, budget)
-            refusal = self._admit_waiting(i_w, n_new)
-            if refusal:
-                self.head_refusal = refusal
-                self._hol_blocked = True
-                break
-            waiting.pop_request()
-            self._start_running(i_w)
-            sched.append(i_w)
-            new.append(n_new)
-            budget -= n_new
-        return sched, new
-
-    def _features(self, rows: IntArray, new: IntArray) -> StepFeatures:
-        """The scheduled step's features (:mod:`kvbudget.simulator.step_cost`)."""
-        tail = self._tail
-        if tail is None:
-            return rows_features(rows, new, self.num_computed_tokens, self.num_tokens,
-                                 self.num_output_tokens)
-        # ``rows`` are the running requests, all decoding (one new token each), then the
-        # waiting requests that start (``tail``, a few): the same sums, in integers
-        m = len(rows) - len(tail)
-        fast = self._fast
-        context = m + isum(fast.computed) if fast is not None else 0
-        return self._tail_features(m, context, tail)
-
-    def _tail_features(self, m: int, context: int, tail: list[tuple[int, int]]) -> StepFeatures:
-        """:func:`~kvbudget.simulator.step_cost.tail_features` of this step."""
-        return tail_features(m, context, tail, self.num_computed_tokens, self.num_tokens,
-                             self.num_output_tokens)
-
-    def _step_seconds(self, features: StepFeatures) -> float:
-        """The scheduled step's duration: its features priced, plus what hooks added
-        (:meth:`add_step_time`)."""
-        return float(self.cost.step_time(*features)) + self._step_extra_s
-
+    # --- steps in time ---------------------------------------------------------------------
     def _run(self) -> Generator[simpy.Event, Any, None]:
         """The engine loop: apply aborts, wait while idle, else take a step."""
         env = self.env
@@ -798,111 +286,6 @@ class Engine:
         self.num_steps += 1
         self.log.ended(t1)
 
-    def _commit_step(self, rows: IntArray, new: IntArray, aborted: list[int]) -> None:
-        """The step's new tokens are computed: a request whose tokens are all computed
-        samples one output token (its first sets ``first_token_s``), and one with all its
-        output finishes. Requests ``aborted`` during the step are left out."""
-        if self._tail is not None and not aborted:
-            self._commit_decode_step(len(rows))
-            return
-        self._commit_rows(rows, new, aborted)
-
-    def _commit_decode_step(self, n: int) -> None:
-        """:meth:`_commit_step` of ``n`` rows when they are the running requests, all
-        decoding (each sampled; their first tokens are out already, as they have output),
-        then the starting ones (``_tail``, a few), with fewer array operations. With prefix
-        caching the starting ones' full prompt blocks are cached as :meth:`Engine._commit_step`
-        caches them (decoding requests have cached all theirs: they computed their prompt)."""
-        tail = self._tail
-        assert tail is not None
-        done = self._commit_running_decode()
-        sampled = n - len(tail)
-        if tail and self.kv.prefix is not None:
-            rows = np.array([i for i, _ in tail], np.int64)
-            new = np.array([m for _, m in tail], np.int64)
-            self.kv.prefix.register(rows, self.num_computed_tokens[rows] + new)
-        joining = True  # running order stays join order (the group's members come first)
-        num_computed, num_tokens, num_output = (
-            self.num_computed_tokens, self.num_tokens, self.num_output_tokens)
-        step = self.num_steps
-        segments = self.segments
-        for i, n_new in tail:
-            computed_i = num_computed.item(i) + n_new
-            num_computed[i] = computed_i
-            tokens_i = num_tokens.item(i)
-            if computed_i >= tokens_i:
-                sampled += 1
-                output_i = num_output.item(i) + 1
-                num_output[i] = output_i
-                num_tokens[i] = tokens_i + 1
-                if segments.base.item(i) + output_i != step:
-                    segments.new_segment(i, output_i, step)
-                if math.isnan(self.first_token_s.item(i)):
-                    self.first_token_s[i] = self.t
-                if output_i >= self.target_output.item(i):
-                    done.append(i)
-                elif joining:
-                    self._now_decoding(i, computed_i, output_i)
-            else:
-                # still prefilling: the next step is no decode step of the group (which
-                # dissolves), so the rows after it need not join
-                joining = False
-        self._synced = sampled == len(self.running)
-        if self._synced:
-            self._all_decode = True  # as in Engine._commit_step
-        if done:
-            self._finish(done)
-
-    def _commit_running_decode(self) -> list[int]:
-        """One decode step of the running requests the step's running loop took (``_fast``);
-        returns those that have all their output now, in running order."""
-        fast = self._fast
-        if fast is None:
-            return []
-        prefix = fast.rows
-        computed = fast.computed + 1
-        self.num_computed_tokens[prefix] = computed
-        self.num_tokens[prefix] = computed + 1  # one token to compute, as before
-        output = self.num_output_tokens[prefix] + 1
-        self.num_output_tokens[prefix] = output
-        if not self._prior_synced:  # the running requests' previous tokens are not all last step's
-            self.segments.note(prefix, output, self.num_steps)
-        done: list[int] = prefix[output >= self.target_output[prefix]].tolist()
-        return done
-
-    def _now_decoding(self, i: int, computed: int, output: int) -> None:
-        """Row ``i`` started this step and sampled its first token (``computed``, ``output``
-        are its arrays' values now); every row started before it in the step did too (or
-        finished)."""
-
-    def _commit_rows(self, rows: IntArray, new: IntArray, aborted: list[int]) -> None:
-        """:meth:`_commit_step` from the rows' arrays."""
-        if aborted:
-            keep = ~np.isin(rows, aborted)
-            rows, new = rows[keep], new[keep]
-        computed = self.num_computed_tokens[rows] + new
-        self.num_computed_tokens[rows] = computed
-        if self.kv.prefix is not None:
-            self.kv.prefix.register(rows, computed)
-        sampled = rows[computed >= self.num_tokens[rows]]
-        self._synced = sampled.size == len(self.running)
-        if sampled.size == 0:
-            return
-        if sampled.size == len(self.running):
-            # ``rows`` are distinct running requests (aborted ones dropped above), so every
-            # running request was sampled: each now has one token to compute, and an output
-            self._all_decode = True
-        output = self.num_output_tokens[sampled] + 1
-        self.num_output_tokens[sampled] = output
-        self.num_tokens[sampled] += 1
-        self.segments.note(sampled, output, self.num_steps)
-        first = sampled[np.isnan(self.first_token_s[sampled])]
-        if first.size:
-            self.first_token_s[first] = self.t
-        done = sampled[output >= self.target_output[sampled]]
-        if done.size:
-            self._finish(done.tolist())
-
     def token_gaps(self, keep: npt.NDArray[np.bool_], tier: IntArray) -> TokenGaps:
         """The inter-token gaps of the rows ``keep`` selects that finished here
         (:meth:`TokenSegments.gaps`); engine times (the front end's per-token cost is the
@@ -930,32 +313,9 @@ class Engine:
         self.segments.drop()
         self.kv.drop()
 
-    def _finish(self, finished: list[int]) -> None:
-        if not finished:
-            return
-        t = self.t
-        self._stop_running(finished)
-        for i in finished:
-            self.kv.free(i)
-            self._in_engine[i] = False
-            self.finished_s[i] = t
-        for i in finished:
-            self.hooks.on_finish(i, t)
-
     # --- aborts --------------------------------------------------------------------------------
     def _work_changed(self, *, added: bool = False) -> None:
         """A request was ``added`` or aborted during a step (skip-ahead cuts its run there)."""
-
-    def _abort_now(self, i: int) -> None:
-        if not self._in_engine.item(i):
-            return
-        self._on_abort(i)
-        if i in self.running:
-            self._stop_running([i])
-        else:
-            self.waiting.remove_request(i)
-        self.kv.free(i)
-        self._in_engine[i] = False
 
     def _apply_aborts(self) -> list[int]:
         """Apply the aborts queued during the last step (the caller checks there are some)."""

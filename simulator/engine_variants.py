@@ -1,7 +1,7 @@
 """Named engine behaviours: what changes when the server is not vLLM v1 with recompute.
 
 Each preset is a subclass of :class:`kvbudget.simulator.engine.Engine` overriding some of the
-hooks that class lists (and nothing else of it), so continuous batching, chunked prefill, the
+hooks :class:`kvbudget.simulator.scheduler.Scheduler` lists (and nothing else of it), so continuous batching, chunked prefill, the
 step cost model and the timeline are shared. With ``skip_ahead`` :func:`make_engine` runs a preset
 on :class:`kvbudget.simulator.fast_decode.SkipAheadEngine` (the preset's hooks first, then the
 decode group and its decode runs; a preset whose ``decode_group`` is False keeps no group, so
