@@ -191,7 +191,6 @@ class Scheduler:
         # every running request got a token in the last committed step (a start clears it)
         self._synced = False
 
-
     def _set_limits(self, config: EngineConfig, num_gpu_blocks: int) -> None:
         """The engine's sizes and a step's limits (the config is frozen: read once), checked
         as vLLM checks them at start-up."""
