@@ -37,7 +37,7 @@ SchedulingPolicy = Literal["fcfs", "priority"]
 PreemptionMode = Literal["recompute", "swap"]
 PreemptionVictim = Literal["latest_arrival", "most_blocks"]
 CapacitySchedulerPolicy = Literal["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"]
-_CHOICES: dict[str, tuple[str, ...]] = {
+KNOB_CHOICES: dict[str, tuple[str, ...]] = {
     "scheduling_policy": get_args(SchedulingPolicy),
     "preemption_mode": get_args(PreemptionMode),
     "preemption_victim": get_args(PreemptionVictim),
@@ -117,7 +117,7 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         self._check_sizes()
-        for name, choices in _CHOICES.items():
+        for name, choices in KNOB_CHOICES.items():
             value = getattr(self, name)
             if value not in choices:
                 raise ValueError(f"{name} must be {' or '.join(map(repr, choices))}, got {value!r}")
