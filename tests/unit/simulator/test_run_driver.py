@@ -130,9 +130,11 @@ def test_a_few_choice_knob_takes_what_its_type_names_and_nothing_else(name: str)
                   "capacity_scheduler_policy": engine_config.CapacitySchedulerPolicy}[name]
     assert choices == get_args(annotation) and len(choices) >= 2
     for value in choices:
-        EngineConfig(**{name: value})
+        knobs: dict[str, Any] = {name: value}
+        EngineConfig(**knobs)
+    bad: dict[str, Any] = {name: "nope"}
     with pytest.raises(ValueError, match=f"^{name} must be '.+' or '.+', got 'nope'$"):
-        EngineConfig(**{name: "nope"})
+        EngineConfig(**bad)
 
 
 @pytest.mark.parametrize(("knobs", "needle"), [
