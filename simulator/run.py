@@ -607,9 +607,12 @@ def simulate(
     config = config or SimConfig()
     _check_timeline_size(workload, config.timeline_period_s)
     _check_request_ids(workload)
-    # the GPU and the model looked up, the engine's defaults filled in and the step-time model
-    # built once for the run (a fleet's replicas size their own KV blocks)
-    setup = config.replica_setup(with_blocks=config.fleet is None)
+    # the GPU and the model looked up, the engine's defaults filled in, the KV blocks sized and
+    # the step-time model built once for the run (the KV blocks where a replica runs on the
+    # config's GPU: a fleet resolves its other GPUs itself, once each)
+    fleet = config.fleet
+    setup = config.replica_setup(
+        with_blocks=fleet is None or not fleet.gpus or config.gpu in fleet.gpus)
     if config.cost_model is not None or config.gpu.endswith((".json", ".toml")) or (
             config.model.endswith(".json") or "/" in config.model):
         _check_step_time(setup.cost_model,  # figures from a file: bounded
