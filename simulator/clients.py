@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -25,6 +24,7 @@ import numpy as np
 from kvbudget.policies import Request
 from kvbudget.policies.clients import CLIENT_SEED_TAG, NO_RETRY, Answer, ClientModel
 from kvbudget.results.records import ATTEMPT_COLUMNS
+from kvbudget.simulator.alarm import Alarm
 from kvbudget.workloads import Workload
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ class _Driver(Protocol):
 _TIMEOUT, _RETRY = 0, 1
 
 
-class _Clients:
+class Clients:
     """Attempt bookkeeping and the client events (timeouts, retries) of one simulation."""
 
     @staticmethod
@@ -88,7 +88,7 @@ class _Clients:
         self.first_s: list[float] = w.arrival_s.tolist()
         self.events: list[tuple[float, int, int, int, int]] = []  # (t, seq, kind, row, attempt)
         self.seq = 0
-        self.armed_at = math.inf
+        self.alarm = Alarm(sim.env, self._fire)
         self.rows: dict[str, list[Any]] = {c: [] for c in ATTEMPT_COLUMNS}
         self.open_row: dict[int, int] = {}  # row -> its attempt's index in self.rows
 
@@ -100,15 +100,10 @@ class _Clients:
     def _push(self, t: float, kind: int, i: int, attempt: int) -> None:
         heapq.heappush(self.events, (t, self.seq, kind, i, attempt))
         self.seq += 1
-        if t < self.armed_at:
-            self.armed_at = t
-            env = self.sim.env
-            event = env.timeout(max(0.0, t - env.now))
-            event.callbacks.append(partial(self._fire, t))
+        self.alarm.arm(t)
 
-    def _fire(self, at: float, _event: object = None) -> None:
-        if at == self.armed_at:
-            self.armed_at = math.inf
+    def _fire(self, _at: float) -> None:
+        """The alarm rang: the events due by now happen, in time order."""
         now_env = self.sim.env.now
         while self.events and self.events[0][0] <= now_env:
             t, _, kind, i, attempt = heapq.heappop(self.events)
@@ -119,11 +114,8 @@ class _Clients:
                     self._timed_out(i, t)
             else:
                 self._retry(i, t)
-        if self.events and self.events[0][0] < self.armed_at:
-            nxt = self.events[0][0]
-            self.armed_at = nxt
-            event = self.sim.env.timeout(max(0.0, nxt - self.sim.env.now))
-            event.callbacks.append(partial(self._fire, nxt))
+        if self.events:
+            self.alarm.arm(self.events[0][0])
 
     # --- an attempt's life -------------------------------------------------------------------
     def sent(self, i: int, now: float) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
 from kvbudget.perf.models import KV_CACHE_DTYPES
 from kvbudget.perf.vllm_defaults import GPU_MEMORY_UTILIZATION, batch_defaults
@@ -26,12 +26,25 @@ MAX_BLOCK_SIZE = 65_536
 MAX_KV_TOKENS = 2**40
 """About 10^12 tokens of KV cache: more than a petabyte at any model's bytes per token."""
 MAX_COUNT = 2**31 - 1
+"""Bound of the scheduler's counts (``max_num_seqs``, ``max_num_batched_tokens``)."""
 MAX_SWAP_SPACE_GIB = 65_536.0
 """64 TiB of host memory per GPU for swapped-out KV blocks: more than any server has."""
 MAX_CONSERVATIVENESS = 100.0
 """SGLang's ``--schedule-conservativeness`` scales its new-token-ratio estimate (default 1.0);
 a hundred times more conservative admits next to nothing."""
-"""Bound of the scheduler's counts (``max_num_seqs``, ``max_num_batched_tokens``)."""
+
+SchedulingPolicy = Literal["fcfs", "priority"]
+PreemptionMode = Literal["recompute", "swap"]
+PreemptionVictim = Literal["latest_arrival", "most_blocks"]
+CapacitySchedulerPolicy = Literal["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"]
+KNOB_CHOICES: dict[str, tuple[str, ...]] = {
+    "scheduling_policy": get_args(SchedulingPolicy),
+    "preemption_mode": get_args(PreemptionMode),
+    "preemption_victim": get_args(PreemptionVictim),
+    "capacity_scheduler_policy": get_args(CapacitySchedulerPolicy),
+}
+"""The knobs with a few choices: what their types say, checked (a scenario file or a Python
+caller may pass any string)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,18 +99,16 @@ class EngineConfig:
     max_num_batched_tokens: int | None = None
     gpu_memory_utilization: float | None = None
     max_model_len: int | None = None
-    scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
-    preemption_mode: Literal["recompute", "swap"] = "recompute"
-    preemption_victim: Literal["latest_arrival", "most_blocks"] = "latest_arrival"
+    scheduling_policy: SchedulingPolicy = "fcfs"
+    preemption_mode: PreemptionMode = "recompute"
+    preemption_victim: PreemptionVictim = "latest_arrival"
     watermark: float = 0.0
     enable_chunked_prefill: bool = True
     skip_ahead: bool = True
     name: EngineName = "vllm"
     swap_space_gib: float = 4.0
     schedule_conservativeness: float = 1.0
-    capacity_scheduler_policy: Literal["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"] = (
-        "GUARANTEED_NO_EVICT"
-    )
+    capacity_scheduler_policy: CapacitySchedulerPolicy = "GUARANTEED_NO_EVICT"
     enable_prefix_caching: bool | None = None
     profile_cudagraph_memory: bool = True
     tensor_parallel_size: int = 1
@@ -105,42 +116,17 @@ class EngineConfig:
     kv_cache_dtype: str = "auto"
 
     def __post_init__(self) -> None:
-        if not 1 <= self.block_size <= MAX_BLOCK_SIZE:
-            raise ValueError(f"block_size must be in [1, {MAX_BLOCK_SIZE}], got {self.block_size!r}")
-        if self.num_gpu_blocks is not None and self.num_gpu_blocks < 1:
-            raise ValueError(f"num_gpu_blocks must be >= 1, got {self.num_gpu_blocks!r}")
-        if (self.num_gpu_blocks is not None
-                and self.num_gpu_blocks * self.block_size > MAX_KV_TOKENS):
-            raise ValueError(
-                f"num_gpu_blocks {self.num_gpu_blocks} x block_size {self.block_size} = "
-                f"{self.num_gpu_blocks * self.block_size:.3g} tokens of KV cache, beyond any "
-                f"deployment (at most {MAX_KV_TOKENS:.3g})")
-        if self.max_num_seqs is not None and not 1 <= self.max_num_seqs <= MAX_COUNT:
-            raise ValueError(f"max_num_seqs must be in [1, {MAX_COUNT}], got {self.max_num_seqs!r}")
-        if self.max_num_batched_tokens is not None and not (
-            1 <= self.max_num_batched_tokens <= MAX_COUNT
-        ):
-            raise ValueError(
-                f"max_num_batched_tokens must be in [1, {MAX_COUNT}], got "
-                f"{self.max_num_batched_tokens!r}"
-            )
-        if self.max_model_len is not None and self.max_model_len > MAX_KV_TOKENS:
-            raise ValueError(f"max_model_len must be <= {MAX_KV_TOKENS}, got {self.max_model_len!r}")
-        if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
-            raise ValueError(
-                f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization!r}"
-            )
-        if self.max_model_len is not None and self.max_model_len < 2:
-            raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len!r}")
-        if self.scheduling_policy not in ("fcfs", "priority"):
-            raise ValueError(
-                f"scheduling_policy must be 'fcfs' or 'priority', got {self.scheduling_policy!r}"
-            )
+        self._check_sizes()
+        for name, choices in KNOB_CHOICES.items():
+            value = getattr(self, name)
+            if value not in choices:
+                raise ValueError(f"{name} must be {' or '.join(map(repr, choices))}, got {value!r}")
         if self.name not in ENGINE_NAMES:
             raise ValueError(f"unknown engine {self.name!r}; known engines: {', '.join(ENGINE_NAMES)}")
-        if self.preemption_mode not in ("recompute", "swap"):
+        if self.kv_cache_dtype != "auto" and self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(
-                f"preemption_mode must be 'recompute' or 'swap', got {self.preemption_mode!r}"
+                f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, "
+                f"got {self.kv_cache_dtype!r}"
             )
         # vllm + swap and vllm-swap are one engine: normalise to both names agreeing
         if self.name == "vllm" and self.preemption_mode == "swap":
@@ -149,15 +135,31 @@ class EngineConfig:
             object.__setattr__(self, "preemption_mode", "swap")
         elif self.preemption_mode == "swap":
             raise ValueError(f"preemption_mode 'swap' is vLLM's; engine {self.name!r} recomputes")
-        if self.preemption_victim not in ("latest_arrival", "most_blocks"):
-            raise ValueError("preemption_victim must be 'latest_arrival' or 'most_blocks', "
-                             f"got {self.preemption_victim!r}")
         if self.preemption_victim != "latest_arrival" and self.name not in ("vllm", "vllm-swap"):
             raise ValueError(f"preemption_victim {self.preemption_victim!r} is for vllm and "
                              f"vllm-swap; engine {self.name!r} picks its own victims (or never "
                              "preempts)")
         if self.name == "vllm-swap" and self.enable_prefix_caching:
             raise ValueError("enable_prefix_caching is not modelled with swap preemption")
+
+    def _check_sizes(self) -> None:
+        """Every count, size and fraction within what any deployment has."""
+        for name, high in (("block_size", MAX_BLOCK_SIZE), ("num_gpu_blocks", MAX_KV_TOKENS),
+                           ("max_num_seqs", MAX_COUNT), ("max_num_batched_tokens", MAX_COUNT),
+                           ("max_model_len", MAX_KV_TOKENS)):
+            value, low = getattr(self, name), 2 if name == "max_model_len" else 1
+            if value is not None and not low <= value <= high:
+                raise ValueError(f"{name} must be in [{low}, {high}], got {value!r}")
+        if (self.num_gpu_blocks is not None
+                and self.num_gpu_blocks * self.block_size > MAX_KV_TOKENS):
+            raise ValueError(
+                f"num_gpu_blocks {self.num_gpu_blocks} x block_size {self.block_size} = "
+                f"{self.num_gpu_blocks * self.block_size:.3g} tokens of KV cache, beyond any "
+                f"deployment (at most {MAX_KV_TOKENS:.3g})")
+        if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(
+                f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization!r}"
+            )
         if not 0 <= self.swap_space_gib <= MAX_SWAP_SPACE_GIB:
             raise ValueError(f"swap_space_gib must be in [0, {MAX_SWAP_SPACE_GIB:g}] GiB (more "
                              f"host memory than any server has), got {self.swap_space_gib!r}")
@@ -166,23 +168,9 @@ class EngineConfig:
                 f"schedule_conservativeness must be in (0, {MAX_CONSERVATIVENESS:g}] (SGLang's "
                 f"default is 1.0), got {self.schedule_conservativeness!r}"
             )
-        if not self.schedule_conservativeness > 0:
-            raise ValueError(
-                f"schedule_conservativeness must be > 0, got {self.schedule_conservativeness!r}"
-            )
-        if self.capacity_scheduler_policy not in ("GUARANTEED_NO_EVICT", "MAX_UTILIZATION"):
-            raise ValueError(
-                "capacity_scheduler_policy must be 'GUARANTEED_NO_EVICT' or 'MAX_UTILIZATION', "
-                f"got {self.capacity_scheduler_policy!r}"
-            )
         if not (isinstance(self.tensor_parallel_size, int) and self.tensor_parallel_size >= 1):
             raise ValueError(
                 f"tensor_parallel_size must be an integer >= 1, got {self.tensor_parallel_size!r}"
-            )
-        if self.kv_cache_dtype != "auto" and self.kv_cache_dtype not in KV_CACHE_DTYPES:
-            raise ValueError(
-                f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, "
-                f"got {self.kv_cache_dtype!r}"
             )
         if not 0 <= self.watermark < 1:
             raise ValueError(f"watermark must be in [0, 1), got {self.watermark!r}")

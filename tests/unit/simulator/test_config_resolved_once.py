@@ -76,4 +76,13 @@ def test_a_fleet_run_resolves_each_gpu_once(calls: Counter[str]) -> None:
     config = SimConfig(gpu="A100-80GB", model="Llama-2-7B", fleet=FleetConfig(num_replicas=2))
     calls.clear()
     simulate(_workload(), make_policy("unlimited"), config)
-    assert calls["step model"] == 1 and calls["get_gpu"] <= 2
+    # its KV blocks sized with the run's own setup, not by looking the GPU up again
+    assert calls == {"step model": 1, "get_gpu": 1, "get_model": 1}
+
+
+def test_a_fleet_on_two_gpus_resolves_each_once(calls: Counter[str]) -> None:
+    fleet = FleetConfig(num_replicas=3, gpus=("A100-80GB", "H100-80GB", "A100-80GB"))
+    config = SimConfig(gpu="A100-80GB", model="Llama-2-7B", fleet=fleet)
+    calls.clear()
+    simulate(_workload(), make_policy("unlimited"), config)
+    assert calls == {"step model": 2, "get_gpu": 2, "get_model": 2}

@@ -1,0 +1,129 @@
+"""The users of a closed loop (:class:`kvbudget.workloads.closed_loop.ClosedLoop`) in a
+simulation: each sends its next request a think time after its last one ended, so the send
+times are decided as the run goes."""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Generator
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+import simpy
+
+from kvbudget.policies import Request
+from kvbudget.workloads import Workload
+
+if TYPE_CHECKING:
+    from kvbudget.workloads.closed_loop import ClosedLoop
+
+
+class _Driver(Protocol):
+    """What the users use of the run driver (:class:`kvbudget.simulator.run._Simulation`)."""
+
+    env: simpy.Environment
+
+    def offer(self, request: Request, t: float) -> None: ...
+    def expect_arrival(self, t: float) -> None: ...
+
+
+class ClosedLoopUsers:
+    """A heap of the times of the sends the users have scheduled, and the think times drawn
+    from the run's seed (one stream, in the order users become free).
+
+    :attr:`workload` is a copy of the run's workload whose arrival column is written as each
+    request is sent (zeros until then; the engine reads the same array), and whose deadlines
+    are set at the send, at the workload's own distance from the arrival. The driver runs
+    :meth:`arrivals` as its arrival process and calls :meth:`user_free` when a request ends.
+    """
+
+    def __init__(self, workload: Workload, loop: ClosedLoop, seed: int) -> None:
+        n = len(workload)
+        self.loop = loop
+        self.deadline_offset_s = (workload.deadline_s - workload.arrival_s).tolist()
+        # a capped open loop: the i-th request is not sent before its own arrival
+        self.not_before_s = workload.arrival_s.tolist() if loop.not_before_arrival else None
+        self.num_sent = 0
+        # zeros until sent (a Workload's arrivals are finite and sorted; sends keep them sorted)
+        self.workload = replace(workload, arrival_s=np.zeros(n), deadline_s=np.full(n, np.nan))
+        self.n = n
+        self.rng = np.random.default_rng(np.random.SeedSequence([seed, 0xC105ED]))
+        self.pending: list[float] = []
+        self.num_scheduled = 0
+        self.running = False
+        self._event: simpy.Event | None = None
+        self._driver: _Driver | None = None
+
+    # --- the users ----------------------------------------------------------------------------
+    def think_s(self) -> float:
+        return self.loop.think_s(self.rng)
+
+    def user_free(self, t: float) -> None:
+        """A user's request ended at ``t`` (as its user sees it): it sends its next one a think
+        time later, unless the run is over or every request is scheduled."""
+        if not self.running or self.num_scheduled >= self.n:
+            return
+        heapq.heappush(self.pending, t + self.think_s())
+        self.num_scheduled += 1
+        self._announce()
+
+    def next_send_s(self) -> float:
+        t = self.pending[0] if self.pending else math.inf
+        if self.not_before_s is not None and self.num_sent < self.n:
+            return max(t, float(self.not_before_s[self.num_sent]))
+        return t
+
+    def _pop(self) -> None:
+        heapq.heappop(self.pending)
+        self.num_sent += 1
+
+    def _announce(self) -> None:
+        """Tell the driver the next send's time (inf: none), and wake the arrival process to
+        wait for it."""
+        assert self._driver is not None
+        self._driver.expect_arrival(self.next_send_s() if self.num_sent < self.n else math.inf)
+        if self._event is not None and not self._event.triggered:
+            self._event.succeed()
+
+    # --- the arrival process -----------------------------------------------------------------
+    def arrivals(self, driver: _Driver) -> Generator[simpy.Event, Any, None]:
+        """Send each request at its user's time, in the workload's order."""
+        env, w = driver.env, self.workload
+        self._driver = driver
+        self.running = True
+        for _ in range(min(self.loop.num_users, self.n)):
+            heapq.heappush(self.pending, env.now)
+            self.num_scheduled += 1
+        self._announce()
+        while self.num_sent < self.n:
+            t = self.next_send_s()
+            if t > env.now:  # wait for the send time, or for an earlier one to be scheduled
+                self._event = event = env.event()
+                if t < math.inf:
+                    yield env.any_of([env.timeout(t - env.now), event])
+                else:
+                    yield event
+                continue
+            i = self.num_sent
+            self._pop()
+            now_s = max(t, env.now)
+            w.arrival_s[i] = now_s
+            self._announce()
+            offset = self.deadline_offset_s[i]
+            driver.offer(Request(i, w.tier_names[w.tier.item(i)], now_s, w.prompt_tokens.item(i),
+                                 w.max_output_tokens.item(i),
+                                 None if offset != offset else now_s + float(offset),
+                                 w.prefix_of(i) if w.prefix_hashes is not None else ()),
+                         now_s)
+        self.running = False
+
+    def close(self, end_s: float) -> None:
+        """The run ended at ``end_s``: the requests never sent (their users' requests never
+        ended) "arrive" at the end."""
+        self.running = False
+        self.workload.arrival_s[self.num_sent:] = end_s
+
+    def describe(self) -> dict[str, Any]:
+        return self.loop.describe()
