@@ -35,8 +35,7 @@ SPEED_UP_INTERFACE = frozenset({
     "_step", "_commit_running_decode", "_now_decoding", "_abort_now", "_work_changed",
     # the step's parts, reused: the waiting loop and the invariants, the step's end and log,
     # the commit of a decode step, aborts and finishes
-    "_schedule_waiting", "_check_schedule", "_tail_features", "_step_seconds", "_account_step",
-    "_wait",
+    "_schedule_waiting", "_check_schedule", "_tail_step_seconds", "_account_step", "_wait",
     "_commit_step", "_commit_decode_step", "_apply_aborts", "_finish",
     # the step's state: as scheduled (``_fast``, ``_tail``, ``_step_extra_s``,
     # ``_hol_blocked``), being committed (``_steps_rows``), the running set's

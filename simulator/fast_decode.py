@@ -332,7 +332,7 @@ class SkipAheadEngine(Engine):
             if run is not None:
                 run = self._span_keep(run, t_ext, until)
         else:
-            dt = self._step_seconds(self._tail_features(n, n + g.context, tail))
+            dt = self._tail_step_seconds(n, n + g.context, tail)
         k = yield from self._wait_run(dt, run, reserved, counts)
         self._steps_rows = None  # for scheduled_with_output: the group's step
         self._steps_group = (n, tail)

@@ -561,16 +561,20 @@ class Scheduler:
         m = len(rows) - len(tail)
         fast = self._fast
         context = m + isum(fast.computed) if fast is not None else 0
-        return self._tail_features(m, context, tail)
-
-    def _tail_features(self, m: int, context: int, tail: list[tuple[int, int]]) -> StepFeatures:
-        """:func:`~kvbudget.simulator.step_cost.tail_features` of this step."""
         return tail_features(m, context, tail, self.num_computed_tokens, self.num_tokens,
                              self.num_output_tokens)
 
     def _step_seconds(self, features: StepFeatures) -> float:
         """The scheduled step's duration: its features priced, plus what hooks added
         (:meth:`add_step_time`)."""
+        return float(self.cost.step_time(*features)) + self._step_extra_s
+
+    def _tail_step_seconds(self, m: int, context: int, tail: list[tuple[int, int]]) -> float:
+        """:meth:`_step_seconds` of a step of ``m`` decoding requests attending to
+        ``context`` tokens, then the waiting requests that start (``tail``:
+        :func:`~kvbudget.simulator.step_cost.tail_features`)."""
+        features = tail_features(m, context, tail, self.num_computed_tokens, self.num_tokens,
+                                 self.num_output_tokens)
         return float(self.cost.step_time(*features)) + self._step_extra_s
 
     # --- one step: commit --------------------------------------------------------------------
