@@ -190,7 +190,10 @@ class GatewayServer:
         }, now)
 
     def reload(self) -> bool:
-        """Make the policy again (SIGHUP): a bad file keeps the running one and logs one line."""
+        """Read the scenario again (SIGHUP, or the file changed) and apply what is safe to
+        change live: the policy, the budget (through the same :meth:`Admission.resize` as a
+        capacity read from ``/metrics``), the front door and the lease TTL. A bad file, or one
+        whose tiers changed, keeps everything running and logs one line."""
         if self.reload_policy is None:
             return False
         try:
@@ -403,7 +406,7 @@ class GatewayServer:
 
     def _upstream_request(self, call: Call, path: str) -> httpx.Request:
         return call.client.build_request(
-            "POST", self.upstreams.urls[call.upstream] + path, json=call.completion.body,
+            "POST", self.upstreams.url(call.upstream, path), json=call.completion.body,
             headers={REQUEST_ID_HEADER: str(call.ticket.request.request_id)})
 
     def _revoked_answer(self, call: Call) -> Response:
@@ -498,11 +501,17 @@ class GatewayServer:
         revoked.add_done_callback(interrupt)
         gone.future.add_done_callback(interrupt)
         now = self.admission.now
+        # as read (no decoding layers) unless the upstream compressed it
+        reads = resp.aiter_raw() if resp.headers.get("content-encoding", "identity") == \
+            "identity" else resp.aiter_bytes()
         try:
-            async for line in resp.aiter_lines():
-                out = call.on_line(line, now())
-                if out is not None:
+            async for data in reads:
+                out = call.on_read(data, now())
+                if out:
                     yield out
+            out = call.on_end(now())
+            if out:
+                yield out
         except httpx.HTTPError as exc:
             if not (revoked.done() or gone.future.done()):  # the upstream broke off
                 self._end(call, "rejected_overloaded", "backend_error", type(exc).__name__)
@@ -526,7 +535,11 @@ class GatewayServer:
 
 class _RelayResponse(StreamingResponse):
     """A streamed answer that always runs ``on_close`` when the ASGI call ends, however it ends
-    (a stream cut before its first chunk never runs its generator's ``finally``)."""
+    (a stream cut before its first chunk never runs its generator's ``finally``).
+
+    Unlike Starlette's, it runs no task of its own listening for the client's disconnect: the
+    call's :class:`~kvbudget.live.serve_forward.Disconnect` already does, and closes the
+    upstream response, which ends ``content``."""
 
     def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], None]) -> None:
         super().__init__(content, media_type="text/event-stream",
@@ -535,6 +548,12 @@ class _RelayResponse(StreamingResponse):
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
-            await super().__call__(scope, receive, send)
+            await send({"type": "http.response.start", "status": self.status_code,
+                        "headers": self.raw_headers})
+            async for chunk in self.body_iterator:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:  # the client went away (ASGI 2.4 servers say so this way)
+            pass
         finally:
             self._on_close()
