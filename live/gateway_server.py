@@ -43,6 +43,7 @@ log = logging.getLogger("kvbudget.serve")
 TIER_HEADER = "x-kvbudget-tier"
 DEADLINE_HEADER = "x-kvbudget-deadline-s"  # seconds the caller will wait for admission
 REQUEST_ID_HEADER = "x-kvbudget-request-id"  # sent upstream: the lease's holder
+DRAINING = "draining"  # the code of a refusal or abort because the server stops
 CLIENT_CLOSED = 499  # nginx's "client closed request": logged, never seen by the client
 CountTokens = Literal["upstream", "bytes"]
 
@@ -122,6 +123,7 @@ class GatewayServer:
         self.draining = False
         self.capacity_problem = ""
         self.num_in_flight = 0
+        self._drain_timer: asyncio.TimerHandle | None = None
         self._flight_changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._closing: set[asyncio.Future[None]] = set()
@@ -142,6 +144,8 @@ class GatewayServer:
         try:
             yield
         finally:
+            if self._drain_timer is not None:
+                self._drain_timer.cancel()
             for task in self._tasks:
                 task.cancel()
             for task in self._tasks:
@@ -188,6 +192,25 @@ class GatewayServer:
             "kv_capacity_tokens": gw.config.capacity_tokens, "num_running": len(gw.admitted),
             "num_waiting": gw.num_waiting(), "num_preemptions": self.admission.num_revocations,
         }, now)
+
+    def drain(self, deadline_s: float) -> None:
+        """Stop taking work (SIGTERM): new completions get 503 ``draining``, requests waiting
+        for admission get the overload answer now, and those in flight that have not ended
+        ``deadline_s`` from now are aborted upstream, their leases released (a stream ends
+        with an SSE error event ``draining``, a non-streamed one gets 503)."""
+        if self._drain_timer is not None:  # draining already: the first deadline holds
+            return
+        self.draining = True
+        num_refused = self.admission.refuse_waiting()
+        if num_refused:
+            log.warning("draining: %d request(s) waiting for admission refused", num_refused)
+        self._drain_timer = asyncio.get_running_loop().call_later(
+            max(deadline_s, 0.0), self._drain_deadline)
+
+    def _drain_deadline(self) -> None:
+        num_aborted = self.admission.revoke_admitted(DRAINING)
+        if num_aborted:
+            log.warning("drain deadline passed: %d request(s) in flight aborted", num_aborted)
 
     def reload(self) -> bool:
         """Read the scenario again (SIGHUP, or the file changed) and apply what is safe to
@@ -303,7 +326,7 @@ class GatewayServer:
 
     async def completion(self, request: HttpRequest) -> Response:
         if self.draining:
-            return openai_error(503, "the gateway is draining", "overloaded_error", "draining",
+            return openai_error(503, "the gateway is draining", "overloaded_error", DRAINING,
                                 headers={"retry-after": "1"})
         tier = self._tier(request)
         if isinstance(tier, Response):
@@ -402,7 +425,8 @@ class GatewayServer:
             self.admission.cancel(ticket)
         self._record(ticket, Outcome(
             status, reason, out, ticket.admitted_s, call.first_token_s, now,
-            ticket.reserved_tokens, int(bool(ticket.revoke_reason)), error, call.gaps_s()))
+            ticket.reserved_tokens, int(ticket.revoke_reason not in ("", DRAINING)), error,
+            call.gaps_s()))
 
     def _upstream_request(self, call: Call, path: str) -> httpx.Request:
         return call.client.build_request(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import signal
 import socket
 import sys
@@ -31,6 +32,11 @@ from kvbudget.policies.tiers import TierConfig
 MAX_HEADER_BYTES = 64 * 1024
 """The largest request head uvicorn's h11 parser accepts (``h11_max_incomplete_event_size``;
 h11's own default is 16 KiB): beyond it the connection is answered 400 and closed."""
+
+DRAIN_BACKSTOP_S = 5.0
+"""uvicorn's own graceful-shutdown bound is the drain's deadline plus this: the gateway aborts
+what is left at the deadline itself (:meth:`GatewayServer.drain`), and uvicorn cancels whatever
+that did not end (its connections' tasks) only after."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,9 +98,12 @@ class _Uvicorn(uvicorn.Server):
     new completions 503) and whose process then exits 0 (uvicorn re-raises a caught signal
     after its shutdown otherwise)."""
 
-    def __init__(self, config: uvicorn.Config, gateway: GatewayServer) -> None:
+    def __init__(self, config: uvicorn.Config, gateway: GatewayServer, drain_timeout_s: float,
+                 loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(config)
         self.gateway = gateway
+        self.drain_timeout_s = drain_timeout_s
+        self.loop = loop
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -108,9 +117,12 @@ class _Uvicorn(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if not self.gateway.draining:
-            print(f"kvbudget serve: draining ({signal.Signals(sig).name}): no new requests; "
-                  f"those in flight have {self.config.timeout_graceful_shutdown} s",
+            print(f"kvbudget serve: draining ({signal.Signals(sig).name}): no new requests, "
+                  f"those waiting refused; those in flight have {self.drain_timeout_s:g} s",
                   file=sys.stderr, flush=True)
+            # a signal handler runs between any two bytecodes of the loop's thread: the
+            # admission is changed from the loop itself
+            self.loop.call_soon_threadsafe(self.gateway.drain, self.drain_timeout_s)
         self.gateway.draining = True
         super().handle_exit(sig, frame)
 
@@ -161,11 +173,11 @@ async def serve(settings: ServeSettings, announce: Callable[[str], Any] = print)
     sock = bind(settings.host, settings.port)
     config = uvicorn.Config(
         server.app, lifespan="on", log_level="warning", access_log=False,
-        timeout_graceful_shutdown=max(int(settings.drain_timeout_s), 1),
+        timeout_graceful_shutdown=math.ceil(settings.drain_timeout_s + DRAIN_BACKSTOP_S),
         timeout_keep_alive=max(int(settings.keep_alive_s), 1),
         h11_max_incomplete_event_size=MAX_HEADER_BYTES)
-    runner = _Uvicorn(config, server)
     loop = asyncio.get_running_loop()
+    runner = _Uvicorn(config, server, settings.drain_timeout_s, loop)
     loop.add_signal_handler(signal.SIGHUP, server.reload)
     watcher = asyncio.create_task(_watch(settings.watch, server)) if settings.watch else None
     host, port = sock.getsockname()[:2]
