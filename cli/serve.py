@@ -17,7 +17,7 @@ from kvbudget.workloads.fetch import is_loopback_host
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from kvbudget.live.gateway_server import CountTokens
+    from kvbudget.live.gateway_server import CountTokens, Reloaded
     from kvbudget.live.serve_run import ServeSettings
     from kvbudget.policies import BasePolicy
     from kvbudget.simulator.scenario import Scenario
@@ -87,6 +87,24 @@ def _policy_maker(scenario: Path | None, policy: str | None
     return load_scenario(scenario), fresh
 
 
+def _reloader(scenario: Path, policy: str | None, sets_capacity: bool
+              ) -> "Callable[[], Reloaded]":
+    """A function reading the scenario file again: its policy (``--policy`` over it), tiers,
+    front door, lease TTL, and, when ``sets_capacity`` (the running budget is the file's, not
+    ``--capacity-tokens``'s nor the upstreams' ``/metrics``'), its
+    ``gateway_capacity_tokens``."""
+    from kvbudget.live.gateway_server import Reloaded
+
+    def reload() -> "Reloaded":
+        scn = load_scenario(scenario)
+        sim = scn.sim_config()
+        return Reloaded(scn.make_policy(policy), scn.tiers(),
+                        sim.gateway_capacity_tokens if sets_capacity else None,
+                        sim.front_door, sim.lease_ttl_s)
+
+    return reload
+
+
 def _check_serve_extra() -> None:
     """One line, not a traceback, when the ``serve`` extra (starlette, uvicorn) is missing:
     the gateway's modules load them, so they are imported where used (a plain install lists
@@ -142,7 +160,9 @@ def settings_from_flags(upstream: list[str], scenario: Path | None, policy: str 
                          host=host, port=port, out=out, rotate_requests=rotate_requests,
                          drain_timeout_s=drain_timeout_s, watch=scenario,
                          capacity_tokens=capacity, front_door=front_door,
-                         lease_ttl_s=lease_ttl_s)
+                         lease_ttl_s=lease_ttl_s,
+                         reload=None if scenario is None else _reloader(
+                             scenario, policy, capacity_tokens is None and capacity is not None))
 
 
 async def _run(settings: "ServeSettings") -> None:

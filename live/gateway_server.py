@@ -19,7 +19,7 @@ import contextlib
 import logging
 import math
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import httpx
@@ -35,8 +35,10 @@ from kvbudget.live.serve_metrics import ServeMetrics
 from kvbudget.live.serve_records import Outcome, ServeRecorder, request_row
 from kvbudget.live.serve_request import BadRequest, Completion, KeyTable, parse_completion
 from kvbudget.live.serve_upstream import UpstreamError, Upstreams
+from kvbudget.policies.base import Policy
 from kvbudget.policies.errors import Overloaded, RequestTooLarge
-from kvbudget.policies.gateway import Admit, Reject
+from kvbudget.policies.gateway import Admit, FrontDoor, Reject
+from kvbudget.policies.tiers import TierConfig
 
 log = logging.getLogger("kvbudget.serve")
 
@@ -89,6 +91,32 @@ class ServeConfig:
                              "tier header (loopback only)")
 
 
+@dataclass(frozen=True, slots=True)
+class Reloaded:
+    """What a reload read from the scenario file: the policy and the gateway's settings.
+    ``capacity_tokens``: the budget, ``None`` where the file does not set it (a
+    ``--capacity-tokens`` flag or the upstreams' ``/metrics`` do). ``tiers`` must be the
+    running ones: a tier change is refused (the gateway's queues and guarantees are built from
+    them: a restart applies it)."""
+
+    policy: Policy
+    tiers: tuple[TierConfig, ...]
+    capacity_tokens: int | None = None
+    front_door: FrontDoor | None = None
+    lease_ttl_s: float | None = None
+
+
+def _tier_change(running: tuple[TierConfig, ...], new: tuple[TierConfig, ...]) -> str:
+    """'' when ``new`` is ``running``, else what changed (one phrase)."""
+    if tuple(t.name for t in running) != tuple(t.name for t in new):
+        return (f"the tiers changed from {', '.join(t.name for t in running)} to "
+                f"{', '.join(t.name for t in new)}")
+    for old, now in zip(running, new, strict=True):
+        if old != now:
+            return f"tier {old.name!r} changed"
+    return ""
+
+
 class _BodyTooLarge(Exception):
     pass
 
@@ -109,11 +137,12 @@ async def _read_body(request: HttpRequest, limit: int) -> bytes:
 
 class GatewayServer:
     """The ASGI app (``.app``) around one :class:`Admission`. ``recorder``: the run
-    directories (none: nothing written); ``reload``: makes the policy again (SIGHUP)."""
+    directories (none: nothing written); ``reload``: reads the policy again (SIGHUP), or the
+    policy and the gateway's settings (a :class:`Reloaded`)."""
 
     def __init__(self, admission: Admission, upstreams: Upstreams, config: ServeConfig, *,
                  recorder: ServeRecorder | None = None,
-                 reload: Callable[[], Any] | None = None) -> None:
+                 reload: Callable[[], Policy | Reloaded] | None = None) -> None:
         self.admission = admission
         self.upstreams = upstreams
         self.config = config
@@ -219,13 +248,28 @@ class GatewayServer:
         whose tiers changed, keeps everything running and logs one line."""
         if self.reload_policy is None:
             return False
+        gw = self.admission.gateway
         try:
-            policy = self.reload_policy()
+            new = self.reload_policy()
+            if isinstance(new, Reloaded):
+                change = _tier_change(gw.config.tiers, new.tiers)
+                if change:
+                    raise ValueError(f"{change}: tiers change only at a restart")
+                config = replace(gw.config, front_door=new.front_door,
+                                 lease_ttl_s=new.lease_ttl_s)
         except (ValueError, OSError) as exc:
-            log.error("reload refused, the running policy stays: %s", exc)
+            log.error("reload refused, the running policy and budget stay: %s", exc)
             return False
-        self.admission.replace_policy(policy)
-        log.warning("policy reloaded: %s", policy.describe())
+        if not isinstance(new, Reloaded):
+            self.admission.replace_policy(new)
+            log.warning("policy reloaded: %s", new.describe())
+            return True
+        self.admission.reconfigure(new.policy, config)
+        if new.capacity_tokens is not None:
+            self.admission.resize(new.capacity_tokens, config.max_request_tokens)
+        log.warning("reloaded: policy %s; capacity %d tokens; lease TTL %s; front door %s",
+                    new.policy.describe(), gw.config.capacity_tokens, new.lease_ttl_s,
+                    new.front_door)
         return True
 
     @property

@@ -14,11 +14,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kvbudget.policies.base import Policy
 from kvbudget.policies.errors import Overloaded
-from kvbudget.policies.gateway import Action, Admit, Gateway, Reject, Revoke
+from kvbudget.policies.gateway import Action, Admit, Gateway, GatewayConfig, Reject, Revoke
 from kvbudget.policies.request import Request
 
 
@@ -100,6 +100,15 @@ class Admission:
         if (capacity_tokens, max_request_tokens) != (config.capacity_tokens,
                                                      config.max_request_tokens):
             self._apply(self.gateway.resize(capacity_tokens, self.now(), max_request_tokens))
+
+    def reconfigure(self, policy: Policy, config: GatewayConfig) -> None:
+        """A reloaded scenario: ``policy`` decides from now on, under ``config``'s front door
+        and lease TTL (new leases take it; leases held stay as they are). Its capacity is not
+        taken from ``config``: :meth:`resize` changes it."""
+        running = self.gateway.config
+        self.gateway.config = replace(config, capacity_tokens=running.capacity_tokens,
+                                      max_request_tokens=running.max_request_tokens)
+        self.replace_policy(policy)
 
     def replace_policy(self, policy: Policy) -> None:
         """A reloaded policy decides from now on; leases held stay as they are."""

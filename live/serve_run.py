@@ -1,7 +1,8 @@
 """Running ``kvbudget serve`` as a process: the gateway built from its settings, uvicorn on a
 socket of ours, and the signals: SIGTERM (or Ctrl-C) drains (new connections refused, ``/ready``
 503, requests in flight finish within ``drain_timeout_s``, the run directory closed), SIGHUP or
-a change of the scenario file reloads the policy (a bad file keeps the running one).
+a change of the scenario file reloads the policy, the budget, the front door and the lease TTL
+(a bad file, or a change of tiers, keeps everything running).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 import uvicorn
 
-from kvbudget.live.gateway_server import GatewayServer, ServeConfig
+from kvbudget.live.gateway_server import GatewayServer, Reloaded, ServeConfig
 from kvbudget.live.serve_admission import Admission
 from kvbudget.live.serve_records import ServeRecorder
 from kvbudget.live.serve_upstream import UpstreamOptions, Upstreams
@@ -42,9 +43,9 @@ that did not end (its connections' tasks) only after."""
 @dataclass(frozen=True, slots=True)
 class ServeSettings:
     """Everything ``kvbudget serve`` runs with. ``new_policy`` makes the policy (again, on a
-    reload); ``watch``: a file whose change reloads it; ``capacity_tokens``: the budget, or
-    ``None`` to read it from the upstreams' ``/metrics`` (again every
-    ``config.capacity_period_s``)."""
+    reload, unless ``reload`` reads the scenario's settings with it); ``watch``: a file whose
+    change reloads it; ``capacity_tokens``: the budget, or ``None`` to read it from the
+    upstreams' ``/metrics`` (again every ``config.capacity_period_s``)."""
 
     tiers: tuple[TierConfig, ...]
     new_policy: Callable[[], Policy]
@@ -60,6 +61,7 @@ class ServeSettings:
     capacity_tokens: int | None = None
     front_door: FrontDoor | None = None
     lease_ttl_s: float | None = None
+    reload: Callable[[], Reloaded] | None = None
 
     def gateway(self, capacity_tokens: int, max_request_tokens: int | None = None
                 ) -> GatewayConfig:
@@ -90,7 +92,8 @@ def build_server(settings: ServeSettings, gateway: GatewayConfig) -> GatewayServ
                                  meta={"executor": "serve", "upstreams": list(
                                      settings.upstream.urls), "policy": policy.describe()})
     return GatewayServer(Admission(Gateway(gateway, policy)), Upstreams(settings.upstream),
-                         settings.config, recorder=recorder, reload=settings.new_policy)
+                         settings.config, recorder=recorder,
+                         reload=settings.reload or settings.new_policy)
 
 
 class _Uvicorn(uvicorn.Server):

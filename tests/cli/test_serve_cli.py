@@ -76,7 +76,7 @@ def test_serve_reloads_on_sighup_and_drains_on_sigterm(tmp_path: Path) -> None:
                         assert (await anext(lines)).startswith("data: {")
                         scenario.write_text('policy = "nonesuch"\n')
                         proc.send_signal(signal.SIGHUP)
-                        await err.wait_for(r"reload refused, the running policy stays: "
+                        await err.wait_for(r"reload refused, the running policy and budget stay: "
                                            r".*nonesuch")
                         proc.send_signal(signal.SIGTERM)
                         await err.wait_for(r"draining")
@@ -174,5 +174,52 @@ def test_sigterm_refuses_the_queue_at_once_and_aborts_what_outlasts_the_drain(
         assert fake.aborted == 1 and len(fake.received) == 1
         run = read_run(tmp_path / "runs" / "run-0001")
         assert sorted(run.records["status"]) == ["preempted_dropped", "rejected_overloaded"]
+
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(120)
+def test_sighup_reloads_the_scenarios_budget_and_refuses_a_tier_change(tmp_path: Path) -> None:
+    scenario = tmp_path / "scenario.toml"
+    scenario.write_text('policy = "conservative"\ngateway_capacity_tokens = 1000\n')
+
+    async def main() -> None:
+        fake = FakeUpstream()
+        async with serving(fake.app()) as up:
+            env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "kvbudget.cli.main", "serve", "--upstream", up,
+                "--scenario", str(scenario), "--port", "0", "--count-tokens", "bytes",
+                cwd=tmp_path, env=env, stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE)
+            try:
+                assert proc.stderr is not None
+                err = _Lines(proc.stderr)
+                url = (await err.wait_for(r"listening on (http://127\.0\.0\.1:\d+)")).group(1)
+                async with httpx.AsyncClient(timeout=BOUND_S) as client:
+                    async def capacity() -> str:
+                        text = (await client.get(url + "/metrics")).text
+                        return str(re.findall(r"^kvbudget_capacity_tokens (\d+)$", text, re.M)[0])
+
+                    assert await capacity() == "1000"
+                    scenario.write_text('policy = "overcommit"\ngateway_capacity_tokens = 3000'
+                                        '\nlease_ttl_s = 120\n')
+                    proc.send_signal(signal.SIGHUP)
+                    await err.wait_for(r"reloaded: policy .*overcommit.*capacity 3000 tokens; "
+                                       r"lease TTL 120")
+                    assert await capacity() == "3000"
+                    scenario.write_text('gateway_capacity_tokens = 5000\n[[tiers]]\n'
+                                        'name = "only"\nmax_sequence_tokens = 4096\n')
+                    proc.send_signal(signal.SIGHUP)
+                    await err.wait_for(r"reload refused, the running policy and budget stay: "
+                                       r"the tiers changed .* restart")
+                    assert await capacity() == "3000"
+                proc.send_signal(signal.SIGTERM)
+                async with asyncio.timeout(BOUND_S):
+                    assert await proc.wait() == 0
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
 
     asyncio.run(main())

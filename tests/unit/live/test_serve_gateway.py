@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Coroutine
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +16,11 @@ import pandas as pd
 import pytest
 from starlette.requests import Request
 
-from kvbudget.live.gateway_server import REQUEST_ID_HEADER
+from kvbudget.live.gateway_server import REQUEST_ID_HEADER, Reloaded
 from kvbudget.live.serve_records import ServeRecorder
 from kvbudget.live.serve_request import KeyTable, key_digest, prompt_token_bound
 from kvbudget.policies import TierConfig, make_policy
+from kvbudget.policies.gateway import FrontDoor
 from kvbudget.results.run_result import read_run
 from tests.unit.live.serve_harness import (
     TIERS,
@@ -584,4 +586,50 @@ def test_drain_aborts_what_outlasts_its_deadline_and_releases_the_leases(
         assert list(records["status"]) == ["preempted_dropped"]
         assert list(records["reason"]) == ["draining"]
         assert list(records["num_preemptions"]) == [0]  # not the policy's preemption
+    run(main())
+
+
+def test_a_reload_applies_the_budget_front_door_and_lease_ttl_and_refuses_a_tier_change(
+        caplog: pytest.LogCaptureFixture) -> None:
+    door = FrontDoor(max_num_queued_requests=5)
+    readings: list[Any] = [
+        Reloaded(make_policy("overcommit", {"overcommit_ratio": 0.5}), TIERS, 100, door, 60.0),
+        ValueError("scenario.toml: line 3: policy 'nonesuch' is unknown"),
+        Reloaded(make_policy("conservative"), (TIERS[0],), 10_000),
+        Reloaded(make_policy("conservative"), (replace(TIERS[0], queue_timeout_s=1.0),
+                                               TIERS[1]), 10_000),
+    ]
+
+    def reload() -> Any:
+        reading = readings.pop(0)
+        if isinstance(reading, Exception):
+            raise reading
+        return reading
+
+    async def main() -> None:
+        fake = FakeUpstream()
+        async with stack(fake, capacity_tokens=40, reload=reload) as (server, url), \
+                httpx.AsyncClient() as client:
+            gw = server.admission.gateway
+            first = asyncio.create_task(client.post(url + "/v1/completions", json=_body()))
+            await until(lambda: fake.held == 1, lambda: fake.changed)
+            queued = asyncio.create_task(client.post(url + "/v1/completions", json=_body()))
+            await until(lambda: gw.num_waiting() == 1, lambda: server.admission.changed)
+            assert server.reload()  # the budget grows: the waiting request is admitted now
+            await until(lambda: fake.held == 2, lambda: fake.changed)
+            assert gw.config.capacity_tokens == 100 and gw.policy.name == "overcommit"
+            assert gw.config.lease_ttl_s == 60.0 and gw.config.front_door == door
+            assert "kvbudget_capacity_tokens 100" in (await client.get(url + "/metrics")).text
+            caplog.clear()
+            for _ in range(3):  # a bad file, a tier removed, a tier's setting changed
+                assert not server.reload()
+            refusals = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+            assert len(refusals) == 3 and "nonesuch" in refusals[0]
+            assert "the tiers changed from interactive, batch to interactive" in refusals[1]
+            assert "tier 'interactive' changed" in refusals[2]
+            assert all("tiers change only at a restart" in r for r in refusals[1:])
+            assert gw.config.capacity_tokens == 100 and gw.policy.name == "overcommit"
+            assert gw.config.lease_ttl_s == 60.0
+            fake.release.set()
+            assert (await first).status_code == 200 and (await queued).status_code == 200
     run(main())
