@@ -34,6 +34,7 @@ from kvbudget.live.serve_forward import Call, Disconnect, first_of, openai_error
 from kvbudget.live.serve_metrics import ServeMetrics
 from kvbudget.live.serve_records import Outcome, ServeRecorder, request_row
 from kvbudget.live.serve_request import BadRequest, Completion, KeyTable, parse_completion
+from kvbudget.live.serve_tokenizer import LocalTokenizer
 from kvbudget.live.serve_upstream import UpstreamError, Upstreams
 from kvbudget.policies.base import Policy
 from kvbudget.policies.errors import Overloaded, RequestTooLarge
@@ -47,7 +48,8 @@ DEADLINE_HEADER = "x-kvbudget-deadline-s"  # seconds the caller will wait for ad
 REQUEST_ID_HEADER = "x-kvbudget-request-id"  # sent upstream: the lease's holder
 DRAINING = "draining"  # the code of a refusal or abort because the server stops
 CLIENT_CLOSED = 499  # nginx's "client closed request": logged, never seen by the client
-CountTokens = Literal["upstream", "bytes"]
+CountTokens = Literal["upstream", "bytes", "local"]
+COUNT_TOKENS: tuple[CountTokens, ...] = ("upstream", "bytes", "local")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +59,9 @@ class ServeConfig:
     ``trust_tier_header``: take the tier from ``x-kvbudget-tier`` (safe only on loopback or
     behind a proxy that sets it); else a key of ``keys`` is required. ``overload_status``: 429
     or 503 for a refusal. ``retry_after_s``: the ``Retry-After`` when the policy gives none.
-    ``count_tokens``: ``upstream`` (its ``/tokenize``) or ``bytes`` (an upper bound from the
-    UTF-8 bytes, :func:`~kvbudget.live.serve_request.prompt_token_bound`).
+    ``count_tokens``: ``upstream`` (its ``/tokenize``), ``bytes`` (an upper bound from the
+    UTF-8 bytes, :func:`~kvbudget.live.serve_request.prompt_token_bound`) or ``local``
+    (``tokenizer``, the model's own, loaded here: :mod:`kvbudget.live.serve_tokenizer`).
     ``body_timeout_s``: the longest a client may take to send its body (a slow client gets 408).
     """
 
@@ -71,15 +74,18 @@ class ServeConfig:
     max_body_bytes: int = 1 << 20
     body_timeout_s: float = 30.0
     count_tokens: CountTokens = "upstream"
+    tokenizer: LocalTokenizer | None = None
     capacity_period_s: float | None = None
     timeline_period_s: float = 1.0
 
     def __post_init__(self) -> None:
         if self.overload_status not in (429, 503):
             raise ValueError(f"overload_status must be 429 or 503, got {self.overload_status}")
-        if self.count_tokens not in ("upstream", "bytes"):
-            raise ValueError(f"count_tokens must be 'upstream' or 'bytes', "
+        if self.count_tokens not in COUNT_TOKENS:
+            raise ValueError(f"count_tokens must be one of {', '.join(COUNT_TOKENS)}, "
                              f"got {self.count_tokens!r}")
+        if (self.count_tokens == "local") != (self.tokenizer is not None):
+            raise ValueError("count_tokens 'local' goes with a tokenizer, and only it")
         for name in ("retry_after_s", "body_timeout_s", "timeline_period_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
@@ -358,9 +364,16 @@ class GatewayServer:
         if self.recorder is not None:
             self.recorder.write(request_row(ticket.request, outcome), self.admission.now())
 
-    async def _prompt_tokens(self, comp: Completion, gone: Disconnect) -> int | Response | None:
+    async def _prompt_tokens(self, comp: Completion, gone: Disconnect,
+                             tier: str) -> int | Response | None:
         if self.config.count_tokens == "bytes":
             return comp.prompt_bound
+        if self.config.tokenizer is not None:
+            try:
+                return self.config.tokenizer.count(comp)
+            except BadRequest as exc:
+                self.metrics.refused(tier, "bad_request")
+                return openai_error(400, str(exc), "invalid_request_error", param=exc.param)
         try:
             return await first_of(self.upstreams.count_tokens(comp.tokenize_body), gone.future)
         except UpstreamError as exc:
@@ -405,7 +418,7 @@ class GatewayServer:
 
     async def _admit_and_forward(self, request: HttpRequest, tier: str, comp: Completion,
                                  gone: Disconnect) -> Response:
-        prompt_tokens = await self._prompt_tokens(comp, gone)
+        prompt_tokens = await self._prompt_tokens(comp, gone, tier)
         if prompt_tokens is None:
             return Response(status_code=CLIENT_CLOSED)
         if isinstance(prompt_tokens, Response):

@@ -148,6 +148,16 @@ async def _watch(path: Path, server: GatewayServer, period_s: float = 1.0) -> No
         last = now
 
 
+def _counted_by(config: ServeConfig) -> str:
+    """How prompts are counted, and the count's error, for the start line."""
+    if config.tokenizer is not None:
+        return (f"the local tokenizer {config.tokenizer.name} (exact when it is the served "
+                "model's)")
+    if config.count_tokens == "upstream":
+        return "the upstream /tokenize"
+    return "a bound of one token a UTF-8 byte"
+
+
 def bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -187,7 +197,7 @@ async def serve(settings: ServeSettings, announce: Callable[[str], Any] = print)
     announce(f"kvbudget serve: listening on http://{host}:{port} "
              f"(upstreams: {', '.join(settings.upstream.urls)}; capacity "
              f"{gateway.capacity_tokens} tokens; prompt tokens counted by "
-             f"{'the upstream /tokenize' if settings.config.count_tokens == 'upstream' else 'a bound of one token a UTF-8 byte'})")
+             f"{_counted_by(settings.config)})")
     try:
         await runner.serve(sockets=[sock])
     finally:

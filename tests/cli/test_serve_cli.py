@@ -114,6 +114,10 @@ def test_serve_refuses_bad_setups_in_one_line(tmp_path: Path) -> None:
         (["--keys", str(keys)], "keys.txt: line 1: the key digest must be 64 hex"),
         ([], "give --capacity-tokens"),
         (["--router", "random"], "--router must be one of round_robin, least_tokens"),
+        (["--count-tokens", "local"], "--count-tokens local needs --tokenizer"),
+        (["--count-tokens", "bytes", "--tokenizer", "tiny"],
+         "--tokenizer goes with --count-tokens local"),
+        (["--count-tokens", "exact"], "--count-tokens must be one of upstream, bytes, local"),
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     for flags, message in cases:

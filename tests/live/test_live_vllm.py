@@ -395,6 +395,30 @@ def test_the_openai_sdk_through_kvbudget_serve(vllm_server: VllmServer, tmp_path
     assert list(run.records["prompt_tokens"]) == counts
 
 
+def test_the_local_tokenizer_counts_as_vllm_does(vllm_server: VllmServer,
+                                                tiny_model: Path) -> None:
+    """``kvbudget serve --count-tokens local --tokenizer DIR``: the served model's tokenizer,
+    loaded by the gateway, counts a prompt as vLLM's own ``/tokenize`` does (text and token
+    ids)."""
+    pytest.importorskip("transformers", reason="--count-tokens local needs transformers, "
+                        "not installed here")
+    import httpx
+
+    from kvbudget.live.serve_request import parse_completion
+    from kvbudget.live.serve_tokenizer import LocalTokenizer
+    from kvbudget.policies import DEFAULT_TIERS
+
+    local = LocalTokenizer(str(tiny_model))
+    prompts: list[Any] = ["Hello, my name is", "the gateway admits a request 12345.",
+                          "  spaces\tand\nnewlines ", [5, 17, 300, 2]]
+    for prompt in prompts:
+        body = {"model": "tiny", "prompt": prompt, "max_tokens": 4}
+        vllm = httpx.post(vllm_server.url + "/tokenize", json={"model": "tiny", "prompt": prompt},
+                          timeout=60).json()["count"]
+        comp = parse_completion(json.dumps(body).encode(), False, DEFAULT_TIERS[0], 16)
+        assert local.count(comp) == vllm, prompt
+
+
 def test_vllm_bench_serve_through_kvbudget_serve(vllm_server: VllmServer, tiny_model: Path,
                                                  tmp_path: Path) -> None:
     """A real load tool through the gateway: ``vllm bench serve`` (the CPU vLLM's) sends 8
