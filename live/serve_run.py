@@ -1,6 +1,7 @@
 """Running ``kvbudget serve`` as a process: the gateway built from its settings, uvicorn on a
 socket of ours, and the signals: SIGTERM (or Ctrl-C) drains (new connections refused, ``/ready``
-503, requests in flight finish within ``drain_timeout_s``, the run directory closed), SIGHUP or
+503, requests waiting for admission refused at once, requests in flight finish within
+``drain_timeout_s`` or are aborted then, the run directory closed), SIGHUP or
 a change of the scenario file reloads the policy, the budget, the front door and the lease TTL
 (a bad file, or a change of tiers, keeps everything running).
 """
