@@ -374,6 +374,11 @@ class GatewayServer:
             except BadRequest as exc:
                 self.metrics.refused(tier, "bad_request")
                 return openai_error(400, str(exc), "invalid_request_error", param=exc.param)
+        prompt = comp.body.get("prompt")
+        if not comp.chat and isinstance(prompt, list):
+            # token ids are their own count (the engine adds none to them), and vLLM's
+            # /tokenize takes text only (TokenizeCompletionRequest.prompt: str): answered 400
+            return len(prompt)
         try:
             return await first_of(self.upstreams.count_tokens(comp.tokenize_body), gone.future)
         except UpstreamError as exc:

@@ -194,9 +194,13 @@ def test_the_upstream_tokenizer_counts_the_prompt() -> None:
             r = await client.post(url + "/v1/completions",
                                   json=_body(prompt="one two three four"))
             assert r.status_code == 200
+            # token ids are counted as they are, without asking (vLLM's /tokenize takes text
+            # only: it answers 400 to ids, which made the gateway answer 502)
+            ids = await client.post(url + "/v1/completions", json=_body(prompt=[7, 8, 9]))
+            assert ids.status_code == 200
         assert fake.num_tokenized == 1
     run(main())
-    assert seen == [5]  # the fake's count (4 words + 1), not the byte bound (18 + 16)
+    assert seen == [5, 3]  # the fake's count (4 words + 1), not the byte bound (18 + 16)
 
 
 def test_overload_429_with_retry_after_and_interactive_waits_its_turn() -> None:
