@@ -377,7 +377,8 @@ class GatewayServer:
         prompt = comp.body.get("prompt")
         if not comp.chat and isinstance(prompt, list):
             # token ids are their own count (the engine adds none to them), and vLLM's
-            # /tokenize takes text only (TokenizeCompletionRequest.prompt: str): answered 400
+            # /tokenize takes text only (0.32.0, vllm/entrypoints/serve/tokenize/protocol.py:
+            # TokenizeCompletionRequest.prompt: str): it refuses ids
             return len(prompt)
         try:
             return await first_of(self.upstreams.count_tokens(comp.tokenize_body), gone.future)

@@ -5,10 +5,12 @@ It is Hugging Face ``transformers``' ``AutoTokenizer`` for a directory or a mode
 in the local cache (``local_files_only=True``: nothing is downloaded), imported when a server
 is built with it (``transformers`` is a heavy optional dependency: not loaded otherwise). Its
 count is the upstream's exactly when it is the served model's tokenizer and chat template, as
-vLLM's ``/tokenize`` counts (``vllm/entrypoints/openai/serving_tokenization.py``): a
-completion's prompt with the tokenizer's special tokens added (``add_special_tokens=True``, a
-BOS where the tokenizer adds one), a chat's messages through the tokenizer's chat template with
-the generation prompt. A tokenizer without a chat template refuses chat requests (400) rather
+vLLM's ``/tokenize`` counts (vLLM 0.32.0, ``vllm/entrypoints/serve/tokenize/protocol.py``:
+``TokenizeCompletionRequest.add_special_tokens`` defaults to true, ``TokenizeChatRequest.
+add_generation_prompt`` too): a completion's prompt with the tokenizer's special tokens added
+(a BOS where the tokenizer adds one), a chat's messages through the tokenizer's chat template
+with the generation prompt; token ids as they are (what a completion of them reports in
+``usage.prompt_tokens``; checked against the CPU vLLM in tests/live). A tokenizer without a chat template refuses chat requests (400) rather
 than guess.
 """
 
