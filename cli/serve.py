@@ -10,6 +10,7 @@ import typer
 
 from kvbudget.cli.errors import CliError, user_errors
 from kvbudget.live.serve_request import KeyTable
+from kvbudget.live.serve_tokenizer import LocalTokenizer
 from kvbudget.policies import DEFAULT_TIERS, make_policy
 from kvbudget.simulator.scenario import load_scenario
 from kvbudget.workloads.fetch import is_loopback_host
@@ -17,7 +18,7 @@ from kvbudget.workloads.fetch import is_loopback_host
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from kvbudget.live.gateway_server import CountTokens
+    from kvbudget.live.gateway_server import CountTokens, Reloaded
     from kvbudget.live.serve_run import ServeSettings
     from kvbudget.policies import BasePolicy
     from kvbudget.simulator.scenario import Scenario
@@ -46,8 +47,13 @@ PeriodOpt = Annotated[float, typer.Option(
     "every this many seconds.")]
 CountOpt = Annotated[str, typer.Option(
     "--count-tokens", help="How prompts are counted before admission: 'upstream' (its "
-    "/tokenize, exact) or 'bytes' (one token a UTF-8 byte plus a margin: never fewer than "
-    "the tokenizer's, about 4x more for English text).")]
+    "/tokenize, exact), 'local' (the model's tokenizer loaded here from --tokenizer: exact "
+    "when it is the served model's, no round trip) or 'bytes' (one token a UTF-8 byte plus a "
+    "margin: never fewer than the tokenizer's, about 4x more for English text).")]
+TokenizerOpt = Annotated[str | None, typer.Option(
+    "--tokenizer", help="With --count-tokens local: the served model's tokenizer, a directory "
+    "or a model name already in the local Hugging Face cache (never downloaded; needs "
+    "transformers).")]
 StatusOpt = Annotated[int, typer.Option(
     "--overload-status", help="The answer to an overloaded request: 429 or 503.")]
 RetryOpt = Annotated[float, typer.Option(
@@ -87,6 +93,24 @@ def _policy_maker(scenario: Path | None, policy: str | None
     return load_scenario(scenario), fresh
 
 
+def _reloader(scenario: Path, policy: str | None, sets_capacity: bool
+              ) -> "Callable[[], Reloaded]":
+    """A function reading the scenario file again: its policy (``--policy`` over it), tiers,
+    front door, lease TTL, and, when ``sets_capacity`` (the running budget is the file's, not
+    ``--capacity-tokens``'s nor the upstreams' ``/metrics``'), its
+    ``gateway_capacity_tokens``."""
+    from kvbudget.live.gateway_server import Reloaded
+
+    def reload() -> "Reloaded":
+        scn = load_scenario(scenario)
+        sim = scn.sim_config()
+        return Reloaded(scn.make_policy(policy), scn.tiers(),
+                        sim.gateway_capacity_tokens if sets_capacity else None,
+                        sim.front_door, sim.lease_ttl_s)
+
+    return reload
+
+
 def _check_serve_extra() -> None:
     """One line, not a traceback, when the ``serve`` extra (starlette, uvicorn) is missing:
     the gateway's modules load them, so they are imported where used (a plain install lists
@@ -99,13 +123,32 @@ def _check_serve_extra() -> None:
                        "pip install 'kvbudget[serve]'") from None
 
 
+def _local_tokenizer(count_tokens: str, tokenizer: str | None) -> LocalTokenizer | None:
+    """``--count-tokens``'s tokenizer: loaded for ``local`` (from ``--tokenizer``), none for
+    the others."""
+    from kvbudget.live.gateway_server import COUNT_TOKENS
+
+    if count_tokens not in COUNT_TOKENS:
+        raise CliError(f"--count-tokens must be one of {', '.join(COUNT_TOKENS)}, "
+                       f"got {count_tokens!r}")
+    if count_tokens != "local":
+        if tokenizer is not None:
+            raise CliError("--tokenizer goes with --count-tokens local")
+        return None
+    if tokenizer is None:
+        raise CliError("--count-tokens local needs --tokenizer (a directory or a model name "
+                       "in the local Hugging Face cache)")
+    return LocalTokenizer(tokenizer)
+
+
 def settings_from_flags(upstream: list[str], scenario: Path | None, policy: str | None,
                         host: str, port: int, keys: Path | None, trust_tier_header: bool,
                         capacity_tokens: int | None, capacity_period_s: float,
                         count_tokens: str, overload_status: int, retry_after_s: float,
                         default_max_tokens: int, router: str, out: Path | None,
                         rotate_requests: int, drain_timeout_s: float, max_body_bytes: int,
-                        upstream_api_key: str | None) -> "ServeSettings":
+                        upstream_api_key: str | None,
+                        tokenizer: str | None = None) -> "ServeSettings":
     """Everything checked before anything listens (each problem one line naming the flag)."""
     _check_serve_extra()
     from kvbudget.live.gateway_server import ServeConfig
@@ -129,20 +172,21 @@ def settings_from_flags(upstream: list[str], scenario: Path | None, policy: str 
         raise CliError(f"--overload-status must be 429 or 503, got {overload_status}")
     if router not in ROUTERS:
         raise CliError(f"--router must be one of {', '.join(ROUTERS)}, got {router!r}")
-    if count_tokens not in ("upstream", "bytes"):
-        raise CliError(f"--count-tokens must be 'upstream' or 'bytes', got {count_tokens!r}")
     options = UpstreamOptions(tuple(upstream), upstream_api_key, router)
     config = ServeConfig(
         keys=table, trust_tier_header=trust, default_tier=tiers[0].name,
         overload_status=overload_status, retry_after_s=retry_after_s,
         default_max_tokens=default_max_tokens, max_body_bytes=max_body_bytes,
         count_tokens=cast("CountTokens", count_tokens),
+        tokenizer=_local_tokenizer(count_tokens, tokenizer),
         capacity_period_s=capacity_period_s if capacity is None else None)
     return ServeSettings(tiers, new_policy, options, config,
                          host=host, port=port, out=out, rotate_requests=rotate_requests,
                          drain_timeout_s=drain_timeout_s, watch=scenario,
                          capacity_tokens=capacity, front_door=front_door,
-                         lease_ttl_s=lease_ttl_s)
+                         lease_ttl_s=lease_ttl_s,
+                         reload=None if scenario is None else _reloader(
+                             scenario, policy, capacity_tokens is None and capacity is not None))
 
 
 async def _run(settings: "ServeSettings") -> None:
@@ -180,6 +224,7 @@ def serve_cmd(
     drain_timeout_s: DrainOpt = 30.0,
     max_body_bytes: BodyOpt = 1 << 20,
     upstream_api_key: UpKeyOpt = None,
+    tokenizer: TokenizerOpt = None,
 ) -> None:
     """Run the admission gateway: an OpenAI-compatible server that admits each request with the
     policy (tier limit, token lease, queue or Overloaded) before forwarding it upstream."""
@@ -188,7 +233,7 @@ def serve_cmd(
             upstream, scenario, policy, host, port, keys, trust_tier_header, capacity_tokens,
             capacity_period_s, count_tokens, overload_status, retry_after_s,
             default_max_tokens, router, out, rotate_requests, drain_timeout_s, max_body_bytes,
-            upstream_api_key)
+            upstream_api_key, tokenizer)
         asyncio.run(_run(settings))
 
 

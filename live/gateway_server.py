@@ -19,7 +19,7 @@ import contextlib
 import logging
 import math
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import httpx
@@ -34,17 +34,22 @@ from kvbudget.live.serve_forward import Call, Disconnect, first_of, openai_error
 from kvbudget.live.serve_metrics import ServeMetrics
 from kvbudget.live.serve_records import Outcome, ServeRecorder, request_row
 from kvbudget.live.serve_request import BadRequest, Completion, KeyTable, parse_completion
+from kvbudget.live.serve_tokenizer import LocalTokenizer
 from kvbudget.live.serve_upstream import UpstreamError, Upstreams
+from kvbudget.policies.base import Policy
 from kvbudget.policies.errors import Overloaded, RequestTooLarge
-from kvbudget.policies.gateway import Admit, Reject
+from kvbudget.policies.gateway import Admit, FrontDoor, Reject
+from kvbudget.policies.tiers import TierConfig
 
 log = logging.getLogger("kvbudget.serve")
 
 TIER_HEADER = "x-kvbudget-tier"
 DEADLINE_HEADER = "x-kvbudget-deadline-s"  # seconds the caller will wait for admission
 REQUEST_ID_HEADER = "x-kvbudget-request-id"  # sent upstream: the lease's holder
+DRAINING = "draining"  # the code of a refusal or abort because the server stops
 CLIENT_CLOSED = 499  # nginx's "client closed request": logged, never seen by the client
-CountTokens = Literal["upstream", "bytes"]
+CountTokens = Literal["upstream", "bytes", "local"]
+COUNT_TOKENS: tuple[CountTokens, ...] = ("upstream", "bytes", "local")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +59,9 @@ class ServeConfig:
     ``trust_tier_header``: take the tier from ``x-kvbudget-tier`` (safe only on loopback or
     behind a proxy that sets it); else a key of ``keys`` is required. ``overload_status``: 429
     or 503 for a refusal. ``retry_after_s``: the ``Retry-After`` when the policy gives none.
-    ``count_tokens``: ``upstream`` (its ``/tokenize``) or ``bytes`` (an upper bound from the
-    UTF-8 bytes, :func:`~kvbudget.live.serve_request.prompt_token_bound`).
+    ``count_tokens``: ``upstream`` (its ``/tokenize``), ``bytes`` (an upper bound from the
+    UTF-8 bytes, :func:`~kvbudget.live.serve_request.prompt_token_bound`) or ``local``
+    (``tokenizer``, the model's own, loaded here: :mod:`kvbudget.live.serve_tokenizer`).
     ``body_timeout_s``: the longest a client may take to send its body (a slow client gets 408).
     """
 
@@ -68,15 +74,18 @@ class ServeConfig:
     max_body_bytes: int = 1 << 20
     body_timeout_s: float = 30.0
     count_tokens: CountTokens = "upstream"
+    tokenizer: LocalTokenizer | None = None
     capacity_period_s: float | None = None
     timeline_period_s: float = 1.0
 
     def __post_init__(self) -> None:
         if self.overload_status not in (429, 503):
             raise ValueError(f"overload_status must be 429 or 503, got {self.overload_status}")
-        if self.count_tokens not in ("upstream", "bytes"):
-            raise ValueError(f"count_tokens must be 'upstream' or 'bytes', "
+        if self.count_tokens not in COUNT_TOKENS:
+            raise ValueError(f"count_tokens must be one of {', '.join(COUNT_TOKENS)}, "
                              f"got {self.count_tokens!r}")
+        if (self.count_tokens == "local") != (self.tokenizer is not None):
+            raise ValueError("count_tokens 'local' goes with a tokenizer, and only it")
         for name in ("retry_after_s", "body_timeout_s", "timeline_period_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
@@ -86,6 +95,32 @@ class ServeConfig:
         if not self.keys.digests and not self.trust_tier_header:
             raise ValueError("no way to tell a caller's tier: give a key file, or trust the "
                              "tier header (loopback only)")
+
+
+@dataclass(frozen=True, slots=True)
+class Reloaded:
+    """What a reload read from the scenario file: the policy and the gateway's settings.
+    ``capacity_tokens``: the budget, ``None`` where the file does not set it (a
+    ``--capacity-tokens`` flag or the upstreams' ``/metrics`` do). ``tiers`` must be the
+    running ones: a tier change is refused (the gateway's queues and guarantees are built from
+    them: a restart applies it)."""
+
+    policy: Policy
+    tiers: tuple[TierConfig, ...]
+    capacity_tokens: int | None = None
+    front_door: FrontDoor | None = None
+    lease_ttl_s: float | None = None
+
+
+def _tier_change(running: tuple[TierConfig, ...], new: tuple[TierConfig, ...]) -> str:
+    """'' when ``new`` is ``running``, else what changed (one phrase)."""
+    if tuple(t.name for t in running) != tuple(t.name for t in new):
+        return (f"the tiers changed from {', '.join(t.name for t in running)} to "
+                f"{', '.join(t.name for t in new)}")
+    for old, now in zip(running, new, strict=True):
+        if old != now:
+            return f"tier {old.name!r} changed"
+    return ""
 
 
 class _BodyTooLarge(Exception):
@@ -108,11 +143,12 @@ async def _read_body(request: HttpRequest, limit: int) -> bytes:
 
 class GatewayServer:
     """The ASGI app (``.app``) around one :class:`Admission`. ``recorder``: the run
-    directories (none: nothing written); ``reload``: makes the policy again (SIGHUP)."""
+    directories (none: nothing written); ``reload``: reads the policy again (SIGHUP), or the
+    policy and the gateway's settings (a :class:`Reloaded`)."""
 
     def __init__(self, admission: Admission, upstreams: Upstreams, config: ServeConfig, *,
                  recorder: ServeRecorder | None = None,
-                 reload: Callable[[], Any] | None = None) -> None:
+                 reload: Callable[[], Policy | Reloaded] | None = None) -> None:
         self.admission = admission
         self.upstreams = upstreams
         self.config = config
@@ -122,6 +158,7 @@ class GatewayServer:
         self.draining = False
         self.capacity_problem = ""
         self.num_in_flight = 0
+        self._drain_timer: asyncio.TimerHandle | None = None
         self._flight_changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._closing: set[asyncio.Future[None]] = set()
@@ -142,6 +179,8 @@ class GatewayServer:
         try:
             yield
         finally:
+            if self._drain_timer is not None:
+                self._drain_timer.cancel()
             for task in self._tasks:
                 task.cancel()
             for task in self._tasks:
@@ -189,17 +228,54 @@ class GatewayServer:
             "num_waiting": gw.num_waiting(), "num_preemptions": self.admission.num_revocations,
         }, now)
 
+    def drain(self, deadline_s: float) -> None:
+        """Stop taking work (SIGTERM): new completions get 503 ``draining``, requests waiting
+        for admission get the overload answer now, and those in flight that have not ended
+        ``deadline_s`` from now are aborted upstream, their leases released (a stream ends
+        with an SSE error event ``draining``, a non-streamed one gets 503)."""
+        if self._drain_timer is not None:  # draining already: the first deadline holds
+            return
+        self.draining = True
+        num_refused = self.admission.refuse_waiting()
+        if num_refused:
+            log.warning("draining: %d request(s) waiting for admission refused", num_refused)
+        self._drain_timer = asyncio.get_running_loop().call_later(
+            max(deadline_s, 0.0), self._drain_deadline)
+
+    def _drain_deadline(self) -> None:
+        num_aborted = self.admission.revoke_admitted(DRAINING)
+        if num_aborted:
+            log.warning("drain deadline passed: %d request(s) in flight aborted", num_aborted)
+
     def reload(self) -> bool:
-        """Make the policy again (SIGHUP): a bad file keeps the running one and logs one line."""
+        """Read the scenario again (SIGHUP, or the file changed) and apply what is safe to
+        change live: the policy, the budget (through the same :meth:`Admission.resize` as a
+        capacity read from ``/metrics``), the front door and the lease TTL. A bad file, or one
+        whose tiers changed, keeps everything running and logs one line."""
         if self.reload_policy is None:
             return False
+        gw = self.admission.gateway
         try:
-            policy = self.reload_policy()
+            new = self.reload_policy()
+            if isinstance(new, Reloaded):
+                change = _tier_change(gw.config.tiers, new.tiers)
+                if change:
+                    raise ValueError(f"{change}: tiers change only at a restart")
+                config = replace(gw.config, front_door=new.front_door,
+                                 lease_ttl_s=new.lease_ttl_s)
         except (ValueError, OSError) as exc:
-            log.error("reload refused, the running policy stays: %s", exc)
+            log.error("reload refused, the running policy and budget stay: %s", exc)
             return False
-        self.admission.replace_policy(policy)
-        log.warning("policy reloaded: %s", policy.describe())
+        if not isinstance(new, Reloaded):
+            self.admission.replace_policy(new)
+            log.warning("policy reloaded: %s", new.describe())
+            return True
+        self.admission.reconfigure(new.policy, config)
+        if new.capacity_tokens is not None:
+            self.admission.resize(new.capacity_tokens, config.max_request_tokens)
+        log.warning("reloaded: policy %s; capacity %d tokens; lease TTL %s; front door %s",
+                    new.policy.describe(), gw.config.capacity_tokens, new.lease_ttl_s,
+                    new.front_door)
         return True
 
     @property
@@ -288,9 +364,22 @@ class GatewayServer:
         if self.recorder is not None:
             self.recorder.write(request_row(ticket.request, outcome), self.admission.now())
 
-    async def _prompt_tokens(self, comp: Completion, gone: Disconnect) -> int | Response | None:
+    async def _prompt_tokens(self, comp: Completion, gone: Disconnect,
+                             tier: str) -> int | Response | None:
         if self.config.count_tokens == "bytes":
             return comp.prompt_bound
+        if self.config.tokenizer is not None:
+            try:
+                return self.config.tokenizer.count(comp)
+            except BadRequest as exc:
+                self.metrics.refused(tier, "bad_request")
+                return openai_error(400, str(exc), "invalid_request_error", param=exc.param)
+        prompt = comp.body.get("prompt")
+        if not comp.chat and isinstance(prompt, list):
+            # token ids are their own count (the engine adds none to them), and vLLM's
+            # /tokenize takes text only (0.32.0, vllm/entrypoints/serve/tokenize/protocol.py:
+            # TokenizeCompletionRequest.prompt: str): it refuses ids
+            return len(prompt)
         try:
             return await first_of(self.upstreams.count_tokens(comp.tokenize_body), gone.future)
         except UpstreamError as exc:
@@ -300,7 +389,7 @@ class GatewayServer:
 
     async def completion(self, request: HttpRequest) -> Response:
         if self.draining:
-            return openai_error(503, "the gateway is draining", "overloaded_error", "draining",
+            return openai_error(503, "the gateway is draining", "overloaded_error", DRAINING,
                                 headers={"retry-after": "1"})
         tier = self._tier(request)
         if isinstance(tier, Response):
@@ -335,7 +424,7 @@ class GatewayServer:
 
     async def _admit_and_forward(self, request: HttpRequest, tier: str, comp: Completion,
                                  gone: Disconnect) -> Response:
-        prompt_tokens = await self._prompt_tokens(comp, gone)
+        prompt_tokens = await self._prompt_tokens(comp, gone, tier)
         if prompt_tokens is None:
             return Response(status_code=CLIENT_CLOSED)
         if isinstance(prompt_tokens, Response):
@@ -399,11 +488,12 @@ class GatewayServer:
             self.admission.cancel(ticket)
         self._record(ticket, Outcome(
             status, reason, out, ticket.admitted_s, call.first_token_s, now,
-            ticket.reserved_tokens, int(bool(ticket.revoke_reason)), error, call.gaps_s()))
+            ticket.reserved_tokens, int(ticket.revoke_reason not in ("", DRAINING)), error,
+            call.gaps_s()))
 
     def _upstream_request(self, call: Call, path: str) -> httpx.Request:
         return call.client.build_request(
-            "POST", self.upstreams.urls[call.upstream] + path, json=call.completion.body,
+            "POST", self.upstreams.url(call.upstream, path), json=call.completion.body,
             headers={REQUEST_ID_HEADER: str(call.ticket.request.request_id)})
 
     def _revoked_answer(self, call: Call) -> Response:
@@ -498,11 +588,17 @@ class GatewayServer:
         revoked.add_done_callback(interrupt)
         gone.future.add_done_callback(interrupt)
         now = self.admission.now
+        # as read (no decoding layers) unless the upstream compressed it
+        reads = resp.aiter_raw() if resp.headers.get("content-encoding", "identity") == \
+            "identity" else resp.aiter_bytes()
         try:
-            async for line in resp.aiter_lines():
-                out = call.on_line(line, now())
-                if out is not None:
+            async for data in reads:
+                out = call.on_read(data, now())
+                if out:
                     yield out
+            out = call.on_end(now())
+            if out:
+                yield out
         except httpx.HTTPError as exc:
             if not (revoked.done() or gone.future.done()):  # the upstream broke off
                 self._end(call, "rejected_overloaded", "backend_error", type(exc).__name__)
@@ -526,7 +622,11 @@ class GatewayServer:
 
 class _RelayResponse(StreamingResponse):
     """A streamed answer that always runs ``on_close`` when the ASGI call ends, however it ends
-    (a stream cut before its first chunk never runs its generator's ``finally``)."""
+    (a stream cut before its first chunk never runs its generator's ``finally``).
+
+    Unlike Starlette's, it runs no task of its own listening for the client's disconnect: the
+    call's :class:`~kvbudget.live.serve_forward.Disconnect` already does, and closes the
+    upstream response, which ends ``content``."""
 
     def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], None]) -> None:
         super().__init__(content, media_type="text/event-stream",
@@ -535,6 +635,12 @@ class _RelayResponse(StreamingResponse):
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
-            await super().__call__(scope, receive, send)
+            await send({"type": "http.response.start", "status": self.status_code,
+                        "headers": self.raw_headers})
+            async for chunk in self.body_iterator:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:  # the client went away (ASGI 2.4 servers say so this way)
+            pass
         finally:
             self._on_close()

@@ -14,11 +14,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kvbudget.policies.base import Policy
 from kvbudget.policies.errors import Overloaded
-from kvbudget.policies.gateway import Action, Admit, Gateway, Reject, Revoke
+from kvbudget.policies.gateway import Action, Admit, Gateway, GatewayConfig, Reject, Revoke
 from kvbudget.policies.request import Request
 
 
@@ -101,10 +101,50 @@ class Admission:
                                                      config.max_request_tokens):
             self._apply(self.gateway.resize(capacity_tokens, self.now(), max_request_tokens))
 
+    def reconfigure(self, policy: Policy, config: GatewayConfig) -> None:
+        """A reloaded scenario: ``policy`` decides from now on, under ``config``'s front door
+        and lease TTL (new leases take it; leases held stay as they are). Its capacity is not
+        taken from ``config``: :meth:`resize` changes it."""
+        running = self.gateway.config
+        self.gateway.config = replace(config, capacity_tokens=running.capacity_tokens,
+                                      max_request_tokens=running.max_request_tokens)
+        self.replace_policy(policy)
+
     def replace_policy(self, policy: Policy) -> None:
         """A reloaded policy decides from now on; leases held stay as they are."""
         self.gateway.policy = policy
         self._apply(self.gateway.advance(self.now()))
+
+    def refuse_waiting(self) -> int:
+        """Refuse every request still waiting for admission, now (the server drains: no
+        capacity will come from it). Each gets the answer its tier gets when there is none:
+        ``Overloaded(no_capacity)``, retryable as its tier is, with the policy's Retry-After.
+        Returns how many were refused."""
+        gw = self.gateway
+        waiting = [r for tier in gw.tiers for r in gw.waiting(tier)]
+        refusals: list[Action] = []
+        now = self.now()
+        for request in waiting:
+            tier = gw.tiers[request.tier]
+            after = gw.policy.retry_after_s(request, gw) if tier.retryable_on_overload else None
+            refusals.append(Reject(request, Overloaded(tier.retryable_on_overload,
+                                                       "no_capacity", after)))
+        freed: list[Action] = []
+        for request in waiting:  # whatever a refusal lets in is refused next (it waited too)
+            freed += gw.cancel(request.request_id, now)
+        self._apply(refusals + [a for a in freed if not isinstance(a, Admit)])
+        return len(waiting)
+
+    def revoke_admitted(self, reason: str) -> int:
+        """Take back every lease still held (the drain's deadline passed): each request's
+        ``revoked`` is set with ``reason``, which ends its forwarding (the upstream request
+        closed) and releases its lease through :meth:`cancel`. Returns how many."""
+        held = [t for t in self._tickets.values()
+                if t.decided.done() and not t.decided.cancelled() and not t.revoked.is_set()]
+        for ticket in held:
+            ticket.revoke_reason = reason
+            ticket.revoked.set()
+        return len(held)
 
     def _apply(self, actions: list[Action]) -> None:
         for action in actions:

@@ -88,6 +88,7 @@ class Call:
     chunk_times_s: list[float] = field(default_factory=list)
     skip_blank: bool = False
     ended: bool = False
+    partial: bytes = b""
 
     def usage(self, usage: Any) -> None:
         """Read the upstream's count (its protocol checked as the replay checks it)."""
@@ -97,32 +98,52 @@ class Call:
         else:
             self.output_tokens = int(usage["completion_tokens"])
 
-    def on_line(self, line: str, now_s: float) -> bytes | None:
-        """The bytes to pass on for one line of the upstream's stream (``None``: drop it)."""
+    def on_read(self, data: bytes, now_s: float) -> bytes:
+        """The bytes to pass on for one read of the upstream's stream: its complete lines as
+        :meth:`on_line` makes them, in one piece (one write to the client a read); a line
+        still arriving waits for its end (``\\n``; ``\\r\\n`` taken as one)."""
+        if self.partial:
+            data = self.partial + data
+        end = data.rfind(b"\n") + 1
+        self.partial = data[end:]
+        if not end:
+            return b""
+        out = [self.on_line(line.removesuffix(b"\r"), now_s)
+               for line in data[:end].split(b"\n")[:-1]]
+        return b"".join(piece for piece in out if piece is not None)
+
+    def on_end(self, now_s: float) -> bytes:
+        """The last line when the stream ended without its newline (``b""`` when none)."""
+        line, self.partial = self.partial, b""
+        return (self.on_line(line.removesuffix(b"\r"), now_s) or b"") if line else b""
+
+    def on_line(self, line: bytes, now_s: float) -> bytes | None:
+        """The bytes to pass on for one line of the upstream's stream, without its newline
+        (``None``: drop it)."""
         if not line:
             if self.skip_blank:
                 self.skip_blank = False
                 return None
             return b"\n"
-        if not line.startswith("data:") or line[5:].strip() == "[DONE]":
-            return (line + "\n").encode()
-        if '"usage"' not in line:  # a chunk of output (the fast path: no JSON read)
+        if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
+            return line + b"\n"
+        if b'"usage"' not in line:  # a chunk of output (the fast path: no JSON read)
             self._chunk(now_s)
-            return (line + "\n").encode()
+            return line + b"\n"
         try:
             event = json.loads(line[5:])
         except ValueError:
             self.problem = "a stream event that is not JSON"
-            return (line + "\n").encode()
+            return line + b"\n"
         if not isinstance(event, dict):
-            return (line + "\n").encode()
+            return line + b"\n"
         usage = event.get("usage")
         if usage is not None:
             self.usage(usage)
         if event.get("choices"):
             self._chunk(now_s)
         if usage is None or self.completion.wants_usage:
-            return (line + "\n").encode()
+            return line + b"\n"
         if not event.get("choices"):
             self.skip_blank = True  # the usage chunk the client did not ask for, and its end
             return None

@@ -1,7 +1,9 @@
 """Running ``kvbudget serve`` as a process: the gateway built from its settings, uvicorn on a
 socket of ours, and the signals: SIGTERM (or Ctrl-C) drains (new connections refused, ``/ready``
-503, requests in flight finish within ``drain_timeout_s``, the run directory closed), SIGHUP or
-a change of the scenario file reloads the policy (a bad file keeps the running one).
+503, requests waiting for admission refused at once, requests in flight finish within
+``drain_timeout_s`` or are aborted then, the run directory closed), SIGHUP or
+a change of the scenario file reloads the policy, the budget, the front door and the lease TTL
+(a bad file, or a change of tiers, keeps everything running).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import signal
 import socket
 import sys
@@ -20,7 +23,7 @@ from typing import Any
 
 import uvicorn
 
-from kvbudget.live.gateway_server import GatewayServer, ServeConfig
+from kvbudget.live.gateway_server import GatewayServer, Reloaded, ServeConfig
 from kvbudget.live.serve_admission import Admission
 from kvbudget.live.serve_records import ServeRecorder
 from kvbudget.live.serve_upstream import UpstreamOptions, Upstreams
@@ -32,13 +35,18 @@ MAX_HEADER_BYTES = 64 * 1024
 """The largest request head uvicorn's h11 parser accepts (``h11_max_incomplete_event_size``;
 h11's own default is 16 KiB): beyond it the connection is answered 400 and closed."""
 
+DRAIN_BACKSTOP_S = 5.0
+"""uvicorn's own graceful-shutdown bound is the drain's deadline plus this: the gateway aborts
+what is left at the deadline itself (:meth:`GatewayServer.drain`), and uvicorn cancels whatever
+that did not end (its connections' tasks) only after."""
+
 
 @dataclass(frozen=True, slots=True)
 class ServeSettings:
     """Everything ``kvbudget serve`` runs with. ``new_policy`` makes the policy (again, on a
-    reload); ``watch``: a file whose change reloads it; ``capacity_tokens``: the budget, or
-    ``None`` to read it from the upstreams' ``/metrics`` (again every
-    ``config.capacity_period_s``)."""
+    reload, unless ``reload`` reads the scenario's settings with it); ``watch``: a file whose
+    change reloads it; ``capacity_tokens``: the budget, or ``None`` to read it from the
+    upstreams' ``/metrics`` (again every ``config.capacity_period_s``)."""
 
     tiers: tuple[TierConfig, ...]
     new_policy: Callable[[], Policy]
@@ -54,6 +62,7 @@ class ServeSettings:
     capacity_tokens: int | None = None
     front_door: FrontDoor | None = None
     lease_ttl_s: float | None = None
+    reload: Callable[[], Reloaded] | None = None
 
     def gateway(self, capacity_tokens: int, max_request_tokens: int | None = None
                 ) -> GatewayConfig:
@@ -84,7 +93,8 @@ def build_server(settings: ServeSettings, gateway: GatewayConfig) -> GatewayServ
                                  meta={"executor": "serve", "upstreams": list(
                                      settings.upstream.urls), "policy": policy.describe()})
     return GatewayServer(Admission(Gateway(gateway, policy)), Upstreams(settings.upstream),
-                         settings.config, recorder=recorder, reload=settings.new_policy)
+                         settings.config, recorder=recorder,
+                         reload=settings.reload or settings.new_policy)
 
 
 class _Uvicorn(uvicorn.Server):
@@ -92,9 +102,12 @@ class _Uvicorn(uvicorn.Server):
     new completions 503) and whose process then exits 0 (uvicorn re-raises a caught signal
     after its shutdown otherwise)."""
 
-    def __init__(self, config: uvicorn.Config, gateway: GatewayServer) -> None:
+    def __init__(self, config: uvicorn.Config, gateway: GatewayServer, drain_timeout_s: float,
+                 loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(config)
         self.gateway = gateway
+        self.drain_timeout_s = drain_timeout_s
+        self.loop = loop
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -108,9 +121,12 @@ class _Uvicorn(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if not self.gateway.draining:
-            print(f"kvbudget serve: draining ({signal.Signals(sig).name}): no new requests; "
-                  f"those in flight have {self.config.timeout_graceful_shutdown} s",
+            print(f"kvbudget serve: draining ({signal.Signals(sig).name}): no new requests, "
+                  f"those waiting refused; those in flight have {self.drain_timeout_s:g} s",
                   file=sys.stderr, flush=True)
+            # a signal handler runs between any two bytecodes of the loop's thread: the
+            # admission is changed from the loop itself
+            self.loop.call_soon_threadsafe(self.gateway.drain, self.drain_timeout_s)
         self.gateway.draining = True
         super().handle_exit(sig, frame)
 
@@ -131,6 +147,16 @@ async def _watch(path: Path, server: GatewayServer, period_s: float = 1.0) -> No
         if now != last and now is not None:
             server.reload()
         last = now
+
+
+def _counted_by(config: ServeConfig) -> str:
+    """How prompts are counted, and the count's error, for the start line."""
+    if config.tokenizer is not None:
+        return (f"the local tokenizer {config.tokenizer.name} (exact when it is the served "
+                "model's)")
+    if config.count_tokens == "upstream":
+        return "the upstream /tokenize"
+    return "a bound of one token a UTF-8 byte"
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -161,18 +187,18 @@ async def serve(settings: ServeSettings, announce: Callable[[str], Any] = print)
     sock = bind(settings.host, settings.port)
     config = uvicorn.Config(
         server.app, lifespan="on", log_level="warning", access_log=False,
-        timeout_graceful_shutdown=max(int(settings.drain_timeout_s), 1),
+        timeout_graceful_shutdown=math.ceil(settings.drain_timeout_s + DRAIN_BACKSTOP_S),
         timeout_keep_alive=max(int(settings.keep_alive_s), 1),
         h11_max_incomplete_event_size=MAX_HEADER_BYTES)
-    runner = _Uvicorn(config, server)
     loop = asyncio.get_running_loop()
+    runner = _Uvicorn(config, server, settings.drain_timeout_s, loop)
     loop.add_signal_handler(signal.SIGHUP, server.reload)
     watcher = asyncio.create_task(_watch(settings.watch, server)) if settings.watch else None
     host, port = sock.getsockname()[:2]
     announce(f"kvbudget serve: listening on http://{host}:{port} "
              f"(upstreams: {', '.join(settings.upstream.urls)}; capacity "
              f"{gateway.capacity_tokens} tokens; prompt tokens counted by "
-             f"{'the upstream /tokenize' if settings.config.count_tokens == 'upstream' else 'a bound of one token a UTF-8 byte'})")
+             f"{_counted_by(settings.config)})")
     try:
         await runner.serve(sockets=[sock])
     finally:

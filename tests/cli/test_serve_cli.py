@@ -76,7 +76,7 @@ def test_serve_reloads_on_sighup_and_drains_on_sigterm(tmp_path: Path) -> None:
                         assert (await anext(lines)).startswith("data: {")
                         scenario.write_text('policy = "nonesuch"\n')
                         proc.send_signal(signal.SIGHUP)
-                        await err.wait_for(r"reload refused, the running policy stays: "
+                        await err.wait_for(r"reload refused, the running policy and budget stay: "
                                            r".*nonesuch")
                         proc.send_signal(signal.SIGTERM)
                         await err.wait_for(r"draining")
@@ -114,6 +114,10 @@ def test_serve_refuses_bad_setups_in_one_line(tmp_path: Path) -> None:
         (["--keys", str(keys)], "keys.txt: line 1: the key digest must be 64 hex"),
         ([], "give --capacity-tokens"),
         (["--router", "random"], "--router must be one of round_robin, least_tokens"),
+        (["--count-tokens", "local"], "--count-tokens local needs --tokenizer"),
+        (["--count-tokens", "bytes", "--tokenizer", "tiny"],
+         "--tokenizer goes with --count-tokens local"),
+        (["--count-tokens", "exact"], "--count-tokens must be one of upstream, bytes, local"),
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     for flags, message in cases:
@@ -123,3 +127,103 @@ def test_serve_refuses_bad_setups_in_one_line(tmp_path: Path) -> None:
         assert res.returncode == 2, (flags, res.stderr)
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], (flags, res.stderr)
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_refuses_the_queue_at_once_and_aborts_what_outlasts_the_drain(
+        tmp_path: Path) -> None:
+    """The process's SIGTERM reaches the gateway's drain: a request waiting for capacity gets
+    429 at once (its tier would let it wait 10 s), and a stream still held when the 1 s drain
+    deadline passes ends with a ``draining`` error event, aborted upstream; exit 0."""
+    async def main() -> None:
+        fake = FakeUpstream(hold="first_chunk")
+        async with serving(fake.app()) as up:
+            env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+            # "hi" is bounded at 2 + 16 tokens, + max_tokens 8: one stream fills 30 tokens
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "kvbudget.cli.main", "serve", "--upstream", up,
+                "--port", "0", "--count-tokens", "bytes", "--capacity-tokens", "30",
+                "--out", str(tmp_path / "runs"), "--drain-timeout-s", "1", cwd=tmp_path,
+                env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+            try:
+                assert proc.stderr is not None
+                err = _Lines(proc.stderr)
+                url = (await err.wait_for(r"listening on (http://127\.0\.0\.1:\d+)")).group(1)
+                body = {"model": "fake", "prompt": "hi", "max_tokens": 8, "stream": True}
+                async with httpx.AsyncClient(timeout=BOUND_S) as client, \
+                        client.stream("POST", url + "/v1/completions", json=body) as resp:
+                    lines = resp.aiter_lines()
+                    assert (await anext(lines)).startswith("data: {")
+                    queued = asyncio.create_task(client.post(
+                        url + "/v1/completions", json={**body, "stream": False}))
+                    metrics = ""
+                    async with asyncio.timeout(BOUND_S):  # the second waits for capacity
+                        while 'kvbudget_queue_depth{tier="interactive"} 1' not in metrics:
+                            metrics = (await client.get(url + "/metrics")).text
+                    proc.send_signal(signal.SIGTERM)
+                    refused = await queued
+                    assert refused.status_code == 429
+                    assert refused.json()["error"]["code"] == "no_capacity"
+                    rest = [line async for line in lines if line]
+                    assert '"code": "draining"' in rest[-1]
+                async with asyncio.timeout(BOUND_S):
+                    assert await proc.wait() == 0
+                await err.task
+                assert any("drain deadline passed: 1 request(s) in flight aborted" in line
+                           for line in err.lines), err.lines
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+        assert fake.aborted == 1 and len(fake.received) == 1
+        run = read_run(tmp_path / "runs" / "run-0001")
+        assert sorted(run.records["status"]) == ["preempted_dropped", "rejected_overloaded"]
+
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(120)
+def test_sighup_reloads_the_scenarios_budget_and_refuses_a_tier_change(tmp_path: Path) -> None:
+    scenario = tmp_path / "scenario.toml"
+    scenario.write_text('policy = "conservative"\ngateway_capacity_tokens = 1000\n')
+
+    async def main() -> None:
+        fake = FakeUpstream()
+        async with serving(fake.app()) as up:
+            env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "kvbudget.cli.main", "serve", "--upstream", up,
+                "--scenario", str(scenario), "--port", "0", "--count-tokens", "bytes",
+                cwd=tmp_path, env=env, stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE)
+            try:
+                assert proc.stderr is not None
+                err = _Lines(proc.stderr)
+                url = (await err.wait_for(r"listening on (http://127\.0\.0\.1:\d+)")).group(1)
+                async with httpx.AsyncClient(timeout=BOUND_S) as client:
+                    async def capacity() -> str:
+                        text = (await client.get(url + "/metrics")).text
+                        return str(re.findall(r"^kvbudget_capacity_tokens (\d+)$", text, re.M)[0])
+
+                    assert await capacity() == "1000"
+                    scenario.write_text('policy = "overcommit"\ngateway_capacity_tokens = 3000'
+                                        '\nlease_ttl_s = 120\n')
+                    proc.send_signal(signal.SIGHUP)
+                    await err.wait_for(r"reloaded: policy .*overcommit.*capacity 3000 tokens; "
+                                       r"lease TTL 120")
+                    assert await capacity() == "3000"
+                    scenario.write_text('gateway_capacity_tokens = 5000\n[[tiers]]\n'
+                                        'name = "only"\nmax_sequence_tokens = 4096\n')
+                    proc.send_signal(signal.SIGHUP)
+                    await err.wait_for(r"reload refused, the running policy and budget stay: "
+                                       r"the tiers changed .* restart")
+                    assert await capacity() == "3000"
+                proc.send_signal(signal.SIGTERM)
+                async with asyncio.timeout(BOUND_S):
+                    assert await proc.wait() == 0
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+
+    asyncio.run(main())

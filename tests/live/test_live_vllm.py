@@ -395,6 +395,34 @@ def test_the_openai_sdk_through_kvbudget_serve(vllm_server: VllmServer, tmp_path
     assert list(run.records["prompt_tokens"]) == counts
 
 
+def test_the_local_tokenizer_counts_as_vllm_does(vllm_server: VllmServer,
+                                                tiny_model: Path) -> None:
+    """``kvbudget serve --count-tokens local --tokenizer DIR``: the served model's tokenizer,
+    loaded by the gateway, counts a prompt as vLLM does: its ``/tokenize`` (text only) and the
+    ``usage.prompt_tokens`` of a completion of it (text and token ids)."""
+    pytest.importorskip("transformers", reason="--count-tokens local needs transformers, "
+                        "not installed here")
+    import httpx
+
+    from kvbudget.live.serve_request import parse_completion
+    from kvbudget.live.serve_tokenizer import LocalTokenizer
+    from kvbudget.policies import DEFAULT_TIERS
+
+    local = LocalTokenizer(str(tiny_model))
+    prompts: list[Any] = ["Hello, my name is", "the gateway admits a request 12345.",
+                          "  spaces\tand\nnewlines ", [5, 17, 300, 2]]
+    for prompt in prompts:
+        body = {"model": "tiny", "prompt": prompt, "max_tokens": 1}
+        comp = parse_completion(json.dumps(body).encode(), False, DEFAULT_TIERS[0], 16)
+        used = httpx.post(vllm_server.url + "/v1/completions", json=body,
+                          timeout=120).json()["usage"]["prompt_tokens"]
+        assert local.count(comp) == used, prompt
+        if isinstance(prompt, str):
+            counted = httpx.post(vllm_server.url + "/tokenize", timeout=60,
+                                 json={"model": "tiny", "prompt": prompt}).json()["count"]
+            assert counted == used, prompt
+
+
 def test_vllm_bench_serve_through_kvbudget_serve(vllm_server: VllmServer, tiny_model: Path,
                                                  tmp_path: Path) -> None:
     """A real load tool through the gateway: ``vllm bench serve`` (the CPU vLLM's) sends 8

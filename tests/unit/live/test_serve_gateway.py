@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Coroutine
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +16,20 @@ import pandas as pd
 import pytest
 from starlette.requests import Request
 
-from kvbudget.live.gateway_server import REQUEST_ID_HEADER
+from kvbudget.live.gateway_server import REQUEST_ID_HEADER, Reloaded
 from kvbudget.live.serve_records import ServeRecorder
 from kvbudget.live.serve_request import KeyTable, key_digest, prompt_token_bound
 from kvbudget.policies import TierConfig, make_policy
+from kvbudget.policies.gateway import FrontDoor
 from kvbudget.results.run_result import read_run
-from tests.unit.live.serve_harness import TIERS, FakeUpstream, serving, stack, until
+from tests.unit.live.serve_harness import (
+    TIERS,
+    WAIT_BOUND_S,
+    FakeUpstream,
+    serving,
+    stack,
+    until,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -185,9 +194,13 @@ def test_the_upstream_tokenizer_counts_the_prompt() -> None:
             r = await client.post(url + "/v1/completions",
                                   json=_body(prompt="one two three four"))
             assert r.status_code == 200
+            # token ids are counted as they are, without asking (vLLM's /tokenize takes text
+            # only: it answers 400 to ids, which made the gateway answer 502)
+            ids = await client.post(url + "/v1/completions", json=_body(prompt=[7, 8, 9]))
+            assert ids.status_code == 200
         assert fake.num_tokenized == 1
     run(main())
-    assert seen == [5]  # the fake's count (4 words + 1), not the byte bound (18 + 16)
+    assert seen == [5, 3]  # the fake's count (4 words + 1), not the byte bound (18 + 16)
 
 
 def test_overload_429_with_retry_after_and_interactive_waits_its_turn() -> None:
@@ -514,4 +527,113 @@ def test_prefix_affinity_sends_a_shared_prefix_back_to_its_upstream() -> None:
                 assert (await first).status_code == 200 and (await again).status_code == 200
         assert [body["prompt"][:16] for body in fake.received] == [a[:16]] * 2
         assert [body["prompt"][:16] for body in other.received] == [b[:16]]
+    run(main())
+
+
+def test_drain_refuses_the_waiting_at_once_and_lets_those_in_flight_finish() -> None:
+    async def main() -> None:
+        fake = FakeUpstream()
+        # room for one request; the interactive tier waits without a deadline of its own
+        async with stack(fake, capacity_tokens=40) as (server, url), \
+                httpx.AsyncClient() as client:
+            gw = server.admission.gateway
+            first = asyncio.create_task(client.post(url + "/v1/completions", json=_body()))
+            await until(lambda: fake.held == 1, lambda: fake.changed)
+            queued = asyncio.create_task(client.post(url + "/v1/completions", json=_body()))
+            await until(lambda: gw.num_waiting() == 1, lambda: server.admission.changed)
+            server.drain(deadline_s=10 * WAIT_BOUND_S)  # a deadline this test never reaches
+            refused = await queued  # answered at once, not at a deadline (it has none)
+            assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+            assert refused.json()["error"]["code"] == "no_capacity"
+            assert gw.num_waiting() == 0
+            late = await client.post(url + "/v1/completions", json=_body())
+            assert late.status_code == 503 and late.json()["error"]["code"] == "draining"
+            assert (await client.get(url + "/ready")).status_code == 503
+            fake.release.set()
+            assert (await first).status_code == 200  # in flight: it finishes
+            assert len(fake.received) == 1
+            assert server.metrics.num_refused[("interactive", "no_capacity")] == 1
+    run(main())
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_drain_aborts_what_outlasts_its_deadline_and_releases_the_leases(
+        stream: bool, tmp_path: Path) -> None:
+    async def main() -> None:
+        fake = FakeUpstream(hold="first_chunk" if stream else "headers")
+        recorder = ServeRecorder(tmp_path, tiers=TIERS, policy={"name": "conservative"},
+                                 rotate_requests=100, meta={})
+        async with stack(fake, recorder=recorder) as (server, url), \
+                httpx.AsyncClient() as client:
+            gw = server.admission.gateway
+            if stream:
+                task: asyncio.Task[Any] = asyncio.create_task(
+                    _sse(client, url, _body(stream=True)))
+            else:
+                task = asyncio.create_task(client.post(url + "/v1/completions", json=_body()))
+            await until(lambda: fake.held == 1, lambda: fake.changed)
+            assert gw.budget.num_leases == 1
+            server.drain(deadline_s=0.0)  # the deadline passes with the request still held
+            if stream:
+                status, lines = await task
+                assert status == 200 and lines[0].startswith("data: {")  # its first token
+                error = json.loads(lines[-1][5:])["error"]
+            else:
+                answer = await task
+                status, error = answer.status_code, answer.json()["error"]
+                assert status == 503 and answer.headers["retry-after"] == "1"
+            assert error["code"] == "draining" and error["type"] == "overloaded_error"
+            await until(lambda: gw.budget.num_leases == 0, lambda: server.admission.changed)
+            await until(lambda: fake.aborted == 1, lambda: fake.changed)  # closed upstream
+            assert not fake.release.is_set()
+        records = pd.read_parquet(tmp_path / "run-0001" / "requests.parquet")
+        assert list(records["status"]) == ["preempted_dropped"]
+        assert list(records["reason"]) == ["draining"]
+        assert list(records["num_preemptions"]) == [0]  # not the policy's preemption
+    run(main())
+
+
+def test_a_reload_applies_the_budget_front_door_and_lease_ttl_and_refuses_a_tier_change(
+        caplog: pytest.LogCaptureFixture) -> None:
+    door = FrontDoor(max_num_queued_requests=5)
+    readings: list[Any] = [
+        Reloaded(make_policy("overcommit", {"overcommit_ratio": 0.5}), TIERS, 100, door, 60.0),
+        ValueError("scenario.toml: line 3: policy 'nonesuch' is unknown"),
+        Reloaded(make_policy("conservative"), (TIERS[0],), 10_000),
+        Reloaded(make_policy("conservative"), (replace(TIERS[0], queue_timeout_s=1.0),
+                                               TIERS[1]), 10_000),
+    ]
+
+    def reload() -> Any:
+        reading = readings.pop(0)
+        if isinstance(reading, Exception):
+            raise reading
+        return reading
+
+    async def main() -> None:
+        fake = FakeUpstream()
+        async with stack(fake, capacity_tokens=40, reload=reload) as (server, url), \
+                httpx.AsyncClient() as client:
+            gw = server.admission.gateway
+            first = asyncio.create_task(client.post(url + "/v1/completions", json=_body()))
+            await until(lambda: fake.held == 1, lambda: fake.changed)
+            queued = asyncio.create_task(client.post(url + "/v1/completions", json=_body()))
+            await until(lambda: gw.num_waiting() == 1, lambda: server.admission.changed)
+            assert server.reload()  # the budget grows: the waiting request is admitted now
+            await until(lambda: fake.held == 2, lambda: fake.changed)
+            assert gw.config.capacity_tokens == 100 and gw.policy.name == "overcommit"
+            assert gw.config.lease_ttl_s == 60.0 and gw.config.front_door == door
+            assert "kvbudget_capacity_tokens 100" in (await client.get(url + "/metrics")).text
+            caplog.clear()
+            for _ in range(3):  # a bad file, a tier removed, a tier's setting changed
+                assert not server.reload()
+            refusals = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+            assert len(refusals) == 3 and "nonesuch" in refusals[0]
+            assert "the tiers changed from interactive, batch to interactive" in refusals[1]
+            assert "tier 'interactive' changed" in refusals[2]
+            assert all("tiers change only at a restart" in r for r in refusals[1:])
+            assert gw.config.capacity_tokens == 100 and gw.policy.name == "overcommit"
+            assert gw.config.lease_ttl_s == 60.0
+            fake.release.set()
+            assert (await first).status_code == 200 and (await queued).status_code == 200
     run(main())

@@ -1,0 +1,143 @@
+"""How ``kvbudget serve`` passes a stream on: one write to the client for each read from the
+upstream (not one for each line), the same bytes however the upstream's reads split the lines,
+and the pools of upstream connections sharing one TLS context."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import certifi
+import httpx
+import pytest
+
+from kvbudget.live.serve_admission import Ticket
+from kvbudget.live.serve_forward import Call
+from kvbudget.live.serve_request import parse_completion
+from kvbudget.live.serve_upstream import NUM_POOLS, STREAMS_PER_POOL, UpstreamOptions, Upstreams
+from kvbudget.policies.request import Request
+from tests.unit.live.serve_harness import (
+    TIERS,
+    FakeUpstream,
+    assert_nothing_held,
+    make_server,
+    serving,
+    until,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+NUM_TOKENS = 5
+
+
+def _event(payload: dict[str, Any]) -> bytes:
+    return f"data: {json.dumps(payload)}\n\n".encode()
+
+
+STREAM = b"".join(
+    [_event({"id": "c", "choices": [{"index": 0, "text": "x", "finish_reason": None}]})] * 3
+    + [b"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"text\":\"y\"}]}\r\n\r\n",
+       _event({"id": "c", "choices": [], "usage": {"prompt_tokens": 5,
+                                                  "completion_tokens": 4}}),
+       b"data: [DONE]\n\n"])
+
+
+_CLIENT = httpx.AsyncClient(verify=False)  # never used to send: the calls only read bytes
+
+
+def _call(wants_usage: bool) -> Call:
+    body = {"model": "fake", "prompt": "hello", "max_tokens": 8, "stream": True}
+    if wants_usage:
+        body["stream_options"] = {"include_usage": True}
+    comp = parse_completion(json.dumps(body).encode(), False, TIERS[0], 16)
+    loop = asyncio.new_event_loop()
+    try:
+        ticket = Ticket(Request(request_id=0, tier="interactive", arrival_s=0.0,
+                                prompt_tokens=5, max_output_tokens=8), loop.create_future())
+    finally:
+        loop.close()
+    return Call(ticket, comp, 0, _CLIENT)
+
+
+def _relayed(reads: list[bytes], wants_usage: bool) -> tuple[bytes, Call]:
+    call = _call(wants_usage)
+    out = b"".join(call.on_read(data, float(i)) for i, data in enumerate(reads))
+    return out + call.on_end(float(len(reads))), call
+
+
+@pytest.mark.parametrize("wants_usage", [False, True])
+def test_the_relayed_bytes_do_not_depend_on_how_the_reads_split_the_lines(
+        wants_usage: bool) -> None:
+    whole, call = _relayed([STREAM], wants_usage)
+    assert call.output_tokens == 4 and not call.problem
+    assert len(call.chunk_times_s) == 4
+    assert (b'"usage"' in whole) is wants_usage
+    assert whole.count(b"data: {") == 4 + wants_usage and whole.endswith(b"data: [DONE]\n\n")
+    assert b"\r" not in whole  # CRLF lines passed on as LF, as an SSE client reads them
+    for cut in range(1, len(STREAM)):
+        split, other = _relayed([STREAM[:cut], STREAM[cut:]], wants_usage)
+        assert split == whole, cut
+        assert other.output_tokens == 4
+    bytewise, _ = _relayed([STREAM[i:i + 1] for i in range(len(STREAM))], wants_usage)
+    assert bytewise == whole
+    unterminated, last = _relayed([STREAM.removesuffix(b"\n\n")], wants_usage)
+    assert unterminated == whole.removesuffix(b"\n") and last.output_tokens == 4
+
+
+def test_a_stream_is_written_to_the_client_once_a_read_not_once_a_line() -> None:
+    """The fake writes each event (a data line and its blank line) in one piece: the gateway
+    must not split it into two writes (it did: one per line, twice the sends a token)."""
+    bodies: list[bytes] = []
+
+    def counting(app: Any) -> Any:
+        async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+            async def counted(message: Any) -> None:
+                if message["type"] == "http.response.body" and scope["path"].startswith("/v1"):
+                    bodies.append(message["body"])
+                await send(message)
+            await app(scope, receive, counted)
+        return wrapped
+
+    async def main() -> None:
+        fake = FakeUpstream(num_tokens=NUM_TOKENS)
+        fake.release.set()
+        async with serving(fake.app()) as up:
+            server = make_server(up)
+            async with serving(counting(server.app)) as url, httpx.AsyncClient() as client:
+                body = {"model": "fake", "prompt": "hi", "max_tokens": 8, "stream": True}
+                async with client.stream("POST", url + "/v1/completions", json=body) as resp:
+                    lines = [line async for line in resp.aiter_lines() if line]
+                await until(lambda: server.num_in_flight == 0, lambda: server.flight_changed)
+        assert lines[-1] == "data: [DONE]" and len(lines) == NUM_TOKENS + 1
+        # the upstream's events: NUM_TOKENS chunks, the usage chunk (dropped), [DONE]; then
+        # the empty body that ends the answer
+        assert len(bodies) <= NUM_TOKENS + 3, bodies
+        assert all(b.endswith(b"\n\n") for b in bodies if b)
+        assert_nothing_held(server)
+
+    asyncio.run(main())
+
+
+def test_every_pool_of_upstream_connections_shares_one_tls_context(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each pool made its own TLS context (the CA bundle read again, about 30 ms of CPU, in
+    the middle of a burst); now they share the one the upstreams made."""
+    reads: list[str] = []
+    where = certifi.where
+
+    def counted() -> str:
+        reads.append("ca")
+        return where()
+
+    monkeypatch.setattr(certifi, "where", counted)
+
+    async def main() -> None:
+        upstreams = Upstreams(UpstreamOptions(("http://127.0.0.1:9",)))
+        clients = {id(upstreams.client_for(i, NUM_POOLS * STREAMS_PER_POOL))
+                   for i in range(NUM_POOLS)}
+        assert len(clients) == NUM_POOLS
+        await upstreams.aclose()
+
+    asyncio.run(main())
+    assert len(reads) == 1
