@@ -116,8 +116,13 @@ class Engine(Scheduler):
 
     def abort_request(self, i: int) -> None:
         """Remove row ``i`` (a gateway revocation). Applied at the next step boundary, as vLLM
-        processes aborts between steps; at once when the engine is idle."""
+        processes aborts between steps; at once when the engine is idle. A row re-admitted
+        while its abort waits (``add_request``) and aborted again stays out: the re-admission
+        is dropped."""
         if not self._in_engine.item(i):
+            return
+        if self._deferred_adds and i in self._deferred_adds:
+            self._deferred_adds.remove(i)  # its first abort is pending still
             return
         if self._busy:
             self._aborts.append(i)
@@ -326,7 +331,8 @@ class Engine(Scheduler):
 
     def _add_deferred(self) -> None:
         """Add the requests re-admitted while their aborts waited for the step's end (the
-        caller checks there are some)."""
-        for i in self._deferred_adds:
+        caller checks there are some). One whose abort still waits (no step ran: the request
+        being scheduled was its own victim) waits again."""
+        adds, self._deferred_adds = self._deferred_adds, []
+        for i in adds:
             self.add_request(i)
-        self._deferred_adds.clear()

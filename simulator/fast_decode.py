@@ -471,7 +471,15 @@ class SkipAheadEngine(Engine):
                 if last_start is not None:
                     yield Timeout(env, max(0.0, last_start - env.now))
                     last_start = None
-                yield Timeout(env, max(0.0, t1 - env.now))
+                delay = max(0.0, t1 - env.now)
+                if env.now + delay != t1 and k > 1 and step_end[k - 2] > env.now:
+                    # SimPy adds the delay to now: from the run's start it rounds to another
+                    # instant than t1, an ulp away, while stepping's event, made at the last
+                    # step's start, lands on t1 (the difference of close floats is exact): wait
+                    # from there, as stepping does
+                    yield Timeout(env, max(0.0, float(step_end[k - 2]) - env.now))
+                    delay = max(0.0, t1 - env.now)
+                yield Timeout(env, delay)
                 break
             except simpy.Interrupt:
                 # work was added or aborted mid-run: stop at the end of the step in progress,

@@ -242,11 +242,13 @@ GRID_TIERS = (TierConfig("interactive", queue_timeout_s=5.0, max_sequence_tokens
 
 
 def _grid_fleet_case(
-    seed: int, router: str, budget: str, blocks: int, step_s: float, name: str
+    seed: int, router: str, budget: str, blocks: int, step_s: float, name: str,
+    per_prefill_seq_s: float = 0.0,
 ) -> tuple[Workload, SimConfig]:
     """60 requests arriving on a 0.25 s grid, served by 2 replicas of ``blocks`` blocks each
-    whose steps all take ``step_s``: step ends fall exactly on arrivals, queue-timeout timers
-    (arrival + 5 s), gateway samples (every second) and on the other replica's step ends."""
+    whose steps all take ``step_s`` (plus ``per_prefill_seq_s`` per prefilling request): step
+    ends fall exactly on arrivals, queue-timeout timers (arrival + 5 s), gateway samples (every
+    second) and on the other replica's step ends."""
     rng = np.random.default_rng(seed)
     n = 60
     arrival = np.sort(rng.integers(0, 80, n)) * 0.25
@@ -258,7 +260,7 @@ def _grid_fleet_case(
         engine=EngineConfig(num_gpu_blocks=blocks, block_size=16, max_num_seqs=8,
                             max_num_batched_tokens=256, name=name),  # type: ignore[arg-type]
         tiers=GRID_TIERS,
-        cost_model=LinearCostModel(step_s, 0.0, 0.0, 0.0),
+        cost_model=LinearCostModel(step_s, 0.0, 0.0, 0.0, 0.0, per_prefill_seq_s),
         fleet=FleetConfig(2, router=router, budget=budget),  # type: ignore[arg-type]
     )
     return w, cfg
@@ -272,14 +274,39 @@ def _grid_fleet_case(
     st.sampled_from([0.25, 0.125, 0.1]),
     st.sampled_from(["preemptive", "overcommit", "unlimited"]),
     st.sampled_from(sorted(ENGINE_CLASSES)),
+    st.sampled_from([0, 1]),
 )
 def test_skip_ahead_matches_stepping_on_the_fleet_grid_with_per_replica_budgets(
-    seed: int, router: str, blocks: int, step_s: float, policy: str, name: str
+    seed: int, router: str, blocks: int, step_s: float, policy: str, name: str, prefill: int
 ) -> None:
     """The fleet grid (:func:`_grid_fleet_case`) with few blocks (preemptions, a queue at
-    each replica's gateway): skip-ahead byte-identical to stepping."""
-    w, cfg = _grid_fleet_case(seed, router, "per_replica", blocks, step_s, name)
+    each replica's gateway), steps of one length or (``prefill``) longer with prefills:
+    skip-ahead byte-identical to stepping."""
+    w, cfg = _grid_fleet_case(seed, router, "per_replica", blocks, step_s, name,
+                              prefill * step_s)
     assert_skip_ahead_matches_stepping(w, cfg, policy)
+
+
+def test_a_request_revoked_readmitted_and_revoked_again_within_a_step_stays_out() -> None:
+    """At t = 11.75 the gateway revokes row 28 while a step is in flight (the abort waits for
+    the step's end), admits it again (the re-admission waits for the abort) and revokes it
+    again: it must stay out. It used to be added back at the step's end, a request the
+    gateway no longer held, and when the gateway admitted it later the engine waited for an
+    abort that never came, appending to the list it was reading (a hang, then MemoryError,
+    stepping and skip-ahead alike)."""
+    w, cfg = _grid_fleet_case(11, "round_robin", "per_replica", 60, 0.1, "sglang")
+    assert_skip_ahead_matches_stepping(w, cfg, "preemptive")
+
+
+def test_a_decode_runs_end_lands_on_the_instant_stepping_reaches() -> None:
+    """SimPy schedules a timeout at ``now + delay``: from a decode run's start, ``t1 - now``
+    can round so that the run's end lands an ulp away from ``t1`` (here 1.5, an arrival),
+    where stepping, whose last step's event is made at that step's start, lands on ``t1``
+    exactly; the request arriving then got its first token a step late. The run now waits
+    from its last step's start when the direct delay would miss ``t1`` (found by the fleet
+    grid of the global-budget branch of issue 37, seed 36)."""
+    w, cfg = _grid_fleet_case(36, "round_robin", "per_replica", 60, 0.1, "sglang")
+    assert_skip_ahead_matches_stepping(w, cfg, "preemptive")
 
 
 @pytest.mark.xfail(strict=True, reason=(
