@@ -37,7 +37,6 @@ other replicas' completions, which change the shared gateway).
 
 from __future__ import annotations
 
-import bisect
 import copy
 import math
 from collections.abc import Callable, Generator, Iterator
@@ -63,6 +62,7 @@ from kvbudget.simulator.engine import Engine, EngineHooks, FloatArray, IntArray
 from kvbudget.simulator.engine_variants import ENGINE_CLASSES, engine_inputs, make_engine
 from kvbudget.simulator.exact_sum import to_float
 from kvbudget.simulator.fast_decode import SkipAheadEngine
+from kvbudget.simulator.fleet_events import FleetEvents
 from kvbudget.simulator.serving import RequestFigures, TimelineRow
 from kvbudget.simulator.sim_config import (
     ROUTERS,
@@ -369,6 +369,9 @@ class Fleet:
         self._priority = priority
         self.replicas: list[Engine] = []
         self.gpus: list[str] = []
+        # an open-loop workload's arrivals are sorted and fixed; a closed loop writes them
+        self.events = FleetEvents(env, workload.arrival_s, config.closed_loop is None,
+                                  self._next_timer_s, config.timeline_period_s)
         gpus = [self.fleet.gpu_of(r, config.gpu) for r in range(self.fleet.num_replicas)]
         setups = self._setups(config, gpus, setup)
         self._compact = all(
@@ -383,48 +386,11 @@ class Fleet:
         self._first_local = np.zeros(n if self._compact else 0, np.int32)
         self._more_local: dict[tuple[int, int], int] = {}
         for r, gpu in enumerate(gpus):
-            self.gpus.append(gpu)
-            on_gpu = setups[gpu]
-            engine, blocks, cost = on_gpu.engine, on_gpu.num_gpu_blocks, on_gpu.cost_model
-            assert blocks is not None  # _setups sizes every replica's KV
-            columns = engine_inputs(
-                workload,
-                priority,
-                timeline_period_s=config.timeline_period_s,
-                model=on_gpu.model,
-                gpu=on_gpu.gpu,
-                tensor_parallel_size=engine.tensor_parallel_size,
-                kv_cache_dtype=engine.kv_cache_dtype,
-            )
-            if self._compact:
-                local = self._local[r].columns
-                columns.update({k: local[k] for k in _LOCAL_COLUMNS if k != "order"},
-                               prefix_hashes=None, prefix_offsets=None)
-            replica_hooks = EngineHooks(
-                on_finish=partial(self._on_finish, r),
-                on_preempt=partial(self._on_preempt, r),
-                next_external_s=partial(self._next_touch_s, r),
-                gateway_state=partial(self._gateway_state, r),
-            )
-            self.replicas.append(
-                make_engine(
-                    env,
-                    engine,
-                    cost,
-                    num_gpu_blocks=blocks,
-                    hooks=replica_hooks,
-                    **columns,
-                )
-            )
-            if self._compact:
-                self.replicas[r].grow_rows(self._local[r].columns)  # the ties' order
-            replica = self.replicas[r]
-            if isinstance(replica, SkipAheadEngine):  # runs span the fleet's events (_first_tie)
-                replica.planner.tie = self._first_tie
+            self._add_replica(env, r, gpu, setups[gpu])
         caps = [e.capacity_tokens for e in self.replicas]
         self.capacity_tokens = sum(caps)
         self.num_gpu_blocks = sum(e.num_gpu_blocks for e in self.replicas)
-        self.block_size = engine.block_size
+        self.block_size = self.replicas[-1].block_size
         self.router = Router(self.fleet.router, caps, workload)
         # replicas that refuse the same requests (Engine.fits: max_model_len, the watermark)
         self._alike = len({(e.max_model_len, e.block_size, e.num_gpu_blocks - e.watermark_blocks)
@@ -434,14 +400,15 @@ class Fleet:
         self.replica_of = np.full(n, -1, np.int64)
         self.env = env
         self._arrival_s = workload.arrival_s
-        # the arrivals due by now, counted on as the clock moves (_arrived): an open-loop
-        # workload's arrivals are sorted and fixed; a closed loop writes them as it sends
-        self._sorted_arrivals = config.closed_loop is None
-        self._num_arrived = 0
-        self._next_arrival_s = float(workload.arrival_s[0]) if n else math.inf
         self._gateway_samples: list[tuple[int, int]] = []
         env.process(self._sample_gateway())
-        self.gateway: Gateway | FleetGateway
+        self.gateway: Gateway | FleetGateway = self._make_gateway(config, policy, gateway_config, caps)
+
+    def _make_gateway(self, config: SimConfig, policy: BasePolicy,
+                      gateway_config: Callable[[int, int | None], GatewayConfig],
+                      caps: list[int]) -> Gateway | FleetGateway:
+        """One gateway for the fleet (a global budget, kept as ``_global`` too) or one per
+        replica, each with its share of the budget (``FleetGateway``)."""
         if self.fleet.budget == "global":
             # a request runs on one replica: a reservation beyond the largest replica's
             # capacity could never run, though it fits the fleet's budget (RequestTooLarge,
@@ -450,16 +417,56 @@ class Fleet:
                 gateway_config(config.gateway_capacity_tokens or self.capacity_tokens, max(caps)),
                 policy,
             )
-            self.gateway = self._global
-        else:
-            self._global = None
-            total = config.gateway_capacity_tokens
-            shares = [cap if total is None else max(1, total * cap // self.capacity_tokens)
-                      for cap in caps]
-            self.gateway = FleetGateway(
-                self,
-                [Gateway(gateway_config(s, None), copy.deepcopy(policy)) for s in shares],
+            return self._global
+        self._global = None
+        total = config.gateway_capacity_tokens
+        shares = [cap if total is None else max(1, total * cap // self.capacity_tokens)
+                  for cap in caps]
+        return FleetGateway(
+            self, [Gateway(gateway_config(s, None), copy.deepcopy(policy)) for s in shares])
+
+    def _add_replica(self, env: simpy.Environment, r: int, gpu: str,
+                     on_gpu: ReplicaSetup) -> None:
+        """Replica ``r``'s engine on ``gpu`` (its resolved configuration ``on_gpu``), with hooks
+        that map its rows back to the workload's."""
+        workload, config = self.w, self.config
+        self.gpus.append(gpu)
+        engine, blocks, cost = on_gpu.engine, on_gpu.num_gpu_blocks, on_gpu.cost_model
+        assert blocks is not None  # _setups sizes every replica's KV
+        columns = engine_inputs(
+            workload,
+            self._priority,
+            timeline_period_s=config.timeline_period_s,
+            model=on_gpu.model,
+            gpu=on_gpu.gpu,
+            tensor_parallel_size=engine.tensor_parallel_size,
+            kv_cache_dtype=engine.kv_cache_dtype,
+        )
+        if self._compact:
+            local = self._local[r].columns
+            columns.update({k: local[k] for k in _LOCAL_COLUMNS if k != "order"},
+                           prefix_hashes=None, prefix_offsets=None)
+        replica_hooks = EngineHooks(
+            on_finish=partial(self._on_finish, r),
+            on_preempt=partial(self._on_preempt, r),
+            next_external_s=partial(self._next_touch_s, r),
+            gateway_state=partial(self._gateway_state, r),
+        )
+        self.replicas.append(
+            make_engine(
+                env,
+                engine,
+                cost,
+                num_gpu_blocks=blocks,
+                hooks=replica_hooks,
+                **columns,
             )
+        )
+        if self._compact:
+            self.replicas[r].grow_rows(self._local[r].columns)  # the ties' order
+        replica = self.replicas[r]
+        if isinstance(replica, SkipAheadEngine):  # runs span the fleet's events (first_tie)
+            replica.planner.tie = self.events.first_tie
 
     # --- routing -------------------------------------------------------------------------------
     def _fits(self, e: Engine, i: int) -> bool:
@@ -565,90 +572,11 @@ class Fleet:
         if t_next == math.inf:
             return t_next
         arrival = self._arrival_s
-        j = self._arrived() + self.router.arrivals_until(r)
+        j = self.events.arrived() + self.router.arrivals_until(r)
         return max(t_next, float(arrival[j])) if j < len(arrival) else math.inf
 
-    def _arrived(self) -> int:
-        """The arrivals due by now, ``arrival_s.searchsorted(now, side="right")``: counted on
-        from the last call where arrivals are sorted and fixed (the clock only moves on), the
-        next one's time kept (``_next_arrival_s``)."""
-        arrival = self._arrival_s
-        now = self.env.now
-        if not self._sorted_arrivals:
-            return int(arrival.searchsorted(now, side="right"))
-        j = self._num_arrived
-        if self._next_arrival_s <= now:
-            n = len(arrival)
-            j += 1
-            while j < n and arrival[j] <= now:
-                j += 1
-            self._num_arrived = j
-            self._next_arrival_s = float(arrival[j]) if j < n else math.inf
-        return j
-
-    def _first_tie(self, ends: FloatArray | list[float]) -> int:
-        """The first of a replica's planned step ``ends`` at which an event of the fleet that
-        may touch it is due (an arrival, the gateway's next timer), or the run's last step
-        then when it ends on a gateway sample (which reads what a request finishing then
-        changes), -1 for none: the run ends before it (``decode_plan._TIE``).
-
-        With sorted arrivals, only those within ``[ends[0], ends[-1]]`` can tie (a few: a
-        replica's run spans the arrivals routed to the others), each looked up among the
-        ends by bisection (on the array itself: a few element reads, no copy to a list); else
-        every end is searched among the arrivals."""
-        if not self._sorted_arrivals:
-            return self._first_tie_searched(ends)
-        size = len(ends)
-        first, last = float(ends[0]), float(ends[-1])
-        k = size
-        arrival = self._arrival_s
-        j, n = self._arrived(), len(arrival)
-        a = self._next_arrival_s  # the next arrival, on to the first at or after ends[0]
-        while a < first:
-            j += 1
-            a = float(arrival[j]) if j < n else math.inf
-        while a <= last:  # ends and arrivals both sorted: the first tie is the earliest end
-            at = bisect.bisect_left(ends, a)
-            if ends[at] == a:
-                k = at
-                break
-            j += 1
-            a = float(arrival[j]) if j < n else math.inf
-        timer = self.gateway.next_timer_s()
-        if timer is not None and first <= timer <= last:
-            at = bisect.bisect_left(ends, timer)
-            if ends[at] == timer:
-                k = min(k, at)
-        return self._tie_step(ends, k)
-
-    def _first_tie_searched(self, ends: FloatArray | list[float]) -> int:
-        """:meth:`_first_tie` searching each end among the arrivals (a closed loop's arrival
-        column, written as requests are sent, is not sorted throughout)."""
-        t = np.asarray(ends, np.float64)
-        arrival = self._arrival_s
-        k = len(t)
-        tie = np.zeros(k, np.bool_)
-        if len(arrival):
-            j = np.minimum(arrival.searchsorted(t), len(arrival) - 1)
-            tie = arrival[j] == t
-        timer = self.gateway.next_timer_s()
-        if timer is not None:
-            tie |= t == timer
-        hit = np.flatnonzero(tie)
-        if hit.size:
-            k = int(hit[0])
-        return self._tie_step(t, k)
-
-    def _tie_step(self, t: FloatArray | list[float], k: int) -> int:
-        """:meth:`_first_tie` from the first step ``k`` of ``t`` that ends on an event of the
-        fleet (``len(t)``: none)."""
-        if k < 2:  # the run ends with its first step: nothing to cut
-            return k if k < len(t) else -1
-        period = self.config.timeline_period_s
-        last = float(t[k - 1])
-        if round(last / period) * period == last:  # a sample time, m * period
-            return k - 1
-        return k if k < len(t) else -1
+    def _next_timer_s(self) -> float | None:
+        return self.gateway.next_timer_s()
 
     @staticmethod
     def _setups(
