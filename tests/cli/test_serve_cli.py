@@ -49,6 +49,17 @@ class _Lines:
         return found[0]
 
 
+async def _serve_process(tmp_path: Path, upstream: str,
+                         *args: str) -> asyncio.subprocess.Process:
+    """``kvbudget serve --upstream UPSTREAM --port 0 ARGS`` as a process in ``tmp_path``, its
+    stderr piped (where it says its address and what it does)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "kvbudget.cli.main", "serve", "--upstream", upstream,
+        "--port", "0", *args, cwd=tmp_path, env=env, stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE)
+
+
 @pytest.mark.timeout(120)
 def test_serve_reloads_on_sighup_and_drains_on_sigterm(tmp_path: Path) -> None:
     scenario = tmp_path / "scenario.toml"
@@ -57,13 +68,10 @@ def test_serve_reloads_on_sighup_and_drains_on_sigterm(tmp_path: Path) -> None:
     async def main() -> None:
         fake = FakeUpstream(hold="first_chunk")
         async with serving(fake.app()) as up:
-            env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "kvbudget.cli.main", "serve", "--upstream", up,
-                "--scenario", str(scenario), "--port", "0", "--count-tokens", "bytes",
+            proc = await _serve_process(
+                tmp_path, up, "--scenario", str(scenario), "--count-tokens", "bytes",
                 "--capacity-tokens", "4000", "--out", str(tmp_path / "runs"),
-                "--drain-timeout-s", "20", cwd=tmp_path, env=env,
-                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+                "--drain-timeout-s", "20")
             try:
                 assert proc.stderr is not None
                 err = _Lines(proc.stderr)
@@ -138,13 +146,10 @@ def test_sigterm_refuses_the_queue_at_once_and_aborts_what_outlasts_the_drain(
     async def main() -> None:
         fake = FakeUpstream(hold="first_chunk")
         async with serving(fake.app()) as up:
-            env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
             # "hi" is bounded at 2 + 16 tokens, + max_tokens 8: one stream fills 30 tokens
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "kvbudget.cli.main", "serve", "--upstream", up,
-                "--port", "0", "--count-tokens", "bytes", "--capacity-tokens", "30",
-                "--out", str(tmp_path / "runs"), "--drain-timeout-s", "1", cwd=tmp_path,
-                env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+            proc = await _serve_process(
+                tmp_path, up, "--count-tokens", "bytes", "--capacity-tokens", "30",
+                "--out", str(tmp_path / "runs"), "--drain-timeout-s", "1")
             try:
                 assert proc.stderr is not None
                 err = _Lines(proc.stderr)
@@ -190,12 +195,8 @@ def test_sighup_reloads_the_scenarios_budget_and_refuses_a_tier_change(tmp_path:
     async def main() -> None:
         fake = FakeUpstream()
         async with serving(fake.app()) as up:
-            env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "kvbudget.cli.main", "serve", "--upstream", up,
-                "--scenario", str(scenario), "--port", "0", "--count-tokens", "bytes",
-                cwd=tmp_path, env=env, stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE)
+            proc = await _serve_process(tmp_path, up, "--scenario", str(scenario),
+                                        "--count-tokens", "bytes")
             try:
                 assert proc.stderr is not None
                 err = _Lines(proc.stderr)

@@ -530,6 +530,19 @@ def test_prefix_affinity_sends_a_shared_prefix_back_to_its_upstream() -> None:
     run(main())
 
 
+async def _one_held_one_waiting(
+    server: Any, url: str, client: httpx.AsyncClient, fake: FakeUpstream,
+) -> tuple[asyncio.Task[httpx.Response], asyncio.Task[httpx.Response]]:
+    """Two requests on a budget with room for one: the first held by the upstream, the second
+    waiting at the gateway (both still in flight)."""
+    gw = server.admission.gateway
+    first = asyncio.create_task(client.post(url + "/v1/completions", json=_body()))
+    await until(lambda: fake.held == 1, lambda: fake.changed)
+    queued = asyncio.create_task(client.post(url + "/v1/completions", json=_body()))
+    await until(lambda: gw.num_waiting() == 1, lambda: server.admission.changed)
+    return first, queued
+
+
 def test_drain_refuses_the_waiting_at_once_and_lets_those_in_flight_finish() -> None:
     async def main() -> None:
         fake = FakeUpstream()
@@ -537,10 +550,7 @@ def test_drain_refuses_the_waiting_at_once_and_lets_those_in_flight_finish() -> 
         async with stack(fake, capacity_tokens=40) as (server, url), \
                 httpx.AsyncClient() as client:
             gw = server.admission.gateway
-            first = asyncio.create_task(client.post(url + "/v1/completions", json=_body()))
-            await until(lambda: fake.held == 1, lambda: fake.changed)
-            queued = asyncio.create_task(client.post(url + "/v1/completions", json=_body()))
-            await until(lambda: gw.num_waiting() == 1, lambda: server.admission.changed)
+            first, queued = await _one_held_one_waiting(server, url, client, fake)
             server.drain(deadline_s=10 * WAIT_BOUND_S)  # a deadline this test never reaches
             refused = await queued  # answered at once, not at a deadline (it has none)
             assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
@@ -615,10 +625,7 @@ def test_a_reload_applies_the_budget_front_door_and_lease_ttl_and_refuses_a_tier
         async with stack(fake, capacity_tokens=40, reload=reload) as (server, url), \
                 httpx.AsyncClient() as client:
             gw = server.admission.gateway
-            first = asyncio.create_task(client.post(url + "/v1/completions", json=_body()))
-            await until(lambda: fake.held == 1, lambda: fake.changed)
-            queued = asyncio.create_task(client.post(url + "/v1/completions", json=_body()))
-            await until(lambda: gw.num_waiting() == 1, lambda: server.admission.changed)
+            first, queued = await _one_held_one_waiting(server, url, client, fake)
             assert server.reload()  # the budget grows: the waiting request is admitted now
             await until(lambda: fake.held == 2, lambda: fake.changed)
             assert gw.config.capacity_tokens == 100 and gw.policy.name == "overcommit"
