@@ -85,6 +85,9 @@ PRELOAD: tuple[str, ...] = (
     "kvbudget.studies.sweep", "kvbudget.simulator.run", "kvbudget.simulator.scenario", "kvbudget.workloads.spec",
 )
 """Modules the forkserver imports once, so that each worker starts with the simulator loaded."""
+QUIET_WORKERS = "kvbudget.studies.quiet_workers"
+"""The module the forkserver imports first, and no command imports: its workers then start with
+Ctrl-C ignored (see its docstring)."""
 
 
 def _ignore_sigint() -> None:
@@ -162,8 +165,8 @@ class LocalExecutor(_ContextMixin):
         if self._pool is None:
             method = _start_method()
             ctx = multiprocessing.get_context(method)
-            if method == "forkserver" and self._preload:
-                ctx.set_forkserver_preload(list(self._preload))
+            if method == "forkserver":  # workers start with Ctrl-C ignored (quiet_workers)
+                ctx.set_forkserver_preload([QUIET_WORKERS, *self._preload])
             self._before = {p.pid or 0 for p in multiprocessing.active_children()}
             self._pool = ProcessPoolExecutor(max_workers=self._max_workers, mp_context=ctx,
                                              initializer=_ignore_sigint)

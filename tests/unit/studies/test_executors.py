@@ -95,3 +95,25 @@ def test_ray_results_are_identical_to_the_local_executor() -> None:
     finally:
         ex.close()
     assert not ray.is_initialized()  # the instance it started is stopped
+
+
+@pytest.mark.skipif("forkserver" not in __import__("multiprocessing").get_all_start_methods(),
+                    reason="the worker server is forkserver's")
+def test_workers_come_from_a_server_that_ignores_ctrl_c_from_its_start() -> None:
+    """The pool's worker server imports ``studies.quiet_workers`` first (Ctrl-C ignored before
+    it forks anything, so a worker is never between its fork and its initializer with Ctrl-C
+    live); the command itself never imports it (its own Ctrl-C must stay live)."""
+    import sys
+
+    from kvbudget.studies.executors import QUIET_WORKERS
+
+    with LocalExecutor(2) as ex:
+        seen = [found for _, found in ex.map_unordered(_imported_in_worker, [QUIET_WORKERS] * 2)]
+    assert seen == [True, True]
+    assert QUIET_WORKERS not in sys.modules
+
+
+def _imported_in_worker(name: str) -> bool:
+    import sys
+
+    return name in sys.modules
