@@ -37,6 +37,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Protocol
 
+from kvbudget.results.records import ENGINE_REFUSALS
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sized
 
@@ -46,10 +48,11 @@ if TYPE_CHECKING:
 
 
 def answer(reason: str) -> Answer:
-    """What a client is told of the refusal ``reason`` (:meth:`QueueCaps.refusal`): TGI's 429
-    is ``overloaded_retryable``, vLLM's and SGLang's 503 ``overloaded``, as the live replay
-    reads a server's 429 and 503 (``live/replay.py``)."""
-    return "overloaded_retryable" if reason == "engine_max_concurrent_requests" else "overloaded"
+    """What a client is told of the refusal ``reason`` (:meth:`QueueCaps.refusal`): a 429
+    (TGI's) is ``overloaded_retryable``, a 503 (vLLM's, SGLang's) ``overloaded``, as the live
+    replay reads a server's status (``results.records.ENGINE_REFUSALS``)."""
+    status = next(code for code, _, name in ENGINE_REFUSALS if name == reason)
+    return "overloaded_retryable" if status == 429 else "overloaded"
 
 
 class QueuedView(Protocol):

@@ -162,3 +162,28 @@ def test_fleets_with_queue_caps_step_and_skip_ahead_alike(engine: dict[str, Any]
     reasons = set(step.attempts.reason.fillna(""))
     assert any(r.startswith("engine_") for r in reasons), reasons
     assert (step.records.status == "completed").all()  # every refusal retried until served
+
+
+def test_a_servers_refusal_is_named_as_the_simulator_names_it() -> None:
+    """The engines' own messages (vLLM 0.32.0 ``vllm/exceptions.py``: ``QueueOverflowError``,
+    ``MaxQueuedTokensError``; SGLang's "The request queue is full."; TGI's "Model is
+    overloaded") give the simulator's reasons, with their status; in a stream begun with 200
+    (``status=None``) the words alone; anything else is not an engine's queue cap."""
+    from kvbudget.results.records import engine_refusal
+
+    vllm_busy = ("HTTP 503: The engine is currently busy and cannot accept new requests. "
+                 "Please try again later or on a different instance.")
+    vllm_backlog = ("HTTP 503: The engine has reached its prefill token backlog limit. "
+                    "Please try again later or on a different instance.")
+    assert engine_refusal(vllm_busy, 503) == (503, "engine_max_num_queued_reqs")
+    assert engine_refusal(vllm_backlog, 503) == (503, "engine_max_num_queued_tokens")
+    assert engine_refusal("HTTP 503: The request queue is full.", 503) == (
+        503, "engine_max_queued_requests")
+    assert engine_refusal("HTTP 429: Model is overloaded", 429) == (
+        429, "engine_max_concurrent_requests")
+    assert engine_refusal("stream error: " + vllm_busy[10:]) == (503, "engine_max_num_queued_reqs")
+    assert engine_refusal(vllm_busy, 429) is None  # the status must match too
+    assert engine_refusal("HTTP 503: Service Unavailable", 503) is None
+    for reason in ("engine_max_num_queued_reqs", "engine_max_num_queued_tokens",
+                   "engine_max_queued_requests", "engine_max_concurrent_requests"):
+        assert queue_caps.answer(reason) in ("overloaded", "overloaded_retryable")
