@@ -14,8 +14,13 @@ alternating, and prints:
 - the gateway's CPU seconds (``/proc/PID/stat``) per request and requests per CPU-second, and
   its resident memory (``VmRSS``) after the burst.
 
+With ``--steady-s S`` each concurrency is held for ``S`` seconds instead, as a load tool's
+concurrency holds it: every user sends its next stream when its last ends, users started
+spread over one stream's length (:func:`steady`); the streams of the first and last stream
+length are left out.
+
 Usage: python benchmarks/bench_serve.py [--streams 1,100,1000] [--rounds 3] [--tokens 16]
-       [--gap-ms 10]
+       [--gap-ms 10] [--steady-s 0]
 """
 
 from __future__ import annotations
@@ -90,7 +95,7 @@ async def one_stream(client: Any, url: str, start: asyncio.Event) -> tuple[float
     return times[0] - t0, [b - a for a, b in itertools.pairwise(times)]
 
 
-async def burst(url: str, num_streams: int) -> tuple[list[float], list[float]]:
+async def burst(url: str, num_streams: int) -> tuple[list[float], list[float], int]:
     import httpx
 
     limits = httpx.Limits(max_connections=num_streams, max_keepalive_connections=num_streams)
@@ -100,7 +105,38 @@ async def burst(url: str, num_streams: int) -> tuple[list[float], list[float]]:
         await asyncio.sleep(0)
         start.set()
         results = await asyncio.gather(*tasks)
-    return [r[0] for r in results], [g for r in results for g in r[1]]
+    return [r[0] for r in results], [g for r in results for g in r[1]], num_streams
+
+
+async def steady(url: str, num_streams: int, duration_s: float, stream_s: float
+                 ) -> tuple[list[float], list[float], int]:
+    """``num_streams`` streams kept open for ``duration_s``, as a load tool's concurrency
+    (``vllm bench serve --max-concurrency``, GuideLLM's ``concurrent`` profile) keeps them:
+    each of ``num_streams`` users sends its next stream when its last one ends. The users start
+    spread over one stream's length (``stream_s``), not together; streams sent in the first
+    and last ``stream_s`` (warm-up and wind-down) are left out of the figures."""
+    import httpx
+
+    limits = httpx.Limits(max_connections=num_streams, max_keepalive_connections=num_streams)
+    ttft: list[float] = []
+    gaps: list[float] = []
+    sent_all = [0]
+    async with httpx.AsyncClient(limits=limits, timeout=120) as client:
+        t0 = time.perf_counter()
+        go = asyncio.Event()
+        go.set()
+
+        async def user(k: int) -> None:
+            await asyncio.sleep(k * stream_s / num_streams)
+            while (sent := time.perf_counter() - t0) < duration_s:
+                first, g = await one_stream(client, url, go)
+                sent_all[0] += 1
+                if stream_s <= sent <= duration_s - stream_s:
+                    ttft.append(first)
+                    gaps.extend(g)
+
+        await asyncio.gather(*(user(k) for k in range(num_streams)))
+    return ttft, gaps, sent_all[0]
 
 
 def pct(values: list[float], q: float) -> float:
@@ -144,6 +180,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--gap-ms", type=float, default=10.0)
+    parser.add_argument("--steady-s", type=float, default=0.0,
+                        help="keep each concurrency's streams open this long, each user "
+                        "sending its next stream when its last ends (default 0: all at once)")
     parser.add_argument("--fake", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.fake:
@@ -166,16 +205,18 @@ def main() -> None:
         for n in (int(x) for x in args.streams.split(",")):
             ttft: dict[str, list[float]] = {"direct": [], "gateway": []}
             gaps: dict[str, list[float]] = {"direct": [], "gateway": []}
-            cpu = 0.0
+            cpu, num = 0.0, 0
             for _ in range(args.rounds):
                 for name, url in (("direct", direct), ("gateway", via)):
                     before = cpu_s(gateway.pid)
-                    t, g = asyncio.run(burst(url, n))
+                    t, g, sent = asyncio.run(
+                        steady(url, n, args.steady_s, args.tokens * args.gap_ms / 1000)
+                        if args.steady_s else burst(url, n))
                     if name == "gateway":
                         cpu += cpu_s(gateway.pid) - before
+                        num += sent
                     ttft[name] += t
                     gaps[name] += g
-            num = n * args.rounds
             rows.append({
                 "streams": n,
                 "ttft_ms": {k: {"p50": 1e3 * pct(v, 0.5), "p99": 1e3 * pct(v, 0.99)}
@@ -184,11 +225,13 @@ def main() -> None:
                                   for q, p in (("p50", 0.5), ("p99", 0.99))},
                 "gap_ms": {k: {"p50": 1e3 * pct(v, 0.5), "p99": 1e3 * pct(v, 0.99)}
                            for k, v in gaps.items()},
+                "gateway_streams": num,
                 "gateway_cpu_ms_per_request": 1e3 * cpu / num,
                 "gateway_requests_per_cpu_s": num / cpu if cpu else float("inf"),
                 "gateway_rss_mib": rss_mib(gateway.pid),
             })
         print(json.dumps({"tokens": args.tokens, "gap_ms": args.gap_ms, "rounds": args.rounds,
+                          "steady_s": args.steady_s,
                           "cpus": os.cpu_count(), "results": rows}, indent=2))
     finally:
         for proc in (gateway, fake):

@@ -141,3 +141,37 @@ def test_every_pool_of_upstream_connections_shares_one_tls_context(
 
     asyncio.run(main())
     assert len(reads) == 1
+
+
+def test_the_gateways_connections_send_each_write_at_once() -> None:
+    """The listening socket names ``IPPROTO_TCP``, so asyncio turns Nagle's algorithm off
+    (``TCP_NODELAY``) on every connection accepted from it. Made with protocol 0 (as before),
+    asyncio left it on: on a kept-alive connection each token written after the first waited
+    for the client's delayed ACK (~40 ms on Linux), and streams reached clients in one piece."""
+    import socket
+
+    from kvbudget.live.serve_run import bind
+
+    async def accepted_nodelay() -> int:
+        got: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            sock = writer.get_extra_info("socket")
+            got.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        listening = bind("127.0.0.1", 0)
+        server = await asyncio.start_server(handle, sock=listening)
+        port = listening.getsockname()[1]
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            value = await got
+            writer.close()
+            return value
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    with bind("127.0.0.1", 0) as sock:
+        assert sock.proto == socket.IPPROTO_TCP
+    assert asyncio.run(accepted_nodelay()) != 0
