@@ -175,3 +175,51 @@ def test_the_gateways_connections_send_each_write_at_once() -> None:
     with bind("127.0.0.1", 0) as sock:
         assert sock.proto == socket.IPPROTO_TCP
     assert asyncio.run(accepted_nodelay()) != 0
+
+
+def test_the_gateways_http_server_refuses_a_head_over_its_limit() -> None:
+    """The server ``kvbudget serve`` runs reads requests with h11 (named: uvicorn's default
+    takes httptools whenever ``uvicorn[standard]`` is installed, and its parser has no head
+    limit): a head over ``MAX_HEADER_BYTES`` is refused, one under it served."""
+
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    from kvbudget.live.serve_run import MAX_HEADER_BYTES, bind, server_config
+
+    async def ok(request: Any) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    config = server_config(Starlette(routes=[Route("/", ok)]), drain_timeout_s=1.0,
+                           keep_alive_s=5.0)
+    assert config.http == "h11"
+
+    async def status_for(head_bytes: int, port: int) -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * head_bytes + b"\r\n\r\n")
+        await writer.drain()
+        line = await reader.readline()
+        writer.close()
+        return line
+
+    async def main() -> tuple[bytes, bytes]:
+        sock = bind("127.0.0.1", 0)
+        server = uvicorn.Server(config)
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        try:
+            while not server.started:
+                await asyncio.sleep(0)
+            port = sock.getsockname()[1]
+            return (await status_for(MAX_HEADER_BYTES // 2, port),
+                    await status_for(2 * MAX_HEADER_BYTES, port))
+        finally:
+            server.should_exit = True
+            await task
+            sock.close()
+
+    small, large = asyncio.run(main())
+    assert small.startswith(b"HTTP/1.1 200"), small
+    assert not large.startswith(b"HTTP/1.1 200"), large
+
