@@ -34,8 +34,9 @@ server's status (:func:`answer`): 429 is ``overloaded_retryable``, 503 ``overloa
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
 
 from kvbudget.results.records import ENGINE_REFUSALS
 
@@ -96,17 +97,19 @@ class QueueCaps:
         return QueueCaps(config)
 
     def refusal(self, engine: QueuedView) -> str:
-        """The reason the engine refuses one more request now (``engine_<knob>``), or ``""``."""
+        """The reason the engine refuses one more request now (``engine_<knob>``), or ``""``.
+        ``max_num_queued_tokens`` sums over the unfinished rows as arrays: the cap itself
+        bounds how many are still prefilling (about the cap over the shortest prompt), so the
+        sum stays short; a cap far above any backlog costs one pass over the queue a request
+        (20,000 queued requests and a cap of 10^12 tokens: 26 s against 3.6 s without)."""
         for knob, cap in (("max_num_queued_reqs", self.max_num_queued_reqs),
                           ("max_concurrent_requests", self.max_concurrent_requests)):
             if cap is not None and engine.num_unfinished() + 1 > cap:
                 return f"engine_{knob}"
         if self.max_num_queued_tokens is not None:
-            first = engine.first_token_s
-            prompt = engine.prompt_tokens
-            prefilling = sum(prompt.item(i) for i in engine.unfinished_rows()
-                             if math.isnan(first.item(i)))
-            if prefilling >= self.max_num_queued_tokens:
+            rows = np.fromiter(engine.unfinished_rows(), dtype=np.int64)
+            prefilling = engine.prompt_tokens[rows][np.isnan(engine.first_token_s[rows])]
+            if int(prefilling.sum()) >= self.max_num_queued_tokens:
                 return "engine_max_num_queued_tokens"
         if self.max_queued_requests is not None and len(engine.waiting) + 1 > self.max_queued_requests:
             return "engine_max_queued_requests"
