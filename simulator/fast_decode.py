@@ -24,7 +24,7 @@ import heapq
 import math
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import simpy
@@ -33,6 +33,9 @@ from simpy.events import Timeout
 from kvbudget.simulator.decode_plan import GROUP_SMALL_K, DecodeRunPlanner, Floats, Ints
 from kvbudget.simulator.engine import Engine, IntArray
 from kvbudget.simulator.small_arrays import isum
+
+if TYPE_CHECKING:
+    from kvbudget.simulator.fleet_ties import FleetTies
 
 __all__ = ["DecodeGroup", "SkipAheadEngine"]
 
@@ -94,6 +97,12 @@ class SkipAheadEngine(Engine):
         # the waiting head refused as the decode run in progress was planned past the next
         # external event (_plan_until), None when it was not
         self._span_head: int | None = None
+        # a fleet's replica whose step ends may meet others' (one gateway): their order
+        # (fleet_ties), this replica's number there; whether its next step follows a step end
+        # of its own (else it starts from idle)
+        self.ties: FleetTies | None = None
+        self.tie_index = -1
+        self._chained = False
 
     # --- what the executor and hooks read mid-run ------------------------------------------
     def output_tokens_of(self, i: int) -> int:
@@ -105,8 +114,29 @@ class SkipAheadEngine(Engine):
         out = self.num_output_tokens.item(i) + g.step - g.members[i]
         ends = self._run_ends  # a group run's rows are the group's
         if ends is not None:
-            out += bisect.bisect_left(ends, self.env.now)
+            out += self._steps_done(ends, self.env.now)
         return out
+
+    def add_request(self, i: int) -> None:
+        if self.ties is not None and self.idle and self.env.active_process is not self.process:
+            self._chained = False  # its next step starts from idle, woken (fleet_ties)
+        super().add_request(i)
+
+    def run_in_flight(self) -> Floats | None:
+        """The step ends of the decode run in flight (of two steps or more), None when
+        none is."""
+        return self._run_ends
+
+    def _steps_done(self, ends: Floats, now: float) -> int:
+        """How many of the decode run's step ``ends`` have ended at ``now``: those before it,
+        and the one ending now when, in stepping, it ended before the step of the replica
+        whose finish acts on this one now (``fleet_ties``)."""
+        j = bisect.bisect_left(ends, now)
+        ties = self.ties
+        if ties is not None and j < len(ends) and ends[j] == now and ties.before(
+                self.tie_index, now):
+            j += 1
+        return j
 
     def output_tokens(self) -> IntArray:
         out = self.num_output_tokens.copy()
@@ -392,6 +422,26 @@ class SkipAheadEngine(Engine):
         if done:
             self._finish(done)
 
+    # --- a fleet's replica: its step ends in stepping's order (fleet_ties) ------------------
+    def _account_step(self, dt: float, reserved: int, counts: tuple[int, int]) -> float:
+        t1 = super()._account_step(dt, reserved, counts)
+        if self.ties is not None:
+            self._tie_started(t1)
+        return t1
+
+    def _tie_started(self, t1: float) -> None:
+        """Tell the fleet's ties of the step (or run) starting now, whose event ends at
+        ``t1``."""
+        assert self.ties is not None
+        self.ties.started(self.tie_index, t1, self.num_steps, not self._chained)
+        self._chained = True
+
+    def _wait(self, t1: float) -> Generator[simpy.Event, Any, None]:
+        yield from super()._wait(t1)
+        ties = self.ties
+        if ties is not None and ties.tied(self.tie_index, t1):
+            yield from ties.turn(self.tie_index, t1)  # stepping's order of the ends due now
+
     # --- decode runs ----------------------------------------------------------------------------
     def _planned_run(
         self, n: int, planned: IntArray, c0: int, dt: float, until: float
@@ -461,6 +511,9 @@ class SkipAheadEngine(Engine):
         k = len(step_end)
         if k > 1:
             self._jump_ends = self._run_ends = step_end
+        ties = self.ties
+        if ties is not None:
+            self._tie_started(t1)
         # a run planned past the next external event waits for its last step's end from that
         # step's start, as stepping creates a step's end event when the step starts: an event
         # created during the run and due exactly then runs after it or before, as in stepping
@@ -486,10 +539,14 @@ class SkipAheadEngine(Engine):
                 # as stepping one by one would have (or later: see _work_changed)
                 k = self._jump_keep
                 t1 = float(step_end[k - 1])
+                if ties is not None:
+                    ties.moved(self.tie_index, t1)
                 if last_start is not None and k > 1 and float(step_end[k - 2]) >= env.now:
                     last_start = float(step_end[k - 2])
                 else:
                     last_start = None
+        if ties is not None and ties.tied(self.tie_index, t1):
+            yield from ties.turn(self.tie_index, t1)  # stepping's order of the ends due now
         self._jump_ends = self._run_ends = None
         self._span_head = None
         self._busy = False
@@ -514,13 +571,13 @@ class SkipAheadEngine(Engine):
         # to last step ends now or later): the common case, checked without a search
         if ends is None or len(ends) < 2 or ends[-2] < now:
             return
-        keep = bisect.bisect_left(ends, now) + 1
-        if added and self._span_head is not None and self.waiting.peek_request() == self._span_head:
+        keep = self._steps_done(ends, now) + 1
+        span = added and self._span_head is not None and self.waiting.peek_request() == self._span_head
+        if span:
             keep = max(keep, bisect.bisect_right(ends, self.log.timeline.first_at_or_after(now)))
-            if keep >= len(ends):
-                return
-            self._jump_ends = ends[:keep]  # what comes later may cut it shorter
-        else:
-            self._jump_ends = None
+        if keep >= len(ends):  # (the step ending now ended first: the next is the last)
+            return
+        # what comes later may cut a span shorter; else the step in progress is the run's last
+        self._jump_ends = ends[:keep] if span else None
         self._jump_keep = keep
         self.process.interrupt()

@@ -63,6 +63,7 @@ from kvbudget.simulator.engine_variants import ENGINE_CLASSES, engine_inputs, ma
 from kvbudget.simulator.exact_sum import to_float
 from kvbudget.simulator.fast_decode import SkipAheadEngine
 from kvbudget.simulator.fleet_events import FleetEvents
+from kvbudget.simulator.fleet_ties import FleetTies
 from kvbudget.simulator.serving import RequestFigures, TimelineRow
 from kvbudget.simulator.sim_config import (
     ROUTERS,
@@ -403,6 +404,13 @@ class Fleet:
         self._gateway_samples: list[tuple[int, int]] = []
         env.process(self._sample_gateway())
         self.gateway: Gateway | FleetGateway = self._make_gateway(config, policy, gateway_config, caps)
+        # one gateway: a replica's step end may act on another's at the same instant
+        skippers = [e for e in self.replicas if isinstance(e, SkipAheadEngine)]
+        self.ties = None
+        if self._global is not None and len(skippers) == len(self.replicas) > 1:
+            self.ties = FleetTies(env, skippers)
+            for r, e in enumerate(skippers):
+                e.ties, e.tie_index = self.ties, r
 
     def _make_gateway(self, config: SimConfig, policy: BasePolicy,
                       gateway_config: Callable[[int, int | None], GatewayConfig],
@@ -555,7 +563,13 @@ class Fleet:
     def _on_finish(self, r: int, j: int, t: float) -> None:
         i = self._workload_row(r, j)
         self.router.leave(i, r)
+        ties = self.ties
+        if ties is None:
+            self.hooks.on_finish(i, t)
+            return
+        actor, ties.actor = ties.actor, r  # what the gateway does now, r's step end does
         self.hooks.on_finish(i, t)
+        ties.actor = actor
 
     def _on_preempt(self, r: int, j: int, t: float) -> None:
         self.hooks.on_preempt(self._workload_row(r, j), t)

@@ -1,0 +1,174 @@
+"""The order of a fleet's replicas' step ends due at one instant, as stepping has it (issue 37
+item 4: skip-ahead byte-identical to stepping on the fleet's ties).
+
+Stepping makes each step's end event when the step starts, and SimPy runs the events due at one
+instant in the order they were made (same priority). So of two replicas' steps ending at ``t``,
+the one that started earlier ends first; of two that started at the same instant, the one whose
+own start came first, that is whose previous step ended first (the same question, one step
+back), or, for a step that started a replica woken from idle, after every step end due then and
+after the replicas woken before it. :meth:`FleetTies.before` walks both replicas' step ends back
+to where they differ.
+
+A replica with skip-ahead has one event for a decode run (its last step's end), made when the
+run starts or cut, so SimPy's order of two replicas' events due at one instant may differ from
+stepping's, and a run's other steps have no event at all. What of that order can be seen:
+
+1. the replicas' events themselves, due at one instant (a finish on each tells the one gateway
+   in turn; which request the freed room admits and where it is routed follows): a replica
+   whose event comes due while another's due then comes first in stepping's order waits for it
+   (:meth:`turn`), and runs when that one has run (a SimPy event of URGENT priority, before
+   whatever else is due then, where the waiting replica's own event was);
+2. a replica's run step ending at the instant another replica, ending a step then, adds work to
+   it, aborts some or reads its output tokens (through the gateway: :attr:`actor`): the run's
+   step has ended first when it comes first in stepping's order
+   (``fast_decode.SkipAheadEngine._steps_done``), else the work comes before it.
+
+Both are checked only where times are equal (one comparison of floats a step: each replica's
+event due next in a list), so a fleet whose step ends never meet pays nothing more. Only a
+fleet with one gateway for all replicas (a global budget) uses this: with one gateway per
+replica, one replica's step end never acts on another.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import simpy
+from simpy.events import URGENT, Event, Timeout
+
+if TYPE_CHECKING:
+    from kvbudget.simulator.fast_decode import SkipAheadEngine
+
+__all__ = ["FleetTies"]
+
+
+class _Urgent(Event):
+    """An event that, once :meth:`fire`\\ d, SimPy runs before every ordinary event due now
+    (URGENT priority, as SimPy's interrupts)."""
+
+    def fire(self) -> None:
+        self._ok = True
+        self._value = None
+        self.env.schedule(self, URGENT)
+
+
+class FleetTies:
+    """Stepping's order of the fleet's replicas' step ends due at one instant (see the module
+    docstring). ``replicas[r]`` tells :meth:`started` of each step or run it starts (a cut
+    run: :meth:`moved`), asks :meth:`tied` as its event comes due and, when tied, waits for
+    :meth:`turn`; the fleet sets :attr:`actor` while a replica's finish is told to the
+    gateway."""
+
+    def __init__(self, env: simpy.Environment, replicas: list[SkipAheadEngine]) -> None:
+        self.env = env
+        self.replicas = replicas
+        # the end of each replica's step (or run) whose event is due and has not run; inf
+        self.due = [math.inf] * len(replicas)
+        # per replica: step number -> (instant, order) of the steps that started it from
+        # idle (its first step, and each after a wake): their own start is no step's end
+        self._roots: list[dict[int, tuple[float, int]]] = [{} for _ in replicas]
+        self._num_roots = 0
+        self._waiting: dict[int, _Urgent] = {}  # replicas waiting for their turn
+        self.actor = -1  # the replica whose finish the gateway is told of, -1 for none
+
+    # --- a replica's steps ------------------------------------------------------------------
+    def started(self, r: int, t1: float, step: int, root: bool) -> None:
+        """Replica ``r`` starts step number ``step`` (or a run from it) whose event ends at
+        ``t1``; ``root``: the replica was idle before (woken, or its first step)."""
+        self.due[r] = t1
+        if root:
+            self._roots[r][step] = (self.env.now, self._num_roots)
+            self._num_roots += 1
+
+    def moved(self, r: int, t1: float) -> None:
+        """Replica ``r``'s run was cut: its event is now due at ``t1``."""
+        self.due[r] = t1
+
+    def tied(self, r: int, t: float) -> bool:
+        """Replica ``r``'s event due at ``t`` runs: whether another replica's event due then
+        has not run yet (then :meth:`turn` orders them)."""
+        due = self.due
+        due[r] = math.inf
+        if t in due:
+            due[r] = t
+            return True
+        return False
+
+    def turn(self, r: int, t: float) -> Generator[simpy.Event, Any, None]:
+        """Wait until the replicas whose events are due at ``t`` and come before ``r``'s in
+        stepping's order have run; then let the next one run after ``r``."""
+        while True:
+            first = self._first_due(t)
+            if first == r:
+                break
+            ev = self._waiting[r] = _Urgent(self.env)
+            yield ev
+        self.due[r] = math.inf
+        if t in self.due:  # the next one runs when r has (before whatever else is due)
+            after = Timeout(self.env, 0.0)
+            after.callbacks.append(lambda _: self._release(t))
+
+    def _release(self, t: float) -> None:
+        """Let the first replica whose event is due at ``t`` run, if it waits."""
+        if t in self.due:
+            waiting = self._waiting.pop(self._first_due(t), None)
+            if waiting is not None:
+                waiting.fire()
+
+    def _first_due(self, t: float) -> int:
+        """Of the replicas whose events are due at ``t``, the one first in stepping's
+        order."""
+        ends = {q: self._ends_to(q, t) for q, e in enumerate(self.due) if e == t}
+        first = -1
+        for q in ends:
+            if first < 0 or self._before(q, ends[q], first, ends[first]):
+                first = q
+        return first
+
+    # --- stepping's order -------------------------------------------------------------------
+    def before(self, b: int, t: float) -> bool:
+        """Whether replica ``b``'s step ending at ``t`` (now) ended, in stepping, before the
+        step of :attr:`actor` (ending now too) whose finish the gateway is told of."""
+        a = self.actor
+        if a < 0 or a == b:
+            return False
+        return self._before(b, self._ends_to(b, t), a, self._ends_to(a, t))
+
+    def _ends_to(self, q: int, t: float) -> list[float]:
+        """Replica ``q``'s step ends up to its step ending at ``t``: those logged, then the
+        decode run's in flight (logged when it ends), or the step in flight's."""
+        e = self.replicas[q]
+        logged = e.log.ends()
+        run = e.run_in_flight()
+        if run is not None:
+            j = bisect.bisect_left(run, t)
+            return [*logged.tolist(), *np.asarray(run[: j + 1], np.float64).tolist()]
+        ends: list[float] = logged.tolist()
+        if not ends or ends[-1] != t:
+            ends.append(t)
+        return ends
+
+    def _before(self, a: int, ea: list[float], b: int, eb: list[float]) -> bool:
+        """Whether replica ``a``'s step ending at ``ea[-1]`` ended before replica ``b``'s
+        ending then (``eb[-1]``), in stepping: the one that started first; at the same instant,
+        the one started by a step end (not a wake), whose previous step ended first (walked
+        back), or woken first."""
+        ra, rb = self._roots[a], self._roots[b]
+        i, j = len(ea) - 1, len(eb) - 1
+        while True:
+            root_a, root_b = ra.get(i), rb.get(j)
+            sa = root_a[0] if root_a is not None else ea[i - 1]
+            sb = root_b[0] if root_b is not None else eb[j - 1]
+            if sa != sb:
+                return sa < sb
+            if root_a is not None or root_b is not None:
+                if root_a is not None and root_b is not None:
+                    return root_a[1] < root_b[1]
+                return root_b is not None  # a step end makes its step before a wake
+            i -= 1
+            j -= 1
+
