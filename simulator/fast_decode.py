@@ -117,11 +117,6 @@ class SkipAheadEngine(Engine):
             out += self._steps_done(ends, self.env.now)
         return out
 
-    def add_request(self, i: int) -> None:
-        if self.ties is not None and self.idle and self.env.active_process is not self.process:
-            self._chained = False  # its next step starts from idle, woken (fleet_ties)
-        super().add_request(i)
-
     def run_in_flight(self) -> Floats | None:
         """The step ends of the decode run in flight (of two steps or more), None when
         none is."""
@@ -423,10 +418,29 @@ class SkipAheadEngine(Engine):
             self._finish(done)
 
     # --- a fleet's replica: its step ends in stepping's order (fleet_ties) ------------------
-    def _account_step(self, dt: float, reserved: int, counts: tuple[int, int]) -> float:
-        t1 = super()._account_step(dt, reserved, counts)
-        if self.ties is not None:
-            self._tie_started(t1)
+    def join_ties(self, ties: FleetTies, index: int) -> None:
+        """Be replica ``index`` of a fleet whose step ends ``ties`` orders: tell it of each
+        step and run started, and wait for its turn as each comes due. (The single step's
+        versions, :meth:`_tied_account_step` and :meth:`_tied_wait`, are this engine's own
+        attributes then, so an engine outside such a fleet pays nothing for them.)"""
+        self.ties, self.tie_index = ties, index
+        # the class's own, called by the tied versions
+        self._untied = (self.add_request, self._account_step, self._wait)
+        self._account_step = self._tied_account_step  # type: ignore[method-assign]
+        self._wait = self._tied_wait  # type: ignore[method-assign]
+        self.add_request = self._tied_add_request  # type: ignore[method-assign]
+
+    def _tied_add_request(self, i: int) -> None:
+        """``add_request``, noting a wake from idle (not this engine adding to itself as its
+        own step ends): its next step is started by the wake, not a step end."""
+        if self.idle and self.env.active_process is not self.process:
+            self._chained = False
+        self._untied[0](i)
+
+    def _tied_account_step(self, dt: float, reserved: int, counts: tuple[int, int]) -> float:
+        """``_account_step``, telling the fleet's ties of the step."""
+        t1 = self._untied[1](dt, reserved, counts)
+        self._tie_started(t1)
         return t1
 
     def _tie_started(self, t1: float) -> None:
@@ -436,10 +450,12 @@ class SkipAheadEngine(Engine):
         self.ties.started(self.tie_index, t1, self.num_steps, not self._chained)
         self._chained = True
 
-    def _wait(self, t1: float) -> Generator[simpy.Event, Any, None]:
-        yield from super()._wait(t1)
+    def _tied_wait(self, t1: float) -> Generator[simpy.Event, Any, None]:
+        """``_wait``, then the step's turn among the fleet's step ends due now."""
+        yield from self._untied[2](t1)
         ties = self.ties
-        if ties is not None and ties.tied(self.tie_index, t1):
+        assert ties is not None
+        if ties.tied(self.tie_index, t1):
             yield from ties.turn(self.tie_index, t1)  # stepping's order of the ends due now
 
     # --- decode runs ----------------------------------------------------------------------------

@@ -410,7 +410,7 @@ class Fleet:
         if self._global is not None and len(skippers) == len(self.replicas) > 1:
             self.ties = FleetTies(env, skippers)
             for r, e in enumerate(skippers):
-                e.ties, e.tie_index = self.ties, r
+                e.join_ties(self.ties, r)
 
     def _make_gateway(self, config: SimConfig, policy: BasePolicy,
                       gateway_config: Callable[[int, int | None], GatewayConfig],
