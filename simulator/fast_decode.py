@@ -24,7 +24,7 @@ import heapq
 import math
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import simpy
@@ -32,12 +32,12 @@ from simpy.events import Timeout
 
 from kvbudget.simulator.decode_plan import GROUP_SMALL_K, DecodeRunPlanner, Floats, Ints
 from kvbudget.simulator.engine import Engine, IntArray
+from kvbudget.simulator.fleet_ties import FleetTies
 from kvbudget.simulator.small_arrays import isum
 
-if TYPE_CHECKING:
-    from kvbudget.simulator.fleet_ties import FleetTies
-
 __all__ = ["DecodeGroup", "SkipAheadEngine"]
+
+_INF = math.inf
 
 Run = tuple[Floats, Ints, Floats]
 """A planned decode run: its steps' ends, the blocks in use during each, their durations."""
@@ -98,11 +98,11 @@ class SkipAheadEngine(Engine):
         # external event (_plan_until), None when it was not
         self._span_head: int | None = None
         # a fleet's replica whose step ends may meet others' (one gateway): their order
-        # (fleet_ties), this replica's number there; whether its next step follows a step end
-        # of its own (else it starts from idle)
+        # (fleet_ties), this replica's number there (join_ties)
         self.ties: FleetTies | None = None
         self.tie_index = -1
-        self._chained = False
+        self._chained = False  # its next step starts as its last ends (not from idle)
+        self._due: list[float] = []  # ties.due
 
     # --- what the executor and hooks read mid-run ------------------------------------------
     def output_tokens_of(self, i: int) -> int:
@@ -114,7 +114,9 @@ class SkipAheadEngine(Engine):
         out = self.num_output_tokens.item(i) + g.step - g.members[i]
         ends = self._run_ends  # a group run's rows are the group's
         if ends is not None:
-            out += self._steps_done(ends, self.env.now)
+            now = self.env.now
+            out += bisect.bisect_left(ends, now) if self.ties is None else self._steps_done(
+                ends, now)
         return out
 
     def run_in_flight(self) -> Floats | None:
@@ -419,44 +421,46 @@ class SkipAheadEngine(Engine):
 
     # --- a fleet's replica: its step ends in stepping's order (fleet_ties) ------------------
     def join_ties(self, ties: FleetTies, index: int) -> None:
-        """Be replica ``index`` of a fleet whose step ends ``ties`` orders: tell it of each
-        step and run started, and wait for its turn as each comes due. (The single step's
-        versions, :meth:`_tied_account_step` and :meth:`_tied_wait`, are this engine's own
-        attributes then, so an engine outside such a fleet pays nothing for them.)"""
-        self.ties, self.tie_index = ties, index
-        # the class's own, called by the tied versions
-        self._untied = (self.add_request, self._account_step, self._wait)
-        self._account_step = self._tied_account_step  # type: ignore[method-assign]
+        """Be replica ``index`` of a fleet whose step ends ``ties`` orders: each step and run
+        tells it when its event is due (``ties.due``) and, when another replica's is due then
+        too, waits for its turn; a step started from idle is told as such. A single step waits
+        through :meth:`_tied_wait`, and going idle is noted by :meth:`_tied_on_idle` (over a
+        preset's own hook), this engine's own attributes then: an engine outside such a fleet
+        pays nothing for them."""
+        self.ties, self.tie_index, self._due = ties, index, ties.due
         self._wait = self._tied_wait  # type: ignore[method-assign]
-        self.add_request = self._tied_add_request  # type: ignore[method-assign]
+        self._on_idle_untied = self._on_idle
+        self._on_idle = self._tied_on_idle  # type: ignore[method-assign]
 
-    def _tied_add_request(self, i: int) -> None:
-        """``add_request``, noting a wake from idle (not this engine adding to itself as its
-        own step ends): its next step is started by the wake, not a step end."""
-        if self.idle and self.env.active_process is not self.process:
-            self._chained = False
-        self._untied[0](i)
-
-    def _tied_account_step(self, dt: float, reserved: int, counts: tuple[int, int]) -> float:
-        """``_account_step``, telling the fleet's ties of the step."""
-        t1 = self._untied[1](dt, reserved, counts)
-        self._tie_started(t1)
-        return t1
-
-    def _tie_started(self, t1: float) -> None:
-        """Tell the fleet's ties of the step (or run) starting now, whose event ends at
-        ``t1``."""
-        assert self.ties is not None
-        self.ties.started(self.tie_index, t1, self.num_steps, not self._chained)
-        self._chained = True
+    def _tied_on_idle(self) -> None:
+        """The preset's ``_on_idle``; the next step starts from idle."""
+        self._chained = False
+        self._on_idle_untied()
 
     def _tied_wait(self, t1: float) -> Generator[simpy.Event, Any, None]:
-        """``_wait``, then the step's turn among the fleet's step ends due now."""
-        yield from self._untied[2](t1)
-        ties = self.ties
-        assert ties is not None
-        if ties.tied(self.tie_index, t1):
-            yield from ties.turn(self.tie_index, t1)  # stepping's order of the ends due now
+        """``Engine._wait`` (its lines: a generator fewer a step), with the step's end due at
+        ``t1`` told to the fleet's ties, and its turn among the ends due then."""
+        due, r = self._due, self.tie_index
+        due[r] = t1
+        if not self._chained:  # started from idle
+            self._tie_root()
+        self._busy = True
+        yield Timeout(self.env, max(0.0, t1 - self.env.now))
+        self._busy = False
+        self.t = t1
+        self.num_steps += 1
+        self.log.ended(t1)
+        due[r] = _INF
+        if t1 in due:  # another replica's event is due now too: stepping's order
+            due[r] = t1
+            assert self.ties is not None
+            yield from self.ties.turn(r, t1)
+
+    def _tie_root(self) -> None:
+        """Tell the fleet's ties that the step starting now starts from idle."""
+        assert self.ties is not None
+        self._chained = True
+        self.ties.root(self.tie_index, self.num_steps)
 
     # --- decode runs ----------------------------------------------------------------------------
     def _planned_run(
@@ -528,8 +532,10 @@ class SkipAheadEngine(Engine):
         if k > 1:
             self._jump_ends = self._run_ends = step_end
         ties = self.ties
-        if ties is not None:
-            self._tie_started(t1)
+        if ties is not None:  # a fleet's replica: its event is due at t1 (see _tied_wait)
+            self._due[self.tie_index] = t1
+            if not self._chained:
+                self._tie_root()
         # a run planned past the next external event waits for its last step's end from that
         # step's start, as stepping creates a step's end event when the step starts: an event
         # created during the run and due exactly then runs after it or before, as in stepping
@@ -556,13 +562,17 @@ class SkipAheadEngine(Engine):
                 k = self._jump_keep
                 t1 = float(step_end[k - 1])
                 if ties is not None:
-                    ties.moved(self.tie_index, t1)
+                    self._due[self.tie_index] = t1
                 if last_start is not None and k > 1 and float(step_end[k - 2]) >= env.now:
                     last_start = float(step_end[k - 2])
                 else:
                     last_start = None
-        if ties is not None and ties.tied(self.tie_index, t1):
-            yield from ties.turn(self.tie_index, t1)  # stepping's order of the ends due now
+        if ties is not None:
+            due = self._due
+            due[self.tie_index] = _INF
+            if t1 in due:  # another replica's event is due now too: stepping's order
+                due[self.tie_index] = t1
+                yield from ties.turn(self.tie_index, t1)
         self._jump_ends = self._run_ends = None
         self._span_head = None
         self._busy = False

@@ -564,12 +564,11 @@ class Fleet:
         i = self._workload_row(r, j)
         self.router.leave(i, r)
         ties = self.ties
-        if ties is None:
-            self.hooks.on_finish(i, t)
-            return
-        actor, ties.actor = ties.actor, r  # what the gateway does now, r's step end does
+        if ties is not None:
+            ties.actor = r  # what the gateway does now, r's step end does
         self.hooks.on_finish(i, t)
-        ties.actor = actor
+        if ties is not None:
+            ties.actor = -1
 
     def _on_preempt(self, r: int, j: int, t: float) -> None:
         self.hooks.on_preempt(self._workload_row(r, j), t)

@@ -33,17 +33,31 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Generator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Generator, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import simpy
-from simpy.events import URGENT, Event, Timeout
+from simpy.events import URGENT, Event
 
-if TYPE_CHECKING:
-    from kvbudget.simulator.fast_decode import SkipAheadEngine
+from kvbudget.simulator.decode_plan import Floats
+from kvbudget.simulator.serving import FloatArray
 
-__all__ = ["FleetTies"]
+__all__ = ["FleetTies", "TiedReplica"]
+
+
+class _Ends(Protocol):
+    def ends(self) -> FloatArray: ...
+
+
+class TiedReplica(Protocol):
+    """What :class:`FleetTies` reads of a replica (``fast_decode.SkipAheadEngine``): the ends
+    of its steps that have ended (``log.ends()``) and of its decode run in flight."""
+
+    @property
+    def log(self) -> _Ends: ...
+
+    def run_in_flight(self) -> Floats | None: ...
 
 
 class _Urgent(Event):
@@ -58,12 +72,12 @@ class _Urgent(Event):
 
 class FleetTies:
     """Stepping's order of the fleet's replicas' step ends due at one instant (see the module
-    docstring). ``replicas[r]`` tells :meth:`started` of each step or run it starts (a cut
-    run: :meth:`moved`), asks :meth:`tied` as its event comes due and, when tied, waits for
-    :meth:`turn`; the fleet sets :attr:`actor` while a replica's finish is told to the
-    gateway."""
+    docstring). ``replicas[r]`` writes in ``due[r]`` when its next event is due as it starts
+    a step or run (or cuts a run), and tells :meth:`root` of a step started from idle; when
+    its event comes due with another's, it waits for :meth:`turn`. The fleet sets
+    :attr:`actor` while a replica's finish is told to the gateway."""
 
-    def __init__(self, env: simpy.Environment, replicas: list[SkipAheadEngine]) -> None:
+    def __init__(self, env: simpy.Environment, replicas: Sequence[TiedReplica]) -> None:
         self.env = env
         self.replicas = replicas
         # the end of each replica's step (or run) whose event is due and has not run; inf
@@ -76,27 +90,10 @@ class FleetTies:
         self.actor = -1  # the replica whose finish the gateway is told of, -1 for none
 
     # --- a replica's steps ------------------------------------------------------------------
-    def started(self, r: int, t1: float, step: int, root: bool) -> None:
-        """Replica ``r`` starts step number ``step`` (or a run from it) whose event ends at
-        ``t1``; ``root``: the replica was idle before (woken, or its first step)."""
-        self.due[r] = t1
-        if root:
-            self._roots[r][step] = (self.env.now, self._num_roots)
-            self._num_roots += 1
-
-    def moved(self, r: int, t1: float) -> None:
-        """Replica ``r``'s run was cut: its event is now due at ``t1``."""
-        self.due[r] = t1
-
-    def tied(self, r: int, t: float) -> bool:
-        """Replica ``r``'s event due at ``t`` runs: whether another replica's event due then
-        has not run yet (then :meth:`turn` orders them)."""
-        due = self.due
-        due[r] = math.inf
-        if t in due:
-            due[r] = t
-            return True
-        return False
+    def root(self, r: int, step: int) -> None:
+        """Replica ``r`` starts its step number ``step`` from idle (woken, or its first)."""
+        self._roots[r][step] = (self.env.now, self._num_roots)
+        self._num_roots += 1
 
     def turn(self, r: int, t: float) -> Generator[simpy.Event, Any, None]:
         """Wait until the replicas whose events are due at ``t`` and come before ``r``'s in
@@ -109,8 +106,9 @@ class FleetTies:
             yield ev
         self.due[r] = math.inf
         if t in self.due:  # the next one runs when r has (before whatever else is due)
-            after = Timeout(self.env, 0.0)
+            after = _Urgent(self.env)
             after.callbacks.append(lambda _: self._release(t))
+            after.fire()
 
     def _release(self, t: float) -> None:
         """Let the first replica whose event is due at ``t`` run, if it waits."""
