@@ -597,7 +597,10 @@ class SkipAheadEngine(Engine):
         # to last step ends now or later): the common case, checked without a search
         if ends is None or len(ends) < 2 or ends[-2] < now:
             return
-        keep = self._steps_done(ends, now) + 1
+        keep = bisect.bisect_left(ends, now) + 1
+        ties = self.ties
+        if ties is not None and ends[keep - 1] == now and ties.before(self.tie_index, now):
+            keep += 1  # the step ending now ended first (fleet_ties)
         span = added and self._span_head is not None and self.waiting.peek_request() == self._span_head
         if span:
             keep = max(keep, bisect.bisect_right(ends, self.log.timeline.first_at_or_after(now)))

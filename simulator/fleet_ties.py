@@ -41,21 +41,24 @@ import simpy
 from simpy.events import URGENT, Event
 
 from kvbudget.simulator.decode_plan import Floats
-from kvbudget.simulator.serving import FloatArray
 
 __all__ = ["FleetTies", "TiedReplica"]
 
 
 class _Ends(Protocol):
-    def ends(self) -> FloatArray: ...
+    def last_ends(self, n: int) -> list[float]: ...
 
 
 class TiedReplica(Protocol):
-    """What :class:`FleetTies` reads of a replica (``fast_decode.SkipAheadEngine``): the ends
-    of its steps that have ended (``log.ends()``) and of its decode run in flight."""
+    """What :class:`FleetTies` reads of a replica (``fast_decode.SkipAheadEngine``): the last
+    ends of its steps that have ended (``log.last_ends``), how many have, and the ends of its
+    decode run in flight."""
 
     @property
     def log(self) -> _Ends: ...
+
+    @property
+    def num_steps(self) -> int: ...
 
     def run_in_flight(self) -> Floats | None: ...
 
@@ -87,6 +90,8 @@ class FleetTies:
         self._roots: list[dict[int, tuple[float, int]]] = [{} for _ in replicas]
         self._num_roots = 0
         self._waiting: dict[int, _Urgent] = {}  # replicas waiting for their turn
+        # (a, b) -> (t, whether a's step ending at t ended before b's), the last asked
+        self._order: dict[tuple[int, int], tuple[float, bool]] = {}
         self.actor = -1  # the replica whose finish the gateway is told of, -1 for none
 
     # --- a replica's steps ------------------------------------------------------------------
@@ -120,10 +125,9 @@ class FleetTies:
     def _first_due(self, t: float) -> int:
         """Of the replicas whose events are due at ``t``, the one first in stepping's
         order."""
-        ends = {q: self._ends_to(q, t) for q, e in enumerate(self.due) if e == t}
         first = -1
-        for q in ends:
-            if first < 0 or self._before(q, ends[q], first, ends[first]):
+        for q, e in enumerate(self.due):
+            if e == t and (first < 0 or self._before(q, first, t)):
                 first = q
         return first
 
@@ -134,31 +138,39 @@ class FleetTies:
         a = self.actor
         if a < 0 or a == b:
             return False
-        return self._before(b, self._ends_to(b, t), a, self._ends_to(a, t))
+        return self._before(b, a, t)
 
-    def _ends_to(self, q: int, t: float) -> list[float]:
-        """Replica ``q``'s step ends up to its step ending at ``t``: those logged, then the
-        decode run's in flight (logged when it ends), or the step in flight's."""
-        e = self.replicas[q]
-        logged = e.log.ends()
-        run = e.run_in_flight()
-        if run is not None:
-            j = bisect.bisect_left(run, t)
-            return [*logged.tolist(), *np.asarray(run[: j + 1], np.float64).tolist()]
-        ends: list[float] = logged.tolist()
-        if not ends or ends[-1] != t:
-            ends.append(t)
-        return ends
+    def _before(self, a: int, b: int, t: float) -> bool:
+        """Whether replica ``a``'s step ending at ``t`` ended before replica ``b``'s ending
+        then, in stepping (:meth:`_walk`, on the last ends of both, more while undecided). The
+        answer is kept for the pair: replicas in lockstep tie at every step, and the next
+        comparison's walk stops at this one."""
+        n = 16
+        while True:
+            first = self._walk(a, b, t, n)
+            if first is not None:
+                break
+            n *= 4
+        self._order[(a, b)] = (t, first)
+        self._order[(b, a)] = (t, not first)
+        return first
 
-    def _before(self, a: int, ea: list[float], b: int, eb: list[float]) -> bool:
-        """Whether replica ``a``'s step ending at ``ea[-1]`` ended before replica ``b``'s
-        ending then (``eb[-1]``), in stepping: the one that started first; at the same instant,
-        the one started by a step end (not a wake), whose previous step ended first (walked
-        back), or woken first."""
+    def _walk(self, a: int, b: int, t: float, n: int) -> bool | None:
+        """:meth:`_before` from the last ``n`` step ends of each replica: the step that started
+        first; of two started at the same instant, the one started by a step end (not a wake),
+        whose previous step ended first (walked back, or known: ``_order``), or woken first.
+        None when ``n`` ends do not decide."""
+        ea, ma = self._ends_to(a, t, n)
+        eb, mb = self._ends_to(b, t, n)
         ra, rb = self._roots[a], self._roots[b]
+        known = self._order.get((a, b))
         i, j = len(ea) - 1, len(eb) - 1
         while True:
-            root_a, root_b = ra.get(i), rb.get(j)
+            if known is not None and known[0] == ea[i]:  # both steps end at ea[i] == eb[j]
+                return known[1]
+            root_a, root_b = ra.get(ma - (len(ea) - 1 - i)), rb.get(mb - (len(eb) - 1 - j))
+            if (root_a is None and i == 0) or (root_b is None and j == 0):
+                return None
             sa = root_a[0] if root_a is not None else ea[i - 1]
             sb = root_b[0] if root_b is not None else eb[j - 1]
             if sa != sb:
@@ -170,3 +182,17 @@ class FleetTies:
             i -= 1
             j -= 1
 
+    def _ends_to(self, q: int, t: float, n: int) -> tuple[list[float], int]:
+        """The last ``n`` (or fewer) of replica ``q``'s step ends up to its step ending at
+        ``t``, and that step's number: those logged, then the decode run's in flight (logged
+        when it ends), or the step in flight's."""
+        e = self.replicas[q]
+        run = e.run_in_flight()
+        if run is not None:
+            j = bisect.bisect_left(run, t)
+            ends: list[float] = np.asarray(run[max(0, j + 1 - n) : j + 1], np.float64).tolist()
+            return e.log.last_ends(n - len(ends)) + ends, e.num_steps + j
+        ends = e.log.last_ends(n)
+        if ends and ends[-1] == t:
+            return ends, e.num_steps - 1
+        return [*ends[1 - n :], t] if n > 1 else [t], e.num_steps
