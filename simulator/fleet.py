@@ -166,8 +166,8 @@ class Router:
         on conv_n2000_q6, least tokens, 8 replicas, four times took 6 % fewer instructions
         than twice, eight times 5 %; planning past every arrival (unless ``r`` is the least
         loaded) to an interruption 8 %, but it moved the power-of-two grid cases with a global
-        budget and 24 blocks that differ from stepping (a known limitation) from 109 to 110,
-        while four and eight times leave 109."""
+        budget and 24 blocks that differed from stepping (then a known limitation, since made
+        exact: ``fleet_ties``) from 109 to 110, while four and eight times left 109."""
         if self.name == "round_robin":
             return (r - self._next) % len(self.capacity)
         loads = self.load
