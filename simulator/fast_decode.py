@@ -32,12 +32,10 @@ from simpy.events import Timeout
 
 from kvbudget.simulator.decode_plan import GROUP_SMALL_K, DecodeRunPlanner, Floats, Ints
 from kvbudget.simulator.engine import Engine, IntArray
-from kvbudget.simulator.fleet_ties import FleetTies
+from kvbudget.simulator.fleet_ties import TiedSteps
 from kvbudget.simulator.small_arrays import isum
 
 __all__ = ["DecodeGroup", "SkipAheadEngine"]
-
-_INF = math.inf
 
 Run = tuple[Floats, Ints, Floats]
 """A planned decode run: its steps' ends, the blocks in use during each, their durations."""
@@ -75,7 +73,7 @@ class DecodeGroup:
     over: bool = False  # some member joined holding blocks beyond its computed tokens
 
 
-class SkipAheadEngine(Engine):
+class SkipAheadEngine(TiedSteps, Engine):
     """:class:`Engine` keeping its running requests as a :class:`DecodeGroup` while all of them
     decode, and running the group's decode runs at once. A member's arrays lag behind the
     group's steps: a variant's hooks read running requests through
@@ -97,12 +95,6 @@ class SkipAheadEngine(Engine):
         # the waiting head refused as the decode run in progress was planned past the next
         # external event (_plan_until), None when it was not
         self._span_head: int | None = None
-        # a fleet's replica whose step ends may meet others' (one gateway): their order
-        # (fleet_ties), this replica's number there (join_ties)
-        self.ties: FleetTies | None = None
-        self.tie_index = -1
-        self._chained = False  # its next step starts as its last ends (not from idle)
-        self._due: list[float] = []  # ties.due
 
     # --- what the executor and hooks read mid-run ------------------------------------------
     def output_tokens_of(self, i: int) -> int:
@@ -123,17 +115,6 @@ class SkipAheadEngine(Engine):
         """The step ends of the decode run in flight (of two steps or more), None when
         none is."""
         return self._run_ends
-
-    def _steps_done(self, ends: Floats, now: float) -> int:
-        """How many of the decode run's step ``ends`` have ended at ``now``: those before it,
-        and the one ending now when, in stepping, it ended before the step of the replica
-        whose finish acts on this one now (``fleet_ties``)."""
-        j = bisect.bisect_left(ends, now)
-        ties = self.ties
-        if ties is not None and j < len(ends) and ends[j] == now and ties.before(
-                self.tie_index, now):
-            j += 1
-        return j
 
     def output_tokens(self) -> IntArray:
         out = self.num_output_tokens.copy()
@@ -419,49 +400,6 @@ class SkipAheadEngine(Engine):
         if done:
             self._finish(done)
 
-    # --- a fleet's replica: its step ends in stepping's order (fleet_ties) ------------------
-    def join_ties(self, ties: FleetTies, index: int) -> None:
-        """Be replica ``index`` of a fleet whose step ends ``ties`` orders: each step and run
-        tells it when its event is due (``ties.due``) and, when another replica's is due then
-        too, waits for its turn; a step started from idle is told as such. A single step waits
-        through :meth:`_tied_wait`, and going idle is noted by :meth:`_tied_on_idle` (over a
-        preset's own hook), this engine's own attributes then: an engine outside such a fleet
-        pays nothing for them."""
-        self.ties, self.tie_index, self._due = ties, index, ties.due
-        self._wait = self._tied_wait  # type: ignore[method-assign]
-        self._on_idle_untied = self._on_idle
-        self._on_idle = self._tied_on_idle  # type: ignore[method-assign]
-
-    def _tied_on_idle(self) -> None:
-        """The preset's ``_on_idle``; the next step starts from idle."""
-        self._chained = False
-        self._on_idle_untied()
-
-    def _tied_wait(self, t1: float) -> Generator[simpy.Event, Any, None]:
-        """``Engine._wait`` (its lines: a generator fewer a step), with the step's end due at
-        ``t1`` told to the fleet's ties, and its turn among the ends due then."""
-        due, r = self._due, self.tie_index
-        due[r] = t1
-        if not self._chained:  # started from idle
-            self._tie_root()
-        self._busy = True
-        yield Timeout(self.env, max(0.0, t1 - self.env.now))
-        self._busy = False
-        self.t = t1
-        self.num_steps += 1
-        self.log.ended(t1)
-        due[r] = _INF
-        if t1 in due:  # another replica's event is due now too: stepping's order
-            due[r] = t1
-            assert self.ties is not None
-            yield from self.ties.turn(r, t1)
-
-    def _tie_root(self) -> None:
-        """Tell the fleet's ties that the step starting now starts from idle."""
-        assert self.ties is not None
-        self._chained = True
-        self.ties.root(self.tie_index, self.num_steps)
-
     # --- decode runs ----------------------------------------------------------------------------
     def _planned_run(
         self, n: int, planned: IntArray, c0: int, dt: float, until: float
@@ -569,7 +507,7 @@ class SkipAheadEngine(Engine):
                     last_start = None
         if ties is not None:
             due = self._due
-            due[self.tie_index] = _INF
+            due[self.tie_index] = math.inf
             if t1 in due:  # another replica's event is due now too: stepping's order
                 due[self.tie_index] = t1
                 yield from ties.turn(self.tie_index, t1)

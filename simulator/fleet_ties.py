@@ -21,28 +21,31 @@ stepping's, and a run's other steps have no event at all. What of that order can
 2. a replica's run step ending at the instant another replica, ending a step then, adds work to
    it, aborts some or reads its output tokens (through the gateway: :attr:`actor`): the run's
    step has ended first when it comes first in stepping's order
-   (``fast_decode.SkipAheadEngine._steps_done``), else the work comes before it.
+   (:meth:`TiedSteps._steps_done`), else the work comes before it.
 
 Both are checked only where times are equal (one comparison of floats a step: each replica's
 event due next in a list), so a fleet whose step ends never meet pays nothing more. Only a
 fleet with one gateway for all replicas (a global budget) uses this: with one gateway per
-replica, one replica's step end never acts on another.
+replica, one replica's step end never acts on another. A replica's side is :class:`TiedSteps`
+(what ``fast_decode.SkipAheadEngine`` does as a fleet's replica), the fleet's
+:class:`FleetTies`.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, Protocol
 
 import numpy as np
 import simpy
-from simpy.events import URGENT, Event
+from simpy.events import URGENT, Event, Timeout
 
 from kvbudget.simulator.decode_plan import Floats
+from kvbudget.simulator.step_log import StepLog
 
-__all__ = ["FleetTies", "TiedReplica"]
+__all__ = ["FleetTies", "TiedReplica", "TiedSteps"]
 
 
 class _Ends(Protocol):
@@ -196,3 +199,75 @@ class FleetTies:
         if ends and ends[-1] == t:
             return ends, e.num_steps - 1
         return [*ends[1 - n :], t] if n > 1 else [t], e.num_steps
+
+
+class TiedSteps:
+    """A replica's side of :class:`FleetTies` (a base of ``fast_decode.SkipAheadEngine``, using
+    of ``Engine`` only what ``engine.SPEED_UP_INTERFACE`` lists): outside such a fleet it does
+    nothing and costs nothing; :meth:`join_ties` makes the engine tell the fleet when each
+    step's or run's event is due (``ties.due``), which step starts from idle, and wait for its
+    turn when another replica's event is due at the same instant."""
+
+    ties: FleetTies | None = None
+    tie_index = -1
+    _chained = False  # its next step starts as its last ends (not from idle)
+    _due: list[float]  # ties.due, once joined
+    # of Engine
+    env: simpy.Environment
+    process: simpy.Process
+    log: StepLog
+    t: float
+    num_steps: int
+    _busy: bool
+    _on_idle: Callable[[], None]
+
+    def join_ties(self, ties: FleetTies, index: int) -> None:
+        """Be replica ``index`` of a fleet whose step ends ``ties`` orders. A single step waits
+        through :meth:`_tied_wait` and going idle is noted by :meth:`_tied_on_idle` (over a
+        preset's own hook): this engine's own attributes then, so that an engine outside such
+        a fleet pays nothing for them; a decode run tells ``ties`` itself."""
+        self.ties, self.tie_index, self._due = ties, index, ties.due
+        self._wait = self._tied_wait
+        self._on_idle_untied = self._on_idle
+        self._on_idle = self._tied_on_idle
+
+    def _tied_on_idle(self) -> None:
+        """The preset's ``_on_idle``; the next step starts from idle."""
+        self._chained = False
+        self._on_idle_untied()
+
+    def _tied_wait(self, t1: float) -> Generator[simpy.Event, Any, None]:
+        """``Engine._wait`` (its lines: a generator fewer a step), with the step's end due at
+        ``t1`` told to the fleet's ties, and its turn among the ends due then."""
+        due, r = self._due, self.tie_index
+        due[r] = t1
+        if not self._chained:  # started from idle
+            self._tie_root()
+        self._busy = True
+        yield Timeout(self.env, max(0.0, t1 - self.env.now))
+        self._busy = False
+        self.t = t1
+        self.num_steps += 1
+        self.log.ended(t1)
+        due[r] = math.inf
+        if t1 in due:  # another replica's event is due now too: stepping's order
+            due[r] = t1
+            assert self.ties is not None
+            yield from self.ties.turn(r, t1)
+
+    def _tie_root(self) -> None:
+        """Tell the fleet's ties that the step (or run) starting now starts from idle."""
+        assert self.ties is not None
+        self._chained = True
+        self.ties.root(self.tie_index, self.num_steps)
+
+    def _steps_done(self, ends: Floats, now: float) -> int:
+        """How many of the decode run's step ``ends`` have ended at ``now``: those before it,
+        and the one ending now when, in stepping, it ended before the step of the replica
+        whose finish acts on this one now."""
+        j = bisect.bisect_left(ends, now)
+        ties = self.ties
+        if ties is not None and j < len(ends) and ends[j] == now and ties.before(
+                self.tie_index, now):
+            j += 1
+        return j
