@@ -32,6 +32,7 @@ from simpy.events import Timeout
 
 from kvbudget.simulator.decode_plan import GROUP_SMALL_K, DecodeRunPlanner, Floats, Ints
 from kvbudget.simulator.engine import Engine, IntArray
+from kvbudget.simulator.fleet_ties import TiedSteps
 from kvbudget.simulator.small_arrays import isum
 
 __all__ = ["DecodeGroup", "SkipAheadEngine"]
@@ -72,7 +73,7 @@ class DecodeGroup:
     over: bool = False  # some member joined holding blocks beyond its computed tokens
 
 
-class SkipAheadEngine(Engine):
+class SkipAheadEngine(TiedSteps, Engine):
     """:class:`Engine` keeping its running requests as a :class:`DecodeGroup` while all of them
     decode, and running the group's decode runs at once. A member's arrays lag behind the
     group's steps: a variant's hooks read running requests through
@@ -105,8 +106,15 @@ class SkipAheadEngine(Engine):
         out = self.num_output_tokens.item(i) + g.step - g.members[i]
         ends = self._run_ends  # a group run's rows are the group's
         if ends is not None:
-            out += bisect.bisect_left(ends, self.env.now)
+            now = self.env.now
+            out += bisect.bisect_left(ends, now) if self.ties is None else self._steps_done(
+                ends, now)
         return out
+
+    def run_in_flight(self) -> Floats | None:
+        """The step ends of the decode run in flight (of two steps or more), None when
+        none is."""
+        return self._run_ends
 
     def output_tokens(self) -> IntArray:
         out = self.num_output_tokens.copy()
@@ -461,6 +469,11 @@ class SkipAheadEngine(Engine):
         k = len(step_end)
         if k > 1:
             self._jump_ends = self._run_ends = step_end
+        ties = self.ties
+        if ties is not None:  # a fleet's replica: its event is due at t1 (see _tied_wait)
+            self._due[self.tie_index] = t1
+            if not self._chained:
+                self._tie_root()
         # a run planned past the next external event waits for its last step's end from that
         # step's start, as stepping creates a step's end event when the step starts: an event
         # created during the run and due exactly then runs after it or before, as in stepping
@@ -486,10 +499,18 @@ class SkipAheadEngine(Engine):
                 # as stepping one by one would have (or later: see _work_changed)
                 k = self._jump_keep
                 t1 = float(step_end[k - 1])
+                if ties is not None:
+                    self._due[self.tie_index] = t1
                 if last_start is not None and k > 1 and float(step_end[k - 2]) >= env.now:
                     last_start = float(step_end[k - 2])
                 else:
                     last_start = None
+        if ties is not None:
+            due = self._due
+            due[self.tie_index] = math.inf
+            if t1 in due:  # another replica's event is due now too: stepping's order
+                due[self.tie_index] = t1
+                yield from ties.turn(self.tie_index, t1)
         self._jump_ends = self._run_ends = None
         self._span_head = None
         self._busy = False
@@ -515,12 +536,15 @@ class SkipAheadEngine(Engine):
         if ends is None or len(ends) < 2 or ends[-2] < now:
             return
         keep = bisect.bisect_left(ends, now) + 1
-        if added and self._span_head is not None and self.waiting.peek_request() == self._span_head:
+        ties = self.ties
+        if ties is not None and ends[keep - 1] == now and ties.before(self.tie_index, now):
+            keep += 1  # the step ending now ended first (fleet_ties)
+        span = added and self._span_head is not None and self.waiting.peek_request() == self._span_head
+        if span:
             keep = max(keep, bisect.bisect_right(ends, self.log.timeline.first_at_or_after(now)))
-            if keep >= len(ends):
-                return
-            self._jump_ends = ends[:keep]  # what comes later may cut it shorter
-        else:
-            self._jump_ends = None
+        if keep >= len(ends):  # (the step ending now ended first: the next is the last)
+            return
+        # what comes later may cut a span shorter; else the step in progress is the run's last
+        self._jump_ends = ends[:keep] if span else None
         self._jump_keep = keep
         self.process.interrupt()

@@ -78,6 +78,19 @@ class StepLog:
             return np.zeros(0, np.float64)
         return chunks[0].copy() if len(chunks) == 1 else np.concatenate(chunks)
 
+    def last_ends(self, n: int) -> list[float]:
+        """The last ``n`` step ends (all of them when fewer), in order, read from the newest
+        chunks only."""
+        if n <= 0:
+            return []
+        out = self._ends[-n:]
+        for chunk in reversed(self._chunks):
+            need = n - len(out)
+            if need <= 0:
+                break
+            out = chunk[-need:].tolist() + out
+        return out
+
     def drop_ends(self) -> None:
         """Let the end times go (the engine's ``drop_request_state``)."""
         self._ends = []

@@ -54,3 +54,26 @@ def test_a_long_run_spans_many_samples() -> None:
     # the sample at m seconds reads the step in progress then: the one ending after m
     assert [r[1] // 16 for r in rows[1:]] == [int(np.searchsorted(ends, m, side="right"))
                                               for m in range(1, 40)]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=30), st.integers(0, 200))
+def test_the_step_logs_last_ends_are_the_tail_of_its_ends(sizes: list[int], n: int) -> None:
+    """``StepLog.last_ends(n)`` (what a fleet's ties walk back over) is ``ends()[-n:]``, across
+    chunks of runs, single steps and the merges at samples."""
+    from kvbudget.simulator.step_log import StepLog
+
+    log = StepLog(0.5, capacity_tokens=10_000, block_size=16)
+    t = 0.0
+    for k, size in enumerate(sizes):
+        ends = (t + 0.1 * np.arange(1, size + 1)).tolist()
+        t = ends[-1]
+        if k % 2:
+            log.ended_run(np.array(ends))
+        else:
+            for e in ends:
+                log.ended(e)
+        if k % 3 == 2:
+            log.scheduled(t + 0.1, 0.1, 1, False, 0, (1, 0), 0)  # a sample: the ends flushed
+    expect = log.ends().tolist()
+    assert log.last_ends(n) == (expect[-n:] if n else [])

@@ -1,0 +1,274 @@
+"""The order of a fleet's replicas' step ends due at one instant, as stepping has it (issue 37
+item 4: skip-ahead byte-identical to stepping on the fleet's ties).
+
+Stepping makes each step's end event when the step starts, and SimPy runs the events due at one
+instant in the order they were made (same priority). So of two replicas' steps ending at ``t``,
+the one that started earlier ends first; of two that started at the same instant, the one whose
+own start came first, that is whose previous step ended first (the same question, one step
+back), or, for a step that started a replica woken from idle, after every step end due then and
+after the replicas woken before it. :meth:`FleetTies.before` walks both replicas' step ends back
+to where they differ.
+
+A replica with skip-ahead has one event for a decode run (its last step's end), made when the
+run starts or cut, so SimPy's order of two replicas' events due at one instant may differ from
+stepping's, and a run's other steps have no event at all. What of that order can be seen:
+
+1. the replicas' events themselves, due at one instant (a finish on each tells the one gateway
+   in turn; which request the freed room admits and where it is routed follows): a replica
+   whose event comes due while another's due then comes first in stepping's order waits for it
+   (:meth:`turn`), and runs when that one has run (a SimPy event of URGENT priority, before
+   whatever else is due then, where the waiting replica's own event was);
+2. a replica's run step ending at the instant another replica, ending a step then, adds work to
+   it, aborts some or reads its output tokens (through the gateway: :attr:`actor`): the run's
+   step has ended first when it comes first in stepping's order
+   (:meth:`TiedSteps._steps_done`), else the work comes before it.
+
+Both are checked only where times are equal (one comparison of floats a step: each replica's
+event due next in a list), so a fleet whose step ends never meet pays little more (8 replicas
+on conv_n2000_q6, no tie: +0.9 to +1.0 % instructions, ``benchmarks/bench_instructions.py``). Only a
+fleet with one gateway for all replicas (a global budget) uses this: with one gateway per
+replica, one replica's step end never acts on another. A replica's side is :class:`TiedSteps`
+(what ``fast_decode.SkipAheadEngine`` does as a fleet's replica), the fleet's
+:class:`FleetTies`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import simpy
+from simpy.events import URGENT, Event, Timeout
+
+from kvbudget.simulator.decode_plan import Floats
+from kvbudget.simulator.step_log import StepLog
+
+__all__ = ["FleetTies", "TiedReplica", "TiedSteps"]
+
+
+class _Ends(Protocol):
+    def last_ends(self, n: int) -> list[float]: ...
+
+
+class TiedReplica(Protocol):
+    """What :class:`FleetTies` reads of a replica (``fast_decode.SkipAheadEngine``): the last
+    ends of its steps that have ended (``log.last_ends``), how many have, and the ends of its
+    decode run in flight."""
+
+    @property
+    def log(self) -> _Ends: ...
+
+    @property
+    def num_steps(self) -> int: ...
+
+    def run_in_flight(self) -> Floats | None: ...
+
+
+class _Urgent(Event):
+    """An event that, once :meth:`fire`\\ d, SimPy runs before every ordinary event due now
+    (URGENT priority, as SimPy's interrupts)."""
+
+    def fire(self) -> None:
+        self._ok = True
+        self._value = None
+        self.env.schedule(self, URGENT)
+
+
+class FleetTies:
+    """Stepping's order of the fleet's replicas' step ends due at one instant (see the module
+    docstring). ``replicas[r]`` writes in ``due[r]`` when its next event is due as it starts
+    a step or run (or cuts a run), and tells :meth:`root` of a step started from idle; when
+    its event comes due with another's, it waits for :meth:`turn`. The fleet sets
+    :attr:`actor` while a replica's finish is told to the gateway."""
+
+    def __init__(self, env: simpy.Environment, replicas: Sequence[TiedReplica]) -> None:
+        self.env = env
+        self.replicas = replicas
+        # the end of each replica's step (or run) whose event is due and has not run; inf
+        self.due = [math.inf] * len(replicas)
+        # per replica: step number -> (instant, order) of the steps that started it from
+        # idle (its first step, and each after a wake): their own start is no step's end
+        self._roots: list[dict[int, tuple[float, int]]] = [{} for _ in replicas]
+        self._num_roots = 0
+        self._waiting: dict[int, _Urgent] = {}  # replicas waiting for their turn
+        # (a, b) -> (t, whether a's step ending at t ended before b's), the last asked
+        self._order: dict[tuple[int, int], tuple[float, bool]] = {}
+        self.actor = -1  # the replica whose finish the gateway is told of, -1 for none
+
+    # --- a replica's steps ------------------------------------------------------------------
+    def root(self, r: int, step: int) -> None:
+        """Replica ``r`` starts its step number ``step`` from idle (woken, or its first)."""
+        self._roots[r][step] = (self.env.now, self._num_roots)
+        self._num_roots += 1
+
+    def turn(self, r: int, t: float) -> Generator[simpy.Event, Any, None]:
+        """Wait until the replicas whose events are due at ``t`` and come before ``r``'s in
+        stepping's order have run; then let the next one run after ``r``."""
+        while True:
+            first = self._first_due(t)
+            if first == r:
+                break
+            ev = self._waiting[r] = _Urgent(self.env)
+            yield ev
+        self.due[r] = math.inf
+        if t in self.due:  # the next one runs when r has (before whatever else is due)
+            after = _Urgent(self.env)
+            after.callbacks.append(lambda _: self._release(t))
+            after.fire()
+
+    def _release(self, t: float) -> None:
+        """Let the first replica whose event is due at ``t`` run, if it waits."""
+        if t in self.due:
+            waiting = self._waiting.pop(self._first_due(t), None)
+            if waiting is not None:
+                waiting.fire()
+
+    def _first_due(self, t: float) -> int:
+        """Of the replicas whose events are due at ``t``, the one first in stepping's
+        order."""
+        first = -1
+        for q, e in enumerate(self.due):
+            if e == t and (first < 0 or self._before(q, first, t)):
+                first = q
+        return first
+
+    # --- stepping's order -------------------------------------------------------------------
+    def before(self, b: int, t: float) -> bool:
+        """Whether replica ``b``'s step ending at ``t`` (now) ended, in stepping, before the
+        step of :attr:`actor` (ending now too) whose finish the gateway is told of."""
+        a = self.actor
+        if a < 0 or a == b:
+            return False
+        return self._before(b, a, t)
+
+    def _before(self, a: int, b: int, t: float) -> bool:
+        """Whether replica ``a``'s step ending at ``t`` ended before replica ``b``'s ending
+        then, in stepping (:meth:`_walk`, on the last ends of both, more while undecided). The
+        answer is kept for the pair: replicas in lockstep tie at every step, and the next
+        comparison's walk stops at this one."""
+        n = 16
+        while True:
+            first = self._walk(a, b, t, n)
+            if first is not None:
+                break
+            n *= 4
+        self._order[(a, b)] = (t, first)
+        self._order[(b, a)] = (t, not first)
+        return first
+
+    def _walk(self, a: int, b: int, t: float, n: int) -> bool | None:
+        """:meth:`_before` from the last ``n`` step ends of each replica: the step that started
+        first; of two started at the same instant, the one started by a step end (not a wake),
+        whose previous step ended first (walked back, or known: ``_order``), or woken first.
+        None when ``n`` ends do not decide."""
+        ea, ma = self._ends_to(a, t, n)
+        eb, mb = self._ends_to(b, t, n)
+        ra, rb = self._roots[a], self._roots[b]
+        known = self._order.get((a, b))
+        i, j = len(ea) - 1, len(eb) - 1
+        while True:
+            if known is not None and known[0] == ea[i]:  # both steps end at ea[i] == eb[j]
+                return known[1]
+            root_a, root_b = ra.get(ma - (len(ea) - 1 - i)), rb.get(mb - (len(eb) - 1 - j))
+            if (root_a is None and i == 0) or (root_b is None and j == 0):
+                return None
+            sa = root_a[0] if root_a is not None else ea[i - 1]
+            sb = root_b[0] if root_b is not None else eb[j - 1]
+            if sa != sb:
+                return sa < sb
+            if root_a is not None or root_b is not None:
+                if root_a is not None and root_b is not None:
+                    return root_a[1] < root_b[1]
+                return root_b is not None  # a step end makes its step before a wake
+            i -= 1
+            j -= 1
+
+    def _ends_to(self, q: int, t: float, n: int) -> tuple[list[float], int]:
+        """The last ``n`` (or fewer) of replica ``q``'s step ends up to its step ending at
+        ``t``, and that step's number: those logged, then the decode run's in flight (logged
+        when it ends), or the step in flight's."""
+        e = self.replicas[q]
+        run = e.run_in_flight()
+        if run is not None:
+            j = bisect.bisect_left(run, t)
+            ends: list[float] = np.asarray(run[max(0, j + 1 - n) : j + 1], np.float64).tolist()
+            return e.log.last_ends(n - len(ends)) + ends, e.num_steps + j
+        ends = e.log.last_ends(n)
+        if ends and ends[-1] == t:
+            return ends, e.num_steps - 1
+        return [*ends[1 - n :], t] if n > 1 else [t], e.num_steps
+
+
+class TiedSteps:
+    """A replica's side of :class:`FleetTies` (a base of ``fast_decode.SkipAheadEngine``, using
+    of ``Engine`` only what ``engine.SPEED_UP_INTERFACE`` lists): outside such a fleet it does
+    nothing and costs nothing; :meth:`join_ties` makes the engine tell the fleet when each
+    step's or run's event is due (``ties.due``), which step starts from idle, and wait for its
+    turn when another replica's event is due at the same instant."""
+
+    ties: FleetTies | None = None
+    tie_index = -1
+    _chained = False  # its next step starts as its last ends (not from idle)
+    _due: list[float]  # ties.due, once joined
+    # of Engine
+    env: simpy.Environment
+    process: simpy.Process
+    log: StepLog
+    t: float
+    num_steps: int
+    _busy: bool
+    _on_idle: Callable[[], None]
+
+    def join_ties(self, ties: FleetTies, index: int) -> None:
+        """Be replica ``index`` of a fleet whose step ends ``ties`` orders. A single step waits
+        through :meth:`_tied_wait` and going idle is noted by :meth:`_tied_on_idle` (over a
+        preset's own hook): this engine's own attributes then, so that an engine outside such
+        a fleet pays nothing for them; a decode run tells ``ties`` itself."""
+        self.ties, self.tie_index, self._due = ties, index, ties.due
+        self._wait = self._tied_wait
+        self._on_idle_untied = self._on_idle
+        self._on_idle = self._tied_on_idle
+
+    def _tied_on_idle(self) -> None:
+        """The preset's ``_on_idle``; the next step starts from idle."""
+        self._chained = False
+        self._on_idle_untied()
+
+    def _tied_wait(self, t1: float) -> Generator[simpy.Event, Any, None]:
+        """``Engine._wait`` (its lines: a generator fewer a step), with the step's end due at
+        ``t1`` told to the fleet's ties, and its turn among the ends due then."""
+        due, r = self._due, self.tie_index
+        due[r] = t1
+        if not self._chained:  # started from idle
+            self._tie_root()
+        self._busy = True
+        yield Timeout(self.env, max(0.0, t1 - self.env.now))
+        self._busy = False
+        self.t = t1
+        self.num_steps += 1
+        self.log.ended(t1)
+        due[r] = math.inf
+        if t1 in due:  # another replica's event is due now too: stepping's order
+            due[r] = t1
+            assert self.ties is not None
+            yield from self.ties.turn(r, t1)
+
+    def _tie_root(self) -> None:
+        """Tell the fleet's ties that the step (or run) starting now starts from idle."""
+        assert self.ties is not None
+        self._chained = True
+        self.ties.root(self.tie_index, self.num_steps)
+
+    def _steps_done(self, ends: Floats, now: float) -> int:
+        """How many of the decode run's step ``ends`` have ended at ``now``: those before it,
+        and the one ending now when, in stepping, it ended before the step of the replica
+        whose finish acts on this one now."""
+        j = bisect.bisect_left(ends, now)
+        ties = self.ties
+        if ties is not None and j < len(ends) and ends[j] == now and ties.before(
+                self.tie_index, now):
+            j += 1
+        return j
