@@ -26,6 +26,7 @@ from livevllm import (
     VllmServer,
     burst_trace,
     kvbudget,
+    running_vllm,
     vllm_python,
     write_trace,
 )
@@ -443,3 +444,36 @@ def test_vllm_bench_serve_through_kvbudget_serve(vllm_server: VllmServer, tiny_m
     run = read_run(tmp_path / "runs" / "run-0001")
     assert (run.records["status"] == "completed").all()
     assert (run.records["output_tokens"] == 16).all()  # settled from vLLM's usage
+
+
+# --- the engine's own queue cap (simulator/queue_caps.py) against the real thing ---------------
+# A CPU vLLM started with ``--max-num-queued-reqs 3`` (its own server: the flag binds at start-up,
+# so not the session's) refuses a burst beyond three unfinished requests; the replay names each
+# refusal as the simulator names it, and ``kvbudget simulate`` of the same trace with
+# ``engine.max_num_queued_reqs = 3`` refuses as many (a join of simulated and measured).
+CAP = 3
+NUM_REQUESTS = 8
+
+
+def test_a_burst_beyond_vllms_max_num_queued_reqs(tiny_model: Path, tmp_path: Path) -> None:
+    # eight requests sent together, each 200 tokens long (seconds on the CPU: none finishes
+    # while the burst arrives), against a cap of three unfinished requests
+    trace = burst_trace(tmp_path / "trace.jsonl", NUM_REQUESTS, 32, 200, 0.0)
+    with running_vllm(vllm_python(), tiny_model, tmp_path / "vllm.log",
+                      ("--max-num-queued-reqs", str(CAP))) as (server, _):
+        res = kvbudget("replay", "--url", server.url, "--trace", str(trace), "--policy",
+                       "unlimited", "--out", str(tmp_path / "live"))
+    assert res.returncode == 0, res.stderr
+    live = read_run(tmp_path / "live").records.sort_values("request_id")
+    res = kvbudget("simulate", "--trace", str(trace), "--policy", "unlimited", "--set",
+                   f"engine.max_num_queued_reqs={CAP}", "--out", str(tmp_path / "sim"))
+    assert res.returncode == 0, res.stderr
+    sim = read_run(tmp_path / "sim").records.sort_values("request_id")
+    refused = live[live.status != "completed"]
+    assert len(refused) == NUM_REQUESTS - CAP, live[["request_id", "status", "reason"]]
+    assert set(refused.reason) == {"engine_max_num_queued_reqs"}, refused.reason.tolist()
+    assert set(refused.status) == {"rejected_overloaded"}
+    assert (live.status == "completed").sum() == CAP
+    # the same count of refusals, with the same reason, in the simulation
+    assert sim.status.tolist().count("completed") == CAP
+    assert sorted(sim.reason.fillna("")) == sorted(live.reason.fillna(""))
