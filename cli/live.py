@@ -482,20 +482,17 @@ def calibrate_cmd(
     with user_errors():
         if url is None:
             raise CliError("give --url (a live server) or --records (a recorded run)")
-        if max_output is not None or allow_refusals or allow_small_fit:
-            flag = ("--max-output" if max_output is not None else "--allow-refusals"
-                    if allow_refusals else "--allow-small-fit")
-            raise CliError(f"{flag} applies to --records, not to a live calibration")
+        _refuse_records_only("a live calibration", {
+            "--max-output": max_output is not None, "--allow-refusals": allow_refusals,
+            "--allow-small-fit": allow_small_fit})
         check_out_file(out)
         plan = _calibration_plan(prefill_tokens, decode_batches, context_tokens, repeats=repeats,
                                  retries=retries, idle_gap=idle_gap, max_num_seqs=max_num_seqs,
                                  max_num_batched_tokens=max_num_batched_tokens)
         target = _target(url, model, api_key, read_timeout)
         cal = _calibrate_with_bar(target, plan, capacity_tokens)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        cal.save(out, _fitted_on(cal.model, gpu, cal.info.model, out,
-                                 tensor_parallel_size=tensor_parallel_size or 1,
-                                 kv_cache_dtype=kv_cache_dtype or "auto"))
+        _save_calibration(cal, out, gpu, tensor_parallel_size=tensor_parallel_size or 1,
+                          kv_cache_dtype=kv_cache_dtype or "auto")
     _print_calibration(cal, target, out)
 
 
@@ -586,6 +583,14 @@ def _refuse_live_only(run: str, given: dict[str, bool]) -> None:
         raise CliError(f"{flags[0]} applies to {run} (--url), not to --records")
 
 
+def _refuse_records_only(run: str, given: dict[str, bool]) -> None:
+    """Refuse the first flag of ``given`` that was set (a flag of ``--records``, which ``run``
+    would ignore)."""
+    flags = [flag for flag, set_ in given.items() if set_]
+    if flags:
+        raise CliError(f"{flags[0]} applies to --records, not to {run}")
+
+
 def _calibration_plan(prefill_tokens: str, decode_batches: str, context_tokens: str, *,
                       repeats: int, retries: int, idle_gap: float, max_num_seqs: int | None,
                       max_num_batched_tokens: int | None) -> CalibrationPlan:
@@ -600,6 +605,15 @@ def _calibration_plan(prefill_tokens: str, decode_batches: str, context_tokens: 
         max_num_seqs=max_num_seqs or 256,
         max_num_batched_tokens=max_num_batched_tokens or 2048,
     )
+
+
+def _save_calibration(cal: "Calibration", out: Path, gpu: str | None, *,
+                      tensor_parallel_size: int, kv_cache_dtype: str) -> None:
+    """Write a live calibration's cost-model file, with what it was fitted on."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cal.save(out, _fitted_on(cal.model, gpu, cal.info.model, out,
+                             tensor_parallel_size=tensor_parallel_size,
+                             kv_cache_dtype=kv_cache_dtype))
 
 
 def _fitted_on(model: Any, gpu: str | None, served: str | None, out: Path, *,
@@ -724,9 +738,8 @@ def validate_cmd(
         if url is None or trace is None or cost_model is None:
             raise CliError("give --url, --trace and --cost-model (a live validation) or "
                            "--records (a recorded run)")
-        if allow_refusals or allow_small_fit:
-            flag = "--allow-refusals" if allow_refusals else "--allow-small-fit"
-            raise CliError(f"{flag} applies to --records, not to a live validation")
+        _refuse_records_only("a live validation", {
+            "--allow-refusals": allow_refusals, "--allow-small-fit": allow_small_fit})
         outcome, checks, overhead = _validate_live(
             url, trace, cost_model, out, speed_check=speed_check, correct_drift=correct_drift,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
