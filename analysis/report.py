@@ -342,84 +342,18 @@ def build_report(
         records, by=("policy", "tier"), quantiles=REPORT_QUANTILES, rng=rng,
         num_resamples=num_resamples,
     )
-    timelines = {k: r.timeline for k, r in runs.items()}
-    notes = {
-        k: f"{r.summary['engine']['num_gateway_revocations']:,} gateway revocations"
-        for k, r in runs.items()
-        if isinstance(r.summary.get("engine"), dict)
-        and "num_gateway_revocations" in r.summary["engine"]
-    }
     if window_s is None:
         span = float(np.nanmax(records["arrival_s"])) if len(records) else 1.0
         window_s = max(span / 20.0, 1e-3)
-    win = window_s
-
-    figs = [
-        _Fig("latency_cdf", "Distributions of TTFT, TPOT and E2E latency of completed requests "
-             "(log latency axis). Colour: run; line style: tier.",
-             lambda: plots.latency_cdfs(records)),
-        _Fig("latency_tail", "The same distributions as tails, P(X ≥ x) on a log axis: the "
-             "p99 is where a curve crosses 10⁻².", lambda: plots.latency_cdfs(records,
-                                                                              complementary=True)),
-        _Fig("p99_intervals", "p99 per run and tier with 95% bootstrap confidence intervals.",
-             lambda: plots.percentile_intervals(pct)),
-        _Fig("p99_ttft_over_time", f"p99 TTFT of the requests arriving in each {win:.3g} s "
-             "window.", lambda: plots.windowed_quantile(
-                 analysis.windowed_percentiles(records, window_s=win, by=("policy", "tier")))),
-        _Fig("ttft_attainment", "Share of offered requests whose TTFT is within a target, "
-             "against the target (requests that did not complete count as misses).",
-             lambda: plots.slo_attainment(
-                 analysis.slo_attainment_curve(records, by=("policy", "tier")))),
-        _Fig("ttft_tail_sources", "Mean TTFT of the requests below (body) and at or above "
-             "(tail) their group's p99, split into gateway queueing and the engine's part.",
-             lambda: plots.tail_attribution(
-                 analysis.tail_attribution(records, by=("policy", "tier")))),
-        _Fig("kv_timeline", "KV cache used (allocated blocks) and reserved (gateway leases) as "
-             "a share of capacity; triangles mark engine preemptions.",
-             lambda: plots.kv_timeline(timelines, notes=notes)),
-        _Fig("queue_depth", "Waiting requests (gateway queues plus the engine's waiting queue) "
-             "and running requests over time.", lambda: plots.queue_depth(timelines)),
-        _Fig("not_completed", "Requests that did not complete, by outcome and reason.",
-             lambda: plots.rejections(records)),
-    ]
+    figs = _figures(records, pct, runs, window_s)
     compare_html = ""
     if meas is not None:
-        label_m = str(meas.summary.get("policy", "measured"))
-        tables = []
-        for label, run in runs.items():
-            err = analysis.quantile_errors(run.records, meas.records, quantiles=REPORT_QUANTILES)
-            joined = analysis.join_measured(run.records, meas.records)
-            per_req = analysis.per_request_errors(joined)
-            tables.append(_errors_table(label, err, per_req))
-            figs.append(
-                _Fig(
-                    f"sim_vs_measured_{len(tables)}",
-                    f"{label} against the measured run {measured} (paired on request_id).",
-                    partial(plots.sim_vs_measured, err,
-                            title=f"{label}: simulated against measured ({label_m})"),
-                )
-            )
+        tables, compare_figs = _measured_comparison(runs, meas, measured)
+        figs.extend(compare_figs)
         compare_html = "<h2>Simulated against measured</h2>\n" + "\n".join(tables)
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    pngs: list[Path] = []
-    fig_html: list[str] = []
-    if progress is not None:
-        progress(1, 1 + len(figs))
-    for i, f in enumerate(figs, start=1):
-        fig = f.make()
-        if progress is not None:
-            progress(1 + i, 1 + len(figs))
-        data = plots.png_bytes(fig)
-        path = out_dir / f"{i:02d}_{f.name}.png"
-        path.write_bytes(data)
-        pngs.append(path)
-        b64 = base64.b64encode(data).decode("ascii")
-        fig_html.append(
-            f'<figure id="{f.name}"><img alt="{html.escape(f.name)}" '
-            f'src="data:image/png;base64,{b64}"><figcaption>{html.escape(f.caption)}'
-            "</figcaption></figure>"
-        )
+    pngs, fig_html = _write_figures(figs, out_dir, progress)
     heading = title or f"kvbudget report: {', '.join(runs)}"
     parts = [
         "<!DOCTYPE html>",
@@ -447,6 +381,94 @@ def build_report(
     html_path = out_dir / REPORT_FILE
     html_path.write_text("\n".join(p for p in parts if p) + "\n", encoding="utf-8")
     return Report(html_path=html_path, png_paths=tuple(pngs))
+
+
+def _figures(records: pd.DataFrame, pct: pd.DataFrame, runs: Mapping[str, RunResult],
+             win: float) -> list[_Fig]:
+    """The report's figures of the runs (``win``: the window of the p99-over-time plot)."""
+    timelines = {k: r.timeline for k, r in runs.items()}
+    notes = {
+        k: f"{r.summary['engine']['num_gateway_revocations']:,} gateway revocations"
+        for k, r in runs.items()
+        if isinstance(r.summary.get("engine"), dict)
+        and "num_gateway_revocations" in r.summary["engine"]
+    }
+    return [
+        _Fig("latency_cdf", "Distributions of TTFT, TPOT and E2E latency of completed requests "
+             "(log latency axis). Colour: run; line style: tier.",
+             lambda: plots.latency_cdfs(records)),
+        _Fig("latency_tail", "The same distributions as tails, P(X ≥ x) on a log axis: the "
+             "p99 is where a curve crosses 10⁻².", lambda: plots.latency_cdfs(records,
+                                                                              complementary=True)),
+        _Fig("p99_intervals", "p99 per run and tier with 95% bootstrap confidence intervals.",
+             lambda: plots.percentile_intervals(pct)),
+        _Fig("p99_ttft_over_time", f"p99 TTFT of the requests arriving in each {win:.3g} s "
+             "window.", lambda: plots.windowed_quantile(
+                 analysis.windowed_percentiles(records, window_s=win, by=("policy", "tier")))),
+        _Fig("ttft_attainment", "Share of offered requests whose TTFT is within a target, "
+             "against the target (requests that did not complete count as misses).",
+             lambda: plots.slo_attainment(
+                 analysis.slo_attainment_curve(records, by=("policy", "tier")))),
+        _Fig("ttft_tail_sources", "Mean TTFT of the requests below (body) and at or above "
+             "(tail) their group's p99, split into gateway queueing and the engine's part.",
+             lambda: plots.tail_attribution(
+                 analysis.tail_attribution(records, by=("policy", "tier")))),
+        _Fig("kv_timeline", "KV cache used (allocated blocks) and reserved (gateway leases) as "
+             "a share of capacity; triangles mark engine preemptions.",
+             lambda: plots.kv_timeline(timelines, notes=notes)),
+        _Fig("queue_depth", "Waiting requests (gateway queues plus the engine's waiting queue) "
+             "and running requests over time.", lambda: plots.queue_depth(timelines)),
+        _Fig("not_completed", "Requests that did not complete, by outcome and reason.",
+             lambda: plots.rejections(records)),
+    ]
+
+
+def _measured_comparison(runs: Mapping[str, RunResult], meas: RunResult, measured: Path | None
+                         ) -> tuple[list[str], list[_Fig]]:
+    """Each run against the measured run ``meas`` (read from ``measured``): its table of
+    errors and its figure."""
+    label_m = str(meas.summary.get("policy", "measured"))
+    tables: list[str] = []
+    figs: list[_Fig] = []
+    for label, run in runs.items():
+        err = analysis.quantile_errors(run.records, meas.records, quantiles=REPORT_QUANTILES)
+        joined = analysis.join_measured(run.records, meas.records)
+        per_req = analysis.per_request_errors(joined)
+        tables.append(_errors_table(label, err, per_req))
+        figs.append(
+            _Fig(
+                f"sim_vs_measured_{len(tables)}",
+                f"{label} against the measured run {measured} (paired on request_id).",
+                partial(plots.sim_vs_measured, err,
+                        title=f"{label}: simulated against measured ({label_m})"),
+            )
+        )
+    return tables, figs
+
+
+def _write_figures(figs: Sequence[_Fig], out_dir: Path,
+                   progress: Callable[[int, int], None] | None) -> tuple[list[Path], list[str]]:
+    """Draw each figure, write it as a numbered PNG into ``out_dir``; the paths and the
+    figures' HTML (the PNG inline)."""
+    pngs: list[Path] = []
+    fig_html: list[str] = []
+    if progress is not None:
+        progress(1, 1 + len(figs))
+    for i, f in enumerate(figs, start=1):
+        fig = f.make()
+        if progress is not None:
+            progress(1 + i, 1 + len(figs))
+        data = plots.png_bytes(fig)
+        path = out_dir / f"{i:02d}_{f.name}.png"
+        path.write_bytes(data)
+        pngs.append(path)
+        b64 = base64.b64encode(data).decode("ascii")
+        fig_html.append(
+            f'<figure id="{f.name}"><img alt="{html.escape(f.name)}" '
+            f'src="data:image/png;base64,{b64}"><figcaption>{html.escape(f.caption)}'
+            "</figcaption></figure>"
+        )
+    return pngs, fig_html
 
 
 def _errors_table(label: str, err: pd.DataFrame, per_req: pd.DataFrame) -> str:

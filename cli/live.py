@@ -141,6 +141,44 @@ TpOpt = Annotated[int | None, typer.Option(
     "the model over.")]
 KvDtypeOpt = Annotated[str | None, typer.Option(
     "--kv-cache-dtype", help="With --records: auto, fp8 (= fp8_e4m3) or fp8_e5m2.")]
+ServedModelOpt = Annotated[str, typer.Option(
+    "--model", help="Served model name (default: the server's first model); with "
+    "--records, the model preset or config.json of the recorded server.")]
+ValidateTraceOpt = Annotated[Path | None, typer.Option(
+    "--trace", help="The trace file to replay (with --url).")]
+ValidateCostModelOpt = Annotated[Path | None, typer.Option(
+    "--cost-model", help="The cost-model file written by kvbudget calibrate (with "
+    "--records: default, the default step-time model; with --holdout, where the fit "
+    "starts).")]
+ValidateOutOpt = Annotated[Path, typer.Option("--out", help="Directory for the live run, the "
+                                              "simulated run, the table and the plot.")]
+MaxErrorOpt = Annotated[float | None, typer.Option(
+    "--max-error", min=0, help="Exit 1 when p50 TTFT, p50 TPOT or throughput is off by more "
+    "than this fraction.")]
+SpeedCheckOpt = Annotated[bool, typer.Option(
+    "--speed-check/--no-speed-check", help="Time a few decode steps before and after the "
+    "replay and report how far the server's speed moved since the calibration.")]
+CorrectDriftOpt = Annotated[bool, typer.Option(
+    "--correct-drift", help="Also simulate with every step time scaled by the speed the "
+    "checks measured (mean of before and after) and compare that too; --max-error then "
+    "applies to it.")]
+CalOutOpt = Annotated[Path, typer.Option("--out", help="Cost-model JSON file to write.")]
+CalCostModelOpt = Annotated[Path | None, typer.Option(
+    "--cost-model", help="With --records: the model to start the fit from (default: "
+    "the default step-time model).")]
+PrefillTokensOpt = Annotated[str, typer.Option(
+    "--prefill-tokens", help="Prompt sizes to time (comma-separated).")]
+DecodeBatchesOpt = Annotated[str, typer.Option(
+    "--decode-batches", help="Concurrent decode streams to time.")]
+ContextTokensOpt = Annotated[str, typer.Option(
+    "--context-tokens", help="Context lengths of the decode streams.")]
+RepeatsOpt = Annotated[int, typer.Option("--repeats", help="Repeats per grid point.")]
+RetriesOpt = Annotated[int, typer.Option(
+    "--retries", help="More tries, within a repeat, for a grid point the streams could not "
+    "time (its chunks late on a loaded machine).")]
+IdleGapOpt = Annotated[float, typer.Option(
+    "--idle-gap", help="Seconds of quiet before each idle time-to-first-token probe (the "
+    "front-end overhead then includes the engine's wake-up).")]
 EngineNameOpt = Annotated[str | None, typer.Option(
     "--engine", help="With --records: engine behaviour (vllm, vllm-swap, tgi, sglang, "
     "trtllm).")]
@@ -383,11 +421,8 @@ def _ints(text: str, name: str) -> tuple[int, ...]:
 
 def calibrate_cmd(
     url: OptUrlOpt = None,
-    out: Annotated[Path, typer.Option("--out", help="Cost-model JSON file to write.")
-                   ] = Path("cost_model.json"),
-    model: Annotated[str, typer.Option(
-        "--model", help="Served model name (default: the server's first model); with "
-        "--records, the model preset or config.json of the recorded server.")] = "",
+    out: CalOutOpt = Path("cost_model.json"),
+    model: ServedModelOpt = "",
     records: RecordsOpt = None,
     records_format: RecordsFormatOpt = None,
     columns: ColumnOpt = None,
@@ -399,9 +434,7 @@ def calibrate_cmd(
     engine: EngineNameOpt = None,
     overrides: SetOpt = None,
     scenario: ScenarioOpt = None,
-    cost_model: Annotated[Path | None, typer.Option(
-        "--cost-model", help="With --records: the model to start the fit from (default: "
-        "the default step-time model).")] = None,
+    cost_model: CalCostModelOpt = None,
     policy: PolicyOpt = None,
     params: ParamOpt = None,
     fit_kind: FitOpt = "default",
@@ -414,20 +447,12 @@ def calibrate_cmd(
     allow_small_fit: SmallFitOpt = False,
     seed: SeedOpt = 0,
     api_key: ApiKeyOpt = None,
-    prefill_tokens: Annotated[str, typer.Option(
-        "--prefill-tokens", help="Prompt sizes to time (comma-separated).")
-    ] = "16,64,128,256,512,1024,2048",
-    decode_batches: Annotated[str, typer.Option(
-        "--decode-batches", help="Concurrent decode streams to time.")] = "1,2,4,8,16,32",
-    context_tokens: Annotated[str, typer.Option(
-        "--context-tokens", help="Context lengths of the decode streams.")] = "64,256,1024",
-    repeats: Annotated[int, typer.Option("--repeats", help="Repeats per grid point.")] = 3,
-    retries: Annotated[int, typer.Option(
-        "--retries", help="More tries, within a repeat, for a grid point the streams could not "
-        "time (its chunks late on a loaded machine).")] = 2,
-    idle_gap: Annotated[float, typer.Option(
-        "--idle-gap", help="Seconds of quiet before each idle time-to-first-token probe (the "
-        "front-end overhead then includes the engine's wake-up).")] = 0.5,
+    prefill_tokens: PrefillTokensOpt = "16,64,128,256,512,1024,2048",
+    decode_batches: DecodeBatchesOpt = "1,2,4,8,16,32",
+    context_tokens: ContextTokensOpt = "64,256,1024",
+    repeats: RepeatsOpt = 3,
+    retries: RetriesOpt = 2,
+    idle_gap: IdleGapOpt = 0.5,
     max_num_seqs: SeqsOpt = None,
     max_num_batched_tokens: BatchedOpt = None,
     capacity_tokens: CapacityOpt = None,
@@ -437,59 +462,158 @@ def calibrate_cmd(
     to a recorded run's latencies (--records, offline)."""
     if records is not None:
         with user_errors():
-            if url is not None:
-                raise CliError("--url and --records exclude each other")
-            check_out_file(out)
-            live_only = {"--api-key": _key_given(api_key), "--read-timeout": read_timeout != 600.0,
-                         "--repeats": repeats != 3, "--retries": retries != 2,
-                         "--idle-gap": idle_gap != 0.5,
-                         "--prefill-tokens": prefill_tokens != "16,64,128,256,512,1024,2048",
-                         "--decode-batches": decode_batches != "1,2,4,8,16,32",
-                         "--context-tokens": context_tokens != "64,256,1024",
-                         "--capacity-tokens": capacity_tokens is not None}
-            given = [flag for flag, set_ in live_only.items() if set_]
-            if given:  # it would be ignored: say so rather than take any value silently
-                raise CliError(f"{given[0]} applies to a live calibration (--url), not to "
-                               "--records")
-            setup = recorded.recorded_setup(
-                records, records_format=records_format, columns=columns, tier=tier, seed=seed,
-                gpu=gpu, model=model or None, scenario=scenario, overrides=overrides,
-                num_gpu_blocks=num_gpu_blocks, block_size=block_size,
-                max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                cost_model=cost_model, policy=policy, params=params,
-                engine={"tensor_parallel_size": tensor_parallel_size,
-                        "kv_cache_dtype": kv_cache_dtype, "name": engine},
-                max_output=max_output)
-            recorded.calibrate_records(setup, out, kind=fit_kind, holdout=holdout,
-                                       max_evals=max_evals, fit_overhead=fit_overhead,
-                                       allow_refusals=allow_refusals,
-                                       allow_small=allow_small_fit)
+            _calibrate_recorded(records, out, url=url, live_given={
+                "--api-key": _key_given(api_key), "--read-timeout": read_timeout != 600.0,
+                "--repeats": repeats != 3, "--retries": retries != 2, "--idle-gap": idle_gap != 0.5,
+                "--prefill-tokens": prefill_tokens != "16,64,128,256,512,1024,2048",
+                "--decode-batches": decode_batches != "1,2,4,8,16,32",
+                "--context-tokens": context_tokens != "64,256,1024",
+                "--capacity-tokens": capacity_tokens is not None}, setup=_RecordedFlags(
+                records_format=records_format, columns=columns, tier=tier, seed=seed, gpu=gpu,
+                model=model, scenario=scenario, overrides=overrides, num_gpu_blocks=num_gpu_blocks,
+                block_size=block_size, max_num_seqs=max_num_seqs,
+                max_num_batched_tokens=max_num_batched_tokens, cost_model=cost_model,
+                policy=policy, params=params, tensor_parallel_size=tensor_parallel_size,
+                kv_cache_dtype=kv_cache_dtype, engine=engine, max_output=max_output),
+                fit=_FitFlags(kind=fit_kind, holdout=holdout, max_evals=max_evals,
+                              fit_overhead=fit_overhead, allow_refusals=allow_refusals,
+                              allow_small=allow_small_fit))
         return
     with user_errors():
         if url is None:
             raise CliError("give --url (a live server) or --records (a recorded run)")
-        if max_output is not None or allow_refusals or allow_small_fit:
-            flag = ("--max-output" if max_output is not None else "--allow-refusals"
-                    if allow_refusals else "--allow-small-fit")
-            raise CliError(f"{flag} applies to --records, not to a live calibration")
+        _refuse_records_only("a live calibration", {
+            "--max-output": max_output is not None, "--allow-refusals": allow_refusals,
+            "--allow-small-fit": allow_small_fit})
         check_out_file(out)
-        plan = CalibrationPlan(
-            prefill_tokens=_ints(prefill_tokens, "--prefill-tokens"),
-            decode_batches=_ints(decode_batches, "--decode-batches"),
-            context_tokens=_ints(context_tokens, "--context-tokens"),
-            repeats=repeats,
-            retries=retries,
-            idle_gap_s=idle_gap,
-            max_num_seqs=max_num_seqs or 256,
-            max_num_batched_tokens=max_num_batched_tokens or 2048,
-        )
+        plan = _calibration_plan(prefill_tokens, decode_batches, context_tokens, repeats=repeats,
+                                 retries=retries, idle_gap=idle_gap, max_num_seqs=max_num_seqs,
+                                 max_num_batched_tokens=max_num_batched_tokens)
         target = _target(url, model, api_key, read_timeout)
         cal = _calibrate_with_bar(target, plan, capacity_tokens)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        cal.save(out, _fitted_on(cal.model, gpu, cal.info.model, out,
-                                 tensor_parallel_size=tensor_parallel_size or 1,
-                                 kv_cache_dtype=kv_cache_dtype or "auto"))
+        _save_calibration(cal, out, gpu, tensor_parallel_size=tensor_parallel_size or 1,
+                          kv_cache_dtype=kv_cache_dtype or "auto")
     _print_calibration(cal, target, out)
+
+
+@dataclass(frozen=True, slots=True)
+class _RecordedFlags:
+    """The flags of ``calibrate``/``validate --records`` that describe the recorded server and
+    how its run is read."""
+
+    records_format: str | None
+    columns: list[str] | None
+    tier: str
+    seed: int
+    gpu: str | None
+    model: str
+    scenario: Path | None
+    overrides: list[str] | None
+    num_gpu_blocks: int | None
+    block_size: int | None
+    max_num_seqs: int | None
+    max_num_batched_tokens: int | None
+    cost_model: Path | None
+    policy: str | None
+    params: list[str] | None
+    tensor_parallel_size: int | None
+    kv_cache_dtype: str | None
+    engine: str | None
+    max_output: int | None
+
+    def setup(self, records: Path) -> "recorded.RecordedSetup":
+        """The recording read and its simulation configured (:func:`recorded.recorded_setup`)."""
+        return recorded.recorded_setup(
+            records, records_format=self.records_format, columns=self.columns, tier=self.tier,
+            seed=self.seed, gpu=self.gpu, model=self.model or None, scenario=self.scenario,
+            overrides=self.overrides, num_gpu_blocks=self.num_gpu_blocks,
+            block_size=self.block_size, max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens, cost_model=self.cost_model,
+            policy=self.policy, params=self.params,
+            engine={"tensor_parallel_size": self.tensor_parallel_size,
+                    "kv_cache_dtype": self.kv_cache_dtype, "name": self.engine},
+            max_output=self.max_output)
+
+
+@dataclass(frozen=True, slots=True)
+class _FitFlags:
+    """The flags of a fit to a recorded run (``--fit``, ``--holdout``, ...)."""
+
+    kind: str
+    holdout: float | None
+    max_evals: int
+    fit_overhead: bool
+    allow_refusals: bool
+    allow_small: bool
+
+
+def _calibrate_recorded(records: Path, out: Path, *, url: str | None, live_given: dict[str, bool],
+                        setup: _RecordedFlags, fit: _FitFlags) -> None:
+    """``calibrate --records``: fit the cost model to a recorded run's latencies."""
+    if url is not None:
+        raise CliError("--url and --records exclude each other")
+    check_out_file(out)
+    _refuse_live_only("a live calibration", live_given)
+    recorded.calibrate_records(setup.setup(records), out, kind=fit.kind, holdout=fit.holdout,
+                               max_evals=fit.max_evals, fit_overhead=fit.fit_overhead,
+                               allow_refusals=fit.allow_refusals, allow_small=fit.allow_small)
+
+
+def _validate_recorded(records: Path, out: Path, *, url: str | None, trace: Path | None,
+                       live_given: dict[str, bool], setup: _RecordedFlags, fit: _FitFlags,
+                       max_error: float | None) -> None:
+    """``validate --records``: simulate a recorded run with the fitted model and compare."""
+    if url is not None or trace is not None:
+        raise CliError("--records excludes --url and --trace")
+    check_out_dir(out)
+    _refuse_live_only("a live validation", live_given)
+    if fit.kind not in ("default", "linear"):
+        raise CliError(f"--fit: expected one of default, linear, got {fit.kind!r}")
+    recorded.validate_records(setup.setup(records), out, holdout=fit.holdout, kind=fit.kind,
+                              max_evals=fit.max_evals, fit_overhead=fit.fit_overhead,
+                              max_error=max_error, cost_model=setup.cost_model,
+                              allow_refusals=fit.allow_refusals, allow_small=fit.allow_small)
+
+
+def _refuse_live_only(run: str, given: dict[str, bool]) -> None:
+    """Refuse the first flag of ``given`` that was set (``run``'s flag, which would be ignored
+    with ``--records``): say so rather than take any value silently."""
+    flags = [flag for flag, set_ in given.items() if set_]
+    if flags:
+        raise CliError(f"{flags[0]} applies to {run} (--url), not to --records")
+
+
+def _refuse_records_only(run: str, given: dict[str, bool]) -> None:
+    """Refuse the first flag of ``given`` that was set (a flag of ``--records``, which ``run``
+    would ignore)."""
+    flags = [flag for flag, set_ in given.items() if set_]
+    if flags:
+        raise CliError(f"{flags[0]} applies to --records, not to {run}")
+
+
+def _calibration_plan(prefill_tokens: str, decode_batches: str, context_tokens: str, *,
+                      repeats: int, retries: int, idle_gap: float, max_num_seqs: int | None,
+                      max_num_batched_tokens: int | None) -> CalibrationPlan:
+    """The grid ``calibrate --url`` times, from its flags."""
+    return CalibrationPlan(
+        prefill_tokens=_ints(prefill_tokens, "--prefill-tokens"),
+        decode_batches=_ints(decode_batches, "--decode-batches"),
+        context_tokens=_ints(context_tokens, "--context-tokens"),
+        repeats=repeats,
+        retries=retries,
+        idle_gap_s=idle_gap,
+        max_num_seqs=max_num_seqs or 256,
+        max_num_batched_tokens=max_num_batched_tokens or 2048,
+    )
+
+
+def _save_calibration(cal: "Calibration", out: Path, gpu: str | None, *,
+                      tensor_parallel_size: int, kv_cache_dtype: str) -> None:
+    """Write a live calibration's cost-model file, with what it was fitted on."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cal.save(out, _fitted_on(cal.model, gpu, cal.info.model, out,
+                             tensor_parallel_size=tensor_parallel_size,
+                             kv_cache_dtype=kv_cache_dtype))
 
 
 def _fitted_on(model: Any, gpu: str | None, served: str | None, out: Path, *,
@@ -550,12 +674,8 @@ def _print_calibration(cal: "Calibration", target: "ServerTarget", out: Path) ->
 
 def validate_cmd(
     url: OptUrlOpt = None,
-    trace: Annotated[Path | None, typer.Option(
-        "--trace", help="The trace file to replay (with --url).")] = None,
-    cost_model: Annotated[Path | None, typer.Option(
-        "--cost-model", help="The cost-model file written by kvbudget calibrate (with "
-        "--records: default, the default step-time model; with --holdout, where the fit "
-        "starts).")] = None,
+    trace: ValidateTraceOpt = None,
+    cost_model: ValidateCostModelOpt = None,
     records: RecordsOpt = None,
     records_format: RecordsFormatOpt = None,
     columns: ColumnOpt = None,
@@ -573,9 +693,7 @@ def validate_cmd(
     policy: PolicyOpt = None,
     params: ParamOpt = None,
     scenario: ScenarioOpt = None,
-    out: Annotated[Path, typer.Option("--out", help="Directory for the live run, the "
-                                      "simulated run, the table and the plot.")
-                   ] = Path("validation"),
+    out: ValidateOutOpt = Path("validation"),
     trace_format: FormatOpt = None,
     tier: TierOpt = "interactive",
     max_output: MaxOutputOpt = None,
@@ -588,104 +706,102 @@ def validate_cmd(
     lease_ttl: LeaseOpt = None,
     max_num_seqs: SeqsOpt = None,
     max_num_batched_tokens: BatchedOpt = None,
-    model: Annotated[str, typer.Option(
-        "--model", help="Served model name (default: the server's first model); with "
-        "--records, the model preset or config.json of the recorded server.")] = "",
+    model: ServedModelOpt = "",
     api_key: ApiKeyOpt = None,
     seed: SeedOpt = 0,
     read_timeout: TimeoutOpt = 600.0,
-    max_error: Annotated[float | None, typer.Option(
-        "--max-error", min=0, help="Exit 1 when p50 TTFT, p50 TPOT or throughput is off by more "
-        "than this fraction.")] = None,
-    speed_check: Annotated[bool, typer.Option(
-        "--speed-check/--no-speed-check", help="Time a few decode steps before and after the "
-        "replay and report how far the server's speed moved since the calibration.")] = True,
-    correct_drift: Annotated[bool, typer.Option(
-        "--correct-drift", help="Also simulate with every step time scaled by the speed the "
-        "checks measured (mean of before and after) and compare that too; --max-error then "
-        "applies to it.")] = False,
+    max_error: MaxErrorOpt = None,
+    speed_check: SpeedCheckOpt = True,
+    correct_drift: CorrectDriftOpt = False,
 ) -> None:
     """Simulate with the calibrated model and compare per metric: against a live replay of a
     trace (--url), or against a recorded run (--records, offline)."""
     if records is not None:
         with user_errors():
-            if url is not None or trace is not None:
-                raise CliError("--records excludes --url and --trace")
-            check_out_dir(out)
-            live_only = {"--format": trace_format is not None,
-                         "--api-key": _key_given(api_key), "--read-timeout": read_timeout != 600.0,
-                         "--time-scale": time_scale != 1.0,
-                         "--capacity-tokens": capacity_tokens is not None,
-                         "--max-in-flight": max_in_flight != 256, "--poll-period": poll_period != 1.0,
-                         "--lease-ttl": lease_ttl is not None}
-            given = [flag for flag, set_ in live_only.items() if set_]
-            if given:  # it would be ignored: say so rather than take any value silently
-                raise CliError(f"{given[0]} applies to a live validation (--url), not to --records")
-            if fit_kind not in ("default", "linear"):
-                raise CliError(f"--fit: expected one of default, linear, got {fit_kind!r}")
-            rec_setup = recorded.recorded_setup(
-                records, records_format=records_format, columns=columns, tier=tier, seed=seed,
-                gpu=gpu, model=model or None, scenario=scenario, overrides=overrides,
-                num_gpu_blocks=num_gpu_blocks, block_size=block_size,
-                max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                cost_model=cost_model, policy=policy, params=params,
-                engine={"tensor_parallel_size": tensor_parallel_size,
-                        "kv_cache_dtype": kv_cache_dtype, "name": engine},
-                max_output=max_output)
-            recorded.validate_records(rec_setup, out, holdout=holdout, kind=fit_kind,
-                                      max_evals=max_evals, fit_overhead=fit_overhead,
-                                      max_error=max_error, cost_model=cost_model,
-                                      allow_refusals=allow_refusals,
-                                      allow_small=allow_small_fit)
+            _validate_recorded(records, out, url=url, trace=trace, live_given={
+                "--format": trace_format is not None, "--api-key": _key_given(api_key),
+                "--read-timeout": read_timeout != 600.0, "--time-scale": time_scale != 1.0,
+                "--capacity-tokens": capacity_tokens is not None,
+                "--max-in-flight": max_in_flight != 256, "--poll-period": poll_period != 1.0,
+                "--lease-ttl": lease_ttl is not None}, setup=_RecordedFlags(
+                records_format=records_format, columns=columns, tier=tier, seed=seed, gpu=gpu,
+                model=model, scenario=scenario, overrides=overrides, num_gpu_blocks=num_gpu_blocks,
+                block_size=block_size, max_num_seqs=max_num_seqs,
+                max_num_batched_tokens=max_num_batched_tokens, cost_model=cost_model,
+                policy=policy, params=params, tensor_parallel_size=tensor_parallel_size,
+                kv_cache_dtype=kv_cache_dtype, engine=engine, max_output=max_output),
+                fit=_FitFlags(kind=fit_kind, holdout=holdout, max_evals=max_evals,
+                              fit_overhead=fit_overhead, allow_refusals=allow_refusals,
+                              allow_small=allow_small_fit), max_error=max_error)
         return
     with user_errors():
         if url is None or trace is None or cost_model is None:
             raise CliError("give --url, --trace and --cost-model (a live validation) or "
                            "--records (a recorded run)")
-        if allow_refusals or allow_small_fit:
-            flag = "--allow-refusals" if allow_refusals else "--allow-small-fit"
-            raise CliError(f"{flag} applies to --records, not to a live validation")
-        check_out_dir(out)
-        if out.exists() and any(out.iterdir()):
-            raise CliError(f"{out}: already exists and is not empty; choose another --out")
-        if correct_drift and not speed_check:
-            raise CliError("--correct-drift needs the speed checks (drop --no-speed-check)")
-        cal = load_live_cost_model(cost_model, max_num_seqs=max_num_seqs,
-                                   max_num_batched_tokens=max_num_batched_tokens)
-        overhead = cal.frontend_overhead_s
-        target = _target(url, model, api_key, read_timeout)
-        setup = gateway_setup(scenario, policy, params)
-        pol = setup.new_policy()
-        workload = load_workload(trace, trace_format, tier, time_scale, max_output)
-        tiers = _tiers_for(workload, setup.tiers)
-        out_live, trace_path = out / "live", trace
-        try:
-            info = discover_kv_server(target)
-            run = run_live_validation(
-                target, cal.model, info, lambda: run_replay(
-                    workload, pol, target=target, out=out_live, trace=trace_path,
-                    time_scale=time_scale, capacity_tokens=capacity_tokens,
-                    max_in_flight=max_in_flight, seed=seed, resume=False, tiers=tiers,
-                    poll_period=poll_period, lease_ttl=lease_ttl,
-                    hint="; validate needs a complete run: start it again with another --out",
-                    front_door=setup.front_door),
-                num_seqs=cal.max_num_seqs, speed_check=speed_check)
-        except BackendUnavailable as exc:  # the server, or a speed check, failed
-            raise CliError(str(exc), 1) from None
-        checks = run.checks
-        outcome = compare_live_validation(
-            workload, setup.new_policy, run.live, out, cost_model=cal.model,
-            frontend_overhead_s=overhead, block_size=run.block_size,
-            num_gpu_blocks=run.num_gpu_blocks, max_model_len=info.max_model_len,
-            max_num_seqs=cal.max_num_seqs, max_num_batched_tokens=cal.max_num_batched_tokens,
-            tiers=tiers, front_door=setup.front_door, capacity_tokens=capacity_tokens,
-            lease_ttl_s=lease_ttl, seed=seed,
-            drift_factor=run.drift_factor() if correct_drift else None,
-            source={"trace": str(trace), "url": target.base_url},
-            speed_check=run.speed_check_meta(),
-            title=f"{pol.name} on {trace.name}: simulated vs measured")
+        _refuse_records_only("a live validation", {
+            "--allow-refusals": allow_refusals, "--allow-small-fit": allow_small_fit})
+        outcome, checks, overhead = _validate_live(
+            url, trace, cost_model, out, speed_check=speed_check, correct_drift=correct_drift,
+            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+            server=(model, api_key, read_timeout), gateway=(scenario, policy, params),
+            trace_format=trace_format, tier=tier, time_scale=time_scale, max_output=max_output,
+            capacity_tokens=capacity_tokens, max_in_flight=max_in_flight, seed=seed,
+            poll_period=poll_period, lease_ttl=lease_ttl)
     _print_live_validation(outcome, checks, overhead=overhead, speed_check=speed_check,
                            out=out, max_error=max_error)
+
+
+def _validate_live(url: str, trace: Path, cost_model: Path, out: Path, *, speed_check: bool,
+                   correct_drift: bool, max_num_seqs: int | None,
+                   max_num_batched_tokens: int | None, server: tuple[str, str | None, float],
+                   gateway: tuple[Path | None, str | None, list[str] | None],
+                   trace_format: str | None, tier: str, time_scale: float,
+                   max_output: int | None, capacity_tokens: int | None, max_in_flight: int,
+                   seed: int, poll_period: float, lease_ttl: float | None
+                   ) -> "tuple[LiveComparison, tuple[SpeedCheck | None, SpeedCheck | None], float]":
+    """``validate --url``: replay the trace on the server (with speed checks), simulate it with
+    the calibrated model and compare; the comparison, the speed checks and the front-end
+    overhead the simulation added. ``server``: the served model, the API key and the read
+    timeout; ``gateway``: the scenario, the policy and its parameters."""
+    check_out_dir(out)
+    if out.exists() and any(out.iterdir()):
+        raise CliError(f"{out}: already exists and is not empty; choose another --out")
+    if correct_drift and not speed_check:
+        raise CliError("--correct-drift needs the speed checks (drop --no-speed-check)")
+    cal = load_live_cost_model(cost_model, max_num_seqs=max_num_seqs,
+                               max_num_batched_tokens=max_num_batched_tokens)
+    overhead = cal.frontend_overhead_s
+    target = _target(url, *server)
+    setup = gateway_setup(*gateway)
+    pol = setup.new_policy()
+    workload = load_workload(trace, trace_format, tier, time_scale, max_output)
+    tiers = _tiers_for(workload, setup.tiers)
+    out_live, trace_path = out / "live", trace
+    try:
+        info = discover_kv_server(target)
+        run = run_live_validation(
+            target, cal.model, info, lambda: run_replay(
+                workload, pol, target=target, out=out_live, trace=trace_path,
+                time_scale=time_scale, capacity_tokens=capacity_tokens,
+                max_in_flight=max_in_flight, seed=seed, resume=False, tiers=tiers,
+                poll_period=poll_period, lease_ttl=lease_ttl,
+                hint="; validate needs a complete run: start it again with another --out",
+                front_door=setup.front_door),
+            num_seqs=cal.max_num_seqs, speed_check=speed_check)
+    except BackendUnavailable as exc:  # the server, or a speed check, failed
+        raise CliError(str(exc), 1) from None
+    outcome = compare_live_validation(
+        workload, setup.new_policy, run.live, out, cost_model=cal.model,
+        frontend_overhead_s=overhead, block_size=run.block_size,
+        num_gpu_blocks=run.num_gpu_blocks, max_model_len=info.max_model_len,
+        max_num_seqs=cal.max_num_seqs, max_num_batched_tokens=cal.max_num_batched_tokens,
+        tiers=tiers, front_door=setup.front_door, capacity_tokens=capacity_tokens,
+        lease_ttl_s=lease_ttl, seed=seed,
+        drift_factor=run.drift_factor() if correct_drift else None,
+        source={"trace": str(trace), "url": target.base_url},
+        speed_check=run.speed_check_meta(),
+        title=f"{pol.name} on {trace.name}: simulated vs measured")
+    return outcome, run.checks, overhead
 
 
 def _print_live_validation(outcome: "LiveComparison",

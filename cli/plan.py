@@ -23,6 +23,7 @@ from kvbudget.studies.plan import (
     DEFAULT_PRICES,
     MAX_PRICE,
     PRICE_SOURCE,
+    PlanResult,
     PlanSpec,
     plan,
     policy_label,
@@ -101,58 +102,18 @@ def plan_cmd(
                 setup.trace_args.rate_scales() or ()) > 1:
             raise CliError("--rate-scale: plan takes one load")
         scn = setup.build()
-        table = read_prices(prices) if prices is not None else dict(DEFAULT_PRICES)
-        sources = (dict.fromkeys(table, str(prices)) if prices is not None
-                   else dict.fromkeys(table, PRICE_SOURCE))
-        for item in price or []:
-            sources[item.partition("=")[0].strip()] = "--price"
-            gpu, sep, usd = item.partition("=")
-            try:
-                table[gpu.strip()] = float(usd)
-            except ValueError:
-                raise CliError(f"--price must be GPU=USD, got {item!r}") from None
-            if not sep or not gpu.strip() or not 0 < table[gpu.strip()] <= MAX_PRICE:
-                raise CliError(f"--price must be GPU=USD with 0 < USD <= {MAX_PRICE:g}, got "
-                               f"{item!r}")
+        table, sources = _price_table(prices, price)
         names: tuple[str, ...] = ()
         if policies is not None:
             names = tuple(policy_names(policies))
-        param_values = None
-        if grid:
-            axes = [parse_axis(g) for g in grid]
-            for a in axes:
-                if not a.key.startswith("policy_params."):
-                    raise CliError(f"--grid {a.key}: plan takes policy parameters here "
-                                   "(--gpus, --tp and --replicas are its other axes)")
-            param_values = {a.key.split(".", 1)[1]: a.values for a in axes}
+        param_values = _param_values(grid)
         spec = PlanSpec(
             scn, gpus=_list(gpus, "--gpus", str), tensor_parallel=_list(tp, "--tp", int),
             replicas=_list(replicas, "--replicas", int), policies=names,
             param_values=param_values, slos=tuple(Constraint.parse(s) for s in slo or []),
             prices=table, price_sources=sources, replications=replications, root_seed=seed)
-        bar: Bar | None = None
-
-        def on_start(total: int, stored: int) -> None:
-            nonlocal bar
-            typer.echo(f"at most {total} runs ({stored} already in {out}); a configuration "
-                       "stops at its first replica count that meets the SLOs", err=True)
-            bar = Bar("plan", total, lines_from=1)
-
-        try:
-            with make_executor(executor, jobs=jobs, address=address) as ex:
-                result = plan(spec, ex, out, resume=resume,
-                              progress=lambda n: bar.update(n) if bar else None,
-                              on_start=on_start,
-                              on_total=lambda n: bar.set_total(n) if bar else None)
-        except KeyboardInterrupt:
-            raise fail(f"interrupted; finished runs are kept in {out}; rerun with --resume",
-                       130) from None
-        except RunError as exc:
-            raise fail(f"{exc}; finished runs are kept in {out}; rerun with --resume",
-                       1) from None
-        finally:
-            if bar is not None:
-                bar.close()
+        result = _run_plan(spec, out, executor=executor, jobs=jobs, address=address,
+                           resume=resume)
         written = result.write(out)
     typer.echo(render_plan(result, top=top, wide=wide))
     for note in result.notes:
@@ -160,6 +121,68 @@ def plan_cmd(
     typer.echo("wrote " + ", ".join(str(p) for p in written))
     if not any(c.replicas is not None for c in result.candidates):
         raise fail("no configuration met the SLOs: " + ", ".join(str(s) for s in spec.slos), 1)
+
+
+def _price_table(prices: Path | None, price: list[str] | None
+                 ) -> tuple[dict[str, float], dict[str, str]]:
+    """The price per GPU-hour of each GPU (``--prices``, else the cited defaults, with each
+    ``--price GPU=USD`` over them) and where each price comes from."""
+    table = read_prices(prices) if prices is not None else dict(DEFAULT_PRICES)
+    sources = (dict.fromkeys(table, str(prices)) if prices is not None
+               else dict.fromkeys(table, PRICE_SOURCE))
+    for item in price or []:
+        sources[item.partition("=")[0].strip()] = "--price"
+        gpu, sep, usd = item.partition("=")
+        try:
+            table[gpu.strip()] = float(usd)
+        except ValueError:
+            raise CliError(f"--price must be GPU=USD, got {item!r}") from None
+        if not sep or not gpu.strip() or not 0 < table[gpu.strip()] <= MAX_PRICE:
+            raise CliError(f"--price must be GPU=USD with 0 < USD <= {MAX_PRICE:g}, got "
+                           f"{item!r}")
+    return table, sources
+
+
+def _param_values(grid: list[str] | None) -> dict[str, tuple[Any, ...]] | None:
+    """The policy parameter values of the ``--grid`` axes (None without any); an axis that is
+    not a policy parameter is refused."""
+    if not grid:
+        return None
+    axes = [parse_axis(g) for g in grid]
+    for a in axes:
+        if not a.key.startswith("policy_params."):
+            raise CliError(f"--grid {a.key}: plan takes policy parameters here "
+                           "(--gpus, --tp and --replicas are its other axes)")
+    return {a.key.split(".", 1)[1]: a.values for a in axes}
+
+
+def _run_plan(spec: PlanSpec, out: Path, *, executor: str, jobs: int | None,
+              address: str | None, resume: bool) -> PlanResult:
+    """:func:`~kvbudget.studies.plan.plan` with a progress bar; Ctrl-C (exit 130) and a run
+    that fails (exit 1) say that the finished runs are kept."""
+    bar: Bar | None = None
+
+    def on_start(total: int, stored: int) -> None:
+        nonlocal bar
+        typer.echo(f"at most {total} runs ({stored} already in {out}); a configuration "
+                   "stops at its first replica count that meets the SLOs", err=True)
+        bar = Bar("plan", total, lines_from=1)
+
+    try:
+        with make_executor(executor, jobs=jobs, address=address) as ex:
+            return plan(spec, ex, out, resume=resume,
+                        progress=lambda n: bar.update(n) if bar else None,
+                        on_start=on_start,
+                        on_total=lambda n: bar.set_total(n) if bar else None)
+    except KeyboardInterrupt:
+        raise fail(f"interrupted; finished runs are kept in {out}; rerun with --resume",
+                   130) from None
+    except RunError as exc:
+        raise fail(f"{exc}; finished runs are kept in {out}; rerun with --resume",
+                   1) from None
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def render_plan(result: Any, *, top: int | None = 10, wide: bool = False) -> str:

@@ -10,6 +10,7 @@ import typer
 from kvbudget.cli.errors import CliError, check_out_file, fail, user_errors
 from kvbudget.live.profiler import (
     ProfileGrid,
+    ProfileRun,
     measure_to_file,
     model_spec_from_meta,
     read_profile,
@@ -152,118 +153,160 @@ def fit_profile_to_file(profile: "Profile", out: Path, *, gpu: str | None = None
     return fit
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("profile")
-    def profile_cmd(
-        model: Annotated[Path, typer.Option("--model", help="Hugging Face style config.json, or "
-                                            "a directory holding one (random weights are used)")],
-        out: Annotated[Path, typer.Option("--out", help="profile table: FILE.csv or "
-                                          "FILE.parquet (plus FILE.meta.json)")],
-        dtype: Annotated[str, typer.Option(help="bf16, fp16 or fp32")] = "bf16",
-        device: Annotated[str, typer.Option(help="auto (CUDA if available), cpu or cuda")] = "auto",
-        prefill_tokens: Annotated[str | None, typer.Option(
-            "--prefill-tokens", help="comma-separated prompt lengths of the prefill points "
-            "[default: 64,128,256,512,1024,2048,4096]")] = None,
-        batch_sizes: Annotated[str | None, typer.Option(
-            "--batch-sizes", help="comma-separated decode batch sizes [default: 1,4,16,64]")] = None,
-        context_lengths: Annotated[str | None, typer.Option(
-            "--context-lengths", help="comma-separated decode context lengths "
-            "[default: 128,512,2048]")] = None,
-        repeats: Annotated[int, typer.Option(help="timed runs per grid point")] = 5,
-        warmup: Annotated[int, typer.Option(help="untimed runs before them")] = 2,
-        threads: Annotated[int | None, typer.Option(
-            help="torch CPU threads (default: torch's choice)")] = None,
-        attn_implementation: Annotated[str, typer.Option(
-            "--attn-implementation", help="transformers attention kernel")] = "sdpa",
-        seed: Annotated[int, typer.Option(help="seed of the random weights and tokens")] = 0,
-        fit_out: Annotated[Path | None, typer.Option(
-            "--fit-out", help="also fit and write a cost-model JSON for simulate --cost-model")
-        ] = None,
-        gpu: Annotated[str | None, typer.Option(
-            help="with --fit-out: compare a roofline preset for this GPU")] = None,
-        model_preset: Annotated[str | None, typer.Option(
-            "--model-preset", help="with --gpu: the roofline's model preset "
-            "[default: the profiled model's shape]")] = None,
-        time_limit_s: Annotated[float | None, typer.Option(
-            "--time-limit-s", help="stop after the grid point that passes this many seconds "
-            "(the table keeps the points measured)")] = None,
-        progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
-    ) -> None:
-        """Time prefill and decode steps of a model on this machine (needs kvbudget[profile])."""
-        from tqdm import tqdm
+ModelConfigOpt = Annotated[Path, typer.Option(
+    "--model", help="Hugging Face style config.json, or a directory holding one (random "
+    "weights are used)")]
+ProfileOutOpt = Annotated[Path, typer.Option("--out", help="profile table: FILE.csv or "
+                                             "FILE.parquet (plus FILE.meta.json)")]
+DtypeOpt = Annotated[str, typer.Option(help="bf16, fp16 or fp32")]
+DeviceOpt = Annotated[str, typer.Option(help="auto (CUDA if available), cpu or cuda")]
+PrefillTokensOpt = Annotated[str | None, typer.Option(
+    "--prefill-tokens", help="comma-separated prompt lengths of the prefill points "
+    "[default: 64,128,256,512,1024,2048,4096]")]
+BatchSizesOpt = Annotated[str | None, typer.Option(
+    "--batch-sizes", help="comma-separated decode batch sizes [default: 1,4,16,64]")]
+ContextLengthsOpt = Annotated[str | None, typer.Option(
+    "--context-lengths", help="comma-separated decode context lengths "
+    "[default: 128,512,2048]")]
+RepeatsOpt = Annotated[int, typer.Option(help="timed runs per grid point")]
+WarmupOpt = Annotated[int, typer.Option(help="untimed runs before them")]
+ThreadsOpt = Annotated[int | None, typer.Option(
+    help="torch CPU threads (default: torch's choice)")]
+AttnOpt = Annotated[str, typer.Option(
+    "--attn-implementation", help="transformers attention kernel")]
+SeedOpt = Annotated[int, typer.Option(help="seed of the random weights and tokens")]
+FitOutOpt = Annotated[Path | None, typer.Option(
+    "--fit-out", help="also fit and write a cost-model JSON for simulate --cost-model")]
+RooflineGpuOpt = Annotated[str | None, typer.Option(
+    help="with --fit-out: compare a roofline preset for this GPU")]
+ModelPresetOpt = Annotated[str | None, typer.Option(
+    "--model-preset", help="with --gpu: the roofline's model preset "
+    "[default: the profiled model's shape]")]
+TimeLimitOpt = Annotated[float | None, typer.Option(
+    "--time-limit-s", help="stop after the grid point that passes this many seconds "
+    "(the table keeps the points measured)")]
+ProgressOpt = Annotated[bool, typer.Option(help="show a progress bar")]
 
+
+def profile_cmd(
+    model: ModelConfigOpt,
+    out: ProfileOutOpt,
+    dtype: DtypeOpt = "bf16",
+    device: DeviceOpt = "auto",
+    prefill_tokens: PrefillTokensOpt = None,
+    batch_sizes: BatchSizesOpt = None,
+    context_lengths: ContextLengthsOpt = None,
+    repeats: RepeatsOpt = 5,
+    warmup: WarmupOpt = 2,
+    threads: ThreadsOpt = None,
+    attn_implementation: AttnOpt = "sdpa",
+    seed: SeedOpt = 0,
+    fit_out: FitOutOpt = None,
+    gpu: RooflineGpuOpt = None,
+    model_preset: ModelPresetOpt = None,
+    time_limit_s: TimeLimitOpt = None,
+    progress: ProgressOpt = True,
+) -> None:
+    """Time prefill and decode steps of a model on this machine (needs kvbudget[profile])."""
+    with user_errors():
+        check_out_file(out)
+        check_out_file(fit_out, "--fit-out")
+        grid = _profile_grid(prefill_tokens, batch_sizes, context_lengths, repeats=repeats,
+                             warmup=warmup)
+        table_format(out)
+        if not out.parent.is_dir():
+            raise CliError(f"{out}: directory {out.parent} does not exist")
+        if fit_out is not None and fit_out.suffix.lower() != ".json":
+            raise CliError(f"{fit_out}: the cost-model file must end in .json")
+        if gpu is None and model_preset is not None:
+            raise CliError("--model-preset needs --gpu as well")
+        run = start_profile(model, grid, dtype=dtype, device=device,
+                            attn_implementation=attn_implementation, num_threads=threads,
+                            seed=seed)
+    hw = run.meta["hardware"]
+    typer.echo(f"profiling {run.meta['model']['architecture']} "
+               f"({run.meta['model']['num_params']:,} parameters, {dtype}) on "
+               f"{hw.get('gpu_name') or hw['cpu_model']}: {run.num_points} grid points",
+               err=True)
+    rows = _measure_with_bar(run, out, progress=progress, time_limit_s=time_limit_s)
+    _print_measured(run, rows, out)
+    if not rows:
+        raise fail("no grid point could be measured", 1)
+    profile = rows_to_profile(rows, run.meta)
+    if fit_out is not None:
         with user_errors():
-            check_out_file(out)
-            check_out_file(fit_out, "--fit-out")
-            defaults = ProfileGrid()
-            grid = ProfileGrid(
-                prefill_tokens=_int_list("--prefill-tokens", prefill_tokens)
-                or defaults.prefill_tokens,
-                batch_sizes=_int_list("--batch-sizes", batch_sizes) or defaults.batch_sizes,
-                context_lengths=_int_list("--context-lengths", context_lengths)
-                or defaults.context_lengths,
-                repeats=repeats, warmup=warmup,
-            )
-            table_format(out)
-            if not out.parent.is_dir():
-                raise CliError(f"{out}: directory {out.parent} does not exist")
-            if fit_out is not None and fit_out.suffix.lower() != ".json":
-                raise CliError(f"{fit_out}: the cost-model file must end in .json")
-            if gpu is None and model_preset is not None:
-                raise CliError("--model-preset needs --gpu as well")
-            run = start_profile(model, grid, dtype=dtype, device=device,
-                                attn_implementation=attn_implementation, num_threads=threads,
-                                seed=seed)
-        hw = run.meta["hardware"]
-        typer.echo(f"profiling {run.meta['model']['architecture']} "
-                   f"({run.meta['model']['num_params']:,} parameters, {dtype}) on "
-                   f"{hw.get('gpu_name') or hw['cpu_model']}: {run.num_points} grid points",
-                   err=True)
-        bar = tqdm(total=run.num_points, desc="profile", unit="point", disable=not progress,
-                   file=sys.stderr)
-        measured: list[dict[str, Any]] = []
+            fit_profile_to_file(profile, fit_out, gpu=gpu, model=model_preset,
+                                profile_path=out)
 
-        def on_row(row: dict[str, Any]) -> None:
-            measured.append(row)
-            bar.update()
 
-        try:
-            rows = measure_to_file(run, out, on_row=on_row, time_limit_s=time_limit_s)
-        except BaseException:
-            bar.close()
-            if measured:
-                print(f"profile interrupted: wrote the {len(measured)} points measured so far "
-                      f"to {out}", file=sys.stderr)
-            raise
+def _profile_grid(prefill_tokens: str | None, batch_sizes: str | None,
+                  context_lengths: str | None, *, repeats: int, warmup: int) -> ProfileGrid:
+    """The grid of ``kvbudget profile``: the lists given, else the defaults."""
+    defaults = ProfileGrid()
+    return ProfileGrid(
+        prefill_tokens=_int_list("--prefill-tokens", prefill_tokens)
+        or defaults.prefill_tokens,
+        batch_sizes=_int_list("--batch-sizes", batch_sizes) or defaults.batch_sizes,
+        context_lengths=_int_list("--context-lengths", context_lengths)
+        or defaults.context_lengths,
+        repeats=repeats, warmup=warmup,
+    )
+
+
+def _measure_with_bar(run: ProfileRun, out: Path, *, progress: bool,
+                      time_limit_s: float | None) -> list[dict[str, Any]]:
+    """:func:`~kvbudget.live.profiler.measure_to_file` with a progress bar; an interruption
+    says how many points the table kept."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=run.num_points, desc="profile", unit="point", disable=not progress,
+               file=sys.stderr)
+    measured: list[dict[str, Any]] = []
+
+    def on_row(row: dict[str, Any]) -> None:
+        measured.append(row)
+        bar.update()
+
+    try:
+        rows = measure_to_file(run, out, on_row=on_row, time_limit_s=time_limit_s)
+    except BaseException:
         bar.close()
-        for skipped in run.meta["skipped"]:
-            typer.echo(f"skipped {skipped['point_class']} batch={skipped['batch_size']} "
-                       f"seq_len={skipped['seq_len']}: {skipped['reason']}", err=True)
-        if "stopped" in run.meta:
-            typer.echo(f"stopped: {run.meta['stopped']}", err=True)
-        typer.echo(f"wrote {out} ({len(rows)} points) and {sidecar_path(out)}")
-        if not rows:
-            raise fail("no grid point could be measured", 1)
-        profile = rows_to_profile(rows, run.meta)
-        if fit_out is not None:
-            with user_errors():
-                fit_profile_to_file(profile, fit_out, gpu=gpu, model=model_preset,
-                                    profile_path=out)
+        if measured:
+            print(f"profile interrupted: wrote the {len(measured)} points measured so far "
+                  f"to {out}", file=sys.stderr)
+        raise
+    bar.close()
+    return rows
 
-    @app.command("profile-fit")
-    def profile_fit_cmd(
-        profile_path: Annotated[Path, typer.Argument(
-            metavar="PROFILE", help="profile table written by kvbudget profile")],
-        out: Annotated[Path, typer.Option("--out", help="cost-model JSON to write")],
-        gpu: Annotated[str | None, typer.Option(
-            help="compare the roofline preset of this GPU against the measured points")] = None,
-        model: Annotated[str | None, typer.Option(
-            help="with --gpu: the roofline's model preset "
-            "[default: the profiled model's shape from the sidecar]")] = None,
-    ) -> None:
-        """Fit the linear cost model to a profile; write a file for simulate --cost-model."""
-        with user_errors():
-            check_out_file(out)
-            profile = read_profile(profile_path)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            fit_profile_to_file(profile, out, gpu=gpu, model=model, profile_path=profile_path)
+
+def _print_measured(run: ProfileRun, rows: list[dict[str, Any]], out: Path) -> None:
+    """The points skipped, why the profile stopped (when it did) and what was written."""
+    for skipped in run.meta["skipped"]:
+        typer.echo(f"skipped {skipped['point_class']} batch={skipped['batch_size']} "
+                   f"seq_len={skipped['seq_len']}: {skipped['reason']}", err=True)
+    if "stopped" in run.meta:
+        typer.echo(f"stopped: {run.meta['stopped']}", err=True)
+    typer.echo(f"wrote {out} ({len(rows)} points) and {sidecar_path(out)}")
+
+
+def profile_fit_cmd(
+    profile_path: Annotated[Path, typer.Argument(
+        metavar="PROFILE", help="profile table written by kvbudget profile")],
+    out: Annotated[Path, typer.Option("--out", help="cost-model JSON to write")],
+    gpu: Annotated[str | None, typer.Option(
+        help="compare the roofline preset of this GPU against the measured points")] = None,
+    model: Annotated[str | None, typer.Option(
+        help="with --gpu: the roofline's model preset "
+        "[default: the profiled model's shape from the sidecar]")] = None,
+) -> None:
+    """Fit the linear cost model to a profile; write a file for simulate --cost-model."""
+    with user_errors():
+        check_out_file(out)
+        profile = read_profile(profile_path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fit_profile_to_file(profile, out, gpu=gpu, model=model, profile_path=profile_path)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("profile")(profile_cmd)
+    app.command("profile-fit")(profile_fit_cmd)

@@ -42,7 +42,11 @@ from kvbudget.studies.sweep import (
 from kvbudget.studies.tune import Constraint, Param, TuneSpec, evaluations_frame, tune
 
 if TYPE_CHECKING:
+    import pandas as pd
+
+    from kvbudget.studies.capacity import CapacityResult
     from kvbudget.studies.executors import LocalExecutor, RayExecutor
+    from kvbudget.studies.tune import Evaluation, TuneResult
 ReplicationsOpt = Annotated[
     int, typer.Option("--replications", "-r", min=1, max=MAX_REPLICATIONS,
                       help="Seeds per configuration.")
@@ -115,73 +119,102 @@ def sweep_cmd(
         scn = setup.build(with_rate_scale=False)
         scales = setup.trace_args.rate_scales()
         rate_scale = None if scales is None else ",".join(f"{v:g}" for v in scales)
-        axes: list[Axis] = []
-        names = policy_names(policies)
-        if names:
-            axes.append(Axis("policy", tuple(names)))
-        axes += [parse_axis(g) for g in grid or []]
-        if rate_scale is not None:
-            axes.append(parse_axis(f"rate_scale={rate_scale}"))
+        axes = _sweep_axes(policies, grid, rate_scale)
         plan = SweepPlan(scn, tuple(axes), replications, seed)
-        ex = _executor(executor, jobs, address)
-        bar: Bar | None = None
-
-        def on_start(todo: int, stored: int) -> None:
-            nonlocal bar
-            typer.echo(f"{len(plan.points)} configurations x {replications} replications = "
-                       f"{len(plan.runs)} runs ({stored} already in {out}, {todo} to run on "
-                       f"{ex.name})", err=True)
-            bar = Bar("sweep", todo, lines_from=1)
-
-        with _interrupts(f"finished runs are kept in {out}; rerun with --resume"), ex:
-            try:
-                table = run_sweep(plan, ex, out, resume=resume,
-                                  progress=lambda n: bar.update(n) if bar else None,
-                                  on_start=on_start)
-            finally:
-                if bar is not None:
-                    bar.close()
-        if bar is not None:
-            typer.echo(bar.rate_line(), err=True)
+        table = _sweep_with_bar(plan, _executor(executor, jobs, address), out, resume=resume)
         metrics = [m for m in ("interactive_ttft_p99_s", "batch_output_tokens_per_s",
                                "overall_slo_attainment", "offered_rate_rps")
                    if m in table.columns]
         points = summarize_points(table, metrics)
         points.to_csv(out / "points.csv", index=False)
         axis_cols = [a.key for a in axes if a.key != "policy"]
-        if wide:
-            headers = ["policy", *axis_cols, *[f"{m} (mean)" for m in metrics]]
-            rows = [[_fmt(r.get(c)) for c in ["policy", *axis_cols]]
-                    + [_fmt(r[f"{m}_mean"]) for m in metrics] for _, r in points.iterrows()]
-            typer.echo(render(headers, rows))
-        else:  # short names, one space apart, to fit WIDTH columns
-            headers = ["policy", *[("rate x" if c == "rate_scale" else c.rsplit(".", 1)[-1])
-                                   for c in axis_cols],
-                       *[short_metric(m) for m in metrics]]
-            rows = [[_fmt(r.get(c)) for c in ["policy", *axis_cols]]
-                    + [_fmt(r[f"{m}_mean"]) for m in metrics] for _, r in points.iterrows()]
-            typer.echo(render(headers, rows, gap=1))
-            typer.echo("(means over the replications; --wide: full names; points.csv: "
-                       "intervals)")
+        _print_points(points, axis_cols, metrics, wide=wide)
         written = [out / "sweep.parquet", out / "points.csv"]
         if plot:
-            if {"interactive_ttft_p99_s", "batch_output_tokens_per_s"} <= set(metrics):
-                labels = [c for c in axis_cols if c != "rate_scale"]
-                loads = sorted(points["rate_scale"].unique())
-                if len(loads) == 1:
-                    written += plot_pareto(points, out / "pareto", label_columns=labels)
-                else:  # a front compares configurations at one load
-                    for load in loads:
-                        written += plot_pareto(
-                            points[points["rate_scale"] == load], out / f"pareto-rate{load:g}",
-                            label_columns=labels,
-                            title=f"Tail latency against batch throughput at rate x{load:g}")
-            if (rate_scale is not None and "overall_slo_attainment" in metrics
-                    and "offered_rate_rps" in metrics):
-                curve = summarize_points(table, ["overall_slo_attainment", "offered_rate_rps"],
-                                         by=["policy", "rate_scale"])
-                written += plot_attainment(curve, out / "attainment")
+            written += _sweep_plots(table, points, out, axis_cols=axis_cols, metrics=metrics,
+                                    rate_scale=rate_scale)
     typer.echo("wrote " + ", ".join(str(p) for p in written))
+
+
+def _sweep_axes(policies: str | None, grid: list[str] | None, rate_scale: str | None
+                ) -> list[Axis]:
+    """The sweep's axes: the policies, each ``--grid`` axis, then the rate scales."""
+    axes: list[Axis] = []
+    names = policy_names(policies)
+    if names:
+        axes.append(Axis("policy", tuple(names)))
+    axes += [parse_axis(g) for g in grid or []]
+    if rate_scale is not None:
+        axes.append(parse_axis(f"rate_scale={rate_scale}"))
+    return axes
+
+
+def _sweep_with_bar(plan: SweepPlan, ex: "LocalExecutor | RayExecutor", out: Path, *,
+                    resume: bool) -> "pd.DataFrame":
+    """:func:`~kvbudget.studies.sweep.run_sweep` with a progress bar and its rate line."""
+    bar: Bar | None = None
+
+    def on_start(todo: int, stored: int) -> None:
+        nonlocal bar
+        typer.echo(f"{len(plan.points)} configurations x {plan.replications} replications = "
+                   f"{len(plan.runs)} runs ({stored} already in {out}, {todo} to run on "
+                   f"{ex.name})", err=True)
+        bar = Bar("sweep", todo, lines_from=1)
+
+    with _interrupts(f"finished runs are kept in {out}; rerun with --resume"), ex:
+        try:
+            table = run_sweep(plan, ex, out, resume=resume,
+                              progress=lambda n: bar.update(n) if bar else None,
+                              on_start=on_start)
+        finally:
+            if bar is not None:
+                bar.close()
+    if bar is not None:
+        typer.echo(bar.rate_line(), err=True)
+    return table
+
+
+def _print_points(points: "pd.DataFrame", axis_cols: list[str], metrics: list[str], *,
+                  wide: bool) -> None:
+    """The table of the configurations' means (short names unless ``wide``)."""
+    if wide:
+        headers = ["policy", *axis_cols, *[f"{m} (mean)" for m in metrics]]
+        rows = [[_fmt(r.get(c)) for c in ["policy", *axis_cols]]
+                + [_fmt(r[f"{m}_mean"]) for m in metrics] for _, r in points.iterrows()]
+        typer.echo(render(headers, rows))
+    else:  # short names, one space apart, to fit WIDTH columns
+        headers = ["policy", *[("rate x" if c == "rate_scale" else c.rsplit(".", 1)[-1])
+                               for c in axis_cols],
+                   *[short_metric(m) for m in metrics]]
+        rows = [[_fmt(r.get(c)) for c in ["policy", *axis_cols]]
+                + [_fmt(r[f"{m}_mean"]) for m in metrics] for _, r in points.iterrows()]
+        typer.echo(render(headers, rows, gap=1))
+        typer.echo("(means over the replications; --wide: full names; points.csv: "
+                   "intervals)")
+
+
+def _sweep_plots(table: "pd.DataFrame", points: "pd.DataFrame", out: Path, *,
+                 axis_cols: list[str], metrics: list[str], rate_scale: str | None) -> list[Path]:
+    """The Pareto fronts (one per load) and, over several loads, the attainment curves; the
+    files written."""
+    written: list[Path] = []
+    if {"interactive_ttft_p99_s", "batch_output_tokens_per_s"} <= set(metrics):
+        labels = [c for c in axis_cols if c != "rate_scale"]
+        loads = sorted(points["rate_scale"].unique())
+        if len(loads) == 1:
+            written += plot_pareto(points, out / "pareto", label_columns=labels)
+        else:  # a front compares configurations at one load
+            for load in loads:
+                written += plot_pareto(
+                    points[points["rate_scale"] == load], out / f"pareto-rate{load:g}",
+                    label_columns=labels,
+                    title=f"Tail latency against batch throughput at rate x{load:g}")
+    if (rate_scale is not None and "overall_slo_attainment" in metrics
+            and "offered_rate_rps" in metrics):
+        curve = summarize_points(table, ["overall_slo_attainment", "offered_rate_rps"],
+                                 by=["policy", "rate_scale"])
+        written += plot_attainment(curve, out / "attainment")
+    return written
 
 
 @with_scenario_options
@@ -247,27 +280,56 @@ def tune_cmd(
             confidence=confidence,
             root_seed=seed,
         )
-        ex = _executor(executor, jobs, address)
-        bar = Bar("tune", spec.max_runs(), lines_from=1)
-        with _interrupts(f"finished runs are kept in {out}; rerun with --resume"), ex:
-            try:
-                result = tune(spec, ex, out, resume=resume, progress=bar.update)
-            finally:
-                bar.close()
-        typer.echo(bar.rate_line(), err=True)
+        result = _tune_with_bar(spec, _executor(executor, jobs, address), out, resume=resume)
         written = result.write(out)
         frame = evaluations_frame(result)
         frame.to_csv(out / "evaluations.csv", index=False)
-    keys = [p.key for p in spec.params]
+    _print_evaluations(frame, [p.key for p in spec.params], objective)
+    if result.best is None:
+        typer.echo("wrote " + ", ".join(str(p) for p in written))
+        raise fail("no setting met the constraints: " +
+                   ", ".join(str(c) for c in spec.constraints), 1)
+    _print_best(result, objective=objective, confidence=confidence, replications=replications)
+    if result.validation is not None:
+        _print_validation(result.validation)
+    typer.echo("wrote " + ", ".join(str(p) for p in [*written, out / "evaluations.csv"]))
+
+
+def _tune_with_bar(spec: TuneSpec, ex: "LocalExecutor | RayExecutor", out: Path, *,
+                   resume: bool) -> "TuneResult":
+    """:func:`~kvbudget.studies.tune.tune` with a progress bar and its rate line."""
+    bar = Bar("tune", spec.max_runs(), lines_from=1)
+    with _interrupts(f"finished runs are kept in {out}; rerun with --resume"), ex:
+        try:
+            result = tune(spec, ex, out, resume=resume, progress=bar.update)
+        finally:
+            bar.close()
+    typer.echo(bar.rate_line(), err=True)
+    return result
+
+
+def _print_evaluations(frame: "pd.DataFrame", keys: list[str], objective: str) -> None:
+    """The table of every evaluated setting: its stage, parameters, objective and interval."""
     headers = ["stage", *keys, f"{objective} (mean)", "CI low", "CI high", "feasible"]
     rows = [[r["stage"], *[r[k] for k in keys], _fmt(r["objective_mean"]),
              _fmt(r["objective_low"]), _fmt(r["objective_high"]), bool(r["feasible"])]
             for _, r in frame.iterrows()]
     typer.echo(render(headers, rows))
-    if result.best is None:
-        typer.echo("wrote " + ", ".join(str(p) for p in written))
-        raise fail("no setting met the constraints: " +
-                   ", ".join(str(c) for c in spec.constraints), 1)
+
+
+def _print_validation(v: "Evaluation") -> None:
+    """Whether each constraint holds for the winner on the fresh seeds."""
+    checks = "; ".join(f"{c} -> mean {cm:.4g} ({'holds' if cm == cm and ok else 'FAILS'})"
+                       for (c, _, cm, _), ok in
+                       zip(v.constraints, v.mean_checks(), strict=True))
+    typer.echo(f"validation with {len(v.rows)} fresh seeds: {checks or 'no constraints'}")
+
+
+def _print_best(result: "TuneResult", *, objective: str, confidence: float,
+                replications: int) -> None:
+    """The line on the best setting: its objective and interval, or, when the objective is
+    flat over the feasible settings, that no setting is better than another."""
+    assert result.best is not None
     mean, low, high = result.best.objective
     best = ", ".join(f"{k} = {v}" for k, v in result.best.params.items())
     flat = result.flatness()
@@ -282,13 +344,6 @@ def tune_cmd(
     else:
         typer.echo(f"best: {best}: {objective} = {mean:.6g} ({confidence:.0%} CI {low:.6g} "
                    f".. {high:.6g}, {replications} replications)")
-    if result.validation is not None:
-        v = result.validation
-        checks = "; ".join(f"{c} -> mean {cm:.4g} ({'holds' if cm == cm and ok else 'FAILS'})"
-                           for (c, _, cm, _), ok in
-                           zip(v.constraints, v.mean_checks(), strict=True))
-        typer.echo(f"validation with {len(v.rows)} fresh seeds: {checks or 'no constraints'}")
-    typer.echo("wrote " + ", ".join(str(p) for p in [*written, out / "evaluations.csv"]))
 
 
 @with_scenario_options
@@ -336,24 +391,9 @@ def capacity_cmd(
                             metric=metric, replications=replications, rel_tol=rel_tol,
                             root_seed=seed, slos=slos, use_target=target is not None or not slos)
         stored = StoredRuns(out, resume=resume, what="capacity search")
-        ex = _executor(executor, jobs, address)
-        bar = Bar("capacity", spec.expected_runs(), lines_from=1)
-        consistent: bool | None = None
-        with _interrupts(f"finished runs are kept in {out}; rerun with --resume"), ex:
-            try:
-                result = capacity(spec, ex, progress=bar.update, stored=stored)
-                curve = result.curve()
-                scales = curve_scales(result, curve_points)
-                if scales:
-                    bar.set_total(len(result.rows) + len(spec.policies) * len(scales)
-                                  * spec.replications)
-                    curve = attainment_curve(spec, ex, scales, progress=bar.update,
-                                             stored=stored)
-                    consistent = order_consistent(result.capacities,
-                                                  first_miss_rps(curve, metric, spec.target))
-            finally:
-                bar.close()
-        typer.echo(bar.rate_line(), err=True)
+        result, curve, scales, consistent = _capacity_with_bar(
+            spec, _executor(executor, jobs, address), out, stored=stored,
+            curve_points=curve_points)
         written = result.write(out)
         if scales:
             curve.to_csv(out / "curve.csv", index=False)
@@ -363,6 +403,41 @@ def capacity_cmd(
                 curve, out / "attainment", metric=metric, target=spec.target,
                 capacities={c.policy: c.capacity_rps for c in result.capacities},
             )
+    _print_capacities(result, spec)
+    if consistent is not None:
+        typer.echo(f"capacity order consistent with the attainment curves ({len(scales)} loads): "
+                   f"{'yes' if consistent else 'NO'}")
+    typer.echo("wrote " + ", ".join(str(p) for p in written))
+
+
+def _capacity_with_bar(spec: CapacitySpec, ex: "LocalExecutor | RayExecutor", out: Path, *,
+                       stored: StoredRuns, curve_points: int
+                       ) -> "tuple[CapacityResult, pd.DataFrame, list[float], bool | None]":
+    """The capacity search (then, with ``curve_points``, the attainment curves over common
+    loads) with a progress bar and its rate line: the result, the curve, the curve's loads and
+    whether the capacities' order agrees with the curves (None without them)."""
+    bar = Bar("capacity", spec.expected_runs(), lines_from=1)
+    consistent: bool | None = None
+    with _interrupts(f"finished runs are kept in {out}; rerun with --resume"), ex:
+        try:
+            result = capacity(spec, ex, progress=bar.update, stored=stored)
+            curve = result.curve()
+            scales = curve_scales(result, curve_points)
+            if scales:
+                bar.set_total(len(result.rows) + len(spec.policies) * len(scales)
+                              * spec.replications)
+                curve = attainment_curve(spec, ex, scales, progress=bar.update,
+                                         stored=stored)
+                consistent = order_consistent(result.capacities,
+                                              first_miss_rps(curve, spec.metric, spec.target))
+        finally:
+            bar.close()
+    typer.echo(bar.rate_line(), err=True)
+    return result, curve, scales, consistent
+
+
+def _print_capacities(result: "CapacityResult", spec: CapacitySpec) -> None:
+    """The criteria and the table of each policy's capacity (with its SLO metrics there)."""
     def at_cap(policy: str, scale: float, column: str) -> Any:
         v = [float(r[column]) for r in result.rows
              if r.get("policy") == policy and r.get("rate_scale") == scale
@@ -379,10 +454,6 @@ def capacity_cmd(
           _fmt(c.attainment[0]), *[at_cap(c.policy, c.scale, m) for m in slo_cols], c.note]
          for c in result.capacities],
     ))
-    if consistent is not None:
-        typer.echo(f"capacity order consistent with the attainment curves ({len(scales)} loads): "
-                   f"{'yes' if consistent else 'NO'}")
-    typer.echo("wrote " + ", ".join(str(p) for p in written))
 
 
 def register(app: typer.Typer) -> None:

@@ -374,24 +374,56 @@ async def stream_completion(
     a lower bound under chunk merging). Cancellation propagates and closes the connection.
     """
     body = completion_body(target, prompt_ids, max_tokens)
-    res = StreamResult(sent_s=clock())
-    content_type = ""
-    counted = 0
-    text_chunks = 0  # chunks with text: each carried at least one token
-    last_empty_s: float | None = None  # when the last chunk of no text that ended the choice came
-    events = 0
-    done = False
-    loop = asyncio.get_running_loop()
-
-    def ended(kind: ErrorKind, error: str) -> StreamResult:
-        """The stream ends here as a failed request, with the tokens it counted so far."""
-        res.finished_s = clock()
-        res.error = error
-        res.error_kind = kind
-        res.output_tokens = counted
-        return res
-
+    stream = _Stream(target, max_tokens, len(prompt_ids), clock, on_chunk,
+                     StreamResult(sent_s=clock()))
     try:
+        if await stream.exchange(client, body):
+            return stream.res
+    except (_EventTooLong, TimeoutError, httpx.HTTPError) as exc:
+        stream.res.error, stream.res.error_kind = _failure(exc, target)
+    return stream.settled()
+
+
+def _failure(exc: Exception, target: ServerTarget) -> tuple[str, ErrorKind]:
+    """The error and its kind for an exception that ended a stream."""
+    if isinstance(exc, _EventTooLong):
+        return (f"malformed stream event: a line longer than {MAX_EVENT_CHARS:,} characters",
+                "protocol")
+    if isinstance(exc, httpx.TimeoutException):
+        return f"timeout: {type(exc).__name__}", "timeout"
+    if isinstance(exc, TimeoutError):
+        return f"timeout: no output for {target.read_timeout_s:g} s", "timeout"
+    if isinstance(exc, httpx.ConnectError):
+        return target.redact(f"cannot connect to {target.base_url}: {exc}"), "connect"
+    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
+        return target.redact(
+            f"connection closed mid-stream: {str(exc) or type(exc).__name__}"), "reset"
+    return target.redact(f"{type(exc).__name__}: {exc}"), "protocol"
+
+
+@dataclass(slots=True)
+class _Stream:
+    """One streamed completion being read: the request, its result so far, and what the
+    events taken so far counted."""
+
+    target: ServerTarget
+    max_tokens: int
+    num_prompt: int
+    clock: Callable[[], float]
+    on_chunk: Callable[[int], None] | None
+    res: StreamResult
+    content_type: str = ""
+    counted: int = 0
+    text_chunks: int = 0  # chunks with text: each carried at least one token
+    last_empty_s: float | None = None  # when the last chunk of no text that ended the choice came
+    events: int = 0
+    done: bool = False
+
+    async def exchange(self, client: httpx.AsyncClient, body: dict[str, Any]) -> bool:
+        """Send ``body`` and read the answer into :attr:`res`; True when the result is final
+        (an error answer, a redirect, a bad event), False when the stream ended and its result
+        is to be settled."""
+        target = self.target
         # ``read_timeout_s`` between two pieces of output, not only between two bytes: a server
         # that drips keep-alive bytes (or one line a byte at a time) without ever sending a
         # token ends as a timeout instead of holding the request forever
@@ -399,128 +431,153 @@ async def stream_completion(
             "POST", target.url("/v1/completions"), json=body, headers=target.headers(),
             timeout=target.timeout(),
         ) as response:
-            res.http_status = response.status_code
-            content_type = response.headers.get("content-type", "")
+            self.res.http_status = response.status_code
+            self.content_type = response.headers.get("content-type", "")
             if response.status_code >= 400:
-                res.retry_after_s = retry_after_header(response.headers)
-                raw = await response.aread()
-                res.finished_s = clock()
-                detail = ""
-                try:
-                    detail = _error_message(json.loads(raw))
-                except (ValueError, RecursionError):
-                    detail = raw[:65536].decode("utf-8", "replace").strip()
-                # a server may echo the request's headers: redact, then cut
-                detail = target.redact(detail)[:200]
-                res.error = f"HTTP {response.status_code}" + (f": {detail}" if detail else "")
-                res.error_kind = "http"
-                return res
+                await self.error_answer(response)
+                return True
             if 300 <= response.status_code < 400:
-                # never followed: the request (and its API key) goes to this server only
-                where = target.redact(redact_url(response.headers.get("location", "")))[:200]
-                res.finished_s = clock()
-                res.error = (f"HTTP {response.status_code}: a redirect"
-                             + (f" to {where!r}" if where else "") + ", not followed")
-                res.error_kind = "http"
-                return res
+                self.redirect(response)
+                return True
             async for line in _stream_lines(response):
                 if not line.startswith("data:"):
                     continue  # SSE comments, event names, blank separators
                 data = line[5:].strip()
-                events += 1
+                self.events += 1
                 if data == "[DONE]":
-                    done = True
+                    self.done = True
                     break
-                try:
-                    payload = json.loads(data)
-                except (ValueError, RecursionError):
-                    return ended("protocol",
-                                 f"malformed stream event: {target.redact(data)[:120]!r}")
-                message = _error_message(payload)
-                if message:
-                    return ended("stream_error", f"stream error: {target.redact(message)[:200]}")
-                problem = _event_problem(payload, max_tokens, len(prompt_ids))
-                if problem:
-                    return ended("protocol", target.redact(
-                        f"malformed stream event ({problem}): {target.redact(data)[:120]!r}"))
-                choices = payload.get("choices") or []
-                usage = payload.get("usage")
-                has_usage = isinstance(usage, dict) and usage.get("completion_tokens") is not None
-                # a chunk whose text is empty and that only says why the stream ends carries
-                # no token (llama.cpp's and TGI's last chunk)
-                token_chunk = bool(choices) and (
-                    bool(choices[0].get("text")) or not choices[0].get("finish_reason"))
-                problem = _count_problem(
-                    usage["completion_tokens"] if has_usage else None, res.output_tokens,
-                    text_chunks + (token_chunk and bool(choices[0].get("text"))),
-                    counted + (token_chunk and not has_usage), max_tokens)
-                if problem:
-                    return ended("protocol", target.redact(
-                        f"malformed stream event ({problem}): {target.redact(data)[:120]!r}"))
-                if choices or has_usage:
-                    progress.reschedule(loop.time() + target.read_timeout_s)
-                if choices:
-                    reason = choices[0].get("finish_reason")
-                    if reason:
-                        res.finish_reason = str(reason)
-                    if not token_chunk:
-                        last_empty_s = clock()
-                if token_chunk:
-                    now = clock()
-                    counted = int(usage["completion_tokens"]) if has_usage else counted + 1
-                    text_chunks += bool(choices[0].get("text"))
-                    res.chunk_s.append(now)
-                    res.chunk_tokens.append(counted)
-                    if on_chunk is not None:
-                        on_chunk(counted)
-                if has_usage:
-                    res.output_tokens = int(usage["completion_tokens"])
-                    if usage.get("prompt_tokens") is not None:
-                        res.prompt_tokens = int(usage["prompt_tokens"])
-                    res.usage_reported = True
-    except _EventTooLong:
-        res.error = f"malformed stream event: a line longer than {MAX_EVENT_CHARS:,} characters"
-        res.error_kind = "protocol"
-    except httpx.TimeoutException as exc:
-        res.error, res.error_kind = f"timeout: {type(exc).__name__}", "timeout"
-    except TimeoutError:
-        res.error = f"timeout: no output for {target.read_timeout_s:g} s"
-        res.error_kind = "timeout"
-    except httpx.ConnectError as exc:
-        res.error = target.redact(f"cannot connect to {target.base_url}: {exc}")
-        res.error_kind = "connect"
-    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-        res.error = target.redact(
-            f"connection closed mid-stream: {str(exc) or type(exc).__name__}")
-        res.error_kind = "reset"
-    except httpx.HTTPError as exc:
-        res.error = target.redact(f"{type(exc).__name__}: {exc}")
-        res.error_kind = "protocol"
-    res.finished_s = clock()
-    if not res.usage_reported:
-        res.output_tokens = counted
-    if not res.error and not done and res.finish_reason is None:
-        if not events and content_type and "event-stream" not in content_type:
-            res.error = (f"not an event stream (Content-Type {content_type[:60]!r}): the "
-                         "server ignored \"stream\": true")
+                if self.take(data, progress):
+                    return True
+        return False
+
+    async def error_answer(self, response: httpx.Response) -> None:
+        """Record an HTTP error status, its ``Retry-After`` and its message (redacted, cut)."""
+        res = self.res
+        res.retry_after_s = retry_after_header(response.headers)
+        raw = await response.aread()
+        res.finished_s = self.clock()
+        detail = ""
+        try:
+            detail = _error_message(json.loads(raw))
+        except (ValueError, RecursionError):
+            detail = raw[:65536].decode("utf-8", "replace").strip()
+        # a server may echo the request's headers: redact, then cut
+        detail = self.target.redact(detail)[:200]
+        res.error = f"HTTP {response.status_code}" + (f": {detail}" if detail else "")
+        res.error_kind = "http"
+
+    def redirect(self, response: httpx.Response) -> None:
+        """Record a redirect as an error: never followed, the request (and its API key) goes
+        to this server only."""
+        where = self.target.redact(redact_url(response.headers.get("location", "")))[:200]
+        self.res.finished_s = self.clock()
+        self.res.error = (f"HTTP {response.status_code}: a redirect"
+                          + (f" to {where!r}" if where else "") + ", not followed")
+        self.res.error_kind = "http"
+
+    def ended(self, kind: ErrorKind, error: str) -> bool:
+        """The stream ends here as a failed request, with the tokens it counted so far."""
+        res = self.res
+        res.finished_s = self.clock()
+        res.error = error
+        res.error_kind = kind
+        res.output_tokens = self.counted
+        return True
+
+    def malformed(self, problem: str, data: str) -> bool:
+        """The stream ends here on an event with ``problem``."""
+        target = self.target
+        return self.ended("protocol", target.redact(
+            f"malformed stream event ({problem}): {target.redact(data)[:120]!r}"))
+
+    def take(self, data: str, progress: asyncio.Timeout) -> bool:
+        """Take one event's ``data``; True when it ends the stream as a failed request. An
+        event with output (or usage) gives the stream another ``read_timeout_s``."""
+        target = self.target
+        try:
+            payload = json.loads(data)
+        except (ValueError, RecursionError):
+            return self.ended("protocol", f"malformed stream event: {target.redact(data)[:120]!r}")
+        message = _error_message(payload)
+        if message:
+            return self.ended("stream_error", f"stream error: {target.redact(message)[:200]}")
+        problem = _event_problem(payload, self.max_tokens, self.num_prompt)
+        if problem:
+            return self.malformed(problem, data)
+        choices = payload.get("choices") or []
+        usage = payload.get("usage")
+        has_usage = isinstance(usage, dict) and usage.get("completion_tokens") is not None
+        # a chunk whose text is empty and that only says why the stream ends carries
+        # no token (llama.cpp's and TGI's last chunk)
+        token_chunk = bool(choices) and (
+            bool(choices[0].get("text")) or not choices[0].get("finish_reason"))
+        problem = _count_problem(
+            usage["completion_tokens"] if has_usage else None, self.res.output_tokens,
+            self.text_chunks + (token_chunk and bool(choices[0].get("text"))),
+            self.counted + (token_chunk and not has_usage), self.max_tokens)
+        if problem:
+            return self.malformed(problem, data)
+        if choices or has_usage:
+            progress.reschedule(asyncio.get_running_loop().time() + target.read_timeout_s)
+        self.count(choices, usage if has_usage else None, token_chunk)
+        return False
+
+    def count(self, choices: list[Any], usage: dict[str, Any] | None,
+              token_chunk: bool) -> None:
+        """Count a checked event: its finish reason, its chunk of output (when it carries a
+        token) and its usage (``None``: none with a completion count)."""
+        res = self.res
+        if choices:
+            reason = choices[0].get("finish_reason")
+            if reason:
+                res.finish_reason = str(reason)
+            if not token_chunk:
+                self.last_empty_s = self.clock()
+        if token_chunk:
+            now = self.clock()
+            self.counted = (int(usage["completion_tokens"]) if usage is not None
+                            else self.counted + 1)
+            self.text_chunks += bool(choices[0].get("text"))
+            res.chunk_s.append(now)
+            res.chunk_tokens.append(self.counted)
+            if self.on_chunk is not None:
+                self.on_chunk(self.counted)
+        if usage is not None:
+            res.output_tokens = int(usage["completion_tokens"])
+            if usage.get("prompt_tokens") is not None:
+                res.prompt_tokens = int(usage["prompt_tokens"])
+            res.usage_reported = True
+
+    def settled(self) -> StreamResult:
+        """The result of a stream that ended without a final error: its output count, and an
+        error when it ended early, was no event stream, or carried no output."""
+        res = self.res
+        res.finished_s = self.clock()
+        if not res.usage_reported:
+            res.output_tokens = self.counted
+        if not res.error and not self.done and res.finish_reason is None:
+            if not self.events and self.content_type and "event-stream" not in self.content_type:
+                res.error = (f"not an event stream (Content-Type {self.content_type[:60]!r}): "
+                             "the server ignored \"stream\": true")
+                res.error_kind = "protocol"
+            else:
+                res.error, res.error_kind = "stream ended before its last event", "reset"
+        if (not res.error and not res.chunk_s and res.usage_reported and res.output_tokens > 0
+                and self.last_empty_s is not None):
+            # the only chunk had no text and ended the choice, yet the usage counts tokens: it
+            # carried them (vLLM holds back the text of a token that ends inside a UTF-8
+            # character, so a one-token answer can stream as {"text": "", "finish_reason":
+            # "length"}); a server whose last chunk carries no token sends others before it
+            res.chunk_s.append(self.last_empty_s)
+            res.chunk_tokens.append(res.output_tokens)
+        if not res.error and not res.chunk_s:
+            # every completion asks for at least one token: an answer without any is no answer
+            # (a server that ignored "stream": true sends one JSON object without "data:")
+            res.error = "stream ended without any output"
             res.error_kind = "protocol"
-        else:
-            res.error, res.error_kind = "stream ended before its last event", "reset"
-    if (not res.error and not res.chunk_s and res.usage_reported and res.output_tokens > 0
-            and last_empty_s is not None):
-        # the only chunk had no text and ended the choice, yet the usage counts tokens: it
-        # carried them (vLLM holds back the text of a token that ends inside a UTF-8
-        # character, so a one-token answer can stream as {"text": "", "finish_reason":
-        # "length"}); a server whose last chunk carries no token sends others before it
-        res.chunk_s.append(last_empty_s)
-        res.chunk_tokens.append(res.output_tokens)
-    if not res.error and not res.chunk_s:
-        # every completion asks for at least one token: an answer without any is no answer
-        # (a server that ignored "stream": true sends one JSON object without "data:")
-        res.error = "stream ended without any output"
-        res.error_kind = "protocol"
-        res.output_tokens = 0
-    return res
+            res.output_tokens = 0
+        return res
 
 
 def _count_problem(usage_tokens: int | None, last_usage: int, text_chunks: int, counted: int,

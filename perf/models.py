@@ -591,15 +591,7 @@ def model_from_config(
     model, ``source`` the file (error messages start with it). Raises
     :class:`ModelConfigError` naming the field for an unknown ``model_type`` or a missing or
     malformed field."""
-    if not isinstance(config, Mapping):
-        raise ModelConfigError(f"{source}: not a JSON object")
-    top = _Fields(config, source)
-    model_type = top.str_("model_type")
-    if model_type is None:
-        raise top.fail("model_type", "missing (needed to know how to read the config)")
-    if model_type not in MODEL_TYPES:
-        raise top.fail("model_type", f"{model_type!r} is not supported "
-                                     f"(supported: {', '.join(MODEL_TYPES)})")
+    model_type = _model_type(config, source)
     table, prefix = _text_table(config, source)
     if model_type == "gemma3" and prefix:
         table = {**_GEMMA3_TEXT_DEFAULTS, **{k: v for k, v in table.items() if v is not None}}
@@ -618,22 +610,7 @@ def model_from_config(
     tie = f.bool_("tie_word_embeddings", model_type in _GEMMA)
 
     moe = _moe(model_type, f, layers)
-    mla = None
-    head_dim = f.int_("head_dim") if f.has("head_dim") else 0
-    if model_type in ("deepseek_v2", "deepseek_v3") and f.has("kv_lora_rank"):
-        mla = MLASpec(
-            kv_lora_rank=f.int_("kv_lora_rank"),
-            qk_rope_head_dim=f.int_("qk_rope_head_dim"),
-            qk_nope_head_dim=f.int_("qk_nope_head_dim"),
-            v_head_dim=f.int_("v_head_dim"),
-            q_lora_rank=f.opt_int("q_lora_rank"),
-        )
-        head_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
-    if not head_dim:
-        if hidden % heads:
-            raise f.fail("head_dim", f"missing and hidden_size ({hidden}) is not a multiple of "
-                                     f"num_attention_heads ({heads})")
-        head_dim = hidden // heads
+    mla, head_dim = _attention_shape(model_type, f, hidden, heads)
     # a dense FFN size is needed where some layer is dense
     dense_layers = layers - (moe.num_moe_layers if moe is not None else 0)
     if dense_layers or model_type in ("mixtral", "gpt_oss"):
@@ -670,6 +647,44 @@ def model_from_config(
         )
     except ValueError as exc:
         raise ModelConfigError(f"{source}: {exc}") from None
+
+
+def _model_type(config: Mapping[str, Any], source: str) -> str:
+    """The config's ``model_type``, refused when missing or not one of :data:`MODEL_TYPES`
+    (or when the config is not an object)."""
+    if not isinstance(config, Mapping):
+        raise ModelConfigError(f"{source}: not a JSON object")
+    top = _Fields(config, source)
+    model_type = top.str_("model_type")
+    if model_type is None:
+        raise top.fail("model_type", "missing (needed to know how to read the config)")
+    if model_type not in MODEL_TYPES:
+        raise top.fail("model_type", f"{model_type!r} is not supported "
+                                     f"(supported: {', '.join(MODEL_TYPES)})")
+    return model_type
+
+
+def _attention_shape(model_type: str, f: _Fields, hidden: int, heads: int
+                     ) -> tuple[MLASpec | None, int]:
+    """The multi-head latent attention of a DeepSeek config with ``kv_lora_rank`` (else None)
+    and the head dimension: ``head_dim``, MLA's query head, else ``hidden_size / heads``."""
+    mla = None
+    head_dim = f.int_("head_dim") if f.has("head_dim") else 0
+    if model_type in ("deepseek_v2", "deepseek_v3") and f.has("kv_lora_rank"):
+        mla = MLASpec(
+            kv_lora_rank=f.int_("kv_lora_rank"),
+            qk_rope_head_dim=f.int_("qk_rope_head_dim"),
+            qk_nope_head_dim=f.int_("qk_nope_head_dim"),
+            v_head_dim=f.int_("v_head_dim"),
+            q_lora_rank=f.opt_int("q_lora_rank"),
+        )
+        head_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+    if not head_dim:
+        if hidden % heads:
+            raise f.fail("head_dim", f"missing and hidden_size ({hidden}) is not a multiple of "
+                                     f"num_attention_heads ({heads})")
+        head_dim = hidden // heads
+    return mla, head_dim
 
 
 def _moe(model_type: str, f: _Fields, layers: int) -> MoESpec | None:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from kvbudget.results.recorded_fields import (
     REALISED_OUTPUT,
@@ -51,6 +52,24 @@ def _normalise_status(values: list[str]) -> list[str]:
 # the generic records format
 
 
+_WANTED = {"ttft_s": "number", "e2e_s": "number", "status": "label", "stage": "label",
+           "id": "number"}
+"""The measurement columns a records file may hold, each a number or a label column."""
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """The measurement columns read from a records file (canonical names)."""
+
+    numbers: dict[str, FloatArray]
+    labels: dict[str, list[str]]
+    num_rows: int
+    file_columns: set[str]
+    """Every column the file has (its own names)."""
+    line_of: Any
+    """Row -> 1-based line (text files); None for Parquet."""
+
+
 def read_records(path: Path, columns: Mapping[str, str], default_tier: str,
                  max_output: MaxOutputRule | None = None) -> Recording:
     """Read the generic records format."""
@@ -65,71 +84,102 @@ def read_records(path: Path, columns: Mapping[str, str], default_tier: str,
     loaded = load_trace(path, TraceOptions(format="generic", columns=trace_cols or None,
                                            default_tier=default_tier, max_output=rule))
     workload = loaded.workload
-    kind = generic_kind(path)
-    numbers: dict[str, FloatArray] = {}
-    labels: dict[str, list[str]] = {}
-    wanted = {"ttft_s": "number", "e2e_s": "number", "status": "label", "stage": "label",
-              "id": "number"}
-    line_of: Any = None
-    if kind == "parquet":
-        import pyarrow.parquet as pq
-
-        schema_names = pq.read_schema(path).names
-        file_columns = set(schema_names)
-        present = [c for c in wanted if names[c] in schema_names]
-        table = pq.read_table(path, columns=[names[c] for c in present])
-        for canon in present:
-            col = table.column(names[canon])
-            if wanted[canon] == "number":
-                try:
-                    numbers[canon] = np.asarray(col.to_numpy(zero_copy_only=False),
-                                                dtype=np.float64)
-                except (ValueError, TypeError):
-                    raise TraceError(path, "must be a number column", field=names[canon]) from None
-            else:
-                labels[canon] = ["" if v is None else str(v) for v in col.to_pylist()]
-        num_rows = table.num_rows
-    else:
-        facts = file_facts(path)
-        if kind == "jsonl":
-            try:
-                first = json.loads(facts.first_line)
-            except (ValueError, RecursionError) as exc:
-                raise ValueError(f"{path}: line 1: not a JSON object ({exc})") from None
-            if not isinstance(first, dict):
-                raise ValueError(f"{path}: line 1: not a JSON object")
-            present = [c for c in wanted if names[c] in first]
-            file_columns = set(first)
-            jcols = read_jsonl_columns(facts, {names[c]: wanted[c] for c in present},  # type: ignore[misc]
-                                       fmt="records", required=[])
-            numbers = {c: jcols.numbers[names[c]] for c in present if wanted[c] == "number"
-                       and names[c] in jcols.numbers}
-            lab = {c: jcols.labels[names[c]] for c in present if wanted[c] == "label"
-                   and names[c] in jcols.labels}
-            num_rows = jcols.num_rows
-            line_of = lambda row: line_of_row(path, row, header_lines=0)  # noqa: E731
-        else:
-            header = split_header(facts.first_line)
-            file_columns = set(header)
-            present = [c for c in wanted if names[c] in header]
-            ccols = read_csv_columns(facts, {names[c]: wanted[c] for c in present},  # type: ignore[misc]
-                                     fmt="records")
-            numbers = {c: ccols.numbers[names[c]] for c in present if wanted[c] == "number"}
-            lab = {c: ccols.labels[names[c]] for c in present if wanted[c] == "label"}
-            num_rows = ccols.num_rows
-            line_of = lambda row: line_of_row(path, row, header_lines=1)  # noqa: E731
-        for canon, (codes, values) in lab.items():
-            table_values = [*values, ""]
-            labels[canon] = [table_values[c] for c in codes.tolist()]
+    measured = _read_measurements(path, names)
+    numbers, line_of = measured.numbers, measured.line_of
     for canon in ("ttft_s", "e2e_s"):
         if canon not in numbers:
             raise TraceError(path, f"missing column {names[canon]!r} needed by the records "
                              "format (the measured time from arrival to the first token / to "
                              "the last token, in seconds)", line=1 if line_of else None,
                              field=names[canon])
-    # workload row -> file row
-    if "id" in numbers:
-        ids = numbers["id"]
+    rows = _file_rows(path, workload, numbers.get("id"), measured.num_rows)
+    ttft = numbers["ttft_s"][rows]
+    e2e = numbers["e2e_s"][rows]
+    _check_latencies(path, names, ttft, e2e, rows, line_of)
+    status_all = measured.labels.get("status")
+    status = (_normalise_status([status_all[r] for r in rows.tolist()]) if status_all is not None
+              else ["completed"] * len(rows))
+    stage_all = measured.labels.get("stage")
+    stage = ([stage_all[r] for r in rows.tolist()] if stage_all is not None
+             else [""] * len(rows))
+    counts = {"num_rows_read": loaded.report.rows_read}
+    for reason, count in loaded.report.dropped:
+        counts["num_dropped_" + reason.split(" (")[0].replace(" ", "_")] = count
+    notes = list(loaded.report.warnings)
+    if trace_cols.get("max_output_tokens", "max_output_tokens") not in measured.file_columns:
+        notes.append(max_tokens_note(None, max_output))
+    return build_recording(path, "records", workload, ttft=ttft, e2e=e2e, status=status, stage=stage,
+                  itl_mean=None, config={}, counts=counts, notes=notes)
+
+
+def _read_measurements(path: Path, names: Mapping[str, str]) -> _Measured:
+    """The measurement columns of a records file (``names``: canonical -> the file's name),
+    in whichever of Parquet, JSONL or CSV it is."""
+    kind = generic_kind(path)
+    if kind == "parquet":
+        return _parquet_measurements(path, names)
+    facts = file_facts(path)
+    if kind == "jsonl":
+        try:
+            first = json.loads(facts.first_line)
+        except (ValueError, RecursionError) as exc:
+            raise ValueError(f"{path}: line 1: not a JSON object ({exc})") from None
+        if not isinstance(first, dict):
+            raise ValueError(f"{path}: line 1: not a JSON object")
+        present = [c for c in _WANTED if names[c] in first]
+        file_columns = set(first)
+        jcols = read_jsonl_columns(facts, {names[c]: _WANTED[c] for c in present},  # type: ignore[misc]
+                                   fmt="records", required=[])
+        numbers = {c: jcols.numbers[names[c]] for c in present if _WANTED[c] == "number"
+                   and names[c] in jcols.numbers}
+        lab = {c: jcols.labels[names[c]] for c in present if _WANTED[c] == "label"
+               and names[c] in jcols.labels}
+        num_rows = jcols.num_rows
+        line_of = lambda row: line_of_row(path, row, header_lines=0)  # noqa: E731
+    else:
+        header = split_header(facts.first_line)
+        file_columns = set(header)
+        present = [c for c in _WANTED if names[c] in header]
+        ccols = read_csv_columns(facts, {names[c]: _WANTED[c] for c in present},  # type: ignore[misc]
+                                 fmt="records")
+        numbers = {c: ccols.numbers[names[c]] for c in present if _WANTED[c] == "number"}
+        lab = {c: ccols.labels[names[c]] for c in present if _WANTED[c] == "label"}
+        num_rows = ccols.num_rows
+        line_of = lambda row: line_of_row(path, row, header_lines=1)  # noqa: E731
+    labels: dict[str, list[str]] = {}
+    for canon, (codes, values) in lab.items():
+        table_values = [*values, ""]
+        labels[canon] = [table_values[c] for c in codes.tolist()]
+    return _Measured(numbers, labels, num_rows, file_columns, line_of)
+
+
+def _parquet_measurements(path: Path, names: Mapping[str, str]) -> _Measured:
+    """The measurement columns of a Parquet records file."""
+    import pyarrow.parquet as pq
+
+    numbers: dict[str, FloatArray] = {}
+    labels: dict[str, list[str]] = {}
+    schema_names = pq.read_schema(path).names
+    present = [c for c in _WANTED if names[c] in schema_names]
+    table = pq.read_table(path, columns=[names[c] for c in present])
+    for canon in present:
+        col = table.column(names[canon])
+        if _WANTED[canon] == "number":
+            try:
+                numbers[canon] = np.asarray(col.to_numpy(zero_copy_only=False),
+                                            dtype=np.float64)
+            except (ValueError, TypeError):
+                raise TraceError(path, "must be a number column", field=names[canon]) from None
+        else:
+            labels[canon] = ["" if v is None else str(v) for v in col.to_pylist()]
+    return _Measured(numbers, labels, table.num_rows, set(schema_names), None)
+
+
+def _file_rows(path: Path, workload: Workload, ids: FloatArray | None, num_rows: int
+               ) -> npt.NDArray[np.int64]:
+    """The file row of each workload row: by the ``id`` column when the file has one, else
+    the workload's request ids (row numbers)."""
+    if ids is not None:
         order = np.argsort(ids, kind="stable")
         pos = np.searchsorted(ids[order], workload.request_id.astype(np.float64))
         rows = order[np.clip(pos, 0, len(order) - 1)].astype(np.int64)
@@ -137,9 +187,13 @@ def read_records(path: Path, columns: Mapping[str, str], default_tier: str,
         rows = workload.request_id.astype(np.int64)
     if len(rows) and int(rows.max()) >= num_rows:
         raise TraceError(path, "the measurement columns have fewer rows than the trace columns")
-    ttft = numbers["ttft_s"][rows]
-    e2e = numbers["e2e_s"][rows]
-    file_rows = rows
+    return rows
+
+
+def _check_latencies(path: Path, names: Mapping[str, str], ttft: FloatArray, e2e: FloatArray,
+                     file_rows: npt.NDArray[np.int64], line_of: Any) -> None:
+    """Refuse a bad measured time, or an end-to-end latency below the TTFT, naming its line
+    (its row in Parquet)."""
     for canon, times in (("ttft_s", ttft), ("e2e_s", e2e)):
         check_times(path, names[canon], times, file_rows, line_of)
     bad = np.isfinite(ttft) & np.isfinite(e2e) & (e2e < ttft)
@@ -149,20 +203,6 @@ def read_records(path: Path, columns: Mapping[str, str], default_tier: str,
         if line_of is not None:
             raise TraceError(path, problem, line=line_of(int(file_rows[i])), field=names["e2e_s"])
         raise TraceError(path, problem, row=int(file_rows[i]), field=names["e2e_s"])
-    status_all = labels.get("status")
-    status = (_normalise_status([status_all[r] for r in rows.tolist()]) if status_all is not None
-              else ["completed"] * len(rows))
-    stage_all = labels.get("stage")
-    stage = ([stage_all[r] for r in rows.tolist()] if stage_all is not None
-             else [""] * len(rows))
-    counts = {"num_rows_read": loaded.report.rows_read}
-    for reason, count in loaded.report.dropped:
-        counts["num_dropped_" + reason.split(" (")[0].replace(" ", "_")] = count
-    notes = list(loaded.report.warnings)
-    if trace_cols.get("max_output_tokens", "max_output_tokens") not in file_columns:
-        notes.append(max_tokens_note(None, max_output))
-    return build_recording(path, "records", workload, ttft=ttft, e2e=e2e, status=status, stage=stage,
-                  itl_mean=None, config={}, counts=counts, notes=notes)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -177,21 +177,8 @@ def read_csv_columns(
 
     path = facts.path
     header = list(names) if names is not None else split_header(facts.first_line)
-    if names is None:
-        if not header or all(not h for h in header):
-            raise TraceError(path, "has no header line", line=1)
-        dupes = sorted({h for h in header if header.count(h) > 1})
-        if dupes:
-            raise TraceError(path, f"header repeats column {dupes[0]!r}", line=1, field=dupes[0])
-    for name in kinds:
-        if name not in header:
-            shown = ", ".join(header) or "nothing"
-            if len(shown) > 120:
-                shown = shown[:117] + "..."
-            role = ("named as the tier column" if name == tier_column
-                    else f"needed by the {fmt} format")
-            raise TraceError(path, f"missing column {name!r} {role} (the header has: {shown})",
-                             line=1, field=name)
+    _check_header(path, header, kinds, fmt=fmt, own_header=names is None,
+                  tier_column=tier_column)
     skipped: list[str] = []
     last_text = facts.last_line
 
@@ -223,10 +210,7 @@ def read_csv_columns(
         if undecodable:
             raise _not_utf8(path, undecodable) from None
         if invalid:
-            expected, actual, text = invalid[0]
-            line = line_of_text(path, text, start_line=header_lines + 1)
-            raise TraceError(path, f"expected {expected} fields, got {actual}",
-                             line=line) from None
+            raise _field_count_error(path, invalid[0], header_lines) from None
         if "conversion error" not in str(exc) and "CSV parse error" not in str(exc):
             raise TraceError(path, f"cannot be read as CSV: {exc}") from None
         return _slow_path(facts, kinds, header, header_lines=header_lines)
@@ -245,10 +229,85 @@ def read_csv_columns(
     return out
 
 
+def _check_header(path: Path, header: Sequence[str], kinds: Mapping[str, Kind], *, fmt: str,
+                  own_header: bool, tier_column: str | None) -> None:
+    """Refuse a file whose own header (``own_header``) is empty or repeats a column, or whose
+    columns lack one of ``kinds``."""
+    if own_header:
+        if not header or all(not h for h in header):
+            raise TraceError(path, "has no header line", line=1)
+        dupes = sorted({h for h in header if header.count(h) > 1})
+        if dupes:
+            raise TraceError(path, f"header repeats column {dupes[0]!r}", line=1, field=dupes[0])
+    for name in kinds:
+        if name not in header:
+            shown = ", ".join(header) or "nothing"
+            if len(shown) > 120:
+                shown = shown[:117] + "..."
+            role = ("named as the tier column" if name == tier_column
+                    else f"needed by the {fmt} format")
+            raise TraceError(path, f"missing column {name!r} {role} (the header has: {shown})",
+                             line=1, field=name)
+
+
+def _field_count_error(path: Path, invalid: tuple[int, int, str], header_lines: int
+                       ) -> TraceError:
+    """The error of a line with the wrong number of fields (``invalid``: expected, actual,
+    the line's text), naming its line."""
+    expected, actual, text = invalid
+    line = line_of_text(path, text, start_line=header_lines + 1)
+    return TraceError(path, f"expected {expected} fields, got {actual}", line=line)
+
+
 def _slow_path(facts: FileFacts, kinds: Mapping[str, Kind], header: Sequence[str], *,
                header_lines: int) -> CsvColumns:
     """Re-read as strings to find the first unparseable value; drop it if it is a truncated
     last line, else raise with its line."""
+    path = facts.path
+    table, dropped_last = _read_strings(facts, kinds, header, header_lines=header_lines)
+    import pandas as pd  # only CSV conversion needs it: JSONL and Parquet start faster
+
+    n = table.num_rows
+    converted: dict[str, pd.Series[Any]] = {}
+    first_bad: tuple[int, str, str] | None = None
+    tz_note = None
+    for name, kind in kinds.items():
+        raw = table.column(name).to_pandas()
+        if kind == "label":
+            continue
+        if kind == "number":
+            conv = pd.to_numeric(raw, errors="coerce")
+        else:
+            conv = pd.to_datetime(raw, format="ISO8601", utc=True, errors="coerce")
+            aware = raw.dropna().astype(str).str.contains(_OFFSET, regex=True)
+            if aware.any() and not aware.all():
+                tz_note = (f"column {name!r} mixes timestamps with and without a zone offset;"
+                           " those without were taken as UTC")
+        bad = conv.isna() & raw.notna()
+        if bad.any():
+            row = int(np.argmax(bad.to_numpy()))
+            if first_bad is None or row < first_bad[0]:
+                first_bad = (row, name, str(raw.iloc[row]))
+        converted[name] = conv
+    keep = n
+    if first_bad is not None:
+        row, name, value = first_bad
+        if row == n - 1 and facts.unterminated and not dropped_last:
+            keep, dropped_last = n - 1, True
+        else:
+            what = "a number" if kinds[name] == "number" else "a timestamp"
+            raise TraceError(path, f"not {what}: {value!r}",
+                             line=line_of_row(path, row, header_lines=header_lines), field=name)
+    out = CsvColumns(num_rows=keep, dropped_last=dropped_last, tz_note=tz_note)
+    _fill_converted(out, table, converted, kinds, keep)
+    return out
+
+
+def _read_strings(facts: FileFacts, kinds: Mapping[str, Kind], header: Sequence[str], *,
+                  header_lines: int) -> tuple[pa.Table, bool]:
+    """The columns ``kinds`` of the CSV file as strings, and whether a truncated last line
+    was skipped; a line with the wrong number of fields, bytes that are not UTF-8 or a file
+    pyarrow cannot read raise with the line."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
@@ -284,46 +343,15 @@ def _slow_path(facts: FileFacts, kinds: Mapping[str, Kind], header: Sequence[str
         if undecodable:
             raise _not_utf8(path, undecodable) from None
         if invalid:
-            expected, actual, text = invalid[0]
-            line = line_of_text(path, text, start_line=header_lines + 1)
-            raise TraceError(path, f"expected {expected} fields, got {actual}",
-                             line=line) from None
+            raise _field_count_error(path, invalid[0], header_lines) from None
         raise TraceError(path, f"cannot be read as CSV: {exc}") from None
-    import pandas as pd  # only CSV conversion needs it: JSONL and Parquet start faster
+    return table, bool(skipped)
 
-    n = table.num_rows
-    converted: dict[str, pd.Series[Any]] = {}
-    first_bad: tuple[int, str, str] | None = None
-    tz_note = None
-    for name, kind in kinds.items():
-        raw = table.column(name).to_pandas()
-        if kind == "label":
-            continue
-        if kind == "number":
-            conv = pd.to_numeric(raw, errors="coerce")
-        else:
-            conv = pd.to_datetime(raw, format="ISO8601", utc=True, errors="coerce")
-            aware = raw.dropna().astype(str).str.contains(_OFFSET, regex=True)
-            if aware.any() and not aware.all():
-                tz_note = (f"column {name!r} mixes timestamps with and without a zone offset;"
-                           " those without were taken as UTC")
-        bad = conv.isna() & raw.notna()
-        if bad.any():
-            row = int(np.argmax(bad.to_numpy()))
-            if first_bad is None or row < first_bad[0]:
-                first_bad = (row, name, str(raw.iloc[row]))
-        converted[name] = conv
-    keep = n
-    dropped_last = bool(skipped)
-    if first_bad is not None:
-        row, name, value = first_bad
-        if row == n - 1 and facts.unterminated and not dropped_last:
-            keep, dropped_last = n - 1, True
-        else:
-            what = "a number" if kinds[name] == "number" else "a timestamp"
-            raise TraceError(path, f"not {what}: {value!r}",
-                             line=line_of_row(path, row, header_lines=header_lines), field=name)
-    out = CsvColumns(num_rows=keep, dropped_last=dropped_last, tz_note=tz_note)
+
+def _fill_converted(out: CsvColumns, table: pa.Table, converted: Mapping[str, Any],
+                    kinds: Mapping[str, Kind], keep: int) -> None:
+    """Put the first ``keep`` rows of each converted column into ``out``: labels coded,
+    numbers as float64 (NaN: missing), timestamps as ns since the earliest one."""
     for name, kind in kinds.items():
         if kind == "label":
             out.labels[name] = _categorical(table.column(name).slice(0, keep))
@@ -338,7 +366,6 @@ def _slow_path(facts: FileFacts, kinds: Mapping[str, Kind], header: Sequence[str
             if (~missing).any():
                 ns[~missing] = (ints[~missing] - ints[~missing].min()).astype(np.float64)
             out.timestamps_ns[name] = ns
-    return out
 
 
 def read_without_last_line(facts: FileFacts) -> io.BytesIO:

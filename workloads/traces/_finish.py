@@ -444,17 +444,43 @@ def finish(raw: RawTrace, options: TraceOptions, streams: Streams) -> LoadedTrac
         raise TraceError(raw.path, "has arrival times: an arrival process (--arrival) applies "
                          "to length-only tables; drop it", field="arrival")
     if raw.arrival is None:
-        process = options.arrival
-        if process is None:
-            process = PoissonArrivals(1.0)
-            raw.warnings.append("the file has no arrival times: Poisson arrivals at 1 req/s "
-                                "were drawn (choose another process with the arrival option)")
-        arrival_all = np.zeros(n_parsed)
-        arrival_all[index] = process.sample(streams.arrival, num_requests=n)
-        raw.arrival = arrival_all
+        _draw_arrivals(raw, options, streams, index, n_parsed)
+    rows = _kept_rows(raw, index)
+    raw.prompt = raw.output = np.zeros(0)  # let the float copies go
+
+    _rebase(rows, raw, timed)
+    if timed:
+        rows = _sorted_by_arrival(rows, raw)
+    if options.spread_s is not None and timed:
+        _spread(rows, options.spread_s)
+    if options.window is not None:
+        rows = _windowed(rows, raw, options.window)
+    if options.rate_scale != 1.0:
+        _rate_scale(rows, raw, options.rate_scale)
+    rows = _sampled(rows, raw, options, streams)
+    return _loaded(rows, raw, options, streams, timed)
+
+
+def _draw_arrivals(raw: RawTrace, options: TraceOptions, streams: Streams, index: IntArray,
+                   n_parsed: int) -> None:
+    """Give a length-only table's kept rows arrival times from the arrival process (Poisson at
+    1 req/s, with a warning, when none was chosen)."""
+    process = options.arrival
+    if process is None:
+        process = PoissonArrivals(1.0)
+        raw.warnings.append("the file has no arrival times: Poisson arrivals at 1 req/s "
+                            "were drawn (choose another process with the arrival option)")
+    arrival_all = np.zeros(n_parsed)
+    arrival_all[index] = process.sample(streams.arrival, num_requests=len(index))
+    raw.arrival = arrival_all
+
+
+def _kept_rows(raw: RawTrace, index: IntArray) -> _Rows:
+    """Rows ``index`` of the loader's columns, as integer columns (ids: the file's, else the
+    row numbers)."""
     n_rows = len(raw.prompt)
     has_ids = raw.request_id is not None
-    rows = _Rows(
+    return _Rows(
         arrival=np.asarray(raw.arrival, dtype=np.float64),
         prompt=raw.prompt.astype(np.int64),
         output=raw.output.astype(np.int64),
@@ -468,8 +494,11 @@ def finish(raw: RawTrace, options: TraceOptions, streams: Streams) -> LoadedTrac
         tiers=raw.tiers,
         prefix=raw.prefix,
     ).take(index)
-    raw.prompt = raw.output = np.zeros(0)  # let the float copies go
 
+
+def _rebase(rows: _Rows, raw: RawTrace, timed: bool) -> None:
+    """Move wall-clock arrivals so the first is at 0 (with a note when the loader did not say
+    they were wall-clock times); refuse a timed trace spanning over :data:`MAX_SPAN_S`."""
     if raw.absolute_clock:
         rows.shift(float(rows.arrival.min()))
     elif timed and rows.arrival.size and float(rows.arrival.min()) >= ABSOLUTE_CLOCK_S:
@@ -486,44 +515,54 @@ def finish(raw: RawTrace, options: TraceOptions, streams: Streams) -> LoadedTrac
                          f"the trace spans {span:.3g} s (over {MAX_SPAN_S / YEAR_S:.0f} years), "
                          "beyond any recorded deployment: are the times in seconds?")
 
+
+def _sorted_by_arrival(rows: _Rows, raw: RawTrace) -> _Rows:
+    """``rows`` in arrival order (stable), with a warning naming the first row out of order."""
     gaps = np.diff(rows.arrival)
-    if timed and gaps.size and bool((gaps < 0).any()):
-        first = int(np.argmax(gaps < 0)) + 1
-        order = np.argsort(rows.arrival, kind="stable")
-        moved = int((order != np.arange(len(order))).sum())
-        first_row = int(rows.file_rows[first])
-        where = f"line {raw.line_of(first_row)}" if raw.line_of else f"row {first_row}"
-        raw.warnings.append(f"timestamps are not in order (first at {where}): {moved} rows "
-                            "were sorted by arrival time (stable)")
-        rows = rows.take(order)
-    del gaps
+    if not (gaps.size and bool((gaps < 0).any())):
+        return rows
+    first = int(np.argmax(gaps < 0)) + 1
+    order = np.argsort(rows.arrival, kind="stable")
+    moved = int((order != np.arange(len(order))).sum())
+    first_row = int(rows.file_rows[first])
+    where = f"line {raw.line_of(first_row)}" if raw.line_of else f"row {first_row}"
+    raw.warnings.append(f"timestamps are not in order (first at {where}): {moved} rows "
+                        "were sorted by arrival time (stable)")
+    return rows.take(order)
 
-    if options.spread_s is not None and timed:
-        _spread(rows, options.spread_s)
 
-    if options.window is not None:
-        start, end = options.window
-        upper = np.inf if end is None else end
-        inside = np.flatnonzero((rows.arrival >= start) & (rows.arrival < upper))
-        if inside.size == 0:
-            span = float(rows.arrival[-1]) if len(rows.arrival) else 0.0
-            raise TraceError(raw.path, f"the window [{start:g}, {upper:g}) s holds no requests "
-                             f"(the trace spans 0 to {span:.1f} s)", field="window")
-        rows = rows.take(inside)
-        if start:
-            rows.shift(start)
+def _windowed(rows: _Rows, raw: RawTrace, window: tuple[float, float | None]) -> _Rows:
+    """The rows arriving in ``[start, end)``, moved so the window starts at 0."""
+    start, end = window
+    upper = np.inf if end is None else end
+    inside = np.flatnonzero((rows.arrival >= start) & (rows.arrival < upper))
+    if inside.size == 0:
+        span = float(rows.arrival[-1]) if len(rows.arrival) else 0.0
+        raise TraceError(raw.path, f"the window [{start:g}, {upper:g}) s holds no requests "
+                         f"(the trace spans 0 to {span:.1f} s)", field="window")
+    rows = rows.take(inside)
+    if start:
+        rows.shift(start)
+    return rows
 
-    if options.rate_scale != 1.0:
-        wait = None if rows.deadline is None else rows.deadline - rows.arrival
-        rows.arrival = rows.arrival / options.rate_scale
-        if wait is not None:
-            rows.deadline = rows.arrival + wait
-        span = float(rows.arrival.max() - rows.arrival.min()) if rows.arrival.size else 0.0
-        if not span <= MAX_SPAN_S:
-            raise TraceError(raw.path, f"rate_scale {options.rate_scale:g} stretches the trace "
-                             f"to {span:.3g} s (over {MAX_SPAN_S / YEAR_S:.0f} years), beyond "
-                             "any recorded deployment", field="rate_scale")
 
+def _rate_scale(rows: _Rows, raw: RawTrace, rate_scale: float) -> None:
+    """Divide the arrival times by ``rate_scale`` (deadlines keep their wait); refuse a trace
+    stretched over :data:`MAX_SPAN_S`."""
+    wait = None if rows.deadline is None else rows.deadline - rows.arrival
+    rows.arrival = rows.arrival / rate_scale
+    if wait is not None:
+        rows.deadline = rows.arrival + wait
+    span = float(rows.arrival.max() - rows.arrival.min()) if rows.arrival.size else 0.0
+    if not span <= MAX_SPAN_S:
+        raise TraceError(raw.path, f"rate_scale {rate_scale:g} stretches the trace "
+                         f"to {span:.3g} s (over {MAX_SPAN_S / YEAR_S:.0f} years), beyond "
+                         "any recorded deployment", field="rate_scale")
+
+
+def _sampled(rows: _Rows, raw: RawTrace, options: TraceOptions, streams: Streams) -> _Rows:
+    """The sample the options ask for (a count or a fraction, without replacement, in order),
+    or all rows."""
     total = len(rows.arrival)
     k = None
     if options.sample_count is not None:
@@ -535,7 +574,13 @@ def finish(raw: RawTrace, options: TraceOptions, streams: Streams) -> LoadedTrac
         k = max(1, round(options.sample_fraction * total))
     if k is not None and k < total:
         rows = rows.take(np.sort(streams.sample.choice(total, size=k, replace=False)))
+    return rows
 
+
+def _loaded(rows: _Rows, raw: RawTrace, options: TraceOptions, streams: Streams,
+            timed: bool) -> LoadedTrace:
+    """The workload of the final rows (tiers assigned, the max-output rule applied) and the
+    load's report."""
     tier_codes, tier_names = _assign_tiers(rows, options, raw, streams)
     max_out, output = _apply_max_output(rows, tier_codes, tier_names, options)
     hashes, offsets = (None, None) if rows.prefix is None else rows.prefix
