@@ -32,16 +32,14 @@ __all__ = ["SPEED_UP_INTERFACE", "Engine", "EngineHooks", "FloatArray", "IntArra
 
 SPEED_UP_INTERFACE = frozenset({
     # how a step runs, overridden: the running requests kept as a decode group, its runs
-    "_step", "_commit_running_decode", "_now_decoding", "_abort_now", "_work_changed",
-    # the step's parts, reused: the waiting loop and the invariants, the step's end and log,
-    # the commit of a decode step, aborts and finishes
-    "_schedule_waiting", "_check_schedule", "_tail_step_seconds", "_account_step", "_wait",
-    "_commit_step", "_commit_decode_step", "_apply_aborts", "_finish",
+    "_step", "_now_decoding", "_abort_now", "_work_changed",
+    # the step's parts, reused: the waiting loop and the invariants, the step's time, end and
+    # log, aborts
+    "_schedule_waiting", "_check_schedule", "_step_seconds", "_account_step", "_wait",
+    "_apply_aborts",
     # the step's state: as scheduled (``_fast``, ``_tail``, ``_step_extra_s``,
-    # ``_hol_blocked``), being committed (``_steps_rows``), the running set's
-    # (``_all_decode``, ``_synced``), the loop's (``_busy``, ``_aborts``)
-    "_fast", "_tail", "_step_extra_s", "_hol_blocked", "_steps_rows", "_all_decode", "_synced",
-    "_busy", "_aborts",
+    # ``_hol_blocked``), being committed (``_steps_rows``), the loop's (``_busy``, ``_aborts``)
+    "_fast", "_tail", "_step_extra_s", "_hol_blocked", "_steps_rows", "_busy", "_aborts",
 })
 """What of :class:`Engine`'s and :class:`~kvbudget.simulator.scheduler.Scheduler`'s own a
 speed-up (:class:`kvbudget.simulator.fast_decode.SkipAheadEngine`, the one subclass that changes
@@ -98,7 +96,7 @@ class Engine(Scheduler):
     # --- the executor interface (kvbudget.simulator.serving.ServingEngine) ------------------
     def add_request(self, i: int) -> None:
         """Queue row ``i`` as a fresh request (its prompt only; nothing computed)."""
-        if self._in_engine.item(i):
+        if self.in_engine.item(i):
             # re-admitted while its abort waits for the step boundary: add it after the abort
             self._deferred_adds.append(i)
             return
@@ -107,7 +105,7 @@ class Engine(Scheduler):
         self.num_output_tokens[i] = 0
         self.kv.num_blocks[i] = 0
         self.segments.reset(i)
-        self._in_engine[i] = True
+        self.in_engine[i] = True
         self.waiting.add_request(i)
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
@@ -119,7 +117,7 @@ class Engine(Scheduler):
         processes aborts between steps; at once when the engine is idle. A row re-admitted
         while its abort waits (``add_request``) and aborted again stays out: the re-admission
         is dropped."""
-        if not self._in_engine.item(i):
+        if not self.in_engine.item(i):
             return
         if self._deferred_adds and i in self._deferred_adds:
             self._deferred_adds.remove(i)  # its first abort is pending still

@@ -33,6 +33,7 @@ from simpy.events import Timeout
 from kvbudget.simulator.decode_plan import GROUP_SMALL_K, DecodeRunPlanner, Floats, Ints
 from kvbudget.simulator.engine import Engine, IntArray
 from kvbudget.simulator.small_arrays import isum
+from kvbudget.simulator.step_cost import tail_features
 
 __all__ = ["DecodeGroup", "SkipAheadEngine"]
 
@@ -261,7 +262,8 @@ class SkipAheadEngine(Engine):
         """A step whose running loop is the group's (every member gets its token and block):
         :meth:`_group_iteration`; any other step dissolves the group first."""
         g = self._group
-        if g is None and self._all_decode and self._synced and self.running and self.decode_group:
+        if (g is None and self.commit.all_decode and self.commit.synced and self.running
+                and self.decode_group):
             # (members get a token every group step, so each must have had last step's)
             self._group_form()
             g = self._group
@@ -283,7 +285,7 @@ class SkipAheadEngine(Engine):
         self._fast = None
         self._tail = None
         n = g.size
-        if not (self._all_decode and n == len(self.running) and n <= budget):
+        if not (self.commit.all_decode and n == len(self.running) and n <= budget):
             return False
         if g.wake:
             self._group_wake(g)
@@ -332,7 +334,8 @@ class SkipAheadEngine(Engine):
             if run is not None:
                 run = self._span_keep(run, t_ext, until)
         else:
-            dt = self._tail_step_seconds(n, n + g.context, tail)
+            dt = self._step_seconds(tail_features(n, n + g.context, tail, self.num_computed_tokens,
+                                                  self.num_tokens, self.num_output_tokens))
         k = yield from self._wait_run(dt, run, reserved, counts)
         self._steps_rows = None  # for scheduled_with_output: the group's step
         self._steps_group = (n, tail)
@@ -345,7 +348,7 @@ class SkipAheadEngine(Engine):
             taken = int(run[1][k - 1] - run[1][0]) if run is not None else 0
             self._group_commit_run(g, k, taken, k >= to_finish)
         else:
-            self._commit_decode_step(n + len(tail))
+            self.commit.decode_step(n, tail, self._group_advance(g, 1, True))
 
     def _group_abort(self, g: DecodeGroup, k: int, run: Run | None,
                      tail: list[tuple[int, int]]) -> None:
@@ -365,13 +368,7 @@ class SkipAheadEngine(Engine):
         aborted = self._apply_aborts()
         self._on_steps(False, 1)
         new = np.array([1] * n + [n_new for _, n_new in tail], np.int64)
-        self._commit_step(rows, new, aborted)
-
-    def _commit_running_decode(self) -> list[int]:
-        g = self._group  # a step of the group's (any other step dissolves it first)
-        if g is None:
-            return super()._commit_running_decode()
-        return self._group_advance(g, 1, True)
+        self.commit.rows(rows, new, aborted)
 
     def _group_advance(self, g: DecodeGroup, k: int, finishes: bool) -> list[int]:
         """``k`` decode steps of the group committed (their blocks taken already); returns the
@@ -390,7 +387,7 @@ class SkipAheadEngine(Engine):
             self.kv.take(extra)
         done = self._group_advance(g, k, finishes)
         if done:
-            self._finish(done)
+            self.commit.finish(done)
 
     # --- decode runs ----------------------------------------------------------------------------
     def _planned_run(

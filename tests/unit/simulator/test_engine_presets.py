@@ -213,7 +213,7 @@ def test_sglang_retract_decode_frees_fewest_outputs_then_longest_prompt_first() 
     assert isinstance(eng, SglangEngine)
     eng.add_request(3)  # waiting already
     for i in (0, 1, 2):  # running, holding prompt + output tokens
-        eng._in_engine[i] = True
+        eng.in_engine[i] = True
         eng.num_output_tokens[i] = out[i]
         eng.num_tokens[i] = prompt[i] + out[i]
         eng.num_computed_tokens[i] = prompt[i] + out[i]
