@@ -22,13 +22,14 @@ from simpy.events import Timeout
 
 from kvbudget.perf.cost_model import CostModel
 from kvbudget.simulator.engine_config import EngineConfig
-from kvbudget.simulator.scheduler import EngineHooks, Scheduler
+from kvbudget.simulator.scheduler import EngineHooks, RequestColumns, Scheduler
 from kvbudget.simulator.serving import FloatArray, IntArray, RequestFigures
 from kvbudget.simulator.step_log import StepLog
 from kvbudget.simulator.timeline import TimelineRow
 from kvbudget.simulator.token_segments import TokenGaps
 
-__all__ = ["SPEED_UP_INTERFACE", "Engine", "EngineHooks", "FloatArray", "IntArray", "TokenGaps"]
+__all__ = ["SPEED_UP_INTERFACE", "Engine", "EngineHooks", "FloatArray", "IntArray", "RequestColumns",
+           "TokenGaps"]
 
 SPEED_UP_INTERFACE = frozenset({
     # how a step runs, overridden: the running requests kept as a decode group, its runs
@@ -59,31 +60,12 @@ class Engine(Scheduler):
     # called with the engine before every step when set (tests check invariants there)
     step_observer: ClassVar[Callable[[Engine], None] | None] = None
 
-    def __init__(
-        self,
-        env: simpy.Environment,
-        config: EngineConfig,
-        cost_model: CostModel,
-        *,
-        num_gpu_blocks: int,
-        prompt_tokens: IntArray,
-        output_tokens: IntArray,
-        priority: IntArray,
-        arrival_s: FloatArray,
-        hooks: EngineHooks,
-        timeline_period_s: float = 1.0,
-        max_output_tokens: IntArray | None = None,
-        prefix_hashes: IntArray | None = None,
-        prefix_offsets: IntArray | None = None,
-        prefix_block_tokens: int = 512,
-    ) -> None:
+    def __init__(self, env: simpy.Environment, config: EngineConfig, cost_model: CostModel,
+                 columns: RequestColumns, *, num_gpu_blocks: int, hooks: EngineHooks,
+                 timeline_period_s: float = 1.0) -> None:
         if not 0 < timeline_period_s < float("inf"):
             raise ValueError(f"timeline_period_s must be > 0 and finite, got {timeline_period_s!r}")
-        super().__init__(
-            config, cost_model, num_gpu_blocks=num_gpu_blocks, prompt_tokens=prompt_tokens,
-            output_tokens=output_tokens, priority=priority, arrival_s=arrival_s, hooks=hooks,
-            max_output_tokens=max_output_tokens, prefix_hashes=prefix_hashes,
-            prefix_offsets=prefix_offsets, prefix_block_tokens=prefix_block_tokens)
+        super().__init__(config, cost_model, columns, num_gpu_blocks=num_gpu_blocks, hooks=hooks)
         self.env = env
         # the steps' log: timeline samples, exact time integrals, step ends
         self.log = StepLog(timeline_period_s, self.capacity_tokens, self.block_size)
@@ -206,11 +188,10 @@ class Engine(Scheduler):
         everyone's. Not with prefix caching (its arrays are the workload's)."""
         assert self.kv.prefix is None and type(self).rows_grow
         cap = len(columns["prompt_tokens"])
-        self._set_columns(np.asarray(columns["prompt_tokens"], np.int64),
-                          np.asarray(columns["output_tokens"], np.int64),
-                          np.asarray(columns["max_output_tokens"], np.int64),
-                          np.asarray(columns["priority"], np.int64),
-                          np.asarray(columns["arrival_s"], np.float64))
+        prompt, output, priority, most = (np.asarray(columns[k], np.int64) for k in (
+            "prompt_tokens", "output_tokens", "priority", "max_output_tokens"))
+        self._set_columns(RequestColumns(prompt, output, priority,
+                                         np.asarray(columns["arrival_s"], np.float64), most))
         for name, array in self.rows.grow(cap).items():
             setattr(self, name, array)
         self.segments.grow(cap)

@@ -45,7 +45,7 @@ from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.kv_blocks import KVBlocks
 from kvbudget.simulator.prefix_cache import PrefixCaching
 from kvbudget.simulator.request_queue import make_request_queue
-from kvbudget.simulator.request_rows import RowArrays
+from kvbudget.simulator.request_rows import RequestColumns, RowArrays
 from kvbudget.simulator.running_loop import RunningArray, RunningPrefix, budget_prefix
 from kvbudget.simulator.serving import FloatArray, IntArray
 from kvbudget.simulator.small_arrays import isum
@@ -53,7 +53,7 @@ from kvbudget.simulator.step_commit import StepCommit
 from kvbudget.simulator.step_cost import rows_features, tail_features
 from kvbudget.simulator.token_segments import TokenSegments
 
-__all__ = ["EngineHooks", "FloatArray", "IntArray", "Scheduler"]
+__all__ = ["EngineHooks", "FloatArray", "IntArray", "RequestColumns", "Scheduler"]
 
 
 @dataclass(slots=True)
@@ -123,28 +123,14 @@ class Scheduler:
     # arrays of its own registers them in rows, or says False)
     rows_grow: ClassVar[bool] = True
 
-    def __init__(
-        self,
-        config: EngineConfig,
-        cost_model: CostModel,
-        *,
-        num_gpu_blocks: int,
-        prompt_tokens: IntArray,
-        output_tokens: IntArray,
-        priority: IntArray,
-        arrival_s: FloatArray,
-        hooks: EngineHooks,
-        max_output_tokens: IntArray | None = None,
-        prefix_hashes: IntArray | None = None,
-        prefix_offsets: IntArray | None = None,
-        prefix_block_tokens: int = 512,
-    ) -> None:
+    def __init__(self, config: EngineConfig, cost_model: CostModel, columns: RequestColumns, *,
+                 num_gpu_blocks: int, hooks: EngineHooks) -> None:
         self.config = config
         self.cost = cost_model
         self.hooks = hooks
         self._set_limits(config, num_gpu_blocks)
-        self._set_columns(prompt_tokens, output_tokens, max_output_tokens, priority, arrival_s)
-        n = len(prompt_tokens)
+        self._set_columns(columns)
+        n = len(columns.prompt_tokens)
         # per-request state (vLLM names), each with the value a new row starts with
         self.rows = rows = RowArrays()
         self.num_tokens = rows.add("num_tokens", np.zeros(n, np.int64), 0)
@@ -168,7 +154,7 @@ class Scheduler:
         # running request, all decoding (or none)
         self._tail: list[tuple[int, int]] | None = None
         self._prior_synced = False  # ``commit.synced`` as this step was scheduled (before starts)
-        self.waiting = make_request_queue(config.scheduling_policy, self.priority, arrival_s)
+        self.waiting = make_request_queue(config.scheduling_policy, self.priority, self.arrival_s)
         self.in_engine = rows.add("in_engine", np.zeros(n, np.bool_), 0)
         self._step_extra_s = 0.0  # seconds a hook adds to the current step (swap transfers)
         self._hol_blocked = False  # this step's waiting head was refused for lack of KV
@@ -176,9 +162,9 @@ class Scheduler:
         # the KV blocks, shared between prompt prefixes with equal hashes with automatic
         # prefix caching (vLLM --enable-prefix-caching) over the workload's hashes
         prefix = None
-        if config.enable_prefix_caching and prefix_hashes is not None:
-            prefix = PrefixCaching(config.block_size, prompt_tokens, prefix_hashes,
-                                   prefix_offsets, prefix_block_tokens)
+        if config.enable_prefix_caching and columns.prefix_hashes is not None:
+            prefix = PrefixCaching(config.block_size, columns.prompt_tokens, columns.prefix_hashes,
+                                   columns.prefix_offsets, columns.prefix_block_tokens)
         self.kv = KVBlocks(num_gpu_blocks, config.block_size, n, prefix)
         self._steps_rows: IntArray | None = None  # the rows of the steps being committed
         self.t = 0.0  # when the last step ended
@@ -213,22 +199,15 @@ class Scheduler:
         self.watermark_blocks = int(config.watermark * num_gpu_blocks)
         self._admit_blocks = num_gpu_blocks - self.watermark_blocks
 
-    def _set_columns(self, prompt_tokens: IntArray, output_tokens: IntArray,
-                     max_output_tokens: IntArray | None, priority: IntArray,
-                     arrival_s: FloatArray) -> None:
+    def _set_columns(self, columns: RequestColumns) -> None:
         """The per-request columns the engine reads (the workload's, or a replica's rows)."""
-        if max_output_tokens is not None and bool(np.any(output_tokens > max_output_tokens)):
-            # a request never generates more than it declared (workloads check it): the
-            # worst-case reservations of TGI and TensorRT-LLM rely on it
-            k = int(np.argmax(output_tokens > max_output_tokens))
-            raise ValueError(f"request {k}: output_tokens {int(output_tokens[k])} exceeds "
-                             f"max_output_tokens {int(max_output_tokens[k])}")
-        self.prompt_tokens = prompt_tokens
-        self.target_output = output_tokens
-        self.priority = (priority if self.config.scheduling_policy == "priority"
-                         else np.zeros(len(prompt_tokens), np.int64))
-        self.arrival_s = arrival_s
-        self.max_output_tokens = output_tokens if max_output_tokens is None else max_output_tokens
+        self.prompt_tokens = columns.prompt_tokens
+        self.target_output = out = columns.output_tokens
+        self.priority = (columns.priority if self.config.scheduling_policy == "priority"
+                         else np.zeros(len(out), np.int64))
+        self.arrival_s = columns.arrival_s
+        most = columns.max_output_tokens
+        self.max_output_tokens = out if most is None else most
 
     # --- what hooks may use ----------------------------------------------------------------
     def running_rows(self) -> IntArray:
