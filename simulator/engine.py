@@ -38,9 +38,9 @@ SPEED_UP_INTERFACE = frozenset({
     # log, aborts
     "_schedule_waiting", "_check_schedule", "_step_seconds", "_account_step", "_wait",
     "_apply_aborts",
-    # the step's state: as scheduled (``_fast``, ``_tail``, ``_step_extra_s``,
-    # ``_hol_blocked``), being committed (``_steps_rows``), the loop's (``_busy``, ``_aborts``)
-    "_fast", "_tail", "_step_extra_s", "_hol_blocked", "_steps_rows", "_busy", "_aborts",
+    # the step's state: as scheduled (``_step_extra_s``, ``_hol_blocked``), being committed
+    # (``_steps_rows``), the loop's (``_busy``, ``_aborts``)
+    "_step_extra_s", "_hol_blocked", "_steps_rows", "_busy", "_aborts",
 })
 """What of :class:`Engine`'s and :class:`~kvbudget.simulator.scheduler.Scheduler`'s own a
 speed-up (:class:`kvbudget.simulator.fast_decode.SkipAheadEngine`, the one subclass that changes
@@ -249,7 +249,7 @@ class Engine(Scheduler):
         aborted = self._apply_aborts() if self._aborts else []
         self._steps_rows = rows
         self._on_steps(preempted, 1)
-        self._commit_step(rows, new, aborted)
+        self.commit.rows(rows, new, aborted)
 
     def _account_step(self, dt: float, reserved: int, counts: tuple[int, int]) -> float:
         """A single step of ``dt`` seconds from now, logged (its KV and head-of-line terms and

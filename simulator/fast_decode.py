@@ -269,44 +269,41 @@ class SkipAheadEngine(Engine):
             g = self._group
         if g is not None:
             reserved, gw_waiting = self.hooks.gateway_state()
-            if self._schedule_group(g):
-                yield from self._group_iteration(g, reserved, gw_waiting)
+            tail = self._schedule_group(g)
+            if tail is not None:
+                yield from self._group_iteration(g, tail, reserved, gw_waiting)
                 return
             self._group_dissolve(scheduled=False)
         yield from super()._step()
 
-    def _schedule_group(self, g: DecodeGroup) -> bool:
+    def _schedule_group(self, g: DecodeGroup) -> list[tuple[int, int]] | None:
         """:meth:`_schedule` when the running requests are the decode group ``g`` and every one
-        gets its token and block (no preemption): one new token each, then the waiting loop
-        (``_tail``). False, changing nothing, otherwise."""
+        gets its token and block (no preemption): one new token each, then the waiting loop,
+        whose rows that start it returns (the tail: row, new tokens). None, changing nothing,
+        otherwise."""
         budget = self.tokens_limit
-        # (_schedule_waiting resets the head's refusal; Engine._schedule, after a False, all)
+        # (_schedule_waiting resets the head's refusal; Engine._schedule, after a None, all)
         self._step_extra_s = 0.0
-        self._fast = None
-        self._tail = None
         n = g.size
         if not (self.commit.all_decode and n == len(self.running) and n <= budget):
-            return False
+            return None
         if g.wake:
             self._group_wake(g)
         total = g.hist[-g.step % self.block_size]  # the members whose blocks are full
         if total > self.kv.num_available_blocks:
-            return False
+            return None
         if total:
             self.kv.take(total)
         w_rows, w_new = self._schedule_waiting(budget - n)
-        self._tail = list(zip(w_rows, w_new, strict=True)) if w_rows else []
         self._check_schedule(budget - n - sum(w_new), False)  # the members' num_blocks lag
-        return True
+        return list(zip(w_rows, w_new, strict=True)) if w_rows else []
 
     def _group_iteration(
-        self, g: DecodeGroup, reserved: int, gw_waiting: int
+        self, g: DecodeGroup, tail: list[tuple[int, int]], reserved: int, gw_waiting: int
     ) -> Generator[simpy.Event, Any, None]:
-        """The rest of a step whose running loop was the group's (``g``): the same arithmetic
-        as :meth:`SkipAheadEngine._run_scheduled`, on the group's numbers instead of the
-        rows'."""
-        tail = self._tail
-        assert tail is not None
+        """The rest of a step whose running loop was the group's (``g``; ``tail``: the waiting
+        requests that start in it): the same arithmetic as :meth:`Engine._run_scheduled`, on
+        the group's numbers instead of the rows'."""
         counts = (len(self.running), len(self.waiting) + gw_waiting)
         n = g.size
         run: Run | None = None

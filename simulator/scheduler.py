@@ -50,7 +50,7 @@ from kvbudget.simulator.running_loop import RunningArray, RunningPrefix, budget_
 from kvbudget.simulator.serving import FloatArray, IntArray
 from kvbudget.simulator.small_arrays import isum
 from kvbudget.simulator.step_commit import StepCommit
-from kvbudget.simulator.step_cost import rows_features, tail_features
+from kvbudget.simulator.step_cost import rows_features
 from kvbudget.simulator.token_segments import TokenSegments
 
 __all__ = ["EngineHooks", "FloatArray", "IntArray", "RequestColumns", "Scheduler"]
@@ -149,11 +149,6 @@ class Scheduler:
         # one new token each, for a running loop of decoding requests (read-only: it is shared)
         self._ones = np.ones(min(self.seqs_limit, self.tokens_limit), np.int64)
         self._ones.flags.writeable = False
-        self._fast: RunningPrefix | None = None  # this step's running loop, when vectorised
-        # this step's waiting requests (row, new tokens), when the rows before them are every
-        # running request, all decoding (or none)
-        self._tail: list[tuple[int, int]] | None = None
-        self._prior_synced = False  # ``commit.synced`` as this step was scheduled (before starts)
         self.waiting = make_request_queue(config.scheduling_policy, self.priority, self.arrival_s)
         self.in_engine = rows.add("in_engine", np.zeros(n, np.bool_), 0)
         self._step_extra_s = 0.0  # seconds a hook adds to the current step (swap transfers)
@@ -377,42 +372,31 @@ class Scheduler:
         request was preempted.
 
         1. The running requests, in order: when every one the token budget reaches gets its
-           blocks, in one go (``_fast``, :mod:`kvbudget.simulator.running_loop`), else one by
-           one, preempting when blocks run out (:meth:`_schedule_running`).
+           blocks, in one go (:mod:`kvbudget.simulator.running_loop`), else one by one,
+           preempting when blocks run out (:meth:`_schedule_running`).
         2. The waiting requests, unless a running request was preempted
-           (:meth:`_schedule_waiting`). When the running requests are all decoding, the
-           waiting rows that start are kept apart (``_tail``) for :meth:`_features` and
-           :meth:`_commit_step`.
+           (:meth:`_schedule_waiting`).
         3. The invariants (:meth:`_check_schedule`)."""
         budget = self.tokens_limit
         self._step_extra_s = 0.0
         self._hol_blocked = False
         self.head_refusal = ""
-        self._fast = None
-        self._tail = None
-        self._prior_synced = self.commit.synced
-        decoding = False
         preempted = False
         prefix = self._fitting_prefix(budget) if self.running else None
         if prefix is not None:
             if prefix.num_extra:
                 self.kv.num_blocks[prefix.rows] = prefix.want
                 self.kv.take(prefix.num_extra)
-            self._fast = prefix
             sched, new = prefix.rows, prefix.new
             budget -= prefix.num_new
-            decoding = prefix.decoding
         elif not self.running:
             sched = new = np.zeros(0, np.int64)
-            decoding = True
         else:
             sched_l, new_l, preempted, budget = self._schedule_running(budget)
             sched = np.asarray(sched_l, dtype=np.int64)
             new = np.asarray(new_l, dtype=np.int64)
         if not preempted:
             w_rows, w_new = self._schedule_waiting(budget)
-            if decoding:
-                self._tail = list(zip(w_rows, w_new, strict=True)) if w_rows else []
             if w_rows:
                 sched = np.concatenate((sched, w_rows))
                 new = np.concatenate((new, w_new))
@@ -529,16 +513,7 @@ class Scheduler:
 
     def _features(self, rows: IntArray, new: IntArray) -> StepFeatures:
         """The scheduled step's features (:mod:`kvbudget.simulator.step_cost`)."""
-        tail = self._tail
-        if tail is None:
-            return rows_features(rows, new, self.num_computed_tokens, self.num_tokens,
-                                 self.num_output_tokens)
-        # ``rows`` are the running requests, all decoding (one new token each), then the
-        # waiting requests that start (``tail``, a few): the same sums, in integers
-        m = len(rows) - len(tail)
-        fast = self._fast
-        context = m + isum(fast.computed) if fast is not None else 0
-        return tail_features(m, context, tail, self.num_computed_tokens, self.num_tokens,
+        return rows_features(rows, new, self.num_computed_tokens, self.num_tokens,
                              self.num_output_tokens)
 
     def _step_seconds(self, features: StepFeatures) -> float:
@@ -547,16 +522,6 @@ class Scheduler:
         return float(self.cost.step_time(*features)) + self._step_extra_s
 
     # --- one step: commit (kvbudget.simulator.step_commit) ------------------------------------
-    def _commit_step(self, rows: IntArray, new: IntArray, aborted: list[int]) -> None:
-        """Commit the scheduled step (:class:`~kvbudget.simulator.step_commit.StepCommit`);
-        requests ``aborted`` during the step are left out."""
-        tail, fast, commit = self._tail, self._fast, self.commit
-        if tail is None or aborted:
-            commit.rows(rows, new, aborted)
-            return
-        done = [] if fast is None else commit.running_decode(fast, self._prior_synced)
-        commit.decode_step(len(rows) - len(tail), tail, done)
-
     def _now_decoding(self, i: int, computed: int, output: int) -> None:
         """Row ``i`` started this step and sampled its first token (``computed``, ``output``
         are its arrays' values now); every row started before it in the step did too (or

@@ -5,10 +5,10 @@ The step's new tokens are computed; a request whose tokens are all computed samp
 token (its first sets ``first_token_s``; one that does not follow its previous token's step
 starts a segment of :class:`~kvbudget.simulator.token_segments.TokenSegments`), and one with all
 its output finishes: it leaves ``running``, its blocks are freed and the executor hears of it.
-The engine (:class:`~kvbudget.simulator.scheduler.Scheduler`) commits a step by :meth:`rows`,
-or by :meth:`decode_step` when the step's running requests were all decoding; the speed-up
-(:class:`~kvbudget.simulator.fast_decode.SkipAheadEngine`) commits its decode group's steps
-through the same two.
+An engine (:class:`~kvbudget.simulator.scheduler.Scheduler`) commits its steps by :meth:`rows`;
+the speed-up (:class:`~kvbudget.simulator.fast_decode.SkipAheadEngine`) commits its decode
+group's steps by :meth:`decode_step`, the same updates written for a group (running requests
+all decoding, then the few that start), and by :meth:`rows` otherwise.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import numpy as np
 import numpy.typing as npt
 
 from kvbudget.simulator.kv_blocks import KVBlocks
-from kvbudget.simulator.running_loop import RunningPrefix
 from kvbudget.simulator.serving import FloatArray, IntArray
 from kvbudget.simulator.token_segments import TokenSegments
 
@@ -105,31 +104,15 @@ class StepCommit:
         if done.size:
             self.finish(done.tolist())
 
-    def running_decode(self, fast: RunningPrefix, prior_synced: bool) -> list[int]:
-        """One decode step of the running requests ``fast`` (the step's running loop, every
-        one decoding: one new token each) in arrays; returns those that have all their output
-        now, in running order. ``prior_synced``: :attr:`synced` as the step was scheduled."""
-        e = self._e
-        prefix = fast.rows
-        computed = fast.computed + 1
-        e.num_computed_tokens[prefix] = computed
-        e.num_tokens[prefix] = computed + 1  # one token to compute, as before
-        output = e.num_output_tokens[prefix] + 1
-        e.num_output_tokens[prefix] = output
-        if not prior_synced:  # the running requests' previous tokens are not all last step's
-            e.segments.note(prefix, output, e.num_steps)
-        done: list[int] = prefix[output >= e.target_output[prefix]].tolist()
-        return done
-
     def decode_step(self, m: int, tail: list[tuple[int, int]], done: list[int]) -> None:
-        """Commit a step whose first ``m`` rows were the running requests, all decoding, whose
-        decode step the caller committed (``done``: those of them that have all their output
-        now, in running order; each was sampled, and had its first token already), followed
-        by the waiting requests that started (``tail``: row, new tokens; a few), with fewer
-        array operations than :meth:`rows`. A row of the tail that samples its first token
-        is handed to ``now_decoding`` while every row before it in the tail did too (or
-        finished). With prefix caching the tail's full prompt blocks are cached as
-        :meth:`rows` caches them (decoding requests have cached all theirs)."""
+        """Commit a step of the speed-up's decode group: its first ``m`` rows were the
+        running requests, all decoding, whose decode step the caller committed (``done``:
+        those of them that have all their output now, in running order), followed by the
+        waiting requests that started (``tail``: row, new tokens; a few), with fewer array
+        operations than :meth:`rows`. A row of the tail that samples its first token is handed
+        to ``now_decoding`` while every row before it in the tail did too (or finished). With
+        prefix caching the tail's full prompt blocks are cached as :meth:`rows` caches them
+        (decoding requests have cached all theirs)."""
         e = self._e
         if tail and e.kv.prefix is not None:
             rows = np.array([i for i, _ in tail], np.int64)
