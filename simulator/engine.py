@@ -33,7 +33,7 @@ __all__ = ["SPEED_UP_INTERFACE", "Engine", "EngineHooks", "FloatArray", "IntArra
 
 SPEED_UP_INTERFACE = frozenset({
     # how a step runs, overridden: the running requests kept as a decode group, its runs
-    "_step", "_now_decoding", "_abort_now", "_work_changed",
+    "_step", "_abort_now", "_work_changed",
     # the step's parts, reused: the waiting loop and the invariants, the step's time, end and
     # log, aborts
     "_schedule_waiting", "_check_schedule", "_step_seconds", "_account_step", "_wait",

@@ -188,13 +188,13 @@ class SkipAheadEngine(Engine):
                 del g.deferred[i]
                 g.hist[(self.num_computed_tokens.item(i) - g.members[i]) % self.block_size] += 1
 
-    def _now_decoding(self, i: int, computed: int, output: int) -> None:
-        """Row ``i`` joins the group (if there is one): rows join in the order they started
-        running (all at once when the group forms, or at the step that started them), so join
-        order is running order."""
+    def _group_join(self, i: int, computed: int, output: int) -> None:
+        """Row ``i`` joins the group: it started in the group's step and sampled its first
+        token (``computed``, ``output``: its arrays' values now). Rows join in the order they
+        started running (all at once when the group forms, or at the step that started them),
+        so join order is running order."""
         g = self._group
-        if g is None:
-            return
+        assert g is not None
         step = g.step
         bs = self.block_size
         g.members[i] = step
@@ -345,7 +345,7 @@ class SkipAheadEngine(Engine):
             taken = int(run[1][k - 1] - run[1][0]) if run is not None else 0
             self._group_commit_run(g, k, taken, k >= to_finish)
         else:
-            self.commit.decode_step(n, tail, self._group_advance(g, 1, True))
+            self.commit.decode_step(n, tail, self._group_advance(g, 1, True), self._group_join)
 
     def _group_abort(self, g: DecodeGroup, k: int, run: Run | None,
                      tail: list[tuple[int, int]]) -> None:

@@ -67,8 +67,9 @@ class EngineHooks:
 
 
 class Scheduler:
-    """One engine replica's state and what a step does to it (schedule, features, commit),
-    without the clock. Requests are workload rows ``i``.
+    """One engine replica's state and what a step does to it (schedule, features; its commit
+    is ``commit``, a :class:`~kvbudget.simulator.step_commit.StepCommit`), without the clock.
+    Requests are workload rows ``i``.
 
     **Hooks** an engine variant overrides (all the behaviour a variant may change; every one
     calls ``super()`` or replaces the base behaviour whole):
@@ -167,8 +168,7 @@ class Scheduler:
         # inter-token gaps (ITL): each request's runs of tokens in consecutive steps
         self.segments = TokenSegments(n)
         # what a step does to the requests when it ends, and two facts of the running set
-        self.commit = StepCommit(self, on_finish=hooks.on_finish, stop_running=self._stop_running,
-                                 now_decoding=self._now_decoding)
+        self.commit = StepCommit(self, on_finish=hooks.on_finish, stop_running=self._stop_running)
 
     def _set_limits(self, config: EngineConfig, num_gpu_blocks: int) -> None:
         """The engine's sizes and a step's limits (the config is frozen: read once), checked
@@ -343,6 +343,18 @@ class Scheduler:
             done = set(rows)
             self.running = [i for i in self.running if i not in done]
         self._running_array.stopped()
+
+    def _abort_now(self, i: int) -> None:
+        """Request ``i`` leaves by an abort (between steps), running or waiting."""
+        if not self.in_engine.item(i):
+            return
+        self._on_abort(i)
+        if i in self.running:
+            self._stop_running([i])
+        else:
+            self.waiting.remove_request(i)
+        self.kv.free(i)
+        self.in_engine[i] = False
 
     def _budget_prefix(self, rows: IntArray, budget: int) -> RunningPrefix:
         """:func:`~kvbudget.simulator.running_loop.budget_prefix` of ``rows`` (running
@@ -520,20 +532,3 @@ class Scheduler:
         """The scheduled step's duration: its features priced, plus what hooks added
         (:meth:`add_step_time`)."""
         return float(self.cost.step_time(*features)) + self._step_extra_s
-
-    # --- one step: commit (kvbudget.simulator.step_commit) ------------------------------------
-    def _now_decoding(self, i: int, computed: int, output: int) -> None:
-        """Row ``i`` started this step and sampled its first token (``computed``, ``output``
-        are its arrays' values now); every row started before it in the step did too (or
-        finished)."""
-
-    def _abort_now(self, i: int) -> None:
-        if not self.in_engine.item(i):
-            return
-        self._on_abort(i)
-        if i in self.running:
-            self._stop_running([i])
-        else:
-            self.waiting.remove_request(i)
-        self.kv.free(i)
-        self.in_engine[i] = False

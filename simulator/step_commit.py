@@ -48,11 +48,10 @@ class CommitTarget(Protocol):
 
 class StepCommit:
     """Commits an engine's steps (see the module docstring) and keeps two facts of its running
-    set: :attr:`all_decode` and :attr:`synced`. ``stop_running`` and ``now_decoding`` are the
-    engine's hooks (``Scheduler._stop_running``, ``Scheduler._now_decoding``), ``on_finish``
-    its executor's."""
+    set: :attr:`all_decode` and :attr:`synced`. ``stop_running`` is the engine's hook
+    (``Scheduler._stop_running``), ``on_finish`` its executor's."""
 
-    __slots__ = ("_e", "_now_decoding", "_on_finish", "_stop_running", "all_decode", "synced")
+    __slots__ = ("_e", "_on_finish", "_stop_running", "all_decode", "synced")
 
     def __init__(
         self,
@@ -60,12 +59,10 @@ class StepCommit:
         *,
         on_finish: Callable[[int, float], None],
         stop_running: Callable[[list[int]], None],
-        now_decoding: Callable[[int, int, int], None],
     ) -> None:
         self._e = engine
         self._on_finish = on_finish
         self._stop_running = stop_running
-        self._now_decoding = now_decoding
         # True only while every running request is decoding: one token to compute
         # (``num_tokens - num_computed_tokens == 1``) and ``num_output_tokens > 0``. A request
         # that starts clears it, removals keep it, a commit that samples a token of every
@@ -104,13 +101,15 @@ class StepCommit:
         if done.size:
             self.finish(done.tolist())
 
-    def decode_step(self, m: int, tail: list[tuple[int, int]], done: list[int]) -> None:
+    def decode_step(self, m: int, tail: list[tuple[int, int]], done: list[int],
+                    join: Callable[[int, int, int], None]) -> None:
         """Commit a step of the speed-up's decode group: its first ``m`` rows were the
         running requests, all decoding, whose decode step the caller committed (``done``:
         those of them that have all their output now, in running order), followed by the
         waiting requests that started (``tail``: row, new tokens; a few), with fewer array
-        operations than :meth:`rows`. A row of the tail that samples its first token is handed
-        to ``now_decoding`` while every row before it in the tail did too (or finished). With
+        operations than :meth:`rows`. A row of the tail that samples its first token joins the
+        group (``join(row, num_computed_tokens, num_output_tokens)``) while every row before it
+        in the tail did too (or finished). With
         prefix caching the tail's full prompt blocks are cached as :meth:`rows` caches them
         (decoding requests have cached all theirs)."""
         e = self._e
@@ -139,7 +138,7 @@ class StepCommit:
                 if output_i >= e.target_output.item(i):
                     done.append(i)
                 elif joining:
-                    self._now_decoding(i, computed_i, output_i)
+                    join(i, computed_i, output_i)
             else:
                 # still prefilling: the next step is no decode step of the group (which
                 # dissolves), so the rows after it need not join
