@@ -430,11 +430,11 @@ class Fleet:
         """Replica ``r``'s engine on ``gpu`` (its resolved configuration ``on_gpu``), with hooks
         that map its rows back to the workload's."""
         self.gpus.append(gpu)
-        columns = RequestColumns.of(self.w, self._priority)
-        if self._compact:
+        if self._compact:  # the replica's own rows (without prefix hashes)
             local = self._local[r].columns
-            columns = replace(columns, **{k: local[k] for k in _LOCAL_COLUMNS if k != "order"},
-                              prefix_hashes=None, prefix_offsets=None)
+            columns = RequestColumns(**{k: local[k] for k in _LOCAL_COLUMNS if k != "order"})
+        else:
+            columns = RequestColumns.of(self.w, self._priority)
         replica_hooks = EngineHooks(
             on_finish=partial(self._on_finish, r),
             on_preempt=partial(self._on_preempt, r),
