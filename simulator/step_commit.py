@@ -78,6 +78,8 @@ class StepCommit:
         if aborted:
             keep = ~np.isin(rows, aborted)
             rows, new = rows[keep], new[keep]
+        # every running request had its last token in the last step, and none started since
+        continued = self.synced
         computed = e.num_computed_tokens[rows] + new
         e.num_computed_tokens[rows] = computed
         if e.kv.prefix is not None:
@@ -93,7 +95,8 @@ class StepCommit:
         output = e.num_output_tokens[sampled] + 1
         e.num_output_tokens[sampled] = output
         e.num_tokens[sampled] += 1
-        e.segments.note(sampled, output, e.num_steps)
+        if not continued:  # else every sampled request continues its segment
+            e.segments.note(sampled, output, e.num_steps)
         first = sampled[np.isnan(e.first_token_s[sampled])]
         if first.size:
             e.first_token_s[first] = e.t
