@@ -289,9 +289,8 @@ class Engine(Scheduler):
         this; its other figures (timeline, integrals, counters, stats) stay."""
         for name, array in self.rows.drop().items():
             setattr(self, name, array)
-        for name in ("prompt_tokens", "target_output", "max_output_tokens", "arrival_s",
-                     "priority"):
-            setattr(self, name, np.zeros(0, getattr(self, name).dtype))
+        none = np.zeros(0, np.int64)
+        self._set_columns(RequestColumns(none, none, none, np.zeros(0, np.float64)))
         self.log.drop_ends()
         self.segments.drop()
         self.kv.drop()
