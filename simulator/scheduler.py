@@ -19,8 +19,8 @@ subclass). A step is scheduled as vLLM v1's ``Scheduler.schedule()``
 3. The step's **features** (:mod:`kvbudget.simulator.step_cost`) give its time by the
    :class:`~kvbudget.perf.cost_model.CostModel`; when it has run it is **committed**
    (:class:`~kvbudget.simulator.step_commit.StepCommit`, vLLM's ``update_from_output``):
-   computed tokens advance, a request whose tokens are all
-   computed samples one output token, and a request with all its output finishes.
+   computed tokens advance, a request whose tokens are all computed samples one output
+   token, and a request with all its output finishes.
 
 Per-request state lives in numpy arrays indexed by the workload row, in vLLM's vocabulary:
 ``num_tokens`` (prompt plus generated tokens), ``num_computed_tokens`` (tokens whose KV is in
