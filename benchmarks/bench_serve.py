@@ -14,8 +14,17 @@ alternating, and prints:
 - the gateway's CPU seconds (``/proc/PID/stat``) per request and requests per CPU-second, and
   its resident memory (``VmRSS``) after the burst.
 
+With ``--steady-s S`` each concurrency is held for ``S`` seconds instead, as a load tool's
+concurrency holds it: every user sends its next stream when its last ends, users started
+spread over one stream's length (:func:`steady`); the streams of the first and last stream
+length are left out.
+
+With ``--litellm PATH`` (a ``litellm`` executable, ``pip install 'litellm[proxy]'`` in its own
+environment) LiteLLM's proxy, one worker, runs in front of the same fake and is measured the
+same way (its figures under ``litellm_*``).
+
 Usage: python benchmarks/bench_serve.py [--streams 1,100,1000] [--rounds 3] [--tokens 16]
-       [--gap-ms 10]
+       [--gap-ms 10] [--steady-s 0] [--litellm PATH]
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -90,17 +100,49 @@ async def one_stream(client: Any, url: str, start: asyncio.Event) -> tuple[float
     return times[0] - t0, [b - a for a, b in itertools.pairwise(times)]
 
 
-async def burst(url: str, num_streams: int) -> tuple[list[float], list[float]]:
+async def burst(url: str, num_streams: int, headers: dict[str, str] | None = None
+                ) -> tuple[list[float], list[float], int]:
     import httpx
 
     limits = httpx.Limits(max_connections=num_streams, max_keepalive_connections=num_streams)
-    async with httpx.AsyncClient(limits=limits, timeout=120) as client:
+    async with httpx.AsyncClient(limits=limits, timeout=120, headers=headers) as client:
         start = asyncio.Event()
         tasks = [asyncio.create_task(one_stream(client, url, start)) for _ in range(num_streams)]
         await asyncio.sleep(0)
         start.set()
         results = await asyncio.gather(*tasks)
-    return [r[0] for r in results], [g for r in results for g in r[1]]
+    return [r[0] for r in results], [g for r in results for g in r[1]], num_streams
+
+
+async def steady(url: str, num_streams: int, duration_s: float, stream_s: float,
+                 headers: dict[str, str] | None = None) -> tuple[list[float], list[float], int]:
+    """``num_streams`` streams kept open for ``duration_s``, as a load tool's concurrency
+    (``vllm bench serve --max-concurrency``, GuideLLM's ``concurrent`` profile) keeps them:
+    each of ``num_streams`` users sends its next stream when its last one ends. The users start
+    spread over one stream's length (``stream_s``), not together; streams sent in the first
+    and last ``stream_s`` (warm-up and wind-down) are left out of the figures."""
+    import httpx
+
+    limits = httpx.Limits(max_connections=num_streams, max_keepalive_connections=num_streams)
+    ttft: list[float] = []
+    gaps: list[float] = []
+    sent_all = [0]
+    async with httpx.AsyncClient(limits=limits, timeout=120, headers=headers) as client:
+        t0 = time.perf_counter()
+        go = asyncio.Event()
+        go.set()
+
+        async def user(k: int) -> None:
+            await asyncio.sleep(k * stream_s / num_streams)
+            while (sent := time.perf_counter() - t0) < duration_s:
+                first, g = await one_stream(client, url, go)
+                sent_all[0] += 1
+                if stream_s <= sent <= duration_s - stream_s:
+                    ttft.append(first)
+                    gaps.extend(g)
+
+        await asyncio.gather(*(user(k) for k in range(num_streams)))
+    return ttft, gaps, sent_all[0]
 
 
 def pct(values: list[float], q: float) -> float:
@@ -127,8 +169,28 @@ def wait_port(port: int, proc: subprocess.Popen[bytes], bound_s: float = 60) -> 
 
 
 def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    """CPU seconds of process ``pid`` and of every process below it (a proxy's workers)."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            _, tail = stat.read_text().rsplit(")", 1)
+        except OSError:
+            continue
+        fields = tail.split()
+        if int(stat.parent.name) == pid or _descends(int(fields[1]), pid):
+            total += (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return total
+
+
+def _descends(parent: int, pid: int) -> bool:
+    while parent > 1:
+        if parent == pid:
+            return True
+        try:
+            parent = int(Path(f"/proc/{parent}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            return False
+    return False
 
 
 def rss_mib(pid: int) -> float:
@@ -138,66 +200,122 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
+LITELLM_CONFIG = """model_list:
+  - model_name: fake
+    litellm_params:
+      model: openai/fake
+      api_base: http://127.0.0.1:{port}/v1
+      api_key: none
+litellm_settings:
+  telemetry: false
+"""
+
+
+Proxy = tuple[subprocess.Popen[bytes], str, dict[str, str]]
+"""A proxy under test: its process, its base URL, the headers its clients send."""
+
+
+def start_proxies(args: argparse.Namespace, up_port: int, tmp: Path) -> dict[str, Proxy]:
+    """``kvbudget serve`` (and LiteLLM's proxy with ``--litellm``, one worker, its master key
+    set: it refuses to start without one) in front of the fake on ``up_port``."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    port = free_port()
+    out = {"gateway": (subprocess.Popen(
+        [sys.executable, "-m", "kvbudget.cli.main", "serve", "--upstream",
+         f"http://127.0.0.1:{up_port}", "--port", str(port), "--count-tokens", "bytes",
+         "--capacity-tokens", str(10**9)], env=env, stderr=subprocess.DEVNULL),
+        f"http://127.0.0.1:{port}", {})}
+    if args.litellm:
+        config = tmp / "litellm.yaml"
+        config.write_text(LITELLM_CONFIG.format(port=up_port))
+        port, key = free_port(), "sk-bench-" + os.urandom(16).hex()
+        out["litellm"] = (subprocess.Popen(
+            [args.litellm, "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
+             "--num_workers", "1", "--telemetry", "False"],
+            env={**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_MASTER_KEY": key},
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), f"http://127.0.0.1:{port}",
+            {"authorization": f"Bearer {key}"})
+    return out
+
+
+def measure(args: argparse.Namespace, n: int, direct: str, proxies: dict[str, Proxy]
+            ) -> dict[str, Any]:
+    """One concurrency ``n``: every path ``args.rounds`` times, alternating; the figures."""
+    paths = {"direct": (direct, {}),
+             **{name: (url, headers) for name, (_, url, headers) in proxies.items()}}
+    ttft: dict[str, list[float]] = {k: [] for k in paths}
+    gaps: dict[str, list[float]] = {k: [] for k in paths}
+    cpu = dict.fromkeys(proxies, 0.0)
+    num = dict.fromkeys(proxies, 0)
+    for _ in range(args.rounds):
+        for name, (url, headers) in paths.items():
+            before = cpu_s(proxies[name][0].pid) if name in proxies else 0.0
+            t, g, sent = asyncio.run(
+                steady(url, n, args.steady_s, args.tokens * args.gap_ms / 1000, headers)
+                if args.steady_s else burst(url, n, headers))
+            if name in proxies:
+                cpu[name] += cpu_s(proxies[name][0].pid) - before
+                num[name] += sent
+            ttft[name] += t
+            gaps[name] += g
+    row: dict[str, Any] = {
+        "streams": n,
+        "ttft_ms": {k: {"p50": 1e3 * pct(v, 0.5), "p99": 1e3 * pct(v, 0.99)}
+                    for k, v in ttft.items()},
+        "gap_ms": {k: {"p50": 1e3 * pct(v, 0.5), "p99": 1e3 * pct(v, 0.99)}
+                   for k, v in gaps.items()},
+    }
+    for name, (proc, _, _) in proxies.items():
+        prefix = "" if name == "gateway" else f"{name}_"
+        row[f"{prefix}added_ttft_ms"] = {
+            q: 1e3 * (pct(ttft[name], p) - pct(ttft["direct"], p))
+            for q, p in (("p50", 0.5), ("p99", 0.99))}
+        row[f"{name}_streams"] = num[name]
+        row[f"{name}_cpu_ms_per_request"] = 1e3 * cpu[name] / num[name]
+        row[f"{name}_requests_per_cpu_s"] = num[name] / cpu[name] if cpu[name] else float("inf")
+        row[f"{name}_rss_mib"] = rss_mib(proc.pid)
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--streams", default="1,100,1000")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--gap-ms", type=float, default=10.0)
+    parser.add_argument("--steady-s", type=float, default=0.0,
+                        help="keep each concurrency's streams open this long, each user "
+                        "sending its next stream when its last ends (default 0: all at once)")
+    parser.add_argument("--litellm", help="a litellm executable: measure its proxy too")
     parser.add_argument("--fake", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.fake:
         run_fake(int(args.fake[0]), int(args.fake[1]), float(args.fake[2]))
         return
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    up_port, gw_port = free_port(), free_port()
+    up_port = free_port()
     fake = subprocess.Popen([sys.executable, __file__, "--fake", str(up_port), str(args.tokens),
-                             str(args.gap_ms)], env=env)
-    gateway = subprocess.Popen(
-        [sys.executable, "-m", "kvbudget.cli.main", "serve", "--upstream",
-         f"http://127.0.0.1:{up_port}", "--port", str(gw_port), "--count-tokens", "bytes",
-         "--capacity-tokens", str(10**9)], env=env, stderr=subprocess.DEVNULL)
-    try:
-        wait_port(up_port, fake)
-        wait_port(gw_port, gateway)
-        direct, via = f"http://127.0.0.1:{up_port}", f"http://127.0.0.1:{gw_port}"
-        asyncio.run(burst(via, 10))  # warm both
-        rows = []
-        for n in (int(x) for x in args.streams.split(",")):
-            ttft: dict[str, list[float]] = {"direct": [], "gateway": []}
-            gaps: dict[str, list[float]] = {"direct": [], "gateway": []}
-            cpu = 0.0
-            for _ in range(args.rounds):
-                for name, url in (("direct", direct), ("gateway", via)):
-                    before = cpu_s(gateway.pid)
-                    t, g = asyncio.run(burst(url, n))
-                    if name == "gateway":
-                        cpu += cpu_s(gateway.pid) - before
-                    ttft[name] += t
-                    gaps[name] += g
-            num = n * args.rounds
-            rows.append({
-                "streams": n,
-                "ttft_ms": {k: {"p50": 1e3 * pct(v, 0.5), "p99": 1e3 * pct(v, 0.99)}
-                            for k, v in ttft.items()},
-                "added_ttft_ms": {q: 1e3 * (pct(ttft["gateway"], p) - pct(ttft["direct"], p))
-                                  for q, p in (("p50", 0.5), ("p99", 0.99))},
-                "gap_ms": {k: {"p50": 1e3 * pct(v, 0.5), "p99": 1e3 * pct(v, 0.99)}
-                           for k, v in gaps.items()},
-                "gateway_cpu_ms_per_request": 1e3 * cpu / num,
-                "gateway_requests_per_cpu_s": num / cpu if cpu else float("inf"),
-                "gateway_rss_mib": rss_mib(gateway.pid),
-            })
-        print(json.dumps({"tokens": args.tokens, "gap_ms": args.gap_ms, "rounds": args.rounds,
-                          "cpus": os.cpu_count(), "results": rows}, indent=2))
-    finally:
-        for proc in (gateway, fake):
-            proc.terminate()
-        for proc in (gateway, fake):
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+                             str(args.gap_ms)], env={**os.environ, "PYTHONPATH": str(REPO)})
+    with tempfile.TemporaryDirectory() as tmp:
+        proxies = start_proxies(args, up_port, Path(tmp))
+        try:
+            wait_port(up_port, fake)
+            for proc, url, headers in proxies.values():
+                wait_port(int(url.rsplit(":", 1)[1]), proc, bound_s=180)
+                asyncio.run(burst(url, 10, headers))  # warm it
+            rows = [measure(args, int(n), f"http://127.0.0.1:{up_port}", proxies)
+                    for n in args.streams.split(",")]
+            print(json.dumps({"tokens": args.tokens, "gap_ms": args.gap_ms,
+                              "rounds": args.rounds, "steady_s": args.steady_s,
+                              "cpus": os.cpu_count(), "results": rows}, indent=2))
+        finally:
+            procs = [fake, *(proc for proc, _, _ in proxies.values())]
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
 
 
 if __name__ == "__main__":

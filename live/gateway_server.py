@@ -40,6 +40,7 @@ from kvbudget.policies.base import Policy
 from kvbudget.policies.errors import Overloaded, RequestTooLarge
 from kvbudget.policies.gateway import Admit, FrontDoor, Reject
 from kvbudget.policies.tiers import TierConfig
+from kvbudget.results.records import engine_refusal
 
 log = logging.getLogger("kvbudget.serve")
 
@@ -523,10 +524,11 @@ class GatewayServer:
                 return self._revoked_answer(call)
             self._end(call, "client_timeout")
             return Response(status_code=CLIENT_CLOSED)
-        call.first_token_s = self.admission.now()
         if resp.status_code != 200:
-            self._end(call, "rejected_overloaded", "backend_error", f"HTTP {resp.status_code}")
+            self._end(call, "rejected_overloaded",
+                      _failure_reason(resp.status_code, resp.content), f"HTTP {resp.status_code}")
         else:
+            call.first_token_s = self.admission.now()
             try:
                 answer = resp.json()
             except ValueError:
@@ -560,7 +562,8 @@ class GatewayServer:
             revoked.cancel()
             content = await resp.aread()
             await resp.aclose()
-            self._end(call, "rejected_overloaded", "backend_error", f"HTTP {resp.status_code}")
+            self._end(call, "rejected_overloaded", _failure_reason(resp.status_code, content),
+                      f"HTTP {resp.status_code}")
             return Response(content, status_code=resp.status_code,
                             media_type=resp.headers.get("content-type", "application/json"))
         gone.handed_over = True
@@ -608,6 +611,9 @@ class GatewayServer:
             self.metrics.refused(call.ticket.request.tier, call.ticket.revoke_reason)
             self._end(call, "preempted_dropped", call.ticket.revoke_reason)
             yield sse_error(call.ticket.revoke_reason)
+        elif call.upstream_error:
+            self._end(call, "rejected_overloaded", _failure_reason(None, call.upstream_error),
+                      call.upstream_error)
         elif not gone.future.done():
             problem = call.problem or ("" if call.output_tokens is not None
                                        else "the stream ended without its usage")
@@ -618,6 +624,16 @@ class GatewayServer:
         task = asyncio.ensure_future(resp.aclose())
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
+
+
+def _failure_reason(status: int | None, message: bytes | str) -> str:
+    """The record's reason for an upstream's failure: its engine's own queue cap when its
+    status and message say so (``results.records.ENGINE_REFUSALS``, the name the simulator
+    and the replay give it; ``status`` None: an error event in a stream begun with 200), else
+    ``backend_error``."""
+    text = message.decode("utf-8", "replace") if isinstance(message, bytes) else message
+    named = engine_refusal(text, status)
+    return named[1] if named is not None else "backend_error"
 
 
 class _RelayResponse(StreamingResponse):

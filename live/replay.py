@@ -84,7 +84,7 @@ from kvbudget.policies import (
 )
 from kvbudget.policies.clients import CLIENT_SEED_TAG, NO_RETRY, Answer, ClientModel
 from kvbudget.results.metrics import summarize
-from kvbudget.results.records import derive_latencies
+from kvbudget.results.records import derive_latencies, engine_refusal
 from kvbudget.workloads import Workload
 from kvbudget.workloads.closed_loop import ClosedLoop
 
@@ -637,8 +637,11 @@ class _Replay:
         now = self.now()
         answer, reason = _server_answer(result)
         actions = self._gw().fail(req.request_id, now)
+        # an engine's own queue cap keeps its name in the record (the simulator's); any other
+        # failure is a backend error there, its answer in the attempts
+        final = reason if reason.startswith("engine_") else BACKEND_ERROR
         self._ended(st, now, answer, reason, result.retry_after_s, "rejected_overloaded",
-                    BACKEND_ERROR, result=result)
+                    final, result=result)
         self._apply(actions, now)
 
     # --- records ------------------------------------------------------------------------------
@@ -699,13 +702,17 @@ class _Replay:
 
 def _server_answer(result: StreamResult) -> tuple[Answer, str]:
     """What a failed stream means to a client: the server's 429 is a retryable refusal (its
-    Retry-After in ``result``), 503 a final one, 400/413 a request too large, anything else a
-    backend error."""
+    Retry-After in ``result``), 503 a final one (either named after the engine's queue cap
+    when its message says so: ``results.records.ENGINE_REFUSALS``), 400/413 a request too
+    large, anything else a backend error."""
     code = result.http_status if result.error_kind == "http" else None
-    if code == 429:
-        return "overloaded_retryable", "server_429"
-    if code == 503:
-        return "overloaded", "server_503"
+    if code in (429, 503) or result.error_kind == "stream_error":
+        # an engine's own queue cap, named as the simulator names it (also when vLLM sends it
+        # as an error event in a stream begun with 200: results.records.ENGINE_REFUSALS)
+        named = engine_refusal(result.error or "", code)
+        if named is not None or code is not None:
+            status, reason = named or (code, f"server_{code}")
+            return ("overloaded_retryable" if status == 429 else "overloaded"), reason
     if code in (400, 413):
         return "too_large", f"server_{code}"
     return "backend_error", result.error_kind or "error"

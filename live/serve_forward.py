@@ -89,6 +89,7 @@ class Call:
     skip_blank: bool = False
     ended: bool = False
     partial: bytes = b""
+    upstream_error: str = ""
 
     def usage(self, usage: Any) -> None:
         """Read the upstream's count (its protocol checked as the replay checks it)."""
@@ -127,8 +128,8 @@ class Call:
             return b"\n"
         if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
             return line + b"\n"
-        if b'"usage"' not in line:  # a chunk of output (the fast path: no JSON read)
-            self._chunk(now_s)
+        if b'"usage"' not in line and b'"error"' not in line:
+            self._chunk(now_s)  # a chunk of output (the fast path: no JSON read)
             return line + b"\n"
         try:
             event = json.loads(line[5:])
@@ -136,6 +137,11 @@ class Call:
             self.problem = "a stream event that is not JSON"
             return line + b"\n"
         if not isinstance(event, dict):
+            return line + b"\n"
+        error = event.get("error")
+        if error is not None:  # the upstream failed the request mid-stream: passed on, noted
+            self.upstream_error = str(error.get("message") or error) if isinstance(
+                error, dict) else str(error)
             return line + b"\n"
         usage = event.get("usage")
         if usage is not None:

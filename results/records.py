@@ -27,6 +27,35 @@ an SLO prediction). A live replay also records backend failures as ``rejected_ov
 the failure in ``error``. ``client_timeout``: the client's own timeout ran out and it gave up
 (it disconnected: the engine aborted the request and freed its KV)."""
 
+ENGINE_REFUSALS: Final[tuple[tuple[int, str, str], ...]] = (
+    # vLLM 0.32.0 vllm/exceptions.py:156-182 (QueueOverflowError, MaxQueuedTokensError)
+    (503, "cannot accept new requests", "engine_max_num_queued_reqs"),
+    (503, "prefill token backlog limit", "engine_max_num_queued_tokens"),
+    # SGLang python/sglang/srt/managers/scheduler.py, Scheduler._abort_on_queued_limit
+    (503, "The request queue is full", "engine_max_queued_requests"),
+    # text-generation-inference v3.3.7 router/src/infer/mod.rs:412 (InferError::Overloaded)
+    (429, "Model is overloaded", "engine_max_concurrent_requests"),
+)
+"""The engines' own queue-cap refusals, ``(HTTP status, words of the error message, reason)``:
+the ``reason`` a simulated engine's cap records (``kvbudget.simulator.queue_caps``) and the one
+a replay records when a real server answers so, so that the two join; any other 429 or 503
+is ``server_429`` / ``server_503``. vLLM 0.32.0 sends its refusal as an error event in a
+stream already answered 200 when the request passed the check made before the response
+starts (``entrypoints/openai/completion/serving.py:105``, ``_preflight``) and was refused by
+the second one when it was added (``v1/engine/async_llm.py:566-569``): a burst's requests all
+pass the first while none is registered yet."""
+
+
+def engine_refusal(message: str, status: int | None = None) -> tuple[int, str] | None:
+    """``(status, reason)`` of the engine queue-cap refusal whose words ``message`` has (and
+    whose status is ``status``, when given: an HTTP answer's; ``None`` for an error event
+    inside a stream that had begun with 200), or None."""
+    for code, words, reason in ENGINE_REFUSALS:
+        if words in message and status in (None, code):
+            return code, reason
+    return None
+
+
 STATUS_CODES: Final[dict[str, int]] = {s: i for i, s in enumerate(STATUSES)}
 PENDING: Final[int] = -1
 

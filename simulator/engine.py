@@ -22,6 +22,7 @@ from simpy.events import Timeout
 
 from kvbudget.perf.cost_model import CostModel
 from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.queue_caps import QueueCaps
 from kvbudget.simulator.scheduler import EngineHooks, RequestColumns, Scheduler
 from kvbudget.simulator.serving import FloatArray, IntArray, RequestFigures
 from kvbudget.simulator.step_log import StepLog
@@ -73,11 +74,20 @@ class Engine(Scheduler):
         self._deferred_adds: list[int] = []  # re-admissions waiting for those aborts
         self._busy = False  # a step is in flight
         self._wake: simpy.Event | None = None
+        self._caps = QueueCaps.of(config)
         self.process = env.process(self._run())
 
     # --- the executor interface (kvbudget.simulator.serving.ServingEngine) ------------------
-    def add_request(self, i: int) -> None:
-        """Queue row ``i`` as a fresh request (its prompt only; nothing computed)."""
+    def add_request(self, i: int) -> str:
+        """Queue row ``i`` as a fresh request (its prompt only; nothing computed) and return
+        ``""``; or, when one of the engine's own queue caps is full
+        (:mod:`kvbudget.simulator.queue_caps`), queue nothing and return the refusal's reason."""
+        if self._caps is not None and (why := self._caps.refusal(self)):
+            return why
+        self._add(i)
+        return ""
+
+    def _add(self, i: int) -> None:
         if self.in_engine.item(i):
             # re-admitted while its abort waits for the step boundary: add it after the abort
             self._deferred_adds.append(i)
@@ -127,6 +137,17 @@ class Engine(Scheduler):
 
     def num_waiting(self) -> int:
         return len(self.waiting)
+
+    def unfinished_rows(self) -> list[int]:
+        """The rows the engine's API server holds (waiting or running, not aborted), as its
+        queue caps count them."""
+        aborted = set(self._aborts) - set(self._deferred_adds)
+        return [i for rows in (self.waiting, self.running) for i in rows if i not in aborted]
+
+    def num_unfinished(self) -> int:
+        """``len(unfinished_rows())``."""
+        return (len(self.waiting) + len(self.running) - len(self._aborts)
+                + len(self._deferred_adds))
 
     def output_tokens_of(self, i: int) -> int:
         """Row ``i``'s output tokens as of the last step that has ended."""
@@ -313,4 +334,4 @@ class Engine(Scheduler):
         being scheduled was its own victim) waits again."""
         adds, self._deferred_adds = self._deferred_adds, []
         for i in adds:
-            self.add_request(i)
+            self._add(i)

@@ -29,6 +29,17 @@ MAX_COUNT = 2**31 - 1
 """Bound of the scheduler's counts (``max_num_seqs``, ``max_num_batched_tokens``)."""
 MAX_SWAP_SPACE_GIB = 65_536.0
 """64 TiB of host memory per GPU for swapped-out KV blocks: more than any server has."""
+TGI_MAX_CONCURRENT_REQUESTS = 128
+"""TGI's ``--max-concurrent-requests`` default (text-generation-inference v3.3.7,
+``launcher/src/main.rs:648``, ``#[clap(default_value = "128")]``)."""
+QUEUE_CAP_ENGINES: dict[str, tuple[str, ...]] = {
+    "max_num_queued_reqs": ("vllm", "vllm-swap"),
+    "max_num_queued_tokens": ("vllm", "vllm-swap"),
+    "max_queued_requests": ("sglang",),
+    "max_concurrent_requests": ("tgi",),
+}
+"""The engines' own queue caps (:mod:`kvbudget.simulator.queue_caps`) and the engines that
+have each."""
 MAX_CONSERVATIVENESS = 100.0
 """SGLang's ``--schedule-conservativeness`` scales its new-token-ratio estimate (default 1.0);
 a hundred times more conservative admits next to nothing."""
@@ -91,6 +102,12 @@ class EngineConfig:
     ``kv_cache_dtype`` is vLLM's ``--kv-cache-dtype``: ``auto`` (the model's 16-bit dtype),
     ``fp8`` (= ``fp8_e4m3``) or ``fp8_e5m2`` (1 byte per element: twice the tokens per block's
     memory).
+
+    The engine's own queue caps, each under its engine's name and only for that engine
+    (``None``: no cap; :mod:`kvbudget.simulator.queue_caps` says what each counts):
+    ``max_num_queued_reqs`` and ``max_num_queued_tokens`` (vLLM's, 503),
+    ``max_queued_requests`` (SGLang's, 503), ``max_concurrent_requests`` (TGI's router, 429;
+    under ``defaults="vllm"`` :meth:`resolved` gives ``tgi`` TGI's own default, 128).
     """
 
     block_size: int = 16
@@ -114,6 +131,10 @@ class EngineConfig:
     tensor_parallel_size: int = 1
     enable_expert_parallel: bool = False
     kv_cache_dtype: str = "auto"
+    max_num_queued_reqs: int | None = None
+    max_num_queued_tokens: int | None = None
+    max_queued_requests: int | None = None
+    max_concurrent_requests: int | None = None
 
     def __post_init__(self) -> None:
         self._check_sizes()
@@ -139,6 +160,10 @@ class EngineConfig:
             raise ValueError(f"preemption_victim {self.preemption_victim!r} is for vllm and "
                              f"vllm-swap; engine {self.name!r} picks its own victims (or never "
                              "preempts)")
+        for knob, engines in QUEUE_CAP_ENGINES.items():
+            if getattr(self, knob) is not None and self.name not in engines:
+                raise ValueError(f"{knob} is {' and '.join(engines)}'s queue cap; engine "
+                                 f"{self.name!r} has none by that name")
         if self.name == "vllm-swap" and self.enable_prefix_caching:
             raise ValueError("enable_prefix_caching is not modelled with swap preemption")
 
@@ -146,7 +171,10 @@ class EngineConfig:
         """Every count, size and fraction within what any deployment has."""
         for name, high in (("block_size", MAX_BLOCK_SIZE), ("num_gpu_blocks", MAX_KV_TOKENS),
                            ("max_num_seqs", MAX_COUNT), ("max_num_batched_tokens", MAX_COUNT),
-                           ("max_model_len", MAX_KV_TOKENS)):
+                           ("max_model_len", MAX_KV_TOKENS), ("max_num_queued_reqs", MAX_COUNT),
+                           ("max_num_queued_tokens", MAX_KV_TOKENS),
+                           ("max_queued_requests", MAX_COUNT),
+                           ("max_concurrent_requests", MAX_COUNT)):
             value, low = getattr(self, name), 2 if name == "max_model_len" else 1
             if value is not None and not low <= value <= high:
                 raise ValueError(f"{name} must be in [{low}, {high}], got {value!r}")
@@ -228,5 +256,10 @@ class EngineConfig:
             ),
             enable_prefix_caching=(
                 caching if self.enable_prefix_caching is None else self.enable_prefix_caching
+            ),
+            max_concurrent_requests=(
+                TGI_MAX_CONCURRENT_REQUESTS
+                if self.name == "tgi" and defaults == "vllm" and self.max_concurrent_requests is None
+                else self.max_concurrent_requests
             ),
         )

@@ -515,9 +515,12 @@ class Fleet:
             return self._fits_alike(i)
         return any(self._fits(e, i) for e in self.replicas)
 
-    def add_request(self, i: int) -> None:
+    def add_request(self, i: int) -> str:
         r = self.route(i) if self._global is not None else self.replica_of.item(i)
-        self.replicas[r].add_request(self._row_on(i, r, add=True))
+        why = self.replicas[r].add_request(self._row_on(i, r, add=True))
+        if why and self._global is not None:  # refused by the replica's own queue caps
+            self.router.leave(i, r)
+        return why
 
     def abort_request(self, i: int) -> None:
         r = self.replica_of.item(i)

@@ -40,6 +40,7 @@ from kvbudget.results.records import (
     derive_latencies,
 )
 from kvbudget.results.run_result import RunResult
+from kvbudget.simulator import queue_caps
 from kvbudget.simulator.alarm import Alarm
 from kvbudget.simulator.clients import Clients
 from kvbudget.simulator.engine import EngineHooks, RequestColumns
@@ -283,9 +284,14 @@ class _Simulation:
                     failed.extend(self.gateway.fail(i, now))
                     self._note_gateway()
                 elif engine.fits(i):
-                    if self._clients is not None:
+                    refused = engine.add_request(i)
+                    if refused:  # the engine's own queue caps (simulator.queue_caps)
+                        self._outcome(i, now, "rejected_overloaded", refused,
+                                      queue_caps.answer(refused))
+                        failed.extend(self.gateway.fail(i, now))
+                        self._note_gateway()
+                    elif self._clients is not None:
                         self._clients.admitted(i)
-                    engine.add_request(i)
                 else:
                     self._outcome(i, now, "rejected_too_large", "max_model_len", "too_large")
                     failed.extend(self.gateway.fail(i, now))

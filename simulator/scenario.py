@@ -143,6 +143,10 @@ class EngineSpec:
     tensor_parallel_size: Annotated[int, Ge(1)] = 1
     enable_expert_parallel: bool = False
     kv_cache_dtype: str = "auto"
+    max_num_queued_reqs: Annotated[int, Ge(1)] | None = None
+    max_num_queued_tokens: Annotated[int, Ge(1)] | None = None
+    max_queued_requests: Annotated[int, Ge(1)] | None = None
+    max_concurrent_requests: Annotated[int, Ge(1)] | None = None
 
 
 @dataclass(frozen=True)

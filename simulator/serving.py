@@ -48,8 +48,9 @@ class ServingEngine(Protocol):
         """Whether row ``i`` could ever run here (vLLM's ``max_model_len`` check)."""
         ...
 
-    def add_request(self, i: int) -> None:
-        """Row ``i`` was admitted: queue it (its prompt only; nothing computed)."""
+    def add_request(self, i: int) -> str:
+        """Row ``i`` was admitted: queue it (its prompt only; nothing computed) and return
+        ``""``, or the reason the engine's own queue caps refused it (nothing queued)."""
         ...
 
     def abort_request(self, i: int) -> None:

@@ -28,3 +28,21 @@ def test_bench_serve_prints_both_paths() -> None:
     assert set(row["ttft_ms"]) == set(row["gap_ms"]) == {"direct", "gateway"}
     assert set(row["added_ttft_ms"]) == {"p50", "p99"}
     assert row["gateway_rss_mib"] > 0
+
+
+@pytest.mark.timeout(180)
+def test_bench_serve_holds_a_steady_concurrency() -> None:
+    """``--steady-s``: users each send their next stream when the last ends; every figure is
+    there, and more streams went through the gateway than users (each sent several)."""
+    res = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "bench_serve.py"), "--streams", "2",
+         "--rounds", "1", "--tokens", "3", "--gap-ms", "20", "--steady-s", "1.5"],
+        capture_output=True, text=True, timeout=170, check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout)
+    assert out["steady_s"] == 1.5
+    (row,) = out["results"]
+    assert set(row["ttft_ms"]) == set(row["gap_ms"]) == {"direct", "gateway"}
+    assert row["gateway_requests_per_cpu_s"] > 0
+    assert row["gateway_streams"] > 2

@@ -15,10 +15,12 @@ group and stopped by that id when the session ends, also after failures and on C
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -42,6 +44,7 @@ SERVER_FLAGS = (
 )
 READY_TIMEOUT_S = 300.0
 HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
 
 
 @dataclass(frozen=True)
@@ -106,15 +109,16 @@ def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
 
 
 @contextlib.contextmanager
-def running_vllm(python: str, model_dir: Path, log: Path) -> Iterator[
-        tuple[VllmServer, subprocess.Popen[bytes]]]:
-    """Start the server, wait until it answers, yield it, and always stop it."""
+def running_vllm(python: str, model_dir: Path, log: Path, extra_flags: tuple[str, ...] = ()
+                 ) -> Iterator[tuple[VllmServer, subprocess.Popen[bytes]]]:
+    """Start the server (``SERVER_FLAGS``, then ``extra_flags``), wait until it answers, yield
+    it, and always stop it."""
     port = _free_port()
     env = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
            "DO_NOT_TRACK": "1", "PYTHONWARNINGS": "ignore"}
     cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-           "--served-model-name", MODEL_NAME, *SERVER_FLAGS, "--host", "127.0.0.1",
+           "--served-model-name", MODEL_NAME, *SERVER_FLAGS, *extra_flags, "--host", "127.0.0.1",
            "--port", str(port)]
     with log.open("wb") as out:
         # its own process group (stopped as a whole by that id), but not its own session: a
@@ -128,3 +132,21 @@ def running_vllm(python: str, model_dir: Path, log: Path) -> Iterator[
         yield VllmServer(url, proc.pid, log), proc
     finally:
         stop_server(proc)
+
+
+def kvbudget(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kvbudget.cli.main", *args], cwd=REPO, text=True,
+                          capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def write_trace(path: Path, rows: list[dict[str, object]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def burst_trace(path: Path, n: int, prompt: int, output: int, gap_s: float) -> Path:
+    return write_trace(path, [
+        {"id": i, "arrival_s": round(i * gap_s, 4), "prompt_tokens": prompt,
+         "output_tokens": output, "max_output_tokens": output, "tier": "batch"}
+        for i in range(n)
+    ])

@@ -20,31 +20,21 @@ from typing import Any
 
 import numpy as np
 import pytest
-from livevllm import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS, VllmServer, vllm_python
+from livevllm import (
+    MAX_NUM_BATCHED_TOKENS,
+    MAX_NUM_SEQS,
+    VllmServer,
+    burst_trace,
+    kvbudget,
+    vllm_python,
+    write_trace,
+)
 
 from kvbudget.results.run_result import read_run
 
 pytestmark = pytest.mark.live
 REPO = Path(__file__).resolve().parents[2]
 USABLE_KV_TOKENS = 9 * 128  # 10 blocks of 128 tokens, one kept as vLLM's null block
-
-
-def kvbudget(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kvbudget.cli.main", *args], cwd=REPO, text=True,
-                          capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
-
-
-def write_trace(path: Path, rows: list[dict[str, object]]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-def burst_trace(path: Path, n: int, prompt: int, output: int, gap_s: float) -> Path:
-    return write_trace(path, [
-        {"id": i, "arrival_s": round(i * gap_s, 4), "prompt_tokens": prompt,
-         "output_tokens": output, "max_output_tokens": output, "tier": "batch"}
-        for i in range(n)
-    ])
 
 
 def test_conservative_never_preempts_overcommit_does(vllm_server: VllmServer,

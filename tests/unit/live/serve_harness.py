@@ -58,6 +58,7 @@ class FakeUpstream:
     peak_held: int = 0
     aborted: int = 0
     num_tokenized: int = 0
+    refuse: tuple[int, str] | None = None  # (HTTP status, or 200 for an event mid-stream, msg)
 
     def app(self) -> Starlette:
         return Starlette(routes=[
@@ -125,6 +126,14 @@ class FakeUpstream:
                 await self._hold(request)
             except asyncio.CancelledError:
                 return Response(status_code=499)
+        if self.refuse is not None:
+            status, message = self.refuse
+            error = {"error": {"object": "error", "message": message, "type": "ServiceUnavailable",
+                               "param": None, "code": 503}}
+            if status != 200 or not body.get("stream"):
+                return JSONResponse(error, status_code=status)
+            return StreamingResponse(iter([f"data: {json.dumps(error)}\n\n", "data: [DONE]\n\n"]),
+                                     media_type="text/event-stream")
         if not body.get("stream"):
             key = "message" if "messages" in body else "text"
             return JSONResponse({"id": "c", "object": "text_completion", "model": "fake",

@@ -644,3 +644,39 @@ def test_a_reload_applies_the_budget_front_door_and_lease_ttl_and_refuses_a_tier
             fake.release.set()
             assert (await first).status_code == 200 and (await queued).status_code == 200
     run(main())
+
+
+VLLM_BUSY = ("The engine is currently busy and cannot accept new requests. Please try again "
+             "later or on a different instance.")
+"""vLLM 0.32.0's ``QueueOverflowError`` message (``vllm/exceptions.py``): its
+``--max-num-queued-reqs`` refusal."""
+
+
+@pytest.mark.parametrize(("refuse", "stream", "reason"), [
+    ((503, VLLM_BUSY), True, "engine_max_num_queued_reqs"),
+    ((503, VLLM_BUSY), False, "engine_max_num_queued_reqs"),
+    ((200, VLLM_BUSY), True, "engine_max_num_queued_reqs"),  # mid-stream, as vLLM sends a burst's
+    ((200, "out of memory"), True, "backend_error"),
+    ((503, "Service Unavailable"), True, "backend_error"),
+])
+def test_an_upstream_refusal_is_recorded_as_what_it_is(refuse: tuple[int, str], stream: bool,
+                                                        reason: str, tmp_path: Path) -> None:
+    """An upstream's own queue cap refusing (HTTP 503, or an error event in a stream begun with
+    200) is recorded with the simulator's reason for it; the client gets the upstream's answer;
+    an error event is no output token (before: the fast path took it for a chunk, and the call
+    ended as a protocol error with a first token)."""
+    async def main() -> None:
+        fake = FakeUpstream(refuse=refuse)
+        fake.release.set()
+        recorder = ServeRecorder(tmp_path, tiers=TIERS, policy={"name": "conservative"},
+                                 rotate_requests=100, meta={})
+        async with stack(fake, recorder=recorder) as (_server, url), \
+                httpx.AsyncClient() as client:
+            resp = await client.post(url + "/v1/completions", json=_body(stream=stream))
+            assert resp.status_code == refuse[0]
+            assert refuse[1] in resp.text
+        records = pd.read_parquet(tmp_path / "run-0001" / "requests.parquet")
+        row = records.iloc[0]
+        assert (row["status"], row["reason"]) == ("rejected_overloaded", reason)
+        assert pd.isna(row["first_token_s"])
+    run(main())

@@ -141,3 +141,85 @@ def test_every_pool_of_upstream_connections_shares_one_tls_context(
 
     asyncio.run(main())
     assert len(reads) == 1
+
+
+def test_the_gateways_connections_send_each_write_at_once() -> None:
+    """The listening socket names ``IPPROTO_TCP``, so asyncio turns Nagle's algorithm off
+    (``TCP_NODELAY``) on every connection accepted from it. Made with protocol 0 (as before),
+    asyncio left it on: on a kept-alive connection each token written after the first waited
+    for the client's delayed ACK (~40 ms on Linux), and streams reached clients in one piece."""
+    import socket
+
+    from kvbudget.live.serve_run import bind
+
+    async def accepted_nodelay() -> int:
+        got: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            sock = writer.get_extra_info("socket")
+            got.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        listening = bind("127.0.0.1", 0)
+        server = await asyncio.start_server(handle, sock=listening)
+        port = listening.getsockname()[1]
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            value = await got
+            writer.close()
+            return value
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    with bind("127.0.0.1", 0) as sock:
+        assert sock.proto == socket.IPPROTO_TCP
+    assert asyncio.run(accepted_nodelay()) != 0
+
+
+def test_the_gateways_http_server_refuses_a_head_over_its_limit() -> None:
+    """The server ``kvbudget serve`` runs reads requests with h11 (named: uvicorn's default
+    takes httptools whenever ``uvicorn[standard]`` is installed, and its parser has no head
+    limit): a head over ``MAX_HEADER_BYTES`` is refused, one under it served."""
+
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    from kvbudget.live.serve_run import MAX_HEADER_BYTES, bind, server_config
+
+    async def ok(request: Any) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    config = server_config(Starlette(routes=[Route("/", ok)]), drain_timeout_s=1.0,
+                           keep_alive_s=5.0)
+    assert config.http == "h11"
+
+    async def status_for(head_bytes: int, port: int) -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * head_bytes + b"\r\n\r\n")
+        await writer.drain()
+        line = await reader.readline()
+        writer.close()
+        return line
+
+    async def main() -> tuple[bytes, bytes]:
+        sock = bind("127.0.0.1", 0)
+        server = uvicorn.Server(config)
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        try:
+            while not server.started:
+                await asyncio.sleep(0)
+            port = sock.getsockname()[1]
+            return (await status_for(MAX_HEADER_BYTES // 2, port),
+                    await status_for(2 * MAX_HEADER_BYTES, port))
+        finally:
+            server.should_exit = True
+            await task
+            sock.close()
+
+    small, large = asyncio.run(main())
+    assert small.startswith(b"HTTP/1.1 200"), small
+    assert not large.startswith(b"HTTP/1.1 200"), large
+

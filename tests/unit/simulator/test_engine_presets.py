@@ -108,9 +108,17 @@ def test_tgi_reserves_the_worst_case_never_preempts_and_blocks_the_queue(skip: b
 
 
 def test_tgi_never_preempts_under_heavy_overload() -> None:
+    """Beyond its router's 128 permits (TGI's default ``--max-concurrent-requests``) TGI
+    answers 429 at once; with permits for all, every request waits and completes; in neither
+    case is anything preempted."""
     w = mixed_workload(150, rate_rps=20.0, seed=1)
     cfg = SimConfig(engine=EngineConfig(name="tgi", num_gpu_blocks=800))
     res = simulate(w, make_policy("unlimited"), cfg)
+    assert res.summary["engine"]["num_engine_preemptions"] == 0
+    refused = res.records[res.records.status != "completed"]
+    assert len(refused) > 0 and set(refused.reason) == {"engine_max_concurrent_requests"}
+    res = simulate(w, make_policy("unlimited"), replace(
+        cfg, engine=replace(cfg.engine, max_concurrent_requests=150)))
     assert res.summary["engine"]["num_engine_preemptions"] == 0
     assert (res.records.status == "completed").all()
     vllm = simulate(w, make_policy("unlimited"), replace(cfg, engine=EngineConfig(num_gpu_blocks=800)))

@@ -214,3 +214,19 @@ def test_the_preemption_victim_rule_is_a_scenario_setting(tmp_path: Path) -> Non
                                (["engine.name=tgi"], "is for vllm and vllm-swap")):
         with pytest.raises(ValueError, match=message):
             load_scenario(path, overrides).sim_config()
+
+
+def test_the_engines_queue_caps_are_scenario_settings(tmp_path: Path) -> None:
+    """``[engine] max_num_queued_reqs`` and the others from a file; a cap of 0 (which would
+    refuse every request) or a cap another engine has is one line naming the field."""
+    from kvbudget.simulator.scenario import load_scenario
+
+    path = tmp_path / "s.toml"
+    path.write_text("[engine]\nmax_num_queued_reqs = 64\nmax_num_queued_tokens = 32768\n")
+    engine = load_scenario(path).sim_config().engine
+    assert (engine.max_num_queued_reqs, engine.max_num_queued_tokens) == (64, 32768)
+    for overrides, message in ((["engine.max_num_queued_reqs=0"], "max_num_queued_reqs"),
+                               (["engine.name=sglang"], "max_num_queued_reqs is vllm and "
+                                                        "vllm-swap's queue cap")):
+        with pytest.raises(ValueError, match=message):
+            load_scenario(path, overrides).sim_config()
