@@ -23,26 +23,25 @@ from simpy.events import Timeout
 from kvbudget.perf.cost_model import CostModel
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.queue_caps import QueueCaps
-from kvbudget.simulator.scheduler import EngineHooks, Scheduler
+from kvbudget.simulator.scheduler import EngineHooks, RequestColumns, Scheduler
 from kvbudget.simulator.serving import FloatArray, IntArray, RequestFigures
 from kvbudget.simulator.step_log import StepLog
 from kvbudget.simulator.timeline import TimelineRow
 from kvbudget.simulator.token_segments import TokenGaps
 
-__all__ = ["SPEED_UP_INTERFACE", "Engine", "EngineHooks", "FloatArray", "IntArray", "TokenGaps"]
+__all__ = ["SPEED_UP_INTERFACE", "Engine", "EngineHooks", "FloatArray", "IntArray", "RequestColumns",
+           "TokenGaps"]
 
 SPEED_UP_INTERFACE = frozenset({
     # how a step runs, overridden: the running requests kept as a decode group, its runs
-    "_step", "_commit_running_decode", "_now_decoding", "_abort_now", "_work_changed",
-    # the step's parts, reused: the waiting loop and the invariants, the step's end and log,
-    # the commit of a decode step, aborts and finishes
-    "_schedule_waiting", "_check_schedule", "_tail_step_seconds", "_account_step", "_wait",
-    "_commit_step", "_commit_decode_step", "_apply_aborts", "_finish",
-    # the step's state: as scheduled (``_fast``, ``_tail``, ``_step_extra_s``,
-    # ``_hol_blocked``), being committed (``_steps_rows``), the running set's
-    # (``_all_decode``, ``_synced``), the loop's (``_busy``, ``_aborts``)
-    "_fast", "_tail", "_step_extra_s", "_hol_blocked", "_steps_rows", "_all_decode", "_synced",
-    "_busy", "_aborts",
+    "_step", "_abort_now", "_work_changed",
+    # the step's parts, reused: the waiting loop and the invariants, the step's time, end and
+    # log, aborts
+    "_schedule_waiting", "_check_schedule", "_step_seconds", "_account_step", "_wait",
+    "_apply_aborts",
+    # the step's state: as scheduled (``_step_extra_s``, ``_hol_blocked``), being committed
+    # (``_steps_rows``), the loop's (``_busy``, ``_aborts``)
+    "_step_extra_s", "_hol_blocked", "_steps_rows", "_busy", "_aborts",
 })
 """What of :class:`Engine`'s and :class:`~kvbudget.simulator.scheduler.Scheduler`'s own a
 speed-up (:class:`kvbudget.simulator.fast_decode.SkipAheadEngine`, the one subclass that changes
@@ -62,31 +61,12 @@ class Engine(Scheduler):
     # called with the engine before every step when set (tests check invariants there)
     step_observer: ClassVar[Callable[[Engine], None] | None] = None
 
-    def __init__(
-        self,
-        env: simpy.Environment,
-        config: EngineConfig,
-        cost_model: CostModel,
-        *,
-        num_gpu_blocks: int,
-        prompt_tokens: IntArray,
-        output_tokens: IntArray,
-        priority: IntArray,
-        arrival_s: FloatArray,
-        hooks: EngineHooks,
-        timeline_period_s: float = 1.0,
-        max_output_tokens: IntArray | None = None,
-        prefix_hashes: IntArray | None = None,
-        prefix_offsets: IntArray | None = None,
-        prefix_block_tokens: int = 512,
-    ) -> None:
+    def __init__(self, env: simpy.Environment, config: EngineConfig, cost_model: CostModel,
+                 columns: RequestColumns, *, num_gpu_blocks: int, hooks: EngineHooks,
+                 timeline_period_s: float = 1.0) -> None:
         if not 0 < timeline_period_s < float("inf"):
             raise ValueError(f"timeline_period_s must be > 0 and finite, got {timeline_period_s!r}")
-        super().__init__(
-            config, cost_model, num_gpu_blocks=num_gpu_blocks, prompt_tokens=prompt_tokens,
-            output_tokens=output_tokens, priority=priority, arrival_s=arrival_s, hooks=hooks,
-            max_output_tokens=max_output_tokens, prefix_hashes=prefix_hashes,
-            prefix_offsets=prefix_offsets, prefix_block_tokens=prefix_block_tokens)
+        super().__init__(config, cost_model, columns, num_gpu_blocks=num_gpu_blocks, hooks=hooks)
         self.env = env
         # the steps' log: timeline samples, exact time integrals, step ends
         self.log = StepLog(timeline_period_s, self.capacity_tokens, self.block_size)
@@ -108,7 +88,7 @@ class Engine(Scheduler):
         return ""
 
     def _add(self, i: int) -> None:
-        if self._in_engine.item(i):
+        if self.in_engine.item(i):
             # re-admitted while its abort waits for the step boundary: add it after the abort
             self._deferred_adds.append(i)
             return
@@ -117,7 +97,7 @@ class Engine(Scheduler):
         self.num_output_tokens[i] = 0
         self.kv.num_blocks[i] = 0
         self.segments.reset(i)
-        self._in_engine[i] = True
+        self.in_engine[i] = True
         self.waiting.add_request(i)
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
@@ -129,7 +109,7 @@ class Engine(Scheduler):
         processes aborts between steps; at once when the engine is idle. A row re-admitted
         while its abort waits (``add_request``) and aborted again stays out: the re-admission
         is dropped."""
-        if not self._in_engine.item(i):
+        if not self.in_engine.item(i):
             return
         if self._deferred_adds and i in self._deferred_adds:
             self._deferred_adds.remove(i)  # its first abort is pending still
@@ -229,11 +209,10 @@ class Engine(Scheduler):
         everyone's. Not with prefix caching (its arrays are the workload's)."""
         assert self.kv.prefix is None and type(self).rows_grow
         cap = len(columns["prompt_tokens"])
-        self._set_columns(np.asarray(columns["prompt_tokens"], np.int64),
-                          np.asarray(columns["output_tokens"], np.int64),
-                          np.asarray(columns["max_output_tokens"], np.int64),
-                          np.asarray(columns["priority"], np.int64),
-                          np.asarray(columns["arrival_s"], np.float64))
+        prompt, output, priority, most = (np.asarray(columns[k], np.int64) for k in (
+            "prompt_tokens", "output_tokens", "priority", "max_output_tokens"))
+        self._set_columns(RequestColumns(prompt, output, priority,
+                                         np.asarray(columns["arrival_s"], np.float64), most))
         for name, array in self.rows.grow(cap).items():
             setattr(self, name, array)
         self.segments.grow(cap)
@@ -291,7 +270,7 @@ class Engine(Scheduler):
         aborted = self._apply_aborts() if self._aborts else []
         self._steps_rows = rows
         self._on_steps(preempted, 1)
-        self._commit_step(rows, new, aborted)
+        self.commit.rows(rows, new, aborted)
 
     def _account_step(self, dt: float, reserved: int, counts: tuple[int, int]) -> float:
         """A single step of ``dt`` seconds from now, logged (its KV and head-of-line terms and
@@ -331,9 +310,8 @@ class Engine(Scheduler):
         this; its other figures (timeline, integrals, counters, stats) stay."""
         for name, array in self.rows.drop().items():
             setattr(self, name, array)
-        for name in ("prompt_tokens", "target_output", "max_output_tokens", "arrival_s",
-                     "priority"):
-            setattr(self, name, np.zeros(0, getattr(self, name).dtype))
+        none = np.zeros(0, np.int64)
+        self._set_columns(RequestColumns(none, none, none, np.zeros(0, np.float64)))
         self.log.drop_ends()
         self.segments.drop()
         self.kv.drop()

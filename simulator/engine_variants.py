@@ -56,14 +56,11 @@ from typing import Any, cast
 import numpy as np
 import simpy
 
-from kvbudget.perf.cost_model import CostModel
-from kvbudget.perf.hardware import GPUSpec
-from kvbudget.perf.models import ModelSpec
-from kvbudget.simulator.engine import Engine, EngineHooks, FloatArray, IntArray
+from kvbudget.simulator.engine import Engine, EngineHooks, IntArray, RequestColumns
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.fast_decode import SkipAheadEngine
+from kvbudget.simulator.sim_config import ReplicaSetup
 from kvbudget.simulator.small_arrays import isum
-from kvbudget.workloads import Workload
 
 GIB = 1024**3
 
@@ -371,70 +368,19 @@ def engine_class(config: EngineConfig) -> type[Engine]:
     return (SKIP_AHEAD_CLASSES if config.skip_ahead else ENGINE_CLASSES)[config.name]
 
 
-def make_engine(
-    env: simpy.Environment,
-    config: EngineConfig,
-    cost_model: CostModel,
-    *,
-    num_gpu_blocks: int,
-    prompt_tokens: IntArray,
-    output_tokens: IntArray,
-    priority: IntArray,
-    arrival_s: FloatArray,
-    hooks: EngineHooks,
-    timeline_period_s: float = 1.0,
-    max_output_tokens: IntArray | None = None,
-    prefix_hashes: IntArray | None = None,
-    prefix_offsets: IntArray | None = None,
-    prefix_block_tokens: int = 512,
-    kv_bytes_per_token: int = 1,
-    pcie_bandwidth_bytes_s: float = math.inf,
-) -> Engine:
-    """The engine ``config.name`` names (:func:`engine_class`), with the GPU facts swap needs."""
+def make_engine(env: simpy.Environment, setup: ReplicaSetup, columns: RequestColumns,
+                hooks: EngineHooks, *, timeline_period_s: float = 1.0) -> Engine:
+    """The engine ``setup.engine.name`` names (:func:`engine_class`) on ``setup``'s GPU, with
+    its KV blocks and step-time model (the replica's configuration, resolved once), serving
+    ``columns``; swap is given the KV bytes per token and the GPU's host link."""
+    config = setup.engine
+    blocks = setup.num_gpu_blocks
+    assert blocks is not None, "the replica's KV blocks are resolved before its engine is made"
     cls = engine_class(config)
-    kwargs: dict[str, Any] = {
-        "num_gpu_blocks": num_gpu_blocks,
-        "prompt_tokens": prompt_tokens,
-        "output_tokens": output_tokens,
-        "priority": priority,
-        "arrival_s": arrival_s,
-        "hooks": hooks,
-        "timeline_period_s": timeline_period_s,
-        "max_output_tokens": max_output_tokens,
-        "prefix_hashes": prefix_hashes,
-        "prefix_offsets": prefix_offsets,
-        "prefix_block_tokens": prefix_block_tokens,
-    }
+    swap: dict[str, Any] = {}
     if issubclass(cls, SwapEngine):
-        kwargs["kv_bytes_per_token"] = kv_bytes_per_token
-        kwargs["pcie_bandwidth_bytes_s"] = pcie_bandwidth_bytes_s
-    return cls(env, config, cost_model, **kwargs)
-
-
-def engine_inputs(
-    workload: Workload,
-    priority: IntArray,
-    *,
-    timeline_period_s: float,
-    model: ModelSpec,
-    gpu: GPUSpec,
-    tensor_parallel_size: int = 1,
-    kv_cache_dtype: str = "auto",
-) -> dict[str, Any]:
-    """The per-request columns and hardware facts :func:`make_engine` takes, for ``workload``
-    served by ``model`` on ``gpu`` (the run's resolved specs: ``ReplicaSetup``; ``priority``:
-    each request's tier priority), sharded over ``tensor_parallel_size`` GPUs with a
-    ``kv_cache_dtype`` KV cache."""
-    return {
-        "prompt_tokens": workload.prompt_tokens,
-        "output_tokens": workload.output_tokens,
-        "priority": priority,
-        "arrival_s": workload.arrival_s,
-        "timeline_period_s": timeline_period_s,
-        "max_output_tokens": workload.max_output_tokens,
-        "prefix_hashes": workload.prefix_hashes,
-        "prefix_offsets": workload.prefix_offsets,
-        "prefix_block_tokens": workload.prefix_block_tokens,
-        "kv_bytes_per_token": model.kv_bytes_per_token(tensor_parallel_size, kv_cache_dtype),
-        "pcie_bandwidth_bytes_s": gpu.pcie_bandwidth_bytes_s,
-    }
+        swap["kv_bytes_per_token"] = setup.model.kv_bytes_per_token(
+            config.tensor_parallel_size, config.kv_cache_dtype)
+        swap["pcie_bandwidth_bytes_s"] = setup.gpu.pcie_bandwidth_bytes_s
+    return cls(env, config, setup.cost_model, columns, num_gpu_blocks=blocks, hooks=hooks,
+               timeline_period_s=timeline_period_s, **swap)

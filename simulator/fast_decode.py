@@ -34,6 +34,7 @@ from kvbudget.simulator.decode_plan import GROUP_SMALL_K, DecodeRunPlanner, Floa
 from kvbudget.simulator.engine import Engine, IntArray
 from kvbudget.simulator.fleet_ties import TiedSteps
 from kvbudget.simulator.small_arrays import isum
+from kvbudget.simulator.step_cost import tail_features
 
 __all__ = ["DecodeGroup", "SkipAheadEngine"]
 
@@ -195,13 +196,13 @@ class SkipAheadEngine(TiedSteps, Engine):
                 del g.deferred[i]
                 g.hist[(self.num_computed_tokens.item(i) - g.members[i]) % self.block_size] += 1
 
-    def _now_decoding(self, i: int, computed: int, output: int) -> None:
-        """Row ``i`` joins the group (if there is one): rows join in the order they started
-        running (all at once when the group forms, or at the step that started them), so join
-        order is running order."""
+    def _group_join(self, i: int, computed: int, output: int) -> None:
+        """Row ``i`` joins the group: it started in the group's step and sampled its first
+        token (``computed``, ``output``: its arrays' values now). Rows join in the order they
+        started running (all at once when the group forms, or at the step that started them),
+        so join order is running order."""
         g = self._group
-        if g is None:
-            return
+        assert g is not None
         step = g.step
         bs = self.block_size
         g.members[i] = step
@@ -269,50 +270,48 @@ class SkipAheadEngine(TiedSteps, Engine):
         """A step whose running loop is the group's (every member gets its token and block):
         :meth:`_group_iteration`; any other step dissolves the group first."""
         g = self._group
-        if g is None and self._all_decode and self._synced and self.running and self.decode_group:
+        if (g is None and self.commit.all_decode and self.commit.synced and self.running
+                and self.decode_group):
             # (members get a token every group step, so each must have had last step's)
             self._group_form()
             g = self._group
         if g is not None:
             reserved, gw_waiting = self.hooks.gateway_state()
-            if self._schedule_group(g):
-                yield from self._group_iteration(g, reserved, gw_waiting)
+            tail = self._schedule_group(g)
+            if tail is not None:
+                yield from self._group_iteration(g, tail, reserved, gw_waiting)
                 return
             self._group_dissolve(scheduled=False)
         yield from super()._step()
 
-    def _schedule_group(self, g: DecodeGroup) -> bool:
+    def _schedule_group(self, g: DecodeGroup) -> list[tuple[int, int]] | None:
         """:meth:`_schedule` when the running requests are the decode group ``g`` and every one
-        gets its token and block (no preemption): one new token each, then the waiting loop
-        (``_tail``). False, changing nothing, otherwise."""
+        gets its token and block (no preemption): one new token each, then the waiting loop,
+        whose rows that start it returns (the tail: row, new tokens). None, changing nothing,
+        otherwise."""
         budget = self.tokens_limit
-        # (_schedule_waiting resets the head's refusal; Engine._schedule, after a False, all)
+        # (_schedule_waiting resets the head's refusal; Engine._schedule, after a None, all)
         self._step_extra_s = 0.0
-        self._fast = None
-        self._tail = None
         n = g.size
-        if not (self._all_decode and n == len(self.running) and n <= budget):
-            return False
+        if not (self.commit.all_decode and n == len(self.running) and n <= budget):
+            return None
         if g.wake:
             self._group_wake(g)
         total = g.hist[-g.step % self.block_size]  # the members whose blocks are full
         if total > self.kv.num_available_blocks:
-            return False
+            return None
         if total:
             self.kv.take(total)
         w_rows, w_new = self._schedule_waiting(budget - n)
-        self._tail = list(zip(w_rows, w_new, strict=True)) if w_rows else []
         self._check_schedule(budget - n - sum(w_new), False)  # the members' num_blocks lag
-        return True
+        return list(zip(w_rows, w_new, strict=True)) if w_rows else []
 
     def _group_iteration(
-        self, g: DecodeGroup, reserved: int, gw_waiting: int
+        self, g: DecodeGroup, tail: list[tuple[int, int]], reserved: int, gw_waiting: int
     ) -> Generator[simpy.Event, Any, None]:
-        """The rest of a step whose running loop was the group's (``g``): the same arithmetic
-        as :meth:`SkipAheadEngine._run_scheduled`, on the group's numbers instead of the
-        rows'."""
-        tail = self._tail
-        assert tail is not None
+        """The rest of a step whose running loop was the group's (``g``; ``tail``: the waiting
+        requests that start in it): the same arithmetic as :meth:`Engine._run_scheduled`, on
+        the group's numbers instead of the rows'."""
         counts = (len(self.running), len(self.waiting) + gw_waiting)
         n = g.size
         run: Run | None = None
@@ -340,7 +339,8 @@ class SkipAheadEngine(TiedSteps, Engine):
             if run is not None:
                 run = self._span_keep(run, t_ext, until)
         else:
-            dt = self._tail_step_seconds(n, n + g.context, tail)
+            dt = self._step_seconds(tail_features(n, n + g.context, tail, self.num_computed_tokens,
+                                                  self.num_tokens, self.num_output_tokens))
         k = yield from self._wait_run(dt, run, reserved, counts)
         self._steps_rows = None  # for scheduled_with_output: the group's step
         self._steps_group = (n, tail)
@@ -353,7 +353,7 @@ class SkipAheadEngine(TiedSteps, Engine):
             taken = int(run[1][k - 1] - run[1][0]) if run is not None else 0
             self._group_commit_run(g, k, taken, k >= to_finish)
         else:
-            self._commit_decode_step(n + len(tail))
+            self.commit.decode_step(n, tail, self._group_advance(g, 1, True), self._group_join)
 
     def _group_abort(self, g: DecodeGroup, k: int, run: Run | None,
                      tail: list[tuple[int, int]]) -> None:
@@ -373,13 +373,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         aborted = self._apply_aborts()
         self._on_steps(False, 1)
         new = np.array([1] * n + [n_new for _, n_new in tail], np.int64)
-        self._commit_step(rows, new, aborted)
-
-    def _commit_running_decode(self) -> list[int]:
-        g = self._group  # a step of the group's (any other step dissolves it first)
-        if g is None:
-            return super()._commit_running_decode()
-        return self._group_advance(g, 1, True)
+        self.commit.rows(rows, new, aborted)
 
     def _group_advance(self, g: DecodeGroup, k: int, finishes: bool) -> list[int]:
         """``k`` decode steps of the group committed (their blocks taken already); returns the
@@ -398,7 +392,7 @@ class SkipAheadEngine(TiedSteps, Engine):
             self.kv.take(extra)
         done = self._group_advance(g, k, finishes)
         if done:
-            self._finish(done)
+            self.commit.finish(done)
 
     # --- decode runs ----------------------------------------------------------------------------
     def _planned_run(

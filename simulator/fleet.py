@@ -58,8 +58,8 @@ from kvbudget.policies import (
     Request,
 )
 from kvbudget.results.metrics import merge_gap_rows
-from kvbudget.simulator.engine import Engine, EngineHooks, FloatArray, IntArray
-from kvbudget.simulator.engine_variants import ENGINE_CLASSES, engine_inputs, make_engine
+from kvbudget.simulator.engine import Engine, EngineHooks, FloatArray, IntArray, RequestColumns
+from kvbudget.simulator.engine_variants import ENGINE_CLASSES, make_engine
 from kvbudget.simulator.exact_sum import to_float
 from kvbudget.simulator.fast_decode import SkipAheadEngine
 from kvbudget.simulator.fleet_events import FleetEvents
@@ -437,39 +437,20 @@ class Fleet:
                      on_gpu: ReplicaSetup) -> None:
         """Replica ``r``'s engine on ``gpu`` (its resolved configuration ``on_gpu``), with hooks
         that map its rows back to the workload's."""
-        workload, config = self.w, self.config
         self.gpus.append(gpu)
-        engine, blocks, cost = on_gpu.engine, on_gpu.num_gpu_blocks, on_gpu.cost_model
-        assert blocks is not None  # _setups sizes every replica's KV
-        columns = engine_inputs(
-            workload,
-            self._priority,
-            timeline_period_s=config.timeline_period_s,
-            model=on_gpu.model,
-            gpu=on_gpu.gpu,
-            tensor_parallel_size=engine.tensor_parallel_size,
-            kv_cache_dtype=engine.kv_cache_dtype,
-        )
-        if self._compact:
+        if self._compact:  # the replica's own rows (without prefix hashes)
             local = self._local[r].columns
-            columns.update({k: local[k] for k in _LOCAL_COLUMNS if k != "order"},
-                           prefix_hashes=None, prefix_offsets=None)
+            columns = RequestColumns(**{k: local[k] for k in _LOCAL_COLUMNS if k != "order"})
+        else:
+            columns = RequestColumns.of(self.w, self._priority)
         replica_hooks = EngineHooks(
             on_finish=partial(self._on_finish, r),
             on_preempt=partial(self._on_preempt, r),
             next_external_s=partial(self._next_touch_s, r),
             gateway_state=partial(self._gateway_state, r),
         )
-        self.replicas.append(
-            make_engine(
-                env,
-                engine,
-                cost,
-                num_gpu_blocks=blocks,
-                hooks=replica_hooks,
-                **columns,
-            )
-        )
+        self.replicas.append(make_engine(env, on_gpu, columns, replica_hooks,
+                                         timeline_period_s=self.config.timeline_period_s))
         if self._compact:
             self.replicas[r].grow_rows(self._local[r].columns)  # the ties' order
         replica = self.replicas[r]

@@ -43,8 +43,8 @@ from kvbudget.results.run_result import RunResult
 from kvbudget.simulator import queue_caps
 from kvbudget.simulator.alarm import Alarm
 from kvbudget.simulator.clients import Clients
-from kvbudget.simulator.engine import EngineHooks
-from kvbudget.simulator.engine_variants import engine_inputs, make_engine
+from kvbudget.simulator.engine import EngineHooks, RequestColumns
+from kvbudget.simulator.engine_variants import make_engine
 from kvbudget.simulator.fleet import Fleet
 from kvbudget.simulator.serving import RequestFigures, ServingEngine
 from kvbudget.simulator.sim_config import FleetConfig, ReplicaSetup, SimConfig, gateway_config
@@ -155,22 +155,8 @@ class _Simulation:
         capacity = blocks * setup.engine.block_size
         gateway = Gateway(
             gateway_config(config, config.gateway_capacity_tokens or capacity), self.policy)
-        engine = make_engine(
-            self.env,
-            setup.engine,
-            setup.cost_model,
-            num_gpu_blocks=blocks,
-            hooks=hooks,
-            **engine_inputs(
-                w,
-                priority,
-                timeline_period_s=config.timeline_period_s,
-                model=setup.model,
-                gpu=setup.gpu,
-                tensor_parallel_size=setup.engine.tensor_parallel_size,
-                kv_cache_dtype=setup.engine.kv_cache_dtype,
-            ),
-        )
+        engine = make_engine(self.env, setup, RequestColumns.of(w, priority), hooks,
+                             timeline_period_s=config.timeline_period_s)
         return engine, gateway, capacity
 
     # --- hooks ------------------------------------------------------------------------------

@@ -23,20 +23,15 @@ __all__ = ["RunningArray", "RunningPrefix", "budget_prefix"]
 @dataclass(slots=True)
 class RunningPrefix:
     """The requests the running loop reaches, in order, with the token budget it hands out:
-    ``rows``, their ``new`` tokens, ``computed`` (``num_computed_tokens`` before the step),
-    ``blocks`` (``num_blocks`` now), ``want`` (the blocks they need for the step),
-    ``num_new`` (the new tokens in all), ``num_need`` (the tokens they have left to compute,
-    in all), ``decoding`` (whether every one of them is decoding, so gets one token) and
-    ``num_extra`` (the new blocks in all, ``sum(want - blocks)``, when counted already)."""
+    ``rows``, their ``new`` tokens, ``blocks`` (``num_blocks`` now), ``want`` (the blocks
+    they need for the step), ``num_new`` (the new tokens in all) and ``num_extra`` (the new
+    blocks in all, ``sum(want - blocks)``, when counted already)."""
 
     rows: IntArray
     new: IntArray
-    computed: IntArray
     blocks: IntArray
     want: IntArray
     num_new: int
-    num_need: int
-    decoding: bool = False
     num_extra: int | None = None
 
 
@@ -57,23 +52,22 @@ def budget_prefix(
         full = computed == blocks * block_size
         num_full = int(np.count_nonzero(full))
         want = blocks + full if num_full else blocks
-        return RunningPrefix(rows, ones[:n], computed, blocks, want, n, n, True, num_full)
+        return RunningPrefix(rows, ones[:n], blocks, want, n, num_full)
     need = num_tokens[rows] - computed
     cum = np.add.accumulate(need)
-    total = num_need = int(cum[-1])
+    total = int(cum[-1])
     if total < budget:
         new = need  # every request gets all it needs, with budget to spare
     else:
         before = budget - (cum - need)  # budget left when each is reached
         m = int(np.count_nonzero(before > 0))  # budget only shrinks: a prefix is scheduled
-        num_need = int(cum[m - 1]) if m else 0
         rows, computed, need, before = rows[:m], computed[:m], need[:m], before[:m]
         new = np.minimum(need, before)
         total = budget  # the last request reached takes what is left
     bs = block_size
     blocks = num_blocks[rows]
     want = np.maximum((computed + new + (bs - 1)) // bs, blocks)
-    return RunningPrefix(rows, new, computed, blocks, want, total, num_need)
+    return RunningPrefix(rows, new, blocks, want, total)
 
 
 class RunningArray:

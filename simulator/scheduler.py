@@ -17,9 +17,10 @@ subclass). A step is scheduled as vLLM v1's ``Scheduler.schedule()``
    ``max_num_seqs`` and the free blocks allow; the queue stops at the first that does not fit
    (:mod:`kvbudget.simulator.request_queue` orders it).
 3. The step's **features** (:mod:`kvbudget.simulator.step_cost`) give its time by the
-   :class:`~kvbudget.perf.cost_model.CostModel`; when it has run it is **committed** (as
-   vLLM's ``update_from_output``): computed tokens advance, a request whose tokens are all
-   computed samples one output token, and a request with all its output finishes.
+   :class:`~kvbudget.perf.cost_model.CostModel`; when it has run it is **committed**
+   (:class:`~kvbudget.simulator.step_commit.StepCommit`, vLLM's ``update_from_output``):
+   computed tokens advance, a request whose tokens are all computed samples one output
+   token, and a request with all its output finishes.
 
 Per-request state lives in numpy arrays indexed by the workload row, in vLLM's vocabulary:
 ``num_tokens`` (prompt plus generated tokens), ``num_computed_tokens`` (tokens whose KV is in
@@ -44,14 +45,15 @@ from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.kv_blocks import KVBlocks
 from kvbudget.simulator.prefix_cache import PrefixCaching
 from kvbudget.simulator.request_queue import make_request_queue
-from kvbudget.simulator.request_rows import RowArrays
+from kvbudget.simulator.request_rows import RequestColumns, RowArrays
 from kvbudget.simulator.running_loop import RunningArray, RunningPrefix, budget_prefix
 from kvbudget.simulator.serving import FloatArray, IntArray
 from kvbudget.simulator.small_arrays import isum
-from kvbudget.simulator.step_cost import rows_features, tail_features
+from kvbudget.simulator.step_commit import StepCommit
+from kvbudget.simulator.step_cost import rows_features
 from kvbudget.simulator.token_segments import TokenSegments
 
-__all__ = ["EngineHooks", "FloatArray", "IntArray", "Scheduler"]
+__all__ = ["EngineHooks", "FloatArray", "IntArray", "RequestColumns", "Scheduler"]
 
 
 @dataclass(slots=True)
@@ -65,8 +67,9 @@ class EngineHooks:
 
 
 class Scheduler:
-    """One engine replica's state and what a step does to it (schedule, features, commit),
-    without the clock. Requests are workload rows ``i``.
+    """One engine replica's state and what a step does to it (schedule, features; its commit
+    is ``commit``, a :class:`~kvbudget.simulator.step_commit.StepCommit`), without the clock.
+    Requests are workload rows ``i``.
 
     **Hooks** an engine variant overrides (all the behaviour a variant may change; every one
     calls ``super()`` or replaces the base behaviour whole):
@@ -121,28 +124,14 @@ class Scheduler:
     # arrays of its own registers them in rows, or says False)
     rows_grow: ClassVar[bool] = True
 
-    def __init__(
-        self,
-        config: EngineConfig,
-        cost_model: CostModel,
-        *,
-        num_gpu_blocks: int,
-        prompt_tokens: IntArray,
-        output_tokens: IntArray,
-        priority: IntArray,
-        arrival_s: FloatArray,
-        hooks: EngineHooks,
-        max_output_tokens: IntArray | None = None,
-        prefix_hashes: IntArray | None = None,
-        prefix_offsets: IntArray | None = None,
-        prefix_block_tokens: int = 512,
-    ) -> None:
+    def __init__(self, config: EngineConfig, cost_model: CostModel, columns: RequestColumns, *,
+                 num_gpu_blocks: int, hooks: EngineHooks) -> None:
         self.config = config
         self.cost = cost_model
         self.hooks = hooks
         self._set_limits(config, num_gpu_blocks)
-        self._set_columns(prompt_tokens, output_tokens, max_output_tokens, priority, arrival_s)
-        n = len(prompt_tokens)
+        self._set_columns(columns)
+        n = len(columns.prompt_tokens)
         # per-request state (vLLM names), each with the value a new row starts with
         self.rows = rows = RowArrays()
         self.num_tokens = rows.add("num_tokens", np.zeros(n, np.int64), 0)
@@ -161,35 +150,25 @@ class Scheduler:
         # one new token each, for a running loop of decoding requests (read-only: it is shared)
         self._ones = np.ones(min(self.seqs_limit, self.tokens_limit), np.int64)
         self._ones.flags.writeable = False
-        self._fast: RunningPrefix | None = None  # this step's running loop, when vectorised
-        # this step's waiting requests (row, new tokens), when the rows before them are every
-        # running request, all decoding (or none)
-        self._tail: list[tuple[int, int]] | None = None
-        self._prior_synced = False  # ``_synced`` as this step was scheduled (before starts)
-        # True only while every running request is decoding: one token to compute
-        # (``num_tokens - num_computed_tokens == 1``) and ``num_output_tokens > 0``. A request
-        # that starts clears it, removals keep it, a commit that samples a token of every
-        # running request sets it (each then has exactly one token to compute).
-        self._all_decode = False
-        self.waiting = make_request_queue(config.scheduling_policy, self.priority, arrival_s)
-        self._in_engine = rows.add("_in_engine", np.zeros(n, np.bool_), 0)
+        self.waiting = make_request_queue(config.scheduling_policy, self.priority, self.arrival_s)
+        self.in_engine = rows.add("in_engine", np.zeros(n, np.bool_), 0)
         self._step_extra_s = 0.0  # seconds a hook adds to the current step (swap transfers)
         self._hol_blocked = False  # this step's waiting head was refused for lack of KV
         self.head_refusal = ""  # why the waiting loop stopped: "", seqs, budget, kv, policy
         # the KV blocks, shared between prompt prefixes with equal hashes with automatic
         # prefix caching (vLLM --enable-prefix-caching) over the workload's hashes
         prefix = None
-        if config.enable_prefix_caching and prefix_hashes is not None:
-            prefix = PrefixCaching(config.block_size, prompt_tokens, prefix_hashes,
-                                   prefix_offsets, prefix_block_tokens)
+        if config.enable_prefix_caching and columns.prefix_hashes is not None:
+            prefix = PrefixCaching(config.block_size, columns.prompt_tokens, columns.prefix_hashes,
+                                   columns.prefix_offsets, columns.prefix_block_tokens)
         self.kv = KVBlocks(num_gpu_blocks, config.block_size, n, prefix)
         self._steps_rows: IntArray | None = None  # the rows of the steps being committed
         self.t = 0.0  # when the last step ended
         self.num_steps = 0  # the steps that have ended
         # inter-token gaps (ITL): each request's runs of tokens in consecutive steps
         self.segments = TokenSegments(n)
-        # every running request got a token in the last committed step (a start clears it)
-        self._synced = False
+        # what a step does to the requests when it ends, and two facts of the running set
+        self.commit = StepCommit(self, on_finish=hooks.on_finish, stop_running=self._stop_running)
 
     def _set_limits(self, config: EngineConfig, num_gpu_blocks: int) -> None:
         """The engine's sizes and a step's limits (the config is frozen: read once), checked
@@ -215,22 +194,15 @@ class Scheduler:
         self.watermark_blocks = int(config.watermark * num_gpu_blocks)
         self._admit_blocks = num_gpu_blocks - self.watermark_blocks
 
-    def _set_columns(self, prompt_tokens: IntArray, output_tokens: IntArray,
-                     max_output_tokens: IntArray | None, priority: IntArray,
-                     arrival_s: FloatArray) -> None:
+    def _set_columns(self, columns: RequestColumns) -> None:
         """The per-request columns the engine reads (the workload's, or a replica's rows)."""
-        if max_output_tokens is not None and bool(np.any(output_tokens > max_output_tokens)):
-            # a request never generates more than it declared (workloads check it): the
-            # worst-case reservations of TGI and TensorRT-LLM rely on it
-            k = int(np.argmax(output_tokens > max_output_tokens))
-            raise ValueError(f"request {k}: output_tokens {int(output_tokens[k])} exceeds "
-                             f"max_output_tokens {int(max_output_tokens[k])}")
-        self.prompt_tokens = prompt_tokens
-        self.target_output = output_tokens
-        self.priority = (priority if self.config.scheduling_policy == "priority"
-                         else np.zeros(len(prompt_tokens), np.int64))
-        self.arrival_s = arrival_s
-        self.max_output_tokens = output_tokens if max_output_tokens is None else max_output_tokens
+        self.prompt_tokens = columns.prompt_tokens
+        self.target_output = out = columns.output_tokens
+        self.priority = (columns.priority if self.config.scheduling_policy == "priority"
+                         else np.zeros(len(out), np.int64))
+        self.arrival_s = columns.arrival_s
+        most = columns.max_output_tokens
+        self.max_output_tokens = out if most is None else most
 
     # --- what hooks may use ----------------------------------------------------------------
     def running_rows(self) -> IntArray:
@@ -359,8 +331,8 @@ class Scheduler:
     # --- the running set ------------------------------------------------------------------
     def _start_running(self, i: int) -> None:
         self.running.append(i)
-        self._all_decode = False
-        self._synced = False
+        commit = self.commit
+        commit.all_decode = commit.synced = False
         self._running_array.started(i, len(self.running))
 
     def _stop_running(self, rows: list[int]) -> None:
@@ -372,11 +344,23 @@ class Scheduler:
             self.running = [i for i in self.running if i not in done]
         self._running_array.stopped()
 
+    def _abort_now(self, i: int) -> None:
+        """Request ``i`` leaves by an abort (between steps), running or waiting."""
+        if not self.in_engine.item(i):
+            return
+        self._on_abort(i)
+        if i in self.running:
+            self._stop_running([i])
+        else:
+            self.waiting.remove_request(i)
+        self.kv.free(i)
+        self.in_engine[i] = False
+
     def _budget_prefix(self, rows: IntArray, budget: int) -> RunningPrefix:
         """:func:`~kvbudget.simulator.running_loop.budget_prefix` of ``rows`` (running
         requests, in order)."""
         return budget_prefix(rows, self.num_tokens, self.num_computed_tokens, self.kv.num_blocks,
-                             budget, self.block_size, self._ones if self._all_decode else None)
+                             budget, self.block_size, self._ones if self.commit.all_decode else None)
 
     def _fitting_prefix(self, budget: int) -> RunningPrefix | None:
         """The running loop's prefix (some running requests) when every allocation in it
@@ -400,42 +384,31 @@ class Scheduler:
         request was preempted.
 
         1. The running requests, in order: when every one the token budget reaches gets its
-           blocks, in one go (``_fast``, :mod:`kvbudget.simulator.running_loop`), else one by
-           one, preempting when blocks run out (:meth:`_schedule_running`).
+           blocks, in one go (:mod:`kvbudget.simulator.running_loop`), else one by one,
+           preempting when blocks run out (:meth:`_schedule_running`).
         2. The waiting requests, unless a running request was preempted
-           (:meth:`_schedule_waiting`). When the running requests are all decoding, the
-           waiting rows that start are kept apart (``_tail``) for :meth:`_features` and
-           :meth:`_commit_step`.
+           (:meth:`_schedule_waiting`).
         3. The invariants (:meth:`_check_schedule`)."""
         budget = self.tokens_limit
         self._step_extra_s = 0.0
         self._hol_blocked = False
         self.head_refusal = ""
-        self._fast = None
-        self._tail = None
-        self._prior_synced = self._synced
-        decoding = False
         preempted = False
         prefix = self._fitting_prefix(budget) if self.running else None
         if prefix is not None:
             if prefix.num_extra:
                 self.kv.num_blocks[prefix.rows] = prefix.want
                 self.kv.take(prefix.num_extra)
-            self._fast = prefix
             sched, new = prefix.rows, prefix.new
             budget -= prefix.num_new
-            decoding = prefix.decoding
         elif not self.running:
             sched = new = np.zeros(0, np.int64)
-            decoding = True
         else:
             sched_l, new_l, preempted, budget = self._schedule_running(budget)
             sched = np.asarray(sched_l, dtype=np.int64)
             new = np.asarray(new_l, dtype=np.int64)
         if not preempted:
             w_rows, w_new = self._schedule_waiting(budget)
-            if decoding:
-                self._tail = list(zip(w_rows, w_new, strict=True)) if w_rows else []
             if w_rows:
                 sched = np.concatenate((sched, w_rows))
                 new = np.concatenate((new, w_new))
@@ -552,156 +525,10 @@ class Scheduler:
 
     def _features(self, rows: IntArray, new: IntArray) -> StepFeatures:
         """The scheduled step's features (:mod:`kvbudget.simulator.step_cost`)."""
-        tail = self._tail
-        if tail is None:
-            return rows_features(rows, new, self.num_computed_tokens, self.num_tokens,
-                                 self.num_output_tokens)
-        # ``rows`` are the running requests, all decoding (one new token each), then the
-        # waiting requests that start (``tail``, a few): the same sums, in integers
-        m = len(rows) - len(tail)
-        fast = self._fast
-        context = m + isum(fast.computed) if fast is not None else 0
-        return tail_features(m, context, tail, self.num_computed_tokens, self.num_tokens,
+        return rows_features(rows, new, self.num_computed_tokens, self.num_tokens,
                              self.num_output_tokens)
 
     def _step_seconds(self, features: StepFeatures) -> float:
         """The scheduled step's duration: its features priced, plus what hooks added
         (:meth:`add_step_time`)."""
         return float(self.cost.step_time(*features)) + self._step_extra_s
-
-    def _tail_step_seconds(self, m: int, context: int, tail: list[tuple[int, int]]) -> float:
-        """:meth:`_step_seconds` of a step of ``m`` decoding requests attending to
-        ``context`` tokens, then the waiting requests that start (``tail``:
-        :func:`~kvbudget.simulator.step_cost.tail_features`)."""
-        features = tail_features(m, context, tail, self.num_computed_tokens, self.num_tokens,
-                                 self.num_output_tokens)
-        return float(self.cost.step_time(*features)) + self._step_extra_s
-
-    # --- one step: commit --------------------------------------------------------------------
-    def _commit_step(self, rows: IntArray, new: IntArray, aborted: list[int]) -> None:
-        """The step's new tokens are computed: a request whose tokens are all computed
-        samples one output token (its first sets ``first_token_s``), and one with all its
-        output finishes. Requests ``aborted`` during the step are left out."""
-        if self._tail is not None and not aborted:
-            self._commit_decode_step(len(rows))
-            return
-        self._commit_rows(rows, new, aborted)
-
-    def _commit_decode_step(self, n: int) -> None:
-        """:meth:`_commit_step` of ``n`` rows when they are the running requests, all
-        decoding (each sampled; their first tokens are out already, as they have output),
-        then the starting ones (``_tail``, a few), with fewer array operations. With prefix
-        caching the starting ones' full prompt blocks are cached as :meth:`_commit_rows`
-        caches them (decoding requests have cached all theirs: they computed their prompt)."""
-        tail = self._tail
-        assert tail is not None
-        done = self._commit_running_decode()
-        sampled = n - len(tail)
-        if tail and self.kv.prefix is not None:
-            rows = np.array([i for i, _ in tail], np.int64)
-            new = np.array([m for _, m in tail], np.int64)
-            self.kv.prefix.register(rows, self.num_computed_tokens[rows] + new)
-        joining = True  # running order stays join order (the group's members come first)
-        num_computed, num_tokens, num_output = (
-            self.num_computed_tokens, self.num_tokens, self.num_output_tokens)
-        step = self.num_steps
-        segments = self.segments
-        for i, n_new in tail:
-            computed_i = num_computed.item(i) + n_new
-            num_computed[i] = computed_i
-            tokens_i = num_tokens.item(i)
-            if computed_i >= tokens_i:
-                sampled += 1
-                output_i = num_output.item(i) + 1
-                num_output[i] = output_i
-                num_tokens[i] = tokens_i + 1
-                if segments.base.item(i) + output_i != step:
-                    segments.new_segment(i, output_i, step)
-                if math.isnan(self.first_token_s.item(i)):
-                    self.first_token_s[i] = self.t
-                if output_i >= self.target_output.item(i):
-                    done.append(i)
-                elif joining:
-                    self._now_decoding(i, computed_i, output_i)
-            else:
-                # still prefilling: the next step is no decode step of the group (which
-                # dissolves), so the rows after it need not join
-                joining = False
-        self._synced = sampled == len(self.running)
-        if self._synced:
-            self._all_decode = True  # as in _commit_rows
-        if done:
-            self._finish(done)
-
-    def _commit_running_decode(self) -> list[int]:
-        """One decode step of the running requests the step's running loop took (``_fast``);
-        returns those that have all their output now, in running order."""
-        fast = self._fast
-        if fast is None:
-            return []
-        prefix = fast.rows
-        computed = fast.computed + 1
-        self.num_computed_tokens[prefix] = computed
-        self.num_tokens[prefix] = computed + 1  # one token to compute, as before
-        output = self.num_output_tokens[prefix] + 1
-        self.num_output_tokens[prefix] = output
-        if not self._prior_synced:  # the running requests' previous tokens are not all last step's
-            self.segments.note(prefix, output, self.num_steps)
-        done: list[int] = prefix[output >= self.target_output[prefix]].tolist()
-        return done
-
-    def _now_decoding(self, i: int, computed: int, output: int) -> None:
-        """Row ``i`` started this step and sampled its first token (``computed``, ``output``
-        are its arrays' values now); every row started before it in the step did too (or
-        finished)."""
-
-    def _commit_rows(self, rows: IntArray, new: IntArray, aborted: list[int]) -> None:
-        """:meth:`_commit_step` from the rows' arrays."""
-        if aborted:
-            keep = ~np.isin(rows, aborted)
-            rows, new = rows[keep], new[keep]
-        computed = self.num_computed_tokens[rows] + new
-        self.num_computed_tokens[rows] = computed
-        if self.kv.prefix is not None:
-            self.kv.prefix.register(rows, computed)
-        sampled = rows[computed >= self.num_tokens[rows]]
-        self._synced = sampled.size == len(self.running)
-        if sampled.size == 0:
-            return
-        if sampled.size == len(self.running):
-            # ``rows`` are distinct running requests (aborted ones dropped above), so every
-            # running request was sampled: each now has one token to compute, and an output
-            self._all_decode = True
-        output = self.num_output_tokens[sampled] + 1
-        self.num_output_tokens[sampled] = output
-        self.num_tokens[sampled] += 1
-        self.segments.note(sampled, output, self.num_steps)
-        first = sampled[np.isnan(self.first_token_s[sampled])]
-        if first.size:
-            self.first_token_s[first] = self.t
-        done = sampled[output >= self.target_output[sampled]]
-        if done.size:
-            self._finish(done.tolist())
-
-    def _finish(self, finished: list[int]) -> None:
-        if not finished:
-            return
-        t = self.t
-        self._stop_running(finished)
-        for i in finished:
-            self.kv.free(i)
-            self._in_engine[i] = False
-            self.finished_s[i] = t
-        for i in finished:
-            self.hooks.on_finish(i, t)
-
-    def _abort_now(self, i: int) -> None:
-        if not self._in_engine.item(i):
-            return
-        self._on_abort(i)
-        if i in self.running:
-            self._stop_running([i])
-        else:
-            self.waiting.remove_request(i)
-        self.kv.free(i)
-        self._in_engine[i] = False

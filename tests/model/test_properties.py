@@ -381,7 +381,7 @@ def _assert_group_facts(engine: Engine) -> None:
     # the members are the first running requests, in running order (join order), what
     # running_output_tokens relies on
     assert members == engine.running[: len(members)]
-    if engine._all_decode:
+    if engine.commit.all_decode:
         assert members == engine.running
     rows = np.asarray(members, dtype=np.int64)
     computed, tokens, output, blocks = _true_state(engine, rows)
@@ -419,7 +419,7 @@ def _assert_group_facts(engine: Engine) -> None:
 
 
 def _assert_running_facts(engine: Engine) -> None:
-    """The facts the engine keeps about its running set (``Engine._all_decode``,
+    """The facts the engine keeps about its running set (``Engine.commit.all_decode``,
     ``running`` as an array, the decode group) and its invariants: every block is free,
     held by a request or cached; the seats."""
     rows = np.asarray(engine.running, dtype=np.int64)
@@ -445,12 +445,12 @@ def _assert_running_facts(engine: Engine) -> None:
     # a running request's blocks hold its computed tokens (SkipAheadEngine._budget_prefix
     # relies on it)
     assert (blocks * engine.block_size >= computed).all()
-    if engine._all_decode:
+    if engine.commit.all_decode:
         assert (tokens - computed == 1).all()
         assert (output > 0).all()
     # block conservation (no prefix caching here): the waiting requests' blocks as their
     # arrays say, the running ones' as their true state does
-    held = int(engine.num_blocks[engine._in_engine].sum()) - int(engine.num_blocks[rows].sum())
+    held = int(engine.num_blocks[engine.in_engine].sum()) - int(engine.num_blocks[rows].sum())
     assert held + int(blocks.sum()) + engine.kv.num_free_blocks == engine.num_gpu_blocks
     if engine.config.name != "tgi":
         # running requests hold exactly the blocks of their computed tokens (TGI: blocks for

@@ -267,21 +267,25 @@ def test_skip_ahead_chooses_the_fast_decode_subclass_of_the_reference_engine() -
 
 def test_the_engine_refuses_more_output_than_declared() -> None:
     """TGI's and TensorRT-LLM's worst-case reservations rely on a request never generating
-    more than its max_output_tokens (workloads check it too)."""
+    more than its max_output_tokens (workloads check it too): an engine's columns refuse it,
+    as they are made and as a fleet's replica grows them."""
     import math
 
     import simpy
 
-    from kvbudget.simulator.engine import Engine, EngineHooks
+    from kvbudget.simulator.engine import Engine, EngineHooks, RequestColumns
 
     one = np.ones(1, np.int64)
+    message = "request 0: output_tokens 2 exceeds max_output_tokens 1"
+    with pytest.raises(ValueError, match=message):
+        RequestColumns(one, 2 * one, 0 * one, np.zeros(1), max_output_tokens=one)
     hooks = EngineHooks(lambda i, t: None, lambda i, t: None, lambda: math.inf, lambda: (0, 0))
-    with pytest.raises(ValueError, match="request 0: output_tokens 2 exceeds max_output_tokens 1"):
-        Engine(
-            simpy.Environment(), EngineConfig(), LinearCostModel(0.01, 0, 0, 0),
-            num_gpu_blocks=10, prompt_tokens=one, output_tokens=2 * one, priority=0 * one,
-            arrival_s=np.zeros(1), hooks=hooks, max_output_tokens=one,
-        )
+    engine = Engine(simpy.Environment(), EngineConfig(), LinearCostModel(0.01, 0, 0, 0),
+                    RequestColumns(one, one, 0 * one, np.zeros(1)), num_gpu_blocks=10, hooks=hooks)
+    grown = {"prompt_tokens": [1, 1], "output_tokens": [1, 2], "max_output_tokens": [1, 1],
+             "priority": [0, 0], "arrival_s": [0.0, 0.0]}
+    with pytest.raises(ValueError, match=message.replace("request 0", "request 1")):
+        engine.grow_rows(grown)
 
 
 def _gaps(res: object) -> list[float]:

@@ -17,10 +17,11 @@ from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
 from kvbudget.policies import TierConfig, make_policy
-from kvbudget.simulator.engine import EngineHooks
+from kvbudget.simulator.engine import EngineHooks, RequestColumns
 from kvbudget.simulator.engine_config import ENGINE_NAMES, EngineConfig
 from kvbudget.simulator.engine_variants import SglangEngine, make_engine
 from kvbudget.simulator.run import SimConfig, simulate
+from kvbudget.simulator.sim_config import ReplicaSetup
 from kvbudget.workloads import Workload, from_columns
 from tests.conftest import assert_skip_ahead_matches_stepping, make_workload, mixed_workload
 
@@ -207,21 +208,15 @@ def test_sglang_retract_decode_frees_fewest_outputs_then_longest_prompt_first() 
     )
     prompt = np.array([10, 30, 20, 5], np.int64)
     out = np.array([5, 2, 2, 0], np.int64)
-    eng = make_engine(
-        env,
-        EngineConfig(name="sglang", num_gpu_blocks=75, block_size=1),
-        LinearCostModel(0.01, 0.0, 0.0, 0.0),
-        num_gpu_blocks=75,
-        prompt_tokens=prompt,
-        output_tokens=np.full(4, 50, np.int64),
-        priority=np.zeros(4, np.int64),
-        arrival_s=np.zeros(4),
-        hooks=hooks,
-    )
+    setup = ReplicaSetup(gpu=get_gpu("A100-80GB"), model=get_model("Llama-2-7B"),
+                         engine=EngineConfig(name="sglang", num_gpu_blocks=75, block_size=1),
+                         num_gpu_blocks=75, cost_model=LinearCostModel(0.01, 0.0, 0.0, 0.0))
+    columns = RequestColumns(prompt, np.full(4, 50, np.int64), np.zeros(4, np.int64), np.zeros(4))
+    eng = make_engine(env, setup, columns, hooks)
     assert isinstance(eng, SglangEngine)
     eng.add_request(3)  # waiting already
     for i in (0, 1, 2):  # running, holding prompt + output tokens
-        eng._in_engine[i] = True
+        eng.in_engine[i] = True
         eng.num_output_tokens[i] = out[i]
         eng.num_tokens[i] = prompt[i] + out[i]
         eng.num_computed_tokens[i] = prompt[i] + out[i]

@@ -1,0 +1,168 @@
+"""What a step does to an engine's requests when it ends, as vLLM v1's
+``Scheduler.update_from_output`` (``vllm/v1/core/sched/scheduler.py``): :class:`StepCommit`.
+
+The step's new tokens are computed; a request whose tokens are all computed samples one output
+token (its first sets ``first_token_s``; one that does not follow its previous token's step
+starts a segment of :class:`~kvbudget.simulator.token_segments.TokenSegments`), and one with all
+its output finishes: it leaves ``running``, its blocks are freed and the executor hears of it.
+An engine (:class:`~kvbudget.simulator.scheduler.Scheduler`) commits its steps by :meth:`rows`;
+the speed-up (:class:`~kvbudget.simulator.fast_decode.SkipAheadEngine`) commits its decode
+group's steps by :meth:`decode_step`, the same updates written for a group (running requests
+all decoding, then the few that start), and by :meth:`rows` otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from kvbudget.simulator.kv_blocks import KVBlocks
+from kvbudget.simulator.serving import FloatArray, IntArray
+from kvbudget.simulator.token_segments import TokenSegments
+
+__all__ = ["CommitTarget", "StepCommit"]
+
+
+class CommitTarget(Protocol):
+    """What of the engine a commit reads and writes: the per-request arrays (vLLM's names),
+    ``running``, the KV blocks, the token segments, when the step ended (``t``) and the steps
+    ended so far, this one included (``num_steps``)."""
+
+    num_tokens: IntArray
+    num_computed_tokens: IntArray
+    num_output_tokens: IntArray
+    target_output: IntArray
+    first_token_s: FloatArray
+    finished_s: FloatArray
+    in_engine: npt.NDArray[np.bool_]
+    running: list[int]
+    kv: KVBlocks
+    segments: TokenSegments
+    t: float
+    num_steps: int
+
+
+class StepCommit:
+    """Commits an engine's steps (see the module docstring) and keeps two facts of its running
+    set: :attr:`all_decode` and :attr:`synced`. ``stop_running`` is the engine's hook
+    (``Scheduler._stop_running``), ``on_finish`` its executor's."""
+
+    __slots__ = ("_e", "_on_finish", "_stop_running", "all_decode", "synced")
+
+    def __init__(
+        self,
+        engine: CommitTarget,
+        *,
+        on_finish: Callable[[int, float], None],
+        stop_running: Callable[[list[int]], None],
+    ) -> None:
+        self._e = engine
+        self._on_finish = on_finish
+        self._stop_running = stop_running
+        # True only while every running request is decoding: one token to compute
+        # (``num_tokens - num_computed_tokens == 1``) and ``num_output_tokens > 0``. A request
+        # that starts clears it, removals keep it, a commit that samples a token of every
+        # running request sets it (each then has exactly one token to compute).
+        self.all_decode = False
+        # every running request got a token in the last committed step (a start clears it)
+        self.synced = False
+
+    def rows(self, rows: IntArray, new: IntArray, aborted: list[int]) -> None:
+        """Commit a step that scheduled ``new`` tokens for each of ``rows``, from their arrays;
+        requests ``aborted`` during the step are left out."""
+        e = self._e
+        if aborted:
+            keep = ~np.isin(rows, aborted)
+            rows, new = rows[keep], new[keep]
+        # every running request had its last token in the last step, and none started since
+        continued = self.synced
+        computed = e.num_computed_tokens[rows] + new
+        e.num_computed_tokens[rows] = computed
+        if e.kv.prefix is not None:
+            e.kv.prefix.register(rows, computed)
+        sampled = rows[computed >= e.num_tokens[rows]]
+        self.synced = sampled.size == len(e.running)
+        if sampled.size == 0:
+            return
+        if sampled.size == len(e.running):
+            # ``rows`` are distinct running requests (aborted ones dropped above), so every
+            # running request was sampled: each now has one token to compute, and an output
+            self.all_decode = True
+        output = e.num_output_tokens[sampled] + 1
+        e.num_output_tokens[sampled] = output
+        e.num_tokens[sampled] += 1
+        if not continued:  # else every sampled request continues its segment
+            e.segments.note(sampled, output, e.num_steps)
+        first = sampled[np.isnan(e.first_token_s[sampled])]
+        if first.size:
+            e.first_token_s[first] = e.t
+        done = sampled[output >= e.target_output[sampled]]
+        if done.size:
+            self.finish(done.tolist())
+
+    def decode_step(self, m: int, tail: list[tuple[int, int]], done: list[int],
+                    join: Callable[[int, int, int], None]) -> None:
+        """Commit a step of the speed-up's decode group: its first ``m`` rows were the
+        running requests, all decoding, whose decode step the caller committed (``done``:
+        those of them that have all their output now, in running order), followed by the
+        waiting requests that started (``tail``: row, new tokens; a few), with fewer array
+        operations than :meth:`rows`. A row of the tail that samples its first token joins the
+        group (``join(row, num_computed_tokens, num_output_tokens)``) while every row before it
+        in the tail did too (or finished). With
+        prefix caching the tail's full prompt blocks are cached as :meth:`rows` caches them
+        (decoding requests have cached all theirs)."""
+        e = self._e
+        if tail and e.kv.prefix is not None:
+            rows = np.array([i for i, _ in tail], np.int64)
+            new = np.array([n for _, n in tail], np.int64)
+            e.kv.prefix.register(rows, e.num_computed_tokens[rows] + new)
+        sampled = m
+        joining = True  # running order stays join order (the group's members come first)
+        num_computed, num_tokens, num_output = e.num_computed_tokens, e.num_tokens, e.num_output_tokens
+        step = e.num_steps
+        segments = e.segments
+        for i, n_new in tail:
+            computed_i = num_computed.item(i) + n_new
+            num_computed[i] = computed_i
+            tokens_i = num_tokens.item(i)
+            if computed_i >= tokens_i:
+                sampled += 1
+                output_i = num_output.item(i) + 1
+                num_output[i] = output_i
+                num_tokens[i] = tokens_i + 1
+                if segments.base.item(i) + output_i != step:
+                    segments.new_segment(i, output_i, step)
+                if math.isnan(e.first_token_s.item(i)):
+                    e.first_token_s[i] = e.t
+                if output_i >= e.target_output.item(i):
+                    done.append(i)
+                elif joining:
+                    join(i, computed_i, output_i)
+            else:
+                # still prefilling: the next step is no decode step of the group (which
+                # dissolves), so the rows after it need not join
+                joining = False
+        self.synced = synced = sampled == len(e.running)
+        if synced:
+            self.all_decode = True  # as in rows
+        if done:
+            self.finish(done)
+
+    def finish(self, finished: list[int]) -> None:
+        """Requests ``finished`` have all their output: out of ``running``, their blocks freed,
+        ``finished_s`` set, and the executor told."""
+        if not finished:
+            return
+        e = self._e
+        t = e.t
+        self._stop_running(finished)
+        for i in finished:
+            e.kv.free(i)
+            e.in_engine[i] = False
+            e.finished_s[i] = t
+        for i in finished:
+            self._on_finish(i, t)
