@@ -120,13 +120,15 @@ async def steady(url: str, num_streams: int, duration_s: float, stream_s: float,
     (``vllm bench serve --max-concurrency``, GuideLLM's ``concurrent`` profile) keeps them:
     each of ``num_streams`` users sends its next stream when its last one ends. The users start
     spread over one stream's length (``stream_s``), not together; streams sent in the first
-    and last ``stream_s`` (warm-up and wind-down) are left out of the figures."""
+    and last ``stream_s`` (warm-up and wind-down) are left out of the figures. A stream that
+    fails is counted (stderr) and left out; the count returned is of those that did not."""
     import httpx
 
     limits = httpx.Limits(max_connections=num_streams, max_keepalive_connections=num_streams)
     ttft: list[float] = []
     gaps: list[float] = []
     sent_all = [0]
+    failed: list[str] = []
     async with httpx.AsyncClient(limits=limits, timeout=120, headers=headers) as client:
         t0 = time.perf_counter()
         go = asyncio.Event()
@@ -135,14 +137,21 @@ async def steady(url: str, num_streams: int, duration_s: float, stream_s: float,
         async def user(k: int) -> None:
             await asyncio.sleep(k * stream_s / num_streams)
             while (sent := time.perf_counter() - t0) < duration_s:
-                first, g = await one_stream(client, url, go)
                 sent_all[0] += 1
+                try:
+                    first, g = await one_stream(client, url, go)
+                except (httpx.HTTPError, RuntimeError) as exc:  # counted, not measured
+                    failed.append(f"{type(exc).__name__}: {exc}")
+                    continue
                 if stream_s <= sent <= duration_s - stream_s:
                     ttft.append(first)
                     gaps.extend(g)
 
         await asyncio.gather(*(user(k) for k in range(num_streams)))
-    return ttft, gaps, sent_all[0]
+    if failed:
+        print(f"{url}: {len(failed)} of {sent_all[0]} streams failed, e.g. {failed[0]}",
+              file=sys.stderr)
+    return ttft, gaps, sent_all[0] - len(failed)
 
 
 def pct(values: list[float], q: float) -> float:
