@@ -136,6 +136,22 @@ def slo_line(targets: Mapping[str, tuple[float, float]]) -> str:
             + parts + ")")
 
 
+def _queue_caps_line(summaries: Sequence[dict[str, Any]]) -> str:
+    """The engine's own queue caps the runs assumed (``engine.queue_caps``; TGI's 128 permits
+    by default) and what they refused, or ``""`` when no run had any."""
+    parts = []
+    for s in summaries:
+        engine = s.get("engine") or {}
+        caps = engine.get("queue_caps")
+        if caps:
+            refused = sum(n for reason, n in (s.get("overall") or {}).get(
+                "rejections_by_reason", {}).items() if reason.startswith("engine_"))
+            knobs = ", ".join(f"{k}={v}" for k, v in caps.items())
+            parts.append(f"{s.get('policy', '')}: {engine.get('engine', '')} {knobs} "
+                         f"(refused {refused})")
+    return "engine queue caps: " + "; ".join(parts) if parts else ""
+
+
 def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
                      slo_targets: Mapping[str, tuple[float, float]] | None = None,
                      conclusion: str | None = None) -> str:
@@ -152,6 +168,9 @@ def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
     lines = [render(headers, rows), "", *client_lines(summaries), render(kv_headers, kv),
              textwrap.fill("policy parameters: " + "; ".join(params_line(s) for s in summaries),
                            WIDTH, subsequent_indent="  ")]
+    caps = _queue_caps_line(summaries)
+    if caps:
+        lines.append(textwrap.fill(caps, WIDTH, subsequent_indent="  "))
     note = ("(times in seconds; KV used/reserved are time-weighted fractions of capacity; "
             "refused: answered too-large or overloaded, or dropped after preemption; expired: "
             "waited past the tier's queue timeout; out tok/s: output tokens over the time the "

@@ -197,6 +197,7 @@ class Engine(Scheduler):
             "engine": self.config.name,
             "head_of_line_blocked_s": self.head_of_line_blocked_s(),
             **self.kv.stats(),
+            **({"queue_caps": self._caps.settings()} if self._caps is not None else {}),
         }
 
     # --- rows that come as they are routed (a fleet's replicas: kvbudget.simulator.fleet) ----

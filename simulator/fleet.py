@@ -782,6 +782,8 @@ class Fleet:
             "prefix_cache_hit_tokens": hits,
             "prefix_cache_hit_rate": hits / queries if queries else None,
         }
+        if "queue_caps" in per[0]:  # each replica's own (one engine configuration)
+            out["queue_caps"] = per[0]["queue_caps"]
         for key in ("swap_out_bytes", "swap_in_bytes", "num_swap_outs", "num_swap_ins",
                     "num_retractions"):
             if key in per[0]:

@@ -96,6 +96,11 @@ class QueueCaps:
             return None
         return QueueCaps(config)
 
+    def settings(self) -> dict[str, int]:
+        """The caps set, by knob (the summary's ``engine.queue_caps``: what the run assumed)."""
+        return {knob: value for knob in self.__slots__
+                if (value := getattr(self, knob)) is not None}
+
     def refusal(self, engine: QueuedView) -> str:
         """The reason the engine refuses one more request now (``engine_<knob>``), or ``""``.
         ``max_num_queued_tokens`` sums over the unfinished rows as arrays: the cap itself

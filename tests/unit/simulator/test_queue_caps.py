@@ -187,3 +187,22 @@ def test_a_servers_refusal_is_named_as_the_simulator_names_it() -> None:
     for reason in ("engine_max_num_queued_reqs", "engine_max_num_queued_tokens",
                    "engine_max_queued_requests", "engine_max_concurrent_requests"):
         assert queue_caps.answer(reason) in ("overloaded", "overloaded_retryable")
+
+
+def test_the_caps_a_run_assumed_are_said() -> None:
+    """The summary's ``engine.queue_caps`` holds the caps in effect (TGI's default 128 too:
+    an assumption the user did not write), a fleet's as its replicas'; the tables say them
+    with the engine's refusals; a run without caps says nothing of them."""
+    from kvbudget.cli.tables import render_summaries
+
+    _, _, summary = _run({"name": "tgi"}, [0.0] * 130, [50] * 130, [10] * 130)
+    assert summary["engine"]["queue_caps"] == {"max_concurrent_requests": 128}
+    assert ("engine queue caps: unlimited: tgi max_concurrent_requests=128 (refused 2)"
+            in render_summaries([summary]))
+    _, _, plain = _run({}, [0.0], [50], [10])
+    assert "queue_caps" not in plain["engine"]
+    assert "engine queue caps" not in render_summaries([plain])
+    w = from_columns([0.0] * 4, [50] * 4, [10] * 4)
+    fleet = simulate(w, make_policy("unlimited"), SimConfig(
+        engine=EngineConfig(num_gpu_blocks=4000, max_num_queued_reqs=7), fleet=FleetConfig(2)))
+    assert fleet.summary["engine"]["queue_caps"] == {"max_num_queued_reqs": 7}
