@@ -265,8 +265,7 @@ def _grid_fleet_case(
     return w, cfg
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
+FLEET_GRID = (
     st.integers(0, 2**16),
     st.sampled_from(["round_robin", "least_tokens", "prefix_affinity"]),
     st.sampled_from([20, 40, 60]),
@@ -275,6 +274,11 @@ def _grid_fleet_case(
     st.sampled_from(sorted(ENGINE_CLASSES)),
     st.sampled_from([0, 1]),
 )
+"""The fleet grid's draws: seed, router, blocks, step, policy, engine, prefill term."""
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(*FLEET_GRID)
 def test_skip_ahead_matches_stepping_on_the_fleet_grid_with_per_replica_budgets(
     seed: int, router: str, blocks: int, step_s: float, policy: str, name: str, prefill: int
 ) -> None:
@@ -322,15 +326,7 @@ def test_skip_ahead_matches_stepping_on_a_fleet_tie_where_a_finish_admits_onto_a
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    st.integers(0, 2**16),
-    st.sampled_from(["round_robin", "least_tokens", "prefix_affinity"]),
-    st.sampled_from([20, 40, 60]),
-    st.sampled_from([0.25, 0.125, 0.1]),
-    st.sampled_from(["preemptive", "overcommit", "unlimited"]),
-    st.sampled_from(sorted(ENGINE_CLASSES)),
-    st.sampled_from([0, 1]),
-)
+@given(*FLEET_GRID)
 def test_skip_ahead_matches_stepping_on_the_fleet_grid_with_a_global_budget(
     seed: int, router: str, blocks: int, step_s: float, policy: str, name: str, prefill: int
 ) -> None:
