@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from kvbudget.results.records import ENGINE_REFUSALS
+from kvbudget.simulator.engine_config import QUEUE_CAP_ENGINES
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sized
@@ -76,30 +77,30 @@ class QueuedView(Protocol):
 
 
 class QueueCaps:
-    """One engine's queue caps (only those set), checked when a request reaches the engine."""
+    """One engine's queue caps (only those set, by knob), checked when a request reaches the
+    engine."""
 
-    __slots__ = ("max_concurrent_requests", "max_num_queued_reqs", "max_num_queued_tokens",
-                 "max_queued_requests")
+    __slots__ = ("_count", "_tokens", "_waiting", "caps")
 
-    def __init__(self, config: EngineConfig) -> None:
-        self.max_num_queued_reqs = config.max_num_queued_reqs
-        self.max_num_queued_tokens = config.max_num_queued_tokens
-        self.max_queued_requests = config.max_queued_requests
-        self.max_concurrent_requests = config.max_concurrent_requests
+    def __init__(self, caps: dict[str, int]) -> None:
+        self.caps = caps
+        # vLLM's and TGI's caps both count the unfinished requests (an engine has one of them)
+        self._count = next(((f"engine_{knob}", caps[knob]) for knob in
+                            ("max_num_queued_reqs", "max_concurrent_requests") if knob in caps),
+                           None)
+        self._tokens = caps.get("max_num_queued_tokens")
+        self._waiting = caps.get("max_queued_requests")
 
     @staticmethod
     def of(config: EngineConfig) -> QueueCaps | None:
         """``config``'s caps, or None when it sets none (nothing to check, nothing to pay)."""
-        if (config.max_num_queued_reqs is None and config.max_num_queued_tokens is None
-                and config.max_queued_requests is None
-                and config.max_concurrent_requests is None):
-            return None
-        return QueueCaps(config)
+        caps = {knob: value for knob in QUEUE_CAP_ENGINES
+                if (value := getattr(config, knob)) is not None}
+        return QueueCaps(caps) if caps else None
 
     def settings(self) -> dict[str, int]:
         """The caps set, by knob (the summary's ``engine.queue_caps``: what the run assumed)."""
-        return {knob: value for knob in self.__slots__
-                if (value := getattr(self, knob)) is not None}
+        return dict(self.caps)
 
     def refusal(self, engine: QueuedView) -> str:
         """The reason the engine refuses one more request now (``engine_<knob>``), or ``""``.
@@ -107,15 +108,14 @@ class QueueCaps:
         bounds how many are still prefilling (about the cap over the shortest prompt), so the
         sum stays short; a cap far above any backlog costs one pass over the queue a request
         (20,000 queued requests and a cap of 10^12 tokens: 26 s against 3.6 s without)."""
-        for knob, cap in (("max_num_queued_reqs", self.max_num_queued_reqs),
-                          ("max_concurrent_requests", self.max_concurrent_requests)):
-            if cap is not None and engine.num_unfinished() + 1 > cap:
-                return f"engine_{knob}"
-        if self.max_num_queued_tokens is not None:
+        count = self._count
+        if count is not None and engine.num_unfinished() >= count[1]:  # count + 1 > cap
+            return count[0]
+        if self._tokens is not None:
             rows = np.fromiter(engine.unfinished_rows(), dtype=np.int64)
             prefilling = engine.prompt_tokens[rows][np.isnan(engine.first_token_s[rows])]
-            if int(prefilling.sum()) >= self.max_num_queued_tokens:
+            if int(prefilling.sum()) >= self._tokens:
                 return "engine_max_num_queued_tokens"
-        if self.max_queued_requests is not None and len(engine.waiting) + 1 > self.max_queued_requests:
+        if self._waiting is not None and len(engine.waiting) >= self._waiting:  # + 1 > cap
             return "engine_max_queued_requests"
         return ""

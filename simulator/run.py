@@ -276,26 +276,7 @@ class _Simulation:
         for action in actions:
             i = action.request.request_id
             if isinstance(action, Admit):
-                self.admitted_s[i] = now
-                self.reserved_tokens[i] = action.lease.reserved_tokens
-                if i in self.beyond_context:  # vLLM's front answers 400 before the engine
-                    self._outcome(i, now, "rejected_too_large", self.beyond_context[i],
-                                  "too_large")
-                    failed.extend(self.gateway.fail(i, now))
-                    self._note_gateway()
-                elif engine.fits(i):
-                    refused = engine.add_request(i)
-                    if refused:  # the engine's own queue caps (simulator.queue_caps)
-                        self._outcome(i, now, "rejected_overloaded", refused,
-                                      queue_caps.answer(refused))
-                        failed.extend(self.gateway.fail(i, now))
-                        self._note_gateway()
-                    elif self._clients is not None:
-                        self._clients.admitted(i)
-                else:
-                    self._outcome(i, now, "rejected_too_large", "max_model_len", "too_large")
-                    failed.extend(self.gateway.fail(i, now))
-                    self._note_gateway()
+                failed.extend(self._admit(i, action.lease.reserved_tokens, now))
             elif isinstance(action, Revoke):
                 engine.abort_request(i)
                 self.num_revocations[i] += 1
@@ -317,6 +298,28 @@ class _Simulation:
                     )
         if failed:  # after the actions before them, in order (first in, first out)
             self._apply(failed, now)
+
+    def _admit(self, i: int, reserved_tokens: int, now: float) -> list[Action]:
+        """Hand admitted row ``i`` to the engine; when its front refuses it (vLLM's 400 for a
+        prompt beyond the context, ``max_model_len``, the engine's own queue caps:
+        ``simulator.queue_caps``) record that and free the lease: what the freed room admits."""
+        self.admitted_s[i] = now
+        self.reserved_tokens[i] = reserved_tokens
+        answer: Answer = "too_large"
+        if i in self.beyond_context:  # vLLM's front answers 400 before the engine
+            status, reason = "rejected_too_large", self.beyond_context[i]
+        elif not self.engine.fits(i):
+            status, reason = "rejected_too_large", "max_model_len"
+        elif refused := self.engine.add_request(i):
+            status, reason, answer = "rejected_overloaded", refused, queue_caps.answer(refused)
+        else:
+            if self._clients is not None:
+                self._clients.admitted(i)
+            return []
+        self._outcome(i, now, status, reason, answer)
+        failed = self.gateway.fail(i, now)
+        self._note_gateway()
+        return failed
 
     def _outcome(
         self,
