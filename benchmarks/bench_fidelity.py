@@ -79,7 +79,8 @@ def find_runs(root: Path = MEASURED) -> list[MeasuredRun]:
         kw = meta["engine_kwargs"]
         prefix = folder.name.split("_")[0]
         kv = meta.get("kv_cache", {})
-        rows = list(csv.DictReader((folder / "requests.csv").open()))
+        with (folder / "requests.csv").open() as f:
+            rows = list(csv.DictReader(f))
         col = {k: np.array([float(r[k]) for r in rows]) for k in rows[0]}
         order = np.argsort(col["arrival_s"], kind="stable")
         runs.append(MeasuredRun(
