@@ -1,6 +1,11 @@
 """The largest classes and functions of the project, in lines (``def``/``class`` line to the
 last line of the body, docstrings and comments included), from the source's syntax tree.
 
+Then the two totals issue 37 ("One engine", item 6) sets limits on, in lines of source files:
+the engine family (the reference scheduler and engine, its commit path and step features, the
+speed-up and its planner, the fleet's tie order: :data:`ENGINE_FAMILY`) and ``simulator/`` with
+``perf/step_time.py``.
+
 Usage: python scripts/code_sizes.py [ROOT] [--top N] [--under DIR]...
 (default: the checkout holding this script, the ten largest, every package folder)
 """
@@ -11,6 +16,11 @@ import argparse
 import ast
 from pathlib import Path
 
+ENGINE_FAMILY = (
+    "simulator/scheduler.py", "simulator/engine.py", "simulator/step_commit.py",
+    "simulator/step_cost.py", "simulator/running_loop.py", "simulator/fast_decode.py",
+    "simulator/decode_plan.py", "simulator/fleet_ties.py",
+)
 PACKAGES = ("policies", "workloads", "results", "perf", "analysis", "simulator", "live",
             "studies", "cli")
 
@@ -36,6 +46,16 @@ def sizes(root: Path, folders: tuple[str, ...]) -> tuple[list[tuple[int, str]], 
     return sorted(classes, reverse=True), sorted(functions, reverse=True)
 
 
+def totals(root: Path) -> list[tuple[int, str]]:
+    """(lines, name) of the engine family and of ``simulator/`` with ``perf/step_time.py``."""
+    def lines(paths: list[Path]) -> int:
+        return sum(len(p.read_text().splitlines()) for p in paths)
+
+    simulator = [*sorted((root / "simulator").rglob("*.py")), root / "perf" / "step_time.py"]
+    return [(lines([root / f for f in ENGINE_FAMILY]), "engine family (ENGINE_FAMILY)"),
+            (lines(simulator), "simulator/ and perf/step_time.py")]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root", nargs="?", default=str(Path(__file__).resolve().parents[1]))
@@ -48,6 +68,9 @@ def main() -> None:
         for lines, name in rows[: args.top]:
             print(f"{lines:>6}  {name}")
         print()
+    print(f"{'lines':>6}  totals")
+    for lines, name in totals(Path(args.root)):
+        print(f"{lines:>6}  {name}")
 
 
 if __name__ == "__main__":
