@@ -26,6 +26,7 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -188,15 +189,17 @@ def capacity_rows(runs: list[MeasuredRun]) -> list[Row]:
     return out
 
 
-def published_rows(_runs: list[MeasuredRun]) -> list[Row]:
-    """The step model against published vLLM step figures (docs/fidelity.md, "Checks")."""
+def published_rows(_runs: list[MeasuredRun], tweak: Callable[[Any], Any] = lambda m: m
+                   ) -> list[Row]:
+    """The step model against published vLLM step figures (docs/fidelity.md, "Checks");
+    ``tweak`` changes each default model first (``bench_intervals.py`` draws its constants)."""
     from kvbudget.perf.hardware import get_gpu
     from kvbudget.perf.models import get_model
     from kvbudget.perf.step_time import VllmStepModel
 
     llama = get_model("Llama-3.1-8B")
-    h100 = VllmStepModel(get_gpu("H100-SXM"), llama)
-    b200 = VllmStepModel(get_gpu("B200"), llama)
+    h100 = tweak(VllmStepModel(get_gpu("H100-SXM"), llama))
+    b200 = tweak(VllmStepModel(get_gpu("B200"), llama))
     out = []
     # vLLM FP8-KV blog (2026-04-22): ITL = intercept + slope * context at concurrency 1
     for name, model, intercept_ms, slope_ns in (
@@ -214,7 +217,7 @@ def published_rows(_runs: list[MeasuredRun]) -> list[Row]:
         ("gpt-oss-20b H100 bf16 KV, batch 1", "H100-SXM", 4.05, 8.94),
         ("gpt-oss-20b B200 bf16 KV, batch 1", "B200", 3.15, 3.56),
     ):
-        model = VllmStepModel(get_gpu(gpu), gptoss)
+        model = tweak(VllmStepModel(get_gpu(gpu), gptoss))
         t0 = model.step_time(0.0, 1.0, 1.0, 0.0, 0.0)
         t1 = model.step_time(0.0, 1.0, 100_001.0, 0.0, 0.0)
         out.append(Row("published", name, "decode step ms at context 0",

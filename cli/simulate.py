@@ -12,9 +12,10 @@ from kvbudget.cli.options import (
     with_scenario_options,
 )
 from kvbudget.cli.progress import Bar
-from kvbudget.cli.tables import WIDTH, render_summaries
+from kvbudget.cli.tables import WIDTH, render_intervals, render_summaries
 from kvbudget.simulator.run import simulate
 from kvbudget.simulator.scenario import make_scenario
+from kvbudget.studies.intervals import check_level, headline, scenario_intervals
 
 if TYPE_CHECKING:
     from kvbudget.results.run_result import RunResult
@@ -25,6 +26,12 @@ SeedOpt = Annotated[int | None, typer.Option("--seed", help="Seed of every rando
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")]
 WideOpt = Annotated[bool, typer.Option(
     "--wide", help=f"Every column (tables fit {WIDTH} columns by default).")]
+IntervalOpt = Annotated[float | None, typer.Option(
+    "--interval", help="Give the headline figures an interval at this level (e.g. 0.9): the "
+    "run again with the next seeds and the step model's constants drawn from their stated "
+    "ranges, or from a calibrated cost file's posterior (docs/fidelity.md).")]
+DrawsOpt = Annotated[int, typer.Option(
+    "--interval-draws", help="Runs behind --interval (each one simulation).")]
 
 
 def build_scenario(
@@ -84,12 +91,17 @@ def simulate_cmd(
     ] = None,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
+    interval: IntervalOpt = None,
+    interval_draws: DrawsOpt = 40,
 ) -> None:
     """Simulate one policy on a scenario (the embedded default when none is given)."""
     with user_errors():
         check_out_dir(out)
         scn = setup.build(policy=policy, seed=seed)
-        result = run_one(scn, None, f"simulate {scn.spec.policy}")
+        if interval is None:
+            result = run_one(scn, None, f"simulate {scn.spec.policy}")
+        else:
+            result = run_with_intervals(scn, interval, interval_draws)
         if out is not None:
             result.write(out)
     if as_json:
@@ -97,8 +109,27 @@ def simulate_cmd(
     else:
         targets = {t.name: (t.ttft_s, t.tpot_s) for t in scn.tiers()}
         typer.echo(render_summaries([result.summary], wide=wide, slo_targets=targets))
+        if interval is not None:
+            typer.echo("")
+            typer.echo(render_intervals(headline(result.summary), result.summary["intervals"]))
         if out is not None:
             typer.echo(f"wrote {out}/requests.parquet, timeline.parquet, summary.json")
+
+
+def run_with_intervals(scn: "Scenario", level: float, num_draws: int) -> "RunResult":
+    """The scenario's run with ``summary["intervals"]`` (:mod:`kvbudget.studies.intervals`)."""
+    try:
+        check_level(level, num_draws)
+    except ValueError as exc:
+        raise CliError(f"--interval: {exc}") from None
+    bar = Bar(f"simulate {scn.spec.policy} with intervals", num_draws + 1, "run", lines_from=1)
+    try:
+        result, intervals = scenario_intervals(scn, None, level=level, num_draws=num_draws,
+                                               progress=lambda _d: bar.update(1))
+    finally:
+        bar.close()
+    result.summary["intervals"] = intervals.to_json()
+    return result
 
 
 def register(app: typer.Typer) -> None:

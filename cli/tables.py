@@ -250,3 +250,28 @@ def render_comparison(comparison: Any, wide: bool = False) -> str:
     ]
     return "\n".join([render(headers, rows), *(textwrap.fill(n, WIDTH, subsequent_indent="  ")
                                               for n in notes)])
+
+
+INTERVAL_FIGURES = (  # (label, figure key of kvbudget.studies.intervals.headline)
+    ("TTFT p50", "ttft_s.p50"), ("TTFT p99", "ttft_s.p99"), ("TPOT p50", "tpot_s.p50"),
+    ("TPOT p99", "tpot_s.p99"), ("E2E p50", "e2e_s.p50"), ("E2E p99", "e2e_s.p99"),
+    ("out tok/s", "output_tokens_per_s"), ("goodput/s", "goodput_rps"),
+    ("SLO att", "slo_attainment"), ("completed", "completed"),
+)
+
+
+def render_intervals(figures: Mapping[str, Mapping[str, float]], intervals: Mapping[str, Any]
+                     ) -> str:
+    """The run's headline figures (``figures[scope][key]``) with their intervals (an
+    :meth:`Intervals.to_json <kvbudget.studies.intervals.Intervals.to_json>`), a row each."""
+    level = float(intervals["level"])
+    pct = f"{level * 100:g} %"
+    rows = []
+    for scope, band in intervals["figures"].items():
+        for label, key in INTERVAL_FIGURES:
+            low, high = band.get(key, (None, None))
+            rows.append([scope, label, figures.get(scope, {}).get(key), low, high])
+    head = (f"{pct} intervals over {intervals['num_draws']} draws ({intervals['method']}; "
+            "docs/fidelity.md, \"Predictions with intervals\"):")
+    return "\n".join([textwrap.fill(head, WIDTH, subsequent_indent="  "),
+                      render(("tier", "figure", "value", f"{pct} low", f"{pct} high"), rows)])

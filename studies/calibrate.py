@@ -40,6 +40,7 @@ from kvbudget.analysis.validation import OVERALL, STATS, compare_recorded, laten
 from kvbudget.perf.cost_model import FEATURES, CostModel, LinearCostModel, save_cost_model
 from kvbudget.perf.fit import fit_linear_cost_model
 from kvbudget.perf.fitted_on import fitted_on_extra
+from kvbudget.perf.step_uncertainty import STATED_RANGES
 from kvbudget.results.recordings import Recording
 from kvbudget.simulator.run import SimConfig
 from kvbudget.studies.fit_uncertainty import (
@@ -77,13 +78,10 @@ _PENALTY = 1e6  # loss of a trial the model refuses (an mfu above 1) or that com
 
 PHYSICAL_RANGES: dict[str, tuple[float, float]] = {
     # the published extremes of docs/fidelity.md's "Achievable fractions" and step-model table
-    "mem_efficiency": (0.79, 1.0),  # gpu-stream: MI300X 0.79 .. L40 0.98 (RRZE gpu-benches)
-    "kv_mem_efficiency": (0.66, 1.0),  # the same x 0.836 (FP8-KV blog, derived)
-    "gemm_efficiency": (0.45, 1.0),  # MI300X reports 45-55 %; torch.mm H100 PCIe 0.66 .. 1.0
-    "attention_efficiency": (0.35, 0.75),  # FA2 50-73 % (A100), FA3 <= 75 % (H100); paged,
-    # chunked prefill below the papers' (docs/fidelity.md): 0.7 x FA2's low end
-    "link_efficiency": (0.55, 0.83),  # PCIe 35/64 .. 52.8/64 (nvbandwidth#24); NCCL busbw
-    # 230/300 A100 (nccl-tests#149), 358/450 H20 (Mooncake #3484)
+    # (sources: kvbudget.perf.step_uncertainty.STATED_RANGES)
+    **{name: STATED_RANGES[name][:2] for name in (
+        "mem_efficiency", "kv_mem_efficiency", "gemm_efficiency", "attention_efficiency",
+        "link_efficiency")},
     "step_overhead_s": (150e-6, 6e-3),  # vLLM PR #11133: 150-170 us async, 5-6 ms before
 }
 """Each :class:`~kvbudget.perf.step_time.VllmStepModel` parameter's physical range: the

@@ -1,0 +1,120 @@
+"""Are the intervals honest? How often a 90 % interval of the default model holds the measured
+value.
+
+:mod:`kvbudget.studies.intervals` gives a figure the spread left by the step model's stated
+uncertainty (each default constant uniform in log space over the range its sources leave open,
+:data:`kvbudget.perf.step_uncertainty.STATED_RANGES`) and the seed. An honest 90 % interval
+holds the measured value about 90 % of the time. Checked here on what can be measured here:
+
+(a) the recorded runs of ``../shared/measured/`` (simulated as ``bench_fidelity.py`` simulates
+    them: their own engine configuration, engine-side): TTFT, TPOT and E2E mean, p50 and p99,
+    nine figures a run; a trace has no seed to vary, so only the constants are drawn;
+(b) the published single-point step figures of ``bench_fidelity.py --only published``. Three of
+    them defined constants (marked ``in-sample``: the model meets them by construction) and the
+    two B200 intercepts set the overheads' ranges, so (b) is a weak check; (a) is the real one.
+
+Prints each figure's interval, the measured value and whether it is inside, then the share
+inside per part. Nothing here is fitted.
+
+Usage: python benchmarks/bench_intervals.py [--draws N] [--level L]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_fidelity import METRICS, MeasuredRun, find_runs, published_rows, simulate_run
+
+from kvbudget.perf.hardware import get_gpu
+from kvbudget.perf.models import get_model
+from kvbudget.perf.step_time import VllmStepModel
+from kvbudget.studies.intervals import intervals_of, over_draws, stated_draws, with_params
+
+STATS = ("mean", "p50", "p99")
+IN_SAMPLE = ("Llama-3.1-8B H100 bf16 KV, batch 1|decode step ms at context 0",
+             "gpt-oss-20b H100 bf16 KV, batch 1|decode step ms at context 0",
+             "Llama-3.1-8B H100 bf16 KV, batch 8 x 21k|decode step ms")
+
+
+def figures(times: dict[str, np.ndarray]) -> dict[str, float]:
+    out = {}
+    for m in METRICS:
+        v = times[m][np.isfinite(times[m])]
+        out.update({f"{m} mean": float(v.mean()), f"{m} p50": float(np.percentile(v, 50)),
+                    f"{m} p99": float(np.percentile(v, 99))})
+    return out
+
+
+def default_model(run: MeasuredRun) -> VllmStepModel:
+    return VllmStepModel(get_gpu(run.gpu), get_model(run.model),
+                         tensor_parallel_size=run.tensor_parallel_size)
+
+
+def run_checks(run: MeasuredRun, level: float, num_draws: int) -> list[tuple[Any, ...]]:
+    model = default_model(run)
+    draws = stated_draws(model)
+
+    def one(_d: int, params: dict[str, float]) -> dict[str, dict[str, float]]:
+        return {"run": figures(simulate_run(run, cost_model=with_params(model, params)))}
+
+    band = intervals_of(over_draws(one, draws, num_draws=num_draws, seed=0), level)["run"]
+    measured = figures(run.measured)
+    nominal = figures(simulate_run(run))
+    return [(run.name, name, nominal[name], *band[name], measured[name]) for name in measured]
+
+
+def step_checks(level: float, num_draws: int) -> list[tuple[Any, ...]]:
+    def one(_d: int, params: dict[str, float]) -> dict[str, dict[str, float]]:
+        # each default model gets the same relative draw: its constants times the draw's ratios
+        def tweak(m: VllmStepModel) -> VllmStepModel:
+            return with_params(m, {k: getattr(m, k) * v / base[k] for k, v in params.items()})
+
+        return {"step": {f"{r.run}|{r.metric}": r.simulated["mean"]
+                         for r in published_rows([], tweak)}}
+
+    ref = VllmStepModel(get_gpu("H100-SXM"), get_model("Llama-3.1-8B"))
+    base = {k: float(getattr(ref, k)) for k in ref.FIT_PARAMETERS}
+    band = intervals_of(over_draws(one, stated_draws(ref), num_draws=num_draws, seed=0),
+                        level)["step"]
+    return [(r.run + (" (in-sample)" if f"{r.run}|{r.metric}" in IN_SAMPLE else ""), r.metric,
+             r.simulated["mean"], *band[f"{r.run}|{r.metric}"], r.measured["mean"])
+            for r in published_rows([])]
+
+
+def render(title: str, rows: list[tuple[Any, ...]]) -> list[str]:
+    lines = [title, f"  {'run':<48} {'figure':<30} {'value':>10} {'low':>10} {'high':>10} "
+             f"{'measured':>10}  inside"]
+    inside = 0
+    for run, name, value, low, high, meas in rows:
+        ok = low <= meas <= high
+        inside += ok
+        lines.append(f"  {run:<48} {name:<30} {value:>10.4g} {low:>10.4g} {high:>10.4g} "
+                     f"{meas:>10.4g}  {'yes' if ok else 'no'}")
+    share = inside / len(rows) if rows else math.nan
+    lines.append(f"  inside: {inside} of {len(rows)} ({share:.0%})")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--draws", type=int, default=40)
+    parser.add_argument("--level", type=float, default=0.9)
+    args = parser.parse_args()
+    runs = find_runs()
+    rows = [row for run in runs for row in run_checks(run, args.level, args.draws)]
+    print("\n".join(render(f"(a) recorded runs, {args.level:.0%} intervals, {args.draws} draws",
+                           rows)))
+    print()
+    print("\n".join(render(f"(b) published step figures, {args.level:.0%} intervals",
+                           step_checks(args.level, args.draws))))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,266 @@
+"""Predictions with intervals: a run's headline figures with the spread that the seed and the
+step model's stated uncertainty leave open.
+
+A simulation answers with one number per figure ("p99 TTFT 1.8 s"); how far to trust it
+depends on two things the user cannot see in that number:
+
+- **the seed**: a synthetic workload, and any random draw of the run, come from the seed;
+- **the step model**: its constants come from published figures, each with the range its
+  sources leave open (:data:`kvbudget.perf.step_uncertainty.STATED_RANGES`, the default
+  ``vllm-v1`` model), or from a calibration, whose cost file carries the fit's posterior
+  (:class:`kvbudget.studies.fit_uncertainty.FitUncertainty`).
+
+:func:`scenario_intervals` runs the scenario once as it is (the figures reported) and
+``num_draws`` times more, each with the next seed and the step model's constants drawn from
+their uncertainty: independently and uniformly in log space over each stated range (the
+prior of :mod:`~kvbudget.studies.fit_uncertainty` is that uniform's moments), or jointly
+normal in a fit's coordinates with its posterior covariance, cut to its search bounds. A
+figure's interval at ``level`` is the ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles
+of its ``num_draws`` values. How often such an interval holds the measured value is
+``benchmarks/bench_intervals.py``'s question (docs/fidelity.md reports it).
+
+What is not in the interval: the engine's own modelling choices (what the scheduler does),
+the workload's own uncertainty beyond the seed (a trace is taken as it is), and any constant
+without a stated range (the GPU's peak figures, the model's shape).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from kvbudget.perf.step_time import VllmStepModel
+from kvbudget.perf.step_uncertainty import STATED_RANGES
+from kvbudget.simulator.run import SimConfig, simulate
+from kvbudget.studies.fit_uncertainty import FitUncertainty
+
+if TYPE_CHECKING:
+    from kvbudget.perf.cost_model import CostModel
+    from kvbudget.results.run_result import RunResult
+    from kvbudget.simulator.scenario import Scenario
+
+HEADLINE: tuple[tuple[str, str | None], ...] = (
+    ("ttft_s", "p50"), ("ttft_s", "p99"), ("tpot_s", "p50"), ("tpot_s", "p99"),
+    ("e2e_s", "p50"), ("e2e_s", "p99"), ("output_tokens_per_s", None), ("goodput_rps", None),
+    ("slo_attainment", None), ("completed", None),
+)
+"""The summary figures given an interval, per tier and overall: ``(key, statistic)``."""
+DEFAULT_NUM_DRAWS = 40
+FRONTEND_OVERHEAD = "frontend_overhead_s"
+
+
+@dataclass(frozen=True)
+class ParameterDraws:
+    """How one draw of the step model's constants is made: ``ranges`` (each parameter's range,
+    or a posterior's 95 % interval, for the record) and ``draw``, which returns the values of
+    one draw from the generator it is given."""
+
+    method: str
+    ranges: dict[str, tuple[float, float]]
+    draw: Callable[[np.random.Generator], dict[str, float]]
+
+
+FRACTIONS = ("mem_efficiency", "kv_mem_efficiency", "gemm_efficiency", "attention_efficiency",
+             "link_efficiency")
+"""Constants that are fractions of a peak: a draw is cut at 1 (no GPU beats its peak)."""
+
+
+def stated_draws(model: CostModel) -> ParameterDraws:
+    """The default step model's constants, each drawn around its own value, uniformly in log
+    space over a span as wide as its stated range (the default is the best estimate; the
+    range's width is how far its sources leave it open: the prior of
+    :mod:`~kvbudget.studies.fit_uncertainty` has the same spread), a fraction of a peak cut at
+    1. ValueError for a model without stated ranges."""
+    if not isinstance(model, VllmStepModel):
+        raise ValueError(f"the {getattr(model, 'KIND', type(model).__name__)} step model has no "
+                         "stated uncertainty: intervals need the default vllm-v1 model or a "
+                         "calibrated cost file with calibration.uncertainty")
+    bases = {name: float(getattr(model, name)) for name in model.FIT_PARAMETERS}
+    half = {name: math.log(hi / lo) / 2 for name, (lo, hi, _source) in STATED_RANGES.items()
+            if name in bases}
+    top = {name: 1.0 if name in FRACTIONS else math.inf for name in half}
+    ranges = {name: (bases[name] * math.exp(-h), min(top[name], bases[name] * math.exp(h)))
+              for name, h in half.items()}
+
+    def draw(rng: np.random.Generator) -> dict[str, float]:
+        return {name: min(top[name], bases[name] * math.exp(float(rng.uniform(-h, h))))
+                for name, h in half.items()}
+
+    return ParameterDraws("their stated ranges' spread around the defaults (kvbudget.perf."
+                          "step_uncertainty), independent, uniform in log space", ranges, draw)
+
+
+def posterior_draws(posterior: FitUncertainty) -> ParameterDraws:
+    """A calibration's constants, jointly normal in its search coordinates with its posterior
+    covariance, cut to its search bounds."""
+    mean = np.asarray(posterior.x, np.float64)
+    cov = np.asarray(posterior.covariance, np.float64)
+    bounds = posterior.bounds or tuple((-math.inf, math.inf) for _ in posterior.names)
+
+    def draw(rng: np.random.Generator) -> dict[str, float]:
+        x = rng.multivariate_normal(mean, cov, method="eigh")
+        out = {}
+        for j, name in enumerate(posterior.names):
+            v = min(max(float(x[j]), bounds[j][0]), bounds[j][1])
+            scale = posterior.scales[j]
+            out[name] = scale * math.exp(v) if posterior.log[j] else max(0.0, scale * v)
+        return out
+
+    return ParameterDraws("the calibration's posterior (calibration.uncertainty), jointly "
+                          "normal, cut to the search bounds", posterior.intervals(), draw)
+
+
+def file_posterior(path: Path) -> FitUncertainty:
+    """The ``calibration.uncertainty`` block of a cost file; ValueError naming the file when it
+    has none."""
+    try:
+        payload = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: cannot read the cost file: {exc}") from None
+    block = (payload.get("calibration") or {}).get("uncertainty") if isinstance(payload, dict) \
+        else None
+    if block is None:
+        raise ValueError(f"{path}: no calibration.uncertainty in this cost file: intervals need "
+                         "a fit's posterior (kvbudget calibrate --records writes one)")
+    try:
+        return FitUncertainty.from_json(block)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Intervals:
+    """The ``level`` intervals of the headline figures: ``figures[scope][figure] = (low,
+    high)``, scope ``overall`` or a tier, figure ``ttft_s.p99`` and the like."""
+
+    level: float
+    num_draws: int
+    method: str
+    parameters: dict[str, tuple[float, float]]
+    figures: dict[str, dict[str, tuple[float, float]]]
+
+    def to_json(self) -> dict[str, Any]:
+        def num(v: float) -> float | None:
+            return v if math.isfinite(v) else None
+
+        return {
+            "level": self.level,
+            "num_draws": self.num_draws,
+            "method": f"each draw: the next seed, and the step model's constants from {self.method}",
+            "parameters": {k: [num(a), num(b)] for k, (a, b) in self.parameters.items()},
+            "figures": {scope: {k: [num(a), num(b)] for k, (a, b) in figs.items()}
+                        for scope, figs in self.figures.items()},
+        }
+
+
+def headline(summary: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """``{scope: {figure: value}}`` of a run summary's :data:`HEADLINE` figures."""
+    scopes = {"overall": summary["overall"], **summary.get("tiers", {})}
+    out: dict[str, dict[str, float]] = {}
+    for scope, block in scopes.items():
+        figs = {}
+        for key, stat in HEADLINE:
+            value = block.get(key)
+            if stat is not None:
+                value = value.get(stat) if isinstance(value, dict) else None
+            figs[key if stat is None else f"{key}.{stat}"] = (
+                float(value) if isinstance(value, int | float) else math.nan)
+        out[scope] = figs
+    return out
+
+
+def intervals_of(values: list[dict[str, dict[str, float]]], level: float
+                 ) -> dict[str, dict[str, tuple[float, float]]]:
+    """Each figure's ``level`` interval over the draws' headline figures."""
+    q = ((1 - level) / 2, (1 + level) / 2)
+    out: dict[str, dict[str, tuple[float, float]]] = {}
+    for scope, figs in values[0].items():
+        out[scope] = {}
+        for name in figs:
+            v = np.array([d.get(scope, {}).get(name, math.nan) for d in values], np.float64)
+            v = v[np.isfinite(v)]
+            lo, hi = (np.quantile(v, q) if len(v) else (math.nan, math.nan))
+            out[scope][name] = (float(lo), float(hi))
+    return out
+
+
+def with_params(model: CostModel, params: Mapping[str, float]) -> CostModel:
+    """``model`` with the drawn constants ``params`` (a dataclass cost model's fields)."""
+    if not dataclasses.is_dataclass(model) or isinstance(model, type):
+        raise ValueError(f"{type(model).__name__}: its constants cannot be drawn")
+    drawn: CostModel = dataclasses.replace(model, **params)
+    return drawn
+
+
+def over_draws(run: Callable[[int, dict[str, float]], dict[str, dict[str, float]]],
+               draws: ParameterDraws, *, num_draws: int, seed: int,
+               progress: Callable[[int], None] | None = None
+               ) -> list[dict[str, dict[str, float]]]:
+    """``run(d, params)`` for draws ``d = 1 .. num_draws``, the constants ``params`` drawn by
+    a generator seeded from ``seed`` (so the same seed gives the same draws)."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x1A7E]))
+    out = []
+    for d in range(1, num_draws + 1):
+        out.append(run(d, draws.draw(rng)))
+        if progress is not None:
+            progress(d)
+    return out
+
+
+def check_level(level: float, num_draws: int) -> None:
+    if not (math.isfinite(level) and 0 < level < 1):
+        raise ValueError(f"interval level must be between 0 and 1 (e.g. 0.9), got {level!r}")
+    if num_draws < 2:
+        raise ValueError(f"interval draws must be at least 2, got {num_draws!r}")
+
+
+def scenario_draws(scn: Scenario, config: SimConfig) -> ParameterDraws:
+    """The step model's uncertainty for a scenario: a calibrated file's posterior, else the
+    default model's stated ranges. ValueError for a fleet of several GPUs (their replicas
+    would keep their own default models)."""
+    if config.fleet is not None and any(g != config.gpu for g in config.fleet.gpus):
+        raise ValueError("intervals are not supported for a fleet of several GPU kinds: the "
+                         "drawn step model applies to the scenario's own GPU")
+    if scn.spec.cost_model is not None and config.cost_model is not None:
+        path = Path(scn.spec.cost_model)
+        return posterior_draws(file_posterior(path if path.is_absolute() else scn.base_dir / path))
+    return stated_draws(config.resolved_cost_model())
+
+
+def scenario_intervals(scn: Scenario, policy_name: str | None, *, level: float = 0.9,
+                       num_draws: int = DEFAULT_NUM_DRAWS,
+                       progress: Callable[[int], None] | None = None
+                       ) -> tuple[RunResult, Intervals]:
+    """The scenario's run as ``simulate`` gives it, and its figures' intervals over
+    ``num_draws`` more runs (seeds ``seed + 1 ..``; constants from :func:`scenario_draws`,
+    drawn by a generator seeded from the scenario's seed)."""
+    check_level(level, num_draws)
+    base = scn.sim_config()
+    draws = scenario_draws(scn, base)
+    nominal = base.resolved_cost_model()
+    # what the API server adds stays what the nominal run assumed (a given cost model would
+    # otherwise switch the default front end off)
+    frontend = base.frontend or ("vllm-api-server" if base.cost_model is None
+                                 and base.engine_defaults == "vllm" else "none")
+    nominal_run = simulate(scn.workload(), scn.make_policy(policy_name), base)
+
+    def run(d: int, params: dict[str, float]) -> dict[str, dict[str, float]]:
+        overhead = params.pop(FRONTEND_OVERHEAD, base.frontend_overhead_s)
+        seeded = dataclasses.replace(scn, spec=dataclasses.replace(scn.spec, seed=scn.seed + d))
+        config = dataclasses.replace(
+            base, seed=scn.seed + d, cost_model=with_params(nominal, params),
+            frontend=frontend, frontend_overhead_s=overhead)
+        return headline(simulate(seeded.workload(), scn.make_policy(policy_name), config).summary)
+
+    if progress is not None:
+        progress(0)
+    values = over_draws(run, draws, num_draws=num_draws, seed=scn.seed, progress=progress)
+    figures = intervals_of(values, level)
+    return nominal_run, Intervals(level, num_draws, draws.method, draws.ranges, figures)
