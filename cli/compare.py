@@ -2,7 +2,7 @@
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -18,10 +18,14 @@ from kvbudget.cli.options import (
     with_scenario_options,
 )
 from kvbudget.cli.progress import Bar
-from kvbudget.cli.simulate import JsonOpt, SeedOpt, WideOpt
-from kvbudget.cli.tables import render_comparison, render_summaries
-from kvbudget.studies.compare import compare
+from kvbudget.cli.simulate import DrawsOpt, IntervalOpt, JsonOpt, SeedOpt, WideOpt
+from kvbudget.cli.tables import render_comparison, render_intervals, render_summaries
+from kvbudget.studies.compare import Comparison, compare
 from kvbudget.studies.executors import EXECUTORS, make_executor
+from kvbudget.studies.intervals import check_level, draw_intervals, headline
+
+if TYPE_CHECKING:
+    from kvbudget.simulator.scenario import Scenario
 
 
 def _check_executor(executor: str, address: str | None, jobs: int | None,
@@ -41,6 +45,31 @@ def _check_executor(executor: str, address: str | None, jobs: int | None,
         if given:
             raise CliError(f"{', '.join(given)}: one replication runs each policy once in "
                            "this process; give --replications N (N > 1) to run on an executor")
+
+
+def _check_interval(level: float | None, num_draws: int, replications: int) -> None:
+    if level is None:
+        return
+    if replications > 1:
+        raise CliError("--interval: with --replications the table already gives intervals over "
+                       "the seeds; give one of them")
+    try:
+        check_level(level, num_draws)
+    except ValueError as exc:
+        raise CliError(f"--interval: {exc}") from None
+
+
+def _add_intervals(result: Comparison, scn: "Scenario", names: list[str], level: float,
+                   num_draws: int) -> None:
+    """Each policy's run gets ``summary["intervals"]``: the same draws for every policy."""
+    bar = Bar("compare intervals", len(names) * num_draws, "run", lines_from=1)
+    try:
+        for name, run in zip(names, result.results, strict=True):
+            run.summary["intervals"] = draw_intervals(
+                scn, name, level=level, num_draws=num_draws,
+                progress=lambda _d: bar.update(1)).to_json()
+    finally:
+        bar.close()
 
 
 @with_scenario_options
@@ -70,15 +99,20 @@ def compare_cmd(
     jobs: JobsOpt = None,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
+    interval: IntervalOpt = None,
+    interval_draws: DrawsOpt = 40,
 ) -> None:
     """Run the same workload and seed under each policy and print them side by side."""
     with user_errors():
         names = policy_names(policies)
         _check_executor(executor, address, jobs, replications)
+        _check_interval(interval, interval_draws, replications)
         check_out_dir(out)
         scn = setup.build(seed=seed)
         if replications == 1:
             result = compare(scn, names, metrics=metric)
+            if interval is not None:
+                _add_intervals(result, scn, names, interval, interval_draws)
             if out is not None:
                 for name, run in zip(names, result.results, strict=True):
                     run.write(out / name)
@@ -105,6 +139,9 @@ def compare_cmd(
         targets = {t.name: (t.ttft_s, t.tpot_s) for t in scn.tiers()}
         typer.echo(render_summaries(summaries, wide=wide, slo_targets=targets,
                                     conclusion=conclude(summaries)))
+        for s in summaries if interval is not None else ():
+            typer.echo(f"\npolicy {s['policy']}:")
+            typer.echo(render_intervals(headline(s), s["intervals"]))
     else:
         typer.echo(render_comparison(result, wide=wide))
         if out is not None:

@@ -234,13 +234,12 @@ def scenario_draws(scn: Scenario, config: SimConfig) -> ParameterDraws:
     return stated_draws(config.resolved_cost_model())
 
 
-def scenario_intervals(scn: Scenario, policy_name: str | None, *, level: float = 0.9,
-                       num_draws: int = DEFAULT_NUM_DRAWS,
-                       progress: Callable[[int], None] | None = None
-                       ) -> tuple[RunResult, Intervals]:
-    """The scenario's run as ``simulate`` gives it, and its figures' intervals over
-    ``num_draws`` more runs (seeds ``seed + 1 ..``; constants from :func:`scenario_draws`,
-    drawn by a generator seeded from the scenario's seed)."""
+def draw_intervals(scn: Scenario, policy_name: str | None, *, level: float = 0.9,
+                   num_draws: int = DEFAULT_NUM_DRAWS,
+                   progress: Callable[[int], None] | None = None) -> Intervals:
+    """The intervals of the scenario's figures under ``policy_name`` over ``num_draws`` runs
+    (seeds ``seed + 1 ..``; constants from :func:`scenario_draws`, drawn by a generator seeded
+    from the scenario's seed, so every policy gets the same draws: common random numbers)."""
     check_level(level, num_draws)
     base = scn.sim_config()
     draws = scenario_draws(scn, base)
@@ -249,7 +248,6 @@ def scenario_intervals(scn: Scenario, policy_name: str | None, *, level: float =
     # otherwise switch the default front end off)
     frontend = base.frontend or ("vllm-api-server" if base.cost_model is None
                                  and base.engine_defaults == "vllm" else "none")
-    nominal_run = simulate(scn.workload(), scn.make_policy(policy_name), base)
 
     def run(d: int, params: dict[str, float]) -> dict[str, dict[str, float]]:
         overhead = params.pop(FRONTEND_OVERHEAD, base.frontend_overhead_s)
@@ -259,8 +257,19 @@ def scenario_intervals(scn: Scenario, policy_name: str | None, *, level: float =
             frontend=frontend, frontend_overhead_s=overhead)
         return headline(simulate(seeded.workload(), scn.make_policy(policy_name), config).summary)
 
+    values = over_draws(run, draws, num_draws=num_draws, seed=scn.seed, progress=progress)
+    return Intervals(level, num_draws, draws.method, draws.ranges, intervals_of(values, level))
+
+
+def scenario_intervals(scn: Scenario, policy_name: str | None, *, level: float = 0.9,
+                       num_draws: int = DEFAULT_NUM_DRAWS,
+                       progress: Callable[[int], None] | None = None
+                       ) -> tuple[RunResult, Intervals]:
+    """The scenario's run as ``simulate`` gives it, and :func:`draw_intervals` of it
+    (``progress(d)`` after the run, ``d = 0``, and after each draw)."""
+    check_level(level, num_draws)
+    nominal_run = simulate(scn.workload(), scn.make_policy(policy_name), scn.sim_config())
     if progress is not None:
         progress(0)
-    values = over_draws(run, draws, num_draws=num_draws, seed=scn.seed, progress=progress)
-    figures = intervals_of(values, level)
-    return nominal_run, Intervals(level, num_draws, draws.method, draws.ranges, figures)
+    return nominal_run, draw_intervals(scn, policy_name, level=level, num_draws=num_draws,
+                                       progress=progress)

@@ -150,3 +150,29 @@ def test_cli_cost_file_without_a_posterior_is_refused_by_name(tmp_path: Path) ->
                               str(cost), "--interval", "0.9", "--interval-draws", "3"])
     assert res.exit_code == 2
     assert str(cost) in res.stderr and "no calibration.uncertainty" in res.stderr
+
+
+def test_compare_gives_each_policy_intervals_over_the_same_draws(tmp_path: Path) -> None:
+    trace = str(_trace(tmp_path))
+    res = runner.invoke(app, ["compare", "--trace", trace, "--policies",
+                              "unlimited,conservative", "--interval", "0.9",
+                              "--interval-draws", "3", "--json"])
+    assert res.exit_code == 0, res.stdout
+    summaries = json.loads(res.stdout)
+    assert [s["policy"] for s in summaries] == ["unlimited", "conservative"]
+    for s in summaries:
+        assert s["intervals"]["num_draws"] == 3
+    # a 60-request trace fits the KV cache at once: both policies run the same requests, so
+    # the same draws give the same TPOT intervals
+    tpot = [s["intervals"]["figures"]["overall"]["tpot_s.p50"] for s in summaries]
+    assert tpot[0] == tpot[1]
+    res = runner.invoke(app, ["compare", "--trace", trace, "--policies", "unlimited",
+                              "--interval", "0.9", "--interval-draws", "3"])
+    assert res.exit_code == 0 and "policy unlimited:" in res.stdout
+
+
+def test_compare_interval_with_replications_is_refused() -> None:
+    res = runner.invoke(app, ["compare", "-r", "3", "--interval", "0.9"])
+    assert res.exit_code == 2
+    assert "--interval: with --replications" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
