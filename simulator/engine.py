@@ -40,8 +40,9 @@ SPEED_UP_INTERFACE = frozenset({
     "_schedule_waiting", "_check_schedule", "_step_seconds", "_account_step", "_wait",
     "_apply_aborts",
     # the step's state: as scheduled (``_step_extra_s``, ``_hol_blocked``), being committed
-    # (``_steps_rows``), the loop's (``_busy``, ``_aborts``)
-    "_step_extra_s", "_hol_blocked", "_steps_rows", "_busy", "_aborts",
+    # (``_steps_rows``), the loop's (``_busy``, ``_aborts``, ``_pending``: requests not yet
+    # schedulable under async scheduling)
+    "_step_extra_s", "_hol_blocked", "_steps_rows", "_busy", "_aborts", "_pending",
 })
 """What of :class:`Engine`'s and :class:`~kvbudget.simulator.scheduler.Scheduler`'s own a
 speed-up (:class:`kvbudget.simulator.fast_decode.SkipAheadEngine`, the one subclass that changes
@@ -72,6 +73,10 @@ class Engine(Scheduler):
         self.log = StepLog(timeline_period_s, self.capacity_tokens, self.block_size)
         self._aborts: list[int] = []  # aborts waiting for the step in flight to end
         self._deferred_adds: list[int] = []  # re-admissions waiting for those aborts
+        # async scheduling (vLLM's default): requests not yet schedulable, [row, step ends to
+        # wait for] (see _add)
+        self._async = bool(config.async_scheduling)
+        self._pending: list[list[int]] = []
         self._busy = False  # a step is in flight
         self._wake: simpy.Event | None = None
         self._caps = QueueCaps.of(config)
@@ -98,6 +103,16 @@ class Engine(Scheduler):
         self.kv.num_blocks[i] = 0
         self.segments.reset(i)
         self.in_engine[i] = True
+        if self._async and (self._busy or self.running or self.waiting.peek_request() is not None
+                            or self._pending):
+            # async scheduling (vLLM v1's default; vllm/v1/engine/core.py,
+            # step_with_batch_queue): the step after the one in flight is scheduled while it
+            # runs, so a request that comes during a step joins the step after the next; one
+            # that comes between steps, the step after the next one already scheduled
+            self._pending.append([i, 2 if self._busy else 1])
+            if self._busy:
+                self._work_changed()
+            return
         self.waiting.add_request(i)
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
@@ -113,6 +128,10 @@ class Engine(Scheduler):
             return
         if self._deferred_adds and i in self._deferred_adds:
             self._deferred_adds.remove(i)  # its first abort is pending still
+            return
+        if self._pending and (entry := next((p for p in self._pending if p[0] == i), None)):
+            self._pending.remove(entry)  # never reached the scheduler: nothing to free
+            self.in_engine[i] = False
             return
         if self._busy:
             self._aborts.append(i)
@@ -136,18 +155,22 @@ class Engine(Scheduler):
         self.first_token_s[i] = math.nan
 
     def num_waiting(self) -> int:
-        return len(self.waiting)
+        """Requests waiting to start: in the waiting queue, or not yet schedulable (async
+        scheduling)."""
+        return len(self.waiting) + len(self._pending)
 
     def unfinished_rows(self) -> list[int]:
         """The rows the engine's API server holds (waiting or running, not aborted), as its
         queue caps count them."""
         aborted = set(self._aborts) - set(self._deferred_adds)
-        return [i for rows in (self.waiting, self.running) for i in rows if i not in aborted]
+        pending = [p[0] for p in self._pending]
+        return [i for rows in (self.waiting, self.running, pending) for i in rows
+                if i not in aborted]
 
     def num_unfinished(self) -> int:
         """``len(unfinished_rows())``."""
         return (len(self.waiting) + len(self.running) - len(self._aborts)
-                + len(self._deferred_adds))
+                + len(self._deferred_adds) + len(self._pending))
 
     def output_tokens_of(self, i: int) -> int:
         """Row ``i``'s output tokens as of the last step that has ended."""
@@ -229,6 +252,8 @@ class Engine(Scheduler):
         while True:
             if self._aborts:
                 self._apply_aborts()
+            if self._pending and not self.running and self.waiting.peek_request() is None:
+                self._release_pending(everything=True)  # nothing else would be scheduled
             if not self.running and self.waiting.peek_request() is None:
                 self._on_idle()
                 self._wake = env.event()
@@ -241,7 +266,10 @@ class Engine(Scheduler):
                 continue
             if Engine.step_observer is not None:
                 Engine.step_observer(self)
+            steps = self.num_steps
             yield from self._step()
+            if self._pending and self.num_steps > steps:
+                self._release_pending()
             if self._deferred_adds:
                 self._add_deferred()
 
@@ -257,7 +285,7 @@ class Engine(Scheduler):
             # nothing fits even with every block free: cannot happen for requests that
             # passed fits(); guard against a livelock all the same
             raise RuntimeError("engine could not schedule any request")  # pragma: no cover
-        counts = (len(self.running), len(self.waiting) + gw_waiting)
+        counts = (len(self.running), self.num_waiting() + gw_waiting)
         yield from self._run_scheduled(rows, new, preempted, reserved, counts)
 
     def _run_scheduled(
@@ -316,6 +344,20 @@ class Engine(Scheduler):
         self.log.drop_ends()
         self.segments.drop()
         self.kv.drop()
+
+    def _release_pending(self, *, everything: bool = False) -> None:
+        """A step has ended (a run of steps ends with the step in flight when a request came):
+        the requests not yet schedulable that have seen their step ends join the waiting
+        queue, in the order they came; ``everything``: all of them (the engine has nothing
+        else to schedule, so vLLM schedules them at once)."""
+        ready = []
+        for entry in self._pending:
+            entry[1] -= 1
+            if everything or entry[1] <= 0:
+                ready.append(entry)
+        for entry in ready:
+            self._pending.remove(entry)
+            self.waiting.add_request(entry[0])
 
     # --- aborts --------------------------------------------------------------------------------
     def _work_changed(self, *, added: bool = False) -> None:

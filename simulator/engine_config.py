@@ -40,6 +40,22 @@ QUEUE_CAP_ENGINES: dict[str, tuple[str, ...]] = {
 }
 """The engines' own queue caps (:mod:`kvbudget.simulator.queue_caps`) and the engines that
 have each."""
+ASYNC_SCHEDULING: dict[str, bool] = {
+    # vLLM 0.32.0: on unless pooling, some speculative methods or PP on the V1 model runner
+    # (vllm/config/vllm.py:1585-1644); two batches in flight (max_concurrent_batches,
+    # config/vllm.py:577-587; v1/engine/core.py, step_with_batch_queue)
+    "vllm": True,
+    # vLLM v0's swap preemption predates it
+    "vllm-swap": False,
+    # SGLang's overlap scheduler (on unless --disable-overlap-schedule) runs one batch ahead
+    "sglang": True,
+    # TensorRT-LLM's overlap scheduler (PyTorch backend; disable_overlap_scheduler=False)
+    "trtllm": True,
+    # TGI's router awaits each prefill/decode call (backends/v3/src/backend.rs:129-295)
+    "tgi": False,
+}
+"""Whether each engine schedules the next step while one runs (``async_scheduling``'s default
+under ``defaults="vllm"``)."""
 MAX_CONSERVATIVENESS = 100.0
 """SGLang's ``--schedule-conservativeness`` scales its new-token-ratio estimate (default 1.0);
 a hundred times more conservative admits next to nothing."""
@@ -108,6 +124,16 @@ class EngineConfig:
     ``max_num_queued_reqs`` and ``max_num_queued_tokens`` (vLLM's, 503),
     ``max_queued_requests`` (SGLang's, 503), ``max_concurrent_requests`` (TGI's router, 429;
     under ``defaults="vllm"`` :meth:`resolved` gives ``tgi`` TGI's own default, 128).
+
+    ``async_scheduling`` (vLLM's ``--async-scheduling``): the engine schedules step N+1 while
+    step N runs, so a request that comes during step N (or between N and N+1) is first
+    scheduled in step N+2: one more step before its first token on a busy engine; on an idle
+    one it starts at once. ``None``: the engine's default under ``defaults="vllm"``
+    (:data:`ASYNC_SCHEDULING`: on for vLLM, SGLang's and TensorRT-LLM's overlap schedulers;
+    off for TGI and vLLM with swap), off under ``kvbudget-0.1``. What is not modelled: a
+    request that finishes in step N still holds its slot and blocks in N+1's schedule (one
+    step of each replacement at the caps), and a step N+1 scheduled for a request that ends
+    by its stop token in N.
     """
 
     block_size: int = 16
@@ -135,6 +161,7 @@ class EngineConfig:
     max_num_queued_tokens: int | None = None
     max_queued_requests: int | None = None
     max_concurrent_requests: int | None = None
+    async_scheduling: bool | None = None
 
     def __post_init__(self) -> None:
         self._check_sizes()
@@ -164,6 +191,9 @@ class EngineConfig:
             if getattr(self, knob) is not None and self.name not in engines:
                 raise ValueError(f"{knob} is {' and '.join(engines)}'s queue cap; engine "
                                  f"{self.name!r} has none by that name")
+        if self.async_scheduling and self.name == "tgi":
+            raise ValueError("async_scheduling: TGI's router schedules each step after the "
+                             "last one's output (it has no such option)")
         if self.name == "vllm-swap" and self.enable_prefix_caching:
             raise ValueError("enable_prefix_caching is not modelled with swap preemption")
 
@@ -256,6 +286,10 @@ class EngineConfig:
             ),
             enable_prefix_caching=(
                 caching if self.enable_prefix_caching is None else self.enable_prefix_caching
+            ),
+            async_scheduling=(
+                (defaults == "vllm" and ASYNC_SCHEDULING[self.name])
+                if self.async_scheduling is None else self.async_scheduling
             ),
             max_concurrent_requests=(
                 TGI_MAX_CONCURRENT_REQUESTS

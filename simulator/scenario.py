@@ -147,6 +147,7 @@ class EngineSpec:
     max_num_queued_tokens: Annotated[int, Ge(1)] | None = None
     max_queued_requests: Annotated[int, Ge(1)] | None = None
     max_concurrent_requests: Annotated[int, Ge(1)] | None = None
+    async_scheduling: bool | None = None
 
 
 @dataclass(frozen=True)
