@@ -41,8 +41,10 @@ SPEED_UP_INTERFACE = frozenset({
     "_apply_aborts",
     # the step's state: as scheduled (``_step_extra_s``, ``_hol_blocked``), being committed
     # (``_steps_rows``), the loop's (``_busy``, ``_aborts``, ``_pending``: requests not yet
-    # schedulable under async scheduling)
+    # schedulable under async scheduling, ``_between_steps``: a step has ended, the next is
+    # not scheduled yet)
     "_step_extra_s", "_hol_blocked", "_steps_rows", "_busy", "_aborts", "_pending",
+    "_between_steps",
 })
 """What of :class:`Engine`'s and :class:`~kvbudget.simulator.scheduler.Scheduler`'s own a
 speed-up (:class:`kvbudget.simulator.fast_decode.SkipAheadEngine`, the one subclass that changes
@@ -74,9 +76,10 @@ class Engine(Scheduler):
         self._aborts: list[int] = []  # aborts waiting for the step in flight to end
         self._deferred_adds: list[int] = []  # re-admissions waiting for those aborts
         # async scheduling (vLLM's default): requests not yet schedulable, [row, step ends to
-        # wait for] (see _add)
+        # wait for, counting the one in flight or being handled] (see _add)
         self._async = bool(config.async_scheduling)
         self._pending: list[list[int]] = []
+        self._between_steps = False  # a step has ended and the next is not yet scheduled
         self._busy = False  # a step is in flight
         self._wake: simpy.Event | None = None
         self._caps = QueueCaps.of(config)
@@ -103,13 +106,15 @@ class Engine(Scheduler):
         self.kv.num_blocks[i] = 0
         self.segments.reset(i)
         self.in_engine[i] = True
-        if self._async and (self._busy or self.running or self.waiting.peek_request() is not None
-                            or self._pending):
+        if self._async and (self._busy or self._between_steps):
             # async scheduling (vLLM v1's default; vllm/v1/engine/core.py,
             # step_with_batch_queue): the step after the one in flight is scheduled while it
             # runs, so a request that comes during a step joins the step after the next; one
-            # that comes between steps, the step after the next one already scheduled
-            self._pending.append([i, 2 if self._busy else 1])
+            # that comes as a step ends (a completion's callback), the step after the next one,
+            # already scheduled: two step ends either way, the one being handled now included
+            # (``_release_pending`` runs after the step's commit). An idle engine (or one just
+            # woken) takes it at once.
+            self._pending.append([i, 2])
             if self._busy:
                 self._work_changed()
             return
@@ -254,6 +259,7 @@ class Engine(Scheduler):
                 self._apply_aborts()
             if self._pending and not self.running and self.waiting.peek_request() is None:
                 self._release_pending(everything=True)  # nothing else would be scheduled
+            self._between_steps = False
             if not self.running and self.waiting.peek_request() is None:
                 self._on_idle()
                 self._wake = env.event()
@@ -268,10 +274,10 @@ class Engine(Scheduler):
                 Engine.step_observer(self)
             steps = self.num_steps
             yield from self._step()
-            if self._pending and self.num_steps > steps:
-                self._release_pending()
             if self._deferred_adds:
                 self._add_deferred()
+            if self._pending and self.num_steps > steps:
+                self._release_pending()
 
     def _step(self) -> Generator[simpy.Event, Any, None]:
         """Schedule a step, run it and commit it."""
@@ -315,6 +321,7 @@ class Engine(Scheduler):
         # ``Timeout(env, d)`` is ``env.timeout(d)`` without the bound-class descriptor's call
         yield Timeout(self.env, max(0.0, t1 - self.env.now))
         self._busy = False
+        self._between_steps = True
         self.t = t1
         self.num_steps += 1
         self.log.ended(t1)

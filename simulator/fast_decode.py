@@ -510,6 +510,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         self._jump_ends = self._run_ends = None
         self._span_head = None
         self._busy = False
+        self._between_steps = True
         self.t = t1
         self.num_steps += k
         if k < len(step_end):  # cut short
