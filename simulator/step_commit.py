@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -23,6 +23,9 @@ import numpy.typing as npt
 from kvbudget.simulator.kv_blocks import KVBlocks
 from kvbudget.simulator.serving import FloatArray, IntArray
 from kvbudget.simulator.token_segments import TokenSegments
+
+if TYPE_CHECKING:
+    from kvbudget.simulator.spec_decode import SpecDecode
 
 __all__ = ["CommitTarget", "StepCommit"]
 
@@ -44,6 +47,7 @@ class CommitTarget(Protocol):
     segments: TokenSegments
     t: float
     num_steps: int
+    spec: SpecDecode | None
 
 
 class StepCommit:
@@ -84,6 +88,8 @@ class StepCommit:
         e.num_computed_tokens[rows] = computed
         if e.kv.prefix is not None:
             e.kv.prefix.register(rows, computed)
+        if e.spec is not None:  # drafts accepted or rejected (spec_decode)
+            computed = e.spec.verify(e, rows, new, computed)  # type: ignore[arg-type]
         sampled = rows[computed >= e.num_tokens[rows]]
         self.synced = sampled.size == len(e.running)
         if sampled.size == 0:
@@ -95,8 +101,10 @@ class StepCommit:
         output = e.num_output_tokens[sampled] + 1
         e.num_output_tokens[sampled] = output
         e.num_tokens[sampled] += 1
+        # (with spec_decode: a gap a step with output, however many tokens it carried)
+        marks = output if e.spec is None else e.spec.output_steps(sampled)
         if not continued:  # else every sampled request continues its segment
-            e.segments.note(sampled, output, e.num_steps)
+            e.segments.note(sampled, marks, e.num_steps)
         first = sampled[np.isnan(e.first_token_s[sampled])]
         if first.size:
             e.first_token_s[first] = e.t

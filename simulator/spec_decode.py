@@ -1,0 +1,263 @@
+"""Speculative decoding in the engine (vLLM v1's, ``vllm/v1/core/sched/scheduler.py`` of
+0.32.0): :class:`SpecDecode`, which the scheduler and the commit call when an engine has a
+``speculative_config`` (:class:`kvbudget.perf.speculative.SpeculativeConfig`).
+
+* **Drafts** (:meth:`SpecDecode.propose`, as a step is scheduled): every running request that
+  decodes (one token to compute, output already) and holds no drafts gets ``k`` draft tokens
+  (``num_speculative_tokens``, clipped to ``max_model_len``), added to its ``num_tokens``: vLLM's
+  ``num_tokens_with_spec`` (``scheduler.py:597``), so the running loop schedules ``1 + k`` new
+  tokens for it, counted in the token budget, with KV blocks for them plus
+  ``num_lookahead_tokens`` more (:attr:`SpecDecode.lookahead`: ``k`` for EAGLE, MTP and draft
+  models, 0 for n-gram: ``vllm/config/vllm.py:615-641``; ``allocate_slots(...,
+  num_lookahead_tokens=...)``, ``scheduler.py:781``). A request preempted or aborted drops its
+  drafts (``scheduler.py:1594``).
+* **The step's cost**: its features price the verify rows as chunks of ``1 + k`` query tokens
+  (``step_cost.rows_features``), plus the draft's ``k`` forward passes over the requests that
+  verify (:meth:`SpecDecode.draft_seconds`; none for n-gram).
+* **Verify** (:meth:`SpecDecode.verify`, as the step commits): drafts the token budget cut are
+  dropped (``scheduler.py:861-876``); of the rest ``A`` are accepted, drawn per request and per
+  step (keyed by the request's row and its output count: the same draws however steps are
+  run), never past the request's target output; the rejected ones roll ``num_computed_tokens``
+  back (``scheduler.py:2117-2127``: their slots are reused by the next step's tokens; vLLM keeps
+  the blocks with the request until it finishes or is preempted); the step emits ``A + 1``
+  tokens.
+* Inter-token gaps: a step's tokens reach the client together, so the gaps are counted per
+  step with output, as ``vllm bench serve`` counts them per streamed chunk
+  (:meth:`SpecDecode.output_steps`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from kvbudget.perf.hardware import GPUSpec
+from kvbudget.perf.models import ModelSpec, get_model
+from kvbudget.perf.speculative import SpeculativeConfig, draft_pass_model, mean_acceptance_length
+from kvbudget.perf.step_time import VllmStepModel
+from kvbudget.simulator.serving import IntArray
+
+if TYPE_CHECKING:
+    from kvbudget.simulator.scheduler import Scheduler
+
+__all__ = ["SPEC_STREAM", "SpecDecode", "draft_warning", "make_spec_decode"]
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_LOOKAHEAD_METHODS = ("eagle", "eagle3", "mtp", "draft_model")
+
+
+def _mix(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """SplitMix64's finaliser (Steele, Lea and Flood 2014), element-wise on uint64 arrays."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * _M1
+    x = x ^ (x >> np.uint64(27))
+    x = x * _M2
+    out: npt.NDArray[np.uint64] = x ^ (x >> np.uint64(31))
+    return out
+
+
+class SpecDecode:
+    """One engine's speculative decoding (see the module docstring): the drafts each request
+    holds (``num_spec_tokens``), its steps with output (``num_output_steps``) and the run's
+    counts. ``rng`` (the run's seeded Generator) draws the key of the acceptance stream; each
+    request's draw at a step is a counter-based uniform of (key, row, arrival, output count)."""
+
+    __slots__ = (
+        "_draft",
+        "_gap_s",
+        "_key",
+        "config",
+        "draft_s",
+        "k",
+        "log_rate",
+        "lookahead",
+        "num_accepted_tokens",
+        "num_draft_tokens",
+        "num_output_steps",
+        "num_spec_tokens",
+        "num_verify",
+        "rate",
+    )
+
+    def __init__(self, config: SpeculativeConfig, draft: VllmStepModel | None,
+                 rng: np.random.Generator, num_rows: int) -> None:
+        self.config = config
+        self.k = config.num_speculative_tokens
+        self.rate = config.rate
+        self.log_rate = float(np.log(self.rate)) if 0.0 < self.rate < 1.0 else 0.0
+        self.lookahead = self.k if config.method in _LOOKAHEAD_METHODS else 0
+        self._draft = draft
+        # one draft pass runs inside the engine's step: the host's gap between steps is not
+        # paid again
+        self._gap_s = 0.0 if draft is None else draft.step_overhead_s
+        self._key = np.uint64(rng.integers(0, 2**63, dtype=np.int64))
+        self.num_spec_tokens = np.zeros(num_rows, np.int64)
+        self.num_output_steps = np.zeros(num_rows, np.int64)
+        self.num_verify = self.num_draft_tokens = self.num_accepted_tokens = 0
+        self.draft_s = 0.0
+
+    def _rows(self, n: int) -> None:
+        """Grow the per-row arrays to ``n`` rows (a fleet's replica grows its rows)."""
+        if len(self.num_spec_tokens) < n:
+            for name in ("num_spec_tokens", "num_output_steps"):
+                old = getattr(self, name)
+                new = np.zeros(n, np.int64)
+                new[: len(old)] = old
+                setattr(self, name, new)
+
+    def reset(self, i: int) -> None:
+        """Row ``i`` comes in afresh (no output, no drafts)."""
+        self._rows(i + 1)
+        self.num_spec_tokens[i] = 0
+        self.num_output_steps[i] = 0
+
+    def drop(self, e: Scheduler, i: int) -> None:
+        """Row ``i`` is preempted or aborted: its drafts go (``scheduler.py:1594``)."""
+        d = self.num_spec_tokens.item(i)
+        if d:
+            e.num_tokens[i] -= d
+            self.num_spec_tokens[i] = 0
+
+    def propose(self, e: Scheduler) -> None:
+        """Drafts for the running requests that decode and hold none (as a step is
+        scheduled)."""
+        self._rows(len(e.num_tokens))
+        if not e.running:
+            return
+        rows = e.running_rows()
+        tokens = e.num_tokens[rows]
+        ready = ((self.num_spec_tokens[rows] == 0) & (tokens - e.num_computed_tokens[rows] == 1)
+                 & (e.num_output_tokens[rows] > 0))
+        if not ready.any():
+            return
+        r = rows[ready]
+        d = np.minimum(self.k, e.max_model_len - tokens[ready])
+        np.maximum(d, 0, out=d)
+        self.num_spec_tokens[r] = d
+        e.num_tokens[r] = tokens[ready] + d
+
+    def draft_seconds(self, e: Scheduler, rows: IntArray, new: IntArray) -> float:
+        """The draft's time in the step scheduling ``new`` tokens for ``rows``: ``k`` forward
+        passes over the requests that verify drafts, each a decode step of the draft's step
+        model less the host's gap; 0 for n-gram."""
+        if self._draft is None or not len(rows):
+            return 0.0
+        drafting = self.num_spec_tokens[rows] > 0
+        n = int(np.count_nonzero(drafting))
+        if not n:
+            return 0.0
+        context = float(np.sum(e.num_computed_tokens[rows[drafting]] + new[drafting]))
+        passes = int(self.num_spec_tokens[rows[drafting]].max())
+        one = float(self._draft.step_time(0.0, float(n), context, 0.0, 0.0)) - self._gap_s
+        seconds = passes * one
+        self.draft_s += seconds
+        return seconds
+
+    def verify(self, e: Scheduler, rows: IntArray, new: IntArray, computed: IntArray) -> IntArray:
+        """The step scheduling ``new`` tokens for ``rows`` (now ``computed`` each) has run:
+        the drafts it verified are accepted or rejected (see the module docstring). Returns
+        ``computed`` after the rejected tokens are rolled back."""
+        held = self.num_spec_tokens[rows]
+        spec = held > 0
+        if not spec.any():
+            return computed
+        r = rows[spec]
+        d = held[spec]
+        scheduled = new[spec] - 1  # the drafts the token budget reached (scheduler.py:861)
+        cut = d - np.minimum(d, scheduled)
+        d = d - cut
+        out = e.num_output_tokens[r]
+        accepted = self._accepted(e, r, out, d)
+        rejected = d - accepted
+        after = computed[spec] - rejected
+        e.num_computed_tokens[r] = after
+        e.num_tokens[r] -= cut + rejected
+        e.num_output_tokens[r] = out + accepted
+        self.num_spec_tokens[r] = 0
+        self.num_verify += len(r)
+        self.num_draft_tokens += int(d.sum())
+        self.num_accepted_tokens += int(accepted.sum())
+        computed = computed.copy()
+        computed[spec] = after
+        return computed
+
+    def _accepted(self, e: Scheduler, r: IntArray, out: IntArray, d: IntArray) -> IntArray:
+        """Accepted drafts of ``d`` for rows ``r`` with ``out`` output tokens: ``P(A >= j) =
+        rate**j`` by inversion of a uniform keyed by (row, arrival, output count), at most
+        ``target - out - 1`` (the step's own token is the last)."""
+        room = e.target_output[r] - out - 1
+        if self.rate >= 1.0:
+            a = d
+        elif self.rate <= 0.0:
+            a = np.zeros_like(d)
+        else:
+            arrival = np.ascontiguousarray(e.arrival_s[r], np.float64).view(np.uint64)
+            x = _mix(_mix(self._key ^ (r.astype(np.uint64) * _GOLDEN) ^ arrival)
+                     ^ (out.astype(np.uint64) * _GOLDEN))
+            u = ((x >> np.uint64(11)).astype(np.float64) + 1.0) * (1.0 / 2**53)  # (0, 1]
+            geometric = np.floor(np.log(u) / self.log_rate).astype(np.int64)
+            a = np.minimum(geometric, d)
+        capped: IntArray = np.maximum(np.minimum(a, room), 0)
+        return capped
+
+    def output_steps(self, rows: IntArray) -> IntArray:
+        """``rows`` had output in the step being committed: their counts of steps with output
+        (what the inter-token gaps count: one gap a step, however many tokens it carried)."""
+        steps = self.num_output_steps[rows] + 1
+        self.num_output_steps[rows] = steps
+        return steps
+
+    def stats(self, num_output_tokens: int, num_steps: int) -> dict[str, object]:
+        """The summary's ``engine.speculative``: what was assumed, what happened."""
+        c = self.config
+        v = self.num_verify
+        return {
+            "method": c.method,
+            "num_speculative_tokens": self.k,
+            **({"model": c.model} if c.model is not None else {}),
+            "assumed": c.assumed(),
+            "acceptance_rate": self.rate,
+            "expected_acceptance_length": mean_acceptance_length(self.rate, self.k),
+            "num_verify_steps": v,
+            "num_draft_tokens": self.num_draft_tokens,
+            "num_accepted_tokens": self.num_accepted_tokens,
+            "mean_acceptance_length": (1.0 + self.num_accepted_tokens / v) if v else 0.0,
+            "output_tokens_per_step": num_output_tokens / num_steps if num_steps else 0.0,
+            "draft_s": self.draft_s,
+            "num_lookahead_tokens": self.lookahead,
+            "speed_up": "steps one at a time (skip-ahead's decode group does not cover "
+                        "speculative decoding)",
+        }
+
+
+SPEC_STREAM = 0x5BEC
+"""The acceptance draws' stream of the run's seed (``SeedSequence(seed, spawn_key=(SPEC_STREAM,))``:
+apart from every other draw of the run)."""
+
+
+def make_spec_decode(config: SpeculativeConfig, gpu: GPUSpec, target: ModelSpec,
+                     tensor_parallel_size: int, num_rows: int) -> SpecDecode:
+    """An engine's :class:`SpecDecode` on ``gpu`` serving ``target``: the draft's step model
+    (:func:`kvbudget.perf.speculative.draft_pass_model`) and the seeded acceptance stream."""
+    draft = get_model(config.model) if config.model is not None else None
+    model = draft_pass_model(config.method, target, draft, gpu, tensor_parallel_size)
+    rng = np.random.default_rng(np.random.SeedSequence(config.seed, spawn_key=(SPEC_STREAM,)))
+    return SpecDecode(config, model, rng, num_rows)
+
+
+def draft_warning(config: SpeculativeConfig | None, target: ModelSpec) -> str:
+    """A warning when the draft model is larger than the target (legal in vLLM, but it cannot
+    pay), "" otherwise."""
+    if config is None or config.model is None:
+        return ""
+    draft = get_model(config.model)
+    d, t = draft.num_params, target.num_params
+    if d <= t:
+        return ""
+    return (f"speculative_config.model: draft model {draft.name} ({d / 1e9:.1f}B parameters) is "
+            f"larger than the target {target.name} ({t / 1e9:.1f}B): its passes cost more than "
+            "the steps they save")
