@@ -61,7 +61,7 @@ class SpeculativeConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        where = "speculative_config"
+        where = "engine.speculative_config"
         if self.method not in SPEC_METHODS:
             raise ValueError(f"{where}.method: unknown method {self.method!r}; modelled: "
                              f"{', '.join(SPEC_METHODS)}")

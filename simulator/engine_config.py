@@ -168,8 +168,8 @@ class EngineConfig:
                 raise ValueError(f"{knob} is {' and '.join(engines)}'s queue cap; engine "
                                  f"{self.name!r} has none by that name")
         if self.speculative_config is not None and self.name not in ("vllm", "vllm-swap"):
-            raise ValueError(f"speculative_config is modelled as vLLM runs it (vllm, vllm-swap); "
-                             f"engine {self.name!r} has none here")
+            raise ValueError(f"engine.speculative_config is modelled as vLLM runs it (vllm, "
+                             f"vllm-swap); engine {self.name!r} has none here")
         if self.name == "vllm-swap" and self.enable_prefix_caching:
             raise ValueError("enable_prefix_caching is not modelled with swap preemption")
 

@@ -260,16 +260,17 @@ class Scheduler:
     def allocate_slots(self, i: int, num_new_tokens: int, *, reserve: int = 0) -> bool:
         """Blocks for ``num_computed_tokens + num_new_tokens`` tokens; False when they do not
         fit (keeping ``reserve`` blocks free). vLLM returns None there."""
-        lookahead = 0 if self.spec is None else self.spec.lookahead
-        return self.kv.allocate(i, self.num_computed_tokens.item(i) + num_new_tokens + lookahead,
-                                reserve)
+        tokens = self.num_computed_tokens.item(i) + num_new_tokens
+        if self.spec is not None:  # vLLM's num_lookahead_tokens (spec_decode)
+            tokens = min(tokens + self.spec.lookahead, self.max_model_len)
+        return self.kv.allocate(i, tokens, reserve)
 
     def allocate_start(self, i: int, tokens: int, *, reserve: int) -> str:
         """Blocks for the first ``tokens`` tokens of waiting request ``i`` (sharing its prefix
         hit, if any), keeping ``reserve`` blocks free: "" when allocated, else "kv"."""
         kv = self.kv
         if self.spec is not None:  # vLLM's num_lookahead_tokens (spec_decode)
-            tokens += self.spec.lookahead
+            tokens = min(tokens + self.spec.lookahead, self.max_model_len)
         if kv.pending_hit is None:  # allocate_slots for the tokens beyond the computed ones
             return "" if kv.allocate(i, tokens, reserve) else "kv"
         hit_tokens = kv.allocate_hit(i, tokens, reserve, self.num_tokens.item(i))
@@ -373,7 +374,7 @@ class Scheduler:
         return budget_prefix(rows, self.num_tokens, self.num_computed_tokens, self.kv.num_blocks,
                              budget, self.block_size,
                              self._ones if self.commit.all_decode and spec is None else None,
-                             0 if spec is None else spec.lookahead)
+                             0 if spec is None else spec.lookahead, self.max_model_len)
 
     def _fitting_prefix(self, budget: int) -> RunningPrefix | None:
         """The running loop's prefix (some running requests) when every allocation in it

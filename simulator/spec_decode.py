@@ -249,15 +249,15 @@ def make_spec_decode(config: SpeculativeConfig, gpu: GPUSpec, target: ModelSpec,
     return SpecDecode(config, model, rng, num_rows)
 
 
-def draft_warning(config: SpeculativeConfig | None, target: ModelSpec) -> str:
-    """A warning when the draft model is larger than the target (legal in vLLM, but it cannot
-    pay), "" otherwise."""
+def draft_warning(config: SpeculativeConfig | None, target_model: str) -> str:
+    """A warning when the draft model is larger than the target ``target_model`` (legal in
+    vLLM, but it cannot pay), "" otherwise."""
     if config is None or config.model is None:
         return ""
-    draft = get_model(config.model)
+    draft, target = get_model(config.model), get_model(target_model)
     d, t = draft.num_params, target.num_params
     if d <= t:
         return ""
-    return (f"speculative_config.model: draft model {draft.name} ({d / 1e9:.1f}B parameters) is "
+    return (f"engine.speculative_config.model: draft model {draft.name} ({d / 1e9:.1f}B parameters) is "
             f"larger than the target {target.name} ({t / 1e9:.1f}B): its passes cost more than "
             "the steps they save")
