@@ -28,7 +28,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -37,12 +37,31 @@ from kvbudget.perf.hardware import GPUSpec
 from kvbudget.perf.models import ModelSpec, get_model
 from kvbudget.perf.speculative import SpeculativeConfig, draft_pass_model, mean_acceptance_length
 from kvbudget.perf.step_time import VllmStepModel
-from kvbudget.simulator.serving import IntArray
+from kvbudget.simulator.serving import FloatArray, IntArray
 
-if TYPE_CHECKING:
-    from kvbudget.simulator.scheduler import Scheduler
+__all__ = ["SPEC_STREAM", "SpecDecode", "SpecEngine", "SpecRows", "draft_warning", "make_spec_decode"]
 
-__all__ = ["SPEC_STREAM", "SpecDecode", "draft_warning", "make_spec_decode"]
+
+
+class SpecRows(Protocol):
+    """The per-request arrays speculative decoding reads and writes (vLLM's names)."""
+
+    num_tokens: IntArray
+    num_computed_tokens: IntArray
+    num_output_tokens: IntArray
+    target_output: IntArray
+    arrival_s: FloatArray
+
+
+class SpecEngine(SpecRows, Protocol):
+    """What of the engine drafting reads besides the arrays: the running requests and the
+    model's length."""
+
+    running: list[int]
+    max_model_len: int
+
+    def running_rows(self) -> IntArray: ...
+
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -115,14 +134,14 @@ class SpecDecode:
         self.num_spec_tokens[i] = 0
         self.num_output_steps[i] = 0
 
-    def drop(self, e: Scheduler, i: int) -> None:
+    def drop(self, e: SpecRows, i: int) -> None:
         """Row ``i`` is preempted or aborted: its drafts go (``scheduler.py:1594``)."""
         d = self.num_spec_tokens.item(i)
         if d:
             e.num_tokens[i] -= d
             self.num_spec_tokens[i] = 0
 
-    def propose(self, e: Scheduler) -> None:
+    def propose(self, e: SpecEngine) -> None:
         """Drafts for the running requests that decode and hold none (as a step is
         scheduled)."""
         self._rows(len(e.num_tokens))
@@ -140,7 +159,7 @@ class SpecDecode:
         self.num_spec_tokens[r] = d
         e.num_tokens[r] = tokens[ready] + d
 
-    def draft_seconds(self, e: Scheduler, rows: IntArray, new: IntArray) -> float:
+    def draft_seconds(self, e: SpecRows, rows: IntArray, new: IntArray) -> float:
         """The draft's time in the step scheduling ``new`` tokens for ``rows``: ``k`` forward
         passes over the requests that verify drafts, each a decode step of the draft's step
         model less the host's gap; 0 for n-gram."""
@@ -157,7 +176,7 @@ class SpecDecode:
         self.draft_s += seconds
         return seconds
 
-    def verify(self, e: Scheduler, rows: IntArray, new: IntArray, computed: IntArray) -> IntArray:
+    def verify(self, e: SpecRows, rows: IntArray, new: IntArray, computed: IntArray) -> IntArray:
         """The step scheduling ``new`` tokens for ``rows`` (now ``computed`` each) has run:
         the drafts it verified are accepted or rejected (see the module docstring). Returns
         ``computed`` after the rejected tokens are rolled back."""
@@ -185,7 +204,7 @@ class SpecDecode:
         computed[spec] = after
         return computed
 
-    def _accepted(self, e: Scheduler, r: IntArray, out: IntArray, d: IntArray) -> IntArray:
+    def _accepted(self, e: SpecRows, r: IntArray, out: IntArray, d: IntArray) -> IntArray:
         """Accepted drafts of ``d`` for rows ``r`` with ``out`` output tokens: ``P(A >= j) =
         rate**j`` by inversion of a uniform keyed by (row, arrival, output count), at most
         ``target - out - 1`` (the step's own token is the last)."""

@@ -39,6 +39,7 @@ class CommitTarget(Protocol):
     num_computed_tokens: IntArray
     num_output_tokens: IntArray
     target_output: IntArray
+    arrival_s: FloatArray
     first_token_s: FloatArray
     finished_s: FloatArray
     in_engine: npt.NDArray[np.bool_]
@@ -89,7 +90,7 @@ class StepCommit:
         if e.kv.prefix is not None:
             e.kv.prefix.register(rows, computed)
         if e.spec is not None:  # drafts accepted or rejected (spec_decode)
-            computed = e.spec.verify(e, rows, new, computed)  # type: ignore[arg-type]
+            computed = e.spec.verify(e, rows, new, computed)
         sampled = rows[computed >= e.num_tokens[rows]]
         self.synced = sampled.size == len(e.running)
         if sampled.size == 0:
