@@ -50,15 +50,19 @@ class SpeculativeConfig:
     """vLLM's ``--speculative-config`` (``vllm/config/speculative.py:387``, 0.32.0), the knobs
     that change a step: ``method``, ``num_speculative_tokens`` and, for ``draft_model``, the
     draft's ``model`` (a bundled preset or a ``config.json``); the acceptance, one of
-    ``acceptance_rate`` (per draft token) and ``acceptance_length`` (mean tokens a step). ``seed``
-    is the run's (the scenario fills it in): the acceptance draws' stream."""
+    ``acceptance_rate`` (per draft token) and ``acceptance_length`` (mean tokens a step), and
+    ``acceptance_by_tier``: (tier, value) pairs of the same kind for the tiers whose acceptance
+    differs. ``seed`` (the run's) and ``rate_by_priority`` (each tier's rate by its priority,
+    the engine's view of a request's tier) are filled in by :meth:`resolved`."""
 
     method: str
     num_speculative_tokens: int
     model: str | None = None
     acceptance_rate: float | None = None
     acceptance_length: float | None = None
+    acceptance_by_tier: tuple[tuple[str, float], ...] = ()
     seed: int = 0
+    rate_by_priority: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         where = "engine.speculative_config"
@@ -78,29 +82,64 @@ class SpeculativeConfig:
         if length is not None and not 1.0 <= length <= k + 1:
             raise ValueError(f"{where}.acceptance_length: must be in [1, "
                              f"num_speculative_tokens + 1 = {k + 1}], got {length!r}")
+        for tier, value in self.acceptance_by_tier:
+            self._check_value(f"{where}.acceptance_by_tier.{tier}", value)
         if (self.method == "draft_model") != (self.model is not None):
             raise ValueError(f"{where}.model: a draft model config is given with method "
                              f"'draft_model' and only then, got method {self.method!r} and "
                              f"model {self.model!r}")
 
+    def _check_value(self, where: str, value: float) -> None:
+        k = self.num_speculative_tokens
+        if self.acceptance_rate is not None and not 0.0 <= value <= 1.0:
+            raise ValueError(f"{where}: an acceptance rate must be in [0, 1], got {value!r}")
+        if self.acceptance_length is not None and not 1.0 <= value <= k + 1:
+            raise ValueError(f"{where}: an acceptance length must be in [1, {k + 1}], got "
+                             f"{value!r}")
+
+    def _rate_of(self, value: float) -> float:
+        """The per-token rate of a value of the kind given."""
+        if self.acceptance_rate is not None:
+            return value
+        return rate_for_length(value, self.num_speculative_tokens)
+
     @property
     def rate(self) -> float:
-        """The per-token acceptance probability (given, or resolved from the length)."""
-        if self.acceptance_rate is not None:
-            return self.acceptance_rate
-        assert self.acceptance_length is not None
-        return rate_for_length(self.acceptance_length, self.num_speculative_tokens)
+        """The per-token acceptance probability (given, or resolved from the length) of the
+        tiers ``acceptance_by_tier`` does not name."""
+        given = self.acceptance_rate if self.acceptance_rate is not None else self.acceptance_length
+        assert given is not None
+        return self._rate_of(given)
+
+    def resolved(self, seed: int, priorities: dict[str, int]) -> SpeculativeConfig:
+        """With the run's ``seed`` and each tier's rate by its priority (``priorities``: tier
+        name -> priority); a tier named that the run does not configure, or two tiers of one
+        priority with different acceptance, is refused."""
+        where = "engine.speculative_config.acceptance_by_tier"
+        given = dict(self.acceptance_by_tier)
+        by_priority: dict[int, float] = {}
+        for tier in given:
+            if tier not in priorities:
+                raise ValueError(f"{where}.{tier}: no such tier; tiers: {sorted(priorities)}")
+        if given:
+            for tier, priority in priorities.items():
+                rate = self._rate_of(given[tier]) if tier in given else self.rate
+                if by_priority.setdefault(priority, rate) != rate:
+                    raise ValueError(f"{where}: tiers of priority {priority} have different "
+                                     "acceptance; the engine tells requests' tiers by priority")
+        return replace(self, seed=seed, rate_by_priority=tuple(sorted(by_priority.items())))
 
     def assumed(self) -> str:
         """What was given and what it means, in one line (the summary says it)."""
         k = self.num_speculative_tokens
         given = (f"acceptance_rate {self.acceptance_rate:g} given" if self.acceptance_rate
                  is not None else f"acceptance_length {self.acceptance_length:g} given")
+        tiers = "".join(f"; {tier} {value:g}: rate {self._rate_of(value):.4f}, length "
+                        f"{mean_acceptance_length(self._rate_of(value), k):.3f}"
+                        for tier, value in self.acceptance_by_tier)
         return (f"{self.method}, k={k}, {given}: per-token rate {self.rate:.4f}, mean "
-                f"acceptance length {mean_acceptance_length(self.rate, k):.3f} (geometric)")
-
-    def with_seed(self, seed: int) -> SpeculativeConfig:
-        return replace(self, seed=seed)
+                f"acceptance length {mean_acceptance_length(self.rate, k):.3f} (geometric)"
+                + tiers)
 
 
 def expected_accepted_tokens(rate: float, k: int) -> float:

@@ -131,6 +131,7 @@ class SpeculativeSpec:
     model: str | None = None
     acceptance_rate: Annotated[float, Ge(0), Le(1)] | None = None
     acceptance_length: Annotated[float, Ge(1)] | None = None
+    acceptance_by_tier: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -612,7 +613,10 @@ def scenario_from_dict(
     scenario = Scenario(spec, base_dir, None if source is None else str(source))
     # fail early on bad names and values that only the library checks
     try:
-        scenario.sim_config()
+        config = scenario.sim_config()
+        if config.engine.speculative_config is not None:  # its tiers are the run's
+            config.engine.speculative_config.resolved(
+                config.seed, {t.name: t.priority for t in config.tiers})
         scenario.make_policy()
     except ValueError as exc:
         raise ValueError(f"{exc}") from None
@@ -633,6 +637,8 @@ def _engine_config(spec: EngineSpec) -> EngineConfig:
     """``[engine]`` as the engine's knobs (``speculative_config`` as its own config)."""
     knobs = asdict(spec)
     sc = knobs.pop("speculative_config")
+    if sc is not None:
+        sc["acceptance_by_tier"] = tuple(sc["acceptance_by_tier"].items())
     return EngineConfig(**knobs,
                         speculative_config=None if sc is None else SpeculativeConfig(**sc))
 

@@ -203,6 +203,7 @@ class Scheduler:
         self.priority = (columns.priority if self.config.scheduling_policy == "priority"
                          else np.zeros(len(out), np.int64))
         self.arrival_s = columns.arrival_s
+        self.tier_priority = columns.priority  # each row's tier (speculative acceptance)
         most = columns.max_output_tokens
         self.max_output_tokens = out if most is None else most
 

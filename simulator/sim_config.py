@@ -187,8 +187,10 @@ class SimConfig:
             # prompt, or prompt + output, is refused (400), never served
             resolved = replace(resolved, max_model_len=model.max_position_embeddings)
         speculative = resolved.speculative_config
-        if speculative is not None:  # the acceptance draws follow the run's seed
-            resolved = replace(resolved, speculative_config=speculative.with_seed(self.seed))
+        if speculative is not None:  # the run's seed, the tiers' acceptance by priority
+            priorities = {t.name: t.priority for t in self.tiers}
+            resolved = replace(resolved,
+                               speculative_config=speculative.resolved(self.seed, priorities))
         return resolved
 
     def resolved_num_gpu_blocks(self, gpu: str | None = None) -> int:

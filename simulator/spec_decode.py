@@ -51,6 +51,7 @@ class SpecRows(Protocol):
     num_output_tokens: IntArray
     target_output: IntArray
     arrival_s: FloatArray
+    tier_priority: IntArray
 
 
 class SpecEngine(SpecRows, Protocol):
@@ -86,6 +87,7 @@ class SpecDecode:
     request's draw at a step is a counter-based uniform of (key, row, arrival, output count)."""
 
     __slots__ = (
+        "_by_priority",
         "_draft",
         "_gap_s",
         "_key",
@@ -108,6 +110,8 @@ class SpecDecode:
         self.k = config.num_speculative_tokens
         self.rate = config.rate
         self.log_rate = float(np.log(self.rate)) if 0.0 < self.rate < 1.0 else 0.0
+        # each tier's rate by its priority, when they differ
+        self._by_priority = config.rate_by_priority
         self.lookahead = self.k if config.method in _LOOKAHEAD_METHODS else 0
         self._draft = draft
         # one draft pass runs inside the engine's step: the host's gap between steps is not
@@ -209,19 +213,40 @@ class SpecDecode:
         rate**j`` by inversion of a uniform keyed by (row, arrival, output count), at most
         ``target - out - 1`` (the step's own token is the last)."""
         room = e.target_output[r] - out - 1
-        if self.rate >= 1.0:
+        if self._by_priority:
+            a = self._accepted_by_tier(e, r, out, d)
+        elif self.rate >= 1.0:
             a = d
         elif self.rate <= 0.0:
             a = np.zeros_like(d)
         else:
-            arrival = np.ascontiguousarray(e.arrival_s[r], np.float64).view(np.uint64)
-            x = _mix(_mix(self._key ^ (r.astype(np.uint64) * _GOLDEN) ^ arrival)
-                     ^ (out.astype(np.uint64) * _GOLDEN))
-            u = ((x >> np.uint64(11)).astype(np.float64) + 1.0) * (1.0 / 2**53)  # (0, 1]
-            geometric = np.floor(np.log(u) / self.log_rate).astype(np.int64)
-            a = np.minimum(geometric, d)
+            geometric = np.floor(np.log(self._uniform(e, r, out)) / self.log_rate)
+            a = np.minimum(geometric.astype(np.int64), d)
         capped: IntArray = np.maximum(np.minimum(a, room), 0)
         return capped
+
+    def _uniform(self, e: SpecRows, r: IntArray, out: IntArray) -> FloatArray:
+        """Rows ``r``'s uniform draws in ``(0, 1]`` at their output counts ``out``."""
+        arrival = np.ascontiguousarray(e.arrival_s[r], np.float64).view(np.uint64)
+        x = _mix(_mix(self._key ^ (r.astype(np.uint64) * _GOLDEN) ^ arrival)
+                 ^ (out.astype(np.uint64) * _GOLDEN))
+        u: FloatArray = ((x >> np.uint64(11)).astype(np.float64) + 1.0) * (1.0 / 2**53)
+        return u
+
+    def _accepted_by_tier(self, e: SpecRows, r: IntArray, out: IntArray,
+                          d: IntArray) -> IntArray:
+        """:meth:`_accepted` with each row's rate by its tier's priority."""
+        u = self._uniform(e, r, out)
+        prio = e.tier_priority[r]
+        a = np.zeros_like(d)
+        for priority, rate in self._by_priority:
+            mine = prio == priority
+            if rate >= 1.0:
+                a[mine] = d[mine]
+            elif rate > 0.0:
+                a[mine] = np.minimum(np.floor(np.log(u[mine]) / np.log(rate)).astype(np.int64),
+                                     d[mine])
+        return a
 
     def output_steps(self, rows: IntArray) -> IntArray:
         """``rows`` had output in the step being committed: their counts of steps with output

@@ -40,6 +40,7 @@ class CommitTarget(Protocol):
     num_output_tokens: IntArray
     target_output: IntArray
     arrival_s: FloatArray
+    tier_priority: IntArray
     first_token_s: FloatArray
     finished_s: FloatArray
     in_engine: npt.NDArray[np.bool_]

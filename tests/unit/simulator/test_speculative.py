@@ -30,7 +30,8 @@ from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import RunResult, SimConfig, simulate
 from tests.conftest import make_workload
 
-TIERS = (TierConfig("interactive", queue_timeout_s=None),)
+TIERS = (TierConfig("interactive", queue_timeout_s=None),
+         TierConfig("batch", priority=1, queue_timeout_s=None))
 LINEAR = LinearCostModel(0.01, 0.001, 0.0, 0.0)  # 10 ms a step + 1 ms a prefill/verify token
 
 
@@ -139,6 +140,29 @@ def test_acceptance_length_given_resolves_to_the_rate() -> None:
     spec = SpeculativeConfig("mtp", 3, acceptance_length=2.5)
     assert mean_acceptance_length(spec.rate, 3) == pytest.approx(2.5, abs=1e-9)
     assert "acceptance_length 2.5 given" in spec.assumed()
+
+
+def test_acceptance_by_tier() -> None:
+    # interactive accepts nothing (rate 0), batch every draft (its tier's rate 1). Step 1: both
+    # prompts (200 tokens, 0.21 s); steps 2-3 verify 4 tokens each (0.01 + 0.008 s): batch
+    # 1 -> 5 -> 9 (done at 0.246 s), interactive 1 -> 2 -> 3; then interactive alone, 6 steps
+    # of 0.014 s: 3 -> 9 at 0.33 s
+    spec = SpeculativeConfig("ngram", 3, acceptance_rate=0.0, acceptance_by_tier=(("batch", 1.0),))
+    w = make_workload([0.0, 0.0], [100, 100], [9, 9], tiers=["interactive", "batch"])
+    rec = simulate(w, make_policy("unlimited"), _config(spec)).records
+    assert list(rec.output_tokens) == [9, 9]
+    assert rec.finished_s.iloc[1] == pytest.approx(0.246)
+    assert rec.finished_s.iloc[0] == pytest.approx(0.33)
+
+
+def test_acceptance_by_tier_refuses_an_unknown_tier_and_tiers_sharing_a_priority() -> None:
+    spec = SpeculativeConfig("ngram", 3, acceptance_rate=0.5, acceptance_by_tier=(("chat", 1.0),))
+    with pytest.raises(ValueError, match="acceptance_by_tier.chat: no such tier"):
+        spec.resolved(0, {"interactive": 0, "batch": 1})
+    spec = SpeculativeConfig("ngram", 3, acceptance_rate=0.5, acceptance_by_tier=(("batch", 1.0),))
+    with pytest.raises(ValueError, match="tiers of priority 0 have different acceptance"):
+        spec.resolved(0, {"interactive": 0, "batch": 0})
+    assert spec.resolved(7, {"interactive": 0, "batch": 1}).rate_by_priority == ((0, 0.5), (1, 1.0))
 
 
 # --- properties -----------------------------------------------------------------------------
@@ -250,6 +274,10 @@ def scenario(tmp_path: Path) -> Iterator[Path]:
     ("engine.speculative_config.num_speculative_tokens=0",
      "engine.speculative_config.num_speculative_tokens"),
     ('engine.speculative_config.method="medusa2"', "engine.speculative_config.method"),
+    ("engine.speculative_config.acceptance_by_tier.chat=0.5",
+     "engine.speculative_config.acceptance_by_tier.chat"),
+    ("engine.speculative_config.acceptance_by_tier.interactive=1.2",
+     "engine.speculative_config.acceptance_by_tier.interactive"),
     ("engine.speculative_config.acceptance_length=2", "engine.speculative_config"),
 ])
 def test_bad_speculative_config_is_one_line_naming_the_file_and_field(
