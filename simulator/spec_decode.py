@@ -28,6 +28,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 import numpy as np
@@ -39,7 +40,8 @@ from kvbudget.perf.speculative import SpeculativeConfig, draft_pass_model, mean_
 from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.simulator.serving import FloatArray, IntArray
 
-__all__ = ["SPEC_STREAM", "SpecDecode", "SpecEngine", "SpecRows", "draft_warning", "make_spec_decode"]
+__all__ = ["SPEC_STREAM", "SpecDecode", "SpecEngine", "SpecRows", "draft_warning", "fleet_stats",
+           "make_spec_decode"]
 
 
 
@@ -270,6 +272,8 @@ class SpecDecode:
             "num_draft_tokens": self.num_draft_tokens,
             "num_accepted_tokens": self.num_accepted_tokens,
             "mean_acceptance_length": (1.0 + self.num_accepted_tokens / v) if v else 0.0,
+            "num_output_tokens": num_output_tokens,
+            "num_engine_steps": num_steps,
             "output_tokens_per_step": num_output_tokens / num_steps if num_steps else 0.0,
             "draft_s": self.draft_s,
             "num_lookahead_tokens": self.lookahead,
@@ -305,3 +309,22 @@ def draft_warning(config: SpeculativeConfig | None, target_model: str) -> str:
     return (f"engine.speculative_config.model: draft model {draft.name} ({d / 1e9:.1f}B parameters) is "
             f"larger than the target {target.name} ({t / 1e9:.1f}B): its passes cost more than "
             "the steps they save")
+
+
+def fleet_stats(per: list[dict[str, object]]) -> dict[str, object]:
+    """A fleet's ``engine.speculative`` from its replicas' (one engine configuration): the
+    counts summed, the measured means over all of them (output tokens a step: over the
+    replicas' steps in all)."""
+    def total(key: str) -> float:
+        return math.fsum(float(str(p[key])) for p in per)
+
+    out = dict(per[0])
+    for key in ("num_verify_steps", "num_draft_tokens", "num_accepted_tokens",
+                "num_output_tokens", "num_engine_steps"):
+        out[key] = int(total(key))
+    steps = total("num_engine_steps")
+    out["output_tokens_per_step"] = total("num_output_tokens") / steps if steps else 0.0
+    out["draft_s"] = total("draft_s")
+    v = total("num_verify_steps")
+    out["mean_acceptance_length"] = 1.0 + total("num_accepted_tokens") / v if v else 0.0
+    return out

@@ -28,7 +28,8 @@ from kvbudget.policies import TierConfig, make_policy
 from kvbudget.simulator.engine import Engine
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import RunResult, SimConfig, simulate
-from tests.conftest import make_workload
+from kvbudget.simulator.scenario import make_scenario
+from tests.conftest import REPO, make_workload
 
 TIERS = (TierConfig("interactive", queue_timeout_s=None),
          TierConfig("batch", priority=1, queue_timeout_s=None))
@@ -157,7 +158,7 @@ def test_acceptance_by_tier() -> None:
 
 def test_acceptance_by_tier_refuses_an_unknown_tier_and_tiers_sharing_a_priority() -> None:
     spec = SpeculativeConfig("ngram", 3, acceptance_rate=0.5, acceptance_by_tier=(("chat", 1.0),))
-    with pytest.raises(ValueError, match="acceptance_by_tier.chat: no such tier"):
+    with pytest.raises(ValueError, match=r"acceptance_by_tier\.chat: no such tier"):
         spec.resolved(0, {"interactive": 0, "batch": 1})
     spec = SpeculativeConfig("ngram", 3, acceptance_rate=0.5, acceptance_by_tier=(("batch", 1.0),))
     with pytest.raises(ValueError, match="tiers of priority 0 have different acceptance"):
@@ -297,3 +298,23 @@ def test_a_draft_model_larger_than_the_target_is_a_warning(scenario: Path) -> No
     assert len(warnings) == 1 and "engine.speculative_config.model" in warnings[0]
     assert "larger than the target" in warnings[0]
     assert "speculative decoding: " in res.stdout and "draft_model, k=3" in res.stdout
+
+
+def test_a_fleet_with_speculation_sums_its_replicas_and_skip_ahead_equals_stepping() -> None:
+    sets = ["fleet.num_replicas=3", "workload.duration_s=20",
+            'engine.speculative_config.method="eagle3"',
+            "engine.speculative_config.num_speculative_tokens=3",
+            "engine.speculative_config.acceptance_length=2.5"]
+    runs = []
+    for skip in ("true", "false"):
+        scn = make_scenario(REPO / "scenarios" / "synth_conservative.toml",
+                            [*sets, f"engine.skip_ahead={skip}"])
+        runs.append(simulate(scn.workload(), scn.make_policy(None), scn.sim_config()))
+    _same(*runs)
+    engine = runs[0].summary["engine"]
+    per = [r["speculative"] for r in engine["fleet"]["replicas"]]
+    fleet = engine["speculative"]
+    for key in ("num_verify_steps", "num_draft_tokens", "num_accepted_tokens"):
+        assert fleet[key] == sum(p[key] for p in per) > 0
+    assert fleet["mean_acceptance_length"] == pytest.approx(
+        1 + fleet["num_accepted_tokens"] / fleet["num_verify_steps"])
