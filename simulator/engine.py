@@ -98,7 +98,7 @@ class Engine(Scheduler):
         self.kv.num_blocks[i] = 0
         self.segments.reset(i)
         if self.spec is not None:
-            self.spec.reset(i)
+            self.spec.reset(self, i)
         self.in_engine[i] = True
         self.waiting.add_request(i)
         if self._wake is not None and not self._wake.triggered:

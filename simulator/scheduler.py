@@ -409,8 +409,6 @@ class Scheduler:
         self._hol_blocked = False
         self.head_refusal = ""
         preempted = False
-        if self.spec is not None:
-            self.spec.propose(self)
         prefix = self._fitting_prefix(budget) if self.running else None
         if prefix is not None:
             if prefix.num_extra:

@@ -2,8 +2,8 @@
 0.32.0): :class:`SpecDecode`, which the scheduler and the commit call when an engine has a
 ``speculative_config`` (:class:`kvbudget.perf.speculative.SpeculativeConfig`).
 
-* **Drafts** (:meth:`SpecDecode.propose`, as a step is scheduled): every running request that
-  decodes (one token to compute, output already) and holds no drafts gets ``k`` draft tokens
+* **Drafts** (:meth:`SpecDecode.propose`, as a step commits, when vLLM's drafter proposes
+  them): every request that sampled a token and goes on gets ``k`` draft tokens
   (``num_speculative_tokens``, clipped to ``max_model_len``), added to its ``num_tokens``: vLLM's
   ``num_tokens_with_spec`` (``scheduler.py:597``), so the running loop schedules ``1 + k`` new
   tokens for it, counted in the token budget, with KV blocks for them plus
@@ -57,13 +57,9 @@ class SpecRows(Protocol):
 
 
 class SpecEngine(SpecRows, Protocol):
-    """What of the engine drafting reads besides the arrays: the running requests and the
-    model's length."""
+    """What of the engine drafting reads besides the arrays: the model's length."""
 
-    running: list[int]
     max_model_len: int
-
-    def running_rows(self) -> IntArray: ...
 
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -86,13 +82,15 @@ class SpecDecode:
     """One engine's speculative decoding (see the module docstring): the drafts each request
     holds (``num_spec_tokens``), its steps with output (``num_output_steps``) and the run's
     counts. ``rng`` (the run's seeded Generator) draws the key of the acceptance stream; each
-    request's draw at a step is a counter-based uniform of (key, row, arrival, output count)."""
+    request's draw at a step is a counter-based uniform of (key, row, arrival, its steps with
+    output so far)."""
 
     __slots__ = (
         "_by_priority",
         "_draft",
         "_gap_s",
         "_key",
+        "_row_key",
         "config",
         "draft_s",
         "k",
@@ -122,23 +120,28 @@ class SpecDecode:
         self._key = np.uint64(rng.integers(0, 2**63, dtype=np.int64))
         self.num_spec_tokens = np.zeros(num_rows, np.int64)
         self.num_output_steps = np.zeros(num_rows, np.int64)
+        self._row_key = np.zeros(num_rows, np.uint64)  # each request's stream (reset)
         self.num_verify = self.num_draft_tokens = self.num_accepted_tokens = 0
         self.draft_s = 0.0
 
     def _rows(self, n: int) -> None:
         """Grow the per-row arrays to ``n`` rows (a fleet's replica grows its rows)."""
         if len(self.num_spec_tokens) < n:
-            for name in ("num_spec_tokens", "num_output_steps"):
+            for name in ("num_spec_tokens", "num_output_steps", "_row_key"):
                 old = getattr(self, name)
-                new = np.zeros(n, np.int64)
+                new = np.zeros(n, old.dtype)
                 new[: len(old)] = old
                 setattr(self, name, new)
 
-    def reset(self, i: int) -> None:
-        """Row ``i`` comes in afresh (no output, no drafts)."""
+    def reset(self, e: SpecRows, i: int) -> None:
+        """Row ``i`` comes in afresh (no output, no drafts): its stream's key, from the run's
+        key, the row and its arrival."""
         self._rows(i + 1)
         self.num_spec_tokens[i] = 0
         self.num_output_steps[i] = 0
+        arrival = np.ascontiguousarray(e.arrival_s[i : i + 1], np.float64).view(np.uint64)
+        row = np.full(1, i, np.uint64)  # (arrays wrap silently; numpy scalars warn)
+        self._row_key[i] = _mix(self._key ^ (row * _GOLDEN) ^ arrival)[0]
 
     def drop(self, e: SpecRows, i: int) -> None:
         """Row ``i`` is preempted or aborted: its drafts go (``scheduler.py:1594``)."""
@@ -147,23 +150,17 @@ class SpecDecode:
             e.num_tokens[i] -= d
             self.num_spec_tokens[i] = 0
 
-    def propose(self, e: SpecEngine) -> None:
-        """Drafts for the running requests that decode and hold none (as a step is
-        scheduled)."""
-        self._rows(len(e.num_tokens))
-        if not e.running:
-            return
-        rows = e.running_rows()
-        tokens = e.num_tokens[rows]
-        ready = ((self.num_spec_tokens[rows] == 0) & (tokens - e.num_computed_tokens[rows] == 1)
-                 & (e.num_output_tokens[rows] > 0))
-        if not ready.any():
-            return
-        r = rows[ready]
-        d = np.minimum(self.k, e.max_model_len - tokens[ready])
+    def propose(self, e: SpecEngine, sampled: IntArray, output: IntArray) -> None:
+        """Drafts for the requests that ``sampled`` a token (``output`` tokens now) and go on,
+        as vLLM's drafter proposes them after each step: ``k``, clipped to the model's
+        length."""
+        live = output < e.target_output[sampled]
+        r = sampled if live.all() else sampled[live]
+        tokens = e.num_tokens[r]
+        d = np.minimum(self.k, e.max_model_len - tokens)
         np.maximum(d, 0, out=d)
         self.num_spec_tokens[r] = d
-        e.num_tokens[r] = tokens[ready] + d
+        e.num_tokens[r] = tokens + d
 
     def draft_seconds(self, e: SpecRows, rows: IntArray, new: IntArray) -> float:
         """The draft's time in the step scheduling ``new`` tokens for ``rows``: ``k`` forward
@@ -171,12 +168,14 @@ class SpecDecode:
         model less the host's gap; 0 for n-gram."""
         if self._draft is None or not len(rows):
             return 0.0
-        drafting = self.num_spec_tokens[rows] > 0
-        n = int(np.count_nonzero(drafting))
-        if not n:
+        held = self.num_spec_tokens[rows]
+        passes = int(held.max())
+        if not passes:
             return 0.0
-        context = float(np.sum(e.num_computed_tokens[rows[drafting]] + new[drafting]))
-        passes = int(self.num_spec_tokens[rows[drafting]].max())
+        drafting = held > 0
+        n = int(np.count_nonzero(drafting))
+        after = e.num_computed_tokens[rows] + new
+        context = float(after.sum() if n == len(rows) else after[drafting].sum())
         one = float(self._draft.step_time(0.0, float(n), context, 0.0, 0.0)) - self._gap_s
         seconds = passes * one
         self.draft_s += seconds
@@ -188,57 +187,58 @@ class SpecDecode:
         ``computed`` after the rejected tokens are rolled back."""
         held = self.num_spec_tokens[rows]
         spec = held > 0
-        if not spec.any():
+        num = int(np.count_nonzero(spec))
+        if not num:
             return computed
-        r = rows[spec]
-        d = held[spec]
-        scheduled = new[spec] - 1  # the drafts the token budget reached (scheduler.py:861)
-        cut = d - np.minimum(d, scheduled)
-        d = d - cut
+        every = num == len(rows)  # (the common case: every scheduled request verifies)
+        r, h = (rows, held) if every else (rows[spec], held[spec])
+        # the drafts the token budget reached (scheduler.py:861): the others are dropped
+        d: IntArray = np.minimum(h, (new if every else new[spec]) - 1)
         out = e.num_output_tokens[r]
         accepted = self._accepted(e, r, out, d)
-        rejected = d - accepted
-        after = computed[spec] - rejected
+        after: IntArray = (computed if every else computed[spec]) - (d - accepted)
         e.num_computed_tokens[r] = after
-        e.num_tokens[r] -= cut + rejected
+        e.num_tokens[r] -= h - accepted  # the dropped and the rejected drafts
         e.num_output_tokens[r] = out + accepted
         self.num_spec_tokens[r] = 0
-        self.num_verify += len(r)
+        self.num_verify += num
         self.num_draft_tokens += int(d.sum())
         self.num_accepted_tokens += int(accepted.sum())
+        if every:
+            return after
         computed = computed.copy()
         computed[spec] = after
         return computed
 
     def _accepted(self, e: SpecRows, r: IntArray, out: IntArray, d: IntArray) -> IntArray:
         """Accepted drafts of ``d`` for rows ``r`` with ``out`` output tokens: ``P(A >= j) =
-        rate**j`` by inversion of a uniform keyed by (row, arrival, output count), at most
-        ``target - out - 1`` (the step's own token is the last)."""
+        rate**j`` by inversion of a uniform keyed by the request (row, arrival) and its steps
+        with output so far, at most ``target - out - 1`` (the step's own token is the last)."""
         room = e.target_output[r] - out - 1
         if self._by_priority:
-            a = self._accepted_by_tier(e, r, out, d)
+            a = self._accepted_by_tier(e, r, d)
         elif self.rate >= 1.0:
             a = d
         elif self.rate <= 0.0:
             a = np.zeros_like(d)
         else:
-            geometric = np.floor(np.log(self._uniform(e, r, out)) / self.log_rate)
+            geometric = np.floor(np.log(self._uniform(e, r)) / self.log_rate)
             a = np.minimum(geometric.astype(np.int64), d)
         capped: IntArray = np.maximum(np.minimum(a, room), 0)
         return capped
 
-    def _uniform(self, e: SpecRows, r: IntArray, out: IntArray) -> FloatArray:
-        """Rows ``r``'s uniform draws in ``(0, 1]`` at their output counts ``out``."""
-        arrival = np.ascontiguousarray(e.arrival_s[r], np.float64).view(np.uint64)
-        x = _mix(_mix(self._key ^ (r.astype(np.uint64) * _GOLDEN) ^ arrival)
-                 ^ (out.astype(np.uint64) * _GOLDEN))
+    def _uniform(self, e: SpecRows, r: IntArray) -> FloatArray:
+        """Rows ``r``'s uniform draws in ``(0, 1]`` at this step: keyed by the request and its
+        count of steps with output (not by the order of calls: the same draws however steps
+        run, and a request's draws do not depend on the others')."""
+        steps = self.num_output_steps[r].astype(np.uint64)
+        x = _mix(self._row_key[r] ^ (steps * _GOLDEN))
         u: FloatArray = ((x >> np.uint64(11)).astype(np.float64) + 1.0) * (1.0 / 2**53)
         return u
 
-    def _accepted_by_tier(self, e: SpecRows, r: IntArray, out: IntArray,
-                          d: IntArray) -> IntArray:
+    def _accepted_by_tier(self, e: SpecRows, r: IntArray, d: IntArray) -> IntArray:
         """:meth:`_accepted` with each row's rate by its tier's priority."""
-        u = self._uniform(e, r, out)
+        u = self._uniform(e, r)
         prio = e.tier_priority[r]
         a = np.zeros_like(d)
         for priority, rate in self._by_priority:

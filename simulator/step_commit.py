@@ -49,6 +49,7 @@ class CommitTarget(Protocol):
     segments: TokenSegments
     t: float
     num_steps: int
+    max_model_len: int
     spec: SpecDecode | None
 
 
@@ -110,6 +111,8 @@ class StepCommit:
         first = sampled[np.isnan(e.first_token_s[sampled])]
         if first.size:
             e.first_token_s[first] = e.t
+        if e.spec is not None:  # the next step's drafts (spec_decode)
+            e.spec.propose(e, sampled, output)
         done = sampled[output >= e.target_output[sampled]]
         if done.size:
             self.finish(done.tolist())
