@@ -371,11 +371,12 @@ class Scheduler:
     def _budget_prefix(self, rows: IntArray, budget: int) -> RunningPrefix:
         """:func:`~kvbudget.simulator.running_loop.budget_prefix` of ``rows`` (running
         requests, in order)."""
-        spec = self.spec
+        if self.spec is not None:  # drafts to verify, lookahead slots (spec_decode)
+            return budget_prefix(rows, self.num_tokens, self.num_computed_tokens,
+                                 self.kv.num_blocks, budget, self.block_size, None,
+                                 self.spec.lookahead, self.max_model_len)
         return budget_prefix(rows, self.num_tokens, self.num_computed_tokens, self.kv.num_blocks,
-                             budget, self.block_size,
-                             self._ones if self.commit.all_decode and spec is None else None,
-                             0 if spec is None else spec.lookahead, self.max_model_len)
+                             budget, self.block_size, self._ones if self.commit.all_decode else None)
 
     def _fitting_prefix(self, budget: int) -> RunningPrefix | None:
         """The running loop's prefix (some running requests) when every allocation in it

@@ -91,8 +91,9 @@ class StepCommit:
         e.num_computed_tokens[rows] = computed
         if e.kv.prefix is not None:
             e.kv.prefix.register(rows, computed)
-        if e.spec is not None:  # drafts accepted or rejected (spec_decode)
-            computed = e.spec.verify(e, rows, new, computed)
+        spec = e.spec
+        if spec is not None:  # drafts accepted or rejected (spec_decode)
+            computed = spec.verify(e, rows, new, computed)
         sampled = rows[computed >= e.num_tokens[rows]]
         self.synced = sampled.size == len(e.running)
         if sampled.size == 0:
@@ -105,14 +106,14 @@ class StepCommit:
         e.num_output_tokens[sampled] = output
         e.num_tokens[sampled] += 1
         # (with spec_decode: a gap a step with output, however many tokens it carried)
-        marks = output if e.spec is None else e.spec.output_steps(sampled)
+        marks = output if spec is None else spec.output_steps(sampled)
         if not continued:  # else every sampled request continues its segment
             e.segments.note(sampled, marks, e.num_steps)
         first = sampled[np.isnan(e.first_token_s[sampled])]
         if first.size:
             e.first_token_s[first] = e.t
-        if e.spec is not None:  # the next step's drafts (spec_decode)
-            e.spec.propose(e, sampled, output)
+        if spec is not None:  # the next step's drafts (spec_decode)
+            spec.propose(e, sampled, output)
         done = sampled[output >= e.target_output[sampled]]
         if done.size:
             self.finish(done.tolist())
