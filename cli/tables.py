@@ -152,6 +152,19 @@ def _queue_caps_line(summaries: Sequence[dict[str, Any]]) -> str:
     return "engine queue caps: " + "; ".join(parts) if parts else ""
 
 
+def _speculative_line(summaries: Sequence[dict[str, Any]]) -> str:
+    """What the runs with speculative decoding assumed and got (``engine.speculative``), or
+    ``""`` when none had it."""
+    parts = []
+    for s in summaries:
+        spec = (s.get("engine") or {}).get("speculative")
+        if spec:
+            parts.append(f"{s.get('policy', '')}: {spec['assumed']}; measured mean acceptance "
+                         f"length {spec['mean_acceptance_length']:.3f}, "
+                         f"{spec['output_tokens_per_step']:.2f} output tokens an engine step (all requests)")
+    return "speculative decoding: " + "; ".join(parts) if parts else ""
+
+
 def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
                      slo_targets: Mapping[str, tuple[float, float]] | None = None,
                      conclusion: str | None = None) -> str:
@@ -171,6 +184,9 @@ def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
     caps = _queue_caps_line(summaries)
     if caps:
         lines.append(textwrap.fill(caps, WIDTH, subsequent_indent="  "))
+    spec = _speculative_line(summaries)
+    if spec:
+        lines.append(textwrap.fill(spec, WIDTH, subsequent_indent="  "))
     note = ("(times in seconds; KV used/reserved are time-weighted fractions of capacity; "
             "refused: answered too-large or overloaded, or dropped after preemption; expired: "
             "waited past the tier's queue timeout; out tok/s: output tokens over the time the "

@@ -97,6 +97,8 @@ class Engine(Scheduler):
         self.num_output_tokens[i] = 0
         self.kv.num_blocks[i] = 0
         self.segments.reset(i)
+        if self.spec is not None:
+            self.spec.reset(self, i)
         self.in_engine[i] = True
         self.waiting.add_request(i)
         if self._wake is not None and not self._wake.triggered:
@@ -198,6 +200,8 @@ class Engine(Scheduler):
             "head_of_line_blocked_s": self.head_of_line_blocked_s(),
             **self.kv.stats(),
             **({"queue_caps": self._caps.settings()} if self._caps is not None else {}),
+            **({"speculative": self.spec.stats(int(self.num_output_tokens.sum()), self.num_steps)}
+               if self.spec is not None else {}),
         }
 
     # --- rows that come as they are routed (a fleet's replicas: kvbudget.simulator.fleet) ----
@@ -296,8 +300,8 @@ class Engine(Scheduler):
         (:meth:`TokenSegments.gaps`); engine times (the front end's per-token cost is the
         caller's)."""
         rows = np.flatnonzero(keep & np.isfinite(self.finished_s))
-        return self.segments.gaps(self.log.ends(), rows,
-                                  self.num_output_tokens[rows], tier[rows])
+        marks = self.num_output_tokens if self.spec is None else self.spec.num_output_steps
+        return self.segments.gaps(self.log.ends(), rows, marks[rows], tier[rows])
 
     def request_figures(self, keep: npt.NDArray[np.bool_], tier: IntArray) -> RequestFigures:
         """The per-row figures at the end of the run (``ServingEngine.request_figures``)."""

@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, get_args
 
 from kvbudget.perf.models import KV_CACHE_DTYPES
+from kvbudget.perf.speculative import SpeculativeConfig
 from kvbudget.perf.vllm_defaults import GPU_MEMORY_UTILIZATION, batch_defaults
 
 if TYPE_CHECKING:
@@ -108,6 +109,7 @@ class EngineConfig:
     ``max_num_queued_reqs`` and ``max_num_queued_tokens`` (vLLM's, 503),
     ``max_queued_requests`` (SGLang's, 503), ``max_concurrent_requests`` (TGI's router, 429;
     under ``defaults="vllm"`` :meth:`resolved` gives ``tgi`` TGI's own default, 128).
+    ``speculative_config``: vLLM's speculative decoding (:mod:`kvbudget.simulator.spec_decode`).
     """
 
     block_size: int = 16
@@ -135,6 +137,7 @@ class EngineConfig:
     max_num_queued_tokens: int | None = None
     max_queued_requests: int | None = None
     max_concurrent_requests: int | None = None
+    speculative_config: SpeculativeConfig | None = None
 
     def __post_init__(self) -> None:
         self._check_sizes()
@@ -164,6 +167,9 @@ class EngineConfig:
             if getattr(self, knob) is not None and self.name not in engines:
                 raise ValueError(f"{knob} is {' and '.join(engines)}'s queue cap; engine "
                                  f"{self.name!r} has none by that name")
+        if self.speculative_config is not None and self.name not in ("vllm", "vllm-swap"):
+            raise ValueError(f"engine.speculative_config is modelled as vLLM runs it (vllm, "
+                             f"vllm-swap); engine {self.name!r} has none here")
         if self.name == "vllm-swap" and self.enable_prefix_caching:
             raise ValueError("enable_prefix_caching is not modelled with swap preemption")
 

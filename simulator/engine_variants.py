@@ -51,6 +51,7 @@ one with ``EngineConfig(name=...)`` or ``kvbudget simulate --engine``.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any, cast
 
 import numpy as np
@@ -61,6 +62,7 @@ from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.fast_decode import SkipAheadEngine
 from kvbudget.simulator.sim_config import ReplicaSetup
 from kvbudget.simulator.small_arrays import isum
+from kvbudget.simulator.spec_decode import make_spec_decode
 
 GIB = 1024**3
 
@@ -376,11 +378,17 @@ def make_engine(env: simpy.Environment, setup: ReplicaSetup, columns: RequestCol
     config = setup.engine
     blocks = setup.num_gpu_blocks
     assert blocks is not None, "the replica's KV blocks are resolved before its engine is made"
-    cls = engine_class(config)
+    spec = config.speculative_config
+    # speculative decoding steps one at a time: the decode group does not cover it
+    cls = engine_class(config if spec is None else replace(config, skip_ahead=False))
     swap: dict[str, Any] = {}
     if issubclass(cls, SwapEngine):
         swap["kv_bytes_per_token"] = setup.model.kv_bytes_per_token(
             config.tensor_parallel_size, config.kv_cache_dtype)
         swap["pcie_bandwidth_bytes_s"] = setup.gpu.pcie_bandwidth_bytes_s
-    return cls(env, config, setup.cost_model, columns, num_gpu_blocks=blocks, hooks=hooks,
-               timeline_period_s=timeline_period_s, **swap)
+    engine = cls(env, config, setup.cost_model, columns, num_gpu_blocks=blocks, hooks=hooks,
+                 timeline_period_s=timeline_period_s, **swap)
+    if spec is not None:
+        engine.spec = make_spec_decode(spec, setup.gpu, setup.model, config.tensor_parallel_size,
+                                       len(columns.prompt_tokens))
+    return engine
