@@ -198,6 +198,18 @@ class EngineConfig:
             raise ValueError("kv_offloading_size needs enable_prefix_caching: the CPU tier is "
                              "keyed by the prefix cache's block hashes")
 
+    def check_offloading_fits(self, gpu: GPUSpec) -> None:
+        """``kv_offloading_size`` (the total over the tensor-parallel ranks, as vLLM reads it)
+        within the host memory of the replica's GPUs (``GPUSpec.host_memory_bytes``, where
+        known)."""
+        size, host = self.kv_offloading_size, gpu.host_memory_bytes
+        tp = self.tensor_parallel_size
+        if size is not None and host is not None and size * 1024**3 > host * tp:
+            raise ValueError(
+                f"kv_offloading_size {size:g} GiB is more than the host memory of the "
+                f"replica's {tp} GPU(s) ({host * tp / 1024**3:g} GiB: {host / 1024**3:g} GiB per "
+                f"{gpu.name}, GPUSpec.host_memory_bytes)")
+
     def _check_sizes(self) -> None:
         """Every count, size and fraction within what any deployment has."""
         for name, high in (("block_size", MAX_BLOCK_SIZE), ("num_gpu_blocks", MAX_KV_TOKENS),

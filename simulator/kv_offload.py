@@ -148,6 +148,11 @@ class OffloadEngine(Engine):
         self.load_bandwidth_bytes_s = float(load_bandwidth_bytes_s)
         self._loads: list[tuple[float, int]] = []  # (ready at, row), in the order they end
         self._link_free_s = 0.0  # when the host-to-device link has finished its copies
+        # blocks the requests loading (or loaded, not started) still need for their prompts
+        self._reserved: dict[int, int] = {}
+        self._reserved_total = 0
+        self._refuse_head = False  # the waiting head's load did not fit: refuse it
+        self._promoted: list[int] = []  # loaded, back in waiting, not started: in that order
         self.num_loads = 0
         self.cpu_hit_tokens = 0
         self.load_bytes = 0
@@ -172,9 +177,16 @@ class OffloadEngine(Engine):
         if not on_cpu:
             return False
         tokens = (on_gpu + on_cpu) * prefix.hash_tokens
-        if self.allocate_start(i, tokens, reserve=self.watermark_blocks):
-            return False  # no room: it is refused as it would be without the load
+        # vLLM admits a load only beside the blocks the in-flight prefills still need to
+        # finish their prompts (reserved_blocks, v1/core/sched/scheduler.py:1242-1251): here
+        # the requests loading or loaded and not started
+        if self.allocate_start(i, tokens, reserve=self.watermark_blocks + self._reserved_total):
+            self._refuse_head = True  # no room: vLLM stops the waiting loop there
+            return False
         self.num_computed_tokens[i] = tokens
+        remaining = -(-self.num_tokens.item(i) // self.block_size) - self.kv.num_blocks.item(i)
+        self._reserved[i] = remaining
+        self._reserved_total += remaining
         self.waiting.pop_request()
         loaded = candidates[on_gpu:on_gpu + on_cpu]
         self.tier.touch(loaded)
@@ -190,6 +202,18 @@ class OffloadEngine(Engine):
         self._load_s.append(ready - self.t)
         return True
 
+    def _admit_waiting(self, i: int, n_new: int) -> str:
+        if self._refuse_head:
+            self._refuse_head = False
+            return "kv"
+        return super()._admit_waiting(i, n_new)
+
+    def _start_running(self, i: int) -> None:
+        super()._start_running(i)
+        if self._reserved and i in self._reserved:
+            self._reserved_total -= self._reserved.pop(i)
+            self._promoted.remove(i)
+
     def _promote_loads(self) -> bool:
         """Put the requests whose loads have ended by ``t`` back at the front of ``waiting``
         (the earliest first); whether there were any."""
@@ -201,6 +225,7 @@ class OffloadEngine(Engine):
             return False
         for _, i in reversed(loads[:k]):
             self.waiting.prepend_request(i)
+        self._promoted.extend(i for _, i in loads[:k])
         del loads[:k]
         return True
 
@@ -208,6 +233,13 @@ class OffloadEngine(Engine):
         super()._on_schedule_waiting()
         if self._loads:
             self._promote_loads()
+        if self._promoted:
+            # vLLM drains the waiting requests holding KV blocks first (kv_holding_waiting,
+            # v1/core/sched/scheduler.py:914-917): ahead of those preempted since
+            waiting = self.waiting
+            for i in reversed(self._promoted):
+                waiting.remove_request(i)
+                waiting.prepend_request(i)
 
     def _held_until_s(self) -> float:
         if self._loads and self._promote_loads():
@@ -222,6 +254,10 @@ class OffloadEngine(Engine):
 
     def _on_abort(self, i: int) -> None:
         super()._on_abort(i)
+        if i in self._reserved:
+            self._reserved_total -= self._reserved.pop(i)
+            if i in self._promoted:
+                self._promoted.remove(i)
         for k, (_, row) in enumerate(self._loads):
             if row == i:  # aborted while its KV loads: back in waiting, where the abort finds it
                 del self._loads[k]
@@ -274,13 +310,7 @@ def offload_arguments(setup: ReplicaSetup) -> dict[str, Any]:
     replica's GPUs (``GPUSpec.host_memory_bytes``, where known)."""
     config = setup.engine
     tp = config.tensor_parallel_size
-    size = config.kv_offloading_size
-    host = setup.gpu.host_memory_bytes
-    if size is not None and host is not None and size * GIB > host * tp:
-        raise ValueError(
-            f"kv_offloading_size {size:g} GiB is more than the host memory of the replica's "
-            f"{tp} GPU(s) ({host * tp / GIB:g} GiB: {host / GIB:g} GiB per {setup.gpu.name}, "
-            "GPUSpec.host_memory_bytes)")
+    config.check_offloading_fits(setup.gpu)  # (a fleet's replica: its own GPU)
     return {
         "kv_bytes_per_token": setup.model.kv_bytes_per_token(tp, config.kv_cache_dtype),
         "load_bandwidth_bytes_s": setup.gpu.pcie_bandwidth_bytes_s * H2D_EFFICIENCY,
