@@ -103,23 +103,27 @@ class CpuKVTier:
 
     def store(self, hashes: list[int]) -> None:
         """Store the computed blocks of ``hashes`` (a request's, in prompt order): those in the
-        tier are refreshed; the others are copied in, evicting the least recently used
-        blocks of other prompts, or dropped all together when there is no room for them."""
+        tier are refreshed; the others are copied in, the first most recent, evicting the
+        least recently used blocks of other prompts, or dropped all together when there is
+        no room for them."""
         lru = self._lru
-        new = [h for h in hashes if h not in lru]
-        self.touch([h for h in hashes if h in lru])
+        new: list[int] = []  # (last first)
+        for h in reversed(hashes):
+            if h in lru:
+                lru.move_to_end(h)
+            else:
+                new.append(h)
         if not new:
             return
         need = len(new) - (self.num_hashes - len(lru))
-        if need > len(lru) - (len(hashes) - len(new)):
+        if need > len(lru) - (len(hashes) - len(new)):  # the offer's own are not evicted
             self.num_dropped += len(new)
             return
-        for _ in range(max(need, 0)):
+        for _ in range(need):
             lru.popitem(last=False)
         self.num_evicted += max(need, 0)
-        for h in reversed(new):
+        for h in new:
             lru[h] = None
-        self.touch(hashes)
         self.num_stored += len(new)
 
 
