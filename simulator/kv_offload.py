@@ -48,6 +48,9 @@ import mmap
 from collections import OrderedDict
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from kvbudget.simulator.engine import Engine, EngineHooks
 from kvbudget.simulator.sim_config import ReplicaSetup
 
@@ -148,7 +151,10 @@ class OffloadEngine(Engine):
         self.num_cpu_blocks = num_blocks
         self.tier = CpuKVTier(num_blocks // prefix.blocks_per_hash,
                               block_bytes * prefix.blocks_per_hash)
-        prefix.on_computed = self.tier.store
+        prefix.on_computed = self._store
+        # the tier's hashes after each change, and when (a step's end): the timeline's samples
+        self._cpu_change_s: list[float] = []
+        self._cpu_change_n: list[int] = []
         self.load_bandwidth_bytes_s = float(load_bandwidth_bytes_s)
         self._loads: list[tuple[float, int]] = []  # (ready at, row), in the order they end
         self._link_free_s = 0.0  # when the host-to-device link has finished its copies
@@ -166,6 +172,25 @@ class OffloadEngine(Engine):
         self.hooks = EngineHooks(outer.on_finish, outer.on_preempt,
                                  lambda: min(outer.next_external_s(), self._next_ready_s()),
                                  outer.gateway_state)
+
+    def _store(self, hashes: list[int]) -> None:
+        tier = self.tier
+        before = len(tier)
+        tier.store(hashes)
+        if len(tier) != before:
+            self._cpu_change_s.append(self.t)
+            self._cpu_change_n.append(len(tier))
+
+    def cpu_timeline(self, times: npt.NDArray[np.float64]) -> dict[str, npt.NDArray[np.int64]]:
+        """The timeline's CPU columns at the sample ``times`` (``OPTIONAL_TIMELINE_COLUMNS``):
+        the tier's tokens as the step in progress then was scheduled (stores happen as steps
+        end, so a change at a sample's time is in it), and its size in tokens."""
+        idx = np.searchsorted(np.asarray(self._cpu_change_s, np.float64), times, side="right")
+        counts = np.concatenate(([0], np.asarray(self._cpu_change_n, np.int64)))[idx]
+        tokens_per_hash = self._blocks_per_hash() * self.block_size
+        return {"cpu_kv_used_tokens": counts * tokens_per_hash,
+                "cpu_kv_capacity_tokens": np.full(len(times), self.num_cpu_blocks * self.block_size,
+                                                  np.int64)}
 
     def _next_ready_s(self) -> float:
         return self._loads[0][0] if self._loads else math.inf

@@ -5,6 +5,7 @@ recomputed when a waiting request's prefix continues there (simulator/kv_offload
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,8 @@ from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.perf.hardware import GIB, GPUS
 from kvbudget.perf.models import get_model
 from kvbudget.policies import make_policy
+from kvbudget.results.records import OPTIONAL_TIMELINE_COLUMNS
+from kvbudget.results.run_result import read_run
 from kvbudget.simulator.engine import Engine
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.kv_offload import (
@@ -89,10 +92,16 @@ def test_a_prefix_evicted_from_the_gpu_is_loaded_from_cpu_in_the_time_worked_by_
     # computes its second, [2], which is in CPU already)
     assert off["cpu_blocks"] == 512 and off["stored_blocks"] == 4 * 32
     assert result.summary["engine"]["prefix_cache_hit_tokens"] == 0  # the hit was the CPU's
+    # the timeline (a sample a second) shows the tier: A's two hashes stored when its step
+    # ended at 1.034 (1,024 tokens), B's at 4.034; C's second one is in CPU already
+    tl = result.timeline
+    assert tl.cpu_kv_capacity_tokens.unique().tolist() == [512 * 16]
+    assert tl.cpu_kv_used_tokens.tolist() == [0, 0, 1024, 1024, 1024, 2048, 2048]  # 0..6 s
     # without the tier C computes its whole prompt again
     without = simulate(w, make_policy("unlimited"), config(skip=skip, offload=None))
     assert without.records.ttft_s[2] == pytest.approx(0.01 + 1.024)
     assert "kv_offloading" not in without.summary["engine"]
+    assert "cpu_kv_used_tokens" not in without.timeline
 
 
 def test_a_cpu_hit_stops_where_the_tier_was_evicted() -> None:
@@ -197,3 +206,12 @@ def test_a_workload_without_prefix_hashes_is_refused() -> None:
     w = dataclasses.replace(w, prefix_hashes=None, prefix_offsets=None)
     with pytest.raises(ValueError, match="needs prefix caching over a workload with"):
         simulate(w, make_policy("unlimited"), config())
+
+
+def test_the_cpu_timeline_columns_are_written_and_read_back(tmp_path: Path) -> None:
+    w = workload([0.0, 3.0, 6.0], [1024] * 3, [2] * 3, [[1, 2], [3, 4], [1, 2]])
+    result = simulate(w, make_policy("unlimited"), config())
+    result.write(tmp_path / "run")
+    back = read_run(tmp_path / "run")
+    assert back.timeline.equals(result.timeline)
+    assert back.timeline.columns[-2:].tolist() == list(OPTIONAL_TIMELINE_COLUMNS)
