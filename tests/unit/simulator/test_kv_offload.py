@@ -28,6 +28,7 @@ from kvbudget.simulator.kv_offload import (
     OffloadEngine,
 )
 from kvbudget.simulator.run import SimConfig, simulate
+from kvbudget.simulator.sim_config import FleetConfig
 from tests.conftest import assert_token_gaps_equal
 from tests.unit.simulator.test_prefix_cache import TIERS, shared_prefix_workload, workload
 
@@ -215,3 +216,42 @@ def test_the_cpu_timeline_columns_are_written_and_read_back(tmp_path: Path) -> N
     back = read_run(tmp_path / "run")
     assert back.timeline.equals(result.timeline)
     assert back.timeline.columns[-2:].tolist() == list(OPTIONAL_TIMELINE_COLUMNS)
+
+
+@pytest.mark.parametrize("budget", ["global", "per_replica"])
+def test_a_fleets_replicas_each_have_a_tier_and_skip_ahead_equals_stepping(budget: str) -> None:
+    w = shared_prefix_workload(120, seed=5)
+    out = []
+    for skip in (False, True):
+        cfg = dataclasses.replace(
+            config(blocks=400, skip=skip, offload=2.0, max_num_batched_tokens=2048),
+            fleet=FleetConfig(num_replicas=2, router="prefix_affinity", budget=budget))
+        out.append(simulate(w, make_policy("unlimited"), cfg))
+    a, b = out
+    assert a.records.equals(b.records) and a.timeline.equals(b.timeline)
+    assert_token_gaps_equal(a, b)
+    replicas = a.summary["engine"]["fleet"]["replicas"]
+    assert all(r["kv_offloading"]["cpu_blocks"] == 1024 for r in replicas)
+    assert sum(r["kv_offloading"]["num_loads"] for r in replicas) > 0
+
+
+def test_a_preempted_request_resumes_with_its_prompt_loaded_from_cpu() -> None:
+    # 80 blocks; A (prompt [1], 512 tokens) at 0 and B ([2]) at 0.2, 700 output tokens each.
+    # Both decode until their blocks fill the GPU: B (the later) is preempted with 639 tokens
+    # computed (512 + 127). A's growth then evicts B's cached prompt block from the GPU, but B
+    # stored it to CPU when it computed it. When A finishes, B's lookup finds [2] in CPU: it
+    # loads 512 tokens (1.504 ms) and computes 128 (its 128 outputs so far) instead of 640.
+    w = workload([0.0, 0.2], [512, 512], [700, 700], [[1], [2]])
+    runs = {}
+    for gib in (None, 1.0):
+        _CountingCost.prefill_tokens = 0.0
+        result = simulate(w, make_policy("unlimited"), config(
+            offload=gib, skip=False, cost=_CountingCost(0.01, 0.001, 0.0, 0.0)))
+        runs[gib] = (result, _CountingCost.prefill_tokens)
+    (cold, cold_prefill), (warm, warm_prefill) = runs[None], runs[1.0]
+    assert cold.records.num_preemptions.tolist() == warm.records.num_preemptions.tolist() == [0, 1]
+    assert cold.summary["engine"]["num_recomputed_tokens"] == 639
+    assert (cold_prefill, warm_prefill) == (1024 + 640, 1024 + 128)
+    assert warm.summary["engine"]["kv_offloading"]["cpu_hit_tokens"] == 512
+    load_s = 512 * KV_BYTES_PER_TOKEN / H100_H2D_BYTES_S + TRANSFER_LATENCY_S
+    assert cold.records.e2e_s[1] - warm.records.e2e_s[1] == pytest.approx(0.512 - load_s)
