@@ -94,7 +94,8 @@ class Scheduler:
       retracted or aborted); call ``super()`` (TensorRT-LLM keeps a sum over the running
       requests);
     * :meth:`Engine.stats <kvbudget.simulator.engine.Engine.stats>` ``()``: the variant's own
-      figures, added to the base's;
+      figures, added to the base's; ``Engine._held_until_s`` ``()``: when work the variant
+      holds outside the queues (KV being loaded) is ready, so the engine waits for it;
     * ``rows`` (:class:`kvbudget.simulator.request_rows.RowArrays`): a variant with
       per-request arrays of its own registers them there (``rows.add``), so that
       ``Engine.grow_rows`` grows them (a fleet's replica holds the rows routed to it), or says
