@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from kvbudget.perf.cost_model import LinearCostModel
-from kvbudget.perf.hardware import GIB, GPUS
+from kvbudget.perf.hardware import GIB, GPUS, get_gpu
 from kvbudget.perf.models import get_model
 from kvbudget.policies import make_policy
 from kvbudget.results.records import OPTIONAL_TIMELINE_COLUMNS
@@ -255,3 +255,16 @@ def test_a_preempted_request_resumes_with_its_prompt_loaded_from_cpu() -> None:
     assert warm.summary["engine"]["kv_offloading"]["cpu_hit_tokens"] == 512
     load_s = 512 * KV_BYTES_PER_TOKEN / H100_H2D_BYTES_S + TRANSFER_LATENCY_S
     assert cold.records.e2e_s[1] - warm.records.e2e_s[1] == pytest.approx(0.512 - load_s)
+
+
+def test_a_gpu_file_may_give_its_host_memory(tmp_path: Path) -> None:
+    good = tmp_path / "gpu.json"
+    good.write_text('{"name": "X", "memory_gib": 80, "hbm_bandwidth_bytes_s": 3e12, '
+                    '"bf16_flops": 1e15, "host_memory_bytes": 137438953472}')
+    assert get_gpu(str(good)).host_memory_bytes == 128 * GIB
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"name": "X", "memory_gib": 80, "hbm_bandwidth_bytes_s": 3e12, '
+                   '"bf16_flops": 1e15, "host_memory_bytes": -1}')
+    with pytest.raises(ValueError, match=r"bad.json: field 'host_memory_bytes'"):
+        get_gpu(str(bad))
+    assert GPUS["A100-80GB"].host_memory_bytes is None  # no vendor figure found: not checked
