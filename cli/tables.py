@@ -165,6 +165,23 @@ def _speculative_line(summaries: Sequence[dict[str, Any]]) -> str:
     return "speculative decoding: " + "; ".join(parts) if parts else ""
 
 
+def _offload_line(summaries: Sequence[dict[str, Any]]) -> str:
+    """The CPU KV offload tier each run had (``engine.kv_offloading``): its size, its hits
+    and the bytes moved, and what was assumed; ``""`` when no run had one."""
+    parts, assumed = [], ""
+    for s in summaries:
+        off = (s.get("engine") or {}).get("kv_offloading")
+        if off:
+            assumed = off["assumed"]
+            parts.append(
+                f"{s.get('policy', '')}: {off['kv_offloading_size_gib']:g} GiB "
+                f"({off['cpu_blocks']} blocks), {off['num_loads']} loads of "
+                f"{off['cpu_hit_tokens']} tokens ({off['load_bytes_per_gpu'] / 1e9:.3g} GB a GPU "
+                f"in {off['load_time_s']:.3g} s), {off['stored_bytes_per_gpu'] / 1e9:.3g} GB a "
+                "GPU stored")
+    return f"CPU KV offload: {'; '.join(parts)} (assumed: {assumed})" if parts else ""
+
+
 def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
                      slo_targets: Mapping[str, tuple[float, float]] | None = None,
                      conclusion: str | None = None) -> str:
@@ -187,6 +204,9 @@ def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
     spec = _speculative_line(summaries)
     if spec:
         lines.append(textwrap.fill(spec, WIDTH, subsequent_indent="  "))
+    offload = _offload_line(summaries)
+    if offload:
+        lines.append(textwrap.fill(offload, WIDTH, subsequent_indent="  "))
     note = ("(times in seconds; KV used/reserved are time-weighted fractions of capacity; "
             "refused: answered too-large or overloaded, or dropped after preemption; expired: "
             "waited past the tier's queue timeout; out tok/s: output tokens over the time the "

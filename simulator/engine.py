@@ -234,8 +234,12 @@ class Engine(Scheduler):
             if self._aborts:
                 self._apply_aborts()
             if not self.running and self.waiting.peek_request() is None:
+                if (t_held := self._held_until_s()) <= self.t:
+                    continue  # work held outside the queues (a KV load) waits now
                 self._on_idle()
                 self._wake = env.event()
+                if t_held < math.inf:
+                    self._ring_at(t_held)
                 yield self._wake
                 self._wake = None
                 reserved, gw_waiting = self.hooks.gateway_state()
@@ -257,6 +261,14 @@ class Engine(Scheduler):
             if preempted:
                 # the request being scheduled was its own victim (priority scheduling):
                 # vLLM v1 stops the running loop there and schedules nothing this step
+                return
+            if (t_held := self._held_until_s()) < math.inf:
+                # nothing can start until held work (a KV load) is ready, or a request comes
+                self._wake = self.env.event()
+                self._ring_at(t_held)
+                yield self._wake
+                self._wake = None
+                self.t = max(self.t, self.env.now)
                 return
             # nothing fits even with every block free: cannot happen for requests that
             # passed fits(); guard against a livelock all the same
@@ -320,6 +332,22 @@ class Engine(Scheduler):
         self.log.drop_ends()
         self.segments.drop()
         self.kv.drop()
+
+    def _held_until_s(self) -> float:
+        """When work held outside ``running`` and ``waiting`` (a variant's: KV being loaded)
+        is ready; ``self.t`` or before once some of it waits again, ``inf`` with none."""
+        return math.inf
+
+    def _ring_at(self, t: float) -> None:
+        """Trigger the wake-up event now pending (``_wake``) at ``t``, unless a request's
+        arrival has triggered it first."""
+        wake = self._wake
+        assert wake is not None
+
+        def ring(_: object) -> None:
+            if not wake.triggered:
+                wake.succeed()
+        Timeout(self.env, max(0.0, t - self.env.now)).callbacks.append(ring)
 
     # --- aborts --------------------------------------------------------------------------------
     def _work_changed(self, *, added: bool = False) -> None:

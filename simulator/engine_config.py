@@ -41,6 +41,9 @@ QUEUE_CAP_ENGINES: dict[str, tuple[str, ...]] = {
 }
 """The engines' own queue caps (:mod:`kvbudget.simulator.queue_caps`) and the engines that
 have each."""
+KV_OFFLOADING_BACKENDS: tuple[str, ...] = ("native", "lmcache")
+"""vLLM 0.32.0's ``kv_offloading_backend`` choices (``vllm/config/cache.py:272``); kvbudget
+models ``native`` (the ``OffloadingConnector``: :mod:`kvbudget.simulator.kv_offload`)."""
 MAX_CONSERVATIVENESS = 100.0
 """SGLang's ``--schedule-conservativeness`` scales its new-token-ratio estimate (default 1.0);
 a hundred times more conservative admits next to nothing."""
@@ -138,6 +141,8 @@ class EngineConfig:
     max_queued_requests: int | None = None
     max_concurrent_requests: int | None = None
     speculative_config: SpeculativeConfig | None = None
+    kv_offloading_size: float | None = None
+    kv_offloading_backend: str = "native"
 
     def __post_init__(self) -> None:
         self._check_sizes()
@@ -172,6 +177,47 @@ class EngineConfig:
                              f"vllm-swap); engine {self.name!r} has none here")
         if self.name == "vllm-swap" and self.enable_prefix_caching:
             raise ValueError("enable_prefix_caching is not modelled with swap preemption")
+        if self.speculative_config is not None and self.kv_offloading_size is not None:
+            raise ValueError("engine.speculative_config with kv_offloading_size is not modelled "
+                             "together yet: give one of them")
+        self._check_offloading()
+
+    def _check_offloading(self) -> None:
+        """vLLM's KV offloading knobs (``kv_offloading_size`` GiB, ``kv_offloading_backend``):
+        the native CPU tier of vLLM v1 (:mod:`kvbudget.simulator.kv_offload`)."""
+        if self.kv_offloading_backend not in KV_OFFLOADING_BACKENDS:
+            raise ValueError(f"kv_offloading_backend must be one of "
+                             f"{', '.join(KV_OFFLOADING_BACKENDS)}, got "
+                             f"{self.kv_offloading_backend!r}")
+        size = self.kv_offloading_size
+        if size is None:
+            return
+        if isinstance(size, bool) or not isinstance(size, int | float) or not 0 < size <= (
+                MAX_SWAP_SPACE_GIB):
+            raise ValueError(f"kv_offloading_size must be in (0, {MAX_SWAP_SPACE_GIB:g}] GiB, "
+                             f"got {size!r}")
+        if self.kv_offloading_backend != "native":
+            raise ValueError("kv_offloading_backend 'lmcache' is not modelled (its store is a "
+                             "separate LMCache server; vLLM does not pass it kv_offloading_size): "
+                             "use 'native'")
+        if self.name != "vllm":
+            raise ValueError(f"kv_offloading_size is vLLM v1's CPU offloading; engine "
+                             f"{self.name!r} has none modelled")
+        if self.enable_prefix_caching is False:
+            raise ValueError("kv_offloading_size needs enable_prefix_caching: the CPU tier is "
+                             "keyed by the prefix cache's block hashes")
+
+    def check_offloading_fits(self, gpu: GPUSpec) -> None:
+        """``kv_offloading_size`` (the total over the tensor-parallel ranks, as vLLM reads it)
+        within the host memory of the replica's GPUs (``GPUSpec.host_memory_bytes``, where
+        known)."""
+        size, host = self.kv_offloading_size, gpu.host_memory_bytes
+        tp = self.tensor_parallel_size
+        if size is not None and host is not None and size * 1024**3 > host * tp:
+            raise ValueError(
+                f"kv_offloading_size {size:g} GiB is more than the host memory of the "
+                f"replica's {tp} GPU(s) ({host * tp / 1024**3:g} GiB: {host / 1024**3:g} GiB per "
+                f"{gpu.name}, GPUSpec.host_memory_bytes)")
 
     def _check_sizes(self) -> None:
         """Every count, size and fraction within what any deployment has."""

@@ -60,6 +60,7 @@ import simpy
 from kvbudget.simulator.engine import Engine, EngineHooks, IntArray, RequestColumns
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.fast_decode import SkipAheadEngine
+from kvbudget.simulator.kv_offload import OffloadEngine, offload_arguments
 from kvbudget.simulator.sim_config import ReplicaSetup
 from kvbudget.simulator.small_arrays import isum
 from kvbudget.simulator.spec_decode import make_spec_decode
@@ -365,8 +366,15 @@ SKIP_AHEAD_CLASSES: dict[str, type[Engine]] = {
 }
 
 
+# vLLM with a CPU offload tier (kv_offloading_size: kvbudget.simulator.kv_offload)
+OFFLOAD_CLASSES: tuple[type[Engine], type[Engine]] = (
+    OffloadEngine, _with_skip_ahead(OffloadEngine, SkipAheadEngine))
+
+
 def engine_class(config: EngineConfig) -> type[Engine]:
     """The class that runs ``config``: its preset, stepping or with skip-ahead."""
+    if config.kv_offloading_size is not None:
+        return OFFLOAD_CLASSES[config.skip_ahead]
     return (SKIP_AHEAD_CLASSES if config.skip_ahead else ENGINE_CLASSES)[config.name]
 
 
@@ -386,6 +394,8 @@ def make_engine(env: simpy.Environment, setup: ReplicaSetup, columns: RequestCol
         swap["kv_bytes_per_token"] = setup.model.kv_bytes_per_token(
             config.tensor_parallel_size, config.kv_cache_dtype)
         swap["pcie_bandwidth_bytes_s"] = setup.gpu.pcie_bandwidth_bytes_s
+    if issubclass(cls, OffloadEngine):
+        swap.update(offload_arguments(setup))
     engine = cls(env, config, setup.cost_model, columns, num_gpu_blocks=blocks, hooks=hooks,
                  timeline_period_s=timeline_period_s, **swap)
     if spec is not None:

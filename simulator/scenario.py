@@ -163,6 +163,8 @@ class EngineSpec:
     max_queued_requests: Annotated[int, Ge(1)] | None = None
     max_concurrent_requests: Annotated[int, Ge(1)] | None = None
     speculative_config: SpeculativeSpec | None = None
+    kv_offloading_size: Annotated[float, Gt(0)] | None = None
+    kv_offloading_backend: str = "native"
 
 
 @dataclass(frozen=True)

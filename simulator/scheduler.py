@@ -78,6 +78,8 @@ class Scheduler:
     * :meth:`_admit_waiting` ``(i, n_new) -> str``: may waiting request ``i`` start with
       ``n_new`` tokens this step; allocate its blocks and return "", or return why not;
     * :meth:`_on_schedule_waiting` ``()``: before the waiting loop of a step;
+    * :meth:`_load_waiting` ``(i) -> bool``: whether waiting request ``i`` loads its KV from
+      another tier (a CPU offload tier) instead of starting this step;
     * :meth:`_schedule_running` ``(budget)``: the running loop (SGLang retracts first when
       the running requests do not fit: :meth:`running_fits`);
     * :meth:`_victim` ``() -> int``: the running request preempted when blocks run out;
@@ -93,7 +95,8 @@ class Scheduler:
       retracted or aborted); call ``super()`` (TensorRT-LLM keeps a sum over the running
       requests);
     * :meth:`Engine.stats <kvbudget.simulator.engine.Engine.stats>` ``()``: the variant's own
-      figures, added to the base's;
+      figures, added to the base's; ``Engine._held_until_s`` ``()``: when work the variant
+      holds outside the queues (KV being loaded) is ready, so the engine waits for it;
     * ``rows`` (:class:`kvbudget.simulator.request_rows.RowArrays`): a variant with
       per-request arrays of its own registers them there (``rows.add``), so that
       ``Engine.grow_rows`` grows them (a fleet's replica holds the rows routed to it), or says
@@ -289,6 +292,12 @@ class Scheduler:
 
     def _on_schedule_waiting(self) -> None:
         """Called before the waiting loop of a step."""
+
+    def _load_waiting(self, i: int) -> bool:
+        """Whether waiting request ``i`` (its prefix-cache hit looked up) loads its KV from
+        another tier instead of starting: the hook then allocates, takes it out of ``waiting``
+        and returns True. Here: never."""
+        return False
 
     def _victim(self) -> int:
         """The running request preempted when blocks run out: of the lowest priority (highest
@@ -524,6 +533,8 @@ class Scheduler:
             kv.pending_hit = None
             if kv.prefix is not None and self.num_computed_tokens.item(i_w) == 0:
                 kv.look_up(i_w, self.num_tokens.item(i_w))
+                if self._load_waiting(i_w):
+                    continue  # its KV loads from elsewhere; the loop goes on (vLLM skips it)
             n_new = self.num_tokens.item(i_w) - self.start_tokens(i_w)
             if n_new > budget and not self.config.enable_chunked_prefill:
                 self.head_refusal = "budget"

@@ -127,7 +127,10 @@ class SimConfig:
             raise ValueError(
                 f"frontend_overhead_s must be >= 0, got {self.frontend_overhead_s!r}"
             )
-        get_gpu(self.gpu)
+        try:
+            self.engine.check_offloading_fits(get_gpu(self.gpu))
+        except ValueError as exc:
+            raise ValueError(f"engine.{exc}") from None
         model = get_model(self.model)  # its errors name the preset or the file
         try:
             model.check_tensor_parallel(self.engine.tensor_parallel_size)
