@@ -15,6 +15,7 @@ from kvbudget.cli.progress import Bar
 from kvbudget.cli.tables import WIDTH, render_intervals, render_summaries
 from kvbudget.simulator.run import simulate
 from kvbudget.simulator.scenario import make_scenario
+from kvbudget.simulator.spec_decode import draft_warning
 from kvbudget.studies.intervals import check_level, headline, scenario_intervals
 
 if TYPE_CHECKING:
@@ -98,6 +99,10 @@ def simulate_cmd(
     with user_errors():
         check_out_dir(out)
         scn = setup.build(policy=policy, seed=seed)
+        config = scn.sim_config()
+        warning = draft_warning(config.engine.speculative_config, config.model)
+        if warning:
+            typer.echo(f"warning: {warning}", err=True)
         if interval is None:
             result = run_one(scn, None, f"simulate {scn.spec.policy}")
         else:

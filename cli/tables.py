@@ -152,6 +152,36 @@ def _queue_caps_line(summaries: Sequence[dict[str, Any]]) -> str:
     return "engine queue caps: " + "; ".join(parts) if parts else ""
 
 
+def _speculative_line(summaries: Sequence[dict[str, Any]]) -> str:
+    """What the runs with speculative decoding assumed and got (``engine.speculative``), or
+    ``""`` when none had it."""
+    parts = []
+    for s in summaries:
+        spec = (s.get("engine") or {}).get("speculative")
+        if spec:
+            parts.append(f"{s.get('policy', '')}: {spec['assumed']}; measured mean acceptance "
+                         f"length {spec['mean_acceptance_length']:.3f}, "
+                         f"{spec['output_tokens_per_step']:.2f} output tokens an engine step (all requests)")
+    return "speculative decoding: " + "; ".join(parts) if parts else ""
+
+
+def _offload_line(summaries: Sequence[dict[str, Any]]) -> str:
+    """The CPU KV offload tier each run had (``engine.kv_offloading``): its size, its hits
+    and the bytes moved, and what was assumed; ``""`` when no run had one."""
+    parts, assumed = [], ""
+    for s in summaries:
+        off = (s.get("engine") or {}).get("kv_offloading")
+        if off:
+            assumed = off["assumed"]
+            parts.append(
+                f"{s.get('policy', '')}: {off['kv_offloading_size_gib']:g} GiB "
+                f"({off['cpu_blocks']} blocks), {off['num_loads']} loads of "
+                f"{off['cpu_hit_tokens']} tokens ({off['load_bytes_per_gpu'] / 1e9:.3g} GB a GPU "
+                f"in {off['load_time_s']:.3g} s), {off['stored_bytes_per_gpu'] / 1e9:.3g} GB a "
+                "GPU stored")
+    return f"CPU KV offload: {'; '.join(parts)} (assumed: {assumed})" if parts else ""
+
+
 def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
                      slo_targets: Mapping[str, tuple[float, float]] | None = None,
                      conclusion: str | None = None) -> str:
@@ -171,6 +201,12 @@ def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
     caps = _queue_caps_line(summaries)
     if caps:
         lines.append(textwrap.fill(caps, WIDTH, subsequent_indent="  "))
+    spec = _speculative_line(summaries)
+    if spec:
+        lines.append(textwrap.fill(spec, WIDTH, subsequent_indent="  "))
+    offload = _offload_line(summaries)
+    if offload:
+        lines.append(textwrap.fill(offload, WIDTH, subsequent_indent="  "))
     note = ("(times in seconds; KV used/reserved are time-weighted fractions of capacity; "
             "refused: answered too-large or overloaded, or dropped after preemption; expired: "
             "waited past the tier's queue timeout; out tok/s: output tokens over the time the "

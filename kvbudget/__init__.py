@@ -24,6 +24,7 @@ Policies and tiers
 Configs and presets
 -------------------
 - :class:`EngineConfig`: the engine's knobs, under vLLM's names
+- :class:`SpeculativeConfig`: speculative decoding, vLLM's ``speculative_config``
 - :class:`GPUSpec`, :func:`get_gpu`: GPU specifications
 - :class:`ModelSpec`, :func:`get_model`, :func:`model_from_config`: model specifications
   (bundled presets or any Hugging Face ``config.json``; :class:`MoESpec`, :class:`MLASpec`,
@@ -118,6 +119,7 @@ _EXPORTS: dict[str, str] = {
     "CLIENT_PRESETS": "policies.clients",
     # Configs and presets
     "EngineConfig": "simulator.engine_config",
+    "SpeculativeConfig": "perf.speculative",
     "GPUSpec": "perf.hardware",
     "get_gpu": "perf.hardware",
     "ModelSpec": "perf.models",
@@ -232,6 +234,7 @@ if TYPE_CHECKING:  # what a type checker and an IDE see
         model_from_config,
     )
     from kvbudget.perf.roofline import RooflineCostModel
+    from kvbudget.perf.speculative import SpeculativeConfig
     from kvbudget.perf.step_time import VllmStepModel
     from kvbudget.policies import (
         DEFAULT_TIERS,

@@ -100,10 +100,12 @@ def _gpu_figures(gpu: GPUSpec) -> dict[str, Any]:
 
 
 def _same_gpu(a: GPUSpec, b: GPUSpec) -> bool:
-    """The same figures (the name aside: a GPU file may copy a preset under its own name)."""
+    """The same figures (the name aside: a GPU file may copy a preset under its own name; and
+    the host memory, which no step time reads and older files do not record)."""
     fa, fb = _gpu_figures(a), _gpu_figures(b)
-    return {k: v for k, v in fa.items() if k != "name"} == \
-        {k: v for k, v in fb.items() if k != "name"}
+    aside = ("name", "host_memory_bytes")
+    return {k: v for k, v in fa.items() if k not in aside} == \
+        {k: v for k, v in fb.items() if k not in aside}
 
 
 def _model_block(model: ModelSpec) -> dict[str, Any]:

@@ -66,6 +66,10 @@ class GPUSpec:
     memory_mib_smi: int | None = None
     mem_efficiency: float | None = None
     gemm_efficiency: float | None = None
+    host_memory_bytes: int | None = None
+    """Host (CPU) memory per GPU of the server it sits in: the system memory of the vendor's
+    8-GPU server divided by its GPUs (:data:`HOST_MEMORY_SOURCES`); ``None`` where no vendor
+    figure was found (a GPU file may give it). Bounds vLLM's ``kv_offloading_size``."""
 
     def __post_init__(self) -> None:
         for field_name in (
@@ -77,7 +81,8 @@ class GPUSpec:
             value = getattr(self, field_name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise ValueError(f"GPU {self.name!r}: {field_name} must be > 0, got {value!r}")
-        for field_name in ("fp16_flops", "fp8_flops", "interconnect_bandwidth_bytes_s"):
+        for field_name in ("fp16_flops", "fp8_flops", "interconnect_bandwidth_bytes_s",
+                           "host_memory_bytes"):
             value = getattr(self, field_name)
             if value is not None and (isinstance(value, bool) or not isinstance(
                     value, int | float) or not value > 0):
@@ -86,6 +91,7 @@ class GPUSpec:
                                   ("hbm_bandwidth_bytes_s", MAX_BANDWIDTH_BYTES_S),
                                   ("pcie_bandwidth_bytes_s", MAX_BANDWIDTH_BYTES_S),
                                   ("interconnect_bandwidth_bytes_s", MAX_BANDWIDTH_BYTES_S),
+                                  ("host_memory_bytes", MAX_MEMORY_BYTES),
                                   ("bf16_flops", MAX_FLOPS), ("fp16_flops", MAX_FLOPS),
                                   ("fp8_flops", MAX_FLOPS)):
             value = getattr(self, field_name)
@@ -164,6 +170,15 @@ def _smi(mib: int) -> int:
 
 _T = 1e12
 _G = 1e9
+# DGX H100 and DGX H200: "2 TB of DDR5 system memory" for eight GPUs (NVIDIA DGX BasePOD
+# reference architecture, "Core Components", docs.nvidia.com/dgx-basepod): 256 GiB per GPU
+DGX_HOPPER_HOST_BYTES_PER_GPU = 2 * 1024 * GIB // 8
+
+# where each GPU's host_memory_bytes comes from (the others have none: give it in a GPU file)
+HOST_MEMORY_SOURCES: dict[str, str] = {
+    "H100-SXM": "DGX H100: 2 TB DDR5 system memory / 8 GPUs (NVIDIA DGX BasePOD RA)",
+    "H200": "DGX H200: 2 TB DDR5 system memory / 8 GPUs (NVIDIA DGX BasePOD RA)",
+}
 
 GPUS: dict[str, GPUSpec] = {
     g.name: g
@@ -183,12 +198,13 @@ GPUS: dict[str, GPUSpec] = {
                 gemm_efficiency=0.85),
         GPUSpec("H100-SXM", _smi(81_559), 3350 * _G, 989.4 * _T, 64 * _G, 989.4 * _T,
                 1978.9 * _T, "nvlink", 450 * _G, "hopper", memory_mib_smi=81_559,
-                gemm_efficiency=0.80),
+                gemm_efficiency=0.80, host_memory_bytes=DGX_HOPPER_HOST_BYTES_PER_GPU),
         GPUSpec("H100-PCIe", _smi(81_559), 2000 * _G, 756.5 * _T, 64 * _G, 756.5 * _T,
                 1513 * _T, "pcie", 64 * _G, "hopper", memory_mib_smi=81_559,
                 mem_efficiency=0.97, gemm_efficiency=0.66),
         GPUSpec("H200", _smi(143_771), 4800 * _G, 989.4 * _T, 64 * _G, 989.4 * _T, 1978.9 * _T,
-                "nvlink", 450 * _G, "hopper", memory_mib_smi=143_771, gemm_efficiency=0.80),
+                "nvlink", 450 * _G, "hopper", memory_mib_smi=143_771, gemm_efficiency=0.80,
+                host_memory_bytes=DGX_HOPPER_HOST_BYTES_PER_GPU),
         GPUSpec("H20", _smi(97_871), 4000 * _G, 148 * _T, 64 * _G, 148 * _T, 296 * _T,
                 "nvlink", 450 * _G, "hopper", memory_mib_smi=97_871, gemm_efficiency=0.96),
         GPUSpec("B200", 182_630 * MIB, 7672 * _G, 2250 * _T, 64 * _G, 2250 * _T, 4500 * _T,
@@ -308,6 +324,7 @@ def load_gpu_file(path: Path) -> GPUSpec:
         memory_mib_smi: int | None = Field(default=None, gt=0)
         mem_efficiency: float | None = Field(default=None, gt=0, le=1)
         gemm_efficiency: float | None = Field(default=None, gt=0, le=1)
+        host_memory_bytes: int | None = Field(default=None, gt=0)
 
     try:
         text = path.read_text()

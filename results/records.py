@@ -118,6 +118,14 @@ TIMELINE_COLUMNS: Final[dict[str, str]] = {
 ``kv_cache_usage_perc``); ``kv_reserved_tokens``: tokens held by gateway leases;
 ``num_waiting``: engine waiting queue plus gateway queues; ``num_preemptions``: cumulative."""
 
+OPTIONAL_TIMELINE_COLUMNS: Final[dict[str, str]] = {
+    "cpu_kv_used_tokens": "int64",
+    "cpu_kv_capacity_tokens": "int64",
+}
+"""Timeline columns of a run with a CPU KV offload tier (vLLM's ``kv_offloading_size``; a
+single engine's run): the tokens of the KV blocks the tier holds, and its size in tokens.
+Runs without one have neither (and stay byte-identical)."""
+
 TOKEN_GAP_COLUMNS: Final[dict[str, str]] = {
     "tier": "str",
     "gap_s": "float64",

@@ -105,6 +105,8 @@ class Engine(Scheduler):
         self.num_output_tokens[i] = 0
         self.kv.num_blocks[i] = 0
         self.segments.reset(i)
+        if self.spec is not None:
+            self.spec.reset(self, i)
         self.in_engine[i] = True
         if self._async and (self._busy or self._between_steps):
             # async scheduling (vLLM v1's default; vllm/v1/engine/core.py,
@@ -226,6 +228,8 @@ class Engine(Scheduler):
             "head_of_line_blocked_s": self.head_of_line_blocked_s(),
             **self.kv.stats(),
             **({"queue_caps": self._caps.settings()} if self._caps is not None else {}),
+            **({"speculative": self.spec.stats(int(self.num_output_tokens.sum()), self.num_steps)}
+               if self.spec is not None else {}),
         }
 
     # --- rows that come as they are routed (a fleet's replicas: kvbudget.simulator.fleet) ----
@@ -261,8 +265,12 @@ class Engine(Scheduler):
                 self._release_pending(everything=True)  # nothing else would be scheduled
             self._between_steps = False
             if not self.running and self.waiting.peek_request() is None:
+                if (t_held := self._held_until_s()) <= self.t:
+                    continue  # work held outside the queues (a KV load) waits now
                 self._on_idle()
                 self._wake = env.event()
+                if t_held < math.inf:
+                    self._ring_at(t_held)
                 yield self._wake
                 self._wake = None
                 reserved, gw_waiting = self.hooks.gateway_state()
@@ -287,6 +295,14 @@ class Engine(Scheduler):
             if preempted:
                 # the request being scheduled was its own victim (priority scheduling):
                 # vLLM v1 stops the running loop there and schedules nothing this step
+                return
+            if (t_held := self._held_until_s()) < math.inf:
+                # nothing can start until held work (a KV load) is ready, or a request comes
+                self._wake = self.env.event()
+                self._ring_at(t_held)
+                yield self._wake
+                self._wake = None
+                self.t = max(self.t, self.env.now)
                 return
             # nothing fits even with every block free: cannot happen for requests that
             # passed fits(); guard against a livelock all the same
@@ -331,8 +347,8 @@ class Engine(Scheduler):
         (:meth:`TokenSegments.gaps`); engine times (the front end's per-token cost is the
         caller's)."""
         rows = np.flatnonzero(keep & np.isfinite(self.finished_s))
-        return self.segments.gaps(self.log.ends(), rows,
-                                  self.num_output_tokens[rows], tier[rows])
+        marks = self.num_output_tokens if self.spec is None else self.spec.num_output_steps
+        return self.segments.gaps(self.log.ends(), rows, marks[rows], tier[rows])
 
     def request_figures(self, keep: npt.NDArray[np.bool_], tier: IntArray) -> RequestFigures:
         """The per-row figures at the end of the run (``ServingEngine.request_figures``)."""
@@ -365,6 +381,22 @@ class Engine(Scheduler):
         for entry in ready:
             self._pending.remove(entry)
             self.waiting.add_request(entry[0])
+
+    def _held_until_s(self) -> float:
+        """When work held outside ``running`` and ``waiting`` (a variant's: KV being loaded)
+        is ready; ``self.t`` or before once some of it waits again, ``inf`` with none."""
+        return math.inf
+
+    def _ring_at(self, t: float) -> None:
+        """Trigger the wake-up event now pending (``_wake``) at ``t``, unless a request's
+        arrival has triggered it first."""
+        wake = self._wake
+        assert wake is not None
+
+        def ring(_: object) -> None:
+            if not wake.triggered:
+                wake.succeed()
+        Timeout(self.env, max(0.0, t - self.env.now)).callbacks.append(ring)
 
     # --- aborts --------------------------------------------------------------------------------
     def _work_changed(self, *, added: bool = False) -> None:

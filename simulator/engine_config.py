@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, get_args
 
 from kvbudget.perf.models import KV_CACHE_DTYPES
+from kvbudget.perf.speculative import SpeculativeConfig
 from kvbudget.perf.vllm_defaults import GPU_MEMORY_UTILIZATION, batch_defaults
 
 if TYPE_CHECKING:
@@ -56,6 +57,9 @@ ASYNC_SCHEDULING: dict[str, bool] = {
 }
 """Whether each engine schedules the next step while one runs (``async_scheduling``'s default
 under ``defaults="vllm"``)."""
+KV_OFFLOADING_BACKENDS: tuple[str, ...] = ("native", "lmcache")
+"""vLLM 0.32.0's ``kv_offloading_backend`` choices (``vllm/config/cache.py:272``); kvbudget
+models ``native`` (the ``OffloadingConnector``: :mod:`kvbudget.simulator.kv_offload`)."""
 MAX_CONSERVATIVENESS = 100.0
 """SGLang's ``--schedule-conservativeness`` scales its new-token-ratio estimate (default 1.0);
 a hundred times more conservative admits next to nothing."""
@@ -130,10 +134,12 @@ class EngineConfig:
     scheduled in step N+2: one more step before its first token on a busy engine; on an idle
     one it starts at once. ``None``: the engine's default under ``defaults="vllm"``
     (:data:`ASYNC_SCHEDULING`: on for vLLM, SGLang's and TensorRT-LLM's overlap schedulers;
-    off for TGI and vLLM with swap), off under ``kvbudget-0.1``. What is not modelled: a
+    off for TGI and vLLM with swap, and with ``ngram`` speculative decoding, which vLLM
+    0.32.0 runs without it: ``vllm/config/vllm.py:1597-1610``), off under ``kvbudget-0.1``. What is not modelled: a
     request that finishes in step N still holds its slot and blocks in N+1's schedule (one
     step of each replacement at the caps), and a step N+1 scheduled for a request that ends
     by its stop token in N.
+    ``speculative_config``: vLLM's speculative decoding (:mod:`kvbudget.simulator.spec_decode`).
     """
 
     block_size: int = 16
@@ -162,6 +168,9 @@ class EngineConfig:
     max_queued_requests: int | None = None
     max_concurrent_requests: int | None = None
     async_scheduling: bool | None = None
+    speculative_config: SpeculativeConfig | None = None
+    kv_offloading_size: float | None = None
+    kv_offloading_backend: str = "native"
 
     def __post_init__(self) -> None:
         self._check_sizes()
@@ -194,8 +203,57 @@ class EngineConfig:
         if self.async_scheduling and self.name == "tgi":
             raise ValueError("async_scheduling: TGI's router schedules each step after the "
                              "last one's output (it has no such option)")
+        if self.speculative_config is not None and self.name not in ("vllm", "vllm-swap"):
+            raise ValueError(f"engine.speculative_config is modelled as vLLM runs it (vllm, "
+                             f"vllm-swap); engine {self.name!r} has none here")
         if self.name == "vllm-swap" and self.enable_prefix_caching:
             raise ValueError("enable_prefix_caching is not modelled with swap preemption")
+        if self.speculative_config is not None and self.kv_offloading_size is not None:
+            raise ValueError("engine.speculative_config with kv_offloading_size is not modelled "
+                             "together yet: give one of them")
+        self._check_offloading()
+
+    def _check_offloading(self) -> None:
+        """vLLM's KV offloading knobs (``kv_offloading_size`` GiB, ``kv_offloading_backend``):
+        the native CPU tier of vLLM v1 (:mod:`kvbudget.simulator.kv_offload`)."""
+        if self.kv_offloading_backend not in KV_OFFLOADING_BACKENDS:
+            raise ValueError(f"kv_offloading_backend must be one of "
+                             f"{', '.join(KV_OFFLOADING_BACKENDS)}, got "
+                             f"{self.kv_offloading_backend!r}")
+        size = self.kv_offloading_size
+        if size is None:
+            return
+        if isinstance(size, bool) or not isinstance(size, int | float) or not 0 < size <= (
+                MAX_SWAP_SPACE_GIB):
+            raise ValueError(f"kv_offloading_size must be in (0, {MAX_SWAP_SPACE_GIB:g}] GiB, "
+                             f"got {size!r}")
+        if self.kv_offloading_backend != "native":
+            raise ValueError("kv_offloading_backend 'lmcache' is not modelled (its store is a "
+                             "separate LMCache server; vLLM does not pass it kv_offloading_size): "
+                             "use 'native'")
+        if self.name != "vllm":
+            raise ValueError(f"kv_offloading_size is vLLM v1's CPU offloading; engine "
+                             f"{self.name!r} has none modelled")
+        if self.enable_prefix_caching is False:
+            raise ValueError("kv_offloading_size needs enable_prefix_caching: the CPU tier is "
+                             "keyed by the prefix cache's block hashes")
+
+    def check_offloading_fits(self, gpu: GPUSpec) -> None:
+        """``kv_offloading_size`` (the total over the tensor-parallel ranks, as vLLM reads it)
+        within the host memory of the replica's GPUs (``GPUSpec.host_memory_bytes``, where
+        known)."""
+        size, host = self.kv_offloading_size, gpu.host_memory_bytes
+        tp = self.tensor_parallel_size
+        if size is not None and host is not None and size * 1024**3 > host * tp:
+            raise ValueError(
+                f"kv_offloading_size {size:g} GiB is more than the host memory of the "
+                f"replica's {tp} GPU(s) ({host * tp / 1024**3:g} GiB: {host / 1024**3:g} GiB per "
+                f"{gpu.name}, GPUSpec.host_memory_bytes)")
+
+    def _ngram(self) -> bool:
+        """Speculative decoding by n-gram (vLLM 0.32.0 turns async scheduling off for it)."""
+        spec = self.speculative_config
+        return spec is not None and spec.method == "ngram"
 
     def _check_sizes(self) -> None:
         """Every count, size and fraction within what any deployment has."""
@@ -288,7 +346,7 @@ class EngineConfig:
                 caching if self.enable_prefix_caching is None else self.enable_prefix_caching
             ),
             async_scheduling=(
-                (defaults == "vllm" and ASYNC_SCHEDULING[self.name])
+                (defaults == "vllm" and ASYNC_SCHEDULING[self.name] and not self._ngram())
                 if self.async_scheduling is None else self.async_scheduling
             ),
             max_concurrent_requests=(

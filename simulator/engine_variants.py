@@ -51,6 +51,7 @@ one with ``EngineConfig(name=...)`` or ``kvbudget simulate --engine``.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any, cast
 
 import numpy as np
@@ -59,8 +60,10 @@ import simpy
 from kvbudget.simulator.engine import Engine, EngineHooks, IntArray, RequestColumns
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.fast_decode import SkipAheadEngine
+from kvbudget.simulator.kv_offload import OffloadEngine, offload_arguments
 from kvbudget.simulator.sim_config import ReplicaSetup
 from kvbudget.simulator.small_arrays import isum
+from kvbudget.simulator.spec_decode import make_spec_decode
 
 GIB = 1024**3
 
@@ -363,8 +366,15 @@ SKIP_AHEAD_CLASSES: dict[str, type[Engine]] = {
 }
 
 
+# vLLM with a CPU offload tier (kv_offloading_size: kvbudget.simulator.kv_offload)
+OFFLOAD_CLASSES: tuple[type[Engine], type[Engine]] = (
+    OffloadEngine, _with_skip_ahead(OffloadEngine, SkipAheadEngine))
+
+
 def engine_class(config: EngineConfig) -> type[Engine]:
     """The class that runs ``config``: its preset, stepping or with skip-ahead."""
+    if config.kv_offloading_size is not None:
+        return OFFLOAD_CLASSES[config.skip_ahead]
     return (SKIP_AHEAD_CLASSES if config.skip_ahead else ENGINE_CLASSES)[config.name]
 
 
@@ -376,11 +386,19 @@ def make_engine(env: simpy.Environment, setup: ReplicaSetup, columns: RequestCol
     config = setup.engine
     blocks = setup.num_gpu_blocks
     assert blocks is not None, "the replica's KV blocks are resolved before its engine is made"
-    cls = engine_class(config)
+    spec = config.speculative_config
+    # speculative decoding steps one at a time: the decode group does not cover it
+    cls = engine_class(config if spec is None else replace(config, skip_ahead=False))
     swap: dict[str, Any] = {}
     if issubclass(cls, SwapEngine):
         swap["kv_bytes_per_token"] = setup.model.kv_bytes_per_token(
             config.tensor_parallel_size, config.kv_cache_dtype)
         swap["pcie_bandwidth_bytes_s"] = setup.gpu.pcie_bandwidth_bytes_s
-    return cls(env, config, setup.cost_model, columns, num_gpu_blocks=blocks, hooks=hooks,
-               timeline_period_s=timeline_period_s, **swap)
+    if issubclass(cls, OffloadEngine):
+        swap.update(offload_arguments(setup))
+    engine = cls(env, config, setup.cost_model, columns, num_gpu_blocks=blocks, hooks=hooks,
+                 timeline_period_s=timeline_period_s, **swap)
+    if spec is not None:
+        engine.spec = make_spec_decode(spec, setup.gpu, setup.model, config.tensor_parallel_size,
+                                       len(columns.prompt_tokens))
+    return engine

@@ -42,7 +42,7 @@ import math
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -72,6 +72,7 @@ from kvbudget.simulator.sim_config import (
     RouterName,
     SimConfig,
 )
+from kvbudget.simulator.spec_decode import fleet_stats
 from kvbudget.workloads import Workload
 
 __all__ = ["ROUTERS", "Fleet", "FleetConfig", "FleetGateway", "Router", "RouterName"]
@@ -784,6 +785,9 @@ class Fleet:
         }
         if "queue_caps" in per[0]:  # each replica's own (one engine configuration)
             out["queue_caps"] = per[0]["queue_caps"]
+        if "speculative" in per[0]:  # the replicas' counts summed
+            out["speculative"] = fleet_stats([cast(dict[str, object], p["speculative"])
+                                              for p in per])
         for key in ("swap_out_bytes", "swap_in_bytes", "num_swap_outs", "num_swap_ins",
                     "num_retractions"):
             if key in per[0]:

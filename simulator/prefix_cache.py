@@ -13,7 +13,7 @@ evicted before its head).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -119,6 +119,9 @@ class PrefixCaching:
         self._lo = offsets[:-1]
         self._num_full = np.minimum(offsets[1:] - offsets[:-1], prompt_tokens // hash_tokens)
         n = len(prompt_tokens)
+        # called with the hashes a step computed for a request, in prompt order (the full
+        # prompt blocks an offload tier stores as they are computed), when set
+        self.on_computed: Callable[[list[int]], None] | None = None
         self._held: dict[int, list[int]] = {}
         self._next = np.zeros(n, np.int64)  # hashes of the request registered (or hit)
         self.num_shared_blocks = np.zeros(n, np.int64)
@@ -136,6 +139,14 @@ class PrefixCaching:
         lo = int(self._lo[i])
         hashes: list[int] = self._hashes[lo : lo + full].tolist()
         return hashes[: self.cache.match(hashes)]
+
+    def candidates(self, i: int, num_tokens: int) -> list[int]:
+        """The leading hashes :meth:`lookup` may hit for waiting request ``i`` with
+        ``num_tokens`` tokens, cached or not (another tier looks up the rest of them)."""
+        full = min(int(self._num_full[i]), (num_tokens - 1) // self.hash_tokens)
+        lo = int(self._lo[i])
+        hashes: list[int] = self._hashes[lo : lo + full].tolist()
+        return hashes
 
     def hit_blocks(self, hit: list[int]) -> tuple[int, int]:
         """The blocks ``hit`` shares, and how many of them nobody references now."""
@@ -176,9 +187,12 @@ class PrefixCaching:
         for k in todo.tolist():
             i = int(rows[k])
             lo = int(self._lo[i])
-            for h in self._hashes[lo + int(self._next[i]) : lo + int(done[k])].tolist():
+            hashes_now: list[int] = self._hashes[lo + int(self._next[i]) : lo + int(done[k])].tolist()
+            for h in hashes_now:
                 if self.cache.insert(h):
                     self._held.setdefault(i, []).append(h)
                     self.num_shared_blocks[i] += b
                     self.num_shared_total += b
             self._next[i] = int(done[k])
+            if self.on_computed is not None:
+                self.on_computed(hashes_now)

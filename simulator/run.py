@@ -46,6 +46,7 @@ from kvbudget.simulator.clients import Clients
 from kvbudget.simulator.engine import EngineHooks, RequestColumns
 from kvbudget.simulator.engine_variants import make_engine
 from kvbudget.simulator.fleet import Fleet
+from kvbudget.simulator.kv_offload import OffloadEngine
 from kvbudget.simulator.serving import RequestFigures, ServingEngine
 from kvbudget.simulator.sim_config import FleetConfig, ReplicaSetup, SimConfig, gateway_config
 from kvbudget.simulator.users import ClosedLoopUsers
@@ -370,6 +371,7 @@ class _Simulation:
         # fleet's replicas hold ~2 GB) before the records' own columns are built
         e = self.engine
         tl = np.array(e.timeline, dtype=np.float64).reshape(-1, 7)
+        cpu_kv = e.cpu_timeline(tl[:, 0]) if isinstance(e, OffloadEngine) else None
         span = max(e.t, float(w.arrival_s[-1]) if self.n else 0.0) - (
             float(w.arrival_s[0]) if self.n else 0.0
         )
@@ -397,6 +399,8 @@ class _Simulation:
         records = self._records(completed, fig)
         del fig
         timeline = timeline_columns(tl)
+        if cpu_kv is not None:
+            timeline.update(cpu_kv)
         summary = summarize(
             records,
             timeline,

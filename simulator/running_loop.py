@@ -37,11 +37,15 @@ class RunningPrefix:
 
 def budget_prefix(
     rows: IntArray, num_tokens: IntArray, num_computed_tokens: IntArray, num_blocks: IntArray,
-    budget: int, block_size: int, ones: IntArray | None,
+    budget: int, block_size: int, ones: IntArray | None, lookahead: int = 0,
+    max_model_len: int = 0,
 ) -> RunningPrefix:
     """The token budget handed out in ``rows``' order, as the running loop does: each gets
     ``min(num_tokens - num_computed_tokens, budget left)`` until the budget is spent; ``ones``
-    (one new token each, at least ``len(rows)`` long) when every row is decoding."""
+    (one new token each, at least ``len(rows)`` long) when every row is decoding; blocks for
+    ``lookahead`` tokens beyond each row's new ones (speculative decoding's
+    ``num_lookahead_tokens``), never beyond ``max_model_len`` tokens (vLLM's
+    ``kv_cache_manager.py:543``, 0.32.0)."""
     n = len(rows)
     computed = num_computed_tokens[rows]
     if ones is not None and n <= budget and n <= len(ones):
@@ -66,7 +70,11 @@ def budget_prefix(
         total = budget  # the last request reached takes what is left
     bs = block_size
     blocks = num_blocks[rows]
-    want = np.maximum((computed + new + (bs - 1)) // bs, blocks)
+    if lookahead:
+        want = np.maximum((np.minimum(computed + new + lookahead, max_model_len) + (bs - 1)) // bs,
+                          blocks)
+    else:
+        want = np.maximum((computed + new + (bs - 1)) // bs, blocks)
     return RunningPrefix(rows, new, blocks, want, total)
 
 

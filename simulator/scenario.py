@@ -77,6 +77,7 @@ import numpy as np
 
 from kvbudget.perf.fitted_on import load_checked_cost_model, print_notes
 from kvbudget.perf.models import is_preset
+from kvbudget.perf.speculative import SpeculativeConfig
 from kvbudget.policies import DEFAULT_TIERS, BasePolicy, TierConfig, make_policy
 from kvbudget.policies.clients import client_models
 from kvbudget.policies.gateway import FrontDoor
@@ -120,6 +121,20 @@ MAX_PRIORITY = 2**31 - 1
 
 
 @dataclass(frozen=True)
+class SpeculativeSpec:
+    """``[engine.speculative_config]``: vLLM's ``--speculative-config``
+    (:class:`kvbudget.perf.speculative.SpeculativeConfig`, docs/speculative.md)."""
+
+    __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
+    method: str
+    num_speculative_tokens: Annotated[int, Ge(1)]
+    model: str | None = None
+    acceptance_rate: Annotated[float, Ge(0), Le(1)] | None = None
+    acceptance_length: Annotated[float, Ge(1)] | None = None
+    acceptance_by_tier: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class EngineSpec:
     __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
     block_size: Annotated[int, Ge(1)] = 16
@@ -148,6 +163,9 @@ class EngineSpec:
     max_queued_requests: Annotated[int, Ge(1)] | None = None
     max_concurrent_requests: Annotated[int, Ge(1)] | None = None
     async_scheduling: bool | None = None
+    speculative_config: SpeculativeSpec | None = None
+    kv_offloading_size: Annotated[float, Gt(0)] | None = None
+    kv_offloading_backend: str = "native"
 
 
 @dataclass(frozen=True)
@@ -406,7 +424,7 @@ class Scenario:
             clients=clients,
             gpu=s.gpu,
             model=self._model(s.model),
-            engine=EngineConfig(**asdict(s.engine)),
+            engine=_engine_config(s.engine),
             front_door=front_door,
             fleet=fleet,
             tiers=self.tiers(),
@@ -598,7 +616,10 @@ def scenario_from_dict(
     scenario = Scenario(spec, base_dir, None if source is None else str(source))
     # fail early on bad names and values that only the library checks
     try:
-        scenario.sim_config()
+        config = scenario.sim_config()
+        if config.engine.speculative_config is not None:  # its tiers are the run's
+            config.engine.speculative_config.resolved(
+                config.seed, {t.name: t.priority for t in config.tiers})
         scenario.make_policy()
     except ValueError as exc:
         raise ValueError(f"{exc}") from None
@@ -613,6 +634,16 @@ def scenario_from_dict(
             f"engine.max_num_batched_tokens ({eng.max_num_batched_tokens}) must be greater "
             f"than or equal to engine.max_num_seqs ({eng.max_num_seqs}), as vLLM requires")
     return scenario
+
+
+def _engine_config(spec: EngineSpec) -> EngineConfig:
+    """``[engine]`` as the engine's knobs (``speculative_config`` as its own config)."""
+    knobs = asdict(spec)
+    sc = knobs.pop("speculative_config")
+    if sc is not None:
+        sc["acceptance_by_tier"] = tuple(sc["acceptance_by_tier"].items())
+    return EngineConfig(**knobs,
+                        speculative_config=None if sc is None else SpeculativeConfig(**sc))
 
 
 def _check_workload_tiers(workload: Mapping[str, Any], known: set[str]) -> None:

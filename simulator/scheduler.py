@@ -49,6 +49,7 @@ from kvbudget.simulator.request_rows import RequestColumns, RowArrays
 from kvbudget.simulator.running_loop import RunningArray, RunningPrefix, budget_prefix
 from kvbudget.simulator.serving import FloatArray, IntArray
 from kvbudget.simulator.small_arrays import isum
+from kvbudget.simulator.spec_decode import SpecDecode
 from kvbudget.simulator.step_commit import StepCommit
 from kvbudget.simulator.step_cost import rows_features
 from kvbudget.simulator.token_segments import TokenSegments
@@ -77,6 +78,8 @@ class Scheduler:
     * :meth:`_admit_waiting` ``(i, n_new) -> str``: may waiting request ``i`` start with
       ``n_new`` tokens this step; allocate its blocks and return "", or return why not;
     * :meth:`_on_schedule_waiting` ``()``: before the waiting loop of a step;
+    * :meth:`_load_waiting` ``(i) -> bool``: whether waiting request ``i`` loads its KV from
+      another tier (a CPU offload tier) instead of starting this step;
     * :meth:`_schedule_running` ``(budget)``: the running loop (SGLang retracts first when
       the running requests do not fit: :meth:`running_fits`);
     * :meth:`_victim` ``() -> int``: the running request preempted when blocks run out;
@@ -92,7 +95,8 @@ class Scheduler:
       retracted or aborted); call ``super()`` (TensorRT-LLM keeps a sum over the running
       requests);
     * :meth:`Engine.stats <kvbudget.simulator.engine.Engine.stats>` ``()``: the variant's own
-      figures, added to the base's;
+      figures, added to the base's; ``Engine._held_until_s`` ``()``: when work the variant
+      holds outside the queues (KV being loaded) is ready, so the engine waits for it;
     * ``rows`` (:class:`kvbudget.simulator.request_rows.RowArrays`): a variant with
       per-request arrays of its own registers them there (``rows.add``), so that
       ``Engine.grow_rows`` grows them (a fleet's replica holds the rows routed to it), or says
@@ -167,6 +171,7 @@ class Scheduler:
         self.num_steps = 0  # the steps that have ended
         # inter-token gaps (ITL): each request's runs of tokens in consecutive steps
         self.segments = TokenSegments(n)
+        self.spec: SpecDecode | None = None  # speculative decoding (make_engine sets it)
         # what a step does to the requests when it ends, and two facts of the running set
         self.commit = StepCommit(self, on_finish=hooks.on_finish, stop_running=self._stop_running)
 
@@ -201,6 +206,7 @@ class Scheduler:
         self.priority = (columns.priority if self.config.scheduling_policy == "priority"
                          else np.zeros(len(out), np.int64))
         self.arrival_s = columns.arrival_s
+        self.tier_priority = columns.priority  # each row's tier (speculative acceptance)
         most = columns.max_output_tokens
         self.max_output_tokens = out if most is None else most
 
@@ -240,6 +246,8 @@ class Scheduler:
         forgotten (they are computed again when it resumes); counted as a preemption."""
         self._stop_running([i])
         self.kv.free(i)
+        if self.spec is not None:
+            self.spec.drop(self, i)
         if recompute:
             self.num_recomputed_tokens += self.num_computed_tokens.item(i)
             self.recomputed_tokens[i] += self.num_computed_tokens.item(i)
@@ -256,12 +264,17 @@ class Scheduler:
     def allocate_slots(self, i: int, num_new_tokens: int, *, reserve: int = 0) -> bool:
         """Blocks for ``num_computed_tokens + num_new_tokens`` tokens; False when they do not
         fit (keeping ``reserve`` blocks free). vLLM returns None there."""
-        return self.kv.allocate(i, self.num_computed_tokens.item(i) + num_new_tokens, reserve)
+        tokens = self.num_computed_tokens.item(i) + num_new_tokens
+        if self.spec is not None:  # vLLM's num_lookahead_tokens (spec_decode)
+            tokens = min(tokens + self.spec.lookahead, self.max_model_len)
+        return self.kv.allocate(i, tokens, reserve)
 
     def allocate_start(self, i: int, tokens: int, *, reserve: int) -> str:
         """Blocks for the first ``tokens`` tokens of waiting request ``i`` (sharing its prefix
         hit, if any), keeping ``reserve`` blocks free: "" when allocated, else "kv"."""
         kv = self.kv
+        if self.spec is not None:  # vLLM's num_lookahead_tokens (spec_decode)
+            tokens = min(tokens + self.spec.lookahead, self.max_model_len)
         if kv.pending_hit is None:  # allocate_slots for the tokens beyond the computed ones
             return "" if kv.allocate(i, tokens, reserve) else "kv"
         hit_tokens = kv.allocate_hit(i, tokens, reserve, self.num_tokens.item(i))
@@ -279,6 +292,12 @@ class Scheduler:
 
     def _on_schedule_waiting(self) -> None:
         """Called before the waiting loop of a step."""
+
+    def _load_waiting(self, i: int) -> bool:
+        """Whether waiting request ``i`` (its prefix-cache hit looked up) loads its KV from
+        another tier instead of starting: the hook then allocates, takes it out of ``waiting``
+        and returns True. Here: never."""
+        return False
 
     def _victim(self) -> int:
         """The running request preempted when blocks run out: of the lowest priority (highest
@@ -349,6 +368,8 @@ class Scheduler:
         if not self.in_engine.item(i):
             return
         self._on_abort(i)
+        if self.spec is not None:
+            self.spec.drop(self, i)
         if i in self.running:
             self._stop_running([i])
         else:
@@ -359,6 +380,10 @@ class Scheduler:
     def _budget_prefix(self, rows: IntArray, budget: int) -> RunningPrefix:
         """:func:`~kvbudget.simulator.running_loop.budget_prefix` of ``rows`` (running
         requests, in order)."""
+        if self.spec is not None:  # drafts to verify, lookahead slots (spec_decode)
+            return budget_prefix(rows, self.num_tokens, self.num_computed_tokens,
+                                 self.kv.num_blocks, budget, self.block_size, None,
+                                 self.spec.lookahead, self.max_model_len)
         return budget_prefix(rows, self.num_tokens, self.num_computed_tokens, self.kv.num_blocks,
                              budget, self.block_size, self._ones if self.commit.all_decode else None)
 
@@ -414,6 +439,8 @@ class Scheduler:
                 new = np.concatenate((new, w_new))
                 budget -= sum(w_new)
         self._check_schedule(budget)
+        if self.spec is not None:
+            self._step_extra_s += self.spec.draft_seconds(self, sched, new)
         return sched, new, preempted
 
     def _check_schedule(self, budget: int, count_blocks: bool = True) -> None:
@@ -506,6 +533,8 @@ class Scheduler:
             kv.pending_hit = None
             if kv.prefix is not None and self.num_computed_tokens.item(i_w) == 0:
                 kv.look_up(i_w, self.num_tokens.item(i_w))
+                if self._load_waiting(i_w):
+                    continue  # its KV loads from elsewhere; the loop goes on (vLLM skips it)
             n_new = self.num_tokens.item(i_w) - self.start_tokens(i_w)
             if n_new > budget and not self.config.enable_chunked_prefill:
                 self.head_refusal = "budget"

@@ -127,7 +127,10 @@ class SimConfig:
             raise ValueError(
                 f"frontend_overhead_s must be >= 0, got {self.frontend_overhead_s!r}"
             )
-        get_gpu(self.gpu)
+        try:
+            self.engine.check_offloading_fits(get_gpu(self.gpu))
+        except ValueError as exc:
+            raise ValueError(f"engine.{exc}") from None
         model = get_model(self.model)  # its errors name the preset or the file
         try:
             model.check_tensor_parallel(self.engine.tensor_parallel_size)
@@ -186,6 +189,11 @@ class SimConfig:
             # max_position_embeddings: vllm/config/model.py, _get_and_verify_max_len); a longer
             # prompt, or prompt + output, is refused (400), never served
             resolved = replace(resolved, max_model_len=model.max_position_embeddings)
+        speculative = resolved.speculative_config
+        if speculative is not None:  # the run's seed, the tiers' acceptance by priority
+            priorities = {t.name: t.priority for t in self.tiers}
+            resolved = replace(resolved,
+                               speculative_config=speculative.resolved(self.seed, priorities))
         return resolved
 
     def resolved_num_gpu_blocks(self, gpu: str | None = None) -> int:

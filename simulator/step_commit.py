@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -23,6 +23,9 @@ import numpy.typing as npt
 from kvbudget.simulator.kv_blocks import KVBlocks
 from kvbudget.simulator.serving import FloatArray, IntArray
 from kvbudget.simulator.token_segments import TokenSegments
+
+if TYPE_CHECKING:
+    from kvbudget.simulator.spec_decode import SpecDecode
 
 __all__ = ["CommitTarget", "StepCommit"]
 
@@ -36,6 +39,8 @@ class CommitTarget(Protocol):
     num_computed_tokens: IntArray
     num_output_tokens: IntArray
     target_output: IntArray
+    arrival_s: FloatArray
+    tier_priority: IntArray
     first_token_s: FloatArray
     finished_s: FloatArray
     in_engine: npt.NDArray[np.bool_]
@@ -44,6 +49,8 @@ class CommitTarget(Protocol):
     segments: TokenSegments
     t: float
     num_steps: int
+    max_model_len: int
+    spec: SpecDecode | None
 
 
 class StepCommit:
@@ -84,6 +91,9 @@ class StepCommit:
         e.num_computed_tokens[rows] = computed
         if e.kv.prefix is not None:
             e.kv.prefix.register(rows, computed)
+        spec = e.spec
+        if spec is not None:  # drafts accepted or rejected (spec_decode)
+            computed = spec.verify(e, rows, new, computed)
         sampled = rows[computed >= e.num_tokens[rows]]
         self.synced = sampled.size == len(e.running)
         if sampled.size == 0:
@@ -95,11 +105,15 @@ class StepCommit:
         output = e.num_output_tokens[sampled] + 1
         e.num_output_tokens[sampled] = output
         e.num_tokens[sampled] += 1
+        # (with spec_decode: a gap a step with output, however many tokens it carried)
+        marks = output if spec is None else spec.output_steps(sampled)
         if not continued:  # else every sampled request continues its segment
-            e.segments.note(sampled, output, e.num_steps)
+            e.segments.note(sampled, marks, e.num_steps)
         first = sampled[np.isnan(e.first_token_s[sampled])]
         if first.size:
             e.first_token_s[first] = e.t
+        if spec is not None:  # the next step's drafts (spec_decode)
+            spec.propose(e, sampled, output)
         done = sampled[output >= e.target_output[sampled]]
         if done.size:
             self.finish(done.tolist())

@@ -1,0 +1,139 @@
+"""Speculative decoding (issue 39 item 2): the speed-up the cost model predicts, against
+published figures, the batch size beyond which it stops paying, and the simulator's CPU cost.
+
+1. **Published speed-ups.** SGLang's documentation ("Speculative Decoding", Performance
+   Highlights, docs.sglang.io/advanced_features/speculative_decoding.html) gives
+   Llama-3.1-8B-Instruct on MT-bench on one H100 at batch 1: 158.34 tokens/s without
+   speculation, 244.10 with EAGLE-2 and 373.25 with EAGLE-3 (1.54x, 2.36x). Those runs draft
+   *trees* (``--speculative-eagle-topk`` > 1) and the page gives no acceptance length; this
+   model drafts a chain. The acceptance lengths printed next to them are therefore the ones a
+   chain of ``k`` drafts needs to reach the published speed-up (a solve, shown as such: not a
+   validation), and the prediction at the acceptance lengths vLLM's documentation uses as
+   examples is printed beside it.
+2. **Where it stops paying.** The speed-up of a pure-decode step, ``n L / T_spec(n)`` over
+   ``n / T(n)`` tokens a second, for batch sizes ``n`` 1..1024 at contexts of 100, 1,000 and
+   4,000 tokens a request (``T``: the ``vllm-v1`` step model on H100; ``T_spec``: the verify
+   step, ``n`` chunks of ``k + 1`` query tokens, plus ``k`` passes of the EAGLE head): the
+   batch size where it falls below 1 follows from the GEMMs turning compute-bound, later the
+   longer the context (the verify step reads each request's KV once for ``k + 1`` tokens, as
+   MagicDec, Chen et al. 2024, arXiv:2408.11049, finds for long contexts), against the
+   EAGLE-3 paper's SGLang figure at batch 64.
+3. **CPU per request.** The scenario ``scenarios/synth_conservative.toml`` simulated with and
+   without ``[engine.speculative_config]`` (EAGLE, k = 3, rate 0.7): process CPU seconds a
+   request, best of ``--repeat``.
+
+Usage: python benchmarks/bench_specdec.py [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from bytecode import compile_project
+
+from kvbudget.perf.hardware import get_gpu
+from kvbudget.perf.models import get_model
+from kvbudget.perf.speculative import draft_pass_model, mean_acceptance_length, rate_for_length
+from kvbudget.perf.step_time import VllmStepModel
+from kvbudget.simulator.run import simulate
+from kvbudget.simulator.scenario import make_scenario
+
+REPO = Path(__file__).resolve().parents[1]
+SGLANG_BASE_TOK_S = 158.34
+SGLANG_PUBLISHED = {"EAGLE-2": 244.10, "EAGLE-3": 373.25}
+SGLANG_BATCH64 = 1.38
+"""EAGLE-3's throughput gain in SGLang at batch 64 (Li et al. 2025, arXiv:2503.01840, abstract:
+"In the SGLang framework, EAGLE-3 achieves a 1.38x throughput improvement at a batch size of
+64"; Llama-3.1-8B on H100, MT-bench)."""
+CONTEXT = 1000
+
+
+def speed_up(target: VllmStepModel, draft: VllmStepModel, n: int, k: int, length: float) -> float:
+    """Tokens a second with speculation over without, for ``n`` decoding requests."""
+    c = float(CONTEXT)
+    plain = float(target.step_time(0.0, float(n), n * (c + 1), 0.0, 0.0))
+    q = k + 1
+    verify = float(target.step_time(float(n * q), 0.0, n * (c + q), float(n * q) * (c + q),
+                                    float(n)))
+    one_pass = float(draft.step_time(0.0, float(n), n * (c + q), 0.0, 0.0)) - draft.step_overhead_s
+    return (n * length / (verify + k * one_pass)) / (n / plain)
+
+
+def needed_length(target: VllmStepModel, draft: VllmStepModel, k: int, ratio: float) -> float:
+    """The acceptance length at which ``speed_up`` at batch 1 equals ``ratio`` (linear in
+    the length)."""
+    return ratio / speed_up(target, draft, 1, k, 1.0)
+
+
+def cpu_per_request(sets: list[str], repeat: int) -> tuple[float, int]:
+    best = float("inf")
+    n = 0
+    for _ in range(repeat):
+        scn = make_scenario(REPO / "scenarios/synth_conservative.toml", sets)
+        workload = scn.workload()
+        n = len(workload)
+        t0 = time.process_time()
+        simulate(workload, scn.make_policy(None), scn.sim_config())
+        best = min(best, time.process_time() - t0)
+    return best / n, n
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    compile_project()
+    gpu, model = get_gpu("H100-80GB"), get_model("Llama-3.1-8B")
+    target = VllmStepModel(gpu, model)
+    head = draft_pass_model("eagle3", model, None, gpu, 1)
+    assert head is not None
+    print("1. published speed-ups, Llama-3.1-8B, 1x H100, batch 1 (SGLang docs)")
+    for k in (3, 5):
+        for name, tok_s in SGLANG_PUBLISHED.items():
+            ratio = tok_s / SGLANG_BASE_TOK_S
+            need = needed_length(target, head, k, ratio)
+            print(f"   {name}: published {ratio:.2f}x; a chain of k={k} needs mean acceptance "
+                  f"length {need:.2f} (<= {k + 1})")
+        for length in (2.0, 2.5, 3.0):
+            rate = rate_for_length(length, k) if length <= k + 1 else 1.0
+            print(f"   k={k}, acceptance length {length:.1f} (rate {rate:.3f}): predicted "
+                  f"{speed_up(target, head, 1, k, length):.2f}x")
+    print("\n2. speed-up by batch size (EAGLE-3 head, k=3, rate 0.7: length "
+          f"{mean_acceptance_length(0.7, 3):.2f}), by context a request; 70B on 4 GPUs")
+    global CONTEXT
+    batches = (1, 8, 32, 64, 128, 256, 512, 1024)
+    length = mean_acceptance_length(0.7, 3)
+    for name, tp in (("Llama-3.1-8B", 1), ("Llama-3.1-70B", 4)):
+        m = get_model(name)
+        t = VllmStepModel(gpu, m, tensor_parallel_size=tp)
+        h = draft_pass_model("eagle3", m, None, gpu, tp)
+        assert h is not None
+        for context in (100, 1000, 4000):
+            CONTEXT = context
+            ups = [speed_up(t, h, n, 3, length) for n in batches]
+            stop = next((n for n, u in zip(batches, ups, strict=True) if u < 1.0), None)
+            print(f"   {name} context {context:>5}: "
+                  + " ".join(f"{n}:{u:.2f}" for n, u in zip(batches, ups, strict=True))
+                  + f"; stops paying at batch {stop if stop is not None else '> 1024'}")
+    CONTEXT = 1000
+    ratio = SGLANG_BATCH64 / (SGLANG_PUBLISHED["EAGLE-3"] / SGLANG_BASE_TOK_S)
+    m64 = speed_up(target, head, 64, 3, length) / speed_up(target, head, 1, 3, length)
+    print(f"   published (EAGLE-3 paper, SGLang, 8B, H100): {SGLANG_BATCH64:.2f}x at batch 64 "
+          f"against {SGLANG_PUBLISHED['EAGLE-3'] / SGLANG_BASE_TOK_S:.2f}x at batch 1 "
+          f"(ratio {ratio:.2f}); the model's ratio at context 1000: {m64:.2f}")
+    print("\n3. CPU per request, scenarios/synth_conservative.toml")
+    spec = ["engine.speculative_config.method=eagle",
+            "engine.speculative_config.num_speculative_tokens=3",
+            "engine.speculative_config.acceptance_rate=0.7"]
+    off, n = cpu_per_request([], args.repeat)
+    off_step, _ = cpu_per_request(["engine.skip_ahead=false"], args.repeat)
+    on, _ = cpu_per_request(spec, args.repeat)
+    print(f"   {n} requests: without {off * 1e6:.0f} us/request (skip-ahead), "
+          f"{off_step * 1e6:.0f} (stepping); with EAGLE {on * 1e6:.0f} us/request: "
+          f"{on / off:.2f}x skip-ahead, {on / off_step:.2f}x stepping")
+
+
+if __name__ == "__main__":
+    main()

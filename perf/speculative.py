@@ -1,0 +1,199 @@
+"""Speculative decoding's knobs under vLLM's ``speculative_config`` names, the acceptance
+arithmetic, and what a draft costs a step (SimPy-free: the engine's part is
+:mod:`kvbudget.simulator.spec_decode`).
+
+A decoding request verifies ``k`` draft tokens a step (``num_speculative_tokens``, clipped to
+the model's length). Its drafts are accepted left to right, each with probability ``rate``
+given the previous ones were, so the accepted count ``A`` is a truncated geometric variable:
+``P(A >= j) = rate**j`` (Leviathan et al. 2023, "Fast Inference from Transformers via
+Speculative Decoding", ICML, section 3.1 and eq. 1; Chen et al. 2023, "Accelerating Large
+Language Model Decoding with Speculative Sampling", arXiv:2302.01318). A step then emits
+``A + 1`` tokens (the accepted drafts and the target's own token), whose mean is the *mean
+acceptance length* ``(1 - rate**(k+1)) / (1 - rate)`` (Leviathan et al.'s eq. 1), the figure
+vLLM reports (``vllm/v1/spec_decode/metrics.py``: "Mean acceptance length") and that
+``synthetic_acceptance_length`` targets (``vllm/config/speculative.py``, 0.32.0).
+
+The acceptance is given one way or the other, said which: ``acceptance_rate`` (per token,
+``0..1``) or ``acceptance_length`` (mean tokens a step, ``1..k+1``), resolved to the rate that
+gives it under the geometric model (:func:`rate_for_length`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from kvbudget.perf.hardware import GPUSpec
+from kvbudget.perf.models import ModelSpec
+from kvbudget.perf.step_time import VllmStepModel
+
+__all__ = ["SPEC_METHODS", "SpeculativeConfig", "draft_pass_model", "expected_accepted_tokens",
+           "mean_acceptance_length", "rate_for_length"]
+
+SPEC_METHODS: dict[str, str] = {
+    "ngram": "a prompt-lookup proposer on the host CPU (no GPU pass: assumed to overlap the "
+             "GPU step, as vLLM's NgramProposer runs between steps in numba)",
+    "draft_model": "k forward passes of the draft model (its model config) a step",
+    "eagle": "k forward passes of a one-layer head on the target's hidden states (EAGLE)",
+    "eagle3": "k forward passes of a one-layer head on the target's hidden states (EAGLE-3)",
+    "mtp": "k forward passes of the model's multi-token-prediction module (one layer)",
+}
+"""The methods modelled (vLLM's ``SpeculativeMethod`` names, ``vllm/config/speculative.py:73``
+of 0.32.0) and what each costs a step."""
+MAX_SPECULATIVE_TOKENS = 64
+"""Beyond any published setting (EAGLE-3's trees use at most 8 draft tokens a step, vLLM's
+docs 3-5)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculativeConfig:
+    """vLLM's ``--speculative-config`` (``vllm/config/speculative.py:387``, 0.32.0), the knobs
+    that change a step: ``method``, ``num_speculative_tokens`` and, for ``draft_model``, the
+    draft's ``model`` (a bundled preset or a ``config.json``); the acceptance, one of
+    ``acceptance_rate`` (per draft token) and ``acceptance_length`` (mean tokens a step), and
+    ``acceptance_by_tier``: (tier, value) pairs of the same kind for the tiers whose acceptance
+    differs. ``seed`` (the run's) and ``rate_by_priority`` (each tier's rate by its priority,
+    the engine's view of a request's tier) are filled in by :meth:`resolved`."""
+
+    method: str
+    num_speculative_tokens: int
+    model: str | None = None
+    acceptance_rate: float | None = None
+    acceptance_length: float | None = None
+    acceptance_by_tier: tuple[tuple[str, float], ...] = ()
+    seed: int = 0
+    rate_by_priority: tuple[tuple[int, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        where = "engine.speculative_config"
+        if self.method not in SPEC_METHODS:
+            raise ValueError(f"{where}.method: unknown method {self.method!r}; modelled: "
+                             f"{', '.join(SPEC_METHODS)}")
+        k = self.num_speculative_tokens
+        if not (isinstance(k, int) and 1 <= k <= MAX_SPECULATIVE_TOKENS):
+            raise ValueError(f"{where}.num_speculative_tokens: must be in [1, "
+                             f"{MAX_SPECULATIVE_TOKENS}], got {k!r}")
+        if (self.acceptance_rate is None) == (self.acceptance_length is None):
+            raise ValueError(f"{where}: give exactly one of acceptance_rate (per draft token, "
+                             "0..1) and acceptance_length (mean tokens a step, 1..k+1)")
+        rate, length = self.acceptance_rate, self.acceptance_length
+        if rate is not None and not 0.0 <= rate <= 1.0:
+            raise ValueError(f"{where}.acceptance_rate: must be in [0, 1], got {rate!r}")
+        if length is not None and not 1.0 <= length <= k + 1:
+            raise ValueError(f"{where}.acceptance_length: must be in [1, "
+                             f"num_speculative_tokens + 1 = {k + 1}], got {length!r}")
+        for tier, value in self.acceptance_by_tier:
+            self._check_value(f"{where}.acceptance_by_tier.{tier}", value)
+        if (self.method == "draft_model") != (self.model is not None):
+            raise ValueError(f"{where}.model: a draft model config is given with method "
+                             f"'draft_model' and only then, got method {self.method!r} and "
+                             f"model {self.model!r}")
+
+    def _check_value(self, where: str, value: float) -> None:
+        k = self.num_speculative_tokens
+        if self.acceptance_rate is not None and not 0.0 <= value <= 1.0:
+            raise ValueError(f"{where}: an acceptance rate must be in [0, 1], got {value!r}")
+        if self.acceptance_length is not None and not 1.0 <= value <= k + 1:
+            raise ValueError(f"{where}: an acceptance length must be in [1, {k + 1}], got "
+                             f"{value!r}")
+
+    def _rate_of(self, value: float) -> float:
+        """The per-token rate of a value of the kind given."""
+        if self.acceptance_rate is not None:
+            return value
+        return rate_for_length(value, self.num_speculative_tokens)
+
+    @property
+    def rate(self) -> float:
+        """The per-token acceptance probability (given, or resolved from the length) of the
+        tiers ``acceptance_by_tier`` does not name."""
+        given = self.acceptance_rate if self.acceptance_rate is not None else self.acceptance_length
+        assert given is not None
+        return self._rate_of(given)
+
+    def resolved(self, seed: int, priorities: dict[str, int]) -> SpeculativeConfig:
+        """With the run's ``seed`` and each tier's rate by its priority (``priorities``: tier
+        name -> priority); a tier named that the run does not configure, or two tiers of one
+        priority with different acceptance, is refused."""
+        where = "engine.speculative_config.acceptance_by_tier"
+        given = dict(self.acceptance_by_tier)
+        by_priority: dict[int, float] = {}
+        for tier in given:
+            if tier not in priorities:
+                raise ValueError(f"{where}.{tier}: no such tier; tiers: {sorted(priorities)}")
+        if given:
+            for tier, priority in priorities.items():
+                rate = self._rate_of(given[tier]) if tier in given else self.rate
+                if by_priority.setdefault(priority, rate) != rate:
+                    raise ValueError(f"{where}: tiers of priority {priority} have different "
+                                     "acceptance; the engine tells requests' tiers by priority")
+        return replace(self, seed=seed, rate_by_priority=tuple(sorted(by_priority.items())))
+
+    def assumed(self) -> str:
+        """What was given and what it means, in one line (the summary says it)."""
+        k = self.num_speculative_tokens
+        given = (f"acceptance_rate {self.acceptance_rate:g} given" if self.acceptance_rate
+                 is not None else f"acceptance_length {self.acceptance_length:g} given")
+        tiers = "".join(f"; {tier} {value:g}: rate {self._rate_of(value):.4f}, length "
+                        f"{mean_acceptance_length(self._rate_of(value), k):.3f}"
+                        for tier, value in self.acceptance_by_tier)
+        return (f"{self.method}, k={k}, {given}: per-token rate {self.rate:.4f}, mean "
+                f"acceptance length {mean_acceptance_length(self.rate, k):.3f} (geometric)"
+                + tiers)
+
+
+def expected_accepted_tokens(rate: float, k: int) -> float:
+    """``E[A] = rate + rate**2 + ... + rate**k``: accepted drafts a step."""
+    return float(sum(rate**j for j in range(1, k + 1)))
+
+
+def mean_acceptance_length(rate: float, k: int) -> float:
+    """Tokens a step, ``1 + E[A] = (1 - rate**(k+1)) / (1 - rate)`` (Leviathan et al. eq. 1)."""
+    return 1.0 + expected_accepted_tokens(rate, k)
+
+
+def rate_for_length(length: float, k: int) -> float:
+    """The per-token rate whose mean acceptance length with ``k`` drafts is ``length`` (the
+    length grows with the rate: bisection to a 1e-12 bracket)."""
+    if not 1.0 <= length <= k + 1:
+        raise ValueError(f"acceptance length must be in [1, {k + 1}], got {length!r}")
+    lo, hi = 0.0, 1.0
+    while hi - lo > 1e-12:
+        mid = (lo + hi) / 2
+        if mean_acceptance_length(mid, k) < length:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def draft_pass_model(method: str, target: ModelSpec, draft: ModelSpec | None, gpu: GPUSpec,
+                     tensor_parallel_size: int) -> VllmStepModel | None:
+    """The step model of one draft forward pass on ``gpu``: the draft model's (``draft_model``;
+    vLLM runs it with the target's tensor parallelism by default), or a one-layer copy of the
+    target for a head (EAGLE: "a single transformer decoder layer" over the target's features,
+    Li et al. 2024, arXiv:2401.15077, section 4; MTP: one transformer block sharing the
+    embedding and output head, DeepSeek-V3 technical report, arXiv:2412.19437, section 2.2);
+    None for ``ngram`` (host CPU)."""
+    if method == "ngram":
+        return None
+    if method == "draft_model":
+        assert draft is not None
+        model = draft
+    else:
+        moe = target.moe
+        model = replace(
+            target, name=f"{target.name} {method} head", num_layers=1,
+            moe=None if moe is None else replace(moe, num_moe_layers=min(1, moe.num_moe_layers)),
+            num_sliding_layers=0, num_params_published=None)
+    return VllmStepModel(gpu, model, tensor_parallel_size=tensor_parallel_size)
+
+
+def accepted_from_uniform(u: float, rate: float, k: int) -> int:
+    """The accepted drafts of ``k`` for a uniform draw ``u`` in ``(0, 1]``: ``P(A >= j) =
+    rate**j`` by inversion (``A = min(k, floor(log u / log rate))``)."""
+    if rate >= 1.0:
+        return k
+    if rate <= 0.0:
+        return 0
+    return min(k, math.floor(math.log(u) / math.log(rate)))

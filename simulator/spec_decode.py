@@ -1,0 +1,330 @@
+"""Speculative decoding in the engine (vLLM v1's, ``vllm/v1/core/sched/scheduler.py`` of
+0.32.0): :class:`SpecDecode`, which the scheduler and the commit call when an engine has a
+``speculative_config`` (:class:`kvbudget.perf.speculative.SpeculativeConfig`).
+
+* **Drafts** (:meth:`SpecDecode.propose`, as a step commits, when vLLM's drafter proposes
+  them): every request that sampled a token and goes on gets ``k`` draft tokens
+  (``num_speculative_tokens``, clipped to ``max_model_len``), added to its ``num_tokens``: vLLM's
+  ``num_tokens_with_spec`` (``scheduler.py:597``), so the running loop schedules ``1 + k`` new
+  tokens for it, counted in the token budget, with KV blocks for them plus
+  ``num_lookahead_tokens`` more (:attr:`SpecDecode.lookahead`: ``k`` for EAGLE, MTP and draft
+  models, 0 for n-gram: ``vllm/config/vllm.py:615-641``; ``allocate_slots(...,
+  num_lookahead_tokens=...)``, ``scheduler.py:781``). A request preempted or aborted drops its
+  drafts (``scheduler.py:1594``).
+* **The step's cost**: its features price the verify rows as chunks of ``1 + k`` query tokens
+  (``step_cost.rows_features``), plus the draft's ``k`` forward passes over the requests that
+  verify (:meth:`SpecDecode.draft_seconds`; none for n-gram).
+* **Verify** (:meth:`SpecDecode.verify`, as the step commits): drafts the token budget cut are
+  dropped (``scheduler.py:861-876``); of the rest ``A`` are accepted, drawn per request and per
+  step (keyed by the request's row and its output count: the same draws however steps are
+  run), never past the request's target output; the rejected ones roll ``num_computed_tokens``
+  back (``scheduler.py:2117-2127``: their slots are reused by the next step's tokens; vLLM keeps
+  the blocks with the request until it finishes or is preempted); the step emits ``A + 1``
+  tokens.
+* Inter-token gaps: a step's tokens reach the client together, so the gaps are counted per
+  step with output, as ``vllm bench serve`` counts them per streamed chunk
+  (:meth:`SpecDecode.output_steps`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from kvbudget.perf.hardware import GPUSpec
+from kvbudget.perf.models import ModelSpec, get_model
+from kvbudget.perf.speculative import SpeculativeConfig, draft_pass_model, mean_acceptance_length
+from kvbudget.perf.step_time import VllmStepModel
+from kvbudget.simulator.serving import FloatArray, IntArray
+
+__all__ = ["SPEC_STREAM", "SpecDecode", "SpecEngine", "SpecRows", "draft_warning", "fleet_stats",
+           "make_spec_decode"]
+
+
+
+class SpecRows(Protocol):
+    """The per-request arrays speculative decoding reads and writes (vLLM's names)."""
+
+    num_tokens: IntArray
+    num_computed_tokens: IntArray
+    num_output_tokens: IntArray
+    target_output: IntArray
+    arrival_s: FloatArray
+    tier_priority: IntArray
+
+
+class SpecEngine(SpecRows, Protocol):
+    """What of the engine drafting reads besides the arrays: the model's length."""
+
+    max_model_len: int
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_LOOKAHEAD_METHODS = ("eagle", "eagle3", "mtp", "draft_model")
+
+
+def _mix(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """SplitMix64's finaliser (Steele, Lea and Flood 2014), element-wise on uint64 arrays."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * _M1
+    x = x ^ (x >> np.uint64(27))
+    x = x * _M2
+    out: npt.NDArray[np.uint64] = x ^ (x >> np.uint64(31))
+    return out
+
+
+class SpecDecode:
+    """One engine's speculative decoding (see the module docstring): the drafts each request
+    holds (``num_spec_tokens``), its steps with output (``num_output_steps``) and the run's
+    counts. ``rng`` (the run's seeded Generator) draws the key of the acceptance stream; each
+    request's draw at a step is a counter-based uniform of (key, row, arrival, its steps with
+    output so far)."""
+
+    __slots__ = (
+        "_by_priority",
+        "_draft",
+        "_gap_s",
+        "_key",
+        "_row_key",
+        "config",
+        "draft_s",
+        "k",
+        "log_rate",
+        "lookahead",
+        "num_accepted_tokens",
+        "num_draft_tokens",
+        "num_output_steps",
+        "num_spec_tokens",
+        "num_verify",
+        "rate",
+    )
+
+    def __init__(self, config: SpeculativeConfig, draft: VllmStepModel | None,
+                 rng: np.random.Generator, num_rows: int) -> None:
+        self.config = config
+        self.k = config.num_speculative_tokens
+        self.rate = config.rate
+        self.log_rate = float(np.log(self.rate)) if 0.0 < self.rate < 1.0 else 0.0
+        # each tier's rate by its priority, when they differ
+        self._by_priority = config.rate_by_priority
+        self.lookahead = self.k if config.method in _LOOKAHEAD_METHODS else 0
+        self._draft = draft
+        # one draft pass runs inside the engine's step: the host's gap between steps is not
+        # paid again
+        self._gap_s = 0.0 if draft is None else draft.step_overhead_s
+        self._key = np.uint64(rng.integers(0, 2**63, dtype=np.int64))
+        self.num_spec_tokens = np.zeros(num_rows, np.int64)
+        self.num_output_steps = np.zeros(num_rows, np.int64)
+        self._row_key = np.zeros(num_rows, np.uint64)  # each request's stream (reset)
+        self.num_verify = self.num_draft_tokens = self.num_accepted_tokens = 0
+        self.draft_s = 0.0
+
+    def _rows(self, n: int) -> None:
+        """Grow the per-row arrays to ``n`` rows (a fleet's replica grows its rows)."""
+        if len(self.num_spec_tokens) < n:
+            for name in ("num_spec_tokens", "num_output_steps", "_row_key"):
+                old = getattr(self, name)
+                new = np.zeros(n, old.dtype)
+                new[: len(old)] = old
+                setattr(self, name, new)
+
+    def reset(self, e: SpecRows, i: int) -> None:
+        """Row ``i`` comes in afresh (no output, no drafts): its stream's key, from the run's
+        key, the row and its arrival."""
+        self._rows(i + 1)
+        self.num_spec_tokens[i] = 0
+        self.num_output_steps[i] = 0
+        arrival = np.ascontiguousarray(e.arrival_s[i : i + 1], np.float64).view(np.uint64)
+        row = np.full(1, i, np.uint64)  # (arrays wrap silently; numpy scalars warn)
+        self._row_key[i] = _mix(self._key ^ (row * _GOLDEN) ^ arrival)[0]
+
+    def drop(self, e: SpecRows, i: int) -> None:
+        """Row ``i`` is preempted or aborted: its drafts go (``scheduler.py:1594``)."""
+        d = self.num_spec_tokens.item(i)
+        if d:
+            e.num_tokens[i] -= d
+            self.num_spec_tokens[i] = 0
+
+    def propose(self, e: SpecEngine, sampled: IntArray, output: IntArray) -> None:
+        """Drafts for the requests that ``sampled`` a token (``output`` tokens now) and go on,
+        as vLLM's drafter proposes them after each step: ``k``, clipped to the model's
+        length."""
+        live = output < e.target_output[sampled]
+        r = sampled if live.all() else sampled[live]
+        tokens = e.num_tokens[r]
+        d = np.minimum(self.k, e.max_model_len - tokens)
+        np.maximum(d, 0, out=d)
+        self.num_spec_tokens[r] = d
+        e.num_tokens[r] = tokens + d
+
+    def draft_seconds(self, e: SpecRows, rows: IntArray, new: IntArray) -> float:
+        """The draft's time in the step scheduling ``new`` tokens for ``rows``: ``k`` forward
+        passes over the requests that verify drafts, each a decode step of the draft's step
+        model less the host's gap; 0 for n-gram."""
+        if self._draft is None or not len(rows):
+            return 0.0
+        held = self.num_spec_tokens[rows]
+        passes = int(held.max())
+        if not passes:
+            return 0.0
+        drafting = held > 0
+        n = int(np.count_nonzero(drafting))
+        after = e.num_computed_tokens[rows] + new
+        context = float(after.sum() if n == len(rows) else after[drafting].sum())
+        one = float(self._draft.step_time(0.0, float(n), context, 0.0, 0.0)) - self._gap_s
+        seconds = passes * one
+        self.draft_s += seconds
+        return seconds
+
+    def verify(self, e: SpecRows, rows: IntArray, new: IntArray, computed: IntArray) -> IntArray:
+        """The step scheduling ``new`` tokens for ``rows`` (now ``computed`` each) has run:
+        the drafts it verified are accepted or rejected (see the module docstring). Returns
+        ``computed`` after the rejected tokens are rolled back."""
+        held = self.num_spec_tokens[rows]
+        spec = held > 0
+        num = int(np.count_nonzero(spec))
+        if not num:
+            return computed
+        every = num == len(rows)  # (the common case: every scheduled request verifies)
+        r, h = (rows, held) if every else (rows[spec], held[spec])
+        # the drafts the token budget reached (scheduler.py:861): the others are dropped
+        d: IntArray = np.minimum(h, (new if every else new[spec]) - 1)
+        out = e.num_output_tokens[r]
+        accepted = self._accepted(e, r, out, d)
+        after: IntArray = (computed if every else computed[spec]) - (d - accepted)
+        e.num_computed_tokens[r] = after
+        e.num_tokens[r] -= h - accepted  # the dropped and the rejected drafts
+        e.num_output_tokens[r] = out + accepted
+        self.num_spec_tokens[r] = 0
+        self.num_verify += num
+        self.num_draft_tokens += int(d.sum())
+        self.num_accepted_tokens += int(accepted.sum())
+        if every:
+            return after
+        computed = computed.copy()
+        computed[spec] = after
+        return computed
+
+    def _accepted(self, e: SpecRows, r: IntArray, out: IntArray, d: IntArray) -> IntArray:
+        """Accepted drafts of ``d`` for rows ``r`` with ``out`` output tokens: ``P(A >= j) =
+        rate**j`` by inversion of a uniform keyed by the request (row, arrival) and its steps
+        with output so far, at most ``target - out - 1`` (the step's own token is the last)."""
+        room = e.target_output[r] - out - 1
+        if self._by_priority:
+            a = self._accepted_by_tier(e, r, d)
+        elif self.rate >= 1.0:
+            a = d
+        elif self.rate <= 0.0:
+            a = np.zeros_like(d)
+        else:
+            geometric = np.floor(np.log(self._uniform(e, r)) / self.log_rate)
+            a = np.minimum(geometric.astype(np.int64), d)
+        capped: IntArray = np.maximum(np.minimum(a, room), 0)
+        return capped
+
+    def _uniform(self, e: SpecRows, r: IntArray) -> FloatArray:
+        """Rows ``r``'s uniform draws in ``(0, 1]`` at this step: keyed by the request and its
+        count of steps with output (not by the order of calls: the same draws however steps
+        run, and a request's draws do not depend on the others')."""
+        steps = self.num_output_steps[r].astype(np.uint64)
+        x = _mix(self._row_key[r] ^ (steps * _GOLDEN))
+        u: FloatArray = ((x >> np.uint64(11)).astype(np.float64) + 1.0) * (1.0 / 2**53)
+        return u
+
+    def _accepted_by_tier(self, e: SpecRows, r: IntArray, d: IntArray) -> IntArray:
+        """:meth:`_accepted` with each row's rate by its tier's priority."""
+        u = self._uniform(e, r)
+        prio = e.tier_priority[r]
+        a = np.zeros_like(d)
+        for priority, rate in self._by_priority:
+            mine = prio == priority
+            if rate >= 1.0:
+                a[mine] = d[mine]
+            elif rate > 0.0:
+                a[mine] = np.minimum(np.floor(np.log(u[mine]) / np.log(rate)).astype(np.int64),
+                                     d[mine])
+        return a
+
+    def output_steps(self, rows: IntArray) -> IntArray:
+        """``rows`` had output in the step being committed: their counts of steps with output
+        (what the inter-token gaps count: one gap a step, however many tokens it carried)."""
+        steps = self.num_output_steps[rows] + 1
+        self.num_output_steps[rows] = steps
+        return steps
+
+    def stats(self, num_output_tokens: int, num_steps: int) -> dict[str, object]:
+        """The summary's ``engine.speculative``: what was assumed, what happened."""
+        c = self.config
+        v = self.num_verify
+        return {
+            "method": c.method,
+            "num_speculative_tokens": self.k,
+            **({"model": c.model} if c.model is not None else {}),
+            "assumed": c.assumed(),
+            "acceptance_rate": self.rate,
+            "expected_acceptance_length": mean_acceptance_length(self.rate, self.k),
+            "num_verify_steps": v,
+            "num_draft_tokens": self.num_draft_tokens,
+            "num_accepted_tokens": self.num_accepted_tokens,
+            "mean_acceptance_length": (1.0 + self.num_accepted_tokens / v) if v else 0.0,
+            "num_output_tokens": num_output_tokens,
+            "num_engine_steps": num_steps,
+            "output_tokens_per_step": num_output_tokens / num_steps if num_steps else 0.0,
+            "draft_s": self.draft_s,
+            "num_lookahead_tokens": self.lookahead,
+            "speed_up": "steps one at a time (skip-ahead's decode group does not cover "
+                        "speculative decoding)",
+        }
+
+
+SPEC_STREAM = 0x5BEC
+"""The acceptance draws' stream of the run's seed (``SeedSequence(seed, spawn_key=(SPEC_STREAM,))``:
+apart from every other draw of the run)."""
+
+
+def make_spec_decode(config: SpeculativeConfig, gpu: GPUSpec, target: ModelSpec,
+                     tensor_parallel_size: int, num_rows: int) -> SpecDecode:
+    """An engine's :class:`SpecDecode` on ``gpu`` serving ``target``: the draft's step model
+    (:func:`kvbudget.perf.speculative.draft_pass_model`) and the seeded acceptance stream."""
+    draft = get_model(config.model) if config.model is not None else None
+    model = draft_pass_model(config.method, target, draft, gpu, tensor_parallel_size)
+    rng = np.random.default_rng(np.random.SeedSequence(config.seed, spawn_key=(SPEC_STREAM,)))
+    return SpecDecode(config, model, rng, num_rows)
+
+
+def draft_warning(config: SpeculativeConfig | None, target_model: str) -> str:
+    """A warning when the draft model is larger than the target ``target_model`` (legal in
+    vLLM, but it cannot pay), "" otherwise."""
+    if config is None or config.model is None:
+        return ""
+    draft, target = get_model(config.model), get_model(target_model)
+    d, t = draft.num_params, target.num_params
+    if d <= t:
+        return ""
+    return (f"engine.speculative_config.model: draft model {draft.name} ({d / 1e9:.1f}B parameters) is "
+            f"larger than the target {target.name} ({t / 1e9:.1f}B): its passes cost more than "
+            "the steps they save")
+
+
+def fleet_stats(per: list[dict[str, object]]) -> dict[str, object]:
+    """A fleet's ``engine.speculative`` from its replicas' (one engine configuration): the
+    counts summed, the measured means over all of them (output tokens a step: over the
+    replicas' steps in all)."""
+    def total(key: str) -> float:
+        return math.fsum(float(str(p[key])) for p in per)
+
+    out = dict(per[0])
+    for key in ("num_verify_steps", "num_draft_tokens", "num_accepted_tokens",
+                "num_output_tokens", "num_engine_steps"):
+        out[key] = int(total(key))
+    steps = total("num_engine_steps")
+    out["output_tokens_per_step"] = total("num_output_tokens") / steps if steps else 0.0
+    out["draft_s"] = total("draft_s")
+    v = total("num_verify_steps")
+    out["mean_acceptance_length"] = 1.0 + total("num_accepted_tokens") / v if v else 0.0
+    return out

@@ -1,0 +1,41 @@
+"""``kvbudget simulate`` with vLLM's CPU KV offloading knobs: bad values end in one line naming
+the file and the field (exit 2); a good one prints the tier's line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kvbudget.cli.main import app
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(("engine", "needle"), [
+    ("kv_offloading_size = -1", "engine.kv_offloading_size: input should be greater than 0"),
+    ('kv_offloading_size = 8\nkv_offloading_backend = "disk"',
+     "kv_offloading_backend must be one of native, lmcache, got 'disk'"),
+    ("kv_offloading_size = 300",
+     "engine.kv_offloading_size 300 GiB is more than the host memory of the replica's 1 GPU(s) "
+     "(256 GiB: 256 GiB per H100-SXM"),
+])
+def test_bad_offloading_settings_end_in_one_line(tmp_path: Path, engine: str, needle: str) -> None:
+    scenario = tmp_path / "offload.toml"
+    scenario.write_text(f'policy = "unlimited"\ngpu = "H100-SXM"\n[engine]\n{engine}\n')
+    res = runner.invoke(app, ["simulate", "--scenario", str(scenario)])
+    assert res.exit_code == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(scenario) in lines[0] and needle in lines[0], res.stderr
+    assert "Traceback" not in res.stderr + res.stdout
+
+
+def test_a_run_with_the_tier_prints_what_it_did(shared: Path) -> None:
+    trace = shared / "traces" / "mooncake" / "synthetic_trace.jsonl"
+    res = runner.invoke(app, ["simulate", "--trace", str(trace), "--gpu", "H100-SXM",
+                              "--policy", "unlimited", "--set", "engine.kv_offloading_size=64"])
+    assert res.exit_code == 0, res.stderr
+    out = " ".join(res.stdout.split())
+    assert "CPU KV offload: unlimited: 64 GiB (32768 blocks)" in out
+    assert "assumed: loads at 0.7 of the GPU's host link" in out
