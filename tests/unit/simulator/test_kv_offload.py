@@ -245,8 +245,11 @@ def test_a_preempted_request_resumes_with_its_prompt_loaded_from_cpu() -> None:
     runs = {}
     for gib in (None, 1.0):
         _CountingCost.prefill_tokens = 0.0
+        # (B starts in the step after it comes, as the counts above assume: no async
+        # scheduling, whose one-step lag tests/unit/simulator/test_async_scheduling.py covers)
         result = simulate(w, make_policy("unlimited"), config(
-            offload=gib, skip=False, cost=_CountingCost(0.01, 0.001, 0.0, 0.0)))
+            offload=gib, skip=False, cost=_CountingCost(0.01, 0.001, 0.0, 0.0),
+            async_scheduling=False))
         runs[gib] = (result, _CountingCost.prefill_tokens)
     (cold, cold_prefill), (warm, warm_prefill) = runs[None], runs[1.0]
     assert cold.records.num_preemptions.tolist() == warm.records.num_preemptions.tolist() == [0, 1]
