@@ -118,6 +118,15 @@ TIMELINE_COLUMNS: Final[dict[str, str]] = {
 ``kv_cache_usage_perc``); ``kv_reserved_tokens``: tokens held by gateway leases;
 ``num_waiting``: engine waiting queue plus gateway queues; ``num_preemptions``: cumulative."""
 
+OPTIONAL_TIMELINE_COLUMNS: Final[dict[str, str]] = {
+    "num_replicas_up": "int64",
+    "num_replicas_booting": "int64",
+    "num_replicas_draining": "int64",
+}
+"""Timeline columns of an autoscaled fleet only (``simulator.autoscaler``): its replicas taking
+requests, booting (counted, not yet taking any) and draining (finishing theirs, taking none)
+at each sample; a run without an autoscaler has none of them (and stays byte-identical)."""
+
 TOKEN_GAP_COLUMNS: Final[dict[str, str]] = {
     "tier": "str",
     "gap_s": "float64",

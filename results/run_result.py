@@ -15,6 +15,7 @@ import numpy as np
 from kvbudget.results.records import (
     ATTEMPT_COLUMNS,
     OPTIONAL_RECORD_COLUMNS,
+    OPTIONAL_TIMELINE_COLUMNS,
     RECORD_COLUMNS,
     STATUSES,
     TIMELINE_COLUMNS,
@@ -85,7 +86,7 @@ class RunResult:
             import pandas as pd
 
             self._timeline_df = pd.DataFrame(
-                {c: self.timeline_columns[c] for c in TIMELINE_COLUMNS}
+                {c: self.timeline_columns[c] for c in _timeline_schema(self.timeline_columns)}
             )
         df: pd.DataFrame = self._timeline_df
         return df
@@ -105,7 +106,8 @@ class RunResult:
                (REQUESTS_FILE, TIMELINE_FILE, SUMMARY_FILE)}
         _write_parquet(self.record_columns, _record_schema(self.record_columns),
                        tmp[REQUESTS_FILE], pa, pq)
-        _write_parquet(self.timeline_columns, TIMELINE_COLUMNS, tmp[TIMELINE_FILE], pa, pq)
+        _write_parquet(self.timeline_columns, _timeline_schema(self.timeline_columns),
+                       tmp[TIMELINE_FILE], pa, pq)
         names = [REQUESTS_FILE, TIMELINE_FILE, SUMMARY_FILE]
         if self.attempt_columns is not None:
             tmp[ATTEMPTS_FILE] = out_dir / f".{ATTEMPTS_FILE}.partial"
@@ -153,6 +155,12 @@ def _write_parquet(cols: dict[str, Any], schema: dict[str, str], path: Path, pa:
 def _record_schema(cols: dict[str, Any]) -> dict[str, str]:
     """The records' columns: the fixed ones, then the optional ones the run has."""
     return {**RECORD_COLUMNS, **{c: t for c, t in OPTIONAL_RECORD_COLUMNS.items() if c in cols}}
+
+
+def _timeline_schema(cols: dict[str, Any]) -> dict[str, str]:
+    """The timeline's columns: the fixed ones, then the optional ones the run has."""
+    return {**TIMELINE_COLUMNS,
+            **{c: t for c, t in OPTIONAL_TIMELINE_COLUMNS.items() if c in cols}}
 
 
 def _arrow_table(cols: dict[str, Any], schema: dict[str, str], pa: Any) -> Any:
@@ -310,7 +318,7 @@ def read_run(run_dir: Path) -> RunResult:
     check_columns(req.column_names, RECORD_COLUMNS, f"{paths[0]}: records")
     check_columns(tl.column_names, TIMELINE_COLUMNS, f"{paths[1]}: timeline")
     _check_types(req, {**RECORD_COLUMNS, **OPTIONAL_RECORD_COLUMNS}, paths[0], pa)
-    _check_types(tl, TIMELINE_COLUMNS, paths[1], pa)
+    _check_types(tl, {**TIMELINE_COLUMNS, **OPTIONAL_TIMELINE_COLUMNS}, paths[1], pa)
     try:
         summary = json.loads(paths[2].read_bytes().decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:

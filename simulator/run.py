@@ -149,6 +149,7 @@ class _Simulation:
         if config.fleet is not None:
             fleet = Fleet(self.env, w, priority, config, hooks, self.policy,
                           gateway_config=partial(gateway_config, config), setup=setup)
+            fleet.clock, fleet.carry_out = self.clock, self.carry_out  # an autoscaler's resizes
             return fleet, fleet.gateway, fleet.capacity_tokens
         blocks = setup.num_gpu_blocks
         assert blocks is not None  # resolved for a run without a fleet (simulate)
@@ -370,6 +371,9 @@ class _Simulation:
         # fleet's replicas hold ~2 GB) before the records' own columns are built
         e = self.engine
         tl = np.array(e.timeline, dtype=np.float64).reshape(-1, 7)
+        scale = e.autoscaler if isinstance(e, Fleet) else None
+        scale_columns = {} if scale is None else {
+            k: np.asarray(v, np.int64) for k, v in scale.timeline_columns(tl[:, 0].tolist()).items()}
         span = max(e.t, float(w.arrival_s[-1]) if self.n else 0.0) - (
             float(w.arrival_s[0]) if self.n else 0.0
         )
@@ -397,6 +401,7 @@ class _Simulation:
         records = self._records(completed, fig)
         del fig
         timeline = timeline_columns(tl)
+        timeline.update(scale_columns)  # an autoscaled fleet's replicas
         summary = summarize(
             records,
             timeline,
