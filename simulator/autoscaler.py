@@ -41,6 +41,7 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any, Protocol
 
 import simpy
+from simpy.events import URGENT, Event
 
 from kvbudget.simulator.autoscale_config import HPA_SCALE_UP_PODS, AutoscaleConfig, cold_start_s
 from kvbudget.simulator.sim_config import ReplicaSetup
@@ -48,6 +49,21 @@ from kvbudget.simulator.sim_config import ReplicaSetup
 __all__ = ["BOOTING", "DRAINING", "OFF", "UP", "Autoscaler", "ScaledReplica", "make_autoscaler"]
 
 OFF, BOOTING, UP, DRAINING = 0, 1, 2, 3
+
+
+class _UrgentTimeout(Event):
+    """A timeout SimPy runs before every ordinary event due at the same instant (URGENT
+    priority). The autoscaler's evaluations and a replica's coming up are due at instants where
+    a replica's step may end too: stepping makes each step's end event at the step's start,
+    skip-ahead one event for a whole decode run, so SimPy's order of equal-time ordinary
+    events differs between them; run first, the autoscaler reads (and changes) the state
+    before any step ending then has been committed, in both."""
+
+    def __init__(self, env: simpy.Environment, delay: float) -> None:
+        super().__init__(env)
+        self._ok = True
+        self._value = None
+        env.schedule(self, URGENT, delay)
 
 
 class ScaledReplica(Protocol):
@@ -135,7 +151,7 @@ class Autoscaler:
         m = 1
         while True:
             due = m * period
-            yield self.env.timeout(due - self.env.now)
+            yield _UrgentTimeout(self.env, due - self.env.now)
             m += 1
             self.evaluate()
             if self._done():
@@ -175,7 +191,7 @@ class Autoscaler:
         rec = current if abs(ratio - 1.0) <= c.tolerance else math.ceil(total / c.target)
         return min(max(rec, c.min_replicas), c.max_replicas)
 
-    def _stabilised(self, rec: int, current: int) -> int:
+    def stabilised(self, rec: int, current: int) -> int:
         """The HPA's stabilisation windows and its default scale-up limit."""
         c = self.config
         now = self.env.now
@@ -197,7 +213,7 @@ class Autoscaler:
         """One evaluation of the rule at the current time."""
         state = self.state
         current = state.count(UP) + state.count(BOOTING)
-        desired = self._stabilised(self.recommend(self.metric_total(), current), current)
+        desired = self.stabilised(self.recommend(self.metric_total(), current), current)
         if desired > current:
             self._scale_up(desired - current)
         elif desired < current:
@@ -216,7 +232,7 @@ class Autoscaler:
         self._note()
 
     def _boot(self, r: int, number: int) -> Generator[simpy.Event, Any, None]:
-        yield self.env.timeout(self.delay_s)
+        yield _UrgentTimeout(self.env, self.delay_s)
         if self.state[r] == BOOTING and self._booted[r] == number:
             self.state[r] = UP
             bisect.insort(self.up, r)

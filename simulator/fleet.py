@@ -494,8 +494,10 @@ class Fleet:
         """The global budget over replicas of ``serving`` capacities: their sum, or the
         configured budget's share of them."""
         total = self.config.gateway_capacity_tokens
-        if total is None or len(serving) == len(self.replicas):
-            return total or self.capacity_tokens
+        if total is None:
+            return sum(serving)
+        if len(serving) == len(self.replicas):
+            return total
         return max(1, total * sum(serving) // self.capacity_tokens)
 
     def route(self, i: int) -> int:
