@@ -81,9 +81,9 @@ from kvbudget.policies import DEFAULT_TIERS, BasePolicy, TierConfig, make_policy
 from kvbudget.policies.clients import client_models
 from kvbudget.policies.gateway import FrontDoor
 from kvbudget.policies.tiers import MAX_LIMIT_TOKENS
+from kvbudget.simulator.autoscale_config import AutoscaleConfig
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig
-from kvbudget.simulator.autoscale_config import AutoscaleConfig
 from kvbudget.simulator.sim_config import FleetConfig
 from kvbudget.workloads import Workload
 from kvbudget.workloads.closed_loop import ClosedLoop
