@@ -290,3 +290,31 @@ def test_bad_autoscale_input_exits_2_with_one_line(tmp_path: Path, setting: str,
     err = res.stderr.strip()
     assert res.exit_code == 2 and len(err.splitlines()) == 1, err
     assert err.startswith(f"error: {path}: ") and needle in err, err
+
+
+# --- plan: the autoscaler's bound as the replica dimension, priced by GPU-hours --------------
+def test_plan_takes_the_autoscalers_bound_and_prices_gpu_hours(tmp_path: Path) -> None:
+    from kvbudget.simulator.scenario import scenario_from_dict
+    from kvbudget.studies.executors import make_executor
+    from kvbudget.studies.plan import PlanSpec, plan
+    from kvbudget.studies.tune import Constraint
+    from tests.conftest import small_scenario_dict
+
+    data = small_scenario_dict(60, 4.0, policy="conservative")
+    data["fleet"] = {"router": "least_tokens", "autoscale": {
+        "min_replicas": 1, "max_replicas": 2, "target": 4.0, "polling_interval_s": 5.0,
+        "scale_up_delay_s": 3.0}}
+    spec = PlanSpec(scenario_from_dict(data, tmp_path), gpus=("H100-80GB",), replicas=(1, 3),
+                    prices={"H100-80GB": 2.0}, replications=1,
+                    slos=(Constraint.parse("overall_slo_attainment>=0"),))
+    with make_executor("local", jobs=1) as executor:
+        result = plan(spec, executor)
+    table = result.table()
+    row = table.iloc[0]
+    assert row["replicas"] == 1 and row["feasible"]  # the first bound meets the SLO
+    run = result.runs[0]
+    assert run["autoscale_peak_replicas"] == 1
+    assert row["gpu_hours"] == run["autoscale_gpu_hours"]
+    assert row["usd_run"] == run["autoscale_gpu_hours"] * 2.0
+    # one replica held over the whole span: the mean GPUs held is one
+    assert row["usd_per_hour"] == pytest.approx(2.0)
