@@ -43,10 +43,12 @@ from typing import Any, Protocol
 import simpy
 from simpy.events import URGENT, Event
 
+from kvbudget.policies import Action, Gateway
 from kvbudget.simulator.autoscale_config import HPA_SCALE_UP_PODS, AutoscaleConfig, cold_start_s
 from kvbudget.simulator.sim_config import ReplicaSetup
 
-__all__ = ["BOOTING", "DRAINING", "OFF", "UP", "Autoscaler", "ScaledReplica", "make_autoscaler"]
+__all__ = ["BOOTING", "DRAINING", "OFF", "UP", "Autoscaler", "ScaledReplica", "budget_tokens",
+           "make_autoscaler"]
 
 OFF, BOOTING, UP, DRAINING = 0, 1, 2, 3
 
@@ -310,17 +312,28 @@ class Autoscaler:
 
 
 class _ScaledFleet(Protocol):
-    """What :func:`make_autoscaler` reads of the fleet (``simulator.fleet.Fleet``)."""
+    """What :func:`make_autoscaler` reads of the fleet (``simulator.fleet.Fleet``): its
+    replicas, its gateway (one :class:`Gateway`, or a ``FleetGateway`` of one per replica),
+    the driver's hooks and gateway calls (``clock``, ``carry_out``)."""
 
     env: simpy.Environment
     replicas: Any
     gpus: list[str]
+    gateway: Any
+    hooks: Any
+    config: Any
+    clock: Callable[[float], float]
+    carry_out: Callable[[list[Action], float], None]
 
-    def scaled(self) -> None: ...
 
-    def next_external_s(self) -> float: ...
-
-    def waiting_at(self, r: int) -> int: ...
+def budget_tokens(total: int | None, serving: list[int], caps: list[int]) -> int:
+    """A global budget over the replicas of capacities ``serving`` (of the fleet's ``caps``):
+    their sum, or the configured ``total``'s share of them."""
+    if total is None:
+        return sum(serving)
+    if len(serving) == len(caps):
+        return total
+    return max(1, total * sum(serving) // sum(caps))
 
 
 def make_autoscaler(fleet: _ScaledFleet, config: AutoscaleConfig,
@@ -335,6 +348,26 @@ def make_autoscaler(fleet: _ScaledFleet, config: AutoscaleConfig,
                                  s.gpu.pcie_bandwidth_bytes_s, config.engine_start_s)
                     for s in used)
     gpus_per_replica = max(s.engine.tensor_parallel_size for s in used)
-    return Autoscaler(fleet.env, config, fleet.replicas, delay, gpus_per_replica,
-                      on_change=fleet.scaled, next_external_s=fleet.next_external_s,
-                      waiting_at=fleet.waiting_at)
+
+    def scaled() -> None:
+        """The replicas up changed: a global budget is resized to their capacity (what then
+        fits is admitted; a drained replica's leases stay until they finish); a replica's own
+        gateway keeps its own budget."""
+        gateway = fleet.gateway
+        if not isinstance(gateway, Gateway):
+            return
+        caps = [e.capacity_tokens for e in fleet.replicas]
+        budget = budget_tokens(fleet.config.gateway_capacity_tokens,
+                               [caps[r] for r in scaler.up], caps)
+        now = fleet.clock(fleet.env.now)
+        fleet.carry_out(gateway.resize(budget, now, max(caps)), now)
+
+    def waiting_at(r: int) -> int:
+        """Requests waiting at replica ``r``'s own gateway (none with a global one)."""
+        gateway = fleet.gateway
+        return 0 if isinstance(gateway, Gateway) else int(gateway.gateways[r].num_waiting())
+
+    scaler = Autoscaler(fleet.env, config, fleet.replicas, delay, gpus_per_replica,
+                        on_change=scaled, next_external_s=fleet.hooks.next_external_s,
+                        waiting_at=waiting_at)
+    return scaler

@@ -58,7 +58,7 @@ from kvbudget.policies import (
     Request,
 )
 from kvbudget.results.metrics import merge_gap_rows
-from kvbudget.simulator.autoscaler import Autoscaler, make_autoscaler
+from kvbudget.simulator.autoscaler import Autoscaler, budget_tokens, make_autoscaler
 from kvbudget.simulator.engine import Engine, EngineHooks, FloatArray, IntArray, RequestColumns
 from kvbudget.simulator.engine_variants import ENGINE_CLASSES, make_engine
 from kvbudget.simulator.exact_sum import to_float
@@ -405,10 +405,8 @@ class Fleet:
         self._gateway_samples: list[tuple[int, int]] = []
         env.process(self._sample_gateway())
         self.autoscaler: Autoscaler | None = None
-        # the driver's gateway calls (simulator.run): what a change of scale makes the gateway
-        # do is carried out as any other gateway call's actions
-        self.clock: Callable[[float], float] | None = None
-        self.carry_out: Callable[[list[Action], float], None] | None = None
+        self.clock: Callable[[float], float] = float  # the driver's (an autoscaler's resizes)
+        self.carry_out: Callable[[list[Action], float], None] = lambda actions, now: None
         self.gateway: Gateway | FleetGateway = self._make_gateway(config, policy, gateway_config, caps)
         if self.fleet.autoscale is not None:
             self.autoscaler = make_autoscaler(self, self.fleet.autoscale, setups)
@@ -430,7 +428,8 @@ class Fleet:
             # capacity could never run, though it fits the fleet's budget (RequestTooLarge,
             # as a single engine's gateway refuses it)
             self._global: Gateway | None = Gateway(
-                gateway_config(self.budget_tokens(caps[: self._num_initial()]), max(caps)),
+                gateway_config(budget_tokens(config.gateway_capacity_tokens,
+                                             caps[: self.fleet.num_initial], caps), max(caps)),
                 policy,
             )
             return self._global
@@ -485,21 +484,6 @@ class Fleet:
             int(np.argmax([e.max_model_len for e in self.replicas]))
         ]
 
-    def _num_initial(self) -> int:
-        """The replicas up at the start."""
-        scale = self.fleet.autoscale
-        return len(self.replicas) if scale is None else scale.num_initial
-
-    def budget_tokens(self, serving: list[int]) -> int:
-        """The global budget over replicas of ``serving`` capacities: their sum, or the
-        configured budget's share of them."""
-        total = self.config.gateway_capacity_tokens
-        if total is None:
-            return sum(serving)
-        if len(serving) == len(self.replicas):
-            return total
-        return max(1, total * sum(serving) // self.capacity_tokens)
-
     def route(self, i: int) -> int:
         allowed = self._allowed(i)
         if self.autoscaler is not None:  # the replicas up
@@ -514,26 +498,6 @@ class Fleet:
             self.router.leave(i, r)
             if self.autoscaler is not None:
                 self.autoscaler.gateway_left(r)
-
-    # --- the autoscaler's side (simulator.autoscaler) --------------------------------------
-    def scaled(self) -> None:
-        """The replicas up changed: a global budget is resized to their capacity (what then
-        fits is admitted; a drained replica's leases stay until they finish)."""
-        if self._global is None or self.autoscaler is None:
-            return  # a replica's own gateway keeps its own budget
-        assert self.clock is not None and self.carry_out is not None
-        caps = [e.capacity_tokens for e in self.replicas]
-        budget = self.budget_tokens([caps[r] for r in self.autoscaler.up])
-        now = self.clock(self.env.now)
-        self.carry_out(self._global.resize(budget, now, max(caps)), now)
-
-    def next_external_s(self) -> float:
-        return self.hooks.next_external_s()
-
-    def waiting_at(self, r: int) -> int:
-        """Requests waiting at replica ``r``'s own gateway (none with a global one)."""
-        gateway = self.gateway
-        return 0 if isinstance(gateway, Gateway) else gateway.gateways[r].num_waiting()
 
     # --- each replica's own rows ----------------------------------------------------------------
     def _row_on(self, i: int, r: int, *, add: bool = False) -> int:

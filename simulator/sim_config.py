@@ -65,6 +65,11 @@ class FleetConfig:
         """The fleet's replicas (engines): ``num_replicas``, or the autoscaler's maximum."""
         return self.num_replicas if self.autoscale is None else self.autoscale.max_replicas
 
+    @property
+    def num_initial(self) -> int:
+        """The replicas up at the start (all but an autoscaler's ``initial_replicas``)."""
+        return self.num_slots if self.autoscale is None else self.autoscale.num_initial
+
     def gpu_of(self, replica: int, default: str) -> str:
         return self.gpus[replica] if self.gpus else default
 
