@@ -108,6 +108,7 @@ class Autoscaler:
         self._up_order: list[int] = list(self.up)  # up replicas, the one up last at the end
         self._recent: deque[tuple[float, int]] = deque()  # (time, recommendation)
         self._finished: deque[float] = deque()  # finish times within the rate window
+        self._rate = config.metric == "vllm:request_success"
         # the run's history: (time, up, booting, draining) at each change
         self.history: list[tuple[float, int, int, int, int]] = [
             (0.0, len(self.up), 0, 0, sum(self._caps[r] for r in self.up))]
@@ -132,7 +133,7 @@ class Autoscaler:
     def left(self, r: int, i: int, *, finished: bool = False) -> None:
         """Request ``i`` left replica ``r`` (``finished``: it completed there)."""
         self.in_flight[r].discard(i)
-        if finished:
+        if finished and self._rate:  # kept only for the rate (a run's every finish else)
             self._finished.append(self.env.now)
         if self.state[r] == DRAINING:
             self._drained(r)
