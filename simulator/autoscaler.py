@@ -18,10 +18,10 @@ At each evaluation (time ``T``):
    ``rate_window_s``, per second;
 2. ``recommendation = ceil(total / target)`` unless ``total / (target * current)`` is within
    ``tolerance`` of 1 (then ``current``), clamped to ``[min_replicas, max_replicas]``;
-3. stabilisation: at most the lowest recommendation of the last ``scale_up_stabilization_s``,
-   at least... the highest of the last ``scale_down_stabilization_s`` when scaling down (the
-   HPA's ``stabilizeRecommendationWithBehaviors``); a scale-up adds at most
-   ``max(4, current)``;
+3. stabilisation: the desired count is at least the lowest recommendation of the last
+   ``scale_up_stabilization_s`` and at most the highest of the last
+   ``scale_down_stabilization_s`` (the HPA's ``stabilizeRecommendationWithBehaviors``); a
+   scale-up adds at most ``max(4, current)``;
 4. up: slots that are off start booting, up ``scale_up_delay_s`` later; down: booting replicas
    are cancelled first (the latest first), then up replicas drain (the one up last first).
 
@@ -114,7 +114,6 @@ class Autoscaler:
             (0.0, len(self.up), 0, 0, sum(self._caps[r] for r in self.up))]
         self.num_scale_ups = 0
         self.num_scale_downs = 0
-        self.first_request_s = [math.nan] * n  # per slot: when it last took its first request
         self.process = env.process(self._run())
 
     # --- what the fleet asks and tells ------------------------------------------------------
@@ -126,8 +125,6 @@ class Autoscaler:
 
     def added(self, r: int, i: int) -> None:
         """Request ``i`` was added to replica ``r``."""
-        if math.isnan(self.first_request_s[r]):
-            self.first_request_s[r] = self.env.now
         self.in_flight[r].add(i)
 
     def left(self, r: int, i: int, *, finished: bool = False) -> None:
