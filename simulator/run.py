@@ -149,7 +149,8 @@ class _Simulation:
         if config.fleet is not None:
             fleet = Fleet(self.env, w, priority, config, hooks, self.policy,
                           gateway_config=partial(gateway_config, config), setup=setup)
-            fleet.clock, fleet.carry_out = self.clock, self.carry_out  # an autoscaler's resizes
+            if fleet.autoscaler is not None:  # its resizes are gateway calls of the run
+                fleet.clock, fleet.carry_out = self.clock, self.carry_out
             return fleet, fleet.gateway, fleet.capacity_tokens
         blocks = setup.num_gpu_blocks
         assert blocks is not None  # resolved for a run without a fleet (simulate)
