@@ -318,3 +318,37 @@ def test_plan_takes_the_autoscalers_bound_and_prices_gpu_hours(tmp_path: Path) -
     assert row["usd_run"] == run["autoscale_gpu_hours"] * 2.0
     # one replica held over the whole span: the mean GPUs held is one
     assert row["usd_per_hour"] == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("metric", ["vllm:kv_cache_usage_perc", "vllm:num_requests_running",
+                                    "vllm:num_requests_waiting"])
+def test_the_metric_read_mid_run_is_steppings(metric: str) -> None:
+    """The metric each evaluation reads (the KV blocks in use through a planned decode run's
+    blocks per step) is the same with and without the speed-up, and not trivially zero."""
+    rng = np.random.default_rng(4)
+    n = 80
+    w = from_columns(np.sort(rng.uniform(0, 60, n)), rng.integers(50, 400, n),
+                     rng.integers(20, 300, n), tiers=["interactive"] * n)
+    scale = AutoscaleConfig(min_replicas=1, max_replicas=3, metric=metric,  # type: ignore[arg-type]
+                            target=0.3 if metric == "vllm:kv_cache_usage_perc" else 2.0,
+                            polling_interval_s=1.3, scale_up_delay_s=2.0,
+                            scale_down_stabilization_s=4.0)
+    cfg = replace(_config(scale, step_s=0.05, blocks=120, router="least_tokens"),
+                  tiers=(TierConfig("interactive", queue_timeout_s=None),))
+    seen: dict[bool, list[float]] = {}
+    original = Autoscaler.metric_total
+    for skip in (False, True):
+        values: list[float] = []
+
+        def metric_total(self: Autoscaler, values: list[float] = values) -> float:
+            v = original(self)
+            values.append(v)
+            return v
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(autoscaler_module.Autoscaler, "metric_total", metric_total)
+            simulate(w, make_policy("overcommit"),
+                     replace(cfg, engine=replace(cfg.engine, skip_ahead=skip)))
+        seen[skip] = values
+    assert seen[False] == seen[True]
+    assert sum(v > 0 for v in seen[True]) > 5
