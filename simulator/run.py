@@ -372,9 +372,7 @@ class _Simulation:
         # fleet's replicas hold ~2 GB) before the records' own columns are built
         e = self.engine
         tl = np.array(e.timeline, dtype=np.float64).reshape(-1, 7)
-        scale = e.autoscaler if isinstance(e, Fleet) else None
-        scale_columns = {} if scale is None else {
-            k: np.asarray(v, np.int64) for k, v in scale.timeline_columns(tl[:, 0].tolist()).items()}
+        scale_columns = _scale_columns(e, tl)  # (no local keeps the autoscaler, or the fleet)
         span = max(e.t, float(w.arrival_s[-1]) if self.n else 0.0) - (
             float(w.arrival_s[0]) if self.n else 0.0
         )
@@ -554,6 +552,16 @@ def tier_priorities(workload: Workload, tiers: Sequence[TierConfig]) -> npt.NDAr
         )
     priority = np.array([by_name[t].priority for t in workload.tier_names], dtype=np.int64)
     return priority[workload.tier]
+
+
+def _scale_columns(engine: ServingEngine, samples: npt.NDArray[np.float64]
+                   ) -> dict[str, npt.NDArray[np.int64]]:
+    """An autoscaled fleet's replica columns at the timeline's sample times (none else)."""
+    scale = engine.autoscaler if isinstance(engine, Fleet) else None
+    if scale is None:
+        return {}
+    return {k: np.asarray(v, np.int64)
+            for k, v in scale.timeline_columns(samples[:, 0].tolist()).items()}
 
 
 def timeline_columns(samples: npt.NDArray[np.float64]) -> dict[str, Any]:
