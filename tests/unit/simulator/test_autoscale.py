@@ -352,3 +352,18 @@ def test_the_metric_read_mid_run_is_steppings(metric: str) -> None:
         seen[skip] = values
     assert seen[False] == seen[True]
     assert sum(v > 0 for v in seen[True]) > 5
+
+
+def test_the_command_lines_table_says_what_the_autoscaler_assumed_and_used() -> None:
+    from kvbudget.cli.tables import render_summaries
+
+    w = make_workload([0, 0, 0, 29, 30], [700] * 5, [100] * 5, max_output_tokens=[100] * 5,
+                      tiers=["interactive"] * 5)
+    scaled = simulate(w, make_policy("conservative"), _config(HAND)).summary
+    text = render_summaries([scaled]).replace("\n  ", " ")
+    assert ("autoscaled fleet: conservative: 1-2 replicas on vllm:num_requests_running "
+            "(target 1.5 a replica, every 7 s, up after 5.0 s, down after a 0 s window): "
+            f"{106 / 3600:.3g} GPU-h, peak 2, 2 up / 2 down") in text
+    fixed = simulate(w, make_policy("conservative"),
+                     replace(_config(HAND), fleet=FleetConfig(2))).summary
+    assert "autoscaled fleet" not in render_summaries([fixed])
