@@ -74,6 +74,10 @@ class ScaledReplica(Protocol):
     running: Any
     num_gpu_blocks: int
     capacity_tokens: int
+    kv: Any  # its KVBlocks (reset_prefix_cache)
+
+    @property
+    def idle(self) -> bool: ...
 
     def num_waiting(self) -> int: ...
 
@@ -224,6 +228,9 @@ class Autoscaler:
             if n == 0:
                 break
             if s == OFF:
+                replica = self.replicas[r]
+                if replica.idle:  # a new pod: its prefix cache starts empty
+                    replica.kv.reset_prefix_cache()
                 self.state[r] = BOOTING
                 self._booted[r] += 1
                 self.env.process(self._boot(r, self._booted[r]))

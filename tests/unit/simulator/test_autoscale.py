@@ -367,3 +367,32 @@ def test_the_command_lines_table_says_what_the_autoscaler_assumed_and_used() -> 
     fixed = simulate(w, make_policy("conservative"),
                      replace(_config(HAND), fleet=FleetConfig(2))).summary
     assert "autoscaled fleet" not in render_summaries([fixed])
+
+
+def test_a_replica_brought_up_again_starts_with_an_empty_prefix_cache() -> None:
+    """The known answer's fleet with one shared 512-token prefix: replica 1 caches it serving
+    r2 (12-37 s), drains and goes off at 37, boots again at 42 (up at 47); r5 (50 s) is routed
+    there by round robin and finds the cache empty, as a new pod's (vLLM's
+    ``reset_prefix_cache``); kept, it would have hit the 512 tokens."""
+    from kvbudget.simulator.kv_blocks import KVBlocks
+    from kvbudget.workloads import Workload
+
+    n = 6
+    w = Workload(
+        arrival_s=np.array([0, 0, 0, 29, 30, 50], np.float64),
+        prompt_tokens=np.full(n, 700, np.int64), output_tokens=np.full(n, 100, np.int64),
+        max_output_tokens=np.full(n, 100, np.int64), tier=np.zeros(n, np.int16),
+        tier_names=("interactive",), deadline_s=np.full(n, np.nan),
+        request_id=np.arange(n, dtype=np.int64), prefix_hashes=np.full(n, 7, np.int64),
+        prefix_offsets=np.arange(n + 1, dtype=np.int64), prefix_block_tokens=512)
+    base = _config(HAND)
+    cfg = replace(base, engine=replace(base.engine, enable_prefix_caching=True))
+    _, b = assert_skip_ahead_matches_stepping(w, cfg, "conservative")
+    replicas = b.summary["engine"]["fleet"]["replicas"]
+    assert [r["num_requests"] for r in replicas] == [4, 2]
+    assert replicas[1]["prefix_cache_query_tokens"] == 1400  # r2's and r5's prompts
+    assert replicas[1]["prefix_cache_hit_tokens"] == 0
+    with pytest.MonkeyPatch.context() as patch:  # a cache kept through the scale-down
+        patch.setattr(KVBlocks, "reset_prefix_cache", lambda self: None)
+        kept = simulate(w, make_policy("conservative"), cfg)
+    assert kept.summary["engine"]["fleet"]["replicas"][1]["prefix_cache_hit_tokens"] == 512
