@@ -182,6 +182,23 @@ def _offload_line(summaries: Sequence[dict[str, Any]]) -> str:
     return f"CPU KV offload: {'; '.join(parts)} (assumed: {assumed})" if parts else ""
 
 
+def _autoscale_line(summaries: Sequence[dict[str, Any]]) -> str:
+    """What an autoscaled fleet assumed and used (docs/autoscaling.md), per run: ``""`` when
+    no run autoscaled."""
+    parts = []
+    for s in summaries:
+        a = ((s.get("engine") or {}).get("fleet") or {}).get("autoscale")
+        if a:
+            parts.append(
+                f"{s.get('policy', '')}: {a['min_replicas']}-{a['max_replicas']} replicas on "
+                f"{a['metric']} (target {a['target']:g} a replica, every "
+                f"{a['polling_interval_s']:g} s, up after {a['scale_up_delay_s']:.1f} s, down "
+                f"after a {a['scale_down_stabilization_s']:g} s window): {a['gpu_hours']:.3g} "
+                f"GPU-h, peak {a['peak_replicas']}, {a['num_scale_ups']} up / "
+                f"{a['num_scale_downs']} down")
+    return "autoscaled fleet: " + "; ".join(parts) if parts else ""
+
+
 def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
                      slo_targets: Mapping[str, tuple[float, float]] | None = None,
                      conclusion: str | None = None) -> str:
@@ -207,6 +224,9 @@ def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
     offload = _offload_line(summaries)
     if offload:
         lines.append(textwrap.fill(offload, WIDTH, subsequent_indent="  "))
+    scale = _autoscale_line(summaries)
+    if scale:
+        lines.append(textwrap.fill(scale, WIDTH, subsequent_indent="  "))
     note = ("(times in seconds; KV used/reserved are time-weighted fractions of capacity; "
             "refused: answered too-large or overloaded, or dropped after preemption; expired: "
             "waited past the tier's queue timeout; out tok/s: output tokens over the time the "

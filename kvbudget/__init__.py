@@ -41,6 +41,7 @@ Simulation
 ----------
 - :func:`simulate`, :class:`SimConfig`: one policy on one workload
 - :class:`FleetConfig`: several engine replicas behind a router
+- :class:`AutoscaleConfig`: a fleet's autoscaler (the HPA rule on a vLLM metric)
 - :class:`ClosedLoop`: closed-loop load (N users, a think time), for simulate and replay
 
 Run results
@@ -144,6 +145,7 @@ _EXPORTS: dict[str, str] = {
     "simulate": "simulator.run",
     "SimConfig": "simulator.run",
     "FleetConfig": "simulator.fleet",
+    "AutoscaleConfig": "simulator.autoscale_config",
     "ClosedLoop": "workloads.closed_loop",
     # Run results
     "RunResult": "results.run_result",
@@ -250,6 +252,7 @@ if TYPE_CHECKING:  # what a type checker and an IDE see
     from kvbudget.results.metrics import summarize, weighted_quantiles
     from kvbudget.results.recordings import Recording, read_recording
     from kvbudget.results.run_result import RunResult, read_run
+    from kvbudget.simulator.autoscale_config import AutoscaleConfig
     from kvbudget.simulator.engine_config import EngineConfig
     from kvbudget.simulator.fleet import FleetConfig
     from kvbudget.simulator.run import SimConfig, simulate

@@ -121,10 +121,17 @@ TIMELINE_COLUMNS: Final[dict[str, str]] = {
 OPTIONAL_TIMELINE_COLUMNS: Final[dict[str, str]] = {
     "cpu_kv_used_tokens": "int64",
     "cpu_kv_capacity_tokens": "int64",
+    "num_replicas_up": "int64",
+    "num_replicas_booting": "int64",
+    "num_replicas_draining": "int64",
 }
-"""Timeline columns of a run with a CPU KV offload tier (vLLM's ``kv_offloading_size``; a
-single engine's run): the tokens of the KV blocks the tier holds, and its size in tokens.
-Runs without one have neither (and stay byte-identical)."""
+"""Timeline columns only some runs have (runs without them stay byte-identical):
+``cpu_kv_used_tokens`` and ``cpu_kv_capacity_tokens``, a run with a CPU KV offload tier
+(vLLM's ``kv_offloading_size``; a single engine's run): the tokens of the KV blocks the tier
+holds, and its size in tokens; ``num_replicas_up``, ``num_replicas_booting`` and
+``num_replicas_draining``, an autoscaled fleet (``simulator.autoscaler``): its replicas taking
+requests, booting (counted, not yet taking any) and draining (finishing theirs, taking none)
+at each sample."""
 
 TOKEN_GAP_COLUMNS: Final[dict[str, str]] = {
     "tier": "str",

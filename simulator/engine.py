@@ -217,6 +217,11 @@ class Engine(Scheduler):
         """Each request's KV blocks (``kv.num_blocks``)."""
         return self.kv.num_blocks
 
+    def kv_used_blocks_now(self) -> int:
+        """KV blocks requests use now (vLLM's ``kv_cache_usage_perc`` times the blocks), as
+        the step in progress was scheduled (an autoscaler's metric, simulator.autoscaler)."""
+        return self.kv.num_used_blocks
+
     @property
     def kv_used_tokens(self) -> int:
         return self.kv.num_used_blocks * self.block_size

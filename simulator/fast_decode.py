@@ -92,6 +92,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         self._steps_group: tuple[int, list[tuple[int, int]]] = (0, [])
         self._jump_ends: Floats | None = None  # step ends of the decode run in progress
         self._run_ends: Floats | None = None  # its step ends, kept when it is cut short
+        self._run_used: Ints | None = None  # its steps' blocks in use (with _run_ends)
         self._jump_keep = 0
         # the waiting head refused as the decode run in progress was planned past the next
         # external event (_plan_until), None when it was not
@@ -111,6 +112,15 @@ class SkipAheadEngine(TiedSteps, Engine):
             out += bisect.bisect_left(ends, now) if self.ties is None else self._steps_done(
                 ends, now)
         return out
+
+    def kv_used_blocks_now(self) -> int:
+        """``Engine.kv_used_blocks_now`` mid-run: the blocks the run's step in progress was
+        planned to use (the pool is brought up to date when the run is committed)."""
+        ends, used = self._run_ends, self._run_used
+        if ends is None or used is None:
+            return self.kv.num_used_blocks
+        k = min(bisect.bisect_left(ends, self.env.now), len(ends) - 1)
+        return self.kv.num_used_blocks + int(used[k]) - int(used[0])
 
     def run_in_flight(self) -> Floats | None:
         """The step ends of the decode run in flight (of two steps or more), None when
@@ -465,6 +475,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         k = len(step_end)
         if k > 1:
             self._jump_ends = self._run_ends = step_end
+            self._run_used = used
         ties = self.ties
         if ties is not None:  # a fleet's replica: its event is due at t1 (see _tied_wait)
             self._due[self.tie_index] = t1

@@ -58,6 +58,7 @@ from kvbudget.policies import (
     Request,
 )
 from kvbudget.results.metrics import merge_gap_rows
+from kvbudget.simulator.autoscaler import Autoscaler, budget_tokens, make_autoscaler
 from kvbudget.simulator.engine import Engine, EngineHooks, FloatArray, IntArray, RequestColumns
 from kvbudget.simulator.engine_variants import ENGINE_CLASSES, make_engine
 from kvbudget.simulator.exact_sum import to_float
@@ -374,7 +375,7 @@ class Fleet:
         # an open-loop workload's arrivals are sorted and fixed; a closed loop writes them
         self.events = FleetEvents(env, workload.arrival_s, config.closed_loop is None,
                                   self._next_timer_s, config.timeline_period_s)
-        gpus = [self.fleet.gpu_of(r, config.gpu) for r in range(self.fleet.num_replicas)]
+        gpus = [self.fleet.gpu_of(r, config.gpu) for r in range(self.fleet.num_slots)]
         setups = self._setups(config, gpus, setup)
         self._compact = all(
             ENGINE_CLASSES[s.engine.name].rows_grow
@@ -404,7 +405,12 @@ class Fleet:
         self._arrival_s = workload.arrival_s
         self._gateway_samples: list[tuple[int, int]] = []
         env.process(self._sample_gateway())
+        self.autoscaler: Autoscaler | None = None
+        self.clock: Callable[[float], float] = float  # the driver's (an autoscaler's resizes)
+        self.carry_out: Callable[[list[Action], float], None] = lambda actions, now: None
         self.gateway: Gateway | FleetGateway = self._make_gateway(config, policy, gateway_config, caps)
+        if self.fleet.autoscale is not None:
+            self.autoscaler = make_autoscaler(self, self.fleet.autoscale, setups)
         # one gateway: a replica's step end may act on another's at the same instant
         skippers = [e for e in self.replicas if isinstance(e, SkipAheadEngine)]
         self.ties = None
@@ -423,7 +429,8 @@ class Fleet:
             # capacity could never run, though it fits the fleet's budget (RequestTooLarge,
             # as a single engine's gateway refuses it)
             self._global: Gateway | None = Gateway(
-                gateway_config(config.gateway_capacity_tokens or self.capacity_tokens, max(caps)),
+                gateway_config(budget_tokens(config.gateway_capacity_tokens,
+                                             caps[: self.fleet.num_initial], caps), max(caps)),
                 policy,
             )
             return self._global
@@ -479,7 +486,10 @@ class Fleet:
         ]
 
     def route(self, i: int) -> int:
-        r = self.router.route(i, self._allowed(i))
+        allowed = self._allowed(i)
+        if self.autoscaler is not None:  # the replicas up
+            allowed = self.autoscaler.allowed(allowed)
+        r = self.router.route(i, allowed)
         self.replica_of[i] = r
         return r
 
@@ -487,6 +497,8 @@ class Fleet:
         r = self.replica_of.item(i)
         if r >= 0 and self._global is None:
             self.router.leave(i, r)
+            if self.autoscaler is not None:
+                self.autoscaler.gateway_left(r)
 
     # --- each replica's own rows ----------------------------------------------------------------
     def _row_on(self, i: int, r: int, *, add: bool = False) -> int:
@@ -529,6 +541,8 @@ class Fleet:
         why = self.replicas[r].add_request(self._row_on(i, r, add=True))
         if why and self._global is not None:  # refused by the replica's own queue caps
             self.router.leave(i, r)
+        if not why and self.autoscaler is not None:
+            self.autoscaler.added(r, i)
         return why
 
     def abort_request(self, i: int) -> None:
@@ -536,6 +550,8 @@ class Fleet:
         self.replicas[r].abort_request(self._row_on(i, r))
         if self._global is not None:
             self.router.leave(i, r)
+        if self.autoscaler is not None:
+            self.autoscaler.left(r, i)
 
     def forget_first_token(self, i: int) -> None:
         """A new attempt of row ``i`` starts: forget the first token of earlier ones, on every
@@ -554,6 +570,8 @@ class Fleet:
         self.hooks.on_finish(i, t)
         if ties is not None:
             ties.actor = -1
+        if self.autoscaler is not None:
+            self.autoscaler.left(r, i, finished=True)
 
     def _on_preempt(self, r: int, j: int, t: float) -> None:
         self.hooks.on_preempt(self._workload_row(r, j), t)
@@ -768,6 +786,8 @@ class Fleet:
                 running += run
                 waiting += wait
                 preempted += pre
+            if self.autoscaler is not None:  # the replicas serving then (up or draining)
+                cap = self.autoscaler.at(m * period)[3]
             merged.append((m * period, used, reserved, cap, running, waiting, preempted))
         return merged
 
@@ -796,6 +816,8 @@ class Fleet:
             "num_replicas": len(self.replicas),
             "router": self.fleet.router,
             "budget": self.fleet.budget,
+            **({"autoscale": self.autoscaler.stats(self.t)} if self.autoscaler is not None
+               else {}),
             "replicas": [
                 {
                     "gpu": gpu,

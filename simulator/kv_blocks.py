@@ -127,6 +127,15 @@ class KVBlocks:
             self.num_free_blocks += freed
         self.num_free_blocks -= blocks
 
+    def reset_prefix_cache(self) -> None:
+        """Drop every cached prefix no request uses, their blocks freed (vLLM's
+        ``reset_prefix_cache``): what a replica that an autoscaler brings up again starts with,
+        a new pod's empty cache."""
+        if self.prefix is not None and self.num_evictable_blocks:
+            freed = self.prefix.cache.evict(self.num_evictable_blocks)
+            self.num_evictable_blocks -= freed
+            self.num_free_blocks += freed
+
     def free(self, i: int) -> None:
         """Free request ``i``'s blocks (its shared ones go back to the prefix cache)."""
         blocks = self.num_blocks.item(i)

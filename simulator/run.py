@@ -150,6 +150,8 @@ class _Simulation:
         if config.fleet is not None:
             fleet = Fleet(self.env, w, priority, config, hooks, self.policy,
                           gateway_config=partial(gateway_config, config), setup=setup)
+            if fleet.autoscaler is not None:  # its resizes are gateway calls of the run
+                fleet.clock, fleet.carry_out = self.clock, self.carry_out
             return fleet, fleet.gateway, fleet.capacity_tokens
         blocks = setup.num_gpu_blocks
         assert blocks is not None  # resolved for a run without a fleet (simulate)
@@ -372,6 +374,7 @@ class _Simulation:
         e = self.engine
         tl = np.array(e.timeline, dtype=np.float64).reshape(-1, 7)
         cpu_kv = e.cpu_timeline(tl[:, 0]) if isinstance(e, OffloadEngine) else None
+        scale_columns = _scale_columns(e, tl)  # (no local keeps the autoscaler, or the fleet)
         span = max(e.t, float(w.arrival_s[-1]) if self.n else 0.0) - (
             float(w.arrival_s[0]) if self.n else 0.0
         )
@@ -401,6 +404,7 @@ class _Simulation:
         timeline = timeline_columns(tl)
         if cpu_kv is not None:
             timeline.update(cpu_kv)
+        timeline.update(scale_columns)  # an autoscaled fleet's replicas
         summary = summarize(
             records,
             timeline,
@@ -552,6 +556,16 @@ def tier_priorities(workload: Workload, tiers: Sequence[TierConfig]) -> npt.NDAr
         )
     priority = np.array([by_name[t].priority for t in workload.tier_names], dtype=np.int64)
     return priority[workload.tier]
+
+
+def _scale_columns(engine: ServingEngine, samples: npt.NDArray[np.float64]
+                   ) -> dict[str, npt.NDArray[np.int64]]:
+    """An autoscaled fleet's replica columns at the timeline's sample times (none else)."""
+    scale = engine.autoscaler if isinstance(engine, Fleet) else None
+    if scale is None:
+        return {}
+    return {k: np.asarray(v, np.int64)
+            for k, v in scale.timeline_columns(samples[:, 0].tolist()).items()}
 
 
 def timeline_columns(samples: npt.NDArray[np.float64]) -> dict[str, Any]:

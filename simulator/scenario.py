@@ -82,6 +82,7 @@ from kvbudget.policies import DEFAULT_TIERS, BasePolicy, TierConfig, make_policy
 from kvbudget.policies.clients import client_models
 from kvbudget.policies.gateway import FrontDoor
 from kvbudget.policies.tiers import MAX_LIMIT_TOKENS
+from kvbudget.simulator.autoscale_config import AutoscaleConfig
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig
 from kvbudget.simulator.sim_config import FleetConfig
@@ -187,12 +188,30 @@ class ClosedLoopSpec:
 
 
 @dataclass(frozen=True)
+class AutoscaleSpec:
+    __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
+    min_replicas: Annotated[int, Ge(1), Le(MAX_REPLICAS)] = 1
+    max_replicas: Annotated[int, Ge(1), Le(MAX_REPLICAS)] = 4
+    metric: str = "vllm:num_requests_running"
+    target: Annotated[float, Gt(0)] = 64.0
+    polling_interval_s: Annotated[float, Gt(0), Le(MAX_THINK_TIME_S)] = 30.0
+    tolerance: Annotated[float, Ge(0)] = 0.1
+    scale_down_stabilization_s: Annotated[float, Ge(0), Le(MAX_THINK_TIME_S)] = 300.0
+    scale_up_stabilization_s: Annotated[float, Ge(0), Le(MAX_THINK_TIME_S)] = 0.0
+    scale_up_delay_s: Annotated[float, Ge(0), Le(MAX_THINK_TIME_S)] | None = None
+    engine_start_s: Annotated[float, Ge(0), Le(MAX_THINK_TIME_S)] = 14.18
+    rate_window_s: Annotated[float, Gt(0), Le(MAX_THINK_TIME_S)] = 60.0
+    initial_replicas: Annotated[int, Ge(1), Le(MAX_REPLICAS)] | None = None
+
+
+@dataclass(frozen=True)
 class FleetSpec:
     __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
     num_replicas: Annotated[int, Ge(1), Le(MAX_REPLICAS)] = 2
     gpus: list[str] = field(default_factory=list)
     router: str = "round_robin"
     budget: str = "global"
+    autoscale: AutoscaleSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -412,6 +431,8 @@ class Scenario:
         if s.fleet is not None:
             fl = asdict(s.fleet)
             fl["gpus"] = tuple(fl["gpus"])
+            if fl["autoscale"] is not None:
+                fl["autoscale"] = AutoscaleConfig(**fl["autoscale"])
             fleet = FleetConfig(**fl)
         clients: tuple[tuple[str, ClientModel], ...] = ()
         if s.clients:

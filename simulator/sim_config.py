@@ -18,6 +18,7 @@ from kvbudget.policies import DEFAULT_TIERS, GatewayConfig, TierConfig
 from kvbudget.policies.clients import ClientModel
 from kvbudget.policies.gateway import FrontDoor
 from kvbudget.policies.tiers import tier_map
+from kvbudget.simulator.autoscale_config import AutoscaleConfig
 from kvbudget.simulator.engine_config import ENGINE_DEFAULTS, EngineConfig, EngineDefaults
 
 if TYPE_CHECKING:
@@ -35,20 +36,39 @@ class FleetConfig:
     gpus: tuple[str, ...] = ()
     router: RouterName = "round_robin"
     budget: Literal["global", "per_replica"] = "global"
+    autoscale: AutoscaleConfig | None = None
+    """``[fleet.autoscale]`` (:mod:`kvbudget.simulator.autoscaler`): the fleet then has
+    ``autoscale.max_replicas`` replicas, ``initial_replicas`` of them up at the start."""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.num_replicas, int) and self.num_replicas >= 1):
             raise ValueError(f"num_replicas must be an integer >= 1, got {self.num_replicas!r}")
         object.__setattr__(self, "gpus", tuple(self.gpus))
-        if self.gpus and len(self.gpus) != self.num_replicas:
+        a = self.autoscale
+        if a is not None and self.num_replicas not in (2, a.max_replicas):  # 2: left out
             raise ValueError(
-                f"gpus names {len(self.gpus)} GPU presets for {self.num_replicas} replicas; "
+                f"fleet.num_replicas ({self.num_replicas}) differs from "
+                f"fleet.autoscale.max_replicas ({a.max_replicas}): an autoscaled fleet has "
+                "max_replicas replicas (leave num_replicas out)")
+        if self.gpus and len(self.gpus) != self.num_slots:
+            raise ValueError(
+                f"gpus names {len(self.gpus)} GPU presets for {self.num_slots} replicas; "
                 "give one per replica or none"
             )
         if self.router not in ROUTERS:
             raise ValueError(f"unknown router {self.router!r}; known routers: {', '.join(ROUTERS)}")
         if self.budget not in ("global", "per_replica"):
             raise ValueError(f"budget must be 'global' or 'per_replica', got {self.budget!r}")
+
+    @property
+    def num_slots(self) -> int:
+        """The fleet's replicas (engines): ``num_replicas``, or the autoscaler's maximum."""
+        return self.num_replicas if self.autoscale is None else self.autoscale.max_replicas
+
+    @property
+    def num_initial(self) -> int:
+        """The replicas up at the start (all but an autoscaler's ``initial_replicas``)."""
+        return self.num_slots if self.autoscale is None else self.autoscale.num_initial
 
     def gpu_of(self, replica: int, default: str) -> str:
         return self.gpus[replica] if self.gpus else default

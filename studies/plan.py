@@ -20,6 +20,12 @@ output tokens that hourly cost divided by the output tokens it completes in an h
 summary's ``overall_output_tokens_per_s``, over the offered window). GPU types without a price
 are skipped with a note.
 
+With an autoscaled fleet (the scenario's ``[fleet.autoscale]``), the replica counts are the
+autoscaler's upper bound (``max_replicas``; ``min_replicas`` the scenario's, or the bound when
+smaller), and a configuration is priced by the GPU-hours its replicas were held (booting, up or
+draining: the summary's ``autoscale.gpu_hours``) over the run's span: ``usd_per_hour`` is the
+mean GPUs held times the price, ``usd_run`` the run's GPU-hours times the price.
+
 Tensor parallelism is the engine's ``tensor_parallel_size`` (vLLM's ``--tensor-parallel-size``:
 the model sharded over that many GPUs of one replica); degrees the model cannot be split by,
 and model and GPU pairs whose weights do not fit, are reported and skipped. Replicas are a ``[fleet]`` of
@@ -37,7 +43,7 @@ import json
 import math
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -220,12 +226,15 @@ class PlanResult:
             gpus = n * c.tp
             price = s.prices[c.gpu]
             per_hour = gpus * price
+            scaled = _scaled_cost(c.rows, price)
             tok = t_interval([_f(r.get("overall_output_tokens_per_s")) for r in c.rows])[0]
             row: dict[str, Any] = {
                 "gpu": c.gpu, "tp": c.tp, "replicas": n, "gpus": gpus, "policy": c.policy,
                 **{k.split(".", 1)[1]: v for k, v in c.params.items()},
                 "feasible": c.replicas is not None,
-                "usd_per_hour": per_hour,
+                "usd_per_hour": per_hour if scaled is None else scaled[1],
+                **({} if scaled is None else {"gpu_hours": scaled[0],
+                                              "usd_run": scaled[0] * price}),
                 "usd_per_m_output_tokens": (per_hour / (tok * 3600) * 1e6
                                             if tok and math.isfinite(tok) and tok > 0
                                             else math.nan),
@@ -272,6 +281,17 @@ def _f(x: Any) -> float:
         return math.nan
 
 
+def _scaled_cost(rows: list[dict[str, Any]], price: float) -> tuple[float, float] | None:
+    """An autoscaled configuration's mean GPU-hours over its runs and its dollars per hour
+    (the mean GPUs held times ``price``); None for a fixed fleet."""
+    hours = [_f(r.get("autoscale_gpu_hours")) for r in rows]
+    if not hours or any(math.isnan(h) for h in hours):
+        return None
+    spans = [_f(r.get("autoscale_end_s")) / 3600 for r in rows]
+    per_hour = [h / t * price for h, t in zip(hours, spans, strict=True) if t > 0]
+    return (float(np.mean(hours)), float(np.mean(per_hour)) if per_hour else math.nan)
+
+
 def _fits(scenario: Scenario, gpu: str, tp: int) -> str | None:
     """Why the scenario's model cannot run on ``gpu`` at degree ``tp`` (None when it can)."""
     base = scenario.sim_config()
@@ -311,9 +331,17 @@ def _fleet_overrides(spec: PlanSpec, replicas: int) -> tuple[str, ...]:
     fleet = spec.scenario.spec.fleet
     if replicas == 1 and fleet is None:
         return ()
-    table = {"num_replicas": replicas, "router": "least_tokens", "budget": "per_replica"}
+    table: dict[str, Any] = {"num_replicas": replicas, "router": "least_tokens",
+                             "budget": "per_replica"}
     if fleet is not None:
         table = {"num_replicas": replicas, "router": fleet.router, "budget": fleet.budget}
+    if fleet is not None and fleet.autoscale is not None:  # the count is the upper bound
+        scale = asdict(fleet.autoscale)
+        low = min(scale["min_replicas"], replicas)
+        start = scale["initial_replicas"]
+        scale.update(min_replicas=low, max_replicas=replicas,
+                     initial_replicas=None if start is None else min(max(start, low), replicas))
+        table = {"router": fleet.router, "budget": fleet.budget, "autoscale": scale}
     return (f"fleet={json.dumps(table)}",)
 
 

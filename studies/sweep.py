@@ -121,6 +121,10 @@ def _block_columns(prefix: str, block: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+AUTOSCALE_COLUMNS = ("gpu_hours", "replica_seconds", "peak_replicas", "end_s")
+"""What a run's table takes of an autoscaled fleet's summary (``autoscale_<name>``)."""
+
+
 def flatten_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The ``summary.json`` dictionary as flat columns.
 
@@ -141,6 +145,9 @@ def flatten_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
             for k, v in value.items():
                 if isinstance(v, int | float | bool) or v is None:
                     out[f"{key}_{k}"] = v
+            scale = (value.get("fleet") or {}).get("autoscale") if key == "engine" else None
+            if isinstance(scale, Mapping):  # an autoscaled fleet's use (simulator.autoscaler)
+                out.update({f"autoscale_{k}": scale[k] for k in AUTOSCALE_COLUMNS})
         elif key in ("policy", "policy_params", "seed", "workload", "cost_model"):
             continue  # the run's own columns say these
         elif isinstance(value, int | float | str | bool) or value is None:
