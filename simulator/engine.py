@@ -73,6 +73,7 @@ class Engine(Scheduler):
         self._aborts: list[int] = []  # aborts waiting for the step in flight to end
         self._deferred_adds: list[int] = []  # re-admissions waiting for those aborts
         self._busy = False  # a step is in flight
+        self._stalled = False  # nothing could run while KV loads (remote_kv)
         self._wake: simpy.Event | None = None
         self._caps = QueueCaps.of(config)
         self.process = env.process(self._run())
@@ -99,6 +100,22 @@ class Engine(Scheduler):
         self.segments.reset(i)
         self.in_engine[i] = True
         self.waiting.add_request(i)
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+        elif self._busy:
+            self._work_changed(added=True)
+
+    def add_remote_request(self, i: int, computed_tokens: int) -> None:
+        """Queue row ``i`` whose first ``computed_tokens`` tokens were computed on another
+        replica (a disaggregated decode replica: ``kvbudget.simulator.remote_kv``)."""
+        deferred = self.in_engine.item(i)
+        self._add(i)
+        if not deferred:
+            self.num_computed_tokens[i] = computed_tokens
+
+    def add_loaded(self, i: int) -> None:
+        """Row ``i``'s KV has arrived (``remote_kv``): back to the front of the waiting queue."""
+        self.waiting.prepend_request(i)
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
         elif self._busy:
@@ -229,7 +246,8 @@ class Engine(Scheduler):
         while True:
             if self._aborts:
                 self._apply_aborts()
-            if not self.running and self.waiting.peek_request() is None:
+            if not self.running and (self.waiting.peek_request() is None or self._stalled):
+                self._stalled = False  # (nothing ran: every request's KV loads elsewhere)
                 self._on_idle()
                 self._wake = env.event()
                 yield self._wake
@@ -253,6 +271,9 @@ class Engine(Scheduler):
             if preempted:
                 # the request being scheduled was its own victim (priority scheduling):
                 # vLLM v1 stops the running loop there and schedules nothing this step
+                return
+            if self.remote is not None and self.remote.loading:
+                self._stalled = True  # wait for a load to end (remote_kv)
                 return
             # nothing fits even with every block free: cannot happen for requests that
             # passed fits(); guard against a livelock all the same

@@ -45,6 +45,7 @@ from kvbudget.simulator.alarm import Alarm
 from kvbudget.simulator.clients import Clients
 from kvbudget.simulator.engine import EngineHooks, RequestColumns
 from kvbudget.simulator.engine_variants import make_engine
+from kvbudget.simulator.disagg import DisaggFleet
 from kvbudget.simulator.fleet import Fleet
 from kvbudget.simulator.serving import RequestFigures, ServingEngine
 from kvbudget.simulator.sim_config import FleetConfig, ReplicaSetup, SimConfig, gateway_config
@@ -146,6 +147,10 @@ class _Simulation:
             ),
             gateway_state=self._gateway_state,
         )
+        if config.disaggregation is not None:
+            pools = DisaggFleet(self.env, w, priority, config, hooks, self.policy,
+                                gateway_config=partial(gateway_config, config))
+            return pools, pools.gateway, pools.capacity_tokens
         if config.fleet is not None:
             fleet = Fleet(self.env, w, priority, config, hooks, self.policy,
                           gateway_config=partial(gateway_config, config), setup=setup)
@@ -382,6 +387,7 @@ class _Simulation:
             "num_recomputed_tokens": e.num_recomputed_tokens,
         }
         stats = e.stats()
+        self._disagg_columns = e.record_columns() if isinstance(e, DisaggFleet) else None
         fig = e.request_figures(completed, np.asarray(w.tier, np.int64))
         recomputed = fig.recomputed_tokens
         figures["recomputed_tokens_by_tier"] = {
@@ -444,6 +450,8 @@ class _Simulation:
         }
         if self._clients is not None:
             records["num_attempts"] = self._clients.attempt.copy()
+        if self._disagg_columns is not None:
+            records.update(self._disagg_columns)
         return records
 
     def _summary_extra(self, engine_figures: dict[str, Any], num_gpu_blocks: int,

@@ -21,6 +21,7 @@ from kvbudget.policies.tiers import tier_map
 from kvbudget.simulator.engine_config import ENGINE_DEFAULTS, EngineConfig, EngineDefaults
 
 if TYPE_CHECKING:
+    from kvbudget.simulator.disagg_config import DisaggConfig
     from kvbudget.workloads.closed_loop import ClosedLoop
 
 RouterName = Literal["round_robin", "least_tokens", "prefix_affinity"]
@@ -114,6 +115,7 @@ class SimConfig:
     engine_defaults: EngineDefaults = "vllm"
     frontend: str | None = None
     closed_loop: ClosedLoop | None = None
+    disaggregation: DisaggConfig | None = None  # a prefill and a decode pool (simulator.disagg)
 
     def __post_init__(self) -> None:
         if self.engine_defaults not in ENGINE_DEFAULTS:
@@ -157,6 +159,8 @@ class SimConfig:
         if self.fleet is not None:
             for gpu in self.fleet.gpus:
                 get_gpu(gpu)
+        if self.disaggregation is not None:
+            self.disaggregation.check(self)
 
     def replica_setup(self, gpu: str | None = None, *, with_blocks: bool = True
                       ) -> ReplicaSetup:
