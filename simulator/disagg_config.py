@@ -26,9 +26,9 @@ replaces the preset's (Mooncake's FAST '25 paper reports its transfer engine at 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
 
 from kvbudget.perf.hardware import GPUSpec, get_gpu
 from kvbudget.perf.models import get_model
@@ -38,7 +38,7 @@ from kvbudget.simulator.sim_config import ROUTERS, RouterName
 if TYPE_CHECKING:
     from kvbudget.simulator.sim_config import SimConfig
 
-__all__ = ["LINKS", "DisaggConfig", "KVLink", "PoolConfig"]
+__all__ = ["LINKS", "DisaggConfig", "KVLink", "PoolConfig", "disagg_from_tables"]
 
 GBIT = 1e9 / 8
 LINKS: dict[str, float | None] = {
@@ -143,3 +143,29 @@ class DisaggConfig:
                 get_model(config.model).check_tensor_parallel(engine.tensor_parallel_size)
             except ValueError as exc:
                 raise ValueError(f"disaggregation.{where}.engine.{exc}") from None
+
+
+def _pool(where: str, table: Mapping[str, Any] | None, engine: Mapping[str, Any]
+          ) -> PoolConfig | None:
+    """A pool from its scenario table, its ``engine`` knobs over the scenario's ``[engine]``."""
+    if table is None:
+        return None
+    known = {f.name for f in fields(EngineConfig)}
+    for key in table["engine"]:
+        if key not in known:
+            raise ValueError(f"disaggregation.{where}.engine.{key}: unknown engine knob; known: "
+                             f"{', '.join(sorted(known))}")
+    try:
+        knobs = EngineConfig(**{**engine, **table["engine"]})
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"disaggregation.{where}.engine: {exc}") from None
+    return PoolConfig(table["num_replicas"], table["gpu"], knobs, table["router"])
+
+
+def disagg_from_tables(tables: Mapping[str, Any], engine: Mapping[str, Any]) -> DisaggConfig:
+    """The configuration of a scenario's ``[disaggregation]`` tables (``engine``: its
+    ``[engine]`` table, which each pool's ``engine`` knobs override)."""
+    bw = tables["link_bandwidth_gb_s"]
+    link = KVLink(tables["link"], None if bw is None else bw * 1e9, tables["link_latency_s"])
+    return DisaggConfig(_pool("prefill", tables["prefill"], engine),
+                        _pool("decode", tables["decode"], engine), link)

@@ -278,7 +278,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         if g is not None:
             reserved, gw_waiting = self.hooks.gateway_state()
             tail = self._schedule_group(g)
-            if tail is not None:
+            if tail is not None and (tail or g.size):  # (not an empty group: every start loads KV)
                 yield from self._group_iteration(g, tail, reserved, gw_waiting)
                 return
             self._group_dissolve(scheduled=False)

@@ -43,9 +43,9 @@ from kvbudget.results.run_result import RunResult
 from kvbudget.simulator import queue_caps
 from kvbudget.simulator.alarm import Alarm
 from kvbudget.simulator.clients import Clients
+from kvbudget.simulator.disagg import DisaggFleet
 from kvbudget.simulator.engine import EngineHooks, RequestColumns
 from kvbudget.simulator.engine_variants import make_engine
-from kvbudget.simulator.disagg import DisaggFleet
 from kvbudget.simulator.fleet import Fleet
 from kvbudget.simulator.serving import RequestFigures, ServingEngine
 from kvbudget.simulator.sim_config import FleetConfig, ReplicaSetup, SimConfig, gateway_config
