@@ -272,8 +272,8 @@ class Engine(Scheduler):
                 # the request being scheduled was its own victim (priority scheduling):
                 # vLLM v1 stops the running loop there and schedules nothing this step
                 return
-            if self.remote is not None and self.remote.loading:
-                self._stalled = True  # wait for a load to end (remote_kv)
+            if self.remote is not None and (self.remote.loading or self.remote.release_held()):
+                self._stalled = bool(self.remote.loading)  # wait for a load to end (remote_kv)
                 return
             # nothing fits even with every block free: cannot happen for requests that
             # passed fits(); guard against a livelock all the same

@@ -45,6 +45,7 @@ class RemoteLoads:
         self._on_start = on_start  # (row, start, end): the fleet's records
         self.pending: set[int] = set()
         self.loading: dict[int, float] = {}
+        self.loaded: set[int] = set()  # back in the queue with their blocks, not yet running
         self.cancelled: set[int] = set()
 
     def expect(self, i: int) -> None:
@@ -56,6 +57,7 @@ class RemoteLoads:
         """Row ``i`` was admitted by the waiting loop (its blocks allocated): True, its load
         started, when its KV is remote; False when it is here (it runs)."""
         if i not in self.pending:
+            self.loaded.discard(i)
             return False
         self.pending.discard(i)
         start = self.engine.t
@@ -69,9 +71,11 @@ class RemoteLoads:
     def _ended(self, i: int) -> Callable[[Any], None]:
         def ended(_: Any) -> None:
             del self.loading[i]
+            self.loaded.add(i)
             self.engine.add_loaded(i)
             if i in self.cancelled:  # aborted while loading: its blocks go now
                 self.cancelled.discard(i)
+                self.loaded.discard(i)
                 self.engine.abort_request(i)
         return ended
 
@@ -79,6 +83,7 @@ class RemoteLoads:
         """Row ``i`` is aborted: True when its load is in progress (the abort then waits for
         its end); a pending row is forgotten (the engine aborts it from the queue)."""
         self.pending.discard(i)
+        self.loaded.discard(i)
         if i in self.loading:
             self.cancelled.add(i)
             return True
@@ -87,3 +92,23 @@ class RemoteLoads:
     def next_end_s(self) -> float:
         """The earliest end of a load in progress (inf: none)."""
         return min(self.loading.values(), default=math.inf)
+
+    def release_held(self) -> bool:
+        """Nothing runs and nothing loads, and the waiting head cannot start: requests whose KV
+        arrived and that wait behind it (a preempted request, or one of higher priority, went
+        in front) hold blocks it needs. vLLM would schedule nothing, step after step; here they
+        give their blocks back and will compute their prompts locally (counted as a preemption
+        by recompute), so the head starts. True when any did."""
+        engine = self.engine
+        held = sorted(i for i in self.loaded if engine.kv.num_blocks.item(i) > 0)
+        for i in held:
+            computed = engine.num_computed_tokens.item(i)
+            engine.kv.free(i)
+            engine.num_computed_tokens[i] = 0
+            engine.num_recomputed_tokens += computed
+            engine.recomputed_tokens[i] += computed
+            engine.num_preemptions[i] += 1
+            engine.num_preemptions_total += 1
+            engine.hooks.on_preempt(i, engine.t)
+        self.loaded.clear()
+        return bool(held)
