@@ -4,10 +4,11 @@ moving between them over a link (``SimConfig(disaggregation=DisaggConfig(...))``
 
 A request, once admitted, is routed to a prefill replica (the pool's router, ``prefix_affinity``
 to follow prompt prefixes) and runs there with ``max_tokens = 1``, as vLLM's disaggregated
-serving sends it to the producer (``kv_producer``; the NIXL connector sets ``max_tokens = 1`` on
-the prefill side: ``vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py`` line
-434, vLLM 0.32.0; the proxy of ``examples/online_serving/disaggregated_serving`` sends the
-prefill request with ``max_tokens = 1``). When its token is sampled, the decode pool's router
+serving's proxy sends it to the prefill instance (vLLM's NIXL proxy,
+``tests/v1/kv_connector/nixl_integration/toy_proxy_server.py``: ``do_remote_decode = True``,
+``max_tokens = 1``, then the whole request to a decode instance with the returned
+``kv_transfer_params``; Mooncake's ``mooncake_connector_proxy.py`` likewise). When its token is
+sampled, the decode pool's router
 picks a decode replica and the request joins that replica's waiting queue with its prompt's
 KV remote: the decode replica allocates the prompt's blocks when it admits it, reads the KV
 over the link (``WAITING_FOR_REMOTE_KVS``: :mod:`kvbudget.simulator.remote_kv`), then
@@ -18,8 +19,10 @@ The transfer takes ``latency_s + bytes / bandwidth``: ``bytes`` is the prompt's 
 blocks of the prefill replica, per GPU (``ModelSpec.kv_bytes_per_token`` of the larger of the
 two pools' per-GPU shards: each GPU moves its shard over its own link, in parallel).
 
-The gateway's budget is the decode pool's KV (where a request's prompt and output stay); see
-docs/disaggregation.md for what is modelled and what is not.
+A lease has a part per pool (``policies.stage_leases``): the policy's reservation on the
+decode pool's KV (where the prompt and the output stay) and, on the prefill pool's KV, its
+reservation for the request with ``max_tokens = 1``, held until the transfer ends; a request is
+admitted only when both fit. See docs/disaggregation.md for what is modelled and what is not.
 """
 
 from __future__ import annotations
@@ -56,9 +59,11 @@ NOWHERE, PREFILL, DECODE = 0, 1, 2  # a row's stage
 
 def pool_setup(config: SimConfig, pool: PoolConfig, *, decode: bool) -> ReplicaSetup:
     """A pool's replicas' configuration: its GPU and engine knobs over the run's (a decode
-    replica without prefix caching: its prompts' KV comes over the link)."""
+    replica without prefix caching: its prompts' KV comes over the link; ``skip_ahead`` the
+    run's)."""
     gpu = pool.gpu or config.gpu
-    engine = pool.engine or config.engine
+    # the speed-up is the run's choice (it changes no result)
+    engine = replace(pool.engine or config.engine, skip_ahead=config.engine.skip_ahead)
     if decode:
         engine = replace(engine, enable_prefix_caching=False)
     own = replace(config, gpu=gpu, engine=engine, disaggregation=None,
@@ -95,8 +100,10 @@ class DisaggFleet:
             s.model.kv_bytes_per_token(s.engine.tensor_parallel_size, s.engine.kv_cache_dtype)
             for s in self.setups)
         self._bandwidth = d.link.bandwidth(self.setups[0].gpu)
-        self.loads = [RemoteLoads(env, e, self.transfer_s, self._load_started)
+        self.loads = [RemoteLoads(env, e, self.transfer_s, self._load_started, self._load_ended)
                       for e in self.decode]
+        # the driver's: the gateway is told a request's KV has moved (its prefill part goes)
+        self.on_transfer_end: Callable[[int, float], None] | None = None
         for e, loads in zip(self.decode, self.loads, strict=True):
             e.remote = loads
         caps_p = [e.capacity_tokens for e in self.prefill]
@@ -113,8 +120,10 @@ class DisaggFleet:
         self.transfer_end_s = np.full(n, np.nan)
         self._gateway_samples: list[tuple[int, int]] = []
         env.process(self._sample_gateway())
-        self.gateway = Gateway(gateway_config(
-            config.gateway_capacity_tokens or self.capacity_tokens, max(caps_d)), policy)
+        # a lease's part on each pool: the decode pool's (the budget), the prefill pool's
+        self.gateway = Gateway(replace(
+            gateway_config(config.gateway_capacity_tokens or self.capacity_tokens, max(caps_d)),
+            first_stage_capacity_tokens=sum(caps_p)), policy)
         self.ties: FleetTies | None = None
         skippers = [e for e in self.replicas if isinstance(e, SkipAheadEngine)]
         if len(skippers) == len(self.replicas) > 1:
@@ -146,6 +155,10 @@ class DisaggFleet:
         self.transfer_start_s[i] = start
         self.transfer_end_s[i] = end
 
+    def _load_ended(self, i: int) -> None:
+        if self.on_transfer_end is not None:
+            self.on_transfer_end(i, self.env.now)
+
     # --- a replica's hooks ------------------------------------------------------------------
     def _tied(self, r: int, act: Callable[[], None]) -> None:
         """``act`` (which may touch other replicas) as replica ``r``'s step end does it."""
@@ -162,9 +175,13 @@ class DisaggFleet:
         d = self.router_d.route(i, _allowed(self.decode, i))
         self.decode_replica[i] = d
         self.stage[i] = DECODE
-        self.loads[d].expect(i)
-        prompt = self.w.prompt_tokens.item(i)
-        self._tied(r, partial(self.decode[d].add_remote_request, i, prompt - 1))
+        self._tied(r, partial(self._hand_off, d, i))
+
+    def _hand_off(self, d: int, i: int) -> None:
+        """Row ``i`` joins decode replica ``d`` with its KV remote (unless its earlier
+        attempt's abort waits there still: it then computes its prompt there)."""
+        if self.decode[d].add_remote_request(i, self.w.prompt_tokens.item(i) - 1):
+            self.loads[d].expect(i)
 
     def _decoded(self, r: int, i: int, t: float) -> None:
         self.router_d.leave(i, r)
@@ -175,9 +192,9 @@ class DisaggFleet:
 
     def _next_touch_s(self, r: int, decode: bool) -> float:
         """Where replica ``r``'s decode runs are planned to end: the fleet's next event, or a
-        load on it ending (both end a run anyway: this only plans it)."""
-        t_next = self.hooks.next_external_s()
-        return min(t_next, self.loads[r].next_end_s()) if decode else t_next
+        load ending (it may admit a request; both end a run anyway: this only plans it)."""
+        t_next = self.hooks.next_external_s()  # a load's end may admit (the prefill part)
+        return min(t_next, *(loads.next_end_s() for loads in self.loads))
 
     def _next_timer_s(self) -> float | None:
         return self.gateway.next_timer_s()
@@ -207,8 +224,7 @@ class DisaggFleet:
         elif stage == DECODE:
             d = self.decode_replica.item(i)
             self.router_d.leave(i, d)
-            if not self.loads[d].cancel(i):
-                self.decode[d].abort_request(i)
+            self.loads[d].cancel(i)
         self.stage[i] = NOWHERE
 
     def output_tokens_of(self, i: int) -> int:

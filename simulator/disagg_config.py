@@ -137,6 +137,10 @@ class DisaggConfig:
             if engine.name != "vllm":
                 raise ValueError(f"disaggregation.{where}.engine.name: disaggregated serving is "
                                  f"modelled for vllm (its KV connector), got {engine.name!r}")
+            if where == "decode" and engine.scheduling_policy != "fcfs":
+                raise ValueError("disaggregation.decode.engine.scheduling_policy: only fcfs is "
+                                 "modelled on a decode replica (vLLM drains the requests whose "
+                                 f"KV arrived first), got {engine.scheduling_policy!r}")
             if pool.gpu is not None:
                 get_gpu(pool.gpu)
             try:

@@ -105,13 +105,17 @@ class Engine(Scheduler):
         elif self._busy:
             self._work_changed(added=True)
 
-    def add_remote_request(self, i: int, computed_tokens: int) -> None:
+    def add_remote_request(self, i: int, computed_tokens: int) -> bool:
         """Queue row ``i`` whose first ``computed_tokens`` tokens were computed on another
-        replica (a disaggregated decode replica: ``kvbudget.simulator.remote_kv``)."""
-        deferred = self.in_engine.item(i)
+        replica (a disaggregated decode replica: ``kvbudget.simulator.remote_kv``). False when
+        its earlier attempt's abort waits for the step boundary: it is then added after it as
+        a fresh request (its prompt computed here)."""
+        if self.in_engine.item(i):
+            self._add(i)
+            return False
         self._add(i)
-        if not deferred:
-            self.num_computed_tokens[i] = computed_tokens
+        self.num_computed_tokens[i] = computed_tokens
+        return True
 
     def add_loaded(self, i: int) -> None:
         """Row ``i``'s KV has arrived (``remote_kv``): back to the front of the waiting queue."""
@@ -272,8 +276,8 @@ class Engine(Scheduler):
                 # the request being scheduled was its own victim (priority scheduling):
                 # vLLM v1 stops the running loop there and schedules nothing this step
                 return
-            if self.remote is not None and (self.remote.loading or self.remote.release_held()):
-                self._stalled = bool(self.remote.loading)  # wait for a load to end (remote_kv)
+            if self.remote is not None and self.remote.loading:
+                self._stalled = True  # wait for a load to end (remote_kv)
                 return
             # nothing fits even with every block free: cannot happen for requests that
             # passed fits(); guard against a livelock all the same

@@ -7,15 +7,17 @@ the whole prompt as for any request, and then, instead of running, it leaves the
 KV is read over the link (:meth:`RemoteLoads.start_load`, called by
 ``Scheduler._schedule_waiting``): it holds its blocks, takes no token budget and no seat. When
 the read has ended it goes back to the front of the waiting queue (``Engine.add_loaded``) and
-is admitted again (its blocks are there: it fits) to compute the last prompt token, which
+is admitted again, ahead of every request that holds no blocks (:meth:`RemoteLoads.to_front`),
+to compute the last prompt token, which
 samples its first output token. This is vLLM 0.32.0's scheduler
 (``vllm/v1/core/sched/scheduler.py``): lines 1109-1112 (a request loading async takes no new
 tokens), 1320-1323 (its blocks allocated, status ``WAITING_FOR_REMOTE_KVS``), 3178-3186
 (skipped until ``finished_recving``), 3170-3173 (``num_computed_tokens = num_tokens - 1`` when
 the whole prompt arrived); the NIXL connector asks for every prompt block
 (``distributed/kv_transfer/kv_connector/v1/nixl/pull_scheduler.py`` ``get_num_new_matched_tokens``,
-lines 59-65). A request aborted while its KV loads keeps its blocks until the load ends
-(scheduler.py lines 2447-2454): here the abort is applied when it ends.
+lines 59-65). A request aborted while its KV loads frees its blocks at the engine's next step
+boundary, as any abort (vLLM 0.32.0 keeps them until the read has ended: scheduler.py lines
+2700-2710, ``delay_free_blocks``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import simpy
 
 if TYPE_CHECKING:
     from kvbudget.simulator.engine import Engine
+    from kvbudget.simulator.request_queue import RequestQueue
 
 __all__ = ["RemoteLoads"]
 
@@ -38,26 +41,26 @@ class RemoteLoads:
 
     def __init__(self, env: simpy.Environment, engine: Engine,
                  transfer_s: Callable[[int], float],
-                 on_start: Callable[[int, float, float], None]) -> None:
+                 on_start: Callable[[int, float, float], None],
+                 on_end: Callable[[int], None]) -> None:
         self.env = env
         self.engine = engine
         self._transfer_s = transfer_s  # row -> seconds its KV takes over the link
         self._on_start = on_start  # (row, start, end): the fleet's records
+        self._on_end = on_end  # row: its KV has moved (the gateway's first-stage part goes)
         self.pending: set[int] = set()
         self.loading: dict[int, float] = {}
-        self.loaded: set[int] = set()  # back in the queue with their blocks, not yet running
-        self.cancelled: set[int] = set()
+        self.loaded: dict[int, None] = {}  # in the queue with their blocks, by load end
 
     def expect(self, i: int) -> None:
         """Row ``i`` joins the decode replica with its KV remote."""
         self.pending.add(i)
-        self.cancelled.discard(i)
 
     def start_load(self, i: int) -> bool:
         """Row ``i`` was admitted by the waiting loop (its blocks allocated): True, its load
         started, when its KV is remote; False when it is here (it runs)."""
+        self.loaded.pop(i, None)
         if i not in self.pending:
-            self.loaded.discard(i)
             return False
         self.pending.discard(i)
         start = self.engine.t
@@ -65,50 +68,39 @@ class RemoteLoads:
         self.loading[i] = end
         self._on_start(i, start, end)
         done = self.env.timeout(max(0.0, end - self.env.now))
-        done.callbacks.append(self._ended(i))
+        done.callbacks.append(self._ended(i, end))
         return True
 
-    def _ended(self, i: int) -> Callable[[Any], None]:
+    def _ended(self, i: int, end: float) -> Callable[[Any], None]:
         def ended(_: Any) -> None:
+            if self.loading.get(i) != end:  # cancelled (an abort), or another attempt's load
+                return
             del self.loading[i]
-            self.loaded.add(i)
+            self.loaded[i] = None
             self.engine.add_loaded(i)
-            if i in self.cancelled:  # aborted while loading: its blocks go now
-                self.cancelled.discard(i)
-                self.loaded.discard(i)
-                self.engine.abort_request(i)
+            self._on_end(i)
         return ended
 
-    def cancel(self, i: int) -> bool:
-        """Row ``i`` is aborted: True when its load is in progress (the abort then waits for
-        its end); a pending row is forgotten (the engine aborts it from the queue)."""
+    def cancel(self, i: int) -> None:
+        """Row ``i`` is aborted (a revocation): a load in progress stops (the row goes back to
+        the queue, whence the engine's abort takes it and frees its blocks at its next step
+        boundary, as any abort), then the engine aborts it."""
         self.pending.discard(i)
-        self.loaded.discard(i)
-        if i in self.loading:
-            self.cancelled.add(i)
-            return True
-        return False
+        self.loaded.pop(i, None)
+        if self.loading.pop(i, None) is not None:
+            self.engine.add_loaded(i)
+        self.engine.abort_request(i)
 
     def next_end_s(self) -> float:
         """The earliest end of a load in progress (inf: none)."""
         return min(self.loading.values(), default=math.inf)
 
-    def release_held(self) -> bool:
-        """Nothing runs and nothing loads, and the waiting head cannot start: requests whose KV
-        arrived and that wait behind it (a preempted request, or one of higher priority, went
-        in front) hold blocks it needs. vLLM would schedule nothing, step after step; here they
-        give their blocks back and will compute their prompts locally (counted as a preemption
-        by recompute), so the head starts. True when any did."""
-        engine = self.engine
-        held = sorted(i for i in self.loaded if engine.kv.num_blocks.item(i) > 0)
-        for i in held:
-            computed = engine.num_computed_tokens.item(i)
-            engine.kv.free(i)
-            engine.num_computed_tokens[i] = 0
-            engine.num_recomputed_tokens += computed
-            engine.recomputed_tokens[i] += computed
-            engine.num_preemptions[i] += 1
-            engine.num_preemptions_total += 1
-            engine.hooks.on_preempt(i, engine.t)
-        self.loaded.clear()
-        return bool(held)
+    def to_front(self, waiting: RequestQueue) -> None:
+        """Put the requests whose KV arrived at the front of ``waiting``, in the order their
+        loads ended: vLLM 0.32.0 drains the waiting requests that hold KV blocks before the
+        others ("a block-holder must never sit behind a request whose failed allocation would
+        stop the scheduling scan": ``kv_holding_waiting``, scheduler.py lines 223-227 and
+        913-916), so a request preempted since, which holds none, goes behind them."""
+        for i in reversed(self.loaded):
+            waiting.remove_request(i)
+            waiting.prepend_request(i)

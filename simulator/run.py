@@ -150,6 +150,7 @@ class _Simulation:
         if config.disaggregation is not None:
             pools = DisaggFleet(self.env, w, priority, config, hooks, self.policy,
                                 gateway_config=partial(gateway_config, config))
+            pools.on_transfer_end = partial(self._first_stage_done, pools.gateway)
             return pools, pools.gateway, pools.capacity_tokens
         if config.fleet is not None:
             fleet = Fleet(self.env, w, priority, config, hooks, self.policy,
@@ -190,6 +191,12 @@ class _Simulation:
             w, row = self.w, slice(i, i + 1)
             self.users.user_free(float(self.frontend.finish_s(
                 np.array([t]), w.prompt_tokens[row], w.output_tokens[row])[0]))
+
+    def _first_stage_done(self, gateway: Gateway, i: int, t: float) -> None:
+        """Row ``i``'s KV has left the prefill pool (a disaggregated run): its part of the
+        prefill pool's budget goes back."""
+        now = self.clock(t)
+        self.carry_out(gateway.first_stage_done(i, now), now)
 
     def _on_preempt(self, i: int, t: float) -> None:
         self.gateway.engine_preempted(i, self._now(t))

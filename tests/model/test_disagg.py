@@ -19,11 +19,12 @@ from kvbudget.simulator.disagg_config import DisaggConfig, KVLink, PoolConfig
 from kvbudget.simulator.engine import Engine
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig, simulate
+from kvbudget.simulator.sim_config import ROUTERS
 from kvbudget.workloads import Workload, from_columns
 from tests.conftest import assert_skip_ahead_matches_stepping
 from tests.model.test_properties import SETTINGS, scenarios
 
-DISAGG_SETTINGS = settings(SETTINGS, max_examples=400)
+DISAGG_SETTINGS = settings(SETTINGS, max_examples=25)
 
 LLAMA_8B_KV_BYTES = 32 * 8 * 128 * 2 * 2  # layers x KV heads x head dim x (K, V) x bf16
 STEP_S = 0.01
@@ -85,9 +86,9 @@ def test_a_decode_replica_holds_the_blocks_of_a_request_whose_kv_is_loading() ->
     side. A's last prompt token [0.06, 0.07] is its one output token: it finishes, its blocks
     free; B's block is read [0.07, 0.095], its token [0.095, 0.105]."""
     w = from_columns([0.0, 0.0], [31, 16], [1, 1])
-    cfg = _config(_disagg())
+    cfg = _config(None)
     cfg = replace(cfg, disaggregation=replace(
-        cfg.disaggregation, decode=PoolConfig(1, engine=replace(cfg.engine, num_gpu_blocks=2))))
+        _disagg(), decode=PoolConfig(1, engine=replace(cfg.engine, num_gpu_blocks=2))))
     rec = simulate(w, make_policy("unlimited"), cfg).records
     assert rec.transfer_start_s.tolist() == pytest.approx([0.01, 0.07])
     assert rec.transfer_end_s.tolist() == pytest.approx([0.06, 0.095])
@@ -103,12 +104,15 @@ def test_a_colocated_run_has_no_disaggregation_columns() -> None:
 @st.composite
 def deployments(draw: st.DrawFn) -> tuple[Workload, SimConfig, str, dict[str, object]]:
     w, cfg, policy, params = draw(scenarios())
-    routers = st.sampled_from(["round_robin", "least_tokens", "prefix_affinity"])
+    routers = st.sampled_from(ROUTERS)
     link = KVLink("roce-200",
                   bandwidth_bytes_s=draw(st.sampled_from([1e7, 1e8, 1e9, 5e10])),
                   latency_s=draw(st.sampled_from([0.0, 0.003])))
+    # (a decode replica is fcfs: DisaggConfig.check)
+    decode_engine = replace(cfg.engine, scheduling_policy="fcfs")
     disagg = DisaggConfig(PoolConfig(draw(st.integers(1, 3)), router=draw(routers)),
-                          PoolConfig(draw(st.integers(1, 3)), router=draw(routers)), link)
+                          PoolConfig(draw(st.integers(1, 3)), engine=decode_engine,
+                                     router=draw(routers)), link)
     return w, replace(cfg, disaggregation=disagg), policy, params
 
 
@@ -210,3 +214,29 @@ def test_a_disaggregated_scenario_runs_through_the_cli(tmp_path: Path) -> None:
     assert done.any()
     assert set(rec.decode_replica[done]) <= {0, 1}
     assert (rec.first_token_s[done] > rec.transfer_end_s[done]).all()
+
+
+def test_a_lease_holds_the_prefill_pool_until_the_transfer_ends() -> None:
+    """The prefill pool has 3 blocks (48 tokens); steps take 10 ms plus 0.1 ms a prefill
+    token. The conservative policy's parts: A (prompt 16, 2 tokens) 32 tokens on the decode
+    pool and 17 -> 32 on the prefill pool (its reservation with max_tokens = 1); B (prompt 32)
+    48 and 33 -> 48. Both fit the decode pool, but B's prefill part does not fit beside A's:
+    B waits at the gateway until A's KV has moved.
+
+    A: prefill [0, 0.0116], KV [0.0116, 0.0366]. Then B is admitted (0.0366) and prefills
+    [0.0366, 0.0498]; A's last prompt token [0.0366, 0.0467] is its first token, its second
+    at 0.0567 (finished). B's two blocks [0.0567, 0.1067], its tokens at 0.1168 and 0.1268.
+    Without the prefill part both would prefill in one step at 0."""
+    w = from_columns([0.0, 0.0], [16, 32], [2, 2])
+    engine = EngineConfig(num_gpu_blocks=8, block_size=16)
+    disagg = replace(_disagg(), prefill=PoolConfig(1, engine=replace(engine, num_gpu_blocks=3)))
+    for skip_ahead in (False, True):
+        cfg = SimConfig(engine=replace(engine, skip_ahead=skip_ahead),
+                        cost_model=LinearCostModel(STEP_S, 1e-4, 0.0, 0.0),
+                        disaggregation=disagg)
+        rec = simulate(w, make_policy("conservative"), cfg).records
+        assert rec.admitted_s.tolist() == pytest.approx([0.0, 0.0366])
+        assert rec.transfer_start_s.tolist() == pytest.approx([0.0116, 0.0567])
+        assert rec.transfer_end_s.tolist() == pytest.approx([0.0366, 0.1067])
+        assert rec.first_token_s.tolist() == pytest.approx([0.0467, 0.1168])
+        assert rec.finished_s.tolist() == pytest.approx([0.0567, 0.1268])
