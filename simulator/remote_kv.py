@@ -24,22 +24,30 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import simpy
 
-if TYPE_CHECKING:
-    from kvbudget.simulator.engine import Engine
-    from kvbudget.simulator.request_queue import RequestQueue
+from kvbudget.simulator.request_queue import RequestQueue
 
 __all__ = ["RemoteLoads"]
+
+
+class _Engine(Protocol):
+    """What of its engine (``simulator.engine.Engine``) a replica's loads use."""
+
+    t: float
+
+    def add_loaded(self, i: int) -> None: ...
+
+    def abort_request(self, i: int) -> None: ...
 
 
 class RemoteLoads:
     """One decode replica's requests whose KV is remote: those not yet admitted
     (``pending``), those loading (``loading``: row -> end), and the loads' start and end."""
 
-    def __init__(self, env: simpy.Environment, engine: Engine,
+    def __init__(self, env: simpy.Environment, engine: _Engine,
                  transfer_s: Callable[[int], float],
                  on_start: Callable[[int, float, float], None],
                  on_end: Callable[[int], None]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from kvbudget.perf.cost_model import CostModel, FrontendCost, get_frontend
 from kvbudget.perf.fitted_on import FitTarget
@@ -21,7 +21,6 @@ from kvbudget.policies.tiers import tier_map
 from kvbudget.simulator.engine_config import ENGINE_DEFAULTS, EngineConfig, EngineDefaults
 
 if TYPE_CHECKING:
-    from kvbudget.simulator.disagg_config import DisaggConfig
     from kvbudget.workloads.closed_loop import ClosedLoop
 
 RouterName = Literal["round_robin", "least_tokens", "prefix_affinity"]
@@ -53,6 +52,15 @@ class FleetConfig:
 
     def gpu_of(self, replica: int, default: str) -> str:
         return self.gpus[replica] if self.gpus else default
+
+
+class Disaggregation(Protocol):
+    """A deployment with a prefill and a decode pool
+    (:class:`kvbudget.simulator.disagg_config.DisaggConfig`)."""
+
+    def check(self, config: SimConfig) -> None:
+        """Refuse what the run's ``config`` cannot have beside it (``ValueError``)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +123,7 @@ class SimConfig:
     engine_defaults: EngineDefaults = "vllm"
     frontend: str | None = None
     closed_loop: ClosedLoop | None = None
-    disaggregation: DisaggConfig | None = None  # a prefill and a decode pool (simulator.disagg)
+    disaggregation: Disaggregation | None = None  # prefill and decode pools (simulator.disagg)
 
     def __post_init__(self) -> None:
         if self.engine_defaults not in ENGINE_DEFAULTS:
