@@ -191,10 +191,14 @@ class DisaggFleet:
         self.hooks.on_preempt(i, t)
 
     def _next_touch_s(self, r: int, decode: bool) -> float:
-        """Where replica ``r``'s decode runs are planned to end: the fleet's next event, or a
-        load ending (it may admit a request; both end a run anyway: this only plans it)."""
-        t_next = self.hooks.next_external_s()  # a load's end may admit (the prefill part)
-        return min(t_next, *(loads.next_end_s() for loads in self.loads))
+        """Where replica ``r``'s decode runs are planned to end (a plan only: whatever reaches
+        a replica mid-run, an arrival, a hand-off, an abort, ends the run where stepping
+        would, ``fleet.Fleet._next_touch_s``). A decode replica: when a load on it ends (no
+        arrival comes to it); a prefill replica: the fleet's next event or a load's end (which
+        may admit a request)."""
+        if decode:
+            return self.loads[r].next_end_s()
+        return min(self.hooks.next_external_s(), *(x.next_end_s() for x in self.loads))
 
     def _next_timer_s(self) -> float | None:
         return self.gateway.next_timer_s()
