@@ -26,6 +26,7 @@ from kvbudget.policies.base import (
 from kvbudget.policies.budget import Lease, TokenBudget
 from kvbudget.policies.errors import Overloaded, OverloadReason, RequestTooLarge
 from kvbudget.policies.request import Request
+from kvbudget.policies.stage_leases import StageLeases
 from kvbudget.policies.tiers import (
     DEFAULT_TIERS,
     MAX_LIMIT_COUNT,
@@ -112,6 +113,7 @@ class GatewayConfig:
     reservation_granularity: int = 1
     front_door: FrontDoor | None = None
     max_request_tokens: int | None = None
+    first_stage_capacity_tokens: int | None = None  # a two-stage lease (policies.stage_leases)
 
     def __post_init__(self) -> None:
         if self.capacity_tokens < 1:
@@ -124,6 +126,9 @@ class GatewayConfig:
             raise ValueError(
                 f"max_request_tokens must be >= 1 or None, got {self.max_request_tokens!r}"
             )
+        stage = self.first_stage_capacity_tokens
+        if stage is not None and stage < 1:
+            raise ValueError(f"first_stage_capacity_tokens must be >= 1 or None, got {stage!r}")
         if self.lease_ttl_s is not None and not self.lease_ttl_s > 0:
             raise ValueError(f"lease_ttl_s must be > 0 or None, got {self.lease_ttl_s!r}")
         check_limit("lease_ttl_s", self.lease_ttl_s, MAX_LIMIT_S, "s")
@@ -198,6 +203,8 @@ class Gateway:
         self._deadlines: list[tuple[float, int]] = []
         self._admitted: dict[int, Admitted] = {}
         self._revocations: dict[int, int] = {}
+        stage = config.first_stage_capacity_tokens
+        self.stage = None if stage is None else StageLeases(stage)
 
     # --- GatewayView -----------------------------------------------------------------------
     @property
@@ -280,6 +287,8 @@ class Gateway:
             lease = entry.lease
             lease.settle(entry.request.prompt_tokens + output_tokens)
             lease.release()
+            if self.stage is not None:
+                self.stage.release(request_id)
             self._revocations.pop(request_id, None)
             self.policy.observe_completion(
                 Completion(entry.request, output_tokens, lease.reserved_tokens, entry.admitted_s),
@@ -293,6 +302,8 @@ class Gateway:
         entry = self._admitted.pop(request_id, None)
         if entry is not None:
             entry.lease.release()
+            if self.stage is not None:
+                self.stage.release(request_id)
         return self._dispatch(self._expire(now_s, []))
 
     def cancel(self, request_id: int, now_s: float) -> list[Action]:
@@ -306,6 +317,8 @@ class Gateway:
         entry = self._admitted.pop(request_id, None)
         if entry is not None:
             entry.lease.release()
+            if self.stage is not None:
+                self.stage.release(request_id)
         self._revocations.pop(request_id, None)
         return self._dispatch(self._expire(now_s, []))
 
@@ -314,6 +327,14 @@ class Gateway:
         entry = self._admitted.get(request_id)
         if entry is not None:
             entry.lease.settle(entry.request.prompt_tokens + output_tokens)
+
+    def first_stage_done(self, request_id: int, now_s: float) -> list[Action]:
+        """The first stage is done with an admitted request (its KV has moved on): its part
+        of the first stage's budget goes back; the actions are what that admits."""
+        self._tick(now_s)
+        if self.stage is not None:
+            self.stage.release(request_id)
+        return self._dispatch(self._expire(now_s, []))
 
     def engine_preempted(self, request_id: int, now_s: float) -> None:
         """The engine preempted an admitted request (told to learning policies)."""
@@ -401,6 +422,8 @@ class Gateway:
             else:
                 for lease in self._budget.expire(now_s):
                     entry = self._admitted.pop(lease.holder, None)
+                    if self.stage is not None:
+                        self.stage.release(lease.holder)
                     if entry is not None:
                         actions.append(Revoke(entry.request, lease, requeued=False))
                         tier = self._tiers[entry.request.tier]
@@ -519,9 +542,17 @@ class Gateway:
     def _try_reserve(self, request: Request, tokens: int) -> Lease | None:
         ttl = self.config.lease_ttl_s
         expires = None if ttl is None else self._now + ttl
-        return self._budget.try_reserve(
+        lease = self._budget.try_reserve(
             request.tier, tokens, holder=request.request_id, expires_at=expires
         )
+        if lease is not None and self.stage is not None:  # both parts fit, or neither is held
+            first = self.stage.first_stage_request(request)
+            gran = self.config.reservation_granularity
+            part = -(-self.policy.reservation(first, self) // gran) * gran
+            if not self.stage.reserve(request, part):
+                lease.release()
+                return None
+        return lease
 
     def _revoke(self, request_ids: Sequence[int]) -> list[Action]:
         actions: list[Action] = []
@@ -530,6 +561,8 @@ class Gateway:
             if entry is None:
                 continue
             entry.lease.release()
+            if self.stage is not None:
+                self.stage.release(rid)
             self._revocations[rid] = self._revocations.get(rid, 0) + 1
             request = entry.request
             tier = self._tiers[request.tier]

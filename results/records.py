@@ -83,11 +83,23 @@ defines it (NaN for one-token outputs). ``num_preemptions`` counts engine preemp
 gateway revocations of this request. ``output_tokens`` is what was generated (the true length for
 a completed request). ``reason`` is the overload reason for refusals, else empty."""
 
-OPTIONAL_RECORD_COLUMNS: Final[dict[str, str]] = {"num_attempts": "int64"}
+DISAGG_RECORD_COLUMNS: Final[dict[str, str]] = {
+    "prefill_replica": "int64",
+    "decode_replica": "int64",
+    "transfer_start_s": "float64",
+    "transfer_end_s": "float64",
+}
+"""Columns a disaggregated run has (``[disaggregation]``, docs/disaggregation.md): the prefill
+and decode replica of each request's last attempt (-1: not reached) and when its prompt's KV
+started and ended moving over the link (NaN: it did not move). A colocated run has none."""
+
+OPTIONAL_RECORD_COLUMNS: Final[dict[str, str]] = {"num_attempts": "int64",
+                                                  **DISAGG_RECORD_COLUMNS}
 """Columns a run has when its clients are modelled (a ``[clients]`` table, ``--clients`` or a
 per-request timeout): ``num_attempts`` counts the attempts the client sent (1: no retry). The
 row stays one per request: ``arrival_s`` is its first attempt's, ``status`` its final answer,
-and ``ttft_s``/``e2e_s`` count from the first attempt, as its user experienced them."""
+and ``ttft_s``/``e2e_s`` count from the first attempt, as its user experienced them. And
+:data:`DISAGG_RECORD_COLUMNS` in a disaggregated run."""
 
 ATTEMPT_COLUMNS: Final[dict[str, str]] = {
     "request_id": "int64",

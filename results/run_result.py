@@ -14,6 +14,7 @@ import numpy as np
 
 from kvbudget.results.records import (
     ATTEMPT_COLUMNS,
+    DISAGG_RECORD_COLUMNS,
     OPTIONAL_RECORD_COLUMNS,
     OPTIONAL_TIMELINE_COLUMNS,
     RECORD_COLUMNS,
@@ -226,6 +227,9 @@ def _check_records(rec: dict[str, Any], path: Path) -> None:
     for name in ("num_preemptions", "reserved_tokens", *[c for c in OPTIONAL_RECORD_COLUMNS
                                                          if c in rec]):
         v = np.asarray(rec[name])
+        if name in DISAGG_RECORD_COLUMNS:  # -1 / NaN: not reached
+            _first_bad(path, name, v, (v < -1) | np.isinf(v), "below -1 or infinite")
+            continue
         _first_bad(path, name, v, v < 0, "negative")
     arrival = np.asarray(rec["arrival_s"], dtype=np.float64)
     _first_bad(path, "arrival_s", arrival, ~np.isfinite(arrival), "not a finite time")

@@ -81,6 +81,7 @@ class Engine(Scheduler):
         self._pending: list[list[int]] = []
         self._between_steps = False  # a step has ended and the next is not yet scheduled
         self._busy = False  # a step is in flight
+        self._stalled = False  # nothing could run while KV loads (remote_kv)
         self._wake: simpy.Event | None = None
         self._caps = QueueCaps.of(config)
         self.process = env.process(self._run())
@@ -121,6 +122,26 @@ class Engine(Scheduler):
                 self._work_changed()
             return
         self.waiting.add_request(i)
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+        elif self._busy:
+            self._work_changed(added=True)
+
+    def add_remote_request(self, i: int, computed_tokens: int) -> bool:
+        """Queue row ``i`` whose first ``computed_tokens`` tokens were computed on another
+        replica (a disaggregated decode replica: ``kvbudget.simulator.remote_kv``). False when
+        its earlier attempt's abort waits for the step boundary: it is then added after it as
+        a fresh request (its prompt computed here)."""
+        if self.in_engine.item(i):
+            self._add(i)
+            return False
+        self._add(i)
+        self.num_computed_tokens[i] = computed_tokens
+        return True
+
+    def add_loaded(self, i: int) -> None:
+        """Row ``i``'s KV has arrived (``remote_kv``): back to the front of the waiting queue."""
+        self.waiting.prepend_request(i)
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
         elif self._busy:
@@ -269,7 +290,8 @@ class Engine(Scheduler):
             if self._pending and not self.running and self.waiting.peek_request() is None:
                 self._release_pending(everything=True)  # nothing else would be scheduled
             self._between_steps = False
-            if not self.running and self.waiting.peek_request() is None:
+            if not self.running and (self.waiting.peek_request() is None or self._stalled):
+                self._stalled = False  # (nothing ran: every request's KV loads elsewhere)
                 if (t_held := self._held_until_s()) <= self.t:
                     continue  # work held outside the queues (a KV load) waits now
                 self._on_idle()
@@ -308,6 +330,9 @@ class Engine(Scheduler):
                 yield self._wake
                 self._wake = None
                 self.t = max(self.t, self.env.now)
+                return
+            if self.remote is not None and self.remote.loading:
+                self._stalled = True  # wait for a load to end (remote_kv)
                 return
             # nothing fits even with every block free: cannot happen for requests that
             # passed fits(); guard against a livelock all the same

@@ -288,7 +288,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         if g is not None:
             reserved, gw_waiting = self.hooks.gateway_state()
             tail = self._schedule_group(g)
-            if tail is not None and (tail or g.size):  # (else a KV load holds all there is)
+            if tail is not None and (tail or g.size):  # (else a KV load holds all there is: offload, disaggregation)
                 yield from self._group_iteration(g, tail, reserved, gw_waiting)
                 return
             self._group_dissolve(scheduled=False)

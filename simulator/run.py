@@ -43,6 +43,7 @@ from kvbudget.results.run_result import RunResult
 from kvbudget.simulator import queue_caps
 from kvbudget.simulator.alarm import Alarm
 from kvbudget.simulator.clients import Clients
+from kvbudget.simulator.disagg import DisaggFleet
 from kvbudget.simulator.engine import EngineHooks, RequestColumns
 from kvbudget.simulator.engine_variants import make_engine
 from kvbudget.simulator.fleet import Fleet
@@ -147,6 +148,11 @@ class _Simulation:
             ),
             gateway_state=self._gateway_state,
         )
+        if config.disaggregation is not None:
+            pools = DisaggFleet(self.env, w, priority, config, hooks, self.policy,
+                                gateway_config=partial(gateway_config, config))
+            pools.on_transfer_end = partial(self._first_stage_done, pools.gateway)
+            return pools, pools.gateway, pools.capacity_tokens
         if config.fleet is not None:
             fleet = Fleet(self.env, w, priority, config, hooks, self.policy,
                           gateway_config=partial(gateway_config, config), setup=setup)
@@ -188,6 +194,12 @@ class _Simulation:
             w, row = self.w, slice(i, i + 1)
             self.users.user_free(float(self.frontend.finish_s(
                 np.array([t]), w.prompt_tokens[row], w.output_tokens[row])[0]))
+
+    def _first_stage_done(self, gateway: Gateway, i: int, t: float) -> None:
+        """Row ``i``'s KV has left the prefill pool (a disaggregated run): its part of the
+        prefill pool's budget goes back."""
+        now = self.clock(t)
+        self.carry_out(gateway.first_stage_done(i, now), now)
 
     def _on_preempt(self, i: int, t: float) -> None:
         self.gateway.engine_preempted(i, self._now(t))
@@ -387,6 +399,7 @@ class _Simulation:
             "num_recomputed_tokens": e.num_recomputed_tokens,
         }
         stats = e.stats()
+        self._disagg_columns = e.record_columns() if isinstance(e, DisaggFleet) else None
         fig = e.request_figures(completed, np.asarray(w.tier, np.int64))
         recomputed = fig.recomputed_tokens
         figures["recomputed_tokens_by_tier"] = {
@@ -452,6 +465,8 @@ class _Simulation:
         }
         if self._clients is not None:
             records["num_attempts"] = self._clients.attempt.copy()
+        if self._disagg_columns is not None:
+            records.update(self._disagg_columns)
         return records
 
     def _summary_extra(self, engine_figures: dict[str, Any], num_gpu_blocks: int,

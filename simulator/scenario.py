@@ -44,6 +44,15 @@ dotted names. Example::
     router = "least_tokens"
     budget = "per_replica"
 
+    [disaggregation]            # prefill and decode pools, the KV over a link (optional)
+    link = "infiniband-ndr"     # nvlink, pcie, infiniband-ndr, infiniband-hdr, roce-200
+    [disaggregation.prefill]
+    num_replicas = 2
+    router = "prefix_affinity"
+    [disaggregation.decode]
+    num_replicas = 6
+    engine = { max_num_seqs = 512 }
+
     [workload]
     kind = "trace"
     path = "AzureLLMInferenceTrace_conv.csv"
@@ -83,6 +92,7 @@ from kvbudget.policies.clients import client_models
 from kvbudget.policies.gateway import FrontDoor
 from kvbudget.policies.tiers import MAX_LIMIT_TOKENS
 from kvbudget.simulator.autoscale_config import AutoscaleConfig
+from kvbudget.simulator.disagg_config import disagg_from_tables
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig
 from kvbudget.simulator.sim_config import FleetConfig
@@ -215,6 +225,25 @@ class FleetSpec:
 
 
 @dataclass(frozen=True)
+class DisaggPoolSpec:
+    __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
+    num_replicas: Annotated[int, Ge(1), Le(MAX_REPLICAS)] = 1
+    gpu: str | None = None
+    router: str = "least_tokens"
+    engine: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DisaggSpec:
+    __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
+    prefill: DisaggPoolSpec | None = None
+    decode: DisaggPoolSpec | None = None
+    link: str = "infiniband-ndr"
+    link_bandwidth_gb_s: Annotated[float, Gt(0)] | None = None
+    link_latency_s: Annotated[float, Ge(0)] = 0.0
+
+
+@dataclass(frozen=True)
 class TierSpec:
     __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
     name: str
@@ -250,6 +279,7 @@ class ScenarioSpec:
     closed_loop: ClosedLoopSpec | None = None
     clients: dict[str, Any] | None = None
     workload: dict[str, Any] = field(default_factory=dict)
+    disaggregation: DisaggSpec | None = None
 
 
 @cache
@@ -455,6 +485,8 @@ class Scenario:
             seed=s.seed,
             engine_defaults=s.engine_defaults,  # type: ignore[arg-type]  # SimConfig checks it
             frontend=s.frontend,
+            disaggregation=None if s.disaggregation is None else disagg_from_tables(
+                asdict(s.disaggregation), asdict(s.engine)),
         )
         if s.cost_model is None:
             return config

@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -53,6 +53,9 @@ from kvbudget.simulator.spec_decode import SpecDecode
 from kvbudget.simulator.step_commit import StepCommit
 from kvbudget.simulator.step_cost import rows_features
 from kvbudget.simulator.token_segments import TokenSegments
+
+if TYPE_CHECKING:
+    from kvbudget.simulator.remote_kv import RemoteLoads
 
 __all__ = ["EngineHooks", "FloatArray", "IntArray", "RequestColumns", "Scheduler"]
 
@@ -159,6 +162,7 @@ class Scheduler:
         self._step_extra_s = 0.0  # seconds a hook adds to the current step (swap transfers)
         self._hol_blocked = False  # this step's waiting head was refused for lack of KV
         self.head_refusal = ""  # why the waiting loop stopped: "", seqs, budget, kv, policy
+        self.remote: RemoteLoads | None = None  # a disaggregated decode replica's KV loads
         # the KV blocks, shared between prompt prefixes with equal hashes with automatic
         # prefix caching (vLLM --enable-prefix-caching) over the workload's hashes
         prefix = None
@@ -514,6 +518,8 @@ class Scheduler:
         budget and :meth:`_admit_waiting` allow; the first refusal stops it (``head_refusal``
         says why)."""
         self._on_schedule_waiting()
+        if self.remote is not None and self.remote.loaded:
+            self.remote.to_front(self.waiting)  # requests whose KV arrived go first
         sched: list[int] = []
         new: list[int] = []
         self._hol_blocked = False
@@ -546,6 +552,8 @@ class Scheduler:
                 self._hol_blocked = True
                 break
             waiting.pop_request()
+            if self.remote is not None and self.remote.start_load(i_w):
+                continue  # WAITING_FOR_REMOTE_KVS: its blocks held while its KV loads
             self._start_running(i_w)
             sched.append(i_w)
             new.append(n_new)

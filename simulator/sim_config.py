@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from kvbudget.perf.cost_model import CostModel, FrontendCost, get_frontend
 from kvbudget.perf.fitted_on import FitTarget
@@ -74,6 +74,15 @@ class FleetConfig:
         return self.gpus[replica] if self.gpus else default
 
 
+class Disaggregation(Protocol):
+    """A deployment with a prefill and a decode pool
+    (:class:`kvbudget.simulator.disagg_config.DisaggConfig`)."""
+
+    def check(self, config: SimConfig) -> None:
+        """Refuse what the run's ``config`` cannot have beside it (``ValueError``)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class ReplicaSetup:
     """One replica's configuration, resolved once (:meth:`SimConfig.replica_setup`): what a
@@ -134,6 +143,7 @@ class SimConfig:
     engine_defaults: EngineDefaults = "vllm"
     frontend: str | None = None
     closed_loop: ClosedLoop | None = None
+    disaggregation: Disaggregation | None = None  # prefill and decode pools (simulator.disagg)
 
     def __post_init__(self) -> None:
         if self.engine_defaults not in ENGINE_DEFAULTS:
@@ -180,6 +190,8 @@ class SimConfig:
         if self.fleet is not None:
             for gpu in self.fleet.gpus:
                 get_gpu(gpu)
+        if self.disaggregation is not None:
+            self.disaggregation.check(self)
 
     def replica_setup(self, gpu: str | None = None, *, with_blocks: bool = True
                       ) -> ReplicaSetup:

@@ -1,0 +1,54 @@
+"""A lease's part on a first stage with KV of its own (a disaggregated deployment's prefill
+pool): :class:`StageLeases`, which a :class:`~kvbudget.policies.gateway.Gateway` keeps when its
+config has ``first_stage_capacity_tokens``.
+
+A request then runs in two stages, each on its own KV: the first computes its prompt and
+samples one token (vLLM's disaggregated prefill runs with ``max_tokens = 1``), then its KV moves
+to the second, which holds the prompt and the output. Its lease has a part on each: on the
+second, the policy's reservation for the request, as for any deployment; on the first, the
+policy's reservation for the request as the first stage runs it (``max_output_tokens = 1``),
+held until the executor says the first stage is done with it (its KV has moved:
+:meth:`Gateway.first_stage_done <kvbudget.policies.gateway.Gateway.first_stage_done>`), or the
+request leaves. A request is admitted only when both parts fit. Clock-free, as the gateway.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kvbudget.policies.budget import Lease, TokenBudget
+from kvbudget.policies.request import Request
+
+__all__ = ["StageLeases"]
+
+
+class StageLeases:
+    """The first stage's budget and each admitted request's part of it."""
+
+    def __init__(self, capacity_tokens: int) -> None:
+        self.budget = TokenBudget(capacity_tokens)
+        self._parts: dict[int, Lease] = {}
+
+    @staticmethod
+    def first_stage_request(request: Request) -> Request:
+        """``request`` as the first stage runs it: one output token."""
+        return replace(request, max_output_tokens=1)
+
+    def reserve(self, request: Request, tokens: int) -> bool:
+        """Reserve ``tokens`` for ``request``'s first stage; False (nothing changed) when they
+        do not fit."""
+        lease = self.budget.try_reserve(request.tier, tokens, holder=request.request_id)
+        if lease is None:
+            return False
+        self._parts[request.request_id] = lease
+        return True
+
+    def release(self, request_id: int) -> None:
+        """Give back ``request_id``'s part, if it holds one (idempotent)."""
+        lease = self._parts.pop(request_id, None)
+        if lease is not None:
+            lease.release()
+
+    @property
+    def reserved_tokens(self) -> int:
+        return self.budget.reserved_tokens

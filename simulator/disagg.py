@@ -1,0 +1,390 @@
+"""Disaggregated prefill/decode: a prefill pool and a decode pool behind one gateway, the KV
+moving between them over a link (``SimConfig(disaggregation=DisaggConfig(...))``;
+:mod:`kvbudget.simulator.disagg_config`).
+
+A request, once admitted, is routed to a prefill replica (the pool's router, ``prefix_affinity``
+to follow prompt prefixes) and runs there with ``max_tokens = 1``, as vLLM's disaggregated
+serving's proxy sends it to the prefill instance (vLLM's NIXL proxy,
+``tests/v1/kv_connector/nixl_integration/toy_proxy_server.py``: ``do_remote_decode = True``,
+``max_tokens = 1``, then the whole request to a decode instance with the returned
+``kv_transfer_params``; Mooncake's ``mooncake_connector_proxy.py`` likewise). When its token is
+sampled, the decode pool's router
+picks a decode replica and the request joins that replica's waiting queue with its prompt's
+KV remote: the decode replica allocates the prompt's blocks when it admits it, reads the KV
+over the link (``WAITING_FOR_REMOTE_KVS``: :mod:`kvbudget.simulator.remote_kv`), then
+computes the last prompt token, which gives the first output token the client sees, and
+decodes. The prefill replica's token is not the client's (the proxy drops it).
+
+The transfer takes ``latency_s + bytes / bandwidth``: ``bytes`` is the prompt's KV in whole
+blocks of the prefill replica, per GPU (``ModelSpec.kv_bytes_per_token`` of the larger of the
+two pools' per-GPU shards: each GPU moves its shard over its own link, in parallel).
+
+A lease has a part per pool (``policies.stage_leases``): the policy's reservation on the
+decode pool's KV (where the prompt and the output stay) and, on the prefill pool's KV, its
+reservation for the request with ``max_tokens = 1``, held until the transfer ends; a request is
+admitted only when both fit. See docs/disaggregation.md for what is modelled and what is not.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import replace
+from functools import partial
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import simpy
+
+from kvbudget.policies import BasePolicy, Gateway, GatewayConfig
+from kvbudget.results.metrics import merge_gap_rows
+from kvbudget.simulator.disagg_config import DisaggConfig, PoolConfig
+from kvbudget.simulator.engine import Engine, EngineHooks, FloatArray, IntArray, RequestColumns
+from kvbudget.simulator.engine_variants import make_engine
+from kvbudget.simulator.exact_sum import to_float
+from kvbudget.simulator.fast_decode import SkipAheadEngine
+from kvbudget.simulator.fleet import Router
+from kvbudget.simulator.fleet_events import FleetEvents
+from kvbudget.simulator.fleet_ties import FleetTies
+from kvbudget.simulator.remote_kv import RemoteLoads
+from kvbudget.simulator.serving import RequestFigures, TimelineRow
+from kvbudget.simulator.sim_config import ReplicaSetup, SimConfig
+from kvbudget.workloads import Workload
+
+__all__ = ["DisaggFleet", "pool_setup"]
+
+NOWHERE, PREFILL, DECODE = 0, 1, 2  # a row's stage
+
+
+def pool_setup(config: SimConfig, pool: PoolConfig, *, decode: bool) -> ReplicaSetup:
+    """A pool's replicas' configuration: its GPU and engine knobs over the run's (a decode
+    replica without prefix caching: its prompts' KV comes over the link; ``skip_ahead`` the
+    run's)."""
+    gpu = pool.gpu or config.gpu
+    # the speed-up is the run's choice (it changes no result)
+    engine = replace(pool.engine or config.engine, skip_ahead=config.engine.skip_ahead)
+    if decode:
+        engine = replace(engine, enable_prefix_caching=False)
+    own = replace(config, gpu=gpu, engine=engine, disaggregation=None,
+                  cost_model=config.cost_model if gpu == config.gpu else None)
+    return own.replica_setup()
+
+
+class DisaggFleet:
+    """A prefill pool and a decode pool that look like one engine to the driver
+    (``ServingEngine``). Every replica's arrays are indexed by workload rows."""
+
+    def __init__(self, env: simpy.Environment, workload: Workload, priority: IntArray,
+                 config: SimConfig, hooks: EngineHooks, policy: BasePolicy, *,
+                 gateway_config: Callable[[int, int | None], GatewayConfig]) -> None:
+        d = config.disaggregation
+        assert isinstance(d, DisaggConfig)
+        self.config, self.hooks, self.w, self.env, self.disagg = config, hooks, workload, env, d
+        n = len(workload)
+        self.events = FleetEvents(env, workload.arrival_s, config.closed_loop is None,
+                                  self._next_timer_s, config.timeline_period_s)
+        p_pool, d_pool = d.pools
+        self.setups = (pool_setup(config, p_pool, decode=False),
+                       pool_setup(config, d_pool, decode=True))
+        columns = RequestColumns.of(workload, priority)
+        ones = np.ones(n, np.int64)  # the prefill side's max_tokens = 1
+        p_cols = replace(columns, output_tokens=ones, max_output_tokens=ones)
+        d_cols = replace(columns, prefix_hashes=None, prefix_offsets=None)
+        self.prefill = [self._engine(self.setups[0], p_cols, r, False)
+                        for r in range(p_pool.num_replicas)]
+        self.decode = [self._engine(self.setups[1], d_cols, r, True)
+                       for r in range(d_pool.num_replicas)]
+        self.replicas: list[Engine] = [*self.prefill, *self.decode]
+        self._bytes_per_token = max(
+            s.model.kv_bytes_per_token(s.engine.tensor_parallel_size, s.engine.kv_cache_dtype)
+            for s in self.setups)
+        self._bandwidth = d.link.bandwidth(self.setups[0].gpu)
+        self.loads = [RemoteLoads(env, e, self.transfer_s, self._load_started, self._load_ended)
+                      for e in self.decode]
+        # the driver's: the gateway is told a request's KV has moved (its prefill part goes)
+        self.on_transfer_end: Callable[[int, float], None] | None = None
+        for e, loads in zip(self.decode, self.loads, strict=True):
+            e.remote = loads
+        caps_p = [e.capacity_tokens for e in self.prefill]
+        caps_d = [e.capacity_tokens for e in self.decode]
+        self.router_p = Router(p_pool.router, caps_p, workload)
+        self.router_d = Router(d_pool.router, caps_d, workload)
+        self.capacity_tokens = sum(caps_d)  # the gateway's budget: the decode pool's KV
+        self.num_gpu_blocks = sum(e.num_gpu_blocks for e in self.decode)
+        self.block_size = self.decode[0].block_size
+        self.stage = np.zeros(n, np.int8)
+        self.prefill_replica = np.full(n, -1, np.int64)
+        self.decode_replica = np.full(n, -1, np.int64)
+        self.transfer_start_s = np.full(n, np.nan)
+        self.transfer_end_s = np.full(n, np.nan)
+        self._gateway_samples: list[tuple[int, int]] = []
+        env.process(self._sample_gateway())
+        # a lease's part on each pool: the decode pool's (the budget), the prefill pool's
+        self.gateway = Gateway(replace(
+            gateway_config(config.gateway_capacity_tokens or self.capacity_tokens, max(caps_d)),
+            first_stage_capacity_tokens=sum(caps_p)), policy)
+        self.ties: FleetTies | None = None
+        skippers = [e for e in self.replicas if isinstance(e, SkipAheadEngine)]
+        if len(skippers) == len(self.replicas) > 1:
+            self.ties = FleetTies(env, skippers)
+            for r, e in enumerate(skippers):
+                e.join_ties(self.ties, r)
+
+    def _engine(self, setup: ReplicaSetup, columns: RequestColumns, r: int,
+                decode: bool) -> Engine:
+        on_finish = partial(self._decoded if decode else self._prefilled, r)
+        hooks = EngineHooks(on_finish=on_finish, on_preempt=self._preempted,
+                            next_external_s=partial(self._next_touch_s, r, decode),
+                            gateway_state=_no_gateway)
+        engine = make_engine(self.env, setup, columns, hooks,
+                             timeline_period_s=self.config.timeline_period_s)
+        if isinstance(engine, SkipAheadEngine):
+            engine.planner.tie = self.events.first_tie
+        return engine
+
+    # --- the link ------------------------------------------------------------------------------
+    def transfer_s(self, i: int) -> float:
+        """Seconds row ``i``'s prompt KV takes over the link (whole blocks of the prefill
+        replica, each GPU's shard over its own link)."""
+        bs = self.prefill[0].block_size
+        tokens = -(-self.w.prompt_tokens.item(i) // bs) * bs
+        return self.disagg.link.latency_s + tokens * self._bytes_per_token / self._bandwidth
+
+    def _load_started(self, i: int, start: float, end: float) -> None:
+        self.transfer_start_s[i] = start
+        self.transfer_end_s[i] = end
+
+    def _load_ended(self, i: int) -> None:
+        if self.on_transfer_end is not None:
+            self.on_transfer_end(i, self.env.now)
+
+    # --- a replica's hooks ------------------------------------------------------------------
+    def _tied(self, r: int, act: Callable[[], None]) -> None:
+        """``act`` (which may touch other replicas) as replica ``r``'s step end does it."""
+        ties = self.ties
+        if ties is not None:
+            ties.actor = r
+        act()
+        if ties is not None:
+            ties.actor = -1
+
+    def _prefilled(self, r: int, i: int, t: float) -> None:
+        """Prefill replica ``r`` sampled row ``i``'s token: to a decode replica."""
+        self.router_p.leave(i, r)
+        d = self.router_d.route(i, _allowed(self.decode, i))
+        self.decode_replica[i] = d
+        self.stage[i] = DECODE
+        self._tied(r, partial(self._hand_off, d, i))
+
+    def _hand_off(self, d: int, i: int) -> None:
+        """Row ``i`` joins decode replica ``d`` with its KV remote (unless its earlier
+        attempt's abort waits there still: it then computes its prompt there)."""
+        if self.decode[d].add_remote_request(i, self.w.prompt_tokens.item(i) - 1):
+            self.loads[d].expect(i)
+
+    def _decoded(self, r: int, i: int, t: float) -> None:
+        self.router_d.leave(i, r)
+        self._tied(len(self.prefill) + r, partial(self.hooks.on_finish, i, t))
+
+    def _preempted(self, i: int, t: float) -> None:
+        self.hooks.on_preempt(i, t)
+
+    def _next_touch_s(self, r: int, decode: bool) -> float:
+        """Where replica ``r``'s decode runs are planned to end (a plan only: whatever reaches
+        a replica mid-run, an arrival, a hand-off, an abort, ends the run where stepping
+        would, ``fleet.Fleet._next_touch_s``). A decode replica: when a load on it ends (no
+        arrival comes to it); a prefill replica: the fleet's next event or a load's end (which
+        may admit a request)."""
+        if decode:
+            return self.loads[r].next_end_s()
+        return min(self.hooks.next_external_s(), *(x.next_end_s() for x in self.loads))
+
+    def _next_timer_s(self) -> float | None:
+        return self.gateway.next_timer_s()
+
+    # --- the engine interface the driver uses ----------------------------------------------------
+    def fits(self, i: int) -> bool:
+        return any(e.fits(i) for e in self.prefill) and any(e.fits(i) for e in self.decode)
+
+    def add_request(self, i: int) -> str:
+        r = self.router_p.route(i, _allowed(self.prefill, i))
+        self.stage[i] = PREFILL
+        self.prefill_replica[i] = r
+        self.decode_replica[i] = -1
+        self.transfer_start_s[i] = self.transfer_end_s[i] = math.nan
+        why = self.prefill[r].add_request(i)
+        if why:
+            self.router_p.leave(i, r)
+            self.stage[i] = NOWHERE
+        return why
+
+    def abort_request(self, i: int) -> None:
+        stage = self.stage.item(i)
+        if stage == PREFILL:
+            r = self.prefill_replica.item(i)
+            self.prefill[r].abort_request(i)
+            self.router_p.leave(i, r)
+        elif stage == DECODE:
+            d = self.decode_replica.item(i)
+            self.router_d.leave(i, d)
+            self.loads[d].cancel(i)
+        self.stage[i] = NOWHERE
+
+    def output_tokens_of(self, i: int) -> int:
+        d = self.decode_replica.item(i)
+        return 0 if d < 0 else self.decode[d].output_tokens_of(i)
+
+    def forget_first_token(self, i: int) -> None:
+        for e in self.decode:
+            e.forget_first_token(i)
+
+    @property
+    def num_preemptions_total(self) -> int:
+        return sum(e.num_preemptions_total for e in self.replicas)
+
+    # --- figures ---------------------------------------------------------------------------
+    @property
+    def t(self) -> float:
+        return max(e.t for e in self.replicas)
+
+    @property
+    def num_steps(self) -> int:
+        return sum(e.num_steps for e in self.replicas)
+
+    @property
+    def num_recomputed_tokens(self) -> int:
+        return sum(e.num_recomputed_tokens for e in self.replicas)
+
+    @property
+    def recomputed_tokens(self) -> IntArray:
+        return np.asarray(sum(e.recomputed_tokens for e in self.replicas), np.int64)
+
+    @property
+    def num_preemptions(self) -> IntArray:
+        return np.asarray(sum(e.num_preemptions for e in self.replicas), np.int64)
+
+    def _decode_min(self, name: str) -> FloatArray:
+        out = np.full(len(self.stage), np.nan)
+        for e in self.decode:
+            out = np.fmin(out, getattr(e, name))
+        return out
+
+    @property
+    def first_token_s(self) -> FloatArray:
+        """The client's first token: the decode replica's (the prefill's is dropped)."""
+        return self._decode_min("first_token_s")
+
+    @property
+    def finished_s(self) -> FloatArray:
+        return self._decode_min("finished_s")
+
+    def output_tokens(self) -> IntArray:
+        out = np.zeros(len(self.stage), np.int64)
+        for d, e in enumerate(self.decode):
+            mask = self.decode_replica == d
+            out[mask] = e.output_tokens()[mask]
+        return out
+
+    def token_gaps(self, keep: npt.NDArray[np.bool_], tier: IntArray
+                   ) -> tuple[IntArray, FloatArray, IntArray]:
+        """The decode replicas' gaps (a prefill replica samples one token: none)."""
+        num_codes = int(tier.max()) + 1 if tier.size else 0
+        parts = [merge_gap_rows(*e.token_gaps(keep, tier), num_codes) for e in self.decode]
+        codes, gaps, counts = zip(*parts, strict=True)
+        return (np.concatenate(codes).astype(np.int64), np.concatenate(gaps).astype(np.float64),
+                np.concatenate(counts).astype(np.int64))
+
+    def request_figures(self, keep: npt.NDArray[np.bool_], tier: IntArray) -> RequestFigures:
+        return RequestFigures(self.output_tokens(), self.first_token_s, self.finished_s,
+                              self.num_preemptions, self.recomputed_tokens,
+                              *self.token_gaps(keep, tier))
+
+    def record_columns(self) -> dict[str, Any]:
+        """The records' disaggregation columns (``results.records.OPTIONAL_RECORD_COLUMNS``)."""
+        return {"prefill_replica": self.prefill_replica.copy(),
+                "decode_replica": self.decode_replica.copy(),
+                "transfer_start_s": self.transfer_start_s.copy(),
+                "transfer_end_s": self.transfer_end_s.copy()}
+
+    def kv_token_seconds(self) -> float:
+        return to_float(sum(e.kv_token_seconds_exact() for e in self.replicas))
+
+    def _idle(self) -> bool:
+        return all(e.idle for e in self.replicas) and not any(x.loading for x in self.loads)
+
+    def _sample_gateway(self) -> Generator[simpy.Event, Any, None]:
+        """Reserved tokens and gateway waiting at every sample time, until nothing is left."""
+        period = self.config.timeline_period_s
+        m = 0
+        while True:
+            due = m * period
+            if due > self.env.now:
+                yield self.env.timeout(due - self.env.now)
+            self._gateway_samples.append(self.hooks.gateway_state())
+            m += 1
+            if self._idle() and self.hooks.next_external_s() == math.inf:
+                return
+
+    @property
+    def timeline(self) -> list[TimelineRow]:
+        """Both pools' samples summed at each sample time (KV, running, waiting, preemptions)
+        with the gateway's own samples."""
+        rows = max(len(e.timeline) for e in self.replicas)
+        gw = self._gateway_samples
+        period = self.config.timeline_period_s
+        merged: list[TimelineRow] = []
+        for m in range(rows):
+            reserved, waiting = gw[min(m, len(gw) - 1)] if gw else (0, 0)
+            used = cap = running = preempted = 0
+            for e in self.replicas:
+                if m < len(e.timeline):
+                    _, u, _, c, run, wait, pre = e.timeline[m]
+                else:
+                    u, c, run, wait, pre = 0, e.capacity_tokens, 0, 0, e.num_preemptions_total
+                used, cap, running = used + u, cap + c, running + run
+                waiting, preempted = waiting + wait, preempted + pre
+            merged.append((m * period, used, reserved, cap, running, waiting, preempted))
+        return merged
+
+    def stats(self) -> dict[str, object]:
+        moved = np.isfinite(self.transfer_end_s)
+        seconds = self.transfer_end_s[moved] - self.transfer_start_s[moved]
+        pools = {}
+        for name, pool, setup, engines in (("prefill", self.disagg.prefill, self.setups[0],
+                                            self.prefill),
+                                           ("decode", self.disagg.decode, self.setups[1],
+                                            self.decode)):
+            assert pool is not None
+            pools[name] = {
+                "num_replicas": len(engines), "gpu": setup.gpu.name, "router": pool.router,
+                "tensor_parallel_size": setup.engine.tensor_parallel_size,
+                "num_gpu_blocks": engines[0].num_gpu_blocks,
+                "num_steps": sum(e.num_steps for e in engines),
+                "num_preemptions": sum(e.num_preemptions_total for e in engines),
+            }
+        return {
+            "engine": self.config.engine.name,
+            "disaggregation": {
+                **pools,
+                "link": self.disagg.link.name,
+                "link_bandwidth_bytes_s": self._bandwidth,
+                "link_latency_s": self.disagg.link.latency_s,
+                "kv_bytes_per_token_per_gpu": self._bytes_per_token,
+                "num_transfers": int(moved.sum()),
+                "transfer_s_mean": float(seconds.mean()) if seconds.size else None,
+            },
+        }
+
+    def __iter__(self) -> Iterator[Engine]:
+        return iter(self.replicas)
+
+
+def _allowed(pool: list[Engine], i: int) -> list[int]:
+    """The replicas of ``pool`` that could run row ``i`` (else the longest context's)."""
+    return [r for r, e in enumerate(pool) if e.fits(i)] or [
+        int(np.argmax([e.max_model_len for e in pool]))]
+
+
+def _no_gateway() -> tuple[int, int]:
+    return 0, 0  # the gateway is sampled on its own (_sample_gateway)

@@ -1,0 +1,244 @@
+"""Disaggregated prefill/decode (issue 38 item 1): a known answer worked by hand, stepping and
+skip-ahead byte-identical, properties over random deployments, bad input through the CLI."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from kvbudget.cli.main import app
+from kvbudget.perf.cost_model import LinearCostModel
+from kvbudget.policies import make_policy
+from kvbudget.simulator.disagg_config import DisaggConfig, KVLink, PoolConfig
+from kvbudget.simulator.engine import Engine
+from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.run import SimConfig, simulate
+from kvbudget.simulator.sim_config import ROUTERS
+from kvbudget.workloads import Workload, from_columns
+from tests.conftest import assert_skip_ahead_matches_stepping
+from tests.model.test_properties import SETTINGS, scenarios
+
+DISAGG_SETTINGS = settings(SETTINGS, max_examples=25)
+
+LLAMA_8B_KV_BYTES = 32 * 8 * 128 * 2 * 2  # layers x KV heads x head dim x (K, V) x bf16
+STEP_S = 0.01
+
+
+def _disagg(num_prefill: int = 1, num_decode: int = 1, seconds_per_block: float = 0.025,
+            **link: float) -> DisaggConfig:
+    """Pools of one vLLM replica each (the run's knobs); a link that moves one 16-token block
+    of Llama-3.1-8B's KV in ``seconds_per_block``."""
+    bandwidth = 16 * LLAMA_8B_KV_BYTES / seconds_per_block
+    return DisaggConfig(PoolConfig(num_prefill), PoolConfig(num_decode),
+                        KVLink("infiniband-ndr", bandwidth_bytes_s=bandwidth, **link))
+
+
+def _config(disagg: DisaggConfig | None, *, skip_ahead: bool = True, blocks: int = 8) -> SimConfig:
+    return SimConfig(engine=EngineConfig(num_gpu_blocks=blocks, block_size=16,
+                                         skip_ahead=skip_ahead),
+                     cost_model=LinearCostModel(STEP_S, 0.0, 0.0, 0.0), disaggregation=disagg)
+
+
+@pytest.mark.parametrize("skip_ahead", [False, True])
+def test_two_requests_worked_by_hand(skip_ahead: bool) -> None:
+    """Every step takes 10 ms; a block of KV takes 25 ms over the link.
+
+    A (16-token prompt, 3 tokens) arrives at 0, B (32 tokens, 2 tokens) at 0.002. Prefill:
+    A's step [0, 0.01] (its one token: it leaves for the decode replica at 0.01), B's
+    [0.01, 0.02]. Decode: A admitted at 0.01, its one block read [0.01, 0.035]
+    (WAITING_FOR_REMOTE_KVS, nothing else to run: the replica waits); B admitted at 0.02, two
+    blocks [0.02, 0.07]. A's last prompt token [0.035, 0.045] gives its first token, then
+    0.055 and 0.065 (finished). B's [0.07, 0.08] gives its first token, 0.09 its second.
+    """
+    w = from_columns([0.0, 0.002], [16, 32], [3, 2])
+    res = simulate(w, make_policy("conservative"), _config(_disagg(), skip_ahead=skip_ahead))
+    rec = res.records
+    assert list(rec.status) == ["completed", "completed"]
+    assert list(rec.prefill_replica) == [0, 0] and list(rec.decode_replica) == [0, 0]
+    assert rec.transfer_start_s.tolist() == pytest.approx([0.01, 0.02])
+    assert rec.transfer_end_s.tolist() == pytest.approx([0.035, 0.07])
+    assert rec.first_token_s.tolist() == pytest.approx([0.045, 0.08])
+    assert rec.finished_s.tolist() == pytest.approx([0.065, 0.09])
+    assert rec.ttft_s.tolist() == pytest.approx([0.045, 0.078])
+    block = res.summary["engine"]["disaggregation"]
+    assert block["num_transfers"] == 2
+    assert block["kv_bytes_per_token_per_gpu"] == LLAMA_8B_KV_BYTES
+    assert block["prefill"]["num_steps"] == 2 and block["decode"]["num_steps"] == 5
+
+
+def test_the_link_latency_adds_to_each_transfer() -> None:
+    w = from_columns([0.0], [16], [2])
+    res = simulate(w, make_policy("conservative"), _config(_disagg(latency_s=0.005)))
+    assert res.records.transfer_end_s.tolist() == pytest.approx([0.01 + 0.025 + 0.005])
+    assert res.records.first_token_s.tolist() == pytest.approx([0.05])
+
+
+def test_a_decode_replica_holds_the_blocks_of_a_request_whose_kv_is_loading() -> None:
+    """A decode replica of 2 blocks (32 tokens). Both prompts prefill in one step [0, 0.01].
+    The decode replica admits A (31 tokens: 2 blocks) and reads its KV [0.01, 0.06]: B's
+    block does not fit beside A's, so B waits in the queue with its KV still on the prefill
+    side. A's last prompt token [0.06, 0.07] is its one output token: it finishes, its blocks
+    free; B's block is read [0.07, 0.095], its token [0.095, 0.105]."""
+    w = from_columns([0.0, 0.0], [31, 16], [1, 1])
+    cfg = _config(None)
+    cfg = replace(cfg, disaggregation=replace(
+        _disagg(), decode=PoolConfig(1, engine=replace(cfg.engine, num_gpu_blocks=2))))
+    rec = simulate(w, make_policy("unlimited"), cfg).records
+    assert rec.transfer_start_s.tolist() == pytest.approx([0.01, 0.07])
+    assert rec.transfer_end_s.tolist() == pytest.approx([0.06, 0.095])
+    assert rec.finished_s.tolist() == pytest.approx([0.07, 0.105])
+
+
+def test_a_colocated_run_has_no_disaggregation_columns() -> None:
+    w = from_columns([0.0], [16], [2])
+    rec = simulate(w, make_policy("conservative"), _config(None)).records
+    assert "transfer_end_s" not in rec.columns and "prefill_replica" not in rec.columns
+
+
+@st.composite
+def deployments(draw: st.DrawFn) -> tuple[Workload, SimConfig, str, dict[str, object]]:
+    w, cfg, policy, params = draw(scenarios())
+    routers = st.sampled_from(ROUTERS)
+    link = KVLink("roce-200",
+                  bandwidth_bytes_s=draw(st.sampled_from([1e7, 1e8, 1e9, 5e10])),
+                  latency_s=draw(st.sampled_from([0.0, 0.003])))
+    # (a decode replica is fcfs: DisaggConfig.check)
+    decode_engine = replace(cfg.engine, scheduling_policy="fcfs")
+    disagg = DisaggConfig(PoolConfig(draw(st.integers(1, 3)), router=draw(routers)),
+                          PoolConfig(draw(st.integers(1, 3)), engine=decode_engine,
+                                     router=draw(routers)), link)
+    return w, replace(cfg, disaggregation=disagg), policy, params
+
+
+@DISAGG_SETTINGS
+@given(deployments())
+def test_skip_ahead_matches_stepping_disaggregated(
+    case: tuple[Workload, SimConfig, str, dict[str, object]],
+) -> None:
+    w, cfg, policy, params = case
+    assert_skip_ahead_matches_stepping(w, cfg, policy, params)
+
+
+@DISAGG_SETTINGS
+@given(deployments())
+def test_kv_never_above_capacity_on_either_pool_and_no_decode_before_its_transfer(
+    case: tuple[Workload, SimConfig, str, dict[str, object]],
+) -> None:
+    w, cfg, policy, params = case
+    seen: list[Engine] = []
+
+    def check(engine: Engine) -> None:
+        kv = engine.kv
+        assert 0 <= kv.num_used_blocks <= engine.num_gpu_blocks
+        assert kv.num_free_blocks >= 0
+        seen.append(engine)
+
+    Engine.step_observer = check
+    try:
+        res = simulate(w, make_policy(policy, params), replace(
+            cfg, engine=replace(cfg.engine, skip_ahead=False)))
+    finally:
+        Engine.step_observer = None
+    rec = res.records
+    done = (rec.status == "completed").to_numpy()
+    start, end = rec.transfer_start_s.to_numpy(), rec.transfer_end_s.to_numpy()
+    assert np.isfinite(end[done]).all()
+    # a step follows the load's end: the first token comes one step (at least) after it (the
+    # records keep the first token a caller saw: a revoked request's may be an earlier try's)
+    once = done & (rec.num_preemptions.to_numpy() == 0)
+    assert (rec.first_token_s.to_numpy()[once] > end[once]).all()
+    assert (start[done] >= rec.admitted_s.to_numpy()[done]).all()
+    assert (end[done] >= start[done]).all()
+    assert (rec.decode_replica.to_numpy()[done] >= 0).all()
+    tl = res.timeline
+    assert (tl.kv_used_tokens <= tl.kv_capacity_tokens).all()
+
+
+runner = CliRunner()
+SCENARIO = """
+[engine]
+num_gpu_blocks = 1024
+[disaggregation]
+{link}
+[disaggregation.prefill]
+num_replicas = 1
+{decode}
+[workload]
+kind = "synthetic"
+duration_s = 2
+arrival = {{ kind = "poisson", rate_rps = 2.0 }}
+[[workload.tiers]]
+name = "interactive"
+share = 1.0
+prompt = {{ kind = "lognormal", mean = 200, sigma = 0.5, max_tokens = 512 }}
+output = {{ kind = "lognormal", mean = 20, sigma = 0.5 }}
+"""
+
+
+@pytest.mark.parametrize(("link", "decode", "field"), [
+    ('link = "infiniband-ndr"', "", "disaggregation.decode"),
+    ("link_bandwidth_gb_s = 0", "[disaggregation.decode]\nnum_replicas = 1",
+     "disaggregation.link_bandwidth_gb_s"),
+    ('link = "carrier-pigeon"', "[disaggregation.decode]\nnum_replicas = 1",
+     "disaggregation.link"),
+    ("", "[disaggregation.decode]\nnum_replicas = 1\nengine = { max_num_seqz = 4 }",
+     "disaggregation.decode.engine.max_num_seqz"),
+])
+def test_bad_disaggregation_is_one_line_naming_the_field(
+    tmp_path: Path, link: str, decode: str, field: str,
+) -> None:
+    path = tmp_path / "d.toml"
+    path.write_text(SCENARIO.format(link=link, decode=decode))
+    res = runner.invoke(app, ["simulate", "--scenario", str(path)])
+    err = res.stderr.strip()
+    assert res.exit_code == 2, res.output
+    assert err.startswith("error: ") and len(err.splitlines()) == 1, err
+    assert str(path) in err and field in err, err
+
+
+def test_a_disaggregated_scenario_runs_through_the_cli(tmp_path: Path) -> None:
+    path = tmp_path / "d.toml"
+    path.write_text(SCENARIO.format(link='link = "nvlink"',
+                                    decode="[disaggregation.decode]\nnum_replicas = 2"))
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["simulate", "--scenario", str(path), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    import pandas as pd
+
+    rec = pd.read_parquet(out / "requests.parquet")
+    done = rec.status == "completed"
+    assert done.any()
+    assert set(rec.decode_replica[done]) <= {0, 1}
+    assert (rec.first_token_s[done] > rec.transfer_end_s[done]).all()
+
+
+def test_a_lease_holds_the_prefill_pool_until_the_transfer_ends() -> None:
+    """The prefill pool has 3 blocks (48 tokens); steps take 10 ms plus 0.1 ms a prefill
+    token. The conservative policy's parts: A (prompt 16, 2 tokens) 32 tokens on the decode
+    pool and 17 -> 32 on the prefill pool (its reservation with max_tokens = 1); B (prompt 32)
+    48 and 33 -> 48. Both fit the decode pool, but B's prefill part does not fit beside A's:
+    B waits at the gateway until A's KV has moved.
+
+    A: prefill [0, 0.0116], KV [0.0116, 0.0366]. Then B is admitted (0.0366) and prefills
+    [0.0366, 0.0498]; A's last prompt token [0.0366, 0.0467] is its first token, its second
+    at 0.0567 (finished). B's two blocks [0.0567, 0.1067], its tokens at 0.1168 and 0.1268.
+    Without the prefill part both would prefill in one step at 0."""
+    w = from_columns([0.0, 0.0], [16, 32], [2, 2])
+    engine = EngineConfig(num_gpu_blocks=8, block_size=16)
+    disagg = replace(_disagg(), prefill=PoolConfig(1, engine=replace(engine, num_gpu_blocks=3)))
+    for skip_ahead in (False, True):
+        cfg = SimConfig(engine=replace(engine, skip_ahead=skip_ahead),
+                        cost_model=LinearCostModel(STEP_S, 1e-4, 0.0, 0.0),
+                        disaggregation=disagg)
+        rec = simulate(w, make_policy("conservative"), cfg).records
+        assert rec.admitted_s.tolist() == pytest.approx([0.0, 0.0366])
+        assert rec.transfer_start_s.tolist() == pytest.approx([0.0116, 0.0567])
+        assert rec.transfer_end_s.tolist() == pytest.approx([0.0366, 0.1067])
+        assert rec.first_token_s.tolist() == pytest.approx([0.0467, 0.1168])
+        assert rec.finished_s.tolist() == pytest.approx([0.0567, 0.1268])
