@@ -468,11 +468,13 @@ class SkipAheadEngine(TiedSteps, Engine):
             self._due[self.tie_index] = t1
             if not self._chained:
                 self._tie_root()
-        # a run planned past the next external event waits for its last step's end from that
-        # step's start, as stepping creates a step's end event when the step starts: an event
-        # created during the run and due exactly then runs after it or before, as in stepping
-        # (decode_plan._TIE)
-        last_start = float(step_end[k - 2]) if self._span_head is not None and k > 1 else None
+        # a run planned past the next external event, or a fleet's replica's (which spans the
+        # fleet's events: decode_plan._TIE), waits for its last step's end from that step's
+        # start, as stepping creates a step's end event when the step starts: an event created
+        # during the run and due exactly then (a gateway timer armed meanwhile, another
+        # replica's step end) runs after it or before, as in stepping
+        last_start = (float(step_end[k - 2]) if k > 1 and (
+            self._span_head is not None or self.planner.tie is not None) else None)
         while True:
             try:
                 if last_start is not None:

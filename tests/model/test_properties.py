@@ -325,6 +325,23 @@ def test_skip_ahead_matches_stepping_on_a_fleet_tie_where_a_finish_admits_onto_a
     assert_skip_ahead_matches_stepping(w, cfg, "preemptive")
 
 
+def test_a_gateway_timer_armed_during_a_run_for_its_last_steps_end_comes_first() -> None:
+    """Per-replica budgets, TGI, steps of 0.25 s: replica 0 plans a decode run (from before
+    20.75 s) whose last step ends at 21.5 s with a finish. At 20.75 s the gateway's timer rings
+    and arms the next one for 21.5 s, during the run. Stepping makes the step's end event at
+    that step's start (21.25 s), after the timer's, so the timer runs first at 21.5 s (and arms
+    the next one for 22 s, which arms 23 s at 22 s, after that sample's timeout was made); the
+    run's end event, made when the run started, used to run before it, so the timer chain
+    went 21.5 -> 23 s, armed before the 23 s sample's timeout, and the sample at t = 23 read
+    the gateway after the timer had moved two requests out of its queue: num_waiting 22, not
+    24 (records equal). A fleet's replica now makes its run's last end event at its last
+    step's start, as stepping does (``fast_decode.SkipAheadEngine._wait_run``): a fleet's
+    events made during a run (gateway timers, the other replicas' steps) due at its end keep
+    stepping's order (found by the per-replica fleet grid)."""
+    w, cfg = _grid_fleet_case(26695, "least_tokens", "per_replica", 40, 0.25, "tgi", 0.25)
+    assert_skip_ahead_matches_stepping(w, cfg, "preemptive")
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(*FLEET_GRID)
 def test_skip_ahead_matches_stepping_on_the_fleet_grid_with_a_global_budget(
