@@ -342,6 +342,17 @@ def test_a_gateway_timer_armed_during_a_run_for_its_last_steps_end_comes_first()
     assert_skip_ahead_matches_stepping(w, cfg, "preemptive")
 
 
+def test_a_gateway_timer_armed_during_a_run_for_its_last_steps_end_admits_before_it() -> None:
+    """The same tie as above, acting on the records: the gateway's timers ring every 0.25 to
+    0.5 s here (15.5, 15.75, 16.25 s: queue timeouts), each armed during replica 1's decode
+    run for an instant where one of its steps ends. Stepping runs the timer first (armed
+    before that step started), so what it admits joins replica 1's next step; skip-ahead ran
+    the run's end first, so replica 1's next step started without it and request 7 finished a
+    step early (16.5 s, not 16.75 s; request 36's first token 16.75 s, not 17.25 s)."""
+    w, cfg = _grid_fleet_case(143, "least_tokens", "per_replica", 40, 0.25, "tgi", 0.25)
+    assert_skip_ahead_matches_stepping(w, cfg, "preemptive")
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(*FLEET_GRID)
 def test_skip_ahead_matches_stepping_on_the_fleet_grid_with_a_global_budget(
