@@ -334,10 +334,10 @@ def test_a_gateway_timer_armed_during_a_run_for_its_last_steps_end_comes_first()
     run's end event, made when the run started, used to run before it, so the timer chain
     went 21.5 -> 23 s, armed before the 23 s sample's timeout, and the sample at t = 23 read
     the gateway after the timer had moved two requests out of its queue: num_waiting 22, not
-    24 (records equal). A fleet's replica now makes its run's last end event at its last
-    step's start, as stepping does (``fast_decode.SkipAheadEngine._wait_run``): a fleet's
-    events made during a run (gateway timers, the other replicas' steps) due at its end keep
-    stepping's order (found by the per-replica fleet grid)."""
+    24 (records equal). The fleet now tells its replicas of every gateway timer armed; a
+    replica whose decode run ends then, its last step not started yet, makes the run's end
+    event at its last step's start, as stepping does
+    (``fast_decode.SkipAheadEngine.timer_armed``; found by the per-replica fleet grid)."""
     w, cfg = _grid_fleet_case(26695, "least_tokens", "per_replica", 40, 0.25, "tgi", 0.25)
     assert_skip_ahead_matches_stepping(w, cfg, "preemptive")
 
