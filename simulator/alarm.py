@@ -24,6 +24,9 @@ class Alarm:
         self.env = env
         self.ring = ring
         self.at_s = math.inf
+        # told of every time armed (a timeout made now, due then): a fleet's replicas
+        # (fleet_events.FleetEvents.timer_armed)
+        self.on_arm: Callable[[float], None] | None = None
 
     def arm(self, t: float) -> None:
         """Ring at ``t`` (at once when it is past) unless an earlier time is pending."""
@@ -33,6 +36,8 @@ class Alarm:
         env = self.env
         event = env.timeout(max(0.0, t - env.now))
         event.callbacks.append(partial(self._timeout, t))
+        if self.on_arm is not None:
+            self.on_arm(t)
 
     def _timeout(self, at: float, _event: object = None) -> None:
         if at == self.at_s:

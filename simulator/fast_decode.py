@@ -97,6 +97,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         # the waiting head refused as the decode run in progress was planned past the next
         # external event (_plan_until), None when it was not
         self._span_head: int | None = None
+        self._refire = False  # a timer was armed for the run's end before its last step starts
 
     # --- what the executor and hooks read mid-run ------------------------------------------
     def output_tokens_of(self, i: int) -> int:
@@ -484,8 +485,10 @@ class SkipAheadEngine(TiedSteps, Engine):
         # a run planned past the next external event waits for its last step's end from that
         # step's start, as stepping creates a step's end event when the step starts: an event
         # created during the run and due exactly then runs after it or before, as in stepping
-        # (decode_plan._TIE)
+        # (decode_plan._TIE); a fleet's replica, when a gateway timer is armed for its end
+        # (timer_armed)
         last_start = float(step_end[k - 2]) if self._span_head is not None and k > 1 else None
+        self._jump_keep = k  # (timer_armed reads it; _work_changed cuts it)
         while True:
             try:
                 if last_start is not None:
@@ -508,10 +511,12 @@ class SkipAheadEngine(TiedSteps, Engine):
                 t1 = float(step_end[k - 1])
                 if ties is not None:
                     self._due[self.tie_index] = t1
-                if last_start is not None and k > 1 and float(step_end[k - 2]) >= env.now:
+                if (last_start is not None or self._refire) and k > 1 and float(
+                        step_end[k - 2]) >= env.now:
                     last_start = float(step_end[k - 2])
                 else:
                     last_start = None
+                self._refire = False
         if ties is not None:
             due = self._due
             due[self.tie_index] = math.inf
@@ -530,6 +535,19 @@ class SkipAheadEngine(TiedSteps, Engine):
         self.log.scheduled_run(step_end, used, dts, self._hol_blocked, reserved, counts,
                                self.num_preemptions_total)
         return k
+
+    def timer_armed(self, t: float) -> None:
+        """A fleet's gateway timer was armed now, due at ``t``. Stepping makes the end event of
+        a step when the step starts: when ``t`` is the end of the decode run in flight and its
+        last step has not started, stepping's timer runs before that step's end, and the run's
+        end event, made when the run started, would run first; the run then waits from its last
+        step's start (``_wait_run``), as stepping. (A timer due at another step's end, armed
+        before that step starts, runs before it as in stepping: the run counts that step as not
+        ended, ``output_tokens_of``, ``_work_changed``.)"""
+        ends, k = self._run_ends, self._jump_keep
+        if ends is not None and k > 1 and ends[k - 1] == t and ends[k - 2] >= self.env.now:
+            self._refire = True
+            self.process.interrupt()
 
     def _work_changed(self, *, added: bool = False) -> None:
         """Something changed this engine's work during a planned decode run (another replica's

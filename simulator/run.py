@@ -125,6 +125,8 @@ class _Simulation:
         self._next_arrival_s = (
             float(workload.arrival_s[0]) if n and self.users is None else math.inf)
         self._timer = Alarm(self.env, self._on_timer)
+        if isinstance(self.engine, Fleet):  # a timer armed mid-run may tie a replica's run end
+            self._timer.on_arm = self.engine.events.timer_armed
         self._reserved_ts = 0.0
         self._reserved_last_t = 0.0
         self._reserved_now = 0

@@ -325,6 +325,34 @@ def test_skip_ahead_matches_stepping_on_a_fleet_tie_where_a_finish_admits_onto_a
     assert_skip_ahead_matches_stepping(w, cfg, "preemptive")
 
 
+def test_a_gateway_timer_armed_during_a_run_for_its_last_steps_end_comes_first() -> None:
+    """Per-replica budgets, TGI, steps of 0.25 s: replica 0 plans a decode run (from before
+    20.75 s) whose last step ends at 21.5 s with a finish. At 20.75 s the gateway's timer rings
+    and arms the next one for 21.5 s, during the run. Stepping makes the step's end event at
+    that step's start (21.25 s), after the timer's, so the timer runs first at 21.5 s (and arms
+    the next one for 22 s, which arms 23 s at 22 s, after that sample's timeout was made); the
+    run's end event, made when the run started, used to run before it, so the timer chain
+    went 21.5 -> 23 s, armed before the 23 s sample's timeout, and the sample at t = 23 read
+    the gateway after the timer had moved two requests out of its queue: num_waiting 22, not
+    24 (records equal). The fleet now tells its replicas of every gateway timer armed; a
+    replica whose decode run ends then, its last step not started yet, makes the run's end
+    event at its last step's start, as stepping does
+    (``fast_decode.SkipAheadEngine.timer_armed``; found by the per-replica fleet grid)."""
+    w, cfg = _grid_fleet_case(26695, "least_tokens", "per_replica", 40, 0.25, "tgi", 0.25)
+    assert_skip_ahead_matches_stepping(w, cfg, "preemptive")
+
+
+def test_a_gateway_timer_armed_during_a_run_for_its_last_steps_end_admits_before_it() -> None:
+    """The same tie as above, acting on the records: the gateway's timers ring every 0.25 to
+    0.5 s here (15.5, 15.75, 16.25 s: queue timeouts), each armed during replica 1's decode
+    run for an instant where one of its steps ends. Stepping runs the timer first (armed
+    before that step started), so what it admits joins replica 1's next step; skip-ahead ran
+    the run's end first, so replica 1's next step started without it and request 7 finished a
+    step early (16.5 s, not 16.75 s; request 36's first token 16.75 s, not 17.25 s)."""
+    w, cfg = _grid_fleet_case(143, "least_tokens", "per_replica", 40, 0.25, "tgi", 0.25)
+    assert_skip_ahead_matches_stepping(w, cfg, "preemptive")
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(*FLEET_GRID)
 def test_skip_ahead_matches_stepping_on_the_fleet_grid_with_a_global_budget(
