@@ -326,8 +326,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         counts = (len(self.running), self.num_waiting() + gw_waiting)
         n = g.size
         run: Run | None = None
-        # a decode run of the group (not while a request waits to become schedulable: it
-        # joins after one step)
+        # a decode run of the group (not while a request waits to be schedulable: async)
         decoding = not tail and not self._step_extra_s and not self._pending
         if decoding:
             c0 = g.context
