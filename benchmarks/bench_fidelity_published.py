@@ -103,20 +103,21 @@ class Setup:
 SHAREGPT_NOTE = ("ShareGPT lengths: the shared sarathi-serve file filtered as vLLM's sampler "
                  "does and scaled to 202 / 179 tokens mean (v0.6.0 blog)")
 V0_ENGINE = {"max_num_seqs": 256, "max_num_batched_tokens": 8192, "max_model_len": 8192,
-             "enable_chunked_prefill": False,
+             "enable_chunked_prefill": False, "async_scheduling": False,
              "gpu_memory_utilization": 0.9, "profile_cudagraph_memory": False}
 V0_NOTE = ("V0 engine with --num-scheduler-steps 10 simulated as V1 (no multi-step model): "
            "V0 defaults max_num_seqs 256, no chunked prefill (Llama-3 max_model_len 8192), "
-           "util 0.9")
+           "util 0.9; no async scheduling then")
 # vLLM 0.7.x V1, `vllm serve`: EngineArgs._override_v1_engine_args sets max_num_seqs 1024 and
 # max_num_batched_tokens 2048 for the OPENAI_API_SERVER usage context
 V1_ALPHA_ENGINE = {"max_num_seqs": 1024, "max_num_batched_tokens": 2048,
+                   "async_scheduling": False,
                    "gpu_memory_utilization": 0.9, "profile_cudagraph_memory": False}
 V1_ALPHA_NOTE = ("V1 alpha (~0.7.0) serve defaults: max_num_seqs 1024, mnbt 2048 "
                  "(_override_v1_engine_args), util 0.9; no async scheduling then")
 FP8_ENGINE = {"gpu_memory_utilization": 0.9, "profile_cudagraph_memory": False}
 FP8_NOTE = ("vLLM 0.19.1: H100 serve defaults (8192 / 1024), util 0.9, CUDA graphs not "
-            "profiled; 150 requests, random 20,000 / 2,000 +-15 %, --max-concurrency 8")
+            "profiled, async scheduling on (0.19's default); 150 requests, random 20,000 / 2,000 +-15 %, --max-concurrency 8")
 IN_SAMPLE = ("IN-SAMPLE: the step model's layer_overhead_s and kv_mem_efficiency are derived "
              "from this blog's Llama-3.1-8B H100 figures (not a held-out check)")
 PART_IN_SAMPLE = ("PARTLY IN-SAMPLE: moe_layer_overhead_s is derived from this blog's gpt-oss-20b "

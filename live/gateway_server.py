@@ -597,27 +597,39 @@ class GatewayServer:
         try:
             async for data in reads:
                 out = call.on_read(data, now())
+                if call.done and not call.ended and not call.ticket.revoked.is_set():
+                    # the stream is whole (its usage read): settle before the client, handed
+                    # its [DONE], may go (then this generator is closed where it yields)
+                    self._settle(call)
                 if out:
                     yield out
             out = call.on_end(now())
             if out:
                 yield out
         except httpx.HTTPError as exc:
-            if not (revoked.done() or gone.future.done()):  # the upstream broke off
+            if not (revoked.done() or gone.future.done() or call.ended):  # the upstream broke off
                 self._end(call, "rejected_overloaded", "backend_error", type(exc).__name__)
                 yield sse_error("backend_error")
                 return
+        if call.ended:
+            return
         if call.ticket.revoked.is_set():
             self.metrics.refused(call.ticket.request.tier, call.ticket.revoke_reason)
             self._end(call, "preempted_dropped", call.ticket.revoke_reason)
             yield sse_error(call.ticket.revoke_reason)
-        elif call.upstream_error:
+        elif call.upstream_error or not gone.future.done():
+            self._settle(call)
+
+    def _settle(self, call: Call) -> None:
+        """End a call whose stream ended: failed by the upstream mid-stream, or completed (a
+        protocol error when its usage is missing or absurd)."""
+        if call.upstream_error:
             self._end(call, "rejected_overloaded", _failure_reason(None, call.upstream_error),
                       call.upstream_error)
-        elif not gone.future.done():
-            problem = call.problem or ("" if call.output_tokens is not None
-                                       else "the stream ended without its usage")
-            self._end(call, "protocol_error" if problem else "completed", error=problem)
+            return
+        problem = call.problem or ("" if call.output_tokens is not None
+                                   else "the stream ended without its usage")
+        self._end(call, "protocol_error" if problem else "completed", error=problem)
 
     def _close_soon(self, resp: httpx.Response) -> None:
         """Close an upstream response (vLLM aborts the request) without waiting for it."""

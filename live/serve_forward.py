@@ -90,6 +90,8 @@ class Call:
     ended: bool = False
     partial: bytes = b""
     upstream_error: str = ""
+    done: bool = False
+    """The upstream's ``data: [DONE]`` has been read: the stream is whole."""
 
     def usage(self, usage: Any) -> None:
         """Read the upstream's count (its protocol checked as the replay checks it)."""
@@ -126,7 +128,10 @@ class Call:
                 self.skip_blank = False
                 return None
             return b"\n"
-        if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
+        if not line.startswith(b"data:"):
+            return line + b"\n"
+        if line[5:].strip() == b"[DONE]":
+            self.done = True
             return line + b"\n"
         if b'"usage"' not in line and b'"error"' not in line:
             self._chunk(now_s)  # a chunk of output (the fast path: no JSON read)

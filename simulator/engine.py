@@ -40,8 +40,11 @@ SPEED_UP_INTERFACE = frozenset({
     "_schedule_waiting", "_check_schedule", "_step_seconds", "_account_step", "_wait",
     "_apply_aborts",
     # the step's state: as scheduled (``_step_extra_s``, ``_hol_blocked``), being committed
-    # (``_steps_rows``), the loop's (``_busy``, ``_aborts``)
-    "_step_extra_s", "_hol_blocked", "_steps_rows", "_busy", "_aborts",
+    # (``_steps_rows``), the loop's (``_busy``, ``_aborts``, ``_pending``: requests not yet
+    # schedulable under async scheduling, ``_between_steps``: a step has ended, the next is
+    # not scheduled yet)
+    "_step_extra_s", "_hol_blocked", "_steps_rows", "_busy", "_aborts", "_pending",
+    "_between_steps",
 })
 """What of :class:`Engine`'s and :class:`~kvbudget.simulator.scheduler.Scheduler`'s own a
 speed-up (:class:`kvbudget.simulator.fast_decode.SkipAheadEngine`, the one subclass that changes
@@ -72,6 +75,11 @@ class Engine(Scheduler):
         self.log = StepLog(timeline_period_s, self.capacity_tokens, self.block_size)
         self._aborts: list[int] = []  # aborts waiting for the step in flight to end
         self._deferred_adds: list[int] = []  # re-admissions waiting for those aborts
+        # async scheduling (vLLM's default): requests not yet schedulable, [row, step ends to
+        # wait for, counting the one in flight or being handled] (see _add)
+        self._async = bool(config.async_scheduling)
+        self._pending: list[list[int]] = []
+        self._between_steps = False  # a step has ended and the next is not yet scheduled
         self._busy = False  # a step is in flight
         self._stalled = False  # nothing could run while KV loads (remote_kv)
         self._wake: simpy.Event | None = None
@@ -101,6 +109,18 @@ class Engine(Scheduler):
         if self.spec is not None:
             self.spec.reset(self, i)
         self.in_engine[i] = True
+        if self._async and (self._busy or self._between_steps):
+            # async scheduling (vLLM v1's default; vllm/v1/engine/core.py,
+            # step_with_batch_queue): the step after the one in flight is scheduled while it
+            # runs, so a request that comes during a step joins the step after the next; one
+            # that comes as a step ends (a completion's callback), the step after the next one,
+            # already scheduled: two step ends either way, the one being handled now included
+            # (``_release_pending`` runs after the step's commit). An idle engine (or one just
+            # woken) takes it at once.
+            self._pending.append([i, 2])
+            if self._busy:
+                self._work_changed()
+            return
         self.waiting.add_request(i)
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
@@ -137,6 +157,10 @@ class Engine(Scheduler):
         if self._deferred_adds and i in self._deferred_adds:
             self._deferred_adds.remove(i)  # its first abort is pending still
             return
+        if self._pending and (entry := next((p for p in self._pending if p[0] == i), None)):
+            self._pending.remove(entry)  # never reached the scheduler: nothing to free
+            self.in_engine[i] = False
+            return
         if self._busy:
             self._aborts.append(i)
             self._work_changed()
@@ -159,18 +183,22 @@ class Engine(Scheduler):
         self.first_token_s[i] = math.nan
 
     def num_waiting(self) -> int:
-        return len(self.waiting)
+        """Requests waiting to start: in the waiting queue, or not yet schedulable (async
+        scheduling)."""
+        return len(self.waiting) + len(self._pending)
 
     def unfinished_rows(self) -> list[int]:
         """The rows the engine's API server holds (waiting or running, not aborted), as its
         queue caps count them."""
         aborted = set(self._aborts) - set(self._deferred_adds)
-        return [i for rows in (self.waiting, self.running) for i in rows if i not in aborted]
+        pending = [p[0] for p in self._pending]
+        return [i for rows in (self.waiting, self.running, pending) for i in rows
+                if i not in aborted]
 
     def num_unfinished(self) -> int:
         """``len(unfinished_rows())``."""
         return (len(self.waiting) + len(self.running) - len(self._aborts)
-                + len(self._deferred_adds))
+                + len(self._deferred_adds) + len(self._pending))
 
     def output_tokens_of(self, i: int) -> int:
         """Row ``i``'s output tokens as of the last step that has ended."""
@@ -259,6 +287,9 @@ class Engine(Scheduler):
         while True:
             if self._aborts:
                 self._apply_aborts()
+            if self._pending and not self.running and self.waiting.peek_request() is None:
+                self._release_pending(everything=True)  # nothing else would be scheduled
+            self._between_steps = False
             if not self.running and (self.waiting.peek_request() is None or self._stalled):
                 self._stalled = False  # (nothing ran: every request's KV loads elsewhere)
                 if (t_held := self._held_until_s()) <= self.t:
@@ -276,9 +307,12 @@ class Engine(Scheduler):
                 continue
             if Engine.step_observer is not None:
                 Engine.step_observer(self)
+            steps = self.num_steps
             yield from self._step()
             if self._deferred_adds:
                 self._add_deferred()
+            if self._pending and self.num_steps > steps:
+                self._release_pending()
 
     def _step(self) -> Generator[simpy.Event, Any, None]:
         """Schedule a step, run it and commit it."""
@@ -303,7 +337,7 @@ class Engine(Scheduler):
             # nothing fits even with every block free: cannot happen for requests that
             # passed fits(); guard against a livelock all the same
             raise RuntimeError("engine could not schedule any request")  # pragma: no cover
-        counts = (len(self.running), len(self.waiting) + gw_waiting)
+        counts = (len(self.running), self.num_waiting() + gw_waiting)
         yield from self._run_scheduled(rows, new, preempted, reserved, counts)
 
     def _run_scheduled(
@@ -333,6 +367,7 @@ class Engine(Scheduler):
         # ``Timeout(env, d)`` is ``env.timeout(d)`` without the bound-class descriptor's call
         yield Timeout(self.env, max(0.0, t1 - self.env.now))
         self._busy = False
+        self._between_steps = True
         self.t = t1
         self.num_steps += 1
         self.log.ended(t1)
@@ -362,6 +397,20 @@ class Engine(Scheduler):
         self.log.drop_ends()
         self.segments.drop()
         self.kv.drop()
+
+    def _release_pending(self, *, everything: bool = False) -> None:
+        """A step has ended (a run of steps ends with the step in flight when a request came):
+        the requests not yet schedulable that have seen their step ends join the waiting
+        queue, in the order they came; ``everything``: all of them (the engine has nothing
+        else to schedule, so vLLM schedules them at once)."""
+        ready = []
+        for entry in self._pending:
+            entry[1] -= 1
+            if everything or entry[1] <= 0:
+                ready.append(entry)
+        for entry in ready:
+            self._pending.remove(entry)
+            self.waiting.add_request(entry[0])
 
     def _held_until_s(self) -> float:
         """When work held outside ``running`` and ``waiting`` (a variant's: KV being loaded)

@@ -41,6 +41,22 @@ QUEUE_CAP_ENGINES: dict[str, tuple[str, ...]] = {
 }
 """The engines' own queue caps (:mod:`kvbudget.simulator.queue_caps`) and the engines that
 have each."""
+ASYNC_SCHEDULING: dict[str, bool] = {
+    # vLLM 0.32.0: on unless pooling, some speculative methods or PP on the V1 model runner
+    # (vllm/config/vllm.py:1585-1644); two batches in flight (max_concurrent_batches,
+    # config/vllm.py:577-587; v1/engine/core.py, step_with_batch_queue)
+    "vllm": True,
+    # vLLM v0's swap preemption predates it
+    "vllm-swap": False,
+    # SGLang's overlap scheduler (on unless --disable-overlap-schedule) runs one batch ahead
+    "sglang": True,
+    # TensorRT-LLM's overlap scheduler (PyTorch backend; disable_overlap_scheduler=False)
+    "trtllm": True,
+    # TGI's router awaits each prefill/decode call (backends/v3/src/backend.rs:129-295)
+    "tgi": False,
+}
+"""Whether each engine schedules the next step while one runs (``async_scheduling``'s default
+under ``defaults="vllm"``)."""
 KV_OFFLOADING_BACKENDS: tuple[str, ...] = ("native", "lmcache")
 """vLLM 0.32.0's ``kv_offloading_backend`` choices (``vllm/config/cache.py:272``); kvbudget
 models ``native`` (the ``OffloadingConnector``: :mod:`kvbudget.simulator.kv_offload`)."""
@@ -112,6 +128,17 @@ class EngineConfig:
     ``max_num_queued_reqs`` and ``max_num_queued_tokens`` (vLLM's, 503),
     ``max_queued_requests`` (SGLang's, 503), ``max_concurrent_requests`` (TGI's router, 429;
     under ``defaults="vllm"`` :meth:`resolved` gives ``tgi`` TGI's own default, 128).
+
+    ``async_scheduling`` (vLLM's ``--async-scheduling``): the engine schedules step N+1 while
+    step N runs, so a request that comes during step N (or between N and N+1) is first
+    scheduled in step N+2: one more step before its first token on a busy engine; on an idle
+    one it starts at once. ``None``: the engine's default under ``defaults="vllm"``
+    (:data:`ASYNC_SCHEDULING`: on for vLLM, SGLang's and TensorRT-LLM's overlap schedulers;
+    off for TGI and vLLM with swap, and with ``ngram`` speculative decoding, which vLLM
+    0.32.0 runs without it: ``vllm/config/vllm.py:1597-1610``), off under ``kvbudget-0.1``. What is not modelled: a
+    request that finishes in step N still holds its slot and blocks in N+1's schedule (one
+    step of each replacement at the caps), and a step N+1 scheduled for a request that ends
+    by its stop token in N.
     ``speculative_config``: vLLM's speculative decoding (:mod:`kvbudget.simulator.spec_decode`).
     """
 
@@ -140,6 +167,7 @@ class EngineConfig:
     max_num_queued_tokens: int | None = None
     max_queued_requests: int | None = None
     max_concurrent_requests: int | None = None
+    async_scheduling: bool | None = None
     speculative_config: SpeculativeConfig | None = None
     kv_offloading_size: float | None = None
     kv_offloading_backend: str = "native"
@@ -172,6 +200,9 @@ class EngineConfig:
             if getattr(self, knob) is not None and self.name not in engines:
                 raise ValueError(f"{knob} is {' and '.join(engines)}'s queue cap; engine "
                                  f"{self.name!r} has none by that name")
+        if self.async_scheduling and self.name == "tgi":
+            raise ValueError("async_scheduling: TGI's router schedules each step after the "
+                             "last one's output (it has no such option)")
         if self.speculative_config is not None and self.name not in ("vllm", "vllm-swap"):
             raise ValueError(f"engine.speculative_config is modelled as vLLM runs it (vllm, "
                              f"vllm-swap); engine {self.name!r} has none here")
@@ -218,6 +249,11 @@ class EngineConfig:
                 f"kv_offloading_size {size:g} GiB is more than the host memory of the "
                 f"replica's {tp} GPU(s) ({host * tp / 1024**3:g} GiB: {host / 1024**3:g} GiB per "
                 f"{gpu.name}, GPUSpec.host_memory_bytes)")
+
+    def _ngram(self) -> bool:
+        """Speculative decoding by n-gram (vLLM 0.32.0 turns async scheduling off for it)."""
+        spec = self.speculative_config
+        return spec is not None and spec.method == "ngram"
 
     def _check_sizes(self) -> None:
         """Every count, size and fraction within what any deployment has."""
@@ -308,6 +344,10 @@ class EngineConfig:
             ),
             enable_prefix_caching=(
                 caching if self.enable_prefix_caching is None else self.enable_prefix_caching
+            ),
+            async_scheduling=(
+                (defaults == "vllm" and ASYNC_SCHEDULING[self.name] and not self._ngram())
+                if self.async_scheduling is None else self.async_scheduling
             ),
             max_concurrent_requests=(
                 TGI_MAX_CONCURRENT_REQUESTS

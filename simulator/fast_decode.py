@@ -323,10 +323,11 @@ class SkipAheadEngine(TiedSteps, Engine):
         """The rest of a step whose running loop was the group's (``g``; ``tail``: the waiting
         requests that start in it): the same arithmetic as :meth:`Engine._run_scheduled`, on
         the group's numbers instead of the rows'."""
-        counts = (len(self.running), len(self.waiting) + gw_waiting)
+        counts = (len(self.running), self.num_waiting() + gw_waiting)
         n = g.size
         run: Run | None = None
-        decoding = not tail and not self._step_extra_s  # a decode run of the group
+        # a decode run of the group (not while a request waits to be schedulable: async)
+        decoding = not tail and not self._step_extra_s and not self._pending
         if decoding:
             c0 = g.context
             to_finish = g.finish[0][0] - g.step
@@ -524,6 +525,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         self._jump_ends = self._run_ends = None
         self._span_head = None
         self._busy = False
+        self._between_steps = True
         self.t = t1
         self.num_steps += k
         if k < len(step_end):  # cut short

@@ -221,6 +221,7 @@ class TiedSteps:
     t: float
     num_steps: int
     _busy: bool
+    _between_steps: bool
     _on_idle: Callable[[], None]
 
     def join_ties(self, ties: FleetTies, index: int) -> None:
@@ -248,6 +249,7 @@ class TiedSteps:
         self._busy = True
         yield Timeout(self.env, max(0.0, t1 - self.env.now))
         self._busy = False
+        self._between_steps = True
         self.t = t1
         self.num_steps += 1
         self.log.ended(t1)

@@ -60,8 +60,9 @@ def answer(reason: str) -> Answer:
 class QueuedView(Protocol):
     """What the caps read of an engine (:class:`kvbudget.simulator.engine.Engine`)."""
 
-    @property
-    def waiting(self) -> Sized: ...
+    def num_waiting(self) -> int:
+        """The requests waiting to start (the waiting queue, and those not yet schedulable)."""
+        ...
     @property
     def running(self) -> Sized: ...
     @property
@@ -116,6 +117,6 @@ class QueueCaps:
             prefilling = engine.prompt_tokens[rows][np.isnan(engine.first_token_s[rows])]
             if int(prefilling.sum()) >= self._tokens:
                 return "engine_max_num_queued_tokens"
-        if self._waiting is not None and len(engine.waiting) >= self._waiting:  # + 1 > cap
+        if self._waiting is not None and engine.num_waiting() >= self._waiting:  # + 1 > cap
             return "engine_max_queued_requests"
         return ""

@@ -173,6 +173,7 @@ class EngineSpec:
     max_num_queued_tokens: Annotated[int, Ge(1)] | None = None
     max_queued_requests: Annotated[int, Ge(1)] | None = None
     max_concurrent_requests: Annotated[int, Ge(1)] | None = None
+    async_scheduling: bool | None = None
     speculative_config: SpeculativeSpec | None = None
     kv_offloading_size: Annotated[float, Gt(0)] | None = None
     kv_offloading_backend: str = "native"

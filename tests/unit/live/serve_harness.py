@@ -43,7 +43,8 @@ BLOCK_SIZE = 16
 @dataclass
 class FakeUpstream:
     """An OpenAI-compatible fake. Each completion is logged, then held until ``release`` is set
-    (``hold="headers"``: before answering; ``"first_chunk"``: a stream after its first chunk);
+    (``hold="headers"``: before answering; ``"first_chunk"``: a stream after its first chunk;
+    ``"after_done"``: a stream after its ``[DONE]``, the connection still open);
     ``on_request`` sees each arrival first. ``changed`` is set (and replaced) at each change."""
 
     num_tokens: int = 3
@@ -153,6 +154,8 @@ class FakeUpstream:
                 yield "data: " + json.dumps({"id": "c", "model": "fake", "choices": [],
                                              "usage": usage}) + "\n\n"
             yield "data: [DONE]\n\n"
+            if self.hold == "after_done":
+                await self._hold()
         except asyncio.CancelledError:
             self.aborted += 1
             self._changed()

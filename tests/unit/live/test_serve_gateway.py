@@ -269,6 +269,31 @@ def test_a_disconnected_client_releases_its_lease_at_once(hold: str) -> None:
     run(main())
 
 
+def test_a_client_that_leaves_after_done_is_recorded_completed(tmp_path: Path) -> None:
+    """The openai SDK stops reading at ``[DONE]`` and closes its connection; the upstream's
+    stream may end a moment later. The gateway settles the request when it reads ``[DONE]``
+    (its usage already read), before passing it on: it used to record such a request as
+    ``client_timeout`` when the client's leaving came first (seen under load)."""
+    async def main() -> None:
+        fake = FakeUpstream(hold="after_done")
+        recorder = ServeRecorder(tmp_path, tiers=TIERS, policy={"name": "conservative"},
+                                 rotate_requests=100, meta={})
+        async with stack(fake, recorder=recorder) as (server, url):
+            async with httpx.AsyncClient() as client, \
+                    client.stream("POST", url + "/v1/completions", json=_body(stream=True)) as resp:
+                async for line in resp.aiter_lines():
+                    if line == "data: [DONE]":
+                        break  # and close, as the SDK does
+            await until(lambda: fake.held == 1, lambda: fake.changed)  # the upstream is open
+            await until(lambda: server.admission.gateway.budget.num_leases == 0,
+                        lambda: server.admission.changed)
+            fake.release.set()
+        records = pd.read_parquet(tmp_path / "run-0001" / "requests.parquet")
+        assert records["status"].tolist() == ["completed"]
+        assert records["output_tokens"].tolist() == [fake.num_tokens]
+    run(main())
+
+
 def test_a_client_leaving_the_queue_frees_its_place() -> None:
     async def main() -> None:
         fake = FakeUpstream()

@@ -36,7 +36,9 @@ NO_TIMEOUT = (TierConfig("interactive", queue_timeout_s=None, max_sequence_token
 def _config(scale: AutoscaleConfig, *, router: str = "round_robin", budget: str = "global",
             step_s: float = 0.25, blocks: int = 110) -> SimConfig:
     return SimConfig(
-        engine=EngineConfig(num_gpu_blocks=blocks, block_size=16),
+        # the steps worked out by hand below are a scheduler's that schedules after each step
+        # (async scheduling's one-step lag: tests/unit/simulator/test_async_scheduling.py)
+        engine=EngineConfig(num_gpu_blocks=blocks, block_size=16, async_scheduling=False),
         tiers=NO_TIMEOUT,
         cost_model=LinearCostModel(step_s, 0.0, 0.0, 0.0),
         fleet=FleetConfig(router=router, budget=budget,  # type: ignore[arg-type]

@@ -37,6 +37,10 @@ def config(
             max_num_seqs=seqs,
             skip_ahead=skip,
             scheduling_policy=scheduling,
+            # the steps worked out below are a scheduler's that schedules after each step;
+            # async scheduling's one-step lag has its own known answers
+            # (test_async_scheduling.py)
+            async_scheduling=False,
         ),  # type: ignore[arg-type]
         tiers=TIERS,
         cost_model=cost or LinearCostModel(0.01, 0.001, 0.0, 0.0),

@@ -188,13 +188,15 @@ def test_sglang_admits_only_when_new_token_ratio_says_the_output_will_fit(skip: 
     # output leaves room for B's prompt plus its declared output
     w = make_workload([0.0, 0.005], [100, 100], [1000, 10], max_output_tokens=[1000, 1100])
     cost = LinearCostModel(0.01, 0.0, 0.0, 0.0)
-    cfg = config("sglang", skip, num_gpu_blocks=120, block_size=16, cost=cost)
+    # (scheduled after each step: the overlap scheduler's one-step lag is tested apart)
+    cfg = config("sglang", skip, num_gpu_blocks=120, block_size=16, cost=cost,
+                 async_scheduling=False)
     rec = simulate(w, make_policy("unlimited"), cfg).records
     s = sglang_start_step(120, 16, 100, 1000, 100 + 1100)
     assert 2 < s < 1000
     assert rec.ttft_s[1] == pytest.approx(0.01 * s - 0.005)
     vllm = simulate(w, make_policy("unlimited"), replace(cfg, engine=EngineConfig(
-        num_gpu_blocks=120, block_size=16, skip_ahead=skip))).records
+        num_gpu_blocks=120, block_size=16, skip_ahead=skip, async_scheduling=False))).records
     assert vllm.ttft_s[1] == pytest.approx(0.02 - 0.005)
 
 

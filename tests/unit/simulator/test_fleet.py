@@ -352,7 +352,7 @@ def test_request_figures_are_the_merged_arrays_and_let_each_replicas_state_go(
 
     monkeypatch.setattr(Fleet, "request_figures", checked)
     w = mixed_workload(400, rate_rps=20.0, seed=8)
-    cfg = SimConfig(engine=EngineConfig(name=engine, num_gpu_blocks=1500),  # type: ignore[arg-type]
+    cfg = SimConfig(engine=EngineConfig(name=engine, num_gpu_blocks=1000),  # type: ignore[arg-type]
                     fleet=FleetConfig(4, router=router))  # type: ignore[arg-type]
     simulate(w, make_policy("overcommit"), cfg)
     assert seen["compact"] == (engine == "vllm")

@@ -96,8 +96,11 @@ def test_concurrent_requests_share_the_cached_prefix_blocks(skip: bool) -> None:
     # blocks and B one block of its own, 66 in all; without the cache B holds 65 more
     w = workload([0.0, 0.5], [1025, 1025], [4, 4], [[7, 8, 9], [7, 8, 9]])
     cost = LinearCostModel(1.0, 0.0, 0.0, 0.0)
-    warm = simulate(w, make_policy("unlimited"), config(True, cost=cost, skip=skip))
-    cold = simulate(w, make_policy("unlimited"), config(False, cost=cost, skip=skip))
+    # (B starts in the step after it comes: no async scheduling, whose lag would make it 3)
+    warm = simulate(w, make_policy("unlimited"),
+                    config(True, cost=cost, skip=skip, async_scheduling=False))
+    cold = simulate(w, make_policy("unlimited"),
+                    config(False, cost=cost, skip=skip, async_scheduling=False))
     assert warm.timeline.kv_used_tokens[1] == 66 * 16
     assert cold.timeline.kv_used_tokens[1] == 130 * 16
     assert list(warm.records.ttft_s) == list(cold.records.ttft_s) == [1.0, 1.5]
