@@ -15,32 +15,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from kvbudget.simulator.kv_blocks import KVBlocks
 from kvbudget.simulator.serving import FloatArray, IntArray
+from kvbudget.simulator.spec_decode import SpecDecode, SpecRows
 from kvbudget.simulator.token_segments import TokenSegments
-
-if TYPE_CHECKING:
-    from kvbudget.simulator.spec_decode import SpecDecode
 
 __all__ = ["CommitTarget", "StepCommit"]
 
 
-class CommitTarget(Protocol):
-    """What of the engine a commit reads and writes: the per-request arrays (vLLM's names),
-    ``running``, the KV blocks, the token segments, when the step ended (``t``) and the steps
-    ended so far, this one included (``num_steps``)."""
+class CommitTarget(SpecRows, Protocol):
+    """What of the engine a commit reads and writes: the per-request arrays (vLLM's names; those
+    speculative decoding reads too are :class:`SpecRows`'), ``running``, the KV blocks, the
+    token segments, when the step ended (``t``) and the steps ended so far, this one included
+    (``num_steps``)."""
 
-    num_tokens: IntArray
-    num_computed_tokens: IntArray
-    num_output_tokens: IntArray
-    target_output: IntArray
-    arrival_s: FloatArray
-    tier_priority: IntArray
     first_token_s: FloatArray
     finished_s: FloatArray
     in_engine: npt.NDArray[np.bool_]
