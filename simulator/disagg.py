@@ -48,6 +48,7 @@ from kvbudget.simulator.fleet import Router
 from kvbudget.simulator.fleet_events import FleetEvents
 from kvbudget.simulator.fleet_ties import FleetTies
 from kvbudget.simulator.remote_kv import RemoteLoads
+from kvbudget.simulator.replica_totals import ReplicaTotals
 from kvbudget.simulator.serving import RequestFigures, TimelineRow
 from kvbudget.simulator.sim_config import ReplicaSetup, SimConfig
 from kvbudget.workloads import Workload
@@ -71,7 +72,7 @@ def pool_setup(config: SimConfig, pool: PoolConfig, *, decode: bool) -> ReplicaS
     return own.replica_setup()
 
 
-class DisaggFleet:
+class DisaggFleet(ReplicaTotals):
     """A prefill pool and a decode pool that look like one engine to the driver
     (``ServingEngine``). Every replica's arrays are indexed by workload rows."""
 
@@ -239,23 +240,7 @@ class DisaggFleet:
         for e in self.decode:
             e.forget_first_token(i)
 
-    @property
-    def num_preemptions_total(self) -> int:
-        return sum(e.num_preemptions_total for e in self.replicas)
-
     # --- figures ---------------------------------------------------------------------------
-    @property
-    def t(self) -> float:
-        return max(e.t for e in self.replicas)
-
-    @property
-    def num_steps(self) -> int:
-        return sum(e.num_steps for e in self.replicas)
-
-    @property
-    def num_recomputed_tokens(self) -> int:
-        return sum(e.num_recomputed_tokens for e in self.replicas)
-
     @property
     def recomputed_tokens(self) -> IntArray:
         return np.asarray(sum(e.recomputed_tokens for e in self.replicas), np.int64)

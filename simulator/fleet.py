@@ -65,6 +65,7 @@ from kvbudget.simulator.exact_sum import to_float
 from kvbudget.simulator.fast_decode import SkipAheadEngine
 from kvbudget.simulator.fleet_events import FleetEvents
 from kvbudget.simulator.fleet_ties import FleetTies
+from kvbudget.simulator.replica_totals import ReplicaTotals
 from kvbudget.simulator.serving import RequestFigures, TimelineRow
 from kvbudget.simulator.sim_config import (
     ROUTERS,
@@ -342,7 +343,7 @@ def _join_dropping(parts: list[tuple[IntArray, FloatArray, IntArray]]
     return out
 
 
-class Fleet:
+class Fleet(ReplicaTotals):
     """Replicas that look like one engine to the driver.
 
     Each replica's engine is indexed by the rows routed to it (:class:`_ReplicaRows`; its
@@ -637,23 +638,7 @@ class Fleet:
         j = -1 if r < 0 else self._row_on(i, r)
         return 0 if j < 0 else self.replicas[r].output_tokens_of(j)
 
-    @property
-    def num_preemptions_total(self) -> int:
-        return sum(e.num_preemptions_total for e in self.replicas)
-
     # --- merged results ----------------------------------------------------------------------------
-    @property
-    def t(self) -> float:
-        return max(e.t for e in self.replicas)
-
-    @property
-    def num_steps(self) -> int:
-        return sum(e.num_steps for e in self.replicas)
-
-    @property
-    def num_recomputed_tokens(self) -> int:
-        return sum(e.num_recomputed_tokens for e in self.replicas)
-
     def _merge_in(self, out: Any, e: Engine, local: _ReplicaRows, name: str,
                   merge: Callable[..., Any]) -> Any:
         """``out`` (by workload row) with replica ``e``'s array ``name`` merged in:
