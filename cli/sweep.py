@@ -1,6 +1,7 @@
 """``kvbudget sweep``, ``tune`` and ``capacity``: many simulations on local cores or on Ray."""
 
 import math
+import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,7 +28,7 @@ from kvbudget.cli.study_intervals import (
     span,
     study_replications,
 )
-from kvbudget.cli.tables import render, short_metric
+from kvbudget.cli.tables import WIDTH, render, short_metric
 from kvbudget.studies.capacity import (
     CapacitySpec,
     attainment_curve,
@@ -470,9 +471,10 @@ def _print_capacities(result: "CapacityResult", spec: CapacitySpec) -> None:
          for c in result.capacities],
     ))
     if spec.interval is not None:
-        typer.echo(f"{spec.interval:.0%} interval of the capacity over {spec.combines()}; each "
-                   "world's capacity bracketed by the loads the search visited (open: a world "
-                   "met every load visited)")
+        typer.echo(textwrap.fill(
+            f"{spec.interval:.0%} interval of the capacity over {spec.combines()}; each "
+            "world's own capacity searched to --rel-tol (open: a world that meets the target "
+            "at the largest load searched)", WIDTH))
 
 
 def register(app: typer.Typer) -> None:

@@ -247,8 +247,9 @@ class CapacityResult:
             "policies": [c.describe() for c in self.capacities],
             **({} if s.interval is None else {"interval": {
                 "level": s.interval, "combines": s.combines(),
-                "method": "each replication's capacity bracketed by the loads visited; the "
-                          "level's quantiles of the lower and upper brackets (null: open)"}}),
+                "method": "each replication's own capacity searched to rel_tol from the "
+                          "loads visited; the level's quantiles of the worlds' lower and upper "
+                          "brackets (null: open above)"}}),
         }
 
     def write(self, out_dir: Path) -> list[Path]:

@@ -90,16 +90,17 @@ class StepDraw:
     def to_json(self) -> dict[str, Any]:
         return {"factors": dict(self.factors), "values": dict(self.values), "z": self.z}
 
-    def cost_model(self, nominal: CostModel, gpu: str) -> tuple[CostModel, float | None]:
-        """``nominal`` with this draw's constants on ``gpu``, and the drawn front-end overhead
-        (None: the nominal one)."""
+    def cost_model(self, nominal: CostModel) -> tuple[CostModel, float | None]:
+        """``nominal`` with this draw's constants (the structural error by its GPU's
+        validation status), and the drawn front-end overhead (None: the nominal one)."""
         params = dict(self.values)
         overhead = params.pop(FRONTEND_OVERHEAD, None)
         for name, factor in self.factors:
             top = 1.0 if name in FRACTIONS else math.inf
             params[name] = min(top, float(getattr(nominal, name)) * factor)
         model = with_params(nominal, params) if params else nominal
-        sigma = structural_sigma(gpu) if not self.values else 0.0
+        sigma = (structural_sigma(nominal.gpu.name)
+                 if isinstance(nominal, VllmStepModel) and not self.values else 0.0)
         if sigma and self.z:
             model = StructurallyScaled(model, math.exp(sigma * self.z))
         return model, overhead
@@ -107,7 +108,7 @@ class StepDraw:
     def config(self, config: SimConfig) -> SimConfig:
         """``config`` with this draw's step model (the front end the nominal run assumed)."""
         nominal = config.resolved_cost_model()
-        model, overhead = self.cost_model(nominal, config.gpu)
+        model, overhead = self.cost_model(nominal)
         return dataclasses.replace(
             config, cost_model=model, frontend=nominal_frontend(config),
             frontend_overhead_s=config.frontend_overhead_s if overhead is None else overhead)
