@@ -66,6 +66,12 @@ class _Worlds:
     def close(self) -> None:
         pass
 
+    def __enter__(self) -> _Worlds:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
 
 def _scenario(n: int = 120, rate: float = 8.0, **extra: Any) -> Any:
     return scenario_from_dict({**small_scenario_dict(n, rate, seed=21, policy="conservative"),
