@@ -15,6 +15,12 @@ open, which predictions with intervals (:mod:`kvbudget.studies.intervals`) draw 
 - ``allreduce_latency_s``: NCCL's small-message floor to vLLM's custom all-reduce at 0.5 MB.
 
 A range that leaves out a model's own value (a calibrated or given one) is widened to hold it.
+
+Beyond the constants: the model's structural error on a GPU its constants were not derived on
+(:data:`STEP_VALIDATION`, :data:`STRUCTURAL_SIGMA`, :class:`StructurallyScaled`), its spread
+estimated by leave-one-GPU-out on the published step figures the model cites (vLLM FP8-KV
+blog, blog.vllm.ai 2026-04-22, vLLM 0.19.1: :data:`PUBLISHED_STEPS`); the comment above
+:data:`PUBLISHED_STEPS` and docs/fidelity.md ("The structural error") give the method.
 """
 
 from __future__ import annotations

@@ -235,6 +235,8 @@ def describe_run(spec: RunSpec) -> str:
     if spec.rate_scale != 1:
         what.append(f"rate_scale={spec.rate_scale:g}")
     what.append(f"replication={spec.replication}, seed={spec.seed}")
+    if spec.step_draw is not None:
+        what.append("with the replication's step-model draw (--interval)")
     return ", ".join(what)
 
 
