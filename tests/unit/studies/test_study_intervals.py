@@ -280,3 +280,31 @@ def test_cli_a_model_without_stated_uncertainty_is_refused_before_a_run(tmp_path
                               "--interval", "0.9"])
     assert res.exit_code == 2, res.output
     assert "no stated uncertainty" in res.stderr
+
+
+def test_cli_a_cost_file_without_a_posterior_is_refused_by_name(tmp_path: Path) -> None:
+    from kvbudget.perf.cost_model import LinearCostModel, save_cost_model
+
+    cost = tmp_path / "linear.json"
+    save_cost_model(LinearCostModel(0.01, 1e-5, 1e-4, 1e-7), cost)
+    res = runner.invoke(app, ["plan", "--scenario", _toml(tmp_path), "--out",
+                              str(tmp_path / "o"), "--gpus", "H100-80GB", "--cost-model",
+                              str(cost), "--interval", "0.9"])
+    assert res.exit_code == 2, res.output
+    assert str(cost) in res.stderr and "no calibration.uncertainty" in res.stderr
+
+
+def test_simulate_intervals_carry_the_structural_error_off_h100(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On an A100 (a datasheet GPU) the same draws with the structural error give a wider TPOT
+    interval than without it; on H100 (derived) the structural error is none."""
+    scn = make_scenario(None, (), trace=_trace(tmp_path), gpu="A100-80GB")
+    with_error = iv.draw_intervals(scn, None, level=0.9, num_draws=8)
+    assert "'datasheet'" in with_error.method and "sigma 0.1234" in with_error.method
+    monkeypatch.setattr(iv, "structural_sigma", lambda _gpu: 0.0)
+    without = iv.draw_intervals(scn, None, level=0.9, num_draws=8)
+    lo1, hi1 = with_error.figures["overall"]["tpot_s.p50"]
+    lo0, hi0 = without.figures["overall"]["tpot_s.p50"]
+    assert hi1 / lo1 > hi0 / lo0
+    h100 = iv.stated_draws(make_scenario(None, ()).sim_config().resolved_cost_model())
+    assert "'derived'" in h100.method and "sigma 0 " in h100.method
