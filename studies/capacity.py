@@ -139,9 +139,11 @@ class CapacitySpec:
     def expected_runs(self) -> int:
         """About how many runs the search makes (a progress bar's total): per policy, the
         first load, a doubling or halving or two to bracket, then the bisection down to
-        ``rel_tol``, each times the replications."""
+        ``rel_tol``, each times the replications (and, with ``interval``, the worlds' own)."""
         bisect = math.ceil(math.log2(math.log(2) / math.log1p(self.rel_tol)))
-        return len(self.policies) * self.replications * (3 + max(bisect, 0))
+        # with an interval, each world's own search: about three more runs of each world
+        worlds = 3 if self.interval is not None else 0
+        return len(self.policies) * self.replications * (3 + max(bisect, 0) + worlds)
 
 
 @dataclass
