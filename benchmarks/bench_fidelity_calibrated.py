@@ -382,6 +382,10 @@ def fixed_term_results(max_evals: int = 80) -> list[dict[str, Any]]:
                                    "warnings": {k: f.warnings() if hasattr(f, "warnings")
                                                 else [] for k, f in fits.items()}}
             if fit_fixed_term is not None:
+                from kvbudget.studies.first_token import fixed_term_bounds
+
+                row["shortest_ttft_s"] = {k: fixed_term_bounds(rec.records(), r).upper_s
+                                          for k, r in rows.items()}
                 row["moved_s"] = {
                     (k, other): fit_fixed_term(rec, config, fits[k].model,
                                                rows=rows[other]).value_s
@@ -423,8 +427,10 @@ def engine_side_term(max_evals: int = 100) -> list[tuple[str, bool, float, float
                                                                          engine=engine),
                                       start_model(run, "default"), rows=first,
                                       fit_overhead=True, max_evals=max_evals)
-            upper = cal.term.bounds.upper_s if cal.term is not None else math.nan
-            out.append((run.name, on, cal.frontend_overhead_s, upper, cal.warnings()))
+            term = getattr(cal, "term", None)  # None before the term was profiled out
+            upper = term.bounds.upper_s if term is not None else math.nan
+            out.append((run.name, on, cal.frontend_overhead_s, upper,
+                        cal.warnings() if hasattr(cal, "warnings") else []))
     return out
 
 
