@@ -131,6 +131,8 @@ def test_without_the_extra_step_the_term_drifts_with_the_load(tmp_path: Path) ->
     heavy = fit_fixed_term(read_recording(synthetic(tmp_path / "h.csv", HEAVY)),
                            _with_async(False), truth).value_s
     assert light > B + 1e-3 and heavy - light > 3e-3
+    # docs/fidelity.md ("The first token's fixed term across loads") quotes them
+    assert (round(1e3 * light, 1), round(1e3 * heavy, 1)) == (11.8, 17.8)
 
 
 def test_a_joint_fit_finds_the_term_and_holds_it_across_loads(tmp_path: Path) -> None:
@@ -187,3 +189,10 @@ def test_calibrate_says_a_fit_at_a_bound_loudly_and_writes_it(tmp_path: Path) ->
     assert low == 0.0 and high == pytest.approx(float(pd.read_csv(path)["ttft_s"].min()))
     assert math.isclose(split["fixed_part_s"], section["fitted"]["frontend_overhead_s"])
     assert "first token: engine part simulated" in res.stdout
+    # docs/recordings.md ("The first token") shows this run's output
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "recordings.md").read_text()
+    shown = doc[doc.index("**The first token**"):doc.index("A recording with fewer than 10")]
+    blocks = [b.strip() for b in shown.split("```")[1::2]]
+    assert blocks[0] in res.stdout.splitlines()
+    for line in blocks[1].splitlines():
+        assert any(out.startswith(line.split("(...)")[0]) for out in res.stderr.splitlines()), line
