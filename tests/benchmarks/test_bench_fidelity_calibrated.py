@@ -44,6 +44,7 @@ def doc_rows() -> dict[str, list[tuple[float, float]]]:
     return rows
 
 
+@pytest.mark.slow  # four simulator-in-the-loop fits, 300-400 simulations: about 30-50 s
 def test_the_documented_fixed_terms_are_what_the_benchmark_fits(bench: ModuleType) -> None:
     doc = doc_rows()
     results: list[dict[str, Any]] = bench.fixed_term_results()
