@@ -164,6 +164,8 @@ def fit(run: Run, fit_kind: str, rows: np.ndarray | None, max_evals: int) -> Any
     print(f"  fitted {fit_kind} on {run.name} ({cal.num_rows} requests, {cal.num_evals} "
           f"simulations, {time.perf_counter() - t:.0f} s): "
           + ", ".join(f"{k}={v:.4g}" for k, v in cal.fitted.items()), file=sys.stderr)
+    for line in cal.warnings() if hasattr(cal, "warnings") else []:
+        print(f"  warning: {line}", file=sys.stderr)
     return cal
 
 
