@@ -493,7 +493,11 @@ def calibrate_recording(
     (:mod:`~kvbudget.studies.fit_uncertainty`; ``seed`` draws the bootstrap). ``max_evals``
     bounds the start's and the search's simulations; the sensitivities take two more per
     parameter before the search and two per fitted one after it. ``start_records``: the start model's simulation of the recording when already run.
-    ``progress(num_evals, best_loss)`` is called after every simulation."""
+    ``progress(num_evals, best_loss)`` is called after every simulation. With
+    ``fit_overhead``, the fixed front-end term is no coordinate of the search: the best one
+    for each trial's simulation is taken exactly (within 0 and the shortest measured TTFT)
+    and, at the end, settled with up to four more simulations
+    (:mod:`~kvbudget.studies.first_token`; ``term`` of the result)."""
     names, fixed = effective_parameters(start, parameters)
     if max_evals < 1:
         raise ValueError(f"max_evals must be >= 1, got {max_evals!r}")
