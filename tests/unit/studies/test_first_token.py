@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
@@ -92,6 +94,26 @@ def test_the_best_term_of_a_shifted_simulation_is_the_shift_worked_by_hand() -> 
                                  simulated_term_s=0.0, bounds=bounds)
     assert term == 0.0 and loss > 0
     assert "lower bound" in fixed_term_warnings(term, bounds)[0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(ttft=st.lists(st.floats(0.005, 5.0), min_size=4, max_size=4),
+       e2e=st.lists(st.floats(0.05, 60.0), min_size=4, max_size=4),
+       shift_ms=st.floats(0.0, 4.0), ran_with_ms=st.floats(0.0, 3.0))
+def test_any_shift_inside_the_bounds_is_found_again(ttft: list[float], e2e: list[float],
+                                                    shift_ms: float, ran_with_ms: float) -> None:
+    """Whatever the statistics, a simulation that is the measurement less a term inside the
+    bounds (run with another term) gets that term back, to 10 us, and a loss of 0 there."""
+    stats = ("mean", "p50", "p90", "p99")
+    meas = ({f"ttft_{k}_s": v for k, v in zip(stats, sorted(ttft), strict=True)}
+            | {f"e2e_{k}_s": v for k, v in zip(stats, sorted(e2e), strict=True)})
+    shift, ran = shift_ms / 1e3, ran_with_ms / 1e3
+    sim = {k: v - shift + ran for k, v in meas.items()}
+    bounds = FixedTermBounds(0.0, min(ttft), "the shortest TTFT")
+    term, loss = best_fixed_term(PairedStats(meas, sim, 0.0), ("ttft", "e2e"),
+                                 simulated_term_s=ran, bounds=bounds)
+    assert term == pytest.approx(shift, abs=1e-5)
+    assert loss < 1e-6
 
 
 def test_the_bounds_are_zero_and_the_shortest_measured_ttft(tmp_path: Path) -> None:
