@@ -64,6 +64,7 @@ from kvbudget.simulator.kv_offload import OffloadEngine, offload_arguments
 from kvbudget.simulator.sim_config import ReplicaSetup
 from kvbudget.simulator.small_arrays import isum
 from kvbudget.simulator.spec_decode import make_spec_decode
+from kvbudget.simulator.spec_run import SpecSkipAheadEngine
 
 GIB = 1024**3
 
@@ -366,6 +367,12 @@ SKIP_AHEAD_CLASSES: dict[str, type[Engine]] = {
 }
 
 
+# ... with speculative decoding and skip-ahead (runs of verify steps: simulator.spec_run)
+SPEC_CLASSES: dict[str, type[Engine]] = {
+    name: _with_skip_ahead(cls, SpecSkipAheadEngine) for name, cls in ENGINE_CLASSES.items()
+}
+
+
 # vLLM with a CPU offload tier (kv_offloading_size: kvbudget.simulator.kv_offload)
 OFFLOAD_CLASSES: tuple[type[Engine], type[Engine]] = (
     OffloadEngine, _with_skip_ahead(OffloadEngine, SkipAheadEngine))
@@ -378,6 +385,15 @@ def engine_class(config: EngineConfig) -> type[Engine]:
     return (SKIP_AHEAD_CLASSES if config.skip_ahead else ENGINE_CLASSES)[config.name]
 
 
+def spec_engine_class(config: EngineConfig) -> type[Engine]:
+    """The class that runs ``config`` with speculative decoding: with skip-ahead, its preset
+    over :class:`~kvbudget.simulator.spec_run.SpecSkipAheadEngine` (runs of verify steps at
+    once); stepping otherwise, and with a CPU offload tier."""
+    if not config.skip_ahead or config.kv_offloading_size is not None:
+        return engine_class(replace(config, skip_ahead=False))
+    return SPEC_CLASSES[config.name]
+
+
 def make_engine(env: simpy.Environment, setup: ReplicaSetup, columns: RequestColumns,
                 hooks: EngineHooks, *, timeline_period_s: float = 1.0) -> Engine:
     """The engine ``setup.engine.name`` names (:func:`engine_class`) on ``setup``'s GPU, with
@@ -387,8 +403,7 @@ def make_engine(env: simpy.Environment, setup: ReplicaSetup, columns: RequestCol
     blocks = setup.num_gpu_blocks
     assert blocks is not None, "the replica's KV blocks are resolved before its engine is made"
     spec = config.speculative_config
-    # speculative decoding steps one at a time: the decode group does not cover it
-    cls = engine_class(config if spec is None else replace(config, skip_ahead=False))
+    cls = engine_class(config) if spec is None else spec_engine_class(config)
     swap: dict[str, Any] = {}
     if issubclass(cls, SwapEngine):
         swap["kv_bytes_per_token"] = setup.model.kv_bytes_per_token(
