@@ -184,12 +184,9 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         self._spec_run: SpecRun | None = None  # the run in flight
 
     def output_tokens_of(self, i: int) -> int:
-        run = self._spec_run
-        if run is None or i not in run.rows:
+        run, ends = self._spec_run, self._run_ends
+        if run is None or ends is None or i not in run.rows:
             return super().output_tokens_of(i)
-        ends = self._run_ends
-        if ends is None:
-            return self.num_output_tokens.item(i)
         now = self.env.now
         done = bisect.bisect_left(ends, now) if self.ties is None else self._steps_done(ends, now)
         return run.output_after(i, done)
