@@ -320,8 +320,6 @@ class SpecDecode:
             "output_tokens_per_step": num_output_tokens / num_steps if num_steps else 0.0,
             "draft_s": self.draft_s,
             "num_lookahead_tokens": self.lookahead,
-            "speed_up": "steps one at a time (skip-ahead's decode group does not cover "
-                        "speculative decoding)",
         }
 
 
