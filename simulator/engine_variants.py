@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from functools import cache
 from typing import Any, cast
 
 import numpy as np
@@ -367,12 +368,6 @@ SKIP_AHEAD_CLASSES: dict[str, type[Engine]] = {
 }
 
 
-# ... with speculative decoding and skip-ahead (runs of verify steps: simulator.spec_run)
-SPEC_CLASSES: dict[str, type[Engine]] = {
-    name: _with_skip_ahead(cls, SpecSkipAheadEngine) for name, cls in ENGINE_CLASSES.items()
-}
-
-
 # vLLM with a CPU offload tier (kv_offloading_size: kvbudget.simulator.kv_offload)
 OFFLOAD_CLASSES: tuple[type[Engine], type[Engine]] = (
     OffloadEngine, _with_skip_ahead(OffloadEngine, SkipAheadEngine))
@@ -391,7 +386,14 @@ def spec_engine_class(config: EngineConfig) -> type[Engine]:
     once); stepping otherwise, and with a CPU offload tier."""
     if not config.skip_ahead or config.kv_offloading_size is not None:
         return engine_class(replace(config, skip_ahead=False))
-    return SPEC_CLASSES[config.name]
+    return _spec_class(config.name)
+
+
+@cache
+def _spec_class(name: str) -> type[Engine]:
+    """Preset ``name`` over :class:`~kvbudget.simulator.spec_run.SpecSkipAheadEngine`, made
+    when first needed (not at import: most runs have no speculation)."""
+    return _with_skip_ahead(ENGINE_CLASSES[name], SpecSkipAheadEngine)
 
 
 def make_engine(env: simpy.Environment, setup: ReplicaSetup, columns: RequestColumns,

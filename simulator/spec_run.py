@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Generator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -46,24 +45,22 @@ MAX_SPEC_STEPS = 512
 """The longest speculative run planned at once (its arrays are requests x steps)."""
 
 
-@dataclass(frozen=True, slots=True)
 class SpecRun:
     """A planned run of ``len(ends)`` verify steps of ``rows`` (running order): ``out`` is each
     row's output tokens after each step (requests x steps, capped at the target: only the
     last step may finish some), ``held`` the blocks each row holds as each step is scheduled,
     ``alloc`` the blocks steps 1..j take beyond step 0's, ``draft_s`` each step's draft time
-    (step 0's was counted as it was scheduled), ``ends``/``dts`` the steps' ends and times."""
+    (step 0's was counted as it was scheduled), ``ends``/``dts`` the steps' ends and times.
+    (A plain class: a dataclass's creation costs the engine's import ~0.7 ms.)"""
 
-    rows: IntArray
-    out0: IntArray
-    c0: IntArray
-    steps0: IntArray
-    out: IntArray
-    held: IntArray
-    alloc: IntArray
-    draft_s: FloatArray
-    ends: FloatArray
-    dts: FloatArray
+    __slots__ = ("alloc", "c0", "draft_s", "dts", "ends", "held", "out", "out0", "rows", "steps0")
+
+    def __init__(self, rows: IntArray, out0: IntArray, c0: IntArray, steps0: IntArray,
+                 out: IntArray, held: IntArray, alloc: IntArray, draft_s: FloatArray,
+                 ends: FloatArray, dts: FloatArray) -> None:
+        self.rows, self.out0, self.c0, self.steps0 = rows, out0, c0, steps0
+        self.out, self.held, self.alloc, self.draft_s = out, held, alloc, draft_s
+        self.ends, self.dts = ends, dts
 
     def output_after(self, i: int, steps: int) -> int:
         """Row ``i``'s output tokens after the run's first ``steps`` steps."""
