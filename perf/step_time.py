@@ -21,11 +21,14 @@ One engine step (``t`` seconds) is modelled as
 * The two kernel classes run one after the other, each as fast as its slower resource allows;
   ``smooth_max(a, b) = (a^4 + b^4)^(1/4)`` (1.19x the max where the two are equal, the max away
   from it): a GEMM or attention kernel near its ridge point reaches neither roof.
-* **Communication** with tensor parallelism: two all-reduces per layer (after attention and
-  after the MLP) of the step's hidden states, each ``allreduce_latency_s + 2 (n-1)/n * bytes /
-  (link_efficiency * link bandwidth)`` (the ring all-reduce's traffic per GPU); with expert
-  parallelism, an all-to-all dispatch and combine per MoE layer of each token's ``top_k``
-  hidden states.
+* **Communication** with tensor parallelism: two all-reduces per layer (Megatron-style: after
+  the attention's output projection and after the MLP's down projection) of the step's hidden
+  states, each priced by vLLM's algorithm for its size
+  (:class:`~kvbudget.perf.parallel_costs.AllReduceCost`): one-shot, ``allreduce_latency_s +
+  (n-1) * bytes / (link_efficiency * link bandwidth)``, below the custom all-reduce's one-shot
+  limit; two-shot, ``2 * allreduce_latency_s + 2 (n-1)/n * bytes / (...)`` (the ring's
+  traffic), above it; with expert parallelism, an all-to-all dispatch and combine per MoE
+  layer of each token's ``top_k`` hidden states.
 * **Overheads.** ``step_overhead_s`` is the host's gap between two GPU steps with CUDA graphs
   and async scheduling (vLLM PR #11133: 150-170 us); ``layer_overhead_s`` the per-layer cost of
   kernel launches and the small kernels (norms, rotary, activation, sampling) that a roofline of
@@ -34,7 +37,9 @@ One engine step (``t`` seconds) is modelled as
   weight reading time and the step gap, per layer); docs/fidelity.md has the derivation and the
   check against the blog's B200 figure. ``moe_layer_overhead_s`` is what an MoE layer adds to
   that (routing, token permutation, grouped GEMM launches), from the same blog's gpt-oss-20b
-  intercept on H100 (4.05 ms), checked against its B200 figure.
+  intercept on H100 (4.05 ms), checked against its B200 figure, for MXFP4 experts; 16-bit and
+  FP8 experts run vLLM's Triton ``fused_moe``, whose published H100 times give 20.5 us
+  (:data:`~kvbudget.perf.parallel_costs.FUSED_MOE_OVERHEAD_S`).
 
 Every default constant names its source in docs/fidelity.md ("Step-time model").
 :attr:`VllmStepModel.FIT_PARAMETERS` names the floats a calibration may change (with
@@ -57,6 +62,7 @@ import numpy.typing as npt
 
 from kvbudget.perf.hardware import GPUSpec, get_gpu
 from kvbudget.perf.models import get_model
+from kvbudget.perf.parallel_costs import FUSED_MOE_OVERHEAD_S, AllReduceCost
 from kvbudget.perf.step_features import decode_step_times
 
 if TYPE_CHECKING:
@@ -100,6 +106,7 @@ context's term is computed as it comes."""
 # 24 MoE layers add (4.05 - 2.364) / 24 = 70 us each
 BLOG_H100_GPTOSS20B_INTERCEPT_S = 4.05e-3
 MOE_LAYER_OVERHEAD_S = (BLOG_H100_GPTOSS20B_INTERCEPT_S - 2.3636e-3) / 24
+"""An MXFP4 MoE layer's (gpt-oss); 16-bit and FP8 experts: ``FUSED_MOE_OVERHEAD_S``."""
 # Paged decode attention streams the KV cache below the streaming-read fraction: the same
 # blog's concurrency-8 run (Llama-3.1-8B, H100, ~20,000 input + ~2,000 output tokens, BF16 KV)
 # has a median ITL of 15.18 ms; less the batch-1 intercept (6.44 ms: weights and overheads),
@@ -141,6 +148,8 @@ class _Terms:
     bytes_s: float
     kv_bytes_s: float
     overhead_s: float
+    num_allreduces: int
+    allreduce: AllReduceCost | None
     comm_per_step_s: float
     comm_per_token_s: float
 
@@ -169,7 +178,7 @@ class VllmStepModel:
     attention_efficiency: float = ATTENTION_EFFICIENCY
     step_overhead_s: float = STEP_OVERHEAD_S
     layer_overhead_s: float = LAYER_OVERHEAD_S
-    moe_layer_overhead_s: float = MOE_LAYER_OVERHEAD_S
+    moe_layer_overhead_s: float = math.nan
     allreduce_latency_s: float = math.nan
     link_efficiency: float = math.nan
     source: str = "defaults"
@@ -208,6 +217,8 @@ class VllmStepModel:
         defaults = {
             "kv_mem_efficiency": min(1.0, self.mem_efficiency * KV_READ_FACTOR),
             "gemm_efficiency": g.achievable_gemm_fraction,
+            "moe_layer_overhead_s": (MOE_LAYER_OVERHEAD_S if self.model.weight_dtype == "mxfp4"
+                                     else FUSED_MOE_OVERHEAD_S),
             "allreduce_latency_s": ALLREDUCE_LATENCY_S[g.interconnect],
             "link_efficiency": LINK_EFFICIENCY[g.interconnect],
         }
@@ -262,10 +273,10 @@ class VllmStepModel:
         layers = m.num_layers
         comm_step = comm_token = 0.0
         link = g.link_bandwidth_bytes_s * self.link_efficiency
-        if tp > 1:
-            ring = 2.0 * (tp - 1) / tp
-            comm_step += 2 * layers * self.allreduce_latency_s
-            comm_token += 2 * layers * ring * m.hidden_size * ACTIVATION_BYTES / link
+        allreduce = None
+        if tp > 1:  # two a layer: the attention's output projection's and the MLP's
+            allreduce = AllReduceCost.of(tp, g.interconnect, self.allreduce_latency_s, link,
+                                         m.hidden_size * ACTIVATION_BYTES)
         if moe is not None and ep > 1:
             share = (ep - 1) / ep
             comm_step += 2 * num_moe_layers * self.allreduce_latency_s
@@ -291,6 +302,8 @@ class VllmStepModel:
             kv_bytes_s=g.hbm_bandwidth_bytes_s * self.kv_mem_efficiency,
             overhead_s=self.step_overhead_s + layers * self.layer_overhead_s
             + num_moe_layers * self.moe_layer_overhead_s,
+            num_allreduces=2 * layers if allreduce is not None else 0,
+            allreduce=allreduce,
             comm_per_step_s=comm_step,
             comm_per_token_s=comm_token,
         )
@@ -330,6 +343,8 @@ class VllmStepModel:
             )
         attn_m = kv / c.kv_bytes_s
         t = c.overhead_s + _smooth_max(gemm_c, gemm_m) + _smooth_max(attn_c, attn_m)
+        if c.allreduce is not None:
+            t = t + c.num_allreduces * c.allreduce.time(tokens)
         if c.comm_per_step_s or c.comm_per_token_s:
             t = t + (c.comm_per_step_s + c.comm_per_token_s * tokens)
         return t
@@ -500,7 +515,8 @@ class _DenseTerms:
     @classmethod
     def of(cls, c: _Terms) -> _DenseTerms | None:
         """The constants of ``c``, or ``None`` where the general path is needed."""
-        if c.num_moe_layers or c.kv_sliding_per_token or c.comm_per_step_s or c.comm_per_token_s:
+        if (c.num_moe_layers or c.kv_sliding_per_token or c.allreduce is not None
+                or c.comm_per_step_s or c.comm_per_token_s):
             return None
         read_s = c.dense_read_bytes / c.bytes_s
         values = (c.gemm_flops_per_token, c.lm_head_flops, c.gemm_flops_s, read_s,

@@ -1,0 +1,136 @@
+"""What tensor parallelism and MoE layers cost a vLLM step, from published kernel measurements.
+
+**All-reduce by message size.** vLLM reduces a tensor-parallel layer's output with its own
+custom all-reduce below a size limit and with (torch symmetric-memory or NCCL) collectives above
+it (vLLM 0.32.0, ``distributed/device_communicators/cuda_communicator.py:362-440``: the custom
+all-reduce when ``CustomAllreduce.should_custom_ar``, ``custom_all_reduce.py:499-513``, else
+symmetric memory, else pynccl). The custom kernel has two algorithms
+(``csrc/custom_all_reduce.cuh``, ``CustomAllreduce::allreduce``'s ``REDUCE_CASE``):
+
+* **one-shot** (``cross_device_reduce_1stage``): every GPU reads the whole message from each of
+  the ``n - 1`` others and sums it: ``latency + (n - 1) x bytes / link``. Always at TP 2; on
+  fully NVLinked GPUs below 512 KiB at TP <= 4 and below 256 KiB at TP <= 8;
+* **two-shot** (``cross_device_reduce_2stage``: a reduce-scatter and an all-gather, two barrier
+  rounds): ``2 x latency + 2 (n - 1) / n x bytes / link``, the ring's traffic; the same form
+  stands for what runs above the custom kernel's limit (symmetric memory, NCCL), where the
+  bytes dominate.
+
+The custom kernel's own limit on Hopper is 8 MiB at TP 2 and 4 (``max_size=8192 * 1024``,
+``custom_all_reduce.py:141``, under ``CUSTOM_ALL_REDUCE_MAX_SIZES["9.0"]``, 64/32 MiB,
+``all_reduce_utils.py:31-37``), so the switch between the forms is the one-shot limit. GPUs on
+PCIe run the custom kernel at TP 2 only (``should_custom_ar``: "world_size == 2 or
+fully_connected"); beyond, NCCL's ring: ``latency + 2 (n - 1) / n x bytes / link``.
+
+The latency (``allreduce_latency_s``, 6 us on NVLink) and the link's achieved fraction
+(``link_efficiency``, 0.80) are the step model's constants; the one-shot form reproduces vLLM's
+own H100 measurements of the custom kernel (``benchmarks/kernels/benchmark_device_communicators.py``,
+bf16, hidden 8192): TP 2 at 0.5 MiB 7 us (vllm PR #24111; the form gives 7.5), TP 4 at
+0.5 / 1 / 2 / 4 MiB 10 / 14 / 23 / 38 us (PR #24532; 10.4 / 14.7 / 23.5 / 41.0), TP 6 at
+0.5 MiB 13 us (PR #24111; 13.3). docs/fidelity.md ("TP and MoE steps") has the checks of the
+two-shot form.
+
+**MoE layers.** :data:`MOE_LAYER_OVERHEAD_S` by the experts' weight format: what an MoE layer's
+kernels take beyond reading the experts it touches at the streaming rate. For 16-bit and FP8
+experts vLLM runs its Triton ``fused_moe`` on Hopper (``fused_moe/oracle/unquantized.py:76-80``
+prefers it to FlashInfer there) with tuned block sizes per shape
+(``fused_moe/configs/E=8,N=7168,device_name=NVIDIA_H100_80GB_HBM3.json`` for Mixtral-8x7B at
+TP 2); vllm PR #24700 publishes that kernel's times on H100 by batch (``benchmark_moe.py``, tuned
+config): 144 / 229 / 351 / 435 / 471 / 478 / 487 / 488 / 483 / 494 / 491 us at 1, 2, 4, 8, 16,
+24, 32, 48, 64, 96, 128 tokens. Less the expected distinct experts' bytes at 0.90 x 3.35 TB/s
+(the model's weight read), 8.7-31.6 us remain, 20.5 us on average: :data:`FUSED_MOE_OVERHEAD_S`.
+MXFP4 experts (gpt-oss) go through other kernels on Hopper (``oracle/mxfp4.py:614``,
+``select_mxfp4_moe_backend``); for them the step model keeps the figure derived from the FP8-KV
+blog's gpt-oss-20b intercept (``step_time.MOE_LAYER_OVERHEAD_S``).
+
+Every function here is element-wise arithmetic with a selection (the same IEEE operations for
+floats and numpy arrays, so both give the same bits).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+F = TypeVar("F", float, npt.NDArray[np.float64])
+
+KIB = 1024
+MIB = 1024 * 1024
+CUSTOM_AR_MAX_BYTES = 8 * MIB
+"""vLLM's custom all-reduce's limit (``custom_all_reduce.py:141``, ``max_size=8192 * 1024``;
+Hopper's ``CUSTOM_ALL_REDUCE_MAX_SIZES`` of 64 / 32 MiB at TP 2 / 4 do not lower it)."""
+
+
+def one_shot_limit_bytes(tensor_parallel_size: int, interconnect: str) -> float:
+    """Messages below this many bytes are reduced in one shot (``csrc/custom_all_reduce.cuh``,
+    ``REDUCE_CASE``: TP 2 always, within the kernel's 8 MiB; fully connected GPUs (NVLink,
+    xGMI) below 512 KiB at TP <= 4 and 256 KiB at TP <= 8); 0 where vLLM does not run its custom
+    kernel (PCIe beyond TP 2, TP > 8)."""
+    tp = tensor_parallel_size
+    if tp == 2:
+        return float(CUSTOM_AR_MAX_BYTES)
+    if interconnect == "pcie" or tp > 8:
+        return 0.0
+    return float(512 * KIB if tp <= 4 else 256 * KIB)
+
+
+@dataclass(frozen=True, slots=True)
+class AllReduceCost:
+    """One tensor-parallel all-reduce of ``tokens`` hidden states, in seconds: one-shot below
+    :attr:`one_shot_tokens`, two-shot (or NCCL's ring) from it (the module docstring)."""
+
+    one_shot_tokens: float
+    one_shot_latency_s: float
+    one_shot_per_token_s: float
+    two_shot_latency_s: float
+    two_shot_per_token_s: float
+
+    @classmethod
+    def of(cls, tensor_parallel_size: int, interconnect: str, latency_s: float,
+           link_bytes_s: float, bytes_per_token: float) -> AllReduceCost:
+        """The cost of ``tensor_parallel_size`` GPUs on ``interconnect`` reducing
+        ``bytes_per_token`` a token, the link carrying ``link_bytes_s`` per direction."""
+        n = tensor_parallel_size
+        limit = one_shot_limit_bytes(n, interconnect)
+        custom = limit > 0.0  # vLLM's custom kernel runs: two barrier rounds above the limit
+        return cls(
+            one_shot_tokens=limit / bytes_per_token,
+            one_shot_latency_s=latency_s,
+            one_shot_per_token_s=(n - 1) * bytes_per_token / link_bytes_s,
+            two_shot_latency_s=2.0 * latency_s if custom else latency_s,
+            two_shot_per_token_s=2.0 * (n - 1) / n * bytes_per_token / link_bytes_s,
+        )
+
+    def time(self, tokens: F) -> F:
+        """Seconds to reduce ``tokens`` tokens' hidden states."""
+        one = self.one_shot_latency_s + self.one_shot_per_token_s * tokens
+        two = self.two_shot_latency_s + self.two_shot_per_token_s * tokens
+        if isinstance(tokens, float):
+            return one if tokens < self.one_shot_tokens else two
+        result: F = np.where(tokens < self.one_shot_tokens, one, two)
+        return result
+
+
+# --- MoE layers -------------------------------------------------------------------------------
+# vllm PR #24700 (mgoin, 2025-09-11), benchmark_moe.py on H100, Mixtral-8x7B bf16 at TP 2
+# (E=8, N=7168), the tuned config: kernel microseconds by batch size
+FUSED_MOE_H100_MIXTRAL_TP2_US = {1: 144.03, 2: 229.28, 4: 351.10, 8: 434.98, 16: 471.49,
+                                 24: 478.27, 32: 487.35, 48: 487.85, 64: 483.14, 96: 494.42,
+                                 128: 491.39}
+FUSED_MOE_OVERHEAD_S = 20.5e-6
+"""A 16-bit or FP8 MoE layer's kernels beyond their expert reads: the mean over
+:data:`FUSED_MOE_H100_MIXTRAL_TP2_US` of the time less the expected distinct experts' bytes
+(176,160,768 each on one of two GPUs) at 0.90 x 3.35 TB/s (8.7-31.6 us; the
+known-answer test recomputes it)."""
+
+
+def fused_moe_overhead_from_benchmark(expert_bytes: float, distinct: dict[int, float],
+                                      bytes_s: float) -> float:
+    """The mean of ``time - distinct experts x expert_bytes / bytes_s`` over
+    :data:`FUSED_MOE_H100_MIXTRAL_TP2_US` (``distinct``: the expected distinct experts of each
+    batch size), in seconds: how :data:`FUSED_MOE_OVERHEAD_S` is derived."""
+    rest = [t * 1e-6 - distinct[b] * expert_bytes / bytes_s
+            for b, t in FUSED_MOE_H100_MIXTRAL_TP2_US.items()]
+    return sum(rest) / len(rest)
