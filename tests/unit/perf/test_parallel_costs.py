@@ -1,0 +1,134 @@
+"""TP all-reduce and MoE layer costs (perf/parallel_costs.py): known answers worked by hand from
+the cited figures, the step model charging them, and floats and arrays giving the same bits."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvbudget.perf.hardware import get_gpu
+from kvbudget.perf.models import get_model
+from kvbudget.perf.parallel_costs import (
+    FUSED_MOE_H100_MIXTRAL_TP2_US,
+    FUSED_MOE_OVERHEAD_S,
+    AllReduceCost,
+    fused_moe_overhead_from_benchmark,
+    one_shot_limit_bytes,
+)
+from kvbudget.perf.step_time import MOE_LAYER_OVERHEAD_S, VllmStepModel
+
+NVLINK = 0.80 * 450e9  # H100 NVLink per direction at the default link_efficiency
+HIDDEN_BYTES = 8192 * 2.0  # Llama-70B's hidden state in bf16, the benchmarks' shape
+
+
+def _ar(tp: int, interconnect: str = "nvlink", link: float = NVLINK,
+        latency: float = 6e-6) -> AllReduceCost:
+    return AllReduceCost.of(tp, interconnect, latency, link, HIDDEN_BYTES)
+
+
+def test_the_one_shot_limits_are_vllms() -> None:
+    """csrc/custom_all_reduce.cuh REDUCE_CASE: TP 2 always (within the 8 MiB max_size), fully
+    connected TP <= 4 below 512 KiB, TP <= 8 below 256 KiB; PCIe beyond TP 2 and TP 16: NCCL."""
+    assert one_shot_limit_bytes(2, "nvlink") == one_shot_limit_bytes(2, "pcie") == 8 * 2**20
+    assert one_shot_limit_bytes(4, "nvlink") == one_shot_limit_bytes(4, "xgmi") == 512 * 1024
+    assert one_shot_limit_bytes(6, "nvlink") == one_shot_limit_bytes(8, "nvlink") == 256 * 1024
+    assert one_shot_limit_bytes(4, "pcie") == one_shot_limit_bytes(16, "nvlink") == 0.0
+
+
+def test_one_shot_known_answers_and_vllms_measurements() -> None:
+    """By hand: 6 us + (n - 1) x bytes / (0.80 x 450 GB/s). TP 2, 32 tokens (512 KiB):
+    6 + 524,288 / 360e9 s = 7.456 us (vllm#24111, H100: 7 us); TP 4, 31 tokens (496 KiB):
+    6 + 3 x 507,904 / 360e9 = 10.233 us (vllm#24532 at 512 KiB: 10 us); TP 8, 15 tokens:
+    6 + 7 x 245,760 / 360e9 = 10.779 us."""
+    assert _ar(2).time(32.0) == pytest.approx(7.456e-6, abs=1e-9)
+    assert _ar(4).time(31.0) == pytest.approx(10.233e-6, abs=1e-9)
+    assert _ar(8).time(15.0) == pytest.approx(10.779e-6, abs=1e-9)
+    # vllm#24532's forced one-stage custom all-reduce at TP 4 (ca_1stage): 10 / 14 / 23 / 38 us
+    # at 0.5 / 1 / 2 / 4 MiB: the one-shot form, within 10 %
+    one = _ar(4)
+    for mib, measured in ((0.5, 10e-6), (1, 14e-6), (2, 23e-6), (4, 38e-6)):
+        tokens = mib * 2**20 / HIDDEN_BYTES
+        form = one.one_shot_latency_s + one.one_shot_per_token_s * tokens
+        assert form == pytest.approx(measured, rel=0.10)
+
+
+def test_two_shot_known_answers() -> None:
+    """From the limit on: 2 x 6 us + 2 (n - 1) / n x bytes / 360e9. TP 4, 128 tokens (2 MiB):
+    12 + 1.5 x 2,097,152 / 360e9 = 20.738 us (vllm#24532's ca_2stage: 26 us, the form's
+    shortfall docs/fidelity.md reports); TP 8, 16 tokens (256 KiB, the limit itself):
+    12 + 1.75 x 262,144 / 360e9 = 13.274 us; TP 4 on PCIe (no custom kernel), NCCL's ring with
+    one latency: 18 + 1.5 x 2,097,152 / (0.70 x 64e9) us = 88.217 us."""
+    assert _ar(4).time(128.0) == pytest.approx(20.738e-6, abs=1e-9)
+    assert _ar(8).time(16.0) == pytest.approx(13.274e-6, abs=1e-9)
+    pcie = _ar(4, "pcie", 0.70 * 64e9, 18e-6)
+    assert pcie.time(128.0) == pytest.approx(88.217e-6, abs=1e-9)
+    assert pcie.time(1.0) == pytest.approx(18e-6 + 1.5 * HIDDEN_BYTES / (0.70 * 64e9))
+
+
+def test_the_step_charges_two_all_reduces_a_layer_by_size() -> None:
+    """Llama-3.1-70B at TP 4 (80 layers, hidden 8192): 160 all-reduces a step. 10 us more of
+    latency adds 160 x 10 us = 1.6 ms below the one-shot limit (16 decodes: 256 KiB) and
+    160 x 20 us = 3.2 ms from it (128 decodes: 2 MiB, two latencies each)."""
+    base = VllmStepModel(get_gpu("H100-SXM"), get_model("Llama-3.1-70B"), tensor_parallel_size=4)
+    slow = dataclasses.replace(base, allreduce_latency_s=16e-6)
+    for batch, added in ((16.0, 1.6e-3), (128.0, 3.2e-3)):
+        args = (0.0, batch, batch * 1000.0, 0.0, 0.0)
+        assert slow.step_time(*args) - base.step_time(*args) == pytest.approx(added, rel=1e-9)
+
+
+def test_the_fused_moe_overhead_is_vllms_benchmark_less_the_expert_reads() -> None:
+    """vllm#24700's Mixtral-8x7B H100 TP 2 kernel times (1-128 tokens) less the expected
+    distinct experts (E (1 - (1 - k/E)^T): 2, 3.5, 5.47, 7.2, 7.92, ... of 8) of 176,160,768 B
+    each at 0.90 x 3.35 TB/s: 27.2, 24.8, 31.6, 14.4, 8.7, 11.3, 20.0, 20.4, 15.7, 27.0,
+    24.0 us, mean 20.5 us."""
+    spec = get_model("Mixtral-8x7B")
+    expert = spec.expert_weight_bytes(2)
+    assert expert == 3 * 4096 * 14336 * 2 / 2
+    distinct = {b: float(spec.expected_distinct_experts(float(b)))
+                for b in FUSED_MOE_H100_MIXTRAL_TP2_US}
+    assert distinct[1] == 2.0 and distinct[2] == pytest.approx(3.5)
+    derived = fused_moe_overhead_from_benchmark(expert, distinct, 0.90 * 3.35e12)
+    assert derived == pytest.approx(FUSED_MOE_OVERHEAD_S, abs=0.05e-6)
+
+
+def test_the_moe_layer_overhead_follows_the_experts_format() -> None:
+    """16-bit and FP8 experts (Triton fused_moe): 20.5 us a MoE layer; MXFP4 (gpt-oss): the
+    FP8-KV blog's 70.3 us. Mixtral's 32 MoE layers then add 32 x 20.5 us = 0.656 ms a step."""
+    h100 = get_gpu("H100-SXM")
+    mixtral = VllmStepModel(h100, get_model("Mixtral-8x7B"), tensor_parallel_size=2)
+    assert mixtral.moe_layer_overhead_s == FUSED_MOE_OVERHEAD_S
+    assert VllmStepModel(h100, get_model("gpt-oss-20b")).moe_layer_overhead_s == (
+        MOE_LAYER_OVERHEAD_S)
+    none = dataclasses.replace(mixtral, moe_layer_overhead_s=0.0)
+    args = (0.0, 16.0, 16_000.0, 0.0, 0.0)
+    assert mixtral.step_time(*args) - none.step_time(*args) == pytest.approx(32 * 20.5e-6)
+    # a file's (or a calibration's) value is kept
+    assert dataclasses.replace(mixtral, moe_layer_overhead_s=5e-5).moe_layer_overhead_s == 5e-5
+
+
+def test_dense_single_gpu_models_do_not_change() -> None:
+    """No all-reduce and no MoE layer: the FP8-KV blog's batch-1 Llama-3.1-8B intercept (6.44
+    ms, by construction) is what it was."""
+    model = VllmStepModel(get_gpu("H100-SXM"), get_model("Llama-3.1-8B"))
+    assert model.step_time(0.0, 1.0, 1.0, 0.0, 0.0) == pytest.approx(6.44e-3, rel=0.005)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 4096), min_size=1, max_size=16),
+       st.sampled_from([2, 4, 8, 16]), st.sampled_from(["H100-SXM", "RTX-PRO-6000", "MI300X"]))
+def test_floats_and_arrays_give_the_same_bits_across_the_limits(
+        tokens: list[int], tp: int, gpu: str) -> None:
+    model = VllmStepModel(get_gpu(gpu), get_model("Llama-3.1-70B"), tensor_parallel_size=tp)
+    col = np.array([float(t) for t in tokens])
+    zeros = np.zeros(len(tokens))
+    arr = model.step_time(zeros, col, col * 500.0, zeros, zeros)
+    for j, t in enumerate(tokens):
+        assert model.step_time(0.0, float(t), t * 500.0, 0.0, 0.0) == arr[j]
+    steps = model.decode_step_times(tokens[0] + 1, 100, 5)
+    one_by_one = [model.step_time(0.0, float(tokens[0] + 1), 100.0 + k * (tokens[0] + 1), 0.0,
+                                  0.0) for k in range(5)]
+    assert steps.tolist() == one_by_one
