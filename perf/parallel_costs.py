@@ -10,16 +10,17 @@ symmetric memory, else pynccl). The custom kernel has two algorithms
 * **one-shot** (``cross_device_reduce_1stage``): every GPU reads the whole message from each of
   the ``n - 1`` others and sums it: ``latency + (n - 1) x bytes / link``. Always at TP 2; on
   fully NVLinked GPUs below 512 KiB at TP <= 4 and below 256 KiB at TP <= 8;
-* **two-shot** (``cross_device_reduce_2stage``: a reduce-scatter and an all-gather, two barrier
-  rounds): ``2 x latency + 2 (n - 1) / n x bytes / link``, the ring's traffic; the same form
-  stands for what runs above the custom kernel's limit (symmetric memory, NCCL), where the
-  bytes dominate.
+* **two-stage** (``cross_device_reduce_2stage``: a reduce-scatter and an all-gather, two
+  barrier rounds): ``2 x latency + 2 (n - 1) / n x bytes / (link x 0.58)``, the ring's traffic
+  at the rate vLLM's TP 4 measurements of it show (:data:`TWO_STAGE_LINK_FRACTION`).
 
-The custom kernel's own limit on Hopper is 8 MiB at TP 2 and 4 (``max_size=8192 * 1024``,
-``custom_all_reduce.py:141``, under ``CUSTOM_ALL_REDUCE_MAX_SIZES["9.0"]``, 64/32 MiB,
-``all_reduce_utils.py:31-37``), so the switch between the forms is the one-shot limit. GPUs on
-PCIe run the custom kernel at TP 2 only (``should_custom_ar``: "world_size == 2 or
-fully_connected"); beyond, NCCL's ring: ``latency + 2 (n - 1) / n x bytes / link``.
+Above the custom kernel's limit (8 MiB at TP <= 4, ``max_size=8192 * 1024``,
+``custom_all_reduce.py:141``; Hopper's ``CUSTOM_ALL_REDUCE_MAX_SIZES["9.0"]``, 512 KiB at TP 6
+and 256 KiB at TP 8, ``all_reduce_utils.py:31-37``) vLLM reduces with torch symmetric memory
+(two-shot at TP 2 and 4, multimem at TP 6 and 8, vllm PR #20759) or NCCL:
+``2 x latency + 2 (n - 1) / n x bytes / link``. GPUs on PCIe run the custom kernel at TP 2
+only (``should_custom_ar``: "world_size == 2 or fully_connected"); beyond, NCCL's ring with
+one latency: ``latency + 2 (n - 1) / n x bytes / link``.
 
 The latency (``allreduce_latency_s``, 6 us on NVLink) and the link's achieved fraction
 (``link_efficiency``, 0.80) are the step model's constants; the one-shot form reproduces vLLM's
@@ -76,16 +77,39 @@ def one_shot_limit_bytes(tensor_parallel_size: int, interconnect: str) -> float:
     return float(512 * KIB if tp <= 4 else 256 * KIB)
 
 
+def custom_limit_bytes(tensor_parallel_size: int, interconnect: str) -> float:
+    """Messages below this many bytes go through vLLM's custom kernel (one-shot or two-stage):
+    its 8 MiB ``max_size`` (``custom_all_reduce.py:141``) at TP <= 4, lowered on Hopper to
+    ``CUSTOM_ALL_REDUCE_MAX_SIZES["9.0"]``'s 512 KiB at TP 6 and 256 KiB at TP 8
+    (``all_reduce_utils.py:31-37``, ``custom_all_reduce.py:240-255``); above it, symmetric
+    memory or NCCL. 0 where the custom kernel does not run."""
+    tp = tensor_parallel_size
+    if one_shot_limit_bytes(tp, interconnect) == 0.0:
+        return 0.0
+    return float(CUSTOM_AR_MAX_BYTES if tp <= 4 else 512 * KIB if tp <= 6 else 256 * KIB)
+
+
+TWO_STAGE_LINK_FRACTION = 0.58
+"""The custom kernel's two-stage algorithm moves the ring's bytes at this fraction of the rate
+the one-shot reaches: the least-squares fit, with two latencies of 6 us, of vLLM's own TP 4
+measurements (vllm PR #24532, ``benchmark_device_communicators.py``, bf16, hidden 8192,
+``ca_2stage``: 17 / 18 / 25 / 26 / 35 / 42 us at 0.5 / 1 / 1.5 / 2 / 3 / 4 MiB) against
+``2 (n - 1) / n x bytes / (0.80 x 450 GB/s)``."""
+
+
 @dataclass(frozen=True, slots=True)
 class AllReduceCost:
     """One tensor-parallel all-reduce of ``tokens`` hidden states, in seconds: one-shot below
-    :attr:`one_shot_tokens`, two-shot (or NCCL's ring) from it (the module docstring)."""
+    :attr:`one_shot_tokens`, the custom kernel's two-stage below :attr:`custom_tokens`, from
+    there symmetric memory or NCCL (the module docstring)."""
 
     one_shot_tokens: float
+    custom_tokens: float
     one_shot_latency_s: float
     one_shot_per_token_s: float
-    two_shot_latency_s: float
-    two_shot_per_token_s: float
+    two_stage_per_token_s: float
+    ring_latency_s: float
+    ring_per_token_s: float
 
     @classmethod
     def of(cls, tensor_parallel_size: int, interconnect: str, latency_s: float,
@@ -93,23 +117,30 @@ class AllReduceCost:
         """The cost of ``tensor_parallel_size`` GPUs on ``interconnect`` reducing
         ``bytes_per_token`` a token, the link carrying ``link_bytes_s`` per direction."""
         n = tensor_parallel_size
-        limit = one_shot_limit_bytes(n, interconnect)
-        custom = limit > 0.0  # vLLM's custom kernel runs: two barrier rounds above the limit
+        one_shot = one_shot_limit_bytes(n, interconnect)
+        ring = 2.0 * (n - 1) / n * bytes_per_token / link_bytes_s
         return cls(
-            one_shot_tokens=limit / bytes_per_token,
+            one_shot_tokens=one_shot / bytes_per_token,
+            custom_tokens=max(one_shot, custom_limit_bytes(n, interconnect)) / bytes_per_token,
             one_shot_latency_s=latency_s,
             one_shot_per_token_s=(n - 1) * bytes_per_token / link_bytes_s,
-            two_shot_latency_s=2.0 * latency_s if custom else latency_s,
-            two_shot_per_token_s=2.0 * (n - 1) / n * bytes_per_token / link_bytes_s,
+            two_stage_per_token_s=ring / TWO_STAGE_LINK_FRACTION,
+            # two barrier rounds (two-stage, symmetric memory's two-shot); NCCL's ring alone
+            ring_latency_s=2.0 * latency_s if one_shot > 0.0 else latency_s,
+            ring_per_token_s=ring,
         )
 
     def time(self, tokens: F) -> F:
         """Seconds to reduce ``tokens`` tokens' hidden states."""
         one = self.one_shot_latency_s + self.one_shot_per_token_s * tokens
-        two = self.two_shot_latency_s + self.two_shot_per_token_s * tokens
+        two = self.ring_latency_s + self.two_stage_per_token_s * tokens
+        ring = self.ring_latency_s + self.ring_per_token_s * tokens
         if isinstance(tokens, float):
-            return one if tokens < self.one_shot_tokens else two
-        result: F = np.where(tokens < self.one_shot_tokens, one, two)
+            if tokens < self.one_shot_tokens:
+                return one
+            return two if tokens < self.custom_tokens else ring
+        result: F = np.where(tokens < self.one_shot_tokens, one,
+                             np.where(tokens < self.custom_tokens, two, ring))
         return result
 
 

@@ -163,8 +163,10 @@ what vLLM's steps measure (about 0.1-1 ms); beyond it a step model would simulat
 class VllmStepModel:
     """vLLM v1's step time on ``gpu`` for ``model`` (see the module docstring).
 
-    ``mem_efficiency`` and ``gemm_efficiency`` default to the GPU's (``GPUSpec``); the other
-    constants to the module's sourced values.
+    ``mem_efficiency`` and ``gemm_efficiency`` default to the GPU's (``GPUSpec``);
+    ``moe_layer_overhead_s`` to the experts' kernel's (``FUSED_MOE_OVERHEAD_S`` for 16-bit and
+    FP8 experts, :data:`MOE_LAYER_OVERHEAD_S` for MXFP4); the other constants to the module's
+    sourced values.
     """
 
     gpu: GPUSpec
@@ -217,8 +219,11 @@ class VllmStepModel:
         defaults = {
             "kv_mem_efficiency": min(1.0, self.mem_efficiency * KV_READ_FACTOR),
             "gemm_efficiency": g.achievable_gemm_fraction,
-            "moe_layer_overhead_s": (MOE_LAYER_OVERHEAD_S if self.model.weight_dtype == "mxfp4"
-                                     else FUSED_MOE_OVERHEAD_S),
+            # Triton fused_moe for 16-bit and FP8 experts; MXFP4's (a dense model never reads
+            # it and keeps that one, as its summaries always showed)
+            "moe_layer_overhead_s": (FUSED_MOE_OVERHEAD_S if self.model.moe is not None
+                                     and self.model.weight_dtype != "mxfp4"
+                                     else MOE_LAYER_OVERHEAD_S),
             "allreduce_latency_s": ALLREDUCE_LATENCY_S[g.interconnect],
             "link_efficiency": LINK_EFFICIENCY[g.interconnect],
         }
