@@ -165,3 +165,46 @@ def fused_moe_overhead_from_benchmark(expert_bytes: float, distinct: dict[int, f
     rest = [t * 1e-6 - distinct[b] * expert_bytes / bytes_s
             for b, t in FUSED_MOE_H100_MIXTRAL_TP2_US.items()]
     return sum(rest) / len(rest)
+
+
+# the same benchmark's larger batches (vllm PR #24700): 536.77 / 662.33 / 833.72 / 1,122.93 us at
+# 256 / 512 / 1,024 / 1,536 tokens, i.e. 64 / 128 / 256 / 384 tokens per expert (top-2 of 8)
+FUSED_MOE_H100_MIXTRAL_TP2_LARGE_US = {256: 536.77, 512: 662.33, 1024: 833.72, 1536: 1122.93}
+H100_GEMM_FRACTION = 0.80
+"""H100's large-GEMM fraction of dense peak (the preset's ``gemm_efficiency``, torch.mm)."""
+
+
+def fused_moe_gemm_fractions(expert_bytes: float, bytes_s: float, flops_per_pair: float,
+                             peak_flops: float) -> dict[float, float]:
+    """Tokens per expert -> the fraction of ``peak_flops`` the grouped GEMMs reach, from
+    :data:`FUSED_MOE_H100_MIXTRAL_TP2_LARGE_US`: each time less :data:`FUSED_MOE_OVERHEAD_S` is
+    the step model's ``smooth_max(compute, memory)`` of all 8 experts' bytes at ``bytes_s``,
+    so ``compute = (T^4 - memory^4)^(1/4)``, against ``tokens x 2`` (token, expert) pairs of
+    ``flops_per_pair``: 0.233 / 0.309 / 0.462 / 0.500 of H100's peak."""
+    memory = 8 * expert_bytes / bytes_s
+    out: dict[float, float] = {}
+    for tokens, micros in FUSED_MOE_H100_MIXTRAL_TP2_LARGE_US.items():
+        total = micros * 1e-6 - FUSED_MOE_OVERHEAD_S
+        compute = (total**4 - memory**4) ** 0.25
+        out[tokens * 2 / 8] = tokens * 2 * flops_per_pair / compute / peak_flops
+    return out
+
+
+# tokens per expert -> fused_moe's grouped-GEMM efficiency relative to a dense GEMM's (the
+# fractions above over H100_GEMM_FRACTION); the known-answer test recomputes them
+MOE_GEMM_TOKENS_PER_EXPERT = (64.0, 128.0, 256.0, 384.0)
+MOE_GEMM_RELATIVE = (0.233 / H100_GEMM_FRACTION, 0.309 / H100_GEMM_FRACTION,
+                     0.462 / H100_GEMM_FRACTION, 0.500 / H100_GEMM_FRACTION)
+
+
+def moe_gemm_relative_efficiency(tokens_per_expert: F) -> F:
+    """The routed experts' GEMMs' efficiency as a fraction of the GPU's ``gemm_efficiency``,
+    by tokens per expert: vllm#24700's Mixtral-8x7B H100 points (:data:`MOE_GEMM_RELATIVE`),
+    linear between them, held flat outside (below 64 tokens per expert the experts' weights
+    bound the kernel and the compute term hardly counts; above 384 no figure was published)."""
+    xs, ys = MOE_GEMM_TOKENS_PER_EXPERT, MOE_GEMM_RELATIVE
+    if isinstance(tokens_per_expert, float):
+        return float(np.interp(tokens_per_expert, xs, ys))
+    result: F = np.interp(tokens_per_expert, xs, ys)
+    return result
+

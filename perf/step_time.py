@@ -13,7 +13,10 @@ One engine step (``t`` seconds) is modelled as
   ``weight_bytes`` are the bytes of weights one GPU reads: the dense weights (less the input
   embedding table, of which a step reads only its tokens' rows) plus, for MoE layers, the
   experts the step's tokens touch (``ModelSpec.expected_distinct_experts`` of the step's tokens,
-  each expert once), under expert parallelism the experts of this GPU only.
+  each expert once), under expert parallelism the experts of this GPU only. The routed experts'
+  FLOPs (16-bit and FP8 experts: vLLM's Triton ``fused_moe``) run at ``gemm_efficiency`` times
+  :func:`~kvbudget.perf.parallel_costs.moe_gemm_relative_efficiency` of their tokens per
+  expert (vllm#24700's H100 kernel times: 0.29-0.63 of a dense GEMM's rate at 64-384).
 * **Attention against the KV cache.** ``attn_flops`` are the score and value FLOPs of prefill
   chunks (``prefill_attention`` pairs); ``kv_bytes`` the KV every scheduled sequence reads
   (``num_context_tokens`` times the KV bytes of a token on one GPU; sliding-window layers read
@@ -62,7 +65,11 @@ import numpy.typing as npt
 
 from kvbudget.perf.hardware import GPUSpec, get_gpu
 from kvbudget.perf.models import get_model
-from kvbudget.perf.parallel_costs import FUSED_MOE_OVERHEAD_S, AllReduceCost
+from kvbudget.perf.parallel_costs import (
+    FUSED_MOE_OVERHEAD_S,
+    AllReduceCost,
+    moe_gemm_relative_efficiency,
+)
 from kvbudget.perf.step_features import decode_step_times
 
 if TYPE_CHECKING:
@@ -135,6 +142,8 @@ class _Terms:
     gemm_flops_per_token: float
     lm_head_flops: float
     gemm_flops_s: float
+    expert_flops_per_token: float  # the routed experts' share of gemm_flops_per_token
+    expert_share: float  # tokens per expert per token: top_k / num_experts
     attn_flops_per_pair: float
     attn_flops_s: float
     dense_read_bytes: float
@@ -262,6 +271,11 @@ class VllmStepModel:
         embed = m.vocab_size * m.hidden_size * m.dtype_bytes / tp  # embeddings stay 16-bit
         lm_head = 2.0 * m.vocab_size * m.hidden_size / tp
         moe = m.moe
+        expert_flops = share = 0.0  # fused_moe's grouped GEMMs (not MXFP4's kernels)
+        if moe is not None and m.weight_dtype != "mxfp4":
+            expert_flops = (2.0 * moe.num_moe_layers * moe.num_experts_per_tok * 3
+                            * m.hidden_size * moe.expert_intermediate_size / tp)
+            share = moe.num_experts_per_tok / moe.num_experts
         if moe is not None:
             dense = m.dense_weight_bytes(tp)
             # one touched expert's bytes on this GPU: its 1/tp slice, or all of it under EP
@@ -293,6 +307,8 @@ class VllmStepModel:
             gemm_flops_per_token=m.flops_per_token() / tp - lm_head,
             lm_head_flops=lm_head,
             gemm_flops_s=peak * self.gemm_efficiency,
+            expert_flops_per_token=expert_flops,
+            expert_share=share,
             attn_flops_per_pair=m.attention_flops_per_token_pair() / tp,
             attn_flops_s=attn_peak * self.attention_efficiency,
             dense_read_bytes=read,
@@ -337,6 +353,12 @@ class VllmStepModel:
         sampled = num_decode_seqs + num_prefill_seqs
         gemm_c = (c.gemm_flops_per_token * tokens + c.lm_head_flops * sampled) / c.gemm_flops_s
         if c.num_moe_layers:
+            if c.expert_flops_per_token:
+                # the routed experts' GEMMs at fused_moe's efficiency for their tokens per
+                # expert (parallel_costs.moe_gemm_relative_efficiency)
+                rel = moe_gemm_relative_efficiency(tokens * c.expert_share)
+                gemm_c = gemm_c + c.expert_flops_per_token * tokens * (1.0 / rel - 1.0) / (
+                    c.gemm_flops_s)
             gemm_m = (c.dense_read_bytes + c.expert_bytes * self._experts_read(tokens)) / c.bytes_s
         else:
             gemm_m = c.dense_read_bytes / c.bytes_s + tokens * 0.0

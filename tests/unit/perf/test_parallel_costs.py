@@ -15,10 +15,14 @@ from kvbudget.perf.models import get_model
 from kvbudget.perf.parallel_costs import (
     FUSED_MOE_H100_MIXTRAL_TP2_US,
     FUSED_MOE_OVERHEAD_S,
+    MOE_GEMM_RELATIVE,
+    MOE_GEMM_TOKENS_PER_EXPERT,
     TWO_STAGE_LINK_FRACTION,
     AllReduceCost,
     custom_limit_bytes,
+    fused_moe_gemm_fractions,
     fused_moe_overhead_from_benchmark,
+    moe_gemm_relative_efficiency,
     one_shot_limit_bytes,
 )
 from kvbudget.perf.step_time import MOE_LAYER_OVERHEAD_S, VllmStepModel
@@ -163,3 +167,44 @@ def test_floats_and_arrays_give_the_same_bits_across_the_limits(
     one_by_one = [model.step_time(0.0, float(tokens[0] + 1), 100.0 + k * (tokens[0] + 1), 0.0,
                                   0.0) for k in range(5)]
     assert steps.tolist() == one_by_one
+
+
+def test_the_grouped_gemm_fractions_are_vllms_benchmark() -> None:
+    """vllm#24700 at 256 / 512 / 1,024 / 1,536 tokens (536.77 / 662.33 / 833.72 / 1,122.93 us):
+    less 20.5 us, the step model's smooth_max of all 8 experts' bytes (467.4 us at
+    0.90 x 3.35 TB/s) and a compute time c: c = (T^4 - 467.4^4)^(1/4) = 390.8 / 590.9 / 790.1 /
+    1,093.4 us for 512 / 1,024 / 2,048 / 3,072 (token, expert) pairs of 2 x 3 x 4096 x 7168
+    FLOPs: 0.233 / 0.309 / 0.462 / 0.500 of 989.4 TFLOP/s, at 64 / 128 / 256 / 384 tokens per
+    expert."""
+    spec = get_model("Mixtral-8x7B")
+    got = fused_moe_gemm_fractions(spec.expert_weight_bytes(2), 0.90 * 3.35e12,
+                                   2 * 3 * 4096 * 7168, 989.4e12)
+    assert list(got) == list(MOE_GEMM_TOKENS_PER_EXPERT)
+    for (_, fraction), relative in zip(got.items(), MOE_GEMM_RELATIVE, strict=True):
+        assert fraction == pytest.approx(relative * 0.80, abs=0.001)
+    # linear between the points, flat outside: 192 tokens per expert, (0.309 + 0.462) / 2 / 0.8
+    assert moe_gemm_relative_efficiency(192.0) == pytest.approx(0.481875)
+    assert moe_gemm_relative_efficiency(1.0) == moe_gemm_relative_efficiency(64.0)
+    assert moe_gemm_relative_efficiency(4096.0) == pytest.approx(0.625)
+
+
+def test_a_prefill_steps_expert_gemms_run_at_fused_moes_rate(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mixtral-8x7B at TP 2, a step of 8,192 prompt tokens (2,048 tokens per expert: the last
+    published point's 0.625 of a dense GEMM's rate, held): the experts' GEMMs take 1 / 0.625 =
+    1.6 times what a dense GEMM would, i.e. 8,192 x 2 x 32 x 2 x 3 x 4096 x 14336 / 2 =
+    9.236e13 FLOPs x 0.6 / (989.4e12 x 0.80) = 70.0 ms more (the step is compute-bound:
+    smooth_max is its GEMMs' time within 0.01 %). MXFP4 experts (gpt-oss) keep the dense rate."""
+    import kvbudget.perf.step_time as st_mod
+
+    h100 = get_gpu("H100-SXM")
+    model = VllmStepModel(h100, get_model("Mixtral-8x7B"), tensor_parallel_size=2)
+    gptoss = VllmStepModel(h100, get_model("gpt-oss-20b"))
+    args = (8192.0, 0.0, 8192.0, 8192.0 * 8193 / 2, 1.0)
+    slow, gptoss_step = model.step_time(*args), gptoss.step_time(*args)
+    monkeypatch.setattr(st_mod, "moe_gemm_relative_efficiency", lambda x: x * 0.0 + 1.0)
+    dense_rate = model.step_time(*args)
+    expert_flops = 8192 * 2 * 32 * 2 * 3 * 4096 * 14336 / 2
+    assert slow - dense_rate == pytest.approx(expert_flops * 0.6 / (989.4e12 * 0.80), rel=1e-3)
+    assert slow - dense_rate == pytest.approx(70.0e-3, abs=0.1e-3)
+    assert gptoss.step_time(*args) == gptoss_step
