@@ -6,7 +6,8 @@ covered without touching this file); one test per block (``pytest -n`` spreads t
 tests/docs/placeholders.toml says what stands behind the names the docs use (traces, paths),
 which blocks run smaller and why, and which cannot run here and why.
 
-Checks: every command exits 0; a console block that shows output (lines after a ``$`` command
+Checks: every command exits 0, but one whose shown output is an ``error: `` line (a refusal
+the docs show), which exits 2 with those lines on stderr; a console block that shows output (lines after a ``$`` command
 that are not commands) prints lines with the same leading label whose figures agree within
 :data:`REL_TOL` (a reduced command's figures are not compared: its size differs by design).
 """
@@ -218,6 +219,11 @@ def run_block(block: Block, cwd: Path, config: dict[str, Any]) -> None:
         command, reduced = substitute(step.command, config)
         res = subprocess.run(_kvbudget(command), cwd=cwd, env=_env(),
                              capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+        if step.shown and step.shown[0].startswith("error: "):  # a refusal the docs show
+            assert res.returncode == 2, f"{block.key}: {command}: exit {res.returncode}"
+            missing = [ln for ln in step.shown if ln not in res.stderr.splitlines()]
+            assert not missing, f"{block.key}: {command}: printed {res.stderr!r}"
+            continue
         assert res.returncode == 0, f"{block.key}: {command}\n{res.stderr[-3000:]}"
         if step.shown and not reduced:  # a reduced command's figures differ by design
             problems = compare_shown(step.shown, res.stdout)
@@ -263,3 +269,14 @@ def test_shown_figures_are_compared() -> None:
     assert compare_shown(("conservative  1,200  0.5",), printed)  # 20 % off: reported
     assert compare_shown(("overcommit  1,000  0.5",), printed)  # no such line
 
+
+
+def test_a_shown_refusal_must_be_the_printed_one(tmp_path: Path) -> None:
+    """A console block whose output is an ``error:`` line passes only when the command exits 2
+    and prints that line."""
+    command = "$ kvbudget simulate --set disaggregation.prefill.num_replicas=2\n"
+    right = ("error: disaggregation.decode: a disaggregated deployment needs a decode pool "
+             "([disaggregation.decode] with num_replicas)")
+    run_block(Block("x.md", 1, "console", command + right), tmp_path, {})
+    with pytest.raises(AssertionError, match="printed"):
+        run_block(Block("x.md", 1, "console", command + "error: something else"), tmp_path, {})
