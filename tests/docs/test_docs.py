@@ -9,7 +9,8 @@ which blocks run smaller and why, and which cannot run here and why.
 Checks: every command exits 0, but one whose shown output is an ``error: `` line (a refusal
 the docs show), which exits 2 with those lines on stderr; a console block that shows output (lines after a ``$`` command
 that are not commands) prints lines with the same leading label whose figures agree within
-:data:`REL_TOL` (a reduced command's figures are not compared: its size differs by design).
+:data:`REL_TOL` (a reduced command's figures are not compared: its size differs by design); so does a python
+block's printed output against the unlabelled block right after it (its output as shown).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import shlex
 import subprocess
 import sys
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,8 @@ class Block:
     line: int
     lang: str
     text: str
+    output: str = ""
+    """A python block's output as the docs show it: an unlabelled block right after it."""
 
     @property
     def key(self) -> str:
@@ -53,6 +56,7 @@ class Block:
 def _blocks(path: Path, root: Path = REPO) -> list[Block]:
     lines = path.read_text().splitlines()
     out: list[Block] = []
+    python_end = -1  # the line after the last python block's closing fence
     i = 0
     while i < len(lines):
         m = re.match(r"^\s*```(\w*)\s*$", lines[i])
@@ -69,6 +73,9 @@ def _blocks(path: Path, root: Path = REPO) -> list[Block]:
             lang = "console"
         if lang in LANGS:
             out.append(Block(str(path.relative_to(root)), i + 1, lang, body))
+        elif lang == "" and python_end >= 0 and not "".join(lines[python_end:i]).strip():
+            out[-1] = replace(out[-1], output=body)
+        python_end = j + 1 if lang == "python" else -1
         i = j + 1
     return out
 
@@ -211,6 +218,10 @@ def run_block(block: Block, cwd: Path, config: dict[str, Any]) -> None:
         res = subprocess.run([sys.executable, str(script)], cwd=cwd, env=_env(),
                              capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
         assert res.returncode == 0, f"{block.key}: {res.stderr[-3000:]}"
+        if block.output and not prep.reduced:  # a reduced block's figures differ by design
+            shown = tuple(ln for ln in block.output.splitlines() if ln.strip())
+            problems = compare_shown(shown, res.stdout)
+            assert not problems, f"{block.key}: " + "\n".join(problems)
         return
     text = block.text
     for d in config.get("drop_line", []):
@@ -259,6 +270,10 @@ def test_the_collector_finds_labelled_and_command_blocks(tmp_path: Path) -> None
     found = [(b.lang, b.text) for b in _blocks(doc, tmp_path)]
     assert found == [("console", "$ kvbudget presets\nshown 1"), ("console", "kvbudget compare"),
                      ("python", "print(1)")]
+    doc.write_text("```python\nprint(1)\n```\n\n```\n1\n```\n\ntext\n\n```python\nprint(2)\n```\n"
+                   "\nnot right after\n\n```\n2\n```\n")
+    assert [(b.text, b.output) for b in _blocks(doc, tmp_path)] == [("print(1)", "1"),
+                                                                    ("print(2)", "")]
     steps = console_steps("$ kvbudget a \\\n   --b 1\nout 2\n$ kvbudget c", "console")
     assert steps == [Step("kvbudget a     --b 1", ("out 2",)), Step("kvbudget c", ())]
 
@@ -280,3 +295,9 @@ def test_a_shown_refusal_must_be_the_printed_one(tmp_path: Path) -> None:
     run_block(Block("x.md", 1, "console", command + right), tmp_path, {})
     with pytest.raises(AssertionError, match="printed"):
         run_block(Block("x.md", 1, "console", command + "error: something else"), tmp_path, {})
+
+
+def test_a_python_blocks_shown_output_is_compared(tmp_path: Path) -> None:
+    run_block(Block("x.md", 1, "python", "print('rate 1.00 s')", "rate 1.02 s"), tmp_path, {})
+    with pytest.raises(AssertionError, match=re.escape("shown 'rate 1.50 s'")):
+        run_block(Block("x.md", 1, "python", "print('rate 1.00 s')", "rate 1.50 s"), tmp_path, {})
