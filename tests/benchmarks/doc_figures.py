@@ -85,4 +85,5 @@ def stale(cell: str, values: Sequence[float]) -> bool:
 
 
 def row_line(cells: Sequence[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
+    """A table row as the docs write it (an empty cell is ``| |``)."""
+    return "|" + "|".join(f" {c} " if c else " " for c in cells) + "|"

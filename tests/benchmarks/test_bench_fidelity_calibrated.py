@@ -116,7 +116,8 @@ def test_the_in_sample_default_fit_of_the_rtx4090_run(bench: ModuleType) -> None
 @pytest.mark.skipif(not FULL, reason="the whole calibrated table takes minutes: "
                                      "KVBUDGET_FULL_BENCH=1 runs it")
 def test_the_whole_table_and_its_prose(bench: ModuleType) -> None:
-    """Every row, and the prose figures: held-out figures within 5 %, the GPU transfer."""
+    """Every row, and the prose figures: the in-sample linear rows' largest error, the held-out
+    figures within 5 %, the GPU transfer."""
     results = bench.calibrated_results()
     problems = stale_rows(bench, results)
     text = " ".join(section(DOC, HEADING).split())
@@ -126,6 +127,12 @@ def test_the_whole_table_and_its_prose(bench: ModuleType) -> None:
     within = sum(e <= 5.0 for e in held)
     if (int(m.group(1)), int(m.group(2))) != (within, len(held)):
         problems.append(f"Held out, {within} of the {len(held)} figures are within 5 %")
+    worst = max(abs(e) for kind, _, t in results if kind == "in-sample linear"
+                for e in errors(bench, t))
+    m = re.search(r"The in-sample linear rows are within ([\d.]+) % everywhere", text)
+    assert m, "the in-sample linear sentence"
+    if not agrees(m.group(1), worst):
+        problems.append(f"The in-sample linear rows are within {worst:.1f} % everywhere")
     by_kind = {(kind, run): t for kind, run, t in results}
     for source, target in (("Llama-3.1-8B", "RTXPRO6000_Qwen3-32B"),
                            ("Qwen3-32B", "RTXPRO6000_Llama-3.1-8B")):
