@@ -1,7 +1,8 @@
 """Every example of README.md and docs/*.md runs, and what it shows is what it prints.
 
-Blocks fenced ``console``, ``bash``, ``sh`` or ``python``, and unlabelled blocks whose first
-line is a ``kvbudget`` command, are collected from the files as they are (a new doc or block is
+Blocks fenced ``console``, ``bash``, ``sh``, ``python`` or ``toml`` (parsed and validated: a
+scenario or a fragment of one, a regression suite or baseline), and unlabelled blocks whose
+first line is a ``kvbudget`` command, are collected from the files as they are (a new doc or block is
 covered without touching this file); one test per block (``pytest -n`` spreads them).
 tests/docs/placeholders.toml says what stands behind the names the docs use (traces, paths),
 which blocks run smaller and why, and which cannot run here and why.
@@ -31,7 +32,7 @@ from tests.conftest import SHARED
 
 REPO = Path(__file__).resolve().parents[2]
 PLACEHOLDERS = Path(__file__).with_name("placeholders.toml")
-LANGS = ("console", "bash", "sh", "python")
+LANGS = ("console", "bash", "sh", "python", "toml")
 REL_TOL = 0.05
 """Shown figures against printed ones: within 5 % (or 0.01 absolute for figures below 0.2),
 the rounding of a 3-significant-figure table plus seed-independent drift of a cost model."""
@@ -206,10 +207,38 @@ def compare_shown(shown: tuple[str, ...], output: str) -> list[str]:
     return problems
 
 
+def _merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with the tables of ``extra`` merged in (a scenario file's fragment)."""
+    out = dict(base)
+    for key, value in extra.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _merged(out[key], value) if both else value
+    return out
+
+
+def check_toml(block: Block) -> None:
+    """A TOML example parses and validates as what it is: a regression baseline (``format``),
+    a regression suite's ``regress.toml`` (``alpha``/``replications`` without a scenario's
+    ``gpu``), else a scenario file or a fragment of one (merged onto the default scenario)."""
+    from kvbudget.simulator.scenario import default_scenario_dict, validate_spec
+    from kvbudget.studies.regress import BaselineFile, SuiteConfig
+
+    data = tomllib.loads(block.text)
+    if "format" in data:
+        BaselineFile.model_validate(data)
+    elif {"alpha", "replications", "scenarios"} & set(data) and "gpu" not in data:
+        SuiteConfig.model_validate(data)
+    else:
+        validate_spec(_merged(default_scenario_dict(), data))
+
+
 def run_block(block: Block, cwd: Path, config: dict[str, Any]) -> None:
     prep = prepare(block, config)
     if prep.skip is not None:
         pytest.skip(prep.skip)
+    if block.lang == "toml":
+        check_toml(block)
+        return
     if str(_shared()) in prep.text and not _shared().is_dir():
         pytest.skip(f"shared data folder {_shared()} is missing")
     if block.lang == "python":
@@ -301,3 +330,11 @@ def test_a_python_blocks_shown_output_is_compared(tmp_path: Path) -> None:
     run_block(Block("x.md", 1, "python", "print('rate 1.00 s')", "rate 1.02 s"), tmp_path, {})
     with pytest.raises(AssertionError, match=re.escape("shown 'rate 1.50 s'")):
         run_block(Block("x.md", 1, "python", "print('rate 1.00 s')", "rate 1.50 s"), tmp_path, {})
+
+
+def test_a_toml_example_must_validate() -> None:
+    check_toml(Block("x.md", 1, "toml", "[engine]\nmax_num_seqs = 8"))
+    with pytest.raises(ValueError, match="max_num_seqs"):
+        check_toml(Block("x.md", 1, "toml", "[engine]\nmax_num_seqs = -8"))
+    with pytest.raises(ValueError, match="alpha"):
+        check_toml(Block("x.md", 1, "toml", "alpha = 2.0"))
