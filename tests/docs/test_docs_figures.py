@@ -74,3 +74,38 @@ def test_autoscaling_servegen_prose() -> None:
               f"busiest minutes and comes back down after the 300 s window: the same tail latency "
               f"for {fewer:.0f} % fewer GPU-hours")
     assert should in flat("autoscaling.md"), should
+
+
+def test_tuning_quotes_the_default_rate() -> None:
+    from kvbudget.workloads.spec import DEFAULT_RATE_RPS
+
+    should = f"The default scenario offers {DEFAULT_RATE_RPS:g} requests/s"
+    assert should in flat("tuning.md"), should
+
+
+def test_models_table_figures() -> None:
+    """docs/models.md's presets table: the computed parameter counts (and the published one's
+    error), active parameters of MoE models, KV bytes per token (bf16, TP1) and the full /
+    sliding attention layers, as ``perf.models`` computes them; a failure prints the row."""
+    from kvbudget.perf.models import preset_names
+    from tests.benchmarks.doc_figures import rewrite, row_line, stale, table_rows
+
+    text = (REPO / "docs" / "models.md").read_text()
+    rows = {r[0]: r for r in table_rows(text, "| preset | Hugging Face repo |")}
+    assert set(preset_names()) <= set(rows)
+    problems = []
+    for name in preset_names():
+        cells, m = rows[name], get_model(name)
+        values = {4: [m.num_params / 1e9], 8: [float(m.kv_bytes_per_token(1))],
+                  9: [float(m.num_full_attention_layers), float(m.num_sliding_layers)]
+                  + ([float(m.sliding_window)] if m.sliding_window and m.num_sliding_layers
+                     else [])}
+        if m.num_params_published is not None:
+            values[5] = [m.num_params_published / 1e9,
+                         100 * (m.num_params / m.num_params_published - 1)]
+        if m.moe is not None:
+            values[6] = [m.num_active_params / 1e9]
+        if any(stale(cells[i], v) for i, v in values.items()):
+            now = [rewrite(c, values[i]) if i in values else c for i, c in enumerate(cells)]
+            problems.append(f"was {row_line(cells)}\nnow {row_line(now)}")
+    assert not problems, "docs/models.md presets table: stale rows\n" + "\n".join(problems)
