@@ -109,3 +109,28 @@ def test_models_table_figures() -> None:
             now = [rewrite(c, values[i]) if i in values else c for i, c in enumerate(cells)]
             problems.append(f"was {row_line(cells)}\nnow {row_line(now)}")
     assert not problems, "docs/models.md presets table: stale rows\n" + "\n".join(problems)
+
+
+@pytest.mark.skipif(not (SHARED / "traces" / "servegen").is_dir(), reason="needs ../shared")
+def test_workloads_servegen_fitted_rates() -> None:
+    """docs/workloads.md, ServeGen: chunk 143's Weibull window at 600 s (the rate its fit's mean
+    gap means, ``scale * Gamma(1 + 1/shape)``, against the measured rate) and how many more
+    requests the fits give over its first day than its recorded rates (in expectation)."""
+    import csv
+    import math
+
+    path = SHARED / "traces" / "servegen" / "language" / "m-large" / "chunk-143-trace.csv"
+    with path.open() as f:
+        rows = [r for r in csv.reader(f) if r and r[3] in ("Gamma", "Weibull") and float(r[1]) > 0]
+
+    def gap(r: list[str]) -> float:
+        shape, scale = float(r[4]), float(r[5])
+        return shape * scale if r[3] == "Gamma" else scale * math.gamma(1 + 1 / shape)
+
+    window = next(r for r in rows if float(r[0]) == 600)
+    day = [r for r in rows if float(r[0]) < 86_400]
+    more = sum(600 / gap(r) for r in day) / sum(600 * float(r[1]) for r in day) - 1
+    should = (f"(chunk 143 at 600 s: a {window[3]} fit whose mean gap means {1 / gap(window):.0f} "
+              f"req/s against {float(window[1]):.1f} measured), so over a day chunk 143 gets "
+              f"about {100 * more:.0f}% more requests than its recorded rates")
+    assert should in " ".join((REPO / "docs" / "workloads.md").read_text().split()), should
