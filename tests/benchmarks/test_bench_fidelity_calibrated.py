@@ -127,6 +127,9 @@ def test_the_whole_table_and_its_prose(bench: ModuleType) -> None:
     within = sum(e <= 5.0 for e in held)
     if (int(m.group(1)), int(m.group(2))) != (within, len(held)):
         problems.append(f"Held out, {within} of the {len(held)} figures are within 5 %")
+    quoted = " ".join((REPO / "docs" / "recordings.md").read_text().split())
+    if f"held out, {within} of {len(held)} figures within 5 %" not in quoted:
+        problems.append(f"docs/recordings.md: held out, {within} of {len(held)} figures within 5 %")
     worst = max(abs(e) for kind, _, t in results if kind == "in-sample linear"
                 for e in errors(bench, t))
     m = re.search(r"The in-sample linear rows are within ([\d.]+) % everywhere", text)
