@@ -118,6 +118,8 @@ def substitute(text: str, config: dict[str, Any]) -> tuple[str, tuple[str, ...]]
     """``text`` with the reductions (and their reasons) and the replacements applied."""
     reduced = []
     for r in config.get("reduce", []):
+        if "unless" in r and r["unless"] in text:  # already as small as the entry makes it
+            continue
         if r["match"] in text and r["text"] in text:
             text = text.replace(r["text"], r["by"])
             reduced.append(r["reason"])
