@@ -191,10 +191,13 @@ def agree(shown: float, real: float) -> bool:
 
 def compare_shown(shown: tuple[str, ...], output: str) -> list[str]:
     """Mismatches between the shown output lines and the printed ones (matched by their first
-    word; a shown line with no figure must appear as it is)."""
+    word; a shown line with no figure must appear as it is; ``...`` stands for lines left
+    out)."""
     printed = output.splitlines()
     problems = []
     for ln in shown:
+        if ln.strip() == "...":  # lines the docs leave out
+            continue
         label = ln.split()[0] if ln.split() else ""
         want = figures(ln)
         candidates = [p for p in printed if p.split() and p.split()[0] == label]
@@ -261,12 +264,16 @@ def run_block(block: Block, cwd: Path, config: dict[str, Any]) -> None:
         command, reduced = substitute(step.command, config)
         res = subprocess.run(_kvbudget(command), cwd=cwd, env=_env(),
                              capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
-        if step.shown and step.shown[0].startswith("error: "):  # a refusal the docs show
+        expected = next((e["code"] for e in config.get("exit", []) if e["match"] in command), 0)
+        if expected:  # a command whose documented exit status is not 0
+            assert res.returncode == expected, f"{block.key}: {command}: exit {res.returncode}"
+        elif step.shown and step.shown[0].startswith("error: "):  # a refusal the docs show
             assert res.returncode == 2, f"{block.key}: {command}: exit {res.returncode}"
             missing = [ln for ln in step.shown if ln not in res.stderr.splitlines()]
             assert not missing, f"{block.key}: {command}: printed {res.stderr!r}"
             continue
-        assert res.returncode == 0, f"{block.key}: {command}\n{res.stderr[-3000:]}"
+        else:
+            assert res.returncode == 0, f"{block.key}: {command}\n{res.stderr[-3000:]}"
         if step.shown and not reduced:  # a reduced command's figures differ by design
             problems = compare_shown(step.shown, res.stdout)
             assert not problems, f"{block.key}: " + "\n".join(problems)
@@ -289,7 +296,7 @@ def test_doc_block(block: Block, tmp_path: Path) -> None:
 def test_every_placeholder_entry_matches_a_block() -> None:
     config = _config()
     text = "\n".join(b.text for b in BLOCKS)
-    for table in ("skip", "drop_line", "reduce", "needs"):
+    for table in ("skip", "drop_line", "reduce", "needs", "exit"):
         for entry in config.get(table, []):
             assert entry["match"] in text, f"placeholders.toml [[{table}]] matches no block: {entry}"
 
