@@ -134,3 +134,29 @@ def test_workloads_servegen_fitted_rates() -> None:
               f"req/s against {float(window[1]):.1f} measured), so over a day chunk 143 gets "
               f"about {100 * more:.0f}% more requests than its recorded rates")
     assert should in " ".join((REPO / "docs" / "workloads.md").read_text().split()), should
+
+
+@pytest.mark.parametrize(("config", "shown"), [
+    ({"model_type": "rwkv"}, "error: {path}: model_type: 'rwkv' is not supported (supported: "
+                             "llama, "),
+    ({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 100,
+      "intermediate_size": 128, "max_position_embeddings": 128},
+     "error: {path}: num_hidden_layers: missing (needed to size the model)"),
+])
+def test_models_refusals_are_the_shown_lines(tmp_path: Path, config: dict[str, Any],
+                                             shown: str) -> None:
+    """docs/models.md, "What is read": the two refusal lines it shows (exit 2; the doc's
+    ``...`` elides the list of families)."""
+    import json
+    import subprocess
+    import sys
+
+    doc = (REPO / "docs" / "models.md").read_text()
+    assert shown.format(path="/models/" + ("x" if "rwkv" in shown else "y") + "/config.json") \
+        .removesuffix("llama, ") in doc
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    res = subprocess.run([sys.executable, "-c", "from kvbudget.cli.main import main; main()",
+                          "simulate", "--model", str(path), "--set", "workload.duration_s=1"],
+                         capture_output=True, text=True, check=False, cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.startswith(shown.format(path=path)), res.stderr
