@@ -11,6 +11,7 @@ prints it. Every failure prints the table's rows as they should read.
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import re
 import sys
@@ -134,8 +135,9 @@ def test_the_whole_table_and_its_prose(bench: ModuleType) -> None:
                 for e in errors(bench, t))
     m = re.search(r"The in-sample linear rows are within ([\d.]+) % everywhere", text)
     assert m, "the in-sample linear sentence"
-    if not agrees(m.group(1), worst):
-        problems.append(f"The in-sample linear rows are within {worst:.1f} % everywhere")
+    if not worst <= float(m.group(1)) < worst + 0.1:  # an upper bound, to the tenth above
+        problems.append(f"The in-sample linear rows are within {math.ceil(worst * 10) / 10:.1f} % "
+                        "everywhere")
     by_kind = {(kind, run): t for kind, run, t in results}
     for source, target in (("Llama-3.1-8B", "RTXPRO6000_Qwen3-32B"),
                            ("Qwen3-32B", "RTXPRO6000_Llama-3.1-8B")):
