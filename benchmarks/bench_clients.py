@@ -72,16 +72,15 @@ def _fmt(x: float | None, digits: int = 2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--duration", type=float, default=600.0)
-    ap.add_argument("--load", type=float, default=1.3, help="offered / sustained rate")
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
-    capacity = sustained_rps(args.duration, args.seed)
-    rate = args.load * capacity
-    print(f"sustained: {capacity:.2f} req/s; offered: {rate:.2f} req/s ({args.load}x) for "
-          f"{args.duration:.0f} s, seed {args.seed}")
+HEADER = ("batch client", "batch done", "batch att/req", "int p99 TTFT s", "goodput rps",
+          "1st-try goodput", "batch p50 done s", "wall s")
+
+
+def effect_rows(capacity_rps: float, duration_s: float, load: float, seed: int
+                ) -> list[tuple[str, ...]]:
+    """One row a batch client (``HEADER``), at ``load`` x ``capacity_rps`` (the table of
+    docs/clients.md, "What retries do under overload")."""
+    rate = load * capacity_rps
     storm = client_model({"preset": "batch-pipeline", "backoff": "constant",
                           "initial_backoff_s": 0.1, "jitter": "none", "name": "storm"})
     no_jitter = client_model({"preset": "batch-pipeline", "jitter": "none",
@@ -97,11 +96,9 @@ def main() -> None:
         ("batch-pipeline + Retry-After", {**reject, "retry_after": "lease_ends"},
          BATCH_PIPELINE),
     ]
-    header = ("batch client", "batch done", "batch att/req", "int p99 TTFT s",
-              "goodput rps", "1st-try goodput", "batch p50 done s", "wall s")
     rows = []
     for label, params, client in variants:
-        scn = _scenario(rate, args.duration, args.seed, "conservative", params)
+        scn = _scenario(rate, duration_s, seed, "conservative", params)
         result, wall = _run(scn, (("batch", client),))
         s = result.summary
         b, i, o = s["tiers"]["batch"], s["tiers"]["interactive"], s["overall"]
@@ -109,8 +106,21 @@ def main() -> None:
                      _fmt(i["ttft_s"]["p99"]), _fmt(o["goodput_rps"], 3),
                      _fmt(o["goodput_first_attempt_rps"], 3),
                      _fmt(b["time_to_eventual_completion_s"]["p50"], 1), _fmt(wall, 1)))
-    widths = [max(len(str(r[k])) for r in [header, *rows]) for k in range(len(header))]
-    for r in [header, *rows]:
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--duration", type=float, default=600.0)
+    ap.add_argument("--load", type=float, default=1.3, help="offered / sustained rate")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    capacity = sustained_rps(args.duration, args.seed)
+    print(f"sustained: {capacity:.2f} req/s; offered: {args.load * capacity:.2f} req/s "
+          f"({args.load}x) for {args.duration:.0f} s, seed {args.seed}")
+    rows = effect_rows(capacity, args.duration, args.load, args.seed)
+    widths = [max(len(str(r[k])) for r in [HEADER, *rows]) for k in range(len(HEADER))]
+    for r in [HEADER, *rows]:
         print("  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)))
 
 

@@ -1,16 +1,28 @@
-"""Smoke test of benchmarks/bench_offload.py: its CPU-hit case loads from CPU (worked by hand)
-and its table prints. The published figures are not asserted."""
+"""benchmarks/bench_offload.py: its CPU-hit case loads from CPU (worked by hand), its table
+prints, and docs/offload.md's published-check table is what it computes."""
 
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_offload.py"
+from tests.benchmarks.doc_figures import (
+    agrees,
+    rewrite,
+    row_line,
+    section,
+    stale,
+    table_rows,
+    value_of,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "benchmarks" / "bench_offload.py"
 
 
 @pytest.fixture(scope="module")
@@ -39,3 +51,41 @@ def test_the_table_prints_predicted_and_published(bench: ModuleType,
     assert bench.main(["--lengths", "1024"]) == 0
     out = capsys.readouterr().out
     assert "gahow/agentic-kvc" in out and "miss/CPU" in out and "CPU-GPU" in out
+
+
+def test_the_docs_published_check_is_what_the_benchmark_gives(bench: ModuleType,
+                                                               tmp_path: Path) -> None:
+    """docs/offload.md, "Checked against a published measurement": every predicted figure and
+    error at the precision shown (the published column is the source's), and the prose's
+    miss/CPU gains and the 64 k load's size."""
+    doc = section(REPO / "docs" / "offload.md", "## Checked against a published measurement")
+    table = table_rows(doc, "| tokens | case |")
+    model = bench.coder_model(tmp_path)
+    cases = {"miss": 0, "CPU hit": 1, "GPU hit": 2}
+    problems, gains, loaded = [], {}, 0.0
+    for length in sorted(bench.PUBLISHED):
+        miss, cpu, gpu, off = bench.predict(length, model)
+        pub = bench.PUBLISHED[length]
+        gains[length] = (miss / cpu, pub[0] / pub[1])
+        loaded = off["load_bytes_per_gpu"] / 1e9
+        for cells in (r for r in table if value_of(r[0]) == length):
+            case = cells[1].split(" (")[0]
+            i = cases.get(case)
+            predicted = (miss, cpu, gpu)[i] if i is not None else cpu - gpu
+            published = pub[i] if i is not None else pub[1] - pub[2]
+            assert agrees(cells[3], published), (cells, published)
+            values = [predicted, 100 * (predicted / published - 1)]
+            if stale(cells[2], values[:1]) or stale(cells[4], values[1:]):
+                problems.append(f"was {row_line(cells)}\nnow " + row_line(
+                    [*cells[:2], rewrite(cells[2], values[:1]), cells[3],
+                     rewrite(cells[4], values[1:])]))
+    assert len(table) == 8 and not problems, "docs/offload.md: stale rows\n" + "\n".join(problems)
+    text = " ".join(doc.split())
+    m = re.search(r"\(published ([\d.]+)x and ([\d.]+)x\) inherits them \(predicted ([\d.]+)x and "
+                  r"([\d.]+)x\)", text)
+    assert m, "the miss/CPU sentence"
+    figures = (gains[1024][1], gains[65536][1], gains[1024][0], gains[65536][0])
+    assert all(agrees(n, v) for n, v in zip(m.groups(), figures, strict=True)), (
+        "should read: (published {:.1f}x and {:.0f}x) ... (predicted {:.1f}x and {:.0f}x)"
+        .format(*figures))
+    assert f"within 11 % at 64 k tokens ({loaded:.1f} GB at 44.8 GB/s" in text, loaded

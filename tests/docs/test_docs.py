@@ -1,14 +1,17 @@
 """Every example of README.md and docs/*.md runs, and what it shows is what it prints.
 
-Blocks fenced ``console``, ``bash``, ``sh`` or ``python``, and unlabelled blocks whose first
-line is a ``kvbudget`` command, are collected from the files as they are (a new doc or block is
+Blocks fenced ``console``, ``bash``, ``sh``, ``python`` or ``toml`` (parsed and validated: a
+scenario or a fragment of one, a regression suite or baseline), and unlabelled blocks whose
+first line is a ``kvbudget`` command, are collected from the files as they are (a new doc or block is
 covered without touching this file); one test per block (``pytest -n`` spreads them).
 tests/docs/placeholders.toml says what stands behind the names the docs use (traces, paths),
 which blocks run smaller and why, and which cannot run here and why.
 
-Checks: every command exits 0; a console block that shows output (lines after a ``$`` command
+Checks: every command exits 0, but one whose shown output is an ``error: `` line (a refusal
+the docs show), which exits 2 with those lines on stderr; a console block that shows output (lines after a ``$`` command
 that are not commands) prints lines with the same leading label whose figures agree within
-:data:`REL_TOL` (a reduced command's figures are not compared: its size differs by design).
+:data:`REL_TOL` (a reduced command's figures are not compared: its size differs by design); so does a python
+block's printed output against the unlabelled block right after it (its output as shown).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import shlex
 import subprocess
 import sys
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +32,7 @@ from tests.conftest import SHARED
 
 REPO = Path(__file__).resolve().parents[2]
 PLACEHOLDERS = Path(__file__).with_name("placeholders.toml")
-LANGS = ("console", "bash", "sh", "python")
+LANGS = ("console", "bash", "sh", "python", "toml")
 REL_TOL = 0.05
 """Shown figures against printed ones: within 5 % (or 0.01 absolute for figures below 0.2),
 the rounding of a 3-significant-figure table plus seed-independent drift of a cost model."""
@@ -43,6 +46,8 @@ class Block:
     line: int
     lang: str
     text: str
+    output: str = ""
+    """A python block's output as the docs show it: an unlabelled block right after it."""
 
     @property
     def key(self) -> str:
@@ -52,6 +57,7 @@ class Block:
 def _blocks(path: Path, root: Path = REPO) -> list[Block]:
     lines = path.read_text().splitlines()
     out: list[Block] = []
+    python_end = -1  # the line after the last python block's closing fence
     i = 0
     while i < len(lines):
         m = re.match(r"^\s*```(\w*)\s*$", lines[i])
@@ -68,6 +74,9 @@ def _blocks(path: Path, root: Path = REPO) -> list[Block]:
             lang = "console"
         if lang in LANGS:
             out.append(Block(str(path.relative_to(root)), i + 1, lang, body))
+        elif lang == "" and python_end >= 0 and not "".join(lines[python_end:i]).strip():
+            out[-1] = replace(out[-1], output=body)
+        python_end = j + 1 if lang == "python" else -1
         i = j + 1
     return out
 
@@ -109,6 +118,8 @@ def substitute(text: str, config: dict[str, Any]) -> tuple[str, tuple[str, ...]]
     """``text`` with the reductions (and their reasons) and the replacements applied."""
     reduced = []
     for r in config.get("reduce", []):
+        if "unless" in r and r["unless"] in text:  # already as small as the entry makes it
+            continue
         if r["match"] in text and r["text"] in text:
             text = text.replace(r["text"], r["by"])
             reduced.append(r["reason"])
@@ -180,10 +191,13 @@ def agree(shown: float, real: float) -> bool:
 
 def compare_shown(shown: tuple[str, ...], output: str) -> list[str]:
     """Mismatches between the shown output lines and the printed ones (matched by their first
-    word; a shown line with no figure must appear as it is)."""
+    word; a shown line with no figure must appear as it is; ``...`` stands for lines left
+    out)."""
     printed = output.splitlines()
     problems = []
     for ln in shown:
+        if ln.strip() == "...":  # lines the docs leave out
+            continue
         label = ln.split()[0] if ln.split() else ""
         want = figures(ln)
         candidates = [p for p in printed if p.split() and p.split()[0] == label]
@@ -198,10 +212,38 @@ def compare_shown(shown: tuple[str, ...], output: str) -> list[str]:
     return problems
 
 
+def _merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with the tables of ``extra`` merged in (a scenario file's fragment)."""
+    out = dict(base)
+    for key, value in extra.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _merged(out[key], value) if both else value
+    return out
+
+
+def check_toml(block: Block) -> None:
+    """A TOML example parses and validates as what it is: a regression baseline (``format``),
+    a regression suite's ``regress.toml`` (``alpha``/``replications`` without a scenario's
+    ``gpu``), else a scenario file or a fragment of one (merged onto the default scenario)."""
+    from kvbudget.simulator.scenario import default_scenario_dict, validate_spec
+    from kvbudget.studies.regress import BaselineFile, SuiteConfig
+
+    data = tomllib.loads(block.text)
+    if "format" in data:
+        BaselineFile.model_validate(data)
+    elif {"alpha", "replications", "scenarios"} & set(data) and "gpu" not in data:
+        SuiteConfig.model_validate(data)
+    else:
+        validate_spec(_merged(default_scenario_dict(), data))
+
+
 def run_block(block: Block, cwd: Path, config: dict[str, Any]) -> None:
     prep = prepare(block, config)
     if prep.skip is not None:
         pytest.skip(prep.skip)
+    if block.lang == "toml":
+        check_toml(block)
+        return
     if str(_shared()) in prep.text and not _shared().is_dir():
         pytest.skip(f"shared data folder {_shared()} is missing")
     if block.lang == "python":
@@ -210,6 +252,10 @@ def run_block(block: Block, cwd: Path, config: dict[str, Any]) -> None:
         res = subprocess.run([sys.executable, str(script)], cwd=cwd, env=_env(),
                              capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
         assert res.returncode == 0, f"{block.key}: {res.stderr[-3000:]}"
+        if block.output and not prep.reduced:  # a reduced block's figures differ by design
+            shown = tuple(ln for ln in block.output.splitlines() if ln.strip())
+            problems = compare_shown(shown, res.stdout)
+            assert not problems, f"{block.key}: " + "\n".join(problems)
         return
     text = block.text
     for d in config.get("drop_line", []):
@@ -218,7 +264,16 @@ def run_block(block: Block, cwd: Path, config: dict[str, Any]) -> None:
         command, reduced = substitute(step.command, config)
         res = subprocess.run(_kvbudget(command), cwd=cwd, env=_env(),
                              capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
-        assert res.returncode == 0, f"{block.key}: {command}\n{res.stderr[-3000:]}"
+        expected = next((e["code"] for e in config.get("exit", []) if e["match"] in command), 0)
+        if expected:  # a command whose documented exit status is not 0
+            assert res.returncode == expected, f"{block.key}: {command}: exit {res.returncode}"
+        elif step.shown and step.shown[0].startswith("error: "):  # a refusal the docs show
+            assert res.returncode == 2, f"{block.key}: {command}: exit {res.returncode}"
+            missing = [ln for ln in step.shown if ln not in res.stderr.splitlines()]
+            assert not missing, f"{block.key}: {command}: printed {res.stderr!r}"
+            continue
+        else:
+            assert res.returncode == 0, f"{block.key}: {command}\n{res.stderr[-3000:]}"
         if step.shown and not reduced:  # a reduced command's figures differ by design
             problems = compare_shown(step.shown, res.stdout)
             assert not problems, f"{block.key}: " + "\n".join(problems)
@@ -241,7 +296,7 @@ def test_doc_block(block: Block, tmp_path: Path) -> None:
 def test_every_placeholder_entry_matches_a_block() -> None:
     config = _config()
     text = "\n".join(b.text for b in BLOCKS)
-    for table in ("skip", "drop_line", "reduce", "needs"):
+    for table in ("skip", "drop_line", "reduce", "needs", "exit"):
         for entry in config.get(table, []):
             assert entry["match"] in text, f"placeholders.toml [[{table}]] matches no block: {entry}"
 
@@ -253,6 +308,10 @@ def test_the_collector_finds_labelled_and_command_blocks(tmp_path: Path) -> None
     found = [(b.lang, b.text) for b in _blocks(doc, tmp_path)]
     assert found == [("console", "$ kvbudget presets\nshown 1"), ("console", "kvbudget compare"),
                      ("python", "print(1)")]
+    doc.write_text("```python\nprint(1)\n```\n\n```\n1\n```\n\ntext\n\n```python\nprint(2)\n```\n"
+                   "\nnot right after\n\n```\n2\n```\n")
+    assert [(b.text, b.output) for b in _blocks(doc, tmp_path)] == [("print(1)", "1"),
+                                                                    ("print(2)", "")]
     steps = console_steps("$ kvbudget a \\\n   --b 1\nout 2\n$ kvbudget c", "console")
     assert steps == [Step("kvbudget a     --b 1", ("out 2",)), Step("kvbudget c", ())]
 
@@ -263,3 +322,28 @@ def test_shown_figures_are_compared() -> None:
     assert compare_shown(("conservative  1,200  0.5",), printed)  # 20 % off: reported
     assert compare_shown(("overcommit  1,000  0.5",), printed)  # no such line
 
+
+
+def test_a_shown_refusal_must_be_the_printed_one(tmp_path: Path) -> None:
+    """A console block whose output is an ``error:`` line passes only when the command exits 2
+    and prints that line."""
+    command = "$ kvbudget simulate --set disaggregation.prefill.num_replicas=2\n"
+    right = ("error: disaggregation.decode: a disaggregated deployment needs a decode pool "
+             "([disaggregation.decode] with num_replicas)")
+    run_block(Block("x.md", 1, "console", command + right), tmp_path, {})
+    with pytest.raises(AssertionError, match="printed"):
+        run_block(Block("x.md", 1, "console", command + "error: something else"), tmp_path, {})
+
+
+def test_a_python_blocks_shown_output_is_compared(tmp_path: Path) -> None:
+    run_block(Block("x.md", 1, "python", "print('rate 1.00 s')", "rate 1.02 s"), tmp_path, {})
+    with pytest.raises(AssertionError, match=re.escape("shown 'rate 1.50 s'")):
+        run_block(Block("x.md", 1, "python", "print('rate 1.00 s')", "rate 1.50 s"), tmp_path, {})
+
+
+def test_a_toml_example_must_validate() -> None:
+    check_toml(Block("x.md", 1, "toml", "[engine]\nmax_num_seqs = 8"))
+    with pytest.raises(ValueError, match="max_num_seqs"):
+        check_toml(Block("x.md", 1, "toml", "[engine]\nmax_num_seqs = -8"))
+    with pytest.raises(ValueError, match="alpha"):
+        check_toml(Block("x.md", 1, "toml", "alpha = 2.0"))

@@ -1,0 +1,49 @@
+"""docs/clients.md, "What retries do under overload": its table (seed 0) and the sustained rate
+it is measured at are what benchmarks/bench_clients.py computes (eight simulations of 600 s,
+~10 s of CPU), at the precision shown. The prose's seeds 1 and 2 are
+``python benchmarks/bench_clients.py --seed 1`` (and 2): not rerun here."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.benchmarks.doc_figures import row_line, section, table_rows
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "benchmarks" / "bench_clients.py"
+HEADING = "## What retries do under overload"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_clients", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_the_docs_table_is_what_the_benchmark_gives(bench: ModuleType) -> None:
+    text = section(REPO / "docs" / "clients.md", HEADING)
+    table = table_rows(text, "| batch client |")
+    capacity = bench.sustained_rps(600.0, 0)
+    rows = bench.effect_rows(capacity, 600.0, 1.3, 0)
+    assert len(table) == len(rows)
+    problems = []
+    m = re.search(r"\(([\d.]+) req/s measured: the completions per second", " ".join(text.split()))
+    assert m, "the sustained-rate sentence"
+    if m.group(1) != f"{capacity:.2f}":
+        problems.append(f"({capacity:.2f} req/s measured: ...")
+    for cells, row in zip(table, rows, strict=True):
+        if cells[1:] != list(row[1:7]):  # the wall time (row[7]) is not in the docs
+            problems.append(f"was {row_line(cells)}\nnow {row_line([cells[0], *row[1:7]])}")
+    assert not problems, (f"docs/clients.md, '{HEADING[3:]}' (`python benchmarks/bench_clients.py`"
+                          "): stale\n" + "\n".join(problems))

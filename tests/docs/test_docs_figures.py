@@ -1,0 +1,162 @@
+"""Figures the docs quote in prose (outside the examples tests/docs/test_docs.py runs and the
+benchmark tables tests/benchmarks recomputes), each computed here from the library at the
+precision shown. A failure says what the sentence should read."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import kvbudget as kb
+from kvbudget.perf.hardware import get_gpu
+from kvbudget.perf.models import get_model
+from kvbudget.simulator.scenario import scenario_from_dict
+from tests.conftest import SHARED
+
+REPO = Path(__file__).resolve().parents[2]
+ENGINE_START_S = 14.18  # the autoscaler's default engine_start_s (docs/autoscaling.md's table)
+
+
+def flat(doc: str) -> str:
+    return " ".join((REPO / "docs" / doc).read_text().split())
+
+
+def cold_start_s(gpu: str, model: str, tp: int) -> tuple[float, float]:
+    """(seconds, GB a GPU): the weights of one GPU over its PCIe link, then the engine start."""
+    weights = get_model(model).weight_bytes(tp)
+    return weights / get_gpu(gpu).pcie_bandwidth_bytes_s + ENGINE_START_S, weights / 1e9
+
+
+def test_autoscaling_cold_starts() -> None:
+    text = flat("autoscaling.md")
+    small, small_gb = cold_start_s("H100-80GB", "Llama-3.1-8B", 1)
+    big, big_gb = cold_start_s("A100-80GB", "Llama-3.1-70B", 2)
+    should = (f"comes up in {small:.2f} s by default ({small_gb:.2f} GB of bf16 weights at the "
+              f"H100's 64 GB/s, then 14.18 s); Llama-3.1-70B at `tensor_parallel_size = 2` on "
+              f"A100-80GB in {big:.2f} s ({big_gb:.1f} GB a GPU at 32 GB/s)")
+    assert should in text, should
+    assert f"the new replicas take requests {small:.1f} s later" in text, small
+    assert f"a 70B replica takes {big:.1f} s to come up" in text, big
+
+
+def servegen_block() -> dict[str, Any]:
+    """The scenario of docs/autoscaling.md's ServeGen example, as its python block writes it."""
+    doc = (REPO / "docs" / "autoscaling.md").read_text()
+    text = doc.split('name = "servegen-tenant-returns"', 1)[1].split('"""', 1)[0]
+    data = tomllib.loads('name = "servegen-tenant-returns"' + text)
+    data["workload"]["path"] = str(SHARED / data["workload"]["path"].removeprefix("../shared/"))
+    return data
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (SHARED / "traces" / "servegen").is_dir(), reason="needs ../shared")
+def test_autoscaling_servegen_prose() -> None:
+    """"the tenant returns at 1,800 s, the second replica boots at the 1,890 s evaluation ...
+    the third at the 2,010 s one (up at 2,027 s); it touches four ...: 14 % fewer GPU-hours"
+    (the autoscaled run; the fixed fleet holds three replicas of two GPUs for two hours)."""
+    scenario = scenario_from_dict(servegen_block(), Path("."))
+    run = kb.simulate(scenario.workload(), scenario.make_policy(), scenario.sim_config())
+    tl, scale = run.timeline, run.summary["engine"]["fleet"]["autoscale"]
+    booting = np.asarray(tl["num_replicas_booting"])
+    starts = np.asarray(tl["time_s"])[1:][np.diff(booting) > 0]
+    ups = np.asarray(tl["time_s"])[1:][np.diff(np.asarray(tl["num_replicas_up"])) > 0]
+    fixed_gpu_hours = 3 * scale["gpus_per_replica"] * 7200 / 3600
+    fewer = 100 * (1 - scale["gpu_hours"] / fixed_gpu_hours)
+    should = (f"returns at {run.records['arrival_s'].min():,.0f} s, the second replica boots at "
+              f"the {starts[0]:,.0f} s evaluation (a 70B replica takes "
+              f"{scale['scale_up_delay_s']:.1f} s to come up) and the third at the "
+              f"{starts[1]:,.0f} s one (up at {ups[1]:,.0f} s); it touches "
+              f"{['none', 'one', 'two', 'three', 'four', 'five'][scale['peak_replicas']]} at the "
+              f"busiest minutes and comes back down after the 300 s window: the same tail latency "
+              f"for {fewer:.0f} % fewer GPU-hours")
+    assert should in flat("autoscaling.md"), should
+
+
+def test_tuning_quotes_the_default_rate() -> None:
+    from kvbudget.workloads.spec import DEFAULT_RATE_RPS
+
+    should = f"The default scenario offers {DEFAULT_RATE_RPS:g} requests/s"
+    assert should in flat("tuning.md"), should
+
+
+def test_models_table_figures() -> None:
+    """docs/models.md's presets table: the computed parameter counts (and the published one's
+    error), active parameters of MoE models, KV bytes per token (bf16, TP1) and the full /
+    sliding attention layers, as ``perf.models`` computes them; a failure prints the row."""
+    from kvbudget.perf.models import preset_names
+    from tests.benchmarks.doc_figures import rewrite, row_line, stale, table_rows
+
+    text = (REPO / "docs" / "models.md").read_text()
+    rows = {r[0]: r for r in table_rows(text, "| preset | Hugging Face repo |")}
+    assert set(preset_names()) <= set(rows)
+    problems = []
+    for name in preset_names():
+        cells, m = rows[name], get_model(name)
+        values = {4: [m.num_params / 1e9], 8: [float(m.kv_bytes_per_token(1))],
+                  9: [float(m.num_full_attention_layers), float(m.num_sliding_layers)]
+                  + ([float(m.sliding_window)] if m.sliding_window and m.num_sliding_layers
+                     else [])}
+        if m.num_params_published is not None:
+            values[5] = [m.num_params_published / 1e9,
+                         100 * (m.num_params / m.num_params_published - 1)]
+        if m.moe is not None:
+            values[6] = [m.num_active_params / 1e9]
+        if any(stale(cells[i], v) for i, v in values.items()):
+            now = [rewrite(c, values[i]) if i in values else c for i, c in enumerate(cells)]
+            problems.append(f"was {row_line(cells)}\nnow {row_line(now)}")
+    assert not problems, "docs/models.md presets table: stale rows\n" + "\n".join(problems)
+
+
+@pytest.mark.skipif(not (SHARED / "traces" / "servegen").is_dir(), reason="needs ../shared")
+def test_workloads_servegen_fitted_rates() -> None:
+    """docs/workloads.md, ServeGen: chunk 143's Weibull window at 600 s (the rate its fit's mean
+    gap means, ``scale * Gamma(1 + 1/shape)``, against the measured rate) and how many more
+    requests the fits give over its first day than its recorded rates (in expectation)."""
+    import csv
+    import math
+
+    path = SHARED / "traces" / "servegen" / "language" / "m-large" / "chunk-143-trace.csv"
+    with path.open() as f:
+        rows = [r for r in csv.reader(f) if r and r[3] in ("Gamma", "Weibull") and float(r[1]) > 0]
+
+    def gap(r: list[str]) -> float:
+        shape, scale = float(r[4]), float(r[5])
+        return shape * scale if r[3] == "Gamma" else scale * math.gamma(1 + 1 / shape)
+
+    window = next(r for r in rows if float(r[0]) == 600)
+    day = [r for r in rows if float(r[0]) < 86_400]
+    more = sum(600 / gap(r) for r in day) / sum(600 * float(r[1]) for r in day) - 1
+    should = (f"(chunk 143 at 600 s: a {window[3]} fit whose mean gap means {1 / gap(window):.0f} "
+              f"req/s against {float(window[1]):.1f} measured), so over a day chunk 143 gets "
+              f"about {100 * more:.0f}% more requests than its recorded rates")
+    assert should in " ".join((REPO / "docs" / "workloads.md").read_text().split()), should
+
+
+@pytest.mark.parametrize(("config", "shown"), [
+    ({"model_type": "rwkv"}, "error: {path}: model_type: 'rwkv' is not supported (supported: "
+                             "llama, "),
+    ({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 100,
+      "intermediate_size": 128, "max_position_embeddings": 128},
+     "error: {path}: num_hidden_layers: missing (needed to size the model)"),
+])
+def test_models_refusals_are_the_shown_lines(tmp_path: Path, config: dict[str, Any],
+                                             shown: str) -> None:
+    """docs/models.md, "What is read": the two refusal lines it shows (exit 2; the doc's
+    ``...`` elides the list of families)."""
+    import json
+    import subprocess
+    import sys
+
+    doc = (REPO / "docs" / "models.md").read_text()
+    assert shown.format(path="/models/" + ("x" if "rwkv" in shown else "y") + "/config.json") \
+        .removesuffix("llama, ") in doc
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    res = subprocess.run([sys.executable, "-c", "from kvbudget.cli.main import main; main()",
+                          "simulate", "--model", str(path), "--set", "workload.duration_s=1"],
+                         capture_output=True, text=True, check=False, cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.startswith(shown.format(path=path)), res.stderr
