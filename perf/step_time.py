@@ -16,7 +16,7 @@ One engine step (``t`` seconds) is modelled as
   each expert once), under expert parallelism the experts of this GPU only. The routed experts'
   FLOPs (16-bit and FP8 experts: vLLM's Triton ``fused_moe``) run at ``gemm_efficiency`` times
   :func:`~kvbudget.perf.parallel_costs.moe_gemm_relative_efficiency` of their tokens per
-  expert (vllm#24700's H100 kernel times: 0.29-0.63 of a dense GEMM's rate at 64-384).
+  expert (vllm#24700's H100 kernel times: 0.39-0.63 of a dense GEMM's rate at 128-384).
 * **Attention against the KV cache.** ``attn_flops`` are the score and value FLOPs of prefill
   chunks (``prefill_attention`` pairs); ``kv_bytes`` the KV every scheduled sequence reads
   (``num_context_tokens`` times the KV bytes of a token on one GPU; sliding-window layers read

@@ -36,6 +36,7 @@ import numpy.typing as npt
 
 from kvbudget.analysis.validation import STATS, latency_stats
 from kvbudget.perf.step_uncertainty import STATED_RANGES
+from kvbudget.studies.validate import simulate_recording
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -242,8 +243,6 @@ def fit_fixed_term(recording: Recording, config: SimConfig, cost_model: CostMode
     """The fixed front-end term alone, for a given step model: what a calibration fitted on
     one load level is checked with on another (a term that is the front end's holds; one that
     took up engine time moves with the load). Loss over TTFT and E2E (TPOT does not see it)."""
-    from kvbudget.studies.validate import simulate_recording
-
     def run(term_s: float) -> pd.DataFrame:
         return simulate_recording(recording, config, policy=policy,
                                   policy_params=policy_params, cost_model=cost_model,

@@ -84,6 +84,7 @@ DOC_ROWS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("v0.6 Llama-3-70B 4xH100 req/s", ("req_per_s",)),
     ("V1a Llama-3.1-8B H100 E2E", ("e2e_mean_s",)),
     ("V1a Llama-3.3-70B 4xH100 E2E", ("e2e_mean_s",)),
+    ("PR20759 Llama-3.1-70B 4xB200 TPOT", ("tpot_mean_ms",)),
     ("FP8blog Llama-3.1-8B H100 c8", ("ttft_p50_ms",)),
     ("FP8blog Llama-3.1-8B H100 c8", ("decode_step_ms", "tpot_p50_ms")),
     ("FP8blog Llama-3.1-8B H100 c8", ("tok_per_s",)),

@@ -130,12 +130,12 @@ def test_the_async_scheduling_step_range() -> None:
 
 
 def test_the_intervals_prose_adds_up_the_coverage_table() -> None:
-    """"they hold the measured value for 9 of 27 figures": the recorded-run rows of the
+    """"they hold the measured value for 14 of 27 figures": the recorded-run rows of the
     coverage table (which tests/benchmarks/test_bench_intervals.py recomputes), summed."""
     text = section(DOC, "## Predictions with intervals")
     start = text.index("<!-- bench_intervals coverage")
     rows = [r for r in table_rows(text[start:], "| checked on |") if "(recorded run)" in r[0]]
     inside = sum(int(r[2].split(" of ")[0]) for r in rows)
     total = sum(int(r[2].split(" of ")[1]) for r in rows)
-    should = f"on the recorded runs they hold the measured value for {inside} of {total} figures"
+    should = f"on the recorded runs: they hold the measured value for {inside} of {total} figures"
     assert should in " ".join(text.split()), should
