@@ -112,10 +112,11 @@ def _reloader(scenario: Path, policy: str | None, sets_capacity: bool
 
 
 def _check_serve_extra() -> None:
-    """One line, not a traceback, when the ``serve`` extra (starlette, uvicorn) is missing:
+    """One line, not a traceback, when the ``serve`` extra (starlette, uvicorn, aiohttp) is missing:
     the gateway's modules load them, so they are imported where used (a plain install lists
     and parses every command without them)."""
     try:
+        import aiohttp  # noqa: F401
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:

@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import httpx
 from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse
 
@@ -81,7 +80,6 @@ class Call:
     ticket: Ticket
     completion: Completion
     upstream: int
-    client: httpx.AsyncClient
     output_tokens: int | None = None
     problem: str = ""
     first_token_s: float = math.nan

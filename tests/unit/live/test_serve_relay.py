@@ -1,6 +1,6 @@
 """How ``kvbudget serve`` passes a stream on: one write to the client for each read from the
 upstream (not one for each line), the same bytes however the upstream's reads split the lines,
-and the pools of upstream connections sharing one TLS context."""
+and a stream's upstream connection given back to the pool for the next request."""
 
 from __future__ import annotations
 
@@ -8,14 +8,12 @@ import asyncio
 import json
 from typing import Any
 
-import certifi
 import httpx
 import pytest
 
 from kvbudget.live.serve_admission import Ticket
 from kvbudget.live.serve_forward import Call
 from kvbudget.live.serve_request import parse_completion
-from kvbudget.live.serve_upstream import NUM_POOLS, STREAMS_PER_POOL, UpstreamOptions, Upstreams
 from kvbudget.policies.request import Request
 from tests.unit.live.serve_harness import (
     TIERS,
@@ -43,9 +41,6 @@ STREAM = b"".join(
        b"data: [DONE]\n\n"])
 
 
-_CLIENT = httpx.AsyncClient(verify=False)  # never used to send: the calls only read bytes
-
-
 def _call(wants_usage: bool) -> Call:
     body = {"model": "fake", "prompt": "hello", "max_tokens": 8, "stream": True}
     if wants_usage:
@@ -57,7 +52,7 @@ def _call(wants_usage: bool) -> Call:
                                 prompt_tokens=5, max_output_tokens=8), loop.create_future())
     finally:
         loop.close()
-    return Call(ticket, comp, 0, _CLIENT)
+    return Call(ticket, comp, 0)
 
 
 def _relayed(reads: list[bytes], wants_usage: bool) -> tuple[bytes, Call]:
@@ -119,28 +114,32 @@ def test_a_stream_is_written_to_the_client_once_a_read_not_once_a_line() -> None
     asyncio.run(main())
 
 
-def test_every_pool_of_upstream_connections_shares_one_tls_context(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each pool made its own TLS context (the CA bundle read again, about 30 ms of CPU, in
-    the middle of a burst); now they share the one the upstreams made."""
-    reads: list[str] = []
-    where = certifi.where
+def test_streams_read_to_their_end_give_their_upstream_connection_back() -> None:
+    """A stream read to its ``[DONE]`` and end returns its connection to the pool: the next
+    request reuses it (the upstream sees one client port), where closing it would cost a new
+    connection (a TCP handshake, a socket) for every request."""
+    ports: list[int] = []
 
-    def counted() -> str:
-        reads.append("ca")
-        return where()
-
-    monkeypatch.setattr(certifi, "where", counted)
+    def seen(request: Any, body: dict[str, Any]) -> None:
+        ports.append(request.client.port)
 
     async def main() -> None:
-        upstreams = Upstreams(UpstreamOptions(("http://127.0.0.1:9",)))
-        clients = {id(upstreams.client_for(i, NUM_POOLS * STREAMS_PER_POOL))
-                   for i in range(NUM_POOLS)}
-        assert len(clients) == NUM_POOLS
-        await upstreams.aclose()
+        fake = FakeUpstream(num_tokens=NUM_TOKENS, on_request=seen)
+        fake.release.set()
+        async with serving(fake.app()) as up:
+            server = make_server(up)
+            async with serving(server.app) as url, httpx.AsyncClient() as client:
+                for stream in (True, True, False, True):
+                    body = {"model": "fake", "prompt": "hi", "max_tokens": 8, "stream": stream}
+                    resp = await client.post(url + "/v1/completions", json=body)
+                    assert resp.status_code == 200
+                    await until(lambda: server.num_in_flight == 0,
+                                lambda: server.flight_changed)
+            await server.upstreams.aclose()
+        assert len(ports) == 4 and len(set(ports)) == 1, ports
+        assert_nothing_held(server)
 
     asyncio.run(main())
-    assert len(reads) == 1
 
 
 def test_the_gateways_connections_send_each_write_at_once() -> None:
