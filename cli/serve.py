@@ -235,7 +235,10 @@ def serve_cmd(
             capacity_period_s, count_tokens, overload_status, retry_after_s,
             default_max_tokens, router, out, rotate_requests, drain_timeout_s, max_body_bytes,
             upstream_api_key, tokenizer)
-        asyncio.run(_run(settings))
+        from kvbudget.live.serve_run import event_loop
+
+        with asyncio.Runner(loop_factory=event_loop()) as runner:
+            runner.run(_run(settings))
 
 
 def register(app: typer.Typer) -> None:

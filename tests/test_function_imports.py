@@ -34,6 +34,8 @@ HEAVY: dict[str, str] = {
     "starlette": "optional (serve extra): kvbudget serve only",
     "uvicorn": "optional (serve extra): kvbudget serve only",
     "aiohttp": "optional (serve extra): kvbudget serve's upstream client only",
+    "uvloop": "optional (serve extra): kvbudget serve's event loop where installed (asyncio's "
+              "otherwise)",
     # plotting, in modules whose commands mostly do not plot
     "matplotlib": "plotting; ~350 ms to import",
     # required, but each costs more than `kvbudget simulate` on the default scenario (~0.6 s

@@ -5,6 +5,7 @@ and a stream's upstream connection given back to the pool for the next request."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -176,34 +177,54 @@ def test_the_gateways_connections_send_each_write_at_once() -> None:
     assert asyncio.run(accepted_nodelay()) != 0
 
 
-def test_the_gateways_http_server_refuses_a_head_over_its_limit() -> None:
-    """The server ``kvbudget serve`` runs reads requests with h11 (named: uvicorn's default
-    takes httptools whenever ``uvicorn[standard]`` is installed, and its parser has no head
-    limit): a head over ``MAX_HEADER_BYTES`` is refused, one under it served."""
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+def test_the_gateways_http_server_refuses_a_head_over_its_limit(
+        parser: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server ``kvbudget serve`` runs reads requests with httptools bounded by the
+    gateway (uvicorn's own httptools protocol has no head limit, and llhttp buffers a header
+    until it ends), or with h11 and its option where httptools is not installed: a head over
+    ``MAX_HEADER_BYTES`` is refused, in one write or trickled in small ones; one under it is
+    served, and so is a large body sent with its head in one write (the bytes after the head
+    are not counted as head)."""
 
     import uvicorn
     from starlette.applications import Starlette
+    from starlette.requests import Request as HttpRequest
     from starlette.responses import PlainTextResponse
     from starlette.routing import Route
 
+    from kvbudget.live import serve_run
     from kvbudget.live.serve_run import MAX_HEADER_BYTES, bind, server_config
 
-    async def ok(request: Any) -> PlainTextResponse:
-        return PlainTextResponse("ok")
+    if parser == "h11":
+        def missing() -> Any:
+            raise ImportError("httptools")
+        monkeypatch.setattr(serve_run, "_bounded_httptools", missing)
+    else:
+        pytest.importorskip("httptools")
 
-    config = server_config(Starlette(routes=[Route("/", ok)]), drain_timeout_s=1.0,
-                           keep_alive_s=5.0)
-    assert config.http == "h11"
+    async def ok(request: HttpRequest) -> PlainTextResponse:
+        return PlainTextResponse(f"ok {len(await request.body())}")
 
-    async def status_for(head_bytes: int, port: int) -> bytes:
+    config = server_config(Starlette(routes=[Route("/", ok, methods=["GET", "POST"])]),
+                           drain_timeout_s=1.0, keep_alive_s=5.0)
+    assert (config.http == "h11") == (parser == "h11")
+
+    async def status_for(head_bytes: int, port: int, piece: int = 0, body: int = 0) -> bytes:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * head_bytes + b"\r\n\r\n")
-        await writer.drain()
+        data = (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(body).encode()
+                + b"\r\nX-Pad: " + b"a" * head_bytes + b"\r\n\r\n" + b"b" * body)
+        for start in range(0, len(data), piece or len(data)):
+            if writer.is_closing() or reader.at_eof():
+                break
+            writer.write(data[start:start + (piece or len(data))])
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
         line = await reader.readline()
         writer.close()
         return line
 
-    async def main() -> tuple[bytes, bytes]:
+    async def main() -> list[bytes]:
         sock = bind("127.0.0.1", 0)
         server = uvicorn.Server(config)
         task = asyncio.create_task(server.serve(sockets=[sock]))
@@ -211,14 +232,28 @@ def test_the_gateways_http_server_refuses_a_head_over_its_limit() -> None:
             while not server.started:
                 await asyncio.sleep(0)
             port = sock.getsockname()[1]
-            return (await status_for(MAX_HEADER_BYTES // 2, port),
-                    await status_for(2 * MAX_HEADER_BYTES, port))
+            return [await status_for(MAX_HEADER_BYTES // 2, port),
+                    await status_for(2 * MAX_HEADER_BYTES, port),
+                    await status_for(2 * MAX_HEADER_BYTES, port, piece=4096),
+                    await status_for(100, port, body=4 * MAX_HEADER_BYTES)]
         finally:
             server.should_exit = True
             await task
             sock.close()
 
-    small, large = asyncio.run(main())
+    small, large, trickled, big_body = asyncio.run(main())
     assert small.startswith(b"HTTP/1.1 200"), small
-    assert not large.startswith(b"HTTP/1.1 200"), large
+    assert large.startswith(b"HTTP/1.1 400"), large
+    assert trickled.startswith(b"HTTP/1.1 400"), trickled
+    assert big_body.startswith(b"HTTP/1.1 200"), big_body
 
+
+def test_the_gateway_runs_on_uvloop_where_it_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from kvbudget.live.serve_run import event_loop
+
+    uvloop = pytest.importorskip("uvloop")
+    assert event_loop() is uvloop.new_event_loop
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # not installed: asyncio's own
+    assert event_loop() is asyncio.new_event_loop
