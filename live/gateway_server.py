@@ -456,8 +456,6 @@ class GatewayServer:
         call = Call(ticket, comp, self.upstreams.pick(ticket.reserved_tokens, prefix))
         try:
             if comp.stream:
-                comp.body["stream_options"] = {**(comp.body.get("stream_options") or {}),
-                                               "include_usage": True}
                 return await self._stream(call, gone, request.url.path)
             return await self._unary(call, gone, request.url.path)
         except BaseException as exc:  # whatever went wrong, the lease does not outlive it
@@ -496,8 +494,9 @@ class GatewayServer:
     async def _send(self, call: Call, path: str) -> aiohttp.ClientResponse:
         """Send the call upstream; its response once its head is read."""
         return await self.upstreams.session.post(
-            self.upstreams.url(call.upstream, path), json=call.completion.body,
-            headers={REQUEST_ID_HEADER: str(call.ticket.request.request_id)},
+            self.upstreams.url(call.upstream, path), data=call.completion.upstream_body,
+            headers={"content-type": "application/json",
+                     REQUEST_ID_HEADER: str(call.ticket.request.request_id)},
             allow_redirects=False)
 
     async def _fetch(self, call: Call, path: str) -> tuple[int, bytes, str]:
