@@ -103,8 +103,10 @@ class Upstreams:
         if self._session is None:
             options = self.options
             connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_EXPIRY_S)
+            # no cookie jar: a cookie one client's answer set must not go with another's
             self._session = aiohttp.ClientSession(
                 connector=connector, headers=self._headers, trust_env=False,
+                cookie_jar=aiohttp.DummyCookieJar(),
                 timeout=aiohttp.ClientTimeout(total=None, connect=options.connect_timeout_s,
                                               sock_read=options.read_timeout_s))
         return self._session

@@ -257,3 +257,39 @@ def test_the_gateway_runs_on_uvloop_where_it_is_installed(monkeypatch: pytest.Mo
     assert event_loop() is uvloop.new_event_loop
     monkeypatch.setitem(sys.modules, "uvloop", None)  # not installed: asyncio's own
     assert event_loop() is asyncio.new_event_loop
+
+
+def test_a_cookie_an_upstream_sets_never_goes_with_another_request() -> None:
+    """The gateway's client to the upstreams keeps no cookies: one an answer to one client set
+    would otherwise go upstream with every later client's requests (httpx's client, before,
+    kept them; aiohttp's default jar keeps those of a named host, and fails this test when
+    told to keep those of an address too)."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request as HttpRequest
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    cookies: list[str | None] = []
+
+    async def completions(request: HttpRequest) -> JSONResponse:
+        cookies.append(request.headers.get("cookie"))
+        answer = JSONResponse({"id": "c", "choices": [{"index": 0, "text": "x"}],
+                               "usage": {"prompt_tokens": 2, "completion_tokens": 1}})
+        answer.set_cookie("session", f"client-{len(cookies)}")
+        return answer
+
+    async def main() -> None:
+        upstream = Starlette(routes=[Route("/v1/completions", completions, methods=["POST"])])
+        async with serving(upstream) as up:
+            server = make_server(up)
+            async with serving(server.app) as url, httpx.AsyncClient() as client:
+                for _ in range(2):
+                    body = {"model": "fake", "prompt": "hi", "max_tokens": 8}
+                    resp = await client.post(url + "/v1/completions", json=body)
+                    assert resp.status_code == 200
+                await until(lambda: server.num_in_flight == 0, lambda: server.flight_changed)
+            await server.upstreams.aclose()
+        assert cookies == [None, None]
+        assert_nothing_held(server)
+
+    asyncio.run(main())
