@@ -4,8 +4,8 @@ concurrent streams.
 
 Three processes on loopback: a fake OpenAI upstream (a raw ASGI app under uvicorn that streams
 ``--tokens`` chunks ``--gap-ms`` apart, and answers a usage chunk when asked), ``kvbudget
-serve`` in front of it (``--count-tokens bytes``, a budget no burst fills: admission never
-waits), and this process as the client (httpx, one stream per task, all started at once). For
+serve`` in front of it (``--count-tokens bytes`` unless told otherwise, a budget no burst
+fills: admission never waits), and this process as the client (httpx, one stream per task, all started at once). For
 each concurrency it runs the burst direct and through the gateway, ``--rounds`` times each,
 alternating, and prints:
 
@@ -19,12 +19,17 @@ concurrency holds it: every user sends its next stream when its last ends, users
 spread over one stream's length (:func:`steady`); the streams of the first and last stream
 length are left out.
 
+``--count-tokens upstream`` makes the gateway count each prompt with the fake's ``/tokenize``
+(it answers the prompt's bytes at once: the figure is the gateway's round trip, not a
+tokenizer's work); ``--tokenizer DIR`` with ``--count-tokens local``, with that tokenizer.
+
 With ``--litellm PATH`` (a ``litellm`` executable, ``pip install 'litellm[proxy]'`` in its own
 environment) LiteLLM's proxy, one worker, runs in front of the same fake and is measured the
 same way (its figures under ``litellm_*``).
 
 Usage: python benchmarks/bench_serve.py [--streams 1,100,1000] [--rounds 3] [--tokens 16]
-       [--gap-ms 10] [--steady-s 0] [--litellm PATH]
+       [--gap-ms 10] [--steady-s 0] [--count-tokens bytes] [--tokenizer DIR]
+       [--litellm PATH]
 """
 
 from __future__ import annotations
@@ -65,6 +70,12 @@ def fake_app(num_tokens: int, gap_s: float) -> Any:
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
+        if scope["path"] == "/tokenize":  # a count at once: the prompt's bytes
+            count = json.dumps({"count": max(len(body) // 4, 1)}).encode()
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": count})
+            return
         wants_usage = b'"include_usage": true' in body or b'"include_usage":true' in body
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream")]})
@@ -231,7 +242,8 @@ def start_proxies(args: argparse.Namespace, up_port: int, tmp: Path) -> dict[str
     port = free_port()
     out = {"gateway": (subprocess.Popen(
         [sys.executable, "-m", "kvbudget.cli.main", "serve", "--upstream",
-         f"http://127.0.0.1:{up_port}", "--port", str(port), "--count-tokens", "bytes",
+         f"http://127.0.0.1:{up_port}", "--port", str(port), "--count-tokens", args.count_tokens,
+         *(["--tokenizer", args.tokenizer] if args.tokenizer else []),
          "--capacity-tokens", str(10**9)], env=env, stderr=subprocess.DEVNULL),
         f"http://127.0.0.1:{port}", {})}
     if args.litellm:
@@ -295,6 +307,10 @@ def main() -> None:
     parser.add_argument("--steady-s", type=float, default=0.0,
                         help="keep each concurrency's streams open this long, each user "
                         "sending its next stream when its last ends (default 0: all at once)")
+    parser.add_argument("--count-tokens", default="bytes",
+                        choices=("bytes", "upstream", "local"),
+                        help="how the gateway counts prompts (upstream: the fake's /tokenize)")
+    parser.add_argument("--tokenizer", help="with --count-tokens local: its tokenizer")
     parser.add_argument("--litellm", help="a litellm executable: measure its proxy too")
     parser.add_argument("--fake", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -314,6 +330,7 @@ def main() -> None:
             rows = [measure(args, int(n), f"http://127.0.0.1:{up_port}", proxies)
                     for n in args.streams.split(",")]
             print(json.dumps({"tokens": args.tokens, "gap_ms": args.gap_ms,
+                              "count_tokens": args.count_tokens,
                               "rounds": args.rounds, "steady_s": args.steady_s,
                               "cpus": os.cpu_count(), "results": rows}, indent=2))
         finally:

@@ -112,10 +112,11 @@ def _reloader(scenario: Path, policy: str | None, sets_capacity: bool
 
 
 def _check_serve_extra() -> None:
-    """One line, not a traceback, when the ``serve`` extra (starlette, uvicorn) is missing:
+    """One line, not a traceback, when the ``serve`` extra (starlette, uvicorn, aiohttp) is missing:
     the gateway's modules load them, so they are imported where used (a plain install lists
     and parses every command without them)."""
     try:
+        import aiohttp  # noqa: F401
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:
@@ -234,7 +235,10 @@ def serve_cmd(
             capacity_period_s, count_tokens, overload_status, retry_after_s,
             default_max_tokens, router, out, rotate_requests, drain_timeout_s, max_body_bytes,
             upstream_api_key, tokenizer)
-        asyncio.run(_run(settings))
+        from kvbudget.live.serve_run import event_loop
+
+        with asyncio.Runner(loop_factory=event_loop()) as runner:
+            runner.run(_run(settings))
 
 
 def register(app: typer.Typer) -> None:

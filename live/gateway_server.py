@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import math
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-import httpx
+import aiohttp
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect
 from starlette.requests import Request as HttpRequest
@@ -162,7 +163,6 @@ class GatewayServer:
         self._drain_timer: asyncio.TimerHandle | None = None
         self._flight_changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._closing: set[asyncio.Future[None]] = set()
         self.app = Starlette(routes=[
             Route("/v1/completions", self.completion, methods=["POST"]),
             Route("/v1/chat/completions", self.completion, methods=["POST"]),
@@ -313,11 +313,13 @@ class GatewayServer:
             return openai_error(401, "invalid or missing API key", "authentication_error",
                                 "invalid_api_key")
         try:
-            resp = await self.upstreams.client.get(self.upstreams.urls[0] + "/v1/models")
-        except httpx.HTTPError as exc:
+            async with self.upstreams.session.get(self.upstreams.url(0, "/v1/models"),
+                                                  allow_redirects=False) as resp:
+                content = await resp.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
             return openai_error(502, f"upstream unreachable ({type(exc).__name__})",
                                 "upstream_error")
-        return Response(resp.content, status_code=resp.status_code,
+        return Response(content, status_code=resp.status,
                         media_type=resp.headers.get("content-type", "application/json"))
 
     # --- admission ----------------------------------------------------------------------
@@ -451,12 +453,9 @@ class GatewayServer:
         assert isinstance(decision, Admit)
         self.metrics.admitted(tier)
         prefix = comp.prefix() if self.upstreams.options.router == "prefix_affinity" else b""
-        call = Call(ticket, comp, self.upstreams.pick(ticket.reserved_tokens, prefix),
-                    self.upstreams.client_for(ticket.request.request_id, self.num_in_flight))
+        call = Call(ticket, comp, self.upstreams.pick(ticket.reserved_tokens, prefix))
         try:
             if comp.stream:
-                comp.body["stream_options"] = {**(comp.body.get("stream_options") or {}),
-                                               "include_usage": True}
                 return await self._stream(call, gone, request.url.path)
             return await self._unary(call, gone, request.url.path)
         except BaseException as exc:  # whatever went wrong, the lease does not outlive it
@@ -492,10 +491,19 @@ class GatewayServer:
             ticket.reserved_tokens, int(ticket.revoke_reason not in ("", DRAINING)), error,
             call.gaps_s()))
 
-    def _upstream_request(self, call: Call, path: str) -> httpx.Request:
-        return call.client.build_request(
-            "POST", self.upstreams.url(call.upstream, path), json=call.completion.body,
-            headers={REQUEST_ID_HEADER: str(call.ticket.request.request_id)})
+    async def _send(self, call: Call, path: str) -> aiohttp.ClientResponse:
+        """Send the call upstream; its response once its head is read."""
+        return await self.upstreams.session.post(
+            self.upstreams.url(call.upstream, path), data=call.completion.upstream_body,
+            headers={"content-type": "application/json",
+                     REQUEST_ID_HEADER: str(call.ticket.request.request_id)},
+            allow_redirects=False)
+
+    async def _fetch(self, call: Call, path: str) -> tuple[int, bytes, str]:
+        """A non-streamed call: the upstream's status, body and content type."""
+        async with await self._send(call, path) as resp:
+            return (resp.status, await resp.read(),
+                    resp.headers.get("content-type", "application/json"))
 
     def _revoked_answer(self, call: Call) -> Response:
         reason = call.ticket.revoke_reason
@@ -509,9 +517,8 @@ class GatewayServer:
     async def _unary(self, call: Call, gone: Disconnect, path: str) -> Response:
         revoked = asyncio.ensure_future(call.ticket.revoked.wait())
         try:
-            resp = await first_of(call.client.send(self._upstream_request(call, path)),
-                                  revoked, gone.future)
-        except httpx.HTTPError as exc:
+            answer = await first_of(self._fetch(call, path), revoked, gone.future)
+        except (aiohttp.ClientError, TimeoutError) as exc:
             self._end(call, "rejected_overloaded", "backend_error", type(exc).__name__)
             return openai_error(502, "upstream unreachable", "upstream_error")
         except asyncio.CancelledError:
@@ -519,32 +526,31 @@ class GatewayServer:
             raise
         finally:
             revoked.cancel()
-        if resp is None:
+        if answer is None:
             if call.ticket.revoked.is_set():
                 return self._revoked_answer(call)
             self._end(call, "client_timeout")
             return Response(status_code=CLIENT_CLOSED)
-        if resp.status_code != 200:
-            self._end(call, "rejected_overloaded",
-                      _failure_reason(resp.status_code, resp.content), f"HTTP {resp.status_code}")
+        status, content, media_type = answer
+        if status != 200:
+            self._end(call, "rejected_overloaded", _failure_reason(status, content),
+                      f"HTTP {status}")
         else:
             call.first_token_s = self.admission.now()
             try:
-                answer = resp.json()
+                body = json.loads(content)
             except ValueError:
-                answer = None
-            call.usage(answer.get("usage") if isinstance(answer, dict) else None)
+                body = None
+            call.usage(body.get("usage") if isinstance(body, dict) else None)
             self._end(call, "protocol_error" if call.problem else "completed",
                       error=call.problem)
-        return Response(resp.content, status_code=resp.status_code,
-                        media_type=resp.headers.get("content-type", "application/json"))
+        return Response(content, status_code=status, media_type=media_type)
 
     async def _stream(self, call: Call, gone: Disconnect, path: str) -> Response:
         revoked = asyncio.ensure_future(call.ticket.revoked.wait())
         try:
-            resp = await first_of(call.client.send(self._upstream_request(call, path), stream=True),
-                                  revoked, gone.future)
-        except httpx.HTTPError as exc:
+            resp = await first_of(self._send(call, path), revoked, gone.future)
+        except (aiohttp.ClientError, TimeoutError) as exc:
             revoked.cancel()
             self._end(call, "rejected_overloaded", "backend_error", type(exc).__name__)
             return openai_error(502, "upstream unreachable", "upstream_error")
@@ -558,13 +564,17 @@ class GatewayServer:
                 return self._revoked_answer(call)
             self._end(call, "client_timeout")
             return Response(status_code=CLIENT_CLOSED)
-        if resp.status_code != 200:
+        if resp.status != 200:
             revoked.cancel()
-            content = await resp.aread()
-            await resp.aclose()
-            self._end(call, "rejected_overloaded", _failure_reason(resp.status_code, content),
-                      f"HTTP {resp.status_code}")
-            return Response(content, status_code=resp.status_code,
+            try:
+                content = await resp.read()
+            except (aiohttp.ClientError, TimeoutError):
+                content = b""
+            finally:
+                resp.close()
+            self._end(call, "rejected_overloaded", _failure_reason(resp.status, content),
+                      f"HTTP {resp.status}")
+            return Response(content, status_code=resp.status,
                             media_type=resp.headers.get("content-type", "application/json"))
         gone.handed_over = True
 
@@ -574,11 +584,12 @@ class GatewayServer:
             self._flight(-1)
             if not call.ended:  # the client went away (or the stream was cut): free it now
                 self._end(call, "client_timeout")
-            self._close_soon(resp)
+            resp.close()  # a stream read to its end has given its connection back already
 
         return _RelayResponse(self._relay(call, resp, revoked, gone), on_close)
 
-    async def _relay(self, call: Call, resp: httpx.Response, revoked: asyncio.Future[Any],
+    async def _relay(self, call: Call, resp: aiohttp.ClientResponse,
+                     revoked: asyncio.Future[Any],
                      gone: Disconnect) -> AsyncIterator[bytes]:
         """Pass the upstream's lines on as they come; end with an error event when the lease
         is taken back; release the lease at once when the client goes. The lines are read
@@ -586,16 +597,13 @@ class GatewayServer:
         response, which ends the read."""
         def interrupt(done: asyncio.Future[Any]) -> None:
             if not done.cancelled():
-                self._close_soon(resp)
+                resp.close()
 
         revoked.add_done_callback(interrupt)
         gone.future.add_done_callback(interrupt)
         now = self.admission.now
-        # as read (no decoding layers) unless the upstream compressed it
-        reads = resp.aiter_raw() if resp.headers.get("content-encoding", "identity") == \
-            "identity" else resp.aiter_bytes()
-        try:
-            async for data in reads:
+        try:  # each read as it comes (decompressed if the upstream compressed it)
+            async for data in resp.content.iter_any():
                 out = call.on_read(data, now())
                 if call.done and not call.ended and not call.ticket.revoked.is_set():
                     # the stream is whole (its usage read): settle before the client, handed
@@ -606,7 +614,7 @@ class GatewayServer:
             out = call.on_end(now())
             if out:
                 yield out
-        except httpx.HTTPError as exc:
+        except (aiohttp.ClientError, TimeoutError) as exc:
             if not (revoked.done() or gone.future.done() or call.ended):  # the upstream broke off
                 self._end(call, "rejected_overloaded", "backend_error", type(exc).__name__)
                 yield sse_error("backend_error")
@@ -630,12 +638,6 @@ class GatewayServer:
         problem = call.problem or ("" if call.output_tokens is not None
                                    else "the stream ended without its usage")
         self._end(call, "protocol_error" if problem else "completed", error=problem)
-
-    def _close_soon(self, resp: httpx.Response) -> None:
-        """Close an upstream response (vLLM aborts the request) without waiting for it."""
-        task = asyncio.ensure_future(resp.aclose())
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
 
 
 def _failure_reason(status: int | None, message: bytes | str) -> str:

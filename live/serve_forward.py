@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import httpx
 from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse
 
@@ -58,7 +57,11 @@ class Disconnect:
 
 async def first_of(work: Awaitable[_T], *stops: asyncio.Future[Any]) -> _T | None:
     """``work``'s result, or ``None`` when one of ``stops`` is done first (``work`` is then
-    cancelled and awaited, so nothing it holds is left open)."""
+    cancelled and awaited, so nothing it holds is left open). A ``work`` already done (an
+    admission decided at arrival) is answered at once, without a turn of the loop."""
+    if isinstance(work, asyncio.Future) and work.done() and not work.cancelled():
+        done: asyncio.Future[_T] = work
+        return done.result()
     task = asyncio.ensure_future(work)
     try:
         await asyncio.wait({task, *stops}, return_when=asyncio.FIRST_COMPLETED)
@@ -81,7 +84,6 @@ class Call:
     ticket: Ticket
     completion: Completion
     upstream: int
-    client: httpx.AsyncClient
     output_tokens: int | None = None
     problem: str = ""
     first_token_s: float = math.nan

@@ -78,7 +78,8 @@ class KeyTable:
 class Completion:
     """A checked completion request. ``prompt_bound`` is the prompt's tokens as bounded from its
     bytes (:func:`prompt_token_bound`); ``tokenize_body`` is what the upstream's ``/tokenize``
-    takes to count them exactly."""
+    takes to count them exactly; ``upstream_body`` the JSON sent upstream
+    (:func:`upstream_body`)."""
 
     body: dict[str, Any]
     chat: bool
@@ -87,6 +88,7 @@ class Completion:
     max_tokens: int
     prompt_bound: int
     tokenize_body: dict[str, Any]
+    upstream_body: bytes = b""
 
     def prefix(self) -> bytes:
         """The prompt as bytes (the chat messages' JSON), for the prefix-affinity router."""
@@ -153,11 +155,14 @@ def prompt_token_bound(chat: bool, body: Mapping[str, Any]) -> int:
 
 
 def _max_tokens(body: dict[str, Any], tier: TierConfig, default: int) -> int:
+    """The request's ``max_tokens`` (or ``max_completion_tokens``); the default, written into
+    ``body``, when it gives neither."""
     key = "max_completion_tokens" if body.get("max_completion_tokens") is not None \
         else "max_tokens"
     value = body.get(key)
     if value is None:
         value = min(default, tier.max_sequence_tokens - 1)
+        body.pop("max_tokens", None)  # a null one: replaced
         body["max_tokens"] = value
     if not isinstance(value, int) or isinstance(value, bool) or not \
             1 <= value <= tier.max_sequence_tokens:
@@ -189,15 +194,37 @@ def parse_completion(raw: bytes, chat: bool, tier: TierConfig,
     if options is not None and not isinstance(options, dict):
         raise BadRequest("'stream_options' must be an object", "stream_options")
     bound = prompt_token_bound(chat, body)
+    given = dict(body)
     max_tokens = _max_tokens(body, tier, default_max_tokens)
+    wants_usage = isinstance(options, dict) and options.get("include_usage") is True
+    if stream is True and not wants_usage:  # the gateway settles from the stream's usage
+        body["stream_options"] = {**(options or {}), "include_usage": True}
     tokenize: dict[str, Any] = {"model": model} if model else {}
     if chat:
         tokenize.update(messages=body["messages"], add_generation_prompt=True)
     else:
         tokenize["prompt"] = body["prompt"]
-    return Completion(body=body, chat=chat, stream=stream is True,
-                      wants_usage=isinstance(options, dict) and options.get("include_usage") is True,
-                      max_tokens=max_tokens, prompt_bound=bound, tokenize_body=tokenize)
+    return Completion(body=body, chat=chat, stream=stream is True, wants_usage=wants_usage,
+                      max_tokens=max_tokens, prompt_bound=bound, tokenize_body=tokenize,
+                      upstream_body=upstream_body(raw, given, body))
+
+
+def upstream_body(raw: bytes, given: dict[str, Any], body: dict[str, Any]) -> bytes:
+    """``body`` (``given``, the client's ``raw`` JSON object, with keys the gateway added or
+    changed) as JSON for the upstream. Where the gateway only added keys, and ``raw`` is UTF-8,
+    they are written into ``raw`` before its closing brace, as one edit: the client's bytes
+    are not parsed again nor written anew (``json.dumps`` of a 20 KB prompt takes about
+    0.1 ms, the edit 4 us). Otherwise ``body`` is written whole."""
+    added = {k: v for k, v in body.items() if k not in given}
+    if len(body) != len(given) + len(added) or any(given[k] is not body[k] for k in given):
+        return json.dumps(body).encode()  # a key changed or gone: written whole
+    if not added:
+        return raw
+    text = raw.rstrip()
+    if not (text.lstrip()[:1] == b"{" and text.endswith(b"}")):  # not UTF-8: written whole
+        return json.dumps(body).encode()
+    keys = json.dumps(added)[1:-1].encode()
+    return text[:-1] + (b"," if given else b"") + keys + b"}"
 
 
 def usage_problem(usage: Any, max_tokens: int) -> str:

@@ -32,8 +32,9 @@ from kvbudget.policies.gateway import FrontDoor, Gateway, GatewayConfig
 from kvbudget.policies.tiers import TierConfig
 
 MAX_HEADER_BYTES = 64 * 1024
-"""The largest request head uvicorn's h11 parser accepts (``h11_max_incomplete_event_size``;
-h11's own default is 16 KiB): beyond it the connection is answered 400 and closed."""
+"""The largest request head the gateway accepts (h11's own default is 16 KiB): beyond it the
+connection is answered 400 and closed, by :class:`_BoundedHttpTools` or by h11's
+``h11_max_incomplete_event_size``."""
 
 DRAIN_BACKSTOP_S = 5.0
 """uvicorn's own graceful-shutdown bound is the drain's deadline plus this: the gateway aborts
@@ -159,16 +160,70 @@ def _counted_by(config: ServeConfig) -> str:
     return "a bound of one token a UTF-8 byte"
 
 
+def http_protocol() -> type[asyncio.Protocol] | str:
+    """The HTTP/1.1 parser of the gateway's server: httptools (llhttp, compiled) where it is
+    installed, bounded to :data:`MAX_HEADER_BYTES` by :class:`_BoundedHttpTools` (uvicorn's
+    own httptools protocol has no head limit); else h11 (Python), whose option bounds it."""
+    try:
+        return _bounded_httptools()
+    except ImportError:
+        return "h11"
+
+
+def _bounded_httptools() -> type[asyncio.Protocol]:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class _BoundedHttpTools(HttpToolsProtocol):
+        """uvicorn's httptools protocol that answers 400 and closes a connection whose request
+        head is still incomplete after :data:`MAX_HEADER_BYTES` (llhttp buffers a header
+        until it ends, without a bound of its own). The bytes counted are those of the reads
+        during which the head was incomplete: a read that also ends a previous body is
+        counted whole, an error of at most one read on the safe side."""
+
+        _head_bytes = 0
+        _in_head = False
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._in_head = True
+
+        def on_headers_complete(self) -> None:
+            self._in_head = False
+            self._head_bytes = 0
+            super().on_headers_complete()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if not self._in_head:
+                return
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEADER_BYTES and not self.transport.is_closing():
+                self._in_head = False
+                self.send_400_response("Request head too large.")
+
+    return _BoundedHttpTools
+
+
+def event_loop() -> Callable[[], asyncio.AbstractEventLoop]:
+    """The gateway's event loop: uvloop's (libuv, compiled) where it is installed, else
+    asyncio's own. Its cost a request is measured in docs/serve.md ("Measured")."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
 def server_config(app: Any, *, drain_timeout_s: float, keep_alive_s: float) -> uvicorn.Config:
-    """uvicorn's settings for the gateway. Its HTTP parser is h11, named: the head-size limit
-    (:data:`MAX_HEADER_BYTES`) is h11's option, and uvicorn's default (``http="auto"``) takes
-    httptools whenever it is installed (``uvicorn[standard]`` installs it), whose parser has
-    no such limit."""
+    """uvicorn's settings for the gateway: its HTTP parser is :func:`http_protocol`'s (never
+    uvicorn's ``auto``, which takes httptools without a head limit whenever it is
+    installed)."""
     return uvicorn.Config(
         app, lifespan="on", log_level="warning", access_log=False,
         timeout_graceful_shutdown=math.ceil(drain_timeout_s + DRAIN_BACKSTOP_S),
         timeout_keep_alive=max(int(keep_alive_s), 1),
-        http="h11", h11_max_incomplete_event_size=MAX_HEADER_BYTES)
+        http=http_protocol(), h11_max_incomplete_event_size=MAX_HEADER_BYTES)
 
 
 def bind(host: str, port: int) -> socket.socket:

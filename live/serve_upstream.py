@@ -1,6 +1,11 @@
 """The upstream servers of ``kvbudget serve``: one pooled HTTP client, a router, the prompt's
 tokens from an upstream's ``/tokenize`` and the fleet's KV capacity from their ``/metrics``.
 
+The client is aiohttp's (``ClientSession`` over one ``TCPConnector`` pool): its response parser
+is compiled (llhttp) and a stream's reads come straight from the connection's buffer, where
+httpx (httpcore, h11 and anyio, all Python) spent about half the gateway's CPU a request
+(``benchmarks/bench_serve.py``; the figures are in docs/serve.md).
+
 Only fixed paths are ever requested (the completions, ``/v1/models``, ``/tokenize``,
 ``/metrics``) on the configured base URLs: the gateway is no open proxy. The upstream's API key
 goes on each request to it and never into an answer to a client.
@@ -8,10 +13,11 @@ goes on each request to it and never into an answer to a client.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import httpx
+import aiohttp
 
 from kvbudget.live.server_metrics import snapshot
 
@@ -48,24 +54,15 @@ KEEPALIVE_EXPIRY_S = 2.0
 never sends on a connection the upstream is closing."""
 
 
-NUM_POOLS = 64
-"""Connection pools the forwarded requests are spread over. httpcore's pool scans every
-connection it holds at each request's start and end (``AsyncConnectionPool.
-_assign_requests_to_connections``), so one pool of a thousand streams costs a thousand checks
-a request; measured with benchmarks/bench_serve.py (the figures are in the issue)."""
-
-
-STREAMS_PER_POOL = 8
-
-
 class UpstreamError(Exception):
     """An upstream did not answer as it should (one line: which, what)."""
 
 
 @dataclass(frozen=True, slots=True)
 class UpstreamOptions:
-    """``connect_timeout_s``/``read_timeout_s``: httpx's, per upstream request (the read
-    timeout bounds a wait between two chunks of a stream, not a whole generation)."""
+    """``connect_timeout_s``/``read_timeout_s``: per upstream request (aiohttp's ``connect``
+    and ``sock_read``: the read timeout bounds a wait between two reads of a stream, not a
+    whole generation)."""
 
     urls: tuple[str, ...]
     api_key: str | None = None
@@ -94,42 +91,29 @@ class Upstreams:
         self.in_flight = [0] * len(self.urls)
         self._owner: dict[int, int] = {}  # prefix block hash -> the upstream that last took it
         self._next = 0
-        headers = {"authorization": f"Bearer {options.api_key}"} if options.api_key else {}
-        self._headers = headers
-        # one TLS context for every pool: building one reads the CA bundle (about 30 ms of
-        # CPU), which each pool made under load would otherwise pay again
-        self._ssl = httpx.create_ssl_context(trust_env=False)
-        self._urls: dict[tuple[int, str], httpx.URL] = {}
-        self._clients: list[httpx.AsyncClient | None] = [None] * NUM_POOLS
-        self.client = self._pool(0)
+        self._headers = {"authorization": f"Bearer {options.api_key}"} \
+            if options.api_key else {}
+        self._session: aiohttp.ClientSession | None = None
 
-    def _pool(self, index: int) -> httpx.AsyncClient:
-        client = self._clients[index]
-        if client is None:  # made when first needed (each builds an SSL context)
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        """The pooled client, made at its first use (in the running loop: aiohttp's wants
+        one). Its connections share aiohttp's one default TLS context (building one reads the
+        CA bundle, about 30 ms of CPU)."""
+        if self._session is None:
             options = self.options
-            client = httpx.AsyncClient(
-                headers=self._headers, follow_redirects=False, trust_env=False, verify=self._ssl,
-                timeout=httpx.Timeout(options.read_timeout_s,
-                                      connect=options.connect_timeout_s),
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=256,
-                                    keepalive_expiry=KEEPALIVE_EXPIRY_S))
-            self._clients[index] = client
-        return client
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_EXPIRY_S)
+            # no cookie jar: a cookie one client's answer set must not go with another's
+            self._session = aiohttp.ClientSession(
+                connector=connector, headers=self._headers, trust_env=False,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                timeout=aiohttp.ClientTimeout(total=None, connect=options.connect_timeout_s,
+                                              sock_read=options.read_timeout_s))
+        return self._session
 
-    def client_for(self, request_id: int, num_in_flight: int) -> httpx.AsyncClient:
-        """The pool of a request sent while ``num_in_flight`` are: requests spread over one
-        pool for each :data:`STREAMS_PER_POOL` in flight (up to :data:`NUM_POOLS`), so that a
-        light load reuses warm connections and a heavy one keeps every pool small."""
-        num_pools = min(NUM_POOLS, 1 + num_in_flight // STREAMS_PER_POOL)
-        return self._pool(request_id % num_pools)
-
-    def url(self, index: int, path: str) -> httpx.URL:
-        """The URL of ``path`` on upstream ``index``, parsed once."""
-        key = (index, path)
-        url = self._urls.get(key)
-        if url is None:
-            url = self._urls[key] = httpx.URL(self.urls[index] + path)
-        return url
+    def url(self, index: int, path: str) -> str:
+        """The URL of ``path`` on upstream ``index``."""
+        return self.urls[index] + path
 
     def pick(self, tokens: int, prefix: bytes = b"") -> int:
         """The upstream for a request of ``tokens`` whose prompt starts with ``prefix``."""
@@ -180,17 +164,24 @@ class Upstreams:
         takes ``prompt``, ``TokenizeChatRequest`` ``messages`` and ``add_generation_prompt``;
         ``TokenizeResponse`` answers ``count``)."""
         url = self.urls[0] + "/tokenize"
+        status, content = await self.get(url, body)
         try:
-            resp = await self.client.post(url, json=body)
-        except httpx.HTTPError as exc:
-            raise UpstreamError(f"{url}: {type(exc).__name__}") from None
-        try:
-            count = resp.json().get("count") if resp.status_code == 200 else None
+            count = json.loads(content).get("count") if status == 200 else None
         except (ValueError, AttributeError):
             count = None
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise UpstreamError(f"{url}: HTTP {resp.status_code}, no token count")
+            raise UpstreamError(f"{url}: HTTP {status}, no token count")
         return count
+
+    async def get(self, url: str, body: dict[str, Any] | None = None) -> tuple[int, bytes]:
+        """GET ``url`` (POST ``body`` as JSON when given): its status and body
+        (:class:`UpstreamError` when it cannot be reached or read)."""
+        try:
+            async with self.session.request("GET" if body is None else "POST", url,
+                                            json=body, allow_redirects=False) as resp:
+                return resp.status, await resp.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise UpstreamError(f"{url}: {type(exc).__name__}") from None
 
     async def capacity_tokens(self) -> tuple[int, int]:
         """The fleet's usable KV capacity, the sum of each upstream's, and the smallest of
@@ -199,13 +190,10 @@ class Upstreams:
         each: list[int] = []
         for base in self.urls:
             url = base + "/metrics"
-            try:
-                resp = await self.client.get(url)
-            except httpx.HTTPError as exc:
-                raise UpstreamError(f"{url}: {type(exc).__name__}") from None
-            if resp.status_code != 200:
-                raise UpstreamError(f"{url}: HTTP {resp.status_code}")
-            snap = snapshot(resp.text)
+            status, content = await self.get(url)
+            if status != 200:
+                raise UpstreamError(f"{url}: HTTP {status}")
+            snap = snapshot(content.decode("utf-8", "replace"))
             if snap.kv_capacity_tokens is None:
                 why = snap.capacity_problem or "no KV capacity (vllm:cache_config_info)"
                 raise UpstreamError(f"{url}: {why}")
@@ -213,6 +201,5 @@ class Upstreams:
         return sum(each), min(each)
 
     async def aclose(self) -> None:
-        for client in self._clients:
-            if client is not None:
-                await client.aclose()
+        if self._session is not None:
+            await self._session.close()

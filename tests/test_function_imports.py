@@ -33,6 +33,9 @@ HEAVY: dict[str, str] = {
     "jinja2": "optional (notebooks extra): pandas Styler tables only",
     "starlette": "optional (serve extra): kvbudget serve only",
     "uvicorn": "optional (serve extra): kvbudget serve only",
+    "aiohttp": "optional (serve extra): kvbudget serve's upstream client only",
+    "uvloop": "optional (serve extra): kvbudget serve's event loop where installed (asyncio's "
+              "otherwise)",
     # plotting, in modules whose commands mostly do not plot
     "matplotlib": "plotting; ~350 ms to import",
     # required, but each costs more than `kvbudget simulate` on the default scenario (~0.6 s
@@ -82,7 +85,7 @@ HEAVY_MODULES: dict[tuple[str, str], str] = {
     ("cli/serve.py", "kvbudget.live.serve_run"):
         "uvicorn (the serve extra): a plain install registers the serve command without it",
     ("cli/serve.py", "kvbudget.live.serve_upstream"):
-        "httpx, loaded when the gateway runs",
+        "aiohttp (the serve extra), loaded when the gateway runs",
 }
 """(module, imported kvbudget module) -> why: a module of the project that is a heavy
 dependency's (its import loads one of :data:`HEAVY`), imported where it is used."""

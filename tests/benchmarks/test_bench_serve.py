@@ -46,3 +46,19 @@ def test_bench_serve_holds_a_steady_concurrency() -> None:
     assert set(row["ttft_ms"]) == set(row["gap_ms"]) == {"direct", "gateway"}
     assert row["gateway_requests_per_cpu_s"] > 0
     assert row["gateway_streams"] > 2
+
+
+@pytest.mark.timeout(180)
+def test_bench_serve_counts_prompts_with_the_upstreams_tokenize() -> None:
+    """``--count-tokens upstream``: the gateway asks the fake's ``/tokenize`` before each
+    stream, and every stream still goes through."""
+    res = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "bench_serve.py"), "--streams", "2",
+         "--rounds", "1", "--tokens", "3", "--gap-ms", "1", "--count-tokens", "upstream"],
+        capture_output=True, text=True, timeout=170, check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout)
+    assert out["count_tokens"] == "upstream"
+    (row,) = out["results"]
+    assert row["gateway_streams"] == 2

@@ -508,7 +508,7 @@ def test_an_unreachable_upstream_is_a_502_and_frees_its_lease(tmp_path: Path) ->
             assert answers[1].json()["error"]["type"] == "upstream_error"
         rows = pd.read_parquet(tmp_path / "run-0001" / "requests.parquet")
         assert list(rows["reason"]) == ["", "backend_error", "", "backend_error"]
-        assert list(rows["error"])[1] == "ConnectError"
+        assert list(rows["error"])[1] == "ClientConnectorError"
     run(main())
 
 

@@ -1,21 +1,20 @@
 """How ``kvbudget serve`` passes a stream on: one write to the client for each read from the
 upstream (not one for each line), the same bytes however the upstream's reads split the lines,
-and the pools of upstream connections sharing one TLS context."""
+and a stream's upstream connection given back to the pool for the next request."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
-import certifi
 import httpx
 import pytest
 
 from kvbudget.live.serve_admission import Ticket
 from kvbudget.live.serve_forward import Call
 from kvbudget.live.serve_request import parse_completion
-from kvbudget.live.serve_upstream import NUM_POOLS, STREAMS_PER_POOL, UpstreamOptions, Upstreams
 from kvbudget.policies.request import Request
 from tests.unit.live.serve_harness import (
     TIERS,
@@ -43,9 +42,6 @@ STREAM = b"".join(
        b"data: [DONE]\n\n"])
 
 
-_CLIENT = httpx.AsyncClient(verify=False)  # never used to send: the calls only read bytes
-
-
 def _call(wants_usage: bool) -> Call:
     body = {"model": "fake", "prompt": "hello", "max_tokens": 8, "stream": True}
     if wants_usage:
@@ -57,7 +53,7 @@ def _call(wants_usage: bool) -> Call:
                                 prompt_tokens=5, max_output_tokens=8), loop.create_future())
     finally:
         loop.close()
-    return Call(ticket, comp, 0, _CLIENT)
+    return Call(ticket, comp, 0)
 
 
 def _relayed(reads: list[bytes], wants_usage: bool) -> tuple[bytes, Call]:
@@ -119,28 +115,32 @@ def test_a_stream_is_written_to_the_client_once_a_read_not_once_a_line() -> None
     asyncio.run(main())
 
 
-def test_every_pool_of_upstream_connections_shares_one_tls_context(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each pool made its own TLS context (the CA bundle read again, about 30 ms of CPU, in
-    the middle of a burst); now they share the one the upstreams made."""
-    reads: list[str] = []
-    where = certifi.where
+def test_streams_read_to_their_end_give_their_upstream_connection_back() -> None:
+    """A stream read to its ``[DONE]`` and end returns its connection to the pool: the next
+    request reuses it (the upstream sees one client port), where closing it would cost a new
+    connection (a TCP handshake, a socket) for every request."""
+    ports: list[int] = []
 
-    def counted() -> str:
-        reads.append("ca")
-        return where()
-
-    monkeypatch.setattr(certifi, "where", counted)
+    def seen(request: Any, body: dict[str, Any]) -> None:
+        ports.append(request.client.port)
 
     async def main() -> None:
-        upstreams = Upstreams(UpstreamOptions(("http://127.0.0.1:9",)))
-        clients = {id(upstreams.client_for(i, NUM_POOLS * STREAMS_PER_POOL))
-                   for i in range(NUM_POOLS)}
-        assert len(clients) == NUM_POOLS
-        await upstreams.aclose()
+        fake = FakeUpstream(num_tokens=NUM_TOKENS, on_request=seen)
+        fake.release.set()
+        async with serving(fake.app()) as up:
+            server = make_server(up)
+            async with serving(server.app) as url, httpx.AsyncClient() as client:
+                for stream in (True, True, False, True):
+                    body = {"model": "fake", "prompt": "hi", "max_tokens": 8, "stream": stream}
+                    resp = await client.post(url + "/v1/completions", json=body)
+                    assert resp.status_code == 200
+                    await until(lambda: server.num_in_flight == 0,
+                                lambda: server.flight_changed)
+            await server.upstreams.aclose()
+        assert len(ports) == 4 and len(set(ports)) == 1, ports
+        assert_nothing_held(server)
 
     asyncio.run(main())
-    assert len(reads) == 1
 
 
 def test_the_gateways_connections_send_each_write_at_once() -> None:
@@ -177,34 +177,54 @@ def test_the_gateways_connections_send_each_write_at_once() -> None:
     assert asyncio.run(accepted_nodelay()) != 0
 
 
-def test_the_gateways_http_server_refuses_a_head_over_its_limit() -> None:
-    """The server ``kvbudget serve`` runs reads requests with h11 (named: uvicorn's default
-    takes httptools whenever ``uvicorn[standard]`` is installed, and its parser has no head
-    limit): a head over ``MAX_HEADER_BYTES`` is refused, one under it served."""
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+def test_the_gateways_http_server_refuses_a_head_over_its_limit(
+        parser: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server ``kvbudget serve`` runs reads requests with httptools bounded by the
+    gateway (uvicorn's own httptools protocol has no head limit, and llhttp buffers a header
+    until it ends), or with h11 and its option where httptools is not installed: a head over
+    ``MAX_HEADER_BYTES`` is refused, in one write or trickled in small ones; one under it is
+    served, and so is a large body sent with its head in one write (the bytes after the head
+    are not counted as head)."""
 
     import uvicorn
     from starlette.applications import Starlette
+    from starlette.requests import Request as HttpRequest
     from starlette.responses import PlainTextResponse
     from starlette.routing import Route
 
+    from kvbudget.live import serve_run
     from kvbudget.live.serve_run import MAX_HEADER_BYTES, bind, server_config
 
-    async def ok(request: Any) -> PlainTextResponse:
-        return PlainTextResponse("ok")
+    if parser == "h11":
+        def missing() -> Any:
+            raise ImportError("httptools")
+        monkeypatch.setattr(serve_run, "_bounded_httptools", missing)
+    else:
+        pytest.importorskip("httptools")
 
-    config = server_config(Starlette(routes=[Route("/", ok)]), drain_timeout_s=1.0,
-                           keep_alive_s=5.0)
-    assert config.http == "h11"
+    async def ok(request: HttpRequest) -> PlainTextResponse:
+        return PlainTextResponse(f"ok {len(await request.body())}")
 
-    async def status_for(head_bytes: int, port: int) -> bytes:
+    config = server_config(Starlette(routes=[Route("/", ok, methods=["GET", "POST"])]),
+                           drain_timeout_s=1.0, keep_alive_s=5.0)
+    assert (config.http == "h11") == (parser == "h11")
+
+    async def status_for(head_bytes: int, port: int, piece: int = 0, body: int = 0) -> bytes:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * head_bytes + b"\r\n\r\n")
-        await writer.drain()
+        data = (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(body).encode()
+                + b"\r\nX-Pad: " + b"a" * head_bytes + b"\r\n\r\n" + b"b" * body)
+        for start in range(0, len(data), piece or len(data)):
+            if writer.is_closing() or reader.at_eof():
+                break
+            writer.write(data[start:start + (piece or len(data))])
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
         line = await reader.readline()
         writer.close()
         return line
 
-    async def main() -> tuple[bytes, bytes]:
+    async def main() -> list[bytes]:
         sock = bind("127.0.0.1", 0)
         server = uvicorn.Server(config)
         task = asyncio.create_task(server.serve(sockets=[sock]))
@@ -212,14 +232,64 @@ def test_the_gateways_http_server_refuses_a_head_over_its_limit() -> None:
             while not server.started:
                 await asyncio.sleep(0)
             port = sock.getsockname()[1]
-            return (await status_for(MAX_HEADER_BYTES // 2, port),
-                    await status_for(2 * MAX_HEADER_BYTES, port))
+            return [await status_for(MAX_HEADER_BYTES // 2, port),
+                    await status_for(2 * MAX_HEADER_BYTES, port),
+                    await status_for(2 * MAX_HEADER_BYTES, port, piece=4096),
+                    await status_for(100, port, body=4 * MAX_HEADER_BYTES)]
         finally:
             server.should_exit = True
             await task
             sock.close()
 
-    small, large = asyncio.run(main())
+    small, large, trickled, big_body = asyncio.run(main())
     assert small.startswith(b"HTTP/1.1 200"), small
-    assert not large.startswith(b"HTTP/1.1 200"), large
+    assert large.startswith(b"HTTP/1.1 400"), large
+    assert trickled.startswith(b"HTTP/1.1 400"), trickled
+    assert big_body.startswith(b"HTTP/1.1 200"), big_body
 
+
+def test_the_gateway_runs_on_uvloop_where_it_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from kvbudget.live.serve_run import event_loop
+
+    uvloop = pytest.importorskip("uvloop")
+    assert event_loop() is uvloop.new_event_loop
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # not installed: asyncio's own
+    assert event_loop() is asyncio.new_event_loop
+
+
+def test_a_cookie_an_upstream_sets_never_goes_with_another_request() -> None:
+    """The gateway's client to the upstreams keeps no cookies: one an answer to one client set
+    would otherwise go upstream with every later client's requests (httpx's client, before,
+    kept them; aiohttp's default jar keeps those of a named host, and fails this test when
+    told to keep those of an address too)."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request as HttpRequest
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    cookies: list[str | None] = []
+
+    async def completions(request: HttpRequest) -> JSONResponse:
+        cookies.append(request.headers.get("cookie"))
+        answer = JSONResponse({"id": "c", "choices": [{"index": 0, "text": "x"}],
+                               "usage": {"prompt_tokens": 2, "completion_tokens": 1}})
+        answer.set_cookie("session", f"client-{len(cookies)}")
+        return answer
+
+    async def main() -> None:
+        upstream = Starlette(routes=[Route("/v1/completions", completions, methods=["POST"])])
+        async with serving(upstream) as up:
+            server = make_server(up)
+            async with serving(server.app) as url, httpx.AsyncClient() as client:
+                for _ in range(2):
+                    body = {"model": "fake", "prompt": "hi", "max_tokens": 8}
+                    resp = await client.post(url + "/v1/completions", json=body)
+                    assert resp.status_code == 200
+                await until(lambda: server.num_in_flight == 0, lambda: server.flight_changed)
+            await server.upstreams.aclose()
+        assert cookies == [None, None]
+        assert_nothing_held(server)
+
+    asyncio.run(main())
