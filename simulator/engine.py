@@ -44,7 +44,7 @@ SPEED_UP_INTERFACE = frozenset({
     # schedulable under async scheduling, ``_between_steps``: a step has ended, the next is
     # not scheduled yet)
     "_step_extra_s", "_hol_blocked", "_steps_rows", "_busy", "_aborts", "_pending",
-    "_between_steps",
+    "_between_steps", "_async", "_pending_due", "_steps_done_now",
 })
 """What of :class:`Engine`'s and :class:`~kvbudget.simulator.scheduler.Scheduler`'s own a
 speed-up (:class:`kvbudget.simulator.fast_decode.SkipAheadEngine`, the one subclass that changes
@@ -75,8 +75,8 @@ class Engine(Scheduler):
         self.log = StepLog(timeline_period_s, self.capacity_tokens, self.block_size)
         self._aborts: list[int] = []  # aborts waiting for the step in flight to end
         self._deferred_adds: list[int] = []  # re-admissions waiting for those aborts
-        # async scheduling (vLLM's default): requests not yet schedulable, [row, step ends to
-        # wait for, counting the one in flight or being handled] (see _add)
+        # async scheduling (vLLM's default): requests not yet schedulable, [row, the step
+        # count (num_steps) from which it is] (see _add)
         self._async = bool(config.async_scheduling)
         self._pending: list[list[int]] = []
         self._between_steps = False  # a step has ended and the next is not yet scheduled
@@ -112,14 +112,15 @@ class Engine(Scheduler):
         if self._async and (self._busy or self._between_steps):
             # async scheduling (vLLM v1's default; vllm/v1/engine/core.py,
             # step_with_batch_queue): the step after the one in flight is scheduled while it
-            # runs, so a request that comes during a step joins the step after the next; one
-            # that comes as a step ends (a completion's callback), the step after the next one,
-            # already scheduled: two step ends either way, the one being handled now included
-            # (``_release_pending`` runs after the step's commit). An idle engine (or one just
-            # woken) takes it at once.
-            self._pending.append([i, 2])
+            # runs, so a request that comes during step N joins step N + 2: it is schedulable
+            # once N + 1 has ended; one that comes as step N ends (a completion's callback, N
+            # counted), once N + 1 has ended too. An idle engine (or one just woken) takes it
+            # at once.
             if self._busy:
-                self._work_changed()
+                self._pending.append([i, self._steps_done_now() + 2])
+                self._work_changed(lag=1)
+            else:
+                self._pending.append([i, self.num_steps + 1])
             return
         self.waiting.add_request(i)
         if self._wake is not None and not self._wake.triggered:
@@ -399,18 +400,23 @@ class Engine(Scheduler):
         self.kv.drop()
 
     def _release_pending(self, *, everything: bool = False) -> None:
-        """A step has ended (a run of steps ends with the step in flight when a request came):
-        the requests not yet schedulable that have seen their step ends join the waiting
-        queue, in the order they came; ``everything``: all of them (the engine has nothing
-        else to schedule, so vLLM schedules them at once)."""
-        ready = []
-        for entry in self._pending:
-            entry[1] -= 1
-            if everything or entry[1] <= 0:
-                ready.append(entry)
+        """Steps have ended: the requests not yet schedulable whose step has ended join the
+        waiting queue, in the order they came; ``everything``: all of them (the engine has
+        nothing else to schedule, so vLLM schedules them at once)."""
+        n = self.num_steps
+        ready = [p for p in self._pending if everything or p[1] <= n]
         for entry in ready:
             self._pending.remove(entry)
             self.waiting.add_request(entry[0])
+
+    def _pending_due(self) -> int:
+        """The step count from which the first request not yet schedulable is."""
+        return min(p[1] for p in self._pending)
+
+    def _steps_done_now(self) -> int:
+        """The steps that have ended by now, during a step (a speed-up counts those of its run
+        in flight)."""
+        return self.num_steps
 
     def _held_until_s(self) -> float:
         """When work held outside ``running`` and ``waiting`` (a variant's: KV being loaded)
@@ -429,8 +435,9 @@ class Engine(Scheduler):
         Timeout(self.env, max(0.0, t - self.env.now)).callbacks.append(ring)
 
     # --- aborts --------------------------------------------------------------------------------
-    def _work_changed(self, *, added: bool = False) -> None:
-        """A request was ``added`` or aborted during a step (skip-ahead cuts its run there)."""
+    def _work_changed(self, *, added: bool = False, lag: int = 0) -> None:
+        """A request was ``added`` or aborted during a step (skip-ahead cuts its run there;
+        ``lag`` steps later: a request schedulable then, under async scheduling)."""
 
     def _apply_aborts(self) -> list[int]:
         """Apply the aborts queued during the last step (the caller checks there are some)."""
