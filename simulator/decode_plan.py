@@ -73,8 +73,8 @@ class DecodeRunPlanner:
         self.block_size = block_size
         # the first of a run's step ends where another event may be due, -1 for none (_TIE)
         self.tie: Callable[[Floats], int] | None = None
-        # the first timeline sample at or after a time (_lag_step)
-        self.sample_at: Callable[[float], float] = lambda t: t
+        # whether a timeline sample falls in [t0, t1) (_lag_step; by default, always)
+        self.sample_in: Callable[[float, float], bool] = lambda t0, t1: True
         # (-m) % block_size for m = 0, 1, ...: sliced from block_size - r, it is (r - j) %
         # block_size for j = 0, 1, ... (group_alloc_plan's phase, one table for every r)
         self._phase = (-np.arange(MAX_JUMP_STEPS + 2 * block_size, dtype=np.int64)) % block_size
@@ -102,17 +102,18 @@ class DecodeRunPlanner:
             k_max = max(1, min(k_max, int((t_ext - t) / dt0) + 2 + lag))
         return k_max, dt0
 
-    def _lag_step(self, ends: Floats, cut: int, t_ext: float, lag: int) -> int:
+    def _lag_step(self, ends: Floats, cut: int, t_ext: float) -> int:
         """1 when a run cut with the step in progress at ``t_ext`` (its first ``cut`` steps)
-        goes on one step more, else 0. With ``lag`` (async scheduling: a request that comes
+        goes on one step more, else 0. Under async scheduling (``lag``: a request that comes
         during a step is schedulable once the next has ended, ``engine.Engine._add``) the
         step after the one in progress at ``t_ext`` is scheduled as the run's steps are,
         unless the step in progress ends exactly at ``t_ext`` (:data:`_TIE`) or a timeline
         sample falls in the next (it reads the figures as that step is scheduled, the
         request counted): so when it is planned, it is kept."""
-        if not lag or cut >= len(ends) or ends[cut - 1] == t_ext:
+        if cut >= len(ends):
             return 0
-        return int(self.sample_at(float(ends[cut - 1])) >= ends[cut])
+        t0 = float(ends[cut - 1])
+        return int(t0 != t_ext and not self.sample_in(t0, float(ends[cut])))
 
     def group_alloc_plan(self, hist: list[int], step: int, k_max: int) -> IntArray:
         """Blocks a decode run of the decode group takes in its steps 1..j, for ``j < k_max``:
@@ -162,7 +163,8 @@ class DecodeRunPlanner:
             np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
             if t_ext < ends[-1]:  # the run ends with the first step ending at t_ext or later
                 cut = int(ends.searchsorted(t_ext, side="left")) + 1
-                cut += self._lag_step(ends, cut, t_ext, lag)
+                if lag:
+                    cut += self._lag_step(ends, cut, t_ext)
                 ends, dts = ends[:cut], dts[:cut]
             if len(ends) > 1 and ends[-1] == t_ext:  # see _TIE
                 ends, dts = ends[:-1], dts[:-1]
@@ -210,7 +212,8 @@ class DecodeRunPlanner:
         del ends[0]
         if ends[-1] > t_ext:  # the run ends with the first step ending at t_ext or later
             cut = bisect.bisect_left(ends, t_ext) + 1
-            cut += self._lag_step(ends, cut, t_ext, lag)
+            if lag:
+                cut += self._lag_step(ends, cut, t_ext)
             del ends[cut:], dts[cut:]
         # else no step ends after t_ext: the whole run, as the array path does
         if len(ends) > 1 and ends[-1] == t_ext:  # see _TIE

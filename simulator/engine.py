@@ -76,7 +76,8 @@ class Engine(Scheduler):
         self._aborts: list[int] = []  # aborts waiting for the step in flight to end
         self._deferred_adds: list[int] = []  # re-admissions waiting for those aborts
         # async scheduling (vLLM's default): requests not yet schedulable, [row, the step
-        # count (num_steps) from which it is] (see _add)
+        # count (num_steps) from which it is] (see _add), in the order they came, which is
+        # that of those counts
         self._async = bool(config.async_scheduling)
         self._pending: list[list[int]] = []
         self._between_steps = False  # a step has ended and the next is not yet scheduled
@@ -308,11 +309,10 @@ class Engine(Scheduler):
                 continue
             if Engine.step_observer is not None:
                 Engine.step_observer(self)
-            steps = self.num_steps
             yield from self._step()
             if self._deferred_adds:
                 self._add_deferred()
-            if self._pending and self.num_steps > steps:
+            if self._pending and self._pending[0][1] <= self.num_steps:
                 self._release_pending()
 
     def _step(self) -> Generator[simpy.Event, Any, None]:
@@ -403,15 +403,13 @@ class Engine(Scheduler):
         """Steps have ended: the requests not yet schedulable whose step has ended join the
         waiting queue, in the order they came; ``everything``: all of them (the engine has
         nothing else to schedule, so vLLM schedules them at once)."""
-        n = self.num_steps
-        ready = [p for p in self._pending if everything or p[1] <= n]
-        for entry in ready:
-            self._pending.remove(entry)
-            self.waiting.add_request(entry[0])
+        pending, n = self._pending, self.num_steps
+        while pending and (everything or pending[0][1] <= n):
+            self.waiting.add_request(pending.pop(0)[0])
 
     def _pending_due(self) -> int:
         """The step count from which the first request not yet schedulable is."""
-        return min(p[1] for p in self._pending)
+        return self._pending[0][1]
 
     def _steps_done_now(self) -> int:
         """The steps that have ended by now, during a step (a speed-up counts those of its run

@@ -102,7 +102,7 @@ class SkipAheadEngine(TiedSteps, Engine):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.planner = DecodeRunPlanner(self.cost, self.block_size)
-        self.planner.sample_at = self.log.timeline.first_at_or_after
+        self.planner.sample_in = self.log.timeline.sample_in
         # exists only while its steps run: any other step dissolves it first (see _step)
         self._group: DecodeGroup | None = None
         joined_at = np.zeros(len(self.prompt_tokens), np.int64)  # a member's join step
@@ -118,6 +118,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         self._span_head: int | None = None
         self._refire = False  # a timer was armed for the run's end before its last step starts
         self._in_last = False  # the run's last step has started (its end event made then)
+        self._lag_run = False  # it goes on through the step after the next external event's
 
     # --- what the executor and hooks read mid-run ------------------------------------------
     def output_tokens_of(self, i: int) -> int:
@@ -329,7 +330,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         n = g.size
         run: Run | None = None
         decoding = not tail and not self._step_extra_s  # a decode run of the group
-        t_ext = math.inf
+        t_lag = math.inf  # the next external event, when the run may go on a step past it
         if decoding:
             c0 = g.context
             to_finish = g.finish[0][0] - g.step
@@ -342,6 +343,7 @@ class SkipAheadEngine(TiedSteps, Engine):
             if self._pending:
                 to_end = min(to_end, self._pending_due() - self.num_steps)
             lag = int(self._async and until == t_ext)
+            t_lag = t_ext if lag else t_lag
             k_max, dt = self.planner.bound(n, c0, to_end, self.t, until, lag)
             if k_max > GROUP_SMALL_K:
                 planned = self.planner.group_alloc_plan(g.hist, g.step, k_max)
@@ -361,7 +363,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         else:
             dt = self._step_seconds(tail_features(n, n + g.context, tail, self.num_computed_tokens,
                                                   self.num_tokens, self.num_output_tokens))
-        k = yield from self._wait_run(dt, run, reserved, counts, t_ext)
+        k = yield from self._wait_run(dt, run, reserved, counts, t_lag)
         self._steps_rows = None  # for scheduled_with_output: the group's step
         self._steps_group = (n, tail)
         if self._aborts:
@@ -446,13 +448,13 @@ class SkipAheadEngine(TiedSteps, Engine):
         return self.log.timeline.first_at_or_after(t_ext)
 
     def _wait_run(
-        self, dt: float, run: Run | None, reserved: int, counts: tuple[int, int], t_ext: float
+        self, dt: float, run: Run | None, reserved: int, counts: tuple[int, int], t_lag: float
     ) -> Generator[simpy.Event, Any, int]:
         """Run one step of ``dt`` seconds, or the planned decode ``run`` (step ends, blocks in
         use, step times), with their KV and head-of-line terms and timeline samples
-        (``reserved`` and ``counts``: the timeline's figures as it was scheduled; ``t_ext``:
-        the next external event as it was planned); returns the steps that ran (a run ends
-        early when work is added or aborted)."""
+        (``reserved`` and ``counts``: the timeline's figures as it was scheduled; ``t_lag``:
+        the external event it was planned to go on a step past, or inf); returns the steps
+        that ran (a run ends early when work is added or aborted)."""
         env = self.env
         if run is None:  # one step: nothing cuts it (_work_changed)
             yield from self._wait(self._account_step(dt, reserved, counts))
@@ -462,21 +464,24 @@ class SkipAheadEngine(TiedSteps, Engine):
         step_end, used, dts = run
         t1 = float(step_end[-1])
         k = len(step_end)
+        # a run planned past the next external event waits for its last step's end from that
+        # step's start, as stepping creates a step's end event when the step starts: an event
+        # created during the run and due exactly then runs after it or before, as in stepping
+        # (decode_plan._TIE); a fleet's replica, when a gateway timer is armed for its end
+        # (timer_armed); async scheduling's step after that event (_lag_step) too, but not a
+        # fleet's replica's: its runs end before the fleet's events (first_tie)
+        last_start = None
         if k > 1:
             self._jump_ends = self._run_ends = step_end
             self._run_used = used
+            self._lag_run = lagged = (t_last := float(step_end[k - 2])) > t_lag
+            if self._span_head is not None or (lagged and self.planner.tie is None):
+                last_start = t_last
         ties = self.ties
         if ties is not None:  # a fleet's replica: its event is due at t1 (see _tied_wait)
             self._due[self.tie_index] = t1
             if not self._chained:
                 self._tie_root()
-        # a run planned past the next external event waits for its last step's end from that
-        # step's start, as stepping creates a step's end event when the step starts: an event
-        # created during the run and due exactly then runs after it or before, as in stepping
-        # (decode_plan._TIE); a fleet's replica, when a gateway timer is armed for its end
-        # (timer_armed); one whose last step starts after it (async scheduling's, _lag_step)
-        last_start = float(step_end[k - 2]) if k > 1 and (
-            self._span_head is not None or step_end[k - 2] > t_ext) else None
         self._jump_keep = k  # (timer_armed reads it; _work_changed cuts it)
         while True:
             try:
@@ -517,9 +522,8 @@ class SkipAheadEngine(TiedSteps, Engine):
         return k
 
     def _run_cut(self, step_end: Floats, from_last: bool) -> tuple[int, float, float | None]:
-        """The decode run in flight was cut (:meth:`_work_changed`, :meth:`timer_armed`): its
-        steps now, its end, and its last step's start when its end is waited for from there
-        (``from_last``: it was to be; or ``_refire``, and that step has not started)."""
+        """The run in flight was cut (:meth:`_work_changed`): its steps, end, and last step's
+        start if its end is to be waited for from there (``from_last``, ``_refire``)."""
         k = self._jump_keep
         t1 = float(step_end[k - 1])
         if self.ties is not None:
@@ -531,17 +535,14 @@ class SkipAheadEngine(TiedSteps, Engine):
         return k, t1, last_start
 
     def _steps_done_now(self) -> int:
-        """``Engine._steps_done_now``: the steps of the decode run in flight that have ended
-        count too (the one ending now also once the run's last step has started: stepping
-        ended it then, ``_wait_run``)."""
+        """``Engine._steps_done_now``, with the decode run in flight's steps that have ended
+        (the one ending now too once the run's last step has started, ``_wait_run``)."""
         ends = self._run_ends
         if ends is None:
             return self.num_steps
         if self._in_last:
             return self.num_steps + self._jump_keep - 1
-        now = self.env.now
-        return self.num_steps + (bisect.bisect_left(ends, now) if self.ties is None
-                                 else self._steps_done(ends, now))
+        return self.num_steps + self._steps_done(ends, self.env.now)
 
     def timer_armed(self, t: float) -> None:
         """A fleet's gateway timer was armed now, due at ``t``. Stepping makes the end event of
@@ -570,20 +571,23 @@ class SkipAheadEngine(TiedSteps, Engine):
         # to last step ends now or later): the common case, checked without a search
         if ends is None or len(ends) < 2 or ends[-2] < now or self._in_last:
             return
+        if lag and self._lag_run and (len(ends) < 3 or ends[-3] < now):
+            return  # the step after this one is the run's last, planned so (decode_plan)
         keep = bisect.bisect_left(ends, now) + 1
         ties = self.ties
         if ties is not None and ends[keep - 1] == now and ties.before(self.tie_index, now):
             keep += 1  # the step ending now ended first (fleet_ties)
-        lagged = lag > 0 and keep < len(ends) and self.log.timeline.first_at_or_after(
-            float(ends[keep - 1])) >= float(ends[keep])
+        lagged = lag > 0 and keep < len(ends) and not self.log.timeline.sample_in(
+            float(ends[keep - 1]), float(ends[keep]))
         keep += lagged
         span = added and self._span_head is not None and self.waiting.peek_request() == self._span_head
         if span:
             keep = max(keep, bisect.bisect_right(ends, self.log.timeline.first_at_or_after(now)))
         if keep >= len(ends):  # (the step ending now ended first: the next is the last)
             return
-        # what comes later may cut a span shorter; else the step in progress is the run's last
-        self._jump_ends = ends[:keep] if span else None
+        # what comes later may cut a span, or a run kept a step past now, shorter; else the
+        # step in progress is the run's last
+        self._jump_ends = ends[:keep] if span or lagged else None
         self._jump_keep = keep
         self._refire = self._refire or lagged  # (its last step's end made as that step starts)
         self.process.interrupt()

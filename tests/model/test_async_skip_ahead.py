@@ -36,7 +36,7 @@ def planner(period_s: float) -> DecodeRunPlanner:
     """A planner whose steps all take :data:`STEP_S`, with timeline samples every
     ``period_s`` (``first_at_or_after`` of a grid from 0)."""
     p = DecodeRunPlanner(LinearCostModel(STEP_S, 0.0, 0.0, 0.0), block_size=16)
-    p.sample_at = lambda t: math.ceil(t / period_s) * period_s
+    p.sample_in = lambda t0, t1: math.ceil(t0 / period_s) * period_s < t1
     return p
 
 
@@ -171,3 +171,32 @@ def test_skip_ahead_matches_stepping_on_a_grid_under_async_scheduling(
         timeline_period_s=period_s,
     )
     assert_skip_ahead_matches_stepping(w, cfg, policy)
+
+
+def test_an_abort_after_an_arrival_kept_the_next_step_still_ends_the_run() -> None:
+    """One seat (``max_num_seqs=1``), so a run is planned past arrivals to the next sample;
+    at 0.710266 row 9 comes during its second step (it keeps the step after, 0.714251 to
+    0.719353), and at 0.713597 row 8's lease expires in the same step: its abort waits for
+    that step's end, where stepping drops it, so the run must end there, with row 8's 2
+    tokens (the run used to go on to 0.719353 and count 3). Found by hypothesis."""
+    arrival = [0.0339966, 0.08497645, 0.08596678, 0.08608025, 0.11359739, 0.19509442,
+               0.22877356, 0.26653863, 0.40737793, 0.71026558, 0.874587, 0.87465138,
+               0.98810612, 0.991731, 1.04520102]
+    prompt = [42, 9, 5, 43, 2, 27, 4, 15, 24, 21, 20, 2, 1, 7, 1]
+    out = [554, 245, 104, 222, 387, 284, 223, 491, 1117, 345, 672, 146, 488, 385, 305]
+    cap = [805, 631, 776, 309, 738, 917, 461, 553, 1196, 966, 1177, 456, 822, 1140, 780]
+    tiers = ["batch", "interactive", "batch", "interactive", "batch", "batch", "interactive",
+             "batch", "interactive", "interactive", "interactive", "interactive", "batch",
+             "interactive", "interactive"]
+    w = from_columns(np.array(arrival), np.array(prompt), np.array(out),
+                     max_output_tokens=np.array(cap), tiers=tiers)
+    cfg = SimConfig(
+        engine=EngineConfig(block_size=1, num_gpu_blocks=2624, max_num_seqs=1,
+                            max_num_batched_tokens=16),
+        tiers=(TierConfig("interactive", max_sequence_tokens=4096, queue_timeout_s=3.0),
+               TierConfig("batch", max_sequence_tokens=4096, priority=1, queue_timeout_s=30.0,
+                          retryable_on_overload=True)),
+        cost_model=LinearCostModel(0.005, 1e-4, 1e-4, 1e-7), timeline_period_s=0.05,
+        lease_ttl_s=0.3)
+    step, _ = assert_skip_ahead_matches_stepping(w, cfg, "adaptive")
+    assert step.records.output_tokens[8] == 2
