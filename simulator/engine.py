@@ -162,6 +162,8 @@ class Engine(Scheduler):
         if self._pending and (entry := next((p for p in self._pending if p[0] == i), None)):
             self._pending.remove(entry)  # never reached the scheduler: nothing to free
             self.in_engine[i] = False
+            if self._busy:  # the steps scheduled from now on do not count it waiting
+                self._work_changed()
             return
         if self._busy:
             self._aborts.append(i)

@@ -561,10 +561,10 @@ class SkipAheadEngine(TiedSteps, Engine):
         """Something changed this engine's work during a planned decode run (another replica's
         completion admitted or revoked a request here): end the run with the step in progress
         (``lag`` steps after it: a request schedulable then, async scheduling, unless a
-        timeline sample reads the figures of those steps, which count it). A request
-        ``added`` behind the waiting head the run was planned past arrivals for
-        (:meth:`_plan_until`) changes only the timeline's figures of the steps scheduled from
-        now on: the run goes on to the first sample at or after now."""
+        timeline sample reads those steps' figures, which count it). A request ``added``
+        behind the waiting head the run was planned past arrivals for (:meth:`_plan_until`),
+        or coming then (``lag``) to an FCFS queue, changes only the timeline's figures of the
+        steps scheduled from now on: the run goes on to the first sample at or after now."""
         ends = self._jump_ends
         now = self.env.now
         # nothing to cut unless a step after the one in progress is planned (the run's next
@@ -580,13 +580,14 @@ class SkipAheadEngine(TiedSteps, Engine):
         lagged = lag > 0 and keep < len(ends) and not self.log.timeline.sample_in(
             float(ends[keep - 1]), float(ends[keep]))
         keep += lagged
-        span = added and self._span_head is not None and self.waiting.peek_request() == self._span_head
+        span = self._span_head is not None and (
+            self.waiting.peek_request() == self._span_head if added
+            else lag > 0 and self.config.scheduling_policy == "fcfs")
         if span:
             keep = max(keep, bisect.bisect_right(ends, self.log.timeline.first_at_or_after(now)))
         if keep >= len(ends):  # (the step ending now ended first: the next is the last)
             return
-        # what comes later may cut a span, or a run kept a step past now, shorter; else the
-        # step in progress is the run's last
+        # later work may cut a span or a kept step; else the step in progress is the last
         self._jump_ends = ends[:keep] if span or lagged else None
         self._jump_keep = keep
         self._refire = self._refire or lagged  # (its last step's end made as that step starts)
