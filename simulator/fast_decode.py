@@ -127,13 +127,9 @@ class SkipAheadEngine(TiedSteps, Engine):
         g = self._group
         if g is None or i not in g.members:
             return self.num_output_tokens.item(i)
-        out = self.num_output_tokens.item(i) + g.step - g.members[i]
-        ends = self._run_ends  # a group run's rows are the group's
-        if ends is not None:
-            now = self.env.now
-            out += bisect.bisect_left(ends, now) if self.ties is None else self._steps_done(
-                ends, now)
-        return out
+        # (a group run's rows are the group's)
+        return (self.num_output_tokens.item(i) + g.step - g.members[i]
+                + self._steps_done_now() - self.num_steps)
 
     def kv_used_blocks_now(self) -> int:
         """``Engine.kv_used_blocks_now`` mid-run: the blocks the run's step in progress was
@@ -336,14 +332,13 @@ class SkipAheadEngine(TiedSteps, Engine):
             to_finish = g.finish[0][0] - g.step
             t_ext = self.hooks.next_external_s()
             until = self._plan_until(t_ext) if self.head_refusal else t_ext
-            # the run ends before a deferred member's blocks fill (it joins hist then), and
-            # as a request becomes schedulable (async scheduling); it goes on through the step
-            # after the one in progress at t_ext, when a request that comes then waits for it
+            # the run ends before a deferred member's blocks fill (it joins hist then), as a
+            # request becomes schedulable, or a step past t_ext's (async scheduling: _lag_step)
             to_end = min(to_finish, g.wake[0][0] - g.step) if g.wake else to_finish
             if self._pending:
                 to_end = min(to_end, self._pending_due() - self.num_steps)
-            lag = int(self._async and until == t_ext)
-            t_lag = t_ext if lag else t_lag
+            if lag := self._async and until == t_ext:
+                t_lag = t_ext
             k_max, dt = self.planner.bound(n, c0, to_end, self.t, until, lag)
             if k_max > GROUP_SMALL_K:
                 planned = self.planner.group_alloc_plan(g.hist, g.step, k_max)
@@ -535,14 +530,16 @@ class SkipAheadEngine(TiedSteps, Engine):
         return k, t1, last_start
 
     def _steps_done_now(self) -> int:
-        """``Engine._steps_done_now``, with the decode run in flight's steps that have ended
-        (the one ending now too once the run's last step has started, ``_wait_run``)."""
+        """``Engine._steps_done_now``, a run's ended steps counted (all but its last once it
+        has started, ``_wait_run``)."""
         ends = self._run_ends
         if ends is None:
             return self.num_steps
         if self._in_last:
             return self.num_steps + self._jump_keep - 1
-        return self.num_steps + self._steps_done(ends, self.env.now)
+        now = self.env.now
+        return self.num_steps + (bisect.bisect_left(ends, now) if self.ties is None
+                                 else self._steps_done(ends, now))
 
     def timer_armed(self, t: float) -> None:
         """A fleet's gateway timer was armed now, due at ``t``. Stepping makes the end event of
