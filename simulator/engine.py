@@ -63,6 +63,10 @@ class Engine(Scheduler):
 
     # called with the engine before every step when set (tests check invariants there)
     step_observer: ClassVar[Callable[[Engine], None] | None] = None
+    # under async scheduling a skip-ahead decode run goes on a step past the next external
+    # event (a request that comes then waits for that step); not where that event may be the
+    # variant's own held work becoming ready, which no call announces (kv_offload's loads)
+    runs_past_external: ClassVar[bool] = True
 
     def __init__(self, env: simpy.Environment, config: EngineConfig, cost_model: CostModel,
                  columns: RequestColumns, *, num_gpu_blocks: int, hooks: EngineHooks,

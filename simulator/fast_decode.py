@@ -337,7 +337,7 @@ class SkipAheadEngine(TiedSteps, Engine):
             to_end = min(to_finish, g.wake[0][0] - g.step) if g.wake else to_finish
             if self._pending:
                 to_end = min(to_end, self._pending_due() - self.num_steps)
-            if lag := self._async and until == t_ext:
+            if lag := self._async and until == t_ext and self.runs_past_external:
                 t_lag = t_ext
             k_max, dt = self.planner.bound(n, c0, to_end, self.t, until, lag)
             if k_max > GROUP_SMALL_K:
