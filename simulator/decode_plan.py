@@ -73,6 +73,8 @@ class DecodeRunPlanner:
         self.block_size = block_size
         # the first of a run's step ends where another event may be due, -1 for none (_TIE)
         self.tie: Callable[[Floats], int] | None = None
+        # whether a timeline sample falls in [t0, t1) (_lag_step; by default, always)
+        self.sample_in: Callable[[float, float], bool] = lambda t0, t1: True
         # (-m) % block_size for m = 0, 1, ...: sliced from block_size - r, it is (r - j) %
         # block_size for j = 0, 1, ... (group_alloc_plan's phase, one table for every r)
         self._phase = (-np.arange(MAX_JUMP_STEPS + 2 * block_size, dtype=np.int64)) % block_size
@@ -86,19 +88,32 @@ class DecodeRunPlanner:
         return float(self._step_time(0.0, float(n), float(context), 0.0, 0.0))
 
     def bound(
-        self, n: int, c0: int, to_finish: int, t: float, t_ext: float
+        self, n: int, c0: int, to_finish: int, t: float, t_ext: float, lag: int = 0
     ) -> tuple[int, float]:
         """For a decode run of ``n`` requests starting at ``t`` from ``c0`` context tokens, the
         first of them finishing in ``to_finish`` steps: an upper bound on its length (the first
-        finish, :data:`MAX_JUMP_STEPS`, the next external event at ``t_ext``) and the duration
-        of its first step."""
+        finish, :data:`MAX_JUMP_STEPS`, the next external event at ``t_ext`` and ``lag`` steps
+        more, see :meth:`_lag_step`) and the duration of its first step."""
         dt0 = self.decode_step(n, c0 + n)
         k_max = min(to_finish, MAX_JUMP_STEPS)
         if t_ext != math.inf and k_max > 1 and dt0 > 0:
             # step times never shrink during a decode run (the context only grows), so the run
             # reaches t_ext within (t_ext - t) / dt0 + 1 steps
-            k_max = max(1, min(k_max, int((t_ext - t) / dt0) + 2))
+            k_max = max(1, min(k_max, int((t_ext - t) / dt0) + 2 + lag))
         return k_max, dt0
+
+    def _lag_step(self, ends: Floats, cut: int, t_ext: float) -> int:
+        """1 when a run cut with the step in progress at ``t_ext`` (its first ``cut`` steps)
+        goes on one step more, else 0. Under async scheduling (``lag``: a request that comes
+        during a step is schedulable once the next has ended, ``engine.Engine._add``) the
+        step after the one in progress at ``t_ext`` is scheduled as the run's steps are,
+        unless the step in progress ends exactly at ``t_ext`` (:data:`_TIE`) or a timeline
+        sample falls in the next (it reads the figures as that step is scheduled, the
+        request counted): so when it is planned, it is kept."""
+        if cut >= len(ends):
+            return 0
+        t0 = float(ends[cut - 1])
+        return int(t0 != t_ext and not self.sample_in(t0, float(ends[cut])))
 
     def group_alloc_plan(self, hist: list[int], step: int, k_max: int) -> IntArray:
         """Blocks a decode run of the decode group takes in its steps 1..j, for ``j < k_max``:
@@ -129,15 +144,17 @@ class DecodeRunPlanner:
         t_ext: float,
         dt0: float,
         used_now: int,
+        lag: int = 0,
     ) -> tuple[int, FloatArray, IntArray, FloatArray]:
         """Plan a run of at most ``len(alloc_cum)`` pure-decode steps of ``n`` requests from
         ``c0`` context tokens starting at ``t`` (the first step ``dt0`` long, ``used_now``
-        blocks in use), ending with the step in progress at ``t_ext`` or when blocks run out
-        (``alloc_cum[j]``: blocks taken in steps 1..j); returns its length, step end times,
-        blocks in use during each step and step durations."""
+        blocks in use), ending with the step in progress at ``t_ext`` (or ``lag`` steps
+        later: :meth:`_lag_step`) or when blocks run out (``alloc_cum[j]``: blocks taken in
+        steps 1..j); returns its length, step end times, blocks in use during each step and
+        step durations."""
         k_max = len(alloc_cum)
         if k_max <= SMALL_K:
-            ends_l, dts_l = self.steps_small(n, c0, k_max, t, t_ext, dt0)
+            ends_l, dts_l = self.steps_small(n, c0, k_max, t, t_ext, dt0, lag)
             ends, dts = np.array(ends_l), np.array(dts_l)
         else:
             dts = self._decode_array(n, c0 + n, k_max)  # step j: c0 + n * (j + 1) tokens
@@ -146,6 +163,8 @@ class DecodeRunPlanner:
             np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
             if t_ext < ends[-1]:  # the run ends with the first step ending at t_ext or later
                 cut = int(ends.searchsorted(t_ext, side="left")) + 1
+                if lag:
+                    cut += self._lag_step(ends, cut, t_ext)
                 ends, dts = ends[:cut], dts[:cut]
             if len(ends) > 1 and ends[-1] == t_ext:  # see _TIE
                 ends, dts = ends[:-1], dts[:-1]
@@ -177,11 +196,11 @@ class DecodeRunPlanner:
         return used
 
     def steps_small(
-        self, n: int, c0: int, k_max: int, t: float, t_ext: float, dt0: float
+        self, n: int, c0: int, k_max: int, t: float, t_ext: float, dt0: float, lag: int = 0
     ) -> tuple[list[float], list[float]]:
         """End times and durations of the steps of a short decode run from ``t`` (at most
         ``k_max`` steps, the first ``dt0`` long, ending with the step in progress at
-        ``t_ext``), the step times of one ``step_time`` call per step as stepping makes them
+        ``t_ext``, or ``lag`` steps later: :meth:`_lag_step`), the step times of one ``step_time`` call per step as stepping makes them
         (``decode_step_times`` beyond :data:`SHORT_RUN_STEPS`, the same bits): the bits of
         :meth:`plan`'s array path (sums from ``t`` in the same order)."""
         dts = [dt0]
@@ -193,6 +212,8 @@ class DecodeRunPlanner:
         del ends[0]
         if ends[-1] > t_ext:  # the run ends with the first step ending at t_ext or later
             cut = bisect.bisect_left(ends, t_ext) + 1
+            if lag:
+                cut += self._lag_step(ends, cut, t_ext)
             del ends[cut:], dts[cut:]
         # else no step ends after t_ext: the whole run, as the array path does
         if len(ends) > 1 and ends[-1] == t_ext:  # see _TIE
@@ -202,3 +223,26 @@ class DecodeRunPlanner:
             if j >= 0:
                 del ends[max(1, j):], dts[max(1, j):]
         return ends, dts
+
+    @staticmethod
+    def span_keep(run: tuple[Floats, Ints, Floats], t_ext: float, until: float
+                  ) -> tuple[Floats, Ints, Floats]:
+        """The steps to keep of a ``run`` (step ends, blocks in use, step times) planned to
+        ``until`` past the next external event at ``t_ext`` (``fast_decode``'s
+        ``_plan_until``): those up to the one in progress at ``t_ext``, and those ending by
+        ``until`` (the steps scheduled before ``t_ext`` and those whose figures no sample
+        reads)."""
+        if until == t_ext:
+            return run
+        ends, used, dts = run
+        if isinstance(ends, list):
+            k_ext = bisect.bisect_left(ends, t_ext) + 1
+            k_until = bisect.bisect_right(ends, until)
+        else:
+            k_ext = int(ends.searchsorted(t_ext, side="left")) + 1
+            k_until = int(ends.searchsorted(until, side="right"))
+        k_ext = min(k_ext, len(ends))
+        if k_ext > 1 and ends[k_ext - 1] == t_ext:  # see _TIE
+            k_ext -= 1
+        k = max(k_ext, k_until)
+        return ends[:k], used[:k], dts[:k]

@@ -44,7 +44,7 @@ SPEED_UP_INTERFACE = frozenset({
     # schedulable under async scheduling, ``_between_steps``: a step has ended, the next is
     # not scheduled yet)
     "_step_extra_s", "_hol_blocked", "_steps_rows", "_busy", "_aborts", "_pending",
-    "_between_steps",
+    "_between_steps", "_async", "_pending_due", "_steps_done_now",
     # speculative decoding's runs (simulator/spec_run.py): a scheduled step run as stepping
     # runs it, or as the first of a run; its features
     "_run_scheduled", "_features",
@@ -67,6 +67,10 @@ class Engine(Scheduler):
 
     # called with the engine before every step when set (tests check invariants there)
     step_observer: ClassVar[Callable[[Engine], None] | None] = None
+    # under async scheduling a skip-ahead decode run goes on a step past the next external
+    # event (a request that comes then waits for that step); not where that event may be the
+    # variant's own held work becoming ready, which no call announces (kv_offload's loads)
+    runs_past_external: ClassVar[bool] = True
 
     def __init__(self, env: simpy.Environment, config: EngineConfig, cost_model: CostModel,
                  columns: RequestColumns, *, num_gpu_blocks: int, hooks: EngineHooks,
@@ -79,8 +83,9 @@ class Engine(Scheduler):
         self.log = StepLog(timeline_period_s, self.capacity_tokens, self.block_size)
         self._aborts: list[int] = []  # aborts waiting for the step in flight to end
         self._deferred_adds: list[int] = []  # re-admissions waiting for those aborts
-        # async scheduling (vLLM's default): requests not yet schedulable, [row, step ends to
-        # wait for, counting the one in flight or being handled] (see _add)
+        # async scheduling (vLLM's default): requests not yet schedulable, [row, the step
+        # count (num_steps) from which it is] (see _add), in the order they came, which is
+        # that of those counts
         self._async = bool(config.async_scheduling)
         self._pending: list[list[int]] = []
         self._between_steps = False  # a step has ended and the next is not yet scheduled
@@ -116,14 +121,15 @@ class Engine(Scheduler):
         if self._async and (self._busy or self._between_steps):
             # async scheduling (vLLM v1's default; vllm/v1/engine/core.py,
             # step_with_batch_queue): the step after the one in flight is scheduled while it
-            # runs, so a request that comes during a step joins the step after the next; one
-            # that comes as a step ends (a completion's callback), the step after the next one,
-            # already scheduled: two step ends either way, the one being handled now included
-            # (``_release_pending`` runs after the step's commit). An idle engine (or one just
-            # woken) takes it at once.
-            self._pending.append([i, 2])
+            # runs, so a request that comes during step N joins step N + 2: it is schedulable
+            # once N + 1 has ended; one that comes as step N ends (a completion's callback, N
+            # counted), once N + 1 has ended too. An idle engine (or one just woken) takes it
+            # at once.
             if self._busy:
-                self._work_changed()
+                self._pending.append([i, self._steps_done_now() + 2])
+                self._work_changed(lag=1)
+            else:
+                self._pending.append([i, self.num_steps + 1])
             return
         self.waiting.add_request(i)
         if self._wake is not None and not self._wake.triggered:
@@ -164,6 +170,8 @@ class Engine(Scheduler):
         if self._pending and (entry := next((p for p in self._pending if p[0] == i), None)):
             self._pending.remove(entry)  # never reached the scheduler: nothing to free
             self.in_engine[i] = False
+            if self._busy:  # the steps scheduled from now on do not count it waiting
+                self._work_changed()
             return
         if self._busy:
             self._aborts.append(i)
@@ -311,11 +319,10 @@ class Engine(Scheduler):
                 continue
             if Engine.step_observer is not None:
                 Engine.step_observer(self)
-            steps = self.num_steps
             yield from self._step()
             if self._deferred_adds:
                 self._add_deferred()
-            if self._pending and self.num_steps > steps:
+            if self._pending and self._pending[0][1] <= self.num_steps:
                 self._release_pending()
 
     def _step(self) -> Generator[simpy.Event, Any, None]:
@@ -403,18 +410,21 @@ class Engine(Scheduler):
         self.kv.drop()
 
     def _release_pending(self, *, everything: bool = False) -> None:
-        """A step has ended (a run of steps ends with the step in flight when a request came):
-        the requests not yet schedulable that have seen their step ends join the waiting
-        queue, in the order they came; ``everything``: all of them (the engine has nothing
-        else to schedule, so vLLM schedules them at once)."""
-        ready = []
-        for entry in self._pending:
-            entry[1] -= 1
-            if everything or entry[1] <= 0:
-                ready.append(entry)
-        for entry in ready:
-            self._pending.remove(entry)
-            self.waiting.add_request(entry[0])
+        """Steps have ended: the requests not yet schedulable whose step has ended join the
+        waiting queue, in the order they came; ``everything``: all of them (the engine has
+        nothing else to schedule, so vLLM schedules them at once)."""
+        pending, n = self._pending, self.num_steps
+        while pending and (everything or pending[0][1] <= n):
+            self.waiting.add_request(pending.pop(0)[0])
+
+    def _pending_due(self) -> int:
+        """The step count from which the first request not yet schedulable is."""
+        return self._pending[0][1]
+
+    def _steps_done_now(self) -> int:
+        """The steps that have ended by now, during a step (a speed-up counts those of its run
+        in flight)."""
+        return self.num_steps
 
     def _held_until_s(self) -> float:
         """When work held outside ``running`` and ``waiting`` (a variant's: KV being loaded)
@@ -433,8 +443,9 @@ class Engine(Scheduler):
         Timeout(self.env, max(0.0, t - self.env.now)).callbacks.append(ring)
 
     # --- aborts --------------------------------------------------------------------------------
-    def _work_changed(self, *, added: bool = False) -> None:
-        """A request was ``added`` or aborted during a step (skip-ahead cuts its run there)."""
+    def _work_changed(self, *, added: bool = False, lag: int = 0) -> None:
+        """A request was ``added`` or aborted during a step (skip-ahead cuts its run there;
+        ``lag`` steps later: a request schedulable then, under async scheduling)."""
 
     def _apply_aborts(self) -> list[int]:
         """Apply the aborts queued during the last step (the caller checks there are some)."""

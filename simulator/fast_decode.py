@@ -73,6 +73,24 @@ class DecodeGroup:
     wake: list[tuple[int, int]] = field(default_factory=list)
     over: bool = False  # some member joined holding blocks beyond its computed tokens
 
+    def defer(self, i: int, room: int, left: int) -> None:
+        """Member ``i``, whose blocks fill ``room`` steps from now and which has ``left``
+        output tokens to go, waits out of ``hist`` until they do."""
+        wake = self.step + room
+        self.deferred[i] = wake
+        if room < left:  # its blocks fill before it finishes
+            heapq.heappush(self.wake, (wake, i))
+
+    def wake_deferred(self, num_computed_tokens: IntArray, block_size: int) -> None:
+        """The deferred members whose blocks are full at the step being scheduled join
+        ``hist`` (``num_computed_tokens``: the rows' arrays, which lag the group's steps)."""
+        wake = self.wake
+        while wake and wake[0][0] <= self.step:
+            s, i = heapq.heappop(wake)
+            if self.deferred.get(i) == s:  # else a stale entry
+                del self.deferred[i]
+                self.hist[(num_computed_tokens.item(i) - self.members[i]) % block_size] += 1
+
 
 class SkipAheadEngine(TiedSteps, Engine):
     """:class:`Engine` keeping its running requests as a :class:`DecodeGroup` while all of them
@@ -84,6 +102,7 @@ class SkipAheadEngine(TiedSteps, Engine):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.planner = DecodeRunPlanner(self.cost, self.block_size)
+        self.planner.sample_in = self.log.timeline.sample_in
         # exists only while its steps run: any other step dissolves it first (see _step)
         self._group: DecodeGroup | None = None
         joined_at = np.zeros(len(self.prompt_tokens), np.int64)  # a member's join step
@@ -98,6 +117,8 @@ class SkipAheadEngine(TiedSteps, Engine):
         # external event (_plan_until), None when it was not
         self._span_head: int | None = None
         self._refire = False  # a timer was armed for the run's end before its last step starts
+        self._in_last = False  # the run's last step has started (its end event made then)
+        self._lag_run = False  # it goes on through the step after the next external event's
 
     # --- what the executor and hooks read mid-run ------------------------------------------
     def output_tokens_of(self, i: int) -> int:
@@ -106,13 +127,9 @@ class SkipAheadEngine(TiedSteps, Engine):
         g = self._group
         if g is None or i not in g.members:
             return self.num_output_tokens.item(i)
-        out = self.num_output_tokens.item(i) + g.step - g.members[i]
-        ends = self._run_ends  # a group run's rows are the group's
-        if ends is not None:
-            now = self.env.now
-            out += bisect.bisect_left(ends, now) if self.ties is None else self._steps_done(
-                ends, now)
-        return out
+        # (a group run's rows are the group's)
+        return (self.num_output_tokens.item(i) + g.step - g.members[i]
+                + self._steps_done_now() - self.num_steps)
 
     def kv_used_blocks_now(self) -> int:
         """``Engine.kv_used_blocks_now`` mid-run: the blocks the run's step in progress was
@@ -187,25 +204,7 @@ class SkipAheadEngine(TiedSteps, Engine):
             for k in over.tolist():
                 i = running[k]
                 g.hist[computed.item(k) % bs] -= 1
-                self._group_defer(g, i, room.item(k), left[k])
-
-    def _group_defer(self, g: DecodeGroup, i: int, room: int, left: int) -> None:
-        """Member ``i``, whose blocks fill ``room`` steps from now and which has ``left``
-        output tokens to go, waits out of ``hist`` until they do."""
-        wake = g.step + room
-        g.deferred[i] = wake
-        if room < left:  # its blocks fill before it finishes
-            heapq.heappush(g.wake, (wake, i))
-
-    def _group_wake(self, g: DecodeGroup) -> None:
-        """The deferred members whose blocks are full at the step being scheduled join
-        ``hist``."""
-        wake = g.wake
-        while wake and wake[0][0] <= g.step:
-            s, i = heapq.heappop(wake)
-            if g.deferred.get(i) == s:  # else a stale entry
-                del g.deferred[i]
-                g.hist[(self.num_computed_tokens.item(i) - g.members[i]) % self.block_size] += 1
+                g.defer(i, room.item(k), left[k])
 
     def _group_join(self, i: int, computed: int, output: int) -> None:
         """Row ``i`` joins the group: it started in the group's step and sampled its first
@@ -226,7 +225,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         room = self.kv.num_blocks.item(i) * bs - computed
         if room >= bs:  # blocks beyond its computed tokens
             g.over = True
-            self._group_defer(g, i, room, left)
+            g.defer(i, room, left)
         else:
             g.hist[(computed - step) % bs] += 1
 
@@ -307,7 +306,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         if not (self.commit.all_decode and n == len(self.running) and n <= budget):
             return None
         if g.wake:
-            self._group_wake(g)
+            g.wake_deferred(self.num_computed_tokens, self.block_size)
         total = g.hist[-g.step % self.block_size]  # the members whose blocks are full
         if total > self.kv.num_available_blocks:
             return None
@@ -326,19 +325,24 @@ class SkipAheadEngine(TiedSteps, Engine):
         counts = (len(self.running), self.num_waiting() + gw_waiting)
         n = g.size
         run: Run | None = None
-        # a decode run of the group (not while a request waits to be schedulable: async)
-        decoding = not tail and not self._step_extra_s and not self._pending
+        decoding = not tail and not self._step_extra_s  # a decode run of the group
+        t_lag = math.inf  # the next external event, when the run may go on a step past it
         if decoding:
             c0 = g.context
             to_finish = g.finish[0][0] - g.step
             t_ext = self.hooks.next_external_s()
             until = self._plan_until(t_ext) if self.head_refusal else t_ext
-            # the run ends before a deferred member's blocks fill (it joins hist then)
+            # the run ends before a deferred member's blocks fill (it joins hist then), as a
+            # request becomes schedulable, or a step past t_ext's (async scheduling: _lag_step)
             to_end = min(to_finish, g.wake[0][0] - g.step) if g.wake else to_finish
-            k_max, dt = self.planner.bound(n, c0, to_end, self.t, until)
+            if self._pending:
+                to_end = min(to_end, self._pending_due() - self.num_steps)
+            if lag := self._async and until == t_ext and self.runs_past_external:
+                t_lag = t_ext
+            k_max, dt = self.planner.bound(n, c0, to_end, self.t, until, lag)
             if k_max > GROUP_SMALL_K:
                 planned = self.planner.group_alloc_plan(g.hist, g.step, k_max)
-                run = self._planned_run(n, planned, c0, dt, until)
+                run = self._planned_run(n, planned, c0, dt, until, lag)
             elif k_max > 1:
                 free = self.kv.num_available_blocks
                 used_now = self.num_gpu_blocks - free  # num_used_blocks
@@ -346,14 +350,15 @@ class SkipAheadEngine(TiedSteps, Engine):
                 if self.head_refusal:
                     alloc = np.array(used, np.int64) - used_now
                     used = used[: self._jump_limit(len(used), alloc)]
-                step_end, dts = self.planner.steps_small(n, c0, len(used), self.t, until, dt)
+                step_end, dts = self.planner.steps_small(n, c0, len(used), self.t, until, dt,
+                                                         lag)
                 run = step_end, used[: len(step_end)], dts
             if run is not None:
-                run = self._span_keep(run, t_ext, until)
+                run = self.planner.span_keep(run, t_ext, until)
         else:
             dt = self._step_seconds(tail_features(n, n + g.context, tail, self.num_computed_tokens,
                                                   self.num_tokens, self.num_output_tokens))
-        k = yield from self._wait_run(dt, run, reserved, counts)
+        k = yield from self._wait_run(dt, run, reserved, counts, t_lag)
         self._steps_rows = None  # for scheduled_with_output: the group's step
         self._steps_group = (n, tail)
         if self._aborts:
@@ -408,7 +413,7 @@ class SkipAheadEngine(TiedSteps, Engine):
 
     # --- decode runs ----------------------------------------------------------------------------
     def _planned_run(
-        self, n: int, planned: IntArray, c0: int, dt: float, until: float
+        self, n: int, planned: IntArray, c0: int, dt: float, until: float, lag: int
     ) -> tuple[Floats, Ints, Floats]:
         """A decode run of ``n`` requests from ``c0`` context tokens (its first step ``dt``
         long, planned to end by ``until``) whose steps 1..j would take ``planned[j]`` blocks,
@@ -418,7 +423,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         if self.head_refusal:  # the waiting head was refused: for how long?
             alloc_cum = alloc_cum[: self._jump_limit(len(alloc_cum), alloc_cum)]
         _, step_end, used, dts = self.planner.plan(
-            n, alloc_cum, c0, self.t, until, dt, self.kv.num_used_blocks
+            n, alloc_cum, c0, self.t, until, dt, self.kv.num_used_blocks, lag
         )
         return step_end, used, dts
 
@@ -429,7 +434,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         behind it, so the steps scheduled after it differ only in the timeline's figures
         (running and waiting requests, the gateway's reserved tokens: read as each step is
         scheduled, kept at the samples); the run may then go on, over arrivals, to the first
-        timeline sample at or after ``t_ext`` (:meth:`_span_keep`). A request that arrives
+        timeline sample at or after ``t_ext`` (``DecodeRunPlanner.span_keep``). A request that arrives
         at the head (a priority queue) or an abort still ends the run with the step in
         progress (:meth:`_work_changed`), as without."""
         if not self.head_refusal or t_ext == math.inf:
@@ -437,33 +442,14 @@ class SkipAheadEngine(TiedSteps, Engine):
         self._span_head = self.waiting.peek_request()
         return self.log.timeline.first_at_or_after(t_ext)
 
-    @staticmethod
-    def _span_keep(run: Run, t_ext: float, until: float) -> Run:
-        """The steps to keep of a ``run`` planned to ``until`` (:meth:`_plan_until`): those up
-        to the one in progress at ``t_ext``, and those ending by ``until`` (the steps
-        scheduled before ``t_ext`` and those whose figures no sample reads)."""
-        if until == t_ext:
-            return run
-        ends, used, dts = run
-        if isinstance(ends, list):
-            k_ext = bisect.bisect_left(ends, t_ext) + 1
-            k_until = bisect.bisect_right(ends, until)
-        else:
-            k_ext = int(ends.searchsorted(t_ext, side="left")) + 1
-            k_until = int(ends.searchsorted(until, side="right"))
-        k_ext = min(k_ext, len(ends))
-        if k_ext > 1 and ends[k_ext - 1] == t_ext:  # see decode_plan._TIE
-            k_ext -= 1
-        k = max(k_ext, k_until)
-        return ends[:k], used[:k], dts[:k]
-
     def _wait_run(
-        self, dt: float, run: Run | None, reserved: int, counts: tuple[int, int]
+        self, dt: float, run: Run | None, reserved: int, counts: tuple[int, int], t_lag: float
     ) -> Generator[simpy.Event, Any, int]:
         """Run one step of ``dt`` seconds, or the planned decode ``run`` (step ends, blocks in
         use, step times), with their KV and head-of-line terms and timeline samples
-        (``reserved`` and ``counts``: the timeline's figures as it was scheduled); returns the
-        steps that ran (a run ends early when work is added or aborted)."""
+        (``reserved`` and ``counts``: the timeline's figures as it was scheduled; ``t_lag``:
+        the external event it was planned to go on a step past, or inf); returns the steps
+        that ran (a run ends early when work is added or aborted)."""
         env = self.env
         if run is None:  # one step: nothing cuts it (_work_changed)
             yield from self._wait(self._account_step(dt, reserved, counts))
@@ -473,26 +459,30 @@ class SkipAheadEngine(TiedSteps, Engine):
         step_end, used, dts = run
         t1 = float(step_end[-1])
         k = len(step_end)
+        # a run planned past the next external event waits for its last step's end from that
+        # step's start, as stepping creates a step's end event when the step starts: an event
+        # created during the run and due exactly then runs after it or before, as in stepping
+        # (decode_plan._TIE); a fleet's replica, when a gateway timer is armed for its end
+        # (timer_armed); async scheduling's step after that event (_lag_step) too, but not a
+        # fleet's replica's: its runs end before the fleet's events (first_tie)
+        last_start = None
         if k > 1:
             self._jump_ends = self._run_ends = step_end
             self._run_used = used
+            self._lag_run = lagged = (t_last := float(step_end[k - 2])) > t_lag
+            if self._span_head is not None or (lagged and self.planner.tie is None):
+                last_start = t_last
         ties = self.ties
         if ties is not None:  # a fleet's replica: its event is due at t1 (see _tied_wait)
             self._due[self.tie_index] = t1
             if not self._chained:
                 self._tie_root()
-        # a run planned past the next external event waits for its last step's end from that
-        # step's start, as stepping creates a step's end event when the step starts: an event
-        # created during the run and due exactly then runs after it or before, as in stepping
-        # (decode_plan._TIE); a fleet's replica, when a gateway timer is armed for its end
-        # (timer_armed)
-        last_start = float(step_end[k - 2]) if self._span_head is not None and k > 1 else None
         self._jump_keep = k  # (timer_armed reads it; _work_changed cuts it)
         while True:
             try:
                 if last_start is not None:
                     yield Timeout(env, max(0.0, last_start - env.now))
-                    last_start = None
+                    last_start, self._in_last = None, True
                 delay = max(0.0, t1 - env.now)
                 if env.now + delay != t1 and k > 1 and step_end[k - 2] > env.now:
                     # SimPy adds the delay to now: from the run's start it rounds to another
@@ -506,16 +496,7 @@ class SkipAheadEngine(TiedSteps, Engine):
             except simpy.Interrupt:
                 # work was added or aborted mid-run: stop at the end of the step in progress,
                 # as stepping one by one would have (or later: see _work_changed)
-                k = self._jump_keep
-                t1 = float(step_end[k - 1])
-                if ties is not None:
-                    self._due[self.tie_index] = t1
-                if (last_start is not None or self._refire) and k > 1 and float(
-                        step_end[k - 2]) >= env.now:
-                    last_start = float(step_end[k - 2])
-                else:
-                    last_start = None
-                self._refire = False
+                k, t1, last_start = self._run_cut(step_end, last_start is not None)
         if ties is not None:
             due = self._due
             due[self.tie_index] = math.inf
@@ -524,7 +505,7 @@ class SkipAheadEngine(TiedSteps, Engine):
                 yield from ties.turn(self.tie_index, t1)
         self._jump_ends = self._run_ends = None
         self._span_head = None
-        self._busy = False
+        self._busy = self._in_last = False
         self._between_steps = True
         self.t = t1
         self.num_steps += k
@@ -534,6 +515,31 @@ class SkipAheadEngine(TiedSteps, Engine):
         self.log.scheduled_run(step_end, used, dts, self._hol_blocked, reserved, counts,
                                self.num_preemptions_total)
         return k
+
+    def _run_cut(self, step_end: Floats, from_last: bool) -> tuple[int, float, float | None]:
+        """The run in flight was cut (:meth:`_work_changed`): its steps, end, and last step's
+        start if its end is to be waited for from there (``from_last``, ``_refire``)."""
+        k = self._jump_keep
+        t1 = float(step_end[k - 1])
+        if self.ties is not None:
+            self._due[self.tie_index] = t1
+        last_start = None
+        if (from_last or self._refire) and k > 1 and float(step_end[k - 2]) >= self.env.now:
+            last_start = float(step_end[k - 2])
+        self._refire = False
+        return k, t1, last_start
+
+    def _steps_done_now(self) -> int:
+        """``Engine._steps_done_now``, a run's ended steps counted (all but its last once it
+        has started, ``_wait_run``)."""
+        ends = self._run_ends
+        if ends is None:
+            return self.num_steps
+        if self._in_last:
+            return self.num_steps + self._jump_keep - 1
+        now = self.env.now
+        return self.num_steps + (bisect.bisect_left(ends, now) if self.ties is None
+                                 else self._steps_done(ends, now))
 
     def timer_armed(self, t: float) -> None:
         """A fleet's gateway timer was armed now, due at ``t``. Stepping makes the end event of
@@ -548,28 +554,38 @@ class SkipAheadEngine(TiedSteps, Engine):
             self._refire = True
             self.process.interrupt()
 
-    def _work_changed(self, *, added: bool = False) -> None:
+    def _work_changed(self, *, added: bool = False, lag: int = 0) -> None:
         """Something changed this engine's work during a planned decode run (another replica's
-        completion admitted or revoked a request here): end the run with the step in progress.
-        A request ``added`` behind the waiting head the run was planned past arrivals for
-        (:meth:`_plan_until`) changes only the timeline's figures of the steps scheduled from
-        now on: the run goes on to the first sample at or after now."""
+        completion admitted or revoked a request here): end the run with the step in progress
+        (``lag`` steps after it: a request schedulable then, async scheduling, unless a
+        timeline sample reads those steps' figures, which count it). A request ``added``
+        behind the waiting head the run was planned past arrivals for (:meth:`_plan_until`),
+        or coming then (``lag``) to an FCFS queue, changes only the timeline's figures of the
+        steps scheduled from now on: the run goes on to the first sample at or after now."""
         ends = self._jump_ends
         now = self.env.now
         # nothing to cut unless a step after the one in progress is planned (the run's next
         # to last step ends now or later): the common case, checked without a search
-        if ends is None or len(ends) < 2 or ends[-2] < now:
+        if ends is None or len(ends) < 2 or ends[-2] < now or self._in_last:
             return
+        if lag and self._lag_run and (len(ends) < 3 or ends[-3] < now):
+            return  # the step after this one is the run's last, planned so (decode_plan)
         keep = bisect.bisect_left(ends, now) + 1
         ties = self.ties
         if ties is not None and ends[keep - 1] == now and ties.before(self.tie_index, now):
             keep += 1  # the step ending now ended first (fleet_ties)
-        span = added and self._span_head is not None and self.waiting.peek_request() == self._span_head
+        lagged = lag > 0 and keep < len(ends) and not self.log.timeline.sample_in(
+            float(ends[keep - 1]), float(ends[keep]))
+        keep += lagged
+        span = self._span_head is not None and (
+            self.waiting.peek_request() == self._span_head if added
+            else lag > 0 and self.config.scheduling_policy == "fcfs")
         if span:
             keep = max(keep, bisect.bisect_right(ends, self.log.timeline.first_at_or_after(now)))
         if keep >= len(ends):  # (the step ending now ended first: the next is the last)
             return
-        # what comes later may cut a span shorter; else the step in progress is the run's last
-        self._jump_ends = ends[:keep] if span else None
+        # later work may cut a span or a kept step; else the step in progress is the last
+        self._jump_ends = ends[:keep] if span or lagged else None
         self._jump_keep = keep
+        self._refire = self._refire or lagged  # (its last step's end made as that step starts)
         self.process.interrupt()

@@ -133,6 +133,8 @@ class CpuKVTier:
 class OffloadEngine(Engine):
     """vLLM v1 with the native CPU offloading tier (see the module docstring)."""
 
+    runs_past_external = False  # a load ends unannounced: a decode run ends at its step
+
     def __init__(self, *args: Any, kv_bytes_per_token: int, load_bandwidth_bytes_s: float,
                  tensor_parallel_size: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

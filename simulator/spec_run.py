@@ -219,7 +219,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
             yield from super()._run_scheduled(rows, new, preempted, reserved, counts)
             return
         self._spec_run = run
-        k = yield from self._wait_run(dt0, cut, reserved, counts)
+        k = yield from self._wait_run(dt0, cut, reserved, counts, float("inf"))  # no lag step
         self._spec_run = None
         self._steps_rows = rows
         if self._aborts:  # the last step commits as stepping commits it, without them
@@ -241,7 +241,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
     def _cut(self, run: SpecRun, t_ext: float, until: float) -> Run:
         """``run``'s steps up to the one in progress at ``until`` (as ``DecodeRunPlanner.plan``
         cuts a decode run, ties included), and while the waiting head is refused, up to where
-        it may start (``_jump_limit``); then ``_span_keep``'s."""
+        it may start (``_jump_limit``); then ``DecodeRunPlanner.span_keep``'s."""
         ends, dts, alloc = run.ends, run.dts, run.alloc
         k = len(ends)
         if self.head_refusal:
@@ -256,4 +256,4 @@ class SpecSkipAheadEngine(SkipAheadEngine):
             if j >= 0:
                 k = max(1, j)
         used = self.kv.num_used_blocks + alloc[:k]
-        return self._span_keep((ends[:k], used, dts[:k]), t_ext, until)
+        return self.planner.span_keep((ends[:k], used, dts[:k]), t_ext, until)

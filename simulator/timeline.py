@@ -32,6 +32,11 @@ class Timeline:
         """Whether a sample falls before ``until`` (the engine loop reads ``next_s``)."""
         return self.next_s < until
 
+    def sample_in(self, t0: float, t1: float) -> bool:
+        """Whether a sample to come falls in ``[t0, t1)`` (the step from ``t0`` to ``t1``
+        gives its figures)."""
+        return self.next_s < t1 and self.first_at_or_after(t0) < t1
+
     def first_at_or_after(self, t: float) -> float:
         """The first sample time to come that is at or after ``t`` (inf for ``t = inf``)."""
         if t == math.inf:

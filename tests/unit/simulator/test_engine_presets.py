@@ -425,11 +425,11 @@ def test_decode_runs_go_past_arrivals_behind_a_refused_head_as_stepping_does(
     changes only the timeline's figures of the steps after it: a decode run goes on over
     arrivals to the next timeline sample (a fleet's replica: from a request routed to it
     sooner than planned), and records, timeline and gaps stay those of stepping."""
-    from kvbudget.simulator.fast_decode import SkipAheadEngine
+    from kvbudget.simulator.decode_plan import DecodeRunPlanner
     from kvbudget.simulator.fleet import FleetConfig
 
     longer: list[int] = []
-    span_keep = SkipAheadEngine._span_keep
+    span_keep = DecodeRunPlanner.span_keep
 
     def counting(run: Any, t_ext: float, until: float) -> Any:
         kept = span_keep(run, t_ext, until)
@@ -437,7 +437,7 @@ def test_decode_runs_go_past_arrivals_behind_a_refused_head_as_stepping_does(
         longer.append(len(kept[0]) > min(len(ends), int(np.searchsorted(ends, t_ext)) + 1))
         return kept
 
-    monkeypatch.setattr(SkipAheadEngine, "_span_keep", staticmethod(counting))
+    monkeypatch.setattr(DecodeRunPlanner, "span_keep", staticmethod(counting))
     w = backed_up_workload(120, seed=len(name) + len(extra))
     engine = EngineConfig(name=name, num_gpu_blocks=120, block_size=16,  # type: ignore[arg-type]
                           max_num_batched_tokens=512, **extra)
