@@ -193,3 +193,23 @@ def test_plan_cli_refuses_bad_totals(tmp_path: Path, value: str, message: str) -
         "--disagg-replicas", value])
     assert res.exit_code == 2
     assert res.stderr.strip() == message
+
+
+def test_the_docs_split_plan_prints_what_it_shows(tmp_path: Path, shared: Path) -> None:
+    """docs/disaggregation.md's plan command, run whole (the docs test runs it reduced),
+    prints the table the page shows."""
+    import re
+    import shlex
+
+    from tests.conftest import REPO
+
+    text = (REPO / "docs" / "disaggregation.md").read_text()
+    block = re.search(r"```console\n\$ (kvbudget plan [^\n]*--disagg-replicas[^\n]*)\n"
+                      r"(.*?)```", text, re.S)
+    assert block is not None
+    command, shown = block.group(1), block.group(2).strip().splitlines()
+    args = shlex.split(command.replace("../shared", str(shared)))[1:]
+    args[args.index("--out") + 1] = str(tmp_path / "split")
+    res = CliRunner().invoke(app, [*args, "-j", "1"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.splitlines()[:len(shown)] == shown
