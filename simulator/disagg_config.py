@@ -146,7 +146,10 @@ class DisaggConfig:
                                  "modelled on a decode replica (vLLM drains the requests whose "
                                  f"KV arrived first), got {engine.scheduling_policy!r}")
             if pool.gpu is not None:
-                get_gpu(pool.gpu)
+                try:
+                    get_gpu(pool.gpu)
+                except ValueError as exc:
+                    raise ValueError(f"disaggregation.{where}.gpu: {exc}") from None
             try:
                 get_model(config.model).check_tensor_parallel(engine.tensor_parallel_size)
             except ValueError as exc:
