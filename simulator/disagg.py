@@ -151,7 +151,8 @@ class DisaggFleet(ReplicaTotals):
         replica, each GPU's shard over its own link)."""
         bs = self.prefill[0].block_size
         tokens = -(-self.w.prompt_tokens.item(i) // bs) * bs
-        return self.disagg.link.latency_s + tokens * self._bytes_per_token / self._bandwidth
+        return (self.disagg.link.transfer_latency_s
+                + tokens * self._bytes_per_token / self._bandwidth)
 
     def _load_started(self, i: int, start: float, end: float) -> None:
         self.transfer_start_s[i] = start
@@ -357,7 +358,7 @@ class DisaggFleet(ReplicaTotals):
                 **pools,
                 "link": self.disagg.link.name,
                 "link_bandwidth_bytes_s": self._bandwidth,
-                "link_latency_s": self.disagg.link.latency_s,
+                "link_latency_s": self.disagg.link.transfer_latency_s,
                 "kv_bytes_per_token_per_gpu": self._bytes_per_token,
                 "num_transfers": int(moved.sum()),
                 "transfer_s_mean": float(seconds.mean()) if seconds.size else None,
