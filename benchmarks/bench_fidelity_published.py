@@ -35,6 +35,7 @@ SHAREGPT = REPO.parent / "shared" / "traces" / "sharegpt_lengths" / (
 V06 = "https://blog.vllm.ai/2024/09/05/perf-update.html"
 V1A = "https://blog.vllm.ai/2025/01/27/v1-alpha-release.html"
 FP8 = "https://blog.vllm.ai/2026/04/22/fp8-kvcache.html"
+SYMM = "https://github.com/vllm-project/vllm/pull/20759"
 
 Lengths = tuple[np.ndarray, np.ndarray]
 
@@ -124,6 +125,21 @@ PART_IN_SAMPLE = ("PARTLY IN-SAMPLE: moe_layer_overhead_s is derived from this b
                   "H100 concurrency-1 intercept; the batch-8 step, TTFT and tok/s are held out")
 
 
+# vllm PR #20759 (2025-07-10), the baseline rows (before the PR: custom all-reduce and NCCL):
+# `vllm serve meta-llama/Llama-3.1-70B-Instruct --no-enable-prefix-caching -tp 4` on B200,
+# `vllm bench serve --dataset-name sonnet --request-rate qps --num-prompts 60 x qps`
+SYMM_ENGINE = {"enable_prefix_caching": False, "async_scheduling": False,
+               "gpu_memory_utilization": 0.9, "profile_cudagraph_memory": False}
+SYMM_NOTE = ("vllm#20759 baseline (vLLM ~0.10, July 2025): B200 serve defaults of today's "
+             "kvbudget (the PR does not list them), prefix caching off, util 0.9, async "
+             "scheduling off (opt-in then); sonnet at vllm bench serve's defaults, 550 input / "
+             "150 output tokens each; 600 requests at each QPS (the PR: 60 s of them; steady state)")
+
+
+def _sonnet(n: int, rng: np.random.Generator) -> Lengths:
+    return np.full(n, 550, np.int64), np.full(n, 150, np.int64)
+
+
 def _sharegpt(n: int, rng: np.random.Generator) -> Lengths:
     return sharegpt_lengths(n, rng)
 
@@ -153,6 +169,9 @@ SETUPS: tuple[Setup, ...] = (
           _sharegpt, 1000, "e2e_mean_s", (1, 5, 10, 15, 20, 25, 30),
           (4.2, 4.8, 5.1, 6.2, 8.1, 12.4, 22.2), True,
           assumptions=(V1_ALPHA_NOTE, SHAREGPT_NOTE, "1,000 prompts (assumed)")),
+    Setup("PR20759 Llama-3.1-70B 4xB200 TPOT", SYMM, "B200", "Llama-3.1-70B", 4, SYMM_ENGINE,
+          _sonnet, 600, "tpot_mean_ms", (1, 5, 10), (12.880, 14.120, 17.674), False,
+          assumptions=(SYMM_NOTE,)),
     Setup("FP8blog Llama-3.1-8B H100 c8", FP8, "H100-SXM", "Llama-3.1-8B", 1, FP8_ENGINE,
           _random_20k, 150, "conc8", (8,), (), False, closed_loop=True,
           assumptions=(FP8_NOTE, IN_SAMPLE)),

@@ -19,8 +19,13 @@ published figures, the batch size beyond which it stops paying, and the simulato
    MagicDec, Chen et al. 2024, arXiv:2408.11049, finds for long contexts), against the
    EAGLE-3 paper's SGLang figure at batch 64.
 3. **CPU per request.** The scenario ``scenarios/synth_conservative.toml`` simulated with and
-   without ``[engine.speculative_config]`` (EAGLE, k = 3, rate 0.7): process CPU seconds a
-   request, best of ``--repeat``.
+   without ``[engine.speculative_config]`` (EAGLE, k = 3, rate 0.7), both with skip-ahead
+   (speculative decoding's runs of verify steps: ``simulator/spec_run.py``), and with it
+   stepping: process CPU seconds a request, best of ``--repeat``.
+
+1b. **Published speed-ups with their own acceptance figures** (``perf/spec_published.py``):
+   each publication's mean acceptance length and ``k`` in, the model's speed-up out, within
+   15 % or not.
 
 Usage: python benchmarks/bench_specdec.py [--repeat 3]
 """
@@ -35,6 +40,7 @@ from bytecode import compile_project
 
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
+from kvbudget.perf.spec_published import TOLERANCE, compare, decode_speed_up
 from kvbudget.perf.speculative import draft_pass_model, mean_acceptance_length, rate_for_length
 from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.simulator.run import simulate
@@ -51,14 +57,9 @@ CONTEXT = 1000
 
 
 def speed_up(target: VllmStepModel, draft: VllmStepModel, n: int, k: int, length: float) -> float:
-    """Tokens a second with speculation over without, for ``n`` decoding requests."""
-    c = float(CONTEXT)
-    plain = float(target.step_time(0.0, float(n), n * (c + 1), 0.0, 0.0))
-    q = k + 1
-    verify = float(target.step_time(float(n * q), 0.0, n * (c + q), float(n * q) * (c + q),
-                                    float(n)))
-    one_pass = float(draft.step_time(0.0, float(n), n * (c + q), 0.0, 0.0)) - draft.step_overhead_s
-    return (n * length / (verify + k * one_pass)) / (n / plain)
+    """Tokens a second with speculation over without, for ``n`` decoding requests at
+    ``CONTEXT`` tokens each (``spec_published.decode_speed_up``)."""
+    return decode_speed_up(target, draft, n, k, length, CONTEXT)
 
 
 def needed_length(target: VllmStepModel, draft: VllmStepModel, k: int, ratio: float) -> float:
@@ -100,6 +101,14 @@ def main() -> None:
             rate = rate_for_length(length, k) if length <= k + 1 else 1.0
             print(f"   k={k}, acceptance length {length:.1f} (rate {rate:.3f}): predicted "
                   f"{speed_up(target, head, 1, k, length):.2f}x")
+    print(f"\n1b. published speed-ups with the publication's own acceptance as input (within "
+          f"{TOLERANCE:.0%}?)")
+    for c in compare():
+        p = c.published
+        print(f"   {p.engine:6s} {p.method:6s} {'tree' if p.tree else 'chain'} k={p.k} batch "
+              f"{p.batch} length {p.length:.2f}: published {p.speed_up:.2f}x, model "
+              f"{c.predicted:.2f}x ({c.error:+.1%}: {'within' if c.within else 'NOT within'}); "
+              f"{p.source}")
     print("\n2. speed-up by batch size (EAGLE-3 head, k=3, rate 0.7: length "
           f"{mean_acceptance_length(0.7, 3):.2f}), by context a request; 70B on 4 GPUs")
     global CONTEXT
@@ -123,16 +132,17 @@ def main() -> None:
     print(f"   published (EAGLE-3 paper, SGLang, 8B, H100): {SGLANG_BATCH64:.2f}x at batch 64 "
           f"against {SGLANG_PUBLISHED['EAGLE-3'] / SGLANG_BASE_TOK_S:.2f}x at batch 1 "
           f"(ratio {ratio:.2f}); the model's ratio at context 1000: {m64:.2f}")
-    print("\n3. CPU per request, scenarios/synth_conservative.toml")
+    print("\n3. CPU per request, scenarios/synth_conservative.toml (process CPU, best of "
+          f"{args.repeat})")
     spec = ["engine.speculative_config.method=eagle",
             "engine.speculative_config.num_speculative_tokens=3",
             "engine.speculative_config.acceptance_rate=0.7"]
     off, n = cpu_per_request([], args.repeat)
-    off_step, _ = cpu_per_request(["engine.skip_ahead=false"], args.repeat)
     on, _ = cpu_per_request(spec, args.repeat)
-    print(f"   {n} requests: without {off * 1e6:.0f} us/request (skip-ahead), "
-          f"{off_step * 1e6:.0f} (stepping); with EAGLE {on * 1e6:.0f} us/request: "
-          f"{on / off:.2f}x skip-ahead, {on / off_step:.2f}x stepping")
+    on_step, _ = cpu_per_request([*spec, "engine.skip_ahead=false"], args.repeat)
+    print(f"   {n} requests, skip-ahead: without speculation {off * 1e6:.0f} us/request, with "
+          f"EAGLE (k=3, rate 0.7) {on * 1e6:.0f} us/request: {on / off:.2f}x; with EAGLE "
+          f"stepping {on_step * 1e6:.0f} us/request ({on_step / off:.2f}x)")
 
 
 if __name__ == "__main__":

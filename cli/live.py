@@ -133,7 +133,8 @@ EvalsOpt = Annotated[int, typer.Option(
     "--max-evals", min=1, max=100_000, help="With --records: simulations the fit may run.")]
 OverheadFitOpt = Annotated[bool, typer.Option(
     "--fit-overhead/--no-fit-overhead", help="With --records: also fit the API server's "
-    "time per request (frontend_overhead_s); off for engine-side logs.")]
+    "fixed time per request (frontend_overhead_s, the first token's fixed part; the part "
+    "that grows with the step is the simulated engine's); off for engine-side logs.")]
 RecTierOpt = Annotated[str, typer.Option(
     "--tier", help="Tier of requests whose recording has none.")]
 TpOpt = Annotated[int | None, typer.Option(

@@ -1,5 +1,6 @@
 """``kvbudget plan``: the cheapest deployment that meets the SLOs for a workload."""
 
+import math
 import textwrap
 from collections.abc import Mapping
 from pathlib import Path
@@ -9,7 +10,6 @@ import typer
 
 from kvbudget.cli.errors import CliError, check_out_dir, fail, user_errors
 from kvbudget.cli.options import (
-    MAX_REPLICATIONS,
     AddressOpt,
     ExecutorOpt,
     JobsOpt,
@@ -18,6 +18,13 @@ from kvbudget.cli.options import (
     with_scenario_options,
 )
 from kvbudget.cli.progress import Bar
+from kvbudget.cli.study_intervals import (
+    StudyDrawsOpt,
+    StudyIntervalOpt,
+    StudyReplicationsOpt,
+    span,
+    study_replications,
+)
 from kvbudget.cli.tables import WIDTH, _pm, render, short_metric
 from kvbudget.studies.executors import make_executor
 from kvbudget.studies.plan import (
@@ -82,9 +89,7 @@ def plan_cmd(
     price: Annotated[list[str] | None, typer.Option(
         "--price", metavar="GPU=USD", help="One GPU's price per GPU-hour (repeatable; over "
         "--prices).")] = None,
-    replications: Annotated[int, typer.Option(
-        "--replications", "-r", min=1, max=MAX_REPLICATIONS,
-        help="Seeds per configuration.")] = 3,
+    replications: StudyReplicationsOpt = None,
     seed: Annotated[int | None, typer.Option("--seed", min=0, help="Root seed.")] = None,
     top: Annotated[int, typer.Option("--top", min=1, help="Rows of the ranked table.")] = 10,
     resume: Annotated[bool, typer.Option(
@@ -93,6 +98,8 @@ def plan_cmd(
     address: AddressOpt = None,
     jobs: JobsOpt = None,
     wide: Annotated[bool, typer.Option("--wide", help="Every column.")] = False,
+    interval: StudyIntervalOpt = None,
+    interval_draws: StudyDrawsOpt = None,
 ) -> None:
     """The cheapest deployment meeting the SLOs: GPU type x tensor parallelism x replicas x
     admission policy (and its main parameter), ranked by dollars per hour.
@@ -106,6 +113,7 @@ def plan_cmd(
         if setup.trace_args.rate_scales() is not None and len(
                 setup.trace_args.rate_scales() or ()) > 1:
             raise CliError("--rate-scale: plan takes one load")
+        replications = study_replications(interval, interval_draws, replications)
         scn = setup.build()
         table, sources = _price_table(prices, price)
         names: tuple[str, ...] = ()
@@ -117,7 +125,9 @@ def plan_cmd(
             replicas=_list(replicas, "--replicas", int),
             disagg_replicas=_totals(disagg_replicas), policies=names,
             param_values=param_values, slos=tuple(Constraint.parse(s) for s in slo or []),
-            prices=table, price_sources=sources, replications=replications, root_seed=seed)
+            prices=table, price_sources=sources, replications=replications, root_seed=seed,
+            interval=interval)
+        spec.step_draws()  # a step model without stated uncertainty fails here, before a run
         result = _run_plan(spec, out, executor=executor, jobs=jobs, address=address,
                            resume=resume)
         written = result.write(out)
@@ -232,7 +242,9 @@ def render_plan(result: Any, *, top: int | None = 10, wide: bool = False) -> str
         prefix = "" if len(offered) == 1 else (tier[:5] + "." if len(tier) > 6 else tier) + " "
         return prefix + rest
 
-    headers = ["GPU", "GPUs", "policy", "$/h", "$/M tok", *(label(m) for m in metrics), "ok"]
+    band = [] if spec.interval is None else [f"replicas {spec.interval:.0%}"]
+    headers = ["GPU", "GPUs", "policy", "$/h", "$/M tok", *(label(m) for m in metrics), *band,
+               "ok"]
     rows = []
     for r in df.to_dict(orient="records"):
         name = policy_label({str(k): v for k, v in r.items()}, keys)
@@ -243,6 +255,8 @@ def render_plan(result: Any, *, top: int | None = 10, wide: bool = False) -> str
         rows.append([r["gpu"], _gpus_label(r), name,
                      f"{r['usd_per_hour']:.2f}", f"{r['usd_per_m_output_tokens']:.3f}",
                      *(_pm(r[m], r[f"{m}_low"], r[f"{m}_high"]) for m in metrics),
+                     *([] if spec.interval is None
+                       else [span(r["replicas_low"], r["replicas_high"])]),
                      "yes" if r["feasible"] else "no"])
     how = (f"the bound of the {spec.confidence:.0%} t interval over {spec.replications} "
            "replications" if spec.replications > 1 else "one replication")
@@ -259,7 +273,26 @@ def render_plan(result: Any, *, top: int | None = 10, wide: bool = False) -> str
              if len(rows) < num_all else [])
     return "\n".join([render(headers, rows, gap=1 if not wide else 2),
                       *(textwrap.fill(x, WIDTH, subsequent_indent="  ")
-                        for x in [*shown, price_note(spec), note])])
+                        for x in [*shown, price_note(spec), note, *_interval_notes(result)])])
+
+
+def _interval_notes(result: Any) -> list[str]:
+    """With --interval: the cheapest configuration with its interval, and what it combines."""
+    spec = result.spec
+    if spec.interval is None:
+        return []
+    best = result.cheapest()
+    level = f"{spec.interval:.0%}"
+    out = [f"{level} intervals over {spec.combines()}; replicas {level}: the replica counts "
+           "the worlds need, each the smallest count tried at which it meets every SLO on its "
+           "own (open: a world missed at every count tried)."]
+    if best is not None:
+        low, high = (math.inf if best.get(k) is None else float(best[k])
+                     for k in ("replicas_low", "replicas_high"))
+        out.insert(0, f"cheapest: {best['gpu']} {best['replicas']}x{best['tp']} "
+                      f"{best['policy']} ${best['usd_per_hour']:.2f}/h; replicas needed "
+                      f"({level}): {span(low, high)}")
+    return out
 
 
 def _gpus_label(row: Mapping[Any, Any]) -> str:

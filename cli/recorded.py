@@ -322,6 +322,19 @@ def _print_fit(cal: "RecordedCalibration") -> None:
         for k, v in cal.fitted.items()]))
     for name, why in cal.fixed.items():
         typer.echo(f"not fitted: {name} ({why})")
+    for line in cal.warnings():  # a fit at a bound or outside its published range: loudly
+        typer.echo(f"warning: {line}", err=True)
+
+
+def _print_first_token(cal: "RecordedCalibration", config: "SimConfig") -> None:
+    split = cal.first_token(config)
+    bounds = split["fixed_part_bounds_s"]
+    typer.echo(f"first token: engine part {split['engine_part']} (async scheduling "
+               f"{'on' if split['async_scheduling'] else 'off'}: --set "
+               "engine.async_scheduling=...); front-end fixed part "
+               f"{1e3 * split['fixed_part_s']:.2f} ms per request, "
+               + (f"fitted within {1e3 * bounds[0]:.2f} .. {1e3 * bounds[1]:.2f} ms"
+                  if bounds is not None else "not fitted (--no-fit-overhead)"))
 
 
 SMALL_FIT_FLAG = "--allow-small-fit"
@@ -381,6 +394,7 @@ def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: fl
         check_replay(setup, cal.simulated, rows, allow_refusals=allow_refusals,
                      what="calibration")
     _print_fit(cal)
+    _print_first_token(cal, setup.config)
     if max_evals > 1:
         check_fit(cal, out, allow_small=allow_small)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -446,6 +460,7 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
         cal = fit(setup, kind, rows=fit_rows, max_evals=max_evals, fit_overhead=fit_overhead,
                   desc="calibrate (first part)")
         _print_fit(cal)
+        _print_first_token(cal, setup.config)
         if max_evals > 1:
             check_fit(cal, out / "cost.json", allow_small=allow_small)
         out.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,7 @@
 """``kvbudget sweep``, ``tune`` and ``capacity``: many simulations on local cores or on Ray."""
 
 import math
+import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +21,14 @@ from kvbudget.cli.options import (
     with_scenario_options,
 )
 from kvbudget.cli.progress import Bar
-from kvbudget.cli.tables import render, short_metric
+from kvbudget.cli.study_intervals import (
+    StudyDrawsOpt,
+    StudyIntervalOpt,
+    StudyReplicationsOpt,
+    span,
+    study_replications,
+)
+from kvbudget.cli.tables import WIDTH, render, short_metric
 from kvbudget.studies.capacity import (
     CapacitySpec,
     attainment_curve,
@@ -359,7 +367,7 @@ def capacity_cmd(
     metric: Annotated[
         str, typer.Option("--metric", help="Attainment column (e.g. interactive_slo_attainment).")
     ] = "overall_slo_attainment",
-    replications: ReplicationsOpt = 3,
+    replications: StudyReplicationsOpt = None,
     rel_tol: Annotated[
         float, typer.Option("--rel-tol", help="Stop when the bracket is this tight (relative).")
     ] = 0.02,
@@ -376,6 +384,8 @@ def capacity_cmd(
     resume: Annotated[
         bool, typer.Option("--resume", help="Reuse the runs already in --out; run the rest.")
     ] = False,
+    interval: StudyIntervalOpt = None,
+    interval_draws: StudyDrawsOpt = None,
 ) -> None:
     """The largest arrival rate each policy sustains at the SLO attainment target
     (DistServe's per-GPU goodput), by bisection on the load with replications. Finished runs
@@ -385,11 +395,14 @@ def capacity_cmd(
         names = policy_names(policies)
         if setup.trace_args.rate_scales() is not None:
             raise CliError("--rate-scale: capacity searches the load itself")
+        replications = study_replications(interval, interval_draws, replications)
         scn = setup.build()
         slos = tuple(Constraint.parse(c) for c in slo or [])
         spec = CapacitySpec(scn, tuple(names), target=0.9 if target is None else target,
                             metric=metric, replications=replications, rel_tol=rel_tol,
-                            root_seed=seed, slos=slos, use_target=target is not None or not slos)
+                            root_seed=seed, slos=slos, use_target=target is not None or not slos,
+                            interval=interval)
+        spec.step_draws()  # a step model without stated uncertainty fails here, before a run
         stored = StoredRuns(out, resume=resume, what="capacity search")
         result, curve, scales, consistent = _capacity_with_bar(
             spec, _executor(executor, jobs, address), out, stored=stored,
@@ -447,13 +460,21 @@ def _print_capacities(result: "CapacityResult", spec: CapacitySpec) -> None:
     slo_cols = [c.metric for c in spec.slos]
     typer.echo(f"criteria (mean over {spec.replications} replications): "
                + ", ".join(spec.criteria()))
+    band = [] if spec.interval is None else [f"{spec.interval:.0%} interval"]
     typer.echo(render(
-        ["policy", "capacity req/s", "per GPU", "bracket high", "attain. at cap", *slo_cols,
-         "note"],
-        [[c.policy, c.capacity_rps, c.capacity_rps_per_gpu, _fmt(c.bracket_rps[1]),
-          _fmt(c.attainment[0]), *[at_cap(c.policy, c.scale, m) for m in slo_cols], c.note]
+        ["policy", "capacity req/s", *band, "per GPU", "bracket high", "attain. at cap",
+         *slo_cols, "note"],
+        [[c.policy, c.capacity_rps,
+          *([] if c.interval_rps is None else [span(*c.interval_rps)]),
+          c.capacity_rps_per_gpu, _fmt(c.bracket_rps[1]), _fmt(c.attainment[0]),
+          *[at_cap(c.policy, c.scale, m) for m in slo_cols], c.note]
          for c in result.capacities],
     ))
+    if spec.interval is not None:
+        typer.echo(textwrap.fill(
+            f"{spec.interval:.0%} interval of the capacity over {spec.combines()}; each "
+            "world's own capacity searched to --rel-tol (open: a world that meets the target "
+            "at the largest load searched)", WIDTH))
 
 
 def register(app: typer.Typer) -> None:

@@ -32,8 +32,8 @@ cost of *that* GPU: the other GPU's own defaults apply) nor to another paralleli
 up in its efficiencies what the communication model misses: docs/fidelity.md, "Calibrated from
 the recordings", where a TP2 fit's KV-read efficiency is 0.42 against TP1's 0.76). Even on the
 same GPU a carried fit is approximate (the same section: moving the fitted parameters between two
-models of one GPU took one's errors from -48/-35/-40 % to -27/-19/-23 %, the other's from
--46/-19/-26 % to +65/+30/+39 %), which is why the transfer is asked for, never assumed. A
+models of one GPU took one's errors from -47/-34/-40 % to -31/-19/-24 %, the other's from
+-46/-19/-26 % to +56/+23/+32 %), which is why the transfer is asked for, never assumed. A
 linear model's coefficients are seconds per token or sequence of one model on one GPU: none
 transfers.
 """

@@ -13,7 +13,10 @@ One engine step (``t`` seconds) is modelled as
   ``weight_bytes`` are the bytes of weights one GPU reads: the dense weights (less the input
   embedding table, of which a step reads only its tokens' rows) plus, for MoE layers, the
   experts the step's tokens touch (``ModelSpec.expected_distinct_experts`` of the step's tokens,
-  each expert once), under expert parallelism the experts of this GPU only.
+  each expert once), under expert parallelism the experts of this GPU only. The routed experts'
+  FLOPs (16-bit and FP8 experts: vLLM's Triton ``fused_moe``) run at ``gemm_efficiency`` times
+  :func:`~kvbudget.perf.parallel_costs.moe_gemm_relative_efficiency` of their tokens per
+  expert (vllm#24700's H100 kernel times: 0.29-0.63 of a dense GEMM's rate at 64-384).
 * **Attention against the KV cache.** ``attn_flops`` are the score and value FLOPs of prefill
   chunks (``prefill_attention`` pairs); ``kv_bytes`` the KV every scheduled sequence reads
   (``num_context_tokens`` times the KV bytes of a token on one GPU; sliding-window layers read
@@ -21,11 +24,14 @@ One engine step (``t`` seconds) is modelled as
 * The two kernel classes run one after the other, each as fast as its slower resource allows;
   ``smooth_max(a, b) = (a^4 + b^4)^(1/4)`` (1.19x the max where the two are equal, the max away
   from it): a GEMM or attention kernel near its ridge point reaches neither roof.
-* **Communication** with tensor parallelism: two all-reduces per layer (after attention and
-  after the MLP) of the step's hidden states, each ``allreduce_latency_s + 2 (n-1)/n * bytes /
-  (link_efficiency * link bandwidth)`` (the ring all-reduce's traffic per GPU); with expert
-  parallelism, an all-to-all dispatch and combine per MoE layer of each token's ``top_k``
-  hidden states.
+* **Communication** with tensor parallelism: two all-reduces per layer (Megatron-style: after
+  the attention's output projection and after the MLP's down projection) of the step's hidden
+  states, each priced by vLLM's algorithm for its size
+  (:class:`~kvbudget.perf.parallel_costs.AllReduceCost`): one-shot, ``allreduce_latency_s +
+  (n-1) * bytes / (link_efficiency * link bandwidth)``, below the custom all-reduce's one-shot
+  limit; two-shot, ``2 * allreduce_latency_s + 2 (n-1)/n * bytes / (...)`` (the ring's
+  traffic), above it; with expert parallelism, an all-to-all dispatch and combine per MoE
+  layer of each token's ``top_k`` hidden states.
 * **Overheads.** ``step_overhead_s`` is the host's gap between two GPU steps with CUDA graphs
   and async scheduling (vLLM PR #11133: 150-170 us); ``layer_overhead_s`` the per-layer cost of
   kernel launches and the small kernels (norms, rotary, activation, sampling) that a roofline of
@@ -34,7 +40,9 @@ One engine step (``t`` seconds) is modelled as
   weight reading time and the step gap, per layer); docs/fidelity.md has the derivation and the
   check against the blog's B200 figure. ``moe_layer_overhead_s`` is what an MoE layer adds to
   that (routing, token permutation, grouped GEMM launches), from the same blog's gpt-oss-20b
-  intercept on H100 (4.05 ms), checked against its B200 figure.
+  intercept on H100 (4.05 ms), checked against its B200 figure, for MXFP4 experts; 16-bit and
+  FP8 experts run vLLM's Triton ``fused_moe``, whose published H100 times give 20.5 us
+  (:data:`~kvbudget.perf.parallel_costs.FUSED_MOE_OVERHEAD_S`).
 
 Every default constant names its source in docs/fidelity.md ("Step-time model").
 :attr:`VllmStepModel.FIT_PARAMETERS` names the floats a calibration may change (with
@@ -57,6 +65,11 @@ import numpy.typing as npt
 
 from kvbudget.perf.hardware import GPUSpec, get_gpu
 from kvbudget.perf.models import get_model
+from kvbudget.perf.parallel_costs import (
+    FUSED_MOE_OVERHEAD_S,
+    AllReduceCost,
+    moe_gemm_relative_efficiency,
+)
 from kvbudget.perf.step_features import decode_step_times
 
 if TYPE_CHECKING:
@@ -100,6 +113,7 @@ context's term is computed as it comes."""
 # 24 MoE layers add (4.05 - 2.364) / 24 = 70 us each
 BLOG_H100_GPTOSS20B_INTERCEPT_S = 4.05e-3
 MOE_LAYER_OVERHEAD_S = (BLOG_H100_GPTOSS20B_INTERCEPT_S - 2.3636e-3) / 24
+"""An MXFP4 MoE layer's (gpt-oss); 16-bit and FP8 experts: ``FUSED_MOE_OVERHEAD_S``."""
 # Paged decode attention streams the KV cache below the streaming-read fraction: the same
 # blog's concurrency-8 run (Llama-3.1-8B, H100, ~20,000 input + ~2,000 output tokens, BF16 KV)
 # has a median ITL of 15.18 ms; less the batch-1 intercept (6.44 ms: weights and overheads),
@@ -128,6 +142,8 @@ class _Terms:
     gemm_flops_per_token: float
     lm_head_flops: float
     gemm_flops_s: float
+    expert_flops_per_token: float  # the routed experts' share of gemm_flops_per_token
+    expert_share: float  # tokens per expert per token: top_k / num_experts
     attn_flops_per_pair: float
     attn_flops_s: float
     dense_read_bytes: float
@@ -141,6 +157,8 @@ class _Terms:
     bytes_s: float
     kv_bytes_s: float
     overhead_s: float
+    num_allreduces: int
+    allreduce: AllReduceCost | None
     comm_per_step_s: float
     comm_per_token_s: float
 
@@ -154,8 +172,10 @@ what vLLM's steps measure (about 0.1-1 ms); beyond it a step model would simulat
 class VllmStepModel:
     """vLLM v1's step time on ``gpu`` for ``model`` (see the module docstring).
 
-    ``mem_efficiency`` and ``gemm_efficiency`` default to the GPU's (``GPUSpec``); the other
-    constants to the module's sourced values.
+    ``mem_efficiency`` and ``gemm_efficiency`` default to the GPU's (``GPUSpec``);
+    ``moe_layer_overhead_s`` to the experts' kernel's (``FUSED_MOE_OVERHEAD_S`` for 16-bit and
+    FP8 experts, :data:`MOE_LAYER_OVERHEAD_S` for MXFP4); the other constants to the module's
+    sourced values.
     """
 
     gpu: GPUSpec
@@ -169,7 +189,7 @@ class VllmStepModel:
     attention_efficiency: float = ATTENTION_EFFICIENCY
     step_overhead_s: float = STEP_OVERHEAD_S
     layer_overhead_s: float = LAYER_OVERHEAD_S
-    moe_layer_overhead_s: float = MOE_LAYER_OVERHEAD_S
+    moe_layer_overhead_s: float = math.nan
     allreduce_latency_s: float = math.nan
     link_efficiency: float = math.nan
     source: str = "defaults"
@@ -208,6 +228,11 @@ class VllmStepModel:
         defaults = {
             "kv_mem_efficiency": min(1.0, self.mem_efficiency * KV_READ_FACTOR),
             "gemm_efficiency": g.achievable_gemm_fraction,
+            # Triton fused_moe for 16-bit and FP8 experts; MXFP4's (a dense model never reads
+            # it and keeps that one, as its summaries always showed)
+            "moe_layer_overhead_s": (FUSED_MOE_OVERHEAD_S if self.model.moe is not None
+                                     and self.model.weight_dtype != "mxfp4"
+                                     else MOE_LAYER_OVERHEAD_S),
             "allreduce_latency_s": ALLREDUCE_LATENCY_S[g.interconnect],
             "link_efficiency": LINK_EFFICIENCY[g.interconnect],
         }
@@ -246,6 +271,11 @@ class VllmStepModel:
         embed = m.vocab_size * m.hidden_size * m.dtype_bytes / tp  # embeddings stay 16-bit
         lm_head = 2.0 * m.vocab_size * m.hidden_size / tp
         moe = m.moe
+        expert_flops = share = 0.0  # fused_moe's grouped GEMMs (not MXFP4's kernels)
+        if moe is not None and m.weight_dtype != "mxfp4":
+            expert_flops = (2.0 * moe.num_moe_layers * moe.num_experts_per_tok * 3
+                            * m.hidden_size * moe.expert_intermediate_size / tp)
+            share = moe.num_experts_per_tok / moe.num_experts
         if moe is not None:
             dense = m.dense_weight_bytes(tp)
             # one touched expert's bytes on this GPU: its 1/tp slice, or all of it under EP
@@ -262,10 +292,10 @@ class VllmStepModel:
         layers = m.num_layers
         comm_step = comm_token = 0.0
         link = g.link_bandwidth_bytes_s * self.link_efficiency
-        if tp > 1:
-            ring = 2.0 * (tp - 1) / tp
-            comm_step += 2 * layers * self.allreduce_latency_s
-            comm_token += 2 * layers * ring * m.hidden_size * ACTIVATION_BYTES / link
+        allreduce = None
+        if tp > 1:  # two a layer: the attention's output projection's and the MLP's
+            allreduce = AllReduceCost.of(tp, g.interconnect, self.allreduce_latency_s, link,
+                                         m.hidden_size * ACTIVATION_BYTES)
         if moe is not None and ep > 1:
             share = (ep - 1) / ep
             comm_step += 2 * num_moe_layers * self.allreduce_latency_s
@@ -277,6 +307,8 @@ class VllmStepModel:
             gemm_flops_per_token=m.flops_per_token() / tp - lm_head,
             lm_head_flops=lm_head,
             gemm_flops_s=peak * self.gemm_efficiency,
+            expert_flops_per_token=expert_flops,
+            expert_share=share,
             attn_flops_per_pair=m.attention_flops_per_token_pair() / tp,
             attn_flops_s=attn_peak * self.attention_efficiency,
             dense_read_bytes=read,
@@ -291,6 +323,8 @@ class VllmStepModel:
             kv_bytes_s=g.hbm_bandwidth_bytes_s * self.kv_mem_efficiency,
             overhead_s=self.step_overhead_s + layers * self.layer_overhead_s
             + num_moe_layers * self.moe_layer_overhead_s,
+            num_allreduces=2 * layers if allreduce is not None else 0,
+            allreduce=allreduce,
             comm_per_step_s=comm_step,
             comm_per_token_s=comm_token,
         )
@@ -319,6 +353,12 @@ class VllmStepModel:
         sampled = num_decode_seqs + num_prefill_seqs
         gemm_c = (c.gemm_flops_per_token * tokens + c.lm_head_flops * sampled) / c.gemm_flops_s
         if c.num_moe_layers:
+            if c.expert_flops_per_token:
+                # the routed experts' GEMMs at fused_moe's efficiency for their tokens per
+                # expert (parallel_costs.moe_gemm_relative_efficiency)
+                rel = moe_gemm_relative_efficiency(tokens * c.expert_share)
+                gemm_c = gemm_c + c.expert_flops_per_token * tokens * (1.0 / rel - 1.0) / (
+                    c.gemm_flops_s)
             gemm_m = (c.dense_read_bytes + c.expert_bytes * self._experts_read(tokens)) / c.bytes_s
         else:
             gemm_m = c.dense_read_bytes / c.bytes_s + tokens * 0.0
@@ -330,6 +370,8 @@ class VllmStepModel:
             )
         attn_m = kv / c.kv_bytes_s
         t = c.overhead_s + _smooth_max(gemm_c, gemm_m) + _smooth_max(attn_c, attn_m)
+        if c.allreduce is not None:
+            t = t + c.num_allreduces * c.allreduce.time(tokens)
         if c.comm_per_step_s or c.comm_per_token_s:
             t = t + (c.comm_per_step_s + c.comm_per_token_s * tokens)
         return t
@@ -500,7 +542,8 @@ class _DenseTerms:
     @classmethod
     def of(cls, c: _Terms) -> _DenseTerms | None:
         """The constants of ``c``, or ``None`` where the general path is needed."""
-        if c.num_moe_layers or c.kv_sliding_per_token or c.comm_per_step_s or c.comm_per_token_s:
+        if (c.num_moe_layers or c.kv_sliding_per_token or c.allreduce is not None
+                or c.comm_per_step_s or c.comm_per_token_s):
             return None
         read_s = c.dense_read_bytes / c.bytes_s
         values = (c.gemm_flops_per_token, c.lm_head_flops, c.gemm_flops_s, read_s,

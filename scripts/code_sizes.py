@@ -19,7 +19,7 @@ from pathlib import Path
 ENGINE_FAMILY = (
     "simulator/scheduler.py", "simulator/engine.py", "simulator/step_commit.py",
     "simulator/step_cost.py", "simulator/running_loop.py", "simulator/fast_decode.py",
-    "simulator/decode_plan.py", "simulator/fleet_ties.py",
+    "simulator/decode_plan.py", "simulator/fleet_ties.py", "simulator/spec_run.py",
 )
 PACKAGES = ("policies", "workloads", "results", "perf", "analysis", "simulator", "live",
             "studies", "cli")

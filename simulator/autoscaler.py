@@ -341,6 +341,24 @@ def budget_tokens(total: int | None, serving: list[int], caps: list[int]) -> int
     return max(1, total * sum(serving) // sum(caps))
 
 
+def _check_guaranteed_pools(fleet: _ScaledFleet, config: AutoscaleConfig) -> None:
+    """Refuse, before the run, a global budget whose tiers' guaranteed pools would not fit
+    the budget once the fleet has scaled down to ``min_replicas`` (the smallest ones, as the
+    autoscaler may drain any): the run would otherwise fail at its first scale-down."""
+    gateway = fleet.gateway
+    if not isinstance(gateway, Gateway):
+        return
+    guaranteed = sum(t.guaranteed_tokens for t in gateway.config.tiers)
+    caps = [e.capacity_tokens for e in fleet.replicas]
+    floor = budget_tokens(fleet.config.gateway_capacity_tokens,
+                          sorted(caps)[: config.min_replicas], caps)
+    if guaranteed > floor:
+        raise ValueError(
+            f"fleet.autoscale.min_replicas ({config.min_replicas}): the tiers' guaranteed_tokens "
+            f"({guaranteed}) exceed the global budget of {config.min_replicas} replica(s) "
+            f"({floor} tokens); raise min_replicas or lower the tiers' guaranteed_tokens")
+
+
 def make_autoscaler(fleet: _ScaledFleet, config: AutoscaleConfig,
                     setups: Mapping[str, ReplicaSetup]) -> Autoscaler:
     """The autoscaler of ``fleet``, its scale-up delay resolved: as given, or the slowest
@@ -353,6 +371,7 @@ def make_autoscaler(fleet: _ScaledFleet, config: AutoscaleConfig,
                                  s.gpu.pcie_bandwidth_bytes_s, config.engine_start_s)
                     for s in used)
     gpus_per_replica = max(s.engine.tensor_parallel_size for s in used)
+    _check_guaranteed_pools(fleet, config)
 
     def scaled() -> None:
         """The replicas up changed: a global budget is resized to their capacity (what then

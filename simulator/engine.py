@@ -45,10 +45,14 @@ SPEED_UP_INTERFACE = frozenset({
     # not scheduled yet)
     "_step_extra_s", "_hol_blocked", "_steps_rows", "_busy", "_aborts", "_pending",
     "_between_steps",
+    # speculative decoding's runs (simulator/spec_run.py): a scheduled step run as stepping
+    # runs it, or as the first of a run; its features
+    "_run_scheduled", "_features",
 })
 """What of :class:`Engine`'s and :class:`~kvbudget.simulator.scheduler.Scheduler`'s own a
-speed-up (:class:`kvbudget.simulator.fast_decode.SkipAheadEngine`, the one subclass that changes
-how steps run, never what they schedule) may use besides the hooks ``Scheduler`` lists: checked
+speed-up (:class:`kvbudget.simulator.fast_decode.SkipAheadEngine` and, for speculative decoding,
+:class:`kvbudget.simulator.spec_run.SpecSkipAheadEngine`: the subclasses that change how steps
+run, never what they schedule) may use besides the hooks ``Scheduler`` lists: checked
 by ``tests/test_architecture.py``."""
 
 

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from functools import cache
 from typing import Any, cast
 
 import numpy as np
@@ -64,6 +65,7 @@ from kvbudget.simulator.kv_offload import OffloadEngine, offload_arguments
 from kvbudget.simulator.sim_config import ReplicaSetup
 from kvbudget.simulator.small_arrays import isum
 from kvbudget.simulator.spec_decode import make_spec_decode
+from kvbudget.simulator.spec_run import SpecSkipAheadEngine
 
 GIB = 1024**3
 
@@ -378,6 +380,22 @@ def engine_class(config: EngineConfig) -> type[Engine]:
     return (SKIP_AHEAD_CLASSES if config.skip_ahead else ENGINE_CLASSES)[config.name]
 
 
+def spec_engine_class(config: EngineConfig) -> type[Engine]:
+    """The class that runs ``config`` with speculative decoding: with skip-ahead, its preset
+    over :class:`~kvbudget.simulator.spec_run.SpecSkipAheadEngine` (runs of verify steps at
+    once); stepping otherwise, and with a CPU offload tier."""
+    if not config.skip_ahead or config.kv_offloading_size is not None:
+        return engine_class(replace(config, skip_ahead=False))
+    return _spec_class(config.name)
+
+
+@cache
+def _spec_class(name: str) -> type[Engine]:
+    """Preset ``name`` over :class:`~kvbudget.simulator.spec_run.SpecSkipAheadEngine`, made
+    when first needed (not at import: most runs have no speculation)."""
+    return _with_skip_ahead(ENGINE_CLASSES[name], SpecSkipAheadEngine)
+
+
 def make_engine(env: simpy.Environment, setup: ReplicaSetup, columns: RequestColumns,
                 hooks: EngineHooks, *, timeline_period_s: float = 1.0) -> Engine:
     """The engine ``setup.engine.name`` names (:func:`engine_class`) on ``setup``'s GPU, with
@@ -387,8 +405,7 @@ def make_engine(env: simpy.Environment, setup: ReplicaSetup, columns: RequestCol
     blocks = setup.num_gpu_blocks
     assert blocks is not None, "the replica's KV blocks are resolved before its engine is made"
     spec = config.speculative_config
-    # speculative decoding steps one at a time: the decode group does not cover it
-    cls = engine_class(config if spec is None else replace(config, skip_ahead=False))
+    cls = engine_class(config) if spec is None else spec_engine_class(config)
     swap: dict[str, Any] = {}
     if issubclass(cls, SwapEngine):
         swap["kv_bytes_per_token"] = setup.model.kv_bytes_per_token(

@@ -127,6 +127,8 @@ class _Simulation:
         self._timer = Alarm(self.env, self._on_timer)
         if isinstance(self.engine, Fleet):  # a timer armed mid-run may tie a replica's run end
             self._timer.on_arm = self.engine.events.timer_armed
+            if self._clients is not None:  # so may a client's (a timeout, a retry)
+                self._clients.alarm.on_arm = self.engine.events.timer_armed
         self._reserved_ts = 0.0
         self._reserved_last_t = 0.0
         self._reserved_now = 0

@@ -29,6 +29,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -231,8 +232,13 @@ class SpecDecode:
         """Rows ``r``'s uniform draws in ``(0, 1]`` at this step: keyed by the request and its
         count of steps with output (not by the order of calls: the same draws however steps
         run, and a request's draws do not depend on the others')."""
-        steps = self.num_output_steps[r].astype(np.uint64)
-        x = _mix(self._row_key[r] ^ (steps * _GOLDEN))
+        return self._uniform_at(r, self.num_output_steps[r].astype(np.uint64))
+
+    def _uniform_at(self, r: IntArray, steps: npt.NDArray[np.uint64]) -> FloatArray:
+        """Rows ``r``'s uniforms at their counts of steps with output ``steps`` (of ``r``'s
+        shape, or requests x steps)."""
+        key = self._row_key[r]
+        x = _mix((key if steps.ndim == 1 else key[:, None]) ^ (steps * _GOLDEN))
         u: FloatArray = ((x >> np.uint64(11)).astype(np.float64) + 1.0) * (1.0 / 2**53)
         return u
 
@@ -249,6 +255,43 @@ class SpecDecode:
                 a[mine] = np.minimum(np.floor(np.log(u[mine]) / np.log(rate)).astype(np.int64),
                                      d[mine])
         return a
+
+    def geometric(self, e: SpecRows, rows: IntArray, steps: IntArray, num: int) -> IntArray:
+        """The accepted drafts of ``rows`` (``k`` drafts each) at their next ``num`` steps with
+        output, before the cap of their target output (requests x steps): the draws
+        :meth:`_accepted` makes at those steps (the uniform of the row and its count of steps
+        with output, ``steps`` now), with the same operations element by element."""
+        counts = (steps[:, None] + np.arange(num, dtype=np.int64)).astype(np.uint64)
+        u = self._uniform_at(rows, counts)
+        k = self.k
+        if self._by_priority:
+            prio = e.tier_priority[rows]
+            a = np.zeros(u.shape, np.int64)
+            for priority, rate in self._by_priority:
+                mine = prio == priority
+                if rate >= 1.0:
+                    a[mine] = k
+                elif rate > 0.0:
+                    a[mine] = np.minimum(np.floor(np.log(u[mine]) / np.log(rate)).astype(np.int64),
+                                         k)
+            return a
+        if self.rate >= 1.0:
+            return np.full(u.shape, k, np.int64)
+        if self.rate <= 0.0:
+            return np.zeros(u.shape, np.int64)
+        geometric: IntArray = np.minimum(np.floor(np.log(u) / self.log_rate).astype(np.int64), k)
+        return geometric
+
+    def draft_run_seconds(self, num_rows: int, context: FloatArray) -> FloatArray | float:
+        """:meth:`draft_seconds` of steps of ``num_rows`` requests, each verifying ``k`` drafts,
+        attending to ``context`` tokens in all (one a step; not added to ``draft_s``)."""
+        if self._draft is None:
+            return 0.0
+        # (features that stay the same along the run go in as floats, as decode_step_times')
+        step_time: Callable[..., FloatArray] = self._draft.step_time
+        one = step_time(0.0, float(num_rows), context, 0.0, 0.0) - self._gap_s
+        seconds: FloatArray = self.k * one
+        return seconds
 
     def output_steps(self, rows: IntArray) -> IntArray:
         """``rows`` had output in the step being committed: their counts of steps with output
@@ -277,8 +320,6 @@ class SpecDecode:
             "output_tokens_per_step": num_output_tokens / num_steps if num_steps else 0.0,
             "draft_s": self.draft_s,
             "num_lookahead_tokens": self.lookahead,
-            "speed_up": "steps one at a time (skip-ahead's decode group does not cover "
-                        "speculative decoding)",
         }
 
 

@@ -16,7 +16,11 @@ sequence, per context token) and :class:`~kvbudget.perf.roofline.RooflineCostMod
 values; a linear fit starts from :func:`linear_start`, a least-squares regression of the
 starting model's step times over a grid of batch states, so it begins where the default model
 is. The API server's own time per request (``frontend_overhead_s``) can be fitted with them:
-recordings made by an HTTP client include it, engine-side logs do not.
+recordings made by an HTTP client include it, engine-side logs do not. It is the first
+token's fixed part only: the part that grows with the step (the queue, async scheduling's
+extra step, the prefill) is the simulated engine's, and the fixed term is profiled out at each
+trial of the step model's parameters, within its physical bounds
+(:mod:`~kvbudget.studies.first_token`), not searched as one more coordinate.
 
 The simulator is deterministic: the same recording, configuration and settings give the same
 coefficients.
@@ -36,13 +40,22 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from kvbudget.analysis.validation import OVERALL, STATS, compare_recorded, latency_stats
+from kvbudget.analysis.validation import OVERALL, compare_recorded
 from kvbudget.perf.cost_model import FEATURES, CostModel, LinearCostModel, save_cost_model
 from kvbudget.perf.fit import fit_linear_cost_model
 from kvbudget.perf.fitted_on import fitted_on_extra
 from kvbudget.perf.step_uncertainty import STATED_RANGES
 from kvbudget.results.recordings import Recording
 from kvbudget.simulator.run import SimConfig
+from kvbudget.studies.first_token import (
+    FixedTermFit,
+    best_fixed_term,
+    fixed_term_bounds,
+    fixed_term_warnings,
+    paired_stats,
+    parameter_warnings,
+    settle_fixed_term,
+)
 from kvbudget.studies.fit_uncertainty import (
     FIT_KEYS,
     FIT_METRICS,
@@ -69,10 +82,6 @@ if TYPE_CHECKING:
 SPAN = 100.0
 """Each fitted parameter stays between ``1 / SPAN`` and ``SPAN`` times its starting value."""
 
-MAX_OVERHEAD_S = 1.0
-"""Upper bound of a fitted front-end overhead (seconds per request)."""
-
-_OVERHEAD_UNIT_S = 0.01  # the overhead's search coordinate is in units of 10 ms
 _PENALTY = 1e6  # loss of a trial the model refuses (an mfu above 1) or that completes nothing
 
 
@@ -193,29 +202,9 @@ def recorded_loss(simulated: pd.DataFrame, measured: pd.DataFrame,
                   rows: npt.NDArray[np.bool_] | None = None) -> float:
     """Sum over TTFT, TPOT and E2E and their mean, p50, p90, p99 of ``log(sim / measured)^2``
     over the measured requests (``rows`` of them); a statistic that is zero or undefined on
-    the measured side is skipped, one undefined on the simulated side costs a penalty."""
-    keep = (measured["status"] == "completed").to_numpy()
-    if rows is not None:
-        keep = keep & rows
-    meas = latency_stats(measured[keep])
-    ids = measured["request_id"].to_numpy()[keep]
-    sim = latency_stats(simulated.set_index("request_id").loc[ids].reset_index())
-    total = 0.0
-    for metric in FIT_METRICS:
-        for stat in STATS:
-            key = f"{metric}_{stat}_s"
-            m, s = meas[key], sim[key]
-            if not (math.isfinite(m) and m > 0):
-                continue
-            if not (math.isfinite(s) and s > 0):
-                total += 100.0
-                continue
-            total += math.log(s / m) ** 2
-    # requests the simulation did not complete (aborted, refused) are misses too
-    missing = meas["completed"] - sim["completed"]
-    if meas["completed"] > 0 and missing > 0:
-        total += 10.0 * missing / meas["completed"]
-    return total
+    the measured side is skipped, one undefined on the simulated side costs a penalty
+    (:meth:`~kvbudget.studies.first_token.PairedStats.loss`)."""
+    return paired_stats(simulated, measured, rows).loss(FIT_METRICS)
 
 
 @dataclass(eq=False)
@@ -244,6 +233,20 @@ class RecordedCalibration:
     """The fit's posterior (None when not asked for or nothing was fitted)."""
     sensitivity: Sensitivity | None = None
     """The simulations around the fitted point (for intervals on other rows)."""
+    search_bounds: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    """Each fitted step-model parameter's values at the ends of its search."""
+    term: FixedTermFit | None = None
+    """The fitted fixed front-end term and its bounds (None when not fitted)."""
+
+    def warnings(self) -> list[str]:
+        """One line for each fitted value at a bound of its search or outside its published
+        range (:mod:`~kvbudget.studies.first_token`); printed by every calibration and
+        written to the file (``calibration.warnings``)."""
+        steps = {k: v for k, v in self.fitted.items() if k != OVERHEAD}
+        out = parameter_warnings(steps, self.search_bounds)
+        if self.term is not None:
+            out += fixed_term_warnings(self.term.value_s, self.term.bounds)
+        return out
 
     def intervals_on(self, measured: pd.DataFrame, rows: npt.NDArray[np.bool_] | None
                      ) -> dict[str, tuple[float, float]]:
@@ -303,11 +306,30 @@ class RecordedCalibration:
                 "physical_ranges": {n: list(PHYSICAL_RANGES[n]) for n in self.fitted
                                     if n in PHYSICAL_RANGES},
                 "not_fitted": self.fixed,
+                "warnings": self.warnings(),
+                "first_token": self.first_token(config),
                 "in_sample_error": self.in_sample_errors(),
                 "uncertainty": (None if self.uncertainty is None
                                 else self.uncertainty.to_json()),
                 "predicted_95": self.predicted_intervals(),
             },
+        }
+
+    def first_token(self, config: SimConfig) -> dict[str, Any]:
+        """How the fit splits the first token's delay: the engine's part simulated (with or
+        without async scheduling), the front end's fixed part fitted (or not) and its
+        bounds."""
+        term = self.term
+        return {
+            "engine_part": "simulated: queue, the step in flight, "
+                           + ("async scheduling's extra step, " if config.engine_for()
+                              .async_scheduling else "")
+                           + "the prefill step(s); not fitted",
+            "async_scheduling": bool(config.engine_for().async_scheduling),
+            "fixed_part_s": self.frontend_overhead_s,
+            "fixed_part_fitted": term is not None,
+            "fixed_part_bounds_s": (None if term is None
+                                    else [term.bounds.lower_s, term.bounds.upper_s]),
         }
 
     def save(self, path: Path, recording: Recording, config: SimConfig, *, policy: str,
@@ -333,28 +355,57 @@ class _Trials:
         self.progress = progress
         self.num_evals = 0
         self.best = math.inf
+        self.overhead_s = start_overhead_s
+        """The front-end overhead the simulations run with (the fitted one once settled)."""
+        self.term_bounds = fixed_term_bounds(measured, rows)
+        self.last_term_s = start_overhead_s
+        """The best fixed term for the last :meth:`run` (profiled when ``fit_overhead``)."""
 
     def build(self, x: npt.NDArray[np.float64]) -> tuple[CostModel, float]:
         """The cost model and front-end overhead at ``x`` (ValueError: the model refuses)."""
         values = {c.name: c.value(float(v)) for c, v in zip(self.coordinates, x, strict=True)}
-        overhead = values.pop(OVERHEAD, self.start_overhead_s)
+        overhead = values.pop(OVERHEAD, self.overhead_s)
         model = dataclasses.replace(self.start, **values)  # type: ignore[type-var]
         return model, overhead
 
-    def run(self, x: npt.NDArray[np.float64]) -> tuple[pd.DataFrame, float]:
-        """The simulated records at ``x`` and their loss (ValueError: the model refuses these
-        values)."""
+    def _records(self, x: npt.NDArray[np.float64], overhead_s: float | None = None
+                 ) -> pd.DataFrame:
         model, overhead = self.build(x)
-        sim = simulate_recording(self.recording, self.config, policy=self.policy,
-                                 policy_params=self.policy_params, cost_model=model,
-                                 frontend_overhead_s=overhead)
-        loss = recorded_loss(sim.records, self.measured, self.rows)
+        return simulate_recording(self.recording, self.config, policy=self.policy,
+                                  policy_params=self.policy_params, cost_model=model,
+                                  frontend_overhead_s=overhead if overhead_s is None
+                                  else overhead_s).records
+
+    def run(self, x: npt.NDArray[np.float64]) -> tuple[pd.DataFrame, float]:
+        """The simulated records at ``x`` and their loss, with the fixed front-end term
+        profiled out when it is fitted (the loss at the best term for these records, kept in
+        :attr:`last_term_s`). ValueError: the model refuses these values."""
+        records = self._records(x)
+        if self.fit_overhead:
+            self.last_term_s, loss = best_fixed_term(
+                paired_stats(records, self.measured, self.rows), FIT_METRICS,
+                simulated_term_s=self.overhead_s, bounds=self.term_bounds)
+        else:
+            loss = recorded_loss(records, self.measured, self.rows)
         self.count(loss)
-        return sim.records, loss
+        return records, loss
 
     def simulate(self, x: npt.NDArray[np.float64]) -> pd.DataFrame:
-        """The simulated records at ``x`` (:meth:`run`'s, without the loss)."""
-        return self.run(x)[0]
+        """The simulated records at ``x``, with :attr:`overhead_s` (counted)."""
+        records = self._records(x)
+        self.count(recorded_loss(records, self.measured, self.rows))
+        return records
+
+    def settle(self, x: npt.NDArray[np.float64], start_s: float) -> FixedTermFit:
+        """Fit the fixed term at ``x`` to convergence (closed loops' users wait for it) and
+        run the later simulations with it."""
+        def run(term_s: float) -> pd.DataFrame:
+            records = self._records(x, term_s)
+            self.count(recorded_loss(records, self.measured, self.rows))
+            return records
+        fit = settle_fixed_term(run, self.measured, self.rows, FIT_METRICS, start_s=start_s)
+        self.overhead_s = fit.value_s
+        return fit
 
     def count(self, loss: float) -> None:
         self.num_evals += 1
@@ -367,30 +418,27 @@ OVERHEAD = "frontend_overhead_s"
 """The name of the front-end overhead's search coordinate."""
 
 
-def coordinates(start: CostModel, names: tuple[str, ...], *, fit_overhead: bool,
-                start_overhead_s: float) -> tuple[Coordinate, ...]:
+def coordinates(start: CostModel, names: tuple[str, ...]) -> tuple[Coordinate, ...]:
     """Each fitted parameter's search coordinate: log of the value over the start's within
-    :func:`_log_bounds`; the overhead in units of 10 ms within ``[0, MAX_OVERHEAD_S]``."""
-    out = [Coordinate(n, float(getattr(start, n)), *_log_bounds(n, float(getattr(start, n))))
-           for n in names]
-    if fit_overhead:
-        out.append(Coordinate(OVERHEAD, start_overhead_s, 0.0, MAX_OVERHEAD_S / _OVERHEAD_UNIT_S,
-                              log=False, unit=_OVERHEAD_UNIT_S))
-    return tuple(out)
+    :func:`_log_bounds`. The front-end overhead is no coordinate: it is profiled out
+    (:class:`_Trials`)."""
+    return tuple(Coordinate(n, float(getattr(start, n)), *_log_bounds(n, float(getattr(start, n))))
+                 for n in names)
 
 
 def _search(trials: _Trials, active: list[int], noise_var: float, max_evals: int
-            ) -> tuple[npt.NDArray[np.float64], pd.DataFrame | None, float]:
+            ) -> tuple[npt.NDArray[np.float64], pd.DataFrame | None, float, float]:
     """Bounded Nelder-Mead over the ``active`` coordinates (the others at their start) on
     the loss plus the prior's penalty (:mod:`~kvbudget.studies.fit_uncertainty`), at most
-    ``max_evals`` simulations: the best point, its records (None if none simulated) and its
-    loss (without the penalty)."""
+    ``max_evals`` simulations: the best point, its records (None if none simulated), its
+    loss (without the penalty) and the best fixed front-end term there."""
     from scipy.optimize import minimize
 
     coords = trials.coordinates
     x0 = np.array([c.x0 for c in coords], dtype=np.float64)
     sds = np.array([coords[j].prior_sd for j in active])
-    best: dict[str, Any] = {"objective": math.inf, "x": x0, "sim": None, "loss": math.inf}
+    best: dict[str, Any] = {"objective": math.inf, "x": x0, "sim": None, "loss": math.inf,
+                            "term": trials.overhead_s}
 
     def objective(z: npt.NDArray[np.float64]) -> float:
         x = _with(x0, active, z)
@@ -401,7 +449,7 @@ def _search(trials: _Trials, active: list[int], noise_var: float, max_evals: int
             return _PENALTY
         value = loss + noise_var * float(np.sum(((z - x0[active]) / sds) ** 2))
         if value < best["objective"]:
-            best.update(objective=value, x=x, sim=sim, loss=loss)
+            best.update(objective=value, x=x, sim=sim, loss=loss, term=trials.last_term_s)
         return value
 
     z0 = x0[active]
@@ -416,7 +464,7 @@ def _search(trials: _Trials, active: list[int], noise_var: float, max_evals: int
              bounds=[(coords[j].lo, coords[j].hi) for j in active],
              options={"maxfev": max_evals, "initial_simplex": simplex, "xatol": 1e-3,
                       "fatol": 1e-6})
-    return best["x"], best["sim"], best["loss"]
+    return best["x"], best["sim"], best["loss"], best["term"]
 
 
 def calibrate_recording(
@@ -445,7 +493,11 @@ def calibrate_recording(
     (:mod:`~kvbudget.studies.fit_uncertainty`; ``seed`` draws the bootstrap). ``max_evals``
     bounds the start's and the search's simulations; the sensitivities take two more per
     parameter before the search and two per fitted one after it. ``start_records``: the start model's simulation of the recording when already run.
-    ``progress(num_evals, best_loss)`` is called after every simulation."""
+    ``progress(num_evals, best_loss)`` is called after every simulation. With
+    ``fit_overhead``, the fixed front-end term is no coordinate of the search: the best one
+    for each trial's simulation is taken exactly (within 0 and the shortest measured TTFT)
+    and, at the end, settled with up to four more simulations
+    (:mod:`~kvbudget.studies.first_token`; ``term`` of the result)."""
     names, fixed = effective_parameters(start, parameters)
     if max_evals < 1:
         raise ValueError(f"max_evals must be >= 1, got {max_evals!r}")
@@ -453,45 +505,50 @@ def calibrate_recording(
     if rows is not None and not bool((rows & (measured["status"] == "completed")).any()):
         raise ValueError("the rows to fit hold no measured request")
     span = float(recording.workload.arrival_s[-1] - recording.workload.arrival_s[0])
-    coords = coordinates(start, names, fit_overhead=fit_overhead,
-                         start_overhead_s=start_overhead_s)
+    coords = coordinates(start, names)
     trials = _Trials(recording, dataclasses.replace(config, timeline_period_s=max(1.0, span / 100)),
                      start, coords, measured=measured, rows=rows, fit_overhead=fit_overhead,
                      start_overhead_s=start_overhead_s,
                      policy=policy, policy_params=policy_params, progress=progress)
     x0 = np.array([c.x0 for c in coords], dtype=np.float64)
     if start_records is None:
-        start_sim, start_loss = trials.run(x0)
+        start_sim = trials.simulate(x0)
     else:  # simulated by the caller: still one of the fit's
-        start_sim, start_loss = start_records, recorded_loss(start_records, measured, rows)
-        trials.count(start_loss)
+        start_sim = start_records
+        trials.count(recorded_loss(start_records, measured, rows))
+    start_loss = recorded_loss(start_sim, measured, rows)
     rng = np.random.default_rng(seed)
     noise_var = noise_variance(sampling_variance(start_sim, measured, rows, rng))
     active = list(range(len(coords)))
-    if uncertainty:
+    if uncertainty and coords:
         jac = sensitivity(coords, x0, start_sim, trials.simulate).gradient(
             measured, FIT_KEYS, rows)
         active, dropped = identify(jac, noise_var, np.array([c.prior_sd for c in coords]))
         for j, ratio in dropped.items():
             fixed[coords[j].name] = (f"the recording does not identify it (its posterior sd "
                                      f"is {ratio:.2f} of the prior's): left at the start")
-    best_x, best_sim, best_loss = x0, start_sim, start_loss
+    best_x, best_sim, best_loss, term = x0, start_sim, start_loss, start_overhead_s
     if active and max_evals > 1:
-        x, sim, loss = _search(trials, active, noise_var, max_evals - 1)
+        x, sim, loss, at = _search(trials, active, noise_var, max_evals - 1)
         if sim is not None and loss < start_loss:
-            best_x, best_sim, best_loss = x, sim, loss
+            best_x, best_sim, best_loss, term = x, sim, loss, at
+    settled = None
+    if fit_overhead:  # the fixed term, fitted to convergence at the chosen step parameters
+        settled = trials.settle(best_x, term)
+        best_sim, best_loss = settled.records, settled.loss
     return _result(trials, recording, measured, rows, best_x, best_sim,
                    losses=(start_loss, best_loss), active=active, fixed=fixed,
-                   rng=rng if uncertainty else None)
+                   rng=rng if uncertainty else None, term=settled)
 
 
 def _result(trials: _Trials, recording: Recording, measured: pd.DataFrame,
             rows: npt.NDArray[np.bool_] | None, x: npt.NDArray[np.float64],
             simulated: pd.DataFrame, *, losses: tuple[float, float], active: list[int],
-            fixed: dict[str, str], rng: np.random.Generator | None) -> RecordedCalibration:
+            fixed: dict[str, str], rng: np.random.Generator | None,
+            term: FixedTermFit | None = None) -> RecordedCalibration:
     """The calibration at the chosen point ``x``: the fitted model, its comparison table and,
     with ``rng`` (the bootstrap's), its posterior and the predicted figures' 95 %
-    intervals."""
+    intervals; ``term``: the fitted fixed front-end term, when fitted."""
     model, overhead = trials.build(x)
     if "source" in {f.name for f in dataclasses.fields(model)}:  # type: ignore[arg-type]
         model = dataclasses.replace(  # type: ignore[type-var]
@@ -500,6 +557,9 @@ def _result(trials: _Trials, recording: Recording, measured: pd.DataFrame,
     coords = [trials.coordinates[j] for j in active]
     fitted = {c.name: c.value(float(x[j])) for c, j in zip(coords, active, strict=True)}
     start_values = {c.name: c.base for c in coords}
+    bounds = {c.name: (c.value(c.lo), c.value(c.hi)) for c in coords}
+    if term is not None:
+        fitted[OVERHEAD], start_values[OVERHEAD] = term.value_s, trials.start_overhead_s
     post = sens = None
     if rng is not None and active:
         sens = sensitivity(coords, x[active], simulated,
@@ -524,7 +584,8 @@ def _result(trials: _Trials, recording: Recording, measured: pd.DataFrame,
                                loss=losses[1], start_loss=losses[0],
                                num_evals=trials.num_evals, start=start_values, fitted=fitted,
                                num_rows=num_rows, fixed=fixed, simulated=simulated,
-                               uncertainty=post, sensitivity=sens)
+                               uncertainty=post, sensitivity=sens, search_bounds=bounds,
+                               term=term)
 
 
 def _with(x: npt.NDArray[np.float64], active: list[int], z: npt.NDArray[np.float64]

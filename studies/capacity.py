@@ -18,6 +18,20 @@ the executor always has ``policies x replications`` runs to share out.
 The reported capacity is the offered rate at ``lo`` (requests per second), and per GPU that
 figure divided by the configuration's GPUs (fleet replicas times the model preset's
 tensor-parallel degree).
+
+With ``interval`` (a level such as 0.9), replication ``r`` also takes draw ``r`` of the step
+model (:func:`kvbudget.studies.intervals.replication_draws`: the default model's constants
+from their stated ranges and its structural error, or a calibration's posterior), so the
+replications are plausible worlds that differ in their seed and in the step model; the
+search still decides on their mean, and the t interval of the attainment at capacity carries
+both. The capacity gets an interval too (:func:`world_interval`): after the search, each
+replication's own capacity is searched on (:func:`refine_worlds`: one run of that world per
+step, doubling, halving or bisecting its bracket from the loads already visited, down to
+``rel_tol``); its bracket is the largest load it met below the smallest it missed, and the
+interval runs from the ``(1 - level) / 2`` quantile of the lower brackets to the
+``(1 + level) / 2`` quantile of the upper ones (a world that meets the target at
+``max_scale`` is open above: ``inf``; one that misses at ``min_scale`` has 0 below).
+``model_draws=False`` keeps the seeds alone (the seed-only interval).
 """
 
 from __future__ import annotations
@@ -31,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kvbudget.studies.intervals import StepDraw, check_level, replication_draws
 from kvbudget.studies.sweep import (
     Axis,
     GridPoint,
@@ -77,6 +92,10 @@ class CapacitySpec:
     root_seed: int | None = None
     slos: tuple[Constraint, ...] = ()
     use_target: bool = True
+    interval: float | None = None
+    """A level (e.g. 0.9): a step-model draw per replication and the capacity's interval."""
+    model_draws: bool = True
+    """With ``interval``: whether replications draw the step model (False: seeds only)."""
 
     def __post_init__(self) -> None:
         if not self.policies:
@@ -95,6 +114,22 @@ class CapacitySpec:
             self.root_seed = self.scenario.seed
         if not self.use_target and not self.slos:
             raise ValueError("capacity needs an attainment target or at least one SLO")
+        if self.interval is not None:
+            check_level(self.interval, self.replications)
+
+    def step_draws(self) -> list[StepDraw] | None:
+        """One step-model draw per replication (with ``interval`` and ``model_draws``)."""
+        if self.interval is None or not self.model_draws:
+            return None
+        assert self.root_seed is not None
+        return replication_draws(self.scenario, self.replications, self.root_seed)
+
+    def combines(self) -> str:
+        """What the intervals combine, in words."""
+        what = ("the seed and the step model's draw (its constants' stated ranges and its "
+                "structural error, or a calibration's posterior)" if self.model_draws
+                else "the seed only")
+        return f"{self.replications} replications, each a world: {what}"
 
     def criteria(self) -> list[str]:
         """What a load must meet, in words (``overall_slo_attainment>=0.9``, SLOs)."""
@@ -104,9 +139,11 @@ class CapacitySpec:
     def expected_runs(self) -> int:
         """About how many runs the search makes (a progress bar's total): per policy, the
         first load, a doubling or halving or two to bracket, then the bisection down to
-        ``rel_tol``, each times the replications."""
+        ``rel_tol``, each times the replications (and, with ``interval``, the worlds' own)."""
         bisect = math.ceil(math.log2(math.log(2) / math.log1p(self.rel_tol)))
-        return len(self.policies) * self.replications * (3 + max(bisect, 0))
+        # with an interval, each world's own search: about three more runs of each world
+        worlds = 3 if self.interval is not None else 0
+        return len(self.policies) * self.replications * (3 + max(bisect, 0) + worlds)
 
 
 @dataclass
@@ -117,6 +154,8 @@ class _Search:
     done: bool = False
     note: str = ""
     seen: dict[float, list[dict[str, Any]]] = field(default_factory=dict)
+    worlds: dict[int, dict[float, dict[str, Any]]] = field(default_factory=dict)
+    """With ``interval``: each replication's rows by load (the search's and its own)."""
 
     def next_scale(self, spec: CapacitySpec) -> float | None:
         if self.done:
@@ -152,12 +191,16 @@ class PolicyCapacity:
     attainment: tuple[float, float, float]
     evaluations: int
     note: str
+    interval_rps: tuple[float, float] | None = None
+    """With ``interval``: the capacity's interval over the replications' worlds."""
 
     def describe(self) -> dict[str, Any]:
         def n(x: float) -> float | None:
             return float(x) if math.isfinite(x) else None
 
-        return {
+        extra = {} if self.interval_rps is None else {
+            "capacity_interval_rps": [n(self.interval_rps[0]), n(self.interval_rps[1])]}
+        return {**extra,
             "policy": self.policy,
             "capacity_rps": n(self.capacity_rps),
             "capacity_rps_per_gpu": n(self.capacity_rps_per_gpu),
@@ -176,15 +219,18 @@ class CapacityResult:
     spec: CapacitySpec
     capacities: list[PolicyCapacity]
     rows: list[dict[str, Any]]
+    world_rows: list[dict[str, Any]] = field(default_factory=list)
+    """With ``interval``: the runs of each replication's own search (:func:`refine_worlds`)."""
 
     def table(self) -> pd.DataFrame:
-        return rows_to_frame(self.rows)
+        """Every run: the search's, then each world's own (``search`` = ``world``)."""
+        return rows_to_frame([*self.rows, *({**r, "search": "world"} for r in self.world_rows)])
 
     def curve(self) -> pd.DataFrame:
         """Attainment against offered rate for each policy over the loads the search visited
         (mean and t interval over the replications); see :func:`attainment_curve` for a
         common grid of loads."""
-        df = self.table()
+        df = rows_to_frame(self.rows)
         return summarize_points(df, [self.spec.metric, "offered_rate_rps"],
                                 by=["policy", "rate_scale"], confidence=self.spec.confidence)
 
@@ -201,6 +247,11 @@ class CapacityResult:
             "gpu": s.scenario.spec.gpu,
             "model": s.scenario.spec.model,
             "policies": [c.describe() for c in self.capacities],
+            **({} if s.interval is None else {"interval": {
+                "level": s.interval, "combines": s.combines(),
+                "method": "each replication's own capacity searched to rel_tol from the "
+                          "loads visited; the level's quantiles of the worlds' lower and upper "
+                          "brackets (null: open above)"}}),
         }
 
     def write(self, out_dir: Path) -> list[Path]:
@@ -244,6 +295,7 @@ def capacity(spec: CapacitySpec, executor: Executor, *,
     the same steps)."""
     assert spec.root_seed is not None
     seeds = replication_seeds(spec.root_seed, spec.replications)
+    draws = spec.step_draws()
     searches = {p: _Search(p) for p in spec.policies}
     base_policy = spec.scenario.spec.policy
     all_rows: list[dict[str, Any]] = []
@@ -262,8 +314,8 @@ def capacity(spec: CapacitySpec, executor: Executor, *,
             index += 1
         if not points:
             break
-        rows = execute_stored(plan_runs(spec.scenario, points, seeds), executor, stored,
-                              progress=progress)
+        rows = execute_stored(plan_runs(spec.scenario, points, seeds, step_draws=draws),
+                              executor, stored, progress=progress)
         for name in [spec.metric, *(c.metric for c in spec.slos)]:
             if rows and name not in rows[0]:
                 raise ValueError(
@@ -285,9 +337,12 @@ def capacity(spec: CapacitySpec, executor: Executor, *,
         for s in searches.values():
             if not s.done:
                 s.note = s.note or f"stopped after {spec.max_rounds} rounds"
+    world_rows = [] if spec.interval is None else refine_worlds(
+        spec, executor, list(searches.values()), seeds, draws, stored, progress,
+        first_index=index)
     gpus = num_gpus(spec.scenario)
     results = [_result(s, spec, gpus) for s in searches.values()]
-    return CapacityResult(spec, results, all_rows)
+    return CapacityResult(spec, results, all_rows, world_rows)
 
 
 def _rate_at(rows: Sequence[dict[str, Any]]) -> float:
@@ -306,8 +361,89 @@ def _result(s: _Search, spec: CapacitySpec, gpus: int) -> PolicyCapacity:
     rate = _rate_at(rows)
     hi_rate = _rate_at(s.seen[s.hi]) if s.hi is not None else math.inf
     att = t_interval([_f(r.get(spec.metric)) for r in rows], spec.confidence)
+    band = None if spec.interval is None else world_interval(s, spec)
     return PolicyCapacity(s.policy, rate, rate / gpus, s.lo, (rate, hi_rate), att,
-                          len(s.seen), s.note)
+                          len(s.seen), s.note, band)
+
+
+def world_bracket(loads: dict[float, dict[str, Any]], spec: CapacitySpec
+                  ) -> tuple[float | None, float | None]:
+    """One replication's capacity bracket in rate scales from its rows by load: ``(low,
+    high)``, ``high`` the smallest load it missed (None: met all), ``low`` the largest load
+    below that it met (None: none)."""
+    missed = [sc for sc, r in loads.items() if not _meets([r], spec)[0]]
+    high = min(missed) if missed else None
+    met = [sc for sc, r in loads.items() if (high is None or sc < high) and _meets([r], spec)[0]]
+    return (max(met) if met else None), high
+
+
+def _world_next(loads: dict[float, dict[str, Any]], spec: CapacitySpec) -> float | None:
+    """The next load of one replication's own search (None: bracketed to ``rel_tol``, or
+    beyond the scales searched)."""
+    low, high = world_bracket(loads, spec)
+    if low is None:
+        nxt = (high or 1.0) / 2
+        return nxt if nxt >= spec.min_scale else None
+    if high is None:
+        nxt = low * 2
+        return nxt if nxt <= spec.max_scale else None
+    return None if high / low - 1 <= spec.rel_tol else math.sqrt(low * high)
+
+
+def refine_worlds(spec: CapacitySpec, executor: Executor, searches: list[_Search],
+                  seeds: list[int], draws: list[StepDraw] | None, stored: StoredRuns | None,
+                  progress: Callable[[int], None] | None, *, first_index: int
+                  ) -> list[dict[str, Any]]:
+    """Each replication's own capacity search (module doc), all policies and replications a
+    round at a time; returns the rows it ran (a load the search visited is not run again)."""
+    base_policy = spec.scenario.spec.policy
+    for s in searches:
+        for scale, rows in s.seen.items():
+            for r in rows:
+                s.worlds.setdefault(int(r["replication"]), {})[scale] = r
+    out: list[dict[str, Any]] = []
+    index = first_index
+    for round_no in range(spec.max_rounds):
+        runs = []
+        owner: dict[int, _Search] = {}
+        for s in searches:
+            overrides = () if s.policy == base_policy else (
+                f"policy={json.dumps(s.policy)}", "policy_params={}")
+            for rep, loads in s.worlds.items():
+                load = _world_next(loads, spec)
+                if load is None:
+                    continue
+                point = GridPoint(index, (("policy", s.policy),), overrides, s.policy, load)
+                runs += plan_runs(spec.scenario, [point], [seeds[rep]], first_replication=rep,
+                                  step_draws=None if draws is None else [draws[rep]])
+                owner[index] = s
+                index += 1
+        if not runs:
+            break
+        rows = execute_stored(runs, executor, stored, progress=progress)
+        for r in rows:
+            r["round"] = round_no
+            owner[int(r["point"])].worlds[int(r["replication"])][float(r["rate_scale"])] = r
+        out += rows
+    return out
+
+
+def world_interval(s: _Search, spec: CapacitySpec) -> tuple[float, float]:
+    """The capacity's ``spec.interval`` interval over the replications' worlds (module doc):
+    the lower quantile of the lower brackets, the upper quantile of the upper ones (taken at
+    an observed value, never interpolated: a bracket's end may be ``inf``), in requests per
+    second at each world's own offered rate."""
+    assert spec.interval is not None
+    lows, highs = [], []
+    for loads in s.worlds.values():
+        low, high = world_bracket(loads, spec)
+        lows.append(0.0 if low is None else _rate_at([loads[low]]))
+        highs.append(math.inf if high is None else _rate_at([loads[high]]))
+    if not lows:
+        return math.nan, math.nan
+    q = ((1 - spec.interval) / 2, (1 + spec.interval) / 2)
+    return (float(np.quantile(np.array(lows), q[0], method="lower")),
+            float(np.quantile(np.array(highs), q[1], method="higher")))
 
 
 # --- attainment curves -----------------------------------------------------------------------
@@ -333,7 +469,10 @@ def attainment_curve(spec: CapacitySpec, executor: Executor, scales: Sequence[fl
     plan = SweepPlan(spec.scenario, (Axis("policy", spec.policies),
                                      Axis("rate_scale", tuple(scales))),
                      replications=spec.replications, root_seed=spec.root_seed)
-    rows = execute_stored(plan.runs, executor, stored, progress=progress)
+    draws = spec.step_draws()
+    runs = plan.runs if draws is None else plan_runs(spec.scenario, plan.points, plan.seeds,
+                                                     step_draws=draws)
+    rows = execute_stored(runs, executor, stored, progress=progress)
     return summarize_points(rows_to_frame(rows), [spec.metric, "offered_rate_rps"],
                             by=["policy", "rate_scale"], confidence=spec.confidence)
 

@@ -8,20 +8,29 @@ depends on two things the user cannot see in that number:
 - **the step model**: its constants come from published figures, each with the range its
   sources leave open (:data:`kvbudget.perf.step_uncertainty.STATED_RANGES`, the default
   ``vllm-v1`` model), or from a calibration, whose cost file carries the fit's posterior
-  (:class:`kvbudget.studies.fit_uncertainty.FitUncertainty`).
+  (:class:`kvbudget.studies.fit_uncertainty.FitUncertainty`); and, for the default model on a
+  GPU its constants were not derived on, its **structural error**: every step ``exp(sigma z)``
+  times as long, ``z`` standard normal, ``sigma`` the leave-one-GPU-out spread of
+  :func:`kvbudget.perf.step_uncertainty.structural_sigma` (0 on H100, where the constants were
+  derived).
 
 :func:`scenario_intervals` runs the scenario once as it is (the figures reported) and
 ``num_draws`` times more, each with the next seed and the step model's constants drawn from
-their uncertainty: independently and uniformly in log space over each stated range (the
-prior of :mod:`~kvbudget.studies.fit_uncertainty` is that uniform's moments), or jointly
-normal in a fit's coordinates with its posterior covariance, cut to its search bounds. A
+their uncertainty (a :class:`StepDraw`): independently and uniformly in log space over each
+stated range (the prior of :mod:`~kvbudget.studies.fit_uncertainty` is that uniform's
+moments) with the structural factor, or jointly normal in a fit's coordinates with its
+posterior covariance, cut to its search bounds. A
 figure's interval at ``level`` is the ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles
 of its ``num_draws`` values. How often such an interval holds the measured value is
 ``benchmarks/bench_intervals.py``'s question (docs/fidelity.md reports it).
 
 What is not in the interval: the engine's own modelling choices (what the scheduler does),
-the workload's own uncertainty beyond the seed (a trace is taken as it is), and any constant
-without a stated range (the GPU's peak figures, the model's shape).
+the workload's own uncertainty beyond the seed (a trace is taken as it is), any constant
+without a stated range (the GPU's peak figures, the model's shape), and a structural error
+the published step figures do not show (tensor parallelism, MoE at batch: none of them has
+it). ``capacity`` and ``plan`` take one :class:`StepDraw` per replication
+(:func:`replication_draws`), so their intervals over the replications carry the step model's
+uncertainty as well as the seed's.
 """
 
 from __future__ import annotations
@@ -37,7 +46,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kvbudget.perf.step_time import VllmStepModel
-from kvbudget.perf.step_uncertainty import STATED_RANGES
+from kvbudget.perf.step_uncertainty import (
+    STATED_RANGES,
+    StructurallyScaled,
+    structural_sigma,
+    validation_status,
+)
 from kvbudget.simulator.run import SimConfig, simulate
 from kvbudget.studies.fit_uncertainty import FitUncertainty
 
@@ -56,20 +70,68 @@ DEFAULT_NUM_DRAWS = 40
 FRONTEND_OVERHEAD = "frontend_overhead_s"
 
 
-@dataclass(frozen=True)
-class ParameterDraws:
-    """How one draw of the step model's constants is made: ``ranges`` (each parameter's range,
-    or a posterior's 95 % interval, for the record) and ``draw``, which returns the values of
-    one draw from the generator it is given."""
-
-    method: str
-    ranges: dict[str, tuple[float, float]]
-    draw: Callable[[np.random.Generator], dict[str, float]]
-
-
 FRACTIONS = ("mem_efficiency", "kv_mem_efficiency", "gemm_efficiency", "attention_efficiency",
              "link_efficiency")
 """Constants that are fractions of a peak: a draw is cut at 1 (no GPU beats its peak)."""
+
+
+@dataclass(frozen=True)
+class StepDraw:
+    """One draw of the step model: ``factors`` on the default model's own constants (the
+    spread of their stated ranges: one draw then serves every GPU of a plan, each around its
+    own defaults), or ``values`` of a calibration's constants (its posterior); and ``z``, the
+    standard normal draw of the structural error, scaled by the GPU's spread
+    (:func:`~kvbudget.perf.step_uncertainty.structural_sigma`; none for a calibration)."""
+
+    factors: tuple[tuple[str, float], ...] = ()
+    values: tuple[tuple[str, float], ...] = ()
+    z: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"factors": dict(self.factors), "values": dict(self.values), "z": self.z}
+
+    def cost_model(self, nominal: CostModel) -> tuple[CostModel, float | None]:
+        """``nominal`` with this draw's constants (the structural error by its GPU's
+        validation status), and the drawn front-end overhead (None: the nominal one)."""
+        params = dict(self.values)
+        overhead = params.pop(FRONTEND_OVERHEAD, None)
+        for name, factor in self.factors:
+            top = 1.0 if name in FRACTIONS else math.inf
+            params[name] = min(top, float(getattr(nominal, name)) * factor)
+        model = with_params(nominal, params) if params else nominal
+        sigma = (structural_sigma(nominal.gpu.name)
+                 if isinstance(nominal, VllmStepModel) and not self.values else 0.0)
+        if sigma and self.z:
+            model = StructurallyScaled(model, math.exp(sigma * self.z))
+        return model, overhead
+
+    def config(self, config: SimConfig) -> SimConfig:
+        """``config`` with this draw's step model (the front end the nominal run assumed)."""
+        nominal = config.resolved_cost_model()
+        model, overhead = self.cost_model(nominal)
+        return dataclasses.replace(
+            config, cost_model=model, frontend=nominal_frontend(config),
+            frontend_overhead_s=config.frontend_overhead_s if overhead is None else overhead)
+
+
+def nominal_frontend(config: SimConfig) -> str:
+    """The front end a run with ``config`` assumes (a given cost model would otherwise switch
+    the default one off)."""
+    return config.frontend or ("vllm-api-server" if config.cost_model is None
+                               and config.engine_defaults == "vllm" else "none")
+
+
+@dataclass(frozen=True)
+class ParameterDraws:
+    """How one draw of the step model is made: ``ranges`` (each parameter's range, or a
+    posterior's 95 % interval, for the record), ``draw``, which returns one :class:`StepDraw`
+    from the generator it is given, and ``structural``: whether each draw also gets a
+    structural error (its ``z``, from a generator of its own)."""
+
+    method: str
+    ranges: dict[str, tuple[float, float]]
+    draw: Callable[[np.random.Generator], StepDraw]
+    structural: bool = False
 
 
 def stated_draws(model: CostModel) -> ParameterDraws:
@@ -89,12 +151,18 @@ def stated_draws(model: CostModel) -> ParameterDraws:
     ranges = {name: (bases[name] * math.exp(-h), min(top[name], bases[name] * math.exp(h)))
               for name, h in half.items()}
 
-    def draw(rng: np.random.Generator) -> dict[str, float]:
-        return {name: min(top[name], bases[name] * math.exp(float(rng.uniform(-h, h))))
-                for name, h in half.items()}
+    def draw(rng: np.random.Generator) -> StepDraw:
+        return StepDraw(factors=tuple((name, math.exp(float(rng.uniform(-h, h))))
+                                      for name, h in half.items()))
 
-    return ParameterDraws("their stated ranges' spread around the defaults (kvbudget.perf."
-                          "step_uncertainty), independent, uniform in log space", ranges, draw)
+    gpu = model.gpu.name
+    sigma = structural_sigma(gpu)
+    return ParameterDraws(
+        "their stated ranges' spread around the defaults (kvbudget.perf.step_uncertainty), "
+        "independent, uniform in log space; and the structural error of the default model on "
+        f"{gpu} (validation status {validation_status(gpu)!r}): every step exp(sigma z) times "
+        f"as long, z standard normal, sigma {sigma:g} (leave-one-GPU-out on the published "
+        "step figures; 0 where the constants were derived)", ranges, draw, structural=True)
 
 
 def posterior_draws(posterior: FitUncertainty) -> ParameterDraws:
@@ -104,14 +172,14 @@ def posterior_draws(posterior: FitUncertainty) -> ParameterDraws:
     cov = np.asarray(posterior.covariance, np.float64)
     bounds = posterior.bounds or tuple((-math.inf, math.inf) for _ in posterior.names)
 
-    def draw(rng: np.random.Generator) -> dict[str, float]:
+    def draw(rng: np.random.Generator) -> StepDraw:
         x = rng.multivariate_normal(mean, cov, method="eigh")
-        out = {}
+        out = []
         for j, name in enumerate(posterior.names):
             v = min(max(float(x[j]), bounds[j][0]), bounds[j][1])
             scale = posterior.scales[j]
-            out[name] = scale * math.exp(v) if posterior.log[j] else max(0.0, scale * v)
-        return out
+            out.append((name, scale * math.exp(v) if posterior.log[j] else max(0.0, scale * v)))
+        return StepDraw(values=tuple(out))
 
     return ParameterDraws("the calibration's posterior (calibration.uncertainty), jointly "
                           "normal, cut to the search bounds", posterior.intervals(), draw)
@@ -199,19 +267,39 @@ def with_params(model: CostModel, params: Mapping[str, float]) -> CostModel:
     return drawn
 
 
-def over_draws(run: Callable[[int, dict[str, float]], dict[str, dict[str, float]]],
+def step_draws(draws: ParameterDraws, num_draws: int, seed: int) -> list[StepDraw]:
+    """``num_draws`` draws, the constants by a generator seeded from ``seed`` and the
+    structural errors by one of their own (so the same seed gives the same draws, and the
+    constants' draws are the same with or without a structural error)."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x1A7E]))
+    struct = np.random.default_rng(np.random.SeedSequence([seed, 0x57C7]))
+    out = []
+    for _ in range(num_draws):
+        d = draws.draw(rng)
+        if draws.structural:
+            d = dataclasses.replace(d, z=float(struct.standard_normal()))
+        out.append(d)
+    return out
+
+
+def over_draws(run: Callable[[int, StepDraw], dict[str, dict[str, float]]],
                draws: ParameterDraws, *, num_draws: int, seed: int,
                progress: Callable[[int], None] | None = None
                ) -> list[dict[str, dict[str, float]]]:
-    """``run(d, params)`` for draws ``d = 1 .. num_draws``, the constants ``params`` drawn by
-    a generator seeded from ``seed`` (so the same seed gives the same draws)."""
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x1A7E]))
+    """``run(d, draw)`` for draws ``d = 1 .. num_draws`` of :func:`step_draws`."""
     out = []
-    for d in range(1, num_draws + 1):
-        out.append(run(d, draws.draw(rng)))
+    for d, draw in enumerate(step_draws(draws, num_draws, seed), start=1):
+        out.append(run(d, draw))
         if progress is not None:
             progress(d)
     return out
+
+
+def replication_draws(scn: Scenario, num_replications: int, seed: int) -> list[StepDraw]:
+    """One draw of the scenario's step model per replication (``capacity --interval``,
+    ``plan --interval``): replication ``r`` gets draw ``r`` of a generator seeded from
+    ``seed``. ValueError where :func:`scenario_draws` refuses."""
+    return step_draws(scenario_draws(scn, scn.sim_config()), num_replications, seed)
 
 
 def check_level(level: float, num_draws: int) -> None:
@@ -243,18 +331,10 @@ def draw_intervals(scn: Scenario, policy_name: str | None, *, level: float = 0.9
     check_level(level, num_draws)
     base = scn.sim_config()
     draws = scenario_draws(scn, base)
-    nominal = base.resolved_cost_model()
-    # what the API server adds stays what the nominal run assumed (a given cost model would
-    # otherwise switch the default front end off)
-    frontend = base.frontend or ("vllm-api-server" if base.cost_model is None
-                                 and base.engine_defaults == "vllm" else "none")
 
-    def run(d: int, params: dict[str, float]) -> dict[str, dict[str, float]]:
-        overhead = params.pop(FRONTEND_OVERHEAD, base.frontend_overhead_s)
+    def run(d: int, draw: StepDraw) -> dict[str, dict[str, float]]:
         seeded = dataclasses.replace(scn, spec=dataclasses.replace(scn.spec, seed=scn.seed + d))
-        config = dataclasses.replace(
-            base, seed=scn.seed + d, cost_model=with_params(nominal, params),
-            frontend=frontend, frontend_overhead_s=overhead)
+        config = draw.config(dataclasses.replace(base, seed=scn.seed + d))
         return headline(simulate(seeded.workload(), scn.make_policy(policy_name), config).summary)
 
     values = over_draws(run, draws, num_draws=num_draws, seed=scn.seed, progress=progress)

@@ -32,6 +32,16 @@ and model and GPU pairs whose weights do not fit, are reported and skipped. Repl
 that many engines (the scenario's router and budget, else ``least_tokens`` and per-replica
 budgets; one replica is a single engine without a fleet).
 
+With ``interval`` (a level such as 0.9), replication ``r`` also takes draw ``r`` of the step
+model (:func:`kvbudget.studies.intervals.replication_draws`; one draw serves every GPU, each
+around its own defaults, its structural error by its validation status), so the t intervals
+over the replications, and the SLO checks on their bounds, carry the step model's uncertainty
+as well as the seed's. Each configuration's replica count gets an interval too
+(:func:`replicas_interval`): each replication (a world) needs the smallest count tried at which
+it meets every SLO on its own; the interval is the ``(1 - level) / 2`` and ``(1 + level) / 2``
+quantiles of those needs (``inf``: a world that missed at every count tried).
+``model_draws=False`` keeps the seeds alone.
+
 With an output directory, finished runs are kept as Parquet parts (``parts/``) as they finish;
 ``resume=True`` reuses every stored run whose key (a hash of everything it depends on) matches,
 so an interrupted plan picks up where it stopped.
@@ -52,6 +62,7 @@ import numpy as np
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.simulator.scenario import scenario_from_dict
 from kvbudget.studies import plan_disagg
+from kvbudget.studies.intervals import StepDraw, check_level, replication_draws
 from kvbudget.studies.sweep import (
     Axis,
     GridPoint,
@@ -155,6 +166,10 @@ class PlanSpec:
     replications: int = 3
     confidence: float = 0.95
     root_seed: int | None = None
+    interval: float | None = None
+    """A level (e.g. 0.9): a step-model draw per replication and each count's interval."""
+    model_draws: bool = True
+    """With ``interval``: whether replications draw the step model (False: seeds only)."""
 
     def __post_init__(self) -> None:
         if not self.policies:
@@ -180,6 +195,22 @@ class PlanSpec:
             self.slos = (Constraint.parse("overall_slo_attainment>=0.9"),)
         if self.root_seed is None:
             self.root_seed = self.scenario.seed
+        if self.interval is not None:
+            check_level(self.interval, self.replications)
+
+    def step_draws(self) -> list[StepDraw] | None:
+        """One step-model draw per replication (with ``interval`` and ``model_draws``)."""
+        if self.interval is None or not self.model_draws:
+            return None
+        assert self.root_seed is not None
+        return replication_draws(self.scenario, self.replications, self.root_seed)
+
+    def combines(self) -> str:
+        """What the intervals combine, in words."""
+        what = ("the seed and the step model's draw (its constants' stated ranges and its "
+                "structural error by GPU, or a calibration's posterior)" if self.model_draws
+                else "the seed only")
+        return f"{self.replications} replications, each a world: {what}"
 
     def grid_axes(self) -> list[Axis]:
         values = self.param_values
@@ -221,6 +252,8 @@ class Candidate:
     def splits(self, n: int) -> list[tuple[int, int] | None]:
         """The runs of one round: each split of ``n`` (disaggregated), else one."""
         return list(plan_disagg.splits(n)) if self.disaggregated else [None]
+    by_count: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    """The evidence rows of every replica count tried."""
 
 
 @dataclass
@@ -266,6 +299,8 @@ class PlanResult:
                                             else math.nan),
                 "output_tokens_per_s": tok,
             }
+            if s.interval is not None:
+                row["replicas_low"], row["replicas_high"] = replicas_interval(c, s)
             for m in metrics:
                 mean, low, high = t_interval([_f(r.get(m)) for r in c.rows], s.confidence)
                 row[m], row[f"{m}_low"], row[f"{m}_high"] = mean, low, high
@@ -288,7 +323,24 @@ class PlanResult:
             "replications": s.replications, "confidence": s.confidence,
             "root_seed": s.root_seed, "notes": self.notes,
             "num_runs": len(self.runs),
+            **({} if s.interval is None else {"interval": {
+                "level": s.interval, "combines": s.combines(),
+                "method": "each replication needs the smallest replica count tried at which it "
+                          "meets every SLO on its own; the level's quantiles of those needs "
+                          "(replicas_low, replicas_high in plan.csv; inf: missed at every "
+                          "count tried)",
+                "cheapest": self.cheapest()}}),
         }
+
+    def cheapest(self) -> dict[str, Any] | None:
+        """The cheapest feasible configuration (the table's first row), with its interval."""
+        df = self.table()
+        if df.empty or not bool(df.iloc[0]["feasible"]):
+            return None
+        row = df.iloc[0]
+        keys = ("gpu", "tp", "replicas", "gpus", "policy", "usd_per_hour", "replicas_low",
+                "replicas_high")
+        return {k: _plain(row[k]) for k in keys if k in row}
 
     def write(self, out_dir: Path) -> list[Path]:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -299,6 +351,33 @@ class PlanResult:
         res = out_dir / RESULT_FILE
         res.write_text(json.dumps(self.describe(), indent=2, default=str) + "\n")
         return [table, runs, res]
+
+
+def _plain(x: Any) -> Any:
+    """A table cell as JSON: numpy numbers as Python's, ``inf`` as None."""
+    if isinstance(x, np.generic):
+        x = x.item()
+    return None if isinstance(x, float) and not math.isfinite(x) else x
+
+
+def replicas_interval(c: Candidate, spec: PlanSpec) -> tuple[float, float]:
+    """A configuration's replica count's ``spec.interval`` interval over the replications'
+    worlds (module doc), each end at a count tried (never interpolated)."""
+    assert spec.interval is not None
+    needs: dict[int, float] = {}
+    for count in sorted(c.by_count):
+        for r in c.by_count[count]:
+            rep = int(r["replication"])
+            needs.setdefault(rep, math.inf)
+            if math.isinf(needs[rep]) and all(
+                    s.check([_metric(r, s.metric)], spec.confidence)[0] for s in spec.slos):
+                needs[rep] = float(count)
+    if not needs:
+        return math.nan, math.nan
+    v = np.array(list(needs.values()), np.float64)
+    q = ((1 - spec.interval) / 2, (1 + spec.interval) / 2)
+    return (float(np.quantile(v, q[0], method="lower")),
+            float(np.quantile(v, q[1], method="higher")))
 
 
 def _f(x: Any) -> float:
@@ -462,6 +541,7 @@ def _judge(spec: PlanSpec, c: Candidate, n: int,
         c.rows = groups[None]
         ok = all(s.check([_metric(r, s.metric) for r in c.rows], spec.confidence)[0]
                  for s in spec.slos)
+    c.by_count[n] = c.rows
     if ok:
         c.replicas, c.done = n, True
 
@@ -487,6 +567,7 @@ def plan(
         notes.extend(plan_disagg.disagg_table(spec.scenario)[1])
     assert spec.root_seed is not None
     seeds = replication_seeds(spec.root_seed, spec.replications)
+    draws = spec.step_draws()
     stored = None if out_dir is None else StoredRuns(out_dir, resume=resume, what="plan")
     if on_start is not None:
         on_start(max_runs(spec, candidates), 0 if stored is None else len(stored.stored))
@@ -496,7 +577,7 @@ def plan(
         if not active:
             break
         points = _round_points(spec, active, round_no)
-        runs = plan_runs(spec.scenario, [p[3] for p in points], seeds)
+        runs = plan_runs(spec.scenario, [p[3] for p in points], seeds, step_draws=draws)
         rows = []
         if not all_rows and runs:  # one run first: an SLO on no metric fails before the grid
             rows = execute_stored(runs[:1], executor, stored, progress=progress)

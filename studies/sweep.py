@@ -45,6 +45,7 @@ import numpy as np
 from kvbudget.policies.registry import policy_parameters
 from kvbudget.simulator.run import simulate
 from kvbudget.simulator.scenario import ScenarioSpec, dump_spec, parse_override, scenario_from_dict
+from kvbudget.studies.intervals import StepDraw
 from kvbudget.workloads import Workload
 
 if TYPE_CHECKING:
@@ -193,6 +194,9 @@ class RunSpec:
     values: tuple[tuple[str, Any], ...]
     scenario: dict[str, Any] = field(repr=False)
     base_dir: str = "."
+    step_draw: StepDraw | None = None
+    """The replication's draw of the step model (``capacity``/``plan --interval``); None: the
+    scenario's own."""
 
 
 _WORKLOADS: OrderedDict[str, Workload] = OrderedDict()
@@ -231,6 +235,8 @@ def describe_run(spec: RunSpec) -> str:
     if spec.rate_scale != 1:
         what.append(f"rate_scale={spec.rate_scale:g}")
     what.append(f"replication={spec.replication}, seed={spec.seed}")
+    if spec.step_draw is not None:
+        what.append("with the replication's step-model draw (--interval)")
     return ", ".join(what)
 
 
@@ -239,7 +245,10 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     scn = scenario_from_dict(spec.scenario, Path(spec.base_dir))
     workload = scale_rate(_workload_for(scn, spec), spec.rate_scale)
     try:
-        result = simulate(workload, scn.make_policy(), scn.sim_config())
+        config = scn.sim_config()
+        if spec.step_draw is not None:
+            config = spec.step_draw.config(config)
+        result = simulate(workload, scn.make_policy(), config)
     except Exception as exc:
         raise RunError(f"run failed ({describe_run(spec)}): {type(exc).__name__}: {exc}") from exc
     row: dict[str, Any] = {
@@ -392,10 +401,14 @@ def _literal(value: Any) -> str:
 # --- plans -----------------------------------------------------------------------------------
 
 
-def run_key(scenario: Mapping[str, Any], base_dir: str, rate_scale: float) -> str:
-    """A content hash of everything a run depends on."""
-    blob = json.dumps({"scenario": scenario, "base_dir": base_dir, "rate_scale": rate_scale},
-                      sort_keys=True, default=str)
+def run_key(scenario: Mapping[str, Any], base_dir: str, rate_scale: float,
+            step_draw: StepDraw | None = None) -> str:
+    """A content hash of everything a run depends on (a step model's draw only when there is
+    one: the keys of runs without stay what they were)."""
+    what: dict[str, Any] = {"scenario": scenario, "base_dir": base_dir, "rate_scale": rate_scale}
+    if step_draw is not None:
+        what["step_draw"] = step_draw.to_json()
+    blob = json.dumps(what, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
@@ -409,9 +422,13 @@ def plan_runs(
     seeds: Sequence[int],
     *,
     first_replication: int = 0,
+    step_draws: Sequence[StepDraw] | None = None,
 ) -> list[RunSpec]:
     """A run per grid point and seed (points validated here, so bad values fail before any
-    simulation, with a message naming the grid point)."""
+    simulation, with a message naming the grid point); with ``step_draws`` (one per seed),
+    each replication's runs take its draw of the step model."""
+    if step_draws is not None and len(step_draws) != len(seeds):
+        raise ValueError(f"{len(step_draws)} step-model draws for {len(seeds)} seeds")
     data = _scenario_data(base)
     base_dir = str(base.base_dir)
     runs: list[RunSpec] = []
@@ -424,8 +441,9 @@ def plan_runs(
         point_data = _scenario_data(point_scn)
         for r, seed in enumerate(seeds, start=first_replication):
             scn = {**point_data, "seed": int(seed)}
+            draw = None if step_draws is None else step_draws[r - first_replication]
             runs.append(RunSpec(
-                key=run_key(scn, base_dir, p.rate_scale),
+                key=run_key(scn, base_dir, p.rate_scale, draw),
                 point=p.index,
                 replication=r,
                 seed=int(seed),
@@ -433,6 +451,7 @@ def plan_runs(
                 values=p.values,
                 scenario=scn,
                 base_dir=base_dir,
+                step_draw=draw,
             ))
     return runs
 

@@ -243,7 +243,8 @@ def test_engine_variants_touch_only_the_documented_hooks_of_the_base_class() -> 
 
 
 def test_the_speed_up_uses_only_the_hooks_and_its_interface_of_the_engine() -> None:
-    """``simulator/fast_decode.py`` (the skip-ahead engine, a subclass of ``Engine``) uses of
+    """``simulator/fast_decode.py`` (the skip-ahead engine, a subclass of ``Engine``) and
+    ``simulator/spec_run.py`` (its speculative-decoding subclass) use of
     the base's underscored names only the hooks the ``Engine`` docstring lists and
     ``engine.SPEED_UP_INTERFACE``; every other underscored name it uses is its own."""
     from kvbudget.simulator.engine import SPEED_UP_INTERFACE
@@ -252,9 +253,10 @@ def test_the_speed_up_uses_only_the_hooks_and_its_interface_of_the_engine() -> N
     engine_src = _engine_source()
     for name in SPEED_UP_INTERFACE:  # the interface names the base's own
         assert f"def {name}(" in engine_src or f"self.{name}" in engine_src, name
-    tree = ast.parse((REPO / "simulator" / "fast_decode.py").read_text())
     bad: list[str] = []
-    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+    classes = [n for f in ("fast_decode.py", "spec_run.py")
+               for n in ast.parse((REPO / "simulator" / f).read_text()).body]
+    for cls in (n for n in classes if isinstance(n, ast.ClassDef)):
         for node in ast.walk(cls):
             if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
                 continue

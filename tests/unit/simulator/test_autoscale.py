@@ -398,3 +398,30 @@ def test_a_replica_brought_up_again_starts_with_an_empty_prefix_cache() -> None:
         patch.setattr(KVBlocks, "reset_prefix_cache", lambda self: None)
         kept = simulate(w, make_policy("conservative"), cfg)
     assert kept.summary["engine"]["fleet"]["replicas"][1]["prefix_cache_hit_tokens"] == 512
+
+
+def test_guaranteed_pools_beyond_the_scaled_down_budget_are_refused_before_the_run(
+        tmp_path: Path) -> None:
+    """A global budget's guaranteed pools must fit ``min_replicas``' budget: refused up front,
+    naming fleet.autoscale (the run used to fail at its first scale-down, naming neither)."""
+    import tomli_w
+    from typer.testing import CliRunner
+
+    from kvbudget.cli.main import app
+    from tests.conftest import small_scenario_dict
+
+    data = small_scenario_dict(20)
+    data["fleet"] = {"autoscale": {"min_replicas": 1, "max_replicas": 3, "initial_replicas": 3}}
+    data["tiers"] = [{"name": "interactive", "priority": 0, "guaranteed_tokens": 50_000},
+                     {"name": "batch", "priority": 1, "retryable_on_overload": True}]
+    path = tmp_path / "pools.toml"
+    path.write_bytes(tomli_w.dumps(data).encode())
+    res = CliRunner().invoke(app, ["simulate", "--scenario", str(path)])
+    err = res.stderr.strip()
+    assert res.exit_code == 2 and len(err.splitlines()) == 1, err
+    assert ("fleet.autoscale.min_replicas (1): the tiers' guaranteed_tokens (50000) exceed the "
+            "global budget of 1 replica(s) (40000 tokens)") in err, err
+    # two replicas' budget holds the pools: the same file runs
+    res = CliRunner().invoke(app, ["simulate", "--scenario", str(path),
+                                   "--set", "fleet.autoscale.min_replicas=2"])
+    assert res.exit_code == 0, res.stderr

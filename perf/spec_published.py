@@ -1,0 +1,127 @@
+"""Published speculative-decoding speed-ups with their own acceptance figures, and the model's
+prediction of each from those figures (nothing fitted): the check of issue 39 ("published
+speed-ups reproduced within 15 %"), printed by ``benchmarks/bench_specdec.py`` and quoted in
+docs/speculative.md.
+
+The prediction (:func:`decode_speed_up`) is the engine's own pricing of a steady decode step of
+``n`` requests (:mod:`kvbudget.simulator.spec_decode`): without speculation one token each,
+priced by the ``vllm-v1`` step model; with it a verify step of ``n`` chunks of ``k + 1`` query
+tokens plus ``k`` passes of the draft (:func:`~kvbudget.perf.speculative.draft_pass_model`),
+emitting the mean acceptance length a request. The speed-up is the ratio of tokens a second.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvbudget.perf.hardware import get_gpu
+from kvbudget.perf.models import get_model
+from kvbudget.perf.speculative import draft_pass_model
+from kvbudget.perf.step_time import VllmStepModel
+
+__all__ = ["PUBLISHED", "TOLERANCE", "Comparison", "PublishedSpeedUp", "compare",
+           "decode_speed_up"]
+
+TOLERANCE = 0.15
+"""Issue 39's bar: a prediction within 15 % of the published speed-up."""
+
+
+def decode_speed_up(target: VllmStepModel, draft: VllmStepModel | None, n: int, k: int,
+                    length: float, context: int) -> float:
+    """Tokens a second of ``n`` decoding requests with speculation (``k`` drafts a step, mean
+    acceptance ``length`` tokens a step) over without, each request attending to ``context``
+    tokens; ``draft`` None: no GPU pass (n-gram)."""
+    c = float(context)
+    plain = float(target.step_time(0.0, float(n), n * (c + 1), 0.0, 0.0))
+    q = k + 1
+    verify = float(target.step_time(float(n * q), 0.0, n * (c + q), float(n * q) * (c + q),
+                                    float(n)))
+    one_pass = 0.0 if draft is None else (
+        float(draft.step_time(0.0, float(n), n * (c + q), 0.0, 0.0)) - draft.step_overhead_s)
+    return (n * length / (verify + k * one_pass)) / (n / plain)
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedSpeedUp:
+    """One published measurement: ``speed_up`` (with over without speculation) of ``method``
+    with ``k`` drafts a step and the publication's own mean acceptance length ``length``
+    (tokens a step), ``model`` on ``gpu`` at ``batch`` requests, ``context`` tokens a request
+    (the workload's typical prompt and output, assumed: it moves the prediction little at
+    small batches), from ``source``."""
+
+    source: str
+    engine: str
+    method: str
+    model: str
+    gpu: str
+    batch: int
+    k: int
+    length: float
+    speed_up: float
+    tree: bool = False
+    context: int = 300
+
+
+# vLLM issue #20780 (ekagra-ranjan, 2025-07-10, "Eagle 3 is expected to be much faster than
+# Eagle 1"): vLLM V1, Llama-3.1-8B-Instruct, MT-bench, batch 1, chain drafts (EAGLE-LLaMA3.1-
+# Instruct-8B and EAGLE3-LLaMA3.1-Instruct-8B); its table gives each K's acceptance length (AL)
+# and TPOT (vanilla 7.07 ms). The same author's runs of this setup in PR #16937 ("Output
+# tokens/s on H100 BS1") and tracking issue #17812 are on one H100.
+_VLLM_20780 = "vLLM issue #20780 (H100: PR #16937), MT-bench"
+_TPOT_VANILLA_MS = 7.07
+_E1 = {2: (2.10, 4.37), 3: (2.29, 4.29), 4: (2.39, 4.48), 5: (2.43, 4.71), 6: (2.45, 4.94),
+       7: (2.47, 5.20)}
+_E3 = {2: (2.36, 4.32), 3: (2.79, 4.09), 4: (3.08, 4.05), 5: (3.32, 4.13), 6: (3.46, 4.20),
+       7: (3.54, 4.29)}
+# SGLang PR #4247 ("[Feature] Support EAGLE 3", chromecast56's comment of 2025-03-10, CUDA
+# graphs on): Llama-3.1-8B-Instruct, MT-bench, 80 questions, one request at a time; throughput
+# and acceptance length by --speculative-num-steps (draft *trees*); the baseline is the SGLang
+# documentation's table for the same setup ("Speculative Decoding", Performance Highlights:
+# 158.34 tokens/s without speculation on 1x H100).
+_SGLANG_4247 = "SGLang PR #4247 + SGLang docs baseline, MT-bench"
+_SGLANG_BASE = 158.34
+
+PUBLISHED: tuple[PublishedSpeedUp, ...] = (
+    *(PublishedSpeedUp(_VLLM_20780, "vllm", "eagle", "Llama-3.1-8B", "H100-80GB", 1, k, al,
+                       _TPOT_VANILLA_MS / tpot) for k, (al, tpot) in _E1.items()),
+    *(PublishedSpeedUp(_VLLM_20780, "vllm", "eagle3", "Llama-3.1-8B", "H100-80GB", 1, k, al,
+                       _TPOT_VANILLA_MS / tpot) for k, (al, tpot) in _E3.items()),
+    PublishedSpeedUp(_SGLANG_4247, "sglang", "eagle3", "Llama-3.1-8B", "H100-80GB", 1, 8, 5.39,
+                     378.57 / _SGLANG_BASE, tree=True),
+    PublishedSpeedUp(_SGLANG_4247, "sglang", "eagle3", "Llama-3.1-8B", "H100-80GB", 1, 5, 4.68,
+                     361.70 / _SGLANG_BASE, tree=True),
+    PublishedSpeedUp(_SGLANG_4247, "sglang", "eagle", "Llama-3.1-8B", "H100-80GB", 1, 8, 3.76,
+                     230.08 / _SGLANG_BASE, tree=True),
+)
+"""Every publication found that gives a speed-up together with its own acceptance figures for
+vLLM or SGLang on H100 (Llama-3.1-8B; none for 70B, none beyond batch 1)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """A publication's speed-up and the model's prediction from its acceptance figures."""
+
+    published: PublishedSpeedUp
+    predicted: float
+
+    @property
+    def error(self) -> float:
+        """The prediction's relative error (over the published figure: positive is over)."""
+        return self.predicted / self.published.speed_up - 1.0
+
+    @property
+    def within(self) -> bool:
+        return abs(self.error) <= TOLERANCE
+
+
+def compare(rows: tuple[PublishedSpeedUp, ...] = PUBLISHED) -> list[Comparison]:
+    """The model's prediction of each published speed-up from its acceptance figures (the
+    draft a one-layer head of the target for EAGLE, EAGLE-3 and MTP: ``draft_pass_model``)."""
+    out = []
+    for p in rows:
+        gpu, model = get_gpu(p.gpu), get_model(p.model)
+        target = VllmStepModel(gpu, model)
+        draft = draft_pass_model(p.method, model, None, gpu, 1)
+        out.append(Comparison(p, decode_speed_up(target, draft, p.batch, p.k, p.length,
+                                                 p.context)))
+    return out

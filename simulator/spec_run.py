@@ -1,0 +1,259 @@
+"""Speculative decoding on the speed-up path: runs of verify steps with the batch unchanged,
+computed at once (:class:`SpecSkipAheadEngine`), with the results of stepping.
+
+While every running request verifies ``k`` drafts a step (speculative decoding,
+:mod:`kvbudget.simulator.spec_decode`) and nothing else can start, what the next steps do is
+arithmetic: a request's accepted drafts at a step are a draw keyed by the request and its
+steps with output (:meth:`SpecDecode.geometric`, the same draws stepping makes), so its output
+and computed tokens after ``j`` steps are cumulative sums, the blocks each step takes and the
+steps' times (the verify step priced by the cost model, plus the draft's passes: one array
+call each) follow. :func:`plan_spec_run` computes them for a run that ends at the first step a
+request finishes (the accepted drafts vary by request, so unlike a plain decode run's this is
+found from the draws), before the first step whose blocks do not fit, before a step whose
+drafts the model's length clips, or with the step in progress at the next external event.
+
+The run's first step is scheduled by the engine's one scheduler (``Scheduler._schedule``); a
+run is planned only when that step scheduled every running request with its ``k`` drafts,
+started nothing and preempted nothing (:meth:`SpecSkipAheadEngine._run_scheduled`), and the
+steps after it then schedule the same rows with the same tokens. :func:`commit_spec_run`
+writes what ``StepCommit.rows`` (verify, sample, propose, finish) would have written after
+those steps, and hands the finished requests to the same ``StepCommit.finish``. The run waits
+in time as a plain decode run does (``SkipAheadEngine._wait_run``: cut short at the step in
+progress when work is added or aborted).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Generator
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import simpy
+
+from kvbudget.simulator.decode_plan import MAX_JUMP_STEPS, DecodeRunPlanner
+from kvbudget.simulator.engine import IntArray
+from kvbudget.simulator.fast_decode import Run, SkipAheadEngine
+from kvbudget.simulator.serving import FloatArray
+from kvbudget.simulator.spec_decode import SpecDecode
+from kvbudget.simulator.step_commit import CommitTarget, StepCommit
+
+__all__ = ["SpecRun", "SpecSkipAheadEngine", "commit_spec_run", "plan_spec_run"]
+
+MAX_SPEC_STEPS = 512
+"""The longest speculative run planned at once (its arrays are requests x steps)."""
+
+
+class SpecRun:
+    """A planned run of ``len(ends)`` verify steps of ``rows`` (running order): ``out`` is each
+    row's output tokens after each step (requests x steps, capped at the target: only the
+    last step may finish some), ``held`` the blocks each row holds as each step is scheduled,
+    ``alloc`` the blocks steps 1..j take beyond step 0's, ``draft_s`` each step's draft time
+    (step 0's was counted as it was scheduled), ``ends``/``dts`` the steps' ends and times.
+    (A plain class: a dataclass's creation costs the engine's import ~0.7 ms.)"""
+
+    __slots__ = ("alloc", "c0", "draft_s", "dts", "ends", "held", "out", "out0", "rows", "steps0")
+
+    def __init__(self, rows: IntArray, out0: IntArray, c0: IntArray, steps0: IntArray,
+                 out: IntArray, held: IntArray, alloc: IntArray, draft_s: FloatArray,
+                 ends: FloatArray, dts: FloatArray) -> None:
+        self.rows, self.out0, self.c0, self.steps0 = rows, out0, c0, steps0
+        self.out, self.held, self.alloc, self.draft_s = out, held, alloc, draft_s
+        self.ends, self.dts = ends, dts
+
+    def output_after(self, i: int, steps: int) -> int:
+        """Row ``i``'s output tokens after the run's first ``steps`` steps."""
+        r = int(np.flatnonzero(self.rows == i)[0])
+        return int(self.out0[r]) if steps == 0 else int(self.out[r, steps - 1])
+
+
+def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
+                  rows: IntArray, k_max: int, dt0: float, free: int) -> SpecRun | None:
+    """The run of at most ``k_max`` verify steps of ``rows`` from ``e.t``, whose first step
+    (scheduled, ``dt0`` long) took its blocks already and ``free`` blocks are left (see the
+    module docstring); None when it would be one step. Not cut at external events: the
+    caller cuts ``ends``."""
+    k, look, mml = spec.k, spec.lookahead, e.max_model_len
+    q = k + 1
+    n = len(rows)
+    out0 = e.num_output_tokens[rows]
+    tgt = e.target_output[rows]
+    # every step gives a request one token or more: the first finish is within this many
+    k_max = min(k_max, int((tgt - out0).min()), MAX_SPEC_STEPS)
+    if k_max <= 1:
+        return None
+    steps0 = spec.num_output_steps[rows]
+    cum = spec.geometric(e, rows, steps0, k_max)  # accepted drafts, uncapped
+    cum += 1
+    np.cumsum(cum, axis=1, out=cum)
+    cum += out0[:, None]  # output after each step, uncapped
+    done_any: npt.NDArray[np.bool_] = np.any(cum >= tgt[:, None], axis=0)
+    if done_any[-1]:  # the run ends with its first step that finishes a request
+        k_max = int(done_any.argmax()) + 1
+        cum = cum[:, :k_max]
+    c0 = e.num_computed_tokens[rows]
+    # computed tokens as each step is scheduled: step j sees j steps' tokens
+    comp = np.empty((n, k_max), np.int64)
+    comp[:, 0] = c0
+    comp[:, 1:] = cum[:, :-1] + (c0 - out0)[:, None]
+    if int(comp[:, -1].max()) + 1 + k > mml:  # drafts clipped by the model's length
+        clip = (comp + (1 + k) > mml).any(axis=0)
+        k_max = max(1, int(clip.argmax()))
+        if k_max <= 1:
+            return None
+        comp, cum = comp[:, :k_max], cum[:, :k_max]
+    bs = planner.block_size
+    need = (np.minimum(comp + (q + look), mml) + (bs - 1)) // bs
+    b0 = e.kv.num_blocks[rows]
+    held = np.maximum(need, b0[:, None])
+    alloc = held.sum(axis=0) - int(b0.sum())
+    alloc = planner.cut_to_free(alloc, free)
+    k_max = len(alloc)
+    if k_max <= 1:
+        return None
+    context = comp[:, :k_max].sum(axis=0) + n * q  # the verify steps' num_context_tokens
+    ctx_f = context[1:].astype(np.float64)
+    draft_s = np.zeros(k_max, np.float64)
+    draft_s[1:] = spec.draft_run_seconds(n, ctx_f)
+    dts = np.empty(k_max, np.float64)
+    dts[0] = dt0
+    verify = planner.cost.step_time(float(n * q), 0.0, ctx_f, (q * context[1:]).astype(np.float64),
+                                    float(n))
+    dts[1:] = verify + draft_s[1:]  # as _step_seconds adds the draft's seconds
+    ends = dts.copy()
+    ends[0] += e.t
+    np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
+    return SpecRun(rows, out0, c0, steps0, np.minimum(cum[:, :k_max], tgt[:, None]),
+                   held[:, :k_max], alloc, draft_s, ends, dts)
+
+
+def cut_run(run: SpecRun, k: int) -> SpecRun:
+    """``run``'s first ``k`` steps."""
+    if k == len(run.ends):
+        return run
+    return SpecRun(run.rows, run.out0, run.c0, run.steps0, run.out[:, :k], run.held[:, :k],
+                   run.alloc[:k], run.draft_s[:k], run.ends[:k], run.dts[:k])
+
+
+def commit_spec_run(e: CommitTarget, spec: SpecDecode, commit: StepCommit, run: SpecRun,
+                    m: int) -> None:
+    """Commit the first ``m`` steps of ``run`` (step 0's blocks were taken as it was
+    scheduled; the caller has ended them in time): what ``StepCommit.rows`` would have
+    written after each, and the requests that finished in the last handed to
+    ``StepCommit.finish``."""
+    rows = run.rows
+    n = len(rows)
+    extra = int(run.alloc[m - 1])
+    if extra:
+        e.kv.num_blocks[rows] = run.held[:, m - 1]
+        e.kv.take(extra)
+    for seconds in run.draft_s[1:m].tolist():  # (one sum a step, in stepping's order)
+        spec.draft_s += seconds
+    out = run.out[:, m - 1]
+    grown = out - run.out0
+    computed = run.c0 + grown
+    e.num_computed_tokens[rows] = computed
+    e.num_output_tokens[rows] = out
+    spec.num_output_steps[rows] = run.steps0 + m
+    spec.num_verify += n * m
+    spec.num_draft_tokens += n * m * spec.k
+    spec.num_accepted_tokens += int(grown.sum()) - n * m
+    tokens = computed + 1
+    live = out < e.target_output[rows]
+    drafts = np.clip(e.max_model_len - tokens, 0, spec.k) * live  # the next step's drafts
+    spec.num_spec_tokens[rows] = drafts
+    e.num_tokens[rows] = tokens + drafts
+    if not live.all():
+        commit.finish(rows[~live].tolist())
+
+
+class SpecSkipAheadEngine(SkipAheadEngine):
+    """:class:`SkipAheadEngine` for an engine with speculative decoding (``spec``, set by
+    ``engine_variants.make_engine``): no decode group (its steps give one token each), runs of
+    verify steps instead (:func:`plan_spec_run`); a step that is not one steps as
+    :class:`~kvbudget.simulator.engine.Engine` does."""
+
+    decode_group = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._spec_run: SpecRun | None = None  # the run in flight
+
+    def output_tokens_of(self, i: int) -> int:
+        run, ends = self._spec_run, self._run_ends
+        if run is None or ends is None or i not in run.rows:
+            return super().output_tokens_of(i)
+        now = self.env.now
+        done = bisect.bisect_left(ends, now) if self.ties is None else self._steps_done(ends, now)
+        return run.output_after(i, done)
+
+    def _rows_ahead(self) -> list[int]:
+        run = self._spec_run
+        return super()._rows_ahead() if run is None else run.rows.tolist()
+
+    def _run_scheduled(self, rows: IntArray, new: IntArray, preempted: bool, reserved: int,
+                       counts: tuple[int, int]) -> Generator[simpy.Event, Any, None]:
+        spec = self.spec
+        commit = self.commit
+        q = 0 if spec is None else spec.k + 1
+        if (spec is None or preempted or self._aborts or self._pending or self.remote is not None
+                or not (commit.synced and commit.all_decode) or len(rows) < 1
+                or int(new.min()) != q or len(rows) != len(self.running)):
+            yield from super()._run_scheduled(rows, new, preempted, reserved, counts)
+            return
+        dt0 = self._step_seconds(self._features(rows, new))
+        t_ext = self.hooks.next_external_s()
+        until = self._plan_until(t_ext) if self.head_refusal else t_ext
+        k_max = MAX_JUMP_STEPS
+        if until != float("inf") and dt0 > 0:  # step times never shrink during the run
+            k_max = max(1, min(k_max, int((until - self.t) / dt0) + 2))
+        run = plan_spec_run(self, spec, self.planner, rows, k_max, dt0,
+                            self.kv.num_available_blocks)
+        cut: Run | None = None
+        if run is not None:
+            cut = self._cut(run, t_ext, until)
+            run = cut_run(run, len(cut[0])) if len(cut[0]) > 1 else None
+        if run is None or cut is None:
+            self._span_head = None
+            yield from super()._run_scheduled(rows, new, preempted, reserved, counts)
+            return
+        self._spec_run = run
+        k = yield from self._wait_run(dt0, cut, reserved, counts)
+        self._spec_run = None
+        self._steps_rows = rows
+        if self._aborts:  # the last step commits as stepping commits it, without them
+            if k > 1:
+                self._on_steps(False, k - 1)
+                commit_spec_run(self, spec, commit, run, k - 1)
+            step = k - 1
+            if step:
+                self.kv.num_blocks[rows] = run.held[:, step]
+                self.kv.take(int(run.alloc[step] - run.alloc[step - 1]))
+                spec.draft_s += float(run.draft_s[step])
+            aborted = self._apply_aborts()
+            self._on_steps(False, 1)
+            commit.rows(rows, new, aborted)
+            return
+        self._on_steps(False, k)
+        commit_spec_run(self, spec, commit, run, k)
+
+    def _cut(self, run: SpecRun, t_ext: float, until: float) -> Run:
+        """``run``'s steps up to the one in progress at ``until`` (as ``DecodeRunPlanner.plan``
+        cuts a decode run, ties included), and while the waiting head is refused, up to where
+        it may start (``_jump_limit``); then ``_span_keep``'s."""
+        ends, dts, alloc = run.ends, run.dts, run.alloc
+        k = len(ends)
+        if self.head_refusal:
+            k = self._jump_limit(k, alloc)
+        if until < ends[k - 1]:
+            k = int(ends[:k].searchsorted(until, side="left")) + 1
+        if k > 1 and ends[k - 1] == until:  # see decode_plan._TIE
+            k -= 1
+        tie = self.planner.tie
+        if tie is not None and k > 1:
+            j = tie(ends[:k])
+            if j >= 0:
+                k = max(1, j)
+        used = self.kv.num_used_blocks + alloc[:k]
+        return self._span_keep((ends[:k], used, dts[:k]), t_ext, until)

@@ -1,0 +1,253 @@
+"""Speculative decoding on the speed-up path (issue 39 item 3, simulator/spec_run.py): runs of
+verify steps planned at once give stepping's results bit for bit; known answers worked by hand;
+properties over drawn scenarios (preemptions, refused heads, revocations mid-run, fleets)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kvbudget.perf.cost_model import LinearCostModel
+from kvbudget.perf.speculative import SpeculativeConfig
+from kvbudget.policies import TierConfig, make_policy
+from kvbudget.results.run_result import RunResult
+from kvbudget.simulator.engine import Engine
+from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.run import SimConfig, simulate
+from kvbudget.simulator.scenario import make_scenario
+from kvbudget.simulator.spec_run import SpecSkipAheadEngine
+from kvbudget.workloads import Workload
+from tests.conftest import REPO, make_workload
+from tests.model.test_properties import SETTINGS, scenarios
+
+TIERS = (TierConfig("interactive", queue_timeout_s=None),
+         TierConfig("batch", priority=1, queue_timeout_s=None))
+LINEAR = LinearCostModel(0.01, 0.001, 0.0, 0.0)  # 10 ms a step + 1 ms a prefill/verify token
+
+
+def _same(a: RunResult, b: RunResult) -> None:
+    """Stepping's and the speed-up's results, bit for bit (the wall time aside)."""
+    assert a.records.equals(b.records)
+    assert a.timeline.equals(b.timeline)
+    ga, gb = a.token_gaps, b.token_gaps
+    assert (ga is None) == (gb is None)
+    if ga is not None and gb is not None:
+        assert ga.equals(gb)
+    drop = ("wall_time_s",)
+    assert ({k: v for k, v in a.summary.items() if k not in drop}
+            == {k: v for k, v in b.summary.items() if k not in drop})
+
+
+def _both(w: Workload, cfg: SimConfig, policy: str = "unlimited",
+          params: dict[str, object] | None = None) -> tuple[RunResult, RunResult, list[int]]:
+    """``w`` stepped and with skip-ahead; the engine's calls of ``_step`` each way (a run of
+    steps planned at once is one call)."""
+    calls: list[int] = []
+    out = []
+    for skip in (False, True):
+        seen = [0]
+
+        def observe(e: Engine, seen: list[int] = seen) -> None:
+            seen[0] += 1
+
+        Engine.step_observer = observe
+        try:
+            out.append(simulate(w, make_policy(policy, params or {}),
+                                replace(cfg, engine=replace(cfg.engine, skip_ahead=skip))))
+        finally:
+            Engine.step_observer = None
+        calls.append(seen[0])
+    return out[0], out[1], calls
+
+
+def _config(spec: SpeculativeConfig, **engine: object) -> SimConfig:
+    kw: dict[str, object] = {"num_gpu_blocks": 10_000, "max_num_batched_tokens": 8192,
+                             "max_num_seqs": 256, "speculative_config": spec, **engine}
+    return SimConfig(engine=EngineConfig(**kw), tiers=TIERS,  # type: ignore[arg-type]
+                     cost_model=LINEAR)
+
+
+# --- known answers --------------------------------------------------------------------------
+def test_a_run_of_verify_steps_is_planned_at_once_with_the_acceptance_arithmetic() -> None:
+    # every draft accepted (n-gram, rate 1, k = 3): after the prefill (0.01 + 0.100 s, first
+    # token) each verify step (4 query tokens: 0.01 + 0.004 s) emits 4 tokens: 1 -> 5 -> ... ->
+    # 41, ten steps. Stepping calls _step 11 times; the speed-up twice (the prefill, then the
+    # ten verify steps as one run, planned after the first was scheduled)
+    spec = SpeculativeConfig("ngram", 3, acceptance_rate=1.0)
+    a, b, calls = _both(make_workload([0.0], [100], [41]), _config(spec))
+    _same(a, b)
+    r = b.records.iloc[0]
+    assert r.output_tokens == 41
+    assert r.e2e_s == pytest.approx(0.11 + 10 * 0.014)
+    s = b.summary["engine"]["speculative"]
+    assert (s["num_engine_steps"], s["num_verify_steps"], s["num_accepted_tokens"]) == (11, 10, 30)
+    assert calls == [11, 2]
+
+
+def test_a_run_ends_at_the_first_step_a_request_finishes() -> None:
+    # two requests, every draft accepted: row 0 needs 1 + 4 * 2 = 9 tokens (two verify steps),
+    # row 1 1 + 4 * 5 = 21 (five); the run ends with the step row 0 finishes in (step 3 of the
+    # engine), the next run is row 1's last three steps: 1 prefill + 2 runs = 3 calls
+    spec = SpeculativeConfig("eagle", 3, acceptance_rate=1.0)
+    a, b, calls = _both(make_workload([0.0, 0.0], [40, 40], [9, 21]), _config(spec))
+    _same(a, b)
+    assert b.records.output_tokens.tolist() == [9, 21]
+    assert b.summary["engine"]["speculative"]["num_engine_steps"] == 1 + 5
+    assert calls == [6, 3]
+
+
+def test_a_run_stops_before_the_step_whose_blocks_do_not_fit() -> None:
+    # blocks of 4 tokens, 12 in all, two requests of 8 prompt tokens, every draft accepted:
+    # a step holds blocks for computed + 4 scheduled + 3 lookahead tokens, so each holds
+    # ceil(11/4) = 3 blocks after the prefill, then 4, 5, 6 (12 in all) as it computes 8, 12,
+    # 16, 20 tokens; the 5th step needs a 7th block for row 0: none is free, row 1 (the last
+    # running) is preempted. The run after the prefill is planned up to that step and stops
+    # before it (the scheduler preempts there, as stepping)
+    spec = SpeculativeConfig("eagle", 3, acceptance_rate=1.0)
+    cfg = _config(spec, num_gpu_blocks=12, block_size=4)
+    a, b, calls = _both(make_workload([0.0, 0.0], [8, 8], [30, 30]), cfg)
+    _same(a, b)
+    assert b.summary["engine"]["num_engine_preemptions"] == 1
+    assert b.records.num_preemptions.tolist() == [0, 1]
+    assert b.records.output_tokens.tolist() == [30, 30]
+    assert calls[1] < calls[0]
+
+
+def test_a_run_stops_before_the_step_whose_drafts_the_model_length_clips() -> None:
+    # max_model_len 139 = 100 prompt + 39 output, every draft accepted: outputs 1 (prefill),
+    # 5, 9, ..., 37 (nine verify steps of 3 drafts), then the request holds 137 tokens and
+    # gets min(3, 139 - 137) = 2 drafts, of which 1 may be accepted (its own token is the
+    # 39th): 10 verify steps, 29 drafts, 28 accepted. The run covers the nine full steps and
+    # stops before the clipped one, which steps
+    spec = SpeculativeConfig("ngram", 3, acceptance_rate=1.0)
+    a, b, calls = _both(make_workload([0.0], [100], [39]), _config(spec, max_model_len=139))
+    _same(a, b)
+    s = b.summary["engine"]["speculative"]
+    assert (s["num_verify_steps"], s["num_draft_tokens"], s["num_accepted_tokens"]) == (
+        10, 29, 28)
+    assert calls == [11, 3]
+
+
+def test_an_arrival_at_a_step_end_of_a_run_is_seen_as_stepping_sees_it() -> None:
+    # step times on a grid of powers of two (a verify step of one request: 2**-6 + 4 * 2**-8
+    # = 2**-5 s exactly): the second request arrives exactly at the end of the first's third
+    # verify step; the run ends a step early (decode_plan._TIE) so the step after it is
+    # scheduled when it starts, with the arrival in it, as stepping does
+    spec = SpeculativeConfig("ngram", 3, acceptance_rate=1.0)
+    cost = LinearCostModel(2**-6, 2**-8, 0.0, 0.0)
+    prefill = 2**-6 + 100 * 2**-8
+    for n_steps in (1, 3, 6):
+        w = make_workload([0.0, prefill + n_steps * 2**-5], [100, 50], [41, 21])
+        cfg = replace(_config(spec), cost_model=cost)
+        a, b, _ = _both(w, cfg)
+        _same(a, b)
+
+
+def test_the_speed_up_class_serves_speculative_engines_and_not_offload() -> None:
+    from kvbudget.simulator.engine_variants import spec_engine_class
+
+    spec = SpeculativeConfig("eagle", 3, acceptance_rate=0.5)
+    for name in ("vllm", "vllm-swap"):
+        cls = spec_engine_class(EngineConfig(name=name, speculative_config=spec))
+        assert issubclass(cls, SpecSkipAheadEngine)
+        stepped = spec_engine_class(EngineConfig(name=name, speculative_config=spec,
+                                                 skip_ahead=False))
+        assert not issubclass(stepped, SpecSkipAheadEngine)
+
+
+@pytest.mark.parametrize("sets", [
+    # the roofline cost model (the run's step times as arrays, stepping's as floats)
+    ["engine.speculative_config.method=eagle3", "engine.speculative_config.num_speculative_tokens=4",
+     "engine.speculative_config.acceptance_length=2.5", "engine.num_gpu_blocks=1500"],
+    # a tier's own rate; drafts clipped by the model's length
+    ["engine.speculative_config.method=eagle", "engine.speculative_config.num_speculative_tokens=3",
+     "engine.speculative_config.acceptance_rate=0.7",
+     "engine.speculative_config.acceptance_by_tier.batch=0.4", "engine.max_model_len=2100"],
+    # swap preemption, MTP, a few blocks
+    ["engine.name=vllm-swap", "engine.speculative_config.method=mtp",
+     "engine.speculative_config.num_speculative_tokens=2",
+     "engine.speculative_config.acceptance_rate=0.9", "engine.num_gpu_blocks=1200"],
+    # n-gram (no async scheduling) at a higher rate
+    ["engine.speculative_config.method=ngram", "engine.speculative_config.num_speculative_tokens=3",
+     "engine.speculative_config.acceptance_rate=0.5", "workload.arrival.rate_rps=12"],
+])
+def test_scenarios_with_speculation_give_stepping_results(sets: list[str]) -> None:
+    runs = []
+    for skip in ("false", "true"):
+        scn = make_scenario(REPO / "scenarios" / "synth_conservative.toml",
+                            [*sets, "workload.duration_s=20", f"engine.skip_ahead={skip}"])
+        runs.append(simulate(scn.workload(), scn.make_policy(None), scn.sim_config()))
+    _same(*runs)
+
+
+# --- properties -----------------------------------------------------------------------------
+@SETTINGS
+@given(scenarios(), st.integers(1, 5), st.sampled_from([0.0, 0.3, 0.7, 0.95, 1.0]),
+       st.sampled_from(["ngram", "eagle", "mtp"]),
+       st.sampled_from(["unlimited", "conservative", "overcommit", "adaptive", "peak"]),
+       st.sampled_from([None, 0.3, 1.0]), st.sampled_from(["vllm", "vllm-swap"]))
+def test_speculative_runs_give_stepping_results(
+        case: tuple[Workload, SimConfig, str, dict[str, object]], k: int, rate: float,
+        method: str, policy: str, lease_ttl_s: float | None, name: str) -> None:
+    """Drawn workloads and engines (few blocks: preemptions; refused heads; priority queues),
+    with gateways that read output tokens mid-run (adaptive, peak) and leases that revoke
+    running requests mid-run: the speed-up's results are stepping's."""
+    w, cfg, _, _ = case
+    spec = SpeculativeConfig(method, k, acceptance_rate=rate)
+    engine = replace(cfg.engine, name=name, speculative_config=spec,  # type: ignore[arg-type]
+                     enable_prefix_caching=False if name == "vllm-swap" else None)
+    a, b, _ = _both(w, replace(cfg, engine=engine, lease_ttl_s=lease_ttl_s), policy)
+    _same(a, b)
+    s = a.summary["engine"]["speculative"]
+    assert s["num_accepted_tokens"] <= s["num_draft_tokens"] <= k * s["num_verify_steps"]
+
+
+@SETTINGS
+@given(scenarios(), st.integers(2, 4), st.sampled_from(["round_robin", "least_tokens"]))
+def test_speculative_runs_in_a_fleet_give_stepping_results(
+        case: tuple[Workload, SimConfig, str, dict[str, object]], replicas: int,
+        router: str) -> None:
+    from kvbudget.simulator.sim_config import FleetConfig
+
+    w, cfg, policy, params = case
+    spec = SpeculativeConfig("eagle", 3, acceptance_rate=0.6)
+    cfg = replace(cfg, engine=replace(cfg.engine, speculative_config=spec),
+                  fleet=FleetConfig(num_replicas=replicas, router=router))  # type: ignore[arg-type]
+    a, b, _ = _both(w, cfg, policy, params)
+    _same(a, b)
+
+
+def test_geometric_draws_are_the_stepping_draws() -> None:
+    """``SpecDecode.geometric`` at steps ``s .. s + m - 1`` equals the drafts ``verify``
+    accepts one step at a time (uncapped: the targets are far)."""
+    from kvbudget.simulator.spec_decode import SpecDecode
+
+    spec = SpeculativeConfig("ngram", 4, acceptance_rate=0.6)
+    sd = SpecDecode(spec, None, np.random.default_rng(3), 5)
+    w = make_workload([0.0, 0.5, 1.0, 1.5, 2.0], [10] * 5, [10_000] * 5)
+
+    class Rows:
+        num_tokens = np.zeros(5, np.int64)
+        num_computed_tokens = np.zeros(5, np.int64)
+        num_output_tokens = np.zeros(5, np.int64)
+        target_output = np.full(5, 10_000, np.int64)
+        arrival_s = np.asarray(w.arrival_s, np.float64)
+        tier_priority = np.zeros(5, np.int64)
+
+    e = Rows()
+    for i in range(5):
+        sd.reset(e, i)
+    rows = np.array([4, 1, 3], np.int64)
+    sd.num_output_steps[rows] = [7, 0, 2]
+    ahead = sd.geometric(e, rows, sd.num_output_steps[rows], 6)
+    for j in range(6):  # a verify step of 4 drafts each, then the step's own token
+        sd.num_spec_tokens[rows] = 4
+        before = e.num_output_tokens[rows].copy()
+        sd.verify(e, rows, np.full(3, 5, np.int64), e.num_computed_tokens[rows] + 5)
+        assert (e.num_output_tokens[rows] - before).tolist() == ahead[:, j].tolist()
+        e.num_output_tokens[rows] += 1
+        sd.output_steps(rows)
