@@ -2,6 +2,7 @@
 
 import math
 import textwrap
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -69,6 +70,10 @@ def plan_cmd(
         "--tp", help="Tensor-parallel degrees to try (model presets M or M-TPn).")] = "1",
     replicas: Annotated[str, typer.Option(
         "--replicas", help="Replica counts to try, smallest first.")] = "1,2,3,4,6,8",
+    disagg_replicas: Annotated[str | None, typer.Option(
+        "--disagg-replicas", help="Also try disaggregated prefill/decode deployments of these "
+        "many replicas in all (each >= 2), every prefill:decode split of each, smallest total "
+        "first (default: none, or --replicas from 2 for a disaggregated scenario).")] = None,
     policies: Annotated[str | None, typer.Option(
         "--policies", help="Admission policies (default: the scenario's).")] = None,
     grid: Annotated[list[str] | None, typer.Option(
@@ -117,7 +122,8 @@ def plan_cmd(
         param_values = _param_values(grid)
         spec = PlanSpec(
             scn, gpus=_list(gpus, "--gpus", str), tensor_parallel=_list(tp, "--tp", int),
-            replicas=_list(replicas, "--replicas", int), policies=names,
+            replicas=_list(replicas, "--replicas", int),
+            disagg_replicas=_totals(disagg_replicas), policies=names,
             param_values=param_values, slos=tuple(Constraint.parse(s) for s in slo or []),
             prices=table, price_sources=sources, replications=replications, root_seed=seed,
             interval=interval)
@@ -131,6 +137,17 @@ def plan_cmd(
     typer.echo("wrote " + ", ".join(str(p) for p in written))
     if not any(c.replicas is not None for c in result.candidates):
         raise fail("no configuration met the SLOs: " + ", ".join(str(s) for s in spec.slos), 1)
+
+
+def _totals(text: str | None) -> tuple[int, ...]:
+    """``--disagg-replicas``: totals of at least a prefill and a decode replica."""
+    if text is None:
+        return ()
+    values: tuple[int, ...] = _list(text, "--disagg-replicas", int)
+    if min(values) < 2:
+        raise CliError("--disagg-replicas: each total must be >= 2 (a prefill and a decode "
+                       f"replica), got {text!r}")
+    return values
 
 
 def _price_table(prices: Path | None, price: list[str] | None
@@ -235,7 +252,7 @@ def render_plan(result: Any, *, top: int | None = 10, wide: bool = False) -> str
             name = name.replace("(", "").replace(")", "")
             for k in keys:
                 name = name.replace(f"{k}=", "")
-        rows.append([r["gpu"], f"{r['replicas']}x{r['tp']}", name,
+        rows.append([r["gpu"], _gpus_label(r), name,
                      f"{r['usd_per_hour']:.2f}", f"{r['usd_per_m_output_tokens']:.3f}",
                      *(_pm(r[m], r[f"{m}_low"], r[f"{m}_high"]) for m in metrics),
                      *([] if spec.interval is None
@@ -244,7 +261,10 @@ def render_plan(result: Any, *, top: int | None = 10, wide: bool = False) -> str
     how = (f"the bound of the {spec.confidence:.0%} t interval over {spec.replications} "
            "replications" if spec.replications > 1 else "one replication")
     note = (f"SLOs: {', '.join(str(s) for s in spec.slos)} ({how}); "
-            "$/h = GPUs x price per GPU-hour; GPUs: replicas x tensor-parallel degree; $/M tok: per million "
+            "$/h = GPUs x price per GPU-hour; GPUs: replicas x tensor-parallel degree"
+            + ("; P+D: prefill + decode replicas of a disaggregated deployment (the best split "
+               "of the first total that meets the SLOs)" if spec.disagg_replicas else "")
+            + "; $/M tok: per million "
             "output tokens at the offered load; att = SLO attainment, ttft/tpot = p99 seconds, "
             "mean ± half the interval; 'no' rows: the largest replica count tried still misses."
             + ("" if wide or not keys else f" Policy values: {', '.join(keys)}."))
@@ -273,6 +293,14 @@ def _interval_notes(result: Any) -> list[str]:
                       f"{best['policy']} ${best['usd_per_hour']:.2f}/h; replicas needed "
                       f"({level}): {span(low, high)}")
     return out
+
+
+def _gpus_label(row: Mapping[Any, Any]) -> str:
+    """``4x1`` (colocated replicas x TP) or ``1P+3Dx1`` (a disaggregated split x TP)."""
+    p, d = row.get("prefill_replicas"), row.get("decode_replicas")
+    if isinstance(p, int | float) and isinstance(d, int | float) and p == p and d == d:
+        return f"{int(p)}P+{int(d)}Dx{row['tp']}"
+    return f"{row['replicas']}x{row['tp']}"
 
 
 def register(app: typer.Typer) -> None:

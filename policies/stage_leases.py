@@ -14,8 +14,6 @@ request leaves. A request is admitted only when both parts fit. Clock-free, as t
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from kvbudget.policies.budget import Lease, TokenBudget
 from kvbudget.policies.request import Request
 
@@ -31,8 +29,10 @@ class StageLeases:
 
     @staticmethod
     def first_stage_request(request: Request) -> Request:
-        """``request`` as the first stage runs it: one output token."""
-        return replace(request, max_output_tokens=1)
+        """``request`` as the first stage runs it: one output token (``replace``'s result,
+        built directly: it runs for every admission)."""
+        return Request(request.request_id, request.tier, request.arrival_s,
+                       request.prompt_tokens, 1, request.deadline_s, request.prefix_hashes)
 
     def reserve(self, request: Request, tokens: int) -> bool:
         """Reserve ``tokens`` for ``request``'s first stage; False (nothing changed) when they

@@ -97,6 +97,7 @@ class DisaggFleet(ReplicaTotals):
         self.decode = [self._engine(self.setups[1], d_cols, r, True)
                        for r in range(d_pool.num_replicas)]
         self.replicas: list[Engine] = [*self.prefill, *self.decode]
+        self._everyone = (list(range(len(self.prefill))), list(range(len(self.decode))))
         self._bytes_per_token = max(
             s.model.kv_bytes_per_token(s.engine.tensor_parallel_size, s.engine.kv_cache_dtype)
             for s in self.setups)
@@ -150,7 +151,8 @@ class DisaggFleet(ReplicaTotals):
         replica, each GPU's shard over its own link)."""
         bs = self.prefill[0].block_size
         tokens = -(-self.w.prompt_tokens.item(i) // bs) * bs
-        return self.disagg.link.latency_s + tokens * self._bytes_per_token / self._bandwidth
+        return (self.disagg.link.transfer_latency_s
+                + tokens * self._bytes_per_token / self._bandwidth)
 
     def _load_started(self, i: int, start: float, end: float) -> None:
         self.transfer_start_s[i] = start
@@ -173,7 +175,7 @@ class DisaggFleet(ReplicaTotals):
     def _prefilled(self, r: int, i: int, t: float) -> None:
         """Prefill replica ``r`` sampled row ``i``'s token: to a decode replica."""
         self.router_p.leave(i, r)
-        d = self.router_d.route(i, _allowed(self.decode, i))
+        d = self.router_d.route(i, _allowed(self.decode, self._everyone[1], i))
         self.decode_replica[i] = d
         self.stage[i] = DECODE
         self._tied(r, partial(self._hand_off, d, i))
@@ -206,10 +208,12 @@ class DisaggFleet(ReplicaTotals):
 
     # --- the engine interface the driver uses ----------------------------------------------------
     def fits(self, i: int) -> bool:
-        return any(e.fits(i) for e in self.prefill) and any(e.fits(i) for e in self.decode)
+        """Whether row ``i`` could run on both pools (a pool's replicas share one setup and
+        one set of columns: it fits on all of them or on none)."""
+        return self.prefill[0].fits(i) and self.decode[0].fits(i)
 
     def add_request(self, i: int) -> str:
-        r = self.router_p.route(i, _allowed(self.prefill, i))
+        r = self.router_p.route(i, _allowed(self.prefill, self._everyone[0], i))
         self.stage[i] = PREFILL
         self.prefill_replica[i] = r
         self.decode_replica[i] = -1
@@ -354,7 +358,7 @@ class DisaggFleet(ReplicaTotals):
                 **pools,
                 "link": self.disagg.link.name,
                 "link_bandwidth_bytes_s": self._bandwidth,
-                "link_latency_s": self.disagg.link.latency_s,
+                "link_latency_s": self.disagg.link.transfer_latency_s,
                 "kv_bytes_per_token_per_gpu": self._bytes_per_token,
                 "num_transfers": int(moved.sum()),
                 "transfer_s_mean": float(seconds.mean()) if seconds.size else None,
@@ -365,10 +369,10 @@ class DisaggFleet(ReplicaTotals):
         return iter(self.replicas)
 
 
-def _allowed(pool: list[Engine], i: int) -> list[int]:
-    """The replicas of ``pool`` that could run row ``i`` (else the longest context's)."""
-    return [r for r, e in enumerate(pool) if e.fits(i)] or [
-        int(np.argmax([e.max_model_len for e in pool]))]
+def _allowed(pool: list[Engine], everyone: list[int], i: int) -> list[int]:
+    """The replicas of ``pool`` that could run row ``i``: ``everyone`` (its replicas share one
+    setup and one set of columns, so it fits on all of them or on none), else the first."""
+    return everyone if pool[0].fits(i) else everyone[:1]
 
 
 def _no_gateway() -> tuple[int, int]:

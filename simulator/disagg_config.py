@@ -15,10 +15,14 @@ do, one NIC per GPU):
 * ``infiniband-hdr`` and ``roce-200``: 200 Gb/s = 25 GB/s, NVIDIA ConnectX-6 (HDR InfiniBand
   or 200 GbE RoCE), one per GPU in a DGX A100.
 
-``latency_s`` (the fixed cost of one transfer: the read's set-up and the notification) is 0
-unless given: no public per-transfer figure of NIXL or Mooncake was found to cite (the
-transfer's end is noticed at the decode engine's next step, as vLLM's scheduler polls
-``finished_recving``, which the engine model does by itself). ``bandwidth_bytes_s`` given
+``latency_s`` (the fixed cost of one transfer: the read's set-up and the notification), unless
+given, is the preset's (:data:`LINK_LATENCY_S`): on the RDMA links, 0.40 ms, from Mooncake's
+vLLM v1 connector benchmark (kvcache-ai.github.io/Mooncake/performance/vllm-v1-support-benchmark
+.html: 1 prefill + 1 decode instance of Qwen3-8B over 8 x 200 Gb/s RoCE; "actual transfer
+time" 0.54 ms for 20 MB, 128 tokens, and 31.65 ms for 4.50 GB, 32,768 tokens; the line through
+those two points has 0.40 ms of fixed cost and 144 GB/s); on NVLink and PCIe 0 (no published
+figure found). The transfer's end is noticed at the decode engine's next step, as vLLM's
+scheduler polls ``finished_recving``, which the engine model does by itself. ``bandwidth_bytes_s`` given
 replaces the preset's (Mooncake's FAST '25 paper reports its transfer engine at 87 GB/s on
 4 x 200 Gb/s and 190 GB/s on 8 x 400 Gb/s RoCE, below line rate: give such a measured figure).
 """
@@ -38,7 +42,8 @@ from kvbudget.simulator.sim_config import ROUTERS, RouterName
 if TYPE_CHECKING:
     from kvbudget.simulator.sim_config import SimConfig
 
-__all__ = ["LINKS", "DisaggConfig", "KVLink", "PoolConfig", "disagg_from_tables"]
+__all__ = ["LINKS", "LINK_LATENCY_S", "DisaggConfig", "KVLink", "PoolConfig",
+           "disagg_from_tables"]
 
 GBIT = 1e9 / 8
 LINKS: dict[str, float | None] = {
@@ -50,15 +55,28 @@ LINKS: dict[str, float | None] = {
 }
 """Link presets: bandwidth per GPU and direction in bytes/s (None: the GPU's own figure)."""
 
+MOONCAKE_TRANSFER_LATENCY_S = 0.54e-3 - 20e6 * (31.65e-3 - 0.54e-3) / (4.50e9 - 20e6)
+"""0.40 ms: the fixed cost of one KV transfer over RDMA, the intercept of the line through
+Mooncake's two published transfers (module doc): 0.54 ms for 20 MB, 31.65 ms for 4.50 GB."""
+LINK_LATENCY_S: dict[str, float] = {
+    "nvlink": 0.0, "pcie": 0.0,  # no published per-transfer figure found
+    "infiniband-ndr": MOONCAKE_TRANSFER_LATENCY_S,
+    "infiniband-hdr": MOONCAKE_TRANSFER_LATENCY_S,
+    "roce-200": MOONCAKE_TRANSFER_LATENCY_S,
+}
+"""Each preset's fixed time per transfer (seconds), when ``link_latency_s`` is not given: the
+RDMA links Mooncake's measured figure (measured on RoCE; InfiniBand takes the same verbs
+path), the others 0."""
+
 
 @dataclass(frozen=True, slots=True)
 class KVLink:
     """The link between the pools: a preset name (:data:`LINKS`), optionally its bandwidth per
-    GPU (bytes/s) and a fixed time per transfer."""
+    GPU (bytes/s) and a fixed time per transfer (None: the preset's, :data:`LINK_LATENCY_S`)."""
 
     name: str = "infiniband-ndr"
     bandwidth_bytes_s: float | None = None
-    latency_s: float = 0.0
+    latency_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.name not in LINKS:
@@ -68,8 +86,13 @@ class KVLink:
         if bw is not None and (isinstance(bw, bool) or not (math.isfinite(bw) and bw > 0)):
             raise ValueError(f"disaggregation.link_bandwidth_gb_s must be > 0, got {bw / 1e9!r}")
         lat = self.latency_s
-        if isinstance(lat, bool) or not (math.isfinite(lat) and lat >= 0):
+        if lat is not None and (isinstance(lat, bool) or not (math.isfinite(lat) and lat >= 0)):
             raise ValueError(f"disaggregation.link_latency_s must be >= 0, got {lat!r}")
+
+    @property
+    def transfer_latency_s(self) -> float:
+        """The fixed time of one transfer: the given one, else the preset's."""
+        return LINK_LATENCY_S[self.name] if self.latency_s is None else self.latency_s
 
     def bandwidth(self, gpu: GPUSpec) -> float:
         """Bytes/s per GPU and direction on ``gpu`` (the prefill pool's)."""
@@ -146,7 +169,10 @@ class DisaggConfig:
                                  "modelled on a decode replica (vLLM drains the requests whose "
                                  f"KV arrived first), got {engine.scheduling_policy!r}")
             if pool.gpu is not None:
-                get_gpu(pool.gpu)
+                try:
+                    get_gpu(pool.gpu)
+                except ValueError as exc:
+                    raise ValueError(f"disaggregation.{where}.gpu: {exc}") from None
             try:
                 get_model(config.model).check_tensor_parallel(engine.tensor_parallel_size)
             except ValueError as exc:

@@ -280,7 +280,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         """A step whose running loop is the group's (every member gets its token and block):
         :meth:`_group_iteration`; any other step dissolves the group first."""
         g = self._group
-        if (g is None and self.commit.all_decode and self.commit.synced and self.running
+        if (g is None and self.commit.all_decode and self.commit.synced
                 and self.decode_group):
             # (members get a token every group step, so each must have had last step's)
             self._group_form()

@@ -240,7 +240,7 @@ class DisaggSpec:
     decode: DisaggPoolSpec | None = None
     link: str = "infiniband-ndr"
     link_bandwidth_gb_s: Annotated[float, Gt(0)] | None = None
-    link_latency_s: Annotated[float, Ge(0)] = 0.0
+    link_latency_s: Annotated[float, Ge(0)] | None = None  # None: the link preset's
 
 
 @dataclass(frozen=True)

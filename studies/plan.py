@@ -60,6 +60,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kvbudget.perf.hardware import get_gpu
+from kvbudget.simulator.scenario import scenario_from_dict
+from kvbudget.studies import plan_disagg
 from kvbudget.studies.intervals import StepDraw, check_level, replication_draws
 from kvbudget.studies.sweep import (
     Axis,
@@ -150,6 +152,10 @@ class PlanSpec:
     gpus: tuple[str, ...] = ("A100-80GB", "H100-80GB", "H200-141GB")
     tensor_parallel: tuple[int, ...] = (1,)
     replicas: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
+    disagg_replicas: tuple[int, ...] = ()
+    """Totals of a disaggregated deployment to try beside the colocated fleets, every
+    prefill:decode split of each (:mod:`kvbudget.studies.plan_disagg`); with none, none is
+    tried unless the scenario is disaggregated (then ``replicas`` from 2 up)."""
     policies: tuple[str, ...] = ()
     param_values: Mapping[str, tuple[Any, ...]] | None = None
     slos: tuple[Constraint, ...] = ()
@@ -177,6 +183,12 @@ class PlanSpec:
         if not self.replicas or min(self.replicas) < 1:
             raise ValueError(f"replica counts must be >= 1, got {self.replicas}")
         self.replicas = tuple(sorted(set(self.replicas)))
+        if not self.disagg_replicas and self.scenario.spec.disaggregation is not None:
+            self.disagg_replicas = tuple(n for n in self.replicas if n >= 2)
+        if self.disagg_replicas and min(self.disagg_replicas) < 2:
+            raise ValueError("disaggregated replica totals must be >= 2 (a prefill and a "
+                             f"decode replica), got {self.disagg_replicas}")
+        self.disagg_replicas = tuple(sorted(set(self.disagg_replicas)))
         if self.replications < 1:
             raise ValueError(f"replications must be >= 1, got {self.replications!r}")
         if not self.slos:
@@ -229,6 +241,17 @@ class Candidate:
     rows: list[dict[str, Any]] = field(default_factory=list)
     done: bool = False
     note: str = ""
+    disaggregated: bool = False
+    split: tuple[int, int] | None = None
+    """A disaggregated configuration's (prefill, decode) replicas of ``rows``."""
+
+    def counts(self, spec: PlanSpec) -> tuple[int, ...]:
+        """The replica counts (totals) this configuration tries, a round each."""
+        return spec.disagg_replicas if self.disaggregated else spec.replicas
+
+    def splits(self, n: int) -> list[tuple[int, int] | None]:
+        """The runs of one round: each split of ``n`` (disaggregated), else one."""
+        return list(plan_disagg.splits(n)) if self.disaggregated else [None]
     by_count: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     """The evidence rows of every replica count tried."""
 
@@ -263,6 +286,9 @@ class PlanResult:
             tok = t_interval([_f(r.get("overall_output_tokens_per_s")) for r in c.rows])[0]
             row: dict[str, Any] = {
                 "gpu": c.gpu, "tp": c.tp, "replicas": n, "gpus": gpus, "policy": c.policy,
+                **({"prefill_replicas": c.split[0] if c.split else None,
+                    "decode_replicas": c.split[1] if c.split else None}
+                   if s.disagg_replicas else {}),
                 **{k.split(".", 1)[1]: v for k, v in c.params.items()},
                 "feasible": c.replicas is not None,
                 "usd_per_hour": per_hour if scaled is None else scaled[1],
@@ -291,7 +317,8 @@ class PlanResult:
         s = self.spec
         return {
             "gpus": list(s.gpus), "tensor_parallel": list(s.tensor_parallel),
-            "replicas": list(s.replicas), "policies": list(s.policies),
+            "replicas": list(s.replicas), "disagg_replicas": list(s.disagg_replicas),
+            "policies": list(s.policies),
             "slos": [str(c) for c in s.slos], "prices_usd_per_gpu_hour": dict(s.prices),
             "replications": s.replications, "confidence": s.confidence,
             "root_seed": s.root_seed, "notes": self.notes,
@@ -400,10 +427,38 @@ def _candidates(spec: PlanSpec, notes: list[str]) -> list[Candidate]:
                           and v is not None}
                 overrides = (*p.overrides, f"gpu={json.dumps(gpu)}",
                              f"engine.tensor_parallel_size={tp}")
-                out.append(Candidate(len(out), gpu, tp, p.policy, params, overrides))
+                out.append(Candidate(len(out), gpu, tp, p.policy, params,
+                                     (*overrides, *plan_disagg.colocated_overrides(spec.scenario))))
+                if spec.disagg_replicas and _disagg_runs(spec, overrides, notes):
+                    out.append(Candidate(len(out), gpu, tp, p.policy, params, overrides,
+                                         disaggregated=True))
     if not out:
         raise ValueError("plan: no configuration to try (" + "; ".join(notes) + ")")
     return out
+
+
+def _disagg_runs(spec: PlanSpec, overrides: tuple[str, ...], notes: list[str]) -> bool:
+    """Whether the disaggregated runs of a configuration can be made (else a note says why)."""
+    try:
+        scenario_from_dict(_scenario_data(spec.scenario), spec.scenario.base_dir,
+                           (*overrides, *_run_overrides(spec, 2, (1, 1)))).sim_config()
+    except ValueError as exc:
+        gpu_tp = ", ".join(o for o in overrides if o.startswith(("gpu=", "engine.tensor")))
+        note = f"disaggregated ({gpu_tp}): {exc}; skipped"
+        if note not in notes:
+            notes.append(note)
+        return False
+    return True
+
+
+def _run_overrides(spec: PlanSpec, replicas: int, split: tuple[int, int] | None
+                   ) -> tuple[str, ...]:
+    """A round's overrides of a configuration: its fleet of ``replicas``, or its split."""
+    if split is None:
+        return _fleet_overrides(spec, replicas)
+    table, _ = plan_disagg.disagg_table(spec.scenario)
+    return plan_disagg.disagg_overrides(table, split,
+                                        has_fleet=spec.scenario.spec.fleet is not None)
 
 
 def _fleet_overrides(spec: PlanSpec, replicas: int) -> tuple[str, ...]:
@@ -443,9 +498,52 @@ def _check_metrics(spec: PlanSpec, row: Mapping[str, Any]) -> None:
             )
 
 
-def max_runs(spec: PlanSpec, num_candidates: int) -> int:
-    """Runs a plan makes at most (every configuration at every replica count)."""
-    return num_candidates * len(spec.replicas) * spec.replications
+def max_runs(spec: PlanSpec, candidates: Sequence[Candidate] | int) -> int:
+    """Runs a plan makes at most (every configuration at every replica count; a
+    disaggregated one every split of every total). An int: that many colocated ones."""
+    if isinstance(candidates, int):
+        return candidates * len(spec.replicas) * spec.replications
+    return sum(_runs_left(spec, c, 0) for c in candidates)
+
+
+def _runs_left(spec: PlanSpec, c: Candidate, round_no: int) -> int:
+    """The runs configuration ``c`` makes from round ``round_no`` on if it never meets the
+    SLOs."""
+    return sum(len(c.splits(n)) for n in c.counts(spec)[round_no:]) * spec.replications
+
+
+def _round_points(spec: PlanSpec, active: Sequence[Candidate], round_no: int
+                  ) -> list[tuple[Candidate, int, tuple[int, int] | None, GridPoint]]:
+    """Each active configuration's grid points of one round: its replica count (colocated)
+    or every split of its total (disaggregated)."""
+    out = []
+    for c in active:
+        n = c.counts(spec)[round_no]
+        for split in c.splits(n):
+            values = (("gpu", c.gpu), ("tp", c.tp), ("replicas", n),
+                      *plan_disagg.split_values(split), ("policy", c.policy), *c.params.items())
+            out.append((c, n, split, GridPoint(c.index, values,
+                                                (*c.overrides, *_run_overrides(spec, n, split)),
+                                                c.policy, 1.0)))
+    return out
+
+
+def _judge(spec: PlanSpec, c: Candidate, n: int,
+           groups: dict[tuple[int, int] | None, list[dict[str, Any]]]) -> None:
+    """Record configuration ``c``'s round at ``n`` replicas (its runs by split)."""
+    c.tried.append(n)
+    if c.disaggregated:
+        split, ok = plan_disagg.best_split(
+            {k: v for k, v in groups.items() if k is not None}, spec.slos, spec.confidence,
+            _metric)
+        c.split, c.rows = split, groups[split]
+    else:
+        c.rows = groups[None]
+        ok = all(s.check([_metric(r, s.metric) for r in c.rows], spec.confidence)[0]
+                 for s in spec.slos)
+    c.by_count[n] = c.rows
+    if ok:
+        c.replicas, c.done = n, True
 
 
 def plan(
@@ -465,25 +563,21 @@ def plan(
     bar's total that ends equal to the runs made."""
     notes: list[str] = []
     candidates = _candidates(spec, notes)
+    if any(c.disaggregated for c in candidates):
+        notes.extend(plan_disagg.disagg_table(spec.scenario)[1])
     assert spec.root_seed is not None
     seeds = replication_seeds(spec.root_seed, spec.replications)
     draws = spec.step_draws()
     stored = None if out_dir is None else StoredRuns(out_dir, resume=resume, what="plan")
     if on_start is not None:
-        on_start(max_runs(spec, len(candidates)), 0 if stored is None else len(stored.stored))
+        on_start(max_runs(spec, candidates), 0 if stored is None else len(stored.stored))
     all_rows: list[dict[str, Any]] = []
-    for round_no, replicas in enumerate(spec.replicas):
-        active = [c for c in candidates if not c.done]
+    for round_no in range(max(len(spec.replicas), len(spec.disagg_replicas))):
+        active = [c for c in candidates if not c.done and round_no < len(c.counts(spec))]
         if not active:
             break
-        points = []
-        for c in active:
-            values = (("gpu", c.gpu), ("tp", c.tp), ("replicas", replicas),
-                      ("policy", c.policy), *c.params.items())
-            points.append(GridPoint(c.index, values,
-                                    (*c.overrides, *_fleet_overrides(spec, replicas)),
-                                    c.policy, 1.0))
-        runs = plan_runs(spec.scenario, points, seeds, step_draws=draws)
+        points = _round_points(spec, active, round_no)
+        runs = plan_runs(spec.scenario, [p[3] for p in points], seeds, step_draws=draws)
         rows = []
         if not all_rows and runs:  # one run first: an SLO on no metric fails before the grid
             rows = execute_stored(runs[:1], executor, stored, progress=progress)
@@ -491,20 +585,20 @@ def plan(
             runs = runs[1:]
         rows += execute_stored(runs, executor, stored, progress=progress)
         all_rows.extend(rows)
+        by_point: dict[int, dict[tuple[int, int] | None, list[dict[str, Any]]]] = {}
+        for k, row in enumerate(rows):  # plan_runs: each point's seeds in turn
+            c, _, split, _ = points[k // len(seeds)]
+            by_point.setdefault(c.index, {}).setdefault(split, []).append(row)
         for c in active:
-            mine = [r for r in rows if int(r["point"]) == c.index]
-            c.tried.append(replicas)
-            c.rows = c.by_count[replicas] = mine
-            if all(s.check([_metric(r, s.metric) for r in mine], spec.confidence)[0]
-                   for s in spec.slos):
-                c.replicas, c.done = replicas, True
+            _judge(spec, c, c.counts(spec)[round_no], by_point[c.index])
         if on_total is not None:
-            left = len(spec.replicas) - round_no - 1
-            still = sum(1 for c in candidates if not c.done)
-            on_total(len(all_rows) + still * left * spec.replications)
+            on_total(len(all_rows) + sum(_runs_left(spec, c, round_no + 1)
+                                         for c in candidates if not c.done))
     for c in candidates:
         if not c.done:
-            c.note = f"misses the SLOs up to {c.tried[-1]} replicas" if c.tried else "not run"
+            c.note = (f"misses the SLOs up to {c.tried[-1]} replicas"
+                      + (" (every prefill:decode split)" if c.disaggregated else "")
+                      if c.tried else "not run")
     return PlanResult(spec, candidates, all_rows, notes)
 
 

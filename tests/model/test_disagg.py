@@ -33,8 +33,9 @@ STEP_S = 0.01
 def _disagg(num_prefill: int = 1, num_decode: int = 1, seconds_per_block: float = 0.025,
             **link: float) -> DisaggConfig:
     """Pools of one vLLM replica each (the run's knobs); a link that moves one 16-token block
-    of Llama-3.1-8B's KV in ``seconds_per_block``."""
+    of Llama-3.1-8B's KV in ``seconds_per_block`` (no fixed cost a transfer unless given)."""
     bandwidth = 16 * LLAMA_8B_KV_BYTES / seconds_per_block
+    link.setdefault("latency_s", 0.0)
     return DisaggConfig(PoolConfig(num_prefill), PoolConfig(num_decode),
                         KVLink("infiniband-ndr", bandwidth_bytes_s=bandwidth, **link))
 

@@ -66,3 +66,16 @@ def test_without_a_first_stage_nothing_changes() -> None:
     assert g.stage is None
     assert admitted(g.arrive(Request(0, "interactive", 0.0, 100, 100), 0.0)) == [0]
     assert g.first_stage_done(0, 1.0) == []
+
+
+def test_the_first_stage_request_is_the_request_with_one_output_token() -> None:
+    import dataclasses
+
+    from kvbudget.policies.stage_leases import StageLeases
+
+    r = Request(7, "batch", 1.5, 300, 200, deadline_s=9.0, prefix_hashes=(4, 5))
+    first = StageLeases.first_stage_request(r)
+    # built field by field (it runs for every admission): every field but one carried over
+    expected = dataclasses.replace(r, max_output_tokens=1)
+    assert [getattr(first, f.name) for f in dataclasses.fields(Request)] == [
+        getattr(expected, f.name) for f in dataclasses.fields(Request)]

@@ -1,0 +1,51 @@
+"""Issue 38's bad input for disaggregated serving and CPU offload, given on the command line
+(``--set``; tests/model/test_disagg.py and test_cli_offload.py give them in scenario files):
+exit 2 and one line naming the field."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from kvbudget.cli.main import app
+
+runner = CliRunner()
+BOTH = ["--set", "disaggregation.prefill.num_replicas=1",
+        "--set", "disaggregation.decode.num_replicas=1"]
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    # a disaggregated deployment without a decode pool
+    (["--set", "disaggregation.prefill.num_replicas=2"],
+     "error: disaggregation.decode: a disaggregated deployment needs a decode pool "
+     "([disaggregation.decode] with num_replicas)"),
+    (["--set", "disaggregation.prefill.num_replicas=2",
+      "--set", "disaggregation.decode.num_replicas=0"],
+     "error: disaggregation.decode.num_replicas: input should be greater than or equal to 1, "
+     "got 0"),
+    # a transfer link of zero bandwidth
+    ([*BOTH, "--set", "disaggregation.link_bandwidth_gb_s=0"],
+     "error: disaggregation.link_bandwidth_gb_s: input should be greater than 0, got 0"),
+    ([*BOTH, "--set", "disaggregation.link_bandwidth_gb_s=inf"],
+     "error: disaggregation.link_bandwidth_gb_s must be > 0, got inf"),
+    ([*BOTH, "--set", "disaggregation.link_latency_s=-1"],
+     "error: disaggregation.link_latency_s: input should be greater than or equal to 0, got -1"),
+    ([*BOTH, "--set", 'disaggregation.link="nvlink"', "--gpu", "L40S"],
+     "error: disaggregation.link: L40S has no NVLink; use pcie, infiniband-ndr, "
+     "infiniband-hdr or roce-200"),
+    ([*BOTH, "--set", 'disaggregation.decode.gpu="H7"'],
+     "error: disaggregation.decode.gpu: unknown GPU preset 'H7'"),
+    # offload larger than host memory
+    (["--gpu", "H100-SXM", "--set", "engine.kv_offloading_size=300"],
+     "error: engine.kv_offloading_size 300 GiB is more than the host memory of the replica's "
+     "1 GPU(s) (256 GiB: 256 GiB per H100-SXM, GPUSpec.host_memory_bytes)"),
+    ([*BOTH, "--set", "disaggregation.decode.engine.kv_offloading_size=64"],
+     "error: disaggregation.decode.engine.kv_offloading_size: not modelled with disaggregated "
+     "serving yet"),
+])
+def test_bad_disaggregation_on_the_command_line_is_one_line(args: list[str], line: str) -> None:
+    res = runner.invoke(app, ["simulate", "--set", "workload.duration_s=2", *args])
+    assert res.exit_code == 2, res.output
+    err = res.stderr.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(line), err
+    assert "Traceback" not in res.output
