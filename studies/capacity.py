@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kvbudget.studies.intervals import StepDraw, check_level, replication_draws
+from kvbudget.studies.intervals import StepDraw, WorldDraws, check_level
 from kvbudget.studies.sweep import (
     Axis,
     GridPoint,
@@ -78,7 +78,7 @@ def num_gpus(scenario: Scenario) -> int:
 
 
 @dataclass
-class CapacitySpec:
+class CapacitySpec(WorldDraws):
     scenario: Scenario
     policies: tuple[str, ...] = ()
     target: float = 0.9
@@ -116,20 +116,6 @@ class CapacitySpec:
             raise ValueError("capacity needs an attainment target or at least one SLO")
         if self.interval is not None:
             check_level(self.interval, self.replications)
-
-    def step_draws(self) -> list[StepDraw] | None:
-        """One step-model draw per replication (with ``interval`` and ``model_draws``)."""
-        if self.interval is None or not self.model_draws:
-            return None
-        assert self.root_seed is not None
-        return replication_draws(self.scenario, self.replications, self.root_seed)
-
-    def combines(self) -> str:
-        """What the intervals combine, in words."""
-        what = ("the seed and the step model's draw (its constants' stated ranges and its "
-                "structural error, or a calibration's posterior)" if self.model_draws
-                else "the seed only")
-        return f"{self.replications} replications, each a world: {what}"
 
     def criteria(self) -> list[str]:
         """What a load must meet, in words (``overall_slo_attainment>=0.9``, SLOs)."""

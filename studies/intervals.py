@@ -302,6 +302,31 @@ def replication_draws(scn: Scenario, num_replications: int, seed: int) -> list[S
     return step_draws(scenario_draws(scn, scn.sim_config()), num_replications, seed)
 
 
+class WorldDraws:
+    """A study whose replications are worlds (``capacity``'s and ``plan``'s specs): with
+    ``interval`` and ``model_draws`` each replication has its seed and its step-model draw."""
+
+    scenario: Scenario
+    replications: int
+    root_seed: int | None
+    interval: float | None
+    model_draws: bool
+
+    def step_draws(self) -> list[StepDraw] | None:
+        """One step-model draw per replication (with ``interval`` and ``model_draws``)."""
+        if self.interval is None or not self.model_draws:
+            return None
+        assert self.root_seed is not None
+        return replication_draws(self.scenario, self.replications, self.root_seed)
+
+    def combines(self) -> str:
+        """What the intervals combine, in words."""
+        what = ("the seed and the step model's draw (its constants' stated ranges and its "
+                "structural error by GPU, or a calibration's posterior)" if self.model_draws
+                else "the seed only")
+        return f"{self.replications} replications, each a world: {what}"
+
+
 def check_level(level: float, num_draws: int) -> None:
     if not (math.isfinite(level) and 0 < level < 1):
         raise ValueError(f"interval level must be between 0 and 1 (e.g. 0.9), got {level!r}")

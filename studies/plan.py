@@ -62,7 +62,7 @@ import numpy as np
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.simulator.scenario import scenario_from_dict
 from kvbudget.studies import plan_disagg
-from kvbudget.studies.intervals import StepDraw, check_level, replication_draws
+from kvbudget.studies.intervals import WorldDraws, check_level
 from kvbudget.studies.sweep import (
     Axis,
     GridPoint,
@@ -144,7 +144,7 @@ def read_prices(path: Path) -> dict[str, float]:
 
 
 @dataclass
-class PlanSpec:
+class PlanSpec(WorldDraws):
     """What to plan. ``policies``: names (default: the scenario's); ``param_values``: a
     policy parameter -> the values to try (default: :data:`MAIN_PARAMETERS`)."""
 
@@ -197,20 +197,6 @@ class PlanSpec:
             self.root_seed = self.scenario.seed
         if self.interval is not None:
             check_level(self.interval, self.replications)
-
-    def step_draws(self) -> list[StepDraw] | None:
-        """One step-model draw per replication (with ``interval`` and ``model_draws``)."""
-        if self.interval is None or not self.model_draws:
-            return None
-        assert self.root_seed is not None
-        return replication_draws(self.scenario, self.replications, self.root_seed)
-
-    def combines(self) -> str:
-        """What the intervals combine, in words."""
-        what = ("the seed and the step model's draw (its constants' stated ranges and its "
-                "structural error by GPU, or a calibration's posterior)" if self.model_draws
-                else "the seed only")
-        return f"{self.replications} replications, each a world: {what}"
 
     def grid_axes(self) -> list[Axis]:
         values = self.param_values
