@@ -159,6 +159,10 @@ MaxErrorOpt = Annotated[float | None, typer.Option(
 SpeedCheckOpt = Annotated[bool, typer.Option(
     "--speed-check/--no-speed-check", help="Time a few decode steps before and after the "
     "replay and report how far the server's speed moved since the calibration.")]
+AsyncSchedulingOpt = Annotated[bool, typer.Option(
+    "--async-scheduling/--no-async-scheduling", help="Whether the server schedules a step while "
+    "the last one runs (vLLM's default on GPUs; a CPU vLLM runs without it, "
+    "vllm/platforms/cpu.py): the simulation follows, and the output says which it took.")]
 CorrectDriftOpt = Annotated[bool, typer.Option(
     "--correct-drift", help="Also simulate with every step time scaled by the speed the "
     "checks measured (mean of before and after) and compare that too; --max-error then "
@@ -714,6 +718,7 @@ def validate_cmd(
     max_error: MaxErrorOpt = None,
     speed_check: SpeedCheckOpt = True,
     correct_drift: CorrectDriftOpt = False,
+    async_scheduling: AsyncSchedulingOpt = True,
 ) -> None:
     """Simulate with the calibrated model and compare per metric: against a live replay of a
     trace (--url), or against a recorded run (--records, offline)."""
@@ -724,7 +729,8 @@ def validate_cmd(
                 "--read-timeout": read_timeout != 600.0, "--time-scale": time_scale != 1.0,
                 "--capacity-tokens": capacity_tokens is not None,
                 "--max-in-flight": max_in_flight != 256, "--poll-period": poll_period != 1.0,
-                "--lease-ttl": lease_ttl is not None}, setup=_RecordedFlags(
+                "--lease-ttl": lease_ttl is not None,
+                "--no-async-scheduling": not async_scheduling}, setup=_RecordedFlags(
                 records_format=records_format, columns=columns, tier=tier, seed=seed, gpu=gpu,
                 model=model, scenario=scenario, overrides=overrides, num_gpu_blocks=num_gpu_blocks,
                 block_size=block_size, max_num_seqs=max_num_seqs,
@@ -747,7 +753,10 @@ def validate_cmd(
             server=(model, api_key, read_timeout), gateway=(scenario, policy, params),
             trace_format=trace_format, tier=tier, time_scale=time_scale, max_output=max_output,
             capacity_tokens=capacity_tokens, max_in_flight=max_in_flight, seed=seed,
-            poll_period=poll_period, lease_ttl=lease_ttl)
+            poll_period=poll_period, lease_ttl=lease_ttl, async_scheduling=async_scheduling)
+    typer.echo("simulated with async scheduling " + (
+        "on (vLLM's default on GPUs; a CPU vLLM runs without it: --no-async-scheduling)"
+        if async_scheduling else "off (--no-async-scheduling)"))
     _print_live_validation(outcome, checks, overhead=overhead, speed_check=speed_check,
                            out=out, max_error=max_error)
 
@@ -758,7 +767,8 @@ def _validate_live(url: str, trace: Path, cost_model: Path, out: Path, *, speed_
                    gateway: tuple[Path | None, str | None, list[str] | None],
                    trace_format: str | None, tier: str, time_scale: float,
                    max_output: int | None, capacity_tokens: int | None, max_in_flight: int,
-                   seed: int, poll_period: float, lease_ttl: float | None
+                   seed: int, poll_period: float, lease_ttl: float | None,
+                   async_scheduling: bool = True
                    ) -> "tuple[LiveComparison, tuple[SpeedCheck | None, SpeedCheck | None], float]":
     """``validate --url``: replay the trace on the server (with speed checks), simulate it with
     the calibrated model and compare; the comparison, the speed checks and the front-end
@@ -797,7 +807,7 @@ def _validate_live(url: str, trace: Path, cost_model: Path, out: Path, *, speed_
         num_gpu_blocks=run.num_gpu_blocks, max_model_len=info.max_model_len,
         max_num_seqs=cal.max_num_seqs, max_num_batched_tokens=cal.max_num_batched_tokens,
         tiers=tiers, front_door=setup.front_door, capacity_tokens=capacity_tokens,
-        lease_ttl_s=lease_ttl, seed=seed,
+        lease_ttl_s=lease_ttl, seed=seed, async_scheduling=async_scheduling,
         drift_factor=run.drift_factor() if correct_drift else None,
         source={"trace": str(trace), "url": target.base_url},
         speed_check=run.speed_check_meta(),

@@ -306,6 +306,7 @@ def compare_live_validation(workload: Workload, new_policy: Callable[[], BasePol
                             front_door: FrontDoor | None = None,
                             capacity_tokens: int | None = None,
                             lease_ttl_s: float | None = None, seed: int = 0,
+                            async_scheduling: bool = True,
                             drift_factor: float | None = None,
                             source: Mapping[str, Any] | None = None,
                             speed_check: Mapping[str, Any] | None = None,
@@ -314,12 +315,14 @@ def compare_live_validation(workload: Workload, new_policy: Callable[[], BasePol
     (``num_gpu_blocks`` of ``block_size`` tokens, as :func:`kvbudget.live.validate.\
 discover_kv_server` finds them), the calibrated batch limits, ``cost_model`` and front-end
     overhead. ``capacity_tokens``: the gateway's budget (default: the server's KV capacity).
+    ``async_scheduling``: whether the server schedules a step while the last one runs (vLLM's
+    default on GPUs; a CPU vLLM runs without it).
     ``validation.json`` records ``source`` (e.g. trace, url), the engine and ``speed_check``."""
     config = SimConfig(
         engine=EngineConfig(block_size=block_size, num_gpu_blocks=num_gpu_blocks,
                             max_num_seqs=max_num_seqs,
                             max_num_batched_tokens=max_num_batched_tokens,
-                            max_model_len=max_model_len),
+                            max_model_len=max_model_len, async_scheduling=async_scheduling),
         tiers=tiers, front_door=front_door, cost_model=cost_model,
         gateway_capacity_tokens=capacity_tokens, lease_ttl_s=lease_ttl_s,
         timeline_period_s=0.25, seed=seed, frontend_overhead_s=frontend_overhead_s,
@@ -327,7 +330,8 @@ discover_kv_server` finds them), the calibrated batch limits, ``cost_model`` and
     meta = {**dict(source or {}),
             "engine": {"block_size": block_size, "num_gpu_blocks": num_gpu_blocks,
                        "max_num_seqs": max_num_seqs,
-                       "max_num_batched_tokens": max_num_batched_tokens},
+                       "max_num_batched_tokens": max_num_batched_tokens,
+                       "async_scheduling": async_scheduling},
             "speed_check": dict(speed_check or {})}
     return compare_live_run(workload, new_policy, config, live, out,
                             capacity_tokens=capacity_tokens or num_gpu_blocks * block_size,

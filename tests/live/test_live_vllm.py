@@ -130,13 +130,17 @@ def test_calibrate_then_validate_live_and_from_the_recording(vllm_server: VllmSe
 
     trace = heldout_trace(tmp_path / "heldout.jsonl")
     out = tmp_path / "validation"
+    # a CPU vLLM runs without async scheduling (vllm/platforms/cpu.py): said so
     res = kvbudget("validate", "--url", vllm_server.url, "--trace", str(trace), "--policy",
-                   "conservative", "--cost-model", str(cost), "--out", str(out))
+                   "conservative", "--cost-model", str(cost), "--out", str(out),
+                   "--no-async-scheduling")
     assert res.returncode == 0, res.stderr
     print(res.stdout)
+    assert "simulated with async scheduling off (--no-async-scheduling)" in res.stdout
     for name in ("validation.csv", "validation.json", "validate.png"):
         assert (out / name).stat().st_size > 0, name
     report = json.loads((out / "validation.json").read_text())
+    assert report["engine"]["async_scheduling"] is False
     metrics = {m["metric"]: m for m in report["metrics"]}
     live = read_run(out / "live")
     sim = read_run(out / "sim")

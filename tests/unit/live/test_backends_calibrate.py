@@ -476,6 +476,10 @@ def test_calibrate_and_validate_commands(fake_url: str, tmp_path: Path,
         assert (out / name).is_file(), name
     report = json.loads((out / "validation.json").read_text())
     assert report["engine"]["max_num_seqs"] == 64  # from the calibration
+    # what it assumed of the server's scheduling, said and recorded (vLLM's GPU default)
+    assert ("simulated with async scheduling on (vLLM's default on GPUs; a CPU vLLM runs "
+            "without it: --no-async-scheduling)") in res.stdout
+    assert report["engine"]["async_scheduling"] is True
     # the decode steps timed around the replay, against the calibrated model (their values are
     # wall-clock measurements of a threaded fake on a shared machine: how close they come is
     # the virtual-clock tests' business, not this one's)
@@ -501,6 +505,12 @@ def test_calibrate_and_validate_commands(fake_url: str, tmp_path: Path,
                               "--cost-model", str(cost), "--policy", "unlimited", "--out",
                               str(tmp_path / "val2"), "--max-error", "0"])
     assert res.exit_code == 1 and "more than --max-error 0.0%" in res.stderr
+    # the flag is the live run's: a recorded run is refused it rather than ignoring it
+    res = runner.invoke(app, ["validate", "--records", str(out / "live"), "--cost-model",
+                              str(cost), "--no-async-scheduling", "--out", str(tmp_path / "v3")])
+    assert res.exit_code == 2, res.stdout
+    assert res.stderr.strip() == ("error: --no-async-scheduling applies to a live validation "
+                                  "(--url), not to --records")
 
 
 def test_mixed_step_ignores_late_chunks_inside_the_window() -> None:
