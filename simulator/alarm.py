@@ -12,7 +12,7 @@ step, an arrival was counted a step late). With this order, a step ending at the
 such an event is the step in flight when it happens (its aborts wait for that step's end, what
 it adds joins the next step at the earliest), as vLLM's engine core would see a request that
 comes as a step ends, and skip-ahead's runs need no event where stepping has one. The
-autoscaler's evaluations follow the same rule (``autoscaler._UrgentTimeout``)."""
+autoscaler's evaluations and a replica's coming up are urgent too."""
 
 from __future__ import annotations
 
@@ -24,13 +24,17 @@ import simpy
 from simpy.events import URGENT, Event
 
 
-def urgent_timeout(env: simpy.Environment, delay: float) -> Event:
+class UrgentTimeout(Event):
     """``env.timeout(delay)`` at SimPy's URGENT priority: it runs before every ordinary event
-    due at the same instant, whenever that was made."""
-    event = Event(env)
-    event._ok, event._value = True, None  # a Timeout's fields
-    env.schedule(event, URGENT, delay)
-    return event
+    due at the same instant, whenever that was made (a ``Timeout``'s fields, set as its
+    ``__init__`` sets them)."""
+
+    def __init__(self, env: simpy.Environment, delay: float) -> None:
+        self.env = env
+        self.callbacks = []
+        self._value = None
+        self._ok = True
+        env.schedule(self, URGENT, delay)
 
 
 class Alarm:
@@ -43,7 +47,7 @@ class Alarm:
     compare against before calling :meth:`arm`.
 
     ``urgent``: its timeouts run before every ordinary event due at the same instant
-    (:func:`urgent_timeout`), whenever they were made: before every engine step ending then,
+    (:class:`UrgentTimeout`), whenever they were made: before every engine step ending then,
     stepping or skipping ahead alike (see the module docstring). The run driver's gateway
     timer and the clients' alarm are urgent.
     """
@@ -65,7 +69,7 @@ class Alarm:
         self.at_s = t
         env = self.env
         delay = max(0.0, t - env.now)
-        event = urgent_timeout(env, delay) if self._urgent else env.timeout(delay)
+        event = UrgentTimeout(env, delay) if self._urgent else env.timeout(delay)
         event.callbacks.append(partial(self._timeout, t))
         if self.on_arm is not None:
             self.on_arm(t)
