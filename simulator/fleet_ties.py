@@ -113,7 +113,11 @@ class FleetTies:
             if first == r:
                 break
             ev = self._waiting[r] = _Urgent(self.env)
-            yield ev
+            try:
+                yield ev
+            except simpy.Interrupt:  # (a run's last step's start: its run was cut)
+                self._waiting.pop(r, None)
+                raise
         self.due[r] = math.inf
         if t in self.due:  # the next one runs when r has (before whatever else is due)
             after = _Urgent(self.env)
