@@ -43,7 +43,7 @@ from typing import Any, Protocol
 import simpy
 
 from kvbudget.policies import Action, Gateway
-from kvbudget.simulator.alarm import urgent_timeout
+from kvbudget.simulator.alarm import UrgentTimeout
 from kvbudget.simulator.autoscale_config import HPA_SCALE_UP_PODS, AutoscaleConfig, cold_start_s
 from kvbudget.simulator.sim_config import ReplicaSetup
 
@@ -141,7 +141,7 @@ class Autoscaler:
         while True:
             due = m * period
             # before any step ending then is committed, stepping or skipping ahead (alarm.py)
-            yield urgent_timeout(self.env, due - self.env.now)
+            yield UrgentTimeout(self.env, due - self.env.now)
             m += 1
             self.evaluate()
             if self._done():
@@ -225,7 +225,7 @@ class Autoscaler:
         self._note()
 
     def _boot(self, r: int, number: int) -> Generator[simpy.Event, Any, None]:
-        yield urgent_timeout(self.env, self.delay_s)
+        yield UrgentTimeout(self.env, self.delay_s)
         if self.state[r] == BOOTING and self._booted[r] == number:
             self.state[r] = UP
             bisect.insort(self.up, r)

@@ -40,7 +40,7 @@ from kvbudget.results.records import (
 )
 from kvbudget.results.run_result import RunResult
 from kvbudget.simulator import queue_caps
-from kvbudget.simulator.alarm import Alarm, urgent_timeout
+from kvbudget.simulator.alarm import Alarm, UrgentTimeout
 from kvbudget.simulator.clients import Clients
 from kvbudget.simulator.disagg import DisaggFleet
 from kvbudget.simulator.engine import EngineHooks, RequestColumns
@@ -247,7 +247,7 @@ class _Simulation:
                 i = lo + j
                 t = arrival[j]
                 if t > env.now:
-                    yield urgent_timeout(env, t - env.now)  # before a step ending then
+                    yield UrgentTimeout(env, t - env.now)  # before a step ending then
                 self._next_arrival_s = arrival[j + 1]
                 d = deadline[j]
                 # positional: keyword arguments cost ~0.4 us per request here

@@ -478,7 +478,7 @@ def test_client_events_tied_with_step_ends_give_stepping_s_run(
     and on one engine) where skip-ahead differed from stepping; all with events of the
     outside world (clients' timeouts and retries, arrivals) due at an instant where a step
     ends. The run driver's events (arrivals, the gateway's and the clients' timers) now run
-    before every step ending at their instant (SimPy's URGENT priority: ``alarm.urgent_timeout``),
+    before every step ending at their instant (SimPy's URGENT priority: ``alarm.UrgentTimeout``),
     whenever they were made, stepping or skipping ahead."""
     a, _ = _client_grid_runs(seed, router, budget, blocks, step_s, name, timeout_s, backoff_s,
                              policy, fleet)

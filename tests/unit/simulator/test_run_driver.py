@@ -11,7 +11,7 @@ import simpy
 
 from kvbudget.policies import make_policy
 from kvbudget.simulator import engine_config
-from kvbudget.simulator.alarm import Alarm, urgent_timeout
+from kvbudget.simulator.alarm import Alarm, UrgentTimeout
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import FrontendDelays, SimConfig, simulate, timeline_columns
 from kvbudget.workloads import from_columns
@@ -80,9 +80,9 @@ def test_an_urgent_timeout_made_last_runs_first_among_those_due_then() -> None:
     env = simpy.Environment()
     seen: list[str] = []
     env.timeout(1.0).callbacks.append(lambda _: seen.append("ordinary"))
-    urgent_timeout(env, 1.0).callbacks.append(lambda _: seen.append("urgent"))
+    UrgentTimeout(env, 1.0).callbacks.append(lambda _: seen.append("urgent"))
     env.timeout(0.5).callbacks.append(  # made at 0.5, due at 1: after the first urgent one
-        lambda _: urgent_timeout(env, 0.5).callbacks.append(lambda _: seen.append("late")))
+        lambda _: UrgentTimeout(env, 0.5).callbacks.append(lambda _: seen.append("late")))
     env.run()
     assert seen == ["urgent", "late", "ordinary"]
 
