@@ -22,7 +22,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,6 +119,9 @@ class SkipAheadEngine(TiedSteps, Engine):
         self._refire = False  # a timer was armed for the run's end before its last step starts
         self._in_last = False  # the run's last step has started (its end event made then)
         self._lag_run = False  # it goes on through the step after the next external event's
+        # whether an arrival is due at a time (the run driver's, for an open loop whose
+        # timers tell timer_armed; None: any event may be, see _wait_run)
+        self.arrival_at: Callable[[float], bool] | None = None
 
     # --- what the executor and hooks read mid-run ------------------------------------------
     def output_tokens_of(self, i: int) -> int:
@@ -333,9 +336,11 @@ class SkipAheadEngine(TiedSteps, Engine):
             t_ext = self.hooks.next_external_s()
             until = self._plan_until(t_ext) if self.head_refusal else t_ext
             # the run ends before a deferred member's blocks fill (it joins hist then), as a
-            # request becomes schedulable, or a step past t_ext's (async scheduling: _lag_step)
+            # request becomes schedulable (unless it queues behind the refused head the run
+            # spans arrivals past: _plan_until), or a step past t_ext's (async scheduling:
+            # _lag_step)
             to_end = min(to_finish, g.wake[0][0] - g.step) if g.wake else to_finish
-            if self._pending:
+            if self._pending and not self._spans_behind_head():
                 to_end = min(to_end, self._pending_due() - self.num_steps)
             if lag := self._async and until == t_ext and self.runs_past_external:
                 t_lag = t_ext
@@ -442,6 +447,14 @@ class SkipAheadEngine(TiedSteps, Engine):
         self._span_head = self.waiting.peek_request()
         return self.log.timeline.first_at_or_after(t_ext)
 
+    def _spans_behind_head(self) -> bool:
+        """Whether a request that comes during the decode run being planned joins an FCFS
+        queue behind the waiting head the run was planned past arrivals for
+        (:meth:`_plan_until`): it changes only the timeline's figures of the steps scheduled
+        from then on, and a request not yet schedulable (async scheduling) becomes schedulable
+        there as well (:meth:`_work_changed` spans both)."""
+        return self._span_head is not None and self.config.scheduling_policy == "fcfs"
+
     def _wait_run(
         self, dt: float, run: Run | None, reserved: int, counts: tuple[int, int], t_lag: float
     ) -> Generator[simpy.Event, Any, int]:
@@ -464,13 +477,16 @@ class SkipAheadEngine(TiedSteps, Engine):
         # created during the run and due exactly then runs after it or before, as in stepping
         # (decode_plan._TIE); a fleet's replica, when a gateway timer is armed for its end
         # (timer_armed); async scheduling's step after that event (_lag_step) too, but not a
-        # fleet's replica's: its runs end before the fleet's events (first_tie)
+        # fleet's replica's: its runs end before the fleet's events (first_tie); nor where
+        # the only events that may be made then are timers, which tell timer_armed, and
+        # arrivals, none due at the run's end (arrival_at)
         last_start = None
         if k > 1:
             self._jump_ends = self._run_ends = step_end
             self._run_used = used
             self._lag_run = lagged = (t_last := float(step_end[k - 2])) > t_lag
-            if self._span_head is not None or (lagged and self.planner.tie is None):
+            if self._span_head is not None or (lagged and self.planner.tie is None and (
+                    self.arrival_at is None or self.arrival_at(t1))):
                 last_start = t_last
         ties = self.ties
         if ties is not None:  # a fleet's replica: its event is due at t1 (see _tied_wait)
@@ -579,7 +595,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         keep += lagged
         span = self._span_head is not None and (
             self.waiting.peek_request() == self._span_head if added
-            else lag > 0 and self.config.scheduling_policy == "fcfs")
+            else lag > 0 and self._spans_behind_head())
         if span:
             keep = max(keep, bisect.bisect_right(ends, self.log.timeline.first_at_or_after(now)))
         if keep >= len(ends):  # (the step ending now ended first: the next is the last)

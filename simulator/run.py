@@ -46,6 +46,7 @@ from kvbudget.simulator.clients import Clients
 from kvbudget.simulator.disagg import DisaggFleet
 from kvbudget.simulator.engine import EngineHooks, RequestColumns
 from kvbudget.simulator.engine_variants import make_engine
+from kvbudget.simulator.fast_decode import SkipAheadEngine
 from kvbudget.simulator.fleet import Fleet
 from kvbudget.simulator.kv_offload import OffloadEngine
 from kvbudget.simulator.serving import RequestFigures, ServingEngine
@@ -129,6 +130,13 @@ class _Simulation:
             self._timer.on_arm = self.engine.events.timer_armed
             if self._clients is not None:  # so may a client's (a timeout, a retry)
                 self._clients.alarm.on_arm = self.engine.events.timer_armed
+        elif (isinstance(self.engine, SkipAheadEngine) and self.users is None
+              and self._clients is None):
+            # an open loop's events are its arrivals, sorted and fixed, and the gateway's
+            # timer: a decode run in flight hears of each timer armed and asks which arrivals
+            # may tie its end (SkipAheadEngine.arrival_at)
+            self._timer.on_arm = self.engine.timer_armed
+            self.engine.arrival_at = partial(_holds, workload.arrival_s)
         self._reserved_ts = 0.0
         self._reserved_last_t = 0.0
         self._reserved_now = 0
@@ -552,6 +560,12 @@ class _Probe:
     @property
     def num_preemptions_total(self) -> int:
         return self._engine.num_preemptions_total
+
+
+def _holds(sorted_s: npt.NDArray[np.float64], t: float) -> bool:
+    """Whether ``t`` is one of the times ``sorted_s`` (sorted)."""
+    j = int(sorted_s.searchsorted(t))
+    return j < len(sorted_s) and sorted_s.item(j) == t
 
 
 def _jsonable(obj: Any) -> Any:
