@@ -119,9 +119,14 @@ class SkipAheadEngine(TiedSteps, Engine):
         self._refire = False  # a timer was armed for the run's end before its last step starts
         self._in_last = False  # the run's last step has started (its end event made then)
         self._lag_run = False  # it goes on through the step after the next external event's
-        # whether an arrival is due at a time (the run driver's, for an open loop whose
-        # timers tell timer_armed; None: any event may be, see _wait_run)
-        self.arrival_at: Callable[[float], bool] | None = None
+        # whether an event made from now on may be due at a time (the run driver's, for a
+        # single engine whose only events are arrivals and the gateway's timer; None: any
+        # may be, see _wait_run)
+        self.event_may_come_at: Callable[[float], bool] | None = None
+        # a single engine's lagged run waiting for its end from its start (_wait_run): what
+        # comes as its last step starts came during the run, after the step before began, so
+        # that step has ended then, as in stepping (_steps_done_now, _work_changed)
+        self._quiet_lag = False
 
     # --- what the executor and hooks read mid-run ------------------------------------------
     def output_tokens_of(self, i: int) -> int:
@@ -281,7 +286,9 @@ class SkipAheadEngine(TiedSteps, Engine):
     # --- the group's steps ----------------------------------------------------------------------
     def _step(self) -> Generator[simpy.Event, Any, None]:
         """A step whose running loop is the group's (every member gets its token and block):
-        :meth:`_group_iteration`; any other step dissolves the group first."""
+        :meth:`_group_iteration`; any other step dissolves the group first. Schedules it now
+        and returns the generator that runs the rest (the engine loop's ``yield from`` runs
+        it without a frame of this method's between)."""
         g = self._group
         if (g is None and self.commit.all_decode and self.commit.synced
                 and self.decode_group):
@@ -292,10 +299,9 @@ class SkipAheadEngine(TiedSteps, Engine):
             reserved, gw_waiting = self.hooks.gateway_state()
             tail = self._schedule_group(g)
             if tail is not None and (tail or g.size):  # (else a KV load holds all there is: offload, disaggregation)
-                yield from self._group_iteration(g, tail, reserved, gw_waiting)
-                return
+                return self._group_iteration(g, tail, reserved, gw_waiting)
             self._group_dissolve(scheduled=False)
-        yield from super()._step()
+        return super()._step()
 
     def _schedule_group(self, g: DecodeGroup) -> list[tuple[int, int]] | None:
         """:meth:`_schedule` when the running requests are the decode group ``g`` and every one
@@ -337,10 +343,11 @@ class SkipAheadEngine(TiedSteps, Engine):
             until = self._plan_until(t_ext) if self.head_refusal else t_ext
             # the run ends before a deferred member's blocks fill (it joins hist then), as a
             # request becomes schedulable (unless it queues behind the refused head the run
-            # spans arrivals past: _plan_until), or a step past t_ext's (async scheduling:
-            # _lag_step)
+            # spans arrivals past, _plan_until, and the variant holds no work of its own:
+            # kv_offload's figures count its loads, not such requests), or a step past t_ext's
+            # (async scheduling: _lag_step)
             to_end = min(to_finish, g.wake[0][0] - g.step) if g.wake else to_finish
-            if self._pending and not self._spans_behind_head():
+            if self._pending and not (self.runs_past_external and self._spans_behind_head()):
                 to_end = min(to_end, self._pending_due() - self.num_steps)
             if lag := self._async and until == t_ext and self.runs_past_external:
                 t_lag = t_ext
@@ -363,7 +370,11 @@ class SkipAheadEngine(TiedSteps, Engine):
         else:
             dt = self._step_seconds(tail_features(n, n + g.context, tail, self.num_computed_tokens,
                                                   self.num_tokens, self.num_output_tokens))
-        k = yield from self._wait_run(dt, run, reserved, counts, t_lag)
+        if run is None:  # one step: _wait_run's, with a generator fewer on its way
+            yield from self._wait(self._account_step(dt, reserved, counts))
+            self._span_head, k = None, 1
+        else:
+            k = yield from self._wait_run(dt, run, reserved, counts, t_lag)
         self._steps_rows = None  # for scheduled_with_output: the group's step
         self._steps_group = (n, tail)
         if self._aborts:
@@ -477,17 +488,18 @@ class SkipAheadEngine(TiedSteps, Engine):
         # created during the run and due exactly then runs after it or before, as in stepping
         # (decode_plan._TIE); a fleet's replica, when a gateway timer is armed for its end
         # (timer_armed); async scheduling's step after that event (_lag_step) too, but not a
-        # fleet's replica's: its runs end before the fleet's events (first_tie); nor where
-        # the only events that may be made then are timers, which tell timer_armed, and
-        # arrivals, none due at the run's end (arrival_at)
+        # fleet's replica's: its runs end before the fleet's events (first_tie); nor a single
+        # engine's whose events to come are its arrivals, none due at t1, and a first timer
+        # (event_may_come_at; timer_armed)
         last_start = None
         if k > 1:
             self._jump_ends = self._run_ends = step_end
             self._run_used = used
             self._lag_run = lagged = (t_last := float(step_end[k - 2])) > t_lag
             if self._span_head is not None or (lagged and self.planner.tie is None and (
-                    self.arrival_at is None or self.arrival_at(t1))):
+                    self.event_may_come_at is None or self.event_may_come_at(t1))):
                 last_start = t_last
+            self._quiet_lag = lagged and last_start is None and self.planner.tie is None
         ties = self.ties
         if ties is not None:  # a fleet's replica: its event is due at t1 (see _tied_wait)
             self._due[self.tie_index] = t1
@@ -521,7 +533,7 @@ class SkipAheadEngine(TiedSteps, Engine):
                 yield from ties.turn(self.tie_index, t1)
         self._jump_ends = self._run_ends = None
         self._span_head = None
-        self._busy = self._in_last = False
+        self._busy = self._in_last = self._quiet_lag = False
         self._between_steps = True
         self.t = t1
         self.num_steps += k
@@ -551,9 +563,9 @@ class SkipAheadEngine(TiedSteps, Engine):
         ends = self._run_ends
         if ends is None:
             return self.num_steps
-        if self._in_last:
-            return self.num_steps + self._jump_keep - 1
         now = self.env.now
+        if self._in_last or (self._quiet_lag and now >= ends[self._jump_keep - 2]):
+            return self.num_steps + self._jump_keep - 1
         return self.num_steps + (bisect.bisect_left(ends, now) if self.ties is None
                                  else self._steps_done(ends, now))
 
@@ -564,11 +576,19 @@ class SkipAheadEngine(TiedSteps, Engine):
         end event, made when the run started, would run first; the run then waits from its last
         step's start (``_wait_run``), as stepping. (A timer due at another step's end, armed
         before that step starts, runs before it as in stepping: the run counts that step as not
-        ended, ``output_tokens_of``, ``_work_changed``.)"""
+        ended, ``output_tokens_of``, ``_work_changed``.)
+
+        A single engine's timer acts only on a lagged run waiting for its end from its start
+        (``_quiet_lag``), and only before its last step starts: a timer armed as it starts
+        came from an event made during the run, which stepping runs after the step that
+        ends then (that step began before the run's first external event)."""
         ends, k = self._run_ends, self._jump_keep
-        if ends is not None and k > 1 and ends[k - 1] == t and ends[k - 2] >= self.env.now:
-            self._refire = True
-            self.process.interrupt()
+        single = self.planner.tie is None
+        if (ends is None or k < 2 or ends[k - 1] != t or (single and not self._quiet_lag)
+                or ends[k - 2] < self.env.now or (single and ends[k - 2] == self.env.now)):
+            return
+        self._refire = True
+        self.process.interrupt()
 
     def _work_changed(self, *, added: bool = False, lag: int = 0) -> None:
         """Something changed this engine's work during a planned decode run (another replica's
@@ -582,7 +602,8 @@ class SkipAheadEngine(TiedSteps, Engine):
         now = self.env.now
         # nothing to cut unless a step after the one in progress is planned (the run's next
         # to last step ends now or later): the common case, checked without a search
-        if ends is None or len(ends) < 2 or ends[-2] < now or self._in_last:
+        if (ends is None or len(ends) < 2 or ends[-2] < now or self._in_last
+                or (self._quiet_lag and ends[-2] == now)):
             return
         if lag and self._lag_run and (len(ends) < 3 or ends[-3] < now):
             return  # the step after this one is the run's last, planned so (decode_plan)
@@ -601,6 +622,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         if keep >= len(ends):  # (the step ending now ended first: the next is the last)
             return
         # later work may cut a span or a kept step; else the step in progress is the last
+        self._quiet_lag = False  # (its last step's end waited for from that step's start)
         self._jump_ends = ends[:keep] if span or lagged else None
         self._jump_keep = keep
         self._refire = self._refire or lagged  # (its last step's end made as that step starts)

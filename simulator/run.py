@@ -132,11 +132,12 @@ class _Simulation:
                 self._clients.alarm.on_arm = self.engine.events.timer_armed
         elif (isinstance(self.engine, SkipAheadEngine) and self.users is None
               and self._clients is None):
-            # an open loop's events are its arrivals, sorted and fixed, and the gateway's
-            # timer: a decode run in flight hears of each timer armed and asks which arrivals
-            # may tie its end (SkipAheadEngine.arrival_at)
-            self._timer.on_arm = self.engine.timer_armed
-            self.engine.arrival_at = partial(_holds, workload.arrival_s)
+            # an open loop's only events are its arrivals, sorted and fixed, and the gateway's
+            # timer: a decode run asks whether one may come at its end
+            # (SkipAheadEngine.event_may_come_at) and hears of each timer armed
+            self._timer.on_arm = self._timer_armed
+            self.engine.event_may_come_at = self._event_may_come_at
+        self._timers_armed = False  # whether the gateway's timer was ever armed
         self._reserved_ts = 0.0
         self._reserved_last_t = 0.0
         self._reserved_now = 0
@@ -192,6 +193,21 @@ class _Simulation:
         return min(
             self._next_arrival_s, self._gateway_timer_s, self._clients.next_s()
         )
+
+    def _timer_armed(self, t: float) -> None:
+        self._timers_armed = True
+        assert isinstance(self.engine, SkipAheadEngine)
+        self.engine.timer_armed(t)
+
+    def _event_may_come_at(self, t: float) -> bool:
+        """Whether an event made from now on may be due at ``t`` (an open loop's single
+        engine): an arrival then, or, once a timer was armed, a timer (a timeout armed earlier,
+        and superseded, may still ring and arm another)."""
+        if self._timers_armed:
+            return True
+        arrival_s = self.w.arrival_s
+        j = int(arrival_s.searchsorted(t))
+        return j < len(arrival_s) and arrival_s.item(j) == t
 
     def _gateway_state(self) -> tuple[int, int]:
         return self._state
@@ -560,12 +576,6 @@ class _Probe:
     @property
     def num_preemptions_total(self) -> int:
         return self._engine.num_preemptions_total
-
-
-def _holds(sorted_s: npt.NDArray[np.float64], t: float) -> bool:
-    """Whether ``t`` is one of the times ``sorted_s`` (sorted)."""
-    j = int(sorted_s.searchsorted(t))
-    return j < len(sorted_s) and sorted_s.item(j) == t
 
 
 def _jsonable(obj: Any) -> Any:
