@@ -22,7 +22,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,15 +118,8 @@ class SkipAheadEngine(TiedSteps, Engine):
         self._span_head: int | None = None
         self._refire = False  # a timer was armed for the run's end before its last step starts
         self._in_last = False  # the run's last step has started (its end event made then)
-        self._lag_run = False  # it goes on through the step after the next external event's
-        # whether an event made from now on may be due at a time (the run driver's, for a
-        # single engine whose only events are arrivals and the gateway's timer; None: any
-        # may be, see _wait_run)
-        self.event_may_come_at: Callable[[float], bool] | None = None
-        # a single engine's lagged run waiting for its end from its start (_wait_run): what
-        # comes as its last step starts came during the run, after the step before began, so
-        # that step has ended then, as in stepping (_steps_done_now, _work_changed)
-        self._quiet_lag = False
+        # it goes on through the step after the next external event's (_quiet_lag: planner.quiet)
+        self._lag_run = self._quiet_lag = False
 
     # --- what the executor and hooks read mid-run ------------------------------------------
     def output_tokens_of(self, i: int) -> int:
@@ -286,9 +279,7 @@ class SkipAheadEngine(TiedSteps, Engine):
     # --- the group's steps ----------------------------------------------------------------------
     def _step(self) -> Generator[simpy.Event, Any, None]:
         """A step whose running loop is the group's (every member gets its token and block):
-        :meth:`_group_iteration`; any other step dissolves the group first. Schedules it now
-        and returns the generator that runs the rest (the engine loop's ``yield from`` runs
-        it without a frame of this method's between)."""
+        :meth:`_group_iteration` (returned: a generator fewer), else dissolves the group."""
         g = self._group
         if (g is None and self.commit.all_decode and self.commit.synced
                 and self.decode_group):
@@ -341,13 +332,11 @@ class SkipAheadEngine(TiedSteps, Engine):
             to_finish = g.finish[0][0] - g.step
             t_ext = self.hooks.next_external_s()
             until = self._plan_until(t_ext) if self.head_refusal else t_ext
-            # the run ends before a deferred member's blocks fill (it joins hist then), as a
-            # request becomes schedulable (unless it queues behind the refused head the run
-            # spans arrivals past, _plan_until, and the variant holds no work of its own:
-            # kv_offload's figures count its loads, not such requests), or a step past t_ext's
-            # (async scheduling: _lag_step)
+            # the run ends before a deferred member's blocks fill (it joins hist then), as a request
+            # becomes schedulable (not behind a refused FCFS head, _plan_until), or past t_ext's
             to_end = min(to_finish, g.wake[0][0] - g.step) if g.wake else to_finish
-            if self._pending and not (self.runs_past_external and self._spans_behind_head()):
+            if self._pending and not (self._span_head is not None and self.runs_past_external
+                                      and self.config.scheduling_policy == "fcfs"):
                 to_end = min(to_end, self._pending_due() - self.num_steps)
             if lag := self._async and until == t_ext and self.runs_past_external:
                 t_lag = t_ext
@@ -370,11 +359,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         else:
             dt = self._step_seconds(tail_features(n, n + g.context, tail, self.num_computed_tokens,
                                                   self.num_tokens, self.num_output_tokens))
-        if run is None:  # one step: _wait_run's, with a generator fewer on its way
-            yield from self._wait(self._account_step(dt, reserved, counts))
-            self._span_head, k = None, 1
-        else:
-            k = yield from self._wait_run(dt, run, reserved, counts, t_lag)
+        k = yield from self._wait_run(dt, run, reserved, counts, t_lag)
         self._steps_rows = None  # for scheduled_with_output: the group's step
         self._steps_group = (n, tail)
         if self._aborts:
@@ -458,14 +443,6 @@ class SkipAheadEngine(TiedSteps, Engine):
         self._span_head = self.waiting.peek_request()
         return self.log.timeline.first_at_or_after(t_ext)
 
-    def _spans_behind_head(self) -> bool:
-        """Whether a request that comes during the decode run being planned joins an FCFS
-        queue behind the waiting head the run was planned past arrivals for
-        (:meth:`_plan_until`): it changes only the timeline's figures of the steps scheduled
-        from then on, and a request not yet schedulable (async scheduling) becomes schedulable
-        there as well (:meth:`_work_changed` spans both)."""
-        return self._span_head is not None and self.config.scheduling_policy == "fcfs"
-
     def _wait_run(
         self, dt: float, run: Run | None, reserved: int, counts: tuple[int, int], t_lag: float
     ) -> Generator[simpy.Event, Any, int]:
@@ -483,23 +460,17 @@ class SkipAheadEngine(TiedSteps, Engine):
         step_end, used, dts = run
         t1 = float(step_end[-1])
         k = len(step_end)
-        # a run planned past the next external event waits for its last step's end from that
-        # step's start, as stepping creates a step's end event when the step starts: an event
-        # created during the run and due exactly then runs after it or before, as in stepping
-        # (decode_plan._TIE); a fleet's replica, when a gateway timer is armed for its end
-        # (timer_armed); async scheduling's step after that event (_lag_step) too, but not a
-        # fleet's replica's: its runs end before the fleet's events (first_tie); nor a single
-        # engine's whose events to come are its arrivals, none due at t1, and a first timer
-        # (event_may_come_at; timer_armed)
+        # a run planned past the next external event (a span; the step after it, _lag_step,
+        # unless DecodeRunPlanner.quiet) waits for its end from its last step's start, as
+        # stepping (decode_plan._TIE); a fleet's replica's, when a timer is armed for its end
         last_start = None
         if k > 1:
             self._jump_ends = self._run_ends = step_end
             self._run_used = used
             self._lag_run = lagged = (t_last := float(step_end[k - 2])) > t_lag
-            if self._span_head is not None or (lagged and self.planner.tie is None and (
-                    self.event_may_come_at is None or self.event_may_come_at(t1))):
+            self._quiet_lag = quiet = lagged and self._span_head is None and self.planner.quiet(t1)
+            if self._span_head is not None or (lagged and self.planner.tie is None and not quiet):
                 last_start = t_last
-            self._quiet_lag = lagged and last_start is None and self.planner.tie is None
         ties = self.ties
         if ties is not None:  # a fleet's replica: its event is due at t1 (see _tied_wait)
             self._due[self.tie_index] = t1
@@ -570,25 +541,19 @@ class SkipAheadEngine(TiedSteps, Engine):
                                  else self._steps_done(ends, now))
 
     def timer_armed(self, t: float) -> None:
-        """A fleet's gateway timer was armed now, due at ``t``. Stepping makes the end event of
-        a step when the step starts: when ``t`` is the end of the decode run in flight and its
-        last step has not started, stepping's timer runs before that step's end, and the run's
-        end event, made when the run started, would run first; the run then waits from its last
-        step's start (``_wait_run``), as stepping. (A timer due at another step's end, armed
-        before that step starts, runs before it as in stepping: the run counts that step as not
-        ended, ``output_tokens_of``, ``_work_changed``.)
-
-        A single engine's timer acts only on a lagged run waiting for its end from its start
-        (``_quiet_lag``), and only before its last step starts: a timer armed as it starts
-        came from an event made during the run, which stepping runs after the step that
-        ends then (that step began before the run's first external event)."""
-        ends, k = self._run_ends, self._jump_keep
-        single = self.planner.tie is None
-        if (ends is None or k < 2 or ends[k - 1] != t or (single and not self._quiet_lag)
-                or ends[k - 2] < self.env.now or (single and ends[k - 2] == self.env.now)):
-            return
-        self._refire = True
-        self.process.interrupt()
+        """A gateway timer was armed now, due at ``t``. Stepping makes a step's end event as
+        the step starts: when ``t`` is the end of the decode run in flight and its last step
+        has not started, stepping's timer runs before that step's end, and the run's end event,
+        made when the run started, would run first; the run then waits from its last step's
+        start (``_wait_run``), as stepping. (A timer due at another step's end, armed before
+        that step starts, runs before it as in stepping: the run counts that step as not ended,
+        ``output_tokens_of``, ``_work_changed``.) A single engine's: only while ``_quiet_lag``
+        holds, and before (not as) its last step starts (``DecodeRunPlanner.quiet``)."""
+        ends, k, now = self._run_ends, self._jump_keep, self.env.now
+        if ends is not None and k > 1 and ends[k - 1] == t and (ends[k - 2] >= now if (
+                self.planner.tie is not None) else self._quiet_lag and ends[k - 2] > now):
+            self._refire = True
+            self.process.interrupt()
 
     def _work_changed(self, *, added: bool = False, lag: int = 0) -> None:
         """Something changed this engine's work during a planned decode run (another replica's
@@ -616,14 +581,13 @@ class SkipAheadEngine(TiedSteps, Engine):
         keep += lagged
         span = self._span_head is not None and (
             self.waiting.peek_request() == self._span_head if added
-            else lag > 0 and self._spans_behind_head())
+            else lag > 0 and self.config.scheduling_policy == "fcfs")
         if span:
             keep = max(keep, bisect.bisect_right(ends, self.log.timeline.first_at_or_after(now)))
         if keep >= len(ends):  # (the step ending now ended first: the next is the last)
             return
         # later work may cut a span or a kept step; else the step in progress is the last
-        self._quiet_lag = False  # (its last step's end waited for from that step's start)
         self._jump_ends = ends[:keep] if span or lagged else None
-        self._jump_keep = keep
+        self._jump_keep, self._quiet_lag = keep, False
         self._refire = self._refire or lagged  # (its last step's end made as that step starts)
         self.process.interrupt()

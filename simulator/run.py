@@ -134,9 +134,9 @@ class _Simulation:
               and self._clients is None):
             # an open loop's only events are its arrivals, sorted and fixed, and the gateway's
             # timer: a decode run asks whether one may come at its end
-            # (SkipAheadEngine.event_may_come_at) and hears of each timer armed
+            # (DecodeRunPlanner.event_may_come_at) and hears of each timer armed
             self._timer.on_arm = self._timer_armed
-            self.engine.event_may_come_at = self._event_may_come_at
+            self.engine.planner.event_may_come_at = self._event_may_come_at
         self._timers_armed = False  # whether the gateway's timer was ever armed
         self._reserved_ts = 0.0
         self._reserved_last_t = 0.0
