@@ -359,7 +359,11 @@ class SkipAheadEngine(TiedSteps, Engine):
         else:
             dt = self._step_seconds(tail_features(n, n + g.context, tail, self.num_computed_tokens,
                                                   self.num_tokens, self.num_output_tokens))
-        k = yield from self._wait_run(dt, run, reserved, counts, t_lag)
+        if run is None:  # one step (nothing cuts it: _work_changed)
+            yield from self._wait(self._account_step(dt, reserved, counts))
+            self._span_head, k = None, 1
+        else:
+            k = yield from self._wait_run(dt, run, reserved, counts, t_lag)
         self._steps_rows = None  # for scheduled_with_output: the group's step
         self._steps_group = (n, tail)
         if self._aborts:
@@ -444,18 +448,14 @@ class SkipAheadEngine(TiedSteps, Engine):
         return self.log.timeline.first_at_or_after(t_ext)
 
     def _wait_run(
-        self, dt: float, run: Run | None, reserved: int, counts: tuple[int, int], t_lag: float
+        self, dt: float, run: Run, reserved: int, counts: tuple[int, int], t_lag: float
     ) -> Generator[simpy.Event, Any, int]:
-        """Run one step of ``dt`` seconds, or the planned decode ``run`` (step ends, blocks in
-        use, step times), with their KV and head-of-line terms and timeline samples
-        (``reserved`` and ``counts``: the timeline's figures as it was scheduled; ``t_lag``:
-        the external event it was planned to go on a step past, or inf); returns the steps
-        that ran (a run ends early when work is added or aborted)."""
+        """Run the planned decode ``run`` (step ends, blocks in use, step times; the first
+        ``dt`` long), with their KV and head-of-line terms and timeline samples (``reserved``
+        and ``counts``: the timeline's figures as it was scheduled; ``t_lag``: the external
+        event it was planned to go on a step past, or inf); returns the steps that ran (a run
+        ends early when work is added or aborted)."""
         env = self.env
-        if run is None:  # one step: nothing cuts it (_work_changed)
-            yield from self._wait(self._account_step(dt, reserved, counts))
-            self._span_head = None
-            return 1
         self._busy = True
         step_end, used, dts = run
         t1 = float(step_end[-1])
@@ -541,14 +541,13 @@ class SkipAheadEngine(TiedSteps, Engine):
                                  else self._steps_done(ends, now))
 
     def timer_armed(self, t: float) -> None:
-        """A gateway timer was armed now, due at ``t``. Stepping makes a step's end event as
-        the step starts: when ``t`` is the end of the decode run in flight and its last step
-        has not started, stepping's timer runs before that step's end, and the run's end event,
-        made when the run started, would run first; the run then waits from its last step's
-        start (``_wait_run``), as stepping. (A timer due at another step's end, armed before
-        that step starts, runs before it as in stepping: the run counts that step as not ended,
-        ``output_tokens_of``, ``_work_changed``.) A single engine's: only while ``_quiet_lag``
-        holds, and before (not as) its last step starts (``DecodeRunPlanner.quiet``)."""
+        """A gateway timer was armed now, due at ``t``: when ``t`` is the end of the decode
+        run in flight and its last step has not started, stepping's timer runs before that
+        step's end (made as the step starts), and the run's end event, made when the run
+        started, would run first; the run then waits from its last step's start (``_wait_run``).
+        (A timer due at another step's end, armed before that step starts, runs before it as
+        in stepping: the run counts that step as not ended.) A single engine's: only while
+        ``_quiet_lag`` holds, and before (not as) its last step starts (planner.quiet)."""
         ends, k, now = self._run_ends, self._jump_keep, self.env.now
         if ends is not None and k > 1 and ends[k - 1] == t and (ends[k - 2] >= now if (
                 self.planner.tie is not None) else self._quiet_lag and ends[k - 2] > now):
@@ -556,10 +555,9 @@ class SkipAheadEngine(TiedSteps, Engine):
             self.process.interrupt()
 
     def _work_changed(self, *, added: bool = False, lag: int = 0) -> None:
-        """Something changed this engine's work during a planned decode run (another replica's
-        completion admitted or revoked a request here): end the run with the step in progress
-        (``lag`` steps after it: a request schedulable then, async scheduling, unless a
-        timeline sample reads those steps' figures, which count it). A request ``added``
+        """Work was added or aborted during a planned decode run: end it with the step in
+        progress (``lag`` steps after it: a request schedulable then, async scheduling, unless
+        a timeline sample reads those steps' figures, which count it). A request ``added``
         behind the waiting head the run was planned past arrivals for (:meth:`_plan_until`),
         or coming then (``lag``) to an FCFS queue, changes only the timeline's figures of the
         steps scheduled from now on: the run goes on to the first sample at or after now."""
