@@ -3,11 +3,13 @@ value.
 
 :mod:`kvbudget.studies.intervals` gives a figure the spread left by the step model's stated
 uncertainty (each default constant uniform in log space over the range its sources leave open,
-:data:`kvbudget.perf.step_uncertainty.STATED_RANGES`; on a GPU the constants were not derived
-on, the structural error too, its spread estimated leave-one-GPU-out on the published step
-figures: :data:`kvbudget.perf.step_uncertainty.STRUCTURAL_SIGMA`) and the seed. An honest 90 %
-interval holds the measured value about 90 % of the time. Checked here on what can be measured
-here:
+:data:`kvbudget.perf.step_uncertainty.STATED_RANGES`, a PCIe link's over
+:data:`~kvbudget.perf.step_uncertainty.INTERCONNECT_RANGES`; wherever the configuration
+extrapolates beyond the constants' derivation, to another GPU, model or parallelism, the
+structural error too: its spread estimated leave-one-GPU-out on the published step figures,
+:data:`kvbudget.perf.step_uncertainty.STRUCTURAL_SIGMA`, per way, drawn from the predictive
+Student t of nine figures) and the seed. An honest 90 % interval holds the measured value about
+90 % of the time. Checked here on what can be measured here:
 
 (a) the recorded runs of ``../shared/measured/`` (simulated as ``bench_fidelity.py`` simulates
     them: their own engine configuration, engine-side): TTFT, TPOT and E2E mean, p50 and p99,
@@ -18,7 +20,8 @@ here:
     (b) is a weak check; (a) is the real one (nothing of it enters a range or the spread).
 
 Prints each figure's interval, the measured value and whether it is inside, then the share
-inside per part. Nothing here is fitted.
+inside per part. Nothing here is fitted. A run's nine figures move together (one draw of the
+step model makes all of them): part (a) is three draws of the model's error, not 27.
 
 Usage: python benchmarks/bench_intervals.py [--draws N] [--level L]
 """

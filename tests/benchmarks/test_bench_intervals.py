@@ -1,5 +1,5 @@
-"""docs/fidelity.md, "Predictions with intervals": its stated-ranges table is the code's, and its
-coverage table is what benchmarks/bench_intervals.py computes."""
+"""docs/fidelity.md, "Predictions with intervals": its stated-ranges and interconnect-ranges
+tables are the code's, and its coverage table is what benchmarks/bench_intervals.py computes."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-from kvbudget.perf.step_uncertainty import STATED_RANGES
+from kvbudget.perf.step_uncertainty import INTERCONNECT_RANGES, STATED_RANGES
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "benchmarks" / "bench_intervals.py"
@@ -52,6 +52,16 @@ def test_the_stated_ranges_table_is_the_codes() -> None:
         unit = 1e-6 if shown.endswith("us") else 1.0
         a, b = (float(x) * unit for x in shown.removesuffix(" us").split(" - "))
         assert (a, b) == pytest.approx((lo, hi), rel=1e-9), name
+
+
+def test_the_interconnect_ranges_table_is_the_codes() -> None:
+    rows = table("<!-- interconnect ranges")
+    assert [(r[0], r[1].strip("`")) for r in rows] == [
+        (link, name) for link, ranges in INTERCONNECT_RANGES.items() for name in ranges]
+    for link, name, shown, source in rows:
+        lo, hi, cited = INTERCONNECT_RANGES[link][name.strip("`")]
+        assert tuple(float(x) for x in shown.split(" - ")) == pytest.approx((lo, hi)), name
+        assert source == cited, name
 
 
 def test_the_coverage_table_is_what_the_benchmark_computes(bench: ModuleType) -> None:
