@@ -68,8 +68,17 @@ def test_the_coverage_table_is_what_the_benchmark_computes(bench: ModuleType) ->
     runs = {r.folder.name: r for r in bench.find_runs()}
     if not runs:
         pytest.skip("no measured runs under ../shared/measured")
+    curves: dict[str, list[tuple[object, ...]]] = {}
+    for check in bench.curve_checks(0.9, 40):  # part (c), by setup
+        curves.setdefault(f"published curve: `{check[0].split(' @ ')[0]}`", []).append(check)
+    shown_curves = []
     for row, _figures, shown in table("<!-- bench_intervals coverage"):
-        checks = (bench.step_checks(0.9, 40) if row == STEP_ROW
-                  else bench.run_checks(runs[RUN_OF_ROW[row]], 0.9, 40))
+        if row in curves:
+            checks = curves[row]
+            shown_curves.append(row)
+        else:
+            checks = (bench.step_checks(0.9, 40) if row == STEP_ROW
+                      else bench.run_checks(runs[RUN_OF_ROW[row]], 0.9, 40))
         inside = sum(low <= meas <= high for *_, low, high, meas in checks)
         assert shown == f"{inside} of {len(checks)}", row
+    assert shown_curves == list(curves)  # every published curve, in the benchmark's order
