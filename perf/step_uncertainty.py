@@ -103,6 +103,11 @@ def stated_ranges(interconnect: str) -> dict[str, tuple[float, float, str]]:
 #   blog.vllm.ai 2026-04-22, vLLM 0.19.1). The derivation's own models (DERIVED_MODELS) there,
 #   on one GPU, get the constants' ranges alone; any other model, or tensor or expert
 #   parallelism (none of the figures has it), is "extrapolated" (structural_status).
+# - "checked": published step figures exist and the model was checked against them, out of
+#   sample, without refitting: B200 (same blog). The check measured the extrapolation's error;
+#   it did not remove it, so these GPUs carry the structural spread too.
+# - "datasheet": the constants are only scaled by the GPU's datasheet peaks and its measured
+#   streaming and GEMM fractions: every other preset, and every GPU file.
 #
 # Each way a configuration extrapolates (extrapolations(): another GPU, another model, a
 # parallel configuration) adds an error of its own, independent of the others: the spread is
@@ -111,11 +116,6 @@ def stated_ranges(interconnect: str) -> dict[str, tuple[float, float, str]]:
 # published step figures of one vLLM version to estimate them apart (docs/fidelity.md, "The
 # structural error", gives what bounds them: the H100 figures no constant was derived from,
 # and the published tensor-parallel curves).
-# - "checked": published step figures exist and the model was checked against them, out of
-#   sample, without refitting: B200 (same blog). The check measured the extrapolation's error;
-#   it did not remove it, so these GPUs carry the structural spread too.
-# - "datasheet": the constants are only scaled by the GPU's datasheet peaks and its measured
-#   streaming and GEMM fractions: every other preset, and every GPU file.
 #
 # The structural spread is estimated out of sample, by leave-one-GPU-out on the published step
 # figures the model already cites (PUBLISHED_STEPS, all from the one blog, the only source with
