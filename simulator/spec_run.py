@@ -197,7 +197,10 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         spec = self.spec
         commit = self.commit
         q = 0 if spec is None else spec.k + 1
-        if (spec is None or preempted or self._aborts or self._pending or self.remote is not None
+        # (a request not yet schedulable ends the run as it becomes schedulable, as the decode
+        # group's does)
+        k_max = self._pending_due() - self.num_steps if self._pending else MAX_JUMP_STEPS
+        if (spec is None or preempted or self._aborts or k_max <= 1 or self.remote is not None
                 or not (commit.synced and commit.all_decode) or len(rows) < 1
                 or int(new.min()) != q or len(rows) != len(self.running)):
             yield from super()._run_scheduled(rows, new, preempted, reserved, counts)
@@ -205,21 +208,22 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         dt0 = self._step_seconds(self._features(rows, new))
         t_ext = self.hooks.next_external_s()
         until = self._plan_until(t_ext) if self.head_refusal else t_ext
-        k_max = MAX_JUMP_STEPS
+        # async scheduling: the run goes on a step past t_ext's (DecodeRunPlanner.lag_step)
+        lag = self._async and until == t_ext and self.runs_past_external
         if until != float("inf") and dt0 > 0:  # step times never shrink during the run
-            k_max = max(1, min(k_max, int((until - self.t) / dt0) + 2))
+            k_max = max(1, min(k_max, int((until - self.t) / dt0) + 2 + lag))
         run = plan_spec_run(self, spec, self.planner, rows, k_max, dt0,
                             self.kv.num_available_blocks)
         cut: Run | None = None
         if run is not None:
-            cut = self._cut(run, t_ext, until)
+            cut = self._cut(run, t_ext, until, lag)
             run = cut_run(run, len(cut[0])) if len(cut[0]) > 1 else None
         if run is None or cut is None:
             self._span_head = None
             yield from super()._run_scheduled(rows, new, preempted, reserved, counts)
             return
         self._spec_run = run
-        k = yield from self._wait_run(dt0, cut, reserved, counts, float("inf"))  # no lag step
+        k = yield from self._wait_run(dt0, cut, reserved, counts, t_ext if lag else float("inf"))
         self._spec_run = None
         self._steps_rows = rows
         if self._aborts:  # the last step commits as stepping commits it, without them
@@ -238,16 +242,18 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         self._on_steps(False, k)
         commit_spec_run(self, spec, commit, run, k)
 
-    def _cut(self, run: SpecRun, t_ext: float, until: float) -> Run:
-        """``run``'s steps up to the one in progress at ``until`` (as ``DecodeRunPlanner.plan``
-        cuts a decode run, ties included), and while the waiting head is refused, up to where
-        it may start (``_jump_limit``); then ``DecodeRunPlanner.span_keep``'s."""
+    def _cut(self, run: SpecRun, t_ext: float, until: float, lag: bool) -> Run:
+        """``run``'s steps up to the one in progress at ``until`` (or, ``lag``, the step after
+        it: ``DecodeRunPlanner.lag_step``; as ``DecodeRunPlanner.plan`` cuts a decode run, ties
+        included), and while the waiting head is refused, up to where it may start
+        (``_jump_limit``); then ``DecodeRunPlanner.span_keep``'s."""
         ends, dts, alloc = run.ends, run.dts, run.alloc
         k = len(ends)
         if self.head_refusal:
             k = self._jump_limit(k, alloc)
         if until < ends[k - 1]:
-            k = int(ends[:k].searchsorted(until, side="left")) + 1
+            cut = int(ends[:k].searchsorted(until, side="left")) + 1
+            k = cut + self.planner.lag_step(ends[:k], cut, t_ext) if lag else cut
         if k > 1 and ends[k - 1] == until:  # see decode_plan._TIE
             k -= 1
         tie = self.planner.tie
