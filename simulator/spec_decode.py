@@ -69,14 +69,22 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _LOOKAHEAD_METHODS = ("eagle", "eagle3", "mtp", "draft_model")
 
 
+_S11, _S27, _S30, _S31 = np.uint64(11), np.uint64(27), np.uint64(30), np.uint64(31)
+_UNIT = 1.0 / 2**53
+
+
 def _mix(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    """SplitMix64's finaliser (Steele, Lea and Flood 2014), element-wise on uint64 arrays."""
-    x = x ^ (x >> np.uint64(30))
-    x = x * _M1
-    x = x ^ (x >> np.uint64(27))
-    x = x * _M2
-    out: npt.NDArray[np.uint64] = x ^ (x >> np.uint64(31))
-    return out
+    """SplitMix64's finaliser (Steele, Lea and Flood 2014), element-wise on uint64 arrays, in
+    place (``x`` is returned)."""
+    t = x >> _S30
+    x ^= t
+    x *= _M1
+    np.right_shift(x, _S27, out=t)
+    x ^= t
+    x *= _M2
+    np.right_shift(x, _S31, out=t)
+    x ^= t
+    return x
 
 
 class SpecDecode:
@@ -223,8 +231,7 @@ class SpecDecode:
         elif self.rate <= 0.0:
             a = np.zeros_like(d)
         else:
-            geometric = np.floor(np.log(self._uniform(e, r)) / self.log_rate)
-            a = np.minimum(geometric.astype(np.int64), d)
+            a = self._geometric(self._uniform(e, r), d)
         capped: IntArray = np.maximum(np.minimum(a, room), 0)
         return capped
 
@@ -236,11 +243,26 @@ class SpecDecode:
 
     def _uniform_at(self, r: IntArray, steps: npt.NDArray[np.uint64]) -> FloatArray:
         """Rows ``r``'s uniforms at their counts of steps with output ``steps`` (of ``r``'s
-        shape, or requests x steps)."""
+        shape, or requests x steps; overwritten)."""
         key = self._row_key[r]
-        x = _mix((key if steps.ndim == 1 else key[:, None]) ^ (steps * _GOLDEN))
-        u: FloatArray = ((x >> np.uint64(11)).astype(np.float64) + 1.0) * (1.0 / 2**53)
+        steps *= _GOLDEN
+        steps ^= key if steps.ndim == 1 else key[:, None]
+        x = _mix(steps)
+        x >>= _S11
+        u: FloatArray = x.astype(np.float64)
+        u += 1.0
+        u *= _UNIT
         return u
+
+    def _geometric(self, u: FloatArray, cap: IntArray | int) -> IntArray:
+        """``min(floor(log(u) / log(rate)), cap)`` element-wise: the accepted drafts of
+        uniforms ``u`` (overwritten) at the engine's rate (strictly between 0 and 1)."""
+        np.log(u, out=u)
+        u /= self.log_rate
+        np.floor(u, out=u)
+        a: IntArray = u.astype(np.int64)
+        np.minimum(a, cap, out=a)
+        return a
 
     def _accepted_by_tier(self, e: SpecRows, r: IntArray, d: IntArray) -> IntArray:
         """:meth:`_accepted` with each row's rate by its tier's priority."""
@@ -261,7 +283,7 @@ class SpecDecode:
         output, before the cap of their target output (requests x steps): the draws
         :meth:`_accepted` makes at those steps (the uniform of the row and its count of steps
         with output, ``steps`` now), with the same operations element by element."""
-        counts = (steps[:, None] + np.arange(num, dtype=np.int64)).astype(np.uint64)
+        counts = steps.astype(np.uint64)[:, None] + np.arange(num, dtype=np.uint64)
         u = self._uniform_at(rows, counts)
         k = self.k
         if self._by_priority:
@@ -279,8 +301,7 @@ class SpecDecode:
             return np.full(u.shape, k, np.int64)
         if self.rate <= 0.0:
             return np.zeros(u.shape, np.int64)
-        geometric: IntArray = np.minimum(np.floor(np.log(u) / self.log_rate).astype(np.int64), k)
-        return geometric
+        return self._geometric(u, k)
 
     def draft_run_seconds(self, num_rows: int, context: FloatArray) -> FloatArray | float:
         """:meth:`draft_seconds` of steps of ``num_rows`` requests, each verifying ``k`` drafts,

@@ -36,6 +36,7 @@ from kvbudget.simulator.decode_plan import MAX_JUMP_STEPS, DecodeRunPlanner
 from kvbudget.simulator.engine import IntArray
 from kvbudget.simulator.fast_decode import Run, SkipAheadEngine
 from kvbudget.simulator.serving import FloatArray
+from kvbudget.simulator.small_arrays import isum
 from kvbudget.simulator.spec_decode import SpecDecode
 from kvbudget.simulator.step_commit import CommitTarget, StepCommit
 
@@ -88,8 +89,8 @@ def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
     cum += 1
     np.cumsum(cum, axis=1, out=cum)
     cum += out0[:, None]  # output after each step, uncapped
-    done_any: npt.NDArray[np.bool_] = np.any(cum >= tgt[:, None], axis=0)
-    if done_any[-1]:  # the run ends with its first step that finishes a request
+    if (cum[:, -1] >= tgt).any():  # the run ends with its first step that finishes a request
+        done_any: npt.NDArray[np.bool_] = np.any(cum >= tgt[:, None], axis=0)
         k_max = int(done_any.argmax()) + 1
         cum = cum[:, :k_max]
     c0 = e.num_computed_tokens[rows]
@@ -97,16 +98,22 @@ def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
     comp = np.empty((n, k_max), np.int64)
     comp[:, 0] = c0
     comp[:, 1:] = cum[:, :-1] + (c0 - out0)[:, None]
-    if int(comp[:, -1].max()) + 1 + k > mml:  # drafts clipped by the model's length
+    top = int(comp[:, -1].max())  # (computed tokens only grow along the run)
+    if top + 1 + k > mml:  # drafts clipped by the model's length
         clip = (comp + (1 + k) > mml).any(axis=0)
         k_max = max(1, int(clip.argmax()))
         if k_max <= 1:
             return None
         comp, cum = comp[:, :k_max], cum[:, :k_max]
     bs = planner.block_size
-    need = (np.minimum(comp + (q + look), mml) + (bs - 1)) // bs
+    # the blocks of the step's tokens and lookahead slots, within the model's length
+    need = comp + (q + look)
+    if top + q + look > mml:
+        np.minimum(need, mml, out=need)
+    need += bs - 1
+    need //= bs
     b0 = e.kv.num_blocks[rows]
-    held = np.maximum(need, b0[:, None])
+    held = np.maximum(need, b0[:, None], out=need)
     alloc = held.sum(axis=0) - int(b0.sum())
     alloc = planner.cut_to_free(alloc, free)
     k_max = len(alloc)
@@ -161,10 +168,16 @@ def commit_spec_run(e: CommitTarget, spec: SpecDecode, commit: StepCommit, run: 
     spec.num_accepted_tokens += int(grown.sum()) - n * m
     tokens = computed + 1
     live = out < e.target_output[rows]
-    drafts = np.clip(e.max_model_len - tokens, 0, spec.k) * live  # the next step's drafts
+    drafts = e.max_model_len - tokens  # the next step's drafts: k, clipped to the length
+    np.minimum(drafts, spec.k, out=drafts)
+    np.maximum(drafts, 0, out=drafts)
+    every = bool(live.all())
+    if not every:
+        drafts *= live
     spec.num_spec_tokens[rows] = drafts
-    e.num_tokens[rows] = tokens + drafts
-    if not live.all():
+    drafts += tokens
+    e.num_tokens[rows] = drafts
+    if not every:
         commit.finish(rows[~live].tolist())
 
 
@@ -205,7 +218,12 @@ class SpecSkipAheadEngine(SkipAheadEngine):
                 or int(new.min()) != q or len(rows) != len(self.running)):
             yield from super()._run_scheduled(rows, new, preempted, reserved, counts)
             return
-        dt0 = self._step_seconds(self._features(rows, new))
+        # the step's features (step_cost.rows_features of ``len(rows)`` chunks of ``q`` tokens)
+        # priced, as _step_seconds prices them
+        n = len(rows)
+        context = isum(self.num_computed_tokens[rows]) + n * q
+        dt0 = float(self.cost.step_time(float(n * q), 0.0, float(context), float(q * context),
+                                        float(n))) + self._step_extra_s
         t_ext = self.hooks.next_external_s()
         until = self._plan_until(t_ext) if self.head_refusal else t_ext
         # async scheduling: the run goes on a step past t_ext's (DecodeRunPlanner.lag_step)
