@@ -40,6 +40,7 @@ from kvbudget.perf.models import ModelSpec, get_model
 from kvbudget.perf.speculative import SpeculativeConfig, draft_pass_model, mean_acceptance_length
 from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.simulator.serving import FloatArray, IntArray
+from kvbudget.simulator.small_arrays import imax, isum
 
 __all__ = ["SPEC_STREAM", "SpecDecode", "SpecEngine", "SpecRows", "draft_warning", "fleet_stats",
            "make_spec_decode"]
@@ -178,13 +179,13 @@ class SpecDecode:
         if self._draft is None or not len(rows):
             return 0.0
         held = self.num_spec_tokens[rows]
-        passes = int(held.max())
+        passes = imax(held)
         if not passes:
             return 0.0
         drafting = held > 0
         n = int(np.count_nonzero(drafting))
         after = e.num_computed_tokens[rows] + new
-        context = float(after.sum() if n == len(rows) else after[drafting].sum())
+        context = float(isum(after if n == len(rows) else after[drafting]))
         one = float(self._draft.step_time(0.0, float(n), context, 0.0, 0.0)) - self._gap_s
         seconds = passes * one
         self.draft_s += seconds
@@ -211,8 +212,8 @@ class SpecDecode:
         e.num_output_tokens[r] = out + accepted
         self.num_spec_tokens[r] = 0
         self.num_verify += num
-        self.num_draft_tokens += int(d.sum())
-        self.num_accepted_tokens += int(accepted.sum())
+        self.num_draft_tokens += isum(d)
+        self.num_accepted_tokens += isum(accepted)
         if every:
             return after
         computed = computed.copy()
@@ -232,7 +233,8 @@ class SpecDecode:
             a = np.zeros_like(d)
         else:
             a = self._geometric(self._uniform(e, r), d)
-        capped: IntArray = np.maximum(np.minimum(a, room), 0)
+        capped: IntArray = np.minimum(a, room)
+        np.maximum(capped, 0, out=capped)
         return capped
 
     def _uniform(self, e: SpecRows, r: IntArray) -> FloatArray:
