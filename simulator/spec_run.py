@@ -36,7 +36,7 @@ from kvbudget.simulator.decode_plan import MAX_JUMP_STEPS, DecodeRunPlanner
 from kvbudget.simulator.engine import IntArray
 from kvbudget.simulator.fast_decode import Run, SkipAheadEngine
 from kvbudget.simulator.serving import FloatArray
-from kvbudget.simulator.small_arrays import isum
+from kvbudget.simulator.small_arrays import imax, imin, isum
 from kvbudget.simulator.spec_decode import SpecDecode
 from kvbudget.simulator.step_commit import CommitTarget, StepCommit
 
@@ -81,16 +81,16 @@ def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
     out0 = e.num_output_tokens[rows]
     tgt = e.target_output[rows]
     # every step gives a request one token or more: the first finish is within this many
-    k_max = min(k_max, int((tgt - out0).min()), MAX_SPEC_STEPS)
+    k_max = min(k_max, imin(tgt - out0), MAX_SPEC_STEPS)
     if k_max <= 1:
         return None
     steps0 = spec.num_output_steps[rows]
     cum = spec.geometric(e, rows, steps0, k_max)  # accepted drafts, uncapped
     cum += 1
-    np.cumsum(cum, axis=1, out=cum)
+    np.add.accumulate(cum, axis=1, out=cum)
     cum += out0[:, None]  # output after each step, uncapped
-    if (cum[:, -1] >= tgt).any():  # the run ends with its first step that finishes a request
-        done_any: npt.NDArray[np.bool_] = np.any(cum >= tgt[:, None], axis=0)
+    if imax(cum[:, -1] - tgt) >= 0:  # the run ends with its first step that finishes a request
+        done_any: npt.NDArray[np.bool_] = np.logical_or.reduce(cum >= tgt[:, None], axis=0)
         k_max = int(done_any.argmax()) + 1
         cum = cum[:, :k_max]
     c0 = e.num_computed_tokens[rows]
@@ -98,9 +98,9 @@ def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
     comp = np.empty((n, k_max), np.int64)
     comp[:, 0] = c0
     comp[:, 1:] = cum[:, :-1] + (c0 - out0)[:, None]
-    top = int(comp[:, -1].max())  # (computed tokens only grow along the run)
+    top = imax(comp[:, -1])  # (computed tokens only grow along the run)
     if top + 1 + k > mml:  # drafts clipped by the model's length
-        clip = (comp + (1 + k) > mml).any(axis=0)
+        clip = np.logical_or.reduce(comp + (1 + k) > mml, axis=0)
         k_max = max(1, int(clip.argmax()))
         if k_max <= 1:
             return None
@@ -114,12 +114,13 @@ def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
     need //= bs
     b0 = e.kv.num_blocks[rows]
     held = np.maximum(need, b0[:, None], out=need)
-    alloc = held.sum(axis=0) - int(b0.sum())
+    alloc = np.add.reduce(held, axis=0) - isum(b0)
     alloc = planner.cut_to_free(alloc, free)
     k_max = len(alloc)
     if k_max <= 1:
         return None
-    context = comp[:, :k_max].sum(axis=0) + n * q  # the verify steps' num_context_tokens
+    context = np.add.reduce(comp[:, :k_max], axis=0)  # the verify steps' num_context_tokens
+    context += n * q
     ctx_f = context[1:].astype(np.float64)
     draft_s = np.zeros(k_max, np.float64)
     draft_s[1:] = spec.draft_run_seconds(n, ctx_f)
@@ -165,20 +166,20 @@ def commit_spec_run(e: CommitTarget, spec: SpecDecode, commit: StepCommit, run: 
     spec.num_output_steps[rows] = run.steps0 + m
     spec.num_verify += n * m
     spec.num_draft_tokens += n * m * spec.k
-    spec.num_accepted_tokens += int(grown.sum()) - n * m
+    spec.num_accepted_tokens += isum(grown) - n * m
     tokens = computed + 1
-    live = out < e.target_output[rows]
+    tgt = e.target_output[rows]
+    done = None if imax(out - tgt) < 0 else out >= tgt  # those that finished, if any
     drafts = e.max_model_len - tokens  # the next step's drafts: k, clipped to the length
     np.minimum(drafts, spec.k, out=drafts)
     np.maximum(drafts, 0, out=drafts)
-    every = bool(live.all())
-    if not every:
-        drafts *= live
+    if done is not None:
+        drafts[done] = 0
     spec.num_spec_tokens[rows] = drafts
     drafts += tokens
     e.num_tokens[rows] = drafts
-    if not every:
-        commit.finish(rows[~live].tolist())
+    if done is not None:
+        commit.finish(rows[done].tolist())
 
 
 class SpecSkipAheadEngine(SkipAheadEngine):
