@@ -285,7 +285,7 @@ class SpecDecode:
         output, before the cap of their target output (requests x steps): the draws
         :meth:`_accepted` makes at those steps (the uniform of the row and its count of steps
         with output, ``steps`` now), with the same operations element by element."""
-        counts = steps.astype(np.uint64)[:, None] + np.arange(num, dtype=np.uint64)
+        counts = (steps[:, None] + np.arange(num, dtype=np.int64)).astype(np.uint64)
         u = self._uniform_at(rows, counts)
         k = self.k
         if self._by_priority:
