@@ -10,7 +10,9 @@ steps' times (the verify step priced by the cost model, plus the draft's passes:
 call each) follow. :func:`plan_spec_run` computes them for a run that ends at the first step a
 request finishes (the accepted drafts vary by request, so unlike a plain decode run's this is
 found from the draws), before the first step whose blocks do not fit, before a step whose
-drafts the model's length clips, or with the step in progress at the next external event.
+drafts the model's length clips, or with the step in progress at the next external event (under
+async scheduling the step after it: ``DecodeRunPlanner.lag_step``; and with the step after which
+a request not yet schedulable becomes so), as a plain decode run ends.
 
 The run's first step is scheduled by the engine's one scheduler (``Scheduler._schedule``); a
 run is planned only when that step scheduled every running request with its ``k`` drafts,
