@@ -115,6 +115,8 @@ class DecodeRunPlanner:
         t0 = float(ends[cut - 1])
         return int(t0 != t_ext and not self.sample_in(t0, float(ends[cut])))
 
+    lag_step = _lag_step  # (spec_run cuts its runs of verify steps with it)
+
     def group_alloc_plan(self, hist: list[int], step: int, k_max: int) -> IntArray:
         """Blocks a decode run of the decode group takes in its steps 1..j, for ``j < k_max``:
         ``hist[x]`` members take a block at the steps where ``(step + j) % block_size == -x %
