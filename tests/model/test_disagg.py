@@ -111,7 +111,7 @@ def test_first_token_from_the_prefill_replica_worked_by_hand(skip_ahead: bool) -
 
 
 def test_first_token_must_be_decode_or_prefill() -> None:
-    with pytest.raises(ValueError, match="disaggregation.first_token must be"):
+    with pytest.raises(ValueError, match=r"disaggregation\.first_token must be"):
         replace(_disagg(), first_token="proxy")
 
 
