@@ -13,7 +13,10 @@ picks a decode replica and the request joins that replica's waiting queue with i
 KV remote: the decode replica allocates the prompt's blocks when it admits it, reads the KV
 over the link (``WAITING_FOR_REMOTE_KVS``: :mod:`kvbudget.simulator.remote_kv`), then
 computes the last prompt token, which gives the first output token the client sees, and
-decodes. The prefill replica's token is not the client's (the proxy drops it).
+decodes. The prefill replica's token is not the client's (the proxy drops it), unless
+``first_token = "prefill"`` (DistServe's, ``DisaggConfig.first_token``): the client gets it
+when it is sampled, and the decode replica serves the request as a prompt one token longer
+(that token) with one output token fewer, every prompt token computed but the new one.
 
 The transfer takes ``latency_s + bytes / bandwidth``: ``bytes`` is the prompt's KV in whole
 blocks of the prefill replica, per GPU (``ModelSpec.kv_bytes_per_token`` of the larger of the
@@ -92,6 +95,10 @@ class DisaggFleet(ReplicaTotals):
         ones = np.ones(n, np.int64)  # the prefill side's max_tokens = 1
         p_cols = replace(columns, output_tokens=ones, max_output_tokens=ones)
         d_cols = replace(columns, prefix_hashes=None, prefix_offsets=None)
+        self._prefill_token = d.first_token == "prefill"
+        if self._prefill_token:  # the decode replica continues from the prefill's token
+            d_cols = _after_first_token(d_cols)
+        self._decode_prompt = d_cols.prompt_tokens
         self.prefill = [self._engine(self.setups[0], p_cols, r, False)
                         for r in range(p_pool.num_replicas)]
         self.decode = [self._engine(self.setups[1], d_cols, r, True)
@@ -173,8 +180,13 @@ class DisaggFleet(ReplicaTotals):
             ties.actor = -1
 
     def _prefilled(self, r: int, i: int, t: float) -> None:
-        """Prefill replica ``r`` sampled row ``i``'s token: to a decode replica."""
+        """Prefill replica ``r`` sampled row ``i``'s token: to a decode replica (or, when that
+        token is the client's and its only one, done)."""
         self.router_p.leave(i, r)
+        if self._prefill_token and self.w.output_tokens.item(i) == 1:
+            self.stage[i] = NOWHERE
+            self._tied(r, partial(self.hooks.on_finish, i, t))
+            return
         d = self.router_d.route(i, _allowed(self.decode, self._everyone[1], i))
         self.decode_replica[i] = d
         self.stage[i] = DECODE
@@ -183,7 +195,7 @@ class DisaggFleet(ReplicaTotals):
     def _hand_off(self, d: int, i: int) -> None:
         """Row ``i`` joins decode replica ``d`` with its KV remote (unless its earlier
         attempt's abort waits there still: it then computes its prompt there)."""
-        if self.decode[d].add_remote_request(i, self.w.prompt_tokens.item(i) - 1):
+        if self.decode[d].add_remote_request(i, self._decode_prompt.item(i) - 1):
             self.loads[d].expect(i)
 
     def _decoded(self, r: int, i: int, t: float) -> None:
@@ -238,10 +250,14 @@ class DisaggFleet(ReplicaTotals):
 
     def output_tokens_of(self, i: int) -> int:
         d = self.decode_replica.item(i)
-        return 0 if d < 0 else self.decode[d].output_tokens_of(i)
+        decoded = 0 if d < 0 else self.decode[d].output_tokens_of(i)
+        if not self._prefill_token:
+            return decoded
+        p = self.prefill_replica.item(i)
+        return decoded + (0 if p < 0 else self.prefill[p].output_tokens_of(i))
 
     def forget_first_token(self, i: int) -> None:
-        for e in self.decode:
+        for e in self.replicas:
             e.forget_first_token(i)
 
     # --- figures ---------------------------------------------------------------------------
@@ -253,26 +269,33 @@ class DisaggFleet(ReplicaTotals):
     def num_preemptions(self) -> IntArray:
         return np.asarray(sum(e.num_preemptions for e in self.replicas), np.int64)
 
-    def _decode_min(self, name: str) -> FloatArray:
+    def _decode_min(self, name: str, pool: list[Engine] | None = None) -> FloatArray:
         out = np.full(len(self.stage), np.nan)
-        for e in self.decode:
+        for e in self.decode if pool is None else pool:
             out = np.fmin(out, getattr(e, name))
         return out
 
     @property
     def first_token_s(self) -> FloatArray:
-        """The client's first token: the decode replica's (the prefill's is dropped)."""
-        return self._decode_min("first_token_s")
+        """The client's first token: the decode replica's (the prefill's is dropped), or
+        the prefill replica's (``first_token = "prefill"``)."""
+        return self._decode_min("first_token_s", self.prefill if self._prefill_token else None)
 
     @property
     def finished_s(self) -> FloatArray:
-        return self._decode_min("finished_s")
+        done = self._decode_min("finished_s")
+        if self._prefill_token:  # a one-token output finishes on its prefill replica
+            one = self.w.output_tokens == 1
+            done[one] = self._decode_min("finished_s", self.prefill)[one]
+        return done
 
     def output_tokens(self) -> IntArray:
         out = np.zeros(len(self.stage), np.int64)
-        for d, e in enumerate(self.decode):
-            mask = self.decode_replica == d
-            out[mask] = e.output_tokens()[mask]
+        for pool, replica in ((self.decode, self.decode_replica),
+                              (self.prefill if self._prefill_token else [], self.prefill_replica)):
+            for r, e in enumerate(pool):
+                mask = replica == r
+                out[mask] += e.output_tokens()[mask]
         return out
 
     def token_gaps(self, keep: npt.NDArray[np.bool_], tier: IntArray
@@ -280,6 +303,12 @@ class DisaggFleet(ReplicaTotals):
         """The decode replicas' gaps (a prefill replica samples one token: none)."""
         num_codes = int(tier.max()) + 1 if tier.size else 0
         parts = [merge_gap_rows(*e.token_gaps(keep, tier), num_codes) for e in self.decode]
+        if self._prefill_token:  # from the prefill's token to the decode replica's first
+            rows = np.flatnonzero(keep & np.isfinite(self._decode_min("finished_s")))
+            gap = (self._decode_min("first_token_s")[rows]
+                   - self._decode_min("first_token_s", self.prefill)[rows])
+            parts.append(merge_gap_rows(tier[rows], gap, np.ones(rows.size, np.int64),
+                                        num_codes))
         codes, gaps, counts = zip(*parts, strict=True)
         return (np.concatenate(codes).astype(np.int64), np.concatenate(gaps).astype(np.float64),
                 np.concatenate(counts).astype(np.int64))
@@ -373,6 +402,16 @@ def _allowed(pool: list[Engine], everyone: list[int], i: int) -> list[int]:
     """The replicas of ``pool`` that could run row ``i``: ``everyone`` (its replicas share one
     setup and one set of columns, so it fits on all of them or on none), else the first."""
     return everyone if pool[0].fits(i) else everyone[:1]
+
+
+def _after_first_token(cols: RequestColumns) -> RequestColumns:
+    """A decode replica's columns when the prefill's token is the client's first: the prompt
+    and that token, one output token fewer, the same tokens in all (a one-token output never
+    reaches a decode replica: its row stays as it is)."""
+    most = cols.output_tokens if cols.max_output_tokens is None else cols.max_output_tokens
+    moved = (cols.output_tokens > 1).astype(np.int64)
+    return replace(cols, prompt_tokens=cols.prompt_tokens + moved,
+                   output_tokens=cols.output_tokens - moved, max_output_tokens=most - moved)
 
 
 def _no_gateway() -> tuple[int, int]:
