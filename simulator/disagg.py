@@ -27,6 +27,7 @@ admitted only when both fit. See docs/disaggregation.md for what is modelled and
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import replace
@@ -102,8 +103,20 @@ class DisaggFleet(ReplicaTotals):
             s.model.kv_bytes_per_token(s.engine.tensor_parallel_size, s.engine.kv_cache_dtype)
             for s in self.setups)
         self._bandwidth = d.link.bandwidth(self.setups[0].gpu)
-        self.loads = [RemoteLoads(env, e, self.transfer_s, self._load_started, self._load_ended)
-                      for e in self.decode]
+        # each row's transfer seconds (:meth:`transfer_s`), all at once: the same arithmetic
+        bs = self.prefill[0].block_size
+        tokens = -(-workload.prompt_tokens.astype(np.int64) // bs) * bs
+        self._transfer_rows: list[float] = (
+            d.link.transfer_latency_s + tokens * self._bytes_per_token / self._bandwidth).tolist()
+        self.loads = [RemoteLoads(env, e, self._transfer_rows, self._load_started,
+                                  self._load_ended) for e in self.decode]
+        self._load_ends: list[tuple[float, int]] = []  # (end, row) of the loads, some ended
+        # whether a row fits each pool (its replicas share one setup and one set of columns:
+        # it fits on all of them or on none; :meth:`fits`, :meth:`_allowed`)
+        fits_p, fits_d = self.prefill[0].fits_rows(), self.decode[0].fits_rows()
+        self._fits_p: list[bool] = fits_p.tolist()
+        self._fits_d: list[bool] = fits_d.tolist()
+        self._fits_both: list[bool] = (fits_p & fits_d).tolist()
         # the driver's: the gateway is told a request's KV has moved (its prefill part goes)
         self.on_transfer_end: Callable[[int, float], None] | None = None
         for e, loads in zip(self.decode, self.loads, strict=True):
@@ -149,46 +162,56 @@ class DisaggFleet(ReplicaTotals):
     def transfer_s(self, i: int) -> float:
         """Seconds row ``i``'s prompt KV takes over the link (whole blocks of the prefill
         replica, each GPU's shard over its own link)."""
-        bs = self.prefill[0].block_size
-        tokens = -(-self.w.prompt_tokens.item(i) // bs) * bs
-        return (self.disagg.link.transfer_latency_s
-                + tokens * self._bytes_per_token / self._bandwidth)
+        return self._transfer_rows[i]
 
     def _load_started(self, i: int, start: float, end: float) -> None:
         self.transfer_start_s[i] = start
         self.transfer_end_s[i] = end
+        heapq.heappush(self._load_ends, (end, i))
+
+    def _next_load_end_s(self) -> float:
+        """The earliest end of a load in progress on any decode replica (inf: none): the
+        min of each replica's ``RemoteLoads.next_end_s``, from one heap of the loads' ends
+        (an entry whose load ended or was cancelled goes when it reaches the top)."""
+        ends = self._load_ends
+        while ends:
+            end, i = ends[0]
+            d = self.decode_replica.item(i)
+            if d >= 0 and self.loads[d].loading.get(i) == end:
+                return end
+            heapq.heappop(ends)
+        return math.inf
 
     def _load_ended(self, i: int) -> None:
         if self.on_transfer_end is not None:
             self.on_transfer_end(i, self.env.now)
 
     # --- a replica's hooks ------------------------------------------------------------------
-    def _tied(self, r: int, act: Callable[[], None]) -> None:
-        """``act`` (which may touch other replicas) as replica ``r``'s step end does it."""
+    # (each hook touches other replicas as replica ``r``'s step end does: ``ties.actor``)
+    def _prefilled(self, r: int, i: int, t: float) -> None:
+        """Prefill replica ``r`` sampled row ``i``'s token: to a decode replica, which it
+        joins with its KV remote (unless its earlier attempt's abort waits there still: it
+        then computes its prompt there)."""
+        self.router_p.leave(i, r)
+        d = self.router_d.route(i, self._everyone[1] if self._fits_d[i] else [0])
+        self.decode_replica[i] = d
+        self.stage[i] = DECODE
         ties = self.ties
         if ties is not None:
             ties.actor = r
-        act()
+        if self.decode[d].add_remote_request(i, self.w.prompt_tokens.item(i) - 1):
+            self.loads[d].expect(i)
         if ties is not None:
             ties.actor = -1
 
-    def _prefilled(self, r: int, i: int, t: float) -> None:
-        """Prefill replica ``r`` sampled row ``i``'s token: to a decode replica."""
-        self.router_p.leave(i, r)
-        d = self.router_d.route(i, _allowed(self.decode, self._everyone[1], i))
-        self.decode_replica[i] = d
-        self.stage[i] = DECODE
-        self._tied(r, partial(self._hand_off, d, i))
-
-    def _hand_off(self, d: int, i: int) -> None:
-        """Row ``i`` joins decode replica ``d`` with its KV remote (unless its earlier
-        attempt's abort waits there still: it then computes its prompt there)."""
-        if self.decode[d].add_remote_request(i, self.w.prompt_tokens.item(i) - 1):
-            self.loads[d].expect(i)
-
     def _decoded(self, r: int, i: int, t: float) -> None:
         self.router_d.leave(i, r)
-        self._tied(len(self.prefill) + r, partial(self.hooks.on_finish, i, t))
+        ties = self.ties
+        if ties is not None:
+            ties.actor = len(self.prefill) + r
+        self.hooks.on_finish(i, t)
+        if ties is not None:
+            ties.actor = -1
 
     def _preempted(self, i: int, t: float) -> None:
         self.hooks.on_preempt(i, t)
@@ -201,7 +224,7 @@ class DisaggFleet(ReplicaTotals):
         may admit a request)."""
         if decode:
             return self.loads[r].next_end_s()
-        return min(self.hooks.next_external_s(), *(x.next_end_s() for x in self.loads))
+        return min(self.hooks.next_external_s(), self._next_load_end_s())
 
     def _next_timer_s(self) -> float | None:
         return self.gateway.next_timer_s()
@@ -210,10 +233,11 @@ class DisaggFleet(ReplicaTotals):
     def fits(self, i: int) -> bool:
         """Whether row ``i`` could run on both pools (a pool's replicas share one setup and
         one set of columns: it fits on all of them or on none)."""
-        return self.prefill[0].fits(i) and self.decode[0].fits(i)
+        return self._fits_both[i]
 
     def add_request(self, i: int) -> str:
-        r = self.router_p.route(i, _allowed(self.prefill, self._everyone[0], i))
+        # (the replicas that could run it: all of the pool, or the first; fits, _allowed)
+        r = self.router_p.route(i, self._everyone[0] if self._fits_p[i] else [0])
         self.stage[i] = PREFILL
         self.prefill_replica[i] = r
         self.decode_replica[i] = -1
@@ -367,12 +391,6 @@ class DisaggFleet(ReplicaTotals):
 
     def __iter__(self) -> Iterator[Engine]:
         return iter(self.replicas)
-
-
-def _allowed(pool: list[Engine], everyone: list[int], i: int) -> list[int]:
-    """The replicas of ``pool`` that could run row ``i``: ``everyone`` (its replicas share one
-    setup and one set of columns, so it fits on all of them or on none), else the first."""
-    return everyone if pool[0].fits(i) else everyone[:1]
 
 
 def _no_gateway() -> tuple[int, int]:

@@ -185,6 +185,12 @@ class Engine(Scheduler):
         is refused, never scheduled)."""
         return self.fits_tokens(self.prompt_tokens.item(i), self.target_output.item(i))
 
+    def fits_rows(self) -> npt.NDArray[np.bool_]:
+        """:meth:`fits` of every row at once."""
+        prompt = self.prompt_tokens
+        return ((prompt + self.target_output <= self.max_model_len)
+                & (-(-prompt // self.block_size) <= self._admit_blocks))
+
     def fits_tokens(self, prompt: int, output: int) -> bool:
         """:meth:`fits` of a request of ``prompt`` and ``output`` tokens."""
         return (prompt + output <= self.max_model_len
