@@ -128,11 +128,13 @@ class DisaggFleet(ReplicaTotals):
         self.capacity_tokens = sum(caps_d)  # the gateway's budget: the decode pool's KV
         self.num_gpu_blocks = sum(e.num_gpu_blocks for e in self.decode)
         self.block_size = self.decode[0].block_size
-        self.stage = np.zeros(n, np.int8)
-        self.prefill_replica = np.full(n, -1, np.int64)
-        self.decode_replica = np.full(n, -1, np.int64)
-        self.transfer_start_s = np.full(n, np.nan)
-        self.transfer_end_s = np.full(n, np.nan)
+        # each row's stage, replicas and transfer (lists: a request's calls read and write
+        # them one row at a time; the records' columns are made from them at the end)
+        self.stage = [NOWHERE] * n
+        self.prefill_replica = [-1] * n
+        self.decode_replica = [-1] * n
+        self.transfer_start_s = [math.nan] * n
+        self.transfer_end_s = [math.nan] * n
         self._gateway_samples: list[tuple[int, int]] = []
         env.process(self._sample_gateway())
         # a lease's part on each pool: the decode pool's (the budget), the prefill pool's
@@ -176,7 +178,7 @@ class DisaggFleet(ReplicaTotals):
         ends = self._load_ends
         while ends:
             end, i = ends[0]
-            d = self.decode_replica.item(i)
+            d = self.decode_replica[i]
             if d >= 0 and self.loads[d].loading.get(i) == end:
                 return end
             heapq.heappop(ends)
@@ -249,19 +251,19 @@ class DisaggFleet(ReplicaTotals):
         return why
 
     def abort_request(self, i: int) -> None:
-        stage = self.stage.item(i)
+        stage = self.stage[i]
         if stage == PREFILL:
-            r = self.prefill_replica.item(i)
+            r = self.prefill_replica[i]
             self.prefill[r].abort_request(i)
             self.router_p.leave(i, r)
         elif stage == DECODE:
-            d = self.decode_replica.item(i)
+            d = self.decode_replica[i]
             self.router_d.leave(i, d)
             self.loads[d].cancel(i)
         self.stage[i] = NOWHERE
 
     def output_tokens_of(self, i: int) -> int:
-        d = self.decode_replica.item(i)
+        d = self.decode_replica[i]
         return 0 if d < 0 else self.decode[d].output_tokens_of(i)
 
     def forget_first_token(self, i: int) -> None:
@@ -294,8 +296,9 @@ class DisaggFleet(ReplicaTotals):
 
     def output_tokens(self) -> IntArray:
         out = np.zeros(len(self.stage), np.int64)
+        decode_replica = np.array(self.decode_replica, np.int64)
         for d, e in enumerate(self.decode):
-            mask = self.decode_replica == d
+            mask = decode_replica == d
             out[mask] = e.output_tokens()[mask]
         return out
 
@@ -315,10 +318,10 @@ class DisaggFleet(ReplicaTotals):
 
     def record_columns(self) -> dict[str, Any]:
         """The records' disaggregation columns (``results.records.OPTIONAL_RECORD_COLUMNS``)."""
-        return {"prefill_replica": self.prefill_replica.copy(),
-                "decode_replica": self.decode_replica.copy(),
-                "transfer_start_s": self.transfer_start_s.copy(),
-                "transfer_end_s": self.transfer_end_s.copy()}
+        return {"prefill_replica": np.array(self.prefill_replica, np.int64),
+                "decode_replica": np.array(self.decode_replica, np.int64),
+                "transfer_start_s": np.array(self.transfer_start_s, np.float64),
+                "transfer_end_s": np.array(self.transfer_end_s, np.float64)}
 
     def kv_token_seconds(self) -> float:
         return to_float(sum(e.kv_token_seconds_exact() for e in self.replicas))
@@ -361,8 +364,9 @@ class DisaggFleet(ReplicaTotals):
         return merged
 
     def stats(self) -> dict[str, object]:
-        moved = np.isfinite(self.transfer_end_s)
-        seconds = self.transfer_end_s[moved] - self.transfer_start_s[moved]
+        end_s = np.array(self.transfer_end_s, np.float64)
+        moved = np.isfinite(end_s)
+        seconds = end_s[moved] - np.array(self.transfer_start_s, np.float64)[moved]
         pools = {}
         for name, pool, setup, engines in (("prefill", self.disagg.prefill, self.setups[0],
                                             self.prefill),

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import simpy
+from simpy.events import Timeout
 
 from kvbudget.simulator.request_queue import RequestQueue
 
@@ -75,7 +76,8 @@ class RemoteLoads:
         end = start + self._transfer_s[i]
         self.loading[i] = end
         self._on_start(i, start, end)
-        done = self.env.timeout(max(0.0, end - self.env.now))
+        # (``Timeout(env, d)``: ``env.timeout(d)`` without the bound-class descriptor's call)
+        done = Timeout(self.env, max(0.0, end - self.env.now))
         done.callbacks.append(self._ended(i, end))
         return True
 
