@@ -158,6 +158,12 @@ class DisaggFleet(ReplicaTotals):
                              timeline_period_s=self.config.timeline_period_s)
         if isinstance(engine, SkipAheadEngine):
             engine.planner.tie = self.events.first_tie
+        if decode:
+            # a decode replica's next external event is a KV load's end (_next_touch_s),
+            # whose request goes to the front of the waiting queue (Engine.add_loaded), in
+            # the next step even under async scheduling: a decode run planned to it ends with
+            # the step in progress then, not a step past it (which the load's end would cut)
+            engine.runs_past_external = False
         return engine
 
     # --- the link ------------------------------------------------------------------------------

@@ -69,8 +69,10 @@ class Engine(Scheduler):
     step_observer: ClassVar[Callable[[Engine], None] | None] = None
     # under async scheduling a skip-ahead decode run goes on a step past the next external
     # event (a request that comes then waits for that step); not where that event may be the
-    # variant's own held work becoming ready, which no call announces (kv_offload's loads)
-    runs_past_external: ClassVar[bool] = True
+    # variant's own held work becoming ready, which no call announces (kv_offload's loads),
+    # nor where it is a KV load's end, whose request is schedulable at the next step (a
+    # disaggregated decode replica's: set on the instance, disagg.DisaggFleet)
+    runs_past_external: bool = True
 
     def __init__(self, env: simpy.Environment, config: EngineConfig, cost_model: CostModel,
                  columns: RequestColumns, *, num_gpu_blocks: int, hooks: EngineHooks,
