@@ -158,6 +158,12 @@ class DisaggFleet(ReplicaTotals):
                              timeline_period_s=self.config.timeline_period_s)
         if isinstance(engine, SkipAheadEngine):
             engine.planner.tie = self.events.first_tie
+        if decode:
+            # a decode replica's next external event is a KV load's end (_next_touch_s),
+            # whose request goes to the front of the waiting queue (Engine.add_loaded), in
+            # the next step even under async scheduling: a decode run planned to it ends with
+            # the step in progress then, not a step past it (which the load's end would cut)
+            engine.runs_past_external = False
         return engine
 
     # --- the link ------------------------------------------------------------------------------
@@ -221,36 +227,12 @@ class DisaggFleet(ReplicaTotals):
     def _next_touch_s(self, r: int, decode: bool) -> float:
         """Where replica ``r``'s decode runs are planned to end (a plan only: whatever reaches
         a replica mid-run, an arrival, a hand-off, an abort, ends the run where stepping
-        would, ``fleet.Fleet._next_touch_s``). A decode replica: :meth:`_decode_touch_s`; a
-        prefill replica: the fleet's next event or a load's end (which may admit a request)."""
+        would, ``fleet.Fleet._next_touch_s``). A decode replica: when a load on it ends (no
+        arrival comes to it); a prefill replica: the fleet's next event or a load's end (which
+        may admit a request)."""
         if decode:
-            return self._decode_touch_s(r)
+            return self.loads[r].next_end_s()
         return min(self.hooks.next_external_s(), self._next_load_end_s())
-
-    def _decode_touch_s(self, r: int) -> float:
-        """Decode replica ``r``'s next touch (no arrival comes to it): the next end of a KV
-        load on it, or, when sooner and ``r`` is where the decode router would send a request
-        now (``Router.arrivals_until``), the end of the prefill step in flight that ends first
-        (``ties.due``), whose prompts are handed off then (a prefill replica's request ends
-        with its first token).
-
-        A run planned to a hand-off goes on a step past it under async scheduling, as a
-        colocated replica's to an arrival (the request is scheduled two steps on,
-        ``Engine._add``); one planned to a load's end ends with the step in progress then
-        (the loaded request goes to the front of the waiting queue, ``Engine.add_loaded``, in
-        the next step): ``runs_past_external`` says which, read with this by the planner. A
-        guess as the colocated fleet's (``fleet.Fleet._next_touch_s``): a run planned too
-        short costs another run, one too long an interruption; either gives the same
-        results."""
-        t = self.loads[r].next_end_s()
-        ties = self.ties
-        hand_off = False
-        if ties is not None and self.router_d.arrivals_until(r) == 0:
-            t_hand = min(ties.due[: len(self.prefill)])
-            if t_hand < t:
-                t, hand_off = t_hand, True
-        self.decode[r].runs_past_external = hand_off
-        return t
 
     def _next_timer_s(self) -> float | None:
         return self.gateway.next_timer_s()
