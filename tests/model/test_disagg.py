@@ -266,3 +266,34 @@ def test_a_lease_holds_the_prefill_pool_until_the_transfer_ends() -> None:
         assert rec.transfer_end_s.tolist() == pytest.approx([0.0366, 0.1067])
         assert rec.first_token_s.tolist() == pytest.approx([0.0467, 0.1168])
         assert rec.finished_s.tolist() == pytest.approx([0.0567, 0.1268])
+
+
+def test_a_loads_end_does_not_cut_the_decode_run_planned_to_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decodes 60 tokens on the decode replica (a run of steps); B's prompt is handed off
+    at 0.11 and its KV read while A's run goes on. The run is planned to end with the step in
+    progress when B's load ends (B is in the next step, async scheduling or not): the load's
+    end finds nothing to cut (a run planned a step past it, as to an arrival, was cut there by
+    an interruption, ``Engine.runs_past_external``). The results are stepping's all the same
+    (``test_skip_ahead_matches_stepping_disaggregated``)."""
+    cuts: list[int] = []
+    add_loaded = Engine.add_loaded
+
+    def counted(self: Engine, i: int) -> None:
+        interrupt = self.process.interrupt
+        calls = [0]
+
+        def count(cause: object = None) -> None:
+            calls[0] += 1
+            interrupt(cause)
+        monkeypatch.setattr(self.process, "interrupt", count)
+        add_loaded(self, i)
+        monkeypatch.setattr(self.process, "interrupt", interrupt)
+        cuts.append(calls[0])
+
+    monkeypatch.setattr(Engine, "add_loaded", counted)
+    w = from_columns([0.0, 0.1], [16, 32], [60, 3])
+    rec = simulate(w, make_policy("conservative"), _config(_disagg(), blocks=64)).records
+    assert list(rec.status) == ["completed", "completed"]
+    assert rec.transfer_end_s.tolist() == pytest.approx([0.035, rec.transfer_start_s[1] + 0.05])
+    assert cuts == [0, 0]
