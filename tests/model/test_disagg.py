@@ -3,23 +3,28 @@ skip-ahead byte-identical, properties over random deployments, bad input through
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
 from kvbudget.perf.cost_model import LinearCostModel
+from kvbudget.perf.hardware import get_gpu
+from kvbudget.perf.models import get_model
 from kvbudget.policies import make_policy
 from kvbudget.simulator.disagg_config import FIRST_TOKENS, DisaggConfig, KVLink, PoolConfig
-from kvbudget.simulator.engine import Engine
+from kvbudget.simulator.engine import Engine, EngineHooks, RequestColumns
 from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.engine_variants import make_engine
 from kvbudget.simulator.run import SimConfig, simulate
-from kvbudget.simulator.sim_config import ROUTERS
+from kvbudget.simulator.sim_config import ROUTERS, ReplicaSetup
 from kvbudget.workloads import Workload, from_columns
 from tests.conftest import assert_skip_ahead_matches_stepping
 from tests.model.test_properties import SETTINGS, scenarios
@@ -136,6 +141,24 @@ def test_a_decode_replica_holds_the_blocks_of_a_request_whose_kv_is_loading() ->
     assert rec.transfer_start_s.tolist() == pytest.approx([0.01, 0.07])
     assert rec.transfer_end_s.tolist() == pytest.approx([0.06, 0.095])
     assert rec.finished_s.tolist() == pytest.approx([0.07, 0.105])
+
+
+def test_fits_rows_is_fits_of_every_row() -> None:
+    """A replica of 16 blocks of 16 tokens keeping 8 free (watermark 0.5), max_model_len 200:
+    16 + 10 tokens fit; 128 + 72 = 200 fit, the prompt in the 8 blocks the watermark leaves;
+    a prompt of 129 tokens needs 9; 100 + 101 = 201 is over max_model_len."""
+    engine = EngineConfig(num_gpu_blocks=16, block_size=16, max_model_len=200, watermark=0.5)
+    setup = ReplicaSetup(gpu=get_gpu("H100-SXM"), model=get_model("Llama-3.1-8B"),
+                         engine=engine, num_gpu_blocks=16,
+                         cost_model=LinearCostModel(STEP_S, 0.0, 0.0, 0.0))
+    prompt = np.array([16, 128, 129, 100], np.int64)
+    output = np.array([10, 72, 1, 101], np.int64)
+    columns = RequestColumns(prompt, output, np.zeros(4, np.int64), np.zeros(4))
+    hooks = EngineHooks(on_finish=lambda i, t: None, on_preempt=lambda i, t: None,
+                        next_external_s=lambda: math.inf, gateway_state=lambda: (0, 0))
+    e = make_engine(simpy.Environment(), setup, columns, hooks)
+    assert e.fits_rows().tolist() == [True, True, False, False]
+    assert [e.fits(i) for i in range(4)] == [True, True, False, False]
 
 
 def test_a_colocated_run_has_no_disaggregation_columns() -> None:
@@ -296,3 +319,34 @@ def test_a_lease_holds_the_prefill_pool_until_the_transfer_ends() -> None:
         assert rec.transfer_end_s.tolist() == pytest.approx([0.0366, 0.1067])
         assert rec.first_token_s.tolist() == pytest.approx([0.0467, 0.1168])
         assert rec.finished_s.tolist() == pytest.approx([0.0567, 0.1268])
+
+
+def test_a_loads_end_does_not_cut_the_decode_run_planned_to_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decodes 60 tokens on the decode replica (a run of steps); B's prompt is handed off
+    at 0.11 and its KV read while A's run goes on. The run is planned to end with the step in
+    progress when B's load ends (B is in the next step, async scheduling or not): the load's
+    end finds nothing to cut (a run planned a step past it, as to an arrival, was cut there by
+    an interruption, ``Engine.runs_past_external``). The results are stepping's all the same
+    (``test_skip_ahead_matches_stepping_disaggregated``)."""
+    cuts: list[int] = []
+    add_loaded = Engine.add_loaded
+
+    def counted(self: Engine, i: int) -> None:
+        interrupt = self.process.interrupt
+        calls = [0]
+
+        def count(cause: object = None) -> None:
+            calls[0] += 1
+            interrupt(cause)
+        monkeypatch.setattr(self.process, "interrupt", count)
+        add_loaded(self, i)
+        monkeypatch.setattr(self.process, "interrupt", interrupt)
+        cuts.append(calls[0])
+
+    monkeypatch.setattr(Engine, "add_loaded", counted)
+    w = from_columns([0.0, 0.1], [16, 32], [60, 3])
+    rec = simulate(w, make_policy("conservative"), _config(_disagg(), blocks=64)).records
+    assert list(rec.status) == ["completed", "completed"]
+    assert rec.transfer_end_s.tolist() == pytest.approx([0.035, rec.transfer_start_s[1] + 0.05])
+    assert cuts == [0, 0]
