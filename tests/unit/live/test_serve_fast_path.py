@@ -7,6 +7,7 @@ path with another method still gets Starlette's 405."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 
 import httpx
@@ -79,7 +80,7 @@ def test_reads_of_any_stream_give_what_the_line_by_line_path_gives() -> None:
         wants_usage = bool(rng.random() < 0.5)
         fast, slow = _call(wants_usage), _call(wants_usage)
         cuts = sorted(set(rng.integers(0, len(lines) + 1, 3).tolist()) | {0, len(lines)})
-        for k, (a, b) in enumerate(zip(cuts, cuts[1:], strict=False)):
+        for k, (a, b) in enumerate(itertools.pairwise(cuts)):
             data = b"".join(lines[a:b])
             assert fast.on_read(data, float(k)) == _line_by_line(slow, data, float(k)), case
         for name in ("chunk_times_s", "first_token_s", "output_tokens", "problem",
