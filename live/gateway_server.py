@@ -521,10 +521,11 @@ class GatewayServer:
             log.warning("request %d: protocol error: %s", ticket.request.request_id, error)
         else:
             self.admission.cancel(ticket)
-        self._record(ticket, Outcome(
-            status, reason, out, ticket.admitted_s, call.first_token_s, now,
-            ticket.reserved_tokens, int(ticket.revoke_reason not in ("", DRAINING)), error,
-            call.gaps_s()))
+        if self.recorder is not None:  # no row made where none is written
+            self._record(ticket, Outcome(
+                status, reason, out, ticket.admitted_s, call.first_token_s, now,
+                ticket.reserved_tokens, int(ticket.revoke_reason not in ("", DRAINING)),
+                error, call.gaps_s()))
 
     async def _send(self, call: Call, path: str) -> aiohttp.ClientResponse:
         """Send the call upstream; its response once its head is read."""
