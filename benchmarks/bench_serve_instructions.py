@@ -67,10 +67,23 @@ def count(tree: Path, up_port: int, num_requests: int, burst_size: int, num_warm
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=600)
-    found = _REFS.search(log.read_text())
+    return instructions_of(log.read_text(), str(log))
+
+
+def instructions_of(text: str, source: str = "valgrind's log") -> int:
+    """The ``I refs`` of a cachegrind summary."""
+    found = _REFS.search(text)
     if found is None:
-        raise RuntimeError(f"no instruction count in {log}")
+        raise RuntimeError(f"no instruction count in {source}")
     return int(found.group(1).replace(",", ""))
+
+
+def split(per_stream: dict[int, float]) -> tuple[float, float]:
+    """``(a, b)`` with ``per_stream[t] == a + b * t`` for the two stream lengths ``t``: the
+    work a request less its chunks, and the work a chunk relayed."""
+    (t0, i0), (t1, i1) = per_stream.items()
+    per_chunk = (i1 - i0) / (t1 - t0)
+    return i0 - per_chunk * t0, per_chunk
 
 
 def main() -> None:
@@ -106,10 +119,9 @@ def main() -> None:
         "tree": str(args.tree), "requests": args.requests, "burst": args.burst,
         "instructions_per_stream": {str(k): round(v) for k, v in per_request.items()}}
     if len(lengths) == 2 and lengths[0] != lengths[1]:
-        (t0, i0), (t1, i1) = per_request.items()
-        per_chunk = (i1 - i0) / (t1 - t0)
+        less_chunks, per_chunk = split(per_request)
         out["instructions_per_chunk"] = round(per_chunk)
-        out["instructions_per_request_less_chunks"] = round(i0 - per_chunk * t0)
+        out["instructions_per_request_less_chunks"] = round(less_chunks)
     print(json.dumps(out, indent=2))
 
 
