@@ -133,6 +133,8 @@ class DecodeRunPlanner:
         ``_work_changed``)."""
         return self.tie is None and not self.event_may_come_at(t1)
 
+    lag_step = _lag_step  # (spec_run cuts its runs of verify steps with it)
+
     def group_alloc_plan(self, hist: list[int], step: int, k_max: int) -> IntArray:
         """Blocks a decode run of the decode group takes in its steps 1..j, for ``j < k_max``:
         ``hist[x]`` members take a block at the steps where ``(step + j) % block_size == -x %
