@@ -9,13 +9,20 @@ wander by 20-50 % between runs.
     less one that only loads it (the same imports), for the base engine, the other engines and
     8-replica fleets under each router, with an eighth of the blocks each and at 8x the rate
     with the base engine's blocks each (bench_engines.py's configurations without prefix
-    caching), with each one's ratio to the base engine.
+    caching), with each one's ratio to the base engine;
+(c) a disaggregated deployment against a colocated one (issue 38: "CPU per request within 1.3x
+    of a colocated engine on the same workload"): docs/disaggregation.md's what-if, the whole
+    Azure conversation trace at 15 times its rate (19,366 requests), 8 colocated replicas
+    (least-tokens routing) against 3 prefill + 5 decode replicas, each the simulation alone (a
+    ``kvbudget simulate`` process less the same command on the trace's first second) and the
+    whole process, with the disaggregated run's ratio to the colocated one (the same requests:
+    the ratio per request).
 
 Valgrind runs a process about 50x slower than Python alone: (a) takes ~6 minutes on a 2-core
-machine, (b) ~8. ``PYTHONHASHSEED=0`` and one OpenBLAS thread, so that two counts of the same
+machine, (b) ~8, (c) ~10. ``PYTHONHASHSEED=0`` and one OpenBLAS thread, so that two counts of the same
 tree agree to ~0.5 %.
 
-Usage: python benchmarks/bench_instructions.py [--only a|b] [--tree DIR]
+Usage: python benchmarks/bench_instructions.py [--only a|b|c] [--tree DIR]
 (``--tree``: count another checkout's code, e.g. a worktree of the commit before a change,
 with this checkout's virtual environment; its modules are byte-compiled first, or compiling
 them would be counted too)
@@ -77,6 +84,15 @@ if spec["simulate"]:
                        fleet=None if fleet is None else FleetConfig(num_replicas=8, router=fleet))
     simulate(workload, make_policy("unlimited"), config)
 """
+# (c): the what-if's trace and flags (docs/disaggregation.md), and the two deployments
+AZURE_CONV = Path("traces") / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
+WHAT_IF = ["--rate-scale", "15", "--set", 'tiers=[{name="interactive", ttft_s=0.25, tpot_s=0.01}]']
+DEPLOYMENTS: tuple[tuple[str, list[str]], ...] = (
+    ("8 colocated (least_tokens)", ["--set", "fleet.num_replicas=8",
+                                    "--set", "fleet.router=least_tokens"]),
+    ("3 prefill + 5 decode", ["--set", "disaggregation.prefill.num_replicas=3",
+                              "--set", "disaggregation.decode.num_replicas=5"]),
+)
 _REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
 
 
@@ -136,9 +152,35 @@ def bench_b(tree: Path) -> None:
         print(f"  {label:<34}{n / 1e6:>10,.0f} M {n / base:>8.2f} x base", flush=True)
 
 
+def disagg_args(trace: Path, deployment: list[str], first_second: bool) -> list[str]:
+    """(c)'s ``kvbudget simulate`` command: the what-if on ``trace`` (only its first second,
+    the start-up to subtract, with ``first_second``)."""
+    window = ["--window", "0:1"] if first_second else []
+    return ["-m", "kvbudget.cli.main", "simulate", "--trace", str(trace), *WHAT_IF, *window,
+            *deployment]
+
+
+def bench_c(tree: Path) -> None:
+    trace = SHARED / AZURE_CONV
+    if not trace.is_file():  # a worktree beside the main checkout
+        trace = Path("/work/shared") / AZURE_CONV
+    print("(c) disaggregated vs colocated, the Azure conversation trace at 15x (19,366 "
+          "requests), millions of instructions")
+    sims, wholes = [], []
+    for label, deployment in DEPLOYMENTS:
+        whole = count(disagg_args(trace, deployment, False), tree)
+        start = count(disagg_args(trace, deployment, True), tree)
+        sims.append(whole - start)
+        wholes.append(whole)
+        print(f"  {label:<30} simulation {sims[-1] / 1e6:>8,.0f} M   whole process "
+              f"{whole / 1e6:>8,.0f} M   (first second {start / 1e6:,.0f} M)", flush=True)
+    print(f"  disaggregated / colocated: simulation {sims[1] / sims[0]:.3f} x, whole process "
+          f"{wholes[1] / wholes[0]:.3f} x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("a", "b"))
+    parser.add_argument("--only", choices=("a", "b", "c"))
     parser.add_argument("--tree", type=Path, default=REPO,
                         help="the checkout whose code is counted (default: this one)")
     args = parser.parse_args()
@@ -150,6 +192,8 @@ def main() -> None:
         bench_a(tree)
     if args.only in (None, "b"):
         bench_b(tree)
+    if args.only in (None, "c"):
+        bench_c(tree)
 
 
 if __name__ == "__main__":

@@ -754,11 +754,8 @@ def validate_cmd(
             trace_format=trace_format, tier=tier, time_scale=time_scale, max_output=max_output,
             capacity_tokens=capacity_tokens, max_in_flight=max_in_flight, seed=seed,
             poll_period=poll_period, lease_ttl=lease_ttl, async_scheduling=async_scheduling)
-    typer.echo("simulated with async scheduling " + (
-        "on (vLLM's default on GPUs; a CPU vLLM runs without it: --no-async-scheduling)"
-        if async_scheduling else "off (--no-async-scheduling)"))
     _print_live_validation(outcome, checks, overhead=overhead, speed_check=speed_check,
-                           out=out, max_error=max_error)
+                           out=out, max_error=max_error, async_scheduling=async_scheduling)
 
 
 def _validate_live(url: str, trace: Path, cost_model: Path, out: Path, *, speed_check: bool,
@@ -818,8 +815,12 @@ def _validate_live(url: str, trace: Path, cost_model: Path, out: Path, *, speed_
 def _print_live_validation(outcome: "LiveComparison",
                            checks: "tuple[SpeedCheck | None, SpeedCheck | None]", *,
                            overhead: float, speed_check: bool, out: Path,
-                           max_error: float | None) -> None:
-    """The tables and lines ``validate --url`` prints; exit 1 past ``--max-error``."""
+                           max_error: float | None, async_scheduling: bool) -> None:
+    """The tables and lines ``validate --url`` prints, the scheduling it assumed first; exit 1
+    past ``--max-error``."""
+    typer.echo("simulated with async scheduling " + (
+        "on (vLLM's default on GPUs; a CPU vLLM runs without it: --no-async-scheduling)"
+        if async_scheduling else "off (--no-async-scheduling)"))
     result = outcome.validation
     corrected = (None if outcome.drift_corrected is None
                  else (outcome.drift_factor, outcome.drift_corrected))

@@ -19,7 +19,7 @@ import contextlib
 import json
 import logging
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -27,7 +27,7 @@ import aiohttp
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect
 from starlette.requests import Request as HttpRequest
-from starlette.responses import PlainTextResponse, Response, StreamingResponse
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from kvbudget.live.serve_admission import Admission, Ticket
@@ -50,6 +50,11 @@ DEADLINE_HEADER = "x-kvbudget-deadline-s"  # seconds the caller will wait for ad
 REQUEST_ID_HEADER = "x-kvbudget-request-id"  # sent upstream: the lease's holder
 DRAINING = "draining"  # the code of a refusal or abort because the server stops
 CLIENT_CLOSED = 499  # nginx's "client closed request": logged, never seen by the client
+COMPLETION_PATHS = frozenset(("/v1/completions", "/v1/chat/completions"))
+SSE_HEADERS = ((b"cache-control", b"no-cache"),
+               (b"content-type", b"text/event-stream; charset=utf-8"))
+"""The head of a relayed stream (Starlette's for an event stream, which
+``tests/unit/live/test_serve_relay.py`` checks)."""
 CountTokens = Literal["upstream", "bytes", "local"]
 COUNT_TOKENS: tuple[CountTokens, ...] = ("upstream", "bytes", "local")
 
@@ -143,6 +148,41 @@ async def _read_body(request: HttpRequest, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def _wait_s(request: HttpRequest, tier: TierConfig) -> float | None:
+    """How long a request may wait for admission: its tier's ``queue_timeout_s``, or the
+    shorter ``x-kvbudget-deadline-s`` it sends."""
+    own = tier.queue_timeout_s
+    try:
+        asked = float(request.headers.get(DEADLINE_HEADER, "inf"))
+    except ValueError:
+        asked = math.inf
+    if not (math.isfinite(asked) and asked >= 0):
+        return own
+    return asked if own is None else min(own, asked)
+
+
+class _Dispatch:
+    """The gateway's ASGI app. A completion goes straight to its handler, without Starlette's
+    middleware and router (about a tenth of the gateway's Python calls a request, measured by
+    ``benchmarks/bench_serve_instructions.py``); everything else, and a completion path with
+    another method (405), through Starlette's ``routes``, as before."""
+
+    __slots__ = ("completion", "routes")
+
+    def __init__(self, completion: Callable[[HttpRequest], Awaitable[Any]],
+                 routes: Starlette) -> None:
+        self.completion = completion
+        self.routes = routes
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and \
+                scope["path"] in COMPLETION_PATHS:
+            response = await self.completion(HttpRequest(scope, receive, send))
+            await response(scope, receive, send)
+        else:
+            await self.routes(scope, receive, send)
+
+
 class GatewayServer:
     """The ASGI app (``.app``) around one :class:`Admission`. ``recorder``: the run
     directories (none: nothing written); ``reload``: reads the policy again (SIGHUP), or the
@@ -161,9 +201,9 @@ class GatewayServer:
         self.capacity_problem = ""
         self.num_in_flight = 0
         self._drain_timer: asyncio.TimerHandle | None = None
-        self._flight_changed = asyncio.Event()
+        self._flight_changed: asyncio.Event | None = None  # made when asked for
         self._tasks: list[asyncio.Task[None]] = []
-        self.app = Starlette(routes=[
+        self.routes = Starlette(routes=[
             Route("/v1/completions", self.completion, methods=["POST"]),
             Route("/v1/chat/completions", self.completion, methods=["POST"]),
             Route("/v1/models", self.models, methods=["GET"]),
@@ -171,6 +211,7 @@ class GatewayServer:
             Route("/ready", self.ready, methods=["GET"]),
             Route("/metrics", self.prometheus, methods=["GET"]),
         ], lifespan=self._lifespan)
+        self.app = _Dispatch(self.completion, self.routes)  # the ASGI app
 
     # --- lifecycle ----------------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -281,13 +322,17 @@ class GatewayServer:
 
     @property
     def flight_changed(self) -> asyncio.Event:
-        """Set at the next change of :attr:`num_in_flight` (a fresh event after each)."""
+        """Set at the next change of :attr:`num_in_flight` (a fresh event after each; made
+        when asked for)."""
+        if self._flight_changed is None:
+            self._flight_changed = asyncio.Event()
         return self._flight_changed
 
     def _flight(self, delta: int) -> None:
         self.num_in_flight += delta
-        self._flight_changed.set()
-        self._flight_changed = asyncio.Event()
+        if self._flight_changed is not None:
+            self._flight_changed.set()
+            self._flight_changed = None
 
     # --- plain routes -------------------------------------------------------------------
     async def health(self, request: HttpRequest) -> Response:
@@ -340,16 +385,6 @@ class GatewayServer:
         return openai_error(401, "invalid or missing API key", "authentication_error",
                             "invalid_api_key")
 
-    def _wait_s(self, request: HttpRequest, tier: str) -> float | None:
-        own = self.admission.gateway.tiers[tier].queue_timeout_s
-        try:
-            asked = float(request.headers.get(DEADLINE_HEADER, "inf"))
-        except ValueError:
-            asked = math.inf
-        if not (math.isfinite(asked) and asked >= 0):
-            return own
-        return asked if own is None else min(own, asked)
-
     def _refusal(self, error: RequestTooLarge | Overloaded, tier: str) -> Response:
         if isinstance(error, RequestTooLarge):
             self.metrics.refused(tier, "too_large")
@@ -390,7 +425,7 @@ class GatewayServer:
             return openai_error(502, f"the upstream could not count the prompt's tokens: "
                                 f"{exc}", "upstream_error")
 
-    async def completion(self, request: HttpRequest) -> Response:
+    async def completion(self, request: HttpRequest) -> Response | _RelayResponse:
         if self.draining:
             return openai_error(503, "the gateway is draining", "overloaded_error", DRAINING,
                                 headers={"retry-after": "1"})
@@ -398,9 +433,9 @@ class GatewayServer:
         if isinstance(tier, Response):
             return tier
         try:
-            raw = await asyncio.wait_for(_read_body(request, self.config.max_body_bytes),
-                                         self.config.body_timeout_s)
-            comp = parse_completion(raw, request.url.path.endswith("/chat/completions"),
+            async with asyncio.timeout(self.config.body_timeout_s):  # a timer, not a task
+                raw = await _read_body(request, self.config.max_body_bytes)
+            comp = parse_completion(raw, request.scope["path"].endswith("/chat/completions"),
                                     self.admission.gateway.tiers[tier],
                                     self.config.default_max_tokens)
         except _BodyTooLarge:
@@ -426,14 +461,14 @@ class GatewayServer:
                 self._flight(-1)
 
     async def _admit_and_forward(self, request: HttpRequest, tier: str, comp: Completion,
-                                 gone: Disconnect) -> Response:
+                                 gone: Disconnect) -> Response | _RelayResponse:
         prompt_tokens = await self._prompt_tokens(comp, gone, tier)
         if prompt_tokens is None:
             return Response(status_code=CLIENT_CLOSED)
         if isinstance(prompt_tokens, Response):
             return prompt_tokens
         ticket = self.admission.arrive(tier, prompt_tokens, comp.max_tokens,
-                                       self._wait_s(request, tier))
+                                       _wait_s(request, self.admission.gateway.tiers[tier]))
         try:
             decision = await first_of(asyncio.shield(ticket.decided), gone.future)
         except asyncio.CancelledError:
@@ -456,8 +491,8 @@ class GatewayServer:
         call = Call(ticket, comp, self.upstreams.pick(ticket.reserved_tokens, prefix))
         try:
             if comp.stream:
-                return await self._stream(call, gone, request.url.path)
-            return await self._unary(call, gone, request.url.path)
+                return await self._stream(call, gone, request.scope["path"])
+            return await self._unary(call, gone, request.scope["path"])
         except BaseException as exc:  # whatever went wrong, the lease does not outlive it
             if not call.ended and not gone.handed_over:
                 self._end(call, "rejected_overloaded", "backend_error", type(exc).__name__)
@@ -486,10 +521,11 @@ class GatewayServer:
             log.warning("request %d: protocol error: %s", ticket.request.request_id, error)
         else:
             self.admission.cancel(ticket)
-        self._record(ticket, Outcome(
-            status, reason, out, ticket.admitted_s, call.first_token_s, now,
-            ticket.reserved_tokens, int(ticket.revoke_reason not in ("", DRAINING)), error,
-            call.gaps_s()))
+        if self.recorder is not None:  # no row made where none is written
+            self._record(ticket, Outcome(
+                status, reason, out, ticket.admitted_s, call.first_token_s, now,
+                ticket.reserved_tokens, int(ticket.revoke_reason not in ("", DRAINING)),
+                error, call.gaps_s()))
 
     async def _send(self, call: Call, path: str) -> aiohttp.ClientResponse:
         """Send the call upstream; its response once its head is read."""
@@ -515,17 +551,15 @@ class GatewayServer:
 
     # --- forwarding ---------------------------------------------------------------------
     async def _unary(self, call: Call, gone: Disconnect, path: str) -> Response:
-        revoked = asyncio.ensure_future(call.ticket.revoked.wait())
         try:
-            answer = await first_of(self._fetch(call, path), revoked, gone.future)
+            answer = await first_of(self._fetch(call, path), call.ticket.revoked_future(),
+                                    gone.future)
         except (aiohttp.ClientError, TimeoutError) as exc:
             self._end(call, "rejected_overloaded", "backend_error", type(exc).__name__)
             return openai_error(502, "upstream unreachable", "upstream_error")
         except asyncio.CancelledError:
             self._end(call, "client_timeout")
             raise
-        finally:
-            revoked.cancel()
         if answer is None:
             if call.ticket.revoked.is_set():
                 return self._revoked_answer(call)
@@ -546,26 +580,23 @@ class GatewayServer:
                       error=call.problem)
         return Response(content, status_code=status, media_type=media_type)
 
-    async def _stream(self, call: Call, gone: Disconnect, path: str) -> Response:
-        revoked = asyncio.ensure_future(call.ticket.revoked.wait())
+    async def _stream(self, call: Call, gone: Disconnect,
+                      path: str) -> Response | _RelayResponse:
+        revoked = call.ticket.revoked_future()  # the admission's: never cancelled here
         try:
             resp = await first_of(self._send(call, path), revoked, gone.future)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            revoked.cancel()
             self._end(call, "rejected_overloaded", "backend_error", type(exc).__name__)
             return openai_error(502, "upstream unreachable", "upstream_error")
         except asyncio.CancelledError:
-            revoked.cancel()
             self._end(call, "client_timeout")
             raise
         if resp is None:
-            revoked.cancel()
             if call.ticket.revoked.is_set():
                 return self._revoked_answer(call)
             self._end(call, "client_timeout")
             return Response(status_code=CLIENT_CLOSED)
         if resp.status != 200:
-            revoked.cancel()
             try:
                 content = await resp.read()
             except (aiohttp.ClientError, TimeoutError):
@@ -579,7 +610,6 @@ class GatewayServer:
         gone.handed_over = True
 
         def on_close() -> None:
-            revoked.cancel()
             gone.close()
             self._flight(-1)
             if not call.ended:  # the client went away (or the stream was cut): free it now
@@ -650,23 +680,27 @@ def _failure_reason(status: int | None, message: bytes | str) -> str:
     return named[1] if named is not None else "backend_error"
 
 
-class _RelayResponse(StreamingResponse):
-    """A streamed answer that always runs ``on_close`` when the ASGI call ends, however it ends
-    (a stream cut before its first chunk never runs its generator's ``finally``).
+class _RelayResponse:
+    """A streamed answer (an ASGI app) that always runs ``on_close`` when the ASGI call ends,
+    however it ends (a stream cut before its first chunk never runs its generator's
+    ``finally``).
 
-    Unlike Starlette's, it runs no task of its own listening for the client's disconnect: the
-    call's :class:`~kvbudget.live.serve_forward.Disconnect` already does, and closes the
-    upstream response, which ends ``content``."""
+    Its head is the one Starlette's ``StreamingResponse(media_type="text/event-stream",
+    headers={"cache-control": "no-cache"})`` sends, made once (:data:`SSE_HEADERS`), not
+    built again each request. Unlike Starlette's, it runs no task of its own listening for the
+    client's disconnect: the call's :class:`~kvbudget.live.serve_forward.Disconnect` already
+    does, and closes the upstream response, which ends ``content``."""
+
+    __slots__ = ("_on_close", "body_iterator")
+    status_code = 200
 
     def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], None]) -> None:
-        super().__init__(content, media_type="text/event-stream",
-                         headers={"cache-control": "no-cache"})
+        self.body_iterator = content
         self._on_close = on_close
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
-            await send({"type": "http.response.start", "status": self.status_code,
-                        "headers": self.raw_headers})
+            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
             async for chunk in self.body_iterator:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})

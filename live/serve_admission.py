@@ -32,6 +32,23 @@ class Ticket:
     revoke_reason: str = ""
     admitted_s: float = float("nan")
     reserved_tokens: int = 0
+    _revoked_future: asyncio.Future[None] | None = None
+
+    def revoked_future(self) -> asyncio.Future[None]:
+        """A future done when ``revoked`` is set (made at the first call, in the running loop:
+        one future, where awaiting the event would take a task a request)."""
+        if self._revoked_future is None:
+            self._revoked_future = asyncio.get_running_loop().create_future()
+            if self.revoked.is_set():
+                self._revoked_future.set_result(None)
+        return self._revoked_future
+
+    def revoke(self, reason: str) -> None:
+        """Take the lease back: ``revoked`` set, with ``reason``."""
+        self.revoke_reason = reason
+        self.revoked.set()
+        if self._revoked_future is not None and not self._revoked_future.done():
+            self._revoked_future.set_result(None)
 
 
 class Admission:
@@ -45,8 +62,10 @@ class Admission:
         self._t0 = clock()
         self._tickets: dict[int, Ticket] = {}
         self._next_id = 0
-        self._wake = asyncio.Event()
-        self._changed = asyncio.Event()
+        self._changed: asyncio.Event | None = None  # made when asked for (few ever are)
+        self._timing = False  # run_timers is running: _timer is kept armed
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_due: float | None = None
         self._on_action = on_action
         self.num_revocations = 0
 
@@ -61,7 +80,10 @@ class Admission:
     @property
     def changed(self) -> asyncio.Event:
         """An event set at the next change of the gateway's state (an arrival, an action, a
-        finish); a fresh one after each change, so take it before awaiting it."""
+        finish); a fresh one after each change, so take it before awaiting it. (Made when asked
+        for: a change nobody waits on makes none.)"""
+        if self._changed is None:
+            self._changed = asyncio.Event()
         return self._changed
 
     def arrive(self, tier: str, prompt_tokens: int, max_output_tokens: int,
@@ -142,8 +164,7 @@ class Admission:
         held = [t for t in self._tickets.values()
                 if t.decided.done() and not t.decided.cancelled() and not t.revoked.is_set()]
         for ticket in held:
-            ticket.revoke_reason = reason
-            ticket.revoked.set()
+            ticket.revoke(reason)
         return len(held)
 
     def _apply(self, actions: list[Action]) -> None:
@@ -171,26 +192,41 @@ class Admission:
             else:  # an admitted request refused afterwards: its lease expired
                 error = action.error
                 self._revoke(ticket, error.reason if isinstance(error, Overloaded) else "")
-        self._wake.set()
-        self._changed.set()
-        self._changed = asyncio.Event()
+        if self._timing:
+            self._arm()
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
 
     def _revoke(self, ticket: Ticket, reason: str) -> None:
         self._tickets.pop(ticket.request.request_id, None)
-        ticket.revoke_reason = reason or "preempted"
-        ticket.revoked.set()
+        ticket.revoke(reason or "preempted")
 
     async def run_timers(self) -> None:
-        """Apply deadlines and lease expiry as they fall due (runs until cancelled)."""
-        while True:
-            self._wake.clear()
-            due = self.gateway.next_timer_s()
-            delay = None if due is None else due - self.now()
-            if delay is None or delay > 0:
-                try:
-                    await asyncio.wait_for(self._wake.wait(), delay)
-                    continue  # something changed: the next timer may be another
-                except TimeoutError:
-                    pass
-            self._apply(self.gateway.advance(self.now()))
-            await asyncio.sleep(0)  # never hold the loop, whatever the timers say
+        """Apply deadlines and lease expiry as they fall due (runs until cancelled): one timer
+        on the loop, set for the gateway's next one and moved only when that changes (an
+        arrival or a finish that leaves it where it was costs no turn of the loop)."""
+        self._timing = True
+        try:
+            self._arm()
+            await asyncio.get_running_loop().create_future()  # until cancelled
+        finally:
+            self._timing = False
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer, self._timer_due = None, None
+
+    def _arm(self) -> None:
+        """Set the loop's timer for the gateway's next one (none when it has none)."""
+        due = self.gateway.next_timer_s()
+        if due == self._timer_due and (due is None or self._timer is not None):
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_due = due
+        self._timer = None if due is None else asyncio.get_running_loop().call_later(
+            max(due - self.now(), 0.0), self._fire)
+
+    def _fire(self) -> None:
+        self._timer, self._timer_due = None, None
+        self._apply(self.gateway.advance(self.now()))  # which sets the timer again

@@ -76,6 +76,16 @@ async def first_of(work: Awaitable[_T], *stops: asyncio.Future[Any]) -> _T | Non
     return None
 
 
+def _plain_chunks(data: bytes) -> bool:
+    """Whether a read is whole lines that :meth:`Call.on_line` passes on unchanged, every
+    ``data:`` line a chunk of output: it ends with ``\n`` and holds no ``\r`` (a CRLF line
+    loses its ``\r``), no ``[DONE]``, and no ``"usage"`` or ``"error"`` (events read as
+    JSON). Lines that are not ``data:`` (comments, ``event:``) and blank lines pass on as they
+    are either way."""
+    return data.endswith(b"\n") and b"\r" not in data and b"[DONE]" not in data and \
+        b'"usage"' not in data and b'"error"' not in data
+
+
 @dataclass(slots=True)
 class Call:
     """One admitted completion as it is forwarded: its times (admission clock), the events of
@@ -109,6 +119,13 @@ class Call:
         still arriving waits for its end (``\\n``; ``\\r\\n`` taken as one)."""
         if self.partial:
             data = self.partial + data
+        elif _plain_chunks(data) and not self.skip_blank:
+            # whole lines of output chunks only (the common read): passed on as they came,
+            # each data line counted as on_line counts it, with no split and no join
+            num_chunks = data.count(b"\ndata:") + data.startswith(b"data:")
+            for _ in range(num_chunks):
+                self._chunk(now_s)
+            return data
         end = data.rfind(b"\n") + 1
         self.partial = data[end:]
         if not end:

@@ -4,6 +4,8 @@ tokens, TTFT and E2E histograms per tier."""
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections import Counter
 from collections.abc import Mapping
@@ -22,15 +24,17 @@ class _Histogram:
         self.total = 0.0
 
     def observe(self, value: float) -> None:
+        """Count ``value`` in its own bucket (the first bound it is not over; none past the
+        last): one search a request, the cumulative counts summed when the page is read."""
         self.num += 1
         self.total += value
-        for i, bound in enumerate(BUCKETS_S):
-            if value <= bound:
-                self.counts[i] += 1
+        i = bisect.bisect_left(BUCKETS_S, value)
+        if i < len(BUCKETS_S):
+            self.counts[i] += 1
 
     def lines(self, name: str, tier: str) -> list[str]:
         out = [f'{name}_bucket{{tier="{tier}",le="{b}"}} {c}'
-               for b, c in zip(BUCKETS_S, self.counts, strict=True)]
+               for b, c in zip(BUCKETS_S, itertools.accumulate(self.counts), strict=True)]
         out.append(f'{name}_bucket{{tier="{tier}",le="+Inf"}} {self.num}')
         out.append(f'{name}_sum{{tier="{tier}"}} {self.total}')
         out.append(f'{name}_count{{tier="{tier}"}} {self.num}')

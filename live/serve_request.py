@@ -223,8 +223,13 @@ def upstream_body(raw: bytes, given: dict[str, Any], body: dict[str, Any]) -> by
     text = raw.rstrip()
     if not (text.lstrip()[:1] == b"{" and text.endswith(b"}")):  # not UTF-8: written whole
         return json.dumps(body).encode()
-    keys = json.dumps(added)[1:-1].encode()
+    # the common addition, a stream's usage asked for, written once
+    keys = _INCLUDE_USAGE_JSON if added == _INCLUDE_USAGE else json.dumps(added)[1:-1].encode()
     return text[:-1] + (b"," if given else b"") + keys + b"}"
+
+
+_INCLUDE_USAGE = {"stream_options": {"include_usage": True}}
+_INCLUDE_USAGE_JSON = json.dumps(_INCLUDE_USAGE)[1:-1].encode()
 
 
 def usage_problem(usage: Any, max_tokens: int) -> str:

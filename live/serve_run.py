@@ -218,9 +218,12 @@ def event_loop() -> Callable[[], asyncio.AbstractEventLoop]:
 def server_config(app: Any, *, drain_timeout_s: float, keep_alive_s: float) -> uvicorn.Config:
     """uvicorn's settings for the gateway: its HTTP parser is :func:`http_protocol`'s (never
     uvicorn's ``auto``, which takes httptools without a head limit whenever it is
-    installed)."""
+    installed); no proxy-header middleware."""
     return uvicorn.Config(
         app, lifespan="on", log_level="warning", access_log=False,
+        # no X-Forwarded-* rewriting of the client's address (uvicorn's default, for
+        # 127.0.0.1): the gateway reads no client address, and it costs a layer a request
+        proxy_headers=False,
         timeout_graceful_shutdown=math.ceil(drain_timeout_s + DRAIN_BACKSTOP_S),
         timeout_keep_alive=max(int(keep_alive_s), 1),
         http=http_protocol(), h11_max_incomplete_event_size=MAX_HEADER_BYTES)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import aiohttp
+from yarl import URL
 
 from kvbudget.live.server_metrics import snapshot
 
@@ -94,6 +95,7 @@ class Upstreams:
         self._headers = {"authorization": f"Bearer {options.api_key}"} \
             if options.api_key else {}
         self._session: aiohttp.ClientSession | None = None
+        self._parsed: dict[tuple[int, str], URL] = {}  # (upstream, path): a few fixed paths
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -111,9 +113,14 @@ class Upstreams:
                                               sock_read=options.read_timeout_s))
         return self._session
 
-    def url(self, index: int, path: str) -> str:
-        """The URL of ``path`` on upstream ``index``."""
-        return self.urls[index] + path
+    def url(self, index: int, path: str) -> URL:
+        """The URL of ``path`` on upstream ``index``, parsed once (aiohttp takes it as it is;
+        a string would be parsed again each request)."""
+        key = (index, path)
+        url = self._parsed.get(key)
+        if url is None:
+            url = self._parsed[key] = URL(self.urls[index] + path)
+        return url
 
     def pick(self, tokens: int, prefix: bytes = b"") -> int:
         """The upstream for a request of ``tokens`` whose prompt starts with ``prefix``."""

@@ -15,12 +15,18 @@ open, which predictions with intervals (:mod:`kvbudget.studies.intervals`) draw 
 - ``allreduce_latency_s``: NCCL's small-message floor to vLLM's custom all-reduce at 0.5 MB.
 
 A range that leaves out a model's own value (a calibrated or given one) is widened to hold it.
+An interconnect whose all-reduces the sources above do not cover has its own range
+(:data:`INTERCONNECT_RANGES`: GPUs on PCIe, whose all-reduce depends on peer-to-peer access and
+the slot, neither of which a run records).
 
-Beyond the constants: the model's structural error on a GPU its constants were not derived on
-(:data:`STEP_VALIDATION`, :data:`STRUCTURAL_SIGMA`, :class:`StructurallyScaled`), its spread
-estimated by leave-one-GPU-out on the published step figures the model cites (vLLM FP8-KV
-blog, blog.vllm.ai 2026-04-22, vLLM 0.19.1: :data:`PUBLISHED_STEPS`); the comment above
-:data:`PUBLISHED_STEPS` and docs/fidelity.md ("The structural error") give the method.
+Beyond the constants: the model's structural error wherever it extrapolates beyond the
+configurations its constants were derived on (:func:`structural_status`: another GPU, another
+model, tensor or expert parallelism; :data:`STRUCTURAL_SIGMA`, :class:`StructurallyScaled`),
+its spread estimated by leave-one-GPU-out on the published step figures the model cites (vLLM
+FP8-KV blog, blog.vllm.ai 2026-04-22, vLLM 0.19.1: :data:`PUBLISHED_STEPS`), drawn from the
+predictive Student t that an estimate from so few figures leaves (:data:`STRUCTURAL_DOF`); the
+comment above :data:`PUBLISHED_STEPS` and docs/fidelity.md ("The structural error") give the
+method.
 """
 
 from __future__ import annotations
@@ -64,6 +70,26 @@ STATED_RANGES: Final[dict[str, tuple[float, float, str]]] = {
 }
 """``parameter: (least, most, source)`` for the default step model's constants."""
 
+INTERCONNECT_RANGES: Final[dict[str, dict[str, tuple[float, float, str]]]] = {
+    "pcie": {
+        "link_efficiency": (0.25, 0.83, "NCCL all-reduce between PCIe GPUs: 3.9 of 15.75 GB/s "
+                            "over shared memory, peer-to-peer off (NVIDIA/nccl#384, 2 GPUs, "
+                            "Gen3 x16) .. busbw 24.7 of 31.5 GB/s with it (tinygrad/open-gpu-"
+                            "kernel-modules#17, RTX 4090, Gen4 x16, 32 MB); host link 52.8/64 "
+                            "(nvbandwidth#24)"),
+    },
+}
+"""Ranges that replace :data:`STATED_RANGES`' on one interconnect: ``link_efficiency`` there
+comes from NCCL's busbw on NVLink and from host-link copies, but an all-reduce between PCIe
+GPUs goes peer to peer or, where peer access is off (consumer and workstation cards, some
+topologies: local-inference-lab/rtx6kpro#15, two RTX PRO 6000 on Gen5 x8 slots), through host
+memory; a run does not record which."""
+
+
+def stated_ranges(interconnect: str) -> dict[str, tuple[float, float, str]]:
+    """:data:`STATED_RANGES` with :data:`INTERCONNECT_RANGES`' for ``interconnect``."""
+    return {**STATED_RANGES, **INTERCONNECT_RANGES.get(interconnect, {})}
+
 
 # --- the model's structural error where its constants are extrapolated ------------------------
 #
@@ -74,12 +100,22 @@ STATED_RANGES: Final[dict[str, tuple[float, float, str]]] = {
 #
 # - "derived": the blog-derived constants (layer_overhead_s, moe_layer_overhead_s, the KV-read
 #   factor) were set from this GPU's published step figures: H100-SXM (vLLM FP8-KV blog,
-#   blog.vllm.ai 2026-04-22, vLLM 0.19.1). Its intervals are the constants' ranges alone.
+#   blog.vllm.ai 2026-04-22, vLLM 0.19.1). The derivation's own models (DERIVED_MODELS) there,
+#   on one GPU, get the constants' ranges alone; any other model, or tensor or expert
+#   parallelism (none of the figures has it), is "extrapolated" (structural_status).
 # - "checked": published step figures exist and the model was checked against them, out of
 #   sample, without refitting: B200 (same blog). The check measured the extrapolation's error;
 #   it did not remove it, so these GPUs carry the structural spread too.
 # - "datasheet": the constants are only scaled by the GPU's datasheet peaks and its measured
 #   streaming and GEMM fractions: every other preset, and every GPU file.
+#
+# Each way a configuration extrapolates (extrapolations(): another GPU, another model, a
+# parallel configuration) adds an error of its own, independent of the others: the spread is
+# STRUCTURAL_SIGMA times the square root of their number (structural_sigma). Only the GPU's is
+# estimated here; the model's and the parallelism's are taken to be as large, there being no
+# published step figures of one vLLM version to estimate them apart (docs/fidelity.md, "The
+# structural error", gives what bounds them: the H100 figures no constant was derived from,
+# and the published tensor-parallel curves).
 #
 # The structural spread is estimated out of sample, by leave-one-GPU-out on the published step
 # figures the model already cites (PUBLISHED_STEPS, all from the one blog, the only source with
@@ -113,10 +149,25 @@ PUBLISHED_STEPS: Final[tuple[tuple[str, str, str, float], ...]] = (
 STEP_VALIDATION: Final[dict[str, str]] = {"H100-SXM": "derived", "B200": "checked"}
 """A GPU preset's validation status (see above); any other GPU is ``datasheet``."""
 
+DERIVED_MODELS: Final[frozenset[str]] = frozenset(m for _g, m, _f, _v in PUBLISHED_STEPS)
+"""The models whose published steps the blog-derived constants were set from, on one GPU
+each (no tensor or expert parallelism). Another model, or a parallel configuration, is an
+extrapolation of the constants as another GPU is (:func:`extrapolations`)."""
+
 STRUCTURAL_SIGMA: Final[float] = 0.1234
-"""The default model's structural error on a GPU its constants were not derived on: the
-standard deviation of ``log(simulated / measured step)``, leave-one-GPU-out on
-:data:`PUBLISHED_STEPS` (:func:`leave_one_gpu_out`)."""
+"""The default model's structural error where it extrapolates: the root mean square of
+``log(simulated / measured step)``, leave-one-GPU-out on :data:`PUBLISHED_STEPS`
+(:func:`leave_one_gpu_out`)."""
+
+STRUCTURAL_DOF: Final[int] = len(PUBLISHED_STEPS)
+"""The degrees of freedom of the structural error's predictive distribution: the number of
+out-of-sample errors :data:`STRUCTURAL_SIGMA` is the root mean square of. With a zero-mean
+normal error of unknown variance and the noninformative prior ``p(sigma^2) ~ 1/sigma^2``, the
+posterior predictive of a new error, given ``n`` errors of root mean square ``s``, is Student's
+t with ``n`` degrees of freedom scaled by ``s`` (Gelman et al., Bayesian Data Analysis, 3rd ed.,
+sections 2.6 and 3.2: the normal model with known mean): a spread estimated from nine figures is
+itself uncertain, and the t's heavier tails carry that (its 95th percentile is 1.83, the
+normal's 1.64)."""
 
 
 def validation_status(gpu: str) -> str:
@@ -124,10 +175,33 @@ def validation_status(gpu: str) -> str:
     return STEP_VALIDATION.get(gpu, "datasheet")
 
 
-def structural_sigma(gpu: str) -> float:
-    """The spread of the structural error, in log space, of the default model on ``gpu``: 0
-    where its constants were derived, :data:`STRUCTURAL_SIGMA` elsewhere."""
-    return 0.0 if validation_status(gpu) == "derived" else STRUCTURAL_SIGMA
+def extrapolations(model: VllmStepModel) -> tuple[str, ...]:
+    """How a default step model's configuration lies beyond the derivation's (see above): of
+    ``gpu`` (any GPU but the derived one), ``model`` (any model but :data:`DERIVED_MODELS`) and
+    ``parallelism`` (tensor or expert parallelism), the ones that apply."""
+    out = []
+    if validation_status(model.gpu.name) != "derived":
+        out.append("gpu")
+    if model.model.name not in DERIVED_MODELS:
+        out.append("model")
+    if model.tensor_parallel_size > 1 or model.expert_parallel_size > 1:
+        out.append("parallelism")
+    return tuple(out)
+
+
+def structural_status(model: VllmStepModel) -> str:
+    """The validation status of a default step model's configuration: its GPU's (``derived``,
+    ``checked``, ``datasheet``), except that on the derived GPU another model or a parallel
+    configuration is ``extrapolated``."""
+    status = validation_status(model.gpu.name)
+    return "extrapolated" if status == "derived" and extrapolations(model) else status
+
+
+def structural_sigma(model: VllmStepModel) -> float:
+    """The spread of the structural error, in log space, of the default step model ``model``:
+    :data:`STRUCTURAL_SIGMA` for each way its configuration extrapolates
+    (:func:`extrapolations`), independent ones added in quadrature; 0 where it does not."""
+    return STRUCTURAL_SIGMA * math.sqrt(len(extrapolations(model)))
 
 
 def _figure(model: VllmStepModel, figure: str) -> float:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from kvbudget.policies import make_policy
+from kvbudget.simulator.disagg_config import DisaggConfig, PoolConfig
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import FleetConfig, SimConfig, simulate
 from kvbudget.workloads.traces import load_trace
@@ -61,6 +62,15 @@ def cases() -> list[tuple[str, str, dict[str, Any]]]:
     for router in ROUTERS:
         out.append((f"mooncake fleet {router} + caching", "mooncake",
                     {"blocks": 600, "enable_prefix_caching": True, "fleet": router}))
+    for split, extra in (("3P+5D", {}), ("2P+6D", {"blocks": 300}),
+                         ("3P+5D", {"policy": "conservative"})):
+        # disaggregated (issue 38): 8x rate, the base engine's blocks each unless given
+        words = ", ".join(f"{k} {v}" for k, v in extra.items())
+        out.append((f"disagg {split} 8x rate{', ' + words if words else ''}", "conv_n2000_q6",
+                    {"disagg": split, "speedup": 8, **extra}))
+    out.append(("disagg mooncake 2P+2D prefix_affinity + caching", "mooncake",
+                {"blocks": 3000, "enable_prefix_caching": True, "disagg": "2P+2D",
+                 "fleet": "prefix_affinity"}))
     return out
 
 
@@ -98,9 +108,15 @@ def run_case(trace: str, opts: dict[str, Any], n: int, skip_ahead: bool) -> dict
     if "speedup" in opts:
         workload = dataclasses.replace(workload, arrival_s=workload.arrival_s / opts["speedup"])
     fleet = opts.get("fleet")
+    disagg = None
+    if "disagg" in opts:  # "3P+5D": pools of 3 and 5 replicas (``fleet``: the prefill router)
+        p, d = (int(x[:-1]) for x in opts["disagg"].split("+"))
+        disagg = DisaggConfig(PoolConfig(p, router=fleet or "least_tokens"), PoolConfig(d))
+        fleet = None
     config = SimConfig(gpu=BENCH["gpu"], model=BENCH["model"], engine=EngineConfig(**engine),
-                       fleet=None if fleet is None else FleetConfig(num_replicas=8, router=fleet))
-    result = simulate(workload, make_policy("unlimited"), config)
+                       fleet=None if fleet is None else FleetConfig(num_replicas=8, router=fleet),
+                       disaggregation=disagg)
+    result = simulate(workload, make_policy(opts.get("policy", "unlimited")), config)
     summary = {k: v for k, v in result.summary.items() if "wall" not in k}
     return {"records": _digest(_columns(result.record_columns)),
             "timeline": _digest(_columns(result.timeline_columns)),

@@ -13,7 +13,10 @@ picks a decode replica and the request joins that replica's waiting queue with i
 KV remote: the decode replica allocates the prompt's blocks when it admits it, reads the KV
 over the link (``WAITING_FOR_REMOTE_KVS``: :mod:`kvbudget.simulator.remote_kv`), then
 computes the last prompt token, which gives the first output token the client sees, and
-decodes. The prefill replica's token is not the client's (the proxy drops it).
+decodes. The prefill replica's token is not the client's (the proxy drops it), unless
+``first_token = "prefill"`` (DistServe's, ``DisaggConfig.first_token``): the client gets it
+when it is sampled, and the decode replica serves the request as a prompt one token longer
+(that token) with one output token fewer, every prompt token computed but the new one.
 
 The transfer takes ``latency_s + bytes / bandwidth``: ``bytes`` is the prompt's KV in whole
 blocks of the prefill replica, per GPU (``ModelSpec.kv_bytes_per_token`` of the larger of the
@@ -27,6 +30,7 @@ admitted only when both fit. See docs/disaggregation.md for what is modelled and
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import replace
@@ -92,6 +96,10 @@ class DisaggFleet(ReplicaTotals):
         ones = np.ones(n, np.int64)  # the prefill side's max_tokens = 1
         p_cols = replace(columns, output_tokens=ones, max_output_tokens=ones)
         d_cols = replace(columns, prefix_hashes=None, prefix_offsets=None)
+        self._prefill_token = d.first_token == "prefill"
+        if self._prefill_token:  # the decode replica continues from the prefill's token
+            d_cols = _after_first_token(d_cols)
+        self._decode_prompt: list[int] = d_cols.prompt_tokens.tolist()
         self.prefill = [self._engine(self.setups[0], p_cols, r, False)
                         for r in range(p_pool.num_replicas)]
         self.decode = [self._engine(self.setups[1], d_cols, r, True)
@@ -102,8 +110,20 @@ class DisaggFleet(ReplicaTotals):
             s.model.kv_bytes_per_token(s.engine.tensor_parallel_size, s.engine.kv_cache_dtype)
             for s in self.setups)
         self._bandwidth = d.link.bandwidth(self.setups[0].gpu)
-        self.loads = [RemoteLoads(env, e, self.transfer_s, self._load_started, self._load_ended)
-                      for e in self.decode]
+        # each row's transfer seconds (:meth:`transfer_s`), all at once: the same arithmetic
+        bs = self.prefill[0].block_size
+        tokens = -(-workload.prompt_tokens.astype(np.int64) // bs) * bs
+        self._transfer_rows: list[float] = (
+            d.link.transfer_latency_s + tokens * self._bytes_per_token / self._bandwidth).tolist()
+        self.loads = [RemoteLoads(env, e, self._transfer_rows, self._load_started,
+                                  self._load_ended) for e in self.decode]
+        self._load_ends: list[tuple[float, int]] = []  # (end, row) of the loads, some ended
+        # whether a row fits each pool (its replicas share one setup and one set of columns:
+        # it fits on all of them or on none; :meth:`fits`, :meth:`_allowed`)
+        fits_p, fits_d = self.prefill[0].fits_rows(), self.decode[0].fits_rows()
+        self._fits_p: list[bool] = fits_p.tolist()
+        self._fits_d: list[bool] = fits_d.tolist()
+        self._fits_both: list[bool] = (fits_p & fits_d).tolist()
         # the driver's: the gateway is told a request's KV has moved (its prefill part goes)
         self.on_transfer_end: Callable[[int, float], None] | None = None
         for e, loads in zip(self.decode, self.loads, strict=True):
@@ -115,11 +135,13 @@ class DisaggFleet(ReplicaTotals):
         self.capacity_tokens = sum(caps_d)  # the gateway's budget: the decode pool's KV
         self.num_gpu_blocks = sum(e.num_gpu_blocks for e in self.decode)
         self.block_size = self.decode[0].block_size
-        self.stage = np.zeros(n, np.int8)
-        self.prefill_replica = np.full(n, -1, np.int64)
-        self.decode_replica = np.full(n, -1, np.int64)
-        self.transfer_start_s = np.full(n, np.nan)
-        self.transfer_end_s = np.full(n, np.nan)
+        # each row's stage, replicas and transfer (lists: a request's calls read and write
+        # them one row at a time; the records' columns are made from them at the end)
+        self.stage = [NOWHERE] * n
+        self.prefill_replica = [-1] * n
+        self.decode_replica = [-1] * n
+        self.transfer_start_s = [math.nan] * n
+        self.transfer_end_s = [math.nan] * n
         self._gateway_samples: list[tuple[int, int]] = []
         env.process(self._sample_gateway())
         # a lease's part on each pool: the decode pool's (the budget), the prefill pool's
@@ -143,52 +165,77 @@ class DisaggFleet(ReplicaTotals):
                              timeline_period_s=self.config.timeline_period_s)
         if isinstance(engine, SkipAheadEngine):
             engine.planner.tie = self.events.first_tie
+        if decode:
+            # a decode replica's next external event is a KV load's end (_next_touch_s),
+            # whose request goes to the front of the waiting queue (Engine.add_loaded), in
+            # the next step even under async scheduling: a decode run planned to it ends with
+            # the step in progress then, not a step past it (which the load's end would cut)
+            engine.runs_past_external = False
         return engine
 
     # --- the link ------------------------------------------------------------------------------
     def transfer_s(self, i: int) -> float:
         """Seconds row ``i``'s prompt KV takes over the link (whole blocks of the prefill
         replica, each GPU's shard over its own link)."""
-        bs = self.prefill[0].block_size
-        tokens = -(-self.w.prompt_tokens.item(i) // bs) * bs
-        return (self.disagg.link.transfer_latency_s
-                + tokens * self._bytes_per_token / self._bandwidth)
+        return self._transfer_rows[i]
 
     def _load_started(self, i: int, start: float, end: float) -> None:
         self.transfer_start_s[i] = start
         self.transfer_end_s[i] = end
+        heapq.heappush(self._load_ends, (end, i))
+
+    def _next_load_end_s(self) -> float:
+        """The earliest end of a load in progress on any decode replica (inf: none): the
+        min of each replica's ``RemoteLoads.next_end_s``, from one heap of the loads' ends
+        (an entry whose load ended or was cancelled goes when it reaches the top)."""
+        ends = self._load_ends
+        while ends:
+            end, i = ends[0]
+            d = self.decode_replica[i]
+            if d >= 0 and self.loads[d].loading.get(i) == end:
+                return end
+            heapq.heappop(ends)
+        return math.inf
 
     def _load_ended(self, i: int) -> None:
         if self.on_transfer_end is not None:
             self.on_transfer_end(i, self.env.now)
 
     # --- a replica's hooks ------------------------------------------------------------------
-    def _tied(self, r: int, act: Callable[[], None]) -> None:
-        """``act`` (which may touch other replicas) as replica ``r``'s step end does it."""
+    # (each hook touches other replicas as replica ``r``'s step end does: ``ties.actor``)
+    def _prefilled(self, r: int, i: int, t: float) -> None:
+        """Prefill replica ``r`` sampled row ``i``'s token: to a decode replica, which it
+        joins with its KV remote (unless its earlier attempt's abort waits there still: it
+        then computes its prompt there); or, when that token is the client's and its only
+        one, done."""
+        self.router_p.leave(i, r)
+        if self._prefill_token and self.w.output_tokens.item(i) == 1:
+            self.stage[i] = NOWHERE
+            self._finished(r, i, t)
+            return
+        d = self.router_d.route(i, self._everyone[1] if self._fits_d[i] else [0])
+        self.decode_replica[i] = d
+        self.stage[i] = DECODE
         ties = self.ties
         if ties is not None:
             ties.actor = r
-        act()
+        if self.decode[d].add_remote_request(i, self._decode_prompt[i] - 1):
+            self.loads[d].expect(i)
         if ties is not None:
             ties.actor = -1
 
-    def _prefilled(self, r: int, i: int, t: float) -> None:
-        """Prefill replica ``r`` sampled row ``i``'s token: to a decode replica."""
-        self.router_p.leave(i, r)
-        d = self.router_d.route(i, _allowed(self.decode, self._everyone[1], i))
-        self.decode_replica[i] = d
-        self.stage[i] = DECODE
-        self._tied(r, partial(self._hand_off, d, i))
-
-    def _hand_off(self, d: int, i: int) -> None:
-        """Row ``i`` joins decode replica ``d`` with its KV remote (unless its earlier
-        attempt's abort waits there still: it then computes its prompt there)."""
-        if self.decode[d].add_remote_request(i, self.w.prompt_tokens.item(i) - 1):
-            self.loads[d].expect(i)
-
     def _decoded(self, r: int, i: int, t: float) -> None:
         self.router_d.leave(i, r)
-        self._tied(len(self.prefill) + r, partial(self.hooks.on_finish, i, t))
+        self._finished(len(self.prefill) + r, i, t)
+
+    def _finished(self, actor: int, i: int, t: float) -> None:
+        """Row ``i`` finished at ``t`` on replica ``actor`` (its step end's tie)."""
+        ties = self.ties
+        if ties is not None:
+            ties.actor = actor
+        self.hooks.on_finish(i, t)
+        if ties is not None:
+            ties.actor = -1
 
     def _preempted(self, i: int, t: float) -> None:
         self.hooks.on_preempt(i, t)
@@ -201,7 +248,7 @@ class DisaggFleet(ReplicaTotals):
         may admit a request)."""
         if decode:
             return self.loads[r].next_end_s()
-        return min(self.hooks.next_external_s(), *(x.next_end_s() for x in self.loads))
+        return min(self.hooks.next_external_s(), self._next_load_end_s())
 
     def _next_timer_s(self) -> float | None:
         return self.gateway.next_timer_s()
@@ -210,10 +257,11 @@ class DisaggFleet(ReplicaTotals):
     def fits(self, i: int) -> bool:
         """Whether row ``i`` could run on both pools (a pool's replicas share one setup and
         one set of columns: it fits on all of them or on none)."""
-        return self.prefill[0].fits(i) and self.decode[0].fits(i)
+        return self._fits_both[i]
 
     def add_request(self, i: int) -> str:
-        r = self.router_p.route(i, _allowed(self.prefill, self._everyone[0], i))
+        # (the replicas that could run it: all of the pool, or the first; fits, _allowed)
+        r = self.router_p.route(i, self._everyone[0] if self._fits_p[i] else [0])
         self.stage[i] = PREFILL
         self.prefill_replica[i] = r
         self.decode_replica[i] = -1
@@ -225,23 +273,27 @@ class DisaggFleet(ReplicaTotals):
         return why
 
     def abort_request(self, i: int) -> None:
-        stage = self.stage.item(i)
+        stage = self.stage[i]
         if stage == PREFILL:
-            r = self.prefill_replica.item(i)
+            r = self.prefill_replica[i]
             self.prefill[r].abort_request(i)
             self.router_p.leave(i, r)
         elif stage == DECODE:
-            d = self.decode_replica.item(i)
+            d = self.decode_replica[i]
             self.router_d.leave(i, d)
             self.loads[d].cancel(i)
         self.stage[i] = NOWHERE
 
     def output_tokens_of(self, i: int) -> int:
-        d = self.decode_replica.item(i)
-        return 0 if d < 0 else self.decode[d].output_tokens_of(i)
+        d = self.decode_replica[i]
+        decoded = 0 if d < 0 else self.decode[d].output_tokens_of(i)
+        if not self._prefill_token:
+            return decoded
+        p = self.prefill_replica[i]
+        return decoded + (0 if p < 0 else self.prefill[p].output_tokens_of(i))
 
     def forget_first_token(self, i: int) -> None:
-        for e in self.decode:
+        for e in self.replicas:
             e.forget_first_token(i)
 
     # --- figures ---------------------------------------------------------------------------
@@ -253,26 +305,34 @@ class DisaggFleet(ReplicaTotals):
     def num_preemptions(self) -> IntArray:
         return np.asarray(sum(e.num_preemptions for e in self.replicas), np.int64)
 
-    def _decode_min(self, name: str) -> FloatArray:
+    def _decode_min(self, name: str, pool: list[Engine] | None = None) -> FloatArray:
         out = np.full(len(self.stage), np.nan)
-        for e in self.decode:
+        for e in self.decode if pool is None else pool:
             out = np.fmin(out, getattr(e, name))
         return out
 
     @property
     def first_token_s(self) -> FloatArray:
-        """The client's first token: the decode replica's (the prefill's is dropped)."""
-        return self._decode_min("first_token_s")
+        """The client's first token: the decode replica's (the prefill's is dropped), or
+        the prefill replica's (``first_token = "prefill"``)."""
+        return self._decode_min("first_token_s", self.prefill if self._prefill_token else None)
 
     @property
     def finished_s(self) -> FloatArray:
-        return self._decode_min("finished_s")
+        done = self._decode_min("finished_s")
+        if self._prefill_token:  # a one-token output finishes on its prefill replica
+            one = self.w.output_tokens == 1
+            done[one] = self._decode_min("finished_s", self.prefill)[one]
+        return done
 
     def output_tokens(self) -> IntArray:
         out = np.zeros(len(self.stage), np.int64)
-        for d, e in enumerate(self.decode):
-            mask = self.decode_replica == d
-            out[mask] = e.output_tokens()[mask]
+        for pool, replica in ((self.decode, self.decode_replica),
+                              (self.prefill if self._prefill_token else [], self.prefill_replica)):
+            rows = np.array(replica, np.int64)
+            for r, e in enumerate(pool):
+                mask = rows == r
+                out[mask] += e.output_tokens()[mask]
         return out
 
     def token_gaps(self, keep: npt.NDArray[np.bool_], tier: IntArray
@@ -280,6 +340,12 @@ class DisaggFleet(ReplicaTotals):
         """The decode replicas' gaps (a prefill replica samples one token: none)."""
         num_codes = int(tier.max()) + 1 if tier.size else 0
         parts = [merge_gap_rows(*e.token_gaps(keep, tier), num_codes) for e in self.decode]
+        if self._prefill_token:  # from the prefill's token to the decode replica's first
+            rows = np.flatnonzero(keep & np.isfinite(self._decode_min("finished_s")))
+            gap = (self._decode_min("first_token_s")[rows]
+                   - self._decode_min("first_token_s", self.prefill)[rows])
+            parts.append(merge_gap_rows(tier[rows], gap, np.ones(rows.size, np.int64),
+                                        num_codes))
         codes, gaps, counts = zip(*parts, strict=True)
         return (np.concatenate(codes).astype(np.int64), np.concatenate(gaps).astype(np.float64),
                 np.concatenate(counts).astype(np.int64))
@@ -291,10 +357,10 @@ class DisaggFleet(ReplicaTotals):
 
     def record_columns(self) -> dict[str, Any]:
         """The records' disaggregation columns (``results.records.OPTIONAL_RECORD_COLUMNS``)."""
-        return {"prefill_replica": self.prefill_replica.copy(),
-                "decode_replica": self.decode_replica.copy(),
-                "transfer_start_s": self.transfer_start_s.copy(),
-                "transfer_end_s": self.transfer_end_s.copy()}
+        return {"prefill_replica": np.array(self.prefill_replica, np.int64),
+                "decode_replica": np.array(self.decode_replica, np.int64),
+                "transfer_start_s": np.array(self.transfer_start_s, np.float64),
+                "transfer_end_s": np.array(self.transfer_end_s, np.float64)}
 
     def kv_token_seconds(self) -> float:
         return to_float(sum(e.kv_token_seconds_exact() for e in self.replicas))
@@ -337,8 +403,9 @@ class DisaggFleet(ReplicaTotals):
         return merged
 
     def stats(self) -> dict[str, object]:
-        moved = np.isfinite(self.transfer_end_s)
-        seconds = self.transfer_end_s[moved] - self.transfer_start_s[moved]
+        end_s = np.array(self.transfer_end_s, np.float64)
+        moved = np.isfinite(end_s)
+        seconds = end_s[moved] - np.array(self.transfer_start_s, np.float64)[moved]
         pools = {}
         for name, pool, setup, engines in (("prefill", self.disagg.prefill, self.setups[0],
                                             self.prefill),
@@ -369,10 +436,14 @@ class DisaggFleet(ReplicaTotals):
         return iter(self.replicas)
 
 
-def _allowed(pool: list[Engine], everyone: list[int], i: int) -> list[int]:
-    """The replicas of ``pool`` that could run row ``i``: ``everyone`` (its replicas share one
-    setup and one set of columns, so it fits on all of them or on none), else the first."""
-    return everyone if pool[0].fits(i) else everyone[:1]
+def _after_first_token(cols: RequestColumns) -> RequestColumns:
+    """A decode replica's columns when the prefill's token is the client's first: the prompt
+    and that token, one output token fewer, the same tokens in all (a one-token output never
+    reaches a decode replica: its row stays as it is)."""
+    most = cols.output_tokens if cols.max_output_tokens is None else cols.max_output_tokens
+    moved = (cols.output_tokens > 1).astype(np.int64)
+    return replace(cols, prompt_tokens=cols.prompt_tokens + moved,
+                   output_tokens=cols.output_tokens - moved, max_output_tokens=most - moved)
 
 
 def _no_gateway() -> tuple[int, int]:

@@ -42,7 +42,7 @@ from kvbudget.simulator.sim_config import ROUTERS, RouterName
 if TYPE_CHECKING:
     from kvbudget.simulator.sim_config import SimConfig
 
-__all__ = ["LINKS", "LINK_LATENCY_S", "DisaggConfig", "KVLink", "PoolConfig",
+__all__ = ["FIRST_TOKENS", "LINKS", "LINK_LATENCY_S", "DisaggConfig", "KVLink", "PoolConfig",
            "disagg_from_tables"]
 
 GBIT = 1e9 / 8
@@ -128,15 +128,33 @@ class PoolConfig:
                              f"{', '.join(ROUTERS)}")
 
 
+FIRST_TOKENS = ("decode", "prefill")
+"""Where the client's first token comes from (``DisaggConfig.first_token``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class DisaggConfig:
-    """A prefill pool, a decode pool and the link between them. Both pools are required."""
+    """A prefill pool, a decode pool and the link between them. Both pools are required.
+
+    ``first_token``: ``decode`` (vLLM's P/D, the default): the prefill replica's token is
+    dropped by the proxy and the decode replica computes the last prompt token, which samples
+    the client's first token (vLLM 0.32.0 ``v1/core/sched/scheduler.py`` lines 3170-3172,
+    ``num_computed_tokens = num_tokens - 1``); ``prefill`` (DistServe's): the prefill instance's
+    token goes to the client when it is sampled (``distserve/single_stage_engine.py``, commit
+    82831f1, lines 374-385: ``engine_on_new_step_output_callback`` at ``ContextEnd``), a request
+    whose output is that one token finishes there (lines 393-403: only an unfinished request
+    migrates), and the decode instance, given the prompt's KV, decodes from that token on (its
+    first step computes the token's KV and samples the second)."""
 
     prefill: PoolConfig | None = None
     decode: PoolConfig | None = None
     link: KVLink = KVLink()
+    first_token: str = "decode"
 
     def __post_init__(self) -> None:
+        if self.first_token not in FIRST_TOKENS:
+            raise ValueError(f"disaggregation.first_token must be 'decode' or 'prefill', got "
+                             f"{self.first_token!r}")
         for where, pool in (("prefill", self.prefill), ("decode", self.decode)):
             if pool is None:
                 raise ValueError(f"disaggregation.{where}: a disaggregated deployment needs a "
@@ -202,4 +220,4 @@ def disagg_from_tables(tables: Mapping[str, Any], engine: Mapping[str, Any]) -> 
     bw = tables["link_bandwidth_gb_s"]
     link = KVLink(tables["link"], None if bw is None else bw * 1e9, tables["link_latency_s"])
     return DisaggConfig(_pool("prefill", tables["prefill"], engine),
-                        _pool("decode", tables["decode"], engine), link)
+                        _pool("decode", tables["decode"], engine), link, tables["first_token"])

@@ -69,8 +69,10 @@ class Engine(Scheduler):
     step_observer: ClassVar[Callable[[Engine], None] | None] = None
     # under async scheduling a skip-ahead decode run goes on a step past the next external
     # event (a request that comes then waits for that step); not where that event may be the
-    # variant's own held work becoming ready, which no call announces (kv_offload's loads)
-    runs_past_external: ClassVar[bool] = True
+    # variant's own held work becoming ready, which no call announces (kv_offload's loads),
+    # nor where it is a KV load's end, whose request is schedulable at the next step (a
+    # disaggregated decode replica's: set on the instance, disagg.DisaggFleet)
+    runs_past_external: bool = True
 
     def __init__(self, env: simpy.Environment, config: EngineConfig, cost_model: CostModel,
                  columns: RequestColumns, *, num_gpu_blocks: int, hooks: EngineHooks,
@@ -190,6 +192,12 @@ class Engine(Scheduler):
         whose blocks fit beside the watermark (vLLM v0's ``AllocStatus.NEVER``: such a request
         is refused, never scheduled)."""
         return self.fits_tokens(self.prompt_tokens.item(i), self.target_output.item(i))
+
+    def fits_rows(self) -> npt.NDArray[np.bool_]:
+        """:meth:`fits` of every row at once."""
+        prompt = self.prompt_tokens
+        return ((prompt + self.target_output <= self.max_model_len)
+                & (-(-prompt // self.block_size) <= self._admit_blocks))
 
     def fits_tokens(self, prompt: int, output: int) -> bool:
         """:meth:`fits` of a request of ``prompt`` and ``output`` tokens."""

@@ -118,7 +118,8 @@ class SkipAheadEngine(TiedSteps, Engine):
         self._span_head: int | None = None
         self._refire = False  # a timer was armed for the run's end before its last step starts
         self._in_last = False  # the run's last step has started (its end event made then)
-        self._lag_run = False  # it goes on through the step after the next external event's
+        # it goes on through the step after the next external event's (_quiet_lag: planner.quiet)
+        self._lag_run = self._quiet_lag = False
 
     # --- what the executor and hooks read mid-run ------------------------------------------
     def output_tokens_of(self, i: int) -> int:
@@ -278,7 +279,7 @@ class SkipAheadEngine(TiedSteps, Engine):
     # --- the group's steps ----------------------------------------------------------------------
     def _step(self) -> Generator[simpy.Event, Any, None]:
         """A step whose running loop is the group's (every member gets its token and block):
-        :meth:`_group_iteration`; any other step dissolves the group first."""
+        :meth:`_group_iteration` (returned: a generator fewer), else dissolves the group."""
         g = self._group
         if (g is None and self.commit.all_decode and self.commit.synced
                 and self.decode_group):
@@ -289,10 +290,9 @@ class SkipAheadEngine(TiedSteps, Engine):
             reserved, gw_waiting = self.hooks.gateway_state()
             tail = self._schedule_group(g)
             if tail is not None and (tail or g.size):  # (else a KV load holds all there is: offload, disaggregation)
-                yield from self._group_iteration(g, tail, reserved, gw_waiting)
-                return
+                return self._group_iteration(g, tail, reserved, gw_waiting)
             self._group_dissolve(scheduled=False)
-        yield from super()._step()
+        return super()._step()
 
     def _schedule_group(self, g: DecodeGroup) -> list[tuple[int, int]] | None:
         """:meth:`_schedule` when the running requests are the decode group ``g`` and every one
@@ -332,10 +332,11 @@ class SkipAheadEngine(TiedSteps, Engine):
             to_finish = g.finish[0][0] - g.step
             t_ext = self.hooks.next_external_s()
             until = self._plan_until(t_ext) if self.head_refusal else t_ext
-            # the run ends before a deferred member's blocks fill (it joins hist then), as a
-            # request becomes schedulable, or a step past t_ext's (async scheduling: _lag_step)
+            # the run ends before a deferred member's blocks fill (it joins hist then), as a request
+            # becomes schedulable (not behind a refused FCFS head, _plan_until), or past t_ext's
             to_end = min(to_finish, g.wake[0][0] - g.step) if g.wake else to_finish
-            if self._pending:
+            if self._pending and not (self._span_head is not None and self.runs_past_external
+                                      and self.config.scheduling_policy == "fcfs"):
                 to_end = min(to_end, self._pending_due() - self.num_steps)
             if lag := self._async and until == t_ext and self.runs_past_external:
                 t_lag = t_ext
@@ -358,7 +359,11 @@ class SkipAheadEngine(TiedSteps, Engine):
         else:
             dt = self._step_seconds(tail_features(n, n + g.context, tail, self.num_computed_tokens,
                                                   self.num_tokens, self.num_output_tokens))
-        k = yield from self._wait_run(dt, run, reserved, counts, t_lag)
+        if run is None:  # one step (nothing cuts it: _work_changed)
+            yield from self._wait(self._account_step(dt, reserved, counts))
+            self._span_head, k = None, 1
+        else:
+            k = yield from self._wait_run(dt, run, reserved, counts, t_lag)
         self._steps_rows = None  # for scheduled_with_output: the group's step
         self._steps_group = (n, tail)
         if self._aborts:
@@ -443,34 +448,28 @@ class SkipAheadEngine(TiedSteps, Engine):
         return self.log.timeline.first_at_or_after(t_ext)
 
     def _wait_run(
-        self, dt: float, run: Run | None, reserved: int, counts: tuple[int, int], t_lag: float
+        self, dt: float, run: Run, reserved: int, counts: tuple[int, int], t_lag: float
     ) -> Generator[simpy.Event, Any, int]:
-        """Run one step of ``dt`` seconds, or the planned decode ``run`` (step ends, blocks in
-        use, step times), with their KV and head-of-line terms and timeline samples
-        (``reserved`` and ``counts``: the timeline's figures as it was scheduled; ``t_lag``:
-        the external event it was planned to go on a step past, or inf); returns the steps
-        that ran (a run ends early when work is added or aborted)."""
+        """Run the planned decode ``run`` (step ends, blocks in use, step times; the first
+        ``dt`` long), with their KV and head-of-line terms and timeline samples (``reserved``
+        and ``counts``: the timeline's figures as it was scheduled; ``t_lag``: the external
+        event it was planned to go on a step past, or inf); returns the steps that ran (a run
+        ends early when work is added or aborted)."""
         env = self.env
-        if run is None:  # one step: nothing cuts it (_work_changed)
-            yield from self._wait(self._account_step(dt, reserved, counts))
-            self._span_head = None
-            return 1
         self._busy = True
         step_end, used, dts = run
         t1 = float(step_end[-1])
         k = len(step_end)
-        # a run planned past the next external event waits for its last step's end from that
-        # step's start, as stepping creates a step's end event when the step starts: an event
-        # created during the run and due exactly then runs after it or before, as in stepping
-        # (decode_plan._TIE); a fleet's replica, when a gateway timer is armed for its end
-        # (timer_armed); async scheduling's step after that event (_lag_step) too, but not a
-        # fleet's replica's: its runs end before the fleet's events (first_tie)
+        # a run planned past the next external event (a span; the step after it, _lag_step,
+        # unless DecodeRunPlanner.quiet) waits for its end from its last step's start, as
+        # stepping (decode_plan._TIE); a fleet's replica's, when a timer is armed for its end
         last_start = None
         if k > 1:
             self._jump_ends = self._run_ends = step_end
             self._run_used = used
             self._lag_run = lagged = (t_last := float(step_end[k - 2])) > t_lag
-            if self._span_head is not None or (lagged and self.planner.tie is None):
+            self._quiet_lag = quiet = lagged and self._span_head is None and self.planner.quiet(t1)
+            if self._span_head is not None or (lagged and self.planner.tie is None and not quiet):
                 last_start = t_last
         ties = self.ties
         if ties is not None:  # a fleet's replica: its event is due at t1 (see _tied_wait)
@@ -509,7 +508,7 @@ class SkipAheadEngine(TiedSteps, Engine):
                 yield from ties.turn(self.tie_index, t1)
         self._jump_ends = self._run_ends = None
         self._span_head = None
-        self._busy = self._in_last = False
+        self._busy = self._in_last = self._quiet_lag = False
         self._between_steps = True
         self.t = t1
         self.num_steps += k
@@ -552,30 +551,30 @@ class SkipAheadEngine(TiedSteps, Engine):
         ends = self._run_ends
         if ends is None:
             return self.num_steps
-        if self._in_last:
-            return self.num_steps + self._jump_keep - 1
         now = self.env.now
+        if self._in_last or (self._quiet_lag and now >= ends[self._jump_keep - 2]):
+            return self.num_steps + self._jump_keep - 1
         return self.num_steps + (bisect.bisect_left(ends, now) if self.ties is None
                                  else self._steps_done(ends, now))
 
     def timer_armed(self, t: float) -> None:
-        """A fleet's gateway timer was armed now, due at ``t``. Stepping makes the end event of
-        a step when the step starts: when ``t`` is the end of the decode run in flight and its
-        last step has not started, stepping's timer runs before that step's end, and the run's
-        end event, made when the run started, would run first; the run then waits from its last
-        step's start (``_wait_run``), as stepping. (A timer due at another step's end, armed
-        before that step starts, runs before it as in stepping: the run counts that step as not
-        ended, ``output_tokens_of``, ``_work_changed``.)"""
-        ends, k = self._run_ends, self._jump_keep
-        if ends is not None and k > 1 and ends[k - 1] == t and ends[k - 2] >= self.env.now:
+        """A gateway timer was armed now, due at ``t``: when ``t`` is the end of the decode
+        run in flight and its last step has not started, stepping's timer runs before that
+        step's end (made as the step starts), and the run's end event, made when the run
+        started, would run first; the run then waits from its last step's start (``_wait_run``).
+        (A timer due at another step's end, armed before that step starts, runs before it as
+        in stepping: the run counts that step as not ended.) A single engine's: only while
+        ``_quiet_lag`` holds, and before (not as) its last step starts (planner.quiet)."""
+        ends, k, now = self._run_ends, self._jump_keep, self.env.now
+        if ends is not None and k > 1 and ends[k - 1] == t and (ends[k - 2] >= now if (
+                self.planner.tie is not None) else self._quiet_lag and ends[k - 2] > now):
             self._refire = True
             self.process.interrupt()
 
     def _work_changed(self, *, added: bool = False, lag: int = 0) -> None:
-        """Something changed this engine's work during a planned decode run (another replica's
-        completion admitted or revoked a request here): end the run with the step in progress
-        (``lag`` steps after it: a request schedulable then, async scheduling, unless a
-        timeline sample reads those steps' figures, which count it). A request ``added``
+        """Work was added or aborted during a planned decode run: end it with the step in
+        progress (``lag`` steps after it: a request schedulable then, async scheduling, unless
+        a timeline sample reads those steps' figures, which count it). A request ``added``
         behind the waiting head the run was planned past arrivals for (:meth:`_plan_until`),
         or coming then (``lag``) to an FCFS queue, changes only the timeline's figures of the
         steps scheduled from now on: the run goes on to the first sample at or after now."""
@@ -583,7 +582,8 @@ class SkipAheadEngine(TiedSteps, Engine):
         now = self.env.now
         # nothing to cut unless a step after the one in progress is planned (the run's next
         # to last step ends now or later): the common case, checked without a search
-        if ends is None or len(ends) < 2 or ends[-2] < now or self._in_last:
+        if (ends is None or len(ends) < 2 or ends[-2] < now or self._in_last
+                or (self._quiet_lag and ends[-2] == now)):
             return
         if lag and self._lag_run and (len(ends) < 3 or ends[-3] < now):
             return  # the step after this one is the run's last, planned so (decode_plan)
@@ -603,6 +603,6 @@ class SkipAheadEngine(TiedSteps, Engine):
             return
         # later work may cut a span or a kept step; else the step in progress is the last
         self._jump_ends = ends[:keep] if span or lagged else None
-        self._jump_keep = keep
+        self._jump_keep, self._quiet_lag = keep, False
         self._refire = self._refire or lagged  # (its last step's end made as that step starts)
         self.process.interrupt()

@@ -23,10 +23,11 @@ boundary, as any abort (vLLM 0.32.0 keeps them until the read has ended: schedul
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import simpy
+from simpy.events import Timeout
 
 from kvbudget.simulator.request_queue import RequestQueue
 
@@ -48,12 +49,12 @@ class RemoteLoads:
     (``pending``), those loading (``loading``: row -> end), and the loads' start and end."""
 
     def __init__(self, env: simpy.Environment, engine: _Engine,
-                 transfer_s: Callable[[int], float],
+                 transfer_s: Sequence[float],
                  on_start: Callable[[int, float, float], None],
                  on_end: Callable[[int], None]) -> None:
         self.env = env
         self.engine = engine
-        self._transfer_s = transfer_s  # row -> seconds its KV takes over the link
+        self._transfer_s = transfer_s  # each row's seconds its KV takes over the link
         self._on_start = on_start  # (row, start, end): the fleet's records
         self._on_end = on_end  # row: its KV has moved (the gateway's first-stage part goes)
         self.pending: set[int] = set()
@@ -72,10 +73,11 @@ class RemoteLoads:
             return False
         self.pending.discard(i)
         start = self.engine.t
-        end = start + self._transfer_s(i)
+        end = start + self._transfer_s[i]
         self.loading[i] = end
         self._on_start(i, start, end)
-        done = self.env.timeout(max(0.0, end - self.env.now))
+        # (``Timeout(env, d)``: ``env.timeout(d)`` without the bound-class descriptor's call)
+        done = Timeout(self.env, max(0.0, end - self.env.now))
         done.callbacks.append(self._ended(i, end))
         return True
 

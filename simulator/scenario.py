@@ -241,6 +241,7 @@ class DisaggSpec:
     link: str = "infiniband-ndr"
     link_bandwidth_gb_s: Annotated[float, Gt(0)] | None = None
     link_latency_s: Annotated[float, Ge(0)] | None = None  # None: the link preset's
+    first_token: str = "decode"  # or "prefill" (DistServe's): DisaggConfig.first_token
 
 
 @dataclass(frozen=True)

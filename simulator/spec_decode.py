@@ -40,6 +40,7 @@ from kvbudget.perf.models import ModelSpec, get_model
 from kvbudget.perf.speculative import SpeculativeConfig, draft_pass_model, mean_acceptance_length
 from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.simulator.serving import FloatArray, IntArray
+from kvbudget.simulator.small_arrays import imax, isum
 
 __all__ = ["SPEC_STREAM", "SpecDecode", "SpecEngine", "SpecRows", "draft_warning", "fleet_stats",
            "make_spec_decode"]
@@ -69,14 +70,22 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _LOOKAHEAD_METHODS = ("eagle", "eagle3", "mtp", "draft_model")
 
 
+_S11, _S27, _S30, _S31 = np.uint64(11), np.uint64(27), np.uint64(30), np.uint64(31)
+_UNIT = 1.0 / 2**53
+
+
 def _mix(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    """SplitMix64's finaliser (Steele, Lea and Flood 2014), element-wise on uint64 arrays."""
-    x = x ^ (x >> np.uint64(30))
-    x = x * _M1
-    x = x ^ (x >> np.uint64(27))
-    x = x * _M2
-    out: npt.NDArray[np.uint64] = x ^ (x >> np.uint64(31))
-    return out
+    """SplitMix64's finaliser (Steele, Lea and Flood 2014), element-wise on uint64 arrays, in
+    place (``x`` is returned)."""
+    t = x >> _S30
+    x ^= t
+    x *= _M1
+    np.right_shift(x, _S27, out=t)
+    x ^= t
+    x *= _M2
+    np.right_shift(x, _S31, out=t)
+    x ^= t
+    return x
 
 
 class SpecDecode:
@@ -170,13 +179,13 @@ class SpecDecode:
         if self._draft is None or not len(rows):
             return 0.0
         held = self.num_spec_tokens[rows]
-        passes = int(held.max())
+        passes = imax(held)
         if not passes:
             return 0.0
         drafting = held > 0
         n = int(np.count_nonzero(drafting))
         after = e.num_computed_tokens[rows] + new
-        context = float(after.sum() if n == len(rows) else after[drafting].sum())
+        context = float(isum(after if n == len(rows) else after[drafting]))
         one = float(self._draft.step_time(0.0, float(n), context, 0.0, 0.0)) - self._gap_s
         seconds = passes * one
         self.draft_s += seconds
@@ -203,8 +212,8 @@ class SpecDecode:
         e.num_output_tokens[r] = out + accepted
         self.num_spec_tokens[r] = 0
         self.num_verify += num
-        self.num_draft_tokens += int(d.sum())
-        self.num_accepted_tokens += int(accepted.sum())
+        self.num_draft_tokens += isum(d)
+        self.num_accepted_tokens += isum(accepted)
         if every:
             return after
         computed = computed.copy()
@@ -223,9 +232,9 @@ class SpecDecode:
         elif self.rate <= 0.0:
             a = np.zeros_like(d)
         else:
-            geometric = np.floor(np.log(self._uniform(e, r)) / self.log_rate)
-            a = np.minimum(geometric.astype(np.int64), d)
-        capped: IntArray = np.maximum(np.minimum(a, room), 0)
+            a = self._geometric(self._uniform(e, r), d)
+        capped: IntArray = np.minimum(a, room)
+        np.maximum(capped, 0, out=capped)
         return capped
 
     def _uniform(self, e: SpecRows, r: IntArray) -> FloatArray:
@@ -236,11 +245,26 @@ class SpecDecode:
 
     def _uniform_at(self, r: IntArray, steps: npt.NDArray[np.uint64]) -> FloatArray:
         """Rows ``r``'s uniforms at their counts of steps with output ``steps`` (of ``r``'s
-        shape, or requests x steps)."""
+        shape, or requests x steps; overwritten)."""
         key = self._row_key[r]
-        x = _mix((key if steps.ndim == 1 else key[:, None]) ^ (steps * _GOLDEN))
-        u: FloatArray = ((x >> np.uint64(11)).astype(np.float64) + 1.0) * (1.0 / 2**53)
+        steps *= _GOLDEN
+        steps ^= key if steps.ndim == 1 else key[:, None]
+        x = _mix(steps)
+        x >>= _S11
+        u: FloatArray = x.astype(np.float64)
+        u += 1.0
+        u *= _UNIT
         return u
+
+    def _geometric(self, u: FloatArray, cap: IntArray | int) -> IntArray:
+        """``min(floor(log(u) / log(rate)), cap)`` element-wise: the accepted drafts of
+        uniforms ``u`` (overwritten) at the engine's rate (strictly between 0 and 1)."""
+        np.log(u, out=u)
+        u /= self.log_rate
+        np.floor(u, out=u)
+        a: IntArray = u.astype(np.int64)
+        np.minimum(a, cap, out=a)
+        return a
 
     def _accepted_by_tier(self, e: SpecRows, r: IntArray, d: IntArray) -> IntArray:
         """:meth:`_accepted` with each row's rate by its tier's priority."""
@@ -279,8 +303,7 @@ class SpecDecode:
             return np.full(u.shape, k, np.int64)
         if self.rate <= 0.0:
             return np.zeros(u.shape, np.int64)
-        geometric: IntArray = np.minimum(np.floor(np.log(u) / self.log_rate).astype(np.int64), k)
-        return geometric
+        return self._geometric(u, k)
 
     def draft_run_seconds(self, num_rows: int, context: FloatArray) -> FloatArray | float:
         """:meth:`draft_seconds` of steps of ``num_rows`` requests, each verifying ``k`` drafts,

@@ -10,7 +10,9 @@ steps' times (the verify step priced by the cost model, plus the draft's passes:
 call each) follow. :func:`plan_spec_run` computes them for a run that ends at the first step a
 request finishes (the accepted drafts vary by request, so unlike a plain decode run's this is
 found from the draws), before the first step whose blocks do not fit, before a step whose
-drafts the model's length clips, or with the step in progress at the next external event.
+drafts the model's length clips, or with the step in progress at the next external event (under
+async scheduling the step after it: ``DecodeRunPlanner.lag_step``; and with the step after which
+a request not yet schedulable becomes so), as a plain decode run ends.
 
 The run's first step is scheduled by the engine's one scheduler (``Scheduler._schedule``); a
 run is planned only when that step scheduled every running request with its ``k`` drafts,
@@ -36,6 +38,7 @@ from kvbudget.simulator.decode_plan import MAX_JUMP_STEPS, DecodeRunPlanner
 from kvbudget.simulator.engine import IntArray
 from kvbudget.simulator.fast_decode import Run, SkipAheadEngine
 from kvbudget.simulator.serving import FloatArray
+from kvbudget.simulator.small_arrays import imax, imin, isum
 from kvbudget.simulator.spec_decode import SpecDecode
 from kvbudget.simulator.step_commit import CommitTarget, StepCommit
 
@@ -80,16 +83,16 @@ def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
     out0 = e.num_output_tokens[rows]
     tgt = e.target_output[rows]
     # every step gives a request one token or more: the first finish is within this many
-    k_max = min(k_max, int((tgt - out0).min()), MAX_SPEC_STEPS)
+    k_max = min(k_max, imin(tgt - out0), MAX_SPEC_STEPS)
     if k_max <= 1:
         return None
     steps0 = spec.num_output_steps[rows]
     cum = spec.geometric(e, rows, steps0, k_max)  # accepted drafts, uncapped
     cum += 1
-    np.cumsum(cum, axis=1, out=cum)
+    np.add.accumulate(cum, axis=1, out=cum)
     cum += out0[:, None]  # output after each step, uncapped
-    done_any: npt.NDArray[np.bool_] = np.any(cum >= tgt[:, None], axis=0)
-    if done_any[-1]:  # the run ends with its first step that finishes a request
+    if imax(cum[:, -1] - tgt) >= 0:  # the run ends with its first step that finishes a request
+        done_any: npt.NDArray[np.bool_] = np.logical_or.reduce(cum >= tgt[:, None], axis=0)
         k_max = int(done_any.argmax()) + 1
         cum = cum[:, :k_max]
     c0 = e.num_computed_tokens[rows]
@@ -97,22 +100,29 @@ def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
     comp = np.empty((n, k_max), np.int64)
     comp[:, 0] = c0
     comp[:, 1:] = cum[:, :-1] + (c0 - out0)[:, None]
-    if int(comp[:, -1].max()) + 1 + k > mml:  # drafts clipped by the model's length
-        clip = (comp + (1 + k) > mml).any(axis=0)
+    top = imax(comp[:, -1])  # (computed tokens only grow along the run)
+    if top + 1 + k > mml:  # drafts clipped by the model's length
+        clip = np.logical_or.reduce(comp + (1 + k) > mml, axis=0)
         k_max = max(1, int(clip.argmax()))
         if k_max <= 1:
             return None
         comp, cum = comp[:, :k_max], cum[:, :k_max]
     bs = planner.block_size
-    need = (np.minimum(comp + (q + look), mml) + (bs - 1)) // bs
+    # the blocks of the step's tokens and lookahead slots, within the model's length
+    need = comp + (q + look)
+    if top + q + look > mml:
+        np.minimum(need, mml, out=need)
+    need += bs - 1
+    need //= bs
     b0 = e.kv.num_blocks[rows]
-    held = np.maximum(need, b0[:, None])
-    alloc = held.sum(axis=0) - int(b0.sum())
+    held = np.maximum(need, b0[:, None], out=need)
+    alloc = np.add.reduce(held, axis=0) - isum(b0)
     alloc = planner.cut_to_free(alloc, free)
     k_max = len(alloc)
     if k_max <= 1:
         return None
-    context = comp[:, :k_max].sum(axis=0) + n * q  # the verify steps' num_context_tokens
+    context = np.add.reduce(comp[:, :k_max], axis=0)  # the verify steps' num_context_tokens
+    context += n * q
     ctx_f = context[1:].astype(np.float64)
     draft_s = np.zeros(k_max, np.float64)
     draft_s[1:] = spec.draft_run_seconds(n, ctx_f)
@@ -158,14 +168,20 @@ def commit_spec_run(e: CommitTarget, spec: SpecDecode, commit: StepCommit, run: 
     spec.num_output_steps[rows] = run.steps0 + m
     spec.num_verify += n * m
     spec.num_draft_tokens += n * m * spec.k
-    spec.num_accepted_tokens += int(grown.sum()) - n * m
+    spec.num_accepted_tokens += isum(grown) - n * m
     tokens = computed + 1
-    live = out < e.target_output[rows]
-    drafts = np.clip(e.max_model_len - tokens, 0, spec.k) * live  # the next step's drafts
+    tgt = e.target_output[rows]
+    done = None if imax(out - tgt) < 0 else out >= tgt  # those that finished, if any
+    drafts = e.max_model_len - tokens  # the next step's drafts: k, clipped to the length
+    np.minimum(drafts, spec.k, out=drafts)
+    np.maximum(drafts, 0, out=drafts)
+    if done is not None:
+        drafts[done] = 0
     spec.num_spec_tokens[rows] = drafts
-    e.num_tokens[rows] = tokens + drafts
-    if not live.all():
-        commit.finish(rows[~live].tolist())
+    drafts += tokens
+    e.num_tokens[rows] = drafts
+    if done is not None:
+        commit.finish(rows[done].tolist())
 
 
 class SpecSkipAheadEngine(SkipAheadEngine):
@@ -197,29 +213,38 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         spec = self.spec
         commit = self.commit
         q = 0 if spec is None else spec.k + 1
-        if (spec is None or preempted or self._aborts or self._pending or self.remote is not None
+        # (a request not yet schedulable ends the run as it becomes schedulable, as the decode
+        # group's does)
+        k_max = self._pending_due() - self.num_steps if self._pending else MAX_JUMP_STEPS
+        if (spec is None or preempted or self._aborts or k_max <= 1 or self.remote is not None
                 or not (commit.synced and commit.all_decode) or len(rows) < 1
                 or int(new.min()) != q or len(rows) != len(self.running)):
             yield from super()._run_scheduled(rows, new, preempted, reserved, counts)
             return
-        dt0 = self._step_seconds(self._features(rows, new))
+        # the step's features (step_cost.rows_features of ``len(rows)`` chunks of ``q`` tokens)
+        # priced, as _step_seconds prices them
+        n = len(rows)
+        context = isum(self.num_computed_tokens[rows]) + n * q
+        dt0 = float(self.cost.step_time(float(n * q), 0.0, float(context), float(q * context),
+                                        float(n))) + self._step_extra_s
         t_ext = self.hooks.next_external_s()
         until = self._plan_until(t_ext) if self.head_refusal else t_ext
-        k_max = MAX_JUMP_STEPS
+        # async scheduling: the run goes on a step past t_ext's (DecodeRunPlanner.lag_step)
+        lag = self._async and until == t_ext and self.runs_past_external
         if until != float("inf") and dt0 > 0:  # step times never shrink during the run
-            k_max = max(1, min(k_max, int((until - self.t) / dt0) + 2))
+            k_max = max(1, min(k_max, int((until - self.t) / dt0) + 2 + lag))
         run = plan_spec_run(self, spec, self.planner, rows, k_max, dt0,
                             self.kv.num_available_blocks)
         cut: Run | None = None
         if run is not None:
-            cut = self._cut(run, t_ext, until)
+            cut = self._cut(run, t_ext, until, lag)
             run = cut_run(run, len(cut[0])) if len(cut[0]) > 1 else None
         if run is None or cut is None:
             self._span_head = None
             yield from super()._run_scheduled(rows, new, preempted, reserved, counts)
             return
         self._spec_run = run
-        k = yield from self._wait_run(dt0, cut, reserved, counts, float("inf"))  # no lag step
+        k = yield from self._wait_run(dt0, cut, reserved, counts, t_ext if lag else float("inf"))
         self._spec_run = None
         self._steps_rows = rows
         if self._aborts:  # the last step commits as stepping commits it, without them
@@ -238,16 +263,18 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         self._on_steps(False, k)
         commit_spec_run(self, spec, commit, run, k)
 
-    def _cut(self, run: SpecRun, t_ext: float, until: float) -> Run:
-        """``run``'s steps up to the one in progress at ``until`` (as ``DecodeRunPlanner.plan``
-        cuts a decode run, ties included), and while the waiting head is refused, up to where
-        it may start (``_jump_limit``); then ``DecodeRunPlanner.span_keep``'s."""
+    def _cut(self, run: SpecRun, t_ext: float, until: float, lag: bool) -> Run:
+        """``run``'s steps up to the one in progress at ``until`` (or, ``lag``, the step after
+        it: ``DecodeRunPlanner.lag_step``; as ``DecodeRunPlanner.plan`` cuts a decode run, ties
+        included), and while the waiting head is refused, up to where it may start
+        (``_jump_limit``); then ``DecodeRunPlanner.span_keep``'s."""
         ends, dts, alloc = run.ends, run.dts, run.alloc
         k = len(ends)
         if self.head_refusal:
             k = self._jump_limit(k, alloc)
         if until < ends[k - 1]:
-            k = int(ends[:k].searchsorted(until, side="left")) + 1
+            cut = int(ends[:k].searchsorted(until, side="left")) + 1
+            k = cut + self.planner.lag_step(ends[:k], cut, t_ext) if lag else cut
         if k > 1 and ends[k - 1] == until:  # see decode_plan._TIE
             k -= 1
         tie = self.planner.tie

@@ -8,11 +8,14 @@ depends on two things the user cannot see in that number:
 - **the step model**: its constants come from published figures, each with the range its
   sources leave open (:data:`kvbudget.perf.step_uncertainty.STATED_RANGES`, the default
   ``vllm-v1`` model), or from a calibration, whose cost file carries the fit's posterior
-  (:class:`kvbudget.studies.fit_uncertainty.FitUncertainty`); and, for the default model on a
-  GPU its constants were not derived on, its **structural error**: every step ``exp(sigma z)``
-  times as long, ``z`` standard normal, ``sigma`` the leave-one-GPU-out spread of
-  :func:`kvbudget.perf.step_uncertainty.structural_sigma` (0 on H100, where the constants were
-  derived).
+  (:class:`kvbudget.studies.fit_uncertainty.FitUncertainty`); and, for the default model
+  wherever it extrapolates beyond the configurations its constants were derived on (another
+  GPU, another model, tensor or expert parallelism), its **structural error**: every step
+  ``exp(sigma z)`` times as long, ``z`` Student's t with
+  :data:`~kvbudget.perf.step_uncertainty.STRUCTURAL_DOF` degrees of freedom (the predictive of a
+  spread estimated from that many figures), ``sigma`` the leave-one-GPU-out spread of
+  :func:`kvbudget.perf.step_uncertainty.structural_sigma` (0 for the derivation's own models on
+  one H100).
 
 :func:`scenario_intervals` runs the scenario once as it is (the figures reported) and
 ``num_draws`` times more, each with the next seed and the step model's constants drawn from
@@ -21,13 +24,16 @@ stated range (the prior of :mod:`~kvbudget.studies.fit_uncertainty` is that unif
 moments) with the structural factor, or jointly normal in a fit's coordinates with its
 posterior covariance, cut to its search bounds. A
 figure's interval at ``level`` is the ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles
-of its ``num_draws`` values. How often such an interval holds the measured value is
+of its ``num_draws`` values, taken at the positions that make it cover a further draw with
+probability ``level`` (:func:`intervals_of`). How often such an interval holds the measured value is
 ``benchmarks/bench_intervals.py``'s question (docs/fidelity.md reports it).
 
 What is not in the interval: the engine's own modelling choices (what the scheduler does),
 the workload's own uncertainty beyond the seed (a trace is taken as it is), any constant
 without a stated range (the GPU's peak figures, the model's shape), and a structural error
-the published step figures do not show (tensor parallelism, MoE at batch: none of them has
+larger than the published step figures show (tensor parallelism, MoE at batch: none of them has
+it; their configurations get the same spread as another GPU, and their communication the
+stated ranges of its link, a PCIe one's as wide as peer-to-peer access or its absence makes
 it). ``capacity`` and ``plan`` take one :class:`StepDraw` per replication
 (:func:`replication_draws`), so their intervals over the replications carry the step model's
 uncertainty as well as the seed's.
@@ -47,10 +53,12 @@ import numpy as np
 
 from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.perf.step_uncertainty import (
+    INTERCONNECT_RANGES,
     STATED_RANGES,
+    STRUCTURAL_DOF,
     StructurallyScaled,
     structural_sigma,
-    validation_status,
+    structural_status,
 )
 from kvbudget.simulator.run import SimConfig, simulate
 from kvbudget.studies.fit_uncertainty import FitUncertainty
@@ -80,7 +88,7 @@ class StepDraw:
     """One draw of the step model: ``factors`` on the default model's own constants (the
     spread of their stated ranges: one draw then serves every GPU of a plan, each around its
     own defaults), or ``values`` of a calibration's constants (its posterior); and ``z``, the
-    standard normal draw of the structural error, scaled by the GPU's spread
+    Student t draw of the structural error, scaled by the configuration's spread
     (:func:`~kvbudget.perf.step_uncertainty.structural_sigma`; none for a calibration)."""
 
     factors: tuple[tuple[str, float], ...] = ()
@@ -91,15 +99,16 @@ class StepDraw:
         return {"factors": dict(self.factors), "values": dict(self.values), "z": self.z}
 
     def cost_model(self, nominal: CostModel) -> tuple[CostModel, float | None]:
-        """``nominal`` with this draw's constants (the structural error by its GPU's
-        validation status), and the drawn front-end overhead (None: the nominal one)."""
+        """``nominal`` with this draw's constants (the structural error by its
+        configuration's validation status), and the drawn front-end overhead (None: the
+        nominal one)."""
         params = dict(self.values)
         overhead = params.pop(FRONTEND_OVERHEAD, None)
         for name, factor in self.factors:
             top = 1.0 if name in FRACTIONS else math.inf
             params[name] = min(top, float(getattr(nominal, name)) * factor)
         model = with_params(nominal, params) if params else nominal
-        sigma = (structural_sigma(nominal.gpu.name)
+        sigma = (structural_sigma(nominal)
                  if isinstance(nominal, VllmStepModel) and not self.values else 0.0)
         if sigma and self.z:
             model = StructurallyScaled(model, math.exp(sigma * self.z))
@@ -138,14 +147,16 @@ def stated_draws(model: CostModel) -> ParameterDraws:
     """The default step model's constants, each drawn around its own value, uniformly in log
     space over a span as wide as its stated range (the default is the best estimate; the
     range's width is how far its sources leave it open: the prior of
-    :mod:`~kvbudget.studies.fit_uncertainty` has the same spread), a fraction of a peak cut at
-    1. ValueError for a model without stated ranges."""
+    :mod:`~kvbudget.studies.fit_uncertainty` has the same spread; the model's interconnect's own
+    ranges where it has them), a fraction of a peak cut at 1. ValueError for a model without
+    stated ranges."""
     if not isinstance(model, VllmStepModel):
         raise ValueError(f"the {getattr(model, 'KIND', type(model).__name__)} step model has no "
                          "stated uncertainty: intervals need the default vllm-v1 model or a "
                          "calibrated cost file with calibration.uncertainty")
     bases = {name: float(getattr(model, name)) for name in model.FIT_PARAMETERS}
-    half = {name: math.log(hi / lo) / 2 for name, (lo, hi, _source) in STATED_RANGES.items()
+    stated = {**STATED_RANGES, **INTERCONNECT_RANGES.get(model.gpu.interconnect, {})}
+    half = {name: math.log(hi / lo) / 2 for name, (lo, hi, _source) in stated.items()
             if name in bases}
     top = {name: 1.0 if name in FRACTIONS else math.inf for name in half}
     ranges = {name: (bases[name] * math.exp(-h), min(top[name], bases[name] * math.exp(h)))
@@ -155,14 +166,17 @@ def stated_draws(model: CostModel) -> ParameterDraws:
         return StepDraw(factors=tuple((name, math.exp(float(rng.uniform(-h, h))))
                                       for name, h in half.items()))
 
-    gpu = model.gpu.name
-    sigma = structural_sigma(gpu)
+    where = f"{model.model.name} on {model.gpu.name}" + (
+        f" TP {model.tensor_parallel_size}" if model.tensor_parallel_size > 1 else "") + (
+        f" EP {model.expert_parallel_size}" if model.expert_parallel_size > 1 else "")
+    sigma = structural_sigma(model)
     return ParameterDraws(
         "their stated ranges' spread around the defaults (kvbudget.perf.step_uncertainty), "
-        "independent, uniform in log space; and the structural error of the default model on "
-        f"{gpu} (validation status {validation_status(gpu)!r}): every step exp(sigma z) times "
-        f"as long, z standard normal, sigma {sigma:g} (leave-one-GPU-out on the published "
-        "step figures; 0 where the constants were derived)", ranges, draw, structural=True)
+        "independent, uniform in log space; and the structural error of the default model, "
+        f"{where} (validation status {structural_status(model)!r}): every step exp(sigma z) "
+        f"times as long, z Student's t with {STRUCTURAL_DOF} degrees of freedom, sigma "
+        f"{sigma:g} (leave-one-GPU-out on the published step figures; 0 where the constants "
+        "were derived)", ranges, draw, structural=True)
 
 
 def posterior_draws(posterior: FitUncertainty) -> ParameterDraws:
@@ -246,7 +260,14 @@ def headline(summary: Mapping[str, Any]) -> dict[str, dict[str, float]]:
 
 def intervals_of(values: list[dict[str, dict[str, float]]], level: float
                  ) -> dict[str, dict[str, tuple[float, float]]]:
-    """Each figure's ``level`` interval over the draws' headline figures."""
+    """Each figure's ``level`` interval over the draws' headline figures: the order statistics
+    at positions ``(1 -+ level) / 2 * (n + 1)`` of the ``n`` finite values (numpy's
+    ``weibull`` quantiles, Hyndman and Fan 1996, definition 6), interpolated. A new draw falls
+    between the ``r``-th and ``s``-th of ``n`` draws with probability ``(s - r) / (n + 1)``
+    (the coverage of order statistics: David and Nagaraja, Order Statistics, 3rd ed., 2.5), so
+    these cover a further draw (the measured value, if the uncertainty drawn is the real one)
+    with probability ``level``; numpy's default positions ``(1 -+ level) / 2 * (n - 1) + 1``
+    cover it with ``(n - 1) / (n + 1) * level``, 0.86 for 40 draws at 0.9."""
     q = ((1 - level) / 2, (1 + level) / 2)
     out: dict[str, dict[str, tuple[float, float]]] = {}
     for scope, figs in values[0].items():
@@ -254,7 +275,7 @@ def intervals_of(values: list[dict[str, dict[str, float]]], level: float
         for name in figs:
             v = np.array([d.get(scope, {}).get(name, math.nan) for d in values], np.float64)
             v = v[np.isfinite(v)]
-            lo, hi = (np.quantile(v, q) if len(v) else (math.nan, math.nan))
+            lo, hi = (np.quantile(v, q, method="weibull") if len(v) else (math.nan, math.nan))
             out[scope][name] = (float(lo), float(hi))
     return out
 
@@ -277,7 +298,7 @@ def step_draws(draws: ParameterDraws, num_draws: int, seed: int) -> list[StepDra
     for _ in range(num_draws):
         d = draws.draw(rng)
         if draws.structural:
-            d = dataclasses.replace(d, z=float(struct.standard_normal()))
+            d = dataclasses.replace(d, z=float(struct.standard_t(STRUCTURAL_DOF)))
         out.append(d)
     return out
 
@@ -322,8 +343,8 @@ class WorldDraws:
     def combines(self) -> str:
         """What the intervals combine, in words."""
         what = ("the seed and the step model's draw (its constants' stated ranges and its "
-                "structural error by GPU, or a calibration's posterior)" if self.model_draws
-                else "the seed only")
+                "structural error by configuration, or a calibration's posterior)"
+                if self.model_draws else "the seed only")
         return f"{self.replications} replications, each a world: {what}"
 
 

@@ -50,3 +50,16 @@ def test_the_child_runs(bench: ModuleType, tmp_path: Path, engine: str, router: 
     done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300,
                           check=False)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("deployment", [0, 1])
+def test_the_disaggregation_commands_run(bench: ModuleType, deployment: int) -> None:
+    """(c)'s commands, on the trace's first second (the part it subtracts)."""
+    trace = SHARED / bench.AZURE_CONV
+    if not trace.is_file():  # a worktree beside the main checkout
+        trace = Path("/work/shared") / bench.AZURE_CONV
+    args = bench.disagg_args(trace, bench.DEPLOYMENTS[deployment][1], True)
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert "interactive" in done.stdout

@@ -4,6 +4,7 @@ tables that tests/benchmarks/test_bench_*.py recompute: each is computed here fr
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.kv_capacity import num_gpu_blocks
 from kvbudget.perf.models import get_model
+from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.policies import make_policy
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig, simulate
@@ -139,3 +141,70 @@ def test_the_intervals_prose_adds_up_the_coverage_table() -> None:
     total = sum(int(r[2].split(" of ")[1]) for r in rows)
     should = f"on the recorded runs: they hold the measured value for {inside} of {total} figures"
     assert should in " ".join(text.split()), should
+
+
+# --- "KV read (decode attention)": the candidate terms checked and not landed ---------------
+H100_PEAK_BYTES_S = 3.35e12
+# Dao-AILab/flash-attention#1572 (a user's H100, FA3, paged MHA 32/32 heads of 128, batch 16):
+# 292.0 us at 2,000 tokens, 567.2 us at 4,000
+FA3_MHA_MARGINAL = 16 * 2_000 * 32 * 128 * 2 * 2 / ((567.2 - 292.0) * 1e-6) / H100_PEAK_BYTES_S
+# microsoft/onnxruntime#21414 (H100 SXM, FA2 paged decode, Llama-3-70B's 64/8 heads, 64 seqs):
+# 28.780 us at 128 tokens, 43.563 us at 256 (33 and 65 MiB read)
+FA2_GQA_MARGINAL = 32 * 2**20 / ((43.563 - 28.780) * 1e-6) / H100_PEAK_BYTES_S
+
+
+def kv_candidate(model: VllmStepModel, candidate: str) -> VllmStepModel:
+    """The default step model with the KV-read term of ``candidate``: "now" (one fraction),
+    "head layout" (an MHA model's KV at FA3's MHA marginal rate over FA2's GQA one), or
+    "batch-1 slope" (every KV read at the streaming fraction)."""
+    if candidate == "now":
+        return model
+    if candidate == "head layout":
+        mha = model.model.mla is None and model.model.num_kv_heads == model.model.num_attention_heads
+        factor = FA3_MHA_MARGINAL / FA2_GQA_MARGINAL if mha else 1.0
+        return dataclasses.replace(model, kv_mem_efficiency=model.kv_mem_efficiency * factor)
+    assert candidate == "batch-1 slope", candidate
+    return dataclasses.replace(model, kv_mem_efficiency=model.mem_efficiency)
+
+
+def kv_candidate_figures(candidate: str) -> list[float]:
+    """The published KV figures (ns per context token at batch 1: Llama-3.1-8B H100, B200;
+    gpt-oss-20b H100, B200; the Llama-3.1-8B H100 batch 8 x 21k step, ms) and Llama-2-7B's
+    H100 decode step at 80 x 700 tokens (ms) under ``candidate``."""
+    out = []
+    for gpu, name in (("H100-SXM", "Llama-3.1-8B"), ("B200", "Llama-3.1-8B"),
+                      ("H100-SXM", "gpt-oss-20b"), ("B200", "gpt-oss-20b")):
+        m = kv_candidate(VllmStepModel(get_gpu(gpu), get_model(name)), candidate)
+        t0 = m.step_time(0.0, 1.0, 1.0, 0.0, 0.0)
+        out.append((m.step_time(0.0, 1.0, 100_001.0, 0.0, 0.0) - t0) / 1e5 * 1e9)
+    m = kv_candidate(VllmStepModel(get_gpu("H100-SXM"), get_model("Llama-3.1-8B")), candidate)
+    out.append(m.step_time(0.0, 8.0, 8 * 21_000.0, 0.0, 0.0) * 1e3)
+    m = kv_candidate(VllmStepModel(get_gpu("H100-SXM"), get_model("Llama-2-7B")), candidate)
+    out.append(m.step_time(0.0, 80.0, 80 * 700.0, 0.0, 0.0) * 1e3)
+    return out
+
+
+def test_the_kv_read_candidates_table() -> None:
+    """"KV read (decode attention)": each candidate's figures with their errors against the
+    FP8-KV blog's (the last column: the change from the current model), and the two marginal
+    rates the head-layout candidate is made of."""
+    text = section(DOC, "## TP and MoE steps from measurements")
+    m = re.search(r"FA3's paged MHA decode reads at ([\d.]+) of peak between 2,000 and 4,000 "
+                  r"tokens .* FA2's paged GQA decode at ([\d.]+) between 128 and 256 tokens",
+                  " ".join(text.split()))
+    assert m, "the marginal-rate sentence"
+    assert agrees(m.group(1), FA3_MHA_MARGINAL) and agrees(m.group(2), FA2_GQA_MARGINAL), (
+        f"should read {FA3_MHA_MARGINAL:.2f} and {FA2_GQA_MARGINAL:.2f}")
+    published = [43.7, 18.0, 8.94, 3.56, 15.18]
+    rows = table_rows(text, "| KV-read term |")
+    assert [r[0].split(":")[0] for r in rows] == ["now", "head layout", "batch-1 slope"]
+    now = kv_candidate_figures("now")
+    problems = []
+    for cells in rows:
+        figures = kv_candidate_figures(cells[0].split(":")[0])
+        values = [[v, 100 * (v / p - 1)] for v, p in zip(figures, published, strict=False)]
+        values.append([figures[-1], 100 * (figures[-1] / now[-1] - 1)])
+        fresh = [rewrite(c, v) for c, v in zip(cells[1:], values, strict=True)]
+        if any(stale(c, v) for c, v in zip(cells[1:], values, strict=True)):
+            problems.append(f"was {row_line(cells)}\nnow {row_line([cells[0], *fresh])}")
+    assert not problems, "docs/fidelity.md, KV-read candidates: stale rows\n" + "\n".join(problems)

@@ -30,6 +30,8 @@ BOTH = ["--set", "disaggregation.prefill.num_replicas=1",
      "error: disaggregation.link_bandwidth_gb_s must be > 0, got inf"),
     ([*BOTH, "--set", "disaggregation.link_latency_s=-1"],
      "error: disaggregation.link_latency_s: input should be greater than or equal to 0, got -1"),
+    ([*BOTH, "--set", 'disaggregation.first_token="proxy"'],
+     "error: disaggregation.first_token must be 'decode' or 'prefill', got 'proxy'"),
     ([*BOTH, "--set", 'disaggregation.link="nvlink"', "--gpu", "L40S"],
      "error: disaggregation.link: L40S has no NVLink; use pcie, infiniband-ndr, "
      "infiniband-hdr or roce-200"),

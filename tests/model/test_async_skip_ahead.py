@@ -200,3 +200,45 @@ def test_an_abort_after_an_arrival_kept_the_next_step_still_ends_the_run() -> No
         lease_ttl_s=0.3)
     step, _ = assert_skip_ahead_matches_stepping(w, cfg, "adaptive")
     assert step.records.output_tokens[8] == 2
+
+
+def test_an_arrival_as_a_kept_step_starts_comes_after_the_step_before_ends() -> None:
+    """Row 1 comes at 1.3, during [1.25, 1.375): the run goes on through [1.375, 1.5). Row 2
+    comes at exactly 1.375, the start of that kept step: its arrival was made at 1.3, after
+    stepping made the end of [1.25, 1.375) (at 1.25), so that step ends first, and row 2 came
+    during [1.375, 1.5): schedulable once [1.5, 1.625) has ended, it starts in [1.625, 1.75)
+    (first token 1.75), after row 1's [1.5, 1.625) (1.625). Skip-ahead's run, which waits for
+    its end from its start (no arrival due at 1.5, no timer), counts the step ending at 1.375
+    as ended then, as stepping does (it used to count it as not ended and start row 2 with
+    row 1)."""
+    w = from_columns([0.0, 1.3, 1.375], [1, 1, 1], [50, 5, 5])
+    on_step, _ = run(w, async_scheduling=True, skip_ahead=False)
+    on, _ = run(w, async_scheduling=True, skip_ahead=True)
+    assert on == on_step == pytest.approx([0.125, 1.625, 1.75])
+
+
+def test_a_request_behind_the_refused_head_does_not_end_a_run_when_schedulable() -> None:
+    """One seat, steps of 0.125 s. Row 0 (20 output tokens) runs from 0 (first token 0.125,
+    finished 2.5). Row 1 comes at 0.01, during row 0's first step: it is schedulable from the
+    third step on and waits, refused a seat, until row 0 finishes (first token 2.625,
+    finished 3.125); row 2 comes at 0.2, during the second step, and is schedulable from the
+    fourth, behind row 1 (first token 3.25). Row 3 comes at 5.0. From 0.25 the run goes past
+    row 3's arrival to the next sample (the refused head: ``fast_decode._plan_until``) and past
+    the step from which row 2 is schedulable: in an FCFS queue behind the refused head it
+    changes nothing the steps do, and it counts as waiting either way. The engine loop turns
+    9 times (10 when that step ended the run), with stepping's results."""
+    w = from_columns([0.0, 0.01, 0.2, 5.0], [1, 1, 1, 1], [20, 5, 5, 5])
+    config = SimConfig(engine=EngineConfig(num_gpu_blocks=1000, max_num_seqs=1),
+                       tiers=TIERS, cost_model=LinearCostModel(STEP_S, 0.0, 0.0, 0.0))
+    calls = 0
+
+    def count(_: Engine) -> None:
+        nonlocal calls
+        calls += 1
+
+    with observing(count):
+        skip = simulate(w, make_policy("unlimited"), config)
+    step, _ = assert_skip_ahead_matches_stepping(w, config, "unlimited")
+    assert skip.records.first_token_s.tolist() == pytest.approx([0.125, 2.625, 3.25, 5.125])
+    assert step.records.finished_s.tolist() == pytest.approx([2.5, 3.125, 3.75, 5.625])
+    assert calls == 9

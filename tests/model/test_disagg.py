@@ -3,23 +3,28 @@ skip-ahead byte-identical, properties over random deployments, bad input through
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
 from kvbudget.perf.cost_model import LinearCostModel
+from kvbudget.perf.hardware import get_gpu
+from kvbudget.perf.models import get_model
 from kvbudget.policies import make_policy
-from kvbudget.simulator.disagg_config import DisaggConfig, KVLink, PoolConfig
-from kvbudget.simulator.engine import Engine
+from kvbudget.simulator.disagg_config import FIRST_TOKENS, DisaggConfig, KVLink, PoolConfig
+from kvbudget.simulator.engine import Engine, EngineHooks, RequestColumns
 from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.engine_variants import make_engine
 from kvbudget.simulator.run import SimConfig, simulate
-from kvbudget.simulator.sim_config import ROUTERS
+from kvbudget.simulator.sim_config import ROUTERS, ReplicaSetup
 from kvbudget.workloads import Workload, from_columns
 from tests.conftest import assert_skip_ahead_matches_stepping
 from tests.model.test_properties import SETTINGS, scenarios
@@ -73,6 +78,48 @@ def test_two_requests_worked_by_hand(skip_ahead: bool) -> None:
     assert block["prefill"]["num_steps"] == 2 and block["decode"]["num_steps"] == 5
 
 
+@pytest.mark.parametrize("skip_ahead", [False, True])
+def test_first_token_from_the_prefill_replica_worked_by_hand(skip_ahead: bool) -> None:
+    """DistServe's first token (``first_token = "prefill"``): the prefill replica's token is
+    the client's; the decode replica decodes from it. Every step takes 10 ms; a block of KV
+    takes 25 ms over the link.
+
+    A (16-token prompt, 3 tokens) arrives at 0, B (32, 2) at 0.002, C (16, 1) at 0.003.
+    Prefill: A's step [0, 0.01] gives A's first token (0.01); B's and C's [0.01, 0.02] give
+    theirs (0.02), and C, whose output is that token, finishes there (no transfer). Decode:
+    A joins at 0.01 as a 17-token prompt (its token) with 16 computed, its one prompt block
+    read [0.01, 0.035]; its first step [0.035, 0.045] computes the token's KV and gives the
+    second token, then 0.055 the third (finished). B joins at 0.02, two blocks [0.02, 0.07],
+    its second token at 0.08 (finished). Three decode steps, not five: no step recomputes a
+    last prompt token.
+    """
+    w = from_columns([0.0, 0.002, 0.003], [16, 32, 16], [3, 2, 1])
+    disagg = replace(_disagg(), first_token="prefill")
+    res = simulate(w, make_policy("conservative"), _config(disagg, skip_ahead=skip_ahead))
+    rec = res.records
+    assert list(rec.status) == ["completed"] * 3
+    assert list(rec.decode_replica) == [0, 0, -1]
+    assert rec.transfer_start_s.tolist()[:2] == pytest.approx([0.01, 0.02])
+    assert rec.transfer_end_s.tolist()[:2] == pytest.approx([0.035, 0.07])
+    assert np.isnan(rec.transfer_end_s.iloc[2])
+    assert rec.first_token_s.tolist() == pytest.approx([0.01, 0.02, 0.02])
+    assert rec.finished_s.tolist() == pytest.approx([0.055, 0.08, 0.02])
+    assert rec.ttft_s.tolist() == pytest.approx([0.01, 0.018, 0.017])
+    assert rec.tpot_s.tolist()[:2] == pytest.approx([0.0225, 0.06])
+    assert list(rec.output_tokens) == [3, 2, 1]
+    block = res.summary["engine"]["disaggregation"]
+    assert block["num_transfers"] == 2
+    assert block["prefill"]["num_steps"] == 2 and block["decode"]["num_steps"] == 3
+    # the gaps: A's 0.035 (its token to the decode's first) and 0.01, B's 0.06
+    assert res.token_gaps.gap_s.tolist() == pytest.approx([0.01, 0.035, 0.06])
+    assert res.token_gaps.num_gaps.tolist() == [1, 1, 1]
+
+
+def test_first_token_must_be_decode_or_prefill() -> None:
+    with pytest.raises(ValueError, match=r"disaggregation\.first_token must be"):
+        replace(_disagg(), first_token="proxy")
+
+
 def test_the_link_latency_adds_to_each_transfer() -> None:
     w = from_columns([0.0], [16], [2])
     res = simulate(w, make_policy("conservative"), _config(_disagg(latency_s=0.005)))
@@ -96,6 +143,24 @@ def test_a_decode_replica_holds_the_blocks_of_a_request_whose_kv_is_loading() ->
     assert rec.finished_s.tolist() == pytest.approx([0.07, 0.105])
 
 
+def test_fits_rows_is_fits_of_every_row() -> None:
+    """A replica of 16 blocks of 16 tokens keeping 8 free (watermark 0.5), max_model_len 200:
+    16 + 10 tokens fit; 128 + 72 = 200 fit, the prompt in the 8 blocks the watermark leaves;
+    a prompt of 129 tokens needs 9; 100 + 101 = 201 is over max_model_len."""
+    engine = EngineConfig(num_gpu_blocks=16, block_size=16, max_model_len=200, watermark=0.5)
+    setup = ReplicaSetup(gpu=get_gpu("H100-SXM"), model=get_model("Llama-3.1-8B"),
+                         engine=engine, num_gpu_blocks=16,
+                         cost_model=LinearCostModel(STEP_S, 0.0, 0.0, 0.0))
+    prompt = np.array([16, 128, 129, 100], np.int64)
+    output = np.array([10, 72, 1, 101], np.int64)
+    columns = RequestColumns(prompt, output, np.zeros(4, np.int64), np.zeros(4))
+    hooks = EngineHooks(on_finish=lambda i, t: None, on_preempt=lambda i, t: None,
+                        next_external_s=lambda: math.inf, gateway_state=lambda: (0, 0))
+    e = make_engine(simpy.Environment(), setup, columns, hooks)
+    assert e.fits_rows().tolist() == [True, True, False, False]
+    assert [e.fits(i) for i in range(4)] == [True, True, False, False]
+
+
 def test_a_colocated_run_has_no_disaggregation_columns() -> None:
     w = from_columns([0.0], [16], [2])
     rec = simulate(w, make_policy("conservative"), _config(None)).records
@@ -113,7 +178,8 @@ def deployments(draw: st.DrawFn) -> tuple[Workload, SimConfig, str, dict[str, ob
     decode_engine = replace(cfg.engine, scheduling_policy="fcfs")
     disagg = DisaggConfig(PoolConfig(draw(st.integers(1, 3)), router=draw(routers)),
                           PoolConfig(draw(st.integers(1, 3)), engine=decode_engine,
-                                     router=draw(routers)), link)
+                                     router=draw(routers)), link,
+                          first_token=draw(st.sampled_from(FIRST_TOKENS)))
     return w, replace(cfg, disaggregation=disagg), policy, params
 
 
@@ -148,12 +214,22 @@ def test_kv_never_above_capacity_on_either_pool_and_no_decode_before_its_transfe
         Engine.step_observer = None
     rec = res.records
     done = (rec.status == "completed").to_numpy()
+    assert cfg.disaggregation is not None
+    if cfg.disaggregation.first_token == "prefill":  # a one-token output ends on its prefill
+        one = rec.output_tokens.to_numpy() == 1
+        assert (rec.decode_replica.to_numpy()[done & one] == -1).all()
+        done = done & ~one
     start, end = rec.transfer_start_s.to_numpy(), rec.transfer_end_s.to_numpy()
     assert np.isfinite(end[done]).all()
-    # a step follows the load's end: the first token comes one step (at least) after it (the
-    # records keep the first token a caller saw: a revoked request's may be an earlier try's)
+    # a step follows the load's end: the decode replica's first token comes one step (at
+    # least) after it (the records keep the first token a caller saw: a revoked request's may
+    # be an earlier try's); the prefill's token, when it is the client's, comes before it
     once = done & (rec.num_preemptions.to_numpy() == 0)
-    assert (rec.first_token_s.to_numpy()[once] > end[once]).all()
+    if cfg.disaggregation.first_token == "prefill":
+        assert (rec.first_token_s.to_numpy()[once] <= start[once]).all()
+        assert (rec.finished_s.to_numpy()[once] > end[once]).all()
+    else:
+        assert (rec.first_token_s.to_numpy()[once] > end[once]).all()
     assert (start[done] >= rec.admitted_s.to_numpy()[done]).all()
     assert (end[done] >= start[done]).all()
     assert (rec.decode_replica.to_numpy()[done] >= 0).all()
@@ -243,3 +319,34 @@ def test_a_lease_holds_the_prefill_pool_until_the_transfer_ends() -> None:
         assert rec.transfer_end_s.tolist() == pytest.approx([0.0366, 0.1067])
         assert rec.first_token_s.tolist() == pytest.approx([0.0467, 0.1168])
         assert rec.finished_s.tolist() == pytest.approx([0.0567, 0.1268])
+
+
+def test_a_loads_end_does_not_cut_the_decode_run_planned_to_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decodes 60 tokens on the decode replica (a run of steps); B's prompt is handed off
+    at 0.11 and its KV read while A's run goes on. The run is planned to end with the step in
+    progress when B's load ends (B is in the next step, async scheduling or not): the load's
+    end finds nothing to cut (a run planned a step past it, as to an arrival, was cut there by
+    an interruption, ``Engine.runs_past_external``). The results are stepping's all the same
+    (``test_skip_ahead_matches_stepping_disaggregated``)."""
+    cuts: list[int] = []
+    add_loaded = Engine.add_loaded
+
+    def counted(self: Engine, i: int) -> None:
+        interrupt = self.process.interrupt
+        calls = [0]
+
+        def count(cause: object = None) -> None:
+            calls[0] += 1
+            interrupt(cause)
+        monkeypatch.setattr(self.process, "interrupt", count)
+        add_loaded(self, i)
+        monkeypatch.setattr(self.process, "interrupt", interrupt)
+        cuts.append(calls[0])
+
+    monkeypatch.setattr(Engine, "add_loaded", counted)
+    w = from_columns([0.0, 0.1], [16, 32], [60, 3])
+    rec = simulate(w, make_policy("conservative"), _config(_disagg(), blocks=64)).records
+    assert list(rec.status) == ["completed", "completed"]
+    assert rec.transfer_end_s.tolist() == pytest.approx([0.035, rec.transfer_start_s[1] + 0.05])
+    assert cuts == [0, 0]

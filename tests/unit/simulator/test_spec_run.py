@@ -132,6 +132,26 @@ def test_a_run_stops_before_the_step_whose_drafts_the_model_length_clips() -> No
     assert calls == [11, 3]
 
 
+def test_a_run_goes_on_through_the_step_after_an_arrival_under_async_scheduling() -> None:
+    # n-gram (no draft time) with async scheduling, every draft accepted: A's prefill (40
+    # tokens: 0.05 s), then verify steps of 4 tokens (0.014 s) ending at 0.064, 0.078, 0.092,
+    # 0.106, ...; B comes at 0.085, during A's third verify step (engine step 4), so it is
+    # schedulable once step 5 has ended and starts in step 6 (A's fifth verify step and B's
+    # prefill: 0.054 s, to 0.160); step 7 verifies both (0.018 s) and B finishes (1 + 4
+    # tokens, at 0.178); A's last four steps follow. The run after A's prefill goes on through
+    # step 5 (DecodeRunPlanner.lag_step), so the speed-up calls _step five times: A's prefill,
+    # that run, step 6, step 7 (B's first finish ends any run at once) and A's last run
+    spec = SpeculativeConfig("ngram", 3, acceptance_rate=1.0)
+    w = make_workload([0.0, 0.085], [40, 40], [41, 5])
+    a, b, calls = _both(w, _config(spec, async_scheduling=True))
+    _same(a, b)
+    assert b.records.ttft_s.tolist() == pytest.approx([0.05, 0.160 - 0.085])
+    assert b.records.e2e_s.tolist() == pytest.approx([0.05 + 4 * 0.014 + 0.054 + 0.018
+                                                      + 4 * 0.014, 0.178 - 0.085])
+    assert b.summary["engine"]["speculative"]["num_engine_steps"] == 11
+    assert calls == [11, 5]
+
+
 def test_an_arrival_at_a_step_end_of_a_run_is_seen_as_stepping_sees_it() -> None:
     # step times on a grid of powers of two (a verify step of one request: 2**-6 + 4 * 2**-8
     # = 2**-5 s exactly): the second request arrives exactly at the end of the first's third
