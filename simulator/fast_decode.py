@@ -552,7 +552,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         if ends is None:
             return self.num_steps
         now = self.env.now
-        if self._in_last or (self._quiet_lag and now >= ends[self._jump_keep - 2]):
+        if self._in_last:
             return self.num_steps + self._jump_keep - 1
         return self.num_steps + (bisect.bisect_left(ends, now) if self.ties is None
                                  else self._steps_done(ends, now))
@@ -582,8 +582,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         now = self.env.now
         # nothing to cut unless a step after the one in progress is planned (the run's next
         # to last step ends now or later): the common case, checked without a search
-        if (ends is None or len(ends) < 2 or ends[-2] < now or self._in_last
-                or (self._quiet_lag and ends[-2] == now)):
+        if ends is None or len(ends) < 2 or ends[-2] < now or self._in_last:
             return
         if lag and self._lag_run and (len(ends) < 3 or ends[-3] < now):
             return  # the step after this one is the run's last, planned so (decode_plan)
