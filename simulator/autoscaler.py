@@ -41,9 +41,9 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any, Protocol
 
 import simpy
-from simpy.events import URGENT, Event
 
 from kvbudget.policies import Action, Gateway
+from kvbudget.simulator.alarm import UrgentTimeout
 from kvbudget.simulator.autoscale_config import HPA_SCALE_UP_PODS, AutoscaleConfig, cold_start_s
 from kvbudget.simulator.sim_config import ReplicaSetup
 
@@ -51,21 +51,6 @@ __all__ = ["BOOTING", "DRAINING", "OFF", "UP", "Autoscaler", "ScaledReplica", "b
            "make_autoscaler"]
 
 OFF, BOOTING, UP, DRAINING = 0, 1, 2, 3
-
-
-class _UrgentTimeout(Event):
-    """A timeout SimPy runs before every ordinary event due at the same instant (URGENT
-    priority). The autoscaler's evaluations and a replica's coming up are due at instants where
-    a replica's step may end too: stepping makes each step's end event at the step's start,
-    skip-ahead one event for a whole decode run, so SimPy's order of equal-time ordinary
-    events differs between them; run first, the autoscaler reads (and changes) the state
-    before any step ending then has been committed, in both."""
-
-    def __init__(self, env: simpy.Environment, delay: float) -> None:
-        super().__init__(env)
-        self._ok = True
-        self._value = None
-        env.schedule(self, URGENT, delay)
 
 
 class ScaledReplica(Protocol):
@@ -155,7 +140,8 @@ class Autoscaler:
         m = 1
         while True:
             due = m * period
-            yield _UrgentTimeout(self.env, due - self.env.now)
+            # before any step ending then is committed, stepping or skipping ahead (alarm.py)
+            yield UrgentTimeout(self.env, due - self.env.now)
             m += 1
             self.evaluate()
             if self._done():
@@ -239,7 +225,7 @@ class Autoscaler:
         self._note()
 
     def _boot(self, r: int, number: int) -> Generator[simpy.Event, Any, None]:
-        yield _UrgentTimeout(self.env, self.delay_s)
+        yield UrgentTimeout(self.env, self.delay_s)
         if self.state[r] == BOOTING and self._booted[r] == number:
             self.state[r] = UP
             bisect.insort(self.up, r)

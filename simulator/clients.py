@@ -88,7 +88,7 @@ class Clients:
         self.first_s: list[float] = w.arrival_s.tolist()
         self.events: list[tuple[float, int, int, int, int]] = []  # (t, seq, kind, row, attempt)
         self.seq = 0
-        self.alarm = Alarm(sim.env, self._fire)
+        self.alarm = Alarm(sim.env, self._fire, urgent=True)
         self.rows: dict[str, list[Any]] = {c: [] for c in ATTEMPT_COLUMNS}
         self.open_row: dict[int, int] = {}  # row -> its attempt's index in self.rows
 

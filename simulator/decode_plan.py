@@ -127,10 +127,9 @@ class DecodeRunPlanner:
         ``_wait_run``). A fleet's replica's runs end before the fleet's events (``tie``);
         a single engine's run need not where no event made during it may be due at ``t1``
         (``event_may_come_at``: no arrival then and no timer armed yet; a first timer armed
-        before the last step starts makes it wait from there, ``timer_armed``). What comes as
-        its last step starts came during the run, after the step before began, which
-        stepping ends first: that step counts as ended then (``_steps_done_now``,
-        ``_work_changed``)."""
+        before the last step starts makes it wait from there, ``timer_armed``). An arrival
+        or a timer as its last step starts is URGENT (``simulator/alarm.py``): it comes before
+        the step before ends, in stepping and in the run alike (``_steps_done_now``)."""
         return self.tie is None and not self.event_may_come_at(t1)
 
     lag_step = _lag_step  # (spec_run cuts its runs of verify steps with it)

@@ -170,11 +170,17 @@ class Engine(Scheduler):
             self._deferred_adds.remove(i)  # its first abort is pending still
             return
         if self._pending and (entry := next((p for p in self._pending if p[0] == i), None)):
-            self._pending.remove(entry)  # never reached the scheduler: nothing to free
-            self.in_engine[i] = False
-            if self._busy:  # the steps scheduled from now on do not count it waiting
-                self._work_changed()
-            return
+            if self._busy and entry[1] <= (done := self._steps_done_now()):
+                # schedulable already: a speed-up's run went on past the step it was due at
+                # (fast_decode: behind a refused head), where stepping moved it to the waiting
+                # queue; so it is now, and its abort waits for the step's end, as stepping's
+                self._release_pending(done)
+            else:
+                self._pending.remove(entry)  # never reached the scheduler: nothing to free
+                self.in_engine[i] = False
+                if self._busy:  # the steps scheduled from now on do not count it waiting
+                    self._work_changed()
+                return
         if self._busy:
             self._aborts.append(i)
             self._work_changed()
@@ -417,11 +423,12 @@ class Engine(Scheduler):
         self.segments.drop()
         self.kv.drop()
 
-    def _release_pending(self, *, everything: bool = False) -> None:
-        """Steps have ended: the requests not yet schedulable whose step has ended join the
-        waiting queue, in the order they came; ``everything``: all of them (the engine has
-        nothing else to schedule, so vLLM schedules them at once)."""
-        pending, n = self._pending, self.num_steps
+    def _release_pending(self, upto: int = -1, *, everything: bool = False) -> None:
+        """Steps have ended: the requests not yet schedulable whose step has ended (``upto``
+        steps, when not all of ``num_steps``) join the waiting queue, in the order they came;
+        ``everything``: all of them (the engine has nothing else to schedule, so vLLM
+        schedules them at once)."""
+        pending, n = self._pending, self.num_steps if upto < 0 else upto
         while pending and (everything or pending[0][1] <= n):
             self.waiting.add_request(pending.pop(0)[0])
 

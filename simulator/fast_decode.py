@@ -32,7 +32,7 @@ from simpy.events import Timeout
 
 from kvbudget.simulator.decode_plan import GROUP_SMALL_K, DecodeRunPlanner, Floats, Ints
 from kvbudget.simulator.engine import Engine, IntArray
-from kvbudget.simulator.fleet_ties import TiedSteps
+from kvbudget.simulator.fleet_ties import FleetTies, TiedSteps
 from kvbudget.simulator.small_arrays import isum
 from kvbudget.simulator.step_cost import tail_features
 
@@ -480,7 +480,11 @@ class SkipAheadEngine(TiedSteps, Engine):
         while True:
             try:
                 if last_start is not None:
+                    if ties is not None:  # its last step's start is a step end due then
+                        self._due[self.tie_index] = last_start
                     yield Timeout(env, max(0.0, last_start - env.now))
+                    if ties is not None:  # (after the replicas whose step ends come first)
+                        yield from self._last_start_turn(ties, last_start, t1)
                     last_start, self._in_last = None, True
                 delay = max(0.0, t1 - env.now)
                 if env.now + delay != t1 and k > 1 and step_end[k - 2] > env.now:
@@ -515,6 +519,19 @@ class SkipAheadEngine(TiedSteps, Engine):
                                self.num_preemptions_total)
         return k
 
+    def _last_start_turn(self, ties: FleetTies, t: float, t1: float
+                         ) -> Generator[simpy.Event, Any, None]:
+        """A fleet's replica's run reaches its last step's start at ``t``: a step ends then,
+        in its turn among the replicas' step ends due at ``t`` (``fleet_ties``), so that what
+        a replica before it does then (a finish admitting a request here) comes before the
+        last step is scheduled, as in stepping; its event is due at ``t1`` next."""
+        due, r = self._due, self.tie_index
+        due[r] = math.inf
+        if t in due:
+            due[r] = t
+            yield from ties.turn(r, t)
+        due[r] = t1
+
     def _run_cut(self, step_end: Floats, from_last: bool) -> tuple[int, float, float | None]:
         """The run in flight was cut (:meth:`_work_changed`): its steps, end, and last step's
         start if its end is to be waited for from there (``from_last``, ``_refire``)."""
@@ -535,7 +552,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         if ends is None:
             return self.num_steps
         now = self.env.now
-        if self._in_last or (self._quiet_lag and now >= ends[self._jump_keep - 2]):
+        if self._in_last:
             return self.num_steps + self._jump_keep - 1
         return self.num_steps + (bisect.bisect_left(ends, now) if self.ties is None
                                  else self._steps_done(ends, now))
@@ -565,8 +582,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         now = self.env.now
         # nothing to cut unless a step after the one in progress is planned (the run's next
         # to last step ends now or later): the common case, checked without a search
-        if (ends is None or len(ends) < 2 or ends[-2] < now or self._in_last
-                or (self._quiet_lag and ends[-2] == now)):
+        if ends is None or len(ends) < 2 or ends[-2] < now or self._in_last:
             return
         if lag and self._lag_run and (len(ends) < 3 or ends[-3] < now):
             return  # the step after this one is the run's last, planned so (decode_plan)

@@ -113,7 +113,11 @@ class FleetTies:
             if first == r:
                 break
             ev = self._waiting[r] = _Urgent(self.env)
-            yield ev
+            try:
+                yield ev
+            except simpy.Interrupt:  # (a run's last step's start: its run was cut)
+                self._waiting.pop(r, None)
+                raise
         self.due[r] = math.inf
         if t in self.due:  # the next one runs when r has (before whatever else is due)
             after = _Urgent(self.env)
@@ -248,16 +252,17 @@ class TiedSteps:
             self._tie_root()
         self._busy = True
         yield Timeout(self.env, max(0.0, t1 - self.env.now))
+        due[r] = math.inf
+        if t1 in due:  # another replica's event is due now too: stepping's order
+            due[r] = t1
+            assert self.ties is not None
+            # (the step is in flight until its turn: an abort meanwhile waits for its end)
+            yield from self.ties.turn(r, t1)
         self._busy = False
         self._between_steps = True
         self.t = t1
         self.num_steps += 1
         self.log.ended(t1)
-        due[r] = math.inf
-        if t1 in due:  # another replica's event is due now too: stepping's order
-            due[r] = t1
-            assert self.ties is not None
-            yield from self.ties.turn(r, t1)
 
     def _tie_root(self) -> None:
         """Tell the fleet's ties that the step (or run) starting now starts from idle."""

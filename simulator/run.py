@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 import simpy
-from simpy.events import Timeout
 
 from kvbudget.policies import (
     Action,
@@ -41,7 +40,7 @@ from kvbudget.results.records import (
 )
 from kvbudget.results.run_result import RunResult
 from kvbudget.simulator import queue_caps
-from kvbudget.simulator.alarm import Alarm
+from kvbudget.simulator.alarm import Alarm, UrgentTimeout
 from kvbudget.simulator.clients import Clients
 from kvbudget.simulator.disagg import DisaggFleet
 from kvbudget.simulator.engine import EngineHooks, RequestColumns
@@ -83,6 +82,8 @@ class _Simulation:
     ``_gateway_state``) once per loop iteration or event; the clients
     (:class:`~kvbudget.simulator.clients.Clients`) and a closed loop's users
     (:class:`~kvbudget.simulator.users.ClosedLoopUsers`) drive it through its public methods.
+    Its arrivals and gateway timer, like the clients' events, run before every engine step
+    ending at their instant (:mod:`kvbudget.simulator.alarm`: URGENT events).
     """
 
     def __init__(
@@ -125,7 +126,7 @@ class _Simulation:
         # take 320 MB.
         self._next_arrival_s = (
             float(workload.arrival_s[0]) if n and self.users is None else math.inf)
-        self._timer = Alarm(self.env, self._on_timer)
+        self._timer = Alarm(self.env, self._on_timer, urgent=True)
         if isinstance(self.engine, Fleet):  # a timer armed mid-run may tie a replica's run end
             self._timer.on_arm = self.engine.events.timer_armed
             if self._clients is not None:  # so may a client's (a timeout, a retry)
@@ -270,7 +271,7 @@ class _Simulation:
                 i = lo + j
                 t = arrival[j]
                 if t > env.now:
-                    yield Timeout(env, t - env.now)  # env.timeout, without its descriptor
+                    yield UrgentTimeout(env, t - env.now)  # before a step ending then
                 self._next_arrival_s = arrival[j + 1]
                 d = deadline[j]
                 # positional: keyword arguments cost ~0.4 us per request here

@@ -202,19 +202,18 @@ def test_an_abort_after_an_arrival_kept_the_next_step_still_ends_the_run() -> No
     assert step.records.output_tokens[8] == 2
 
 
-def test_an_arrival_as_a_kept_step_starts_comes_after_the_step_before_ends() -> None:
+def test_an_arrival_as_a_kept_step_starts_comes_before_the_step_before_ends() -> None:
     """Row 1 comes at 1.3, during [1.25, 1.375): the run goes on through [1.375, 1.5). Row 2
-    comes at exactly 1.375, the start of that kept step: its arrival was made at 1.3, after
-    stepping made the end of [1.25, 1.375) (at 1.25), so that step ends first, and row 2 came
-    during [1.375, 1.5): schedulable once [1.5, 1.625) has ended, it starts in [1.625, 1.75)
-    (first token 1.75), after row 1's [1.5, 1.625) (1.625). Skip-ahead's run, which waits for
-    its end from its start (no arrival due at 1.5, no timer), counts the step ending at 1.375
-    as ended then, as stepping does (it used to count it as not ended and start row 2 with
-    row 1)."""
+    comes at exactly 1.375: an arrival is an URGENT event (``simulator/alarm.py``), run before
+    every step ending at its instant whenever either was made, so [1.25, 1.375) has not ended
+    and row 2 too came during it: schedulable once [1.375, 1.5) has ended, it starts with
+    row 1 in [1.5, 1.625) (first tokens 1.625 both). Skip-ahead's run, which waits for its
+    end from its start (no arrival due at 1.5, no timer), counts the step ending at 1.375 as
+    not ended then, as stepping does."""
     w = from_columns([0.0, 1.3, 1.375], [1, 1, 1], [50, 5, 5])
     on_step, _ = run(w, async_scheduling=True, skip_ahead=False)
     on, _ = run(w, async_scheduling=True, skip_ahead=True)
-    assert on == on_step == pytest.approx([0.125, 1.625, 1.75])
+    assert on == on_step == pytest.approx([0.125, 1.625, 1.625])
 
 
 def test_a_request_behind_the_refused_head_does_not_end_a_run_when_schedulable() -> None:

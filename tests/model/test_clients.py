@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
@@ -29,10 +31,11 @@ from kvbudget.policies.clients import (
     parse_clients,
 )
 from kvbudget.policies.request import Request
-from kvbudget.results.run_result import read_run
+from kvbudget.results.run_result import RunResult, read_run
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig, simulate
 from kvbudget.workloads import from_columns
+from tests.model.test_properties import FLEET_GRID, _grid_fleet_case
 
 STEP = LinearCostModel(1.0, 0.0, 0.0, 0.0)
 INTERACTIVE = TierConfig("interactive", priority=0, queue_timeout_s=10.0, ttft_s=2.0, tpot_s=1.0)
@@ -403,7 +406,6 @@ def test_a_clients_timer_armed_during_a_replicas_run_keeps_stepping_order(
     from dataclasses import replace
 
     from tests.conftest import assert_skip_ahead_matches_stepping
-    from tests.model.test_properties import _grid_fleet_case
 
     w, cfg = _grid_fleet_case(seed, router, budget, blocks, step_s, name)
     client = ClientModel(timeout_s=timeout_s, max_attempts=3, retry_on=("overloaded", "timeout"),
@@ -412,3 +414,86 @@ def test_a_clients_timer_armed_during_a_replicas_run_keeps_stepping_order(
     cfg = replace(cfg, clients=(("interactive", client), ("batch", client)))
     a, _ = assert_skip_ahead_matches_stepping(w, cfg, policy)
     assert a.attempts is not None and (a.attempts["answer"] == "timeout").any()
+
+
+def _client_grid_runs(seed: int, router: str, budget: str, blocks: int, step_s: float, name: str,
+                      timeout_s: float, backoff_s: float, policy: str, fleet: bool,
+                      per_prefill_seq_s: float = 0.0) -> tuple[RunResult, RunResult]:
+    """The fleet grid (``test_properties._grid_fleet_case``: arrivals, steps and queue timeouts
+    on one grid) with every tier's client timing out after ``timeout_s`` and retrying after
+    ``backoff_s`` (on a refusal or a timeout, 3 attempts), on its two replicas or (``fleet``
+    False) one engine (``per_prefill_seq_s``: steps longer with prefills); stepping and
+    skip-ahead: records, timeline, gaps and attempts identical. Returns both runs."""
+    from dataclasses import replace
+
+    from tests.conftest import assert_token_gaps_equal
+
+    w, cfg = _grid_fleet_case(seed, router, budget, blocks, step_s, name, per_prefill_seq_s)
+    client = ClientModel(timeout_s=timeout_s, max_attempts=3, retry_on=("overloaded", "timeout"),
+                         backoff="constant", initial_backoff_s=backoff_s,
+                         honor_retry_after=False)
+    cfg = replace(cfg, clients=(("interactive", client), ("batch", client)),
+                  fleet=cfg.fleet if fleet else None)
+    a, b = (simulate(w, make_policy(policy), replace(cfg, engine=replace(cfg.engine, skip_ahead=s)))
+            for s in (False, True))
+    assert a.records.equals(b.records)
+    assert a.timeline.equals(b.timeline)
+    assert_token_gaps_equal(a, b)
+    assert a.attempts is not None and a.attempts.equals(b.attempts)
+    return a, b
+
+
+@pytest.mark.parametrize(("seed", "router", "budget", "blocks", "step_s", "name", "timeout_s",
+                          "backoff_s", "policy", "fleet"), [
+    # an engine (the minimal case): at 14.75 three clients time out during a decode run
+    # planned (at 14.375, behind a refused head) past the arrival at 14.5 to the sample at 15;
+    # its last step starts at 14.75. The clients' timeout, armed at 14.5, ran after that
+    # step's start (an event made when the run started) and the aborts waited a step (rows 28
+    # and 29 got their first tokens a step late); stepping made that step's start at 14.625,
+    # after the timeout. Now client events run before every step ending at their instant.
+    (56, "least_tokens", "global", 40, 0.125, "vllm", 2.0, 0.0, "unlimited", False),
+    # an engine: an arrival made during a run (at 5.25, due at 5.5, the run's last step start,
+    # 5.0 -> 5.75) ran after the run's event at 5.5 and, from then on, after each step end it
+    # tied: the sample at 6 counted two requests fewer waiting. Arrivals now run first too.
+    (62, "round_robin", "per_replica", 40, 0.25, "tgi", 2.0, 0.25, "unlimited", False),
+    (73, "prefix_affinity", "per_replica", 40, 0.25, "sglang", 2.0, 0.0, "overcommit", False),
+    (73, "prefix_affinity", "per_replica", 40, 0.25, "sglang", 2.0, 0.0, "overcommit", True),
+    (43, "round_robin", "per_replica", 60, 0.125, "tgi", 2.0, 0.25, "unlimited", True),
+    (84, "least_tokens", "global", 40, 0.25, "tgi", 1.0, 0.0, "overcommit", True),
+    # a fleet, global budget: a client's retry at once (backoff 0) came between two
+    # replicas' tied step ends, and a revocation on the replica waiting for its turn was
+    # applied before its step was committed (an AssertionError, skip-ahead only)
+    (9, "prefix_affinity", "global", 20, 0.25, "sglang", 2.0, 0.0, "unlimited", True),
+    # a fleet, per-replica budgets, TensorRT-LLM (async scheduling): request 49, re-admitted
+    # at 16.25 during a run planned past it (behind a refused head, FCFS), was still held as
+    # not yet schedulable when the gateway revoked it at 16.75, two steps after it became
+    # schedulable: its abort freed it at once where stepping's waited for the step's end, and
+    # the waiting queue's order differed (found once arrivals run before tied step ends)
+    (73, "prefix_affinity", "per_replica", 60, 0.1, "trtllm", 2.0, 0.0, "preemptive", True),
+])
+def test_client_events_tied_with_step_ends_give_stepping_s_run(
+        seed: int, router: str, budget: str, blocks: int, step_s: float, name: str,
+        timeout_s: float, backoff_s: float, policy: str, fleet: bool) -> None:
+    """Cases of the client grid (60 fleet-grid cases with timeouts and retries, on a fleet
+    and on one engine) where skip-ahead differed from stepping; all with events of the
+    outside world (clients' timeouts and retries, arrivals) due at an instant where a step
+    ends. The run driver's events (arrivals, the gateway's and the clients' timers) now run
+    before every step ending at their instant (SimPy's URGENT priority: ``alarm.UrgentTimeout``),
+    whenever they were made, stepping or skipping ahead."""
+    a, _ = _client_grid_runs(seed, router, budget, blocks, step_s, name, timeout_s, backoff_s,
+                             policy, fleet)
+    assert a.attempts is not None and (a.attempts["answer"] == "timeout").any()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(*FLEET_GRID, st.sampled_from([1.0, 2.0, 3.0]), st.sampled_from([0.0, 0.25, 0.5]))
+def test_skip_ahead_matches_stepping_on_the_fleet_grid_with_a_global_budget_and_clients(
+    seed: int, router: str, blocks: int, step_s: float, policy: str, name: str, prefill: int,
+    timeout_s: float, backoff_s: float,
+) -> None:
+    """The fleet grid with one gateway for both replicas and few blocks (20 to 60 of 16
+    tokens: preemptions, revocations, a queue), steps of one length or longer with prefills,
+    and clients that time out and retry on that grid (a retry at once: ``backoff_s`` 0):
+    skip-ahead byte-identical to stepping (records, timeline, gaps, attempts)."""
+    _client_grid_runs(seed, router, "global", blocks, step_s, name, timeout_s, backoff_s,
+                      policy, True, prefill * step_s)

@@ -670,3 +670,23 @@ def test_a_short_group_runs_blocks_are_the_array_plans(
     planner = DecodeRunPlanner(LinearCostModel(0.003, 1e-4, 2e-4, 3e-8), bs)
     want = used_now + planner.cut_to_free(planner.group_alloc_plan(hist, step, k_max), free)
     assert planner.group_used_small(hist, step, k_max, free, used_now) == want.tolist()
+
+
+def test_a_runs_last_step_start_takes_its_turn_among_tied_step_ends() -> None:
+    """The fleet grid with one global budget (seed 186, 40 blocks, steps of 0.125 s, longer
+    with prefills, SGLang): replica 1's decode run, planned at 16.75 s behind a refused head
+    past the next event to the sample at 17 s, waits for its last step's start (17 s, made
+    then as stepping makes it); at 17 s replica 0's step ends too, first in stepping's order,
+    and its finish admits request 10 onto replica 1. The run's last step used to start before
+    that (its wait was made at 16.75 s, replica 0's step end at 16.875 s): the sample at 17 s
+    counted 22 requests waiting, stepping 23. The last step's start now takes its turn among
+    the step ends due then (``SkipAheadEngine._last_start_turn``; found by the explore
+    profile of the global-budget fleet grid)."""
+    w, cfg = _grid_fleet_case(186, "round_robin", "global", 40, 0.125, "sglang", 0.125)
+    step = simulate(w, make_policy("preemptive"), replace(cfg, engine=replace(cfg.engine,
+                                                                          skip_ahead=False)))
+    skip = simulate(w, make_policy("preemptive"), replace(cfg, engine=replace(cfg.engine,
+                                                                          skip_ahead=True)))
+    assert step.records.equals(skip.records)
+    assert step.timeline.equals(skip.timeline)
+    assert_token_gaps_equal(step, skip)

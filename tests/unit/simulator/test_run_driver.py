@@ -11,7 +11,7 @@ import simpy
 
 from kvbudget.policies import make_policy
 from kvbudget.simulator import engine_config
-from kvbudget.simulator.alarm import Alarm
+from kvbudget.simulator.alarm import Alarm, UrgentTimeout
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import FrontendDelays, SimConfig, simulate, timeline_columns
 from kvbudget.workloads import from_columns
@@ -57,6 +57,34 @@ def test_a_time_already_past_rings_now() -> None:
     alarm.arm(1.0)
     env.run()
     assert rang == [(1.0, 4.0)]
+
+
+@pytest.mark.parametrize(("urgent", "order"), [(False, ["step", "alarm"]),
+                                             (True, ["alarm", "step"])])
+def test_an_urgent_alarm_rings_before_an_ordinary_event_due_then_made_earlier(
+        urgent: bool, order: list[str]) -> None:
+    """SimPy runs events due at one instant by priority, then in the order they were made: an
+    ordinary alarm armed after a step's end event (made at t = 0, due at 5) rings after it;
+    an urgent one (the run driver's and the clients') before it, however late it was armed."""
+    env = simpy.Environment()
+    seen: list[str] = []
+    env.timeout(5.0).callbacks.append(lambda _: seen.append("step"))
+    alarm = Alarm(env, lambda at: seen.append("alarm"), urgent=urgent)
+    env.run(until=2.0)
+    alarm.arm(5.0)  # made at 2, after the step's event
+    env.run()
+    assert seen == order and env.now == 5.0
+
+
+def test_an_urgent_timeout_made_last_runs_first_among_those_due_then() -> None:
+    env = simpy.Environment()
+    seen: list[str] = []
+    env.timeout(1.0).callbacks.append(lambda _: seen.append("ordinary"))
+    UrgentTimeout(env, 1.0).callbacks.append(lambda _: seen.append("urgent"))
+    env.timeout(0.5).callbacks.append(  # made at 0.5, due at 1: after the first urgent one
+        lambda _: UrgentTimeout(env, 0.5).callbacks.append(lambda _: seen.append("late")))
+    env.run()
+    assert seen == ["urgent", "late", "ordinary"]
 
 
 # --- simulate's checks and parts -----------------------------------------------------------------
