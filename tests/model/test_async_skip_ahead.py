@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from kvbudget.perf.cost_model import LinearCostModel
@@ -135,6 +135,11 @@ GRID_TIERS = (TierConfig("interactive", queue_timeout_s=5.0, max_sequence_tokens
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# an arrival on a step's end that a quiet lagged run (DecodeRunPlanner.quiet) counted as after
+# that step, where stepping's URGENT arrival comes before it (the speedbound and clienttie
+# branches each exact, merged not)
+@example(1000, 0.125, 0.25, 0.0, "preemptive", "vllm", 1.0)
+@example(1024, 0.125, 0.25, 0.125, "preemptive", "sglang", 1.0)
 @given(
     st.integers(0, 2**16),
     st.sampled_from([0.125, 0.25]),
