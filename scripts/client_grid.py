@@ -14,18 +14,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kvbudget.policies import make_policy
-from kvbudget.policies.clients import ClientModel
 from kvbudget.simulator.engine_variants import ENGINE_CLASSES
-from kvbudget.simulator.run import simulate
-from tests.model.test_properties import _grid_fleet_case
+from tests.model.test_clients import _client_grid_runs
 
 Case = tuple[int, str, str, int, float, str, float, float, str]
 
@@ -45,19 +41,13 @@ def case(base: int, k: int) -> Case:
 
 
 def same(c: Case, fleet: bool) -> bool:
-    """Whether stepping and skip-ahead give the same records, timeline, gaps and attempts."""
-    seed, router, budget, blocks, step_s, name, timeout_s, backoff_s, policy = c
-    w, cfg = _grid_fleet_case(seed, router, budget, blocks, step_s, name)
-    client = ClientModel(timeout_s=timeout_s, max_attempts=3, retry_on=("overloaded", "timeout"),
-                         backoff="constant", initial_backoff_s=backoff_s,
-                         honor_retry_after=False)
-    cfg = replace(cfg, clients=(("interactive", client), ("batch", client)),
-                  fleet=cfg.fleet if fleet else None)
-    a, b = (simulate(w, make_policy(policy), replace(cfg, engine=replace(cfg.engine, skip_ahead=s)))
-            for s in (False, True))
-    assert a.token_gaps is not None and a.attempts is not None
-    return bool(a.records.equals(b.records) and a.timeline.equals(b.timeline)
-                and a.token_gaps.equals(b.token_gaps) and a.attempts.equals(b.attempts))
+    """Whether stepping and skip-ahead give the same records, timeline, gaps and attempts
+    (``tests/model/test_clients._client_grid_runs`` asserts it)."""
+    try:
+        _client_grid_runs(*c, fleet=fleet)
+    except AssertionError:
+        return False
+    return True
 
 
 def main() -> None:

@@ -4,7 +4,6 @@ counts themselves are not asserted (they are the benchmark's to print)."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -12,22 +11,14 @@ from types import ModuleType
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.benchmarks.bench_module import BENCHMARKS, load_bench
+
 SHARED = BENCHMARKS.parents[1] / "shared"
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    sys.path.insert(0, str(BENCHMARKS))  # its `from bytecode import compile_project`
-    try:
-        spec = importlib.util.spec_from_file_location("bench_instructions",
-                                                      BENCHMARKS / "bench_instructions.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
+    return load_bench("bench_instructions")
 
 
 def test_valgrinds_summary_is_read(bench: ModuleType) -> None:

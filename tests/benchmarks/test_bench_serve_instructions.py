@@ -4,28 +4,16 @@ line is read, and the two stream lengths are solved into the work a request and 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.benchmarks.bench_module import load_bench
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    sys.path.insert(0, str(BENCHMARKS))  # its `from bench_serve import ...`
-    try:
-        spec = importlib.util.spec_from_file_location("bench_serve_instructions",
-                                                      BENCHMARKS / "bench_serve_instructions.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
+    return load_bench("bench_serve_instructions")
 
 
 def test_valgrinds_summary_is_read(bench: ModuleType) -> None:

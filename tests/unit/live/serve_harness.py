@@ -25,10 +25,13 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from kvbudget.live.gateway_server import GatewayServer, ServeConfig
-from kvbudget.live.serve_admission import Admission
+from kvbudget.live.serve_admission import Admission, Ticket
+from kvbudget.live.serve_forward import Call
+from kvbudget.live.serve_request import parse_completion
 from kvbudget.live.serve_upstream import UpstreamOptions, Upstreams
 from kvbudget.policies import make_policy
 from kvbudget.policies.gateway import Action, Gateway, GatewayConfig
+from kvbudget.policies.request import Request as GatewayRequest
 from kvbudget.policies.tiers import TierConfig
 
 TIERS = (
@@ -263,3 +266,20 @@ async def stack(fake: FakeUpstream, **kwargs: Any) -> AsyncIterator[tuple[Gatewa
             fake.release.set()  # whatever the test left held may end now
             await until(lambda: server.num_in_flight == 0, lambda: server.flight_changed)
     assert_nothing_held(server)
+
+
+def streamed_call(wants_usage: bool = False) -> Call:
+    """A streamed completion's forwarding state (5 prompt tokens, ``max_tokens`` 8), asking
+    for the usage chunk or not, for the relay's tests."""
+    body: dict[str, Any] = {"model": "fake", "prompt": "hello", "max_tokens": 8, "stream": True}
+    if wants_usage:
+        body["stream_options"] = {"include_usage": True}
+    comp = parse_completion(json.dumps(body).encode(), False, TIERS[0], 16)
+    loop = asyncio.new_event_loop()
+    try:
+        ticket = Ticket(GatewayRequest(request_id=0, tier="interactive", arrival_s=0.0,
+                                       prompt_tokens=5, max_output_tokens=8),
+                        loop.create_future())
+    finally:
+        loop.close()
+    return Call(ticket, comp, 0)

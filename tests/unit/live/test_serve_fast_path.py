@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 
 import httpx
 import numpy as np
@@ -19,11 +18,10 @@ from kvbudget.live.gateway_server import SSE_HEADERS
 from kvbudget.live.serve_admission import Admission, Ticket
 from kvbudget.live.serve_forward import Call
 from kvbudget.live.serve_metrics import ServeMetrics
-from kvbudget.live.serve_request import parse_completion
 from kvbudget.policies import make_policy
 from kvbudget.policies.gateway import Admit, Gateway, GatewayConfig, Reject
 from kvbudget.policies.request import Request
-from tests.unit.live.serve_harness import TIERS, FakeUpstream, make_server, serving
+from tests.unit.live.serve_harness import TIERS, FakeUpstream, make_server, serving, streamed_call
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -31,18 +29,6 @@ CHUNK = b'data: {"id":"c","choices":[{"index":0,"text":"x","finish_reason":null}
 USAGE = b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3}}\n\n'
 
 
-def _call(wants_usage: bool = False) -> Call:
-    body = {"model": "fake", "prompt": "hello", "max_tokens": 8, "stream": True}
-    if wants_usage:
-        body["stream_options"] = {"include_usage": True}
-    comp = parse_completion(json.dumps(body).encode(), False, TIERS[0], 16)
-    loop = asyncio.new_event_loop()
-    try:
-        ticket = Ticket(Request(request_id=0, tier="interactive", arrival_s=0.0,
-                                prompt_tokens=5, max_output_tokens=8), loop.create_future())
-    finally:
-        loop.close()
-    return Call(ticket, comp, 0)
 
 
 def _line_by_line(call: Call, data: bytes, now_s: float) -> bytes:
@@ -53,7 +39,7 @@ def _line_by_line(call: Call, data: bytes, now_s: float) -> bytes:
 
 
 def test_a_read_of_plain_chunks_is_passed_on_as_it_came_and_each_chunk_counted() -> None:
-    call = _call()
+    call = streamed_call()
     two = CHUNK + b": a comment\n\n" + CHUNK
     assert call.on_read(two, 1.0) == two  # the same bytes, the comment and blanks kept
     assert call.chunk_times_s == [1.0, 1.0] and call.first_token_s == 1.0
@@ -78,7 +64,7 @@ def test_reads_of_any_stream_give_what_the_line_by_line_path_gives() -> None:
         lines += [USAGE] if rng.random() < 0.7 else []
         lines += [b"data: [DONE]\n\n"]
         wants_usage = bool(rng.random() < 0.5)
-        fast, slow = _call(wants_usage), _call(wants_usage)
+        fast, slow = streamed_call(wants_usage), streamed_call(wants_usage)
         cuts = sorted(set(rng.integers(0, len(lines) + 1, 3).tolist()) | {0, len(lines)})
         for k, (a, b) in enumerate(itertools.pairwise(cuts)):
             data = b"".join(lines[a:b])

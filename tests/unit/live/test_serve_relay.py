@@ -12,16 +12,13 @@ from typing import Any
 import httpx
 import pytest
 
-from kvbudget.live.serve_admission import Ticket
 from kvbudget.live.serve_forward import Call
-from kvbudget.live.serve_request import parse_completion
-from kvbudget.policies.request import Request
 from tests.unit.live.serve_harness import (
-    TIERS,
     FakeUpstream,
     assert_nothing_held,
     make_server,
     serving,
+    streamed_call,
     until,
 )
 
@@ -42,22 +39,10 @@ STREAM = b"".join(
        b"data: [DONE]\n\n"])
 
 
-def _call(wants_usage: bool) -> Call:
-    body = {"model": "fake", "prompt": "hello", "max_tokens": 8, "stream": True}
-    if wants_usage:
-        body["stream_options"] = {"include_usage": True}
-    comp = parse_completion(json.dumps(body).encode(), False, TIERS[0], 16)
-    loop = asyncio.new_event_loop()
-    try:
-        ticket = Ticket(Request(request_id=0, tier="interactive", arrival_s=0.0,
-                                prompt_tokens=5, max_output_tokens=8), loop.create_future())
-    finally:
-        loop.close()
-    return Call(ticket, comp, 0)
 
 
 def _relayed(reads: list[bytes], wants_usage: bool) -> tuple[bytes, Call]:
-    call = _call(wants_usage)
+    call = streamed_call(wants_usage)
     out = b"".join(call.on_read(data, float(i)) for i, data in enumerate(reads))
     return out + call.on_end(float(len(reads))), call
 

@@ -1,0 +1,24 @@
+"""Load a benchmark script of ``benchmarks/`` as a module, for the smoke tests of its pieces
+(the scripts import their siblings by plain name, so the folder is on the path while it loads)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def load_bench(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` as a module named ``name``."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return module
