@@ -32,7 +32,7 @@ from simpy.events import Timeout
 
 from kvbudget.simulator.decode_plan import GROUP_SMALL_K, DecodeRunPlanner, Floats, Ints
 from kvbudget.simulator.engine import Engine, IntArray
-from kvbudget.simulator.fleet_ties import FleetTies, TiedSteps
+from kvbudget.simulator.fleet_ties import TiedSteps
 from kvbudget.simulator.small_arrays import isum
 from kvbudget.simulator.step_cost import tail_features
 
@@ -118,8 +118,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         self._span_head: int | None = None
         self._refire = False  # a timer was armed for the run's end before its last step starts
         self._in_last = False  # the run's last step has started (its end event made then)
-        # it goes on through the step after the next external event's (_quiet_lag: planner.quiet)
-        self._lag_run = self._quiet_lag = False
+        self._lag_run = self._quiet_lag = False  # on a step past the next external event's (quiet)
 
     # --- what the executor and hooks read mid-run ------------------------------------------
     def output_tokens_of(self, i: int) -> int:
@@ -518,19 +517,6 @@ class SkipAheadEngine(TiedSteps, Engine):
         self.log.scheduled_run(step_end, used, dts, self._hol_blocked, reserved, counts,
                                self.num_preemptions_total)
         return k
-
-    def _last_start_turn(self, ties: FleetTies, t: float, t1: float
-                         ) -> Generator[simpy.Event, Any, None]:
-        """A fleet's replica's run reaches its last step's start at ``t``: a step ends then,
-        in its turn among the replicas' step ends due at ``t`` (``fleet_ties``), so that what
-        a replica before it does then (a finish admitting a request here) comes before the
-        last step is scheduled, as in stepping; its event is due at ``t1`` next."""
-        due, r = self._due, self.tie_index
-        due[r] = math.inf
-        if t in due:
-            due[r] = t
-            yield from ties.turn(r, t)
-        due[r] = t1
 
     def _run_cut(self, step_end: Floats, from_last: bool) -> tuple[int, float, float | None]:
         """The run in flight was cut (:meth:`_work_changed`): its steps, end, and last step's

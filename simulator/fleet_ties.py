@@ -264,6 +264,19 @@ class TiedSteps:
         self.num_steps += 1
         self.log.ended(t1)
 
+    def _last_start_turn(self, ties: FleetTies, t: float, t1: float
+                         ) -> Generator[simpy.Event, Any, None]:
+        """A fleet's replica's run reaches its last step's start at ``t``: a step ends then,
+        in its turn among the replicas' step ends due at ``t`` (``fleet_ties``), so that what
+        a replica before it does then (a finish admitting a request here) comes before the
+        last step is scheduled, as in stepping; its event is due at ``t1`` next."""
+        due, r = self._due, self.tie_index
+        due[r] = math.inf
+        if t in due:
+            due[r] = t
+            yield from ties.turn(r, t)
+        due[r] = t1
+
     def _tie_root(self) -> None:
         """Tell the fleet's ties that the step (or run) starting now starts from idle."""
         assert self.ties is not None
