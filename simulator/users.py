@@ -4,6 +4,7 @@ times are decided as the run goes."""
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import math
 from collections.abc import Generator
@@ -14,6 +15,7 @@ import numpy as np
 import simpy
 
 from kvbudget.policies import Request
+from kvbudget.simulator.alarm import UrgentTimeout
 from kvbudget.workloads import Workload
 
 if TYPE_CHECKING:
@@ -53,7 +55,8 @@ class ClosedLoopUsers:
         self.pending: list[float] = []
         self.num_scheduled = 0
         self.running = False
-        self._event: simpy.Event | None = None
+        self._process: simpy.Process | None = None
+        self._waiting_until: float | None = None  # the send the arrival process waits for
         self._driver: _Driver | None = None
 
     # --- the users ----------------------------------------------------------------------------
@@ -80,18 +83,25 @@ class ClosedLoopUsers:
         self.num_sent += 1
 
     def _announce(self) -> None:
-        """Tell the driver the next send's time (inf: none), and wake the arrival process to
-        wait for it."""
+        """Tell the driver the next send's time (inf: none), and wake the arrival process when
+        it waits for a later one (an interrupt: URGENT, as the send's own wait)."""
         assert self._driver is not None
-        self._driver.expect_arrival(self.next_send_s() if self.num_sent < self.n else math.inf)
-        if self._event is not None and not self._event.triggered:
-            self._event.succeed()
+        t = self.next_send_s() if self.num_sent < self.n else math.inf
+        self._driver.expect_arrival(t)
+        if self._waiting_until is not None and t < self._waiting_until:
+            assert self._process is not None
+            self._waiting_until = None
+            self._process.interrupt()
 
     # --- the arrival process -----------------------------------------------------------------
     def arrivals(self, driver: _Driver) -> Generator[simpy.Event, Any, None]:
-        """Send each request at its user's time, in the workload's order."""
+        """Send each request at its user's time, in the workload's order. A send is URGENT
+        (``alarm.UrgentTimeout``), as an open loop's arrival: it comes before every step
+        ending at its instant, whenever either was made, so stepping and skip-ahead order it
+        alike."""
         env, w = driver.env, self.workload
         self._driver = driver
+        self._process = env.active_process
         self.running = True
         for _ in range(min(self.loop.num_users, self.n)):
             heapq.heappush(self.pending, env.now)
@@ -99,12 +109,11 @@ class ClosedLoopUsers:
         self._announce()
         while self.num_sent < self.n:
             t = self.next_send_s()
-            if t > env.now:  # wait for the send time, or for an earlier one to be scheduled
-                self._event = event = env.event()
-                if t < math.inf:
-                    yield env.any_of([env.timeout(t - env.now), event])
-                else:
-                    yield event
+            if t > env.now:  # wait for the send time, or for an earlier one (_announce)
+                self._waiting_until = t
+                with contextlib.suppress(simpy.Interrupt):
+                    yield UrgentTimeout(env, t - env.now) if t < math.inf else env.event()
+                self._waiting_until = None
                 continue
             i = self.num_sent
             self._pop()

@@ -9,11 +9,19 @@ import pytest
 from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
+from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.policies import make_policy
+from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig, simulate
 from kvbudget.simulator.sim_config import FleetConfig
+from kvbudget.workloads import from_columns
 from kvbudget.workloads.closed_loop import ClosedLoop
-from tests.conftest import assert_token_gaps_consistent, mixed_workload
+from tests.conftest import (
+    assert_skip_ahead_matches_stepping,
+    assert_token_gaps_consistent,
+    mixed_workload,
+)
+from tests.model.test_async_skip_ahead import GRID_TIERS
 
 
 def _inflight(rec: dict) -> list[int]:
@@ -99,3 +107,31 @@ def test_simulate_cli_takes_users() -> None:
     assert res.exit_code == 0, res.stderr
     s = json.loads(res.stdout)
     assert s["closed_loop"]["num_users"] == 64 and s["closed_loop"]["think_time_s"] == 0.5
+
+
+@pytest.mark.parametrize("seed", [4, 233])
+def test_a_send_on_a_step_end_is_ordered_alike_stepping_and_skipping_ahead(seed: int) -> None:
+    """Users thinking 0.5 s on a 0.125 s step grid send exactly as steps end: a send is URGENT
+    (``simulator/users.py``, as an open loop's arrival), so it comes before the step ending
+    then whenever either was made, and skip-ahead's records and timeline equal stepping's
+    (these two draws differed at 0fc8ebf: the send waited behind a step end stepping made
+    after it)."""
+    rng = np.random.default_rng(seed)
+    n = 80
+    prompt, out = rng.integers(1, 200, n), rng.integers(1, 60, n)
+    w = from_columns(np.zeros(n), prompt, out, max_output_tokens=out + rng.integers(0, 20, n),
+                     tiers=rng.choice(["interactive", "batch"], n).tolist())
+    step_s = float(rng.choice([0.25, 0.125, 0.1]))
+    think = float(rng.choice([0.0, 0.125, 0.25, 0.5]))
+    users = int(rng.integers(1, 12))
+    policy = str(rng.choice(["preemptive", "overcommit", "unlimited"]))
+    name, asy = str(rng.choice(["vllm", "sglang", "trtllm"])), bool(rng.integers(0, 2))
+    assert (step_s, think, name, asy) == (0.125, 0.5, "trtllm", True)
+    cfg = SimConfig(
+        engine=EngineConfig(num_gpu_blocks=int(rng.choice([60, 200, 2000])), block_size=16,
+                            max_num_seqs=int(rng.integers(1, 8)), max_num_batched_tokens=4096,
+                            name=name, async_scheduling=asy),  # type: ignore[arg-type]
+        tiers=GRID_TIERS,
+        cost_model=LinearCostModel(step_s, 0.0, 0.0, 0.0, 0.0, float(rng.choice([0.0, 0.125]))),
+        timeline_period_s=float(rng.choice([1.0, 0.25])), closed_loop=ClosedLoop(users, think))
+    assert_skip_ahead_matches_stepping(w, cfg, policy)
