@@ -52,7 +52,8 @@ def draw(seed: int, fleet: bool) -> tuple[Workload, SimConfig, str]:
     cfg = SimConfig(engine=engine, tiers=GRID_TIERS,
                     cost_model=LinearCostModel(step_s, 0.0, 0.0, 0.0, 0.0, prefill_s),
                     timeline_period_s=period_s, closed_loop=ClosedLoop(users, think_s),
-                    fleet=FleetConfig(num_replicas=2, router=router) if fleet else None)
+                    fleet=FleetConfig(num_replicas=2, router=router)  # type: ignore[arg-type]
+                    if fleet else None)
     return w, cfg, policy
 
 
