@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from kvbudget.policies import make_policy
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig, simulate
 from kvbudget.simulator.sim_config import FleetConfig
-from kvbudget.workloads import from_columns
+from kvbudget.workloads import Workload, from_columns
 from kvbudget.workloads.closed_loop import ClosedLoop
 from tests.conftest import (
     assert_skip_ahead_matches_stepping,
@@ -109,13 +110,11 @@ def test_simulate_cli_takes_users() -> None:
     assert s["closed_loop"]["num_users"] == 64 and s["closed_loop"]["think_time_s"] == 0.5
 
 
-@pytest.mark.parametrize("seed", [4, 233])
-def test_a_send_on_a_step_end_is_ordered_alike_stepping_and_skipping_ahead(seed: int) -> None:
-    """Users thinking 0.5 s on a 0.125 s step grid send exactly as steps end: a send is URGENT
-    (``simulator/users.py``, as an open loop's arrival), so it comes before the step ending
-    then whenever either was made, and skip-ahead's records and timeline equal stepping's
-    (these two draws differed at 0fc8ebf: the send waited behind a step end stepping made
-    after it)."""
+def closed_loop_draw(seed: int, fleet: bool = False) -> tuple[Workload, SimConfig, str]:
+    """The closed-loop grid's draw ``seed`` (``scripts/closed_loop_grid.py``): 80 requests
+    sent by 1-11 users thinking 0-0.5 s on steps of 0.1-0.25 s, an engine preset, async
+    scheduling on or off, one engine or (``fleet``) two replicas; the workload, the
+    configuration and the policy."""
     rng = np.random.default_rng(seed)
     n = 80
     prompt, out = rng.integers(1, 200, n), rng.integers(1, 60, n)
@@ -126,7 +125,6 @@ def test_a_send_on_a_step_end_is_ordered_alike_stepping_and_skipping_ahead(seed:
     users = int(rng.integers(1, 12))
     policy = str(rng.choice(["preemptive", "overcommit", "unlimited"]))
     name, asy = str(rng.choice(["vllm", "sglang", "trtllm"])), bool(rng.integers(0, 2))
-    assert (step_s, think, name, asy) == (0.125, 0.5, "trtllm", True)
     cfg = SimConfig(
         engine=EngineConfig(num_gpu_blocks=int(rng.choice([60, 200, 2000])), block_size=16,
                             max_num_seqs=int(rng.integers(1, 8)), max_num_batched_tokens=4096,
@@ -134,4 +132,22 @@ def test_a_send_on_a_step_end_is_ordered_alike_stepping_and_skipping_ahead(seed:
         tiers=GRID_TIERS,
         cost_model=LinearCostModel(step_s, 0.0, 0.0, 0.0, 0.0, float(rng.choice([0.0, 0.125]))),
         timeline_period_s=float(rng.choice([1.0, 0.25])), closed_loop=ClosedLoop(users, think))
+    if fleet:
+        router = str(rng.choice(["round_robin", "least_tokens"]))
+        pool = FleetConfig(num_replicas=2, router=router)  # type: ignore[arg-type]
+        cfg = replace(cfg, fleet=pool)
+    return w, cfg, policy
+
+
+@pytest.mark.parametrize("seed", [4, 233])
+def test_a_send_on_a_step_end_is_ordered_alike_stepping_and_skipping_ahead(seed: int) -> None:
+    """Users thinking 0.5 s on a 0.125 s step grid send exactly as steps end: a send is URGENT
+    (``simulator/users.py``, as an open loop's arrival), so it comes before the step ending
+    then whenever either was made, and skip-ahead's records and timeline equal stepping's
+    (these two draws differed at 0fc8ebf: the send waited behind a step end stepping made
+    after it)."""
+    w, cfg, policy = closed_loop_draw(seed)
+    assert cfg.closed_loop is not None and cfg.closed_loop.think_time_s == 0.5
+    assert isinstance(cfg.cost_model, LinearCostModel) and cfg.cost_model.intercept_s == 0.125
+    assert (cfg.engine.name, cfg.engine.async_scheduling) == ("trtllm", True)
     assert_skip_ahead_matches_stepping(w, cfg, policy)

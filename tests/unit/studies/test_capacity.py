@@ -24,6 +24,7 @@ from kvbudget.studies.capacity import (
 from kvbudget.studies.executors import LocalExecutor
 from kvbudget.studies.sweep import RunSpec
 from tests.conftest import small_scenario_dict
+from tests.unit.studies.fake_executor import FakeExecutor
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -33,7 +34,7 @@ def small_scenario(n: int = 200, rate: float = 6.0) -> dict[str, Any]:
     return small_scenario_dict(n, rate, seed=21, policy="conservative")
 
 
-class _Threshold:
+class _Threshold(FakeExecutor):
     """A stand-in executor: attainment 1.0 up to a policy's threshold scale, 0.5 above it
     (the offered rate is 10 req/s times the scale)."""
 
@@ -58,15 +59,6 @@ class _Threshold:
                         "offered_rate_rps": 10.0 * task.rate_scale,
                         "overall_slo_attainment": 1.0 if ok else 0.5}
             yield i, row
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> _Threshold:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
 
 
 def test_bisection_brackets_each_threshold_within_the_tolerance() -> None:

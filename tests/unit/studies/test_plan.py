@@ -16,12 +16,13 @@ from kvbudget.studies.plan import PlanSpec, plan, read_prices
 from kvbudget.studies.sweep import RunSpec
 from kvbudget.studies.tune import Constraint
 from tests.conftest import small_scenario_dict
+from tests.unit.studies.fake_executor import FakeExecutor
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 
-class _Fake:
+class _Fake(FakeExecutor):
     """A stand-in executor: p99 TTFT = base[gpu] / replicas (seconds), tokens 1,000/s."""
 
     name = "fake"
@@ -46,9 +47,6 @@ class _Fake:
                         "interactive_ttft_p99_s": self.base[str(s["gpu"])] / replicas,
                         "overall_output_tokens_per_s": 1000.0}
             yield i, row
-
-    def close(self) -> None:
-        pass
 
 
 def _spec(tmp_path: Path, **kw: Any) -> PlanSpec:

@@ -18,12 +18,13 @@ from kvbudget.studies.plan_disagg import splits
 from kvbudget.studies.sweep import RunSpec
 from kvbudget.studies.tune import Constraint
 from tests.conftest import small_scenario_dict
+from tests.unit.studies.fake_executor import FakeExecutor
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 
-class _Fake:
+class _Fake(FakeExecutor):
     """A stand-in executor, worked by hand. Colocated, n replicas: p99 TTFT = p99 TPOT =
     3.5 / n (prefills interfere with decodes). Disaggregated, p prefill + d decode replicas:
     p99 TTFT = 1 / p, p99 TPOT = 2 / d. Output tokens 1,000/s."""
@@ -57,15 +58,6 @@ class _Fake:
                         "interactive_ttft_p99_s": ttft, "interactive_tpot_p99_s": tpot,
                         "overall_output_tokens_per_s": 1000.0}
             yield i, row
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> _Fake:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
 
 
 SLOS = (Constraint.parse("tiers.interactive.ttft_s.p99<=1"),

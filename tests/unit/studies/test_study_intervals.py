@@ -22,13 +22,14 @@ from kvbudget.studies.plan import PlanSpec, plan
 from kvbudget.studies.sweep import RunSpec, plan_runs, replication_seeds, run_key
 from kvbudget.studies.tune import Constraint
 from tests.conftest import small_scenario_dict
+from tests.unit.studies.fake_executor import FakeExecutor
 
 T = TypeVar("T")
 R = TypeVar("R")
 runner = CliRunner()
 
 
-class _Worlds:
+class _Worlds(FakeExecutor):
     """A stand-in executor whose worlds differ by their draw's ``z`` alone: a capacity
     executor meets the target up to rate scale ``2 exp(z / 4)`` (offered rate 10 req/s x the
     scale); a plan executor's p99 TTFT is ``base[gpu] exp(z / 4) / replicas``."""
@@ -62,15 +63,6 @@ class _Worlds:
                 row["interactive_ttft_p99_s"] = self.base[str(s["gpu"])] * math.exp(z / 4) \
                     / replicas
             yield i, row
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> _Worlds:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
 
 
 def _scenario(n: int = 120, rate: float = 8.0, **extra: Any) -> Any:
