@@ -297,7 +297,7 @@ class OffloadEngine(Engine):
 
     # --- the executor's figures: a request loading its KV waits -----------------------------
     def num_waiting(self) -> int:
-        return len(self.waiting) + len(self._loads)
+        return super().num_waiting() + len(self._loads)
 
     def unfinished_rows(self) -> list[int]:
         return [*super().unfinished_rows(), *(i for _, i in self._loads)]

@@ -275,3 +275,21 @@ def test_a_gpu_file_may_give_its_host_memory(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"bad.json: field 'host_memory_bytes'"):
         get_gpu(str(bad))
     assert GPUS["A100-80GB"].host_memory_bytes is None  # no vendor figure found: not checked
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_the_timelines_waiting_count_includes_requests_not_yet_schedulable(skip: bool) -> None:
+    """With room for every prompt on the GPU the tier is never read, so the run is the plain
+    engine's, its timeline included: a request held for async scheduling's next step counts as
+    waiting in both (``Engine.num_waiting``), as well as one loading its KV from CPU."""
+    w = shared_prefix_workload(40, seed=3)
+    runs = [simulate(w, make_policy("unlimited"),
+                     dataclasses.replace(config(blocks=4000, skip=skip, offload=gib,
+                                                async_scheduling=True, max_num_seqs=4),
+                                         timeline_period_s=0.01))
+            for gib in (1.0, None)]
+    offload, plain = runs
+    assert offload.summary["engine"]["kv_offloading"]["cpu_hit_tokens"] == 0
+    assert offload.records.equals(plain.records)
+    assert (offload.timeline.num_waiting.to_numpy() == plain.timeline.num_waiting.to_numpy()).all()
+    assert int(plain.timeline.num_waiting.max()) > 0
