@@ -18,6 +18,7 @@ the rows need").
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from kvbudget.perf.hardware import get_gpu
@@ -26,7 +27,7 @@ from kvbudget.perf.speculative import draft_pass_model
 from kvbudget.perf.step_time import VllmStepModel
 
 __all__ = ["PUBLISHED", "TOLERANCE", "Comparison", "PublishedSpeedUp", "compare",
-           "decode_speed_up", "decode_step_times"]
+           "decode_speed_up", "decode_step_times", "draft_pass_time_window"]
 
 TOLERANCE = 0.15
 """Issue 39's bar: a prediction within 15 % of the published speed-up."""
@@ -160,6 +161,25 @@ class Comparison:
     def unpriced_per_draft_pass_s(self) -> float:
         """:attr:`unpriced_step_s` spread over the step's ``k`` draft passes."""
         return self.unpriced_step_s / self.published.k
+
+
+def draft_pass_time_window(rows: list[Comparison],
+                           tolerance: float = TOLERANCE) -> tuple[float, float] | None:
+    """The range of a time added to every draft pass (seconds) that would put each of ``rows``
+    within ``tolerance`` of its published speed-up, or None if no one time does.
+
+    A row's prediction with ``c`` more a pass is ``L * plain / (priced + k * c)``; it is within
+    ``T`` of the published ``S`` when ``priced + k * c`` lies between ``L * plain / ((1 + T) S)``
+    and ``L * plain / ((1 - T) S)``, which bounds ``c`` per row; the window is where the rows'
+    bounds meet. Read off the rows being checked, it is what they need, never a constant of the
+    model (that would be fitting them)."""
+    lo, hi = -math.inf, math.inf
+    for c in rows:
+        p = c.published
+        tokens_s = p.length * c.plain_step_s / p.speed_up
+        lo = max(lo, (tokens_s / (1.0 + tolerance) - c.priced_step_s) / p.k)
+        hi = min(hi, (tokens_s / (1.0 - tolerance) - c.priced_step_s) / p.k)
+    return (lo, hi) if lo <= hi else None
 
 
 def compare(rows: tuple[PublishedSpeedUp, ...] = PUBLISHED) -> list[Comparison]:

@@ -19,6 +19,7 @@ from kvbudget.perf.spec_published import (
     compare,
     decode_speed_up,
     decode_step_times,
+    draft_pass_time_window,
 )
 from kvbudget.perf.speculative import draft_pass_model
 from kvbudget.perf.step_time import STEP_OVERHEAD_S, VllmStepModel
@@ -154,3 +155,44 @@ def test_the_docs_say_what_the_rows_need() -> None:
     s = re.search(r"\(([\d.]+) ms for the 8B, ([\d.]+) ms for the 70B on 8 GPUs\)", flat)
     assert s and agrees(s.group(1), plains["Llama-3.1-8B"])
     assert agrees(s.group(2), plains["Llama-3.1-70B"])
+
+
+def test_the_draft_pass_time_window_by_hand() -> None:
+    # row A: length 2 at 1.6x, plain 8 ms, priced 9 ms, k 2: 10 ms implied, so within 15 %
+    # for 10 / 1.15 <= 9 + 2c <= 10 / 0.85: c in [-0.1522, 1.3824] ms; row B: length 3 at 2x,
+    # plain 8 ms, priced 9 ms, k 3: 12 ms implied, c in [0.4783, 1.7059] ms; both: [0.4783,
+    # 1.3824] ms, and at its low end row B's prediction is 15 % over, 3 x 8 / 10.4348 = 2.3x
+    a = Comparison(PublishedSpeedUp("A", "vllm", "eagle", "Llama-3.1-8B", "H100-80GB", 1, 2,
+                                    2.0, 1.6), 16 / 9, 8e-3, 9e-3)
+    b = Comparison(PublishedSpeedUp("B", "vllm", "eagle", "Llama-3.1-8B", "H100-80GB", 1, 3,
+                                    3.0, 2.0), 24 / 9, 8e-3, 9e-3)
+    lo_a, hi_a = draft_pass_time_window([a]) or (0.0, 0.0)
+    assert (lo_a, hi_a) == (pytest.approx(-0.152174e-3, abs=1e-9),
+                            pytest.approx(1.382353e-3, abs=1e-9))
+    window = draft_pass_time_window([a, b])
+    assert window is not None
+    lo, hi = window
+    assert lo == pytest.approx(0.478261e-3, abs=1e-9) and hi == pytest.approx(hi_a)
+    assert 3.0 * 8e-3 / (9e-3 + 3 * lo) == pytest.approx(2.0 * 1.15)
+    # a row the model under-predicts beyond the tolerance whatever is added: length 2 at 2.5x
+    # needs 6.4 ms, less than the 9 ms priced already, so no time a pass serves it and B
+    c = Comparison(PublishedSpeedUp("C", "vllm", "eagle", "Llama-3.1-8B", "H100-80GB", 1, 2,
+                                    2.0, 2.5), 16 / 9, 8e-3, 9e-3)
+    assert draft_pass_time_window([b, c]) is None
+
+
+def test_the_docs_give_the_window_the_vllm_rows_allow() -> None:
+    flat = " ".join(section(REPO / "docs" / "speculative.md", "### What the rows need").split())
+    chains = [c for c in compare() if c.published.engine == "vllm"]
+    both = draft_pass_time_window(chains)
+    eagle = draft_pass_time_window([c for c in chains if c.published.method == "eagle"])
+    eagle3 = draft_pass_time_window([c for c in chains if c.published.method == "eagle3"])
+    assert both is not None and eagle is not None and eagle3 is not None
+    m = re.search(r"all (\w+) vLLM rows within it if it lay between ([\d.]+) and ([\d.]+) ms "
+                  r"\(`draft_pass_time_window`; EAGLE's rows alone allow anything up to "
+                  r"([\d.]+) ms, EAGLE-3's need at least ([\d.]+) ms\)", flat)
+    assert m, "the window sentence"
+    assert m.group(1) == "twelve" and len(chains) == 12
+    for written, v in zip(m.groups()[1:], (both[0], both[1], eagle[1], eagle3[0]), strict=True):
+        assert agrees(written, v * 1e3), f"should read {v * 1e3:.2f}"
+    assert eagle[0] <= 0.0  # EAGLE's rows need nothing added to be within 15 %
