@@ -25,7 +25,9 @@ published figures, the batch size beyond which it stops paying, and the simulato
 
 1b. **Published speed-ups with their own acceptance figures** (``perf/spec_published.py``):
    each publication's mean acceptance length and ``k`` in, the model's speed-up out, within
-   15 % or not.
+   15 % or not; and what the row needs: the step time its speed-up implies less the model's,
+   a step and per draft pass, and the range of a time added to every draft pass that would put
+   all vLLM rows within 15 % (shown, not fitted: no constant is taken from it).
 
 Usage: python benchmarks/bench_specdec.py [--repeat 3]
 """
@@ -40,7 +42,12 @@ from bytecode import compile_project
 
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
-from kvbudget.perf.spec_published import TOLERANCE, compare, decode_speed_up
+from kvbudget.perf.spec_published import (
+    TOLERANCE,
+    compare,
+    decode_speed_up,
+    draft_pass_time_window,
+)
 from kvbudget.perf.speculative import draft_pass_model, mean_acceptance_length, rate_for_length
 from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.simulator.run import simulate
@@ -105,10 +112,19 @@ def main() -> None:
           f"{TOLERANCE:.0%}?)")
     for c in compare():
         p = c.published
-        print(f"   {p.engine:6s} {p.method:6s} {'tree' if p.tree else 'chain'} k={p.k} batch "
-              f"{p.batch} length {p.length:.2f}: published {p.speed_up:.2f}x, model "
-              f"{c.predicted:.2f}x ({c.error:+.1%}: {'within' if c.within else 'NOT within'}); "
+        print(f"   {p.engine:6s} {p.method:6s} {p.model} tp={p.tensor_parallel_size} "
+              f"{'tree' if p.tree else 'chain'} k={p.k} batch {p.batch} length {p.length:.2f}: "
+              f"published {p.speed_up:.2f}x, model {c.predicted:.2f}x ({c.error:+.1%}: {'within' if c.within else 'NOT within'}); "
               f"{p.source}")
+        print(f"      model step {c.priced_step_s * 1e3:.2f} ms, the published speed-up's "
+              f"{c.implied_step_s * 1e3:.2f} ms: unpriced {c.unpriced_step_s * 1e3:+.2f} ms a "
+              f"step, {c.unpriced_per_draft_pass_s * 1e3:+.3f} ms a draft pass")
+    chains = [c for c in compare() if c.published.engine == "vllm"]
+    window = draft_pass_time_window(chains)
+    print("   a time added to every draft pass that would put all vLLM chain rows within "
+          f"{TOLERANCE:.0%} (read off the rows: what they need, not a constant): "
+          + ("none" if window is None else
+             f"{window[0] * 1e3:.3f}-{window[1] * 1e3:.3f} ms"))
     print("\n2. speed-up by batch size (EAGLE-3 head, k=3, rate 0.7: length "
           f"{mean_acceptance_length(0.7, 3):.2f}), by context a request; 70B on 4 GPUs")
     global CONTEXT

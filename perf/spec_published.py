@@ -8,10 +8,17 @@ The prediction (:func:`decode_speed_up`) is the engine's own pricing of a steady
 priced by the ``vllm-v1`` step model; with it a verify step of ``n`` chunks of ``k + 1`` query
 tokens plus ``k`` passes of the draft (:func:`~kvbudget.perf.speculative.draft_pass_model`),
 emitting the mean acceptance length a request. The speed-up is the ratio of tokens a second.
+
+Where a prediction is off, :class:`Comparison` says by how much time a step: the step time the
+published speed-up implies (the acceptance length's tokens at the model's own time a plain
+token) less the time the model prices, in all and per draft pass. That is what the rows need,
+shown and not fitted: no constant of the model is derived from it (docs/speculative.md, "What
+the rows need").
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from kvbudget.perf.hardware import get_gpu
@@ -20,17 +27,17 @@ from kvbudget.perf.speculative import draft_pass_model
 from kvbudget.perf.step_time import VllmStepModel
 
 __all__ = ["PUBLISHED", "TOLERANCE", "Comparison", "PublishedSpeedUp", "compare",
-           "decode_speed_up"]
+           "decode_speed_up", "decode_step_times", "draft_pass_time_window"]
 
 TOLERANCE = 0.15
 """Issue 39's bar: a prediction within 15 % of the published speed-up."""
 
 
-def decode_speed_up(target: VllmStepModel, draft: VllmStepModel | None, n: int, k: int,
-                    length: float, context: int) -> float:
-    """Tokens a second of ``n`` decoding requests with speculation (``k`` drafts a step, mean
-    acceptance ``length`` tokens a step) over without, each request attending to ``context``
-    tokens; ``draft`` None: no GPU pass (n-gram)."""
+def decode_step_times(target: VllmStepModel, draft: VllmStepModel | None, n: int, k: int,
+                      context: int) -> tuple[float, float]:
+    """The model's step times (seconds) of ``n`` decoding requests, each attending to
+    ``context`` tokens: without speculation (one token each), and with it (a verify step of
+    ``k + 1`` query tokens each plus ``k`` passes of ``draft``; None: no GPU pass, n-gram)."""
     c = float(context)
     plain = float(target.step_time(0.0, float(n), n * (c + 1), 0.0, 0.0))
     q = k + 1
@@ -38,7 +45,16 @@ def decode_speed_up(target: VllmStepModel, draft: VllmStepModel | None, n: int, 
                                     float(n)))
     one_pass = 0.0 if draft is None else (
         float(draft.step_time(0.0, float(n), n * (c + q), 0.0, 0.0)) - draft.step_overhead_s)
-    return (n * length / (verify + k * one_pass)) / (n / plain)
+    return plain, verify + k * one_pass
+
+
+def decode_speed_up(target: VllmStepModel, draft: VllmStepModel | None, n: int, k: int,
+                    length: float, context: int) -> float:
+    """Tokens a second of ``n`` decoding requests with speculation (``k`` drafts a step, mean
+    acceptance ``length`` tokens a step) over without, each request attending to ``context``
+    tokens; ``draft`` None: no GPU pass (n-gram)."""
+    plain, spec = decode_step_times(target, draft, n, k, context)
+    return (n * length / spec) / (n / plain)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +63,7 @@ class PublishedSpeedUp:
     with ``k`` drafts a step and the publication's own mean acceptance length ``length``
     (tokens a step), ``model`` on ``gpu`` at ``batch`` requests, ``context`` tokens a request
     (the workload's typical prompt and output, assumed: it moves the prediction little at
-    small batches), from ``source``."""
+    small batches), the model sharded over ``tensor_parallel_size`` GPUs, from ``source``."""
 
     source: str
     engine: str
@@ -60,6 +76,7 @@ class PublishedSpeedUp:
     speed_up: float
     tree: bool = False
     context: int = 300
+    tensor_parallel_size: int = 1
 
 
 # vLLM issue #20780 (ekagra-ranjan, 2025-07-10, "Eagle 3 is expected to be much faster than
@@ -80,6 +97,13 @@ _E3 = {2: (2.36, 4.32), 3: (2.79, 4.09), 4: (3.08, 4.05), 5: (3.32, 4.13), 6: (3
 # 158.34 tokens/s without speculation on 1x H100).
 _SGLANG_4247 = "SGLang PR #4247 + SGLang docs baseline, MT-bench"
 _SGLANG_BASE = 158.34
+# SGLang PR #4716 ("Fix EAGLE3 for llama3.3 70b", ispobock's comment of 2025-03-24): Llama-3.3-
+# 70B-Instruct on H100 with --tp 8, EAGLE3-LLaMA3.3-Instruct-70B drafting trees
+# (--speculative-num-steps 8, --speculative-eagle-topk 8, --speculative-num-draft-tokens 64),
+# --cuda-graph-max-bs 1, the 80 MT-bench questions one at a time: 88.61 tokens/s without
+# speculation, 234.54 with it at acceptance length 5.88. Llama-3.3-70B has Llama-3.1-70B's
+# architecture (the same config.json but for the weights), so the 3.1 preset prices it.
+_SGLANG_4716 = "SGLang PR #4716, MT-bench"
 
 PUBLISHED: tuple[PublishedSpeedUp, ...] = (
     *(PublishedSpeedUp(_VLLM_20780, "vllm", "eagle", "Llama-3.1-8B", "H100-80GB", 1, k, al,
@@ -92,17 +116,23 @@ PUBLISHED: tuple[PublishedSpeedUp, ...] = (
                      361.70 / _SGLANG_BASE, tree=True),
     PublishedSpeedUp(_SGLANG_4247, "sglang", "eagle", "Llama-3.1-8B", "H100-80GB", 1, 8, 3.76,
                      230.08 / _SGLANG_BASE, tree=True),
+    PublishedSpeedUp(_SGLANG_4716, "sglang", "eagle3", "Llama-3.1-70B", "H100-80GB", 1, 8, 5.88,
+                     234.54 / 88.61, tree=True, tensor_parallel_size=8),
 )
 """Every publication found that gives a speed-up together with its own acceptance figures for
-vLLM or SGLang on H100 (Llama-3.1-8B; none for 70B, none beyond batch 1)."""
+vLLM or SGLang on H100 (Llama-3.1-8B, and Llama-3.3-70B on 8 GPUs; none beyond batch 1)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Comparison:
-    """A publication's speed-up and the model's prediction from its acceptance figures."""
+    """A publication's speed-up and the model's prediction from its acceptance figures, with
+    the model's step times it comes from: ``plain_step_s`` (a step without speculation) and
+    ``priced_step_s`` (the verify step and the draft passes)."""
 
     published: PublishedSpeedUp
     predicted: float
+    plain_step_s: float
+    priced_step_s: float
 
     @property
     def error(self) -> float:
@@ -113,15 +143,54 @@ class Comparison:
     def within(self) -> bool:
         return abs(self.error) <= TOLERANCE
 
+    @property
+    def implied_step_s(self) -> float:
+        """The step time with speculation at which the model would predict the published
+        speed-up: the acceptance length's tokens at the model's own time a plain token, over
+        the published speed-up."""
+        p = self.published
+        return p.length * self.plain_step_s / p.speed_up
+
+    @property
+    def unpriced_step_s(self) -> float:
+        """What the published speed-up needs a step beyond what the model prices (positive:
+        the model prices too little)."""
+        return self.implied_step_s - self.priced_step_s
+
+    @property
+    def unpriced_per_draft_pass_s(self) -> float:
+        """:attr:`unpriced_step_s` spread over the step's ``k`` draft passes."""
+        return self.unpriced_step_s / self.published.k
+
+
+def draft_pass_time_window(rows: list[Comparison],
+                           tolerance: float = TOLERANCE) -> tuple[float, float] | None:
+    """The range of a time added to every draft pass (seconds) that would put each of ``rows``
+    within ``tolerance`` of its published speed-up, or None if no one time does.
+
+    A row's prediction with ``c`` more a pass is ``L * plain / (priced + k * c)``; it is within
+    ``T`` of the published ``S`` when ``priced + k * c`` lies between ``L * plain / ((1 + T) S)``
+    and ``L * plain / ((1 - T) S)``, which bounds ``c`` per row; the window is where the rows'
+    bounds meet. Read off the rows being checked, it is what they need, never a constant of the
+    model (that would be fitting them)."""
+    lo, hi = -math.inf, math.inf
+    for c in rows:
+        p = c.published
+        tokens_s = p.length * c.plain_step_s / p.speed_up
+        lo = max(lo, (tokens_s / (1.0 + tolerance) - c.priced_step_s) / p.k)
+        hi = min(hi, (tokens_s / (1.0 - tolerance) - c.priced_step_s) / p.k)
+    return (lo, hi) if lo <= hi else None
+
 
 def compare(rows: tuple[PublishedSpeedUp, ...] = PUBLISHED) -> list[Comparison]:
     """The model's prediction of each published speed-up from its acceptance figures (the
     draft a one-layer head of the target for EAGLE, EAGLE-3 and MTP: ``draft_pass_model``)."""
     out = []
     for p in rows:
-        gpu, model = get_gpu(p.gpu), get_model(p.model)
-        target = VllmStepModel(gpu, model)
-        draft = draft_pass_model(p.method, model, None, gpu, 1)
+        gpu, model, tp = get_gpu(p.gpu), get_model(p.model), p.tensor_parallel_size
+        target = VllmStepModel(gpu, model, tensor_parallel_size=tp)
+        draft = draft_pass_model(p.method, model, None, gpu, tp)
+        plain, priced = decode_step_times(target, draft, p.batch, p.k, p.context)
         out.append(Comparison(p, decode_speed_up(target, draft, p.batch, p.k, p.length,
-                                                 p.context)))
+                                                 p.context), plain, priced))
     return out

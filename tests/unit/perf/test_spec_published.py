@@ -1,6 +1,7 @@
 """Published speculative-decoding speed-ups against the model (perf/spec_published.py, issue
-39's check): the published figures as their sources give them, the prediction's arithmetic, and
-docs/speculative.md's table as compare() computes it."""
+39's check): the published figures as their sources give them, the prediction's arithmetic,
+what each row needs beyond the model (worked by hand), and docs/speculative.md's tables as
+compare() computes them."""
 
 from __future__ import annotations
 
@@ -10,9 +11,19 @@ import pytest
 
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
-from kvbudget.perf.spec_published import PUBLISHED, TOLERANCE, compare, decode_speed_up
+from kvbudget.perf.spec_published import (
+    PUBLISHED,
+    TOLERANCE,
+    Comparison,
+    PublishedSpeedUp,
+    compare,
+    decode_speed_up,
+    decode_step_times,
+    draft_pass_time_window,
+)
 from kvbudget.perf.speculative import draft_pass_model
-from kvbudget.perf.step_time import VllmStepModel
+from kvbudget.perf.step_time import STEP_OVERHEAD_S, VllmStepModel
+from tests.benchmarks.doc_figures import agrees, section, table_rows
 from tests.conftest import REPO
 
 
@@ -24,7 +35,7 @@ def test_the_published_speed_ups_are_the_sources_ratios() -> None:
     assert e1k2.length == 2.10
     tree = next(p for p in PUBLISHED if p.tree and p.k == 8 and p.method == "eagle3")
     assert tree.speed_up == pytest.approx(378.57 / 158.34)
-    assert len(PUBLISHED) == 15 and all(p.gpu == "H100-80GB" for p in PUBLISHED)
+    assert len(PUBLISHED) == 16 and all(p.gpu == "H100-80GB" for p in PUBLISHED)
 
 
 def test_the_speed_up_is_tokens_a_step_over_the_step_times() -> None:
@@ -58,3 +69,130 @@ def test_the_docs_table_is_what_compare_computes() -> None:
         assert cells[5] == f"{c.predicted:.2f}x"
         assert cells[6] == f"{'yes' if c.within else 'no'} ({c.error * 100:+.0f} %)"
     assert TOLERANCE == 0.15
+
+
+def test_the_70b_row_is_sglang_4716s_ratio() -> None:
+    # SGLang PR #4716: 234.54 over 88.61 tokens/s, acceptance length 5.88, --tp 8, trees of 8
+    # steps; priced with the Llama-3.1-70B preset (Llama-3.3-70B's architecture)
+    row = next(p for p in PUBLISHED if p.model == "Llama-3.1-70B")
+    assert row.speed_up == pytest.approx(2.646879584697)
+    assert (row.length, row.k, row.tensor_parallel_size, row.tree) == (5.88, 8, 8, True)
+    assert all(p.tensor_parallel_size == 1 for p in PUBLISHED if p is not row)
+
+
+def test_what_a_row_needs_is_the_implied_step_less_the_priced_one() -> None:
+    # by hand: length 2, published 1.6x, the model's plain step 8 ms and its step with
+    # speculation 9 ms (so it predicts 2 x 8 / 9 = 1.778x): the published speed-up implies
+    # 2 x 8 / 1.6 = 10 ms a step, 1 ms more than priced, 0.5 ms for each of the k = 2 passes
+    p = PublishedSpeedUp("by hand", "vllm", "eagle", "Llama-3.1-8B", "H100-80GB", 1, 2, 2.0, 1.6)
+    c = Comparison(p, 2.0 * 8e-3 / 9e-3, 8e-3, 9e-3)
+    assert c.implied_step_s == pytest.approx(10e-3)
+    assert c.unpriced_step_s == pytest.approx(1e-3)
+    assert c.unpriced_per_draft_pass_s == pytest.approx(0.5e-3)
+    assert c.error == pytest.approx(2.0 * 8 / 9 / 1.6 - 1.0)
+    # a prediction on the published figure needs nothing; one under it, a negative time
+    on = Comparison(p, 1.6, 8e-3, 10e-3)
+    assert on.unpriced_step_s == pytest.approx(0.0, abs=1e-15)
+    assert Comparison(p, 1.0, 8e-3, 16e-3).unpriced_step_s == pytest.approx(-6e-3)
+
+
+def test_compare_carries_the_step_times_its_prediction_comes_from() -> None:
+    gpu, model = get_gpu("H100-80GB"), get_model("Llama-3.1-8B")
+    target = VllmStepModel(gpu, model)
+    head = draft_pass_model("eagle", model, None, gpu, 1)
+    for c in compare():
+        p = c.published
+        assert c.predicted == pytest.approx(p.length * c.plain_step_s / c.priced_step_s)
+        if p.model == "Llama-3.1-8B":
+            plain_s = float(target.step_time(0.0, 1.0, p.context + 1.0, 0.0, 0.0))
+            assert c.plain_step_s == plain_s
+    plain, spec = decode_step_times(target, head, 1, 3, 300)
+    assert decode_speed_up(target, head, 1, 3, 2.5, 300) == pytest.approx(2.5 * plain / spec)
+    plain_n, verify = decode_step_times(target, None, 1, 3, 300)
+    assert plain_n == plain and spec > verify  # the head's passes cost time
+
+
+def test_the_docs_say_what_the_rows_need() -> None:
+    text = section(REPO / "docs" / "speculative.md", "### What the rows need")
+    rows = table_rows(text, "| row |")
+    got = compare()
+    assert len(rows) == len(got)
+    for cells, c in zip(rows, got, strict=True):
+        p = c.published
+        assert int(cells[1]) == p.k
+        values = (c.priced_step_s, c.implied_step_s, c.unpriced_step_s,
+                  c.unpriced_per_draft_pass_s)
+        for cell, v in zip(cells[2:], values, strict=True):
+            assert agrees(cell, v * 1e3), f"{cells}: should read {v * 1e3:.2f}"
+    flat = " ".join(text.split())
+    chains = [c for c in got if c.published.engine == "vllm"]
+
+    def span(method: str, attr: str) -> tuple[float, float]:
+        xs = [getattr(c, attr) * 1e3 for c in chains if c.published.method == method]
+        return min(xs), max(xs)
+
+    m = re.search(r"need ([\d.]+)-([\d.]+) ms a step for EAGLE and ([\d.]+)-([\d.]+) ms for "
+                  r"EAGLE-3, or, spread over the draft passes, ([\d.]+)-([\d.]+) ms a pass for "
+                  r"EAGLE and ([\d.]+)-([\d.]+) ms for EAGLE-3", flat)
+    assert m, "the ranges sentence"
+    want = (*span("eagle", "unpriced_step_s"), *span("eagle3", "unpriced_step_s"),
+            *span("eagle", "unpriced_per_draft_pass_s"),
+            *span("eagle3", "unpriced_per_draft_pass_s"))
+    for written, v in zip(m.groups(), want, strict=True):
+        assert agrees(written, v), f"should read {v:.2f}"
+    # every chain row needs more a pass than the step gap the model gives a target step
+    assert min(c.unpriced_per_draft_pass_s for c in chains) > STEP_OVERHEAD_S
+    assert f"(`STEP_OVERHEAD_S`, {STEP_OVERHEAD_S * 1e3:.2f} ms" in flat
+    k2 = {c.published.method: c.unpriced_per_draft_pass_s * 1e3 for c in chains
+          if c.published.k == 2}
+    g = re.search(r"at `k = 2` EAGLE's rows need ([\d.]+) ms a pass and EAGLE-3's ([\d.]+) ms",
+                  flat)
+    assert g and agrees(g.group(1), k2["eagle"]) and agrees(g.group(2), k2["eagle3"])
+    errors = [c.error * 100 for c in chains if c.published.method == "eagle"]
+    o = re.search(r"the EAGLE rows' (\d+)-(\d+) % over-prediction", flat)
+    assert o and agrees(o.group(1), min(errors)) and agrees(o.group(2), max(errors))
+    plains = {c.published.model: c.plain_step_s * 1e3 for c in got}
+    s = re.search(r"\(([\d.]+) ms for the 8B, ([\d.]+) ms for the 70B on 8 GPUs\)", flat)
+    assert s and agrees(s.group(1), plains["Llama-3.1-8B"])
+    assert agrees(s.group(2), plains["Llama-3.1-70B"])
+
+
+def test_the_draft_pass_time_window_by_hand() -> None:
+    # row A: length 2 at 1.6x, plain 8 ms, priced 9 ms, k 2: 10 ms implied, so within 15 %
+    # for 10 / 1.15 <= 9 + 2c <= 10 / 0.85: c in [-0.1522, 1.3824] ms; row B: length 3 at 2x,
+    # plain 8 ms, priced 9 ms, k 3: 12 ms implied, c in [0.4783, 1.7059] ms; both: [0.4783,
+    # 1.3824] ms, and at its low end row B's prediction is 15 % over, 3 x 8 / 10.4348 = 2.3x
+    a = Comparison(PublishedSpeedUp("A", "vllm", "eagle", "Llama-3.1-8B", "H100-80GB", 1, 2,
+                                    2.0, 1.6), 16 / 9, 8e-3, 9e-3)
+    b = Comparison(PublishedSpeedUp("B", "vllm", "eagle", "Llama-3.1-8B", "H100-80GB", 1, 3,
+                                    3.0, 2.0), 24 / 9, 8e-3, 9e-3)
+    lo_a, hi_a = draft_pass_time_window([a]) or (0.0, 0.0)
+    assert (lo_a, hi_a) == (pytest.approx(-0.152174e-3, abs=1e-9),
+                            pytest.approx(1.382353e-3, abs=1e-9))
+    window = draft_pass_time_window([a, b])
+    assert window is not None
+    lo, hi = window
+    assert lo == pytest.approx(0.478261e-3, abs=1e-9) and hi == pytest.approx(hi_a)
+    assert 3.0 * 8e-3 / (9e-3 + 3 * lo) == pytest.approx(2.0 * 1.15)
+    # a row the model under-predicts beyond the tolerance whatever is added: length 2 at 2.5x
+    # needs 6.4 ms, less than the 9 ms priced already, so no time a pass serves it and B
+    c = Comparison(PublishedSpeedUp("C", "vllm", "eagle", "Llama-3.1-8B", "H100-80GB", 1, 2,
+                                    2.0, 2.5), 16 / 9, 8e-3, 9e-3)
+    assert draft_pass_time_window([b, c]) is None
+
+
+def test_the_docs_give_the_window_the_vllm_rows_allow() -> None:
+    flat = " ".join(section(REPO / "docs" / "speculative.md", "### What the rows need").split())
+    chains = [c for c in compare() if c.published.engine == "vllm"]
+    both = draft_pass_time_window(chains)
+    eagle = draft_pass_time_window([c for c in chains if c.published.method == "eagle"])
+    eagle3 = draft_pass_time_window([c for c in chains if c.published.method == "eagle3"])
+    assert both is not None and eagle is not None and eagle3 is not None
+    m = re.search(r"all (\w+) vLLM rows within it if it lay between ([\d.]+) and ([\d.]+) ms "
+                  r"\(`draft_pass_time_window`; EAGLE's rows alone allow anything up to "
+                  r"([\d.]+) ms, EAGLE-3's need at least ([\d.]+) ms\)", flat)
+    assert m, "the window sentence"
+    assert m.group(1) == "twelve" and len(chains) == 12
+    for written, v in zip(m.groups()[1:], (both[0], both[1], eagle[1], eagle3[0]), strict=True):
+        assert agrees(written, v * 1e3), f"should read {v * 1e3:.2f}"
+    assert eagle[0] <= 0.0  # EAGLE's rows need nothing added to be within 15 %
