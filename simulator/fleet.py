@@ -568,10 +568,10 @@ class Fleet(ReplicaTotals):
         self.router.leave(i, r)
         ties = self.ties
         if ties is not None:
-            ties.actor = r  # what the gateway does now, r's step end does
+            # what the gateway does now, and what follows from it at this instant (a user's
+            # next send), r's step end does (fleet_ties.FleetTies.before)
+            ties.actor, ties.actor_s = r, t
         self.hooks.on_finish(i, t)
-        if ties is not None:
-            ties.actor = -1
         if self.autoscaler is not None:
             self.autoscaler.left(r, i, finished=True)
 
