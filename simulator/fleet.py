@@ -465,7 +465,6 @@ class Fleet(ReplicaTotals):
         replica = self.replicas[r]
         if isinstance(replica, SkipAheadEngine):  # runs span the fleet's events (first_tie)
             replica.planner.tie = self.events.first_tie
-            self.events.watchers.append(replica.timer_armed)
 
     # --- routing -------------------------------------------------------------------------------
     def _fits(self, e: Engine, i: int) -> bool:

@@ -10,9 +10,11 @@ after the replicas woken before it. :meth:`FleetTies.before` walks both replicas
 to where they differ.
 
 A replica with skip-ahead has one event for a decode run (its last step's end), made when the
-run starts or cut (or as its last step starts, when a gateway timer is armed for its end:
-``fast_decode.SkipAheadEngine.timer_armed``), so SimPy's order of two replicas' events due at
-one instant may differ from stepping's, and a run's other steps have no event at all. What of that order can be seen:
+run starts or cut (or as its last step starts: a run planned past a waiting head's arrivals,
+``fast_decode.SkipAheadEngine._wait_run``), so SimPy's order of two replicas' events due at
+one instant may differ from stepping's, and a run's other steps have no event at all. (The run
+driver's events, URGENT, come before them all: ``simulator/alarm.py``.) What of that order can
+be seen:
 
 1. the replicas' events themselves, due at one instant (a finish on each tells the one gateway
    in turn; which request the freed room admits and where it is routed follows): a replica
