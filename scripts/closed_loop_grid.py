@@ -5,7 +5,9 @@ Prints the draws whose records or timeline differ (or that raise) and the count 
 item 4: none should). The draws are ``tests/model/test_closed_loop.closed_loop_draw``'s.
 Measured as the closed loop's sends became URGENT: one engine 0 of 500 (5 at 0fc8ebf, where
 a send waited behind the step ends already due at its instant); two replicas 30 of 150 (109
-at 0fc8ebf): the fleet's closed loops are not yet exact.
+at 0fc8ebf). Since a send a finish frees follows that replica's step end in the fleet's tie
+order (``fleet_ties.FleetTies.actor``, kept for the instant): two replicas 0 of 150 (seeds
+0-149) and 0 of 150 (150-299), one engine 0 of 300.
 
 Usage: python scripts/closed_loop_grid.py [--n N] [--base B] [--fleet]
 """

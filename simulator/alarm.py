@@ -63,8 +63,8 @@ class Alarm:
         self.ring = ring
         self._urgent = urgent
         self.at_s = math.inf
-        # told of every time armed (a timeout made now, due then): a fleet's replicas
-        # (fleet_events.FleetEvents.timer_armed)
+        # told of every time armed (a timeout made now, due then): a single engine's decode
+        # run (fast_decode.SkipAheadEngine.timer_armed, through the run driver)
         self.on_arm: Callable[[float], None] | None = None
 
     def arm(self, t: float) -> None:

@@ -42,17 +42,13 @@ SHORT_RUN_STEPS = 4
 # The decode group plans runs of up to this many steps in Python numbers (blocks and KV terms
 # too, ~0.7 us a step), longer ones with arrays (~20 us however long): measured crossover.
 GROUP_SMALL_K = 48
-_TIE = """A run whose last step would end exactly at ``t_ext`` ends one step earlier.
-
-Stepping creates each step's end event when the step starts; SimPy runs events due at the same
-time in the order they were created. So an external event due at ``t_ext`` (a gateway timer, an
-arrival, a client's retry) runs before a step ending then whenever it was scheduled before that
-step began, and the step that follows sees what it did (a request the gateway admitted at that
-instant is in it). A planned run's end event is created when the run starts, possibly before
-the external event was scheduled, and would run first: the next step would then be scheduled
-without what the gateway did at that instant. Ending the run a step early leaves its last step
-to be scheduled when it starts, as stepping does. (Found with step times and arrivals on a grid
-of powers of two, where such ties are exact.)
+_TIE = """A run's last step may end exactly at ``t_ext``, the next external event: the run driver's
+events (a gateway timer, an arrival, a client's retry or timeout, a closed loop's send) are
+URGENT (``simulator/alarm.py``), so the event runs before the run's end, whenever either was
+made, as it runs before stepping's step ending then, and the step that follows sees what it did
+(a request the gateway admitted at that instant is in it). (Until those events were URGENT such
+a run ended a step early, so that its last step's end event was made as that step started, as
+stepping's is: SimPy runs the ordinary events due at one instant in the order they were made.)
 
 A fleet's replica plans its runs past events of the fleet that need not end them (arrivals
 routed elsewhere, gateway timers and samples, see ``fleet.Fleet._next_touch_s``); one of them
@@ -109,14 +105,14 @@ class DecodeRunPlanner:
         """1 when a run cut with the step in progress at ``t_ext`` (its first ``cut`` steps)
         goes on one step more, else 0. Under async scheduling (``lag``: a request that comes
         during a step is schedulable once the next has ended, ``engine.Engine._add``) the
-        step after the one in progress at ``t_ext`` is scheduled as the run's steps are,
-        unless the step in progress ends exactly at ``t_ext`` (:data:`_TIE`) or a timeline
-        sample falls in the next (it reads the figures as that step is scheduled, the
-        request counted): so when it is planned, it is kept."""
+        step after the one in progress at ``t_ext`` (or ending then: the event comes before
+        that step's end, :data:`_TIE`) is scheduled as the run's steps are, unless a timeline
+        sample falls in it (it reads the figures as that step is scheduled, the request
+        counted): so when it is planned, it is kept."""
         if cut >= len(ends):
             return 0
         t0 = float(ends[cut - 1])
-        return int(t0 != t_ext and not self.sample_in(t0, float(ends[cut])))
+        return int(not self.sample_in(t0, float(ends[cut])))
 
     def quiet(self, t1: float) -> bool:
         """Whether a decode run ending at ``t1`` that goes on through the step after the one
@@ -185,8 +181,6 @@ class DecodeRunPlanner:
                 if lag:
                     cut += self._lag_step(ends, cut, t_ext)
                 ends, dts = ends[:cut], dts[:cut]
-            if len(ends) > 1 and ends[-1] == t_ext:  # see _TIE
-                ends, dts = ends[:-1], dts[:-1]
             if self.tie is not None and len(ends) > 1:
                 j = self.tie(ends)
                 if j >= 0:
@@ -235,8 +229,6 @@ class DecodeRunPlanner:
                 cut += self._lag_step(ends, cut, t_ext)
             del ends[cut:], dts[cut:]
         # else no step ends after t_ext: the whole run, as the array path does
-        if len(ends) > 1 and ends[-1] == t_ext:  # see _TIE
-            del ends[-1], dts[-1]
         if self.tie is not None and len(ends) > 1:
             j = self.tie(ends)
             if j >= 0:
@@ -261,7 +253,5 @@ class DecodeRunPlanner:
             k_ext = int(ends.searchsorted(t_ext, side="left")) + 1
             k_until = int(ends.searchsorted(until, side="right"))
         k_ext = min(k_ext, len(ends))
-        if k_ext > 1 and ends[k_ext - 1] == t_ext:  # see _TIE
-            k_ext -= 1
         k = max(k_ext, k_until)
         return ends[:k], used[:k], dts[:k]

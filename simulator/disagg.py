@@ -202,7 +202,8 @@ class DisaggFleet(ReplicaTotals):
             self.on_transfer_end(i, self.env.now)
 
     # --- a replica's hooks ------------------------------------------------------------------
-    # (each hook touches other replicas as replica ``r``'s step end does: ``ties.actor``)
+    # (each hook touches other replicas as replica ``r``'s step end does: ``ties.actor``, kept
+    # for the instant: what follows from it then follows from that step end)
     def _prefilled(self, r: int, i: int, t: float) -> None:
         """Prefill replica ``r`` sampled row ``i``'s token: to a decode replica, which it
         joins with its KV remote (unless its earlier attempt's abort waits there still: it
@@ -218,11 +219,9 @@ class DisaggFleet(ReplicaTotals):
         self.stage[i] = DECODE
         ties = self.ties
         if ties is not None:
-            ties.actor = r
+            ties.actor, ties.actor_s = r, t
         if self.decode[d].add_remote_request(i, self._decode_prompt[i] - 1):
             self.loads[d].expect(i)
-        if ties is not None:
-            ties.actor = -1
 
     def _decoded(self, r: int, i: int, t: float) -> None:
         self.router_d.leave(i, r)
@@ -232,10 +231,8 @@ class DisaggFleet(ReplicaTotals):
         """Row ``i`` finished at ``t`` on replica ``actor`` (its step end's tie)."""
         ties = self.ties
         if ties is not None:
-            ties.actor = actor
+            ties.actor, ties.actor_s = actor, t
         self.hooks.on_finish(i, t)
-        if ties is not None:
-            ties.actor = -1
 
     def _preempted(self, i: int, t: float) -> None:
         self.hooks.on_preempt(i, t)

@@ -460,8 +460,8 @@ class SkipAheadEngine(TiedSteps, Engine):
         t1 = float(step_end[-1])
         k = len(step_end)
         # a run planned past the next external event (a span; the step after it, _lag_step,
-        # unless DecodeRunPlanner.quiet) waits for its end from its last step's start, as
-        # stepping (decode_plan._TIE); a fleet's replica's, when a timer is armed for its end
+        # unless DecodeRunPlanner.quiet) waits for its end from its last step's start, where
+        # stepping makes that step's end event
         last_start = None
         if k > 1:
             self._jump_ends = self._run_ends = step_end
@@ -544,16 +544,13 @@ class SkipAheadEngine(TiedSteps, Engine):
                                  else self._steps_done(ends, now))
 
     def timer_armed(self, t: float) -> None:
-        """A gateway timer was armed now, due at ``t``: when ``t`` is the end of the decode
-        run in flight and its last step has not started, stepping's timer runs before that
-        step's end (made as the step starts), and the run's end event, made when the run
-        started, would run first; the run then waits from its last step's start (``_wait_run``).
-        (A timer due at another step's end, armed before that step starts, runs before it as
-        in stepping: the run counts that step as not ended.) A single engine's: only while
-        ``_quiet_lag`` holds, and before (not as) its last step starts (planner.quiet)."""
-        ends, k, now = self._run_ends, self._jump_keep, self.env.now
-        if ends is not None and k > 1 and ends[k - 1] == t and (ends[k - 2] >= now if (
-                self.planner.tie is not None) else self._quiet_lag and ends[k - 2] > now):
+        """A gateway timer was armed now, due at ``t`` (a single engine's run driver tells
+        it): when ``t`` is the end of the decode run in flight, planned quiet (no event may come
+        then, ``planner.quiet``), the run waits from its last step's start (``_wait_run``), if
+        that has not started yet."""
+        ends, k = self._run_ends, self._jump_keep
+        if (ends is not None and k > 1 and ends[k - 1] == t and self._quiet_lag
+                and ends[k - 2] > self.env.now):
             self._refire = True
             self.process.interrupt()
 

@@ -465,7 +465,6 @@ class Fleet(ReplicaTotals):
         replica = self.replicas[r]
         if isinstance(replica, SkipAheadEngine):  # runs span the fleet's events (first_tie)
             replica.planner.tie = self.events.first_tie
-            self.events.watchers.append(replica.timer_armed)
 
     # --- routing -------------------------------------------------------------------------------
     def _fits(self, e: Engine, i: int) -> bool:
@@ -568,10 +567,10 @@ class Fleet(ReplicaTotals):
         self.router.leave(i, r)
         ties = self.ties
         if ties is not None:
-            ties.actor = r  # what the gateway does now, r's step end does
+            # what the gateway does now, and what follows from it at this instant (a user's
+            # next send), r's step end does (fleet_ties.FleetTies.before)
+            ties.actor, ties.actor_s = r, t
         self.hooks.on_finish(i, t)
-        if ties is not None:
-            ties.actor = -1
         if self.autoscaler is not None:
             self.autoscaler.left(r, i, finished=True)
 

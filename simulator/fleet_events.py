@@ -23,7 +23,7 @@ class FleetEvents:
     (``next_timer_s``) and the timeline's sample period."""
 
     __slots__ = ("_arrival_s", "_env", "_next_arrival_s", "_next_timer_s", "_num_arrived",
-                 "_period_s", "_sorted", "watchers")
+                 "_period_s", "_sorted")
 
     def __init__(self, env: simpy.Environment, arrival_s: FloatArray, sorted_arrivals: bool,
                  next_timer_s: Callable[[], float | None], period_s: float) -> None:
@@ -35,14 +35,6 @@ class FleetEvents:
         # the arrivals due by now, counted on as the clock moves (arrived)
         self._num_arrived = 0
         self._next_arrival_s = float(arrival_s[0]) if len(arrival_s) else math.inf
-        # told of each gateway timer armed (timer_armed): the replicas' timer_armed
-        self.watchers: list[Callable[[float], None]] = []
-
-    def timer_armed(self, t: float) -> None:
-        """The gateway's timer was armed now for ``t`` (its timeout made now): a replica's
-        decode run in flight may end then (``fast_decode.SkipAheadEngine.timer_armed``)."""
-        for watcher in self.watchers:
-            watcher(t)
 
     def arrived(self) -> int:
         """The arrivals due by now, ``arrival_s.searchsorted(now, side="right")``: counted on

@@ -10,9 +10,11 @@ after the replicas woken before it. :meth:`FleetTies.before` walks both replicas
 to where they differ.
 
 A replica with skip-ahead has one event for a decode run (its last step's end), made when the
-run starts or cut (or as its last step starts, when a gateway timer is armed for its end:
-``fast_decode.SkipAheadEngine.timer_armed``), so SimPy's order of two replicas' events due at
-one instant may differ from stepping's, and a run's other steps have no event at all. What of that order can be seen:
+run starts or cut (or as its last step starts: a run planned past a waiting head's arrivals,
+``fast_decode.SkipAheadEngine._wait_run``), so SimPy's order of two replicas' events due at
+one instant may differ from stepping's, and a run's other steps have no event at all. (The run
+driver's events, URGENT, come before them all: ``simulator/alarm.py``.) What of that order can
+be seen:
 
 1. the replicas' events themselves, due at one instant (a finish on each tells the one gateway
    in turn; which request the freed room admits and where it is routed follows): a replica
@@ -22,7 +24,11 @@ one instant may differ from stepping's, and a run's other steps have no event at
 2. a replica's run step ending at the instant another replica, ending a step then, adds work to
    it, aborts some or reads its output tokens (through the gateway: :attr:`actor`): the run's
    step has ended first when it comes first in stepping's order
-   (:meth:`TiedSteps._steps_done`), else the work comes before it.
+   (:meth:`TiedSteps._steps_done`), else the work comes before it. That holds for what follows
+   from the finish at that instant too, after the fleet's hook has returned: a closed loop's
+   user sends its next request at once (an interrupt of the users' process, URGENT: in
+   stepping it runs right after the step end whose finish freed the user, before the next
+   step end due then), so :attr:`actor` is kept for the instant (:attr:`actor_s`).
 
 Both are checked only where times are equal (one comparison of floats a step: each replica's
 event due next in a list), so a fleet whose step ends never meet pays little more (8 replicas
@@ -83,7 +89,8 @@ class FleetTies:
     docstring). ``replicas[r]`` writes in ``due[r]`` when its next event is due as it starts
     a step or run (or cuts a run), and tells :meth:`root` of a step started from idle; when
     its event comes due with another's, it waits for :meth:`turn`. The fleet sets
-    :attr:`actor` while a replica's finish is told to the gateway."""
+    :attr:`actor` and :attr:`actor_s` as a replica's finish is told to the gateway: the last
+    replica whose step end acted on the others, and that step's end."""
 
     def __init__(self, env: simpy.Environment, replicas: Sequence[TiedReplica]) -> None:
         self.env = env
@@ -97,7 +104,11 @@ class FleetTies:
         self._waiting: dict[int, _Urgent] = {}  # replicas waiting for their turn
         # (a, b) -> (t, whether a's step ending at t ended before b's), the last asked
         self._order: dict[tuple[int, int], tuple[float, bool]] = {}
-        self.actor = -1  # the replica whose finish the gateway is told of, -1 for none
+        # the replica whose finish the gateway was told of last (-1: none yet), at actor_s:
+        # what happens at that instant after it (and after no other replica's finish) follows
+        # from its step end, as in stepping (before)
+        self.actor = -1
+        self.actor_s = -math.inf
 
     # --- a replica's steps ------------------------------------------------------------------
     def root(self, r: int, step: int) -> None:
@@ -143,9 +154,13 @@ class FleetTies:
     # --- stepping's order -------------------------------------------------------------------
     def before(self, b: int, t: float) -> bool:
         """Whether replica ``b``'s step ending at ``t`` (now) ended, in stepping, before the
-        step of :attr:`actor` (ending now too) whose finish the gateway is told of."""
+        step of :attr:`actor` (ending now too) whose finish the gateway is told of, or was told
+        of last at this instant: what follows from it (a closed loop's next send, which in
+        stepping comes right after that step end) comes after the same step ends. False when
+        no replica's finish has acted at ``t``: the outside world's events come before every
+        step end at their instant (``alarm.UrgentTimeout``)."""
         a = self.actor
-        if a < 0 or a == b:
+        if a < 0 or a == b or self.actor_s != t:
             return False
         return self._before(b, a, t)
 
@@ -194,10 +209,11 @@ class FleetTies:
     def _ends_to(self, q: int, t: float, n: int) -> tuple[list[float], int]:
         """The last ``n`` (or fewer) of replica ``q``'s step ends up to its step ending at
         ``t``, and that step's number: those logged, then the decode run's in flight (logged
-        when it ends), or the step in flight's."""
+        when it ends), or the step in flight's. (The actor's step ending at ``t`` is logged:
+        it may have started a run since, whose ends all come after ``t``.)"""
         e = self.replicas[q]
         run = e.run_in_flight()
-        if run is not None:
+        if run is not None and run[0] <= t:
             j = bisect.bisect_left(run, t)
             ends: list[float] = np.asarray(run[max(0, j + 1 - n) : j + 1], np.float64).tolist()
             return e.log.last_ends(n - len(ends)) + ends, e.num_steps + j

@@ -127,12 +127,8 @@ class _Simulation:
         self._next_arrival_s = (
             float(workload.arrival_s[0]) if n and self.users is None else math.inf)
         self._timer = Alarm(self.env, self._on_timer, urgent=True)
-        if isinstance(self.engine, Fleet):  # a timer armed mid-run may tie a replica's run end
-            self._timer.on_arm = self.engine.events.timer_armed
-            if self._clients is not None:  # so may a client's (a timeout, a retry)
-                self._clients.alarm.on_arm = self.engine.events.timer_armed
-        elif (isinstance(self.engine, SkipAheadEngine) and self.users is None
-              and self._clients is None):
+        if (isinstance(self.engine, SkipAheadEngine) and self.users is None
+                and self._clients is None):
             # an open loop's only events are its arrivals, sorted and fixed, and the gateway's
             # timer: a decode run asks whether one may come at its end
             # (DecodeRunPlanner.event_may_come_at) and hears of each timer armed

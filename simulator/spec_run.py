@@ -275,8 +275,6 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         if until < ends[k - 1]:
             cut = int(ends[:k].searchsorted(until, side="left")) + 1
             k = cut + self.planner.lag_step(ends[:k], cut, t_ext) if lag else cut
-        if k > 1 and ends[k - 1] == until:  # see decode_plan._TIE
-            k -= 1
         tie = self.planner.tie
         if tie is not None and k > 1:
             j = tie(ends[:k])

@@ -1,7 +1,7 @@
 """Skip-ahead under async scheduling: a decode run goes on through the step after the one in
 progress when a request comes (the request is schedulable only once that step has ended,
-``engine.Engine._add``), unless a timeline sample falls in that step or the step in progress
-ends exactly at the arrival (``decode_plan._TIE``); the results stay stepping's.
+``engine.Engine._add``), unless a timeline sample falls in that step; the results stay
+stepping's.
 
 Known answers worked by hand with steps of 0.125 s (exact in binary, so sums from 0 land on
 the grid): step ``j`` (from 0) of a run starting at 0 ends at ``0.125 (j + 1)``.
@@ -45,7 +45,10 @@ def planner(period_s: float) -> DecodeRunPlanner:
     (0.3, 1, 1.0, 4),  # one step more: [0.375, 0.5)
     (0.3, 1, 0.25, 4),  # the sample at 0.5 falls in the step after it, not in it
     (0.3, 1, 0.4, 3),  # the sample at 0.4 falls in [0.375, 0.5): it reads that step's figures
-    (0.375, 1, 1.0, 2),  # the arrival ties with a step end: the run ends a step early (_TIE)
+    # the arrival ties with a step end: it comes before that step's end (URGENT), the step
+    # [0.25, 0.375) is the one in progress, and the run goes on through the next
+    (0.375, 0, 1.0, 3),
+    (0.375, 1, 1.0, 4),
     (3.05, 0, 10.0, 25),  # the array path (more than SMALL_K steps): [3.0, 3.125) is the 25th
     (3.05, 1, 10.0, 26),
 ])

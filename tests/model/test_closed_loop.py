@@ -7,6 +7,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
@@ -150,4 +152,51 @@ def test_a_send_on_a_step_end_is_ordered_alike_stepping_and_skipping_ahead(seed:
     assert cfg.closed_loop is not None and cfg.closed_loop.think_time_s == 0.5
     assert isinstance(cfg.cost_model, LinearCostModel) and cfg.cost_model.intercept_s == 0.125
     assert (cfg.engine.name, cfg.engine.async_scheduling) == ("trtllm", True)
+    assert_skip_ahead_matches_stepping(w, cfg, policy)
+
+
+def test_a_send_a_finish_frees_comes_after_the_step_ends_before_that_finish() -> None:
+    """Draw 5 of the fleet's grid (two replicas, one gateway, least tokens, SGLang, steps of
+    0.1 s, 7 users thinking 0). Both replicas start at 0, replica 0 first, so wherever their
+    steps end together replica 0's step ends first in stepping (its end event was made
+    first). At 1.1 s replica 0's step finishes request 2; its user sends request 8 at once
+    (the users' process is interrupted: URGENT, right after that step end and before replica
+    1's), routed to replica 1, whose step ending then has not ended: request 8 joins replica 1's
+    next step, its first token at 1.2 s, one step after it was sent. At 1.4 s replica 1's step
+    finishes request 5; its user sends request 9, routed to replica 0, whose step ending then
+    has ended: request 9 waits for replica 0's step from 1.4 s, its first token at 1.6 s, two
+    steps after it was sent. Skip-ahead gave request 9 its token a step early (the send came
+    after the fleet's finish hook had returned, so replica 0's decode run counted its step
+    ending then as not ended: ``fleet_ties.FleetTies.actor`` is now kept for the instant), and,
+    with the actor kept, request 8 a step late (replica 0 had started a decode run at 1.1 s,
+    whose first step's end was read as its step ending then: ``FleetTies._ends_to``)."""
+    w, cfg, policy = closed_loop_draw(5, fleet=True)
+    assert cfg.fleet is not None and cfg.fleet.router == "least_tokens"
+    assert cfg.closed_loop is not None and cfg.closed_loop.think_time_s == 0.0
+    assert isinstance(cfg.cost_model, LinearCostModel) and cfg.cost_model.intercept_s == 0.1
+    step, _ = assert_skip_ahead_matches_stepping(w, cfg, policy)
+    rec = step.records
+    assert rec["finished_s"][2] == rec["arrival_s"][8] == pytest.approx(1.1)
+    assert rec["finished_s"][5] == rec["arrival_s"][9] == pytest.approx(1.4)
+    assert rec["first_token_s"][8] == pytest.approx(1.2)
+    assert rec["first_token_s"][9] == pytest.approx(1.6)
+
+
+@pytest.mark.parametrize("seed", [3, 12, 14])
+def test_closed_loops_on_a_fleet_are_alike_stepping_and_skipping_ahead(seed: int) -> None:
+    """Draws of the fleet's closed-loop grid (users thinking 0: each sends as a finish frees
+    it, at an instant where both replicas' steps end) on which skip-ahead's first tokens came
+    a step early (vLLM; TensorRT-LLM and vLLM under async scheduling)
+    before the sends followed the finishing replica's step end (issue 37 item 4)."""
+    w, cfg, policy = closed_loop_draw(seed, fleet=True)
+    assert cfg.closed_loop is not None and cfg.closed_loop.think_time_s == 0.0
+    assert_skip_ahead_matches_stepping(w, cfg, policy)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**16), st.booleans())
+def test_skip_ahead_matches_stepping_on_the_closed_loop_grid(seed: int, fleet: bool) -> None:
+    """The closed-loop grid (:func:`closed_loop_draw`: sends and step ends tie), on one engine
+    or two replicas with one gateway: skip-ahead byte-identical to stepping."""
+    w, cfg, policy = closed_loop_draw(seed, fleet)
     assert_skip_ahead_matches_stepping(w, cfg, policy)

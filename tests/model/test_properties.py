@@ -334,10 +334,10 @@ def test_a_gateway_timer_armed_during_a_run_for_its_last_steps_end_comes_first()
     run's end event, made when the run started, used to run before it, so the timer chain
     went 21.5 -> 23 s, armed before the 23 s sample's timeout, and the sample at t = 23 read
     the gateway after the timer had moved two requests out of its queue: num_waiting 22, not
-    24 (records equal). The fleet now tells its replicas of every gateway timer armed; a
-    replica whose decode run ends then, its last step not started yet, makes the run's end
-    event at its last step's start, as stepping does
-    (``fast_decode.SkipAheadEngine.timer_armed``; found by the per-replica fleet grid)."""
+    24 (records equal). The fleet told its replicas of every gateway timer armed, and a replica
+    whose decode run ended then made the run's end event at its last step's start; the timer
+    is now URGENT (``simulator/alarm.py``), so it runs before every step ending at its instant,
+    whenever either was made (found by the per-replica fleet grid)."""
     w, cfg = _grid_fleet_case(26695, "least_tokens", "per_replica", 40, 0.25, "tgi", 0.25)
     assert_skip_ahead_matches_stepping(w, cfg, "preemptive")
 
@@ -622,8 +622,8 @@ def test_short_decode_run_step_times_match_the_array_path(
 ) -> None:
     """:meth:`DecodeRunPlanner.steps_small` (one scalar step_time call per step) gives the bits of
     the array path, and its cut at t_ext (also when t_ext is exactly a step's end, or beyond
-    the run) is the array path's ``searchsorted`` cut, a step earlier where the run's last step
-    would end exactly at t_ext (``decode_plan._TIE``)."""
+    the run) is the array path's ``searchsorted`` cut: the step in progress at t_ext, the one
+    ending then where one does (``decode_plan._TIE``)."""
     cost: LinearCostModel | RooflineCostModel | VllmStepModel = {
         "linear": LinearCostModel(0.003, 1e-4, 2e-4, 3e-8),
         # the default step model: a dense model on one GPU has its own float path
@@ -643,8 +643,6 @@ def test_short_decode_run_step_times_match_the_array_path(
     k = k_max
     if t_ext < ends[-1]:
         k = int(ends.searchsorted(t_ext, side="left")) + 1
-    if k > 1 and ends[k - 1] == t_ext:  # a run whose last step ends at t_ext ends a step early
-        k -= 1
     k_bound, dt0 = planner.bound(n, c0, k_max, t, np.inf)
     assert k_bound == min(k_max, 4096)
     got_ends, got_dts = planner.steps_small(n, c0, k_max, t, t_ext, dt0)

@@ -155,8 +155,8 @@ def test_a_run_goes_on_through_the_step_after_an_arrival_under_async_scheduling(
 def test_an_arrival_at_a_step_end_of_a_run_is_seen_as_stepping_sees_it() -> None:
     # step times on a grid of powers of two (a verify step of one request: 2**-6 + 4 * 2**-8
     # = 2**-5 s exactly): the second request arrives exactly at the end of the first's third
-    # verify step; the run ends a step early (decode_plan._TIE) so the step after it is
-    # scheduled when it starts, with the arrival in it, as stepping does
+    # verify step; the arrival comes before that step's end (URGENT, decode_plan._TIE), so the
+    # step after it is scheduled with the arrival in it, as stepping does
     spec = SpeculativeConfig("ngram", 3, acceptance_rate=1.0)
     cost = LinearCostModel(2**-6, 2**-8, 0.0, 0.0)
     prefill = 2**-6 + 100 * 2**-8
