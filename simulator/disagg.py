@@ -48,7 +48,7 @@ from kvbudget.simulator.engine import Engine, EngineHooks, FloatArray, IntArray,
 from kvbudget.simulator.engine_variants import make_engine
 from kvbudget.simulator.exact_sum import to_float
 from kvbudget.simulator.fast_decode import SkipAheadEngine
-from kvbudget.simulator.fleet import Router
+from kvbudget.simulator.fleet import Router, RouterName
 from kvbudget.simulator.fleet_events import FleetEvents
 from kvbudget.simulator.fleet_ties import FleetTies
 from kvbudget.simulator.remote_kv import RemoteLoads
@@ -128,10 +128,16 @@ class DisaggFleet(ReplicaTotals):
         self.on_transfer_end: Callable[[int, float], None] | None = None
         for e, loads in zip(self.decode, self.loads, strict=True):
             e.remote = loads
+            # a decode replica's next external event is a KV load's end (_next_touch_s): its
+            # loads' own method, without a call between
+            e.hooks = replace(e.hooks, next_external_s=loads.next_end_s)
         caps_p = [e.capacity_tokens for e in self.prefill]
         caps_d = [e.capacity_tokens for e in self.decode]
-        self.router_p = Router(p_pool.router, caps_p, workload)
-        self.router_d = Router(d_pool.router, caps_d, workload)
+        # each row's tokens as the routers count them, once for both pools
+        row_tokens: list[int] = (workload.prompt_tokens.astype(np.int64)
+                                 + workload.max_output_tokens).tolist()
+        self.router_p = _ListedRouter(p_pool.router, caps_p, workload, row_tokens)
+        self.router_d = _ListedRouter(d_pool.router, caps_d, workload, row_tokens)
         self.capacity_tokens = sum(caps_d)  # the gateway's budget: the decode pool's KV
         self.num_gpu_blocks = sum(e.num_gpu_blocks for e in self.decode)
         self.block_size = self.decode[0].block_size
@@ -434,6 +440,19 @@ class DisaggFleet(ReplicaTotals):
 
     def __iter__(self) -> Iterator[Engine]:
         return iter(self.replicas)
+
+
+class _ListedRouter(Router):
+    """A pool's router, each row's tokens read from a list (``Router.tokens``: the same
+    numbers, made once for both pools)."""
+
+    def __init__(self, name: RouterName, capacity_tokens: list[int], workload: Workload,
+                 row_tokens: list[int]) -> None:
+        super().__init__(name, capacity_tokens, workload)
+        self.row_tokens = row_tokens
+
+    def tokens(self, i: int) -> int:
+        return self.row_tokens[i]
 
 
 def _after_first_token(cols: RequestColumns) -> RequestColumns:

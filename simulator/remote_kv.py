@@ -68,10 +68,13 @@ class RemoteLoads:
     def start_load(self, i: int) -> bool:
         """Row ``i`` was admitted by the waiting loop (its blocks allocated): True, its load
         started, when its KV is remote; False when it is here (it runs)."""
-        self.loaded.pop(i, None)
-        if i not in self.pending:
+        pending = self.pending
+        if i not in pending:
+            if self.loaded:
+                self.loaded.pop(i, None)
             return False
-        self.pending.discard(i)
+        pending.remove(i)
+        self.loaded.pop(i, None)
         start = self.engine.t
         end = start + self._transfer_s[i]
         self.loading[i] = end
@@ -103,7 +106,8 @@ class RemoteLoads:
 
     def next_end_s(self) -> float:
         """The earliest end of a load in progress (inf: none)."""
-        return min(self.loading.values(), default=math.inf)
+        loading = self.loading
+        return min(loading.values()) if loading else math.inf
 
     def to_front(self, waiting: RequestQueue) -> None:
         """Put the requests whose KV arrived at the front of ``waiting``, in the order their
@@ -111,6 +115,11 @@ class RemoteLoads:
         others ("a block-holder must never sit behind a request whose failed allocation would
         stop the scheduling scan": ``kv_holding_waiting``, scheduler.py lines 223-227 and
         913-916), so a request preempted since, which holds none, goes behind them."""
-        for i in reversed(self.loaded):
+        loaded = self.loaded
+        if len(loaded) == 1:
+            (i,) = loaded
+            if waiting.peek_request() == i:
+                return  # at the front already (``Engine.add_loaded`` put it there)
+        for i in reversed(loaded):
             waiting.remove_request(i)
             waiting.prepend_request(i)
