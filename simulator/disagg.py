@@ -115,8 +115,8 @@ class DisaggFleet(ReplicaTotals):
         tokens = -(-workload.prompt_tokens.astype(np.int64) // bs) * bs
         self._transfer_rows: list[float] = (
             d.link.transfer_latency_s + tokens * self._bytes_per_token / self._bandwidth).tolist()
-        self.loads = [RemoteLoads(env, e, self._transfer_rows, self._load_started,
-                                  self._load_ended) for e in self.decode]
+        self.loads = [RemoteLoads(env, e, self._transfer_rows, self._load_started)
+                      for e in self.decode]
         self._load_ends: list[tuple[float, int]] = []  # (end, row) of the loads, some ended
         # whether a row fits each pool (its replicas share one setup and one set of columns:
         # it fits on all of them or on none; :meth:`fits`, :meth:`_allowed`)
@@ -124,8 +124,6 @@ class DisaggFleet(ReplicaTotals):
         self._fits_p: list[bool] = fits_p.tolist()
         self._fits_d: list[bool] = fits_d.tolist()
         self._fits_both: list[bool] = (fits_p & fits_d).tolist()
-        # the driver's: the gateway is told a request's KV has moved (its prefill part goes)
-        self.on_transfer_end: Callable[[int, float], None] | None = None
         for e, loads in zip(self.decode, self.loads, strict=True):
             e.remote = loads
             # a decode replica's next external event is a KV load's end (_next_touch_s): its
@@ -203,9 +201,16 @@ class DisaggFleet(ReplicaTotals):
             heapq.heappop(ends)
         return math.inf
 
-    def _load_ended(self, i: int) -> None:
-        if self.on_transfer_end is not None:
-            self.on_transfer_end(i, self.env.now)
+    @property
+    def on_transfer_end(self) -> Callable[[int, float], None] | None:
+        """The driver's: the gateway is told a request's KV has moved (its prefill part
+        goes), ``(row, now)``; each decode replica's loads call it."""
+        return self.loads[0].on_end
+
+    @on_transfer_end.setter
+    def on_transfer_end(self, tell: Callable[[int, float], None] | None) -> None:
+        for loads in self.loads:
+            loads.on_end = tell
 
     # --- a replica's hooks ------------------------------------------------------------------
     # (each hook touches other replicas as replica ``r``'s step end does: ``ties.actor``)
@@ -226,7 +231,7 @@ class DisaggFleet(ReplicaTotals):
         if ties is not None:
             ties.actor = r
         if self.decode[d].add_remote_request(i, self._decode_prompt[i] - 1):
-            self.loads[d].expect(i)
+            self.loads[d].pending.add(i)  # (RemoteLoads.expect)
         if ties is not None:
             ties.actor = -1
 

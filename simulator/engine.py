@@ -112,7 +112,7 @@ class Engine(Scheduler):
             # re-admitted while its abort waits for the step boundary: add it after the abort
             self._deferred_adds.append(i)
             return
-        self.num_tokens[i] = self.prompt_tokens[i]
+        self.num_tokens[i] = self.prompt_tokens.item(i)
         self.num_computed_tokens[i] = 0
         self.num_output_tokens[i] = 0
         self.kv.num_blocks[i] = 0

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Protocol
 
 import simpy
@@ -50,13 +51,13 @@ class RemoteLoads:
 
     def __init__(self, env: simpy.Environment, engine: _Engine,
                  transfer_s: Sequence[float],
-                 on_start: Callable[[int, float, float], None],
-                 on_end: Callable[[int], None]) -> None:
+                 on_start: Callable[[int, float, float], None]) -> None:
         self.env = env
         self.engine = engine
         self._transfer_s = transfer_s  # each row's seconds its KV takes over the link
         self._on_start = on_start  # (row, start, end): the fleet's records
-        self._on_end = on_end  # row: its KV has moved (the gateway's first-stage part goes)
+        # (row, now): its KV has moved (the driver's: the gateway's first-stage part goes)
+        self.on_end: Callable[[int, float], None] | None = None
         self.pending: set[int] = set()
         self.loading: dict[int, float] = {}
         self.loaded: dict[int, None] = {}  # in the queue with their blocks, by load end
@@ -81,18 +82,18 @@ class RemoteLoads:
         self._on_start(i, start, end)
         # (``Timeout(env, d)``: ``env.timeout(d)`` without the bound-class descriptor's call)
         done = Timeout(self.env, max(0.0, end - self.env.now))
-        done.callbacks.append(self._ended(i, end))
+        done.callbacks.append(partial(self._ended, i, end))
         return True
 
-    def _ended(self, i: int, end: float) -> Callable[[Any], None]:
-        def ended(_: Any) -> None:
-            if self.loading.get(i) != end:  # cancelled (an abort), or another attempt's load
-                return
-            del self.loading[i]
-            self.loaded[i] = None
-            self.engine.add_loaded(i)
-            self._on_end(i)
-        return ended
+    def _ended(self, i: int, end: float, _: Any) -> None:
+        """Row ``i``'s load, due to end at ``end``, has ended (unless it was cancelled)."""
+        if self.loading.get(i) != end:  # cancelled (an abort), or another attempt's load
+            return
+        del self.loading[i]
+        self.loaded[i] = None
+        self.engine.add_loaded(i)
+        if self.on_end is not None:
+            self.on_end(i, self.env.now)
 
     def cancel(self, i: int) -> None:
         """Row ``i`` is aborted (a revocation): a load in progress stops (the row goes back to
