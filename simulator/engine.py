@@ -326,9 +326,10 @@ class Engine(Scheduler):
                     self._ring_at(t_held)
                 yield self._wake
                 self._wake = None
-                reserved, gw_waiting = self.hooks.gateway_state()
-                self.log.timeline.sample_idle(env.now, reserved, gw_waiting,
-                                              self.num_preemptions_total)
+                if self.log.timeline.next_s < env.now:  # samples are due while it was idle
+                    reserved, gw_waiting = self.hooks.gateway_state()
+                    self.log.timeline.sample_idle(env.now, reserved, gw_waiting,
+                                                  self.num_preemptions_total)
                 self.t = max(self.t, env.now)
                 continue
             if Engine.step_observer is not None:
