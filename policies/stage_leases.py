@@ -18,6 +18,8 @@ from kvbudget.policies.request import Request
 
 __all__ = ["StageLeases"]
 
+_set = object.__setattr__  # (a frozen dataclass's fields are set so)
+
 
 class StageLeases:
     """The first stage's budget and each admitted request's part of it: a shared pool of
@@ -33,9 +35,17 @@ class StageLeases:
     @staticmethod
     def first_stage_request(request: Request) -> Request:
         """``request`` as the first stage runs it: one output token (``replace``'s result,
-        built directly: it runs for every admission)."""
-        return Request(request.request_id, request.tier, request.arrival_s,
-                       request.prompt_tokens, 1, request.deadline_s, request.prefix_hashes)
+        built directly, as the frozen dataclass's ``__init__`` sets its fields, without its
+        checks, which ``request`` passed: it runs for every admission)."""
+        first = object.__new__(Request)
+        _set(first, "request_id", request.request_id)
+        _set(first, "tier", request.tier)
+        _set(first, "arrival_s", request.arrival_s)
+        _set(first, "prompt_tokens", request.prompt_tokens)
+        _set(first, "max_output_tokens", 1)
+        _set(first, "deadline_s", request.deadline_s)
+        _set(first, "prefix_hashes", request.prefix_hashes)
+        return first
 
     def reserve(self, request: Request, tokens: int) -> bool:
         """Reserve ``tokens`` for ``request``'s first stage; False (nothing changed) when they

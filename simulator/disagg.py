@@ -115,9 +115,17 @@ class DisaggFleet(ReplicaTotals):
         tokens = -(-workload.prompt_tokens.astype(np.int64) // bs) * bs
         self._transfer_rows: list[float] = (
             d.link.transfer_latency_s + tokens * self._bytes_per_token / self._bandwidth).tolist()
-        self.loads = [RemoteLoads(env, e, self._transfer_rows, self._load_started)
-                      for e in self.decode]
+        # each row's stage, replicas and transfer (lists: a request's calls read and write
+        # them one row at a time; the records' columns are made from them at the end)
+        self.stage = [NOWHERE] * n
+        self.prefill_replica = [-1] * n
+        self.decode_replica = [-1] * n
+        self.transfer_start_s = [math.nan] * n
+        self.transfer_end_s = [math.nan] * n
         self._load_ends: list[tuple[float, int]] = []  # (end, row) of the loads, some ended
+        # (each replica's loads write the transfers' records: RemoteLoads.start_load)
+        self.loads = [RemoteLoads(env, e, self._transfer_rows, self.transfer_start_s,
+                                  self.transfer_end_s, self._load_ends) for e in self.decode]
         # whether a row fits each pool (its replicas share one setup and one set of columns:
         # it fits on all of them or on none; :meth:`fits`, :meth:`_allowed`)
         fits_p, fits_d = self.prefill[0].fits_rows(), self.decode[0].fits_rows()
@@ -139,13 +147,6 @@ class DisaggFleet(ReplicaTotals):
         self.capacity_tokens = sum(caps_d)  # the gateway's budget: the decode pool's KV
         self.num_gpu_blocks = sum(e.num_gpu_blocks for e in self.decode)
         self.block_size = self.decode[0].block_size
-        # each row's stage, replicas and transfer (lists: a request's calls read and write
-        # them one row at a time; the records' columns are made from them at the end)
-        self.stage = [NOWHERE] * n
-        self.prefill_replica = [-1] * n
-        self.decode_replica = [-1] * n
-        self.transfer_start_s = [math.nan] * n
-        self.transfer_end_s = [math.nan] * n
         self._gateway_samples: list[tuple[int, int]] = []
         env.process(self._sample_gateway())
         # a lease's part on each pool: the decode pool's (the budget), the prefill pool's
@@ -182,11 +183,6 @@ class DisaggFleet(ReplicaTotals):
         """Seconds row ``i``'s prompt KV takes over the link (whole blocks of the prefill
         replica, each GPU's shard over its own link)."""
         return self._transfer_rows[i]
-
-    def _load_started(self, i: int, start: float, end: float) -> None:
-        self.transfer_start_s[i] = start
-        self.transfer_end_s[i] = end
-        heapq.heappush(self._load_ends, (end, i))
 
     def _next_load_end_s(self) -> float:
         """The earliest end of a load in progress on any decode replica (inf: none): the
@@ -237,7 +233,12 @@ class DisaggFleet(ReplicaTotals):
 
     def _decoded(self, r: int, i: int, t: float) -> None:
         self.router_d.leave(i, r)
-        self._finished(len(self.prefill) + r, i, t)
+        ties = self.ties  # (_finished, inlined: it runs for every request)
+        if ties is not None:
+            ties.actor = len(self.prefill) + r
+        self.hooks.on_finish(i, t)
+        if ties is not None:
+            ties.actor = -1
 
     def _finished(self, actor: int, i: int, t: float) -> None:
         """Row ``i`` finished at ``t`` on replica ``actor`` (its step end's tie)."""

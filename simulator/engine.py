@@ -107,13 +107,13 @@ class Engine(Scheduler):
         self._add(i)
         return ""
 
-    def _add(self, i: int) -> None:
+    def _add(self, i: int, computed_tokens: int = 0) -> None:
         if self.in_engine.item(i):
             # re-admitted while its abort waits for the step boundary: add it after the abort
             self._deferred_adds.append(i)
             return
         self.num_tokens[i] = self.prompt_tokens.item(i)
-        self.num_computed_tokens[i] = 0
+        self.num_computed_tokens[i] = computed_tokens
         self.num_output_tokens[i] = 0
         self.kv.num_blocks[i] = 0
         self.segments.reset(i)
@@ -147,8 +147,7 @@ class Engine(Scheduler):
         if self.in_engine.item(i):
             self._add(i)
             return False
-        self._add(i)
-        self.num_computed_tokens[i] = computed_tokens
+        self._add(i, computed_tokens)
         return True
 
     def add_loaded(self, i: int) -> None:

@@ -22,6 +22,7 @@ boundary, as any abort (vLLM 0.32.0 keeps them until the read has ended: schedul
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -51,11 +52,14 @@ class RemoteLoads:
 
     def __init__(self, env: simpy.Environment, engine: _Engine,
                  transfer_s: Sequence[float],
-                 on_start: Callable[[int, float, float], None]) -> None:
+                 starts: list[float], ends: list[float],
+                 ends_heap: list[tuple[float, int]]) -> None:
         self.env = env
         self.engine = engine
         self._transfer_s = transfer_s  # each row's seconds its KV takes over the link
-        self._on_start = on_start  # (row, start, end): the fleet's records
+        # the fleet's records, written as a load starts: each row's load start and end, and
+        # a heap of the loads' (end, row), some ended (every decode replica's)
+        self._starts, self._ends, self._ends_heap = starts, ends, ends_heap
         # (row, now): its KV has moved (the driver's: the gateway's first-stage part goes)
         self.on_end: Callable[[int, float], None] | None = None
         self.pending: set[int] = set()
@@ -79,7 +83,9 @@ class RemoteLoads:
         start = self.engine.t
         end = start + self._transfer_s[i]
         self.loading[i] = end
-        self._on_start(i, start, end)
+        self._starts[i] = start
+        self._ends[i] = end
+        heapq.heappush(self._ends_heap, (end, i))
         # (``Timeout(env, d)``: ``env.timeout(d)`` without the bound-class descriptor's call)
         done = Timeout(self.env, max(0.0, end - self.env.now))
         done.callbacks.append(partial(self._ended, i, end))
