@@ -227,7 +227,7 @@ class DisaggFleet(ReplicaTotals):
         if ties is not None:
             ties.actor = r
         if self.decode[d].add_remote_request(i, self._decode_prompt[i] - 1):
-            self.loads[d].pending.add(i)  # (RemoteLoads.expect)
+            self.loads[d].pending.add(i)  # its KV is remote
         if ties is not None:
             ties.actor = -1
 

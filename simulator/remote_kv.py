@@ -62,13 +62,9 @@ class RemoteLoads:
         self._starts, self._ends, self._ends_heap = starts, ends, ends_heap
         # (row, now): its KV has moved (the driver's: the gateway's first-stage part goes)
         self.on_end: Callable[[int, float], None] | None = None
-        self.pending: set[int] = set()
+        self.pending: set[int] = set()  # the fleet adds a row joining with its KV remote
         self.loading: dict[int, float] = {}
         self.loaded: dict[int, None] = {}  # in the queue with their blocks, by load end
-
-    def expect(self, i: int) -> None:
-        """Row ``i`` joins the decode replica with its KV remote."""
-        self.pending.add(i)
 
     def start_load(self, i: int) -> bool:
         """Row ``i`` was admitted by the waiting loop (its blocks allocated): True, its load
