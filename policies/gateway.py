@@ -334,7 +334,10 @@ class Gateway:
         self._tick(now_s)
         if self.stage is not None:
             self.stage.release(request_id)
-        return self._dispatch(self._expire(now_s, []))
+        actions = self._expire(now_s, [])
+        # (with nothing waiting, and nothing expired, there is nothing to admit: every queue
+        # is empty, _dequeue keeping none with a head that waits no more)
+        return self._dispatch(actions) if self._waiting or actions else actions
 
     def engine_preempted(self, request_id: int, now_s: float) -> None:
         """The engine preempted an admitted request (told to learning policies)."""

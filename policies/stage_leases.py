@@ -14,41 +14,56 @@ request leaves. A request is admitted only when both parts fit. Clock-free, as t
 
 from __future__ import annotations
 
-from kvbudget.policies.budget import Lease, TokenBudget
 from kvbudget.policies.request import Request
 
 __all__ = ["StageLeases"]
 
+_set = object.__setattr__  # (a frozen dataclass's fields are set so)
+
 
 class StageLeases:
-    """The first stage's budget and each admitted request's part of it."""
+    """The first stage's budget and each admitted request's part of it: a shared pool of
+    ``capacity_tokens`` (no tier's guarantee, no expiry: a part goes when the first stage is
+    done with its request or the request leaves), kept as Python numbers (one part taken and
+    given back per admission; a ``TokenBudget`` lease costs several times that)."""
 
     def __init__(self, capacity_tokens: int) -> None:
-        self.budget = TokenBudget(capacity_tokens)
-        self._parts: dict[int, Lease] = {}
+        self.capacity_tokens = capacity_tokens
+        self._reserved = 0
+        self._parts: dict[int, int] = {}  # request_id -> its part's tokens
 
     @staticmethod
     def first_stage_request(request: Request) -> Request:
         """``request`` as the first stage runs it: one output token (``replace``'s result,
-        built directly: it runs for every admission)."""
-        return Request(request.request_id, request.tier, request.arrival_s,
-                       request.prompt_tokens, 1, request.deadline_s, request.prefix_hashes)
+        built directly, as the frozen dataclass's ``__init__`` sets its fields, without its
+        checks, which ``request`` passed: it runs for every admission)."""
+        first = object.__new__(Request)
+        _set(first, "request_id", request.request_id)
+        _set(first, "tier", request.tier)
+        _set(first, "arrival_s", request.arrival_s)
+        _set(first, "prompt_tokens", request.prompt_tokens)
+        _set(first, "max_output_tokens", 1)
+        _set(first, "deadline_s", request.deadline_s)
+        _set(first, "prefix_hashes", request.prefix_hashes)
+        return first
 
     def reserve(self, request: Request, tokens: int) -> bool:
         """Reserve ``tokens`` for ``request``'s first stage; False (nothing changed) when they
         do not fit."""
-        lease = self.budget.try_reserve(request.tier, tokens, holder=request.request_id)
-        if lease is None:
+        if tokens < 0:
+            raise ValueError(f"tokens must be >= 0, got {tokens!r}")
+        if tokens > self.capacity_tokens - self._reserved:
             return False
-        self._parts[request.request_id] = lease
+        self._parts[request.request_id] = tokens
+        self._reserved += tokens
         return True
 
     def release(self, request_id: int) -> None:
         """Give back ``request_id``'s part, if it holds one (idempotent)."""
-        lease = self._parts.pop(request_id, None)
-        if lease is not None:
-            lease.release()
+        tokens = self._parts.pop(request_id, None)
+        if tokens is not None:
+            self._reserved -= tokens
 
     @property
     def reserved_tokens(self) -> int:
-        return self.budget.reserved_tokens
+        return self._reserved

@@ -48,7 +48,7 @@ from kvbudget.simulator.engine import Engine, EngineHooks, FloatArray, IntArray,
 from kvbudget.simulator.engine_variants import make_engine
 from kvbudget.simulator.exact_sum import to_float
 from kvbudget.simulator.fast_decode import SkipAheadEngine
-from kvbudget.simulator.fleet import Router
+from kvbudget.simulator.fleet import Router, RouterName
 from kvbudget.simulator.fleet_events import FleetEvents
 from kvbudget.simulator.fleet_ties import FleetTies
 from kvbudget.simulator.remote_kv import RemoteLoads
@@ -115,26 +115,6 @@ class DisaggFleet(ReplicaTotals):
         tokens = -(-workload.prompt_tokens.astype(np.int64) // bs) * bs
         self._transfer_rows: list[float] = (
             d.link.transfer_latency_s + tokens * self._bytes_per_token / self._bandwidth).tolist()
-        self.loads = [RemoteLoads(env, e, self._transfer_rows, self._load_started,
-                                  self._load_ended) for e in self.decode]
-        self._load_ends: list[tuple[float, int]] = []  # (end, row) of the loads, some ended
-        # whether a row fits each pool (its replicas share one setup and one set of columns:
-        # it fits on all of them or on none; :meth:`fits`, :meth:`_allowed`)
-        fits_p, fits_d = self.prefill[0].fits_rows(), self.decode[0].fits_rows()
-        self._fits_p: list[bool] = fits_p.tolist()
-        self._fits_d: list[bool] = fits_d.tolist()
-        self._fits_both: list[bool] = (fits_p & fits_d).tolist()
-        # the driver's: the gateway is told a request's KV has moved (its prefill part goes)
-        self.on_transfer_end: Callable[[int, float], None] | None = None
-        for e, loads in zip(self.decode, self.loads, strict=True):
-            e.remote = loads
-        caps_p = [e.capacity_tokens for e in self.prefill]
-        caps_d = [e.capacity_tokens for e in self.decode]
-        self.router_p = Router(p_pool.router, caps_p, workload)
-        self.router_d = Router(d_pool.router, caps_d, workload)
-        self.capacity_tokens = sum(caps_d)  # the gateway's budget: the decode pool's KV
-        self.num_gpu_blocks = sum(e.num_gpu_blocks for e in self.decode)
-        self.block_size = self.decode[0].block_size
         # each row's stage, replicas and transfer (lists: a request's calls read and write
         # them one row at a time; the records' columns are made from them at the end)
         self.stage = [NOWHERE] * n
@@ -142,6 +122,31 @@ class DisaggFleet(ReplicaTotals):
         self.decode_replica = [-1] * n
         self.transfer_start_s = [math.nan] * n
         self.transfer_end_s = [math.nan] * n
+        self._load_ends: list[tuple[float, int]] = []  # (end, row) of the loads, some ended
+        # (each replica's loads write the transfers' records: RemoteLoads.start_load)
+        self.loads = [RemoteLoads(env, e, self._transfer_rows, self.transfer_start_s,
+                                  self.transfer_end_s, self._load_ends) for e in self.decode]
+        # whether a row fits each pool (its replicas share one setup and one set of columns:
+        # it fits on all of them or on none; :meth:`fits`, :meth:`_allowed`)
+        fits_p, fits_d = self.prefill[0].fits_rows(), self.decode[0].fits_rows()
+        self._fits_p: list[bool] = fits_p.tolist()
+        self._fits_d: list[bool] = fits_d.tolist()
+        self._fits_both: list[bool] = (fits_p & fits_d).tolist()
+        for e, loads in zip(self.decode, self.loads, strict=True):
+            e.remote = loads
+            # a decode replica's next external event is a KV load's end (_next_touch_s): its
+            # loads' own method, without a call between
+            e.hooks = replace(e.hooks, next_external_s=loads.next_end_s)
+        caps_p = [e.capacity_tokens for e in self.prefill]
+        caps_d = [e.capacity_tokens for e in self.decode]
+        # each row's tokens as the routers count them, once for both pools
+        row_tokens: list[int] = (workload.prompt_tokens.astype(np.int64)
+                                 + workload.max_output_tokens).tolist()
+        self.router_p = _ListedRouter(p_pool.router, caps_p, workload, row_tokens)
+        self.router_d = _ListedRouter(d_pool.router, caps_d, workload, row_tokens)
+        self.capacity_tokens = sum(caps_d)  # the gateway's budget: the decode pool's KV
+        self.num_gpu_blocks = sum(e.num_gpu_blocks for e in self.decode)
+        self.block_size = self.decode[0].block_size
         self._gateway_samples: list[tuple[int, int]] = []
         env.process(self._sample_gateway())
         # a lease's part on each pool: the decode pool's (the budget), the prefill pool's
@@ -179,11 +184,6 @@ class DisaggFleet(ReplicaTotals):
         replica, each GPU's shard over its own link)."""
         return self._transfer_rows[i]
 
-    def _load_started(self, i: int, start: float, end: float) -> None:
-        self.transfer_start_s[i] = start
-        self.transfer_end_s[i] = end
-        heapq.heappush(self._load_ends, (end, i))
-
     def _next_load_end_s(self) -> float:
         """The earliest end of a load in progress on any decode replica (inf: none): the
         min of each replica's ``RemoteLoads.next_end_s``, from one heap of the loads' ends
@@ -197,9 +197,16 @@ class DisaggFleet(ReplicaTotals):
             heapq.heappop(ends)
         return math.inf
 
-    def _load_ended(self, i: int) -> None:
-        if self.on_transfer_end is not None:
-            self.on_transfer_end(i, self.env.now)
+    @property
+    def on_transfer_end(self) -> Callable[[int, float], None] | None:
+        """The driver's: the gateway is told a request's KV has moved (its prefill part
+        goes), ``(row, now)``; each decode replica's loads call it."""
+        return self.loads[0].on_end
+
+    @on_transfer_end.setter
+    def on_transfer_end(self, tell: Callable[[int, float], None] | None) -> None:
+        for loads in self.loads:
+            loads.on_end = tell
 
     # --- a replica's hooks ------------------------------------------------------------------
     # (each hook touches other replicas as replica ``r``'s step end does: ``ties.actor``, kept
@@ -221,11 +228,14 @@ class DisaggFleet(ReplicaTotals):
         if ties is not None:
             ties.actor, ties.actor_s = r, t
         if self.decode[d].add_remote_request(i, self._decode_prompt[i] - 1):
-            self.loads[d].expect(i)
+            self.loads[d].pending.add(i)  # its KV is remote
 
     def _decoded(self, r: int, i: int, t: float) -> None:
         self.router_d.leave(i, r)
-        self._finished(len(self.prefill) + r, i, t)
+        ties = self.ties  # (_finished, inlined: it runs for every request)
+        if ties is not None:
+            ties.actor, ties.actor_s = len(self.prefill) + r, t
+        self.hooks.on_finish(i, t)
 
     def _finished(self, actor: int, i: int, t: float) -> None:
         """Row ``i`` finished at ``t`` on replica ``actor`` (its step end's tie)."""
@@ -431,6 +441,19 @@ class DisaggFleet(ReplicaTotals):
 
     def __iter__(self) -> Iterator[Engine]:
         return iter(self.replicas)
+
+
+class _ListedRouter(Router):
+    """A pool's router, each row's tokens read from a list (``Router.tokens``: the same
+    numbers, made once for both pools)."""
+
+    def __init__(self, name: RouterName, capacity_tokens: list[int], workload: Workload,
+                 row_tokens: list[int]) -> None:
+        super().__init__(name, capacity_tokens, workload)
+        self.row_tokens = row_tokens
+
+    def tokens(self, i: int) -> int:
+        return self.row_tokens[i]
 
 
 def _after_first_token(cols: RequestColumns) -> RequestColumns:

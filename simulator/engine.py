@@ -107,13 +107,13 @@ class Engine(Scheduler):
         self._add(i)
         return ""
 
-    def _add(self, i: int) -> None:
+    def _add(self, i: int, computed_tokens: int = 0) -> None:
         if self.in_engine.item(i):
             # re-admitted while its abort waits for the step boundary: add it after the abort
             self._deferred_adds.append(i)
             return
-        self.num_tokens[i] = self.prompt_tokens[i]
-        self.num_computed_tokens[i] = 0
+        self.num_tokens[i] = self.prompt_tokens.item(i)
+        self.num_computed_tokens[i] = computed_tokens
         self.num_output_tokens[i] = 0
         self.kv.num_blocks[i] = 0
         self.segments.reset(i)
@@ -147,8 +147,7 @@ class Engine(Scheduler):
         if self.in_engine.item(i):
             self._add(i)
             return False
-        self._add(i)
-        self.num_computed_tokens[i] = computed_tokens
+        self._add(i, computed_tokens)
         return True
 
     def add_loaded(self, i: int) -> None:
@@ -326,9 +325,10 @@ class Engine(Scheduler):
                     self._ring_at(t_held)
                 yield self._wake
                 self._wake = None
-                reserved, gw_waiting = self.hooks.gateway_state()
-                self.log.timeline.sample_idle(env.now, reserved, gw_waiting,
-                                              self.num_preemptions_total)
+                if self.log.timeline.next_s < env.now:  # samples are due while it was idle
+                    reserved, gw_waiting = self.hooks.gateway_state()
+                    self.log.timeline.sample_idle(env.now, reserved, gw_waiting,
+                                                  self.num_preemptions_total)
                 self.t = max(self.t, env.now)
                 continue
             if Engine.step_observer is not None:

@@ -22,8 +22,10 @@ boundary, as any abort (vLLM 0.32.0 keeps them until the read has ended: schedul
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Protocol
 
 import simpy
@@ -50,46 +52,50 @@ class RemoteLoads:
 
     def __init__(self, env: simpy.Environment, engine: _Engine,
                  transfer_s: Sequence[float],
-                 on_start: Callable[[int, float, float], None],
-                 on_end: Callable[[int], None]) -> None:
+                 starts: list[float], ends: list[float],
+                 ends_heap: list[tuple[float, int]]) -> None:
         self.env = env
         self.engine = engine
         self._transfer_s = transfer_s  # each row's seconds its KV takes over the link
-        self._on_start = on_start  # (row, start, end): the fleet's records
-        self._on_end = on_end  # row: its KV has moved (the gateway's first-stage part goes)
-        self.pending: set[int] = set()
+        # the fleet's records, written as a load starts: each row's load start and end, and
+        # a heap of the loads' (end, row), some ended (every decode replica's)
+        self._starts, self._ends, self._ends_heap = starts, ends, ends_heap
+        # (row, now): its KV has moved (the driver's: the gateway's first-stage part goes)
+        self.on_end: Callable[[int, float], None] | None = None
+        self.pending: set[int] = set()  # the fleet adds a row joining with its KV remote
         self.loading: dict[int, float] = {}
         self.loaded: dict[int, None] = {}  # in the queue with their blocks, by load end
-
-    def expect(self, i: int) -> None:
-        """Row ``i`` joins the decode replica with its KV remote."""
-        self.pending.add(i)
 
     def start_load(self, i: int) -> bool:
         """Row ``i`` was admitted by the waiting loop (its blocks allocated): True, its load
         started, when its KV is remote; False when it is here (it runs)."""
-        self.loaded.pop(i, None)
-        if i not in self.pending:
+        pending = self.pending
+        if i not in pending:
+            if self.loaded:
+                self.loaded.pop(i, None)
             return False
-        self.pending.discard(i)
+        pending.remove(i)
+        self.loaded.pop(i, None)
         start = self.engine.t
         end = start + self._transfer_s[i]
         self.loading[i] = end
-        self._on_start(i, start, end)
+        self._starts[i] = start
+        self._ends[i] = end
+        heapq.heappush(self._ends_heap, (end, i))
         # (``Timeout(env, d)``: ``env.timeout(d)`` without the bound-class descriptor's call)
         done = Timeout(self.env, max(0.0, end - self.env.now))
-        done.callbacks.append(self._ended(i, end))
+        done.callbacks.append(partial(self._ended, i, end))
         return True
 
-    def _ended(self, i: int, end: float) -> Callable[[Any], None]:
-        def ended(_: Any) -> None:
-            if self.loading.get(i) != end:  # cancelled (an abort), or another attempt's load
-                return
-            del self.loading[i]
-            self.loaded[i] = None
-            self.engine.add_loaded(i)
-            self._on_end(i)
-        return ended
+    def _ended(self, i: int, end: float, _: Any) -> None:
+        """Row ``i``'s load, due to end at ``end``, has ended (unless it was cancelled)."""
+        if self.loading.get(i) != end:  # cancelled (an abort), or another attempt's load
+            return
+        del self.loading[i]
+        self.loaded[i] = None
+        self.engine.add_loaded(i)
+        if self.on_end is not None:
+            self.on_end(i, self.env.now)
 
     def cancel(self, i: int) -> None:
         """Row ``i`` is aborted (a revocation): a load in progress stops (the row goes back to
@@ -103,7 +109,8 @@ class RemoteLoads:
 
     def next_end_s(self) -> float:
         """The earliest end of a load in progress (inf: none)."""
-        return min(self.loading.values(), default=math.inf)
+        loading = self.loading
+        return min(loading.values()) if loading else math.inf
 
     def to_front(self, waiting: RequestQueue) -> None:
         """Put the requests whose KV arrived at the front of ``waiting``, in the order their
@@ -111,6 +118,11 @@ class RemoteLoads:
         others ("a block-holder must never sit behind a request whose failed allocation would
         stop the scheduling scan": ``kv_holding_waiting``, scheduler.py lines 223-227 and
         913-916), so a request preempted since, which holds none, goes behind them."""
-        for i in reversed(self.loaded):
+        loaded = self.loaded
+        if len(loaded) == 1:
+            (i,) = loaded
+            if waiting.peek_request() == i:
+                return  # at the front already (``Engine.add_loaded`` put it there)
+        for i in reversed(loaded):
             waiting.remove_request(i)
             waiting.prepend_request(i)

@@ -224,7 +224,9 @@ class _Simulation:
         """Row ``i``'s KV has left the prefill pool (a disaggregated run): its part of the
         prefill pool's budget goes back."""
         now = self.clock(t)
-        self.carry_out(gateway.first_stage_done(i, now), now)
+        actions = gateway.first_stage_done(i, now)
+        if actions:  # else the gateway is as the last call left it (noted then)
+            self.carry_out(actions, now)
 
     def _on_preempt(self, i: int, t: float) -> None:
         self.gateway.engine_preempted(i, self._now(t))
