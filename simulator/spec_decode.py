@@ -29,6 +29,7 @@
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable
 from typing import Protocol
 
@@ -70,6 +71,8 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _LOOKAHEAD_METHODS = ("eagle", "eagle3", "mtp", "draft_model")
 
 
+_MASK64 = (1 << 64) - 1
+_GOLDEN_INT, _M1_INT, _M2_INT = int(_GOLDEN), int(_M1), int(_M2)
 _S11, _S27, _S30, _S31 = np.uint64(11), np.uint64(27), np.uint64(30), np.uint64(31)
 _UNIT = 1.0 / 2**53
 
@@ -127,7 +130,7 @@ class SpecDecode:
         # one draft pass runs inside the engine's step: the host's gap between steps is not
         # paid again
         self._gap_s = 0.0 if draft is None else draft.step_overhead_s
-        self._key = np.uint64(rng.integers(0, 2**63, dtype=np.int64))
+        self._key = int(rng.integers(0, 2**63, dtype=np.int64))
         self.num_spec_tokens = np.zeros(num_rows, np.int64)
         self.num_output_steps = np.zeros(num_rows, np.int64)
         self._row_key = np.zeros(num_rows, np.uint64)  # each request's stream (reset)
@@ -149,9 +152,15 @@ class SpecDecode:
         self._rows(i + 1)
         self.num_spec_tokens[i] = 0
         self.num_output_steps[i] = 0
-        arrival = np.ascontiguousarray(e.arrival_s[i : i + 1], np.float64).view(np.uint64)
-        row = np.full(1, i, np.uint64)  # (arrays wrap silently; numpy scalars warn)
-        self._row_key[i] = _mix(self._key ^ (row * _GOLDEN) ^ arrival)[0]
+        # the arrival's float64 bits; _mix's operations on Python ints, wrapped to 64 bits
+        # (the same bits as on uint64 arrays: one request's few operations are cheaper so)
+        (arrival,) = struct.unpack("<Q", struct.pack("<d", e.arrival_s.item(i)))
+        x = self._key ^ ((i * _GOLDEN_INT) & _MASK64) ^ arrival
+        x ^= x >> 30
+        x = (x * _M1_INT) & _MASK64
+        x ^= x >> 27
+        x = (x * _M2_INT) & _MASK64
+        self._row_key[i] = x ^ (x >> 31)
 
     def drop(self, e: SpecRows, i: int) -> None:
         """Row ``i`` is preempted or aborted: its drafts go (``scheduler.py:1594``)."""
@@ -305,16 +314,21 @@ class SpecDecode:
             return np.zeros(u.shape, np.int64)
         return self._geometric(u, k)
 
-    def draft_run_seconds(self, num_rows: int, context: FloatArray) -> FloatArray | float:
+    def draft_run_seconds(self, num_rows: int, context: IntArray) -> FloatArray | float:
         """:meth:`draft_seconds` of steps of ``num_rows`` requests, each verifying ``k`` drafts,
         attending to ``context`` tokens in all (one a step; not added to ``draft_s``)."""
-        if self._draft is None:
+        draft = self._draft
+        if draft is None:
             return 0.0
-        # (features that stay the same along the run go in as floats, as decode_step_times')
-        step_time: Callable[..., FloatArray] = self._draft.step_time
-        one = step_time(0.0, float(num_rows), context, 0.0, 0.0) - self._gap_s
-        seconds: FloatArray = self.k * one
-        return seconds
+        one = draft.decode_times_at(num_rows, context)  # (its table: the same bits)
+        if one is None:
+            # (features that stay the same along the run go in as floats, as
+            # decode_step_times')
+            step_time: Callable[..., FloatArray] = draft.step_time
+            one = step_time(0.0, float(num_rows), context.astype(np.float64), 0.0, 0.0)
+        one -= self._gap_s
+        one *= self.k
+        return one
 
     def output_steps(self, rows: IntArray) -> IntArray:
         """``rows`` had output in the step being committed: their counts of steps with output
