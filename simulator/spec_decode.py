@@ -41,7 +41,7 @@ from kvbudget.perf.models import ModelSpec, get_model
 from kvbudget.perf.speculative import SpeculativeConfig, draft_pass_model, mean_acceptance_length
 from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.simulator.serving import FloatArray, IntArray
-from kvbudget.simulator.small_arrays import imax, isum
+from kvbudget.simulator.small_arrays import isum
 
 __all__ = ["SPEC_STREAM", "SpecDecode", "SpecEngine", "SpecRows", "draft_warning", "fleet_stats",
            "make_spec_decode"]
@@ -75,6 +75,8 @@ _MASK64 = (1 << 64) - 1
 _GOLDEN_INT, _M1_INT, _M2_INT = int(_GOLDEN), int(_M1), int(_M2)
 _S11, _S27, _S30, _S31 = np.uint64(11), np.uint64(27), np.uint64(30), np.uint64(31)
 _UNIT = 1.0 / 2**53
+_AHEAD = np.arange(1024, dtype=np.uint64) * _GOLDEN
+"""``j * _GOLDEN`` for the steps ahead of a speculative run (:meth:`SpecDecode.geometric`)."""
 
 
 def _mix(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
@@ -188,13 +190,16 @@ class SpecDecode:
         if self._draft is None or not len(rows):
             return 0.0
         held = self.num_spec_tokens[rows]
-        passes = imax(held)
+        counts = held.tolist()  # (a step's few rows: Python's max and count)
+        passes = max(counts)
         if not passes:
             return 0.0
-        drafting = held > 0
-        n = int(np.count_nonzero(drafting))
-        after = e.num_computed_tokens[rows] + new
-        context = float(isum(after if n == len(rows) else after[drafting]))
+        n = len(counts) - counts.count(0)  # those drafting (drafts are never negative)
+        if n == len(counts):
+            context = float(isum(e.num_computed_tokens[rows]) + isum(new))
+        else:
+            after = e.num_computed_tokens[rows] + new
+            context = float(isum(after[held > 0]))
         one = float(self._draft.step_time(0.0, float(n), context, 0.0, 0.0)) - self._gap_s
         seconds = passes * one
         self.draft_s += seconds
@@ -250,15 +255,17 @@ class SpecDecode:
         """Rows ``r``'s uniform draws in ``(0, 1]`` at this step: keyed by the request and its
         count of steps with output (not by the order of calls: the same draws however steps
         run, and a request's draws do not depend on the others')."""
-        return self._uniform_at(r, self.num_output_steps[r].astype(np.uint64))
-
-    def _uniform_at(self, r: IntArray, steps: npt.NDArray[np.uint64]) -> FloatArray:
-        """Rows ``r``'s uniforms at their counts of steps with output ``steps`` (of ``r``'s
-        shape, or requests x steps; overwritten)."""
-        key = self._row_key[r]
+        steps = self.num_output_steps[r].astype(np.uint64)
         steps *= _GOLDEN
-        steps ^= key if steps.ndim == 1 else key[:, None]
-        x = _mix(steps)
+        return self._uniform_at(r, steps)
+
+    def _uniform_at(self, r: IntArray, hashed: npt.NDArray[np.uint64]) -> FloatArray:
+        """Rows ``r``'s uniforms at their counts of steps with output ``s``, given as
+        ``hashed``: ``s * _GOLDEN`` (wrapped; of ``r``'s shape, or requests x steps;
+        overwritten)."""
+        key = self._row_key[r]
+        hashed ^= key if hashed.ndim == 1 else key[:, None]
+        x = _mix(hashed)
         x >>= _S11
         u: FloatArray = x.astype(np.float64)
         u += 1.0
@@ -270,7 +277,7 @@ class SpecDecode:
         uniforms ``u`` (overwritten) at the engine's rate (strictly between 0 and 1)."""
         np.log(u, out=u)
         u /= self.log_rate
-        np.floor(u, out=u)
+        # (u is now 0 or more, or -0.0: truncation is floor)
         a: IntArray = u.astype(np.int64)
         np.minimum(a, cap, out=a)
         return a
@@ -294,8 +301,11 @@ class SpecDecode:
         output, before the cap of their target output (requests x steps): the draws
         :meth:`_accepted` makes at those steps (the uniform of the row and its count of steps
         with output, ``steps`` now), with the same operations element by element."""
-        counts = (steps[:, None] + np.arange(num, dtype=np.int64)).astype(np.uint64)
-        u = self._uniform_at(rows, counts)
+        # (s + j) * _GOLDEN wraps to s * _GOLDEN + j * _GOLDEN
+        hashed = steps.astype(np.uint64)
+        hashed *= _GOLDEN
+        ahead = _AHEAD[:num] if num <= len(_AHEAD) else np.arange(num, dtype=np.uint64) * _GOLDEN
+        u = self._uniform_at(rows, hashed[:, None] + ahead)
         k = self.k
         if self._by_priority:
             prio = e.tier_priority[rows]
