@@ -410,7 +410,7 @@ class VllmStepModel:
         model on one GPU, or a context of :data:`ATTENTION_TABLE_SIZE` or more)."""
         if self._dense is None or not len(context):
             return None
-        stop = int(context.max()) + 1
+        stop = int(np.maximum.reduce(context)) + 1
         if stop > ATTENTION_TABLE_SIZE:
             return None
         table = self._attention
@@ -429,7 +429,7 @@ class VllmStepModel:
         dense = self._dense
         if dense is None or not len(context):
             return None
-        stop = int(context.max()) + 1
+        stop = int(np.maximum.reduce(context)) + 1
         if stop > ATTENTION_TABLE_SIZE:
             return None
         table = self._chunk_attention.get(chunk)
@@ -622,20 +622,28 @@ class _DenseTerms:
 
     def step(self, num_prefill_tokens: float, num_decode_seqs: float, num_context_tokens: float,
              prefill_attention: float, num_prefill_seqs: float) -> float:
-        """The time of any step, in Python floats."""
+        """The time of any step, in Python floats: :meth:`overhead_and_gemm` plus
+        :meth:`chunk_attention`, written out (stepping makes such a call a step with prefill:
+        two calls fewer)."""
         tokens = num_prefill_tokens + num_decode_seqs
-        return self.overhead_and_gemm(tokens, num_decode_seqs + num_prefill_seqs) + (
-            self.chunk_attention(prefill_attention, num_context_tokens))
+        sampled = num_decode_seqs + num_prefill_seqs
+        a = (self.gemm_flops_per_token * tokens + self.lm_head_flops * sampled) / (
+            self.gemm_flops_s)
+        gemm = _smooth_max(a, self.read_s + tokens * 0.0)
+        attn_c = self.attn_flops_per_pair * prefill_attention / self.attn_flops_s
+        attn_m = self.kv_full_per_token * num_context_tokens / self.kv_bytes_s
+        return self.overhead_s + gemm + _smooth_max(attn_c, attn_m)
 
     def overhead_and_gemm(self, tokens: float, sampled: float) -> float:
-        """``overhead + gemm`` of a step of ``tokens`` tokens, ``sampled`` of them sampled."""
+        """``overhead + gemm`` of a step of ``tokens`` tokens, ``sampled`` of them sampled
+        (:meth:`step`'s first terms)."""
         a = (self.gemm_flops_per_token * tokens + self.lm_head_flops * sampled) / (
             self.gemm_flops_s)
         return self.overhead_s + _smooth_max(a, self.read_s + tokens * 0.0)
 
     def chunk_attention(self, prefill_attention: F, num_context_tokens: F) -> F:
         """The attention term of a step of ``prefill_attention`` query-context pairs reading
-        ``num_context_tokens`` tokens' KV."""
+        ``num_context_tokens`` tokens' KV (:meth:`step`'s last term; floats or arrays)."""
         attn_c = self.attn_flops_per_pair * prefill_attention / self.attn_flops_s
         attn_m = self.kv_full_per_token * num_context_tokens / self.kv_bytes_s
         return _smooth_max(attn_c, attn_m)

@@ -191,7 +191,7 @@ class SpecDecode:
             return 0.0
         held = self.num_spec_tokens[rows]
         counts = held.tolist()  # (a step's few rows: Python's max and count)
-        passes = max(counts)
+        passes: int = max(counts)
         if not passes:
             return 0.0
         n = len(counts) - counts.count(0)  # those drafting (drafts are never negative)
