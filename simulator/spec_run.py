@@ -6,8 +6,9 @@ While every running request verifies ``k`` drafts a step (speculative decoding,
 arithmetic: a request's accepted drafts at a step are a draw keyed by the request and its
 steps with output (:meth:`SpecDecode.geometric`, the same draws stepping makes), so its output
 and computed tokens after ``j`` steps are cumulative sums, the blocks each step takes and the
-steps' times (the verify step priced by the cost model, plus the draft's passes: one array
-call each) follow. :func:`plan_spec_run` computes them for a run that ends at the first step a
+steps' times (the verify step priced by the cost model, plus the draft's passes: read from
+the step model's tables by context, ``VllmStepModel.chunk_times_at`` and ``decode_times_at``,
+or one array call each for other cost models) follow. :func:`plan_spec_run` computes them for a run that ends at the first step a
 request finishes (the accepted drafts vary by request, so unlike a plain decode run's this is
 found from the draws), before the first step whose blocks do not fit, before a step whose
 drafts the model's length clips, or with the step in progress at the next external event (under
