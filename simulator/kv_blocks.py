@@ -65,11 +65,9 @@ class KVBlocks:
     def num_held_blocks(self) -> int:
         """Blocks requests hold (their private ones) or the prefix cache holds, counted from
         ``num_blocks`` (O(rows): for the invariant)."""
-        # (np.add.reduce: ndarray.sum's Python wrapper costs more than a step's small sum)
-        held = int(np.add.reduce(self.num_blocks))
         if self.prefix is None:
-            return held
-        private = held - int(self.prefix.num_shared_blocks.sum())
+            return int(self.num_blocks.sum())
+        private = int(self.num_blocks.sum()) - int(self.prefix.num_shared_blocks.sum())
         return private + self.prefix.num_cached_blocks
 
     # --- allocation -------------------------------------------------------------------------
