@@ -29,15 +29,22 @@ published figures, the batch size beyond which it stops paying, and the simulato
    a step and per draft pass, and the range of a time added to every draft pass that would put
    all vLLM rows within 15 % (shown, not fitted: no constant is taken from it).
 
-Usage: python benchmarks/bench_specdec.py [--repeat 3]
+3i. **Instructions** (``--instructions``, valgrind): part 3's simulation alone counted by
+   cachegrind (a process that builds the scenario and simulates it, less one that only builds
+   it; ``bench_instructions.py``'s method), with and without speculation, and their ratio: a
+   measure that does not move with the machine's load.
+
+Usage: python benchmarks/bench_specdec.py [--repeat 3] [--instructions]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
+from bench_instructions import count
 from bytecode import compile_project
 
 from kvbudget.perf.hardware import get_gpu
@@ -88,10 +95,43 @@ def cpu_per_request(sets: list[str], repeat: int) -> tuple[float, int]:
     return best / n, n
 
 
+SPEC = ["engine.speculative_config.method=eagle",
+        "engine.speculative_config.num_speculative_tokens=3",
+        "engine.speculative_config.acceptance_rate=0.7"]
+# the child of part 3i: build the scenario, then simulate it if asked
+CHILD = """\
+import json, sys
+from pathlib import Path
+from kvbudget.simulator.run import simulate
+from kvbudget.simulator.scenario import make_scenario
+import kvbudget.simulator.spec_run
+sets, run = json.loads(sys.argv[1]), sys.argv[2] == "1"
+scn = make_scenario(Path("scenarios/synth_conservative.toml"), sets)
+workload, policy, config = scn.workload(), scn.make_policy(None), scn.sim_config()
+if run:
+    simulate(workload, policy, config)
+"""
+
+
+def instructions(sets: list[str]) -> int:
+    """Instructions of part 3's simulation with ``sets`` (bench_instructions.py's count: one
+    OpenBLAS thread, ``PYTHONHASHSEED=0``), less those of building its scenario."""
+    return (count(["-c", CHILD, json.dumps(sets), "1"], REPO)
+            - count(["-c", CHILD, json.dumps(sets), "0"], REPO))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--instructions", action="store_true",
+                        help="part 3i only: count part 3's instructions with valgrind")
     args = parser.parse_args()
+    if args.instructions:
+        compile_project()
+        off, on = instructions([]), instructions(SPEC)
+        print(f"3i. instructions of part 3's simulation: without speculation {off / 1e6:,.0f} M, "
+              f"with EAGLE (k=3, rate 0.7) {on / 1e6:,.0f} M: {on / off:.2f}x")
+        return
     compile_project()
     gpu, model = get_gpu("H100-80GB"), get_model("Llama-3.1-8B")
     target = VllmStepModel(gpu, model)
@@ -150,9 +190,7 @@ def main() -> None:
           f"(ratio {ratio:.2f}); the model's ratio at context 1000: {m64:.2f}")
     print("\n3. CPU per request, scenarios/synth_conservative.toml (process CPU, best of "
           f"{args.repeat})")
-    spec = ["engine.speculative_config.method=eagle",
-            "engine.speculative_config.num_speculative_tokens=3",
-            "engine.speculative_config.acceptance_rate=0.7"]
+    spec = SPEC
     off, n = cpu_per_request([], args.repeat)
     on, _ = cpu_per_request(spec, args.repeat)
     on_step, _ = cpu_per_request([*spec, "engine.skip_ahead=false"], args.repeat)

@@ -202,6 +202,10 @@ class VllmStepModel:
     # longer one as runs reach larger contexts, never changed in place)
     _decode_fixed: dict[int, float] = field(init=False, repr=False, compare=False)
     _attention: npt.NDArray[np.float64] = field(init=False, repr=False, compare=False)
+    # the attention term of steps of chunks of ``q`` query tokens each (speculative decoding's
+    # verify steps) by context, for each ``q`` asked for (arrays replaced as _attention is)
+    _chunk_attention: dict[int, npt.NDArray[np.float64]] = field(
+        init=False, repr=False, compare=False)
 
     KIND: ClassVar[str] = "vllm-v1"
     FIT_PARAMETERS: ClassVar[tuple[str, ...]] = (
@@ -262,6 +266,7 @@ class VllmStepModel:
         object.__setattr__(self, "_dense", _DenseTerms.of(self._terms))
         object.__setattr__(self, "_decode_fixed", {})
         object.__setattr__(self, "_attention", np.zeros(0, np.float64))
+        object.__setattr__(self, "_chunk_attention", {})
 
     def _compute_terms(self) -> _Terms:
         g, m = self.gpu, self.model
@@ -395,6 +400,48 @@ class VllmStepModel:
                 table[first_context:stop:num_decode_seqs])
             return times
         return decode_step_times(self.step_time, num_decode_seqs, first_context, num_steps)
+
+    def decode_times_at(self, num_decode_seqs: int,
+                        context: npt.NDArray[np.int64]) -> npt.NDArray[np.float64] | None:
+        """``step_time(0.0, num_decode_seqs, context, 0.0, 0.0)`` of pure-decode steps
+        attending to ``context`` tokens each (ints, one a step) with the bits of one call per
+        step (the overhead and weights' term plus the attention term read from
+        :meth:`decode_step_times`' table); None where that table does not serve (not a dense
+        model on one GPU, or a context of :data:`ATTENTION_TABLE_SIZE` or more)."""
+        if self._dense is None or not len(context):
+            return None
+        stop = int(np.maximum.reduce(context)) + 1
+        if stop > ATTENTION_TABLE_SIZE:
+            return None
+        table = self._attention
+        if stop > len(table):
+            table = self._attention_table(stop)
+        times: npt.NDArray[np.float64] = self._fixed_term(num_decode_seqs) + table[context]
+        return times
+
+    def chunk_times_at(self, num_seqs: int, chunk: int,
+                       context: npt.NDArray[np.int64]) -> npt.NDArray[np.float64] | None:
+        """``step_time(num_seqs * chunk, 0.0, context, chunk * context, num_seqs)`` (steps of
+        ``num_seqs`` chunks of ``chunk`` query tokens each: speculative decoding's verify
+        steps) attending to ``context`` tokens each (ints, one a step), with the bits of one
+        call per step: the overhead and weights' term once, the attention term from a table
+        by context kept for ``chunk``; None where :meth:`decode_times_at` gives None."""
+        dense = self._dense
+        if dense is None or not len(context):
+            return None
+        stop = int(np.maximum.reduce(context)) + 1
+        if stop > ATTENTION_TABLE_SIZE:
+            return None
+        table = self._chunk_attention.get(chunk)
+        if table is None or stop > len(table):
+            size = max(1 << 12, 1 << (stop - 1).bit_length())
+            ctx = np.arange(size, dtype=np.float64)
+            table = dense.chunk_attention(chunk * ctx, ctx)
+            table.flags.writeable = False
+            self._chunk_attention[chunk] = table
+        fixed = dense.overhead_and_gemm(float(num_seqs * chunk) + 0.0, float(num_seqs))
+        times: npt.NDArray[np.float64] = fixed + table[context]
+        return times
 
     def _fixed_term(self, num_decode_seqs: int) -> float:
         """:meth:`_DenseTerms.fixed` of ``num_decode_seqs``, remembered."""
@@ -575,7 +622,9 @@ class _DenseTerms:
 
     def step(self, num_prefill_tokens: float, num_decode_seqs: float, num_context_tokens: float,
              prefill_attention: float, num_prefill_seqs: float) -> float:
-        """The time of any step, in Python floats."""
+        """The time of any step, in Python floats: :meth:`overhead_and_gemm` plus
+        :meth:`chunk_attention`, written out (stepping makes such a call a step with prefill:
+        two calls fewer)."""
         tokens = num_prefill_tokens + num_decode_seqs
         sampled = num_decode_seqs + num_prefill_seqs
         a = (self.gemm_flops_per_token * tokens + self.lm_head_flops * sampled) / (
@@ -584,6 +633,20 @@ class _DenseTerms:
         attn_c = self.attn_flops_per_pair * prefill_attention / self.attn_flops_s
         attn_m = self.kv_full_per_token * num_context_tokens / self.kv_bytes_s
         return self.overhead_s + gemm + _smooth_max(attn_c, attn_m)
+
+    def overhead_and_gemm(self, tokens: float, sampled: float) -> float:
+        """``overhead + gemm`` of a step of ``tokens`` tokens, ``sampled`` of them sampled
+        (:meth:`step`'s first terms)."""
+        a = (self.gemm_flops_per_token * tokens + self.lm_head_flops * sampled) / (
+            self.gemm_flops_s)
+        return self.overhead_s + _smooth_max(a, self.read_s + tokens * 0.0)
+
+    def chunk_attention(self, prefill_attention: F, num_context_tokens: F) -> F:
+        """The attention term of a step of ``prefill_attention`` query-context pairs reading
+        ``num_context_tokens`` tokens' KV (:meth:`step`'s last term; floats or arrays)."""
+        attn_c = self.attn_flops_per_pair * prefill_attention / self.attn_flops_s
+        attn_m = self.kv_full_per_token * num_context_tokens / self.kv_bytes_s
+        return _smooth_max(attn_c, attn_m)
 
 
 def _minimum(a: F, b: F) -> F:

@@ -29,6 +29,7 @@
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable
 from typing import Protocol
 
@@ -40,7 +41,7 @@ from kvbudget.perf.models import ModelSpec, get_model
 from kvbudget.perf.speculative import SpeculativeConfig, draft_pass_model, mean_acceptance_length
 from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.simulator.serving import FloatArray, IntArray
-from kvbudget.simulator.small_arrays import imax, isum
+from kvbudget.simulator.small_arrays import isum
 
 __all__ = ["SPEC_STREAM", "SpecDecode", "SpecEngine", "SpecRows", "draft_warning", "fleet_stats",
            "make_spec_decode"]
@@ -70,8 +71,12 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _LOOKAHEAD_METHODS = ("eagle", "eagle3", "mtp", "draft_model")
 
 
+_MASK64 = (1 << 64) - 1
+_GOLDEN_INT, _M1_INT, _M2_INT = int(_GOLDEN), int(_M1), int(_M2)
 _S11, _S27, _S30, _S31 = np.uint64(11), np.uint64(27), np.uint64(30), np.uint64(31)
 _UNIT = 1.0 / 2**53
+_AHEAD = np.arange(1024, dtype=np.uint64) * _GOLDEN
+"""``j * _GOLDEN`` for the steps ahead of a speculative run (:meth:`SpecDecode.geometric`)."""
 
 
 def _mix(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
@@ -127,7 +132,7 @@ class SpecDecode:
         # one draft pass runs inside the engine's step: the host's gap between steps is not
         # paid again
         self._gap_s = 0.0 if draft is None else draft.step_overhead_s
-        self._key = np.uint64(rng.integers(0, 2**63, dtype=np.int64))
+        self._key = int(rng.integers(0, 2**63, dtype=np.int64))
         self.num_spec_tokens = np.zeros(num_rows, np.int64)
         self.num_output_steps = np.zeros(num_rows, np.int64)
         self._row_key = np.zeros(num_rows, np.uint64)  # each request's stream (reset)
@@ -149,9 +154,15 @@ class SpecDecode:
         self._rows(i + 1)
         self.num_spec_tokens[i] = 0
         self.num_output_steps[i] = 0
-        arrival = np.ascontiguousarray(e.arrival_s[i : i + 1], np.float64).view(np.uint64)
-        row = np.full(1, i, np.uint64)  # (arrays wrap silently; numpy scalars warn)
-        self._row_key[i] = _mix(self._key ^ (row * _GOLDEN) ^ arrival)[0]
+        # the arrival's float64 bits; _mix's operations on Python ints, wrapped to 64 bits
+        # (the same bits as on uint64 arrays: one request's few operations are cheaper so)
+        (arrival,) = struct.unpack("<Q", struct.pack("<d", e.arrival_s.item(i)))
+        x = self._key ^ ((i * _GOLDEN_INT) & _MASK64) ^ arrival
+        x ^= x >> 30
+        x = (x * _M1_INT) & _MASK64
+        x ^= x >> 27
+        x = (x * _M2_INT) & _MASK64
+        self._row_key[i] = x ^ (x >> 31)
 
     def drop(self, e: SpecRows, i: int) -> None:
         """Row ``i`` is preempted or aborted: its drafts go (``scheduler.py:1594``)."""
@@ -179,13 +190,16 @@ class SpecDecode:
         if self._draft is None or not len(rows):
             return 0.0
         held = self.num_spec_tokens[rows]
-        passes = imax(held)
+        counts = held.tolist()  # (a step's few rows: Python's max and count)
+        passes: int = max(counts)
         if not passes:
             return 0.0
-        drafting = held > 0
-        n = int(np.count_nonzero(drafting))
-        after = e.num_computed_tokens[rows] + new
-        context = float(isum(after if n == len(rows) else after[drafting]))
+        n = len(counts) - counts.count(0)  # those drafting (drafts are never negative)
+        if n == len(counts):
+            context = float(isum(e.num_computed_tokens[rows]) + isum(new))
+        else:
+            after = e.num_computed_tokens[rows] + new
+            context = float(isum(after[held > 0]))
         one = float(self._draft.step_time(0.0, float(n), context, 0.0, 0.0)) - self._gap_s
         seconds = passes * one
         self.draft_s += seconds
@@ -241,15 +255,17 @@ class SpecDecode:
         """Rows ``r``'s uniform draws in ``(0, 1]`` at this step: keyed by the request and its
         count of steps with output (not by the order of calls: the same draws however steps
         run, and a request's draws do not depend on the others')."""
-        return self._uniform_at(r, self.num_output_steps[r].astype(np.uint64))
-
-    def _uniform_at(self, r: IntArray, steps: npt.NDArray[np.uint64]) -> FloatArray:
-        """Rows ``r``'s uniforms at their counts of steps with output ``steps`` (of ``r``'s
-        shape, or requests x steps; overwritten)."""
-        key = self._row_key[r]
+        steps = self.num_output_steps[r].astype(np.uint64)
         steps *= _GOLDEN
-        steps ^= key if steps.ndim == 1 else key[:, None]
-        x = _mix(steps)
+        return self._uniform_at(r, steps)
+
+    def _uniform_at(self, r: IntArray, hashed: npt.NDArray[np.uint64]) -> FloatArray:
+        """Rows ``r``'s uniforms at their counts of steps with output ``s``, given as
+        ``hashed``: ``s * _GOLDEN`` (wrapped; of ``r``'s shape, or requests x steps;
+        overwritten)."""
+        key = self._row_key[r]
+        hashed ^= key if hashed.ndim == 1 else key[:, None]
+        x = _mix(hashed)
         x >>= _S11
         u: FloatArray = x.astype(np.float64)
         u += 1.0
@@ -261,7 +277,7 @@ class SpecDecode:
         uniforms ``u`` (overwritten) at the engine's rate (strictly between 0 and 1)."""
         np.log(u, out=u)
         u /= self.log_rate
-        np.floor(u, out=u)
+        # (u is now 0 or more, or -0.0: truncation is floor)
         a: IntArray = u.astype(np.int64)
         np.minimum(a, cap, out=a)
         return a
@@ -285,8 +301,11 @@ class SpecDecode:
         output, before the cap of their target output (requests x steps): the draws
         :meth:`_accepted` makes at those steps (the uniform of the row and its count of steps
         with output, ``steps`` now), with the same operations element by element."""
-        counts = (steps[:, None] + np.arange(num, dtype=np.int64)).astype(np.uint64)
-        u = self._uniform_at(rows, counts)
+        # (s + j) * _GOLDEN wraps to s * _GOLDEN + j * _GOLDEN
+        hashed = steps.astype(np.uint64)
+        hashed *= _GOLDEN
+        ahead = _AHEAD[:num] if num <= len(_AHEAD) else np.arange(num, dtype=np.uint64) * _GOLDEN
+        u = self._uniform_at(rows, hashed[:, None] + ahead)
         k = self.k
         if self._by_priority:
             prio = e.tier_priority[rows]
@@ -305,16 +324,21 @@ class SpecDecode:
             return np.zeros(u.shape, np.int64)
         return self._geometric(u, k)
 
-    def draft_run_seconds(self, num_rows: int, context: FloatArray) -> FloatArray | float:
+    def draft_run_seconds(self, num_rows: int, context: IntArray) -> FloatArray | float:
         """:meth:`draft_seconds` of steps of ``num_rows`` requests, each verifying ``k`` drafts,
         attending to ``context`` tokens in all (one a step; not added to ``draft_s``)."""
-        if self._draft is None:
+        draft = self._draft
+        if draft is None:
             return 0.0
-        # (features that stay the same along the run go in as floats, as decode_step_times')
-        step_time: Callable[..., FloatArray] = self._draft.step_time
-        one = step_time(0.0, float(num_rows), context, 0.0, 0.0) - self._gap_s
-        seconds: FloatArray = self.k * one
-        return seconds
+        one = draft.decode_times_at(num_rows, context)  # (its table: the same bits)
+        if one is None:
+            # (features that stay the same along the run go in as floats, as
+            # decode_step_times')
+            step_time: Callable[..., FloatArray] = draft.step_time
+            one = step_time(0.0, float(num_rows), context.astype(np.float64), 0.0, 0.0)
+        one -= self._gap_s
+        one *= self.k
+        return one
 
     def output_steps(self, rows: IntArray) -> IntArray:
         """``rows`` had output in the step being committed: their counts of steps with output

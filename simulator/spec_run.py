@@ -6,8 +6,9 @@ While every running request verifies ``k`` drafts a step (speculative decoding,
 arithmetic: a request's accepted drafts at a step are a draw keyed by the request and its
 steps with output (:meth:`SpecDecode.geometric`, the same draws stepping makes), so its output
 and computed tokens after ``j`` steps are cumulative sums, the blocks each step takes and the
-steps' times (the verify step priced by the cost model, plus the draft's passes: one array
-call each) follow. :func:`plan_spec_run` computes them for a run that ends at the first step a
+steps' times (the verify step priced by the cost model, plus the draft's passes: read from
+the step model's tables by context, ``VllmStepModel.chunk_times_at`` and ``decode_times_at``,
+or one array call each for other cost models) follow. :func:`plan_spec_run` computes them for a run that ends at the first step a
 request finishes (the accepted drafts vary by request, so unlike a plain decode run's this is
 found from the draws), before the first step whose blocks do not fit, before a step whose
 drafts the model's length clips, or with the step in progress at the next external event (under
@@ -34,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 import simpy
 
+from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.simulator.decode_plan import MAX_JUMP_STEPS, DecodeRunPlanner
 from kvbudget.simulator.engine import IntArray
 from kvbudget.simulator.fast_decode import Run, SkipAheadEngine
@@ -49,26 +51,28 @@ MAX_SPEC_STEPS = 512
 
 
 class SpecRun:
-    """A planned run of ``len(ends)`` verify steps of ``rows`` (running order): ``out`` is each
-    row's output tokens after each step (requests x steps, capped at the target: only the
+    """A planned run of ``len(ends)`` verify steps of ``rows`` (running order): ``gained`` is the
+    output tokens each row has gained before each step and after the last (requests x steps +
+    1, uncapped: a row's are ``min(gained, left)``, ``left`` the output it had to go; only the
     last step may finish some), ``held`` the blocks each row holds as each step is scheduled,
     ``alloc`` the blocks steps 1..j take beyond step 0's, ``draft_s`` each step's draft time
-    (step 0's was counted as it was scheduled), ``ends``/``dts`` the steps' ends and times.
-    (A plain class: a dataclass's creation costs the engine's import ~0.7 ms.)"""
+    (step 0's was counted as it was scheduled: not read), ``ends``/``dts`` the steps' ends and
+    times. (A plain class: a dataclass's creation costs the engine's import ~0.7 ms.)"""
 
-    __slots__ = ("alloc", "c0", "draft_s", "dts", "ends", "held", "out", "out0", "rows", "steps0")
+    __slots__ = ("alloc", "c0", "draft_s", "dts", "ends", "gained", "held", "left", "out0",
+                 "rows", "steps0")
 
     def __init__(self, rows: IntArray, out0: IntArray, c0: IntArray, steps0: IntArray,
-                 out: IntArray, held: IntArray, alloc: IntArray, draft_s: FloatArray,
-                 ends: FloatArray, dts: FloatArray) -> None:
-        self.rows, self.out0, self.c0, self.steps0 = rows, out0, c0, steps0
-        self.out, self.held, self.alloc, self.draft_s = out, held, alloc, draft_s
+                 left: IntArray, gained: IntArray, held: IntArray, alloc: IntArray,
+                 draft_s: FloatArray, ends: FloatArray, dts: FloatArray) -> None:
+        self.rows, self.out0, self.c0, self.steps0, self.left = rows, out0, c0, steps0, left
+        self.gained, self.held, self.alloc, self.draft_s = gained, held, alloc, draft_s
         self.ends, self.dts = ends, dts
 
     def output_after(self, i: int, steps: int) -> int:
         """Row ``i``'s output tokens after the run's first ``steps`` steps."""
         r = int(np.flatnonzero(self.rows == i)[0])
-        return int(self.out0[r]) if steps == 0 else int(self.out[r, steps - 1])
+        return self.out0.item(r) + min(self.gained.item(r, steps), self.left.item(r))
 
 
 def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
@@ -81,69 +85,82 @@ def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
     q = k + 1
     n = len(rows)
     out0 = e.num_output_tokens[rows]
-    tgt = e.target_output[rows]
+    left = e.target_output[rows] - out0
     # every step gives a request one token or more: the first finish is within this many
-    k_max = min(k_max, imin(tgt - out0), MAX_SPEC_STEPS)
+    k_max = min(k_max, imin(left), MAX_SPEC_STEPS)
     if k_max <= 1:
         return None
     steps0 = spec.num_output_steps[rows]
-    cum = spec.geometric(e, rows, steps0, k_max)  # accepted drafts, uncapped
-    cum += 1
-    np.add.accumulate(cum, axis=1, out=cum)
-    cum += out0[:, None]  # output after each step, uncapped
-    if imax(cum[:, -1] - tgt) >= 0:  # the run ends with its first step that finishes a request
-        done_any: npt.NDArray[np.bool_] = np.logical_or.reduce(cum >= tgt[:, None], axis=0)
+    # the tokens each row has gained before each step (column 0: none) and after the last:
+    # its accepted drafts (drawn as stepping draws them) and the step's own token, summed
+    gained = np.zeros((n, k_max + 1), np.int64)
+    after = gained[:, 1:]
+    np.add(spec.geometric(e, rows, steps0, k_max), 1, out=after)
+    np.add.accumulate(after, axis=1, out=after)
+    if imax(after[:, -1] - left) >= 0:  # the run ends with its first step that finishes a request
+        done_any: npt.NDArray[np.bool_] = np.logical_or.reduce(after >= left[:, None], axis=0)
         k_max = int(done_any.argmax()) + 1
-        cum = cum[:, :k_max]
     c0 = e.num_computed_tokens[rows]
-    # computed tokens as each step is scheduled: step j sees j steps' tokens
-    comp = np.empty((n, k_max), np.int64)
-    comp[:, 0] = c0
-    comp[:, 1:] = cum[:, :-1] + (c0 - out0)[:, None]
-    top = imax(comp[:, -1])  # (computed tokens only grow along the run)
+    # computed tokens as each step is scheduled (step j sees j steps' tokens): c0 + gained
+    before = gained[:, :k_max]
+    top = imax(c0 + before[:, -1])  # (computed tokens only grow along the run)
     if top + 1 + k > mml:  # drafts clipped by the model's length
-        clip = np.logical_or.reduce(comp + (1 + k) > mml, axis=0)
+        clip = np.logical_or.reduce(before + (c0 + (1 + k))[:, None] > mml, axis=0)
         k_max = max(1, int(clip.argmax()))
         if k_max <= 1:
             return None
-        comp, cum = comp[:, :k_max], cum[:, :k_max]
+        before = before[:, :k_max]
     bs = planner.block_size
     # the blocks of the step's tokens and lookahead slots, within the model's length
-    need = comp + (q + look)
     if top + q + look > mml:
-        np.minimum(need, mml, out=need)
-    need += bs - 1
+        need = np.minimum(before + (c0 + (q + look))[:, None], mml)
+        need += bs - 1
+    else:
+        need = before + (c0 + (q + look + bs - 1))[:, None]
     need //= bs
     b0 = e.kv.num_blocks[rows]
     held = np.maximum(need, b0[:, None], out=need)
-    alloc = np.add.reduce(held, axis=0) - isum(b0)
+    alloc = np.add.reduce(held, axis=0)
+    alloc -= isum(b0)
     alloc = planner.cut_to_free(alloc, free)
     k_max = len(alloc)
     if k_max <= 1:
         return None
-    context = np.add.reduce(comp[:, :k_max], axis=0)  # the verify steps' num_context_tokens
-    context += n * q
-    ctx_f = context[1:].astype(np.float64)
-    draft_s = np.zeros(k_max, np.float64)
-    draft_s[1:] = spec.draft_run_seconds(n, ctx_f)
-    dts = np.empty(k_max, np.float64)
+    # the verify steps' num_context_tokens (step 0's too: its time is dt0, as scheduled)
+    context = np.add.reduce(before[:, :k_max], axis=0)
+    context += isum(c0) + n * q
+    draft_s, dts = _price(spec, planner.cost, n, q, context)
     dts[0] = dt0
-    verify = planner.cost.step_time(float(n * q), 0.0, ctx_f, (q * context[1:]).astype(np.float64),
-                                    float(n))
-    dts[1:] = verify + draft_s[1:]  # as _step_seconds adds the draft's seconds
     ends = dts.copy()
     ends[0] += e.t
     np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
-    return SpecRun(rows, out0, c0, steps0, np.minimum(cum[:, :k_max], tgt[:, None]),
-                   held[:, :k_max], alloc, draft_s, ends, dts)
+    return SpecRun(rows, out0, c0, steps0, left, gained[:, : k_max + 1], held[:, :k_max], alloc,
+                   draft_s, ends, dts)
+
+
+def _price(spec: SpecDecode, cost: Any, n: int, q: int,
+           context: IntArray) -> tuple[FloatArray, FloatArray]:
+    """The draft's and the whole step's seconds of verify steps of ``n`` chunks of ``q``
+    tokens attending to ``context`` tokens (as ``_step_seconds`` prices a step's features
+    and adds the draft's seconds): the cost model's table when it has one, else its
+    ``step_time`` on arrays."""
+    verify = cost.chunk_times_at(n, q, context) if isinstance(cost, VllmStepModel) else None
+    if verify is None:
+        ctx_f = context.astype(np.float64)
+        verify = cost.step_time(float(n * q), 0.0, ctx_f, (q * context).astype(np.float64),
+                                float(n))
+    draft = spec.draft_run_seconds(n, context)
+    if isinstance(draft, float):  # (no draft model: n-gram)
+        return np.zeros(len(context), np.float64), verify + draft
+    return draft, verify + draft
 
 
 def cut_run(run: SpecRun, k: int) -> SpecRun:
     """``run``'s first ``k`` steps."""
     if k == len(run.ends):
         return run
-    return SpecRun(run.rows, run.out0, run.c0, run.steps0, run.out[:, :k], run.held[:, :k],
-                   run.alloc[:k], run.draft_s[:k], run.ends[:k], run.dts[:k])
+    return SpecRun(run.rows, run.out0, run.c0, run.steps0, run.left, run.gained[:, : k + 1],
+                   run.held[:, :k], run.alloc[:k], run.draft_s[:k], run.ends[:k], run.dts[:k])
 
 
 def commit_spec_run(e: CommitTarget, spec: SpecDecode, commit: StepCommit, run: SpecRun,
@@ -158,22 +175,28 @@ def commit_spec_run(e: CommitTarget, spec: SpecDecode, commit: StepCommit, run: 
     if extra:
         e.kv.num_blocks[rows] = run.held[:, m - 1]
         e.kv.take(extra)
-    for seconds in run.draft_s[1:m].tolist():  # (one sum a step, in stepping's order)
-        spec.draft_s += seconds
-    out = run.out[:, m - 1]
-    grown = out - run.out0
+    if m > 1:
+        for seconds in run.draft_s[1:m].tolist():  # (one sum a step, in stepping's order)
+            spec.draft_s += seconds
+    left = run.left
+    grown = np.minimum(run.gained[:, m], left)
     computed = run.c0 + grown
     e.num_computed_tokens[rows] = computed
-    e.num_output_tokens[rows] = out
+    e.num_output_tokens[rows] = run.out0 + grown
     spec.num_output_steps[rows] = run.steps0 + m
     spec.num_verify += n * m
     spec.num_draft_tokens += n * m * spec.k
     spec.num_accepted_tokens += isum(grown) - n * m
     tokens = computed + 1
-    tgt = e.target_output[rows]
-    done = None if imax(out - tgt) < 0 else out >= tgt  # those that finished, if any
+    k = spec.k
+    done = None if imax(grown - left) < 0 else grown >= left  # those that finished, if any
+    if done is None and imax(tokens) + k <= e.max_model_len:  # (the common case)
+        spec.num_spec_tokens[rows] = k
+        tokens += k
+        e.num_tokens[rows] = tokens
+        return
     drafts = e.max_model_len - tokens  # the next step's drafts: k, clipped to the length
-    np.minimum(drafts, spec.k, out=drafts)
+    np.minimum(drafts, k, out=drafts)
     np.maximum(drafts, 0, out=drafts)
     if done is not None:
         drafts[done] = 0

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from kvbudget.perf.cost_model import load_cost_model, save_cost_model
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
-from kvbudget.perf.step_time import BLOG_H100_INTERCEPT_S, VllmStepModel
+from kvbudget.perf.step_time import ATTENTION_TABLE_SIZE, BLOG_H100_INTERCEPT_S, VllmStepModel
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -227,3 +227,32 @@ def test_decode_step_times_from_the_attention_table_keep_the_bits(
         got = model.decode_step_times(n, first, num_steps).tolist()
         assert got == [model.step_time(0.0, float(n), float(first + n * j), 0.0, 0.0)
                        for j in range(num_steps)]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 512), st.integers(1, 9),
+       st.lists(st.integers(0, 1 << 18), min_size=1, max_size=40))
+def test_steps_at_given_contexts_are_one_step_time_call_per_steps_bits(
+    n: int, chunk: int, contexts: list[int]
+) -> None:
+    """Pure-decode steps (``decode_times_at``) and steps of ``n`` chunks of ``chunk`` query
+    tokens (``chunk_times_at``: speculative decoding's verify steps) at any contexts, read
+    from the tables, are the bits of one step_time call per step and of step_time on the
+    array of contexts; None where the tables do not serve (no float path, or a context of
+    ATTENTION_TABLE_SIZE or more)."""
+    ctx = np.array(contexts, np.int64)
+    ctx_f = ctx.astype(np.float64)
+    for model in (VllmStepModel(get_gpu("A100-80GB"), get_model("Llama-2-7B")), *_models()):
+        on_arrays: Callable[..., FloatArray] = model.step_time
+        decode, verify = model.decode_times_at(n, ctx), model.chunk_times_at(n, chunk, ctx)
+        if model._dense is None or max(contexts) >= ATTENTION_TABLE_SIZE:
+            assert decode is None and verify is None
+            continue
+        assert decode is not None and verify is not None
+        assert decode.tolist() == [model.step_time(0.0, float(n), c, 0.0, 0.0)
+                                   for c in ctx_f.tolist()]
+        assert decode.tobytes() == on_arrays(0.0, float(n), ctx_f, 0.0, 0.0).tobytes()
+        assert verify.tolist() == [model.step_time(float(n * chunk), 0.0, c, float(chunk * c),
+                                                   float(n)) for c in ctx.tolist()]
+        want = on_arrays(float(n * chunk), 0.0, ctx_f, (chunk * ctx).astype(np.float64), float(n))
+        assert verify.tobytes() == want.tobytes()
