@@ -623,20 +623,13 @@ class _DenseTerms:
     def step(self, num_prefill_tokens: float, num_decode_seqs: float, num_context_tokens: float,
              prefill_attention: float, num_prefill_seqs: float) -> float:
         """The time of any step, in Python floats: :meth:`overhead_and_gemm` plus
-        :meth:`chunk_attention`, written out (stepping makes such a call a step with prefill:
-        two calls fewer)."""
-        tokens = num_prefill_tokens + num_decode_seqs
-        sampled = num_decode_seqs + num_prefill_seqs
-        a = (self.gemm_flops_per_token * tokens + self.lm_head_flops * sampled) / (
-            self.gemm_flops_s)
-        gemm = _smooth_max(a, self.read_s + tokens * 0.0)
-        attn_c = self.attn_flops_per_pair * prefill_attention / self.attn_flops_s
-        attn_m = self.kv_full_per_token * num_context_tokens / self.kv_bytes_s
-        return self.overhead_s + gemm + _smooth_max(attn_c, attn_m)
+        :meth:`chunk_attention` (the step written once)."""
+        return self.overhead_and_gemm(num_prefill_tokens + num_decode_seqs,
+                                      num_decode_seqs + num_prefill_seqs) + (
+            self.chunk_attention(prefill_attention, num_context_tokens))
 
     def overhead_and_gemm(self, tokens: float, sampled: float) -> float:
-        """``overhead + gemm`` of a step of ``tokens`` tokens, ``sampled`` of them sampled
-        (:meth:`step`'s first terms)."""
+        """``overhead + gemm`` of a step of ``tokens`` tokens, ``sampled`` of them sampled."""
         a = (self.gemm_flops_per_token * tokens + self.lm_head_flops * sampled) / (
             self.gemm_flops_s)
         return self.overhead_s + _smooth_max(a, self.read_s + tokens * 0.0)
