@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from kvbudget.perf.speculative import SpeculativeConfig
 from kvbudget.policies import make_policy
 from kvbudget.simulator.disagg_config import DisaggConfig, PoolConfig
 from kvbudget.simulator.engine_config import EngineConfig
@@ -71,6 +72,14 @@ def cases() -> list[tuple[str, str, dict[str, Any]]]:
     out.append(("disagg mooncake 2P+2D prefix_affinity + caching", "mooncake",
                 {"blocks": 3000, "enable_prefix_caching": True, "disagg": "2P+2D",
                  "fleet": "prefix_affinity"}))
+    for label, spec, more in (  # speculative decoding (issue 39): its runs of verify steps
+            ("eagle k3 rate 0.7", ("eagle", 3, 0.7), {}),
+            ("eagle k5 rate 1.0, 8x rate", ("eagle", 5, 1.0), {"speedup": 8}),
+            ("ngram k3 rate 0.5, vllm-swap 400 blocks", ("ngram", 3, 0.5),
+             {"name": "vllm-swap", "blocks": 400}),
+            ("eagle k2 rate 0.3, fleet least_tokens 8x rate", ("eagle", 2, 0.3),
+             {"fleet": "least_tokens", "speedup": 8})):
+        out.append((f"spec {label}", "conv_n2000_q6", {"spec": spec, **more}))
     return out
 
 
@@ -98,13 +107,16 @@ def run_case(trace: str, opts: dict[str, Any], n: int, skip_ahead: bool) -> dict
             else SHARED / "bench" / f"{trace}.jsonl")
     workload = load_trace(path).workload
     workload = workload.take(np.arange(min(n, len(workload))))
-    engine = dict(ENGINE, skip_ahead=skip_ahead)
+    engine: dict[str, Any] = dict(ENGINE, skip_ahead=skip_ahead)
     if "blocks" in opts:
         engine["num_gpu_blocks"] = opts["blocks"]
     if "name" in opts:
         engine["name"] = opts["name"]
     if "enable_prefix_caching" in opts:
         engine["enable_prefix_caching"] = opts["enable_prefix_caching"]
+    if "spec" in opts:
+        method, k, rate = opts["spec"]
+        engine["speculative_config"] = SpeculativeConfig(method, k, acceptance_rate=rate)
     if "speedup" in opts:
         workload = dataclasses.replace(workload, arrival_s=workload.arrival_s / opts["speedup"])
     fleet = opts.get("fleet")
