@@ -63,9 +63,6 @@ class Alarm:
         self.ring = ring
         self._urgent = urgent
         self.at_s = math.inf
-        # told of every time armed (a timeout made now, due then): a single engine's decode
-        # run (fast_decode.SkipAheadEngine.timer_armed, through the run driver)
-        self.on_arm: Callable[[float], None] | None = None
 
     def arm(self, t: float) -> None:
         """Ring at ``t`` (at once when it is past) unless an earlier time is pending."""
@@ -76,8 +73,6 @@ class Alarm:
         delay = max(0.0, t - env.now)
         event = UrgentTimeout(env, delay) if self._urgent else env.timeout(delay)
         event.callbacks.append(partial(self._timeout, t))
-        if self.on_arm is not None:
-            self.on_arm(t)
 
     def _timeout(self, at: float, _event: object = None) -> None:
         if at == self.at_s:

@@ -71,9 +71,6 @@ class DecodeRunPlanner:
         self.tie: Callable[[Floats], int] | None = None
         # whether a timeline sample falls in [t0, t1) (_lag_step; by default, always)
         self.sample_in: Callable[[float, float], bool] = lambda t0, t1: True
-        # whether an event made from now on may be due at a time (a single engine's run
-        # driver's: its arrivals and timers; by default, always): see quiet
-        self.event_may_come_at: Callable[[float], bool] = lambda t: True
         # (-m) % block_size for m = 0, 1, ...: sliced from block_size - r, it is (r - j) %
         # block_size for j = 0, 1, ... (group_alloc_plan's phase, one table for every r)
         self._phase = (-np.arange(MAX_JUMP_STEPS + 2 * block_size, dtype=np.int64)) % block_size
@@ -113,20 +110,6 @@ class DecodeRunPlanner:
             return 0
         t0 = float(ends[cut - 1])
         return int(not self.sample_in(t0, float(ends[cut])))
-
-    def quiet(self, t1: float) -> bool:
-        """Whether a decode run ending at ``t1`` that goes on through the step after the one
-        in progress at the next external event (:meth:`_lag_step`) may wait for its end from
-        its start, one event. Stepping makes a step's end event as the step
-        starts, so an event made during the run and due at ``t1`` runs before the run's last
-        step ends; such a run then waits from its last step's start (``fast_decode``'s
-        ``_wait_run``). A fleet's replica's runs end before the fleet's events (``tie``);
-        a single engine's run need not where no event made during it may be due at ``t1``
-        (``event_may_come_at``: no arrival then and no timer armed yet; a first timer armed
-        before the last step starts makes it wait from there, ``timer_armed``). An arrival
-        or a timer as its last step starts is URGENT (``simulator/alarm.py``): it comes before
-        the step before ends, in stepping and in the run alike (``_steps_done_now``)."""
-        return self.tie is None and not self.event_may_come_at(t1)
 
     lag_step = _lag_step  # (spec_run cuts its runs of verify steps with it)
 

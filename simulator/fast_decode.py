@@ -118,7 +118,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         self._span_head: int | None = None
         self._refire = False  # a timer was armed for the run's end before its last step starts
         self._in_last = False  # the run's last step has started (its end event made then)
-        self._lag_run = self._quiet_lag = False  # on a step past the next external event's (quiet)
+        self._lag_run = False  # on a step past the next external event's (_work_changed)
 
     # --- what the executor and hooks read mid-run ------------------------------------------
     def output_tokens_of(self, i: int) -> int:
@@ -459,23 +459,21 @@ class SkipAheadEngine(TiedSteps, Engine):
         step_end, used, dts = run
         t1 = float(step_end[-1])
         k = len(step_end)
-        # a run planned past the next external event (a span; the step after it, _lag_step,
-        # unless DecodeRunPlanner.quiet) waits for its end from its last step's start, where
-        # stepping makes that step's end event
+        # a run planned past arrivals behind a refused waiting head (a span) waits for its end
+        # from its last step's start, where stepping makes that step's end event
         last_start = None
         if k > 1:
             self._jump_ends = self._run_ends = step_end
             self._run_used = used
-            self._lag_run = lagged = (t_last := float(step_end[k - 2])) > t_lag
-            self._quiet_lag = quiet = lagged and self._span_head is None and self.planner.quiet(t1)
-            if self._span_head is not None or (lagged and self.planner.tie is None and not quiet):
-                last_start = t_last
+            self._lag_run = float(step_end[k - 2]) > t_lag
+            if self._span_head is not None:
+                last_start = float(step_end[k - 2])
         ties = self.ties
         if ties is not None:  # a fleet's replica: its event is due at t1 (see _tied_wait)
             self._due[self.tie_index] = t1
             if not self._chained:
                 self._tie_root()
-        self._jump_keep = k  # (timer_armed reads it; _work_changed cuts it)
+        self._jump_keep = k  # (_work_changed cuts it)
         while True:
             try:
                 if last_start is not None:
@@ -507,7 +505,7 @@ class SkipAheadEngine(TiedSteps, Engine):
                 yield from ties.turn(self.tie_index, t1)
         self._jump_ends = self._run_ends = None
         self._span_head = None
-        self._busy = self._in_last = self._quiet_lag = False
+        self._busy = self._in_last = False
         self._between_steps = True
         self.t = t1
         self.num_steps += k
@@ -543,17 +541,6 @@ class SkipAheadEngine(TiedSteps, Engine):
         return self.num_steps + (bisect.bisect_left(ends, now) if self.ties is None
                                  else self._steps_done(ends, now))
 
-    def timer_armed(self, t: float) -> None:
-        """A gateway timer was armed now, due at ``t`` (a single engine's run driver tells
-        it): when ``t`` is the end of the decode run in flight, planned quiet (no event may come
-        then, ``planner.quiet``), the run waits from its last step's start (``_wait_run``), if
-        that has not started yet."""
-        ends, k = self._run_ends, self._jump_keep
-        if (ends is not None and k > 1 and ends[k - 1] == t and self._quiet_lag
-                and ends[k - 2] > self.env.now):
-            self._refire = True
-            self.process.interrupt()
-
     def _work_changed(self, *, added: bool = False, lag: int = 0) -> None:
         """Work was added or aborted during a planned decode run: end it with the step in
         progress (``lag`` steps after it: a request schedulable then, async scheduling, unless
@@ -585,6 +572,6 @@ class SkipAheadEngine(TiedSteps, Engine):
             return
         # later work may cut a span or a kept step; else the step in progress is the last
         self._jump_ends = ends[:keep] if span or lagged else None
-        self._jump_keep, self._quiet_lag = keep, False
+        self._jump_keep = keep
         self._refire = self._refire or lagged  # (its last step's end made as that step starts)
         self.process.interrupt()

@@ -45,7 +45,6 @@ from kvbudget.simulator.clients import Clients
 from kvbudget.simulator.disagg import DisaggFleet
 from kvbudget.simulator.engine import EngineHooks, RequestColumns
 from kvbudget.simulator.engine_variants import make_engine
-from kvbudget.simulator.fast_decode import SkipAheadEngine
 from kvbudget.simulator.fleet import Fleet
 from kvbudget.simulator.kv_offload import OffloadEngine
 from kvbudget.simulator.serving import RequestFigures, ServingEngine
@@ -127,14 +126,6 @@ class _Simulation:
         self._next_arrival_s = (
             float(workload.arrival_s[0]) if n and self.users is None else math.inf)
         self._timer = Alarm(self.env, self._on_timer, urgent=True)
-        if (isinstance(self.engine, SkipAheadEngine) and self.users is None
-                and self._clients is None):
-            # an open loop's only events are its arrivals, sorted and fixed, and the gateway's
-            # timer: a decode run asks whether one may come at its end
-            # (DecodeRunPlanner.event_may_come_at) and hears of each timer armed
-            self._timer.on_arm = self._timer_armed
-            self.engine.planner.event_may_come_at = self._event_may_come_at
-        self._timers_armed = False  # whether the gateway's timer was ever armed
         self._reserved_ts = 0.0
         self._reserved_last_t = 0.0
         self._reserved_now = 0
@@ -190,21 +181,6 @@ class _Simulation:
         return min(
             self._next_arrival_s, self._gateway_timer_s, self._clients.next_s()
         )
-
-    def _timer_armed(self, t: float) -> None:
-        self._timers_armed = True
-        assert isinstance(self.engine, SkipAheadEngine)
-        self.engine.timer_armed(t)
-
-    def _event_may_come_at(self, t: float) -> bool:
-        """Whether an event made from now on may be due at ``t`` (an open loop's single
-        engine): an arrival then, or, once a timer was armed, a timer (a timeout armed earlier,
-        and superseded, may still ring and arm another)."""
-        if self._timers_armed:
-            return True
-        arrival_s = self.w.arrival_s
-        j = int(arrival_s.searchsorted(t))
-        return j < len(arrival_s) and arrival_s.item(j) == t
 
     def _gateway_state(self) -> tuple[int, int]:
         return self._state

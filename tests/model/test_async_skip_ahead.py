@@ -138,7 +138,8 @@ GRID_TIERS = (TierConfig("interactive", queue_timeout_s=5.0, max_sequence_tokens
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-# an arrival on a step's end that a quiet lagged run (DecodeRunPlanner.quiet) counted as after
+# an arrival on a step's end that a quiet lagged run (DecodeRunPlanner.quiet, since removed:
+# every lagged run now waits its end as one event) counted as after
 # that step, where stepping's URGENT arrival comes before it (the speedbound and clienttie
 # branches each exact, merged not)
 @example(1000, 0.125, 0.25, 0.0, "preemptive", "vllm", 1.0)

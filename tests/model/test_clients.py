@@ -402,7 +402,7 @@ def test_a_clients_timer_armed_during_a_replicas_run_keeps_stepping_order(
     them) with clients that time out and retry on that grid: a client's timeout or retry armed
     while a replica's decode run is in flight, due at the run's last step end, must run before
     that step's end as in stepping (the clients' alarm is URGENT, ``simulator/alarm.py``). It
-    used to go untold to the fleet (then told through ``Alarm.on_arm``), and skip-ahead then
+    used to go untold to the fleet (then told through ``Alarm.on_arm``, since removed), and skip-ahead then
     differed from stepping in 6 of 60 such cases."""
     from dataclasses import replace
 
