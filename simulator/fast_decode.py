@@ -116,7 +116,6 @@ class SkipAheadEngine(TiedSteps, Engine):
         # the waiting head refused as the decode run in progress was planned past the next
         # external event (_plan_until), None when it was not
         self._span_head: int | None = None
-        self._refire = False  # a timer was armed for the run's end before its last step starts
         self._in_last = False  # the run's last step has started (its end event made then)
         self._lag_run = False  # on a step past the next external event's (_work_changed)
 
@@ -518,15 +517,14 @@ class SkipAheadEngine(TiedSteps, Engine):
 
     def _run_cut(self, step_end: Floats, from_last: bool) -> tuple[int, float, float | None]:
         """The run in flight was cut (:meth:`_work_changed`): its steps, end, and last step's
-        start if its end is to be waited for from there (``from_last``, ``_refire``)."""
+        start if its end is to be waited for from there (``from_last``: a span)."""
         k = self._jump_keep
         t1 = float(step_end[k - 1])
         if self.ties is not None:
             self._due[self.tie_index] = t1
         last_start = None
-        if (from_last or self._refire) and k > 1 and float(step_end[k - 2]) >= self.env.now:
+        if from_last and k > 1 and float(step_end[k - 2]) >= self.env.now:
             last_start = float(step_end[k - 2])
-        self._refire = False
         return k, t1, last_start
 
     def _steps_done_now(self) -> int:
@@ -573,5 +571,4 @@ class SkipAheadEngine(TiedSteps, Engine):
         # later work may cut a span or a kept step; else the step in progress is the last
         self._jump_ends = ends[:keep] if span or lagged else None
         self._jump_keep = keep
-        self._refire = self._refire or lagged  # (its last step's end made as that step starts)
         self.process.interrupt()
