@@ -5,8 +5,8 @@ The outside world first at an instant: the run driver's events (open-loop arriva
 timer, the clients' timeouts and retries) are SimPy events of URGENT priority, so they run before
 every engine step ending at the same instant, whenever they were made (issue 37 item 4).
 SimPy runs events due at one instant by priority, then in the order they were made; stepping
-makes each step's end event as the step starts, skip-ahead one event for a whole decode run
-(and one at its last step's start), so with ordinary events the order of a step's end and an
+makes each step's end event as the step starts, skip-ahead one event for a whole decode run,
+so with ordinary events the order of a step's end and an
 event of the outside world made during the run differed between the two (an abort waited a
 step, an arrival was counted a step late). With this order, a step ending at the instant of
 such an event is the step in flight when it happens (its aborts wait for that step's end, what

@@ -116,7 +116,6 @@ class SkipAheadEngine(TiedSteps, Engine):
         # the waiting head refused as the decode run in progress was planned past the next
         # external event (_plan_until), None when it was not
         self._span_head: int | None = None
-        self._in_last = False  # the run's last step has started (its end event made then)
         self._lag_run = False  # on a step past the next external event's (_work_changed)
 
     # --- what the executor and hooks read mid-run ------------------------------------------
@@ -458,15 +457,12 @@ class SkipAheadEngine(TiedSteps, Engine):
         step_end, used, dts = run
         t1 = float(step_end[-1])
         k = len(step_end)
-        # a run planned past arrivals behind a refused waiting head (a span) waits for its end
-        # from its last step's start, where stepping makes that step's end event
-        last_start = None
+        # one event for the run's end, made now: the run driver's events (URGENT) come before
+        # it whenever made, as before stepping's step ending then (simulator/alarm.py)
         if k > 1:
             self._jump_ends = self._run_ends = step_end
             self._run_used = used
             self._lag_run = float(step_end[k - 2]) > t_lag
-            if self._span_head is not None:
-                last_start = float(step_end[k - 2])
         ties = self.ties
         if ties is not None:  # a fleet's replica: its event is due at t1 (see _tied_wait)
             self._due[self.tie_index] = t1
@@ -475,13 +471,6 @@ class SkipAheadEngine(TiedSteps, Engine):
         self._jump_keep = k  # (_work_changed cuts it)
         while True:
             try:
-                if last_start is not None:
-                    if ties is not None:  # its last step's start is a step end due then
-                        self._due[self.tie_index] = last_start
-                    yield Timeout(env, max(0.0, last_start - env.now))
-                    if ties is not None:  # (after the replicas whose step ends come first)
-                        yield from self._last_start_turn(ties, last_start, t1)
-                    last_start, self._in_last = None, True
                 delay = max(0.0, t1 - env.now)
                 if env.now + delay != t1 and k > 1 and step_end[k - 2] > env.now:
                     # SimPy adds the delay to now: from the run's start it rounds to another
@@ -495,7 +484,10 @@ class SkipAheadEngine(TiedSteps, Engine):
             except simpy.Interrupt:
                 # work was added or aborted mid-run: stop at the end of the step in progress,
                 # as stepping one by one would have (or later: see _work_changed)
-                k, t1, last_start = self._run_cut(step_end, last_start is not None)
+                k = self._jump_keep
+                t1 = float(step_end[k - 1])
+                if ties is not None:
+                    self._due[self.tie_index] = t1
         if ties is not None:
             due = self._due
             due[self.tie_index] = math.inf
@@ -504,7 +496,7 @@ class SkipAheadEngine(TiedSteps, Engine):
                 yield from ties.turn(self.tie_index, t1)
         self._jump_ends = self._run_ends = None
         self._span_head = None
-        self._busy = self._in_last = False
+        self._busy = False
         self._between_steps = True
         self.t = t1
         self.num_steps += k
@@ -515,27 +507,13 @@ class SkipAheadEngine(TiedSteps, Engine):
                                self.num_preemptions_total)
         return k
 
-    def _run_cut(self, step_end: Floats, from_last: bool) -> tuple[int, float, float | None]:
-        """The run in flight was cut (:meth:`_work_changed`): its steps, end, and last step's
-        start if its end is to be waited for from there (``from_last``: a span)."""
-        k = self._jump_keep
-        t1 = float(step_end[k - 1])
-        if self.ties is not None:
-            self._due[self.tie_index] = t1
-        last_start = None
-        if from_last and k > 1 and float(step_end[k - 2]) >= self.env.now:
-            last_start = float(step_end[k - 2])
-        return k, t1, last_start
-
     def _steps_done_now(self) -> int:
-        """``Engine._steps_done_now``, a run's ended steps counted (all but its last once it
-        has started, ``_wait_run``)."""
+        """``Engine._steps_done_now``, a run's ended steps counted (those ending before now; a
+        fleet's replica's ending now too where they ended first, ``fleet_ties``)."""
         ends = self._run_ends
         if ends is None:
             return self.num_steps
         now = self.env.now
-        if self._in_last:
-            return self.num_steps + self._jump_keep - 1
         return self.num_steps + (bisect.bisect_left(ends, now) if self.ties is None
                                  else self._steps_done(ends, now))
 
@@ -550,7 +528,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         now = self.env.now
         # nothing to cut unless a step after the one in progress is planned (the run's next
         # to last step ends now or later): the common case, checked without a search
-        if ends is None or len(ends) < 2 or ends[-2] < now or self._in_last:
+        if ends is None or len(ends) < 2 or ends[-2] < now:
             return
         if lag and self._lag_run and (len(ends) < 3 or ends[-3] < now):
             return  # the step after this one is the run's last, planned so (decode_plan)

@@ -10,9 +10,9 @@ after the replicas woken before it. :meth:`FleetTies.before` walks both replicas
 to where they differ.
 
 A replica with skip-ahead has one event for a decode run (its last step's end), made when the
-run starts or cut (or as its last step starts: a run planned past a waiting head's arrivals,
-``fast_decode.SkipAheadEngine._wait_run``), so SimPy's order of two replicas' events due at
-one instant may differ from stepping's, and a run's other steps have no event at all. (The run
+run starts or cut (``fast_decode.SkipAheadEngine._wait_run``), so SimPy's order of two
+replicas' events due at one instant may differ from stepping's, and a run's other steps have no
+event at all. (The run
 driver's events, URGENT, come before them all: ``simulator/alarm.py``.) What of that order can
 be seen:
 
@@ -124,11 +124,7 @@ class FleetTies:
             if first == r:
                 break
             ev = self._waiting[r] = _Urgent(self.env)
-            try:
-                yield ev
-            except simpy.Interrupt:  # (a run's last step's start: its run was cut)
-                self._waiting.pop(r, None)
-                raise
+            yield ev
         self.due[r] = math.inf
         if t in self.due:  # the next one runs when r has (before whatever else is due)
             after = _Urgent(self.env)
@@ -279,19 +275,6 @@ class TiedSteps:
         self.t = t1
         self.num_steps += 1
         self.log.ended(t1)
-
-    def _last_start_turn(self, ties: FleetTies, t: float, t1: float
-                         ) -> Generator[simpy.Event, Any, None]:
-        """A fleet's replica's run reaches its last step's start at ``t``: a step ends then,
-        in its turn among the replicas' step ends due at ``t`` (``fleet_ties``), so that what
-        a replica before it does then (a finish admitting a request here) comes before the
-        last step is scheduled, as in stepping; its event is due at ``t1`` next."""
-        due, r = self._due, self.tie_index
-        due[r] = math.inf
-        if t in due:
-            due[r] = t
-            yield from ties.turn(r, t)
-        due[r] = t1
 
     def _tie_root(self) -> None:
         """Tell the fleet's ties that the step (or run) starting now starts from idle."""

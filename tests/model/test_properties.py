@@ -677,9 +677,10 @@ def test_a_runs_last_step_start_takes_its_turn_among_tied_step_ends() -> None:
     then as stepping makes it); at 17 s replica 0's step ends too, first in stepping's order,
     and its finish admits request 10 onto replica 1. The run's last step used to start before
     that (its wait was made at 16.75 s, replica 0's step end at 16.875 s): the sample at 17 s
-    counted 22 requests waiting, stepping 23. The last step's start now takes its turn among
-    the step ends due then (``SkipAheadEngine._last_start_turn``; found by the explore
-    profile of the global-budget fleet grid)."""
+    counted 22 requests waiting, stepping 23 (found by the explore profile of the global-budget
+    fleet grid). The last step's start took its turn among the step ends due then
+    (``_last_start_turn``); a run now waits for its end as one event, and the fleet's ties count
+    its steps ended at 17 s in stepping's order (``TiedSteps._steps_done``)."""
     w, cfg = _grid_fleet_case(186, "round_robin", "global", 40, 0.125, "sglang", 0.125)
     step = simulate(w, make_policy("preemptive"), replace(cfg, engine=replace(cfg.engine,
                                                                           skip_ahead=False)))
