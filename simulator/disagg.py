@@ -48,7 +48,7 @@ from kvbudget.simulator.engine import Engine, EngineHooks, FloatArray, IntArray,
 from kvbudget.simulator.engine_variants import make_engine
 from kvbudget.simulator.exact_sum import to_float
 from kvbudget.simulator.fast_decode import SkipAheadEngine
-from kvbudget.simulator.fleet import Router, RouterName
+from kvbudget.simulator.fleet import Router
 from kvbudget.simulator.fleet_events import FleetEvents
 from kvbudget.simulator.fleet_ties import FleetTies
 from kvbudget.simulator.remote_kv import RemoteLoads
@@ -142,8 +142,8 @@ class DisaggFleet(ReplicaTotals):
         # each row's tokens as the routers count them, once for both pools
         row_tokens: list[int] = (workload.prompt_tokens.astype(np.int64)
                                  + workload.max_output_tokens).tolist()
-        self.router_p = _ListedRouter(p_pool.router, caps_p, workload, row_tokens)
-        self.router_d = _ListedRouter(d_pool.router, caps_d, workload, row_tokens)
+        self.router_p = Router(p_pool.router, caps_p, workload, row_tokens)
+        self.router_d = Router(d_pool.router, caps_d, workload, row_tokens)
         self.capacity_tokens = sum(caps_d)  # the gateway's budget: the decode pool's KV
         self.num_gpu_blocks = sum(e.num_gpu_blocks for e in self.decode)
         self.block_size = self.decode[0].block_size
@@ -232,10 +232,7 @@ class DisaggFleet(ReplicaTotals):
 
     def _decoded(self, r: int, i: int, t: float) -> None:
         self.router_d.leave(i, r)
-        ties = self.ties  # (_finished, inlined: it runs for every request)
-        if ties is not None:
-            ties.actor, ties.actor_s = len(self.prefill) + r, t
-        self.hooks.on_finish(i, t)
+        self._finished(len(self.prefill) + r, i, t)
 
     def _finished(self, actor: int, i: int, t: float) -> None:
         """Row ``i`` finished at ``t`` on replica ``actor`` (its step end's tie)."""
@@ -441,19 +438,6 @@ class DisaggFleet(ReplicaTotals):
 
     def __iter__(self) -> Iterator[Engine]:
         return iter(self.replicas)
-
-
-class _ListedRouter(Router):
-    """A pool's router, each row's tokens read from a list (``Router.tokens``: the same
-    numbers, made once for both pools)."""
-
-    def __init__(self, name: RouterName, capacity_tokens: list[int], workload: Workload,
-                 row_tokens: list[int]) -> None:
-        super().__init__(name, capacity_tokens, workload)
-        self.row_tokens = row_tokens
-
-    def tokens(self, i: int) -> int:
-        return self.row_tokens[i]
 
 
 def _after_first_token(cols: RequestColumns) -> RequestColumns:

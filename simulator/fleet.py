@@ -92,6 +92,7 @@ class Router:
         name: RouterName,
         capacity_tokens: list[int],
         workload: Workload,
+        row_tokens: list[int] | None = None,
     ) -> None:
         self.name = name
         self.capacity = [float(c) for c in capacity_tokens]
@@ -99,13 +100,17 @@ class Router:
         self.load = [0.0] * len(capacity_tokens)
         self.in_flight = [0] * len(capacity_tokens)
         self.w = workload
+        # the tokens each row counts for on its replica (its prompt and max output), made once
+        # (or given: a disaggregated deployment's two pools share one list)
+        self.row_tokens: list[int] = row_tokens if row_tokens is not None else (
+            workload.prompt_tokens.astype(np.int64) + workload.max_output_tokens).tolist()
         self._counts = name != "round_robin"
         self._next = 0
         self._owner: dict[int, int] = {}
 
     def tokens(self, i: int) -> int:
         """The tokens row ``i`` counts for on its replica (its prompt and max output)."""
-        return self.w.prompt_tokens.item(i) + self.w.max_output_tokens.item(i)
+        return self.row_tokens[i]
 
     def _count(self, r: int, tokens: int, requests: int) -> None:
         out = self.outstanding[r] = self.outstanding[r] + tokens

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.policies import TierConfig, make_policy
+from kvbudget.results.run_result import RunResult
 from kvbudget.simulator.decode_plan import SMALL_K, DecodeRunPlanner
 from kvbudget.simulator.engine import Engine
 from kvbudget.simulator.engine_config import EngineConfig
@@ -74,6 +75,12 @@ def run(workload: Workload, *, async_scheduling: bool, skip_ahead: bool,
                             async_scheduling=async_scheduling),
         tiers=TIERS, cost_model=LinearCostModel(STEP_S, 0.0, 0.0, 0.0),
         timeline_period_s=period_s)
+    result, calls = simulate_counting_turns(workload, config)
+    return result.records.first_token_s.tolist(), calls
+
+
+def simulate_counting_turns(workload: Workload, config: SimConfig) -> tuple[RunResult, int]:
+    """The run (policy ``unlimited``) and the engine loop's turns (steps or runs of steps)."""
     calls = 0
 
     def count(_: Engine) -> None:
@@ -82,7 +89,7 @@ def run(workload: Workload, *, async_scheduling: bool, skip_ahead: bool,
 
     with observing(count):
         result = simulate(workload, make_policy("unlimited"), config)
-    return result.records.first_token_s.tolist(), calls
+    return result, calls
 
 
 @contextmanager
@@ -238,14 +245,7 @@ def test_a_request_behind_the_refused_head_does_not_end_a_run_when_schedulable()
     w = from_columns([0.0, 0.01, 0.2, 5.0], [1, 1, 1, 1], [20, 5, 5, 5])
     config = SimConfig(engine=EngineConfig(num_gpu_blocks=1000, max_num_seqs=1),
                        tiers=TIERS, cost_model=LinearCostModel(STEP_S, 0.0, 0.0, 0.0))
-    calls = 0
-
-    def count(_: Engine) -> None:
-        nonlocal calls
-        calls += 1
-
-    with observing(count):
-        skip = simulate(w, make_policy("unlimited"), config)
+    skip, calls = simulate_counting_turns(w, config)
     step, _ = assert_skip_ahead_matches_stepping(w, config, "unlimited")
     assert skip.records.first_token_s.tolist() == pytest.approx([0.125, 2.625, 3.25, 5.125])
     assert step.records.finished_s.tolist() == pytest.approx([2.5, 3.125, 3.75, 5.625])
