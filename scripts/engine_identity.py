@@ -22,6 +22,7 @@ import numpy as np
 
 from kvbudget.perf.speculative import SpeculativeConfig
 from kvbudget.policies import make_policy
+from kvbudget.simulator.autoscale_config import AutoscaleConfig
 from kvbudget.simulator.disagg_config import DisaggConfig, PoolConfig
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import FleetConfig, SimConfig, simulate
@@ -83,6 +84,11 @@ def cases() -> list[tuple[str, str, dict[str, Any]]]:
             ("eagle k2 rate 0.3, fleet least_tokens 8x rate", ("eagle", 2, 0.3),
              {"fleet": "least_tokens", "speedup": 8})):
         out.append((f"spec {label}", "conv_n2000_q6", {"spec": spec, **more}))
+    for router, metric, target in (  # autoscaled fleets (issue 39): up from 1 and back down
+            ("least_tokens", "vllm:num_requests_running", 8.0),
+            ("round_robin", "vllm:num_requests_waiting", 1.0)):
+        out.append((f"autoscale {router} on {metric.split(':')[1]} 8x rate", "conv_n2000_q6",
+                    {"fleet": router, "speedup": 8, "autoscale": (metric, target)}))
     return out
 
 
@@ -133,8 +139,14 @@ def run_case(trace: str, opts: dict[str, Any], n: int, skip_ahead: bool) -> dict
     # the Mooncake trace's prompts (12.9 k tokens on average) need a long context: with
     # Llama-2-7B's 4,096 most were refused and no prefix was ever hit
     model = MOONCAKE_MODEL if trace == "mooncake" else BENCH["model"]
+    autoscale = None
+    if "autoscale" in opts:  # 1 to 8 replicas, decisions every 2 s, each up 5 s later
+        metric, target = opts["autoscale"]
+        autoscale = AutoscaleConfig(1, 8, metric, target, polling_interval_s=2.0,
+                                    scale_down_stabilization_s=10.0, scale_up_delay_s=5.0)
     config = SimConfig(gpu=BENCH["gpu"], model=model, engine=EngineConfig(**engine),
-                       fleet=None if fleet is None else FleetConfig(num_replicas=8, router=fleet),
+                       fleet=None if fleet is None else FleetConfig(
+                           num_replicas=8, router=fleet, autoscale=autoscale),
                        disaggregation=disagg)
     result = simulate(workload, make_policy(opts.get("policy", "unlimited")), config)
     summary = {k: v for k, v in result.summary.items() if "wall" not in k}
