@@ -23,15 +23,16 @@ the rows need").
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
 from kvbudget.perf.speculative import DraftShape, chain_shape, draft_pass_model, sglang_tree_shape
 from kvbudget.perf.step_time import VllmStepModel
 
-__all__ = ["PUBLISHED", "TOLERANCE", "Comparison", "PublishedSpeedUp", "compare",
-           "decode_speed_up", "decode_step_times", "draft_pass_time_window"]
+__all__ = ["PUBLISHED", "SGLANG_DEFAULT_TREE", "TOLERANCE", "Comparison", "PublishedSpeedUp",
+           "compare", "decode_speed_up", "decode_step_times", "draft_pass_time_window",
+           "unpublished_trees_at_defaults"]
 
 TOLERANCE = 0.15
 """Issue 39's bar: a prediction within 15 % of the published speed-up."""
@@ -135,6 +136,10 @@ _E3 = {2: (2.36, 4.32), 3: (2.79, 4.09), 4: (3.08, 4.05), 5: (3.32, 4.13), 6: (3
 # defaults are 4 and 8, server_args.py:130-132, but the comment does not say they were left
 # so): these rows are priced as chains of num_steps.
 _SGLANG_4247 = "SGLang PR #4247 + SGLang docs baseline, MT-bench"
+SGLANG_DEFAULT_TREE = (4, 8)
+"""SGLang 0.4.4.post1's defaults of ``speculative_eagle_topk`` and
+``speculative_num_draft_tokens`` (``python/sglang/srt/server_args.py:131-132``): what a run
+that sets ``--speculative-num-steps`` alone drafts (:func:`unpublished_trees_at_defaults`)."""
 _SGLANG_BASE = 158.34
 # SGLang PR #4716 ("Fix EAGLE3 for llama3.3 70b", ispobock's comment of 2025-03-24): Llama-3.3-
 # 70B-Instruct on H100 with --tp 8, EAGLE3-LLaMA3.3-Instruct-70B drafting trees
@@ -220,6 +225,15 @@ def draft_pass_time_window(rows: list[Comparison],
         lo = max(lo, (tokens_s / (1.0 + tolerance) - c.priced_step_s) / p.k)
         hi = min(hi, (tokens_s / (1.0 - tolerance) - c.priced_step_s) / p.k)
     return (lo, hi) if lo <= hi else None
+
+
+def unpublished_trees_at_defaults() -> list[Comparison]:
+    """The rows that drafted trees without giving their settings, priced as the trees SGLang's
+    defaults draft (:data:`SGLANG_DEFAULT_TREE`): a what-if, not a check (the publication
+    does not say the defaults were used)."""
+    topk, tokens = SGLANG_DEFAULT_TREE
+    return compare(tuple(replace(p, eagle_topk=topk, num_draft_tokens=tokens)
+                         for p in PUBLISHED if p.tree and p.eagle_topk is None))
 
 
 def compare(rows: tuple[PublishedSpeedUp, ...] = PUBLISHED) -> list[Comparison]:
