@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import math
 from dataclasses import dataclass, replace
+from itertools import pairwise
 
 from kvbudget.perf.hardware import GPUSpec
 from kvbudget.perf.models import ModelSpec
@@ -102,7 +103,7 @@ def parse_token_tree(text: str, where: str) -> tuple[tuple[int, ...], ...]:
         if len(node) > 1 and node[:-1] not in known:
             raise ValueError(f"{where}: node {node} has no parent {node[:-1]} in the tree")
     per_level = [sum(1 for n in tree if len(n) == d) for d in range(1, len(tree[-1]) + 1)]
-    for depth, (above, level) in enumerate(zip(per_level, per_level[1:], strict=False), 2):
+    for depth, (above, level) in enumerate(pairwise(per_level), 2):
         if level % above:
             raise ValueError(f"{where}: level {depth} has {level} nodes, not a multiple of "
                              f"level {depth - 1}'s {above}: vLLM gives each node of a level "
