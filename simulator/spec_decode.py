@@ -21,6 +21,10 @@
   back (``scheduler.py:2117-2127``: their slots are reused by the next step's tokens; vLLM keeps
   the blocks with the request until it finishes or is preempted); the step emits ``A + 1``
   tokens.
+* **Trees** (``speculative_token_tree``, vLLM 0.11.0): the ``k`` drafts are the tree's nodes,
+  all verified; one path is accepted, at most the tree's depth (of the nodes the budget
+  reached); the draft's passes are the tree's levels, wider than one token a request
+  (:func:`kvbudget.perf.speculative.vllm_tree_shape`).
 * Inter-token gaps: a step's tokens reach the client together, so the gaps are counted per
   step with output, as ``vllm bench serve`` counts them per streamed chunk
   (:meth:`SpecDecode.output_steps`).
