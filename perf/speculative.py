@@ -52,17 +52,36 @@ TREE_METHODS = ("eagle", "eagle3", "mtp")
 ``propose_tree`` drafts the tree (``vllm/v1/spec_decode/eagle.py:539-701``)."""
 
 
-@dataclass(frozen=True, slots=True)
 class DraftShape:
     """What one step of speculative decoding schedules and runs for each decoding request:
     ``num_verify_tokens`` query tokens in the verify step (the drafts and the request's own
     last token, the tree's root), at most ``max_accepted`` drafts accepted (the depth of the
     tree: one path of it is accepted), and the draft's forward passes, ``pass_widths``
-    tokens a request each (the first over the request's newest token)."""
+    tokens a request each (the first over the request's newest token). Immutable by
+    convention, compared by value. (A plain class, not a dataclass: its creation would cost
+    every ``kvbudget simulate`` process's import ~0.5 M instructions, ``bench_instructions``
+    (a).)"""
 
-    num_verify_tokens: int
-    max_accepted: int
-    pass_widths: tuple[int, ...]
+    __slots__ = ("max_accepted", "num_verify_tokens", "pass_widths")
+
+    def __init__(self, num_verify_tokens: int, max_accepted: int,
+                 pass_widths: tuple[int, ...]) -> None:
+        self.num_verify_tokens = num_verify_tokens
+        self.max_accepted = max_accepted
+        self.pass_widths = pass_widths
+
+    def _key(self) -> tuple[int, int, tuple[int, ...]]:
+        return self.num_verify_tokens, self.max_accepted, self.pass_widths
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DraftShape) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (f"DraftShape(num_verify_tokens={self.num_verify_tokens}, max_accepted="
+                f"{self.max_accepted}, pass_widths={self.pass_widths})")
 
     @property
     def is_chain(self) -> bool:
