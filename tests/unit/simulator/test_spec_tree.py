@@ -4,6 +4,7 @@ known answers worked by hand, skip-ahead equal to stepping, and bad input at the
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -33,7 +34,7 @@ from kvbudget.policies import TierConfig, make_policy
 from kvbudget.simulator.engine import Engine
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import RunResult, SimConfig, simulate
-from tests.conftest import make_workload
+from tests.conftest import REPO, make_workload
 
 TIERS = (TierConfig("interactive", queue_timeout_s=None),
          TierConfig("batch", priority=1, queue_timeout_s=None))
@@ -260,3 +261,22 @@ def test_a_bad_tree_is_one_line_naming_the_field(scenario: Path, expr: str, fiel
     err = res.stderr.strip()
     assert res.exit_code == 2 and err.startswith("error: ") and len(err.splitlines()) == 1, err
     assert str(scenario) in err and field in err, err
+
+
+def test_the_docs_tree_example_is_what_the_shape_computes() -> None:
+    # docs/speculative.md's TOML example and the sentence on its passes
+    text = (REPO / "docs" / "speculative.md").read_text()
+    flat = " ".join(text.split())
+    example = re.search(r'speculative_token_tree = "(\[[^"]+\])"\nacceptance_length = ([\d.]+) '
+                        r"+# mean tokens a step, 1\.\.depth\+1 \(here (\d+)\)", text)
+    assert example, "the TOML example"
+    nodes = parse_token_tree(example.group(1), "docs")
+    shape = vllm_tree_shape(nodes)
+    assert int(example.group(3)) == shape.max_accepted + 1
+    assert float(example.group(2)) <= shape.max_accepted + 1
+    levels = [sum(1 for n in nodes if len(n) == d) for d in range(1, shape.max_accepted + 1)]
+    m = re.search(r"a tree with (\d+), (\d+) and (\d+) nodes on its levels runs passes of (\d+), "
+                  r"(\d+) and (\d+) tokens a request", flat)
+    assert m, "the passes sentence"
+    assert [int(x) for x in m.groups()[:3]] == levels
+    assert tuple(int(x) for x in m.groups()[3:]) == shape.pass_widths
