@@ -24,8 +24,10 @@ published figures, the batch size beyond which it stops paying, and the simulato
    stepping: process CPU seconds a request, best of ``--repeat``.
 
 1b. **Published speed-ups with their own acceptance figures** (``perf/spec_published.py``):
-   each publication's mean acceptance length and ``k`` in, the model's speed-up out, within
-   15 % or not; and what the row needs: the step time its speed-up implies less the model's,
+   each publication's mean acceptance length and ``k`` in (and its draft tree where it gives
+   one: SGLang's top-k and draft tokens verified), the model's speed-up out, within 15 % or
+   not, and the rows whose tree settings are not given priced as SGLang's default tree (a
+   what-if); and what the row needs: the step time its speed-up implies less the model's,
    a step and per draft pass, and the range of a time added to every draft pass that would put
    all vLLM rows within 15 % (shown, not fitted: no constant is taken from it).
 
@@ -54,6 +56,7 @@ from kvbudget.perf.spec_published import (
     compare,
     decode_speed_up,
     draft_pass_time_window,
+    unpublished_trees_at_defaults,
 )
 from kvbudget.perf.speculative import draft_pass_model, mean_acceptance_length, rate_for_length
 from kvbudget.perf.step_time import VllmStepModel
@@ -153,12 +156,17 @@ def main() -> None:
     for c in compare():
         p = c.published
         print(f"   {p.engine:6s} {p.method:6s} {p.model} tp={p.tensor_parallel_size} "
-              f"{'tree' if p.tree else 'chain'} k={p.k} batch {p.batch} length {p.length:.2f}: "
+              f"{p.drafts} k={p.k} batch {p.batch} length {p.length:.2f}: "
               f"published {p.speed_up:.2f}x, model {c.predicted:.2f}x ({c.error:+.1%}: {'within' if c.within else 'NOT within'}); "
               f"{p.source}")
         print(f"      model step {c.priced_step_s * 1e3:.2f} ms, the published speed-up's "
               f"{c.implied_step_s * 1e3:.2f} ms: unpriced {c.unpriced_step_s * 1e3:+.2f} ms a "
               f"step, {c.unpriced_per_draft_pass_s * 1e3:+.3f} ms a draft pass")
+    for c in unpublished_trees_at_defaults():
+        p = c.published
+        print(f"   what-if, {p.source} {p.method} k={p.k} as SGLang's default tree "
+              f"({p.drafts}): model {c.predicted:.2f}x ({c.error:+.1%}), step "
+              f"{c.priced_step_s * 1e3:.2f} ms")
     chains = [c for c in compare() if c.published.engine == "vllm"]
     window = draft_pass_time_window(chains)
     print("   a time added to every draft pass that would put all vLLM chain rows within "

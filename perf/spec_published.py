@@ -7,7 +7,11 @@ The prediction (:func:`decode_speed_up`) is the engine's own pricing of a steady
 ``n`` requests (:mod:`kvbudget.simulator.spec_decode`): without speculation one token each,
 priced by the ``vllm-v1`` step model; with it a verify step of ``n`` chunks of ``k + 1`` query
 tokens plus ``k`` passes of the draft (:func:`~kvbudget.perf.speculative.draft_pass_model`),
-emitting the mean acceptance length a request. The speed-up is the ratio of tokens a second.
+emitting the mean acceptance length a request. A draft *tree* whose settings the publication
+gives (SGLang's ``speculative_eagle_topk`` and ``speculative_num_draft_tokens``) is priced by its
+shape instead (:func:`~kvbudget.perf.speculative.sglang_tree_shape`): a verify step of
+``num_draft_tokens`` query tokens a request and passes ``topk`` tokens a request wide. The
+speed-up is the ratio of tokens a second.
 
 Where a prediction is off, :class:`Comparison` says by how much time a step: the step time the
 published speed-up implies (the acceptance length's tokens at the model's own time a plain
@@ -19,41 +23,52 @@ the rows need").
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
-from kvbudget.perf.speculative import draft_pass_model
+from kvbudget.perf.speculative import DraftShape, chain_shape, draft_pass_model, sglang_tree_shape
 from kvbudget.perf.step_time import VllmStepModel
 
-__all__ = ["PUBLISHED", "TOLERANCE", "Comparison", "PublishedSpeedUp", "compare",
-           "decode_speed_up", "decode_step_times", "draft_pass_time_window"]
+__all__ = ["PUBLISHED", "SGLANG_DEFAULT_TREE", "TOLERANCE", "Comparison", "PublishedSpeedUp",
+           "compare", "decode_speed_up", "decode_step_times", "draft_pass_time_window",
+           "unpublished_trees_at_defaults"]
 
 TOLERANCE = 0.15
 """Issue 39's bar: a prediction within 15 % of the published speed-up."""
 
 
 def decode_step_times(target: VllmStepModel, draft: VllmStepModel | None, n: int, k: int,
-                      context: int) -> tuple[float, float]:
+                      context: int, shape: DraftShape | None = None) -> tuple[float, float]:
     """The model's step times (seconds) of ``n`` decoding requests, each attending to
     ``context`` tokens: without speculation (one token each), and with it (a verify step of
-    ``k + 1`` query tokens each plus ``k`` passes of ``draft``; None: no GPU pass, n-gram)."""
+    ``k + 1`` query tokens each plus ``k`` passes of ``draft``; None: no GPU pass, n-gram).
+    With a ``shape`` (a tree's), its ``num_verify_tokens`` a request verified and its passes,
+    a pass ``w`` tokens a request wide priced as ``w`` decode rows a request, as the engine
+    prices a tree's (``SpecDecode._tree_seconds``)."""
     c = float(context)
     plain = float(target.step_time(0.0, float(n), n * (c + 1), 0.0, 0.0))
-    q = k + 1
+    shape = chain_shape(k) if shape is None else shape
+    q = shape.num_verify_tokens
     verify = float(target.step_time(float(n * q), 0.0, n * (c + q), float(n * q) * (c + q),
                                     float(n)))
+    if draft is not None and not shape.is_chain:
+        passes = 0.0
+        for w in shape.pass_widths:
+            passes += float(draft.step_time(0.0, float(n * w), w * n * (c + q), 0.0,
+                                            0.0)) - draft.step_overhead_s
+        return plain, verify + passes
     one_pass = 0.0 if draft is None else (
         float(draft.step_time(0.0, float(n), n * (c + q), 0.0, 0.0)) - draft.step_overhead_s)
     return plain, verify + k * one_pass
 
 
 def decode_speed_up(target: VllmStepModel, draft: VllmStepModel | None, n: int, k: int,
-                    length: float, context: int) -> float:
-    """Tokens a second of ``n`` decoding requests with speculation (``k`` drafts a step, mean
-    acceptance ``length`` tokens a step) over without, each request attending to ``context``
-    tokens; ``draft`` None: no GPU pass (n-gram)."""
-    plain, spec = decode_step_times(target, draft, n, k, context)
+                    length: float, context: int, shape: DraftShape | None = None) -> float:
+    """Tokens a second of ``n`` decoding requests with speculation (``k`` drafts a step, or a
+    tree's ``shape``; mean acceptance ``length`` tokens a step) over without, each request
+    attending to ``context`` tokens; ``draft`` None: no GPU pass (n-gram)."""
+    plain, spec = decode_step_times(target, draft, n, k, context, shape)
     return (n * length / spec) / (n / plain)
 
 
@@ -63,7 +78,11 @@ class PublishedSpeedUp:
     with ``k`` drafts a step and the publication's own mean acceptance length ``length``
     (tokens a step), ``model`` on ``gpu`` at ``batch`` requests, ``context`` tokens a request
     (the workload's typical prompt and output, assumed: it moves the prediction little at
-    small batches), the model sharded over ``tensor_parallel_size`` GPUs, from ``source``."""
+    small batches), the model sharded over ``tensor_parallel_size`` GPUs, from ``source``.
+    ``tree``: the publication drafted trees; with SGLang's ``eagle_topk`` and
+    ``num_draft_tokens`` (``--speculative-eagle-topk``, ``--speculative-num-draft-tokens``;
+    ``k`` is its ``--speculative-num-steps``) where it gives them, priced as that tree, and as a
+    chain of ``k`` where it does not."""
 
     source: str
     engine: str
@@ -77,6 +96,24 @@ class PublishedSpeedUp:
     tree: bool = False
     context: int = 300
     tensor_parallel_size: int = 1
+    eagle_topk: int | None = None
+    num_draft_tokens: int | None = None
+
+    @property
+    def shape(self) -> DraftShape:
+        """The step priced: the published tree's, else a chain of ``k``."""
+        if self.eagle_topk is None or self.num_draft_tokens is None:
+            return chain_shape(self.k)
+        return sglang_tree_shape(self.k, self.eagle_topk, self.num_draft_tokens)
+
+    @property
+    def drafts(self) -> str:
+        """What was drafted and how it is priced, in words (docs/speculative.md's table)."""
+        if not self.tree:
+            return "chain"
+        if self.eagle_topk is None or self.num_draft_tokens is None:
+            return "tree, settings not given: priced as a chain"
+        return f"tree: top-{self.eagle_topk}, {self.num_draft_tokens} verified"
 
 
 # vLLM issue #20780 (ekagra-ranjan, 2025-07-10, "Eagle 3 is expected to be much faster than
@@ -94,8 +131,15 @@ _E3 = {2: (2.36, 4.32), 3: (2.79, 4.09), 4: (3.08, 4.05), 5: (3.32, 4.13), 6: (3
 # graphs on): Llama-3.1-8B-Instruct, MT-bench, 80 questions, one request at a time; throughput
 # and acceptance length by --speculative-num-steps (draft *trees*); the baseline is the SGLang
 # documentation's table for the same setup ("Speculative Decoding", Performance Highlights:
-# 158.34 tokens/s without speculation on 1x H100).
+# 158.34 tokens/s without speculation on 1x H100). The comment gives --speculative-num-steps
+# only, not --speculative-eagle-topk nor --speculative-num-draft-tokens (SGLang 0.4.4.post1's
+# defaults are 4 and 8, server_args.py:130-132, but the comment does not say they were left
+# so): these rows are priced as chains of num_steps.
 _SGLANG_4247 = "SGLang PR #4247 + SGLang docs baseline, MT-bench"
+SGLANG_DEFAULT_TREE = (4, 8)
+"""SGLang 0.4.4.post1's defaults of ``speculative_eagle_topk`` and
+``speculative_num_draft_tokens`` (``python/sglang/srt/server_args.py:131-132``): what a run
+that sets ``--speculative-num-steps`` alone drafts (:func:`unpublished_trees_at_defaults`)."""
 _SGLANG_BASE = 158.34
 # SGLang PR #4716 ("Fix EAGLE3 for llama3.3 70b", ispobock's comment of 2025-03-24): Llama-3.3-
 # 70B-Instruct on H100 with --tp 8, EAGLE3-LLaMA3.3-Instruct-70B drafting trees
@@ -117,7 +161,8 @@ PUBLISHED: tuple[PublishedSpeedUp, ...] = (
     PublishedSpeedUp(_SGLANG_4247, "sglang", "eagle", "Llama-3.1-8B", "H100-80GB", 1, 8, 3.76,
                      230.08 / _SGLANG_BASE, tree=True),
     PublishedSpeedUp(_SGLANG_4716, "sglang", "eagle3", "Llama-3.1-70B", "H100-80GB", 1, 8, 5.88,
-                     234.54 / 88.61, tree=True, tensor_parallel_size=8),
+                     234.54 / 88.61, tree=True, tensor_parallel_size=8, eagle_topk=8,
+                     num_draft_tokens=64),
 )
 """Every publication found that gives a speed-up together with its own acceptance figures for
 vLLM or SGLang on H100 (Llama-3.1-8B, and Llama-3.3-70B on 8 GPUs; none beyond batch 1)."""
@@ -182,6 +227,15 @@ def draft_pass_time_window(rows: list[Comparison],
     return (lo, hi) if lo <= hi else None
 
 
+def unpublished_trees_at_defaults() -> list[Comparison]:
+    """The rows that drafted trees without giving their settings, priced as the trees SGLang's
+    defaults draft (:data:`SGLANG_DEFAULT_TREE`): a what-if, not a check (the publication
+    does not say the defaults were used)."""
+    topk, tokens = SGLANG_DEFAULT_TREE
+    return compare(tuple(replace(p, eagle_topk=topk, num_draft_tokens=tokens)
+                         for p in PUBLISHED if p.tree and p.eagle_topk is None))
+
+
 def compare(rows: tuple[PublishedSpeedUp, ...] = PUBLISHED) -> list[Comparison]:
     """The model's prediction of each published speed-up from its acceptance figures (the
     draft a one-layer head of the target for EAGLE, EAGLE-3 and MTP: ``draft_pass_model``)."""
@@ -190,7 +244,7 @@ def compare(rows: tuple[PublishedSpeedUp, ...] = PUBLISHED) -> list[Comparison]:
         gpu, model, tp = get_gpu(p.gpu), get_model(p.model), p.tensor_parallel_size
         target = VllmStepModel(gpu, model, tensor_parallel_size=tp)
         draft = draft_pass_model(p.method, model, None, gpu, tp)
-        plain, priced = decode_step_times(target, draft, p.batch, p.k, p.context)
+        plain, priced = decode_step_times(target, draft, p.batch, p.k, p.context, p.shape)
         out.append(Comparison(p, decode_speed_up(target, draft, p.batch, p.k, p.length,
-                                                 p.context), plain, priced))
+                                                 p.context, p.shape), plain, priced))
     return out

@@ -20,15 +20,18 @@ gives it under the geometric model (:func:`rate_for_length`).
 
 from __future__ import annotations
 
+import ast
 import math
 from dataclasses import dataclass, replace
+from itertools import pairwise
 
 from kvbudget.perf.hardware import GPUSpec
 from kvbudget.perf.models import ModelSpec
 from kvbudget.perf.step_time import VllmStepModel
 
-__all__ = ["SPEC_METHODS", "SpeculativeConfig", "draft_pass_model", "expected_accepted_tokens",
-           "mean_acceptance_length", "rate_for_length"]
+__all__ = ["SPEC_METHODS", "DraftShape", "SpeculativeConfig", "chain_shape", "draft_pass_model",
+           "expected_accepted_tokens", "mean_acceptance_length", "parse_token_tree",
+           "rate_for_length", "sglang_tree_shape", "vllm_tree_shape"]
 
 SPEC_METHODS: dict[str, str] = {
     "ngram": "a prompt-lookup proposer on the host CPU (no GPU pass: assumed to overlap the "
@@ -41,8 +44,120 @@ SPEC_METHODS: dict[str, str] = {
 """The methods modelled (vLLM's ``SpeculativeMethod`` names, ``vllm/config/speculative.py:73``
 of 0.32.0) and what each costs a step."""
 MAX_SPECULATIVE_TOKENS = 64
-"""Beyond any published setting (EAGLE-3's trees use at most 8 draft tokens a step, vLLM's
-docs 3-5)."""
+"""Beyond any published chain (vLLM's docs use 3-5) and as many drafts as the largest published
+tree verifies (SGLang PR #4716's ``--speculative-num-draft-tokens 64``, the root included)."""
+TREE_METHODS = ("eagle", "eagle3", "mtp")
+"""The methods vLLM drafts a ``speculative_token_tree`` for: those of its ``EagleProposer``
+(``SpeculativeConfig.use_eagle``, ``vllm/config/speculative.py:561-562`` of 0.11.0), whose
+``propose_tree`` drafts the tree (``vllm/v1/spec_decode/eagle.py:539-701``)."""
+
+
+class DraftShape:
+    """What one step of speculative decoding schedules and runs for each decoding request:
+    ``num_verify_tokens`` query tokens in the verify step (the drafts and the request's own
+    last token, the tree's root), at most ``max_accepted`` drafts accepted (the depth of the
+    tree: one path of it is accepted), and the draft's forward passes, ``pass_widths``
+    tokens a request each (the first over the request's newest token). Immutable by
+    convention, compared by value. (A plain class, not a dataclass: its creation would cost
+    every ``kvbudget simulate`` process's import ~0.5 M instructions, ``bench_instructions``
+    (a).)"""
+
+    __slots__ = ("max_accepted", "num_verify_tokens", "pass_widths")
+
+    def __init__(self, num_verify_tokens: int, max_accepted: int,
+                 pass_widths: tuple[int, ...]) -> None:
+        self.num_verify_tokens = num_verify_tokens
+        self.max_accepted = max_accepted
+        self.pass_widths = pass_widths
+
+    def _key(self) -> tuple[int, int, tuple[int, ...]]:
+        return self.num_verify_tokens, self.max_accepted, self.pass_widths
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DraftShape) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (f"DraftShape(num_verify_tokens={self.num_verify_tokens}, max_accepted="
+                f"{self.max_accepted}, pass_widths={self.pass_widths})")
+
+    @property
+    def is_chain(self) -> bool:
+        """One draft a pass, verified as one path (vLLM's default)."""
+        return self.num_verify_tokens == self.max_accepted + 1 and all(
+            w == 1 for w in self.pass_widths)
+
+
+def chain_shape(k: int) -> DraftShape:
+    """A chain of ``k`` drafts: ``k + 1`` tokens verified, ``k`` passes of one token a request
+    (vLLM's ``EagleProposer.propose`` without a tree)."""
+    return DraftShape(k + 1, k, (1,) * k)
+
+
+def parse_token_tree(text: str, where: str) -> tuple[tuple[int, ...], ...]:
+    """vLLM's ``speculative_token_tree`` (``vllm/config/speculative.py:104`` of 0.11.0): a
+    Python literal list of node paths, ``(i,)`` the ``i``-th child of the root and ``(i, j)``
+    the ``j``-th child of ``(i,)``, parsed as vLLM parses it (``ast.literal_eval``) and sorted
+    breadth-first as its config sorts it (``speculative.py:402-407``). Refused, naming
+    ``where``: not such a list, a repeated node, a node whose parent is not in the tree, or a
+    level whose drafts are not a whole number of children of each node above it (vLLM's
+    ``EagleProposer`` draws the same top-k for every node of a level: ``eagle.py:137-146``)."""
+    try:
+        nodes = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        raise ValueError(f"{where}: not a list of node tuples such as "
+                         f"\"[(0,), (1,), (0, 0)]\", got {text!r}") from None
+    if (not isinstance(nodes, (list, tuple)) or not nodes
+            or not all(isinstance(n, tuple) and n and all(
+                type(i) is int and i >= 0 for i in n) for n in nodes)):
+        raise ValueError(f"{where}: not a non-empty list of tuples of child indices (ints >= 0) "
+                         f"such as \"[(0,), (1,), (0, 0)]\", got {text!r}")
+    tree = tuple(sorted(nodes, key=lambda t: (len(t), t)))
+    if len(set(tree)) != len(tree):
+        raise ValueError(f"{where}: a node is given twice in {text!r}")
+    known = set(tree)
+    for node in tree:
+        if len(node) > 1 and node[:-1] not in known:
+            raise ValueError(f"{where}: node {node} has no parent {node[:-1]} in the tree")
+    per_level = [sum(1 for n in tree if len(n) == d) for d in range(1, len(tree[-1]) + 1)]
+    for depth, (above, level) in enumerate(pairwise(per_level), 2):
+        if level % above:
+            raise ValueError(f"{where}: level {depth} has {level} nodes, not a multiple of "
+                             f"level {depth - 1}'s {above}: vLLM gives each node of a level "
+                             "the same number of children")
+    return tree
+
+
+def vllm_tree_shape(tree: tuple[tuple[int, ...], ...]) -> DraftShape:
+    """The step of a parsed ``speculative_token_tree`` (:func:`parse_token_tree`) in vLLM
+    0.11.0: every node is a draft (``num_speculative_tokens`` of them, so ``len(tree) + 1``
+    tokens verified: ``scheduler.py:162``); at most the tree's depth is accepted; the drafter's
+    first pass is the chain's, then ``EagleProposer.propose_tree`` runs one pass a level but
+    the last over every draft drafted so far (``query_len = total_num_drafts``,
+    ``eagle.py:582-615``): the tokens of the levels above, cumulated."""
+    depth = len(tree[-1])
+    widths = [1]
+    drafted = 0
+    for level in range(1, depth):
+        drafted += sum(1 for n in tree if len(n) == level)
+        widths.append(drafted)
+    return DraftShape(len(tree) + 1, depth, tuple(widths))
+
+
+def sglang_tree_shape(num_steps: int, topk: int, num_draft_tokens: int) -> DraftShape:
+    """SGLang's EAGLE step (``python/sglang/srt/speculative/eagle_worker.py`` of 0.4.4.post1)
+    under its names ``speculative_num_steps``, ``speculative_eagle_topk`` and
+    ``speculative_num_draft_tokens``: the draft's extend over the accepted tokens (the first
+    pass, ``forward_draft_extend_after_decode``, :458-479), then ``num_steps - 1`` passes of
+    ``topk`` tokens a request (``draft_forward``, :302-331: the last step's forward is not run;
+    ``select_top_k_tokens``, ``eagle_utils.py:690-735``), and the verify step over
+    ``num_draft_tokens`` tokens a request: the root and the ``num_draft_tokens - 1`` best drafts
+    (``build_eagle_tree.py:23-28``; ``prepare_for_verify``, ``eagle_utils.py:265-277``); at
+    most ``num_steps`` accepted, and no more than the drafts verified."""
+    return DraftShape(num_draft_tokens, min(num_steps, num_draft_tokens - 1),
+                      (1,) + (topk,) * (num_steps - 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +176,7 @@ class SpeculativeConfig:
     acceptance_rate: float | None = None
     acceptance_length: float | None = None
     acceptance_by_tier: tuple[tuple[str, float], ...] = ()
+    speculative_token_tree: str | None = None
     seed: int = 0
     rate_by_priority: tuple[tuple[int, float], ...] = ()
 
@@ -73,15 +189,20 @@ class SpeculativeConfig:
         if not (isinstance(k, int) and 1 <= k <= MAX_SPECULATIVE_TOKENS):
             raise ValueError(f"{where}.num_speculative_tokens: must be in [1, "
                              f"{MAX_SPECULATIVE_TOKENS}], got {k!r}")
+        if self.speculative_token_tree is not None:
+            self._check_tree(where)
         if (self.acceptance_rate is None) == (self.acceptance_length is None):
             raise ValueError(f"{where}: give exactly one of acceptance_rate (per draft token, "
                              "0..1) and acceptance_length (mean tokens a step, 1..k+1)")
         rate, length = self.acceptance_rate, self.acceptance_length
         if rate is not None and not 0.0 <= rate <= 1.0:
             raise ValueError(f"{where}.acceptance_rate: must be in [0, 1], got {rate!r}")
-        if length is not None and not 1.0 <= length <= k + 1:
+        depth = self.shape.max_accepted
+        if length is not None and not 1.0 <= length <= depth + 1:
+            bound = ("num_speculative_tokens" if self.speculative_token_tree is None else
+                     "the tree's depth")
             raise ValueError(f"{where}.acceptance_length: must be in [1, "
-                             f"num_speculative_tokens + 1 = {k + 1}], got {length!r}")
+                             f"{bound} + 1 = {depth + 1}], got {length!r}")
         for tier, value in self.acceptance_by_tier:
             self._check_value(f"{where}.acceptance_by_tier.{tier}", value)
         if (self.method == "draft_model") != (self.model is not None):
@@ -89,8 +210,34 @@ class SpeculativeConfig:
                              f"'draft_model' and only then, got method {self.method!r} and "
                              f"model {self.model!r}")
 
+    def _check_tree(self, where: str) -> None:
+        """``speculative_token_tree`` as vLLM 0.11.0 takes it (:func:`parse_token_tree`): one
+        draft a node, so as many nodes as ``num_speculative_tokens``, and an EAGLE-type
+        method."""
+        text = self.speculative_token_tree
+        assert text is not None
+        name = f"{where}.speculative_token_tree"
+        if not isinstance(text, str):
+            raise ValueError(f"{name}: a string such as \"[(0,), (1,), (0, 0)]\", got {text!r}")
+        tree = parse_token_tree(text, name)
+        if len(tree) != self.num_speculative_tokens:
+            raise ValueError(f"{name}: {len(tree)} nodes, but num_speculative_tokens is "
+                             f"{self.num_speculative_tokens}: vLLM drafts one token a node")
+        if self.method not in TREE_METHODS:
+            raise ValueError(f"{name}: vLLM drafts trees with {', '.join(TREE_METHODS)} only, "
+                             f"got method {self.method!r}")
+
+    @property
+    def shape(self) -> DraftShape:
+        """The step's tokens and draft passes a request: a chain of ``num_speculative_tokens``,
+        or the tree's (:func:`vllm_tree_shape`)."""
+        if self.speculative_token_tree is None:
+            return chain_shape(self.num_speculative_tokens)
+        return vllm_tree_shape(parse_token_tree(self.speculative_token_tree,
+                                                "engine.speculative_config.speculative_token_tree"))
+
     def _check_value(self, where: str, value: float) -> None:
-        k = self.num_speculative_tokens
+        k = self.shape.max_accepted
         if self.acceptance_rate is not None and not 0.0 <= value <= 1.0:
             raise ValueError(f"{where}: an acceptance rate must be in [0, 1], got {value!r}")
         if self.acceptance_length is not None and not 1.0 <= value <= k + 1:
@@ -101,7 +248,7 @@ class SpeculativeConfig:
         """The per-token rate of a value of the kind given."""
         if self.acceptance_rate is not None:
             return value
-        return rate_for_length(value, self.num_speculative_tokens)
+        return rate_for_length(value, self.shape.max_accepted)
 
     @property
     def rate(self) -> float:
@@ -131,13 +278,15 @@ class SpeculativeConfig:
 
     def assumed(self) -> str:
         """What was given and what it means, in one line (the summary says it)."""
-        k = self.num_speculative_tokens
+        k = self.shape.max_accepted
         given = (f"acceptance_rate {self.acceptance_rate:g} given" if self.acceptance_rate
                  is not None else f"acceptance_length {self.acceptance_length:g} given")
         tiers = "".join(f"; {tier} {value:g}: rate {self._rate_of(value):.4f}, length "
                         f"{mean_acceptance_length(self._rate_of(value), k):.3f}"
                         for tier, value in self.acceptance_by_tier)
-        return (f"{self.method}, k={k}, {given}: per-token rate {self.rate:.4f}, mean "
+        tree = ("" if self.speculative_token_tree is None else
+                f", tree of {self.num_speculative_tokens} drafts, depth {k}")
+        return (f"{self.method}, k={self.num_speculative_tokens}{tree}, {given}: per-token rate {self.rate:.4f}, mean "
                 f"acceptance length {mean_acceptance_length(self.rate, k):.3f} (geometric)"
                 + tiers)
 

@@ -82,7 +82,9 @@ def cases() -> list[tuple[str, str, dict[str, Any]]]:
             ("ngram k3 rate 0.5, vllm-swap 400 blocks", ("ngram", 3, 0.5),
              {"name": "vllm-swap", "blocks": 400}),
             ("eagle k2 rate 0.3, fleet least_tokens 8x rate", ("eagle", 2, 0.3),
-             {"fleet": "least_tokens", "speedup": 8})):
+             {"fleet": "least_tokens", "speedup": 8}),
+            ("eagle3 tree of 6 (3 levels) rate 0.7, 8x rate", ("eagle3", 6, 0.7),
+             {"speedup": 8, "tree": "[(0,), (1,), (0, 0), (1, 0), (0, 0, 0), (1, 0, 0)]"})):
         out.append((f"spec {label}", "conv_n2000_q6", {"spec": spec, **more}))
     for router, metric, target in (  # autoscaled fleets (issue 39): up from 1 and back down
             ("least_tokens", "vllm:num_requests_running", 8.0),
@@ -127,7 +129,8 @@ def run_case(trace: str, opts: dict[str, Any], n: int, skip_ahead: bool) -> dict
         engine["kv_offloading_size"] = opts["offload"]
     if "spec" in opts:
         method, k, rate = opts["spec"]
-        engine["speculative_config"] = SpeculativeConfig(method, k, acceptance_rate=rate)
+        engine["speculative_config"] = SpeculativeConfig(
+            method, k, acceptance_rate=rate, speculative_token_tree=opts.get("tree"))
     if "speedup" in opts:
         workload = dataclasses.replace(workload, arrival_s=workload.arrival_s / opts["speedup"])
     fleet = opts.get("fleet")

@@ -143,6 +143,7 @@ class SpeculativeSpec:
     acceptance_rate: Annotated[float, Ge(0), Le(1)] | None = None
     acceptance_length: Annotated[float, Ge(1)] | None = None
     acceptance_by_tier: dict[str, float] = field(default_factory=dict)
+    speculative_token_tree: str | None = None
 
 
 @dataclass(frozen=True)

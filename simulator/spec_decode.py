@@ -21,6 +21,10 @@
   back (``scheduler.py:2117-2127``: their slots are reused by the next step's tokens; vLLM keeps
   the blocks with the request until it finishes or is preempted); the step emits ``A + 1``
   tokens.
+* **Trees** (``speculative_token_tree``, vLLM 0.11.0): the ``k`` drafts are the tree's nodes,
+  all verified; one path is accepted, at most the tree's depth (of the nodes the budget
+  reached); the draft's passes are the tree's levels, wider than one token a request
+  (:func:`kvbudget.perf.speculative.vllm_tree_shape`).
 * Inter-token gaps: a step's tokens reach the client together, so the gaps are counted per
   step with output, as ``vllm bench serve`` counts them per streamed chunk
   (:meth:`SpecDecode.output_steps`).
@@ -38,7 +42,12 @@ import numpy.typing as npt
 
 from kvbudget.perf.hardware import GPUSpec
 from kvbudget.perf.models import ModelSpec, get_model
-from kvbudget.perf.speculative import SpeculativeConfig, draft_pass_model, mean_acceptance_length
+from kvbudget.perf.speculative import (
+    SpeculativeConfig,
+    draft_pass_model,
+    mean_acceptance_length,
+    parse_token_tree,
+)
 from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.simulator.serving import FloatArray, IntArray
 from kvbudget.simulator.small_arrays import isum
@@ -102,11 +111,14 @@ class SpecDecode:
 
     __slots__ = (
         "_by_priority",
+        "_depth_at",
         "_draft",
         "_gap_s",
         "_key",
         "_row_key",
+        "_widths",
         "config",
+        "depth",
         "draft_s",
         "k",
         "log_rate",
@@ -123,6 +135,16 @@ class SpecDecode:
                  rng: np.random.Generator, num_rows: int) -> None:
         self.config = config
         self.k = config.num_speculative_tokens
+        # a tree (speculative_token_tree): k drafts verified, one path of them accepted, at
+        # most as deep as the drafts the budget reached allow (vLLM sorts the tree breadth
+        # first); the draft's passes as wide as the shape's (perf.speculative.vllm_tree_shape)
+        shape = config.shape
+        self.depth = shape.max_accepted
+        self._widths = None if shape.is_chain else shape.pass_widths
+        tree = config.speculative_token_tree
+        self._depth_at = None if self._widths is None or tree is None else np.array(
+            [0] + [len(node) for node in parse_token_tree(tree, "speculative_token_tree")],
+            np.int64)
         self.rate = config.rate
         self.log_rate = float(np.log(self.rate)) if 0.0 < self.rate < 1.0 else 0.0
         # each tier's rate by its priority, when they differ
@@ -200,9 +222,24 @@ class SpecDecode:
         else:
             after = e.num_computed_tokens[rows] + new
             context = float(isum(after[held > 0]))
+        if self._widths is not None:  # a tree: every pass runs (vLLM masks what is too long)
+            seconds = self._tree_seconds(n, context)
+            self.draft_s += seconds
+            return seconds
         one = float(self._draft.step_time(0.0, float(n), context, 0.0, 0.0)) - self._gap_s
         seconds = passes * one
         self.draft_s += seconds
+        return seconds
+
+    def _tree_seconds(self, n: int, context: float) -> float:
+        """A tree's draft passes over ``n`` requests attending to ``context`` tokens in all: a
+        pass ``w`` tokens a request wide priced as ``w`` decode rows a request, each reading its
+        request's context (as :meth:`draft_run_seconds` prices them, in the same order)."""
+        assert self._draft is not None and self._widths is not None
+        seconds = 0.0
+        for w in self._widths:
+            seconds += float(self._draft.step_time(0.0, float(n * w), context * w, 0.0,
+                                                   0.0)) - self._gap_s
         return seconds
 
     def verify(self, e: SpecRows, rows: IntArray, new: IntArray, computed: IntArray) -> IntArray:
@@ -239,6 +276,8 @@ class SpecDecode:
         rate**j`` by inversion of a uniform keyed by the request (row, arrival) and its steps
         with output so far, at most ``target - out - 1`` (the step's own token is the last)."""
         room = e.target_output[r] - out - 1
+        if self._depth_at is not None:  # a tree: one path, as deep as the drafts reached
+            d = self._depth_at[d]
         if self._by_priority:
             a = self._accepted_by_tier(e, r, d)
         elif self.rate >= 1.0:
@@ -306,7 +345,7 @@ class SpecDecode:
         hashed *= _GOLDEN
         ahead = _AHEAD[:num] if num <= len(_AHEAD) else np.arange(num, dtype=np.uint64) * _GOLDEN
         u = self._uniform_at(rows, hashed[:, None] + ahead)
-        k = self.k
+        k = self.depth  # (a chain's k; a tree's depth)
         if self._by_priority:
             prio = e.tier_priority[rows]
             a = np.zeros(u.shape, np.int64)
@@ -330,6 +369,8 @@ class SpecDecode:
         draft = self._draft
         if draft is None:
             return 0.0
+        if self._widths is not None:
+            return self._tree_run_seconds(draft, num_rows, context)
         one = draft.decode_times_at(num_rows, context)  # (its table: the same bits)
         if one is None:
             # (features that stay the same along the run go in as floats, as
@@ -339,6 +380,21 @@ class SpecDecode:
         one -= self._gap_s
         one *= self.k
         return one
+
+    def _tree_run_seconds(self, draft: VllmStepModel, num_rows: int,
+                          context: IntArray) -> FloatArray:
+        """:meth:`_tree_seconds` of steps attending to ``context`` tokens (one a step)."""
+        assert self._widths is not None
+        total = np.zeros(len(context), np.float64)
+        for w in self._widths:
+            one = draft.decode_times_at(num_rows * w, context * w)
+            if one is None:
+                step_time: Callable[..., FloatArray] = draft.step_time
+                one = step_time(0.0, float(num_rows * w), (context * w).astype(np.float64),
+                                0.0, 0.0)
+            one -= self._gap_s
+            total += one
+        return total
 
     def output_steps(self, rows: IntArray) -> IntArray:
         """``rows`` had output in the step being committed: their counts of steps with output
@@ -355,9 +411,11 @@ class SpecDecode:
             "method": c.method,
             "num_speculative_tokens": self.k,
             **({"model": c.model} if c.model is not None else {}),
+            **({"speculative_token_tree": c.speculative_token_tree}
+               if c.speculative_token_tree is not None else {}),
             "assumed": c.assumed(),
             "acceptance_rate": self.rate,
-            "expected_acceptance_length": mean_acceptance_length(self.rate, self.k),
+            "expected_acceptance_length": mean_acceptance_length(self.rate, self.depth),
             "num_verify_steps": v,
             "num_draft_tokens": self.num_draft_tokens,
             "num_accepted_tokens": self.num_accepted_tokens,

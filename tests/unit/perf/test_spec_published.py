@@ -6,6 +6,7 @@ compare() computes them."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -13,6 +14,7 @@ from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
 from kvbudget.perf.spec_published import (
     PUBLISHED,
+    SGLANG_DEFAULT_TREE,
     TOLERANCE,
     Comparison,
     PublishedSpeedUp,
@@ -20,8 +22,9 @@ from kvbudget.perf.spec_published import (
     decode_speed_up,
     decode_step_times,
     draft_pass_time_window,
+    unpublished_trees_at_defaults,
 )
-from kvbudget.perf.speculative import draft_pass_model
+from kvbudget.perf.speculative import DraftShape, draft_pass_model, sglang_tree_shape
 from kvbudget.perf.step_time import STEP_OVERHEAD_S, VllmStepModel
 from tests.benchmarks.doc_figures import agrees, section, table_rows
 from tests.conftest import REPO
@@ -62,7 +65,7 @@ def test_the_docs_table_is_what_compare_computes() -> None:
     for line, c in zip(rows, got, strict=True):
         cells = [x.strip() for x in line.strip("|").split("|")]
         p = c.published
-        assert cells[1] == ("tree" if p.tree else "chain")
+        assert cells[1] == p.drafts
         assert int(cells[2]) == p.k
         assert float(cells[3]) == p.length
         assert cells[4] == f"{p.speed_up:.2f}x"
@@ -78,6 +81,76 @@ def test_the_70b_row_is_sglang_4716s_ratio() -> None:
     assert row.speed_up == pytest.approx(2.646879584697)
     assert (row.length, row.k, row.tensor_parallel_size, row.tree) == (5.88, 8, 8, True)
     assert all(p.tensor_parallel_size == 1 for p in PUBLISHED if p is not row)
+    # its tree as published: --speculative-eagle-topk 8 --speculative-num-draft-tokens 64
+    assert (row.eagle_topk, row.num_draft_tokens) == (8, 64)
+    assert row.shape == DraftShape(64, 8, (1, 8, 8, 8, 8, 8, 8, 8))
+    assert row.drafts == "tree: top-8, 64 verified"
+    # PR #4247's comment gives --speculative-num-steps only: its rows are chains of k
+    unknown = [p for p in PUBLISHED if p.tree and p is not row]
+    assert len(unknown) == 3 and all(p.shape.is_chain and p.shape.max_accepted == p.k
+                                     for p in unknown)
+    assert all(p.drafts == "tree, settings not given: priced as a chain" for p in unknown)
+
+
+def test_a_tree_step_is_its_verify_tokens_and_its_passes_by_hand() -> None:
+    # SGLang, 3 steps, top-2, 4 draft tokens, batch 2, 100 tokens of context: a verify step of
+    # 2 chunks of 4 query tokens attending to 104 tokens each, and the draft's passes: the
+    # first 1 token a request, then 2 of 2 tokens a request (4 decode rows, each reading 104
+    # tokens), each less the host's gap
+    gpu, model = get_gpu("H100-80GB"), get_model("Llama-3.1-8B")
+    target = VllmStepModel(gpu, model)
+    head = draft_pass_model("eagle3", model, None, gpu, 1)
+    assert head is not None
+    shape = sglang_tree_shape(3, 2, 4)
+    assert shape == DraftShape(4, 3, (1, 2, 2))
+    verify = float(target.step_time(8.0, 0.0, 208.0, 8.0 * 104, 2.0))
+    gap = head.step_overhead_s
+    first = float(head.step_time(0.0, 2.0, 208.0, 0.0, 0.0)) - gap
+    wide = float(head.step_time(0.0, 4.0, 416.0, 0.0, 0.0)) - gap
+    plain, spec = decode_step_times(target, head, 2, 3, 100, shape)
+    assert plain == float(target.step_time(0.0, 2.0, 202.0, 0.0, 0.0))
+    assert spec == pytest.approx(verify + first + 2 * wide, rel=1e-12)
+    # the same k as a chain verifies 4 tokens too, but its passes are one token a request
+    _, chain = decode_step_times(target, head, 2, 3, 100)
+    assert chain == pytest.approx(verify + 3 * first, rel=1e-12) and chain < spec
+    assert decode_speed_up(target, head, 2, 3, 2.5, 100, shape) == pytest.approx(
+        2.5 * plain / spec)
+
+
+def test_the_docs_say_what_pricing_the_trees_changes() -> None:
+    flat = " ".join(section(REPO / "docs" / "speculative.md", "## Published figures").split())
+    row = next(p for p in PUBLISHED if p.eagle_topk is not None)
+    (chain,) = compare((replace(row, eagle_topk=None, num_draft_tokens=None),))
+    (tree,) = compare((row,))
+    m = re.search(r"its step rises from ([\d.]+) ms as a chain of 8 to ([\d.]+) ms \(a verify "
+                  r"step of 64 tokens a request, passes of 8\), and the prediction falls from "
+                  r"([\d.]+)x to ([\d.]+)x", flat)
+    assert m, "the 70B sentence"
+    for written, v in zip(m.groups(), (chain.priced_step_s * 1e3, tree.priced_step_s * 1e3,
+                                       chain.predicted, tree.predicted), strict=True):
+        assert agrees(written, v), f"should read {v:.2f}"
+    # the #4247 rows at SGLang's default tree (top-4, 8 tokens): within 0.01x of the chains
+    assert SGLANG_DEFAULT_TREE == (4, 8)
+    assert "top-4, 8 draft tokens: `server_args.py:131-132`" in flat
+    assert "the predictions would move by less than 0.01x" in flat
+    what_if = unpublished_trees_at_defaults()
+    chains = [c for c in compare() if c.published.tree and c.published.eagle_topk is None]
+    assert len(what_if) == len(chains) == 3
+    for w, c in zip(what_if, chains, strict=True):
+        k = c.published.k  # at most k accepted, and no more than the 7 drafts
+        assert w.published.shape == DraftShape(8, min(k, 7), (1,) + (4,) * (k - 1))
+        assert abs(w.predicted - c.predicted) < 0.01
+    # what SGLang's rows need, in all and a pass
+    sg = [c for c in compare() if c.published.engine == "sglang"]
+    need = re.search(r"SGLang's rows need more: ([\d.]+)-([\d.]+) ms a step for the 8B \(priced "
+                     r"as chains\) and ([\d.]+) ms for the 70B with its tree priced, "
+                     r"([\d.]+)-([\d.]+) ms a draft pass", flat)
+    assert need, "the SGLang needs sentence"
+    eight = [c.unpriced_step_s * 1e3 for c in sg if c.published.model == "Llama-3.1-8B"]
+    passes = [c.unpriced_per_draft_pass_s * 1e3 for c in sg]
+    want = (min(eight), max(eight), tree.unpriced_step_s * 1e3, min(passes), max(passes))
+    for written, v in zip(need.groups(), want, strict=True):
+        assert agrees(written, v), f"should read {v:.2f}"
 
 
 def test_what_a_row_needs_is_the_implied_step_less_the_priced_one() -> None:
