@@ -57,6 +57,7 @@ class SpecRows(Protocol):
     target_output: IntArray
     arrival_s: FloatArray
     tier_priority: IntArray
+    in_engine: npt.NDArray[np.bool_]
 
 
 class SpecEngine(SpecRows, Protocol):
@@ -140,7 +141,8 @@ class SpecDecode:
         self.num_spec_tokens = np.zeros(num_rows, np.int64)
         self.num_output_steps = np.zeros(num_rows, np.int64)
         # each request's accepted drafts (k drafts, before the cap of its target output) at
-        # its steps with output 0, 1, ...: _draws[_draws_at[row] + steps] (reset)
+        # its steps with output 0, 1, ...: _draws[_draws_at[row] + steps] (reset; int8: k is
+        # at most MAX_SPECULATIVE_TOKENS, 64)
         self._draws = np.zeros(0, np.int8)
         self._num_draws = 0
         self._draws_at = np.zeros(num_rows, np.int64)
@@ -172,14 +174,27 @@ class SpecDecode:
         x ^= x >> 27
         x = (x * _M2_INT) & _MASK64
         n = e.target_output.item(i)
+        if self._num_draws + n > len(self._draws):
+            self._compact(e, n)
         start = self._num_draws
-        if start + n > len(self._draws):
-            grown = np.zeros(max(2 * len(self._draws), start + n, 1024), np.int8)
-            grown[:start] = self._draws[:start]
-            self._draws = grown
         self._draws_at[i] = start
         self._num_draws = start + n
         self._draws[start : start + n] = self._drawn(x ^ (x >> 31), e.tier_priority.item(i), n)
+
+    def _compact(self, e: SpecRows, n: int) -> None:
+        """Room for ``n`` more draws: the store holds those of the requests in the engine
+        only (a finished request's are read no more), in a new array twice their size and
+        ``n``'s, so that it is copied once per as many draws as it holds."""
+        live = np.flatnonzero(e.in_engine[: len(self._draws_at)])
+        lengths = e.target_output[live]
+        ends = np.add.accumulate(lengths)
+        total = int(ends[-1]) if len(ends) else 0
+        starts = ends - lengths
+        draws = np.zeros(max(2 * (total + n), 1024), np.int8)
+        draws[:total] = self._draws[np.arange(total) + np.repeat(self._draws_at[live] - starts,
+                                                                 lengths)]
+        self._draws_at[live] = starts
+        self._draws, self._num_draws = draws, total
 
     def _drawn(self, key: int, priority: int, n: int) -> IntArray:
         """The accepted drafts (``k`` drafts) of the stream ``key`` (of a request of tier
