@@ -183,14 +183,15 @@ class SpecDecode:
 
     def _compact(self, e: SpecRows, n: int) -> None:
         """Room for ``n`` more draws: the store holds those of the requests in the engine
-        only (a finished request's are read no more), in a new array twice their size and
-        ``n``'s, so that it is copied once per as many draws as it holds."""
+        only (a finished request's are read no more), in a new array no smaller than before
+        and at least twice their size and ``n``'s, so that it is copied once per as many draws
+        as it holds at least."""
         live = np.flatnonzero(e.in_engine[: len(self._draws_at)])
         lengths = e.target_output[live]
         ends = np.add.accumulate(lengths)
         total = int(ends[-1]) if len(ends) else 0
         starts = ends - lengths
-        draws = np.zeros(max(2 * (total + n), 1024), np.int8)
+        draws = np.zeros(max(len(self._draws), 2 * (total + n), 1 << 16), np.int8)
         draws[:total] = self._draws[np.arange(total) + np.repeat(self._draws_at[live] - starts,
                                                                  lengths)]
         self._draws_at[live] = starts
