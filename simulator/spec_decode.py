@@ -66,6 +66,7 @@ class SpecRows(Protocol):
     target_output: IntArray
     arrival_s: FloatArray
     tier_priority: IntArray
+    in_engine: npt.NDArray[np.bool_]
 
 
 class SpecEngine(SpecRows, Protocol):
@@ -84,8 +85,10 @@ _MASK64 = (1 << 64) - 1
 _GOLDEN_INT, _M1_INT, _M2_INT = int(_GOLDEN), int(_M1), int(_M2)
 _S11, _S27, _S30, _S31 = np.uint64(11), np.uint64(27), np.uint64(30), np.uint64(31)
 _UNIT = 1.0 / 2**53
-_AHEAD = np.arange(1024, dtype=np.uint64) * _GOLDEN
-"""``j * _GOLDEN`` for the steps ahead of a speculative run (:meth:`SpecDecode.geometric`)."""
+_AHEAD = np.arange(4096, dtype=np.uint64) * _GOLDEN
+"""``s * _GOLDEN`` for a request's steps with output ``s`` (:meth:`SpecDecode.reset`)."""
+_STEPS = np.arange(4096, dtype=np.int64)
+"""``0, 1, ...``: the steps ahead of a speculative run (:meth:`SpecDecode.geometric`)."""
 
 
 def _mix(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
@@ -107,15 +110,17 @@ class SpecDecode:
     holds (``num_spec_tokens``), its steps with output (``num_output_steps``) and the run's
     counts. ``rng`` (the run's seeded Generator) draws the key of the acceptance stream; each
     request's draw at a step is a counter-based uniform of (key, row, arrival, its steps with
-    output so far)."""
+    output so far), drawn for all its steps as it comes in (:meth:`reset`)."""
 
     __slots__ = (
         "_by_priority",
         "_depth_at",
         "_draft",
+        "_draws",
+        "_draws_at",
         "_gap_s",
         "_key",
-        "_row_key",
+        "_num_draws",
         "_widths",
         "config",
         "depth",
@@ -157,14 +162,19 @@ class SpecDecode:
         self._key = int(rng.integers(0, 2**63, dtype=np.int64))
         self.num_spec_tokens = np.zeros(num_rows, np.int64)
         self.num_output_steps = np.zeros(num_rows, np.int64)
-        self._row_key = np.zeros(num_rows, np.uint64)  # each request's stream (reset)
+        # each request's accepted drafts (k drafts, before the cap of its target output) at
+        # its steps with output 0, 1, ...: _draws[_draws_at[row] + steps] (reset; int8: k is
+        # at most MAX_SPECULATIVE_TOKENS, 64)
+        self._draws = np.zeros(0, np.int8)
+        self._num_draws = 0
+        self._draws_at = np.zeros(num_rows, np.int64)
         self.num_verify = self.num_draft_tokens = self.num_accepted_tokens = 0
         self.draft_s = 0.0
 
     def _rows(self, n: int) -> None:
         """Grow the per-row arrays to ``n`` rows (a fleet's replica grows its rows)."""
         if len(self.num_spec_tokens) < n:
-            for name in ("num_spec_tokens", "num_output_steps", "_row_key"):
+            for name in ("num_spec_tokens", "num_output_steps", "_draws_at"):
                 old = getattr(self, name)
                 new = np.zeros(n, old.dtype)
                 new[: len(old)] = old
@@ -172,7 +182,8 @@ class SpecDecode:
 
     def reset(self, e: SpecRows, i: int) -> None:
         """Row ``i`` comes in afresh (no output, no drafts): its stream's key, from the run's
-        key, the row and its arrival."""
+        key, the row and its arrival, and its accepted drafts at each of the steps with output
+        it may take (one token a step at least: as many as its target output)."""
         self._rows(i + 1)
         self.num_spec_tokens[i] = 0
         self.num_output_steps[i] = 0
@@ -184,7 +195,62 @@ class SpecDecode:
         x = (x * _M1_INT) & _MASK64
         x ^= x >> 27
         x = (x * _M2_INT) & _MASK64
-        self._row_key[i] = x ^ (x >> 31)
+        n = e.target_output.item(i)
+        if self._num_draws + n > len(self._draws):
+            self._compact(e, n)
+        start = self._num_draws
+        self._draws_at[i] = start
+        self._num_draws = start + n
+        self._draws[start : start + n] = self._drawn(x ^ (x >> 31), e.tier_priority.item(i), n)
+
+    def _compact(self, e: SpecRows, n: int) -> None:
+        """Room for ``n`` more draws: the store holds those of the requests in the engine
+        only (a finished request's are read no more), in a new array no smaller than before
+        and at least twice their size and ``n``'s, so that it is copied once per as many draws
+        as it holds at least."""
+        live = np.flatnonzero(e.in_engine[: len(self._draws_at)])
+        lengths = e.target_output[live]
+        ends = np.add.accumulate(lengths)
+        total = int(ends[-1]) if len(ends) else 0
+        starts = ends - lengths
+        draws = np.zeros(max(len(self._draws), 2 * (total + n), 1 << 16), np.int8)
+        draws[:total] = self._draws[np.arange(total) + np.repeat(self._draws_at[live] - starts,
+                                                                 lengths)]
+        self._draws_at[live] = starts
+        self._draws, self._num_draws = draws, total
+
+    def _drawn(self, key: int, priority: int, n: int) -> IntArray:
+        """The accepted drafts (``k`` drafts; a tree's ``depth``) of the stream ``key`` (of a
+        request of tier ``priority``) at its steps with output ``0 .. n - 1``: ``P(A >= j) =
+        rate**j`` by inversion of the counter-based uniform of (key, step) in ``(0, 1]``."""
+        k = self.depth
+        rate = self.rate
+        if self._by_priority:
+            rate = next((r for p, r in self._by_priority if p == priority), 0.0)
+        if rate >= 1.0:
+            return np.full(n, k, np.int64)
+        if rate <= 0.0:
+            return np.zeros(n, np.int64)
+        if n <= len(_AHEAD):
+            hashed = _AHEAD[:n] ^ np.uint64(key)
+        else:
+            hashed = np.arange(n, dtype=np.uint64)
+            hashed *= _GOLDEN
+            hashed ^= np.uint64(key)
+        x = _mix(hashed)
+        x >>= _S11
+        u: FloatArray = x.astype(np.float64)
+        u += 1.0
+        u *= _UNIT
+        if self._by_priority:
+            a: IntArray = np.floor(np.log(u) / np.log(rate)).astype(np.int64)
+        else:
+            np.log(u, out=u)
+            u /= self.log_rate
+            # (u is now 0 or more, or -0.0: truncation is floor)
+            a = u.astype(np.int64)
+        np.minimum(a, k, out=a)
+        return a
 
     def drop(self, e: SpecRows, i: int) -> None:
         """Row ``i`` is preempted or aborted: its drafts go (``scheduler.py:1594``)."""
@@ -272,96 +338,27 @@ class SpecDecode:
         return computed
 
     def _accepted(self, e: SpecRows, r: IntArray, out: IntArray, d: IntArray) -> IntArray:
-        """Accepted drafts of ``d`` for rows ``r`` with ``out`` output tokens: ``P(A >= j) =
-        rate**j`` by inversion of a uniform keyed by the request (row, arrival) and its steps
-        with output so far, at most ``target - out - 1`` (the step's own token is the last)."""
+        """Accepted drafts of ``d`` for rows ``r`` with ``out`` output tokens: their draws at
+        their counts of steps with output so far (:meth:`reset`; not the order of calls: the
+        same draws however steps run, and a request's draws do not depend on the others'), at
+        most ``d`` and ``target - out - 1`` (the step's own token is the last)."""
         room = e.target_output[r] - out - 1
         if self._depth_at is not None:  # a tree: one path, as deep as the drafts reached
             d = self._depth_at[d]
-        if self._by_priority:
-            a = self._accepted_by_tier(e, r, d)
-        elif self.rate >= 1.0:
-            a = d
-        elif self.rate <= 0.0:
-            a = np.zeros_like(d)
-        else:
-            a = self._geometric(self._uniform(e, r), d)
-        capped: IntArray = np.minimum(a, room)
+        capped: IntArray = np.minimum(self._draws[self._draws_at[r] + self.num_output_steps[r]], d)
+        np.minimum(capped, room, out=capped)
         np.maximum(capped, 0, out=capped)
         return capped
 
-    def _uniform(self, e: SpecRows, r: IntArray) -> FloatArray:
-        """Rows ``r``'s uniform draws in ``(0, 1]`` at this step: keyed by the request and its
-        count of steps with output (not by the order of calls: the same draws however steps
-        run, and a request's draws do not depend on the others')."""
-        steps = self.num_output_steps[r].astype(np.uint64)
-        steps *= _GOLDEN
-        return self._uniform_at(r, steps)
-
-    def _uniform_at(self, r: IntArray, hashed: npt.NDArray[np.uint64]) -> FloatArray:
-        """Rows ``r``'s uniforms at their counts of steps with output ``s``, given as
-        ``hashed``: ``s * _GOLDEN`` (wrapped; of ``r``'s shape, or requests x steps;
-        overwritten)."""
-        key = self._row_key[r]
-        hashed ^= key if hashed.ndim == 1 else key[:, None]
-        x = _mix(hashed)
-        x >>= _S11
-        u: FloatArray = x.astype(np.float64)
-        u += 1.0
-        u *= _UNIT
-        return u
-
-    def _geometric(self, u: FloatArray, cap: IntArray | int) -> IntArray:
-        """``min(floor(log(u) / log(rate)), cap)`` element-wise: the accepted drafts of
-        uniforms ``u`` (overwritten) at the engine's rate (strictly between 0 and 1)."""
-        np.log(u, out=u)
-        u /= self.log_rate
-        # (u is now 0 or more, or -0.0: truncation is floor)
-        a: IntArray = u.astype(np.int64)
-        np.minimum(a, cap, out=a)
-        return a
-
-    def _accepted_by_tier(self, e: SpecRows, r: IntArray, d: IntArray) -> IntArray:
-        """:meth:`_accepted` with each row's rate by its tier's priority."""
-        u = self._uniform(e, r)
-        prio = e.tier_priority[r]
-        a = np.zeros_like(d)
-        for priority, rate in self._by_priority:
-            mine = prio == priority
-            if rate >= 1.0:
-                a[mine] = d[mine]
-            elif rate > 0.0:
-                a[mine] = np.minimum(np.floor(np.log(u[mine]) / np.log(rate)).astype(np.int64),
-                                     d[mine])
-        return a
-
-    def geometric(self, e: SpecRows, rows: IntArray, steps: IntArray, num: int) -> IntArray:
+    def geometric(self, e: SpecRows, rows: IntArray, steps: IntArray,
+                  num: int) -> npt.NDArray[np.int8]:
         """The accepted drafts of ``rows`` (``k`` drafts each) at their next ``num`` steps with
         output, before the cap of their target output (requests x steps): the draws
-        :meth:`_accepted` makes at those steps (the uniform of the row and its count of steps
-        with output, ``steps`` now), with the same operations element by element."""
-        # (s + j) * _GOLDEN wraps to s * _GOLDEN + j * _GOLDEN
-        hashed = steps.astype(np.uint64)
-        hashed *= _GOLDEN
-        ahead = _AHEAD[:num] if num <= len(_AHEAD) else np.arange(num, dtype=np.uint64) * _GOLDEN
-        u = self._uniform_at(rows, hashed[:, None] + ahead)
-        k = self.depth  # (a chain's k; a tree's depth)
-        if self._by_priority:
-            prio = e.tier_priority[rows]
-            a = np.zeros(u.shape, np.int64)
-            for priority, rate in self._by_priority:
-                mine = prio == priority
-                if rate >= 1.0:
-                    a[mine] = k
-                elif rate > 0.0:
-                    a[mine] = np.minimum(np.floor(np.log(u[mine]) / np.log(rate)).astype(np.int64),
-                                         k)
-            return a
-        if self.rate >= 1.0:
-            return np.full(u.shape, k, np.int64)
-        if self.rate <= 0.0:
-            return np.zeros(u.shape, np.int64)
-        return self._geometric(u, k)
+        :meth:`_accepted` reads at those steps (``steps`` now)."""
+        at = self._draws_at[rows] + steps
+        ahead = _STEPS[:num] if num <= len(_STEPS) else np.arange(num, dtype=np.int64)
+        drawn: npt.NDArray[np.int8] = self._draws[at[:, None] + ahead]
+        return drawn
 
     def draft_run_seconds(self, num_rows: int, context: IntArray) -> FloatArray | float:
         """:meth:`draft_seconds` of steps of ``num_rows`` requests, each verifying ``k`` drafts,

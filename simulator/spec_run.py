@@ -35,14 +35,16 @@ import numpy as np
 import numpy.typing as npt
 import simpy
 
+from kvbudget.perf.step_features import StepFeatures
 from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.simulator.decode_plan import MAX_JUMP_STEPS, DecodeRunPlanner
 from kvbudget.simulator.engine import IntArray
 from kvbudget.simulator.fast_decode import Run, SkipAheadEngine
 from kvbudget.simulator.serving import FloatArray
-from kvbudget.simulator.small_arrays import imax, imin, isum
+from kvbudget.simulator.small_arrays import SMALL_N, imax, imin, isum
 from kvbudget.simulator.spec_decode import SpecDecode
 from kvbudget.simulator.step_commit import CommitTarget, StepCommit
+from kvbudget.simulator.step_cost import tail_features
 
 __all__ = ["SpecRun", "SpecSkipAheadEngine", "commit_spec_run", "plan_spec_run"]
 
@@ -226,6 +228,14 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         now = self.env.now
         done = bisect.bisect_left(ends, now) if self.ties is None else self._steps_done(ends, now)
         return run.output_after(i, done)
+
+    def _features(self, rows: IntArray, new: IntArray) -> StepFeatures:
+        """``Engine._features`` of a step of a few rows in Python integers (the same sums:
+        ``step_cost.tail_features`` of every row), as the steps that start requests have."""
+        if len(rows) > SMALL_N:
+            return super()._features(rows, new)
+        return tail_features(0, 0, list(zip(rows.tolist(), new.tolist(), strict=True)),
+                             self.num_computed_tokens, self.num_tokens, self.num_output_tokens)
 
     def _rows_ahead(self) -> list[int]:
         run = self._spec_run

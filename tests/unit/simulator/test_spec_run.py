@@ -257,10 +257,12 @@ def test_geometric_draws_are_the_stepping_draws() -> None:
         target_output = np.full(5, 10_000, np.int64)
         arrival_s = np.asarray(w.arrival_s, np.float64)
         tier_priority = np.zeros(5, np.int64)
+        in_engine = np.zeros(5, np.bool_)
 
     e = Rows()
     for i in range(5):
         sd.reset(e, i)
+        e.in_engine[i] = True
     rows = np.array([4, 1, 3], np.int64)
     sd.num_output_steps[rows] = [7, 0, 2]
     ahead = sd.geometric(e, rows, sd.num_output_steps[rows], 6)
@@ -271,3 +273,62 @@ def test_geometric_draws_are_the_stepping_draws() -> None:
         assert (e.num_output_tokens[rows] - before).tolist() == ahead[:, j].tolist()
         e.num_output_tokens[rows] += 1
         sd.output_steps(rows)
+
+
+def _splitmix(x: int) -> int:
+    """SplitMix64's finaliser on a Python integer (Steele, Lea and Flood 2014)."""
+    mask = (1 << 64) - 1
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & mask
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & mask
+    return x ^ (x >> 31)
+
+
+def test_a_requests_draws_are_made_as_it_comes_in_from_its_key_and_steps() -> None:
+    """The draws ``reset`` makes for a request, worked from the definition (a uniform of the
+    request's key and its count of steps with output, inverted to ``min(k, floor(log u / log
+    rate))``), for every step it may take (its target output); 3,000 other requests' draws (the
+    store grown and compacted to those in the engine) leave them as they were; a tier's own
+    rate (1: every draft,
+    0: none) applies to its requests."""
+    import struct
+
+    from kvbudget.perf.speculative import accepted_from_uniform
+    from kvbudget.simulator.spec_decode import SpecDecode
+
+    golden = 0x9E3779B97F4A7C15
+    spec = SpeculativeConfig("eagle", 3, acceptance_rate=0.6)
+    sd = SpecDecode(spec, None, np.random.default_rng(7), 3003)
+    key = int(np.random.default_rng(7).integers(0, 2**63, dtype=np.int64))  # (the same draw)
+
+    class Rows:
+        num_tokens = np.zeros(3003, np.int64)
+        num_computed_tokens = np.zeros(3003, np.int64)
+        num_output_tokens = np.zeros(3003, np.int64)
+        target_output = np.array([1, 5, 9] + [1000] * 3000, np.int64)
+        arrival_s = np.linspace(0.0, 3.0, 3003)
+        tier_priority = np.array([0, 0, 0] + [1] * 3000, np.int64)
+        in_engine = np.zeros(3003, np.bool_)
+
+    e = Rows()
+    sd.reset(e, 2)
+    e.in_engine[2] = True
+    (bits,) = struct.unpack("<Q", struct.pack("<d", float(e.arrival_s[2])))
+    row_key = _splitmix(key ^ ((2 * golden) & (2**64 - 1)) ^ bits)
+    want = [accepted_from_uniform(((_splitmix(row_key ^ ((s * golden) & (2**64 - 1))) >> 11) + 1)
+                                  / 2**53, 0.6, 3) for s in range(9)]
+    got = sd.geometric(e, np.array([2]), np.array([0]), 9)
+    assert got.tolist() == [want] and 0 < sum(want) < 27
+    for i in range(3, 3003):  # (some still in the engine, the others finished)
+        sd.reset(e, i)
+        e.in_engine[i] = i % 2 == 0
+    assert sd.geometric(e, np.array([2]), np.array([4]), 5).tolist() == [want[4:]]
+
+    e.in_engine[:] = False  # (another engine's rows)
+    by_tier = SpecDecode(replace(spec, rate_by_priority=((0, 1.0), (1, 0.0))), None,
+                         np.random.default_rng(7), 3003)
+    for i in (1, 3):
+        by_tier.reset(e, i)
+    assert by_tier.geometric(e, np.array([1, 3]), np.array([0, 0]), 4).tolist() == [
+        [3, 3, 3, 3], [0, 0, 0, 0]]
