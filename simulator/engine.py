@@ -259,11 +259,6 @@ class Engine(Scheduler):
         ``2**-exact_sum.EXPONENT_BIAS`` (a fleet adds its replicas' and rounds once)."""
         return self.log.integrals.kv.exact()
 
-    @property
-    def num_blocks(self) -> IntArray:
-        """Each request's KV blocks (``kv.num_blocks``)."""
-        return self.kv.num_blocks
-
     def kv_used_blocks_now(self) -> int:
         """KV blocks requests use now (vLLM's ``kv_cache_usage_perc`` times the blocks), as
         the step in progress was scheduled (an autoscaler's metric, simulator.autoscaler)."""

@@ -654,43 +654,6 @@ class Fleet(ReplicaTotals):
         out[rows] = merge(out[rows], getattr(e, name)[: local.n])
         return out
 
-    def _merge_start(self, name: str) -> npt.NDArray[Any]:
-        """The merge of :data:`_MERGED` array ``name`` before any replica's: its empty value
-        in every workload row, in the replicas' dtype."""
-        return np.full(len(self.replica_of), _MERGED[name][0],
-                       getattr(self.replicas[0], name).dtype)
-
-    @staticmethod
-    def _merge_end(name: str, out: npt.NDArray[Any]) -> npt.NDArray[Any]:
-        """The merged array ``name`` in its dtype (:data:`_MERGED`)."""
-        return np.asarray(out, _MERGED[name][2])
-
-    def _merged(self, name: str) -> npt.NDArray[Any]:
-        """Replica arrays ``name`` by workload row, merged over the replicas (:data:`_MERGED`:
-        rows no replica took keep its empty value)."""
-        merge = _MERGED[name][1]
-        out = self._merge_start(name)
-        for e, local in zip(self.replicas, self._local, strict=True):
-            out = self._merge_in(out, e, local, name, merge)
-        return self._merge_end(name, out)
-
-    @property
-    def recomputed_tokens(self) -> IntArray:
-        return self._merged("recomputed_tokens")
-
-    @property
-    def num_preemptions(self) -> IntArray:
-        return self._merged("num_preemptions")
-
-    @property
-    def first_token_s(self) -> FloatArray:
-        """The first token a caller saw, on whichever replica it came from."""
-        return self._merged("first_token_s")
-
-    @property
-    def finished_s(self) -> FloatArray:
-        return self._merged("finished_s")
-
     def _output_into(self, out: IntArray, r: int, e: Engine, local: _ReplicaRows) -> None:
         """Replica ``r``'s output tokens of the rows whose last replica it is, into ``out``."""
         if not self._compact:
@@ -700,13 +663,6 @@ class Fleet(ReplicaTotals):
         rows = local.rows
         here = self.replica_of[rows] == r  # rows whose last replica is this one
         out[rows[here]] = e.output_tokens()[: local.n][here]
-
-    def output_tokens(self) -> IntArray:
-        """Each row's output tokens on the replica it was routed to."""
-        out = np.zeros(len(self.replica_of), np.int64)
-        for r, (e, local) in enumerate(zip(self.replicas, self._local, strict=True)):
-            self._output_into(out, r, e, local)
-        return out
 
     def _gaps_of(self, e: Engine, local: _ReplicaRows, keep: npt.NDArray[np.bool_],
                  tier: IntArray, num_codes: int) -> tuple[IntArray, FloatArray, IntArray]:
@@ -721,24 +677,20 @@ class Fleet(ReplicaTotals):
         codes[: local.n] = tier[rows]
         return merge_gap_rows(*e.token_gaps(mine, codes), num_codes)
 
-    def token_gaps(
-        self, keep: npt.NDArray[np.bool_], tier: IntArray
-    ) -> tuple[IntArray, FloatArray, IntArray]:
-        """Every replica's gaps of the requests that finished there, each replica's equal
-        gaps of a tier as one row (a replica's steps give one row each, millions in a long
-        run, and the table merges equal ones in the end)."""
-        num_codes = int(tier.max()) + 1 if tier.size else 0
-        return _join_dropping([self._gaps_of(e, local, keep, tier, num_codes)
-                               for e, local in zip(self.replicas, self._local, strict=True)])
-
     def request_figures(self, keep: npt.NDArray[np.bool_], tier: IntArray) -> RequestFigures:
-        """What :meth:`output_tokens`, the :data:`_MERGED` arrays and :meth:`token_gaps` give,
-        read a replica at a time, each replica's per-request state let go once read
-        (``Engine.drop_request_state``: ~170 bytes a request in a 16-replica fleet, so the
-        figures never sit beside all of it). The replicas cannot go on after this."""
+        """Each row's output tokens on the replica it was routed to (its last), the
+        :data:`_MERGED` arrays (the first token a caller saw, on whichever replica it came
+        from) and every replica's gaps of the requests that finished there, each replica's
+        equal gaps of a tier as one row (a replica's steps give one row each, millions in a
+        long run, and the table merges equal ones in the end); read a replica at a time, each
+        replica's per-request state let go once read (``Engine.drop_request_state``: ~170
+        bytes a request in a 16-replica fleet, so the figures never sit beside all of it). The
+        replicas cannot go on after this."""
         num_codes = int(tier.max()) + 1 if tier.size else 0
         output = np.zeros(len(self.replica_of), np.int64)
-        merged = {name: self._merge_start(name) for name in _MERGED}
+        # each merge before any replica's: its empty value in every row, the replicas' dtype
+        merged = {name: np.full(len(output), empty, getattr(self.replicas[0], name).dtype)
+                  for name, (empty, _, _) in _MERGED.items()}
         parts = []
         for r, (e, local) in enumerate(zip(self.replicas, self._local, strict=True)):
             self._output_into(output, r, e, local)
@@ -749,7 +701,7 @@ class Fleet(ReplicaTotals):
                 local.drop()
             e.drop_request_state()
         first, finished, preemptions, recomputed = (
-            self._merge_end(name, out) for name, out in merged.items())
+            np.asarray(out, _MERGED[name][2]) for name, out in merged.items())
         return RequestFigures(output, first, finished, preemptions, recomputed,
                               *_join_dropping(parts))
 

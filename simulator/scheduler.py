@@ -391,15 +391,8 @@ class Scheduler:
 
     # --- one step: schedule ------------------------------------------------------------------
     def _schedule(self) -> tuple[IntArray, IntArray, bool]:
-        """vLLM v1 ``schedule()``: the scheduled rows, their new-token counts and whether a
-        request was preempted.
-
-        1. The running requests, in order: when every one the token budget reaches gets its
-           blocks, in one go (:mod:`kvbudget.simulator.running_loop`), else one by one,
-           preempting when blocks run out (:meth:`_schedule_running`).
-        2. The waiting requests, unless a running request was preempted
-           (:meth:`_schedule_waiting`).
-        3. The invariants (:meth:`_check_schedule`)."""
+        """vLLM v1 ``schedule()`` (the module docstring's steps 1 and 2, then the invariants):
+        the scheduled rows, their new-token counts and whether a request was preempted."""
         budget = self.tokens_limit
         self._step_extra_s = 0.0
         self._hol_blocked = False
