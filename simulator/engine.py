@@ -57,13 +57,11 @@ by ``tests/test_architecture.py``."""
 
 
 class Engine(Scheduler):
-    """One engine replica in time: a SimPy process that takes one step at a time
-    (:meth:`_step`: schedule, run for the step's time, commit), applies aborts at step
-    boundaries (as vLLM processes them between steps), logs the steps
-    (:class:`~kvbudget.simulator.step_log.StepLog`) and answers the executor
-    (:class:`kvbudget.simulator.serving.ServingEngine`). Requests are workload rows ``i``;
-    what a step does is :class:`~kvbudget.simulator.scheduler.Scheduler`'s, whose docstring
-    lists the hooks an engine variant overrides."""
+    """One engine replica in time (the module docstring; :meth:`_step` takes a step): it logs
+    the steps (:class:`~kvbudget.simulator.step_log.StepLog`) and answers the executor
+    (:class:`kvbudget.simulator.serving.ServingEngine`). What a step does is
+    :class:`~kvbudget.simulator.scheduler.Scheduler`'s, whose docstring lists the hooks an
+    engine variant overrides."""
 
     # called with the engine before every step when set (tests check invariants there)
     step_observer: ClassVar[Callable[[Engine], None] | None] = None
@@ -263,10 +261,6 @@ class Engine(Scheduler):
         """KV blocks requests use now (vLLM's ``kv_cache_usage_perc`` times the blocks), as
         the step in progress was scheduled (an autoscaler's metric, simulator.autoscaler)."""
         return self.kv.num_used_blocks
-
-    @property
-    def kv_used_tokens(self) -> int:
-        return self.kv.num_used_blocks * self.block_size
 
     def stats(self) -> dict[str, object]:
         """Engine figures for the summary's ``engine`` block."""

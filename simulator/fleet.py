@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import replace
 from functools import partial
 from typing import Any, cast
@@ -193,22 +193,14 @@ class Router:
 
 
 class _Budget:
-    """The summed ledger figures of per-replica gateways."""
+    """The summed ledger figure of per-replica gateways that the driver reads."""
 
     def __init__(self, gateways: list[Gateway]) -> None:
         self._gateways = gateways
 
     @property
-    def capacity_tokens(self) -> int:
-        return sum(g.budget.capacity_tokens for g in self._gateways)
-
-    @property
     def reserved_tokens(self) -> int:
         return sum(g.budget.reserved_tokens for g in self._gateways)
-
-    @property
-    def used_tokens(self) -> int:
-        return sum(g.budget.used_tokens for g in self._gateways)
 
 
 class FleetGateway:
@@ -774,9 +766,3 @@ class Fleet(ReplicaTotals):
             ],
         }
         return out
-
-    def __iter__(self) -> Iterator[Engine]:
-        return iter(self.replicas)
-
-    def describe(self) -> dict[str, Any]:
-        return {"replicas": self.gpus, "router": self.fleet.router, "budget": self.fleet.budget}
