@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from typing import Any, cast
@@ -61,12 +61,11 @@ from kvbudget.results.metrics import merge_gap_rows
 from kvbudget.simulator.autoscaler import Autoscaler, budget_tokens, make_autoscaler
 from kvbudget.simulator.engine import Engine, EngineHooks, FloatArray, IntArray, RequestColumns
 from kvbudget.simulator.engine_variants import ENGINE_CLASSES, make_engine
-from kvbudget.simulator.exact_sum import to_float
 from kvbudget.simulator.fast_decode import SkipAheadEngine
 from kvbudget.simulator.fleet_events import FleetEvents
 from kvbudget.simulator.fleet_ties import FleetTies
 from kvbudget.simulator.replica_totals import ReplicaTotals
-from kvbudget.simulator.serving import RequestFigures, TimelineRow
+from kvbudget.simulator.serving import RequestFigures
 from kvbudget.simulator.sim_config import (
     ROUTERS,
     FleetConfig,
@@ -614,22 +613,6 @@ class Fleet(ReplicaTotals):
     def _gateway_state(self, r: int) -> tuple[int, int]:
         return 0, 0  # the gateway is sampled on its own (_sample_gateway)
 
-    def _idle(self) -> bool:
-        return all(e.idle for e in self.replicas)
-
-    def _sample_gateway(self) -> Generator[simpy.Event, Any, None]:
-        """Reserved tokens and gateway waiting at every sample time, until nothing is left."""
-        period = self.config.timeline_period_s
-        m = 0
-        while True:
-            due = m * period
-            if due > self.env.now:
-                yield self.env.timeout(due - self.env.now)
-            self._gateway_samples.append(self.hooks.gateway_state())
-            m += 1
-            if self._idle() and self.hooks.next_external_s() == math.inf:
-                return
-
     def output_tokens_of(self, i: int) -> int:
         r = self.replica_of.item(i)
         j = -1 if r < 0 else self._row_on(i, r)
@@ -696,35 +679,6 @@ class Fleet(ReplicaTotals):
             np.asarray(out, _MERGED[name][2]) for name, out in merged.items())
         return RequestFigures(output, first, finished, preemptions, recomputed,
                               *_join_dropping(parts))
-
-    def kv_token_seconds(self) -> float:
-        """The replicas' integrals added exactly, rounded once (``math.fsum`` of all their
-        terms)."""
-        return to_float(sum(e.kv_token_seconds_exact() for e in self.replicas))
-
-    @property
-    def timeline(self) -> list[TimelineRow]:
-        rows = max(len(e.timeline) for e in self.replicas)
-        merged: list[TimelineRow] = []
-        period = self.config.timeline_period_s
-        gw = self._gateway_samples
-        for m in range(rows):
-            reserved, waiting = gw[min(m, len(gw) - 1)] if gw else (0, 0)
-            used = cap = running = preempted = 0
-            for e in self.replicas:
-                if m < len(e.timeline):
-                    _, u, _, c, run, wait, pre = e.timeline[m]
-                else:
-                    u, c, run, wait, pre = 0, e.capacity_tokens, 0, 0, e.num_preemptions_total
-                used += u
-                cap += c
-                running += run
-                waiting += wait
-                preempted += pre
-            if self.autoscaler is not None:  # the replicas serving then (up or draining)
-                cap = self.autoscaler.at(m * period)[3]
-            merged.append((m * period, used, reserved, cap, running, waiting, preempted))
-        return merged
 
     def stats(self) -> dict[str, object]:
         per = [e.stats() for e in self.replicas]
