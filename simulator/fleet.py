@@ -107,10 +107,6 @@ class Router:
         self._next = 0
         self._owner: dict[int, int] = {}
 
-    def tokens(self, i: int) -> int:
-        """The tokens row ``i`` counts for on its replica (its prompt and max output)."""
-        return self.row_tokens[i]
-
     def _count(self, r: int, tokens: int, requests: int) -> None:
         out = self.outstanding[r] = self.outstanding[r] + tokens
         self.load[r] = out / self.capacity[r]
@@ -140,7 +136,7 @@ class Router:
         else:
             r = self._prefix_affinity(i, allowed)
         if self._counts:
-            self._count(r, self.tokens(i), 1)
+            self._count(r, self.row_tokens[i], 1)
         return r
 
     def _prefix_affinity(self, i: int, allowed: list[int]) -> int:
@@ -188,7 +184,7 @@ class Router:
 
     def leave(self, i: int, r: int) -> None:
         if self._counts:
-            self._count(r, -self.tokens(i), -1)
+            self._count(r, -self.row_tokens[i], -1)
 
 
 class _Budget:
