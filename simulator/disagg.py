@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -397,9 +397,6 @@ class DisaggFleet(ReplicaTotals):
                 "transfer_s_mean": float(seconds.mean()) if seconds.size else None,
             },
         }
-
-    def __iter__(self) -> Iterator[Engine]:
-        return iter(self.replicas)
 
 
 def _after_first_token(cols: RequestColumns) -> RequestColumns:
