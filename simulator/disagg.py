@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -46,14 +46,13 @@ from kvbudget.results.metrics import merge_gap_rows
 from kvbudget.simulator.disagg_config import DisaggConfig, PoolConfig
 from kvbudget.simulator.engine import Engine, EngineHooks, FloatArray, IntArray, RequestColumns
 from kvbudget.simulator.engine_variants import make_engine
-from kvbudget.simulator.exact_sum import to_float
 from kvbudget.simulator.fast_decode import SkipAheadEngine
 from kvbudget.simulator.fleet import Router
 from kvbudget.simulator.fleet_events import FleetEvents
 from kvbudget.simulator.fleet_ties import FleetTies
 from kvbudget.simulator.remote_kv import RemoteLoads
 from kvbudget.simulator.replica_totals import ReplicaTotals
-from kvbudget.simulator.serving import RequestFigures, TimelineRow
+from kvbudget.simulator.serving import RequestFigures
 from kvbudget.simulator.sim_config import ReplicaSetup, SimConfig
 from kvbudget.workloads import Workload
 
@@ -366,45 +365,8 @@ class DisaggFleet(ReplicaTotals):
                 "transfer_start_s": np.array(self.transfer_start_s, np.float64),
                 "transfer_end_s": np.array(self.transfer_end_s, np.float64)}
 
-    def kv_token_seconds(self) -> float:
-        return to_float(sum(e.kv_token_seconds_exact() for e in self.replicas))
-
     def _idle(self) -> bool:
         return all(e.idle for e in self.replicas) and not any(x.loading for x in self.loads)
-
-    def _sample_gateway(self) -> Generator[simpy.Event, Any, None]:
-        """Reserved tokens and gateway waiting at every sample time, until nothing is left."""
-        period = self.config.timeline_period_s
-        m = 0
-        while True:
-            due = m * period
-            if due > self.env.now:
-                yield self.env.timeout(due - self.env.now)
-            self._gateway_samples.append(self.hooks.gateway_state())
-            m += 1
-            if self._idle() and self.hooks.next_external_s() == math.inf:
-                return
-
-    @property
-    def timeline(self) -> list[TimelineRow]:
-        """Both pools' samples summed at each sample time (KV, running, waiting, preemptions)
-        with the gateway's own samples."""
-        rows = max(len(e.timeline) for e in self.replicas)
-        gw = self._gateway_samples
-        period = self.config.timeline_period_s
-        merged: list[TimelineRow] = []
-        for m in range(rows):
-            reserved, waiting = gw[min(m, len(gw) - 1)] if gw else (0, 0)
-            used = cap = running = preempted = 0
-            for e in self.replicas:
-                if m < len(e.timeline):
-                    _, u, _, c, run, wait, pre = e.timeline[m]
-                else:
-                    u, c, run, wait, pre = 0, e.capacity_tokens, 0, 0, e.num_preemptions_total
-                used, cap, running = used + u, cap + c, running + run
-                waiting, preempted = waiting + wait, preempted + pre
-            merged.append((m * period, used, reserved, cap, running, waiting, preempted))
-        return merged
 
     def stats(self) -> dict[str, object]:
         end_s = np.array(self.transfer_end_s, np.float64)
@@ -435,9 +397,6 @@ class DisaggFleet(ReplicaTotals):
                 "transfer_s_mean": float(seconds.mean()) if seconds.size else None,
             },
         }
-
-    def __iter__(self) -> Iterator[Engine]:
-        return iter(self.replicas)
 
 
 def _after_first_token(cols: RequestColumns) -> RequestColumns:

@@ -57,13 +57,11 @@ by ``tests/test_architecture.py``."""
 
 
 class Engine(Scheduler):
-    """One engine replica in time: a SimPy process that takes one step at a time
-    (:meth:`_step`: schedule, run for the step's time, commit), applies aborts at step
-    boundaries (as vLLM processes them between steps), logs the steps
-    (:class:`~kvbudget.simulator.step_log.StepLog`) and answers the executor
-    (:class:`kvbudget.simulator.serving.ServingEngine`). Requests are workload rows ``i``;
-    what a step does is :class:`~kvbudget.simulator.scheduler.Scheduler`'s, whose docstring
-    lists the hooks an engine variant overrides."""
+    """One engine replica in time (the module docstring; :meth:`_step` takes a step): it logs
+    the steps (:class:`~kvbudget.simulator.step_log.StepLog`) and answers the executor
+    (:class:`kvbudget.simulator.serving.ServingEngine`). What a step does is
+    :class:`~kvbudget.simulator.scheduler.Scheduler`'s, whose docstring lists the hooks an
+    engine variant overrides."""
 
     # called with the engine before every step when set (tests check invariants there)
     step_observer: ClassVar[Callable[[Engine], None] | None] = None
@@ -134,10 +132,7 @@ class Engine(Scheduler):
                 self._pending.append([i, self.num_steps + 1])
             return
         self.waiting.add_request(i)
-        if self._wake is not None and not self._wake.triggered:
-            self._wake.succeed()
-        elif self._busy:
-            self._work_changed(added=True)
+        self._queued()
 
     def add_remote_request(self, i: int, computed_tokens: int) -> bool:
         """Queue row ``i`` whose first ``computed_tokens`` tokens were computed on another
@@ -153,6 +148,10 @@ class Engine(Scheduler):
     def add_loaded(self, i: int) -> None:
         """Row ``i``'s KV has arrived (``remote_kv``): back to the front of the waiting queue."""
         self.waiting.prepend_request(i)
+        self._queued()
+
+    def _queued(self) -> None:
+        """A request joined ``waiting``: wake the idle engine, or tell the step in flight."""
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
         elif self._busy:
@@ -258,19 +257,10 @@ class Engine(Scheduler):
         ``2**-exact_sum.EXPONENT_BIAS`` (a fleet adds its replicas' and rounds once)."""
         return self.log.integrals.kv.exact()
 
-    @property
-    def num_blocks(self) -> IntArray:
-        """Each request's KV blocks (``kv.num_blocks``)."""
-        return self.kv.num_blocks
-
     def kv_used_blocks_now(self) -> int:
         """KV blocks requests use now (vLLM's ``kv_cache_usage_perc`` times the blocks), as
         the step in progress was scheduled (an autoscaler's metric, simulator.autoscaler)."""
         return self.kv.num_used_blocks
-
-    @property
-    def kv_used_tokens(self) -> int:
-        return self.kv.num_used_blocks * self.block_size
 
     def stats(self) -> dict[str, object]:
         """Engine figures for the summary's ``engine`` block."""
@@ -320,16 +310,11 @@ class Engine(Scheduler):
                 if (t_held := self._held_until_s()) <= self.t:
                     continue  # work held outside the queues (a KV load) waits now
                 self._on_idle()
-                self._wake = env.event()
-                if t_held < math.inf:
-                    self._ring_at(t_held)
-                yield self._wake
-                self._wake = None
+                yield from self._sleep(t_held)
                 if self.log.timeline.next_s < env.now:  # samples are due while it was idle
                     reserved, gw_waiting = self.hooks.gateway_state()
                     self.log.timeline.sample_idle(env.now, reserved, gw_waiting,
                                                   self.num_preemptions_total)
-                self.t = max(self.t, env.now)
                 continue
             if Engine.step_observer is not None:
                 Engine.step_observer(self)
@@ -350,11 +335,7 @@ class Engine(Scheduler):
                 return
             if (t_held := self._held_until_s()) < math.inf:
                 # nothing can start until held work (a KV load) is ready, or a request comes
-                self._wake = self.env.event()
-                self._ring_at(t_held)
-                yield self._wake
-                self._wake = None
-                self.t = max(self.t, self.env.now)
+                yield from self._sleep(t_held)
                 return
             if self.remote is not None and self.remote.loading:
                 self._stalled = True  # wait for a load to end (remote_kv)
@@ -446,16 +427,19 @@ class Engine(Scheduler):
         is ready; ``self.t`` or before once some of it waits again, ``inf`` with none."""
         return math.inf
 
-    def _ring_at(self, t: float) -> None:
-        """Trigger the wake-up event now pending (``_wake``) at ``t``, unless a request's
-        arrival has triggered it first."""
-        wake = self._wake
-        assert wake is not None
+    def _sleep(self, t_held: float) -> Generator[simpy.Event, Any, None]:
+        """Wait for a request to come (``_wake``), or for held work ready at ``t_held`` (inf:
+        none); then the engine's time is now."""
+        wake = self._wake = self.env.event()
 
         def ring(_: object) -> None:
             if not wake.triggered:
                 wake.succeed()
-        Timeout(self.env, max(0.0, t - self.env.now)).callbacks.append(ring)
+        if t_held < math.inf:
+            Timeout(self.env, max(0.0, t_held - self.env.now)).callbacks.append(ring)
+        yield wake
+        self._wake = None
+        self.t = max(self.t, self.env.now)
 
     # --- aborts --------------------------------------------------------------------------------
     def _work_changed(self, *, added: bool = False, lag: int = 0) -> None:

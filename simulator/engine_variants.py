@@ -295,8 +295,6 @@ class SglangEngine(Engine):
         return min(reversed(self.running), key=self._retract_order_key)
 
     def _schedule_running(self, budget: int) -> tuple[list[int], list[int], bool, int]:
-        if self.running_fits(budget):
-            return super()._schedule_running(budget)
         self._retract()  # a decode step does not fit: retract first, then schedule the rest
         sched, new, _, budget = super()._schedule_running(budget)
         return sched, new, True, budget

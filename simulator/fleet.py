@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from typing import Any, cast
@@ -61,12 +61,11 @@ from kvbudget.results.metrics import merge_gap_rows
 from kvbudget.simulator.autoscaler import Autoscaler, budget_tokens, make_autoscaler
 from kvbudget.simulator.engine import Engine, EngineHooks, FloatArray, IntArray, RequestColumns
 from kvbudget.simulator.engine_variants import ENGINE_CLASSES, make_engine
-from kvbudget.simulator.exact_sum import to_float
 from kvbudget.simulator.fast_decode import SkipAheadEngine
 from kvbudget.simulator.fleet_events import FleetEvents
 from kvbudget.simulator.fleet_ties import FleetTies
 from kvbudget.simulator.replica_totals import ReplicaTotals
-from kvbudget.simulator.serving import RequestFigures, TimelineRow
+from kvbudget.simulator.serving import RequestFigures
 from kvbudget.simulator.sim_config import (
     ROUTERS,
     FleetConfig,
@@ -108,10 +107,6 @@ class Router:
         self._next = 0
         self._owner: dict[int, int] = {}
 
-    def tokens(self, i: int) -> int:
-        """The tokens row ``i`` counts for on its replica (its prompt and max output)."""
-        return self.row_tokens[i]
-
     def _count(self, r: int, tokens: int, requests: int) -> None:
         out = self.outstanding[r] = self.outstanding[r] + tokens
         self.load[r] = out / self.capacity[r]
@@ -141,7 +136,7 @@ class Router:
         else:
             r = self._prefix_affinity(i, allowed)
         if self._counts:
-            self._count(r, self.tokens(i), 1)
+            self._count(r, self.row_tokens[i], 1)
         return r
 
     def _prefix_affinity(self, i: int, allowed: list[int]) -> int:
@@ -189,26 +184,18 @@ class Router:
 
     def leave(self, i: int, r: int) -> None:
         if self._counts:
-            self._count(r, -self.tokens(i), -1)
+            self._count(r, -self.row_tokens[i], -1)
 
 
 class _Budget:
-    """The summed ledger figures of per-replica gateways."""
+    """The summed ledger figure of per-replica gateways that the driver reads."""
 
     def __init__(self, gateways: list[Gateway]) -> None:
         self._gateways = gateways
 
     @property
-    def capacity_tokens(self) -> int:
-        return sum(g.budget.capacity_tokens for g in self._gateways)
-
-    @property
     def reserved_tokens(self) -> int:
         return sum(g.budget.reserved_tokens for g in self._gateways)
-
-    @property
-    def used_tokens(self) -> int:
-        return sum(g.budget.used_tokens for g in self._gateways)
 
 
 class FleetGateway:
@@ -622,22 +609,6 @@ class Fleet(ReplicaTotals):
     def _gateway_state(self, r: int) -> tuple[int, int]:
         return 0, 0  # the gateway is sampled on its own (_sample_gateway)
 
-    def _idle(self) -> bool:
-        return all(e.idle for e in self.replicas)
-
-    def _sample_gateway(self) -> Generator[simpy.Event, Any, None]:
-        """Reserved tokens and gateway waiting at every sample time, until nothing is left."""
-        period = self.config.timeline_period_s
-        m = 0
-        while True:
-            due = m * period
-            if due > self.env.now:
-                yield self.env.timeout(due - self.env.now)
-            self._gateway_samples.append(self.hooks.gateway_state())
-            m += 1
-            if self._idle() and self.hooks.next_external_s() == math.inf:
-                return
-
     def output_tokens_of(self, i: int) -> int:
         r = self.replica_of.item(i)
         j = -1 if r < 0 else self._row_on(i, r)
@@ -654,43 +625,6 @@ class Fleet(ReplicaTotals):
         out[rows] = merge(out[rows], getattr(e, name)[: local.n])
         return out
 
-    def _merge_start(self, name: str) -> npt.NDArray[Any]:
-        """The merge of :data:`_MERGED` array ``name`` before any replica's: its empty value
-        in every workload row, in the replicas' dtype."""
-        return np.full(len(self.replica_of), _MERGED[name][0],
-                       getattr(self.replicas[0], name).dtype)
-
-    @staticmethod
-    def _merge_end(name: str, out: npt.NDArray[Any]) -> npt.NDArray[Any]:
-        """The merged array ``name`` in its dtype (:data:`_MERGED`)."""
-        return np.asarray(out, _MERGED[name][2])
-
-    def _merged(self, name: str) -> npt.NDArray[Any]:
-        """Replica arrays ``name`` by workload row, merged over the replicas (:data:`_MERGED`:
-        rows no replica took keep its empty value)."""
-        merge = _MERGED[name][1]
-        out = self._merge_start(name)
-        for e, local in zip(self.replicas, self._local, strict=True):
-            out = self._merge_in(out, e, local, name, merge)
-        return self._merge_end(name, out)
-
-    @property
-    def recomputed_tokens(self) -> IntArray:
-        return self._merged("recomputed_tokens")
-
-    @property
-    def num_preemptions(self) -> IntArray:
-        return self._merged("num_preemptions")
-
-    @property
-    def first_token_s(self) -> FloatArray:
-        """The first token a caller saw, on whichever replica it came from."""
-        return self._merged("first_token_s")
-
-    @property
-    def finished_s(self) -> FloatArray:
-        return self._merged("finished_s")
-
     def _output_into(self, out: IntArray, r: int, e: Engine, local: _ReplicaRows) -> None:
         """Replica ``r``'s output tokens of the rows whose last replica it is, into ``out``."""
         if not self._compact:
@@ -700,13 +634,6 @@ class Fleet(ReplicaTotals):
         rows = local.rows
         here = self.replica_of[rows] == r  # rows whose last replica is this one
         out[rows[here]] = e.output_tokens()[: local.n][here]
-
-    def output_tokens(self) -> IntArray:
-        """Each row's output tokens on the replica it was routed to."""
-        out = np.zeros(len(self.replica_of), np.int64)
-        for r, (e, local) in enumerate(zip(self.replicas, self._local, strict=True)):
-            self._output_into(out, r, e, local)
-        return out
 
     def _gaps_of(self, e: Engine, local: _ReplicaRows, keep: npt.NDArray[np.bool_],
                  tier: IntArray, num_codes: int) -> tuple[IntArray, FloatArray, IntArray]:
@@ -721,24 +648,20 @@ class Fleet(ReplicaTotals):
         codes[: local.n] = tier[rows]
         return merge_gap_rows(*e.token_gaps(mine, codes), num_codes)
 
-    def token_gaps(
-        self, keep: npt.NDArray[np.bool_], tier: IntArray
-    ) -> tuple[IntArray, FloatArray, IntArray]:
-        """Every replica's gaps of the requests that finished there, each replica's equal
-        gaps of a tier as one row (a replica's steps give one row each, millions in a long
-        run, and the table merges equal ones in the end)."""
-        num_codes = int(tier.max()) + 1 if tier.size else 0
-        return _join_dropping([self._gaps_of(e, local, keep, tier, num_codes)
-                               for e, local in zip(self.replicas, self._local, strict=True)])
-
     def request_figures(self, keep: npt.NDArray[np.bool_], tier: IntArray) -> RequestFigures:
-        """What :meth:`output_tokens`, the :data:`_MERGED` arrays and :meth:`token_gaps` give,
-        read a replica at a time, each replica's per-request state let go once read
-        (``Engine.drop_request_state``: ~170 bytes a request in a 16-replica fleet, so the
-        figures never sit beside all of it). The replicas cannot go on after this."""
+        """Each row's output tokens on the replica it was routed to (its last), the
+        :data:`_MERGED` arrays (the first token a caller saw, on whichever replica it came
+        from) and every replica's gaps of the requests that finished there, each replica's
+        equal gaps of a tier as one row (a replica's steps give one row each, millions in a
+        long run, and the table merges equal ones in the end); read a replica at a time, each
+        replica's per-request state let go once read (``Engine.drop_request_state``: ~170
+        bytes a request in a 16-replica fleet, so the figures never sit beside all of it). The
+        replicas cannot go on after this."""
         num_codes = int(tier.max()) + 1 if tier.size else 0
         output = np.zeros(len(self.replica_of), np.int64)
-        merged = {name: self._merge_start(name) for name in _MERGED}
+        # each merge before any replica's: its empty value in every row, the replicas' dtype
+        merged = {name: np.full(len(output), empty, getattr(self.replicas[0], name).dtype)
+                  for name, (empty, _, _) in _MERGED.items()}
         parts = []
         for r, (e, local) in enumerate(zip(self.replicas, self._local, strict=True)):
             self._output_into(output, r, e, local)
@@ -749,38 +672,9 @@ class Fleet(ReplicaTotals):
                 local.drop()
             e.drop_request_state()
         first, finished, preemptions, recomputed = (
-            self._merge_end(name, out) for name, out in merged.items())
+            np.asarray(out, _MERGED[name][2]) for name, out in merged.items())
         return RequestFigures(output, first, finished, preemptions, recomputed,
                               *_join_dropping(parts))
-
-    def kv_token_seconds(self) -> float:
-        """The replicas' integrals added exactly, rounded once (``math.fsum`` of all their
-        terms)."""
-        return to_float(sum(e.kv_token_seconds_exact() for e in self.replicas))
-
-    @property
-    def timeline(self) -> list[TimelineRow]:
-        rows = max(len(e.timeline) for e in self.replicas)
-        merged: list[TimelineRow] = []
-        period = self.config.timeline_period_s
-        gw = self._gateway_samples
-        for m in range(rows):
-            reserved, waiting = gw[min(m, len(gw) - 1)] if gw else (0, 0)
-            used = cap = running = preempted = 0
-            for e in self.replicas:
-                if m < len(e.timeline):
-                    _, u, _, c, run, wait, pre = e.timeline[m]
-                else:
-                    u, c, run, wait, pre = 0, e.capacity_tokens, 0, 0, e.num_preemptions_total
-                used += u
-                cap += c
-                running += run
-                waiting += wait
-                preempted += pre
-            if self.autoscaler is not None:  # the replicas serving then (up or draining)
-                cap = self.autoscaler.at(m * period)[3]
-            merged.append((m * period, used, reserved, cap, running, waiting, preempted))
-        return merged
 
     def stats(self) -> dict[str, object]:
         per = [e.stats() for e in self.replicas]
@@ -822,9 +716,3 @@ class Fleet(ReplicaTotals):
             ],
         }
         return out
-
-    def __iter__(self) -> Iterator[Engine]:
-        return iter(self.replicas)
-
-    def describe(self) -> dict[str, Any]:
-        return {"replicas": self.gpus, "router": self.fleet.router, "budget": self.fleet.budget}

@@ -56,17 +56,13 @@ from kvbudget.simulator.step_log import StepLog
 __all__ = ["FleetTies", "TiedReplica", "TiedSteps"]
 
 
-class _Ends(Protocol):
-    def last_ends(self, n: int) -> list[float]: ...
-
-
 class TiedReplica(Protocol):
     """What :class:`FleetTies` reads of a replica (``fast_decode.SkipAheadEngine``): the last
     ends of its steps that have ended (``log.last_ends``), how many have, and the ends of its
     decode run in flight."""
 
     @property
-    def log(self) -> _Ends: ...
+    def log(self) -> StepLog: ...
 
     @property
     def num_steps(self) -> int: ...

@@ -14,8 +14,10 @@ private ones), or cached: :meth:`KVBlocks.num_held_blocks` plus ``num_free_block
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from kvbudget.simulator.prefix_cache import PrefixCaching
+from kvbudget.simulator.small_arrays import isum
 
 __all__ = ["KVBlocks"]
 
@@ -62,12 +64,14 @@ class KVBlocks:
             return held
         return held - self.prefix.num_cached_blocks + self.prefix.num_shared_total
 
-    def num_held_blocks(self) -> int:
+    def num_held_blocks(self, rows: npt.NDArray[np.int64] | None = None) -> int:
         """Blocks requests hold (their private ones) or the prefix cache holds, counted from
-        ``num_blocks`` (O(rows): for the invariant)."""
+        the ``num_blocks`` of ``rows`` (of every row without: O(rows)), for the invariant."""
+        blocks = self.num_blocks if rows is None else self.num_blocks[rows]
         if self.prefix is None:
-            return int(self.num_blocks.sum())
-        private = int(self.num_blocks.sum()) - int(self.prefix.num_shared_blocks.sum())
+            return isum(blocks)
+        shared = self.prefix.num_shared_blocks
+        private = isum(blocks) - isum(shared if rows is None else shared[rows])
         return private + self.prefix.num_cached_blocks
 
     # --- allocation -------------------------------------------------------------------------

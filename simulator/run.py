@@ -170,9 +170,6 @@ class _Simulation:
         return engine, gateway, capacity
 
     # --- hooks ------------------------------------------------------------------------------
-    def _now(self, t: float) -> float:
-        return max(t, self.gateway.now_s)
-
     def _next_external_s(self) -> float:
         return min(self._next_arrival_s, self._gateway_timer_s)
 
@@ -205,7 +202,7 @@ class _Simulation:
             self.carry_out(actions, now)
 
     def _on_preempt(self, i: int, t: float) -> None:
-        self.gateway.engine_preempted(i, self._now(t))
+        self.gateway.engine_preempted(i, max(t, self.gateway.now_s))
 
     # --- arrivals ---------------------------------------------------------------------------
     def expect_arrival(self, t: float) -> None:
@@ -262,7 +259,7 @@ class _Simulation:
     # --- gateway actions ------------------------------------------------------------------------
     def clock(self, t: float) -> float:
         """The gateway's time for a call at ``t``; integrates the reserved tokens up to it."""
-        now = max(t, self.gateway.now_s)  # _now
+        now = max(t, self.gateway.now_s)
         self._reserved_ts += self._reserved_now * (now - self._reserved_last_t)
         self._reserved_last_t = now
         return now

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from kvbudget.simulator.small_arrays import isum
+
 IntArray = npt.NDArray[np.int64]
 
 __all__ = ["RunningArray", "RunningPrefix", "budget_prefix"]
@@ -25,14 +27,14 @@ class RunningPrefix:
     """The requests the running loop reaches, in order, with the token budget it hands out:
     ``rows``, their ``new`` tokens, ``blocks`` (``num_blocks`` now), ``want`` (the blocks
     they need for the step), ``num_new`` (the new tokens in all) and ``num_extra`` (the new
-    blocks in all, ``sum(want - blocks)``, when counted already)."""
+    blocks in all, ``sum(want - blocks)``)."""
 
     rows: IntArray
     new: IntArray
     blocks: IntArray
     want: IntArray
     num_new: int
-    num_extra: int | None = None
+    num_extra: int
 
 
 def budget_prefix(
@@ -75,7 +77,7 @@ def budget_prefix(
                           blocks)
     else:
         want = np.maximum((computed + new + (bs - 1)) // bs, blocks)
-    return RunningPrefix(rows, new, blocks, want, total)
+    return RunningPrefix(rows, new, blocks, want, total, isum(want - blocks))
 
 
 class RunningArray:

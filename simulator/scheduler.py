@@ -48,7 +48,6 @@ from kvbudget.simulator.request_queue import make_request_queue
 from kvbudget.simulator.request_rows import RequestColumns, RowArrays
 from kvbudget.simulator.running_loop import RunningArray, RunningPrefix, budget_prefix
 from kvbudget.simulator.serving import FloatArray, IntArray
-from kvbudget.simulator.small_arrays import isum
 from kvbudget.simulator.spec_decode import SpecDecode
 from kvbudget.simulator.step_commit import StepCommit
 from kvbudget.simulator.step_cost import rows_features
@@ -83,8 +82,8 @@ class Scheduler:
     * :meth:`_on_schedule_waiting` ``()``: before the waiting loop of a step;
     * :meth:`_load_waiting` ``(i) -> bool``: whether waiting request ``i`` loads its KV from
       another tier (a CPU offload tier) instead of starting this step;
-    * :meth:`_schedule_running` ``(budget)``: the running loop (SGLang retracts first when
-      the running requests do not fit: :meth:`running_fits`);
+    * :meth:`_schedule_running` ``(budget)``: the running loop when not every running request
+      the token budget reaches gets its blocks (SGLang retracts first);
     * :meth:`_victim` ``() -> int``: the running request preempted when blocks run out;
     * :meth:`_preempt` ``(i)``: what preempting ``i`` does (recompute here, swap in vllm-swap);
     * :meth:`_on_abort` ``(i)``: request ``i`` leaves by an abort (before its blocks are freed);
@@ -383,48 +382,24 @@ class Scheduler:
 
     def _budget_prefix(self, rows: IntArray, budget: int) -> RunningPrefix:
         """:func:`~kvbudget.simulator.running_loop.budget_prefix` of ``rows`` (running
-        requests, in order)."""
-        if self.spec is not None:  # drafts to verify, lookahead slots (spec_decode)
-            return budget_prefix(rows, self.num_tokens, self.num_computed_tokens,
-                                 self.kv.num_blocks, budget, self.block_size, None,
-                                 self.spec.lookahead, self.max_model_len)
+        requests, in order); with speculative decoding, drafts to verify and lookahead slots."""
+        spec = self.spec
         return budget_prefix(rows, self.num_tokens, self.num_computed_tokens, self.kv.num_blocks,
-                             budget, self.block_size, self._ones if self.commit.all_decode else None)
-
-    def _fitting_prefix(self, budget: int) -> RunningPrefix | None:
-        """The running loop's prefix (some running requests) when every allocation in it
-        succeeds, with its new blocks counted; None otherwise."""
-        prefix = self._budget_prefix(self.running_rows(), budget)
-        total = prefix.num_extra
-        if total is None:
-            total = prefix.num_extra = isum(prefix.want - prefix.blocks)
-        if total > self.kv.num_available_blocks:
-            return None
-        return prefix
-
-    def running_fits(self, budget: int) -> bool:
-        """Whether every running request the token budget reaches gets its blocks this step
-        (so the running loop preempts nothing)."""
-        return not self.running or self._fitting_prefix(budget) is not None
+                             budget, self.block_size,
+                             self._ones if self.commit.all_decode and spec is None else None,
+                             0 if spec is None else spec.lookahead, self.max_model_len)
 
     # --- one step: schedule ------------------------------------------------------------------
     def _schedule(self) -> tuple[IntArray, IntArray, bool]:
-        """vLLM v1 ``schedule()``: the scheduled rows, their new-token counts and whether a
-        request was preempted.
-
-        1. The running requests, in order: when every one the token budget reaches gets its
-           blocks, in one go (:mod:`kvbudget.simulator.running_loop`), else one by one,
-           preempting when blocks run out (:meth:`_schedule_running`).
-        2. The waiting requests, unless a running request was preempted
-           (:meth:`_schedule_waiting`).
-        3. The invariants (:meth:`_check_schedule`)."""
+        """vLLM v1 ``schedule()`` (the module docstring's steps 1 and 2, then the invariants):
+        the scheduled rows, their new-token counts and whether a request was preempted."""
         budget = self.tokens_limit
         self._step_extra_s = 0.0
         self._hol_blocked = False
         self.head_refusal = ""
         preempted = False
-        prefix = self._fitting_prefix(budget) if self.running else None
-        if prefix is not None:
+        prefix = self._budget_prefix(self.running_rows(), budget) if self.running else None
+        if prefix is not None and prefix.num_extra <= self.kv.num_available_blocks:
             if prefix.num_extra:
                 self.kv.num_blocks[prefix.rows] = prefix.want
                 self.kv.take(prefix.num_extra)
@@ -452,13 +427,17 @@ class Scheduler:
         speed-ups' too): the token budget (``budget``: what is left of it), the seats, the
         blocks taken; and, with ``count_blocks`` (where every request's ``num_blocks`` is
         current: not while a decode group's members lag), every block free, held by one
-        request or cached."""
+        request or cached. Only running requests hold blocks but while a KV load holds some
+        (``kv_offload``, ``remote_kv``), so their ``num_blocks`` are counted first, every
+        row's (O(rows)) only when they do not add up."""
         assert budget >= 0, "the token budget is overspent"
         assert len(self.running) <= self.seqs_limit, "max_num_seqs exceeded"
         kv = self.kv
-        assert kv.num_free_blocks >= 0, "more blocks taken than the GPU holds"
+        free = kv.num_free_blocks
+        assert free >= 0, "more blocks taken than the GPU holds"
         if count_blocks:
-            assert kv.num_held_blocks() + kv.num_free_blocks == self.num_gpu_blocks, "blocks lost"
+            assert (kv.num_held_blocks(self.running_rows()) + free == self.num_gpu_blocks
+                    or kv.num_held_blocks() + free == self.num_gpu_blocks), "blocks lost"
 
     def _schedule_running(self, budget: int) -> tuple[list[int], list[int], bool, int]:
         """The running loop: each running request, in order, gets ``min(tokens left,

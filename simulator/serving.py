@@ -90,24 +90,6 @@ class ServingEngine(Protocol):
     def num_recomputed_tokens(self) -> int: ...
 
     @property
-    def recomputed_tokens(self) -> IntArray:
-        """Per row: KV tokens computed and then discarded by preemption."""
-        ...
-
-    @property
-    def num_preemptions(self) -> IntArray: ...
-
-    @property
-    def first_token_s(self) -> FloatArray: ...
-
-    @property
-    def finished_s(self) -> FloatArray: ...
-
-    def output_tokens(self) -> IntArray:
-        """Every row's output tokens so far (:meth:`output_tokens_of` of each)."""
-        ...
-
-    @property
     def timeline(self) -> list[TimelineRow]:
         """Samples ``(time_s, kv_used_tokens, kv_reserved_tokens, kv_capacity_tokens,
         num_running, num_waiting, num_preemptions)``, one per timeline period."""
@@ -117,13 +99,6 @@ class ServingEngine(Protocol):
         """Exact integral of KV tokens in use over time."""
         ...
 
-    def token_gaps(
-        self, keep: npt.NDArray[np.bool_], tier: IntArray
-    ) -> tuple[IntArray, FloatArray, IntArray]:
-        """Inter-token gaps of the rows ``keep`` selects (their final attempts):
-        (tier code, gap_s, number of gaps) rows (:meth:`kvbudget.simulator.engine.Engine.token_gaps`)."""
-        ...
-
     def stats(self) -> dict[str, object]:
         """Engine figures for the summary's ``engine`` block."""
         ...
@@ -131,9 +106,9 @@ class ServingEngine(Protocol):
     def request_figures(
         self, keep: npt.NDArray[np.bool_], tier: IntArray
     ) -> RequestFigures:
-        """The per-row figures at the end of the run (:meth:`output_tokens`,
-        :attr:`first_token_s`, :attr:`finished_s`, :attr:`num_preemptions`,
-        :attr:`recomputed_tokens`, :meth:`token_gaps` of ``keep``), read once: a fleet lets
+        """The per-row figures at the end of the run (:class:`RequestFigures`: the inter-token
+        gaps those of the rows ``keep`` selects, their final attempts, as :meth:`Engine.token_gaps
+        <kvbudget.simulator.engine.Engine.token_gaps>` gives them), read once: a fleet lets
         each replica's per-request state go as soon as it has read it, so nothing per row can
         be read after this (the other figures can)."""
         ...

@@ -162,8 +162,6 @@ class StepCommit:
     def finish(self, finished: list[int]) -> None:
         """Requests ``finished`` have all their output: out of ``running``, their blocks freed,
         ``finished_s`` set, and the executor told."""
-        if not finished:
-            return
         e = self._e
         t = e.t
         self._stop_running(finished)

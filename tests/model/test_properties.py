@@ -382,7 +382,7 @@ def _true_state(engine: Engine, rows: npt.NDArray[np.int64]) -> tuple[npt.NDArra
     computed = engine.num_computed_tokens[rows].copy()
     tokens = engine.num_tokens[rows].copy()
     output = engine.num_output_tokens[rows].copy()
-    blocks = engine.num_blocks[rows].copy()
+    blocks = engine.kv.num_blocks[rows].copy()
     g = engine._group if isinstance(engine, SkipAheadEngine) else None
     if g is not None:
         for k, i in enumerate(rows.tolist()):
@@ -474,7 +474,7 @@ def _assert_running_facts(engine: Engine) -> None:
         assert (output > 0).all()
     # block conservation (no prefix caching here): the waiting requests' blocks as their
     # arrays say, the running ones' as their true state does
-    held = int(engine.num_blocks[engine.in_engine].sum()) - int(engine.num_blocks[rows].sum())
+    held = int(engine.kv.num_blocks[engine.in_engine].sum()) - int(engine.kv.num_blocks[rows].sum())
     assert held + int(blocks.sum()) + engine.kv.num_free_blocks == engine.num_gpu_blocks
     if engine.config.name != "tgi":
         # running requests hold exactly the blocks of their computed tokens (TGI: blocks for

@@ -327,3 +327,35 @@ def test_itl_has_one_long_gap_across_a_preemption(skip: bool) -> None:
     assert gaps is not None
     assert int(gaps["num_gaps"].sum()) == 7 + 7
     assert _gaps(res) == pytest.approx([1.0] * 13 + [10.7 - 5.8])
+
+
+def test_the_blocks_invariant_counts_the_running_rows_then_every_row() -> None:
+    """Every block is free, held or cached: counted from the running requests' num_blocks
+    (prompts of 20, 40 and 30 tokens in 16-token blocks: 2 + 3 + 2 = 7 of 10 blocks, 3 free),
+    from every row's while a row outside running holds blocks (a KV load), and a block
+    counted that the pool never handed out fails it."""
+    import math
+
+    import simpy
+
+    from kvbudget.simulator.engine import Engine, EngineHooks, RequestColumns
+
+    prompt = np.array([20, 40, 30], np.int64)
+    hooks = EngineHooks(lambda i, t: None, lambda i, t: None, lambda: math.inf, lambda: (0, 0))
+    engine = Engine(simpy.Environment(), EngineConfig(block_size=16, watermark=0.0),
+                    LinearCostModel(0.01, 0, 0, 0),
+                    RequestColumns(prompt, np.ones(3, np.int64), np.zeros(3, np.int64),
+                                   np.zeros(3)), num_gpu_blocks=10, hooks=hooks)
+    for i in range(3):
+        engine.add_request(i)
+    rows, new, _ = engine._schedule()
+    assert rows.tolist() == [0, 1, 2] and new.tolist() == [20, 40, 30]
+    kv = engine.kv
+    assert (kv.num_held_blocks(engine.running_rows()), kv.num_free_blocks) == (7, 3)
+    engine._stop_running([1])  # row 1 holds its 3 blocks outside running, as a KV load does
+    assert kv.num_held_blocks(engine.running_rows()) == 4
+    assert kv.num_held_blocks() == 7
+    engine._check_schedule(0)
+    kv.num_blocks[1] += 1  # a block counted that the pool never handed out
+    with pytest.raises(AssertionError, match="blocks lost"):
+        engine._check_schedule(0)

@@ -222,9 +222,9 @@ def test_sglang_retract_decode_frees_fewest_outputs_then_longest_prompt_first() 
         eng.num_output_tokens[i] = out[i]
         eng.num_tokens[i] = prompt[i] + out[i]
         eng.num_computed_tokens[i] = prompt[i] + out[i]
-        eng.num_blocks[i] = prompt[i] + out[i]
+        eng.kv.num_blocks[i] = prompt[i] + out[i]
         eng.running.append(i)
-    eng.kv.num_free_blocks = 75 - int(eng.num_blocks.sum())  # 6 free
+    eng.kv.num_free_blocks = 75 - int(eng.kv.num_blocks.sum())  # 6 free
     eng._retract()
     # 6 free < 20 x 3: retract 1 (2 outputs, prompt 30) -> 38 free < 20 x 2: retract 2 ->
     # 60 >= 20 x 1; request 0 (5 outputs) stays

@@ -329,22 +329,39 @@ def test_skip_ahead_matches_stepping_in_a_fleet_when_events_tie(router: str, bud
 def test_request_figures_are_the_merged_arrays_and_let_each_replicas_state_go(
     engine: str, router: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The figures the driver reads at the end (a replica at a time) are those the merged
-    properties give, dtypes included; afterwards no replica holds per-request state."""
+    """The figures the driver reads at the end (a replica at a time) are the replicas'
+    arrays merged by workload row (row by row here: the output tokens of the row's last
+    replica, the earliest first token and finish, preemptions and recomputed tokens summed),
+    dtypes included; afterwards no replica holds per-request state."""
     from kvbudget.simulator.fleet import Fleet
 
     names = ("output_tokens", "first_token_s", "finished_s", "num_preemptions",
-             "recomputed_tokens", "gap_tier", "gap_s", "num_gaps")
+             "recomputed_tokens")
     original = Fleet.request_figures
     seen: dict[str, Any] = {}
 
     def checked(self: Fleet, keep: Any, tier: Any) -> Any:
-        merged = (self.output_tokens(), self.first_token_s, self.finished_s,
-                  self.num_preemptions, self.recomputed_tokens, *self.token_gaps(keep, tier))
+        n = len(self.replica_of)
+        want: dict[str, Any] = {"output_tokens": np.zeros(n, np.int64),
+                                "first_token_s": np.full(n, np.nan),
+                                "finished_s": np.full(n, np.nan),
+                                "num_preemptions": np.zeros(n, np.int64),
+                                "recomputed_tokens": np.zeros(n, np.int64)}
+        for r, e in enumerate(self.replicas):
+            rows = self._local[r].rows.tolist() if self._compact else range(n)
+            for j, i in enumerate(rows):
+                if self.replica_of[i] == r:
+                    want["output_tokens"][i] = e.output_tokens()[j]
+                for name in ("first_token_s", "finished_s"):
+                    want[name][i] = np.fmin(want[name][i], getattr(e, name)[j])
+                for name in ("num_preemptions", "recomputed_tokens"):
+                    want[name][i] += getattr(e, name)[j]
         got = original(self, keep, tier)
-        for a, b in zip(merged, [getattr(got, f) for f in names], strict=True):
-            assert a.dtype == b.dtype
-            np.testing.assert_array_equal(a, b)
+        for name in names:
+            assert getattr(got, name).dtype == want[name].dtype
+            np.testing.assert_array_equal(getattr(got, name), want[name])
+        assert (got.gap_tier.dtype, got.gap_s.dtype, got.num_gaps.dtype) == (
+            np.int64, np.float64, np.int64)
         seen["compact"] = self._compact
         seen["rows"] = [len(e.num_tokens) + len(e.first_token_s) for e in self.replicas]
         seen["preempted"] = int(got.num_preemptions.sum())

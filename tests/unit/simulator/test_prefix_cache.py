@@ -159,7 +159,7 @@ def _check_running_figures(engine: Engine) -> None:
     arrays lag behind its steps), with shared blocks counted once per request holding them."""
     rows = engine.running_rows()
     output = engine.num_output_tokens[rows].copy()
-    blocks = engine.num_blocks[rows].copy()
+    blocks = engine.kv.num_blocks[rows].copy()
     g = engine._group if isinstance(engine, SkipAheadEngine) else None
     if g is not None:
         for k, i in enumerate(rows.tolist()):
