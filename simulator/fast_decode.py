@@ -325,7 +325,6 @@ class SkipAheadEngine(TiedSteps, Engine):
         decoding = not tail and not self._step_extra_s  # a decode run of the group
         t_lag = math.inf  # the next external event, when the run may go on a step past it
         if decoding:
-            c0 = g.context
             to_finish = g.finish[0][0] - g.step
             t_ext = self.hooks.next_external_s()
             until = self._plan_until(t_ext) if self.head_refusal else t_ext
@@ -337,22 +336,10 @@ class SkipAheadEngine(TiedSteps, Engine):
                 to_end = min(to_end, self._pending_due() - self.num_steps)
             if lag := self._async and until == t_ext and self.runs_past_external:
                 t_lag = t_ext
-            k_max, dt = self.planner.bound(n, c0, to_end, self.t, until, lag)
-            if k_max > GROUP_SMALL_K:
-                planned = self.planner.group_alloc_plan(g.hist, g.step, k_max)
-                run = self._planned_run(n, planned, c0, dt, until, lag)
-            elif k_max > 1:
-                free = self.kv.num_available_blocks
-                used_now = self.num_gpu_blocks - free  # num_used_blocks
-                used = self.planner.group_used_small(g.hist, g.step, k_max, free, used_now)
-                if self.head_refusal:
-                    alloc = np.array(used, np.int64) - used_now
-                    used = used[: self._jump_limit(len(used), alloc)]
-                step_end, dts = self.planner.steps_small(n, c0, len(used), self.t, until, dt,
-                                                         lag)
-                run = step_end, used[: len(step_end)], dts
-            if run is not None:
-                run = self.planner.span_keep(run, t_ext, until)
+            dt = self.planner.decode_step(n, n + g.context)
+            k_max = self.planner.bound(to_end, self.t, until, dt, lag)
+            if k_max > 1:
+                run = self._decode_run(g, k_max, dt, t_ext, until, lag)
         else:
             dt = self._step_seconds(tail_features(n, n + g.context, tail, self.num_computed_tokens,
                                                   self.num_tokens, self.num_output_tokens))
@@ -414,20 +401,29 @@ class SkipAheadEngine(TiedSteps, Engine):
             self.commit.finish(done)
 
     # --- decode runs ----------------------------------------------------------------------------
-    def _planned_run(
-        self, n: int, planned: IntArray, c0: int, dt: float, until: float, lag: int
-    ) -> tuple[Floats, Ints, Floats]:
-        """A decode run of ``n`` requests from ``c0`` context tokens (its first step ``dt``
-        long, planned to end by ``until``) whose steps 1..j would take ``planned[j]`` blocks,
-        cut where the blocks run out and, while the waiting head is refused, where it may
-        start (:meth:`_jump_limit`): its step ends, blocks in use and step times."""
-        alloc_cum = self.planner.cut_to_free(planned, self.kv.num_available_blocks)
-        if self.head_refusal:  # the waiting head was refused: for how long?
-            alloc_cum = alloc_cum[: self._jump_limit(len(alloc_cum), alloc_cum)]
-        _, step_end, used, dts = self.planner.plan(
-            n, alloc_cum, c0, self.t, until, dt, self.kv.num_used_blocks, lag
-        )
-        return step_end, used, dts
+    def _decode_run(self, g: DecodeGroup, k_max: int, dt: float, t_ext: float, until: float,
+                    lag: int) -> Run:
+        """A decode run of the group ``g`` of at most ``k_max`` steps (its first ``dt`` long,
+        planned to end by ``until``: :meth:`_plan_until`), cut where the blocks run out and,
+        while the waiting head is refused, where it may start (:meth:`_jump_limit`): its step
+        ends, blocks in use and step times (``DecodeRunPlanner.keep``'s steps of them)."""
+        planner = self.planner
+        free = self.kv.num_available_blocks
+        used_now = self.num_gpu_blocks - free  # num_used_blocks
+        used: Ints
+        if k_max > GROUP_SMALL_K:
+            alloc = planner.cut_to_free(planner.group_alloc_plan(g.hist, g.step, k_max), free)
+            if self.head_refusal:
+                alloc = alloc[: self._jump_limit(len(alloc), alloc)]
+            used = used_now + alloc
+        else:
+            used = planner.group_used_small(g.hist, g.step, k_max, free, used_now)
+            if self.head_refusal:
+                used = used[: self._jump_limit(len(used), np.array(used, np.int64) - used_now)]
+        small = isinstance(used, list)
+        step_end, dts = planner.steps(g.size, g.context, len(used), self.t, dt, small)
+        k = planner.keep(step_end, t_ext, until, lag)
+        return step_end[:k], used[:k], dts[:k]
 
     def _plan_until(self, t_ext: float) -> float:
         """How far a decode run planned now may go: to the step in progress at ``t_ext``, the
@@ -436,7 +432,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         behind it, so the steps scheduled after it differ only in the timeline's figures
         (running and waiting requests, the gateway's reserved tokens: read as each step is
         scheduled, kept at the samples); the run may then go on, over arrivals, to the first
-        timeline sample at or after ``t_ext`` (``DecodeRunPlanner.span_keep``). A request that arrives
+        timeline sample at or after ``t_ext`` (``DecodeRunPlanner.keep``). A request that arrives
         at the head (a priority queue) or an abort still ends the run with the step in
         progress (:meth:`_work_changed`), as without."""
         if not self.head_refusal or t_ext == math.inf:
