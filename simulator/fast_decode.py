@@ -243,16 +243,6 @@ class SkipAheadEngine(TiedSteps, Engine):
         g.context -= c
         g.size -= 1
 
-    def _group_done(self, g: DecodeGroup) -> list[int]:
-        """The members that have all their output now, out of the group, in running order."""
-        finish = g.finish
-        done: list[int] = []
-        while finish and finish[0][0] <= g.step:
-            i = heapq.heappop(finish)[2]
-            self._group_leave(g, i)
-            done.append(i)
-        return done
-
     def _group_dissolve(self, *, scheduled: bool) -> None:
         """Write every member's arrays and end the group. ``scheduled``: the group's step is
         scheduled (its blocks taken), not committed."""
@@ -387,9 +377,13 @@ class SkipAheadEngine(TiedSteps, Engine):
         order, out of the group."""
         g.step += k
         g.context += g.size * k
-        if finishes and g.finish and g.finish[0][0] <= g.step:
-            return self._group_done(g)
-        return []
+        finish = g.finish
+        done: list[int] = []
+        while finishes and finish and finish[0][0] <= g.step:
+            i = heapq.heappop(finish)[2]
+            self._group_leave(g, i)
+            done.append(i)
+        return done
 
     def _group_commit_run(self, g: DecodeGroup, k: int, extra: int, finishes: bool) -> None:
         """Commit ``k`` decode steps of the group: ``extra`` blocks taken by steps 1..k-1;

@@ -127,33 +127,25 @@ def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
     k_max = len(alloc)
     if k_max <= 1:
         return None
-    # the verify steps' num_context_tokens (step 0's too: its time is dt0, as scheduled)
+    # the verify steps' num_context_tokens (step 0's too: its time is dt0, as scheduled),
+    # priced as _step_seconds prices a step's features, plus the draft's seconds: the cost
+    # model's table when it has one, else its step_time on arrays
     context = np.add.reduce(before[:, :k_max], axis=0)
     context += isum(c0) + n * q
-    draft_s, dts = _price(spec, planner.cost, n, q, context)
+    cost: Any = planner.cost
+    dts = cost.chunk_times_at(n, q, context) if isinstance(cost, VllmStepModel) else None
+    if dts is None:
+        dts = cost.step_time(float(n * q), 0.0, context.astype(np.float64),
+                             (q * context).astype(np.float64), float(n))
+    draft = spec.draft_run_seconds(n, context)
+    dts = dts + draft
+    draft_s = np.zeros(k_max, np.float64) if isinstance(draft, float) else draft  # (n-gram)
     dts[0] = dt0
     ends = dts.copy()
     ends[0] += e.t
     np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
     return SpecRun(rows, out0, c0, steps0, left, gained[:, : k_max + 1], held[:, :k_max], alloc,
                    draft_s, ends, dts)
-
-
-def _price(spec: SpecDecode, cost: Any, n: int, q: int,
-           context: IntArray) -> tuple[FloatArray, FloatArray]:
-    """The draft's and the whole step's seconds of verify steps of ``n`` chunks of ``q``
-    tokens attending to ``context`` tokens (as ``_step_seconds`` prices a step's features
-    and adds the draft's seconds): the cost model's table when it has one, else its
-    ``step_time`` on arrays."""
-    verify = cost.chunk_times_at(n, q, context) if isinstance(cost, VllmStepModel) else None
-    if verify is None:
-        ctx_f = context.astype(np.float64)
-        verify = cost.step_time(float(n * q), 0.0, ctx_f, (q * context).astype(np.float64),
-                                float(n))
-    draft = spec.draft_run_seconds(n, context)
-    if isinstance(draft, float):  # (no draft model: n-gram)
-        return np.zeros(len(context), np.float64), verify + draft
-    return draft, verify + draft
 
 
 def commit_spec_run(e: CommitTarget, spec: SpecDecode, commit: StepCommit, run: SpecRun,
