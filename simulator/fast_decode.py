@@ -313,7 +313,6 @@ class SkipAheadEngine(TiedSteps, Engine):
         n = g.size
         run: Run | None = None
         decoding = not tail and not self._step_extra_s  # a decode run of the group
-        t_lag = math.inf  # the next external event, when the run may go on a step past it
         if decoding:
             to_finish = g.finish[0][0] - g.step
             t_ext = self.hooks.next_external_s()
@@ -324,8 +323,8 @@ class SkipAheadEngine(TiedSteps, Engine):
             if self._pending and not (self._span_head is not None and self.runs_past_external
                                       and self.config.scheduling_policy == "fcfs"):
                 to_end = min(to_end, self._pending_due() - self.num_steps)
-            if lag := self._async and until == t_ext and self.runs_past_external:
-                t_lag = t_ext
+            # (async scheduling: the run may go on a step past t_ext's, DecodeRunPlanner.keep)
+            lag = self._async and until == t_ext and self.runs_past_external
             dt = self.planner.decode_step(n, n + g.context)
             k_max = self.planner.bound(to_end, self.t, until, dt, lag)
             if k_max > 1:
@@ -337,7 +336,7 @@ class SkipAheadEngine(TiedSteps, Engine):
             yield from self._wait(self._account_step(dt, reserved, counts))
             self._span_head, k = None, 1
         else:
-            k = yield from self._wait_run(dt, run, reserved, counts, t_lag)
+            k = yield from self._wait_run(run, reserved, counts, t_ext if lag else math.inf)
         self._steps_rows = None  # for scheduled_with_output: the group's step
         self._steps_group = (n, tail)
         if self._aborts:
@@ -435,13 +434,13 @@ class SkipAheadEngine(TiedSteps, Engine):
         return self.log.timeline.first_at_or_after(t_ext)
 
     def _wait_run(
-        self, dt: float, run: Run, reserved: int, counts: tuple[int, int], t_lag: float
+        self, run: Run, reserved: int, counts: tuple[int, int], t_lag: float
     ) -> Generator[simpy.Event, Any, int]:
-        """Run the planned decode ``run`` (step ends, blocks in use, step times; the first
-        ``dt`` long), with their KV and head-of-line terms and timeline samples (``reserved``
-        and ``counts``: the timeline's figures as it was scheduled; ``t_lag``: the external
-        event it was planned to go on a step past, or inf); returns the steps that ran (a run
-        ends early when work is added or aborted)."""
+        """Run the planned decode ``run`` (step ends, blocks in use, step times), with their KV
+        and head-of-line terms and timeline samples (``reserved`` and ``counts``: the
+        timeline's figures as it was scheduled; ``t_lag``: the external event it was planned to
+        go on a step past, or inf); returns the steps that ran (a run ends early when work is
+        added or aborted)."""
         env = self.env
         self._busy = True
         step_end, used, dts = run

@@ -70,11 +70,6 @@ class SpecRun:
         self.gained, self.held, self.alloc, self.draft_s = gained, held, alloc, draft_s
         self.ends, self.dts = ends, dts
 
-    def output_after(self, i: int, steps: int) -> int:
-        """Row ``i``'s output tokens after the run's first ``steps`` steps."""
-        r = int(np.flatnonzero(self.rows == i)[0])
-        return self.out0.item(r) + min(self.gained.item(r, steps), self.left.item(r))
-
 
 def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
                   rows: IntArray, k_max: int, dt0: float, free: int) -> SpecRun | None:
@@ -205,10 +200,12 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         self._spec_run: SpecRun | None = None  # the run in flight
 
     def output_tokens_of(self, i: int) -> int:
-        run, ends = self._spec_run, self._run_ends
-        if run is None or ends is None or i not in run.rows:
+        run = self._spec_run
+        if run is None or self._run_ends is None or i not in run.rows:
             return super().output_tokens_of(i)
-        return run.output_after(i, self._steps_done_now() - self.num_steps)
+        r = int(np.flatnonzero(run.rows == i)[0])  # its output after the steps that have ended
+        steps = self._steps_done_now() - self.num_steps
+        return run.out0.item(r) + min(run.gained.item(r, steps), run.left.item(r))
 
     def _features(self, rows: IntArray, new: IntArray) -> StepFeatures:
         """``Engine._features`` of a step of a few rows in Python integers (the same sums:
@@ -259,7 +256,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
             return
         cut = (run.ends[:k], self.kv.num_used_blocks + run.alloc[:k], run.dts[:k])
         self._spec_run = run
-        k = yield from self._wait_run(dt0, cut, reserved, counts, t_ext if lag else float("inf"))
+        k = yield from self._wait_run(cut, reserved, counts, t_ext if lag else float("inf"))
         self._spec_run = None
         self._steps_rows = rows
         if self._aborts:  # the last step commits as stepping commits it, without them
