@@ -146,7 +146,7 @@ class DecodeRunPlanner:
         steps) of the decode group (``hist``, ``step``: see ``DecodeGroup``), ``used_now``
         during step 0, up to the first step that runs out of the ``free`` blocks, in Python
         numbers (:meth:`group_alloc_plan` and :meth:`cut_to_free`, plus ``used_now``); its step
-        times are :meth:`steps_small`'s."""
+        times are :meth:`steps`'s."""
         bs = self.block_size
         # step j takes hist[(-step - j) % bs] blocks: hist read backwards from step 1's entry,
         # round and round
