@@ -325,10 +325,29 @@ class SkipAheadEngine(TiedSteps, Engine):
                 to_end = min(to_end, self._pending_due() - self.num_steps)
             # (async scheduling: the run may go on a step past t_ext's, DecodeRunPlanner.keep)
             lag = self._async and until == t_ext and self.runs_past_external
-            dt = self.planner.decode_step(n, n + g.context)
-            k_max = self.planner.bound(to_end, self.t, until, dt, lag)
-            if k_max > 1:
-                run = self._decode_run(g, k_max, dt, t_ext, until, lag)
+            planner = self.planner
+            dt = planner.decode_step(n, n + g.context)
+            k_max = planner.bound(to_end, self.t, until, dt, lag)
+            if k_max > 1:  # cut where the blocks run out and, while the waiting head is
+                # refused, where it may start (_jump_limit); then DecodeRunPlanner.keep's steps
+                free = self.kv.num_available_blocks
+                used_now = self.num_gpu_blocks - free  # num_used_blocks
+                used: Ints
+                if k_max > GROUP_SMALL_K:
+                    alloc = planner.cut_to_free(planner.group_alloc_plan(g.hist, g.step, k_max),
+                                                free)
+                    if self.head_refusal:
+                        alloc = alloc[: self._jump_limit(len(alloc), alloc)]
+                    used = used_now + alloc
+                else:
+                    used = planner.group_used_small(g.hist, g.step, k_max, free, used_now)
+                    if self.head_refusal:
+                        alloc = np.array(used, np.int64) - used_now
+                        used = used[: self._jump_limit(len(used), alloc)]
+                step_end, dts = planner.steps(n, g.context, len(used), self.t, dt,
+                                              k_max <= GROUP_SMALL_K)
+                k = planner.keep(step_end, t_ext, until, lag)
+                run = step_end[:k], used[:k], dts[:k]
         else:
             dt = self._step_seconds(tail_features(n, n + g.context, tail, self.num_computed_tokens,
                                                   self.num_tokens, self.num_output_tokens))
@@ -394,30 +413,6 @@ class SkipAheadEngine(TiedSteps, Engine):
             self.commit.finish(done)
 
     # --- decode runs ----------------------------------------------------------------------------
-    def _decode_run(self, g: DecodeGroup, k_max: int, dt: float, t_ext: float, until: float,
-                    lag: int) -> Run:
-        """A decode run of the group ``g`` of at most ``k_max`` steps (its first ``dt`` long,
-        planned to end by ``until``: :meth:`_plan_until`), cut where the blocks run out and,
-        while the waiting head is refused, where it may start (:meth:`_jump_limit`): its step
-        ends, blocks in use and step times (``DecodeRunPlanner.keep``'s steps of them)."""
-        planner = self.planner
-        free = self.kv.num_available_blocks
-        used_now = self.num_gpu_blocks - free  # num_used_blocks
-        used: Ints
-        if k_max > GROUP_SMALL_K:
-            alloc = planner.cut_to_free(planner.group_alloc_plan(g.hist, g.step, k_max), free)
-            if self.head_refusal:
-                alloc = alloc[: self._jump_limit(len(alloc), alloc)]
-            used = used_now + alloc
-        else:
-            used = planner.group_used_small(g.hist, g.step, k_max, free, used_now)
-            if self.head_refusal:
-                used = used[: self._jump_limit(len(used), np.array(used, np.int64) - used_now)]
-        small = isinstance(used, list)
-        step_end, dts = planner.steps(g.size, g.context, len(used), self.t, dt, small)
-        k = planner.keep(step_end, t_ext, until, lag)
-        return step_end[:k], used[:k], dts[:k]
-
     def _plan_until(self, t_ext: float) -> float:
         """How far a decode run planned now may go: to the step in progress at ``t_ext``, the
         next external event (which may change what the next step schedules). While the
