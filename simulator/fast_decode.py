@@ -81,16 +81,6 @@ class DecodeGroup:
         if room < left:  # its blocks fill before it finishes
             heapq.heappush(self.wake, (wake, i))
 
-    def wake_deferred(self, num_computed_tokens: IntArray, block_size: int) -> None:
-        """The deferred members whose blocks are full at the step being scheduled join
-        ``hist`` (``num_computed_tokens``: the rows' arrays, which lag the group's steps)."""
-        wake = self.wake
-        while wake and wake[0][0] <= self.step:
-            s, i = heapq.heappop(wake)
-            if self.deferred.get(i) == s:  # else a stale entry
-                del self.deferred[i]
-                self.hist[(num_computed_tokens.item(i) - self.members[i]) % block_size] += 1
-
 
 class SkipAheadEngine(TiedSteps, Engine):
     """:class:`Engine` keeping its running requests as a :class:`DecodeGroup` while all of them
@@ -292,8 +282,12 @@ class SkipAheadEngine(TiedSteps, Engine):
         n = g.size
         if not (self.commit.all_decode and n == len(self.running) and n <= budget):
             return None
-        if g.wake:
-            g.wake_deferred(self.num_computed_tokens, self.block_size)
+        wake = g.wake  # the deferred members whose blocks are full now join hist
+        while wake and wake[0][0] <= g.step:
+            s, i = heapq.heappop(wake)
+            if g.deferred.get(i) == s:  # else a stale entry (a member that left)
+                del g.deferred[i]
+                g.hist[(self.num_computed_tokens.item(i) - g.members[i]) % self.block_size] += 1
         total = g.hist[-g.step % self.block_size]  # the members whose blocks are full
         if total > self.kv.num_available_blocks:
             return None
