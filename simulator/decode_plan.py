@@ -112,7 +112,7 @@ class DecodeRunPlanner:
             if lag and k < len(ends):
                 k += not self.sample_in(float(ends[k - 1]), float(ends[k]))
         if self.tie is not None and k > 1:
-            j = self.tie(ends[:k])
+            j = self.tie(ends[:k] if k < len(ends) else ends)
             if j >= 0:
                 k = max(1, j)
         if until != t_ext:

@@ -341,7 +341,7 @@ class SkipAheadEngine(TiedSteps, Engine):
                 step_end, dts = planner.steps(n, g.context, len(used), self.t, dt,
                                               k_max <= GROUP_SMALL_K)
                 k = planner.keep(step_end, t_ext, until, lag)
-                run = step_end[:k], used[:k], dts[:k]
+                run = (step_end, used, dts) if k == len(used) else (step_end[:k], used[:k], dts[:k])
         else:
             dt = self._step_seconds(tail_features(n, n + g.context, tail, self.num_computed_tokens,
                                                   self.num_tokens, self.num_output_tokens))
