@@ -7,10 +7,10 @@ planner computes the steps' durations, end times (sums from ``t`` in stepping's 
 same bits) and the blocks in use, and where the run must end: the first finish, the first step
 that runs out of blocks, or the step in progress at the next external event.
 
-Two ways to compute the same numbers, chosen by length: a short run in Python numbers (the
-step times of one scalar ``step_time`` call per step for a few, else the cost model's
-``decode_step_times`` array read into a list), a longer one with arrays (~8-20 us however
-long). Both give the same bits (``tests/model/test_properties.py`` compares
+Two ways to compute the same numbers, chosen by length (:data:`GROUP_SMALL_K`): a short run in
+Python numbers (the step times of one scalar ``step_time`` call per step for a few, else the
+cost model's ``decode_step_times`` array read into a list), a longer one with arrays (~8-20 us
+however long). Both give the same bits (``tests/model/test_properties.py`` compares
 them).
 """
 
@@ -33,9 +33,6 @@ Floats = FloatArray | list[float]
 Ints = IntArray | list[int]
 
 MAX_JUMP_STEPS = 4096  # the longest run planned at once
-# Runs of at most this many steps get their step times from one scalar step_time call per
-# step rather than array arithmetic.
-SMALL_K = 20
 # Short runs of more than this many steps read their step times from the cost model's array
 # (reading it costs about what three step_time calls do).
 SHORT_RUN_STEPS = 4
@@ -69,7 +66,7 @@ class DecodeRunPlanner:
         self.block_size = block_size
         # the first of a run's step ends where another event may be due, -1 for none (_TIE)
         self.tie: Callable[[Floats], int] | None = None
-        # whether a timeline sample falls in [t0, t1) (_lag_step; by default, always)
+        # whether a timeline sample falls in [t0, t1) (keep's ``lag``; by default, always)
         self.sample_in: Callable[[float, float], bool] = lambda t0, t1: True
         # (-m) % block_size for m = 0, 1, ...: sliced from block_size - r, it is (r - j) %
         # block_size for j = 0, 1, ... (group_alloc_plan's phase, one table for every r)
@@ -83,35 +80,44 @@ class DecodeRunPlanner:
         ``StepFeatures(0, n, context, 0, 0)`` priced (:mod:`kvbudget.perf.step_features`)."""
         return float(self._step_time(0.0, float(n), float(context), 0.0, 0.0))
 
-    def bound(
-        self, n: int, c0: int, to_finish: int, t: float, t_ext: float, lag: int = 0
-    ) -> tuple[int, float]:
-        """For a decode run of ``n`` requests starting at ``t`` from ``c0`` context tokens, the
-        first of them finishing in ``to_finish`` steps: an upper bound on its length (the first
-        finish, :data:`MAX_JUMP_STEPS`, the next external event at ``t_ext`` and ``lag`` steps
-        more, see :meth:`_lag_step`) and the duration of its first step."""
-        dt0 = self.decode_step(n, c0 + n)
-        k_max = min(to_finish, MAX_JUMP_STEPS)
+    @staticmethod
+    def bound(k_max: int, t: float, t_ext: float, dt0: float, lag: int = 0) -> int:
+        """An upper bound on the length of a run of at most ``k_max`` steps starting at ``t``,
+        its first step ``dt0`` long: :data:`MAX_JUMP_STEPS`, and the step in progress at the
+        next external event at ``t_ext`` and ``lag`` steps more (see :meth:`keep`)."""
+        k_max = min(k_max, MAX_JUMP_STEPS)
         if t_ext != math.inf and k_max > 1 and dt0 > 0:
-            # step times never shrink during a decode run (the context only grows), so the run
+            # step times never shrink during a run (the context only grows), so the run
             # reaches t_ext within (t_ext - t) / dt0 + 1 steps
             k_max = max(1, min(k_max, int((t_ext - t) / dt0) + 2 + lag))
-        return k_max, dt0
+        return k_max
 
-    def _lag_step(self, ends: Floats, cut: int, t_ext: float) -> int:
-        """1 when a run cut with the step in progress at ``t_ext`` (its first ``cut`` steps)
-        goes on one step more, else 0. Under async scheduling (``lag``: a request that comes
-        during a step is schedulable once the next has ended, ``engine.Engine._add``) the
-        step after the one in progress at ``t_ext`` (or ending then: the event comes before
-        that step's end, :data:`_TIE`) is scheduled as the run's steps are, unless a timeline
-        sample falls in it (it reads the figures as that step is scheduled, the request
-        counted): so when it is planned, it is kept."""
-        if cut >= len(ends):
-            return 0
-        t0 = float(ends[cut - 1])
-        return int(not self.sample_in(t0, float(ends[cut])))
+    def keep(self, ends: Floats, t_ext: float, until: float, lag: int = 0) -> int:
+        """How many steps of a planned run, whose steps end at ``ends``, run: up to the step in
+        progress at ``until`` (or ending then: the event comes before that step's end,
+        :data:`_TIE`), before the first step that ties with another event (``tie``), and when
+        the run was planned to ``until`` past the next external event at ``t_ext``
+        (``fast_decode``'s ``_plan_until``), those up to the one in progress at ``t_ext`` and
+        those ending by ``until`` (the steps scheduled before ``t_ext`` and those whose figures
+        no sample reads).
 
-    lag_step = _lag_step  # (spec_run cuts its runs of verify steps with it)
+        ``lag``: under async scheduling (a request that comes during a step is schedulable once
+        the next has ended, ``engine.Engine._add``) the step after the one in progress at
+        ``until`` is scheduled as the run's steps are, unless a timeline sample falls in it (it
+        reads the figures as that step is scheduled, the request counted): so when it is
+        planned, it is kept."""
+        k = len(ends)
+        if until < ends[-1]:  # the run ends with the first step ending at until or later
+            k = bisect.bisect_left(ends, until) + 1
+            if lag and k < len(ends):
+                k += not self.sample_in(float(ends[k - 1]), float(ends[k]))
+        if self.tie is not None and k > 1:
+            j = self.tie(ends[:k] if k < len(ends) else ends)
+            if j >= 0:
+                k = max(1, j)
+        if until != t_ext:
+            k = min(k, max(bisect.bisect_left(ends, t_ext) + 1, bisect.bisect_right(ends, until)))
+        return k
 
     def group_alloc_plan(self, hist: list[int], step: int, k_max: int) -> IntArray:
         """Blocks a decode run of the decode group takes in its steps 1..j, for ``j < k_max``:
@@ -133,45 +139,6 @@ class DecodeRunPlanner:
             return alloc_cum[: max(fail, 1)]
         return alloc_cum
 
-    def plan(
-        self,
-        n: int,
-        alloc_cum: IntArray,
-        c0: int,
-        t: float,
-        t_ext: float,
-        dt0: float,
-        used_now: int,
-        lag: int = 0,
-    ) -> tuple[int, FloatArray, IntArray, FloatArray]:
-        """Plan a run of at most ``len(alloc_cum)`` pure-decode steps of ``n`` requests from
-        ``c0`` context tokens starting at ``t`` (the first step ``dt0`` long, ``used_now``
-        blocks in use), ending with the step in progress at ``t_ext`` (or ``lag`` steps
-        later: :meth:`_lag_step`) or when blocks run out (``alloc_cum[j]``: blocks taken in
-        steps 1..j); returns its length, step end times, blocks in use during each step and
-        step durations."""
-        k_max = len(alloc_cum)
-        if k_max <= SMALL_K:
-            ends_l, dts_l = self.steps_small(n, c0, k_max, t, t_ext, dt0, lag)
-            ends, dts = np.array(ends_l), np.array(dts_l)
-        else:
-            dts = self._decode_array(n, c0 + n, k_max)  # step j: c0 + n * (j + 1) tokens
-            ends = dts.copy()
-            ends[0] += t
-            np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
-            if t_ext < ends[-1]:  # the run ends with the first step ending at t_ext or later
-                cut = int(ends.searchsorted(t_ext, side="left")) + 1
-                if lag:
-                    cut += self._lag_step(ends, cut, t_ext)
-                ends, dts = ends[:cut], dts[:cut]
-            if self.tie is not None and len(ends) > 1:
-                j = self.tie(ends)
-                if j >= 0:
-                    ends, dts = ends[: max(1, j)], dts[: max(1, j)]
-        k = len(ends)
-        used = used_now + alloc_cum[:k]  # step 0's blocks were taken by the schedule
-        return k, ends, used, dts
-
     def group_used_small(
         self, hist: list[int], step: int, k_max: int, free: int, used_now: int
     ) -> list[int]:
@@ -179,7 +146,7 @@ class DecodeRunPlanner:
         steps) of the decode group (``hist``, ``step``: see ``DecodeGroup``), ``used_now``
         during step 0, up to the first step that runs out of the ``free`` blocks, in Python
         numbers (:meth:`group_alloc_plan` and :meth:`cut_to_free`, plus ``used_now``); its step
-        times are :meth:`steps_small`'s."""
+        times are :meth:`steps`'s."""
         bs = self.block_size
         # step j takes hist[(-step - j) % bs] blocks: hist read backwards from step 1's entry,
         # round and round
@@ -191,50 +158,25 @@ class DecodeRunPlanner:
             del used[max(1, bisect.bisect_right(used, used_now + free)):]
         return used
 
-    def steps_small(
-        self, n: int, c0: int, k_max: int, t: float, t_ext: float, dt0: float, lag: int = 0
-    ) -> tuple[list[float], list[float]]:
-        """End times and durations of the steps of a short decode run from ``t`` (at most
-        ``k_max`` steps, the first ``dt0`` long, ending with the step in progress at
-        ``t_ext``, or ``lag`` steps later: :meth:`_lag_step`), the step times of one ``step_time`` call per step as stepping makes them
-        (``decode_step_times`` beyond :data:`SHORT_RUN_STEPS`, the same bits): the bits of
-        :meth:`plan`'s array path (sums from ``t`` in the same order)."""
-        dts = [dt0]
+    def steps(self, n: int, c0: int, k_max: int, t: float, dt0: float,
+              small: bool) -> tuple[Floats, Floats]:
+        """End times and durations of the ``k_max`` steps of a decode run of ``n`` requests
+        from ``c0`` context tokens starting at ``t`` (step ``j`` attends to ``c0 + n (j + 1)``
+        tokens; the first ``dt0`` long), as stepping makes them (sums from ``t`` in its order,
+        so the same bits). ``small``: in Python numbers (one ``step_time`` call per step for a
+        few, ``decode_step_times`` read into a list beyond :data:`SHORT_RUN_STEPS`), else
+        arrays."""
+        if not small:
+            dts = self._decode_array(n, c0 + n, k_max)
+            ends = dts.copy()
+            ends[0] += t
+            np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
+            return ends, dts
+        dts_l = [dt0]
         if k_max > SHORT_RUN_STEPS:
-            dts += self._decode_array(n, c0 + 2 * n, k_max - 1).tolist()
+            dts_l += self._decode_array(n, c0 + 2 * n, k_max - 1).tolist()
         elif k_max > 1:  # a few steps: one step_time call each costs less than an array's
-            dts += [self.decode_step(n, c) for c in range(c0 + 2 * n, c0 + n * (k_max + 1), n)]
-        ends = list(accumulate(dts, initial=t))  # t += dt, step by step
-        del ends[0]
-        if ends[-1] > t_ext:  # the run ends with the first step ending at t_ext or later
-            cut = bisect.bisect_left(ends, t_ext) + 1
-            if lag:
-                cut += self._lag_step(ends, cut, t_ext)
-            del ends[cut:], dts[cut:]
-        # else no step ends after t_ext: the whole run, as the array path does
-        if self.tie is not None and len(ends) > 1:
-            j = self.tie(ends)
-            if j >= 0:
-                del ends[max(1, j):], dts[max(1, j):]
-        return ends, dts
-
-    @staticmethod
-    def span_keep(run: tuple[Floats, Ints, Floats], t_ext: float, until: float
-                  ) -> tuple[Floats, Ints, Floats]:
-        """The steps to keep of a ``run`` (step ends, blocks in use, step times) planned to
-        ``until`` past the next external event at ``t_ext`` (``fast_decode``'s
-        ``_plan_until``): those up to the one in progress at ``t_ext``, and those ending by
-        ``until`` (the steps scheduled before ``t_ext`` and those whose figures no sample
-        reads)."""
-        if until == t_ext:
-            return run
-        ends, used, dts = run
-        if isinstance(ends, list):
-            k_ext = bisect.bisect_left(ends, t_ext) + 1
-            k_until = bisect.bisect_right(ends, until)
-        else:
-            k_ext = int(ends.searchsorted(t_ext, side="left")) + 1
-            k_until = int(ends.searchsorted(until, side="right"))
-        k_ext = min(k_ext, len(ends))
-        k = max(k_ext, k_until)
-        return ends[:k], used[:k], dts[:k]
+            dts_l += [self.decode_step(n, c) for c in range(c0 + 2 * n, c0 + n * (k_max + 1), n)]
+        ends_l = list(accumulate(dts_l, initial=t))  # t += dt, step by step
+        del ends_l[0]
+        return ends_l, dts_l

@@ -81,16 +81,6 @@ class DecodeGroup:
         if room < left:  # its blocks fill before it finishes
             heapq.heappush(self.wake, (wake, i))
 
-    def wake_deferred(self, num_computed_tokens: IntArray, block_size: int) -> None:
-        """The deferred members whose blocks are full at the step being scheduled join
-        ``hist`` (``num_computed_tokens``: the rows' arrays, which lag the group's steps)."""
-        wake = self.wake
-        while wake and wake[0][0] <= self.step:
-            s, i = heapq.heappop(wake)
-            if self.deferred.get(i) == s:  # else a stale entry
-                del self.deferred[i]
-                self.hist[(num_computed_tokens.item(i) - self.members[i]) % block_size] += 1
-
 
 class SkipAheadEngine(TiedSteps, Engine):
     """:class:`Engine` keeping its running requests as a :class:`DecodeGroup` while all of them
@@ -243,16 +233,6 @@ class SkipAheadEngine(TiedSteps, Engine):
         g.context -= c
         g.size -= 1
 
-    def _group_done(self, g: DecodeGroup) -> list[int]:
-        """The members that have all their output now, out of the group, in running order."""
-        finish = g.finish
-        done: list[int] = []
-        while finish and finish[0][0] <= g.step:
-            i = heapq.heappop(finish)[2]
-            self._group_leave(g, i)
-            done.append(i)
-        return done
-
     def _group_dissolve(self, *, scheduled: bool) -> None:
         """Write every member's arrays and end the group. ``scheduled``: the group's step is
         scheduled (its blocks taken), not committed."""
@@ -302,8 +282,12 @@ class SkipAheadEngine(TiedSteps, Engine):
         n = g.size
         if not (self.commit.all_decode and n == len(self.running) and n <= budget):
             return None
-        if g.wake:
-            g.wake_deferred(self.num_computed_tokens, self.block_size)
+        wake = g.wake  # the deferred members whose blocks are full now join hist
+        while wake and wake[0][0] <= g.step:
+            s, i = heapq.heappop(wake)
+            if g.deferred.get(i) == s:  # else a stale entry (a member that left)
+                del g.deferred[i]
+                g.hist[(self.num_computed_tokens.item(i) - g.members[i]) % self.block_size] += 1
         total = g.hist[-g.step % self.block_size]  # the members whose blocks are full
         if total > self.kv.num_available_blocks:
             return None
@@ -323,9 +307,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         n = g.size
         run: Run | None = None
         decoding = not tail and not self._step_extra_s  # a decode run of the group
-        t_lag = math.inf  # the next external event, when the run may go on a step past it
         if decoding:
-            c0 = g.context
             to_finish = g.finish[0][0] - g.step
             t_ext = self.hooks.next_external_s()
             until = self._plan_until(t_ext) if self.head_refusal else t_ext
@@ -335,24 +317,31 @@ class SkipAheadEngine(TiedSteps, Engine):
             if self._pending and not (self._span_head is not None and self.runs_past_external
                                       and self.config.scheduling_policy == "fcfs"):
                 to_end = min(to_end, self._pending_due() - self.num_steps)
-            if lag := self._async and until == t_ext and self.runs_past_external:
-                t_lag = t_ext
-            k_max, dt = self.planner.bound(n, c0, to_end, self.t, until, lag)
-            if k_max > GROUP_SMALL_K:
-                planned = self.planner.group_alloc_plan(g.hist, g.step, k_max)
-                run = self._planned_run(n, planned, c0, dt, until, lag)
-            elif k_max > 1:
+            # (async scheduling: the run may go on a step past t_ext's, DecodeRunPlanner.keep)
+            lag = self._async and until == t_ext and self.runs_past_external
+            planner = self.planner
+            dt = planner.decode_step(n, n + g.context)
+            k_max = planner.bound(to_end, self.t, until, dt, lag)
+            if k_max > 1:  # cut where the blocks run out and, while the waiting head is
+                # refused, where it may start (_jump_limit); then DecodeRunPlanner.keep's steps
                 free = self.kv.num_available_blocks
                 used_now = self.num_gpu_blocks - free  # num_used_blocks
-                used = self.planner.group_used_small(g.hist, g.step, k_max, free, used_now)
-                if self.head_refusal:
-                    alloc = np.array(used, np.int64) - used_now
-                    used = used[: self._jump_limit(len(used), alloc)]
-                step_end, dts = self.planner.steps_small(n, c0, len(used), self.t, until, dt,
-                                                         lag)
-                run = step_end, used[: len(step_end)], dts
-            if run is not None:
-                run = self.planner.span_keep(run, t_ext, until)
+                used: Ints
+                if k_max > GROUP_SMALL_K:
+                    alloc = planner.cut_to_free(planner.group_alloc_plan(g.hist, g.step, k_max),
+                                                free)
+                    if self.head_refusal:
+                        alloc = alloc[: self._jump_limit(len(alloc), alloc)]
+                    used = used_now + alloc
+                else:
+                    used = planner.group_used_small(g.hist, g.step, k_max, free, used_now)
+                    if self.head_refusal:
+                        alloc = np.array(used, np.int64) - used_now
+                        used = used[: self._jump_limit(len(used), alloc)]
+                step_end, dts = planner.steps(n, g.context, len(used), self.t, dt,
+                                              k_max <= GROUP_SMALL_K)
+                k = planner.keep(step_end, t_ext, until, lag)
+                run = (step_end, used, dts) if k == len(used) else (step_end[:k], used[:k], dts[:k])
         else:
             dt = self._step_seconds(tail_features(n, n + g.context, tail, self.num_computed_tokens,
                                                   self.num_tokens, self.num_output_tokens))
@@ -360,7 +349,7 @@ class SkipAheadEngine(TiedSteps, Engine):
             yield from self._wait(self._account_step(dt, reserved, counts))
             self._span_head, k = None, 1
         else:
-            k = yield from self._wait_run(dt, run, reserved, counts, t_lag)
+            k = yield from self._wait_run(run, reserved, counts, t_ext if lag else math.inf)
         self._steps_rows = None  # for scheduled_with_output: the group's step
         self._steps_group = (n, tail)
         if self._aborts:
@@ -400,9 +389,13 @@ class SkipAheadEngine(TiedSteps, Engine):
         order, out of the group."""
         g.step += k
         g.context += g.size * k
-        if finishes and g.finish and g.finish[0][0] <= g.step:
-            return self._group_done(g)
-        return []
+        finish = g.finish
+        done: list[int] = []
+        while finishes and finish and finish[0][0] <= g.step:
+            i = heapq.heappop(finish)[2]
+            self._group_leave(g, i)
+            done.append(i)
+        return done
 
     def _group_commit_run(self, g: DecodeGroup, k: int, extra: int, finishes: bool) -> None:
         """Commit ``k`` decode steps of the group: ``extra`` blocks taken by steps 1..k-1;
@@ -414,21 +407,6 @@ class SkipAheadEngine(TiedSteps, Engine):
             self.commit.finish(done)
 
     # --- decode runs ----------------------------------------------------------------------------
-    def _planned_run(
-        self, n: int, planned: IntArray, c0: int, dt: float, until: float, lag: int
-    ) -> tuple[Floats, Ints, Floats]:
-        """A decode run of ``n`` requests from ``c0`` context tokens (its first step ``dt``
-        long, planned to end by ``until``) whose steps 1..j would take ``planned[j]`` blocks,
-        cut where the blocks run out and, while the waiting head is refused, where it may
-        start (:meth:`_jump_limit`): its step ends, blocks in use and step times."""
-        alloc_cum = self.planner.cut_to_free(planned, self.kv.num_available_blocks)
-        if self.head_refusal:  # the waiting head was refused: for how long?
-            alloc_cum = alloc_cum[: self._jump_limit(len(alloc_cum), alloc_cum)]
-        _, step_end, used, dts = self.planner.plan(
-            n, alloc_cum, c0, self.t, until, dt, self.kv.num_used_blocks, lag
-        )
-        return step_end, used, dts
-
     def _plan_until(self, t_ext: float) -> float:
         """How far a decode run planned now may go: to the step in progress at ``t_ext``, the
         next external event (which may change what the next step schedules). While the
@@ -436,7 +414,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         behind it, so the steps scheduled after it differ only in the timeline's figures
         (running and waiting requests, the gateway's reserved tokens: read as each step is
         scheduled, kept at the samples); the run may then go on, over arrivals, to the first
-        timeline sample at or after ``t_ext`` (``DecodeRunPlanner.span_keep``). A request that arrives
+        timeline sample at or after ``t_ext`` (``DecodeRunPlanner.keep``). A request that arrives
         at the head (a priority queue) or an abort still ends the run with the step in
         progress (:meth:`_work_changed`), as without."""
         if not self.head_refusal or t_ext == math.inf:
@@ -445,13 +423,13 @@ class SkipAheadEngine(TiedSteps, Engine):
         return self.log.timeline.first_at_or_after(t_ext)
 
     def _wait_run(
-        self, dt: float, run: Run, reserved: int, counts: tuple[int, int], t_lag: float
+        self, run: Run, reserved: int, counts: tuple[int, int], t_lag: float
     ) -> Generator[simpy.Event, Any, int]:
-        """Run the planned decode ``run`` (step ends, blocks in use, step times; the first
-        ``dt`` long), with their KV and head-of-line terms and timeline samples (``reserved``
-        and ``counts``: the timeline's figures as it was scheduled; ``t_lag``: the external
-        event it was planned to go on a step past, or inf); returns the steps that ran (a run
-        ends early when work is added or aborted)."""
+        """Run the planned decode ``run`` (step ends, blocks in use, step times), with their KV
+        and head-of-line terms and timeline samples (``reserved`` and ``counts``: the
+        timeline's figures as it was scheduled; ``t_lag``: the external event it was planned to
+        go on a step past, or inf); returns the steps that ran (a run ends early when work is
+        added or aborted)."""
         env = self.env
         self._busy = True
         step_end, used, dts = run

@@ -12,7 +12,7 @@ or one array call each for other cost models) follow. :func:`plan_spec_run` comp
 request finishes (the accepted drafts vary by request, so unlike a plain decode run's this is
 found from the draws), before the first step whose blocks do not fit, before a step whose
 drafts the model's length clips, or with the step in progress at the next external event (under
-async scheduling the step after it: ``DecodeRunPlanner.lag_step``; and with the step after which
+async scheduling the step after it: ``DecodeRunPlanner.keep``; and with the step after which
 a request not yet schedulable becomes so), as a plain decode run ends.
 
 The run's first step is scheduled by the engine's one scheduler (``Scheduler._schedule``); a
@@ -27,7 +27,6 @@ progress when work is added or aborted).
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Generator
 from typing import Any
 
@@ -39,7 +38,7 @@ from kvbudget.perf.step_features import StepFeatures
 from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.simulator.decode_plan import MAX_JUMP_STEPS, DecodeRunPlanner
 from kvbudget.simulator.engine import IntArray
-from kvbudget.simulator.fast_decode import Run, SkipAheadEngine
+from kvbudget.simulator.fast_decode import SkipAheadEngine
 from kvbudget.simulator.serving import FloatArray
 from kvbudget.simulator.small_arrays import SMALL_N, imax, imin, isum
 from kvbudget.simulator.spec_decode import SpecDecode
@@ -70,11 +69,6 @@ class SpecRun:
         self.rows, self.out0, self.c0, self.steps0, self.left = rows, out0, c0, steps0, left
         self.gained, self.held, self.alloc, self.draft_s = gained, held, alloc, draft_s
         self.ends, self.dts = ends, dts
-
-    def output_after(self, i: int, steps: int) -> int:
-        """Row ``i``'s output tokens after the run's first ``steps`` steps."""
-        r = int(np.flatnonzero(self.rows == i)[0])
-        return self.out0.item(r) + min(self.gained.item(r, steps), self.left.item(r))
 
 
 def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
@@ -128,41 +122,25 @@ def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
     k_max = len(alloc)
     if k_max <= 1:
         return None
-    # the verify steps' num_context_tokens (step 0's too: its time is dt0, as scheduled)
+    # the verify steps' num_context_tokens (step 0's too: its time is dt0, as scheduled),
+    # priced as _step_seconds prices a step's features, plus the draft's seconds: the cost
+    # model's table when it has one, else its step_time on arrays
     context = np.add.reduce(before[:, :k_max], axis=0)
     context += isum(c0) + n * q
-    draft_s, dts = _price(spec, planner.cost, n, q, context)
+    cost: Any = planner.cost
+    dts = cost.chunk_times_at(n, q, context) if isinstance(cost, VllmStepModel) else None
+    if dts is None:
+        dts = cost.step_time(float(n * q), 0.0, context.astype(np.float64),
+                             (q * context).astype(np.float64), float(n))
+    draft = spec.draft_run_seconds(n, context)
+    dts = dts + draft
+    draft_s = np.zeros(k_max, np.float64) if isinstance(draft, float) else draft  # (n-gram)
     dts[0] = dt0
     ends = dts.copy()
     ends[0] += e.t
     np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
     return SpecRun(rows, out0, c0, steps0, left, gained[:, : k_max + 1], held[:, :k_max], alloc,
                    draft_s, ends, dts)
-
-
-def _price(spec: SpecDecode, cost: Any, n: int, q: int,
-           context: IntArray) -> tuple[FloatArray, FloatArray]:
-    """The draft's and the whole step's seconds of verify steps of ``n`` chunks of ``q``
-    tokens attending to ``context`` tokens (as ``_step_seconds`` prices a step's features
-    and adds the draft's seconds): the cost model's table when it has one, else its
-    ``step_time`` on arrays."""
-    verify = cost.chunk_times_at(n, q, context) if isinstance(cost, VllmStepModel) else None
-    if verify is None:
-        ctx_f = context.astype(np.float64)
-        verify = cost.step_time(float(n * q), 0.0, ctx_f, (q * context).astype(np.float64),
-                                float(n))
-    draft = spec.draft_run_seconds(n, context)
-    if isinstance(draft, float):  # (no draft model: n-gram)
-        return np.zeros(len(context), np.float64), verify + draft
-    return draft, verify + draft
-
-
-def cut_run(run: SpecRun, k: int) -> SpecRun:
-    """``run``'s first ``k`` steps."""
-    if k == len(run.ends):
-        return run
-    return SpecRun(run.rows, run.out0, run.c0, run.steps0, run.left, run.gained[:, : k + 1],
-                   run.held[:, :k], run.alloc[:k], run.draft_s[:k], run.ends[:k], run.dts[:k])
 
 
 def commit_spec_run(e: CommitTarget, spec: SpecDecode, commit: StepCommit, run: SpecRun,
@@ -222,12 +200,12 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         self._spec_run: SpecRun | None = None  # the run in flight
 
     def output_tokens_of(self, i: int) -> int:
-        run, ends = self._spec_run, self._run_ends
-        if run is None or ends is None or i not in run.rows:
+        run = self._spec_run
+        if run is None or self._run_ends is None or i not in run.rows:
             return super().output_tokens_of(i)
-        now = self.env.now
-        done = bisect.bisect_left(ends, now) if self.ties is None else self._steps_done(ends, now)
-        return run.output_after(i, done)
+        r = int(np.flatnonzero(run.rows == i)[0])  # its output after the steps that have ended
+        steps = self._steps_done_now() - self.num_steps
+        return run.out0.item(r) + min(run.gained.item(r, steps), run.left.item(r))
 
     def _features(self, rows: IntArray, new: IntArray) -> StepFeatures:
         """``Engine._features`` of a step of a few rows in Python integers (the same sums:
@@ -262,56 +240,35 @@ class SpecSkipAheadEngine(SkipAheadEngine):
                                         float(n))) + self._step_extra_s
         t_ext = self.hooks.next_external_s()
         until = self._plan_until(t_ext) if self.head_refusal else t_ext
-        # async scheduling: the run goes on a step past t_ext's (DecodeRunPlanner.lag_step)
+        # async scheduling: the run goes on a step past t_ext's (DecodeRunPlanner.keep)
         lag = self._async and until == t_ext and self.runs_past_external
-        if until != float("inf") and dt0 > 0:  # step times never shrink during the run
-            k_max = max(1, min(k_max, int((until - self.t) / dt0) + 2 + lag))
+        k_max = self.planner.bound(k_max, self.t, until, dt0, lag)
         run = plan_spec_run(self, spec, self.planner, rows, k_max, dt0,
                             self.kv.num_available_blocks)
-        cut: Run | None = None
-        if run is not None:
-            cut = self._cut(run, t_ext, until, lag)
-            run = cut_run(run, len(cut[0])) if len(cut[0]) > 1 else None
-        if run is None or cut is None:
+        k = 0
+        if run is not None:  # its steps that run (as a decode run's), while the waiting head is
+            # refused up to where it may start
+            k = self._jump_limit(len(run.ends), run.alloc) if self.head_refusal else len(run.ends)
+            k = self.planner.keep(run.ends[:k], t_ext, until, lag)
+        if run is None or k < 2:
             self._span_head = None
             yield from super()._run_scheduled(rows, new, preempted, reserved, counts)
             return
+        cut = (run.ends[:k], self.kv.num_used_blocks + run.alloc[:k], run.dts[:k])
         self._spec_run = run
-        k = yield from self._wait_run(dt0, cut, reserved, counts, t_ext if lag else float("inf"))
+        k = yield from self._wait_run(cut, reserved, counts, t_ext if lag else float("inf"))
         self._spec_run = None
         self._steps_rows = rows
         if self._aborts:  # the last step commits as stepping commits it, without them
             if k > 1:
                 self._on_steps(False, k - 1)
                 commit_spec_run(self, spec, commit, run, k - 1)
-            step = k - 1
-            if step:
-                self.kv.num_blocks[rows] = run.held[:, step]
-                self.kv.take(int(run.alloc[step] - run.alloc[step - 1]))
-                spec.draft_s += float(run.draft_s[step])
+                self.kv.num_blocks[rows] = run.held[:, k - 1]
+                self.kv.take(int(run.alloc[k - 1] - run.alloc[k - 2]))
+                spec.draft_s += float(run.draft_s[k - 1])
             aborted = self._apply_aborts()
             self._on_steps(False, 1)
             commit.rows(rows, new, aborted)
             return
         self._on_steps(False, k)
         commit_spec_run(self, spec, commit, run, k)
-
-    def _cut(self, run: SpecRun, t_ext: float, until: float, lag: bool) -> Run:
-        """``run``'s steps up to the one in progress at ``until`` (or, ``lag``, the step after
-        it: ``DecodeRunPlanner.lag_step``; as ``DecodeRunPlanner.plan`` cuts a decode run, ties
-        included), and while the waiting head is refused, up to where it may start
-        (``_jump_limit``); then ``DecodeRunPlanner.span_keep``'s."""
-        ends, dts, alloc = run.ends, run.dts, run.alloc
-        k = len(ends)
-        if self.head_refusal:
-            k = self._jump_limit(k, alloc)
-        if until < ends[k - 1]:
-            cut = int(ends[:k].searchsorted(until, side="left")) + 1
-            k = cut + self.planner.lag_step(ends[:k], cut, t_ext) if lag else cut
-        tie = self.planner.tie
-        if tie is not None and k > 1:
-            j = tie(ends[:k])
-            if j >= 0:
-                k = max(1, j)
-        used = self.kv.num_used_blocks + alloc[:k]
-        return self.planner.span_keep((ends[:k], used, dts[:k]), t_ext, until)

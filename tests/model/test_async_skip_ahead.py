@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.policies import TierConfig, make_policy
 from kvbudget.results.run_result import RunResult
-from kvbudget.simulator.decode_plan import SMALL_K, DecodeRunPlanner
+from kvbudget.simulator.decode_plan import GROUP_SMALL_K, DecodeRunPlanner
 from kvbudget.simulator.engine import Engine
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig, simulate
@@ -50,21 +50,23 @@ def planner(period_s: float) -> DecodeRunPlanner:
     # [0.25, 0.375) is the one in progress, and the run goes on through the next
     (0.375, 0, 1.0, 3),
     (0.375, 1, 1.0, 4),
-    (3.05, 0, 10.0, 25),  # the array path (more than SMALL_K steps): [3.0, 3.125) is the 25th
+    (3.05, 0, 10.0, 25),  # [3.0, 3.125) is the 25th step
     (3.05, 1, 10.0, 26),
 ])
 def test_a_run_goes_on_through_the_step_after_an_arrival(
     t_ext: float, lag: int, period_s: float, steps: int
 ) -> None:
     p = planner(period_s)
-    k_max, dt0 = p.bound(1, 0, 1000, 0.0, t_ext, lag)
+    dt0 = p.decode_step(1, 1)
     assert dt0 == STEP_S
-    small_ends, _ = p.steps_small(1, 0, min(k_max, SMALL_K), 0.0, t_ext, dt0, lag)
-    k, ends, used, _ = p.plan(1, np.zeros(k_max, np.int64), 0, 0.0, t_ext, dt0, 0, lag)
-    assert k == len(ends) == len(used) == steps
-    assert ends.tolist() == [STEP_S * (j + 1) for j in range(steps)]
-    if steps <= SMALL_K:  # both paths: the same steps
+    k_max = p.bound(1000, 0.0, t_ext, dt0, lag)
+    ends, _ = p.steps(1, 0, k_max, 0.0, dt0, False)
+    assert p.keep(ends, t_ext, t_ext, lag) == steps
+    assert ends[:steps].tolist() == [STEP_S * (j + 1) for j in range(steps)]
+    if k_max <= GROUP_SMALL_K:  # both paths: the same steps
+        small_ends, _ = p.steps(1, 0, k_max, 0.0, dt0, True)
         assert small_ends == ends.tolist()
+        assert p.keep(small_ends, t_ext, t_ext, lag) == steps
 
 
 def run(workload: Workload, *, async_scheduling: bool, skip_ahead: bool,

@@ -16,7 +16,7 @@ from kvbudget.perf.models import get_model
 from kvbudget.perf.roofline import RooflineCostModel
 from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.policies import TierConfig, make_policy
-from kvbudget.simulator.decode_plan import GROUP_SMALL_K, SMALL_K, DecodeRunPlanner
+from kvbudget.simulator.decode_plan import GROUP_SMALL_K, DecodeRunPlanner
 from kvbudget.simulator.engine import Engine
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.engine_variants import ENGINE_CLASSES, TrtllmEngine
@@ -613,17 +613,17 @@ def test_every_engine_schedules_what_fits(
     st.sampled_from(["linear", "roofline", "tiny", "vllm-v1"]),
     st.integers(1, 256),
     st.integers(0, 2_000_000),
-    st.integers(1, max(SMALL_K, GROUP_SMALL_K)),
+    st.integers(1, GROUP_SMALL_K),
     st.floats(1.0, 1e5),
-    st.one_of(st.just(-1), st.integers(0, max(SMALL_K, GROUP_SMALL_K) + 2)),
+    st.one_of(st.just(-1), st.integers(0, GROUP_SMALL_K + 2)),
 )
 def test_short_decode_run_step_times_match_the_array_path(
     kind: str, n: int, c0: int, k_max: int, t: float, ext_at: int
 ) -> None:
-    """:meth:`DecodeRunPlanner.steps_small` (one scalar step_time call per step) gives the bits of
-    the array path, and its cut at t_ext (also when t_ext is exactly a step's end, or beyond
-    the run) is the array path's ``searchsorted`` cut: the step in progress at t_ext, the one
-    ending then where one does (``decode_plan._TIE``)."""
+    """:meth:`DecodeRunPlanner.steps` in Python numbers (one scalar step_time call per step)
+    gives the bits of the array path, and :meth:`~DecodeRunPlanner.keep`'s cut at t_ext of
+    either (also when t_ext is exactly a step's end, or beyond the run) is ``searchsorted``'s:
+    the step in progress at t_ext, the one ending then where one does (``decode_plan._TIE``)."""
     cost: LinearCostModel | RooflineCostModel | VllmStepModel = {
         "linear": LinearCostModel(0.003, 1e-4, 2e-4, 3e-8),
         # the default step model: a dense model on one GPU has its own float path
@@ -643,11 +643,12 @@ def test_short_decode_run_step_times_match_the_array_path(
     k = k_max
     if t_ext < ends[-1]:
         k = int(ends.searchsorted(t_ext, side="left")) + 1
-    k_bound, dt0 = planner.bound(n, c0, k_max, t, np.inf)
-    assert k_bound == min(k_max, 4096)
-    got_ends, got_dts = planner.steps_small(n, c0, k_max, t, t_ext, dt0)
-    assert got_ends == ends[:k].tolist()
-    assert got_dts == dts[:k].tolist()
+    dt0 = planner.decode_step(n, c0 + n)
+    assert planner.bound(k_max, t, np.inf, dt0) == min(k_max, 4096)
+    got_ends, got_dts = planner.steps(n, c0, k_max, t, dt0, True)
+    assert planner.keep(got_ends, t_ext, t_ext) == planner.keep(ends, t_ext, t_ext) == k
+    assert got_ends == ends.tolist()
+    assert got_dts == dts.tolist()
 
 
 @SETTINGS

@@ -429,15 +429,15 @@ def test_decode_runs_go_past_arrivals_behind_a_refused_head_as_stepping_does(
     from kvbudget.simulator.fleet import FleetConfig
 
     longer: list[int] = []
-    span_keep = DecodeRunPlanner.span_keep
+    keep = DecodeRunPlanner.keep
 
-    def counting(run: Any, t_ext: float, until: float) -> Any:
-        kept = span_keep(run, t_ext, until)
-        ends = run[0]
-        longer.append(len(kept[0]) > min(len(ends), int(np.searchsorted(ends, t_ext)) + 1))
+    def counting(planner: DecodeRunPlanner, ends: Any, t_ext: float, until: float,
+                 lag: int = 0) -> int:
+        kept = keep(planner, ends, t_ext, until, lag)
+        longer.append(kept > min(len(ends), int(np.searchsorted(ends, t_ext)) + 1))
         return kept
 
-    monkeypatch.setattr(DecodeRunPlanner, "span_keep", staticmethod(counting))
+    monkeypatch.setattr(DecodeRunPlanner, "keep", counting)
     w = backed_up_workload(120, seed=len(name) + len(extra))
     engine = EngineConfig(name=name, num_gpu_blocks=120, block_size=16,  # type: ignore[arg-type]
                           max_num_batched_tokens=512, **extra)

@@ -139,7 +139,7 @@ def test_a_run_goes_on_through_the_step_after_an_arrival_under_async_scheduling(
     # schedulable once step 5 has ended and starts in step 6 (A's fifth verify step and B's
     # prefill: 0.054 s, to 0.160); step 7 verifies both (0.018 s) and B finishes (1 + 4
     # tokens, at 0.178); A's last four steps follow. The run after A's prefill goes on through
-    # step 5 (DecodeRunPlanner.lag_step), so the speed-up calls _step five times: A's prefill,
+    # step 5 (DecodeRunPlanner.keep), so the speed-up calls _step five times: A's prefill,
     # that run, step 6, step 7 (B's first finish ends any run at once) and A's last run
     spec = SpeculativeConfig("ngram", 3, acceptance_rate=1.0)
     w = make_workload([0.0, 0.085], [40, 40], [41, 5])
