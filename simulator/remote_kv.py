@@ -33,7 +33,125 @@ from simpy.events import Timeout
 
 from kvbudget.simulator.request_queue import RequestQueue
 
-__all__ = ["RemoteLoads"]
+__all__ = ["IDLE_POLL_S", "LoadNotices", "RemoteLoads"]
+
+IDLE_POLL_S = 1e-3
+"""How often an engine that runs no model polls its KV loads: vLLM 0.32.0's engine core sleeps
+1 ms after an iteration that executed no model while requests remain ("yield the GIL briefly to
+allow background transfer threads to make progress": ``vllm/v1/engine/core.py:1616-1617``),
+and each iteration's (empty) step polls the connector (``kv_connector_no_forward``,
+``v1/worker/kv_connector_model_runner_mixin.py:25-37``). The iteration's own CPU time beside
+the sleep is not counted."""
+
+
+class LoadNotices:
+    """When a request whose KV loads asynchronously (vLLM's ``WAITING_FOR_REMOTE_KVS``: a CPU
+    tier's load, ``kv_offload``; a disaggregated decode replica's NIXL read,
+    :class:`RemoteLoads`) may be scheduled again, from when its copy ends. vLLM 0.32.0 (paths
+    under ``vllm/``):
+
+    1. every step's model execution polls the connector after launching the forward
+       (``v1/worker/kv_connector_model_runner_mixin.py:86-98``: ``get_finished``, which asks
+       each copy's CUDA event without waiting, ``v1/kv_offload/cpu/gpu_worker.py:706-708``; NIXL
+       asks each read's state, ``nixl/base_worker.py:3064-3083``): a copy that ends during a
+       step is seen by the next step's poll, as it starts (a step boundary here);
+    2. the poll's ``finished_recving`` comes back in that step's output; ``update_from_output``
+       marks the request (``v1/core/sched/scheduler.py:2329-2330``, ``3222-3227``);
+    3. the next ``schedule()`` promotes it to ``WAITING`` (``scheduler.py:3176-3190``,
+       ``_update_waiting_for_remote_kv`` 3123-3173) and schedules its uncached tail in that
+       same pass (``scheduler.py:1006-1013``, then 1085-1090: the tokens beyond those loaded).
+
+    Without async scheduling (``v1/engine/core.py:657-687``: schedule, execute, update) the
+    schedule after the step whose poll saw the copy ended is the next one: a copy that ends in
+    the step ending at boundary ``m`` (or at it) is seen by step ``m + 1``'s poll and the
+    request is scheduled from boundary ``m + 1`` (``notice_steps`` 1). With async scheduling
+    (``step_with_batch_queue``, core.py:698-810) step ``j`` is scheduled, and its poll made,
+    while step ``j - 1`` runs, and its output is taken in after step ``j + 1`` is scheduled:
+    the copy is seen by step ``m + 2``'s poll (made at boundary ``m``), whose output comes at
+    boundary ``m + 2``; the schedule then made is step ``m + 4``'s, which this model (whose
+    step ``k`` is scheduled at boundary ``k - 1``, ``Engine._add``) makes at boundary ``m + 3``
+    (``notice_steps`` 3). An engine that runs no model polls every :data:`IDLE_POLL_S`: the
+    first poll at or after the copy's end sees it and the request is scheduled one iteration
+    later (two with async scheduling, whose queue of two batches returns an iteration's output
+    in the next iteration: ``idle_polls``)."""
+
+    def __init__(self, async_scheduling: bool) -> None:
+        self.notice_steps = 3 if async_scheduling else 1
+        self.idle_polls = 2 if async_scheduling else 1
+        self._ends: dict[int, float] = {}  # row -> its copy's end, not yet seen by a poll
+        self._due: dict[int, int] = {}  # row -> the step count from which it is schedulable
+        self._due_s: dict[int, float] = {}  # row -> the time from which (seen while idle)
+        self._order: dict[int, float] = {}  # row -> its copy's end: the order they go in
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def __contains__(self, i: int) -> bool:
+        return i in self._order
+
+    def rows(self) -> list[int]:
+        """The rows waiting here, in the order their copies end."""
+        return list(self._order)
+
+    def add(self, i: int, end_s: float) -> None:
+        """Row ``i``'s copy is due to end at ``end_s``."""
+        self._ends[i] = end_s
+        self._order[i] = end_s
+
+    def cancel(self, i: int) -> None:
+        """Row ``i`` leaves (an abort)."""
+        if self._order.pop(i, None) is not None:
+            self._ends.pop(i, None)
+            self._due.pop(i, None)
+            self._due_s.pop(i, None)
+
+    def ready(self, t: float, num_steps: int) -> list[int]:
+        """At the step boundary ``t``, ``num_steps`` steps done (a schedule): the copies ended
+        by ``t`` are seen (the step scheduled now polls them); the rows schedulable now leave,
+        in the order their copies ended."""
+        ends = self._ends
+        if ends:
+            due = num_steps + self.notice_steps
+            for i in [i for i, end in ends.items() if end <= t]:
+                del ends[i]
+                self._due[i] = due
+        out = [i for i, n in self._due.items() if n <= num_steps]
+        out += [i for i, s in self._due_s.items() if s <= t]
+        if not out:
+            return out
+        for i in out:
+            self._due.pop(i, None)
+            self._due_s.pop(i, None)
+        order = self._order
+        out.sort(key=order.__getitem__)
+        for i in out:
+            del order[i]
+        return out
+
+    def idle_until_s(self, t: float, num_steps: int) -> float:
+        """The engine runs no model from ``t`` (``num_steps`` steps done) and polls every
+        :data:`IDLE_POLL_S`: when the first row waiting here is schedulable (``inf``: none).
+        A copy not yet seen is seen by the first poll at or after its end; a row seen by a
+        step's poll waits out what it still had to, at most ``idle_polls`` idle iterations."""
+        due_s = self._due_s
+        polls = self.idle_polls
+        for i, end in self._ends.items():
+            k = max(0, math.ceil((end - t) / IDLE_POLL_S))
+            due_s[i] = t + (k + polls) * IDLE_POLL_S
+        self._ends.clear()
+        for i, n in self._due.items():
+            due_s[i] = t + min(n - num_steps, polls) * IDLE_POLL_S
+        self._due.clear()
+        return min(due_s.values()) if due_s else math.inf
+
+    def next_s(self, t: float) -> float:
+        """Where a skip-ahead decode run planned at ``t`` ends (the step in progress then): at
+        once (``t``: one step) while a row waits for a step count, else at the first copy's
+        end or schedulable time."""
+        if self._due:
+            return t
+        return min(min(self._ends.values(), default=math.inf),
+                   min(self._due_s.values(), default=math.inf))
 
 
 class _Engine(Protocol):
