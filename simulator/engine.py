@@ -92,7 +92,6 @@ class Engine(Scheduler):
         self._pending: list[list[int]] = []
         self._between_steps = False  # a step has ended and the next is not yet scheduled
         self._busy = False  # a step is in flight
-        self._stalled = False  # nothing could run while KV loads (remote_kv)
         self._wake: simpy.Event | None = None
         self._caps = QueueCaps.of(config)
         self.process = env.process(self._run())
@@ -151,7 +150,8 @@ class Engine(Scheduler):
         return True
 
     def add_loaded(self, i: int) -> None:
-        """Row ``i``'s KV has arrived (``remote_kv``): back to the front of the waiting queue."""
+        """Row ``i``, whose KV was loading (``remote_kv``), goes back to the front of the waiting
+        queue (aborted: the abort finds it there)."""
         self.waiting.prepend_request(i)
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
@@ -315,8 +315,7 @@ class Engine(Scheduler):
             if self._pending and not self.running and self.waiting.peek_request() is None:
                 self._release_pending(everything=True)  # nothing else would be scheduled
             self._between_steps = False
-            if not self.running and (self.waiting.peek_request() is None or self._stalled):
-                self._stalled = False  # (nothing ran: every request's KV loads elsewhere)
+            if not self.running and self.waiting.peek_request() is None:
                 if (t_held := self._held_until_s()) <= self.t:
                     continue  # work held outside the queues (a KV load) waits now
                 self._on_idle()
@@ -355,9 +354,6 @@ class Engine(Scheduler):
                 yield self._wake
                 self._wake = None
                 self.t = max(self.t, self.env.now)
-                return
-            if self.remote is not None and self.remote.loading:
-                self._stalled = True  # wait for a load to end (remote_kv)
                 return
             # nothing fits even with every block free: cannot happen for requests that
             # passed fits(); guard against a livelock all the same
@@ -442,9 +438,13 @@ class Engine(Scheduler):
         return self.num_steps
 
     def _held_until_s(self) -> float:
-        """When work held outside ``running`` and ``waiting`` (a variant's: KV being loaded)
-        is ready; ``self.t`` or before once some of it waits again, ``inf`` with none."""
-        return math.inf
+        """When work held outside ``running`` and ``waiting`` (KV being loaded: a variant's,
+        or a disaggregated decode replica's, ``remote_kv.RemoteLoads.held_until_s``) is ready
+        while no model runs; ``self.t`` or before once some of it waits again, ``inf`` with
+        none."""
+        if self.remote is None:
+            return math.inf
+        return self.remote.held_until_s(self.waiting, self.t, self.num_steps)
 
     def _ring_at(self, t: float) -> None:
         """Trigger the wake-up event now pending (``_wake``) at ``t``, unless a request's

@@ -294,14 +294,15 @@ class OffloadEngine(Engine):
                 waiting.prepend_request(i)
 
     def _held_until_s(self) -> float:
+        held = super()._held_until_s()
         if self._unstarted:
             self._start_copies()  # no model ran: the copies start now
         if not self._notices:
-            return math.inf
+            return held
         if self._promote_loads():
             return self.t
         # no model runs: the engine polls its loads every IDLE_POLL_S
-        return self._notices.idle_until_s(self.t, self.num_steps)
+        return min(held, self._notices.idle_until_s(self.t, self.num_steps))
 
     def _jump_limit(self, k_max: int, alloc_cum: Any) -> int:
         if self._notices or self._unstarted:

@@ -5,11 +5,13 @@ queue with every prompt token but the last counted as computed
 (``Engine.add_remote_request``). When the waiting loop admits it, its blocks are allocated for
 the whole prompt as for any request, and then, instead of running, it leaves the queue while its
 KV is read over the link (:meth:`RemoteLoads.start_load`, called by
-``Scheduler._schedule_waiting``): it holds its blocks, takes no token budget and no seat. When
-the read has ended it goes back to the front of the waiting queue (``Engine.add_loaded``) and
-is admitted again, ahead of every request that holds no blocks (:meth:`RemoteLoads.to_front`),
-to compute the last prompt token, which
-samples its first output token. This is vLLM 0.32.0's scheduler
+``Scheduler._schedule_waiting``; vLLM's ``start_load_kv`` issues the read as the step's forward
+is launched, ``nixl/pull_worker.py:47-77``): it holds its blocks, takes no token budget and no
+seat. When the engine has noticed that the read has ended (:class:`LoadNotices`: the next
+step's poll, its output, the next schedule) it goes back to the front of the waiting queue
+(:meth:`RemoteLoads.promote`) and is admitted again, ahead of every request that holds no
+blocks (:meth:`RemoteLoads.to_front`), to compute the last prompt token, which samples its
+first output token. This is vLLM 0.32.0's scheduler
 (``vllm/v1/core/sched/scheduler.py``): lines 1109-1112 (a request loading async takes no new
 tokens), 1320-1323 (its blocks allocated, status ``WAITING_FOR_REMOTE_KVS``), 3178-3186
 (skipped until ``finished_recving``), 3170-3173 (``num_computed_tokens = num_tokens - 1`` when
@@ -31,6 +33,7 @@ from typing import Any, Protocol
 import simpy
 from simpy.events import Timeout
 
+from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.request_queue import RequestQueue
 
 __all__ = ["IDLE_POLL_S", "LoadNotices", "RemoteLoads"]
@@ -136,7 +139,8 @@ class LoadNotices:
         due_s = self._due_s
         polls = self.idle_polls
         for i, end in self._ends.items():
-            k = max(0, math.ceil((end - t) / IDLE_POLL_S))
+            # (rounded: a copy ending on a poll, as worked in decimals, is seen by that poll)
+            k = max(0, math.ceil(round((end - t) / IDLE_POLL_S, 9)))
             due_s[i] = t + (k + polls) * IDLE_POLL_S
         self._ends.clear()
         for i, n in self._due.items():
@@ -158,6 +162,7 @@ class _Engine(Protocol):
     """What of its engine (``simulator.engine.Engine``) a replica's loads use."""
 
     t: float
+    config: EngineConfig
 
     def add_loaded(self, i: int) -> None: ...
 
@@ -166,7 +171,8 @@ class _Engine(Protocol):
 
 class RemoteLoads:
     """One decode replica's requests whose KV is remote: those not yet admitted
-    (``pending``), those loading (``loading``: row -> end), and the loads' start and end."""
+    (``pending``), those loading (``loading``: row -> end), those whose read the engine has
+    not yet noticed (``notices``: from the read's start), and the loads' start and end."""
 
     def __init__(self, env: simpy.Environment, engine: _Engine,
                  transfer_s: Sequence[float],
@@ -182,6 +188,7 @@ class RemoteLoads:
         self.on_end: Callable[[int, float], None] | None = None
         self.pending: set[int] = set()  # the fleet adds a row joining with its KV remote
         self.loading: dict[int, float] = {}
+        self.notices = LoadNotices(bool(engine.config.async_scheduling))
         self.loaded: dict[int, None] = {}  # in the queue with their blocks, by load end
 
     def start_load(self, i: int) -> bool:
@@ -200,6 +207,7 @@ class RemoteLoads:
         self._starts[i] = start
         self._ends[i] = end
         heapq.heappush(self._ends_heap, (end, i))
+        self.notices.add(i, end)
         # (``Timeout(env, d)``: ``env.timeout(d)`` without the bound-class descriptor's call)
         done = Timeout(self.env, max(0.0, end - self.env.now))
         done.callbacks.append(partial(self._ended, i, end))
@@ -209,9 +217,7 @@ class RemoteLoads:
         """Row ``i``'s load, due to end at ``end``, has ended (unless it was cancelled)."""
         if self.loading.get(i) != end:  # cancelled (an abort), or another attempt's load
             return
-        del self.loading[i]
-        self.loaded[i] = None
-        self.engine.add_loaded(i)
+        del self.loading[i]  # (the engine notices it later: promote)
         if self.on_end is not None:
             self.on_end(i, self.env.now)
 
@@ -221,14 +227,39 @@ class RemoteLoads:
         boundary, as any abort), then the engine aborts it."""
         self.pending.discard(i)
         self.loaded.pop(i, None)
-        if self.loading.pop(i, None) is not None:
+        self.loading.pop(i, None)
+        if i in self.notices:
+            self.notices.cancel(i)
             self.engine.add_loaded(i)
         self.engine.abort_request(i)
 
     def next_end_s(self) -> float:
-        """The earliest end of a load in progress (inf: none)."""
-        loading = self.loading
-        return min(loading.values()) if loading else math.inf
+        """Where the replica's skip-ahead decode runs end (its ``next_external_s``): with the
+        step in progress as a read ends or its request becomes schedulable, or at once
+        (``LoadNotices.next_s``); inf: none."""
+        return self.notices.next_s(self.engine.t)
+
+    def promote(self, waiting: RequestQueue, t: float, num_steps: int) -> bool:
+        """At the step boundary ``t`` (``num_steps`` steps done, a schedule): the requests whose
+        reads the engine has noticed by now (:class:`LoadNotices`) join ``waiting``, and every
+        request whose KV arrived goes to its front (:meth:`to_front`); whether any joined."""
+        rows = self.notices.ready(t, num_steps) if self.notices else []
+        for i in rows:
+            self.loaded[i] = None
+            waiting.add_request(i)
+        if self.loaded:
+            self.to_front(waiting)
+        return bool(rows)
+
+    def held_until_s(self, waiting: RequestQueue, t: float, num_steps: int) -> float:
+        """The engine runs no model from ``t``: ``t`` when a request joined ``waiting`` now
+        (:meth:`promote`), else when the first read's request becomes schedulable while the
+        engine polls (``LoadNotices.idle_until_s``; inf: none)."""
+        if not self.notices:
+            return math.inf
+        if self.promote(waiting, t, num_steps):
+            return t
+        return self.notices.idle_until_s(t, num_steps)
 
     def to_front(self, waiting: RequestQueue) -> None:
         """Put the requests whose KV arrived at the front of ``waiting``, in the order their
