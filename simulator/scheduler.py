@@ -344,6 +344,8 @@ class Scheduler:
         instead of as the hit's (a chunk of the budget's size needs the same blocks either
         way), so the head may fit: the run stops before the first step that evicts (steps
         1.. of the run take ``alloc_cum`` blocks beyond the free ones)."""
+        if self.remote is not None and self.remote.notices:
+            return 1  # a request whose KV arrives joins the front (remote_kv.LoadNotices)
         kv = self.kv
         if kv.prefix is not None and self.head_refusal == "kv" and kv.prefix_hit_blocks()[1]:
             free = kv.num_free_blocks
