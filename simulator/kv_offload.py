@@ -22,16 +22,23 @@ What vLLM 0.32.0 does, and what is modelled (source paths under ``vllm/``):
   blocks, its first block most recent, when the request finishes (``on_request_finished``);
   here a request's blocks are refreshed, first block most recent, when it stores or loads them.
 * **Loads**: a waiting request whose prefix continues in CPU beyond its GPU prefix-cache hit
-  (``get_num_new_matched_tokens``, ``offloading/scheduler.py:1039``) is given the blocks of
-  both hits and waits, out of the queue, while the CPU part is copied in
-  (``WAITING_FOR_REMOTE_KVS``, ``v1/core/sched/scheduler.py:1320-1335``); the scheduler goes on
-  with the requests behind it. When the copy has ended it goes back to the front of the queue
-  (vLLM drains the requests holding KV blocks first) with those tokens computed, and prefills
-  only the rest. A copy takes ``bytes / bandwidth + latency``: the bytes of the CPU hit on one
-  GPU (each tensor-parallel rank copies its shard over its own link), at the GPU's host-link
-  bandwidth times :data:`H2D_EFFICIENCY`, one copy after another on the link, plus
-  :data:`TRANSFER_LATENCY_S`. The loaded blocks join the GPU prefix cache with the request's
-  first prefill step.
+  (``get_num_new_matched_tokens``, ``offloading/scheduler.py:1039``; asynchronous whenever
+  there is a hit, ``:1097``) is given the blocks of both hits and waits, out of the queue,
+  while the CPU part is copied in (``WAITING_FOR_REMOTE_KVS``,
+  ``v1/core/sched/scheduler.py:1320-1335``); the scheduler goes on with the requests behind
+  it. The copy starts as the step that admitted it ends (the worker submits it after launching
+  that step's forward, ``v1/worker/kv_connector_model_runner_mixin.py:81-90``, on a stream
+  that waits for the compute stream and the previous copy,
+  ``v1/kv_offload/cpu/gpu_worker.py:665-670``), at once when that step runs no model. A copy
+  takes ``bytes / bandwidth + latency``: the bytes of the CPU hit on one GPU (each
+  tensor-parallel rank copies its shard over its own link), at the GPU's host-link bandwidth
+  times :data:`H2D_EFFICIENCY`, one copy after another on the link, plus
+  :data:`TRANSFER_LATENCY_S`. When the engine has noticed the copy's end
+  (:class:`kvbudget.simulator.remote_kv.LoadNotices`: the next step's poll, its output, the
+  next schedule; every 1 ms while no model runs) the request goes back to the front of the
+  queue (vLLM drains the requests holding KV blocks first) with those tokens computed, and
+  prefills only the rest. The loaded blocks join the GPU prefix cache with the request's first
+  prefill step.
 * **Preempted requests**: vLLM v1 preempts by recompute; a preempted request's prompt blocks
   were stored as they were computed, so on resume its lookup finds them in CPU (those not
   evicted meanwhile) like any other request's. Its output blocks are not stored
@@ -212,8 +219,9 @@ class OffloadEngine(Engine):
         model): their copies start, one after another on the host link. vLLM starts an
         asynchronous load after the step's forward is launched
         (``v1/worker/kv_connector_model_runner_mixin.py:81-90``) on a stream that first waits
-        for the compute stream and for the previous copy (``v1/kv_offload/cpu/gpu_worker.py:665-670``):
-        the copy begins as that step's forward ends, or at once when it has none."""
+        for the compute stream and for the previous copy
+        (``v1/kv_offload/cpu/gpu_worker.py:665-670``): the copy begins as that step's forward
+        ends, or at once when it has none."""
         for i, nbytes, admitted in self._unstarted:
             start = max(self.t, self._link_free_s)
             self._link_free_s = start + nbytes / self.load_bandwidth_bytes_s

@@ -93,7 +93,7 @@ class LoadNotices:
         return i in self._order
 
     def rows(self) -> list[int]:
-        """The rows waiting here, in the order their copies end."""
+        """The rows waiting here, in the order they were added."""
         return list(self._order)
 
     def add(self, i: int, end_s: float) -> None:

@@ -111,8 +111,8 @@ class Scheduler:
     What a hook may use besides the request arrays (``num_tokens``, ``num_computed_tokens``,
     ``num_output_tokens``, ``num_blocks``, ``prompt_tokens``, ``max_output_tokens``,
     ``target_output``, ``num_preemptions``, ``recomputed_tokens``), ``running``, ``waiting``,
-    ``config``, ``block_size``, ``watermark_blocks``, ``t``, ``hooks`` and ``kv`` (the KV
-    blocks, :class:`kvbudget.simulator.kv_blocks.KVBlocks`: ``num_free_blocks``,
+    ``config``, ``block_size``, ``watermark_blocks``, ``t``, ``num_steps``, ``hooks`` and
+    ``kv`` (the KV blocks, :class:`kvbudget.simulator.kv_blocks.KVBlocks`: ``num_free_blocks``,
     ``num_available_blocks``, ``num_running_blocks``, ``prefix_hit_blocks()``, ``prefix``):
     :meth:`running_rows`, :attr:`head_refusal`, :meth:`start_tokens`,
     :meth:`allocate_start`, :meth:`allocate_slots`, :meth:`evict_running`,
