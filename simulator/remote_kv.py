@@ -54,15 +54,16 @@ class LoadNotices:
     under ``vllm/``):
 
     1. every step's model execution polls the connector after launching the forward
-       (``v1/worker/kv_connector_model_runner_mixin.py:86-98``: ``get_finished``, which asks
+       (``v1/worker/kv_connector_model_runner_mixin.py:89-98``: ``get_finished``, which asks
        each copy's CUDA event without waiting, ``v1/kv_offload/cpu/gpu_worker.py:706-708``; NIXL
        asks each read's state, ``nixl/base_worker.py:3064-3083``): a copy that ends during a
        step is seen by the next step's poll, as it starts (a step boundary here);
     2. the poll's ``finished_recving`` comes back in that step's output; ``update_from_output``
        marks the request (``v1/core/sched/scheduler.py:2329-2330``, ``3222-3227``);
-    3. the next ``schedule()`` promotes it to ``WAITING`` (``scheduler.py:3176-3190``,
+    3. the next ``schedule()`` promotes it to ``WAITING`` (``scheduler.py:3175-3190``,
        ``_update_waiting_for_remote_kv`` 3123-3173) and schedules its uncached tail in that
-       same pass (``scheduler.py:1006-1013``, then 1085-1090: the tokens beyond those loaded).
+       same pass (the waiting loop asks at ``scheduler.py:929-932``, then 1086-1092 and 1129:
+       the tokens beyond those loaded).
 
     Without async scheduling (``v1/engine/core.py:657-687``: schedule, execute, update) the
     schedule after the step whose poll saw the copy ended is the next one: a copy that ends in
