@@ -69,8 +69,9 @@ class LoadNotices:
     schedule after the step whose poll saw the copy ended is the next one: a copy that ends in
     the step ending at boundary ``m`` (or at it) is seen by step ``m + 1``'s poll and the
     request is scheduled from boundary ``m + 1`` (``notice_steps`` 1). With async scheduling
-    (``step_with_batch_queue``, core.py:698-810) step ``j`` is scheduled, and its poll made,
-    while step ``j - 1`` runs, and its output is taken in after step ``j + 1`` is scheduled:
+    (``step_with_batch_queue``, core.py:698-810) step ``j`` is scheduled, and its poll made (one
+    GPU's executor runs ``execute_model`` as it is called,
+    ``v1/executor/uniproc_executor.py:108-117``), while step ``j - 1`` runs, and its output is taken in after step ``j + 1`` is scheduled:
     the copy is seen by step ``m + 2``'s poll (made at boundary ``m``), whose output comes at
     boundary ``m + 2``; the schedule then made is step ``m + 4``'s, which this model (whose
     step ``k`` is scheduled at boundary ``k - 1``, ``Engine._add``) makes at boundary ``m + 3``
