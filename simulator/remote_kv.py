@@ -152,12 +152,19 @@ class LoadNotices:
 
     def next_s(self, t: float) -> float:
         """Where a skip-ahead decode run planned at ``t`` ends (the step in progress then): at
-        once (``t``: one step) while a row waits for a step count, else at the first copy's
-        end or schedulable time."""
-        if self._due:
-            return t
+        once (``t``: one step) while a row waits for a step count, else :meth:`next_time_s`."""
+        return t if self._due else self.next_time_s()
+
+    def next_time_s(self) -> float:
+        """The first copy's end or time a row is schedulable at (inf: none); a run that ends
+        with the step in progress then also keeps to :meth:`next_due`."""
         return min(min(self._ends.values(), default=math.inf),
                    min(self._due_s.values(), default=math.inf))
+
+    def next_due(self) -> int | None:
+        """The first step count from which a row seen by a step's poll is schedulable (None:
+        none)."""
+        return min(self._due.values()) if self._due else None
 
 
 class _Engine(Protocol):
@@ -237,9 +244,10 @@ class RemoteLoads:
 
     def next_end_s(self) -> float:
         """Where the replica's skip-ahead decode runs end (its ``next_external_s``): with the
-        step in progress as a read ends or its request becomes schedulable, or at once
-        (``LoadNotices.next_s``); inf: none."""
-        return self.notices.next_s(self.engine.t)
+        step in progress as a read ends or its request becomes schedulable at a time
+        (``LoadNotices.next_time_s``; inf: none), and by the step count from which one is
+        (``Engine._held_due_step``)."""
+        return self.notices.next_time_s()
 
     def promote(self, waiting: RequestQueue, t: float, num_steps: int) -> bool:
         """At the step boundary ``t`` (``num_steps`` steps done, a schedule): the requests whose
