@@ -170,10 +170,10 @@ class DisaggFleet(ReplicaTotals):
         if isinstance(engine, SkipAheadEngine):
             engine.planner.tie = self.events.first_tie
         if decode:
-            # a decode replica's next external event is a KV load's end (_next_touch_s),
-            # whose request goes to the front of the waiting queue (Engine.add_loaded), in
-            # the next step even under async scheduling: a decode run planned to it ends with
-            # the step in progress then, not a step past it (which the load's end would cut)
+            # a decode replica's next external event is a KV load's end or its request
+            # becoming schedulable (_next_touch_s, RemoteLoads.next_end_s), which joins the
+            # front of the waiting queue at a step boundary (RemoteLoads.promote): a decode run
+            # planned to it ends with the step in progress then, not a step past it
             engine.runs_past_external = False
         return engine
 
@@ -366,7 +366,7 @@ class DisaggFleet(ReplicaTotals):
                 "transfer_end_s": np.array(self.transfer_end_s, np.float64)}
 
     def _idle(self) -> bool:
-        return all(e.idle for e in self.replicas) and not any(x.loading for x in self.loads)
+        return all(e.idle for e in self.replicas) and not any(x.notices for x in self.loads)
 
     def stats(self) -> dict[str, object]:
         end_s = np.array(self.transfer_end_s, np.float64)

@@ -44,7 +44,7 @@ SPEED_UP_INTERFACE = frozenset({
     # schedulable under async scheduling, ``_between_steps``: a step has ended, the next is
     # not scheduled yet)
     "_step_extra_s", "_hol_blocked", "_steps_rows", "_busy", "_aborts", "_pending",
-    "_between_steps", "_async", "_pending_due", "_steps_done_now",
+    "_between_steps", "_async", "_pending_due", "_steps_done_now", "_held_due_step",
     # speculative decoding's runs (simulator/spec_run.py): a scheduled step run as stepping
     # runs it, or as the first of a run; its features
     "_run_scheduled", "_features",
@@ -90,7 +90,6 @@ class Engine(Scheduler):
         self._pending: list[list[int]] = []
         self._between_steps = False  # a step has ended and the next is not yet scheduled
         self._busy = False  # a step is in flight
-        self._stalled = False  # nothing could run while KV loads (remote_kv)
         self._wake: simpy.Event | None = None
         self._caps = QueueCaps.of(config)
         self.process = env.process(self._run())
@@ -146,7 +145,8 @@ class Engine(Scheduler):
         return True
 
     def add_loaded(self, i: int) -> None:
-        """Row ``i``'s KV has arrived (``remote_kv``): back to the front of the waiting queue."""
+        """Row ``i``, whose KV was loading (``remote_kv``), goes back to the front of the waiting
+        queue (aborted: the abort finds it there)."""
         self.waiting.prepend_request(i)
         self._queued()
 
@@ -305,8 +305,7 @@ class Engine(Scheduler):
             if self._pending and not self.running and self.waiting.peek_request() is None:
                 self._release_pending(everything=True)  # nothing else would be scheduled
             self._between_steps = False
-            if not self.running and (self.waiting.peek_request() is None or self._stalled):
-                self._stalled = False  # (nothing ran: every request's KV loads elsewhere)
+            if not self.running and self.waiting.peek_request() is None:
                 if (t_held := self._held_until_s()) <= self.t:
                     continue  # work held outside the queues (a KV load) waits now
                 self._on_idle()
@@ -336,9 +335,6 @@ class Engine(Scheduler):
             if (t_held := self._held_until_s()) < math.inf:
                 # nothing can start until held work (a KV load) is ready, or a request comes
                 yield from self._sleep(t_held)
-                return
-            if self.remote is not None and self.remote.loading:
-                self._stalled = True  # wait for a load to end (remote_kv)
                 return
             # nothing fits even with every block free: cannot happen for requests that
             # passed fits(); guard against a livelock all the same
@@ -423,9 +419,19 @@ class Engine(Scheduler):
         return self.num_steps
 
     def _held_until_s(self) -> float:
-        """When work held outside ``running`` and ``waiting`` (a variant's: KV being loaded)
-        is ready; ``self.t`` or before once some of it waits again, ``inf`` with none."""
-        return math.inf
+        """When work held outside ``running`` and ``waiting`` (KV being loaded: a variant's,
+        or a disaggregated decode replica's, ``remote_kv.RemoteLoads.held_until_s``) is ready
+        while no model runs; ``self.t`` or before once some of it waits again, ``inf`` with
+        none."""
+        if self.remote is None:
+            return math.inf
+        return self.remote.held_until_s(self.waiting, self.t, self.num_steps)
+
+    def _held_due_step(self) -> int | None:
+        """The step count from which a disaggregated decode replica's request whose KV read
+        was seen by a step's poll is schedulable (``remote_kv.LoadNotices.next_due``; None:
+        none): a skip-ahead decode run ends there."""
+        return None if self.remote is None else self.remote.notices.next_due()
 
     def _sleep(self, t_held: float) -> Generator[simpy.Event, Any, None]:
         """Wait for a request to come (``_wake``), or for held work ready at ``t_held`` (inf:

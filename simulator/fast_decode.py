@@ -317,6 +317,8 @@ class SkipAheadEngine(TiedSteps, Engine):
             if self._pending and not (self._span_head is not None and self.runs_past_external
                                       and self.config.scheduling_policy == "fcfs"):
                 to_end = min(to_end, self._pending_due() - self.num_steps)
+            if self.remote is not None and (due := self._held_due_step()) is not None:
+                to_end = min(to_end, due - self.num_steps)  # a request whose KV read was seen
             # (async scheduling: the run may go on a step past t_ext's, DecodeRunPlanner.keep)
             lag = self._async and until == t_ext and self.runs_past_external
             planner = self.planner

@@ -22,16 +22,23 @@ What vLLM 0.32.0 does, and what is modelled (source paths under ``vllm/``):
   blocks, its first block most recent, when the request finishes (``on_request_finished``);
   here a request's blocks are refreshed, first block most recent, when it stores or loads them.
 * **Loads**: a waiting request whose prefix continues in CPU beyond its GPU prefix-cache hit
-  (``get_num_new_matched_tokens``, ``offloading/scheduler.py:1039``) is given the blocks of
-  both hits and waits, out of the queue, while the CPU part is copied in
-  (``WAITING_FOR_REMOTE_KVS``, ``v1/core/sched/scheduler.py:1320-1335``); the scheduler goes on
-  with the requests behind it. When the copy has ended it goes back to the front of the queue
-  (vLLM drains the requests holding KV blocks first) with those tokens computed, and prefills
-  only the rest. A copy takes ``bytes / bandwidth + latency``: the bytes of the CPU hit on one
-  GPU (each tensor-parallel rank copies its shard over its own link), at the GPU's host-link
-  bandwidth times :data:`H2D_EFFICIENCY`, one copy after another on the link, plus
-  :data:`TRANSFER_LATENCY_S`. The loaded blocks join the GPU prefix cache with the request's
-  first prefill step.
+  (``get_num_new_matched_tokens``, ``offloading/scheduler.py:1039``; asynchronous whenever
+  there is a hit, ``:1097``) is given the blocks of both hits and waits, out of the queue,
+  while the CPU part is copied in (``WAITING_FOR_REMOTE_KVS``,
+  ``v1/core/sched/scheduler.py:1320-1335``); the scheduler goes on with the requests behind
+  it. The copy starts as the step that admitted it ends (the worker submits it after launching
+  that step's forward, ``v1/worker/kv_connector_model_runner_mixin.py:81-90``, on a stream
+  that waits for the compute stream and the previous copy,
+  ``v1/kv_offload/cpu/gpu_worker.py:665-670``), at once when that step runs no model. A copy
+  takes ``bytes / bandwidth + latency``: the bytes of the CPU hit on one GPU (each
+  tensor-parallel rank copies its shard over its own link), at the GPU's host-link bandwidth
+  times :data:`H2D_EFFICIENCY`, one copy after another on the link, plus
+  :data:`TRANSFER_LATENCY_S`. When the engine has noticed the copy's end
+  (:class:`kvbudget.simulator.remote_kv.LoadNotices`: the next step's poll, its output, the
+  next schedule; every 1 ms while no model runs) the request goes back to the front of the
+  queue (vLLM drains the requests holding KV blocks first) with those tokens computed, and
+  prefills only the rest. The loaded blocks join the GPU prefix cache with the request's first
+  prefill step.
 * **Preempted requests**: vLLM v1 preempts by recompute; a preempted request's prompt blocks
   were stored as they were computed, so on resume its lookup finds them in CPU (those not
   evicted meanwhile) like any other request's. Its output blocks are not stored
@@ -52,6 +59,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvbudget.simulator.engine import Engine, EngineHooks
+from kvbudget.simulator.remote_kv import LoadNotices
 from kvbudget.simulator.sim_config import ReplicaSetup
 
 GIB = 1024**3
@@ -158,7 +166,11 @@ class OffloadEngine(Engine):
         self._cpu_change_s: list[float] = []
         self._cpu_change_n: list[int] = []
         self.load_bandwidth_bytes_s = float(load_bandwidth_bytes_s)
-        self._loads: list[tuple[float, int]] = []  # (ready at, row), in the order they end
+        # loads admitted by the step being scheduled, whose copies start as its forward ends:
+        # (row, bytes, admitted at)
+        self._unstarted: list[tuple[int, int, float]] = []
+        # loads copying or copied, until their requests are schedulable (remote_kv.LoadNotices)
+        self._notices = LoadNotices(bool(self.config.async_scheduling))
         self._link_free_s = 0.0  # when the host-to-device link has finished its copies
         # blocks the requests loading (or loaded, not started) still need for their prompts
         self._reserved: dict[int, int] = {}
@@ -195,7 +207,28 @@ class OffloadEngine(Engine):
                                                   np.int64)}
 
     def _next_ready_s(self) -> float:
-        return self._loads[0][0] if self._loads else math.inf
+        """Where a skip-ahead decode run ends: with the step in progress as a copy ends or a
+        loaded request becomes schedulable; at once (one step) while a copy waits to start or
+        a request for a step count (``LoadNotices.next_s``)."""
+        if self._unstarted:
+            return self.t
+        return self._notices.next_s(self.t)
+
+    def _start_copies(self) -> None:
+        """The step that admitted the loads in ``_unstarted`` has ended at ``t`` (or ran no
+        model): their copies start, one after another on the host link. vLLM starts an
+        asynchronous load after the step's forward is launched
+        (``v1/worker/kv_connector_model_runner_mixin.py:81-90``) on a stream that first waits
+        for the compute stream and for the previous copy
+        (``v1/kv_offload/cpu/gpu_worker.py:665-670``): the copy begins as that step's forward
+        ends, or at once when it has none."""
+        for i, nbytes, admitted in self._unstarted:
+            start = max(self.t, self._link_free_s)
+            self._link_free_s = start + nbytes / self.load_bandwidth_bytes_s
+            end = self._link_free_s + TRANSFER_LATENCY_S
+            self._notices.add(i, end)
+            self._load_s.append(end - admitted)
+        self._unstarted.clear()
 
     # --- hooks ------------------------------------------------------------------------------
     def _load_waiting(self, i: int) -> bool:
@@ -222,15 +255,10 @@ class OffloadEngine(Engine):
         loaded = candidates[on_gpu:on_gpu + on_cpu]
         self.tier.touch(loaded)
         nbytes = on_cpu * self.tier.hash_bytes
-        copy_s = nbytes / self.load_bandwidth_bytes_s
-        start = max(self.t, self._link_free_s)
-        self._link_free_s = start + copy_s
-        ready = start + copy_s + TRANSFER_LATENCY_S
-        self._loads.append((ready, i))
+        self._unstarted.append((i, nbytes, self.t))  # (_start_copies)
         self.num_loads += 1
         self.cpu_hit_tokens += on_cpu * prefix.hash_tokens
         self.load_bytes += nbytes
-        self._load_s.append(ready - self.t)
         return True
 
     def _admit_waiting(self, i: int, n_new: int) -> str:
@@ -246,23 +274,24 @@ class OffloadEngine(Engine):
             self._promoted.remove(i)
 
     def _promote_loads(self) -> bool:
-        """Put the requests whose loads have ended by ``t`` back at the front of ``waiting``
-        (the earliest first); whether there were any."""
-        loads, t = self._loads, self.t
-        k = 0
-        while k < len(loads) and loads[k][0] <= t:
-            k += 1
-        if not k:
+        """Put the requests schedulable at this step boundary (``LoadNotices.ready``) back at
+        the front of ``waiting`` (the earliest copy first); whether there were any."""
+        rows = self._notices.ready(self.t, self.num_steps)
+        if not rows:
             return False
-        for _, i in reversed(loads[:k]):
+        for i in reversed(rows):
             self.waiting.prepend_request(i)
-        self._promoted.extend(i for _, i in loads[:k])
-        del loads[:k]
+        self._promoted.extend(rows)
         return True
+
+    def _on_steps(self, preempted: bool, k: int) -> None:
+        super()._on_steps(preempted, k)
+        if self._unstarted:
+            self._start_copies()  # the step that admitted them has ended
 
     def _on_schedule_waiting(self) -> None:
         super()._on_schedule_waiting()
-        if self._loads:
+        if self._notices:
             self._promote_loads()
         if self._promoted:
             # vLLM drains the waiting requests holding KV blocks first (kv_holding_waiting,
@@ -273,12 +302,18 @@ class OffloadEngine(Engine):
                 waiting.prepend_request(i)
 
     def _held_until_s(self) -> float:
-        if self._loads and self._promote_loads():
+        held = super()._held_until_s()
+        if self._unstarted:
+            self._start_copies()  # no model ran: the copies start now
+        if not self._notices:
+            return held
+        if self._promote_loads():
             return self.t
-        return self._next_ready_s()
+        # no model runs: the engine polls its loads every IDLE_POLL_S
+        return min(held, self._notices.idle_until_s(self.t, self.num_steps))
 
     def _jump_limit(self, k_max: int, alloc_cum: Any) -> int:
-        if self._loads:
+        if self._notices or self._unstarted:
             return 1  # a load that ends may let a request start beside a refused head
         limit: int = super()._jump_limit(k_max, alloc_cum)
         return limit
@@ -289,21 +324,26 @@ class OffloadEngine(Engine):
             self._reserved_total -= self._reserved.pop(i)
             if i in self._promoted:
                 self._promoted.remove(i)
-        for k, (_, row) in enumerate(self._loads):
-            if row == i:  # aborted while its KV loads: back in waiting, where the abort finds it
-                del self._loads[k]
+        # aborted while its KV loads: back in waiting, where the abort finds it
+        if i in self._notices:
+            self._notices.cancel(i)
+            self.waiting.prepend_request(i)
+        for k, (row, _, _) in enumerate(self._unstarted):
+            if row == i:
+                del self._unstarted[k]
                 self.waiting.prepend_request(i)
                 break
 
     # --- the executor's figures: a request loading its KV waits -----------------------------
     def num_waiting(self) -> int:
-        return super().num_waiting() + len(self._loads)
+        return super().num_waiting() + len(self._notices) + len(self._unstarted)
 
     def unfinished_rows(self) -> list[int]:
-        return [*super().unfinished_rows(), *(i for _, i in self._loads)]
+        return [*super().unfinished_rows(), *self._notices.rows(),
+                *(i for i, _, _ in self._unstarted)]
 
     def num_unfinished(self) -> int:
-        return super().num_unfinished() + len(self._loads)
+        return super().num_unfinished() + len(self._notices) + len(self._unstarted)
 
     def stats(self) -> dict[str, object]:
         tier = self.tier

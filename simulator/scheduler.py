@@ -110,8 +110,8 @@ class Scheduler:
     What a hook may use besides the request arrays (``num_tokens``, ``num_computed_tokens``,
     ``num_output_tokens``, ``num_blocks``, ``prompt_tokens``, ``max_output_tokens``,
     ``target_output``, ``num_preemptions``, ``recomputed_tokens``), ``running``, ``waiting``,
-    ``config``, ``block_size``, ``watermark_blocks``, ``t``, ``hooks`` and ``kv`` (the KV
-    blocks, :class:`kvbudget.simulator.kv_blocks.KVBlocks`: ``num_free_blocks``,
+    ``config``, ``block_size``, ``watermark_blocks``, ``t``, ``num_steps``, ``hooks`` and
+    ``kv`` (the KV blocks, :class:`kvbudget.simulator.kv_blocks.KVBlocks`: ``num_free_blocks``,
     ``num_available_blocks``, ``num_running_blocks``, ``prefix_hit_blocks()``, ``prefix``):
     :meth:`running_rows`, :attr:`head_refusal`, :meth:`start_tokens`,
     :meth:`allocate_start`, :meth:`allocate_slots`, :meth:`evict_running`,
@@ -343,6 +343,8 @@ class Scheduler:
         instead of as the hit's (a chunk of the budget's size needs the same blocks either
         way), so the head may fit: the run stops before the first step that evicts (steps
         1.. of the run take ``alloc_cum`` blocks beyond the free ones)."""
+        if self.remote is not None and self.remote.notices:
+            return 1  # a request whose KV arrives joins the front (remote_kv.LoadNotices)
         kv = self.kv
         if kv.prefix is not None and self.head_refusal == "kv" and kv.prefix_hit_blocks()[1]:
             free = kv.num_free_blocks
@@ -497,8 +499,8 @@ class Scheduler:
         budget and :meth:`_admit_waiting` allow; the first refusal stops it (``head_refusal``
         says why)."""
         self._on_schedule_waiting()
-        if self.remote is not None and self.remote.loaded:
-            self.remote.to_front(self.waiting)  # requests whose KV arrived go first
+        if self.remote is not None:  # requests whose KV arrived (and was noticed) go first
+            self.remote.promote(self.waiting, self.t, self.num_steps)
         sched: list[int] = []
         new: list[int] = []
         self._hol_blocked = False

@@ -58,9 +58,12 @@ def test_two_requests_worked_by_hand(skip_ahead: bool) -> None:
     A (16-token prompt, 3 tokens) arrives at 0, B (32 tokens, 2 tokens) at 0.002. Prefill:
     A's step [0, 0.01] (its one token: it leaves for the decode replica at 0.01), B's
     [0.01, 0.02]. Decode: A admitted at 0.01, its one block read [0.01, 0.035]
-    (WAITING_FOR_REMOTE_KVS, nothing else to run: the replica waits); B admitted at 0.02, two
-    blocks [0.02, 0.07]. A's last prompt token [0.035, 0.045] gives its first token, then
-    0.055 and 0.065 (finished). B's [0.07, 0.08] gives its first token, 0.09 its second.
+    (WAITING_FOR_REMOTE_KVS, nothing else to run: the replica runs no model and polls the
+    read every 1 ms from 0.01, remote_kv.LoadNotices); B admitted at 0.02, two blocks
+    [0.02, 0.07]. The poll at 0.035 sees A's read and, under async scheduling (the default),
+    the schedule two iterations later, at 0.037, takes A: its last prompt token
+    [0.037, 0.047] gives its first token, then 0.057 and 0.067 (finished). The idle replica's
+    poll at 0.07 sees B's: its step [0.072, 0.082] gives its first token, 0.092 its second.
     """
     w = from_columns([0.0, 0.002], [16, 32], [3, 2])
     res = simulate(w, make_policy("conservative"), _config(_disagg(), skip_ahead=skip_ahead))
@@ -69,9 +72,9 @@ def test_two_requests_worked_by_hand(skip_ahead: bool) -> None:
     assert list(rec.prefill_replica) == [0, 0] and list(rec.decode_replica) == [0, 0]
     assert rec.transfer_start_s.tolist() == pytest.approx([0.01, 0.02])
     assert rec.transfer_end_s.tolist() == pytest.approx([0.035, 0.07])
-    assert rec.first_token_s.tolist() == pytest.approx([0.045, 0.08])
-    assert rec.finished_s.tolist() == pytest.approx([0.065, 0.09])
-    assert rec.ttft_s.tolist() == pytest.approx([0.045, 0.078])
+    assert rec.first_token_s.tolist() == pytest.approx([0.047, 0.082])
+    assert rec.finished_s.tolist() == pytest.approx([0.067, 0.092])
+    assert rec.ttft_s.tolist() == pytest.approx([0.047, 0.080])
     block = res.summary["engine"]["disaggregation"]
     assert block["num_transfers"] == 2
     assert block["kv_bytes_per_token_per_gpu"] == LLAMA_8B_KV_BYTES
@@ -88,9 +91,10 @@ def test_first_token_from_the_prefill_replica_worked_by_hand(skip_ahead: bool) -
     Prefill: A's step [0, 0.01] gives A's first token (0.01); B's and C's [0.01, 0.02] give
     theirs (0.02), and C, whose output is that token, finishes there (no transfer). Decode:
     A joins at 0.01 as a 17-token prompt (its token) with 16 computed, its one prompt block
-    read [0.01, 0.035]; its first step [0.035, 0.045] computes the token's KV and gives the
-    second token, then 0.055 the third (finished). B joins at 0.02, two blocks [0.02, 0.07],
-    its second token at 0.08 (finished). Three decode steps, not five: no step recomputes a
+    read [0.01, 0.035], seen by the idle replica's poll at 0.035 and scheduled two polls later
+    (as above); its first step [0.037, 0.047] computes the token's KV and gives the second
+    token, then 0.057 the third (finished). B joins at 0.02, two blocks [0.02, 0.07], its
+    second token at 0.082 (finished). Three decode steps, not five: no step recomputes a
     last prompt token.
     """
     w = from_columns([0.0, 0.002, 0.003], [16, 32, 16], [3, 2, 1])
@@ -103,15 +107,15 @@ def test_first_token_from_the_prefill_replica_worked_by_hand(skip_ahead: bool) -
     assert rec.transfer_end_s.tolist()[:2] == pytest.approx([0.035, 0.07])
     assert np.isnan(rec.transfer_end_s.iloc[2])
     assert rec.first_token_s.tolist() == pytest.approx([0.01, 0.02, 0.02])
-    assert rec.finished_s.tolist() == pytest.approx([0.055, 0.08, 0.02])
+    assert rec.finished_s.tolist() == pytest.approx([0.057, 0.082, 0.02])
     assert rec.ttft_s.tolist() == pytest.approx([0.01, 0.018, 0.017])
-    assert rec.tpot_s.tolist()[:2] == pytest.approx([0.0225, 0.06])
+    assert rec.tpot_s.tolist()[:2] == pytest.approx([0.0235, 0.062])
     assert list(rec.output_tokens) == [3, 2, 1]
     block = res.summary["engine"]["disaggregation"]
     assert block["num_transfers"] == 2
     assert block["prefill"]["num_steps"] == 2 and block["decode"]["num_steps"] == 3
-    # the gaps: A's 0.035 (its token to the decode's first) and 0.01, B's 0.06
-    assert res.token_gaps.gap_s.tolist() == pytest.approx([0.01, 0.035, 0.06])
+    # the gaps: A's 0.037 (its token to the decode's first) and 0.01, B's 0.062
+    assert res.token_gaps.gap_s.tolist() == pytest.approx([0.01, 0.037, 0.062])
     assert res.token_gaps.num_gaps.tolist() == [1, 1, 1]
 
 
@@ -124,23 +128,25 @@ def test_the_link_latency_adds_to_each_transfer() -> None:
     w = from_columns([0.0], [16], [2])
     res = simulate(w, make_policy("conservative"), _config(_disagg(latency_s=0.005)))
     assert res.records.transfer_end_s.tolist() == pytest.approx([0.01 + 0.025 + 0.005])
-    assert res.records.first_token_s.tolist() == pytest.approx([0.05])
+    # seen by the idle replica's poll at 0.04, scheduled two polls later (async scheduling)
+    assert res.records.first_token_s.tolist() == pytest.approx([0.04 + 0.002 + 0.01])
 
 
 def test_a_decode_replica_holds_the_blocks_of_a_request_whose_kv_is_loading() -> None:
     """A decode replica of 2 blocks (32 tokens). Both prompts prefill in one step [0, 0.01].
     The decode replica admits A (31 tokens: 2 blocks) and reads its KV [0.01, 0.06]: B's
     block does not fit beside A's, so B waits in the queue with its KV still on the prefill
-    side. A's last prompt token [0.06, 0.07] is its one output token: it finishes, its blocks
-    free; B's block is read [0.07, 0.095], its token [0.095, 0.105]."""
+    side. The idle replica's poll at 0.06 sees A's read; two polls later A's last prompt token
+    [0.062, 0.072] is its one output token: it finishes, its blocks free; B's block is read
+    [0.072, 0.097], seen at 0.097, its token [0.099, 0.109]."""
     w = from_columns([0.0, 0.0], [31, 16], [1, 1])
     cfg = _config(None)
     cfg = replace(cfg, disaggregation=replace(
         _disagg(), decode=PoolConfig(1, engine=replace(cfg.engine, num_gpu_blocks=2))))
     rec = simulate(w, make_policy("unlimited"), cfg).records
-    assert rec.transfer_start_s.tolist() == pytest.approx([0.01, 0.07])
-    assert rec.transfer_end_s.tolist() == pytest.approx([0.06, 0.095])
-    assert rec.finished_s.tolist() == pytest.approx([0.07, 0.105])
+    assert rec.transfer_start_s.tolist() == pytest.approx([0.01, 0.072])
+    assert rec.transfer_end_s.tolist() == pytest.approx([0.06, 0.097])
+    assert rec.finished_s.tolist() == pytest.approx([0.072, 0.109])
 
 
 def test_fits_rows_is_fits_of_every_row() -> None:
@@ -303,8 +309,10 @@ def test_a_lease_holds_the_prefill_pool_until_the_transfer_ends() -> None:
     B waits at the gateway until A's KV has moved.
 
     A: prefill [0, 0.0116], KV [0.0116, 0.0366]. Then B is admitted (0.0366) and prefills
-    [0.0366, 0.0498]; A's last prompt token [0.0366, 0.0467] is its first token, its second
-    at 0.0567 (finished). B's two blocks [0.0567, 0.1067], its tokens at 0.1168 and 0.1268.
+    [0.0366, 0.0498]; the idle decode replica's poll at 0.0366 sees A's KV and two polls later
+    A's last prompt token [0.0386, 0.0487] is its first token, its second at 0.0587
+    (finished). B, handed off during that step, is taken as it ends (nothing else runs): its
+    two blocks [0.0587, 0.1087], seen at 0.1087, its tokens at 0.1208 and 0.1308.
     Without the prefill part both would prefill in one step at 0."""
     w = from_columns([0.0, 0.0], [16, 32], [2, 2])
     engine = EngineConfig(num_gpu_blocks=8, block_size=16)
@@ -315,38 +323,35 @@ def test_a_lease_holds_the_prefill_pool_until_the_transfer_ends() -> None:
                         disaggregation=disagg)
         rec = simulate(w, make_policy("conservative"), cfg).records
         assert rec.admitted_s.tolist() == pytest.approx([0.0, 0.0366])
-        assert rec.transfer_start_s.tolist() == pytest.approx([0.0116, 0.0567])
-        assert rec.transfer_end_s.tolist() == pytest.approx([0.0366, 0.1067])
-        assert rec.first_token_s.tolist() == pytest.approx([0.0467, 0.1168])
-        assert rec.finished_s.tolist() == pytest.approx([0.0567, 0.1268])
+        assert rec.transfer_start_s.tolist() == pytest.approx([0.0116, 0.0587])
+        assert rec.transfer_end_s.tolist() == pytest.approx([0.0366, 0.1087])
+        assert rec.first_token_s.tolist() == pytest.approx([0.0487, 0.1208])
+        assert rec.finished_s.tolist() == pytest.approx([0.0587, 0.1308])
 
 
-def test_a_loads_end_does_not_cut_the_decode_run_planned_to_it(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """A decodes 60 tokens on the decode replica (a run of steps); B's prompt is handed off
-    at 0.11 and its KV read while A's run goes on. The run is planned to end with the step in
-    progress when B's load ends (B is in the next step, async scheduling or not): the load's
-    end finds nothing to cut (a run planned a step past it, as to an arrival, was cut there by
-    an interruption, ``Engine.runs_past_external``). The results are stepping's all the same
-    (``test_skip_ahead_matches_stepping_disaggregated``)."""
-    cuts: list[int] = []
-    add_loaded = Engine.add_loaded
-
-    def counted(self: Engine, i: int) -> None:
-        interrupt = self.process.interrupt
-        calls = [0]
-
-        def count(cause: object = None) -> None:
-            calls[0] += 1
-            interrupt(cause)
-        monkeypatch.setattr(self.process, "interrupt", count)
-        add_loaded(self, i)
-        monkeypatch.setattr(self.process, "interrupt", interrupt)
-        cuts.append(calls[0])
-
-    monkeypatch.setattr(Engine, "add_loaded", counted)
+@pytest.mark.parametrize("skip_ahead", [False, True])
+@pytest.mark.parametrize(("async_scheduling", "expected"), [
+    (False, ([0.051, 0.191], [0.641, 0.211])), (True, ([0.052, 0.222], [0.642, 0.242]))])
+def test_a_read_that_ends_during_a_decode_run_is_noticed_at_the_steps_vllm_takes(
+        skip_ahead: bool, async_scheduling: bool,
+        expected: tuple[list[float], list[float]]) -> None:
+    """A (16 tokens, 60 outputs) and B (32 tokens, 3 outputs, at 0.1); steps of 10 ms, a
+    block read in 25 ms plus 4.5 ms. Prefill: A [0, 0.01], B [0.1, 0.11]. Decode: A's block is
+    read [0.01, 0.0395] while the replica runs no model; its poll at 0.04 sees it and A is
+    scheduled one poll later (0.041) without async scheduling, two with it (0.042). A then
+    decodes a step every 10 ms. B, handed off at 0.11, is admitted at the next boundary
+    (0.111) without async scheduling, the one after with it (0.122); its two blocks take
+    0.0545 s. Without async scheduling the read ends at 0.1655, the step starting at 0.171
+    polls it and B's last prompt token runs in the next, [0.181, 0.191]; with it the read ends
+    at 0.1765, is polled at 0.182 and B is scheduled three boundaries later, [0.212, 0.222].
+    Stepping and skip-ahead alike: a decode run ends where B becomes schedulable."""
     w = from_columns([0.0, 0.1], [16, 32], [60, 3])
-    rec = simulate(w, make_policy("conservative"), _config(_disagg(), blocks=64)).records
+    cfg = _config(_disagg(latency_s=0.0045), blocks=64, skip_ahead=skip_ahead)
+    cfg = replace(cfg, engine=replace(cfg.engine, async_scheduling=async_scheduling))
+    rec = simulate(w, make_policy("conservative"), cfg).records
     assert list(rec.status) == ["completed", "completed"]
-    assert rec.transfer_end_s.tolist() == pytest.approx([0.035, rec.transfer_start_s[1] + 0.05])
-    assert cuts == [0, 0]
+    assert rec.transfer_end_s.tolist() == pytest.approx(
+        [0.0395, rec.transfer_start_s[1] + 0.0545])
+    first, finished = expected
+    assert rec.first_token_s.tolist() == pytest.approx(first)
+    assert rec.finished_s.tolist() == pytest.approx(finished)

@@ -77,14 +77,18 @@ def test_a_prefix_evicted_from_the_gpu_is_loaded_from_cpu_in_the_time_worked_by_
     # has A's prompt: its GPU hit is empty, but both of A's blocks were stored to CPU as A
     # computed them. Its lookup stops at (1024 - 1) // 512 = 1 hash (the last token is
     # computed again): 512 tokens, 512 x 131,072 B = 64 MiB on the GPU's link at
-    # 0.7 x 64 GB/s, plus 6 us. The engine is idle: C waits for the copy, then prefills the
-    # other 512 tokens in one step of 0.01 + 0.001 x 512 s.
+    # 0.7 x 64 GB/s, plus 6 us. The engine is idle: the step that admits C's load runs no
+    # model, so the copy starts at 6 and ends at 6.001504; the idle engine polls it every
+    # 1 ms (remote_kv.IDLE_POLL_S) from 6: the poll at 6.002 sees it, and the schedule two
+    # iterations later (async scheduling, vLLM's default: the poll's output comes back an
+    # iteration later), at 6.004, prefills the other 512 tokens in one step of
+    # 0.01 + 0.001 x 512 s.
     w = workload([0.0, 3.0, 6.0], [1024] * 3, [2] * 3, [[1, 2], [3, 4], [1, 2]])
     load_s = 512 * KV_BYTES_PER_TOKEN / H100_H2D_BYTES_S + TRANSFER_LATENCY_S
     assert load_s == pytest.approx(1.504e-3, abs=1e-6)
     result = simulate(w, make_policy("unlimited"), config(skip=skip))
     assert result.records.ttft_s.tolist() == pytest.approx(
-        [0.01 + 1.024, 0.01 + 1.024, load_s + 0.01 + 0.512], rel=1e-12)
+        [0.01 + 1.024, 0.01 + 1.024, 0.002 + 0.002 + 0.01 + 0.512], rel=1e-12)
     off = result.summary["engine"]["kv_offloading"]
     assert off["num_loads"] == 1 and off["cpu_hit_tokens"] == 512
     assert off["load_bytes_per_gpu"] == 512 * KV_BYTES_PER_TOKEN
@@ -103,6 +107,31 @@ def test_a_prefix_evicted_from_the_gpu_is_loaded_from_cpu_in_the_time_worked_by_
     assert without.records.ttft_s[2] == pytest.approx(0.01 + 1.024)
     assert "kv_offloading" not in without.summary["engine"]
     assert "cpu_kv_used_tokens" not in without.timeline
+
+
+@pytest.mark.parametrize("skip", [False, True])
+@pytest.mark.parametrize(("async_scheduling", "ttft_c"), [(False, 0.558), (True, 0.588)])
+def test_a_load_on_a_busy_engine_is_noticed_a_step_after_its_copy_and_scheduled_after(
+        skip: bool, async_scheduling: bool, ttft_c: float) -> None:
+    # As above (A, B, then C loading A's first hash from CPU: 1.504 ms), with D decoding
+    # (a 16-token prompt at 5, 200 outputs) while C loads: D's prefill ends at 5.026, then a
+    # decode step every 0.01 s, boundaries b(k) = 5.026 + 0.01 k. C comes at 6, during the
+    # step ending at b(98) = 6.006.
+    # Without async scheduling C is admitted at b(98); its copy starts as the step then
+    # scheduled ends, b(99) = 6.016 (vLLM's copy stream waits for the forward), and ends at
+    # 6.017504; the poll of the step starting at b(100) = 6.026 sees it, that step's output
+    # marks C, and the schedule at b(101) = 6.036 prefills C's 512 tokens beside D's decode:
+    # 0.01 + 0.512 s, C's first token at 6.558.
+    # With async scheduling C comes in step 98 and is first scheduled at b(99): its copy
+    # starts at b(100), ends at 6.027504, is polled at b(101) = 6.036 and C is scheduled three
+    # boundaries later, at b(104) = 6.066: its first token at 6.588.
+    w = workload([0.0, 3.0, 5.0, 6.0], [1024, 1024, 16, 1024], [2, 2, 200, 2],
+                 [[1, 2], [3, 4], [], [1, 2]])
+    result = simulate(w, make_policy("unlimited"),
+                      config(skip=skip, async_scheduling=async_scheduling))
+    assert result.summary["engine"]["kv_offloading"]["cpu_hit_tokens"] == 512
+    assert result.records.ttft_s.tolist() == pytest.approx(
+        [0.01 + 1.024, 0.01 + 1.024, 0.026, ttft_c], rel=1e-9)
 
 
 def test_a_cpu_hit_stops_where_the_tier_was_evicted() -> None:
@@ -260,8 +289,10 @@ def test_a_preempted_request_resumes_with_its_prompt_loaded_from_cpu() -> None:
     assert cold.summary["engine"]["num_recomputed_tokens"] == 639
     assert (cold_prefill, warm_prefill) == (1024 + 640, 1024 + 128)
     assert warm.summary["engine"]["kv_offloading"]["cpu_hit_tokens"] == 512
-    load_s = 512 * KV_BYTES_PER_TOKEN / H100_H2D_BYTES_S + TRANSFER_LATENCY_S
-    assert cold.records.e2e_s[1] - warm.records.e2e_s[1] == pytest.approx(0.512 - load_s)
+    # B's load (1.504 ms) starts as A finishes (the step admitting it runs no model); the idle
+    # engine's poll at 2 ms sees it and, without async scheduling, the next iteration, at
+    # 3 ms, schedules B's 128 tokens: 3 ms instead of 512 tokens' 0.512 s
+    assert cold.records.e2e_s[1] - warm.records.e2e_s[1] == pytest.approx(0.512 - 0.003)
 
 
 def test_a_gpu_file_may_give_its_host_memory(tmp_path: Path) -> None:
