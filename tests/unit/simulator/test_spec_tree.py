@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
-from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
 from kvbudget.perf.speculative import (
@@ -30,30 +27,13 @@ from kvbudget.perf.speculative import (
     sglang_tree_shape,
     vllm_tree_shape,
 )
-from kvbudget.policies import TierConfig, make_policy
+from kvbudget.policies import make_policy
 from kvbudget.simulator.engine import Engine
-from kvbudget.simulator.engine_config import EngineConfig
-from kvbudget.simulator.run import RunResult, SimConfig, simulate
+from kvbudget.simulator.run import RunResult, simulate
 from tests.conftest import REPO, make_workload
+from tests.unit.simulator.test_speculative import _config, _run, both_ways
 
-TIERS = (TierConfig("interactive", queue_timeout_s=None),
-         TierConfig("batch", priority=1, queue_timeout_s=None))
-LINEAR = LinearCostModel(0.01, 0.001, 0.0, 0.0)  # 10 ms a step + 1 ms a prefill/verify token
 TREE = "[(0,), (1,), (0, 0), (1, 0)]"  # two branches of two: 4 drafts, depth 2
-
-
-def _config(spec: SpeculativeConfig, *, skip: bool = True, blocks: int = 10_000,
-            budget: int = 8192) -> SimConfig:
-    return SimConfig(engine=EngineConfig(num_gpu_blocks=blocks, max_num_batched_tokens=budget,
-                                         max_num_seqs=256, skip_ahead=skip,
-                                         speculative_config=spec),
-                     tiers=TIERS, cost_model=LINEAR)
-
-
-def _run(spec: SpeculativeConfig, prompts: list[int], outputs: list[int],
-         **kw: object) -> RunResult:
-    w = make_workload([0.0] * len(prompts), prompts, outputs)
-    return simulate(w, make_policy("unlimited"), _config(spec, **kw))  # type: ignore[arg-type]
 
 
 def tree(rate: float, text: str = TREE, method: str = "eagle") -> SpeculativeConfig:
@@ -176,18 +156,7 @@ def _same(a: RunResult, b: RunResult) -> None:
 def test_tree_runs_complete_and_skip_ahead_equals_stepping(
         text: str, rate: float, method: str, reqs: list[tuple[int, int]], blocks: int) -> None:
     spec = tree(rate, text, method)
-    prompts, outputs = [p for p, _ in reqs], [o for _, o in reqs]
-    w = make_workload([0.1 * j for j in range(len(reqs))], prompts, outputs)
-    runs = []
-    for skip in (False, True):
-        cfg = _config(spec, skip=skip, blocks=blocks)
-        cfg = replace(cfg, engine=replace(cfg.engine, block_size=4, max_model_len=None))
-        runs.append(simulate(w, make_policy("unlimited"), cfg))
-    _same(*runs)
-    rec = runs[0].records
-    done = rec[rec.status == "completed"]
-    assert (done.output_tokens.to_numpy() == np.asarray(outputs)[done.index]).all()
-    s = runs[0].summary["engine"]["speculative"]
+    s = both_ways(spec, reqs, blocks)
     depth = spec.shape.max_accepted
     assert s["num_accepted_tokens"] <= depth * s["num_verify_steps"]
     assert s["num_draft_tokens"] <= spec.num_speculative_tokens * s["num_verify_steps"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -37,8 +38,8 @@ LINEAR = LinearCostModel(0.01, 0.001, 0.0, 0.0)  # 10 ms a step + 1 ms a prefill
 
 
 def _config(spec: SpeculativeConfig | None, *, skip: bool = True, blocks: int = 10_000,
-            cost: LinearCostModel | None = LINEAR) -> SimConfig:
-    return SimConfig(engine=EngineConfig(num_gpu_blocks=blocks, max_num_batched_tokens=8192,
+            cost: LinearCostModel | None = LINEAR, budget: int = 8192) -> SimConfig:
+    return SimConfig(engine=EngineConfig(num_gpu_blocks=blocks, max_num_batched_tokens=budget,
                                          max_num_seqs=256, skip_ahead=skip,
                                          speculative_config=spec),
                      tiers=TIERS, cost_model=cost)
@@ -182,17 +183,13 @@ def _same(a: RunResult, b: RunResult) -> None:
     assert a.summary["engine"] == b.summary["engine"]
 
 
-@settings(max_examples=15, deadline=None)
-@given(st.integers(1, 5), st.floats(0.0, 1.0), st.sampled_from(["ngram", "eagle", "mtp"]),
-       st.lists(st.tuples(st.integers(1, 60), st.integers(1, 40)), min_size=1, max_size=8),
-       st.integers(6, 40))
-def test_speculation_completes_every_request_and_skip_ahead_equals_stepping(
-        k: int, rate: float, method: str, reqs: list[tuple[int, int]], blocks: int) -> None:
-    spec = SpeculativeConfig(method, k, acceptance_rate=rate)
+def both_ways(spec: SpeculativeConfig, reqs: list[tuple[int, int]], blocks: int) -> dict[str, Any]:
+    """Requests (prompt, output) arriving 0.1 s apart on ``blocks`` blocks of 4 tokens (few:
+    preemptions drop drafts and recompute; the scheduler asserts its invariants every step),
+    stepped and with skip-ahead: the same results, every completed request its whole output;
+    the speculative summary."""
     prompts, outputs = [p for p, _ in reqs], [o for _, o in reqs]
     w = make_workload([0.1 * j for j in range(len(reqs))], prompts, outputs)
-    # few blocks of 4 tokens: preemptions drop drafts and recompute (the scheduler asserts
-    # its invariants every step)
     runs = []
     for skip in (False, True):
         cfg = _config(spec, skip=skip, blocks=blocks)
@@ -202,7 +199,17 @@ def test_speculation_completes_every_request_and_skip_ahead_equals_stepping(
     rec = runs[0].records
     done = rec[rec.status == "completed"]
     assert (done.output_tokens.to_numpy() == np.asarray(outputs)[done.index]).all()
-    s = runs[0].summary["engine"]["speculative"]
+    spec_summary: dict[str, Any] = runs[0].summary["engine"]["speculative"]
+    return spec_summary
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(1, 5), st.floats(0.0, 1.0), st.sampled_from(["ngram", "eagle", "mtp"]),
+       st.lists(st.tuples(st.integers(1, 60), st.integers(1, 40)), min_size=1, max_size=8),
+       st.integers(6, 40))
+def test_speculation_completes_every_request_and_skip_ahead_equals_stepping(
+        k: int, rate: float, method: str, reqs: list[tuple[int, int]], blocks: int) -> None:
+    s = both_ways(SpeculativeConfig(method, k, acceptance_rate=rate), reqs, blocks)
     assert s["num_accepted_tokens"] <= s["num_draft_tokens"] <= k * s["num_verify_steps"]
 
 
