@@ -80,7 +80,13 @@ class LoadNotices:
     (``notice_steps`` 3). An engine that runs no model polls every :data:`IDLE_POLL_S`: the
     first poll at or after the copy's end sees it and the request is scheduled one iteration
     later (two with async scheduling, whose queue of two batches returns an iteration's output
-    in the next iteration: ``idle_polls``)."""
+    in the next iteration: ``idle_polls``).
+
+    A skip-ahead decode run (a disaggregated decode replica's) goes on past a copy's end, which
+    changes nothing the scheduler sees before the request is schedulable: :meth:`run_cut` ends
+    it at that step count, and :meth:`steps_ran` marks the copies its boundaries saw, as
+    :meth:`ready` at each would have. A CPU tier's engine (``kv_offload``) ends its run with
+    the step in progress at the copy's end (:meth:`next_s`)."""
 
     def __init__(self, async_scheduling: bool) -> None:
         self.notice_steps = 3 if async_scheduling else 1
