@@ -104,7 +104,6 @@ class LoadNotices:
         self.unseen_s = math.inf
         self.due_step = NEVER
         self.due_s = math.inf
-        self.first_s = math.inf  # the first of unseen_s and due_s: nothing happens before
 
     def __len__(self) -> int:
         return len(self._order)
@@ -120,9 +119,7 @@ class LoadNotices:
         """Row ``i``'s copy is due to end at ``end_s``."""
         self._ends[i] = end_s
         self._order[i] = end_s
-        if end_s < self.unseen_s:
-            self.unseen_s = end_s
-            self.first_s = min(end_s, self.due_s)
+        self.unseen_s = min(self.unseen_s, end_s)
 
     def cancel(self, i: int) -> None:
         """Row ``i`` leaves (an abort)."""
@@ -137,13 +134,12 @@ class LoadNotices:
         self.unseen_s = min(self._ends.values(), default=math.inf)
         self.due_step = min(self._due.values(), default=NEVER)
         self.due_s = min(self._due_s.values(), default=math.inf)
-        self.first_s = min(self.unseen_s, self.due_s)
 
     def ready(self, t: float, num_steps: int) -> list[int]:
         """At the step boundary ``t``, ``num_steps`` steps done (a schedule): the copies ended
         by ``t`` are seen (the step scheduled now polls them); the rows schedulable now leave,
         in the order their copies ended."""
-        if t < self.first_s and num_steps < self.due_step:
+        if t < self.unseen_s and num_steps < self.due_step and t < self.due_s:
             return []  # nothing seen or schedulable now (the common case)
         ends = self._ends
         if self.unseen_s <= t:
@@ -307,12 +303,7 @@ class RemoteLoads:
         """At the step boundary ``t`` (``num_steps`` steps done, a schedule): the requests whose
         reads the engine has noticed by now (:class:`LoadNotices`) join ``waiting``, and every
         request whose KV arrived goes to its front (:meth:`to_front`); whether any joined."""
-        notices = self.notices
-        if t < notices.first_s and num_steps < notices.due_step:  # (ready's own first test)
-            if self.loaded:
-                self.to_front(waiting)
-            return False
-        rows = notices.ready(t, num_steps)
+        rows = self.notices.ready(t, num_steps)
         for i in rows:
             self.loaded[i] = None
             waiting.add_request(i)
