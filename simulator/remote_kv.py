@@ -38,10 +38,7 @@ from kvbudget.simulator.decode_plan import Floats
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.request_queue import RequestQueue
 
-__all__ = ["IDLE_POLL_S", "NEVER", "LoadNotices", "RemoteLoads"]
-
-NEVER = 1 << 62
-"""A step count no run reaches (:attr:`LoadNotices.due_step` when no row waits for one)."""
+__all__ = ["IDLE_POLL_S", "LoadNotices", "RemoteLoads"]
 
 IDLE_POLL_S = 1e-3
 """How often an engine that runs no model polls its KV loads: vLLM 0.32.0's engine core sleeps
@@ -98,12 +95,6 @@ class LoadNotices:
         self._due: dict[int, int] = {}  # row -> the step count from which it is schedulable
         self._due_s: dict[int, float] = {}  # row -> the time from which (seen while idle)
         self._order: dict[int, float] = {}  # row -> its copy's end: the order they go in
-        # their firsts, kept as they change (read at every schedule and every run's plan):
-        # the first copy's end not yet seen (inf: none), the first step count a row seen by a
-        # step's poll is schedulable from (NEVER: none), the first time one seen while idle is
-        self.unseen_s = math.inf
-        self.due_step = NEVER
-        self.due_s = math.inf
 
     def __len__(self) -> int:
         return len(self._order)
@@ -119,7 +110,6 @@ class LoadNotices:
         """Row ``i``'s copy is due to end at ``end_s``."""
         self._ends[i] = end_s
         self._order[i] = end_s
-        self.unseen_s = min(self.unseen_s, end_s)
 
     def cancel(self, i: int) -> None:
         """Row ``i`` leaves (an abort)."""
@@ -127,34 +117,24 @@ class LoadNotices:
             self._ends.pop(i, None)
             self._due.pop(i, None)
             self._due_s.pop(i, None)
-            self._settle()
-
-    def _settle(self) -> None:
-        """Recompute the firsts (:attr:`unseen_s`, :attr:`due_step`, :attr:`due_s`)."""
-        self.unseen_s = min(self._ends.values(), default=math.inf)
-        self.due_step = min(self._due.values(), default=NEVER)
-        self.due_s = min(self._due_s.values(), default=math.inf)
 
     def ready(self, t: float, num_steps: int) -> list[int]:
         """At the step boundary ``t``, ``num_steps`` steps done (a schedule): the copies ended
         by ``t`` are seen (the step scheduled now polls them); the rows schedulable now leave,
         in the order their copies ended."""
-        if t < self.unseen_s and num_steps < self.due_step and t < self.due_s:
-            return []  # nothing seen or schedulable now (the common case)
         ends = self._ends
-        if self.unseen_s <= t:
+        if ends:
             due = num_steps + self.notice_steps
             for i in [i for i, end in ends.items() if end <= t]:
                 del ends[i]
                 self._due[i] = due
         out = [i for i, n in self._due.items() if n <= num_steps]
         out += [i for i, s in self._due_s.items() if s <= t]
+        if not out:
+            return out
         for i in out:
             self._due.pop(i, None)
             self._due_s.pop(i, None)
-        self._settle()
-        if not out:
-            return out
         order = self._order
         out.sort(key=order.__getitem__)
         for i in out:
@@ -176,16 +156,19 @@ class LoadNotices:
         for i, n in self._due.items():
             due_s[i] = t + min(n - num_steps, polls) * IDLE_POLL_S
         self._due.clear()
-        self._settle()
-        return self.due_s
+        return min(due_s.values()) if due_s else math.inf
+
+    def first_unseen_s(self) -> float:
+        """The first end of a copy no poll has seen yet (inf: none)."""
+        return min(self._ends.values()) if self._ends else math.inf
 
     def run_cut(self, ends: Floats) -> int:
         """How many steps of a skip-ahead decode run planned at a step boundary, its steps
-        ending at ``ends``, run while a copy is not yet seen (:attr:`unseen_s`): its end
-        changes nothing the scheduler sees until its request is schedulable, so the run goes
-        on to that step count, ``notice_steps`` after the step whose end is the first at or
-        after the copy's (that boundary's schedule polls it, :meth:`steps_ran`)."""
-        return bisect.bisect_left(ends, self.unseen_s) + 1 + self.notice_steps
+        ending at ``ends``, run while a copy is not yet seen: its end changes nothing the
+        scheduler sees until its request is schedulable, so the run goes on to that step
+        count, ``notice_steps`` after the step whose end is the first at or after the copy's
+        (that boundary's schedule polls it, :meth:`steps_ran`)."""
+        return bisect.bisect_left(ends, self.first_unseen_s()) + 1 + self.notice_steps
 
     def steps_ran(self, ends: Floats, num_steps: int) -> None:
         """A skip-ahead decode run's steps ended at ``ends``, ``num_steps`` steps done with
@@ -193,15 +176,21 @@ class LoadNotices:
         by then, as :meth:`ready` at each of them would have (the last one's is
         :meth:`ready`'s). The run was cut by :meth:`run_cut`, so none is schedulable before
         its last boundary."""
-        if len(ends) < 2 or self.unseen_s > ends[-2]:
+        copies = self._ends
+        if not copies or len(ends) < 2:
             return
         last = ends[-2]
-        copies = self._ends
-        first = num_steps - len(ends) + 1 + self.notice_steps  # (step 0's end: count + 1)
-        for i, end in [(i, end) for i, end in copies.items() if end <= last]:
-            del copies[i]
-            self._due[i] = first + bisect.bisect_left(ends, end)
-        self._settle()
+        seen = [(i, end) for i, end in copies.items() if end <= last]
+        if seen:
+            first = num_steps - len(ends) + 1 + self.notice_steps  # (step 0's end: count + 1)
+            for i, end in seen:
+                del copies[i]
+                self._due[i] = first + bisect.bisect_left(ends, end)
+
+    def next_due_s(self) -> float:
+        """The first time a row seen while the engine was idle is schedulable at (inf:
+        none)."""
+        return min(self._due_s.values()) if self._due_s else math.inf
 
     def next_s(self, t: float) -> float:
         """Where a skip-ahead decode run planned at ``t`` ends (the step in progress then): at
@@ -210,8 +199,14 @@ class LoadNotices:
 
     def next_time_s(self) -> float:
         """The first copy's end or time a row is schedulable at (inf: none); a run that ends
-        with the step in progress then also keeps to :attr:`due_step`."""
-        return min(self.unseen_s, self.due_s)
+        with the step in progress then also keeps to :meth:`next_due`."""
+        return min(min(self._ends.values(), default=math.inf),
+                   min(self._due_s.values(), default=math.inf))
+
+    def next_due(self) -> int | None:
+        """The first step count from which a row seen by a step's poll is schedulable (None:
+        none)."""
+        return min(self._due.values()) if self._due else None
 
 
 class _Engine(Protocol):
@@ -292,18 +287,18 @@ class RemoteLoads:
     def next_end_s(self) -> float:
         """Where the replica's skip-ahead decode runs end (its ``next_external_s``): with the
         step in progress as a read's request becomes schedulable at a time (one seen while
-        the engine was idle: ``LoadNotices.due_s``; inf: none), and by the step count
-        from which one is (``LoadNotices.due_step``, ``LoadNotices.run_cut``). A read's end
+        the engine was idle: ``LoadNotices.next_due_s``; inf: none), and by the step count
+        from which one is (``Engine._held_due_step``, ``LoadNotices.run_cut``). A read's end
         is not one: it changes nothing the replica schedules until that step count (what
         ``_ended`` does, the gateway's first-stage part going, reaches the replica only
         through a request added or aborted, which cuts a run where stepping would)."""
-        return self.notices.due_s
+        return self.notices.next_due_s()
 
     def promote(self, waiting: RequestQueue, t: float, num_steps: int) -> bool:
         """At the step boundary ``t`` (``num_steps`` steps done, a schedule): the requests whose
         reads the engine has noticed by now (:class:`LoadNotices`) join ``waiting``, and every
         request whose KV arrived goes to its front (:meth:`to_front`); whether any joined."""
-        rows = self.notices.ready(t, num_steps)
+        rows = self.notices.ready(t, num_steps) if self.notices else []
         for i in rows:
             self.loaded[i] = None
             waiting.add_request(i)

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from kvbudget.simulator.remote_kv import IDLE_POLL_S, NEVER, LoadNotices
+from kvbudget.simulator.remote_kv import IDLE_POLL_S, LoadNotices
 
 
 def test_a_busy_engine_schedules_a_load_one_boundary_after_it_is_polled() -> None:
@@ -73,12 +73,12 @@ def test_a_run_spans_a_copy_s_end_up_to_the_step_count_its_request_is_due_at() -
         n = LoadNotices(async_scheduling)
         n.add(7, 0.025)
         n.add(8, 0.071)
-        assert n.unseen_s == 0.025 and n.due_s == math.inf and n.due_step == NEVER
+        assert n.first_unseen_s() == 0.025 and n.next_due_s() == math.inf
         assert n.run_cut(ends) == cut
     n = LoadNotices(async_scheduling=False)
     n.add(7, 0.03)  # ends on a boundary: that boundary's step polls it, as ready does
     assert n.run_cut(ends) == 4
-    assert LoadNotices(async_scheduling=False).unseen_s == math.inf
+    assert LoadNotices(async_scheduling=False).first_unseen_s() == math.inf
 
 
 def test_a_run_s_boundaries_see_the_copies_as_stepping_s_schedules_do() -> None:
@@ -94,24 +94,10 @@ def test_a_run_s_boundaries_see_the_copies_as_stepping_s_schedules_do() -> None:
         n.add(3, 0.055)  # seen at 0.06 (count 6, the run's end): due at 9
         n.add(4, 0.2)
     run.steps_ran(ends, 6)
-    assert run.unseen_s == 0.055 and run.due_step == 7
+    assert run.first_unseen_s() == 0.055 and run.next_due() == 7
     for k in range(3, 6):
         assert stepping.ready(0.01 * k, k) == []
     for k in range(6, 10):  # from the run's end on, the same boundaries give the same rows
         assert run.ready(0.01 * k, k) == stepping.ready(0.01 * k, k) == ([] if k < 7 else [k - 6])
     run.steps_ran([0.1], 10)  # one step: no boundary within it
-    assert run.unseen_s == 0.2
-
-
-def test_the_firsts_follow_every_change() -> None:
-    n = LoadNotices(async_scheduling=False)
-    assert (n.unseen_s, n.due_step, n.due_s) == (math.inf, NEVER, math.inf)
-    n.add(1, 0.05)
-    n.add(2, 0.02)
-    assert n.unseen_s == 0.02 and n.next_time_s() == 0.02
-    n.cancel(2)  # the first leaves: the next is first
-    assert n.unseen_s == 0.05
-    assert n.ready(0.06, 6) == [] and n.unseen_s == math.inf and n.due_step == 7
-    assert n.idle_until_s(0.07, 6) == pytest.approx(0.071)  # one step left: one poll
-    assert n.due_step == NEVER and n.due_s == pytest.approx(0.071)
-    assert n.ready(n.due_s, 6) == [1] and n.due_s == math.inf and len(n) == 0
+    assert run.first_unseen_s() == 0.2
