@@ -133,8 +133,8 @@ class DisaggFleet(ReplicaTotals):
         self._fits_both: list[bool] = (fits_p & fits_d).tolist()
         for e, loads in zip(self.decode, self.loads, strict=True):
             e.remote = loads
-            # a decode replica's next external event is a KV load's end (_next_touch_s): its
-            # loads' own method, without a call between
+            # a decode replica's next external event is a KV load's request becoming
+            # schedulable (_next_touch_s): its loads' own method, without a call between
             e.hooks = replace(e.hooks, next_external_s=loads.next_end_s)
         caps_p = [e.capacity_tokens for e in self.prefill]
         caps_d = [e.capacity_tokens for e in self.decode]
@@ -170,10 +170,10 @@ class DisaggFleet(ReplicaTotals):
         if isinstance(engine, SkipAheadEngine):
             engine.planner.tie = self.events.first_tie
         if decode:
-            # a decode replica's next external event is a KV load's end or its request
-            # becoming schedulable (_next_touch_s, RemoteLoads.next_end_s), which joins the
-            # front of the waiting queue at a step boundary (RemoteLoads.promote): a decode run
-            # planned to it ends with the step in progress then, not a step past it
+            # a decode replica's next external event is a KV load's request becoming
+            # schedulable (_next_touch_s, RemoteLoads.next_end_s), which joins the front of the
+            # waiting queue at a step boundary (RemoteLoads.promote): a decode run planned to
+            # it ends with the step in progress then, not a step past it
             engine.runs_past_external = False
         return engine
 
@@ -246,9 +246,9 @@ class DisaggFleet(ReplicaTotals):
     def _next_touch_s(self, r: int, decode: bool) -> float:
         """Where replica ``r``'s decode runs are planned to end (a plan only: whatever reaches
         a replica mid-run, an arrival, a hand-off, an abort, ends the run where stepping
-        would, ``fleet.Fleet._next_touch_s``). A decode replica: when a load on it ends (no
-        arrival comes to it); a prefill replica: the fleet's next event or a load's end (which
-        may admit a request)."""
+        would, ``fleet.Fleet._next_touch_s``). A decode replica: when a load's request on it
+        becomes schedulable (``RemoteLoads.next_end_s``; no arrival comes to it); a prefill
+        replica: the fleet's next event or a load's end (which may admit a request)."""
         if decode:
             return self.loads[r].next_end_s()
         return min(self.hooks.next_external_s(), self._next_load_end_s())

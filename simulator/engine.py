@@ -68,8 +68,8 @@ class Engine(Scheduler):
     # under async scheduling a skip-ahead decode run goes on a step past the next external
     # event (a request that comes then waits for that step); not where that event may be the
     # variant's own held work becoming ready, which no call announces (kv_offload's loads),
-    # nor where it is a KV load's end, whose request is schedulable at the next step (a
-    # disaggregated decode replica's: set on the instance, disagg.DisaggFleet)
+    # nor where it is the time a KV load's request becomes schedulable (a disaggregated
+    # decode replica's: set on the instance, disagg.DisaggFleet)
     runs_past_external: bool = True
 
     def __init__(self, env: simpy.Environment, config: EngineConfig, cost_model: CostModel,

@@ -317,13 +317,19 @@ class SkipAheadEngine(TiedSteps, Engine):
             if self._pending and not (self._span_head is not None and self.runs_past_external
                                       and self.config.scheduling_policy == "fcfs"):
                 to_end = min(to_end, self._pending_due() - self.num_steps)
-            if self.remote is not None and (due := self._held_due_step()) is not None:
-                to_end = min(to_end, due - self.num_steps)  # a request whose KV read was seen
+            # a disaggregated decode replica's KV reads: one seen ends the run at its due step,
+            # one not yet seen at the step count it will be due at (LoadNotices.run_cut)
+            notices = None if self.remote is None else self.remote.notices
+            read_s = math.inf if notices is None else notices.first_unseen_s()
+            if notices is not None and (due := self._held_due_step()) is not None:
+                to_end = min(to_end, due - self.num_steps)
             # (async scheduling: the run may go on a step past t_ext's, DecodeRunPlanner.keep)
             lag = self._async and until == t_ext and self.runs_past_external
             planner = self.planner
             dt = planner.decode_step(n, n + g.context)
             k_max = planner.bound(to_end, self.t, until, dt, lag)
+            if notices is not None and read_s != math.inf:
+                k_max = planner.bound(k_max, self.t, read_s, dt, notices.notice_steps)
             if k_max > 1:  # cut where the blocks run out and, while the waiting head is
                 # refused, where it may start (_jump_limit); then DecodeRunPlanner.keep's steps
                 free = self.kv.num_available_blocks
@@ -343,6 +349,8 @@ class SkipAheadEngine(TiedSteps, Engine):
                 step_end, dts = planner.steps(n, g.context, len(used), self.t, dt,
                                               k_max <= GROUP_SMALL_K)
                 k = planner.keep(step_end, t_ext, until, lag)
+                if notices is not None and read_s != math.inf:
+                    k = min(k, notices.run_cut(step_end))
                 run = (step_end, used, dts) if k == len(used) else (step_end[:k], used[:k], dts[:k])
         else:
             dt = self._step_seconds(tail_features(n, n + g.context, tail, self.num_computed_tokens,
@@ -482,6 +490,8 @@ class SkipAheadEngine(TiedSteps, Engine):
         self.num_steps += k
         if k < len(step_end):  # cut short
             step_end, used, dts = step_end[:k], used[:k], dts[:k]
+        if self.remote is not None:  # the reads its steps' polls saw (remote_kv.LoadNotices)
+            self.remote.notices.steps_ran(step_end, self.num_steps)
         self.log.ended_run(step_end)
         self.log.scheduled_run(step_end, used, dts, self._hol_blocked, reserved, counts,
                                self.num_preemptions_total)

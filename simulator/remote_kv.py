@@ -24,6 +24,7 @@ boundary, as any abort (vLLM 0.32.0 keeps them until the read has ended: schedul
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections.abc import Callable, Sequence
@@ -33,6 +34,7 @@ from typing import Any, Protocol
 import simpy
 from simpy.events import Timeout
 
+from kvbudget.simulator.decode_plan import Floats
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.request_queue import RequestQueue
 
@@ -78,7 +80,13 @@ class LoadNotices:
     (``notice_steps`` 3). An engine that runs no model polls every :data:`IDLE_POLL_S`: the
     first poll at or after the copy's end sees it and the request is scheduled one iteration
     later (two with async scheduling, whose queue of two batches returns an iteration's output
-    in the next iteration: ``idle_polls``)."""
+    in the next iteration: ``idle_polls``).
+
+    A skip-ahead decode run (a disaggregated decode replica's) goes on past a copy's end, which
+    changes nothing the scheduler sees before the request is schedulable: :meth:`run_cut` ends
+    it at that step count, and :meth:`steps_ran` marks the copies its boundaries saw, as
+    :meth:`ready` at each would have. A CPU tier's engine (``kv_offload``) ends its run with
+    the step in progress at the copy's end (:meth:`next_s`)."""
 
     def __init__(self, async_scheduling: bool) -> None:
         self.notice_steps = 3 if async_scheduling else 1
@@ -149,6 +157,40 @@ class LoadNotices:
             due_s[i] = t + min(n - num_steps, polls) * IDLE_POLL_S
         self._due.clear()
         return min(due_s.values()) if due_s else math.inf
+
+    def first_unseen_s(self) -> float:
+        """The first end of a copy no poll has seen yet (inf: none)."""
+        return min(self._ends.values()) if self._ends else math.inf
+
+    def run_cut(self, ends: Floats) -> int:
+        """How many steps of a skip-ahead decode run planned at a step boundary, its steps
+        ending at ``ends``, run while a copy is not yet seen: its end changes nothing the
+        scheduler sees until its request is schedulable, so the run goes on to that step
+        count, ``notice_steps`` after the step whose end is the first at or after the copy's
+        (that boundary's schedule polls it, :meth:`steps_ran`)."""
+        return bisect.bisect_left(ends, self.first_unseen_s()) + 1 + self.notice_steps
+
+    def steps_ran(self, ends: Floats, num_steps: int) -> None:
+        """A skip-ahead decode run's steps ended at ``ends``, ``num_steps`` steps done with
+        the last: each boundary but the last was a schedule whose poll saw the copies ended
+        by then, as :meth:`ready` at each of them would have (the last one's is
+        :meth:`ready`'s). The run was cut by :meth:`run_cut`, so none is schedulable before
+        its last boundary."""
+        copies = self._ends
+        if not copies or len(ends) < 2:
+            return
+        last = ends[-2]
+        seen = [(i, end) for i, end in copies.items() if end <= last]
+        if seen:
+            first = num_steps - len(ends) + 1 + self.notice_steps  # (step 0's end: count + 1)
+            for i, end in seen:
+                del copies[i]
+                self._due[i] = first + bisect.bisect_left(ends, end)
+
+    def next_due_s(self) -> float:
+        """The first time a row seen while the engine was idle is schedulable at (inf:
+        none)."""
+        return min(self._due_s.values()) if self._due_s else math.inf
 
     def next_s(self, t: float) -> float:
         """Where a skip-ahead decode run planned at ``t`` ends (the step in progress then): at
@@ -244,10 +286,13 @@ class RemoteLoads:
 
     def next_end_s(self) -> float:
         """Where the replica's skip-ahead decode runs end (its ``next_external_s``): with the
-        step in progress as a read ends or its request becomes schedulable at a time
-        (``LoadNotices.next_time_s``; inf: none), and by the step count from which one is
-        (``Engine._held_due_step``)."""
-        return self.notices.next_time_s()
+        step in progress as a read's request becomes schedulable at a time (one seen while
+        the engine was idle: ``LoadNotices.next_due_s``; inf: none), and by the step count
+        from which one is (``Engine._held_due_step``, ``LoadNotices.run_cut``). A read's end
+        is not one: it changes nothing the replica schedules until that step count (what
+        ``_ended`` does, the gateway's first-stage part going, reaches the replica only
+        through a request added or aborted, which cuts a run where stepping would)."""
+        return self.notices.next_due_s()
 
     def promote(self, waiting: RequestQueue, t: float, num_steps: int) -> bool:
         """At the step boundary ``t`` (``num_steps`` steps done, a schedule): the requests whose

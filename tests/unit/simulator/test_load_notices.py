@@ -62,3 +62,42 @@ def test_rows_go_in_the_order_their_copies_end_and_an_abort_takes_one_out() -> N
     n.cancel(6)  # (twice: nothing more)
     n.ready(0.02, 2)
     assert n.ready(0.03, 3) == [4, 5] and 6 not in n and len(n) == 0
+
+
+def test_a_run_spans_a_copy_s_end_up_to_the_step_count_its_request_is_due_at() -> None:
+    # a decode run planned at 0.0 (no steps done), its steps ending every 10 ms: the copy
+    # ending at 0.025 is polled by the step starting at 0.03 (step 2's end: count 3), so its
+    # request is schedulable from count 4 (one boundary later), 6 with async scheduling
+    ends = [0.01 * k for k in range(1, 9)]
+    for async_scheduling, cut in ((False, 4), (True, 6)):
+        n = LoadNotices(async_scheduling)
+        n.add(7, 0.025)
+        n.add(8, 0.071)
+        assert n.first_unseen_s() == 0.025 and n.next_due_s() == math.inf
+        assert n.run_cut(ends) == cut
+    n = LoadNotices(async_scheduling=False)
+    n.add(7, 0.03)  # ends on a boundary: that boundary's step polls it, as ready does
+    assert n.run_cut(ends) == 4
+    assert LoadNotices(async_scheduling=False).first_unseen_s() == math.inf
+
+
+def test_a_run_s_boundaries_see_the_copies_as_stepping_s_schedules_do() -> None:
+    # the run of 4 steps from count 2 (ends 0.03 .. 0.06): copies ending by its last
+    # boundary but one (0.05) are seen where stepping's ready would see them; the one ending
+    # in its last step is left to the next schedule's ready, as under stepping
+    ends = [0.03, 0.04, 0.05, 0.06]
+    run = LoadNotices(async_scheduling=True)
+    stepping = LoadNotices(async_scheduling=True)
+    for n in (run, stepping):
+        n.add(1, 0.035)  # seen at 0.04 (count 4): due at 7
+        n.add(2, 0.05)  # seen at 0.05 (count 5): due at 8
+        n.add(3, 0.055)  # seen at 0.06 (count 6, the run's end): due at 9
+        n.add(4, 0.2)
+    run.steps_ran(ends, 6)
+    assert run.first_unseen_s() == 0.055 and run.next_due() == 7
+    for k in range(3, 6):
+        assert stepping.ready(0.01 * k, k) == []
+    for k in range(6, 10):  # from the run's end on, the same boundaries give the same rows
+        assert run.ready(0.01 * k, k) == stepping.ready(0.01 * k, k) == ([] if k < 7 else [k - 6])
+    run.steps_ran([0.1], 10)  # one step: no boundary within it
+    assert run.first_unseen_s() == 0.2
