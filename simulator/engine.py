@@ -44,7 +44,7 @@ SPEED_UP_INTERFACE = frozenset({
     # schedulable under async scheduling, ``_between_steps``: a step has ended, the next is
     # not scheduled yet)
     "_step_extra_s", "_hol_blocked", "_steps_rows", "_busy", "_aborts", "_pending",
-    "_between_steps", "_async", "_pending_due", "_steps_done_now", "_held_due_step",
+    "_between_steps", "_async", "_pending_due", "_steps_done_now",
     # speculative decoding's runs (simulator/spec_run.py): a scheduled step run as stepping
     # runs it, or as the first of a run; its features
     "_run_scheduled", "_features",
@@ -426,12 +426,6 @@ class Engine(Scheduler):
         if self.remote is None:
             return math.inf
         return self.remote.held_until_s(self.waiting, self.t, self.num_steps)
-
-    def _held_due_step(self) -> int | None:
-        """The step count from which a disaggregated decode replica's request whose KV read
-        was seen by a step's poll is schedulable (``remote_kv.LoadNotices.next_due``; None:
-        none): a skip-ahead decode run ends there."""
-        return None if self.remote is None else self.remote.notices.next_due()
 
     def _sleep(self, t_held: float) -> Generator[simpy.Event, Any, None]:
         """Wait for a request to come (``_wake``), or for held work ready at ``t_held`` (inf:

@@ -320,9 +320,11 @@ class SkipAheadEngine(TiedSteps, Engine):
             # a disaggregated decode replica's KV reads: one seen ends the run at its due step,
             # one not yet seen at the step count it will be due at (LoadNotices.run_cut)
             notices = None if self.remote is None else self.remote.notices
-            read_s = math.inf if notices is None else notices.first_unseen_s()
-            if notices is not None and (due := self._held_due_step()) is not None:
-                to_end = min(to_end, due - self.num_steps)
+            read_s = math.inf
+            if notices is not None:
+                read_s = notices.first_unseen_s()
+                if (due := notices.next_due()) is not None:
+                    to_end = min(to_end, due - self.num_steps)
             # (async scheduling: the run may go on a step past t_ext's, DecodeRunPlanner.keep)
             lag = self._async and until == t_ext and self.runs_past_external
             planner = self.planner

@@ -288,7 +288,7 @@ class RemoteLoads:
         """Where the replica's skip-ahead decode runs end (its ``next_external_s``): with the
         step in progress as a read's request becomes schedulable at a time (one seen while
         the engine was idle: ``LoadNotices.next_due_s``; inf: none), and by the step count
-        from which one is (``Engine._held_due_step``, ``LoadNotices.run_cut``). A read's end
+        from which one is (``LoadNotices.next_due``, ``LoadNotices.run_cut``). A read's end
         is not one: it changes nothing the replica schedules until that step count (what
         ``_ended`` does, the gateway's first-stage part going, reaches the replica only
         through a request added or aborted, which cuts a run where stepping would)."""
