@@ -179,6 +179,8 @@ class _Handler(BaseHTTPRequestHandler):
                 with st.lock:
                     st.active[sid] = prompt + sent
                     st.max_kv_tokens = max(st.max_kv_tokens, st.kv_tokens())
+                    if sent == n:  # done before the client can read it (and send again)
+                        st.active.pop(sid)
                 finish = "length" if sent == n else None
                 self._event({"id": f"cmpl-{sid}", "object": "text_completion",
                              "choices": [{"index": 0, "text": "ab"[:k],
