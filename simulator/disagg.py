@@ -134,8 +134,7 @@ class DisaggFleet(ReplicaTotals):
         for e, loads in zip(self.decode, self.loads, strict=True):
             e.remote = loads
             # a decode replica's next external event is a KV load's request becoming
-            # schedulable (LoadNotices.next_due_s; no arrival comes to it): its loads' notices'
-            # own method, without a call between
+            # schedulable: its loads' notices' own method, without a call between
             e.hooks = replace(e.hooks, next_external_s=loads.notices.next_due_s)
         caps_p = [e.capacity_tokens for e in self.prefill]
         caps_d = [e.capacity_tokens for e in self.decode]
