@@ -134,8 +134,8 @@ class DisaggFleet(ReplicaTotals):
         for e, loads in zip(self.decode, self.loads, strict=True):
             e.remote = loads
             # a decode replica's next external event is a KV load's request becoming
-            # schedulable (_next_touch_s): its loads' own method, without a call between
-            e.hooks = replace(e.hooks, next_external_s=loads.next_end_s)
+            # schedulable: its loads' notices' own method, without a call between
+            e.hooks = replace(e.hooks, next_external_s=loads.notices.next_due_s)
         caps_p = [e.capacity_tokens for e in self.prefill]
         caps_d = [e.capacity_tokens for e in self.decode]
         # each row's tokens as the routers count them, once for both pools
@@ -163,7 +163,7 @@ class DisaggFleet(ReplicaTotals):
                 decode: bool) -> Engine:
         on_finish = partial(self._decoded if decode else self._prefilled, r)
         hooks = EngineHooks(on_finish=on_finish, on_preempt=self._preempted,
-                            next_external_s=partial(self._next_touch_s, r, decode),
+                            next_external_s=partial(self._next_touch_s, r),
                             gateway_state=_no_gateway)
         engine = make_engine(self.env, setup, columns, hooks,
                              timeline_period_s=self.config.timeline_period_s)
@@ -171,7 +171,7 @@ class DisaggFleet(ReplicaTotals):
             engine.planner.tie = self.events.first_tie
         if decode:
             # a decode replica's next external event is a KV load's request becoming
-            # schedulable (_next_touch_s, RemoteLoads.next_end_s), which joins the front of the
+            # schedulable (LoadNotices.next_due_s), which joins the front of the
             # waiting queue at a step boundary (RemoteLoads.promote): a decode run planned to
             # it ends with the step in progress then, not a step past it
             engine.runs_past_external = False
@@ -184,9 +184,9 @@ class DisaggFleet(ReplicaTotals):
         return self._transfer_rows[i]
 
     def _next_load_end_s(self) -> float:
-        """The earliest end of a load in progress on any decode replica (inf: none): the
-        min of each replica's ``RemoteLoads.next_end_s``, from one heap of the loads' ends
-        (an entry whose load ended or was cancelled goes when it reaches the top)."""
+        """The earliest end of a load in progress on any decode replica (inf: none), from
+        one heap of the loads' ends (an entry whose load ended or was cancelled goes when it
+        reaches the top)."""
         ends = self._load_ends
         while ends:
             end, i = ends[0]
@@ -243,14 +243,11 @@ class DisaggFleet(ReplicaTotals):
     def _preempted(self, i: int, t: float) -> None:
         self.hooks.on_preempt(i, t)
 
-    def _next_touch_s(self, r: int, decode: bool) -> float:
-        """Where replica ``r``'s decode runs are planned to end (a plan only: whatever reaches
-        a replica mid-run, an arrival, a hand-off, an abort, ends the run where stepping
-        would, ``fleet.Fleet._next_touch_s``). A decode replica: when a load's request on it
-        becomes schedulable (``RemoteLoads.next_end_s``; no arrival comes to it); a prefill
-        replica: the fleet's next event or a load's end (which may admit a request)."""
-        if decode:
-            return self.loads[r].next_end_s()
+    def _next_touch_s(self, r: int) -> float:
+        """Where prefill replica ``r``'s decode runs are planned to end (a plan only: whatever
+        reaches a replica mid-run, an arrival, a hand-off, an abort, ends the run where
+        stepping would, ``fleet.Fleet._next_touch_s``): the fleet's next event or a load's end
+        (which may admit a request). (A decode replica's is its loads' notices': __init__.)"""
         return min(self.hooks.next_external_s(), self._next_load_end_s())
 
     def _next_timer_s(self) -> float | None:

@@ -322,9 +322,7 @@ class SkipAheadEngine(TiedSteps, Engine):
             notices = None if self.remote is None else self.remote.notices
             read_s = math.inf
             if notices is not None:
-                read_s = notices.first_unseen_s()
-                if (due := notices.next_due()) is not None:
-                    to_end = min(to_end, due - self.num_steps)
+                to_end, read_s = notices.run_end(to_end, self.num_steps)
             # (async scheduling: the run may go on a step past t_ext's, DecodeRunPlanner.keep)
             lag = self._async and until == t_ext and self.runs_past_external
             planner = self.planner

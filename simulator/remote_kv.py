@@ -122,19 +122,21 @@ class LoadNotices:
         """At the step boundary ``t``, ``num_steps`` steps done (a schedule): the copies ended
         by ``t`` are seen (the step scheduled now polls them); the rows schedulable now leave,
         in the order their copies ended."""
-        ends = self._ends
-        if ends:
+        ends, due_n, due_s = self._ends, self._due, self._due_s
+        if ends and min(ends.values()) <= t:  # (min: no scan in Python while none has)
             due = num_steps + self.notice_steps
             for i in [i for i, end in ends.items() if end <= t]:
                 del ends[i]
-                self._due[i] = due
-        out = [i for i, n in self._due.items() if n <= num_steps]
-        out += [i for i, s in self._due_s.items() if s <= t]
+                due_n[i] = due
+        out = ([i for i, n in due_n.items() if n <= num_steps]
+               if due_n and min(due_n.values()) <= num_steps else [])
+        if due_s and min(due_s.values()) <= t:
+            out += [i for i, s in due_s.items() if s <= t]
         if not out:
             return out
         for i in out:
-            self._due.pop(i, None)
-            self._due_s.pop(i, None)
+            due_n.pop(i, None)
+            due_s.pop(i, None)
         order = self._order
         out.sort(key=order.__getitem__)
         for i in out:
@@ -157,6 +159,15 @@ class LoadNotices:
             due_s[i] = t + min(n - num_steps, polls) * IDLE_POLL_S
         self._due.clear()
         return min(due_s.values()) if due_s else math.inf
+
+    def run_end(self, to_end: int, num_steps: int) -> tuple[int, float]:
+        """For a skip-ahead decode run planned now (``num_steps`` steps done) of at most
+        ``to_end`` steps: those up to the first step count from which a row seen by a step's
+        poll is schedulable (:meth:`next_due`), and :meth:`first_unseen_s` (the run's
+        :meth:`run_cut`)."""
+        if self._due:
+            to_end = min(to_end, min(self._due.values()) - num_steps)
+        return to_end, min(self._ends.values()) if self._ends else math.inf
 
     def first_unseen_s(self) -> float:
         """The first end of a copy no poll has seen yet (inf: none)."""
@@ -189,7 +200,12 @@ class LoadNotices:
 
     def next_due_s(self) -> float:
         """The first time a row seen while the engine was idle is schedulable at (inf:
-        none)."""
+        none): a disaggregated decode replica's ``next_external_s``, where its skip-ahead
+        decode runs end with the step in progress (by the step count from which a row is
+        schedulable: :meth:`run_end`, :meth:`run_cut`). A read's end is not one: it changes
+        nothing the replica schedules until that step count (what ``RemoteLoads._ended``
+        does, the gateway's first-stage part going, reaches the replica only through a
+        request added or aborted, which cuts a run where stepping would)."""
         return min(self._due_s.values()) if self._due_s else math.inf
 
     def next_s(self, t: float) -> float:
@@ -284,21 +300,11 @@ class RemoteLoads:
             self.engine.add_loaded(i)
         self.engine.abort_request(i)
 
-    def next_end_s(self) -> float:
-        """Where the replica's skip-ahead decode runs end (its ``next_external_s``): with the
-        step in progress as a read's request becomes schedulable at a time (one seen while
-        the engine was idle: ``LoadNotices.next_due_s``; inf: none), and by the step count
-        from which one is (``LoadNotices.next_due``, ``LoadNotices.run_cut``). A read's end
-        is not one: it changes nothing the replica schedules until that step count (what
-        ``_ended`` does, the gateway's first-stage part going, reaches the replica only
-        through a request added or aborted, which cuts a run where stepping would)."""
-        return self.notices.next_due_s()
-
     def promote(self, waiting: RequestQueue, t: float, num_steps: int) -> bool:
         """At the step boundary ``t`` (``num_steps`` steps done, a schedule): the requests whose
         reads the engine has noticed by now (:class:`LoadNotices`) join ``waiting``, and every
         request whose KV arrived goes to its front (:meth:`to_front`); whether any joined."""
-        rows = self.notices.ready(t, num_steps) if self.notices else []
+        rows = self.notices.ready(t, num_steps)
         for i in rows:
             self.loaded[i] = None
             waiting.add_request(i)

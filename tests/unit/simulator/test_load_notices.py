@@ -101,3 +101,18 @@ def test_a_run_s_boundaries_see_the_copies_as_stepping_s_schedules_do() -> None:
         assert run.ready(0.01 * k, k) == stepping.ready(0.01 * k, k) == ([] if k < 7 else [k - 6])
     run.steps_ran([0.1], 10)  # one step: no boundary within it
     assert run.first_unseen_s() == 0.2
+
+
+def test_run_end_cuts_a_run_at_the_first_due_step_and_gives_the_first_unseen_copy() -> None:
+    # async scheduling: a copy seen at boundary 0.02 (count 2) is due at count 5; a run
+    # planned at count 3 for up to 10 steps then takes 2 (to count 5), and the copy not yet
+    # seen (0.07) is its read limit (run_cut); with nothing waiting, the run is left as it is
+    n = LoadNotices(async_scheduling=True)
+    assert n.run_end(10, 3) == (10, math.inf)
+    n.add(1, 0.015)
+    n.add(2, 0.07)
+    assert n.ready(0.02, 2) == []  # seen, not yet due (nor is the one ending at 0.07)
+    assert n.run_end(10, 3) == (2, 0.07)
+    assert n.run_end(1, 3) == (1, 0.07)
+    assert n.ready(0.04, 4) == [] and n.ready(0.05, 5) == [1]
+    assert n.run_end(10, 5) == (10, 0.07)
