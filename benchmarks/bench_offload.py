@@ -106,7 +106,8 @@ def miss_breakdown(length: int, model: Path, gpu: GPUSpec | None = None) -> dict
     * ``attention_s``: each step's time less the same step without attention FLOPs (its KV read
       stays: milliseconds); ``attention_flops``: what the model counts, a chunk of ``c`` tokens
       after ``p`` doing ``c (p + c)`` pairs; ``causal_attention_flops``: ``c (p + (c + 1) / 2)``
-      pairs, what a causal kernel that skips masked tiles does;
+      pairs, what a causal kernel that skips masked tiles does; ``causal_step_s``: the steps'
+      time with those pairs;
     * ``gemm_s``: the step without attention FLOPs less the fixed overheads; ``gemm_flops``
       its matmuls (the LM head once a chunk); ``dense_gemm_s`` those at the dense GEMM rate
       (the rest of ``gemm_s`` is the routed experts' fused_moe below it);
@@ -125,14 +126,16 @@ def miss_breakdown(length: int, model: Path, gpu: GPUSpec | None = None) -> dict
              + moe_layers * sm.moe_layer_overhead_s)
     pair = spec.attention_flops_per_token_pair()
     lm_head = 2.0 * spec.vocab_size * spec.hidden_size
-    out = dict.fromkeys(("step_s", "attention_s", "gemm_s", "overhead_s", "attention_flops",
-                         "causal_attention_flops", "gemm_flops"), 0.0)
+    out = dict.fromkeys(("step_s", "causal_step_s", "attention_s", "gemm_s", "overhead_s",
+                         "attention_flops", "causal_attention_flops", "gemm_flops"), 0.0)
     for done in range(0, length, chunk):
         c = min(chunk, length - done)
         after = float(done + c)
         full = float(sm.step_time(float(c), 0.0, after, c * after, 1.0))
         no_attn = float(sm.step_time(float(c), 0.0, after, 0.0, 1.0))
         out["step_s"] += full
+        out["causal_step_s"] += float(sm.step_time(float(c), 0.0, after,
+                                                   c * (done + (c + 1) / 2), 1.0))
         out["attention_s"] += full - no_attn
         out["gemm_s"] += no_attn - fixed
         out["overhead_s"] += fixed
@@ -160,7 +163,8 @@ def print_breakdown(length: int, model: Path) -> None:
           f"{b['attention_s']:.2f} s ({_tflop(b['attention_flops'])} TFLOP counted, "
           f"{b['attention_tflops']:.1f} TFLOPS; causal {_tflop(b['causal_attention_flops'])}"
           f" TFLOP), GEMMs {b['gemm_s']:.2f} s ({_tflop(b['gemm_flops'])} TFLOP; "
-          f"{b['dense_gemm_s']:.2f} s at the dense rate), overheads {b['overhead_s']:.3f} s")
+          f"{b['dense_gemm_s']:.2f} s at the dense rate), overheads {b['overhead_s']:.3f} s; "
+          f"{b['causal_step_s']:.2f} s with causal pairs")
     if length == 65536:
         print(f"  the published {PUBLISHED[length][0]} s: "
               f"{_tflop(b['gemm_flops'] + b['causal_attention_flops'])} TFLOP at "
