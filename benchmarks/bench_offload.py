@@ -38,6 +38,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from kvbudget.perf.hardware import GPUSpec, get_gpu  # noqa: E402
+from kvbudget.perf.models import get_model  # noqa: E402
+from kvbudget.perf.step_time import VllmStepModel  # noqa: E402
+from kvbudget.perf.vllm_defaults import batch_defaults  # noqa: E402
 from kvbudget.policies import TierConfig, make_policy  # noqa: E402
 from kvbudget.simulator.engine_config import EngineConfig  # noqa: E402
 from kvbudget.simulator.run import SimConfig, simulate  # noqa: E402
@@ -95,6 +99,79 @@ def predict(length: int, model: Path) -> tuple[float, float, float, dict[str, An
             cpu.summary["engine"]["kv_offloading"])
 
 
+def miss_breakdown(length: int, model: Path, gpu: GPUSpec | None = None) -> dict[str, float]:
+    """The miss's engine time by the step model's terms, summed over its prefill chunks
+    (``max_num_batched_tokens`` each, vLLM's default on an H20), and first principles' FLOPs:
+
+    * ``attention_s``: each step's time less the same step without attention FLOPs (its KV read
+      stays: milliseconds); ``attention_flops``: what the model counts, a chunk of ``c`` tokens
+      after ``p`` doing ``c (p + c)`` pairs; ``causal_attention_flops``: ``c (p + (c + 1) / 2)``
+      pairs, what a causal kernel that skips masked tiles does; ``causal_step_s``: the steps'
+      time with those pairs;
+    * ``gemm_s``: the step without attention FLOPs less the fixed overheads; ``gemm_flops``
+      its matmuls (the LM head once a chunk); ``dense_gemm_s`` those at the dense GEMM rate
+      (the rest of ``gemm_s`` is the routed experts' fused_moe below it);
+    * ``overhead_s``: the step gap and per-layer overheads of every step;
+    * ``published_tflops``: first principles' FLOPs (matmuls and causal attention) over the
+      published miss TTFT.
+
+    ``gpu``: another H20 spec (the preset by default; a test gives it without its measured
+    attention rate)."""
+    gpu = get_gpu("H20") if gpu is None else gpu
+    spec = get_model(str(model))
+    sm = VllmStepModel(gpu, spec)
+    chunk, _ = batch_defaults(gpu)
+    moe_layers = spec.moe.num_moe_layers if spec.moe is not None else 0
+    fixed = (sm.step_overhead_s + spec.num_layers * sm.layer_overhead_s
+             + moe_layers * sm.moe_layer_overhead_s)
+    pair = spec.attention_flops_per_token_pair()
+    lm_head = 2.0 * spec.vocab_size * spec.hidden_size
+    out = dict.fromkeys(("step_s", "causal_step_s", "attention_s", "gemm_s", "overhead_s",
+                         "attention_flops", "causal_attention_flops", "gemm_flops"), 0.0)
+    for done in range(0, length, chunk):
+        c = min(chunk, length - done)
+        after = float(done + c)
+        full = float(sm.step_time(float(c), 0.0, after, c * after, 1.0))
+        no_attn = float(sm.step_time(float(c), 0.0, after, 0.0, 1.0))
+        out["step_s"] += full
+        out["causal_step_s"] += float(sm.step_time(float(c), 0.0, after,
+                                                   c * (done + (c + 1) / 2), 1.0))
+        out["attention_s"] += full - no_attn
+        out["gemm_s"] += no_attn - fixed
+        out["overhead_s"] += fixed
+        out["attention_flops"] += pair * c * after
+        out["causal_attention_flops"] += pair * c * (done + (c + 1) / 2)
+        out["gemm_flops"] += (spec.flops_per_token() - lm_head) * c + lm_head
+    peak = gpu.peak_flops(spec.weight_dtype)
+    out["dense_gemm_s"] = out["gemm_flops"] / (peak * sm.gemm_efficiency)
+    out["attention_tflops"] = out["attention_flops"] / out["attention_s"] / 1e12
+    first_principles = out["gemm_flops"] + out["causal_attention_flops"]
+    out["published_tflops"] = (first_principles / PUBLISHED[length][0] / 1e12
+                               if length in PUBLISHED else float("nan"))
+    out["peak_tflops"] = peak / 1e12
+    return out
+
+
+def _tflop(flops: float) -> str:
+    return f"{flops / 1e12:,.0f}" if flops >= 1e13 else f"{flops / 1e12:.2f}"
+
+
+def print_breakdown(length: int, model: Path) -> None:
+    """:func:`miss_breakdown`'s figures, one line each."""
+    b = miss_breakdown(length, model)
+    print(f"miss of {length} tokens, engine steps {b['step_s']:.2f} s: attention "
+          f"{b['attention_s']:.2f} s ({_tflop(b['attention_flops'])} TFLOP counted, "
+          f"{b['attention_tflops']:.1f} TFLOPS; causal {_tflop(b['causal_attention_flops'])}"
+          f" TFLOP), GEMMs {b['gemm_s']:.2f} s ({_tflop(b['gemm_flops'])} TFLOP; "
+          f"{b['dense_gemm_s']:.2f} s at the dense rate), overheads {b['overhead_s']:.3f} s; "
+          f"{b['causal_step_s']:.2f} s with causal pairs")
+    if length == 65536:
+        print(f"  the published {PUBLISHED[length][0]} s: "
+              f"{_tflop(b['gemm_flops'] + b['causal_attention_flops'])} TFLOP at "
+              f"{b['published_tflops']:.0f} TFLOPS, {b['published_tflops'] / b['peak_tflops']:.2f}"
+              f" of the H20's {b['peak_tflops']:.0f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=sorted(PUBLISHED))
@@ -115,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{length:>7}  {case:<8} {value:10.3f} {shown:>10} {err:>7}")
             print(f"{'':>9}(the CPU hit loaded {off['cpu_hit_tokens']} tokens, "
                   f"{off['load_bytes_per_gpu'] / 1e9:.2f} GB in {off['load_time_s'] * 1e3:.1f} ms)")
+        for length in args.lengths:
+            print_breakdown(length, model)
     print("assumed: host link 0.7 x 64 GB/s per direction (the source measured ~54 GB/s); "
           "16-token prefix hashes; the vllm-api-server front end's per-request cost; "
           "TTFT = the engine's plus the front end's")

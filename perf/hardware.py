@@ -15,6 +15,9 @@ form is in :data:`GPU_SOURCES`. Conventions:
 * ``mem_efficiency`` / ``gemm_efficiency``: the fraction of peak HBM bandwidth that streaming
   reads reach and the fraction of dense BF16 peak that large cuBLAS GEMMs reach, measured per GPU
   where a public measurement exists, else the generation's value (see docs/fidelity.md).
+* ``attention_efficiency``: the fraction of dense BF16 peak that prefill attention
+  (FlashAttention's forward) reaches, where a public measurement on that GPU exists; ``None``
+  leaves the step model's default (``kvbudget.perf.step_time.ATTENTION_EFFICIENCY``).
 """
 
 from __future__ import annotations
@@ -70,6 +73,10 @@ class GPUSpec:
     """Host (CPU) memory per GPU of the server it sits in: the system memory of the vendor's
     8-GPU server divided by its GPUs (:data:`HOST_MEMORY_SOURCES`); ``None`` where no vendor
     figure was found (a GPU file may give it). Bounds vLLM's ``kv_offloading_size``."""
+    attention_efficiency: float | None = None
+    """The fraction of dense BF16 peak FlashAttention's prefill forward reaches on this GPU,
+    where it was measured (:data:`H20_FA3_VARLEN_FRACTION`); ``None``: the step model's
+    default."""
 
     def __post_init__(self) -> None:
         for field_name in (
@@ -98,7 +105,7 @@ class GPUSpec:
             if value is not None and not value <= bound:
                 raise ValueError(f"GPU {self.name!r}: {field_name} must be <= {bound:.3g} "
                                  f"(a thousand times any GPU's), got {value!r}")
-        for field_name in ("mem_efficiency", "gemm_efficiency"):
+        for field_name in ("mem_efficiency", "gemm_efficiency", "attention_efficiency"):
             value = getattr(self, field_name)
             if value is not None and (isinstance(value, bool) or not isinstance(
                     value, int | float)):
@@ -162,6 +169,13 @@ GENERATION_MEM_EFFICIENCY: dict[str, float] = {"hbm": 0.90, "gddr": 0.95, "amd":
 # Fraction of dense BF16 peak that large GEMMs reach, when the GPU has no measurement: NVIDIA
 # 0.78 (torchao's pct_achievable_gemm_tops for H100), AMD 0.50 (MI300X reports of 45-55 %).
 GENERATION_GEMM_EFFICIENCY: dict[str, float] = {"nvidia": 0.78, "amd": 0.50}
+# FlashAttention-3's BF16 forward on an H20 (Dao-AILab/flash-attention#1310, 2024-11-01,
+# hopper/benchmark_attn.py: head_dim 128, batch 2, seqlen 2048, non-causal): 126.2 TFLOPS,
+# 122.7 with varlen (the entry point vLLM calls), of 148: the H20's tensor cores are cut to
+# 15 % of an H100's, so the softmax that holds FA3 to 50-75 % of an H100 hides under its matmuls
+H20_BF16_TFLOPS = 148.0  # dense (zangshuxian: "FP16 dense 148 TFLOPS"; GPU_SOURCES)
+H20_FA3_VARLEN_TFLOPS = 122.7
+H20_FA3_VARLEN_FRACTION = H20_FA3_VARLEN_TFLOPS / H20_BF16_TFLOPS
 
 
 def _smi(mib: int) -> int:
@@ -205,8 +219,10 @@ GPUS: dict[str, GPUSpec] = {
         GPUSpec("H200", _smi(143_771), 4800 * _G, 989.4 * _T, 64 * _G, 989.4 * _T, 1978.9 * _T,
                 "nvlink", 450 * _G, "hopper", memory_mib_smi=143_771, gemm_efficiency=0.80,
                 host_memory_bytes=DGX_HOPPER_HOST_BYTES_PER_GPU),
-        GPUSpec("H20", _smi(97_871), 4000 * _G, 148 * _T, 64 * _G, 148 * _T, 296 * _T,
-                "nvlink", 450 * _G, "hopper", memory_mib_smi=97_871, gemm_efficiency=0.96),
+        GPUSpec("H20", _smi(97_871), 4000 * _G, H20_BF16_TFLOPS * _T, 64 * _G,
+                H20_BF16_TFLOPS * _T, 2 * H20_BF16_TFLOPS * _T,
+                "nvlink", 450 * _G, "hopper", memory_mib_smi=97_871, gemm_efficiency=0.96,
+                attention_efficiency=H20_FA3_VARLEN_FRACTION),
         GPUSpec("B200", 182_630 * MIB, 7672 * _G, 2250 * _T, 64 * _G, 2250 * _T, 4500 * _T,
                 "nvlink", 900 * _G, "blackwell", memory_mib_smi=183_359,
                 gemm_efficiency=0.75),
@@ -256,7 +272,7 @@ GPU_SOURCES: dict[str, str] = {
     "torch.mm 496 TF (zzc0721#95)",
     "H200": "NVIDIA H200: 4.8 TB/s, H100 compute; nvidia-smi 143,771 MiB; torch.mm 790 TF",
     "H20": "148 TF fp16 dense (zangshuxian), 4.0 TB/s (willitrunai); nvidia-smi 97,871 MiB; "
-    "torch.mm 142 TF (zzc0721#77)",
+    "torch.mm 142 TF (zzc0721#77); FA3 fwd 122.7 TF (flash-attention#1310)",
     "B200": "torchao roofline_utils: 2.25 PF bf16 dense; bandwidth 7.67 TB/s from the memory "
     "bus (pytorch/ao#4002); CUDA 178.35 GiB; torch.mm 1,696 TF (zzc0721)",
     "MI300X": "AMD MI300X datasheet via torchao: 1,307 TF bf16 dense, 5.3 TB/s; rocminfo "
@@ -324,6 +340,7 @@ def load_gpu_file(path: Path) -> GPUSpec:
         memory_mib_smi: int | None = Field(default=None, gt=0)
         mem_efficiency: float | None = Field(default=None, gt=0, le=1)
         gemm_efficiency: float | None = Field(default=None, gt=0, le=1)
+        attention_efficiency: float | None = Field(default=None, gt=0, le=1)
         host_memory_bytes: int | None = Field(default=None, gt=0)
 
     try:

@@ -80,7 +80,8 @@ F = TypeVar("F", float, npt.NDArray[np.float64])
 # --- default constants (sources: docs/fidelity.md, "Step-time model") -----------------------
 STEP_OVERHEAD_S = 150e-6  # vLLM PR #11133: step gap 150-170 us with async scheduling + graphs
 # FlashAttention-2 paper: 50-73 % of peak on A100; FlashAttention-3: up to 75 % on H100. vLLM's
-# chunked, paged prefill runs shorter sequences than the papers' benchmarks: the lower end.
+# chunked, paged prefill runs shorter sequences than the papers' benchmarks: the lower end. A
+# GPU with its own measurement (GPUSpec.attention_efficiency: H20's 0.83) uses that instead.
 ATTENTION_EFFICIENCY = 0.50
 ALLREDUCE_LATENCY_S = {  # per all-reduce, small messages
     "nvlink": 6e-6,  # NVIDIA/nccl#1259: ~6 us with 2 GPUs, CUDA graphs (vLLM captures them)
@@ -172,7 +173,8 @@ what vLLM's steps measure (about 0.1-1 ms); beyond it a step model would simulat
 class VllmStepModel:
     """vLLM v1's step time on ``gpu`` for ``model`` (see the module docstring).
 
-    ``mem_efficiency`` and ``gemm_efficiency`` default to the GPU's (``GPUSpec``);
+    ``mem_efficiency``, ``gemm_efficiency`` and ``attention_efficiency`` default to the GPU's
+    (``GPUSpec``; :data:`ATTENTION_EFFICIENCY` where it has no attention measurement);
     ``moe_layer_overhead_s`` to the experts' kernel's (``FUSED_MOE_OVERHEAD_S`` for 16-bit and
     FP8 experts, :data:`MOE_LAYER_OVERHEAD_S` for MXFP4); the other constants to the module's
     sourced values.
@@ -186,7 +188,7 @@ class VllmStepModel:
     mem_efficiency: float = math.nan
     kv_mem_efficiency: float = math.nan
     gemm_efficiency: float = math.nan
-    attention_efficiency: float = ATTENTION_EFFICIENCY
+    attention_efficiency: float = math.nan
     step_overhead_s: float = STEP_OVERHEAD_S
     layer_overhead_s: float = LAYER_OVERHEAD_S
     moe_layer_overhead_s: float = math.nan
@@ -232,6 +234,8 @@ class VllmStepModel:
         defaults = {
             "kv_mem_efficiency": min(1.0, self.mem_efficiency * KV_READ_FACTOR),
             "gemm_efficiency": g.achievable_gemm_fraction,
+            "attention_efficiency": (ATTENTION_EFFICIENCY if g.attention_efficiency is None
+                                     else g.attention_efficiency),
             # Triton fused_moe for 16-bit and FP8 experts; MXFP4's (a dense model never reads
             # it and keeps that one, as its summaries always showed)
             "moe_layer_overhead_s": (FUSED_MOE_OVERHEAD_S if self.model.moe is not None

@@ -3,6 +3,7 @@ prints, and docs/offload.md's published-check table is what it computes."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import re
 import sys
@@ -94,3 +95,41 @@ def test_the_docs_published_check_is_what_the_benchmark_gives(bench: ModuleType,
     assert (f"within {load_err[65536]:.0f} % at 64 k tokens ({loaded:.1f} GB at 44.8 GB/s"
             in text), (load_err[65536], loaded)
     assert f"At 1 k tokens it costs {load_ms[1024]:.0f} ms" in text, load_ms[1024]
+
+
+def test_the_docs_miss_breakdown_is_what_the_benchmark_gives(bench: ModuleType,
+                                                             tmp_path: Path) -> None:
+    """docs/offload.md's 64 k miss, term by term: the step model's terms summed over the
+    chunks, with the H20's measured attention rate and with the default 0.50, and the FLOPs
+    the published time implies."""
+    doc = " ".join(section(REPO / "docs" / "offload.md",
+                           "## Checked against a published measurement").split())
+    model = bench.coder_model(tmp_path)
+    b = bench.miss_breakdown(65536, model)
+    h20 = bench.get_gpu("H20")
+    old = bench.miss_breakdown(65536, model, dataclasses.replace(h20, attention_efficiency=None))
+    tf = 1e12
+    # the parts add up to the steps, and the counted pairs are the causal ones plus each
+    # chunk's triangle above the diagonal: 8 chunks x 8,192 x 8,191 / 2 pairs
+    assert b["attention_s"] + b["gemm_s"] + b["overhead_s"] == pytest.approx(b["step_s"])
+    pair = 48 * 32 * 128 * 4
+    assert b["attention_flops"] - b["causal_attention_flops"] == pytest.approx(
+        pair * 8 * 8192 * 8191 / 2)
+    assert b["causal_attention_flops"] == pytest.approx(pair * 65536 * 65537 / 2)
+    expected = (
+        f"of {b['step_s']:.2f} s of engine steps, prefill attention takes "
+        f"{b['attention_s']:.2f} s ({b['attention_flops'] / tf:,.0f} TFLOP at "
+        f"{b['attention_tflops']:.1f} TFLOPS",
+        f"the GEMMs {b['gemm_s']:.2f} s ({b['gemm_flops'] / tf:,.0f} TFLOP; "
+        f"{b['dense_gemm_s']:.2f} s at the dense GEMM rate",
+        f"the overheads {b['overhead_s']:.3f} s",
+        f"{old['attention_tflops']:.0f} TFLOPS: {old['attention_s']:.1f} s of "
+        f"{old['step_s']:.1f} s of engine steps",
+        f"{b['attention_flops'] / tf:,.0f} against {b['causal_attention_flops'] / tf:,.0f} TFLOP",
+        f"with the causal pairs the steps would take {b['causal_step_s']:.2f} s",
+        f"The published 15.2 s is {(b['gemm_flops'] + b['causal_attention_flops']) / tf:,.0f} "
+        f"TFLOP (matmuls and causal attention) at {b['published_tflops']:.0f} TFLOPS, "
+        f"{b['published_tflops'] / b['peak_tflops']:.2f} of the H20's {b['peak_tflops']:.0f}",
+    )
+    missing = [e for e in expected if e not in doc]
+    assert not missing, f"docs/offload.md should read: {missing}"

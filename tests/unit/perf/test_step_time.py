@@ -256,3 +256,38 @@ def test_steps_at_given_contexts_are_one_step_time_call_per_steps_bits(
                                                    float(n)) for c in ctx.tolist()]
         want = on_arrays(float(n * chunk), 0.0, ctx_f, (chunk * ctx).astype(np.float64), float(n))
         assert verify.tobytes() == want.tobytes()
+
+
+def test_a_gpu_with_a_measured_attention_fraction_prices_prefill_attention_at_it() -> None:
+    """H20: FlashAttention-3's varlen forward measured 122.7 of 148 TFLOPS (flash-attention
+    #1310); a GPU without a measurement keeps the default 0.50. A pure attention step (a chunk
+    of 8,192 tokens after 57,344, Qwen3-30B-A3B: 48 layers x 32 heads x 128 x 4 FLOPs a pair)
+    differs between the two by its attention term only, worked by hand."""
+    h20 = get_gpu("H20")
+    assert h20.attention_efficiency == pytest.approx(122.7 / 148)
+    assert get_gpu("H100-SXM").attention_efficiency is None
+    m = get_model("Qwen3-30B-A3B")
+    measured = VllmStepModel(h20, m)
+    default = VllmStepModel(dataclasses.replace(h20, attention_efficiency=None), m)
+    assert measured.attention_efficiency == pytest.approx(0.829, abs=1e-3)
+    assert default.attention_efficiency == 0.50
+    pairs = 8192.0 * 65536.0
+    flops = 48 * 32 * 128 * 4 * pairs  # 1.08e15 FLOPs: seconds of compute, KV read in ms
+    t_measured = measured.step_time(8192.0, 0.0, 65536.0, pairs, 1.0)
+    t_default = default.step_time(8192.0, 0.0, 65536.0, pairs, 1.0)
+    # attention compute (7.3 s at 0.50, 4.4 s at 0.83) dwarfs its KV read (1.8 ms): the
+    # smooth maximum is the compute term within 1e-9
+    expected = flops / (148e12 * 0.50) - flops / 148e12 / (122.7 / 148)
+    assert t_default - t_measured == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_gpu_file_may_give_its_attention_fraction(tmp_path: Path) -> None:
+    path = tmp_path / "gpu.toml"
+    path.write_text('name = "MyGPU"\nmemory_gib = 48\nhbm_bandwidth_bytes_s = 1.2e12\n'
+                    'bf16_flops = 4e14\nattention_efficiency = 0.7\n')
+    gpu = get_gpu(str(path))
+    assert VllmStepModel(gpu, get_model("Llama-3.1-8B")).attention_efficiency == 0.7
+    path.write_text('name = "MyGPU"\nmemory_gib = 48\nhbm_bandwidth_bytes_s = 1.2e12\n'
+                    'bf16_flops = 4e14\nattention_efficiency = 1.5\n')
+    with pytest.raises(ValueError, match="field 'attention_efficiency'"):
+        get_gpu(str(path))
