@@ -85,6 +85,9 @@ SPAN = 100.0
 _PENALTY = 1e6  # loss of a trial the model refuses (an mfu above 1) or that completes nothing
 
 
+GPU_FRACTIONS = ("mem_efficiency", "gemm_efficiency", "attention_efficiency")
+"""The step model's fractions a GPU spec may carry as its own measured figure."""
+
 PHYSICAL_RANGES: dict[str, tuple[float, float]] = {
     # the published extremes of docs/fidelity.md's "Achievable fractions" and step-model table
     # (sources: kvbudget.perf.step_uncertainty.STATED_RANGES)
@@ -243,7 +246,10 @@ class RecordedCalibration:
         range (:mod:`~kvbudget.studies.first_token`); printed by every calibration and
         written to the file (``calibration.warnings``)."""
         steps = {k: v for k, v in self.fitted.items() if k != OVERHEAD}
-        out = parameter_warnings(steps, self.search_bounds)
+        gpu = getattr(self.model, "gpu", None)  # its own measured fractions are physical
+        own = {name: float(v) for name in GPU_FRACTIONS
+               if (v := getattr(gpu, name, None)) is not None}
+        out = parameter_warnings(steps, self.search_bounds, own)
         if self.term is not None:
             out += fixed_term_warnings(self.term.value_s, self.term.bounds)
         return out

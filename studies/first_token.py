@@ -214,9 +214,11 @@ def fixed_term_warnings(value_s: float, bounds: FixedTermBounds) -> list[str]:
 
 
 def parameter_warnings(fitted: Mapping[str, float],
-                       bounds: Mapping[str, tuple[float, float]]) -> list[str]:
+                       bounds: Mapping[str, tuple[float, float]],
+                       defaults: Mapping[str, float] | None = None) -> list[str]:
     """Lines for each fitted step-model parameter at its search bound (``bounds``: the
-    values at the search's ends) or outside its published range (``STATED_RANGES``)."""
+    values at the search's ends) or outside its published range (``STATED_RANGES``, widened
+    to ``defaults``: the GPU's own measured fractions, such as the H20's attention figure)."""
     out = []
     for name, value in fitted.items():
         if name not in bounds:
@@ -230,6 +232,8 @@ def parameter_warnings(fitted: Mapping[str, float],
                        "the fit allows, so it stands for something the step model lacks")
         if name in STATED_RANGES:
             s_lo, s_hi, source = STATED_RANGES[name]
+            if defaults is not None and name in defaults:
+                s_lo, s_hi = min(s_lo, defaults[name]), max(s_hi, defaults[name])
             if not s_lo * (1 - AT_BOUND) <= value <= s_hi * (1 + AT_BOUND):
                 out.append(f"{name} = {value:.4g} is outside its published range {s_lo:.4g} .. "
                            f"{s_hi:.4g} ({source}): not a physical value of that constant")
