@@ -82,6 +82,10 @@ STEP_OVERHEAD_S = 150e-6  # vLLM PR #11133: step gap 150-170 us with async sched
 # FlashAttention-2 paper: 50-73 % of peak on A100; FlashAttention-3: up to 75 % on H100. vLLM's
 # chunked, paged prefill runs shorter sequences than the papers' benchmarks: the lower end. A
 # GPU with its own measurement (GPUSpec.attention_efficiency: H20's 0.83) uses that instead.
+# FlashAttention's benchmarks count a causal pass as half the pairs (flash-attention 0251105,
+# benchmarks/benchmark_flash_attention.py:29, hopper/benchmark_attn.py:63-64); step_time divides
+# the fraction into c (p + c) pairs a chunk, each chunk's triangle in full: counting the causal
+# pairs instead raised the fidelity benchmarks' errors (docs/fidelity.md, "Achievable fractions").
 ATTENTION_EFFICIENCY = 0.50
 ALLREDUCE_LATENCY_S = {  # per all-reduce, small messages
     "nvlink": 6e-6,  # NVIDIA/nccl#1259: ~6 us with 2 GPUs, CUDA graphs (vLLM captures them)
