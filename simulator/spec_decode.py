@@ -50,7 +50,7 @@ from kvbudget.perf.speculative import (
 )
 from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.simulator.serving import FloatArray, IntArray
-from kvbudget.simulator.small_arrays import isum
+from kvbudget.simulator.small_arrays import imin, isum
 
 __all__ = ["SPEC_STREAM", "SpecDecode", "SpecEngine", "SpecRows", "draft_warning", "fleet_stats",
            "make_spec_decode"]
@@ -118,6 +118,7 @@ class SpecDecode:
         "_draft",
         "_draws",
         "_draws_at",
+        "_gains",
         "_gap_s",
         "_key",
         "_num_draws",
@@ -166,6 +167,9 @@ class SpecDecode:
         # its steps with output 0, 1, ...: _draws[_draws_at[row] + steps] (reset; int8: k is
         # at most MAX_SPECULATIVE_TOKENS, 64)
         self._draws = np.zeros(0, np.int8)
+        # the tokens the draws before each give, running: _gains[x + 1] - _gains[x] is
+        # _draws[x] + 1 (a step's accepted drafts and its own token), rising along the store
+        self._gains = np.zeros(1, np.int64)
         self._num_draws = 0
         self._draws_at = np.zeros(num_rows, np.int64)
         self.num_verify = self.num_draft_tokens = self.num_accepted_tokens = 0
@@ -201,7 +205,12 @@ class SpecDecode:
         start = self._num_draws
         self._draws_at[i] = start
         self._num_draws = start + n
-        self._draws[start : start + n] = self._drawn(x ^ (x >> 31), e.tier_priority.item(i), n)
+        drawn = self._drawn(x ^ (x >> 31), e.tier_priority.item(i), n)
+        self._draws[start : start + n] = drawn
+        gains = self._gains[start + 1 : start + n + 1]
+        drawn += 1
+        np.add.accumulate(drawn, out=gains)
+        gains += self._gains.item(start)
 
     def _compact(self, e: SpecRows, n: int) -> None:
         """Room for ``n`` more draws: the store holds those of the requests in the engine
@@ -218,6 +227,8 @@ class SpecDecode:
                                                                  lengths)]
         self._draws_at[live] = starts
         self._draws, self._num_draws = draws, total
+        self._gains = np.zeros(len(draws) + 1, np.int64)
+        np.add.accumulate(draws[:total] + 1, dtype=np.int64, out=self._gains[1 : total + 1])
 
     def _drawn(self, key: int, priority: int, n: int) -> IntArray:
         """The accepted drafts (``k`` drafts; a tree's ``depth``) of the stream ``key`` (of a
@@ -359,6 +370,25 @@ class SpecDecode:
         ahead = _STEPS[:num] if num <= len(_STEPS) else np.arange(num, dtype=np.int64)
         drawn: npt.NDArray[np.int8] = self._draws[at[:, None] + ahead]
         return drawn
+
+    def run_gains(self, rows: IntArray, steps: IntArray, left: IntArray,
+                  k_max: int) -> tuple[IntArray, int]:
+        """The output tokens ``rows`` (``steps`` steps with output so far, ``left`` output
+        tokens to go) gain over their next steps that verify ``k`` drafts, before each step and
+        after the last (requests x steps + 1, uncapped: the sums of :meth:`geometric`'s draws
+        plus one a step), for a run of at most ``k_max`` steps that ends with the first step
+        in which one of them has its output, and that run's length (0 or 1: none is given)."""
+        at = self._draws_at[rows] + steps
+        gains = self._gains[: self._num_draws + 1]
+        g0 = gains[at]
+        # each row's steps to its output (its draws are at least as many: a step gives a token
+        # or more), by the running gains, which rise
+        k_max = min(k_max, imin(gains.searchsorted(g0 + left) - at))
+        if k_max <= 1:
+            return at, k_max
+        gained = gains[at[:, None] + _STEPS[: k_max + 1]]
+        gained -= g0[:, None]
+        return gained, k_max
 
     def draft_run_seconds(self, num_rows: int, context: IntArray) -> FloatArray | float:
         """:meth:`draft_seconds` of steps of ``num_rows`` requests, each verifying ``k`` drafts,

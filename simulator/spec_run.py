@@ -31,7 +31,6 @@ from collections.abc import Generator
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import simpy
 
 from kvbudget.perf.step_features import StepFeatures
@@ -40,7 +39,7 @@ from kvbudget.simulator.decode_plan import MAX_JUMP_STEPS, DecodeRunPlanner
 from kvbudget.simulator.engine import IntArray
 from kvbudget.simulator.fast_decode import SkipAheadEngine
 from kvbudget.simulator.serving import FloatArray
-from kvbudget.simulator.small_arrays import SMALL_N, imax, imin, isum
+from kvbudget.simulator.small_arrays import SMALL_N, imax, isum
 from kvbudget.simulator.spec_decode import SpecDecode
 from kvbudget.simulator.step_commit import CommitTarget, StepCommit
 from kvbudget.simulator.step_cost import tail_features
@@ -82,20 +81,13 @@ def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
     n = len(rows)
     out0 = e.num_output_tokens[rows]
     left = e.target_output[rows] - out0
-    # every step gives a request one token or more: the first finish is within this many
-    k_max = min(k_max, imin(left), MAX_SPEC_STEPS)
-    if k_max <= 1:
-        return None
     steps0 = spec.num_output_steps[rows]
     # the tokens each row has gained before each step (column 0: none) and after the last:
-    # its accepted drafts (drawn as stepping draws them) and the step's own token, summed
-    gained = np.zeros((n, k_max + 1), np.int64)
-    after = gained[:, 1:]
-    np.add(spec.geometric(e, rows, steps0, k_max), 1, out=after)
-    np.add.accumulate(after, axis=1, out=after)
-    if imax(after[:, -1] - left) >= 0:  # the run ends with its first step that finishes a request
-        done_any: npt.NDArray[np.bool_] = np.logical_or.reduce(after >= left[:, None], axis=0)
-        k_max = int(done_any.argmax()) + 1
+    # its accepted drafts (drawn as stepping draws them) and the step's own token, summed; the
+    # run ends with its first step that finishes a request
+    gained, k_max = spec.run_gains(rows, steps0, left, min(k_max, MAX_SPEC_STEPS))
+    if k_max <= 1:
+        return None
     c0 = e.num_computed_tokens[rows]
     # computed tokens as each step is scheduled (step j sees j steps' tokens): c0 + gained
     before = gained[:, :k_max]
@@ -201,9 +193,11 @@ class SpecSkipAheadEngine(SkipAheadEngine):
 
     def output_tokens_of(self, i: int) -> int:
         run = self._spec_run
-        if run is None or self._run_ends is None or i not in run.rows:
+        rows = [] if run is None or self._run_ends is None else run.rows.tolist()
+        if i not in rows:
             return super().output_tokens_of(i)
-        r = int(np.flatnonzero(run.rows == i)[0])  # its output after the steps that have ended
+        assert run is not None
+        r = rows.index(i)  # its output after the steps that have ended
         steps = self._steps_done_now() - self.num_steps
         return run.out0.item(r) + min(run.gained.item(r, steps), run.left.item(r))
 
