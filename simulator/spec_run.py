@@ -28,6 +28,7 @@ progress when work is added or aborted).
 from __future__ import annotations
 
 from collections.abc import Generator
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -35,7 +36,7 @@ import simpy
 
 from kvbudget.perf.step_features import StepFeatures
 from kvbudget.perf.step_time import VllmStepModel
-from kvbudget.simulator.decode_plan import MAX_JUMP_STEPS, DecodeRunPlanner
+from kvbudget.simulator.decode_plan import GROUP_SMALL_K, MAX_JUMP_STEPS, DecodeRunPlanner, Floats
 from kvbudget.simulator.engine import IntArray
 from kvbudget.simulator.fast_decode import SkipAheadEngine
 from kvbudget.simulator.serving import FloatArray
@@ -64,7 +65,7 @@ class SpecRun:
 
     def __init__(self, rows: IntArray, out0: IntArray, c0: IntArray, steps0: IntArray,
                  left: IntArray, gained: IntArray, held: IntArray, alloc: IntArray,
-                 draft_s: FloatArray, ends: FloatArray, dts: FloatArray) -> None:
+                 draft_s: FloatArray, ends: Floats, dts: Floats) -> None:
         self.rows, self.out0, self.c0, self.steps0, self.left = rows, out0, c0, steps0, left
         self.gained, self.held, self.alloc, self.draft_s = gained, held, alloc, draft_s
         self.ends, self.dts = ends, dts
@@ -128,11 +129,18 @@ def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
     dts = dts + draft
     draft_s = np.zeros(k_max, np.float64) if isinstance(draft, float) else draft  # (n-gram)
     dts[0] = dt0
-    ends = dts.copy()
-    ends[0] += e.t
-    np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
+    times: Floats = dts
+    ends: Floats
+    if k_max <= GROUP_SMALL_K:  # a short run's in Python numbers, as the decode group's
+        times = dts.tolist()
+        ends = list(accumulate(times, initial=e.t))  # t += dt, step by step
+        del ends[0]
+    else:
+        ends = dts.copy()
+        ends[0] += e.t
+        np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
     return SpecRun(rows, out0, c0, steps0, left, gained[:, : k_max + 1], held[:, :k_max], alloc,
-                   draft_s, ends, dts)
+                   draft_s, ends, times)
 
 
 def commit_spec_run(e: CommitTarget, spec: SpecDecode, commit: StepCommit, run: SpecRun,
@@ -248,7 +256,9 @@ class SpecSkipAheadEngine(SkipAheadEngine):
             self._span_head = None
             yield from super()._run_scheduled(rows, new, preempted, reserved, counts)
             return
-        cut = (run.ends[:k], self.kv.num_used_blocks + run.alloc[:k], run.dts[:k])
+        used = self.kv.num_used_blocks + run.alloc[:k]
+        cut = ((run.ends[:k], used.tolist(), run.dts[:k]) if isinstance(run.ends, list)
+               else (run.ends[:k], used, run.dts[:k]))
         self._spec_run = run
         k = yield from self._wait_run(cut, reserved, counts, t_ext if lag else float("inf"))
         self._spec_run = None
