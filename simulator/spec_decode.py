@@ -87,6 +87,10 @@ _S11, _S27, _S30, _S31 = np.uint64(11), np.uint64(27), np.uint64(30), np.uint64(
 _UNIT = 1.0 / 2**53
 _AHEAD = np.arange(4096, dtype=np.uint64) * _GOLDEN
 """``s * _GOLDEN`` for a request's steps with output ``s`` (:meth:`SpecDecode.reset`)."""
+AHEAD_ROWS = 64
+"""Rows whose acceptance draws are made at once (:meth:`SpecDecode._draw_ahead`): one pass of
+array operations costs ~4,000 instructions whatever its length, a row's draws a few hundred
+elements of it (measured on ``benchmarks/bench_specdec.py``'s part 3)."""
 _STEPS = np.arange(4096, dtype=np.int64)
 """``0, 1, ...``: the steps ahead of a speculative run (:meth:`SpecDecode.geometric`)."""
 
@@ -113,6 +117,8 @@ class SpecDecode:
     output so far), drawn for all its steps as it comes in (:meth:`reset`)."""
 
     __slots__ = (
+        "_ahead_key",
+        "_ahead_n",
         "_by_priority",
         "_depth_at",
         "_draft",
@@ -172,13 +178,18 @@ class SpecDecode:
         self._gains = np.zeros(1, np.int64)
         self._num_draws = 0
         self._draws_at = np.zeros(num_rows, np.int64)
+        # rows drawn ahead, before they come (_draw_ahead): their draws' count (0: none) and
+        # the key they were drawn with
+        self._ahead_n = np.zeros(num_rows, np.int64)
+        self._ahead_key = np.zeros(num_rows, np.uint64)
         self.num_verify = self.num_draft_tokens = self.num_accepted_tokens = 0
         self.draft_s = 0.0
 
     def _rows(self, n: int) -> None:
         """Grow the per-row arrays to ``n`` rows (a fleet's replica grows its rows)."""
         if len(self.num_spec_tokens) < n:
-            for name in ("num_spec_tokens", "num_output_steps", "_draws_at"):
+            for name in ("num_spec_tokens", "num_output_steps", "_draws_at", "_ahead_n",
+                         "_ahead_key"):
                 old = getattr(self, name)
                 new = np.zeros(n, old.dtype)
                 new[: len(old)] = old
@@ -187,7 +198,8 @@ class SpecDecode:
     def reset(self, e: SpecRows, i: int) -> None:
         """Row ``i`` comes in afresh (no output, no drafts): its stream's key, from the run's
         key, the row and its arrival, and its accepted drafts at each of the steps with output
-        it may take (one token a step at least: as many as its target output)."""
+        it may take (one token a step at least: as many as its target output), unless they
+        were drawn ahead with the key it has now (:meth:`_draw_ahead`)."""
         self._rows(i + 1)
         self.num_spec_tokens[i] = 0
         self.num_output_steps[i] = 0
@@ -199,13 +211,60 @@ class SpecDecode:
         x = (x * _M1_INT) & _MASK64
         x ^= x >> 27
         x = (x * _M2_INT) & _MASK64
+        key = x ^ (x >> 31)
         n = e.target_output.item(i)
+        ahead = self._ahead_n.item(i)
+        self._ahead_n[i] = 0
+        if ahead == n and self._ahead_key.item(i) == key:
+            return  # (its draws are at _draws_at[i])
+        if self._by_priority or not 0.0 < self.rate < 1.0:
+            start = self._room(e, n)
+            self._draws_at[i] = start
+            self._store(start, self._drawn(key, e.tier_priority.item(i), n))
+        else:
+            self._draw_ahead(e, i)
+
+    def _draw_ahead(self, e: SpecRows, i: int) -> None:
+        """Row ``i``'s draws and those of the :data:`AHEAD_ROWS` rows after it not in the
+        engine nor drawn already, which an open-loop workload's rows come in the order of: the
+        operations of :meth:`reset` and :meth:`_drawn` element by element (a single rate), on
+        all of them at once. A row's key is checked as it comes (a closed loop's users set a
+        row's arrival as they send it)."""
+        hi = min(i + AHEAD_ROWS, len(e.target_output))
+        self._rows(hi)
+        later = np.arange(i + 1, hi, dtype=np.int64)
+        later = later[~e.in_engine[later] & (self._ahead_n[later] == 0)]
+        rows = np.concatenate((np.array([i], np.int64), later))
+        lengths = e.target_output[rows]
+        firsts = np.add.accumulate(lengths)
+        total = int(firsts[-1])
+        firsts -= lengths  # each row's first draw, from the first's
+        start = self._room(e, total)
+        self._draws_at[rows] = firsts + start
+        self._ahead_n[later] = lengths[1:]
+        keys = rows.astype(np.uint64)
+        keys *= _GOLDEN
+        keys ^= np.uint64(self._key)
+        keys ^= e.arrival_s[rows].view(np.uint64)
+        keys = _mix(keys)
+        self._ahead_key[later] = keys[1:]
+        # each draw's step with output: 0, 1, ... along each row's
+        hashed = np.arange(total, dtype=np.uint64)
+        hashed -= np.repeat(firsts, lengths).astype(np.uint64)
+        hashed *= _GOLDEN
+        hashed ^= np.repeat(keys, lengths)
+        self._store(start, self._accepted_of(hashed))
+
+    def _room(self, e: SpecRows, n: int) -> int:
+        """Where ``n`` more draws go in the store (made room for)."""
         if self._num_draws + n > len(self._draws):
             self._compact(e, n)
-        start = self._num_draws
-        self._draws_at[i] = start
+        return self._num_draws
+
+    def _store(self, start: int, drawn: IntArray) -> None:
+        """Write ``drawn`` (changed) into the store from ``start``, with their running gains."""
+        n = len(drawn)
         self._num_draws = start + n
-        drawn = self._drawn(x ^ (x >> 31), e.tier_priority.item(i), n)
         self._draws[start : start + n] = drawn
         gains = self._gains[start + 1 : start + n + 1]
         drawn += 1
@@ -214,11 +273,13 @@ class SpecDecode:
 
     def _compact(self, e: SpecRows, n: int) -> None:
         """Room for ``n`` more draws: the store holds those of the requests in the engine
-        only (a finished request's are read no more), in a new array no smaller than before
-        and at least twice their size and ``n``'s, so that it is copied once per as many draws
-        as it holds at least."""
-        live = np.flatnonzero(e.in_engine[: len(self._draws_at)])
-        lengths = e.target_output[live]
+        and those drawn ahead only (a finished request's are read no more), in a new array no
+        smaller than before and at least twice their size and ``n``'s, so that it is copied
+        once per as many draws as it holds at least."""
+        m = min(len(self._draws_at), len(e.in_engine))
+        inside = e.in_engine[:m]
+        live = np.flatnonzero(inside | (self._ahead_n[:m] > 0))
+        lengths = np.where(inside[live], e.target_output[live], self._ahead_n[live])
         ends = np.add.accumulate(lengths)
         total = int(ends[-1]) if len(ends) else 0
         starts = ends - lengths
@@ -248,6 +309,12 @@ class SpecDecode:
             hashed = np.arange(n, dtype=np.uint64)
             hashed *= _GOLDEN
             hashed ^= np.uint64(key)
+        return self._accepted_of(hashed, rate)
+
+    def _accepted_of(self, hashed: npt.NDArray[np.uint64], rate: float = 0.0) -> IntArray:
+        """The accepted drafts of the counters ``hashed`` (:meth:`_drawn`), at ``rate`` when
+        tiers' differ (else the engine's)."""
+        k = self.depth
         x = _mix(hashed)
         x >>= _S11
         u: FloatArray = x.astype(np.float64)
