@@ -391,29 +391,23 @@ class SpecDecode:
         the drafts it verified are accepted or rejected (see the module docstring). Returns
         ``computed`` after the rejected tokens are rolled back."""
         held = self.num_spec_tokens[rows]
-        spec = held > 0
-        num = int(np.count_nonzero(spec))
+        num = int(np.count_nonzero(held))  # (drafts are never negative)
         if not num:
             return computed
-        every = num == len(rows)  # (the common case: every scheduled request verifies)
-        r, h = (rows, held) if every else (rows[spec], held[spec])
-        # the drafts the token budget reached (scheduler.py:861): the others are dropped
-        d: IntArray = np.minimum(h, (new if every else new[spec]) - 1)
-        out = e.num_output_tokens[r]
-        accepted = self._accepted(e, r, out, d)
-        after: IntArray = (computed if every else computed[spec]) - (d - accepted)
-        e.num_computed_tokens[r] = after
-        e.num_tokens[r] -= h - accepted  # the dropped and the rejected drafts
-        e.num_output_tokens[r] = out + accepted
-        self.num_spec_tokens[r] = 0
+        # the drafts the token budget reached (scheduler.py:861): the others are dropped; a
+        # row without drafts (a prefill) has none, so its values below stay as they are
+        d: IntArray = np.minimum(held, new - 1)
+        out = e.num_output_tokens[rows]
+        accepted = self._accepted(e, rows, out, d)
+        after: IntArray = computed - (d - accepted)
+        e.num_computed_tokens[rows] = after
+        e.num_tokens[rows] -= held - accepted  # the dropped and the rejected drafts
+        e.num_output_tokens[rows] = out + accepted
+        self.num_spec_tokens[rows] = 0
         self.num_verify += num
         self.num_draft_tokens += isum(d)
         self.num_accepted_tokens += isum(accepted)
-        if every:
-            return after
-        computed = computed.copy()
-        computed[spec] = after
-        return computed
+        return after
 
     def _accepted(self, e: SpecRows, r: IntArray, out: IntArray, d: IntArray) -> IntArray:
         """Accepted drafts of ``d`` for rows ``r`` with ``out`` output tokens: their draws at

@@ -91,21 +91,21 @@ def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
         return None
     c0 = e.num_computed_tokens[rows]
     # computed tokens as each step is scheduled (step j sees j steps' tokens): c0 + gained
-    before = gained[:, :k_max]
-    top = imax(c0 + before[:, -1])  # (computed tokens only grow along the run)
+    computed = gained[:, :k_max] + c0[:, None]
+    top = imax(computed[:, -1])  # (computed tokens only grow along the run)
     if top + 1 + k > mml:  # drafts clipped by the model's length
-        clip = np.logical_or.reduce(before + (c0 + (1 + k))[:, None] > mml, axis=0)
+        clip = np.logical_or.reduce(computed > mml - (1 + k), axis=0)
         k_max = max(1, int(clip.argmax()))
         if k_max <= 1:
             return None
-        before = before[:, :k_max]
+        computed = computed[:, :k_max]
     bs = planner.block_size
     # the blocks of the step's tokens and lookahead slots, within the model's length
     if top + q + look > mml:
-        need = np.minimum(before + (c0 + (q + look))[:, None], mml)
+        need = np.minimum(computed + (q + look), mml)
         need += bs - 1
     else:
-        need = before + (c0 + (q + look + bs - 1))[:, None]
+        need = computed + (q + look + bs - 1)
     need //= bs
     b0 = e.kv.num_blocks[rows]
     held = np.maximum(need, b0[:, None], out=need)
@@ -118,8 +118,8 @@ def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
     # the verify steps' num_context_tokens (step 0's too: its time is dt0, as scheduled),
     # priced as _step_seconds prices a step's features, plus the draft's seconds: the cost
     # model's table when it has one, else its step_time on arrays
-    context = np.add.reduce(before[:, :k_max], axis=0)
-    context += isum(c0) + n * q
+    context = np.add.reduce(computed[:, :k_max], axis=0)
+    context += n * q
     cost: Any = planner.cost
     dts = cost.chunk_times_at(n, q, context) if isinstance(cost, VllmStepModel) else None
     if dts is None:
