@@ -451,6 +451,13 @@ class SpecDecode:
         gained -= g0[:, None]
         return gained, k_max
 
+    def step_gains(self, rows: IntArray, steps: IntArray) -> IntArray:
+        """:meth:`run_gains` of one step: none before it, its draw plus one after."""
+        at = self._draws_at[rows] + steps
+        gained: IntArray = self._gains[at[:, None] + _STEPS[:2]]
+        gained -= gained[:, :1]
+        return gained
+
     def draft_run_seconds(self, num_rows: int, context: IntArray) -> FloatArray | float:
         """:meth:`draft_seconds` of steps of ``num_rows`` requests, each verifying ``k`` drafts,
         attending to ``context`` tokens in all (one a step; not added to ``draft_s``)."""

@@ -27,6 +27,7 @@ progress when work is added or aborted).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator
 from itertools import accumulate
 from typing import Any
@@ -40,7 +41,7 @@ from kvbudget.simulator.decode_plan import GROUP_SMALL_K, MAX_JUMP_STEPS, Decode
 from kvbudget.simulator.engine import IntArray
 from kvbudget.simulator.fast_decode import SkipAheadEngine
 from kvbudget.simulator.serving import FloatArray
-from kvbudget.simulator.small_arrays import SMALL_N, imax, isum
+from kvbudget.simulator.small_arrays import SMALL_N, imax, imin, isum
 from kvbudget.simulator.spec_decode import SpecDecode
 from kvbudget.simulator.step_commit import CommitTarget, StepCommit
 from kvbudget.simulator.step_cost import tail_features
@@ -143,6 +144,16 @@ def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
                    draft_s, ends, times)
 
 
+def spec_step(e: CommitTarget, spec: SpecDecode, rows: IntArray) -> SpecRun:
+    """A run of one verify step of ``rows`` (scheduled, its blocks taken): what
+    :func:`commit_spec_run` reads of it."""
+    out0 = e.num_output_tokens[rows]
+    steps0 = spec.num_output_steps[rows]
+    none = np.zeros((1, 1), np.int64)
+    return SpecRun(rows, out0, e.num_computed_tokens[rows], steps0, e.target_output[rows] - out0,
+                   spec.step_gains(rows, steps0), none, none[0], np.zeros(1), [], [])
+
+
 def commit_spec_run(e: CommitTarget, spec: SpecDecode, commit: StepCommit, run: SpecRun,
                     m: int) -> None:
     """Commit the first ``m`` steps of ``run`` (step 0's blocks were taken as it was
@@ -229,9 +240,9 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         # (a request not yet schedulable ends the run as it becomes schedulable, as the decode
         # group's does)
         k_max = self._pending_due() - self.num_steps if self._pending else MAX_JUMP_STEPS
-        if (spec is None or preempted or self._aborts or k_max <= 1 or self.remote is not None
+        if (spec is None or preempted or self._aborts or self.remote is not None
                 or not (commit.synced and commit.all_decode) or len(rows) < 1
-                or int(new.min()) != q or len(rows) != len(self.running)):
+                or imin(new) != q or len(rows) != len(self.running)):
             yield from super()._run_scheduled(rows, new, preempted, reserved, counts)
             return
         # the step's features (step_cost.rows_features of ``len(rows)`` chunks of ``q`` tokens)
@@ -240,21 +251,32 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         context = isum(self.num_computed_tokens[rows]) + n * q
         dt0 = float(self.cost.step_time(float(n * q), 0.0, float(context), float(q * context),
                                         float(n))) + self._step_extra_s
-        t_ext = self.hooks.next_external_s()
-        until = self._plan_until(t_ext) if self.head_refusal else t_ext
-        # async scheduling: the run goes on a step past t_ext's (DecodeRunPlanner.keep)
-        lag = self._async and until == t_ext and self.runs_past_external
-        k_max = self.planner.bound(k_max, self.t, until, dt0, lag)
-        run = plan_spec_run(self, spec, self.planner, rows, k_max, dt0,
-                            self.kv.num_available_blocks)
+        t_ext = until = math.inf
+        lag = False
+        run = None
+        if k_max > 1:
+            t_ext = self.hooks.next_external_s()
+            until = self._plan_until(t_ext) if self.head_refusal else t_ext
+            # async scheduling: the run goes on a step past t_ext's (DecodeRunPlanner.keep)
+            lag = self._async and until == t_ext and self.runs_past_external
+            k_max = self.planner.bound(k_max, self.t, until, dt0, lag)
+            run = plan_spec_run(self, spec, self.planner, rows, k_max, dt0,
+                                self.kv.num_available_blocks)
         k = 0
         if run is not None:  # its steps that run (as a decode run's), while the waiting head is
             # refused up to where it may start
             k = self._jump_limit(len(run.ends), run.alloc) if self.head_refusal else len(run.ends)
             k = self.planner.keep(run.ends[:k], t_ext, until, lag)
-        if run is None or k < 2:
+        if run is None or k < 2:  # one step, waited for as Engine._run_scheduled waits
             self._span_head = None
-            yield from super()._run_scheduled(rows, new, preempted, reserved, counts)
+            yield from self._wait(self._account_step(dt0, reserved, counts))
+            aborted = self._apply_aborts() if self._aborts else None
+            self._steps_rows = rows
+            self._on_steps(False, 1)
+            if aborted is None:  # committed as a run of one step
+                commit_spec_run(self, spec, commit, spec_step(self, spec, rows), 1)
+            else:
+                commit.rows(rows, new, aborted)
             return
         used = self.kv.num_used_blocks + run.alloc[:k]
         cut = ((run.ends[:k], used.tolist(), run.dts[:k]) if isinstance(run.ends, list)
