@@ -4,8 +4,9 @@ computed at once (:class:`SpecSkipAheadEngine`), with the results of stepping.
 While every running request verifies ``k`` drafts a step (speculative decoding,
 :mod:`kvbudget.simulator.spec_decode`) and nothing else can start, what the next steps do is
 arithmetic: a request's accepted drafts at a step are a draw keyed by the request and its
-steps with output (:meth:`SpecDecode.geometric`, the same draws stepping makes), so its output
-and computed tokens after ``j`` steps are cumulative sums, the blocks each step takes and the
+steps with output (the same draws stepping makes, kept with their running sums as the request
+comes in: :meth:`SpecDecode.run_gains`), so its output and computed tokens after ``j`` steps
+are differences of those sums (its finish one search), the blocks each step takes and the
 steps' times (the verify step priced by the cost model, plus the draft's passes: read from
 the step model's tables by context, ``VllmStepModel.chunk_times_at`` and ``decode_times_at``,
 or one array call each for other cost models) follow. :func:`plan_spec_run` computes them for a run that ends at the first step a
@@ -22,14 +23,14 @@ steps after it then schedule the same rows with the same tokens. :func:`commit_s
 writes what ``StepCommit.rows`` (verify, sample, propose, finish) would have written after
 those steps, and hands the finished requests to the same ``StepCommit.finish``. The run waits
 in time as a plain decode run does (``SkipAheadEngine._wait_run``: cut short at the step in
-progress when work is added or aborted).
+progress when work is added or aborted). Such a step that is no run (a request becomes
+schedulable after it, or the run would be one step) waits as a stepped step and commits as a
+run of one step (:func:`spec_step`), unless aborts came during it.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Generator
-from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -134,8 +135,11 @@ def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
     ends: Floats
     if k_max <= GROUP_SMALL_K:  # a short run's in Python numbers, as the decode group's
         times = dts.tolist()
-        ends = list(accumulate(times, initial=e.t))  # t += dt, step by step
-        del ends[0]
+        ends = []
+        t = e.t
+        for dt in times:  # t += dt, step by step
+            t += dt
+            ends.append(t)
     else:
         ends = dts.copy()
         ends[0] += e.t
@@ -251,7 +255,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         context = isum(self.num_computed_tokens[rows]) + n * q
         dt0 = float(self.cost.step_time(float(n * q), 0.0, float(context), float(q * context),
                                         float(n))) + self._step_extra_s
-        t_ext = until = math.inf
+        t_ext = until = float("inf")
         lag = False
         run = None
         if k_max > 1:
