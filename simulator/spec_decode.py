@@ -349,6 +349,18 @@ class SpecDecode:
         self.num_spec_tokens[r] = d
         e.num_tokens[r] = tokens + d
 
+    def sampled_row(self, e: SpecEngine, i: int, output: int) -> int:
+        """Row ``i`` sampled its token number ``output`` (counted in its ``num_tokens``):
+        :meth:`output_steps` and :meth:`propose` of one row; returns its steps with output."""
+        steps = self.num_output_steps.item(i) + 1
+        self.num_output_steps[i] = steps
+        if output < e.target_output.item(i):
+            tokens = e.num_tokens.item(i)
+            d = max(0, min(self.k, e.max_model_len - tokens))
+            self.num_spec_tokens[i] = d
+            e.num_tokens[i] = tokens + d
+        return steps
+
     def draft_seconds(self, e: SpecRows, rows: IntArray, new: IntArray) -> float:
         """The draft's time in the step scheduling ``new`` tokens for ``rows``: ``k`` forward
         passes over the requests that verify drafts, each a decode step of the draft's step

@@ -159,11 +159,11 @@ def spec_step(e: CommitTarget, spec: SpecDecode, rows: IntArray) -> SpecRun:
 
 
 def commit_spec_run(e: CommitTarget, spec: SpecDecode, commit: StepCommit, run: SpecRun,
-                    m: int) -> None:
+                    m: int, finish: bool = True) -> list[int]:
     """Commit the first ``m`` steps of ``run`` (step 0's blocks were taken as it was
     scheduled; the caller has ended them in time): what ``StepCommit.rows`` would have
     written after each, and the requests that finished in the last handed to
-    ``StepCommit.finish``."""
+    ``StepCommit.finish`` (unless not ``finish``) and returned."""
     rows = run.rows
     n = len(rows)
     extra = int(run.alloc[m - 1])
@@ -189,7 +189,7 @@ def commit_spec_run(e: CommitTarget, spec: SpecDecode, commit: StepCommit, run: 
         spec.num_spec_tokens[rows] = k
         tokens += k
         e.num_tokens[rows] = tokens
-        return
+        return []
     drafts = e.max_model_len - tokens  # the next step's drafts: k, clipped to the length
     np.minimum(drafts, k, out=drafts)
     np.maximum(drafts, 0, out=drafts)
@@ -198,8 +198,16 @@ def commit_spec_run(e: CommitTarget, spec: SpecDecode, commit: StepCommit, run: 
     spec.num_spec_tokens[rows] = drafts
     drafts += tokens
     e.num_tokens[rows] = drafts
-    if done is not None:
-        commit.finish(rows[done].tolist())
+    if done is None:
+        return []
+    finished: list[int] = rows[done].tolist()
+    if finish:
+        commit.finish(finished)
+    return finished
+
+
+def _no_join(i: int, computed: int, output: int) -> None:
+    """No decode group to join (``StepCommit.decode_step``'s ``join``)."""
 
 
 class SpecSkipAheadEngine(SkipAheadEngine):
@@ -213,6 +221,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._spec_run: SpecRun | None = None  # the run in flight
+        self._before = 0  # (_schedule)
 
     def output_tokens_of(self, i: int) -> int:
         run = self._spec_run
@@ -223,6 +232,26 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         r = rows.index(i)  # its output after the steps that have ended
         steps = self._steps_done_now() - self.num_steps
         return run.out0.item(r) + min(run.gained.item(r, steps), run.left.item(r))
+
+    def _start_step(self, rows: IntArray, new: IntArray, m: int, reserved: int,
+                    counts: tuple[int, int]) -> Generator[simpy.Event, Any, None]:
+        """A step in which the running requests (``rows[:m]``) verify their drafts and the
+        requests ``rows[m:]`` start, waited for as ``Engine._run_scheduled`` waits for it and
+        committed, unless aborts came during it, as a run of one step of ``rows[:m]`` and the
+        decode group's tail (``StepCommit.decode_step``)."""
+        yield from self._wait(self._account_step(self._step_seconds(self._features(rows, new)),
+                                                 reserved, counts))
+        aborted = self._apply_aborts() if self._aborts else None
+        self._steps_rows = rows
+        self._on_steps(False, 1)
+        assert self.spec is not None
+        if aborted is not None:
+            self.commit.rows(rows, new, aborted)
+            return
+        done = commit_spec_run(self, self.spec, self.commit, spec_step(self, self.spec, rows[:m]),
+                               1, finish=False)
+        self.commit.decode_step(m, list(zip(rows[m:].tolist(), new[m:].tolist(), strict=True)),
+                                done, _no_join)
 
     def _features(self, rows: IntArray, new: IntArray) -> StepFeatures:
         """``Engine._features`` of a step of a few rows in Python integers (the same sums:
@@ -236,6 +265,12 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         run = self._spec_run
         return super()._rows_ahead() if run is None else run.rows.tolist()
 
+    def _schedule(self) -> tuple[IntArray, IntArray, bool]:
+        # the running requests before the step's starts when each had its token last step
+        commit = self.commit
+        self._before = len(self.running) if commit.synced and commit.all_decode else 0
+        return super()._schedule()
+
     def _run_scheduled(self, rows: IntArray, new: IntArray, preempted: bool, reserved: int,
                        counts: tuple[int, int]) -> Generator[simpy.Event, Any, None]:
         spec = self.spec
@@ -244,10 +279,14 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         # (a request not yet schedulable ends the run as it becomes schedulable, as the decode
         # group's does)
         k_max = self._pending_due() - self.num_steps if self._pending else MAX_JUMP_STEPS
-        if (spec is None or preempted or self._aborts or self.remote is not None
-                or not (commit.synced and commit.all_decode) or len(rows) < 1
-                or imin(new) != q or len(rows) != len(self.running)):
+        m = self._before
+        if (spec is None or preempted or self._aborts or self.remote is not None or m < 1
+                or len(rows) != len(self.running) or imin(new[:m]) != q
+                or (m < len(rows) and self.kv.prefix is not None)):
             yield from super()._run_scheduled(rows, new, preempted, reserved, counts)
+            return
+        if m < len(rows):  # requests start in it (rows[m:]): one step
+            yield from self._start_step(rows, new, m, reserved, counts)
             return
         # the step's features (step_cost.rows_features of ``len(rows)`` chunks of ``q`` tokens)
         # priced, as _step_seconds prices them
