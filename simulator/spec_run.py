@@ -4,9 +4,8 @@ computed at once (:class:`SpecSkipAheadEngine`), with the results of stepping.
 While every running request verifies ``k`` drafts a step (speculative decoding,
 :mod:`kvbudget.simulator.spec_decode`) and nothing else can start, what the next steps do is
 arithmetic: a request's accepted drafts at a step are a draw keyed by the request and its
-steps with output (the same draws stepping makes, kept with their running sums as the request
-comes in: :meth:`SpecDecode.run_gains`), so its output and computed tokens after ``j`` steps
-are differences of those sums (its finish one search), the blocks each step takes and the
+steps with output (the same draws stepping makes, with running sums: :meth:`SpecDecode.run_gains`),
+so its output and computed tokens after ``j`` steps are sums, the blocks each step takes and the
 steps' times (the verify step priced by the cost model, plus the draft's passes: read from
 the step model's tables by context, ``VllmStepModel.chunk_times_at`` and ``decode_times_at``,
 or one array call each for other cost models) follow. :func:`plan_spec_run` computes them for a run that ends at the first step a
@@ -23,9 +22,8 @@ steps after it then schedule the same rows with the same tokens. :func:`commit_s
 writes what ``StepCommit.rows`` (verify, sample, propose, finish) would have written after
 those steps, and hands the finished requests to the same ``StepCommit.finish``. The run waits
 in time as a plain decode run does (``SkipAheadEngine._wait_run``: cut short at the step in
-progress when work is added or aborted). Such a step that is no run (a request becomes
-schedulable after it, or the run would be one step) waits as a stepped step and commits as a
-run of one step (:func:`spec_step`), unless aborts came during it.
+progress when work is added or aborted). Such a step that is no run (one step, or starts) commits
+as a run of one step (:func:`spec_step`) and the starts as the decode group's tail.
 """
 
 from __future__ import annotations
@@ -131,21 +129,12 @@ def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
     dts = dts + draft
     draft_s = np.zeros(k_max, np.float64) if isinstance(draft, float) else draft  # (n-gram)
     dts[0] = dt0
-    times: Floats = dts
-    ends: Floats
-    if k_max <= GROUP_SMALL_K:  # a short run's in Python numbers, as the decode group's
-        times = dts.tolist()
-        ends = []
-        t = e.t
-        for dt in times:  # t += dt, step by step
-            t += dt
-            ends.append(t)
-    else:
-        ends = dts.copy()
-        ends[0] += e.t
-        np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
+    ends = dts.copy()
+    ends[0] += e.t
+    np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
+    short = k_max <= GROUP_SMALL_K  # a short run's in Python numbers, as the decode group's
     return SpecRun(rows, out0, c0, steps0, left, gained[:, : k_max + 1], held[:, :k_max], alloc,
-                   draft_s, ends, times)
+                   draft_s, ends.tolist() if short else ends, dts.tolist() if short else dts)
 
 
 def spec_step(e: CommitTarget, spec: SpecDecode, rows: IntArray) -> SpecRun:
@@ -198,16 +187,10 @@ def commit_spec_run(e: CommitTarget, spec: SpecDecode, commit: StepCommit, run: 
     spec.num_spec_tokens[rows] = drafts
     drafts += tokens
     e.num_tokens[rows] = drafts
-    if done is None:
-        return []
-    finished: list[int] = rows[done].tolist()
-    if finish:
+    finished: list[int] = [] if done is None else rows[done].tolist()
+    if finished and finish:
         commit.finish(finished)
     return finished
-
-
-def _no_join(i: int, computed: int, output: int) -> None:
-    """No decode group to join (``StepCommit.decode_step``'s ``join``)."""
 
 
 class SpecSkipAheadEngine(SkipAheadEngine):
@@ -233,14 +216,13 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         steps = self._steps_done_now() - self.num_steps
         return run.out0.item(r) + min(run.gained.item(r, steps), run.left.item(r))
 
-    def _start_step(self, rows: IntArray, new: IntArray, m: int, reserved: int,
-                    counts: tuple[int, int]) -> Generator[simpy.Event, Any, None]:
-        """A step in which the running requests (``rows[:m]``) verify their drafts and the
-        requests ``rows[m:]`` start, waited for as ``Engine._run_scheduled`` waits for it and
-        committed, unless aborts came during it, as a run of one step of ``rows[:m]`` and the
-        decode group's tail (``StepCommit.decode_step``)."""
-        yield from self._wait(self._account_step(self._step_seconds(self._features(rows, new)),
-                                                 reserved, counts))
+    def _one_step(self, rows: IntArray, new: IntArray, m: int, dt: float, reserved: int,
+                  counts: tuple[int, int]) -> Generator[simpy.Event, Any, None]:
+        """A step of ``dt`` in which the running requests ``rows[:m]`` verify their drafts and
+        ``rows[m:]`` start, waited for as ``Engine._run_scheduled`` waits for it and committed,
+        unless aborts came during it, as a run of one step and the decode group's tail."""
+        self._span_head = None
+        yield from self._wait(self._account_step(dt, reserved, counts))
         aborted = self._apply_aborts() if self._aborts else None
         self._steps_rows = rows
         self._on_steps(False, 1)
@@ -251,7 +233,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         done = commit_spec_run(self, self.spec, self.commit, spec_step(self, self.spec, rows[:m]),
                                1, finish=False)
         self.commit.decode_step(m, list(zip(rows[m:].tolist(), new[m:].tolist(), strict=True)),
-                                done, _no_join)
+                                done, lambda i, computed, output: None)
 
     def _features(self, rows: IntArray, new: IntArray) -> StepFeatures:
         """``Engine._features`` of a step of a few rows in Python integers (the same sums:
@@ -286,7 +268,8 @@ class SpecSkipAheadEngine(SkipAheadEngine):
             yield from super()._run_scheduled(rows, new, preempted, reserved, counts)
             return
         if m < len(rows):  # requests start in it (rows[m:]): one step
-            yield from self._start_step(rows, new, m, reserved, counts)
+            dt = self._step_seconds(self._features(rows, new))
+            yield from self._one_step(rows, new, m, dt, reserved, counts)
             return
         # the step's features (step_cost.rows_features of ``len(rows)`` chunks of ``q`` tokens)
         # priced, as _step_seconds prices them
@@ -294,32 +277,20 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         context = isum(self.num_computed_tokens[rows]) + n * q
         dt0 = float(self.cost.step_time(float(n * q), 0.0, float(context), float(q * context),
                                         float(n))) + self._step_extra_s
-        t_ext = until = float("inf")
-        lag = False
-        run = None
-        if k_max > 1:
-            t_ext = self.hooks.next_external_s()
-            until = self._plan_until(t_ext) if self.head_refusal else t_ext
-            # async scheduling: the run goes on a step past t_ext's (DecodeRunPlanner.keep)
-            lag = self._async and until == t_ext and self.runs_past_external
-            k_max = self.planner.bound(k_max, self.t, until, dt0, lag)
-            run = plan_spec_run(self, spec, self.planner, rows, k_max, dt0,
-                                self.kv.num_available_blocks)
+        t_ext = self.hooks.next_external_s()
+        until = self._plan_until(t_ext) if self.head_refusal else t_ext
+        # async scheduling: the run goes on a step past t_ext's (DecodeRunPlanner.keep)
+        lag = self._async and until == t_ext and self.runs_past_external
+        k_max = self.planner.bound(k_max, self.t, until, dt0, lag)
+        run = None if k_max <= 1 else plan_spec_run(self, spec, self.planner, rows, k_max, dt0,
+                                                    self.kv.num_available_blocks)
         k = 0
         if run is not None:  # its steps that run (as a decode run's), while the waiting head is
             # refused up to where it may start
             k = self._jump_limit(len(run.ends), run.alloc) if self.head_refusal else len(run.ends)
             k = self.planner.keep(run.ends[:k], t_ext, until, lag)
-        if run is None or k < 2:  # one step, waited for as Engine._run_scheduled waits
-            self._span_head = None
-            yield from self._wait(self._account_step(dt0, reserved, counts))
-            aborted = self._apply_aborts() if self._aborts else None
-            self._steps_rows = rows
-            self._on_steps(False, 1)
-            if aborted is None:  # committed as a run of one step
-                commit_spec_run(self, spec, commit, spec_step(self, spec, rows), 1)
-            else:
-                commit.rows(rows, new, aborted)
+        if run is None or k < 2:
+            yield from self._one_step(rows, new, m, dt0, reserved, counts)
             return
         used = self.kv.num_used_blocks + run.alloc[:k]
         cut = ((run.ends[:k], used.tolist(), run.dts[:k]) if isinstance(run.ends, list)

@@ -119,9 +119,8 @@ class StepCommit:
         waiting requests that started (``tail``: row, new tokens; a few), with fewer array
         operations than :meth:`rows`. A row of the tail that samples its first token joins the
         group (``join(row, num_computed_tokens, num_output_tokens)``) while every row before it
-        in the tail did too (or finished). With speculative decoding (no group: the first ``m``
-        rows verified their drafts, committed as a run of one step) a row of the tail that
-        samples counts its step with output and gets its drafts. With
+        in the tail did too (or finished); with speculative decoding, a row that samples counts
+        its step with output and gets its drafts (``m`` rows verified theirs). With
         prefix caching the tail's full prompt blocks are cached as :meth:`rows` caches them
         (decoding requests have cached all theirs)."""
         e = self._e
@@ -144,7 +143,6 @@ class StepCommit:
                 output_i = num_output.item(i) + 1
                 num_output[i] = output_i
                 num_tokens[i] = tokens_i + 1
-                # (with spec_decode: its steps with output, and its drafts if it goes on)
                 mark = output_i if spec is None else spec.sampled_row(e, i, output_i)
                 if segments.base.item(i) + mark != step:
                     segments.new_segment(i, mark, step)

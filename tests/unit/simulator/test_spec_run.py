@@ -382,3 +382,27 @@ def test_draws_made_ahead_are_each_rows_own_and_a_changed_arrival_is_drawn_again
     k_want = min(next(j for j, g in enumerate(s) if g >= n)
                  for s, n in zip(sums, (4, 9), strict=True))
     assert k == k_want and gained.tolist() == [s[: k + 1] for s in sums]
+
+
+def test_a_started_row_that_samples_counts_its_step_and_gets_its_drafts() -> None:
+    """``SpecDecode.sampled_row`` (a request that starts in a verify step, committed as the
+    decode group's tail): its first step with output counted, ``k`` = 3 drafts clipped to the
+    model's length (103 - 101 = 2 fit), none for a row that has all its output."""
+    from kvbudget.simulator.spec_decode import SpecDecode
+
+    sd = SpecDecode(SpeculativeConfig("eagle", 3, acceptance_rate=0.6), None,
+                    np.random.default_rng(7), 3)
+
+    class Rows:
+        num_tokens = np.array([101, 41, 60], np.int64)
+        num_computed_tokens = num_output_tokens = tier_priority = np.zeros(3, np.int64)
+        target_output = np.array([5, 1, 9], np.int64)
+        arrival_s = np.zeros(3, np.float64)
+        in_engine = np.ones(3, np.bool_)
+        max_model_len = 103
+
+    e = Rows()
+    sd.num_output_steps[2] = 4  # (a request resumed after a preemption)
+    assert [sd.sampled_row(e, 0, 1), sd.sampled_row(e, 1, 1), sd.sampled_row(e, 2, 5)] == [1, 1, 5]
+    assert sd.num_spec_tokens.tolist() == [2, 0, 3]
+    assert e.num_tokens.tolist() == [103, 41, 63]
