@@ -129,12 +129,15 @@ def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
     dts = dts + draft
     draft_s = np.zeros(k_max, np.float64) if isinstance(draft, float) else draft  # (n-gram)
     dts[0] = dt0
+    if k_max <= GROUP_SMALL_K:  # a short run's in Python numbers, as the decode group's
+        times, t = dts.tolist(), e.t
+        return SpecRun(rows, out0, c0, steps0, left, gained[:, : k_max + 1], held[:, :k_max],
+                       alloc, draft_s, [t := t + dt for dt in times], times)  # (t += dt in turn)
     ends = dts.copy()
     ends[0] += e.t
     np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
-    short = k_max <= GROUP_SMALL_K  # a short run's in Python numbers, as the decode group's
     return SpecRun(rows, out0, c0, steps0, left, gained[:, : k_max + 1], held[:, :k_max], alloc,
-                   draft_s, ends.tolist() if short else ends, dts.tolist() if short else dts)
+                   draft_s, ends, dts)
 
 
 def spec_step(e: CommitTarget, spec: SpecDecode, rows: IntArray) -> SpecRun:
@@ -204,7 +207,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._spec_run: SpecRun | None = None  # the run in flight
-        self._before = 0  # (_schedule)
+        self._before = 0  # (_step)
 
     def output_tokens_of(self, i: int) -> int:
         run = self._spec_run
@@ -247,11 +250,11 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         run = self._spec_run
         return super()._rows_ahead() if run is None else run.rows.tolist()
 
-    def _schedule(self) -> tuple[IntArray, IntArray, bool]:
+    def _step(self) -> Generator[simpy.Event, Any, None]:
         # the running requests before the step's starts when each had its token last step
         commit = self.commit
         self._before = len(self.running) if commit.synced and commit.all_decode else 0
-        return super()._schedule()
+        return super()._step()
 
     def _run_scheduled(self, rows: IntArray, new: IntArray, preempted: bool, reserved: int,
                        counts: tuple[int, int]) -> Generator[simpy.Event, Any, None]:
