@@ -50,7 +50,7 @@ from kvbudget.perf.speculative import (
 )
 from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.simulator.serving import FloatArray, IntArray
-from kvbudget.simulator.small_arrays import isum
+from kvbudget.simulator.small_arrays import imin, isum
 
 __all__ = ["SPEC_STREAM", "SpecDecode", "SpecEngine", "SpecRows", "draft_warning", "fleet_stats",
            "make_spec_decode"]
@@ -87,6 +87,10 @@ _S11, _S27, _S30, _S31 = np.uint64(11), np.uint64(27), np.uint64(30), np.uint64(
 _UNIT = 1.0 / 2**53
 _AHEAD = np.arange(4096, dtype=np.uint64) * _GOLDEN
 """``s * _GOLDEN`` for a request's steps with output ``s`` (:meth:`SpecDecode.reset`)."""
+AHEAD_ROWS = 64
+"""Rows whose acceptance draws are made at once (:meth:`SpecDecode._draw_ahead`): one pass of
+array operations costs ~4,000 instructions whatever its length, a row's draws a few hundred
+elements of it (measured on ``benchmarks/bench_specdec.py``'s part 3)."""
 _STEPS = np.arange(4096, dtype=np.int64)
 """``0, 1, ...``: the steps ahead of a speculative run (:meth:`SpecDecode.geometric`)."""
 
@@ -113,11 +117,14 @@ class SpecDecode:
     output so far), drawn for all its steps as it comes in (:meth:`reset`)."""
 
     __slots__ = (
+        "_ahead_key",
+        "_ahead_n",
         "_by_priority",
         "_depth_at",
         "_draft",
         "_draws",
         "_draws_at",
+        "_gains",
         "_gap_s",
         "_key",
         "_num_draws",
@@ -166,15 +173,23 @@ class SpecDecode:
         # its steps with output 0, 1, ...: _draws[_draws_at[row] + steps] (reset; int8: k is
         # at most MAX_SPECULATIVE_TOKENS, 64)
         self._draws = np.zeros(0, np.int8)
+        # the tokens the draws before each give, running: _gains[x + 1] - _gains[x] is
+        # _draws[x] + 1 (a step's accepted drafts and its own token), rising along the store
+        self._gains = np.zeros(1, np.int64)
         self._num_draws = 0
         self._draws_at = np.zeros(num_rows, np.int64)
+        # rows drawn ahead, before they come (_draw_ahead): their draws' count (0: none) and
+        # the key they were drawn with
+        self._ahead_n = np.zeros(num_rows, np.int64)
+        self._ahead_key = np.zeros(num_rows, np.uint64)
         self.num_verify = self.num_draft_tokens = self.num_accepted_tokens = 0
         self.draft_s = 0.0
 
     def _rows(self, n: int) -> None:
         """Grow the per-row arrays to ``n`` rows (a fleet's replica grows its rows)."""
         if len(self.num_spec_tokens) < n:
-            for name in ("num_spec_tokens", "num_output_steps", "_draws_at"):
+            for name in ("num_spec_tokens", "num_output_steps", "_draws_at", "_ahead_n",
+                         "_ahead_key"):
                 old = getattr(self, name)
                 new = np.zeros(n, old.dtype)
                 new[: len(old)] = old
@@ -183,7 +198,8 @@ class SpecDecode:
     def reset(self, e: SpecRows, i: int) -> None:
         """Row ``i`` comes in afresh (no output, no drafts): its stream's key, from the run's
         key, the row and its arrival, and its accepted drafts at each of the steps with output
-        it may take (one token a step at least: as many as its target output)."""
+        it may take (one token a step at least: as many as its target output), unless they
+        were drawn ahead with the key it has now (:meth:`_draw_ahead`)."""
         self._rows(i + 1)
         self.num_spec_tokens[i] = 0
         self.num_output_steps[i] = 0
@@ -195,21 +211,75 @@ class SpecDecode:
         x = (x * _M1_INT) & _MASK64
         x ^= x >> 27
         x = (x * _M2_INT) & _MASK64
+        key = x ^ (x >> 31)
         n = e.target_output.item(i)
+        ahead = self._ahead_n.item(i)
+        self._ahead_n[i] = 0
+        if ahead == n and self._ahead_key.item(i) == key:
+            return  # (its draws are at _draws_at[i])
+        if self._by_priority or not 0.0 < self.rate < 1.0:
+            start = self._room(e, n)
+            self._draws_at[i] = start
+            self._store(start, self._drawn(key, e.tier_priority.item(i), n))
+        else:
+            self._draw_ahead(e, i)
+
+    def _draw_ahead(self, e: SpecRows, i: int) -> None:
+        """Row ``i``'s draws and those of the :data:`AHEAD_ROWS` rows after it not in the
+        engine nor drawn already, which an open-loop workload's rows come in the order of: the
+        operations of :meth:`reset` and :meth:`_drawn` element by element (a single rate), on
+        all of them at once. A row's key is checked as it comes (a closed loop's users set a
+        row's arrival as they send it)."""
+        hi = min(i + AHEAD_ROWS, len(e.target_output))
+        self._rows(hi)
+        later = np.arange(i + 1, hi, dtype=np.int64)
+        later = later[~e.in_engine[later] & (self._ahead_n[later] == 0)]
+        rows = np.concatenate((np.array([i], np.int64), later))
+        lengths = e.target_output[rows]
+        firsts = np.add.accumulate(lengths)
+        total = int(firsts[-1])
+        firsts -= lengths  # each row's first draw, from the first's
+        start = self._room(e, total)
+        self._draws_at[rows] = firsts + start
+        self._ahead_n[later] = lengths[1:]
+        keys = rows.astype(np.uint64)
+        keys *= _GOLDEN
+        keys ^= np.uint64(self._key)
+        keys ^= e.arrival_s[rows].view(np.uint64)
+        keys = _mix(keys)
+        self._ahead_key[later] = keys[1:]
+        # each draw's step with output: 0, 1, ... along each row's
+        hashed = np.arange(total, dtype=np.uint64)
+        hashed -= np.repeat(firsts, lengths).astype(np.uint64)
+        hashed *= _GOLDEN
+        hashed ^= np.repeat(keys, lengths)
+        self._store(start, self._accepted_of(hashed))
+
+    def _room(self, e: SpecRows, n: int) -> int:
+        """Where ``n`` more draws go in the store (made room for)."""
         if self._num_draws + n > len(self._draws):
             self._compact(e, n)
-        start = self._num_draws
-        self._draws_at[i] = start
+        return self._num_draws
+
+    def _store(self, start: int, drawn: IntArray) -> None:
+        """Write ``drawn`` (changed) into the store from ``start``, with their running gains."""
+        n = len(drawn)
         self._num_draws = start + n
-        self._draws[start : start + n] = self._drawn(x ^ (x >> 31), e.tier_priority.item(i), n)
+        self._draws[start : start + n] = drawn
+        gains = self._gains[start + 1 : start + n + 1]
+        drawn += 1
+        np.add.accumulate(drawn, out=gains)
+        gains += self._gains.item(start)
 
     def _compact(self, e: SpecRows, n: int) -> None:
         """Room for ``n`` more draws: the store holds those of the requests in the engine
-        only (a finished request's are read no more), in a new array no smaller than before
-        and at least twice their size and ``n``'s, so that it is copied once per as many draws
-        as it holds at least."""
-        live = np.flatnonzero(e.in_engine[: len(self._draws_at)])
-        lengths = e.target_output[live]
+        and those drawn ahead only (a finished request's are read no more), in a new array no
+        smaller than before and at least twice their size and ``n``'s, so that it is copied
+        once per as many draws as it holds at least."""
+        m = min(len(self._draws_at), len(e.in_engine))
+        inside = e.in_engine[:m]
+        live = np.flatnonzero(inside | (self._ahead_n[:m] > 0))
+        lengths = np.where(inside[live], e.target_output[live], self._ahead_n[live])
         ends = np.add.accumulate(lengths)
         total = int(ends[-1]) if len(ends) else 0
         starts = ends - lengths
@@ -218,6 +288,8 @@ class SpecDecode:
                                                                  lengths)]
         self._draws_at[live] = starts
         self._draws, self._num_draws = draws, total
+        self._gains = np.zeros(len(draws) + 1, np.int64)
+        np.add.accumulate(draws[:total] + 1, dtype=np.int64, out=self._gains[1 : total + 1])
 
     def _drawn(self, key: int, priority: int, n: int) -> IntArray:
         """The accepted drafts (``k`` drafts; a tree's ``depth``) of the stream ``key`` (of a
@@ -237,6 +309,12 @@ class SpecDecode:
             hashed = np.arange(n, dtype=np.uint64)
             hashed *= _GOLDEN
             hashed ^= np.uint64(key)
+        return self._accepted_of(hashed, rate)
+
+    def _accepted_of(self, hashed: npt.NDArray[np.uint64], rate: float = 0.0) -> IntArray:
+        """The accepted drafts of the counters ``hashed`` (:meth:`_drawn`), at ``rate`` when
+        tiers' differ (else the engine's)."""
+        k = self.depth
         x = _mix(hashed)
         x >>= _S11
         u: FloatArray = x.astype(np.float64)
@@ -270,6 +348,18 @@ class SpecDecode:
         np.maximum(d, 0, out=d)
         self.num_spec_tokens[r] = d
         e.num_tokens[r] = tokens + d
+
+    def sampled_row(self, e: SpecEngine, i: int, output: int) -> int:
+        """Row ``i`` sampled its token number ``output`` (counted in its ``num_tokens``):
+        :meth:`output_steps` and :meth:`propose` of one row; returns its steps with output."""
+        steps = self.num_output_steps.item(i) + 1
+        self.num_output_steps[i] = steps
+        if output < e.target_output.item(i):
+            tokens = e.num_tokens.item(i)
+            d = max(0, min(self.k, e.max_model_len - tokens))
+            self.num_spec_tokens[i] = d
+            e.num_tokens[i] = tokens + d
+        return steps
 
     def draft_seconds(self, e: SpecRows, rows: IntArray, new: IntArray) -> float:
         """The draft's time in the step scheduling ``new`` tokens for ``rows``: ``k`` forward
@@ -313,29 +403,23 @@ class SpecDecode:
         the drafts it verified are accepted or rejected (see the module docstring). Returns
         ``computed`` after the rejected tokens are rolled back."""
         held = self.num_spec_tokens[rows]
-        spec = held > 0
-        num = int(np.count_nonzero(spec))
+        num = int(np.count_nonzero(held))  # (drafts are never negative)
         if not num:
             return computed
-        every = num == len(rows)  # (the common case: every scheduled request verifies)
-        r, h = (rows, held) if every else (rows[spec], held[spec])
-        # the drafts the token budget reached (scheduler.py:861): the others are dropped
-        d: IntArray = np.minimum(h, (new if every else new[spec]) - 1)
-        out = e.num_output_tokens[r]
-        accepted = self._accepted(e, r, out, d)
-        after: IntArray = (computed if every else computed[spec]) - (d - accepted)
-        e.num_computed_tokens[r] = after
-        e.num_tokens[r] -= h - accepted  # the dropped and the rejected drafts
-        e.num_output_tokens[r] = out + accepted
-        self.num_spec_tokens[r] = 0
+        # the drafts the token budget reached (scheduler.py:861): the others are dropped; a
+        # row without drafts (a prefill) has none, so its values below stay as they are
+        d: IntArray = np.minimum(held, new - 1)
+        out = e.num_output_tokens[rows]
+        accepted = self._accepted(e, rows, out, d)
+        after: IntArray = computed - (d - accepted)
+        e.num_computed_tokens[rows] = after
+        e.num_tokens[rows] -= held - accepted  # the dropped and the rejected drafts
+        e.num_output_tokens[rows] = out + accepted
+        self.num_spec_tokens[rows] = 0
         self.num_verify += num
         self.num_draft_tokens += isum(d)
         self.num_accepted_tokens += isum(accepted)
-        if every:
-            return after
-        computed = computed.copy()
-        computed[spec] = after
-        return computed
+        return after
 
     def _accepted(self, e: SpecRows, r: IntArray, out: IntArray, d: IntArray) -> IntArray:
         """Accepted drafts of ``d`` for rows ``r`` with ``out`` output tokens: their draws at
@@ -359,6 +443,32 @@ class SpecDecode:
         ahead = _STEPS[:num] if num <= len(_STEPS) else np.arange(num, dtype=np.int64)
         drawn: npt.NDArray[np.int8] = self._draws[at[:, None] + ahead]
         return drawn
+
+    def run_gains(self, rows: IntArray, steps: IntArray, left: IntArray,
+                  k_max: int) -> tuple[IntArray, int]:
+        """The output tokens ``rows`` (``steps`` steps with output so far, ``left`` output
+        tokens to go) gain over their next steps that verify ``k`` drafts, before each step and
+        after the last (requests x steps + 1, uncapped: the sums of :meth:`geometric`'s draws
+        plus one a step), for a run of at most ``k_max`` steps that ends with the first step
+        in which one of them has its output, and that run's length (0 or 1: none is given)."""
+        at = self._draws_at[rows] + steps
+        gains = self._gains[: self._num_draws + 1]
+        g0 = gains[at]
+        # each row's steps to its output (its draws are at least as many: a step gives a token
+        # or more), by the running gains, which rise
+        k_max = min(k_max, imin(gains.searchsorted(g0 + left) - at))
+        if k_max <= 1:
+            return at, k_max
+        gained = gains[at[:, None] + _STEPS[: k_max + 1]]
+        gained -= g0[:, None]
+        return gained, k_max
+
+    def step_gains(self, rows: IntArray, steps: IntArray) -> IntArray:
+        """:meth:`run_gains` of one step: none before it, its draw plus one after."""
+        at = self._draws_at[rows] + steps
+        gained: IntArray = self._gains[at[:, None] + _STEPS[:2]]
+        gained -= gained[:, :1]
+        return gained
 
     def draft_run_seconds(self, num_rows: int, context: IntArray) -> FloatArray | float:
         """:meth:`draft_seconds` of steps of ``num_rows`` requests, each verifying ``k`` drafts,

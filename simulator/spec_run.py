@@ -4,8 +4,8 @@ computed at once (:class:`SpecSkipAheadEngine`), with the results of stepping.
 While every running request verifies ``k`` drafts a step (speculative decoding,
 :mod:`kvbudget.simulator.spec_decode`) and nothing else can start, what the next steps do is
 arithmetic: a request's accepted drafts at a step are a draw keyed by the request and its
-steps with output (:meth:`SpecDecode.geometric`, the same draws stepping makes), so its output
-and computed tokens after ``j`` steps are cumulative sums, the blocks each step takes and the
+steps with output (the same draws stepping makes, with running sums: :meth:`SpecDecode.run_gains`),
+so its output and computed tokens after ``j`` steps are sums, the blocks each step takes and the
 steps' times (the verify step priced by the cost model, plus the draft's passes: read from
 the step model's tables by context, ``VllmStepModel.chunk_times_at`` and ``decode_times_at``,
 or one array call each for other cost models) follow. :func:`plan_spec_run` computes them for a run that ends at the first step a
@@ -22,7 +22,8 @@ steps after it then schedule the same rows with the same tokens. :func:`commit_s
 writes what ``StepCommit.rows`` (verify, sample, propose, finish) would have written after
 those steps, and hands the finished requests to the same ``StepCommit.finish``. The run waits
 in time as a plain decode run does (``SkipAheadEngine._wait_run``: cut short at the step in
-progress when work is added or aborted).
+progress when work is added or aborted). Such a step that is no run (one step, or starts) commits
+as a run of one step (:func:`spec_step`) and the starts as the decode group's tail.
 """
 
 from __future__ import annotations
@@ -31,12 +32,11 @@ from collections.abc import Generator
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import simpy
 
 from kvbudget.perf.step_features import StepFeatures
 from kvbudget.perf.step_time import VllmStepModel
-from kvbudget.simulator.decode_plan import MAX_JUMP_STEPS, DecodeRunPlanner
+from kvbudget.simulator.decode_plan import GROUP_SMALL_K, MAX_JUMP_STEPS, DecodeRunPlanner, Floats
 from kvbudget.simulator.engine import IntArray
 from kvbudget.simulator.fast_decode import SkipAheadEngine
 from kvbudget.simulator.serving import FloatArray
@@ -65,7 +65,7 @@ class SpecRun:
 
     def __init__(self, rows: IntArray, out0: IntArray, c0: IntArray, steps0: IntArray,
                  left: IntArray, gained: IntArray, held: IntArray, alloc: IntArray,
-                 draft_s: FloatArray, ends: FloatArray, dts: FloatArray) -> None:
+                 draft_s: FloatArray, ends: Floats, dts: Floats) -> None:
         self.rows, self.out0, self.c0, self.steps0, self.left = rows, out0, c0, steps0, left
         self.gained, self.held, self.alloc, self.draft_s = gained, held, alloc, draft_s
         self.ends, self.dts = ends, dts
@@ -82,37 +82,30 @@ def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
     n = len(rows)
     out0 = e.num_output_tokens[rows]
     left = e.target_output[rows] - out0
-    # every step gives a request one token or more: the first finish is within this many
-    k_max = min(k_max, imin(left), MAX_SPEC_STEPS)
-    if k_max <= 1:
-        return None
     steps0 = spec.num_output_steps[rows]
     # the tokens each row has gained before each step (column 0: none) and after the last:
-    # its accepted drafts (drawn as stepping draws them) and the step's own token, summed
-    gained = np.zeros((n, k_max + 1), np.int64)
-    after = gained[:, 1:]
-    np.add(spec.geometric(e, rows, steps0, k_max), 1, out=after)
-    np.add.accumulate(after, axis=1, out=after)
-    if imax(after[:, -1] - left) >= 0:  # the run ends with its first step that finishes a request
-        done_any: npt.NDArray[np.bool_] = np.logical_or.reduce(after >= left[:, None], axis=0)
-        k_max = int(done_any.argmax()) + 1
+    # its accepted drafts (drawn as stepping draws them) and the step's own token, summed; the
+    # run ends with its first step that finishes a request
+    gained, k_max = spec.run_gains(rows, steps0, left, min(k_max, MAX_SPEC_STEPS))
+    if k_max <= 1:
+        return None
     c0 = e.num_computed_tokens[rows]
     # computed tokens as each step is scheduled (step j sees j steps' tokens): c0 + gained
-    before = gained[:, :k_max]
-    top = imax(c0 + before[:, -1])  # (computed tokens only grow along the run)
+    computed = gained[:, :k_max] + c0[:, None]
+    top = imax(computed[:, -1])  # (computed tokens only grow along the run)
     if top + 1 + k > mml:  # drafts clipped by the model's length
-        clip = np.logical_or.reduce(before + (c0 + (1 + k))[:, None] > mml, axis=0)
+        clip = np.logical_or.reduce(computed > mml - (1 + k), axis=0)
         k_max = max(1, int(clip.argmax()))
         if k_max <= 1:
             return None
-        before = before[:, :k_max]
+        computed = computed[:, :k_max]
     bs = planner.block_size
     # the blocks of the step's tokens and lookahead slots, within the model's length
     if top + q + look > mml:
-        need = np.minimum(before + (c0 + (q + look))[:, None], mml)
+        need = np.minimum(computed + (q + look), mml)
         need += bs - 1
     else:
-        need = before + (c0 + (q + look + bs - 1))[:, None]
+        need = computed + (q + look + bs - 1)
     need //= bs
     b0 = e.kv.num_blocks[rows]
     held = np.maximum(need, b0[:, None], out=need)
@@ -125,8 +118,8 @@ def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
     # the verify steps' num_context_tokens (step 0's too: its time is dt0, as scheduled),
     # priced as _step_seconds prices a step's features, plus the draft's seconds: the cost
     # model's table when it has one, else its step_time on arrays
-    context = np.add.reduce(before[:, :k_max], axis=0)
-    context += isum(c0) + n * q
+    context = np.add.reduce(computed[:, :k_max], axis=0)
+    context += n * q
     cost: Any = planner.cost
     dts = cost.chunk_times_at(n, q, context) if isinstance(cost, VllmStepModel) else None
     if dts is None:
@@ -136,6 +129,10 @@ def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
     dts = dts + draft
     draft_s = np.zeros(k_max, np.float64) if isinstance(draft, float) else draft  # (n-gram)
     dts[0] = dt0
+    if k_max <= GROUP_SMALL_K:  # a short run's in Python numbers, as the decode group's
+        times, t = dts.tolist(), e.t
+        return SpecRun(rows, out0, c0, steps0, left, gained[:, : k_max + 1], held[:, :k_max],
+                       alloc, draft_s, [t := t + dt for dt in times], times)  # (t += dt in turn)
     ends = dts.copy()
     ends[0] += e.t
     np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
@@ -143,12 +140,22 @@ def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
                    draft_s, ends, dts)
 
 
+def spec_step(e: CommitTarget, spec: SpecDecode, rows: IntArray) -> SpecRun:
+    """A run of one verify step of ``rows`` (scheduled, its blocks taken): what
+    :func:`commit_spec_run` reads of it."""
+    out0 = e.num_output_tokens[rows]
+    steps0 = spec.num_output_steps[rows]
+    none = np.zeros((1, 1), np.int64)
+    return SpecRun(rows, out0, e.num_computed_tokens[rows], steps0, e.target_output[rows] - out0,
+                   spec.step_gains(rows, steps0), none, none[0], np.zeros(1), [], [])
+
+
 def commit_spec_run(e: CommitTarget, spec: SpecDecode, commit: StepCommit, run: SpecRun,
-                    m: int) -> None:
+                    m: int, finish: bool = True) -> list[int]:
     """Commit the first ``m`` steps of ``run`` (step 0's blocks were taken as it was
     scheduled; the caller has ended them in time): what ``StepCommit.rows`` would have
     written after each, and the requests that finished in the last handed to
-    ``StepCommit.finish``."""
+    ``StepCommit.finish`` (unless not ``finish``) and returned."""
     rows = run.rows
     n = len(rows)
     extra = int(run.alloc[m - 1])
@@ -174,7 +181,7 @@ def commit_spec_run(e: CommitTarget, spec: SpecDecode, commit: StepCommit, run: 
         spec.num_spec_tokens[rows] = k
         tokens += k
         e.num_tokens[rows] = tokens
-        return
+        return []
     drafts = e.max_model_len - tokens  # the next step's drafts: k, clipped to the length
     np.minimum(drafts, k, out=drafts)
     np.maximum(drafts, 0, out=drafts)
@@ -183,8 +190,10 @@ def commit_spec_run(e: CommitTarget, spec: SpecDecode, commit: StepCommit, run: 
     spec.num_spec_tokens[rows] = drafts
     drafts += tokens
     e.num_tokens[rows] = drafts
-    if done is not None:
-        commit.finish(rows[done].tolist())
+    finished: list[int] = [] if done is None else rows[done].tolist()
+    if finished and finish:
+        commit.finish(finished)
+    return finished
 
 
 class SpecSkipAheadEngine(SkipAheadEngine):
@@ -198,14 +207,36 @@ class SpecSkipAheadEngine(SkipAheadEngine):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._spec_run: SpecRun | None = None  # the run in flight
+        self._before = 0  # (_step)
 
     def output_tokens_of(self, i: int) -> int:
         run = self._spec_run
-        if run is None or self._run_ends is None or i not in run.rows:
+        rows = [] if run is None or self._run_ends is None else run.rows.tolist()
+        if i not in rows:
             return super().output_tokens_of(i)
-        r = int(np.flatnonzero(run.rows == i)[0])  # its output after the steps that have ended
+        assert run is not None
+        r = rows.index(i)  # its output after the steps that have ended
         steps = self._steps_done_now() - self.num_steps
         return run.out0.item(r) + min(run.gained.item(r, steps), run.left.item(r))
+
+    def _one_step(self, rows: IntArray, new: IntArray, m: int, dt: float, reserved: int,
+                  counts: tuple[int, int]) -> Generator[simpy.Event, Any, None]:
+        """A step of ``dt`` in which the running requests ``rows[:m]`` verify their drafts and
+        ``rows[m:]`` start, waited for as ``Engine._run_scheduled`` waits for it and committed,
+        unless aborts came during it, as a run of one step and the decode group's tail."""
+        self._span_head = None
+        yield from self._wait(self._account_step(dt, reserved, counts))
+        aborted = self._apply_aborts() if self._aborts else None
+        self._steps_rows = rows
+        self._on_steps(False, 1)
+        assert self.spec is not None
+        if aborted is not None:
+            self.commit.rows(rows, new, aborted)
+            return
+        done = commit_spec_run(self, self.spec, self.commit, spec_step(self, self.spec, rows[:m]),
+                               1, finish=False)
+        self.commit.decode_step(m, list(zip(rows[m:].tolist(), new[m:].tolist(), strict=True)),
+                                done, lambda i, computed, output: None)
 
     def _features(self, rows: IntArray, new: IntArray) -> StepFeatures:
         """``Engine._features`` of a step of a few rows in Python integers (the same sums:
@@ -219,6 +250,12 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         run = self._spec_run
         return super()._rows_ahead() if run is None else run.rows.tolist()
 
+    def _step(self) -> Generator[simpy.Event, Any, None]:
+        # the running requests before the step's starts when each had its token last step
+        commit = self.commit
+        self._before = len(self.running) if commit.synced and commit.all_decode else 0
+        return super()._step()
+
     def _run_scheduled(self, rows: IntArray, new: IntArray, preempted: bool, reserved: int,
                        counts: tuple[int, int]) -> Generator[simpy.Event, Any, None]:
         spec = self.spec
@@ -227,10 +264,15 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         # (a request not yet schedulable ends the run as it becomes schedulable, as the decode
         # group's does)
         k_max = self._pending_due() - self.num_steps if self._pending else MAX_JUMP_STEPS
-        if (spec is None or preempted or self._aborts or k_max <= 1 or self.remote is not None
-                or not (commit.synced and commit.all_decode) or len(rows) < 1
-                or int(new.min()) != q or len(rows) != len(self.running)):
+        m = self._before
+        if (spec is None or preempted or self._aborts or self.remote is not None or m < 1
+                or len(rows) != len(self.running) or imin(new[:m]) != q
+                or (m < len(rows) and self.kv.prefix is not None)):
             yield from super()._run_scheduled(rows, new, preempted, reserved, counts)
+            return
+        if m < len(rows):  # requests start in it (rows[m:]): one step
+            dt = self._step_seconds(self._features(rows, new))
+            yield from self._one_step(rows, new, m, dt, reserved, counts)
             return
         # the step's features (step_cost.rows_features of ``len(rows)`` chunks of ``q`` tokens)
         # priced, as _step_seconds prices them
@@ -243,18 +285,19 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         # async scheduling: the run goes on a step past t_ext's (DecodeRunPlanner.keep)
         lag = self._async and until == t_ext and self.runs_past_external
         k_max = self.planner.bound(k_max, self.t, until, dt0, lag)
-        run = plan_spec_run(self, spec, self.planner, rows, k_max, dt0,
-                            self.kv.num_available_blocks)
+        run = None if k_max <= 1 else plan_spec_run(self, spec, self.planner, rows, k_max, dt0,
+                                                    self.kv.num_available_blocks)
         k = 0
         if run is not None:  # its steps that run (as a decode run's), while the waiting head is
             # refused up to where it may start
             k = self._jump_limit(len(run.ends), run.alloc) if self.head_refusal else len(run.ends)
             k = self.planner.keep(run.ends[:k], t_ext, until, lag)
         if run is None or k < 2:
-            self._span_head = None
-            yield from super()._run_scheduled(rows, new, preempted, reserved, counts)
+            yield from self._one_step(rows, new, m, dt0, reserved, counts)
             return
-        cut = (run.ends[:k], self.kv.num_used_blocks + run.alloc[:k], run.dts[:k])
+        used = self.kv.num_used_blocks + run.alloc[:k]
+        cut = ((run.ends[:k], used.tolist(), run.dts[:k]) if isinstance(run.ends, list)
+               else (run.ends[:k], used, run.dts[:k]))
         self._spec_run = run
         k = yield from self._wait_run(cut, reserved, counts, t_ext if lag else float("inf"))
         self._spec_run = None

@@ -119,7 +119,8 @@ class StepCommit:
         waiting requests that started (``tail``: row, new tokens; a few), with fewer array
         operations than :meth:`rows`. A row of the tail that samples its first token joins the
         group (``join(row, num_computed_tokens, num_output_tokens)``) while every row before it
-        in the tail did too (or finished). With
+        in the tail did too (or finished); with speculative decoding, a row that samples counts
+        its step with output and gets its drafts (``m`` rows verified theirs). With
         prefix caching the tail's full prompt blocks are cached as :meth:`rows` caches them
         (decoding requests have cached all theirs)."""
         e = self._e
@@ -132,6 +133,7 @@ class StepCommit:
         num_computed, num_tokens, num_output = e.num_computed_tokens, e.num_tokens, e.num_output_tokens
         step = e.num_steps
         segments = e.segments
+        spec = e.spec
         for i, n_new in tail:
             computed_i = num_computed.item(i) + n_new
             num_computed[i] = computed_i
@@ -141,8 +143,9 @@ class StepCommit:
                 output_i = num_output.item(i) + 1
                 num_output[i] = output_i
                 num_tokens[i] = tokens_i + 1
-                if segments.base.item(i) + output_i != step:
-                    segments.new_segment(i, output_i, step)
+                mark = output_i if spec is None else spec.sampled_row(e, i, output_i)
+                if segments.base.item(i) + mark != step:
+                    segments.new_segment(i, mark, step)
                 if math.isnan(e.first_token_s.item(i)):
                     e.first_token_s[i] = e.t
                 if output_i >= e.target_output.item(i):

@@ -332,3 +332,77 @@ def test_a_requests_draws_are_made_as_it_comes_in_from_its_key_and_steps() -> No
         by_tier.reset(e, i)
     assert by_tier.geometric(e, np.array([1, 3]), np.array([0, 0]), 4).tolist() == [
         [3, 3, 3, 3], [0, 0, 0, 0]]
+
+
+def test_draws_made_ahead_are_each_rows_own_and_a_changed_arrival_is_drawn_again() -> None:
+    """The first row to come has the next rows' draws made with its own (``_draw_ahead``):
+    each row's are still those of its key (worked as in the test above, from the run's key,
+    its row and its arrival); a row whose arrival changed before it came (a closed loop's user
+    sends it) gets the draws of its new key; a run's gains are the draws plus one a step,
+    summed, and it ends with the first step that gives a row its output."""
+    import struct
+
+    from kvbudget.perf.speculative import accepted_from_uniform
+    from kvbudget.simulator.spec_decode import SpecDecode
+
+    golden, mask = 0x9E3779B97F4A7C15, 2**64 - 1
+    sd = SpecDecode(SpeculativeConfig("eagle", 3, acceptance_rate=0.6), None,
+                    np.random.default_rng(7), 8)
+    key = int(np.random.default_rng(7).integers(0, 2**63, dtype=np.int64))
+
+    class Rows:
+        num_tokens = np.zeros(8, np.int64)
+        num_computed_tokens = np.zeros(8, np.int64)
+        num_output_tokens = np.zeros(8, np.int64)
+        target_output = np.array([4, 6, 7, 5, 9, 8, 3, 6], np.int64)
+        arrival_s = np.linspace(0.0, 3.5, 8)
+        tier_priority = np.zeros(8, np.int64)
+        in_engine = np.zeros(8, np.bool_)
+
+    def want(i: int, n: int) -> list[int]:
+        (bits,) = struct.unpack("<Q", struct.pack("<d", float(e.arrival_s[i])))
+        row_key = _splitmix(key ^ ((i * golden) & mask) ^ bits)
+        return [accepted_from_uniform(((_splitmix(row_key ^ ((s * golden) & mask)) >> 11) + 1)
+                                      / 2**53, 0.6, 3) for s in range(n)]
+
+    e = Rows()
+    sd.reset(e, 0)  # rows 1..7 drawn with it
+    e.in_engine[0] = True
+    e.arrival_s[5] = 9.25  # sent later than planned
+    for i in range(1, 8):
+        sd.reset(e, i)
+        e.in_engine[i] = True
+    for i in range(8):
+        n = int(e.target_output[i])
+        assert sd.geometric(e, np.array([i]), np.array([0]), n).tolist() == [want(i, n)]
+    rows, steps, left = np.array([3, 4]), np.array([1, 0]), np.array([4, 9])
+    gained, k = sd.run_gains(rows, steps, left, 20)
+    sums = [np.cumsum([0] + [a + 1 for a in want(3, 5)[1:]]).tolist(),
+            np.cumsum([0] + [a + 1 for a in want(4, 9)]).tolist()]
+    k_want = min(next(j for j, g in enumerate(s) if g >= n)
+                 for s, n in zip(sums, (4, 9), strict=True))
+    assert k == k_want and gained.tolist() == [s[: k + 1] for s in sums]
+
+
+def test_a_started_row_that_samples_counts_its_step_and_gets_its_drafts() -> None:
+    """``SpecDecode.sampled_row`` (a request that starts in a verify step, committed as the
+    decode group's tail): its first step with output counted, ``k`` = 3 drafts clipped to the
+    model's length (103 - 101 = 2 fit), none for a row that has all its output."""
+    from kvbudget.simulator.spec_decode import SpecDecode
+
+    sd = SpecDecode(SpeculativeConfig("eagle", 3, acceptance_rate=0.6), None,
+                    np.random.default_rng(7), 3)
+
+    class Rows:
+        num_tokens = np.array([101, 41, 60], np.int64)
+        num_computed_tokens = num_output_tokens = tier_priority = np.zeros(3, np.int64)
+        target_output = np.array([5, 1, 9], np.int64)
+        arrival_s = np.zeros(3, np.float64)
+        in_engine = np.ones(3, np.bool_)
+        max_model_len = 103
+
+    e = Rows()
+    sd.num_output_steps[2] = 4  # (a request resumed after a preemption)
+    assert [sd.sampled_row(e, 0, 1), sd.sampled_row(e, 1, 1), sd.sampled_row(e, 2, 5)] == [1, 1, 5]
+    assert sd.num_spec_tokens.tolist() == [2, 0, 3]
+    assert e.num_tokens.tolist() == [103, 41, 63]
