@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 import simpy
-from simpy.events import Timeout
+from simpy.events import Event, Timeout
 
 from kvbudget.perf.cost_model import CostModel
 from kvbudget.simulator.engine_config import EngineConfig
@@ -152,8 +152,10 @@ class Engine(Scheduler):
 
     def _queued(self) -> None:
         """A request joined ``waiting``: wake the idle engine, or tell the step in flight."""
-        if self._wake is not None and not self._wake.triggered:
-            self._wake.succeed()
+        wake = self._wake  # (None once woken: _sleep)
+        if wake is not None:
+            self._wake = None
+            wake.succeed()
         elif self._busy:
             self._work_changed(added=True)
 
@@ -430,16 +432,16 @@ class Engine(Scheduler):
     def _sleep(self, t_held: float) -> Generator[simpy.Event, Any, None]:
         """Wait for a request to come (``_wake``), or for held work ready at ``t_held`` (inf:
         none); then the engine's time is now."""
-        wake = self._wake = self.env.event()
-
-        def ring(_: object) -> None:
-            if not wake.triggered:
-                wake.succeed()
+        env = self.env
+        wake = self._wake = Event(env)  # (``env.event()`` without the descriptor's call)
         if t_held < math.inf:
-            Timeout(self.env, max(0.0, t_held - self.env.now)).callbacks.append(ring)
+            def ring(_: object) -> None:
+                if self._wake is wake:  # not woken yet
+                    self._wake = None
+                    wake.succeed()
+            Timeout(env, max(0.0, t_held - env.now)).callbacks.append(ring)
         yield wake
-        self._wake = None
-        self.t = max(self.t, self.env.now)
+        self.t = max(self.t, env.now)
 
     # --- aborts --------------------------------------------------------------------------------
     def _work_changed(self, *, added: bool = False, lag: int = 0) -> None:
