@@ -311,7 +311,12 @@ class Engine(Scheduler):
                 if (t_held := self._held_until_s()) <= self.t:
                     continue  # work held outside the queues (a KV load) waits now
                 self._on_idle()
-                yield from self._sleep(t_held)
+                if t_held == math.inf:  # _sleep's, a generator fewer: a request wakes it
+                    self._wake = Event(env)
+                    yield self._wake
+                    self.t = max(self.t, env.now)
+                else:
+                    yield from self._sleep(t_held)
                 if self.log.timeline.next_s < env.now:  # samples are due while it was idle
                     reserved, gw_waiting = self.hooks.gateway_state()
                     self.log.timeline.sample_idle(env.now, reserved, gw_waiting,
