@@ -435,16 +435,16 @@ class Engine(Scheduler):
         return self.remote.held_until_s(self.waiting, self.t, self.num_steps)
 
     def _sleep(self, t_held: float) -> Generator[simpy.Event, Any, None]:
-        """Wait for a request to come (``_wake``), or for held work ready at ``t_held`` (inf:
-        none); then the engine's time is now."""
+        """Wait for a request to come (``_wake``) or held work ready at ``t_held`` (finite:
+        :meth:`_run` waits for a request alone itself); then the engine's time is now."""
         env = self.env
         wake = self._wake = Event(env)  # (``env.event()`` without the descriptor's call)
-        if t_held < math.inf:
-            def ring(_: object) -> None:
-                if self._wake is wake:  # not woken yet
-                    self._wake = None
-                    wake.succeed()
-            Timeout(env, max(0.0, t_held - env.now)).callbacks.append(ring)
+
+        def ring(_: object) -> None:
+            if self._wake is wake:  # not woken yet
+                self._wake = None
+                wake.succeed()
+        Timeout(env, max(0.0, t_held - env.now)).callbacks.append(ring)
         yield wake
         self.t = max(self.t, env.now)
 
