@@ -282,18 +282,17 @@ class SkipAheadEngine(TiedSteps, Engine):
         n = g.size
         if not (self.commit.all_decode and n == len(self.running) and n <= budget):
             return None
-        if n:  # (else none is deferred, none takes a block: a prefill replica's steps)
-            wake = g.wake  # the deferred members whose blocks are full now join hist
-            while wake and wake[0][0] <= g.step:
-                s, i = heapq.heappop(wake)
-                if g.deferred.get(i) == s:  # else a stale entry (a member that left)
-                    del g.deferred[i]
-                    g.hist[(self.num_computed_tokens.item(i) - g.members[i]) % self.block_size] += 1
-            total = g.hist[-g.step % self.block_size]  # the members whose blocks are full
+        wake = g.wake  # the deferred members whose blocks are full now join hist
+        while wake and wake[0][0] <= g.step:
+            s, i = heapq.heappop(wake)
+            if g.deferred.get(i) == s:  # else a stale entry (a member that left)
+                del g.deferred[i]
+                g.hist[(self.num_computed_tokens.item(i) - g.members[i]) % self.block_size] += 1
+        total = g.hist[-g.step % self.block_size]  # the members whose blocks are full
+        if total:  # (none: nothing to check, a prefill replica's empty group always)
             if total > self.kv.num_available_blocks:
                 return None
-            if total:
-                self.kv.take(total)
+            self.kv.take(total)
         w_rows, w_new = self._schedule_waiting(budget - n)
         self._check_schedule(budget - n - sum(w_new), False)  # the members' num_blocks lag
         return list(zip(w_rows, w_new, strict=True)) if w_rows else []
