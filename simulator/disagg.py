@@ -54,6 +54,7 @@ from kvbudget.simulator.remote_kv import RemoteLoads
 from kvbudget.simulator.replica_totals import ReplicaTotals
 from kvbudget.simulator.serving import RequestFigures
 from kvbudget.simulator.sim_config import ReplicaSetup, SimConfig
+from kvbudget.simulator.token_segments import UnreadSegments
 from kvbudget.workloads import Workload
 
 __all__ = ["DisaggFleet", "pool_setup"]
@@ -169,6 +170,8 @@ class DisaggFleet(ReplicaTotals):
                              timeline_period_s=self.config.timeline_period_s)
         if isinstance(engine, SkipAheadEngine):
             engine.planner.tie = self.events.first_tie
+        if not decode:  # its gaps are never read (token_gaps)
+            engine.segments = UnreadSegments(len(self.w))
         if decode:
             # a decode replica's next external event is a KV load's request becoming
             # schedulable (LoadNotices.next_due_s), which joins the front of the

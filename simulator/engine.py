@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 import simpy
-from simpy.events import Timeout
+from simpy.events import Event, Timeout
 
 from kvbudget.perf.cost_model import CostModel
 from kvbudget.simulator.engine_config import EngineConfig
@@ -152,8 +152,10 @@ class Engine(Scheduler):
 
     def _queued(self) -> None:
         """A request joined ``waiting``: wake the idle engine, or tell the step in flight."""
-        if self._wake is not None and not self._wake.triggered:
-            self._wake.succeed()
+        wake = self._wake  # (None once woken: _sleep)
+        if wake is not None:
+            self._wake = None
+            wake.succeed()
         elif self._busy:
             self._work_changed(added=True)
 
@@ -309,7 +311,12 @@ class Engine(Scheduler):
                 if (t_held := self._held_until_s()) <= self.t:
                     continue  # work held outside the queues (a KV load) waits now
                 self._on_idle()
-                yield from self._sleep(t_held)
+                if t_held == math.inf:  # _sleep's, a generator fewer: a request wakes it
+                    self._wake = Event(env)
+                    yield self._wake
+                    self.t = max(self.t, env.now)
+                else:
+                    yield from self._sleep(t_held)
                 if self.log.timeline.next_s < env.now:  # samples are due while it was idle
                     reserved, gw_waiting = self.hooks.gateway_state()
                     self.log.timeline.sample_idle(env.now, reserved, gw_waiting,
@@ -428,18 +435,18 @@ class Engine(Scheduler):
         return self.remote.held_until_s(self.waiting, self.t, self.num_steps)
 
     def _sleep(self, t_held: float) -> Generator[simpy.Event, Any, None]:
-        """Wait for a request to come (``_wake``), or for held work ready at ``t_held`` (inf:
-        none); then the engine's time is now."""
-        wake = self._wake = self.env.event()
+        """Wait for a request to come (``_wake``) or held work ready at ``t_held`` (finite:
+        :meth:`_run` waits for a request alone itself); then the engine's time is now."""
+        env = self.env
+        wake = self._wake = Event(env)  # (``env.event()`` without the descriptor's call)
 
         def ring(_: object) -> None:
-            if not wake.triggered:
+            if self._wake is wake:  # not woken yet
+                self._wake = None
                 wake.succeed()
-        if t_held < math.inf:
-            Timeout(self.env, max(0.0, t_held - self.env.now)).callbacks.append(ring)
+        Timeout(env, max(0.0, t_held - env.now)).callbacks.append(ring)
         yield wake
-        self._wake = None
-        self.t = max(self.t, self.env.now)
+        self.t = max(self.t, env.now)
 
     # --- aborts --------------------------------------------------------------------------------
     def _work_changed(self, *, added: bool = False, lag: int = 0) -> None:

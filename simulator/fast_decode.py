@@ -289,9 +289,9 @@ class SkipAheadEngine(TiedSteps, Engine):
                 del g.deferred[i]
                 g.hist[(self.num_computed_tokens.item(i) - g.members[i]) % self.block_size] += 1
         total = g.hist[-g.step % self.block_size]  # the members whose blocks are full
-        if total > self.kv.num_available_blocks:
-            return None
-        if total:
+        if total:  # (none: nothing to check, a prefill replica's empty group always)
+            if total > self.kv.num_available_blocks:
+                return None
             self.kv.take(total)
         w_rows, w_new = self._schedule_waiting(budget - n)
         self._check_schedule(budget - n - sum(w_new), False)  # the members' num_blocks lag

@@ -130,3 +130,25 @@ class TokenSegments:
         if not out_tier:
             return np.zeros(0, np.int64), np.zeros(0, np.float64), np.zeros(0, np.int64)
         return np.concatenate(out_tier), np.concatenate(out_gap), np.concatenate(out_num)
+
+
+class UnreadSegments(TokenSegments):
+    """The segments of an engine whose gaps nobody reads (a disaggregated prefill replica: its
+    one token per request is the client's first at most, ``disagg.DisaggFleet.token_gaps``):
+    nothing is kept (``base`` stays :data:`NO_SEGMENT`, so every token calls
+    :meth:`new_segment`, which does nothing)."""
+
+    __slots__ = ()
+
+    def reset(self, i: int) -> None:
+        pass
+
+    def new_segment(self, i: int, output: int, step: int) -> None:
+        pass
+
+    def note(self, rows: IntArray, output: IntArray, step: int) -> None:
+        pass
+
+    def gaps(self, ends: FloatArray, rows: IntArray, num_output_tokens: IntArray,
+             tiers: IntArray) -> TokenGaps:
+        raise AssertionError("an engine with UnreadSegments has no gaps to read")
