@@ -172,7 +172,7 @@ class DisaggFleet(ReplicaTotals):
             engine.planner.tie = self.events.first_tie
         if not decode:  # its gaps are never read (token_gaps)
             engine.segments = UnreadSegments(len(self.w))
-        if decode:
+        else:
             # a decode replica's next external event is a KV load's request becoming
             # schedulable (LoadNotices.next_due_s), which joins the front of the
             # waiting queue at a step boundary (RemoteLoads.promote): a decode run planned to

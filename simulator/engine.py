@@ -311,12 +311,7 @@ class Engine(Scheduler):
                 if (t_held := self._held_until_s()) <= self.t:
                     continue  # work held outside the queues (a KV load) waits now
                 self._on_idle()
-                if t_held == math.inf:  # _sleep's, a generator fewer: a request wakes it
-                    self._wake = Event(env)
-                    yield self._wake
-                    self.t = max(self.t, env.now)
-                else:
-                    yield from self._sleep(t_held)
+                yield from self._sleep(t_held)
                 if self.log.timeline.next_s < env.now:  # samples are due while it was idle
                     reserved, gw_waiting = self.hooks.gateway_state()
                     self.log.timeline.sample_idle(env.now, reserved, gw_waiting,
@@ -435,8 +430,8 @@ class Engine(Scheduler):
         return self.remote.held_until_s(self.waiting, self.t, self.num_steps)
 
     def _sleep(self, t_held: float) -> Generator[simpy.Event, Any, None]:
-        """Wait for a request to come (``_wake``) or held work ready at ``t_held`` (finite:
-        :meth:`_run` waits for a request alone itself); then the engine's time is now."""
+        """Wait for a request to come (``_wake``) or held work ready at ``t_held`` (inf:
+        none); then the engine's time is now."""
         env = self.env
         wake = self._wake = Event(env)  # (``env.event()`` without the descriptor's call)
 
@@ -444,7 +439,8 @@ class Engine(Scheduler):
             if self._wake is wake:  # not woken yet
                 self._wake = None
                 wake.succeed()
-        Timeout(env, max(0.0, t_held - env.now)).callbacks.append(ring)
+        if t_held < math.inf:
+            Timeout(env, max(0.0, t_held - env.now)).callbacks.append(ring)
         yield wake
         self.t = max(self.t, env.now)
 

@@ -163,11 +163,10 @@ class LoadNotices:
     def run_end(self, to_end: int, num_steps: int) -> tuple[int, float]:
         """For a skip-ahead decode run planned now (``num_steps`` steps done) of at most
         ``to_end`` steps: those up to the first step count from which a row seen by a step's
-        poll is schedulable (:meth:`next_due`), and :meth:`first_unseen_s` (the run's
-        :meth:`run_cut`)."""
+        poll is schedulable, and :meth:`first_unseen_s` (the run's :meth:`run_cut`)."""
         if self._due:
             to_end = min(to_end, min(self._due.values()) - num_steps)
-        return to_end, min(self._ends.values()) if self._ends else math.inf
+        return to_end, self.first_unseen_s()
 
     def first_unseen_s(self) -> float:
         """The first end of a copy no poll has seen yet (inf: none)."""
@@ -215,14 +214,9 @@ class LoadNotices:
 
     def next_time_s(self) -> float:
         """The first copy's end or time a row is schedulable at (inf: none); a run that ends
-        with the step in progress then also keeps to :meth:`next_due`."""
+        with the step in progress then also keeps to :meth:`run_end`'s step count."""
         return min(min(self._ends.values(), default=math.inf),
                    min(self._due_s.values(), default=math.inf))
-
-    def next_due(self) -> int | None:
-        """The first step count from which a row seen by a step's poll is schedulable (None:
-        none)."""
-        return min(self._due.values()) if self._due else None
 
 
 class _Engine(Protocol):

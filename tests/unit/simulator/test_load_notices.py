@@ -94,7 +94,7 @@ def test_a_run_s_boundaries_see_the_copies_as_stepping_s_schedules_do() -> None:
         n.add(3, 0.055)  # seen at 0.06 (count 6, the run's end): due at 9
         n.add(4, 0.2)
     run.steps_ran(ends, 6)
-    assert run.first_unseen_s() == 0.055 and run.next_due() == 7
+    assert run.first_unseen_s() == 0.055 and run.run_end(100, 0) == (7, 0.055)  # due at 7
     for k in range(3, 6):
         assert stepping.ready(0.01 * k, k) == []
     for k in range(6, 10):  # from the run's end on, the same boundaries give the same rows
