@@ -36,18 +36,17 @@ SPEED_UP_INTERFACE = frozenset({
     # how a step runs, overridden: the running requests kept as a decode group, its runs
     "_step", "_abort_now", "_work_changed",
     # the step's parts, reused: the waiting loop and the invariants, the step's time, end and
-    # log, aborts
+    # log
     "_schedule_waiting", "_check_schedule", "_step_seconds", "_account_step", "_wait",
-    "_apply_aborts",
     # the step's state: as scheduled (``_step_extra_s``, ``_hol_blocked``), being committed
     # (``_steps_rows``), the loop's (``_busy``, ``_aborts``, ``_pending``: requests not yet
     # schedulable under async scheduling, ``_between_steps``: a step has ended, the next is
     # not scheduled yet)
     "_step_extra_s", "_hol_blocked", "_steps_rows", "_busy", "_aborts", "_pending",
     "_between_steps", "_async", "_pending_due", "_steps_done_now",
-    # speculative decoding's runs (simulator/spec_run.py): a scheduled step run as stepping
-    # runs it, or as the first of a run; its features
-    "_run_scheduled", "_features",
+    # a scheduled step run as stepping runs it (or, speculative decoding's, simulator/spec_run.py,
+    # as the first of a run), its features and its commit
+    "_run_scheduled", "_features", "_commit_step",
 })
 """What of :class:`Engine`'s and :class:`~kvbudget.simulator.scheduler.Scheduler`'s own a
 speed-up (:class:`kvbudget.simulator.fast_decode.SkipAheadEngine` and, for speculative decoding,
@@ -320,8 +319,12 @@ class Engine(Scheduler):
             if Engine.step_observer is not None:
                 Engine.step_observer(self)
             yield from self._step()
-            if self._deferred_adds:
-                self._add_deferred()
+            if self._deferred_adds:  # re-admitted while their aborts waited for the step's
+                # end; one whose abort still waits (no step ran: the request being scheduled
+                # was its own victim) waits again
+                adds, self._deferred_adds = self._deferred_adds, []
+                for i in adds:
+                    self._add(i)
             if self._pending and self._pending[0][1] <= self.num_steps:
                 self._release_pending()
 
@@ -350,8 +353,12 @@ class Engine(Scheduler):
         """Run the scheduled step for its duration, then commit it. ``reserved`` and
         ``counts`` (running, waiting) are the timeline's figures as it was scheduled."""
         dt = self._step_seconds(self._features(rows, new))
-        t1 = self._account_step(dt, reserved, counts)
-        yield from self._wait(t1)
+        yield from self._wait(self._account_step(dt, reserved, counts))
+        self._commit_step(rows, new, preempted)
+
+    def _commit_step(self, rows: IntArray, new: IntArray, preempted: bool = False) -> None:
+        """Commit the step that has ended (``new`` tokens for each of ``rows``), as stepping
+        does: the aborts that came during it first, without them."""
         aborted = self._apply_aborts() if self._aborts else []
         self._steps_rows = rows
         self._on_steps(preempted, 1)
@@ -456,11 +463,3 @@ class Engine(Scheduler):
             self._abort_now(i)
         self._aborts.clear()
         return aborted
-
-    def _add_deferred(self) -> None:
-        """Add the requests re-admitted while their aborts waited for the step's end (the
-        caller checks there are some). One whose abort still waits (no step ran: the request
-        being scheduled was its own victim) waits again."""
-        adds, self._deferred_adds = self._deferred_adds, []
-        for i in adds:
-            self._add(i)

@@ -217,22 +217,6 @@ class SkipAheadEngine(TiedSteps, Engine):
         else:
             g.hist[(computed - step) % bs] += 1
 
-    def _group_leave(self, g: DecodeGroup, i: int) -> None:
-        """Write member ``i``'s arrays and take it out of the group (the caller has taken its
-        heap entry)."""
-        joined = g.members.pop(i)
-        d = g.step - joined
-        c0 = self.num_computed_tokens.item(i)
-        c = c0 + d
-        self.num_computed_tokens[i] = c
-        self.num_output_tokens[i] = self.num_output_tokens.item(i) + d
-        self.num_tokens[i] = c + 1
-        if g.deferred.pop(i, None) is None:
-            self.kv.num_blocks[i] = max(self.kv.num_blocks.item(i), -(-c // self.block_size))
-            g.hist[(c0 - joined) % self.block_size] -= 1
-        g.context -= c
-        g.size -= 1
-
     def _group_dissolve(self, *, scheduled: bool) -> None:
         """Write every member's arrays and end the group. ``scheduled``: the group's step is
         scheduled (its blocks taken), not committed."""
@@ -385,13 +369,9 @@ class SkipAheadEngine(TiedSteps, Engine):
             self._on_steps(False, k - 1)
             self._group_commit_run(g, k - 1, int(used[k - 2] - used[0]), False)
             self.kv.take(int(used[k - 1] - used[k - 2]))  # the last step's, as scheduled
-        n = g.size
+        new = np.array([1] * g.size + [n_new for _, n_new in tail], np.int64)
         self._group_dissolve(scheduled=True)
-        rows = self.running_rows()  # the group's rows, then the tail's
-        aborted = self._apply_aborts()
-        self._on_steps(False, 1)
-        new = np.array([1] * n + [n_new for _, n_new in tail], np.int64)
-        self.commit.rows(rows, new, aborted)
+        self._commit_step(self.running_rows(), new)  # the group's rows, then the tail's
 
     def _group_advance(self, g: DecodeGroup, k: int, finishes: bool) -> list[int]:
         """``k`` decode steps of the group committed (their blocks taken already); returns the
@@ -401,10 +381,22 @@ class SkipAheadEngine(TiedSteps, Engine):
         g.context += g.size * k
         finish = g.finish
         done: list[int] = []
+        bs = self.block_size
         while finishes and finish and finish[0][0] <= g.step:
             i = heapq.heappop(finish)[2]
-            self._group_leave(g, i)
             done.append(i)
+            # its arrays written, out of the group
+            joined = g.members.pop(i)
+            c0 = self.num_computed_tokens.item(i)
+            c = c0 + g.step - joined
+            self.num_computed_tokens[i] = c
+            self.num_output_tokens[i] = self.num_output_tokens.item(i) + g.step - joined
+            self.num_tokens[i] = c + 1
+            if g.deferred.pop(i, None) is None:
+                self.kv.num_blocks[i] = max(self.kv.num_blocks.item(i), -(-c // bs))
+                g.hist[(c0 - joined) % bs] -= 1
+            g.context -= c
+            g.size -= 1
         return done
 
     def _group_commit_run(self, g: DecodeGroup, k: int, extra: int, finishes: bool) -> None:

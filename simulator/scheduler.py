@@ -452,12 +452,19 @@ class Scheduler:
         preempted = False
         idx = 0
         while idx < len(self.running) and budget > 0:
-            # the requests from ``idx`` on that get their blocks without preempting
-            ok_rows, ok_new = self._allocate_running(idx, budget)
-            sched.extend(ok_rows)
-            new.extend(ok_new)
-            budget -= sum(ok_new)
-            idx += len(ok_rows)
+            # the requests from ``idx`` on that get their blocks without preempting, in one go
+            prefix = self._budget_prefix(self.running_rows()[idx:], budget)
+            taken = np.add.accumulate(prefix.want - prefix.blocks)
+            # taken never decreases: the first request whose blocks do not fit, if any
+            ok = int(taken.searchsorted(self.kv.num_available_blocks, side="right"))
+            if ok:
+                self.kv.num_blocks[prefix.rows[:ok]] = prefix.want[:ok]
+                self.kv.take(int(taken[ok - 1]))
+                sched.extend(prefix.rows[:ok].tolist())
+                ok_new = prefix.new[:ok].tolist()
+                new.extend(ok_new)
+                budget -= sum(ok_new)
+                idx += ok
             if idx >= len(self.running) or budget <= 0:
                 break
             # running[idx] does not fit: preempt until it does (or is preempted itself)
@@ -479,20 +486,6 @@ class Scheduler:
             budget -= n_new
             idx += 1
         return sched, new, preempted, budget
-
-    def _allocate_running(self, start: int, budget: int) -> tuple[list[int], list[int]]:
-        """Allocate, in order, the running requests from index ``start`` on until one does
-        not fit or the token budget is spent (in arrays, in one go); returns the rows and
-        their new tokens."""
-        prefix = self._budget_prefix(self.running_rows()[start:], budget)
-        rows, new, want = prefix.rows, prefix.new, prefix.want
-        taken = np.add.accumulate(want - prefix.blocks)
-        # taken never decreases: the first request whose blocks do not fit, if any
-        ok = int(taken.searchsorted(self.kv.num_available_blocks, side="right"))
-        if ok:
-            self.kv.num_blocks[rows[:ok]] = want[:ok]
-            self.kv.take(int(taken[ok - 1]))
-        return rows[:ok].tolist(), new[:ok].tolist()
 
     def _schedule_waiting(self, budget: int) -> tuple[list[int], list[int]]:
         """The waiting loop: the queue's head starts while seats (``max_num_seqs``), the token

@@ -226,13 +226,12 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         unless aborts came during it, as a run of one step and the decode group's tail."""
         self._span_head = None
         yield from self._wait(self._account_step(dt, reserved, counts))
-        aborted = self._apply_aborts() if self._aborts else None
+        if self._aborts:
+            self._commit_step(rows, new)
+            return
         self._steps_rows = rows
         self._on_steps(False, 1)
         assert self.spec is not None
-        if aborted is not None:
-            self.commit.rows(rows, new, aborted)
-            return
         done = commit_spec_run(self, self.spec, self.commit, spec_step(self, self.spec, rows[:m]),
                                1, finish=False)
         self.commit.decode_step(m, list(zip(rows[m:].tolist(), new[m:].tolist(), strict=True)),
@@ -309,9 +308,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
                 self.kv.num_blocks[rows] = run.held[:, k - 1]
                 self.kv.take(int(run.alloc[k - 1] - run.alloc[k - 2]))
                 spec.draft_s += float(run.draft_s[k - 1])
-            aborted = self._apply_aborts()
-            self._on_steps(False, 1)
-            commit.rows(rows, new, aborted)
+            self._commit_step(rows, new)
             return
         self._on_steps(False, k)
         commit_spec_run(self, spec, commit, run, k)
