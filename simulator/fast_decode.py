@@ -1,20 +1,15 @@
-"""The engine with ``skip_ahead``: the same results as stepping, with runs of pure-decode steps
-computed at once.
+"""The engine with ``skip_ahead``: stepping's results, with runs of pure-decode steps computed
+at once.
 
 While every running request decodes, :class:`SkipAheadEngine` keeps them as a
-:class:`DecodeGroup` (base values plus the group's step count, their context in all, when their
-blocks fill, when they finish), so the running part of a step costs the same however many
-requests decode, and the waiting part is :class:`~kvbudget.simulator.engine.Engine`'s own. When
-such a step starts nothing (no waiting request can start until a request finishes, a block
-allocation fails, or something arrives from outside), the whole run of decode steps that
-follows is arithmetic (:mod:`kvbudget.simulator.decode_plan`): the engine plans it, waits for
-its end and commits it in one go (cut short at the step in progress when work is added or
-aborted meanwhile, as stepping would have). Every engine variant runs on it when
-``skip_ahead`` is on (:func:`kvbudget.simulator.engine_variants.make_engine`); one whose hooks
-read running requests' arrays between steps (``Engine.decode_group = False``) steps.
-
-Stepping (:class:`kvbudget.simulator.engine.Engine`) stays the reference: the property tests
-compare every result of these classes with it.
+:class:`DecodeGroup`, so the running part of a step costs the same however many decode (the
+waiting part is :class:`~kvbudget.simulator.engine.Engine`'s own). When such a step starts
+nothing (nothing can start until a finish, a failed allocation or an outside event), the run of
+decode steps that follows is arithmetic (:mod:`kvbudget.simulator.decode_plan`): planned, waited
+for and committed in one go (cut at the step in progress when work is added or aborted, as
+stepping would). A variant whose hooks read running requests' arrays between steps
+(``Engine.decode_group = False``) steps. Stepping stays the reference: the property tests
+compare every result with it.
 """
 
 from __future__ import annotations
@@ -44,12 +39,11 @@ Run = tuple[Floats, Ints, Floats]
 
 @dataclass(slots=True)
 class DecodeGroup:
-    """The running requests of a :class:`SkipAheadEngine` while every one of them is
-    decoding, kept in O(1) per step: a member's ``num_computed_tokens``, ``num_output_tokens``
-    and ``num_tokens`` are its arrays' values plus ``step - members[row]`` (the decode steps
-    the group took since the row joined), and its ``num_blocks`` is the larger of its array's
-    and ``ceil(num_computed_tokens / block_size)``; the arrays are written when it leaves or
-    the group is dissolved.
+    """The running requests of a :class:`SkipAheadEngine` while all decode, kept in O(1) per
+    step: a member's ``num_computed_tokens``, ``num_output_tokens`` and ``num_tokens`` are its
+    arrays' plus ``step - members[row]`` (the group's steps since it joined), its ``num_blocks``
+    the larger of its array's and ``ceil(num_computed_tokens / block_size)``; the arrays are
+    written when it leaves or the group is dissolved.
 
     ``context`` is the members' ``num_computed_tokens`` in all; ``hist[x]`` counts the members
     whose ``(num_computed_tokens - step) % block_size`` is ``x`` (they take a new block in a

@@ -1,34 +1,30 @@
 """vLLM v1's scheduler as one engine replica runs it: paged KV blocks, continuous batching,
 chunked prefill, ``max_num_seqs``, ``max_num_batched_tokens`` and preemption by recompute.
 
-:class:`Scheduler` is the state of one engine and what a step does to it, without the clock
-(the SimPy process that runs steps in time is :class:`kvbudget.simulator.engine.Engine`, its
-subclass). A step is scheduled as vLLM v1's ``Scheduler.schedule()``
-(``vllm/v1/core/sched/scheduler.py``) schedules it:
+:class:`Scheduler` is one engine's state and what a step does to it, without the clock (its
+subclass :class:`kvbudget.simulator.engine.Engine` runs steps in time), scheduled as vLLM v1's
+``Scheduler.schedule()`` (``vllm/v1/core/sched/scheduler.py``):
 
-1. **Running requests first**, in the order they started. Each gets ``min(num_tokens -
+1. **Running requests first**, in the order they started: each gets ``min(num_tokens -
    num_computed_tokens, token budget left)`` new tokens if :meth:`Scheduler.allocate_slots`
-   finds KV blocks for them (in one go when all of them do:
-   :mod:`kvbudget.simulator.running_loop`). When it does not, the lowest-priority,
-   latest-arriving running request is preempted (by recompute: its blocks are freed, its
-   ``num_computed_tokens`` reset to 0 and it goes back to the front of ``waiting``), until the
-   request fits or is itself the one preempted.
+   finds their blocks (all at once when all do: :mod:`kvbudget.simulator.running_loop`); when
+   it does not, the lowest-priority, latest-arriving running request is preempted (by
+   recompute: blocks freed, ``num_computed_tokens`` reset, back to the front of ``waiting``)
+   until the request fits or is itself the one preempted.
 2. **Then waiting requests**, if nothing was preempted, while the token budget,
    ``max_num_seqs`` and the free blocks allow; the queue stops at the first that does not fit
    (:mod:`kvbudget.simulator.request_queue` orders it).
-3. The step's **features** (:mod:`kvbudget.simulator.step_cost`) give its time by the
-   :class:`~kvbudget.perf.cost_model.CostModel`; when it has run it is **committed**
-   (:class:`~kvbudget.simulator.step_commit.StepCommit`, vLLM's ``update_from_output``):
-   computed tokens advance, a request whose tokens are all computed samples one output
-   token, and a request with all its output finishes.
+3. The step's **features** (:mod:`kvbudget.simulator.step_cost`) priced by the
+   :class:`~kvbudget.perf.cost_model.CostModel` give its time; when it has run it is
+   **committed** (:class:`~kvbudget.simulator.step_commit.StepCommit`, vLLM's
+   ``update_from_output``).
 
-Per-request state lives in numpy arrays indexed by the workload row, in vLLM's vocabulary:
-``num_tokens`` (prompt plus generated tokens), ``num_computed_tokens`` (tokens whose KV is in
-the cache), ``num_output_tokens``, ``num_blocks``. Automatic prefix caching
-(``enable_prefix_caching``) shares the KV blocks of prompt prefixes with equal hashes
-(Mooncake ``hash_ids``) and evicts unreferenced ones least recently used first. Engine
-variants (TGI, SGLang, TensorRT-LLM, vLLM with swap: :mod:`kvbudget.simulator.engine_variants`)
-override the hooks :class:`Scheduler` lists.
+Per-request state lives in numpy arrays indexed by the workload row, in vLLM's vocabulary
+(``num_tokens``: prompt plus generated, ``num_computed_tokens``: those in the KV cache,
+``num_output_tokens``, ``num_blocks``). Automatic prefix caching shares the blocks of prompt
+prefixes with equal hashes (Mooncake ``hash_ids``) and evicts unreferenced ones least recently
+used first. Engine variants (:mod:`kvbudget.simulator.engine_variants`) override the hooks
+:class:`Scheduler` lists.
 """
 
 from __future__ import annotations

@@ -1,29 +1,22 @@
 """Speculative decoding on the speed-up path: runs of verify steps with the batch unchanged,
 computed at once (:class:`SpecSkipAheadEngine`), with the results of stepping.
 
-While every running request verifies ``k`` drafts a step (speculative decoding,
-:mod:`kvbudget.simulator.spec_decode`) and nothing else can start, what the next steps do is
-arithmetic: a request's accepted drafts at a step are a draw keyed by the request and its
-steps with output (the same draws stepping makes, with running sums: :meth:`SpecDecode.run_gains`),
-so its output and computed tokens after ``j`` steps are sums, the blocks each step takes and the
-steps' times (the verify step priced by the cost model, plus the draft's passes: read from
-the step model's tables by context, ``VllmStepModel.chunk_times_at`` and ``decode_times_at``,
-or one array call each for other cost models) follow. :func:`plan_spec_run` computes them for a run that ends at the first step a
-request finishes (the accepted drafts vary by request, so unlike a plain decode run's this is
-found from the draws), before the first step whose blocks do not fit, before a step whose
-drafts the model's length clips, or with the step in progress at the next external event (under
-async scheduling the step after it: ``DecodeRunPlanner.keep``; and with the step after which
-a request not yet schedulable becomes so), as a plain decode run ends.
+While every running request verifies ``k`` drafts a step (:mod:`kvbudget.simulator.spec_decode`)
+and nothing else can start, the next steps are arithmetic: a request's accepted drafts at a step
+are a draw keyed by the request and its steps with output (stepping's draws, with running sums:
+:meth:`SpecDecode.run_gains`), so its tokens after ``j`` steps, the blocks each step takes and
+the steps' times (the verify step priced, plus the draft's passes: ``VllmStepModel``'s tables,
+or one array call each for other cost models) follow. :func:`plan_spec_run` plans a run up to
+the first step that finishes a request, before the first whose blocks do not fit or whose drafts
+the model's length clips, and cut as a plain decode run is (``DecodeRunPlanner.keep``).
 
-The run's first step is scheduled by the engine's one scheduler (``Scheduler._schedule``); a
-run is planned only when that step scheduled every running request with its ``k`` drafts,
-started nothing and preempted nothing (:meth:`SpecSkipAheadEngine._run_scheduled`), and the
-steps after it then schedule the same rows with the same tokens. :func:`commit_spec_run`
-writes what ``StepCommit.rows`` (verify, sample, propose, finish) would have written after
-those steps, and hands the finished requests to the same ``StepCommit.finish``. The run waits
-in time as a plain decode run does (``SkipAheadEngine._wait_run``: cut short at the step in
-progress when work is added or aborted). Such a step that is no run (one step, or starts) commits
-as a run of one step (:func:`spec_step`) and the starts as the decode group's tail.
+The run's first step is scheduled by the engine's one scheduler; a run is planned only when it
+scheduled every running request with its ``k`` drafts, started and preempted nothing
+(:meth:`SpecSkipAheadEngine._run_scheduled`), so the steps after it schedule the same.
+:func:`commit_spec_run` writes what ``StepCommit.rows`` would have after them and hands the
+finished requests to ``StepCommit.finish``; the run waits as a decode run does
+(``SkipAheadEngine._wait_run``). A step that is no run commits as a run of one step
+(:func:`spec_step`) and its starts as the decode group's tail.
 """
 
 from __future__ import annotations
@@ -129,15 +122,9 @@ def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
     dts = dts + draft
     draft_s = np.zeros(k_max, np.float64) if isinstance(draft, float) else draft  # (n-gram)
     dts[0] = dt0
-    if k_max <= GROUP_SMALL_K:  # a short run's in Python numbers, as the decode group's
-        times, t = dts.tolist(), e.t
-        return SpecRun(rows, out0, c0, steps0, left, gained[:, : k_max + 1], held[:, :k_max],
-                       alloc, draft_s, [t := t + dt for dt in times], times)  # (t += dt in turn)
-    ends = dts.copy()
-    ends[0] += e.t
-    np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
+    times: Floats = dts.tolist() if k_max <= GROUP_SMALL_K else dts  # (short: as the group's)
     return SpecRun(rows, out0, c0, steps0, left, gained[:, : k_max + 1], held[:, :k_max], alloc,
-                   draft_s, ends, dts)
+                   draft_s, planner.run_ends(times, e.t), times)
 
 
 def spec_step(e: CommitTarget, spec: SpecDecode, rows: IntArray) -> SpecRun:
