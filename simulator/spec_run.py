@@ -33,10 +33,9 @@ from kvbudget.simulator.decode_plan import GROUP_SMALL_K, MAX_JUMP_STEPS, Decode
 from kvbudget.simulator.engine import IntArray
 from kvbudget.simulator.fast_decode import SkipAheadEngine
 from kvbudget.simulator.serving import FloatArray
-from kvbudget.simulator.small_arrays import SMALL_N, imax, imin, isum
+from kvbudget.simulator.small_arrays import imax, imin, isum
 from kvbudget.simulator.spec_decode import SpecDecode
 from kvbudget.simulator.step_commit import CommitTarget, StepCommit
-from kvbudget.simulator.step_cost import tail_features
 
 __all__ = ["SpecRun", "SpecSkipAheadEngine", "commit_spec_run", "plan_spec_run"]
 
@@ -224,14 +223,6 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         self.commit.decode_step(m, list(zip(rows[m:].tolist(), new[m:].tolist(), strict=True)),
                                 done, lambda i, computed, output: None)
 
-    def _features(self, rows: IntArray, new: IntArray) -> StepFeatures:
-        """``Engine._features`` of a step of a few rows in Python integers (the same sums:
-        ``step_cost.tail_features`` of every row), as the steps that start requests have."""
-        if len(rows) > SMALL_N:
-            return super()._features(rows, new)
-        return tail_features(0, 0, list(zip(rows.tolist(), new.tolist(), strict=True)),
-                             self.num_computed_tokens, self.num_tokens, self.num_output_tokens)
-
     def _rows_ahead(self) -> list[int]:
         run = self._spec_run
         return super()._rows_ahead() if run is None else run.rows.tolist()
@@ -260,12 +251,11 @@ class SpecSkipAheadEngine(SkipAheadEngine):
             dt = self._step_seconds(self._features(rows, new))
             yield from self._one_step(rows, new, m, dt, reserved, counts)
             return
-        # the step's features (step_cost.rows_features of ``len(rows)`` chunks of ``q`` tokens)
-        # priced, as _step_seconds prices them
+        # the step's features: step_cost.rows_features of ``len(rows)`` chunks of ``q`` tokens
         n = len(rows)
         context = isum(self.num_computed_tokens[rows]) + n * q
-        dt0 = float(self.cost.step_time(float(n * q), 0.0, float(context), float(q * context),
-                                        float(n))) + self._step_extra_s
+        dt0 = self._step_seconds(StepFeatures(float(n * q), 0.0, float(context),
+                                              float(q * context), float(n)))
         t_ext = self.hooks.next_external_s()
         until = self._plan_until(t_ext) if self.head_refusal else t_ext
         # async scheduling: the run goes on a step past t_ext's (DecodeRunPlanner.keep)
