@@ -375,7 +375,6 @@ class SkipAheadEngine(TiedSteps, Engine):
         g.context += g.size * k
         finish = g.finish
         done: list[int] = []
-        bs = self.block_size
         while finishes and finish and finish[0][0] <= g.step:
             i = heapq.heappop(finish)[2]
             done.append(i)
@@ -387,6 +386,7 @@ class SkipAheadEngine(TiedSteps, Engine):
             self.num_output_tokens[i] = self.num_output_tokens.item(i) + g.step - joined
             self.num_tokens[i] = c + 1
             if g.deferred.pop(i, None) is None:
+                bs = self.block_size
                 self.kv.num_blocks[i] = max(self.kv.num_blocks.item(i), -(-c // bs))
                 g.hist[(c0 - joined) % bs] -= 1
             g.context -= c
