@@ -121,9 +121,15 @@ def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
     dts = dts + draft
     draft_s = np.zeros(k_max, np.float64) if isinstance(draft, float) else draft  # (n-gram)
     dts[0] = dt0
-    times: Floats = dts.tolist() if k_max <= GROUP_SMALL_K else dts  # (short: as the group's)
+    if k_max <= GROUP_SMALL_K:  # a short run's in Python numbers, as the decode group's
+        times, t = dts.tolist(), e.t
+        return SpecRun(rows, out0, c0, steps0, left, gained[:, : k_max + 1], held[:, :k_max],
+                       alloc, draft_s, [t := t + dt for dt in times], times)  # (t += dt in turn)
+    ends = dts.copy()
+    ends[0] += e.t
+    np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
     return SpecRun(rows, out0, c0, steps0, left, gained[:, : k_max + 1], held[:, :k_max], alloc,
-                   draft_s, planner.run_ends(times, e.t), times)
+                   draft_s, ends, dts)
 
 
 def spec_step(e: CommitTarget, spec: SpecDecode, rows: IntArray) -> SpecRun:
