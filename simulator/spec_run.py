@@ -35,7 +35,7 @@ from kvbudget.simulator.fast_decode import SkipAheadEngine
 from kvbudget.simulator.serving import FloatArray
 from kvbudget.simulator.small_arrays import imax, imin, isum
 from kvbudget.simulator.spec_decode import SpecDecode
-from kvbudget.simulator.step_commit import CommitTarget, StepCommit
+from kvbudget.simulator.step_commit import CommitTarget
 
 __all__ = ["SpecRun", "SpecSkipAheadEngine", "commit_spec_run", "plan_spec_run"]
 
@@ -142,12 +142,11 @@ def spec_step(e: CommitTarget, spec: SpecDecode, rows: IntArray) -> SpecRun:
                    spec.step_gains(rows, steps0), none, none[0], np.zeros(1), [], [])
 
 
-def commit_spec_run(e: CommitTarget, spec: SpecDecode, commit: StepCommit, run: SpecRun,
-                    m: int, finish: bool = True) -> list[int]:
+def commit_spec_run(e: CommitTarget, spec: SpecDecode, run: SpecRun, m: int) -> list[int]:
     """Commit the first ``m`` steps of ``run`` (step 0's blocks were taken as it was
     scheduled; the caller has ended them in time): what ``StepCommit.rows`` would have
-    written after each, and the requests that finished in the last handed to
-    ``StepCommit.finish`` (unless not ``finish``) and returned."""
+    written after each; returns the requests that finished in the last (only a run's last step
+    finishes some), for the caller to hand to ``StepCommit.finish``."""
     rows = run.rows
     n = len(rows)
     extra = int(run.alloc[m - 1])
@@ -182,10 +181,7 @@ def commit_spec_run(e: CommitTarget, spec: SpecDecode, commit: StepCommit, run: 
     spec.num_spec_tokens[rows] = drafts
     drafts += tokens
     e.num_tokens[rows] = drafts
-    finished: list[int] = [] if done is None else rows[done].tolist()
-    if finished and finish:
-        commit.finish(finished)
-    return finished
+    return [] if done is None else rows[done].tolist()
 
 
 class SpecSkipAheadEngine(SkipAheadEngine):
@@ -224,8 +220,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         self._steps_rows = rows
         self._on_steps(False, 1)
         assert self.spec is not None
-        done = commit_spec_run(self, self.spec, self.commit, spec_step(self, self.spec, rows[:m]),
-                               1, finish=False)
+        done = commit_spec_run(self, self.spec, spec_step(self, self.spec, rows[:m]), 1)
         self.commit.decode_step(m, list(zip(rows[m:].tolist(), new[m:].tolist(), strict=True)),
                                 done, lambda i, computed, output: None)
 
@@ -287,11 +282,12 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         if self._aborts:  # the last step commits as stepping commits it, without them
             if k > 1:
                 self._on_steps(False, k - 1)
-                commit_spec_run(self, spec, commit, run, k - 1)
+                commit_spec_run(self, spec, run, k - 1)  # (none finishes: not the last)
                 self.kv.num_blocks[rows] = run.held[:, k - 1]
                 self.kv.take(int(run.alloc[k - 1] - run.alloc[k - 2]))
                 spec.draft_s += float(run.draft_s[k - 1])
             self._commit_step(rows, new)
             return
         self._on_steps(False, k)
-        commit_spec_run(self, spec, commit, run, k)
+        if done := commit_spec_run(self, spec, run, k):
+            commit.finish(done)
