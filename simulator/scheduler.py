@@ -423,11 +423,10 @@ class Scheduler:
     def _check_schedule(self, budget: int, count_blocks: bool = True) -> None:
         """The invariants of a scheduled step, asserted on every path that schedules one (the
         speed-ups' too): the token budget (``budget``: what is left of it), the seats, the
-        blocks taken; and, with ``count_blocks`` (where every request's ``num_blocks`` is
-        current: not while a decode group's members lag), every block free, held by one
-        request or cached. Only running requests hold blocks but while a KV load holds some
-        (``kv_offload``, ``remote_kv``), so their ``num_blocks`` are counted first, every
-        row's (O(rows)) only when they do not add up."""
+        blocks taken; with ``count_blocks`` (not while a decode group's members' ``num_blocks``
+        lag), every block free, held by one request or cached: the running requests' counted
+        first, every row's (O(rows)) only when a KV load holds some (``kv_offload``,
+        ``remote_kv``)."""
         assert budget >= 0, "the token budget is overspent"
         assert len(self.running) <= self.seqs_limit, "max_num_seqs exceeded"
         kv = self.kv
@@ -438,11 +437,8 @@ class Scheduler:
                     or kv.num_held_blocks() + free == self.num_gpu_blocks), "blocks lost"
 
     def _schedule_running(self, budget: int) -> tuple[list[int], list[int], bool, int]:
-        """The running loop: each running request, in order, gets ``min(tokens left,
-        budget left)`` new tokens if :meth:`allocate_slots` finds their blocks; when it does
-        not, :meth:`_victim` is preempted until it does (or the request is the victim, which
-        ends the loop). Returns the rows, their new tokens, whether any was preempted and the
-        budget left."""
+        """The running loop with preemption (the module docstring's step 1): the rows, their new
+        tokens, whether any was preempted and the budget left."""
         sched: list[int] = []
         new: list[int] = []
         preempted = False
