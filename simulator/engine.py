@@ -33,17 +33,18 @@ SPEED_UP_INTERFACE = frozenset({
     # how a step runs, overridden: the running requests kept as a decode group, its runs
     "_step", "_abort_now", "_work_changed",
     # the step's parts, reused: the waiting loop and the invariants, the step's time, end and
-    # log
+    # log, its commit as stepping does it
     "_schedule_waiting", "_check_schedule", "_step_seconds", "_account_step", "_wait",
+    "_commit_step",
     # the step's state: as scheduled (``_step_extra_s``, ``_hol_blocked``), being committed
     # (``_steps_rows``), the loop's (``_busy``, ``_aborts``, ``_pending``: requests not yet
     # schedulable under async scheduling, ``_between_steps``: a step has ended, the next is
     # not scheduled yet)
     "_step_extra_s", "_hol_blocked", "_steps_rows", "_busy", "_aborts", "_pending",
     "_between_steps", "_async", "_pending_due", "_steps_done_now",
-    # a scheduled step run as stepping runs it (or, speculative decoding's, simulator/spec_run.py,
-    # as the first of a run), its features and its commit
-    "_run_scheduled", "_features", "_commit_step",
+    # speculative decoding's runs (simulator/spec_run.py): a scheduled step run as stepping
+    # runs it, or as the first of a run; its features
+    "_run_scheduled", "_features",
 })
 """What of :class:`Engine`'s and :class:`~kvbudget.simulator.scheduler.Scheduler`'s own a
 speed-up (``fast_decode.SkipAheadEngine``, ``spec_run.SpecSkipAheadEngine``) may use besides the
