@@ -3,15 +3,10 @@
 During a decode run every running request gets one token per step, so step ``j`` (from 0)
 attends to ``c0 + n (j + 1)`` tokens, and a request with ``c`` tokens computed and ``b`` blocks
 takes its next block at step ``b * block_size - c`` and then every ``block_size`` steps. The
-planner computes the steps' durations, end times (sums from ``t`` in stepping's order, so the
-same bits) and the blocks in use, and where the run must end: the first finish, the first step
-that runs out of blocks, or the step in progress at the next external event.
-
-Two ways to compute the same numbers, chosen by length (:data:`GROUP_SMALL_K`): a short run in
-Python numbers (the step times of one scalar ``step_time`` call per step for a few, else the
-cost model's ``decode_step_times`` array read into a list), a longer one with arrays (~8-20 us
-however long). Both give the same bits (``tests/model/test_properties.py`` compares
-them).
+planner computes the steps' durations, ends and blocks in use, and where the run must end: the
+first finish, the first step that runs out of blocks, or the step in progress at the next
+external event. A short run (:data:`GROUP_SMALL_K`) in Python numbers, a longer one with arrays
+(~8-20 us however long): the same bits (``tests/model/test_properties.py`` compares them).
 """
 
 from __future__ import annotations
@@ -43,9 +38,7 @@ _TIE = """A run's last step may end exactly at ``t_ext``, the next external even
 events (a gateway timer, an arrival, a client's retry or timeout, a closed loop's send) are
 URGENT (``simulator/alarm.py``), so the event runs before the run's end, whenever either was
 made, as it runs before stepping's step ending then, and the step that follows sees what it did
-(a request the gateway admitted at that instant is in it). (Until those events were URGENT such
-a run ended a step early, so that its last step's end event was made as that step started, as
-stepping's is: SimPy runs the ordinary events due at one instant in the order they were made.)
+(a request the gateway admitted at that instant is in it).
 
 A fleet's replica plans its runs past events of the fleet that need not end them (arrivals
 routed elsewhere, gateway timers and samples, see ``fleet.Fleet._next_touch_s``); one of them
@@ -160,12 +153,11 @@ class DecodeRunPlanner:
 
     def steps(self, n: int, c0: int, k_max: int, t: float, dt0: float,
               small: bool) -> tuple[Floats, Floats]:
-        """End times and durations of the ``k_max`` steps of a decode run of ``n`` requests
-        from ``c0`` context tokens starting at ``t`` (step ``j`` attends to ``c0 + n (j + 1)``
-        tokens; the first ``dt0`` long), as stepping makes them (sums from ``t`` in its order,
-        so the same bits). ``small``: in Python numbers (one ``step_time`` call per step for a
-        few, ``decode_step_times`` read into a list beyond :data:`SHORT_RUN_STEPS`), else
-        arrays."""
+        """End times (sums from ``t`` in stepping's order: the same bits) and durations of the
+        ``k_max`` steps of a decode run of ``n`` requests from ``c0`` context tokens starting at
+        ``t`` (step ``j`` attends to ``c0 + n (j + 1)`` tokens; the first ``dt0`` long).
+        ``small``: in Python numbers (one ``step_time`` call a step for a few, else
+        ``decode_step_times`` read into a list), else arrays."""
         if not small:
             dts = self._decode_array(n, c0 + n, k_max)
             ends = dts.copy()
@@ -180,3 +172,4 @@ class DecodeRunPlanner:
         ends_l = list(accumulate(dts_l, initial=t))  # t += dt, step by step
         del ends_l[0]
         return ends_l, dts_l
+

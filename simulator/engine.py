@@ -1,12 +1,9 @@
 """A SimPy model of one vLLM (v1) serving engine: :class:`Engine` runs
-:class:`~kvbudget.simulator.scheduler.Scheduler`'s steps in time, one at a time: schedule, run
-for the step's time (:meth:`Engine._run_scheduled`), commit; aborts wait for the step in flight
-to end, as vLLM processes them between steps. This is the reference.
-
-The same results, faster: ``skip_ahead`` (on by default) runs
-:class:`kvbudget.simulator.fast_decode.SkipAheadEngine`, which keeps decoding requests as a
-group and computes runs of pure-decode steps at once; it changes how steps run, never what
-they schedule (:data:`SPEED_UP_INTERFACE`: what of these classes it uses besides the hooks).
+:class:`~kvbudget.simulator.scheduler.Scheduler`'s steps in time, one at a time (schedule, run
+for the step's time, commit); aborts wait for the step in flight to end, as vLLM processes them
+between steps. This is the reference; ``skip_ahead`` (on by default,
+:class:`kvbudget.simulator.fast_decode.SkipAheadEngine`) changes how steps run, never what they
+schedule (:data:`SPEED_UP_INTERFACE`).
 """
 
 from __future__ import annotations
@@ -36,9 +33,9 @@ SPEED_UP_INTERFACE = frozenset({
     # how a step runs, overridden: the running requests kept as a decode group, its runs
     "_step", "_abort_now", "_work_changed",
     # the step's parts, reused: the waiting loop and the invariants, the step's time, end and
-    # log, aborts
+    # log, its commit as stepping does it
     "_schedule_waiting", "_check_schedule", "_step_seconds", "_account_step", "_wait",
-    "_apply_aborts",
+    "_commit_step",
     # the step's state: as scheduled (``_step_extra_s``, ``_hol_blocked``), being committed
     # (``_steps_rows``), the loop's (``_busy``, ``_aborts``, ``_pending``: requests not yet
     # schedulable under async scheduling, ``_between_steps``: a step has ended, the next is
@@ -50,18 +47,14 @@ SPEED_UP_INTERFACE = frozenset({
     "_run_scheduled", "_features",
 })
 """What of :class:`Engine`'s and :class:`~kvbudget.simulator.scheduler.Scheduler`'s own a
-speed-up (:class:`kvbudget.simulator.fast_decode.SkipAheadEngine` and, for speculative decoding,
-:class:`kvbudget.simulator.spec_run.SpecSkipAheadEngine`: the subclasses that change how steps
-run, never what they schedule) may use besides the hooks ``Scheduler`` lists: checked
-by ``tests/test_architecture.py``."""
+speed-up (``fast_decode.SkipAheadEngine``, ``spec_run.SpecSkipAheadEngine``) may use besides the
+hooks ``Scheduler`` lists: checked by ``tests/test_architecture.py``."""
 
 
 class Engine(Scheduler):
-    """One engine replica in time (the module docstring; :meth:`_step` takes a step): it logs
-    the steps (:class:`~kvbudget.simulator.step_log.StepLog`) and answers the executor
-    (:class:`kvbudget.simulator.serving.ServingEngine`). What a step does is
-    :class:`~kvbudget.simulator.scheduler.Scheduler`'s, whose docstring lists the hooks an
-    engine variant overrides."""
+    """One engine replica in time (:meth:`_step` takes a step): it logs the steps
+    (:class:`~kvbudget.simulator.step_log.StepLog`) and answers the executor
+    (:class:`kvbudget.simulator.serving.ServingEngine`)."""
 
     # called with the engine before every step when set (tests check invariants there)
     step_observer: ClassVar[Callable[[Engine], None] | None] = None
@@ -205,7 +198,6 @@ class Engine(Scheduler):
                 and -(-prompt // self.block_size) <= self._admit_blocks)
 
     def forget_first_token(self, i: int) -> None:
-        """A new attempt of row ``i`` starts (``ServingEngine.forget_first_token``)."""
         self.first_token_s[i] = math.nan
 
     def num_waiting(self) -> int:
@@ -221,17 +213,14 @@ class Engine(Scheduler):
         return [i for rows in (self.waiting, self.running, pending) for i in rows
                 if i not in aborted]
 
-    def num_unfinished(self) -> int:
-        """``len(unfinished_rows())``."""
+    def num_unfinished(self) -> int:  # len(unfinished_rows())
         return (len(self.waiting) + len(self.running) - len(self._aborts)
                 + len(self._deferred_adds) + len(self._pending))
 
-    def output_tokens_of(self, i: int) -> int:
-        """Row ``i``'s output tokens as of the last step that has ended."""
+    def output_tokens_of(self, i: int) -> int:  # (ServingEngine documents these)
         return self.num_output_tokens.item(i)
 
-    def output_tokens(self) -> IntArray:
-        """Every row's output tokens as of the last step that has ended."""
+    def output_tokens(self) -> IntArray:  # every row's output_tokens_of
         return self.num_output_tokens.copy()
 
     @property
@@ -265,7 +254,6 @@ class Engine(Scheduler):
         return self.kv.num_used_blocks
 
     def stats(self) -> dict[str, object]:
-        """Engine figures for the summary's ``engine`` block."""
         return {
             "engine": self.config.name,
             "head_of_line_blocked_s": self.head_of_line_blocked_s(),
@@ -320,8 +308,12 @@ class Engine(Scheduler):
             if Engine.step_observer is not None:
                 Engine.step_observer(self)
             yield from self._step()
-            if self._deferred_adds:
-                self._add_deferred()
+            if self._deferred_adds:  # re-admitted while their aborts waited for the step's
+                # end; one whose abort still waits (no step ran: the request being scheduled
+                # was its own victim) waits again
+                adds, self._deferred_adds = self._deferred_adds, []
+                for i in adds:
+                    self._add(i)
             if self._pending and self._pending[0][1] <= self.num_steps:
                 self._release_pending()
 
@@ -344,17 +336,25 @@ class Engine(Scheduler):
         counts = (len(self.running), self.num_waiting() + gw_waiting)
         yield from self._run_scheduled(rows, new, preempted, reserved, counts)
 
-    def _run_scheduled(
-        self, rows: IntArray, new: IntArray, preempted: bool, reserved: int, counts: tuple[int, int]
-    ) -> Generator[simpy.Event, Any, None]:
+    def _run_scheduled(self, rows: IntArray, new: IntArray, preempted: bool, reserved: int,
+                       counts: tuple[int, int]) -> Generator[simpy.Event, Any, None]:
         """Run the scheduled step for its duration, then commit it. ``reserved`` and
         ``counts`` (running, waiting) are the timeline's figures as it was scheduled."""
         dt = self._step_seconds(self._features(rows, new))
-        t1 = self._account_step(dt, reserved, counts)
-        yield from self._wait(t1)
+        yield from self._wait(self._account_step(dt, reserved, counts))
+        # (_commit_step's lines: a call fewer a step)
         aborted = self._apply_aborts() if self._aborts else []
         self._steps_rows = rows
         self._on_steps(preempted, 1)
+        self.commit.rows(rows, new, aborted)
+
+    def _commit_step(self, rows: IntArray, new: IntArray) -> None:
+        """Commit the step that has ended (``new`` tokens for each of ``rows``), as stepping
+        does: the aborts that came during it first, without them (a speed-up's step that is no
+        run of its own, or a run's last step when aborts came during it)."""
+        aborted = self._apply_aborts() if self._aborts else []
+        self._steps_rows = rows
+        self._on_steps(False, 1)
         self.commit.rows(rows, new, aborted)
 
     def _account_step(self, dt: float, reserved: int, counts: tuple[int, int]) -> float:
@@ -385,7 +385,6 @@ class Engine(Scheduler):
         return self.segments.gaps(self.log.ends(), rows, marks[rows], tier[rows])
 
     def request_figures(self, keep: npt.NDArray[np.bool_], tier: IntArray) -> RequestFigures:
-        """The per-row figures at the end of the run (``ServingEngine.request_figures``)."""
         return RequestFigures(self.output_tokens(), self.first_token_s.copy(), self.finished_s,
                               self.num_preemptions, self.recomputed_tokens,
                               *self.token_gaps(keep, tier))
@@ -411,13 +410,10 @@ class Engine(Scheduler):
         while pending and (everything or pending[0][1] <= n):
             self.waiting.add_request(pending.pop(0)[0])
 
-    def _pending_due(self) -> int:
-        """The step count from which the first request not yet schedulable is."""
+    def _pending_due(self) -> int:  # the step count from which _pending's first is schedulable
         return self._pending[0][1]
 
-    def _steps_done_now(self) -> int:
-        """The steps that have ended by now, during a step (a speed-up counts those of its run
-        in flight)."""
+    def _steps_done_now(self) -> int:  # during a step (a speed-up counts its run's ended steps)
         return self.num_steps
 
     def _held_until_s(self) -> float:
@@ -449,18 +445,9 @@ class Engine(Scheduler):
         """A request was ``added`` or aborted during a step (skip-ahead cuts its run there;
         ``lag`` steps later: a request schedulable then, under async scheduling)."""
 
-    def _apply_aborts(self) -> list[int]:
-        """Apply the aborts queued during the last step (the caller checks there are some)."""
+    def _apply_aborts(self) -> list[int]:  # those queued during the last step (there are some)
         aborted = list(self._aborts)
         for i in aborted:
             self._abort_now(i)
         self._aborts.clear()
         return aborted
-
-    def _add_deferred(self) -> None:
-        """Add the requests re-admitted while their aborts waited for the step's end (the
-        caller checks there are some). One whose abort still waits (no step ran: the request
-        being scheduled was its own victim) waits again."""
-        adds, self._deferred_adds = self._deferred_adds, []
-        for i in adds:
-            self._add(i)

@@ -1,20 +1,15 @@
-"""The engine with ``skip_ahead``: the same results as stepping, with runs of pure-decode steps
-computed at once.
+"""The engine with ``skip_ahead``: stepping's results, with runs of pure-decode steps computed
+at once.
 
 While every running request decodes, :class:`SkipAheadEngine` keeps them as a
-:class:`DecodeGroup` (base values plus the group's step count, their context in all, when their
-blocks fill, when they finish), so the running part of a step costs the same however many
-requests decode, and the waiting part is :class:`~kvbudget.simulator.engine.Engine`'s own. When
-such a step starts nothing (no waiting request can start until a request finishes, a block
-allocation fails, or something arrives from outside), the whole run of decode steps that
-follows is arithmetic (:mod:`kvbudget.simulator.decode_plan`): the engine plans it, waits for
-its end and commits it in one go (cut short at the step in progress when work is added or
-aborted meanwhile, as stepping would have). Every engine variant runs on it when
-``skip_ahead`` is on (:func:`kvbudget.simulator.engine_variants.make_engine`); one whose hooks
-read running requests' arrays between steps (``Engine.decode_group = False``) steps.
-
-Stepping (:class:`kvbudget.simulator.engine.Engine`) stays the reference: the property tests
-compare every result of these classes with it.
+:class:`DecodeGroup`, so the running part of a step costs the same however many decode (the
+waiting part is :class:`~kvbudget.simulator.engine.Engine`'s own). When such a step starts
+nothing (nothing can start until a finish, a failed allocation or an outside event), the run of
+decode steps that follows is arithmetic (:mod:`kvbudget.simulator.decode_plan`): planned, waited
+for and committed in one go (cut at the step in progress when work is added or aborted, as
+stepping would). A variant whose hooks read running requests' arrays between steps
+(``Engine.decode_group = False``) steps. Stepping stays the reference: the property tests
+compare every result with it.
 """
 
 from __future__ import annotations
@@ -44,12 +39,11 @@ Run = tuple[Floats, Ints, Floats]
 
 @dataclass(slots=True)
 class DecodeGroup:
-    """The running requests of a :class:`SkipAheadEngine` while every one of them is
-    decoding, kept in O(1) per step: a member's ``num_computed_tokens``, ``num_output_tokens``
-    and ``num_tokens`` are its arrays' values plus ``step - members[row]`` (the decode steps
-    the group took since the row joined), and its ``num_blocks`` is the larger of its array's
-    and ``ceil(num_computed_tokens / block_size)``; the arrays are written when it leaves or
-    the group is dissolved.
+    """The running requests of a :class:`SkipAheadEngine` while all decode, kept in O(1) per
+    step: a member's ``num_computed_tokens``, ``num_output_tokens`` and ``num_tokens`` are its
+    arrays' plus ``step - members[row]`` (the group's steps since it joined), its ``num_blocks``
+    the larger of its array's and ``ceil(num_computed_tokens / block_size)``; the arrays are
+    written when it leaves or the group is dissolved.
 
     ``context`` is the members' ``num_computed_tokens`` in all; ``hist[x]`` counts the members
     whose ``(num_computed_tokens - step) % block_size`` is ``x`` (they take a new block in a
@@ -217,22 +211,6 @@ class SkipAheadEngine(TiedSteps, Engine):
         else:
             g.hist[(computed - step) % bs] += 1
 
-    def _group_leave(self, g: DecodeGroup, i: int) -> None:
-        """Write member ``i``'s arrays and take it out of the group (the caller has taken its
-        heap entry)."""
-        joined = g.members.pop(i)
-        d = g.step - joined
-        c0 = self.num_computed_tokens.item(i)
-        c = c0 + d
-        self.num_computed_tokens[i] = c
-        self.num_output_tokens[i] = self.num_output_tokens.item(i) + d
-        self.num_tokens[i] = c + 1
-        if g.deferred.pop(i, None) is None:
-            self.kv.num_blocks[i] = max(self.kv.num_blocks.item(i), -(-c // self.block_size))
-            g.hist[(c0 - joined) % self.block_size] -= 1
-        g.context -= c
-        g.size -= 1
-
     def _group_dissolve(self, *, scheduled: bool) -> None:
         """Write every member's arrays and end the group. ``scheduled``: the group's step is
         scheduled (its blocks taken), not committed."""
@@ -385,13 +363,9 @@ class SkipAheadEngine(TiedSteps, Engine):
             self._on_steps(False, k - 1)
             self._group_commit_run(g, k - 1, int(used[k - 2] - used[0]), False)
             self.kv.take(int(used[k - 1] - used[k - 2]))  # the last step's, as scheduled
-        n = g.size
+        new = np.array([1] * g.size + [n_new for _, n_new in tail], np.int64)
         self._group_dissolve(scheduled=True)
-        rows = self.running_rows()  # the group's rows, then the tail's
-        aborted = self._apply_aborts()
-        self._on_steps(False, 1)
-        new = np.array([1] * n + [n_new for _, n_new in tail], np.int64)
-        self.commit.rows(rows, new, aborted)
+        self._commit_step(self.running_rows(), new)  # the group's rows, then the tail's
 
     def _group_advance(self, g: DecodeGroup, k: int, finishes: bool) -> list[int]:
         """``k`` decode steps of the group committed (their blocks taken already); returns the
@@ -403,8 +377,20 @@ class SkipAheadEngine(TiedSteps, Engine):
         done: list[int] = []
         while finishes and finish and finish[0][0] <= g.step:
             i = heapq.heappop(finish)[2]
-            self._group_leave(g, i)
             done.append(i)
+            # its arrays written, out of the group
+            joined = g.members.pop(i)
+            c0 = self.num_computed_tokens.item(i)
+            c = c0 + g.step - joined
+            self.num_computed_tokens[i] = c
+            self.num_output_tokens[i] = self.num_output_tokens.item(i) + g.step - joined
+            self.num_tokens[i] = c + 1
+            if g.deferred.pop(i, None) is None:
+                bs = self.block_size
+                self.kv.num_blocks[i] = max(self.kv.num_blocks.item(i), -(-c // bs))
+                g.hist[(c0 - joined) % bs] -= 1
+            g.context -= c
+            g.size -= 1
         return done
 
     def _group_commit_run(self, g: DecodeGroup, k: int, extra: int, finishes: bool) -> None:

@@ -2,40 +2,30 @@
 item 4: skip-ahead byte-identical to stepping on the fleet's ties).
 
 Stepping makes each step's end event when the step starts, and SimPy runs the events due at one
-instant in the order they were made (same priority). So of two replicas' steps ending at ``t``,
-the one that started earlier ends first; of two that started at the same instant, the one whose
-own start came first, that is whose previous step ended first (the same question, one step
-back), or, for a step that started a replica woken from idle, after every step end due then and
-after the replicas woken before it. :meth:`FleetTies.before` walks both replicas' step ends back
-to where they differ.
+instant in the order they were made. So of two replicas' steps ending at ``t``, the one that
+started earlier ends first; of two started at the same instant, the one whose previous step
+ended first (the same question, a step back), a step started from idle after every step end due
+then and after the replicas woken before it. :meth:`FleetTies.before` walks both replicas' step
+ends back to where they differ.
 
 A replica with skip-ahead has one event for a decode run (its last step's end), made when the
-run starts or cut (``fast_decode.SkipAheadEngine._wait_run``), so SimPy's order of two
-replicas' events due at one instant may differ from stepping's, and a run's other steps have no
-event at all. (The run
-driver's events, URGENT, come before them all: ``simulator/alarm.py``.) What of that order can
-be seen:
+run starts or is cut (``fast_decode.SkipAheadEngine._wait_run``); the run driver's events,
+URGENT, come before them all (``simulator/alarm.py``). What of stepping's order can be seen:
 
-1. the replicas' events themselves, due at one instant (a finish on each tells the one gateway
-   in turn; which request the freed room admits and where it is routed follows): a replica
-   whose event comes due while another's due then comes first in stepping's order waits for it
-   (:meth:`turn`), and runs when that one has run (a SimPy event of URGENT priority, before
-   whatever else is due then, where the waiting replica's own event was);
-2. a replica's run step ending at the instant another replica, ending a step then, adds work to
-   it, aborts some or reads its output tokens (through the gateway: :attr:`actor`): the run's
-   step has ended first when it comes first in stepping's order
-   (:meth:`TiedSteps._steps_done`), else the work comes before it. That holds for what follows
-   from the finish at that instant too, after the fleet's hook has returned: a closed loop's
-   user sends its next request at once (an interrupt of the users' process, URGENT: in
-   stepping it runs right after the step end whose finish freed the user, before the next
-   step end due then), so :attr:`actor` is kept for the instant (:attr:`actor_s`).
+1. the replicas' events due at one instant (a finish on each tells the one gateway in turn):
+   a replica whose event comes due while another's due then comes first waits for it
+   (:meth:`turn`), and runs when that one has (an URGENT event, before whatever else is due);
+2. a run's step ending at the instant another replica, ending a step then, adds work to it,
+   aborts some or reads its output tokens (through the gateway: :attr:`actor`): the run's step
+   has ended first when it comes first in stepping's order (:meth:`TiedSteps._steps_done`).
+   That holds for what follows from that finish at that instant too (a closed loop's user
+   sends at once, an URGENT interrupt: in stepping right after that step end), so
+   :attr:`actor` is kept for the instant (:attr:`actor_s`).
 
-Both are checked only where times are equal (one comparison of floats a step: each replica's
-event due next in a list), so a fleet whose step ends never meet pays little more (8 replicas
-on conv_n2000_q6, no tie: +0.9 to +1.0 % instructions, ``benchmarks/bench_instructions.py``). Only a
-fleet with one gateway for all replicas (a global budget) uses this: with one gateway per
-replica, one replica's step end never acts on another. A replica's side is :class:`TiedSteps`
-(what ``fast_decode.SkipAheadEngine`` does as a fleet's replica), the fleet's
+Both are checked only where times are equal (one comparison of floats a step), so a fleet whose
+step ends never meet pays little more (8 replicas on conv_n2000_q6, no tie: +0.9 to +1.0 %
+instructions, ``benchmarks/bench_instructions.py``). Only a fleet with one gateway for all
+replicas (a global budget) uses this. A replica's side is :class:`TiedSteps`, the fleet's
 :class:`FleetTies`.
 """
 
@@ -57,9 +47,7 @@ __all__ = ["FleetTies", "TiedReplica", "TiedSteps"]
 
 
 class TiedReplica(Protocol):
-    """What :class:`FleetTies` reads of a replica (``fast_decode.SkipAheadEngine``): the last
-    ends of its steps that have ended (``log.last_ends``), how many have, and the ends of its
-    decode run in flight."""
+    """What :class:`FleetTies` reads of a replica (``fast_decode.SkipAheadEngine``)."""
 
     @property
     def log(self) -> StepLog: ...
@@ -81,12 +69,11 @@ class _Urgent(Event):
 
 
 class FleetTies:
-    """Stepping's order of the fleet's replicas' step ends due at one instant (see the module
+    """Stepping's order of the fleet's replicas' step ends due at one instant (the module
     docstring). ``replicas[r]`` writes in ``due[r]`` when its next event is due as it starts
-    a step or run (or cuts a run), and tells :meth:`root` of a step started from idle; when
-    its event comes due with another's, it waits for :meth:`turn`. The fleet sets
-    :attr:`actor` and :attr:`actor_s` as a replica's finish is told to the gateway: the last
-    replica whose step end acted on the others, and that step's end."""
+    a step or run (or cuts a run), tells :meth:`root` of a step started from idle and waits
+    for :meth:`turn` when its event comes due with another's. The fleet sets :attr:`actor`
+    and :attr:`actor_s` as a replica's finish is told to the gateway."""
 
     def __init__(self, env: simpy.Environment, replicas: Sequence[TiedReplica]) -> None:
         self.env = env

@@ -1,11 +1,8 @@
-"""The running loop of a step in arrays: what :meth:`kvbudget.simulator.engine.Engine._schedule`
-hands the running requests when all of them get their KV blocks (the common case), in one go.
-
-vLLM's running loop gives each running request, in order, ``min(num_tokens -
-num_computed_tokens, token budget left)`` new tokens and the blocks they need. When every one
-of those allocations succeeds, the loop is a prefix sum (:func:`budget_prefix`) and a count of
-new blocks; only when one fails does the engine walk the requests one by one, preempting.
-:class:`RunningArray` keeps ``running`` as an array between steps.
+"""The running loop of a step in arrays. vLLM's gives each running request, in order,
+``min(num_tokens - num_computed_tokens, token budget left)`` new tokens and the blocks they need;
+when every allocation succeeds (the common case) that is a prefix sum (:func:`budget_prefix`)
+and a count of new blocks; only when one fails does the scheduler walk the requests one by one,
+preempting. :class:`RunningArray` keeps ``running`` as an array between steps.
 """
 
 from __future__ import annotations
@@ -42,9 +39,8 @@ def budget_prefix(
     budget: int, block_size: int, ones: IntArray | None, lookahead: int = 0,
     max_model_len: int = 0,
 ) -> RunningPrefix:
-    """The token budget handed out in ``rows``' order, as the running loop does: each gets
-    ``min(num_tokens - num_computed_tokens, budget left)`` until the budget is spent; ``ones``
-    (one new token each, at least ``len(rows)`` long) when every row is decoding; blocks for
+    """The token budget handed out in ``rows``' order, as the running loop does; ``ones`` (one
+    new token each, at least ``len(rows)`` long) when every row is decoding; blocks for
     ``lookahead`` tokens beyond each row's new ones (speculative decoding's
     ``num_lookahead_tokens``), never beyond ``max_model_len`` tokens (vLLM's
     ``kv_cache_manager.py:543``, 0.32.0)."""

@@ -1,34 +1,30 @@
 """vLLM v1's scheduler as one engine replica runs it: paged KV blocks, continuous batching,
 chunked prefill, ``max_num_seqs``, ``max_num_batched_tokens`` and preemption by recompute.
 
-:class:`Scheduler` is the state of one engine and what a step does to it, without the clock
-(the SimPy process that runs steps in time is :class:`kvbudget.simulator.engine.Engine`, its
-subclass). A step is scheduled as vLLM v1's ``Scheduler.schedule()``
-(``vllm/v1/core/sched/scheduler.py``) schedules it:
+:class:`Scheduler` is one engine's state and what a step does to it, without the clock (its
+subclass :class:`kvbudget.simulator.engine.Engine` runs steps in time), scheduled as vLLM v1's
+``Scheduler.schedule()`` (``vllm/v1/core/sched/scheduler.py``):
 
-1. **Running requests first**, in the order they started. Each gets ``min(num_tokens -
+1. **Running requests first**, in the order they started: each gets ``min(num_tokens -
    num_computed_tokens, token budget left)`` new tokens if :meth:`Scheduler.allocate_slots`
-   finds KV blocks for them (in one go when all of them do:
-   :mod:`kvbudget.simulator.running_loop`). When it does not, the lowest-priority,
-   latest-arriving running request is preempted (by recompute: its blocks are freed, its
-   ``num_computed_tokens`` reset to 0 and it goes back to the front of ``waiting``), until the
-   request fits or is itself the one preempted.
+   finds their blocks (all at once when all do: :mod:`kvbudget.simulator.running_loop`); when
+   it does not, the lowest-priority, latest-arriving running request is preempted (by
+   recompute: blocks freed, ``num_computed_tokens`` reset, back to the front of ``waiting``)
+   until the request fits or is itself the one preempted.
 2. **Then waiting requests**, if nothing was preempted, while the token budget,
    ``max_num_seqs`` and the free blocks allow; the queue stops at the first that does not fit
    (:mod:`kvbudget.simulator.request_queue` orders it).
-3. The step's **features** (:mod:`kvbudget.simulator.step_cost`) give its time by the
-   :class:`~kvbudget.perf.cost_model.CostModel`; when it has run it is **committed**
-   (:class:`~kvbudget.simulator.step_commit.StepCommit`, vLLM's ``update_from_output``):
-   computed tokens advance, a request whose tokens are all computed samples one output
-   token, and a request with all its output finishes.
+3. The step's **features** (:mod:`kvbudget.simulator.step_cost`) priced by the
+   :class:`~kvbudget.perf.cost_model.CostModel` give its time; when it has run it is
+   **committed** (:class:`~kvbudget.simulator.step_commit.StepCommit`, vLLM's
+   ``update_from_output``).
 
-Per-request state lives in numpy arrays indexed by the workload row, in vLLM's vocabulary:
-``num_tokens`` (prompt plus generated tokens), ``num_computed_tokens`` (tokens whose KV is in
-the cache), ``num_output_tokens``, ``num_blocks``. Automatic prefix caching
-(``enable_prefix_caching``) shares the KV blocks of prompt prefixes with equal hashes
-(Mooncake ``hash_ids``) and evicts unreferenced ones least recently used first. Engine
-variants (TGI, SGLang, TensorRT-LLM, vLLM with swap: :mod:`kvbudget.simulator.engine_variants`)
-override the hooks :class:`Scheduler` lists.
+Per-request state lives in numpy arrays indexed by the workload row, in vLLM's vocabulary
+(``num_tokens``: prompt plus generated, ``num_computed_tokens``: those in the KV cache,
+``num_output_tokens``, ``num_blocks``). Automatic prefix caching shares the blocks of prompt
+prefixes with equal hashes (Mooncake ``hash_ids``) and evicts unreferenced ones least recently
+used first. Engine variants (:mod:`kvbudget.simulator.engine_variants`) override the hooks
+:class:`Scheduler` lists.
 """
 
 from __future__ import annotations
@@ -427,11 +423,10 @@ class Scheduler:
     def _check_schedule(self, budget: int, count_blocks: bool = True) -> None:
         """The invariants of a scheduled step, asserted on every path that schedules one (the
         speed-ups' too): the token budget (``budget``: what is left of it), the seats, the
-        blocks taken; and, with ``count_blocks`` (where every request's ``num_blocks`` is
-        current: not while a decode group's members lag), every block free, held by one
-        request or cached. Only running requests hold blocks but while a KV load holds some
-        (``kv_offload``, ``remote_kv``), so their ``num_blocks`` are counted first, every
-        row's (O(rows)) only when they do not add up."""
+        blocks taken; with ``count_blocks`` (not while a decode group's members' ``num_blocks``
+        lag), every block free, held by one request or cached: the running requests' counted
+        first, every row's (O(rows)) only when a KV load holds some (``kv_offload``,
+        ``remote_kv``)."""
         assert budget >= 0, "the token budget is overspent"
         assert len(self.running) <= self.seqs_limit, "max_num_seqs exceeded"
         kv = self.kv
@@ -442,22 +437,26 @@ class Scheduler:
                     or kv.num_held_blocks() + free == self.num_gpu_blocks), "blocks lost"
 
     def _schedule_running(self, budget: int) -> tuple[list[int], list[int], bool, int]:
-        """The running loop: each running request, in order, gets ``min(tokens left,
-        budget left)`` new tokens if :meth:`allocate_slots` finds their blocks; when it does
-        not, :meth:`_victim` is preempted until it does (or the request is the victim, which
-        ends the loop). Returns the rows, their new tokens, whether any was preempted and the
-        budget left."""
+        """The running loop with preemption (the module docstring's step 1): the rows, their new
+        tokens, whether any was preempted and the budget left."""
         sched: list[int] = []
         new: list[int] = []
         preempted = False
         idx = 0
         while idx < len(self.running) and budget > 0:
-            # the requests from ``idx`` on that get their blocks without preempting
-            ok_rows, ok_new = self._allocate_running(idx, budget)
-            sched.extend(ok_rows)
-            new.extend(ok_new)
-            budget -= sum(ok_new)
-            idx += len(ok_rows)
+            # the requests from ``idx`` on that get their blocks without preempting, in one go
+            prefix = self._budget_prefix(self.running_rows()[idx:], budget)
+            taken = np.add.accumulate(prefix.want - prefix.blocks)
+            # taken never decreases: the first request whose blocks do not fit, if any
+            ok = int(taken.searchsorted(self.kv.num_available_blocks, side="right"))
+            if ok:
+                self.kv.num_blocks[prefix.rows[:ok]] = prefix.want[:ok]
+                self.kv.take(int(taken[ok - 1]))
+                sched.extend(prefix.rows[:ok].tolist())
+                ok_new = prefix.new[:ok].tolist()
+                new.extend(ok_new)
+                budget -= sum(ok_new)
+                idx += ok
             if idx >= len(self.running) or budget <= 0:
                 break
             # running[idx] does not fit: preempt until it does (or is preempted itself)
@@ -479,20 +478,6 @@ class Scheduler:
             budget -= n_new
             idx += 1
         return sched, new, preempted, budget
-
-    def _allocate_running(self, start: int, budget: int) -> tuple[list[int], list[int]]:
-        """Allocate, in order, the running requests from index ``start`` on until one does
-        not fit or the token budget is spent (in arrays, in one go); returns the rows and
-        their new tokens."""
-        prefix = self._budget_prefix(self.running_rows()[start:], budget)
-        rows, new, want = prefix.rows, prefix.new, prefix.want
-        taken = np.add.accumulate(want - prefix.blocks)
-        # taken never decreases: the first request whose blocks do not fit, if any
-        ok = int(taken.searchsorted(self.kv.num_available_blocks, side="right"))
-        if ok:
-            self.kv.num_blocks[rows[:ok]] = want[:ok]
-            self.kv.take(int(taken[ok - 1]))
-        return rows[:ok].tolist(), new[:ok].tolist()
 
     def _schedule_waiting(self, budget: int) -> tuple[list[int], list[int]]:
         """The waiting loop: the queue's head starts while seats (``max_num_seqs``), the token

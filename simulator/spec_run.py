@@ -1,29 +1,22 @@
 """Speculative decoding on the speed-up path: runs of verify steps with the batch unchanged,
 computed at once (:class:`SpecSkipAheadEngine`), with the results of stepping.
 
-While every running request verifies ``k`` drafts a step (speculative decoding,
-:mod:`kvbudget.simulator.spec_decode`) and nothing else can start, what the next steps do is
-arithmetic: a request's accepted drafts at a step are a draw keyed by the request and its
-steps with output (the same draws stepping makes, with running sums: :meth:`SpecDecode.run_gains`),
-so its output and computed tokens after ``j`` steps are sums, the blocks each step takes and the
-steps' times (the verify step priced by the cost model, plus the draft's passes: read from
-the step model's tables by context, ``VllmStepModel.chunk_times_at`` and ``decode_times_at``,
-or one array call each for other cost models) follow. :func:`plan_spec_run` computes them for a run that ends at the first step a
-request finishes (the accepted drafts vary by request, so unlike a plain decode run's this is
-found from the draws), before the first step whose blocks do not fit, before a step whose
-drafts the model's length clips, or with the step in progress at the next external event (under
-async scheduling the step after it: ``DecodeRunPlanner.keep``; and with the step after which
-a request not yet schedulable becomes so), as a plain decode run ends.
+While every running request verifies ``k`` drafts a step (:mod:`kvbudget.simulator.spec_decode`)
+and nothing else can start, the next steps are arithmetic: a request's accepted drafts at a step
+are a draw keyed by the request and its steps with output (stepping's draws, with running sums:
+:meth:`SpecDecode.run_gains`), so its tokens after ``j`` steps, the blocks each step takes and
+the steps' times (the verify step priced, plus the draft's passes: ``VllmStepModel``'s tables,
+or one array call each for other cost models) follow. :func:`plan_spec_run` plans a run up to
+the first step that finishes a request, before the first whose blocks do not fit or whose drafts
+the model's length clips, and cut as a plain decode run is (``DecodeRunPlanner.keep``).
 
-The run's first step is scheduled by the engine's one scheduler (``Scheduler._schedule``); a
-run is planned only when that step scheduled every running request with its ``k`` drafts,
-started nothing and preempted nothing (:meth:`SpecSkipAheadEngine._run_scheduled`), and the
-steps after it then schedule the same rows with the same tokens. :func:`commit_spec_run`
-writes what ``StepCommit.rows`` (verify, sample, propose, finish) would have written after
-those steps, and hands the finished requests to the same ``StepCommit.finish``. The run waits
-in time as a plain decode run does (``SkipAheadEngine._wait_run``: cut short at the step in
-progress when work is added or aborted). Such a step that is no run (one step, or starts) commits
-as a run of one step (:func:`spec_step`) and the starts as the decode group's tail.
+The run's first step is scheduled by the engine's one scheduler; a run is planned only when it
+scheduled every running request with its ``k`` drafts, started and preempted nothing
+(:meth:`SpecSkipAheadEngine._run_scheduled`), so the steps after it schedule the same.
+:func:`commit_spec_run` writes what ``StepCommit.rows`` would have after them and hands the
+finished requests to ``StepCommit.finish``; the run waits as a decode run does
+(``SkipAheadEngine._wait_run``). A step that is no run commits as a run of one step
+(:func:`spec_step`) and its starts as the decode group's tail.
 """
 
 from __future__ import annotations
@@ -40,10 +33,9 @@ from kvbudget.simulator.decode_plan import GROUP_SMALL_K, MAX_JUMP_STEPS, Decode
 from kvbudget.simulator.engine import IntArray
 from kvbudget.simulator.fast_decode import SkipAheadEngine
 from kvbudget.simulator.serving import FloatArray
-from kvbudget.simulator.small_arrays import SMALL_N, imax, imin, isum
+from kvbudget.simulator.small_arrays import imax, imin, isum
 from kvbudget.simulator.spec_decode import SpecDecode
-from kvbudget.simulator.step_commit import CommitTarget, StepCommit
-from kvbudget.simulator.step_cost import tail_features
+from kvbudget.simulator.step_commit import CommitTarget
 
 __all__ = ["SpecRun", "SpecSkipAheadEngine", "commit_spec_run", "plan_spec_run"]
 
@@ -150,12 +142,11 @@ def spec_step(e: CommitTarget, spec: SpecDecode, rows: IntArray) -> SpecRun:
                    spec.step_gains(rows, steps0), none, none[0], np.zeros(1), [], [])
 
 
-def commit_spec_run(e: CommitTarget, spec: SpecDecode, commit: StepCommit, run: SpecRun,
-                    m: int, finish: bool = True) -> list[int]:
+def commit_spec_run(e: CommitTarget, spec: SpecDecode, run: SpecRun, m: int) -> list[int]:
     """Commit the first ``m`` steps of ``run`` (step 0's blocks were taken as it was
     scheduled; the caller has ended them in time): what ``StepCommit.rows`` would have
-    written after each, and the requests that finished in the last handed to
-    ``StepCommit.finish`` (unless not ``finish``) and returned."""
+    written after each; returns the requests that finished in the last (only a run's last step
+    finishes some), for the caller to hand to ``StepCommit.finish``."""
     rows = run.rows
     n = len(rows)
     extra = int(run.alloc[m - 1])
@@ -190,10 +181,7 @@ def commit_spec_run(e: CommitTarget, spec: SpecDecode, commit: StepCommit, run: 
     spec.num_spec_tokens[rows] = drafts
     drafts += tokens
     e.num_tokens[rows] = drafts
-    finished: list[int] = [] if done is None else rows[done].tolist()
-    if finished and finish:
-        commit.finish(finished)
-    return finished
+    return [] if done is None else rows[done].tolist()
 
 
 class SpecSkipAheadEngine(SkipAheadEngine):
@@ -226,25 +214,15 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         unless aborts came during it, as a run of one step and the decode group's tail."""
         self._span_head = None
         yield from self._wait(self._account_step(dt, reserved, counts))
-        aborted = self._apply_aborts() if self._aborts else None
+        if self._aborts:
+            self._commit_step(rows, new)
+            return
         self._steps_rows = rows
         self._on_steps(False, 1)
         assert self.spec is not None
-        if aborted is not None:
-            self.commit.rows(rows, new, aborted)
-            return
-        done = commit_spec_run(self, self.spec, self.commit, spec_step(self, self.spec, rows[:m]),
-                               1, finish=False)
+        done = commit_spec_run(self, self.spec, spec_step(self, self.spec, rows[:m]), 1)
         self.commit.decode_step(m, list(zip(rows[m:].tolist(), new[m:].tolist(), strict=True)),
                                 done, lambda i, computed, output: None)
-
-    def _features(self, rows: IntArray, new: IntArray) -> StepFeatures:
-        """``Engine._features`` of a step of a few rows in Python integers (the same sums:
-        ``step_cost.tail_features`` of every row), as the steps that start requests have."""
-        if len(rows) > SMALL_N:
-            return super()._features(rows, new)
-        return tail_features(0, 0, list(zip(rows.tolist(), new.tolist(), strict=True)),
-                             self.num_computed_tokens, self.num_tokens, self.num_output_tokens)
 
     def _rows_ahead(self) -> list[int]:
         run = self._spec_run
@@ -274,12 +252,11 @@ class SpecSkipAheadEngine(SkipAheadEngine):
             dt = self._step_seconds(self._features(rows, new))
             yield from self._one_step(rows, new, m, dt, reserved, counts)
             return
-        # the step's features (step_cost.rows_features of ``len(rows)`` chunks of ``q`` tokens)
-        # priced, as _step_seconds prices them
+        # the step's features: step_cost.rows_features of ``len(rows)`` chunks of ``q`` tokens
         n = len(rows)
         context = isum(self.num_computed_tokens[rows]) + n * q
-        dt0 = float(self.cost.step_time(float(n * q), 0.0, float(context), float(q * context),
-                                        float(n))) + self._step_extra_s
+        dt0 = self._step_seconds(StepFeatures(float(n * q), 0.0, float(context),
+                                              float(q * context), float(n)))
         t_ext = self.hooks.next_external_s()
         until = self._plan_until(t_ext) if self.head_refusal else t_ext
         # async scheduling: the run goes on a step past t_ext's (DecodeRunPlanner.keep)
@@ -305,13 +282,12 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         if self._aborts:  # the last step commits as stepping commits it, without them
             if k > 1:
                 self._on_steps(False, k - 1)
-                commit_spec_run(self, spec, commit, run, k - 1)
+                commit_spec_run(self, spec, run, k - 1)  # (none finishes: not the last)
                 self.kv.num_blocks[rows] = run.held[:, k - 1]
                 self.kv.take(int(run.alloc[k - 1] - run.alloc[k - 2]))
                 spec.draft_s += float(run.draft_s[k - 1])
-            aborted = self._apply_aborts()
-            self._on_steps(False, 1)
-            commit.rows(rows, new, aborted)
+            self._commit_step(rows, new)
             return
         self._on_steps(False, k)
-        commit_spec_run(self, spec, commit, run, k)
+        if done := commit_spec_run(self, spec, run, k):
+            commit.finish(done)

@@ -3,12 +3,10 @@
 
 The step's new tokens are computed; a request whose tokens are all computed samples one output
 token (its first sets ``first_token_s``; one that does not follow its previous token's step
-starts a segment of :class:`~kvbudget.simulator.token_segments.TokenSegments`), and one with all
-its output finishes: it leaves ``running``, its blocks are freed and the executor hears of it.
-An engine (:class:`~kvbudget.simulator.scheduler.Scheduler`) commits its steps by :meth:`rows`;
-the speed-up (:class:`~kvbudget.simulator.fast_decode.SkipAheadEngine`) commits its decode
-group's steps by :meth:`decode_step`, the same updates written for a group (running requests
-all decoding, then the few that start), and by :meth:`rows` otherwise.
+starts a :class:`~kvbudget.simulator.token_segments.TokenSegments` segment), and one with all
+its output finishes (out of ``running``, blocks freed, the executor told). Steps commit by
+:meth:`rows`; the speed-up's decode group's by :meth:`decode_step`, the same updates for
+running requests all decoding followed by the few that start.
 """
 
 from __future__ import annotations
@@ -29,10 +27,8 @@ __all__ = ["CommitTarget", "StepCommit"]
 
 
 class CommitTarget(SpecRows, Protocol):
-    """What of the engine a commit reads and writes: the per-request arrays (vLLM's names; those
-    speculative decoding reads too are :class:`SpecRows`'), ``running``, the KV blocks, the
-    token segments, when the step ended (``t``) and the steps ended so far, this one included
-    (``num_steps``)."""
+    """What of the engine a commit reads and writes (``t``: when the step ended; ``num_steps``:
+    the steps ended so far, this one included)."""
 
     first_token_s: FloatArray
     finished_s: FloatArray
@@ -113,16 +109,13 @@ class StepCommit:
 
     def decode_step(self, m: int, tail: list[tuple[int, int]], done: list[int],
                     join: Callable[[int, int, int], None]) -> None:
-        """Commit a step of the speed-up's decode group: its first ``m`` rows were the
-        running requests, all decoding, whose decode step the caller committed (``done``:
-        those of them that have all their output now, in running order), followed by the
-        waiting requests that started (``tail``: row, new tokens; a few), with fewer array
-        operations than :meth:`rows`. A row of the tail that samples its first token joins the
-        group (``join(row, num_computed_tokens, num_output_tokens)``) while every row before it
-        in the tail did too (or finished); with speculative decoding, a row that samples counts
-        its step with output and gets its drafts (``m`` rows verified theirs). With
-        prefix caching the tail's full prompt blocks are cached as :meth:`rows` caches them
-        (decoding requests have cached all theirs)."""
+        """:meth:`rows` of a step whose first ``m`` rows were the running requests, all
+        decoding, whose step the caller committed (``done``: those that have all their output
+        now, in running order), followed by the waiting requests that started (``tail``: row,
+        new tokens; a few), in Python numbers. A row of the tail that samples its first token
+        joins the group (``join(row, num_computed_tokens, num_output_tokens)``) while every row
+        before it in the tail did too (or finished). (Decoding requests have cached all their
+        prompt blocks; speculative decoding's ``m`` rows verified their drafts.)"""
         e = self._e
         if tail and e.kv.prefix is not None:
             rows = np.array([i for i, _ in tail], np.int64)

@@ -4,7 +4,8 @@ the engine's per-request arrays: what its cost model prices.
 Two ways to the same sums: :func:`rows_features` from the scheduled rows' arrays, and
 :func:`tail_features` for a step whose first ``m`` rows are every running request, all
 decoding (one new token each; their context in all is known), followed by the few waiting
-requests that start (the ``tail``): Python integers over the tail only.
+requests that start (the ``tail``): Python integers over the tail only (and over every row of
+a step of :data:`FEW_ROWS` rows or fewer).
 """
 
 from __future__ import annotations
@@ -17,12 +18,19 @@ from kvbudget.simulator.small_arrays import isum
 
 __all__ = ["rows_features", "tail_features"]
 
+FEW_ROWS = 16
+"""Up to this many rows :func:`rows_features` sums in Python integers (:func:`tail_features`):
+cheaper than its numpy calls below ~20 rows (``timeit``, docs/performance.md)."""
+
 
 def rows_features(rows: IntArray, new: IntArray, num_computed_tokens: IntArray,
                   num_tokens: IntArray, num_output_tokens: IntArray) -> StepFeatures:
     """The features of a step scheduling ``new`` tokens for each of ``rows``: a row decodes when
     it gets one token, has output already and has computed all its tokens after the step;
     the others prefill a chunk."""
+    if len(rows) <= FEW_ROWS:
+        return tail_features(0, 0, list(zip(rows.tolist(), new.tolist(), strict=True)),
+                             num_computed_tokens, num_tokens, num_output_tokens)
     after = num_computed_tokens[rows] + new
     decode = (new == 1) & (num_output_tokens[rows] > 0) & (after == num_tokens[rows])
     num_decode = int(np.count_nonzero(decode))
