@@ -499,8 +499,9 @@ class Scheduler:
         budget and :meth:`_admit_waiting` allow; the first refusal stops it (``head_refusal``
         says why)."""
         self._on_schedule_waiting()
-        if self.remote is not None:  # requests whose KV arrived (and was noticed) go first
-            self.remote.promote(self.waiting, self.t, self.num_steps)
+        remote = self.remote  # requests whose KV arrived (and was noticed) go first
+        if remote is not None and (remote.loaded or remote.notices):
+            remote.promote(self.waiting, self.t, self.num_steps)
         sched: list[int] = []
         new: list[int] = []
         self._hol_blocked = False
