@@ -490,8 +490,9 @@ class SkipAheadEngine(TiedSteps, Engine):
         self.num_steps += k
         if k < len(step_end):  # cut short
             step_end, used, dts = step_end[:k], used[:k], dts[:k]
-        if self.remote is not None:  # the reads its steps' polls saw (remote_kv.LoadNotices)
-            self.remote.notices.steps_ran(step_end, self.num_steps)
+        remote = self.remote  # the reads its steps' polls saw (remote_kv.LoadNotices)
+        if remote is not None and remote.notices.unseen:
+            remote.notices.steps_ran(step_end, self.num_steps)
         self.log.ended_run(step_end)
         self.log.scheduled_run(step_end, used, dts, self._hol_blocked, reserved, counts,
                                self.num_preemptions_total)

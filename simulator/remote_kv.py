@@ -91,30 +91,33 @@ class LoadNotices:
     def __init__(self, async_scheduling: bool) -> None:
         self.notice_steps = 3 if async_scheduling else 1
         self.idle_polls = 2 if async_scheduling else 1
-        self._ends: dict[int, float] = {}  # row -> its copy's end, not yet seen by a poll
+        # row -> its copy's end, not yet seen by a poll (read by a decode run's end: steps_ran)
+        self.unseen: dict[int, float] = {}
         self._due: dict[int, int] = {}  # row -> the step count from which it is schedulable
         self._due_s: dict[int, float] = {}  # row -> the time from which (seen while idle)
-        self._order: dict[int, float] = {}  # row -> its copy's end: the order they go in
+        # row -> its copy's end: the rows waiting here, in the order they go in (read, rather
+        # than ``len``, by the scheduler's check for any: no call)
+        self.order: dict[int, float] = {}
 
     def __len__(self) -> int:
-        return len(self._order)
+        return len(self.order)
 
     def __contains__(self, i: int) -> bool:
-        return i in self._order
+        return i in self.order
 
     def rows(self) -> list[int]:
         """The rows waiting here, in the order they were added."""
-        return list(self._order)
+        return list(self.order)
 
     def add(self, i: int, end_s: float) -> None:
         """Row ``i``'s copy is due to end at ``end_s``."""
-        self._ends[i] = end_s
-        self._order[i] = end_s
+        self.unseen[i] = end_s
+        self.order[i] = end_s
 
     def cancel(self, i: int) -> None:
         """Row ``i`` leaves (an abort)."""
-        if self._order.pop(i, None) is not None:
-            self._ends.pop(i, None)
+        if self.order.pop(i, None) is not None:
+            self.unseen.pop(i, None)
             self._due.pop(i, None)
             self._due_s.pop(i, None)
 
@@ -122,7 +125,7 @@ class LoadNotices:
         """At the step boundary ``t``, ``num_steps`` steps done (a schedule): the copies ended
         by ``t`` are seen (the step scheduled now polls them); the rows schedulable now leave,
         in the order their copies ended."""
-        ends, due_n, due_s = self._ends, self._due, self._due_s
+        ends, due_n, due_s = self.unseen, self._due, self._due_s
         if ends and min(ends.values()) <= t:  # (min: no scan in Python while none has)
             due = num_steps + self.notice_steps
             for i in [i for i, end in ends.items() if end <= t]:
@@ -137,7 +140,7 @@ class LoadNotices:
         for i in out:
             due_n.pop(i, None)
             due_s.pop(i, None)
-        order = self._order
+        order = self.order
         out.sort(key=order.__getitem__)
         for i in out:
             del order[i]
@@ -150,11 +153,11 @@ class LoadNotices:
         step's poll waits out what it still had to, at most ``idle_polls`` idle iterations."""
         due_s = self._due_s
         polls = self.idle_polls
-        for i, end in self._ends.items():
+        for i, end in self.unseen.items():
             # (rounded: a copy ending on a poll, as worked in decimals, is seen by that poll)
             k = max(0, math.ceil(round((end - t) / IDLE_POLL_S, 9)))
             due_s[i] = t + (k + polls) * IDLE_POLL_S
-        self._ends.clear()
+        self.unseen.clear()
         for i, n in self._due.items():
             due_s[i] = t + min(n - num_steps, polls) * IDLE_POLL_S
         self._due.clear()
@@ -166,11 +169,12 @@ class LoadNotices:
         poll is schedulable, and :meth:`first_unseen_s` (the run's :meth:`run_cut`)."""
         if self._due:
             to_end = min(to_end, min(self._due.values()) - num_steps)
-        return to_end, self.first_unseen_s()
+        unseen = self.unseen  # (first_unseen_s, without its call)
+        return to_end, min(unseen.values()) if unseen else math.inf
 
     def first_unseen_s(self) -> float:
         """The first end of a copy no poll has seen yet (inf: none)."""
-        return min(self._ends.values()) if self._ends else math.inf
+        return min(self.unseen.values()) if self.unseen else math.inf
 
     def run_cut(self, ends: Floats) -> int:
         """How many steps of a skip-ahead decode run planned at a step boundary, its steps
@@ -186,7 +190,7 @@ class LoadNotices:
         by then, as :meth:`ready` at each of them would have (the last one's is
         :meth:`ready`'s). The run was cut by :meth:`run_cut`, so none is schedulable before
         its last boundary."""
-        copies = self._ends
+        copies = self.unseen
         if not copies or len(ends) < 2:
             return
         last = ends[-2]
@@ -215,7 +219,7 @@ class LoadNotices:
     def next_time_s(self) -> float:
         """The first copy's end or time a row is schedulable at (inf: none); a run that ends
         with the step in progress then also keeps to :meth:`run_end`'s step count."""
-        return min(min(self._ends.values(), default=math.inf),
+        return min(min(self.unseen.values(), default=math.inf),
                    min(self._due_s.values(), default=math.inf))
 
 
@@ -252,15 +256,11 @@ class RemoteLoads:
         self.notices = LoadNotices(bool(engine.config.async_scheduling))
         self.loaded: dict[int, None] = {}  # in the queue with their blocks, by load end
 
-    def start_load(self, i: int) -> bool:
-        """Row ``i`` was admitted by the waiting loop (its blocks allocated): True, its load
-        started, when its KV is remote; False when it is here (it runs)."""
-        pending = self.pending
-        if i not in pending:
-            if self.loaded:
-                self.loaded.pop(i, None)
-            return False
-        pending.remove(i)
+    def start_load(self, i: int) -> None:
+        """Row ``i``, whose KV is remote (in ``pending``), was admitted by the waiting loop (its
+        blocks allocated): its load starts. (The loop calls it only for such a row; one whose
+        KV is here runs, and leaves ``loaded``.)"""
+        self.pending.remove(i)
         self.loaded.pop(i, None)
         start = self.engine.t
         end = start + self._transfer_s[i]
@@ -272,7 +272,6 @@ class RemoteLoads:
         # (``Timeout(env, d)``: ``env.timeout(d)`` without the bound-class descriptor's call)
         done = Timeout(self.env, max(0.0, end - self.env.now))
         done.callbacks.append(partial(self._ended, i, end))
-        return True
 
     def _ended(self, i: int, end: float, _: Any) -> None:
         """Row ``i``'s load, due to end at ``end``, has ended (unless it was cancelled)."""
