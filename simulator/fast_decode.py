@@ -24,6 +24,7 @@ import heapq
 import math
 from collections.abc import Generator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -107,6 +108,13 @@ class SkipAheadEngine(TiedSteps, Engine):
         # external event (_plan_until), None when it was not
         self._span_head: int | None = None
         self._lag_run = False  # on a step past the next external event's (_work_changed)
+        self._handoff = -1  # a disaggregated decode replica's row being added (add_remote_request)
+        self._handoff_wake: Timeout | None = None  # its admission's within the run in flight
+        self._run_held: list[tuple[int, int]] = []  # (step, blocks) a row took within the run
+        # the waiting loop is vLLM's own (no variant's admission rule): _admit_in_run
+        self._plain_loop = (self._admit_waiting.__qualname__ == "Scheduler._admit_waiting"
+                            and self._on_schedule_waiting.__qualname__
+                            == "Scheduler._on_schedule_waiting")
 
     # --- what the executor and hooks read mid-run ------------------------------------------
     def output_tokens_of(self, i: int) -> int:
@@ -159,6 +167,12 @@ class SkipAheadEngine(TiedSteps, Engine):
             return super().scheduled_with_output()
         n, tail = self._steps_group  # members have output; of the tail, those resuming
         return n > 0 or any(self.num_output_tokens.item(i) > 0 for i, _ in tail)
+
+    def add_remote_request(self, i: int, computed_tokens: int) -> bool:
+        self._handoff = i  # (_work_changed may take its admission into the run in flight)
+        added = super().add_remote_request(i, computed_tokens)
+        self._handoff = -1
+        return added
 
     def _abort_now(self, i: int) -> None:
         if self._group is not None and i in self._group.members:
@@ -488,6 +502,12 @@ class SkipAheadEngine(TiedSteps, Engine):
         self._between_steps = True
         self.t = t1
         self.num_steps += k
+        held = self._run_held
+        if held:  # rows admitted within the run hold their blocks from that step on
+            used = np.array(used, np.int64)
+            for s, blocks in held:
+                used[s:] += blocks
+            held.clear()
         if k < len(step_end):  # cut short
             step_end, used, dts = step_end[:k], used[:k], dts[:k]
         remote = self.remote  # the reads its steps' polls saw (remote_kv.LoadNotices)
@@ -530,6 +550,8 @@ class SkipAheadEngine(TiedSteps, Engine):
         lagged = lag > 0 and keep < len(ends) and not self.log.timeline.sample_in(
             float(ends[keep - 1]), float(ends[keep]))
         keep += lagged
+        if lagged and self._handoff >= 0 and self._admit_in_run(ends, keep - 1):
+            return
         span = self._span_head is not None and (
             self.waiting.peek_request() == self._span_head if added
             else lag > 0 and self.config.scheduling_policy == "fcfs")
@@ -541,3 +563,62 @@ class SkipAheadEngine(TiedSteps, Engine):
         self._jump_ends = ends[:keep] if span or lagged else None
         self._jump_keep = keep
         self.process.interrupt()
+
+    def _admit_in_run(self, ends: Floats, j: int) -> bool:
+        """A disaggregated decode replica's hand-off (row ``_handoff``, async scheduling) came
+        during its decode run: schedulable from the run's boundary ``j`` (``ends[j]``), where
+        stepping's waiting loop takes it at once, alone in the queue, its blocks allocated and
+        its KV read started (``remote_kv``), and the run goes on (the read's request is not
+        running). Instead of ending the run there, go on: its admission made at ``ends[j]``
+        (:meth:`_admit_at`), the run cut where its read's request becomes schedulable
+        (``LoadNotices.run_cut``). True when taken so: the run's scheduler sees what stepping's
+        would (no FCFS head refused, no other request coming, vLLM's own waiting loop, blocks
+        for it and for the members' steps to the run's end, no timeline sample in the step
+        that counts it waiting: the caller's ``lagged``), else False (the run ends at ``j``)."""
+        i, remote, pending, env = self._handoff, self.remote, self._pending, self.env
+        used = self._run_used
+        t_j = float(ends[j])
+        if (j + 1 >= len(ends) or remote is None or used is None or self._handoff_wake is not None
+                or self.head_refusal
+                or self._span_head is not None or self.spec is not None or remote.loaded
+                or len(pending) != 1 or pending[0][1] != self.num_steps + j + 1
+                or self.waiting.peek_request() is not None
+                or not self._plain_loop or env.now + (t_j - env.now) != t_j):  # (the wake lands on ends[j])
+            return False
+        end = remote.load_end_s(i, t_j)
+        k = min(len(ends), bisect.bisect_left(ends, end) + 1 + remote.notices.notice_steps)
+        need = -(-self.num_tokens.item(i) // self.block_size)
+        kv = self.kv
+        free = kv.num_free_blocks + kv.num_evictable_blocks  # (the pool as the run started)
+        if (need > free - self.watermark_blocks - int(used[j + 1] - used[0])
+                or need > free - int(used[k - 1] - used[0])):
+            return False
+        wake = self._handoff_wake = Timeout(env, t_j - env.now)
+        wake.callbacks.append(partial(self._admit_at, i, self._run_ends, j))
+        if k < len(ends):
+            self._jump_ends = ends[:k]
+            self._jump_keep = k
+            self.process.interrupt()
+        return True
+
+    def _admit_at(self, i: int, run: Floats | None, j: int, _: object) -> None:
+        """Boundary ``j`` of the decode run ``run``: stepping's schedule there admits row ``i``
+        (:meth:`_admit_in_run`), unless the run ended at or before it (the engine's loop
+        admits it there, as stepping) or it was aborted."""
+        self._handoff_wake = None
+        pending, remote = self._pending, self.remote
+        if (self._run_ends is not run or self._jump_keep < j + 2 or remote is None
+                or not pending or pending[0][0] != i):
+            return
+        del pending[0]  # (Engine._release_pending, then the waiting loop's admission)
+        used = self._run_used
+        assert used is not None and run is not None
+        kv = self.kv
+        num_free = kv.num_free_blocks
+        taken = self.allocate_start(i, self.num_tokens.item(i),
+                                    reserve=self.watermark_blocks + int(used[j + 1] - used[0]))
+        assert taken == ""
+        self._run_held.append((j + 1, num_free - kv.num_free_blocks))
+        t, self.t = self.t, float(run[j])
+        remote.start_load(i)  # (its start: the boundary's time)
+        self.t = t

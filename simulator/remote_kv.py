@@ -273,6 +273,10 @@ class RemoteLoads:
         done = Timeout(self.env, max(0.0, end - self.env.now))
         done.callbacks.append(partial(self._ended, i, end))
 
+    def load_end_s(self, i: int, start: float) -> float:
+        """When row ``i``'s load started at ``start`` ends (:meth:`start_load`'s arithmetic)."""
+        return start + self._transfer_s[i]
+
     def _ended(self, i: int, end: float, _: Any) -> None:
         """Row ``i``'s load, due to end at ``end``, has ended (unless it was cancelled)."""
         if self.loading.get(i) != end:  # cancelled (an abort), or another attempt's load
