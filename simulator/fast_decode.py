@@ -109,7 +109,9 @@ class SkipAheadEngine(TiedSteps, Engine):
         self._span_head: int | None = None
         self._lag_run = False  # on a step past the next external event's (_work_changed)
         self._handoff = -1  # a disaggregated decode replica's row being added (add_remote_request)
-        self._handoff_wake: Timeout | None = None  # its admission's within the run in flight
+        # the admissions made within the run in flight, not yet reached: (row, blocks), their run
+        self._wakes: list[tuple[int, int]] = []
+        self._wake_run: Floats | None = None
         self._run_held: list[tuple[int, int]] = []  # (step, blocks) a row took within the run
         # the waiting loop is vLLM's own (no variant's admission rule): _admit_in_run
         self._plain_loop = (self._admit_waiting.__qualname__ == "Scheduler._admit_waiting"
@@ -567,34 +569,37 @@ class SkipAheadEngine(TiedSteps, Engine):
     def _admit_in_run(self, ends: Floats, j: int) -> bool:
         """A disaggregated decode replica's hand-off (row ``_handoff``, async scheduling) came
         during its decode run: schedulable from the run's boundary ``j`` (``ends[j]``), where
-        stepping's waiting loop takes it at once, alone in the queue, its blocks allocated and
-        its KV read started (``remote_kv``), and the run goes on (the read's request is not
-        running). Instead of ending the run there, go on: its admission made at ``ends[j]``
-        (:meth:`_admit_at`), the run cut where its read's request becomes schedulable
-        (``LoadNotices.run_cut``). True when taken so: the run's scheduler sees what stepping's
-        would (no FCFS head refused, no other request coming, vLLM's own waiting loop, blocks
-        for it and for the members' steps to the run's end, no timeline sample in the step
-        that counts it waiting: the caller's ``lagged``), else False (the run ends at ``j``)."""
+        stepping's waiting loop takes it at once (after those handed off before it, taken so
+        too), its blocks allocated and its KV read started (``remote_kv``), and the run goes on
+        (the read's request is not running). Instead of ending the run there, go on: its
+        admission made at ``ends[j]`` (:meth:`_admit_at`), the run cut where its read's request
+        becomes schedulable (``LoadNotices.run_cut``). True when taken so: the run's scheduler
+        sees what stepping's would (no FCFS head refused, nothing else coming, vLLM's own
+        waiting loop, blocks for it beside the watermark and for the members' steps to the
+        run's end, no timeline sample in the step that counts it waiting: the caller's
+        ``lagged``), else False (the run ends at ``j``)."""
         i, remote, pending, env = self._handoff, self.remote, self._pending, self.env
-        used = self._run_used
+        wakes, used = self._wakes, self._run_used
         t_j = float(ends[j])
-        if (j + 1 >= len(ends) or remote is None or used is None or self._handoff_wake is not None
-                or self.head_refusal
-                or self._span_head is not None or self.spec is not None or remote.loaded
-                or len(pending) != 1 or pending[0][1] != self.num_steps + j + 1
-                or self.waiting.peek_request() is not None
-                or not self._plain_loop or env.now + (t_j - env.now) != t_j):  # (the wake lands on ends[j])
+        if (j + 1 >= len(ends) or remote is None or used is None or self.head_refusal
+                or (wakes and self._wake_run is not self._run_ends)
+                or len(pending) != len(wakes) + 1
+                or pending[-1][1] != self.num_steps + j + 1 or self._span_head is not None
+                or self.spec is not None or remote.loaded or self.waiting.peek_request() is not None
+                or not self._plain_loop or env.now + (t_j - env.now) != t_j):  # (the wake's time)
             return False
         end = remote.load_end_s(i, t_j)
         k = min(len(ends), bisect.bisect_left(ends, end) + 1 + remote.notices.notice_steps)
         need = -(-self.num_tokens.item(i) // self.block_size)
         kv = self.kv
-        free = kv.num_free_blocks + kv.num_evictable_blocks  # (the pool as the run started)
+        # (the pool as the run started, less the blocks of those admitted before it)
+        free = kv.num_free_blocks + kv.num_evictable_blocks - sum(n for _, n in wakes)
         if (need > free - self.watermark_blocks - int(used[j + 1] - used[0])
                 or need > free - int(used[k - 1] - used[0])):
             return False
-        wake = self._handoff_wake = Timeout(env, t_j - env.now)
-        wake.callbacks.append(partial(self._admit_at, i, self._run_ends, j))
+        wakes.append((i, need))
+        self._wake_run = self._run_ends
+        Timeout(env, t_j - env.now).callbacks.append(partial(self._admit_at, i, self._run_ends, j))
         if k < len(ends):
             self._jump_ends = ends[:k]
             self._jump_keep = k
@@ -605,7 +610,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         """Boundary ``j`` of the decode run ``run``: stepping's schedule there admits row ``i``
         (:meth:`_admit_in_run`), unless the run ended at or before it (the engine's loop
         admits it there, as stepping) or it was aborted."""
-        self._handoff_wake = None
+        del self._wakes[0]  # (its own: they come in the order they were made)
         pending, remote = self._pending, self.remote
         if (self._run_ends is not run or self._jump_keep < j + 2 or remote is None
                 or not pending or pending[0][0] != i):
