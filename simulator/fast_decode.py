@@ -24,7 +24,6 @@ import heapq
 import math
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -34,6 +33,7 @@ from simpy.events import Timeout
 from kvbudget.simulator.decode_plan import GROUP_SMALL_K, DecodeRunPlanner, Floats, Ints
 from kvbudget.simulator.engine import Engine, IntArray
 from kvbudget.simulator.fleet_ties import TiedSteps
+from kvbudget.simulator.remote_kv import RemoteRuns
 from kvbudget.simulator.small_arrays import isum
 from kvbudget.simulator.step_cost import tail_features
 
@@ -83,7 +83,7 @@ class DecodeGroup:
             heapq.heappush(self.wake, (wake, i))
 
 
-class SkipAheadEngine(TiedSteps, Engine):
+class SkipAheadEngine(TiedSteps, RemoteRuns, Engine):
     """:class:`Engine` keeping its running requests as a :class:`DecodeGroup` while all of them
     decode, and running the group's decode runs at once. A member's arrays lag behind the
     group's steps: a variant's hooks read running requests through
@@ -108,15 +108,8 @@ class SkipAheadEngine(TiedSteps, Engine):
         # external event (_plan_until), None when it was not
         self._span_head: int | None = None
         self._lag_run = False  # on a step past the next external event's (_work_changed)
-        self._handoff = -1  # a disaggregated decode replica's row being added (add_remote_request)
-        # the admissions made within the run in flight, not yet reached: (row, blocks), their run
-        self._wakes: list[tuple[int, int]] = []
-        self._wake_run: Floats | None = None
-        self._run_held: list[tuple[int, int]] = []  # (step, blocks) a row took within the run
-        # the waiting loop is vLLM's own (no variant's admission rule): _admit_in_run
-        self._plain_loop = (self._admit_waiting.__qualname__ == "Scheduler._admit_waiting"
-                            and self._on_schedule_waiting.__qualname__
-                            == "Scheduler._on_schedule_waiting")
+        self._wakes = []  # a decode replica's hand-offs taken into a run (RemoteRuns)
+        self._run_held = []
 
     # --- what the executor and hooks read mid-run ------------------------------------------
     def output_tokens_of(self, i: int) -> int:
@@ -565,65 +558,3 @@ class SkipAheadEngine(TiedSteps, Engine):
         self._jump_ends = ends[:keep] if span or lagged else None
         self._jump_keep = keep
         self.process.interrupt()
-
-    def _admit_in_run(self, ends: Floats, j: int) -> bool:
-        """A disaggregated decode replica's hand-off (row ``_handoff``, async scheduling) came
-        during its decode run: schedulable from the run's boundary ``j`` (``ends[j]``), where
-        stepping's waiting loop takes it at once (after those handed off before it, taken so
-        too), its blocks allocated and its KV read started (``remote_kv``), and the run goes on
-        (the read's request is not running). Instead of ending the run there, go on: its
-        admission made at ``ends[j]`` (:meth:`_admit_at`), the run cut where its read's request
-        becomes schedulable (``LoadNotices.run_cut``). True when taken so: the run's scheduler
-        sees what stepping's would (no FCFS head refused, nothing else coming, vLLM's own
-        waiting loop, blocks for it beside the watermark and for the members' steps to the
-        run's end, no timeline sample in the step that counts it waiting: the caller's
-        ``lagged``), else False (the run ends at ``j``)."""
-        i, remote, pending, env = self._handoff, self.remote, self._pending, self.env
-        wakes, used = self._wakes, self._run_used
-        t_j = float(ends[j])
-        if (j + 1 >= len(ends) or remote is None or used is None or self.head_refusal
-                or (wakes and self._wake_run is not self._run_ends)
-                or len(pending) != len(wakes) + 1
-                or pending[-1][1] != self.num_steps + j + 1 or self._span_head is not None
-                or self.spec is not None or remote.loaded or self.waiting.peek_request() is not None
-                or not self._plain_loop or env.now + (t_j - env.now) != t_j):  # (the wake's time)
-            return False
-        end = remote.load_end_s(i, t_j)
-        k = min(len(ends), bisect.bisect_left(ends, end) + 1 + remote.notices.notice_steps)
-        need = -(-self.num_tokens.item(i) // self.block_size)
-        kv = self.kv
-        # (the pool as the run started, less the blocks of those admitted before it)
-        free = kv.num_free_blocks + kv.num_evictable_blocks - sum(n for _, n in wakes)
-        if (need > free - self.watermark_blocks - int(used[j + 1] - used[0])
-                or need > free - int(used[k - 1] - used[0])):
-            return False
-        wakes.append((i, need))
-        self._wake_run = self._run_ends
-        Timeout(env, t_j - env.now).callbacks.append(partial(self._admit_at, i, self._run_ends, j))
-        if k < len(ends):
-            self._jump_ends = ends[:k]
-            self._jump_keep = k
-            self.process.interrupt()
-        return True
-
-    def _admit_at(self, i: int, run: Floats | None, j: int, _: object) -> None:
-        """Boundary ``j`` of the decode run ``run``: stepping's schedule there admits row ``i``
-        (:meth:`_admit_in_run`), unless the run ended at or before it (the engine's loop
-        admits it there, as stepping) or it was aborted."""
-        del self._wakes[0]  # (its own: they come in the order they were made)
-        pending, remote = self._pending, self.remote
-        if (self._run_ends is not run or self._jump_keep < j + 2 or remote is None
-                or not pending or pending[0][0] != i):
-            return
-        del pending[0]  # (Engine._release_pending, then the waiting loop's admission)
-        used = self._run_used
-        assert used is not None and run is not None
-        kv = self.kv
-        num_free = kv.num_free_blocks
-        taken = self.allocate_start(i, self.num_tokens.item(i),
-                                    reserve=self.watermark_blocks + int(used[j + 1] - used[0]))
-        assert taken == ""
-        self._run_held.append((j + 1, num_free - kv.num_free_blocks))
-        t, self.t = self.t, float(run[j])
-        remote.start_load(i)  # (its start: the boundary's time)
-        self.t = t

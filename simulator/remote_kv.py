@@ -29,16 +29,21 @@ import heapq
 import math
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import simpy
 from simpy.events import Timeout
 
-from kvbudget.simulator.decode_plan import Floats
+from kvbudget.simulator.decode_plan import Floats, Ints
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.request_queue import RequestQueue
 
-__all__ = ["IDLE_POLL_S", "LoadNotices", "RemoteLoads"]
+if TYPE_CHECKING:
+    from kvbudget.simulator.kv_blocks import KVBlocks
+    from kvbudget.simulator.serving import IntArray
+    from kvbudget.simulator.spec_decode import SpecDecode
+
+__all__ = ["IDLE_POLL_S", "LoadNotices", "RemoteLoads", "RemoteRuns"]
 
 IDLE_POLL_S = 1e-3
 """How often an engine that runs no model polls its KV loads: vLLM 0.32.0's engine core sleeps
@@ -333,3 +338,103 @@ class RemoteLoads:
         for i in reversed(loaded):
             waiting.remove_request(i)
             waiting.prepend_request(i)
+
+
+class RemoteRuns:
+    """A disaggregated decode replica's hand-offs taken into its skip-ahead decode runs (a base
+    of ``fast_decode.SkipAheadEngine``, using of ``Engine`` only what
+    ``engine.SPEED_UP_INTERFACE`` lists): a request handed off while a run is in flight is
+    admitted at the run's boundary where stepping's waiting loop takes it, and the run goes on
+    (:meth:`_admit_in_run`), instead of ending there. Outside a decode replica it does
+    nothing (``_handoff`` stays -1)."""
+
+    _handoff = -1  # the row being added (SkipAheadEngine.add_remote_request), else -1
+    _wake_run: Floats | None = None  # the run whose admissions ``_wakes`` are
+    _wakes: list[tuple[int, int]]  # (row, blocks) admitted within the run, not yet reached
+    _run_held: list[tuple[int, int]]  # (step, blocks) of those reached: the run's log adds them
+    # of Engine
+    env: simpy.Environment
+    process: simpy.Process
+    t: float
+    num_steps: int
+    remote: RemoteLoads | None
+    kv: KVBlocks
+    waiting: RequestQueue
+    spec: SpecDecode | None
+    head_refusal: str
+    block_size: int
+    num_tokens: IntArray
+    watermark_blocks: int
+    _pending: list[list[int]]
+    _span_head: int | None
+    _run_ends: Floats | None
+    _run_used: Ints | None
+    _jump_ends: Floats | None
+    _jump_keep: int
+    _admit_waiting: Callable[[int, int], str]
+    _on_schedule_waiting: Callable[[], None]
+    allocate_start: Callable[..., str]
+
+    def _admit_in_run(self, ends: Floats, j: int) -> bool:
+        """A disaggregated decode replica's hand-off (row ``_handoff``, async scheduling) came
+        during its decode run: schedulable from the run's boundary ``j`` (``ends[j]``), where
+        stepping's waiting loop takes it at once (after those handed off before it, taken so
+        too), its blocks allocated and its KV read started (``remote_kv``), and the run goes on
+        (the read's request is not running). Instead of ending the run there, go on: its
+        admission made at ``ends[j]`` (:meth:`_admit_at`), the run cut where its read's request
+        becomes schedulable (``LoadNotices.run_cut``). True when taken so: the run's scheduler
+        sees what stepping's would (no FCFS head refused, nothing else coming, vLLM's own
+        waiting loop, blocks for it beside the watermark and for the members' steps to the
+        run's end, no timeline sample in the step that counts it waiting: the caller's
+        ``lagged``), else False (the run ends at ``j``)."""
+        i, remote, pending, env = self._handoff, self.remote, self._pending, self.env
+        wakes, used = self._wakes, self._run_used
+        t_j = float(ends[j])
+        if (j + 1 >= len(ends) or remote is None or used is None or self.head_refusal
+                or (wakes and self._wake_run is not self._run_ends)
+                or len(pending) != len(wakes) + 1
+                or pending[-1][1] != self.num_steps + j + 1 or self._span_head is not None
+                or self.spec is not None or remote.loaded or self.waiting.peek_request() is not None
+                or self._admit_waiting.__qualname__ != "Scheduler._admit_waiting"  # (vLLM's:
+                or self._on_schedule_waiting.__qualname__ != "Scheduler._on_schedule_waiting"
+                or env.now + (t_j - env.now) != t_j):  # no variant's rule; the wake's time)
+            return False
+        end = remote.load_end_s(i, t_j)
+        k = min(len(ends), bisect.bisect_left(ends, end) + 1 + remote.notices.notice_steps)
+        need = -(-self.num_tokens.item(i) // self.block_size)
+        kv = self.kv
+        # (the pool as the run started, less the blocks of those admitted before it)
+        free = kv.num_free_blocks + kv.num_evictable_blocks - sum(n for _, n in wakes)
+        if (need > free - self.watermark_blocks - int(used[j + 1] - used[0])
+                or need > free - int(used[k - 1] - used[0])):
+            return False
+        wakes.append((i, need))
+        self._wake_run = self._run_ends
+        Timeout(env, t_j - env.now).callbacks.append(partial(self._admit_at, i, self._run_ends, j))
+        if k < len(ends):
+            self._jump_ends = ends[:k]
+            self._jump_keep = k
+            self.process.interrupt()
+        return True
+
+    def _admit_at(self, i: int, run: Floats | None, j: int, _: object) -> None:
+        """Boundary ``j`` of the decode run ``run``: stepping's schedule there admits row ``i``
+        (:meth:`_admit_in_run`), unless the run ended at or before it (the engine's loop
+        admits it there, as stepping) or it was aborted."""
+        del self._wakes[0]  # (its own: they come in the order they were made)
+        pending, remote = self._pending, self.remote
+        if (self._run_ends is not run or self._jump_keep < j + 2 or remote is None
+                or not pending or pending[0][0] != i):
+            return
+        del pending[0]  # (Engine._release_pending, then the waiting loop's admission)
+        used = self._run_used
+        assert used is not None and run is not None
+        kv = self.kv
+        num_free = kv.num_free_blocks
+        taken = self.allocate_start(i, self.num_tokens.item(i),
+                                    reserve=self.watermark_blocks + int(used[j + 1] - used[0]))
+        assert taken == ""
+        self._run_held.append((j + 1, num_free - kv.num_free_blocks))
+        t, self.t = self.t, float(run[j])
+        remote.start_load(i)  # (its start: the boundary's time)
+        self.t = t
