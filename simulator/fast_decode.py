@@ -83,7 +83,7 @@ class DecodeGroup:
             heapq.heappush(self.wake, (wake, i))
 
 
-class SkipAheadEngine(TiedSteps, RemoteRuns, Engine):
+class SkipAheadEngine(TiedSteps, Engine, RemoteRuns):
     """:class:`Engine` keeping its running requests as a :class:`DecodeGroup` while all of them
     decode, and running the group's decode runs at once. A member's arrays lag behind the
     group's steps: a variant's hooks read running requests through
@@ -108,8 +108,15 @@ class SkipAheadEngine(TiedSteps, RemoteRuns, Engine):
         # external event (_plan_until), None when it was not
         self._span_head: int | None = None
         self._lag_run = False  # on a step past the next external event's (_work_changed)
-        self._wakes = []  # a decode replica's hand-offs taken into a run (RemoteRuns)
+        # a decode replica's hand-offs taken into a run (RemoteRuns; set here, every attribute
+        # of the instance made in __init__, so that CPython keeps their lookups fast)
+        self._handoff = -1
+        self._wakes = []
+        self._wake_run = None
         self._run_held = []
+        self._plain_loop = (self._admit_waiting.__qualname__ == "Scheduler._admit_waiting"
+                            and self._on_schedule_waiting.__qualname__
+                            == "Scheduler._on_schedule_waiting")
 
     # --- what the executor and hooks read mid-run ------------------------------------------
     def output_tokens_of(self, i: int) -> int:

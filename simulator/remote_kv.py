@@ -346,12 +346,13 @@ class RemoteRuns:
     ``engine.SPEED_UP_INTERFACE`` lists): a request handed off while a run is in flight is
     admitted at the run's boundary where stepping's waiting loop takes it, and the run goes on
     (:meth:`_admit_in_run`), instead of ending there. Outside a decode replica it does
-    nothing (``_handoff`` stays -1)."""
+    nothing (``_handoff`` stays -1). Its attributes are set by the engine's ``__init__``."""
 
-    _handoff = -1  # the row being added (SkipAheadEngine.add_remote_request), else -1
-    _wake_run: Floats | None = None  # the run whose admissions ``_wakes`` are
+    _handoff: int  # the row being added (SkipAheadEngine.add_remote_request), else -1
+    _wake_run: Floats | None  # the run whose admissions ``_wakes`` are
     _wakes: list[tuple[int, int]]  # (row, blocks) admitted within the run, not yet reached
     _run_held: list[tuple[int, int]]  # (step, blocks) of those reached: the run's log adds them
+    _plain_loop: bool  # the waiting loop is vLLM's own (no variant's admission rule)
     # of Engine
     env: simpy.Environment
     process: simpy.Process
@@ -395,9 +396,7 @@ class RemoteRuns:
                 or len(pending) != len(wakes) + 1
                 or pending[-1][1] != self.num_steps + j + 1 or self._span_head is not None
                 or self.spec is not None or remote.loaded or self.waiting.peek_request() is not None
-                or self._admit_waiting.__qualname__ != "Scheduler._admit_waiting"  # (vLLM's:
-                or self._on_schedule_waiting.__qualname__ != "Scheduler._on_schedule_waiting"
-                or env.now + (t_j - env.now) != t_j):  # no variant's rule; the wake's time)
+                or not self._plain_loop or env.now + (t_j - env.now) != t_j):  # (the wake's time)
             return False
         end = remote.load_end_s(i, t_j)
         k = min(len(ends), bisect.bisect_left(ends, end) + 1 + remote.notices.notice_steps)
