@@ -263,8 +263,8 @@ class RemoteLoads:
 
     def start_load(self, i: int) -> None:
         """Row ``i``, whose KV is remote (in ``pending``), was admitted by the waiting loop (its
-        blocks allocated): its load starts. (The loop calls it only for such a row; one whose
-        KV is here runs, and leaves ``loaded``.)"""
+        blocks allocated): its load starts."""
+        # (the loop calls it only for such a row; one whose KV is here runs, out of ``loaded``)
         self.pending.remove(i)
         self.loaded.pop(i, None)
         start = self.engine.t
@@ -279,7 +279,7 @@ class RemoteLoads:
         done.callbacks.append(partial(self._ended, i, end))
 
     def load_end_s(self, i: int, start: float) -> float:
-        """When row ``i``'s load started at ``start`` ends (:meth:`start_load`'s arithmetic)."""
+        """The end of row ``i``'s load started at ``start`` (as :meth:`start_load`'s)."""
         return start + self._transfer_s[i]
 
     def _ended(self, i: int, end: float, _: Any) -> None:
@@ -340,13 +340,16 @@ class RemoteLoads:
             waiting.prepend_request(i)
 
 
+# A request handed off to a disaggregated decode replica while a skip-ahead decode run is in
+# flight (async scheduling) is admitted at the run's boundary where stepping's waiting loop
+# takes it, and the run goes on instead of ending there (docs/performance.md, "Runs through a
+# hand-off's admission"). RemoteRuns uses of ``Engine`` only what
+# ``engine.SPEED_UP_INTERFACE`` lists; outside a decode replica it does nothing (``_handoff``
+# stays -1). Its attributes are set by the engine's ``__init__``. (The explanations are
+# comments, not docstrings: this module is loaded by every ``kvbudget simulate``.)
 class RemoteRuns:
-    """A disaggregated decode replica's hand-offs taken into its skip-ahead decode runs (a base
-    of ``fast_decode.SkipAheadEngine``, using of ``Engine`` only what
-    ``engine.SPEED_UP_INTERFACE`` lists): a request handed off while a run is in flight is
-    admitted at the run's boundary where stepping's waiting loop takes it, and the run goes on
-    (:meth:`_admit_in_run`), instead of ending there. Outside a decode replica it does
-    nothing (``_handoff`` stays -1). Its attributes are set by the engine's ``__init__``."""
+    """A disaggregated decode replica's hand-offs taken into its decode runs (a base of
+    ``fast_decode.SkipAheadEngine``)."""
 
     _handoff: int  # the row being added (SkipAheadEngine.add_remote_request), else -1
     _wake_run: Floats | None  # the run whose admissions ``_wakes`` are
@@ -376,18 +379,18 @@ class RemoteRuns:
     _on_schedule_waiting: Callable[[], None]
     allocate_start: Callable[..., str]
 
+    # The hand-off (row ``_handoff``) came during the decode run: it is schedulable from the
+    # run's boundary ``j`` (``ends[j]``), where stepping's waiting loop takes it at once (after
+    # those handed off before it, taken so too), its blocks allocated and its KV read started,
+    # and the run goes on (the read's request is not running). Taken into the run when its
+    # scheduler sees what stepping's would: no FCFS head refused, nothing else coming, vLLM's
+    # own waiting loop, blocks for it beside the watermark and for the members' steps to the
+    # run's end, no timeline sample in the step that counts it waiting (the caller's
+    # ``lagged``): its admission made at ``ends[j]`` (_admit_at), the run cut where its read's
+    # request becomes schedulable (LoadNotices.run_cut's count).
     def _admit_in_run(self, ends: Floats, j: int) -> bool:
-        """A disaggregated decode replica's hand-off (row ``_handoff``, async scheduling) came
-        during its decode run: schedulable from the run's boundary ``j`` (``ends[j]``), where
-        stepping's waiting loop takes it at once (after those handed off before it, taken so
-        too), its blocks allocated and its KV read started (``remote_kv``), and the run goes on
-        (the read's request is not running). Instead of ending the run there, go on: its
-        admission made at ``ends[j]`` (:meth:`_admit_at`), the run cut where its read's request
-        becomes schedulable (``LoadNotices.run_cut``). True when taken so: the run's scheduler
-        sees what stepping's would (no FCFS head refused, nothing else coming, vLLM's own
-        waiting loop, blocks for it beside the watermark and for the members' steps to the
-        run's end, no timeline sample in the step that counts it waiting: the caller's
-        ``lagged``), else False (the run ends at ``j``)."""
+        """Take the hand-off schedulable from the run's boundary ``j`` into the run (above);
+        False: the run ends at ``j``."""
         i, remote, pending, env = self._handoff, self.remote, self._pending, self.env
         wakes, used = self._wakes, self._run_used
         t_j = float(ends[j])
@@ -417,9 +420,8 @@ class RemoteRuns:
         return True
 
     def _admit_at(self, i: int, run: Floats | None, j: int, _: object) -> None:
-        """Boundary ``j`` of the decode run ``run``: stepping's schedule there admits row ``i``
-        (:meth:`_admit_in_run`), unless the run ended at or before it (the engine's loop
-        admits it there, as stepping) or it was aborted."""
+        """Boundary ``j`` of the decode run ``run``: admit row ``i`` as stepping's schedule
+        there does, unless the run ended by then (the engine's loop admits it) or it left."""
         del self._wakes[0]  # (its own: they come in the order they were made)
         pending, remote = self._pending, self.remote
         if (self._run_ends is not run or self._jump_keep < j + 2 or remote is None
