@@ -33,7 +33,7 @@ from simpy.events import Timeout
 from kvbudget.simulator.decode_plan import GROUP_SMALL_K, DecodeRunPlanner, Floats, Ints
 from kvbudget.simulator.engine import Engine, IntArray
 from kvbudget.simulator.fleet_ties import TiedSteps
-from kvbudget.simulator.remote_kv import RemoteRuns
+from kvbudget.simulator.remote_kv import admit_at, admit_in_run
 from kvbudget.simulator.small_arrays import isum
 from kvbudget.simulator.step_cost import tail_features
 
@@ -83,7 +83,7 @@ class DecodeGroup:
             heapq.heappush(self.wake, (wake, i))
 
 
-class SkipAheadEngine(TiedSteps, Engine, RemoteRuns):
+class SkipAheadEngine(TiedSteps, Engine):
     """:class:`Engine` keeping its running requests as a :class:`DecodeGroup` while all of them
     decode, and running the group's decode runs at once. A member's arrays lag behind the
     group's steps: a variant's hooks read running requests through
@@ -108,12 +108,14 @@ class SkipAheadEngine(TiedSteps, Engine, RemoteRuns):
         # external event (_plan_until), None when it was not
         self._span_head: int | None = None
         self._lag_run = False  # on a step past the next external event's (_work_changed)
-        # a decode replica's hand-offs taken into a run (RemoteRuns; set here, every attribute
-        # of the instance made in __init__, so that CPython keeps their lookups fast)
+        # a disaggregated decode replica's hand-offs taken into a run (remote_kv.admit_in_run):
+        # the row being added (add_remote_request), else -1; those admitted within the run in
+        # flight, not yet reached (row, blocks), and their run; those reached (step, blocks),
+        # which the run's log adds; whether the waiting loop is vLLM's own (no variant's rule)
         self._handoff = -1
-        self._wakes = []
-        self._wake_run = None
-        self._run_held = []
+        self._wakes: list[tuple[int, int]] = []
+        self._wake_run: Floats | None = None
+        self._run_held: list[tuple[int, int]] = []
         self._plain_loop = (self._admit_waiting.__qualname__ == "Scheduler._admit_waiting"
                             and self._on_schedule_waiting.__qualname__
                             == "Scheduler._on_schedule_waiting")
@@ -169,6 +171,9 @@ class SkipAheadEngine(TiedSteps, Engine, RemoteRuns):
             return super().scheduled_with_output()
         n, tail = self._steps_group  # members have output; of the tail, those resuming
         return n > 0 or any(self.num_output_tokens.item(i) > 0 for i, _ in tail)
+
+    _admit_in_run = admit_in_run  # (a hand-off taken into the run in flight: remote_kv)
+    _admit_at = admit_at
 
     def add_remote_request(self, i: int, computed_tokens: int) -> bool:
         self._handoff = i  # (_work_changed may take its admission into the run in flight)

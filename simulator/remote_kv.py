@@ -43,7 +43,39 @@ if TYPE_CHECKING:
     from kvbudget.simulator.serving import IntArray
     from kvbudget.simulator.spec_decode import SpecDecode
 
-__all__ = ["IDLE_POLL_S", "LoadNotices", "RemoteLoads", "RemoteRuns"]
+    class _RunEngine(Protocol):
+        """What of ``fast_decode.SkipAheadEngine`` :func:`admit_in_run` and :func:`admit_at`
+        use (of ``Engine``, only what ``engine.SPEED_UP_INTERFACE`` lists)."""
+
+        env: simpy.Environment
+        process: simpy.Process
+        t: float
+        num_steps: int
+        remote: RemoteLoads | None
+        kv: KVBlocks
+        waiting: RequestQueue
+        spec: SpecDecode | None
+        head_refusal: str
+        block_size: int
+        num_tokens: IntArray
+        watermark_blocks: int
+        _pending: list[list[int]]
+        _span_head: int | None
+        _handoff: int
+        _wakes: list[tuple[int, int]]
+        _wake_run: Floats | None
+        _run_held: list[tuple[int, int]]
+        _plain_loop: bool
+        _run_ends: Floats | None
+        _run_used: Ints | None
+        _jump_ends: Floats | None
+        _jump_keep: int
+
+        def allocate_start(self, i: int, tokens: int, *, reserve: int) -> str: ...
+
+        def _admit_at(self, i: int, run: Floats | None, j: int, _: object) -> None: ...
+
+__all__ = ["IDLE_POLL_S", "LoadNotices", "RemoteLoads", "admit_at", "admit_in_run"]
 
 IDLE_POLL_S = 1e-3
 """How often an engine that runs no model polls its KV loads: vLLM 0.32.0's engine core sleeps
@@ -343,99 +375,68 @@ class RemoteLoads:
 # A request handed off to a disaggregated decode replica while a skip-ahead decode run is in
 # flight (async scheduling) is admitted at the run's boundary where stepping's waiting loop
 # takes it, and the run goes on instead of ending there (docs/performance.md, "Runs through a
-# hand-off's admission"). RemoteRuns uses of ``Engine`` only what
-# ``engine.SPEED_UP_INTERFACE`` lists; outside a decode replica it does nothing (``_handoff``
-# stays -1). Its attributes are set by the engine's ``__init__``. (The explanations are
+# hand-off's admission"): these two are ``fast_decode.SkipAheadEngine``'s methods
+# ``_admit_in_run`` (from its ``_work_changed``) and ``_admit_at``, kept here with the
+# disaggregation's (a function, not a base class: nothing more to build at import). Of
+# ``Engine`` they use only what ``engine.SPEED_UP_INTERFACE`` lists. (The explanations are
 # comments, not docstrings: this module is loaded by every ``kvbudget simulate``.)
-class RemoteRuns:
-    """A disaggregated decode replica's hand-offs taken into its decode runs (a base of
-    ``fast_decode.SkipAheadEngine``)."""
+# The hand-off (row ``_handoff``) came during the decode run: it is schedulable from the
+# run's boundary ``j`` (``ends[j]``), where stepping's waiting loop takes it at once (after
+# those handed off before it, taken so too), its blocks allocated and its KV read started,
+# and the run goes on (the read's request is not running). Taken into the run when its
+# scheduler sees what stepping's would: no FCFS head refused, nothing else coming, vLLM's
+# own waiting loop, blocks for it beside the watermark and for the members' steps to the
+# run's end, no timeline sample in the step that counts it waiting (the caller's
+# ``lagged``): its admission made at ``ends[j]`` (_admit_at), the run cut where its read's
+# request becomes schedulable (LoadNotices.run_cut's count).
+def admit_in_run(self: _RunEngine, ends: Floats, j: int) -> bool:
+    """Take the hand-off schedulable from the run's boundary ``j`` into the run (above);
+    False: the run ends at ``j``."""
+    i, remote, pending, env = self._handoff, self.remote, self._pending, self.env
+    wakes, used = self._wakes, self._run_used
+    t_j = float(ends[j])
+    if (j + 1 >= len(ends) or remote is None or used is None or self.head_refusal
+            or (wakes and self._wake_run is not self._run_ends)
+            or len(pending) != len(wakes) + 1
+            or pending[-1][1] != self.num_steps + j + 1 or self._span_head is not None
+            or self.spec is not None or remote.loaded or self.waiting.peek_request() is not None
+            or not self._plain_loop or env.now + (t_j - env.now) != t_j):  # (the wake's time)
+        return False
+    end = remote.load_end_s(i, t_j)
+    k = min(len(ends), bisect.bisect_left(ends, end) + 1 + remote.notices.notice_steps)
+    need = -(-self.num_tokens.item(i) // self.block_size)
+    kv = self.kv
+    # (the pool as the run started, less the blocks of those admitted before it)
+    free = kv.num_free_blocks + kv.num_evictable_blocks - sum(n for _, n in wakes)
+    if (need > free - self.watermark_blocks - int(used[j + 1] - used[0])
+            or need > free - int(used[k - 1] - used[0])):
+        return False
+    wakes.append((i, need))
+    self._wake_run = self._run_ends
+    Timeout(env, t_j - env.now).callbacks.append(partial(self._admit_at, i, self._run_ends, j))
+    if k < len(ends):
+        self._jump_ends = ends[:k]
+        self._jump_keep = k
+        self.process.interrupt()
+    return True
 
-    _handoff: int  # the row being added (SkipAheadEngine.add_remote_request), else -1
-    _wake_run: Floats | None  # the run whose admissions ``_wakes`` are
-    _wakes: list[tuple[int, int]]  # (row, blocks) admitted within the run, not yet reached
-    _run_held: list[tuple[int, int]]  # (step, blocks) of those reached: the run's log adds them
-    _plain_loop: bool  # the waiting loop is vLLM's own (no variant's admission rule)
-    # of Engine
-    env: simpy.Environment
-    process: simpy.Process
-    t: float
-    num_steps: int
-    remote: RemoteLoads | None
-    kv: KVBlocks
-    waiting: RequestQueue
-    spec: SpecDecode | None
-    head_refusal: str
-    block_size: int
-    num_tokens: IntArray
-    watermark_blocks: int
-    _pending: list[list[int]]
-    _span_head: int | None
-    _run_ends: Floats | None
-    _run_used: Ints | None
-    _jump_ends: Floats | None
-    _jump_keep: int
-    _admit_waiting: Callable[[int, int], str]
-    _on_schedule_waiting: Callable[[], None]
-    allocate_start: Callable[..., str]
-
-    # The hand-off (row ``_handoff``) came during the decode run: it is schedulable from the
-    # run's boundary ``j`` (``ends[j]``), where stepping's waiting loop takes it at once (after
-    # those handed off before it, taken so too), its blocks allocated and its KV read started,
-    # and the run goes on (the read's request is not running). Taken into the run when its
-    # scheduler sees what stepping's would: no FCFS head refused, nothing else coming, vLLM's
-    # own waiting loop, blocks for it beside the watermark and for the members' steps to the
-    # run's end, no timeline sample in the step that counts it waiting (the caller's
-    # ``lagged``): its admission made at ``ends[j]`` (_admit_at), the run cut where its read's
-    # request becomes schedulable (LoadNotices.run_cut's count).
-    def _admit_in_run(self, ends: Floats, j: int) -> bool:
-        """Take the hand-off schedulable from the run's boundary ``j`` into the run (above);
-        False: the run ends at ``j``."""
-        i, remote, pending, env = self._handoff, self.remote, self._pending, self.env
-        wakes, used = self._wakes, self._run_used
-        t_j = float(ends[j])
-        if (j + 1 >= len(ends) or remote is None or used is None or self.head_refusal
-                or (wakes and self._wake_run is not self._run_ends)
-                or len(pending) != len(wakes) + 1
-                or pending[-1][1] != self.num_steps + j + 1 or self._span_head is not None
-                or self.spec is not None or remote.loaded or self.waiting.peek_request() is not None
-                or not self._plain_loop or env.now + (t_j - env.now) != t_j):  # (the wake's time)
-            return False
-        end = remote.load_end_s(i, t_j)
-        k = min(len(ends), bisect.bisect_left(ends, end) + 1 + remote.notices.notice_steps)
-        need = -(-self.num_tokens.item(i) // self.block_size)
-        kv = self.kv
-        # (the pool as the run started, less the blocks of those admitted before it)
-        free = kv.num_free_blocks + kv.num_evictable_blocks - sum(n for _, n in wakes)
-        if (need > free - self.watermark_blocks - int(used[j + 1] - used[0])
-                or need > free - int(used[k - 1] - used[0])):
-            return False
-        wakes.append((i, need))
-        self._wake_run = self._run_ends
-        Timeout(env, t_j - env.now).callbacks.append(partial(self._admit_at, i, self._run_ends, j))
-        if k < len(ends):
-            self._jump_ends = ends[:k]
-            self._jump_keep = k
-            self.process.interrupt()
-        return True
-
-    def _admit_at(self, i: int, run: Floats | None, j: int, _: object) -> None:
-        """Boundary ``j`` of the decode run ``run``: admit row ``i`` as stepping's schedule
-        there does, unless the run ended by then (the engine's loop admits it) or it left."""
-        del self._wakes[0]  # (its own: they come in the order they were made)
-        pending, remote = self._pending, self.remote
-        if (self._run_ends is not run or self._jump_keep < j + 2 or remote is None
-                or not pending or pending[0][0] != i):
-            return
-        del pending[0]  # (Engine._release_pending, then the waiting loop's admission)
-        used = self._run_used
-        assert used is not None and run is not None
-        kv = self.kv
-        num_free = kv.num_free_blocks
-        taken = self.allocate_start(i, self.num_tokens.item(i),
-                                    reserve=self.watermark_blocks + int(used[j + 1] - used[0]))
-        assert taken == ""
-        self._run_held.append((j + 1, num_free - kv.num_free_blocks))
-        t, self.t = self.t, float(run[j])
-        remote.start_load(i)  # (its start: the boundary's time)
-        self.t = t
+def admit_at(self: _RunEngine, i: int, run: Floats | None, j: int, _: object) -> None:
+    """Boundary ``j`` of the decode run ``run``: admit row ``i`` as stepping's schedule
+    there does, unless the run ended by then (the engine's loop admits it) or it left."""
+    del self._wakes[0]  # (its own: they come in the order they were made)
+    pending, remote = self._pending, self.remote
+    if (self._run_ends is not run or self._jump_keep < j + 2 or remote is None
+            or not pending or pending[0][0] != i):
+        return
+    del pending[0]  # (Engine._release_pending, then the waiting loop's admission)
+    used = self._run_used
+    assert used is not None and run is not None
+    kv = self.kv
+    num_free = kv.num_free_blocks
+    taken = self.allocate_start(i, self.num_tokens.item(i),
+                                reserve=self.watermark_blocks + int(used[j + 1] - used[0]))
+    assert taken == ""
+    self._run_held.append((j + 1, num_free - kv.num_free_blocks))
+    t, self.t = self.t, float(run[j])
+    remote.start_load(i)  # (its start: the boundary's time)
+    self.t = t
