@@ -108,17 +108,6 @@ class SkipAheadEngine(TiedSteps, Engine):
         # external event (_plan_until), None when it was not
         self._span_head: int | None = None
         self._lag_run = False  # on a step past the next external event's (_work_changed)
-        # a disaggregated decode replica's hand-offs taken into a run (remote_kv.admit_in_run):
-        # the row being added (add_remote_request), else -1; those admitted within the run in
-        # flight, not yet reached (row, blocks), and their run; those reached (step, blocks),
-        # which the run's log adds; whether the waiting loop is vLLM's own (no variant's rule)
-        self._handoff = -1
-        self._wakes: list[tuple[int, int]] = []
-        self._wake_run: Floats | None = None
-        self._run_held: list[tuple[int, int]] = []
-        self._plain_loop = (self._admit_waiting.__qualname__ == "Scheduler._admit_waiting"
-                            and self._on_schedule_waiting.__qualname__
-                            == "Scheduler._on_schedule_waiting")
 
     # --- what the executor and hooks read mid-run ------------------------------------------
     def output_tokens_of(self, i: int) -> int:
@@ -172,14 +161,10 @@ class SkipAheadEngine(TiedSteps, Engine):
         n, tail = self._steps_group  # members have output; of the tail, those resuming
         return n > 0 or any(self.num_output_tokens.item(i) > 0 for i, _ in tail)
 
-    _admit_in_run = admit_in_run  # (a hand-off taken into the run in flight: remote_kv)
+    # a disaggregated decode replica's hand-off taken into the run in flight (_work_changed);
+    # its state is the replica's loads' (remote_kv.RemoteLoads), not the engine's
+    _admit_in_run = admit_in_run
     _admit_at = admit_at
-
-    def add_remote_request(self, i: int, computed_tokens: int) -> bool:
-        self._handoff = i  # (_work_changed may take its admission into the run in flight)
-        added = super().add_remote_request(i, computed_tokens)
-        self._handoff = -1
-        return added
 
     def _abort_now(self, i: int) -> None:
         if self._group is not None and i in self._group.members:
@@ -509,15 +494,15 @@ class SkipAheadEngine(TiedSteps, Engine):
         self._between_steps = True
         self.t = t1
         self.num_steps += k
-        held = self._run_held
-        if held:  # rows admitted within the run hold their blocks from that step on
-            used = np.array(used, np.int64)
-            for s, blocks in held:
+        remote = self.remote
+        if remote is not None and remote.held:  # rows admitted within the run (admit_at)
+            used = np.array(used, np.int64)  # hold their blocks from that step on
+            for s, blocks in remote.held:
                 used[s:] += blocks
-            held.clear()
+            remote.held.clear()
         if k < len(step_end):  # cut short
             step_end, used, dts = step_end[:k], used[:k], dts[:k]
-        remote = self.remote  # the reads its steps' polls saw (remote_kv.LoadNotices)
+        # the reads its steps' polls saw (remote_kv.LoadNotices)
         if remote is not None and remote.notices.unseen:
             remote.notices.steps_ran(step_end, self.num_steps)
         self.log.ended_run(step_end)
@@ -557,8 +542,8 @@ class SkipAheadEngine(TiedSteps, Engine):
         lagged = lag > 0 and keep < len(ends) and not self.log.timeline.sample_in(
             float(ends[keep - 1]), float(ends[keep]))
         keep += lagged
-        if lagged and self._handoff >= 0 and self._admit_in_run(ends, keep - 1):
-            return
+        if lagged and self.remote is not None and self._admit_in_run(ends, keep - 1):
+            return  # a hand-off (the request just added), admitted within the run
         span = self._span_head is not None and (
             self.waiting.peek_request() == self._span_head if added
             else lag > 0 and self.config.scheduling_policy == "fcfs")

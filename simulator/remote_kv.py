@@ -61,17 +61,16 @@ if TYPE_CHECKING:
         watermark_blocks: int
         _pending: list[list[int]]
         _span_head: int | None
-        _handoff: int
-        _wakes: list[tuple[int, int]]
-        _wake_run: Floats | None
-        _run_held: list[tuple[int, int]]
-        _plain_loop: bool
         _run_ends: Floats | None
         _run_used: Ints | None
         _jump_ends: Floats | None
         _jump_keep: int
 
         def allocate_start(self, i: int, tokens: int, *, reserve: int) -> str: ...
+
+        def _admit_waiting(self, i: int, n_new: int) -> str: ...
+
+        def _on_schedule_waiting(self) -> None: ...
 
         def _admit_at(self, i: int, run: Floats | None, j: int, _: object) -> None: ...
 
@@ -292,6 +291,12 @@ class RemoteLoads:
         self.loading: dict[int, float] = {}
         self.notices = LoadNotices(bool(engine.config.async_scheduling))
         self.loaded: dict[int, None] = {}  # in the queue with their blocks, by load end
+        # the requests handed off during a decode run and admitted within it (admit_in_run):
+        # (row, blocks) of those whose boundary is not reached yet, and the run they are of;
+        # (step, blocks) of those admitted, which the run's log adds to its steps' blocks
+        self.wakes: list[tuple[int, int]] = []
+        self.wake_run: Floats | None = None
+        self.held: list[tuple[int, int]] = []
 
     def start_load(self, i: int) -> None:
         """Row ``i``, whose KV is remote (in ``pending``), was admitted by the waiting loop (its
@@ -380,7 +385,7 @@ class RemoteLoads:
 # disaggregation's (a function, not a base class: nothing more to build at import). Of
 # ``Engine`` they use only what ``engine.SPEED_UP_INTERFACE`` lists. (The explanations are
 # comments, not docstrings: this module is loaded by every ``kvbudget simulate``.)
-# The hand-off (row ``_handoff``) came during the decode run: it is schedulable from the
+# The hand-off (the request just added) came during the decode run: it is schedulable from the
 # run's boundary ``j`` (``ends[j]``), where stepping's waiting loop takes it at once (after
 # those handed off before it, taken so too), its blocks allocated and its KV read started,
 # and the run goes on (the read's request is not running). Taken into the run when its
@@ -392,15 +397,18 @@ class RemoteLoads:
 def admit_in_run(self: _RunEngine, ends: Floats, j: int) -> bool:
     """Take the hand-off schedulable from the run's boundary ``j`` into the run (above);
     False: the run ends at ``j``."""
-    i, remote, pending, env = self._handoff, self.remote, self._pending, self.env
-    wakes, used = self._wakes, self._run_used
-    t_j = float(ends[j])
-    if (j + 1 >= len(ends) or remote is None or used is None or self.head_refusal
-            or (wakes and self._wake_run is not self._run_ends)
+    remote, pending, env, used = self.remote, self._pending, self.env, self._run_used
+    if remote is None or not pending or pending[-1][0] not in remote.pending:
+        return False  # not a hand-off whose KV is remote
+    i, wakes, t_j = pending[-1][0], remote.wakes, float(ends[j])
+    if (j + 1 >= len(ends) or used is None or self.head_refusal
+            or (wakes and remote.wake_run is not self._run_ends)
             or len(pending) != len(wakes) + 1
             or pending[-1][1] != self.num_steps + j + 1 or self._span_head is not None
             or self.spec is not None or remote.loaded or self.waiting.peek_request() is not None
-            or not self._plain_loop or env.now + (t_j - env.now) != t_j):  # (the wake's time)
+            or self._admit_waiting.__qualname__ != "Scheduler._admit_waiting"  # (vLLM's own
+            or self._on_schedule_waiting.__qualname__ != "Scheduler._on_schedule_waiting"
+            or env.now + (t_j - env.now) != t_j):  # waiting loop; the wake's time)
         return False
     end = remote.load_end_s(i, t_j)
     k = min(len(ends), bisect.bisect_left(ends, end) + 1 + remote.notices.notice_steps)
@@ -412,7 +420,7 @@ def admit_in_run(self: _RunEngine, ends: Floats, j: int) -> bool:
             or need > free - int(used[k - 1] - used[0])):
         return False
     wakes.append((i, need))
-    self._wake_run = self._run_ends
+    remote.wake_run = self._run_ends
     Timeout(env, t_j - env.now).callbacks.append(partial(self._admit_at, i, self._run_ends, j))
     if k < len(ends):
         self._jump_ends = ends[:k]
@@ -423,10 +431,10 @@ def admit_in_run(self: _RunEngine, ends: Floats, j: int) -> bool:
 def admit_at(self: _RunEngine, i: int, run: Floats | None, j: int, _: object) -> None:
     """Boundary ``j`` of the decode run ``run``: admit row ``i`` as stepping's schedule
     there does, unless the run ended by then (the engine's loop admits it) or it left."""
-    del self._wakes[0]  # (its own: they come in the order they were made)
     pending, remote = self._pending, self.remote
-    if (self._run_ends is not run or self._jump_keep < j + 2 or remote is None
-            or not pending or pending[0][0] != i):
+    assert remote is not None
+    del remote.wakes[0]  # (its own: they come in the order they were made)
+    if self._run_ends is not run or self._jump_keep < j + 2 or not pending or pending[0][0] != i:
         return
     del pending[0]  # (Engine._release_pending, then the waiting loop's admission)
     used = self._run_used
@@ -436,7 +444,7 @@ def admit_at(self: _RunEngine, i: int, run: Floats | None, j: int, _: object) ->
     taken = self.allocate_start(i, self.num_tokens.item(i),
                                 reserve=self.watermark_blocks + int(used[j + 1] - used[0]))
     assert taken == ""
-    self._run_held.append((j + 1, num_free - kv.num_free_blocks))
+    remote.held.append((j + 1, num_free - kv.num_free_blocks))
     t, self.t = self.t, float(run[j])
     remote.start_load(i)  # (its start: the boundary's time)
     self.t = t
