@@ -229,8 +229,10 @@ class DisaggFleet(ReplicaTotals):
         ties = self.ties
         if ties is not None:
             ties.actor, ties.actor_s = r, t
-        if self.decode[d].add_remote_request(i, self._decode_prompt[i] - 1):
-            self.loads[d].pending.add(i)  # its KV is remote
+        pending = self.loads[d].pending
+        pending.add(i)  # its KV is remote (before it is added: a run may take it in at once)
+        if not self.decode[d].add_remote_request(i, self._decode_prompt[i] - 1):
+            pending.remove(i)  # its earlier attempt's abort waits: computed there
 
     def _decoded(self, r: int, i: int, t: float) -> None:
         self.router_d.leave(i, r)

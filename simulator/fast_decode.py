@@ -28,6 +28,7 @@ from simpy.events import Timeout
 from kvbudget.simulator.decode_plan import GROUP_SMALL_K, DecodeRunPlanner, Floats, Ints
 from kvbudget.simulator.engine import Engine, IntArray
 from kvbudget.simulator.fleet_ties import TiedSteps
+from kvbudget.simulator.remote_kv import admit_at, admit_in_run
 from kvbudget.simulator.small_arrays import isum
 from kvbudget.simulator.step_cost import tail_features
 
@@ -153,6 +154,11 @@ class SkipAheadEngine(TiedSteps, Engine):
             return super().scheduled_with_output()
         n, tail = self._steps_group  # members have output; of the tail, those resuming
         return n > 0 or any(self.num_output_tokens.item(i) > 0 for i, _ in tail)
+
+    # a disaggregated decode replica's hand-off taken into the run in flight (_work_changed);
+    # its state is the replica's loads' (remote_kv.RemoteLoads), not the engine's
+    _admit_in_run = admit_in_run
+    _admit_at = admit_at
 
     def _abort_now(self, i: int) -> None:
         if self._group is not None and i in self._group.members:
@@ -474,10 +480,17 @@ class SkipAheadEngine(TiedSteps, Engine):
         self._between_steps = True
         self.t = t1
         self.num_steps += k
+        remote = self.remote
+        if remote is not None and remote.held:  # rows admitted within the run (admit_at)
+            used = np.array(used, np.int64)  # hold their blocks from that step on
+            for s, blocks in remote.held:
+                used[s:] += blocks
+            remote.held.clear()
         if k < len(step_end):  # cut short
             step_end, used, dts = step_end[:k], used[:k], dts[:k]
-        if self.remote is not None:  # the reads its steps' polls saw (remote_kv.LoadNotices)
-            self.remote.notices.steps_ran(step_end, self.num_steps)
+        # the reads its steps' polls saw (remote_kv.LoadNotices)
+        if remote is not None and remote.notices.unseen:
+            remote.notices.steps_ran(step_end, self.num_steps)
         self.log.ended_run(step_end)
         self.log.scheduled_run(step_end, used, dts, self._hol_blocked, reserved, counts,
                                self.num_preemptions_total)
@@ -515,6 +528,8 @@ class SkipAheadEngine(TiedSteps, Engine):
         lagged = lag > 0 and keep < len(ends) and not self.log.timeline.sample_in(
             float(ends[keep - 1]), float(ends[keep]))
         keep += lagged
+        if lagged and self.remote is not None and self._admit_in_run(ends, keep - 1):
+            return  # a hand-off (the request just added), admitted within the run
         span = self._span_head is not None and (
             self.waiting.peek_request() == self._span_head if added
             else lag > 0 and self.config.scheduling_policy == "fcfs")

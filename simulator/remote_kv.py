@@ -29,16 +29,52 @@ import heapq
 import math
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import simpy
 from simpy.events import Timeout
 
-from kvbudget.simulator.decode_plan import Floats
+from kvbudget.simulator.decode_plan import Floats, Ints
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.request_queue import RequestQueue
 
-__all__ = ["IDLE_POLL_S", "LoadNotices", "RemoteLoads"]
+if TYPE_CHECKING:
+    from kvbudget.simulator.kv_blocks import KVBlocks
+    from kvbudget.simulator.serving import IntArray
+    from kvbudget.simulator.spec_decode import SpecDecode
+
+    class _RunEngine(Protocol):
+        """What of ``fast_decode.SkipAheadEngine`` :func:`admit_in_run` and :func:`admit_at`
+        use (of ``Engine``, only what ``engine.SPEED_UP_INTERFACE`` lists)."""
+
+        env: simpy.Environment
+        process: simpy.Process
+        t: float
+        num_steps: int
+        remote: RemoteLoads | None
+        kv: KVBlocks
+        waiting: RequestQueue
+        spec: SpecDecode | None
+        head_refusal: str
+        block_size: int
+        num_tokens: IntArray
+        watermark_blocks: int
+        _pending: list[list[int]]
+        _span_head: int | None
+        _run_ends: Floats | None
+        _run_used: Ints | None
+        _jump_ends: Floats | None
+        _jump_keep: int
+
+        def allocate_start(self, i: int, tokens: int, *, reserve: int) -> str: ...
+
+        def _admit_waiting(self, i: int, n_new: int) -> str: ...
+
+        def _on_schedule_waiting(self) -> None: ...
+
+        def _admit_at(self, i: int, run: Floats | None, j: int, _: object) -> None: ...
+
+__all__ = ["IDLE_POLL_S", "LoadNotices", "RemoteLoads", "admit_at", "admit_in_run"]
 
 IDLE_POLL_S = 1e-3
 """How often an engine that runs no model polls its KV loads: vLLM 0.32.0's engine core sleeps
@@ -91,30 +127,33 @@ class LoadNotices:
     def __init__(self, async_scheduling: bool) -> None:
         self.notice_steps = 3 if async_scheduling else 1
         self.idle_polls = 2 if async_scheduling else 1
-        self._ends: dict[int, float] = {}  # row -> its copy's end, not yet seen by a poll
+        # row -> its copy's end, not yet seen by a poll (read by a decode run's end: steps_ran)
+        self.unseen: dict[int, float] = {}
         self._due: dict[int, int] = {}  # row -> the step count from which it is schedulable
         self._due_s: dict[int, float] = {}  # row -> the time from which (seen while idle)
-        self._order: dict[int, float] = {}  # row -> its copy's end: the order they go in
+        # row -> its copy's end: the rows waiting here, in the order they go in (read, rather
+        # than ``len``, by the scheduler's check for any: no call)
+        self.order: dict[int, float] = {}
 
     def __len__(self) -> int:
-        return len(self._order)
+        return len(self.order)
 
     def __contains__(self, i: int) -> bool:
-        return i in self._order
+        return i in self.order
 
     def rows(self) -> list[int]:
         """The rows waiting here, in the order they were added."""
-        return list(self._order)
+        return list(self.order)
 
     def add(self, i: int, end_s: float) -> None:
         """Row ``i``'s copy is due to end at ``end_s``."""
-        self._ends[i] = end_s
-        self._order[i] = end_s
+        self.unseen[i] = end_s
+        self.order[i] = end_s
 
     def cancel(self, i: int) -> None:
         """Row ``i`` leaves (an abort)."""
-        if self._order.pop(i, None) is not None:
-            self._ends.pop(i, None)
+        if self.order.pop(i, None) is not None:
+            self.unseen.pop(i, None)
             self._due.pop(i, None)
             self._due_s.pop(i, None)
 
@@ -122,7 +161,7 @@ class LoadNotices:
         """At the step boundary ``t``, ``num_steps`` steps done (a schedule): the copies ended
         by ``t`` are seen (the step scheduled now polls them); the rows schedulable now leave,
         in the order their copies ended."""
-        ends, due_n, due_s = self._ends, self._due, self._due_s
+        ends, due_n, due_s = self.unseen, self._due, self._due_s
         if ends and min(ends.values()) <= t:  # (min: no scan in Python while none has)
             due = num_steps + self.notice_steps
             for i in [i for i, end in ends.items() if end <= t]:
@@ -137,7 +176,7 @@ class LoadNotices:
         for i in out:
             due_n.pop(i, None)
             due_s.pop(i, None)
-        order = self._order
+        order = self.order
         out.sort(key=order.__getitem__)
         for i in out:
             del order[i]
@@ -150,11 +189,11 @@ class LoadNotices:
         step's poll waits out what it still had to, at most ``idle_polls`` idle iterations."""
         due_s = self._due_s
         polls = self.idle_polls
-        for i, end in self._ends.items():
+        for i, end in self.unseen.items():
             # (rounded: a copy ending on a poll, as worked in decimals, is seen by that poll)
             k = max(0, math.ceil(round((end - t) / IDLE_POLL_S, 9)))
             due_s[i] = t + (k + polls) * IDLE_POLL_S
-        self._ends.clear()
+        self.unseen.clear()
         for i, n in self._due.items():
             due_s[i] = t + min(n - num_steps, polls) * IDLE_POLL_S
         self._due.clear()
@@ -166,11 +205,12 @@ class LoadNotices:
         poll is schedulable, and :meth:`first_unseen_s` (the run's :meth:`run_cut`)."""
         if self._due:
             to_end = min(to_end, min(self._due.values()) - num_steps)
-        return to_end, self.first_unseen_s()
+        unseen = self.unseen  # (first_unseen_s, without its call)
+        return to_end, min(unseen.values()) if unseen else math.inf
 
     def first_unseen_s(self) -> float:
         """The first end of a copy no poll has seen yet (inf: none)."""
-        return min(self._ends.values()) if self._ends else math.inf
+        return min(self.unseen.values()) if self.unseen else math.inf
 
     def run_cut(self, ends: Floats) -> int:
         """How many steps of a skip-ahead decode run planned at a step boundary, its steps
@@ -186,7 +226,7 @@ class LoadNotices:
         by then, as :meth:`ready` at each of them would have (the last one's is
         :meth:`ready`'s). The run was cut by :meth:`run_cut`, so none is schedulable before
         its last boundary."""
-        copies = self._ends
+        copies = self.unseen
         if not copies or len(ends) < 2:
             return
         last = ends[-2]
@@ -215,7 +255,7 @@ class LoadNotices:
     def next_time_s(self) -> float:
         """The first copy's end or time a row is schedulable at (inf: none); a run that ends
         with the step in progress then also keeps to :meth:`run_end`'s step count."""
-        return min(min(self._ends.values(), default=math.inf),
+        return min(min(self.unseen.values(), default=math.inf),
                    min(self._due_s.values(), default=math.inf))
 
 
@@ -251,16 +291,18 @@ class RemoteLoads:
         self.loading: dict[int, float] = {}
         self.notices = LoadNotices(bool(engine.config.async_scheduling))
         self.loaded: dict[int, None] = {}  # in the queue with their blocks, by load end
+        # the requests handed off during a decode run and admitted within it (admit_in_run):
+        # (row, blocks) of those whose boundary is not reached yet, and the run they are of;
+        # (step, blocks) of those admitted, which the run's log adds to its steps' blocks
+        self.wakes: list[tuple[int, int]] = []
+        self.wake_run: Floats | None = None
+        self.held: list[tuple[int, int]] = []
 
-    def start_load(self, i: int) -> bool:
-        """Row ``i`` was admitted by the waiting loop (its blocks allocated): True, its load
-        started, when its KV is remote; False when it is here (it runs)."""
-        pending = self.pending
-        if i not in pending:
-            if self.loaded:
-                self.loaded.pop(i, None)
-            return False
-        pending.remove(i)
+    def start_load(self, i: int) -> None:
+        """Row ``i``, whose KV is remote (in ``pending``), was admitted by the waiting loop (its
+        blocks allocated): its load starts."""
+        # (the loop calls it only for such a row; one whose KV is here runs, out of ``loaded``)
+        self.pending.remove(i)
         self.loaded.pop(i, None)
         start = self.engine.t
         end = start + self._transfer_s[i]
@@ -272,7 +314,10 @@ class RemoteLoads:
         # (``Timeout(env, d)``: ``env.timeout(d)`` without the bound-class descriptor's call)
         done = Timeout(self.env, max(0.0, end - self.env.now))
         done.callbacks.append(partial(self._ended, i, end))
-        return True
+
+    def load_end_s(self, i: int, start: float) -> float:
+        """The end of row ``i``'s load started at ``start`` (as :meth:`start_load`'s)."""
+        return start + self._transfer_s[i]
 
     def _ended(self, i: int, end: float, _: Any) -> None:
         """Row ``i``'s load, due to end at ``end``, has ended (unless it was cancelled)."""
@@ -330,3 +375,76 @@ class RemoteLoads:
         for i in reversed(loaded):
             waiting.remove_request(i)
             waiting.prepend_request(i)
+
+
+# A request handed off to a disaggregated decode replica while a skip-ahead decode run is in
+# flight (async scheduling) is admitted at the run's boundary where stepping's waiting loop
+# takes it, and the run goes on instead of ending there (docs/performance.md, "Runs through a
+# hand-off's admission"): these two are ``fast_decode.SkipAheadEngine``'s methods
+# ``_admit_in_run`` (from its ``_work_changed``) and ``_admit_at``, kept here with the
+# disaggregation's (a function, not a base class: nothing more to build at import). Of
+# ``Engine`` they use only what ``engine.SPEED_UP_INTERFACE`` lists. (The explanations are
+# comments, not docstrings: this module is loaded by every ``kvbudget simulate``.)
+# The hand-off (the request just added) came during the decode run: it is schedulable from the
+# run's boundary ``j`` (``ends[j]``), where stepping's waiting loop takes it at once (after
+# those handed off before it, taken so too), its blocks allocated and its KV read started,
+# and the run goes on (the read's request is not running). Taken into the run when its
+# scheduler sees what stepping's would: no FCFS head refused, nothing else coming, vLLM's
+# own waiting loop, blocks for it beside the watermark and for the members' steps to the
+# run's end, no timeline sample in the step that counts it waiting (the caller's
+# ``lagged``): its admission made at ``ends[j]`` (_admit_at), the run cut where its read's
+# request becomes schedulable (LoadNotices.run_cut's count).
+def admit_in_run(self: _RunEngine, ends: Floats, j: int) -> bool:
+    """Take the hand-off schedulable from the run's boundary ``j`` into the run (above);
+    False: the run ends at ``j``."""
+    remote, pending, env, used = self.remote, self._pending, self.env, self._run_used
+    if remote is None or not pending or pending[-1][0] not in remote.pending:
+        return False  # not a hand-off whose KV is remote
+    i, wakes, t_j = pending[-1][0], remote.wakes, float(ends[j])
+    if (j + 1 >= len(ends) or used is None or self.head_refusal
+            or (wakes and remote.wake_run is not self._run_ends)
+            or len(pending) != len(wakes) + 1
+            or pending[-1][1] != self.num_steps + j + 1 or self._span_head is not None
+            or self.spec is not None or remote.loaded or self.waiting.peek_request() is not None
+            or self._admit_waiting.__qualname__ != "Scheduler._admit_waiting"  # (vLLM's own
+            or self._on_schedule_waiting.__qualname__ != "Scheduler._on_schedule_waiting"
+            or env.now + (t_j - env.now) != t_j):  # waiting loop; the wake's time)
+        return False
+    end = remote.load_end_s(i, t_j)
+    k = min(len(ends), bisect.bisect_left(ends, end) + 1 + remote.notices.notice_steps)
+    need = -(-self.num_tokens.item(i) // self.block_size)
+    kv = self.kv
+    # (the pool as the run started, less the blocks of those admitted before it)
+    free = kv.num_free_blocks + kv.num_evictable_blocks - sum(n for _, n in wakes)
+    if (need > free - self.watermark_blocks - int(used[j + 1] - used[0])
+            or need > free - int(used[k - 1] - used[0])):
+        return False
+    wakes.append((i, need))
+    remote.wake_run = self._run_ends
+    Timeout(env, t_j - env.now).callbacks.append(partial(self._admit_at, i, self._run_ends, j))
+    if k < len(ends):
+        self._jump_ends = ends[:k]
+        self._jump_keep = k
+        self.process.interrupt()
+    return True
+
+def admit_at(self: _RunEngine, i: int, run: Floats | None, j: int, _: object) -> None:
+    """Boundary ``j`` of the decode run ``run``: admit row ``i`` as stepping's schedule
+    there does, unless the run ended by then (the engine's loop admits it) or it left."""
+    pending, remote = self._pending, self.remote
+    assert remote is not None
+    del remote.wakes[0]  # (its own: they come in the order they were made)
+    if self._run_ends is not run or self._jump_keep < j + 2 or not pending or pending[0][0] != i:
+        return
+    del pending[0]  # (Engine._release_pending, then the waiting loop's admission)
+    used = self._run_used
+    assert used is not None and run is not None
+    kv = self.kv
+    num_free = kv.num_free_blocks
+    taken = self.allocate_start(i, self.num_tokens.item(i),
+                                reserve=self.watermark_blocks + int(used[j + 1] - used[0]))
+    assert taken == ""
+    remote.held.append((j + 1, num_free - kv.num_free_blocks))
+    t, self.t = self.t, float(run[j])
+    remote.start_load(i)  # (its start: the boundary's time)
+    self.t = t

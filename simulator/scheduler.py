@@ -484,8 +484,9 @@ class Scheduler:
         budget and :meth:`_admit_waiting` allow; the first refusal stops it (``head_refusal``
         says why)."""
         self._on_schedule_waiting()
-        if self.remote is not None:  # requests whose KV arrived (and was noticed) go first
-            self.remote.promote(self.waiting, self.t, self.num_steps)
+        remote = self.remote  # requests whose KV arrived (and was noticed) go first
+        if remote is not None and (remote.loaded or remote.notices.order):
+            remote.promote(self.waiting, self.t, self.num_steps)
         sched: list[int] = []
         new: list[int] = []
         self._hol_blocked = False
@@ -518,8 +519,12 @@ class Scheduler:
                 self._hol_blocked = True
                 break
             waiting.pop_request()
-            if self.remote is not None and self.remote.start_load(i_w):
-                continue  # WAITING_FOR_REMOTE_KVS: its blocks held while its KV loads
+            if remote is not None:
+                if i_w in remote.pending:  # WAITING_FOR_REMOTE_KVS: its blocks held while
+                    remote.start_load(i_w)  # its KV loads
+                    continue
+                if remote.loaded:  # its KV is here (loaded): it runs
+                    remote.loaded.pop(i_w, None)
             self._start_running(i_w)
             sched.append(i_w)
             new.append(n_new)

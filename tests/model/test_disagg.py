@@ -355,3 +355,25 @@ def test_a_read_that_ends_during_a_decode_run_is_noticed_at_the_steps_vllm_takes
     first, finished = expected
     assert rec.first_token_s.tolist() == pytest.approx(first)
     assert rec.finished_s.tolist() == pytest.approx(finished)
+
+
+def test_a_hand_off_during_a_decode_run_is_admitted_within_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The case above with async scheduling: B, handed off at 0.11 while A decodes, is
+    admitted at the boundary 0.122 (its read started there) and A's decode run goes on to
+    where B becomes schedulable, 0.212: the decode replica's loop schedules no step at 0.122
+    with the speed-up, where stepping's does (the same records either way, above)."""
+    w = from_columns([0.0, 0.1], [16, 32], [60, 3])
+    cfg = _config(_disagg(latency_s=0.0045), blocks=64)
+    cfg = replace(cfg, engine=replace(cfg.engine, async_scheduling=True))
+    seen: dict[bool, list[float]] = {}
+    for skip_ahead in (False, True):
+        times: list[float] = []
+        monkeypatch.setattr(Engine, "step_observer", staticmethod(
+            lambda e, times=times: times.append(round(e.t, 6)) if e.remote is not None else None))
+        run = replace(cfg, engine=replace(cfg.engine, skip_ahead=skip_ahead))
+        rec = simulate(w, make_policy("conservative"), run).records
+        assert rec.transfer_start_s[1] == pytest.approx(0.122)
+        seen[skip_ahead] = times
+    assert 0.122 in seen[False] and 0.122 not in seen[True]
+    assert [t for t in seen[True] if 0.052 < t < 0.242] == [0.212, 0.222]
