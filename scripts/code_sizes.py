@@ -3,8 +3,9 @@ last line of the body, docstrings and comments included), from the source's synt
 
 Then the two totals issue 37 ("One engine", item 6) sets limits on, in lines of source files:
 the engine family (the reference scheduler and engine, its commit path and step features, the
-speed-up and its planner, the fleet's tie order: :data:`ENGINE_FAMILY`) and ``simulator/`` with
-``perf/step_time.py``.
+speed-up and its planner, the fleet's tie order: :data:`ENGINE_FAMILY`; an entry
+``path:name`` is one function or class of a module kept with a feature's code, with the comments
+right above it) and ``simulator/`` with ``perf/step_time.py``.
 
 Usage: python scripts/code_sizes.py [ROOT] [--top N] [--under DIR]...
 (default: the checkout holding this script, the ten largest, every package folder)
@@ -20,6 +21,10 @@ ENGINE_FAMILY = (
     "simulator/scheduler.py", "simulator/engine.py", "simulator/step_commit.py",
     "simulator/step_cost.py", "simulator/running_loop.py", "simulator/fast_decode.py",
     "simulator/decode_plan.py", "simulator/fleet_ties.py", "simulator/spec_run.py",
+    # the speed-up's hand-off admissions within a decode run, kept with the disaggregation's
+    # KV reads (SkipAheadEngine's methods by assignment) and the engine view they type it with
+    "simulator/remote_kv.py:_RunEngine", "simulator/remote_kv.py:admit_in_run",
+    "simulator/remote_kv.py:admit_at",
 )
 PACKAGES = ("policies", "workloads", "results", "perf", "analysis", "simulator", "live",
             "studies", "cli")
@@ -46,13 +51,28 @@ def sizes(root: Path, folders: tuple[str, ...]) -> tuple[list[tuple[int, str]], 
     return sorted(classes, reverse=True), sorted(functions, reverse=True)
 
 
+def part_lines(path: Path, name: str) -> int:
+    """Lines of the function or class ``name`` of ``path`` (at any depth: one under ``if
+    TYPE_CHECKING`` too), with the comment lines right above it."""
+    text = path.read_text().splitlines()
+    for node in ast.walk(ast.parse("\n".join(text), filename=str(path))):
+        if isinstance(node, ast.ClassDef | ast.FunctionDef) and node.name == name:
+            first = node.lineno - 1  # (0-based index of its def/class line)
+            while first > 0 and text[first - 1].lstrip().startswith("#"):
+                first -= 1
+            return (node.end_lineno or node.lineno) - first
+    raise SystemExit(f"{path}: no function or class {name!r} (ENGINE_FAMILY)")
+
+
 def totals(root: Path) -> list[tuple[int, str]]:
     """(lines, name) of the engine family and of ``simulator/`` with ``perf/step_time.py``."""
     def lines(paths: list[Path]) -> int:
         return sum(len(p.read_text().splitlines()) for p in paths)
 
+    family = sum(len((root / f).read_text().splitlines()) if ":" not in f
+                 else part_lines(root / f.split(":")[0], f.split(":")[1]) for f in ENGINE_FAMILY)
     simulator = [*sorted((root / "simulator").rglob("*.py")), root / "perf" / "step_time.py"]
-    return [(lines([root / f for f in ENGINE_FAMILY]), "engine family (ENGINE_FAMILY)"),
+    return [(family, "engine family (ENGINE_FAMILY)"),
             (lines(simulator), "simulator/ and perf/step_time.py")]
 
 
