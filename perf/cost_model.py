@@ -195,12 +195,20 @@ class FrontendCost:
 # coefficients that BLIS (inference-sim/inference-sim, defaults.yaml
 # ``trained_physics_coefficients``) fitted to client-side recordings (inference-perf over HTTP)
 # of vLLM on H100 (Llama-2-7B TP1, Llama-3.1-70B TP4, Mistral-Nemo, Qwen2.5-7B, Yi-34B, Scout):
-# - per_request_s 12 ms: BLIS's alpha0 (15.56 ms, "QueueingTime", before the request enters
+# - per_prompt_token_s 1.22 us: what vLLM does with each prompt token before its engine's
+#   queue that has a published cost: the tokeniser (one HF fast-tokenizer call in one thread,
+#   vllm/renderers/base.py:628-643 in 0.32.0), 1.1 s for a 4 MB (about 1M-token) document
+#   (charlesxu.io/parallel-tokenizer; vllm#10635: "a few hundred milliseconds" for 256K), and
+#   the prefix cache's sha256 block hashes in the engine core's input thread (core.py:1103),
+#   "100-200ns per token (~6ms for 50k tokens)" (vLLM docs/design/prefix_caching.md, #29261):
+#   1.1 + 0.12 us.
+# - per_request_s 11.3 ms: BLIS's alpha0 (15.56 ms, "QueueingTime", before the request enters
 #   the engine's queue, so in TTFT and E2E) less the part of it that stands for prefill work
 #   BLIS's step model leaves out (its prefill-compute correction is 0.15) and kvbudget's does
 #   not: at BLIS's training shape (Llama-2-7B, H100, a 466-713-token prompt at idle) BLIS's
 #   client TTFT is 23.0-23.5 ms and kvbudget's engine-side TTFT 9.5-13.7 ms, so 9.7-13.4 ms
-#   is the front end's; 12 ms is the 566-token (100 system + 466 question) point.
+#   is the front end's; 12 ms at the 566-token (100 system + 466 question) point, of which
+#   566 x per_prompt_token_s is the prompt's: 12 ms - 0.69 ms.
 # - per_output_token_s 45.9 us: alpha2 ("OutputTokenProcessingTime", streaming
 #   detokenisation), which BLIS adds to the first token and to every inter-token gap.
 # - post_decode_s 0.78 ms: alpha1 ("PostDecodeFixedOverhead"), once at the end: E2E only.
@@ -208,7 +216,8 @@ class FrontendCost:
 FRONTENDS: dict[str, FrontendCost] = {
     "none": FrontendCost(),
     "vllm-api-server": FrontendCost(
-        per_request_s=12.0e-3, per_output_token_s=45.9e-6, post_decode_s=0.78e-3
+        per_request_s=12.0e-3 - 566 * 1.22e-6, per_prompt_token_s=1.22e-6,
+        per_output_token_s=45.9e-6, post_decode_s=0.78e-3,
     ),
 }
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kvbudget.perf.cost_model import FRONTENDS
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.kv_capacity import num_gpu_blocks
 from kvbudget.perf.models import get_model
@@ -68,7 +69,7 @@ def test_the_api_server_transfer_table() -> None:
 
 
 def test_the_idle_ttft_with_the_api_server() -> None:
-    """"With it, kvbudget's idle TTFT for Llama-2-7B on H100 is 18.0 / 23.2 / 51.5 ms at
+    """"With it, kvbudget's idle TTFT for Llama-2-7B on H100 is 17.4 / 23.2 / 53.3 ms at
     128 / 566 / 2,048 prompt tokens" (the default ``vllm-api-server`` front end)."""
     m = re.search(r"idle TTFT for Llama-2-7B on H100 is ([\d.]+) / ([\d.]+) / ([\d.]+) ms at "
                   r"128 / 566 / 2,048 prompt tokens", flat("## API server"))
@@ -76,6 +77,22 @@ def test_the_idle_ttft_with_the_api_server() -> None:
     values = [idle_ttft_ms(p, "vllm-api-server") for p in (128, 566, 2048)]
     assert all(agrees(n, v) for n, v in zip(m.groups(), values, strict=True)), (
         "should read: " + " / ".join(f"{v:.1f}" for v in values) + " ms")
+
+
+def test_the_per_request_cost_keeps_the_566_token_front_end() -> None:
+    """"`per_request_s` is 12.0 ms less 566 x `per_prompt_token_s` (0.69 ms), 11.3 ms": the
+    default front end's set-up plus 566 prompt tokens is the table's 566-token difference
+    (BLIS's TTFT less kvbudget's engine-side one), to the table's rounding."""
+    api = FRONTENDS["vllm-api-server"]
+    rows = {int(r[0]): r for r in table_rows(section(DOC, "## API server"),
+                                             "| prompt tokens | BLIS TTFT |")}
+    difference_ms = float(numbers(rows[566][3])[0])
+    assert abs((api.per_request_s + 566 * api.per_prompt_token_s) * 1e3 - difference_ms) <= 0.05
+    m = re.search(r"`per_request_s` is ([\d.]+) ms less 566 x `per_prompt_token_s` \(([\d.]+) "
+                  r"ms\), ([\d.]+) ms", flat("## API server"))
+    assert m, "the per-request sentence"
+    values = (difference_ms, 566 * api.per_prompt_token_s * 1e3, api.per_request_s * 1e3)
+    assert all(agrees(n, v) for n, v in zip(m.groups(), values, strict=True)), values
 
 
 def test_the_overload_prose_is_the_overload_tables() -> None:
