@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -205,3 +206,12 @@ def test_the_docs_split_plan_prints_what_it_shows(tmp_path: Path, shared: Path) 
     res = CliRunner().invoke(app, [*args, "-j", "1"])
     assert res.exit_code == 0, res.output
     assert res.stdout.splitlines()[:len(shown)] == shown
+    # the prose under the table: each split's attainment, as runs.parquet has it
+    runs = pd.read_parquet(tmp_path / "split" / "runs.parquet")
+    prose = text[block.end():text.index("## ", block.end())]
+    quoted = re.findall(r"(\d) \+ (\d) \((\d+\.\d+) %", prose)
+    assert len(quoted) == 4
+    for p, d, pct in quoted:
+        row = runs[(runs["prefill_replicas"] == int(p)) & (runs["decode_replicas"] == int(d))]
+        digits = len(pct.split(".")[1])
+        assert f"{100 * row['overall_slo_attainment'].item():.{digits}f}" == pct, (p, d)
