@@ -31,7 +31,7 @@ from kvbudget.live.openai_client import ServerTarget, redact_url
 from kvbudget.live.replay import ReplayConfig, ReplayMeta, replay_async, scale_time
 from kvbudget.live.server import BackendUnavailable
 from kvbudget.live.validate import discover_kv_server, load_live_cost_model, run_live_validation
-from kvbudget.perf.fitted_on import fitted_on_extra, target_or_why
+from kvbudget.perf.fitted_on_write import fitted_on_extra, target_or_why
 from kvbudget.policies import DEFAULT_TIERS
 from kvbudget.policies.clients import client_models, parse_clients
 from kvbudget.simulator.scenario import load_scenario

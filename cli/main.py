@@ -21,8 +21,12 @@ if _AS_COMMAND:
     # 50,000 objects): at the default threshold (700) the collector runs ~70 times over them
     # and finds next to nothing to free (~2 % of a start's CPU). A command's process collects
     # every 50,000 allocations instead; a notebook or a test that imports the app keeps
-    # Python's default.
+    # Python's default. Until the start is over (the command module loaded: see below) the
+    # collector does not run at all: a pass over the start's objects (one, at ~50,000
+    # allocations, in the middle of `kvbudget simulate`'s imports: ~9 ms) finds next to nothing
+    # either, and gc.freeze() then keeps them out of every later pass.
     gc.set_threshold(50_000, *gc.get_threshold()[1:])
+    gc.disable()
     # the compiled methods of kvbudget's dataclasses, kept between runs (~19 % of a short
     # command's CPU otherwise): see method_cache.py
     from kvbudget.cli.method_cache import MethodCache
@@ -183,6 +187,10 @@ elif _AS_COMMAND:
     _register(_modules_for(sys.argv), _command_for(sys.argv))
 else:
     _register(tuple(COMMAND_MODULES))
+if _AS_COMMAND:
+    # the start is over (a pool worker's too): what it loaded lives as long as the process
+    gc.freeze()
+    gc.enable()
 
 
 def terminate(signum: int, frame: Any) -> None:

@@ -26,7 +26,7 @@ from kvbudget.perf.fit import (
     fit_linear_cost_model,
     summarize_errors,
 )
-from kvbudget.perf.fitted_on import fitted_on_extra, target_or_why
+from kvbudget.perf.fitted_on_write import fitted_on_extra, target_or_why
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
 from kvbudget.perf.step_time import VllmStepModel

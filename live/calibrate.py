@@ -160,7 +160,7 @@ class Calibration:
     def save(self, path: Path, fitted_on: dict[str, Any] | None = None) -> None:
         """Write the cost-model file (``simulate --cost-model FILE`` reads it) with the fit's
         errors, the front-end overhead and the measurements; ``fitted_on``: the
-        :func:`~kvbudget.perf.fitted_on.fitted_on_extra` of the server's GPU and model, when
+        :func:`~kvbudget.perf.fitted_on_write.fitted_on_extra` of the server's GPU and model, when
         known (the file is then checked where it is used)."""
         extra = {**self.fit.to_json_extra(), **(fitted_on or {})}
         extra["frontend_overhead_s"] = self.frontend_overhead_s

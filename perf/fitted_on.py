@@ -1,7 +1,8 @@
 """What a cost-model file was fitted on, and the one check every loader makes against it.
 
 A fitted cost model holds for the GPU, model, parallelism and KV dtype it was fitted on. The file
-records them in a ``fitted_on`` block (written by :func:`fitted_on_extra`)::
+records them in a ``fitted_on`` block (written by
+:func:`kvbudget.perf.fitted_on_write.fitted_on_extra`)::
 
     "fitted_on": {
       "gpu": {"name": "H100-80GB", "figures": {...every GPUSpec field...}},
@@ -40,7 +41,6 @@ transfers.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from dataclasses import asdict, dataclass, fields, replace
@@ -50,12 +50,11 @@ from typing import Any
 from kvbudget.perf.cost_model import (
     CostModel,
     load_cost_model,
-    model_config,
     model_from_config_block,
     read_frontend_overhead,
 )
-from kvbudget.perf.hardware import GPUSpec, get_gpu
-from kvbudget.perf.models import ModelSpec, get_model, is_preset, resolve_model_name
+from kvbudget.perf.hardware import GPUSpec
+from kvbudget.perf.models import ModelSpec
 from kvbudget.perf.step_time import VllmStepModel
 
 TRANSFERABLE_VLLM = (*VllmStepModel.FIT_PARAMETERS, "frontend_overhead_s")
@@ -88,71 +87,25 @@ class CheckedCostModel:
     notes: tuple[str, ...] = ()
 
 
-def _shape_sha256(model: ModelSpec) -> str:
-    """A hash of the model's shapes (its name and source file left out): two files of the same
-    model hash alike."""
+def _shapes(model: ModelSpec) -> str:
+    """The model's shapes as JSON text (its name and source file left out): two files of the
+    same model read alike."""
     shapes = {k: v for k, v in asdict(model).items() if k not in ("name", "source")}
-    return hashlib.sha256(json.dumps(shapes, sort_keys=True).encode()).hexdigest()
+    return json.dumps(shapes, sort_keys=True)
 
 
-def _gpu_figures(gpu: GPUSpec) -> dict[str, Any]:
+def gpu_figures(gpu: GPUSpec) -> dict[str, Any]:
+    """Every field of ``gpu`` by name (the ``figures`` of a ``fitted_on.gpu`` block)."""
     return {f.name: getattr(gpu, f.name) for f in fields(gpu)}
 
 
 def _same_gpu(a: GPUSpec, b: GPUSpec) -> bool:
     """The same figures (the name aside: a GPU file may copy a preset under its own name; and
     the host memory, which no step time reads and older files do not record)."""
-    fa, fb = _gpu_figures(a), _gpu_figures(b)
+    fa, fb = gpu_figures(a), gpu_figures(b)
     aside = ("name", "host_memory_bytes")
     return {k: v for k, v in fa.items() if k not in aside} == \
         {k: v for k, v in fb.items() if k not in aside}
-
-
-def _model_block(model: ModelSpec) -> dict[str, Any]:
-    block: dict[str, Any] = {"name": model.name, "config": model_config(model),
-                             "preset": is_preset(model.name)}
-    source = Path(model.source) if model.source else None
-    if not block["preset"] and source is not None and source.is_file():
-        block["config_path"] = str(source.resolve())
-        block["config_sha256"] = hashlib.sha256(source.read_bytes()).hexdigest()
-    return block
-
-
-def fitted_on_extra(model: CostModel, target: FitTarget,
-                    engine: dict[str, Any]) -> dict[str, Any]:
-    """The ``fitted_on`` and ``transferable`` entries of a file of ``model`` fitted on
-    ``target`` with the engine knobs ``engine``."""
-    return {
-        "fitted_on": {
-            "gpu": {"name": target.gpu.name, "figures": _gpu_figures(target.gpu)},
-            "model": _model_block(target.model),
-            "tensor_parallel_size": target.tensor_parallel_size,
-            "expert_parallel_size": target.expert_parallel_size,
-            "kv_cache_dtype": target.kv_cache_dtype,
-            "weight_dtype": target.model.weight_dtype,
-            "engine": {k: v for k, v in engine.items()
-                       if v is None or isinstance(v, str | int | float | bool)},
-        },
-        "transferable": list(TRANSFERABLE_VLLM) if isinstance(model, VllmStepModel) else [],
-    }
-
-
-def target_or_why(gpu: str | None, model: ModelSpec | str | None, *,
-                  tensor_parallel_size: int = 1, kv_cache_dtype: str = "auto",
-                  flags: str = "--gpu") -> FitTarget | str:
-    """The fit target a command that measured a server can name (``gpu`` a preset name,
-    ``model`` a spec or a name as a server serves it), or why it cannot (one line, for a
-    note): the file it writes then does not record what it was fitted on."""
-    if gpu is None:
-        return f"the GPU is not given ({flags})"
-    if isinstance(model, str):
-        name = resolve_model_name(model)
-        if name is None:
-            return f"the served model {model!r} is not a bundled preset"
-        model = get_model(name)
-    if model is None:
-        return "the model is not known"
-    return FitTarget(get_gpu(gpu), model, tensor_parallel_size, 1, kv_cache_dtype)
 
 
 def read_fitted_on(path: Path, payload: dict[str, Any]) -> FitTarget | None:
@@ -215,7 +168,7 @@ def load_checked_cost_model(path: Path, target: FitTarget, *,
         return CheckedCostModel(loaded, overhead, (
             f"{path} does not record the GPU and model it was fitted on (an older file): "
             f"cannot check it against {target.label()}",))
-    same_model = _shape_sha256(fitted.model) == _shape_sha256(target.model)
+    same_model = _shapes(fitted.model) == _shapes(target.model)
     same_gpu = _same_gpu(fitted.gpu, target.gpu)
     same_parallel = (fitted.tensor_parallel_size, fitted.expert_parallel_size) == \
         (target.tensor_parallel_size, target.expert_parallel_size)

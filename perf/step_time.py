@@ -144,6 +144,9 @@ def _smooth_max(a: F, b: F) -> F:
 
 @dataclass(frozen=True, slots=True)
 class _Terms:
+    """What a step's time needs of the model, the GPU and the parallelism, whatever the batch
+    (computed once per step model)."""
+
     gemm_flops_per_token: float
     lm_head_flops: float
     gemm_flops_s: float

@@ -145,12 +145,17 @@ class GatewayConfig:
 
 @dataclass(frozen=True, slots=True)
 class Admit:
+    """The gateway admitted ``request`` under ``lease``."""
+
     request: Request
     lease: Lease
 
 
 @dataclass(frozen=True, slots=True)
 class Reject:
+    """The gateway refused ``request`` with ``error`` (``was_admitted``: it had been admitted
+    and its lease expired)."""
+
     request: Request
     error: RequestTooLarge | Overloaded
     was_admitted: bool = False

@@ -148,6 +148,8 @@ class SpeculativeSpec:
 
 @dataclass(frozen=True)
 class EngineSpec:
+    """``[engine]``: the engine's knobs, named as vLLM's flags (docs/scenarios.md)."""
+
     __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
     block_size: Annotated[int, Ge(1)] = 16
     num_gpu_blocks: Annotated[int, Ge(1)] | None = None
@@ -182,6 +184,8 @@ class EngineSpec:
 
 @dataclass(frozen=True)
 class FrontDoorSpec:
+    """``[front_door]``: the gateway's concurrency and queue limits (docs/scenarios.md)."""
+
     __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
     max_concurrent_requests: Annotated[int, Ge(1)] | None = 128
     max_num_queued_requests: Annotated[int, Ge(0)] | None = None
@@ -192,6 +196,9 @@ class FrontDoorSpec:
 
 @dataclass(frozen=True)
 class ClosedLoopSpec:
+    """``[closed_loop]``: a fixed number of users, each sending its next request a think
+    time after the last one ends (docs/scenarios.md)."""
+
     __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
     num_users: Annotated[int, Ge(1), Le(MAX_USERS)]
     think_time_s: Annotated[float, Ge(0), Le(MAX_THINK_TIME_S)] = 0.0
@@ -200,6 +207,8 @@ class ClosedLoopSpec:
 
 @dataclass(frozen=True)
 class AutoscaleSpec:
+    """``[fleet.autoscale]``: the Kubernetes HPA over a vLLM metric (docs/scenarios.md)."""
+
     __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
     min_replicas: Annotated[int, Ge(1), Le(MAX_REPLICAS)] = 1
     max_replicas: Annotated[int, Ge(1), Le(MAX_REPLICAS)] = 4
@@ -217,6 +226,8 @@ class AutoscaleSpec:
 
 @dataclass(frozen=True)
 class FleetSpec:
+    """``[fleet]``: replicas behind one router and one budget (docs/scenarios.md)."""
+
     __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
     num_replicas: Annotated[int, Ge(1), Le(MAX_REPLICAS)] = 2
     gpus: list[str] = field(default_factory=list)
@@ -227,6 +238,9 @@ class FleetSpec:
 
 @dataclass(frozen=True)
 class DisaggPoolSpec:
+    """``[disaggregation.prefill]`` or ``[disaggregation.decode]``: one pool's replicas, GPU,
+    router and engine knobs (docs/scenarios.md)."""
+
     __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
     num_replicas: Annotated[int, Ge(1), Le(MAX_REPLICAS)] = 1
     gpu: str | None = None
@@ -236,6 +250,9 @@ class DisaggPoolSpec:
 
 @dataclass(frozen=True)
 class DisaggSpec:
+    """``[disaggregation]``: prefill and decode pools and the link between them
+    (docs/scenarios.md)."""
+
     __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
     prefill: DisaggPoolSpec | None = None
     decode: DisaggPoolSpec | None = None
@@ -247,6 +264,9 @@ class DisaggSpec:
 
 @dataclass(frozen=True)
 class TierSpec:
+    """One ``[[tiers]]`` entry: a tier's limits, priority and latency targets
+    (docs/scenarios.md)."""
+
     __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
     name: str
     max_sequence_tokens: Annotated[int, Ge(2)] = 32_768
@@ -260,6 +280,9 @@ class TierSpec:
 
 @dataclass(frozen=True)
 class ScenarioSpec:
+    """A whole scenario file (or the flags that stand for one): its top-level keys and
+    tables (docs/scenarios.md)."""
+
     __pydantic_config__: ClassVar[dict[str, str]] = _FORBID_EXTRA
     name: str = "scenario"
     seed: Annotated[int, Ge(0)] = 0

@@ -43,7 +43,7 @@ import numpy.typing as npt
 from kvbudget.analysis.validation import OVERALL, compare_recorded
 from kvbudget.perf.cost_model import FEATURES, CostModel, LinearCostModel, save_cost_model
 from kvbudget.perf.fit import fit_linear_cost_model
-from kvbudget.perf.fitted_on import fitted_on_extra
+from kvbudget.perf.fitted_on_write import fitted_on_extra
 from kvbudget.perf.step_uncertainty import STATED_RANGES
 from kvbudget.results.recordings import Recording
 from kvbudget.simulator.run import SimConfig

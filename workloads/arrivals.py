@@ -435,3 +435,9 @@ class RateTableArrivals:
                duration_s: float | None = None) -> FloatArray:
         return _thinned(rng, self.rate_at, self.peak_rate_rps, self.mean_rate_rps,
                         self.reaches_any_count, num_requests, duration_s)
+
+
+def split_streams(rng: np.random.Generator, k: int) -> list[np.random.Generator]:
+    """``k`` independent generators derived from one draw of ``rng`` (works for any generator)."""
+    entropy = [int(x) for x in rng.integers(0, 2**63, size=2, dtype=np.int64)]
+    return [np.random.default_rng(s) for s in np.random.SeedSequence(entropy).spawn(k)]

@@ -11,15 +11,12 @@ definition: the lognormal is then *truncated* (draws above the bound are redrawn
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Protocol, runtime_checkable
 
 import numpy as np
-import numpy.typing as npt
 
-from kvbudget.workloads.errors import SpecError
 from kvbudget.workloads.max_output import MAX_TOKENS as MAX_TOKENS
 from kvbudget.workloads.max_output import FactorOfTrue as FactorOfTrue
 from kvbudget.workloads.max_output import FixedCap as FixedCap
@@ -27,16 +24,15 @@ from kvbudget.workloads.max_output import MaxOutputRule as MaxOutputRule
 from kvbudget.workloads.max_output import QuantileCap as QuantileCap
 from kvbudget.workloads.max_output import check_q
 from kvbudget.workloads.max_output import empirical_quantile as empirical_quantile
-
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
+from kvbudget.workloads.pmf import FloatArray as FloatArray
+from kvbudget.workloads.pmf import IntArray as IntArray
+from kvbudget.workloads.pmf import Pmf as Pmf
+from kvbudget.workloads.pmf import as_token_array as _as_token_array
+from kvbudget.workloads.pmf import cdf_quantile as _cdf_quantile
+from kvbudget.workloads.pmf import cdf_sample as _cdf_sample
+from kvbudget.workloads.pmf import require as _require
 
 _MAX_SUPPORT = 10_000_000
-
-
-def _require(ok: bool, name: str, problem: str, value: object) -> None:
-    if not ok:
-        raise SpecError(name, problem, value)
 
 
 def _finite_positive(name: str, value: float) -> None:
@@ -148,20 +144,6 @@ class LogNormal:
         return int(min(max(1, math.ceil(value)), self.bound))
 
 
-def _cdf_sample(rng: np.random.Generator, values: IntArray, cdf: FloatArray, n: int) -> IntArray:
-    u = rng.random(n) * cdf[-1]
-    idx = np.searchsorted(cdf, u, side="right")
-    np.minimum(idx, len(values) - 1, out=idx)
-    out: IntArray = values[idx]
-    return out
-
-
-def _cdf_quantile(values: IntArray, cdf: FloatArray, q: float) -> int:
-    check_q(q)
-    idx = int(np.searchsorted(cdf, q * cdf[-1], side="left"))
-    return int(values[min(idx, len(values) - 1)])
-
-
 @dataclass(frozen=True)
 class Zipf:
     """Bounded Zipf: ``P(k) ∝ k**-a`` for integers ``min_tokens <= k <= max_tokens`` (``a > 0``)."""
@@ -192,18 +174,6 @@ class Zipf:
         return _cdf_quantile(self._values, self._cdf, q)
 
 
-def _as_token_array(values: Sequence[int] | IntArray, name: str) -> IntArray:
-    arr = np.asarray(values)
-    _require(arr.ndim == 1 and arr.size > 0, name, "must be a non-empty list of token counts",
-             f"{arr.size} values")
-    _require(np.issubdtype(arr.dtype, np.integer) or bool(np.all(np.mod(arr, 1) == 0)), name,
-             "must hold whole token counts", arr[:5].tolist())
-    out = arr.astype(np.int64)
-    _require(int(out.min()) >= 1 and int(out.max()) <= MAX_TOKENS, name,
-             f"values must be in [1, {MAX_TOKENS}]", (int(out.min()), int(out.max())))
-    return out
-
-
 @dataclass(frozen=True, eq=False)
 class Empirical:
     """Resampling (with replacement) of observed token counts, e.g. one column of a trace."""
@@ -220,43 +190,6 @@ class Empirical:
     def quantile(self, q: float) -> int:
         check_q(q)
         return int(np.quantile(self.values, q, method="inverted_cdf"))
-
-
-@dataclass(frozen=True, eq=False)
-class Pmf:
-    """A probability mass function over token counts (ServeGen style ``{tokens: prob}``).
-
-    ``probs`` must be non-negative and sum to 1 within 1e-6 (no silent renormalisation).
-    """
-
-    values: IntArray
-    probs: FloatArray
-    _cdf: FloatArray = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        values = _as_token_array(self.values, "values")
-        probs = np.asarray(self.probs, dtype=np.float64)
-        _require(probs.shape == values.shape, "probs", f"must have {len(values)} entries",
-                 len(probs))
-        _require(bool(np.all(np.isfinite(probs)) and np.all(probs >= 0)), "probs",
-                 "must be finite and >= 0", probs[:5].tolist())
-        total = float(probs.sum())
-        _require(abs(total - 1.0) <= 1e-6, "probs", "must sum to 1", total)
-        order = np.argsort(values, kind="stable")
-        object.__setattr__(self, "values", values[order])
-        object.__setattr__(self, "probs", probs[order])
-        object.__setattr__(self, "_cdf", np.cumsum(probs[order]))
-
-    @classmethod
-    def from_mapping(cls, pmf: dict[int, float]) -> Pmf:
-        return cls(np.fromiter(pmf.keys(), np.int64, len(pmf)),
-                   np.fromiter(pmf.values(), np.float64, len(pmf)))
-
-    def sample(self, rng: np.random.Generator, n: int) -> IntArray:
-        return _cdf_sample(rng, self.values, self._cdf, n)
-
-    def quantile(self, q: float) -> int:
-        return _cdf_quantile(self.values, self._cdf, q)
 
 
 @dataclass(frozen=True, eq=False)

@@ -28,6 +28,7 @@ from kvbudget.workloads.arrivals import (
     OnOffArrivals,
     PoissonArrivals,
     RateTableArrivals,
+    split_streams,
 )
 from kvbudget.workloads.errors import SpecError
 from kvbudget.workloads.lengths import (
@@ -138,12 +139,6 @@ class TierTraffic:
             output = self.output.sample(rng, n)
         max_output, output = self.max_output.apply(output, self.output_quantile())
         return prompt, output, max_output
-
-
-def split_streams(rng: np.random.Generator, k: int) -> list[np.random.Generator]:
-    """``k`` independent generators derived from one draw of ``rng`` (works for any generator)."""
-    entropy = [int(x) for x in rng.integers(0, 2**63, size=2, dtype=np.int64)]
-    return [np.random.default_rng(s) for s in np.random.SeedSequence(entropy).spawn(k)]
 
 
 def generate_workload(

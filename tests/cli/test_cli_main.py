@@ -101,3 +101,17 @@ def test_a_pool_worker_loads_no_command_module() -> None:
                          text=True, check=True).stdout
     assert out.split(" ", 1)[0] == "0"
     assert "kvbudget.cli.sweep" not in out and "kvbudget.cli.simulate" not in out
+
+
+def test_simulate_loads_no_module_only_fitting_or_synthetic_draws_need() -> None:
+    """``kvbudget simulate``'s modules leave out ``hashlib`` (OpenSSL's start-up: ~11 M
+    instructions; only a fit's ``fitted_on`` block hashes, perf/fitted_on_write.py) and
+    ``statistics`` (~10 M with fractions and decimal; the lognormal lengths of synthetic
+    workloads, workloads/lengths.py, which a trace's reader does without: workloads/pmf.py)."""
+    probe = ("import sys; import kvbudget.cli.simulate; "
+             "print(sorted({'hashlib', 'statistics', 'kvbudget.workloads.lengths', "
+             "'kvbudget.workloads.synthetic', 'kvbudget.perf.fitted_on_write'} "
+             "& set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.split() == ["[]"]

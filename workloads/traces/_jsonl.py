@@ -43,6 +43,9 @@ def _arrow_type(kind: JsonKind) -> Any:
 
 @dataclass
 class JsonColumns:
+    """The columns read from a JSONL trace: numbers, labels (codes and names), lists (flat
+    values and offsets), the fields present, the row count, and whether the last line (cut short) was dropped."""
+
     numbers: dict[str, np.ndarray[Any, np.dtype[np.float64]]] = field(default_factory=dict)
     labels: dict[str, tuple[np.ndarray[Any, np.dtype[np.int64]], tuple[str, ...]]] = field(
         default_factory=dict)

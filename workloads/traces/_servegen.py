@@ -33,10 +33,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kvbudget.workloads.arrivals import MAX_REQUESTS
+from kvbudget.workloads.arrivals import MAX_REQUESTS, split_streams
 from kvbudget.workloads.errors import TraceError
-from kvbudget.workloads.lengths import Pmf
-from kvbudget.workloads.synthetic import split_streams
+from kvbudget.workloads.pmf import Pmf
 from kvbudget.workloads.traces._files import SERVEGEN_CHUNK, check_readable, file_facts
 from kvbudget.workloads.traces._finish import DROP_TRUNCATED, RawTrace, Streams
 from kvbudget.workloads.traces.options import TraceOptions

@@ -21,9 +21,9 @@ from kvbudget.perf.cost_model import LinearCostModel, load_cost_model, save_cost
 from kvbudget.perf.fitted_on import (
     TRANSFERABLE_VLLM,
     FitTarget,
-    fitted_on_extra,
     load_checked_cost_model,
 )
+from kvbudget.perf.fitted_on_write import fitted_on_extra
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model, load_model_config
 from kvbudget.perf.step_time import VllmStepModel
@@ -186,12 +186,8 @@ def test_a_measured_servers_target_is_named_or_the_reason_said(tmp_path: Path) -
     """`calibrate --url` and `profile --fit-out` record what they fitted when they can name
     it (--gpu, the served model resolved to a preset), else say why not."""
     from kvbudget.perf.cost_model import LinearCostModel, save_cost_model
-    from kvbudget.perf.fitted_on import (
-        FitTarget,
-        fitted_on_extra,
-        load_checked_cost_model,
-        target_or_why,
-    )
+    from kvbudget.perf.fitted_on import FitTarget, load_checked_cost_model
+    from kvbudget.perf.fitted_on_write import fitted_on_extra, target_or_why
     from kvbudget.perf.hardware import get_gpu
     from kvbudget.perf.models import get_model
 
