@@ -343,7 +343,9 @@ class SkipAheadEngine(TiedSteps, Engine):
             yield from self._wait(self._account_step(dt, reserved, counts))
             self._span_head, k = None, 1
         else:
-            k = yield from self._wait_run(run, reserved, counts, t_ext if lag else math.inf)
+            yield from self._wait_run(float(run[0][-1]), run, reserved, counts,
+                                      t_ext if lag else math.inf)
+            k = self._jump_keep
         self._steps_rows = None  # for scheduled_with_output: the group's step
         self._steps_group = (n, tail)
         if self._aborts:
@@ -424,35 +426,38 @@ class SkipAheadEngine(TiedSteps, Engine):
         self._span_head = self.waiting.peek_request()
         return self.log.timeline.first_at_or_after(t_ext)
 
-    def _wait_run(
-        self, run: Run, reserved: int, counts: tuple[int, int], t_lag: float
-    ) -> Generator[simpy.Event, Any, int]:
-        """Run the planned decode ``run`` (step ends, blocks in use, step times), with their KV
-        and head-of-line terms and timeline samples (``reserved`` and ``counts``: the
-        timeline's figures as it was scheduled; ``t_lag``: the external event it was planned to
-        go on a step past, or inf); returns the steps that ran (a run ends early when work is
-        added or aborted)."""
+    def _wait_run(self, t1: float, run: Run | None = None, reserved: int = 0,
+                  counts: tuple[int, int] = (0, 0), t_lag: float = math.inf
+                  ) -> Generator[simpy.Event, Any, None]:
+        """Run the planned decode ``run`` (step ends, blocks in use, step times; the last ends
+        at ``t1``), with their KV and head-of-line terms and timeline samples (``reserved`` and
+        ``counts``: the timeline's figures as it was scheduled; ``t_lag``: the external event it
+        was planned to go on a step past, or inf); ``_jump_keep``: the steps that ran (a run
+        ends early when work is added or aborted). Without ``run``: a fleet's replica's
+        ``Engine._wait`` (``TiedSteps``), its step (logged as scheduled) waited for as a run."""
         env = self.env
         self._busy = True
-        step_end, used, dts = run
-        t1 = float(step_end[-1])
-        k = len(step_end)
-        # one event for the run's end, made now: the run driver's events (URGENT) come before
-        # it whenever made, as before stepping's step ending then (simulator/alarm.py)
-        if k > 1:
-            self._jump_ends = self._run_ends = step_end
-            self._run_used = used
-            self._lag_run = float(step_end[k - 2]) > t_lag
+        k = 1
+        if run is not None:
+            step_end, used, dts = run
+            k = len(step_end)
+            # one event for the run's end, made now: the run driver's events (URGENT) come
+            # before it whenever made, as before stepping's step ending then (simulator/alarm.py)
+            if k > 1:
+                self._jump_ends = self._run_ends = step_end
+                self._run_used = used
+                self._lag_run = float(step_end[k - 2]) > t_lag
+                self._jump_keep = k  # (_work_changed cuts it)
         ties = self.ties
-        if ties is not None:  # a fleet's replica: its event is due at t1 (see _tied_wait)
+        if ties is not None:  # a fleet's replica: its event is due at t1
             self._due[self.tie_index] = t1
-            if not self._chained:
-                self._tie_root()
-        self._jump_keep = k  # (_work_changed cuts it)
+            if not self._chained:  # it starts from idle
+                self._chained = True
+                ties.root(self.tie_index, self.num_steps)
         while True:
             try:
                 delay = max(0.0, t1 - env.now)
-                if env.now + delay != t1 and k > 1 and step_end[k - 2] > env.now:
+                if k > 1 and env.now + delay != t1 and step_end[k - 2] > env.now:
                     # SimPy adds the delay to now: from the run's start it rounds to another
                     # instant than t1, an ulp away, while stepping's event, made at the last
                     # step's start, lands on t1 (the difference of close floats is exact): wait
@@ -472,14 +477,18 @@ class SkipAheadEngine(TiedSteps, Engine):
             due = self._due
             due[self.tie_index] = math.inf
             if t1 in due:  # another replica's event is due now too: stepping's order
+                # (the step is in flight until its turn: an abort meanwhile waits for its end)
                 due[self.tie_index] = t1
                 yield from ties.turn(self.tie_index, t1)
-        self._jump_ends = self._run_ends = None
-        self._span_head = None
         self._busy = False
         self._between_steps = True
         self.t = t1
         self.num_steps += k
+        if run is None:  # a fleet's replica's step
+            self.log.ended(t1)
+            return
+        self._jump_ends = self._run_ends = self._span_head = None
+        self._jump_keep = k
         remote = self.remote
         if remote is not None and remote.held:  # rows admitted within the run (admit_at)
             used = np.array(used, np.int64)  # hold their blocks from that step on
@@ -494,7 +503,6 @@ class SkipAheadEngine(TiedSteps, Engine):
         self.log.ended_run(step_end)
         self.log.scheduled_run(step_end, used, dts, self._hol_blocked, reserved, counts,
                                self.num_preemptions_total)
-        return k
 
     def _steps_done_now(self) -> int:
         """``Engine._steps_done_now``, a run's ended steps counted (those ending before now; a

@@ -38,7 +38,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import simpy
-from simpy.events import URGENT, Event, Timeout
+from simpy.events import URGENT, Event
 
 from kvbudget.simulator.decode_plan import Floats
 from kvbudget.simulator.step_log import StepLog
@@ -222,14 +222,16 @@ class TiedSteps:
     _busy: bool
     _between_steps: bool
     _on_idle: Callable[[], None]
+    # of fast_decode.SkipAheadEngine: a decode run's wait, a step's too (its Engine._wait)
+    _wait_run: Callable[[float], Generator[simpy.Event, Any, None]]
 
     def join_ties(self, ties: FleetTies, index: int) -> None:
         """Be replica ``index`` of a fleet whose step ends ``ties`` orders. A single step waits
-        through :meth:`_tied_wait` and going idle is noted by :meth:`_tied_on_idle` (over a
+        through ``_wait_run`` and going idle is noted by :meth:`_tied_on_idle` (over a
         preset's own hook): this engine's own attributes then, so that an engine outside such
         a fleet pays nothing for them; a decode run tells ``ties`` itself."""
         self.ties, self.tie_index, self._due = ties, index, ties.due
-        self._wait = self._tied_wait
+        self._wait = self._wait_run
         self._on_idle_untied = self._on_idle
         self._on_idle = self._tied_on_idle
 
@@ -237,33 +239,6 @@ class TiedSteps:
         """The preset's ``_on_idle``; the next step starts from idle."""
         self._chained = False
         self._on_idle_untied()
-
-    def _tied_wait(self, t1: float) -> Generator[simpy.Event, Any, None]:
-        """``Engine._wait`` (its lines: a generator fewer a step), with the step's end due at
-        ``t1`` told to the fleet's ties, and its turn among the ends due then."""
-        due, r = self._due, self.tie_index
-        due[r] = t1
-        if not self._chained:  # started from idle
-            self._tie_root()
-        self._busy = True
-        yield Timeout(self.env, max(0.0, t1 - self.env.now))
-        due[r] = math.inf
-        if t1 in due:  # another replica's event is due now too: stepping's order
-            due[r] = t1
-            assert self.ties is not None
-            # (the step is in flight until its turn: an abort meanwhile waits for its end)
-            yield from self.ties.turn(r, t1)
-        self._busy = False
-        self._between_steps = True
-        self.t = t1
-        self.num_steps += 1
-        self.log.ended(t1)
-
-    def _tie_root(self) -> None:
-        """Tell the fleet's ties that the step (or run) starting now starts from idle."""
-        assert self.ties is not None
-        self._chained = True
-        self.ties.root(self.tie_index, self.num_steps)
 
     def _steps_done(self, ends: Floats, now: float) -> int:
         """How many of the decode run's step ``ends`` have ended at ``now``: those before it,

@@ -276,7 +276,9 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         cut = ((run.ends[:k], used.tolist(), run.dts[:k]) if isinstance(run.ends, list)
                else (run.ends[:k], used, run.dts[:k]))
         self._spec_run = run
-        k = yield from self._wait_run(cut, reserved, counts, t_ext if lag else float("inf"))
+        yield from self._wait_run(float(cut[0][-1]), cut, reserved, counts,
+                                  t_ext if lag else float("inf"))
+        k = self._jump_keep
         self._spec_run = None
         self._steps_rows = rows
         if self._aborts:  # the last step commits as stepping commits it, without them
