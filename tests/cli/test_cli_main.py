@@ -27,12 +27,17 @@ def test_the_table_names_every_command_its_module_registers() -> None:
         assert _names(one) == set(commands), module
 
 
+def _probe(code: str) -> str:
+    """What ``python -c CODE`` prints, run from the checkout (it must exit 0)."""
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, check=True).stdout
+
+
 def test_a_command_line_imports_only_its_command_module() -> None:
     probe = ("import sys; sys.argv = ['kvbudget', 'regress', '--help']; "
              "import kvbudget.cli.main as m; "
              "print(sorted(k for k in sys.modules if k.startswith('kvbudget.cli.')))")
-    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
-                         text=True, check=True).stdout
+    out = _probe(probe)
     assert "kvbudget.cli.regress" in out and "kvbudget.cli.sweep" not in out
     assert main._modules_for(["kvbudget", "tune"]) == ("sweep",)
     assert main._modules_for(["kvbudget", "--help"]) == ()
@@ -54,8 +59,7 @@ def test_the_top_level_help_loads_no_command_module_and_lists_what_they_would() 
              "print(sorted(m.app.registered_commands), sorted(m.app.registered_groups), "
              "sorted(k for k in sys.modules if k.startswith('kvbudget.') and "
              "k.split('.')[1] not in ('cli',)))")
-    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
-                         text=True, check=True).stdout
+    out = _probe(probe)
     assert out.split() == ["[]", "[]", "[]"]
     env = {**os.environ, "COLUMNS": "100"}
     lazy, full = (subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
@@ -80,8 +84,7 @@ def test_a_command_line_registers_only_its_command() -> None:
              "import kvbudget.cli.main as m; "
              "print(sorted(c.name for c in m.app.registered_commands), "
              "sorted(g.name for g in m.app.registered_groups))")
-    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
-                         text=True, check=True).stdout
+    out = _probe(probe)
     assert out.split() == ["['simulate']", "[]"]
     assert main._command_for(["kvbudget", "trace", "stats"]) == "trace"
     assert main._command_for(["kvbudget", "--help"]) is None
@@ -97,8 +100,7 @@ def test_a_pool_worker_loads_no_command_module() -> None:
              "g = runpy.run_module('kvbudget.cli.main', run_name='__mp_main__'); "
              "print(len(g['app'].registered_commands), "
              "sorted(k for k in sys.modules if k.startswith('kvbudget.cli.')))")
-    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
-                         text=True, check=True).stdout
+    out = _probe(probe)
     assert out.split(" ", 1)[0] == "0"
     assert "kvbudget.cli.sweep" not in out and "kvbudget.cli.simulate" not in out
 
@@ -112,6 +114,5 @@ def test_simulate_loads_no_module_only_fitting_or_synthetic_draws_need() -> None
              "print(sorted({'hashlib', 'statistics', 'kvbudget.workloads.lengths', "
              "'kvbudget.workloads.synthetic', 'kvbudget.perf.fitted_on_write'} "
              "& set(sys.modules)))")
-    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
-                         text=True, check=True).stdout
+    out = _probe(probe)
     assert out.split() == ["[]"]
