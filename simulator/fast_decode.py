@@ -2,8 +2,9 @@
 at once.
 
 While every running request decodes, :class:`SkipAheadEngine` keeps them as a
-:class:`DecodeGroup`, so the running part of a step costs the same however many decode (the
-waiting part is :class:`~kvbudget.simulator.engine.Engine`'s own). When such a step starts
+:class:`DecodeGroup`, so the running part of a step costs the same however many decode: the
+step is scheduled by the one ``Scheduler._schedule``, whose running loop's all-fit answer
+(``_schedule_fit``) is the group's, in O(1). When such a step starts
 nothing (nothing can start until a finish, a failed allocation or an outside event), the run of
 decode steps that follows is arithmetic (:mod:`kvbudget.simulator.decode_plan`): planned, waited
 for and committed in one go (cut at the step in progress when work is added or aborted, as
@@ -29,6 +30,7 @@ from kvbudget.simulator.decode_plan import GROUP_SMALL_K, DecodeRunPlanner, Floa
 from kvbudget.simulator.engine import Engine, IntArray
 from kvbudget.simulator.fleet_ties import TiedSteps
 from kvbudget.simulator.remote_kv import admit_at, admit_in_run
+from kvbudget.simulator.running_loop import NO_ROWS
 from kvbudget.simulator.small_arrays import isum
 from kvbudget.simulator.step_cost import tail_features
 
@@ -239,47 +241,46 @@ class SkipAheadEngine(TiedSteps, Engine):
 
     # --- the group's steps ----------------------------------------------------------------------
     def _step(self) -> Generator[simpy.Event, Any, None]:
-        """A step whose running loop is the group's (every member gets its token and block):
-        :meth:`_group_iteration` (returned: a generator fewer), else dissolves the group."""
+        """``Engine._step``, the running requests kept as the decode group while every one
+        decodes: its running loop is :meth:`_schedule_fit`'s, its run :meth:`_group_iteration`
+        (returned: a generator fewer)."""
         g = self._group
-        if (g is None and self.commit.all_decode and self.commit.synced
-                and self.decode_group):
+        if g is None:
+            if not (self.commit.all_decode and self.commit.synced and self.decode_group):
+                return super()._step()
             # (members get a token every group step, so each must have had last step's)
             self._group_form()
             g = self._group
-        if g is not None:
-            reserved, gw_waiting = self.hooks.gateway_state()
-            tail = self._schedule_group(g)
-            if tail is not None and (tail or g.size):  # (else a KV load holds all there is: offload, disaggregation)
-                return self._group_iteration(g, tail, reserved, gw_waiting)
-            self._group_dissolve(scheduled=False)
-        return super()._step()
+        reserved, gw_waiting = self.hooks.gateway_state()
+        rows, new, started, preempted = self._schedule()
+        if self._group is not None:  # its running loop was the group's
+            if started or g.size:
+                return self._group_iteration(g, started, reserved, gw_waiting)
+            self._group_dissolve(scheduled=False)  # a KV load holds all there is
+        return self._run_step(rows, new, started, preempted, reserved, gw_waiting)
 
-    def _schedule_group(self, g: DecodeGroup) -> list[tuple[int, int]] | None:
-        """:meth:`_schedule` when the running requests are the decode group ``g`` and every one
-        gets its token and block (no preemption): one new token each, then the waiting loop,
-        whose rows that start it returns (the tail: row, new tokens). None, changing nothing,
-        otherwise."""
-        budget = self.tokens_limit
-        # (_schedule_waiting resets the head's refusal; Engine._schedule, after a None, all)
-        self._step_extra_s = 0.0
-        n = g.size
-        if not (self.commit.all_decode and n == len(self.running) and n <= budget):
-            return None
-        wake = g.wake  # the deferred members whose blocks are full now join hist
-        while wake and wake[0][0] <= g.step:
-            s, i = heapq.heappop(wake)
-            if g.deferred.get(i) == s:  # else a stale entry (a member that left)
-                del g.deferred[i]
-                g.hist[(self.num_computed_tokens.item(i) - g.members[i]) % self.block_size] += 1
-        total = g.hist[-g.step % self.block_size]  # the members whose blocks are full
-        if total:  # (none: nothing to check, a prefill replica's empty group always)
-            if total > self.kv.num_available_blocks:
-                return None
-            self.kv.take(total)
-        w_rows, w_new = self._schedule_waiting(budget - n)
-        self._check_schedule(budget - n - sum(w_new), False)  # the members' num_blocks lag
-        return list(zip(w_rows, w_new, strict=True)) if w_rows else []
+    def _schedule_fit(self, budget: int) -> tuple[IntArray, IntArray, int] | None:
+        """``Scheduler._schedule_fit`` of the decode group, in O(1): every member gets its
+        token, and a block where its blocks are full (``hist``), when they fit; else the group
+        is dissolved and the running loop is the rows'."""
+        g = self._group
+        if g is not None:
+            n = g.size
+            if self.commit.all_decode and n == len(self.running) and n <= budget:
+                wake = g.wake  # the deferred members whose blocks are full now join hist
+                while wake and wake[0][0] <= g.step:
+                    s, i = heapq.heappop(wake)
+                    if g.deferred.get(i) == s:  # else a stale entry (a member that left)
+                        del g.deferred[i]
+                        g.hist[(self.num_computed_tokens.item(i) - g.members[i])
+                               % self.block_size] += 1
+                total = g.hist[-g.step % self.block_size]  # the members whose blocks are full
+                if total <= self.kv.num_available_blocks:
+                    if total:
+                        self.kv.take(total)
+                    return NO_ROWS, NO_ROWS, n
+            self._group_dissolve(scheduled=False)
+        return super()._schedule_fit(budget)
 
     def _group_iteration(
         self, g: DecodeGroup, tail: list[tuple[int, int]], reserved: int, gw_waiting: int

@@ -348,8 +348,8 @@ def test_the_blocks_invariant_counts_the_running_rows_then_every_row() -> None:
                                    np.zeros(3)), num_gpu_blocks=10, hooks=hooks)
     for i in range(3):
         engine.add_request(i)
-    rows, new, _ = engine._schedule()
-    assert rows.tolist() == [0, 1, 2] and new.tolist() == [20, 40, 30]
+    rows, _, started, _ = engine._schedule()  # nothing running: all three start
+    assert len(rows) == 0 and started == [(0, 20), (1, 40), (2, 30)]
     kv = engine.kv
     assert (kv.num_held_blocks(engine.running_rows()), kv.num_free_blocks) == (7, 3)
     engine._stop_running([1])  # row 1 holds its 3 blocks outside running, as a KV load does
