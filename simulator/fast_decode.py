@@ -90,7 +90,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         super().__init__(*args, **kwargs)
         self.planner = DecodeRunPlanner(self.cost, self.block_size)
         self.planner.sample_in = self.log.timeline.sample_in
-        # exists only while its steps run: any other step dissolves it first (see _step)
+        # exists only while its steps run: any other step dissolves it first (_schedule_fit)
         self._group: DecodeGroup | None = None
         joined_at = np.zeros(len(self.prompt_tokens), np.int64)  # a member's join step
         self._joined_at = self.rows.add("_joined_at", joined_at, 0)
@@ -240,30 +240,24 @@ class SkipAheadEngine(TiedSteps, Engine):
         num_blocks[rows] = np.maximum(blocks, num_blocks[rows]) if g.over else blocks
 
     # --- the group's steps ----------------------------------------------------------------------
-    def _step(self) -> Generator[simpy.Event, Any, None]:
-        """``Engine._step``, the running requests kept as the decode group while every one
-        decodes: its running loop is :meth:`_schedule_fit`'s, its run :meth:`_group_iteration`
-        (returned: a generator fewer)."""
+    def _run_step(self, rows: IntArray, new: IntArray, started: list[tuple[int, int]],
+                  preempted: bool, reserved: int, gw_waiting: int
+                  ) -> Generator[simpy.Event, Any, None]:
         g = self._group
-        if g is None:
-            if not (self.commit.all_decode and self.commit.synced and self.decode_group):
-                return super()._step()
-            # (members get a token every group step, so each must have had last step's)
-            self._group_form()
-            g = self._group
-        reserved, gw_waiting = self.hooks.gateway_state()
-        rows, new, started, preempted = self._schedule()
-        if self._group is not None:  # its running loop was the group's
+        if g is not None:  # the running loop was the group's (_schedule_fit)
             if started or g.size:
                 return self._group_iteration(g, started, reserved, gw_waiting)
             self._group_dissolve(scheduled=False)  # a KV load holds all there is
-        return self._run_step(rows, new, started, preempted, reserved, gw_waiting)
+        return super()._run_step(rows, new, started, preempted, reserved, gw_waiting)
 
     def _schedule_fit(self, budget: int) -> tuple[IntArray, IntArray, int] | None:
-        """``Scheduler._schedule_fit`` of the decode group, in O(1): every member gets its
-        token, and a block where its blocks are full (``hist``), when they fit; else the group
-        is dissolved and the running loop is the rows'."""
+        """``Scheduler._schedule_fit`` of the decode group (formed when every running request
+        decodes, each with last step's token) in O(1): each member's token, and a block where
+        they are full (``hist``); else the group is dissolved and the loop is the rows'."""
         g = self._group
+        if g is None and self.commit.all_decode and self.commit.synced and self.decode_group:
+            self._group_form()
+            g = self._group
         if g is not None:
             n = g.size
             if self.commit.all_decode and n == len(self.running) and n <= budget:

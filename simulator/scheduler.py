@@ -389,16 +389,12 @@ class Scheduler:
 
     # --- one step: schedule ------------------------------------------------------------------
     def _schedule(self) -> tuple[IntArray, IntArray, list[tuple[int, int]], bool]:
-        """vLLM v1 ``schedule()``, in three phases (the module docstring's steps 1 and 2):
-
-        1. the running requests: :meth:`_schedule_fit` when every one the token budget reaches
-           gets its blocks, else :meth:`_schedule_running`, preempting;
-        2. the waiting requests, unless one was preempted: :meth:`_schedule_waiting`;
-        3. the invariants, on every step: :meth:`_check_schedule`.
-
-        Returns the running requests' rows and new tokens (vLLM's ``scheduled_cached_reqs``),
-        the waiting requests that start (row, new tokens: ``scheduled_new_reqs``) and whether
-        a request was preempted."""
+        """vLLM v1 ``schedule()``: the running loop (:meth:`_schedule_fit` when every request
+        the token budget reaches gets its blocks, else :meth:`_schedule_running`), unless it
+        preempted the waiting loop (:meth:`_schedule_waiting`), then the invariants
+        (:meth:`_check_schedule`), on every path. Returns the running rows, their new tokens,
+        the waiting requests that start (row, new tokens: vLLM's ``scheduled_new_reqs``) and
+        whether a request was preempted."""
         budget = self.tokens_limit
         self._step_extra_s = 0.0
         self._hol_blocked = False
@@ -412,18 +408,15 @@ class Scheduler:
             sched, sched_new, preempted, budget = self._schedule_running(budget)
             rows = np.asarray(sched, dtype=np.int64)
             new = np.asarray(sched_new, dtype=np.int64)
-        started: list[tuple[int, int]] = []
-        if not preempted:
-            started, budget = self._schedule_waiting(budget)
+        started, budget = ([], budget) if preempted else self._schedule_waiting(budget)
         # (a decode group's running part lists no rows: its members' num_blocks lag)
         self._check_schedule(budget, fit is None or len(rows) > 0 or not self.running)
         return rows, new, started, preempted
 
     def _schedule_fit(self, budget: int) -> tuple[IntArray, IntArray, int] | None:
-        """The running loop when every running request the token budget reaches gets its
-        blocks (the common case: :mod:`kvbudget.simulator.running_loop`): their rows, new tokens
-        and those tokens in all, the blocks taken; None, changing nothing, when one does not.
-        (Skip-ahead's decode group answers it in O(1): one token each, no rows listed.)"""
+        """The running loop when every request the token budget reaches gets its blocks (the
+        common case, :mod:`kvbudget.simulator.running_loop`): their rows, new tokens and those
+        in all, the blocks taken; None, changing nothing, when one does not."""
         if not self.running:
             return NO_ROWS, NO_ROWS, 0
         prefix = self._budget_prefix(self.running_rows(), budget)
