@@ -32,10 +32,10 @@ __all__ = ["SPEED_UP_INTERFACE", "Engine", "EngineHooks", "FloatArray", "IntArra
 SPEED_UP_INTERFACE = frozenset({
     # how a step runs, overridden: the running requests kept as a decode group (its running
     # loop ``_schedule_fit``'s answer, in O(1)), its runs
-    "_step", "_schedule_fit", "_run_step", "_abort_now", "_work_changed",
-    # the step's parts, reused: a step run as stepping runs it, the step's time, end and log,
-    # its commit as stepping does it
-    "_step_seconds", "_account_step", "_wait", "_commit_step",
+    "_step", "_schedule_fit", "_abort_now", "_work_changed",
+    # the step's parts, reused: the one schedule(), a step run as stepping runs it, the step's
+    # time, end and log, its commit as stepping does it
+    "_schedule", "_run_step", "_step_seconds", "_account_step", "_wait", "_commit_step",
     # the step's state: as scheduled (``_step_extra_s``, ``_hol_blocked``), being committed
     # (``_steps_rows``), the loop's (``_busy``, ``_aborts``, ``_pending``: requests not yet
     # schedulable under async scheduling, ``_between_steps``: a step has ended, the next is
@@ -323,7 +323,8 @@ class Engine(Scheduler):
     def _step(self) -> Generator[simpy.Event, Any, None]:
         """Schedule a step (:meth:`_schedule`), run it and commit it."""
         reserved, gw_waiting = self.hooks.gateway_state()
-        return self._run_step(*self._schedule(), reserved, gw_waiting)
+        rows, new, started, preempted = self._schedule()
+        return self._run_step(rows, new, started, preempted, reserved, gw_waiting)
 
     def _run_step(self, rows: IntArray, new: IntArray, started: list[tuple[int, int]],
                   preempted: bool, reserved: int, gw_waiting: int

@@ -240,15 +240,17 @@ class SkipAheadEngine(TiedSteps, Engine):
         num_blocks[rows] = np.maximum(blocks, num_blocks[rows]) if g.over else blocks
 
     # --- the group's steps ----------------------------------------------------------------------
-    def _run_step(self, rows: IntArray, new: IntArray, started: list[tuple[int, int]],
-                  preempted: bool, reserved: int, gw_waiting: int
-                  ) -> Generator[simpy.Event, Any, None]:
+    def _step(self) -> Generator[simpy.Event, Any, None]:
+        """``Engine._step``: one whose running loop was the group's (:meth:`_schedule_fit`)
+        runs as :meth:`_group_iteration` (returned: a generator fewer)."""
+        reserved, gw_waiting = self.hooks.gateway_state()
+        rows, new, started, preempted = self._schedule()
         g = self._group
-        if g is not None:  # the running loop was the group's (_schedule_fit)
+        if g is not None:
             if started or g.size:
                 return self._group_iteration(g, started, reserved, gw_waiting)
             self._group_dissolve(scheduled=False)  # a KV load holds all there is
-        return super()._run_step(rows, new, started, preempted, reserved, gw_waiting)
+        return self._run_step(rows, new, started, preempted, reserved, gw_waiting)
 
     def _schedule_fit(self, budget: int) -> tuple[IntArray, IntArray, int] | None:
         """``Scheduler._schedule_fit`` of the decode group (formed when every running request
