@@ -42,9 +42,6 @@ SPEED_UP_INTERFACE = frozenset({
     # not scheduled yet)
     "_step_extra_s", "_hol_blocked", "_steps_rows", "_busy", "_aborts", "_pending",
     "_between_steps", "_async", "_pending_due", "_steps_done_now",
-    # a disaggregated decode replica's hand-off admitted within a run: the waiting loop's
-    # hooks, checked to be vLLM's own (fast_decode.SkipAheadEngine._admit_in_run)
-    "_admit_waiting", "_on_schedule_waiting",
     # speculative decoding's runs (simulator/spec_run.py): a scheduled step run as stepping
     # runs it, or as the first of a run; its features
     "_run_scheduled", "_features",

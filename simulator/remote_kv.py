@@ -68,10 +68,6 @@ if TYPE_CHECKING:
 
         def allocate_start(self, i: int, tokens: int, *, reserve: int) -> str: ...
 
-        def _admit_waiting(self, i: int, n_new: int) -> str: ...
-
-        def _on_schedule_waiting(self) -> None: ...
-
         def _admit_at(self, i: int, run: Floats | None, j: int, _: object) -> None: ...
 
 __all__ = ["IDLE_POLL_S", "LoadNotices", "RemoteLoads", "admit_at", "admit_in_run"]
@@ -390,7 +386,7 @@ class RemoteLoads:
 # those handed off before it, taken so too), its blocks allocated and its KV read started,
 # and the run goes on (the read's request is not running). Taken into the run when its
 # scheduler sees what stepping's would: no FCFS head refused, nothing else coming, vLLM's
-# own waiting loop, blocks for it beside the watermark and for the members' steps to the
+# own waiting loop (the caller's check), blocks for it beside the watermark and for the members' steps to the
 # run's end, no timeline sample in the step that counts it waiting (the caller's
 # ``lagged``): its admission made at ``ends[j]`` (_admit_at), the run cut where its read's
 # request becomes schedulable (LoadNotices.run_cut's count).
@@ -406,9 +402,7 @@ def admit_in_run(self: _RunEngine, ends: Floats, j: int) -> bool:
             or len(pending) != len(wakes) + 1
             or pending[-1][1] != self.num_steps + j + 1 or self._span_head is not None
             or self.spec is not None or remote.loaded or self.waiting.peek_request() is not None
-            or self._admit_waiting.__qualname__ != "Scheduler._admit_waiting"  # (vLLM's own
-            or self._on_schedule_waiting.__qualname__ != "Scheduler._on_schedule_waiting"
-            or env.now + (t_j - env.now) != t_j):  # waiting loop; the wake's time)
+            or env.now + (t_j - env.now) != t_j):  # (the wake's time)
         return False
     end = remote.load_end_s(i, t_j)
     k = min(len(ends), bisect.bisect_left(ends, end) + 1 + remote.notices.notice_steps)
