@@ -354,19 +354,15 @@ class Engine(Scheduler):
         ``counts`` (running, waiting) are the timeline's figures as it was scheduled."""
         dt = self._step_seconds(self._features(rows, new))
         yield from self._wait(self._account_step(dt, reserved, counts))
-        # (_commit_step's lines: a call fewer a step)
-        aborted = self._apply_aborts() if self._aborts else []
-        self._steps_rows = rows
-        self._on_steps(preempted, 1)
-        self.commit.rows(rows, new, aborted)
+        self._commit_step(rows, new, preempted)
 
-    def _commit_step(self, rows: IntArray, new: IntArray) -> None:
+    def _commit_step(self, rows: IntArray, new: IntArray, preempted: bool = False) -> None:
         """Commit the step that has ended (``new`` tokens for each of ``rows``), as stepping
         does: the aborts that came during it first, without them (a speed-up's step that is no
         run of its own, or a run's last step when aborts came during it)."""
         aborted = self._apply_aborts() if self._aborts else []
         self._steps_rows = rows
-        self._on_steps(False, 1)
+        self._on_steps(preempted, 1)
         self.commit.rows(rows, new, aborted)
 
     def _account_step(self, dt: float, reserved: int, counts: tuple[int, int]) -> float:
