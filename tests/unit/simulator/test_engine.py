@@ -234,6 +234,55 @@ def test_a_variant_that_reads_running_arrays_steps_on_the_skip_ahead_engine(
     assert step.summary["engine"]["num_steps"] == no_group.summary["engine"]["num_steps"]
 
 
+@pytest.mark.parametrize("name", ["vllm", "tgi", "sglang"])
+def test_skip_ahead_schedules_every_step_through_the_one_schedule(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """The decode group answers only the running loop's ``_schedule_fit``: every step skip-ahead
+    runs, the group's and the others, is scheduled by ``Scheduler._schedule``, so the waiting
+    loop runs only from it (not when it preempted) and the invariants once per schedule. With
+    400 blocks, steps run outside the group too (prefills beside running requests, preemptions
+    or retractions)."""
+    from collections import Counter
+
+    from kvbudget.simulator.engine import Engine
+    from kvbudget.simulator.fast_decode import SkipAheadEngine
+    from kvbudget.simulator.scheduler import Scheduler
+    from tests.conftest import mixed_workload
+
+    seen: Counter[str] = Counter()
+    inside = [False]
+
+    def counted(cls: type, method: str, key: str, schedule: bool = False) -> None:
+        real = getattr(cls, method)
+
+        def wrapper(self: Scheduler, *args: object) -> object:
+            seen[key] += 1
+            if not schedule:
+                seen["outside " + key] += not inside[0]
+                return real(self, *args)
+            inside[0] = True
+            try:
+                return real(self, *args)
+            finally:
+                inside[0] = False
+        monkeypatch.setattr(cls, method, wrapper)
+
+    counted(Scheduler, "_schedule", "schedule", schedule=True)
+    counted(Scheduler, "_schedule_waiting", "waiting")
+    counted(Scheduler, "_check_schedule", "check")
+    counted(SkipAheadEngine, "_group_iteration", "group")
+    counted(Engine, "_run_step", "step")
+    w = mixed_workload(120, rate_rps=6.0, seed=5)
+    run = simulate(w, make_policy("unlimited"),
+                   SimConfig(engine=EngineConfig(name=name, num_gpu_blocks=400)))
+    assert run.summary["engine"]["num_steps"] > seen["schedule"]  # (the group's decode runs)
+    assert seen["group"] > 0 and seen["step"] > 0
+    assert seen["schedule"] == seen["group"] + seen["step"] == seen["check"]
+    assert 0 < seen["waiting"] <= seen["schedule"]
+    assert seen["outside waiting"] == seen["outside check"] == 0
+
+
 def test_same_seed_same_bytes() -> None:
     from tests.conftest import mixed_workload
 
