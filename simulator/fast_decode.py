@@ -508,10 +508,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         lagged = lag > 0 and keep < len(ends) and not self.log.timeline.sample_in(
             float(ends[keep - 1]), float(ends[keep]))
         keep += lagged
-        if (lagged and self.remote is not None  # (vLLM's own waiting loop: its hooks not overridden)
-                and type(self)._admit_waiting is Engine._admit_waiting
-                and type(self)._on_schedule_waiting is Engine._on_schedule_waiting
-                and self._admit_in_run(ends, keep - 1)):
+        if lagged and self.remote is not None and self._admit_in_run(ends, keep - 1):
             return  # a hand-off (the request just added), admitted within the run
         span = self._span_head is not None and (
             self.waiting.peek_request() == self._span_head if added

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
         waiting: RequestQueue
         spec: SpecDecode | None
         head_refusal: str
+        vllm_waiting_loop: bool
         block_size: int
         num_tokens: IntArray
         watermark_blocks: int
@@ -386,10 +387,10 @@ class RemoteLoads:
 # those handed off before it, taken so too), its blocks allocated and its KV read started,
 # and the run goes on (the read's request is not running). Taken into the run when its
 # scheduler sees what stepping's would: no FCFS head refused, nothing else coming, vLLM's
-# own waiting loop (the caller's check), blocks for it beside the watermark and for the members' steps to the
-# run's end, no timeline sample in the step that counts it waiting (the caller's
-# ``lagged``): its admission made at ``ends[j]`` (_admit_at), the run cut where its read's
-# request becomes schedulable (LoadNotices.run_cut's count).
+# own waiting loop (``Scheduler.vllm_waiting_loop``), blocks for it beside the watermark and
+# for the members' steps to the run's end, no timeline sample in the step that counts it
+# waiting (the caller's ``lagged``): its admission made at ``ends[j]`` (_admit_at), the run
+# cut where its read's request becomes schedulable (LoadNotices.run_cut's count).
 def admit_in_run(self: _RunEngine, ends: Floats, j: int) -> bool:
     """Take the hand-off schedulable from the run's boundary ``j`` into the run (above);
     False: the run ends at ``j``."""
@@ -402,7 +403,7 @@ def admit_in_run(self: _RunEngine, ends: Floats, j: int) -> bool:
             or len(pending) != len(wakes) + 1
             or pending[-1][1] != self.num_steps + j + 1 or self._span_head is not None
             or self.spec is not None or remote.loaded or self.waiting.peek_request() is not None
-            or env.now + (t_j - env.now) != t_j):  # (the wake's time)
+            or not self.vllm_waiting_loop or env.now + (t_j - env.now) != t_j):  # (the wake's time)
         return False
     end = remote.load_end_s(i, t_j)
     k = min(len(ends), bisect.bisect_left(ends, end) + 1 + remote.notices.notice_steps)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -125,6 +125,13 @@ class Scheduler:
     # whether grow_rows grows every per-request array of the class (a variant with per-request
     # arrays of its own registers them in rows, or says False)
     rows_grow: ClassVar[bool] = True
+    # whether the waiting loop is vLLM's own: the class overrides neither _admit_waiting nor
+    # _on_schedule_waiting (set per class; remote_kv.admit_in_run relies on it)
+    vllm_waiting_loop: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.vllm_waiting_loop = (cls._admit_waiting, cls._on_schedule_waiting) == cls._vllm_waiting
 
     def __init__(self, config: EngineConfig, cost_model: CostModel, columns: RequestColumns, *,
                  num_gpu_blocks: int, hooks: EngineHooks) -> None:
@@ -291,6 +298,8 @@ class Scheduler:
 
     def _on_schedule_waiting(self) -> None:
         """Called before the waiting loop of a step."""
+
+    _vllm_waiting = (_admit_waiting, _on_schedule_waiting)  # (vllm_waiting_loop)
 
     def _load_waiting(self, i: int) -> bool:
         """Whether waiting request ``i`` (its prefix-cache hit looked up) loads its KV from

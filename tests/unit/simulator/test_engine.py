@@ -283,6 +283,30 @@ def test_skip_ahead_schedules_every_step_through_the_one_schedule(
     assert seen["outside waiting"] == seen["outside check"] == 0
 
 
+def test_vllm_waiting_loop_says_whether_a_class_keeps_both_admission_hooks() -> None:
+    """``vllm_waiting_loop`` (a hand-off is admitted within a decode run only then) is set per
+    class: true for the base and for a class overriding neither ``_admit_waiting`` nor
+    ``_on_schedule_waiting`` (skip-ahead's included), false when one of them is overridden
+    (TGI admits by its own rule) by the class or a base."""
+    from kvbudget.simulator.engine import Engine
+    from kvbudget.simulator.engine_variants import engine_class
+
+    class Plain(Engine):
+        pass
+
+    class Hooked(Engine):
+        def _on_schedule_waiting(self) -> None:
+            pass
+
+    class Below(Hooked):
+        pass
+
+    assert Engine.vllm_waiting_loop and Plain.vllm_waiting_loop
+    assert engine_class(EngineConfig(name="vllm")).vllm_waiting_loop
+    assert not Hooked.vllm_waiting_loop and not Below.vllm_waiting_loop
+    assert not engine_class(EngineConfig(name="tgi")).vllm_waiting_loop
+
+
 def test_same_seed_same_bytes() -> None:
     from tests.conftest import mixed_workload
 
