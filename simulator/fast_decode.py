@@ -339,12 +339,12 @@ class SkipAheadEngine(TiedSteps, Engine):
                                       t_ext if lag else math.inf)
             k = self._jump_keep
         self._steps_rows, self._steps_group = None, (n, tail)  # (for scheduled_with_output)
-        j = k - bool(self._aborts)  # the group's steps (with aborts the last is stepping's)
+        j = k - 1 if self._aborts else k  # the group's steps (with aborts the last is stepping's)
         blocks: Ints = [] if run is None else run[1]
         if j:
             self._on_steps(False, j)
-            if j > 1:  # the blocks of steps 1.., as planned (step 0's were taken already)
-                self.kv.take(int(blocks[j - 1] - blocks[0]))
+            if j > 1 and (extra := int(blocks[j - 1] - blocks[0])):  # steps 1..'s blocks, as
+                self.kv.take(extra)  # planned (step 0's were taken already)
             done = self._group_advance(g, j)
             if tail:
                 self.commit.decode_step(n, tail, done, self._group_join)
