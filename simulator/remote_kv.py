@@ -29,7 +29,7 @@ import heapq
 import math
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import simpy
 from simpy.events import Timeout
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
         waiting: RequestQueue
         spec: SpecDecode | None
         head_refusal: str
-        vllm_waiting_loop: bool
+        vllm_waiting_loop: ClassVar[bool]
         block_size: int
         num_tokens: IntArray
         watermark_blocks: int
