@@ -30,21 +30,18 @@ __all__ = ["SPEED_UP_INTERFACE", "Engine", "EngineHooks", "FloatArray", "IntArra
            "TokenGaps"]
 
 SPEED_UP_INTERFACE = frozenset({
-    # how a step runs, overridden: the running requests kept as a decode group, its runs
-    "_step", "_abort_now", "_work_changed",
-    # the step's parts, reused: the waiting loop and the invariants, the step's time, end and
-    # log, its commit as stepping does it
-    "_schedule_waiting", "_check_schedule", "_step_seconds", "_account_step", "_wait",
-    "_commit_step",
+    # how a step runs, overridden: the running requests kept as a decode group (its running
+    # loop ``_schedule_fit``'s answer, in O(1)), its runs
+    "_step", "_schedule_fit", "_abort_now", "_work_changed",
+    # the step's parts, reused: the one schedule(), a step run as stepping runs it, the step's
+    # time, end and log, its commit as stepping does it
+    "_schedule", "_run_step", "_step_seconds", "_account_step", "_wait", "_commit_step",
     # the step's state: as scheduled (``_step_extra_s``, ``_hol_blocked``), being committed
     # (``_steps_rows``), the loop's (``_busy``, ``_aborts``, ``_pending``: requests not yet
     # schedulable under async scheduling, ``_between_steps``: a step has ended, the next is
     # not scheduled yet)
     "_step_extra_s", "_hol_blocked", "_steps_rows", "_busy", "_aborts", "_pending",
     "_between_steps", "_async", "_pending_due", "_steps_done_now",
-    # a disaggregated decode replica's hand-off admitted within a run: the waiting loop's
-    # hooks, checked to be vLLM's own (fast_decode.SkipAheadEngine._admit_in_run)
-    "_admit_waiting", "_on_schedule_waiting",
     # speculative decoding's runs (simulator/spec_run.py): a scheduled step run as stepping
     # runs it, or as the first of a run; its features
     "_run_scheduled", "_features",
@@ -321,9 +318,21 @@ class Engine(Scheduler):
                 self._release_pending()
 
     def _step(self) -> Generator[simpy.Event, Any, None]:
-        """Schedule a step, run it and commit it."""
+        """Schedule a step (:meth:`_schedule`), run it and commit it."""
         reserved, gw_waiting = self.hooks.gateway_state()
-        rows, new, preempted = self._schedule()
+        rows, new, started, preempted = self._schedule()
+        return self._run_step(rows, new, started, preempted, reserved, gw_waiting)
+
+    def _run_step(self, rows: IntArray, new: IntArray, started: list[tuple[int, int]],
+                  preempted: bool, reserved: int, gw_waiting: int
+                  ) -> Generator[simpy.Event, Any, None]:
+        """Run and commit the step :meth:`_schedule` scheduled (``reserved``, ``gw_waiting``:
+        the gateway's figures then)."""
+        if started:
+            rows = np.concatenate((rows, [i for i, _ in started]))
+            new = np.concatenate((new, [n for _, n in started]))
+        if self.spec is not None:
+            self._step_extra_s += self.spec.draft_seconds(self, rows, new)
         if len(rows) == 0:
             if preempted:
                 # the request being scheduled was its own victim (priority scheduling):
@@ -345,19 +354,15 @@ class Engine(Scheduler):
         ``counts`` (running, waiting) are the timeline's figures as it was scheduled."""
         dt = self._step_seconds(self._features(rows, new))
         yield from self._wait(self._account_step(dt, reserved, counts))
-        # (_commit_step's lines: a call fewer a step)
-        aborted = self._apply_aborts() if self._aborts else []
-        self._steps_rows = rows
-        self._on_steps(preempted, 1)
-        self.commit.rows(rows, new, aborted)
+        self._commit_step(rows, new, preempted)
 
-    def _commit_step(self, rows: IntArray, new: IntArray) -> None:
+    def _commit_step(self, rows: IntArray, new: IntArray, preempted: bool = False) -> None:
         """Commit the step that has ended (``new`` tokens for each of ``rows``), as stepping
         does: the aborts that came during it first, without them (a speed-up's step that is no
         run of its own, or a run's last step when aborts came during it)."""
         aborted = self._apply_aborts() if self._aborts else []
         self._steps_rows = rows
-        self._on_steps(False, 1)
+        self._on_steps(preempted, 1)
         self.commit.rows(rows, new, aborted)
 
     def _account_step(self, dt: float, reserved: int, counts: tuple[int, int]) -> float:

@@ -2,8 +2,9 @@
 at once.
 
 While every running request decodes, :class:`SkipAheadEngine` keeps them as a
-:class:`DecodeGroup`, so the running part of a step costs the same however many decode (the
-waiting part is :class:`~kvbudget.simulator.engine.Engine`'s own). When such a step starts
+:class:`DecodeGroup`, so the running part of a step costs the same however many decode: the
+step is scheduled by the one ``Scheduler._schedule``, whose running loop's all-fit answer
+(``_schedule_fit``) is the group's, in O(1). When such a step starts
 nothing (nothing can start until a finish, a failed allocation or an outside event), the run of
 decode steps that follows is arithmetic (:mod:`kvbudget.simulator.decode_plan`): planned, waited
 for and committed in one go (cut at the step in progress when work is added or aborted, as
@@ -29,6 +30,7 @@ from kvbudget.simulator.decode_plan import GROUP_SMALL_K, DecodeRunPlanner, Floa
 from kvbudget.simulator.engine import Engine, IntArray
 from kvbudget.simulator.fleet_ties import TiedSteps
 from kvbudget.simulator.remote_kv import admit_at, admit_in_run
+from kvbudget.simulator.running_loop import NO_ROWS
 from kvbudget.simulator.small_arrays import isum
 from kvbudget.simulator.step_cost import tail_features
 
@@ -88,7 +90,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         super().__init__(*args, **kwargs)
         self.planner = DecodeRunPlanner(self.cost, self.block_size)
         self.planner.sample_in = self.log.timeline.sample_in
-        # exists only while its steps run: any other step dissolves it first (see _step)
+        # exists only while its steps run: any other step dissolves it first (_schedule_fit)
         self._group: DecodeGroup | None = None
         joined_at = np.zeros(len(self.prompt_tokens), np.int64)  # a member's join step
         self._joined_at = self.rows.add("_joined_at", joined_at, 0)
@@ -239,65 +241,57 @@ class SkipAheadEngine(TiedSteps, Engine):
 
     # --- the group's steps ----------------------------------------------------------------------
     def _step(self) -> Generator[simpy.Event, Any, None]:
-        """A step whose running loop is the group's (every member gets its token and block):
-        :meth:`_group_iteration` (returned: a generator fewer), else dissolves the group."""
+        """``Engine._step``: one whose running loop was the group's (:meth:`_schedule_fit`)
+        runs as :meth:`_group_iteration` (returned: a generator fewer)."""
+        reserved, gw_waiting = self.hooks.gateway_state()
+        rows, new, started, preempted = self._schedule()
         g = self._group
-        if (g is None and self.commit.all_decode and self.commit.synced
-                and self.decode_group):
-            # (members get a token every group step, so each must have had last step's)
+        if g is not None:
+            if started or g.size:
+                return self._group_iteration(g, started, reserved, gw_waiting)
+            self._group_dissolve(scheduled=False)  # a KV load holds all there is
+        return self._run_step(rows, new, started, preempted, reserved, gw_waiting)
+
+    def _schedule_fit(self, budget: int) -> tuple[IntArray, IntArray, int] | None:
+        """``Scheduler._schedule_fit`` of the decode group (formed when every running request
+        decodes, each with last step's token) in O(1): each member's token, and a block where
+        they are full (``hist``); else the group is dissolved and the loop is the rows'."""
+        g = self._group
+        if g is None and self.commit.all_decode and self.commit.synced and self.decode_group:
             self._group_form()
             g = self._group
         if g is not None:
-            reserved, gw_waiting = self.hooks.gateway_state()
-            tail = self._schedule_group(g)
-            if tail is not None and (tail or g.size):  # (else a KV load holds all there is: offload, disaggregation)
-                return self._group_iteration(g, tail, reserved, gw_waiting)
+            n = g.size
+            if self.commit.all_decode and n == len(self.running) and n <= budget:
+                wake = g.wake  # the deferred members whose blocks are full now join hist
+                while wake and wake[0][0] <= g.step:
+                    s, i = heapq.heappop(wake)
+                    if g.deferred.get(i) == s:  # else a stale entry (a member that left)
+                        del g.deferred[i]
+                        g.hist[(self.num_computed_tokens.item(i) - g.members[i])
+                               % self.block_size] += 1
+                total = g.hist[-g.step % self.block_size]  # the members whose blocks are full
+                if total <= self.kv.num_available_blocks:
+                    if total:
+                        self.kv.take(total)
+                    return NO_ROWS, NO_ROWS, n
             self._group_dissolve(scheduled=False)
-        return super()._step()
-
-    def _schedule_group(self, g: DecodeGroup) -> list[tuple[int, int]] | None:
-        """:meth:`_schedule` when the running requests are the decode group ``g`` and every one
-        gets its token and block (no preemption): one new token each, then the waiting loop,
-        whose rows that start it returns (the tail: row, new tokens). None, changing nothing,
-        otherwise."""
-        budget = self.tokens_limit
-        # (_schedule_waiting resets the head's refusal; Engine._schedule, after a None, all)
-        self._step_extra_s = 0.0
-        n = g.size
-        if not (self.commit.all_decode and n == len(self.running) and n <= budget):
-            return None
-        wake = g.wake  # the deferred members whose blocks are full now join hist
-        while wake and wake[0][0] <= g.step:
-            s, i = heapq.heappop(wake)
-            if g.deferred.get(i) == s:  # else a stale entry (a member that left)
-                del g.deferred[i]
-                g.hist[(self.num_computed_tokens.item(i) - g.members[i]) % self.block_size] += 1
-        total = g.hist[-g.step % self.block_size]  # the members whose blocks are full
-        if total:  # (none: nothing to check, a prefill replica's empty group always)
-            if total > self.kv.num_available_blocks:
-                return None
-            self.kv.take(total)
-        w_rows, w_new = self._schedule_waiting(budget - n)
-        self._check_schedule(budget - n - sum(w_new), False)  # the members' num_blocks lag
-        return list(zip(w_rows, w_new, strict=True)) if w_rows else []
+        return super()._schedule_fit(budget)
 
     def _group_iteration(
         self, g: DecodeGroup, tail: list[tuple[int, int]], reserved: int, gw_waiting: int
     ) -> Generator[simpy.Event, Any, None]:
         """The rest of a step whose running loop was the group's (``g``; ``tail``: the waiting
-        requests that start in it): the same arithmetic as :meth:`Engine._run_scheduled`, on
-        the group's numbers instead of the rows'."""
+        requests that start in it): ``Engine._run_scheduled`` on the group's numbers."""
         counts = (len(self.running), self.num_waiting() + gw_waiting)
         n = g.size
         run: Run | None = None
-        decoding = not tail and not self._step_extra_s  # a decode run of the group
-        if decoding:
-            to_finish = g.finish[0][0] - g.step
+        if not tail and not self._step_extra_s:  # a decode run of the group
             t_ext = self.hooks.next_external_s()
             until = self._plan_until(t_ext) if self.head_refusal else t_ext
             # the run ends before a deferred member's blocks fill (it joins hist then), as a request
             # becomes schedulable (not behind a refused FCFS head, _plan_until), or past t_ext's
-            to_end = min(to_finish, g.wake[0][0] - g.step) if g.wake else to_finish
+            to_end = (min(g.finish[0][0], g.wake[0][0]) if g.wake else g.finish[0][0]) - g.step
             if self._pending and not (self._span_head is not None and self.runs_past_external
                                       and self.config.scheduling_policy == "fcfs"):
                 to_end = min(to_end, self._pending_due() - self.num_steps)
@@ -316,15 +310,13 @@ class SkipAheadEngine(TiedSteps, Engine):
                 k_max = planner.bound(k_max, self.t, read_s, dt, notices.notice_steps)
             if k_max > 1:  # cut where the blocks run out and, while the waiting head is
                 # refused, where it may start (_jump_limit); then DecodeRunPlanner.keep's steps
-                free = self.kv.num_available_blocks
-                used_now = self.num_gpu_blocks - free  # num_used_blocks
-                used: Ints
+                used_now = self.num_gpu_blocks - (free := self.kv.num_available_blocks)
                 if k_max > GROUP_SMALL_K:
                     alloc = planner.cut_to_free(planner.group_alloc_plan(g.hist, g.step, k_max),
                                                 free)
                     if self.head_refusal:
                         alloc = alloc[: self._jump_limit(len(alloc), alloc)]
-                    used = used_now + alloc
+                    used: Ints = used_now + alloc
                 else:
                     used = planner.group_used_small(g.hist, g.step, k_max, free, used_now)
                     if self.head_refusal:
@@ -346,44 +338,33 @@ class SkipAheadEngine(TiedSteps, Engine):
             yield from self._wait_run(float(run[0][-1]), run, reserved, counts,
                                       t_ext if lag else math.inf)
             k = self._jump_keep
-        self._steps_rows = None  # for scheduled_with_output: the group's step
-        self._steps_group = (n, tail)
-        if self._aborts:
-            self._group_abort(g, k, run, tail)
-            return
-        self._on_steps(False, k)
-        if decoding:
-            # the blocks steps 1..k-1 take, as planned (step 0's were taken already)
-            taken = int(run[1][k - 1] - run[1][0]) if run is not None else 0
-            self._group_commit_run(g, k, taken, k >= to_finish)
-        else:
-            self.commit.decode_step(n, tail, self._group_advance(g, 1, True), self._group_join)
+        self._steps_rows, self._steps_group = None, (n, tail)  # (for scheduled_with_output)
+        j = k - 1 if self._aborts else k  # the group's steps (with aborts the last is stepping's)
+        blocks: Ints = [] if run is None else run[1]
+        if j:
+            self._on_steps(False, j)
+            if j > 1 and (extra := int(blocks[j - 1] - blocks[0])):  # steps 1..'s blocks, as
+                self.kv.take(extra)  # planned (step 0's were taken already)
+            done = self._group_advance(g, j)
+            if tail:
+                self.commit.decode_step(n, tail, done, self._group_join)
+            elif done:  # (decode_step's updates without a tail)
+                self.commit.finish(done)
+        if j < k:  # the last as stepping commits it, without the aborted requests
+            if j:  # its blocks, as scheduled (a decode run: no tail)
+                self.kv.take(int(blocks[j] - blocks[j - 1]))
+            new = np.array([1] * g.size + [n_new for _, n_new in tail], np.int64)
+            self._group_dissolve(scheduled=True)
+            self._commit_step(self.running_rows(), new)  # the group's rows, then the tail's
 
-    def _group_abort(self, g: DecodeGroup, k: int, run: Run | None,
-                     tail: list[tuple[int, int]]) -> None:
-        """Commit ``k`` steps of the group (with ``tail``: the requests that started in the
-        first; a decode ``run``, or one step) when aborts came during the last: the first
-        ``k - 1`` commit as the group's, the last as stepping commits a step, without the
-        aborted requests (aborts wait for the step in progress to end)."""
-        if k > 1:
-            assert run is not None and not tail
-            used = run[1]
-            self._on_steps(False, k - 1)
-            self._group_commit_run(g, k - 1, int(used[k - 2] - used[0]), False)
-            self.kv.take(int(used[k - 1] - used[k - 2]))  # the last step's, as scheduled
-        new = np.array([1] * g.size + [n_new for _, n_new in tail], np.int64)
-        self._group_dissolve(scheduled=True)
-        self._commit_step(self.running_rows(), new)  # the group's rows, then the tail's
-
-    def _group_advance(self, g: DecodeGroup, k: int, finishes: bool) -> list[int]:
+    def _group_advance(self, g: DecodeGroup, k: int) -> list[int]:
         """``k`` decode steps of the group committed (their blocks taken already); returns the
-        members that have all their output now (``finishes``: whether some may), in running
-        order, out of the group."""
+        members that have all their output now, in running order, out of the group."""
         g.step += k
         g.context += g.size * k
         finish = g.finish
         done: list[int] = []
-        while finishes and finish and finish[0][0] <= g.step:
+        while finish and finish[0][0] <= g.step:
             i = heapq.heappop(finish)[2]
             done.append(i)
             # its arrays written, out of the group
@@ -400,15 +381,6 @@ class SkipAheadEngine(TiedSteps, Engine):
             g.context -= c
             g.size -= 1
         return done
-
-    def _group_commit_run(self, g: DecodeGroup, k: int, extra: int, finishes: bool) -> None:
-        """Commit ``k`` decode steps of the group: ``extra`` blocks taken by steps 1..k-1;
-        ``finishes``: whether some member may have all its output."""
-        if extra:
-            self.kv.take(extra)
-        done = self._group_advance(g, k, finishes)
-        if done:
-            self.commit.finish(done)
 
     # --- decode runs ----------------------------------------------------------------------------
     def _plan_until(self, t_ext: float) -> float:

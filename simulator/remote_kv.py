@@ -29,7 +29,7 @@ import heapq
 import math
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import simpy
 from simpy.events import Timeout
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
         waiting: RequestQueue
         spec: SpecDecode | None
         head_refusal: str
+        vllm_waiting_loop: ClassVar[bool]
         block_size: int
         num_tokens: IntArray
         watermark_blocks: int
@@ -67,10 +68,6 @@ if TYPE_CHECKING:
         _jump_keep: int
 
         def allocate_start(self, i: int, tokens: int, *, reserve: int) -> str: ...
-
-        def _admit_waiting(self, i: int, n_new: int) -> str: ...
-
-        def _on_schedule_waiting(self) -> None: ...
 
         def _admit_at(self, i: int, run: Floats | None, j: int, _: object) -> None: ...
 
@@ -390,10 +387,10 @@ class RemoteLoads:
 # those handed off before it, taken so too), its blocks allocated and its KV read started,
 # and the run goes on (the read's request is not running). Taken into the run when its
 # scheduler sees what stepping's would: no FCFS head refused, nothing else coming, vLLM's
-# own waiting loop, blocks for it beside the watermark and for the members' steps to the
-# run's end, no timeline sample in the step that counts it waiting (the caller's
-# ``lagged``): its admission made at ``ends[j]`` (_admit_at), the run cut where its read's
-# request becomes schedulable (LoadNotices.run_cut's count).
+# own waiting loop (``Scheduler.vllm_waiting_loop``), blocks for it beside the watermark and
+# for the members' steps to the run's end, no timeline sample in the step that counts it
+# waiting (the caller's ``lagged``): its admission made at ``ends[j]`` (_admit_at), the run
+# cut where its read's request becomes schedulable (LoadNotices.run_cut's count).
 def admit_in_run(self: _RunEngine, ends: Floats, j: int) -> bool:
     """Take the hand-off schedulable from the run's boundary ``j`` into the run (above);
     False: the run ends at ``j``."""
@@ -406,9 +403,7 @@ def admit_in_run(self: _RunEngine, ends: Floats, j: int) -> bool:
             or len(pending) != len(wakes) + 1
             or pending[-1][1] != self.num_steps + j + 1 or self._span_head is not None
             or self.spec is not None or remote.loaded or self.waiting.peek_request() is not None
-            or self._admit_waiting.__qualname__ != "Scheduler._admit_waiting"  # (vLLM's own
-            or self._on_schedule_waiting.__qualname__ != "Scheduler._on_schedule_waiting"
-            or env.now + (t_j - env.now) != t_j):  # waiting loop; the wake's time)
+            or not self.vllm_waiting_loop or env.now + (t_j - env.now) != t_j):  # (the wake's time)
         return False
     end = remote.load_end_s(i, t_j)
     k = min(len(ends), bisect.bisect_left(ends, end) + 1 + remote.notices.notice_steps)

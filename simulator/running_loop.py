@@ -16,7 +16,10 @@ from kvbudget.simulator.small_arrays import isum
 
 IntArray = npt.NDArray[np.int64]
 
-__all__ = ["RunningArray", "RunningPrefix", "budget_prefix"]
+__all__ = ["NO_ROWS", "RunningArray", "RunningPrefix", "budget_prefix"]
+
+NO_ROWS: IntArray = np.zeros(0, np.int64)  # a running loop of no rows (read-only: shared)
+NO_ROWS.flags.writeable = False
 
 
 @dataclass(slots=True)

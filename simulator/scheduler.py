@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -42,7 +42,7 @@ from kvbudget.simulator.kv_blocks import KVBlocks
 from kvbudget.simulator.prefix_cache import PrefixCaching
 from kvbudget.simulator.request_queue import make_request_queue
 from kvbudget.simulator.request_rows import RequestColumns, RowArrays
-from kvbudget.simulator.running_loop import RunningArray, RunningPrefix, budget_prefix
+from kvbudget.simulator.running_loop import NO_ROWS, RunningArray, RunningPrefix, budget_prefix
 from kvbudget.simulator.serving import FloatArray, IntArray
 from kvbudget.simulator.spec_decode import SpecDecode
 from kvbudget.simulator.step_commit import StepCommit
@@ -125,6 +125,13 @@ class Scheduler:
     # whether grow_rows grows every per-request array of the class (a variant with per-request
     # arrays of its own registers them in rows, or says False)
     rows_grow: ClassVar[bool] = True
+    # whether the waiting loop is vLLM's own: the class overrides neither _admit_waiting nor
+    # _on_schedule_waiting (set per class; remote_kv.admit_in_run relies on it)
+    vllm_waiting_loop: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.vllm_waiting_loop = (cls._admit_waiting, cls._on_schedule_waiting) == cls._vllm_waiting
 
     def __init__(self, config: EngineConfig, cost_model: CostModel, columns: RequestColumns, *,
                  num_gpu_blocks: int, hooks: EngineHooks) -> None:
@@ -292,6 +299,8 @@ class Scheduler:
     def _on_schedule_waiting(self) -> None:
         """Called before the waiting loop of a step."""
 
+    _vllm_waiting = (_admit_waiting, _on_schedule_waiting)  # (vllm_waiting_loop)
+
     def _load_waiting(self, i: int) -> bool:
         """Whether waiting request ``i`` (its prefix-cache hit looked up) loads its KV from
         another tier instead of starting: the hook then allocates, takes it out of ``waiting``
@@ -388,37 +397,44 @@ class Scheduler:
                              0 if spec is None else spec.lookahead, self.max_model_len)
 
     # --- one step: schedule ------------------------------------------------------------------
-    def _schedule(self) -> tuple[IntArray, IntArray, bool]:
-        """vLLM v1 ``schedule()`` (the module docstring's steps 1 and 2, then the invariants):
-        the scheduled rows, their new-token counts and whether a request was preempted."""
+    def _schedule(self) -> tuple[IntArray, IntArray, list[tuple[int, int]], bool]:
+        """vLLM v1 ``schedule()``: the running loop (:meth:`_schedule_fit` when every request
+        the token budget reaches gets its blocks, else :meth:`_schedule_running`), unless it
+        preempted the waiting loop (:meth:`_schedule_waiting`), then the invariants
+        (:meth:`_check_schedule`), on every path. Returns the running rows, their new tokens,
+        the waiting requests that start (row, new tokens: vLLM's ``scheduled_new_reqs``) and
+        whether a request was preempted."""
         budget = self.tokens_limit
         self._step_extra_s = 0.0
         self._hol_blocked = False
         self.head_refusal = ""
-        preempted = False
-        prefix = self._budget_prefix(self.running_rows(), budget) if self.running else None
-        if prefix is not None and prefix.num_extra <= self.kv.num_available_blocks:
-            if prefix.num_extra:
-                self.kv.num_blocks[prefix.rows] = prefix.want
-                self.kv.take(prefix.num_extra)
-            sched, new = prefix.rows, prefix.new
-            budget -= prefix.num_new
-        elif not self.running:
-            sched = new = np.zeros(0, np.int64)
+        fit = self._schedule_fit(budget)
+        if fit is not None:
+            rows, new, num_new = fit
+            budget -= num_new
+            preempted = False
         else:
-            sched_l, new_l, preempted, budget = self._schedule_running(budget)
-            sched = np.asarray(sched_l, dtype=np.int64)
-            new = np.asarray(new_l, dtype=np.int64)
-        if not preempted:
-            w_rows, w_new = self._schedule_waiting(budget)
-            if w_rows:
-                sched = np.concatenate((sched, w_rows))
-                new = np.concatenate((new, w_new))
-                budget -= sum(w_new)
-        self._check_schedule(budget)
-        if self.spec is not None:
-            self._step_extra_s += self.spec.draft_seconds(self, sched, new)
-        return sched, new, preempted
+            sched, sched_new, preempted, budget = self._schedule_running(budget)
+            rows = np.asarray(sched, dtype=np.int64)
+            new = np.asarray(sched_new, dtype=np.int64)
+        started, budget = ([], budget) if preempted else self._schedule_waiting(budget)
+        # (a decode group's running part lists no rows: its members' num_blocks lag)
+        self._check_schedule(budget, fit is None or len(rows) > 0 or not self.running)
+        return rows, new, started, preempted
+
+    def _schedule_fit(self, budget: int) -> tuple[IntArray, IntArray, int] | None:
+        """The running loop when every request the token budget reaches gets its blocks (the
+        common case, :mod:`kvbudget.simulator.running_loop`): their rows, new tokens and those
+        in all, the blocks taken; None, changing nothing, when one does not."""
+        if not self.running:
+            return NO_ROWS, NO_ROWS, 0
+        prefix = self._budget_prefix(self.running_rows(), budget)
+        if prefix.num_extra > self.kv.num_available_blocks:
+            return None
+        if prefix.num_extra:
+            self.kv.num_blocks[prefix.rows] = prefix.want
+            self.kv.take(prefix.num_extra)
+        return prefix.rows, prefix.new, prefix.num_new
 
     def _check_schedule(self, budget: int, count_blocks: bool = True) -> None:
         """The invariants of a scheduled step, asserted on every path that schedules one (the
@@ -479,18 +495,15 @@ class Scheduler:
             idx += 1
         return sched, new, preempted, budget
 
-    def _schedule_waiting(self, budget: int) -> tuple[list[int], list[int]]:
+    def _schedule_waiting(self, budget: int) -> tuple[list[tuple[int, int]], int]:
         """The waiting loop: the queue's head starts while seats (``max_num_seqs``), the token
         budget and :meth:`_admit_waiting` allow; the first refusal stops it (``head_refusal``
-        says why)."""
+        says why). Returns those that start (row, new tokens) and the budget left."""
         self._on_schedule_waiting()
         remote = self.remote  # requests whose KV arrived (and was noticed) go first
         if remote is not None and (remote.loaded or remote.notices.order):
             remote.promote(self.waiting, self.t, self.num_steps)
-        sched: list[int] = []
-        new: list[int] = []
-        self._hol_blocked = False
-        self.head_refusal = ""
+        started: list[tuple[int, int]] = []
         waiting = self.waiting
         kv = self.kv
         while True:
@@ -526,10 +539,9 @@ class Scheduler:
                 if remote.loaded:  # its KV is here (loaded): it runs
                     remote.loaded.pop(i_w, None)
             self._start_running(i_w)
-            sched.append(i_w)
-            new.append(n_new)
+            started.append((i_w, n_new))
             budget -= n_new
-        return sched, new
+        return started, budget
 
     def _features(self, rows: IntArray, new: IntArray) -> StepFeatures:
         """The scheduled step's features (:mod:`kvbudget.simulator.step_cost`)."""

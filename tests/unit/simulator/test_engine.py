@@ -234,6 +234,79 @@ def test_a_variant_that_reads_running_arrays_steps_on_the_skip_ahead_engine(
     assert step.summary["engine"]["num_steps"] == no_group.summary["engine"]["num_steps"]
 
 
+@pytest.mark.parametrize("name", ["vllm", "tgi", "sglang"])
+def test_skip_ahead_schedules_every_step_through_the_one_schedule(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """The decode group answers only the running loop's ``_schedule_fit``: every step skip-ahead
+    runs, the group's and the others, is scheduled by ``Scheduler._schedule``, so the waiting
+    loop runs only from it (not when it preempted) and the invariants once per schedule. With
+    400 blocks, steps run outside the group too (prefills beside running requests, preemptions
+    or retractions)."""
+    from collections import Counter
+
+    from kvbudget.simulator.engine import Engine
+    from kvbudget.simulator.fast_decode import SkipAheadEngine
+    from kvbudget.simulator.scheduler import Scheduler
+    from tests.conftest import mixed_workload
+
+    seen: Counter[str] = Counter()
+    inside = [False]
+
+    def counted(cls: type, method: str, key: str, schedule: bool = False) -> None:
+        real = getattr(cls, method)
+
+        def wrapper(self: Scheduler, *args: object) -> object:
+            seen[key] += 1
+            if not schedule:
+                seen["outside " + key] += not inside[0]
+                return real(self, *args)
+            inside[0] = True
+            try:
+                return real(self, *args)
+            finally:
+                inside[0] = False
+        monkeypatch.setattr(cls, method, wrapper)
+
+    counted(Scheduler, "_schedule", "schedule", schedule=True)
+    counted(Scheduler, "_schedule_waiting", "waiting")
+    counted(Scheduler, "_check_schedule", "check")
+    counted(SkipAheadEngine, "_group_iteration", "group")
+    counted(Engine, "_run_step", "step")
+    w = mixed_workload(120, rate_rps=6.0, seed=5)
+    run = simulate(w, make_policy("unlimited"),
+                   SimConfig(engine=EngineConfig(name=name, num_gpu_blocks=400)))
+    assert run.summary["engine"]["num_steps"] > seen["schedule"]  # (the group's decode runs)
+    assert seen["group"] > 0 and seen["step"] > 0
+    assert seen["schedule"] == seen["group"] + seen["step"] == seen["check"]
+    assert 0 < seen["waiting"] <= seen["schedule"]
+    assert seen["outside waiting"] == seen["outside check"] == 0
+
+
+def test_vllm_waiting_loop_says_whether_a_class_keeps_both_admission_hooks() -> None:
+    """``vllm_waiting_loop`` (a hand-off is admitted within a decode run only then) is set per
+    class: true for the base and for a class overriding neither ``_admit_waiting`` nor
+    ``_on_schedule_waiting`` (skip-ahead's included), false when one of them is overridden
+    (TGI admits by its own rule) by the class or a base."""
+    from kvbudget.simulator.engine import Engine
+    from kvbudget.simulator.engine_variants import engine_class
+
+    class Plain(Engine):
+        pass
+
+    class Hooked(Engine):
+        def _on_schedule_waiting(self) -> None:
+            pass
+
+    class Below(Hooked):
+        pass
+
+    assert Engine.vllm_waiting_loop and Plain.vllm_waiting_loop
+    assert engine_class(EngineConfig(name="vllm")).vllm_waiting_loop
+    assert not Hooked.vllm_waiting_loop and not Below.vllm_waiting_loop
+    assert not engine_class(EngineConfig(name="tgi")).vllm_waiting_loop
+
+
 def test_same_seed_same_bytes() -> None:
     from tests.conftest import mixed_workload
 
@@ -348,8 +421,8 @@ def test_the_blocks_invariant_counts_the_running_rows_then_every_row() -> None:
                                    np.zeros(3)), num_gpu_blocks=10, hooks=hooks)
     for i in range(3):
         engine.add_request(i)
-    rows, new, _ = engine._schedule()
-    assert rows.tolist() == [0, 1, 2] and new.tolist() == [20, 40, 30]
+    rows, _, started, _ = engine._schedule()  # nothing running: all three start
+    assert len(rows) == 0 and started == [(0, 20), (1, 40), (2, 30)]
     kv = engine.kv
     assert (kv.num_held_blocks(engine.running_rows()), kv.num_free_blocks) == (7, 3)
     engine._stop_running([1])  # row 1 holds its 3 blocks outside running, as a KV load does
