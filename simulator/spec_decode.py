@@ -50,7 +50,7 @@ from kvbudget.perf.speculative import (
 )
 from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.simulator.serving import FloatArray, IntArray
-from kvbudget.simulator.small_arrays import imin, isum
+from kvbudget.simulator.small_arrays import isum
 
 __all__ = ["SPEC_STREAM", "SpecDecode", "SpecEngine", "SpecRows", "draft_warning", "fleet_stats",
            "make_spec_decode"]
@@ -378,12 +378,18 @@ class SpecDecode:
         else:
             after = e.num_computed_tokens[rows] + new
             context = float(isum(after[held > 0]))
+        return self.passes_seconds(n, passes, context)
+
+    def passes_seconds(self, n: int, passes: int, context: float) -> float:
+        """:meth:`draft_seconds` of ``n`` requests drafting, ``passes`` passes the most,
+        attending to ``context`` tokens in all (counted in ``draft_s``)."""
+        if self._draft is None:
+            return 0.0
         if self._widths is not None:  # a tree: every pass runs (vLLM masks what is too long)
             seconds = self._tree_seconds(n, context)
-            self.draft_s += seconds
-            return seconds
-        one = float(self._draft.step_time(0.0, float(n), context, 0.0, 0.0)) - self._gap_s
-        seconds = passes * one
+        else:
+            seconds = passes * (float(self._draft.step_time(0.0, float(n), context, 0.0, 0.0))
+                                - self._gap_s)
         self.draft_s += seconds
         return seconds
 
@@ -444,31 +450,16 @@ class SpecDecode:
         drawn: npt.NDArray[np.int8] = self._draws[at[:, None] + ahead]
         return drawn
 
-    def run_gains(self, rows: IntArray, steps: IntArray, left: IntArray,
-                  k_max: int) -> tuple[IntArray, int]:
-        """The output tokens ``rows`` (``steps`` steps with output so far, ``left`` output
-        tokens to go) gain over their next steps that verify ``k`` drafts, before each step and
-        after the last (requests x steps + 1, uncapped: the sums of :meth:`geometric`'s draws
-        plus one a step), for a run of at most ``k_max`` steps that ends with the first step
-        in which one of them has its output, and that run's length (0 or 1: none is given)."""
-        at = self._draws_at[rows] + steps
-        gains = self._gains[: self._num_draws + 1]
-        g0 = gains[at]
-        # each row's steps to its output (its draws are at least as many: a step gives a token
-        # or more), by the running gains, which rise
-        k_max = min(k_max, imin(gains.searchsorted(g0 + left) - at))
-        if k_max <= 1:
-            return at, k_max
-        gained = gains[at[:, None] + _STEPS[: k_max + 1]]
-        gained -= g0[:, None]
-        return gained, k_max
+    def gains(self) -> IntArray:
+        """The draws' running sums (rising: ``gains[x + 1] - gains[x]`` is the draw ``x`` plus
+        one, the tokens a step that verifies ``k`` drafts gives before the cap of the target
+        output): a view of the store, of a new one after it is compacted."""
+        return self._gains[: self._num_draws + 1]
 
-    def step_gains(self, rows: IntArray, steps: IntArray) -> IntArray:
-        """:meth:`run_gains` of one step: none before it, its draw plus one after."""
-        at = self._draws_at[rows] + steps
-        gained: IntArray = self._gains[at[:, None] + _STEPS[:2]]
-        gained -= gained[:, :1]
-        return gained
+    def next_draws(self, rows: IntArray, steps: IntArray | None = None) -> IntArray:
+        """Where ``rows``' next draws are in :meth:`gains`, after ``steps`` steps with output
+        each (by default their count so far)."""
+        return self._draws_at[rows] + (self.num_output_steps[rows] if steps is None else steps)
 
     def draft_run_seconds(self, num_rows: int, context: IntArray) -> FloatArray | float:
         """:meth:`draft_seconds` of steps of ``num_rows`` requests, each verifying ``k`` drafts,

@@ -1,22 +1,26 @@
-"""Speculative decoding on the speed-up path: runs of verify steps with the batch unchanged,
-computed at once (:class:`SpecSkipAheadEngine`), with the results of stepping.
+"""Speculative decoding on the speed-up path: the running requests kept as a group while each
+verifies ``k`` drafts a step, and runs of such steps computed at once
+(:class:`SpecSkipAheadEngine`), with the results of stepping.
 
-While every running request verifies ``k`` drafts a step (:mod:`kvbudget.simulator.spec_decode`)
-and nothing else can start, the next steps are arithmetic: a request's accepted drafts at a step
-are a draw keyed by the request and its steps with output (stepping's draws, with running sums:
-:meth:`SpecDecode.run_gains`), so its tokens after ``j`` steps, the blocks each step takes and
-the steps' times (the verify step priced, plus the draft's passes: ``VllmStepModel``'s tables,
-or one array call each for other cost models) follow. :func:`plan_spec_run` plans a run up to
-the first step that finishes a request, before the first whose blocks do not fit or whose drafts
-the model's length clips, and cut as a plain decode run is (``DecodeRunPlanner.keep``).
+A request's accepted drafts at each of its steps are draws made as it came in, keyed by the
+request and its steps with output (stepping's draws, with running sums:
+:meth:`SpecDecode.gains`), so as it joins the :class:`SpecGroup`, the step it finishes in, its
+computed tokens and the blocks it holds at each of its steps follow: it adds them to the
+group's sums by the group's step (the context each step attends to, the blocks each takes), a
+few array operations once. While the group runs, its members' arrays lag (written as one
+finishes or the group ends, as ``fast_decode.DecodeGroup``'s): the group schedules its step
+(its members' tokens and blocks, then the waiting loop), and a run's plan
+(:meth:`SpecGroup.plan`: up to the first step that finishes a member, before the first whose
+blocks do not fit or whose drafts the model's length clips, and cut as a plain decode run is,
+``DecodeRunPlanner.keep``; its steps' times the verify step priced, plus the draft's passes:
+``VllmStepModel``'s tables, or one array call each for other cost models) and its commit
+(:meth:`SpecGroup.commit`) read slices of those sums.
 
-The run's first step is scheduled by the engine's one scheduler; a run is planned only when it
-scheduled every running request with its ``k`` drafts, started and preempted nothing
-(:meth:`SpecSkipAheadEngine._run_scheduled`), so the steps after it schedule the same.
-:func:`commit_spec_run` writes what ``StepCommit.rows`` would have after them and hands the
-finished requests to ``StepCommit.finish``; the run waits as a decode run does
-(``SkipAheadEngine._wait_run``). A step that is no run commits as a run of one step
-(:func:`spec_step`) and its starts as the decode group's tail.
+The group forms at a step the one scheduler scheduled with every running request verifying its
+``k`` drafts, nothing preempted; a request that starts in a step of the group joins as it has
+its first token. Any other step (blocks that do not fit, a request still prefilling, drafts the
+model's length clips, an abort) ends the group, its members' arrays written, and steps as
+:class:`~kvbudget.simulator.engine.Engine` does.
 """
 
 from __future__ import annotations
@@ -33,228 +37,397 @@ from kvbudget.simulator.decode_plan import GROUP_SMALL_K, MAX_JUMP_STEPS, Decode
 from kvbudget.simulator.engine import IntArray
 from kvbudget.simulator.fast_decode import SkipAheadEngine
 from kvbudget.simulator.serving import FloatArray
-from kvbudget.simulator.small_arrays import imax, imin, isum
+from kvbudget.simulator.small_arrays import imin
 from kvbudget.simulator.spec_decode import SpecDecode
 from kvbudget.simulator.step_commit import CommitTarget
+from kvbudget.simulator.step_cost import tail_features
 
-__all__ = ["SpecRun", "SpecSkipAheadEngine", "commit_spec_run", "plan_spec_run"]
+__all__ = ["SpecGroup", "SpecRun", "SpecSkipAheadEngine"]
 
-MAX_SPEC_STEPS = 512
-"""The longest speculative run planned at once (its arrays are requests x steps)."""
+_NEVER = 1 << 62
+"""A step the group never reaches (no member's drafts are clipped)."""
 
 
 class SpecRun:
-    """A planned run of ``len(ends)`` verify steps of ``rows`` (running order): ``gained`` is the
-    output tokens each row has gained before each step and after the last (requests x steps +
-    1, uncapped: a row's are ``min(gained, left)``, ``left`` the output it had to go; only the
-    last step may finish some), ``held`` the blocks each row holds as each step is scheduled,
-    ``alloc`` the blocks steps 1..j take beyond step 0's, ``draft_s`` each step's draft time
-    (step 0's was counted as it was scheduled: not read), ``ends``/``dts`` the steps' ends and
-    times. (A plain class: a dataclass's creation costs the engine's import ~0.7 ms.)"""
+    """A planned run of ``len(ends)`` verify steps of the group from its step ``s0``: ``alloc``
+    the blocks steps 1..j take beyond step 0's, ``draft_s`` each step's draft time (step 0's
+    was counted as it was scheduled: not read), ``ends``/``dts`` the steps' ends and times. (A
+    plain class: a dataclass's creation costs the engine's import ~0.7 ms.)"""
 
-    __slots__ = ("alloc", "c0", "draft_s", "dts", "ends", "gained", "held", "left", "out0",
-                 "rows", "steps0")
+    __slots__ = ("alloc", "draft_s", "dts", "ends", "s0")
 
-    def __init__(self, rows: IntArray, out0: IntArray, c0: IntArray, steps0: IntArray,
-                 left: IntArray, gained: IntArray, held: IntArray, alloc: IntArray,
-                 draft_s: FloatArray, ends: Floats, dts: Floats) -> None:
-        self.rows, self.out0, self.c0, self.steps0, self.left = rows, out0, c0, steps0, left
-        self.gained, self.held, self.alloc, self.draft_s = gained, held, alloc, draft_s
-        self.ends, self.dts = ends, dts
+    def __init__(self, s0: int, alloc: IntArray, draft_s: FloatArray, ends: Floats,
+                 dts: Floats) -> None:
+        self.s0, self.alloc, self.draft_s, self.ends, self.dts = s0, alloc, draft_s, ends, dts
 
 
-def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
-                  rows: IntArray, k_max: int, dt0: float, free: int) -> SpecRun | None:
-    """The run of at most ``k_max`` verify steps of ``rows`` from ``e.t``, whose first step
-    (scheduled, ``dt0`` long) took its blocks already and ``free`` blocks are left (see the
-    module docstring); None when it would be one step. Not cut at external events: the
-    caller cuts ``ends``."""
-    k, look, mml = spec.k, spec.lookahead, e.max_model_len
-    q = k + 1
-    n = len(rows)
-    out0 = e.num_output_tokens[rows]
-    left = e.target_output[rows] - out0
-    steps0 = spec.num_output_steps[rows]
-    # the tokens each row has gained before each step (column 0: none) and after the last:
-    # its accepted drafts (drawn as stepping draws them) and the step's own token, summed; the
-    # run ends with its first step that finishes a request
-    gained, k_max = spec.run_gains(rows, steps0, left, min(k_max, MAX_SPEC_STEPS))
-    if k_max <= 1:
-        return None
-    c0 = e.num_computed_tokens[rows]
-    # computed tokens as each step is scheduled (step j sees j steps' tokens): c0 + gained
-    computed = gained[:, :k_max] + c0[:, None]
-    top = imax(computed[:, -1])  # (computed tokens only grow along the run)
-    if top + 1 + k > mml:  # drafts clipped by the model's length
-        clip = np.logical_or.reduce(computed > mml - (1 + k), axis=0)
-        k_max = max(1, int(clip.argmax()))
+class SpecGroup:
+    """The running requests of a :class:`SpecSkipAheadEngine` while each verifies ``k`` drafts a
+    step (``rows``, running order), by the group's ``step``: with ``gains`` the draws' running
+    sums (:meth:`SpecDecode.gains`), a member's ``num_computed_tokens`` as step ``s`` is
+    scheduled is ``c + gains[at + s]``, its ``num_output_tokens`` ``o + gains[at + s]``, its
+    steps with output ``steps + s``; it holds the larger of ``b0`` blocks and those of its
+    step's tokens and lookahead slots (:meth:`held`), and has its output (``tgt``, ``cfin``
+    tokens computed) after step ``fin - 1``. Its arrays are those as it joined until it leaves
+    or the group ends (:meth:`write`).
+
+    ``ctx[s]`` is the members' computed tokens as step ``s`` is scheduled, ``newb[s]`` the
+    blocks step ``s`` takes, ``finc[s]`` the computed tokens of those that finish in step
+    ``s - 1``: each member adds its own as it joins, for the steps it takes. ``clip`` is the
+    first step whose drafts the model's length clips for a member (it never finishes before:
+    the group ends there); ``fresh`` the members that joined at the step not yet scheduled,
+    with the blocks they held."""
+
+    __slots__ = ("at", "b0", "c", "cfin", "clip", "ctx", "fin", "fin_min", "finc", "fresh",
+                 "gains", "newb", "o", "rows", "step", "steps", "tgt")
+
+    def __init__(self) -> None:
+        none = np.zeros(0, np.int64)
+        self.rows = self.at = self.c = self.o = self.steps = self.b0 = none
+        self.fin = self.cfin = self.tgt = none
+        self.gains = none
+        self.ctx, self.newb, self.finc = (np.zeros(1024, np.int64) for _ in range(3))
+        self.step = 0
+        self.fin_min = self.clip = _NEVER
+        self.fresh: list[tuple[int, int]] = []
+
+    def sync(self, spec: SpecDecode) -> IntArray:
+        """The draws' running sums; the members' indices in them taken again when the store
+        was compacted (its sums start afresh: each member's ``c`` and ``o`` move by as much)."""
+        gains = spec.gains()
+        old = self.gains.base  # (views of the store: its draws so far)
+        if gains.base is not old and old is not None and len(self.rows):
+            s = self.step
+            at = spec.next_draws(self.rows, self.steps)
+            shift = old[self.at + s] - gains[at + s]
+            self.at = at
+            self.c = self.c + shift
+            self.o = self.o + shift
+        self.gains = gains
+        return gains
+
+    def join(self, e: CommitTarget, spec: SpecDecode, rows: IntArray, taken: bool = True) -> None:
+        """``rows`` (running order, after the members; their arrays current) join at the
+        group's step with ``k`` drafts each; ``taken``: the step is scheduled (their blocks for
+        it taken), else the step's blocks count theirs."""
+        gains = self.sync(spec)
+        at = spec.next_draws(rows)
+        s = self.step
+        k, mml = spec.k, e.max_model_len
+        q = k + 1 + spec.lookahead
+        bs = e.kv.block_size
+        c = e.num_computed_tokens[rows]
+        o = e.num_output_tokens[rows]
+        tgt = e.target_output[rows]
+        b = e.kv.num_blocks[rows]
+        g = gains[at]
+        left = tgt - o
+        # each one's steps to its output (a step gives a token or more): by the running
+        # gains, which rise
+        n = gains.searchsorted(g + left) - at
+        top = int(n.max()) + s + 1
+        if top > len(self.ctx):
+            self._room(top)
+            s = self.step
+        ctx, newb = self.ctx, self.newb
+        for i, a, g0, c0, b0, num in zip(rows.tolist(), at.tolist(), g.tolist(), c.tolist(),
+                                         b.tolist(), n.tolist(), strict=True):
+            comp = gains[a : a + num] - (g0 - c0)  # its computed tokens at its steps
+            ctx[s : s + num] += comp
+            # the blocks its step's tokens and lookahead slots need, within the model's length
+            need = np.minimum(comp + q, mml)
+            need += bs - 1
+            need //= bs
+            np.maximum(need, b0, out=need)
+            newb[s + 1 : s + num] += need[1:] - need[:-1]
+            if not taken:
+                newb[s] += int(need[0]) - b0
+                self.fresh.append((i, b0))
+            if int(comp[-1]) > mml - 1 - k:  # its drafts clipped at a step (they only grow)
+                self.clip = min(self.clip, s + int((comp > mml - 1 - k).argmax()))
+        fin = n + s
+        np.add.at(self.finc, fin, c + left)  # (two may finish in a step)
+        self.rows = np.concatenate((self.rows, rows))
+        self.at = np.concatenate((self.at, at - s))
+        self.c = np.concatenate((self.c, c - g))
+        self.o = np.concatenate((self.o, o - g))
+        self.steps = np.concatenate((self.steps, spec.num_output_steps[rows] - s))
+        if not taken:  # it holds the blocks of its first step from then on
+            b = np.maximum(b, (np.minimum(c + q, mml) + (bs - 1)) // bs)
+        self.b0 = np.concatenate((self.b0, b))
+        self.fin = np.concatenate((self.fin, fin))
+        self.cfin = np.concatenate((self.cfin, c + left))
+        self.tgt = np.concatenate((self.tgt, tgt))
+        self.fin_min = min(self.fin_min, int(fin.min()))
+
+    def _room(self, top: int) -> None:
+        """Room in the sums for steps up to ``top``: those before the group's step dropped,
+        the indices shifted."""
+        s = self.step
+        size = max(1024, 2 * (top - s))
+        for name in ("ctx", "newb", "finc"):
+            old = getattr(self, name)
+            new = np.zeros(size, np.int64)
+            new[: len(old) - s] = old[s:]
+            setattr(self, name, new)
+        self.at = self.at + s
+        self.steps = self.steps + s
+        self.fin = self.fin - s
+        self.fin_min -= s
+        if self.clip != _NEVER:
+            self.clip -= s
+        self.step = 0
+
+    def held(self, e: CommitTarget, gains: IntArray, s: int) -> IntArray:
+        """The blocks the members hold as step ``s`` is scheduled (``gains``: :meth:`sync`'s):
+        those of its tokens and lookahead slots, within the model's length, or more."""
+        spec = e.spec
+        assert spec is not None
+        need: IntArray = self.c + gains[self.at + s]
+        need += spec.k + 1 + spec.lookahead
+        np.minimum(need, e.max_model_len, out=need)
+        need += e.kv.block_size - 1
+        need //= e.kv.block_size
+        np.maximum(need, self.b0, out=need)
+        return need
+
+    def write(self, e: CommitTarget, spec: SpecDecode, scheduled: bool) -> None:
+        """Write the members' arrays as of the group's step: as it is scheduled (its blocks
+        taken) or, not ``scheduled``, before (their drafts as proposed after the last)."""
+        if not len(self.rows):
+            return
+        gains = self.sync(spec)
+        s = self.step
+        rows = self.rows
+        g = gains[self.at + s]
+        computed = self.c + g
+        e.num_computed_tokens[rows] = computed
+        e.num_output_tokens[rows] = self.o + g
+        spec.num_output_steps[rows] = self.steps + s
+        computed += 1
+        drafts = e.max_model_len - computed  # k, clipped to the model's length
+        np.minimum(drafts, spec.k, out=drafts)
+        np.maximum(drafts, 0, out=drafts)
+        spec.num_spec_tokens[rows] = drafts
+        e.num_tokens[rows] = computed + drafts
+        e.kv.num_blocks[rows] = self.held(e, gains, s if scheduled else s - 1)
+        if not scheduled:
+            for i, b in self.fresh:
+                e.kv.num_blocks[i] = b
+
+    def plan(self, e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner, k_max: int,
+             dt0: float, free: int) -> SpecRun | None:
+        """The run of at most ``k_max`` verify steps of the members from ``e.t``, whose first
+        step (scheduled, ``dt0`` long) took its blocks already and ``free`` blocks are left
+        (see the module docstring); None when it would be one step. Not cut at external
+        events: the caller cuts ``ends``."""
+        s0 = self.step
+        k_max = min(k_max, self.fin_min - s0, max(1, self.clip - s0))
         if k_max <= 1:
             return None
-        computed = computed[:, :k_max]
-    bs = planner.block_size
-    # the blocks of the step's tokens and lookahead slots, within the model's length
-    if top + q + look > mml:
-        need = np.minimum(computed + (q + look), mml)
-        need += bs - 1
-    else:
-        need = computed + (q + look + bs - 1)
-    need //= bs
-    b0 = e.kv.num_blocks[rows]
-    held = np.maximum(need, b0[:, None], out=need)
-    alloc = np.add.reduce(held, axis=0)
-    alloc -= isum(b0)
-    alloc = planner.cut_to_free(alloc, free)
-    k_max = len(alloc)
-    if k_max <= 1:
-        return None
-    # the verify steps' num_context_tokens (step 0's too: its time is dt0, as scheduled),
-    # priced as _step_seconds prices a step's features, plus the draft's seconds: the cost
-    # model's table when it has one, else its step_time on arrays
-    context = np.add.reduce(computed[:, :k_max], axis=0)
-    context += n * q
-    cost: Any = planner.cost
-    dts = cost.chunk_times_at(n, q, context) if isinstance(cost, VllmStepModel) else None
-    if dts is None:
-        dts = cost.step_time(float(n * q), 0.0, context.astype(np.float64),
-                             (q * context).astype(np.float64), float(n))
-    draft = spec.draft_run_seconds(n, context)
-    dts = dts + draft
-    draft_s = np.zeros(k_max, np.float64) if isinstance(draft, float) else draft  # (n-gram)
-    dts[0] = dt0
-    if k_max <= GROUP_SMALL_K:  # a short run's in Python numbers, as the decode group's
-        times, t = dts.tolist(), e.t
-        return SpecRun(rows, out0, c0, steps0, left, gained[:, : k_max + 1], held[:, :k_max],
-                       alloc, draft_s, [t := t + dt for dt in times], times)  # (t += dt in turn)
-    ends = dts.copy()
-    ends[0] += e.t
-    np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
-    return SpecRun(rows, out0, c0, steps0, left, gained[:, : k_max + 1], held[:, :k_max], alloc,
-                   draft_s, ends, dts)
+        per = self.newb[s0 : s0 + k_max].copy()
+        per[0] = 0
+        alloc = planner.cut_to_free(np.add.accumulate(per, out=per), free)
+        k_max = len(alloc)
+        if k_max <= 1:
+            return None
+        # the verify steps' num_context_tokens (step 0's too: its time is dt0, as scheduled),
+        # priced as _step_seconds prices a step's features, plus the draft's seconds: the cost
+        # model's table when it has one, else its step_time on arrays
+        n = len(self.rows)
+        q = spec.k + 1
+        context = self.ctx[s0 : s0 + k_max] + n * q
+        cost: Any = planner.cost
+        dts = cost.chunk_times_at(n, q, context) if isinstance(cost, VllmStepModel) else None
+        if dts is None:
+            dts = cost.step_time(float(n * q), 0.0, context.astype(np.float64),
+                                 (q * context).astype(np.float64), float(n))
+        draft = spec.draft_run_seconds(n, context)
+        dts = dts + draft
+        draft_s = np.zeros(k_max, np.float64) if isinstance(draft, float) else draft  # (n-gram)
+        dts[0] = dt0
+        if k_max <= GROUP_SMALL_K:  # a short run's in Python numbers, as the decode group's
+            times, t = dts.tolist(), e.t
+            return SpecRun(s0, alloc, draft_s, [t := t + dt for dt in times], times)
+        ends = dts.copy()
+        ends[0] += e.t
+        np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
+        return SpecRun(s0, alloc, draft_s, ends, dts)
 
+    def output_at(self, spec: SpecDecode, s: int) -> IntArray:
+        """The members' output tokens after the group's steps before ``s``."""
+        out: IntArray = self.o + self.sync(spec)[self.at + s]
+        return np.minimum(out, self.tgt, out=out)
 
-def spec_step(e: CommitTarget, spec: SpecDecode, rows: IntArray) -> SpecRun:
-    """A run of one verify step of ``rows`` (scheduled, its blocks taken): what
-    :func:`commit_spec_run` reads of it."""
-    out0 = e.num_output_tokens[rows]
-    steps0 = spec.num_output_steps[rows]
-    none = np.zeros((1, 1), np.int64)
-    return SpecRun(rows, out0, e.num_computed_tokens[rows], steps0, e.target_output[rows] - out0,
-                   spec.step_gains(rows, steps0), none, none[0], np.zeros(1), [], [])
-
-
-def commit_spec_run(e: CommitTarget, spec: SpecDecode, run: SpecRun, m: int) -> list[int]:
-    """Commit the first ``m`` steps of ``run`` (step 0's blocks were taken as it was
-    scheduled; the caller has ended them in time): what ``StepCommit.rows`` would have
-    written after each; returns the requests that finished in the last (only a run's last step
-    finishes some), for the caller to hand to ``StepCommit.finish``."""
-    rows = run.rows
-    n = len(rows)
-    extra = int(run.alloc[m - 1])
-    if extra:
-        e.kv.num_blocks[rows] = run.held[:, m - 1]
-        e.kv.take(extra)
-    if m > 1:
-        for seconds in run.draft_s[1:m].tolist():  # (one sum a step, in stepping's order)
-            spec.draft_s += seconds
-    left = run.left
-    grown = np.minimum(run.gained[:, m], left)
-    computed = run.c0 + grown
-    e.num_computed_tokens[rows] = computed
-    e.num_output_tokens[rows] = run.out0 + grown
-    spec.num_output_steps[rows] = run.steps0 + m
-    spec.num_verify += n * m
-    spec.num_draft_tokens += n * m * spec.k
-    spec.num_accepted_tokens += isum(grown) - n * m
-    tokens = computed + 1
-    k = spec.k
-    done = None if imax(grown - left) < 0 else grown >= left  # those that finished, if any
-    if done is None and imax(tokens) + k <= e.max_model_len:  # (the common case)
-        spec.num_spec_tokens[rows] = k
-        tokens += k
-        e.num_tokens[rows] = tokens
-        return []
-    drafts = e.max_model_len - tokens  # the next step's drafts: k, clipped to the length
-    np.minimum(drafts, k, out=drafts)
-    np.maximum(drafts, 0, out=drafts)
-    if done is not None:
-        drafts[done] = 0
-    spec.num_spec_tokens[rows] = drafts
-    drafts += tokens
-    e.num_tokens[rows] = drafts
-    return [] if done is None else rows[done].tolist()
+    def commit(self, e: CommitTarget, spec: SpecDecode, m: int, extra: int,
+               draft_s: FloatArray | None) -> list[int]:
+        """Commit the group's next ``m`` steps (step 0's blocks were taken as it was
+        scheduled, ``extra`` those of steps 1..m-1; ``draft_s``: each step's draft time, the
+        first not counted; the caller has ended them in time): the counts of each; returns
+        the members that finished in the last (only a run's last step finishes some), their
+        arrays written, out of the group, for the caller to hand to ``StepCommit.finish``."""
+        rows = self.rows
+        n = len(rows)
+        s0 = self.step
+        s = self.step = s0 + m
+        if extra:
+            e.kv.take(extra)
+        if m > 1 and draft_s is not None:
+            for seconds in draft_s[1:m].tolist():  # (one sum a step, in stepping's order)
+                spec.draft_s += seconds
+        spec.num_verify += n * m
+        spec.num_draft_tokens += n * m * spec.k
+        spec.num_accepted_tokens += int(self.ctx[s] + self.finc[s] - self.ctx[s0]) - n * m
+        if self.fin_min != s:
+            return []
+        done = self.fin == s
+        d = rows[done]
+        cfin = self.cfin[done]
+        e.num_computed_tokens[d] = cfin
+        e.num_output_tokens[d] = self.tgt[done]
+        spec.num_output_steps[d] = self.steps[done] + s
+        e.num_tokens[d] = cfin + 1
+        spec.num_spec_tokens[d] = 0
+        e.kv.num_blocks[d] = self.held(e, self.sync(spec), s - 1)[done]
+        keep = ~done
+        for name in ("rows", "at", "c", "o", "steps", "b0", "fin", "cfin", "tgt"):
+            setattr(self, name, getattr(self, name)[keep])
+        self.fin_min = int(self.fin.min()) if len(self.fin) else _NEVER
+        finished: list[int] = d.tolist()
+        return finished
 
 
 class SpecSkipAheadEngine(SkipAheadEngine):
     """:class:`SkipAheadEngine` for an engine with speculative decoding (``spec``, set by
-    ``engine_variants.make_engine``): no decode group (its steps give one token each), runs of
-    verify steps instead (:func:`plan_spec_run`); a step that is not one steps as
-    :class:`~kvbudget.simulator.engine.Engine` does."""
+    ``engine_variants.make_engine``): no decode group (its steps give one token each), a
+    :class:`SpecGroup` and its runs of verify steps instead; a step that is neither steps as
+    :class:`~kvbudget.simulator.engine.Engine` does. The members' arrays lag: hooks read their
+    output through :meth:`output_tokens_of` and :meth:`running_output_tokens`."""
 
     decode_group = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._spec_run: SpecRun | None = None  # the run in flight
+        self._spec_group: SpecGroup | None = None
         self._before = 0  # (_step)
 
+    def _group_now(self) -> tuple[SpecGroup | None, int]:
+        """The group and its step as of the steps that have ended (a run's counted)."""
+        g, run = self._spec_group, self._spec_run
+        if g is None:
+            return None, 0
+        if run is None or self._run_ends is None:
+            return g, g.step
+        return g, run.s0 + self._steps_done_now() - self.num_steps
+
     def output_tokens_of(self, i: int) -> int:
-        run = self._spec_run
-        rows = [] if run is None or self._run_ends is None else run.rows.tolist()
+        g, s = self._group_now()
+        rows = [] if g is None else g.rows.tolist()
         if i not in rows:
             return super().output_tokens_of(i)
-        assert run is not None
-        r = rows.index(i)  # its output after the steps that have ended
-        steps = self._steps_done_now() - self.num_steps
-        return run.out0.item(r) + min(run.gained.item(r, steps), run.left.item(r))
+        assert g is not None and self.spec is not None
+        return int(g.output_at(self.spec, s)[rows.index(i)])
 
-    def _one_step(self, rows: IntArray, new: IntArray, m: int, dt: float, reserved: int,
-                  counts: tuple[int, int]) -> Generator[simpy.Event, Any, None]:
-        """A step of ``dt`` in which the running requests ``rows[:m]`` verify their drafts and
-        ``rows[m:]`` start, waited for as ``Engine._run_scheduled`` waits for it and committed,
-        unless aborts came during it, as a run of one step and the decode group's tail."""
-        self._span_head = None
-        yield from self._wait(self._account_step(dt, reserved, counts))
-        if self._aborts:
-            self._commit_step(rows, new)
-            return
-        self._steps_rows = rows
-        self._on_steps(False, 1)
-        assert self.spec is not None
-        done = commit_spec_run(self, self.spec, spec_step(self, self.spec, rows[:m]), 1)
-        self.commit.decode_step(m, list(zip(rows[m:].tolist(), new[m:].tolist(), strict=True)),
-                                done, lambda i, computed, output: None)
+    def running_output_tokens(self) -> IntArray:
+        out = super().running_output_tokens()
+        g, s = self._group_now()
+        if g is not None and len(g.rows):  # the members are the first running requests
+            assert self.spec is not None
+            out[: len(g.rows)] = g.output_at(self.spec, s)
+        return out
 
     def _rows_ahead(self) -> list[int]:
-        run = self._spec_run
-        return super()._rows_ahead() if run is None else run.rows.tolist()
+        g = self._spec_group
+        return super()._rows_ahead() if g is None else g.rows.tolist()
+
+    def _end_group(self, scheduled: bool) -> None:
+        """Write the members' arrays and end the group (``scheduled``: its step is)."""
+        g = self._spec_group
+        if g is not None:
+            assert self.spec is not None
+            g.write(self, self.spec, scheduled)
+            self._spec_group = None
+
+    def _abort_now(self, i: int) -> None:
+        self._end_group(False)
+        super()._abort_now(i)
 
     def _step(self) -> Generator[simpy.Event, Any, None]:
         # the running requests before the step's starts when each had its token last step
         commit = self.commit
-        self._before = len(self.running) if commit.synced and commit.all_decode else 0
-        return super()._step()
+        n = self._before = len(self.running) if commit.synced and commit.all_decode else 0
+        g, spec = self._spec_group, self.spec
+        if g is None or spec is None:
+            return super()._step()
+        q = spec.k + 1
+        budget = self.tokens_limit
+        extra = int(g.newb[g.step])
+        if (n != len(g.rows) or not n or g.step >= g.clip or n * q > budget
+                or extra > self.kv.num_available_blocks):
+            self._end_group(False)
+            return super()._step()
+        # the group's step: the running loop's (every member its k drafts and its blocks), then
+        # the waiting loop, as Engine._schedule schedules it
+        reserved, gw_waiting = self.hooks.gateway_state()
+        self._step_extra_s = 0.0
+        self._hol_blocked = False
+        self.head_refusal = ""
+        if extra:
+            self.kv.take(extra)
+        g.fresh.clear()
+        rows, new = g.rows, np.full(n, q, np.int64)
+        w_rows, w_new = self._schedule_waiting(budget - n * q)
+        if w_rows:
+            rows = np.concatenate((rows, w_rows))
+            new = np.concatenate((new, w_new))
+        self._check_schedule(budget - n * q - sum(w_new), False)  # the members' num_blocks lag
+        context = int(g.ctx[g.step]) + n * q
+        self._step_extra_s += spec.passes_seconds(n, spec.k, float(context))
+        counts = (len(self.running), self.num_waiting() + gw_waiting)
+        if w_rows and self.kv.prefix is not None:  # starts with prefix caching: a step
+            self._end_group(True)
+            return self._run_scheduled(rows, new, False, reserved, counts)
+        return self._group_steps(g, rows, new, n, reserved, counts)
 
     def _run_scheduled(self, rows: IntArray, new: IntArray, preempted: bool, reserved: int,
                        counts: tuple[int, int]) -> Generator[simpy.Event, Any, None]:
         spec = self.spec
-        commit = self.commit
         q = 0 if spec is None else spec.k + 1
-        # (a request not yet schedulable ends the run as it becomes schedulable, as the decode
-        # group's does)
-        k_max = self._pending_due() - self.num_steps if self._pending else MAX_JUMP_STEPS
         m = self._before
         if (spec is None or preempted or self._aborts or self.remote is not None or m < 1
                 or len(rows) != len(self.running) or imin(new[:m]) != q
                 or (m < len(rows) and self.kv.prefix is not None)):
             yield from super()._run_scheduled(rows, new, preempted, reserved, counts)
             return
-        if m < len(rows):  # requests start in it (rows[m:]): one step
-            dt = self._step_seconds(self._features(rows, new))
-            yield from self._one_step(rows, new, m, dt, reserved, counts)
+        g = self._spec_group = SpecGroup()  # every running request verifies its k drafts
+        g.join(self, spec, rows[:m])
+        yield from self._group_steps(g, rows, new, m, reserved, counts)
+
+    def _group_steps(self, g: SpecGroup, rows: IntArray, new: IntArray, m: int, reserved: int,
+                     counts: tuple[int, int]) -> Generator[simpy.Event, Any, None]:
+        """The group's scheduled step (its ``m`` members, then the requests that start in it,
+        ``rows[m:]``: one step) and the run of verify steps it starts, if any: waited for and
+        committed."""
+        spec = self.spec
+        assert spec is not None
+        n = len(g.rows)
+        q = spec.k + 1
+        context = int(g.ctx[g.step]) + n * q
+        if m < len(rows):  # requests start in it: one step
+            # the members' features (chunks of q tokens), then the tail's
+            tail = list(zip(rows[m:].tolist(), new[m:].tolist(), strict=True))
+            f = tail_features(0, 0, tail, self.num_computed_tokens, self.num_tokens,
+                              self.num_output_tokens)
+            dt = self._step_seconds(StepFeatures(
+                f.num_prefill_tokens + n * q, f.num_decode_seqs, f.num_context_tokens + context,
+                f.prefill_attention + q * context, f.num_prefill_seqs + n))
+            yield from self._one_step(g, rows, new, m, dt, reserved, counts)
             return
-        # the step's features: step_cost.rows_features of ``len(rows)`` chunks of ``q`` tokens
-        n = len(rows)
-        context = isum(self.num_computed_tokens[rows]) + n * q
+        # (a request not yet schedulable ends the run as it becomes schedulable, as the decode
+        # group's does)
+        k_max = self._pending_due() - self.num_steps if self._pending else MAX_JUMP_STEPS
+        # the step's features: step_cost.rows_features of ``n`` chunks of ``q`` tokens
         dt0 = self._step_seconds(StepFeatures(float(n * q), 0.0, float(context),
                                               float(q * context), float(n)))
         t_ext = self.hooks.next_external_s()
@@ -262,15 +435,15 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         # async scheduling: the run goes on a step past t_ext's (DecodeRunPlanner.keep)
         lag = self._async and until == t_ext and self.runs_past_external
         k_max = self.planner.bound(k_max, self.t, until, dt0, lag)
-        run = None if k_max <= 1 else plan_spec_run(self, spec, self.planner, rows, k_max, dt0,
-                                                    self.kv.num_available_blocks)
+        run = None if k_max <= 1 else g.plan(self, spec, self.planner, k_max, dt0,
+                                             self.kv.num_available_blocks)
         k = 0
         if run is not None:  # its steps that run (as a decode run's), while the waiting head is
             # refused up to where it may start
             k = self._jump_limit(len(run.ends), run.alloc) if self.head_refusal else len(run.ends)
             k = self.planner.keep(run.ends[:k], t_ext, until, lag)
         if run is None or k < 2:
-            yield from self._one_step(rows, new, m, dt0, reserved, counts)
+            yield from self._one_step(g, rows, new, m, dt0, reserved, counts)
             return
         used = self.kv.num_used_blocks + run.alloc[:k]
         cut = ((run.ends[:k], used.tolist(), run.dts[:k]) if isinstance(run.ends, list)
@@ -284,12 +457,33 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         if self._aborts:  # the last step commits as stepping commits it, without them
             if k > 1:
                 self._on_steps(False, k - 1)
-                commit_spec_run(self, spec, run, k - 1)  # (none finishes: not the last)
-                self.kv.num_blocks[rows] = run.held[:, k - 1]
+                g.commit(self, spec, k - 1, int(run.alloc[k - 2]), run.draft_s)  # (none finishes)
                 self.kv.take(int(run.alloc[k - 1] - run.alloc[k - 2]))
                 spec.draft_s += float(run.draft_s[k - 1])
+            self._end_group(True)
             self._commit_step(rows, new)
             return
         self._on_steps(False, k)
-        if done := commit_spec_run(self, spec, run, k):
-            commit.finish(done)
+        if done := g.commit(self, spec, k, int(run.alloc[k - 1]), run.draft_s):
+            self.commit.finish(done)
+
+    def _one_step(self, g: SpecGroup, rows: IntArray, new: IntArray, m: int, dt: float,
+                  reserved: int, counts: tuple[int, int]) -> Generator[simpy.Event, Any, None]:
+        """A step of ``dt`` in which the group ``rows[:m]`` verifies its drafts and ``rows[m:]``
+        start, waited for as ``Engine._run_scheduled`` waits for it and committed, unless
+        aborts came during it, as a run of one step and the decode group's tail (those that
+        have their first token join)."""
+        self._span_head = None
+        yield from self._wait(self._account_step(dt, reserved, counts))
+        if self._aborts:
+            self._end_group(True)
+            self._commit_step(rows, new)
+            return
+        self._steps_rows = rows
+        self._on_steps(False, 1)
+        spec = self.spec
+        assert spec is not None
+        self.commit.decode_step(m, list(zip(rows[m:].tolist(), new[m:].tolist(), strict=True)),
+                                g.commit(self, spec, 1, 0, None),
+                                lambda i, computed, output: g.join(self, spec, np.array([i]),
+                                                                   False))
