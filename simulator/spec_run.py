@@ -63,13 +63,13 @@ class SpecRun:
 
 class SpecGroup:
     """The running requests of a :class:`SpecSkipAheadEngine` while each verifies ``k`` drafts a
-    step (``rows``, running order), by the group's ``step``: with ``gains`` the draws' running
-    sums (:meth:`SpecDecode.gains`), a member's ``num_computed_tokens`` as step ``s`` is
-    scheduled is ``c + gains[at + s]``, its ``num_output_tokens`` ``o + gains[at + s]``, its
-    steps with output ``steps + s``; it holds the larger of ``b0`` blocks and those of its
-    step's tokens and lookahead slots (:meth:`held`), and has its output (``tgt``, ``cfin``
-    tokens computed) after step ``fin - 1``. Its arrays are those as it joined until it leaves
-    or the group ends (:meth:`write`).
+    step, by the group's ``step``: ``members`` (running order) of ``(row, at, c, o, steps, b0,
+    fin, cfin, tgt)``: with ``gains`` the draws' running sums (:meth:`SpecDecode.gains`), a
+    member's ``num_computed_tokens`` as step ``s`` is scheduled is ``c + gains[at + s]``, its
+    ``num_output_tokens`` ``o + gains[at + s]``, its steps with output ``steps + s``; it holds
+    the larger of ``b0`` blocks and those of its step's tokens and lookahead slots
+    (:meth:`held`), and has its output (``tgt``, ``cfin`` tokens computed) after step ``fin -
+    1``. Its arrays are those as it joined until it leaves or the group ends (:meth:`write`).
 
     ``ctx[s]`` is the members' computed tokens as step ``s`` is scheduled, ``newb[s]`` the
     blocks step ``s`` takes, ``finc[s]`` the computed tokens of those that finish in step
@@ -78,87 +78,88 @@ class SpecGroup:
     the group ends there); ``fresh`` the members that joined at the step not yet scheduled,
     with the blocks they held."""
 
-    __slots__ = ("at", "b0", "c", "cfin", "clip", "ctx", "fin", "fin_min", "finc", "fresh",
-                 "gains", "newb", "o", "rows", "step", "steps", "tgt")
+    __slots__ = ("_rows", "clip", "ctx", "fin_min", "finc", "fresh", "gains", "members", "newb",
+                 "step")
 
     def __init__(self) -> None:
-        none = np.zeros(0, np.int64)
-        self.rows = self.at = self.c = self.o = self.steps = self.b0 = none
-        self.fin = self.cfin = self.tgt = none
-        self.gains = none
+        self.members: list[tuple[int, int, int, int, int, int, int, int, int]] = []
+        self.gains = np.zeros(0, np.int64)
         self.ctx, self.newb, self.finc = (np.zeros(1024, np.int64) for _ in range(3))
         self.step = 0
         self.fin_min = self.clip = _NEVER
         self.fresh: list[tuple[int, int]] = []
+        self._rows: tuple[IntArray, IntArray] | None = None
+
+    def rows(self, q: int) -> tuple[IntArray, IntArray]:
+        """The members' rows, and ``q`` tokens each (the same ``q`` every call), as arrays."""
+        if self._rows is None:
+            rows = np.array([m[0] for m in self.members], np.int64)
+            self._rows = rows, np.full(len(rows), q, np.int64)
+        return self._rows
 
     def sync(self, spec: SpecDecode) -> IntArray:
         """The draws' running sums; the members' indices in them taken again when the store
         was compacted (its sums start afresh: each member's ``c`` and ``o`` move by as much)."""
         gains = spec.gains()
         old = self.gains.base  # (views of the store: its draws so far)
-        if gains.base is not old and old is not None and len(self.rows):
+        if gains.base is not old and old is not None and self.members:
             s = self.step
-            at = spec.next_draws(self.rows, self.steps)
-            shift = old[self.at + s] - gains[at + s]
-            self.at = at
-            self.c = self.c + shift
-            self.o = self.o + shift
+            rows = np.array([m[0] for m in self.members], np.int64)
+            at = spec.next_draws(rows, np.array([m[4] for m in self.members], np.int64)).tolist()
+            self.members = [
+                (i, a, c + shift, o + shift, *rest)
+                for (i, _, c, o, *rest), a, shift in zip(
+                    self.members, at, (old.item(m[1] + s) - gains.item(a + s)
+                                       for m, a in zip(self.members, at, strict=True)),
+                    strict=True)]
         self.gains = gains
         return gains
 
-    def join(self, e: CommitTarget, spec: SpecDecode, rows: IntArray, taken: bool = True) -> None:
+    def join(self, e: CommitTarget, spec: SpecDecode, rows: list[int], taken: bool = True) -> None:
         """``rows`` (running order, after the members; their arrays current) join at the
         group's step with ``k`` drafts each; ``taken``: the step is scheduled (their blocks for
         it taken), else the step's blocks count theirs."""
         gains = self.sync(spec)
-        at = spec.next_draws(rows)
-        s = self.step
         k, mml = spec.k, e.max_model_len
         q = k + 1 + spec.lookahead
         bs = e.kv.block_size
-        c = e.num_computed_tokens[rows]
-        o = e.num_output_tokens[rows]
-        tgt = e.target_output[rows]
-        b = e.kv.num_blocks[rows]
-        g = gains[at]
-        left = tgt - o
-        # each one's steps to its output (a step gives a token or more): by the running
-        # gains, which rise
-        n = gains.searchsorted(g + left) - at
-        top = int(n.max()) + s + 1
-        if top > len(self.ctx):
-            self._room(top)
+        self._rows = None
+        for i in rows:
+            a = spec.next_draws(i)
+            g0 = gains.item(a)
+            c0, o0 = e.num_computed_tokens.item(i), e.num_output_tokens.item(i)
+            tgt, b0 = e.target_output.item(i), e.kv.num_blocks.item(i)
+            left = tgt - o0
+            # its steps to its output (a step gives a token or more): by the running gains,
+            # which rise
+            num = int(gains.searchsorted(g0 + left)) - a
+            if self.step + num >= len(self.ctx):
+                self._room(self.step + num + 1)
             s = self.step
-        ctx, newb = self.ctx, self.newb
-        for i, a, g0, c0, b0, num in zip(rows.tolist(), at.tolist(), g.tolist(), c.tolist(),
-                                         b.tolist(), n.tolist(), strict=True):
             comp = gains[a : a + num] - (g0 - c0)  # its computed tokens at its steps
-            ctx[s : s + num] += comp
+            self.ctx[s : s + num] += comp
             # the blocks its step's tokens and lookahead slots need, within the model's length
-            need = np.minimum(comp + q, mml)
-            need += bs - 1
+            last = c0 + gains.item(a + num - 1) - g0
+            if last + q > mml:
+                need = np.minimum(comp + q, mml)
+                need += bs - 1
+            else:
+                need = comp + (q + bs - 1)
             need //= bs
-            np.maximum(need, b0, out=need)
-            newb[s + 1 : s + num] += need[1:] - need[:-1]
-            if not taken:
-                newb[s] += int(need[0]) - b0
+            if b0 > need.item(0):
+                np.maximum(need, b0, out=need)
+            self.newb[s + 1 : s + num] += need[1:] - need[:-1]
+            b = b0
+            if not taken:  # it holds the blocks of its first step from then on
+                b = need.item(0)
+                self.newb[s] += b - b0
                 self.fresh.append((i, b0))
-            if int(comp[-1]) > mml - 1 - k:  # its drafts clipped at a step (they only grow)
+            if last > mml - 1 - k:  # its drafts clipped at a step (they only grow)
                 self.clip = min(self.clip, s + int((comp > mml - 1 - k).argmax()))
-        fin = n + s
-        np.add.at(self.finc, fin, c + left)  # (two may finish in a step)
-        self.rows = np.concatenate((self.rows, rows))
-        self.at = np.concatenate((self.at, at - s))
-        self.c = np.concatenate((self.c, c - g))
-        self.o = np.concatenate((self.o, o - g))
-        self.steps = np.concatenate((self.steps, spec.num_output_steps[rows] - s))
-        if not taken:  # it holds the blocks of its first step from then on
-            b = np.maximum(b, (np.minimum(c + q, mml) + (bs - 1)) // bs)
-        self.b0 = np.concatenate((self.b0, b))
-        self.fin = np.concatenate((self.fin, fin))
-        self.cfin = np.concatenate((self.cfin, c + left))
-        self.tgt = np.concatenate((self.tgt, tgt))
-        self.fin_min = min(self.fin_min, int(fin.min()))
+            self.finc[s + num] += c0 + left
+            self.members.append((i, a - s, c0 - g0, o0 - g0, spec.num_output_steps.item(i) - s,
+                                 b, s + num, c0 + left, tgt))
+            self.fin_min = min(self.fin_min, s + num)
 
     def _room(self, top: int) -> None:
         """Room in the sums for steps up to ``top``: those before the group's step dropped,
@@ -170,47 +171,39 @@ class SpecGroup:
             new = np.zeros(size, np.int64)
             new[: len(old) - s] = old[s:]
             setattr(self, name, new)
-        self.at = self.at + s
-        self.steps = self.steps + s
-        self.fin = self.fin - s
+        self.members = [(i, a + s, c, o, steps + s, b, fin - s, cfin, tgt)
+                        for i, a, c, o, steps, b, fin, cfin, tgt in self.members]
         self.fin_min -= s
         if self.clip != _NEVER:
             self.clip -= s
         self.step = 0
 
-    def held(self, e: CommitTarget, gains: IntArray, s: int) -> IntArray:
-        """The blocks the members hold as step ``s`` is scheduled (``gains``: :meth:`sync`'s):
-        those of its tokens and lookahead slots, within the model's length, or more."""
-        spec = e.spec
-        assert spec is not None
-        need: IntArray = self.c + gains[self.at + s]
-        need += spec.k + 1 + spec.lookahead
-        np.minimum(need, e.max_model_len, out=need)
-        need += e.kv.block_size - 1
-        need //= e.kv.block_size
-        np.maximum(need, self.b0, out=need)
-        return need
-
     def write(self, e: CommitTarget, spec: SpecDecode, scheduled: bool) -> None:
         """Write the members' arrays as of the group's step: as it is scheduled (its blocks
         taken) or, not ``scheduled``, before (their drafts as proposed after the last)."""
-        if not len(self.rows):
+        if not self.members:
             return
         gains = self.sync(spec)
         s = self.step
-        rows = self.rows
-        g = gains[self.at + s]
-        computed = self.c + g
+        rows, at, c, o, steps, b0 = np.array(self.members, np.int64).T[:6]
+        g = gains[at + s]
+        computed = c + g
         e.num_computed_tokens[rows] = computed
-        e.num_output_tokens[rows] = self.o + g
-        spec.num_output_steps[rows] = self.steps + s
+        e.num_output_tokens[rows] = o + g
+        spec.num_output_steps[rows] = steps + s
+        # the blocks of the step's tokens and lookahead slots (as it was scheduled)
+        if not scheduled:
+            g = gains[at + (s - 1)]
+        need = np.minimum(c + g + (spec.k + 1 + spec.lookahead), e.max_model_len)
+        need += e.kv.block_size - 1
+        need //= e.kv.block_size
+        e.kv.num_blocks[rows] = np.maximum(need, b0, out=need)
         computed += 1
         drafts = e.max_model_len - computed  # k, clipped to the model's length
         np.minimum(drafts, spec.k, out=drafts)
         np.maximum(drafts, 0, out=drafts)
         spec.num_spec_tokens[rows] = drafts
         e.num_tokens[rows] = computed + drafts
-        e.kv.num_blocks[rows] = self.held(e, gains, s if scheduled else s - 1)
         if not scheduled:
             for i, b in self.fresh:
                 e.kv.num_blocks[i] = b
@@ -234,7 +227,7 @@ class SpecGroup:
         # the verify steps' num_context_tokens (step 0's too: its time is dt0, as scheduled),
         # priced as _step_seconds prices a step's features, plus the draft's seconds: the cost
         # model's table when it has one, else its step_time on arrays
-        n = len(self.rows)
+        n = len(self.members)
         q = spec.k + 1
         context = self.ctx[s0 : s0 + k_max] + n * q
         cost: Any = planner.cost
@@ -254,10 +247,10 @@ class SpecGroup:
         np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
         return SpecRun(s0, alloc, draft_s, ends, dts)
 
-    def output_at(self, spec: SpecDecode, s: int) -> IntArray:
+    def output_at(self, spec: SpecDecode, s: int) -> list[int]:
         """The members' output tokens after the group's steps before ``s``."""
-        out: IntArray = self.o + self.sync(spec)[self.at + s]
-        return np.minimum(out, self.tgt, out=out)
+        gains = self.sync(spec)
+        return [min(m[3] + gains.item(m[1] + s), m[8]) for m in self.members]
 
     def commit(self, e: CommitTarget, spec: SpecDecode, m: int, extra: int,
                draft_s: FloatArray | None) -> list[int]:
@@ -266,8 +259,7 @@ class SpecGroup:
         first not counted; the caller has ended them in time): the counts of each; returns
         the members that finished in the last (only a run's last step finishes some), their
         arrays written, out of the group, for the caller to hand to ``StepCommit.finish``."""
-        rows = self.rows
-        n = len(rows)
+        n = len(self.members)
         s0 = self.step
         s = self.step = s0 + m
         if extra:
@@ -277,24 +269,28 @@ class SpecGroup:
                 spec.draft_s += seconds
         spec.num_verify += n * m
         spec.num_draft_tokens += n * m * spec.k
-        spec.num_accepted_tokens += int(self.ctx[s] + self.finc[s] - self.ctx[s0]) - n * m
+        spec.num_accepted_tokens += (self.ctx.item(s) + self.finc.item(s) - self.ctx.item(s0)
+                                     - n * m)
         if self.fin_min != s:
             return []
-        done = self.fin == s
-        d = rows[done]
-        cfin = self.cfin[done]
-        e.num_computed_tokens[d] = cfin
-        e.num_output_tokens[d] = self.tgt[done]
-        spec.num_output_steps[d] = self.steps[done] + s
-        e.num_tokens[d] = cfin + 1
-        spec.num_spec_tokens[d] = 0
-        e.kv.num_blocks[d] = self.held(e, self.sync(spec), s - 1)[done]
-        keep = ~done
-        for name in ("rows", "at", "c", "o", "steps", "b0", "fin", "cfin", "tgt"):
-            setattr(self, name, getattr(self, name)[keep])
-        self.fin_min = int(self.fin.min()) if len(self.fin) else _NEVER
-        finished: list[int] = d.tolist()
-        return finished
+        gains = self.sync(spec)
+        q = spec.k + 1 + spec.lookahead
+        mml, bs = e.max_model_len, e.kv.block_size
+        done = []
+        for i, a, c, _, steps, b0, fin, cfin, tgt in self.members:
+            if fin == s:  # its arrays, and the blocks it held as the last step was scheduled
+                done.append(i)
+                e.num_computed_tokens[i] = cfin
+                e.num_output_tokens[i] = tgt
+                spec.num_output_steps[i] = steps + s
+                e.num_tokens[i] = cfin + 1
+                spec.num_spec_tokens[i] = 0
+                e.kv.num_blocks[i] = max(b0, (min(c + gains.item(a + s - 1) + q, mml) + bs - 1)
+                                         // bs)
+        self.members = [mem for mem in self.members if mem[6] != s]
+        self.fin_min = min((mem[6] for mem in self.members), default=_NEVER)
+        self._rows = None
+        return done
 
 
 class SpecSkipAheadEngine(SkipAheadEngine):
@@ -323,7 +319,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
 
     def output_tokens_of(self, i: int) -> int:
         g, s = self._group_now()
-        rows = [] if g is None else g.rows.tolist()
+        rows = [] if g is None else [mem[0] for mem in g.members]
         if i not in rows:
             return super().output_tokens_of(i)
         assert g is not None and self.spec is not None
@@ -332,14 +328,14 @@ class SpecSkipAheadEngine(SkipAheadEngine):
     def running_output_tokens(self) -> IntArray:
         out = super().running_output_tokens()
         g, s = self._group_now()
-        if g is not None and len(g.rows):  # the members are the first running requests
+        if g is not None and g.members:  # the members are the first running requests
             assert self.spec is not None
-            out[: len(g.rows)] = g.output_at(self.spec, s)
+            out[: len(g.members)] = g.output_at(self.spec, s)
         return out
 
     def _rows_ahead(self) -> list[int]:
         g = self._spec_group
-        return super()._rows_ahead() if g is None else g.rows.tolist()
+        return super()._rows_ahead() if g is None else [mem[0] for mem in g.members]
 
     def _end_group(self, scheduled: bool) -> None:
         """Write the members' arrays and end the group (``scheduled``: its step is)."""
@@ -363,7 +359,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         q = spec.k + 1
         budget = self.tokens_limit
         extra = int(g.newb[g.step])
-        if (n != len(g.rows) or not n or g.step >= g.clip or n * q > budget
+        if (n != len(g.members) or not n or g.step >= g.clip or n * q > budget
                 or extra > self.kv.num_available_blocks):
             self._end_group(False)
             return super()._step()
@@ -376,7 +372,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         if extra:
             self.kv.take(extra)
         g.fresh.clear()
-        rows, new = g.rows, np.full(n, q, np.int64)
+        rows, new = g.rows(q)
         w_rows, w_new = self._schedule_waiting(budget - n * q)
         if w_rows:
             rows = np.concatenate((rows, w_rows))
@@ -401,7 +397,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
             yield from super()._run_scheduled(rows, new, preempted, reserved, counts)
             return
         g = self._spec_group = SpecGroup()  # every running request verifies its k drafts
-        g.join(self, spec, rows[:m])
+        g.join(self, spec, rows[:m].tolist())
         yield from self._group_steps(g, rows, new, m, reserved, counts)
 
     def _group_steps(self, g: SpecGroup, rows: IntArray, new: IntArray, m: int, reserved: int,
@@ -411,7 +407,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         committed."""
         spec = self.spec
         assert spec is not None
-        n = len(g.rows)
+        n = len(g.members)
         q = spec.k + 1
         context = int(g.ctx[g.step]) + n * q
         if m < len(rows):  # requests start in it: one step
@@ -485,5 +481,4 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         assert spec is not None
         self.commit.decode_step(m, list(zip(rows[m:].tolist(), new[m:].tolist(), strict=True)),
                                 g.commit(self, spec, 1, 0, None),
-                                lambda i, computed, output: g.join(self, spec, np.array([i]),
-                                                                   False))
+                                lambda i, computed, output: g.join(self, spec, [i], False))

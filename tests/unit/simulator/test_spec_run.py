@@ -377,7 +377,8 @@ def test_draws_made_ahead_are_each_rows_own_and_a_changed_arrival_is_drawn_again
         assert sd.geometric(e, np.array([i]), np.array([0]), n).tolist() == [want(i, n)]
     # the running gains: a row's draws plus one a step, summed from where its next draw is
     sd.num_output_steps[3] = 1
-    gains, at = sd.gains(), sd.next_draws(np.array([3, 4]))
+    rows = np.array([3, 4])
+    gains, at = sd.gains(), sd.next_draws(rows, sd.num_output_steps[rows])
     sums = [np.cumsum([0] + [a + 1 for a in want(3, 5)[1:]]).tolist(),
             np.cumsum([0] + [a + 1 for a in want(4, 9)]).tolist()]
     for a, s in zip(at.tolist(), sums, strict=True):
@@ -438,18 +439,18 @@ def test_a_group_keeps_its_members_steps_as_sums_and_finishes_each_at_its_step()
         sd.num_output_steps[i] = 1
         sd.num_spec_tokens[i] = 2
     g = SpecGroup()
-    g.join(e, sd, np.array([0, 1]))
+    g.join(e, sd, [0, 1])
     assert g.ctx[:4].tolist() == [15, 21, 16, 0]
     assert g.newb[:4].tolist() == [0, 2, 1, 0]
     assert g.finc[:4].tolist() == [0, 0, 9, 17]
-    assert g.fin.tolist() == [3, 2] and g.fin_min == 2
+    assert [m[6] for m in g.members] == [3, 2] and g.fin_min == 2
     assert g.commit(e, sd, 2, 2, None) == [1]
     assert taken == [2] and sd.num_accepted_tokens == 6
     assert e.num_computed_tokens.tolist() == [10, 9]
     assert e.num_output_tokens.tolist() == [1, 5]
     assert e.num_tokens.tolist() == [13, 10] and sd.num_spec_tokens.tolist() == [2, 0]
     assert e.kv.num_blocks.tolist() == [4, 4]
-    assert g.rows.tolist() == [0] and g.fin_min == 3
+    assert [m[0] for m in g.members] == [0] and g.fin_min == 3
     g.write(e, sd, scheduled=False)
     assert e.num_computed_tokens.tolist() == [16, 9]
     assert e.num_output_tokens.tolist() == [7, 5]
