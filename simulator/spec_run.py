@@ -48,17 +48,10 @@ _NEVER = 1 << 62
 """A step the group never reaches (no member's drafts are clipped)."""
 
 
-class SpecRun:
-    """A planned run of ``len(ends)`` verify steps of the group from its step ``s0``: ``alloc``
-    the blocks steps 1..j take beyond step 0's, ``draft_s`` each step's draft time (step 0's
-    was counted as it was scheduled: not read), ``ends``/``dts`` the steps' ends and times. (A
-    plain class: a dataclass's creation costs the engine's import ~0.7 ms.)"""
-
-    __slots__ = ("alloc", "draft_s", "dts", "ends", "s0")
-
-    def __init__(self, s0: int, alloc: IntArray, draft_s: FloatArray, ends: Floats,
-                 dts: Floats) -> None:
-        self.s0, self.alloc, self.draft_s, self.ends, self.dts = s0, alloc, draft_s, ends, dts
+SpecRun = tuple[IntArray, FloatArray, Floats, Floats]
+"""A planned run of verify steps of the group from its step: the blocks steps 1..j take beyond
+step 0's, each step's draft time (step 0's was counted as it was scheduled: not read), the
+steps' ends and times."""
 
 
 class SpecGroup:
@@ -123,6 +116,7 @@ class SpecGroup:
         k, mml = spec.k, e.max_model_len
         q = k + 1 + spec.lookahead
         bs = e.kv.block_size
+        s = self.step
         self._rows = None
         for i in rows:
             a = spec.next_draws(i)
@@ -133,9 +127,8 @@ class SpecGroup:
             # its steps to its output (a step gives a token or more): by the running gains,
             # which rise
             num = int(gains.searchsorted(g0 + left)) - a
-            if self.step + num >= len(self.ctx):
-                self._room(self.step + num + 1)
-            s = self.step
+            if s + num >= len(self.ctx):
+                self._room(s + num + 1)
             comp = gains[a : a + num] - (g0 - c0)  # its computed tokens at its steps
             self.ctx[s : s + num] += comp
             # the blocks its step's tokens and lookahead slots need, within the model's length
@@ -162,21 +155,12 @@ class SpecGroup:
             self.fin_min = min(self.fin_min, s + num)
 
     def _room(self, top: int) -> None:
-        """Room in the sums for steps up to ``top``: those before the group's step dropped,
-        the indices shifted."""
-        s = self.step
-        size = max(1024, 2 * (top - s))
+        """Room in the sums for steps up to ``top`` (twice as many as before at least)."""
         for name in ("ctx", "newb", "finc"):
             old = getattr(self, name)
-            new = np.zeros(size, np.int64)
-            new[: len(old) - s] = old[s:]
+            new = np.zeros(max(top, 2 * len(old)), np.int64)
+            new[: len(old)] = old
             setattr(self, name, new)
-        self.members = [(i, a + s, c, o, steps + s, b, fin - s, cfin, tgt)
-                        for i, a, c, o, steps, b, fin, cfin, tgt in self.members]
-        self.fin_min -= s
-        if self.clip != _NEVER:
-            self.clip -= s
-        self.step = 0
 
     def write(self, e: CommitTarget, spec: SpecDecode, scheduled: bool) -> None:
         """Write the members' arrays as of the group's step: as it is scheduled (its blocks
@@ -241,11 +225,11 @@ class SpecGroup:
         dts[0] = dt0
         if k_max <= GROUP_SMALL_K:  # a short run's in Python numbers, as the decode group's
             times, t = dts.tolist(), e.t
-            return SpecRun(s0, alloc, draft_s, [t := t + dt for dt in times], times)
+            return alloc, draft_s, [t := t + dt for dt in times], times
         ends = dts.copy()
         ends[0] += e.t
         np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
-        return SpecRun(s0, alloc, draft_s, ends, dts)
+        return alloc, draft_s, ends, dts
 
     def output_at(self, spec: SpecDecode, s: int) -> list[int]:
         """The members' output tokens after the group's steps before ``s``."""
@@ -304,18 +288,15 @@ class SpecSkipAheadEngine(SkipAheadEngine):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._spec_run: SpecRun | None = None  # the run in flight
         self._spec_group: SpecGroup | None = None
         self._before = 0  # (_step)
 
     def _group_now(self) -> tuple[SpecGroup | None, int]:
         """The group and its step as of the steps that have ended (a run's counted)."""
-        g, run = self._spec_group, self._spec_run
+        g = self._spec_group
         if g is None:
             return None, 0
-        if run is None or self._run_ends is None:
-            return g, g.step
-        return g, run.s0 + self._steps_done_now() - self.num_steps
+        return g, g.step + self._steps_done_now() - self.num_steps
 
     def output_tokens_of(self, i: int) -> int:
         g, s = self._group_now()
@@ -436,31 +417,29 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         k = 0
         if run is not None:  # its steps that run (as a decode run's), while the waiting head is
             # refused up to where it may start
-            k = self._jump_limit(len(run.ends), run.alloc) if self.head_refusal else len(run.ends)
-            k = self.planner.keep(run.ends[:k], t_ext, until, lag)
+            alloc, draft_s, ends, dts = run
+            k = self._jump_limit(len(ends), alloc) if self.head_refusal else len(ends)
+            k = self.planner.keep(ends[:k], t_ext, until, lag)
         if run is None or k < 2:
             yield from self._one_step(g, rows, new, m, dt0, reserved, counts)
             return
-        used = self.kv.num_used_blocks + run.alloc[:k]
-        cut = ((run.ends[:k], used.tolist(), run.dts[:k]) if isinstance(run.ends, list)
-               else (run.ends[:k], used, run.dts[:k]))
-        self._spec_run = run
-        yield from self._wait_run(float(cut[0][-1]), cut, reserved, counts,
-                                  t_ext if lag else float("inf"))
+        used = self.kv.num_used_blocks + alloc[:k]
+        yield from self._wait_run(float(ends[k - 1]), (ends[:k], used.tolist(), dts[:k])
+                                  if isinstance(ends, list) else (ends[:k], used, dts[:k]),
+                                  reserved, counts, t_ext if lag else float("inf"))
         k = self._jump_keep
-        self._spec_run = None
         self._steps_rows = rows
         if self._aborts:  # the last step commits as stepping commits it, without them
             if k > 1:
                 self._on_steps(False, k - 1)
-                g.commit(self, spec, k - 1, int(run.alloc[k - 2]), run.draft_s)  # (none finishes)
-                self.kv.take(int(run.alloc[k - 1] - run.alloc[k - 2]))
-                spec.draft_s += float(run.draft_s[k - 1])
+                g.commit(self, spec, k - 1, int(alloc[k - 2]), draft_s)  # (none finishes)
+                self.kv.take(int(alloc[k - 1] - alloc[k - 2]))
+                spec.draft_s += float(draft_s[k - 1])
             self._end_group(True)
             self._commit_step(rows, new)
             return
         self._on_steps(False, k)
-        if done := g.commit(self, spec, k, int(run.alloc[k - 1]), run.draft_s):
+        if done := g.commit(self, spec, k, int(alloc[k - 1]), draft_s):
             self.commit.finish(done)
 
     def _one_step(self, g: SpecGroup, rows: IntArray, new: IntArray, m: int, dt: float,
