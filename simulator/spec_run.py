@@ -339,7 +339,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
             return super()._step()
         q = spec.k + 1
         budget = self.tokens_limit
-        extra = int(g.newb[g.step])
+        extra = g.newb.item(g.step)
         if (n != len(g.members) or not n or g.step >= g.clip or n * q > budget
                 or extra > self.kv.num_available_blocks):
             self._end_group(False)
@@ -359,7 +359,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
             rows = np.concatenate((rows, w_rows))
             new = np.concatenate((new, w_new))
         self._check_schedule(budget - n * q - sum(w_new), False)  # the members' num_blocks lag
-        context = int(g.ctx[g.step]) + n * q
+        context = g.ctx.item(g.step) + n * q
         self._step_extra_s += spec.passes_seconds(n, spec.k, float(context))
         counts = (len(self.running), self.num_waiting() + gw_waiting)
         if w_rows and self.kv.prefix is not None:  # starts with prefix caching: a step
@@ -390,7 +390,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         assert spec is not None
         n = len(g.members)
         q = spec.k + 1
-        context = int(g.ctx[g.step]) + n * q
+        context = g.ctx.item(g.step) + n * q
         if m < len(rows):  # requests start in it: one step
             # the members' features (chunks of q tokens), then the tail's
             tail = list(zip(rows[m:].tolist(), new[m:].tolist(), strict=True))
