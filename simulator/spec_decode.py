@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable
-from typing import Protocol, overload
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -456,18 +456,9 @@ class SpecDecode:
         output): a view of the store, of a new one after it is compacted."""
         return self._gains[: self._num_draws + 1]
 
-    @overload
-    def next_draws(self, rows: int) -> int: ...
-    @overload
-    def next_draws(self, rows: IntArray, steps: IntArray) -> IntArray: ...
-
-    def next_draws(self, rows: int | IntArray, steps: IntArray | None = None) -> int | IntArray:
-        """Where the next draw of row ``rows`` is in :meth:`gains` (its steps with output so
-        far); of ``rows`` after ``steps`` steps with output each."""
-        if steps is None:
-            assert isinstance(rows, int)
-            return self._draws_at.item(rows) + self.num_output_steps.item(rows)
-        return self._draws_at[rows] + steps
+    def next_draw(self, i: int) -> int:
+        """Where row ``i``'s next draw is in :meth:`gains` (its steps with output so far)."""
+        return self._draws_at.item(i) + self.num_output_steps.item(i)
 
     def draft_run_seconds(self, num_rows: int, context: IntArray) -> FloatArray | float:
         """:meth:`draft_seconds` of steps of ``num_rows`` requests, each verifying ``k`` drafts,

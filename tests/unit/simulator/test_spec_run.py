@@ -377,11 +377,10 @@ def test_draws_made_ahead_are_each_rows_own_and_a_changed_arrival_is_drawn_again
         assert sd.geometric(e, np.array([i]), np.array([0]), n).tolist() == [want(i, n)]
     # the running gains: a row's draws plus one a step, summed from where its next draw is
     sd.num_output_steps[3] = 1
-    rows = np.array([3, 4])
-    gains, at = sd.gains(), sd.next_draws(rows, sd.num_output_steps[rows])
+    gains, at = sd.gains(), [sd.next_draw(3), sd.next_draw(4)]
     sums = [np.cumsum([0] + [a + 1 for a in want(3, 5)[1:]]).tolist(),
             np.cumsum([0] + [a + 1 for a in want(4, 9)]).tolist()]
-    for a, s in zip(at.tolist(), sums, strict=True):
+    for a, s in zip(at, sums, strict=True):
         assert (gains[a : a + len(s)] - gains[a]).tolist() == s
 
 
@@ -443,7 +442,7 @@ def test_a_group_keeps_its_members_steps_as_sums_and_finishes_each_at_its_step()
     assert g.ctx[:4].tolist() == [15, 21, 16, 0]
     assert g.newb[:4].tolist() == [0, 2, 1, 0]
     assert g.finc[:4].tolist() == [0, 0, 9, 17]
-    assert [m[6] for m in g.members] == [3, 2] and g.fin_min == 2
+    assert [m[5] for m in g.members] == [3, 2] and g.fin_min == 2
     assert g.commit(e, sd, 2, 2, None) == [1]
     assert taken == [2] and sd.num_accepted_tokens == 6
     assert e.num_computed_tokens.tolist() == [10, 9]
