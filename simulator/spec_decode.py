@@ -478,6 +478,18 @@ class SpecDecode:
         one *= self.k
         return one
 
+    def draft_terms(self, num_rows: int,
+                    stop: int) -> tuple[float, FloatArray | None, float, int] | None:
+        """:meth:`draft_run_seconds`' terms for contexts below ``stop``: ``(fixed, table, gap,
+        k)``, a step's draft time ``((fixed + table[context]) - gap) * k`` (the draft's step
+        model's table, ``VllmStepModel.decode_terms``); ``table`` None without a draft
+        (n-gram: no time); None for a tree or where the table does not serve."""
+        draft = self._draft
+        if draft is None:
+            return 0.0, None, 0.0, 0
+        terms = None if self._widths is not None else draft.decode_terms(num_rows, stop)
+        return None if terms is None else (*terms, self._gap_s, self.k)
+
     def _tree_run_seconds(self, draft: VllmStepModel, num_rows: int,
                           context: IntArray) -> FloatArray:
         """:meth:`_tree_seconds` of steps attending to ``context`` tokens (one a step)."""

@@ -28,7 +28,6 @@ from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.simulator.decode_plan import GROUP_SMALL_K, MAX_JUMP_STEPS, DecodeRunPlanner, Floats
 from kvbudget.simulator.engine import IntArray
 from kvbudget.simulator.fast_decode import SkipAheadEngine
-from kvbudget.simulator.serving import FloatArray
 from kvbudget.simulator.small_arrays import imin
 from kvbudget.simulator.spec_decode import SpecDecode
 from kvbudget.simulator.step_commit import CommitTarget
@@ -40,10 +39,30 @@ _NEVER = 1 << 62
 """A step the group never reaches (no member's drafts are clipped)."""
 
 
-SpecRun = tuple[IntArray, FloatArray, Floats, Floats]
+SpecRun = tuple[IntArray, Floats, Floats, Floats]
 """A planned run of verify steps of the group from its step: the blocks steps 1..j take beyond
 step 0's, each step's draft time (step 0's was counted as it was scheduled: not read), the
 steps' ends and times."""
+
+
+def verify_prices(cost: Any, spec: SpecDecode, n: int,
+                  context: list[int]) -> tuple[list[float], list[float]] | None:
+    """The times of verify steps of ``n`` requests attending to ``context`` tokens (one a step,
+    rising), as ``_step_seconds`` prices their features, and of their draft's passes, in Python
+    numbers from the step models' tables (``VllmStepModel.chunk_terms``,
+    :meth:`SpecDecode.draft_terms`: the same bits); None where a table does not serve."""
+    if not isinstance(cost, VllmStepModel):
+        return None
+    q = spec.k + 1
+    verify = cost.chunk_terms(n, q, context[-1] + 1)
+    draft = spec.draft_terms(n, context[-1] + 1)
+    if verify is None or draft is None:
+        return None
+    fixed, table = verify
+    dfixed, dtable, gap, k = draft
+    return ([fixed + table.item(c) for c in context],
+            [0.0] * len(context) if dtable is None
+            else [(dfixed + dtable.item(c) - gap) * k for c in context])
 
 
 Member = tuple[int, IntArray, int, int, int, int, int, int]
@@ -177,10 +196,19 @@ class SpecGroup:
         if k_max <= 1:
             return None
         # the verify steps' num_context_tokens (step 0's too: its time is dt0, as scheduled),
-        # priced as _step_seconds prices a step's features, plus the draft's seconds: the cost
-        # model's table when it has one, else its step_time on arrays
+        # priced as _step_seconds prices a step's features, plus the draft's seconds: a short
+        # run's in Python numbers from the step models' tables, else as arrays (the cost
+        # model's table when it has one, else its step_time on arrays)
         n = len(self.members)
         q = spec.k + 1
+        if k_max <= GROUP_SMALL_K:  # (in Python numbers, as the decode group's)
+            prices = verify_prices(planner.cost, spec, n, [
+                c + n * q for c in self.ctx[s0 : s0 + k_max].tolist()])
+            if prices is not None:
+                verify, draft_l = prices
+                times = [v + d for v, d in zip(verify, draft_l, strict=True)]
+                times[0], t = dt0, e.t
+                return alloc, draft_l, [t := t + dt for dt in times], times
         context = self.ctx[s0 : s0 + k_max] + n * q
         cost: Any = planner.cost
         dts = cost.chunk_times_at(n, q, context) if isinstance(cost, VllmStepModel) else None
@@ -191,9 +219,9 @@ class SpecGroup:
         dts = dts + draft
         draft_s = np.zeros(k_max, np.float64) if isinstance(draft, float) else draft  # (n-gram)
         dts[0] = dt0
-        if k_max <= GROUP_SMALL_K:  # a short run's in Python numbers, as the decode group's
+        if k_max <= GROUP_SMALL_K:
             times, t = dts.tolist(), e.t
-            return alloc, draft_s, [t := t + dt for dt in times], times
+            return alloc, draft_s.tolist(), [t := t + dt for dt in times], times
         ends = dts.copy()
         ends[0] += e.t
         np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
@@ -204,7 +232,7 @@ class SpecGroup:
         return [min(m[1].item(s - m[2]), m[6]) - m[7] for m in self.members]
 
     def commit(self, e: CommitTarget, spec: SpecDecode, m: int, extra: int,
-               draft_s: FloatArray | None) -> list[int]:
+               draft_s: Floats | None) -> list[int]:
         """Commit the group's next ``m`` steps (step 0's blocks were taken as it was
         scheduled, ``extra`` those of steps 1..m-1; ``draft_s``: each step's draft time, the
         first not counted; the caller has ended them in time): the counts of each; returns
@@ -216,8 +244,8 @@ class SpecGroup:
         if extra:
             e.kv.take(extra)
         if m > 1 and draft_s is not None:
-            for seconds in draft_s[1:m].tolist():  # (one sum a step, in stepping's order)
-                spec.draft_s += seconds
+            for seconds in draft_s[1:m]:  # (one sum a step, in stepping's order)
+                spec.draft_s += float(seconds)
         spec.num_verify += n * m
         spec.num_draft_tokens += n * m * spec.k
         spec.num_accepted_tokens += (self.ctx.item(s) + self.finc.item(s) - self.ctx.item(s0)
@@ -308,13 +336,20 @@ class SpecSkipAheadEngine(SkipAheadEngine):
             rows = np.concatenate((rows, w_rows))
             new = np.concatenate((new, w_new))
         self._check_schedule(budget - n * q - sum(w_new), False)  # the members' num_blocks lag
+        # the draft's passes (and the verify step's time) from the step models' tables
         context = g.ctx.item(g.step) + n * q
-        self._step_extra_s += spec.passes_seconds(n, spec.k, float(context))
+        prices = verify_prices(self.cost, spec, n, [context])
+        if prices is None:
+            self._step_extra_s += spec.passes_seconds(n, spec.k, float(context))
+        else:
+            spec.draft_s += prices[1][0]
+            self._step_extra_s += prices[1][0]
         counts = (len(self.running), self.num_waiting() + gw_waiting)
         if w_rows and self.kv.prefix is not None:  # starts with prefix caching: a step
             self._end_group(True)
             return self._run_scheduled(rows, new, False, reserved, counts)
-        return self._group_steps(g, rows, new, n, reserved, counts)
+        return self._group_steps(g, rows, new, n, reserved, counts,
+                                 None if prices is None else prices[0][0])
 
     def _run_scheduled(self, rows: IntArray, new: IntArray, preempted: bool, reserved: int,
                        counts: tuple[int, int]) -> Generator[simpy.Event, Any, None]:
@@ -331,10 +366,12 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         yield from self._group_steps(g, rows, new, m, reserved, counts)
 
     def _group_steps(self, g: SpecGroup, rows: IntArray, new: IntArray, m: int, reserved: int,
-                     counts: tuple[int, int]) -> Generator[simpy.Event, Any, None]:
+                     counts: tuple[int, int], verify_s: float | None = None
+                     ) -> Generator[simpy.Event, Any, None]:
         """The group's scheduled step (its ``m`` members, then the requests that start in it,
-        ``rows[m:]``: one step) and the run of verify steps it starts, if any: waited for and
-        committed (a step with aborts during it as stepping commits it, the group ended)."""
+        ``rows[m:]``: one step; ``verify_s``: the members' verify step's time, if known) and
+        the run of verify steps it starts, if any: waited for and committed (a step with
+        aborts during it as stepping commits it, the group ended)."""
         spec = self.spec
         assert spec is not None
         n = len(g.members)
@@ -355,8 +392,9 @@ class SpecSkipAheadEngine(SkipAheadEngine):
             # decode group's does)
             k_max = self._pending_due() - self.num_steps if self._pending else MAX_JUMP_STEPS
             # the step's features: step_cost.rows_features of ``n`` chunks of ``q`` tokens
-            dt = self._step_seconds(StepFeatures(float(n * q), 0.0, float(context),
-                                                 float(q * context), float(n)))
+            dt = (self._step_seconds(StepFeatures(float(n * q), 0.0, float(context),
+                                                  float(q * context), float(n)))
+                  if verify_s is None else verify_s + self._step_extra_s)
             t_ext = self.hooks.next_external_s()
             until = self._plan_until(t_ext) if self.head_refusal else t_ext
             # async scheduling: the run goes on a step past t_ext's (DecodeRunPlanner.keep)
