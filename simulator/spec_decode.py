@@ -490,6 +490,25 @@ class SpecDecode:
         terms = None if self._widths is not None else draft.decode_terms(num_rows, stop)
         return None if terms is None else (*terms, self._gap_s, self.k)
 
+    def verify_prices(self, cost: object, n: int,
+                      context: list[int]) -> tuple[list[float], list[float]] | None:
+        """The times of verify steps of ``n`` requests attending to ``context`` tokens (one a
+        step, rising), as the engine prices their features with the cost model ``cost``, and
+        of their draft's passes, in Python numbers from the step models' tables
+        (``VllmStepModel.chunk_terms``, :meth:`draft_terms`: the same bits); None where a table
+        does not serve."""
+        if not isinstance(cost, VllmStepModel):
+            return None
+        verify = cost.chunk_terms(n, self.k + 1, context[-1] + 1)
+        draft = self.draft_terms(n, context[-1] + 1)
+        if verify is None or draft is None:
+            return None
+        fixed, table = verify
+        dfixed, dtable, gap, k = draft
+        return ([fixed + table.item(c) for c in context],
+                [0.0] * len(context) if dtable is None
+                else [(dfixed + dtable.item(c) - gap) * k for c in context])
+
     def _tree_run_seconds(self, draft: VllmStepModel, num_rows: int,
                           context: IntArray) -> FloatArray:
         """:meth:`_tree_seconds` of steps attending to ``context`` tokens (one a step)."""

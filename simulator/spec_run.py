@@ -45,26 +45,6 @@ step 0's, each step's draft time (step 0's was counted as it was scheduled: not 
 steps' ends and times."""
 
 
-def verify_prices(cost: Any, spec: SpecDecode, n: int,
-                  context: list[int]) -> tuple[list[float], list[float]] | None:
-    """The times of verify steps of ``n`` requests attending to ``context`` tokens (one a step,
-    rising), as ``_step_seconds`` prices their features, and of their draft's passes, in Python
-    numbers from the step models' tables (``VllmStepModel.chunk_terms``,
-    :meth:`SpecDecode.draft_terms`: the same bits); None where a table does not serve."""
-    if not isinstance(cost, VllmStepModel):
-        return None
-    q = spec.k + 1
-    verify = cost.chunk_terms(n, q, context[-1] + 1)
-    draft = spec.draft_terms(n, context[-1] + 1)
-    if verify is None or draft is None:
-        return None
-    fixed, table = verify
-    dfixed, dtable, gap, k = draft
-    return ([fixed + table.item(c) for c in context],
-            [0.0] * len(context) if dtable is None
-            else [(dfixed + dtable.item(c) - gap) * k for c in context])
-
-
 Member = tuple[int, IntArray, int, int, int, int, int, int]
 """A member of a :class:`SpecGroup`: ``(row, comp, sj, steps0, b0, fin, cfin, d)``."""
 
@@ -202,7 +182,7 @@ class SpecGroup:
         n = len(self.members)
         q = spec.k + 1
         if k_max <= GROUP_SMALL_K:  # (in Python numbers, as the decode group's)
-            prices = verify_prices(planner.cost, spec, n, [
+            prices = spec.verify_prices(planner.cost, n, [
                 c + n * q for c in self.ctx[s0 : s0 + k_max].tolist()])
             if prices is not None:
                 verify, draft_l = prices
@@ -338,7 +318,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         self._check_schedule(budget - n * q - sum(w_new), False)  # the members' num_blocks lag
         # the draft's passes (and the verify step's time) from the step models' tables
         context = g.ctx.item(g.step) + n * q
-        prices = verify_prices(self.cost, spec, n, [context])
+        prices = spec.verify_prices(self.cost, n, [context])
         if prices is None:
             self._step_extra_s += spec.passes_seconds(n, spec.k, float(context))
         else:

@@ -459,7 +459,7 @@ def test_a_group_keeps_its_members_steps_as_sums_and_finishes_each_at_its_step()
 
 
 def test_verify_prices_from_the_tables_are_the_step_models_times_bit_for_bit() -> None:
-    """``spec_run.verify_prices``: the verify steps' times read from the target's chunk table
+    """``SpecDecode.verify_prices``: the verify steps' times read from the target's chunk table
     and the draft's passes from the draft's decode table are ``step_time``'s and
     ``SpecDecode.passes_seconds``' bits (EAGLE, 3 drafts, 5 requests); none without a draft
     (n-gram); no answer for a tree (its passes are priced by width) or another cost model."""
@@ -467,20 +467,19 @@ def test_verify_prices_from_the_tables_are_the_step_models_times_bit_for_bit() -
     from kvbudget.perf.models import get_model
     from kvbudget.perf.step_time import VllmStepModel
     from kvbudget.simulator.spec_decode import make_spec_decode
-    from kvbudget.simulator.spec_run import verify_prices
 
     gpu, model = get_gpu("H100-80GB"), get_model("Llama-3.1-8B")
     target = VllmStepModel(gpu, model)
     n, q, context = 5, 4, [1020, 1037, 1051, 2990]
     eagle = make_spec_decode(SpeculativeConfig("eagle", 3, acceptance_rate=0.7), gpu, model, 1, 8)
-    prices = verify_prices(target, eagle, n, context)
+    prices = eagle.verify_prices(target, n, context)
     assert prices is not None
     assert prices[0] == [float(target.step_time(n * q, 0.0, c, q * c, n)) for c in context]
     assert prices[1] == [eagle.passes_seconds(n, 3, float(c)) for c in context]
     ngram = make_spec_decode(SpeculativeConfig("ngram", 3, acceptance_rate=0.7), gpu, model, 1, 8)
-    assert verify_prices(target, ngram, n, context) == (prices[0], [0.0] * 4)
+    assert ngram.verify_prices(target, n, context) == (prices[0], [0.0] * 4)
     tree = make_spec_decode(SpeculativeConfig("eagle3", 2, acceptance_rate=0.7,
                                               speculative_token_tree="[(0,), (1,)]"),
                             gpu, model, 1, 8)
-    assert verify_prices(target, tree, n, context) is None
-    assert verify_prices(LINEAR, eagle, n, context) is None
+    assert tree.verify_prices(target, n, context) is None
+    assert eagle.verify_prices(LINEAR, n, context) is None
