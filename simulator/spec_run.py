@@ -28,6 +28,7 @@ from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.simulator.decode_plan import GROUP_SMALL_K, MAX_JUMP_STEPS, DecodeRunPlanner, Floats
 from kvbudget.simulator.engine import IntArray
 from kvbudget.simulator.fast_decode import SkipAheadEngine
+from kvbudget.simulator.running_loop import NO_ROWS
 from kvbudget.simulator.small_arrays import imin
 from kvbudget.simulator.spec_decode import SpecDecode
 from kvbudget.simulator.step_commit import CommitTarget
@@ -252,7 +253,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._spec_group: SpecGroup | None = None
-        self._before = 0  # (_step)
+        self._before = 0  # (_schedule_fit)
 
     def _outputs(self) -> list[int]:
         """The members' output tokens as of the steps that have ended (a run's counted)."""
@@ -287,37 +288,41 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         self._end_group(False)
         super()._abort_now(i)
 
-    def _step(self) -> Generator[simpy.Event, Any, None]:
-        # the running requests before the step's starts when each had its token last step
+    def _schedule_fit(self, budget: int) -> tuple[IntArray, IntArray, int] | None:
+        """``Scheduler._schedule_fit`` of the group in O(1): every member its ``k`` drafts and
+        the bonus token, and the blocks its step takes (``newb``: the group's sums; the members
+        listed by :meth:`_run_step`, their ``num_blocks`` lag); else the group ends and the
+        loop is the rows'. Notes the running requests before the step's starts when each had
+        its token last step (``_before``: a group forms of them, :meth:`_run_scheduled`)."""
         commit = self.commit
         n = self._before = len(self.running) if commit.synced and commit.all_decode else 0
         g, spec = self._spec_group, self.spec
-        if g is None or spec is None:
-            return super()._step()
-        q = spec.k + 1
-        budget = self.tokens_limit
-        extra = g.newb.item(g.step)
-        if (n != len(g.members) or not n or g.step >= g.clip or n * q > budget
-                or extra > self.kv.num_available_blocks):
+        if g is not None and spec is not None:
+            extra = g.newb.item(g.step)
+            if (n == len(g.members) and n and g.step < g.clip and n * (spec.k + 1) <= budget
+                    and extra <= self.kv.num_available_blocks):
+                if extra:
+                    self.kv.take(extra)
+                g.fresh.clear()
+                return NO_ROWS, NO_ROWS, n * (spec.k + 1)
             self._end_group(False)
-            return super()._step()
-        # the group's step: the running loop's (every member its k drafts and its blocks), then
-        # the waiting loop, as Engine._schedule schedules it
-        reserved, gw_waiting = self.hooks.gateway_state()
-        self._step_extra_s = 0.0
-        self._hol_blocked = False
-        self.head_refusal = ""
-        if extra:
-            self.kv.take(extra)
-        g.fresh.clear()
-        rows, new = g.rows(q)
-        w_rows, w_new = self._schedule_waiting(budget - n * q)
-        if w_rows:
-            rows = np.concatenate((rows, w_rows))
-            new = np.concatenate((new, w_new))
-        self._check_schedule(budget - n * q - sum(w_new), False)  # the members' num_blocks lag
-        # the draft's passes (and the verify step's time) from the step models' tables
-        context = g.ctx.item(g.step) + n * q
+        return super()._schedule_fit(budget)
+
+    def _run_step(self, rows: IntArray, new: IntArray, started: list[tuple[int, int]],
+                  preempted: bool, reserved: int, gw_waiting: int
+                  ) -> Generator[simpy.Event, Any, None]:
+        """``Engine._run_step``; one whose running loop was the group's (:meth:`_schedule_fit`)
+        runs as :meth:`_group_steps` (returned: a generator fewer), its draft's passes (and the
+        verify step's time) priced from the step models' tables."""
+        g, spec = self._spec_group, self.spec
+        if g is None or spec is None:
+            return super()._run_step(rows, new, started, preempted, reserved, gw_waiting)
+        n = len(g.members)
+        rows, new = g.rows(spec.k + 1)
+        if started:
+            rows = np.concatenate((rows, [i for i, _ in started]))
+            new = np.concatenate((new, [n_new for _, n_new in started]))
+        context = g.ctx.item(g.step) + n * (spec.k + 1)
         prices = spec.verify_prices(self.cost, n, [context])
         if prices is None:
             self._step_extra_s += spec.passes_seconds(n, spec.k, float(context))
@@ -325,7 +330,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
             spec.draft_s += prices[1][0]
             self._step_extra_s += prices[1][0]
         counts = (len(self.running), self.num_waiting() + gw_waiting)
-        if w_rows and self.kv.prefix is not None:  # starts with prefix caching: a step
+        if started and self.kv.prefix is not None:  # starts with prefix caching: a step
             self._end_group(True)
             return self._run_scheduled(rows, new, False, reserved, counts)
         return self._group_steps(g, rows, new, n, reserved, counts,
