@@ -245,10 +245,11 @@ class SpecSkipAheadEngine(SkipAheadEngine):
     """:class:`SkipAheadEngine` for an engine with speculative decoding (``spec``, set by
     ``engine_variants.make_engine``): no decode group (its steps give one token each), a
     :class:`SpecGroup` and its runs of verify steps instead; a step that is neither steps as
-    :class:`~kvbudget.simulator.engine.Engine` does. The members' arrays lag: hooks read their
-    output through :meth:`output_tokens_of` and :meth:`running_output_tokens`."""
-
-    decode_group = False
+    :class:`~kvbudget.simulator.engine.Engine` does. The members' arrays lag, as a decode
+    group's do: the group forms only where the variant's hooks read none
+    (``Scheduler.decode_group``), through :meth:`output_tokens_of`,
+    :meth:`running_output_tokens` and ``kv.num_running_blocks`` (current), and one that
+    preempts or retracts runs after the group has ended (:meth:`_schedule_fit`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -342,6 +343,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         q = 0 if spec is None else spec.k + 1
         m = self._before
         if (spec is None or preempted or self._aborts or self.remote is not None or m < 1
+                or not self.decode_group  # (its hooks read running arrays: no group)
                 or len(rows) != len(self.running) or imin(new[:m]) != q
                 or (m < len(rows) and self.kv.prefix is not None)):
             yield from super()._run_scheduled(rows, new, preempted, reserved, counts)

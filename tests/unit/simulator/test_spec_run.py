@@ -19,7 +19,7 @@ from kvbudget.simulator.engine import Engine
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig, simulate
 from kvbudget.simulator.scenario import make_scenario
-from kvbudget.simulator.spec_run import SpecSkipAheadEngine
+from kvbudget.simulator.spec_run import SpecGroup, SpecSkipAheadEngine
 from kvbudget.workloads import Workload
 from tests.conftest import REPO, make_workload
 from tests.model.test_properties import SETTINGS, scenarios
@@ -483,3 +483,38 @@ def test_verify_prices_from_the_tables_are_the_step_models_times_bit_for_bit() -
                             gpu, model, 1, 8)
     assert tree.verify_prices(target, n, context) is None
     assert eagle.verify_prices(LINEAR, n, context) is None
+
+
+def test_a_variant_that_reads_running_arrays_keeps_no_speculative_group(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A :class:`SpecGroup`'s members' arrays lag as a decode group's do, so it forms under the
+    same contract: an engine class saying ``decode_group = False`` (its hooks read running
+    requests' arrays between steps) keeps none with skip-ahead (nor a decode group: its steps
+    give several tokens), so it steps, with stepping's results and as many steps."""
+    from kvbudget.simulator import spec_run
+    from kvbudget.simulator.fast_decode import SkipAheadEngine
+
+    made: list[int] = []
+
+    class Counted(SpecGroup):
+        def __init__(self) -> None:
+            made.append(1)
+            super().__init__()
+
+    def no_decode_group(self: SkipAheadEngine) -> None:
+        raise AssertionError("a speculative engine formed a decode group")
+
+    monkeypatch.setattr(spec_run, "SpecGroup", Counted)
+    monkeypatch.setattr(SkipAheadEngine, "_group_form", no_decode_group)
+    # test_a_run_ends_at_the_first_step_a_request_finishes' two requests: a prefill and two
+    # runs (3 calls of _step) with the group; without, the 6 steps one by one
+    w = make_workload([0.0, 0.0], [40, 40], [9, 21])
+    cfg = _config(SpeculativeConfig("eagle", 3, acceptance_rate=1.0))
+    a, b, calls = _both(w, cfg)
+    _same(a, b)
+    assert made and calls == [6, 3]
+    made.clear()
+    monkeypatch.setattr(SpecSkipAheadEngine, "decode_group", False)
+    a, c, calls = _both(w, cfg)
+    _same(a, c)
+    assert not made and calls == [6, 6]
