@@ -215,6 +215,8 @@ class VllmStepModel:
     # verify steps) by context, for each ``q`` asked for (arrays replaced as _attention is)
     _chunk_attention: dict[int, npt.NDArray[np.float64]] = field(
         init=False, repr=False, compare=False)
+    # and their overhead and weights' term by (requests, q), remembered
+    _chunk_fixed: dict[tuple[int, int], float] = field(init=False, repr=False, compare=False)
 
     KIND: ClassVar[str] = "vllm-v1"
     FIT_PARAMETERS: ClassVar[tuple[str, ...]] = (
@@ -278,6 +280,7 @@ class VllmStepModel:
         object.__setattr__(self, "_decode_fixed", {})
         object.__setattr__(self, "_attention", np.zeros(0, np.float64))
         object.__setattr__(self, "_chunk_attention", {})
+        object.__setattr__(self, "_chunk_fixed", {})
 
     def _compute_terms(self) -> _Terms:
         g, m = self.gpu, self.model
@@ -465,7 +468,11 @@ class VllmStepModel:
             table = dense.chunk_attention(chunk * ctx, ctx)
             table.flags.writeable = False
             self._chunk_attention[chunk] = table
-        return dense.overhead_and_gemm(float(num_seqs * chunk) + 0.0, float(num_seqs)), table
+        fixed = self._chunk_fixed.get((num_seqs, chunk))
+        if fixed is None:
+            fixed = dense.overhead_and_gemm(float(num_seqs * chunk) + 0.0, float(num_seqs))
+            self._chunk_fixed[num_seqs, chunk] = fixed
+        return fixed, table
 
     def _fixed_term(self, num_decode_seqs: int) -> float:
         """:meth:`_DenseTerms.fixed` of ``num_decode_seqs``, remembered."""
