@@ -215,6 +215,8 @@ class VllmStepModel:
     # verify steps) by context, for each ``q`` asked for (arrays replaced as _attention is)
     _chunk_attention: dict[int, npt.NDArray[np.float64]] = field(
         init=False, repr=False, compare=False)
+    # and their overhead and weights' term by (requests, q), remembered
+    _chunk_fixed: dict[tuple[int, int], float] = field(init=False, repr=False, compare=False)
 
     KIND: ClassVar[str] = "vllm-v1"
     FIT_PARAMETERS: ClassVar[tuple[str, ...]] = (
@@ -278,6 +280,7 @@ class VllmStepModel:
         object.__setattr__(self, "_decode_fixed", {})
         object.__setattr__(self, "_attention", np.zeros(0, np.float64))
         object.__setattr__(self, "_chunk_attention", {})
+        object.__setattr__(self, "_chunk_fixed", {})
 
     def _compute_terms(self) -> _Terms:
         g, m = self.gpu, self.model
@@ -416,32 +419,47 @@ class VllmStepModel:
                         context: npt.NDArray[np.int64]) -> npt.NDArray[np.float64] | None:
         """``step_time(0.0, num_decode_seqs, context, 0.0, 0.0)`` of pure-decode steps
         attending to ``context`` tokens each (ints, one a step) with the bits of one call per
-        step (the overhead and weights' term plus the attention term read from
-        :meth:`decode_step_times`' table); None where that table does not serve (not a dense
-        model on one GPU, or a context of :data:`ATTENTION_TABLE_SIZE` or more)."""
-        if self._dense is None or not len(context):
+        step (:meth:`decode_terms`); None where that table does not serve."""
+        terms = None if not len(context) else self.decode_terms(
+            num_decode_seqs, int(np.maximum.reduce(context)) + 1)
+        if terms is None:
             return None
-        stop = int(np.maximum.reduce(context)) + 1
-        if stop > ATTENTION_TABLE_SIZE:
+        times: npt.NDArray[np.float64] = terms[0] + terms[1][context]
+        return times
+
+    def decode_terms(self, num_decode_seqs: int,
+                     stop: int) -> tuple[float, npt.NDArray[np.float64]] | None:
+        """:meth:`decode_times_at`'s terms for contexts below ``stop``: the overhead and
+        weights' term and the attention term's table (:meth:`decode_step_times`'), a step's
+        time ``fixed + table[context]``; None where the table does not serve (not a dense
+        model on one GPU, or a context of :data:`ATTENTION_TABLE_SIZE` or more)."""
+        if self._dense is None or stop > ATTENTION_TABLE_SIZE:
             return None
         table = self._attention
         if stop > len(table):
             table = self._attention_table(stop)
-        times: npt.NDArray[np.float64] = self._fixed_term(num_decode_seqs) + table[context]
-        return times
+        return self._fixed_term(num_decode_seqs), table
 
     def chunk_times_at(self, num_seqs: int, chunk: int,
                        context: npt.NDArray[np.int64]) -> npt.NDArray[np.float64] | None:
         """``step_time(num_seqs * chunk, 0.0, context, chunk * context, num_seqs)`` (steps of
         ``num_seqs`` chunks of ``chunk`` query tokens each: speculative decoding's verify
         steps) attending to ``context`` tokens each (ints, one a step), with the bits of one
-        call per step: the overhead and weights' term once, the attention term from a table
-        by context kept for ``chunk``; None where :meth:`decode_times_at` gives None."""
-        dense = self._dense
-        if dense is None or not len(context):
+        call per step (:meth:`chunk_terms`); None where :meth:`decode_times_at` gives None."""
+        terms = None if not len(context) else self.chunk_terms(
+            num_seqs, chunk, int(np.maximum.reduce(context)) + 1)
+        if terms is None:
             return None
-        stop = int(np.maximum.reduce(context)) + 1
-        if stop > ATTENTION_TABLE_SIZE:
+        times: npt.NDArray[np.float64] = terms[0] + terms[1][context]
+        return times
+
+    def chunk_terms(self, num_seqs: int, chunk: int,
+                    stop: int) -> tuple[float, npt.NDArray[np.float64]] | None:
+        """:meth:`chunk_times_at`'s terms for contexts below ``stop``: the overhead and weights'
+        term once, the attention term from a table by context kept for ``chunk`` (a step's
+        time ``fixed + table[context]``); None where :meth:`decode_terms` gives None."""
+        dense = self._dense
+        if dense is None or stop > ATTENTION_TABLE_SIZE:
             return None
         table = self._chunk_attention.get(chunk)
         if table is None or stop > len(table):
@@ -450,9 +468,11 @@ class VllmStepModel:
             table = dense.chunk_attention(chunk * ctx, ctx)
             table.flags.writeable = False
             self._chunk_attention[chunk] = table
-        fixed = dense.overhead_and_gemm(float(num_seqs * chunk) + 0.0, float(num_seqs))
-        times: npt.NDArray[np.float64] = fixed + table[context]
-        return times
+        fixed = self._chunk_fixed.get((num_seqs, chunk))
+        if fixed is None:
+            fixed = dense.overhead_and_gemm(float(num_seqs * chunk) + 0.0, float(num_seqs))
+            self._chunk_fixed[num_seqs, chunk] = fixed
+        return fixed, table
 
     def _fixed_term(self, num_decode_seqs: int) -> float:
         """:meth:`_DenseTerms.fixed` of ``num_decode_seqs``, remembered."""

@@ -257,7 +257,8 @@ class SkipAheadEngine(TiedSteps, Engine):
         decodes, each with last step's token) in O(1): each member's token, and a block where
         they are full (``hist``); else the group is dissolved and the loop is the rows'."""
         g = self._group
-        if g is None and self.commit.all_decode and self.commit.synced and self.decode_group:
+        if (g is None and self.commit.all_decode and self.commit.synced and self.decode_group
+                and self.spec is None):  # (speculation's steps: spec_run.SpecGroup's)
             self._group_form()
             g = self._group
         if g is not None:

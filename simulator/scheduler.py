@@ -101,7 +101,8 @@ class Scheduler:
       ``rows_grow = False`` (a class attribute) when they follow from the columns;
     * :attr:`decode_group` (a class attribute): False when a hook reads running requests'
       arrays between steps; with skip-ahead the running requests are then never kept as a
-      decode group (whose members' arrays lag behind its steps).
+      decode group, nor with speculation as a ``spec_run.SpecGroup`` (whose members' arrays
+      lag behind its steps, as a decode group's).
 
     What a hook may use besides the request arrays (``num_tokens``, ``num_computed_tokens``,
     ``num_output_tokens``, ``num_blocks``, ``prompt_tokens``, ``max_output_tokens``,

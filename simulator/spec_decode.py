@@ -50,7 +50,7 @@ from kvbudget.perf.speculative import (
 )
 from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.simulator.serving import FloatArray, IntArray
-from kvbudget.simulator.small_arrays import imin, isum
+from kvbudget.simulator.small_arrays import isum
 
 __all__ = ["SPEC_STREAM", "SpecDecode", "SpecEngine", "SpecRows", "draft_warning", "fleet_stats",
            "make_spec_decode"]
@@ -378,12 +378,18 @@ class SpecDecode:
         else:
             after = e.num_computed_tokens[rows] + new
             context = float(isum(after[held > 0]))
+        return self.passes_seconds(n, passes, context)
+
+    def passes_seconds(self, n: int, passes: int, context: float) -> float:
+        """:meth:`draft_seconds` of ``n`` requests drafting, ``passes`` passes the most,
+        attending to ``context`` tokens in all (counted in ``draft_s``)."""
+        if self._draft is None:
+            return 0.0
         if self._widths is not None:  # a tree: every pass runs (vLLM masks what is too long)
             seconds = self._tree_seconds(n, context)
-            self.draft_s += seconds
-            return seconds
-        one = float(self._draft.step_time(0.0, float(n), context, 0.0, 0.0)) - self._gap_s
-        seconds = passes * one
+        else:
+            seconds = passes * (float(self._draft.step_time(0.0, float(n), context, 0.0, 0.0))
+                                - self._gap_s)
         self.draft_s += seconds
         return seconds
 
@@ -444,31 +450,15 @@ class SpecDecode:
         drawn: npt.NDArray[np.int8] = self._draws[at[:, None] + ahead]
         return drawn
 
-    def run_gains(self, rows: IntArray, steps: IntArray, left: IntArray,
-                  k_max: int) -> tuple[IntArray, int]:
-        """The output tokens ``rows`` (``steps`` steps with output so far, ``left`` output
-        tokens to go) gain over their next steps that verify ``k`` drafts, before each step and
-        after the last (requests x steps + 1, uncapped: the sums of :meth:`geometric`'s draws
-        plus one a step), for a run of at most ``k_max`` steps that ends with the first step
-        in which one of them has its output, and that run's length (0 or 1: none is given)."""
-        at = self._draws_at[rows] + steps
-        gains = self._gains[: self._num_draws + 1]
-        g0 = gains[at]
-        # each row's steps to its output (its draws are at least as many: a step gives a token
-        # or more), by the running gains, which rise
-        k_max = min(k_max, imin(gains.searchsorted(g0 + left) - at))
-        if k_max <= 1:
-            return at, k_max
-        gained = gains[at[:, None] + _STEPS[: k_max + 1]]
-        gained -= g0[:, None]
-        return gained, k_max
+    def gains(self) -> IntArray:
+        """The draws' running sums (rising: ``gains[x + 1] - gains[x]`` is the draw ``x`` plus
+        one, the tokens a step that verifies ``k`` drafts gives before the cap of the target
+        output): a view of the store, of a new one after it is compacted."""
+        return self._gains[: self._num_draws + 1]
 
-    def step_gains(self, rows: IntArray, steps: IntArray) -> IntArray:
-        """:meth:`run_gains` of one step: none before it, its draw plus one after."""
-        at = self._draws_at[rows] + steps
-        gained: IntArray = self._gains[at[:, None] + _STEPS[:2]]
-        gained -= gained[:, :1]
-        return gained
+    def next_draw(self, i: int) -> int:
+        """Where row ``i``'s next draw is in :meth:`gains` (its steps with output so far)."""
+        return self._draws_at.item(i) + self.num_output_steps.item(i)
 
     def draft_run_seconds(self, num_rows: int, context: IntArray) -> FloatArray | float:
         """:meth:`draft_seconds` of steps of ``num_rows`` requests, each verifying ``k`` drafts,
@@ -487,6 +477,37 @@ class SpecDecode:
         one -= self._gap_s
         one *= self.k
         return one
+
+    def draft_terms(self, num_rows: int,
+                    stop: int) -> tuple[float, FloatArray | None, float, int] | None:
+        """:meth:`draft_run_seconds`' terms for contexts below ``stop``: ``(fixed, table, gap,
+        k)``, a step's draft time ``((fixed + table[context]) - gap) * k`` (the draft's step
+        model's table, ``VllmStepModel.decode_terms``); ``table`` None without a draft
+        (n-gram: no time); None for a tree or where the table does not serve."""
+        draft = self._draft
+        if draft is None:
+            return 0.0, None, 0.0, 0
+        terms = None if self._widths is not None else draft.decode_terms(num_rows, stop)
+        return None if terms is None else (*terms, self._gap_s, self.k)
+
+    def verify_prices(self, cost: object, n: int,
+                      context: list[int]) -> tuple[list[float], list[float]] | None:
+        """The times of verify steps of ``n`` requests attending to ``context`` tokens (one a
+        step, rising), as the engine prices their features with the cost model ``cost``, and
+        of their draft's passes, in Python numbers from the step models' tables
+        (``VllmStepModel.chunk_terms``, :meth:`draft_terms`: the same bits); None where a table
+        does not serve."""
+        if not isinstance(cost, VllmStepModel):
+            return None
+        verify = cost.chunk_terms(n, self.k + 1, context[-1] + 1)
+        draft = self.draft_terms(n, context[-1] + 1)
+        if verify is None or draft is None:
+            return None
+        fixed, table = verify
+        dfixed, dtable, gap, k = draft
+        return ([fixed + table.item(c) for c in context],
+                [0.0] * len(context) if dtable is None
+                else [(dfixed + dtable.item(c) - gap) * k for c in context])
 
     def _tree_run_seconds(self, draft: VllmStepModel, num_rows: int,
                           context: IntArray) -> FloatArray:

@@ -1,22 +1,18 @@
-"""Speculative decoding on the speed-up path: runs of verify steps with the batch unchanged,
-computed at once (:class:`SpecSkipAheadEngine`), with the results of stepping.
+"""Speculative decoding on the speed-up path (:class:`SpecSkipAheadEngine`), with the results of
+stepping: the running requests kept as a :class:`SpecGroup` while each verifies ``k`` drafts a
+step, as ``fast_decode.DecodeGroup`` keeps decoding ones. A request's accepted drafts are draws
+made as it came in, keyed by the request and its steps with output, with running sums
+(:meth:`SpecDecode.gains`): as it joins, the step it finishes in and its computed tokens and
+blocks at each of its steps follow, and it adds them to the group's sums by step (a few array
+operations once). The group schedules its steps (its members' arrays lag, written as one
+finishes or the group ends); a run of its steps (:meth:`SpecGroup.plan`, cut as a plain decode
+run is, ``DecodeRunPlanner.keep``) and its commit read slices of those sums.
 
-While every running request verifies ``k`` drafts a step (:mod:`kvbudget.simulator.spec_decode`)
-and nothing else can start, the next steps are arithmetic: a request's accepted drafts at a step
-are a draw keyed by the request and its steps with output (stepping's draws, with running sums:
-:meth:`SpecDecode.run_gains`), so its tokens after ``j`` steps, the blocks each step takes and
-the steps' times (the verify step priced, plus the draft's passes: ``VllmStepModel``'s tables,
-or one array call each for other cost models) follow. :func:`plan_spec_run` plans a run up to
-the first step that finishes a request, before the first whose blocks do not fit or whose drafts
-the model's length clips, and cut as a plain decode run is (``DecodeRunPlanner.keep``).
-
-The run's first step is scheduled by the engine's one scheduler; a run is planned only when it
-scheduled every running request with its ``k`` drafts, started and preempted nothing
-(:meth:`SpecSkipAheadEngine._run_scheduled`), so the steps after it schedule the same.
-:func:`commit_spec_run` writes what ``StepCommit.rows`` would have after them and hands the
-finished requests to ``StepCommit.finish``; the run waits as a decode run does
-(``SkipAheadEngine._wait_run``). A step that is no run commits as a run of one step
-(:func:`spec_step`) and its starts as the decode group's tail.
+The group forms at a step the one scheduler scheduled with every running request verifying its
+``k`` drafts, nothing preempted; a request that starts in a step of the group joins as it has
+its first token. Any other step (blocks that do not fit, a request still prefilling, drafts the
+model's length clips, an abort) ends it and steps as :class:`~kvbudget.simulator.engine.Engine`
+does.
 """
 
 from __future__ import annotations
@@ -32,264 +28,398 @@ from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.simulator.decode_plan import GROUP_SMALL_K, MAX_JUMP_STEPS, DecodeRunPlanner, Floats
 from kvbudget.simulator.engine import IntArray
 from kvbudget.simulator.fast_decode import SkipAheadEngine
-from kvbudget.simulator.serving import FloatArray
-from kvbudget.simulator.small_arrays import imax, imin, isum
+from kvbudget.simulator.running_loop import NO_ROWS
+from kvbudget.simulator.small_arrays import imin
 from kvbudget.simulator.spec_decode import SpecDecode
 from kvbudget.simulator.step_commit import CommitTarget
+from kvbudget.simulator.step_cost import tail_features
 
-__all__ = ["SpecRun", "SpecSkipAheadEngine", "commit_spec_run", "plan_spec_run"]
+__all__ = ["SpecGroup", "SpecRun", "SpecSkipAheadEngine"]
 
-MAX_SPEC_STEPS = 512
-"""The longest speculative run planned at once (its arrays are requests x steps)."""
-
-
-class SpecRun:
-    """A planned run of ``len(ends)`` verify steps of ``rows`` (running order): ``gained`` is the
-    output tokens each row has gained before each step and after the last (requests x steps +
-    1, uncapped: a row's are ``min(gained, left)``, ``left`` the output it had to go; only the
-    last step may finish some), ``held`` the blocks each row holds as each step is scheduled,
-    ``alloc`` the blocks steps 1..j take beyond step 0's, ``draft_s`` each step's draft time
-    (step 0's was counted as it was scheduled: not read), ``ends``/``dts`` the steps' ends and
-    times. (A plain class: a dataclass's creation costs the engine's import ~0.7 ms.)"""
-
-    __slots__ = ("alloc", "c0", "draft_s", "dts", "ends", "gained", "held", "left", "out0",
-                 "rows", "steps0")
-
-    def __init__(self, rows: IntArray, out0: IntArray, c0: IntArray, steps0: IntArray,
-                 left: IntArray, gained: IntArray, held: IntArray, alloc: IntArray,
-                 draft_s: FloatArray, ends: Floats, dts: Floats) -> None:
-        self.rows, self.out0, self.c0, self.steps0, self.left = rows, out0, c0, steps0, left
-        self.gained, self.held, self.alloc, self.draft_s = gained, held, alloc, draft_s
-        self.ends, self.dts = ends, dts
+_NEVER = 1 << 62
+"""A step the group never reaches (no member's drafts are clipped)."""
 
 
-def plan_spec_run(e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner,
-                  rows: IntArray, k_max: int, dt0: float, free: int) -> SpecRun | None:
-    """The run of at most ``k_max`` verify steps of ``rows`` from ``e.t``, whose first step
-    (scheduled, ``dt0`` long) took its blocks already and ``free`` blocks are left (see the
-    module docstring); None when it would be one step. Not cut at external events: the
-    caller cuts ``ends``."""
-    k, look, mml = spec.k, spec.lookahead, e.max_model_len
-    q = k + 1
-    n = len(rows)
-    out0 = e.num_output_tokens[rows]
-    left = e.target_output[rows] - out0
-    steps0 = spec.num_output_steps[rows]
-    # the tokens each row has gained before each step (column 0: none) and after the last:
-    # its accepted drafts (drawn as stepping draws them) and the step's own token, summed; the
-    # run ends with its first step that finishes a request
-    gained, k_max = spec.run_gains(rows, steps0, left, min(k_max, MAX_SPEC_STEPS))
-    if k_max <= 1:
-        return None
-    c0 = e.num_computed_tokens[rows]
-    # computed tokens as each step is scheduled (step j sees j steps' tokens): c0 + gained
-    computed = gained[:, :k_max] + c0[:, None]
-    top = imax(computed[:, -1])  # (computed tokens only grow along the run)
-    if top + 1 + k > mml:  # drafts clipped by the model's length
-        clip = np.logical_or.reduce(computed > mml - (1 + k), axis=0)
-        k_max = max(1, int(clip.argmax()))
+SpecRun = tuple[IntArray, Floats, Floats, Floats]
+"""A planned run of verify steps of the group from its step: the blocks steps 1..j take beyond
+step 0's, each step's draft time (step 0's was counted as it was scheduled: not read), the
+steps' ends and times."""
+
+
+Member = tuple[int, IntArray, int, int, int, int, int, int]
+"""A member of a :class:`SpecGroup`: ``(row, comp, sj, steps0, b0, fin, cfin, d)``."""
+
+
+class SpecGroup:
+    """The running requests of a :class:`SpecSkipAheadEngine` while each verifies ``k`` drafts a
+    step, by the group's ``step``: ``members`` (running order, :data:`Member`). A member joined
+    at step ``sj`` with ``steps0`` steps with output; as step ``s`` is scheduled it has
+    ``comp[s - sj]`` tokens computed (its draws' running sums, :meth:`SpecDecode.gains`),
+    ``comp[s - sj] - d`` output tokens, ``steps0 + s - sj`` steps with output and the larger of
+    ``b0`` blocks and those of its step's tokens and lookahead slots; it has all its output
+    after step ``fin - 1``, ``cfin`` tokens computed. Its arrays are those as it
+    joined until it leaves or the group ends (:meth:`write`).
+
+    ``ctx[s]`` is the members' computed tokens as step ``s`` is scheduled, ``newb[s]`` the
+    blocks step ``s`` takes, ``finc[s]`` the computed tokens of those that finish in step
+    ``s - 1``: each member adds its own as it joins, for the steps it takes. ``clip`` is the
+    first step whose drafts the model's length clips for a member (it never finishes before:
+    the group ends there); ``fresh`` the blocks held by the members that joined at the step
+    not yet scheduled."""
+
+    __slots__ = ("_rows", "clip", "ctx", "fin_min", "finc", "fresh", "members", "newb", "step")
+
+    def __init__(self) -> None:
+        self.members: list[Member] = []
+        self.ctx, self.newb, self.finc = (np.zeros(1024, np.int64) for _ in range(3))
+        self.step = 0
+        self.fin_min = self.clip = _NEVER
+        self.fresh: dict[int, int] = {}
+        self._rows: tuple[IntArray, IntArray] | None = None
+
+    def rows(self, q: int) -> tuple[IntArray, IntArray]:
+        """The members' rows, and ``q`` tokens each (the same ``q`` every call), as arrays."""
+        if self._rows is None:
+            rows = np.array([m[0] for m in self.members], np.int64)
+            self._rows = rows, np.full(len(rows), q, np.int64)
+        return self._rows
+
+    def join(self, e: CommitTarget, spec: SpecDecode, rows: list[int], taken: bool = True) -> None:
+        """``rows`` (running order, after the members; their arrays current) join at the
+        group's step with ``k`` drafts each; ``taken``: the step is scheduled (their blocks for
+        it taken), else the step's blocks count theirs."""
+        gains = spec.gains()
+        k, mml = spec.k, e.max_model_len
+        q = k + 1 + spec.lookahead
+        bs = e.kv.block_size
+        s = self.step
+        self._rows = None
+        for i in rows:
+            a = spec.next_draw(i)
+            g0 = gains.item(a)
+            c0, o0 = e.num_computed_tokens.item(i), e.num_output_tokens.item(i)
+            tgt, b0 = e.target_output.item(i), e.kv.num_blocks.item(i)
+            left = tgt - o0
+            # its steps to its output (a step gives a token or more): by the running gains,
+            # which rise
+            num = int(gains.searchsorted(g0 + left)) - a
+            if s + num >= len(self.ctx):
+                self._room(s + num + 1)
+            comp = gains[a : a + num + 1] - (g0 - c0)  # its computed tokens at its steps
+            self.ctx[s : s + num] += comp[:num]
+            # the blocks its step's tokens and lookahead slots need, within the model's length
+            last = comp.item(num - 1)
+            if last + q > mml:
+                need = np.minimum(comp[:num] + q, mml)
+                need += bs - 1
+            else:
+                need = comp[:num] + (q + bs - 1)
+            need //= bs
+            if b0 > need.item(0):
+                np.maximum(need, b0, out=need)
+            self.newb[s + 1 : s + num] += need[1:] - need[:-1]
+            b = b0
+            if not taken:  # it holds the blocks of its first step from then on
+                b = need.item(0)
+                self.newb[s] += b - b0
+                self.fresh[i] = b0
+            if last > mml - 1 - k:  # its drafts clipped at a step (they only grow)
+                self.clip = min(self.clip, s + int((comp[:num] > mml - 1 - k).argmax()))
+            self.finc[s + num] += c0 + left
+            self.members.append((i, comp, s, spec.num_output_steps.item(i), b, s + num,
+                                 c0 + left, c0 - o0))
+            self.fin_min = min(self.fin_min, s + num)
+
+    def _room(self, top: int) -> None:
+        """Room in the sums for steps up to ``top`` (twice as many as before at least)."""
+        for name in ("ctx", "newb", "finc"):
+            old = getattr(self, name)
+            new = np.zeros(max(top, 2 * len(old)), np.int64)
+            new[: len(old)] = old
+            setattr(self, name, new)
+
+    def write(self, e: CommitTarget, spec: SpecDecode, scheduled: bool,
+              members: list[Member] | None = None) -> None:
+        """Write the arrays of the members (``members`` of them) as of the group's step: as it
+        is scheduled (its blocks taken) or, not ``scheduled``, before (their drafts as
+        proposed after the last, their blocks as it was scheduled); one that has its output
+        has no drafts."""
+        s = self.step
+        k, mml = spec.k, e.max_model_len
+        q = k + 1 + spec.lookahead
+        bs = e.kv.block_size
+        for i, comp, sj, steps0, b0, _, cfin, d in self.members if members is None else members:
+            c = min(comp.item(s - sj), cfin)
+            e.num_computed_tokens[i] = c
+            e.num_output_tokens[i] = c - d
+            spec.num_output_steps[i] = steps0 + s - sj
+            drafts = 0 if c == cfin else max(0, min(k, mml - c - 1))
+            spec.num_spec_tokens[i] = drafts
+            e.num_tokens[i] = c + 1 + drafts
+            j = s - sj - (not scheduled)
+            e.kv.num_blocks[i] = (self.fresh[i] if j < 0
+                                  else max(b0, (min(comp.item(j) + q, mml) + bs - 1) // bs))
+
+    def plan(self, e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner, k_max: int,
+             dt0: float, free: int) -> SpecRun | None:
+        """The run of at most ``k_max`` verify steps of the members from ``e.t``, whose first
+        step (scheduled, ``dt0`` long) took its blocks already and ``free`` blocks are left
+        (see the module docstring); None when it would be one step. Not cut at external
+        events: the caller cuts ``ends``."""
+        s0 = self.step
+        k_max = min(k_max, self.fin_min - s0, max(1, self.clip - s0))
         if k_max <= 1:
             return None
-        computed = computed[:, :k_max]
-    bs = planner.block_size
-    # the blocks of the step's tokens and lookahead slots, within the model's length
-    if top + q + look > mml:
-        need = np.minimum(computed + (q + look), mml)
-        need += bs - 1
-    else:
-        need = computed + (q + look + bs - 1)
-    need //= bs
-    b0 = e.kv.num_blocks[rows]
-    held = np.maximum(need, b0[:, None], out=need)
-    alloc = np.add.reduce(held, axis=0)
-    alloc -= isum(b0)
-    alloc = planner.cut_to_free(alloc, free)
-    k_max = len(alloc)
-    if k_max <= 1:
-        return None
-    # the verify steps' num_context_tokens (step 0's too: its time is dt0, as scheduled),
-    # priced as _step_seconds prices a step's features, plus the draft's seconds: the cost
-    # model's table when it has one, else its step_time on arrays
-    context = np.add.reduce(computed[:, :k_max], axis=0)
-    context += n * q
-    cost: Any = planner.cost
-    dts = cost.chunk_times_at(n, q, context) if isinstance(cost, VllmStepModel) else None
-    if dts is None:
-        dts = cost.step_time(float(n * q), 0.0, context.astype(np.float64),
-                             (q * context).astype(np.float64), float(n))
-    draft = spec.draft_run_seconds(n, context)
-    dts = dts + draft
-    draft_s = np.zeros(k_max, np.float64) if isinstance(draft, float) else draft  # (n-gram)
-    dts[0] = dt0
-    if k_max <= GROUP_SMALL_K:  # a short run's in Python numbers, as the decode group's
-        times, t = dts.tolist(), e.t
-        return SpecRun(rows, out0, c0, steps0, left, gained[:, : k_max + 1], held[:, :k_max],
-                       alloc, draft_s, [t := t + dt for dt in times], times)  # (t += dt in turn)
-    ends = dts.copy()
-    ends[0] += e.t
-    np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
-    return SpecRun(rows, out0, c0, steps0, left, gained[:, : k_max + 1], held[:, :k_max], alloc,
-                   draft_s, ends, dts)
+        per = self.newb[s0 : s0 + k_max].copy()
+        per[0] = 0
+        alloc = planner.cut_to_free(np.add.accumulate(per, out=per), free)
+        k_max = len(alloc)
+        if k_max <= 1:
+            return None
+        # the verify steps' num_context_tokens (step 0's too: its time is dt0, as scheduled),
+        # priced as _step_seconds prices a step's features, plus the draft's seconds: a short
+        # run's in Python numbers from the step models' tables, else as arrays (the cost
+        # model's table when it has one, else its step_time on arrays)
+        n = len(self.members)
+        q = spec.k + 1
+        if k_max <= GROUP_SMALL_K:  # (in Python numbers, as the decode group's)
+            prices = spec.verify_prices(planner.cost, n, [
+                c + n * q for c in self.ctx[s0 : s0 + k_max].tolist()])
+            if prices is not None:
+                verify, draft_l = prices
+                times = [v + d for v, d in zip(verify, draft_l, strict=True)]
+                times[0], t = dt0, e.t
+                return alloc, draft_l, [t := t + dt for dt in times], times
+        context = self.ctx[s0 : s0 + k_max] + n * q
+        cost: Any = planner.cost
+        dts = cost.chunk_times_at(n, q, context) if isinstance(cost, VllmStepModel) else None
+        if dts is None:
+            dts = cost.step_time(float(n * q), 0.0, context.astype(np.float64),
+                                 (q * context).astype(np.float64), float(n))
+        draft = spec.draft_run_seconds(n, context)
+        dts = dts + draft
+        draft_s = np.zeros(k_max, np.float64) if isinstance(draft, float) else draft  # (n-gram)
+        dts[0] = dt0
+        if k_max <= GROUP_SMALL_K:
+            times, t = dts.tolist(), e.t
+            return alloc, draft_s.tolist(), [t := t + dt for dt in times], times
+        ends = dts.copy()
+        ends[0] += e.t
+        np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
+        return alloc, draft_s, ends, dts
 
+    def output_at(self, s: int) -> list[int]:
+        """The members' output tokens after the group's steps before ``s``."""
+        return [min(m[1].item(s - m[2]), m[6]) - m[7] for m in self.members]
 
-def spec_step(e: CommitTarget, spec: SpecDecode, rows: IntArray) -> SpecRun:
-    """A run of one verify step of ``rows`` (scheduled, its blocks taken): what
-    :func:`commit_spec_run` reads of it."""
-    out0 = e.num_output_tokens[rows]
-    steps0 = spec.num_output_steps[rows]
-    none = np.zeros((1, 1), np.int64)
-    return SpecRun(rows, out0, e.num_computed_tokens[rows], steps0, e.target_output[rows] - out0,
-                   spec.step_gains(rows, steps0), none, none[0], np.zeros(1), [], [])
-
-
-def commit_spec_run(e: CommitTarget, spec: SpecDecode, run: SpecRun, m: int) -> list[int]:
-    """Commit the first ``m`` steps of ``run`` (step 0's blocks were taken as it was
-    scheduled; the caller has ended them in time): what ``StepCommit.rows`` would have
-    written after each; returns the requests that finished in the last (only a run's last step
-    finishes some), for the caller to hand to ``StepCommit.finish``."""
-    rows = run.rows
-    n = len(rows)
-    extra = int(run.alloc[m - 1])
-    if extra:
-        e.kv.num_blocks[rows] = run.held[:, m - 1]
-        e.kv.take(extra)
-    if m > 1:
-        for seconds in run.draft_s[1:m].tolist():  # (one sum a step, in stepping's order)
-            spec.draft_s += seconds
-    left = run.left
-    grown = np.minimum(run.gained[:, m], left)
-    computed = run.c0 + grown
-    e.num_computed_tokens[rows] = computed
-    e.num_output_tokens[rows] = run.out0 + grown
-    spec.num_output_steps[rows] = run.steps0 + m
-    spec.num_verify += n * m
-    spec.num_draft_tokens += n * m * spec.k
-    spec.num_accepted_tokens += isum(grown) - n * m
-    tokens = computed + 1
-    k = spec.k
-    done = None if imax(grown - left) < 0 else grown >= left  # those that finished, if any
-    if done is None and imax(tokens) + k <= e.max_model_len:  # (the common case)
-        spec.num_spec_tokens[rows] = k
-        tokens += k
-        e.num_tokens[rows] = tokens
-        return []
-    drafts = e.max_model_len - tokens  # the next step's drafts: k, clipped to the length
-    np.minimum(drafts, k, out=drafts)
-    np.maximum(drafts, 0, out=drafts)
-    if done is not None:
-        drafts[done] = 0
-    spec.num_spec_tokens[rows] = drafts
-    drafts += tokens
-    e.num_tokens[rows] = drafts
-    return [] if done is None else rows[done].tolist()
+    def commit(self, e: CommitTarget, spec: SpecDecode, m: int, extra: int,
+               draft_s: Floats | None) -> list[int]:
+        """Commit the group's next ``m`` steps (step 0's blocks were taken as it was
+        scheduled, ``extra`` those of steps 1..m-1; ``draft_s``: each step's draft time, the
+        first not counted; the caller has ended them in time): the counts of each; returns
+        the members that finished in the last (only a run's last step finishes some), their
+        arrays written, out of the group, for the caller to hand to ``StepCommit.finish``."""
+        n = len(self.members)
+        s0 = self.step
+        s = self.step = s0 + m
+        if extra:
+            e.kv.take(extra)
+        if m > 1 and draft_s is not None:
+            for seconds in draft_s[1:m]:  # (one sum a step, in stepping's order)
+                spec.draft_s += float(seconds)
+        spec.num_verify += n * m
+        spec.num_draft_tokens += n * m * spec.k
+        spec.num_accepted_tokens += (self.ctx.item(s) + self.finc.item(s) - self.ctx.item(s0)
+                                     - n * m)
+        if self.fin_min != s:
+            return []
+        done = [mem for mem in self.members if mem[5] == s]
+        self.write(e, spec, False, done)
+        self.members = [mem for mem in self.members if mem[5] != s]
+        self.fin_min = min((mem[5] for mem in self.members), default=_NEVER)
+        self._rows = None
+        return [mem[0] for mem in done]
 
 
 class SpecSkipAheadEngine(SkipAheadEngine):
     """:class:`SkipAheadEngine` for an engine with speculative decoding (``spec``, set by
-    ``engine_variants.make_engine``): no decode group (its steps give one token each), runs of
-    verify steps instead (:func:`plan_spec_run`); a step that is not one steps as
-    :class:`~kvbudget.simulator.engine.Engine` does."""
-
-    decode_group = False
+    ``engine_variants.make_engine``): no decode group (its steps give one token each), a
+    :class:`SpecGroup` and its runs of verify steps instead; a step that is neither steps as
+    :class:`~kvbudget.simulator.engine.Engine` does. The members' arrays lag, as a decode
+    group's do: the group forms only where the variant's hooks read none
+    (``Scheduler.decode_group``), through :meth:`output_tokens_of`,
+    :meth:`running_output_tokens` and ``kv.num_running_blocks`` (current), and one that
+    preempts or retracts runs after the group has ended (:meth:`_schedule_fit`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._spec_run: SpecRun | None = None  # the run in flight
-        self._before = 0  # (_step)
+        self._spec_group: SpecGroup | None = None
+        self._before = 0  # (_schedule_fit)
+
+    def _outputs(self) -> list[int]:
+        """The members' output tokens as of the steps that have ended (a run's counted)."""
+        g, spec = self._spec_group, self.spec
+        if g is None or spec is None:
+            return []
+        return g.output_at(g.step + self._steps_done_now() - self.num_steps)
 
     def output_tokens_of(self, i: int) -> int:
-        run = self._spec_run
-        rows = [] if run is None or self._run_ends is None else run.rows.tolist()
-        if i not in rows:
-            return super().output_tokens_of(i)
-        assert run is not None
-        r = rows.index(i)  # its output after the steps that have ended
-        steps = self._steps_done_now() - self.num_steps
-        return run.out0.item(r) + min(run.gained.item(r, steps), run.left.item(r))
+        rows = self._rows_ahead()
+        return self._outputs()[rows.index(i)] if i in rows else super().output_tokens_of(i)
 
-    def _one_step(self, rows: IntArray, new: IntArray, m: int, dt: float, reserved: int,
-                  counts: tuple[int, int]) -> Generator[simpy.Event, Any, None]:
-        """A step of ``dt`` in which the running requests ``rows[:m]`` verify their drafts and
-        ``rows[m:]`` start, waited for as ``Engine._run_scheduled`` waits for it and committed,
-        unless aborts came during it, as a run of one step and the decode group's tail."""
-        self._span_head = None
-        yield from self._wait(self._account_step(dt, reserved, counts))
-        if self._aborts:
-            self._commit_step(rows, new)
-            return
-        self._steps_rows = rows
-        self._on_steps(False, 1)
-        assert self.spec is not None
-        done = commit_spec_run(self, self.spec, spec_step(self, self.spec, rows[:m]), 1)
-        self.commit.decode_step(m, list(zip(rows[m:].tolist(), new[m:].tolist(), strict=True)),
-                                done, lambda i, computed, output: None)
+    def running_output_tokens(self) -> IntArray:
+        out = super().running_output_tokens()
+        now = self._outputs()  # (the members are the first running requests)
+        out[: len(now)] = now
+        return out
 
     def _rows_ahead(self) -> list[int]:
-        run = self._spec_run
-        return super()._rows_ahead() if run is None else run.rows.tolist()
+        g = self._spec_group
+        return super()._rows_ahead() if g is None else [mem[0] for mem in g.members]
 
-    def _step(self) -> Generator[simpy.Event, Any, None]:
-        # the running requests before the step's starts when each had its token last step
+    def _end_group(self, scheduled: bool) -> None:
+        """Write the members' arrays and end the group (``scheduled``: its step is)."""
+        g = self._spec_group
+        if g is not None:
+            assert self.spec is not None
+            g.write(self, self.spec, scheduled)
+            self._spec_group = None
+
+    def _abort_now(self, i: int) -> None:
+        self._end_group(False)
+        super()._abort_now(i)
+
+    def _schedule_fit(self, budget: int) -> tuple[IntArray, IntArray, int] | None:
+        """``Scheduler._schedule_fit`` of the group in O(1): every member its ``k`` drafts and
+        the bonus token, and the blocks its step takes (``newb``: the group's sums; the members
+        listed by :meth:`_run_step`, their ``num_blocks`` lag); else the group ends and the
+        loop is the rows'. Notes the running requests before the step's starts when each had
+        its token last step (``_before``: a group forms of them, :meth:`_run_scheduled`)."""
         commit = self.commit
-        self._before = len(self.running) if commit.synced and commit.all_decode else 0
-        return super()._step()
+        n = self._before = len(self.running) if commit.synced and commit.all_decode else 0
+        g, spec = self._spec_group, self.spec
+        if g is not None and spec is not None:
+            extra = g.newb.item(g.step)
+            if (n == len(g.members) and n and g.step < g.clip and n * (spec.k + 1) <= budget
+                    and extra <= self.kv.num_available_blocks):
+                if extra:
+                    self.kv.take(extra)
+                g.fresh.clear()
+                return NO_ROWS, NO_ROWS, n * (spec.k + 1)
+            self._end_group(False)
+        return super()._schedule_fit(budget)
+
+    def _run_step(self, rows: IntArray, new: IntArray, started: list[tuple[int, int]],
+                  preempted: bool, reserved: int, gw_waiting: int
+                  ) -> Generator[simpy.Event, Any, None]:
+        """``Engine._run_step``; one whose running loop was the group's (:meth:`_schedule_fit`)
+        runs as :meth:`_group_steps` (returned: a generator fewer), its draft's passes (and the
+        verify step's time) priced from the step models' tables."""
+        g, spec = self._spec_group, self.spec
+        if g is None or spec is None:
+            return super()._run_step(rows, new, started, preempted, reserved, gw_waiting)
+        n = len(g.members)
+        rows, new = g.rows(spec.k + 1)
+        if started:
+            rows = np.concatenate((rows, [i for i, _ in started]))
+            new = np.concatenate((new, [n_new for _, n_new in started]))
+        context = g.ctx.item(g.step) + n * (spec.k + 1)
+        prices = spec.verify_prices(self.cost, n, [context])
+        if prices is None:
+            self._step_extra_s += spec.passes_seconds(n, spec.k, float(context))
+        else:
+            spec.draft_s += prices[1][0]
+            self._step_extra_s += prices[1][0]
+        counts = (len(self.running), self.num_waiting() + gw_waiting)
+        if started and self.kv.prefix is not None:  # starts with prefix caching: a step
+            self._end_group(True)
+            return self._run_scheduled(rows, new, False, reserved, counts)
+        return self._group_steps(g, rows, new, n, reserved, counts,
+                                 None if prices is None else prices[0][0])
 
     def _run_scheduled(self, rows: IntArray, new: IntArray, preempted: bool, reserved: int,
                        counts: tuple[int, int]) -> Generator[simpy.Event, Any, None]:
         spec = self.spec
-        commit = self.commit
         q = 0 if spec is None else spec.k + 1
-        # (a request not yet schedulable ends the run as it becomes schedulable, as the decode
-        # group's does)
-        k_max = self._pending_due() - self.num_steps if self._pending else MAX_JUMP_STEPS
         m = self._before
         if (spec is None or preempted or self._aborts or self.remote is not None or m < 1
+                or not self.decode_group  # (its hooks read running arrays: no group)
                 or len(rows) != len(self.running) or imin(new[:m]) != q
                 or (m < len(rows) and self.kv.prefix is not None)):
             yield from super()._run_scheduled(rows, new, preempted, reserved, counts)
             return
-        if m < len(rows):  # requests start in it (rows[m:]): one step
-            dt = self._step_seconds(self._features(rows, new))
-            yield from self._one_step(rows, new, m, dt, reserved, counts)
-            return
-        # the step's features: step_cost.rows_features of ``len(rows)`` chunks of ``q`` tokens
-        n = len(rows)
-        context = isum(self.num_computed_tokens[rows]) + n * q
-        dt0 = self._step_seconds(StepFeatures(float(n * q), 0.0, float(context),
-                                              float(q * context), float(n)))
-        t_ext = self.hooks.next_external_s()
-        until = self._plan_until(t_ext) if self.head_refusal else t_ext
-        # async scheduling: the run goes on a step past t_ext's (DecodeRunPlanner.keep)
-        lag = self._async and until == t_ext and self.runs_past_external
-        k_max = self.planner.bound(k_max, self.t, until, dt0, lag)
-        run = None if k_max <= 1 else plan_spec_run(self, spec, self.planner, rows, k_max, dt0,
-                                                    self.kv.num_available_blocks)
-        k = 0
+        g = self._spec_group = SpecGroup()  # every running request verifies its k drafts
+        g.join(self, spec, rows[:m].tolist())
+        yield from self._group_steps(g, rows, new, m, reserved, counts)
+
+    def _group_steps(self, g: SpecGroup, rows: IntArray, new: IntArray, m: int, reserved: int,
+                     counts: tuple[int, int], verify_s: float | None = None
+                     ) -> Generator[simpy.Event, Any, None]:
+        """The group's scheduled step (its ``m`` members, then the requests that start in it,
+        ``rows[m:]``: one step; ``verify_s``: the members' verify step's time, if known) and
+        the run of verify steps it starts, if any: waited for and committed (a step with
+        aborts during it as stepping commits it, the group ended)."""
+        spec = self.spec
+        assert spec is not None
+        n = len(g.members)
+        q = spec.k + 1
+        context = g.ctx.item(g.step) + n * q
+        run: SpecRun | None = None
+        k = 1
+        if m < len(rows):  # requests start in it: the members' features (chunks of q tokens),
+            # then the tail's
+            tail = list(zip(rows[m:].tolist(), new[m:].tolist(), strict=True))
+            f = tail_features(0, 0, tail, self.num_computed_tokens, self.num_tokens,
+                              self.num_output_tokens)
+            dt = self._step_seconds(StepFeatures(
+                f.num_prefill_tokens + n * q, f.num_decode_seqs, f.num_context_tokens + context,
+                f.prefill_attention + q * context, f.num_prefill_seqs + n))
+        else:
+            # (a request not yet schedulable ends the run as it becomes schedulable, as the
+            # decode group's does)
+            k_max = self._pending_due() - self.num_steps if self._pending else MAX_JUMP_STEPS
+            # the step's features: step_cost.rows_features of ``n`` chunks of ``q`` tokens
+            dt = (self._step_seconds(StepFeatures(float(n * q), 0.0, float(context),
+                                                  float(q * context), float(n)))
+                  if verify_s is None else verify_s + self._step_extra_s)
+            t_ext = self.hooks.next_external_s()
+            until = self._plan_until(t_ext) if self.head_refusal else t_ext
+            # async scheduling: the run goes on a step past t_ext's (DecodeRunPlanner.keep)
+            lag = self._async and until == t_ext and self.runs_past_external
+            k_max = self.planner.bound(k_max, self.t, until, dt, lag)
+            run = None if k_max <= 1 else g.plan(self, spec, self.planner, k_max, dt,
+                                                 self.kv.num_available_blocks)
         if run is not None:  # its steps that run (as a decode run's), while the waiting head is
             # refused up to where it may start
-            k = self._jump_limit(len(run.ends), run.alloc) if self.head_refusal else len(run.ends)
-            k = self.planner.keep(run.ends[:k], t_ext, until, lag)
-        if run is None or k < 2:
-            yield from self._one_step(rows, new, m, dt0, reserved, counts)
-            return
-        used = self.kv.num_used_blocks + run.alloc[:k]
-        cut = ((run.ends[:k], used.tolist(), run.dts[:k]) if isinstance(run.ends, list)
-               else (run.ends[:k], used, run.dts[:k]))
-        self._spec_run = run
-        yield from self._wait_run(float(cut[0][-1]), cut, reserved, counts,
-                                  t_ext if lag else float("inf"))
-        k = self._jump_keep
-        self._spec_run = None
+            alloc, draft_s, ends, dts = run
+            k = self._jump_limit(len(ends), alloc) if self.head_refusal else len(ends)
+            k = self.planner.keep(ends[:k], t_ext, until, lag)
+        if k < 2:  # one step (nothing cuts it)
+            self._span_head = None
+            yield from self._wait(self._account_step(dt, reserved, counts))
+        else:
+            used = self.kv.num_used_blocks + alloc[:k]
+            yield from self._wait_run(float(ends[k - 1]), (ends[:k], used.tolist(), dts[:k])
+                                      if isinstance(ends, list) else (ends[:k], used, dts[:k]),
+                                      reserved, counts, t_ext if lag else float("inf"))
+            k = self._jump_keep
         self._steps_rows = rows
         if self._aborts:  # the last step commits as stepping commits it, without them
             if k > 1:
                 self._on_steps(False, k - 1)
-                commit_spec_run(self, spec, run, k - 1)  # (none finishes: not the last)
-                self.kv.num_blocks[rows] = run.held[:, k - 1]
-                self.kv.take(int(run.alloc[k - 1] - run.alloc[k - 2]))
-                spec.draft_s += float(run.draft_s[k - 1])
+                g.commit(self, spec, k - 1, int(alloc[k - 2]), draft_s)  # (none finishes)
+                self.kv.take(int(alloc[k - 1] - alloc[k - 2]))
+                spec.draft_s += float(draft_s[k - 1])
+            self._end_group(True)
             self._commit_step(rows, new)
             return
         self._on_steps(False, k)
-        if done := commit_spec_run(self, spec, run, k):
-            commit.finish(done)
+        if k > 1:
+            if done := g.commit(self, spec, k, int(alloc[k - 1]), draft_s):
+                self.commit.finish(done)
+            return
+        # a run of one step, the requests that start in it as the decode group's tail (those
+        # that have their first token join)
+        self.commit.decode_step(m, list(zip(rows[m:].tolist(), new[m:].tolist(), strict=True)),
+                                g.commit(self, spec, 1, 0, None),
+                                lambda i, computed, output: g.join(self, spec, [i], False))

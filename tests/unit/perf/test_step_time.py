@@ -258,6 +258,20 @@ def test_steps_at_given_contexts_are_one_step_time_call_per_steps_bits(
         assert verify.tobytes() == want.tobytes()
 
 
+def test_verify_steps_terms_are_remembered_by_requests_and_chunk() -> None:
+    """``chunk_terms`` remembers each (requests, chunk)'s overhead and weights' term: asked
+    again, and for another count of requests or chunk on the same model, every reading is one
+    step_time call's bits."""
+    model = VllmStepModel(get_gpu("A100-80GB"), get_model("Llama-2-7B"))
+    ctx = np.array([10, 500, 3000], np.int64)
+    for n, chunk in ((4, 4), (5, 4), (4, 3), (4, 4), (5, 4)):
+        verify = model.chunk_times_at(n, chunk, ctx)
+        assert verify is not None
+        assert verify.tolist() == [model.step_time(float(n * chunk), 0.0, c, float(chunk * c),
+                                                   float(n)) for c in ctx.tolist()]
+    assert sorted(model._chunk_fixed) == [(4, 3), (4, 4), (5, 4)]
+
+
 def test_a_gpu_with_a_measured_attention_fraction_prices_prefill_attention_at_it() -> None:
     """H20: FlashAttention-3's varlen forward measured 122.7 of 148 TFLOPS (flash-attention
     #1310); a GPU without a measurement keeps the default 0.50. A pure attention step (a chunk

@@ -19,7 +19,7 @@ from kvbudget.simulator.engine import Engine
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig, simulate
 from kvbudget.simulator.scenario import make_scenario
-from kvbudget.simulator.spec_run import SpecSkipAheadEngine
+from kvbudget.simulator.spec_run import SpecGroup, SpecSkipAheadEngine
 from kvbudget.workloads import Workload
 from tests.conftest import REPO, make_workload
 from tests.model.test_properties import SETTINGS, scenarios
@@ -375,13 +375,13 @@ def test_draws_made_ahead_are_each_rows_own_and_a_changed_arrival_is_drawn_again
     for i in range(8):
         n = int(e.target_output[i])
         assert sd.geometric(e, np.array([i]), np.array([0]), n).tolist() == [want(i, n)]
-    rows, steps, left = np.array([3, 4]), np.array([1, 0]), np.array([4, 9])
-    gained, k = sd.run_gains(rows, steps, left, 20)
+    # the running gains: a row's draws plus one a step, summed from where its next draw is
+    sd.num_output_steps[3] = 1
+    gains, at = sd.gains(), [sd.next_draw(3), sd.next_draw(4)]
     sums = [np.cumsum([0] + [a + 1 for a in want(3, 5)[1:]]).tolist(),
             np.cumsum([0] + [a + 1 for a in want(4, 9)]).tolist()]
-    k_want = min(next(j for j, g in enumerate(s) if g >= n)
-                 for s, n in zip(sums, (4, 9), strict=True))
-    assert k == k_want and gained.tolist() == [s[: k + 1] for s in sums]
+    for a, s in zip(at, sums, strict=True):
+        assert (gains[a : a + len(s)] - gains[a]).tolist() == s
 
 
 def test_a_started_row_that_samples_counts_its_step_and_gets_its_drafts() -> None:
@@ -406,3 +406,115 @@ def test_a_started_row_that_samples_counts_its_step_and_gets_its_drafts() -> Non
     assert [sd.sampled_row(e, 0, 1), sd.sampled_row(e, 1, 1), sd.sampled_row(e, 2, 5)] == [1, 1, 5]
     assert sd.num_spec_tokens.tolist() == [2, 0, 3]
     assert e.num_tokens.tolist() == [103, 41, 63]
+
+
+def test_a_group_keeps_its_members_steps_as_sums_and_finishes_each_at_its_step() -> None:
+    """``SpecGroup`` by hand: ``k`` = 2 drafts all accepted (rate 1: 3 tokens a step),
+    lookahead 2 (EAGLE), blocks of 4. A: 10 tokens computed, 1 of 8 output tokens, 4 blocks;
+    B: 5 computed, 1 of 5 output, 3 blocks. A computes 10, 13, 16 as its steps 0, 1, 2 are
+    scheduled and has its 7 tokens after 3 steps (17 computed); B 5, 8 and its 4 after 2 (9).
+    The context by step: 15, 21, 16. Blocks (tokens + 3 new + 2 lookahead, over 4): A 4, 5,
+    6, B 3, 4: steps 1 and 2 take 2 and 1. Two steps committed: B finishes (its arrays
+    written: 9 computed, the cap, 5 output, the 4 blocks of step 1), 6 drafts accepted (A 4,
+    B 2 of its 3 tokens a step: 4 tokens, one its step's); A's arrays lag until written: 16
+    computed, 7 output, 2 drafts, 5 blocks."""
+    from types import SimpleNamespace
+
+    from kvbudget.simulator.spec_decode import SpecDecode
+    from kvbudget.simulator.spec_run import SpecGroup
+
+    sd = SpecDecode(SpeculativeConfig("eagle", 2, acceptance_rate=1.0), None,
+                    np.random.default_rng(0), 2)
+    taken: list[int] = []
+    e = SimpleNamespace(
+        num_computed_tokens=np.array([10, 5]), num_output_tokens=np.array([1, 1]),
+        target_output=np.array([8, 5]), num_tokens=np.array([13, 8]),
+        arrival_s=np.zeros(2), tier_priority=np.zeros(2, np.int64),
+        in_engine=np.zeros(2, np.bool_), max_model_len=1000, spec=sd,
+        kv=SimpleNamespace(block_size=4, num_blocks=np.array([4, 3]), take=taken.append))
+    for i in (0, 1):
+        sd.reset(e, i)
+        e.in_engine[i] = True
+        sd.num_output_steps[i] = 1
+        sd.num_spec_tokens[i] = 2
+    g = SpecGroup()
+    g.join(e, sd, [0, 1])
+    assert g.ctx[:4].tolist() == [15, 21, 16, 0]
+    assert g.newb[:4].tolist() == [0, 2, 1, 0]
+    assert g.finc[:4].tolist() == [0, 0, 9, 17]
+    assert [m[5] for m in g.members] == [3, 2] and g.fin_min == 2
+    assert g.commit(e, sd, 2, 2, None) == [1]
+    assert taken == [2] and sd.num_accepted_tokens == 6
+    assert e.num_computed_tokens.tolist() == [10, 9]
+    assert e.num_output_tokens.tolist() == [1, 5]
+    assert e.num_tokens.tolist() == [13, 10] and sd.num_spec_tokens.tolist() == [2, 0]
+    assert e.kv.num_blocks.tolist() == [4, 4]
+    assert [m[0] for m in g.members] == [0] and g.fin_min == 3
+    g.write(e, sd, scheduled=False)
+    assert e.num_computed_tokens.tolist() == [16, 9]
+    assert e.num_output_tokens.tolist() == [7, 5]
+    assert sd.num_output_steps.tolist() == [3, 3]
+    assert e.num_tokens.tolist() == [16 + 1 + 2, 10]
+    assert e.kv.num_blocks.tolist() == [5, 4]
+
+
+def test_verify_prices_from_the_tables_are_the_step_models_times_bit_for_bit() -> None:
+    """``SpecDecode.verify_prices``: the verify steps' times read from the target's chunk table
+    and the draft's passes from the draft's decode table are ``step_time``'s and
+    ``SpecDecode.passes_seconds``' bits (EAGLE, 3 drafts, 5 requests); none without a draft
+    (n-gram); no answer for a tree (its passes are priced by width) or another cost model."""
+    from kvbudget.perf.hardware import get_gpu
+    from kvbudget.perf.models import get_model
+    from kvbudget.perf.step_time import VllmStepModel
+    from kvbudget.simulator.spec_decode import make_spec_decode
+
+    gpu, model = get_gpu("H100-80GB"), get_model("Llama-3.1-8B")
+    target = VllmStepModel(gpu, model)
+    n, q, context = 5, 4, [1020, 1037, 1051, 2990]
+    eagle = make_spec_decode(SpeculativeConfig("eagle", 3, acceptance_rate=0.7), gpu, model, 1, 8)
+    prices = eagle.verify_prices(target, n, context)
+    assert prices is not None
+    assert prices[0] == [float(target.step_time(n * q, 0.0, c, q * c, n)) for c in context]
+    assert prices[1] == [eagle.passes_seconds(n, 3, float(c)) for c in context]
+    ngram = make_spec_decode(SpeculativeConfig("ngram", 3, acceptance_rate=0.7), gpu, model, 1, 8)
+    assert ngram.verify_prices(target, n, context) == (prices[0], [0.0] * 4)
+    tree = make_spec_decode(SpeculativeConfig("eagle3", 2, acceptance_rate=0.7,
+                                              speculative_token_tree="[(0,), (1,)]"),
+                            gpu, model, 1, 8)
+    assert tree.verify_prices(target, n, context) is None
+    assert eagle.verify_prices(LINEAR, n, context) is None
+
+
+def test_a_variant_that_reads_running_arrays_keeps_no_speculative_group(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A :class:`SpecGroup`'s members' arrays lag as a decode group's do, so it forms under the
+    same contract: an engine class saying ``decode_group = False`` (its hooks read running
+    requests' arrays between steps) keeps none with skip-ahead (nor a decode group: its steps
+    give several tokens), so it steps, with stepping's results and as many steps."""
+    from kvbudget.simulator import spec_run
+    from kvbudget.simulator.fast_decode import SkipAheadEngine
+
+    made: list[int] = []
+
+    class Counted(SpecGroup):
+        def __init__(self) -> None:
+            made.append(1)
+            super().__init__()
+
+    def no_decode_group(self: SkipAheadEngine) -> None:
+        raise AssertionError("a speculative engine formed a decode group")
+
+    monkeypatch.setattr(spec_run, "SpecGroup", Counted)
+    monkeypatch.setattr(SkipAheadEngine, "_group_form", no_decode_group)
+    # test_a_run_ends_at_the_first_step_a_request_finishes' two requests: a prefill and two
+    # runs (3 calls of _step) with the group; without, the 6 steps one by one
+    w = make_workload([0.0, 0.0], [40, 40], [9, 21])
+    cfg = _config(SpeculativeConfig("eagle", 3, acceptance_rate=1.0))
+    a, b, calls = _both(w, cfg)
+    _same(a, b)
+    assert made and calls == [6, 3]
+    made.clear()
+    monkeypatch.setattr(SpecSkipAheadEngine, "decode_group", False)
+    a, c, calls = _both(w, cfg)
+    _same(a, c)
+    assert not made and calls == [6, 6]
