@@ -288,8 +288,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         n = g.size
         run: Run | None = None
         if not tail and not self._step_extra_s:  # a decode run of the group
-            t_ext = self.hooks.next_external_s()
-            until = self._plan_until(t_ext) if self.head_refusal else t_ext
+            t_ext, until, lag = self._horizon()
             # the run ends before a deferred member's blocks fill (it joins hist then), as a request
             # becomes schedulable (not behind a refused FCFS head, _plan_until), or past t_ext's
             to_end = (min(g.finish[0][0], g.wake[0][0]) if g.wake else g.finish[0][0]) - g.step
@@ -302,8 +301,6 @@ class SkipAheadEngine(TiedSteps, Engine):
             read_s = math.inf
             if notices is not None:
                 to_end, read_s = notices.run_end(to_end, self.num_steps)
-            # (async scheduling: the run may go on a step past t_ext's, DecodeRunPlanner.keep)
-            lag = self._async and until == t_ext and self.runs_past_external
             planner = self.planner
             dt = planner.decode_step(n, n + g.context)
             k_max = planner.bound(to_end, self.t, until, dt, lag)
@@ -384,6 +381,13 @@ class SkipAheadEngine(TiedSteps, Engine):
         return done
 
     # --- decode runs ----------------------------------------------------------------------------
+    def _horizon(self) -> tuple[float, float, bool]:
+        """The next external event, how far a run planned now may go (:meth:`_plan_until`) and
+        whether it may go on a step past the event's (async scheduling, ``DecodeRunPlanner.keep``)."""
+        t_ext = self.hooks.next_external_s()
+        until = self._plan_until(t_ext) if self.head_refusal else t_ext
+        return t_ext, until, self._async and until == t_ext and self.runs_past_external
+
     def _plan_until(self, t_ext: float) -> float:
         """How far a decode run planned now may go: to the step in progress at ``t_ext``, the
         next external event (which may change what the next step schedules). While the
