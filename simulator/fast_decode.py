@@ -2,15 +2,13 @@
 at once.
 
 While every running request decodes, :class:`SkipAheadEngine` keeps them as a
-:class:`DecodeGroup`, so the running part of a step costs the same however many decode: the
-step is scheduled by the one ``Scheduler._schedule``, whose running loop's all-fit answer
-(``_schedule_fit``) is the group's, in O(1). When such a step starts
-nothing (nothing can start until a finish, a failed allocation or an outside event), the run of
-decode steps that follows is arithmetic (:mod:`kvbudget.simulator.decode_plan`): planned, waited
-for and committed in one go (cut at the step in progress when work is added or aborted, as
-stepping would). A variant whose hooks read running requests' arrays between steps
-(``Engine.decode_group = False``) steps. Stepping stays the reference: the property tests
-compare every result with it.
+:class:`DecodeGroup`, so the one ``Scheduler._schedule`` schedules the running part of a step in
+O(1) however many decode (``_schedule_fit``). When such a step starts nothing (nothing can until
+a finish, a failed allocation or an outside event), the decode run that follows is arithmetic
+(:mod:`kvbudget.simulator.decode_plan`): planned, waited for and committed in one go (cut at the
+step in progress when work is added or aborted, as stepping would). A variant whose hooks read
+running requests' arrays (``Engine.decode_group = False``) steps. Stepping stays the reference:
+the property tests compare every result with it.
 """
 
 from __future__ import annotations
@@ -80,11 +78,9 @@ class DecodeGroup:
 
 
 class SkipAheadEngine(TiedSteps, Engine):
-    """:class:`Engine` keeping its running requests as a :class:`DecodeGroup` while all of them
-    decode, and running the group's decode runs at once. A member's arrays lag behind the
-    group's steps: a variant's hooks read running requests through
-    :meth:`running_output_tokens` and ``kv.num_running_blocks`` (which count the group's
-    steps), never their arrays (``Engine.decode_group``)."""
+    """:class:`Engine` keeping its running requests as a :class:`DecodeGroup` while all decode,
+    running its decode runs at once. Members' arrays lag: hooks read :meth:`running_output_tokens`
+    and ``kv.num_running_blocks``, which count the group's steps (``Engine.decode_group``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -107,8 +103,7 @@ class SkipAheadEngine(TiedSteps, Engine):
 
     # --- what the executor and hooks read mid-run ------------------------------------------
     def output_tokens_of(self, i: int) -> int:
-        """Row ``i``'s output tokens as of the last step that has ended: a member's count the
-        group's steps, and those of a decode run in progress that have ended."""
+        """Row ``i``'s output tokens as of the last step that has ended (a run's counted)."""
         g = self._group
         if g is None or i not in g.members:
             return self.num_output_tokens.item(i)
@@ -126,8 +121,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         return self.kv.num_used_blocks + int(used[k]) - int(used[0])
 
     def run_in_flight(self) -> Floats | None:
-        """The step ends of the decode run in flight (of two steps or more), None when
-        none is."""
+        """The step ends of the decode run in flight (two steps or more), else None."""
         return self._run_ends
 
     def output_tokens(self) -> IntArray:
@@ -197,10 +191,9 @@ class SkipAheadEngine(TiedSteps, Engine):
                 g.defer(i, room.item(k), left[k])
 
     def _group_join(self, i: int, computed: int, output: int) -> None:
-        """Row ``i`` joins the group: it started in the group's step and sampled its first
-        token (``computed``, ``output``: its arrays' values now). Rows join in the order they
-        started running (all at once when the group forms, or at the step that started them),
-        so join order is running order."""
+        """Row ``i``, started in the group's step, joins with its first token (``computed``,
+        ``output``: its arrays now); rows join in the order they started running, so join
+        order is running order."""
         g = self._group
         assert g is not None
         step = g.step
@@ -220,8 +213,8 @@ class SkipAheadEngine(TiedSteps, Engine):
             g.hist[(computed - step) % bs] += 1
 
     def _group_dissolve(self, *, scheduled: bool) -> None:
-        """Write every member's arrays and end the group. ``scheduled``: the group's step is
-        scheduled (its blocks taken), not committed."""
+        """Write every member's arrays and end the group (``scheduled``: its step's blocks are
+        taken, the step not committed)."""
         g = self._group
         assert g is not None
         self._group = None
@@ -309,17 +302,12 @@ class SkipAheadEngine(TiedSteps, Engine):
             if k_max > 1:  # cut where the blocks run out and, while the waiting head is
                 # refused, where it may start (_jump_limit); then DecodeRunPlanner.keep's steps
                 used_now = self.num_gpu_blocks - (free := self.kv.num_available_blocks)
-                if k_max > GROUP_SMALL_K:
-                    alloc = planner.cut_to_free(planner.group_alloc_plan(g.hist, g.step, k_max),
-                                                free)
-                    if self.head_refusal:
-                        alloc = alloc[: self._jump_limit(len(alloc), alloc)]
-                    used: Ints = used_now + alloc
-                else:
-                    used = planner.group_used_small(g.hist, g.step, k_max, free, used_now)
-                    if self.head_refusal:
-                        alloc = np.array(used, np.int64) - used_now
-                        used = used[: self._jump_limit(len(used), alloc)]
+                used: Ints = (used_now + planner.cut_to_free(
+                    planner.group_alloc_plan(g.hist, g.step, k_max), free)
+                    if k_max > GROUP_SMALL_K
+                    else planner.group_used_small(g.hist, g.step, k_max, free, used_now))
+                if self.head_refusal:
+                    used = used[: self._jump_limit(len(used), np.asarray(used) - used_now)]
                 step_end, dts = planner.steps(n, g.context, len(used), self.t, dt,
                                               k_max <= GROUP_SMALL_K)
                 k = planner.keep(step_end, t_ext, until, lag)
@@ -390,14 +378,11 @@ class SkipAheadEngine(TiedSteps, Engine):
 
     def _plan_until(self, t_ext: float) -> float:
         """How far a decode run planned now may go: to the step in progress at ``t_ext``, the
-        next external event (which may change what the next step schedules). While the
-        waiting head is refused (``head_refusal``) a request that arrives joins the queue
-        behind it, so the steps scheduled after it differ only in the timeline's figures
-        (running and waiting requests, the gateway's reserved tokens: read as each step is
-        scheduled, kept at the samples); the run may then go on, over arrivals, to the first
-        timeline sample at or after ``t_ext`` (``DecodeRunPlanner.keep``). A request that arrives
-        at the head (a priority queue) or an abort still ends the run with the step in
-        progress (:meth:`_work_changed`), as without."""
+        next external event. While the waiting head is refused (``head_refusal``) an arrival
+        joins the queue behind it, so later steps differ only in the timeline's figures (read
+        as each step is scheduled, kept at the samples): the run may go on to the first sample
+        at or after ``t_ext`` (``DecodeRunPlanner.keep``). An arrival at the head (a priority
+        queue) or an abort still ends it with the step in progress (:meth:`_work_changed`)."""
         if not self.head_refusal or t_ext == math.inf:
             return t_ext
         self._span_head = self.waiting.peek_request()

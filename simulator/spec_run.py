@@ -183,13 +183,10 @@ class SpecGroup:
             draft_s = np.zeros(k_max, np.float64) if isinstance(draft, float) else draft  # n-gram
             dts[0] = dt0
             if not small:
-                ends = dts.copy()
-                ends[0] += e.t
-                np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds
-                return alloc, draft_s, ends, dts
+                return alloc, draft_s, planner.step_ends(dts, e.t), dts
             times, draft_l = dts.tolist(), draft_s.tolist()
-        times[0], t = dt0, e.t
-        return alloc, draft_l, [t := t + dt for dt in times], times
+        times[0] = dt0
+        return alloc, draft_l, planner.step_ends(times, e.t), times
 
     def output_at(self, s: int) -> list[int]:
         """The members' output tokens after the group's steps before ``s``."""
