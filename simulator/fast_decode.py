@@ -112,8 +112,7 @@ class SkipAheadEngine(TiedSteps, Engine):
                 + self._steps_done_now() - self.num_steps)
 
     def kv_used_blocks_now(self) -> int:
-        """``Engine.kv_used_blocks_now`` mid-run: the blocks the run's step in progress was
-        planned to use (the pool is brought up to date when the run is committed)."""
+        """``Engine.kv_used_blocks_now`` mid-run: as planned for the step in progress."""
         ends, used = self._run_ends, self._run_used
         if ends is None or used is None:
             return self.kv.num_used_blocks
@@ -247,8 +246,7 @@ class SkipAheadEngine(TiedSteps, Engine):
 
     def _schedule_fit(self, budget: int) -> tuple[IntArray, IntArray, int] | None:
         """``Scheduler._schedule_fit`` of the decode group (formed when every running request
-        decodes, each with last step's token) in O(1): each member's token, and a block where
-        they are full (``hist``); else the group is dissolved and the loop is the rows'."""
+        had a token last step) in O(1): a token each, a block where full (``hist``)."""
         g = self._group
         if (g is None and self.commit.all_decode and self.commit.synced and self.decode_group
                 and self.spec is None):  # (speculation's steps: spec_run.SpecGroup's)
@@ -275,8 +273,7 @@ class SkipAheadEngine(TiedSteps, Engine):
     def _group_iteration(
         self, g: DecodeGroup, tail: list[tuple[int, int]], reserved: int, gw_waiting: int
     ) -> Generator[simpy.Event, Any, None]:
-        """The rest of a step whose running loop was the group's (``g``; ``tail``: the waiting
-        requests that start in it): ``Engine._run_scheduled`` on the group's numbers."""
+        """``Engine._run_scheduled`` of the group's step (``tail``: the requests starting)."""
         counts = (len(self.running), self.num_waiting() + gw_waiting)
         n = g.size
         run: Run | None = None
@@ -344,8 +341,8 @@ class SkipAheadEngine(TiedSteps, Engine):
             self._commit_step(self.running_rows(), new)  # the group's rows, then the tail's
 
     def _group_advance(self, g: DecodeGroup, k: int) -> list[int]:
-        """``k`` decode steps of the group committed (their blocks taken already); returns the
-        members that have all their output now, in running order, out of the group."""
+        """Commit ``k`` steps of the group (blocks taken); returns those done, in running
+        order, written and out of the group."""
         g.step += k
         g.context += g.size * k
         finish = g.finish
@@ -391,12 +388,10 @@ class SkipAheadEngine(TiedSteps, Engine):
     def _wait_run(self, t1: float, run: Run | None = None, reserved: int = 0,
                   counts: tuple[int, int] = (0, 0), t_lag: float = math.inf
                   ) -> Generator[simpy.Event, Any, None]:
-        """Run the planned decode ``run`` (step ends, blocks in use, step times; the last ends
-        at ``t1``), with their KV and head-of-line terms and timeline samples (``reserved`` and
-        ``counts``: the timeline's figures as it was scheduled; ``t_lag``: the external event it
-        was planned to go on a step past, or inf); ``_jump_keep``: the steps that ran (a run
-        ends early when work is added or aborted). Without ``run``: a fleet's replica's
-        ``Engine._wait`` (``TiedSteps``), its step (logged as scheduled) waited for as a run."""
+        """Run the planned ``run`` (step ends, blocks in use, step times; the last ends at
+        ``t1``), logged (``reserved``, ``counts``: as ``Engine._account_step``; ``t_lag``: the
+        event it may go a step past, or inf); ``_jump_keep``: the steps that ran (fewer when
+        work is added or aborted). Without ``run``: a fleet's replica's ``Engine._wait``."""
         env = self.env
         self._busy = True
         k = 1
@@ -467,8 +462,8 @@ class SkipAheadEngine(TiedSteps, Engine):
                                self.num_preemptions_total)
 
     def _steps_done_now(self) -> int:
-        """``Engine._steps_done_now``, a run's ended steps counted (those ending before now; a
-        fleet's replica's ending now too where they ended first, ``fleet_ties``)."""
+        """``Engine._steps_done_now`` with a run's ended steps (and, for a fleet's replica,
+        those ending now that ended first, ``fleet_ties``)."""
         ends = self._run_ends
         if ends is None:
             return self.num_steps
@@ -477,12 +472,11 @@ class SkipAheadEngine(TiedSteps, Engine):
                                  else self._steps_done(ends, now))
 
     def _work_changed(self, *, added: bool = False, lag: int = 0) -> None:
-        """Work was added or aborted during a planned decode run: end it with the step in
-        progress (``lag`` steps after it: a request schedulable then, async scheduling, unless
-        a timeline sample reads those steps' figures, which count it). A request ``added``
-        behind the waiting head the run was planned past arrivals for (:meth:`_plan_until`),
-        or coming then (``lag``) to an FCFS queue, changes only the timeline's figures of the
-        steps scheduled from now on: the run goes on to the first sample at or after now."""
+        """Work was added or aborted during a run: end it with the step in progress (``lag``
+        steps after: async scheduling, unless a timeline sample reads those steps' figures). A
+        request ``added`` behind the refused head the run was planned past (:meth:`_plan_until`)
+        or coming then (``lag``) to an FCFS queue changes only the timeline's figures of later
+        steps: the run goes on to the first sample at or after now."""
         ends = self._jump_ends
         now = self.env.now
         # nothing to cut unless a step after the one in progress is planned (the run's next
