@@ -339,7 +339,8 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         run: SpecRun | None = None
         draft_s: Floats | None = None
         k = 1
-        tail = list(zip(rows[m:].tolist(), new[m:].tolist(), strict=True))  # those that start
+        tail = (list(zip(rows[m:].tolist(), new[m:].tolist(), strict=True)) if m < len(rows)
+                else [])  # those that start in it
         if tail:  # the members' features (chunks of q tokens), then the tail's
             f = tail_features(0, 0, tail, self.num_computed_tokens, self.num_tokens,
                               self.num_output_tokens)
