@@ -142,28 +142,20 @@ class DecodeRunPlanner:
 
     def steps(self, n: int, c0: int, k_max: int, t: float, dt0: float,
               small: bool) -> tuple[Floats, Floats]:
-        """Ends (:meth:`step_ends`) and durations of the ``k_max`` steps of a decode run of
-        ``n`` requests from ``c0`` context tokens and ``t`` (the first ``dt0`` long); ``small``:
-        in Python numbers, else arrays."""
+        """Ends (sums from ``t`` in stepping's order: the same bits) and durations of the
+        ``k_max`` steps of a decode run of ``n`` requests from ``c0`` context tokens (the first
+        ``dt0`` long); ``small``: in Python numbers, else arrays."""
         if not small:
             dts = self._decode_array(n, c0 + n, k_max)
-            return self.step_ends(dts, t), dts
+            ends = dts.copy()
+            ends[0] += t
+            np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
+            return ends, dts
         dts_l = [dt0]
         if k_max > SHORT_RUN_STEPS:
             dts_l += self._decode_array(n, c0 + 2 * n, k_max - 1).tolist()
         elif k_max > 1:  # a few steps: one step_time call each costs less than an array's
             dts_l += [self.decode_step(n, c) for c in range(c0 + 2 * n, c0 + n * (k_max + 1), n)]
-        return self.step_ends(dts_l, t), dts_l
-
-    @staticmethod
-    def step_ends(dts: Floats, t: float) -> Floats:
-        """The ends of steps ``dts`` long from ``t``: sums in stepping's order (``t += dt``,
-        step by step: the same bits), a list for a list."""
-        if isinstance(dts, list):
-            ends_l = list(accumulate(dts, initial=t))
-            del ends_l[0]
-            return ends_l
-        ends = dts.copy()
-        ends[0] += t
-        return np.add.accumulate(ends, out=ends)
-
+        ends_l = list(accumulate(dts_l, initial=t))  # t += dt, step by step
+        del ends_l[0]
+        return ends_l, dts_l

@@ -278,7 +278,10 @@ class SkipAheadEngine(TiedSteps, Engine):
         n = g.size
         run: Run | None = None
         if not tail and not self._step_extra_s:  # a decode run of the group
-            t_ext, until, lag = self._horizon()
+            t_ext = self.hooks.next_external_s()
+            until = self._plan_until(t_ext) if self.head_refusal else t_ext
+            # (async scheduling: the run may go on a step past t_ext's, DecodeRunPlanner.keep)
+            lag = self._async and until == t_ext and self.runs_past_external
             # the run ends before a deferred member's blocks fill (it joins hist then), as a request
             # becomes schedulable (not behind a refused FCFS head, _plan_until), or past t_ext's
             to_end = (min(g.finish[0][0], g.wake[0][0]) if g.wake else g.finish[0][0]) - g.step
@@ -299,12 +302,16 @@ class SkipAheadEngine(TiedSteps, Engine):
             if k_max > 1:  # cut where the blocks run out and, while the waiting head is
                 # refused, where it may start (_jump_limit); then DecodeRunPlanner.keep's steps
                 used_now = self.num_gpu_blocks - (free := self.kv.num_available_blocks)
-                used: Ints = (used_now + planner.cut_to_free(
-                    planner.group_alloc_plan(g.hist, g.step, k_max), free)
-                    if k_max > GROUP_SMALL_K
-                    else planner.group_used_small(g.hist, g.step, k_max, free, used_now))
+                if k_max > GROUP_SMALL_K:
+                    alloc = planner.cut_to_free(planner.group_alloc_plan(g.hist, g.step, k_max),
+                                                free)
+                    used: Ints = used_now + alloc
+                else:
+                    used = planner.group_used_small(g.hist, g.step, k_max, free, used_now)
+                    if self.head_refusal:
+                        alloc = np.array(used, np.int64) - used_now
                 if self.head_refusal:
-                    used = used[: self._jump_limit(len(used), np.asarray(used) - used_now)]
+                    used = used[: self._jump_limit(len(used), alloc)]
                 step_end, dts = planner.steps(n, g.context, len(used), self.t, dt,
                                               k_max <= GROUP_SMALL_K)
                 k = planner.keep(step_end, t_ext, until, lag)
@@ -366,13 +373,6 @@ class SkipAheadEngine(TiedSteps, Engine):
         return done
 
     # --- decode runs ----------------------------------------------------------------------------
-    def _horizon(self) -> tuple[float, float, bool]:
-        """The next external event, how far a run planned now may go (:meth:`_plan_until`) and
-        whether it may go on a step past the event's (async scheduling, ``DecodeRunPlanner.keep``)."""
-        t_ext = self.hooks.next_external_s()
-        until = self._plan_until(t_ext) if self.head_refusal else t_ext
-        return t_ext, until, self._async and until == t_ext and self.runs_past_external
-
     def _plan_until(self, t_ext: float) -> float:
         """How far a decode run planned now may go: to the step in progress at ``t_ext``, the
         next external event. While the waiting head is refused (``head_refusal``) an arrival

@@ -183,10 +183,13 @@ class SpecGroup:
             draft_s = np.zeros(k_max, np.float64) if isinstance(draft, float) else draft  # n-gram
             dts[0] = dt0
             if not small:
-                return alloc, draft_s, planner.step_ends(dts, e.t), dts
+                ends = dts.copy()
+                ends[0] += e.t
+                np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds
+                return alloc, draft_s, ends, dts
             times, draft_l = dts.tolist(), draft_s.tolist()
-        times[0] = dt0
-        return alloc, draft_l, planner.step_ends(times, e.t), times
+        times[0], t = dt0, e.t
+        return alloc, draft_l, [t := t + dt for dt in times], times
 
     def output_at(self, s: int) -> list[int]:
         """The members' output tokens after the group's steps before ``s``."""
@@ -337,7 +340,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         q = spec.k + 1
         context = g.ctx.item(g.step) + n * q
         run: SpecRun | None = None
-        draft_s: Floats | None = None
+        draft_s: Floats = []
         k = 1
         tail = (list(zip(rows[m:].tolist(), new[m:].tolist(), strict=True)) if m < len(rows)
                 else [])  # those that start in it
@@ -355,7 +358,9 @@ class SpecSkipAheadEngine(SkipAheadEngine):
             dt = (self._step_seconds(StepFeatures(float(n * q), 0.0, float(context),
                                                   float(q * context), float(n)))
                   if verify_s is None else verify_s + self._step_extra_s)
-            t_ext, until, lag = self._horizon()
+            t_ext = self.hooks.next_external_s()
+            until = self._plan_until(t_ext) if self.head_refusal else t_ext
+            lag = self._async and until == t_ext and self.runs_past_external  # (as a decode run)
             k_max = self.planner.bound(k_max, self.t, until, dt, lag)
             run = None if k_max <= 1 else g.plan(self, spec, self.planner, k_max, dt,
                                                  self.kv.num_available_blocks)
