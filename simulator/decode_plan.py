@@ -75,9 +75,8 @@ class DecodeRunPlanner:
 
     @staticmethod
     def bound(k_max: int, t: float, t_ext: float, dt0: float, lag: int = 0) -> int:
-        """An upper bound on the length of a run of at most ``k_max`` steps starting at ``t``,
-        its first step ``dt0`` long: :data:`MAX_JUMP_STEPS`, and the step in progress at the
-        next external event at ``t_ext`` and ``lag`` steps more (see :meth:`keep`)."""
+        """A bound on a run of at most ``k_max`` steps from ``t`` (the first ``dt0`` long): to the
+        step in progress at ``t_ext`` and ``lag`` steps more (:meth:`keep`)."""
         k_max = min(k_max, MAX_JUMP_STEPS)
         if t_ext != math.inf and k_max > 1 and dt0 > 0:
             # step times never shrink during a run (the context only grows), so the run
@@ -86,19 +85,14 @@ class DecodeRunPlanner:
         return k_max
 
     def keep(self, ends: Floats, t_ext: float, until: float, lag: int = 0) -> int:
-        """How many steps of a planned run, whose steps end at ``ends``, run: up to the step in
-        progress at ``until`` (or ending then: the event comes before that step's end,
-        :data:`_TIE`), before the first step that ties with another event (``tie``), and when
-        the run was planned to ``until`` past the next external event at ``t_ext``
-        (``fast_decode``'s ``_plan_until``), those up to the one in progress at ``t_ext`` and
-        those ending by ``until`` (the steps scheduled before ``t_ext`` and those whose figures
-        no sample reads).
-
-        ``lag``: under async scheduling (a request that comes during a step is schedulable once
-        the next has ended, ``engine.Engine._add``) the step after the one in progress at
-        ``until`` is scheduled as the run's steps are, unless a timeline sample falls in it (it
-        reads the figures as that step is scheduled, the request counted): so when it is
-        planned, it is kept."""
+        """How many steps of a planned run (ending at ``ends``) run: up to the step in progress
+        at ``until`` (or ending then, :data:`_TIE`), before the first that ties with another
+        event (``tie``); planned to ``until`` past ``t_ext`` (``fast_decode``'s ``_plan_until``),
+        those up to the one in progress at ``t_ext`` and those ending by ``until`` (whose
+        figures no sample reads). ``lag``: under async scheduling a request that comes during a
+        step is schedulable once the next has ended (``engine.Engine._add``), so the step after
+        the one in progress at ``until`` is kept unless a timeline sample (reading its figures,
+        the request counted) falls in it."""
         k = len(ends)
         if until < ends[-1]:  # the run ends with the first step ending at until or later
             k = bisect.bisect_left(ends, until) + 1
@@ -113,9 +107,8 @@ class DecodeRunPlanner:
         return k
 
     def group_alloc_plan(self, hist: list[int], step: int, k_max: int) -> IntArray:
-        """Blocks a decode run of the decode group takes in its steps 1..j, for ``j < k_max``:
-        ``hist[x]`` members take a block at the steps where ``(step + j) % block_size == -x %
-        block_size``."""
+        """Blocks the decode group's run takes in steps 1..j, ``j < k_max``: ``hist[x]``
+        members take one where ``(step + j) % block_size == -x % block_size``."""
         bs = self.block_size
         start = bs - (-step) % bs  # step j reads hist[(-step - j) % bs]
         per = np.array(hist, np.int64)[self._phase[start : start + k_max]]
@@ -124,8 +117,7 @@ class DecodeRunPlanner:
 
     @staticmethod
     def cut_to_free(alloc_cum: IntArray, free: int) -> IntArray:
-        """``alloc_cum`` (blocks taken in steps 1..j of a planned decode run) up to the first
-        step that runs out of the ``free`` blocks."""
+        """``alloc_cum`` (blocks steps 1..j take) up to the first that runs out of ``free``."""
         if int(alloc_cum[-1]) > free:
             # alloc_cum never decreases: the first step that runs out of blocks
             fail = int(alloc_cum.searchsorted(free, side="right"))
@@ -135,11 +127,8 @@ class DecodeRunPlanner:
     def group_used_small(
         self, hist: list[int], step: int, k_max: int, free: int, used_now: int
     ) -> list[int]:
-        """The blocks in use during each step of a short run (at most :data:`GROUP_SMALL_K`
-        steps) of the decode group (``hist``, ``step``: see ``DecodeGroup``), ``used_now``
-        during step 0, up to the first step that runs out of the ``free`` blocks, in Python
-        numbers (:meth:`group_alloc_plan` and :meth:`cut_to_free`, plus ``used_now``); its step
-        times are :meth:`steps`'s."""
+        """:meth:`group_alloc_plan` cut by :meth:`cut_to_free`, plus ``used_now``, in Python
+        numbers: the blocks in use during each step of a short run (:data:`GROUP_SMALL_K`)."""
         bs = self.block_size
         # step j takes hist[(-step - j) % bs] blocks: hist read backwards from step 1's entry,
         # round and round
@@ -153,11 +142,9 @@ class DecodeRunPlanner:
 
     def steps(self, n: int, c0: int, k_max: int, t: float, dt0: float,
               small: bool) -> tuple[Floats, Floats]:
-        """End times (sums from ``t`` in stepping's order: the same bits) and durations of the
-        ``k_max`` steps of a decode run of ``n`` requests from ``c0`` context tokens starting at
-        ``t`` (step ``j`` attends to ``c0 + n (j + 1)`` tokens; the first ``dt0`` long).
-        ``small``: in Python numbers (one ``step_time`` call a step for a few, else
-        ``decode_step_times`` read into a list), else arrays."""
+        """Ends (sums from ``t`` in stepping's order: the same bits) and durations of the
+        ``k_max`` steps of a decode run of ``n`` requests from ``c0`` context tokens (the first
+        ``dt0`` long); ``small``: in Python numbers, else arrays."""
         if not small:
             dts = self._decode_array(n, c0 + n, k_max)
             ends = dts.copy()
@@ -172,4 +159,3 @@ class DecodeRunPlanner:
         ends_l = list(accumulate(dts_l, initial=t))  # t += dt, step by step
         del ends_l[0]
         return ends_l, dts_l
-

@@ -2,15 +2,13 @@
 at once.
 
 While every running request decodes, :class:`SkipAheadEngine` keeps them as a
-:class:`DecodeGroup`, so the running part of a step costs the same however many decode: the
-step is scheduled by the one ``Scheduler._schedule``, whose running loop's all-fit answer
-(``_schedule_fit``) is the group's, in O(1). When such a step starts
-nothing (nothing can start until a finish, a failed allocation or an outside event), the run of
-decode steps that follows is arithmetic (:mod:`kvbudget.simulator.decode_plan`): planned, waited
-for and committed in one go (cut at the step in progress when work is added or aborted, as
-stepping would). A variant whose hooks read running requests' arrays between steps
-(``Engine.decode_group = False``) steps. Stepping stays the reference: the property tests
-compare every result with it.
+:class:`DecodeGroup`, so the one ``Scheduler._schedule`` schedules the running part of a step in
+O(1) however many decode (``_schedule_fit``). When such a step starts nothing (nothing can until
+a finish, a failed allocation or an outside event), the decode run that follows is arithmetic
+(:mod:`kvbudget.simulator.decode_plan`): planned, waited for and committed in one go (cut at the
+step in progress when work is added or aborted, as stepping would). A variant whose hooks read
+running requests' arrays (``Engine.decode_group = False``) steps. Stepping stays the reference:
+the property tests compare every result with it.
 """
 
 from __future__ import annotations
@@ -80,11 +78,9 @@ class DecodeGroup:
 
 
 class SkipAheadEngine(TiedSteps, Engine):
-    """:class:`Engine` keeping its running requests as a :class:`DecodeGroup` while all of them
-    decode, and running the group's decode runs at once. A member's arrays lag behind the
-    group's steps: a variant's hooks read running requests through
-    :meth:`running_output_tokens` and ``kv.num_running_blocks`` (which count the group's
-    steps), never their arrays (``Engine.decode_group``)."""
+    """:class:`Engine` keeping its running requests as a :class:`DecodeGroup` while all decode,
+    running its decode runs at once. Members' arrays lag: hooks read :meth:`running_output_tokens`
+    and ``kv.num_running_blocks``, which count the group's steps (``Engine.decode_group``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -107,8 +103,7 @@ class SkipAheadEngine(TiedSteps, Engine):
 
     # --- what the executor and hooks read mid-run ------------------------------------------
     def output_tokens_of(self, i: int) -> int:
-        """Row ``i``'s output tokens as of the last step that has ended: a member's count the
-        group's steps, and those of a decode run in progress that have ended."""
+        """Row ``i``'s output tokens as of the last step that has ended (a run's counted)."""
         g = self._group
         if g is None or i not in g.members:
             return self.num_output_tokens.item(i)
@@ -117,8 +112,7 @@ class SkipAheadEngine(TiedSteps, Engine):
                 + self._steps_done_now() - self.num_steps)
 
     def kv_used_blocks_now(self) -> int:
-        """``Engine.kv_used_blocks_now`` mid-run: the blocks the run's step in progress was
-        planned to use (the pool is brought up to date when the run is committed)."""
+        """``Engine.kv_used_blocks_now`` mid-run: as planned for the step in progress."""
         ends, used = self._run_ends, self._run_used
         if ends is None or used is None:
             return self.kv.num_used_blocks
@@ -126,8 +120,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         return self.kv.num_used_blocks + int(used[k]) - int(used[0])
 
     def run_in_flight(self) -> Floats | None:
-        """The step ends of the decode run in flight (of two steps or more), None when
-        none is."""
+        """The step ends of the decode run in flight (two steps or more), else None."""
         return self._run_ends
 
     def output_tokens(self) -> IntArray:
@@ -197,10 +190,9 @@ class SkipAheadEngine(TiedSteps, Engine):
                 g.defer(i, room.item(k), left[k])
 
     def _group_join(self, i: int, computed: int, output: int) -> None:
-        """Row ``i`` joins the group: it started in the group's step and sampled its first
-        token (``computed``, ``output``: its arrays' values now). Rows join in the order they
-        started running (all at once when the group forms, or at the step that started them),
-        so join order is running order."""
+        """Row ``i``, started in the group's step, joins with its first token (``computed``,
+        ``output``: its arrays now); rows join in the order they started running, so join
+        order is running order."""
         g = self._group
         assert g is not None
         step = g.step
@@ -220,8 +212,8 @@ class SkipAheadEngine(TiedSteps, Engine):
             g.hist[(computed - step) % bs] += 1
 
     def _group_dissolve(self, *, scheduled: bool) -> None:
-        """Write every member's arrays and end the group. ``scheduled``: the group's step is
-        scheduled (its blocks taken), not committed."""
+        """Write every member's arrays and end the group (``scheduled``: its step's blocks are
+        taken, the step not committed)."""
         g = self._group
         assert g is not None
         self._group = None
@@ -254,8 +246,7 @@ class SkipAheadEngine(TiedSteps, Engine):
 
     def _schedule_fit(self, budget: int) -> tuple[IntArray, IntArray, int] | None:
         """``Scheduler._schedule_fit`` of the decode group (formed when every running request
-        decodes, each with last step's token) in O(1): each member's token, and a block where
-        they are full (``hist``); else the group is dissolved and the loop is the rows'."""
+        had a token last step) in O(1): a token each, a block where full (``hist``)."""
         g = self._group
         if (g is None and self.commit.all_decode and self.commit.synced and self.decode_group
                 and self.spec is None):  # (speculation's steps: spec_run.SpecGroup's)
@@ -282,14 +273,15 @@ class SkipAheadEngine(TiedSteps, Engine):
     def _group_iteration(
         self, g: DecodeGroup, tail: list[tuple[int, int]], reserved: int, gw_waiting: int
     ) -> Generator[simpy.Event, Any, None]:
-        """The rest of a step whose running loop was the group's (``g``; ``tail``: the waiting
-        requests that start in it): ``Engine._run_scheduled`` on the group's numbers."""
+        """``Engine._run_scheduled`` of the group's step (``tail``: the requests starting)."""
         counts = (len(self.running), self.num_waiting() + gw_waiting)
         n = g.size
         run: Run | None = None
         if not tail and not self._step_extra_s:  # a decode run of the group
             t_ext = self.hooks.next_external_s()
             until = self._plan_until(t_ext) if self.head_refusal else t_ext
+            # (async scheduling: the run may go on a step past t_ext's, DecodeRunPlanner.keep)
+            lag = self._async and until == t_ext and self.runs_past_external
             # the run ends before a deferred member's blocks fill (it joins hist then), as a request
             # becomes schedulable (not behind a refused FCFS head, _plan_until), or past t_ext's
             to_end = (min(g.finish[0][0], g.wake[0][0]) if g.wake else g.finish[0][0]) - g.step
@@ -302,8 +294,6 @@ class SkipAheadEngine(TiedSteps, Engine):
             read_s = math.inf
             if notices is not None:
                 to_end, read_s = notices.run_end(to_end, self.num_steps)
-            # (async scheduling: the run may go on a step past t_ext's, DecodeRunPlanner.keep)
-            lag = self._async and until == t_ext and self.runs_past_external
             planner = self.planner
             dt = planner.decode_step(n, n + g.context)
             k_max = planner.bound(to_end, self.t, until, dt, lag)
@@ -315,14 +305,13 @@ class SkipAheadEngine(TiedSteps, Engine):
                 if k_max > GROUP_SMALL_K:
                     alloc = planner.cut_to_free(planner.group_alloc_plan(g.hist, g.step, k_max),
                                                 free)
-                    if self.head_refusal:
-                        alloc = alloc[: self._jump_limit(len(alloc), alloc)]
                     used: Ints = used_now + alloc
                 else:
                     used = planner.group_used_small(g.hist, g.step, k_max, free, used_now)
                     if self.head_refusal:
                         alloc = np.array(used, np.int64) - used_now
-                        used = used[: self._jump_limit(len(used), alloc)]
+                if self.head_refusal:
+                    used = used[: self._jump_limit(len(used), alloc)]
                 step_end, dts = planner.steps(n, g.context, len(used), self.t, dt,
                                               k_max <= GROUP_SMALL_K)
                 k = planner.keep(step_end, t_ext, until, lag)
@@ -359,8 +348,8 @@ class SkipAheadEngine(TiedSteps, Engine):
             self._commit_step(self.running_rows(), new)  # the group's rows, then the tail's
 
     def _group_advance(self, g: DecodeGroup, k: int) -> list[int]:
-        """``k`` decode steps of the group committed (their blocks taken already); returns the
-        members that have all their output now, in running order, out of the group."""
+        """Commit ``k`` steps of the group (blocks taken); returns those done, in running
+        order, written and out of the group."""
         g.step += k
         g.context += g.size * k
         finish = g.finish
@@ -386,14 +375,11 @@ class SkipAheadEngine(TiedSteps, Engine):
     # --- decode runs ----------------------------------------------------------------------------
     def _plan_until(self, t_ext: float) -> float:
         """How far a decode run planned now may go: to the step in progress at ``t_ext``, the
-        next external event (which may change what the next step schedules). While the
-        waiting head is refused (``head_refusal``) a request that arrives joins the queue
-        behind it, so the steps scheduled after it differ only in the timeline's figures
-        (running and waiting requests, the gateway's reserved tokens: read as each step is
-        scheduled, kept at the samples); the run may then go on, over arrivals, to the first
-        timeline sample at or after ``t_ext`` (``DecodeRunPlanner.keep``). A request that arrives
-        at the head (a priority queue) or an abort still ends the run with the step in
-        progress (:meth:`_work_changed`), as without."""
+        next external event. While the waiting head is refused (``head_refusal``) an arrival
+        joins the queue behind it, so later steps differ only in the timeline's figures (read
+        as each step is scheduled, kept at the samples): the run may go on to the first sample
+        at or after ``t_ext`` (``DecodeRunPlanner.keep``). An arrival at the head (a priority
+        queue) or an abort still ends it with the step in progress (:meth:`_work_changed`)."""
         if not self.head_refusal or t_ext == math.inf:
             return t_ext
         self._span_head = self.waiting.peek_request()
@@ -402,12 +388,10 @@ class SkipAheadEngine(TiedSteps, Engine):
     def _wait_run(self, t1: float, run: Run | None = None, reserved: int = 0,
                   counts: tuple[int, int] = (0, 0), t_lag: float = math.inf
                   ) -> Generator[simpy.Event, Any, None]:
-        """Run the planned decode ``run`` (step ends, blocks in use, step times; the last ends
-        at ``t1``), with their KV and head-of-line terms and timeline samples (``reserved`` and
-        ``counts``: the timeline's figures as it was scheduled; ``t_lag``: the external event it
-        was planned to go on a step past, or inf); ``_jump_keep``: the steps that ran (a run
-        ends early when work is added or aborted). Without ``run``: a fleet's replica's
-        ``Engine._wait`` (``TiedSteps``), its step (logged as scheduled) waited for as a run."""
+        """Run the planned ``run`` (step ends, blocks in use, step times; the last ends at
+        ``t1``), logged (``reserved``, ``counts``: as ``Engine._account_step``; ``t_lag``: the
+        event it may go a step past, or inf); ``_jump_keep``: the steps that ran (fewer when
+        work is added or aborted). Without ``run``: a fleet's replica's ``Engine._wait``."""
         env = self.env
         self._busy = True
         k = 1
@@ -478,8 +462,8 @@ class SkipAheadEngine(TiedSteps, Engine):
                                self.num_preemptions_total)
 
     def _steps_done_now(self) -> int:
-        """``Engine._steps_done_now``, a run's ended steps counted (those ending before now; a
-        fleet's replica's ending now too where they ended first, ``fleet_ties``)."""
+        """``Engine._steps_done_now`` with a run's ended steps (and, for a fleet's replica,
+        those ending now that ended first, ``fleet_ties``)."""
         ends = self._run_ends
         if ends is None:
             return self.num_steps
@@ -488,12 +472,11 @@ class SkipAheadEngine(TiedSteps, Engine):
                                  else self._steps_done(ends, now))
 
     def _work_changed(self, *, added: bool = False, lag: int = 0) -> None:
-        """Work was added or aborted during a planned decode run: end it with the step in
-        progress (``lag`` steps after it: a request schedulable then, async scheduling, unless
-        a timeline sample reads those steps' figures, which count it). A request ``added``
-        behind the waiting head the run was planned past arrivals for (:meth:`_plan_until`),
-        or coming then (``lag``) to an FCFS queue, changes only the timeline's figures of the
-        steps scheduled from now on: the run goes on to the first sample at or after now."""
+        """Work was added or aborted during a run: end it with the step in progress (``lag``
+        steps after: async scheduling, unless a timeline sample reads those steps' figures). A
+        request ``added`` behind the refused head the run was planned past (:meth:`_plan_until`)
+        or coming then (``lag``) to an FCFS queue changes only the timeline's figures of later
+        steps: the run goes on to the first sample at or after now."""
         ends = self._jump_ends
         now = self.env.now
         # nothing to cut unless a step after the one in progress is planned (the run's next

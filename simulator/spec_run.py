@@ -1,18 +1,12 @@
-"""Speculative decoding on the speed-up path (:class:`SpecSkipAheadEngine`), with the results of
-stepping: the running requests kept as a :class:`SpecGroup` while each verifies ``k`` drafts a
+"""Speculative decoding on the speed-up path (:class:`SpecSkipAheadEngine`), with stepping's
+results: the running requests kept as a :class:`SpecGroup` while each verifies ``k`` drafts a
 step, as ``fast_decode.DecodeGroup`` keeps decoding ones. A request's accepted drafts are draws
-made as it came in, keyed by the request and its steps with output, with running sums
-(:meth:`SpecDecode.gains`): as it joins, the step it finishes in and its computed tokens and
-blocks at each of its steps follow, and it adds them to the group's sums by step (a few array
-operations once). The group schedules its steps (its members' arrays lag, written as one
-finishes or the group ends); a run of its steps (:meth:`SpecGroup.plan`, cut as a plain decode
-run is, ``DecodeRunPlanner.keep``) and its commit read slices of those sums.
-
-The group forms at a step the one scheduler scheduled with every running request verifying its
-``k`` drafts, nothing preempted; a request that starts in a step of the group joins as it has
-its first token. Any other step (blocks that do not fit, a request still prefilling, drafts the
-model's length clips, an abort) ends it and steps as :class:`~kvbudget.simulator.engine.Engine`
-does.
+made as it came in (:meth:`SpecDecode.gains`' running sums), so as it joins, the step it finishes
+in and its tokens and blocks at each step follow, added to the group's sums by step at once; a
+run of the group's steps (:meth:`SpecGroup.plan`, cut as a decode run is) and its commit read
+slices of those sums. The group forms at a step with every running request verifying its
+drafts; a request that starts in one joins with its first token. Any other step (blocks that do
+not fit, a prefill, drafts the model's length clips, an abort) ends it and steps as ``Engine``.
 """
 
 from __future__ import annotations
@@ -52,20 +46,16 @@ Member = tuple[int, IntArray, int, int, int, int, int, int]
 
 class SpecGroup:
     """The running requests of a :class:`SpecSkipAheadEngine` while each verifies ``k`` drafts a
-    step, by the group's ``step``: ``members`` (running order, :data:`Member`). A member joined
-    at step ``sj`` with ``steps0`` steps with output; as step ``s`` is scheduled it has
-    ``comp[s - sj]`` tokens computed (its draws' running sums, :meth:`SpecDecode.gains`),
-    ``comp[s - sj] - d`` output tokens, ``steps0 + s - sj`` steps with output and the larger of
-    ``b0`` blocks and those of its step's tokens and lookahead slots; it has all its output
-    after step ``fin - 1``, ``cfin`` tokens computed. Its arrays are those as it
-    joined until it leaves or the group ends (:meth:`write`).
+    step: ``members`` (running order, :data:`Member`). A member joined at step ``sj`` with
+    ``steps0`` steps with output; as step ``s`` is scheduled it has ``comp[s - sj]`` tokens
+    computed, ``d`` fewer output tokens, ``steps0 + s - sj`` steps with output and the larger of
+    ``b0`` blocks and those of its step's tokens and lookahead slots; after step ``fin - 1`` it
+    has all its output, ``cfin`` tokens computed. Its arrays lag until it leaves (:meth:`write`).
 
-    ``ctx[s]`` is the members' computed tokens as step ``s`` is scheduled, ``newb[s]`` the
-    blocks step ``s`` takes, ``finc[s]`` the computed tokens of those that finish in step
-    ``s - 1``: each member adds its own as it joins, for the steps it takes. ``clip`` is the
-    first step whose drafts the model's length clips for a member (it never finishes before:
-    the group ends there); ``fresh`` the blocks held by the members that joined at the step
-    not yet scheduled."""
+    By step ``s``: ``ctx`` the members' computed tokens, ``newb`` the blocks it takes, ``finc``
+    the computed tokens of those finishing in step ``s - 1``. ``clip``: the first step whose
+    drafts the model's length clips for a member (the group ends there); ``fresh``: the blocks
+    of the members that joined at the step not yet scheduled."""
 
     __slots__ = ("_rows", "clip", "ctx", "fin_min", "finc", "fresh", "members", "newb", "step")
 
@@ -85,9 +75,8 @@ class SpecGroup:
         return self._rows
 
     def join(self, e: CommitTarget, spec: SpecDecode, rows: list[int], taken: bool = True) -> None:
-        """``rows`` (running order, after the members; their arrays current) join at the
-        group's step with ``k`` drafts each; ``taken``: the step is scheduled (their blocks for
-        it taken), else the step's blocks count theirs."""
+        """``rows`` (running order, after the members) join at the group's step; ``taken``: its
+        blocks for the step are taken, else the step's ``newb`` counts them."""
         gains = spec.gains()
         k, mml = spec.k, e.max_model_len
         q = k + 1 + spec.lookahead
@@ -100,8 +89,7 @@ class SpecGroup:
             c0, o0 = e.num_computed_tokens.item(i), e.num_output_tokens.item(i)
             tgt, b0 = e.target_output.item(i), e.kv.num_blocks.item(i)
             left = tgt - o0
-            # its steps to its output (a step gives a token or more): by the running gains,
-            # which rise
+            # its steps to its output (a step gives a token or more; the gains rise)
             num = int(gains.searchsorted(g0 + left)) - a
             if s + num >= len(self.ctx):
                 self._room(s + num + 1)
@@ -131,7 +119,7 @@ class SpecGroup:
             self.fin_min = min(self.fin_min, s + num)
 
     def _room(self, top: int) -> None:
-        """Room in the sums for steps up to ``top`` (twice as many as before at least)."""
+        """Room in the sums for steps up to ``top`` (twice as many at least)."""
         for name in ("ctx", "newb", "finc"):
             old = getattr(self, name)
             new = np.zeros(max(top, 2 * len(old)), np.int64)
@@ -140,10 +128,8 @@ class SpecGroup:
 
     def write(self, e: CommitTarget, spec: SpecDecode, scheduled: bool,
               members: list[Member] | None = None) -> None:
-        """Write the arrays of the members (``members`` of them) as of the group's step: as it
-        is scheduled (its blocks taken) or, not ``scheduled``, before (their drafts as
-        proposed after the last, their blocks as it was scheduled); one that has its output
-        has no drafts."""
+        """Write the members' arrays (or ``members``') as the group's step is ``scheduled`` (its
+        blocks taken) or before it (drafts as proposed after the last step; none once done)."""
         s = self.step
         k, mml = spec.k, e.max_model_len
         q = k + 1 + spec.lookahead
@@ -162,10 +148,9 @@ class SpecGroup:
 
     def plan(self, e: CommitTarget, spec: SpecDecode, planner: DecodeRunPlanner, k_max: int,
              dt0: float, free: int) -> SpecRun | None:
-        """The run of at most ``k_max`` verify steps of the members from ``e.t``, whose first
-        step (scheduled, ``dt0`` long) took its blocks already and ``free`` blocks are left
-        (see the module docstring); None when it would be one step. Not cut at external
-        events: the caller cuts ``ends``."""
+        """The run of at most ``k_max`` verify steps from ``e.t`` (the first scheduled, ``dt0``
+        long, its blocks taken; ``free`` blocks left), None for one step; the caller cuts it at
+        external events."""
         s0 = self.step
         k_max = min(k_max, self.fin_min - s0, max(1, self.clip - s0))
         if k_max <= 1:
@@ -176,37 +161,35 @@ class SpecGroup:
         k_max = len(alloc)
         if k_max <= 1:
             return None
-        # the verify steps' num_context_tokens (step 0's too: its time is dt0, as scheduled),
-        # priced as _step_seconds prices a step's features, plus the draft's seconds: a short
-        # run's in Python numbers from the step models' tables, else as arrays (the cost
-        # model's table when it has one, else its step_time on arrays)
+        # the verify steps priced as _step_seconds prices their features, plus the draft's
+        # seconds: a short run in Python numbers from the step models' tables, else as arrays
         n = len(self.members)
         q = spec.k + 1
-        if k_max <= GROUP_SMALL_K:  # (in Python numbers, as the decode group's)
-            prices = spec.verify_prices(planner.cost, n, [
-                c + n * q for c in self.ctx[s0 : s0 + k_max].tolist()])
-            if prices is not None:
-                verify, draft_l = prices
-                times = [v + d for v, d in zip(verify, draft_l, strict=True)]
-                times[0], t = dt0, e.t
-                return alloc, draft_l, [t := t + dt for dt in times], times
-        context = self.ctx[s0 : s0 + k_max] + n * q
-        cost: Any = planner.cost
-        dts = cost.chunk_times_at(n, q, context) if isinstance(cost, VllmStepModel) else None
-        if dts is None:
-            dts = cost.step_time(float(n * q), 0.0, context.astype(np.float64),
-                                 (q * context).astype(np.float64), float(n))
-        draft = spec.draft_run_seconds(n, context)
-        dts = dts + draft
-        draft_s = np.zeros(k_max, np.float64) if isinstance(draft, float) else draft  # (n-gram)
-        dts[0] = dt0
-        if k_max <= GROUP_SMALL_K:
-            times, t = dts.tolist(), e.t
-            return alloc, draft_s.tolist(), [t := t + dt for dt in times], times
-        ends = dts.copy()
-        ends[0] += e.t
-        np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
-        return alloc, draft_s, ends, dts
+        small = k_max <= GROUP_SMALL_K  # (in Python numbers, as the decode group's)
+        prices = None if not small else spec.verify_prices(planner.cost, n, [
+            c + n * q for c in self.ctx[s0 : s0 + k_max].tolist()])
+        if prices is not None:
+            times = [v + d for v, d in zip(*prices, strict=True)]
+            draft_l = prices[1]
+        else:
+            context = self.ctx[s0 : s0 + k_max] + n * q
+            cost: Any = planner.cost
+            dts = cost.chunk_times_at(n, q, context) if isinstance(cost, VllmStepModel) else None
+            if dts is None:
+                dts = cost.step_time(float(n * q), 0.0, context.astype(np.float64),
+                                     (q * context).astype(np.float64), float(n))
+            draft = spec.draft_run_seconds(n, context)
+            dts = dts + draft
+            draft_s = np.zeros(k_max, np.float64) if isinstance(draft, float) else draft  # n-gram
+            dts[0] = dt0
+            if not small:
+                ends = dts.copy()
+                ends[0] += e.t
+                np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds
+                return alloc, draft_s, ends, dts
+            times, draft_l = dts.tolist(), draft_s.tolist()
+        times[0], t = dt0, e.t
+        return alloc, draft_l, [t := t + dt for dt in times], times
 
     def output_at(self, s: int) -> list[int]:
         """The members' output tokens after the group's steps before ``s``."""
@@ -214,11 +197,9 @@ class SpecGroup:
 
     def commit(self, e: CommitTarget, spec: SpecDecode, m: int, extra: int,
                draft_s: Floats | None) -> list[int]:
-        """Commit the group's next ``m`` steps (step 0's blocks were taken as it was
-        scheduled, ``extra`` those of steps 1..m-1; ``draft_s``: each step's draft time, the
-        first not counted; the caller has ended them in time): the counts of each; returns
-        the members that finished in the last (only a run's last step finishes some), their
-        arrays written, out of the group, for the caller to hand to ``StepCommit.finish``."""
+        """Commit the group's next ``m`` steps (``extra``: the blocks of steps 1..m-1;
+        ``draft_s``: their draft times, the first counted already); returns the members done
+        in the last (only a run's last finishes some), written and out, for ``StepCommit.finish``."""
         n = len(self.members)
         s0 = self.step
         s = self.step = s0 + m
@@ -242,14 +223,11 @@ class SpecGroup:
 
 
 class SpecSkipAheadEngine(SkipAheadEngine):
-    """:class:`SkipAheadEngine` for an engine with speculative decoding (``spec``, set by
-    ``engine_variants.make_engine``): no decode group (its steps give one token each), a
-    :class:`SpecGroup` and its runs of verify steps instead; a step that is neither steps as
-    :class:`~kvbudget.simulator.engine.Engine` does. The members' arrays lag, as a decode
-    group's do: the group forms only where the variant's hooks read none
-    (``Scheduler.decode_group``), through :meth:`output_tokens_of`,
-    :meth:`running_output_tokens` and ``kv.num_running_blocks`` (current), and one that
-    preempts or retracts runs after the group has ended (:meth:`_schedule_fit`)."""
+    """:class:`SkipAheadEngine` with speculative decoding (``spec``): a :class:`SpecGroup` and
+    its runs of verify steps instead of the decode group; other steps step as ``Engine``. The
+    members' arrays lag as a decode group's do (``Scheduler.decode_group``: hooks read
+    :meth:`output_tokens_of`, :meth:`running_output_tokens`, ``kv.num_running_blocks``); a
+    step that preempts or retracts runs after the group has ended (:meth:`_schedule_fit`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -290,11 +268,10 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         super()._abort_now(i)
 
     def _schedule_fit(self, budget: int) -> tuple[IntArray, IntArray, int] | None:
-        """``Scheduler._schedule_fit`` of the group in O(1): every member its ``k`` drafts and
-        the bonus token, and the blocks its step takes (``newb``: the group's sums; the members
-        listed by :meth:`_run_step`, their ``num_blocks`` lag); else the group ends and the
-        loop is the rows'. Notes the running requests before the step's starts when each had
-        its token last step (``_before``: a group forms of them, :meth:`_run_scheduled`)."""
+        """``Scheduler._schedule_fit`` of the group in O(1): each member's ``k`` drafts and
+        bonus token, the step's blocks (``newb``); else the group ends and the loop is the
+        rows'. ``_before``: the running requests, when each had a token last step (a group
+        forms of them, :meth:`_run_scheduled`)."""
         commit = self.commit
         n = self._before = len(self.running) if commit.synced and commit.all_decode else 0
         g, spec = self._spec_group, self.spec
@@ -312,9 +289,8 @@ class SpecSkipAheadEngine(SkipAheadEngine):
     def _run_step(self, rows: IntArray, new: IntArray, started: list[tuple[int, int]],
                   preempted: bool, reserved: int, gw_waiting: int
                   ) -> Generator[simpy.Event, Any, None]:
-        """``Engine._run_step``; one whose running loop was the group's (:meth:`_schedule_fit`)
-        runs as :meth:`_group_steps` (returned: a generator fewer), its draft's passes (and the
-        verify step's time) priced from the step models' tables."""
+        """``Engine._run_step``; the group's step runs as :meth:`_group_steps` (returned: a
+        generator fewer), its draft and verify priced from the step models' tables."""
         g, spec = self._spec_group, self.spec
         if g is None or spec is None:
             return super()._run_step(rows, new, started, preempted, reserved, gw_waiting)
@@ -355,20 +331,20 @@ class SpecSkipAheadEngine(SkipAheadEngine):
     def _group_steps(self, g: SpecGroup, rows: IntArray, new: IntArray, m: int, reserved: int,
                      counts: tuple[int, int], verify_s: float | None = None
                      ) -> Generator[simpy.Event, Any, None]:
-        """The group's scheduled step (its ``m`` members, then the requests that start in it,
-        ``rows[m:]``: one step; ``verify_s``: the members' verify step's time, if known) and
-        the run of verify steps it starts, if any: waited for and committed (a step with
-        aborts during it as stepping commits it, the group ended)."""
+        """The group's scheduled step (its ``m`` members, then ``rows[m:]`` that start in it;
+        ``verify_s``: the members' verify time, if known) and the run it starts, if any: waited
+        for and committed (a step with aborts during it as stepping commits it)."""
         spec = self.spec
         assert spec is not None
         n = len(g.members)
         q = spec.k + 1
         context = g.ctx.item(g.step) + n * q
         run: SpecRun | None = None
+        draft_s: Floats = []
         k = 1
-        if m < len(rows):  # requests start in it: the members' features (chunks of q tokens),
-            # then the tail's
-            tail = list(zip(rows[m:].tolist(), new[m:].tolist(), strict=True))
+        tail = (list(zip(rows[m:].tolist(), new[m:].tolist(), strict=True)) if m < len(rows)
+                else [])  # those that start in it
+        if tail:  # the members' features (chunks of q tokens), then the tail's
             f = tail_features(0, 0, tail, self.num_computed_tokens, self.num_tokens,
                               self.num_output_tokens)
             dt = self._step_seconds(StepFeatures(
@@ -384,8 +360,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
                   if verify_s is None else verify_s + self._step_extra_s)
             t_ext = self.hooks.next_external_s()
             until = self._plan_until(t_ext) if self.head_refusal else t_ext
-            # async scheduling: the run goes on a step past t_ext's (DecodeRunPlanner.keep)
-            lag = self._async and until == t_ext and self.runs_past_external
+            lag = self._async and until == t_ext and self.runs_past_external  # (as a decode run)
             k_max = self.planner.bound(k_max, self.t, until, dt, lag)
             run = None if k_max <= 1 else g.plan(self, spec, self.planner, k_max, dt,
                                                  self.kv.num_available_blocks)
@@ -404,22 +379,18 @@ class SpecSkipAheadEngine(SkipAheadEngine):
                                       reserved, counts, t_ext if lag else float("inf"))
             k = self._jump_keep
         self._steps_rows = rows
-        if self._aborts:  # the last step commits as stepping commits it, without them
-            if k > 1:
-                self._on_steps(False, k - 1)
-                g.commit(self, spec, k - 1, int(alloc[k - 2]), draft_s)  # (none finishes)
-                self.kv.take(int(alloc[k - 1] - alloc[k - 2]))
-                spec.draft_s += float(draft_s[k - 1])
+        j = k - 1 if self._aborts else k  # the group's steps (with aborts the last is stepping's)
+        if j:
+            self._on_steps(False, j)
+            done = g.commit(self, spec, j, 0 if run is None else int(alloc[j - 1]), draft_s)
+            if k == 1:  # those that start join as the decode group's tail (with a token)
+                self.commit.decode_step(m, tail, done,
+                                        lambda i, computed, output: g.join(self, spec, [i], False))
+            elif done:  # (only a run's last step finishes some)
+                self.commit.finish(done)
+        if j < k:  # the last as stepping commits it, without the aborted requests
+            if j:  # its blocks and draft, as scheduled
+                self.kv.take(int(alloc[j] - alloc[j - 1]))
+                spec.draft_s += float(draft_s[j])
             self._end_group(True)
             self._commit_step(rows, new)
-            return
-        self._on_steps(False, k)
-        if k > 1:
-            if done := g.commit(self, spec, k, int(alloc[k - 1]), draft_s):
-                self.commit.finish(done)
-            return
-        # a run of one step, the requests that start in it as the decode group's tail (those
-        # that have their first token join)
-        self.commit.decode_step(m, list(zip(rows[m:].tolist(), new[m:].tolist(), strict=True)),
-                                g.commit(self, spec, 1, 0, None),
-                                lambda i, computed, output: g.join(self, spec, [i], False))

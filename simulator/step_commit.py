@@ -109,13 +109,11 @@ class StepCommit:
 
     def decode_step(self, m: int, tail: list[tuple[int, int]], done: list[int],
                     join: Callable[[int, int, int], None]) -> None:
-        """:meth:`rows` of a step whose first ``m`` rows were the running requests, all
-        decoding, whose step the caller committed (``done``: those that have all their output
-        now, in running order), followed by the waiting requests that started (``tail``: row,
-        new tokens; a few), in Python numbers. A row of the tail that samples its first token
-        joins the group (``join(row, num_computed_tokens, num_output_tokens)``) while every row
-        before it in the tail did too (or finished). (Decoding requests have cached all their
-        prompt blocks; speculative decoding's ``m`` rows verified their drafts.)"""
+        """:meth:`rows` of a step of ``m`` running requests, all decoding (or verifying drafts),
+        that the caller committed (``done``: those finished, in running order), then the few
+        that started (``tail``: row, new tokens), in Python numbers. A tail row with its first
+        token joins the group (``join``: row, computed, output tokens) while those before it did (or
+        finished). (Decoding requests have cached all their prompt blocks.)"""
         e = self._e
         if tail and e.kv.prefix is not None:
             rows = np.array([i for i, _ in tail], np.int64)
