@@ -1,14 +1,16 @@
 """Named engine behaviours: what changes when the server is not vLLM v1 with recompute.
 
 Each preset is a subclass of :class:`kvbudget.simulator.engine.Engine` overriding some of the
-hooks :class:`kvbudget.simulator.scheduler.Scheduler` lists (and nothing else of it), so continuous batching, chunked prefill, the
-step cost model and the timeline are shared. With ``skip_ahead`` :func:`make_engine` runs a preset
-on :class:`kvbudget.simulator.fast_decode.SkipAheadEngine` (the preset's hooks first, then the
+hooks :class:`kvbudget.simulator.scheduler.Scheduler` lists (and nothing else of it), so
+continuous batching, chunked prefill, the step cost model and the timeline are shared. With
+``skip_ahead`` :func:`make_engine` runs a preset on
+:class:`kvbudget.simulator.fast_decode.SkipAheadEngine` (the preset's hooks first, then the
 decode group and its decode runs, or with speculation ``spec_run.SpecGroup``'s runs of verify
-steps; a preset whose ``decode_group`` is False keeps neither group, so steps), with the same results as stepping (tests compare both for every
-preset, with and without prefix caching). The hooks read running requests only through
-``running_output_tokens`` and ``num_running_blocks``, which count the group's steps. Pick
-one with ``EngineConfig(name=...)`` or ``kvbudget simulate --engine``.
+steps; a preset whose ``decode_group`` is False keeps neither group, so steps), with the same
+results as stepping (tests compare both for every preset, with and without prefix caching). The
+hooks read running requests only through ``running_output_tokens`` and ``num_running_blocks``,
+which count the group's steps. Pick one with ``EngineConfig(name=...)`` or ``kvbudget simulate
+--engine``.
 
 * ``vllm``: vLLM v1 (:mod:`kvbudget.simulator.engine`): blocks allocated as tokens are computed,
   preemption by recompute when they run out; victim is the lowest priority then latest arrival
