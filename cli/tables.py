@@ -136,6 +136,29 @@ def slo_line(targets: Mapping[str, tuple[float, float]]) -> str:
             + parts + ")")
 
 
+def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
+    """What the runs simulated (model, GPU, engine, KV capacity, workload) and what loading
+    the workload's file warned of or assumed (``workload.warnings`` / ``.assumed``), each
+    line once however many runs share it."""
+    lines: list[str] = []
+    for s in summaries:
+        w = s.get("workload") or {}
+        tp = int((s.get("cost_model") or {}).get("tensor_parallel_size") or 1)
+        engine = (s.get("engine") or {}).get("engine", "")
+        kv = s.get("kv_capacity_tokens")
+        said = [textwrap.fill(
+            f"simulated: {s.get('model')} on {f'{tp} x ' if tp > 1 else ''}{s.get('gpu')}, "
+            f"engine {engine} ({s.get('engine_defaults')}'s defaults for unset knobs)"
+            + (f", KV capacity {int(kv):,} tokens" if kv is not None else "")
+            + f"; workload {w.get('name')}: {int(w.get('num_requests', 0)):,} requests",
+            WIDTH, subsequent_indent="  ")]
+        said += [textwrap.fill(f"{label}: {text}", WIDTH, subsequent_indent="  ")
+                 for key, label in (("warnings", "warning"), ("assumed", "assumed"))
+                 for text in w.get(key, ())]
+        lines += [line for line in said if line not in lines]
+    return lines
+
+
 def _queue_caps_line(summaries: Sequence[dict[str, Any]]) -> str:
     """The engine's own queue caps the runs assumed (``engine.queue_caps``; TGI's 128 permits
     by default) and what they refused, or ``""`` when no run had any."""
@@ -212,7 +235,8 @@ def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
     headers = SUMMARY_HEADERS if wide else ("policy", "tier", *(h for h, _ in _NARROW))
     kv_headers = KV_HEADERS if wide else KV_NARROW
     window = summaries[0].get("offered_window_s") if summaries else None
-    lines = [render(headers, rows), "", *client_lines(summaries), render(kv_headers, kv),
+    lines = [*setting_lines(summaries), render(headers, rows), "", *client_lines(summaries),
+             render(kv_headers, kv),
              textwrap.fill("policy parameters: " + "; ".join(params_line(s) for s in summaries),
                            WIDTH, subsequent_indent="  ")]
     caps = _queue_caps_line(summaries)

@@ -23,6 +23,7 @@ from kvbudget.workloads.fetch import SOURCES, fetch
 from kvbudget.workloads.spec import build_workload, default_workload_spec, parse_workload_spec
 from kvbudget.workloads.stats import tier_stats, workload_stats
 from kvbudget.workloads.traces import load_trace, save_workload
+from kvbudget.workloads.traces.save import check_save_path
 
 if TYPE_CHECKING:
     from kvbudget.workloads.traces import LoadedTrace, TraceOptions
@@ -49,6 +50,8 @@ def build_trace_options(trace_args: TraceArgs, seed: int | None = None) -> "Trac
 def _warn(loaded: "LoadedTrace") -> None:
     for warning in loaded.report.warnings:
         print(f"warning: {loaded.report.path}: {warning}", file=sys.stderr)
+    for said in loaded.report.assumed:
+        print(f"assumed: {loaded.report.path}: {said}", file=sys.stderr)
 
 
 def _fmt(value: float | None, digits: int = 0) -> str:
@@ -142,6 +145,7 @@ def convert_command(
     """Load any supported trace and write it in the generic format."""
     with user_errors():
         check_out_file(out)
+        check_save_path(out)
         options = build_trace_options(trace_args, seed)
         loaded = load_trace(file, options)
         _warn(loaded)
@@ -184,6 +188,7 @@ def synth_command(
     """Generate a synthetic workload (from --spec, or the default mix) and write it."""
     with user_errors():
         check_out_file(out)
+        check_save_path(out)
         if duration_s is not None and num_requests is not None:
             raise CliError("--duration-s and --num-requests exclude each other (each replaces "
                            "the other): give one")

@@ -484,7 +484,9 @@ class _Simulation:
             "frontend": {"name": config.frontend, **_jsonable(self.frontend.describe())},
             "engine_defaults": config.engine_defaults,
             "engine": engine_figures,
-            "workload": {"name": self.w.name, "num_requests": self.n},
+            "workload": {"name": self.w.name, "num_requests": self.n, **{
+                k: [str(x) for x in v] for k in ("warnings", "assumed")  # its file's load
+                if isinstance(v := self.w.meta.get(k), tuple) and v}},
             **({"closed_loop": self.users.describe()} if self.users is not None else {}),
             **({"clients": self._clients.describe()} if self._clients is not None else {}),
         }

@@ -46,6 +46,16 @@ class MaxOutputRule(Protocol):
     def apply(self, output: IntArray, quantile: Callable[[float], int]) -> tuple[IntArray,
                                                                                  IntArray]: ...
 
+    @property
+    def said(self) -> str:
+        """The rule in words, for the line that says what a run assumed."""
+        ...
+
+
+def _above(truncate: bool) -> str:
+    return ("longer outputs cut to it" if truncate
+            else "or the true output where longer")
+
 
 def _cap(output: IntArray, cap: int, truncate: bool) -> tuple[IntArray, IntArray]:
     if truncate:
@@ -74,6 +84,10 @@ class FixedCap:
                                                                                  IntArray]:
         return _cap(output, self.tokens, self.truncate)
 
+    @property
+    def said(self) -> str:
+        return f"{self.tokens:,} ({_above(self.truncate)})"
+
 
 @dataclass(frozen=True)
 class FactorOfTrue:
@@ -90,6 +104,10 @@ class FactorOfTrue:
         mx = np.ceil(output * float(self.factor) - 1e-9).astype(np.int64)
         return np.maximum(mx, output), output
 
+    @property
+    def said(self) -> str:
+        return f"{self.factor:g}x the true output"
+
 
 @dataclass(frozen=True)
 class QuantileCap:
@@ -105,6 +123,10 @@ class QuantileCap:
     def apply(self, output: IntArray, quantile: Callable[[float], int]) -> tuple[IntArray,
                                                                                  IntArray]:
         return _cap(output, max(1, int(quantile(self.q))), self.truncate)
+
+    @property
+    def said(self) -> str:
+        return f"the outputs' {self.q:g} quantile ({_above(self.truncate)})"
 
 
 def empirical_quantile(values: IntArray) -> Callable[[float], int]:

@@ -224,3 +224,53 @@ def test_engine_defaults_and_frontend_flags() -> None:
     assert ttft[0] > ttft[1]
     code, _, stderr = run("simulate", *SHORT, "--engine-defaults", "kvbudget-9")
     assert code == 2 and "engine_defaults" in stderr
+
+
+def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> None:
+    """A length-only table without tiers or max_tokens: the drawn arrivals (a warning), the
+    tier and the declared max_tokens it assumed are printed with the table and kept in the
+    summary; the table names the model, the GPU and the KV capacity it simulated."""
+    trace = tmp_path / "lengths.csv"
+    trace.write_text("prompt_tokens,output_tokens\n" + "100,20\n" * 30)
+    code, stdout, stderr = run("simulate", "--trace", str(trace), "--max-num-seqs", "8")
+    assert code == 0, stderr
+    lines = stdout.replace("\n  ", " ").splitlines()
+    assert lines[0].startswith("simulated: Llama-3.1-8B on H100-80GB, engine vllm")
+    assert "workload lengths: 30 requests" in lines[0] and "KV capacity " in lines[0]
+    assert lines[1].startswith("warning: the file has no arrival times: Poisson arrivals at 1")
+    assert lines[2].startswith("assumed: the file names no tier: every request is 'interactive'")
+    assert lines[3].startswith("assumed: the file gives no max_tokens: max_output_tokens 2,048 "
+                               "(or the true output where longer)")
+    assert lines[4].startswith("policy ")
+    code, stdout, _ = run("simulate", "--trace", str(trace), "--json", "--max-output", "factor:2",
+                          "--default-tier", "batch")
+    workload = json.loads(stdout)["workload"]
+    assert workload["assumed"] == [
+        "the file names no tier: every request is 'batch' (--tier-column, --tier-shares or "
+        "--default-tier choose)",
+        "the file gives no max_tokens: max_output_tokens 2x the true output, which admission "
+        "reserves beside the prompt (--max-output chooses)"]
+    assert len(workload["warnings"]) == 1
+
+
+def test_a_trace_that_says_everything_assumes_nothing(tmp_path: Path) -> None:
+    """Tiers and max_tokens in the file, arrivals in order: no warning, nothing assumed; with
+    max_tokens on some rows only, the rest are counted. compare says each line once."""
+    trace = tmp_path / "full.csv"
+    rows = [f"{i * 0.5},100,20,{'' if i % 3 else 64},interactive" for i in range(30)]
+    trace.write_text("arrival_s,prompt_tokens,output_tokens,max_output_tokens,tier\n"
+                     + "\n".join(r.replace(",,", ",64,") for r in rows) + "\n")
+    code, stdout, _ = run("simulate", "--trace", str(trace), "--json")
+    assert code == 0
+    workload = json.loads(stdout)["workload"]
+    assert set(workload) == {"name", "num_requests"}
+    trace.write_text("arrival_s,prompt_tokens,output_tokens,max_output_tokens,tier\n"
+                     + "\n".join(rows) + "\n")
+    code, stdout, stderr = run("compare", "--trace", str(trace), "--policies",
+                               "unlimited,conservative")
+    assert code == 0, stderr
+    said = [ln for ln in stdout.replace("\n  ", " ").splitlines()
+            if ln.startswith(("simulated:", "assumed:", "warning:"))]
+    assert len(said) == 2 and said[0].startswith("simulated: ")
+    assert said[1].startswith("assumed: 20 of 30 requests have no max_tokens in the file: "
+                              "max_output_tokens 2,048")

@@ -145,8 +145,9 @@ output = { kind = "uniform", low = 1, high = 10 }
     spec.write_text(spec.read_text().replace("cv = 3.0", "cv = -3.0"))
     assert_one_line_error(run("synth", "--spec", spec, "--out", out),
                           "workload.arrival.cv must be >= 0.01, got -3")
+    # the output's extension is checked first, before the spec is read or anything drawn
     assert_one_line_error(run("synth", "--spec", spec, "--out", tmp_path / "s.txt",
-                              "--rate-rps", "1"), "workload.arrival.cv")
+                              "--rate-rps", "1"), "unknown output extension '.txt'")
 
 
 @pytest.mark.parametrize(("content", "args", "needles"), [

@@ -67,6 +67,8 @@ class RawTrace:
     """The file does not end with a newline: a bad last row is a truncated line."""
     dropped: Counter[str] = field(default_factory=Counter)
     warnings: list[str] = field(default_factory=list)
+    assumed: list[str] = field(default_factory=list)
+    """What the workload takes that the file does not say (a tier, a ``max_tokens``)."""
     default_arrival_note: bool = True
 
 
@@ -344,6 +346,8 @@ def _assign_tiers(rows: _Rows, options: TraceOptions, raw: RawTrace,
                         f"this trace's columns: {', '.join(sorted(rows.labels)) or 'none'}",
                         None, show_value=False)
     if column is None or column not in rows.labels:
+        raw.assumed.append(f"the file names no tier: every request is {default!r} "
+                           "(--tier-column, --tier-shares or --default-tier choose)")
         return np.zeros(n, dtype=np.int16), (default,)
     codes, values = rows.labels[column]
     if options.tier_map is not None:
@@ -583,6 +587,7 @@ def _loaded(rows: _Rows, raw: RawTrace, options: TraceOptions, streams: Streams,
     load's report."""
     tier_codes, tier_names = _assign_tiers(rows, options, raw, streams)
     max_out, output = _apply_max_output(rows, tier_codes, tier_names, options)
+    _say_max_output(rows, raw, options, tier_names)
     hashes, offsets = (None, None) if rows.prefix is None else rows.prefix
     workload = Workload(
         arrival_s=np.ascontiguousarray(rows.arrival, dtype=np.float64),
@@ -598,7 +603,8 @@ def _loaded(rows: _Rows, raw: RawTrace, options: TraceOptions, streams: Streams,
         prefix_offsets=offsets,
         prefix_block_tokens=options.prefix_block_tokens,
         name=raw.path.stem,
-        meta={"source": str(raw.path), "format": raw.format, "timed": timed},
+        meta={"source": str(raw.path), "format": raw.format, "timed": timed,
+              "warnings": tuple(raw.warnings), "assumed": tuple(raw.assumed)},
         timeout_s=(None if rows.timeout is None or bool(np.isnan(rows.timeout).all())
                    else np.ascontiguousarray(rows.timeout, dtype=np.float64)),
     )
@@ -610,8 +616,27 @@ def _loaded(rows: _Rows, raw: RawTrace, options: TraceOptions, streams: Streams,
         dropped=tuple(sorted(raw.dropped.items())),
         warnings=tuple(raw.warnings),
         timed=timed,
+        assumed=tuple(raw.assumed),
     )
     return LoadedTrace(workload=workload, report=report)
+
+
+def _say_max_output(rows: _Rows, raw: RawTrace, options: TraceOptions,
+                    tier_names: tuple[str, ...]) -> None:
+    """Say how many requests the file gives no ``max_tokens`` and what they declare instead:
+    the gateway reserves prompt + ``max_output_tokens``, so the rule moves every answer."""
+    n = len(rows.output)
+    missing = n if rows.max_output is None else int(np.isnan(rows.max_output).sum())
+    if not missing:
+        return
+    if options.max_output_by_tier is None:
+        rule = options.max_output.said
+    else:
+        rule = "; ".join(f"{t}: {options.rule_for(t).said}" for t in tier_names)
+    whose = "the file gives no max_tokens" if missing == n else (
+        f"{missing:,} of {n:,} requests have no max_tokens in the file")
+    raw.assumed.append(f"{whose}: max_output_tokens {rule}, which admission reserves beside "
+                       "the prompt (--max-output chooses)")
 
 
 def _spread(rows: _Rows, spread_s: float) -> None:

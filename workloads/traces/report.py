@@ -16,6 +16,8 @@ class LoadReport:
     ``(reason, count)`` for rows removed as invalid-but-expected (failed requests, a truncated
     last line), not those a window or sample left out. ``timed`` is False when the file has no
     arrival times (length-only tables): the workload's arrivals are then synthetic.
+    ``assumed`` says what the workload takes that the file does not (its tier, its
+    ``max_tokens``).
     """
 
     path: str
@@ -25,6 +27,7 @@ class LoadReport:
     dropped: tuple[tuple[str, int], ...] = ()
     warnings: tuple[str, ...] = ()
     timed: bool = True
+    assumed: tuple[str, ...] = ()
 
     @property
     def dropped_rows(self) -> int:
@@ -40,6 +43,7 @@ class LoadReport:
             "dropped": {reason: count for reason, count in self.dropped},
             "warnings": list(self.warnings),
             "timed": self.timed,
+            "assumed": list(self.assumed),
         }
 
 

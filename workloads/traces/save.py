@@ -77,20 +77,28 @@ def _write_jsonl(workload: Workload, fh: Any) -> None:
         fh.write(line + "}\n")
 
 
-def save_workload(workload: Workload, path: str | Path) -> Path:
-    """Write ``workload`` to ``path`` in the generic format; the extension picks the encoding
-    (``.parquet``, ``.csv`` or ``.jsonl``). CSV keeps prefix hashes as space-separated integers.
-    The file is written next to its destination and renamed into place."""
+def check_save_path(path: str | Path) -> Path:
+    """``path`` if its extension names an encoding :func:`save_workload` writes and its folder
+    exists (checked before a trace is loaded to be saved there), else a :class:`TraceError`."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in SAVE_SUFFIXES:
         raise TraceError(path, f"unknown output extension {suffix or '(none)'!r}: use "
                          f"{', '.join(SAVE_SUFFIXES)}")
+    if not path.parent.exists():
+        raise TraceError(path, f"the directory {str(path.parent)!r} does not exist")
+    return path
+
+
+def save_workload(workload: Workload, path: str | Path) -> Path:
+    """Write ``workload`` to ``path`` in the generic format; the extension picks the encoding
+    (``.parquet``, ``.csv`` or ``.jsonl``). CSV keeps prefix hashes as space-separated integers.
+    The file is written next to its destination and renamed into place."""
+    path = check_save_path(path)
+    suffix = path.suffix.lower()
     for name in workload.tier_names:
         if '"' in name or "\\" in name:
             raise TraceError(path, f"tier name {name!r} cannot be written", field="tier")
-    if not path.parent.exists():
-        raise TraceError(path, f"the directory {str(path.parent)!r} does not exist")
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         if suffix == ".jsonl":

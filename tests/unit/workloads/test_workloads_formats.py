@@ -249,6 +249,16 @@ def test_tier_shares_and_max_output_rules(tmp_path: Path) -> None:
     batch = by_tier.tier == by_tier.tier_names.index("batch")
     assert np.array_equal(by_tier.max_output_tokens[batch], by_tier.output_tokens[batch])
     assert np.all(by_tier.max_output_tokens[~batch] >= 2048)
+    # what each rule declared is said with the load (tier shares were given: no tier assumed)
+    said = load_trace(path, TraceOptions(
+        tier_shares={"interactive": 0.5, "batch": 0.5},
+        max_output_by_tier={"batch": FactorOfTrue(1.0)})).report.assumed
+    assert len(said) == 1 and said[0].startswith("the file gives no max_tokens: max_output_tokens ")
+    assert "interactive: 2,048 (or the true output where longer)" in said[0]
+    assert "batch: 1x the true output" in said[0]
+    said = load_trace(path, TraceOptions(max_output=QuantileCap(0.9, truncate=True))).report
+    assert said.assumed[1].startswith("the file gives no max_tokens: max_output_tokens the "
+                                      "outputs' 0.9 quantile (longer outputs cut to it)")
 
 
 def test_generic_max_output_column_used_where_given(tmp_path: Path) -> None:
