@@ -413,6 +413,17 @@ class ScenarioArgs:
             engine_defaults=self.engine_defaults, frontend=self.frontend)
 
 
+def say_workload(scn: "Scenario") -> None:
+    """On stderr, what loading the scenario's workload warned of or assumed (a trace's
+    missing tiers and ``max_tokens``, drawn arrivals), before a study's many runs: their
+    tables have no room for it, and ``simulate``'s and ``compare``'s print it with theirs."""
+    workload = scn.workload()
+    for key, label in (("warnings", "warning"), ("assumed", "assumed")):
+        said = workload.meta.get(key)
+        for text in said if isinstance(said, tuple) else ():
+            typer.echo(f"{label}: {workload.name}: {text}", err=True)
+
+
 # --- decorators --------------------------------------------------------------------------------
 
 

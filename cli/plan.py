@@ -15,6 +15,7 @@ from kvbudget.cli.options import (
     JobsOpt,
     ScenarioArgs,
     policy_names,
+    say_workload,
     with_scenario_options,
 )
 from kvbudget.cli.progress import Bar
@@ -115,6 +116,7 @@ def plan_cmd(
             raise CliError("--rate-scale: plan takes one load")
         replications = study_replications(interval, interval_draws, replications)
         scn = setup.build()
+        say_workload(scn)
         table, sources = _price_table(prices, price)
         names: tuple[str, ...] = ()
         if policies is not None:

@@ -18,6 +18,7 @@ from kvbudget.cli.options import (
     JobsOpt,
     ScenarioArgs,
     policy_names,
+    say_workload,
     with_scenario_options,
 )
 from kvbudget.cli.progress import Bar
@@ -125,6 +126,7 @@ def sweep_cmd(
     with user_errors():
         check_out_dir(out)
         scn = setup.build(with_rate_scale=False)
+        say_workload(scn)
         scales = setup.trace_args.rate_scales()
         rate_scale = None if scales is None else ",".join(f"{v:g}" for v in scales)
         axes = _sweep_axes(policies, grid, rate_scale)
@@ -275,6 +277,7 @@ def tune_cmd(
         if policy is not None:
             policy_names(policy)
         scn = setup.build(policy=policy)
+        say_workload(scn)
         spec = TuneSpec(
             scenario=scn,
             params=tuple(Param.parse(p) for p in param),
@@ -397,6 +400,7 @@ def capacity_cmd(
             raise CliError("--rate-scale: capacity searches the load itself")
         replications = study_replications(interval, interval_draws, replications)
         scn = setup.build()
+        say_workload(scn)
         slos = tuple(Constraint.parse(c) for c in slo or [])
         spec = CapacitySpec(scn, tuple(names), target=0.9 if target is None else target,
                             metric=metric, replications=replications, rel_tol=rel_tol,

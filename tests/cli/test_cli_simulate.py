@@ -251,6 +251,13 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
         "the file gives no max_tokens: max_output_tokens 2x the true output, which admission "
         "reserves beside the prompt (--max-output chooses)"]
     assert len(workload["warnings"]) == 1
+    # a study's table has no room for them: sweep says them on stderr before its runs
+    code, _, stderr = run("sweep", "--trace", str(trace), "--policies", "unlimited",
+                          "--replications", "1", "--out", str(tmp_path / "sweep"))
+    assert code == 0, stderr
+    assert [ln.split(":")[0] for ln in stderr.splitlines()[:3]] == ["warning", "assumed",
+                                                                     "assumed"]
+    assert stderr.splitlines()[2].startswith("assumed: lengths: the file gives no max_tokens")
 
 
 def test_a_trace_that_says_everything_assumes_nothing(tmp_path: Path) -> None:
