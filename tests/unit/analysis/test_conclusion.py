@@ -52,7 +52,7 @@ def test_compare_names_the_slo_targets_and_splits_refused_from_expired(tmp_path:
     res = CliRunner().invoke(app, ["compare", "--policies", "conservative",
                                    "--set", "workload.duration_s=30"])
     assert res.exit_code == 0, res.output
-    header = res.output.splitlines()[0].split()
+    header = next(ln for ln in res.output.splitlines() if ln.startswith("policy ")).split()
     assert "refused" in header and "expired" in header
     text = " ".join(res.output.split())
     assert "interactive TTFT<=2 s, TPOT<=0.1 s" in text
