@@ -281,3 +281,18 @@ def test_a_trace_that_says_everything_assumes_nothing(tmp_path: Path) -> None:
     assert len(said) == 2 and said[0].startswith("simulated: ")
     assert said[1].startswith("assumed: 20 of 30 requests have no max_tokens in the file: "
                               "max_output_tokens 2,048")
+
+
+RECORDINGS = Path(__file__).resolve().parents[1] / "fixtures" / "recordings"
+
+
+@pytest.mark.parametrize("path", sorted(
+    p for p in RECORDINGS.rglob("*") if p.is_file() and "handmade" not in p.parts
+    and p.suffix in (".json", ".jsonl", ".csv")), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_load_tools_result_given_as_a_trace_is_refused_naming_the_way_in(path: Path) -> None:
+    """Files the load tools wrote here are recordings: simulate --trace refuses each in one
+    line that names validate --records (none is read as a trace of other requests)."""
+    code, stdout, stderr = run("simulate", "--trace", str(path))
+    assert code == 2, stdout
+    assert len(stderr.strip().splitlines()) == 1 and stderr.startswith("error: ")
+    assert "kvbudget validate --records FILE" in stderr

@@ -33,6 +33,12 @@ def _loader(fmt: str) -> Loader:
     return loaders[fmt]
 
 
+RECORDING_HINT = ("a load tool's result (vllm bench serve, GuideLLM, AIPerf, inference-perf) is "
+                  "a recording, not a trace: kvbudget validate --records FILE simulates its "
+                  "requests and compares")
+"""Said where a file fits no trace format: the load tools' results are read as recordings."""
+
+
 def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
     """The format of a trace file, from its name, its first bytes and its header."""
     path = Path(path)
@@ -50,14 +56,17 @@ def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
         try:
             record = json.loads(first)
         except (json.JSONDecodeError, RecursionError) as exc:
-            raise TraceError(path, f"not valid JSON ({_json_problem(exc)})", line=1) from None
+            raise TraceError(path, f"not valid JSON ({_json_problem(exc)}): a JSON lines trace "
+                             f"has one request a line; {RECORDING_HINT}", line=1) from None
         keys = set(record) if isinstance(record, dict) else set()
         if {"timestamp", "input_length", "output_length"} <= keys:
             return "mooncake"
         if _GENERIC_HINT & keys or mapped & keys:
             return "generic"
-        raise TraceError(path, "cannot tell the trace format from the first record (keys: "
-                         f"{', '.join(sorted(map(str, keys)))}); pass a format", line=1)
+        names = sorted(map(str, keys))
+        shown = ", ".join(names[:8]) + (f", ... ({len(names)} keys)" if len(names) > 8 else "")
+        raise TraceError(path, f"cannot tell the trace format from the first record (keys: "
+                         f"{shown}); pass a format; {RECORDING_HINT}", line=1)
     header = set(split_header(first))
     if {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} <= header:
         return "azure"
@@ -68,7 +77,7 @@ def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
     if _GENERIC_HINT & header or mapped & header:
         return "generic"
     raise TraceError(path, f"cannot tell the trace format from the header {first[:80]!r}; "
-                     f"pass a format ({', '.join(FORMATS)})", line=1)
+                     f"pass a format ({', '.join(FORMATS)}); {RECORDING_HINT}", line=1)
 
 
 def _check_applicable(path: Path, fmt: str, options: TraceOptions) -> None:
