@@ -137,9 +137,10 @@ def slo_line(targets: Mapping[str, tuple[float, float]]) -> str:
 
 
 def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
-    """What the runs simulated (model, GPU, engine, KV capacity, workload) and what loading
-    the workload's file warned of or assumed (``workload.warnings`` / ``.assumed``), each
-    line once however many runs share it."""
+    """What the runs simulated (model, GPU, engine, KV capacity, workload), what loading the
+    workload's file warned of or assumed (``workload.warnings`` / ``.assumed``), each line once
+    however many runs share it, and what each run assumed that changed its answer
+    (``assumed``: the default tiers' limit where it refused requests)."""
     lines: list[str] = []
     for s in summaries:
         w = s.get("workload") or {}
@@ -155,6 +156,8 @@ def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
         said += [textwrap.fill(f"{label}: {text}", WIDTH, subsequent_indent="  ")
                  for key, label in (("warnings", "warning"), ("assumed", "assumed"))
                  for text in w.get(key, ())]
+        said += [textwrap.fill(f"assumed: {s.get('policy', '')}: {text}", WIDTH,
+                               subsequent_indent="  ") for text in s.get("assumed", ())]
         lines += [line for line in said if line not in lines]
     return lines
 

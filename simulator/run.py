@@ -30,7 +30,7 @@ from kvbudget.policies import (
     RequestTooLarge,
     Revoke,
 )
-from kvbudget.policies.tiers import TierConfig, tier_map
+from kvbudget.policies.tiers import DEFAULT_TIERS, TierConfig, tier_map
 from kvbudget.results.metrics import aggregate_token_gaps, summarize
 from kvbudget.results.records import (
     PENDING,
@@ -487,9 +487,29 @@ class _Simulation:
             "workload": {"name": self.w.name, "num_requests": self.n, **{
                 k: [str(x) for x in v] for k in ("warnings", "assumed")  # its file's load
                 if isinstance(v := self.w.meta.get(k), tuple) and v}},
+            **self._default_tiers_said(),
             **({"closed_loop": self.users.describe()} if self.users is not None else {}),
             **({"clients": self._clients.describe()} if self._clients is not None else {}),
         }
+
+    def _default_tiers_said(self) -> dict[str, Any]:
+        """``{"assumed": [line]}`` when the gateway's tiers are the defaults (none given) and
+        their ``max_sequence_tokens`` refused requests that the model's context would take:
+        a limit nobody set must not pass unsaid for the traffic's own size."""
+        if self.config.tiers is not DEFAULT_TIERS:
+            return {}
+        refused = np.flatnonzero(self.status == STATUS_CODES["rejected_too_large"]).tolist()
+        num = sum(1 for i in refused if i not in self.reason)  # the gateway's (no reason)
+        if not num:
+            return {}
+        limits = "/".join(sorted({f"{t.max_sequence_tokens:,}" for t in DEFAULT_TIERS}))
+        context = self.setup.engine.max_model_len
+        return {"assumed": [
+            f"the default tiers' max_sequence_tokens ({limits}) refused {num:,} requests as too "
+            "large (prompt + max_output_tokens above it) before any prefill"
+            + (f"; the model's context is {context:,} tokens" if context else "")
+            + ": give the tiers' limits (--set tiers.0.max_sequence_tokens=N, or [[tiers]] "
+            "in a scenario)"]}
 
     def _let_engine_go(self) -> None:
         """Drop the engine, the gateway and the clock once the results have been read from

@@ -663,21 +663,34 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     return path, value
 
 
+def _index(item: str, path: list[str], items: list[Any]) -> int:
+    """The list index ``path``'s last part names, if ``items`` has it."""
+    index = int(path[-1])
+    if index >= len(items):
+        raise ValueError(f"--set {item!r}: {'.'.join(path[:-1])} has {len(items)} entries "
+                         f"(indices 0 to {len(items) - 1}): no index {index}")
+    return index
+
+
 def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """``data`` with each ``--set key=value`` applied; ``tiers.N.field`` on a scenario that
+    gives no tiers changes the default tiers (interactive, batch), which it then gives."""
     out = copy.deepcopy(data)
     for item in overrides:
         path, value = parse_override(item)
+        if path[0] == "tiers" and "tiers" not in out and len(path) > 1:
+            out["tiers"] = [asdict(t) for t in DEFAULT_TIERS]
         node: Any = out
         for i, part in enumerate(path[:-1]):
             if part.isdigit() and isinstance(node, list):
-                node = node[int(part)]
+                node = node[_index(item, path[:i + 1], node)]
                 continue
             if not isinstance(node, dict):
                 raise ValueError(f"--set {item!r}: {'.'.join(path[: i + 1])} is not a table")
             node = node.setdefault(part, {})
         last = path[-1]
         if isinstance(node, list) and last.isdigit():
-            node[int(last)] = value
+            node[_index(item, path, node)] = value
         elif isinstance(node, dict):
             node[last] = value
         else:

@@ -84,6 +84,9 @@ def test_compare_prints_each_policy_side_by_side(tmp_path: Path) -> None:
         (["simulate", "--set", "policy_params.overcommit_ratio=2", "--policy", "overcommit"],
          "overcommit_ratio"),
         (["simulate", "--trace", "/nonexistent/trace.csv"], "no such trace file"),
+        (["simulate", "--set", "workload.tiers.5.share=1"],
+         "workload.tiers has 2 entries (indices 0 to 1): no index 5"),
+        (["simulate", "--set", "tiers.2.name=x"], "tiers has 2 entries"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str) -> None:
@@ -296,3 +299,30 @@ def test_a_load_tools_result_given_as_a_trace_is_refused_naming_the_way_in(path:
     assert code == 2, stdout
     assert len(stderr.strip().splitlines()) == 1 and stderr.startswith("error: ")
     assert "kvbudget validate --records FILE" in stderr
+
+
+def test_the_default_tiers_limit_is_said_where_it_refuses(tmp_path: Path) -> None:
+    """Prompts over the default tiers' 32,768 tokens (the model takes 131,072): the refusals
+    are said as the default's, with the way to change it; --set tiers.0.max_sequence_tokens
+    changes the default tiers (admitting them), and then nothing is said."""
+    trace = tmp_path / "long.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens,max_output_tokens\n"
+                     + "".join(f"{i},{40_000 if i % 2 else 500},10,16\n" for i in range(6)))
+    code, stdout, stderr = run("simulate", "--trace", str(trace), "--json")
+    assert code == 0, stderr
+    summary = json.loads(stdout)
+    assert summary["overall"]["rejected_too_large"] == 3
+    assert summary["assumed"] == [
+        "the default tiers' max_sequence_tokens (32,768) refused 3 requests as too large "
+        "(prompt + max_output_tokens above it) before any prefill; the model's context is "
+        "131,072 tokens: give the tiers' limits (--set tiers.0.max_sequence_tokens=N, or "
+        "[[tiers]] in a scenario)"]
+    code, stdout, _ = run("simulate", "--trace", str(trace))
+    assert "assumed: conservative: the default tiers' max_sequence_tokens (32,768) refused 3" \
+        in stdout.replace("\n  ", " ")
+    code, stdout, stderr = run("simulate", "--trace", str(trace), "--json",
+                               "--set", "tiers.0.max_sequence_tokens=131072")
+    assert code == 0, stderr
+    summary = json.loads(stdout)
+    assert summary["overall"]["rejected_too_large"] == 0 and "assumed" not in summary
+    assert summary["tiers"]["interactive"]["completed"] == 6
