@@ -136,6 +136,14 @@ def slo_line(targets: Mapping[str, tuple[float, float]]) -> str:
             + parts + ")")
 
 
+def _resolved(given: Any, preset: Any) -> str:
+    """A model or GPU as the run resolved it, with the name it was given where that differs
+    (a Hugging Face name, an alias)."""
+    if isinstance(preset, str) and preset and preset != given:
+        return f"{preset} (given as {given})"
+    return str(given)
+
+
 def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
     """What the runs simulated (model, GPU, engine, KV capacity, workload), what loading the
     workload's file warned of or assumed (``workload.warnings`` / ``.assumed``), each line once
@@ -147,8 +155,10 @@ def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
         tp = int((s.get("cost_model") or {}).get("tensor_parallel_size") or 1)
         engine = (s.get("engine") or {}).get("engine", "")
         kv = s.get("kv_capacity_tokens")
+        cost = s.get("cost_model") or {}
+        model, gpu = (_resolved(s.get(k), cost.get(k)) for k in ("model", "gpu"))
         said = [textwrap.fill(
-            f"simulated: {s.get('model')} on {f'{tp} x ' if tp > 1 else ''}{s.get('gpu')}, "
+            f"simulated: {model} on {f'{tp} x ' if tp > 1 else ''}{gpu}, "
             f"engine {engine} ({s.get('engine_defaults')}'s defaults for unset knobs)"
             + (f", KV capacity {int(kv):,} tokens" if kv is not None else "")
             + f"; workload {w.get('name')}: {int(w.get('num_requests', 0)):,} requests",

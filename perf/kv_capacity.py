@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kvbudget.perf.hardware import GIB, MIB, GPUSpec
 
@@ -174,20 +174,36 @@ def num_gpu_blocks(
 ) -> int:
     """KV blocks per GPU the way vLLM v1 sizes them (:func:`kv_budget`); an error when the
     model leaves no room."""
-    budget = kv_budget(
-        gpu, model, block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
+    budget_args: dict[str, Any] = dict(
+        block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-        tensor_parallel_size=tensor_parallel_size, expert_parallel_size=expert_parallel_size,
-        kv_cache_dtype=kv_cache_dtype, profile_cudagraph_memory=profile_cudagraph_memory,
-    )
+        expert_parallel_size=expert_parallel_size, kv_cache_dtype=kv_cache_dtype,
+        profile_cudagraph_memory=profile_cudagraph_memory)
+    budget = kv_budget(gpu, model, tensor_parallel_size=tensor_parallel_size, **budget_args)
     if budget.num_gpu_blocks < 1:
         tp = f" x{tensor_parallel_size}" if tensor_parallel_size > 1 else ""
         raise ValueError(
             f"{model.name} does not fit on {gpu.name}{tp} at gpu_memory_utilization="
             f"{gpu_memory_utilization}: {budget.weight_bytes / GIB:.1f} GiB of weights per GPU "
-            f"leave no memory for the KV cache"
+            f"leave no memory for the KV cache{_where_it_fits(gpu, model, tensor_parallel_size, budget_args)}"
         )
     return budget.num_gpu_blocks
+
+
+def _where_it_fits(gpu: GPUSpec, model: ModelSpec, tp: int, args: dict[str, Any]) -> str:
+    """``"; it fits at engine.tensor_parallel_size=N"``: the smallest tensor parallelism of
+    up to eight GPUs that shards the model (vLLM's head rule) and leaves room for KV, or a
+    clause saying none does."""
+    for size in (2, 4, 8):
+        if size <= tp:
+            continue
+        try:
+            model.check_tensor_parallel(size)
+        except ValueError:
+            continue
+        if kv_budget(gpu, model, tensor_parallel_size=size, **args).num_gpu_blocks >= 1:
+            return f"; it fits at engine.tensor_parallel_size={size}"
+    return "" if tp >= 8 else "; not on up to eight GPUs with tensor parallelism either"
 
 
 def legacy_num_gpu_blocks(

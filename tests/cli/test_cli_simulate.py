@@ -238,7 +238,7 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
     code, stdout, stderr = run("simulate", "--trace", str(trace), "--max-num-seqs", "8")
     assert code == 0, stderr
     lines = stdout.replace("\n  ", " ").splitlines()
-    assert lines[0].startswith("simulated: Llama-3.1-8B on H100-80GB, engine vllm")
+    assert lines[0].startswith("simulated: Llama-3.1-8B on H100-SXM (given as H100-80GB), engine vllm")
     assert "workload lengths: 30 requests" in lines[0] and "KV capacity " in lines[0]
     assert lines[1].startswith("warning: the file has no arrival times: Poisson arrivals at 1")
     assert lines[2].startswith("assumed: the file names no tier: every request is 'interactive'")

@@ -44,6 +44,12 @@ def test_the_budget_adds_up_and_shards_over_tensor_parallel_ranks() -> None:
     # 70 GB of bf16 weights do not fit one 80 GB GPU with room for KV
     with pytest.raises(ValueError, match="does not fit on L4"):
         num_gpu_blocks(get_gpu("L4"), model)
+    # the refusal names the smallest tensor parallelism that holds it (70 B of bf16 weights:
+    # 35 GB a GPU on two H100s leave room; 140 GB over eight 24 GB L4s leave none)
+    with pytest.raises(ValueError, match=r"it fits at engine\.tensor_parallel_size=2$"):
+        num_gpu_blocks(get_gpu("H100-SXM"), model)
+    with pytest.raises(ValueError, match="not on up to eight GPUs with tensor parallelism"):
+        num_gpu_blocks(get_gpu("L4"), model)
 
 
 def test_more_memory_utilization_more_blocks_and_graph_memory_comes_off() -> None:
