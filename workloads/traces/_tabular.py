@@ -256,6 +256,7 @@ def load_generic(path: Path, options: TraceOptions, streams: Streams) -> RawTrac
         raw = _generic_raw(path, "generic-jsonl", cols.numbers, cols.labels, cols.lists,
                            present, names, options, cols.num_rows,
                            _csv_line_of(path, header_lines=0))
+        _note_unread(raw, [str(k) for k in keys], names, options)
         return _note_truncated(raw, facts, cols.dropped_last)
     header = split_header(facts.first_line)
     present = {c for c in CANONICAL_COLUMNS if names[c] in header}
@@ -275,7 +276,33 @@ def load_generic(path: Path, options: TraceOptions, streams: Streams) -> RawTrac
                                                       names["hash_ids"])
     raw = _generic_raw(path, "generic-csv", csv_cols.numbers, csv_cols.labels, lists, present,
                        names, options, csv_cols.num_rows, _csv_line_of(path))
+    _note_unread(raw, header, names, options)
     return _note_truncated(raw, facts, csv_cols.dropped_last)
+
+
+_LIKELY: dict[str, str] = {"max_tokens": "max_output_tokens",
+                           "max_completion_tokens": "max_output_tokens",
+                           "timestamp": "arrival_s", "input_tokens": "prompt_tokens",
+                           "completion_tokens": "output_tokens"}
+"""A column the generic format does not read by that name, and the field it likely holds (the
+OpenAI API's and common load tools' names)."""
+
+
+def _note_unread(raw: RawTrace, columns: list[str], names: dict[str, str],
+                 options: TraceOptions) -> None:
+    """Warn of the file's columns the generic format leaves unread (a ``max_tokens`` column
+    read as nothing would make every request declare the default instead)."""
+    read = {names[c] for c in CANONICAL_COLUMNS} | {options.tier_column}
+    unread = [c for c in columns if c not in read]
+    if not unread:
+        return
+    hint = next((f"; e.g. --column {_LIKELY[c]}={c}" for c in unread
+                 if c in _LIKELY and _LIKELY[c] not in (options.columns or {})
+                 and names[_LIKELY[c]] not in columns), "")
+    raw.warnings.append(f"columns not read: {', '.join(unread[:8])}"
+                        + (f" ({len(unread)} in all)" if len(unread) > 8 else "")
+                        + " (the generic format reads " + ", ".join(CANONICAL_COLUMNS)
+                        + f"; --column FIELD=COLUMN maps one{hint})")
 
 
 def _split_hash_labels(path: Path, labels: tuple[np.ndarray[Any, Any], tuple[str, ...]],

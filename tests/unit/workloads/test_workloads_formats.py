@@ -435,3 +435,31 @@ def test_servegen_errors(tmp_path: Path) -> None:
         load_trace(tmp_path / "chunk-3-trace.csv", TraceOptions(window=(0, 600)))
     with pytest.raises(TraceError, match="has no chunk 9"):
         load_trace(tmp_path, TraceOptions(clients=(9,)))
+
+
+def test_generic_columns_left_unread_are_warned_of_with_the_likely_mapping(tmp_path: Path) -> None:
+    """A generic file's column the format does not read by its name (OpenAI's max_tokens) is
+    warned of with the --column that maps it; mapped, it is read and only the rest is named."""
+    text = "arrival_s,prompt_tokens,output_tokens,max_tokens,priority\n0,5,3,64,high\n1,5,3,64,low\n"
+    for name in ("g.csv", "g.jsonl"):
+        path = tmp_path / name
+        if name.endswith(".jsonl"):
+            keys = text.splitlines()[0].split(",")
+            rows = [dict(zip(keys, r.split(","), strict=True)) for r in text.splitlines()[1:]]
+            write(path, "".join(json.dumps({k: (v if k == "priority" else float(v))
+                                            for k, v in r.items()}) + "\n" for r in rows))
+        else:
+            write(path, text)
+        loaded = load_trace(path)
+        assert loaded.workload.max_output_tokens.tolist() == [2048, 2048]
+        (warning,) = loaded.report.warnings
+        assert warning.startswith("columns not read: max_tokens, priority (the generic format "
+                                  "reads arrival_s, prompt_tokens")
+        assert warning.endswith("; e.g. --column max_output_tokens=max_tokens)")
+        mapped = load_trace(path, TraceOptions(columns={"max_output_tokens": "max_tokens"}))
+        assert mapped.workload.max_output_tokens.tolist() == [64, 64]
+        assert mapped.report.warnings == ("columns not read: priority (the generic format reads "
+                                          "arrival_s, prompt_tokens, output_tokens, "
+                                          "max_output_tokens, tier, deadline_s, id, hash_ids, "
+                                          "timeout_s; --column FIELD=COLUMN maps one)",)
+        assert not any("max_tokens" in a for a in mapped.report.assumed)
