@@ -29,7 +29,7 @@ from kvbudget.live.serve_records import ServeRecorder
 from kvbudget.live.serve_upstream import UpstreamOptions, Upstreams
 from kvbudget.policies.base import Policy
 from kvbudget.policies.gateway import FrontDoor, Gateway, GatewayConfig
-from kvbudget.policies.tiers import TierConfig
+from kvbudget.policies.tiers import DEFAULT_TIERS, TierConfig
 
 MAX_HEADER_BYTES = 64 * 1024
 """The largest request head the gateway accepts (h11's own default is 16 KiB): beyond it the
@@ -160,6 +160,18 @@ def _counted_by(config: ServeConfig) -> str:
     return "a bound of one token a UTF-8 byte"
 
 
+def _tiers_said(tiers: tuple[TierConfig, ...]) -> str:
+    """Each tier's request limit and admission wait, and whether they are the defaults (a
+    limit nobody set refuses requests the upstream's model would take)."""
+    whose = (" (the defaults: a --scenario's [[tiers]] sets them)" if tiers == DEFAULT_TIERS
+             else "")
+    return whose + ": " + "; ".join(
+        f"{t.name} up to {t.max_sequence_tokens:,} tokens a request (prompt + max_tokens), "
+        + ("waits without limit" if t.queue_timeout_s is None
+           else f"waits up to {t.queue_timeout_s:g} s")
+        + (", retryable" if t.retryable_on_overload else "") for t in tiers)
+
+
 def http_protocol() -> type[asyncio.Protocol] | str:
     """The HTTP/1.1 parser of the gateway's server: httptools (llhttp, compiled) where it is
     installed, bounded to :data:`MAX_HEADER_BYTES` by :class:`_BoundedHttpTools` (uvicorn's
@@ -271,6 +283,7 @@ async def serve(settings: ServeSettings, announce: Callable[[str], Any] = print)
              f"(upstreams: {', '.join(settings.upstream.urls)}; capacity "
              f"{gateway.capacity_tokens} tokens; prompt tokens counted by "
              f"{_counted_by(settings.config)})")
+    announce(f"kvbudget serve: tiers{_tiers_said(settings.tiers)}")
     try:
         await runner.serve(sockets=[sock])
     finally:

@@ -498,8 +498,13 @@ class _Simulation:
         a limit nobody set must not pass unsaid for the traffic's own size."""
         if self.config.tiers is not DEFAULT_TIERS:
             return {}
-        refused = np.flatnonzero(self.status == STATUS_CODES["rejected_too_large"]).tolist()
-        num = sum(1 for i in refused if i not in self.reason)  # the gateway's (no reason)
+        w = self.w
+        limit = {t.name: t.max_sequence_tokens for t in DEFAULT_TIERS}
+        over = (w.prompt_tokens + w.max_output_tokens) > np.array(
+            [limit[name] for name in w.tier_names], dtype=np.int64)[w.tier]
+        refused = np.flatnonzero(over & (self.status == STATUS_CODES["rejected_too_large"]))
+        # the gateway's refusals (no reason) by the tier's limit, not by the capacity
+        num = sum(1 for i in refused.tolist() if i not in self.reason)
         if not num:
             return {}
         limits = "/".join(sorted({f"{t.max_sequence_tokens:,}" for t in DEFAULT_TIERS}))

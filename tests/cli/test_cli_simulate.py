@@ -326,3 +326,15 @@ def test_the_default_tiers_limit_is_said_where_it_refuses(tmp_path: Path) -> Non
     summary = json.loads(stdout)
     assert summary["overall"]["rejected_too_large"] == 0 and "assumed" not in summary
     assert summary["tiers"]["interactive"]["completed"] == 6
+    # refused for the capacity (20 blocks of 16 tokens), not the tiers' limit: nothing said
+    code, stdout, stderr = run("simulate", "--trace", str(trace), "--json",
+                               "--set", "tiers.0.max_sequence_tokens=131072",
+                               "--num-gpu-blocks", "20")
+    summary = json.loads(stdout)
+    assert summary["overall"]["rejected_too_large"] == 6 and "assumed" not in summary
+    code, stdout, stderr = run("simulate", "--trace", str(trace), "--json",
+                               "--num-gpu-blocks", "20")
+    summary = json.loads(stdout)
+    assert summary["overall"]["rejected_too_large"] == 6
+    assert summary["assumed"][0].startswith("the default tiers' max_sequence_tokens (32,768) "
+                                            "refused 3 requests")

@@ -75,8 +75,13 @@ def test_serve_reloads_on_sighup_and_drains_on_sigterm(tmp_path: Path) -> None:
             try:
                 assert proc.stderr is not None
                 err = _Lines(proc.stderr)
-                url = (await err.wait_for(r"listening on (http://127\.0\.0\.1:\d+)")).group(1)
-                assert "a bound of one token a UTF-8 byte" in err.lines[-1]
+                listening = await err.wait_for(r"listening on (http://127\.0\.0\.1:\d+)")
+                url = listening.group(1)
+                assert "a bound of one token a UTF-8 byte" in listening.string
+                # the tiers it admits by, and that nobody set them (the scenario gives none)
+                said = (await err.wait_for(r"kvbudget serve: tiers .*")).group(0)
+                assert said.startswith("kvbudget serve: tiers (the defaults: a --scenario's "
+                                       "[[tiers]] sets them): interactive up to 32,768 tokens")
                 body = {"model": "fake", "prompt": "hi", "max_tokens": 8, "stream": True}
                 async with httpx.AsyncClient(timeout=BOUND_S) as client, \
                         client.stream("POST", url + "/v1/completions", json=body) as resp:
