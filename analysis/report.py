@@ -139,6 +139,26 @@ def _runs_table(runs: Mapping[str, RunResult], dirs: Sequence[Path]) -> str:
     return _table(headers, rows)
 
 
+def _assumed_list(runs: Mapping[str, RunResult]) -> str:
+    """What the runs' inputs left unsaid and the runs took (the summary's
+    ``workload.warnings``/``.assumed`` and ``assumed``), each once, with the runs it concerns;
+    ``""`` when nothing was."""
+    said: dict[str, list[str]] = {}
+    for label, run in runs.items():
+        s = run.summary
+        workload = s.get("workload") if isinstance(s.get("workload"), dict) else {}
+        lines = [*(f"warning: {t}" for t in workload.get("warnings", ())),
+                 *(f"assumed: {t}" for t in workload.get("assumed", ())),
+                 *(f"assumed: {t}" for t in s.get("assumed", ()))]
+        for line in lines:
+            said.setdefault(line, []).append(label)
+    if not said:
+        return ""
+    items = "".join(f"<li>{html.escape(line)} <span class=\"note\">({html.escape(', '.join(labels))})"
+                    "</span></li>" for line, labels in said.items())
+    return f"<p>What the inputs did not say and the runs assumed:</p><ul>{items}</ul>"
+
+
 def _params(params: Any) -> str:
     if not isinstance(params, dict) or not params:
         return "–"
@@ -365,6 +385,7 @@ def build_report(
         "over completed requests; attainment is over offered requests.</p>",
         "<h2>Runs</h2>",
         _runs_table(runs, dirs),
+        _assumed_list(runs),
         "<h2>Outcomes</h2>",
         _outcomes_table(records, runs),
         _clients_table(runs),

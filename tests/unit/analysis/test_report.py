@@ -212,3 +212,24 @@ def test_chromium_renders_the_report_with_every_image(cli_report: Path, tmp_path
     pixels = imread(str(shot))
     # the lower part of the page is figures, not blank
     assert pixels[3000:, :, :3].std() > 0.05
+
+
+def test_the_report_says_what_the_runs_assumed(tmp_path: Path) -> None:
+    """A run of a trace that names no tier, no max_tokens and no arrival times: the report
+    lists the warning and the assumptions under its runs table, each once with its runs."""
+    trace = tmp_path / "lengths.csv"
+    trace.write_text("prompt_tokens,output_tokens\n" + "100,20\n" * 20)
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for run_dir, policy in zip(runs, ("conservative", "unlimited"), strict=True):
+        res = CliRunner().invoke(app, ["simulate", "--trace", str(trace), "--policy", policy,
+                                       "--out", str(run_dir)])
+        assert res.exit_code == 0, res.output
+    out = tmp_path / "report"
+    res = CliRunner().invoke(app, ["report", *map(str, runs), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    text = (out / REPORT_FILE).read_text()
+    said = text.split("What the inputs did not say and the runs assumed:")[1].split("</ul>")[0]
+    assert said.count("<li>") == 3
+    assert "<li>warning: the file has no arrival times: Poisson arrivals at 1 req/s" in said
+    assert "<li>assumed: the file names no tier: every request is &#x27;interactive&#x27;" in said
+    assert said.count("(conservative, unlimited)") == 3
