@@ -159,7 +159,10 @@ def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
         model, gpu = (_resolved(s.get(k), cost.get(k)) for k in ("model", "gpu"))
         said = [textwrap.fill(
             f"simulated: {model} on {f'{tp} x ' if tp > 1 else ''}{gpu}, "
-            f"engine {engine} ({s.get('engine_defaults')}'s defaults for unset knobs)"
+            f"engine {engine} ({s.get('engine_defaults')}'s defaults for unset knobs"
+            + "".join(f", {k} {v:,}" for k, v in (s.get("engine_knobs") or {}).items()
+                      if k in ("max_num_seqs", "max_num_batched_tokens") and v is not None)
+            + ")"
             + (f", KV capacity {int(kv):,} tokens" if kv is not None else "")
             + f"; workload {w.get('name')}: {int(w.get('num_requests', 0)):,} requests",
             WIDTH, subsequent_indent="  ")]

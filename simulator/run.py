@@ -484,6 +484,7 @@ class _Simulation:
             "frontend": {"name": config.frontend, **_jsonable(self.frontend.describe())},
             "engine_defaults": config.engine_defaults,
             "engine": engine_figures,
+            "engine_knobs": self._knobs(),
             "workload": {"name": self.w.name, "num_requests": self.n, **{
                 k: [str(x) for x in v] for k in ("warnings", "assumed")  # its file's load
                 if isinstance(v := self.w.meta.get(k), tuple) and v}},
@@ -491,6 +492,16 @@ class _Simulation:
             **({"closed_loop": self.users.describe()} if self.users is not None else {}),
             **({"clients": self._clients.describe()} if self._clients is not None else {}),
         }
+
+    def _knobs(self) -> dict[str, Any]:
+        """The engine knobs the run resolved (vLLM's defaults for the GPU where none was
+        given): what a user checks against their own server's flags."""
+        e = self.setup.engine
+        return {"max_num_seqs": e.max_num_seqs, "max_num_batched_tokens": e.max_num_batched_tokens,
+                "max_model_len": e.max_model_len, "tensor_parallel_size": e.tensor_parallel_size,
+                "enable_chunked_prefill": e.enable_chunked_prefill,
+                "enable_prefix_caching": e.enable_prefix_caching,
+                "async_scheduling": e.async_scheduling}
 
     def _default_tiers_said(self) -> dict[str, Any]:
         """``{"assumed": [line]}`` when the gateway's tiers are the defaults (none given) and
