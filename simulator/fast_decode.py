@@ -1,14 +1,10 @@
 """The engine with ``skip_ahead``: stepping's results, with runs of pure-decode steps computed
-at once.
-
-While every running request decodes, :class:`SkipAheadEngine` keeps them as a
+at once. While every running request decodes, :class:`SkipAheadEngine` keeps them as a
 :class:`DecodeGroup`, so the one ``Scheduler._schedule`` schedules the running part of a step in
-O(1) however many decode (``_schedule_fit``). When such a step starts nothing (nothing can until
-a finish, a failed allocation or an outside event), the decode run that follows is arithmetic
-(:mod:`kvbudget.simulator.decode_plan`): planned, waited for and committed in one go (cut at the
-step in progress when work is added or aborted, as stepping would). A variant whose hooks read
-running requests' arrays (``Engine.decode_group = False``) steps. Stepping stays the reference:
-the property tests compare every result with it.
+O(1) (``_schedule_fit``); when such a step starts nothing, the decode run that follows is planned
+(:mod:`kvbudget.simulator.decode_plan`), waited for and committed in one go (cut at the step in
+progress when work is added or aborted, as stepping would). The property tests compare every
+result with stepping's.
 """
 
 from __future__ import annotations
@@ -78,9 +74,8 @@ class DecodeGroup:
 
 
 class SkipAheadEngine(TiedSteps, Engine):
-    """:class:`Engine` keeping its running requests as a :class:`DecodeGroup` while all decode,
-    running its decode runs at once. Members' arrays lag: hooks read :meth:`running_output_tokens`
-    and ``kv.num_running_blocks``, which count the group's steps (``Engine.decode_group``)."""
+    """:class:`Engine` with a :class:`DecodeGroup` and its decode runs (the module docstring);
+    members' arrays lag (``Scheduler.decode_group``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -88,8 +83,6 @@ class SkipAheadEngine(TiedSteps, Engine):
         self.planner.sample_in = self.log.timeline.sample_in
         # exists only while its steps run: any other step dissolves it first (_schedule_fit)
         self._group: DecodeGroup | None = None
-        joined_at = np.zeros(len(self.prompt_tokens), np.int64)  # a member's join step
-        self._joined_at = self.rows.add("_joined_at", joined_at, 0)
         # the group's step being committed: its members and the requests that start in it
         self._steps_group: tuple[int, list[tuple[int, int]]] = (0, [])
         self._jump_ends: Floats | None = None  # step ends of the decode run in progress
@@ -103,7 +96,6 @@ class SkipAheadEngine(TiedSteps, Engine):
 
     # --- what the executor and hooks read mid-run ------------------------------------------
     def output_tokens_of(self, i: int) -> int:
-        """Row ``i``'s output tokens as of the last step that has ended (a run's counted)."""
         g = self._group
         if g is None or i not in g.members:
             return self.num_output_tokens.item(i)
@@ -112,8 +104,7 @@ class SkipAheadEngine(TiedSteps, Engine):
                 + self._steps_done_now() - self.num_steps)
 
     def kv_used_blocks_now(self) -> int:
-        """``Engine.kv_used_blocks_now`` mid-run: as planned for the step in progress."""
-        ends, used = self._run_ends, self._run_used
+        ends, used = self._run_ends, self._run_used  # mid-run: as planned for the step
         if ends is None or used is None:
             return self.kv.num_used_blocks
         k = min(bisect.bisect_left(ends, self.env.now), len(ends) - 1)
@@ -129,8 +120,7 @@ class SkipAheadEngine(TiedSteps, Engine):
             out[i] = self.output_tokens_of(i)
         return out
 
-    def _rows_ahead(self) -> list[int]:
-        """The rows whose arrays lag behind the steps that have ended (the group's)."""
+    def _rows_ahead(self) -> list[int]:  # the rows whose arrays lag (the group's)
         g = self._group
         return [] if g is None else list(g.members)
 
@@ -140,8 +130,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         if g is not None and g.size:
             # the members are the first running requests (join order is running order, and a
             # request that starts after one still prefilling does not join)
-            m = g.size
-            out[:m] += g.step - self._joined_at[self.running_rows()[:m]]
+            out[: g.size] += g.step - np.fromiter(g.members.values(), np.int64, g.size)
         return out
 
     def scheduled_with_output(self) -> bool:
@@ -161,8 +150,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         super()._abort_now(i)
 
     # --- the group's members ------------------------------------------------------------------
-    def _group_form(self) -> None:
-        """Make the running requests, all decoding, the decode group."""
+    def _group_form(self) -> None:  # of the running requests, all decoding
         rows = self.running_rows()
         bs = self.block_size
         computed = self.num_computed_tokens[rows]
@@ -181,7 +169,6 @@ class SkipAheadEngine(TiedSteps, Engine):
             size=len(running),
             num_joined=len(running),
         )
-        self._joined_at[rows] = 0
         if over.size:
             g.over = True
             for k in over.tolist():
@@ -191,14 +178,12 @@ class SkipAheadEngine(TiedSteps, Engine):
 
     def _group_join(self, i: int, computed: int, output: int) -> None:
         """Row ``i``, started in the group's step, joins with its first token (``computed``,
-        ``output``: its arrays now); rows join in the order they started running, so join
-        order is running order."""
+        ``output``: its arrays now); join order is running order."""
         g = self._group
         assert g is not None
         step = g.step
         bs = self.block_size
         g.members[i] = step
-        self._joined_at[i] = step
         g.context += computed
         g.size += 1
         left = self.target_output.item(i) - output
@@ -233,8 +218,7 @@ class SkipAheadEngine(TiedSteps, Engine):
 
     # --- the group's steps ----------------------------------------------------------------------
     def _step(self) -> Generator[simpy.Event, Any, None]:
-        """``Engine._step``: one whose running loop was the group's (:meth:`_schedule_fit`)
-        runs as :meth:`_group_iteration` (returned: a generator fewer)."""
+        """``Engine._step``; the group's runs as :meth:`_group_iteration` (returned)."""
         reserved, gw_waiting = self.hooks.gateway_state()
         rows, new, started, preempted = self._schedule()
         g = self._group
