@@ -23,7 +23,7 @@ from simpy.events import Timeout
 from kvbudget.simulator.decode_plan import GROUP_SMALL_K, DecodeRunPlanner, Floats, Ints
 from kvbudget.simulator.engine import Engine, IntArray
 from kvbudget.simulator.fleet_ties import TiedSteps
-from kvbudget.simulator.remote_kv import admit_at, admit_in_run
+from kvbudget.simulator.remote_kv import admit_in_run
 from kvbudget.simulator.running_loop import NO_ROWS
 from kvbudget.simulator.small_arrays import isum
 from kvbudget.simulator.step_cost import tail_features
@@ -138,11 +138,6 @@ class SkipAheadEngine(TiedSteps, Engine):
             return super().scheduled_with_output()
         n, tail = self._steps_group  # members have output; of the tail, those resuming
         return n > 0 or any(self.num_output_tokens.item(i) > 0 for i, _ in tail)
-
-    # a disaggregated decode replica's hand-off taken into the run in flight (_work_changed);
-    # its state is the replica's loads' (remote_kv.RemoteLoads), not the engine's
-    _admit_in_run = admit_in_run
-    _admit_at = admit_at
 
     def _abort_now(self, i: int) -> None:
         if self._group is not None and i in self._group.members:
@@ -476,7 +471,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         lagged = lag > 0 and keep < len(ends) and not self.log.timeline.sample_in(
             float(ends[keep - 1]), float(ends[keep]))
         keep += lagged
-        if lagged and self.remote is not None and self._admit_in_run(ends, keep - 1):
+        if lagged and self.remote is not None and admit_in_run(self, ends, keep - 1):
             return  # a hand-off (the request just added), admitted within the run
         span = self._span_head is not None and (
             self.waiting.peek_request() == self._span_head if added

@@ -69,8 +69,6 @@ if TYPE_CHECKING:
 
         def allocate_start(self, i: int, tokens: int, *, reserve: int) -> str: ...
 
-        def _admit_at(self, i: int, run: Floats | None, j: int, _: object) -> None: ...
-
 __all__ = ["IDLE_POLL_S", "LoadNotices", "RemoteLoads", "admit_at", "admit_in_run"]
 
 IDLE_POLL_S = 1e-3
@@ -377,11 +375,11 @@ class RemoteLoads:
 # A request handed off to a disaggregated decode replica while a skip-ahead decode run is in
 # flight (async scheduling) is admitted at the run's boundary where stepping's waiting loop
 # takes it, and the run goes on instead of ending there (docs/performance.md, "Runs through a
-# hand-off's admission"): these two are ``fast_decode.SkipAheadEngine``'s methods
-# ``_admit_in_run`` (from its ``_work_changed``) and ``_admit_at``, kept here with the
-# disaggregation's (a function, not a base class: nothing more to build at import). Of
-# ``Engine`` they use only what ``engine.SPEED_UP_INTERFACE`` lists. (The explanations are
-# comments, not docstrings: this module is loaded by every ``kvbudget simulate``.)
+# hand-off's admission"): these two act for ``fast_decode.SkipAheadEngine`` (its
+# ``_work_changed`` calls :func:`admit_in_run`), kept here with the disaggregation's (functions,
+# not a base class: nothing more to build at import). Of ``Engine`` they use only what
+# ``engine.SPEED_UP_INTERFACE`` lists (``_RunEngine``). (The explanations are comments, not
+# docstrings: this module is loaded by every ``kvbudget simulate``.)
 # The hand-off (the request just added) came during the decode run: it is schedulable from the
 # run's boundary ``j`` (``ends[j]``), where stepping's waiting loop takes it at once (after
 # those handed off before it, taken so too), its blocks allocated and its KV read started,
@@ -416,7 +414,7 @@ def admit_in_run(self: _RunEngine, ends: Floats, j: int) -> bool:
         return False
     wakes.append((i, need))
     remote.wake_run = self._run_ends
-    Timeout(env, t_j - env.now).callbacks.append(partial(self._admit_at, i, self._run_ends, j))
+    Timeout(env, t_j - env.now).callbacks.append(partial(admit_at, self, i, self._run_ends, j))
     if k < len(ends):
         self._jump_ends = ends[:k]
         self._jump_keep = k

@@ -21,10 +21,8 @@ subclass :class:`kvbudget.simulator.engine.Engine` runs steps in time), schedule
 
 Per-request state lives in numpy arrays indexed by the workload row, in vLLM's vocabulary
 (``num_tokens``: prompt plus generated, ``num_computed_tokens``: those in the KV cache,
-``num_output_tokens``, ``num_blocks``). Automatic prefix caching shares the blocks of prompt
-prefixes with equal hashes (Mooncake ``hash_ids``) and evicts unreferenced ones least recently
-used first. Engine variants (:mod:`kvbudget.simulator.engine_variants`) override the hooks
-:class:`Scheduler` lists.
+``num_output_tokens``, ``num_blocks``). Engine variants
+(:mod:`kvbudget.simulator.engine_variants`) override the hooks :class:`Scheduler` lists.
 """
 
 from __future__ import annotations
@@ -206,8 +204,7 @@ class Scheduler:
         self.watermark_blocks = int(config.watermark * num_gpu_blocks)
         self._admit_blocks = num_gpu_blocks - self.watermark_blocks
 
-    def _set_columns(self, columns: RequestColumns) -> None:
-        """The per-request columns the engine reads (the workload's, or a replica's rows)."""
+    def _set_columns(self, columns: RequestColumns) -> None:  # the workload's, or a replica's
         self.prompt_tokens = columns.prompt_tokens
         self.target_output = out = columns.output_tokens
         self.priority = (columns.priority if self.config.scheduling_policy == "priority"
@@ -261,10 +258,7 @@ class Scheduler:
             self.num_computed_tokens[i] = 0
         self.num_preemptions[i] += 1
         self.num_preemptions_total += 1
-        if front:
-            self.waiting.prepend_request(i)
-        else:
-            self.waiting.add_request(i)
+        (self.waiting.prepend_request if front else self.waiting.add_request)(i)
         self.hooks.on_preempt(i, self.t)
 
     # --- KV blocks (kvbudget.simulator.kv_blocks) --------------------------------------------
@@ -292,20 +286,18 @@ class Scheduler:
 
     # --- hooks (see the class docstring) ------------------------------------------------------
     def _admit_waiting(self, i: int, n_new: int) -> str:
-        """Whether waiting request ``i`` may start with ``n_new`` tokens this step: allocate its
-        blocks and return "", or change nothing and return why not ("kv": no blocks;
-        "policy": an engine admission rule). vLLM: ``allocate_slots`` keeping the watermark."""
+        """Refusals: "kv" (no blocks), "policy" (an engine admission rule); changing nothing.
+        vLLM: ``allocate_slots`` keeping the watermark."""
         return self.allocate_start(i, self.start_tokens(i) + n_new, reserve=self.watermark_blocks)
 
     def _on_schedule_waiting(self) -> None:
-        """Called before the waiting loop of a step."""
+        """(Before the waiting loop of a step.)"""
 
     _vllm_waiting = (_admit_waiting, _on_schedule_waiting)  # (vllm_waiting_loop)
 
     def _load_waiting(self, i: int) -> bool:
-        """Whether waiting request ``i`` (its prefix-cache hit looked up) loads its KV from
-        another tier instead of starting: the hook then allocates, takes it out of ``waiting``
-        and returns True. Here: never."""
+        """Never here; a hook returning True (``i``'s prefix-cache hit looked up) has allocated
+        and taken ``i`` out of ``waiting``."""
         return False
 
     def _victim(self) -> int:
@@ -325,19 +317,17 @@ class Scheduler:
         return int(rows[len(rows) - 1 - int(self.arrival_s[rows][::-1].argmax())])
 
     def _preempt(self, i: int) -> None:
-        """Preempt running request ``i`` by recompute (vLLM v1): free its blocks, forget its
-        computed tokens and put it back at the front of ``waiting``."""
+        """By recompute (vLLM v1), to the front of ``waiting``."""
         self.evict_running(i)
 
     def _on_abort(self, i: int) -> None:
-        """Called when request ``i`` leaves by an abort, before its blocks are freed."""
+        """(The hooks are described in the class docstring.)"""
 
     def _on_steps(self, preempted: bool, k: int) -> None:
-        """Called before ``k`` scheduled steps are committed (``preempted``: the schedule
-        preempted a request)."""
+        """(``preempted``: the schedule preempted a request.)"""
 
     def _on_idle(self) -> None:
-        """Called when the engine has nothing running or waiting."""
+        """(Nothing running or waiting.)"""
 
     def _jump_limit(self, k_max: int, alloc_cum: IntArray) -> int:
         """How many steps of a planned decode run (skip-ahead) of every running request keep
@@ -374,8 +364,7 @@ class Scheduler:
             self.running = [i for i in self.running if i not in done]
         self._running_array.stopped()
 
-    def _abort_now(self, i: int) -> None:
-        """Request ``i`` leaves by an abort (between steps), running or waiting."""
+    def _abort_now(self, i: int) -> None:  # (between steps) running or waiting
         if not self.in_engine.item(i):
             return
         self._on_abort(i)
@@ -389,8 +378,8 @@ class Scheduler:
         self.in_engine[i] = False
 
     def _budget_prefix(self, rows: IntArray, budget: int) -> RunningPrefix:
-        """:func:`~kvbudget.simulator.running_loop.budget_prefix` of ``rows`` (running
-        requests, in order); with speculative decoding, drafts to verify and lookahead slots."""
+        """``budget_prefix`` of ``rows`` (running, in order); with speculative decoding, drafts
+        to verify and lookahead slots."""
         spec = self.spec
         return budget_prefix(rows, self.num_tokens, self.num_computed_tokens, self.kv.num_blocks,
                              budget, self.block_size,
@@ -399,10 +388,7 @@ class Scheduler:
 
     # --- one step: schedule ------------------------------------------------------------------
     def _schedule(self) -> tuple[IntArray, IntArray, list[tuple[int, int]], bool]:
-        """vLLM v1 ``schedule()``: the running loop (:meth:`_schedule_fit` when every request
-        the token budget reaches gets its blocks, else :meth:`_schedule_running`), unless it
-        preempted the waiting loop (:meth:`_schedule_waiting`), then the invariants
-        (:meth:`_check_schedule`), on every path. Returns the running rows, their new tokens,
+        """vLLM v1 ``schedule()`` (the module docstring): the running rows, their new tokens,
         the waiting requests that start (row, new tokens: vLLM's ``scheduled_new_reqs``) and
         whether a request was preempted."""
         budget = self.tokens_limit
@@ -438,11 +424,9 @@ class Scheduler:
         return prefix.rows, prefix.new, prefix.num_new
 
     def _check_schedule(self, budget: int, count_blocks: bool = True) -> None:
-        """The invariants of a scheduled step, asserted on every path that schedules one (the
-        speed-ups' too): the token budget (``budget``: what is left of it), the seats, the
-        blocks taken; with ``count_blocks`` (not while a decode group's members' ``num_blocks``
-        lag), every block free, held by one request or cached: the running requests' counted
-        first, every row's (O(rows)) only when a KV load holds some (``kv_offload``,
+        """The invariants of a scheduled step (``budget``: what is left of it), on every path;
+        with ``count_blocks`` (not while a decode group's ``num_blocks`` lag), every block free,
+        held or cached: every row's (O(rows)) only when a KV load holds some (``kv_offload``,
         ``remote_kv``)."""
         assert budget >= 0, "the token budget is overspent"
         assert len(self.running) <= self.seqs_limit, "max_num_seqs exceeded"
@@ -508,11 +492,8 @@ class Scheduler:
         waiting = self.waiting
         kv = self.kv
         while True:
-            if len(self.running) >= self.seqs_limit:
-                self.head_refusal = "seqs"
-                break
-            if budget <= 0:
-                self.head_refusal = "budget"
+            if len(self.running) >= self.seqs_limit or budget <= 0:
+                self.head_refusal = "seqs" if len(self.running) >= self.seqs_limit else "budget"
                 break
             i_w = waiting.peek_request()
             if i_w is None:
@@ -544,12 +525,10 @@ class Scheduler:
             budget -= n_new
         return started, budget
 
-    def _features(self, rows: IntArray, new: IntArray) -> StepFeatures:
-        """The scheduled step's features (:mod:`kvbudget.simulator.step_cost`)."""
+    def _features(self, rows: IntArray, new: IntArray) -> StepFeatures:  # (step_cost)
         return rows_features(rows, new, self.num_computed_tokens, self.num_tokens,
                              self.num_output_tokens)
 
     def _step_seconds(self, features: StepFeatures) -> float:
-        """The scheduled step's duration: its features priced, plus what hooks added
-        (:meth:`add_step_time`)."""
+        """Its features priced, plus what hooks added (:meth:`add_step_time`)."""
         return float(self.cost.step_time(*features)) + self._step_extra_s
