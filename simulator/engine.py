@@ -22,6 +22,7 @@ from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.queue_caps import QueueCaps
 from kvbudget.simulator.scheduler import EngineHooks, RequestColumns, Scheduler
 from kvbudget.simulator.serving import FloatArray, IntArray, RequestFigures
+from kvbudget.simulator.step_cost import rows_features
 from kvbudget.simulator.step_log import StepLog
 from kvbudget.simulator.timeline import TimelineRow
 from kvbudget.simulator.token_segments import TokenGaps
@@ -43,8 +44,8 @@ SPEED_UP_INTERFACE = frozenset({
     "_step_extra_s", "_hol_blocked", "_steps_rows", "_busy", "_aborts", "_pending",
     "_between_steps", "_async", "_pending_due", "_steps_done_now",
     # speculative decoding's runs (simulator/spec_run.py): a scheduled step run as stepping
-    # runs it, or as the first of a run; its features
-    "_run_scheduled", "_features",
+    # runs it, or as the first of a run
+    "_run_scheduled",
 })
 """What of :class:`Engine`'s and :class:`~kvbudget.simulator.scheduler.Scheduler`'s own a
 speed-up (``fast_decode.SkipAheadEngine``, ``spec_run.SpecSkipAheadEngine``) may use besides the
@@ -337,7 +338,8 @@ class Engine(Scheduler):
     def _run_scheduled(self, rows: IntArray, new: IntArray, preempted: bool, reserved: int,
                        counts: tuple[int, int]) -> Generator[simpy.Event, Any, None]:
         """(``counts``: running, waiting, as the step was scheduled)"""
-        dt = self._step_seconds(self._features(rows, new))
+        dt = self._step_seconds(rows_features(rows, new, self.num_computed_tokens,
+                                              self.num_tokens, self.num_output_tokens))
         yield from self._wait(self._account_step(dt, reserved, counts))
         self._commit_step(rows, new, preempted)
 

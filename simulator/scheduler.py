@@ -44,7 +44,6 @@ from kvbudget.simulator.running_loop import NO_ROWS, RunningArray, RunningPrefix
 from kvbudget.simulator.serving import FloatArray, IntArray
 from kvbudget.simulator.spec_decode import SpecDecode
 from kvbudget.simulator.step_commit import StepCommit
-from kvbudget.simulator.step_cost import rows_features
 from kvbudget.simulator.token_segments import TokenSegments
 
 if TYPE_CHECKING:
@@ -87,9 +86,8 @@ class Scheduler:
     * :meth:`_jump_limit` ``(k_max, alloc_cum) -> int``: with skip-ahead, how many steps
       of a planned decode run keep the waiting head refused;
     * :meth:`_start_running` ``(i)``, :meth:`_stop_running` ``(rows)``: request ``i`` joins
-      ``running`` (it starts), requests ``rows`` leave it (they finish, are preempted,
-      retracted or aborted); call ``super()`` (TensorRT-LLM keeps a sum over the running
-      requests);
+      ``running``, ``rows`` leave it (finished, preempted, retracted or aborted); call
+      ``super()`` (TensorRT-LLM keeps a sum over the running requests);
     * :meth:`Engine.stats <kvbudget.simulator.engine.Engine.stats>` ``()``: the variant's own
       figures, added to the base's; ``Engine._held_until_s`` ``()``: when work the variant
       holds outside the queues (KV being loaded) is ready, so the engine waits for it;
@@ -98,9 +96,7 @@ class Scheduler:
       ``Engine.grow_rows`` grows them (a fleet's replica holds the rows routed to it), or says
       ``rows_grow = False`` (a class attribute) when they follow from the columns;
     * :attr:`decode_group` (a class attribute): False when a hook reads running requests'
-      arrays between steps; with skip-ahead the running requests are then never kept as a
-      decode group, nor with speculation as a ``spec_run.SpecGroup`` (whose members' arrays
-      lag behind its steps, as a decode group's).
+      arrays between steps: skip-ahead then keeps no decode group (nor ``spec_run.SpecGroup``).
 
     What a hook may use besides the request arrays (``num_tokens``, ``num_computed_tokens``,
     ``num_output_tokens``, ``num_blocks``, ``prompt_tokens``, ``max_output_tokens``,
@@ -121,8 +117,7 @@ class Scheduler:
 
     # whether skip-ahead may keep the running requests as a decode group (see above)
     decode_group: ClassVar[bool] = True
-    # whether grow_rows grows every per-request array of the class (a variant with per-request
-    # arrays of its own registers them in rows, or says False)
+    # whether grow_rows grows every per-request array of the class (see above)
     rows_grow: ClassVar[bool] = True
     # whether the waiting loop is vLLM's own: the class overrides neither _admit_waiting nor
     # _on_schedule_waiting (set per class; remote_kv.admit_in_run relies on it)
@@ -137,7 +132,27 @@ class Scheduler:
         self.config = config
         self.cost = cost_model
         self.hooks = hooks
-        self._set_limits(config, num_gpu_blocks)
+        # the engine's sizes and a step's limits (the config is frozen: read once), checked as
+        # vLLM checks them at start-up
+        if num_gpu_blocks < 1:
+            raise ValueError(f"num_gpu_blocks must be >= 1, got {num_gpu_blocks!r}")
+        self.block_size = config.block_size
+        self.num_gpu_blocks = num_gpu_blocks
+        self.capacity_tokens = cap = num_gpu_blocks * config.block_size
+        self.max_model_len = cap if config.max_model_len is None else min(cap, config.max_model_len)
+        if (not config.enable_chunked_prefill and config.name in ("vllm", "vllm-swap")
+                and config.batched_tokens_limit < self.max_model_len):
+            # vLLM's SchedulerConfig refuses this at start-up: without chunking a prompt is
+            # prefilled in one step, so one longer than a step's budget could never run
+            raise ValueError(
+                f"enable_chunked_prefill = false needs max_num_batched_tokens >= max_model_len, "
+                f"got {config.batched_tokens_limit} < {self.max_model_len} (vLLM refuses to "
+                "start: a longer prompt could never be scheduled); raise max_num_batched_tokens "
+                "or set max_model_len")
+        self.seqs_limit = config.seqs_limit
+        self.tokens_limit = config.batched_tokens_limit
+        self.watermark_blocks = int(config.watermark * num_gpu_blocks)
+        self._admit_blocks = num_gpu_blocks - self.watermark_blocks
         self._set_columns(columns)
         n = len(columns.prompt_tokens)
         # per-request state (vLLM names), each with the value a new row starts with
@@ -179,30 +194,6 @@ class Scheduler:
         self.spec: SpecDecode | None = None  # speculative decoding (make_engine sets it)
         # what a step does to the requests when it ends, and two facts of the running set
         self.commit = StepCommit(self, on_finish=hooks.on_finish, stop_running=self._stop_running)
-
-    def _set_limits(self, config: EngineConfig, num_gpu_blocks: int) -> None:
-        """The engine's sizes and a step's limits (the config is frozen: read once), checked
-        as vLLM checks them at start-up."""
-        if num_gpu_blocks < 1:
-            raise ValueError(f"num_gpu_blocks must be >= 1, got {num_gpu_blocks!r}")
-        self.block_size = config.block_size
-        self.num_gpu_blocks = num_gpu_blocks
-        self.capacity_tokens = cap = num_gpu_blocks * config.block_size
-        self.max_model_len = cap if config.max_model_len is None else min(cap, config.max_model_len)
-        if (not config.enable_chunked_prefill and config.name in ("vllm", "vllm-swap")
-                and config.batched_tokens_limit < self.max_model_len):
-            # vLLM's SchedulerConfig refuses this at start-up: without chunking a prompt is
-            # prefilled in one step, so one longer than a step's budget could never run
-            raise ValueError(
-                f"enable_chunked_prefill = false needs max_num_batched_tokens >= max_model_len, "
-                f"got {config.batched_tokens_limit} < {self.max_model_len} (vLLM refuses to "
-                "start: a longer prompt could never be scheduled); raise max_num_batched_tokens "
-                "or set max_model_len")
-        # the seats and the token budget of a step
-        self.seqs_limit = config.seqs_limit
-        self.tokens_limit = config.batched_tokens_limit
-        self.watermark_blocks = int(config.watermark * num_gpu_blocks)
-        self._admit_blocks = num_gpu_blocks - self.watermark_blocks
 
     def _set_columns(self, columns: RequestColumns) -> None:  # the workload's, or a replica's
         self.prompt_tokens = columns.prompt_tokens
@@ -524,10 +515,6 @@ class Scheduler:
             started.append((i_w, n_new))
             budget -= n_new
         return started, budget
-
-    def _features(self, rows: IntArray, new: IntArray) -> StepFeatures:  # (step_cost)
-        return rows_features(rows, new, self.num_computed_tokens, self.num_tokens,
-                             self.num_output_tokens)
 
     def _step_seconds(self, features: StepFeatures) -> float:
         """Its features priced, plus what hooks added (:meth:`add_step_time`)."""
