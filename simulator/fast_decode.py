@@ -410,12 +410,10 @@ class SkipAheadEngine(TiedSteps, Engine):
                 if ties is not None:
                     self._due[self.tie_index] = t1
         if ties is not None:
-            due = self._due
-            due[self.tie_index] = math.inf
-            if t1 in due:  # another replica's event is due now too: stepping's order
-                # (the step is in flight until its turn: an abort meanwhile waits for its end)
-                due[self.tie_index] = t1
+            if self._due.count(t1) > 1:  # another replica's event is due now too: stepping's
+                # order (the step is in flight until its turn: an abort meanwhile waits for it)
                 yield from ties.turn(self.tie_index, t1)
+            self._due[self.tie_index] = math.inf
         self._busy = False
         self._between_steps = True
         self.t = t1
@@ -464,10 +462,7 @@ class SkipAheadEngine(TiedSteps, Engine):
             return
         if lag and self._lag_run and (len(ends) < 3 or ends[-3] < now):
             return  # the step after this one is the run's last, planned so (decode_plan)
-        keep = bisect.bisect_left(ends, now) + 1
-        ties = self.ties
-        if ties is not None and ends[keep - 1] == now and ties.before(self.tie_index, now):
-            keep += 1  # the step ending now ended first (fleet_ties)
+        keep = self._steps_done(ends, now) + 1  # (and the step ending now, if it ended first)
         lagged = lag > 0 and keep < len(ends) and not self.log.timeline.sample_in(
             float(ends[keep - 1]), float(ends[keep]))
         keep += lagged
