@@ -153,23 +153,16 @@ class SkipAheadEngine(TiedSteps, Engine):
         running = self.running
         finish = list(zip(left, range(len(running)), running, strict=True))
         heapq.heapify(finish)
-        blocks = self.kv.num_blocks[rows]
-        room = blocks * bs - computed  # steps until their blocks are full
+        room = self.kv.num_blocks[rows] * bs - computed  # steps until their blocks are full
         over = np.flatnonzero(room >= bs)  # holding blocks beyond their computed tokens
-        g = self._group = DecodeGroup(
-            hist=np.bincount(computed % bs, minlength=bs).tolist(),
-            finish=finish,
-            members=dict.fromkeys(running, 0),
-            context=isum(computed),
-            size=len(running),
-            num_joined=len(running),
-        )
+        g = self._group = DecodeGroup(np.bincount(computed % bs, minlength=bs).tolist(), finish,
+                                      dict.fromkeys(running, 0), context=isum(computed),
+                                      size=len(running), num_joined=len(running))
         if over.size:
             g.over = True
             for k in over.tolist():
-                i = running[k]
                 g.hist[computed.item(k) % bs] -= 1
-                g.defer(i, room.item(k), left[k])
+                g.defer(running[k], room.item(k), left[k])
 
     def _group_join(self, i: int, computed: int, output: int) -> None:
         """Row ``i``, started in the group's step, joins with its first token (``computed``,
