@@ -256,10 +256,9 @@ class Engine(Scheduler):
     def grow_rows(self, columns: Mapping[str, IntArray | FloatArray]) -> None:
         """Take longer per-request columns (``prompt_tokens``, ``output_tokens``,
         ``max_output_tokens``, ``arrival_s``, ``priority``, and ``order``: the rows' order for
-        ties in a priority queue), whose first rows are the ones there already, and grow the
-        per-request state to their length (the rows there keep theirs). A fleet indexes each
-        replica by the rows routed to it, so a replica's arrays hold its own rows, not
-        everyone's. Not with prefix caching (its arrays are the workload's)."""
+        ties in a priority queue), the rows there first, and grow the per-request state to
+        their length: a fleet's replica holds the rows routed to it. Not with prefix caching
+        (its arrays are the workload's)."""
         assert self.kv.prefix is None and type(self).rows_grow
         cap = len(columns["prompt_tokens"])
         prompt, output, priority, most = (np.asarray(columns[k], np.int64) for k in (
@@ -394,10 +393,9 @@ class Engine(Scheduler):
         self.kv.drop()
 
     def _release_pending(self, upto: int = -1, *, everything: bool = False) -> None:
-        """Steps have ended: the requests not yet schedulable whose step has ended (``upto``
-        steps, when not all of ``num_steps``) join the waiting queue, in the order they came;
-        ``everything``: all of them (the engine has nothing else to schedule, so vLLM
-        schedules them at once)."""
+        """The requests not yet schedulable whose step has ended (``upto`` steps, when not all
+        of ``num_steps``; ``everything``: all, when nothing else would be scheduled, as vLLM
+        does) join the waiting queue, in the order they came."""
         pending, n = self._pending, self.num_steps if upto < 0 else upto
         while pending and (everything or pending[0][1] <= n):
             self.waiting.add_request(pending.pop(0)[0])

@@ -169,9 +169,9 @@ class FleetTies:
 
     def _ends_to(self, q: int, t: float, n: int) -> tuple[list[float], int]:
         """The last ``n`` (or fewer) of replica ``q``'s step ends up to its step ending at
-        ``t``, and that step's number: those logged, then the decode run's in flight (logged
-        when it ends), or the step in flight's. (The actor's step ending at ``t`` is logged:
-        it may have started a run since, whose ends all come after ``t``.)"""
+        ``t``, and that step's number: those logged, then the run's in flight (logged when it
+        ends) or the step in flight's. (The actor's step ending at ``t`` is logged: a run it
+        started since ends after ``t``.)"""
         e = self.replicas[q]
         run = e.run_in_flight()
         if run is not None and run[0] <= t:
@@ -197,10 +197,9 @@ class TiedSteps:
     _wait_run: Callable[[float], Generator[simpy.Event, Any, None]]
 
     def join_ties(self, ties: FleetTies, index: int) -> None:
-        """Be replica ``index`` of a fleet whose step ends ``ties`` orders. A single step waits
-        through ``_wait_run`` and going idle is noted by :meth:`_tied_on_idle` (over a
-        preset's own hook): this engine's own attributes then, so that an engine outside such
-        a fleet pays nothing for them; a decode run tells ``ties`` itself."""
+        """Be replica ``index`` of a fleet whose step ends ``ties`` orders: a single step waits
+        through ``_wait_run``, going idle is noted (over a preset's ``_on_idle``), on this
+        engine alone so that one outside such a fleet pays nothing for them."""
         self.ties, self.tie_index, self._due = ties, index, ties.due
         self._wait = self._wait_run
         self._on_idle_untied = self._on_idle

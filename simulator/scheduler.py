@@ -342,8 +342,7 @@ class Scheduler:
     # --- the running set ------------------------------------------------------------------
     def _start_running(self, i: int) -> None:
         self.running.append(i)
-        commit = self.commit
-        commit.all_decode = commit.synced = False
+        self.commit.all_decode = self.commit.synced = False
         self._running_array.started(i, len(self.running))
 
     def _stop_running(self, rows: list[int]) -> None:
@@ -396,8 +395,17 @@ class Scheduler:
             rows = np.asarray(sched, dtype=np.int64)
             new = np.asarray(sched_new, dtype=np.int64)
         started, budget = ([], budget) if preempted else self._schedule_waiting(budget)
-        # (a decode group's running part lists no rows: its members' num_blocks lag)
-        self._check_schedule(budget, fit is None or len(rows) > 0 or not self.running)
+        # the invariants, on every path: the budget, the seats, every block free, held or cached
+        # (not while a decode group's members' num_blocks lag: its running part lists no rows),
+        # every row's (O(rows)) only when a KV load holds some (kv_offload, remote_kv)
+        assert budget >= 0, "the token budget is overspent"
+        assert len(self.running) <= self.seqs_limit, "max_num_seqs exceeded"
+        free = self.kv.num_free_blocks
+        assert free >= 0, "more blocks taken than the GPU holds"
+        if fit is None or len(rows) > 0 or not self.running:
+            held = self.kv.num_held_blocks
+            assert (held(self.running_rows()) + free == self.num_gpu_blocks
+                    or held() + free == self.num_gpu_blocks), "blocks lost"
         return rows, new, started, preempted
 
     def _schedule_fit(self, budget: int) -> tuple[IntArray, IntArray, int] | None:
@@ -413,20 +421,6 @@ class Scheduler:
             self.kv.num_blocks[prefix.rows] = prefix.want
             self.kv.take(prefix.num_extra)
         return prefix.rows, prefix.new, prefix.num_new
-
-    def _check_schedule(self, budget: int, count_blocks: bool = True) -> None:
-        """The invariants of a scheduled step (``budget``: what is left of it), on every path;
-        with ``count_blocks`` (not while a decode group's ``num_blocks`` lag), every block free,
-        held or cached: every row's (O(rows)) only when a KV load holds some (``kv_offload``,
-        ``remote_kv``)."""
-        assert budget >= 0, "the token budget is overspent"
-        assert len(self.running) <= self.seqs_limit, "max_num_seqs exceeded"
-        kv = self.kv
-        free = kv.num_free_blocks
-        assert free >= 0, "more blocks taken than the GPU holds"
-        if count_blocks:
-            assert (kv.num_held_blocks(self.running_rows()) + free == self.num_gpu_blocks
-                    or kv.num_held_blocks() + free == self.num_gpu_blocks), "blocks lost"
 
     def _schedule_running(self, budget: int) -> tuple[list[int], list[int], bool, int]:
         """The running loop with preemption (the module docstring's step 1): the rows, their new
