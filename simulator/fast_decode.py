@@ -83,6 +83,8 @@ class SkipAheadEngine(TiedSteps, Engine):
         self.planner.sample_in = self.log.timeline.sample_in
         # exists only while its steps run: any other step dissolves it first (_schedule_fit)
         self._group: DecodeGroup | None = None
+        joined_at = np.zeros(len(self.prompt_tokens), np.int64)  # a member's join step
+        self._joined_at = self.rows.add("_joined_at", joined_at, 0)
         # the group's step being committed: its members and the requests that start in it
         self._steps_group: tuple[int, list[tuple[int, int]]] = (0, [])
         self._jump_ends: Floats | None = None  # step ends of the decode run in progress
@@ -130,7 +132,8 @@ class SkipAheadEngine(TiedSteps, Engine):
         if g is not None and g.size:
             # the members are the first running requests (join order is running order, and a
             # request that starts after one still prefilling does not join)
-            out[: g.size] += g.step - np.fromiter(g.members.values(), np.int64, g.size)
+            m = g.size
+            out[:m] += g.step - self._joined_at[self.running_rows()[:m]]
         return out
 
     def scheduled_with_output(self) -> bool:
@@ -158,6 +161,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         g = self._group = DecodeGroup(np.bincount(computed % bs, minlength=bs).tolist(), finish,
                                       dict.fromkeys(running, 0), context=isum(computed),
                                       size=len(running), num_joined=len(running))
+        self._joined_at[rows] = 0
         if over.size:
             g.over = True
             for k in over.tolist():
@@ -172,6 +176,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         step = g.step
         bs = self.block_size
         g.members[i] = step
+        self._joined_at[i] = step
         g.context += computed
         g.size += 1
         left = self.target_output.item(i) - output

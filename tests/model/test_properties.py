@@ -412,6 +412,7 @@ def _assert_group_facts(engine: Engine) -> None:
     bs = engine.block_size
     # the array values a member joined with, and the step it joined at
     joined = np.asarray(list(g.members.values()), dtype=np.int64)
+    assert engine._joined_at[rows].tolist() == joined.tolist()
     base = engine.num_computed_tokens[rows]
     assert g.size == len(members)
     assert g.context == int(computed.sum())
