@@ -165,8 +165,7 @@ class Scheduler:
         self.num_preemptions = rows.add("num_preemptions", np.zeros(n, np.int64), 0)
         # per request: KV computed then discarded
         self.recomputed_tokens = rows.add("recomputed_tokens", np.zeros(n, np.int64), 0)
-        self.num_recomputed_tokens = 0
-        self.num_preemptions_total = 0
+        self.num_recomputed_tokens = self.num_preemptions_total = 0
         # queues: ``running`` changes only through _start_running and _stop_running
         self.running: list[int] = []
         self._running_array = RunningArray()

@@ -81,7 +81,7 @@ class StepCommit:
         self.synced = sampled.size == len(e.running)
         if sampled.size == 0:
             return
-        if sampled.size == len(e.running):
+        if self.synced:
             # ``rows`` are distinct running requests (aborted ones dropped above), so every
             # running request was sampled: each now has one token to compute, and an output
             self.all_decode = True
@@ -116,9 +116,7 @@ class StepCommit:
         sampled = m
         joining = True  # running order stays join order (the group's members come first)
         num_computed, num_tokens, num_output = e.num_computed_tokens, e.num_tokens, e.num_output_tokens
-        step = e.num_steps
-        segments = e.segments
-        spec = e.spec
+        step, segments, spec = e.num_steps, e.segments, e.spec
         for i, n_new in tail:
             computed_i = num_computed.item(i) + n_new
             num_computed[i] = computed_i
