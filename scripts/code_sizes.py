@@ -22,7 +22,7 @@ ENGINE_FAMILY = (
     "simulator/step_cost.py", "simulator/running_loop.py", "simulator/fast_decode.py",
     "simulator/decode_plan.py", "simulator/fleet_ties.py", "simulator/spec_run.py",
     # the speed-up's hand-off admissions within a decode run, kept with the disaggregation's
-    # KV reads (SkipAheadEngine's methods by assignment) and the engine view they type it with
+    # KV reads (they act for SkipAheadEngine) and the engine view they type it with
     "simulator/remote_kv.py:_RunEngine", "simulator/remote_kv.py:admit_in_run",
     "simulator/remote_kv.py:admit_at",
 )

@@ -1,12 +1,10 @@
-"""The arithmetic of a run of pure-decode steps, done at once (skip-ahead's planner).
-
-During a decode run every running request gets one token per step, so step ``j`` (from 0)
-attends to ``c0 + n (j + 1)`` tokens, and a request with ``c`` tokens computed and ``b`` blocks
-takes its next block at step ``b * block_size - c`` and then every ``block_size`` steps. The
-planner computes the steps' durations, ends and blocks in use, and where the run must end: the
-first finish, the first step that runs out of blocks, or the step in progress at the next
-external event. A short run (:data:`GROUP_SMALL_K`) in Python numbers, a longer one with arrays
-(~8-20 us however long): the same bits (``tests/model/test_properties.py`` compares them).
+"""The arithmetic of a run of pure-decode steps, done at once (skip-ahead's planner): every
+running request gets one token per step, so step ``j`` (from 0) attends to ``c0 + n (j + 1)``
+tokens, and a request with ``c`` tokens computed and ``b`` blocks takes its next block at step
+``b * block_size - c`` and then every ``block_size`` steps. The run ends at the first finish,
+the first step that runs out of blocks, or the step in progress at the next external event. A
+short run (:data:`GROUP_SMALL_K`) in Python numbers, a longer one with arrays: the same bits
+(``tests/model/test_properties.py`` compares them).
 """
 
 from __future__ import annotations
@@ -69,8 +67,7 @@ class DecodeRunPlanner:
         self._step_time = cost.step_time
 
     def decode_step(self, n: int, context: int) -> float:
-        """The time of a pure-decode step of ``n`` requests attending to ``context`` tokens:
-        ``StepFeatures(0, n, context, 0, 0)`` priced (:mod:`kvbudget.perf.step_features`)."""
+        """``StepFeatures(0, n, context, 0, 0)`` priced: ``n`` requests decoding."""
         return float(self._step_time(0.0, float(n), float(context), 0.0, 0.0))
 
     @staticmethod

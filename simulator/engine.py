@@ -22,6 +22,7 @@ from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.queue_caps import QueueCaps
 from kvbudget.simulator.scheduler import EngineHooks, RequestColumns, Scheduler
 from kvbudget.simulator.serving import FloatArray, IntArray, RequestFigures
+from kvbudget.simulator.step_cost import rows_features
 from kvbudget.simulator.step_log import StepLog
 from kvbudget.simulator.timeline import TimelineRow
 from kvbudget.simulator.token_segments import TokenGaps
@@ -43,8 +44,8 @@ SPEED_UP_INTERFACE = frozenset({
     "_step_extra_s", "_hol_blocked", "_steps_rows", "_busy", "_aborts", "_pending",
     "_between_steps", "_async", "_pending_due", "_steps_done_now",
     # speculative decoding's runs (simulator/spec_run.py): a scheduled step run as stepping
-    # runs it, or as the first of a run; its features
-    "_run_scheduled", "_features",
+    # runs it, or as the first of a run
+    "_run_scheduled",
 })
 """What of :class:`Engine`'s and :class:`~kvbudget.simulator.scheduler.Scheduler`'s own a
 speed-up (``fast_decode.SkipAheadEngine``, ``spec_run.SpecSkipAheadEngine``) may use besides the
@@ -88,10 +89,7 @@ class Engine(Scheduler):
         self.process = env.process(self._run())
 
     # --- the executor interface (kvbudget.simulator.serving.ServingEngine) ------------------
-    def add_request(self, i: int) -> str:
-        """Queue row ``i`` as a fresh request (its prompt only; nothing computed) and return
-        ``""``; or, when one of the engine's own queue caps is full
-        (:mod:`kvbudget.simulator.queue_caps`), queue nothing and return the refusal's reason."""
+    def add_request(self, i: int) -> str:  # (ServingEngine; the caps: simulator.queue_caps)
         if self._caps is not None and (why := self._caps.refusal(self)):
             return why
         self._add(i)
@@ -131,11 +129,9 @@ class Engine(Scheduler):
         replica (a disaggregated decode replica: ``kvbudget.simulator.remote_kv``). False when
         its earlier attempt's abort waits for the step boundary: it is then added after it as
         a fresh request (its prompt computed here)."""
-        if self.in_engine.item(i):
-            self._add(i)
-            return False
-        self._add(i, computed_tokens)
-        return True
+        fresh = bool(self.in_engine.item(i))
+        self._add(i, 0 if fresh else computed_tokens)
+        return not fresh
 
     def add_loaded(self, i: int) -> None:
         """Row ``i``, whose KV was loading (``remote_kv``), goes back to the front of the waiting
@@ -186,23 +182,19 @@ class Engine(Scheduler):
         is refused, never scheduled)."""
         return self.fits_tokens(self.prompt_tokens.item(i), self.target_output.item(i))
 
-    def fits_rows(self) -> npt.NDArray[np.bool_]:
-        """:meth:`fits` of every row at once."""
+    def fits_rows(self) -> npt.NDArray[np.bool_]:  # fits of every row at once
         prompt = self.prompt_tokens
         return ((prompt + self.target_output <= self.max_model_len)
                 & (-(-prompt // self.block_size) <= self._admit_blocks))
 
-    def fits_tokens(self, prompt: int, output: int) -> bool:
-        """:meth:`fits` of a request of ``prompt`` and ``output`` tokens."""
+    def fits_tokens(self, prompt: int, output: int) -> bool:  # fits of such a request
         return (prompt + output <= self.max_model_len
                 and -(-prompt // self.block_size) <= self._admit_blocks)
 
     def forget_first_token(self, i: int) -> None:
         self.first_token_s[i] = math.nan
 
-    def num_waiting(self) -> int:
-        """Requests waiting to start: in the waiting queue, or not yet schedulable (async
-        scheduling)."""
+    def num_waiting(self) -> int:  # in the waiting queue, or not yet schedulable (async)
         return len(self.waiting) + len(self._pending)
 
     def unfinished_rows(self) -> list[int]:
@@ -224,8 +216,7 @@ class Engine(Scheduler):
         return self.num_output_tokens.copy()
 
     @property
-    def idle(self) -> bool:
-        """Nothing running, waiting or in a step."""
+    def idle(self) -> bool:  # nothing running, waiting or in a step
         return not self.running and self.num_waiting() == 0 and not self._busy
 
     @property
@@ -238,9 +229,7 @@ class Engine(Scheduler):
         stops at the first waiting request that does not fit, so it blocks those behind it."""
         return self.log.integrals.hol.value()
 
-    def kv_token_seconds(self) -> float:
-        """Exact integral of KV tokens in use over time (blocks x block_size x seconds),
-        rounded once (``math.fsum`` of its per-step terms)."""
+    def kv_token_seconds(self) -> float:  # (ServingEngine's; rounded once: math.fsum)
         return self.log.integrals.kv.value()
 
     def kv_token_seconds_exact(self) -> int:
@@ -267,10 +256,9 @@ class Engine(Scheduler):
     def grow_rows(self, columns: Mapping[str, IntArray | FloatArray]) -> None:
         """Take longer per-request columns (``prompt_tokens``, ``output_tokens``,
         ``max_output_tokens``, ``arrival_s``, ``priority``, and ``order``: the rows' order for
-        ties in a priority queue), whose first rows are the ones there already, and grow the
-        per-request state to their length (the rows there keep theirs). A fleet indexes each
-        replica by the rows routed to it, so a replica's arrays hold its own rows, not
-        everyone's. Not with prefix caching (its arrays are the workload's)."""
+        ties in a priority queue), the rows there first, and grow the per-request state to
+        their length: a fleet's replica holds the rows routed to it. Not with prefix caching
+        (its arrays are the workload's)."""
         assert self.kv.prefix is None and type(self).rows_grow
         cap = len(columns["prompt_tokens"])
         prompt, output, priority, most = (np.asarray(columns[k], np.int64) for k in (
@@ -286,8 +274,7 @@ class Engine(Scheduler):
             self.priority, self.arrival_s, None if order is None else np.asarray(order, np.int64))
 
     # --- steps in time ---------------------------------------------------------------------
-    def _run(self) -> Generator[simpy.Event, Any, None]:
-        """The engine loop: apply aborts, wait while idle, else take a step."""
+    def _run(self) -> Generator[simpy.Event, Any, None]:  # the engine loop
         env = self.env
         while True:
             if self._aborts:
@@ -318,7 +305,6 @@ class Engine(Scheduler):
                 self._release_pending()
 
     def _step(self) -> Generator[simpy.Event, Any, None]:
-        """Schedule a step (:meth:`_schedule`), run it and commit it."""
         reserved, gw_waiting = self.hooks.gateway_state()
         rows, new, started, preempted = self._schedule()
         return self._run_step(rows, new, started, preempted, reserved, gw_waiting)
@@ -326,8 +312,8 @@ class Engine(Scheduler):
     def _run_step(self, rows: IntArray, new: IntArray, started: list[tuple[int, int]],
                   preempted: bool, reserved: int, gw_waiting: int
                   ) -> Generator[simpy.Event, Any, None]:
-        """Run and commit the step :meth:`_schedule` scheduled (``reserved``, ``gw_waiting``:
-        the gateway's figures then)."""
+        """Run and commit the scheduled step (``reserved``, ``gw_waiting``: the gateway's
+        figures as it was scheduled)."""
         if started:
             rows = np.concatenate((rows, [i for i, _ in started]))
             new = np.concatenate((new, [n for _, n in started]))
@@ -350,9 +336,9 @@ class Engine(Scheduler):
 
     def _run_scheduled(self, rows: IntArray, new: IntArray, preempted: bool, reserved: int,
                        counts: tuple[int, int]) -> Generator[simpy.Event, Any, None]:
-        """Run the scheduled step for its duration, then commit it. ``reserved`` and
-        ``counts`` (running, waiting) are the timeline's figures as it was scheduled."""
-        dt = self._step_seconds(self._features(rows, new))
+        """(``counts``: running, waiting, as the step was scheduled)"""
+        dt = self._step_seconds(rows_features(rows, new, self.num_computed_tokens,
+                                              self.num_tokens, self.num_output_tokens))
         yield from self._wait(self._account_step(dt, reserved, counts))
         self._commit_step(rows, new, preempted)
 
@@ -366,15 +352,13 @@ class Engine(Scheduler):
         self.commit.rows(rows, new, aborted)
 
     def _account_step(self, dt: float, reserved: int, counts: tuple[int, int]) -> float:
-        """A single step of ``dt`` seconds from now, logged (its KV and head-of-line terms and
-        timeline samples); returns its end."""
+        """A single step of ``dt`` seconds from now, logged; returns its end."""
         t1 = self.t + dt
         self.log.scheduled(t1, dt, self.kv.num_used_blocks, self._hol_blocked, reserved, counts,
                            self.num_preemptions_total)
         return t1
 
-    def _wait(self, t1: float) -> Generator[simpy.Event, Any, None]:
-        """Wait for the step in flight to end at ``t1``."""
+    def _wait(self, t1: float) -> Generator[simpy.Event, Any, None]:  # for the step in flight
         self._busy = True
         # ``Timeout(env, d)`` is ``env.timeout(d)`` without the bound-class descriptor's call
         yield Timeout(self.env, max(0.0, t1 - self.env.now))
@@ -385,9 +369,8 @@ class Engine(Scheduler):
         self.log.ended(t1)
 
     def token_gaps(self, keep: npt.NDArray[np.bool_], tier: IntArray) -> TokenGaps:
-        """The inter-token gaps of the rows ``keep`` selects that finished here
-        (:meth:`TokenSegments.gaps`); engine times (the front end's per-token cost is the
-        caller's)."""
+        """The inter-token gaps of the rows ``keep`` selects that finished here; engine times
+        (the front end's per-token cost is the caller's)."""
         rows = np.flatnonzero(keep & np.isfinite(self.finished_s))
         marks = self.num_output_tokens if self.spec is None else self.spec.num_output_steps
         return self.segments.gaps(self.log.ends(), rows, marks[rows], tier[rows])
@@ -410,10 +393,9 @@ class Engine(Scheduler):
         self.kv.drop()
 
     def _release_pending(self, upto: int = -1, *, everything: bool = False) -> None:
-        """Steps have ended: the requests not yet schedulable whose step has ended (``upto``
-        steps, when not all of ``num_steps``) join the waiting queue, in the order they came;
-        ``everything``: all of them (the engine has nothing else to schedule, so vLLM
-        schedules them at once)."""
+        """The requests not yet schedulable whose step has ended (``upto`` steps, when not all
+        of ``num_steps``; ``everything``: all, when nothing else would be scheduled, as vLLM
+        does) join the waiting queue, in the order they came."""
         pending, n = self._pending, self.num_steps if upto < 0 else upto
         while pending and (everything or pending[0][1] <= n):
             self.waiting.add_request(pending.pop(0)[0])

@@ -1,14 +1,10 @@
 """The engine with ``skip_ahead``: stepping's results, with runs of pure-decode steps computed
-at once.
-
-While every running request decodes, :class:`SkipAheadEngine` keeps them as a
+at once. While every running request decodes, :class:`SkipAheadEngine` keeps them as a
 :class:`DecodeGroup`, so the one ``Scheduler._schedule`` schedules the running part of a step in
-O(1) however many decode (``_schedule_fit``). When such a step starts nothing (nothing can until
-a finish, a failed allocation or an outside event), the decode run that follows is arithmetic
-(:mod:`kvbudget.simulator.decode_plan`): planned, waited for and committed in one go (cut at the
-step in progress when work is added or aborted, as stepping would). A variant whose hooks read
-running requests' arrays (``Engine.decode_group = False``) steps. Stepping stays the reference:
-the property tests compare every result with it.
+O(1) (``_schedule_fit``); when such a step starts nothing, the decode run that follows is planned
+(:mod:`kvbudget.simulator.decode_plan`), waited for and committed in one go (cut at the step in
+progress when work is added or aborted, as stepping would). The property tests compare every
+result with stepping's.
 """
 
 from __future__ import annotations
@@ -27,7 +23,7 @@ from simpy.events import Timeout
 from kvbudget.simulator.decode_plan import GROUP_SMALL_K, DecodeRunPlanner, Floats, Ints
 from kvbudget.simulator.engine import Engine, IntArray
 from kvbudget.simulator.fleet_ties import TiedSteps
-from kvbudget.simulator.remote_kv import admit_at, admit_in_run
+from kvbudget.simulator.remote_kv import admit_in_run
 from kvbudget.simulator.running_loop import NO_ROWS
 from kvbudget.simulator.small_arrays import isum
 from kvbudget.simulator.step_cost import tail_features
@@ -78,9 +74,8 @@ class DecodeGroup:
 
 
 class SkipAheadEngine(TiedSteps, Engine):
-    """:class:`Engine` keeping its running requests as a :class:`DecodeGroup` while all decode,
-    running its decode runs at once. Members' arrays lag: hooks read :meth:`running_output_tokens`
-    and ``kv.num_running_blocks``, which count the group's steps (``Engine.decode_group``)."""
+    """:class:`Engine` with a :class:`DecodeGroup` and its decode runs (the module docstring);
+    members' arrays lag (``Scheduler.decode_group``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -103,7 +98,6 @@ class SkipAheadEngine(TiedSteps, Engine):
 
     # --- what the executor and hooks read mid-run ------------------------------------------
     def output_tokens_of(self, i: int) -> int:
-        """Row ``i``'s output tokens as of the last step that has ended (a run's counted)."""
         g = self._group
         if g is None or i not in g.members:
             return self.num_output_tokens.item(i)
@@ -112,8 +106,7 @@ class SkipAheadEngine(TiedSteps, Engine):
                 + self._steps_done_now() - self.num_steps)
 
     def kv_used_blocks_now(self) -> int:
-        """``Engine.kv_used_blocks_now`` mid-run: as planned for the step in progress."""
-        ends, used = self._run_ends, self._run_used
+        ends, used = self._run_ends, self._run_used  # mid-run: as planned for the step
         if ends is None or used is None:
             return self.kv.num_used_blocks
         k = min(bisect.bisect_left(ends, self.env.now), len(ends) - 1)
@@ -129,8 +122,7 @@ class SkipAheadEngine(TiedSteps, Engine):
             out[i] = self.output_tokens_of(i)
         return out
 
-    def _rows_ahead(self) -> list[int]:
-        """The rows whose arrays lag behind the steps that have ended (the group's)."""
+    def _rows_ahead(self) -> list[int]:  # the rows whose arrays lag (the group's)
         g = self._group
         return [] if g is None else list(g.members)
 
@@ -150,19 +142,13 @@ class SkipAheadEngine(TiedSteps, Engine):
         n, tail = self._steps_group  # members have output; of the tail, those resuming
         return n > 0 or any(self.num_output_tokens.item(i) > 0 for i, _ in tail)
 
-    # a disaggregated decode replica's hand-off taken into the run in flight (_work_changed);
-    # its state is the replica's loads' (remote_kv.RemoteLoads), not the engine's
-    _admit_in_run = admit_in_run
-    _admit_at = admit_at
-
     def _abort_now(self, i: int) -> None:
         if self._group is not None and i in self._group.members:
             self._group_dissolve(scheduled=False)  # between steps (aborts wait for their end)
         super()._abort_now(i)
 
     # --- the group's members ------------------------------------------------------------------
-    def _group_form(self) -> None:
-        """Make the running requests, all decoding, the decode group."""
+    def _group_form(self) -> None:  # of the running requests, all decoding
         rows = self.running_rows()
         bs = self.block_size
         computed = self.num_computed_tokens[rows]
@@ -170,29 +156,21 @@ class SkipAheadEngine(TiedSteps, Engine):
         running = self.running
         finish = list(zip(left, range(len(running)), running, strict=True))
         heapq.heapify(finish)
-        blocks = self.kv.num_blocks[rows]
-        room = blocks * bs - computed  # steps until their blocks are full
+        room = self.kv.num_blocks[rows] * bs - computed  # steps until their blocks are full
         over = np.flatnonzero(room >= bs)  # holding blocks beyond their computed tokens
-        g = self._group = DecodeGroup(
-            hist=np.bincount(computed % bs, minlength=bs).tolist(),
-            finish=finish,
-            members=dict.fromkeys(running, 0),
-            context=isum(computed),
-            size=len(running),
-            num_joined=len(running),
-        )
+        g = self._group = DecodeGroup(np.bincount(computed % bs, minlength=bs).tolist(), finish,
+                                      dict.fromkeys(running, 0), context=isum(computed),
+                                      size=len(running), num_joined=len(running))
         self._joined_at[rows] = 0
         if over.size:
             g.over = True
             for k in over.tolist():
-                i = running[k]
                 g.hist[computed.item(k) % bs] -= 1
-                g.defer(i, room.item(k), left[k])
+                g.defer(running[k], room.item(k), left[k])
 
     def _group_join(self, i: int, computed: int, output: int) -> None:
         """Row ``i``, started in the group's step, joins with its first token (``computed``,
-        ``output``: its arrays now); rows join in the order they started running, so join
-        order is running order."""
+        ``output``: its arrays now); join order is running order."""
         g = self._group
         assert g is not None
         step = g.step
@@ -233,8 +211,7 @@ class SkipAheadEngine(TiedSteps, Engine):
 
     # --- the group's steps ----------------------------------------------------------------------
     def _step(self) -> Generator[simpy.Event, Any, None]:
-        """``Engine._step``: one whose running loop was the group's (:meth:`_schedule_fit`)
-        runs as :meth:`_group_iteration` (returned: a generator fewer)."""
+        """``Engine._step``; the group's runs as :meth:`_group_iteration` (returned)."""
         reserved, gw_waiting = self.hooks.gateway_state()
         rows, new, started, preempted = self._schedule()
         g = self._group
@@ -431,12 +408,10 @@ class SkipAheadEngine(TiedSteps, Engine):
                 if ties is not None:
                     self._due[self.tie_index] = t1
         if ties is not None:
-            due = self._due
-            due[self.tie_index] = math.inf
-            if t1 in due:  # another replica's event is due now too: stepping's order
-                # (the step is in flight until its turn: an abort meanwhile waits for its end)
-                due[self.tie_index] = t1
+            if self._due.count(t1) > 1:  # another replica's event is due now too: stepping's
+                # order (the step is in flight until its turn: an abort meanwhile waits for it)
                 yield from ties.turn(self.tie_index, t1)
+            self._due[self.tie_index] = math.inf
         self._busy = False
         self._between_steps = True
         self.t = t1
@@ -485,14 +460,11 @@ class SkipAheadEngine(TiedSteps, Engine):
             return
         if lag and self._lag_run and (len(ends) < 3 or ends[-3] < now):
             return  # the step after this one is the run's last, planned so (decode_plan)
-        keep = bisect.bisect_left(ends, now) + 1
-        ties = self.ties
-        if ties is not None and ends[keep - 1] == now and ties.before(self.tie_index, now):
-            keep += 1  # the step ending now ended first (fleet_ties)
+        keep = self._steps_done(ends, now) + 1  # (and the step ending now, if it ended first)
         lagged = lag > 0 and keep < len(ends) and not self.log.timeline.sample_in(
             float(ends[keep - 1]), float(ends[keep]))
         keep += lagged
-        if lagged and self.remote is not None and self._admit_in_run(ends, keep - 1):
+        if lagged and self.remote is not None and admit_in_run(self, ends, keep - 1):
             return  # a hand-off (the request just added), admitted within the run
         span = self._span_head is not None and (
             self.waiting.peek_request() == self._span_head if added

@@ -2,31 +2,25 @@
 item 4: skip-ahead byte-identical to stepping on the fleet's ties).
 
 Stepping makes each step's end event when the step starts, and SimPy runs the events due at one
-instant in the order they were made. So of two replicas' steps ending at ``t``, the one that
-started earlier ends first; of two started at the same instant, the one whose previous step
-ended first (the same question, a step back), a step started from idle after every step end due
-then and after the replicas woken before it. :meth:`FleetTies.before` walks both replicas' step
-ends back to where they differ.
-
-A replica with skip-ahead has one event for a decode run (its last step's end), made when the
-run starts or is cut (``fast_decode.SkipAheadEngine._wait_run``); the run driver's events,
+instant in the order they were made: of two replicas' steps ending at ``t``, the one that started
+earlier ends first; of two started at the same instant, the one whose previous step ended first
+(a step back), a step started from idle after every step end due then and after the replicas
+woken before it (:meth:`FleetTies._walk`). A replica with skip-ahead has one event for a decode
+run (its last step's end, ``fast_decode.SkipAheadEngine._wait_run``); the run driver's events,
 URGENT, come before them all (``simulator/alarm.py``). What of stepping's order can be seen:
 
-1. the replicas' events due at one instant (a finish on each tells the one gateway in turn):
-   a replica whose event comes due while another's due then comes first waits for it
-   (:meth:`turn`), and runs when that one has (an URGENT event, before whatever else is due);
+1. the replicas' events due at one instant (a finish on each tells the one gateway in turn): a
+   replica whose event comes due while another's due then comes first waits for it
+   (:meth:`FleetTies.turn`), and runs when that one has (an URGENT event);
 2. a run's step ending at the instant another replica, ending a step then, adds work to it,
-   aborts some or reads its output tokens (through the gateway: :attr:`actor`): the run's step
-   has ended first when it comes first in stepping's order (:meth:`TiedSteps._steps_done`).
-   That holds for what follows from that finish at that instant too (a closed loop's user
-   sends at once, an URGENT interrupt: in stepping right after that step end), so
-   :attr:`actor` is kept for the instant (:attr:`actor_s`).
+   aborts some or reads its output tokens (through the gateway: ``actor``): the run's step has
+   ended first when it comes first in stepping's order (:meth:`TiedSteps._steps_done`); so too
+   for what follows from that finish at that instant (a closed loop's user sends at once), so
+   ``actor`` is kept for the instant (``actor_s``).
 
-Both are checked only where times are equal (one comparison of floats a step), so a fleet whose
-step ends never meet pays little more (8 replicas on conv_n2000_q6, no tie: +0.9 to +1.0 %
-instructions, ``benchmarks/bench_instructions.py``). Only a fleet with one gateway for all
-replicas (a global budget) uses this. A replica's side is :class:`TiedSteps`, the fleet's
-:class:`FleetTies`.
+Both are checked only where times are equal (one comparison of floats a step): 8 replicas on
+conv_n2000_q6, no tie: +0.9 to +1.0 % instructions (``benchmarks/bench_instructions.py``). Only
+a fleet with one gateway for all replicas (a global budget) uses this.
 """
 
 from __future__ import annotations
@@ -69,11 +63,10 @@ class _Urgent(Event):
 
 
 class FleetTies:
-    """Stepping's order of the fleet's replicas' step ends due at one instant (the module
-    docstring). ``replicas[r]`` writes in ``due[r]`` when its next event is due as it starts
-    a step or run (or cuts a run), tells :meth:`root` of a step started from idle and waits
-    for :meth:`turn` when its event comes due with another's. The fleet sets :attr:`actor`
-    and :attr:`actor_s` as a replica's finish is told to the gateway."""
+    """The fleet's side (the module docstring): ``replicas[r]`` writes in ``due[r]`` when its
+    next event is due, tells :meth:`root` of a step started from idle and waits for
+    :meth:`turn` when its event comes due with another's; the fleet sets ``actor`` and
+    ``actor_s`` as a replica's finish is told to the gateway."""
 
     def __init__(self, env: simpy.Environment, replicas: Sequence[TiedReplica]) -> None:
         self.env = env
@@ -102,12 +95,8 @@ class FleetTies:
     def turn(self, r: int, t: float) -> Generator[simpy.Event, Any, None]:
         """Wait until the replicas whose events are due at ``t`` and come before ``r``'s in
         stepping's order have run; then let the next one run after ``r``."""
-        while True:
-            first = self._first_due(t)
-            if first == r:
-                break
-            ev = self._waiting[r] = _Urgent(self.env)
-            yield ev
+        while self._first_due(t) != r:
+            yield self._waiting.setdefault(r, _Urgent(self.env))
         self.due[r] = math.inf
         if t in self.due:  # the next one runs when r has (before whatever else is due)
             after = _Urgent(self.env)
@@ -116,14 +105,11 @@ class FleetTies:
 
     def _release(self, t: float) -> None:
         """Let the first replica whose event is due at ``t`` run, if it waits."""
-        if t in self.due:
-            waiting = self._waiting.pop(self._first_due(t), None)
-            if waiting is not None:
-                waiting.fire()
+        if t in self.due and (waiting := self._waiting.pop(self._first_due(t), None)):
+            waiting.fire()
 
     def _first_due(self, t: float) -> int:
-        """Of the replicas whose events are due at ``t``, the one first in stepping's
-        order."""
+        """Of the replicas whose events are due at ``t``, the one first in stepping's order."""
         first = -1
         for q, e in enumerate(self.due):
             if e == t and (first < 0 or self._before(q, first, t)):
@@ -144,15 +130,11 @@ class FleetTies:
         return self._before(b, a, t)
 
     def _before(self, a: int, b: int, t: float) -> bool:
-        """Whether replica ``a``'s step ending at ``t`` ended before replica ``b``'s ending
-        then, in stepping (:meth:`_walk`, on the last ends of both, more while undecided). The
-        answer is kept for the pair: replicas in lockstep tie at every step, and the next
+        """Whether replica ``a``'s step ending at ``t`` ended before replica ``b``'s, in
+        stepping; kept for the pair: replicas in lockstep tie at every step, and the next
         comparison's walk stops at this one."""
         n = 16
-        while True:
-            first = self._walk(a, b, t, n)
-            if first is not None:
-                break
+        while (first := self._walk(a, b, t, n)) is None:
             n *= 4
         self._order[(a, b)] = (t, first)
         self._order[(b, a)] = (t, not first)
@@ -187,9 +169,9 @@ class FleetTies:
 
     def _ends_to(self, q: int, t: float, n: int) -> tuple[list[float], int]:
         """The last ``n`` (or fewer) of replica ``q``'s step ends up to its step ending at
-        ``t``, and that step's number: those logged, then the decode run's in flight (logged
-        when it ends), or the step in flight's. (The actor's step ending at ``t`` is logged:
-        it may have started a run since, whose ends all come after ``t``.)"""
+        ``t``, and that step's number: those logged, then the run's in flight (logged when it
+        ends) or the step in flight's. (The actor's step ending at ``t`` is logged: a run it
+        started since ends after ``t``.)"""
         e = self.replicas[q]
         run = e.run_in_flight()
         if run is not None and run[0] <= t:
@@ -204,32 +186,20 @@ class FleetTies:
 
 class TiedSteps:
     """A replica's side of :class:`FleetTies` (a base of ``fast_decode.SkipAheadEngine``, using
-    of ``Engine`` only what ``engine.SPEED_UP_INTERFACE`` lists): outside such a fleet it does
-    nothing and costs nothing; :meth:`join_ties` makes the engine tell the fleet when each
-    step's or run's event is due (``ties.due``), which step starts from idle, and wait for its
-    turn when another replica's event is due at the same instant."""
+    of ``Engine`` only what ``engine.SPEED_UP_INTERFACE`` lists): nothing outside such a fleet."""
 
     ties: FleetTies | None = None
     tie_index = -1
     _chained = False  # its next step starts as its last ends (not from idle)
     _due: list[float]  # ties.due, once joined
-    # of Engine
-    env: simpy.Environment
-    process: simpy.Process
-    log: StepLog
-    t: float
-    num_steps: int
-    _busy: bool
-    _between_steps: bool
-    _on_idle: Callable[[], None]
+    _on_idle: Callable[[], None]  # (Engine's)
     # of fast_decode.SkipAheadEngine: a decode run's wait, a step's too (its Engine._wait)
     _wait_run: Callable[[float], Generator[simpy.Event, Any, None]]
 
     def join_ties(self, ties: FleetTies, index: int) -> None:
-        """Be replica ``index`` of a fleet whose step ends ``ties`` orders. A single step waits
-        through ``_wait_run`` and going idle is noted by :meth:`_tied_on_idle` (over a
-        preset's own hook): this engine's own attributes then, so that an engine outside such
-        a fleet pays nothing for them; a decode run tells ``ties`` itself."""
+        """Be replica ``index`` of a fleet whose step ends ``ties`` orders: a single step waits
+        through ``_wait_run``, going idle is noted (over a preset's ``_on_idle``), on this
+        engine alone so that one outside such a fleet pays nothing for them."""
         self.ties, self.tie_index, self._due = ties, index, ties.due
         self._wait = self._wait_run
         self._on_idle_untied = self._on_idle

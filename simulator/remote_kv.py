@@ -69,8 +69,6 @@ if TYPE_CHECKING:
 
         def allocate_start(self, i: int, tokens: int, *, reserve: int) -> str: ...
 
-        def _admit_at(self, i: int, run: Floats | None, j: int, _: object) -> None: ...
-
 __all__ = ["IDLE_POLL_S", "LoadNotices", "RemoteLoads", "admit_at", "admit_in_run"]
 
 IDLE_POLL_S = 1e-3
@@ -374,23 +372,17 @@ class RemoteLoads:
             waiting.prepend_request(i)
 
 
-# A request handed off to a disaggregated decode replica while a skip-ahead decode run is in
-# flight (async scheduling) is admitted at the run's boundary where stepping's waiting loop
-# takes it, and the run goes on instead of ending there (docs/performance.md, "Runs through a
-# hand-off's admission"): these two are ``fast_decode.SkipAheadEngine``'s methods
-# ``_admit_in_run`` (from its ``_work_changed``) and ``_admit_at``, kept here with the
-# disaggregation's (a function, not a base class: nothing more to build at import). Of
-# ``Engine`` they use only what ``engine.SPEED_UP_INTERFACE`` lists. (The explanations are
-# comments, not docstrings: this module is loaded by every ``kvbudget simulate``.)
-# The hand-off (the request just added) came during the decode run: it is schedulable from the
-# run's boundary ``j`` (``ends[j]``), where stepping's waiting loop takes it at once (after
-# those handed off before it, taken so too), its blocks allocated and its KV read started,
-# and the run goes on (the read's request is not running). Taken into the run when its
-# scheduler sees what stepping's would: no FCFS head refused, nothing else coming, vLLM's
-# own waiting loop (``Scheduler.vllm_waiting_loop``), blocks for it beside the watermark and
-# for the members' steps to the run's end, no timeline sample in the step that counts it
-# waiting (the caller's ``lagged``): its admission made at ``ends[j]`` (_admit_at), the run
-# cut where its read's request becomes schedulable (LoadNotices.run_cut's count).
+# A hand-off (the request just added) to a disaggregated decode replica during a skip-ahead
+# decode run (async scheduling) is schedulable from the run's boundary ``j`` (``ends[j]``),
+# where stepping's waiting loop takes it at once (after those handed off before it; its blocks
+# allocated, its KV read started: it does not run), so the run goes on (docs/performance.md, "Runs through a hand-off's
+# admission") when its scheduler sees there what stepping's would: no FCFS head refused, nothing
+# else coming, vLLM's own waiting loop (``Scheduler.vllm_waiting_loop``), blocks for it beside
+# the watermark and for the members' steps to the run's end, no timeline sample in the step
+# that counts it waiting (the caller's ``lagged``); the run is cut where its read's request
+# becomes schedulable (LoadNotices.run_cut's count). For ``fast_decode.SkipAheadEngine``, of
+# ``Engine`` only what ``engine.SPEED_UP_INTERFACE`` lists (``_RunEngine``); comments, not
+# docstrings: this module is loaded by every ``kvbudget simulate``.
 def admit_in_run(self: _RunEngine, ends: Floats, j: int) -> bool:
     """Take the hand-off schedulable from the run's boundary ``j`` into the run (above);
     False: the run ends at ``j``."""
@@ -416,7 +408,7 @@ def admit_in_run(self: _RunEngine, ends: Floats, j: int) -> bool:
         return False
     wakes.append((i, need))
     remote.wake_run = self._run_ends
-    Timeout(env, t_j - env.now).callbacks.append(partial(self._admit_at, i, self._run_ends, j))
+    Timeout(env, t_j - env.now).callbacks.append(partial(admit_at, self, i, self._run_ends, j))
     if k < len(ends):
         self._jump_ends = ends[:k]
         self._jump_keep = k

@@ -102,8 +102,7 @@ class RunningArray:
             else:
                 self._arr = None
 
-    def stopped(self) -> None:
-        """Rows left ``running``."""
+    def stopped(self) -> None:  # rows left running
         self._arr = None
 
     def of(self, running: list[int]) -> IntArray:
@@ -115,7 +114,3 @@ class RunningArray:
             arr = self._arr = self._buf[:n]
             arr[:] = running
         return arr
-
-    def cached(self) -> IntArray | None:
-        """The array kept now, None when it is to be rebuilt (tests check it)."""
-        return self._arr

@@ -21,10 +21,8 @@ subclass :class:`kvbudget.simulator.engine.Engine` runs steps in time), schedule
 
 Per-request state lives in numpy arrays indexed by the workload row, in vLLM's vocabulary
 (``num_tokens``: prompt plus generated, ``num_computed_tokens``: those in the KV cache,
-``num_output_tokens``, ``num_blocks``). Automatic prefix caching shares the blocks of prompt
-prefixes with equal hashes (Mooncake ``hash_ids``) and evicts unreferenced ones least recently
-used first. Engine variants (:mod:`kvbudget.simulator.engine_variants`) override the hooks
-:class:`Scheduler` lists.
+``num_output_tokens``, ``num_blocks``). Engine variants
+(:mod:`kvbudget.simulator.engine_variants`) override the hooks :class:`Scheduler` lists.
 """
 
 from __future__ import annotations
@@ -46,7 +44,6 @@ from kvbudget.simulator.running_loop import NO_ROWS, RunningArray, RunningPrefix
 from kvbudget.simulator.serving import FloatArray, IntArray
 from kvbudget.simulator.spec_decode import SpecDecode
 from kvbudget.simulator.step_commit import StepCommit
-from kvbudget.simulator.step_cost import rows_features
 from kvbudget.simulator.token_segments import TokenSegments
 
 if TYPE_CHECKING:
@@ -89,9 +86,8 @@ class Scheduler:
     * :meth:`_jump_limit` ``(k_max, alloc_cum) -> int``: with skip-ahead, how many steps
       of a planned decode run keep the waiting head refused;
     * :meth:`_start_running` ``(i)``, :meth:`_stop_running` ``(rows)``: request ``i`` joins
-      ``running`` (it starts), requests ``rows`` leave it (they finish, are preempted,
-      retracted or aborted); call ``super()`` (TensorRT-LLM keeps a sum over the running
-      requests);
+      ``running``, ``rows`` leave it (finished, preempted, retracted or aborted); call
+      ``super()`` (TensorRT-LLM keeps a sum over the running requests);
     * :meth:`Engine.stats <kvbudget.simulator.engine.Engine.stats>` ``()``: the variant's own
       figures, added to the base's; ``Engine._held_until_s`` ``()``: when work the variant
       holds outside the queues (KV being loaded) is ready, so the engine waits for it;
@@ -100,9 +96,7 @@ class Scheduler:
       ``Engine.grow_rows`` grows them (a fleet's replica holds the rows routed to it), or says
       ``rows_grow = False`` (a class attribute) when they follow from the columns;
     * :attr:`decode_group` (a class attribute): False when a hook reads running requests'
-      arrays between steps; with skip-ahead the running requests are then never kept as a
-      decode group, nor with speculation as a ``spec_run.SpecGroup`` (whose members' arrays
-      lag behind its steps, as a decode group's).
+      arrays between steps: skip-ahead then keeps no decode group (nor ``spec_run.SpecGroup``).
 
     What a hook may use besides the request arrays (``num_tokens``, ``num_computed_tokens``,
     ``num_output_tokens``, ``num_blocks``, ``prompt_tokens``, ``max_output_tokens``,
@@ -123,8 +117,7 @@ class Scheduler:
 
     # whether skip-ahead may keep the running requests as a decode group (see above)
     decode_group: ClassVar[bool] = True
-    # whether grow_rows grows every per-request array of the class (a variant with per-request
-    # arrays of its own registers them in rows, or says False)
+    # whether grow_rows grows every per-request array of the class (see above)
     rows_grow: ClassVar[bool] = True
     # whether the waiting loop is vLLM's own: the class overrides neither _admit_waiting nor
     # _on_schedule_waiting (set per class; remote_kv.admit_in_run relies on it)
@@ -139,7 +132,27 @@ class Scheduler:
         self.config = config
         self.cost = cost_model
         self.hooks = hooks
-        self._set_limits(config, num_gpu_blocks)
+        # the engine's sizes and a step's limits (the config is frozen: read once), checked as
+        # vLLM checks them at start-up
+        if num_gpu_blocks < 1:
+            raise ValueError(f"num_gpu_blocks must be >= 1, got {num_gpu_blocks!r}")
+        self.block_size = config.block_size
+        self.num_gpu_blocks = num_gpu_blocks
+        self.capacity_tokens = cap = num_gpu_blocks * config.block_size
+        self.max_model_len = cap if config.max_model_len is None else min(cap, config.max_model_len)
+        if (not config.enable_chunked_prefill and config.name in ("vllm", "vllm-swap")
+                and config.batched_tokens_limit < self.max_model_len):
+            # vLLM's SchedulerConfig refuses this at start-up: without chunking a prompt is
+            # prefilled in one step, so one longer than a step's budget could never run
+            raise ValueError(
+                f"enable_chunked_prefill = false needs max_num_batched_tokens >= max_model_len, "
+                f"got {config.batched_tokens_limit} < {self.max_model_len} (vLLM refuses to "
+                "start: a longer prompt could never be scheduled); raise max_num_batched_tokens "
+                "or set max_model_len")
+        self.seqs_limit = config.seqs_limit
+        self.tokens_limit = config.batched_tokens_limit
+        self.watermark_blocks = int(config.watermark * num_gpu_blocks)
+        self._admit_blocks = num_gpu_blocks - self.watermark_blocks
         self._set_columns(columns)
         n = len(columns.prompt_tokens)
         # per-request state (vLLM names), each with the value a new row starts with
@@ -152,8 +165,7 @@ class Scheduler:
         self.num_preemptions = rows.add("num_preemptions", np.zeros(n, np.int64), 0)
         # per request: KV computed then discarded
         self.recomputed_tokens = rows.add("recomputed_tokens", np.zeros(n, np.int64), 0)
-        self.num_recomputed_tokens = 0
-        self.num_preemptions_total = 0
+        self.num_recomputed_tokens = self.num_preemptions_total = 0
         # queues: ``running`` changes only through _start_running and _stop_running
         self.running: list[int] = []
         self._running_array = RunningArray()
@@ -182,32 +194,7 @@ class Scheduler:
         # what a step does to the requests when it ends, and two facts of the running set
         self.commit = StepCommit(self, on_finish=hooks.on_finish, stop_running=self._stop_running)
 
-    def _set_limits(self, config: EngineConfig, num_gpu_blocks: int) -> None:
-        """The engine's sizes and a step's limits (the config is frozen: read once), checked
-        as vLLM checks them at start-up."""
-        if num_gpu_blocks < 1:
-            raise ValueError(f"num_gpu_blocks must be >= 1, got {num_gpu_blocks!r}")
-        self.block_size = config.block_size
-        self.num_gpu_blocks = num_gpu_blocks
-        self.capacity_tokens = cap = num_gpu_blocks * config.block_size
-        self.max_model_len = cap if config.max_model_len is None else min(cap, config.max_model_len)
-        if (not config.enable_chunked_prefill and config.name in ("vllm", "vllm-swap")
-                and config.batched_tokens_limit < self.max_model_len):
-            # vLLM's SchedulerConfig refuses this at start-up: without chunking a prompt is
-            # prefilled in one step, so one longer than a step's budget could never run
-            raise ValueError(
-                f"enable_chunked_prefill = false needs max_num_batched_tokens >= max_model_len, "
-                f"got {config.batched_tokens_limit} < {self.max_model_len} (vLLM refuses to "
-                "start: a longer prompt could never be scheduled); raise max_num_batched_tokens "
-                "or set max_model_len")
-        # the seats and the token budget of a step
-        self.seqs_limit = config.seqs_limit
-        self.tokens_limit = config.batched_tokens_limit
-        self.watermark_blocks = int(config.watermark * num_gpu_blocks)
-        self._admit_blocks = num_gpu_blocks - self.watermark_blocks
-
-    def _set_columns(self, columns: RequestColumns) -> None:
-        """The per-request columns the engine reads (the workload's, or a replica's rows)."""
+    def _set_columns(self, columns: RequestColumns) -> None:  # the workload's, or a replica's
         self.prompt_tokens = columns.prompt_tokens
         self.target_output = out = columns.output_tokens
         self.priority = (columns.priority if self.config.scheduling_policy == "priority"
@@ -261,10 +248,7 @@ class Scheduler:
             self.num_computed_tokens[i] = 0
         self.num_preemptions[i] += 1
         self.num_preemptions_total += 1
-        if front:
-            self.waiting.prepend_request(i)
-        else:
-            self.waiting.add_request(i)
+        (self.waiting.prepend_request if front else self.waiting.add_request)(i)
         self.hooks.on_preempt(i, self.t)
 
     # --- KV blocks (kvbudget.simulator.kv_blocks) --------------------------------------------
@@ -292,20 +276,18 @@ class Scheduler:
 
     # --- hooks (see the class docstring) ------------------------------------------------------
     def _admit_waiting(self, i: int, n_new: int) -> str:
-        """Whether waiting request ``i`` may start with ``n_new`` tokens this step: allocate its
-        blocks and return "", or change nothing and return why not ("kv": no blocks;
-        "policy": an engine admission rule). vLLM: ``allocate_slots`` keeping the watermark."""
+        """Refusals: "kv" (no blocks), "policy" (an engine admission rule); changing nothing.
+        vLLM: ``allocate_slots`` keeping the watermark."""
         return self.allocate_start(i, self.start_tokens(i) + n_new, reserve=self.watermark_blocks)
 
     def _on_schedule_waiting(self) -> None:
-        """Called before the waiting loop of a step."""
+        """(Before the waiting loop of a step.)"""
 
     _vllm_waiting = (_admit_waiting, _on_schedule_waiting)  # (vllm_waiting_loop)
 
     def _load_waiting(self, i: int) -> bool:
-        """Whether waiting request ``i`` (its prefix-cache hit looked up) loads its KV from
-        another tier instead of starting: the hook then allocates, takes it out of ``waiting``
-        and returns True. Here: never."""
+        """Never here; a hook returning True (``i``'s prefix-cache hit looked up) has allocated
+        and taken ``i`` out of ``waiting``."""
         return False
 
     def _victim(self) -> int:
@@ -325,19 +307,17 @@ class Scheduler:
         return int(rows[len(rows) - 1 - int(self.arrival_s[rows][::-1].argmax())])
 
     def _preempt(self, i: int) -> None:
-        """Preempt running request ``i`` by recompute (vLLM v1): free its blocks, forget its
-        computed tokens and put it back at the front of ``waiting``."""
+        """By recompute (vLLM v1), to the front of ``waiting``."""
         self.evict_running(i)
 
     def _on_abort(self, i: int) -> None:
-        """Called when request ``i`` leaves by an abort, before its blocks are freed."""
+        """(The hooks are described in the class docstring.)"""
 
     def _on_steps(self, preempted: bool, k: int) -> None:
-        """Called before ``k`` scheduled steps are committed (``preempted``: the schedule
-        preempted a request)."""
+        """(``preempted``: the schedule preempted a request.)"""
 
     def _on_idle(self) -> None:
-        """Called when the engine has nothing running or waiting."""
+        """(Nothing running or waiting.)"""
 
     def _jump_limit(self, k_max: int, alloc_cum: IntArray) -> int:
         """How many steps of a planned decode run (skip-ahead) of every running request keep
@@ -361,8 +341,7 @@ class Scheduler:
     # --- the running set ------------------------------------------------------------------
     def _start_running(self, i: int) -> None:
         self.running.append(i)
-        commit = self.commit
-        commit.all_decode = commit.synced = False
+        self.commit.all_decode = self.commit.synced = False
         self._running_array.started(i, len(self.running))
 
     def _stop_running(self, rows: list[int]) -> None:
@@ -374,8 +353,7 @@ class Scheduler:
             self.running = [i for i in self.running if i not in done]
         self._running_array.stopped()
 
-    def _abort_now(self, i: int) -> None:
-        """Request ``i`` leaves by an abort (between steps), running or waiting."""
+    def _abort_now(self, i: int) -> None:  # (between steps) running or waiting
         if not self.in_engine.item(i):
             return
         self._on_abort(i)
@@ -389,8 +367,8 @@ class Scheduler:
         self.in_engine[i] = False
 
     def _budget_prefix(self, rows: IntArray, budget: int) -> RunningPrefix:
-        """:func:`~kvbudget.simulator.running_loop.budget_prefix` of ``rows`` (running
-        requests, in order); with speculative decoding, drafts to verify and lookahead slots."""
+        """``budget_prefix`` of ``rows`` (running, in order); with speculative decoding, drafts
+        to verify and lookahead slots."""
         spec = self.spec
         return budget_prefix(rows, self.num_tokens, self.num_computed_tokens, self.kv.num_blocks,
                              budget, self.block_size,
@@ -399,10 +377,7 @@ class Scheduler:
 
     # --- one step: schedule ------------------------------------------------------------------
     def _schedule(self) -> tuple[IntArray, IntArray, list[tuple[int, int]], bool]:
-        """vLLM v1 ``schedule()``: the running loop (:meth:`_schedule_fit` when every request
-        the token budget reaches gets its blocks, else :meth:`_schedule_running`), unless it
-        preempted the waiting loop (:meth:`_schedule_waiting`), then the invariants
-        (:meth:`_check_schedule`), on every path. Returns the running rows, their new tokens,
+        """vLLM v1 ``schedule()`` (the module docstring): the running rows, their new tokens,
         the waiting requests that start (row, new tokens: vLLM's ``scheduled_new_reqs``) and
         whether a request was preempted."""
         budget = self.tokens_limit
@@ -419,8 +394,17 @@ class Scheduler:
             rows = np.asarray(sched, dtype=np.int64)
             new = np.asarray(sched_new, dtype=np.int64)
         started, budget = ([], budget) if preempted else self._schedule_waiting(budget)
-        # (a decode group's running part lists no rows: its members' num_blocks lag)
-        self._check_schedule(budget, fit is None or len(rows) > 0 or not self.running)
+        # the invariants, on every path: the budget, the seats, every block free, held or cached
+        # (not while a decode group's members' num_blocks lag: its running part lists no rows),
+        # every row's (O(rows)) only when a KV load holds some (kv_offload, remote_kv)
+        assert budget >= 0, "the token budget is overspent"
+        assert len(self.running) <= self.seqs_limit, "max_num_seqs exceeded"
+        free = self.kv.num_free_blocks
+        assert free >= 0, "more blocks taken than the GPU holds"
+        if fit is None or len(rows) > 0 or not self.running:
+            held = self.kv.num_held_blocks
+            assert (held(self.running_rows()) + free == self.num_gpu_blocks
+                    or held() + free == self.num_gpu_blocks), "blocks lost"
         return rows, new, started, preempted
 
     def _schedule_fit(self, budget: int) -> tuple[IntArray, IntArray, int] | None:
@@ -436,22 +420,6 @@ class Scheduler:
             self.kv.num_blocks[prefix.rows] = prefix.want
             self.kv.take(prefix.num_extra)
         return prefix.rows, prefix.new, prefix.num_new
-
-    def _check_schedule(self, budget: int, count_blocks: bool = True) -> None:
-        """The invariants of a scheduled step, asserted on every path that schedules one (the
-        speed-ups' too): the token budget (``budget``: what is left of it), the seats, the
-        blocks taken; with ``count_blocks`` (not while a decode group's members' ``num_blocks``
-        lag), every block free, held by one request or cached: the running requests' counted
-        first, every row's (O(rows)) only when a KV load holds some (``kv_offload``,
-        ``remote_kv``)."""
-        assert budget >= 0, "the token budget is overspent"
-        assert len(self.running) <= self.seqs_limit, "max_num_seqs exceeded"
-        kv = self.kv
-        free = kv.num_free_blocks
-        assert free >= 0, "more blocks taken than the GPU holds"
-        if count_blocks:
-            assert (kv.num_held_blocks(self.running_rows()) + free == self.num_gpu_blocks
-                    or kv.num_held_blocks() + free == self.num_gpu_blocks), "blocks lost"
 
     def _schedule_running(self, budget: int) -> tuple[list[int], list[int], bool, int]:
         """The running loop with preemption (the module docstring's step 1): the rows, their new
@@ -508,11 +476,8 @@ class Scheduler:
         waiting = self.waiting
         kv = self.kv
         while True:
-            if len(self.running) >= self.seqs_limit:
-                self.head_refusal = "seqs"
-                break
-            if budget <= 0:
-                self.head_refusal = "budget"
+            if len(self.running) >= self.seqs_limit or budget <= 0:
+                self.head_refusal = "seqs" if len(self.running) >= self.seqs_limit else "budget"
                 break
             i_w = waiting.peek_request()
             if i_w is None:
@@ -544,12 +509,6 @@ class Scheduler:
             budget -= n_new
         return started, budget
 
-    def _features(self, rows: IntArray, new: IntArray) -> StepFeatures:
-        """The scheduled step's features (:mod:`kvbudget.simulator.step_cost`)."""
-        return rows_features(rows, new, self.num_computed_tokens, self.num_tokens,
-                             self.num_output_tokens)
-
     def _step_seconds(self, features: StepFeatures) -> float:
-        """The scheduled step's duration: its features priced, plus what hooks added
-        (:meth:`add_step_time`)."""
+        """Its features priced, plus what hooks added (:meth:`add_step_time`)."""
         return float(self.cost.step_time(*features)) + self._step_extra_s

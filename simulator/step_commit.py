@@ -1,12 +1,7 @@
 """What a step does to an engine's requests when it ends, as vLLM v1's
-``Scheduler.update_from_output`` (``vllm/v1/core/sched/scheduler.py``): :class:`StepCommit`.
-
-The step's new tokens are computed; a request whose tokens are all computed samples one output
-token (its first sets ``first_token_s``; one that does not follow its previous token's step
-starts a :class:`~kvbudget.simulator.token_segments.TokenSegments` segment), and one with all
-its output finishes (out of ``running``, blocks freed, the executor told). Steps commit by
-:meth:`rows`; the speed-up's decode group's by :meth:`decode_step`, the same updates for
-running requests all decoding followed by the few that start.
+``Scheduler.update_from_output`` (``vllm/v1/core/sched/scheduler.py``): :class:`StepCommit`
+(by :meth:`~StepCommit.rows`; the speed-up's decode group's by :meth:`~StepCommit.decode_step`,
+the same updates for running requests all decoding followed by the few that start).
 """
 
 from __future__ import annotations
@@ -43,9 +38,8 @@ class CommitTarget(SpecRows, Protocol):
 
 
 class StepCommit:
-    """Commits an engine's steps (see the module docstring) and keeps two facts of its running
-    set: :attr:`all_decode` and :attr:`synced`. ``stop_running`` is the engine's hook
-    (``Scheduler._stop_running``), ``on_finish`` its executor's."""
+    """Commits an engine's steps and keeps two facts of its running set (``stop_running``: the
+    engine's ``Scheduler._stop_running``, ``on_finish``: its executor's)."""
 
     __slots__ = ("_e", "_on_finish", "_stop_running", "all_decode", "synced")
 
@@ -87,7 +81,7 @@ class StepCommit:
         self.synced = sampled.size == len(e.running)
         if sampled.size == 0:
             return
-        if sampled.size == len(e.running):
+        if self.synced:
             # ``rows`` are distinct running requests (aborted ones dropped above), so every
             # running request was sampled: each now has one token to compute, and an output
             self.all_decode = True
@@ -109,10 +103,10 @@ class StepCommit:
 
     def decode_step(self, m: int, tail: list[tuple[int, int]], done: list[int],
                     join: Callable[[int, int, int], None]) -> None:
-        """:meth:`rows` of a step of ``m`` running requests, all decoding (or verifying drafts),
-        that the caller committed (``done``: those finished, in running order), then the few
-        that started (``tail``: row, new tokens), in Python numbers. A tail row with its first
-        token joins the group (``join``: row, computed, output tokens) while those before it did (or
+        """:meth:`rows` of a step of ``m`` running requests all decoding (or verifying drafts),
+        committed by the caller (``done``: those finished, in running order), then of the few
+        that started (``tail``: row, new tokens), in Python numbers; a tail row with its first
+        token joins (``join``: row, computed, output tokens) while those before it did (or
         finished). (Decoding requests have cached all their prompt blocks.)"""
         e = self._e
         if tail and e.kv.prefix is not None:
@@ -122,9 +116,7 @@ class StepCommit:
         sampled = m
         joining = True  # running order stays join order (the group's members come first)
         num_computed, num_tokens, num_output = e.num_computed_tokens, e.num_tokens, e.num_output_tokens
-        step = e.num_steps
-        segments = e.segments
-        spec = e.spec
+        step, segments, spec = e.num_steps, e.segments, e.spec
         for i, n_new in tail:
             computed_i = num_computed.item(i) + n_new
             num_computed[i] = computed_i
@@ -154,8 +146,7 @@ class StepCommit:
             self.finish(done)
 
     def finish(self, finished: list[int]) -> None:
-        """Requests ``finished`` have all their output: out of ``running``, their blocks freed,
-        ``finished_s`` set, and the executor told."""
+        """Requests ``finished`` have all their output."""
         e = self._e
         t = e.t
         self._stop_running(finished)

@@ -1,11 +1,8 @@
 """A scheduled step's features (:class:`~kvbudget.perf.step_features.StepFeatures`), summed from
-the engine's per-request arrays: what its cost model prices.
-
-Two ways to the same sums: :func:`rows_features` from the scheduled rows' arrays, and
-:func:`tail_features` for a step whose first ``m`` rows are every running request, all
-decoding (one new token each; their context in all is known), followed by the few waiting
-requests that start (the ``tail``): Python integers over the tail only (and over every row of
-a step of :data:`FEW_ROWS` rows or fewer).
+the engine's per-request arrays: :func:`rows_features` from the scheduled rows' arrays, and
+:func:`tail_features`, the same sums in Python integers for a step of every running request all
+decoding (their context in all known) followed by the few that start (the ``tail``), and for a
+step of :data:`FEW_ROWS` rows or fewer.
 """
 
 from __future__ import annotations
@@ -49,9 +46,8 @@ def rows_features(rows: IntArray, new: IntArray, num_computed_tokens: IntArray,
 def tail_features(m: int, context: int, tail: list[tuple[int, int]],
                   num_computed_tokens: IntArray, num_tokens: IntArray,
                   num_output_tokens: IntArray) -> StepFeatures:
-    """:func:`rows_features` of a step of ``m`` decoding requests attending to ``context``
-    tokens, then the waiting requests that start (``tail``: row, new tokens): the same sums,
-    in integers."""
+    """:func:`rows_features` of ``m`` decoding requests attending to ``context`` tokens, then
+    ``tail`` (row, new tokens)."""
     num_decode = m
     prefill = attention = 0
     for i, n_new in tail:

@@ -447,7 +447,7 @@ def _assert_running_facts(engine: Engine) -> None:
     ``running`` as an array, the decode group) and its invariants: every block is free,
     held by a request or cached; the seats."""
     rows = np.asarray(engine.running, dtype=np.int64)
-    cached = engine._running_array.cached()
+    cached = engine._running_array._arr  # (None: to be rebuilt)
     if cached is not None:
         assert cached.tolist() == engine.running
     assert len(engine.running) <= engine.config.max_num_seqs

@@ -239,8 +239,8 @@ def test_skip_ahead_schedules_every_step_through_the_one_schedule(
     monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
     """The decode group answers only the running loop's ``_schedule_fit``: every step skip-ahead
-    runs, the group's and the others, is scheduled by ``Scheduler._schedule``, so the waiting
-    loop runs only from it (not when it preempted) and the invariants once per schedule. With
+    runs, the group's and the others, is scheduled by ``Scheduler._schedule`` (which asserts
+    the invariants), so the waiting loop runs only from it (not when it preempted). With
     400 blocks, steps run outside the group too (prefills beside running requests, preemptions
     or retractions)."""
     from collections import Counter
@@ -270,7 +270,6 @@ def test_skip_ahead_schedules_every_step_through_the_one_schedule(
 
     counted(Scheduler, "_schedule", "schedule", schedule=True)
     counted(Scheduler, "_schedule_waiting", "waiting")
-    counted(Scheduler, "_check_schedule", "check")
     counted(SkipAheadEngine, "_group_iteration", "group")
     counted(Engine, "_run_step", "step")
     w = mixed_workload(120, rate_rps=6.0, seed=5)
@@ -278,9 +277,9 @@ def test_skip_ahead_schedules_every_step_through_the_one_schedule(
                    SimConfig(engine=EngineConfig(name=name, num_gpu_blocks=400)))
     assert run.summary["engine"]["num_steps"] > seen["schedule"]  # (the group's decode runs)
     assert seen["group"] > 0 and seen["step"] > 0
-    assert seen["schedule"] == seen["group"] + seen["step"] == seen["check"]
+    assert seen["schedule"] == seen["group"] + seen["step"]
     assert 0 < seen["waiting"] <= seen["schedule"]
-    assert seen["outside waiting"] == seen["outside check"] == 0
+    assert seen["outside waiting"] == 0
 
 
 def test_vllm_waiting_loop_says_whether_a_class_keeps_both_admission_hooks() -> None:
@@ -428,7 +427,7 @@ def test_the_blocks_invariant_counts_the_running_rows_then_every_row() -> None:
     engine._stop_running([1])  # row 1 holds its 3 blocks outside running, as a KV load does
     assert kv.num_held_blocks(engine.running_rows()) == 4
     assert kv.num_held_blocks() == 7
-    engine._check_schedule(0)
+    engine._schedule()  # (rows 0 and 2 hold their blocks already: nothing taken)
     kv.num_blocks[1] += 1  # a block counted that the pool never handed out
     with pytest.raises(AssertionError, match="blocks lost"):
-        engine._check_schedule(0)
+        engine._schedule()
