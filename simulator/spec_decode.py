@@ -450,15 +450,16 @@ class SpecDecode:
         drawn: npt.NDArray[np.int8] = self._draws[at[:, None] + ahead]
         return drawn
 
-    def gains(self) -> IntArray:
-        """The draws' running sums (rising: ``gains[x + 1] - gains[x]`` is the draw ``x`` plus
-        one, the tokens a step that verifies ``k`` drafts gives before the cap of the target
-        output): a view of the store, of a new one after it is compacted."""
-        return self._gains[: self._num_draws + 1]
-
-    def next_draw(self, i: int) -> int:
-        """Where row ``i``'s next draw is in :meth:`gains` (its steps with output so far)."""
-        return self._draws_at.item(i) + self.num_output_steps.item(i)
+    def steps_ahead(self, i: int, computed: int, left: int) -> tuple[IntArray, int]:
+        """Row ``i``'s computed tokens as each of its next steps verifying ``k`` drafts is
+        scheduled, from now (``computed``; ``left`` >= 1 output tokens to go) to the one it has
+        its output in (a step gives its draw plus one, before the cap of the target output:
+        :meth:`reset`'s running sums), and its steps with output so far."""
+        steps = self.num_output_steps.item(i)
+        a = self._draws_at.item(i) + steps
+        gains = self._gains[a : a + left + 1]  # (a step gives a token or more)
+        g0 = gains.item(0)
+        return gains[: int(gains.searchsorted(g0 + left))] - (g0 - computed), steps
 
     def draft_run_seconds(self, num_rows: int, context: IntArray) -> FloatArray | float:
         """:meth:`draft_seconds` of steps of ``num_rows`` requests, each verifying ``k`` drafts,
@@ -490,24 +491,25 @@ class SpecDecode:
         terms = None if self._widths is not None else draft.decode_terms(num_rows, stop)
         return None if terms is None else (*terms, self._gap_s, self.k)
 
-    def verify_prices(self, cost: object, n: int,
-                      context: list[int]) -> tuple[list[float], list[float]] | None:
-        """The times of verify steps of ``n`` requests attending to ``context`` tokens (one a
-        step, rising), as the engine prices their features with the cost model ``cost``, and
-        of their draft's passes, in Python numbers from the step models' tables
-        (``VllmStepModel.chunk_terms``, :meth:`draft_terms`: the same bits); None where a table
-        does not serve."""
+    def step_terms(self, cost: object, n: int, stop: int
+                   ) -> tuple[int, float, FloatArray, float, FloatArray | None, float, int] | None:
+        """The terms of verify steps of ``n`` requests with the cost model ``cost`` and of their
+        draft's passes, for contexts below ``stop``: ``(limit, fixed, table, dfixed, dtable,
+        gap, k)``, a step attending to ``c < limit`` tokens verifying in ``fixed + table[c]``
+        and drafting in ``((dfixed + dtable[c]) - gap) * k`` (0 without ``dtable``), as the
+        engine prices its features and :meth:`passes_seconds` its passes, bit for bit
+        (``VllmStepModel.chunk_terms``, :meth:`draft_terms`); None where a table does not
+        serve."""
         if not isinstance(cost, VllmStepModel):
             return None
-        verify = cost.chunk_terms(n, self.k + 1, context[-1] + 1)
-        draft = self.draft_terms(n, context[-1] + 1)
+        verify = cost.chunk_terms(n, self.k + 1, stop)
+        draft = self.draft_terms(n, stop)
         if verify is None or draft is None:
             return None
         fixed, table = verify
         dfixed, dtable, gap, k = draft
-        return ([fixed + table.item(c) for c in context],
-                [0.0] * len(context) if dtable is None
-                else [(dfixed + dtable.item(c) - gap) * k for c in context])
+        limit = len(table) if dtable is None else min(len(table), len(dtable))
+        return limit, fixed, table, dfixed, dtable, gap, k
 
     def _tree_run_seconds(self, draft: VllmStepModel, num_rows: int,
                           context: IntArray) -> FloatArray:

@@ -5,6 +5,7 @@ properties over drawn scenarios (preemptions, refused heads, revocations mid-run
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -375,13 +376,15 @@ def test_draws_made_ahead_are_each_rows_own_and_a_changed_arrival_is_drawn_again
     for i in range(8):
         n = int(e.target_output[i])
         assert sd.geometric(e, np.array([i]), np.array([0]), n).tolist() == [want(i, n)]
-    # the running gains: a row's draws plus one a step, summed from where its next draw is
+    # the running gains: a row's draws plus one a step, summed from where its next draw is,
+    # from its computed tokens (100) up to the step that gives its output left
     sd.num_output_steps[3] = 1
-    gains, at = sd.gains(), [sd.next_draw(3), sd.next_draw(4)]
     sums = [np.cumsum([0] + [a + 1 for a in want(3, 5)[1:]]).tolist(),
             np.cumsum([0] + [a + 1 for a in want(4, 9)]).tolist()]
-    for a, s in zip(at, sums, strict=True):
-        assert (gains[a : a + len(s)] - gains[a]).tolist() == s
+    for i, s, left in ((3, sums[0], 4), (4, sums[1], 9)):
+        comp, steps = sd.steps_ahead(i, 100, left)
+        assert comp.tolist() == [100 + x for x in s if x < left]
+        assert steps == sd.num_output_steps[i]
 
 
 def test_a_started_row_that_samples_counts_its_step_and_gets_its_drafts() -> None:
@@ -437,20 +440,21 @@ def test_a_group_keeps_its_members_steps_as_sums_and_finishes_each_at_its_step()
         e.in_engine[i] = True
         sd.num_output_steps[i] = 1
         sd.num_spec_tokens[i] = 2
-    g = SpecGroup()
-    g.join(e, sd, [0, 1])
-    assert g.ctx[:4].tolist() == [15, 21, 16, 0]
-    assert g.newb[:4].tolist() == [0, 2, 1, 0]
-    assert g.finc[:4].tolist() == [0, 0, 9, 17]
+    g = SpecGroup(e, sd)  # type: ignore[arg-type]
+    g.join([0, 1])
+    assert g.sums[0, :4].tolist() == [15, 21, 16, 0]
+    assert g.sums[1, :4].tolist() == [7, 9, 6, 0]  # (B's 4 leave at step 2)
+    assert [g.new_blocks(1), g.new_blocks(2)] == [2, 1]
+    assert g.finc == {2: 9, 3: 17}
     assert [m[5] for m in g.members] == [3, 2] and g.fin_min == 2
-    assert g.commit(e, sd, 2, 2, None) == [1]
+    assert g.commit(2, 2, None) == [1]
     assert taken == [2] and sd.num_accepted_tokens == 6
     assert e.num_computed_tokens.tolist() == [10, 9]
     assert e.num_output_tokens.tolist() == [1, 5]
     assert e.num_tokens.tolist() == [13, 10] and sd.num_spec_tokens.tolist() == [2, 0]
     assert e.kv.num_blocks.tolist() == [4, 4]
     assert [m[0] for m in g.members] == [0] and g.fin_min == 3
-    g.write(e, sd, scheduled=False)
+    g.write(scheduled=False)
     assert e.num_computed_tokens.tolist() == [16, 9]
     assert e.num_output_tokens.tolist() == [7, 5]
     assert sd.num_output_steps.tolist() == [3, 3]
@@ -458,8 +462,8 @@ def test_a_group_keeps_its_members_steps_as_sums_and_finishes_each_at_its_step()
     assert e.kv.num_blocks.tolist() == [5, 4]
 
 
-def test_verify_prices_from_the_tables_are_the_step_models_times_bit_for_bit() -> None:
-    """``SpecDecode.verify_prices``: the verify steps' times read from the target's chunk table
+def test_step_terms_from_the_tables_are_the_step_models_times_bit_for_bit() -> None:
+    """``SpecDecode.step_terms``: the verify steps' times read from the target's chunk table
     and the draft's passes from the draft's decode table are ``step_time``'s and
     ``SpecDecode.passes_seconds``' bits (EAGLE, 3 drafts, 5 requests); none without a draft
     (n-gram); no answer for a tree (its passes are priced by width) or another cost model."""
@@ -472,17 +476,21 @@ def test_verify_prices_from_the_tables_are_the_step_models_times_bit_for_bit() -
     target = VllmStepModel(gpu, model)
     n, q, context = 5, 4, [1020, 1037, 1051, 2990]
     eagle = make_spec_decode(SpeculativeConfig("eagle", 3, acceptance_rate=0.7), gpu, model, 1, 8)
-    prices = eagle.verify_prices(target, n, context)
-    assert prices is not None
-    assert prices[0] == [float(target.step_time(n * q, 0.0, c, q * c, n)) for c in context]
-    assert prices[1] == [eagle.passes_seconds(n, 3, float(c)) for c in context]
+    terms = eagle.step_terms(target, n, 2991)
+    assert terms is not None
+    limit, fixed, table, dfixed, dtable, gap, k = terms
+    assert limit > 2990 and dtable is not None and k == 3
+    verify = [fixed + table.item(c) for c in context]
+    assert verify == [float(target.step_time(n * q, 0.0, c, q * c, n)) for c in context]
+    assert ([(dfixed + dtable.item(c) - gap) * k for c in context]
+            == [eagle.passes_seconds(n, 3, float(c)) for c in context])
     ngram = make_spec_decode(SpeculativeConfig("ngram", 3, acceptance_rate=0.7), gpu, model, 1, 8)
-    assert ngram.verify_prices(target, n, context) == (prices[0], [0.0] * 4)
+    assert ngram.step_terms(target, n, 2991) == (len(table), fixed, table, 0.0, None, 0.0, 0)
     tree = make_spec_decode(SpeculativeConfig("eagle3", 2, acceptance_rate=0.7,
                                               speculative_token_tree="[(0,), (1,)]"),
                             gpu, model, 1, 8)
-    assert tree.verify_prices(target, n, context) is None
-    assert eagle.verify_prices(LINEAR, n, context) is None
+    assert tree.step_terms(target, n, 2991) is None
+    assert eagle.step_terms(LINEAR, n, 2991) is None
 
 
 def test_a_variant_that_reads_running_arrays_keeps_no_speculative_group(
@@ -497,9 +505,9 @@ def test_a_variant_that_reads_running_arrays_keeps_no_speculative_group(
     made: list[int] = []
 
     class Counted(SpecGroup):
-        def __init__(self) -> None:
+        def __init__(self, *args: Any) -> None:
             made.append(1)
-            super().__init__()
+            super().__init__(*args)
 
     def no_decode_group(self: SkipAheadEngine) -> None:
         raise AssertionError("a speculative engine formed a decode group")
