@@ -75,6 +75,9 @@ class SpecEngine(SpecRows, Protocol):
     max_model_len: int
 
 
+StepTerms = tuple[int, float, FloatArray, float, FloatArray | None, float, int]
+""":meth:`SpecDecode.step_terms`' answer."""
+
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -119,6 +122,7 @@ class SpecDecode:
     __slots__ = (
         "_ahead_key",
         "_ahead_n",
+        "_blocks",
         "_by_priority",
         "_depth_at",
         "_draft",
@@ -128,6 +132,7 @@ class SpecDecode:
         "_gap_s",
         "_key",
         "_num_draws",
+        "_terms",
         "_widths",
         "config",
         "depth",
@@ -184,6 +189,8 @@ class SpecDecode:
         self._ahead_key = np.zeros(num_rows, np.uint64)
         self.num_verify = self.num_draft_tokens = self.num_accepted_tokens = 0
         self.draft_s = 0.0
+        self._terms: dict[int, tuple[object, StepTerms]] = {}  # step_terms', by size
+        self._blocks = np.zeros(0, np.int64)  # (blocks_table)
 
     def _rows(self, n: int) -> None:
         """Grow the per-row arrays to ``n`` rows (a fleet's replica grows its rows)."""
@@ -491,15 +498,31 @@ class SpecDecode:
         terms = None if self._widths is not None else draft.decode_terms(num_rows, stop)
         return None if terms is None else (*terms, self._gap_s, self.k)
 
-    def step_terms(self, cost: object, n: int, stop: int
-                   ) -> tuple[int, float, FloatArray, float, FloatArray | None, float, int] | None:
+    def blocks_table(self, block_size: int, max_model_len: int, top: int) -> IntArray:
+        """The blocks of a request verifying ``k`` drafts as its step is scheduled, by its
+        computed tokens plus ``k + 1`` (below ``top`` at least): its step's tokens and
+        lookahead slots within the model's length, in blocks of ``block_size`` (the engine's
+        figures: the same every call)."""
+        if len(self._blocks) < top:
+            x = np.arange(max(1 << 12, 1 << (top - 1).bit_length()), dtype=np.int64)
+            x += self.lookahead
+            np.minimum(x, max_model_len, out=x)
+            x += block_size - 1
+            x //= block_size
+            self._blocks = x
+        return self._blocks
+
+    def step_terms(self, cost: object, n: int, stop: int) -> StepTerms | None:
         """The terms of verify steps of ``n`` requests with the cost model ``cost`` and of their
         draft's passes, for contexts below ``stop``: ``(limit, fixed, table, dfixed, dtable,
         gap, k)``, a step attending to ``c < limit`` tokens verifying in ``fixed + table[c]``
         and drafting in ``((dfixed + dtable[c]) - gap) * k`` (0 without ``dtable``), as the
         engine prices its features and :meth:`passes_seconds` its passes, bit for bit
-        (``VllmStepModel.chunk_terms``, :meth:`draft_terms`); None where a table does not
-        serve."""
+        (``VllmStepModel.chunk_terms``, :meth:`draft_terms`; kept by ``n``); None where a table
+        does not serve."""
+        kept = self._terms.get(n)
+        if kept is not None and kept[0] is cost and stop <= kept[1][0]:
+            return kept[1]
         if not isinstance(cost, VllmStepModel):
             return None
         verify = cost.chunk_terms(n, self.k + 1, stop)
@@ -509,7 +532,9 @@ class SpecDecode:
         fixed, table = verify
         dfixed, dtable, gap, k = draft
         limit = len(table) if dtable is None else min(len(table), len(dtable))
-        return limit, fixed, table, dfixed, dtable, gap, k
+        terms = (limit, fixed, table, dfixed, dtable, gap, k)
+        self._terms[n] = cost, terms
+        return terms
 
     def _tree_run_seconds(self, draft: VllmStepModel, num_rows: int,
                           context: IntArray) -> FloatArray:

@@ -48,8 +48,8 @@ _NEVER = 1 << 62
 
 SpecRun = tuple[Ints, Floats, Floats, Floats]
 """A planned run of verify steps of the group from its step: the blocks in use during each
-step, each step's draft time (step 0's was counted as it was scheduled: not read), the steps'
-ends and times."""
+step, the draft times of steps 1.. (step 0's was counted as it was scheduled), the steps' ends
+and times."""
 
 Terms = tuple[int, int, float, FloatArray, float, FloatArray | None, float, int]
 """The group's size, then ``SpecDecode.step_terms``."""
@@ -62,36 +62,32 @@ class SpecGroup:
     """The running requests of a :class:`SpecSkipAheadEngine` ``e`` while each verifies ``k``
     drafts a step: ``members`` (running order, :data:`Member`). A member joined at step ``sj``
     with ``steps0`` steps with output; as step ``s < fin`` is scheduled it has ``comp[s - sj]``
-    tokens computed, ``d`` fewer output tokens, ``steps0 + s - sj`` steps with output and the
-    larger of ``b0`` blocks and those of its step's tokens and lookahead slots; after step
-    ``fin - 1`` it has all its output, ``cfin`` tokens computed. Its arrays lag until it leaves
+    tokens computed plus ``k + 1`` (the context its verify rows attend to), ``d`` more than
+    its output tokens, ``steps0 + s - sj`` steps with output and the larger of ``b0`` blocks
+    and those of its step's tokens and lookahead slots; after step ``fin - 1`` it has all its
+    output, ``cfin`` (its computed tokens plus ``k + 1``). Its arrays lag until it leaves
     (:meth:`write`).
 
-    By step ``s``: ``sums[0, s]`` the members' computed tokens, ``sums[1, s]`` their blocks;
-    ``finc[s]`` the computed tokens of those finishing in step ``s - 1``, ``adj[s]`` the blocks
-    of those that leave or join at ``s`` that step ``s`` does not take (:meth:`new_blocks`).
-    ``clip``: the first step whose drafts the model's length clips for a member (the group
-    ends there); ``fresh``: the blocks of the members that joined at the step not yet
-    scheduled."""
+    By step ``s``: ``ctx[s]`` the members' ``comp`` (the verify step's context), ``blk[s]``
+    their blocks; ``finc[s]`` the ``cfin`` of those finishing in step ``s - 1``, ``adj[s]`` the
+    blocks of those that leave or join at ``s`` that step ``s`` does not take: it takes
+    ``blk[s] - blk[s - 1] + adj[s]``. ``clip``: the first step whose drafts the model's
+    length clips for a member (the group ends there); ``fresh``: the blocks of the members
+    that joined at the step not yet scheduled; ``terms``: :meth:`price_terms`' last."""
 
-    __slots__ = ("_e", "_spec", "_terms", "adj", "clip", "fin_min", "finc", "fresh", "members",
-                 "step", "sums")
+    __slots__ = ("_e", "_spec", "adj", "blk", "clip", "ctx", "fin_min", "finc", "fresh",
+                 "members", "step", "terms")
 
     def __init__(self, e: CommitTarget, spec: SpecDecode) -> None:
         self._e, self._spec = e, spec
         self.members: list[Member] = []
-        self.sums = np.zeros((2, 1024), np.int64)
+        self.ctx, self.blk = np.zeros(1024, np.int64), np.zeros(1024, np.int64)
         self.finc: dict[int, int] = {}
         self.adj: dict[int, int] = {}
         self.step = 0
         self.fin_min = self.clip = _NEVER
         self.fresh: dict[int, int] = {}
-        self._terms: Terms | None = None
-
-    def new_blocks(self, s: int) -> int:
-        """The blocks step ``s`` takes beyond step ``s - 1``'s (``s`` >= 1)."""
-        sums = self.sums
-        return sums.item(1, s) - sums.item(1, s - 1) + self.adj.get(s, 0)
+        self.terms: Terms | None = None
 
     def join(self, rows: list[int]) -> None:
         """``rows`` (running order, after the members), their blocks for the group's step taken,
@@ -108,48 +104,46 @@ class SpecGroup:
     def _join(self, i: int, c0: int, o0: int, taken: bool) -> None:
         e, spec = self._e, self._spec
         left = e.target_output.item(i) - o0
-        comp, steps0 = spec.steps_ahead(i, c0, left)
+        q = spec.k + 1
+        comp, steps0 = spec.steps_ahead(i, c0 + q, left)
         num = len(comp)
         s = self.step
         end = s + num
-        if end >= self.sums.shape[1]:
+        if end >= len(self.ctx):
             self._room(end + 1)
-        sums = self.sums
-        sums[0, s:end] += comp
-        # the blocks its step's tokens and lookahead slots need, within the model's length
-        k, mml, bs = spec.k, e.max_model_len, e.kv.block_size
-        q = k + 1 + spec.lookahead
+        self.ctx[s:end] += comp
         last = comp.item(num - 1)
-        if last + q > mml:
-            need = np.minimum(comp + q, mml)
-            need += bs - 1
-        else:
-            need = comp + (q + bs - 1)
-        need //= bs
+        mml = e.max_model_len
+        # the blocks its step's tokens and lookahead slots need, within the model's length
+        need = spec.blocks_table(e.kv.block_size, mml, last + 1)[comp]
         b0 = first = e.kv.num_blocks.item(i)
         if b0 > need.item(0):
             np.maximum(need, b0, out=need)
         else:
             first = need.item(0)
-        sums[1, s:end] += need
+        self.blk[s:end] += need
         adj, finc = self.adj, self.finc
         # step s takes its first step's blocks beyond b0 unless taken; at end it leaves
         adj[s] = adj.get(s, 0) - (first if taken else b0)
         adj[end] = adj.get(end, 0) + need.item(num - 1)
         if not taken:  # it holds the blocks of its first step from then on
             self.fresh[i], b0 = b0, first
-        if last > mml - 1 - k:  # its drafts clipped at a step (they only grow)
-            self.clip = min(self.clip, s + int((comp > mml - 1 - k).argmax()))
-        finc[end] = finc.get(end, 0) + c0 + left
-        self.members.append((i, comp, s, steps0, b0, end, c0 + left, c0 - o0))
+        if last > mml:  # its drafts clipped at a step (they only grow)
+            self.clip = min(self.clip, s + int((comp > mml).argmax()))
+        cfin = c0 + left + q
+        finc[end] = finc.get(end, 0) + cfin
+        self.members.append((i, comp, s, steps0, b0, end, cfin, c0 + q - o0))
         if end < self.fin_min:
             self.fin_min = end
 
     def _room(self, top: int) -> None:
         """Room in the sums for steps up to ``top`` (twice as many at least)."""
-        old = self.sums
-        self.sums = np.zeros((2, max(top, 2 * old.shape[1])), np.int64)
-        self.sums[:, : old.shape[1]] = old
+        size = max(top, 2 * len(self.ctx))
+        for name in ("ctx", "blk"):
+            old = getattr(self, name)
+            new = np.zeros(size, np.int64)
+            new[: len(old)] = old
+            setattr(self, name, new)
 
     def step_rows(self, tail: list[tuple[int, int]]) -> tuple[IntArray, IntArray]:
         """The rows of the group's step and their new tokens: the members', then ``tail``'s."""
@@ -164,40 +158,27 @@ class SpecGroup:
         e, spec = self._e, self._spec
         s = self.step
         k, mml = spec.k, e.max_model_len
-        q = k + 1 + spec.lookahead
         bs = e.kv.block_size
         for i, comp, sj, steps0, b0, fin, cfin, d in self.members if members is None else members:
-            c = comp.item(s - sj) if s < fin else cfin
+            c1 = comp.item(s - sj) if s < fin else cfin
+            c = c1 - k - 1
             e.num_computed_tokens[i] = c
-            e.num_output_tokens[i] = c - d
+            e.num_output_tokens[i] = c1 - d
             spec.num_output_steps[i] = steps0 + s - sj
-            drafts = 0 if c == cfin else max(0, min(k, mml - c - 1))
+            drafts = 0 if c1 == cfin else max(0, min(k, mml - c - 1))
             spec.num_spec_tokens[i] = drafts
             e.num_tokens[i] = c + 1 + drafts
             j = s - sj - (not scheduled)
-            e.kv.num_blocks[i] = (self.fresh[i] if j < 0
-                                  else max(b0, (min(comp.item(j) + q, mml) + bs - 1) // bs))
+            e.kv.num_blocks[i] = (self.fresh[i] if j < 0 else max(
+                b0, (min(comp.item(j) + spec.lookahead, mml) + bs - 1) // bs))
 
-    def prices(self, cost: object, context: int) -> tuple[float, float] | None:
-        """The verify and draft seconds of the group's step attending to ``context`` tokens from
-        the step models' tables (``SpecDecode.step_terms``), None where they do not serve."""
-        t = self._terms
-        if t is None or t[0] != len(self.members) or context >= t[1]:
-            t = self._price_terms(cost, context + 1)
-            if t is None:
-                return None
-        _, _, fixed, table, dfixed, dtable, gap, k = t
-        draft = 0.0 if dtable is None else (dfixed + dtable.item(context) - gap) * k
-        return fixed + table.item(context), draft
-
-    def _price_terms(self, cost: object, stop: int) -> Terms | None:
-        """``SpecDecode.step_terms`` of the group's size for contexts below ``stop``, kept."""
+    def price_terms(self, cost: object, stop: int) -> Terms | None:
+        """``SpecDecode.step_terms`` of the group's size for contexts below ``stop``, kept
+        (``terms``)."""
         n = len(self.members)
-        t = self._terms
-        if t is None or t[0] != n or stop > t[1]:
-            terms = self._spec.step_terms(cost, n, stop)
-            t = self._terms = None if terms is None else (n, *terms)
-        return t
+        terms = self._spec.step_terms(cost, n, stop)
+        self.terms = None if terms is None else (n, *terms)
+        return self.terms
 
     def plan(self, cost: CostModel, k_max: int, dt0: float, free: int, used_now: int,
              t: float) -> SpecRun | None:
@@ -209,40 +190,44 @@ class SpecGroup:
         if k_max <= 1:
             return None
         n = len(self.members)
-        q = self._spec.k + 1
-        nq = n * q
         if k_max <= GROUP_SMALL_K:  # in Python numbers from the tables, as the decode group's
-            ctx, blk = self.sums[:, s0 : s0 + k_max].tolist()
+            blk = self.blk[s0 : s0 + k_max].tolist()
             top = blk[0] + free  # the steps whose blocks fit (blk rises)
             m = bisect.bisect_right(blk, top) if blk[-1] > top else k_max
             if m <= 1:
                 return None
-            terms = self._price_terms(cost, ctx[m - 1] + nq + 1)
+            cs = self.ctx[s0 + 1 : s0 + m]
+            terms = self.terms
+            if terms is None or terms[0] != n or self.ctx.item(s0 + m - 1) >= terms[1]:
+                terms = self.price_terms(cost, self.ctx.item(s0 + m - 1) + 1)
             if terms is not None:
                 _, _, fixed, table, dfixed, dtable, gap, k = terms
-                times, drafts = [dt0], [0.0]
-                for c in ctx[1:m]:
-                    c += nq
-                    d = 0.0 if dtable is None else (dfixed + dtable.item(c) - gap) * k
-                    drafts.append(d)
-                    times.append(fixed + table.item(c) + d)
+                if dtable is None:
+                    drafts = [0.0] * (m - 1)
+                    times = [fixed + v + 0.0 for v in table[cs].tolist()]
+                else:
+                    drafts = [(dfixed + d - gap) * k for d in dtable[cs].tolist()]
+                    times = [fixed + v + d
+                             for v, d in zip(table[cs].tolist(), drafts, strict=True)]
+                times.insert(0, dt0)
                 ends = list(accumulate(times, initial=t))  # t += dt, step by step
                 del ends[0]
                 return [used_now - blk[0] + b for b in blk[:m]], drafts, ends, times
-        blk_a = self.sums[1, s0 : s0 + k_max]
+        blk_a = self.blk[s0 : s0 + k_max]
         alloc = DecodeRunPlanner.cut_to_free(blk_a - blk_a.item(0), free)
         k_max = len(alloc)
         if k_max <= 1:
             return None
         # the verify steps priced as _step_seconds prices their features, plus the draft's
-        context = self.sums[0, s0 : s0 + k_max] + nq
+        context = self.ctx[s0 : s0 + k_max]
+        q = self._spec.k + 1
         dts = cost.chunk_times_at(n, q, context) if isinstance(cost, VllmStepModel) else None
         if dts is None:
-            dts = cost.step_time(float(nq), 0.0, context.astype(np.float64),
+            dts = cost.step_time(float(n * q), 0.0, context.astype(np.float64),
                                  (q * context).astype(np.float64), float(n))
         draft = self._spec.draft_run_seconds(n, context)
         dts = dts + draft
-        draft_s = np.zeros(k_max, np.float64) if isinstance(draft, float) else draft  # n-gram
+        draft_s = np.zeros(k_max - 1) if isinstance(draft, float) else draft[1:]  # (n-gram)
         dts[0] = dt0
         used = alloc + used_now
         if k_max > GROUP_SMALL_K:
@@ -261,8 +246,8 @@ class SpecGroup:
 
     def commit(self, m: int, extra: int, draft_s: Floats | None) -> list[int]:
         """Commit the group's next ``m`` steps (``extra``: the blocks of steps 1..m-1;
-        ``draft_s``: their draft times, the first counted already); returns the members done
-        in the last (only a run's last finishes some), written and out, for ``StepCommit.finish``."""
+        ``draft_s``: their draft times); returns the members done in the last (only a run's
+        last finishes some), written and out, for ``StepCommit.finish``."""
         e, spec = self._e, self._spec
         n = len(self.members)
         s0 = self.step
@@ -270,14 +255,13 @@ class SpecGroup:
         if extra:
             e.kv.take(extra)
         if m > 1 and draft_s is not None:  # (one sum a step, in stepping's order)
-            spec.draft_s = reduce(add, draft_s[1:m] if isinstance(draft_s, list)
-                                  else draft_s[1:m].tolist(), spec.draft_s)
+            spec.draft_s = reduce(add, draft_s[: m - 1] if isinstance(draft_s, list)
+                                  else draft_s[: m - 1].tolist(), spec.draft_s)
         nm = n * m
         spec.num_verify += nm
         spec.num_draft_tokens += nm * spec.k
-        sums = self.sums
-        spec.num_accepted_tokens += (sums.item(0, s) + self.finc.get(s, 0) - sums.item(0, s0)
-                                     - nm)
+        ctx = self.ctx
+        spec.num_accepted_tokens += ctx.item(s) + self.finc.get(s, 0) - ctx.item(s0) - nm
         if self.fin_min != s:
             return []
         done = [mem for mem in self.members if mem[5] == s]
@@ -333,14 +317,15 @@ class SpecSkipAheadEngine(SkipAheadEngine):
 
     def _schedule_fit(self, budget: int) -> tuple[IntArray, IntArray, int] | None:
         """``Scheduler._schedule_fit`` of the group in O(1): each member's ``k`` drafts and
-        bonus token, the step's blocks (``SpecGroup.new_blocks``); else the group ends and the
+        bonus token, the step's blocks; else the group ends and the
         loop is the rows'. ``_before``: the running requests, when each had a token last step
         (a group forms of them, :meth:`_run_scheduled`)."""
         commit = self.commit
         n = self._before = len(self.running) if commit.synced and commit.all_decode else 0
         g, spec = self._spec_group, self.spec
         if g is not None and spec is not None:
-            extra = g.new_blocks(g.step)
+            s = g.step  # (the blocks step s takes: SpecGroup's docstring)
+            extra = g.blk.item(s) - g.blk.item(s - 1) + g.adj.get(s, 0)
             if (n == len(g.members) and n and g.step < g.clip and n * (spec.k + 1) <= budget
                     and extra <= self.kv.num_available_blocks):
                 if extra:
@@ -371,15 +356,19 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         serve); its draft's counted (``draft_s``) and added to the step."""
         spec = self.spec
         assert spec is not None
-        n = len(g.members)
-        context = g.sums.item(0, g.step) + n * (spec.k + 1)
-        prices = g.prices(self.cost, context)
-        if prices is None:
-            self._step_extra_s += spec.passes_seconds(n, spec.k, float(context))
-            return None
-        spec.draft_s += prices[1]
-        self._step_extra_s += prices[1]
-        return prices[0]
+        context = g.ctx.item(g.step)
+        t = g.terms
+        if t is None or t[0] != len(g.members) or context >= t[1]:
+            t = g.price_terms(self.cost, context + 1)
+            if t is None:
+                self._step_extra_s += spec.passes_seconds(len(g.members), spec.k,
+                                                          float(context))
+                return None
+        _, _, fixed, table, dfixed, dtable, gap, k = t
+        draft = 0.0 if dtable is None else (dfixed + dtable.item(context) - gap) * k
+        spec.draft_s += draft
+        self._step_extra_s += draft
+        return fixed + table.item(context)
 
     def _run_scheduled(self, rows: IntArray, new: IntArray, preempted: bool, reserved: int,
                        counts: tuple[int, int]) -> Generator[simpy.Event, Any, None]:
@@ -408,7 +397,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         assert spec is not None
         n = len(g.members)
         q = spec.k + 1
-        context = g.sums.item(0, g.step) + n * q
+        context = g.ctx.item(g.step)  # (n chunks of q tokens)
         run: SpecRun | None = None
         k = 1
         if tail:  # the members' features (chunks of q tokens), then the tail's
@@ -459,7 +448,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         if j < k:  # the last as stepping commits it, without the aborted requests
             if j:  # its blocks and draft, as scheduled
                 self.kv.take(int(used[j] - used[j - 1]))
-                spec.draft_s += float(draft_s[j])
+                spec.draft_s += float(draft_s[j - 1])
             rows, new = g.step_rows(tail)
             self._end_group(True)
             self._commit_step(rows, new)
