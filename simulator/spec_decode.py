@@ -112,6 +112,26 @@ def _mix(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     return x
 
 
+def _bands(log_rate: float, depth: int) -> list[tuple[int, int]]:
+    """For :meth:`SpecDecode._accepted_of` at a single rate (``log_rate`` < 0), the draw of the
+    53-bit ``x`` (``u = (x + 1) / 2**53``) is ``#{j in 1..depth: log(u) / log_rate >= j}``, so
+    ``j`` counts where ``u <= rate**j``: ``x <= lo`` counts it, ``x > hi`` does not, whatever the
+    logarithm's last bits (``lo`` and ``hi``, a billionth and two either side of
+    ``rate**j * 2**53 - 1``: the computed quotient is within ``1e-14`` of the true one). Empty
+    (the logarithms for every draw) without a single rate in (0, 1), for more than 8 drafts
+    (comparisons cost more than a logarithm then) or where a band reaches below 0."""
+    if not log_rate or depth > 8:
+        return []
+    bands = []
+    for j in range(1, depth + 1):
+        x = math.exp(j * log_rate) * 2.0**53 - 1.0
+        lo, hi = math.floor(x * (1.0 - 1e-9)) - 2, math.ceil(x * (1.0 + 1e-9)) + 2
+        if lo < 0:
+            return []
+        bands.append((lo, hi))
+    return bands
+
+
 class SpecDecode:
     """One engine's speculative decoding (see the module docstring): the drafts each request
     holds (``num_spec_tokens``), its steps with output (``num_output_steps``) and the run's
@@ -120,8 +140,9 @@ class SpecDecode:
     output so far), drawn for all its steps as it comes in (:meth:`reset`)."""
 
     __slots__ = (
-        "_ahead_key",
+        "_ahead_bits",
         "_ahead_n",
+        "_bands",
         "_blocks",
         "_by_priority",
         "_depth_at",
@@ -164,6 +185,7 @@ class SpecDecode:
             np.int64)
         self.rate = config.rate
         self.log_rate = float(np.log(self.rate)) if 0.0 < self.rate < 1.0 else 0.0
+        self._bands = _bands(self.log_rate, self.depth)
         # each tier's rate by its priority, when they differ
         self._by_priority = config.rate_by_priority
         self.lookahead = self.k if config.method in _LOOKAHEAD_METHODS else 0
@@ -184,9 +206,9 @@ class SpecDecode:
         self._num_draws = 0
         self._draws_at = np.zeros(num_rows, np.int64)
         # rows drawn ahead, before they come (_draw_ahead): their draws' count (0: none) and
-        # the key they were drawn with
+        # the arrival's bits they were drawn with (their key's part that may change)
         self._ahead_n = np.zeros(num_rows, np.int64)
-        self._ahead_key = np.zeros(num_rows, np.uint64)
+        self._ahead_bits = np.zeros(num_rows, np.uint64)
         self.num_verify = self.num_draft_tokens = self.num_accepted_tokens = 0
         self.draft_s = 0.0
         self._terms: dict[int, tuple[object, StepTerms]] = {}  # step_terms', by size
@@ -196,7 +218,7 @@ class SpecDecode:
         """Grow the per-row arrays to ``n`` rows (a fleet's replica grows its rows)."""
         if len(self.num_spec_tokens) < n:
             for name in ("num_spec_tokens", "num_output_steps", "_draws_at", "_ahead_n",
-                         "_ahead_key"):
+                         "_ahead_bits"):
                 old = getattr(self, name)
                 new = np.zeros(n, old.dtype)
                 new[: len(old)] = old
@@ -206,28 +228,28 @@ class SpecDecode:
         """Row ``i`` comes in afresh (no output, no drafts): its stream's key, from the run's
         key, the row and its arrival, and its accepted drafts at each of the steps with output
         it may take (one token a step at least: as many as its target output), unless they
-        were drawn ahead with the key it has now (:meth:`_draw_ahead`)."""
+        were drawn ahead with the arrival, so the key, it has now (:meth:`_draw_ahead`)."""
         self._rows(i + 1)
         self.num_spec_tokens[i] = 0
         self.num_output_steps[i] = 0
-        # the arrival's float64 bits; _mix's operations on Python ints, wrapped to 64 bits
-        # (the same bits as on uint64 arrays: one request's few operations are cheaper so)
+        # the arrival's float64 bits (the key is the run's, the row's and theirs)
         (arrival,) = struct.unpack("<Q", struct.pack("<d", e.arrival_s.item(i)))
-        x = self._key ^ ((i * _GOLDEN_INT) & _MASK64) ^ arrival
-        x ^= x >> 30
-        x = (x * _M1_INT) & _MASK64
-        x ^= x >> 27
-        x = (x * _M2_INT) & _MASK64
-        key = x ^ (x >> 31)
         n = e.target_output.item(i)
         ahead = self._ahead_n.item(i)
         self._ahead_n[i] = 0
-        if ahead == n and self._ahead_key.item(i) == key:
-            return  # (its draws are at _draws_at[i])
+        if ahead and ahead == n and self._ahead_bits.item(i) == arrival:
+            return  # (drawn with the key it has now: its draws are at _draws_at[i])
         if self._by_priority or not 0.0 < self.rate < 1.0:
+            # _mix's operations on Python ints, wrapped to 64 bits (the same bits as on uint64
+            # arrays: one request's few operations are cheaper so)
+            x = self._key ^ ((i * _GOLDEN_INT) & _MASK64) ^ arrival
+            x ^= x >> 30
+            x = (x * _M1_INT) & _MASK64
+            x ^= x >> 27
+            x = (x * _M2_INT) & _MASK64
             start = self._room(e, n)
             self._draws_at[i] = start
-            self._store(start, self._drawn(key, e.tier_priority.item(i), n))
+            self._store(start, self._drawn(x ^ (x >> 31), e.tier_priority.item(i), n))
         else:
             self._draw_ahead(e, i)
 
@@ -252,9 +274,10 @@ class SpecDecode:
         keys = rows.astype(np.uint64)
         keys *= _GOLDEN
         keys ^= np.uint64(self._key)
-        keys ^= e.arrival_s[rows].view(np.uint64)
+        bits = e.arrival_s[rows].view(np.uint64)
+        self._ahead_bits[later] = bits[1:]
+        keys ^= bits
         keys = _mix(keys)
-        self._ahead_key[later] = keys[1:]
         # each draw's step with output: 0, 1, ... along each row's
         hashed = np.arange(total, dtype=np.uint64)
         hashed -= np.repeat(firsts, lengths).astype(np.uint64)
@@ -324,6 +347,15 @@ class SpecDecode:
         k = self.depth
         x = _mix(hashed)
         x >>= _S11
+        if self._bands and not self._by_priority:  # (_bands: the same answer, by comparisons)
+            a = np.zeros(len(x), np.int64)
+            for lo, hi in self._bands:
+                below = x <= lo
+                if np.count_nonzero(below) != np.count_nonzero(x <= hi):
+                    break  # an x at a band's edge: the logarithms
+                a += below
+            else:
+                return a
         u: FloatArray = x.astype(np.float64)
         u += 1.0
         u *= _UNIT
