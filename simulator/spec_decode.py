@@ -113,13 +113,10 @@ def _mix(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
 
 
 def _bands(log_rate: float, depth: int) -> list[tuple[int, int]]:
-    """For :meth:`SpecDecode._accepted_of` at a single rate (``log_rate`` < 0), the draw of the
-    53-bit ``x`` (``u = (x + 1) / 2**53``) is ``#{j in 1..depth: log(u) / log_rate >= j}``, so
-    ``j`` counts where ``u <= rate**j``: ``x <= lo`` counts it, ``x > hi`` does not, whatever the
-    logarithm's last bits (``lo`` and ``hi``, a billionth and two either side of
-    ``rate**j * 2**53 - 1``: the computed quotient is within ``1e-14`` of the true one). Empty
-    (the logarithms for every draw) without a single rate in (0, 1), for more than 8 drafts
-    (comparisons cost more than a logarithm then) or where a band reaches below 0."""
+    """:meth:`SpecDecode._accepted_of` by comparisons: a draw of ``x`` (53 bits, ``u = (x + 1)
+    / 2**53``) counts ``j = 1..depth`` where ``log(u) / log_rate >= j``: where ``x <= lo``, not
+    where ``x > hi`` (a billionth and two either side of ``rate**j * 2**53 - 1``, far beyond the
+    logarithm's rounding). None for more than 8 (the logarithms are cheaper) or below 0."""
     if not log_rate or depth > 8:
         return []
     bands = []
@@ -518,18 +515,6 @@ class SpecDecode:
         one *= self.k
         return one
 
-    def draft_terms(self, num_rows: int,
-                    stop: int) -> tuple[float, FloatArray | None, float, int] | None:
-        """:meth:`draft_run_seconds`' terms for contexts below ``stop``: ``(fixed, table, gap,
-        k)``, a step's draft time ``((fixed + table[context]) - gap) * k`` (the draft's step
-        model's table, ``VllmStepModel.decode_terms``); ``table`` None without a draft
-        (n-gram: no time); None for a tree or where the table does not serve."""
-        draft = self._draft
-        if draft is None:
-            return 0.0, None, 0.0, 0
-        terms = None if self._widths is not None else draft.decode_terms(num_rows, stop)
-        return None if terms is None else (*terms, self._gap_s, self.k)
-
     def blocks_table(self, block_size: int, max_model_len: int, top: int) -> IntArray:
         """The blocks of a request verifying ``k`` drafts as its step is scheduled, by its
         computed tokens plus ``k + 1`` (below ``top`` at least): its step's tokens and
@@ -545,26 +530,29 @@ class SpecDecode:
         return self._blocks
 
     def step_terms(self, cost: object, n: int, stop: int) -> StepTerms | None:
-        """The terms of verify steps of ``n`` requests with the cost model ``cost`` and of their
-        draft's passes, for contexts below ``stop``: ``(limit, fixed, table, dfixed, dtable,
-        gap, k)``, a step attending to ``c < limit`` tokens verifying in ``fixed + table[c]``
-        and drafting in ``((dfixed + dtable[c]) - gap) * k`` (0 without ``dtable``), as the
-        engine prices its features and :meth:`passes_seconds` its passes, bit for bit
-        (``VllmStepModel.chunk_terms``, :meth:`draft_terms`; kept by ``n``); None where a table
-        does not serve."""
+        """For verify steps of ``n`` requests (cost model ``cost``) attending to ``c < limit``
+        tokens, ``limit >= stop``: ``(limit, fixed, table, dfixed, dtable, gap, k)``, a step
+        verifying in ``fixed + table[c]`` and drafting in ``((dfixed + dtable[c]) - gap) * k``
+        (0 without a draft), the bits of the features' price and of :meth:`passes_seconds`
+        (``VllmStepModel.chunk_terms`` and ``decode_terms``; kept by ``n``); None for a tree
+        or where a table does not serve."""
         kept = self._terms.get(n)
         if kept is not None and kept[0] is cost and stop <= kept[1][0]:
             return kept[1]
-        if not isinstance(cost, VllmStepModel):
+        draft = self._draft
+        if not isinstance(cost, VllmStepModel) or self._widths is not None:
             return None
         verify = cost.chunk_terms(n, self.k + 1, stop)
-        draft = self.draft_terms(n, stop)
-        if verify is None or draft is None:
+        if verify is None:
             return None
         fixed, table = verify
-        dfixed, dtable, gap, k = draft
-        limit = len(table) if dtable is None else min(len(table), len(dtable))
-        terms = (limit, fixed, table, dfixed, dtable, gap, k)
+        limit = len(table)
+        terms: StepTerms = (limit, fixed, table, 0.0, None, 0.0, 0)
+        if draft is not None:
+            dterms = draft.decode_terms(n, stop)
+            if dterms is None:
+                return None
+            terms = (min(limit, len(dterms[1])), fixed, table, *dterms, self._gap_s, self.k)
         self._terms[n] = cost, terms
         return terms
 

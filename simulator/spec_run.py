@@ -89,19 +89,10 @@ class SpecGroup:
         self.fresh: dict[int, int] = {}
         self.terms: Terms | None = None
 
-    def join(self, rows: list[int]) -> None:
-        """``rows`` (running order, after the members), their blocks for the group's step taken,
-        join at it."""
-        e = self._e
-        for i in rows:
-            self._join(i, e.num_computed_tokens.item(i), e.num_output_tokens.item(i), True)
-
-    def join_started(self, i: int, computed: int, output: int) -> None:
-        """Row ``i`` (``computed`` and ``output`` tokens), started in the group's step before,
-        joins at the group's step; its blocks for it are not taken yet."""
-        self._join(i, computed, output, False)
-
-    def _join(self, i: int, c0: int, o0: int, taken: bool) -> None:
+    def join(self, i: int, c0: int, o0: int, taken: bool = False) -> None:
+        """Row ``i`` (running order, after the members; ``c0`` tokens computed, ``o0`` output)
+        joins at the group's step, its blocks for it ``taken`` or not (a request started in
+        the step before)."""
         e, spec = self._e, self._spec
         left = e.target_output.item(i) - o0
         q = spec.k + 1
@@ -229,16 +220,10 @@ class SpecGroup:
         dts = dts + draft
         draft_s = np.zeros(k_max - 1) if isinstance(draft, float) else draft[1:]  # (n-gram)
         dts[0] = dt0
-        used = alloc + used_now
-        if k_max > GROUP_SMALL_K:
-            ends = dts.copy()
-            ends[0] += t
-            np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds
-            return used, draft_s, ends, dts
-        times = dts.tolist()
-        ends_l = list(accumulate(times, initial=t))
-        del ends_l[0]
-        return used.tolist(), draft_s.tolist(), ends_l, times
+        ends = dts.copy()
+        ends[0] += t
+        np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds
+        return alloc + used_now, draft_s, ends, dts
 
     def output_at(self, s: int) -> list[int]:
         """The members' output tokens after the group's steps before ``s``."""
@@ -382,7 +367,8 @@ class SpecSkipAheadEngine(SkipAheadEngine):
             yield from super()._run_scheduled(rows, new, preempted, reserved, counts)
             return
         g = self._spec_group = SpecGroup(self, spec)  # every running request verifies k drafts
-        g.join(rows[:m].tolist())
+        for i in rows[:m].tolist():
+            g.join(i, self.num_computed_tokens.item(i), self.num_output_tokens.item(i), True)
         tail = (list(zip(rows[m:].tolist(), new[m:].tolist(), strict=True)) if m < len(rows)
                 else [])  # those that start in it
         yield from self._group_steps(g, tail, reserved, counts)
@@ -442,7 +428,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
             done = g.commit(j, 0 if run is None else int(used[j - 1] - used[0]),
                             None if run is None else draft_s)
             if k == 1:  # those that start join as the decode group's tail (with a token)
-                self.commit.decode_step(n, tail, done, g.join_started)
+                self.commit.decode_step(n, tail, done, g.join)
             elif done:  # (only a run's last step finishes some)
                 self.commit.finish(done)
         if j < k:  # the last as stepping commits it, without the aborted requests

@@ -441,7 +441,8 @@ def test_a_group_keeps_its_members_steps_as_sums_and_finishes_each_at_its_step()
         sd.num_output_steps[i] = 1
         sd.num_spec_tokens[i] = 2
     g = SpecGroup(e, sd)  # type: ignore[arg-type]
-    g.join([0, 1])
+    for i in (0, 1):
+        g.join(i, int(e.num_computed_tokens[i]), int(e.num_output_tokens[i]), True)
     assert g.ctx[:4].tolist() == [15 + 6, 21 + 6, 16 + 3, 0]  # (each member's 3 tokens)
     assert g.blk[:4].tolist() == [7, 9, 6, 0]  # (B's 4 leave at step 2)
     assert [g.blk[s] - g.blk[s - 1] + g.adj.get(s, 0) for s in (1, 2)] == [2, 1]
