@@ -75,7 +75,7 @@ class SpecEngine(SpecRows, Protocol):
     max_model_len: int
 
 
-StepTerms = tuple[int, float, FloatArray, float, FloatArray | None, float, int]
+StepTerms = tuple[int, float, FloatArray, float, FloatArray, float, int]
 """:meth:`SpecDecode.step_terms`' answer."""
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -94,8 +94,6 @@ AHEAD_ROWS = 64
 """Rows whose acceptance draws are made at once (:meth:`SpecDecode._draw_ahead`): one pass of
 array operations costs ~4,000 instructions whatever its length, a row's draws a few hundred
 elements of it (measured on ``benchmarks/bench_specdec.py``'s part 3)."""
-_STEPS = np.arange(4096, dtype=np.int64)
-"""``0, 1, ...``: the steps ahead of a speculative run (:meth:`SpecDecode.geometric`)."""
 
 
 def _mix(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
@@ -481,9 +479,8 @@ class SpecDecode:
         """The accepted drafts of ``rows`` (``k`` drafts each) at their next ``num`` steps with
         output, before the cap of their target output (requests x steps): the draws
         :meth:`_accepted` reads at those steps (``steps`` now)."""
-        at = self._draws_at[rows] + steps
-        ahead = _STEPS[:num] if num <= len(_STEPS) else np.arange(num, dtype=np.int64)
-        drawn: npt.NDArray[np.int8] = self._draws[at[:, None] + ahead]
+        drawn: npt.NDArray[np.int8] = self._draws[(self._draws_at[rows] + steps)[:, None]
+                                                   + np.arange(num)]
         return drawn
 
     def steps_ahead(self, i: int, computed: int, left: int) -> tuple[IntArray, int]:
@@ -516,10 +513,9 @@ class SpecDecode:
         return one
 
     def blocks_table(self, block_size: int, max_model_len: int, top: int) -> IntArray:
-        """The blocks of a request verifying ``k`` drafts as its step is scheduled, by its
-        computed tokens plus ``k + 1`` (below ``top`` at least): its step's tokens and
-        lookahead slots within the model's length, in blocks of ``block_size`` (the engine's
-        figures: the same every call)."""
+        """By a request's computed tokens plus ``k + 1`` (below ``top`` at least), the blocks
+        of its step's tokens and lookahead slots within the model's length (the engine's
+        ``block_size`` and ``max_model_len``)."""
         if len(self._blocks) < top:
             x = np.arange(max(1 << 12, 1 << (top - 1).bit_length()), dtype=np.int64)
             x += self.lookahead
@@ -533,7 +529,7 @@ class SpecDecode:
         """For verify steps of ``n`` requests (cost model ``cost``) attending to ``c < limit``
         tokens, ``limit >= stop``: ``(limit, fixed, table, dfixed, dtable, gap, k)``, a step
         verifying in ``fixed + table[c]`` and drafting in ``((dfixed + dtable[c]) - gap) * k``
-        (0 without a draft), the bits of the features' price and of :meth:`passes_seconds`
+        (0 without a draft: a table of zeros), the bits of the features' price and of :meth:`passes_seconds`
         (``VllmStepModel.chunk_terms`` and ``decode_terms``; kept by ``n``); None for a tree
         or where a table does not serve."""
         kept = self._terms.get(n)
@@ -547,7 +543,7 @@ class SpecDecode:
             return None
         fixed, table = verify
         limit = len(table)
-        terms: StepTerms = (limit, fixed, table, 0.0, None, 0.0, 0)
+        terms: StepTerms = (limit, fixed, table, 0.0, np.zeros(limit), 0.0, 0)  # (n-gram)
         if draft is not None:
             dterms = draft.decode_terms(n, stop)
             if dterms is None:

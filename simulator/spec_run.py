@@ -51,7 +51,7 @@ SpecRun = tuple[Ints, Floats, Floats, Floats]
 step, the draft times of steps 1.. (step 0's was counted as it was scheduled), the steps' ends
 and times."""
 
-Terms = tuple[int, int, float, FloatArray, float, FloatArray | None, float, int]
+Terms = tuple[int, int, float, FloatArray, float, FloatArray, float, int]
 """The group's size, then ``SpecDecode.step_terms``."""
 
 Member = tuple[int, IntArray, int, int, int, int, int, int]
@@ -136,13 +136,6 @@ class SpecGroup:
             new[: len(old)] = old
             setattr(self, name, new)
 
-    def step_rows(self, tail: list[tuple[int, int]]) -> tuple[IntArray, IntArray]:
-        """The rows of the group's step and their new tokens: the members', then ``tail``'s."""
-        q = self._spec.k + 1
-        n = len(self.members)
-        return (np.array([m[0] for m in self.members] + [i for i, _ in tail], np.int64),
-                np.array([q] * n + [x for _, x in tail], np.int64))
-
     def write(self, scheduled: bool, members: list[Member] | None = None) -> None:
         """Write the members' arrays (or ``members``') as the group's step is ``scheduled`` (its
         blocks taken) or before it (drafts as proposed after the last step; none once done)."""
@@ -193,13 +186,8 @@ class SpecGroup:
                 terms = self.price_terms(cost, self.ctx.item(s0 + m - 1) + 1)
             if terms is not None:
                 _, _, fixed, table, dfixed, dtable, gap, k = terms
-                if dtable is None:
-                    drafts = [0.0] * (m - 1)
-                    times = [fixed + v + 0.0 for v in table[cs].tolist()]
-                else:
-                    drafts = [(dfixed + d - gap) * k for d in dtable[cs].tolist()]
-                    times = [fixed + v + d
-                             for v, d in zip(table[cs].tolist(), drafts, strict=True)]
+                drafts = [(dfixed + d - gap) * k for d in dtable[cs].tolist()]
+                times = [fixed + v + d for v, d in zip(table[cs].tolist(), drafts, strict=True)]
                 times.insert(0, dt0)
                 ends = list(accumulate(times, initial=t))  # t += dt, step by step
                 del ends[0]
@@ -331,10 +319,15 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         counts = (len(self.running), self.num_waiting() + gw_waiting)
         if started and self.kv.prefix is not None:  # starts with prefix caching: a step
             self._price(g)
-            rows, new = g.step_rows(started)
+            new = self._group_new(g, started)
             self._end_group(True)
-            return self._run_scheduled(rows, new, False, reserved, counts)
+            return self._run_scheduled(self.running_rows(), new, False, reserved, counts)
         return self._group_steps(g, started, reserved, counts, self._price(g))
+
+    def _group_new(self, g: SpecGroup, tail: list[tuple[int, int]]) -> IntArray:
+        """The new tokens of the group's step: each member's ``k + 1``, then the tail's."""
+        assert self.spec is not None
+        return np.array([self.spec.k + 1] * len(g.members) + [x for _, x in tail], np.int64)
 
     def _price(self, g: SpecGroup) -> float | None:
         """The verify seconds of the group's step from the tables (None where they do not
@@ -350,7 +343,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
                                                           float(context))
                 return None
         _, _, fixed, table, dfixed, dtable, gap, k = t
-        draft = 0.0 if dtable is None else (dfixed + dtable.item(context) - gap) * k
+        draft = (dfixed + dtable.item(context) - gap) * k
         spec.draft_s += draft
         self._step_extra_s += draft
         return fixed + table.item(context)
@@ -435,6 +428,6 @@ class SpecSkipAheadEngine(SkipAheadEngine):
             if j:  # its blocks and draft, as scheduled
                 self.kv.take(int(used[j] - used[j - 1]))
                 spec.draft_s += float(draft_s[j - 1])
-            rows, new = g.step_rows(tail)
+            new = self._group_new(g, tail)
             self._end_group(True)
-            self._commit_step(rows, new)
+            self._commit_step(self.running_rows(), new)  # (the members', then the tail's)
