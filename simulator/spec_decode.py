@@ -529,9 +529,9 @@ class SpecDecode:
         """For verify steps of ``n`` requests (cost model ``cost``) attending to ``c < limit``
         tokens, ``limit >= stop``: ``(limit, fixed, table, dfixed, dtable, gap, k)``, a step
         verifying in ``fixed + table[c]`` and drafting in ``((dfixed + dtable[c]) - gap) * k``
-        (0 without a draft: a table of zeros), the bits of the features' price and of :meth:`passes_seconds`
-        (``VllmStepModel.chunk_terms`` and ``decode_terms``; kept by ``n``); None for a tree
-        or where a table does not serve."""
+        (a table of zeros without a draft), the bits of the features' price and of
+        :meth:`passes_seconds` (``VllmStepModel.chunk_terms`` and ``decode_terms``; kept by
+        ``n``); None for a tree or where a table does not serve."""
         kept = self._terms.get(n)
         if kept is not None and kept[0] is cost and stop <= kept[1][0]:
             return kept[1]
@@ -543,8 +543,9 @@ class SpecDecode:
             return None
         fixed, table = verify
         limit = len(table)
-        terms: StepTerms = (limit, fixed, table, 0.0, np.zeros(limit), 0.0, 0)  # (n-gram)
-        if draft is not None:
+        if draft is None:  # (n-gram: no time)
+            terms: StepTerms = (limit, fixed, table, 0.0, np.zeros(limit), 0.0, 0)
+        else:
             dterms = draft.decode_terms(n, stop)
             if dterms is None:
                 return None
