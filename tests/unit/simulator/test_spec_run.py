@@ -529,3 +529,36 @@ def test_a_variant_that_reads_running_arrays_keeps_no_speculative_group(
     a, c, calls = _both(w, cfg)
     _same(a, c)
     assert not made and calls == [6, 6]
+
+
+def test_draws_by_the_bands_are_the_logarithms_draws_at_and_near_each_edge() -> None:
+    """A single rate's draws counted against each ``j``'s band (``x <= lo`` counts, ``x > hi``
+    does not; one inside a band takes the logarithms for its batch) are the logarithms'
+    ``min(k, floor(log(u) / log(rate)))`` of ``u = (x + 1) / 2**53``: at and beside both edges
+    of every band, inside it, at the true threshold and at 2,000 random ``x``."""
+    from kvbudget.simulator.spec_decode import SpecDecode
+
+    mask = (1 << 64) - 1
+
+    def unmix(z: int) -> int:  # _splitmix's inverse: the counter that mixes to z
+        z ^= (z >> 31) ^ (z >> 62)
+        z = (z * pow(0x94D049BB133111EB, -1, 1 << 64)) & mask
+        z ^= (z >> 27) ^ (z >> 54)
+        z = (z * pow(0xBF58476D1CE4E5B9, -1, 1 << 64)) & mask
+        return z ^ (z >> 30) ^ (z >> 60)
+
+    for rate, k in ((0.7, 3), (0.05, 2), (0.97, 8)):
+        sd = SpecDecode(SpeculativeConfig("eagle", k, acceptance_rate=rate), None,
+                        np.random.default_rng(0), 1)
+        log_rate = float(np.log(rate))
+        edges = [x for j in range(1, k + 1)
+                 for x in (int(rate**j * 2**53) - 1, int(rate**j * 2**53))]
+        edges += [x + d for lo, hi in sd._bands for x in (lo, hi) for d in (-1, 0, 1)]
+        rng = np.random.default_rng(5)
+        # each edge alone (a batch with one inside a band takes the logarithms), then a batch
+        for xs in [[x] for x in edges] + [rng.integers(0, 1 << 53, 2000).tolist()]:
+            assert all(_splitmix(unmix(x << 11 | 0x5A5)) >> 11 == x for x in xs)
+            hashed = np.array([unmix(x << 11 | 0x5A5) for x in xs], np.uint64)
+            u = (np.array(xs, np.float64) + 1.0) / 2.0**53
+            want = np.minimum((np.log(u) / log_rate).astype(np.int64), k)
+            assert sd._accepted_of(hashed).tolist() == want.tolist()
