@@ -343,14 +343,14 @@ class SpecDecode:
         x = _mix(hashed)
         x >>= _S11
         if self._bands and not self._by_priority:  # (_bands: the same answer, by comparisons)
-            a = np.zeros(len(x), np.int64)
+            counted = np.zeros(len(x), np.int64)
             for lo, hi in self._bands:
                 below = x <= lo
                 if np.count_nonzero(below) != np.count_nonzero(x <= hi):
                     break  # an x at a band's edge: the logarithms
-                a += below
+                counted += below
             else:
-                return a
+                return counted
         u: FloatArray = x.astype(np.float64)
         u += 1.0
         u *= _UNIT

@@ -200,18 +200,19 @@ class SpecGroup:
         # the verify steps priced as _step_seconds prices their features, plus the draft's
         context = self.ctx[s0 : s0 + k_max]
         q = self._spec.k + 1
-        dts = cost.chunk_times_at(n, q, context) if isinstance(cost, VllmStepModel) else None
+        model: Any = cost
+        dts = model.chunk_times_at(n, q, context) if isinstance(cost, VllmStepModel) else None
         if dts is None:
-            dts = cost.step_time(float(n * q), 0.0, context.astype(np.float64),
-                                 (q * context).astype(np.float64), float(n))
+            dts = model.step_time(float(n * q), 0.0, context.astype(np.float64),
+                                  (q * context).astype(np.float64), float(n))
         draft = self._spec.draft_run_seconds(n, context)
         dts = dts + draft
         draft_s = np.zeros(k_max - 1) if isinstance(draft, float) else draft[1:]  # (n-gram)
         dts[0] = dt0
-        ends = dts.copy()
-        ends[0] += t
-        np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds
-        return alloc + used_now, draft_s, ends, dts
+        ends_a = dts.copy()
+        ends_a[0] += t
+        np.add.accumulate(ends_a, out=ends_a)  # sequential sums from t, as stepping adds
+        return alloc + used_now, draft_s, ends_a, dts
 
     def output_at(self, s: int) -> list[int]:
         """The members' output tokens after the group's steps before ``s``."""
