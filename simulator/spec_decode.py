@@ -224,7 +224,8 @@ class SpecDecode:
         key, the row and its arrival, and its accepted drafts at each of the steps with output
         it may take (one token a step at least: as many as its target output), unless they
         were drawn ahead with the arrival, so the key, it has now (:meth:`_draw_ahead`)."""
-        self._rows(i + 1)
+        if i >= len(self.num_spec_tokens):
+            self._rows(i + 1)
         self.num_spec_tokens[i] = 0
         self.num_output_steps[i] = 0
         # the arrival's float64 bits (the key is the run's, the row's and theirs)

@@ -304,7 +304,8 @@ class SpecSkipAheadEngine(SkipAheadEngine):
                     and extra <= self.kv.num_available_blocks):
                 if extra:
                     self.kv.take(extra)
-                g.fresh.clear()
+                if g.fresh:
+                    g.fresh.clear()
                 return NO_ROWS, NO_ROWS, n * (spec.k + 1)
             self._end_group(False)
         return super()._schedule_fit(budget)
@@ -407,12 +408,13 @@ class SpecSkipAheadEngine(SkipAheadEngine):
             used, draft_s, ends, dts = run
             k = (self._jump_limit(len(ends), np.asarray(used) - used[0]) if self.head_refusal
                  else len(ends))
-            k = self.planner.keep(ends[:k], t_ext, until, lag)
+            k = self.planner.keep(ends if k == len(ends) else ends[:k], t_ext, until, lag)
         if k < 2:  # one step (nothing cuts it)
             self._span_head = None
             yield from self._wait(self._account_step(dt, reserved, counts))
         else:
-            yield from self._wait_run(float(ends[k - 1]), (ends[:k], used[:k], dts[:k]),
+            yield from self._wait_run(float(ends[k - 1]), (ends, used, dts) if k == len(ends)
+                                      else (ends[:k], used[:k], dts[:k]),
                                       reserved, counts, t_ext if lag else float("inf"))
             k = self._jump_keep
         self._steps_rows, self._steps_group = None, (n, tail)  # (for scheduled_with_output)
