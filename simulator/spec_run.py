@@ -229,19 +229,23 @@ class SpecGroup:
         if extra:
             e.kv.take(extra)
         if m > 1 and draft_s is not None:  # (one sum a step, in stepping's order)
-            spec.draft_s = reduce(add, draft_s[: m - 1] if isinstance(draft_s, list)
-                                  else draft_s[: m - 1].tolist(), spec.draft_s)
+            if len(draft_s) != m - 1:
+                draft_s = draft_s[: m - 1]
+            spec.draft_s = reduce(add, draft_s if isinstance(draft_s, list)
+                                  else draft_s.tolist(), spec.draft_s)
         nm = n * m
         spec.num_verify += nm
         spec.num_draft_tokens += nm * spec.k
         ctx = self.ctx
-        spec.num_accepted_tokens += ctx.item(s) + self.finc.get(s, 0) - ctx.item(s0) - nm
+        finc = self.finc
+        spec.num_accepted_tokens += ctx.item(s) + finc.get(s, 0) - ctx.item(s0) - nm
         if self.fin_min != s:
             return []
+        del finc[s]  # (its keys: the members' steps to finish by)
+        self.fin_min = min(finc, default=_NEVER)
         done = [mem for mem in self.members if mem[5] == s]
         self.write(False, done)
         self.members = [mem for mem in self.members if mem[5] != s]
-        self.fin_min = min((mem[5] for mem in self.members), default=_NEVER)
         return [mem[0] for mem in done]
 
 
