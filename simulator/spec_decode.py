@@ -75,6 +75,9 @@ class SpecEngine(SpecRows, Protocol):
     max_model_len: int
 
 
+StepTerms = tuple[int, float, FloatArray, float, FloatArray, float, int]
+""":meth:`SpecDecode.step_terms`' answer."""
+
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -91,8 +94,6 @@ AHEAD_ROWS = 64
 """Rows whose acceptance draws are made at once (:meth:`SpecDecode._draw_ahead`): one pass of
 array operations costs ~4,000 instructions whatever its length, a row's draws a few hundred
 elements of it (measured on ``benchmarks/bench_specdec.py``'s part 3)."""
-_STEPS = np.arange(4096, dtype=np.int64)
-"""``0, 1, ...``: the steps ahead of a speculative run (:meth:`SpecDecode.geometric`)."""
 
 
 def _mix(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
@@ -109,6 +110,23 @@ def _mix(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     return x
 
 
+def _bands(log_rate: float, depth: int) -> list[tuple[int, int]]:
+    """:meth:`SpecDecode._accepted_of` by comparisons: a draw of ``x`` (53 bits, ``u = (x + 1)
+    / 2**53``) counts ``j = 1..depth`` where ``log(u) / log_rate >= j``: where ``x <= lo``, not
+    where ``x > hi`` (a billionth and two either side of ``rate**j * 2**53 - 1``, far beyond the
+    logarithm's rounding). None for more than 8 (the logarithms are cheaper) or below 0."""
+    if not log_rate or depth > 8:
+        return []
+    bands = []
+    for j in range(1, depth + 1):
+        x = math.exp(j * log_rate) * 2.0**53 - 1.0
+        lo, hi = math.floor(x * (1.0 - 1e-9)) - 2, math.ceil(x * (1.0 + 1e-9)) + 2
+        if lo < 0:
+            return []
+        bands.append((lo, hi))
+    return bands
+
+
 class SpecDecode:
     """One engine's speculative decoding (see the module docstring): the drafts each request
     holds (``num_spec_tokens``), its steps with output (``num_output_steps``) and the run's
@@ -117,8 +135,10 @@ class SpecDecode:
     output so far), drawn for all its steps as it comes in (:meth:`reset`)."""
 
     __slots__ = (
-        "_ahead_key",
+        "_ahead_bits",
         "_ahead_n",
+        "_bands",
+        "_blocks",
         "_by_priority",
         "_depth_at",
         "_draft",
@@ -128,6 +148,7 @@ class SpecDecode:
         "_gap_s",
         "_key",
         "_num_draws",
+        "_terms",
         "_widths",
         "config",
         "depth",
@@ -159,6 +180,7 @@ class SpecDecode:
             np.int64)
         self.rate = config.rate
         self.log_rate = float(np.log(self.rate)) if 0.0 < self.rate < 1.0 else 0.0
+        self._bands = _bands(self.log_rate, self.depth)
         # each tier's rate by its priority, when they differ
         self._by_priority = config.rate_by_priority
         self.lookahead = self.k if config.method in _LOOKAHEAD_METHODS else 0
@@ -179,17 +201,19 @@ class SpecDecode:
         self._num_draws = 0
         self._draws_at = np.zeros(num_rows, np.int64)
         # rows drawn ahead, before they come (_draw_ahead): their draws' count (0: none) and
-        # the key they were drawn with
+        # the arrival's bits they were drawn with (their key's part that may change)
         self._ahead_n = np.zeros(num_rows, np.int64)
-        self._ahead_key = np.zeros(num_rows, np.uint64)
+        self._ahead_bits = np.zeros(num_rows, np.uint64)
         self.num_verify = self.num_draft_tokens = self.num_accepted_tokens = 0
         self.draft_s = 0.0
+        self._terms: dict[int, tuple[object, StepTerms]] = {}  # step_terms', by size
+        self._blocks = np.zeros(0, np.int64)  # (blocks_table)
 
     def _rows(self, n: int) -> None:
         """Grow the per-row arrays to ``n`` rows (a fleet's replica grows its rows)."""
         if len(self.num_spec_tokens) < n:
             for name in ("num_spec_tokens", "num_output_steps", "_draws_at", "_ahead_n",
-                         "_ahead_key"):
+                         "_ahead_bits"):
                 old = getattr(self, name)
                 new = np.zeros(n, old.dtype)
                 new[: len(old)] = old
@@ -199,28 +223,29 @@ class SpecDecode:
         """Row ``i`` comes in afresh (no output, no drafts): its stream's key, from the run's
         key, the row and its arrival, and its accepted drafts at each of the steps with output
         it may take (one token a step at least: as many as its target output), unless they
-        were drawn ahead with the key it has now (:meth:`_draw_ahead`)."""
-        self._rows(i + 1)
+        were drawn ahead with the arrival, so the key, it has now (:meth:`_draw_ahead`)."""
+        if i >= len(self.num_spec_tokens):
+            self._rows(i + 1)
         self.num_spec_tokens[i] = 0
         self.num_output_steps[i] = 0
-        # the arrival's float64 bits; _mix's operations on Python ints, wrapped to 64 bits
-        # (the same bits as on uint64 arrays: one request's few operations are cheaper so)
+        # the arrival's float64 bits (the key is the run's, the row's and theirs)
         (arrival,) = struct.unpack("<Q", struct.pack("<d", e.arrival_s.item(i)))
-        x = self._key ^ ((i * _GOLDEN_INT) & _MASK64) ^ arrival
-        x ^= x >> 30
-        x = (x * _M1_INT) & _MASK64
-        x ^= x >> 27
-        x = (x * _M2_INT) & _MASK64
-        key = x ^ (x >> 31)
         n = e.target_output.item(i)
         ahead = self._ahead_n.item(i)
         self._ahead_n[i] = 0
-        if ahead == n and self._ahead_key.item(i) == key:
-            return  # (its draws are at _draws_at[i])
+        if ahead and ahead == n and self._ahead_bits.item(i) == arrival:
+            return  # (drawn with the key it has now: its draws are at _draws_at[i])
         if self._by_priority or not 0.0 < self.rate < 1.0:
+            # _mix's operations on Python ints, wrapped to 64 bits (the same bits as on uint64
+            # arrays: one request's few operations are cheaper so)
+            x = self._key ^ ((i * _GOLDEN_INT) & _MASK64) ^ arrival
+            x ^= x >> 30
+            x = (x * _M1_INT) & _MASK64
+            x ^= x >> 27
+            x = (x * _M2_INT) & _MASK64
             start = self._room(e, n)
             self._draws_at[i] = start
-            self._store(start, self._drawn(key, e.tier_priority.item(i), n))
+            self._store(start, self._drawn(x ^ (x >> 31), e.tier_priority.item(i), n))
         else:
             self._draw_ahead(e, i)
 
@@ -245,9 +270,10 @@ class SpecDecode:
         keys = rows.astype(np.uint64)
         keys *= _GOLDEN
         keys ^= np.uint64(self._key)
-        keys ^= e.arrival_s[rows].view(np.uint64)
+        bits = e.arrival_s[rows].view(np.uint64)
+        self._ahead_bits[later] = bits[1:]
+        keys ^= bits
         keys = _mix(keys)
-        self._ahead_key[later] = keys[1:]
         # each draw's step with output: 0, 1, ... along each row's
         hashed = np.arange(total, dtype=np.uint64)
         hashed -= np.repeat(firsts, lengths).astype(np.uint64)
@@ -317,6 +343,15 @@ class SpecDecode:
         k = self.depth
         x = _mix(hashed)
         x >>= _S11
+        if self._bands and not self._by_priority:  # (_bands: the same answer, by comparisons)
+            counted = np.zeros(len(x), np.int64)
+            for lo, hi in self._bands:
+                below = x <= lo
+                if np.count_nonzero(below) != np.count_nonzero(x <= hi):
+                    break  # an x at a band's edge: the logarithms
+                counted += below
+            else:
+                return counted
         u: FloatArray = x.astype(np.float64)
         u += 1.0
         u *= _UNIT
@@ -445,20 +480,20 @@ class SpecDecode:
         """The accepted drafts of ``rows`` (``k`` drafts each) at their next ``num`` steps with
         output, before the cap of their target output (requests x steps): the draws
         :meth:`_accepted` reads at those steps (``steps`` now)."""
-        at = self._draws_at[rows] + steps
-        ahead = _STEPS[:num] if num <= len(_STEPS) else np.arange(num, dtype=np.int64)
-        drawn: npt.NDArray[np.int8] = self._draws[at[:, None] + ahead]
+        drawn: npt.NDArray[np.int8] = self._draws[(self._draws_at[rows] + steps)[:, None]
+                                                   + np.arange(num)]
         return drawn
 
-    def gains(self) -> IntArray:
-        """The draws' running sums (rising: ``gains[x + 1] - gains[x]`` is the draw ``x`` plus
-        one, the tokens a step that verifies ``k`` drafts gives before the cap of the target
-        output): a view of the store, of a new one after it is compacted."""
-        return self._gains[: self._num_draws + 1]
-
-    def next_draw(self, i: int) -> int:
-        """Where row ``i``'s next draw is in :meth:`gains` (its steps with output so far)."""
-        return self._draws_at.item(i) + self.num_output_steps.item(i)
+    def steps_ahead(self, i: int, computed: int, left: int) -> tuple[IntArray, int]:
+        """Row ``i``'s computed tokens as each of its next steps verifying ``k`` drafts is
+        scheduled, from now (``computed``; ``left`` >= 1 output tokens to go) to the one it has
+        its output in (a step gives its draw plus one, before the cap of the target output:
+        :meth:`reset`'s running sums), and its steps with output so far."""
+        steps = self.num_output_steps.item(i)
+        a = self._draws_at.item(i) + steps
+        gains = self._gains[a : a + left + 1]  # (a step gives a token or more)
+        g0 = gains.item(0)
+        return gains[: int(gains.searchsorted(g0 + left))] - (g0 - computed), steps
 
     def draft_run_seconds(self, num_rows: int, context: IntArray) -> FloatArray | float:
         """:meth:`draft_seconds` of steps of ``num_rows`` requests, each verifying ``k`` drafts,
@@ -478,36 +513,46 @@ class SpecDecode:
         one *= self.k
         return one
 
-    def draft_terms(self, num_rows: int,
-                    stop: int) -> tuple[float, FloatArray | None, float, int] | None:
-        """:meth:`draft_run_seconds`' terms for contexts below ``stop``: ``(fixed, table, gap,
-        k)``, a step's draft time ``((fixed + table[context]) - gap) * k`` (the draft's step
-        model's table, ``VllmStepModel.decode_terms``); ``table`` None without a draft
-        (n-gram: no time); None for a tree or where the table does not serve."""
-        draft = self._draft
-        if draft is None:
-            return 0.0, None, 0.0, 0
-        terms = None if self._widths is not None else draft.decode_terms(num_rows, stop)
-        return None if terms is None else (*terms, self._gap_s, self.k)
+    def blocks_table(self, block_size: int, max_model_len: int, top: int) -> IntArray:
+        """By a request's computed tokens plus ``k + 1`` (below ``top`` at least), the blocks
+        of its step's tokens and lookahead slots within the model's length (the engine's
+        ``block_size`` and ``max_model_len``)."""
+        if len(self._blocks) < top:
+            x = np.arange(max(1 << 12, 1 << (top - 1).bit_length()), dtype=np.int64)
+            x += self.lookahead
+            np.minimum(x, max_model_len, out=x)
+            x += block_size - 1
+            x //= block_size
+            self._blocks = x
+        return self._blocks
 
-    def verify_prices(self, cost: object, n: int,
-                      context: list[int]) -> tuple[list[float], list[float]] | None:
-        """The times of verify steps of ``n`` requests attending to ``context`` tokens (one a
-        step, rising), as the engine prices their features with the cost model ``cost``, and
-        of their draft's passes, in Python numbers from the step models' tables
-        (``VllmStepModel.chunk_terms``, :meth:`draft_terms`: the same bits); None where a table
-        does not serve."""
-        if not isinstance(cost, VllmStepModel):
+    def step_terms(self, cost: object, n: int, stop: int) -> StepTerms | None:
+        """For verify steps of ``n`` requests (cost model ``cost``) attending to ``c < limit``
+        tokens, ``limit >= stop``: ``(limit, fixed, table, dfixed, dtable, gap, k)``, a step
+        verifying in ``fixed + table[c]`` and drafting in ``((dfixed + dtable[c]) - gap) * k``
+        (a table of zeros without a draft), the bits of the features' price and of
+        :meth:`passes_seconds` (``VllmStepModel.chunk_terms`` and ``decode_terms``; kept by
+        ``n``); None for a tree or where a table does not serve."""
+        kept = self._terms.get(n)
+        if kept is not None and kept[0] is cost and stop <= kept[1][0]:
+            return kept[1]
+        draft = self._draft
+        if not isinstance(cost, VllmStepModel) or self._widths is not None:
             return None
-        verify = cost.chunk_terms(n, self.k + 1, context[-1] + 1)
-        draft = self.draft_terms(n, context[-1] + 1)
-        if verify is None or draft is None:
+        verify = cost.chunk_terms(n, self.k + 1, stop)
+        if verify is None:
             return None
         fixed, table = verify
-        dfixed, dtable, gap, k = draft
-        return ([fixed + table.item(c) for c in context],
-                [0.0] * len(context) if dtable is None
-                else [(dfixed + dtable.item(c) - gap) * k for c in context])
+        limit = len(table)
+        if draft is None:  # (n-gram: no time)
+            terms: StepTerms = (limit, fixed, table, 0.0, np.zeros(limit), 0.0, 0)
+        else:
+            dterms = draft.decode_terms(n, stop)
+            if dterms is None:
+                return None
+            terms = (min(limit, len(dterms[1])), fixed, table, *dterms, self._gap_s, self.k)
+        self._terms[n] = cost, terms
+        return terms
 
     def _tree_run_seconds(self, draft: VllmStepModel, num_rows: int,
                           context: IntArray) -> FloatArray:

@@ -5,6 +5,7 @@ properties over drawn scenarios (preemptions, refused heads, revocations mid-run
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -375,13 +376,15 @@ def test_draws_made_ahead_are_each_rows_own_and_a_changed_arrival_is_drawn_again
     for i in range(8):
         n = int(e.target_output[i])
         assert sd.geometric(e, np.array([i]), np.array([0]), n).tolist() == [want(i, n)]
-    # the running gains: a row's draws plus one a step, summed from where its next draw is
+    # the running gains: a row's draws plus one a step, summed from where its next draw is,
+    # from its computed tokens (100) up to the step that gives its output left
     sd.num_output_steps[3] = 1
-    gains, at = sd.gains(), [sd.next_draw(3), sd.next_draw(4)]
     sums = [np.cumsum([0] + [a + 1 for a in want(3, 5)[1:]]).tolist(),
             np.cumsum([0] + [a + 1 for a in want(4, 9)]).tolist()]
-    for a, s in zip(at, sums, strict=True):
-        assert (gains[a : a + len(s)] - gains[a]).tolist() == s
+    for i, s, left in ((3, sums[0], 4), (4, sums[1], 9)):
+        comp, steps = sd.steps_ahead(i, 100, left)
+        assert comp.tolist() == [100 + x for x in s if x < left]
+        assert steps == sd.num_output_steps[i]
 
 
 def test_a_started_row_that_samples_counts_its_step_and_gets_its_drafts() -> None:
@@ -413,7 +416,7 @@ def test_a_group_keeps_its_members_steps_as_sums_and_finishes_each_at_its_step()
     lookahead 2 (EAGLE), blocks of 4. A: 10 tokens computed, 1 of 8 output tokens, 4 blocks;
     B: 5 computed, 1 of 5 output, 3 blocks. A computes 10, 13, 16 as its steps 0, 1, 2 are
     scheduled and has its 7 tokens after 3 steps (17 computed); B 5, 8 and its 4 after 2 (9).
-    The context by step: 15, 21, 16. Blocks (tokens + 3 new + 2 lookahead, over 4): A 4, 5,
+    The context by step (with each member's 3 tokens): 21, 27, 19. Blocks (tokens + 3 new + 2 lookahead, over 4): A 4, 5,
     6, B 3, 4: steps 1 and 2 take 2 and 1. Two steps committed: B finishes (its arrays
     written: 9 computed, the cap, 5 output, the 4 blocks of step 1), 6 drafts accepted (A 4,
     B 2 of its 3 tokens a step: 4 tokens, one its step's); A's arrays lag until written: 16
@@ -437,20 +440,22 @@ def test_a_group_keeps_its_members_steps_as_sums_and_finishes_each_at_its_step()
         e.in_engine[i] = True
         sd.num_output_steps[i] = 1
         sd.num_spec_tokens[i] = 2
-    g = SpecGroup()
-    g.join(e, sd, [0, 1])
-    assert g.ctx[:4].tolist() == [15, 21, 16, 0]
-    assert g.newb[:4].tolist() == [0, 2, 1, 0]
-    assert g.finc[:4].tolist() == [0, 0, 9, 17]
+    g = SpecGroup(e, sd)  # type: ignore[arg-type]
+    for i in (0, 1):
+        g.join(i, int(e.num_computed_tokens[i]), int(e.num_output_tokens[i]), True)
+    assert g.ctx[:4].tolist() == [15 + 6, 21 + 6, 16 + 3, 0]  # (each member's 3 tokens)
+    assert g.blk[:4].tolist() == [7, 9, 6, 0]  # (B's 4 leave at step 2)
+    assert [g.blk[s] - g.blk[s - 1] + g.adj.get(s, 0) for s in (1, 2)] == [2, 1]
+    assert g.finc == {2: 9 + 3, 3: 17 + 3}
     assert [m[5] for m in g.members] == [3, 2] and g.fin_min == 2
-    assert g.commit(e, sd, 2, 2, None) == [1]
+    assert g.commit(2, 2, None) == [1]
     assert taken == [2] and sd.num_accepted_tokens == 6
     assert e.num_computed_tokens.tolist() == [10, 9]
     assert e.num_output_tokens.tolist() == [1, 5]
     assert e.num_tokens.tolist() == [13, 10] and sd.num_spec_tokens.tolist() == [2, 0]
     assert e.kv.num_blocks.tolist() == [4, 4]
     assert [m[0] for m in g.members] == [0] and g.fin_min == 3
-    g.write(e, sd, scheduled=False)
+    g.write(scheduled=False)
     assert e.num_computed_tokens.tolist() == [16, 9]
     assert e.num_output_tokens.tolist() == [7, 5]
     assert sd.num_output_steps.tolist() == [3, 3]
@@ -458,10 +463,10 @@ def test_a_group_keeps_its_members_steps_as_sums_and_finishes_each_at_its_step()
     assert e.kv.num_blocks.tolist() == [5, 4]
 
 
-def test_verify_prices_from_the_tables_are_the_step_models_times_bit_for_bit() -> None:
-    """``SpecDecode.verify_prices``: the verify steps' times read from the target's chunk table
+def test_step_terms_from_the_tables_are_the_step_models_times_bit_for_bit() -> None:
+    """``SpecDecode.step_terms``: the verify steps' times read from the target's chunk table
     and the draft's passes from the draft's decode table are ``step_time``'s and
-    ``SpecDecode.passes_seconds``' bits (EAGLE, 3 drafts, 5 requests); none without a draft
+    ``SpecDecode.passes_seconds``' bits (EAGLE, 3 drafts, 5 requests); zeros without a draft
     (n-gram); no answer for a tree (its passes are priced by width) or another cost model."""
     from kvbudget.perf.hardware import get_gpu
     from kvbudget.perf.models import get_model
@@ -472,17 +477,23 @@ def test_verify_prices_from_the_tables_are_the_step_models_times_bit_for_bit() -
     target = VllmStepModel(gpu, model)
     n, q, context = 5, 4, [1020, 1037, 1051, 2990]
     eagle = make_spec_decode(SpeculativeConfig("eagle", 3, acceptance_rate=0.7), gpu, model, 1, 8)
-    prices = eagle.verify_prices(target, n, context)
-    assert prices is not None
-    assert prices[0] == [float(target.step_time(n * q, 0.0, c, q * c, n)) for c in context]
-    assert prices[1] == [eagle.passes_seconds(n, 3, float(c)) for c in context]
+    terms = eagle.step_terms(target, n, 2991)
+    assert terms is not None
+    limit, fixed, table, dfixed, dtable, gap, k = terms
+    assert limit > 2990 and k == 3
+    verify = [fixed + table.item(c) for c in context]
+    assert verify == [float(target.step_time(n * q, 0.0, c, q * c, n)) for c in context]
+    assert ([(dfixed + dtable.item(c) - gap) * k for c in context]
+            == [eagle.passes_seconds(n, 3, float(c)) for c in context])
     ngram = make_spec_decode(SpeculativeConfig("ngram", 3, acceptance_rate=0.7), gpu, model, 1, 8)
-    assert ngram.verify_prices(target, n, context) == (prices[0], [0.0] * 4)
+    nterms = ngram.step_terms(target, n, 2991)
+    assert nterms is not None and nterms[:3] == (len(table), fixed, table)
+    assert ((nterms[3] + nterms[4] - nterms[5]) * nterms[6] == 0.0).all()  # (no draft)
     tree = make_spec_decode(SpeculativeConfig("eagle3", 2, acceptance_rate=0.7,
                                               speculative_token_tree="[(0,), (1,)]"),
                             gpu, model, 1, 8)
-    assert tree.verify_prices(target, n, context) is None
-    assert eagle.verify_prices(LINEAR, n, context) is None
+    assert tree.step_terms(target, n, 2991) is None
+    assert eagle.step_terms(LINEAR, n, 2991) is None
 
 
 def test_a_variant_that_reads_running_arrays_keeps_no_speculative_group(
@@ -497,9 +508,9 @@ def test_a_variant_that_reads_running_arrays_keeps_no_speculative_group(
     made: list[int] = []
 
     class Counted(SpecGroup):
-        def __init__(self) -> None:
+        def __init__(self, *args: Any) -> None:
             made.append(1)
-            super().__init__()
+            super().__init__(*args)
 
     def no_decode_group(self: SkipAheadEngine) -> None:
         raise AssertionError("a speculative engine formed a decode group")
@@ -518,3 +529,36 @@ def test_a_variant_that_reads_running_arrays_keeps_no_speculative_group(
     a, c, calls = _both(w, cfg)
     _same(a, c)
     assert not made and calls == [6, 6]
+
+
+def test_draws_by_the_bands_are_the_logarithms_draws_at_and_near_each_edge() -> None:
+    """A single rate's draws counted against each ``j``'s band (``x <= lo`` counts, ``x > hi``
+    does not; one inside a band takes the logarithms for its batch) are the logarithms'
+    ``min(k, floor(log(u) / log(rate)))`` of ``u = (x + 1) / 2**53``: at and beside both edges
+    of every band, inside it, at the true threshold and at 2,000 random ``x``."""
+    from kvbudget.simulator.spec_decode import SpecDecode
+
+    mask = (1 << 64) - 1
+
+    def unmix(z: int) -> int:  # _splitmix's inverse: the counter that mixes to z
+        z ^= (z >> 31) ^ (z >> 62)
+        z = (z * pow(0x94D049BB133111EB, -1, 1 << 64)) & mask
+        z ^= (z >> 27) ^ (z >> 54)
+        z = (z * pow(0xBF58476D1CE4E5B9, -1, 1 << 64)) & mask
+        return z ^ (z >> 30) ^ (z >> 60)
+
+    for rate, k in ((0.7, 3), (0.05, 2), (0.97, 8)):
+        sd = SpecDecode(SpeculativeConfig("eagle", k, acceptance_rate=rate), None,
+                        np.random.default_rng(0), 1)
+        log_rate = float(np.log(rate))
+        edges = [x for j in range(1, k + 1)
+                 for x in (int(rate**j * 2**53) - 1, int(rate**j * 2**53))]
+        edges += [x + d for lo, hi in sd._bands for x in (lo, hi) for d in (-1, 0, 1)]
+        rng = np.random.default_rng(5)
+        # each edge alone (a batch with one inside a band takes the logarithms), then a batch
+        for xs in [[x] for x in edges] + [rng.integers(0, 1 << 53, 2000).tolist()]:
+            assert all(_splitmix(unmix(x << 11 | 0x5A5)) >> 11 == x for x in xs)
+            hashed = np.array([unmix(x << 11 | 0x5A5) for x in xs], np.uint64)
+            u = (np.array(xs, np.float64) + 1.0) / 2.0**53
+            want = np.minimum((np.log(u) / log_rate).astype(np.int64), k)
+            assert sd._accepted_of(hashed).tolist() == want.tolist()
