@@ -338,3 +338,24 @@ def test_the_default_tiers_limit_is_said_where_it_refuses(tmp_path: Path) -> Non
     assert summary["overall"]["rejected_too_large"] == 6
     assert summary["assumed"][0].startswith("the default tiers' max_sequence_tokens (32,768) "
                                             "refused 3 requests")
+
+
+def test_the_default_tiers_note_names_the_tiers_that_refused_and_not_the_contexts(
+        tmp_path: Path) -> None:
+    """The batch tier's refusals name tiers.1; on Llama-2-7B (a 4,096-token context) the same
+    requests are beyond the model itself, which no tier limit changes: nothing is said."""
+    trace = tmp_path / "long.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens,max_output_tokens,tier\n"
+                     + "".join(f"{i},{40_000 if i % 2 else 500},10,16,"
+                               f"{'batch' if i % 2 else 'interactive'}\n" for i in range(6)))
+    code, stdout, stderr = run("simulate", "--trace", str(trace), "--json")
+    assert code == 0, stderr
+    summary = json.loads(stdout)
+    assert summary["tiers"]["batch"]["rejected_too_large"] == 3
+    assert summary["assumed"][0].endswith(
+        "(--set tiers.1.max_sequence_tokens=N, or [[tiers]] in a scenario)")
+    code, stdout, stderr = run("simulate", "--trace", str(trace), "--json",
+                               "--model", "Llama-2-7B")
+    assert code == 0, stderr
+    summary = json.loads(stdout)
+    assert summary["overall"]["rejected_too_large"] == 3 and "assumed" not in summary
