@@ -383,6 +383,8 @@ class DisaggFleet(ReplicaTotals):
             pools[name] = {
                 "num_replicas": len(engines), "gpu": setup.gpu.name, "router": pool.router,
                 "tensor_parallel_size": setup.engine.tensor_parallel_size,
+                "max_num_seqs": setup.engine.max_num_seqs,  # a pool's own engine table's
+                "max_num_batched_tokens": setup.engine.max_num_batched_tokens,
                 "num_gpu_blocks": engines[0].num_gpu_blocks,
                 "num_steps": sum(e.num_steps for e in engines),
                 "num_preemptions": sum(e.num_preemptions_total for e in engines),
