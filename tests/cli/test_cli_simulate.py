@@ -250,9 +250,11 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
     workload = json.loads(stdout)["workload"]
     assert workload["assumed"] == [
         "the file names no tier: every request is 'batch' (--tier-column, --tier-shares or "
-        "--default-tier choose)",
+        "--default-tier choose; in a scenario, [workload.options] tier_column, tier_shares or "
+        "default_tier)",
         "the file gives no max_tokens: max_output_tokens 2x the true output, which admission "
-        "reserves beside the prompt (--max-output chooses)"]
+        "reserves beside the prompt (--max-output chooses; in a scenario, [workload.options] "
+        "max_output)"]
     assert len(workload["warnings"]) == 1
     # a study's table has no room for them: sweep says them on stderr before its runs
     code, _, stderr = run("sweep", "--trace", str(trace), "--policies", "unlimited",

@@ -461,5 +461,6 @@ def test_generic_columns_left_unread_are_warned_of_with_the_likely_mapping(tmp_p
         assert mapped.report.warnings == ("columns not read: priority (the generic format reads "
                                           "arrival_s, prompt_tokens, output_tokens, "
                                           "max_output_tokens, tier, deadline_s, id, hash_ids, "
-                                          "timeout_s; --column FIELD=COLUMN maps one)",)
+                                          "timeout_s; --column FIELD=COLUMN, in a scenario "
+                                          "[workload.options] columns, maps one)",)
         assert not any("max_tokens" in a for a in mapped.report.assumed)
