@@ -73,7 +73,13 @@ def pool_setup(config: SimConfig, pool: PoolConfig, *, decode: bool) -> ReplicaS
         engine = replace(engine, enable_prefix_caching=False)
     own = replace(config, gpu=gpu, engine=engine, disaggregation=None,
                   cost_model=config.cost_model if gpu == config.gpu else None)
-    return own.replica_setup()
+    try:
+        return own.replica_setup()
+    except ValueError as exc:  # a model that does not fit: the pool's own TP is the remedy
+        name = "decode" if decode else "prefill"
+        raise ValueError(f"disaggregation.{name}: " + str(exc).replace(
+            "at engine.tensor_parallel_size=",
+            f"at disaggregation.{name}.engine.tensor_parallel_size=")) from None
 
 
 class DisaggFleet(ReplicaTotals):

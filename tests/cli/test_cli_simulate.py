@@ -386,3 +386,14 @@ def test_the_simulated_line_names_the_deployment(sets: list[str], where: str) ->
     assert code == 0, stderr
     first = stdout.replace("\n  ", " ").splitlines()[0]
     assert first.startswith("simulated: Llama-3.1-8B " + where), first
+
+
+def test_a_pool_the_model_does_not_fit_is_named_with_its_own_tensor_parallelism() -> None:
+    """Qwen2.5-32B's 61 GiB on the decode pool's L4s: the error names the pool and the pool's
+    own engine field (engine.tensor_parallel_size would change the prefill pool's too)."""
+    pools = ["--set", "disaggregation.prefill.num_replicas=1", "--set",
+             "disaggregation.decode.num_replicas=1", "--set", "disaggregation.decode.gpu=L4"]
+    code, _, stderr = run("simulate", "--model", "Qwen2.5-32B", "--gpu", "H200", *pools)
+    assert code == 2
+    assert stderr.startswith("error: disaggregation.decode: Qwen2.5-32B does not fit on L4 ")
+    assert stderr.rstrip().endswith("it fits at disaggregation.decode.engine.tensor_parallel_size=4")
