@@ -182,6 +182,14 @@ def _deployment(s: Mapping[str, Any], gpu: str, tp: int) -> tuple[str, Mapping[s
     return f"{count} of {_on(tp, gpu)}", knobs
 
 
+def _closed_loop(users: Any) -> str:
+    """The closed loop that sent the workload in place of its arrival times."""
+    if not isinstance(users, dict):
+        return ""
+    return (f", sent in closed loop by {users.get('num_users')} users (think time "
+            f"{users.get('think_time_s', 0):g} s, {users.get('think_distribution')})")
+
+
 def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
     """What the runs simulated (model, GPU, engine, KV capacity, workload), what loading the
     workload's file warned of or assumed (``workload.warnings`` / ``.assumed``), each line once
@@ -200,7 +208,8 @@ def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
             f"simulated: {model} on {where}, engine {engine} ({s.get('engine_defaults')}'s "
             f"defaults for unset knobs{_caps(knobs)})"
             + (f", KV capacity {int(kv):,} tokens" if kv is not None else "")
-            + f"; workload {w.get('name')}: {int(w.get('num_requests', 0)):,} requests",
+            + f"; workload {w.get('name')}: {int(w.get('num_requests', 0)):,} requests"
+            + _closed_loop(s.get("closed_loop")),
             WIDTH, subsequent_indent="  ")]
         said += [textwrap.fill(f"{label}: {text}", WIDTH, subsequent_indent="  ")
                  for key, label in (("warnings", "warning"), ("assumed", "assumed"))

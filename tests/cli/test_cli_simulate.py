@@ -397,3 +397,15 @@ def test_a_pool_the_model_does_not_fit_is_named_with_its_own_tensor_parallelism(
     assert code == 2
     assert stderr.startswith("error: disaggregation.decode: Qwen2.5-32B does not fit on L4 ")
     assert stderr.rstrip().endswith("it fits at disaggregation.decode.engine.tensor_parallel_size=4")
+
+
+def test_the_simulated_line_says_a_closed_loop_sent_the_workload() -> None:
+    """--users replaces the workload's arrival times: the line says so (it said nothing)."""
+    code, stdout, stderr = run("simulate", "--set", "workload.num_requests=20", "--users", "4",
+                               "--think-time-s", "2")
+    assert code == 0, stderr
+    first = stdout.replace("\n  ", " ").splitlines()[0]
+    assert first.endswith("; workload default: 20 requests, sent in closed loop by 4 users "
+                          "(think time 2 s, fixed)"), first
+    code, stdout, _ = run("simulate", "--set", "workload.num_requests=20")
+    assert stdout.replace("\n  ", " ").splitlines()[0].endswith("; workload default: 20 requests")
