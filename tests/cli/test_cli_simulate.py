@@ -242,7 +242,7 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
     assert "workload lengths: 30 requests" in lines[0] and "KV capacity " in lines[0]
     assert lines[1].startswith("warning: the file has no arrival times: Poisson arrivals at 1")
     assert lines[2].startswith("assumed: the file names no tier: every request is 'interactive'")
-    assert lines[3].startswith("assumed: the file gives no max_tokens: max_output_tokens 2,048 "
+    assert lines[3].startswith("assumed: no max_tokens read from the file: max_output_tokens 2,048 "
                                "(or the true output where longer)")
     assert lines[4].startswith("policy ")
     code, stdout, _ = run("simulate", "--trace", str(trace), "--json", "--max-output", "factor:2",
@@ -252,7 +252,7 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
         "the file names no tier: every request is 'batch' (--tier-column, --tier-shares or "
         "--default-tier choose; in a scenario, [workload.options] tier_column, tier_shares or "
         "default_tier)",
-        "the file gives no max_tokens: max_output_tokens 2x the true output, which admission "
+        "no max_tokens read from the file: max_output_tokens 2x the true output, which admission "
         "reserves beside the prompt (--max-output chooses; in a scenario, [workload.options] "
         "max_output)"]
     assert len(workload["warnings"]) == 1
@@ -262,7 +262,7 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
     assert code == 0, stderr
     assert [ln.split(":")[0] for ln in stderr.splitlines()[:3]] == ["warning", "assumed",
                                                                      "assumed"]
-    assert stderr.splitlines()[2].startswith("assumed: lengths: the file gives no max_tokens")
+    assert stderr.splitlines()[2].startswith("assumed: lengths: no max_tokens read from the file")
 
 
 def test_a_trace_that_says_everything_assumes_nothing(tmp_path: Path) -> None:
@@ -284,7 +284,7 @@ def test_a_trace_that_says_everything_assumes_nothing(tmp_path: Path) -> None:
     said = [ln for ln in stdout.replace("\n  ", " ").splitlines()
             if ln.startswith(("simulated:", "assumed:", "warning:"))]
     assert len(said) == 2 and said[0].startswith("simulated: ")
-    assert said[1].startswith("assumed: 20 of 30 requests have no max_tokens in the file: "
+    assert said[1].startswith("assumed: 20 of 30 requests have no max_tokens read from the file: "
                               "max_output_tokens 2,048")
 
 
@@ -409,3 +409,15 @@ def test_the_simulated_line_says_a_closed_loop_sent_the_workload() -> None:
                           "(think time 2 s, fixed)"), first
     code, stdout, _ = run("simulate", "--set", "workload.num_requests=20")
     assert stdout.replace("\n  ", " ").splitlines()[0].endswith("; workload default: 20 requests")
+
+
+def test_an_unread_max_tokens_column_is_not_called_absent(tmp_path: Path) -> None:
+    """A generic file's max_tokens column the format does not read: the warning names it and
+    the assumed line says none was read (it said the file gives none)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens,max_tokens\n0,10,5,20\n1,10,5,20\n")
+    code, stdout, stderr = run("simulate", "--trace", str(trace), "--json")
+    assert code == 0, stderr
+    workload = json.loads(stdout)["workload"]
+    assert workload["warnings"][0].startswith("columns not read: max_tokens ")
+    assert workload["assumed"][1].startswith("no max_tokens read from the file: ")
