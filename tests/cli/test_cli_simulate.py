@@ -254,7 +254,7 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
         "default_tier)",
         "no max_tokens read from the file: max_output_tokens 2x the true output, which admission "
         "reserves beside the prompt (--max-output chooses; in a scenario, [workload.options] "
-        "max_output)"]
+        "max_output or max_output_by_tier)"]
     assert len(workload["warnings"]) == 1
     # a study's table has no room for them: sweep says them on stderr before its runs
     code, _, stderr = run("sweep", "--trace", str(trace), "--policies", "unlimited",

@@ -638,7 +638,7 @@ def _say_max_output(rows: _Rows, raw: RawTrace, options: TraceOptions,
         f"{missing:,} of {n:,} requests have no max_tokens read from the file")
     raw.assumed.append(f"{whose}: max_output_tokens {rule}, which admission reserves beside "
                        "the prompt (--max-output chooses; in a scenario, [workload.options] "
-                       "max_output)")
+                       "max_output or max_output_by_tier)")
 
 
 def _spread(rows: _Rows, spread_s: float) -> None:
