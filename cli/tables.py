@@ -176,10 +176,14 @@ def _deployment(s: Mapping[str, Any], gpu: str, tp: int) -> tuple[str, Mapping[s
     auto = fleet.get("autoscale")
     count = (f"{auto.get('min_replicas')} to {auto.get('max_replicas')} replicas (autoscaled)"
              if isinstance(auto, dict) else _count(fleet.get("num_replicas", 0)))
-    kinds = Counter(str(r.get("gpu")) for r in fleet.get("replicas", ()))
-    if len(kinds) > 1:  # the replicas' GPUs as given (fleet.gpus)
-        return count + ": " + ", ".join(f"{n:,} of {_on(tp, g)}" for g, n in kinds.items()), knobs
-    return f"{count} of {_on(tp, gpu)}", knobs
+    kinds = Counter((str(r.get("gpu")), _caps(r)) for r in fleet.get("replicas", ()))
+    if len(kinds) == 1:
+        return f"{count} of {_on(tp, gpu)}", knobs
+    # the replicas' GPUs as given (fleet.gpus), each one's caps where a GPU's defaults differ
+    caps = {c for _, c in kinds}
+    return count + " (" + "; ".join(f"{n:,} of {_on(tp, g)}" + (c if len(caps) > 1 else "")
+                                    for (g, c), n in kinds.items()) + ")", (
+        knobs if len(caps) == 1 else {})
 
 
 def _closed_loop(users: Any) -> str:

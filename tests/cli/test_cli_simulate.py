@@ -367,7 +367,12 @@ def test_the_default_tiers_note_names_the_tiers_that_refused_and_not_the_context
     (["fleet.num_replicas=2"], "on 2 replicas of H100-SXM (given as H100-80GB), engine vllm "
      "(vllm's defaults for unset knobs, max_num_seqs 1,024, max_num_batched_tokens 8,192)"),
     (["fleet.num_replicas=3", 'fleet.gpus=["H100-80GB","H200","H100-80GB"]'],
-     "on 3 replicas: 2 of H100-80GB, 1 of H200, engine vllm"),
+     "on 3 replicas (2 of H100-80GB; 1 of H200), engine vllm (vllm's defaults for unset knobs, "
+     "max_num_seqs 1,024"),
+    (["fleet.num_replicas=2", 'fleet.gpus=["L40S","H100-80GB"]'],
+     "on 2 replicas (1 of L40S, max_num_seqs 256, max_num_batched_tokens 2,048; 1 of H100-80GB, "
+     "max_num_seqs 1,024, max_num_batched_tokens 8,192), engine vllm (vllm's defaults for unset "
+     "knobs), KV capacity "),
     (["fleet.autoscale.max_replicas=4"], "on 1 to 4 replicas (autoscaled) of H100-SXM"),
     (["disaggregation.prefill.num_replicas=1", "disaggregation.decode.num_replicas=2",
       "disaggregation.decode.gpu=H200", "disaggregation.decode.engine={tensor_parallel_size=2}",
@@ -376,7 +381,7 @@ def test_the_default_tiers_note_names_the_tiers_that_refused_and_not_the_context
      "max_num_batched_tokens 16,384; decode: 2 replicas of 2 x H200, max_num_seqs 1,024, "
      "max_num_batched_tokens 8,192), engine vllm (vllm's defaults for unset knobs), KV "
      "capacity "),
-], ids=["fleet", "mixed-fleet", "autoscaled", "disaggregated"])
+], ids=["fleet", "mixed-fleet", "mixed-caps", "autoscaled", "disaggregated"])
 def test_the_simulated_line_names_the_deployment(sets: list[str], where: str) -> None:
     """A fleet's replicas (their GPUs where they differ, an autoscaled one's bounds) and a
     disaggregated deployment's pools, each with its GPU, TP and scheduler caps: the KV
