@@ -198,9 +198,12 @@ def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
     """What the runs simulated (model, GPU, engine, KV capacity, workload), what loading the
     workload's file warned of or assumed (``workload.warnings`` / ``.assumed``), each line once
     however many runs share it, and what each run assumed that changed its answer
-    (``assumed``: the default tiers' limit where it refused requests)."""
+    (``assumed``: the default tiers' limit where it refused requests). A live replay's or
+    ``serve``'s summary (``executor``) simulated nothing: no line for it."""
     lines: list[str] = []
     for s in summaries:
+        if s.get("executor") is not None:
+            continue
         w = s.get("workload") or {}
         cost = s.get("cost_model") or {}
         tp = int((s.get("engine_knobs") or cost).get("tensor_parallel_size") or 1)

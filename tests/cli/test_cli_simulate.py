@@ -426,3 +426,23 @@ def test_an_unread_max_tokens_column_is_not_called_absent(tmp_path: Path) -> Non
     workload = json.loads(stdout)["workload"]
     assert workload["warnings"][0].startswith("columns not read: max_tokens ")
     assert workload["assumed"][1].startswith("no max_tokens read from the file: ")
+
+
+def test_a_measured_runs_table_does_not_say_simulated() -> None:
+    """kvbudget replay prints a live run's summary with the same tables: it simulated nothing
+    (the line read 'simulated: None on None, engine  (None's defaults ...)')."""
+    from kvbudget.cli.tables import render_summaries, setting_lines
+
+    code, stdout, stderr = run("simulate", "--set", "workload.num_requests=20", "--json")
+    assert code == 0, stderr
+    simulated = json.loads(stdout)
+    assert setting_lines([simulated])[0].startswith("simulated: Llama-3.1-8B on H100-SXM")
+    # the keys live/replay.py's summary has beyond summarize()'s own
+    live = {k: v for k, v in simulated.items() if k not in (
+        "gpu", "model", "cost_model", "engine_knobs", "engine_defaults", "frontend",
+        "frontend_overhead_s", "num_gpu_blocks", "block_size")}
+    live |= {"executor": "live", "engine": {"num_engine_preemptions": 0,
+                                            "num_gateway_revocations": 0},
+             "workload": {"num_requests": 20, "num_recorded": 20}}
+    assert setting_lines([live]) == []
+    assert "simulated:" not in render_summaries([live])

@@ -304,8 +304,8 @@ def _note_unread(raw: RawTrace, columns: list[str], names: dict[str, str],
     raw.warnings.append(f"columns not read: {', '.join(unread[:8])}"
                         + (f" ({len(unread)} in all)" if len(unread) > 8 else "")
                         + " (the generic format reads " + ", ".join(CANONICAL_COLUMNS)
-                        + "; --column FIELD=COLUMN, in a scenario [workload.options] columns, maps one"
-                        + f"{hint})")
+                        + "; --column FIELD=COLUMN, in a scenario [workload.options] columns, "
+                        + f"maps one{hint})")
 
 
 def _split_hash_labels(path: Path, labels: tuple[np.ndarray[Any, Any], tuple[str, ...]],
