@@ -22,6 +22,7 @@ from kvbudget.cli.options import (
     TraceArgs,
     UsersOpt,
     policy_from_flags,
+    say_loaded,
     with_trace_options,
 )
 from kvbudget.cli.progress import Bar
@@ -267,13 +268,16 @@ def load_workload(trace: Path, trace_format: str | None, tier: str, time_scale: 
 def load_trace_workload(trace: Path, trace_args: TraceArgs, tier: str, time_scale: float
                         ) -> "Workload":
     """The trace read with the shared trace options (``--default-tier`` over ``--tier``),
-    time-scaled."""
+    time-scaled; what loading it warned of or assumed on stderr (the ``max_tokens`` sent to
+    the server among it)."""
     if not trace.exists():
         raise CliError(f"{trace}: no such trace file")
     options = trace_args.options()
     if trace_args.values.get("default_tier") is None:
         options = _replace(options, default_tier=tier)
-    return scale_time(load_trace(trace, options).workload, time_scale)
+    workload = load_trace(trace, options).workload
+    say_loaded(workload)
+    return scale_time(workload, time_scale)
 
 
 def _key_given(api_key: str | None) -> bool:
