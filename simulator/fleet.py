@@ -366,7 +366,7 @@ class Fleet(ReplicaTotals):
         self._priority = priority
         self.replicas: list[Engine] = []
         self.gpus: list[str] = []
-        self.caps: list[tuple[int, int]] = []  # each replica's scheduler caps, as resolved
+        self.caps: list[tuple[int | None, int | None]] = []  # each replica's scheduler caps, as resolved
         # an open-loop workload's arrivals are sorted and fixed; a closed loop writes them
         self.events = FleetEvents(env, workload.arrival_s, config.closed_loop is None,
                                   self._next_timer_s, config.timeline_period_s)
