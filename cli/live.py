@@ -268,16 +268,13 @@ def load_workload(trace: Path, trace_format: str | None, tier: str, time_scale: 
 def load_trace_workload(trace: Path, trace_args: TraceArgs, tier: str, time_scale: float
                         ) -> "Workload":
     """The trace read with the shared trace options (``--default-tier`` over ``--tier``),
-    time-scaled; what loading it warned of or assumed on stderr (the ``max_tokens`` sent to
-    the server among it)."""
+    time-scaled."""
     if not trace.exists():
         raise CliError(f"{trace}: no such trace file")
     options = trace_args.options()
     if trace_args.values.get("default_tier") is None:
         options = _replace(options, default_tier=tier)
-    workload = load_trace(trace, options).workload
-    say_loaded(workload)
-    return scale_time(workload, time_scale)
+    return scale_time(load_trace(trace, options).workload, time_scale)
 
 
 def _key_given(api_key: str | None) -> bool:
@@ -330,6 +327,9 @@ def run_replay(workload: "Workload", policy: "BasePolicy", *, target: "ServerTar
 
     def on_start(num_done: int, num_todo: int) -> None:
         nonlocal bar
+        # what loading the trace warned of or assumed (the max_tokens sent among it), once the
+        # server answered: a bad option or a server down is still one line
+        say_loaded(workload)
         if num_done:
             typer.echo(f"resuming: {num_done} requests already done, {num_todo} to replay",
                        err=True)

@@ -446,18 +446,3 @@ def test_a_measured_runs_table_does_not_say_simulated() -> None:
              "workload": {"num_requests": 20, "num_recorded": 20}}
     assert setting_lines([live]) == []
     assert "simulated:" not in render_summaries([live])
-
-
-def test_replay_says_what_it_assumed_of_the_trace_before_sending_it(tmp_path: Path) -> None:
-    """replay sends each request's max_output_tokens to the server as max_tokens: what loading
-    the trace assumed is on stderr before it connects (it was dropped, unsaid)."""
-    trace = tmp_path / "t.csv"
-    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n")
-    code, _, stderr = run("replay", "--url", "http://127.0.0.1:9", "--trace", str(trace),
-                          "--out", str(tmp_path / "run"), "--read-timeout", "2")
-    assert code != 0
-    lines = stderr.splitlines()
-    assert lines[0].startswith("assumed: t: the file names no tier: every request is 'interactive'")
-    assert lines[1].startswith("assumed: t: no max_tokens read from the file: max_output_tokens "
-                               "2,048")
-    assert lines[2].startswith("error: ")
