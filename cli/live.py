@@ -327,9 +327,6 @@ def run_replay(workload: "Workload", policy: "BasePolicy", *, target: "ServerTar
 
     def on_start(num_done: int, num_todo: int) -> None:
         nonlocal bar
-        # what loading the trace warned of or assumed (the max_tokens sent among it), once the
-        # server answered: a bad option or a server down is still one line
-        say_loaded(workload)
         if num_done:
             typer.echo(f"resuming: {num_done} requests already done, {num_todo} to replay",
                        err=True)
@@ -411,6 +408,9 @@ def replay_cmd(
                              lease_ttl=lease_ttl, hint=_resume_hint(),
                              front_door=setup.front_door, clients=setup.clients,
                              closed_loop=_closed_loop(users, think_time_s))
+    # what loading the trace warned of or assumed (the max_tokens it sent among it), with the
+    # result: a bad option, a server down or a failed run stays the one error line
+    say_loaded(workload)
     if as_json:
         typer.echo(json.dumps(outcome.summary, indent=2))
     else:

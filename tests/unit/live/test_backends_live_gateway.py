@@ -586,7 +586,7 @@ def test_replay_command_and_resume_message(fake: Fake, tmp_path: Path) -> None:
                                 str(out), "--poll-period", "0.05", "--max-output", "10")
     assert code == 0, stderr
     assert "overcommit" in stdout and f"wrote {out}/requests.parquet" in stdout
-    # the max_tokens it sent, which the trace did not give, said once the server answered
+    # the max_tokens it sent, which the trace did not give, said with the result
     assert stderr.startswith("assumed: t: no max_tokens read from the file: max_output_tokens 10 "
                              "(or the true output where longer)"), stderr
     run = read_run(out)
