@@ -215,6 +215,7 @@ def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
             f"simulated: {model} on {where}, engine {engine} ({s.get('engine_defaults')}'s "
             f"defaults for unset knobs{_caps(knobs)})"
             + (f", KV capacity {int(kv):,} tokens" if kv is not None else "")
+            + (" (the decode pool's)" if where.startswith("disaggregated") else "")
             + f"; workload {w.get('name')}: {int(w.get('num_requests', 0)):,} requests"
             + _closed_loop(s.get("closed_loop")),
             WIDTH, subsequent_indent="  ")]

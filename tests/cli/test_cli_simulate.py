@@ -380,7 +380,8 @@ def test_the_default_tiers_note_names_the_tiers_that_refused_and_not_the_context
      "on disaggregated pools (prefill: 1 replica of H100-SXM, max_num_seqs 1,024, "
      "max_num_batched_tokens 16,384; decode: 2 replicas of 2 x H200, max_num_seqs 1,024, "
      "max_num_batched_tokens 8,192), engine vllm (vllm's defaults for unset knobs), KV "
-     "capacity "),
+     # the gateway's budget: the decode pool's 2 replicas x 120,003 blocks x 16 tokens
+     "capacity 3,840,096 tokens (the decode pool's); workload default"),
 ], ids=["fleet", "mixed-fleet", "mixed-caps", "autoscaled", "disaggregated"])
 def test_the_simulated_line_names_the_deployment(sets: list[str], where: str) -> None:
     """A fleet's replicas (their GPUs where they differ, an autoscaled one's bounds) and a
