@@ -186,6 +186,15 @@ def _deployment(s: Mapping[str, Any], gpu: str, tp: int) -> tuple[str, Mapping[s
         knobs if len(caps) == 1 else {})
 
 
+def _capacity_whose(s: Mapping[str, Any], where: str) -> str:
+    """Whose KV capacity the summary's ``kv_capacity_tokens`` is where not one engine's or a
+    fixed fleet's: a disaggregated deployment's decode pool, an autoscaled fleet at its most."""
+    if where.startswith("disaggregated"):
+        return " (the decode pool's)"
+    auto = ((s.get("engine") or {}).get("fleet") or {}).get("autoscale")
+    return f" (at {auto.get('max_replicas')} replicas)" if isinstance(auto, dict) else ""
+
+
 def _closed_loop(users: Any) -> str:
     """The closed loop that sent the workload in place of its arrival times."""
     if not isinstance(users, dict):
@@ -215,7 +224,7 @@ def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
             f"simulated: {model} on {where}, engine {engine} ({s.get('engine_defaults')}'s "
             f"defaults for unset knobs{_caps(knobs)})"
             + (f", KV capacity {int(kv):,} tokens" if kv is not None else "")
-            + (" (the decode pool's)" if where.startswith("disaggregated") else "")
+            + _capacity_whose(s, where)
             + f"; workload {w.get('name')}: {int(w.get('num_requests', 0)):,} requests"
             + _closed_loop(s.get("closed_loop")),
             WIDTH, subsequent_indent="  ")]

@@ -373,7 +373,10 @@ def test_the_default_tiers_note_names_the_tiers_that_refused_and_not_the_context
      "on 2 replicas (1 of L40S, max_num_seqs 256, max_num_batched_tokens 2,048; 1 of H100-80GB, "
      "max_num_seqs 1,024, max_num_batched_tokens 8,192), engine vllm (vllm's defaults for unset "
      "knobs), KV capacity "),
-    (["fleet.autoscale.max_replicas=4"], "on 1 to 4 replicas (autoscaled) of H100-SXM"),
+    # 4 replicas x 438,192 tokens (the single-engine line's figure)
+    (["fleet.autoscale.max_replicas=4"], "on 1 to 4 replicas (autoscaled) of H100-SXM (given as "
+     "H100-80GB), engine vllm (vllm's defaults for unset knobs, max_num_seqs 1,024, "
+     "max_num_batched_tokens 8,192), KV capacity 1,752,768 tokens (at 4 replicas); workload"),
     (["disaggregation.prefill.num_replicas=1", "disaggregation.decode.num_replicas=2",
       "disaggregation.decode.gpu=H200", "disaggregation.decode.engine={tensor_parallel_size=2}",
       "disaggregation.prefill.engine={max_num_batched_tokens=16384}"],
