@@ -146,7 +146,9 @@ def _assumed_list(runs: Mapping[str, RunResult]) -> str:
     said: dict[str, list[str]] = {}
     for label, run in runs.items():
         s = run.summary
-        workload = s.get("workload") if isinstance(s.get("workload"), dict) else {}
+        workload = s.get("workload")
+        if not isinstance(workload, dict):
+            workload = {}
         lines = [*(f"warning: {t}" for t in workload.get("warnings", ())),
                  *(f"assumed: {t}" for t in workload.get("assumed", ())),
                  *(f"assumed: {t}" for t in s.get("assumed", ()))]

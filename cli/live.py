@@ -22,6 +22,7 @@ from kvbudget.cli.options import (
     TraceArgs,
     UsersOpt,
     policy_from_flags,
+    say_loaded,
     with_trace_options,
 )
 from kvbudget.cli.progress import Bar
@@ -407,6 +408,9 @@ def replay_cmd(
                              lease_ttl=lease_ttl, hint=_resume_hint(),
                              front_door=setup.front_door, clients=setup.clients,
                              closed_loop=_closed_loop(users, think_time_s))
+    # what loading the trace warned of or assumed (the max_tokens it sent among it), with the
+    # result: a bad option, a server down or a failed run stays the one error line
+    say_loaded(workload)
     if as_json:
         typer.echo(json.dumps(outcome.summary, indent=2))
     else:

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from kvbudget.simulator.scenario import Scenario
     from kvbudget.workloads.arrivals import ArrivalProcess
     from kvbudget.workloads.max_output import MaxOutputRule
+    from kvbudget.workloads.workload import Workload
 
 _T = "Trace options"
 _E = "Engine options"
@@ -417,7 +418,11 @@ def say_workload(scn: "Scenario") -> None:
     """On stderr, what loading the scenario's workload warned of or assumed (a trace's
     missing tiers and ``max_tokens``, drawn arrivals), before a study's many runs: their
     tables have no room for it, and ``simulate``'s and ``compare``'s print it with theirs."""
-    workload = scn.workload()
+    say_loaded(scn.workload())
+
+
+def say_loaded(workload: "Workload") -> None:
+    """On stderr, what loading ``workload``'s trace warned of or assumed (its ``meta``)."""
     for key, label in (("warnings", "warning"), ("assumed", "assumed")):
         said = workload.meta.get(key)
         for text in said if isinstance(said, tuple) else ():

@@ -185,7 +185,8 @@ def num_gpu_blocks(
         raise ValueError(
             f"{model.name} does not fit on {gpu.name}{tp} at gpu_memory_utilization="
             f"{gpu_memory_utilization}: {budget.weight_bytes / GIB:.1f} GiB of weights per GPU "
-            f"leave no memory for the KV cache{_where_it_fits(gpu, model, tensor_parallel_size, budget_args)}"
+            "leave no memory for the KV cache"
+            + _where_it_fits(gpu, model, tensor_parallel_size, budget_args)
         )
     return budget.num_gpu_blocks
 

@@ -73,7 +73,13 @@ def pool_setup(config: SimConfig, pool: PoolConfig, *, decode: bool) -> ReplicaS
         engine = replace(engine, enable_prefix_caching=False)
     own = replace(config, gpu=gpu, engine=engine, disaggregation=None,
                   cost_model=config.cost_model if gpu == config.gpu else None)
-    return own.replica_setup()
+    try:
+        return own.replica_setup()
+    except ValueError as exc:  # a model that does not fit: the pool's own TP is the remedy
+        name = "decode" if decode else "prefill"
+        raise ValueError(f"disaggregation.{name}: " + str(exc).replace(
+            "at engine.tensor_parallel_size=",
+            f"at disaggregation.{name}.engine.tensor_parallel_size=")) from None
 
 
 class DisaggFleet(ReplicaTotals):
@@ -383,6 +389,8 @@ class DisaggFleet(ReplicaTotals):
             pools[name] = {
                 "num_replicas": len(engines), "gpu": setup.gpu.name, "router": pool.router,
                 "tensor_parallel_size": setup.engine.tensor_parallel_size,
+                "max_num_seqs": setup.engine.max_num_seqs,  # a pool's own engine table's
+                "max_num_batched_tokens": setup.engine.max_num_batched_tokens,
                 "num_gpu_blocks": engines[0].num_gpu_blocks,
                 "num_steps": sum(e.num_steps for e in engines),
                 "num_preemptions": sum(e.num_preemptions_total for e in engines),

@@ -366,6 +366,7 @@ class Fleet(ReplicaTotals):
         self._priority = priority
         self.replicas: list[Engine] = []
         self.gpus: list[str] = []
+        self.caps: list[tuple[int | None, int | None]] = []  # each replica's scheduler caps, as resolved
         # an open-loop workload's arrivals are sorted and fixed; a closed loop writes them
         self.events = FleetEvents(env, workload.arrival_s, config.closed_loop is None,
                                   self._next_timer_s, config.timeline_period_s)
@@ -440,6 +441,7 @@ class Fleet(ReplicaTotals):
         """Replica ``r``'s engine on ``gpu`` (its resolved configuration ``on_gpu``), with hooks
         that map its rows back to the workload's."""
         self.gpus.append(gpu)
+        self.caps.append((on_gpu.engine.max_num_seqs, on_gpu.engine.max_num_batched_tokens))
         if self._compact:  # the replica's own rows (without prefix hashes)
             local = self._local[r].columns
             columns = RequestColumns(**{k: local[k] for k in _LOCAL_COLUMNS if k != "order"})
@@ -706,13 +708,15 @@ class Fleet(ReplicaTotals):
             "replicas": [
                 {
                     "gpu": gpu,
+                    "max_num_seqs": seqs, "max_num_batched_tokens": batched,
                     "num_gpu_blocks": e.num_gpu_blocks,
                     "num_requests": int((self.replica_of == r).sum()),
                     "num_steps": e.num_steps,
                     "num_preemptions": e.num_preemptions_total,
                     **{k: v for k, v in p.items() if k != "engine"},
                 }
-                for r, (gpu, e, p) in enumerate(zip(self.gpus, self.replicas, per, strict=True))
+                for r, (gpu, (seqs, batched), e, p) in enumerate(
+                    zip(self.gpus, self.caps, self.replicas, per, strict=True))
             ],
         }
         return out

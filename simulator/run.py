@@ -506,26 +506,32 @@ class _Simulation:
     def _default_tiers_said(self) -> dict[str, Any]:
         """``{"assumed": [line]}`` when the gateway's tiers are the defaults (none given) and
         their ``max_sequence_tokens`` refused requests that the model's context would take:
-        a limit nobody set must not pass unsaid for the traffic's own size."""
+        a limit nobody set must not pass unsaid for the traffic's own size (a request beyond
+        the context too is refused whatever the tiers say: not counted)."""
         if self.config.tiers is not DEFAULT_TIERS:
             return {}
         w = self.w
-        limit = {t.name: t.max_sequence_tokens for t in DEFAULT_TIERS}
-        over = (w.prompt_tokens + w.max_output_tokens) > np.array(
-            [limit[name] for name in w.tier_names], dtype=np.int64)[w.tier]
+        index = {t.name: i for i, t in enumerate(DEFAULT_TIERS)}
+        size = w.prompt_tokens + w.max_output_tokens
+        context = self.setup.engine.max_model_len
+        over = (size > np.array([DEFAULT_TIERS[index[name]].max_sequence_tokens
+                                 for name in w.tier_names], dtype=np.int64)[w.tier])
+        if context:
+            over &= size <= context
         refused = np.flatnonzero(over & (self.status == STATUS_CODES["rejected_too_large"]))
         # the gateway's refusals (no reason) by the tier's limit, not by the capacity
-        num = sum(1 for i in refused.tolist() if i not in self.reason)
-        if not num:
+        rows = [i for i in refused.tolist() if i not in self.reason]
+        if not rows:
             return {}
         limits = "/".join(sorted({f"{t.max_sequence_tokens:,}" for t in DEFAULT_TIERS}))
-        context = self.setup.engine.max_model_len
+        which = sorted({index[w.tier_names[int(w.tier[i])]] for i in rows})
         return {"assumed": [
-            f"the default tiers' max_sequence_tokens ({limits}) refused {num:,} requests as too "
-            "large (prompt + max_output_tokens above it) before any prefill"
+            f"the default tiers' max_sequence_tokens ({limits}) refused {len(rows):,} requests "
+            "as too large (prompt + max_output_tokens above it) before any prefill"
             + (f"; the model's context is {context:,} tokens" if context else "")
-            + ": give the tiers' limits (--set tiers.0.max_sequence_tokens=N, or [[tiers]] "
-            "in a scenario)"]}
+            + ": give the tiers' limits ("
+            + " ".join(f"--set tiers.{i}.max_sequence_tokens=N" for i in which)
+            + ", or [[tiers]] in a scenario)"]}
 
     def _let_engine_go(self) -> None:
         """Drop the engine, the gateway and the clock once the results have been read from

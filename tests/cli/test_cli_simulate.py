@@ -242,7 +242,7 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
     assert "workload lengths: 30 requests" in lines[0] and "KV capacity " in lines[0]
     assert lines[1].startswith("warning: the file has no arrival times: Poisson arrivals at 1")
     assert lines[2].startswith("assumed: the file names no tier: every request is 'interactive'")
-    assert lines[3].startswith("assumed: the file gives no max_tokens: max_output_tokens 2,048 "
+    assert lines[3].startswith("assumed: no max_tokens read from the file: max_output_tokens 2,048 "
                                "(or the true output where longer)")
     assert lines[4].startswith("policy ")
     code, stdout, _ = run("simulate", "--trace", str(trace), "--json", "--max-output", "factor:2",
@@ -250,9 +250,11 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
     workload = json.loads(stdout)["workload"]
     assert workload["assumed"] == [
         "the file names no tier: every request is 'batch' (--tier-column, --tier-shares or "
-        "--default-tier choose)",
-        "the file gives no max_tokens: max_output_tokens 2x the true output, which admission "
-        "reserves beside the prompt (--max-output chooses)"]
+        "--default-tier choose; in a scenario, [workload.options] tier_column, tier_shares or "
+        "default_tier)",
+        "no max_tokens read from the file: max_output_tokens 2x the true output, which admission "
+        "reserves beside the prompt (--max-output chooses; in a scenario, [workload.options] "
+        "max_output or max_output_by_tier)"]
     assert len(workload["warnings"]) == 1
     # a study's table has no room for them: sweep says them on stderr before its runs
     code, _, stderr = run("sweep", "--trace", str(trace), "--policies", "unlimited",
@@ -260,7 +262,7 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
     assert code == 0, stderr
     assert [ln.split(":")[0] for ln in stderr.splitlines()[:3]] == ["warning", "assumed",
                                                                      "assumed"]
-    assert stderr.splitlines()[2].startswith("assumed: lengths: the file gives no max_tokens")
+    assert stderr.splitlines()[2].startswith("assumed: lengths: no max_tokens read from the file")
 
 
 def test_a_trace_that_says_everything_assumes_nothing(tmp_path: Path) -> None:
@@ -282,7 +284,7 @@ def test_a_trace_that_says_everything_assumes_nothing(tmp_path: Path) -> None:
     said = [ln for ln in stdout.replace("\n  ", " ").splitlines()
             if ln.startswith(("simulated:", "assumed:", "warning:"))]
     assert len(said) == 2 and said[0].startswith("simulated: ")
-    assert said[1].startswith("assumed: 20 of 30 requests have no max_tokens in the file: "
+    assert said[1].startswith("assumed: 20 of 30 requests have no max_tokens read from the file: "
                               "max_output_tokens 2,048")
 
 
@@ -338,3 +340,113 @@ def test_the_default_tiers_limit_is_said_where_it_refuses(tmp_path: Path) -> Non
     assert summary["overall"]["rejected_too_large"] == 6
     assert summary["assumed"][0].startswith("the default tiers' max_sequence_tokens (32,768) "
                                             "refused 3 requests")
+
+
+def test_the_default_tiers_note_names_the_tiers_that_refused_and_not_the_contexts(
+        tmp_path: Path) -> None:
+    """The batch tier's refusals name tiers.1; on Llama-2-7B (a 4,096-token context) the same
+    requests are beyond the model itself, which no tier limit changes: nothing is said."""
+    trace = tmp_path / "long.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens,max_output_tokens,tier\n"
+                     + "".join(f"{i},{40_000 if i % 2 else 500},10,16,"
+                               f"{'batch' if i % 2 else 'interactive'}\n" for i in range(6)))
+    code, stdout, stderr = run("simulate", "--trace", str(trace), "--json")
+    assert code == 0, stderr
+    summary = json.loads(stdout)
+    assert summary["tiers"]["batch"]["rejected_too_large"] == 3
+    assert summary["assumed"][0].endswith(
+        "(--set tiers.1.max_sequence_tokens=N, or [[tiers]] in a scenario)")
+    code, stdout, stderr = run("simulate", "--trace", str(trace), "--json",
+                               "--model", "Llama-2-7B")
+    assert code == 0, stderr
+    summary = json.loads(stdout)
+    assert summary["overall"]["rejected_too_large"] == 3 and "assumed" not in summary
+
+
+@pytest.mark.parametrize(("sets", "where"), [
+    (["fleet.num_replicas=2"], "on 2 replicas of H100-SXM (given as H100-80GB), engine vllm "
+     "(vllm's defaults for unset knobs, max_num_seqs 1,024, max_num_batched_tokens 8,192)"),
+    (["fleet.num_replicas=3", 'fleet.gpus=["H100-80GB","H200","H100-80GB"]'],
+     "on 3 replicas (2 of H100-80GB; 1 of H200), engine vllm (vllm's defaults for unset knobs, "
+     "max_num_seqs 1,024"),
+    (["fleet.num_replicas=2", 'fleet.gpus=["L40S","H100-80GB"]'],
+     "on 2 replicas (1 of L40S, max_num_seqs 256, max_num_batched_tokens 2,048; 1 of H100-80GB, "
+     "max_num_seqs 1,024, max_num_batched_tokens 8,192), engine vllm (vllm's defaults for unset "
+     "knobs), KV capacity "),
+    # 4 replicas x 438,192 tokens (the single-engine line's figure)
+    (["fleet.autoscale.max_replicas=4"], "on 1 to 4 replicas (autoscaled) of H100-SXM (given as "
+     "H100-80GB), engine vllm (vllm's defaults for unset knobs, max_num_seqs 1,024, "
+     "max_num_batched_tokens 8,192), KV capacity 1,752,768 tokens (at 4 replicas); workload"),
+    (["disaggregation.prefill.num_replicas=1", "disaggregation.decode.num_replicas=2",
+      "disaggregation.decode.gpu=H200", "disaggregation.decode.engine={tensor_parallel_size=2}",
+      "disaggregation.prefill.engine={max_num_batched_tokens=16384}"],
+     "on disaggregated pools (prefill: 1 replica of H100-SXM, max_num_seqs 1,024, "
+     "max_num_batched_tokens 16,384; decode: 2 replicas of 2 x H200, max_num_seqs 1,024, "
+     "max_num_batched_tokens 8,192), engine vllm (vllm's defaults for unset knobs), KV "
+     # the gateway's budget: the decode pool's 2 replicas x 120,003 blocks x 16 tokens
+     "capacity 3,840,096 tokens (the decode pool's); workload default"),
+], ids=["fleet", "mixed-fleet", "mixed-caps", "autoscaled", "disaggregated"])
+def test_the_simulated_line_names_the_deployment(sets: list[str], where: str) -> None:
+    """A fleet's replicas (their GPUs where they differ, an autoscaled one's bounds) and a
+    disaggregated deployment's pools, each with its GPU, TP and scheduler caps: the KV
+    capacity beside them is the deployment's, not one GPU's (it said 'on H100-SXM' of all)."""
+    args = [a for kv in sets for a in ("--set", kv)]
+    code, stdout, stderr = run("simulate", "--set", "workload.num_requests=20", *args)
+    assert code == 0, stderr
+    first = stdout.replace("\n  ", " ").splitlines()[0]
+    assert first.startswith("simulated: Llama-3.1-8B " + where), first
+
+
+def test_a_pool_the_model_does_not_fit_is_named_with_its_own_tensor_parallelism() -> None:
+    """Qwen2.5-32B's 61 GiB on the decode pool's L4s: the error names the pool and the pool's
+    own engine field (engine.tensor_parallel_size would change the prefill pool's too)."""
+    pools = ["--set", "disaggregation.prefill.num_replicas=1", "--set",
+             "disaggregation.decode.num_replicas=1", "--set", "disaggregation.decode.gpu=L4"]
+    code, _, stderr = run("simulate", "--model", "Qwen2.5-32B", "--gpu", "H200", *pools)
+    assert code == 2
+    assert stderr.startswith("error: disaggregation.decode: Qwen2.5-32B does not fit on L4 ")
+    assert stderr.rstrip().endswith("it fits at disaggregation.decode.engine.tensor_parallel_size=4")
+
+
+def test_the_simulated_line_says_a_closed_loop_sent_the_workload() -> None:
+    """--users replaces the workload's arrival times: the line says so (it said nothing)."""
+    code, stdout, stderr = run("simulate", "--set", "workload.num_requests=20", "--users", "4",
+                               "--think-time-s", "2")
+    assert code == 0, stderr
+    first = stdout.replace("\n  ", " ").splitlines()[0]
+    assert first.endswith("; workload default: 20 requests, sent in closed loop by 4 users "
+                          "(think time 2 s, fixed)"), first
+    code, stdout, _ = run("simulate", "--set", "workload.num_requests=20")
+    assert stdout.replace("\n  ", " ").splitlines()[0].endswith("; workload default: 20 requests")
+
+
+def test_an_unread_max_tokens_column_is_not_called_absent(tmp_path: Path) -> None:
+    """A generic file's max_tokens column the format does not read: the warning names it and
+    the assumed line says none was read (it said the file gives none)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens,max_tokens\n0,10,5,20\n1,10,5,20\n")
+    code, stdout, stderr = run("simulate", "--trace", str(trace), "--json")
+    assert code == 0, stderr
+    workload = json.loads(stdout)["workload"]
+    assert workload["warnings"][0].startswith("columns not read: max_tokens ")
+    assert workload["assumed"][1].startswith("no max_tokens read from the file: ")
+
+
+def test_a_measured_runs_table_does_not_say_simulated() -> None:
+    """kvbudget replay prints a live run's summary with the same tables: it simulated nothing
+    (the line read 'simulated: None on None, engine  (None's defaults ...)')."""
+    from kvbudget.cli.tables import render_summaries, setting_lines
+
+    code, stdout, stderr = run("simulate", "--set", "workload.num_requests=20", "--json")
+    assert code == 0, stderr
+    simulated = json.loads(stdout)
+    assert setting_lines([simulated])[0].startswith("simulated: Llama-3.1-8B on H100-SXM")
+    # the keys live/replay.py's summary has beyond summarize()'s own
+    live = {k: v for k, v in simulated.items() if k not in (
+        "gpu", "model", "cost_model", "engine_knobs", "engine_defaults", "frontend",
+        "frontend_overhead_s", "num_gpu_blocks", "block_size")}
+    live |= {"executor": "live", "engine": {"num_engine_preemptions": 0,
+                                            "num_gateway_revocations": 0},
+             "workload": {"num_requests": 20, "num_recorded": 20}}
+    assert setting_lines([live]) == []
+    assert "simulated:" not in render_summaries([live])

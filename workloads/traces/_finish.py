@@ -347,7 +347,8 @@ def _assign_tiers(rows: _Rows, options: TraceOptions, raw: RawTrace,
                         None, show_value=False)
     if column is None or column not in rows.labels:
         raw.assumed.append(f"the file names no tier: every request is {default!r} "
-                           "(--tier-column, --tier-shares or --default-tier choose)")
+                           "(--tier-column, --tier-shares or --default-tier choose; in a scenario, "
+                           "[workload.options] tier_column, tier_shares or default_tier)")
         return np.zeros(n, dtype=np.int16), (default,)
     codes, values = rows.labels[column]
     if options.tier_map is not None:
@@ -633,10 +634,11 @@ def _say_max_output(rows: _Rows, raw: RawTrace, options: TraceOptions,
         rule = options.max_output.said
     else:
         rule = "; ".join(f"{t}: {options.rule_for(t).said}" for t in tier_names)
-    whose = "the file gives no max_tokens" if missing == n else (
-        f"{missing:,} of {n:,} requests have no max_tokens in the file")
+    whose = "no max_tokens read from the file" if missing == n else (
+        f"{missing:,} of {n:,} requests have no max_tokens read from the file")
     raw.assumed.append(f"{whose}: max_output_tokens {rule}, which admission reserves beside "
-                       "the prompt (--max-output chooses)")
+                       "the prompt (--max-output chooses; in a scenario, [workload.options] "
+                       "max_output or max_output_by_tier)")
 
 
 def _spread(rows: _Rows, spread_s: float) -> None:

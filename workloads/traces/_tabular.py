@@ -256,7 +256,9 @@ def load_generic(path: Path, options: TraceOptions, streams: Streams) -> RawTrac
         raw = _generic_raw(path, "generic-jsonl", cols.numbers, cols.labels, cols.lists,
                            present, names, options, cols.num_rows,
                            _csv_line_of(path, header_lines=0))
-        _note_unread(raw, [str(k) for k in keys], names, options)
+        # the first record's keys in its own order (a set's order changes with the process)
+        _note_unread(raw, [str(k) for k in first] if isinstance(first, dict) else [], names,
+                     options)
         return _note_truncated(raw, facts, cols.dropped_last)
     header = split_header(facts.first_line)
     present = {c for c in CANONICAL_COLUMNS if names[c] in header}
@@ -302,7 +304,8 @@ def _note_unread(raw: RawTrace, columns: list[str], names: dict[str, str],
     raw.warnings.append(f"columns not read: {', '.join(unread[:8])}"
                         + (f" ({len(unread)} in all)" if len(unread) > 8 else "")
                         + " (the generic format reads " + ", ".join(CANONICAL_COLUMNS)
-                        + f"; --column FIELD=COLUMN maps one{hint})")
+                        + "; --column FIELD=COLUMN, in a scenario [workload.options] columns, "
+                        + f"maps one{hint})")
 
 
 def _split_hash_labels(path: Path, labels: tuple[np.ndarray[Any, Any], tuple[str, ...]],

@@ -586,6 +586,9 @@ def test_replay_command_and_resume_message(fake: Fake, tmp_path: Path) -> None:
                                 str(out), "--poll-period", "0.05", "--max-output", "10")
     assert code == 0, stderr
     assert "overcommit" in stdout and f"wrote {out}/requests.parquet" in stdout
+    # the max_tokens it sent, which the trace did not give, said with the result
+    assert stderr.startswith("assumed: t: no max_tokens read from the file: max_output_tokens 10 "
+                             "(or the true output where longer)"), stderr
     run = read_run(out)
     assert len(run.records) == 6 and (run.records["status"] == "completed").all()
     assert run.summary["policy_params"]["overcommit_ratio"] == 0.5

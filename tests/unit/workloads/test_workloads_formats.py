@@ -253,11 +253,11 @@ def test_tier_shares_and_max_output_rules(tmp_path: Path) -> None:
     said = load_trace(path, TraceOptions(
         tier_shares={"interactive": 0.5, "batch": 0.5},
         max_output_by_tier={"batch": FactorOfTrue(1.0)})).report.assumed
-    assert len(said) == 1 and said[0].startswith("the file gives no max_tokens: max_output_tokens ")
+    assert len(said) == 1 and said[0].startswith("no max_tokens read from the file: max_output_tokens ")
     assert "interactive: 2,048 (or the true output where longer)" in said[0]
     assert "batch: 1x the true output" in said[0]
     said = load_trace(path, TraceOptions(max_output=QuantileCap(0.9, truncate=True))).report
-    assert said.assumed[1].startswith("the file gives no max_tokens: max_output_tokens the "
+    assert said.assumed[1].startswith("no max_tokens read from the file: max_output_tokens the "
                                       "outputs' 0.9 quantile (longer outputs cut to it)")
 
 
@@ -461,5 +461,6 @@ def test_generic_columns_left_unread_are_warned_of_with_the_likely_mapping(tmp_p
         assert mapped.report.warnings == ("columns not read: priority (the generic format reads "
                                           "arrival_s, prompt_tokens, output_tokens, "
                                           "max_output_tokens, tier, deadline_s, id, hash_ids, "
-                                          "timeout_s; --column FIELD=COLUMN maps one)",)
+                                          "timeout_s; --column FIELD=COLUMN, in a scenario "
+                                          "[workload.options] columns, maps one)",)
         assert not any("max_tokens" in a for a in mapped.report.assumed)
