@@ -252,8 +252,8 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
         "the file names no tier: every request is 'batch' (--tier-column, --tier-shares or "
         "--default-tier choose; in a scenario, [workload.options] tier_column, tier_shares or "
         "default_tier)",
-        "no max_tokens read from the file: max_output_tokens 2x the true output, which admission "
-        "reserves beside the prompt (--max-output chooses; in a scenario, [workload.options] "
+        "no max_tokens read from the file: max_output_tokens 2x the true output, which a reserving "
+        "policy holds beside the prompt (--max-output chooses; in a scenario, [workload.options] "
         "max_output or max_output_by_tier)"]
     assert len(workload["warnings"]) == 1
     # a study's table has no room for them: sweep says them on stderr before its runs

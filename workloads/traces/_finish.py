@@ -636,8 +636,8 @@ def _say_max_output(rows: _Rows, raw: RawTrace, options: TraceOptions,
         rule = "; ".join(f"{t}: {options.rule_for(t).said}" for t in tier_names)
     whose = "no max_tokens read from the file" if missing == n else (
         f"{missing:,} of {n:,} requests have no max_tokens read from the file")
-    raw.assumed.append(f"{whose}: max_output_tokens {rule}, which admission reserves beside "
-                       "the prompt (--max-output chooses; in a scenario, [workload.options] "
+    raw.assumed.append(f"{whose}: max_output_tokens {rule}, which a reserving policy "
+                       "holds beside the prompt (--max-output chooses; in a scenario, [workload.options] "
                        "max_output or max_output_by_tier)")
 
 
