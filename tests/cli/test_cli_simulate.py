@@ -256,6 +256,10 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
         "policy holds beside the prompt (--max-output chooses; in a scenario, [workload.options] "
         "max_output or max_output_by_tier)"]
     assert len(workload["warnings"]) == 1
+    # a closed loop of users sends the requests: the drawn arrivals go unused and unsaid
+    code, stdout, _ = run("simulate", "--trace", str(trace), "--json", "--users", "2",
+                          "--think-time-s", "1")
+    assert code == 0 and "warnings" not in json.loads(stdout)["workload"]
     # a study's table has no room for them: sweep says them on stderr before its runs
     code, _, stderr = run("sweep", "--trace", str(trace), "--policies", "unlimited",
                           "--replications", "1", "--out", str(tmp_path / "sweep"))

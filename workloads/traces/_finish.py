@@ -25,7 +25,7 @@ from kvbudget.workloads.arrivals import PoissonArrivals
 from kvbudget.workloads.errors import SpecError, TraceError
 from kvbudget.workloads.max_output import MAX_TOKENS, empirical_quantile
 from kvbudget.workloads.traces.options import TraceOptions
-from kvbudget.workloads.traces.report import LoadedTrace, LoadReport
+from kvbudget.workloads.traces.report import DRAWN_ARRIVALS, LoadedTrace, LoadReport
 from kvbudget.workloads.workload import Workload
 
 FloatArray = npt.NDArray[np.float64]
@@ -473,8 +473,7 @@ def _draw_arrivals(raw: RawTrace, options: TraceOptions, streams: Streams, index
     process = options.arrival
     if process is None:
         process = PoissonArrivals(1.0)
-        raw.warnings.append("the file has no arrival times: Poisson arrivals at 1 req/s "
-                            "were drawn (choose another process with the arrival option)")
+        raw.warnings.append(DRAWN_ARRIVALS)
     arrival_all = np.zeros(n_parsed)
     arrival_all[index] = process.sample(streams.arrival, num_requests=len(index))
     raw.arrival = arrival_all

@@ -6,6 +6,11 @@ from dataclasses import dataclass
 
 from kvbudget.workloads.workload import Workload
 
+DRAWN_ARRIVALS = ("the file has no arrival times: Poisson arrivals at 1 req/s were drawn "
+                  "(choose another process with the arrival option)")
+"""The warning of a length-only table loaded without an arrival process: a run whose arrivals
+come from a closed loop of users does not use them, and does not say it."""
+
 
 @dataclass(frozen=True)
 class LoadReport:
