@@ -417,8 +417,12 @@ class ScenarioArgs:
 def say_workload(scn: "Scenario") -> None:
     """On stderr, what loading the scenario's workload warned of or assumed (a trace's
     missing tiers and ``max_tokens``, drawn arrivals), before a study's many runs: their
-    tables have no room for it, and ``simulate``'s and ``compare``'s print it with theirs."""
-    say_loaded(scn.workload())
+    tables have no room for it, and ``simulate``'s and ``compare``'s print it with theirs;
+    first the model and the workload the runs take (their tables name neither)."""
+    workload = scn.workload()
+    typer.echo(f"model {scn.spec.model}; workload {workload.name}: {len(workload):,} requests",
+               err=True)
+    say_loaded(workload)
 
 
 def say_loaded(workload: "Workload") -> None:

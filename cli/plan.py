@@ -116,7 +116,6 @@ def plan_cmd(
             raise CliError("--rate-scale: plan takes one load")
         replications = study_replications(interval, interval_draws, replications)
         scn = setup.build()
-        say_workload(scn)
         table, sources = _price_table(prices, price)
         names: tuple[str, ...] = ()
         if policies is not None:
@@ -193,6 +192,7 @@ def _run_plan(spec: PlanSpec, out: Path, *, executor: str, jobs: int | None,
 
     def on_start(total: int, stored: int) -> None:
         nonlocal bar
+        say_workload(spec.scenario)  # once the options and the stored runs have been checked
         typer.echo(f"at most {total} runs ({stored} already in {out}); a configuration "
                    "stops at its first replica count that meets the SLOs", err=True)
         bar = Bar("plan", total, lines_from=1)

@@ -126,7 +126,6 @@ def sweep_cmd(
     with user_errors():
         check_out_dir(out)
         scn = setup.build(with_rate_scale=False)
-        say_workload(scn)
         scales = setup.trace_args.rate_scales()
         rate_scale = None if scales is None else ",".join(f"{v:g}" for v in scales)
         axes = _sweep_axes(policies, grid, rate_scale)
@@ -166,6 +165,7 @@ def _sweep_with_bar(plan: SweepPlan, ex: "LocalExecutor | RayExecutor", out: Pat
 
     def on_start(todo: int, stored: int) -> None:
         nonlocal bar
+        say_workload(plan.scenario)  # once the options and the stored runs have been checked
         typer.echo(f"{len(plan.points)} configurations x {plan.replications} replications = "
                    f"{len(plan.runs)} runs ({stored} already in {out}, {todo} to run on "
                    f"{ex.name})", err=True)
@@ -277,7 +277,6 @@ def tune_cmd(
         if policy is not None:
             policy_names(policy)
         scn = setup.build(policy=policy)
-        say_workload(scn)
         spec = TuneSpec(
             scenario=scn,
             params=tuple(Param.parse(p) for p in param),
@@ -291,7 +290,9 @@ def tune_cmd(
             confidence=confidence,
             root_seed=seed,
         )
-        result = _tune_with_bar(spec, _executor(executor, jobs, address), out, resume=resume)
+        ex = _executor(executor, jobs, address)
+        say_workload(scn)
+        result = _tune_with_bar(spec, ex, out, resume=resume)
         written = result.write(out)
         frame = evaluations_frame(result)
         frame.to_csv(out / "evaluations.csv", index=False)
@@ -400,7 +401,6 @@ def capacity_cmd(
             raise CliError("--rate-scale: capacity searches the load itself")
         replications = study_replications(interval, interval_draws, replications)
         scn = setup.build()
-        say_workload(scn)
         slos = tuple(Constraint.parse(c) for c in slo or [])
         spec = CapacitySpec(scn, tuple(names), target=0.9 if target is None else target,
                             metric=metric, replications=replications, rel_tol=rel_tol,
@@ -408,9 +408,10 @@ def capacity_cmd(
                             interval=interval)
         spec.step_draws()  # a step model without stated uncertainty fails here, before a run
         stored = StoredRuns(out, resume=resume, what="capacity search")
+        ex = _executor(executor, jobs, address)
+        say_workload(scn)
         result, curve, scales, consistent = _capacity_with_bar(
-            spec, _executor(executor, jobs, address), out, stored=stored,
-            curve_points=curve_points)
+            spec, ex, out, stored=stored, curve_points=curve_points)
         written = result.write(out)
         if scales:
             curve.to_csv(out / "curve.csv", index=False)
