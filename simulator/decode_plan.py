@@ -26,9 +26,6 @@ Floats = FloatArray | list[float]
 Ints = IntArray | list[int]
 
 MAX_JUMP_STEPS = 4096  # the longest run planned at once
-# Short runs of more than this many steps read their step times from the cost model's array
-# (reading it costs about what three step_time calls do).
-SHORT_RUN_STEPS = 4
 # The decode group plans runs of up to this many steps in Python numbers (blocks and KV terms
 # too, ~0.7 us a step), longer ones with arrays (~20 us however long): measured crossover.
 GROUP_SMALL_K = 48
@@ -149,10 +146,8 @@ class DecodeRunPlanner:
             np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
             return ends, dts
         dts_l = [dt0]
-        if k_max > SHORT_RUN_STEPS:
+        if k_max > 1:
             dts_l += self._decode_array(n, c0 + 2 * n, k_max - 1).tolist()
-        elif k_max > 1:  # a few steps: one step_time call each costs less than an array's
-            dts_l += [self.decode_step(n, c) for c in range(c0 + 2 * n, c0 + n * (k_max + 1), n)]
         ends_l = list(accumulate(dts_l, initial=t))  # t += dt, step by step
         del ends_l[0]
         return ends_l, dts_l

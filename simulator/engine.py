@@ -185,11 +185,11 @@ class Engine(Scheduler):
     def fits_rows(self) -> npt.NDArray[np.bool_]:  # fits of every row at once
         prompt = self.prompt_tokens
         return ((prompt + self.target_output <= self.max_model_len)
-                & (-(-prompt // self.block_size) <= self._admit_blocks))
+                & (-(-prompt // self.block_size) <= self.num_gpu_blocks - self.watermark_blocks))
 
     def fits_tokens(self, prompt: int, output: int) -> bool:  # fits of such a request
         return (prompt + output <= self.max_model_len
-                and -(-prompt // self.block_size) <= self._admit_blocks)
+                and -(-prompt // self.block_size) <= self.num_gpu_blocks - self.watermark_blocks)
 
     def forget_first_token(self, i: int) -> None:
         self.first_token_s[i] = math.nan

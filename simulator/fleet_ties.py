@@ -99,14 +99,12 @@ class FleetTies:
             yield self._waiting.setdefault(r, _Urgent(self.env))
         self.due[r] = math.inf
         if t in self.due:  # the next one runs when r has (before whatever else is due)
+            def release(_: object) -> None:  # (if it waits)
+                if t in self.due and (waiting := self._waiting.pop(self._first_due(t), None)):
+                    waiting.fire()
             after = _Urgent(self.env)
-            after.callbacks.append(lambda _: self._release(t))
+            after.callbacks.append(release)
             after.fire()
-
-    def _release(self, t: float) -> None:
-        """Let the first replica whose event is due at ``t`` run, if it waits."""
-        if t in self.due and (waiting := self._waiting.pop(self._first_due(t), None)):
-            waiting.fire()
 
     def _first_due(self, t: float) -> int:
         """Of the replicas whose events are due at ``t``, the one first in stepping's order."""

@@ -39,25 +39,13 @@ class RunningPrefix:
 
 def budget_prefix(
     rows: IntArray, num_tokens: IntArray, num_computed_tokens: IntArray, num_blocks: IntArray,
-    budget: int, block_size: int, ones: IntArray | None, lookahead: int = 0,
-    max_model_len: int = 0,
+    budget: int, block_size: int, lookahead: int = 0, max_model_len: int = 0,
 ) -> RunningPrefix:
-    """The token budget handed out in ``rows``' order, as the running loop does; ``ones`` (one
-    new token each, at least ``len(rows)`` long) when every row is decoding; blocks for
+    """The token budget handed out in ``rows``' order, as the running loop does; blocks for
     ``lookahead`` tokens beyond each row's new ones (speculative decoding's
     ``num_lookahead_tokens``), never beyond ``max_model_len`` tokens (vLLM's
     ``kv_cache_manager.py:543``, 0.32.0)."""
-    n = len(rows)
     computed = num_computed_tokens[rows]
-    if ones is not None and n <= budget and n <= len(ones):
-        # one new token each: the general case below with ``new == 1``, ``total == n``. A
-        # running request's blocks hold its computed tokens, so one more token takes a new
-        # block only when they are full: ``max(ceil((computed + 1) / bs), blocks)``
-        blocks = num_blocks[rows]
-        full = computed == blocks * block_size
-        num_full = int(np.count_nonzero(full))
-        want = blocks + full if num_full else blocks
-        return RunningPrefix(rows, ones[:n], blocks, want, n, num_full)
     need = num_tokens[rows] - computed
     cum = np.add.accumulate(need)
     total = int(cum[-1])

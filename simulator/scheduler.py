@@ -152,7 +152,6 @@ class Scheduler:
         self.seqs_limit = config.seqs_limit
         self.tokens_limit = config.batched_tokens_limit
         self.watermark_blocks = int(config.watermark * num_gpu_blocks)
-        self._admit_blocks = num_gpu_blocks - self.watermark_blocks
         self._set_columns(columns)
         n = len(columns.prompt_tokens)
         # per-request state (vLLM names), each with the value a new row starts with
@@ -169,9 +168,6 @@ class Scheduler:
         # queues: ``running`` changes only through _start_running and _stop_running
         self.running: list[int] = []
         self._running_array = RunningArray()
-        # one new token each, for a running loop of decoding requests (read-only: it is shared)
-        self._ones = np.ones(min(self.seqs_limit, self.tokens_limit), np.int64)
-        self._ones.flags.writeable = False
         self.waiting = make_request_queue(config.scheduling_policy, self.priority, self.arrival_s)
         self.in_engine = rows.add("in_engine", np.zeros(n, np.bool_), 0)
         self._step_extra_s = 0.0  # seconds a hook adds to the current step (swap transfers)
@@ -371,9 +367,8 @@ class Scheduler:
         to verify and lookahead slots."""
         spec = self.spec
         return budget_prefix(rows, self.num_tokens, self.num_computed_tokens, self.kv.num_blocks,
-                             budget, self.block_size,
-                             self._ones if self.commit.all_decode and spec is None else None,
-                             0 if spec is None else spec.lookahead, self.max_model_len)
+                             budget, self.block_size, 0 if spec is None else spec.lookahead,
+                             self.max_model_len)
 
     # --- one step: schedule ------------------------------------------------------------------
     def _schedule(self) -> tuple[IntArray, IntArray, list[tuple[int, int]], bool]:

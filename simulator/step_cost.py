@@ -31,8 +31,6 @@ def rows_features(rows: IntArray, new: IntArray, num_computed_tokens: IntArray,
     after = num_computed_tokens[rows] + new
     decode = (new == 1) & (num_output_tokens[rows] > 0) & (after == num_tokens[rows])
     num_decode = int(np.count_nonzero(decode))
-    if num_decode == len(rows):  # no prefill chunk: the sums below over zeros
-        return StepFeatures(0.0, float(num_decode), float(isum(after)), 0.0, 0.0)
     prefill_new = new * ~decode  # new tokens of the prefill chunks, 0 for decode rows
     return StepFeatures(
         float(isum(prefill_new)),

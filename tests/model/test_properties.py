@@ -466,8 +466,8 @@ def _assert_running_facts(engine: Engine) -> None:
     assert (blocks <= np.maximum(worst, 1)).all()
     if isinstance(engine, TrtllmEngine):  # its admission reads the running requests' worst case
         assert engine._running_worst == int(engine.worst_case_blocks[rows].sum())
-    # a running request's blocks hold its computed tokens (SkipAheadEngine._budget_prefix
-    # relies on it)
+    # a running request's blocks hold its computed tokens (the decode group's histogram,
+    # SkipAheadEngine._group_form, relies on it)
     assert (blocks * engine.block_size >= computed).all()
     if engine.commit.all_decode:
         assert (tokens - computed == 1).all()
