@@ -36,6 +36,7 @@ from kvbudget.workloads.arrivals import ConstantArrivals, GammaArrivals, Poisson
 from kvbudget.workloads.errors import SpecError
 from kvbudget.workloads.max_output import FactorOfTrue, FixedCap, QuantileCap
 from kvbudget.workloads.traces.options import TraceOptions
+from kvbudget.workloads.traces.report import DRAWN_ARRIVALS
 
 if TYPE_CHECKING:
     from kvbudget.policies import BasePolicy
@@ -420,17 +421,20 @@ def say_workload(scn: "Scenario") -> None:
     tables have no room for it, and ``simulate``'s and ``compare``'s print it with theirs;
     first the model and the workload the runs take (their tables name neither)."""
     workload = scn.workload()
-    typer.echo(f"model {scn.spec.model}; workload {workload.name}: {len(workload):,} requests",
-               err=True)
-    say_loaded(workload)
+    loop = scn.spec.closed_loop
+    typer.echo(f"model {scn.spec.model}; workload {workload.name}: {len(workload):,} requests"
+               + (f", sent in closed loop by {loop.num_users:,} users" if loop else ""), err=True)
+    say_loaded(workload, closed_loop=loop is not None)
 
 
-def say_loaded(workload: "Workload") -> None:
-    """On stderr, what loading ``workload``'s trace warned of or assumed (its ``meta``)."""
+def say_loaded(workload: "Workload", *, closed_loop: bool = False) -> None:
+    """On stderr, what loading ``workload``'s trace warned of or assumed (its ``meta``), less
+    the drawn arrivals a closed loop of users does not use."""
     for key, label in (("warnings", "warning"), ("assumed", "assumed")):
         said = workload.meta.get(key)
         for text in said if isinstance(said, tuple) else ():
-            typer.echo(f"{label}: {workload.name}: {text}", err=True)
+            if not (closed_loop and text == DRAWN_ARRIVALS):
+                typer.echo(f"{label}: {workload.name}: {text}", err=True)
 
 
 # --- decorators --------------------------------------------------------------------------------

@@ -268,6 +268,13 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
     assert [ln.split(":")[0] for ln in stderr.splitlines()[1:4]] == ["warning", "assumed",
                                                                      "assumed"]
     assert stderr.splitlines()[3].startswith("assumed: lengths: no max_tokens read from the file")
+    code, _, stderr = run("sweep", "--trace", str(trace), "--policies", "unlimited",
+                          "--replications", "1", "--out", str(tmp_path / "sweep2"),
+                          "--users", "2", "--think-time-s", "1")
+    assert code == 0, stderr
+    assert stderr.splitlines()[0] == ("model Llama-3.1-8B; workload lengths: 30 requests, sent "
+                                      "in closed loop by 2 users")
+    assert not any(ln.startswith("warning:") for ln in stderr.splitlines())
 
 
 def test_a_trace_that_says_everything_assumes_nothing(tmp_path: Path) -> None:
