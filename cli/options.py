@@ -36,7 +36,7 @@ from kvbudget.workloads.arrivals import ConstantArrivals, GammaArrivals, Poisson
 from kvbudget.workloads.errors import SpecError
 from kvbudget.workloads.max_output import FactorOfTrue, FixedCap, QuantileCap
 from kvbudget.workloads.traces.options import TraceOptions
-from kvbudget.workloads.traces.report import DRAWN_ARRIVALS
+from kvbudget.workloads.traces.report import load_said
 
 if TYPE_CHECKING:
     from kvbudget.policies import BasePolicy
@@ -430,11 +430,10 @@ def say_workload(scn: "Scenario") -> None:
 def say_loaded(workload: "Workload", *, closed_loop: bool = False) -> None:
     """On stderr, what loading ``workload``'s trace warned of or assumed (its ``meta``), less
     the drawn arrivals a closed loop of users does not use."""
+    said = load_said(workload.meta, closed_loop=closed_loop)
     for key, label in (("warnings", "warning"), ("assumed", "assumed")):
-        said = workload.meta.get(key)
-        for text in said if isinstance(said, tuple) else ():
-            if not (closed_loop and text == DRAWN_ARRIVALS):
-                typer.echo(f"{label}: {workload.name}: {text}", err=True)
+        for text in said.get(key, ()):
+            typer.echo(f"{label}: {workload.name}: {text}", err=True)
 
 
 # --- decorators --------------------------------------------------------------------------------

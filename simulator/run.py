@@ -51,7 +51,7 @@ from kvbudget.simulator.serving import RequestFigures, ServingEngine
 from kvbudget.simulator.sim_config import FleetConfig, ReplicaSetup, SimConfig, gateway_config
 from kvbudget.simulator.users import ClosedLoopUsers
 from kvbudget.workloads import Workload
-from kvbudget.workloads.traces.report import DRAWN_ARRIVALS
+from kvbudget.workloads.traces.report import load_said
 
 if TYPE_CHECKING:
     from kvbudget.perf.cost_model import CostModel
@@ -486,23 +486,12 @@ class _Simulation:
             "engine_defaults": config.engine_defaults,
             "engine": engine_figures,
             "engine_knobs": self._knobs(),
-            "workload": {"name": self.w.name, "num_requests": self.n, **self._load_said()},
+            "workload": {"name": self.w.name, "num_requests": self.n, **load_said(
+                self.w.meta, closed_loop=self.users is not None)},
             **self._default_tiers_said(),
             **({"closed_loop": self.users.describe()} if self.users is not None else {}),
             **({"clients": self._clients.describe()} if self._clients is not None else {}),
         }
-
-    def _load_said(self) -> dict[str, list[str]]:
-        """What loading the workload's file warned of and assumed (``meta``), less the drawn
-        arrivals a closed loop of users does not use."""
-        said: dict[str, list[str]] = {}
-        for key in ("warnings", "assumed"):
-            lines = self.w.meta.get(key)
-            kept = [str(x) for x in lines if self.users is None or x != DRAWN_ARRIVALS] \
-                if isinstance(lines, tuple) else []
-            if kept:
-                said[key] = kept
-        return said
 
     def _knobs(self) -> dict[str, Any]:
         """The engine knobs the run resolved (vLLM's defaults for the GPU where none was

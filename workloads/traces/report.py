@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kvbudget.workloads.workload import Workload
@@ -10,6 +11,20 @@ DRAWN_ARRIVALS = ("the file has no arrival times: Poisson arrivals at 1 req/s we
                   "(choose another process with the arrival option)")
 """The warning of a length-only table loaded without an arrival process: a run whose arrivals
 come from a closed loop of users does not use them, and does not say it."""
+
+
+def load_said(meta: Mapping[str, object], *, closed_loop: bool = False) -> dict[str, list[str]]:
+    """What loading a workload's file warned of and assumed (its ``meta``'s ``warnings`` and
+    ``assumed``, each key only when not empty), less the drawn arrivals a closed loop of users
+    does not use: what a run's summary and a study's announcement say of it."""
+    said: dict[str, list[str]] = {}
+    for key in ("warnings", "assumed"):
+        lines = meta.get(key)
+        kept = [str(x) for x in lines if not (closed_loop and x == DRAWN_ARRIVALS)] \
+            if isinstance(lines, tuple) else []
+        if kept:
+            said[key] = kept
+    return said
 
 
 @dataclass(frozen=True)
