@@ -56,6 +56,7 @@ from kvbudget.workloads.traces.report import load_said
 if TYPE_CHECKING:
     from kvbudget.perf.cost_model import CostModel
     from kvbudget.policies.clients import Answer
+    from kvbudget.simulator.engine_config import EngineConfig
     from kvbudget.simulator.fleet import FleetGateway
 
 __all__ = ["FleetConfig", "SimConfig", "gateway_config", "simulate"]
@@ -401,6 +402,10 @@ class _Simulation:
         }
         stats = e.stats()
         self._disagg_columns = e.record_columns() if isinstance(e, DisaggFleet) else None
+        self._knobs_said = (  # a disaggregated run's knobs are its pools', not [engine]'s
+            {name: _knobs(s.engine) for name, s in zip(("prefill", "decode"), e.setups,
+                                                       strict=True)}
+            if isinstance(e, DisaggFleet) else _knobs(self.setup.engine))
         fig = e.request_figures(completed, np.asarray(w.tier, np.int64))
         recomputed = fig.recomputed_tokens
         figures["recomputed_tokens_by_tier"] = {
@@ -485,23 +490,13 @@ class _Simulation:
             "frontend": {"name": config.frontend, **_jsonable(self.frontend.describe())},
             "engine_defaults": config.engine_defaults,
             "engine": engine_figures,
-            "engine_knobs": self._knobs(),
+            "engine_knobs": self._knobs_said,
             "workload": {"name": self.w.name, "num_requests": self.n, **load_said(
                 self.w.meta, closed_loop=self.users is not None)},
             **self._default_tiers_said(),
             **({"closed_loop": self.users.describe()} if self.users is not None else {}),
             **({"clients": self._clients.describe()} if self._clients is not None else {}),
         }
-
-    def _knobs(self) -> dict[str, Any]:
-        """The engine knobs the run resolved (vLLM's defaults for the GPU where none was
-        given): what a user checks against their own server's flags."""
-        e = self.setup.engine
-        return {"max_num_seqs": e.max_num_seqs, "max_num_batched_tokens": e.max_num_batched_tokens,
-                "max_model_len": e.max_model_len, "tensor_parallel_size": e.tensor_parallel_size,
-                "enable_chunked_prefill": e.enable_chunked_prefill,
-                "enable_prefix_caching": e.enable_prefix_caching,
-                "async_scheduling": e.async_scheduling}
 
     def _default_tiers_said(self) -> dict[str, Any]:
         """``{"assumed": [line]}`` when the gateway's tiers are the defaults (none given) and
@@ -615,6 +610,16 @@ def tier_priorities(workload: Workload, tiers: Sequence[TierConfig]) -> npt.NDAr
         )
     priority = np.array([by_name[t].priority for t in workload.tier_names], dtype=np.int64)
     return priority[workload.tier]
+
+
+def _knobs(e: EngineConfig) -> dict[str, Any]:
+    """The engine knobs a run resolved (vLLM's defaults for the GPU where none was given):
+    what a user checks against their own server's flags."""
+    return {"max_num_seqs": e.max_num_seqs, "max_num_batched_tokens": e.max_num_batched_tokens,
+            "max_model_len": e.max_model_len, "tensor_parallel_size": e.tensor_parallel_size,
+            "enable_chunked_prefill": e.enable_chunked_prefill,
+            "enable_prefix_caching": e.enable_prefix_caching,
+            "async_scheduling": e.async_scheduling}
 
 
 def _scale_columns(engine: ServingEngine, samples: npt.NDArray[np.float64]

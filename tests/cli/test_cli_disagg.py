@@ -4,6 +4,8 @@ exit 2 and one line naming the field."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from typer.testing import CliRunner
 
@@ -51,3 +53,16 @@ def test_bad_disaggregation_on_the_command_line_is_one_line(args: list[str], lin
     err = res.stderr.strip()
     assert len(err.splitlines()) == 1 and err.startswith(line), err
     assert "Traceback" not in res.output
+
+
+def test_a_disaggregated_runs_knobs_are_its_pools() -> None:
+    """The summary's ``engine_knobs`` of a disaggregated run are each pool's own (a pool's
+    engine table where it gives one), not the scenario's [engine] table, which no pool ran."""
+    res = runner.invoke(app, [
+        "simulate", "--set", "workload.duration_s=2", "--max-num-seqs", "64", *BOTH,
+        "--set", "disaggregation.decode.engine.max_num_seqs=32", "--json"])
+    assert res.exit_code == 0, res.output
+    knobs = json.loads(res.stdout)["engine_knobs"]
+    assert set(knobs) == {"prefill", "decode"}
+    assert knobs["decode"]["max_num_seqs"] == 32
+    assert knobs["prefill"]["max_num_seqs"] == 64  # the pool gives none: the run's
