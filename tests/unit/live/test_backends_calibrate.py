@@ -501,10 +501,15 @@ def test_calibrate_and_validate_commands(fake_url: str, tmp_path: Path,
     res = runner.invoke(app, ["validate", "--url", fake_url, "--trace", str(trace),
                               "--cost-model", str(cost), "--out", str(out)])
     assert res.exit_code == 2 and "not empty" in res.stderr
-    res = runner.invoke(app, ["validate", "--url", fake_url, "--trace", str(trace),
+    # (a trace without tiers: what its load assumed is said, as simulate and replay say it)
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text("".join(json.dumps({k: v for k, v in json.loads(line).items() if k != "tier"})
+                            + "\n" for line in trace.read_text().splitlines()))
+    res = runner.invoke(app, ["validate", "--url", fake_url, "--trace", str(bare),
                               "--cost-model", str(cost), "--policy", "unlimited", "--out",
                               str(tmp_path / "val2"), "--max-error", "0"])
     assert res.exit_code == 1 and "more than --max-error 0.0%" in res.stderr
+    assert "assumed: bare: the file names no tier: every request is 'interactive'" in res.stderr
     # the flag is the live run's: a recorded run is refused it rather than ignoring it
     res = runner.invoke(app, ["validate", "--records", str(out / "live"), "--cost-model",
                               str(cost), "--no-async-scheduling", "--out", str(tmp_path / "v3")])
