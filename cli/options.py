@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kvbudget.cli.errors import CliError
+from kvbudget.perf.models import get_model
 from kvbudget.policies import POLICIES, make_policy
 from kvbudget.policies.clients import parse_clients
 from kvbudget.simulator.engine_config import ENGINE_NAMES
@@ -421,8 +422,10 @@ def say_workload(scn: "Scenario") -> None:
     tables have no room for it, and ``simulate``'s and ``compare``'s print it with theirs;
     first the model and the workload the runs take (their tables name neither)."""
     workload = scn.workload()
-    loop = scn.spec.closed_loop
-    typer.echo(f"model {scn.spec.model}; workload {workload.name}: {len(workload):,} requests"
+    loop, given = scn.spec.closed_loop, scn.spec.model
+    preset = get_model(given).name  # the preset the runs take, as simulate's line says it
+    model = f"{preset} (given as {given})" if preset != given else given
+    typer.echo(f"model {model}; workload {workload.name}: {len(workload):,} requests"
                + (f", sent in closed loop by {loop.num_users:,} users" if loop else ""), err=True)
     say_loaded(workload, closed_loop=loop is not None)
 

@@ -270,10 +270,13 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
     assert stderr.splitlines()[3].startswith("assumed: lengths: no max_tokens read from the file")
     code, _, stderr = run("sweep", "--trace", str(trace), "--policies", "unlimited",
                           "--replications", "1", "--out", str(tmp_path / "sweep2"),
-                          "--users", "2", "--think-time-s", "1")
+                          "--users", "2", "--think-time-s", "1",
+                          "--model", "meta-llama/Llama-3.1-8B-Instruct")
     assert code == 0, stderr
-    assert stderr.splitlines()[0] == ("model Llama-3.1-8B; workload lengths: 30 requests, sent "
-                                      "in closed loop by 2 users")
+    # the model as the runs resolved it, with the name it was given
+    assert stderr.splitlines()[0] == (
+        "model Llama-3.1-8B (given as meta-llama/Llama-3.1-8B-Instruct); workload lengths: 30 "
+        "requests, sent in closed loop by 2 users")
     assert not any(ln.startswith("warning:") for ln in stderr.splitlines())
 
 
