@@ -23,6 +23,7 @@ from kvbudget.results.records import (
     TOKEN_GAP_COLUMNS,
     check_columns,
 )
+from kvbudget.results.said import setting_lines
 from kvbudget.workloads.max_output import MAX_TOKENS
 
 if TYPE_CHECKING:
@@ -91,6 +92,29 @@ class RunResult:
             )
         df: pd.DataFrame = self._timeline_df
         return df
+
+    def __repr__(self) -> str:
+        """What a notebook shows of a run: its outcome, what it simulated and assumed (the
+        lines ``simulate`` prints above its table) and where its tables are, not its arrays."""
+        s = self.summary
+        overall = s.get("overall") or {}
+        counts = ", ".join(f"{overall.get(k, 0):,} {k.replace('_', ' ')}" for k in (
+            "completed", "rejected_too_large", "rejected_overloaded", "expired",
+            "preempted_dropped") if k == "completed" or overall.get(k))
+        lines = [f"RunResult: {s.get('policy', '?')}, {overall.get('offered', 0):,} requests "
+                 f"offered: {counts}", *setting_lines([s])]
+        figures = [f"{name} p50 / p99 {_s(block.get('p50'))} / {_s(block.get('p99'))}"
+                   for name, key in (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("E2E", "e2e_s"))
+                   if isinstance(block := overall.get(key), dict)]
+        if figures:
+            lines.append("overall: " + "; ".join(figures))
+        n = len(next(iter(self.record_columns.values()), ()))
+        m = len(next(iter(self.timeline_columns.values()), ()))
+        lines.append(f".records ({n:,} rows), .timeline ({m:,} rows), "
+                     + ("" if self.token_gap_columns is None else ".token_gaps, ")
+                     + ("" if self.attempt_columns is None else ".attempts, ")
+                     + ".summary (every figure)")
+        return "\n".join(lines)
 
     def write(self, out_dir: Path) -> None:
         """Write the three files (the directory is created), so that an interrupted write
@@ -300,6 +324,11 @@ def _check_summary(summary: Any, num_records: int, path: Path) -> None:
         raise ValueError(f"{path}: says {offered!r} requests were offered but "
                          f"{REQUESTS_FILE} has {num_records} rows; the run directory is damaged "
                          "(an interrupted or mixed write)")
+
+
+def _s(value: Any) -> str:
+    """A latency in seconds as the tables print it (``-`` where none was measured)."""
+    return "-" if value is None else f"{float(value):.3g} s"
 
 
 def read_run(run_dir: Path) -> RunResult:

@@ -1,0 +1,117 @@
+"""What a run says it simulated and assumed, in the lines a user reads before its figures:
+the model and GPU as resolved (with the names given), the engine and its caps, the KV capacity,
+the workload, and what loading the workload's file warned of or assumed. ``simulate`` and
+``compare`` open their tables with them; a :class:`~kvbudget.results.run_result.RunResult`
+shows them in a notebook."""
+
+from __future__ import annotations
+
+import textwrap
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["WIDTH", "setting_lines"]
+
+WIDTH = 100
+"""The width the lines are wrapped to (the terminal tables')."""
+
+
+def _resolved(given: Any, preset: Any) -> str:
+    """A model or GPU as the run resolved it, with the name it was given where that differs
+    (a Hugging Face name, an alias)."""
+    if isinstance(preset, str) and preset and preset != given:
+        return f"{preset} (given as {given})"
+    return str(given)
+
+
+def _on(tp: Any, gpu: Any) -> str:
+    return f"{int(tp)} x {gpu}" if tp and int(tp) > 1 else str(gpu)
+
+
+def _count(num: int) -> str:
+    return f"{num:,} replica{'s' if num != 1 else ''}"
+
+
+def _caps(knobs: Mapping[str, Any]) -> str:
+    return "".join(f", {k} {v:,}" for k, v in knobs.items()
+                   if k in ("max_num_seqs", "max_num_batched_tokens") and v is not None)
+
+
+def _deployment(s: Mapping[str, Any], gpu: str, tp: int) -> tuple[str, Mapping[str, Any]]:
+    """Where the model ran and the scheduler caps to name beside it: one engine; a fleet's
+    replicas (by GPU where they differ; an autoscaled fleet's bounds), or a disaggregated
+    deployment's pools, each with its own GPU, TP and caps (the scenario's [engine] ones are
+    then no pool's for certain): the KV capacity said beside it is theirs, not one GPU's."""
+    figures = s.get("engine") or {}
+    pools = figures.get("disaggregation")
+    if isinstance(pools, dict):
+        return "disaggregated pools (" + "; ".join(
+            f"{name}: {_count(p['num_replicas'])} of {_on(p.get('tensor_parallel_size'), p['gpu'])}"
+            + _caps(p) for name in ("prefill", "decode")
+            if isinstance(p := pools.get(name), dict)) + ")", {}
+    fleet, knobs = figures.get("fleet"), s.get("engine_knobs") or {}
+    if not isinstance(fleet, dict):
+        return _on(tp, gpu), knobs
+    auto = fleet.get("autoscale")
+    count = (f"{auto.get('min_replicas')} to {auto.get('max_replicas')} replicas (autoscaled)"
+             if isinstance(auto, dict) else _count(fleet.get("num_replicas", 0)))
+    kinds = Counter((str(r.get("gpu")), _caps(r)) for r in fleet.get("replicas", ()))
+    if len(kinds) == 1:
+        return f"{count} of {_on(tp, gpu)}", knobs
+    # the replicas' GPUs as given (fleet.gpus), each one's caps where a GPU's defaults differ
+    caps = {c for _, c in kinds}
+    return count + " (" + "; ".join(f"{n:,} of {_on(tp, g)}" + (c if len(caps) > 1 else "")
+                                    for (g, c), n in kinds.items()) + ")", (
+        knobs if len(caps) == 1 else {})
+
+
+def _capacity_whose(s: Mapping[str, Any], where: str) -> str:
+    """Whose KV capacity the summary's ``kv_capacity_tokens`` is where not one engine's or a
+    fixed fleet's: a disaggregated deployment's decode pool, an autoscaled fleet at its most."""
+    if where.startswith("disaggregated"):
+        return " (the decode pool's)"
+    auto = ((s.get("engine") or {}).get("fleet") or {}).get("autoscale")
+    return f" (at {auto.get('max_replicas')} replicas)" if isinstance(auto, dict) else ""
+
+
+def _closed_loop(users: Any) -> str:
+    """The closed loop that sent the workload in place of its arrival times."""
+    if not isinstance(users, dict):
+        return ""
+    return (f", sent in closed loop by {users.get('num_users')} users (think time "
+            f"{users.get('think_time_s', 0):g} s, {users.get('think_distribution')})")
+
+
+def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
+    """What the runs simulated (model, GPU, engine, KV capacity, workload), what loading the
+    workload's file warned of or assumed (``workload.warnings`` / ``.assumed``), each line once
+    however many runs share it, and what each run assumed that changed its answer
+    (``assumed``: the default tiers' limit where it refused requests). A live replay's or
+    ``serve``'s summary (``executor``) simulated nothing: no line for it."""
+    lines: list[str] = []
+    for s in summaries:
+        if s.get("executor") is not None:
+            continue
+        w = s.get("workload") or {}
+        cost = s.get("cost_model") or {}
+        tp = int((s.get("engine_knobs") or cost).get("tensor_parallel_size") or 1)
+        engine = (s.get("engine") or {}).get("engine", "")
+        kv = s.get("kv_capacity_tokens")
+        model, gpu = (_resolved(s.get(k), cost.get(k)) for k in ("model", "gpu"))
+        where, knobs = _deployment(s, gpu, tp)
+        said = [textwrap.fill(
+            f"simulated: {model} on {where}, engine {engine} ({s.get('engine_defaults')}'s "
+            f"defaults for unset knobs{_caps(knobs)})"
+            + (f", KV capacity {int(kv):,} tokens" if kv is not None else "")
+            + _capacity_whose(s, where)
+            + f"; workload {w.get('name')}: {int(w.get('num_requests', 0)):,} requests"
+            + _closed_loop(s.get("closed_loop")),
+            WIDTH, subsequent_indent="  ")]
+        said += [textwrap.fill(f"{label}: {text}", WIDTH, subsequent_indent="  ")
+                 for key, label in (("warnings", "warning"), ("assumed", "assumed"))
+                 for text in w.get(key, ())]
+        said += [textwrap.fill(f"assumed: {s.get('policy', '')}: {text}", WIDTH,
+                               subsequent_indent="  ") for text in s.get("assumed", ())]
+        lines += [line for line in said if line not in lines]
+    return lines
