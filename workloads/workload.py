@@ -101,6 +101,29 @@ class Workload:
     def __len__(self) -> int:
         return len(self.arrival_s)
 
+    def __repr__(self) -> str:
+        """What a notebook shows of a workload: its size, span, tiers and token percentiles,
+        and what loading its file warned of or assumed (``meta``), not its arrays."""
+        n = len(self)
+        head = f"Workload {self.name!r}: {n:,} requests"
+        if n > 1 and self.meta.get("timed", True):
+            head += (f" over {self.span_s:,.1f} s"
+                     + (f" ({(n - 1) / self.span_s:.3g} req/s)" if self.span_s > 0 else ""))
+        counts = np.bincount(self.tier, minlength=len(self.tier_names)) if n else ()
+        lines = [head + "; " + ", ".join(f"{name} {int(c):,}" for name, c in zip(
+            self.tier_names, counts, strict=False) if c)]
+        if n:
+            lines.append("; ".join(
+                f"{label} mean {float(np.mean(col)):,.0f}, p50 / p99 "
+                + " / ".join(f"{v:,.0f}" for v in np.percentile(col, (50, 99)))
+                for label, col in (("prompt tokens", self.prompt_tokens),
+                                   ("output tokens", self.output_tokens),
+                                   ("max_output_tokens", self.max_output_tokens))))
+        for key, label in (("warnings", "warning"), ("assumed", "assumed")):
+            said = self.meta.get(key)
+            lines += [f"{label}: {text}" for text in (said if isinstance(said, tuple) else ())]
+        return "\n".join(lines)
+
     @property
     def span_s(self) -> float:
         return float(self.arrival_s[-1] - self.arrival_s[0]) if len(self) > 1 else 0.0

@@ -73,3 +73,11 @@ class LoadedTrace:
 
     workload: Workload
     report: LoadReport
+
+    def __repr__(self) -> str:
+        """What a notebook shows of a loaded trace: the file, its rows (read, loaded,
+        dropped and why), then the workload's own lines."""
+        r = self.report
+        dropped = "".join(f", {count:,} dropped ({reason})" for reason, count in r.dropped)
+        return (f"{r.path} ({r.format}): {r.rows_read:,} rows read, {r.rows_loaded:,} loaded"
+                f"{dropped}\n{self.workload!r}")

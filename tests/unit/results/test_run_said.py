@@ -1,7 +1,9 @@
-"""What a run shows in a notebook (``repr``): what it simulated and assumed, not its arrays."""
+"""What a run, a workload and a loaded trace show in a notebook (``repr``): what they hold
+and assumed, not their arrays."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -34,3 +36,26 @@ def test_a_bare_or_measured_runs_repr_has_no_setting_line() -> None:
     assert repr(bare).splitlines() == [
         "RunResult: p, 3 requests offered: 1 completed, 2 expired",
         ".records (3 rows), .timeline (0 rows), .summary (every figure)"]
+
+
+def test_a_workloads_and_a_loaded_traces_repr_say_their_figures_and_assumptions(
+        tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"  # timed, two tiers, one failed row (0 tokens) dropped
+    rows = [{"arrival_s": i, "prompt_tokens": 100 * (i + 1), "output_tokens": 10 * (i + 1),
+             "tier": "batch" if i % 2 else "interactive"} for i in range(5)]
+    rows.append({"arrival_s": 9, "prompt_tokens": 0, "output_tokens": 0})
+    trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    loaded = kb.load_trace(trace, kb.TraceOptions(format="generic"))
+    lines = repr(loaded).splitlines()
+    assert lines[0] == (f"{trace} (generic-jsonl): 6 rows read, 5 loaded, 1 dropped "
+                        "(failed request (0 prompt and 0 output tokens))")
+    assert lines[1] == ("Workload 't': 5 requests over 4.0 s (1 req/s); interactive 3, batch 2")
+    assert lines[2].startswith("prompt tokens mean 300, p50 / p99 300 / 496; output tokens mean "
+                               "30, p50 / p99 30 / 50; max_output_tokens mean 2,048")
+    assert [ln.split(":")[0] for ln in lines[3:]] == ["assumed"]  # no max_tokens; tiers given
+    # no arrival times: no span or rate claimed (they were drawn)
+    lengths = tmp_path / "lengths.csv"
+    lengths.write_text("prompt_tokens,output_tokens\n5,2\n7,3\n")
+    w = kb.load_trace(lengths, kb.TraceOptions(format="generic")).workload
+    assert repr(w).splitlines()[0] == "Workload 'lengths': 2 requests; interactive 2"
+    assert "array(" not in repr(w)
