@@ -113,6 +113,21 @@ class Recording:
     def __len__(self) -> int:
         return len(self.workload)
 
+    def __repr__(self) -> str:
+        """What a notebook shows of a recording: the file and the tool, the requests measured,
+        each load stage as the tool ran it, what the file says of the server and the client,
+        the notes of reading it, then the workload's own lines; not its tables."""
+        lines = [f"Recording {self.path} ({self.tool or self.format}): {len(self):,} requests, "
+                 f"{self.num_usable:,} measured (completed with TTFT and E2E)"]
+        lines += [f"stage {st.label or '(one)'}: {_load_words(st)}" for st in self.stages]
+        if self.config:
+            lines.append("the file says: " + ", ".join(
+                f"{k} {v}" for k, v in self.config.items() if not isinstance(v, dict)))
+        lines += [f"note: {text}" for text in self.notes]
+        lines += [line for line in repr(self.workload).splitlines()  # a note once
+                  if line.partition(": ")[2] not in self.notes]
+        return "\n".join([*lines, f".measured ({len(self.measured):,} rows), .records(), .config"])
+
     @property
     def num_usable(self) -> int:
         return int(self.measured["usable"].sum())
@@ -164,6 +179,16 @@ class Recording:
         mask = np.zeros(n, dtype=bool)
         mask[:cut] = True
         return mask
+
+
+def _load_words(stage: RecordedStage) -> str:
+    """How the load tool offered a stage's requests, in words."""
+    rate = ("all at once" if stage.request_rate == math.inf else f"{stage.request_rate:g} req/s"
+            ) if stage.request_rate is not None else "rate not recorded"
+    return {"open": f"open loop, {rate}",
+            "closed": f"closed loop of {stage.max_concurrency} users",
+            "capped": f"open loop, {rate}, at most {stage.max_concurrency} in flight",
+            }.get(stage.load, "load mode not recorded (replayed open loop from its send times)")
 
 
 def _status_is_completed(values: Sequence[str]) -> npt.NDArray[np.bool_]:

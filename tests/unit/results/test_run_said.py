@@ -59,3 +59,19 @@ def test_a_workloads_and_a_loaded_traces_repr_say_their_figures_and_assumptions(
     w = kb.load_trace(lengths, kb.TraceOptions(format="generic")).workload
     assert repr(w).splitlines()[0] == "Workload 'lengths': 2 requests; interactive 2"
     assert "array(" not in repr(w)
+
+
+def test_a_recordings_repr_says_its_tool_stages_settings_and_notes() -> None:
+    fixture = Path(__file__).parents[2] / "fixtures/recordings/guidellm-0.8.1/benchmarks.json"
+    lines = repr(kb.read_recording(fixture)).splitlines()
+    assert lines[0] == (f"Recording {fixture} (guidellm 0.8.1): 20 requests, 16 measured "
+                        "(completed with TTFT and E2E)")
+    assert lines[1] == "stage 0: concurrent x4: closed loop of 4 users"
+    assert lines[2].startswith("the file says: model tiny, max_tokens 16, ignore_eos True")
+    notes = [ln for ln in lines if ln.startswith("note: ")]
+    assert any("3 warm-up and 1 cool-down requests" in ln for ln in notes)
+    # the workload's lines follow, without repeating a note as a warning
+    assert "Workload 'benchmarks': 20 requests" in lines[2 + len(notes) + 1]
+    assert not any(ln.startswith("warning: ") and ln[9:] in {n[6:] for n in notes}
+                   for ln in lines)
+    assert lines[-1] == ".measured (20 rows), .records(), .config"
