@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
 # started as the command (the ``kvbudget`` script, or ``python -m kvbudget.cli.main``)?
 _AS_COMMAND = __name__ == "__main__" or os.path.basename(sys.argv[0]) == "kvbudget"
@@ -39,6 +39,7 @@ else:
 
 import typer  # noqa: E402
 
+import kvbudget  # noqa: E402
 from kvbudget.cli.help_text import PANELS, SUMMARIES, epilog  # noqa: E402
 
 
@@ -141,8 +142,18 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
 _MODULE_OF = {command: module for module, cmds in COMMAND_MODULES.items() for command in cmds}
 
 
+def _version(given: bool) -> None:
+    """``kvbudget --version``: the installed package's version (what a bug report and a CI
+    pin name), then exit."""
+    if given:
+        typer.echo(f"kvbudget {kvbudget.__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _group() -> None:
+def _group(_: Annotated[bool, typer.Option(
+        "--version", is_eager=True, callback=_version,
+        help="Print the installed kvbudget's version and exit.")] = False) -> None:
     # A group even when one command module with one command is registered (typer would
     # otherwise run that command without its name).
     pass

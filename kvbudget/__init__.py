@@ -189,7 +189,20 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
+def _installed_version() -> str:
+    """The installed distribution's version (``kvbudget --version``, ``kb.__version__``), or
+    ``"unknown (not installed)"`` for a source tree on the path without an installation."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kvbudget")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        return _installed_version()
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'kvbudget' has no attribute {name!r}")

@@ -40,6 +40,18 @@ def test_every_public_name_resolves_and_has_a_docstring(name: str) -> None:
         assert (getattr(value, "__doc__", None) or "").strip(), f"kvbudget.{name} has no docstring"
 
 
+def test_the_version_is_the_installed_distributions() -> None:
+    from importlib.metadata import version
+
+    from typer.testing import CliRunner
+
+    from kvbudget.cli.main import app
+
+    assert kvbudget.__version__ == version("kvbudget")
+    res = CliRunner().invoke(app, ["--version"])
+    assert res.exit_code == 0 and res.stdout == f"kvbudget {version('kvbudget')}\n"
+
+
 def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         kvbudget.nope  # noqa: B018
@@ -104,6 +116,8 @@ def test_a_wheel_installs_into_a_clean_environment_and_works(tmp_path: Path) -> 
     assert found.stdout.strip().startswith(site)
     for old in ("simulator", "cli", "policies", "workloads", "backends"):
         assert run("-c", f"import {old}").returncode != 0, f"`import {old}` works"
+    told = run("-m", "kvbudget.cli.main", "--version")  # the wheel's own version
+    assert told.returncode == 0 and told.stdout == "kvbudget 0.1.0\n", told
     helped = run("-m", "kvbudget.cli.main", "--help")
     assert helped.returncode == 0 and "simulate" in helped.stdout, helped.stderr
     trace = work / "t.csv"
