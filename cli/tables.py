@@ -137,6 +137,33 @@ def slo_line(targets: Mapping[str, tuple[float, float]]) -> str:
             + parts + ")")
 
 
+CONTEXT_REASONS = ("prompt_too_long", "context_length")
+"""The reasons of a refusal for the model's context (``simulator/run.py`` ``context_refusals``)."""
+
+
+def _refused_line(summaries: Sequence[dict[str, Any]]) -> str:
+    """Why each run refused what it refused (``overall.rejections_by_reason``, and the
+    gateway's own refusals, which carry no reason), or ``""`` when none refused any: the
+    table's ``refused`` column counts them all, and a reader must not guess which limit."""
+    parts = []
+    for s in summaries:
+        overall = s.get("overall") or {}
+        reasons = dict(overall.get("rejections_by_reason") or {})
+        context = (s.get("engine_knobs") or {}).get("max_model_len")
+        words = {"prompt_too_long": "prompt_too_long (prompt over the model's context"
+                 + (f", {int(context):,} tokens)" if context else ")"),
+                 "context_length": "context_length (prompt + max_tokens over it)"}
+        gateway = int(overall.get("rejected_too_large") or 0) - sum(
+            int(reasons.get(r, 0)) for r in CONTEXT_REASONS)
+        said = ([f"{gateway:,} too large for the gateway (a tier's max_sequence_tokens or the "
+                 "KV capacity)"] if gateway > 0 else [])
+        said += [f"{int(n):,} {words.get(r, r)}" for r, n in reasons.items()
+                 if n and r != "deadline"]  # those expired: the table's own column
+        if said:
+            parts.append(f"{s.get('policy', '')}: " + ", ".join(said))
+    return "refused: " + "; ".join(parts) if parts else ""
+
+
 def _queue_caps_line(summaries: Sequence[dict[str, Any]]) -> str:
     """The engine's own queue caps the runs assumed (``engine.queue_caps``; TGI's 128 permits
     by default) and what they refused, or ``""`` when no run had any."""
@@ -217,9 +244,9 @@ def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
              render(kv_headers, kv),
              textwrap.fill("policy parameters: " + "; ".join(params_line(s) for s in summaries),
                            WIDTH, subsequent_indent="  ")]
-    caps = _queue_caps_line(summaries)
-    if caps:
-        lines.append(textwrap.fill(caps, WIDTH, subsequent_indent="  "))
+    for extra in (_refused_line(summaries), _queue_caps_line(summaries)):
+        if extra:
+            lines.append(textwrap.fill(extra, WIDTH, subsequent_indent="  "))
     spec = _speculative_line(summaries)
     if spec:
         lines.append(textwrap.fill(spec, WIDTH, subsequent_indent="  "))

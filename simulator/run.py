@@ -499,18 +499,20 @@ class _Simulation:
         }
 
     def _default_tiers_said(self) -> dict[str, Any]:
-        """``{"assumed": [line]}`` when the gateway's tiers are the defaults (none given) and
-        their ``max_sequence_tokens`` refused requests that the model's context would take:
-        a limit nobody set must not pass unsaid for the traffic's own size (a request beyond
-        the context too is refused whatever the tiers say: not counted)."""
-        if self.config.tiers is not DEFAULT_TIERS:
+        """``{"assumed": [line]}`` when tiers whose ``max_sequence_tokens`` is the default
+        tiers' (none given, or only another tier's limit set) refused requests that the
+        model's context would take: a limit nobody set must not pass unsaid for the traffic's
+        own size (a request beyond the context too is refused whatever the tiers say: not
+        counted)."""
+        w, tiers = self.w, {t.name: (i, t) for i, t in enumerate(self.config.tiers)}
+        default = {t.name: t.max_sequence_tokens for t in DEFAULT_TIERS}
+        kept = {n: i for n, (i, t) in tiers.items() if default.get(n) == t.max_sequence_tokens}
+        if not kept:
             return {}
-        w = self.w
-        index = {t.name: i for i, t in enumerate(DEFAULT_TIERS)}
         size = w.prompt_tokens + w.max_output_tokens
         context = self.setup.engine.max_model_len
-        over = (size > np.array([DEFAULT_TIERS[index[name]].max_sequence_tokens
-                                 for name in w.tier_names], dtype=np.int64)[w.tier])
+        over = (size > np.array([default[n] if n in kept else np.iinfo(np.int64).max
+                                 for n in w.tier_names], dtype=np.int64)[w.tier])
         if context:
             over &= size <= context
         refused = np.flatnonzero(over & (self.status == STATUS_CODES["rejected_too_large"]))
@@ -518,14 +520,18 @@ class _Simulation:
         rows = [i for i in refused.tolist() if i not in self.reason]
         if not rows:
             return {}
-        limits = "/".join(sorted({f"{t.max_sequence_tokens:,}" for t in DEFAULT_TIERS}))
-        which = sorted({index[w.tier_names[int(w.tier[i])]] for i in rows})
+        names = sorted({w.tier_names[int(w.tier[i])] for i in rows}, key=kept.__getitem__)
+        limits = "/".join(sorted({f"{default[n]:,}" for n in names}))
+        whose = (f"the default tiers' max_sequence_tokens ({limits})"
+                 if self.config.tiers is DEFAULT_TIERS else
+                 f"the default max_sequence_tokens ({limits}) of tier"
+                 f"{'s' if len(names) > 1 else ''} {', '.join(names)}")
         return {"assumed": [
-            f"the default tiers' max_sequence_tokens ({limits}) refused {len(rows):,} requests "
+            f"{whose} refused {len(rows):,} requests "
             "as too large (prompt + max_output_tokens above it) before any prefill"
             + (f"; the model's context is {context:,} tokens" if context else "")
             + ": give the tiers' limits ("
-            + " ".join(f"--set tiers.{i}.max_sequence_tokens=N" for i in which)
+            + " ".join(f"--set tiers.{kept[n]}.max_sequence_tokens=N" for n in names)
             + ", or [[tiers]] in a scenario)"]}
 
     def _let_engine_go(self) -> None:

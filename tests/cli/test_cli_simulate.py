@@ -355,6 +355,28 @@ def test_the_default_tiers_limit_is_said_where_it_refuses(tmp_path: Path) -> Non
     assert summary["overall"]["rejected_too_large"] == 6
     assert summary["assumed"][0].startswith("the default tiers' max_sequence_tokens (32,768) "
                                             "refused 3 requests")
+    # one tier's limit set, the other's still the default's: that one's refusals are said
+    two = tmp_path / "two.csv"
+    two.write_text("arrival_s,prompt_tokens,output_tokens,max_output_tokens,tier\n" + "".join(
+        f"{i},40000,10,16,{'batch' if i % 2 else 'interactive'}\n" for i in range(6)))
+    code, stdout, stderr = run("simulate", "--trace", str(two), "--json",
+                               "--set", "tiers.0.max_sequence_tokens=131072")
+    summary = json.loads(stdout)
+    assert summary["overall"]["rejected_too_large"] == 3, stderr
+    assert summary["assumed"][0].startswith(
+        "the default max_sequence_tokens (32,768) of tier batch refused 3 requests")
+    assert "(--set tiers.1.max_sequence_tokens=N," in summary["assumed"][0]
+    # and the table says why each refused request was refused
+    mid = tmp_path / "mid.csv"  # over a 4,096-token model's context, under the tiers' limit
+    mid.write_text("arrival_s,prompt_tokens,output_tokens,max_output_tokens\n0,5000,10,16\n"
+                   "1,4090,10,16\n2,100,10,16\n")
+    code, stdout, _ = run("simulate", "--trace", str(mid), "--model", "Llama-2-7B")
+    assert ("refused: conservative: 1 context_length (prompt + max_tokens over it), 1 "
+            "prompt_too_long (prompt over the model's context, 4,096 tokens)"
+            ) in stdout.replace("\n  ", " ")
+    code, stdout, _ = run("simulate", "--trace", str(two), "--num-gpu-blocks", "20")
+    assert ("refused: conservative: 6 too large for the gateway (a tier's max_sequence_tokens "
+            "or the KV capacity)") in stdout.replace("\n  ", " ")
 
 
 def test_the_default_tiers_note_names_the_tiers_that_refused_and_not_the_contexts(
