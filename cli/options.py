@@ -20,7 +20,7 @@ A new shared option is one entry in a table below (its name, its ``Annotated`` t
 
 import inspect
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kvbudget.cli.errors import CliError
+from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
 from kvbudget.policies import POLICIES, make_policy
 from kvbudget.policies.clients import parse_clients
@@ -416,16 +417,28 @@ class ScenarioArgs:
             engine_defaults=self.engine_defaults, frontend=self.frontend)
 
 
-def say_workload(scn: "Scenario") -> None:
+def _as_given(preset: str, given: str) -> str:
+    """A preset with the name it was given where that differs (as simulate's line says it)."""
+    return f"{preset} (given as {given})" if preset != given else given
+
+
+def say_workload(scn: "Scenario", varies: Collection[str] = ()) -> None:
     """On stderr, what loading the scenario's workload warned of or assumed (a trace's
     missing tiers and ``max_tokens``, drawn arrivals), before a study's many runs: their
     tables have no room for it, and ``simulate``'s and ``compare``'s print it with theirs;
-    first the model and the workload the runs take (their tables name neither)."""
+    first the model, the GPU and the workload the runs take (their tables name none): the GPU
+    only where every run takes the scenario's (``varies``: the keys the study varies)."""
     workload = scn.workload()
-    loop, given = scn.spec.closed_loop, scn.spec.model
-    preset = get_model(given).name  # the preset the runs take, as simulate's line says it
-    model = f"{preset} (given as {given})" if preset != given else given
-    typer.echo(f"model {model}; workload {workload.name}: {len(workload):,} requests"
+    spec = scn.spec
+    loop, model = spec.closed_loop, _as_given(get_model(spec.model).name, spec.model)
+    # the GPU where every run takes the scenario's one (not a fleet's, a deployment's pools'
+    # or an axis the study varies): what a study's per-GPU figures are per
+    where = "" if spec.fleet or spec.disaggregation or any(
+        k.split(".")[0] in ("gpu", "fleet", "disaggregation")
+        or k == "engine.tensor_parallel_size" for k in varies) else " on " + (
+        f"{spec.engine.tensor_parallel_size} x " if spec.engine.tensor_parallel_size > 1
+        else "") + _as_given(get_gpu(spec.gpu).name, spec.gpu)
+    typer.echo(f"model {model}{where}; workload {workload.name}: {len(workload):,} requests"
                + (f", sent in closed loop by {loop.num_users:,} users" if loop else ""), err=True)
     say_loaded(workload, closed_loop=loop is not None)
 

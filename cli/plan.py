@@ -192,7 +192,8 @@ def _run_plan(spec: PlanSpec, out: Path, *, executor: str, jobs: int | None,
 
     def on_start(total: int, stored: int) -> None:
         nonlocal bar
-        say_workload(spec.scenario)  # once the options and the stored runs have been checked
+        # once the options and the stored runs have been checked; the GPU is searched
+        say_workload(spec.scenario, varies=["gpu"])
         typer.echo(f"at most {total} runs ({stored} already in {out}); a configuration "
                    "stops at its first replica count that meets the SLOs", err=True)
         bar = Bar("plan", total, lines_from=1)

@@ -165,7 +165,8 @@ def _sweep_with_bar(plan: SweepPlan, ex: "LocalExecutor | RayExecutor", out: Pat
 
     def on_start(todo: int, stored: int) -> None:
         nonlocal bar
-        say_workload(plan.scenario)  # once the options and the stored runs have been checked
+        # once the options and the stored runs have been checked
+        say_workload(plan.scenario, varies=[a.key for a in plan.axes])
         typer.echo(f"{len(plan.points)} configurations x {plan.replications} replications = "
                    f"{len(plan.runs)} runs ({stored} already in {out}, {todo} to run on "
                    f"{ex.name})", err=True)
@@ -291,7 +292,7 @@ def tune_cmd(
             root_seed=seed,
         )
         ex = _executor(executor, jobs, address)
-        say_workload(scn)
+        say_workload(scn, varies=[p.key for p in spec.params])
         result = _tune_with_bar(spec, ex, out, resume=resume)
         written = result.write(out)
         frame = evaluations_frame(result)

@@ -264,7 +264,8 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
     code, _, stderr = run("sweep", "--trace", str(trace), "--policies", "unlimited",
                           "--replications", "1", "--out", str(tmp_path / "sweep"))
     assert code == 0, stderr
-    assert stderr.splitlines()[0] == "model Llama-3.1-8B; workload lengths: 30 requests"
+    assert stderr.splitlines()[0] == ("model Llama-3.1-8B on H100-SXM (given as H100-80GB); "
+                                      "workload lengths: 30 requests")
     assert [ln.split(":")[0] for ln in stderr.splitlines()[1:4]] == ["warning", "assumed",
                                                                      "assumed"]
     assert stderr.splitlines()[3].startswith("assumed: lengths: no max_tokens read from the file")
@@ -275,9 +276,15 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
     assert code == 0, stderr
     # the model as the runs resolved it, with the name it was given
     assert stderr.splitlines()[0] == (
-        "model Llama-3.1-8B (given as meta-llama/Llama-3.1-8B-Instruct); workload lengths: 30 "
-        "requests, sent in closed loop by 2 users")
+        "model Llama-3.1-8B (given as meta-llama/Llama-3.1-8B-Instruct) on H100-SXM (given as "
+        "H100-80GB); workload lengths: 30 requests, sent in closed loop by 2 users")
     assert not any(ln.startswith("warning:") for ln in stderr.splitlines())
+    # a study that varies the GPU names none
+    code, _, stderr = run("sweep", "--trace", str(trace), "--policies", "unlimited",
+                          "--replications", "1", "--out", str(tmp_path / "sweep3"),
+                          "--grid", "gpu=A100-80GB,L40S")
+    assert code == 0, stderr
+    assert stderr.splitlines()[0] == "model Llama-3.1-8B; workload lengths: 30 requests"
 
 
 def test_a_trace_that_says_everything_assumes_nothing(tmp_path: Path) -> None:
