@@ -54,8 +54,19 @@ def test_every_example_parses(line: str) -> None:
     flags = [w.split("=")[0] for w in rest if w.startswith("-")]
     unknown = [f for f in flags if f not in known]
     assert not unknown, f"{line}: {unknown} not options of the command"
+    # and the line as a whole parses: every required option and argument given (a `tune`
+    # example without `--param`, a `regress` one without its SUITE, failed when copied)
+    try:
+        command.make_context(words[1], list(rest))
+    except Exception as e:  # typer's click's UsageError (typer may bring its own click)
+        raise AssertionError(f"{line}: {getattr(e, 'format_message', e.__str__)()}") from e
 
 
 def test_a_mistyped_flag_in_an_example_would_fail() -> None:
     with pytest.raises(AssertionError, match="no-such-flag"):
         test_every_example_parses("kvbudget simulate --no-such-flag 1")
+
+
+def test_an_example_without_a_required_option_would_fail() -> None:
+    with pytest.raises(AssertionError, match="Missing option '--param'"):
+        test_every_example_parses("kvbudget tune --policy overcommit --out runs/tuned")
