@@ -1,0 +1,75 @@
+"""The command lines the docs' prose quotes inline (in backticks, not in an example block that
+tests/docs/test_docs.py runs) parse as they are: every option one the command has and every
+required option and argument given. A newcomer copies ``kvbudget capacity --policies
+conservative`` from the README as readily as a block; it failed with "Missing option '--out'".
+
+Covered: every inline ``kvbudget ...`` of README.md, and those of docs/*.md that give two or
+more options (a bare name such as ``kvbudget simulate --out`` there names a flag, not a command
+line); synopses (``[--gpu GPU]``, ``...``, ``a|b``) are not command lines."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+
+from kvbudget.cli.main import app
+
+REPO = Path(__file__).resolve().parents[2]
+INLINE = re.compile(r"`(kvbudget [^`]+)`")
+SYNOPSIS = ("[", "...", "|", "{")
+
+
+def inline_commands(path: Path, min_options: int) -> list[str]:
+    text = path.read_text()
+    found = [" ".join(m.split()) for m in INLINE.findall(text)]
+    return [c for c in found if not any(s in c for s in SYNOPSIS)
+            and len(re.findall(r"(?:^|\s)--?\w", c)) >= min_options]
+
+
+def commands() -> list[tuple[str, str]]:
+    out = [("README.md", c) for c in inline_commands(REPO / "README.md", 0)]
+    for doc in sorted((REPO / "docs").glob("*.md")):
+        out += [(f"docs/{doc.name}", c) for c in inline_commands(doc, 2)]
+    return out
+
+
+def parse_error(line: str) -> str | None:
+    """Why ``line`` does not parse as a kvbudget command line, or None when it does (a group
+    named without a subcommand, ``kvbudget trace``, names the group: it parses)."""
+    words = shlex.split(line)
+    group: Any = typer.main.get_command(app)
+    ctx = group.make_context("kvbudget", [words[1], "--help"], resilient_parsing=True)
+    command, rest = group.get_command(ctx, words[1]), words[2:]
+    if command is None:
+        return f"no command {words[1]!r}"
+    if hasattr(command, "get_command"):
+        if not rest:
+            return None
+        command, rest = command.get_command(ctx, rest[0]), rest[1:]
+        if command is None:
+            return f"no subcommand {words[2]!r}"
+    try:
+        command.make_context(words[1], list(rest))
+    except Exception as e:  # typer's click's UsageError (typer may bring its own click)
+        return str(getattr(e, "format_message", e.__str__)())
+    return None
+
+
+def test_the_readme_quotes_commands_inline() -> None:
+    assert any(c.startswith("kvbudget capacity") for _, c in commands())
+
+
+@pytest.mark.parametrize(("doc", "line"), commands(), ids=lambda v: str(v)[:60])
+def test_an_inline_command_parses(doc: str, line: str) -> None:
+    error = parse_error(line)
+    assert error is None, f"{doc}: `{line}`: {error}"
+
+
+def test_a_command_without_its_required_option_does_not_parse() -> None:
+    assert parse_error("kvbudget capacity --policies conservative") == "Missing option '--out'."
+    assert parse_error("kvbudget capacity --policies conservative --out runs/cap") is None
