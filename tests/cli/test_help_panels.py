@@ -70,3 +70,14 @@ def test_a_mistyped_flag_in_an_example_would_fail() -> None:
 def test_an_example_without_a_required_option_would_fail() -> None:
     with pytest.raises(AssertionError, match="Missing option '--param'"):
         test_every_example_parses("kvbudget tune --policy overcommit --out runs/tuned")
+
+
+def test_a_throughput_label_names_one_rate() -> None:
+    """``out tok/s`` is the single-run tables' tokens over the run (first arrival to last
+    finish); the replicated compare, sweep and plan tables used it for the rate over the
+    arrival window, so one run showed two different ``out tok/s``."""
+    from kvbudget.cli.tables import INTERVAL_FIGURES, short_metric
+
+    assert short_metric("batch_sustained_output_tokens_per_s") == "batch out tok/s"
+    assert short_metric("batch_output_tokens_per_s") == "batch tok/s arr. win"
+    assert dict(INTERVAL_FIGURES).get("out tok/s") in (None, "sustained_output_tokens_per_s")
