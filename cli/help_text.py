@@ -55,7 +55,8 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "compare": ("kvbudget compare",
                 "kvbudget compare --policies conservative,overcommit -r 5 --gpu H200"),
     "presets": ("kvbudget presets", "kvbudget presets > presets.txt"),
-    "sweep": ("kvbudget sweep --grid policy_params.overcommit_ratio=0.5,0.7,0.9 --out runs/sw",
+    "sweep": ("kvbudget sweep --policies overcommit --grid policy_params.overcommit_ratio=0.5:1:3 "
+              "--out runs/sw",
               "kvbudget sweep --policies conservative,overcommit -r 3 --out runs/sw2"),
     "tune": ("kvbudget tune --policy overcommit --param policy_params.overcommit_ratio=0.1:1 "
              "--out runs/tuned",

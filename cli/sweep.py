@@ -205,8 +205,9 @@ def _print_points(points: "pd.DataFrame", axis_cols: list[str], metrics: list[st
         rows = [[_fmt(r.get(c)) for c in ["policy", *axis_cols]]
                 + [_fmt(r[f"{m}_mean"]) for m in metrics] for _, r in points.iterrows()]
         typer.echo(render(headers, rows, gap=1))
-        typer.echo("(means over the replications; out tok/s: over the run, first arrival to "
-                   "last finish; --wide: full names; points.csv: intervals)")
+        typer.echo(textwrap.fill(
+            "(means over the replications; out tok/s: over the run, first arrival to last "
+            "finish; --wide: full names; points.csv: intervals)", WIDTH))
 
 
 def _sweep_plots(table: "pd.DataFrame", points: "pd.DataFrame", out: Path, *,

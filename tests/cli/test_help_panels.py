@@ -4,6 +4,7 @@ two examples whose every flag its parser takes (issue: the first screens tell th
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -81,3 +82,21 @@ def test_a_throughput_label_names_one_rate() -> None:
     assert short_metric("batch_sustained_output_tokens_per_s") == "batch out tok/s"
     assert short_metric("batch_output_tokens_per_s") == "batch tok/s arr. win"
     assert dict(INTERVAL_FIGURES).get("out tok/s") in (None, "sustained_output_tokens_per_s")
+
+
+RUNNABLE = ("sweep", "tune", "capacity", "compare")
+"""Commands whose examples run on the default scenario alone (no file, server or GPU)."""
+
+
+@pytest.mark.parametrize("line", [line for c in RUNNABLE for line in EXAMPLES[c]])
+def test_a_study_example_runs_on_the_default_scenario(line: str, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parsing is not enough: sweep's example once gridded overcommit_ratio over the default
+    scenario's conservative policy, which has no such parameter, and exited 2. Each runs as
+    written on a 10-second default workload, one process."""
+    monkeypatch.chdir(tmp_path)
+    words = [*shlex.split(line)[1:], "--set", "workload.duration_s=10"]
+    if not (words[0] == "compare" and "-r" not in words):  # one replication runs in-process
+        words += ["-j", "1"]
+    result = CliRunner().invoke(app, words)
+    assert result.exit_code == 0, (line, result.output)
