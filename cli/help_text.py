@@ -49,6 +49,11 @@ SUMMARIES: dict[str, str] = {
 """Each command's first sentence, as its help starts: ``kvbudget --help`` lists the commands
 from these without importing their modules (tests/cli/test_help_panels.py checks they match)."""
 
+POLICY_NAMES = ("unlimited, conservative, overcommit, preemptive, quantile, adaptive, peak or "
+                "early_reject (README.md, \"Policies\")")
+"""The policies a ``--policy`` option takes, for its help (tests/cli/test_help_panels.py checks
+the list against ``kvbudget.policies.POLICIES``)."""
+
 EXAMPLES: dict[str, tuple[str, str]] = {
     "simulate": ("kvbudget simulate --policy overcommit --out runs/oc",
                  "kvbudget simulate --trace trace.csv --gpu H100-80GB --model Llama-3.1-8B"),

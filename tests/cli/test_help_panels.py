@@ -3,6 +3,7 @@ two examples whose every flag its parser takes (issue: the first screens tell th
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -100,3 +101,22 @@ def test_a_study_example_runs_on_the_default_scenario(line: str, tmp_path: Path,
         words += ["-j", "1"]
     result = CliRunner().invoke(app, words)
     assert result.exit_code == 0, (line, result.output)
+
+
+@pytest.mark.parametrize("command", ["simulate", "serve", "replay"])
+def test_the_policy_option_names_every_policy(command: str) -> None:
+    """simulate's --policy said only "Admission policy."; serve's sent the reader to `kvbudget
+    presets`, which lists no policies."""
+    from kvbudget.cli.help_text import POLICY_NAMES
+    from kvbudget.policies import POLICIES
+
+    assert sorted(re.findall(r"\w+", POLICY_NAMES.split("(")[0].replace(" or ", ", "))) \
+        == sorted(POLICIES)
+    out = " ".join(CliRunner().invoke(app, [command, "--help"]).stdout.split())
+    assert all(name in out for name in POLICIES), out
+    assert "kvbudget presets lists them" not in out
+    if command == "simulate":
+        from kvbudget.simulator.scenario import default_scenario
+
+        assert "(conservative in the default scenario)" in out
+        assert default_scenario().spec.policy == "conservative"
