@@ -68,3 +68,20 @@ def test_notebook_runs_top_to_bottom(path: Path, monkeypatch: pytest.MonkeyPatch
     assert images, f"{path.name} drew no figure"
     stderr = [o["text"] for o in outputs if o.get("name") == "stderr"]
     assert not [t for t in stderr if "Warning" in t], stderr
+
+
+def test_the_docs_name_what_the_notebooks_read() -> None:
+    """docs/analysis.md's notebooks section: the test it names exists and every KVBUDGET_*
+    variable it names is one a notebook reads (it named KVBUDGET_REPO, which none does)."""
+    import re
+
+    text = (REPO / "docs" / "analysis.md").read_text()
+    section = text[text.index("## Notebooks"):]
+    section = section[:section.find("\n## ", 1)] if "\n## " in section[1:] else section
+    for path in re.findall(r"`(tests/[\w/]+\.py)`", section):
+        assert (REPO / path).is_file(), path
+    read = set()
+    for path in NOTEBOOKS:
+        read |= set(re.findall(r"KVBUDGET_[A-Z_]+", path.read_text()))
+    named = set(re.findall(r"KVBUDGET_[A-Z_]+", section))
+    assert named and named <= read, named - read
