@@ -85,3 +85,19 @@ def test_the_docs_name_what_the_notebooks_read() -> None:
         read |= set(re.findall(r"KVBUDGET_[A-Z_]+", path.read_text()))
     named = set(re.findall(r"KVBUDGET_[A-Z_]+", section))
     assert named and named <= read, named - read
+
+
+def test_the_notebooks_name_folders_and_docs_that_exist() -> None:
+    """A folder (`live/`), module or page a notebook's text names is in the checkout
+    (notebook 03 named a `backends/` folder the project does not have)."""
+    import re
+
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)  # type: ignore[no-untyped-call]
+        text = "".join(c.source for c in nb.cells if c.cell_type == "markdown")
+        named = re.findall(r"`([\w.-]+(?:/[\w.-]+)*(?:/|\.py|\.md))`", text)
+        named += re.findall(r"\b(docs/[\w-]+\.md)", text)
+        for name in named:
+            if name.startswith("../shared/"):
+                continue  # the shared data folder, beside the checkout
+            assert (REPO / name).exists(), f"{path.name}: {name}"
