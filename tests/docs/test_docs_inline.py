@@ -73,3 +73,18 @@ def test_an_inline_command_parses(doc: str, line: str) -> None:
 def test_a_command_without_its_required_option_does_not_parse() -> None:
     assert parse_error("kvbudget capacity --policies conservative") == "Missing option '--out'."
     assert parse_error("kvbudget capacity --policies conservative --out runs/cap") is None
+
+
+def test_the_project_tests_the_docs_name_are_where_they_say() -> None:
+    """A test file the docs name by path (`tests/.../test_x.py`) is at that path when the project
+    has a test of that name (docs/regress.md and docs/performance.md named tests/test_*.py files
+    that had moved under tests/cli, tests/model and tests/unit/simulator); paths of other
+    projects' tests (vLLM's, cited as sources) have no namesake here and are left alone."""
+    ours = {p.name: p for p in (REPO / "tests").rglob("test_*.py")}
+    wrong = []
+    for doc in [REPO / "README.md", REPO / "DEVELOPERS.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for path in set(re.findall(r"`(tests/[\w/]+\.py)", doc.read_text())):
+            name = path.rsplit("/", 1)[-1]
+            if name in ours and not (REPO / path).is_file():
+                wrong.append(f"{doc.name}: {path} (is {ours[name].relative_to(REPO)})")
+    assert not wrong, wrong
