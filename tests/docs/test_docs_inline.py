@@ -88,3 +88,44 @@ def test_the_project_tests_the_docs_name_are_where_they_say() -> None:
             if name in ours and not (REPO / path).is_file():
                 wrong.append(f"{doc.name}: {path} (is {ours[name].relative_to(REPO)})")
     assert not wrong, wrong
+
+
+PACKAGES = "simulator|perf|policies|workloads|results|analysis|studies|live|cli"
+DOTTED = re.compile(rf"`((?:kvbudget\.)?(?:{PACKAGES})\.[A-Za-z_][\w.]*?)\.?(?:\(\))?`")
+
+
+def _resolves(name: str) -> bool:
+    """Whether ``name`` (``analysis.tables.label_runs``, with or without ``kvbudget.``) is a
+    module of the package or a name in one."""
+    import importlib
+
+    parts = name.split(".")
+    parts = parts if parts[0] == "kvbudget" else ["kvbudget", *parts]
+    for i in range(len(parts), 1, -1):
+        try:
+            obj: object = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+def test_the_module_names_the_docs_and_notebooks_give_resolve() -> None:
+    """`analysis.tables.bootstrap_quantiles`, not `simulator.analysis...`: the docs and notebook
+    01 named modules by where they were before the package was split into its folders."""
+    import json
+
+    texts = {p.name: p.read_text()
+             for p in [REPO / "README.md", REPO / "DEVELOPERS.md", *(REPO / "docs").glob("*.md")]}
+    for nb in (REPO / "notebooks").glob("*.ipynb"):
+        cells = json.loads(nb.read_text())["cells"]
+        texts[nb.name] = "".join("".join(c["source"]) for c in cells
+                                 if c["cell_type"] == "markdown")
+    wrong = [f"{doc}: {name}" for doc, text in texts.items()
+             for name in sorted(set(DOTTED.findall(text))) if not _resolves(name)]
+    assert not wrong, wrong
+    assert not _resolves("simulator.analysis.bootstrap_quantiles")
