@@ -83,8 +83,8 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "serve": ("kvbudget serve --upstream http://127.0.0.1:8000 --scenario tuned.toml --port 8100",
               "kvbudget serve --upstream http://10.0.0.5:8000 --host 0.0.0.0 --keys keys.txt "
               "--out runs/prod"),
-    "report": ("kvbudget report runs/oc --out report.html",
-               "kvbudget report runs/oc --measured runs/live --out report.html"),
+    "report": ("kvbudget report runs/oc --out reports/oc",
+               "kvbudget report runs/oc --measured runs/live --out reports/oc-vs-live"),
     "trace": ("kvbudget trace stats trace.csv",
               "kvbudget trace convert trace.csv --out trace.parquet"),
     "profile": ("kvbudget profile --model config.json --out prof.csv",

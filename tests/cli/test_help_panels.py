@@ -120,3 +120,14 @@ def test_the_policy_option_names_every_policy(command: str) -> None:
 
         assert "(conservative in the default scenario)" in out
         assert default_scenario().spec.policy == "conservative"
+
+
+def test_an_out_that_is_a_folder_is_not_named_like_a_file() -> None:
+    """report's --out is a folder (report.html and the PNGs go in it): its examples' `--out
+    report.html` made a folder named report.html holding report.html."""
+    folders = {"report", "sweep", "tune", "capacity", "plan", "simulate", "compare", "replay"}
+    for command in folders:
+        for line in EXAMPLES[command]:
+            words = shlex.split(line)
+            outs = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--out"]
+            assert not [o for o in outs if re.search(r"\.(html|json|csv|parquet)$", o)], line
