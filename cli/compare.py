@@ -88,8 +88,8 @@ def compare_cmd(
         "--confidence", min=0.5, max=0.999, help="Level of the intervals.")] = 0.95,
     metric: Annotated[list[str] | None, typer.Option(
         "--metric", help="A metric of the replicated table (column or dotted summary path, "
-        "e.g. tiers.interactive.ttft_s.p99; repeatable; default: per tier p99 TTFT/TPOT, "
-        "tokens/s, SLO attainment, and the drain time).")] = None,
+        "e.g. tiers.interactive.ttft_s.p99; repeatable; default: per tier p99 TTFT/TPOT/ITL, "
+        "output tokens/s over the run, SLO attainment, and the drain time).")] = None,
     out: Annotated[
         Path | None, typer.Option("--out", help="Write one run directory per policy here "
                                   "(with --replications: runs.parquet and compare.csv).")

@@ -49,22 +49,30 @@ SUMMARIES: dict[str, str] = {
 """Each command's first sentence, as its help starts: ``kvbudget --help`` lists the commands
 from these without importing their modules (tests/cli/test_help_panels.py checks they match)."""
 
+POLICY_NAMES = ("unlimited, conservative, overcommit, preemptive, quantile, adaptive, peak or "
+                "early_reject (README.md, \"Policies\")")
+"""The policies a ``--policy`` option takes, for its help (tests/cli/test_help_panels.py checks
+the list against ``kvbudget.policies.POLICIES``)."""
+
 EXAMPLES: dict[str, tuple[str, str]] = {
     "simulate": ("kvbudget simulate --policy overcommit --out runs/oc",
                  "kvbudget simulate --trace trace.csv --gpu H100-80GB --model Llama-3.1-8B"),
     "compare": ("kvbudget compare",
                 "kvbudget compare --policies conservative,overcommit -r 5 --gpu H200"),
     "presets": ("kvbudget presets", "kvbudget presets > presets.txt"),
-    "sweep": ("kvbudget sweep --grid policy_params.overcommit_ratio=0.5,0.7,0.9 --out runs/sw",
+    "sweep": ("kvbudget sweep --policies overcommit --grid policy_params.overcommit_ratio=0.5:1:3 "
+              "--out runs/sw",
               "kvbudget sweep --policies conservative,overcommit -r 3 --out runs/sw2"),
-    "tune": ("kvbudget tune --policy overcommit --out runs/tuned",
-             "kvbudget tune --policy overcommit -r 3 --validate 5 --out runs/tuned2"),
+    "tune": ("kvbudget tune --policy overcommit --param policy_params.overcommit_ratio=0.1:1 "
+             "--out runs/tuned",
+             "kvbudget tune --param engine.max_num_seqs=64:512:int -r 3 --validate 5 "
+             "--out runs/tuned2"),
     "capacity": ("kvbudget capacity --out runs/cap",
                  "kvbudget capacity --policies conservative --gpu H200 --out runs/cap2"),
     "plan": ("kvbudget plan --gpus H100-80GB,H200-141GB --replicas 1,2 --out runs/plan",
              "kvbudget plan --gpus H100-80GB --replicas 1,2,4 --top 5 --out runs/plan2"),
-    "regress": ("kvbudget regress --baseline baseline.json",
-                "kvbudget regress --baseline baseline.json --update"),
+    "regress": ("kvbudget regress scenarios --baseline scenarios/baselines",
+                "kvbudget regress scenarios --baseline scenarios/baselines --update"),
     "calibrate": ("kvbudget calibrate --records bench.json --gpu H100-80GB --out cost.json",
                   "kvbudget calibrate --url http://127.0.0.1:8000 --out cost.json"),
     "validate": ("kvbudget validate --records bench.json --cost-model cost.json --out val/",
@@ -75,8 +83,8 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "serve": ("kvbudget serve --upstream http://127.0.0.1:8000 --scenario tuned.toml --port 8100",
               "kvbudget serve --upstream http://10.0.0.5:8000 --host 0.0.0.0 --keys keys.txt "
               "--out runs/prod"),
-    "report": ("kvbudget report runs/oc --out report.html",
-               "kvbudget report runs/oc --measured runs/live --out report.html"),
+    "report": ("kvbudget report runs/oc --out reports/oc",
+               "kvbudget report runs/oc --measured runs/live --out reports/oc-vs-live"),
     "trace": ("kvbudget trace stats trace.csv",
               "kvbudget trace convert trace.csv --out trace.parquet"),
     "profile": ("kvbudget profile --model config.json --out prof.csv",

@@ -16,6 +16,7 @@ import typer
 from kvbudget.analysis.validation import KEY_METRICS
 from kvbudget.cli import recorded
 from kvbudget.cli.errors import CliError, check_out_dir, check_out_file, fail, user_errors
+from kvbudget.cli.help_text import POLICY_NAMES
 from kvbudget.cli.options import (
     ClientsOpt,
     ThinkTimeOpt,
@@ -73,8 +74,8 @@ MaxOutputOpt = Annotated[int | None, typer.Option(
     "2048; never below the true output); with --records, of requests whose file records none "
     "(default: each request's realised output).")]
 PolicyOpt = Annotated[str | None, typer.Option(
-    "--policy", help="Admission policy (see kvbudget compare); default: the --scenario's, "
-    "else conservative.")]
+    "--policy", help=f"Admission policy: {POLICY_NAMES}; default: the --scenario's, else "
+    "conservative.")]
 ScenarioOpt = Annotated[Path | None, typer.Option(
     "--scenario", help="A scenario file (docs/scenarios.md) whose tiers, front door and policy "
     "the gateway uses; its workload and engine are ignored.")]

@@ -248,6 +248,9 @@ def _run() -> int:
         print("error: interrupted", file=sys.stderr)
         return 130
     except SystemExit as done:
+        if isinstance(getattr(done.__context__, "__cause__", None), KeyboardInterrupt):
+            # typer turns Ctrl-C inside a command into a silent exit 130: say it, as above
+            print("error: interrupted", file=sys.stderr)
         if done.code is None or isinstance(done.code, int):
             return done.code or 0
         print(done.code, file=sys.stderr)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, cast
 import typer
 
 from kvbudget.cli.errors import CliError, user_errors
+from kvbudget.cli.help_text import POLICY_NAMES
 from kvbudget.live.serve_request import KeyTable
 from kvbudget.live.serve_tokenizer import LocalTokenizer
 from kvbudget.policies import DEFAULT_TIERS, make_policy
@@ -30,7 +31,7 @@ ScenarioOpt = Annotated[Path | None, typer.Option(
     "--scenario", help="A scenario file (docs/scenarios.md): its tiers, front door, lease TTL, "
     "policy and gateway_capacity_tokens. Default: the default tiers and conservative.")]
 PolicyOpt = Annotated[str | None, typer.Option(
-    "--policy", help="The admission policy, over the scenario's (kvbudget presets lists them).")]
+    "--policy", help=f"The admission policy, over the scenario's: {POLICY_NAMES}.")]
 HostOpt = Annotated[str, typer.Option("--host", help="The address to listen on.")]
 PortOpt = Annotated[int, typer.Option("--port", min=0, max=65535,
                                       help="The port to listen on (0: a free one, printed).")]

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from kvbudget.cli.errors import CliError, check_out_dir, user_errors
+from kvbudget.cli.help_text import POLICY_NAMES
 from kvbudget.cli.options import (
     ScenarioArgs,
     with_scenario_options,
@@ -85,7 +86,9 @@ def run_one(scn: "Scenario", policy_name: str | None, label: str) -> "RunResult"
 @with_scenario_options
 def simulate_cmd(
     setup: ScenarioArgs,
-    policy: Annotated[str | None, typer.Option("--policy", help="Admission policy.")] = None,
+    policy: Annotated[str | None, typer.Option(
+        "--policy", help=f"Admission policy: {POLICY_NAMES}; default: the scenario's "
+        "(conservative in the default scenario).")] = None,
     seed: SeedOpt = None,
     out: Annotated[
         Path | None, typer.Option("--out", help="Write requests/timeline parquet + summary.json.")

@@ -56,6 +56,12 @@ if TYPE_CHECKING:
     from kvbudget.studies.capacity import CapacityResult
     from kvbudget.studies.executors import LocalExecutor, RayExecutor
     from kvbudget.studies.tune import Evaluation, TuneResult
+
+THROUGHPUT = "batch_sustained_output_tokens_per_s"
+"""The sweep's throughput column (table and Pareto plot): batch tokens over the run, first arrival
+to last finish (the single-run tables' ``out tok/s``). Over the arrival window every
+configuration that completes the same requests shows the same figure."""
+
 ReplicationsOpt = Annotated[
     int, typer.Option("--replications", "-r", min=1, max=MAX_REPLICATIONS,
                       help="Seeds per configuration.")
@@ -131,7 +137,7 @@ def sweep_cmd(
         axes = _sweep_axes(policies, grid, rate_scale)
         plan = SweepPlan(scn, tuple(axes), replications, seed)
         table = _sweep_with_bar(plan, _executor(executor, jobs, address), out, resume=resume)
-        metrics = [m for m in ("interactive_ttft_p99_s", "batch_output_tokens_per_s",
+        metrics = [m for m in ("interactive_ttft_p99_s", THROUGHPUT,
                                "overall_slo_attainment", "offered_rate_rps")
                    if m in table.columns]
         points = summarize_points(table, metrics)
@@ -200,8 +206,9 @@ def _print_points(points: "pd.DataFrame", axis_cols: list[str], metrics: list[st
         rows = [[_fmt(r.get(c)) for c in ["policy", *axis_cols]]
                 + [_fmt(r[f"{m}_mean"]) for m in metrics] for _, r in points.iterrows()]
         typer.echo(render(headers, rows, gap=1))
-        typer.echo("(means over the replications; --wide: full names; points.csv: "
-                   "intervals)")
+        typer.echo(textwrap.fill(
+            "(means over the replications; out tok/s: over the run, first arrival to last "
+            "finish; --wide: full names; points.csv: intervals)", WIDTH))
 
 
 def _sweep_plots(table: "pd.DataFrame", points: "pd.DataFrame", out: Path, *,
@@ -209,16 +216,16 @@ def _sweep_plots(table: "pd.DataFrame", points: "pd.DataFrame", out: Path, *,
     """The Pareto fronts (one per load) and, over several loads, the attainment curves; the
     files written."""
     written: list[Path] = []
-    if {"interactive_ttft_p99_s", "batch_output_tokens_per_s"} <= set(metrics):
+    if {"interactive_ttft_p99_s", THROUGHPUT} <= set(metrics):
         labels = [c for c in axis_cols if c != "rate_scale"]
         loads = sorted(points["rate_scale"].unique())
         if len(loads) == 1:
-            written += plot_pareto(points, out / "pareto", label_columns=labels)
+            written += plot_pareto(points, out / "pareto", x=THROUGHPUT, label_columns=labels)
         else:  # a front compares configurations at one load
             for load in loads:
                 written += plot_pareto(
                     points[points["rate_scale"] == load], out / f"pareto-rate{load:g}",
-                    label_columns=labels,
+                    x=THROUGHPUT, label_columns=labels,
                     title=f"Tail latency against batch throughput at rate x{load:g}")
     if (rate_scale is not None and "overall_slo_attainment" in metrics
             and "offered_rate_rps" in metrics):

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from kvbudget.cli.main import app
 from kvbudget.cli.options import ENGINE_OPTIONS, SCENARIO_OPTIONS, TRACE_OPTIONS
 from kvbudget.simulator.scenario import scenario_from_dict
-from kvbudget.studies.compare import compare, paired_test, verdict
+from kvbudget.studies.compare import compare, default_metrics, paired_test, verdict
 from kvbudget.studies.sweep import metric_column
 from tests.conftest import small_scenario_dict
 
@@ -161,9 +161,13 @@ def test_paired_test_known_answers() -> None:
 
 
 def test_replicated_compare_has_intervals_and_equal_tier_throughput(tmp_path: Path) -> None:
-    """Policies that complete the same tokens show the same throughput (offered window)."""
+    """Policies that complete the same tokens show the same throughput over the offered window;
+    the default table's throughput is the one over the run (first arrival to last finish)."""
     scn = scenario_from_dict(small_scenario_dict(80, 5.0, policy_params={"overcommit_ratio": 0.6}), tmp_path)
-    c = compare(scn, ["conservative", "overcommit"], replications=3)
+    metrics = [*default_metrics(scn), "interactive_output_tokens_per_s",
+               "batch_output_tokens_per_s"]
+    assert "batch_sustained_output_tokens_per_s" in metrics
+    c = compare(scn, ["conservative", "overcommit"], replications=3, metrics=metrics)
     t = c.table.set_index(["metric", "policy"])
     runs = c.runs
     for tier in ("interactive", "batch"):
@@ -171,6 +175,12 @@ def test_replicated_compare_has_intervals_and_equal_tier_throughput(tmp_path: Pa
         if done["conservative"] == done["overcommit"]:
             assert (t.loc[(f"{tier}_output_tokens_per_s", "conservative"), "mean"]
                     == t.loc[(f"{tier}_output_tokens_per_s", "overcommit"), "mean"])
+        for policy in ("conservative", "overcommit"):  # the same tokens over duration_s
+            mine = runs[runs["policy"] == policy]
+            over_run = (mine[f"{tier}_output_tokens_per_s"] * mine["offered_window_s"]
+                        / mine["duration_s"])
+            assert t.loc[(f"{tier}_sustained_output_tokens_per_s", policy), "mean"] \
+                == pytest.approx(over_run.mean())
     row = t.loc[("interactive_ttft_p99_s", "overcommit")]
     assert math.isfinite(row["low"]) and row["low"] <= row["mean"] <= row["high"]
     assert row["verdict"] in ("better", "worse", "within noise", "same")

@@ -411,3 +411,24 @@ def test_a_very_long_line_is_a_clean_error(tmp_path: Path) -> None:
     code, _, stderr = run("trace", "stats", path)
     assert "Traceback" not in stderr
     assert code == 0 or (code == 2 and "long.csv" in stderr), stderr
+
+
+def test_ctrl_c_inside_a_command_says_so(monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C once a command runs (a simulation under way) reaches typer, which turned it into
+    a silent exit 130; the test above signals before typer's handling starts."""
+    import typer
+
+    import kvbudget.cli.main as m
+
+    toy = typer.Typer()
+
+    @toy.command()
+    def run() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(m, "app", toy)
+    monkeypatch.setattr(m.signal, "signal", lambda *args: None)  # leave pytest's handlers
+    monkeypatch.setattr(sys, "argv", ["kvbudget"])
+    assert m._run() == 130
+    assert capsys.readouterr().err.strip() == "error: interrupted"

@@ -68,3 +68,36 @@ def test_notebook_runs_top_to_bottom(path: Path, monkeypatch: pytest.MonkeyPatch
     assert images, f"{path.name} drew no figure"
     stderr = [o["text"] for o in outputs if o.get("name") == "stderr"]
     assert not [t for t in stderr if "Warning" in t], stderr
+
+
+def test_the_docs_name_what_the_notebooks_read() -> None:
+    """docs/analysis.md's notebooks section: the test it names exists and every KVBUDGET_*
+    variable it names is one a notebook reads (it named KVBUDGET_REPO, which none does)."""
+    import re
+
+    text = (REPO / "docs" / "analysis.md").read_text()
+    section = text[text.index("## Notebooks"):]
+    section = section[:section.find("\n## ", 1)] if "\n## " in section[1:] else section
+    for path in re.findall(r"`(tests/[\w/]+\.py)`", section):
+        assert (REPO / path).is_file(), path
+    read = set()
+    for path in NOTEBOOKS:
+        read |= set(re.findall(r"KVBUDGET_[A-Z_]+", path.read_text()))
+    named = set(re.findall(r"KVBUDGET_[A-Z_]+", section))
+    assert named and named <= read, named - read
+
+
+def test_the_notebooks_name_folders_and_docs_that_exist() -> None:
+    """A folder (`live/`), module or page a notebook's text names is in the checkout
+    (notebook 03 named a `backends/` folder the project does not have)."""
+    import re
+
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)  # type: ignore[no-untyped-call]
+        text = "".join(c.source for c in nb.cells if c.cell_type == "markdown")
+        named = re.findall(r"`([\w.-]+(?:/[\w.-]+)*(?:/|\.py|\.md))`", text)
+        named += re.findall(r"\b(docs/[\w-]+\.md)", text)
+        for name in named:
+            if name.startswith("../shared/"):
+                continue  # the shared data folder, beside the checkout
+            assert (REPO / name).exists(), f"{path.name}: {name}"

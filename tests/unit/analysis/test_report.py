@@ -233,3 +233,18 @@ def test_the_report_says_what_the_runs_assumed(tmp_path: Path) -> None:
     assert "<li>warning: the file has no arrival times: Poisson arrivals at 1 req/s" in said
     assert "<li>assumed: the file names no tier: every request is &#x27;interactive&#x27;" in said
     assert said.count("(conservative, unlimited)") == 3
+
+
+def test_the_report_shows_the_throughput_the_tables_show(two_runs: list[Path],
+                                                         cli_report: Path) -> None:
+    """The outcomes table's throughput is the one simulate's and compare's tables call `out
+    tok/s` (over the run, first arrival to last finish); it showed the arrival-window rate under
+    'output tokens/s', a different figure for the same run."""
+    outcomes = (cli_report / REPORT_FILE).read_text().split("Outcomes per run")[1]
+    outcomes = outcomes.split("</table>")[0]
+    assert "output tok/s over the run" in outcomes
+    batch = read_run(two_runs[0]).summary["tiers"]["batch"]
+    over_run, window = batch["sustained_output_tokens_per_s"], batch["output_tokens_per_s"]
+    assert over_run < window  # the run drains after its last arrival
+    shown = f"{over_run:,.0f}" if over_run >= 1000 else f"{over_run:.3g}"
+    assert f'<td class="n">{shown}</td>' in outcomes

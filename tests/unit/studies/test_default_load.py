@@ -54,3 +54,20 @@ def test_docs_quote_the_default_rate_and_its_ratio(conservative_capacity_rps: fl
     readme = " ".join(README.read_text().split())
     quoted = re.search(r"req/s, about ([\d.]+)x the conservative policy's capacity", readme)
     assert quoted and abs(float(quoted.group(1)) - ratio) <= README_TOLERANCE * ratio
+
+
+def test_readme_quotes_the_drawn_requests_and_the_offered_rate() -> None:
+    """The README's 5.5 req/s is the rate the arrivals are drawn at; the first screen says
+    'conclusion at 5.4 req/s offered' (the seed's draw): the README says both."""
+    from kvbudget.analysis.conclusion import offered_rate_rps
+
+    text = " ".join(README.read_text().split())
+    m = re.search(r"default seed's ([\d,]+) requests arrive over ([\d.]+) s, the ([\d.]+) req/s "
+                  r"offered", text)
+    assert m, "README: the default draw's requests and rate"
+    workload = default_scenario().workload()
+    window = float(workload.arrival_s[-1] - workload.arrival_s[0])
+    assert int(m.group(1).replace(",", "")) == len(workload)
+    assert float(m.group(2)) == pytest.approx(window, abs=0.5)
+    rate = offered_rate_rps({"offered_window_s": window, "overall": {"offered": len(workload)}})
+    assert float(m.group(3)) == pytest.approx(rate, abs=0.05)
