@@ -305,6 +305,21 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
                 max_tokens=_recorded_max_tokens(path, doc, line))
 
 
+def _one_model(path: Path, docs: list[tuple[int | None, dict[str, Any]]]) -> None:
+    """The runs of an ``--append-result`` file must name one model: they are simulated as
+    one server of the model the first names (a run of another is refused, not simulated as
+    that one)."""
+    first_line, first = docs[0]
+    model = first.get("model_id")
+    for line, doc in docs[1:]:
+        other = doc.get("model_id")
+        if other is not None and model is not None and other != model:
+            raise TraceError(path, f"{str(other)[:100]!r} differs from line {first_line}'s "
+                             f"{str(model)[:100]!r}: the appended runs benchmarked different "
+                             "models; validate each model's lines as a file of its own",
+                             line=line, field="model_id")
+
+
 def _config(docs: list[tuple[int | None, dict[str, Any]]]) -> dict[str, Any]:
     config: dict[str, Any] = {}
     first = docs[0][1]
@@ -327,6 +342,7 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
                     max_output_rule: MaxOutputRule | None = None) -> Recording:
     """Read a ``vllm bench serve`` result (one run, or ``--append-result`` runs one a line)."""
     docs = _documents(path)
+    _one_model(path, docs)
     notes: list[str] = []
     runs = [_run(path, doc, line, seed + k, notes) for k, (line, doc) in enumerate(docs)]
     labels = [_label(r.stage) for r in runs]

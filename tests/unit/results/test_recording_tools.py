@@ -88,6 +88,20 @@ def test_vllm_bench_append_result_reads_every_line_as_a_stage() -> None:
     assert second["arrival_s"].min() >= (first["arrival_s"] + first["e2e_s"]).max() - 1e-9
 
 
+def test_vllm_bench_append_result_of_two_models_is_refused(tmp_path: Path) -> None:
+    # the lines were simulated as one server of the first line's model, the second line's
+    # model said nowhere
+    docs = [json.loads(line) for line in (VLLM / "append.jsonl").read_text().splitlines()
+            if line.strip()]
+    docs[1]["model_id"] = "meta-llama/Llama-3.1-70B-Instruct"
+    path = tmp_path / "two.jsonl"
+    path.write_text("\n".join(json.dumps(d) for d in docs) + "\n")
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    assert (err.value.line, err.value.field) == (2, "model_id")
+    assert "'meta-llama/Llama-3.1-70B-Instruct' differs from line 1's 'tiny'" in str(err.value)
+
+
 def test_vllm_bench_metadata_max_tokens_and_ignore_eos_are_the_recorded_setting(
         tmp_path: Path) -> None:
     doc = json.loads((VLLM / "rate8.json").read_text())
