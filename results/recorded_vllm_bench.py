@@ -63,6 +63,10 @@ class _Run:
     itl_mean: FloatArray
     failed: np.ndarray[Any, np.dtype[np.bool_]]
     arrival: FloatArray
+    """When the client meant to send each request: what a replay offers."""
+    sent: FloatArray
+    """When each was sent (``arrival`` plus a capped run's wait for a slot): its TTFT's and
+    E2E's origin."""
     stage: RecordedStage
     max_tokens: float
 
@@ -290,19 +294,45 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
         i = int(np.argmax(bad))
         raise TraceError(path, f"the request ends ({e2e[i]:g} s) before its first token "
                          f"({ttft[i]:g} s)", **_where(line, "latencies", i))
+    stage = load_mode(path, doc, "", line)
     if starts is not None and np.isfinite(starts).all():
-        arrival = starts - float(starts.min())
+        sent = starts - float(starts.min())
+        arrival = _offered(path, doc, line, stage, sent, notes)
+        sent = sent - float(arrival.min())
+        arrival = arrival - float(arrival.min())
     else:
         if starts is not None:
             notes.append(f"{where}start_times has gaps: arrivals reconstructed")
         sub: list[str] = []
-        arrival = bench_arrivals(doc, e2e, n, seed, sub)
+        arrival = sent = bench_arrivals(doc, e2e, n, seed, sub)
         notes.extend(where + s for s in sub)
-    stage = load_mode(path, doc, "", line)
     return _Run(prompt=prompt, output=np.where(failed & ~np.isfinite(output), 0, output),
                 ttft=np.where(failed, np.nan, ttft), e2e=np.where(failed, np.nan, e2e),
-                itl_mean=itl_mean, failed=failed, arrival=arrival, stage=stage,
+                itl_mean=itl_mean, failed=failed, arrival=arrival, sent=sent, stage=stage,
                 max_tokens=_recorded_max_tokens(path, doc, line))
+
+
+def _offered(path: Path, doc: Mapping[str, Any], line: int | None, stage: RecordedStage,
+             sent: FloatArray, notes: list[str]) -> FloatArray:
+    """When the client meant to send each request of a run whose ``start_times`` are its send
+    times (``sent``, rebased). A capped run's request waits for one of the ``max_concurrency``
+    slots before it is sent (``benchmark()``'s semaphore; ``start_time`` is taken inside it):
+    it was due ``queue_times`` earlier (``client_queue_time``, vllm/benchmarks/serve.py,
+    ``limited_request_func``). A capped replay offers each request at its due time: at the
+    send time it would wait for the recorded server's slots, so a faster simulated server
+    could not send sooner than the real one did."""
+    if stage.load != "capped":
+        return sent
+    queue = _numbers(path, doc, "queue_times", len(sent), line, required=False)
+    if queue is None or not np.isfinite(queue).all():
+        notes.append(f"{'' if line is None else f'line {line}: '}no queue_times in the file: "
+                     "each request is offered at its start_time, when it got one of the "
+                     f"max_concurrency={stage.max_concurrency} slots of the recorded run (its "
+                     "wait for one is not known): a faster simulated server cannot send "
+                     "sooner than the recorded one did")
+        return sent
+    _check_times(path, line, "queue_times", queue)
+    return sent - queue
 
 
 def _one_model(path: Path, docs: list[tuple[int | None, dict[str, Any]]]) -> None:
@@ -355,10 +385,11 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
                                  r.stage.max_concurrency) for lab, r in zip(labels, runs,
                                                                             strict=True))
     offset = 0.0
-    arrivals = []
+    arrivals, sents = [], []
     for r in runs:
         arrivals.append(r.arrival + offset)
-        ends = r.arrival + np.where(np.isfinite(r.e2e), r.e2e, 0.0)
+        sents.append(r.sent + offset)
+        ends = r.sent + np.where(np.isfinite(r.e2e), r.e2e, 0.0)
         offset += float(ends.max()) if len(ends) else 0.0
     cat = np.concatenate
     max_tokens = cat([np.full(len(r.prompt), r.max_tokens) for r in runs])
@@ -380,7 +411,7 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
         notes.append("ignore_eos: not recorded in the file (vllm bench serve does not save it)")
     return build_recording(
         path, "vllm-bench", workload, ttft=cat([r.ttft for r in runs])[rows],
-        e2e=cat([r.e2e for r in runs])[rows],
+        e2e=cat([r.e2e for r in runs])[rows], sent_s=cat(sents)[rows],
         status=["error" if failed[r] else "completed" for r in rows.tolist()],
         stage=[labels[int(stage_of[r])] for r in rows.tolist()],
         itl_mean=cat([r.itl_mean for r in runs])[rows], config=config, counts=counts,

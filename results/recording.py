@@ -42,7 +42,8 @@ MEASURED_COLUMNS: tuple[str, ...] = ("request_id", "tier", "arrival_s", "prompt_
                                      "output_tokens", "status", "stage", "ttft_s", "tpot_s",
                                      "e2e_s", "itl_mean_s", "usable")
 """Columns of :attr:`Recording.measured` (one row per workload request, in the same order).
-``status`` is ``completed`` or what the file said (``error``, ``timeout``, ``incomplete``...);
+``arrival_s`` is when the request was sent (the workload's ``arrival_s``, unless a capped
+run's request waited for a slot); ``status`` is ``completed`` or what the file said (``error``, ``timeout``, ``incomplete``...);
 ``usable`` is True for a completed request with a finite TTFT and E2E: the rows every measured
 statistic uses."""
 
@@ -182,11 +183,13 @@ def build_recording(path: Path, fmt: str, workload: Workload, *, ttft: FloatArra
                     e2e: FloatArray, status: list[str], stage: list[str],
                     itl_mean: FloatArray | None, config: dict[str, Any], counts: dict[str, int],
                     notes: list[str], output_measured: npt.NDArray[np.int64] | None = None,
-                    stages: tuple[RecordedStage, ...] = (), tool: str = "") -> Recording:
+                    stages: tuple[RecordedStage, ...] = (), tool: str = "",
+                    sent_s: FloatArray | None = None) -> Recording:
     """The recording of ``workload`` with its measurement columns (in workload order).
 
     ``stages`` must name every label of ``stage`` (when given); ``tool`` defaults to the
-    format's name."""
+    format's name; ``sent_s`` when each request was sent, the origin of its TTFT and E2E
+    (default: its ``arrival_s``; later when a capped run's request waited for a slot)."""
     import pandas as pd
 
     n = len(workload)
@@ -203,7 +206,7 @@ def build_recording(path: Path, fmt: str, workload: Workload, *, ttft: FloatArra
     measured = pd.DataFrame({
         "request_id": workload.request_id,
         "tier": tiers,
-        "arrival_s": workload.arrival_s,
+        "arrival_s": workload.arrival_s if sent_s is None else sent_s,
         "prompt_tokens": workload.prompt_tokens,
         "output_tokens": output,
         "status": status,

@@ -102,6 +102,37 @@ def test_vllm_bench_append_result_of_two_models_is_refused(tmp_path: Path) -> No
     assert "'meta-llama/Llama-3.1-70B-Instruct' differs from line 1's 'tiny'" in str(err.value)
 
 
+def test_vllm_bench_capped_run_is_offered_when_due_not_when_a_slot_freed(tmp_path: Path) -> None:
+    # --request-rate R --max-concurrency C: start_times are taken after the wait for a slot,
+    # so replaying them held each request to the recorded server's slots (a faster simulated
+    # server could not send sooner: its throughput agreed with the measured one by
+    # construction); the request was due queue_times earlier
+    doc = json.loads((VLLM / "concurrency4.json").read_text())
+    doc["request_rate"] = 100.0
+    start, queue = np.array(doc["start_times"]), np.array(doc["queue_times"])
+    assert queue.max() > 0.4  # the fixture's requests waited for a slot
+    path = tmp_path / "capped.json"
+    path.write_text(json.dumps(doc))
+    rec = read_recording(path)
+    assert rec.stages[0].load == "capped"
+    due = start - queue
+    order = rec.workload.request_id
+    assert np.allclose(rec.workload.arrival_s, (due - due.min())[order], atol=1e-9)
+    # the measurements keep their origin: the send
+    assert np.allclose(rec.measured["arrival_s"], (start - due.min())[order], atol=1e-9)
+    assert np.allclose(rec.records()["finished_s"],
+                       (start - due.min() + np.array(doc["latencies"]))[order], atol=1e-9)
+    # a file without queue_times says the replay is held to the recorded slots
+    del doc["queue_times"]
+    path.write_text(json.dumps(doc))
+    rec = read_recording(path)
+    assert np.allclose(rec.workload.arrival_s, rec.measured["arrival_s"])
+    assert any("no queue_times" in n for n in rec.notes)
+    # an open or closed run is offered at its send times, as before
+    closed = read_recording(VLLM / "concurrency4.json")
+    assert np.allclose(closed.workload.arrival_s, closed.measured["arrival_s"])
+
+
 def test_vllm_bench_metadata_max_tokens_and_ignore_eos_are_the_recorded_setting(
         tmp_path: Path) -> None:
     doc = json.loads((VLLM / "rate8.json").read_text())
