@@ -182,6 +182,10 @@ def load_mode(path: Path, doc: Mapping[str, Any], label: str, line: int | None) 
             raise TraceError(path, f"must be a whole number >= 1, got {conc_raw!r}",
                              **_where(line, "max_concurrency"))
         conc = int(conc_raw)
+    ramp = _ramp(path, doc, line)
+    if ramp:  # its request_rate is "inf" (vLLM refuses a rate beside a ramp)
+        return RecordedStage(ramp if conc is None else f"{ramp}, concurrency {conc}",
+                             "open" if conc is None else "capped", None, conc)
     if conc is not None and math.isinf(rate):
         return RecordedStage(label, "closed", None, conc)
     if conc is not None:
@@ -189,7 +193,27 @@ def load_mode(path: Path, doc: Mapping[str, Any], label: str, line: int | None) 
     return RecordedStage(label, "open", rate, None)
 
 
+def _ramp(path: Path, doc: Mapping[str, Any], line: int | None) -> str:
+    """A ramp-up run's stage label (``--ramp-up-strategy linear|exponential
+    --ramp-up-start-rps A --ramp-up-end-rps B``: the rate goes from A to B over the requests,
+    vllm/benchmarks/serve.py ``_get_current_request_rate``), "" for a run without one."""
+    strategy = doc.get("ramp_up_strategy")
+    if strategy is None:
+        return ""
+    rates = [doc.get("ramp_up_start_rps"), doc.get("ramp_up_end_rps")]
+    if strategy not in ("linear", "exponential") or not all(
+            isinstance(r, int | float) and not isinstance(r, bool) and math.isfinite(r)
+            and r >= 0 for r in rates):
+        raise TraceError(path, f"a ramp-up of {str(strategy)[:40]!r} from "
+                         f"{str(rates[0])[:20]} to {str(rates[1])[:20]} req/s is not one vllm "
+                         "bench serve runs (linear or exponential, rates >= 0)",
+                         **_where(line, "ramp_up_strategy"))
+    return f"ramp-up {strategy} {rates[0]:g} to {rates[1]:g} req/s"
+
+
 def _label(stage: RecordedStage) -> str:
+    if stage.label:
+        return stage.label
     if stage.load == "closed":
         return f"concurrency {stage.max_concurrency}"
     rate = "inf" if stage.request_rate is None or math.isinf(stage.request_rate) else \
@@ -301,6 +325,11 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
         sent = sent - float(arrival.min())
         arrival = arrival - float(arrival.min())
     else:
+        if stage.label:  # a ramp-up: bench_arrivals draws a constant rate
+            raise TraceError(path, f"missing or with gaps in a {stage.label} run: its send "
+                             "times cannot be reconstructed (they follow the ramp); a vllm "
+                             "bench serve that saves start_times records them",
+                             **_where(line, "start_times"))
         if starts is not None:
             notes.append(f"{where}start_times has gaps: arrivals reconstructed")
         sub: list[str] = []
@@ -362,7 +391,8 @@ def _config(docs: list[tuple[int | None, dict[str, Any]]]) -> dict[str, Any]:
     if isinstance(config.get("ignore_eos"), str):
         config["ignore_eos"] = config["ignore_eos"].strip().lower() in ("1", "true", "yes")
     if len(docs) == 1:
-        for key in ("request_rate", "max_concurrency"):
+        for key in ("request_rate", "max_concurrency", "ramp_up_strategy", "ramp_up_start_rps",
+                    "ramp_up_end_rps"):
             if first.get(key) is not None:
                 config[key] = first[key]
     return config

@@ -157,6 +157,32 @@ def test_vllm_bench_load_modes(tmp_path: Path) -> None:
         assert read_recording(path).stages == (stage,)
 
 
+def test_vllm_bench_ramp_up_is_an_open_loop_not_a_closed_one(tmp_path: Path) -> None:
+    # --ramp-up-strategy writes request_rate "inf" (vLLM refuses a rate beside a ramp): with
+    # --max-concurrency C it read as a closed loop of C users, replayed as fast as they go
+    doc = json.loads((VLLM / "rate8.json").read_text())
+    ramp = {"request_rate": "inf", "ramp_up_strategy": "linear", "ramp_up_start_rps": 1,
+            "ramp_up_end_rps": 20}
+    path = tmp_path / "r.json"
+    for conc, stage in ((4, RecordedStage("ramp-up linear 1 to 20 req/s, concurrency 4",
+                                          "capped", None, 4)),
+                        (None, RecordedStage("ramp-up linear 1 to 20 req/s", "open", None,
+                                             None))):
+        path.write_text(json.dumps({**doc, **ramp, "max_concurrency": conc}))
+        rec = read_recording(path)
+        assert rec.stages == (stage,)
+        assert rec.config["ramp_up_strategy"] == "linear"
+    # without start_times the ramp's send times cannot be drawn again: refused, not sent at 0
+    del doc["start_times"]
+    path.write_text(json.dumps({**doc, **ramp}))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    assert err.value.field == "start_times" and "ramp-up linear" in str(err.value)
+    path.write_text(json.dumps({**doc, **ramp, "ramp_up_strategy": "cosine"}))
+    with pytest.raises(TraceError, match="'cosine'"):
+        read_recording(path)
+
+
 # --------------------------------------------------------------------------- GuideLLM
 
 
