@@ -327,6 +327,46 @@ def test_guidellm_no_sample_note_when_requests_were_cancelled_before_starting(
     assert not any("sample" in n for n in read_recording(path).notes)
 
 
+def test_guidellm_capped_stage_is_offered_when_due_not_when_a_slot_freed(
+        tmp_path: Path) -> None:
+    # a constant rate with a max_concurrency: a request's start came after its wait for a slot;
+    # replaying the starts held each request to the recorded server's slots. Offered at its
+    # targeted start now; its TTFT and E2E keep the start as origin
+    doc = json.loads((GUIDELLM["0.8.1"] / "benchmarks.json").read_text())
+    bench = doc["benchmarks"][0]
+    bench["config"]["strategy"] = {"type_": "constant", "rate": 100.0, "max_concurrency": 4}
+    reqs = [r for kind in ("successful", "errored", "incomplete")
+            for r in bench["requests"].get(kind) or []]
+    starts = np.array([r["info"]["timings"]["request_start"] for r in reqs])
+    due = starts.min() + np.arange(len(reqs)) / 100.0
+    due = np.minimum(due, starts)
+    for r, t in zip(reqs, due, strict=True):
+        r["info"]["timings"]["targeted_start"] = t
+    path = tmp_path / "capped.json"
+    path.write_text(json.dumps(doc))
+    rec = read_recording(path)
+    assert rec.stages[0].load == "capped"
+    order = rec.workload.request_id
+    assert np.allclose(rec.workload.arrival_s, (due - due.min())[order], atol=1e-9)
+    assert np.allclose(rec.measured["arrival_s"], (starts - due.min())[order], atol=1e-9)
+    # GuideLLM 0.2-0.3 name it scheduler_info.targeted_start_time
+    old = json.loads((GUIDELLM["0.3.1"] / "benchmarks.json").read_text())
+    old["benchmarks"][0]["args"]["strategy"] = {"type_": "constant", "rate": 100.0,
+                                                "max_concurrency": 4}
+    for r in old["benchmarks"][0]["requests"]["successful"]:
+        r["scheduler_info"]["targeted_start_time"] = r["start_time"] - 0.5
+    path.write_text(json.dumps(old))
+    rec = read_recording(path)
+    assert np.allclose(rec.measured["arrival_s"] - rec.workload.arrival_s, 0.5)
+    # without it, each request is offered at its start, and a note says so
+    for r in old["benchmarks"][0]["requests"]["successful"]:
+        del r["scheduler_info"]["targeted_start_time"]
+    path.write_text(json.dumps(old))
+    rec = read_recording(path)
+    assert np.allclose(rec.measured["arrival_s"], rec.workload.arrival_s)
+    assert any("have no targeted start time" in n for n in rec.notes)
+
+
 @pytest.mark.parametrize(("strategy", "stage"), [
     ({"type_": "synchronous"}, RecordedStage("0: synchronous", "closed", None, 1)),
     ({"type_": "throughput", "max_concurrency": 16},
