@@ -87,6 +87,25 @@ def test_generic_records_with_a_column_mapping_ids_out_of_order_and_trace_column
     np.testing.assert_array_equal(rec.workload.max_output_tokens, [o + 5 for o in OUTPUT])
 
 
+def test_the_unread_columns_note_does_not_name_the_measurements_read(tmp_path: Path) -> None:
+    # the trace loader's note listed ttft_s and e2e_s (the columns validate compares) as not
+    # read; only the columns nothing reads are named now
+    df = generic_frame().rename(columns={"e2e_s": "latency"})
+    df["queue_s"] = 0.0
+    df["status"] = "ok"
+    path = tmp_path / "r.csv"
+    df.to_csv(path, index=False)
+    rec = read_recording(path, columns={"e2e_s": "latency"})
+    unread = [n for n in rec.notes if n.startswith("columns not read")]
+    assert len(unread) == 1 and unread[0].startswith("columns not read: queue_s (the generic")
+    wide = generic_frame().assign(**{f"x{i}": 0 for i in range(9)})
+    wide.to_csv(path, index=False)
+    unread = [n for n in read_recording(path).notes if n.startswith("columns not read")]
+    assert unread[0].startswith("columns not read: x0, x1, x2, x3, x4, x5 (9 in all) (the")
+    generic_frame().to_csv(path, index=False)
+    assert not [n for n in read_recording(path).notes if n.startswith("columns not read")]
+
+
 def test_a_kvbudget_run_directory(tmp_path: Path) -> None:
     n = 6
     arrival = np.array(ARRIVAL)
