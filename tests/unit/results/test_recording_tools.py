@@ -432,6 +432,25 @@ def test_inference_perf_reads_to_its_own_summary() -> None:
                      ["mean"])
 
 
+def test_inference_perf_concurrent_load_type_is_a_closed_loop(tmp_path: Path) -> None:
+    # load.type concurrent: its stage file's requested_rate is num_requests (all due at once)
+    # and load_summary.concurrency the users; it was read as an open loop at num_requests/s
+    for f in INFERENCE_PERF.glob("*.json"):
+        (tmp_path / f.name).write_text(f.read_text())
+    stage0 = tmp_path / "stage_0_lifecycle_metrics.json"
+    doc = json.loads(stage0.read_text())
+    doc["load_summary"].update(requested_rate=16, concurrency=2)
+    stage0.write_text(json.dumps(doc))
+    rec = read_recording(tmp_path / "per_request_lifecycle_metrics.json")
+    assert rec.stages == (RecordedStage("stage 0: concurrency 2", "closed", None, 2),
+                          RecordedStage("stage 1: 4 req/s", "open", 4.0, None))
+    doc["load_summary"]["concurrency"] = 0
+    stage0.write_text(json.dumps(doc))
+    with pytest.raises(TraceError) as err:
+        read_recording(tmp_path / "per_request_lifecycle_metrics.json")
+    assert err.value.field == "load_summary.concurrency"
+
+
 # --------------------------------------------------------------------------- llm-d-benchmark
 
 
