@@ -407,6 +407,21 @@ def test_aiperf_reads_to_its_own_summary(name: str, stage: RecordedStage) -> Non
     assert rec.config["ignore_eos"] is True and rec.config["model"] == "tiny"
 
 
+def test_aiperf_run_of_several_models_is_refused(tmp_path: Path) -> None:
+    # --model a,b: each request went to one of them, the records do not say which; the run was
+    # simulated whole as the first model, the second said nowhere
+    records = tmp_path / "rate8.jsonl"
+    records.write_text((AIPERF / "rate8.jsonl").read_text())
+    summary = json.loads((AIPERF / "rate8_aiperf.json").read_text())
+    summary["input_config"]["models"]["items"].append({"name": "other"})
+    (tmp_path / "rate8_aiperf.json").write_text(json.dumps(summary))
+    with pytest.raises(TraceError) as err:
+        read_recording(records)
+    assert err.value.field == "input_config.models.items"
+    assert "2 models (other, tiny)" in str(err.value)
+    assert err.value.path == str(tmp_path / "rate8_aiperf.json")
+
+
 # --------------------------------------------------------------------------- inference-perf
 
 
