@@ -10,8 +10,8 @@ client's settings (``request_rate``: a number or ``"inf"``; ``burstiness``;
 ``latencies`` and ``start_times`` (older ones have neither: E2E is then ``ttft + sum(itl)``
 and arrivals are reconstructed, see :func:`bench_arrivals`). ``--append-result`` appends each
 run's object to the file, a newline between them (``outfile.write("\\n")`` then
-``json.dump``): one line per run, read here as one load stage per line, run one after the
-other.
+``json.dump``): one line per run, read here as one load stage per line, placed on the clock
+of their ``start_times`` (:func:`_placed`).
 
 How the client offered the load (``benchmark()``'s ``get_request`` and its semaphore):
 ``--request-rate inf --max-concurrency C`` is a closed loop of C users; a finite rate with
@@ -69,6 +69,9 @@ class _Run:
     E2E's origin."""
     stage: RecordedStage
     max_tokens: float
+    clock_s: float
+    """``arrival`` 0 on the client's clock (``start_times``: ``time.perf_counter()``, one
+    monotonic clock for every process of a machine); NaN when reconstructed."""
 
 
 def _documents(path: Path) -> list[tuple[int | None, dict[str, Any]]]:
@@ -319,9 +322,11 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
         raise TraceError(path, f"the request ends ({e2e[i]:g} s) before its first token "
                          f"({ttft[i]:g} s)", **_where(line, "latencies", i))
     stage = load_mode(path, doc, "", line)
+    clock_s = math.nan
     if starts is not None and np.isfinite(starts).all():
         sent = starts - float(starts.min())
         arrival = _offered(path, doc, line, stage, sent, notes)
+        clock_s = float(starts.min()) + float(arrival.min())
         sent = sent - float(arrival.min())
         arrival = arrival - float(arrival.min())
     else:
@@ -338,7 +343,7 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
     return _Run(prompt=prompt, output=np.where(failed & ~np.isfinite(output), 0, output),
                 ttft=np.where(failed, np.nan, ttft), e2e=np.where(failed, np.nan, e2e),
                 itl_mean=itl_mean, failed=failed, arrival=arrival, sent=sent, stage=stage,
-                max_tokens=_recorded_max_tokens(path, doc, line))
+                max_tokens=_recorded_max_tokens(path, doc, line), clock_s=clock_s)
 
 
 def _offered(path: Path, doc: Mapping[str, Any], line: int | None, stage: RecordedStage,
@@ -362,6 +367,32 @@ def _offered(path: Path, doc: Mapping[str, Any], line: int | None, stage: Record
         return sent
     _check_times(path, line, "queue_times", queue)
     return sent - queue
+
+
+def _placed(runs: list[_Run], notes: list[str]) -> list[float]:
+    """Where each run of an ``--append-result`` file starts on the recording's clock: where
+    their ``start_times`` put them (one monotonic clock, the gaps between the runs included:
+    the tool's start, its test prompt and warm-ups), else each when the one before it ended
+    (a run without ``start_times``, or clocks that do not run on from one run to the next: a
+    reboot, another machine), said in a note."""
+    ends = [r.sent + np.where(np.isfinite(r.e2e), r.e2e, 0.0) for r in runs]
+    last = [float(e.max()) if len(e) else 0.0 for e in ends]
+    clocks = [r.clock_s for r in runs]
+    if len(runs) > 1 and all(math.isfinite(c) for c in clocks) and all(
+            0 <= clocks[k] - (clocks[k - 1] + last[k - 1]) <= MAX_MEASURED_S
+            for k in range(1, len(runs))):
+        gaps = [clocks[k] - clocks[k - 1] - last[k - 1] for k in range(1, len(runs))]
+        apart = (f"{gaps[0]:.3g} s" if len(gaps) == 1 else
+                 f"{min(gaps):.3g} to {max(gaps):.3g} s")
+        notes.append(f"{len(runs)} runs appended to one file (--append-result): one stage each, "
+                     f"placed where their start_times put them (one clock; {apart} between "
+                     "one's last answer and the next one's first request)")
+        return [c - clocks[0] for c in clocks]
+    if len(runs) > 1:
+        notes.append(f"{len(runs)} runs appended to one file (--append-result): one stage each, "
+                     "each starting when the one before it ended (their start_times do not "
+                     "say how far apart they ran)")
+    return [float(sum(last[:k])) for k in range(len(runs))]
 
 
 def _one_model(path: Path, docs: list[tuple[int | None, dict[str, Any]]]) -> None:
@@ -408,19 +439,12 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     labels = [_label(r.stage) for r in runs]
     if len(runs) > 1:
         labels = [f"line {line}: {label}" for (line, _), label in zip(docs, labels, strict=True)]
-        notes.append(f"{len(runs)} runs appended to one file (--append-result): one stage each, "
-                     "each starting when the one before it ended (the file does not say how "
-                     "far apart they ran)")
     stages = tuple(RecordedStage(lab, r.stage.load, r.stage.request_rate,
                                  r.stage.max_concurrency) for lab, r in zip(labels, runs,
                                                                             strict=True))
-    offset = 0.0
-    arrivals, sents = [], []
-    for r in runs:
-        arrivals.append(r.arrival + offset)
-        sents.append(r.sent + offset)
-        ends = r.sent + np.where(np.isfinite(r.e2e), r.e2e, 0.0)
-        offset += float(ends.max()) if len(ends) else 0.0
+    offsets = _placed(runs, notes)
+    arrivals = [r.arrival + o for r, o in zip(runs, offsets, strict=True)]
+    sents = [r.sent + o for r, o in zip(runs, offsets, strict=True)]
     cat = np.concatenate
     max_tokens = cat([np.full(len(r.prompt), r.max_tokens) for r in runs])
     recorded = max_tokens if np.isfinite(max_tokens).any() else None

@@ -88,6 +88,35 @@ def test_vllm_bench_append_result_reads_every_line_as_a_stage() -> None:
     assert second["arrival_s"].min() >= (first["arrival_s"] + first["e2e_s"]).max() - 1e-9
 
 
+def test_vllm_bench_append_result_runs_are_placed_where_their_start_times_put_them(
+        tmp_path: Path) -> None:
+    # a rate sweep (--request-rate 8, then 8 again, --append-result): the runs were placed back
+    # to back, so a simulated backlog of one ran into the next, whose real server was idle
+    # for the seconds between them (start_times: one perf_counter clock for the machine)
+    doc = json.loads((VLLM / "rate8.json").read_text())
+    end = max(s + lat for s, lat in zip(doc["start_times"], doc["latencies"], strict=True))
+    second = {**doc, "start_times": [t - doc["start_times"][0] + end + 30.0
+                                     for t in doc["start_times"]]}
+    path = tmp_path / "sweep.jsonl"
+    path.write_text(json.dumps(doc) + "\n" + json.dumps(second) + "\n")
+    rec = read_recording(path)
+    m = rec.measured
+    lines = [m[m["stage"].str.startswith(f"line {k}:")] for k in (1, 2)]
+    first_end = float((lines[0]["arrival_s"] + lines[0]["e2e_s"]).max())
+    assert float(lines[1]["arrival_s"].min()) == pytest.approx(first_end + 30.0)
+    assert any("placed where their start_times put them (one clock; 30 s between" in n
+               for n in rec.notes)
+    # a clock that does not run on (a reboot, another machine): back to back, said
+    second["start_times"] = [t - 1e4 for t in doc["start_times"]]
+    path.write_text(json.dumps(doc) + "\n" + json.dumps(second) + "\n")
+    rec = read_recording(path)
+    m = rec.measured
+    lines = [m[m["stage"].str.startswith(f"line {k}:")] for k in (1, 2)]
+    assert float(lines[1]["arrival_s"].min()) == pytest.approx(
+        float((lines[0]["arrival_s"] + lines[0]["e2e_s"]).max()))
+    assert any("each starting when the one before it ended" in n for n in rec.notes)
+
+
 def test_vllm_bench_append_result_of_two_models_is_refused(tmp_path: Path) -> None:
     # the lines were simulated as one server of the first line's model, the second line's
     # model said nowhere
