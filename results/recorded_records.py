@@ -42,9 +42,13 @@ from kvbudget.workloads.workload import Workload
 
 
 def _normalise_status(values: list[str]) -> list[str]:
+    """``completed`` for the words that mean it; an HTTP code written as a float (``200.0``:
+    pandas writes an integer column with a missing value so) is the code."""
     out = []
     for v in values:
         text = str(v).strip()
+        if text.endswith(".0") and text[:-2].isdigit():
+            text = text[:-2]
         out.append("completed" if text.lower() in COMPLETED_WORDS else text)
     return out
 

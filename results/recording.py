@@ -11,7 +11,7 @@ readers, so the imports run one way.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -165,18 +165,6 @@ class Recording:
         mask = np.zeros(n, dtype=bool)
         mask[:cut] = True
         return mask
-
-
-def _status_is_completed(values: Sequence[str]) -> npt.NDArray[np.bool_]:
-    return np.array([str(v).strip().lower() in COMPLETED_WORDS for v in values], dtype=bool)
-
-
-def _normalise_status(values: Sequence[str]) -> list[str]:
-    out = []
-    for v in values:
-        text = str(v).strip()
-        out.append("completed" if text.lower() in COMPLETED_WORDS else text)
-    return out
 
 
 def build_recording(path: Path, fmt: str, workload: Workload, *, ttft: FloatArray,

@@ -106,6 +106,19 @@ def test_the_unread_columns_note_does_not_name_the_measurements_read(tmp_path: P
     assert not [n for n in read_recording(path).notes if n.startswith("columns not read")]
 
 
+def test_an_http_status_written_as_a_float_is_that_status(tmp_path: Path) -> None:
+    # pandas writes an integer column with a missing value as floats: 200.0 was "not
+    # completed", and a file of them refused as having no measured request
+    df = generic_frame()
+    df["status"] = [200.0, 200.0, 503.0, 200.0, None, 200.0]
+    path = tmp_path / "r.csv"
+    df.to_csv(path, index=False)
+    assert "200.0" in path.read_text()
+    rec = read_recording(path)
+    assert rec.measured["status"].tolist() == ["completed"] * 2 + ["503"] + ["completed"] * 3
+    assert rec.counts["num_measured"] == 5
+
+
 def test_a_kvbudget_run_directory(tmp_path: Path) -> None:
     n = 6
     arrival = np.array(ARRIVAL)
