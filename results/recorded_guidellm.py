@@ -75,7 +75,7 @@ class _Columns:
     output: list[float] = field(default_factory=list)
     start: list[float] = field(default_factory=list)
     due: list[float] = field(default_factory=list)
-    capped: list[bool] = field(default_factory=list)
+    cap: list[int] = field(default_factory=list)
     first: list[float] = field(default_factory=list)
     end: list[float] = field(default_factory=list)
     itl: list[float] = field(default_factory=list)
@@ -240,7 +240,7 @@ def _add_request(path: Path, cols: _Columns, req: Any, where: str, kind: str,
     cols.due.append(first_number(
         path, None, (f"{where}.info.timings.targeted_start", timings.get("targeted_start")),
         (f"{where}.scheduler_info.targeted_start_time", timings.get("targeted_start_time"))))
-    cols.capped.append(stage.load == "capped")
+    cols.cap.append((stage.max_concurrency or 0) if stage.load == "capped" else 0)
     cols.first.append(t_first)
     cols.end.append(t_end)
     cols.itl.append(number(req.get("inter_token_latency_ms"), path,
@@ -382,10 +382,15 @@ def _offered(cols: _Columns, notes: list[str]) -> FloatArray:
     stage (a rate and a ``max_concurrency``) when the schedule meant it to start
     (``info.timings.targeted_start``; 0.2-0.3: ``scheduler_info.targeted_start_time``): its start came after a wait for one of the slots, and
     replaying that would hold it to the recorded server's slots (a faster simulated server
-    could not send sooner). Its TTFT and E2E keep the start as origin."""
+    could not send sooner). Its TTFT and E2E keep the start as origin. A stage of no more
+    requests than slots (GuideLLM 0.7+ records its default cap, 10240) never waited for one: its
+    requests are offered at their start (a lag of the client's own is load the server saw)."""
     start = np.array(cols.start)
     due = np.array(cols.due)
-    capped = np.array(cols.capped, dtype=bool)
+    labels = np.array(cols.stage, dtype=object)
+    size = {label: int((labels == label).sum()) for label in set(cols.stage)}
+    capped = np.array([0 < cap < size[label] for cap, label in zip(cols.cap, cols.stage,
+                                                                    strict=True)], dtype=bool)
     known = capped & np.isfinite(due) & (due <= start)
     if (capped & ~known).any():
         notes.append(f"{int((capped & ~known).sum())} requests of a stage capped at a "

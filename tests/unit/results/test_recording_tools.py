@@ -394,6 +394,11 @@ def test_guidellm_capped_stage_is_offered_when_due_not_when_a_slot_freed(
     rec = read_recording(path)
     assert np.allclose(rec.measured["arrival_s"], rec.workload.arrival_s)
     assert any("have no targeted start time" in n for n in rec.notes)
+    # a cap no stage reaches (GuideLLM 0.8's default 10240 over 12 requests) made no request
+    # wait: the start is when the server got it (the client's own lag included)
+    rec = read_recording(GUIDELLM["0.8.1"] / "cancelled.json")
+    assert rec.stages[0].max_concurrency == 10240
+    assert np.allclose(rec.measured["arrival_s"], rec.workload.arrival_s)
 
 
 @pytest.mark.parametrize(("strategy", "stage"), [
