@@ -40,6 +40,7 @@ from kvbudget.results.recorded_fields import (
     MAX_FILE_BYTES,
     MAX_MEASURED_S,
     FloatArray,
+    dig,
     finish_columns,
     json_lines,
     max_tokens_note,
@@ -50,6 +51,10 @@ from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
 
 TOOL = "vllm bench serve"
+SGLANG = "sglang.bench_serving"
+"""SGLang's client, derived from vLLM's, writes the same lists with ``--output-file
+--output-details`` (one line a run; python/sglang/bench_serving.py ``result_details``) and the
+server's ``server_info`` (its ``model_path``) where vLLM writes ``model_id``."""
 
 
 @dataclass(frozen=True)
@@ -419,6 +424,9 @@ def _config(docs: list[tuple[int | None, dict[str, Any]]]) -> dict[str, Any]:
                       ("max_tokens", "max_tokens")):
         if first.get(key) is not None:
             config[name] = first[key]
+    server_model = dig(first, "server_info", "model_path")
+    if "model" not in config and isinstance(server_model, str):
+        config["model"] = server_model
     if isinstance(config.get("ignore_eos"), str):
         config["ignore_eos"] = config["ignore_eos"].strip().lower() in ("1", "true", "yes")
     if len(docs) == 1:
@@ -460,13 +468,16 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     counts["num_failed"] = int(failed.sum())
     counts["num_stages"] = len(runs)
     config = _config(docs)
+    first = docs[0][1]
+    tool = SGLANG if "server_info" in first or "total_output_tokens_retokenized" in first \
+        else TOOL
     notes.append(max_tokens_note(recorded, max_output_rule))
     if "ignore_eos" not in config:
-        notes.append("ignore_eos: not recorded in the file (vllm bench serve does not save it)")
+        notes.append(f"ignore_eos: not recorded in the file ({tool} does not save it)")
     return build_recording(
         path, "vllm-bench", workload, ttft=cat([r.ttft for r in runs])[rows],
         e2e=cat([r.e2e for r in runs])[rows], sent_s=cat(sents)[rows],
         status=["error" if failed[r] else "completed" for r in rows.tolist()],
         stage=[labels[int(stage_of[r])] for r in rows.tolist()],
         itl_mean=cat([r.itl_mean for r in runs])[rows], config=config, counts=counts,
-        notes=[*notes, *warnings], stages=stages, tool=TOOL)
+        notes=[*notes, *warnings], stages=stages, tool=tool)

@@ -162,6 +162,24 @@ def test_vllm_bench_capped_run_is_offered_when_due_not_when_a_slot_freed(tmp_pat
     assert np.allclose(closed.workload.arrival_s, closed.measured["arrival_s"])
 
 
+def test_sglang_bench_serving_output_is_named_as_sglangs(tmp_path: Path) -> None:
+    # python/sglang/bench_serving.py --output-file --output-details writes vLLM's lists and its
+    # server_info; it was read as "vllm bench serve" (so named in every line) and its model,
+    # server_info.model_path, not read
+    doc = json.loads((VLLM / "rate8.json").read_text())
+    line = {"backend": "sglang", "dataset_name": "random", "request_rate": 8.0,
+            "max_concurrency": None, "server_info": {"model_path": "Qwen/Qwen2.5-7B-Instruct"},
+            "total_output_tokens_retokenized": 320,
+            **{k: doc[k] for k in ("input_lens", "output_lens", "ttfts", "itls", "errors")}}
+    path = tmp_path / "sglang.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    rec = read_recording(path)
+    assert rec.tool == "sglang.bench_serving"
+    assert rec.config["model"] == "Qwen/Qwen2.5-7B-Instruct"
+    assert any("(sglang.bench_serving does not save it)" in n for n in rec.notes)
+    assert read_recording(VLLM / "rate8.json").tool == "vllm bench serve"
+
+
 def test_vllm_bench_metadata_max_tokens_and_ignore_eos_are_the_recorded_setting(
         tmp_path: Path) -> None:
     doc = json.loads((VLLM / "rate8.json").read_text())
