@@ -405,14 +405,15 @@ def _one_model(path: Path, docs: list[tuple[int | None, dict[str, Any]]]) -> Non
     one server of the model the first names (a run of another is refused, not simulated as
     that one)."""
     first_line, first = docs[0]
-    model = first.get("model_id")
+    key = "model_id" if "model_id" in first else "server_info.model_path"  # vLLM's, SGLang's
+    model = dig(first, *key.split("."))
     for line, doc in docs[1:]:
-        other = doc.get("model_id")
+        other = dig(doc, *key.split("."))
         if other is not None and model is not None and other != model:
             raise TraceError(path, f"{str(other)[:100]!r} differs from line {first_line}'s "
                              f"{str(model)[:100]!r}: the appended runs benchmarked different "
                              "models; validate each model's lines as a file of its own",
-                             line=line, field="model_id")
+                             line=line, field=key)
 
 
 def _config(docs: list[tuple[int | None, dict[str, Any]]]) -> dict[str, Any]:

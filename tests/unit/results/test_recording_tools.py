@@ -178,6 +178,11 @@ def test_sglang_bench_serving_output_is_named_as_sglangs(tmp_path: Path) -> None
     assert rec.config["model"] == "Qwen/Qwen2.5-7B-Instruct"
     assert any("(sglang.bench_serving does not save it)" in n for n in rec.notes)
     assert read_recording(VLLM / "rate8.json").tool == "vllm bench serve"
+    other = {**line, "server_info": {"model_path": "Qwen/Qwen2.5-72B-Instruct"}}
+    path.write_text(json.dumps(line) + "\n" + json.dumps(other) + "\n")
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    assert (err.value.line, err.value.field) == (2, "server_info.model_path")
 
 
 def test_vllm_bench_metadata_max_tokens_and_ignore_eos_are_the_recorded_setting(
