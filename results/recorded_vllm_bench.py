@@ -449,8 +449,9 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     if len(runs) > 1:
         labels = [f"line {line}: {label}" for (line, _), label in zip(docs, labels, strict=True)]
     stages = tuple(RecordedStage(lab, r.stage.load, r.stage.request_rate,
-                                 r.stage.max_concurrency) for lab, r in zip(labels, runs,
-                                                                            strict=True))
+                                 r.stage.max_concurrency,
+                                 "recorded" if math.isfinite(r.clock_s) else "redrawn")
+                   for lab, r in zip(labels, runs, strict=True))
     offsets = _placed(runs, notes)
     arrivals = [r.arrival + o for r, o in zip(runs, offsets, strict=True)]
     sents = [r.sent + o for r, o in zip(runs, offsets, strict=True)]

@@ -74,6 +74,9 @@ class RecordedStage:
     load: str
     request_rate: float | None = None
     max_concurrency: int | None = None
+    send_times: str = "recorded"
+    """``redrawn`` when the file has none and they were drawn again from the stage's rate (a
+    ``vllm bench serve`` result without ``start_times``)."""
 
     def __post_init__(self) -> None:
         if self.load not in LOAD_MODES:

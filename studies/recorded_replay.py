@@ -68,12 +68,13 @@ def replay_mode(stage: RecordedStage) -> str:
     """What the validate table says of a stage: how its load was simulated."""
     if stage.load == "closed":
         return f"closed loop, {stage.max_concurrency} users"
+    times = ("recorded send times" if stage.send_times == "recorded" else
+             f"send times {stage.send_times} (the file has none)")
     if stage.load == "capped":
-        return (f"open loop at the recorded send times, at most {stage.max_concurrency} in "
-                "flight")
+        return f"open loop at the {times}, at most {stage.max_concurrency} in flight"
     if stage.load == "unknown":
-        return "open loop at the recorded send times (load mode not recorded)"
-    return "open loop at the recorded send times"
+        return f"open loop at the {times} (load mode not recorded)"
+    return f"open loop at the {times}"
 
 
 def stage_plans(recording: Recording) -> list[StagePlan] | None:

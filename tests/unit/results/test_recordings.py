@@ -180,6 +180,12 @@ def test_older_vllm_bench_json_without_latencies_and_start_times(tmp_path: Path)
     assert arrival[0] == 0 and np.all(np.diff(arrival) > 0)  # redrawn at 4 req/s
     assert any("start_times" in note for note in rec.notes)
     assert read_recording(path, seed=3).workload.arrival_s.tolist() == arrival.tolist()
+    # the stage line said "replayed as open loop at the recorded send times" of these draws
+    from kvbudget.studies.recorded_replay import replay_mode
+    assert rec.stages[0].send_times == "redrawn"
+    assert replay_mode(rec.stages[0]) == "open loop at the send times redrawn (the file has none)"
+    path.write_text(json.dumps(vllm_bench_doc()))
+    assert replay_mode(read_recording(path).stages[0]) == "open loop at the recorded send times"
 
 
 def test_vllm_bench_closed_loop_arrivals_follow_the_measured_latencies(tmp_path: Path) -> None:
