@@ -231,14 +231,16 @@ def _label(stage: RecordedStage) -> str:
 
 
 def bench_arrivals(doc: Mapping[str, Any], latencies: FloatArray, n: int, seed: int,
-                   notes: list[str]) -> FloatArray:
-    """When each request was sent, for a ``vllm bench serve`` result without ``start_times``.
+                   notes: list[str]) -> tuple[FloatArray, FloatArray]:
+    """When each request was due and when it was sent, for a ``vllm bench serve`` result
+    without ``start_times``.
 
     vLLM's client draws the gaps between requests from a gamma distribution of mean
     ``1 / request_rate`` and shape ``burstiness`` (Poisson at 1), and sends everything at once
     for ``request_rate = inf``; with ``max_concurrency`` a request also waits until one of the
     ``max_concurrency`` requests before it finishes (its latency, known here, tells when). The
-    draws themselves are not in the file: they are drawn again from ``seed``.
+    draws themselves are not in the file: they are drawn again from ``seed``. A capped run is
+    replayed from the due times (the sends came after the recorded server's slots freed).
     """
     rate = doc.get("request_rate", "inf")
     rate_f = math.inf if rate in ("inf", None) else float(rate)
@@ -264,11 +266,11 @@ def bench_arrivals(doc: Mapping[str, Any], latencies: FloatArray, n: int, seed: 
             heapq.heappush(free, t + float(lat[i]))
         notes.append(f"no start_times in the file: a request starts when one of the "
                      f"max_concurrency={conc} before it finishes (from the measured latencies)")
-        return start
+        return intended, start
     if not math.isfinite(rate_f):
         notes.append("no start_times in the file and request_rate inf: every request arrives "
                      "at 0")
-    return intended
+    return intended, intended
 
 
 def _recorded_max_tokens(path: Path, doc: Mapping[str, Any], line: int | None) -> float:
@@ -343,7 +345,8 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
         if starts is not None:
             notes.append(f"{where}start_times has gaps: arrivals reconstructed")
         sub: list[str] = []
-        arrival = sent = bench_arrivals(doc, e2e, n, seed, sub)
+        due, sent = bench_arrivals(doc, e2e, n, seed, sub)
+        arrival = due if stage.load == "capped" else sent
         notes.extend(where + s for s in sub)
     return _Run(prompt=prompt, output=np.where(failed & ~np.isfinite(output), 0, output),
                 ttft=np.where(failed, np.nan, ttft), e2e=np.where(failed, np.nan, e2e),

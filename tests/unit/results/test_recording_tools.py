@@ -157,6 +157,14 @@ def test_vllm_bench_capped_run_is_offered_when_due_not_when_a_slot_freed(tmp_pat
     rec = read_recording(path)
     assert np.allclose(rec.workload.arrival_s, rec.measured["arrival_s"])
     assert any("no queue_times" in n for n in rec.notes)
+    # without start_times either: the redrawn due times, the sends emulated from the latencies
+    del doc["start_times"]
+    path.write_text(json.dumps(doc))
+    rec = read_recording(path, seed=1)
+    assert rec.stages[0].send_times == "redrawn"
+    sent = rec.measured["arrival_s"].to_numpy()
+    assert (sent >= rec.workload.arrival_s - 1e-12).all()
+    assert (sent > rec.workload.arrival_s + 1e-6).any()  # some waited for a slot
     # an open or closed run is offered at its send times, as before
     closed = read_recording(VLLM / "concurrency4.json")
     assert np.allclose(closed.workload.arrival_s, closed.measured["arrival_s"])
