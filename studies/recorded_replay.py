@@ -27,6 +27,7 @@ list saying how each was replayed).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -57,8 +58,9 @@ class StagePlan:
     start_s: float
 
     def describe(self) -> dict[str, Any]:
+        rate = self.stage.request_rate
         return {"label": self.stage.label, "load": self.stage.load,
-                "request_rate": self.stage.request_rate,
+                "request_rate": "inf" if rate == math.inf else rate,  # JSON has no Infinity
                 "max_concurrency": self.stage.max_concurrency,
                 "replayed_as": replay_mode(self.stage), "num_requests": len(self.rows),
                 "start_s": self.start_s}
