@@ -75,10 +75,12 @@ MaxOutputOpt = Annotated[int | None, typer.Option(
     "(default: each request's realised output).")]
 PolicyOpt = Annotated[str | None, typer.Option(
     "--policy", help=f"Admission policy: {POLICY_NAMES}; default: the --scenario's, else "
-    "conservative.")]
+    "conservative; with --records, the recorded run's (a kvbudget replay's), else unlimited (a "
+    "load tool's requests went straight to the server).")]
 ScenarioOpt = Annotated[Path | None, typer.Option(
     "--scenario", help="A scenario file (docs/scenarios.md) whose tiers, front door and policy "
-    "the gateway uses; its workload and engine are ignored.")]
+    "the gateway uses; its workload and engine are ignored (with --records: its GPU, model and "
+    "engine are simulated where no flag or the recording says, its policy is not).")]
 ParamOpt = Annotated[list[str] | None, typer.Option(
     "--param", help="A policy parameter, key=value (value as JSON), repeatable.")]
 TimeScaleOpt = Annotated[float, typer.Option(

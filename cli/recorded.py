@@ -184,6 +184,11 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
     elif params:
         raise CliError("--param needs --policy")
     name, values = recorded_policy(recording, policy, _param_values(params))
+    if policy is None and scenario is not None and name != scn.spec.policy:
+        theirs = scn.spec.policy
+        typer.echo(f"note: the --scenario's policy {theirs!r} is not simulated: the recorded "
+                   f"requests went to the server as the recording shows (policy {name}); "
+                   f"--policy {theirs} puts that gateway in front of it", err=True)
     gpu_name = gpu_label(config.gpu) if isinstance(config.gpu, str | Path) else config.gpu
     typer.echo(f"settings: model {config.model} ({model_from}), GPU {gpu_name} ({gpu_from})"
                + (f"; from the recording: {', '.join(r.removeprefix('engine.') for r in recorded)}"

@@ -105,11 +105,20 @@ def _stage(path: Path, summary: Mapping[str, Any]) -> RecordedStage:
     return RecordedStage("", "unknown", None, None)
 
 
-def _config(summary: Mapping[str, Any]) -> dict[str, Any]:
+def _config(path: Path, summary: Mapping[str, Any]) -> dict[str, Any]:
+    """What the summary (``path``) says of the run; a run of several models is refused: AIPerf
+    sends each request to one of them (``--model a,b``, ``--model-selection-strategy``) and the
+    records do not say which, so no one model can be simulated for them all."""
     config: dict[str, Any] = {}
     models = dig(summary, "input_config", "models", "items")
     if isinstance(models, list) and models and isinstance(models[0], dict):
         config["model"] = models[0].get("name")
+        names = sorted({str(m.get("name"))[:60] for m in models if isinstance(m, dict)})
+        if len(names) > 1:
+            raise TraceError(path, f"the run sent its requests to {len(names)} models "
+                             f"({', '.join(names[:4])}) and its records do not say which got "
+                             "each: profile one model a run to validate or calibrate on it",
+                             field="input_config.models.items")
     extra = dig(summary, "input_config", "endpoint", "extra") or {}
     if isinstance(extra, dict):
         if isinstance(extra.get("ignore_eos"), bool):
@@ -191,7 +200,7 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
                max_output_rule: MaxOutputRule | None) -> Recording:
     summary = _summary(path)
     stage = _stage(_summary_path(path), summary)
-    config = _config(summary)
+    config = _config(_summary_path(path), summary)
     recorded = (np.full(len(prompt), float(config["max_tokens"])) if "max_tokens" in config
                 else None)
     missing_prompt = np.isnan(prompt)

@@ -30,7 +30,8 @@ Two schemas (github.com/vllm-project/guidellm):
 
 Load mode per benchmark from its strategy: ``synchronous`` is a closed loop of 1,
 ``concurrent`` of ``streams``, ``throughput`` of its ``max_concurrency``; ``constant`` and
-``poisson`` are open loops at ``rate`` (capped when they have a ``max_concurrency``).
+``poisson`` are open loops at ``rate`` (capped when they have a ``max_concurrency``: a capped
+stage's requests are offered at their targeted start, see :func:`_offered`).
 
 The CSV report (``outputs/csv.py``) holds one row of aggregates per benchmark and no request:
 it is refused with one line saying so.
@@ -73,6 +74,8 @@ class _Columns:
     prompt: list[float] = field(default_factory=list)
     output: list[float] = field(default_factory=list)
     start: list[float] = field(default_factory=list)
+    due: list[float] = field(default_factory=list)
+    cap: list[int] = field(default_factory=list)
     first: list[float] = field(default_factory=list)
     end: list[float] = field(default_factory=list)
     itl: list[float] = field(default_factory=list)
@@ -185,8 +188,8 @@ def _request_body(req: Mapping[str, Any]) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
-def _add_request(path: Path, cols: _Columns, req: Any, where: str, kind: str, label: str,
-                 window: tuple[float, float] | None) -> bool:
+def _add_request(path: Path, cols: _Columns, req: Any, where: str, kind: str,
+                 stage: RecordedStage, window: tuple[float, float] | None) -> bool:
     """Append one request; False when it cannot be simulated (no prompt length)."""
     if not isinstance(req, dict):
         raise TraceError(path, "must be an object", field=where)
@@ -234,13 +237,17 @@ def _add_request(path: Path, cols: _Columns, req: Any, where: str, kind: str, la
     cols.prompt.append(p)
     cols.output.append(o if not math.isnan(o) else 0.0)
     cols.start.append(t0)
+    cols.due.append(first_number(
+        path, None, (f"{where}.info.timings.targeted_start", timings.get("targeted_start")),
+        (f"{where}.scheduler_info.targeted_start_time", timings.get("targeted_start_time"))))
+    cols.cap.append((stage.max_concurrency or 0) if stage.load == "capped" else 0)
     cols.first.append(t_first)
     cols.end.append(t_end)
     cols.itl.append(number(req.get("inter_token_latency_ms"), path,
                            f"{where}.inter_token_latency_ms") / 1000.0)
     cols.max_tokens.append(number(mt, path, f"{where}.request_args.body.max_tokens"))
     cols.status.append(status)
-    cols.stage.append(label)
+    cols.stage.append(stage.label)
     cols.where.append(where)
     return True
 
@@ -307,7 +314,7 @@ def read_guidellm(path: Path, default_tier: str,
             counts[f"num_{kind}"] = counts.get(f"num_{kind}", 0) + len(rows)
             for r, req in enumerate(rows):
                 where = f"benchmarks[{b}].requests.{kind}[{r}]"
-                if not _add_request(path, cols, req, where, kind, stage.label, window):
+                if not _add_request(path, cols, req, where, kind, stage, window):
                     counts["num_incomplete_not_simulated"] = counts.get(
                         "num_incomplete_not_simulated", 0) + 1
         for note in (_sample_note(bench, stage.label, listed),
@@ -330,12 +337,14 @@ def _recording(path: Path, doc: Mapping[str, Any], benchmarks: list[Any], versio
         raise TraceError(path, "lists no request with a start time and a prompt length",
                          field="benchmarks")
     start = np.array(cols.start)
+    offered = _offered(cols, notes)
+    origin = float(offered.min())
     recorded: FloatArray | None = np.array(cols.max_tokens)
     if recorded is not None and not np.isfinite(recorded).any():
         recorded = None
     workload, c2, warnings = finish_columns(
         path, "guidellm", prompt=np.array(cols.prompt), output=np.array(cols.output),
-        arrival=start - float(start.min()),
+        arrival=offered - origin,
         fields={"prompt_tokens": "prompt_tokens", "output_tokens": "output_tokens",
                 "arrival_s": "request_start_time", "max_output_tokens": "max_tokens"},
         default_tier=default_tier, max_output=recorded, max_output_rule=max_output_rule)
@@ -361,10 +370,34 @@ def _recording(path: Path, doc: Mapping[str, Any], benchmarks: list[Any], versio
     config = _config(benchmarks, doc, cols)
     notes.append(max_tokens_note(recorded, max_output_rule))
     return build_recording(path, "guidellm", workload, ttft=ttft[rows], e2e=e2e[rows],
+                           sent_s=(start - origin)[rows],
                            status=status, stage=[cols.stage[r] for r in rows.tolist()],
                            itl_mean=np.array(cols.itl)[rows], config=config, counts=counts,
                            notes=[*notes, *warnings], stages=tuple(stages),
                            tool=f"guidellm {version}".strip())
+
+
+def _offered(cols: _Columns, notes: list[str]) -> FloatArray:
+    """When each request is offered to a replay: its ``request_start_time``, or for a capped
+    stage (a rate and a ``max_concurrency``) when the schedule meant it to start
+    (``info.timings.targeted_start``; 0.2-0.3: ``scheduler_info.targeted_start_time``): its start came after a wait for one of the slots, and
+    replaying that would hold it to the recorded server's slots (a faster simulated server
+    could not send sooner). Its TTFT and E2E keep the start as origin. A stage of no more
+    requests than slots (GuideLLM 0.7+ records its default cap, 10240) never waited for one: its
+    requests are offered at their start (a lag of the client's own is load the server saw)."""
+    start = np.array(cols.start)
+    due = np.array(cols.due)
+    labels = np.array(cols.stage, dtype=object)
+    size = {label: int((labels == label).sum()) for label in set(cols.stage)}
+    capped = np.array([0 < cap < size[label] for cap, label in zip(cols.cap, cols.stage,
+                                                                    strict=True)], dtype=bool)
+    known = capped & np.isfinite(due) & (due <= start)
+    if (capped & ~known).any():
+        notes.append(f"{int((capped & ~known).sum())} requests of a stage capped at a "
+                     "max_concurrency have no targeted start time: each is "
+                     "offered at its start, when it got a slot of the recorded run: a faster "
+                     "simulated server cannot send sooner than the recorded one did")
+    return np.where(known, due, start)
 
 
 def _check(path: Path, name: str, values: FloatArray, rows: Any,

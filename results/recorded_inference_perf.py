@@ -14,7 +14,8 @@ TTFT is the first output token's time less ``start_time``, as inference-perf com
 Stages: ``stage_id`` where the file has it; otherwise the ``stage_N_lifecycle_metrics.json``
 files beside it give each stage's request count (``load_summary.count``) and rate
 (``load_summary.requested_rate``), and requests are assigned in start order (inference-perf
-runs its stages one after another). Each stage is an open loop at its requested rate.
+runs its stages one after another). Each stage is an open loop at its requested rate, or, of
+the ``concurrent`` load type (``load_summary.concurrency``), a closed loop of that many users.
 """
 
 from __future__ import annotations
@@ -52,14 +53,17 @@ def _body(req: Mapping[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def _stage_files(path: Path) -> list[tuple[int, float | None]]:
-    """``(count, requested rate)`` of each ``stage_N_lifecycle_metrics.json`` beside the file."""
+def _stage_files(path: Path) -> list[tuple[int, float | None, int | None]]:
+    """``(count, requested rate, concurrency)`` of each ``stage_N_lifecycle_metrics.json``
+    beside the file (``load_summary.concurrency``: the ``concurrent`` load type's
+    ``concurrency_level``, whose ``requested_rate`` is its ``num_requests``,
+    inference_perf/main.py ``stage.rate = stage.num_requests``)."""
     found = []
     for p in path.parent.glob("stage_*_lifecycle_metrics.json"):
         m = re.fullmatch(r"stage_(\d+)_lifecycle_metrics\.json", p.name)
         if m:
             found.append((int(m.group(1)), p))
-    out: list[tuple[int, float | None]] = []
+    out: list[tuple[int, float | None, int | None]] = []
     for _, p in sorted(found):
         doc = load_json(p)
         count = dig(doc, "load_summary", "count")
@@ -69,7 +73,12 @@ def _stage_files(path: Path) -> list[tuple[int, float | None]]:
         rate_f = number(rate, p, "load_summary.requested_rate")
         if not math.isnan(rate_f) and rate_f <= 0:
             raise TraceError(p, f"must be > 0, got {rate!r}", field="load_summary.requested_rate")
-        out.append((count, None if math.isnan(rate_f) else rate_f))
+        conc = dig(doc, "load_summary", "concurrency")
+        if conc is not None and (not isinstance(conc, int) or isinstance(conc, bool)
+                                 or conc < 1):
+            raise TraceError(p, f"must be a whole number >= 1, got {conc!r}"[:200],
+                             field="load_summary.concurrency")
+        out.append((count, None if math.isnan(rate_f) else rate_f, conc))
     return out
 
 
@@ -179,16 +188,16 @@ def _stages(path: Path, start: Any, ids: list[int | None]) -> tuple[list[str],
     n = len(start)
     if all(s is not None for s in ids):
         sid = [int(s) for s in ids if s is not None]
-        rates = {k: files[k][1] if k < len(files) else None for k in set(sid)}
-        stages = [_stage(k, rates[k]) for k in sorted(set(sid))]
+        stages = [_stage(k, *(files[k][1:] if k < len(files) else (None, None)))
+                  for k in sorted(set(sid))]
         by_id = {k: st.label for k, st in zip(sorted(set(sid)), stages, strict=True)}
         return [by_id[k] for k in sid], stages, []
-    if files and sum(c for c, _ in files) == n:
-        stages = [_stage(k, rate) for k, (_, rate) in enumerate(files)]
+    if files and sum(f[0] for f in files) == n:
+        stages = [_stage(k, rate, conc) for k, (_, rate, conc) in enumerate(files)]
         order = np.argsort(start, kind="stable")
         labels = [""] * n
         pos = 0
-        for st, (count, _) in zip(stages, files, strict=True):
+        for st, (count, _, _) in zip(stages, files, strict=True):
             for r in order[pos:pos + count].tolist():
                 labels[r] = st.label
             pos += count
@@ -200,7 +209,12 @@ def _stages(path: Path, start: Any, ids: list[int | None]) -> tuple[list[str],
                                "it: one stage, load mode unknown"]
 
 
-def _stage(k: int, rate: float | None) -> RecordedStage:
+def _stage(k: int, rate: float | None, concurrency: int | None) -> RecordedStage:
+    """A stage: a closed loop of ``concurrency`` users (the ``concurrent`` load type: every
+    request due at once, ``concurrency`` in flight), else an open loop at ``rate``."""
+    if concurrency is not None:
+        return RecordedStage(f"stage {k}: concurrency {concurrency}", "closed", None,
+                             concurrency)
     if rate is None:
         return RecordedStage(f"stage {k}", "unknown", None, None)
     return RecordedStage(f"stage {k}: {rate:g} req/s", "open", rate, None)

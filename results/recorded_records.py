@@ -7,6 +7,7 @@ See :mod:`kvbudget.results.recordings` for the formats. A records file without a
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,9 +42,13 @@ from kvbudget.workloads.workload import Workload
 
 
 def _normalise_status(values: list[str]) -> list[str]:
+    """``completed`` for the words that mean it; an HTTP code written as a float (``200.0``:
+    pandas writes an integer column with a missing value so) is the code."""
     out = []
     for v in values:
         text = str(v).strip()
+        if text.endswith(".0") and text[:-2].isdigit():
+            text = text[:-2]
         out.append("completed" if text.lower() in COMPLETED_WORDS else text)
     return out
 
@@ -105,11 +110,34 @@ def read_records(path: Path, columns: Mapping[str, str], default_tier: str,
     counts = {"num_rows_read": loaded.report.rows_read}
     for reason, count in loaded.report.dropped:
         counts["num_dropped_" + reason.split(" (")[0].replace(" ", "_")] = count
-    notes = list(loaded.report.warnings)
+    read = ({names[c] for c in MEASUREMENT_COLUMNS if names[c] in measured.file_columns}
+            - {trace_cols.get(c, c) for c in CANONICAL_COLUMNS})
+    notes = [n for n in (_less_read(w, read) for w in loaded.report.warnings) if n]
     if trace_cols.get("max_output_tokens", "max_output_tokens") not in measured.file_columns:
         notes.append(max_tokens_note(None, max_output))
     return build_recording(path, "records", workload, ttft=ttft, e2e=e2e, status=status, stage=stage,
                   itl_mean=None, config={}, counts=counts, notes=notes)
+
+
+_UNREAD = re.compile(r"columns not read: (.*?)(?: \((\d+) in all\))?( \(the generic format .*)",
+                     re.DOTALL)
+"""The trace loader's note of the columns it left unread (``workloads/traces/_tabular.py``,
+``_note_unread``): the names (eight at most), their count when more, the explanation."""
+
+
+def _less_read(warning: str, read: set[str]) -> str:
+    """The trace loader's warning, less the measurement columns this reader reads (its note
+    listed ``ttft_s`` and ``e2e_s`` as not read); "" when none is left."""
+    m = _UNREAD.fullmatch(warning)
+    if m is None:
+        return warning
+    names = m.group(1).split(", ")
+    left = [n for n in names if n not in read]
+    total = (int(m.group(2)) if m.group(2) else len(names)) - len(read)
+    if total <= 0:
+        return ""
+    return (f"columns not read: {', '.join(left)}"
+            + (f" ({total} in all)" if total > len(left) else "") + m.group(3))
 
 
 def _read_measurements(path: Path, names: Mapping[str, str]) -> _Measured:

@@ -10,8 +10,8 @@ client's settings (``request_rate``: a number or ``"inf"``; ``burstiness``;
 ``latencies`` and ``start_times`` (older ones have neither: E2E is then ``ttft + sum(itl)``
 and arrivals are reconstructed, see :func:`bench_arrivals`). ``--append-result`` appends each
 run's object to the file, a newline between them (``outfile.write("\\n")`` then
-``json.dump``): one line per run, read here as one load stage per line, run one after the
-other.
+``json.dump``): one line per run, read here as one load stage per line, placed on the clock
+of their ``start_times`` (:func:`_placed`).
 
 How the client offered the load (``benchmark()``'s ``get_request`` and its semaphore):
 ``--request-rate inf --max-concurrency C`` is a closed loop of C users; a finite rate with
@@ -40,6 +40,7 @@ from kvbudget.results.recorded_fields import (
     MAX_FILE_BYTES,
     MAX_MEASURED_S,
     FloatArray,
+    dig,
     finish_columns,
     json_lines,
     max_tokens_note,
@@ -50,6 +51,10 @@ from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
 
 TOOL = "vllm bench serve"
+SGLANG = "sglang.bench_serving"
+"""SGLang's client, derived from vLLM's, writes the same lists with ``--output-file
+--output-details`` (one line a run; python/sglang/bench_serving.py ``result_details``) and the
+server's ``server_info`` (its ``model_path``) where vLLM writes ``model_id``."""
 
 
 @dataclass(frozen=True)
@@ -63,8 +68,15 @@ class _Run:
     itl_mean: FloatArray
     failed: np.ndarray[Any, np.dtype[np.bool_]]
     arrival: FloatArray
+    """When the client meant to send each request: what a replay offers."""
+    sent: FloatArray
+    """When each was sent (``arrival`` plus a capped run's wait for a slot): its TTFT's and
+    E2E's origin."""
     stage: RecordedStage
     max_tokens: float
+    clock_s: float
+    """``arrival`` 0 on the client's clock (``start_times``: ``time.perf_counter()``, one
+    monotonic clock for every process of a machine); NaN when reconstructed."""
 
 
 def _documents(path: Path) -> list[tuple[int | None, dict[str, Any]]]:
@@ -178,6 +190,10 @@ def load_mode(path: Path, doc: Mapping[str, Any], label: str, line: int | None) 
             raise TraceError(path, f"must be a whole number >= 1, got {conc_raw!r}",
                              **_where(line, "max_concurrency"))
         conc = int(conc_raw)
+    ramp = _ramp(path, doc, line)
+    if ramp:  # its request_rate is "inf" (vLLM refuses a rate beside a ramp)
+        return RecordedStage(ramp if conc is None else f"{ramp}, concurrency {conc}",
+                             "open" if conc is None else "capped", None, conc)
     if conc is not None and math.isinf(rate):
         return RecordedStage(label, "closed", None, conc)
     if conc is not None:
@@ -185,7 +201,27 @@ def load_mode(path: Path, doc: Mapping[str, Any], label: str, line: int | None) 
     return RecordedStage(label, "open", rate, None)
 
 
+def _ramp(path: Path, doc: Mapping[str, Any], line: int | None) -> str:
+    """A ramp-up run's stage label (``--ramp-up-strategy linear|exponential
+    --ramp-up-start-rps A --ramp-up-end-rps B``: the rate goes from A to B over the requests,
+    vllm/benchmarks/serve.py ``_get_current_request_rate``), "" for a run without one."""
+    strategy = doc.get("ramp_up_strategy")
+    if strategy is None:
+        return ""
+    rates = [doc.get("ramp_up_start_rps"), doc.get("ramp_up_end_rps")]
+    if strategy not in ("linear", "exponential") or not all(
+            isinstance(r, int | float) and not isinstance(r, bool) and math.isfinite(r)
+            and r >= 0 for r in rates):
+        raise TraceError(path, f"a ramp-up of {str(strategy)[:40]!r} from "
+                         f"{str(rates[0])[:20]} to {str(rates[1])[:20]} req/s is not one vllm "
+                         "bench serve runs (linear or exponential, rates >= 0)",
+                         **_where(line, "ramp_up_strategy"))
+    return f"ramp-up {strategy} {rates[0]:g} to {rates[1]:g} req/s"
+
+
 def _label(stage: RecordedStage) -> str:
+    if stage.label:
+        return stage.label
     if stage.load == "closed":
         return f"concurrency {stage.max_concurrency}"
     rate = "inf" if stage.request_rate is None or math.isinf(stage.request_rate) else \
@@ -195,14 +231,16 @@ def _label(stage: RecordedStage) -> str:
 
 
 def bench_arrivals(doc: Mapping[str, Any], latencies: FloatArray, n: int, seed: int,
-                   notes: list[str]) -> FloatArray:
-    """When each request was sent, for a ``vllm bench serve`` result without ``start_times``.
+                   notes: list[str]) -> tuple[FloatArray, FloatArray]:
+    """When each request was due and when it was sent, for a ``vllm bench serve`` result
+    without ``start_times``.
 
     vLLM's client draws the gaps between requests from a gamma distribution of mean
     ``1 / request_rate`` and shape ``burstiness`` (Poisson at 1), and sends everything at once
     for ``request_rate = inf``; with ``max_concurrency`` a request also waits until one of the
     ``max_concurrency`` requests before it finishes (its latency, known here, tells when). The
-    draws themselves are not in the file: they are drawn again from ``seed``.
+    draws themselves are not in the file: they are drawn again from ``seed``. A capped run is
+    replayed from the due times (the sends came after the recorded server's slots freed).
     """
     rate = doc.get("request_rate", "inf")
     rate_f = math.inf if rate in ("inf", None) else float(rate)
@@ -228,11 +266,11 @@ def bench_arrivals(doc: Mapping[str, Any], latencies: FloatArray, n: int, seed: 
             heapq.heappush(free, t + float(lat[i]))
         notes.append(f"no start_times in the file: a request starts when one of the "
                      f"max_concurrency={conc} before it finishes (from the measured latencies)")
-        return start
+        return intended, start
     if not math.isfinite(rate_f):
         notes.append("no start_times in the file and request_rate inf: every request arrives "
                      "at 0")
-    return intended
+    return intended, intended
 
 
 def _recorded_max_tokens(path: Path, doc: Mapping[str, Any], line: int | None) -> float:
@@ -290,19 +328,95 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
         i = int(np.argmax(bad))
         raise TraceError(path, f"the request ends ({e2e[i]:g} s) before its first token "
                          f"({ttft[i]:g} s)", **_where(line, "latencies", i))
+    stage = load_mode(path, doc, "", line)
+    clock_s = math.nan
     if starts is not None and np.isfinite(starts).all():
-        arrival = starts - float(starts.min())
+        sent = starts - float(starts.min())
+        arrival = _offered(path, doc, line, stage, sent, notes)
+        clock_s = float(starts.min()) + float(arrival.min())
+        sent = sent - float(arrival.min())
+        arrival = arrival - float(arrival.min())
     else:
+        if stage.label:  # a ramp-up: bench_arrivals draws a constant rate
+            raise TraceError(path, f"missing or with gaps in a {stage.label} run: its send "
+                             "times cannot be reconstructed (they follow the ramp); a vllm "
+                             "bench serve that saves start_times records them",
+                             **_where(line, "start_times"))
         if starts is not None:
             notes.append(f"{where}start_times has gaps: arrivals reconstructed")
         sub: list[str] = []
-        arrival = bench_arrivals(doc, e2e, n, seed, sub)
+        due, sent = bench_arrivals(doc, e2e, n, seed, sub)
+        arrival = due if stage.load == "capped" else sent
         notes.extend(where + s for s in sub)
-    stage = load_mode(path, doc, "", line)
     return _Run(prompt=prompt, output=np.where(failed & ~np.isfinite(output), 0, output),
                 ttft=np.where(failed, np.nan, ttft), e2e=np.where(failed, np.nan, e2e),
-                itl_mean=itl_mean, failed=failed, arrival=arrival, stage=stage,
-                max_tokens=_recorded_max_tokens(path, doc, line))
+                itl_mean=itl_mean, failed=failed, arrival=arrival, sent=sent, stage=stage,
+                max_tokens=_recorded_max_tokens(path, doc, line), clock_s=clock_s)
+
+
+def _offered(path: Path, doc: Mapping[str, Any], line: int | None, stage: RecordedStage,
+             sent: FloatArray, notes: list[str]) -> FloatArray:
+    """When the client meant to send each request of a run whose ``start_times`` are its send
+    times (``sent``, rebased). A capped run's request waits for one of the ``max_concurrency``
+    slots before it is sent (``benchmark()``'s semaphore; ``start_time`` is taken inside it):
+    it was due ``queue_times`` earlier (``client_queue_time``, vllm/benchmarks/serve.py,
+    ``limited_request_func``). A capped replay offers each request at its due time: at the
+    send time it would wait for the recorded server's slots, so a faster simulated server
+    could not send sooner than the real one did."""
+    if stage.load != "capped":
+        return sent
+    queue = _numbers(path, doc, "queue_times", len(sent), line, required=False)
+    if queue is None or not np.isfinite(queue).all():
+        notes.append(f"{'' if line is None else f'line {line}: '}no queue_times in the file: "
+                     "each request is offered at its start_time, when it got one of the "
+                     f"max_concurrency={stage.max_concurrency} slots of the recorded run (its "
+                     "wait for one is not known): a faster simulated server cannot send "
+                     "sooner than the recorded one did")
+        return sent
+    _check_times(path, line, "queue_times", queue)
+    return sent - queue
+
+
+def _placed(runs: list[_Run], notes: list[str]) -> list[float]:
+    """Where each run of an ``--append-result`` file starts on the recording's clock: where
+    their ``start_times`` put them (one monotonic clock, the gaps between the runs included:
+    the tool's start, its test prompt and warm-ups), else each when the one before it ended
+    (a run without ``start_times``, or clocks that do not run on from one run to the next: a
+    reboot, another machine), said in a note."""
+    ends = [r.sent + np.where(np.isfinite(r.e2e), r.e2e, 0.0) for r in runs]
+    last = [float(e.max()) if len(e) else 0.0 for e in ends]
+    clocks = [r.clock_s for r in runs]
+    if len(runs) > 1 and all(math.isfinite(c) for c in clocks) and all(
+            0 <= clocks[k] - (clocks[k - 1] + last[k - 1]) <= MAX_MEASURED_S
+            for k in range(1, len(runs))):
+        gaps = [clocks[k] - clocks[k - 1] - last[k - 1] for k in range(1, len(runs))]
+        apart = (f"{gaps[0]:.3g} s" if len(gaps) == 1 else
+                 f"{min(gaps):.3g} to {max(gaps):.3g} s")
+        notes.append(f"{len(runs)} runs appended to one file (--append-result): one stage each, "
+                     f"placed where their start_times put them (one clock; {apart} between "
+                     "one's last answer and the next one's first request)")
+        return [c - clocks[0] for c in clocks]
+    if len(runs) > 1:
+        notes.append(f"{len(runs)} runs appended to one file (--append-result): one stage each, "
+                     "each starting when the one before it ended (their start_times do not "
+                     "say how far apart they ran)")
+    return [float(sum(last[:k])) for k in range(len(runs))]
+
+
+def _one_model(path: Path, docs: list[tuple[int | None, dict[str, Any]]]) -> None:
+    """The runs of an ``--append-result`` file must name one model: they are simulated as
+    one server of the model the first names (a run of another is refused, not simulated as
+    that one)."""
+    first_line, first = docs[0]
+    key = "model_id" if "model_id" in first else "server_info.model_path"  # vLLM's, SGLang's
+    model = dig(first, *key.split("."))
+    for line, doc in docs[1:]:
+        other = dig(doc, *key.split("."))
+        if other is not None and model is not None and other != model:
+            raise TraceError(path, f"{str(other)[:100]!r} differs from line {first_line}'s "
+                             f"{str(model)[:100]!r}: the appended runs benchmarked different "
+                             "models; validate each model's lines as a file of its own",
+                             line=line, field=key)
 
 
 def _config(docs: list[tuple[int | None, dict[str, Any]]]) -> dict[str, Any]:
@@ -314,10 +428,14 @@ def _config(docs: list[tuple[int | None, dict[str, Any]]]) -> dict[str, Any]:
                       ("max_tokens", "max_tokens")):
         if first.get(key) is not None:
             config[name] = first[key]
+    server_model = dig(first, "server_info", "model_path")
+    if "model" not in config and isinstance(server_model, str):
+        config["model"] = server_model
     if isinstance(config.get("ignore_eos"), str):
         config["ignore_eos"] = config["ignore_eos"].strip().lower() in ("1", "true", "yes")
     if len(docs) == 1:
-        for key in ("request_rate", "max_concurrency"):
+        for key in ("request_rate", "max_concurrency", "ramp_up_strategy", "ramp_up_start_rps",
+                    "ramp_up_end_rps"):
             if first.get(key) is not None:
                 config[key] = first[key]
     return config
@@ -327,23 +445,19 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
                     max_output_rule: MaxOutputRule | None = None) -> Recording:
     """Read a ``vllm bench serve`` result (one run, or ``--append-result`` runs one a line)."""
     docs = _documents(path)
+    _one_model(path, docs)
     notes: list[str] = []
     runs = [_run(path, doc, line, seed + k, notes) for k, (line, doc) in enumerate(docs)]
     labels = [_label(r.stage) for r in runs]
     if len(runs) > 1:
         labels = [f"line {line}: {label}" for (line, _), label in zip(docs, labels, strict=True)]
-        notes.append(f"{len(runs)} runs appended to one file (--append-result): one stage each, "
-                     "each starting when the one before it ended (the file does not say how "
-                     "far apart they ran)")
     stages = tuple(RecordedStage(lab, r.stage.load, r.stage.request_rate,
-                                 r.stage.max_concurrency) for lab, r in zip(labels, runs,
-                                                                            strict=True))
-    offset = 0.0
-    arrivals = []
-    for r in runs:
-        arrivals.append(r.arrival + offset)
-        ends = r.arrival + np.where(np.isfinite(r.e2e), r.e2e, 0.0)
-        offset += float(ends.max()) if len(ends) else 0.0
+                                 r.stage.max_concurrency,
+                                 "recorded" if math.isfinite(r.clock_s) else "redrawn")
+                   for lab, r in zip(labels, runs, strict=True))
+    offsets = _placed(runs, notes)
+    arrivals = [r.arrival + o for r, o in zip(runs, offsets, strict=True)]
+    sents = [r.sent + o for r, o in zip(runs, offsets, strict=True)]
     cat = np.concatenate
     max_tokens = cat([np.full(len(r.prompt), r.max_tokens) for r in runs])
     recorded = max_tokens if np.isfinite(max_tokens).any() else None
@@ -359,13 +473,16 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     counts["num_failed"] = int(failed.sum())
     counts["num_stages"] = len(runs)
     config = _config(docs)
+    first = docs[0][1]
+    tool = SGLANG if "server_info" in first or "total_output_tokens_retokenized" in first \
+        else TOOL
     notes.append(max_tokens_note(recorded, max_output_rule))
     if "ignore_eos" not in config:
-        notes.append("ignore_eos: not recorded in the file (vllm bench serve does not save it)")
+        notes.append(f"ignore_eos: not recorded in the file ({tool} does not save it)")
     return build_recording(
         path, "vllm-bench", workload, ttft=cat([r.ttft for r in runs])[rows],
-        e2e=cat([r.e2e for r in runs])[rows],
+        e2e=cat([r.e2e for r in runs])[rows], sent_s=cat(sents)[rows],
         status=["error" if failed[r] else "completed" for r in rows.tolist()],
         stage=[labels[int(stage_of[r])] for r in rows.tolist()],
         itl_mean=cat([r.itl_mean for r in runs])[rows], config=config, counts=counts,
-        notes=[*notes, *warnings], stages=stages, tool=TOOL)
+        notes=[*notes, *warnings], stages=stages, tool=tool)

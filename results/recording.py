@@ -11,7 +11,7 @@ readers, so the imports run one way.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,7 +42,8 @@ MEASURED_COLUMNS: tuple[str, ...] = ("request_id", "tier", "arrival_s", "prompt_
                                      "output_tokens", "status", "stage", "ttft_s", "tpot_s",
                                      "e2e_s", "itl_mean_s", "usable")
 """Columns of :attr:`Recording.measured` (one row per workload request, in the same order).
-``status`` is ``completed`` or what the file said (``error``, ``timeout``, ``incomplete``...);
+``arrival_s`` is when the request was sent (the workload's ``arrival_s``, unless a capped
+run's request waited for a slot); ``status`` is ``completed`` or what the file said (``error``, ``timeout``, ``incomplete``...);
 ``usable`` is True for a completed request with a finite TTFT and E2E: the rows every measured
 statistic uses."""
 
@@ -73,6 +74,9 @@ class RecordedStage:
     load: str
     request_rate: float | None = None
     max_concurrency: int | None = None
+    send_times: str = "recorded"
+    """``redrawn`` when the file has none and they were drawn again from the stage's rate (a
+    ``vllm bench serve`` result without ``start_times``)."""
 
     def __post_init__(self) -> None:
         if self.load not in LOAD_MODES:
@@ -191,27 +195,17 @@ def _load_words(stage: RecordedStage) -> str:
             }.get(stage.load, "load mode not recorded (replayed open loop from its send times)")
 
 
-def _status_is_completed(values: Sequence[str]) -> npt.NDArray[np.bool_]:
-    return np.array([str(v).strip().lower() in COMPLETED_WORDS for v in values], dtype=bool)
-
-
-def _normalise_status(values: Sequence[str]) -> list[str]:
-    out = []
-    for v in values:
-        text = str(v).strip()
-        out.append("completed" if text.lower() in COMPLETED_WORDS else text)
-    return out
-
-
 def build_recording(path: Path, fmt: str, workload: Workload, *, ttft: FloatArray,
                     e2e: FloatArray, status: list[str], stage: list[str],
                     itl_mean: FloatArray | None, config: dict[str, Any], counts: dict[str, int],
                     notes: list[str], output_measured: npt.NDArray[np.int64] | None = None,
-                    stages: tuple[RecordedStage, ...] = (), tool: str = "") -> Recording:
+                    stages: tuple[RecordedStage, ...] = (), tool: str = "",
+                    sent_s: FloatArray | None = None) -> Recording:
     """The recording of ``workload`` with its measurement columns (in workload order).
 
     ``stages`` must name every label of ``stage`` (when given); ``tool`` defaults to the
-    format's name."""
+    format's name; ``sent_s`` when each request was sent, the origin of its TTFT and E2E
+    (default: its ``arrival_s``; later when a capped run's request waited for a slot)."""
     import pandas as pd
 
     n = len(workload)
@@ -228,7 +222,7 @@ def build_recording(path: Path, fmt: str, workload: Workload, *, ttft: FloatArra
     measured = pd.DataFrame({
         "request_id": workload.request_id,
         "tier": tiers,
-        "arrival_s": workload.arrival_s,
+        "arrival_s": workload.arrival_s if sent_s is None else sent_s,
         "prompt_tokens": workload.prompt_tokens,
         "output_tokens": output,
         "status": status,

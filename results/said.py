@@ -83,6 +83,21 @@ def _closed_loop(users: Any) -> str:
             f"{users.get('think_time_s', 0):g} s, {users.get('think_distribution')})")
 
 
+def _cost_line(s: dict[str, Any]) -> list[str]:
+    """The step times a run took from a cost-model file (``--cost-model``, a scenario's
+    ``cost_model``) and the fixed front-end time per request it added; none for the default
+    step model."""
+    cost = s.get("cost_model") or {}
+    overhead = float(s.get("frontend_overhead_s") or 0.0)
+    if cost.get("source", "defaults") == "defaults" and overhead == 0:
+        return []
+    text = f"step times: the cost-model file's {cost.get('kind')} model ({cost.get('source')})"
+    if overhead > 0:
+        text += (f"; a fixed front-end time of {overhead * 1e3:.2f} ms per request (the file's "
+                 "frontend_overhead_s) added to every first token and finish")
+    return [text]
+
+
 def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
     """What the runs simulated (model, GPU, engine, KV capacity, workload), what loading the
     workload's file warned of or assumed (``workload.warnings`` / ``.assumed``), each line once
@@ -108,6 +123,7 @@ def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
             + f"; workload {w.get('name')}: {int(w.get('num_requests', 0)):,} requests"
             + _closed_loop(s.get("closed_loop")),
             WIDTH, subsequent_indent="  ")]
+        said += [textwrap.fill(line, WIDTH, subsequent_indent="  ") for line in _cost_line(s)]
         said += [textwrap.fill(f"{label}: {text}", WIDTH, subsequent_indent="  ")
                  for key, label in (("warnings", "warning"), ("assumed", "assumed"))
                  for text in w.get(key, ())]

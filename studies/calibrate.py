@@ -294,6 +294,11 @@ class RecordedCalibration:
                           "regularised toward the start",
                 "records": str(Path(recording.path).resolve()),
                 "records_format": recording.format,
+                "tool": recording.tool,
+                "stages": [{**dataclasses.asdict(st), "request_rate": "inf"}
+                           if st.request_rate == math.inf else dataclasses.asdict(st)
+                           for st in recording.stages],  # JSON has no Infinity
+                "notes": list(recording.notes),
                 "rows": self.num_rows,
                 "holdout": holdout,
                 "counts": recording.counts,

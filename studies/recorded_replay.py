@@ -27,6 +27,7 @@ list saying how each was replayed).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -57,8 +58,9 @@ class StagePlan:
     start_s: float
 
     def describe(self) -> dict[str, Any]:
+        rate = self.stage.request_rate
         return {"label": self.stage.label, "load": self.stage.load,
-                "request_rate": self.stage.request_rate,
+                "request_rate": "inf" if rate == math.inf else rate,  # JSON has no Infinity
                 "max_concurrency": self.stage.max_concurrency,
                 "replayed_as": replay_mode(self.stage), "num_requests": len(self.rows),
                 "start_s": self.start_s}
@@ -68,12 +70,13 @@ def replay_mode(stage: RecordedStage) -> str:
     """What the validate table says of a stage: how its load was simulated."""
     if stage.load == "closed":
         return f"closed loop, {stage.max_concurrency} users"
+    times = ("recorded send times" if stage.send_times == "recorded" else
+             f"send times {stage.send_times} (the file has none)")
     if stage.load == "capped":
-        return (f"open loop at the recorded send times, at most {stage.max_concurrency} in "
-                "flight")
+        return f"open loop at the {times}, at most {stage.max_concurrency} in flight"
     if stage.load == "unknown":
-        return "open loop at the recorded send times (load mode not recorded)"
-    return "open loop at the recorded send times"
+        return f"open loop at the {times} (load mode not recorded)"
+    return f"open loop at the {times}"
 
 
 def stage_plans(recording: Recording) -> list[StagePlan] | None:

@@ -181,6 +181,24 @@ def test_calibrated_frontend_overhead_delays_first_token_and_finish(tmp_path: Pa
     assert code == 2 and "frontend_overhead_s" in stderr and len(stderr.splitlines()) == 1
 
 
+def test_the_table_says_the_step_times_and_front_end_a_cost_file_gave(tmp_path: Path) -> None:
+    """A cost-model file's step times and its fixed front-end time per request (added to every
+    first token and finish) changed the answer and went unsaid; the default model says
+    nothing more."""
+    from kvbudget.perf.cost_model import LinearCostModel, save_cost_model
+
+    path = tmp_path / "cost.json"
+    save_cost_model(LinearCostModel(0.01, 2e-5, 1e-4, 1e-8), path,
+                    extra={"frontend_overhead_s": 0.025})
+    code, stdout, stderr = run("simulate", *SHORT, "--cost-model", str(path))
+    assert code == 0, stderr
+    said = " ".join((stdout + stderr).split())
+    assert "step times: the cost-model file's linear model" in said
+    assert "a fixed front-end time of 25.00 ms per request (the file's frontend_overhead_s)" in said
+    code, stdout, stderr = run("simulate", *SHORT)
+    assert code == 0 and "step times:" not in stdout + stderr
+
+
 def test_presets_show_vllms_defaults_per_gpu() -> None:
     code, stdout, _ = run("presets")
     assert code == 0

@@ -88,6 +88,111 @@ def test_vllm_bench_append_result_reads_every_line_as_a_stage() -> None:
     assert second["arrival_s"].min() >= (first["arrival_s"] + first["e2e_s"]).max() - 1e-9
 
 
+def test_vllm_bench_append_result_runs_are_placed_where_their_start_times_put_them(
+        tmp_path: Path) -> None:
+    # a rate sweep (--request-rate 8, then 8 again, --append-result): the runs were placed back
+    # to back, so a simulated backlog of one ran into the next, whose real server was idle
+    # for the seconds between them (start_times: one perf_counter clock for the machine)
+    doc = json.loads((VLLM / "rate8.json").read_text())
+    end = max(s + lat for s, lat in zip(doc["start_times"], doc["latencies"], strict=True))
+    second = {**doc, "start_times": [t - doc["start_times"][0] + end + 30.0
+                                     for t in doc["start_times"]]}
+    path = tmp_path / "sweep.jsonl"
+    path.write_text(json.dumps(doc) + "\n" + json.dumps(second) + "\n")
+    rec = read_recording(path)
+    m = rec.measured
+    lines = [m[m["stage"].str.startswith(f"line {k}:")] for k in (1, 2)]
+    first_end = float((lines[0]["arrival_s"] + lines[0]["e2e_s"]).max())
+    assert float(lines[1]["arrival_s"].min()) == pytest.approx(first_end + 30.0)
+    assert any("placed where their start_times put them (one clock; 30 s between" in n
+               for n in rec.notes)
+    # a clock that does not run on (a reboot, another machine): back to back, said
+    second["start_times"] = [t - 1e4 for t in doc["start_times"]]
+    path.write_text(json.dumps(doc) + "\n" + json.dumps(second) + "\n")
+    rec = read_recording(path)
+    m = rec.measured
+    lines = [m[m["stage"].str.startswith(f"line {k}:")] for k in (1, 2)]
+    assert float(lines[1]["arrival_s"].min()) == pytest.approx(
+        float((lines[0]["arrival_s"] + lines[0]["e2e_s"]).max()))
+    assert any("each starting when the one before it ended" in n for n in rec.notes)
+
+
+def test_vllm_bench_append_result_of_two_models_is_refused(tmp_path: Path) -> None:
+    # the lines were simulated as one server of the first line's model, the second line's
+    # model said nowhere
+    docs = [json.loads(line) for line in (VLLM / "append.jsonl").read_text().splitlines()
+            if line.strip()]
+    docs[1]["model_id"] = "meta-llama/Llama-3.1-70B-Instruct"
+    path = tmp_path / "two.jsonl"
+    path.write_text("\n".join(json.dumps(d) for d in docs) + "\n")
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    assert (err.value.line, err.value.field) == (2, "model_id")
+    assert "'meta-llama/Llama-3.1-70B-Instruct' differs from line 1's 'tiny'" in str(err.value)
+
+
+def test_vllm_bench_capped_run_is_offered_when_due_not_when_a_slot_freed(tmp_path: Path) -> None:
+    # --request-rate R --max-concurrency C: start_times are taken after the wait for a slot,
+    # so replaying them held each request to the recorded server's slots (a faster simulated
+    # server could not send sooner: its throughput agreed with the measured one by
+    # construction); the request was due queue_times earlier
+    doc = json.loads((VLLM / "concurrency4.json").read_text())
+    doc["request_rate"] = 100.0
+    start, queue = np.array(doc["start_times"]), np.array(doc["queue_times"])
+    assert queue.max() > 0.4  # the fixture's requests waited for a slot
+    path = tmp_path / "capped.json"
+    path.write_text(json.dumps(doc))
+    rec = read_recording(path)
+    assert rec.stages[0].load == "capped"
+    due = start - queue
+    order = rec.workload.request_id
+    assert np.allclose(rec.workload.arrival_s, (due - due.min())[order], atol=1e-9)
+    # the measurements keep their origin: the send
+    assert np.allclose(rec.measured["arrival_s"], (start - due.min())[order], atol=1e-9)
+    assert np.allclose(rec.records()["finished_s"],
+                       (start - due.min() + np.array(doc["latencies"]))[order], atol=1e-9)
+    # a file without queue_times says the replay is held to the recorded slots
+    del doc["queue_times"]
+    path.write_text(json.dumps(doc))
+    rec = read_recording(path)
+    assert np.allclose(rec.workload.arrival_s, rec.measured["arrival_s"])
+    assert any("no queue_times" in n for n in rec.notes)
+    # without start_times either: the redrawn due times, the sends emulated from the latencies
+    del doc["start_times"]
+    path.write_text(json.dumps(doc))
+    rec = read_recording(path, seed=1)
+    assert rec.stages[0].send_times == "redrawn"
+    sent = rec.measured["arrival_s"].to_numpy()
+    assert (sent >= rec.workload.arrival_s - 1e-12).all()
+    assert (sent > rec.workload.arrival_s + 1e-6).any()  # some waited for a slot
+    # an open or closed run is offered at its send times, as before
+    closed = read_recording(VLLM / "concurrency4.json")
+    assert np.allclose(closed.workload.arrival_s, closed.measured["arrival_s"])
+
+
+def test_sglang_bench_serving_output_is_named_as_sglangs(tmp_path: Path) -> None:
+    # python/sglang/bench_serving.py --output-file --output-details writes vLLM's lists and its
+    # server_info; it was read as "vllm bench serve" (so named in every line) and its model,
+    # server_info.model_path, not read
+    doc = json.loads((VLLM / "rate8.json").read_text())
+    line = {"backend": "sglang", "dataset_name": "random", "request_rate": 8.0,
+            "max_concurrency": None, "server_info": {"model_path": "Qwen/Qwen2.5-7B-Instruct"},
+            "total_output_tokens_retokenized": 320,
+            **{k: doc[k] for k in ("input_lens", "output_lens", "ttfts", "itls", "errors")}}
+    path = tmp_path / "sglang.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    rec = read_recording(path)
+    assert rec.tool == "sglang.bench_serving"
+    assert rec.config["model"] == "Qwen/Qwen2.5-7B-Instruct"
+    assert any("(sglang.bench_serving does not save it)" in n for n in rec.notes)
+    assert read_recording(VLLM / "rate8.json").tool == "vllm bench serve"
+    other = {**line, "server_info": {"model_path": "Qwen/Qwen2.5-72B-Instruct"}}
+    path.write_text(json.dumps(line) + "\n" + json.dumps(other) + "\n")
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    assert (err.value.line, err.value.field) == (2, "server_info.model_path")
+
+
 def test_vllm_bench_metadata_max_tokens_and_ignore_eos_are_the_recorded_setting(
         tmp_path: Path) -> None:
     doc = json.loads((VLLM / "rate8.json").read_text())
@@ -110,6 +215,32 @@ def test_vllm_bench_load_modes(tmp_path: Path) -> None:
         path = tmp_path / "r.json"
         path.write_text(json.dumps({**doc, "request_rate": rate, "max_concurrency": conc}))
         assert read_recording(path).stages == (stage,)
+
+
+def test_vllm_bench_ramp_up_is_an_open_loop_not_a_closed_one(tmp_path: Path) -> None:
+    # --ramp-up-strategy writes request_rate "inf" (vLLM refuses a rate beside a ramp): with
+    # --max-concurrency C it read as a closed loop of C users, replayed as fast as they go
+    doc = json.loads((VLLM / "rate8.json").read_text())
+    ramp = {"request_rate": "inf", "ramp_up_strategy": "linear", "ramp_up_start_rps": 1,
+            "ramp_up_end_rps": 20}
+    path = tmp_path / "r.json"
+    for conc, stage in ((4, RecordedStage("ramp-up linear 1 to 20 req/s, concurrency 4",
+                                          "capped", None, 4)),
+                        (None, RecordedStage("ramp-up linear 1 to 20 req/s", "open", None,
+                                             None))):
+        path.write_text(json.dumps({**doc, **ramp, "max_concurrency": conc}))
+        rec = read_recording(path)
+        assert rec.stages == (stage,)
+        assert rec.config["ramp_up_strategy"] == "linear"
+    # without start_times the ramp's send times cannot be drawn again: refused, not sent at 0
+    del doc["start_times"]
+    path.write_text(json.dumps({**doc, **ramp}))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    assert err.value.field == "start_times" and "ramp-up linear" in str(err.value)
+    path.write_text(json.dumps({**doc, **ramp, "ramp_up_strategy": "cosine"}))
+    with pytest.raises(TraceError, match="'cosine'"):
+        read_recording(path)
 
 
 # --------------------------------------------------------------------------- GuideLLM
@@ -256,6 +387,51 @@ def test_guidellm_no_sample_note_when_requests_were_cancelled_before_starting(
     assert not any("sample" in n for n in read_recording(path).notes)
 
 
+def test_guidellm_capped_stage_is_offered_when_due_not_when_a_slot_freed(
+        tmp_path: Path) -> None:
+    # a constant rate with a max_concurrency: a request's start came after its wait for a slot;
+    # replaying the starts held each request to the recorded server's slots. Offered at its
+    # targeted start now; its TTFT and E2E keep the start as origin
+    doc = json.loads((GUIDELLM["0.8.1"] / "benchmarks.json").read_text())
+    bench = doc["benchmarks"][0]
+    bench["config"]["strategy"] = {"type_": "constant", "rate": 100.0, "max_concurrency": 4}
+    reqs = [r for kind in ("successful", "errored", "incomplete")
+            for r in bench["requests"].get(kind) or []]
+    starts = np.array([r["info"]["timings"]["request_start"] for r in reqs])
+    due = starts.min() + np.arange(len(reqs)) / 100.0
+    due = np.minimum(due, starts)
+    for r, t in zip(reqs, due, strict=True):
+        r["info"]["timings"]["targeted_start"] = t
+    path = tmp_path / "capped.json"
+    path.write_text(json.dumps(doc))
+    rec = read_recording(path)
+    assert rec.stages[0].load == "capped"
+    order = rec.workload.request_id
+    assert np.allclose(rec.workload.arrival_s, (due - due.min())[order], atol=1e-9)
+    assert np.allclose(rec.measured["arrival_s"], (starts - due.min())[order], atol=1e-9)
+    # GuideLLM 0.2-0.3 name it scheduler_info.targeted_start_time
+    old = json.loads((GUIDELLM["0.3.1"] / "benchmarks.json").read_text())
+    old["benchmarks"][0]["args"]["strategy"] = {"type_": "constant", "rate": 100.0,
+                                                "max_concurrency": 4}
+    for r in old["benchmarks"][0]["requests"]["successful"]:
+        r["scheduler_info"]["targeted_start_time"] = r["start_time"] - 0.5
+    path.write_text(json.dumps(old))
+    rec = read_recording(path)
+    assert np.allclose(rec.measured["arrival_s"] - rec.workload.arrival_s, 0.5)
+    # without it, each request is offered at its start, and a note says so
+    for r in old["benchmarks"][0]["requests"]["successful"]:
+        del r["scheduler_info"]["targeted_start_time"]
+    path.write_text(json.dumps(old))
+    rec = read_recording(path)
+    assert np.allclose(rec.measured["arrival_s"], rec.workload.arrival_s)
+    assert any("have no targeted start time" in n for n in rec.notes)
+    # a cap no stage reaches (GuideLLM 0.8's default 10240 over 12 requests) made no request
+    # wait: the start is when the server got it (the client's own lag included)
+    rec = read_recording(GUIDELLM["0.8.1"] / "cancelled.json")
+    assert rec.stages[0].max_concurrency == 10240
+    assert np.allclose(rec.measured["arrival_s"], rec.workload.arrival_s)
+
+
 @pytest.mark.parametrize(("strategy", "stage"), [
     ({"type_": "synchronous"}, RecordedStage("0: synchronous", "closed", None, 1)),
     ({"type_": "throughput", "max_concurrency": 16},
@@ -296,6 +472,21 @@ def test_aiperf_reads_to_its_own_summary(name: str, stage: RecordedStage) -> Non
     assert rec.config["ignore_eos"] is True and rec.config["model"] == "tiny"
 
 
+def test_aiperf_run_of_several_models_is_refused(tmp_path: Path) -> None:
+    # --model a,b: each request went to one of them, the records do not say which; the run was
+    # simulated whole as the first model, the second said nowhere
+    records = tmp_path / "rate8.jsonl"
+    records.write_text((AIPERF / "rate8.jsonl").read_text())
+    summary = json.loads((AIPERF / "rate8_aiperf.json").read_text())
+    summary["input_config"]["models"]["items"].append({"name": "other"})
+    (tmp_path / "rate8_aiperf.json").write_text(json.dumps(summary))
+    with pytest.raises(TraceError) as err:
+        read_recording(records)
+    assert err.value.field == "input_config.models.items"
+    assert "2 models (other, tiny)" in str(err.value)
+    assert err.value.path == str(tmp_path / "rate8_aiperf.json")
+
+
 # --------------------------------------------------------------------------- inference-perf
 
 
@@ -319,6 +510,25 @@ def test_inference_perf_reads_to_its_own_summary() -> None:
         assert len(rows) == own["successes"]["count"]
         assert close(rows["ttft_s"].mean(), own["successes"]["latency"]["time_to_first_token"]
                      ["mean"])
+
+
+def test_inference_perf_concurrent_load_type_is_a_closed_loop(tmp_path: Path) -> None:
+    # load.type concurrent: its stage file's requested_rate is num_requests (all due at once)
+    # and load_summary.concurrency the users; it was read as an open loop at num_requests/s
+    for f in INFERENCE_PERF.glob("*.json"):
+        (tmp_path / f.name).write_text(f.read_text())
+    stage0 = tmp_path / "stage_0_lifecycle_metrics.json"
+    doc = json.loads(stage0.read_text())
+    doc["load_summary"].update(requested_rate=16, concurrency=2)
+    stage0.write_text(json.dumps(doc))
+    rec = read_recording(tmp_path / "per_request_lifecycle_metrics.json")
+    assert rec.stages == (RecordedStage("stage 0: concurrency 2", "closed", None, 2),
+                          RecordedStage("stage 1: 4 req/s", "open", 4.0, None))
+    doc["load_summary"]["concurrency"] = 0
+    stage0.write_text(json.dumps(doc))
+    with pytest.raises(TraceError) as err:
+        read_recording(tmp_path / "per_request_lifecycle_metrics.json")
+    assert err.value.field == "load_summary.concurrency"
 
 
 # --------------------------------------------------------------------------- llm-d-benchmark

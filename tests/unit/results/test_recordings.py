@@ -87,6 +87,38 @@ def test_generic_records_with_a_column_mapping_ids_out_of_order_and_trace_column
     np.testing.assert_array_equal(rec.workload.max_output_tokens, [o + 5 for o in OUTPUT])
 
 
+def test_the_unread_columns_note_does_not_name_the_measurements_read(tmp_path: Path) -> None:
+    # the trace loader's note listed ttft_s and e2e_s (the columns validate compares) as not
+    # read; only the columns nothing reads are named now
+    df = generic_frame().rename(columns={"e2e_s": "latency"})
+    df["queue_s"] = 0.0
+    df["status"] = "ok"
+    path = tmp_path / "r.csv"
+    df.to_csv(path, index=False)
+    rec = read_recording(path, columns={"e2e_s": "latency"})
+    unread = [n for n in rec.notes if n.startswith("columns not read")]
+    assert len(unread) == 1 and unread[0].startswith("columns not read: queue_s (the generic")
+    wide = generic_frame().assign(**{f"x{i}": 0 for i in range(9)})
+    wide.to_csv(path, index=False)
+    unread = [n for n in read_recording(path).notes if n.startswith("columns not read")]
+    assert unread[0].startswith("columns not read: x0, x1, x2, x3, x4, x5 (9 in all) (the")
+    generic_frame().to_csv(path, index=False)
+    assert not [n for n in read_recording(path).notes if n.startswith("columns not read")]
+
+
+def test_an_http_status_written_as_a_float_is_that_status(tmp_path: Path) -> None:
+    # pandas writes an integer column with a missing value as floats: 200.0 was "not
+    # completed", and a file of them refused as having no measured request
+    df = generic_frame()
+    df["status"] = [200.0, 200.0, 503.0, 200.0, None, 200.0]
+    path = tmp_path / "r.csv"
+    df.to_csv(path, index=False)
+    assert "200.0" in path.read_text()
+    rec = read_recording(path)
+    assert rec.measured["status"].tolist() == ["completed"] * 2 + ["503"] + ["completed"] * 3
+    assert rec.counts["num_measured"] == 5
+
+
 def test_a_kvbudget_run_directory(tmp_path: Path) -> None:
     n = 6
     arrival = np.array(ARRIVAL)
@@ -148,6 +180,12 @@ def test_older_vllm_bench_json_without_latencies_and_start_times(tmp_path: Path)
     assert arrival[0] == 0 and np.all(np.diff(arrival) > 0)  # redrawn at 4 req/s
     assert any("start_times" in note for note in rec.notes)
     assert read_recording(path, seed=3).workload.arrival_s.tolist() == arrival.tolist()
+    # the stage line said "replayed as open loop at the recorded send times" of these draws
+    from kvbudget.studies.recorded_replay import replay_mode
+    assert rec.stages[0].send_times == "redrawn"
+    assert replay_mode(rec.stages[0]) == "open loop at the send times redrawn (the file has none)"
+    path.write_text(json.dumps(vllm_bench_doc()))
+    assert replay_mode(read_recording(path).stages[0]) == "open loop at the recorded send times"
 
 
 def test_vllm_bench_closed_loop_arrivals_follow_the_measured_latencies(tmp_path: Path) -> None:

@@ -157,6 +157,31 @@ def test_a_roofline_fit_saves_and_loads_by_kind(recording_csv: Path, tmp_path: P
     assert json.loads(res.stdout)["cost_model"]["kind"] == "roofline"
 
 
+def test_a_cost_file_says_the_recordings_tool_stages_and_notes(tmp_path: Path) -> None:
+    # the file kept the recording's counts but not what reading it assumed (realised output as
+    # max_tokens, redrawn or placed send times) nor how its stages were replayed
+    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
+    doc = json.loads((fixture / "vllm-bench-0.32.0" / "rate8.json").read_text())
+    bench = tmp_path / "inf.json"
+    bench.write_text(json.dumps({**doc, "request_rate": "inf"}))  # everything at once
+    rec = read_recording(bench)
+    config = SimConfig(engine=ENGINE)
+    cal = calibrate_recording(rec, config, config.resolved_cost_model(), max_evals=3)
+    path = tmp_path / "cost.json"
+    cal.save(path, rec, config, policy="unlimited")
+
+    def no_constant(name: str) -> None:
+        raise AssertionError(f"{name} in a JSON file")
+
+    section = json.loads(path.read_text(), parse_constant=no_constant)["calibration"]
+    assert section["tool"] == "vllm bench serve"
+    assert section["stages"] == [{"label": "inf req/s", "load": "open", "request_rate": "inf",
+                                  "max_concurrency": None, "send_times": "recorded"}]
+    assert section["notes"] == list(rec.notes) and any("realised output" in n
+                                                       for n in section["notes"])
+    assert load_cost_model(path) == cal.model
+
+
 def test_a_default_model_fit_is_taken_by_simulate_and_sweep(recording_csv: Path,
                                                             tmp_path: Path) -> None:
     rec = read_recording(recording_csv)

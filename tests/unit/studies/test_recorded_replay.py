@@ -102,6 +102,24 @@ def test_stages_are_joined_on_the_recordings_clock_and_ids(tmp_path: Path) -> No
     assert np.all(np.diff(times) >= 0)
 
 
+def test_a_stage_sent_all_at_once_is_written_as_valid_json(tmp_path: Path) -> None:
+    # a --request-rate inf stage beside a closed one: summary.json held "request_rate":
+    # Infinity, which JSON has not (jq, JSON.parse refuse the file)
+    import json
+
+    rec = dataclasses.replace(_recording(tmp_path), stages=(
+        RecordedStage("a", "closed", None, 2), RecordedStage("b", "open", float("inf"))))
+    run = simulate_recording(rec, SimConfig(engine=ENGINE), cost_model=FAST)
+    run.write(tmp_path / "run")
+
+    def no_constant(name: str) -> None:
+        raise AssertionError(f"{name} in summary.json")
+
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text(),
+                         parse_constant=no_constant)
+    assert [s["request_rate"] for s in summary["stages"]] == [None, "inf"]
+
+
 def test_an_open_recording_is_one_run_as_before(tmp_path: Path) -> None:
     rec = dataclasses.replace(_recording(tmp_path), stages=(
         RecordedStage("a", "open", 20.0), RecordedStage("b", "unknown")))

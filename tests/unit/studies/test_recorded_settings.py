@@ -100,6 +100,25 @@ def test_a_gpu_the_recording_does_not_name_is_said_as_assumed(tmp_path: Path) ->
     assert "ASSUMED: the recording does not name its GPU; pass --gpu" in err
 
 
+def test_a_scenarios_policy_not_simulated_with_records_is_said(tmp_path: Path) -> None:
+    # --scenario's help promised its policy; --records simulates the recording's (a load tool:
+    # unlimited) and said nothing of the scenario's
+    path = _bench(tmp_path / "b.json", "Llama-3.1-8B")
+    scenario = tmp_path / "s.toml"
+    scenario.write_text('policy = "overcommit"\ngpu = "H100"\n')
+    code, out, err = _run("validate", "--records", path, "--out", tmp_path / "v",
+                          "--scenario", scenario)
+    assert code == 0, err
+    assert ("note: the --scenario's policy 'overcommit' is not simulated: the recorded requests "
+            "went to the server as the recording shows (policy unlimited); --policy overcommit "
+            "puts that gateway in front of it") in err
+    assert "policy unlimited" in out
+    code, out, err = _run("validate", "--records", path, "--out", tmp_path / "w",
+                          "--scenario", scenario, "--policy", "overcommit")
+    assert code == 0, err
+    assert "is not simulated" not in err and "policy overcommit" in out
+
+
 def test_max_output_declares_max_tokens_of_a_recording_without_them(tmp_path: Path) -> None:
     path = _bench(tmp_path / "b.json", "Llama-3.1-8B")
     assert read_recording(path).workload.max_output_tokens.tolist() == [40] * 20  # realised
