@@ -327,6 +327,24 @@ def _check_relations(raw: RawTrace, keep: npt.NDArray[np.bool_]) -> None:
             raise _error(raw, int(rows[1]), "id", f"duplicate id {dup_value:.0f} (first at {where})")
 
 
+def _check_hashes(raw: RawTrace, keep: npt.NDArray[np.bool_], block_tokens: int) -> None:
+    """A prompt of ``p`` tokens has at most ``ceil(p / block_tokens)`` prefix hashes (Mooncake's
+    ``hash_ids``: exactly that many, one a 512-token block): more means the file's hashes name
+    smaller blocks, whose shared prefix would be counted ``block_tokens / size`` times over."""
+    if raw.prefix is None:
+        return
+    counts = np.diff(raw.prefix[1])
+    blocks = -(-raw.prompt // block_tokens)
+    bad = keep & (counts > blocks)
+    if bad.any():
+        row = int(np.argmax(bad))
+        raise _error(raw, row, "hash_ids",
+                     f"{counts[row]} hashes for {raw.prompt[row]:.0f} prompt tokens: a hash names "
+                     f"a block of {block_tokens} tokens (Mooncake's), so at most "
+                     f"{blocks[row]:.0f} (hashes of smaller blocks: set their size, "
+                     "[workload.options] prefix_block_tokens in a scenario)")
+
+
 def _assign_tiers(rows: _Rows, options: TraceOptions, raw: RawTrace,
                   streams: Streams) -> tuple[npt.NDArray[np.int16], tuple[str, ...]]:
     n = len(rows.arrival)
@@ -439,6 +457,7 @@ def finish(raw: RawTrace, options: TraceOptions, streams: Streams) -> LoadedTrac
     raw = _validate(raw)
     keep = _drop_failed(raw)
     _check_relations(raw, keep)
+    _check_hashes(raw, keep, options.prefix_block_tokens)
     n = int(keep.sum())
     if n == 0:
         reasons = ", ".join(f"{c} {r}" for r, c in raw.dropped.items()) or "none"

@@ -188,6 +188,20 @@ def test_generic_round_trip_keeps_prefix_hashes(tmp_path: Path) -> None:
         assert [w.prefix_of(i) for i in range(3)] == [(0, 1), (), (0, 9)], suffix
 
 
+def test_more_prefix_hashes_than_blocks_are_refused(tmp_path: Path) -> None:
+    # 64 hashes of 16-token blocks for a 1,024-token prompt: read as 512-token blocks, the
+    # shared prefix was counted over and the run answered, exit 0; ceil(1024 / 512) = 2
+    hashes = list(range(64))
+    text = "".join(json.dumps({"arrival_s": t, "prompt_tokens": 1024, "output_tokens": 5,
+                               "hash_ids": hashes}) + "\n" for t in (0, 1))
+    path = write(tmp_path / "h.jsonl", text)
+    with pytest.raises(TraceError, match=r"line 1: field 'hash_ids': 64 hashes for 1024 "
+                                         r"prompt tokens: .* 512 tokens .* at most 2 "):
+        load_trace(path)
+    w = load_trace(path, TraceOptions(prefix_block_tokens=16)).workload
+    assert w.prefix_block_tokens == 16 and w.prefix_of(1) == tuple(hashes)
+
+
 def test_generic_column_mapping_and_units(tmp_path: Path) -> None:
     text = "t_ms,in,out,who\n1500,10,2,gold\n500,20,3,free\n"
     path = write(tmp_path / "g.csv", text)
