@@ -55,3 +55,19 @@ def test_a_long_context_model_serves_what_a_short_one_refuses() -> None:
     assert got == [("completed", ""), ("completed", "")]
     got = _statuses("Llama-3.1-8B", [130_000], [10], [2000])
     assert got == [("rejected_too_large", "context_length")]
+
+
+def test_a_run_says_what_the_default_context_refused() -> None:
+    # before: 2 of 3 requests refused with no word of the context that refused them (exit 0,
+    # read as the gateway's or the KV cache's refusals)
+    w = make_workload([0.0, 1.0, 2.0], [5000, 3000, 3000], [10, 100, 100],
+                      max_output_tokens=[10, 2000, 1096])
+    summary = simulate(w, make_policy("unlimited"),
+                       SimConfig(gpu="H200", model="Llama-2-7B", tiers=OPEN)).summary
+    assert summary["assumed"] == [
+        "max_model_len 4,096 (the model's context, vLLM's default) refused 2 requests before "
+        "any prefill: 1 prompts longer, 1 whose prompt + max_output_tokens is over it (--set "
+        "engine.max_model_len=N gives your server's)"]
+    given = SimConfig(gpu="H200", model="Llama-2-7B", tiers=OPEN,
+                      engine=EngineConfig(max_model_len=4096))
+    assert "assumed" not in simulate(w, make_policy("unlimited"), given).summary
