@@ -31,6 +31,7 @@ from kvbudget.cli.study_intervals import (
 )
 from kvbudget.cli.tables import WIDTH, render, short_metric
 from kvbudget.studies.capacity import (
+    BURST,
     CapacitySpec,
     attainment_curve,
     capacity,
@@ -475,6 +476,13 @@ def _print_capacities(result: "CapacityResult", spec: CapacitySpec) -> None:
           *[at_cap(c.policy, c.scale, m) for m in slo_cols], c.note]
          for c in result.capacities],
     ))
+    if any(BURST in c.note for c in result.capacities):
+        typer.echo(textwrap.fill(
+            f"note: {BURST}: at that load the workload's requests all came in (in) less time "
+            "than the run went on after the last one (drain), so no steady queue built up: the "
+            "capacity is what the engine absorbs in one burst, not a rate it sustains; give a "
+            "longer workload (a longer trace --window, or duration_s)", WIDTH,
+            subsequent_indent="  "))
     if spec.interval is not None:
         typer.echo(textwrap.fill(
             f"{spec.interval:.0%} interval of the capacity over {spec.combines()}; each "

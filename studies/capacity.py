@@ -348,8 +348,30 @@ def _result(s: _Search, spec: CapacitySpec, gpus: int) -> PolicyCapacity:
     hi_rate = _rate_at(s.seen[s.hi]) if s.hi is not None else math.inf
     att = t_interval([_f(r.get(spec.metric)) for r in rows], spec.confidence)
     band = None if spec.interval is None else world_interval(s, spec)
+    note = "; ".join(n for n in (s.note, burst_note(rows)) if n)
     return PolicyCapacity(s.policy, rate, rate / gpus, s.lo, (rate, hi_rate), att,
-                          len(s.seen), s.note, band)
+                          len(s.seen), note, band)
+
+
+BURST = "burst"
+"""How a capacity's note begins when its load's requests all came in less time than the run
+went on after the last of them (:func:`burst_note`)."""
+
+
+def burst_note(rows: Sequence[dict[str, Any]]) -> str:
+    """The note of a capacity whose runs (``rows``, its load's replications) drained longer
+    after the last arrival than the arrivals took (means of ``drain_s`` and
+    ``offered_window_s``): a workload that short, offered ``s`` times as fast, is over before
+    a queue can build, so the figure is a burst the engine absorbed, not a rate it sustains.
+    ``""`` otherwise."""
+    def mean(column: str) -> float:
+        v = [x for x in (_f(r.get(column)) for r in rows) if math.isfinite(x)]
+        return sum(v) / len(v) if v else math.nan
+
+    window, drain = mean("offered_window_s"), mean("drain_s")
+    if not drain > window:  # NaN (figures not there) too
+        return ""
+    return f"{BURST}: {window:.2g} s in, {drain:.2g} s drain"
 
 
 def world_bracket(loads: dict[float, dict[str, Any]], spec: CapacitySpec
