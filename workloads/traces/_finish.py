@@ -277,12 +277,19 @@ def _drop_failed(raw: RawTrace) -> npt.NDArray[np.bool_]:
     prompt_zero = raw.prompt == 0
     output_zero = raw.output == 0
     failed = prompt_zero & output_zero
-    for reason, mask in ((DROP_FAILED, failed), (DROP_ZERO_OUTPUT, output_zero & ~failed),
-                         (DROP_ZERO_PROMPT, prompt_zero & ~failed)):
+    masks = ((DROP_FAILED, failed), (DROP_ZERO_OUTPUT, output_zero & ~failed),
+             (DROP_ZERO_PROMPT, prompt_zero & ~failed))
+    for reason, mask in masks:
         count = int(mask.sum())
         if count:
             raw.dropped[reason] += count
     keep: npt.NDArray[np.bool_] = ~(prompt_zero | output_zero)
+    counts = [f"{int(m.sum()):,} with {what}" for what, m in (
+        ("0 prompt and 0 output tokens (failed requests)", failed),
+        ("0 output tokens", masks[1][1]), ("0 prompt tokens", masks[2][1])) if m.any()]
+    if counts:  # requests a server was sent: the load offered here is less than the file's
+        raw.warnings.append(f"dropped {len(keep) - int(keep.sum()):,} of the file's "
+                            f"{len(keep):,} rows, with no tokens to serve: {', '.join(counts)}")
     return keep
 
 
