@@ -277,6 +277,21 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
     assert not any(ln.startswith("warning:") for ln in stderr.splitlines())
 
 
+def test_compare_with_replications_says_the_model_and_what_it_assumed(tmp_path: Path) -> None:
+    """Before, ``compare -r N`` printed its table alone: no model, no workload, none of the
+    trace's assumptions (which ``compare`` without ``-r`` and every study say)."""
+    trace = tmp_path / "lengths.csv"
+    trace.write_text("prompt_tokens,output_tokens\n" + "100,20\n" * 30)
+    code, stdout, stderr = run("compare", "--trace", str(trace), "--policies",
+                               "unlimited,conservative", "-r", "2", "-j", "1", "--model",
+                               "Qwen2.5-7B", "--json")
+    assert code == 0, stderr
+    json.loads(stdout)  # stdout stays the JSON alone
+    lines = stderr.splitlines()
+    assert lines[0] == "model Qwen2.5-7B; workload lengths: 30 requests"
+    assert [ln.split(":")[0] for ln in lines[1:4]] == ["warning", "assumed", "assumed"]
+
+
 def test_a_trace_that_says_everything_assumes_nothing(tmp_path: Path) -> None:
     """Tiers and max_tokens in the file, arrivals in order: no warning, nothing assumed; with
     max_tokens on some rows only, the rest are counted. compare says each line once."""
