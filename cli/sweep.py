@@ -357,6 +357,11 @@ def _print_best(result: "TuneResult", *, objective: str, confidence: float,
     else:
         typer.echo(f"best: {best}: {objective} = {mean:.6g} ({confidence:.0%} CI {low:.6g} "
                    f".. {high:.6g}, {replications} replications)")
+        for said in result.at_bounds():
+            typer.echo(textwrap.fill(f"note: {said}: the search did not look past it, where "
+                                     "a better value may lie (widen --param where the key "
+                                     "allows)", WIDTH,
+                                     subsequent_indent="  "))
 
 
 @with_scenario_options
