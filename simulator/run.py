@@ -487,6 +487,8 @@ class _Simulation:
             "engine_defaults": config.engine_defaults,
             "engine": engine_figures,
             "engine_knobs": self._knobs(),
+            **({} if config.gateway_capacity_tokens is None else {
+                "gateway_capacity_tokens": config.gateway_capacity_tokens}),
             "workload": {"name": self.w.name, "num_requests": self.n, **load_said(
                 self.w.meta, closed_loop=self.users is not None)},
             **_joined(self._default_tiers_said(), self._context_said()),

@@ -477,3 +477,18 @@ def test_a_measured_runs_table_does_not_say_simulated() -> None:
              "workload": {"num_requests": 20, "num_recorded": 20}}
     assert setting_lines([live]) == []
     assert "simulated:" not in render_summaries([live])
+
+
+def test_a_given_gateway_budget_is_said() -> None:
+    # before: neither the table nor the summary named the gateway's 100,000-token budget; the
+    # line said 'KV capacity 438,192 tokens' and the run queued for a limit it never showed
+    code, stdout, stderr = run("simulate", "--set", "gateway_capacity_tokens=100000", "--set",
+                               "workload.num_requests=6")
+    assert code == 0, stderr
+    assert "KV capacity 438,192 tokens, the gateway's budget 100,000 (given);" in stdout.replace(
+        "\n  ", " ")
+    code, stdout, _ = run("simulate", "--set", "gateway_capacity_tokens=100000", "--set",
+                          "workload.num_requests=6", "--json")
+    assert json.loads(stdout)["gateway_capacity_tokens"] == 100_000
+    code, stdout, _ = run("simulate", "--set", "workload.num_requests=6", "--json")
+    assert "gateway_capacity_tokens" not in json.loads(stdout)
