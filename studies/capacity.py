@@ -108,6 +108,10 @@ class CapacitySpec(WorldDraws):
             raise ValueError(f"replications must be >= 1, got {self.replications!r}")
         if not 0 < self.rel_tol < 1:
             raise ValueError(f"rel_tol must be in (0, 1), got {self.rel_tol!r}")
+        if self.scenario.spec.closed_loop is not None:
+            raise ValueError("capacity searches the arrival rate, and a closed loop of users "
+                             "sends each request when its last one ended, not at the "
+                             "workload's times: sweep --grid closed_loop.num_users=... instead")
         if not 0 < self.min_scale < 1 < self.max_scale:
             raise ValueError("need 0 < min_scale < 1 < max_scale")
         if self.root_seed is None:
