@@ -209,6 +209,25 @@ def test_more_prefix_hashes_than_blocks_are_refused(tmp_path: Path) -> None:
     assert w.prefix_block_tokens == 16 and w.prefix_of(1) == tuple(hashes)
 
 
+def test_a_runs_records_are_not_read_as_a_trace(tmp_path: Path) -> None:
+    # before: a simulate --out requests.parquet given as a trace was read as one: its refused
+    # requests' output_tokens (0) dropped and the partial answers of dropped ones taken as
+    # their true lengths, exit 0
+    from kvbudget.policies import make_policy
+    from kvbudget.simulator.run import SimConfig, simulate
+
+    w = generate_workload(PoissonArrivals(2.0), [TierTraffic(
+        "interactive", 1.0, Uniform(10, 50), Uniform(1, 20))], np.random.default_rng(1),
+        num_requests=20)
+    out = tmp_path / "run"
+    simulate(w, make_policy("unlimited"), SimConfig()).write(out)
+    path = out / "requests.parquet"
+    with pytest.raises(TraceError, match=r"is a run's records .*not a trace"):
+        load_trace(path)
+    # a recording's reader names the format: read as the generic format it is
+    assert len(load_trace(path, TraceOptions(format="generic")).workload) == 20
+
+
 def test_generic_column_mapping_and_units(tmp_path: Path) -> None:
     text = "t_ms,in,out,who\n1500,10,2,gold\n500,20,3,free\n"
     path = write(tmp_path / "g.csv", text)
