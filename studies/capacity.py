@@ -72,9 +72,15 @@ RESULT_FILE = "capacity.json"
 
 def num_gpus(scenario: Scenario) -> int:
     """GPUs of the simulated configuration: replicas (a ``[fleet]``, else one engine) times the
-    engine's ``tensor_parallel_size``."""
+    engine's ``tensor_parallel_size``; a disaggregated one's, each pool's replicas times its
+    own degree (its ``engine`` table over ``[engine]``)."""
+    tp = int(scenario.spec.engine.tensor_parallel_size)
+    disagg = scenario.spec.disaggregation
+    if disagg is not None:
+        return sum(p.num_replicas * int(p.engine.get("tensor_parallel_size", tp))
+                   for p in (disagg.prefill, disagg.decode) if p is not None)
     replicas = scenario.spec.fleet.num_replicas if scenario.spec.fleet is not None else 1
-    return max(1, replicas * int(scenario.spec.engine.tensor_parallel_size))
+    return max(1, replicas * tp)
 
 
 @dataclass

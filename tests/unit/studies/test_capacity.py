@@ -182,6 +182,11 @@ def test_per_gpu_capacity_divides_by_the_fleet() -> None:
     assert num_gpus(scenario_from_dict(small_scenario(), Path("."))) == 1
     fleet = scenario_from_dict({**small_scenario(), "fleet": {"num_replicas": 4}}, Path("."))
     assert num_gpus(fleet) == 4
+    # before: 1 (no [fleet]), so a 2P+2D deployment's whole capacity passed as per GPU
+    pools = {"prefill": {"num_replicas": 2, "engine": {"tensor_parallel_size": 2}},
+             "decode": {"num_replicas": 3}}
+    disagg = scenario_from_dict({**small_scenario(), "disaggregation": pools}, Path("."))
+    assert num_gpus(disagg) == 2 * 2 + 3
     thresholds = {"conservative": 2.0}
     result = capacity(CapacitySpec(fleet, ("conservative",), replications=1, rel_tol=0.05),
                       _Threshold(thresholds))
