@@ -157,9 +157,9 @@ class SimConfig:
             raise ValueError(
                 f"frontend_overhead_s must be >= 0, got {self.frontend_overhead_s!r}"
             )
-        gpu = get_gpu(self.gpu)  # its errors name the preset or the file
+        spec = get_gpu(self.gpu)  # its errors name the preset or the file
         try:
-            self.engine.check_offloading_fits(gpu)
+            self.engine.check_offloading_fits(spec)
         except ValueError as exc:
             raise ValueError(f"engine.{exc}") from None
         model = get_model(self.model)  # its errors name the preset or the file
