@@ -70,7 +70,8 @@ def plan_cmd(
         "--gpus", help="GPU types to try (comma-separated presets).")
     ] = "A100-80GB,H100-80GB,H200-141GB",
     tp: Annotated[str, typer.Option(
-        "--tp", help="Tensor-parallel degrees to try (model presets M or M-TPn).")] = "1",
+        "--tp", help="Tensor-parallel degrees to try, comma-separated (the engine's "
+        "tensor_parallel_size: GPUs a replica shards the model over).")] = "1",
     replicas: Annotated[str, typer.Option(
         "--replicas", help="Replica counts to try, smallest first.")] = "1,2,3,4,6,8",
     disagg_replicas: Annotated[str | None, typer.Option(

@@ -221,3 +221,9 @@ def test_plan_cli_price_names_the_gpu_it_prices(tmp_path: Path) -> None:
     # before: a typo'd GPU's price was kept and never used
     with pytest.raises(CliError, match=r"unknown GPU preset 'H10' \(did you mean H100-SXM"):
         _price_table(None, ["H10=4"])
+
+
+def test_plan_tp_help_names_the_engine_knob_not_former_presets() -> None:
+    # before: '(model presets M or M-TPn)', and --model Llama-3.1-70B-TP4 is refused now
+    res = CliRunner().invoke(app, ["plan", "--help"], env={"COLUMNS": "200"})
+    assert "M-TPn" not in res.output and "tensor_parallel_size" in res.output
