@@ -539,9 +539,17 @@ class _Simulation:
     def _context_said(self) -> dict[str, Any]:
         """``{"assumed": [line]}`` when the model's context, taken as vLLM's default (no
         ``max_model_len`` given), refused requests (HTTP 400, :func:`context_refusals`): a
-        limit nobody set must not pass unsaid as capacity refusals."""
-        if self.config.engine.max_model_len is not None:
-            return {}
+        limit nobody set must not pass unsaid as capacity refusals. A given one beyond the
+        model's context is said too: vLLM refuses to start with it (vllm/config/model.py
+        ``_get_and_verify_max_len``) unless rope scaling extends the context or
+        ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``."""
+        given, context = self.config.engine.max_model_len, self.setup.model.max_position_embeddings
+        if given is not None:
+            return {} if given <= context else {"assumed": [
+                f"max_model_len {given:,} (given) is over the model's context "
+                f"(max_position_embeddings {context:,}): vLLM refuses to start with it unless "
+                "the config's rope scaling extends the context (or with "
+                "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1); requests up to it were served"]}
         counts = Counter(r for r in self.reason.values()
                          if r in ("prompt_too_long", "context_length"))
         if not counts:

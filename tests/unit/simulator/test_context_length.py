@@ -71,3 +71,16 @@ def test_a_run_says_what_the_default_context_refused() -> None:
     given = SimConfig(gpu="H200", model="Llama-2-7B", tiers=OPEN,
                       engine=EngineConfig(max_model_len=4096))
     assert "assumed" not in simulate(w, make_policy("unlimited"), given).summary
+
+
+def test_a_given_max_model_len_beyond_the_context_is_said() -> None:
+    # before: Llama-2-7B (4,096) served 6,000-token prompts at max_model_len 8,192, unsaid;
+    # vLLM refuses to start so (vllm/config/model.py _get_and_verify_max_len)
+    w = make_workload([0.0], [6000], [10], max_output_tokens=[10])
+    cfg = SimConfig(gpu="H200", model="Llama-2-7B", tiers=OPEN,
+                    engine=EngineConfig(max_model_len=8192))
+    summary = simulate(w, make_policy("unlimited"), cfg).summary
+    assert summary["assumed"] == [
+        "max_model_len 8,192 (given) is over the model's context (max_position_embeddings "
+        "4,096): vLLM refuses to start with it unless the config's rope scaling extends the "
+        "context (or with VLLM_ALLOW_LONG_MAX_MODEL_LEN=1); requests up to it were served"]
