@@ -15,6 +15,7 @@ from kvbudget.cli.options import (
     JobsOpt,
     ScenarioArgs,
     policy_names,
+    say_workload,
     with_scenario_options,
 )
 from kvbudget.cli.progress import Bar
@@ -116,7 +117,8 @@ def compare_cmd(
             if out is not None:
                 for name, run in zip(names, result.results, strict=True):
                     run.write(out / name)
-        else:
+        else:  # the runs' table names neither the model nor the workload: say them first
+            say_workload(scn)
             bar = Bar("compare", len(names) * replications, "run", lines_from=1)
             try:
                 with make_executor(executor, jobs=jobs, address=address) as ex:

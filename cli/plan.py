@@ -27,6 +27,7 @@ from kvbudget.cli.study_intervals import (
     study_replications,
 )
 from kvbudget.cli.tables import WIDTH, _pm, render, short_metric
+from kvbudget.perf.hardware import get_gpu
 from kvbudget.studies.executors import make_executor
 from kvbudget.studies.plan import (
     DEFAULT_PRICES,
@@ -38,6 +39,7 @@ from kvbudget.studies.plan import (
     policy_label,
     price_note,
     read_prices,
+    same_gpu,
     summary_rows,
 )
 from kvbudget.studies.sweep import RunError, parse_axis
@@ -68,7 +70,8 @@ def plan_cmd(
         "--gpus", help="GPU types to try (comma-separated presets).")
     ] = "A100-80GB,H100-80GB,H200-141GB",
     tp: Annotated[str, typer.Option(
-        "--tp", help="Tensor-parallel degrees to try (model presets M or M-TPn).")] = "1",
+        "--tp", help="Tensor-parallel degrees to try, comma-separated (the engine's "
+        "tensor_parallel_size: GPUs a replica shards the model over).")] = "1",
     replicas: Annotated[str, typer.Option(
         "--replicas", help="Replica counts to try, smallest first.")] = "1,2,3,4,6,8",
     disagg_replicas: Annotated[str | None, typer.Option(
@@ -159,15 +162,23 @@ def _price_table(prices: Path | None, price: list[str] | None
     sources = (dict.fromkeys(table, str(prices)) if prices is not None
                else dict.fromkeys(table, PRICE_SOURCE))
     for item in price or []:
-        sources[item.partition("=")[0].strip()] = "--price"
         gpu, sep, usd = item.partition("=")
+        gpu = gpu.strip()
         try:
-            table[gpu.strip()] = float(usd)
+            value = float(usd)
         except ValueError:
             raise CliError(f"--price must be GPU=USD, got {item!r}") from None
-        if not sep or not gpu.strip() or not 0 < table[gpu.strip()] <= MAX_PRICE:
+        if not sep or not gpu or not 0 < value <= MAX_PRICE:
             raise CliError(f"--price must be GPU=USD with 0 < USD <= {MAX_PRICE:g}, got "
                            f"{item!r}")
+        try:
+            name = get_gpu(gpu).name  # a typo'd GPU is refused, never an unused price
+        except (ValueError, OSError) as exc:
+            raise CliError(f"--price {item}: {exc}") from None
+        for other in [k for k in table if same_gpu(k) == name]:  # the GPU's other names
+            del table[other]
+            sources.pop(other, None)
+        table[gpu], sources[gpu] = value, "--price"
     return table, sources
 
 

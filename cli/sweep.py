@@ -31,6 +31,7 @@ from kvbudget.cli.study_intervals import (
 )
 from kvbudget.cli.tables import WIDTH, render, short_metric
 from kvbudget.studies.capacity import (
+    BURST,
     CapacitySpec,
     attainment_curve,
     capacity,
@@ -364,6 +365,11 @@ def _print_best(result: "TuneResult", *, objective: str, confidence: float,
     else:
         typer.echo(f"best: {best}: {objective} = {mean:.6g} ({confidence:.0%} CI {low:.6g} "
                    f".. {high:.6g}, {replications} replications)")
+        for said in result.at_bounds():
+            typer.echo(textwrap.fill(f"note: {said}: the search did not look past it, where "
+                                     "a better value may lie (widen --param where the key "
+                                     "allows)", WIDTH,
+                                     subsequent_indent="  "))
 
 
 @with_scenario_options
@@ -483,6 +489,13 @@ def _print_capacities(result: "CapacityResult", spec: CapacitySpec) -> None:
           *[at_cap(c.policy, c.scale, m) for m in slo_cols], c.note]
          for c in result.capacities],
     ))
+    if any(BURST in c.note for c in result.capacities):
+        typer.echo(textwrap.fill(
+            f"note: {BURST}: at that load the workload's requests all came in (in) less time "
+            "than the run went on after the last one (drain), so no steady queue built up: the "
+            "capacity is what the engine absorbs in one burst, not a rate it sustains; give a "
+            "longer workload (a longer trace --window, or duration_s)", WIDTH,
+            subsequent_indent="  "))
     if spec.interval is not None:
         typer.echo(textwrap.fill(
             f"{spec.interval:.0%} interval of the capacity over {spec.combines()}; each "

@@ -153,6 +153,9 @@ def convert_command(
         report = loaded.report
         print(f"wrote {len(loaded.workload):,} requests ({report.format}, "
               f"{report.dropped_rows:,} rows dropped) to {out}")
+        if report.assumed or not report.timed:  # the generic format has no place to say so
+            print(f"warning: {out} holds what was assumed or drawn above (not read from {file}) "
+                  "as if its file had said it: a run of it will not say so", file=sys.stderr)
 
 
 def _synth_spec(spec_file: Path | None) -> dict[str, Any]:

@@ -68,11 +68,14 @@ def _deployment(s: Mapping[str, Any], gpu: str, tp: int) -> tuple[str, Mapping[s
 
 def _capacity_whose(s: Mapping[str, Any], where: str) -> str:
     """Whose KV capacity the summary's ``kv_capacity_tokens`` is where not one engine's or a
-    fixed fleet's: a disaggregated deployment's decode pool, an autoscaled fleet at its most."""
+    fixed fleet's: a disaggregated deployment's decode pool, an autoscaled fleet at its most;
+    and the gateway's token budget where one was given (``gateway_capacity_tokens``)."""
+    budget = s.get("gateway_capacity_tokens")
+    given = "" if budget is None else f", the gateway's budget {int(budget):,} (given)"
     if where.startswith("disaggregated"):
-        return " (the decode pool's)"
+        return " (the decode pool's)" + given
     auto = ((s.get("engine") or {}).get("fleet") or {}).get("autoscale")
-    return f" (at {auto.get('max_replicas')} replicas)" if isinstance(auto, dict) else ""
+    return (f" (at {auto.get('max_replicas')} replicas)" if isinstance(auto, dict) else "") + given
 
 
 def _closed_loop(users: Any) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Generator, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -491,9 +492,11 @@ class _Simulation:
             "engine_defaults": config.engine_defaults,
             "engine": engine_figures,
             "engine_knobs": self._knobs_said,
+            **({} if config.gateway_capacity_tokens is None else {
+                "gateway_capacity_tokens": config.gateway_capacity_tokens}),
             "workload": {"name": self.w.name, "num_requests": self.n, **load_said(
                 self.w.meta, closed_loop=self.users is not None)},
-            **self._default_tiers_said(),
+            **_joined(self._default_tiers_said(), self._context_said()),
             **({"closed_loop": self.users.describe()} if self.users is not None else {}),
             **({"clients": self._clients.describe()} if self._clients is not None else {}),
         }
@@ -533,6 +536,31 @@ class _Simulation:
             + ": give the tiers' limits ("
             + " ".join(f"--set tiers.{kept[n]}.max_sequence_tokens=N" for n in names)
             + ", or [[tiers]] in a scenario)"]}
+
+    def _context_said(self) -> dict[str, Any]:
+        """``{"assumed": [line]}`` when the model's context, taken as vLLM's default (no
+        ``max_model_len`` given), refused requests (HTTP 400, :func:`context_refusals`): a
+        limit nobody set must not pass unsaid as capacity refusals. A given one beyond the
+        model's context is said too: vLLM refuses to start with it (vllm/config/model.py
+        ``_get_and_verify_max_len``) unless rope scaling extends the context or
+        ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``."""
+        given, context = self.config.engine.max_model_len, self.setup.model.max_position_embeddings
+        if given is not None:
+            return {} if given <= context else {"assumed": [
+                f"max_model_len {given:,} (given) is over the model's context "
+                f"(max_position_embeddings {context:,}): vLLM refuses to start with it unless "
+                "the config's rope scaling extends the context (or with "
+                "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1); requests up to it were served"]}
+        counts = Counter(r for r in self.reason.values()
+                         if r in ("prompt_too_long", "context_length"))
+        if not counts:
+            return {}
+        return {"assumed": [
+            f"max_model_len {self.setup.engine.max_model_len:,} (the model's context, vLLM's "
+            f"default) refused {counts.total():,} requests before any prefill: "
+            f"{counts['prompt_too_long']:,} prompts longer, {counts['context_length']:,} whose "
+            "prompt + max_output_tokens is over it (--set engine.max_model_len=N gives your "
+            "server's)"]}
 
     def _let_engine_go(self) -> None:
         """Drop the engine, the gateway and the clock once the results have been read from
@@ -650,6 +678,12 @@ def timeline_columns(samples: npt.NDArray[np.float64]) -> dict[str, Any]:
         "num_waiting": samples[:, 5].astype(np.int64),
         "num_preemptions": samples[:, 6].astype(np.int64),
     }
+
+
+def _joined(*said: dict[str, Any]) -> dict[str, Any]:
+    """The ``{"assumed": [...]}`` entries of ``said`` as one (absent when all are empty)."""
+    lines = [line for d in said for line in d.get("assumed", ())]
+    return {"assumed": lines} if lines else {}
 
 
 def context_refusals(workload: Workload, limit: int) -> dict[int, str]:

@@ -698,6 +698,27 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
     return out
 
 
+def _check_no_double(overrides: Sequence[str], trace: Path | None, trace_format: str | None,
+                     trace_options: Mapping[str, Any]) -> None:
+    """Refuse a ``--set`` of what a keyword value (a flag) gives too: the trace, its format or
+    one of its options (merged into the scenario before the ``--set`` items, the item would
+    win over the flag, unsaid)."""
+    flags = {"clients": "servegen-clients", "columns": "column"}
+    given = {f"workload.options.{k}": f"the trace option {k} (--{flags.get(k, k.replace('_', '-'))})"
+             for k in trace_options}
+    if trace_options:
+        given["workload.options"] = "the trace options " + ", ".join(sorted(trace_options))
+        given["workload"] = given["workload.options"]
+    if trace is not None:
+        given["workload.path"] = given["workload.kind"] = given["workload"] = "the trace (--trace)"
+    if trace_format is not None:
+        given["workload.format"] = "the trace's format (--format)"
+    for item in overrides:
+        key = item.partition("=")[0].strip()
+        if key in given:
+            raise ValueError(f"--set {key}: {given[key]} gives it too: give it once")
+
+
 def scenario_from_dict(
     data: Mapping[str, Any], base_dir: Path, overrides: Sequence[str] = (), *,
     source: str | Path | None = None,
@@ -902,6 +923,7 @@ def make_scenario(
         flags.append(f"cost_model={json.dumps(str(Path(cost_model).resolve()))}")
     if cost_model_transfer:
         flags.append("cost_model_transfer=true")
+    _check_no_double(overrides, trace, trace_format, trace_options or {})
     if trace is not None:
         if not Path(trace).exists():
             raise FileNotFoundError(f"{trace}: no such trace file")

@@ -157,8 +157,9 @@ class SimConfig:
             raise ValueError(
                 f"frontend_overhead_s must be >= 0, got {self.frontend_overhead_s!r}"
             )
+        spec = get_gpu(self.gpu)  # its errors name the preset or the file
         try:
-            self.engine.check_offloading_fits(get_gpu(self.gpu))
+            self.engine.check_offloading_fits(spec)
         except ValueError as exc:
             raise ValueError(f"engine.{exc}") from None
         model = get_model(self.model)  # its errors name the preset or the file

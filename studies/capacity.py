@@ -72,9 +72,15 @@ RESULT_FILE = "capacity.json"
 
 def num_gpus(scenario: Scenario) -> int:
     """GPUs of the simulated configuration: replicas (a ``[fleet]``, else one engine) times the
-    engine's ``tensor_parallel_size``."""
+    engine's ``tensor_parallel_size``; a disaggregated one's, each pool's replicas times its
+    own degree (its ``engine`` table over ``[engine]``)."""
+    tp = int(scenario.spec.engine.tensor_parallel_size)
+    disagg = scenario.spec.disaggregation
+    if disagg is not None:
+        return sum(p.num_replicas * int(p.engine.get("tensor_parallel_size", tp))
+                   for p in (disagg.prefill, disagg.decode) if p is not None)
     replicas = scenario.spec.fleet.num_replicas if scenario.spec.fleet is not None else 1
-    return max(1, replicas * int(scenario.spec.engine.tensor_parallel_size))
+    return max(1, replicas * tp)
 
 
 @dataclass
@@ -108,6 +114,10 @@ class CapacitySpec(WorldDraws):
             raise ValueError(f"replications must be >= 1, got {self.replications!r}")
         if not 0 < self.rel_tol < 1:
             raise ValueError(f"rel_tol must be in (0, 1), got {self.rel_tol!r}")
+        if self.scenario.spec.closed_loop is not None:
+            raise ValueError("capacity searches the arrival rate, and a closed loop of users "
+                             "sends each request when its last one ended, not at the "
+                             "workload's times: sweep --grid closed_loop.num_users=... instead")
         if not 0 < self.min_scale < 1 < self.max_scale:
             raise ValueError("need 0 < min_scale < 1 < max_scale")
         if self.root_seed is None:
@@ -348,8 +358,30 @@ def _result(s: _Search, spec: CapacitySpec, gpus: int) -> PolicyCapacity:
     hi_rate = _rate_at(s.seen[s.hi]) if s.hi is not None else math.inf
     att = t_interval([_f(r.get(spec.metric)) for r in rows], spec.confidence)
     band = None if spec.interval is None else world_interval(s, spec)
+    note = "; ".join(n for n in (s.note, burst_note(rows)) if n)
     return PolicyCapacity(s.policy, rate, rate / gpus, s.lo, (rate, hi_rate), att,
-                          len(s.seen), s.note, band)
+                          len(s.seen), note, band)
+
+
+BURST = "burst"
+"""How a capacity's note begins when its load's requests all came in less time than the run
+went on after the last of them (:func:`burst_note`)."""
+
+
+def burst_note(rows: Sequence[dict[str, Any]]) -> str:
+    """The note of a capacity whose runs (``rows``, its load's replications) drained longer
+    after the last arrival than the arrivals took (means of ``drain_s`` and
+    ``offered_window_s``): a workload that short, offered ``s`` times as fast, is over before
+    a queue can build, so the figure is a burst the engine absorbed, not a rate it sustains.
+    ``""`` otherwise."""
+    def mean(column: str) -> float:
+        v = [x for x in (_f(r.get(column)) for r in rows) if math.isfinite(x)]
+        return sum(v) / len(v) if v else math.nan
+
+    window, drain = mean("offered_window_s"), mean("drain_s")
+    if not drain > window:  # NaN (figures not there) too
+        return ""
+    return f"{BURST}: {window:.2g} s in, {drain:.2g} s drain"
 
 
 def world_bracket(loads: dict[float, dict[str, Any]], spec: CapacitySpec

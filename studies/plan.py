@@ -143,6 +143,35 @@ def read_prices(path: Path) -> dict[str, float]:
     return out
 
 
+def same_gpu(name: str) -> str:
+    """The preset a GPU name resolves to (``H100``, ``H100-80GB`` and ``H100-SXM`` are one
+    GPU), or the name itself when it names none: how a price table's entries meet ``gpus``."""
+    try:
+        return get_gpu(name).name
+    except (ValueError, OSError):
+        return name
+
+
+def priced_gpus(gpus: Sequence[str], prices: Mapping[str, float], sources: Mapping[str, str]
+                ) -> tuple[dict[str, float], dict[str, str]]:
+    """``prices`` and ``sources`` with each of ``gpus`` priced under its own name where the
+    table prices it under another name of the same GPU; two names of one GPU at different
+    prices are refused (which one meant the GPU?)."""
+    prices, sources = dict(prices), dict(sources)
+    by_gpu: dict[str, list[str]] = {}
+    for key in prices:
+        by_gpu.setdefault(same_gpu(key), []).append(key)
+    for gpu in gpus:
+        names = by_gpu.get(same_gpu(gpu), [])
+        if len({prices[k] for k in names}) > 1:
+            raise ValueError("prices: " + ", ".join(f"{k} ${prices[k]:.2f}" for k in names)
+                             + f" name the same GPU ({same_gpu(gpu)}): give it one price")
+        if gpu not in prices and names:
+            prices[gpu] = prices[names[0]]
+            sources[gpu] = sources.get(names[0], "given")
+    return prices, sources
+
+
 @dataclass
 class PlanSpec(WorldDraws):
     """What to plan. ``policies``: names (default: the scenario's); ``param_values``: a
@@ -176,8 +205,15 @@ class PlanSpec(WorldDraws):
             self.policies = (self.scenario.spec.policy,)
         if not self.gpus:
             raise ValueError("plan: give at least one GPU type")
+        seen: dict[str, str] = {}
         for g in self.gpus:
-            get_gpu(g)
+            name = get_gpu(g).name
+            if name in seen:
+                raise ValueError(f"plan: GPU types {seen[name]} and {g} are the same GPU "
+                                 f"({name}): name it once")
+            seen[name] = g
+        self.prices, self.price_sources = priced_gpus(self.gpus, self.prices,
+                                                      self.price_sources)
         if not self.tensor_parallel or min(self.tensor_parallel) < 1:
             raise ValueError(f"tensor parallel degrees must be >= 1, got {self.tensor_parallel}")
         if not self.replicas or min(self.replicas) < 1:

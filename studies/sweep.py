@@ -261,7 +261,10 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     row[POLICY] = scn.spec.policy
     row[RATE_SCALE] = spec.rate_scale
     row["num_requests"] = len(workload)
-    row["offered_rate_rps"] = offered_rate_rps(workload)
+    window = result.summary.get("offered_window_s")
+    # a closed loop's users sent the requests when they chose, not at the workload's times
+    row["offered_rate_rps"] = offered_rate_rps(workload) if scn.spec.closed_loop is None else (
+        (len(workload) - 1) / window if len(workload) > 1 and window else math.nan)
     row.update(flatten_summary(result.summary))
     return row
 
@@ -438,6 +441,11 @@ def plan_runs(
         except ValueError as exc:
             where = ", ".join(f"{k}={v!r}" for k, v in p.values) or "base scenario"
             raise ValueError(f"grid point {where}: {exc}") from None
+        if point_scn.spec.closed_loop is not None and p.rate_scale != 1:
+            raise ValueError(
+                f"rate_scale {p.rate_scale:g}: a closed loop of users sends each request when "
+                "its last one ended, not at the workload's arrival times, so scaling them "
+                "changes nothing: vary closed_loop.num_users (or think_time_s) instead")
         point_data = _scenario_data(point_scn)
         for r, seed in enumerate(seeds, start=first_replication):
             scn = {**point_data, "seed": int(seed)}

@@ -337,6 +337,18 @@ class TuneResult:
     def validated(self) -> bool | None:
         return None if self.validation is None else self.validation.feasible_on_mean
 
+    def at_bounds(self) -> list[str]:
+        """The best setting's values on a bound of their range (``"engine.max_num_seqs = 8,
+        the upper bound of 2..8"``), unless the objective is flat: the search did not look
+        beyond them, and a value there may be better."""
+        if self.best is None or self.flatness().flat:
+            return []
+        return [f"{p.key} = {v}, the {'lower' if v == p.value(p.low) else 'upper'} bound of "
+                f"{p.low:g}..{p.high:g}"
+                for p in self.spec.params
+                for v in [self.best.params.get(p.key)]
+                if v is not None and v in (p.value(p.low), p.value(p.high))]
+
     def best_scenario(self) -> dict[str, Any]:
         """The scenario (as TOML-ready data) with the winning parameters."""
         if self.best is None:
@@ -372,6 +384,7 @@ class TuneResult:
             "num_evaluations": len(self.evaluations),
             "best": None if self.best is None else self.best.describe(),
             "objective_flatness": self.flatness().describe(),
+            "best_at_bounds": self.at_bounds(),
             "validation": None if self.validation is None else {
                 **self.validation.describe(),
                 "constraints_hold_on_mean": self.validation.feasible_on_mean,

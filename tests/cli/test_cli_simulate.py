@@ -305,6 +305,21 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
     assert stderr.splitlines()[0] == "model Llama-3.1-8B; workload lengths: 30 requests"
 
 
+def test_compare_with_replications_says_the_model_and_what_it_assumed(tmp_path: Path) -> None:
+    """Before, ``compare -r N`` printed its table alone: no model, no workload, none of the
+    trace's assumptions (which ``compare`` without ``-r`` and every study say)."""
+    trace = tmp_path / "lengths.csv"
+    trace.write_text("prompt_tokens,output_tokens\n" + "100,20\n" * 30)
+    code, stdout, stderr = run("compare", "--trace", str(trace), "--policies",
+                               "unlimited,conservative", "-r", "2", "-j", "1", "--model",
+                               "Qwen2.5-7B", "--json")
+    assert code == 0, stderr
+    json.loads(stdout)  # stdout stays the JSON alone
+    lines = stderr.splitlines()
+    assert lines[0] == "model Qwen2.5-7B; workload lengths: 30 requests"
+    assert [ln.split(":")[0] for ln in lines[1:4]] == ["warning", "assumed", "assumed"]
+
+
 def test_a_trace_that_says_everything_assumes_nothing(tmp_path: Path) -> None:
     """Tiers and max_tokens in the file, arrivals in order: no warning, nothing assumed; with
     max_tokens on some rows only, the rest are counted. compare says each line once."""
@@ -512,3 +527,18 @@ def test_a_measured_runs_table_does_not_say_simulated() -> None:
              "workload": {"num_requests": 20, "num_recorded": 20}}
     assert setting_lines([live]) == []
     assert "simulated:" not in render_summaries([live])
+
+
+def test_a_given_gateway_budget_is_said() -> None:
+    # before: neither the table nor the summary named the gateway's 100,000-token budget; the
+    # line said 'KV capacity 438,192 tokens' and the run queued for a limit it never showed
+    code, stdout, stderr = run("simulate", "--set", "gateway_capacity_tokens=100000", "--set",
+                               "workload.num_requests=6")
+    assert code == 0, stderr
+    assert "KV capacity 438,192 tokens, the gateway's budget 100,000 (given);" in stdout.replace(
+        "\n  ", " ")
+    code, stdout, _ = run("simulate", "--set", "gateway_capacity_tokens=100000", "--set",
+                          "workload.num_requests=6", "--json")
+    assert json.loads(stdout)["gateway_capacity_tokens"] == 100_000
+    code, stdout, _ = run("simulate", "--set", "workload.num_requests=6", "--json")
+    assert "gateway_capacity_tokens" not in json.loads(stdout)

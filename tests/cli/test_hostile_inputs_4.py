@@ -37,6 +37,16 @@ def test_gpu_file_non_numbers(tmp_path: Path, field: str, raw: str) -> None:
     assert_clean_error(code, stderr, str(path), field)
 
 
+def test_gpu_file_error_is_not_named_an_engine_field(tmp_path: Path) -> None:
+    # before: 'error: engine./tmp/.../gpu.json: field 'fp8_flop': ...' (a GPU file's error was
+    # prefixed as if an [engine] knob were wrong)
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps({**GPU, "fp8_flop": 2e15}))
+    code, _, stderr = run("simulate", "--gpu", path, "--set", "workload.num_requests=4")
+    assert_clean_error(code, stderr, str(path), "fp8_flop")
+    assert stderr.startswith(f"error: {path}: field 'fp8_flop'"), stderr
+
+
 def _run_dir(tmp_path: Path) -> Path:
     out = tmp_path / "run"
     code, _, stderr = run("simulate", "--set", "workload.num_requests=6", "--out", out)

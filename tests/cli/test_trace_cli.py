@@ -113,6 +113,20 @@ def test_convert_all_extensions(tmp_path: Path) -> None:
         assert [w.tier_of(i) for i in range(3)] == ["batch", "interactive", "interactive"]
 
 
+def test_convert_says_the_file_holds_what_was_assumed(tmp_path: Path) -> None:
+    # before: the converted file held the assumed max_output_tokens (and drawn arrivals) as
+    # values, and nothing said that a run of it would no longer say they were assumed
+    src = tmp_path / "in.csv"
+    src.write_text("arrival_s,prompt_tokens,output_tokens\n0,5,3\n1,6,4\n")
+    result = run("convert", src, "--out", tmp_path / "o.parquet")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        f"warning: {tmp_path / 'o.parquet'} holds what was assumed or drawn above (not read "
+        f"from {src}) as if its file had said it: a run of it will not say so")
+    again = run("convert", tmp_path / "o.parquet", "--out", tmp_path / "o2.csv")
+    assert again.exit_code == 0 and again.stderr == ""  # it says everything now
+
+
 def test_synth_default_and_overrides(tmp_path: Path) -> None:
     out = tmp_path / "s.jsonl"
     result = run("synth", "--out", out, "--rate-rps", "4", "--duration-s", "50", "--seed", "3")

@@ -277,12 +277,19 @@ def _drop_failed(raw: RawTrace) -> npt.NDArray[np.bool_]:
     prompt_zero = raw.prompt == 0
     output_zero = raw.output == 0
     failed = prompt_zero & output_zero
-    for reason, mask in ((DROP_FAILED, failed), (DROP_ZERO_OUTPUT, output_zero & ~failed),
-                         (DROP_ZERO_PROMPT, prompt_zero & ~failed)):
+    masks = ((DROP_FAILED, failed), (DROP_ZERO_OUTPUT, output_zero & ~failed),
+             (DROP_ZERO_PROMPT, prompt_zero & ~failed))
+    for reason, mask in masks:
         count = int(mask.sum())
         if count:
             raw.dropped[reason] += count
     keep: npt.NDArray[np.bool_] = ~(prompt_zero | output_zero)
+    counts = [f"{int(m.sum()):,} with {what}" for what, m in (
+        ("0 prompt and 0 output tokens (failed requests)", failed),
+        ("0 output tokens", masks[1][1]), ("0 prompt tokens", masks[2][1])) if m.any()]
+    if counts:  # requests a server was sent: the load offered here is less than the file's
+        raw.warnings.append(f"dropped {len(keep) - int(keep.sum()):,} of the file's "
+                            f"{len(keep):,} rows, with no tokens to serve: {', '.join(counts)}")
     return keep
 
 
@@ -325,6 +332,24 @@ def _check_relations(raw: RawTrace, keep: npt.NDArray[np.bool_]) -> None:
             first_row = int(rows[0])
             where = (f"line {raw.line_of(first_row)}" if raw.line_of else f"row {first_row}")
             raise _error(raw, int(rows[1]), "id", f"duplicate id {dup_value:.0f} (first at {where})")
+
+
+def _check_hashes(raw: RawTrace, keep: npt.NDArray[np.bool_], block_tokens: int) -> None:
+    """A prompt of ``p`` tokens has at most ``ceil(p / block_tokens)`` prefix hashes (Mooncake's
+    ``hash_ids``: exactly that many, one a 512-token block): more means the file's hashes name
+    smaller blocks, whose shared prefix would be counted ``block_tokens / size`` times over."""
+    if raw.prefix is None:
+        return
+    counts = np.diff(raw.prefix[1])
+    blocks = -(-raw.prompt // block_tokens)
+    bad = keep & (counts > blocks)
+    if bad.any():
+        row = int(np.argmax(bad))
+        raise _error(raw, row, "hash_ids",
+                     f"{counts[row]} hashes for {raw.prompt[row]:.0f} prompt tokens: a hash names "
+                     f"a block of {block_tokens} tokens (Mooncake's), so at most "
+                     f"{blocks[row]:.0f} (hashes of smaller blocks: set their size, "
+                     "[workload.options] prefix_block_tokens in a scenario)")
 
 
 def _assign_tiers(rows: _Rows, options: TraceOptions, raw: RawTrace,
@@ -439,6 +464,7 @@ def finish(raw: RawTrace, options: TraceOptions, streams: Streams) -> LoadedTrac
     raw = _validate(raw)
     keep = _drop_failed(raw)
     _check_relations(raw, keep)
+    _check_hashes(raw, keep, options.prefix_block_tokens)
     n = int(keep.sum())
     if n == 0:
         reasons = ", ".join(f"{c} {r}" for r, c in raw.dropped.items()) or "none"

@@ -80,6 +80,32 @@ def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
                      f"pass a format ({', '.join(FORMATS)}); {RECORDING_HINT}", line=1)
 
 
+RUN_RECORDS = frozenset({"status", "first_token_s", "ttft_s"})
+"""Columns of a run's records (``kvbudget simulate --out``'s ``requests.parquet``), which no
+trace has."""
+
+
+def _check_not_run_records(path: Path) -> None:
+    """A run's records given as a trace are refused: their ``output_tokens`` are what the run
+    generated (0 for a refused request, part of the answer for a dropped one), not what the
+    requests would, and their prefix hashes are gone."""
+    try:
+        if path.suffix.lower() in (".parquet", ".pq"):
+            import pyarrow.parquet as pq
+
+            names = set(pq.read_schema(path).names)
+        else:
+            first = file_facts(path).first_line.strip()
+            names = set(json.loads(first)) if first.startswith("{") else set(split_header(first))
+    except Exception:  # not readable here: the loader's own error says why
+        return
+    if names >= RUN_RECORDS:
+        raise TraceError(path, "is a run's records (its status, ttft_s, first_token_s), not a "
+                         "trace: their output_tokens are what the run generated, not what the "
+                         "requests ask for; give the trace the run read (the generic format, "
+                         "given, reads it anyway)")
+
+
 def _check_applicable(path: Path, fmt: str, options: TraceOptions) -> None:
     """Options of one format given for another are refused, not ignored."""
     if fmt != "servegen":
@@ -113,6 +139,8 @@ def load_trace(path: str | Path, options: TraceOptions | None = None, *,
     path = Path(path)
     fmt = options.format or detect_format(path, options)
     _check_applicable(path, fmt, options)
+    if fmt == "generic" and options.format is None:  # a recording's reader names its format
+        _check_not_run_records(path)
     streams = Streams.from_seed(options.seed if options.seed is not None else seed or 0)
     try:
         raw = _loader(fmt)(path, options, streams)

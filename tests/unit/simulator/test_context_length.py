@@ -55,3 +55,32 @@ def test_a_long_context_model_serves_what_a_short_one_refuses() -> None:
     assert got == [("completed", ""), ("completed", "")]
     got = _statuses("Llama-3.1-8B", [130_000], [10], [2000])
     assert got == [("rejected_too_large", "context_length")]
+
+
+def test_a_run_says_what_the_default_context_refused() -> None:
+    # before: 2 of 3 requests refused with no word of the context that refused them (exit 0,
+    # read as the gateway's or the KV cache's refusals)
+    w = make_workload([0.0, 1.0, 2.0], [5000, 3000, 3000], [10, 100, 100],
+                      max_output_tokens=[10, 2000, 1096])
+    summary = simulate(w, make_policy("unlimited"),
+                       SimConfig(gpu="H200", model="Llama-2-7B", tiers=OPEN)).summary
+    assert summary["assumed"] == [
+        "max_model_len 4,096 (the model's context, vLLM's default) refused 2 requests before "
+        "any prefill: 1 prompts longer, 1 whose prompt + max_output_tokens is over it (--set "
+        "engine.max_model_len=N gives your server's)"]
+    given = SimConfig(gpu="H200", model="Llama-2-7B", tiers=OPEN,
+                      engine=EngineConfig(max_model_len=4096))
+    assert "assumed" not in simulate(w, make_policy("unlimited"), given).summary
+
+
+def test_a_given_max_model_len_beyond_the_context_is_said() -> None:
+    # before: Llama-2-7B (4,096) served 6,000-token prompts at max_model_len 8,192, unsaid;
+    # vLLM refuses to start so (vllm/config/model.py _get_and_verify_max_len)
+    w = make_workload([0.0], [6000], [10], max_output_tokens=[10])
+    cfg = SimConfig(gpu="H200", model="Llama-2-7B", tiers=OPEN,
+                    engine=EngineConfig(max_model_len=8192))
+    summary = simulate(w, make_policy("unlimited"), cfg).summary
+    assert summary["assumed"] == [
+        "max_model_len 8,192 (given) is over the model's context (max_position_embeddings "
+        "4,096): vLLM refuses to start with it unless the config's rope scaling extends the "
+        "context (or with VLLM_ALLOW_LONG_MAX_MODEL_LEN=1); requests up to it were served"]

@@ -230,3 +230,24 @@ def test_the_engines_queue_caps_are_scenario_settings(tmp_path: Path) -> None:
                                                         "vllm-swap's queue cap")):
         with pytest.raises(ValueError, match=message):
             load_scenario(path, overrides).sim_config()
+
+
+def test_a_set_of_what_a_trace_flag_gives_is_refused(tmp_path: Path) -> None:
+    """Before, the ``--set`` item won over the flag, unsaid: ``--trace a.csv --set
+    workload.path=b.csv`` simulated b.csv, ``--rate-scale 4 --set
+    workload.options.rate_scale=2`` ran at 2x (docs: the flags win)."""
+    from kvbudget.simulator.scenario import make_scenario
+
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    for path, prompt in ((a, 10), (b, 20)):
+        path.write_text(f"arrival_s,prompt_tokens,output_tokens\n0,{prompt},5\n1,{prompt},5\n")
+    with pytest.raises(ValueError, match=r"^--set workload.path: the trace \(--trace\) gives "
+                                         "it too: give it once$"):
+        make_scenario(None, [f"workload.path={json.dumps(str(b))}"], trace=a)
+    with pytest.raises(ValueError, match=r"^--set workload.options.rate_scale: the trace option "
+                                         r"rate_scale \(--rate-scale\) gives it too"):
+        make_scenario(None, ["workload.options.rate_scale=2"], trace=a,
+                      trace_options={"rate_scale": 4.0})
+    # what no flag gives is still the --set item's: options of the --trace file
+    scn = make_scenario(None, ["workload.options.rate_scale=2"], trace=a)
+    assert scn.workload().arrival_s.tolist() == [0.0, 0.5]

@@ -189,3 +189,41 @@ def test_plan_cli_says_when_it_shows_some_of_the_rows(tmp_path: Path) -> None:
     # conservative + overcommit at 3 ratios, on 2 GPUs; the top 2 and the H100's cheapest
     assert "showing 3 of 8 configurations" in text
     assert "Mercatus-AI cloud GPU pricing, May 2026" in text
+
+
+def test_a_gpu_is_priced_under_any_of_its_names(tmp_path: Path) -> None:
+    # H100 and H100-SXM (the name `kvbudget presets` shows) are the table's H100-80GB: before,
+    # both were skipped as unpriced
+    spec = PlanSpec(_spec(tmp_path).scenario, gpus=("H100", "A100"),
+                    prices={"H100-80GB": 3.0, "A100-80GB": 1.0},
+                    slos=(Constraint.parse("tiers.interactive.ttft_s.p99<=2"),))
+    assert (spec.prices["H100"], spec.prices["A100"]) == (3.0, 1.0)
+    result = plan(spec, _Fake({"H100": 1.0, "A100": 1.0}))
+    assert {c.gpu for c in result.candidates} == {"H100", "A100"}
+    assert not any("no price" in n for n in result.notes)
+    with pytest.raises(ValueError, match=r"H100-80GB \$3.00, H100-SXM \$4.00 name the same GPU"):
+        PlanSpec(spec.scenario, gpus=("H100",), prices={"H100-80GB": 3.0, "H100-SXM": 4.0})
+    with pytest.raises(ValueError, match="H100 and H100-80GB are the same GPU"):
+        PlanSpec(spec.scenario, gpus=("H100", "H100-80GB"), prices={"H100": 3.0})
+
+
+def test_plan_cli_price_names_the_gpu_it_prices(tmp_path: Path) -> None:
+    from kvbudget.cli.errors import CliError
+    from kvbudget.cli.plan import _price_table
+    from kvbudget.studies.plan import price_note
+
+    # before: the default's H100-80GB $2.50 priced the plan, exit 0, the given price unused
+    table, sources = _price_table(None, ["H100-SXM=4"])
+    assert "H100-80GB" not in table
+    scn = scenario_from_dict(small_scenario_dict(40, 4.0), tmp_path)
+    spec = PlanSpec(scn, gpus=("H100-80GB",), prices=table, price_sources=sources)
+    assert price_note(spec) == "prices per GPU-hour: H100-80GB $4.00 (--price)"
+    # before: a typo'd GPU's price was kept and never used
+    with pytest.raises(CliError, match=r"unknown GPU preset 'H10' \(did you mean H100-SXM"):
+        _price_table(None, ["H10=4"])
+
+
+def test_plan_tp_help_names_the_engine_knob_not_former_presets() -> None:
+    # before: '(model presets M or M-TPn)', and --model Llama-3.1-70B-TP4 is refused now
+    res = CliRunner().invoke(app, ["plan", "--help"], env={"COLUMNS": "200"})
+    assert "M-TPn" not in res.output and "tensor_parallel_size" in res.output

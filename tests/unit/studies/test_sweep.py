@@ -353,3 +353,24 @@ def test_cli_sweep_bad_input_is_one_line_and_exit_2(
     assert res.exit_code == 2
     assert message in res.output
     assert "Traceback" not in res.output
+
+
+def test_a_closed_loop_takes_no_rate_scale_and_its_rate_is_what_its_users_sent() -> None:
+    # before: a sweep's rate_scale axis changed nothing but the 'offered req/s' column (the
+    # workload's drawn arrivals, 4x at scale 4, results identical), and capacity answered
+    # 358 req/s 'censored' for 8 users sending 1 request at a time each
+    from kvbudget.studies.capacity import CapacitySpec
+
+    data = {**small_scenario(n=30), "closed_loop": {"num_users": 2}}
+    scn = scenario_from_dict(data, Path("."))
+    with pytest.raises(ValueError, match=r"rate_scale 4: a closed loop of users sends"):
+        SweepPlan(scn, (Axis("rate_scale", (1.0, 4.0)),), replications=1)
+    with pytest.raises(ValueError, match=r"capacity searches the arrival rate, and a closed"):
+        CapacitySpec(scn)
+    plan = SweepPlan(scn, (Axis("closed_loop.num_users", (1, 4)),), replications=1)
+    with LocalExecutor(1) as ex:
+        rows = run_sweep(plan, ex).sort_values("closed_loop.num_users")
+    # requests over the span of their sends: the summary's offered window (first to last)
+    sent = (rows["num_requests"] - 1) / rows["offered_window_s"]
+    assert np.allclose(rows["offered_rate_rps"], sent)
+    assert rows["offered_rate_rps"].iloc[0] < rows["offered_rate_rps"].iloc[1]

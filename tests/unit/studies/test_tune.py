@@ -268,3 +268,21 @@ def test_flatness_relative_spread_and_noise() -> None:
     h = flatness(noisy, "obj", True, 0.95)
     assert h.flat and h.within_noise and h.relative_spread > FLAT_REL_SPREAD
     assert not flatness(near[:1], "obj", True, 0.95).flat  # one setting: nothing to compare
+
+
+def test_a_best_on_a_bound_of_its_range_is_said() -> None:
+    # before: 'best: x = 2' with no word that 2 is where the search stopped looking (tune.json
+    # and the command line alike); a flat objective names no best, so no bound either
+    from kvbudget.studies.tune import Param, TuneSpec
+
+    scn = scenario_from_dict(small_scenario(), Path("."))
+    spec = TuneSpec(scn, (Param("x", 0, 2, integer=True),), objective="obj")
+    evals = [_evaluation(i, [100.0 * (i + 1), 100.0 * (i + 1) + 1]) for i in range(3)]
+    at_top = TuneResult(spec, evals, evals[2], None)
+    assert at_top.at_bounds() == ["x = 2, the upper bound of 0..2"]
+    assert at_top.describe()["best_at_bounds"] == ["x = 2, the upper bound of 0..2"]
+    assert TuneResult(spec, evals, evals[1], None).at_bounds() == []
+    low = TuneSpec(scn, (Param("x", 0, 2, integer=True),), objective="obj", maximize=False)
+    assert TuneResult(low, evals, evals[0], None).at_bounds() == ["x = 0, the lower bound of 0..2"]
+    flat = [_evaluation(i, [100.0, 100.1]) for i in range(3)]
+    assert TuneResult(spec, flat, flat[2], None).at_bounds() == []
