@@ -78,6 +78,8 @@ class LoadedTrace:
         """What a notebook shows of a loaded trace: the file, its rows (read, loaded,
         dropped and why), then the workload's own lines."""
         r = self.report
-        dropped = "".join(f", {count:,} dropped ({reason})" for reason, count in r.dropped)
+        said = any(w.startswith("dropped ") for w in r.warnings)  # a warning gives the reasons
+        dropped = "" if said else "".join(f", {count:,} dropped ({reason})"
+                                          for reason, count in r.dropped)
         return (f"{r.path} ({r.format}): {r.rows_read:,} rows read, {r.rows_loaded:,} loaded"
                 f"{dropped}\n{self.workload!r}")
