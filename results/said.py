@@ -78,6 +78,18 @@ def _capacity_whose(s: Mapping[str, Any], where: str) -> str:
     return (f" (at {auto.get('max_replicas')} replicas)" if isinstance(auto, dict) else "") + given
 
 
+def _arrivals(s: Mapping[str, Any], num: int) -> str:
+    """`` over SPAN (RATE req/s)``: the arrivals' span, first to last (the summary's
+    ``offered_window_s``), and their mean rate, ``(n - 1) / span`` as ``trace stats`` has it:
+    a trace's times read in the wrong unit show here (a day where a minute was meant)."""
+    window = s.get("offered_window_s")
+    if not isinstance(window, int | float) or not window > 0 or num < 2:
+        return ""
+    span = (f"{window:,.1f} s" if window < 120 else f"{window / 60:,.1f} min"
+            if window < 7200 else f"{window / 3600:,.1f} h")
+    return f" over {span} ({(num - 1) / window:.3g} req/s)"
+
+
 def _closed_loop(users: Any) -> str:
     """The closed loop that sent the workload in place of its arrival times."""
     if not isinstance(users, dict):
@@ -124,6 +136,7 @@ def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
             + (f", KV capacity {int(kv):,} tokens" if kv is not None else "")
             + _capacity_whose(s, where)
             + f"; workload {w.get('name')}: {int(w.get('num_requests', 0)):,} requests"
+            + ("" if s.get("closed_loop") else _arrivals(s, int(w.get("num_requests", 0))))
             + _closed_loop(s.get("closed_loop")),
             WIDTH, subsequent_indent="  ")]
         said += [textwrap.fill(line, WIDTH, subsequent_indent="  ") for line in _cost_line(s)]

@@ -247,6 +247,22 @@ def test_engine_defaults_and_frontend_flags() -> None:
     assert code == 2 and "engine_defaults" in stderr
 
 
+def test_the_simulated_line_gives_the_arrivals_span_and_rate(tmp_path: Path) -> None:
+    """Times in milliseconds under a seconds column show as a span a thousand times too long
+    (the run exits 0: nothing else can tell); a closed loop's users send, so no span."""
+    trace = tmp_path / "ms.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(
+        f"{i * 250},100,20\n" for i in range(41)))  # 4 req/s, written in ms
+    code, stdout, stderr = run("simulate", "--trace", str(trace))
+    assert code == 0, stderr
+    assert "workload ms: 41 requests over 2.8 h (0.004 req/s)" in stdout.replace("\n  ", " ")
+    code, stdout, stderr = run("simulate", "--trace", str(trace), "--rate-scale", "1000")
+    assert "workload ms: 41 requests over 10.0 s (4 req/s)" in stdout.replace("\n  ", " ")
+    code, stdout, stderr = run("simulate", "--trace", str(trace), "--users", "2")
+    assert "workload ms: 41 requests, sent in closed loop by 2 users" in stdout.replace(
+        "\n  ", " ")
+
+
 def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> None:
     """A length-only table without tiers or max_tokens: the drawn arrivals (a warning), the
     tier and the declared max_tokens it assumed are printed with the table and kept in the
@@ -495,7 +511,8 @@ def test_the_simulated_line_says_a_closed_loop_sent_the_workload() -> None:
     assert first.endswith("; workload default: 20 requests, sent in closed loop by 4 users "
                           "(think time 2 s, fixed)"), first
     code, stdout, _ = run("simulate", "--set", "workload.num_requests=20")
-    assert stdout.replace("\n  ", " ").splitlines()[0].endswith("; workload default: 20 requests")
+    assert stdout.replace("\n  ", " ").splitlines()[0].endswith(
+        "; workload default: 20 requests over 4.5 s (4.19 req/s)")  # open loop: its arrivals
 
 
 def test_an_unread_max_tokens_column_is_not_called_absent(tmp_path: Path) -> None:
