@@ -47,12 +47,15 @@ def test_a_workloads_and_a_loaded_traces_repr_say_their_figures_and_assumptions(
     trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
     loaded = kb.load_trace(trace, kb.TraceOptions(format="generic"))
     lines = repr(loaded).splitlines()
-    assert lines[0] == (f"{trace} (generic-jsonl): 6 rows read, 5 loaded, 1 dropped "
-                        "(failed request (0 prompt and 0 output tokens))")
+    # the failed row's drop is said once: in the workload's warning (every run repeats it)
+    assert lines[0] == f"{trace} (generic-jsonl): 6 rows read, 5 loaded"
     assert lines[1] == ("Workload 't': 5 requests over 4.0 s (1 req/s); interactive 3, batch 2")
     assert lines[2].startswith("prompt tokens mean 300, p50 / p99 300 / 496; output tokens mean "
                                "30, p50 / p99 30 / 50; max_output_tokens mean 2,048")
-    assert [ln.split(":")[0] for ln in lines[3:]] == ["assumed"]  # no max_tokens; tiers given
+    assert [ln.split(":")[0] for ln in lines[3:]] == ["warning", "assumed"]  # tiers given
+    assert lines[3] == ("warning: dropped 1 of the file's 6 rows, with no tokens to serve: 1 with "
+                        "0 prompt and 0 output tokens (failed requests)")
+    assert sum("dropped" in ln for ln in lines) == 1
     # no arrival times: no span or rate claimed (they were drawn)
     lengths = tmp_path / "lengths.csv"
     lengths.write_text("prompt_tokens,output_tokens\n5,2\n7,3\n")
