@@ -419,6 +419,32 @@ def test_the_default_tiers_limit_is_said_where_it_refuses(tmp_path: Path) -> Non
             "or the KV capacity)") in stdout.replace("\n  ", " ")
 
 
+def test_the_refused_line_counts_each_refusal_once_and_no_expired_one(tmp_path: Path) -> None:
+    """The engine's own too-large refusals (reason ``max_model_len``: a prompt whose blocks
+    exceed the whole KV cache, admitted under a larger gateway budget) are not also counted as
+    the gateway's (1 refused request was said as 2); requests that expired at the run's end
+    (``end_of_run``) are the table's expired column, not refusals."""
+    from kvbudget.cli.tables import render_summaries
+
+    small = tmp_path / "small.csv"
+    small.write_text("arrival_s,prompt_tokens,output_tokens,max_output_tokens\n0,5000,10,16\n"
+                     "1,100,10,16\n2,100,10,16\n")
+    code, stdout, stderr = run("simulate", "--trace", str(small), "--policy", "unlimited",
+                               "--num-gpu-blocks", "40", "--set",
+                               "gateway_capacity_tokens=100000", "--json")
+    summary = json.loads(stdout)
+    assert code == 0 and summary["overall"]["rejected_too_large"] == 1, stderr
+    assert summary["overall"]["rejections_by_reason"] == {"max_model_len": 1}
+    line = next(ln for ln in render_summaries([summary]).replace("\n  ", " ").splitlines()
+                if ln.startswith("refused:"))
+    assert line == ("refused: unlimited: 1 max_model_len (the engine's: it could never run them, "
+                    "prompt + output over its max_model_len or the prompt's blocks over its "
+                    "whole KV cache)")
+    expired = {**summary, "overall": {**summary["overall"], "rejected_too_large": 0, "expired": 2,
+                                      "rejections_by_reason": {"end_of_run": 2}}}
+    assert not any(ln.startswith("refused:") for ln in render_summaries([expired]).splitlines())
+
+
 def test_the_default_tiers_note_names_the_tiers_that_refused_and_not_the_contexts(
         tmp_path: Path) -> None:
     """The batch tier's refusals name tiers.1; on Llama-2-7B (a 4,096-token context) the same
