@@ -316,7 +316,8 @@ def test_compare_with_replications_says_the_model_and_what_it_assumed(tmp_path: 
     assert code == 0, stderr
     json.loads(stdout)  # stdout stays the JSON alone
     lines = stderr.splitlines()
-    assert lines[0] == "model Qwen2.5-7B; workload lengths: 30 requests"
+    assert lines[0] == ("model Qwen2.5-7B on H100-SXM (given as H100-80GB); workload lengths: "
+                        "30 requests")
     assert [ln.split(":")[0] for ln in lines[1:4]] == ["warning", "assumed", "assumed"]
 
 
