@@ -303,6 +303,13 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
                           "--grid", "gpu=A100-80GB,L40S")
     assert code == 0, stderr
     assert stderr.splitlines()[0] == "model Llama-3.1-8B; workload lengths: 30 requests"
+    # nor the model where it varies the model (it named the scenario's, Llama-3.1-8B)
+    code, _, stderr = run("sweep", "--trace", str(trace), "--policies", "unlimited",
+                          "--replications", "1", "--out", str(tmp_path / "sweep4"),
+                          "--grid", "model=Llama-3.1-8B,Qwen2.5-7B")
+    assert code == 0, stderr
+    assert stderr.splitlines()[0] == ("models as the study varies them on H100-SXM (given as "
+                                      "H100-80GB); workload lengths: 30 requests")
 
 
 def test_compare_with_replications_says_the_model_and_what_it_assumed(tmp_path: Path) -> None:
