@@ -36,6 +36,11 @@ def test_a_bare_or_measured_runs_repr_has_no_setting_line() -> None:
     assert repr(bare).splitlines() == [
         "RunResult: p, 3 requests offered: 1 completed, 2 expired",
         ".records (3 rows), .timeline (0 rows), .summary (every figure)"]
+    # a run with client models: those its clients gave up on are counted too (they were not)
+    gave_up = RunResult({"request_id": np.arange(3)}, {}, {"policy": "p", "executor": "live",
+                        "overall": {"offered": 3, "completed": 1, "client_timeout": 2}})
+    assert repr(gave_up).splitlines()[0] == (
+        "RunResult: p, 3 requests offered: 1 completed, 2 client timeout")
 
 
 def test_a_workloads_and_a_loaded_traces_repr_say_their_figures_and_assumptions(
