@@ -67,6 +67,13 @@ def test_a_workloads_and_a_loaded_traces_repr_say_their_figures_and_assumptions(
     w = kb.load_trace(lengths, kb.TraceOptions(format="generic")).workload
     assert repr(w).splitlines()[0] == "Workload 'lengths': 2 requests; interactive 2"
     assert "array(" not in repr(w)
+    # an empty workload: no tiers, and no dangling separator ('0 requests; ')
+    empty = kb.Workload(arrival_s=np.array([]), prompt_tokens=np.array([], np.int64),
+                        output_tokens=np.array([], np.int64),
+                        max_output_tokens=np.array([], np.int64), tier=np.array([], np.int16),
+                        tier_names=("interactive",), deadline_s=np.array([]),
+                        request_id=np.array([], np.int64), name="e")
+    assert repr(empty) == "Workload 'e': 0 requests"
 
 
 def test_a_recordings_repr_says_its_tool_stages_settings_and_notes() -> None:
