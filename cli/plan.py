@@ -26,8 +26,9 @@ from kvbudget.cli.study_intervals import (
     span,
     study_replications,
 )
-from kvbudget.cli.tables import WIDTH, _pm, render, short_metric
+from kvbudget.cli.tables import _pm, render, short_metric
 from kvbudget.perf.hardware import get_gpu
+from kvbudget.results.said import WIDTH
 from kvbudget.studies.executors import make_executor
 from kvbudget.studies.plan import (
     DEFAULT_PRICES,
