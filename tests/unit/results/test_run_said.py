@@ -30,6 +30,17 @@ def test_a_runs_repr_says_what_it_simulated_and_assumed(tmp_path: Path) -> None:
     assert repr(kb.read_run(tmp_path / "run")) == repr(run)
 
 
+def test_a_summary_without_its_workload_says_none() -> None:
+    # a staged replay's sim/summary.json written before its joined summary kept the workload:
+    # 'workload None: 0 requests' was said of 20 replayed requests
+    from kvbudget.results.said import setting_lines
+
+    line = setting_lines([{"model": "m", "gpu": "g", "engine": {"engine": "vllm"},
+                           "engine_defaults": "vllm", "kv_capacity_tokens": 10}])[0]
+    assert line == ("simulated: m on g, engine vllm (vllm's defaults for unset knobs), KV "
+                    "capacity 10 tokens")
+
+
 def test_a_bare_or_measured_runs_repr_has_no_setting_line() -> None:
     bare = RunResult({"request_id": np.arange(3)}, {}, {"policy": "p", "executor": "live",
                      "overall": {"offered": 3, "completed": 1, "expired": 2}})
