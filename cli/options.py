@@ -426,11 +426,13 @@ def say_workload(scn: "Scenario", varies: Collection[str] = ()) -> None:
     """On stderr, what loading the scenario's workload warned of or assumed (a trace's
     missing tiers and ``max_tokens``, drawn arrivals), before a study's many runs: their
     tables have no room for it, and ``simulate``'s and ``compare``'s print it with theirs;
-    first the model, the GPU and the workload the runs take (their tables name none): the GPU
+    first the model, the GPU and the workload the runs take (their tables name none): each
     only where every run takes the scenario's (``varies``: the keys the study varies)."""
     workload = scn.workload()
     spec = scn.spec
-    loop, model = spec.closed_loop, _as_given(get_model(spec.model).name, spec.model)
+    loop = spec.closed_loop
+    model = ("models as the study varies them" if any(k.split(".")[0] == "model" for k in varies)
+             else "model " + _as_given(get_model(spec.model).name, spec.model))
     # the GPU where every run takes the scenario's one (not a fleet's, a deployment's pools'
     # or an axis the study varies): what a study's per-GPU figures are per
     where = "" if spec.fleet or spec.disaggregation or any(
@@ -438,7 +440,7 @@ def say_workload(scn: "Scenario", varies: Collection[str] = ()) -> None:
         or k == "engine.tensor_parallel_size" for k in varies) else " on " + (
         f"{spec.engine.tensor_parallel_size} x " if spec.engine.tensor_parallel_size > 1
         else "") + _as_given(get_gpu(spec.gpu).name, spec.gpu)
-    typer.echo(f"model {model}{where}; workload {workload.name}: {len(workload):,} requests"
+    typer.echo(f"{model}{where}; workload {workload.name}: {len(workload):,} requests"
                + (f", sent in closed loop by {loop.num_users:,} users" if loop else ""), err=True)
     say_loaded(workload, closed_loop=loop is not None)
 

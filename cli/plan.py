@@ -26,8 +26,9 @@ from kvbudget.cli.study_intervals import (
     span,
     study_replications,
 )
-from kvbudget.cli.tables import WIDTH, _pm, render, short_metric
+from kvbudget.cli.tables import _pm, render, short_metric
 from kvbudget.perf.hardware import get_gpu
+from kvbudget.results.said import WIDTH
 from kvbudget.studies.executors import make_executor
 from kvbudget.studies.plan import (
     DEFAULT_PRICES,
@@ -161,6 +162,7 @@ def _price_table(prices: Path | None, price: list[str] | None
     table = read_prices(prices) if prices is not None else dict(DEFAULT_PRICES)
     sources = (dict.fromkeys(table, str(prices)) if prices is not None
                else dict.fromkeys(table, PRICE_SOURCE))
+    given: dict[str, tuple[str, float]] = {}  # the GPU each --price named -> (item, price)
     for item in price or []:
         gpu, sep, usd = item.partition("=")
         gpu = gpu.strip()
@@ -175,6 +177,10 @@ def _price_table(prices: Path | None, price: list[str] | None
             name = get_gpu(gpu).name  # a typo'd GPU is refused, never an unused price
         except (ValueError, OSError) as exc:
             raise CliError(f"--price {item}: {exc}") from None
+        if name in given and given[name][1] != value:
+            raise CliError(f"--price {given[name][0]} and --price {item} name the same GPU "
+                           f"({name}): give it one price")
+        given[name] = item, value
         for other in [k for k in table if same_gpu(k) == name]:  # the GPU's other names
             del table[other]
             sources.pop(other, None)

@@ -5,10 +5,11 @@ from typing import Any
 
 import typer
 
-from kvbudget.cli.tables import WIDTH, render
+from kvbudget.cli.tables import render
 from kvbudget.perf.hardware import GPU_ALIASES, GPUS
 from kvbudget.perf.kv_capacity import num_gpu_blocks
 from kvbudget.perf.models import bundled_models
+from kvbudget.results.said import WIDTH
 from kvbudget.simulator.engine_config import EngineConfig
 
 

@@ -13,7 +13,8 @@ from kvbudget.cli.options import (
     with_scenario_options,
 )
 from kvbudget.cli.progress import Bar
-from kvbudget.cli.tables import WIDTH, render_intervals, render_summaries
+from kvbudget.cli.tables import render_intervals, render_summaries
+from kvbudget.results.said import WIDTH
 from kvbudget.simulator.run import simulate
 from kvbudget.simulator.scenario import make_scenario
 from kvbudget.simulator.spec_decode import draft_warning

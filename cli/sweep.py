@@ -29,7 +29,8 @@ from kvbudget.cli.study_intervals import (
     span,
     study_replications,
 )
-from kvbudget.cli.tables import WIDTH, render, short_metric
+from kvbudget.cli.tables import render, short_metric
+from kvbudget.results.said import WIDTH
 from kvbudget.studies.capacity import (
     BURST,
     CapacitySpec,

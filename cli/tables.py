@@ -139,6 +139,11 @@ def slo_line(targets: Mapping[str, tuple[float, float]]) -> str:
 
 CONTEXT_REASONS = ("prompt_too_long", "context_length")
 """The reasons of a refusal for the model's context (``simulator/run.py`` ``context_refusals``)."""
+ENGINE_TOO_LARGE = "max_model_len"
+"""The reason of the engine's own too-large refusal (``simulator/run.py`` ``_admit``: a request
+``ServingEngine.fits`` says could never run there, its prompt's blocks over the whole KV cache)."""
+NOT_REFUSED = ("deadline", "end_of_run")
+"""Reasons of requests that expired (``simulator/run.py``): the table's own ``expired`` column."""
 
 
 def _refused_line(summaries: Sequence[dict[str, Any]]) -> str:
@@ -152,13 +157,16 @@ def _refused_line(summaries: Sequence[dict[str, Any]]) -> str:
         context = (s.get("engine_knobs") or {}).get("max_model_len")
         words = {"prompt_too_long": "prompt_too_long (prompt over the model's context"
                  + (f", {int(context):,} tokens)" if context else ")"),
-                 "context_length": "context_length (prompt + max_tokens over it)"}
+                 "context_length": "context_length (prompt + max_tokens over it)",
+                 ENGINE_TOO_LARGE: f"{ENGINE_TOO_LARGE} (the engine's: it could never run "
+                 "them, prompt + output over its max_model_len or the prompt's blocks over its "
+                 "whole KV cache)"}
         gateway = int(overall.get("rejected_too_large") or 0) - sum(
-            int(reasons.get(r, 0)) for r in CONTEXT_REASONS)
+            int(reasons.get(r, 0)) for r in (*CONTEXT_REASONS, ENGINE_TOO_LARGE))
         said = ([f"{gateway:,} too large for the gateway (a tier's max_sequence_tokens or the "
                  "KV capacity)"] if gateway > 0 else [])
         said += [f"{int(n):,} {words.get(r, r)}" for r, n in reasons.items()
-                 if n and r != "deadline"]  # those expired: the table's own column
+                 if n and r not in NOT_REFUSED]
         if said:
             parts.append(f"{s.get('policy', '')}: " + ", ".join(said))
     return "refused: " + "; ".join(parts) if parts else ""

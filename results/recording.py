@@ -188,7 +188,7 @@ class Recording:
 def _load_words(stage: RecordedStage) -> str:
     """How the load tool offered a stage's requests, in words."""
     rate = ("all at once" if stage.request_rate == math.inf else f"{stage.request_rate:g} req/s"
-            ) if stage.request_rate is not None else "rate not recorded"
+            ) if stage.request_rate is not None else "no single rate recorded"  # a ramp's
     return {"open": f"open loop, {rate}",
             "closed": f"closed loop of {stage.max_concurrency} users",
             "capped": f"open loop, {rate}, at most {stage.max_concurrency} in flight",

@@ -98,9 +98,8 @@ class RunResult:
         lines ``simulate`` prints above its table) and where its tables are, not its arrays."""
         s = self.summary
         overall = s.get("overall") or {}
-        counts = ", ".join(f"{overall.get(k, 0):,} {k.replace('_', ' ')}" for k in (
-            "completed", "rejected_too_large", "rejected_overloaded", "expired",
-            "preempted_dropped") if k == "completed" or overall.get(k))
+        counts = ", ".join(f"{overall.get(k, 0):,} {k.replace('_', ' ')}" for k in STATUSES
+                           if k == "completed" or overall.get(k))
         lines = [f"RunResult: {s.get('policy', '?')}, {overall.get('offered', 0):,} requests "
                  f"offered: {counts}", *setting_lines([s])]
         figures = [f"{name} p50 / p99 {_s(block.get('p50'))} / {_s(block.get('p99'))}"

@@ -135,8 +135,9 @@ def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
             f"defaults for unset knobs{_caps(knobs)})"
             + (f", KV capacity {int(kv):,} tokens" if kv is not None else "")
             + _capacity_whose(s, where)
-            + f"; workload {w.get('name')}: {int(w.get('num_requests', 0)):,} requests"
-            + ("" if s.get("closed_loop") else _arrivals(s, int(w.get("num_requests", 0))))
+            + (f"; workload {w.get('name')}: {int(w.get('num_requests', 0)):,} requests"
+               + ("" if s.get("closed_loop") else _arrivals(s, int(w.get("num_requests", 0))))
+               if w else "")  # a summary written before a staged replay's said it
             + _closed_loop(s.get("closed_loop")),
             WIDTH, subsequent_indent="  ")]
         said += [textwrap.fill(line, WIDTH, subsequent_indent="  ") for line in _cost_line(s)]

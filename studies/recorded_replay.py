@@ -152,7 +152,13 @@ def join_stage_runs(runs: Sequence[RunResult], plans: Sequence[StagePlan], confi
     first = runs[0].summary
     extra: dict[str, Any] = {k: first[k] for k in ("policy_params", "gpu", "model", "num_gpu_blocks",
                                    "block_size", "cost_model", "frontend_overhead_s",
-                                   "frontend", "engine_defaults", "engine") if k in first}
+                                   "frontend", "engine_defaults", "engine", "engine_knobs",
+                                   "gateway_capacity_tokens") if k in first}
+    if isinstance(first.get("workload"), dict):  # what the run's lines say: all the stages'
+        extra["workload"] = {**first["workload"], "num_requests": len(records["request_id"])}
+    assumed = list(dict.fromkeys(a for r in runs for a in r.summary.get("assumed", ())))
+    if assumed:
+        extra["assumed"] = assumed
     extra["stages"] = [p.describe() for p in plans]
     summary = summarize(records, timeline, tiers=config.tiers,
                         kv_capacity_tokens=int(first["kv_capacity_tokens"]), policy=policy,

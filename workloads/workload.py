@@ -110,8 +110,9 @@ class Workload:
             head += (f" over {self.span_s:,.1f} s"
                      + (f" ({(n - 1) / self.span_s:.3g} req/s)" if self.span_s > 0 else ""))
         counts = np.bincount(self.tier, minlength=len(self.tier_names)) if n else ()
-        lines = [head + "; " + ", ".join(f"{name} {int(c):,}" for name, c in zip(
-            self.tier_names, counts, strict=False) if c)]
+        tiers = ", ".join(f"{name} {int(c):,}" for name, c in zip(
+            self.tier_names, counts, strict=False) if c)
+        lines = [head + (f"; {tiers}" if tiers else "")]
         if n:
             lines.append("; ".join(
                 f"{label} mean {float(np.mean(col)):,.0f}, p50 / p99 "

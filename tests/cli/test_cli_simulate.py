@@ -319,6 +319,13 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
                           "--grid", "gpu=A100-80GB,L40S")
     assert code == 0, stderr
     assert stderr.splitlines()[0] == "model Llama-3.1-8B; workload lengths: 30 requests"
+    # nor the model where it varies the model (it named the scenario's, Llama-3.1-8B)
+    code, _, stderr = run("sweep", "--trace", str(trace), "--policies", "unlimited",
+                          "--replications", "1", "--out", str(tmp_path / "sweep4"),
+                          "--grid", "model=Llama-3.1-8B,Qwen2.5-7B")
+    assert code == 0, stderr
+    assert stderr.splitlines()[0] == ("models as the study varies them on H100-SXM (given as "
+                                      "H100-80GB); workload lengths: 30 requests")
 
 
 def test_compare_with_replications_says_the_model_and_what_it_assumed(tmp_path: Path) -> None:
@@ -434,6 +441,32 @@ def test_the_default_tiers_limit_is_said_where_it_refuses(tmp_path: Path) -> Non
     code, stdout, _ = run("simulate", "--trace", str(two), "--num-gpu-blocks", "20")
     assert ("refused: conservative: 6 too large for the gateway (a tier's max_sequence_tokens "
             "or the KV capacity)") in stdout.replace("\n  ", " ")
+
+
+def test_the_refused_line_counts_each_refusal_once_and_no_expired_one(tmp_path: Path) -> None:
+    """The engine's own too-large refusals (reason ``max_model_len``: a prompt whose blocks
+    exceed the whole KV cache, admitted under a larger gateway budget) are not also counted as
+    the gateway's (1 refused request was said as 2); requests that expired at the run's end
+    (``end_of_run``) are the table's expired column, not refusals."""
+    from kvbudget.cli.tables import render_summaries
+
+    small = tmp_path / "small.csv"
+    small.write_text("arrival_s,prompt_tokens,output_tokens,max_output_tokens\n0,5000,10,16\n"
+                     "1,100,10,16\n2,100,10,16\n")
+    code, stdout, stderr = run("simulate", "--trace", str(small), "--policy", "unlimited",
+                               "--num-gpu-blocks", "40", "--set",
+                               "gateway_capacity_tokens=100000", "--json")
+    summary = json.loads(stdout)
+    assert code == 0 and summary["overall"]["rejected_too_large"] == 1, stderr
+    assert summary["overall"]["rejections_by_reason"] == {"max_model_len": 1}
+    line = next(ln for ln in render_summaries([summary]).replace("\n  ", " ").splitlines()
+                if ln.startswith("refused:"))
+    assert line == ("refused: unlimited: 1 max_model_len (the engine's: it could never run them, "
+                    "prompt + output over its max_model_len or the prompt's blocks over its "
+                    "whole KV cache)")
+    expired = {**summary, "overall": {**summary["overall"], "rejected_too_large": 0, "expired": 2,
+                                      "rejections_by_reason": {"end_of_run": 2}}}
+    assert not any(ln.startswith("refused:") for ln in render_summaries([expired]).splitlines())
 
 
 def test_the_default_tiers_note_names_the_tiers_that_refused_and_not_the_contexts(

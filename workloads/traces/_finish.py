@@ -25,16 +25,20 @@ from kvbudget.workloads.arrivals import PoissonArrivals
 from kvbudget.workloads.errors import SpecError, TraceError
 from kvbudget.workloads.max_output import MAX_TOKENS, empirical_quantile
 from kvbudget.workloads.traces.options import TraceOptions
-from kvbudget.workloads.traces.report import DRAWN_ARRIVALS, LoadedTrace, LoadReport
+from kvbudget.workloads.traces.report import (
+    DRAWN_ARRIVALS,
+    DROP_FAILED,
+    DROP_ZERO_OUTPUT,
+    DROP_ZERO_PROMPT,
+    LoadedTrace,
+    LoadReport,
+)
 from kvbudget.workloads.workload import Workload
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 Labels = tuple[IntArray, tuple[str, ...]]
 
-DROP_FAILED = "failed request (0 prompt and 0 output tokens)"
-DROP_ZERO_OUTPUT = "0 output tokens"
-DROP_ZERO_PROMPT = "0 prompt tokens"
 DROP_TRUNCATED = "truncated last line"
 
 

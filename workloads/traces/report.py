@@ -12,6 +12,13 @@ DRAWN_ARRIVALS = ("the file has no arrival times: Poisson arrivals at 1 req/s we
 """The warning of a length-only table loaded without an arrival process: a run whose arrivals
 come from a closed loop of users does not use them, and does not say it."""
 
+DROP_FAILED = "failed request (0 prompt and 0 output tokens)"
+DROP_ZERO_OUTPUT = "0 output tokens"
+DROP_ZERO_PROMPT = "0 prompt tokens"
+NO_TOKENS_DROPS = frozenset({DROP_FAILED, DROP_ZERO_OUTPUT, DROP_ZERO_PROMPT})
+"""The drops of rows with no tokens to serve, which loading says in a warning of the workload
+(every run of it repeats it) besides the report's ``dropped``."""
+
 
 def load_said(meta: Mapping[str, object], *, closed_loop: bool = False) -> dict[str, list[str]]:
     """What loading a workload's file warned of and assumed (its ``meta``'s ``warnings`` and
@@ -76,10 +83,10 @@ class LoadedTrace:
 
     def __repr__(self) -> str:
         """What a notebook shows of a loaded trace: the file, its rows (read, loaded,
-        dropped and why), then the workload's own lines."""
+        dropped and why), then the workload's own lines (rows with no tokens to serve are
+        said there, in its warning, not twice)."""
         r = self.report
-        said = any(w.startswith("dropped ") for w in r.warnings)  # a warning gives the reasons
-        dropped = "" if said else "".join(f", {count:,} dropped ({reason})"
-                                          for reason, count in r.dropped)
+        dropped = "".join(f", {count:,} dropped ({reason})" for reason, count in r.dropped
+                          if reason not in NO_TOKENS_DROPS)
         return (f"{r.path} ({r.format}): {r.rows_read:,} rows read, {r.rows_loaded:,} loaded"
                 f"{dropped}\n{self.workload!r}")

@@ -232,6 +232,9 @@ def test_vllm_bench_ramp_up_is_an_open_loop_not_a_closed_one(tmp_path: Path) -> 
         rec = read_recording(path)
         assert rec.stages == (stage,)
         assert rec.config["ramp_up_strategy"] == "linear"
+        # its repr's stage line: the ramp's rates were recorded (it said 'rate not recorded')
+        assert repr(rec).splitlines()[1] == (f"stage {stage.label}: open loop, no single rate "
+                                             "recorded" + (", at most 4 in flight" if conc else ""))
     # without start_times the ramp's send times cannot be drawn again: refused, not sent at 0
     del doc["start_times"]
     path.write_text(json.dumps({**doc, **ramp}))

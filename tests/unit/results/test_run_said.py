@@ -30,12 +30,28 @@ def test_a_runs_repr_says_what_it_simulated_and_assumed(tmp_path: Path) -> None:
     assert repr(kb.read_run(tmp_path / "run")) == repr(run)
 
 
+def test_a_summary_without_its_workload_says_none() -> None:
+    # a staged replay's sim/summary.json written before its joined summary kept the workload:
+    # 'workload None: 0 requests' was said of 20 replayed requests
+    from kvbudget.results.said import setting_lines
+
+    line = setting_lines([{"model": "m", "gpu": "g", "engine": {"engine": "vllm"},
+                           "engine_defaults": "vllm", "kv_capacity_tokens": 10}])[0]
+    assert line == ("simulated: m on g, engine vllm (vllm's defaults for unset knobs), KV "
+                    "capacity 10 tokens")
+
+
 def test_a_bare_or_measured_runs_repr_has_no_setting_line() -> None:
     bare = RunResult({"request_id": np.arange(3)}, {}, {"policy": "p", "executor": "live",
                      "overall": {"offered": 3, "completed": 1, "expired": 2}})
     assert repr(bare).splitlines() == [
         "RunResult: p, 3 requests offered: 1 completed, 2 expired",
         ".records (3 rows), .timeline (0 rows), .summary (every figure)"]
+    # a run with client models: those its clients gave up on are counted too (they were not)
+    gave_up = RunResult({"request_id": np.arange(3)}, {}, {"policy": "p", "executor": "live",
+                        "overall": {"offered": 3, "completed": 1, "client_timeout": 2}})
+    assert repr(gave_up).splitlines()[0] == (
+        "RunResult: p, 3 requests offered: 1 completed, 2 client timeout")
 
 
 def test_a_workloads_and_a_loaded_traces_repr_say_their_figures_and_assumptions(
@@ -47,19 +63,28 @@ def test_a_workloads_and_a_loaded_traces_repr_say_their_figures_and_assumptions(
     trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
     loaded = kb.load_trace(trace, kb.TraceOptions(format="generic"))
     lines = repr(loaded).splitlines()
+    # the failed row's drop is said once: in the workload's warning (every run repeats it)
     assert lines[0] == f"{trace} (generic-jsonl): 6 rows read, 5 loaded"
     assert lines[1] == ("Workload 't': 5 requests over 4.0 s (1 req/s); interactive 3, batch 2")
     assert lines[2].startswith("prompt tokens mean 300, p50 / p99 300 / 496; output tokens mean "
                                "30, p50 / p99 30 / 50; max_output_tokens mean 2,048")
-    # the dropped row said once, with its reason; no max_tokens assumed; the tiers given
-    assert [ln.split(":")[0] for ln in lines[3:]] == ["warning", "assumed"]
-    assert lines[3].startswith("warning: dropped 1 of the file's 6 rows")
+    assert [ln.split(":")[0] for ln in lines[3:]] == ["warning", "assumed"]  # tiers given
+    assert lines[3] == ("warning: dropped 1 of the file's 6 rows, with no tokens to serve: 1 with "
+                        "0 prompt and 0 output tokens (failed requests)")
+    assert sum("dropped" in ln for ln in lines) == 1
     # no arrival times: no span or rate claimed (they were drawn)
     lengths = tmp_path / "lengths.csv"
     lengths.write_text("prompt_tokens,output_tokens\n5,2\n7,3\n")
     w = kb.load_trace(lengths, kb.TraceOptions(format="generic")).workload
     assert repr(w).splitlines()[0] == "Workload 'lengths': 2 requests; interactive 2"
     assert "array(" not in repr(w)
+    # an empty workload: no tiers, and no dangling separator ('0 requests; ')
+    empty = kb.Workload(arrival_s=np.array([]), prompt_tokens=np.array([], np.int64),
+                        output_tokens=np.array([], np.int64),
+                        max_output_tokens=np.array([], np.int64), tier=np.array([], np.int16),
+                        tier_names=("interactive",), deadline_s=np.array([]),
+                        request_id=np.array([], np.int64), name="e")
+    assert repr(empty) == "Workload 'e': 0 requests"
 
 
 def test_a_recordings_repr_says_its_tool_stages_settings_and_notes() -> None:

@@ -221,6 +221,11 @@ def test_plan_cli_price_names_the_gpu_it_prices(tmp_path: Path) -> None:
     # before: a typo'd GPU's price was kept and never used
     with pytest.raises(CliError, match=r"unknown GPU preset 'H10' \(did you mean H100-SXM"):
         _price_table(None, ["H10=4"])
+    # before: two --price of one GPU under two of its names: the last silently priced it
+    with pytest.raises(CliError, match=r"--price H100=3 and --price H100-SXM=4 name the same "
+                       r"GPU \(H100-SXM\): give it one price"):
+        _price_table(None, ["H100=3", "H100-SXM=4"])
+    assert _price_table(None, ["H100=3", "H100-SXM=3"])[0]["H100-SXM"] == 3.0  # the same price
 
 
 def test_plan_tp_help_names_the_engine_knob_not_former_presets() -> None:

@@ -100,6 +100,12 @@ def test_stages_are_joined_on_the_recordings_clock_and_ids(tmp_path: Path) -> No
     times = run.timeline["time_s"].to_numpy()
     assert times.min() < 30 <= times.max()  # both stages' samples, on the recording's clock
     assert np.all(np.diff(times) >= 0)
+    # what it simulated is said of the stages together (a notebook's repr of the joined run
+    # said 'workload None: 0 requests' and no engine knobs: the joined summary had neither)
+    assert run.summary["workload"]["num_requests"] == len(rec) == 120
+    assert run.summary["engine_knobs"]["max_num_seqs"] == 64
+    assert repr(run).splitlines()[1].startswith("simulated: ")
+    assert "max_num_seqs 64" in repr(run) and f"{len(rec):,} requests" in repr(run)
 
 
 def test_a_stage_sent_all_at_once_is_written_as_valid_json(tmp_path: Path) -> None:
