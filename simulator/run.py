@@ -12,7 +12,6 @@ from __future__ import annotations
 import gc
 import math
 import time
-from collections import Counter
 from collections.abc import Callable, Generator, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -31,7 +30,7 @@ from kvbudget.policies import (
     RequestTooLarge,
     Revoke,
 )
-from kvbudget.policies.tiers import DEFAULT_TIERS, TierConfig, tier_map
+from kvbudget.policies.tiers import TierConfig, tier_map
 from kvbudget.results.metrics import aggregate_token_gaps, summarize
 from kvbudget.results.records import (
     PENDING,
@@ -48,6 +47,7 @@ from kvbudget.simulator.engine import EngineHooks, RequestColumns
 from kvbudget.simulator.engine_variants import make_engine
 from kvbudget.simulator.fleet import Fleet
 from kvbudget.simulator.kv_offload import OffloadEngine
+from kvbudget.simulator.limits_said import limits_said
 from kvbudget.simulator.serving import RequestFigures, ServingEngine
 from kvbudget.simulator.sim_config import FleetConfig, ReplicaSetup, SimConfig, gateway_config
 from kvbudget.simulator.users import ClosedLoopUsers
@@ -496,71 +496,10 @@ class _Simulation:
                 "gateway_capacity_tokens": config.gateway_capacity_tokens}),
             "workload": {"name": self.w.name, "num_requests": self.n, **load_said(
                 self.w.meta, closed_loop=self.users is not None)},
-            **_joined(self._default_tiers_said(), self._context_said()),
+            **limits_said(self.w, self.config, self.setup, self.status, self.reason),
             **({"closed_loop": self.users.describe()} if self.users is not None else {}),
             **({"clients": self._clients.describe()} if self._clients is not None else {}),
         }
-
-    def _default_tiers_said(self) -> dict[str, Any]:
-        """``{"assumed": [line]}`` when tiers whose ``max_sequence_tokens`` is the default
-        tiers' (none given, or only another tier's limit set) refused requests that the
-        model's context would take: a limit nobody set must not pass unsaid for the traffic's
-        own size (a request beyond the context too is refused whatever the tiers say: not
-        counted)."""
-        w, tiers = self.w, {t.name: (i, t) for i, t in enumerate(self.config.tiers)}
-        default = {t.name: t.max_sequence_tokens for t in DEFAULT_TIERS}
-        kept = {n: i for n, (i, t) in tiers.items() if default.get(n) == t.max_sequence_tokens}
-        if not kept:
-            return {}
-        size = w.prompt_tokens + w.max_output_tokens
-        context = self.setup.engine.max_model_len
-        over = (size > np.array([default[n] if n in kept else np.iinfo(np.int64).max
-                                 for n in w.tier_names], dtype=np.int64)[w.tier])
-        if context:
-            over &= size <= context
-        refused = np.flatnonzero(over & (self.status == STATUS_CODES["rejected_too_large"]))
-        # the gateway's refusals (no reason) by the tier's limit, not by the capacity
-        rows = [i for i in refused.tolist() if i not in self.reason]
-        if not rows:
-            return {}
-        names = sorted({w.tier_names[int(w.tier[i])] for i in rows}, key=kept.__getitem__)
-        limits = "/".join(sorted({f"{default[n]:,}" for n in names}))
-        whose = (f"the default tiers' max_sequence_tokens ({limits})"
-                 if self.config.tiers is DEFAULT_TIERS else
-                 f"the default max_sequence_tokens ({limits}) of tier"
-                 f"{'s' if len(names) > 1 else ''} {', '.join(names)}")
-        return {"assumed": [
-            f"{whose} refused {len(rows):,} requests "
-            "as too large (prompt + max_output_tokens above it) before any prefill"
-            + (f"; the model's context is {context:,} tokens" if context else "")
-            + ": give the tiers' limits ("
-            + " ".join(f"--set tiers.{kept[n]}.max_sequence_tokens=N" for n in names)
-            + ", or [[tiers]] in a scenario)"]}
-
-    def _context_said(self) -> dict[str, Any]:
-        """``{"assumed": [line]}`` when the model's context, taken as vLLM's default (no
-        ``max_model_len`` given), refused requests (HTTP 400, :func:`context_refusals`): a
-        limit nobody set must not pass unsaid as capacity refusals. A given one beyond the
-        model's context is said too: vLLM refuses to start with it (vllm/config/model.py
-        ``_get_and_verify_max_len``) unless rope scaling extends the context or
-        ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``."""
-        given, context = self.config.engine.max_model_len, self.setup.model.max_position_embeddings
-        if given is not None:
-            return {} if given <= context else {"assumed": [
-                f"max_model_len {given:,} (given) is over the model's context "
-                f"(max_position_embeddings {context:,}): vLLM refuses to start with it unless "
-                "the config's rope scaling extends the context (or with "
-                "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1); requests up to it were served"]}
-        counts = Counter(r for r in self.reason.values()
-                         if r in ("prompt_too_long", "context_length"))
-        if not counts:
-            return {}
-        return {"assumed": [
-            f"max_model_len {self.setup.engine.max_model_len:,} (the model's context, vLLM's "
-            f"default) refused {counts.total():,} requests before any prefill: "
-            f"{counts['prompt_too_long']:,} prompts longer, {counts['context_length']:,} whose "
-            "prompt + max_output_tokens is over it (--set engine.max_model_len=N gives your "
-            "server's)"]}
 
     def _let_engine_go(self) -> None:
         """Drop the engine, the gateway and the clock once the results have been read from
@@ -678,12 +617,6 @@ def timeline_columns(samples: npt.NDArray[np.float64]) -> dict[str, Any]:
         "num_waiting": samples[:, 5].astype(np.int64),
         "num_preemptions": samples[:, 6].astype(np.int64),
     }
-
-
-def _joined(*said: dict[str, Any]) -> dict[str, Any]:
-    """The ``{"assumed": [...]}`` entries of ``said`` as one (absent when all are empty)."""
-    lines = [line for d in said for line in d.get("assumed", ())]
-    return {"assumed": lines} if lines else {}
 
 
 def context_refusals(workload: Workload, limit: int) -> dict[int, str]:
