@@ -790,7 +790,6 @@ def _validate_live(url: str, trace: Path, cost_model: Path, out: Path, *, speed_
     setup = gateway_setup(*gateway)
     pol = setup.new_policy()
     workload = load_workload(trace, trace_format, tier, time_scale, max_output)
-    say_loaded(workload)  # what the trace's load warned of or assumed, as replay says it
     tiers = _tiers_for(workload, setup.tiers)
     out_live, trace_path = out / "live", trace
     try:
@@ -817,6 +816,7 @@ def _validate_live(url: str, trace: Path, cost_model: Path, out: Path, *, speed_
         source={"trace": str(trace), "url": target.base_url},
         speed_check=run.speed_check_meta(),
         title=f"{pol.name} on {trace.name}: simulated vs measured")
+    say_loaded(workload)  # what the trace's load warned of or assumed, with the result (replay's)
     return outcome, run.checks, overhead
 
 
