@@ -119,6 +119,23 @@ def test_an_http_status_written_as_a_float_is_that_status(tmp_path: Path) -> Non
     assert rec.counts["num_measured"] == 5
 
 
+def test_an_http_status_given_as_a_json_integer_is_that_status(tmp_path: Path) -> None:
+    # a records JSON line with "status": 200 (a number) was refused: "expected a string"
+    df = generic_frame()
+    statuses: list[Any] = [200, 200, 503, "timeout", None, "200"]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps({**r, "status": s}) + "\n"
+                            for r, s in zip(df.to_dict(orient="records"), statuses, strict=True)))
+    rec = read_recording(path, format="records")
+    assert rec.measured["status"].tolist() == ["completed"] * 2 + ["503", "timeout"] + [
+        "completed"] * 2
+    assert rec.counts["num_measured"] == 4
+    path.write_text(path.read_text().replace('"status": 503', '"status": 503.5'))
+    with pytest.raises(TraceError, match=r"line 3: field 'status': expected a string or an "
+                       r"integer code, got 503\.5$"):
+        read_recording(path, format="records")
+
+
 def test_a_kvbudget_run_directory(tmp_path: Path) -> None:
     n = 6
     arrival = np.array(ARRIVAL)
