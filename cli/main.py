@@ -16,6 +16,24 @@ from typing import Annotated, Any
 
 # started as the command (the ``kvbudget`` script, or ``python -m kvbudget.cli.main``)?
 _AS_COMMAND = __name__ == "__main__" or os.path.basename(sys.argv[0]) == "kvbudget"
+
+
+def _interrupted_at_start(signum: int, frame: Any) -> None:
+    """Ctrl-C (or SIGTERM) while the command's modules load, before :func:`main` runs: nothing
+    is done yet, so the usual one line and the shell's code for an interrupt, at once (a
+    ``KeyboardInterrupt`` raised inside the imports would end in a traceback)."""
+    with contextlib.suppress(OSError):  # to the descriptor: never a reentrant buffered write
+        os.write(2, b"error: interrupted\n")
+    os._exit(130)
+
+
+# the handlers in force before the start's own (put back by _run, or for a pool worker below)
+_START_HANDLERS: dict[int, Any] = {}
+if _AS_COMMAND:
+    for _sig, _usual in ((signal.SIGINT, signal.default_int_handler),
+                         (signal.SIGTERM, signal.SIG_DFL)):
+        if signal.getsignal(_sig) is _usual:  # an ignored SIGINT (a background job) stays so
+            _START_HANDLERS[_sig] = signal.signal(_sig, _interrupted_at_start)
 if _AS_COMMAND:
     # Start-up allocates what lives as long as the process (modules, classes, functions: some
     # 50,000 objects): at the default threshold (700) the collector runs ~70 times over them
@@ -185,6 +203,13 @@ def _register(modules: Sequence[str], command: str | None = None) -> None:
         app.registered_groups[:] = [g for g in app.registered_groups if g.name == command]
 
 
+def _restore_start_handlers() -> None:
+    """Put back the SIGINT and SIGTERM handlers the start replaced."""
+    while _START_HANDLERS:
+        signum, handler = _START_HANDLERS.popitem()
+        signal.signal(signum, handler)
+
+
 def _command_for(argv: Sequence[str]) -> str | None:
     """The command a command line names (as :func:`_modules_for` reads it), else ``None``."""
     return argv[1] if len(argv) >= 2 and argv[1] in _MODULE_OF else None
@@ -193,7 +218,7 @@ def _command_for(argv: Sequence[str]) -> str | None:
 if __name__ == "__mp_main__":
     # a pool worker of a command (multiprocessing runs the parent's main module again in each
     # worker it starts): it runs library calls, never the app, so it loads no command module
-    pass
+    _restore_start_handlers()
 elif _AS_COMMAND:
     _register(_modules_for(sys.argv), _command_for(sys.argv))
 else:
@@ -240,7 +265,9 @@ def _run() -> int:
     # out of the collector's passes while each command imports the rest (as mypy does).
     gc.freeze()
     try:
+        _START_HANDLERS.pop(signal.SIGTERM, None)
         signal.signal(signal.SIGTERM, terminate)
+        _restore_start_handlers()  # Ctrl-C raises KeyboardInterrupt again from here on
         app()
     except KeyboardInterrupt:
         # Ctrl-C outside a command's own handling (commands that keep partial work say so

@@ -92,7 +92,8 @@ def simulate_cmd(
         "(conservative in the default scenario).")] = None,
     seed: SeedOpt = None,
     out: Annotated[
-        Path | None, typer.Option("--out", help="Write requests/timeline parquet + summary.json.")
+        Path | None, typer.Option("--out", help="Write requests/timeline parquet + summary.json "
+                                  "(and token_gaps.parquet; attempts.parquet with client models).")
     ] = None,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
@@ -111,8 +112,7 @@ def simulate_cmd(
             result = run_one(scn, None, f"simulate {scn.spec.policy}")
         else:
             result = run_with_intervals(scn, interval, interval_draws)
-        if out is not None:
-            result.write(out)
+        written = result.write(out) if out is not None else []
     if as_json:
         typer.echo(json.dumps(result.summary, indent=2))
     else:
@@ -122,7 +122,7 @@ def simulate_cmd(
             typer.echo("")
             typer.echo(render_intervals(headline(result.summary), result.summary["intervals"]))
         if out is not None:
-            typer.echo(f"wrote {out}/requests.parquet, timeline.parquet, summary.json")
+            typer.echo(f"wrote {out}/{', '.join(written)}")
 
 
 def run_with_intervals(scn: "Scenario", level: float, num_draws: int) -> "RunResult":

@@ -57,7 +57,7 @@ def _normalise_status(values: list[str]) -> list[str]:
 # the generic records format
 
 
-_WANTED = {"ttft_s": "number", "e2e_s": "number", "status": "label", "stage": "label",
+_WANTED = {"ttft_s": "number", "e2e_s": "number", "status": "code", "stage": "label",
            "id": "number"}
 """The measurement columns a records file may hold, each a number or a label column."""
 
@@ -160,7 +160,7 @@ def _read_measurements(path: Path, names: Mapping[str, str]) -> _Measured:
                                    fmt="records", required=[])
         numbers = {c: jcols.numbers[names[c]] for c in present if _WANTED[c] == "number"
                    and names[c] in jcols.numbers}
-        lab = {c: jcols.labels[names[c]] for c in present if _WANTED[c] == "label"
+        lab = {c: jcols.labels[names[c]] for c in present if _WANTED[c] in ("label", "code")
                and names[c] in jcols.labels}
         num_rows = jcols.num_rows
         line_of = lambda row: line_of_row(path, row, header_lines=0)  # noqa: E731
@@ -168,10 +168,11 @@ def _read_measurements(path: Path, names: Mapping[str, str]) -> _Measured:
         header = split_header(facts.first_line)
         file_columns = set(header)
         present = [c for c in _WANTED if names[c] in header]
-        ccols = read_csv_columns(facts, {names[c]: _WANTED[c] for c in present},  # type: ignore[misc]
+        ccols = read_csv_columns(facts, {names[c]: "label" if _WANTED[c] == "code"  # type: ignore[misc]
+                                         else _WANTED[c] for c in present},
                                  fmt="records")
         numbers = {c: ccols.numbers[names[c]] for c in present if _WANTED[c] == "number"}
-        lab = {c: ccols.labels[names[c]] for c in present if _WANTED[c] == "label"}
+        lab = {c: ccols.labels[names[c]] for c in present if _WANTED[c] in ("label", "code")}
         num_rows = ccols.num_rows
         line_of = lambda row: line_of_row(path, row, header_lines=1)  # noqa: E731
     labels: dict[str, list[str]] = {}

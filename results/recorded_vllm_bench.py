@@ -159,6 +159,30 @@ def _itls(path: Path, doc: Mapping[str, Any], n: int, line: int | None,
     return itl_sum, itl_mean, itl_count
 
 
+def _streamed(output: FloatArray, ttft: FloatArray, itl_count: FloatArray,
+              failed: np.ndarray[Any, np.dtype[np.bool_]], line: int | None,
+              notes: list[str]) -> FloatArray:
+    """``output``, with each failed request that streamed part of its answer given the tokens
+    it streamed: the server generated them. The client sets ``ttft`` at the first chunk that
+    carries a choice and appends one inter-token time per later one, and keeps both when the
+    stream then breaks (vllm/benchmarks/lib/endpoint_request_func.py at vLLM commit 02cfb53,
+    ``async_request_openai_completions``: ``output.ttft``, ``output.itl.append``, the
+    ``except`` branch), while ``output_lens`` holds 0 for every failed request
+    (vllm/benchmarks/serve.py at commit 009e6d4, ``calculate_metrics``:
+    ``actual_output_lens.append(0)``): such a request streamed ``len(itls) + 1`` chunks."""
+    with np.errstate(invalid="ignore"):
+        streamed = failed & (ttft > 0) & np.isfinite(itl_count) & ~(output > 0)
+    if not streamed.any():
+        return output
+    where = "" if line is None else f"line {line}: "
+    notes.append(f"{where}{int(streamed.sum())} failed requests streamed part of their answer "
+                 "before failing: each is simulated with the tokens it streamed (len(itls) + 1 "
+                 "chunks, one token each unless the server sent several in one; output_lens "
+                 "holds 0 for a failed request), as the server generated them; their times are "
+                 "not compared")
+    return np.where(streamed, itl_count + 1, output)
+
+
 def _check_times(path: Path, line: int | None, key: str, values: FloatArray) -> None:
     """Present times must be >= 0 and at most a day (NaN: not measured)."""
     with np.errstate(invalid="ignore"):
@@ -305,6 +329,7 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
     if not isinstance(errors, list) or len(errors) != n:
         raise TraceError(path, f"must be a list of {n} strings", **_where(line, "errors"))
     failed = np.array([bool(e) for e in errors], dtype=bool)
+    output = _streamed(output, ttft, itl_count, failed, line, notes)
     # the client appends one inter-token time per streamed chunk after the first
     # (vllm/benchmarks/lib/endpoint_request_func.py, output.itl.append): a completed request
     # of several tokens with none is a damaged file

@@ -115,8 +115,8 @@ class RunResult:
                      + ".summary (every figure)")
         return "\n".join(lines)
 
-    def write(self, out_dir: Path) -> None:
-        """Write the three files (the directory is created), so that an interrupted write
+    def write(self, out_dir: Path) -> list[str]:
+        """Write the run's files (the directory is created) and return their names, so that an interrupted write
         never leaves a directory that reads as one run: each file is written under a temporary
         name first; then ``summary.json`` (what :func:`read_run` needs last) is removed, the
         two tables are renamed into place and the summary is renamed last. A directory
@@ -150,6 +150,7 @@ class RunResult:
             (out_dir / TOKEN_GAPS_FILE).unlink(missing_ok=True)
         for name in names:
             tmp[name].replace(out_dir / name)
+        return names
 
 
 ROW_GROUP_ROWS = 1 << 20

@@ -547,15 +547,15 @@ class Scenario:
             # ``kind = "trace"`` with only ``path`` (and ``format``): the spec's defaults are
             # TraceOptions' own, so skip building the pydantic workload models
             path, fmt = plain
-            file = Path(path).expanduser()
             # the trace's seed is drawn only if the load draws at all (see ``trace_seed``)
-            return load_trace(file if file.is_absolute() else self.base_dir / file,
-                              TraceOptions(format=fmt),
+            return load_trace(self._trace_file(path), TraceOptions(format=fmt),
                               seed=partial(trace_seed, self.spec.seed)).workload
         # pydantic's models of the [workload] table: a trace's scenario never loads them
         from kvbudget.workloads.spec import build_workload, parse_workload_spec
 
         wspec = parse_workload_spec(self.spec.workload, prefix="workload")
+        if self.spec.workload.get("kind") == "trace":
+            self._trace_file(self.spec.workload["path"])
         rng = np.random.default_rng(np.random.SeedSequence(self.spec.seed))
         return build_workload(wspec, rng, base_dir=self.base_dir)
 
@@ -568,6 +568,18 @@ class Scenario:
             return str(path) if path.exists() else value
         except (OSError, ValueError):  # a name no file system takes (too long, a NUL byte)
             return value
+
+    def _trace_file(self, path: str) -> Path:
+        """The trace file ``[workload] path`` names; ``ValueError`` naming the field (the
+        scenario file is put first by :meth:`workload`) when there is none."""
+        file = self._path(str(Path(path).expanduser()))
+        try:
+            missing = not file.exists()
+        except (OSError, ValueError):  # a name no file system takes: the loader says so
+            missing = False
+        if missing:
+            raise ValueError(f"workload.path: {file} does not exist")
+        return file
 
     def _path(self, value: str) -> Path:
         p = Path(value)

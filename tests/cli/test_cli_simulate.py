@@ -593,3 +593,23 @@ def test_a_given_gateway_budget_is_said() -> None:
     assert json.loads(stdout)["gateway_capacity_tokens"] == 100_000
     code, stdout, _ = run("simulate", "--set", "workload.num_requests=6", "--json")
     assert "gateway_capacity_tokens" not in json.loads(stdout)
+
+
+def test_simulate_out_lists_every_file_it_wrote(tmp_path: Path) -> None:
+    """``--out`` said "wrote DIR/requests.parquet, timeline.parquet, summary.json" while it also
+    wrote token_gaps.parquet (and attempts.parquet when client models ran)."""
+    out = tmp_path / "run"
+    code, stdout, stderr = run("simulate", *SHORT, "--out", str(out))
+    assert code == 0, stderr
+    (line,) = [ln for ln in stdout.splitlines() if ln.startswith("wrote ")]
+    listed = line.removeprefix(f"wrote {out}/").split(", ")
+    assert sorted(listed) == sorted(p.name for p in out.iterdir())
+    assert "token_gaps.parquet" in listed
+    out2 = tmp_path / "clients"
+    code, stdout, stderr = run("simulate", *SHORT, "--clients", "interactive=impatient-user",
+                               "--out", str(out2))
+    assert code == 0, stderr
+    (line,) = [ln for ln in stdout.splitlines() if ln.startswith("wrote ")]
+    listed = line.removeprefix(f"wrote {out2}/").split(", ")
+    assert "attempts.parquet" in listed
+    assert sorted(listed) == sorted(p.name for p in out2.iterdir())

@@ -264,6 +264,57 @@ def test_simulate_interrupted_says_so(sig: signal.Signals) -> None:
     assert proc.returncode == 130 and stderr.strip() == "error: interrupted", stderr
 
 
+# the ``kvbudget`` script's start, held inside the import of the command's module (where
+# ``kvbudget.cli.main`` loads it at import time) until the test has signalled it: "loading" on
+# stderr says the process is there
+HELD_START = ("import signal, sys, threading\n"
+              "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+              "sys.argv[0] = 'kvbudget'\n"
+              "class Hold:\n"
+              "    def find_spec(self, name, path=None, target=None):\n"
+              "        if name == 'kvbudget.cli.simulate':\n"
+              "            print('loading', file=sys.stderr, flush=True)\n"
+              "            threading.Event().wait(120)\n"
+              "        return None\n"
+              "sys.meta_path.insert(0, Hold())\n"
+              "from kvbudget.cli.main import main\n"
+              "main()")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_while_the_command_loads_says_so(sig: signal.Signals) -> None:
+    """Ctrl-C in a command's first moments (its modules loading) printed a traceback; SIGTERM
+    there ended the process silently with -15."""
+    proc = subprocess.Popen([sys.executable, "-c", HELD_START, "simulate"], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL)
+    try:
+        assert proc.stderr is not None
+        assert proc.stderr.readline().strip() == "loading"
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert "Traceback" not in stderr, stderr
+    assert proc.returncode == 130 and stderr.strip() == "error: interrupted", stderr
+    assert stdout == ""
+
+
+def test_a_pool_worker_keeps_the_usual_ctrl_c() -> None:
+    """A pool worker runs the command's main module again (as ``__mp_main__``): it gets Python's
+    own SIGINT handler back, not the start's."""
+    code = ("import runpy, signal, sys\n"
+            "sys.argv[0] = 'kvbudget'\n"
+            "runpy.run_module('kvbudget.cli.main', run_name='__mp_main__')\n"
+            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler,"
+            " signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, text=True,
+                          capture_output=True, timeout=120, check=False)
+    assert proc.returncode == 0 and proc.stdout.split() == ["True", "True"], proc.stderr
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_sweep_interrupted_keeps_its_runs_and_resumes(tmp_path: Path,
                                                       sig: signal.Signals) -> None:

@@ -535,6 +535,18 @@ def test_trace_options_that_would_be_ignored_are_refused(csv3: Path, args: list[
     assert_clean_error(code, stderr, "t.csv", needle)
 
 
+def test_spread_s_on_a_length_only_table_is_refused(tmp_path: Path) -> None:
+    """--spread-s spaces requests sharing a recorded timestamp: on a length-only table (its
+    arrivals drawn) it did nothing, unsaid, as --arrival on a timed trace would."""
+    path = tmp_path / "lengths.csv"
+    path.write_text("prompt_tokens,output_tokens\n100,10\n120,12\n")
+    code, _, stderr = run("trace", "stats", path, "--spread-s", "3")
+    assert_clean_error(code, stderr, "lengths.csv", "spread_s", "has no arrival times",
+                       "(--spread-s)")
+    code, _, stderr = run("trace", "stats", path)
+    assert code == 0, stderr
+
+
 def test_generic_options_on_another_format_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "az.csv"
     path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"

@@ -478,6 +478,10 @@ def finish(raw: RawTrace, options: TraceOptions, streams: Streams) -> LoadedTrac
     if timed and options.arrival is not None:
         raise TraceError(raw.path, "has arrival times: an arrival process (--arrival) applies "
                          "to length-only tables; drop it", field="arrival")
+    if not timed and options.spread_s is not None:
+        raise TraceError(raw.path, "has no arrival times: spread_s (--spread-s) spaces requests "
+                         "that share a recorded timestamp, and a length-only table's arrivals "
+                         "are drawn (--arrival); drop it", field="spread_s")
     if raw.arrival is None:
         _draw_arrivals(raw, options, streams, index, n_parsed)
     rows = _kept_rows(raw, index)

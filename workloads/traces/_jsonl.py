@@ -24,7 +24,9 @@ from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.traces._csv import _categorical, _numbers
 from kvbudget.workloads.traces._files import FileFacts, last_line_offset
 
-JsonKind = Literal["number", "label", "int_list"]
+JsonKind = Literal["number", "label", "code", "int_list"]
+"""A ``code`` is a label that may also be given as an integer (an HTTP status: 200 reads as
+"200")."""
 SMALL_JSONL_BYTES = 1 << 20
 _EXACT = 2.0**53  # integers up to this convert to float64 exactly, whoever parses them
 _INT64 = 2**63
@@ -36,7 +38,7 @@ def _arrow_type(kind: JsonKind) -> Any:
 
     if kind == "number":
         return pa.float64()
-    if kind == "label":
+    if kind in ("label", "code"):
         return pa.string()
     return pa.list_(pa.int64())
 
@@ -71,6 +73,8 @@ def _record_problem(obj: Any, kinds: Mapping[str, JsonKind],
             return name, f"not a number: {value!r}"
         if kind == "label" and not isinstance(value, str):
             return name, f"expected a string, got {value!r}"
+        if kind == "code" and (isinstance(value, bool) or not isinstance(value, str | int)):
+            return name, f"expected a string or an integer code, got {value!r}"
         if kind == "int_list" and not (
             isinstance(value, list)
             and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
@@ -189,11 +193,11 @@ def _read_plain(data: bytes, kinds: Mapping[str, JsonKind], present: frozenset[s
                     int in types and any(type(values[i]) is int for i in big.tolist()))):
                 return None  # a literal beyond float64 (1e400), an integer beyond 2**53
             out.numbers[name] = numbers
-        elif kind == "label":
-            if not types <= {str, type(None)}:
+        elif kind in ("label", "code"):
+            if not types <= ({str, int, type(None)} if kind == "code" else {str, type(None)}):
                 return None
             index: dict[str, int] = {}
-            codes = np.array([-1 if v is None else index.setdefault(v, len(index))
+            codes = np.array([-1 if v is None else index.setdefault(str(v), len(index))
                               for v in values], dtype=np.int64)
             if "" in index:  # empty strings are missing labels (as _categorical reads them)
                 codes[codes == index[""]] = -1
@@ -211,30 +215,73 @@ def _read_plain(data: bytes, kinds: Mapping[str, JsonKind], present: frozenset[s
     return out
 
 
+def _add_mixed_codes(facts: FileFacts, source: Any, table: Any, names: list[str],
+                     kinds: Mapping[str, JsonKind], required: Sequence[str], fmt: str) -> Any:
+    """``table`` with the code columns ``names`` (strings and integers mixed) read line by
+    line; the error of the first record that is not plain otherwise."""
+    import pyarrow as pa
+
+    if isinstance(source, io.BytesIO):
+        source.seek(0)
+        lines = source.read().split(b"\n")
+    else:
+        lines = facts.path.read_bytes().split(b"\n")
+    columns: dict[str, list[str | None]] = {name: [] for name in names}
+    for raw in lines:
+        if not raw.strip():
+            continue
+        obj, err = _parse_line(raw.decode("utf-8", errors="replace"))
+        if err is not None or _record_problem(obj, kinds, required) is not None:
+            raise _locate(facts, kinds, required, fmt)
+        for name in names:
+            value = obj.get(name)
+            columns[name].append(None if value is None else str(value))
+    if any(len(column) != table.num_rows for column in columns.values()):
+        raise TraceError(facts.path, f"cannot be read as {fmt} JSON lines")
+    for name in names:
+        table = table.append_column(name, pa.array(columns[name], pa.string()))
+    return table
+
+
 def _read_arrow(facts: FileFacts, source: Any, kinds: Mapping[str, JsonKind],
                 present: frozenset[str], dropped_last: bool, *, fmt: str,
                 required: Sequence[str]) -> JsonColumns:
     import pyarrow as pa
     import pyarrow.json as pajson
 
-    # the Arrow columns are converted as the CSV reader converts them
-    schema = pa.schema([(name, _arrow_type(kind)) for name, kind in kinds.items()])
-    try:
-        table = pajson.read_json(
-            source,
-            read_options=pajson.ReadOptions(block_size=1 << 22),
-            parse_options=pajson.ParseOptions(explicit_schema=schema,
-                                              unexpected_field_behavior="ignore"),
-        )
-    except (pa.ArrowException, OSError):
+    # the Arrow columns are converted as the CSV reader converts them. A code column is read as
+    # strings, else as integers; one that mixes both (pyarrow reads one type) is left out and
+    # read line by line (``mixed``)
+    mixed: list[str] = []
+    for codes_as in ("string", "int", "left out") if "code" in kinds.values() else ("string",):
+        if codes_as == "left out":
+            mixed = [name for name, kind in kinds.items() if kind == "code"]
+        schema = pa.schema([(name, pa.int64() if codes_as == "int" and kind == "code" else
+                             _arrow_type(kind)) for name, kind in kinds.items()
+                            if name not in mixed])
+        if isinstance(source, io.BytesIO):
+            source.seek(0)
+        try:
+            table = pajson.read_json(
+                source,
+                read_options=pajson.ReadOptions(block_size=1 << 22),
+                parse_options=pajson.ParseOptions(explicit_schema=schema,
+                                                  unexpected_field_behavior="ignore"),
+            )
+            break
+        except (pa.ArrowException, OSError):
+            pass
+    else:
         raise _locate(facts, kinds, required, fmt) from None
+    if mixed:
+        table = _add_mixed_codes(facts, source, table, mixed, kinds, required, fmt)
     out = JsonColumns(present=present, num_rows=table.num_rows, dropped_last=dropped_last)
     for name, kind in kinds.items():
         col = table.column(name)
         arr = col.combine_chunks() if col.num_chunks else pa.array([], _arrow_type(kind))
         if kind == "number":
             out.numbers[name] = _numbers(arr)
-        elif kind == "label":
+        elif kind in ("label", "code"):
             out.labels[name] = _categorical(arr)
         else:
             lengths = arr.value_lengths().fill_null(0).to_numpy(zero_copy_only=False)

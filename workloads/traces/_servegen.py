@@ -216,6 +216,26 @@ def _dataset(path: Path) -> dict[float, dict[str, Any]]:
     return dict(sorted(out.items()))
 
 
+def _check_coverage(path: Path, window: tuple[float, float], data: tuple[float, float],
+                    num_requests: int, warnings: list[str]) -> None:
+    """Refuse a window that generated no request (saying whether it lies outside the data,
+    the span ``data`` the clients' rate windows cover); warn how many seconds of one that
+    reaches past the data have none (an open end, infinite, runs to the data's end)."""
+    (lo, hi), (data_lo, data_hi) = window, data
+    if num_requests == 0:
+        there = ("is outside the data" if lo >= data_hi or hi <= data_lo else "holds no "
+                 "requests (all rates are 0 there)")
+        raise TraceError(path, f"the window [{lo:g}, {hi:g}) s {there} (the data covers "
+                         f"{data_lo:g} to {data_hi:g} s)", field="window")
+    if not math.isfinite(hi) or data_lo >= data_hi:
+        return
+    uncovered = (hi - lo) - max(0.0, min(hi, data_hi) - max(lo, data_lo))
+    if uncovered > 0:
+        warnings.append(f"the window [{lo:g}, {hi:g}) s reaches past the data (it covers "
+                        f"{data_lo:g} to {data_hi:g} s): {uncovered:g} s of it "
+                        f"({100 * uncovered / (hi - lo):.3g} %) has no data and no requests")
+
+
 def load_servegen(path: Path, options: TraceOptions, streams: Streams) -> RawTrace:
     chunks = _chunks(path, options)
     window = options.window
@@ -233,6 +253,7 @@ def load_servegen(path: Path, options: TraceOptions, streams: Streams) -> RawTra
     names: list[str] = []
     rows_read = 0
     dropped = 0
+    data_lo, data_hi = math.inf, -math.inf  # the span the clients' rate windows cover
     for (cid, trace_path, data_path), rng in zip(chunks, client_rngs, strict=True):
         rows, cut = _read_windows(trace_path)
         rows_read += len(rows) + int(cut)
@@ -241,6 +262,8 @@ def load_servegen(path: Path, options: TraceOptions, streams: Streams) -> RawTra
             warnings.append(f"{trace_path.name}: the last line looks truncated: dropped")
         starts = np.array([r[0] for r in rows])
         step = float(np.median(np.diff(starts))) if len(rows) > 1 else 600.0
+        if rows:
+            data_lo, data_hi = min(data_lo, rows[0][0]), max(data_hi, rows[-1][0] + step)
         times: list[FloatArray] = []
         for i, row in enumerate(rows):
             w_lo = row[0]
@@ -273,9 +296,7 @@ def load_servegen(path: Path, options: TraceOptions, streams: Streams) -> RawTra
         outputs.append(output)
         tiers.append(np.full(len(t), names.index(tier), dtype=np.int64))
     arrival = np.concatenate(arrivals)
-    if len(arrival) == 0:
-        raise TraceError(path, f"the window [{lo:g}, {hi:g}) s holds no requests (all rates "
-                         "are 0 there)", field="window")
+    _check_coverage(path, (lo, hi), (data_lo, data_hi), len(arrival), warnings)
     order = np.argsort(arrival, kind="stable")
     raw = RawTrace(
         path=path,

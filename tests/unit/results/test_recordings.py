@@ -119,6 +119,23 @@ def test_an_http_status_written_as_a_float_is_that_status(tmp_path: Path) -> Non
     assert rec.counts["num_measured"] == 5
 
 
+def test_an_http_status_given_as_a_json_integer_is_that_status(tmp_path: Path) -> None:
+    # a records JSON line with "status": 200 (a number) was refused: "expected a string"
+    df = generic_frame()
+    statuses: list[Any] = [200, 200, 503, "timeout", None, "200"]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps({**r, "status": s}) + "\n"
+                            for r, s in zip(df.to_dict(orient="records"), statuses, strict=True)))
+    rec = read_recording(path, format="records")
+    assert rec.measured["status"].tolist() == ["completed"] * 2 + ["503", "timeout"] + [
+        "completed"] * 2
+    assert rec.counts["num_measured"] == 4
+    path.write_text(path.read_text().replace('"status": 503', '"status": 503.5'))
+    with pytest.raises(TraceError, match=r"line 3: field 'status': expected a string or an "
+                       r"integer code, got 503\.5$"):
+        read_recording(path, format="records")
+
+
 def test_a_kvbudget_run_directory(tmp_path: Path) -> None:
     n = 6
     arrival = np.array(ARRIVAL)
@@ -342,3 +359,26 @@ def test_no_recorded_max_tokens_means_the_realised_output_never_an_invented_cap(
     bench = tmp_path / "b.json"
     bench.write_text(json.dumps(vllm_bench_doc()))
     assert read_recording(bench).workload.max_output_tokens.tolist() == OUTPUT
+
+
+def test_a_vllm_bench_request_that_failed_mid_stream_is_simulated_with_what_it_streamed(
+        tmp_path: Path) -> None:
+    """vLLM's client keeps a failed request's ttft and itls (its except branch) and writes 0 in
+    output_lens: a request cut off after 4 chunks was dropped as "0 output tokens"."""
+    doc = vllm_bench_doc()
+    # request 2: the first chunk, then 3 more, then the connection broke
+    doc["errors"][2] = "aiohttp.client_exceptions.ClientPayloadError: ..."
+    doc["output_lens"][2], doc["itls"][2], doc["latencies"][2] = 0, [0.02, 0.02, 0.02], 0.0
+    # request 4: refused before any token (ttft stays 0.0)
+    doc["errors"][4] = "Service Unavailable"
+    doc["output_lens"][4], doc["itls"][4], doc["ttfts"][4], doc["latencies"][4] = 0, [], 0.0, 0.0
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(doc))
+    rec = read_recording(path)
+    m = rec.measured.set_index("request_id")
+    assert m.index.tolist() == [0, 1, 2, 3, 5]  # request 4 streamed nothing: dropped
+    assert m.loc[2, "output_tokens"] == 4 and m.loc[2, "status"] == "error"
+    assert np.isnan(m.loc[2, "ttft_s"]) and np.isnan(m.loc[2, "e2e_s"])  # not compared
+    assert rec.counts["num_dropped_0_output_tokens"] == 1 and rec.counts["num_failed"] == 2
+    assert [n for n in rec.notes if n.startswith("1 failed requests streamed part of their "
+                                                 "answer before failing")]

@@ -251,3 +251,25 @@ def test_a_set_of_what_a_trace_flag_gives_is_refused(tmp_path: Path) -> None:
     # what no flag gives is still the --set item's: options of the --trace file
     scn = make_scenario(None, ["workload.options.rate_scale=2"], trace=a)
     assert scn.workload().arrival_s.tolist() == [0.0, 0.5]
+
+
+@pytest.mark.parametrize("extra", ["", 'format = "generic"\n', "options = { rate_scale = 2.0 }\n"])
+def test_a_missing_trace_file_names_the_scenario_and_the_field(tmp_path: Path,
+                                                               extra: str) -> None:
+    """Before, the error named only the resolved trace file (``FILE: no such file``), not the
+    scenario file that named it nor its field."""
+    import re
+
+    from kvbudget.simulator.scenario import load_scenario
+
+    scn = tmp_path / "s.toml"
+    scn.write_text(f'[workload]\nkind = "trace"\npath = "traces/nope.csv"\n{extra}')
+    scenario = load_scenario(scn)
+    want = f"{scn}: workload.path: {tmp_path / 'traces' / 'nope.csv'} does not exist"
+    with pytest.raises(ValueError, match=f"^{re.escape(want)}$"):
+        scenario.workload()
+    # a file that is there loads as before
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "nope.csv").write_text(
+        "arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n")
+    assert len(scenario.workload().prompt_tokens) == 2

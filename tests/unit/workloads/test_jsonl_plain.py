@@ -121,3 +121,45 @@ def test_values_pyarrow_would_refuse_are_left_to_it(tmp_path: Path) -> None:
         path.write_text('{"t": 0}\n' + bad + "\n", encoding="utf-8")
         assert _jsonl._read_plain(path.read_bytes(), KINDS, frozenset(), False) is None, bad
         _same(_read(path, 1 << 30), _read(path, -1))
+
+
+@pytest.mark.parametrize("values", [[200, 503, None, 200], ["200", "timeout", "", "200"],
+                                    [200, "timeout", None, "200"]],
+                         ids=["integers", "strings", "mixed"])
+def test_a_code_column_takes_strings_and_integers(tmp_path: Path, values: list[Any]) -> None:
+    """A ``code`` (an HTTP status) may be an integer: 200 reads as "200", by either reader,
+    and in a file that mixes integers and strings (pyarrow reads one type per column)."""
+    kinds: dict[str, JsonKind] = {"t": "number", "status": "code"}
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(_encode({"t": i, "status": v}) + "\n"
+                            for i, v in enumerate(values)), encoding="utf-8")
+    cols = []
+    for small in (1 << 30, -1):  # Python's json, then pyarrow
+        old = _jsonl.SMALL_JSONL_BYTES
+        _jsonl.SMALL_JSONL_BYTES = small
+        try:
+            cols.append(read_jsonl_columns(file_facts(path), kinds, fmt="records", required=[]))
+        finally:
+            _jsonl.SMALL_JSONL_BYTES = old
+    _same(cols[0], cols[1])
+    codes, names = cols[0].labels["status"]
+    want = [None if v in (None, "") else str(v) for v in values]
+    assert [None if c < 0 else names[c] for c in codes.tolist()] == want
+
+
+@pytest.mark.parametrize("bad", ["true", "200.0", "[200]", '{"code": 200}'])
+def test_a_code_that_is_no_string_nor_integer_is_refused(tmp_path: Path, bad: str) -> None:
+    kinds: dict[str, JsonKind] = {"t": "number", "status": "code"}
+    path = tmp_path / "t.jsonl"
+    for first in ('"200"', "200"):
+        path.write_text(f'{{"t": 0, "status": {first}}}\n{{"t": 1, "status": {bad}}}\n',
+                        encoding="utf-8")
+        for small in (1 << 30, -1):
+            old = _jsonl.SMALL_JSONL_BYTES
+            _jsonl.SMALL_JSONL_BYTES = small
+            try:
+                with pytest.raises(TraceError, match=r"line 2: field 'status': expected a "
+                                   "string or an integer code, got "):
+                    read_jsonl_columns(file_facts(path), kinds, fmt="records", required=[])
+            finally:
+                _jsonl.SMALL_JSONL_BYTES = old

@@ -459,6 +459,26 @@ def test_servegen_small_chunk(tmp_path: Path) -> None:
     assert w.tier_names == ("client-7",)
 
 
+def test_a_servegen_window_past_the_data_says_how_much_has_none(tmp_path: Path) -> None:
+    """A window reaching past the data returned only the part inside, unsaid."""
+    rows = "0,10,1.0,Gamma,1.0,0.1\n600,0,0,,0,0\n1200,5,2.0,Weibull,0.6,0.1\n"  # 0 to 1800 s
+    dataset = {"0": {"input_tokens": "{100: 1.0}", "output_tokens": "{7: 1.0}"}}
+    _servegen_chunk(tmp_path, 7, rows, dataset)
+    path = tmp_path / "chunk-7-trace.csv"
+
+    def past(window: tuple[float, float | None]) -> list[str]:
+        return [w for w in load_trace(path, TraceOptions(window=window)).report.warnings
+                if "reaches past the data" in w]
+
+    assert past((1200, 3000)) == ["the window [1200, 3000) s reaches past the data (it covers "
+                                  "0 to 1800 s): 1200 s of it (66.7 %) has no data and no "
+                                  "requests"]
+    assert past((0, 1800)) == [] and past((1200, None)) == []  # inside; to the data's end
+    with pytest.raises(TraceError, match=r"field 'window': the window \[3000, 4000\) s is "
+                       r"outside the data \(the data covers 0 to 1800 s\)"):
+        load_trace(path, TraceOptions(window=(3000, 4000)))
+
+
 def test_servegen_errors(tmp_path: Path) -> None:
     dataset = {"0": {"input_tokens": "{100: 1.0}", "output_tokens": "{7: 1.0}"}}
     _servegen_chunk(tmp_path, 1, "0,10,1.0,Gamma,1.0,0.1\n600,x,1,Gamma,1,1\n", dataset)
