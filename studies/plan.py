@@ -63,6 +63,7 @@ from kvbudget.perf.hardware import get_gpu
 from kvbudget.simulator.scenario import scenario_from_dict
 from kvbudget.studies import plan_disagg
 from kvbudget.studies.intervals import WorldDraws, check_level
+from kvbudget.studies.setting import study_repr, study_setting
 from kvbudget.studies.sweep import (
     Axis,
     GridPoint,
@@ -284,6 +285,24 @@ class PlanResult:
     candidates: list[Candidate]
     runs: list[dict[str, Any]]
     notes: list[str]
+    setting: tuple[str, ...] = ()
+    """What the runs took (:func:`~kvbudget.studies.setting.study_setting`; the GPU varies)."""
+
+    def __repr__(self) -> str:
+        """What a notebook shows: what was searched, over what, the cheapest configuration
+        meeting the SLOs (or that none did) and the notes; not the spec and the runs."""
+        s, best = self.spec, self.cheapest()
+        head = (f"PlanResult: the cheapest of {len(self.candidates):,} configurations ("
+                f"{', '.join(s.gpus)}; TP {', '.join(map(str, s.tensor_parallel))}; "
+                f"{', '.join(s.policies)}) meeting "
+                f"{', '.join(str(c) for c in s.slos) or 'no SLO'} ({s.replications} "
+                "replications each)")
+        found = ["cheapest: none; no configuration met the SLOs" if best is None else
+                 f"cheapest: {best['gpu']} {best['replicas']}x{best['tp']} {best['policy']} "
+                 f"${best['usd_per_hour']:.2f}/h ({best['gpus']} GPUs)",
+                 *(f"note: {note}" for note in self.notes)]
+        return study_repr(head, self.setting, found,
+                          f".table(), .runs ({len(self.runs):,} runs), .describe()")
 
     def table(self) -> pd.DataFrame:
         """A row per configuration, cheapest feasible first (then the infeasible ones): GPUs,
@@ -621,7 +640,7 @@ def plan(
             c.note = (f"misses the SLOs up to {c.tried[-1]} replicas"
                       + (" (every prefill:decode split)" if c.disaggregated else "")
                       if c.tried else "not run")
-    return PlanResult(spec, candidates, all_rows, notes)
+    return PlanResult(spec, candidates, all_rows, notes, study_setting(spec.scenario, ["gpu"]))
 
 
 def price_note(spec: PlanSpec) -> str:

@@ -5,6 +5,7 @@ before their runs (their tables name none of it); a study's result keeps them
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
@@ -46,5 +47,11 @@ def study_setting(scn: Scenario, varies: Collection[str] = ()) -> tuple[str, ...
 
 def study_repr(head: str, setting: Sequence[str], found: Sequence[str], tables: str) -> str:
     """A study result as a notebook shows it: what it was, over what (:func:`study_setting`,
-    or a run's ``simulated:`` lines), what it found, and where its tables are."""
-    return "\n".join([head, *setting, *found, tables])
+    or a run's ``simulated:`` lines), what it found, and where its tables are; the lines
+    wrapped as the terminal tables' are (``setting``'s as given)."""
+    from kvbudget.results.said import WIDTH
+
+    def fill(line: str) -> str:
+        return textwrap.fill(line, WIDTH, subsequent_indent="  ")
+
+    return "\n".join([fill(head), *setting, *map(fill, found), fill(tables)])

@@ -40,6 +40,7 @@ import numpy as np
 import tomli_w
 
 from kvbudget.simulator.scenario import scenario_from_dict
+from kvbudget.studies.setting import study_repr, study_setting
 from kvbudget.studies.sweep import (
     GridPoint,
     StoredRuns,
@@ -328,6 +329,37 @@ class TuneResult:
     evaluations: list[Evaluation]
     best: Evaluation | None
     validation: Evaluation | None
+    setting: tuple[str, ...] = ()
+    """What the runs took (:func:`~kvbudget.studies.setting.study_setting`): the model, the
+    GPU unless tuned, the workload and what loading it warned of or assumed."""
+
+    def __repr__(self) -> str:
+        """What a notebook shows: the search, over what, the best setting (or that the
+        objective is flat, or that none met the constraints), its validation; not the spec."""
+        s = self.spec
+        head = (f"TuneResult: {'maximize' if s.maximize else 'minimize'} {s.objective} over "
+                + ", ".join(f"{p.key} {p.low:g}..{p.high:g}" for p in s.params)
+                + "".join(f", subject to {', '.join(str(c) for c in s.constraints)}"
+                          for _ in s.constraints[:1])
+                + f"; {len(self.evaluations)} settings, {s.replications} replications each")
+        found = ["best: none; no setting met the constraints"]
+        if self.best is not None:
+            mean, low, high = self.best.objective
+            best = ", ".join(f"{k} = {v}" for k, v in self.best.params.items())
+            flat = self.flatness()
+            found = [f"flat: {s.objective} is {flat.low:.6g} .. {flat.high:.6g} over "
+                     f"{flat.num_settings} feasible settings; no setting is better than "
+                     f"another (kept, the most constraint slack: {best})" if flat.flat else
+                     f"best: {best}: {s.objective} = {mean:.6g} ({s.confidence:.0%} CI "
+                     f"{low:.6g} .. {high:.6g})",
+                     *(f"note: {said}: the search did not look past it" for said in
+                       self.at_bounds())]
+        if self.validation is not None:
+            found.append(f"validation with {len(self.validation.rows)} fresh seeds: the "
+                         f"constraints {'hold' if self.validated else 'FAIL'} on the mean")
+        runs = sum(len(e.rows) for e in [*self.evaluations, *filter(None, [self.validation])])
+        return study_repr(head, self.setting, found, f".table() ({runs:,} runs), "
+                          ".best_scenario(), .describe(), .write(DIR)")
 
     def flatness(self, epsilon: float = FLAT_REL_SPREAD) -> Flatness:
         s = self.spec
@@ -615,7 +647,8 @@ def tune(spec: TuneSpec, executor: Executor, out_dir: Path | None = None, *,
         assert spec.root_seed is not None
         fresh = replication_seeds(spec.root_seed, spec.validate, start=spec.replications)
         validation = ev.validate(best.params, fresh, spec.replications)
-    return TuneResult(spec, ev.evaluations, best, validation)
+    return TuneResult(spec, ev.evaluations, best, validation,
+                      study_setting(spec.scenario, [p.key for p in spec.params]))
 
 
 def _winner(feasible: Sequence[Evaluation], maximize: bool, objective: str,

@@ -44,3 +44,43 @@ def test_a_one_run_comparisons_repr_gives_each_runs_outcome(tmp_path: Path) -> N
     assert lines[-3:] == ["conservative: 20 of 20 completed, SLO attainment 1",
                           "overcommit: 20 of 20 completed, SLO attainment 1",
                           ".table (24 rows: metric x policy), .runs (2 rows), .results, .params"]
+
+
+def test_tune_capacity_and_plan_results_say_what_they_found_over_what(tmp_path: Path) -> None:
+    from kvbudget.studies.executors import LocalExecutor
+    from kvbudget.studies.tune import Constraint, Param
+
+    scn, ex = _scenario(tmp_path), LocalExecutor(max_workers=1)
+    slo = (Constraint.parse("overall_ttft_p99_s<=1000"),)  # met by every setting
+    setting = ("model Llama-3.1-8B on H100-SXM (given as H100-80GB); workload lengths: "
+               "20 requests")
+    tuned = kb.tune(kb.TuneSpec(scn, (Param("engine.max_num_seqs", 8, 64, True),),
+                                constraints=slo, replications=1, grid_points=2,
+                                refine_evals=0, validate=0), ex)
+    lines = repr(tuned).splitlines()
+    assert lines[0] == ("TuneResult: maximize batch_output_tokens_per_s over engine.max_num_seqs "
+                        "8..64, subject to")
+    assert lines[1] == "  overall_ttft_p99_s<=1000; 2 settings, 1 replications each"
+    assert lines[2] == setting and _said(repr(tuned))[2:5] == ["warning", "assumed", "assumed"]
+    assert lines[-1] == ".table() (2 runs), .best_scenario(), .describe(), .write(DIR)"
+    assert tuned.setting == kb.compare(scn, ["conservative"], replications=2).setting
+
+    cap = kb.capacity(kb.CapacitySpec(scn, ("conservative",), replications=1, rel_tol=0.5,
+                                      max_scale=2.0), ex)
+    lines = repr(cap).splitlines()
+    assert lines[0] == ("CapacityResult: the largest arrival rate meeting "
+                        "overall_slo_attainment>=0.9 (mean over 1")
+    assert lines[2] == setting
+    c = cap.capacities[0]
+    assert f"conservative: {c.capacity_rps:.4g} req/s ({c.capacity_rps_per_gpu:.4g} per GPU)" \
+        in repr(cap)
+    assert lines[-1] == f".table() ({len(cap.rows)} runs), .curve(), .describe()"
+
+    planned = kb.plan(kb.PlanSpec(scn, gpus=("H100-80GB",), replicas=(1,), replications=1,
+                                  slos=slo), ex)
+    lines = repr(planned).splitlines()
+    assert lines[0].startswith("PlanResult: the cheapest of 1 configurations (H100-80GB; TP 1;")
+    assert lines[2] == "model Llama-3.1-8B; workload lengths: 20 requests"  # the GPU varies
+    assert "cheapest: H100-80GB 1x1 conservative $2.50/h (1 GPUs)" in lines
+    for result in (tuned, cap, planned):
+        assert "Scenario(" not in repr(result) and "spec=" not in repr(result)
