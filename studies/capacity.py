@@ -52,6 +52,7 @@ from kvbudget.studies.sweep import (
     GridPoint,
     StoredRuns,
     SweepPlan,
+    check_study_args,
     execute_stored,
     plan_runs,
     replication_seeds,
@@ -111,8 +112,7 @@ class CapacitySpec(WorldDraws):
             raise ValueError(f"policies must be distinct, got {list(self.policies)}")
         if not 0 < self.target <= 1:
             raise ValueError(f"target must be in (0, 1], got {self.target!r}")
-        if self.replications < 1:
-            raise ValueError(f"replications must be >= 1, got {self.replications!r}")
+        check_study_args(self.replications, self.confidence)
         if not 0 < self.rel_tol < 1:
             raise ValueError(f"rel_tol must be in (0, 1), got {self.rel_tol!r}")
         if self.scenario.spec.closed_loop is not None:

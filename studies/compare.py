@@ -38,6 +38,7 @@ from kvbudget.studies.setting import study_repr, study_setting
 from kvbudget.studies.sweep import (
     Axis,
     SweepPlan,
+    check_study_args,
     flatten_summary,
     metric_column,
     run_sweep,
@@ -178,14 +179,16 @@ def compare(
     ``progress(n)`` is called as runs finish."""
     import pandas as pd
 
+    if isinstance(policies, str):  # its letters are no policies
+        raise ValueError(f"compare: policies is a list of names, got the string {policies!r} "
+                         f"(one policy: [{policies!r}])")
     names = list(dict.fromkeys(policies))
     if not names:
         raise ValueError("compare: give at least one policy")
     for name in names:
         if name not in POLICIES:
             raise ValueError(f"unknown policy {name!r}; known policies: {', '.join(POLICIES)}")
-    if replications < 1:
-        raise ValueError(f"replications must be >= 1, got {replications!r}")
+    check_study_args(replications, confidence)
     wanted = [metric_column(m) for m in metrics] if metrics is not None else \
         default_metrics(scenario)
     params = {n: _params(scenario, n) for n in names}

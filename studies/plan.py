@@ -69,6 +69,7 @@ from kvbudget.studies.sweep import (
     GridPoint,
     StoredRuns,
     _scenario_data,
+    check_study_args,
     execute_stored,
     expand_grid,
     plan_runs,
@@ -226,8 +227,7 @@ class PlanSpec(WorldDraws):
             raise ValueError("disaggregated replica totals must be >= 2 (a prefill and a "
                              f"decode replica), got {self.disagg_replicas}")
         self.disagg_replicas = tuple(sorted(set(self.disagg_replicas)))
-        if self.replications < 1:
-            raise ValueError(f"replications must be >= 1, got {self.replications!r}")
+        check_study_args(self.replications, self.confidence)
         if not self.slos:
             self.slos = (Constraint.parse("overall_slo_attainment>=0.9"),)
         if self.root_seed is None:
@@ -295,7 +295,7 @@ class PlanResult:
         head = (f"PlanResult: the cheapest of {len(self.candidates):,} configurations ("
                 f"{', '.join(s.gpus)}; TP {', '.join(map(str, s.tensor_parallel))}; "
                 f"{', '.join(s.policies)}) meeting "
-                f"{', '.join(str(c) for c in s.slos) or 'no SLO'} ({s.replications} "
+                f"{', '.join(str(c) for c in s.slos)} ({s.replications} "
                 "replications each)")
         found = ["cheapest: none; no configuration met the SLOs" if best is None else
                  f"cheapest: {best['gpu']} {best['replicas']}x{best['tp']} {best['policy']} "

@@ -579,8 +579,7 @@ class SweepPlan:
     runs: list[RunSpec] = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.replications < 1:
-            raise ValueError(f"replications must be >= 1, got {self.replications!r}")
+        check_study_args(self.replications, 0.95)
         if self.root_seed is None:
             self.root_seed = self.scenario.seed
         self.points = expand_grid(_scenario_data(self.scenario), self.axes)
@@ -720,6 +719,17 @@ def _order(df: pd.DataFrame) -> pd.DataFrame:
 
 
 # --- statistics over replications ------------------------------------------------------------
+
+
+def check_study_args(replications: Any, confidence: Any) -> None:
+    """A study's replications (an integer >= 1) and interval level (in (0, 1): 0.95, not 95):
+    a ValueError naming the field; a level outside would make every interval NaN, unsaid."""
+    if isinstance(replications, bool) or not isinstance(replications, int | np.integer) \
+            or replications < 1:
+        raise ValueError(f"replications must be an integer >= 1, got {replications!r}")
+    if isinstance(confidence, bool) or not isinstance(confidence, int | float) \
+            or not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1) (0.95 for 95 %), got {confidence!r}")
 
 
 def t_interval(values: Sequence[float] | np.ndarray[Any, Any],

@@ -45,6 +45,7 @@ from kvbudget.studies.sweep import (
     GridPoint,
     StoredRuns,
     _scenario_data,
+    check_study_args,
     execute_stored,
     metric_column,
     plan_runs,
@@ -258,14 +259,11 @@ class TuneSpec:
             raise ValueError("each --param key may be given once")
         if len(self.params) > 3:
             raise ValueError(f"tune searches at most 3 parameters at once, got {len(self.params)}")
-        if self.replications < 1:
-            raise ValueError(f"replications must be >= 1, got {self.replications!r}")
+        check_study_args(self.replications, self.confidence)
         if self.grid_points < 2:
             raise ValueError(f"grid_points must be >= 2, got {self.grid_points!r}")
         if self.refine_evals < 0 or self.validate < 0:
             raise ValueError("refine_evals and validate must be >= 0")
-        if not 0 < self.confidence < 1:
-            raise ValueError(f"confidence must be in (0, 1), got {self.confidence!r}")
         if self.root_seed is None:
             self.root_seed = self.scenario.seed
 

@@ -84,3 +84,27 @@ def test_tune_capacity_and_plan_results_say_what_they_found_over_what(tmp_path: 
     assert "cheapest: H100-80GB 1x1 conservative $2.50/h (1 GPUs)" in lines
     for result in (tuned, cap, planned):
         assert "Scenario(" not in repr(result) and "spec=" not in repr(result)
+
+
+def test_study_arguments_are_refused_by_name_not_deep_or_as_nan_intervals(
+        tmp_path: Path) -> None:
+    import pytest
+
+    from kvbudget.studies.tune import Param
+
+    scn = _scenario(tmp_path)
+    with pytest.raises(ValueError, match=r"policies is a list of names, got the string "
+                                         r"'conservative' \(one policy: \['conservative'\]\)"):
+        kb.compare(scn, "conservative")  # was: unknown policy 'c'
+    with pytest.raises(ValueError, match=r"replications must be an integer >= 1, got 1.5"):
+        kb.compare(scn, ["conservative"], replications=1.5)  # type: ignore[arg-type]
+    # 95 for 0.95: every interval was NaN and every verdict "same" or "-", unsaid
+    with pytest.raises(ValueError, match=r"confidence must be in \(0, 1\) \(0.95 for 95 %\), "
+                                         r"got 95"):
+        kb.compare(scn, ["conservative", "overcommit"], replications=2, confidence=95)
+    for make in (lambda: kb.CapacitySpec(scn, confidence=95),
+                 lambda: kb.PlanSpec(scn, confidence=95),
+                 lambda: kb.TuneSpec(scn, (Param("engine.max_num_seqs", 1, 4, True),),
+                                     confidence=95)):
+        with pytest.raises(ValueError, match=r"confidence must be in \(0, 1\)"):
+            make()
