@@ -812,8 +812,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ValueError(f"{path}: not valid TOML ({exc})") from None
 
 
-def load_scenario(path: Path, overrides: Sequence[str] = ()) -> Scenario:
-    """Read and validate a TOML scenario file; errors name the file and the field."""
+def load_scenario(path: Path | str, overrides: Sequence[str] = ()) -> Scenario:
+    """Read and validate a TOML scenario file (a path or its name as a string; ``overrides``:
+    ``--set`` items, ``key=value``); errors name the file and the field."""
+    path = Path(path)
     data = _read_toml(path)
     try:
         return scenario_from_dict(data, path.resolve().parent, overrides, source=path)
