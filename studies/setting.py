@@ -10,9 +10,11 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from kvbudget.simulator.scenario import Scenario
 
-__all__ = ["study_repr", "study_setting"]
+__all__ = ["errors_line", "study_repr", "study_setting"]
 
 
 def _as_given(preset: str, given: str) -> str:
@@ -52,6 +54,23 @@ def study_repr(head: str, setting: Sequence[str], found: Sequence[str], tables: 
     from kvbudget.results.said import WIDTH
 
     def fill(line: str) -> str:
-        return textwrap.fill(line, WIDTH, subsequent_indent="  ")
+        return textwrap.fill(line, WIDTH, subsequent_indent="  ", break_on_hyphens=False)
 
     return "\n".join([fill(head), *setting, *map(fill, found), fill(tables)])
+
+
+_ERRORS = (("TTFT", "ttft"), ("TPOT", "tpot"), ("E2E", "e2e"))
+
+
+def errors_line(table: pd.DataFrame, stage: str = "all") -> str:
+    """The signed relative errors, simulated against measured, of one stage of a validation
+    table (:data:`~kvbudget.analysis.validation.STAGE_COLUMNS`): TTFT, TPOT and E2E p50 / p99
+    and the output tokens per second, those the table has."""
+    rows = table[table["stage"] == stage]
+    err = {str(m): float(e) for m, e in zip(rows["metric"], rows["rel_error"], strict=True)}
+    parts = [f"{label} " + ", ".join(f"{q} {err[f'{key}_{q}_s']:+.1%}" for q in ("p50", "p99")
+                                     if f"{key}_{q}_s" in err)
+             for label, key in _ERRORS if f"{key}_p50_s" in err or f"{key}_p99_s" in err]
+    if "output_tokens_per_s" in err:
+        parts.append(f"output tok/s {err['output_tokens_per_s']:+.1%}")
+    return f"simulated against measured ({stage}): " + "; ".join(parts)
