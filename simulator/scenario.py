@@ -462,6 +462,22 @@ class Scenario:
     base_dir: Path
     source: str | None = None
 
+    def __repr__(self) -> str:
+        """A notebook's view: what the scenario runs, not its every field (``.spec``)."""
+        import textwrap
+
+        s, w, e = self.spec, self.spec.workload, self.spec.engine
+        where = ("a fleet: .spec.fleet" if s.fleet else "disaggregated: .spec.disaggregation"
+                 if s.disaggregation else f"engine {e.name}") + "".join(
+            f", {k} {v:,}" for k in ("tensor_parallel_size", "num_gpu_blocks", "max_num_seqs",
+                                     "max_num_batched_tokens")
+            if (v := getattr(e, k)) is not None and (k != "tensor_parallel_size" or v > 1))
+        return textwrap.fill(
+            f"Scenario {s.name!r} ({self.source or 'the embedded default'}): policy {s.policy}, "
+            f"model {s.model} on {s.gpu} ({where}); workload {w.get('path') or w.get('kind')}; "
+            f"seed {s.seed}", 100, subsequent_indent="  ", break_on_hyphens=False,
+        ) + "\n.spec (every field), .workload(), .sim_config(), .tiers()"
+
     @property
     def name(self) -> str:
         return self.spec.name
