@@ -300,12 +300,16 @@ def _f(x: Any) -> float:
         return math.nan
 
 
-def capacity(spec: CapacitySpec, executor: Executor, *,
+def capacity(spec: CapacitySpec, executor: Executor | None = None, *,
              progress: Callable[[int], None] | None = None,
              stored: StoredRuns | None = None) -> CapacityResult:
     """Bisect every policy's capacity (see module doc). With ``stored``, runs are kept as they
     finish and kept runs are reused (the bisection is deterministic: a resumed search takes
-    the same steps)."""
+    the same steps). ``executor``: where the runs go (default: this process, one at a time).
+    The :class:`CapacityResult` keeps what the runs took (``setting``)."""
+    from kvbudget.studies.executors import in_process
+
+    executor = in_process(executor)
     assert spec.root_seed is not None
     seeds = replication_seeds(spec.root_seed, spec.replications)
     draws = spec.step_draws()

@@ -589,7 +589,7 @@ def _judge(spec: PlanSpec, c: Candidate, n: int,
 
 def plan(
     spec: PlanSpec,
-    executor: Executor,
+    executor: Executor | None = None,
     out_dir: Path | None = None,
     *,
     resume: bool = False,
@@ -601,7 +601,11 @@ def plan(
     before the first run; ``progress(n)`` as runs finish (stored runs reused count at once);
     ``on_total(n)`` after each replica count with the runs the plan now makes at most (the runs
     made, plus the configurations still missing times the replica counts left): a progress
-    bar's total that ends equal to the runs made."""
+    bar's total that ends equal to the runs made. ``executor``: where the runs go (default: this
+    process, one at a time). The :class:`PlanResult` keeps what the runs took (``setting``)."""
+    from kvbudget.studies.executors import in_process
+
+    executor = in_process(executor)
     notes: list[str] = []
     candidates = _candidates(spec, notes)
     if any(c.disaggregated for c in candidates):

@@ -669,7 +669,7 @@ def execute_stored(runs: Sequence[RunSpec], executor: Executor, stored: StoredRu
 
 def run_sweep(
     plan: SweepPlan,
-    executor: Executor,
+    executor: Executor | None = None,
     out_dir: Path | None = None,
     *,
     resume: bool = False,
@@ -681,7 +681,12 @@ def run_sweep(
 
     ``on_start(num_to_run, num_stored)`` is called before the first run (for a progress bar).
     Without ``resume``, an ``out_dir`` that already holds runs is an error (never overwritten).
+    ``executor``: where the runs go (default: this process, one at a time; ``LocalExecutor()``
+    for every core).
     """
+    from kvbudget.studies.executors import in_process
+
+    executor = in_process(executor)
     store: RunStore | None = None
     done: set[str] = set()
     if out_dir is not None:

@@ -586,13 +586,17 @@ def _f(x: Any) -> float:
     return v
 
 
-def tune(spec: TuneSpec, executor: Executor, out_dir: Path | None = None, *,
+def tune(spec: TuneSpec, executor: Executor | None = None, out_dir: Path | None = None, *,
          resume: bool = False,
          progress: Callable[[int], None] | None = None) -> TuneResult:
     """Run the search of the module doc and return its result. With ``out_dir``, every run is
     kept there as it finishes (``parts/``), and ``resume=True`` reuses the kept runs: the search
     is deterministic, so a resumed search makes the same decisions and reaches the same result
-    as one never interrupted."""
+    as one never interrupted. ``executor``: where the runs go (default: this process, one at a
+    time). The :class:`TuneResult` keeps what the runs took (``setting``)."""
+    from kvbudget.studies.executors import in_process
+
+    executor = in_process(executor)
     from scipy import optimize
 
     stored = None if out_dir is None else StoredRuns(out_dir, resume=resume, what="tune")

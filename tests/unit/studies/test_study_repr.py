@@ -108,3 +108,21 @@ def test_study_arguments_are_refused_by_name_not_deep_or_as_nan_intervals(
                                      confidence=95)):
         with pytest.raises(ValueError, match=r"confidence must be in \(0, 1\)"):
             make()
+
+
+def test_a_notebooks_studies_need_nothing_past_the_front_door(tmp_path: Path) -> None:
+    # SweepPlan, Axis, Param, Constraint and an executor were reachable only from internal
+    # modules, and every study but compare required an executor
+    scn = _scenario(tmp_path)
+    table = kb.run_sweep(kb.SweepPlan(scn, (kb.Axis("policy", ("conservative", "overcommit")),),
+                                      1))
+    assert list(table["policy"]) == ["conservative", "overcommit"]
+    tuned = kb.tune(kb.TuneSpec(scn, (kb.Param("engine.max_num_seqs", 8, 64, True),),
+                                constraints=(kb.Constraint.parse("overall_ttft_p99_s<=1000"),),
+                                replications=1, grid_points=2, refine_evals=0, validate=0))
+    assert len(tuned.evaluations) == 2
+    assert kb.capacity(kb.CapacitySpec(scn, replications=1, rel_tol=0.5, max_scale=2.0)
+                       ).capacities[0].policy == "conservative"
+    assert kb.plan(kb.PlanSpec(scn, gpus=("H100-80GB",), replicas=(1,), replications=1)
+                   ).candidates[0].gpu == "H100-80GB"
+    assert isinstance(kb.LocalExecutor(max_workers=1), kb.LocalExecutor)
