@@ -176,7 +176,10 @@ def compare(
     """Every policy of ``policies`` on ``scenario`` (see the module docstring). ``metrics``:
     runs-table columns or dotted summary paths (``tiers.interactive.ttft_s.p99``); default
     :func:`default_metrics`. ``executor``: where replicated runs go (default: this process).
-    ``progress(n)`` is called as runs finish."""
+    ``progress(n)`` is called as runs finish. ``root_seed`` seeds the replications (default:
+    the scenario's seed); one replication runs the scenario's own seed, and a ``root_seed``
+    given with it is refused. Returns a :class:`Comparison`, which keeps what the runs took
+    (``setting``)."""
     import pandas as pd
 
     if isinstance(policies, str):  # its letters are no policies
@@ -189,6 +192,10 @@ def compare(
         if name not in POLICIES:
             raise ValueError(f"unknown policy {name!r}; known policies: {', '.join(POLICIES)}")
     check_study_args(replications, confidence)
+    if replications == 1 and root_seed is not None:  # it seeds replications: none here
+        raise ValueError(f"root_seed={root_seed!r} seeds the replications; one replication runs "
+                         f"the scenario's own seed ({scenario.seed}): set that "
+                         "(kb.make_scenario(seed=...)) or ask for replications >= 2")
     wanted = [metric_column(m) for m in metrics] if metrics is not None else \
         default_metrics(scenario)
     params = {n: _params(scenario, n) for n in names}

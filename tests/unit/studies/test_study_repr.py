@@ -126,3 +126,13 @@ def test_a_notebooks_studies_need_nothing_past_the_front_door(tmp_path: Path) ->
     assert kb.plan(kb.PlanSpec(scn, gpus=("H100-80GB",), replicas=(1,), replications=1)
                    ).candidates[0].gpu == "H100-80GB"
     assert isinstance(kb.LocalExecutor(max_workers=1), kb.LocalExecutor)
+
+
+def test_a_one_run_comparison_refuses_a_root_seed_it_would_not_use(tmp_path: Path) -> None:
+    import pytest
+
+    scn = _scenario(tmp_path)
+    with pytest.raises(ValueError, match=r"root_seed=5 seeds the replications; one replication "
+                                         r"runs the scenario's own seed \(0\)"):
+        kb.compare(scn, ["conservative"], root_seed=5)  # was: run on seed 0, unsaid
+    assert kb.compare(scn, ["conservative"], replications=2, root_seed=5).replications == 2
