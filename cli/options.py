@@ -28,12 +28,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kvbudget.cli.errors import CliError
-from kvbudget.perf.hardware import get_gpu
-from kvbudget.perf.models import get_model
 from kvbudget.policies import POLICIES, make_policy
 from kvbudget.policies.clients import parse_clients
 from kvbudget.simulator.engine_config import ENGINE_NAMES
 from kvbudget.simulator.scenario import make_scenario
+from kvbudget.studies.setting import study_setting
 from kvbudget.workloads.arrivals import ConstantArrivals, GammaArrivals, PoissonArrivals
 from kvbudget.workloads.errors import SpecError
 from kvbudget.workloads.max_output import FactorOfTrue, FixedCap, QuantileCap
@@ -417,32 +416,13 @@ class ScenarioArgs:
             engine_defaults=self.engine_defaults, frontend=self.frontend)
 
 
-def _as_given(preset: str, given: str) -> str:
-    """A preset with the name it was given where that differs (as simulate's line says it)."""
-    return f"{preset} (given as {given})" if preset != given else given
-
-
 def say_workload(scn: "Scenario", varies: Collection[str] = ()) -> None:
-    """On stderr, what loading the scenario's workload warned of or assumed (a trace's
-    missing tiers and ``max_tokens``, drawn arrivals), before a study's many runs: their
-    tables have no room for it, and ``simulate``'s and ``compare``'s print it with theirs;
-    first the model, the GPU and the workload the runs take (their tables name none): each
-    only where every run takes the scenario's (``varies``: the keys the study varies)."""
-    workload = scn.workload()
-    spec = scn.spec
-    loop = spec.closed_loop
-    model = ("models as the study varies them" if any(k.split(".")[0] == "model" for k in varies)
-             else "model " + _as_given(get_model(spec.model).name, spec.model))
-    # the GPU where every run takes the scenario's one (not a fleet's, a deployment's pools'
-    # or an axis the study varies): what a study's per-GPU figures are per
-    where = "" if spec.fleet or spec.disaggregation or any(
-        k.split(".")[0] in ("gpu", "fleet", "disaggregation")
-        or k == "engine.tensor_parallel_size" for k in varies) else " on " + (
-        f"{spec.engine.tensor_parallel_size} x " if spec.engine.tensor_parallel_size > 1
-        else "") + _as_given(get_gpu(spec.gpu).name, spec.gpu)
-    typer.echo(f"{model}{where}; workload {workload.name}: {len(workload):,} requests"
-               + (f", sent in closed loop by {loop.num_users:,} users" if loop else ""), err=True)
-    say_loaded(workload, closed_loop=loop is not None)
+    """On stderr, before a study's many runs, the model, the GPU and the workload they take
+    and what loading the workload warned of or assumed (a trace's missing tiers and
+    ``max_tokens``, drawn arrivals): their tables have no room for it, and ``simulate``'s and
+    ``compare``'s print it with theirs (:func:`kvbudget.studies.setting.study_setting`)."""
+    for line in study_setting(scn, varies):
+        typer.echo(line, err=True)
 
 
 def say_loaded(workload: "Workload", *, closed_loop: bool = False) -> None:

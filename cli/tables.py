@@ -7,7 +7,8 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kvbudget.results.said import WIDTH, setting_lines
+from kvbudget.results.said import WIDTH as WIDTH  # re-exported: the CLI modules take it here
+from kvbudget.results.said import setting_lines
 
 
 def _fmt(value: Any, digits: int = 3) -> str:

@@ -63,8 +63,12 @@ Analysis and plots
 Studies
 -------
 - :func:`compare`, :class:`Comparison`: policies side by side, with intervals and paired tests
-- :func:`run_sweep`: grids of runs with common random numbers
-- :func:`tune`, :class:`TuneSpec`: parameter tuning under constraints
+- :func:`run_sweep`, :class:`SweepPlan`, :class:`Axis`: grids of runs with common random numbers
+- :func:`tune`, :class:`TuneSpec`, :class:`Param`, :class:`Constraint`: parameter tuning under
+  constraints (``Constraint.parse("interactive_ttft_p99_s<=1")`` also gives capacity's and
+  plan's SLOs)
+- :class:`LocalExecutor`: where a study's runs go (default: this process, one at a time;
+  ``LocalExecutor()`` for every core)
 - :func:`capacity`, :class:`CapacitySpec`: the largest sustainable rate per policy
 - :func:`plan`, :class:`PlanSpec`: the cheapest deployment (GPU, TP, replicas, policy) meeting SLOs
 - :func:`regress`, :func:`load_suite`: the CI gate on policy metrics
@@ -164,8 +168,13 @@ _EXPORTS: dict[str, str] = {
     "compare": "studies.compare",
     "Comparison": "studies.compare",
     "run_sweep": "studies.sweep",
+    "SweepPlan": "studies.sweep",
+    "Axis": "studies.sweep",
     "tune": "studies.tune",
     "TuneSpec": "studies.tune",
+    "Param": "studies.tune",
+    "Constraint": "studies.tune",
+    "LocalExecutor": "studies.executors",
     "capacity": "studies.capacity",
     "CapacitySpec": "studies.capacity",
     "plan": "studies.plan",
@@ -278,10 +287,11 @@ if TYPE_CHECKING:  # what a type checker and an IDE see
     from kvbudget.studies.calibrate import calibrate_recording
     from kvbudget.studies.capacity import CapacitySpec, capacity
     from kvbudget.studies.compare import Comparison, compare
+    from kvbudget.studies.executors import LocalExecutor
     from kvbudget.studies.plan import PlanSpec, plan
     from kvbudget.studies.regress import load_suite, regress
-    from kvbudget.studies.sweep import run_sweep
-    from kvbudget.studies.tune import TuneSpec, tune
+    from kvbudget.studies.sweep import Axis, SweepPlan, run_sweep
+    from kvbudget.studies.tune import Constraint, Param, TuneSpec, tune
     from kvbudget.studies.validate import compare_live_validation, validate_recording
     from kvbudget.workloads import Workload, from_columns
     from kvbudget.workloads.arrivals import GammaArrivals, PoissonArrivals

@@ -113,6 +113,10 @@ def read_records(path: Path, columns: Mapping[str, str], default_tier: str,
     read = ({names[c] for c in MEASUREMENT_COLUMNS if names[c] in measured.file_columns}
             - {trace_cols.get(c, c) for c in CANONICAL_COLUMNS})
     notes = [n for n in (_less_read(w, read) for w in loaded.report.warnings) if n]
+    said = workload.meta.get("warnings")
+    if isinstance(said, tuple):  # what a run of the workload says: not the measured columns
+        workload = replace(workload, meta={**workload.meta, "warnings": tuple(
+            n for n in (_less_read(str(w), read) for w in said) if n)})
     if trace_cols.get("max_output_tokens", "max_output_tokens") not in measured.file_columns:
         notes.append(max_tokens_note(None, max_output))
     return build_recording(path, "records", workload, ttft=ttft, e2e=e2e, status=status, stage=stage,

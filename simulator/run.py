@@ -645,16 +645,27 @@ def simulate(
     *,
     progress: Callable[[int], None] | None = None,
 ) -> RunResult:
-    """Simulate ``workload`` through the gateway ``policy`` and the engine model.
+    """Simulate ``workload`` through the gateway ``policy`` (:func:`kvbudget.make_policy`) and
+    the engine model; return the :class:`~kvbudget.results.run_result.RunResult` (records,
+    timeline, and a summary that says what the run took and assumed).
 
-    Gateway request ids are the workload's row numbers; the records carry the workload's own
-    ``request_id`` column. ``progress`` is called with the number of requests offered since its
-    last call (every 1,000 arrivals), for a progress bar.
+    Without ``config``: :class:`SimConfig`'s defaults, Llama-3.1-8B on one H100-80GB with vLLM's
+    defaults and the default tiers (the result's ``simulated:`` line says them). Gateway request
+    ids are the workload's row numbers; the records carry the workload's own ``request_id``
+    column. ``progress`` is called with the number of requests offered since its last call
+    (every 1,000 arrivals), for a progress bar.
     """
     wall_start = time.perf_counter()
+    config = SimConfig() if config is None else config
+    for name, given, kind, hint in (  # not a deep AttributeError from inside the run
+            ("workload", workload, Workload, "a kb.Workload (a Scenario's: scn.workload())"),
+            ("policy", policy, BasePolicy, "a policy object: kb.make_policy(name)"),
+            ("config", config, SimConfig, "a kb.SimConfig or None")):
+        if not isinstance(given, kind):
+            raise TypeError(f"simulate: {name} must be {hint}, got {type(given).__name__} "
+                            f"{given!r:.60}")
     if len(workload) == 0:
         raise ValueError("the workload has no requests")
-    config = config or SimConfig()
     _check_timeline_size(workload, config.timeline_period_s)
     _check_request_ids(workload)
     # the GPU and the model looked up, the engine's defaults filled in, the KV blocks sized and

@@ -64,6 +64,7 @@ import copy
 import json
 import operator
 import re
+import textwrap
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass, replace
@@ -462,6 +463,20 @@ class Scenario:
     base_dir: Path
     source: str | None = None
 
+    def __repr__(self) -> str:
+        """A notebook's view: what the scenario runs, not its every field (``.spec``)."""
+        s, w, e = self.spec, self.spec.workload, self.spec.engine
+        where = ("a fleet: .spec.fleet" if s.fleet else "disaggregated: .spec.disaggregation"
+                 if s.disaggregation else f"engine {e.name}") + "".join(
+            f", {k} {v:,}" for k in ("tensor_parallel_size", "num_gpu_blocks", "max_num_seqs",
+                                     "max_num_batched_tokens")
+            if (v := getattr(e, k)) is not None and (k != "tensor_parallel_size" or v > 1))
+        return textwrap.fill(
+            f"Scenario {s.name!r} ({self.source or 'the embedded default'}): policy {s.policy}, "
+            f"model {s.model} on {s.gpu} ({where}); workload {w.get('path') or w.get('kind')}; "
+            f"seed {s.seed}", 100, subsequent_indent="  ", break_on_hyphens=False,
+        ) + "\n.spec (every field), .workload(), .sim_config(), .tiers()"
+
     @property
     def name(self) -> str:
         return self.spec.name
@@ -824,8 +839,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ValueError(f"{path}: not valid TOML ({exc})") from None
 
 
-def load_scenario(path: Path, overrides: Sequence[str] = ()) -> Scenario:
-    """Read and validate a TOML scenario file; errors name the file and the field."""
+def load_scenario(path: Path | str, overrides: Sequence[str] = ()) -> Scenario:
+    """Read and validate a TOML scenario file (a path or its name as a string; ``overrides``:
+    ``--set`` items, ``key=value``); errors name the file and the field."""
+    path = Path(path)
     data = _read_toml(path)
     try:
         return scenario_from_dict(data, path.resolve().parent, overrides, source=path)

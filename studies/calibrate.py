@@ -74,6 +74,7 @@ from kvbudget.studies.fit_uncertainty import (
     sensitivity,
     with_intervals,
 )
+from kvbudget.studies.setting import errors_line, study_repr
 from kvbudget.studies.validate import recording_stages, simulate_recording
 
 if TYPE_CHECKING:
@@ -240,6 +241,25 @@ class RecordedCalibration:
     """Each fitted step-model parameter's values at the ends of its search."""
     term: FixedTermFit | None = None
     """The fitted fixed front-end term and its bounds (None when not fitted)."""
+
+    def __repr__(self) -> str:
+        """What a notebook shows: what was fitted to what, start against fitted, the warnings
+        a calibration prints (a value at a bound of its search), the in-sample errors and where
+        the rest is; not the model's and the tables' dump."""
+        gpu, spec = (getattr(getattr(self.model, k, None), "name", None) for k in ("gpu", "model"))
+        said = "; ".join(f"{k} {self.start[k]:.4g} -> {v:.4g}" if k in self.start else
+                         f"{k} {v:.4g}" for k, v in self.fitted.items())
+        return study_repr(
+            f"RecordedCalibration: {type(self.model).__name__}"
+            + (f" of {spec} on {gpu}" if spec and gpu else "")
+            + f" fitted to {self.num_rows:,} measured requests in {self.num_evals} simulations; "
+              f"loss {self.start_loss:.4g} -> {self.loss:.4g}", (),
+            [f"fitted: {said or 'nothing'}",
+             *(f"left at the start: {k} ({why})" for k, why in self.fixed.items()),
+             *(f"warning: {w}" for w in self.warnings()), errors_line(self.table, OVERALL)
+             + " (in sample)"],
+            f".model, .table ({len(self.table):,} rows: stage x metric), .start, .fitted, "
+            ".warnings()" + ("" if self.simulated is None else ", .simulated"))
 
     def warnings(self) -> list[str]:
         """One line for each fitted value at a bound of its search or outside its published

@@ -45,12 +45,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kvbudget.studies.executors import in_process
 from kvbudget.studies.intervals import StepDraw, WorldDraws, check_level
+from kvbudget.studies.setting import study_repr, study_setting
 from kvbudget.studies.sweep import (
     Axis,
     GridPoint,
     StoredRuns,
     SweepPlan,
+    check_study_args,
     execute_stored,
     plan_runs,
     replication_seeds,
@@ -110,8 +113,7 @@ class CapacitySpec(WorldDraws):
             raise ValueError(f"policies must be distinct, got {list(self.policies)}")
         if not 0 < self.target <= 1:
             raise ValueError(f"target must be in (0, 1], got {self.target!r}")
-        if self.replications < 1:
-            raise ValueError(f"replications must be >= 1, got {self.replications!r}")
+        check_study_args(self.replications, self.confidence)
         if not 0 < self.rel_tol < 1:
             raise ValueError(f"rel_tol must be in (0, 1), got {self.rel_tol!r}")
         if self.scenario.spec.closed_loop is not None:
@@ -217,6 +219,22 @@ class CapacityResult:
     rows: list[dict[str, Any]]
     world_rows: list[dict[str, Any]] = field(default_factory=list)
     """With ``interval``: the runs of each replication's own search (:func:`refine_worlds`)."""
+    setting: tuple[str, ...] = ()
+    """What the runs took (:func:`~kvbudget.studies.setting.study_setting`)."""
+
+    def __repr__(self) -> str:
+        """What a notebook shows: what a load must meet, over what, and each policy's
+        capacity with its bracket (and interval), not the spec and the runs."""
+        s = self.spec
+        found = [f"{c.policy}: {c.capacity_rps:.4g} req/s ({c.capacity_rps_per_gpu:.4g} per GPU)"
+                 f", bracket {c.bracket_rps[0]:.4g} .. {c.bracket_rps[1]:.4g} req/s"
+                 + ("" if c.interval_rps is None else f", {s.interval:.0%} interval "
+                    f"{c.interval_rps[0]:.4g} .. {c.interval_rps[1]:.4g}")
+                 + (f"; {c.note}" if c.note else "") for c in self.capacities]
+        return study_repr(
+            f"CapacityResult: the largest arrival rate meeting {' and '.join(s.criteria())} "
+            f"(mean over {s.replications} replications)", self.setting, found,
+            f".table() ({len(self.rows) + len(self.world_rows):,} runs), .curve(), .describe()")
 
     def table(self) -> pd.DataFrame:
         """Every run: the search's, then each world's own (``search`` = ``world``)."""
@@ -283,12 +301,14 @@ def _f(x: Any) -> float:
         return math.nan
 
 
-def capacity(spec: CapacitySpec, executor: Executor, *,
+def capacity(spec: CapacitySpec, executor: Executor | None = None, *,
              progress: Callable[[int], None] | None = None,
              stored: StoredRuns | None = None) -> CapacityResult:
     """Bisect every policy's capacity (see module doc). With ``stored``, runs are kept as they
     finish and kept runs are reused (the bisection is deterministic: a resumed search takes
-    the same steps)."""
+    the same steps). ``executor``: where the runs go (default: this process, one at a time).
+    The :class:`CapacityResult` keeps what the runs took (``setting``)."""
+    executor = in_process(executor)
     assert spec.root_seed is not None
     seeds = replication_seeds(spec.root_seed, spec.replications)
     draws = spec.step_draws()
@@ -338,7 +358,7 @@ def capacity(spec: CapacitySpec, executor: Executor, *,
         first_index=index)
     gpus = num_gpus(spec.scenario)
     results = [_result(s, spec, gpus) for s in searches.values()]
-    return CapacityResult(spec, results, all_rows, world_rows)
+    return CapacityResult(spec, results, all_rows, world_rows, study_setting(spec.scenario))
 
 
 def _rate_at(rows: Sequence[dict[str, Any]]) -> float:

@@ -31,11 +31,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kvbudget.policies import POLICIES
+from kvbudget.results.said import setting_lines
 from kvbudget.simulator.run import simulate
 from kvbudget.studies.executors import LocalExecutor
+from kvbudget.studies.setting import study_repr, study_setting
 from kvbudget.studies.sweep import (
     Axis,
     SweepPlan,
+    check_study_args,
     flatten_summary,
     metric_column,
     run_sweep,
@@ -113,7 +116,9 @@ class Comparison:
     ``seed`` and the flattened summary); ``table``: a row per metric and policy (``mean``,
     ``low``, ``high``; against the first policy ``diff``, ``diff_low``, ``diff_high``, ``p``,
     ``verdict``); ``params``: each policy's parameters in force; ``results``: the run results
-    of a one-replication comparison (empty otherwise)."""
+    of a one-replication comparison (empty otherwise); ``setting``: what the runs took (a
+    one-replication comparison's ``simulated:`` lines, else the model, GPU and workload, and
+    what loading the workload warned of or assumed: ``kvbudget compare -r``'s stderr lines)."""
 
     policies: list[str]
     metrics: list[str]
@@ -123,9 +128,34 @@ class Comparison:
     table: pd.DataFrame
     params: dict[str, dict[str, Any]]
     results: list[RunResult] = field(default_factory=list)
+    setting: tuple[str, ...] = ()
 
     def summaries(self) -> list[dict[str, Any]]:
         return [r.summary for r in self.results]
+
+    def __repr__(self) -> str:
+        """What a notebook shows: the policies, over what (``setting``), what each did against
+        the first, and where the tables are; not the frames."""
+        base, n = self.policies[0], self.replications
+        head = f"Comparison: {', '.join(self.policies)}; " + (
+            "one run each on the scenario's seed" if n == 1 else
+            f"{n} replications each on common random numbers, {self.confidence:.0%} intervals")
+        found = []
+        for name in self.policies[1:]:
+            rows = self.table[self.table["policy"] == name]
+            said = rows["verdict"].value_counts()
+            found.append(f"{name} against {base} on {len(rows)} metrics: " + ", ".join(
+                f"{said[v]} {v}" for v in ("better", "worse", "within noise", "same")
+                if said.get(v)))
+        if n == 1:  # no interval: each run's outcome
+            found = [f"{r['policy']}: {r.get('overall_completed', 0):,} of "
+                     f"{r.get('overall_offered', 0):,} completed, SLO attainment "
+                     f"{r.get('overall_slo_attainment', math.nan):.3g}"
+                     for r in self.runs.to_dict(orient="records")]
+        return study_repr(head, self.setting, found,
+                          f".table ({len(self.table):,} rows: metric x policy), .runs "
+                          f"({len(self.runs):,} rows)" + (", .results" if self.results else "")
+                          + ", .params")
 
 
 def _params(scenario: Scenario, name: str) -> dict[str, Any]:
@@ -146,17 +176,26 @@ def compare(
     """Every policy of ``policies`` on ``scenario`` (see the module docstring). ``metrics``:
     runs-table columns or dotted summary paths (``tiers.interactive.ttft_s.p99``); default
     :func:`default_metrics`. ``executor``: where replicated runs go (default: this process).
-    ``progress(n)`` is called as runs finish."""
+    ``progress(n)`` is called as runs finish. ``root_seed`` seeds the replications (default:
+    the scenario's seed); one replication runs the scenario's own seed, and a ``root_seed``
+    given with it is refused. Returns a :class:`Comparison`, which keeps what the runs took
+    (``setting``)."""
     import pandas as pd
 
+    if isinstance(policies, str):  # its letters are no policies
+        raise ValueError(f"compare: policies is a list of names, got the string {policies!r} "
+                         f"(one policy: [{policies!r}])")
     names = list(dict.fromkeys(policies))
     if not names:
         raise ValueError("compare: give at least one policy")
     for name in names:
         if name not in POLICIES:
             raise ValueError(f"unknown policy {name!r}; known policies: {', '.join(POLICIES)}")
-    if replications < 1:
-        raise ValueError(f"replications must be >= 1, got {replications!r}")
+    check_study_args(replications, confidence)
+    if replications == 1 and root_seed is not None:  # it seeds replications: none here
+        raise ValueError(f"root_seed={root_seed!r} seeds the replications; one replication runs "
+                         f"the scenario's own seed ({scenario.seed}): set that "
+                         "(kb.make_scenario(seed=...)) or ask for replications >= 2")
     wanted = [metric_column(m) for m in metrics] if metrics is not None else \
         default_metrics(scenario)
     params = {n: _params(scenario, n) for n in names}
@@ -181,7 +220,10 @@ def compare(
         raise ValueError(f"no metric {missing[0]!r} in the runs (e.g. "
                          f"{', '.join(default_metrics(scenario)[:3])})")
     table = _table(runs, names, wanted, confidence)
-    return Comparison(names, wanted, replications, confidence, runs, table, params, results)
+    setting = tuple(setting_lines([r.summary for r in results])) if results else \
+        study_setting(scenario)
+    return Comparison(names, wanted, replications, confidence, runs, table, params, results,
+                      setting)
 
 
 def _table(runs: pd.DataFrame, names: list[str], metrics: list[str], confidence: float

@@ -136,6 +136,12 @@ def _start_method() -> str:
     return "forkserver" if "forkserver" in methods else "spawn"
 
 
+def in_process(executor: Executor | None) -> Executor:
+    """``executor``, or without one this process, one run at a time (``LocalExecutor(1)``):
+    what a study called from a notebook without an executor runs on."""
+    return LocalExecutor(max_workers=1) if executor is None else executor
+
+
 class LocalExecutor(_ContextMixin):
     """A process pool over local cores; the pool is started on first use and kept until
     :meth:`close` (so a search that calls :meth:`map_unordered` many times pays the worker

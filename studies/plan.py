@@ -62,12 +62,15 @@ import numpy as np
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.simulator.scenario import scenario_from_dict
 from kvbudget.studies import plan_disagg
+from kvbudget.studies.executors import in_process
 from kvbudget.studies.intervals import WorldDraws, check_level
+from kvbudget.studies.setting import study_repr, study_setting
 from kvbudget.studies.sweep import (
     Axis,
     GridPoint,
     StoredRuns,
     _scenario_data,
+    check_study_args,
     execute_stored,
     expand_grid,
     plan_runs,
@@ -225,8 +228,7 @@ class PlanSpec(WorldDraws):
             raise ValueError("disaggregated replica totals must be >= 2 (a prefill and a "
                              f"decode replica), got {self.disagg_replicas}")
         self.disagg_replicas = tuple(sorted(set(self.disagg_replicas)))
-        if self.replications < 1:
-            raise ValueError(f"replications must be >= 1, got {self.replications!r}")
+        check_study_args(self.replications, self.confidence)
         if not self.slos:
             self.slos = (Constraint.parse("overall_slo_attainment>=0.9"),)
         if self.root_seed is None:
@@ -284,6 +286,24 @@ class PlanResult:
     candidates: list[Candidate]
     runs: list[dict[str, Any]]
     notes: list[str]
+    setting: tuple[str, ...] = ()
+    """What the runs took (:func:`~kvbudget.studies.setting.study_setting`; the GPU varies)."""
+
+    def __repr__(self) -> str:
+        """What a notebook shows: what was searched, over what, the cheapest configuration
+        meeting the SLOs (or that none did) and the notes; not the spec and the runs."""
+        s, best = self.spec, self.cheapest()
+        head = (f"PlanResult: the cheapest of {len(self.candidates):,} configurations ("
+                f"{', '.join(s.gpus)}; TP {', '.join(map(str, s.tensor_parallel))}; "
+                f"{', '.join(s.policies)}) meeting "
+                f"{', '.join(str(c) for c in s.slos)} ({s.replications} "
+                "replications each)")
+        found = ["cheapest: none; no configuration met the SLOs" if best is None else
+                 f"cheapest: {best['gpu']} {best['replicas']}x{best['tp']} {best['policy']} "
+                 f"${best['usd_per_hour']:.2f}/h ({best['gpus']} GPUs)",
+                 *(f"note: {note}" for note in self.notes)]
+        return study_repr(head, self.setting, found,
+                          f".table(), .runs ({len(self.runs):,} runs), .describe()")
 
     def table(self) -> pd.DataFrame:
         """A row per configuration, cheapest feasible first (then the infeasible ones): GPUs,
@@ -570,7 +590,7 @@ def _judge(spec: PlanSpec, c: Candidate, n: int,
 
 def plan(
     spec: PlanSpec,
-    executor: Executor,
+    executor: Executor | None = None,
     out_dir: Path | None = None,
     *,
     resume: bool = False,
@@ -582,7 +602,9 @@ def plan(
     before the first run; ``progress(n)`` as runs finish (stored runs reused count at once);
     ``on_total(n)`` after each replica count with the runs the plan now makes at most (the runs
     made, plus the configurations still missing times the replica counts left): a progress
-    bar's total that ends equal to the runs made."""
+    bar's total that ends equal to the runs made. ``executor``: where the runs go (default: this
+    process, one at a time). The :class:`PlanResult` keeps what the runs took (``setting``)."""
+    executor = in_process(executor)
     notes: list[str] = []
     candidates = _candidates(spec, notes)
     if any(c.disaggregated for c in candidates):
@@ -621,7 +643,7 @@ def plan(
             c.note = (f"misses the SLOs up to {c.tried[-1]} replicas"
                       + (" (every prefill:decode split)" if c.disaggregated else "")
                       if c.tried else "not run")
-    return PlanResult(spec, candidates, all_rows, notes)
+    return PlanResult(spec, candidates, all_rows, notes, study_setting(spec.scenario, ["gpu"]))
 
 
 def price_note(spec: PlanSpec) -> str:

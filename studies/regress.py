@@ -657,6 +657,14 @@ class RegressReport:
             out[c.verdict] += 1
         return out
 
+    def __repr__(self) -> str:
+        """What a notebook shows: the headline, each failure and each scenario's notes, not
+        every metric's comparison (``.comparisons``)."""
+        return "\n".join([
+            f"RegressReport: {self.headline()}", *(c.describe() for c in self.failures),
+            *(f"note: {s.name}: {note}" for s in self.scenarios for note in s.notes),
+            ".comparisons, .failures, .counts(), .regressed; render_text(report): the table"])
+
     def headline(self) -> str:
         c = self.counts()
         n = len(self.comparisons)

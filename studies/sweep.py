@@ -45,6 +45,7 @@ import numpy as np
 from kvbudget.policies.registry import policy_parameters
 from kvbudget.simulator.run import simulate
 from kvbudget.simulator.scenario import ScenarioSpec, dump_spec, parse_override, scenario_from_dict
+from kvbudget.studies.executors import in_process
 from kvbudget.studies.intervals import StepDraw
 from kvbudget.workloads import Workload
 
@@ -579,8 +580,7 @@ class SweepPlan:
     runs: list[RunSpec] = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.replications < 1:
-            raise ValueError(f"replications must be >= 1, got {self.replications!r}")
+        check_study_args(self.replications, 0.95)
         if self.root_seed is None:
             self.root_seed = self.scenario.seed
         self.points = expand_grid(_scenario_data(self.scenario), self.axes)
@@ -670,7 +670,7 @@ def execute_stored(runs: Sequence[RunSpec], executor: Executor, stored: StoredRu
 
 def run_sweep(
     plan: SweepPlan,
-    executor: Executor,
+    executor: Executor | None = None,
     out_dir: Path | None = None,
     *,
     resume: bool = False,
@@ -682,7 +682,10 @@ def run_sweep(
 
     ``on_start(num_to_run, num_stored)`` is called before the first run (for a progress bar).
     Without ``resume``, an ``out_dir`` that already holds runs is an error (never overwritten).
+    ``executor``: where the runs go (default: this process, one at a time; ``LocalExecutor()``
+    for every core).
     """
+    executor = in_process(executor)
     store: RunStore | None = None
     done: set[str] = set()
     if out_dir is not None:
@@ -720,6 +723,17 @@ def _order(df: pd.DataFrame) -> pd.DataFrame:
 
 
 # --- statistics over replications ------------------------------------------------------------
+
+
+def check_study_args(replications: Any, confidence: Any) -> None:
+    """A study's replications (an integer >= 1) and interval level (in (0, 1): 0.95, not 95):
+    a ValueError naming the field; a level outside would make every interval NaN, unsaid."""
+    if isinstance(replications, bool) or not isinstance(replications, int | np.integer) \
+            or replications < 1:
+        raise ValueError(f"replications must be an integer >= 1, got {replications!r}")
+    if isinstance(confidence, bool) or not isinstance(confidence, int | float) \
+            or not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1) (0.95 for 95 %), got {confidence!r}")
 
 
 def t_interval(values: Sequence[float] | np.ndarray[Any, Any],

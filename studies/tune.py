@@ -40,10 +40,13 @@ import numpy as np
 import tomli_w
 
 from kvbudget.simulator.scenario import scenario_from_dict
+from kvbudget.studies.executors import in_process
+from kvbudget.studies.setting import study_repr, study_setting
 from kvbudget.studies.sweep import (
     GridPoint,
     StoredRuns,
     _scenario_data,
+    check_study_args,
     execute_stored,
     metric_column,
     plan_runs,
@@ -257,14 +260,11 @@ class TuneSpec:
             raise ValueError("each --param key may be given once")
         if len(self.params) > 3:
             raise ValueError(f"tune searches at most 3 parameters at once, got {len(self.params)}")
-        if self.replications < 1:
-            raise ValueError(f"replications must be >= 1, got {self.replications!r}")
+        check_study_args(self.replications, self.confidence)
         if self.grid_points < 2:
             raise ValueError(f"grid_points must be >= 2, got {self.grid_points!r}")
         if self.refine_evals < 0 or self.validate < 0:
             raise ValueError("refine_evals and validate must be >= 0")
-        if not 0 < self.confidence < 1:
-            raise ValueError(f"confidence must be in (0, 1), got {self.confidence!r}")
         if self.root_seed is None:
             self.root_seed = self.scenario.seed
 
@@ -328,6 +328,37 @@ class TuneResult:
     evaluations: list[Evaluation]
     best: Evaluation | None
     validation: Evaluation | None
+    setting: tuple[str, ...] = ()
+    """What the runs took (:func:`~kvbudget.studies.setting.study_setting`): the model, the
+    GPU unless tuned, the workload and what loading it warned of or assumed."""
+
+    def __repr__(self) -> str:
+        """What a notebook shows: the search, over what, the best setting (or that the
+        objective is flat, or that none met the constraints), its validation; not the spec."""
+        s = self.spec
+        head = (f"TuneResult: {'maximize' if s.maximize else 'minimize'} {s.objective} over "
+                + ", ".join(f"{p.key} {p.low:g}..{p.high:g}" for p in s.params)
+                + "".join(f", subject to {', '.join(str(c) for c in s.constraints)}"
+                          for _ in s.constraints[:1])
+                + f"; {len(self.evaluations)} settings, {s.replications} replications each")
+        found = ["best: none; no setting met the constraints"]
+        if self.best is not None:
+            mean, low, high = self.best.objective
+            best = ", ".join(f"{k} = {v}" for k, v in self.best.params.items())
+            flat = self.flatness()
+            found = [f"flat: {s.objective} is {flat.low:.6g} .. {flat.high:.6g} over "
+                     f"{flat.num_settings} feasible settings; no setting is better than "
+                     f"another (kept, the most constraint slack: {best})" if flat.flat else
+                     f"best: {best}: {s.objective} = {mean:.6g} ({s.confidence:.0%} CI "
+                     f"{low:.6g} .. {high:.6g})",
+                     *(f"note: {said}: the search did not look past it" for said in
+                       self.at_bounds())]
+        if self.validation is not None:
+            found.append(f"validation with {len(self.validation.rows)} fresh seeds: the "
+                         f"constraints {'hold' if self.validated else 'FAIL'} on the mean")
+        runs = sum(len(e.rows) for e in [*self.evaluations, *filter(None, [self.validation])])
+        return study_repr(head, self.setting, found, f".table() ({runs:,} runs), "
+                          ".best_scenario(), .describe(), .write(DIR)")
 
     def flatness(self, epsilon: float = FLAT_REL_SPREAD) -> Flatness:
         s = self.spec
@@ -556,13 +587,15 @@ def _f(x: Any) -> float:
     return v
 
 
-def tune(spec: TuneSpec, executor: Executor, out_dir: Path | None = None, *,
+def tune(spec: TuneSpec, executor: Executor | None = None, out_dir: Path | None = None, *,
          resume: bool = False,
          progress: Callable[[int], None] | None = None) -> TuneResult:
     """Run the search of the module doc and return its result. With ``out_dir``, every run is
     kept there as it finishes (``parts/``), and ``resume=True`` reuses the kept runs: the search
     is deterministic, so a resumed search makes the same decisions and reaches the same result
-    as one never interrupted."""
+    as one never interrupted. ``executor``: where the runs go (default: this process, one at a
+    time). The :class:`TuneResult` keeps what the runs took (``setting``)."""
+    executor = in_process(executor)
     from scipy import optimize
 
     stored = None if out_dir is None else StoredRuns(out_dir, resume=resume, what="tune")
@@ -615,7 +648,8 @@ def tune(spec: TuneSpec, executor: Executor, out_dir: Path | None = None, *,
         assert spec.root_seed is not None
         fresh = replication_seeds(spec.root_seed, spec.validate, start=spec.replications)
         validation = ev.validate(best.params, fresh, spec.replications)
-    return TuneResult(spec, ev.evaluations, best, validation)
+    return TuneResult(spec, ev.evaluations, best, validation,
+                      study_setting(spec.scenario, [p.key for p in spec.params]))
 
 
 def _winner(feasible: Sequence[Evaluation], maximize: bool, objective: str,

@@ -38,9 +38,11 @@ from kvbudget.perf.cost_model import CostModel, LinearCostModel
 from kvbudget.policies import BasePolicy, FrontDoor, TierConfig, make_policy
 from kvbudget.results.recordings import Recording
 from kvbudget.results.run_result import RunResult
+from kvbudget.results.said import setting_lines
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig, simulate
 from kvbudget.studies.recorded_replay import simulate_stages, stage_plans
+from kvbudget.studies.setting import errors_line, study_repr
 from kvbudget.workloads import Workload
 
 if TYPE_CHECKING:
@@ -121,6 +123,20 @@ class OfflineValidation:
     simulated: RunResult
     num_compared: int
     frontend_overhead_s: float
+
+    def __repr__(self) -> str:
+        """What a notebook shows: what was simulated (the run's ``simulated:`` lines), the
+        errors against the measurements and where the tables are, not the frames."""
+        mape = ", ".join(f"{str(r['metric']).removesuffix('_s').upper()} {r['mape']:.1%}"
+                         for r in self.per_request.to_dict(orient="records"))
+        return study_repr(
+            f"OfflineValidation: {self.num_compared:,} measured requests simulated under policy "
+            f"{self.simulated.summary.get('policy')} (a fixed front-end time of "
+            f"{self.frontend_overhead_s * 1e3:.2f} ms each)",
+            setting_lines([self.simulated.summary]),
+            [errors_line(self.table, OVERALL), *([f"per-request MAPE: {mape}"] if mape else [])],
+            f".table ({len(self.table):,} rows: stage x metric), .overall, .errors(stage), "
+            ".per_request, .simulated")
 
     @property
     def overall(self) -> pd.DataFrame:

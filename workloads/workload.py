@@ -211,6 +211,12 @@ def from_columns(
     """
     arr = np.asarray(arrival_s, dtype=np.float64)
     n = len(arr)
+    for key, col in (("prompt_tokens", prompt_tokens), ("output_tokens", output_tokens),
+                     ("max_output_tokens", max_output_tokens), ("tiers", tiers),
+                     ("deadline_s", deadline_s), ("request_id", request_id),
+                     ("timeout_s", timeout_s)):
+        if col is not None and len(col) != n:  # not an IndexError from the sort below
+            raise ValueError(f"{key}: {len(col):,} values for {n:,} arrivals (arrival_s)")
     order = np.argsort(arr, kind="stable")
     out = np.asarray(output_tokens, dtype=np.int64)
     mx = out.copy() if max_output_tokens is None else np.asarray(max_output_tokens, np.int64)

@@ -1,0 +1,78 @@
+"""What a study ran over, in lines: the model, the GPU and the workload its runs take, and what
+loading the workload's file warned of or assumed. ``kvbudget``'s studies print them on stderr
+before their runs (their tables name none of it); a study's result keeps them
+(``setting``) and shows them in a notebook, with what the study found, not its frames."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING
+
+from kvbudget.perf.hardware import get_gpu
+from kvbudget.perf.models import get_model
+from kvbudget.results.said import WIDTH
+from kvbudget.workloads.traces.report import load_said
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from kvbudget.simulator.scenario import Scenario
+
+__all__ = ["errors_line", "study_repr", "study_setting"]
+
+
+def _as_given(preset: str, given: str) -> str:
+    """A preset with the name it was given where that differs (as simulate's line says it)."""
+    return f"{preset} (given as {given})" if preset != given else given
+
+
+def study_setting(scn: Scenario, varies: Collection[str] = ()) -> tuple[str, ...]:
+    """``model M on G; workload W: N requests`` (``models as the study varies them`` where it
+    does), then ``warning: W: ...`` and ``assumed: W:
+    ...`` for what loading the workload said; the GPU only where every run takes the
+    scenario's (not a fleet's, a deployment's pools' or one the study varies: ``varies``, the
+    keys it varies): what a study's per-GPU figures are per."""
+    workload = scn.workload()
+    spec = scn.spec
+    loop = spec.closed_loop
+    model = ("models as the study varies them" if any(k.split(".")[0] == "model" for k in varies)
+             else "model " + _as_given(get_model(spec.model).name, spec.model))
+    where = "" if spec.fleet or spec.disaggregation or any(
+        k.split(".")[0] in ("gpu", "fleet", "disaggregation")
+        or k == "engine.tensor_parallel_size" for k in varies) else " on " + (
+        f"{spec.engine.tensor_parallel_size} x " if spec.engine.tensor_parallel_size > 1
+        else "") + _as_given(get_gpu(spec.gpu).name, spec.gpu)
+    said = load_said(workload.meta, closed_loop=loop is not None)
+    return (f"{model}{where}; workload {workload.name}: {len(workload):,} requests"
+            + (f", sent in closed loop by {loop.num_users:,} users" if loop else ""),
+            *(f"{label}: {workload.name}: {text}"
+              for key, label in (("warnings", "warning"), ("assumed", "assumed"))
+              for text in said.get(key, ())))
+
+
+def study_repr(head: str, setting: Sequence[str], found: Sequence[str], tables: str) -> str:
+    """A study result as a notebook shows it: what it was, over what (:func:`study_setting`,
+    or a run's ``simulated:`` lines), what it found, and where its tables are; the lines
+    wrapped as the terminal tables' are (``setting``'s as given)."""
+    def fill(line: str) -> str:
+        return textwrap.fill(line, WIDTH, subsequent_indent="  ", break_on_hyphens=False)
+
+    return "\n".join([fill(head), *setting, *map(fill, found), fill(tables)])
+
+
+_ERRORS = (("TTFT", "ttft"), ("TPOT", "tpot"), ("E2E", "e2e"))
+
+
+def errors_line(table: pd.DataFrame, stage: str = "all") -> str:
+    """The signed relative errors, simulated against measured, of one stage of a validation
+    table (:data:`~kvbudget.analysis.validation.STAGE_COLUMNS`): TTFT, TPOT and E2E p50 / p99
+    and the output tokens per second, those the table has."""
+    rows = table[table["stage"] == stage]
+    err = {str(m): float(e) for m, e in zip(rows["metric"], rows["rel_error"], strict=True)}
+    parts = [f"{label} " + ", ".join(f"{q} {err[f'{key}_{q}_s']:+.1%}" for q in ("p50", "p99")
+                                     if f"{key}_{q}_s" in err)
+             for label, key in _ERRORS if f"{key}_p50_s" in err or f"{key}_p99_s" in err]
+    if "output_tokens_per_s" in err:
+        parts.append(f"output tok/s {err['output_tokens_per_s']:+.1%}")
+    return f"simulated against measured ({stage}): " + "; ".join(parts)
