@@ -244,24 +244,30 @@ BOOT = ("import signal, sys; import kvbudget.cli.main as m; sys.argv[0] = 'kvbud
 def test_simulate_interrupted_says_so(sig: signal.Signals) -> None:
     # the signal is sent once the process is inside the command (it says "ready" first) and the
     # run is far longer than a signal takes to arrive (10^7 requests)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "import signal; signal.signal(signal.SIGINT, "
-         "signal.default_int_handler)\n" + BOOT, "simulate", "--set",
-         "workload.num_requests=10000000"],
-        cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL)
+    code, _, stderr = _signalled(
+        ["import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n" + BOOT,
+         "simulate", "--set", "workload.num_requests=10000000"], "ready", sig)
+    assert "Traceback" not in stderr, stderr
+    # SIGTERM takes Ctrl-C's way out: one line, the shell's code for an interrupt
+    assert code == 130 and stderr.strip() == "error: interrupted", stderr
+
+
+def _signalled(args: list[str], ready: str, sig: signal.Signals) -> tuple[int, str, str]:
+    """``python -c ARGS...`` sent ``sig`` once its stderr's first line is ``ready``: its exit
+    status, stdout and stderr."""
+    proc = subprocess.Popen([sys.executable, "-c", *args], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL)
     try:
         assert proc.stderr is not None
-        assert proc.stderr.readline().strip() == "ready"
+        assert proc.stderr.readline().strip() == ready
         proc.send_signal(sig)
-        _, stderr = proc.communicate(timeout=120)
+        stdout, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert "Traceback" not in stderr, stderr
-    # SIGTERM takes Ctrl-C's way out: one line, the shell's code for an interrupt
-    assert proc.returncode == 130 and stderr.strip() == "error: interrupted", stderr
+    return proc.returncode, stdout, stderr
 
 
 # the ``kvbudget`` script's start, held inside the import of the command's module (where
@@ -285,20 +291,9 @@ HELD_START = ("import signal, sys, threading\n"
 def test_interrupted_while_the_command_loads_says_so(sig: signal.Signals) -> None:
     """Ctrl-C in a command's first moments (its modules loading) printed a traceback; SIGTERM
     there ended the process silently with -15."""
-    proc = subprocess.Popen([sys.executable, "-c", HELD_START, "simulate"], cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL)
-    try:
-        assert proc.stderr is not None
-        assert proc.stderr.readline().strip() == "loading"
-        proc.send_signal(sig)
-        stdout, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    code, stdout, stderr = _signalled([HELD_START, "simulate"], "loading", sig)
     assert "Traceback" not in stderr, stderr
-    assert proc.returncode == 130 and stderr.strip() == "error: interrupted", stderr
+    assert code == 130 and stderr.strip() == "error: interrupted", stderr
     assert stdout == ""
 
 
