@@ -278,7 +278,8 @@ def fit(setup: RecordedSetup, kind: str, *, rows: Any, max_evals: int, fit_overh
                                    fit_overhead=fit_overhead,
                                    start_overhead_s=setup.config.frontend_overhead_s,
                                    max_evals=max_evals, progress=progress,
-                                   start_records=start_records, seed=setup.seed)
+                                   start_records=start_records, seed=setup.seed,
+                                   model_chosen=True)
     finally:
         bar.close()
 
@@ -408,7 +409,8 @@ def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: fl
     if rows is not None:
         held = validate_recording(setup.recording, setup.config, policy=setup.policy,
                                   policy_params=setup.policy_params, cost_model=cal.model,
-                                  frontend_overhead_s=cal.frontend_overhead_s, rows=~rows)
+                                  frontend_overhead_s=cal.frontend_overhead_s, rows=~rows,
+                                  model_chosen=True)
         print_comparison(_with_intervals(held.table, cal.intervals_on(
             setup.recording.records(), ~rows)), f"held out (the last {holdout:g}, "
             f"{held.num_compared} requests):")
@@ -480,7 +482,7 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
                    err=True)
     result = validate_recording(setup.recording, setup.config, policy=setup.policy,
                                 policy_params=setup.policy_params, cost_model=cost,
-                                frontend_overhead_s=overhead, rows=rows)
+                                frontend_overhead_s=overhead, rows=rows, model_chosen=True)
     check_replay(setup, result.simulated.records, rows, allow_refusals=allow_refusals,
                  what="the comparison")
     intervals = (cal.intervals_on(setup.recording.records(), rows) if cal is not None

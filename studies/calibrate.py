@@ -75,7 +75,11 @@ from kvbudget.studies.fit_uncertainty import (
     with_intervals,
 )
 from kvbudget.studies.setting import errors_line, study_repr
-from kvbudget.studies.validate import recording_stages, simulate_recording
+from kvbudget.studies.validate import (
+    check_recorded_model,
+    recording_stages,
+    simulate_recording,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -514,6 +518,7 @@ def calibrate_recording(
     start_records: pd.DataFrame | None = None,
     uncertainty: bool = True,
     seed: int = 0,
+    model_chosen: bool = False,
 ) -> RecordedCalibration:
     """Fit ``start``'s ``FIT_PARAMETERS`` (or ``parameters``) so that simulating the recording
     on ``config`` reproduces the measured latencies of ``rows`` (default: every measured
@@ -528,7 +533,11 @@ def calibrate_recording(
     ``fit_overhead``, the fixed front-end term is no coordinate of the search: the best one
     for each trial's simulation is taken exactly (within 0 and the shortest measured TTFT)
     and, at the end, settled with up to four more simulations
-    (:mod:`~kvbudget.studies.first_token`; ``term`` of the result)."""
+    (:mod:`~kvbudget.studies.first_token`; ``term`` of the result). A recording naming a
+    model ``config`` leaves at the default is refused (:func:`check_recorded_model`) unless
+    ``model_chosen`` (the command line, which takes the recording's model or ``--model``)."""
+    if not model_chosen:
+        check_recorded_model(recording, config)
     names, fixed = effective_parameters(start, parameters)
     if max_evals < 1:
         raise ValueError(f"max_evals must be >= 1, got {max_evals!r}")

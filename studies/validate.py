@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +35,7 @@ from kvbudget.analysis.validation import (
     validate_runs,
 )
 from kvbudget.perf.cost_model import CostModel, LinearCostModel
+from kvbudget.perf.models import resolve_model_name
 from kvbudget.policies import BasePolicy, FrontDoor, TierConfig, make_policy
 from kvbudget.results.recordings import Recording
 from kvbudget.results.run_result import RunResult
@@ -77,6 +78,24 @@ def recorded_policy(recording: Recording, policy: str | None = None,
         params = {k: v for k, v in dict(params).items() if k != "name"}
         return name, params
     return "unlimited", {}
+
+
+DEFAULT_MODEL = next(f.default for f in fields(SimConfig) if f.name == "model")
+"""The model a :class:`SimConfig` simulates when none is given."""
+
+
+def check_recorded_model(recording: Recording, config: SimConfig) -> None:
+    """``ValueError`` when the recording names a model (a bundled preset) and ``config``
+    simulates the default model in its place: a ``SimConfig()`` left at its default would
+    compare another model's step times with the recording's, unsaid (the command line takes
+    the recording's model, or ``--model``). A model given in ``config`` is taken as chosen."""
+    named = recording.config.get("model")
+    preset = resolve_model_name(str(named)) if named else None
+    if preset is None or config.model != DEFAULT_MODEL or preset == DEFAULT_MODEL:
+        return
+    raise ValueError(f"{recording.path}: the recording names model {named!r} (preset "
+                     f"{preset}), but the config simulates the default {DEFAULT_MODEL}: pass "
+                     f"SimConfig(model={preset!r}, ...) (or the model's config.json)")
 
 
 def simulate_recording(recording: Recording, config: SimConfig, *, policy: str = "unlimited",
@@ -205,10 +224,15 @@ def validate_recording(recording: Recording, config: SimConfig, *, policy: str =
                        frontend_overhead_s: float | None = None,
                        rows: npt.NDArray[np.bool_] | None = None,
                        out: Path | None = None, meta: Mapping[str, Any] | None = None,
-                       progress: Callable[[int], None] | None = None) -> OfflineValidation:
+                       progress: Callable[[int], None] | None = None,
+                       model_chosen: bool = False) -> OfflineValidation:
     """Simulate the recording and compare it with what was measured (``rows``: only these
     requests, e.g. a hold-out part). With ``out``, write the live ``validate``'s files there
-    (``meta`` goes into ``validation.json``)."""
+    (``meta`` goes into ``validation.json``). A recording naming a model ``config`` leaves at
+    the default is refused (:func:`check_recorded_model`) unless ``model_chosen`` (the command
+    line, which takes the recording's model or ``--model`` and says which)."""
+    if not model_chosen:
+        check_recorded_model(recording, config)
     sim = simulate_recording(recording, config, policy=policy, policy_params=policy_params,
                              cost_model=cost_model, frontend_overhead_s=frontend_overhead_s,
                              progress=progress)
