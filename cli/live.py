@@ -36,6 +36,7 @@ from kvbudget.live.validate import discover_kv_server, load_live_cost_model, run
 from kvbudget.perf.fitted_on_write import fitted_on_extra, target_or_why
 from kvbudget.policies import DEFAULT_TIERS
 from kvbudget.policies.clients import client_models, parse_clients
+from kvbudget.results.run_result import run_files
 from kvbudget.simulator.scenario import load_scenario
 from kvbudget.studies.validate import compare_live_validation
 from kvbudget.workloads.closed_loop import ClosedLoop
@@ -418,7 +419,7 @@ def replay_cmd(
         typer.echo(json.dumps(outcome.summary, indent=2))
     else:
         _print_summary(outcome.summary)
-        typer.echo(f"wrote {out}/requests.parquet, timeline.parquet, summary.json")
+        typer.echo(f"wrote {out}/" + ", ".join(run_files(out)))
 
 
 def _ints(text: str, name: str) -> tuple[int, ...]:

@@ -331,6 +331,13 @@ def _s(value: Any) -> str:
     return "-" if value is None else f"{float(value):.3g} s"
 
 
+def run_files(run_dir: Path) -> list[str]:
+    """The run-directory files ``run_dir`` holds (requests, timeline, token gaps, attempts,
+    summary, those present): what a command that wrote one says it wrote."""
+    return [name for name in (REQUESTS_FILE, TIMELINE_FILE, TOKEN_GAPS_FILE, ATTEMPTS_FILE,
+                              SUMMARY_FILE) if (run_dir / name).is_file()]
+
+
 def read_run(run_dir: Path) -> RunResult:
     """Read a run directory written by :meth:`RunResult.write` (simulated or replayed).
 
