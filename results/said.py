@@ -113,6 +113,11 @@ def _cost_line(s: dict[str, Any]) -> list[str]:
     return [text]
 
 
+def _fill(text: str) -> str:
+    """``text`` wrapped to :data:`WIDTH`, never inside a flag (``--no-fit-overhead``)."""
+    return textwrap.fill(text, WIDTH, subsequent_indent="  ", break_on_hyphens=False)
+
+
 def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
     """What the runs simulated (model, GPU, engine, KV capacity, workload), what loading the
     workload's file warned of or assumed (``workload.warnings`` / ``.assumed``), each line once
@@ -130,7 +135,7 @@ def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
         kv = s.get("kv_capacity_tokens")
         model, gpu = (_resolved(s.get(k), cost.get(k)) for k in ("model", "gpu"))
         where, knobs = _deployment(s, gpu, tp)
-        said = [textwrap.fill(
+        said = [_fill(
             f"simulated: {model} on {where}, engine {engine} ({s.get('engine_defaults')}'s "
             f"defaults for unset knobs{_caps(knobs)})"
             + (f", KV capacity {int(kv):,} tokens" if kv is not None else "")
@@ -138,13 +143,11 @@ def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
             + (f"; workload {w.get('name')}: {int(w.get('num_requests', 0)):,} requests"
                + ("" if s.get("closed_loop") else _arrivals(s, int(w.get("num_requests", 0))))
                if w else "")  # a summary written before a staged replay's said it
-            + _closed_loop(s.get("closed_loop")),
-            WIDTH, subsequent_indent="  ")]
-        said += [textwrap.fill(line, WIDTH, subsequent_indent="  ") for line in _cost_line(s)]
-        said += [textwrap.fill(f"{label}: {text}", WIDTH, subsequent_indent="  ")
+            + _closed_loop(s.get("closed_loop")))]
+        said += [_fill(line) for line in _cost_line(s)]
+        said += [_fill(f"{label}: {text}")
                  for key, label in (("warnings", "warning"), ("assumed", "assumed"))
                  for text in w.get(key, ())]
-        said += [textwrap.fill(f"assumed: {s.get('policy', '')}: {text}", WIDTH,
-                               subsequent_indent="  ") for text in s.get("assumed", ())]
+        said += [_fill(f"assumed: {s.get('policy', '')}: {text}") for text in s.get("assumed", ())]
         lines += [line for line in said if line not in lines]
     return lines

@@ -29,7 +29,7 @@ def _as_given(preset: str, given: str) -> str:
 
 def study_setting(scn: Scenario, varies: Collection[str] = ()) -> tuple[str, ...]:
     """``model M on G; workload W: N requests`` (``models as the study varies them`` where it
-    does), then ``warning: W: ...`` and ``assumed: W:
+    does; the workload's figures said as the scenario's where the study varies it), then ``warning: W: ...`` and ``assumed: W:
     ...`` for what loading the workload said; the GPU only where every run takes the
     scenario's (not a fleet's, a deployment's pools' or one the study varies: ``varies``, the
     keys it varies): what a study's per-GPU figures are per."""
@@ -44,7 +44,11 @@ def study_setting(scn: Scenario, varies: Collection[str] = ()) -> tuple[str, ...
         f"{spec.engine.tensor_parallel_size} x " if spec.engine.tensor_parallel_size > 1
         else "") + _as_given(get_gpu(spec.gpu).name, spec.gpu)
     said = load_said(workload.meta, closed_loop=loop is not None)
+    # a workload the study varies: the scenario's, as each point changes it
+    varied = sorted(k for k in varies if k.split(".")[0] == "workload")
     return (f"{model}{where}; workload {workload.name}: {len(workload):,} requests"
+            + (f" at the scenario's values (the study varies {', '.join(varied)})"
+               if varied else "")
             + (f", sent in closed loop by {loop.num_users:,} users" if loop else ""),
             *(f"{label}: {workload.name}: {text}"
               for key, label in (("warnings", "warning"), ("assumed", "assumed"))

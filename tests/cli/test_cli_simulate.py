@@ -326,6 +326,14 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
     assert code == 0, stderr
     assert stderr.splitlines()[0] == ("models as the study varies them on H100-SXM (given as "
                                       "H100-80GB); workload lengths: 30 requests")
+    # a workload the study varies is said as the scenario's
+    code, _, stderr = run("sweep", "--policies", "unlimited", "--replications", "1",
+                          "--out", str(tmp_path / "sweep5"), "--set", "workload.duration_s=5",
+                          "--grid", "workload.duration_s=5,10")
+    assert code == 0, stderr
+    assert stderr.splitlines()[0].endswith(
+        "; workload default: 24 requests at the scenario's values (the study varies "
+        "workload.duration_s)")
 
 
 def test_compare_with_replications_says_the_model_and_what_it_assumed(tmp_path: Path) -> None:
