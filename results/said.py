@@ -11,13 +11,13 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["WIDTH", "setting_lines"]
+__all__ = ["WIDTH", "as_given", "setting_lines"]
 
 WIDTH = 100
 """The width the lines are wrapped to (the terminal tables')."""
 
 
-def _resolved(given: Any, preset: Any) -> str:
+def as_given(given: Any, preset: Any) -> str:
     """A model or GPU as the run resolved it, with the name it was given where that differs
     (a Hugging Face name, an alias)."""
     if isinstance(preset, str) and preset and preset != given:
@@ -133,7 +133,7 @@ def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
         tp = int((s.get("engine_knobs") or cost).get("tensor_parallel_size") or 1)
         engine = (s.get("engine") or {}).get("engine", "")
         kv = s.get("kv_capacity_tokens")
-        model, gpu = (_resolved(s.get(k), cost.get(k)) for k in ("model", "gpu"))
+        model, gpu = (as_given(s.get(k), cost.get(k)) for k in ("model", "gpu"))
         where, knobs = _deployment(s, gpu, tp)
         said = [_fill(
             f"simulated: {model} on {where}, engine {engine} ({s.get('engine_defaults')}'s "

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
-from kvbudget.results.said import WIDTH
+from kvbudget.results.said import WIDTH, as_given
 from kvbudget.workloads.traces.report import load_said
 
 if TYPE_CHECKING:
@@ -20,11 +20,6 @@ if TYPE_CHECKING:
     from kvbudget.simulator.scenario import Scenario
 
 __all__ = ["errors_line", "study_repr", "study_setting"]
-
-
-def _as_given(preset: str, given: str) -> str:
-    """A preset with the name it was given where that differs (as simulate's line says it)."""
-    return f"{preset} (given as {given})" if preset != given else given
 
 
 def study_setting(scn: Scenario, varies: Collection[str] = ()) -> tuple[str, ...]:
@@ -37,12 +32,12 @@ def study_setting(scn: Scenario, varies: Collection[str] = ()) -> tuple[str, ...
     spec = scn.spec
     loop = spec.closed_loop
     model = ("models as the study varies them" if any(k.split(".")[0] == "model" for k in varies)
-             else "model " + _as_given(get_model(spec.model).name, spec.model))
+             else "model " + as_given(spec.model, get_model(spec.model).name))
     where = "" if spec.fleet or spec.disaggregation or any(
         k.split(".")[0] in ("gpu", "fleet", "disaggregation")
         or k == "engine.tensor_parallel_size" for k in varies) else " on " + (
         f"{spec.engine.tensor_parallel_size} x " if spec.engine.tensor_parallel_size > 1
-        else "") + _as_given(get_gpu(spec.gpu).name, spec.gpu)
+        else "") + as_given(spec.gpu, get_gpu(spec.gpu).name)
     said = load_said(workload.meta, closed_loop=loop is not None)
     # a workload the study varies: the scenario's, as each point changes it
     varied = sorted(k for k in varies if k.split(".")[0] == "workload")
