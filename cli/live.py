@@ -8,6 +8,7 @@ import shlex
 import sys
 from dataclasses import dataclass, replace
 from dataclasses import replace as _replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -42,6 +43,7 @@ from kvbudget.studies.validate import compare_live_validation
 from kvbudget.workloads.closed_loop import ClosedLoop
 from kvbudget.workloads.lengths import FixedCap
 from kvbudget.workloads.traces import TraceOptions, load_trace
+from kvbudget.workloads.traces.load import trace_seed
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -90,7 +92,8 @@ CapacityOpt = Annotated[int | None, typer.Option(
     "--capacity-tokens", help="Gateway budget in tokens (default: the server's KV capacity).")]
 InFlightOpt = Annotated[int, typer.Option(
     "--max-in-flight", help="Safety cap on requests streaming at once.")]
-SeedOpt = Annotated[int, typer.Option("--seed", min=0, help="Seed of the prompts' token ids.")]
+SeedOpt = Annotated[int, typer.Option("--seed", min=0, help="Seed of the prompts' token ids, "
+                   "and of the draws a ServeGen or sampled trace makes (as simulate --seed).")]
 TimeoutOpt = Annotated[float, typer.Option(
     "--read-timeout", help="Seconds of silence after which a stream counts as timed out.")]
 LeaseOpt = Annotated[float | None, typer.Option(
@@ -257,28 +260,31 @@ def with_clients(setup: GatewaySetup, clients: str | None) -> GatewaySetup:
 
 
 def load_workload(trace: Path, trace_format: str | None, tier: str, time_scale: float,
-                  max_output: int | None = None) -> "Workload":
-    """The trace as a workload (the loaders of ``kvbudget simulate --trace``), time-scaled."""
+                  max_output: int | None = None, seed: int = 0) -> "Workload":
+    """The trace as a workload (the loaders of ``kvbudget simulate --trace``, drawn as
+    ``simulate --seed`` draws it), time-scaled."""
     if not trace.exists():
         raise CliError(f"{trace}: no such trace file")
     options = TraceOptions(format=trace_format, default_tier=tier)
     if max_output is not None:
         options = TraceOptions(format=trace_format, default_tier=tier,
                                max_output=FixedCap(max_output))
-    loaded = load_trace(trace, options)
+    loaded = load_trace(trace, options, seed=partial(trace_seed, seed))
     return scale_time(loaded.workload, time_scale)
 
 
-def load_trace_workload(trace: Path, trace_args: TraceArgs, tier: str, time_scale: float
-                        ) -> "Workload":
-    """The trace read with the shared trace options (``--default-tier`` over ``--tier``),
+def load_trace_workload(trace: Path, trace_args: TraceArgs, tier: str, time_scale: float,
+                        seed: int) -> "Workload":
+    """The trace read with the shared trace options (``--default-tier`` over ``--tier``), drawn
+    as ``simulate --seed`` draws it (a ServeGen or sampled trace: the same requests),
     time-scaled."""
     if not trace.exists():
         raise CliError(f"{trace}: no such trace file")
     options = trace_args.options()
     if trace_args.values.get("default_tier") is None:
         options = _replace(options, default_tier=tier)
-    return scale_time(load_trace(trace, options).workload, time_scale)
+    return scale_time(load_trace(trace, options, seed=partial(trace_seed, seed)).workload,
+                      time_scale)
 
 
 def _key_given(api_key: str | None) -> bool:
@@ -404,7 +410,7 @@ def replay_cmd(
         check_out_dir(out)
         target = _target(url, model, api_key, read_timeout)
         setup = with_clients(gateway_setup(scenario, policy, params), clients)
-        workload = load_trace_workload(trace, trace_args, tier, time_scale)
+        workload = load_trace_workload(trace, trace_args, tier, time_scale, seed)
         outcome = run_replay(workload, setup.new_policy(), target=target, out=out, trace=trace,
                              time_scale=time_scale, capacity_tokens=capacity_tokens,
                              max_in_flight=max_in_flight, seed=seed, resume=resume,
@@ -790,7 +796,7 @@ def _validate_live(url: str, trace: Path, cost_model: Path, out: Path, *, speed_
     target = _target(url, *server)
     setup = gateway_setup(*gateway)
     pol = setup.new_policy()
-    workload = load_workload(trace, trace_format, tier, time_scale, max_output)
+    workload = load_workload(trace, trace_format, tier, time_scale, max_output, seed)
     tiers = _tiers_for(workload, setup.tiers)
     out_live, trace_path = out / "live", trace
     try:

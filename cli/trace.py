@@ -10,6 +10,7 @@ import math
 import sys
 import textwrap
 import tomllib
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -23,6 +24,7 @@ from kvbudget.workloads.fetch import SOURCES, fetch
 from kvbudget.workloads.spec import build_workload, default_workload_spec, parse_workload_spec
 from kvbudget.workloads.stats import tier_stats, workload_stats
 from kvbudget.workloads.traces import load_trace, save_workload
+from kvbudget.workloads.traces.load import trace_seed
 from kvbudget.workloads.traces.save import check_save_path
 
 if TYPE_CHECKING:
@@ -38,13 +40,21 @@ trace_app = typer.Typer(
 )
 
 SeedOpt = Annotated[int | None, typer.Option(
-    "--seed", help="Seed of every random choice (sampling, tiers, synthetic arrivals).",
+    "--seed", help="Seed of every random choice (sampling, tiers, synthetic arrivals): the "
+    "workload `kvbudget simulate --trace FILE --seed N` simulates (default 0).",
     rich_help_panel="Trace options")]
 
 
 def build_trace_options(trace_args: TraceArgs, seed: int | None = None) -> "TraceOptions":
     """TraceOptions from the command-line strings (errors name the option)."""
     return trace_args.options(seed)
+
+
+def load_as_simulated(file: Path, options: "TraceOptions", seed: int | None) -> "LoadedTrace":
+    """``file`` loaded with the draws a scenario of ``seed`` makes (its trace's seed derived
+    by :func:`~kvbudget.simulator.scenario.trace_seed`), so that ``trace stats``/``convert``
+    and ``replay --seed N`` show, write and send the workload ``simulate --seed N`` simulates."""
+    return load_trace(file, options, seed=partial(trace_seed, 0 if seed is None else seed))
 
 
 def _warn(loaded: "LoadedTrace") -> None:
@@ -93,10 +103,10 @@ def stats_command(
 ) -> None:
     """Rows, span, rate, inter-arrival CV and token percentiles of each file, per tier."""
     with user_errors():
-        options = build_trace_options(trace_args, seed)
+        options = build_trace_options(trace_args)
         results: list[dict[str, Any]] = []
         for file in files:
-            loaded = load_trace(file, options)
+            loaded = load_as_simulated(file, options, seed)
             _warn(loaded)
             report = loaded.report
             body = workload_stats(loaded.workload, timed=report.timed)
@@ -146,8 +156,8 @@ def convert_command(
     with user_errors():
         check_out_file(out)
         check_save_path(out)
-        options = build_trace_options(trace_args, seed)
-        loaded = load_trace(file, options)
+        options = build_trace_options(trace_args)
+        loaded = load_as_simulated(file, options, seed)
         _warn(loaded)
         save_workload(loaded.workload, out)
         report = loaded.report

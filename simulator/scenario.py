@@ -101,6 +101,7 @@ from kvbudget.workloads import Workload
 from kvbudget.workloads.closed_loop import ClosedLoop
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.traces import TraceOptions, load_trace
+from kvbudget.workloads.traces.load import trace_seed
 from kvbudget.workloads.traces.options import FORMATS
 
 if TYPE_CHECKING:
@@ -602,16 +603,6 @@ class Scenario:
 
     def to_toml_dict(self) -> dict[str, Any]:
         return dump_spec(self.spec)
-
-
-def trace_seed(seed: int) -> int:
-    """The seed of the trace a scenario with ``seed`` loads when its ``[workload]`` table
-    gives none: the first draw of the scenario's generator, as
-    :meth:`kvbudget.workloads.spec.TraceWorkloadSpec.build` draws it. Called by the load only
-    when it draws (a timed trace read whole draws nothing, and skips importing
-    ``numpy.random``)."""
-    rng = np.random.default_rng(np.random.SeedSequence(seed))
-    return int(rng.integers(0, 2**31 - 1))
 
 
 def _plain_trace(workload: Mapping[str, Any]) -> tuple[str, str | None] | None:

@@ -334,3 +334,48 @@ def test_fetch_refuses_pages_that_are_no_trace(tmp_path: Path) -> None:
         res = run("fetch", "azure-code-2023", "--dest", dest, "--base-url", site.url + "/")
         assert_one_line_error(res, "more than the 320,117 bytes")
         assert list(dest.iterdir()) == []
+
+
+def _drawn_servegen(folder: Path) -> Path:
+    """A ServeGen chunk: its arrivals and lengths are drawn, so they depend on the seed."""
+    (folder / "chunk-5-trace.csv").write_text("0,2,1.0,Gamma,1.0,0.5\n")
+    (folder / "chunk-5-dataset.json").write_text(json.dumps(
+        {"0": {"input_tokens": "{10: 0.25, 20: 0.25, 30: 0.5}", "output_tokens": "{4: 0.5, 8: 0.5}"}}))
+    return folder / "chunk-5-trace.csv"
+
+
+@pytest.mark.parametrize("seed", [None, 3])
+def test_convert_draws_the_workload_simulate_draws_with_the_same_seed(tmp_path: Path,
+                                                                       seed: int | None) -> None:
+    """``trace convert --seed N`` wrote another draw than the one ``simulate --seed N``
+    simulates (the scenario derives its trace's seed; the trace commands used N itself), so a
+    user who froze a ServeGen or sampled workload and simulated the original compared two
+    different workloads. Both draw the same one, with or without ``--seed``."""
+    from kvbudget.simulator.scenario import make_scenario
+
+    chunk = _drawn_servegen(tmp_path)
+    out = tmp_path / "w.csv"
+    flag = () if seed is None else ("--seed", str(seed))
+    result = run("convert", chunk, "--out", out, "--window", "0:120", *flag)
+    assert result.exit_code == 0, result.stderr
+    frozen = load_trace(out).workload
+    simulated = make_scenario(trace=str(chunk), seed=seed,
+                              trace_options={"window": [0, 120]}).workload()
+    assert frozen.arrival_s.tolist() == pytest.approx(simulated.arrival_s.tolist())
+    assert frozen.prompt_tokens.tolist() == simulated.prompt_tokens.tolist()
+    assert frozen.output_tokens.tolist() == simulated.output_tokens.tolist()
+
+
+def test_replay_sends_the_workload_simulate_draws_with_the_same_seed(tmp_path: Path) -> None:
+    """``replay --trace`` drew a ServeGen or sampled trace with seed 0 whatever its ``--seed``,
+    and another draw than ``simulate --seed`` simulates: a replay and its simulation compared
+    different requests. Both draw the same ones."""
+    from kvbudget.cli.live import load_trace_workload
+    from kvbudget.cli.options import TraceArgs
+    from kvbudget.simulator.scenario import make_scenario
+
+    chunk = _drawn_servegen(tmp_path)
+    sent = load_trace_workload(chunk, TraceArgs(), "interactive", 1.0, seed=4)
+    simulated = make_scenario(trace=str(chunk), seed=4).workload()
+    assert sent.prompt_tokens.tolist() == simulated.prompt_tokens.tolist()
+    assert sent.arrival_s.tolist() == simulated.arrival_s.tolist()

@@ -87,7 +87,7 @@ class Streams:
     them is first used, so a load that draws nothing (a timed trace read whole) never imports
     ``numpy.random`` (~10 ms of a start) and the draws do not depend on which stream is used
     first. ``seed`` may be a function that gives the seed, called then (a scenario's trace:
-    see :func:`kvbudget.simulator.scenario.trace_seed`).
+    see :func:`kvbudget.workloads.traces.load.trace_seed`).
     """
 
     __slots__ = ("_generators", "_seed")

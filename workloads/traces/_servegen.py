@@ -19,7 +19,8 @@ Within each rate window inter-arrivals are drawn, restarting at the window's sta
 - ``"rate_cv"``: a Gamma with the window's measured rate and CV.
 
 Windows with a rate but no fit use the Gamma of ``"rate_cv"``. Lengths are drawn from
-the PMFs of the dataset window in force at each arrival.
+the PMFs of the dataset window in force at each arrival, the input and the output independently
+(:data:`JOINT_ASSUMED`, said on every load).
 """
 
 from __future__ import annotations
@@ -208,6 +209,14 @@ def _pmf(path: Path, key: str, field: str, value: Any) -> _Dist:
     return _Dist(tokens[order], np.cumsum((probs / total)[order]))
 
 
+JOINT_ASSUMED = ("ServeGen gives a window's input and output lengths as two separate "
+                 "distributions, not their joint: each request's two are drawn independently "
+                 "(ServeGen's own generator draws both from one uniform, pairing the longest "
+                 "prompts with the longest outputs)")
+"""Said on every ServeGen load: the data hold only the marginals (``chunk-N-dataset.json``), and
+ServeGen's reference generator (alibaba/ServeGen ``servegen/construct.py``,
+``_sample_data_batch``) inverts every field's CDF at the same uniform draw per request."""
+
 MODALITIES = ("image", "audio", "video")
 """A multimodal chunk's prompt (``data/multimodal``): ``text_tokens`` plus, for each modality,
 ``<m>_count`` items of ``<m>_tokens`` each, as ServeGen's own generator sums them."""
@@ -352,6 +361,7 @@ def load_servegen(path: Path, options: TraceOptions, streams: Streams) -> RawTra
         rows_read=rows_read,
         warnings=warnings,
     )
+    raw.assumed.append(JOINT_ASSUMED)
     if dropped:
         raw.dropped[DROP_TRUNCATED] += dropped
     return raw

@@ -6,6 +6,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 import kvbudget.workloads.traces._tabular as _tabular
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.errors import json_problem as _json_problem
@@ -128,6 +130,16 @@ def _check_applicable(path: Path, fmt: str, options: TraceOptions) -> None:
         if options.arrival_unit != "s":
             raise TraceError(path, f"arrival_unit applies to the generic format, not {fmt}",
                              field="arrival_unit")
+
+
+def trace_seed(seed: int) -> int:
+    """The seed of the trace a scenario with ``seed`` loads when its ``[workload]`` table
+    gives none: the first draw of the scenario's generator, as
+    ``TraceWorkloadSpec.build`` draws it. Called by the load only
+    when it draws (a timed trace read whole draws nothing, and skips importing
+    ``numpy.random``)."""
+    rng = np.random.default_rng(np.random.SeedSequence(seed))
+    return int(rng.integers(0, 2**31 - 1))
 
 
 def load_trace(path: str | Path, options: TraceOptions | None = None, *,

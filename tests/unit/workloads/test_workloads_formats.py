@@ -643,6 +643,19 @@ def test_servegen_small_chunk(tmp_path: Path) -> None:
     assert w.tier_names == ("client-7",)
 
 
+def test_servegen_says_its_lengths_are_drawn_independently(tmp_path: Path) -> None:
+    """The data hold each length's distribution, not their joint: the load says how it pairs
+    them, and the pairing is independent (a long prompt is not tied to a long output)."""
+    dataset = {"0": {"input_tokens": "{10: 0.5, 1000: 0.5}", "output_tokens": "{1: 0.5, 900: 0.5}"}}
+    _servegen_chunk(tmp_path, 4, "0,20,1.0,Gamma,1.0,0.05\n", dataset)
+    loaded = load_trace(tmp_path / "chunk-4-trace.csv", TraceOptions(window=(0, 600)))
+    assert any("drawn independently" in a for a in loaded.report.assumed)
+    w = loaded.workload
+    long_prompt = w.prompt_tokens == 1000
+    # comonotone pairing would give every 1,000-token prompt a 900-token output
+    assert 0.35 < float(np.mean(w.output_tokens[long_prompt] == 900)) < 0.65
+
+
 def test_a_servegen_window_past_the_data_says_how_much_has_none(tmp_path: Path) -> None:
     """A window reaching past the data returned only the part inside, unsaid."""
     rows = "0,10,1.0,Gamma,1.0,0.1\n600,0,0,,0,0\n1200,5,2.0,Weibull,0.6,0.1\n"  # 0 to 1800 s
