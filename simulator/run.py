@@ -589,7 +589,9 @@ def tier_priorities(workload: Workload, tiers: Sequence[TierConfig]) -> npt.NDAr
     if missing:
         raise ValueError(
             f"workload tier {missing[0]!r} has no tier configuration; "
-            f"configured tiers: {sorted(by_name)}"
+            f"configured tiers: {sorted(by_name)}; map the trace's tiers onto them with "
+            "--tier-map VALUE=TIER (a ServeGen client N: N=TIER; in a scenario, "
+            "[workload.options] tier_map) or configure the tier in the scenario's [[tiers]]"
         )
     priority = np.array([by_name[t].priority for t in workload.tier_names], dtype=np.int64)
     return priority[workload.tier]

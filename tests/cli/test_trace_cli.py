@@ -379,3 +379,19 @@ def test_replay_sends_the_workload_simulate_draws_with_the_same_seed(tmp_path: P
     simulated = make_scenario(trace=str(chunk), seed=4).workload()
     assert sent.prompt_tokens.tolist() == simulated.prompt_tokens.tolist()
     assert sent.arrival_s.tolist() == simulated.arrival_s.tolist()
+
+
+def test_an_unmapped_servegen_client_is_refused_with_the_flag_that_maps_it(tmp_path: Path) -> None:
+    """A ServeGen directory simulated as it comes named client tiers the default scenario has
+    not, and the refusal only listed the configured tiers; it names the flag that maps them,
+    and the mapping it names works."""
+    from kvbudget.cli.main import app
+
+    chunk = _drawn_servegen(tmp_path)
+    base = ["simulate", "--trace", str(chunk), "--window", "0:60", "--gpu", "A100-80GB",
+            "--model", "Llama-2-7B"]
+    refused = runner.invoke(app, base)
+    assert refused.exit_code == 2 and "--tier-map VALUE=TIER" in refused.stderr
+    assert "N=TIER" in refused.stderr and "Traceback" not in refused.stderr
+    mapped = runner.invoke(app, [*base, "--tier-map", "5=interactive"])
+    assert mapped.exit_code == 0, mapped.stderr
