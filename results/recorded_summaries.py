@@ -32,7 +32,7 @@ def _latency_summary(doc: Mapping[str, Any]) -> bool:
     return ("completed" in doc and "duration" in doc) or (timed and "request_rate" in doc)
 
 
-def _sglang(doc: Mapping[str, Any]) -> bool:
+def is_sglang(doc: Mapping[str, Any]) -> bool:
     """SGLang's ``bench_serving`` writes ``total_output_tokens_retokenized`` (and, in later
     versions, ``server_info``), which vLLM's client does not."""
     return "total_output_tokens_retokenized" in doc or "server_info" in doc
@@ -41,7 +41,7 @@ def _sglang(doc: Mapping[str, Any]) -> bool:
 def _object_refusal(doc: Mapping[str, Any]) -> str | None:
     """The refusal of one JSON object (a result line, a summary file)."""
     if _latency_summary(doc):
-        if _sglang(doc):
+        if is_sglang(doc):
             return ("is an SGLang bench_serving result without per-request data (its "
                     "--output-file lines hold aggregates only, unless --output-details is "
                     "given); run it again with --output-file F --output-details")

@@ -47,7 +47,7 @@ from kvbudget.results.recorded_fields import (
     max_tokens_note,
     number,
 )
-from kvbudget.results.recorded_summaries import summary_refusal
+from kvbudget.results.recorded_summaries import is_sglang, summary_refusal
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
@@ -318,8 +318,35 @@ def _recorded_max_tokens(path: Path, doc: Mapping[str, Any], line: int | None) -
     return math.nan
 
 
+def _refuse_trace_sends(path: Path, doc: Mapping[str, Any], line: int | None) -> None:
+    """An SGLang run that sent each request at a Mooncake trace's timestamp, which its file
+    does not record. ``bench_serving --dataset-name mooncake`` with the ``sglang`` backend
+    replays the trace on its own clock, "ignoring --request-rate" (its ``benchmark()``; the
+    file still saves the ``request_rate`` given, ``inf`` by default), and ``--use-trace-
+    timestamps`` saves ``request_rate`` as ``"trace"`` (sgl-project/sglang
+    python/sglang/benchmark/metrics.py ``save_results``, commit 1291c7fc). Each session waits
+    for its timestamp times ``--mooncake-slowdown-factor`` and sends its
+    ``--mooncake-num-rounds`` rounds at once (python/sglang/benchmark/datasets/mooncake.py
+    ``get_mooncake_request_over_time``, commit 17481b4e); neither the times nor the factor
+    are saved, so read as all at once (rate ``inf``) its load would be another one."""
+    rate = doc.get("request_rate")
+    mooncake = is_sglang(doc) and doc.get("dataset_name") == "mooncake" and \
+        doc.get("backend") == "sglang"
+    if rate != "trace" and not mooncake:
+        return
+    raise TraceError(path, "is an SGLang bench_serving run that sent each request at its "
+                     "Mooncake trace's timestamp (--dataset-name mooncake with the sglang "
+                     "backend, or --use-trace-timestamps: request_rate is ignored), times "
+                     "--mooncake-slowdown-factor, each session's rounds at once; the file "
+                     "records neither the send times nor the factor, so its load cannot be "
+                     "replayed from it: simulate the trace itself (kvbudget simulate --trace "
+                     "TRACE.jsonl, --rate-scale 1/FACTOR)",
+                     **_where(line, "request_rate" if rate == "trace" else "dataset_name"))
+
+
 def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
          notes: list[str]) -> _Run:
+    _refuse_trace_sends(path, doc, line)
     prompt = _numbers(path, doc, "input_lens", None, line)
     assert prompt is not None
     n = len(prompt)
@@ -580,8 +607,7 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     counts["num_stages"] = len(runs)
     config = _config(docs)
     first = docs[0][1]
-    tool = SGLANG if "server_info" in first or "total_output_tokens_retokenized" in first \
-        else TOOL
+    tool = SGLANG if is_sglang(first) else TOOL
     notes.append(max_tokens_note(recorded, max_output_rule))
     if "ignore_eos" not in config:
         notes.append(f"ignore_eos: not recorded in the file ({tool} does not save it)")

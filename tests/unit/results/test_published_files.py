@@ -379,3 +379,53 @@ def test_guidellm_rate_benchmark_without_a_cap_is_capped_at_the_default(
     rec = read_recording(path)
     assert rec.stages == (RecordedStage("0: constant 4 req/s x512", "capped", 4.0, 512),)
     assert any("replayed at most 512 in flight (assumed)" in n for n in rec.notes) == noted
+
+
+def sglang_details(**changes: Any) -> dict[str, Any]:
+    """One line of SGLang's ``bench_serving --output-file F --output-details``, in the keys of
+    sgl-project/sglang python/sglang/benchmark/metrics.py ``save_results`` (commit 1291c7fc:
+    the run's arguments, its metrics, then ``input_lens``, ``output_lens``, ``ttfts``,
+    ``itls``, ``generated_texts``, ``errors``), with small made-up values."""
+    line: dict[str, Any] = {
+        "backend": "sglang", "dataset_name": "random", "request_rate": 4.0,
+        "max_concurrency": None, "sharegpt_output_len": None, "random_input_len": 32,
+        "random_output_len": 4, "random_range_ratio": 0.0, "duration": 1.5, "completed": 3,
+        "total_input_tokens": 96, "total_output_tokens": 12,
+        "total_output_tokens_retokenized": 12, "request_throughput": 2.0,
+        "median_ttft_ms": 20.0, "mean_itl_ms": 10.0, "output_throughput": 8.0,
+        "mean_e2e_latency_ms": 50.0, "accept_length": None,
+        "input_lens": [32, 32, 32], "output_lens": [4, 4, 4], "ttfts": [0.02, 0.021, 0.02],
+        "itls": [[0.01, 0.01, 0.01]] * 3, "generated_texts": ["a b c d"] * 3,
+        "errors": ["", "", ""]}
+    return {**line, **changes}
+
+
+# SGLang's bench_serving with --dataset-name mooncake and the sglang backend replays the trace
+# on its own clock, "ignoring --request-rate" (python/sglang/bench_serving.py benchmark();
+# python/sglang/benchmark/datasets/mooncake.py get_mooncake_request_over_time at 17481b4e:
+# each session at its timestamp times --mooncake-slowdown-factor, its rounds at once), and
+# saves the request_rate it was given (inf by default); --use-trace-timestamps saves it as
+# "trace" (python/sglang/benchmark/metrics.py save_results at 1291c7fc). The first was read
+# as every request sent at once (exit 0), the second refused as "not a rate: 'trace'".
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"dataset_name": "mooncake", "request_rate": float("inf")}, "dataset_name"),
+    ({"dataset_name": "mooncake", "request_rate": "trace"}, "request_rate"),
+])
+def test_sglang_runs_sent_at_a_traces_timestamps_are_refused(
+        tmp_path: Path, changes: dict[str, Any], field: str) -> None:
+    path = tmp_path / "sglang_mooncake.jsonl"
+    path.write_text(json.dumps(sglang_details(**changes)) + "\n")
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert info.value.field == field
+    assert str(info.value).startswith(
+        f"{path}: field '{field}': is an SGLang bench_serving run that sent each request at "
+        "its Mooncake trace's timestamp")
+    assert "simulate the trace itself" in str(info.value)
+    # the same run of another dataset, at a rate, is read as before
+    path.write_text(json.dumps(sglang_details()) + "\n")
+    assert read_recording(path).stages[0].load == "open"
+    # a mooncake dataset sent through another backend followed --request-rate
+    path.write_text(json.dumps(sglang_details(dataset_name="mooncake",
+                                              backend="sglang-oai")) + "\n")
+    assert read_recording(path).stages[0].request_rate == 4.0
