@@ -225,6 +225,42 @@ def test_times_past_any_date_are_refused_with_the_unit_they_are_in(tmp_path: Pat
     assert np.allclose(loaded.workload.arrival_s, [0.0, 24.256743, 24.318295])
 
 
+def test_lmbench_string_timestamps_are_its_nanoseconds(tmp_path: Path) -> None:
+    """LMCache/LMBench 3-workloads/trace-replayer/traces/gmi_trace.jsonl (commit 48172cd1)
+    writes its timestamps as strings of Unix-epoch nanoseconds, newest first, with more
+    hash_ids than Mooncake's 512-token blocks allow (58 for 2,101 tokens); its replayer,
+    trace-replayer-qa.py, reads them as ``int(...)`` and replays ``(t - earliest) / 1e9``
+    seconds. kvbudget refused the file ('not a number'), as Mooncake and as the generic
+    format. These are its three first stamps, with small lengths and hashes."""
+    stamps = ["1753780607550317897", "1753780607488766527", "1753780583232023294"]
+    records = [{"timestamp": t, "input_length": 64 + k, "output_length": 8 + k,
+                "hash_ids": list(range(10 * k, 10 * k + 9))} for k, t in enumerate(stamps)]
+    path = write(tmp_path / "gmi_trace.jsonl", mooncake_lines(records))
+    assert detect_format(path) == "mooncake"
+    loaded = load_trace(path)
+    assert loaded.report.format == "lmbench"
+    # nanoseconds taken apart in integers: 24.256743233 s, then 0.06155137 s more
+    assert loaded.workload.arrival_s.tolist() == [0.0, 24.256743233, 24.318294603]
+    assert loaded.workload.prompt_tokens.tolist() == [66, 65, 64]
+    assert loaded.workload.prefix_hashes is None
+    said = [w for w in loaded.report.warnings if w.startswith("hash_ids not read")]
+    assert said and "give prefix_block_tokens" in said[0]
+    # with the size of a hash's block given, the hashes are read
+    given = load_trace(path, TraceOptions(prefix_block_tokens=7))
+    assert given.workload.prefix_hashes is not None
+    assert not any(w.startswith("hash_ids not read") for w in given.report.warnings)
+    # a string that is no whole number, and strings that are no date in ns, are refused
+    bad = [*records[:2], {**records[2], "timestamp": "2025-07-29T09:16:23Z"}]
+    with pytest.raises(TraceError, match=r"line 3: field 'timestamp': not a whole number of "
+                       r"nanoseconds: '2025-07-29T09:16:23Z'"):
+        load_trace(write(tmp_path / "bad.jsonl", mooncake_lines(bad)))
+    ms = [{**r, "timestamp": str(1000 * k)} for k, r in enumerate(records)]
+    with pytest.raises(TraceError, match=r"line 1: field 'timestamp': the earliest string "
+                       r"timestamp, 0, read as LMBench reads one \(Unix-epoch nanoseconds\), "
+                       r"is no date"):
+        load_trace(write(tmp_path / "ms.jsonl", mooncake_lines(ms)))
+
+
 def test_epoch_seconds_read_as_milliseconds_are_refused(tmp_path: Path) -> None:
     """The same LMBench requests with Unix-epoch seconds in Mooncake's timestamp: read as ms,
     five requests 12.9 s apart arrived 20 days in, within 13 ms (309 req/s), exit 0."""
