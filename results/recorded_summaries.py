@@ -38,6 +38,12 @@ def is_sglang(doc: Mapping[str, Any]) -> bool:
     return "total_output_tokens_retokenized" in doc or "server_info" in doc
 
 
+def is_trtllm(doc: Mapping[str, Any]) -> bool:
+    """TensorRT-LLM's copy of vLLM's client (tensorrt_llm/serve/scripts/benchmark_serving.py)
+    writes ``user_throughput`` and ``avg_decoded_tokens_per_iter``, which vLLM's does not."""
+    return "user_throughput" in doc or "avg_decoded_tokens_per_iter" in doc
+
+
 def _object_refusal(doc: Mapping[str, Any]) -> str | None:
     """The refusal of one JSON object (a result line, a summary file)."""
     if _latency_summary(doc):
@@ -45,6 +51,9 @@ def _object_refusal(doc: Mapping[str, Any]) -> str | None:
             return ("is an SGLang bench_serving result without per-request data (its "
                     "--output-file lines hold aggregates only, unless --output-details is "
                     "given); run it again with --output-file F --output-details")
+        if is_trtllm(doc):
+            return ("is a TensorRT-LLM benchmark_serving result without per-request data "
+                    "(aggregates only); run it again with --save-result --save-detailed")
         if "model_id" in doc or "tokenizer_id" in doc or "endpoint_type" in doc:
             return ("is a vllm bench serve result without per-request data (aggregates "
                     "only); run vllm bench serve with --save-result --save-detailed")

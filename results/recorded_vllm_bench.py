@@ -8,7 +8,8 @@ client's settings (``request_rate``: a number or ``"inf"``; ``burstiness``;
 ``failed``, ``mean_ttft_ms``, ``mean_itl_ms``, ``output_throughput``, ...) and per request
 ``input_lens``, ``output_lens``, ``ttfts``, ``itls``, ``errors`` and, in current versions,
 ``latencies`` and ``start_times`` (older ones have neither: E2E is then ``ttft + sum(itl)``
-and arrivals are reconstructed, see :func:`bench_arrivals`). ``--append-result`` appends each
+and arrivals are reconstructed, see :func:`bench_arrivals`; TensorRT-LLM's copy names the
+E2E ``e2els``). ``--append-result`` appends each
 run's object to the file, a newline between them (``outfile.write("\\n")`` then
 ``json.dump``): one line per run, read here as one load stage per line, placed on the clock
 of their ``start_times`` (:func:`_placed`).
@@ -47,12 +48,16 @@ from kvbudget.results.recorded_fields import (
     max_tokens_note,
     number,
 )
-from kvbudget.results.recorded_summaries import is_sglang, summary_refusal
+from kvbudget.results.recorded_summaries import is_sglang, is_trtllm, summary_refusal
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
 
 TOOL = "vllm bench serve"
+TRTLLM = "tensorrt_llm benchmark_serving"
+"""TensorRT-LLM's copy of vLLM's client (tensorrt_llm/serve/scripts/benchmark_serving.py, run
+against ``trtllm-serve``) saves the same lists with each request's E2E as ``e2els`` and adds
+``user_throughput`` and ``avg_decoded_tokens_per_iter`` (commit 0228a712, ``benchmark()``)."""
 SGLANG = "sglang.bench_serving"
 """SGLang's client, derived from vLLM's, writes the same lists with ``--output-file
 --output-details`` (one line a run; python/sglang/bench_serving.py ``result_details``) and the
@@ -353,7 +358,8 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
     output = _numbers(path, doc, "output_lens", n, line)
     ttft = _numbers(path, doc, "ttfts", n, line)
     assert output is not None and ttft is not None
-    latencies = _numbers(path, doc, "latencies", n, line, required=False)
+    e2e_key = "e2els" if "latencies" not in doc and "e2els" in doc else "latencies"
+    latencies = _numbers(path, doc, e2e_key, n, line, required=False)
     starts = _numbers(path, doc, "start_times", n, line, required=False)
     itl_sum, itl_mean, itl_count = _itls(path, doc, n, line)
     errors = doc.get("errors") or [""] * n
@@ -375,7 +381,7 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
                      "inter-token times")
     e2e = latencies if latencies is not None else ttft + itl_sum
     _check_times(path, line, "ttfts", np.where(failed, np.nan, ttft))
-    _check_times(path, line, "latencies", np.where(failed, np.nan, e2e))
+    _check_times(path, line, e2e_key, np.where(failed, np.nan, e2e))
     if starts is not None:
         _check_times(path, line, "start_times", starts - np.nanmin(starts)
                      if np.isfinite(starts).any() else starts)
@@ -383,7 +389,7 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
     if bad.any():
         i = int(np.argmax(bad))
         raise TraceError(path, f"the request ends ({e2e[i]:g} s) before its first token "
-                         f"({ttft[i]:g} s)", **_where(line, "latencies", i))
+                         f"({ttft[i]:g} s)", **_where(line, e2e_key, i))
     stage = load_mode(path, doc, "", line)
     clock_s = math.nan
     if starts is not None and np.isfinite(starts).all():
@@ -554,12 +560,23 @@ def _config(docs: list[tuple[int | None, dict[str, Any]]]) -> dict[str, Any]:
     return config
 
 
+def _trtllm_acceptance(doc: Mapping[str, Any]) -> Any:
+    """TensorRT-LLM's client's mean over the requests of the tokens each decoded per engine
+    iteration (``avg_decoded_tokens_per_iter.mean``: the target token plus the accepted
+    drafts, TensorRT-LLM's acceptance length; 0 where the server does not report it)."""
+    figures = doc.get("avg_decoded_tokens_per_iter")
+    return figures.get("mean") if isinstance(figures, Mapping) else None
+
+
 def _speculative_note(doc: Mapping[str, Any]) -> str | None:
     """What the file says of the server's speculative decoding: vLLM's ``spec_decode_*``
-    figures (``acceptance_length``, ``per_position_acceptance_rates``: one a draft position)
-    or SGLang's ``accept_length``; the method is not recorded, so nothing is simulated of it
-    unless the engine is told (docs/speculative.md)."""
+    figures (``acceptance_length``, ``per_position_acceptance_rates``: one a draft position),
+    SGLang's ``accept_length`` or TensorRT-LLM's ``avg_decoded_tokens_per_iter``; the method
+    is not recorded, so nothing is simulated of it unless the engine is told
+    (docs/speculative.md)."""
     length = doc.get("spec_decode_acceptance_length", doc.get("accept_length"))
+    if length is None:
+        length = _trtllm_acceptance(doc)
     if not isinstance(length, int | float) or isinstance(length, bool) or \
             not math.isfinite(length) or length <= 1:
         return None
@@ -607,7 +624,7 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     counts["num_stages"] = len(runs)
     config = _config(docs)
     first = docs[0][1]
-    tool = SGLANG if is_sglang(first) else TOOL
+    tool = SGLANG if is_sglang(first) else TRTLLM if is_trtllm(first) else TOOL
     notes.append(max_tokens_note(recorded, max_output_rule))
     if "ignore_eos" not in config:
         notes.append(f"ignore_eos: not recorded in the file ({tool} does not save it)")

@@ -429,3 +429,53 @@ def test_sglang_runs_sent_at_a_traces_timestamps_are_refused(
     path.write_text(json.dumps(sglang_details(dataset_name="mooncake",
                                               backend="sglang-oai")) + "\n")
     assert read_recording(path).stages[0].request_rate == 4.0
+
+
+def trtllm_result(**changes: Any) -> dict[str, Any]:
+    """A result of TensorRT-LLM's copy of vLLM's client (NVIDIA/TensorRT-LLM
+    tensorrt_llm/serve/scripts/benchmark_serving.py at commit 0228a712: ``--save-result
+    --save-detailed`` writes vLLM's lists with each request's E2E as ``e2els``, no
+    ``latencies`` nor ``start_times``, and adds ``user_throughput`` and
+    ``avg_decoded_tokens_per_iter``), made from the vLLM fixture's requests with the E2E
+    lengthened by 5 ms, so that it differs from TTFT plus the inter-token times."""
+    doc = json.loads((FIXTURES / "vllm-bench-0.32.0" / "rate8.json").read_text())
+    lists = {k: doc[k] for k in ("input_lens", "output_lens", "ttfts", "itls",
+                                 "generated_texts", "errors")}
+    result = {"date": "20251001-101010", "backend": "openai", "model_id": "tiny",
+              "tokenizer_id": "tiny", "num_prompts": 20, "duration": 2.6, "completed": 20,
+              "total_input_tokens": 648, "total_output_tokens": 320,
+              "request_throughput": 7.65, "output_throughput": 122.4,
+              "total_token_throughput": 370.4, "user_throughput": 180.2,
+              "avg_decoded_tokens_per_iter": {"mean": 0.0, "min": 0.0, "max": 0.0,
+                                              "median": 0.0, "std": 0.0, "percentiles": {}},
+              **lists, "e2els": [x + 0.005 for x in doc["latencies"]],
+              "mean_ttft_ms": 73.9, "median_ttft_ms": 63.2, "request_rate": 8.0,
+              "burstiness": 1.0, "max_concurrency": None}
+    return {**result, **changes}
+
+
+# NVIDIA/TensorRT-LLM's benchmark_serving (its docs' run-benchmark-with-trtllm-serve.md): its
+# detailed result was called "vllm bench serve", its measured e2els ignored ("no latencies in
+# the file: E2E = TTFT + the sum of the inter-token times"), its acceptance length
+# (avg_decoded_tokens_per_iter) not said, and a result without --save-detailed was called a
+# vllm bench serve result.
+def test_tensorrt_llm_benchmark_serving_is_read_as_its_own(tmp_path: Path) -> None:
+    path = tmp_path / "openai-8.0qps-tiny.json"
+    doc = trtllm_result()
+    path.write_text(json.dumps(doc))
+    rec = read_recording(path)
+    assert rec.tool == "tensorrt_llm benchmark_serving"
+    measured = rec.measured.sort_values("request_id")
+    assert np.allclose(measured["e2e_s"], doc["e2els"])
+    assert not any("no latencies" in n for n in rec.notes)
+    assert not any("speculative" in n for n in rec.notes)
+    assert any("(tensorrt_llm benchmark_serving does not save it)" in n for n in rec.notes)
+    spec = trtllm_result(avg_decoded_tokens_per_iter={"mean": 2.5, "min": 1.0, "max": 4.0})
+    path.write_text(json.dumps(spec))
+    assert any("the server ran speculative decoding (mean acceptance length 2.5" in n
+               for n in read_recording(path).notes)
+    summary = {k: v for k, v in doc.items() if not isinstance(v, list)}
+    path.write_text(json.dumps(summary))
+    with pytest.raises(TraceError, match="is a TensorRT-LLM benchmark_serving result without "
+                       "per-request data"):
+        read_recording(path)
