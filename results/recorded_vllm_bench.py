@@ -373,8 +373,13 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
     empty = ~failed & (itl_count == 0) & (output > 1)
     if empty.any():
         i = int(np.argmax(empty))
-        raise TraceError(path, f"no inter-token times for {int(output[i])} output tokens",
-                         **_where(line, "itls", i))
+        several = ~failed & (output > 1)
+        raise TraceError(path, f"no inter-token times for {int(output[i])} output tokens" + (
+            f": none of the {int(several.sum())} completed requests of several tokens has "
+            "one, a run that did not stream (SGLang's bench_serving --disable-stream: the "
+            "whole answer in one chunk, its time saved as the TTFT); kvbudget compares "
+            "streamed TTFT, TPOT and E2E: record a streamed run" if empty.sum() == several.sum()
+            and several.sum() > 1 else ""), **_where(line, "itls", i))
     where = "" if line is None else f"line {line}: "
     if latencies is None:
         notes.append(f"{where}no latencies in the file: E2E = TTFT + the sum of the "

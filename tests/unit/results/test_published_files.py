@@ -479,3 +479,25 @@ def test_tensorrt_llm_benchmark_serving_is_read_as_its_own(tmp_path: Path) -> No
     with pytest.raises(TraceError, match="is a TensorRT-LLM benchmark_serving result without "
                        "per-request data"):
         read_recording(path)
+
+
+# SGLang's bench_serving --disable-stream (python/sglang/bench_serving.py at 0033168f,
+# async_request_openai_completions: the answer arrives as one chunk, which sets the TTFT to the
+# whole answer's time and appends no inter-token time) was refused as a damaged file: "no
+# inter-token times for 4 output tokens".
+def test_a_run_that_did_not_stream_is_named_so(tmp_path: Path) -> None:
+    path = tmp_path / "sglang_nostream.jsonl"
+    path.write_text(json.dumps(sglang_details(ttfts=[0.05, 0.052, 0.05], itls=[[]] * 3)) + "\n")
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert info.value.field == "itls"
+    assert str(info.value).endswith(
+        "no inter-token times for 4 output tokens: none of the 3 completed requests of several "
+        "tokens has one, a run that did not stream (SGLang's bench_serving --disable-stream: "
+        "the whole answer in one chunk, its time saved as the TTFT); kvbudget compares "
+        "streamed TTFT, TPOT and E2E: record a streamed run")
+    # one request without, among streamed ones, is a damaged file, as before
+    path.write_text(json.dumps(sglang_details(itls=[[0.01] * 3, [], [0.01] * 3])) + "\n")
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert str(info.value).endswith("field 'itls': no inter-token times for 4 output tokens")
