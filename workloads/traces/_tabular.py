@@ -233,6 +233,51 @@ def load_lengths(path: Path, options: TraceOptions, streams: Streams) -> RawTrac
     return _note_truncated(raw, facts, cols.dropped_last)
 
 
+SPLITWISE_COLUMNS = ("arrival_timestamp", "prompt_size", "token_size")
+"""splitwise-sim's traces (Mutinifni/splitwise-sim ``traces/*.csv``, commit 37808801:
+``request_id,request_type,application_id,arrival_timestamp,batch_size,prompt_size,token_size``,
+written by its ``generate_trace.py``): the arrival in seconds from the trace's start (the
+cumulated exponential gaps at the chosen rate), the prompt and the output tokens."""
+_SPLITWISE_ONE = {"batch_size": 1.0, "request_type": 2.0}
+"""The values splitwise-sim's requests take (``generate_trace.py`` writes them): another
+``batch_size`` is that many sequences holding KV each (``request.py``
+``estimate_kv_cache_size``: ``2 * self.batch_size * num_tokens * ...``), another
+``request_type`` one it does not serve (``Request.from_dict``: ``Unsupported request type``)."""
+
+
+def load_splitwise(path: Path, options: TraceOptions, streams: Streams) -> RawTrace:
+    """splitwise-sim's trace: one request a row; a row of several sequences
+    (``batch_size`` > 1) or of another request type is refused naming its line."""
+    facts = file_facts(path)
+    header = split_header(facts.first_line)
+    kinds: dict[str, Kind] = {name: "number" for name in SPLITWISE_COLUMNS}
+    kinds.update({name: "number" for name in _SPLITWISE_ONE if name in header})
+    cols = read_csv_columns(facts, _with_tier_column(dict(kinds), options), fmt="splitwise",
+                            tier_column=options.tier_column)
+    line_of = _csv_line_of(path)
+    for name, value in _SPLITWISE_ONE.items():
+        other = cols.numbers[name] != value if name in cols.numbers else np.zeros(0, bool)
+        if other.any():
+            row = int(np.argmax(other))
+            raise TraceError(path, f"{cols.numbers[name][row]:g}: splitwise-sim's requests have "
+                             f"{name} {value:g} (a generative LLM request of one sequence); "
+                             "kvbudget simulates one sequence a request", line=line_of(row),
+                             field=name)
+    raw = RawTrace(
+        path=path,
+        format="splitwise",
+        prompt=cols.numbers["prompt_size"],
+        output=cols.numbers["token_size"],
+        arrival=cols.numbers["arrival_timestamp"],
+        labels=_labels(cols, options.tier_column),
+        fields={"arrival_s": "arrival_timestamp", "prompt_tokens": "prompt_size",
+                "output_tokens": "token_size"},
+        rows_read=cols.num_rows,
+        line_of=line_of,
+    )
+    return _note_truncated(raw, facts, cols.dropped_last)
+
+
 # ---------------------------------------------------------------------------------------------
 # The generic format
 

@@ -284,6 +284,40 @@ def test_epoch_seconds_read_as_milliseconds_are_refused(tmp_path: Path) -> None:
     assert len(load_trace(write(tmp_path / "late.jsonl", mooncake_lines(late))).workload) == 3
 
 
+# splitwise-sim's traces (Mutinifni/splitwise-sim traces/test_trace.csv at commit 37808801,
+# written by its generate_trace.py): its header, with small made-up rows.
+SPLITWISE = """request_id,request_type,application_id,arrival_timestamp,batch_size,prompt_size,token_size
+0,2,0,1,1,40,3
+1,2,0,3.25,1,20,8
+2,2,1,4,1,20,16
+"""
+
+
+def test_splitwise_sim_trace_is_read(tmp_path: Path) -> None:
+    """It got 'cannot tell the trace format from the header'."""
+    path = write(tmp_path / "rr_conv_50.csv", SPLITWISE)
+    assert detect_format(path) == "splitwise"
+    loaded = load_trace(path)
+    assert loaded.report.format == "splitwise"
+    assert loaded.workload.arrival_s.tolist() == [1.0, 3.25, 4.0]  # seconds, as written
+    assert loaded.workload.prompt_tokens.tolist() == [40, 20, 20]
+    assert loaded.workload.output_tokens.tolist() == [3, 8, 16]
+    by_app = load_trace(path, TraceOptions(tier_column="application_id",
+                                           tier_map={"0": "interactive", "1": "batch"}))
+    assert [by_app.workload.tier_names[t] for t in by_app.workload.tier.tolist()] == [
+        "interactive", "interactive", "batch"]
+    # several sequences a request, or a request type splitwise-sim does not serve: refused
+    for column, value, message in ((4, "2", "batch_size': 2: splitwise-sim's requests have "
+                                    "batch_size 1"),
+                                   (1, "0", "request_type': 0: splitwise-sim's requests have "
+                                    "request_type 2")):
+        rows = [line.split(",") for line in SPLITWISE.splitlines()]
+        rows[3][column] = value
+        bad = write(tmp_path / "bad.csv", "\n".join(",".join(r) for r in rows) + "\n")
+        with pytest.raises(TraceError, match=f"line 4: field '{message}"):
+            load_trace(bad)
+
+
 def test_length_table_with_arrival_process(tmp_path: Path) -> None:
     text = "num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio\n10,5,15,2\n20,6,26,3\n"
     path = write(tmp_path / "l.csv", text)
