@@ -501,3 +501,55 @@ def test_a_run_that_did_not_stream_is_named_so(tmp_path: Path) -> None:
     with pytest.raises(TraceError) as info:
         read_recording(path)
     assert str(info.value).endswith("field 'itls': no inter-token times for 4 output tokens")
+
+
+def guidellm_0_1_report(mode: str = "sweep") -> dict[str, Any]:
+    """A GuideLLM 0.1 report (vllm-project/guidellm tag v0.1.0: ``GuidanceReport`` in
+    src/guidellm/core/report.py holds ``TextGenerationBenchmarkReport``s of
+    ``TextGenerationBenchmark``s, src/guidellm/core/result.py: ``mode``, ``rate``,
+    ``results`` with ``prompt_token_count``, ``output_token_count``, ``start_time``,
+    ``first_token_time``, ``end_time``, and ``errors`` without times), small made-up values."""
+    def result(t: float) -> dict[str, Any]:
+        return {"request": {"id": "r", "prompt": "p", "prompt_token_count": 32,
+                            "output_token_count": 16, "params": {}},
+                "prompt": "p", "prompt_word_count": 20, "prompt_token_count": 32,
+                "output": "o", "output_word_count": 10, "output_token_count": 16,
+                "last_time": t + 0.5, "start_time": t, "first_token_time": t + 0.05,
+                "end_time": t + 0.5}
+
+    benches = [
+        {"mode": "synchronous", "rate": None, "results": [result(100.0), result(100.5)],
+         "errors": [], "concurrencies": []},
+        {"mode": "throughput", "rate": None, "results": [result(102.0), result(102.0)],
+         "errors": [{"request": {"id": "e", "prompt": "p"}, "message": "timeout"}],
+         "concurrencies": []},
+        {"mode": "asynchronous", "rate": 2.0, "results": [result(104.0), result(104.5)],
+         "errors": [], "concurrencies": []}]
+    return {"benchmarks": [{"benchmarks": benches, "args": {
+        "backend_type": "openai_server", "target": "http://localhost:8000/v1",
+        "model": "meta-llama/Llama-3.1-8B-Instruct", "data_type": "emulated",
+        "data": "prompt_tokens=32,generated_tokens=16", "tokenizer": "t", "mode": mode,
+        "rate": None, "max_number": 2, "max_duration": None}}]}
+
+
+# GuideLLM 0.1 (`guidellm --target ... --output-path report.json`, late 2024) nests its
+# benchmarks one level deeper than 0.2: the report was refused with "field
+# 'benchmarks[0].requests': must hold a 'requests' object (successful, errored, incomplete)".
+@pytest.mark.parametrize(("mode", "rate_kind"), [("sweep", "constant"), ("poisson", "poisson")])
+def test_guidellm_0_1_report_is_read(tmp_path: Path, mode: str, rate_kind: str) -> None:
+    path = tmp_path / "guidance_report.json"
+    path.write_text(json.dumps(guidellm_0_1_report(mode)))
+    assert detect_recording_format(path) == "guidellm"
+    rec = read_recording(path)
+    assert rec.tool == "guidellm 0.1"
+    assert rec.config["model"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert rec.stages == (
+        RecordedStage("0: synchronous", "closed", None, 1),
+        RecordedStage("1: throughput x512", "closed", None, 512),
+        RecordedStage(f"2: {rate_kind} 2 req/s x512", "capped", 2.0, 512))
+    assert rec.counts["num_errored"] == 1
+    assert any("1 errored requests: GuideLLM 0.1 keeps no time of them" in n
+               for n in rec.notes)
+    measured = rec.measured
+    assert np.allclose(measured["ttft_s"], 0.05) and np.allclose(measured["e2e_s"], 0.5)
+    assert measured["prompt_tokens"].tolist() == [32] * 6
