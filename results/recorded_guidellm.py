@@ -370,6 +370,22 @@ its ``asynchronous`` benchmarks are its ``constant`` or ``poisson`` load generat
 (the report's ``args.mode`` says which; a ``sweep`` runs ``constant`` ones)."""
 
 
+V0_1_CAP = 511
+"""GuideLLM 0.1's scheduler waits while ``index + 1 - completed >= settings.max_concurrency``
+(512) before sending the next request (v0.1.0 ``scheduler/base.py`` ``_run_async``): at most 511
+in flight."""
+
+
+def _v0_1_cap(bench: Mapping[str, Any]) -> int:
+    """The requests a GuideLLM 0.1 benchmark held in flight at most: :data:`V0_1_CAP`, or more
+    where its ``concurrencies`` measured more processing (the setting was raised)."""
+    seen = [c.get("processing") for c in bench.get("concurrencies") or []
+            if isinstance(c, dict)]
+    peak = max((int(x) for x in seen if isinstance(x, int) and not isinstance(x, bool)),
+               default=0)
+    return max(V0_1_CAP, peak)
+
+
 def _is_v0_1(benchmarks: list[Any]) -> bool:
     """GuideLLM 0.1's ``GuidanceReport``: a list of reports, each with its own ``benchmarks``
     (vllm-project/guidellm v0.1.0 ``src/guidellm/core/report.py``, ``result.py``)."""
@@ -383,8 +399,8 @@ def _from_v0_1(path: Path, reports: list[Any]) -> tuple[list[Any], list[str], in
     errored requests (0.1 keeps no time of them: counted, not simulated). A 0.1 result
     (``TextGenerationResult``) has ``prompt_token_count``, ``output_token_count``,
     ``start_time``, ``first_token_time`` and ``end_time``; its scheduler sends a
-    ``synchronous`` benchmark's requests one at a time, and the others up to
-    ``settings.max_concurrency`` (512) in flight (v0.1.0 ``scheduler/base.py`` ``_run_sync``,
+    ``synchronous`` benchmark's requests one at a time, and the others below
+    ``settings.max_concurrency`` (:data:`V0_1_CAP`; v0.1.0 ``scheduler/base.py`` ``_run_sync``,
     ``_run_async``; ``config.py``)."""
     out: list[Any] = []
     errored = 0
@@ -402,7 +418,8 @@ def _from_v0_1(path: Path, reports: list[Any]) -> tuple[list[Any], list[str], in
             errors = bench.get("errors")
             errored += len(errors) if isinstance(errors, list) else 0
             out.append({
-                "args": {"strategy": {"type_": mode, "rate": bench.get("rate")}},
+                "args": {"strategy": {"type_": mode, "rate": bench.get("rate"),
+                                      "max_concurrency": _v0_1_cap(bench)}},
                 "worker": {"backend_model": args.get("model"),
                            "backend_target": args.get("target")},
                 "requests": {"successful": [
@@ -411,8 +428,10 @@ def _from_v0_1(path: Path, reports: list[Any]) -> tuple[list[Any], list[str], in
                      **{t: r.get(t) for t in ("start_time", "first_token_time", "end_time")}}
                     if isinstance(r, dict) else r for r in bench["results"]]}})
     notes = ["GuideLLM 0.1 report: its benchmarks read as 0.2's (synchronous: one at a time; "
-             "throughput and the rate benchmarks: at most 512 in flight, its "
-             "settings.max_concurrency)"]
+             f"throughput and the rate benchmarks: at most {V0_1_CAP} in flight, as its "
+             "scheduler holds them under settings.max_concurrency, 512 unless "
+             "GUIDELLM__MAX_CONCURRENCY was set (assumed; more where the report measured "
+             "more))"]
     if errored:
         notes.append(f"{errored} errored requests: GuideLLM 0.1 keeps no time of them: counted, "
                      "not simulated")

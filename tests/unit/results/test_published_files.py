@@ -545,11 +545,18 @@ def test_guidellm_0_1_report_is_read(tmp_path: Path, mode: str, rate_kind: str) 
     assert rec.config["model"] == "meta-llama/Llama-3.1-8B-Instruct"
     assert rec.stages == (
         RecordedStage("0: synchronous", "closed", None, 1),
-        RecordedStage("1: throughput x512", "closed", None, 512),
-        RecordedStage(f"2: {rate_kind} 2 req/s x512", "capped", 2.0, 512))
+        RecordedStage("1: throughput x511", "closed", None, 511),
+        RecordedStage(f"2: {rate_kind} 2 req/s x511", "capped", 2.0, 511))
     assert rec.counts["num_errored"] == 1
     assert any("1 errored requests: GuideLLM 0.1 keeps no time of them" in n
                for n in rec.notes)
     measured = rec.measured
     assert np.allclose(measured["ttft_s"], 0.05) and np.allclose(measured["e2e_s"], 0.5)
     assert measured["prompt_tokens"].tolist() == [32] * 6
+    # a report that measured more in flight ran under a raised setting: that many
+    doc = guidellm_0_1_report(mode)
+    doc["benchmarks"][0]["benchmarks"][1]["concurrencies"] = [
+        {"time": 102.0, "completed": 0, "errored": 0, "processing": 900}]
+    path.write_text(json.dumps(doc))
+    assert read_recording(path).stages[1] == RecordedStage("1: throughput x900", "closed",
+                                                           None, 900)
