@@ -106,13 +106,27 @@ def summary_refusal(doc: Any) -> tuple[str, str | None] | None:
     return None
 
 
+LMBENCH_RESULT = ["timestamp", "request_id", "latency", "prompt_tokens", "completion_tokens",
+                  "total_tokens", "error"]
+"""The header LMBench's trace replayer writes (LMCache/LMBench 3-workloads/trace-replayer/
+trace-replayer-qa.py, commit 48172cd1, ``save_results``): one row a request of a replay that
+does not stream (its ``send_request`` posts without ``stream`` and reads the whole answer), so
+no time to the first token."""
+
+
 def csv_summary_refusal(first_line: bytes) -> str | None:
-    """Why a CSV whose first line is ``first_line`` holds no request: AIPerf's
+    """Why a CSV whose first line is ``first_line`` cannot be read as a recording: AIPerf's
     ``profile_export_aiperf.csv`` (and genai-perf's ``profile_export_genai_perf.csv``) is one row
-    of statistics a metric (``Metric,avg,min,max,...``); None for any other CSV."""
+    of statistics a metric (``Metric,avg,min,max,...``); LMBench's trace-replayer result has no
+    TTFT (:data:`LMBENCH_RESULT`); None for any other CSV."""
     header = [h.strip().lower() for h in first_line.decode("utf-8", "replace").split(",")]
     if header[:2] == ["metric", "avg"]:
         return ("is a table of aggregates, one row a metric (AIPerf's "
                 "profile_export_aiperf.csv, or genai-perf's profile_export_genai_perf.csv): no "
                 "request; pass AIPerf's per-request profile_export.jsonl from the same run")
+    if header == LMBENCH_RESULT:
+        return ("is LMBench's trace-replayer result: its requests were not streamed, so it "
+                "records each one's whole latency but no time to its first token, and kvbudget "
+                "compares TTFT, TPOT and E2E; to simulate the load it offered, pass the trace it "
+                "replayed to kvbudget simulate --trace")
     return None

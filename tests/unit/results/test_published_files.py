@@ -165,6 +165,13 @@ LLMPERF_SUMMARY = {"version": "2023-08-31", "name": "llama2-70b-4096_550_150_sum
                                                        {"name": "llm_request"}]}]}]}) + "\n"
      + json.dumps({"resourceSpans": []}) + "\n",
      "is an OpenTelemetry trace export (OTLP JSON"),
+    # LMCache/LMBench 3-workloads/trace-replayer/trace-replayer-qa.py (commit 48172cd1)
+    # save_results: a non-streamed replay's rows; it got "has no arrival_s column but
+    # 'timestamp' looks like the arrival time: map it", and mapped, no TTFT to compare
+    ("trace_replayer_results.csv",
+     "timestamp,request_id,latency,prompt_tokens,completion_tokens,total_tokens,error\n"
+     "0.0,1,1.2,2101,84,2185,\n0.06,2,0.9,3650,74,3724,\n",
+     "is LMBench's trace-replayer result: its requests were not streamed"),
     ("profile_export_aiperf_sweep.json",
      json.dumps({"aggregation_type": "sweep", "num_profile_runs": 12,
                  "per_combination_metrics": [{"parameters": {"concurrency": 16}}]}),
