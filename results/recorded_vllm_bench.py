@@ -565,6 +565,21 @@ def _config(docs: list[tuple[int | None, dict[str, Any]]]) -> dict[str, Any]:
     return config
 
 
+def _shared_prefix_note(doc: Mapping[str, Any]) -> str | None:
+    """SGLang's ``--dataset-name generated-shared-prefix`` builds each prompt as one of
+    ``--gsp-num-groups`` system prompts of ``--gsp-system-prompt-len`` tokens (2048 by default)
+    plus a question (python/sglang/bench_serving.py ``sample_generated_shared_prefix_requests``),
+    so the server's prefix cache served most of each prompt; the result saves the dataset's
+    name but neither the groups nor the lengths, so the simulated requests share nothing."""
+    if not (is_sglang(doc) and doc.get("dataset_name") == "generated-shared-prefix"):
+        return None
+    return ("dataset generated-shared-prefix: SGLang's prompts shared their group's system "
+            "prompt (--gsp-system-prompt-len tokens, 2048 by default), which the server's "
+            "prefix cache reused; the file records neither the groups nor the lengths, so the "
+            "simulated requests share no prefix and compute every prompt whole: their TTFTs "
+            "are not comparable with the recorded ones")
+
+
 def _trtllm_acceptance(doc: Mapping[str, Any]) -> Any:
     """TensorRT-LLM's client's mean over the requests of the tokens each decoded per engine
     iteration (``avg_decoded_tokens_per_iter.mean``: the target token plus the accepted
@@ -633,9 +648,7 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     notes.append(max_tokens_note(recorded, max_output_rule))
     if "ignore_eos" not in config:
         notes.append(f"ignore_eos: not recorded in the file ({tool} does not save it)")
-    spec = _speculative_note(first)
-    if spec:
-        notes.append(spec)
+    notes.extend(n for n in (_speculative_note(first), _shared_prefix_note(first)) if n)
     return build_recording(
         path, "vllm-bench", workload, ttft=cat([r.ttft for r in runs])[rows],
         e2e=cat([r.e2e for r in runs])[rows], sent_s=cat(sents)[rows],

@@ -567,3 +567,18 @@ def test_guidellm_0_1_report_is_read(tmp_path: Path, mode: str, rate_kind: str) 
     path.write_text(json.dumps(doc))
     assert read_recording(path).stages[1] == RecordedStage("1: throughput x900", "closed",
                                                            None, 900)
+
+
+# SGLang's bench_serving --dataset-name generated-shared-prefix (python/sglang/bench_serving.py
+# sample_generated_shared_prefix_requests at 0033168f: each prompt is its group's system prompt
+# plus a question, so the server's prefix cache served most of it) saves the dataset's name
+# only: its requests were simulated sharing nothing, unsaid.
+def test_an_sglang_shared_prefix_run_says_the_prefixes_are_not_simulated(
+        tmp_path: Path) -> None:
+    path = tmp_path / "sglang_gsp.jsonl"
+    path.write_text(json.dumps(sglang_details(dataset_name="generated-shared-prefix")) + "\n")
+    notes = read_recording(path).notes
+    assert any(n.startswith("dataset generated-shared-prefix: SGLang's prompts shared their "
+                            "group's system prompt") and "share no prefix" in n for n in notes)
+    path.write_text(json.dumps(sglang_details()) + "\n")
+    assert not any("shared-prefix" in n for n in read_recording(path).notes)
