@@ -1,6 +1,7 @@
-"""GuideLLM benchmark reports, 0.2 to 0.8: JSON and YAML (the same document), CSV refused.
+"""GuideLLM benchmark reports, 0.1 to 0.8: JSON and YAML (the same document), CSV refused.
 
-Two schemas (github.com/vllm-project/guidellm):
+0.1 (``GuidanceReport``, one level deeper) is read as 0.2 (:func:`_from_v0_1`). Two schemas
+(github.com/vllm-project/guidellm):
 
 0.2-0.3 (``src/guidellm/benchmark/benchmark.py``, ``aggregator.py``)
     ``{"benchmarks": [...]}``; a benchmark's ``args.strategy`` (``type_`` and ``streams`` /
@@ -363,6 +364,80 @@ def _unlisted_note(bench: Mapping[str, Any], label: str, listed: int) -> str | N
     return None
 
 
+V0_1_MODES = {"synchronous": "synchronous", "throughput": "throughput"}
+"""GuideLLM 0.1's benchmark ``mode`` (``TextGenerationBenchmark``) as the 0.2 strategy it ran:
+its ``asynchronous`` benchmarks are its ``constant`` or ``poisson`` load generator at ``rate``
+(the report's ``args.mode`` says which; a ``sweep`` runs ``constant`` ones)."""
+
+
+V0_1_CAP = 511
+"""GuideLLM 0.1's scheduler waits while ``index + 1 - completed >= settings.max_concurrency``
+(512) before sending the next request (v0.1.0 ``scheduler/base.py`` ``_run_async``): at most 511
+in flight."""
+
+
+def _v0_1_cap(bench: Mapping[str, Any]) -> int:
+    """The requests a GuideLLM 0.1 benchmark held in flight at most: :data:`V0_1_CAP`, or more
+    where its ``concurrencies`` measured more processing (the setting was raised)."""
+    seen = [c.get("processing") for c in bench.get("concurrencies") or []
+            if isinstance(c, dict)]
+    peak = max((int(x) for x in seen if isinstance(x, int) and not isinstance(x, bool)),
+               default=0)
+    return max(V0_1_CAP, peak)
+
+
+def _is_v0_1(benchmarks: list[Any]) -> bool:
+    """GuideLLM 0.1's ``GuidanceReport``: a list of reports, each with its own ``benchmarks``
+    (vllm-project/guidellm v0.1.0 ``src/guidellm/core/report.py``, ``result.py``)."""
+    first = benchmarks[0]
+    return isinstance(first, dict) and "requests" not in first and \
+        isinstance(first.get("benchmarks"), list)
+
+
+def _from_v0_1(path: Path, reports: list[Any]) -> tuple[list[Any], list[str], int]:
+    """GuideLLM 0.1's benchmarks in the 0.2 layout this reader takes, the notes, and the
+    errored requests (0.1 keeps no time of them: counted, not simulated). A 0.1 result
+    (``TextGenerationResult``) has ``prompt_token_count``, ``output_token_count``,
+    ``start_time``, ``first_token_time`` and ``end_time``; its scheduler sends a
+    ``synchronous`` benchmark's requests one at a time, and the others below
+    ``settings.max_concurrency`` (:data:`V0_1_CAP`; v0.1.0 ``scheduler/base.py`` ``_run_sync``,
+    ``_run_async``; ``config.py``)."""
+    out: list[Any] = []
+    errored = 0
+    for k, report in enumerate(reports):
+        args = report.get("args") if isinstance(report, dict) else None
+        args = args if isinstance(args, dict) else {}
+        for b, bench in enumerate(report.get("benchmarks") or [] if isinstance(report, dict)
+                                  else []):
+            where = f"benchmarks[{k}].benchmarks[{b}]"
+            if not isinstance(bench, dict) or not isinstance(bench.get("results"), list):
+                raise TraceError(path, "must hold a 'results' list (a GuideLLM 0.1 benchmark)",
+                                 field=f"{where}.results")
+            mode = V0_1_MODES.get(str(bench.get("mode")),
+                                  "poisson" if args.get("mode") == "poisson" else "constant")
+            errors = bench.get("errors")
+            errored += len(errors) if isinstance(errors, list) else 0
+            out.append({
+                "args": {"strategy": {"type_": mode, "rate": bench.get("rate"),
+                                      "max_concurrency": _v0_1_cap(bench)}},
+                "worker": {"backend_model": args.get("model"),
+                           "backend_target": args.get("target")},
+                "requests": {"successful": [
+                    {"prompt_tokens": r.get("prompt_token_count"),
+                     "output_tokens": r.get("output_token_count"),
+                     **{t: r.get(t) for t in ("start_time", "first_token_time", "end_time")}}
+                    if isinstance(r, dict) else r for r in bench["results"]]}})
+    notes = ["GuideLLM 0.1 report: its benchmarks read as 0.2's (synchronous: one at a time; "
+             f"throughput and the rate benchmarks: at most {V0_1_CAP} in flight, as its "
+             "scheduler holds them under settings.max_concurrency, 512 unless "
+             "GUIDELLM__MAX_CONCURRENCY was set (assumed; more where the report measured "
+             "more))"]
+    if errored:
+        notes.append(f"{errored} errored requests: GuideLLM 0.1 keeps no time of them: counted, "
+                     "not simulated")
+    return out, notes, errored
+
+
 def read_guidellm(path: Path, default_tier: str,
                   max_output_rule: MaxOutputRule | None = None) -> Recording:
     """Read a GuideLLM report (JSON or YAML)."""
@@ -375,6 +450,9 @@ def read_guidellm(path: Path, default_tier: str,
     cols = _Columns()
     notes: list[str] = []
     counts: dict[str, int] = {}
+    if _is_v0_1(benchmarks):
+        benchmarks, notes, counts["num_errored"] = _from_v0_1(path, benchmarks)
+        version = "0.1"
     stages = []
     for b, bench in enumerate(benchmarks):
         if not isinstance(bench, dict) or not isinstance(bench.get("requests"), dict):

@@ -32,19 +32,28 @@ def _latency_summary(doc: Mapping[str, Any]) -> bool:
     return ("completed" in doc and "duration" in doc) or (timed and "request_rate" in doc)
 
 
-def _sglang(doc: Mapping[str, Any]) -> bool:
+def is_sglang(doc: Mapping[str, Any]) -> bool:
     """SGLang's ``bench_serving`` writes ``total_output_tokens_retokenized`` (and, in later
     versions, ``server_info``), which vLLM's client does not."""
     return "total_output_tokens_retokenized" in doc or "server_info" in doc
 
 
+def is_trtllm(doc: Mapping[str, Any]) -> bool:
+    """TensorRT-LLM's copy of vLLM's client (tensorrt_llm/serve/scripts/benchmark_serving.py)
+    writes ``user_throughput`` and ``avg_decoded_tokens_per_iter``, which vLLM's does not."""
+    return "user_throughput" in doc or "avg_decoded_tokens_per_iter" in doc
+
+
 def _object_refusal(doc: Mapping[str, Any]) -> str | None:
     """The refusal of one JSON object (a result line, a summary file)."""
     if _latency_summary(doc):
-        if _sglang(doc):
+        if is_sglang(doc):
             return ("is an SGLang bench_serving result without per-request data (its "
                     "--output-file lines hold aggregates only, unless --output-details is "
                     "given); run it again with --output-file F --output-details")
+        if is_trtllm(doc):
+            return ("is a TensorRT-LLM benchmark_serving result without per-request data "
+                    "(aggregates only); run it again with --save-result --save-detailed")
         if "model_id" in doc or "tokenizer_id" in doc or "endpoint_type" in doc:
             return ("is a vllm bench serve result without per-request data (aggregates "
                     "only); run vllm bench serve with --save-result --save-detailed")
@@ -97,13 +106,27 @@ def summary_refusal(doc: Any) -> tuple[str, str | None] | None:
     return None
 
 
+LMBENCH_RESULT = ["timestamp", "request_id", "latency", "prompt_tokens", "completion_tokens",
+                  "total_tokens", "error"]
+"""The header LMBench's trace replayer writes (LMCache/LMBench 3-workloads/trace-replayer/
+trace-replayer-qa.py, commit 48172cd1, ``save_results``): one row a request of a replay that
+does not stream (its ``send_request`` posts without ``stream`` and reads the whole answer), so
+no time to the first token."""
+
+
 def csv_summary_refusal(first_line: bytes) -> str | None:
-    """Why a CSV whose first line is ``first_line`` holds no request: AIPerf's
+    """Why a CSV whose first line is ``first_line`` cannot be read as a recording: AIPerf's
     ``profile_export_aiperf.csv`` (and genai-perf's ``profile_export_genai_perf.csv``) is one row
-    of statistics a metric (``Metric,avg,min,max,...``); None for any other CSV."""
+    of statistics a metric (``Metric,avg,min,max,...``); LMBench's trace-replayer result has no
+    TTFT (:data:`LMBENCH_RESULT`); None for any other CSV."""
     header = [h.strip().lower() for h in first_line.decode("utf-8", "replace").split(",")]
     if header[:2] == ["metric", "avg"]:
         return ("is a table of aggregates, one row a metric (AIPerf's "
                 "profile_export_aiperf.csv, or genai-perf's profile_export_genai_perf.csv): no "
                 "request; pass AIPerf's per-request profile_export.jsonl from the same run")
+    if header == LMBENCH_RESULT:
+        return ("is LMBench's trace-replayer result: its requests were not streamed, so it "
+                "records each one's whole latency but no time to its first token, and kvbudget "
+                "compares TTFT, TPOT and E2E; to simulate the load it offered, pass the trace it "
+                "replayed to kvbudget simulate --trace")
     return None

@@ -8,7 +8,8 @@ client's settings (``request_rate``: a number or ``"inf"``; ``burstiness``;
 ``failed``, ``mean_ttft_ms``, ``mean_itl_ms``, ``output_throughput``, ...) and per request
 ``input_lens``, ``output_lens``, ``ttfts``, ``itls``, ``errors`` and, in current versions,
 ``latencies`` and ``start_times`` (older ones have neither: E2E is then ``ttft + sum(itl)``
-and arrivals are reconstructed, see :func:`bench_arrivals`). ``--append-result`` appends each
+and arrivals are reconstructed, see :func:`bench_arrivals`; TensorRT-LLM's copy names the
+E2E ``e2els``). ``--append-result`` appends each
 run's object to the file, a newline between them (``outfile.write("\\n")`` then
 ``json.dump``): one line per run, read here as one load stage per line, placed on the clock
 of their ``start_times`` (:func:`_placed`).
@@ -47,12 +48,16 @@ from kvbudget.results.recorded_fields import (
     max_tokens_note,
     number,
 )
-from kvbudget.results.recorded_summaries import summary_refusal
+from kvbudget.results.recorded_summaries import is_sglang, is_trtllm, summary_refusal
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
 
 TOOL = "vllm bench serve"
+TRTLLM = "tensorrt_llm benchmark_serving"
+"""TensorRT-LLM's copy of vLLM's client (tensorrt_llm/serve/scripts/benchmark_serving.py, run
+against ``trtllm-serve``) saves the same lists with each request's E2E as ``e2els`` and adds
+``user_throughput`` and ``avg_decoded_tokens_per_iter`` (commit 0228a712, ``benchmark()``)."""
 SGLANG = "sglang.bench_serving"
 """SGLang's client, derived from vLLM's, writes the same lists with ``--output-file
 --output-details`` (one line a run; python/sglang/bench_serving.py ``result_details``) and the
@@ -318,15 +323,43 @@ def _recorded_max_tokens(path: Path, doc: Mapping[str, Any], line: int | None) -
     return math.nan
 
 
+def _refuse_trace_sends(path: Path, doc: Mapping[str, Any], line: int | None) -> None:
+    """An SGLang run that sent each request at a Mooncake trace's timestamp, which its file
+    does not record. ``bench_serving --dataset-name mooncake`` with the ``sglang`` backend
+    replays the trace on its own clock, "ignoring --request-rate" (its ``benchmark()``; the
+    file still saves the ``request_rate`` given, ``inf`` by default), and ``--use-trace-
+    timestamps`` saves ``request_rate`` as ``"trace"`` (sgl-project/sglang
+    python/sglang/benchmark/metrics.py ``save_results``, commit 1291c7fc). Each session waits
+    for its timestamp times ``--mooncake-slowdown-factor`` and sends its
+    ``--mooncake-num-rounds`` rounds at once (python/sglang/benchmark/datasets/mooncake.py
+    ``get_mooncake_request_over_time``, commit 17481b4e); neither the times nor the factor
+    are saved, so read as all at once (rate ``inf``) its load would be another one."""
+    rate = doc.get("request_rate")
+    mooncake = is_sglang(doc) and doc.get("dataset_name") == "mooncake" and \
+        doc.get("backend") == "sglang"
+    if rate != "trace" and not mooncake:
+        return
+    raise TraceError(path, "is an SGLang bench_serving run that sent each request at its "
+                     "Mooncake trace's timestamp (--dataset-name mooncake with the sglang "
+                     "backend, or --use-trace-timestamps: request_rate is ignored), times "
+                     "--mooncake-slowdown-factor, each session's rounds at once; the file "
+                     "records neither the send times nor the factor, so its load cannot be "
+                     "replayed from it: simulate the trace itself (kvbudget simulate --trace "
+                     "TRACE.jsonl, --rate-scale 1/FACTOR)",
+                     **_where(line, "request_rate" if rate == "trace" else "dataset_name"))
+
+
 def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
          notes: list[str]) -> _Run:
+    _refuse_trace_sends(path, doc, line)
     prompt = _numbers(path, doc, "input_lens", None, line)
     assert prompt is not None
     n = len(prompt)
     output = _numbers(path, doc, "output_lens", n, line)
     ttft = _numbers(path, doc, "ttfts", n, line)
     assert output is not None and ttft is not None
-    latencies = _numbers(path, doc, "latencies", n, line, required=False)
+    e2e_key = "e2els" if "latencies" not in doc and "e2els" in doc else "latencies"
+    latencies = _numbers(path, doc, e2e_key, n, line, required=False)
     starts = _numbers(path, doc, "start_times", n, line, required=False)
     itl_sum, itl_mean, itl_count = _itls(path, doc, n, line)
     errors = doc.get("errors") or [""] * n
@@ -340,15 +373,20 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
     empty = ~failed & (itl_count == 0) & (output > 1)
     if empty.any():
         i = int(np.argmax(empty))
-        raise TraceError(path, f"no inter-token times for {int(output[i])} output tokens",
-                         **_where(line, "itls", i))
+        several = ~failed & (output > 1)
+        raise TraceError(path, f"no inter-token times for {int(output[i])} output tokens" + (
+            f": none of the {int(several.sum())} completed requests of several tokens has "
+            "one, a run that did not stream (SGLang's bench_serving --disable-stream: the "
+            "whole answer in one chunk, its time saved as the TTFT); kvbudget compares "
+            "streamed TTFT, TPOT and E2E: record a streamed run" if empty.sum() == several.sum()
+            and several.sum() > 1 else ""), **_where(line, "itls", i))
     where = "" if line is None else f"line {line}: "
     if latencies is None:
         notes.append(f"{where}no latencies in the file: E2E = TTFT + the sum of the "
                      "inter-token times")
     e2e = latencies if latencies is not None else ttft + itl_sum
     _check_times(path, line, "ttfts", np.where(failed, np.nan, ttft))
-    _check_times(path, line, "latencies", np.where(failed, np.nan, e2e))
+    _check_times(path, line, e2e_key, np.where(failed, np.nan, e2e))
     if starts is not None:
         _check_times(path, line, "start_times", starts - np.nanmin(starts)
                      if np.isfinite(starts).any() else starts)
@@ -356,7 +394,7 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
     if bad.any():
         i = int(np.argmax(bad))
         raise TraceError(path, f"the request ends ({e2e[i]:g} s) before its first token "
-                         f"({ttft[i]:g} s)", **_where(line, "latencies", i))
+                         f"({ttft[i]:g} s)", **_where(line, e2e_key, i))
     stage = load_mode(path, doc, "", line)
     clock_s = math.nan
     if starts is not None and np.isfinite(starts).all():
@@ -527,12 +565,38 @@ def _config(docs: list[tuple[int | None, dict[str, Any]]]) -> dict[str, Any]:
     return config
 
 
+def _shared_prefix_note(doc: Mapping[str, Any]) -> str | None:
+    """SGLang's ``--dataset-name generated-shared-prefix`` builds each prompt as one of
+    ``--gsp-num-groups`` system prompts of ``--gsp-system-prompt-len`` tokens (2048 by default)
+    plus a question (python/sglang/bench_serving.py ``sample_generated_shared_prefix_requests``),
+    so the server's prefix cache served most of each prompt; the result saves the dataset's
+    name but neither the groups nor the lengths, so the simulated requests share nothing."""
+    if not (is_sglang(doc) and doc.get("dataset_name") == "generated-shared-prefix"):
+        return None
+    return ("dataset generated-shared-prefix: SGLang's prompts shared their group's system "
+            "prompt (--gsp-system-prompt-len tokens, 2048 by default), which the server's "
+            "prefix cache reused; the file records neither the groups nor the lengths, so the "
+            "simulated requests share no prefix and compute every prompt whole: their TTFTs "
+            "are not comparable with the recorded ones")
+
+
+def _trtllm_acceptance(doc: Mapping[str, Any]) -> Any:
+    """TensorRT-LLM's client's mean over the requests of the tokens each decoded per engine
+    iteration (``avg_decoded_tokens_per_iter.mean``: the target token plus the accepted
+    drafts, TensorRT-LLM's acceptance length; 0 where the server does not report it)."""
+    figures = doc.get("avg_decoded_tokens_per_iter")
+    return figures.get("mean") if isinstance(figures, Mapping) else None
+
+
 def _speculative_note(doc: Mapping[str, Any]) -> str | None:
     """What the file says of the server's speculative decoding: vLLM's ``spec_decode_*``
-    figures (``acceptance_length``, ``per_position_acceptance_rates``: one a draft position)
-    or SGLang's ``accept_length``; the method is not recorded, so nothing is simulated of it
-    unless the engine is told (docs/speculative.md)."""
+    figures (``acceptance_length``, ``per_position_acceptance_rates``: one a draft position),
+    SGLang's ``accept_length`` or TensorRT-LLM's ``avg_decoded_tokens_per_iter``; the method
+    is not recorded, so nothing is simulated of it unless the engine is told
+    (docs/speculative.md)."""
     length = doc.get("spec_decode_acceptance_length", doc.get("accept_length"))
+    if length is None:
+        length = _trtllm_acceptance(doc)
     if not isinstance(length, int | float) or isinstance(length, bool) or \
             not math.isfinite(length) or length <= 1:
         return None
@@ -580,14 +644,11 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     counts["num_stages"] = len(runs)
     config = _config(docs)
     first = docs[0][1]
-    tool = SGLANG if "server_info" in first or "total_output_tokens_retokenized" in first \
-        else TOOL
+    tool = SGLANG if is_sglang(first) else TRTLLM if is_trtllm(first) else TOOL
     notes.append(max_tokens_note(recorded, max_output_rule))
     if "ignore_eos" not in config:
         notes.append(f"ignore_eos: not recorded in the file ({tool} does not save it)")
-    spec = _speculative_note(first)
-    if spec:
-        notes.append(spec)
+    notes.extend(n for n in (_speculative_note(first), _shared_prefix_note(first)) if n)
     return build_recording(
         path, "vllm-bench", workload, ttft=cat([r.ttft for r in runs])[rows],
         e2e=cat([r.e2e for r in runs])[rows], sent_s=cat(sents)[rows],

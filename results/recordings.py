@@ -24,7 +24,7 @@ formats below into one :class:`Recording`:
     ``vllm bench serve --save-result --save-detailed`` JSON, one run or ``--append-result``
     runs one a line (:mod:`kvbudget.results.recorded_vllm_bench`).
 ``guidellm``
-    A GuideLLM report, 0.2 to 0.8, JSON or YAML; the CSV report is refused (aggregates only)
+    A GuideLLM report, 0.1 to 0.8, JSON or YAML; the CSV report is refused (aggregates only)
     (:mod:`kvbudget.results.recorded_guidellm`).
 ``aiperf``
     AIPerf's ``profile_export.jsonl`` (:mod:`kvbudget.results.recorded_aiperf`).

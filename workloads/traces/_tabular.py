@@ -14,7 +14,13 @@ from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.errors import json_problem as _json_problem
 from kvbudget.workloads.traces._csv import categorical, read_csv_columns, split_header
 from kvbudget.workloads.traces._files import FileFacts, file_facts, line_of_row
-from kvbudget.workloads.traces._finish import DROP_TRUNCATED, RawTrace, Streams
+from kvbudget.workloads.traces._finish import (
+    ABSOLUTE_CLOCK_S,
+    DROP_TRUNCATED,
+    LATEST_CLOCK_S,
+    RawTrace,
+    Streams,
+)
 from kvbudget.workloads.traces._jsonl import JsonColumns, JsonKind, read_jsonl_columns
 from kvbudget.workloads.traces.options import ARRIVAL_UNITS, CANONICAL_COLUMNS, TraceOptions
 
@@ -118,27 +124,84 @@ def load_burstgpt(path: Path, options: TraceOptions, streams: Streams) -> RawTra
     return _note_truncated(raw, facts, cols.dropped_last)
 
 
+def _string_stamps(facts: FileFacts) -> bool:
+    """Whether the first record's ``timestamp`` is a string: LMBench's traces
+    (LMCache/LMBench 3-workloads/trace-replayer/traces/gmi_trace.jsonl, commit 48172cd1:
+    ``"timestamp": "1753780607550317897"``), where Mooncake's are numbers of milliseconds."""
+    try:
+        first = json.loads(facts.first_line)
+    except (json.JSONDecodeError, RecursionError):
+        return False  # the reader words the error
+    return isinstance(first, dict) and isinstance(first.get("timestamp"), str)
+
+
+def _lmbench_seconds(path: Path, cols: JsonColumns, line_of: Any) -> Any:
+    """LMBench's string timestamps as seconds after the earliest. Its trace replayer reads
+    each as an integer of nanoseconds and replays it at ``(t - earliest) / 1e9`` s
+    (LMCache/LMBench 3-workloads/trace-replayer/trace-replayer-qa.py, commit 48172cd1,
+    ``TraceDataset.load_trace``: ``int(entry['timestamp'])``, ``/ 1e9  # Convert nanoseconds
+    to seconds``); the differences are taken in integers, so no nanosecond is lost to floats.
+    A string that is no whole number is refused naming its line."""
+    codes, texts = cols.labels["timestamp"]
+    values: list[int] = []
+    for k, text in enumerate(texts):
+        digits = text.strip()
+        if not (digits.isascii() and digits.isdigit()):
+            row = int(np.argmax(codes == k))
+            raise TraceError(path, f"not a whole number of nanoseconds: {text[:40]!r} (a string "
+                             "timestamp is LMBench's: Unix-epoch nanoseconds)",
+                             line=line_of(row), field="timestamp")
+        values.append(int(digits))
+    earliest = min(values, default=0)
+    if values and not ABSOLUTE_CLOCK_S / 1.6 <= earliest / 1e9 <= LATEST_CLOCK_S:
+        row = int(np.argmax(codes == values.index(earliest)))
+        raise TraceError(path, f"the earliest string timestamp, {earliest}, read as LMBench "
+                         "reads one (Unix-epoch nanoseconds), is no date between 1972 and "
+                         "2100: write the times as numbers, in ms from the trace's start "
+                         "(Mooncake's)",
+                         line=line_of(row), field="timestamp")
+    seconds = np.array([(v - earliest) / 1e9 for v in values] + [np.nan])
+    return seconds[codes]  # a missing timestamp (code -1) is NaN, refused as such
+
+
 def load_mooncake(path: Path, options: TraceOptions, streams: Streams) -> RawTrace:
+    """Mooncake's JSON lines (``timestamp`` in ms from the trace's start, ``hash_ids`` of
+    512-token blocks), or LMBench's of the same shape with string timestamps in Unix-epoch
+    nanoseconds (format ``lmbench``: rebased to the earliest, as its replayer does; its
+    ``hash_ids`` are read only with ``prefix_block_tokens``: LMBench uses them as seeds of its
+    synthetic prompts and does not say how many tokens one names)."""
     facts = file_facts(path)
-    kinds: dict[str, JsonKind] = {"timestamp": "number", "input_length": "number",
-                                  "output_length": "number", "hash_ids": "int_list"}
+    lmbench = _string_stamps(facts)
+    kinds: dict[str, JsonKind] = {"timestamp": "label" if lmbench else "number",
+                                  "input_length": "number", "output_length": "number",
+                                  "hash_ids": "int_list"}
     cols = read_jsonl_columns(facts, _with_tier_column(dict(kinds), options), fmt="mooncake",
                               required=[*MOONCAKE_FIELDS, *_tier_required(options)])
     prefix = cols.lists["hash_ids"] if "hash_ids" in cols.present else None
+    line_of = _csv_line_of(path, header_lines=0)
     raw = RawTrace(
         path=path,
-        format="mooncake",
-        arrival_unit="ms",
+        format="lmbench" if lmbench else "mooncake",
+        arrival_unit="ns" if lmbench else "ms",
+        absolute_clock=lmbench,
         prompt=cols.numbers["input_length"],
         output=cols.numbers["output_length"],
-        arrival=cols.numbers["timestamp"] / 1000.0,
+        arrival=(_lmbench_seconds(path, cols, line_of) if lmbench
+                 else cols.numbers["timestamp"] / 1000.0),
         labels=_labels(cols, options.tier_column),
         prefix=prefix,
         fields={"arrival_s": "timestamp", "prompt_tokens": "input_length",
                 "output_tokens": "output_length"},
         rows_read=cols.num_rows,
-        line_of=_csv_line_of(path, header_lines=0),
+        line_of=line_of,
     )
+    if lmbench and prefix is not None and options.prefix_block_tokens is None:
+        raw.prefix = None
+        raw.warnings.append(
+            "hash_ids not read: an LMBench trace does not say how many prompt tokens a hash "
+            "names (its replayer uses them as seeds of synthetic prompts), so the requests "
+            "share no prefix in the simulation; give prefix_block_tokens (a scenario's "
+            "[workload.options]) to read them")
     return _note_truncated(raw, facts, cols.dropped_last)
 
 
@@ -166,6 +229,51 @@ def load_lengths(path: Path, options: TraceOptions, streams: Streams) -> RawTrac
         fields={"arrival_s": VIDUR_ARRIVAL, **fields} if timed else fields,
         rows_read=cols.num_rows,
         line_of=_csv_line_of(path),
+    )
+    return _note_truncated(raw, facts, cols.dropped_last)
+
+
+SPLITWISE_COLUMNS = ("arrival_timestamp", "prompt_size", "token_size")
+"""splitwise-sim's traces (Mutinifni/splitwise-sim ``traces/*.csv``, commit 37808801:
+``request_id,request_type,application_id,arrival_timestamp,batch_size,prompt_size,token_size``,
+written by its ``generate_trace.py``): the arrival in seconds from the trace's start (the
+cumulated exponential gaps at the chosen rate), the prompt and the output tokens."""
+_SPLITWISE_ONE = {"batch_size": 1.0, "request_type": 2.0}
+"""The values splitwise-sim's requests take (``generate_trace.py`` writes them): another
+``batch_size`` is that many sequences holding KV each (``request.py``
+``estimate_kv_cache_size``: ``2 * self.batch_size * num_tokens * ...``), another
+``request_type`` one it does not serve (``Request.from_dict``: ``Unsupported request type``)."""
+
+
+def load_splitwise(path: Path, options: TraceOptions, streams: Streams) -> RawTrace:
+    """splitwise-sim's trace: one request a row; a row of several sequences
+    (``batch_size`` > 1) or of another request type is refused naming its line."""
+    facts = file_facts(path)
+    header = split_header(facts.first_line)
+    kinds: dict[str, Kind] = {name: "number" for name in SPLITWISE_COLUMNS}
+    kinds.update({name: "number" for name in _SPLITWISE_ONE if name in header})
+    cols = read_csv_columns(facts, _with_tier_column(dict(kinds), options), fmt="splitwise",
+                            tier_column=options.tier_column)
+    line_of = _csv_line_of(path)
+    for name, value in _SPLITWISE_ONE.items():
+        other = cols.numbers[name] != value if name in cols.numbers else np.zeros(0, bool)
+        if other.any():
+            row = int(np.argmax(other))
+            raise TraceError(path, f"{cols.numbers[name][row]:g}: splitwise-sim's requests have "
+                             f"{name} {value:g} (a generative LLM request of one sequence); "
+                             "kvbudget simulates one sequence a request", line=line_of(row),
+                             field=name)
+    raw = RawTrace(
+        path=path,
+        format="splitwise",
+        prompt=cols.numbers["prompt_size"],
+        output=cols.numbers["token_size"],
+        arrival=cols.numbers["arrival_timestamp"],
+        labels=_labels(cols, options.tier_column),
+        fields={"arrival_s": "arrival_timestamp", "prompt_tokens": "prompt_size",
+                "output_tokens": "token_size"},
+        rows_read=cols.num_rows,
+        line_of=line_of,
     )
     return _note_truncated(raw, facts, cols.dropped_last)
 

@@ -30,6 +30,7 @@ def _loader(fmt: str) -> Loader:
         "burstgpt": _tabular.load_burstgpt,
         "mooncake": _tabular.load_mooncake,
         "lengths": _tabular.load_lengths,
+        "splitwise": _tabular.load_splitwise,
         "generic": _tabular.load_generic,
     }
     return loaders[fmt]
@@ -82,6 +83,8 @@ def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
         return "burstgpt"
     if {"num_prefill_tokens", "num_decode_tokens"} <= header:
         return "lengths"
+    if set(_tabular.SPLITWISE_COLUMNS) <= header:
+        return "splitwise"
     if _GENERIC_HINT & header or mapped & header:
         return "generic"
     raise TraceError(path, f"cannot tell the trace format from the header {first[:80]!r}; "

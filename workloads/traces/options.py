@@ -13,7 +13,8 @@ from kvbudget.workloads.max_output import FixedCap, MaxOutputRule
 if TYPE_CHECKING:
     from kvbudget.workloads.arrivals import ArrivalProcess
 
-FORMATS: tuple[str, ...] = ("azure", "burstgpt", "mooncake", "lengths", "servegen", "generic")
+FORMATS: tuple[str, ...] = ("azure", "burstgpt", "mooncake", "lengths", "splitwise", "servegen",
+                            "generic")
 """Names accepted by ``TraceOptions.format`` (``--format``)."""
 
 CANONICAL_COLUMNS: tuple[str, ...] = (

@@ -165,6 +165,13 @@ LLMPERF_SUMMARY = {"version": "2023-08-31", "name": "llama2-70b-4096_550_150_sum
                                                        {"name": "llm_request"}]}]}]}) + "\n"
      + json.dumps({"resourceSpans": []}) + "\n",
      "is an OpenTelemetry trace export (OTLP JSON"),
+    # LMCache/LMBench 3-workloads/trace-replayer/trace-replayer-qa.py (commit 48172cd1)
+    # save_results: a non-streamed replay's rows; it got "has no arrival_s column but
+    # 'timestamp' looks like the arrival time: map it", and mapped, no TTFT to compare
+    ("trace_replayer_results.csv",
+     "timestamp,request_id,latency,prompt_tokens,completion_tokens,total_tokens,error\n"
+     "0.0,1,1.2,2101,84,2185,\n0.06,2,0.9,3650,74,3724,\n",
+     "is LMBench's trace-replayer result: its requests were not streamed"),
     ("profile_export_aiperf_sweep.json",
      json.dumps({"aggregation_type": "sweep", "num_profile_runs": 12,
                  "per_combination_metrics": [{"parameters": {"concurrency": 16}}]}),
@@ -379,3 +386,199 @@ def test_guidellm_rate_benchmark_without_a_cap_is_capped_at_the_default(
     rec = read_recording(path)
     assert rec.stages == (RecordedStage("0: constant 4 req/s x512", "capped", 4.0, 512),)
     assert any("replayed at most 512 in flight (assumed)" in n for n in rec.notes) == noted
+
+
+def sglang_details(**changes: Any) -> dict[str, Any]:
+    """One line of SGLang's ``bench_serving --output-file F --output-details``, in the keys of
+    sgl-project/sglang python/sglang/benchmark/metrics.py ``save_results`` (commit 1291c7fc:
+    the run's arguments, its metrics, then ``input_lens``, ``output_lens``, ``ttfts``,
+    ``itls``, ``generated_texts``, ``errors``), with small made-up values."""
+    line: dict[str, Any] = {
+        "backend": "sglang", "dataset_name": "random", "request_rate": 4.0,
+        "max_concurrency": None, "sharegpt_output_len": None, "random_input_len": 32,
+        "random_output_len": 4, "random_range_ratio": 0.0, "duration": 1.5, "completed": 3,
+        "total_input_tokens": 96, "total_output_tokens": 12,
+        "total_output_tokens_retokenized": 12, "request_throughput": 2.0,
+        "median_ttft_ms": 20.0, "mean_itl_ms": 10.0, "output_throughput": 8.0,
+        "mean_e2e_latency_ms": 50.0, "accept_length": None,
+        "input_lens": [32, 32, 32], "output_lens": [4, 4, 4], "ttfts": [0.02, 0.021, 0.02],
+        "itls": [[0.01, 0.01, 0.01]] * 3, "generated_texts": ["a b c d"] * 3,
+        "errors": ["", "", ""]}
+    return {**line, **changes}
+
+
+# SGLang's bench_serving with --dataset-name mooncake and the sglang backend replays the trace
+# on its own clock, "ignoring --request-rate" (python/sglang/bench_serving.py benchmark();
+# python/sglang/benchmark/datasets/mooncake.py get_mooncake_request_over_time at 17481b4e:
+# each session at its timestamp times --mooncake-slowdown-factor, its rounds at once), and
+# saves the request_rate it was given (inf by default); --use-trace-timestamps saves it as
+# "trace" (python/sglang/benchmark/metrics.py save_results at 1291c7fc). The first was read
+# as every request sent at once (exit 0), the second refused as "not a rate: 'trace'".
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"dataset_name": "mooncake", "request_rate": float("inf")}, "dataset_name"),
+    ({"dataset_name": "mooncake", "request_rate": "trace"}, "request_rate"),
+])
+def test_sglang_runs_sent_at_a_traces_timestamps_are_refused(
+        tmp_path: Path, changes: dict[str, Any], field: str) -> None:
+    path = tmp_path / "sglang_mooncake.jsonl"
+    path.write_text(json.dumps(sglang_details(**changes)) + "\n")
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert info.value.field == field
+    assert str(info.value).startswith(
+        f"{path}: field '{field}': is an SGLang bench_serving run that sent each request at "
+        "its Mooncake trace's timestamp")
+    assert "simulate the trace itself" in str(info.value)
+    # the same run of another dataset, at a rate, is read as before
+    path.write_text(json.dumps(sglang_details()) + "\n")
+    assert read_recording(path).stages[0].load == "open"
+    # a mooncake dataset sent through another backend followed --request-rate
+    path.write_text(json.dumps(sglang_details(dataset_name="mooncake",
+                                              backend="sglang-oai")) + "\n")
+    assert read_recording(path).stages[0].request_rate == 4.0
+
+
+def trtllm_result(**changes: Any) -> dict[str, Any]:
+    """A result of TensorRT-LLM's copy of vLLM's client (NVIDIA/TensorRT-LLM
+    tensorrt_llm/serve/scripts/benchmark_serving.py at commit 0228a712: ``--save-result
+    --save-detailed`` writes vLLM's lists with each request's E2E as ``e2els``, no
+    ``latencies`` nor ``start_times``, and adds ``user_throughput`` and
+    ``avg_decoded_tokens_per_iter``), made from the vLLM fixture's requests with the E2E
+    lengthened by 5 ms, so that it differs from TTFT plus the inter-token times."""
+    doc = json.loads((FIXTURES / "vllm-bench-0.32.0" / "rate8.json").read_text())
+    lists = {k: doc[k] for k in ("input_lens", "output_lens", "ttfts", "itls",
+                                 "generated_texts", "errors")}
+    result = {"date": "20251001-101010", "backend": "openai", "model_id": "tiny",
+              "tokenizer_id": "tiny", "num_prompts": 20, "duration": 2.6, "completed": 20,
+              "total_input_tokens": 648, "total_output_tokens": 320,
+              "request_throughput": 7.65, "output_throughput": 122.4,
+              "total_token_throughput": 370.4, "user_throughput": 180.2,
+              "avg_decoded_tokens_per_iter": {"mean": 0.0, "min": 0.0, "max": 0.0,
+                                              "median": 0.0, "std": 0.0, "percentiles": {}},
+              **lists, "e2els": [x + 0.005 for x in doc["latencies"]],
+              "mean_ttft_ms": 73.9, "median_ttft_ms": 63.2, "request_rate": 8.0,
+              "burstiness": 1.0, "max_concurrency": None}
+    return {**result, **changes}
+
+
+# NVIDIA/TensorRT-LLM's benchmark_serving (its docs' run-benchmark-with-trtllm-serve.md): its
+# detailed result was called "vllm bench serve", its measured e2els ignored ("no latencies in
+# the file: E2E = TTFT + the sum of the inter-token times"), its acceptance length
+# (avg_decoded_tokens_per_iter) not said, and a result without --save-detailed was called a
+# vllm bench serve result.
+def test_tensorrt_llm_benchmark_serving_is_read_as_its_own(tmp_path: Path) -> None:
+    path = tmp_path / "openai-8.0qps-tiny.json"
+    doc = trtllm_result()
+    path.write_text(json.dumps(doc))
+    rec = read_recording(path)
+    assert rec.tool == "tensorrt_llm benchmark_serving"
+    measured = rec.measured.sort_values("request_id")
+    assert np.allclose(measured["e2e_s"], doc["e2els"])
+    assert not any("no latencies" in n for n in rec.notes)
+    assert not any("speculative" in n for n in rec.notes)
+    assert any("(tensorrt_llm benchmark_serving does not save it)" in n for n in rec.notes)
+    spec = trtllm_result(avg_decoded_tokens_per_iter={"mean": 2.5, "min": 1.0, "max": 4.0})
+    path.write_text(json.dumps(spec))
+    assert any("the server ran speculative decoding (mean acceptance length 2.5" in n
+               for n in read_recording(path).notes)
+    summary = {k: v for k, v in doc.items() if not isinstance(v, list)}
+    path.write_text(json.dumps(summary))
+    with pytest.raises(TraceError, match="is a TensorRT-LLM benchmark_serving result without "
+                       "per-request data"):
+        read_recording(path)
+
+
+# SGLang's bench_serving --disable-stream (python/sglang/bench_serving.py at 0033168f,
+# async_request_openai_completions: the answer arrives as one chunk, which sets the TTFT to the
+# whole answer's time and appends no inter-token time) was refused as a damaged file: "no
+# inter-token times for 4 output tokens".
+def test_a_run_that_did_not_stream_is_named_so(tmp_path: Path) -> None:
+    path = tmp_path / "sglang_nostream.jsonl"
+    path.write_text(json.dumps(sglang_details(ttfts=[0.05, 0.052, 0.05], itls=[[]] * 3)) + "\n")
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert info.value.field == "itls"
+    assert str(info.value).endswith(
+        "no inter-token times for 4 output tokens: none of the 3 completed requests of several "
+        "tokens has one, a run that did not stream (SGLang's bench_serving --disable-stream: "
+        "the whole answer in one chunk, its time saved as the TTFT); kvbudget compares "
+        "streamed TTFT, TPOT and E2E: record a streamed run")
+    # one request without, among streamed ones, is a damaged file, as before
+    path.write_text(json.dumps(sglang_details(itls=[[0.01] * 3, [], [0.01] * 3])) + "\n")
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert str(info.value).endswith("field 'itls': no inter-token times for 4 output tokens")
+
+
+def guidellm_0_1_report(mode: str = "sweep") -> dict[str, Any]:
+    """A GuideLLM 0.1 report (vllm-project/guidellm tag v0.1.0: ``GuidanceReport`` in
+    src/guidellm/core/report.py holds ``TextGenerationBenchmarkReport``s of
+    ``TextGenerationBenchmark``s, src/guidellm/core/result.py: ``mode``, ``rate``,
+    ``results`` with ``prompt_token_count``, ``output_token_count``, ``start_time``,
+    ``first_token_time``, ``end_time``, and ``errors`` without times), small made-up values."""
+    def result(t: float) -> dict[str, Any]:
+        return {"request": {"id": "r", "prompt": "p", "prompt_token_count": 32,
+                            "output_token_count": 16, "params": {}},
+                "prompt": "p", "prompt_word_count": 20, "prompt_token_count": 32,
+                "output": "o", "output_word_count": 10, "output_token_count": 16,
+                "last_time": t + 0.5, "start_time": t, "first_token_time": t + 0.05,
+                "end_time": t + 0.5}
+
+    benches = [
+        {"mode": "synchronous", "rate": None, "results": [result(100.0), result(100.5)],
+         "errors": [], "concurrencies": []},
+        {"mode": "throughput", "rate": None, "results": [result(102.0), result(102.0)],
+         "errors": [{"request": {"id": "e", "prompt": "p"}, "message": "timeout"}],
+         "concurrencies": []},
+        {"mode": "asynchronous", "rate": 2.0, "results": [result(104.0), result(104.5)],
+         "errors": [], "concurrencies": []}]
+    return {"benchmarks": [{"benchmarks": benches, "args": {
+        "backend_type": "openai_server", "target": "http://localhost:8000/v1",
+        "model": "meta-llama/Llama-3.1-8B-Instruct", "data_type": "emulated",
+        "data": "prompt_tokens=32,generated_tokens=16", "tokenizer": "t", "mode": mode,
+        "rate": None, "max_number": 2, "max_duration": None}}]}
+
+
+# GuideLLM 0.1 (`guidellm --target ... --output-path report.json`, late 2024) nests its
+# benchmarks one level deeper than 0.2: the report was refused with "field
+# 'benchmarks[0].requests': must hold a 'requests' object (successful, errored, incomplete)".
+@pytest.mark.parametrize(("mode", "rate_kind"), [("sweep", "constant"), ("poisson", "poisson")])
+def test_guidellm_0_1_report_is_read(tmp_path: Path, mode: str, rate_kind: str) -> None:
+    path = tmp_path / "guidance_report.json"
+    path.write_text(json.dumps(guidellm_0_1_report(mode)))
+    assert detect_recording_format(path) == "guidellm"
+    rec = read_recording(path)
+    assert rec.tool == "guidellm 0.1"
+    assert rec.config["model"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert rec.stages == (
+        RecordedStage("0: synchronous", "closed", None, 1),
+        RecordedStage("1: throughput x511", "closed", None, 511),
+        RecordedStage(f"2: {rate_kind} 2 req/s x511", "capped", 2.0, 511))
+    assert rec.counts["num_errored"] == 1
+    assert any("1 errored requests: GuideLLM 0.1 keeps no time of them" in n
+               for n in rec.notes)
+    measured = rec.measured
+    assert np.allclose(measured["ttft_s"], 0.05) and np.allclose(measured["e2e_s"], 0.5)
+    assert measured["prompt_tokens"].tolist() == [32] * 6
+    # a report that measured more in flight ran under a raised setting: that many
+    doc = guidellm_0_1_report(mode)
+    doc["benchmarks"][0]["benchmarks"][1]["concurrencies"] = [
+        {"time": 102.0, "completed": 0, "errored": 0, "processing": 900}]
+    path.write_text(json.dumps(doc))
+    assert read_recording(path).stages[1] == RecordedStage("1: throughput x900", "closed",
+                                                           None, 900)
+
+
+# SGLang's bench_serving --dataset-name generated-shared-prefix (python/sglang/bench_serving.py
+# sample_generated_shared_prefix_requests at 0033168f: each prompt is its group's system prompt
+# plus a question, so the server's prefix cache served most of it) saves the dataset's name
+# only: its requests were simulated sharing nothing, unsaid.
+def test_an_sglang_shared_prefix_run_says_the_prefixes_are_not_simulated(
+        tmp_path: Path) -> None:
+    path = tmp_path / "sglang_gsp.jsonl"
+    path.write_text(json.dumps(sglang_details(dataset_name="generated-shared-prefix")) + "\n")
+    notes = read_recording(path).notes
+    assert any(n.startswith("dataset generated-shared-prefix: SGLang's prompts shared their "
+                            "group's system prompt") and "share no prefix" in n for n in notes)
+    path.write_text(json.dumps(sglang_details()) + "\n")
+    assert not any("shared-prefix" in n for n in read_recording(path).notes)

@@ -225,6 +225,42 @@ def test_times_past_any_date_are_refused_with_the_unit_they_are_in(tmp_path: Pat
     assert np.allclose(loaded.workload.arrival_s, [0.0, 24.256743, 24.318295])
 
 
+def test_lmbench_string_timestamps_are_its_nanoseconds(tmp_path: Path) -> None:
+    """LMCache/LMBench 3-workloads/trace-replayer/traces/gmi_trace.jsonl (commit 48172cd1)
+    writes its timestamps as strings of Unix-epoch nanoseconds, newest first, with more
+    hash_ids than Mooncake's 512-token blocks allow (58 for 2,101 tokens); its replayer,
+    trace-replayer-qa.py, reads them as ``int(...)`` and replays ``(t - earliest) / 1e9``
+    seconds. kvbudget refused the file ('not a number'), as Mooncake and as the generic
+    format. These are its three first stamps, with small lengths and hashes."""
+    stamps = ["1753780607550317897", "1753780607488766527", "1753780583232023294"]
+    records = [{"timestamp": t, "input_length": 64 + k, "output_length": 8 + k,
+                "hash_ids": list(range(10 * k, 10 * k + 9))} for k, t in enumerate(stamps)]
+    path = write(tmp_path / "gmi_trace.jsonl", mooncake_lines(records))
+    assert detect_format(path) == "mooncake"
+    loaded = load_trace(path)
+    assert loaded.report.format == "lmbench"
+    # nanoseconds taken apart in integers: 24.256743233 s, then 0.06155137 s more
+    assert loaded.workload.arrival_s.tolist() == [0.0, 24.256743233, 24.318294603]
+    assert loaded.workload.prompt_tokens.tolist() == [66, 65, 64]
+    assert loaded.workload.prefix_hashes is None
+    said = [w for w in loaded.report.warnings if w.startswith("hash_ids not read")]
+    assert said and "give prefix_block_tokens" in said[0]
+    # with the size of a hash's block given, the hashes are read
+    given = load_trace(path, TraceOptions(prefix_block_tokens=7))
+    assert given.workload.prefix_hashes is not None
+    assert not any(w.startswith("hash_ids not read") for w in given.report.warnings)
+    # a string that is no whole number, and strings that are no date in ns, are refused
+    bad = [*records[:2], {**records[2], "timestamp": "2025-07-29T09:16:23Z"}]
+    with pytest.raises(TraceError, match=r"line 3: field 'timestamp': not a whole number of "
+                       r"nanoseconds: '2025-07-29T09:16:23Z'"):
+        load_trace(write(tmp_path / "bad.jsonl", mooncake_lines(bad)))
+    ms = [{**r, "timestamp": str(1000 * k)} for k, r in enumerate(records)]
+    with pytest.raises(TraceError, match=r"line 1: field 'timestamp': the earliest string "
+                       r"timestamp, 0, read as LMBench reads one \(Unix-epoch nanoseconds\), "
+                       r"is no date"):
+        load_trace(write(tmp_path / "ms.jsonl", mooncake_lines(ms)))
+
+
 def test_epoch_seconds_read_as_milliseconds_are_refused(tmp_path: Path) -> None:
     """The same LMBench requests with Unix-epoch seconds in Mooncake's timestamp: read as ms,
     five requests 12.9 s apart arrived 20 days in, within 13 ms (309 req/s), exit 0."""
@@ -246,6 +282,40 @@ def test_epoch_seconds_read_as_milliseconds_are_refused(tmp_path: Path) -> None:
     late = [{"timestamp": 86_400_000 * 30 + 3_600_000 * i, "input_length": 5, "output_length": 5}
             for i in range(3)]
     assert len(load_trace(write(tmp_path / "late.jsonl", mooncake_lines(late))).workload) == 3
+
+
+# splitwise-sim's traces (Mutinifni/splitwise-sim traces/test_trace.csv at commit 37808801,
+# written by its generate_trace.py): its header, with small made-up rows.
+SPLITWISE = """request_id,request_type,application_id,arrival_timestamp,batch_size,prompt_size,token_size
+0,2,0,1,1,40,3
+1,2,0,3.25,1,20,8
+2,2,1,4,1,20,16
+"""
+
+
+def test_splitwise_sim_trace_is_read(tmp_path: Path) -> None:
+    """It got 'cannot tell the trace format from the header'."""
+    path = write(tmp_path / "rr_conv_50.csv", SPLITWISE)
+    assert detect_format(path) == "splitwise"
+    loaded = load_trace(path)
+    assert loaded.report.format == "splitwise"
+    assert loaded.workload.arrival_s.tolist() == [1.0, 3.25, 4.0]  # seconds, as written
+    assert loaded.workload.prompt_tokens.tolist() == [40, 20, 20]
+    assert loaded.workload.output_tokens.tolist() == [3, 8, 16]
+    by_app = load_trace(path, TraceOptions(tier_column="application_id",
+                                           tier_map={"0": "interactive", "1": "batch"}))
+    assert [by_app.workload.tier_names[t] for t in by_app.workload.tier.tolist()] == [
+        "interactive", "interactive", "batch"]
+    # several sequences a request, or a request type splitwise-sim does not serve: refused
+    for column, value, message in ((4, "2", "batch_size': 2: splitwise-sim's requests have "
+                                    "batch_size 1"),
+                                   (1, "0", "request_type': 0: splitwise-sim's requests have "
+                                    "request_type 2")):
+        rows = [line.split(",") for line in SPLITWISE.splitlines()]
+        rows[3][column] = value
+        bad = write(tmp_path / "bad.csv", "\n".join(",".join(r) for r in rows) + "\n")
+        with pytest.raises(TraceError, match=f"line 4: field '{message}"):
+            load_trace(bad)
 
 
 def test_length_table_with_arrival_process(tmp_path: Path) -> None:
