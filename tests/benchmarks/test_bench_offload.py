@@ -156,3 +156,16 @@ def test_the_docs_gain_factors_are_what_the_benchmark_gives(bench: ModuleType,
     # the 64 k published load share by hand: (0.272 - 0.111) / 0.272
     assert bench.gain_factors(65536, model)["load_share_published"] == pytest.approx(
         0.161 / 0.272)
+
+
+def test_the_docs_split_the_1k_cpu_hits_shortfall(bench: ModuleType, tmp_path: Path) -> None:
+    """The 1 k CPU hit's shortfall is the GPU hit's (step and front end) plus the load's own."""
+    _, cpu, gpu, _ = bench.predict(1024, bench.coder_model(tmp_path))
+    pub = bench.PUBLISHED[1024]
+    short_cpu, short_gpu = pub[1] - cpu, pub[2] - gpu
+    text = " ".join(section(REPO / "docs" / "offload.md", "### The TTFT gains").split())
+    m = re.search(r"Of the 1 k CPU hit's (\d+) ms under the published figure, (\d+) ms are what "
+                  r"the GPU hit lacks too .* and (\d+) ms the load's own", text)
+    assert m, "the 1 k shortfall sentence"
+    for written, v in zip(m.groups(), (short_cpu, short_gpu, short_cpu - short_gpu), strict=True):
+        assert agrees(written, v * 1e3), f"should read {v * 1e3:.0f}"
