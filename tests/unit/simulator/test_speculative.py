@@ -334,6 +334,9 @@ def test_an_eagle3_heads_draft_vocabulary_prices_its_passes_by_hand() -> None:
                                                     rel=0.01)
     assert "draft vocabulary 32000" in SpeculativeConfig(
         "eagle3", k, acceptance_rate=0.5, draft_vocab_size=32_000).assumed()
+    # with the smaller head, skip-ahead gives the stepping results, bit for bit
+    both_ways(SpeculativeConfig("eagle3", k, acceptance_rate=0.6, draft_vocab_size=32_000),
+              [(30, 20), (12, 33), (50, 7)], 40)
 
 
 def test_a_draft_model_larger_than_the_target_is_a_warning(scenario: Path) -> None:
