@@ -152,6 +152,24 @@ def miss_breakdown(length: int, model: Path, gpu: GPUSpec | None = None) -> dict
     return out
 
 
+def gain_factors(length: int, model: Path) -> dict[str, float]:
+    """The miss/CPU gain's error taken apart: the gain is the miss's TTFT over the CPU hit's, so
+    its predicted-over-published factor is the miss's factor over the CPU hit's (``miss``,
+    ``cpu``, ``gain``); ``load_share``: the CPU hit's load (CPU hit less GPU hit) as a share of
+    the CPU hit's TTFT, predicted and published (``load_share``, ``load_share_published``);
+    ``gain_causal``: the predicted gain were the miss's prefill attention counted as a causal
+    kernel does it (:func:`miss_breakdown`'s ``causal_step_s`` for its steps, the front end's
+    part unchanged): a what-if of the step model, which this feature does not change."""
+    miss, cpu, gpu, _ = predict(length, model)
+    pub = PUBLISHED[length]
+    b = miss_breakdown(length, model)
+    return {
+        "miss": miss / pub[0], "cpu": cpu / pub[1], "gain": (miss / cpu) / (pub[0] / pub[1]),
+        "load_share": (cpu - gpu) / cpu, "load_share_published": (pub[1] - pub[2]) / pub[1],
+        "gain_causal": (miss - b["step_s"] + b["causal_step_s"]) / cpu,
+    }
+
+
 def _tflop(flops: float) -> str:
     return f"{flops / 1e12:,.0f}" if flops >= 1e13 else f"{flops / 1e12:.2f}"
 
@@ -194,6 +212,13 @@ def main(argv: list[str] | None = None) -> int:
                   f"{off['load_bytes_per_gpu'] / 1e9:.2f} GB in {off['load_time_s'] * 1e3:.1f} ms)")
         for length in args.lengths:
             print_breakdown(length, model)
+        for length in (n for n in args.lengths if n in PUBLISHED):
+            f = gain_factors(length, model)
+            print(f"gain of {length} tokens, predicted over published: miss x{f['miss']:.2f} "
+                  f"/ CPU hit x{f['cpu']:.2f} = gain x{f['gain']:.2f}; the load "
+                  f"{f['load_share']:.0%} of the CPU hit (published "
+                  f"{f['load_share_published']:.0%}); with causal prefill pairs the gain "
+                  f"would be {f['gain_causal']:.1f}x")
     print("assumed: host link 0.7 x 64 GB/s per direction (the source measured ~54 GB/s); "
           "16-token prefix hashes; the vllm-api-server front end's per-request cost; "
           "TTFT = the engine's plus the front end's")

@@ -29,7 +29,9 @@ published figures, the batch size beyond which it stops paying, and the simulato
    not, and the rows whose tree settings are not given priced as SGLang's default tree (a
    what-if); and what the row needs: the step time its speed-up implies less the model's,
    a step and per draft pass, and the range of a time added to every draft pass that would put
-   all vLLM rows within 15 % (shown, not fitted: no constant is taken from it).
+   all vLLM rows within 15 % (shown, not fitted: no constant is taken from it); and, at each
+   ``k``, how much longer #20780's EAGLE-3 step is than its EAGLE step, as published and as
+   priced (``spec_published.eagle3_over_eagle``: why its EAGLE-3 rows are not comparable).
 
 3i. **Instructions** (``--instructions``, valgrind): part 3's simulation alone counted by
    cachegrind (a process that builds the scenario and simulates it, less one that only builds
@@ -56,6 +58,7 @@ from kvbudget.perf.spec_published import (
     compare,
     decode_speed_up,
     draft_pass_time_window,
+    eagle3_over_eagle,
     unpublished_trees_at_defaults,
 )
 from kvbudget.perf.speculative import draft_pass_model, mean_acceptance_length, rate_for_length
@@ -167,6 +170,10 @@ def main() -> None:
         print(f"   what-if, {p.source} {p.method} k={p.k} as SGLang's default tree "
               f"({p.drafts}): model {c.predicted:.2f}x ({c.error:+.1%}), step "
               f"{c.priced_step_s * 1e3:.2f} ms")
+    for g in eagle3_over_eagle():
+        print(f"   #20780 k={g.k}: the EAGLE-3 step less the EAGLE step, published "
+              f"{g.published_s * 1e3:+.2f} ms, priced {g.model_s * 1e3:+.2f} ms (the source's "
+              f"lighter head): {g.unexplained_s * 1e3:.2f} ms unexplained")
     chains = [c for c in compare() if c.published.engine == "vllm"]
     window = draft_pass_time_window(chains)
     print("   a time added to every draft pass that would put all vLLM chain rows within "

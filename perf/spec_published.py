@@ -30,8 +30,9 @@ from kvbudget.perf.models import get_model
 from kvbudget.perf.speculative import DraftShape, chain_shape, draft_pass_model, sglang_tree_shape
 from kvbudget.perf.step_time import VllmStepModel
 
-__all__ = ["PUBLISHED", "SGLANG_DEFAULT_TREE", "TOLERANCE", "Comparison", "PublishedSpeedUp",
-           "compare", "decode_speed_up", "decode_step_times", "draft_pass_time_window",
+__all__ = ["EAGLE3_LLAMA8B_DRAFT_VOCAB", "PUBLISHED", "SGLANG_DEFAULT_TREE", "TOLERANCE",
+           "Comparison", "PublishedSpeedUp", "StepGap", "compare", "decode_speed_up",
+           "decode_step_times", "draft_pass_time_window", "eagle3_over_eagle",
            "unpublished_trees_at_defaults"]
 
 TOLERANCE = 0.15
@@ -82,7 +83,8 @@ class PublishedSpeedUp:
     ``tree``: the publication drafted trees; with SGLang's ``eagle_topk`` and
     ``num_draft_tokens`` (``--speculative-eagle-topk``, ``--speculative-num-draft-tokens``;
     ``k`` is its ``--speculative-num-steps``) where it gives them, priced as that tree, and as a
-    chain of ``k`` where it does not."""
+    chain of ``k`` where it does not. ``draft_vocab_size``: the EAGLE-3 head's LM-head rows where
+    its checkpoint's config gives them (:func:`~kvbudget.perf.speculative.draft_pass_model`)."""
 
     source: str
     engine: str
@@ -98,6 +100,7 @@ class PublishedSpeedUp:
     tensor_parallel_size: int = 1
     eagle_topk: int | None = None
     num_draft_tokens: int | None = None
+    draft_vocab_size: int | None = None
 
     @property
     def shape(self) -> DraftShape:
@@ -127,6 +130,12 @@ _E1 = {2: (2.10, 4.37), 3: (2.29, 4.29), 4: (2.39, 4.48), 5: (2.43, 4.71), 6: (2
        7: (2.47, 5.20)}
 _E3 = {2: (2.36, 4.32), 3: (2.79, 4.09), 4: (3.08, 4.05), 5: (3.32, 4.13), 6: (3.46, 4.20),
        7: (3.54, 4.29)}
+EAGLE3_LLAMA8B_DRAFT_VOCAB = 32_000
+"""The LM-head rows of #20780's EAGLE-3 head (EAGLE3-LLaMA3.1-Instruct-8B): the EAGLE authors'
+EAGLE-3 config for Llama-3.1-8B gives ``"draft_vocab_size": 32000`` beside ``"vocab_size":
+128256`` (SafeAILab/EAGLE 9666a81, ``eagle/traineagle3/config.json``); vLLM's bench of that
+head's logits uses the same (PR #43349: ``DRAFT_VOCAB_SIZE = 32000``, ``TARGET_VOCAB_SIZE =
+128256``)."""
 # SGLang PR #4247 ("[Feature] Support EAGLE 3", chromecast56's comment of 2025-03-10, CUDA
 # graphs on): Llama-3.1-8B-Instruct, MT-bench, 80 questions, one request at a time; throughput
 # and acceptance length by --speculative-num-steps (draft *trees*); the baseline is the SGLang
@@ -153,7 +162,8 @@ PUBLISHED: tuple[PublishedSpeedUp, ...] = (
     *(PublishedSpeedUp(_VLLM_20780, "vllm", "eagle", "Llama-3.1-8B", "H100-80GB", 1, k, al,
                        _TPOT_VANILLA_MS / tpot) for k, (al, tpot) in _E1.items()),
     *(PublishedSpeedUp(_VLLM_20780, "vllm", "eagle3", "Llama-3.1-8B", "H100-80GB", 1, k, al,
-                       _TPOT_VANILLA_MS / tpot) for k, (al, tpot) in _E3.items()),
+                       _TPOT_VANILLA_MS / tpot, draft_vocab_size=EAGLE3_LLAMA8B_DRAFT_VOCAB)
+      for k, (al, tpot) in _E3.items()),
     PublishedSpeedUp(_SGLANG_4247, "sglang", "eagle3", "Llama-3.1-8B", "H100-80GB", 1, 8, 5.39,
                      378.57 / _SGLANG_BASE, tree=True),
     PublishedSpeedUp(_SGLANG_4247, "sglang", "eagle3", "Llama-3.1-8B", "H100-80GB", 1, 5, 4.68,
@@ -243,8 +253,43 @@ def compare(rows: tuple[PublishedSpeedUp, ...] = PUBLISHED) -> list[Comparison]:
     for p in rows:
         gpu, model, tp = get_gpu(p.gpu), get_model(p.model), p.tensor_parallel_size
         target = VllmStepModel(gpu, model, tensor_parallel_size=tp)
-        draft = draft_pass_model(p.method, model, None, gpu, tp)
+        draft = draft_pass_model(p.method, model, None, gpu, tp, p.draft_vocab_size)
         plain, priced = decode_step_times(target, draft, p.batch, p.k, p.context, p.shape)
         out.append(Comparison(p, decode_speed_up(target, draft, p.batch, p.k, p.length,
                                                  p.context, p.shape), plain, priced))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class StepGap:
+    """At one ``k``, how much longer a step with EAGLE-3 is than one with EAGLE in #20780's
+    runs (the same setup, GPU, target, ``k`` and outputs: greedy decoding emits the target's
+    tokens either way), and in the model. A published step is its TPOT times its acceptance
+    length (the time a step over the tokens it emits); the model's is its priced step."""
+
+    k: int
+    published_s: float
+    model_s: float
+
+    @property
+    def unexplained_s(self) -> float:
+        """What EAGLE-3's step takes beyond EAGLE's in the runs and not in vLLM's source as the
+        model prices it."""
+        return self.published_s - self.model_s
+
+
+def eagle3_over_eagle(rows: list[Comparison] | None = None) -> list[StepGap]:
+    """#20780's EAGLE-3 step less its EAGLE step at each ``k``, as published and as priced
+    (``rows``: :func:`compare`'s by default)."""
+    rows = compare() if rows is None else rows
+    vllm = {(c.published.method, c.published.k): c for c in rows
+            if c.published.engine == "vllm" and not c.published.tree}
+    out = []
+    for (method, k), e3 in sorted(vllm.items()):
+        e1 = vllm.get(("eagle", k))
+        if method != "eagle3" or e1 is None:
+            continue
+        published = (e3.published.length / e3.published.speed_up
+                     - e1.published.length / e1.published.speed_up) * _TPOT_VANILLA_MS * 1e-3
+        out.append(StepGap(k, published, e3.priced_step_s - e1.priced_step_s))
     return out

@@ -29,7 +29,8 @@ from kvbudget.perf.hardware import GPUSpec
 from kvbudget.perf.models import ModelSpec
 from kvbudget.perf.step_time import VllmStepModel
 
-__all__ = ["SPEC_METHODS", "DraftShape", "SpeculativeConfig", "chain_shape", "draft_pass_model",
+__all__ = ["SPEC_METHODS", "DraftShape", "SpeculativeConfig", "chain_shape",
+           "check_draft_vocab_size", "draft_pass_model",
            "expected_accepted_tokens", "mean_acceptance_length", "parse_token_tree",
            "rate_for_length", "sglang_tree_shape", "vllm_tree_shape"]
 
@@ -177,6 +178,7 @@ class SpeculativeConfig:
     acceptance_length: float | None = None
     acceptance_by_tier: tuple[tuple[str, float], ...] = ()
     speculative_token_tree: str | None = None
+    draft_vocab_size: int | None = None
     seed: int = 0
     rate_by_priority: tuple[tuple[int, float], ...] = ()
 
@@ -205,6 +207,11 @@ class SpeculativeConfig:
                              f"{bound} + 1 = {depth + 1}], got {length!r}")
         for tier, value in self.acceptance_by_tier:
             self._check_value(f"{where}.acceptance_by_tier.{tier}", value)
+        dv = self.draft_vocab_size
+        if dv is not None and (self.method != "eagle3" or type(dv) is not int or dv < 1):
+            raise ValueError(f"{where}.draft_vocab_size: an EAGLE-3 head's LM-head rows (its "
+                             "config.json's draft_vocab_size), an int >= 1 with method "
+                             f"'eagle3' only, got {dv!r} with method {self.method!r}")
         if (self.method == "draft_model") != (self.model is not None):
             raise ValueError(f"{where}.model: a draft model config is given with method "
                              f"'draft_model' and only then, got method {self.method!r} and "
@@ -286,6 +293,8 @@ class SpeculativeConfig:
                         for tier, value in self.acceptance_by_tier)
         tree = ("" if self.speculative_token_tree is None else
                 f", tree of {self.num_speculative_tokens} drafts, depth {k}")
+        if self.draft_vocab_size is not None:
+            tree += f", draft vocabulary {self.draft_vocab_size}"
         return (f"{self.method}, k={self.num_speculative_tokens}{tree}, {given}: per-token rate {self.rate:.4f}, mean "
                 f"acceptance length {mean_acceptance_length(self.rate, k):.3f} (geometric)"
                 + tiers)
@@ -316,25 +325,51 @@ def rate_for_length(length: float, k: int) -> float:
     return (lo + hi) / 2
 
 
+def check_draft_vocab_size(method: str, draft_vocab_size: int, target: ModelSpec) -> None:
+    """``ValueError`` naming the field unless ``draft_vocab_size`` is an EAGLE-3 head's (method
+    ``eagle3``) and within the ``target``'s vocabulary (vLLM maps each draft id to a target
+    id: ``llama_eagle3.py:338-345``)."""
+    vocab = target.vocab_size
+    if method != "eagle3" or not 1 <= draft_vocab_size <= vocab:
+        raise ValueError(
+            "engine.speculative_config.draft_vocab_size: an EAGLE-3 head's LM-head rows, 1 to "
+            f"the target {target.name}'s vocabulary of {vocab}, got {draft_vocab_size!r} with "
+            f"method {method!r}")
+
+
 def draft_pass_model(method: str, target: ModelSpec, draft: ModelSpec | None, gpu: GPUSpec,
-                     tensor_parallel_size: int) -> VllmStepModel | None:
+                     tensor_parallel_size: int,
+                     draft_vocab_size: int | None = None) -> VllmStepModel | None:
     """The step model of one draft forward pass on ``gpu``: the draft model's (``draft_model``;
     vLLM runs it with the target's tensor parallelism by default), or a one-layer copy of the
     target for a head (EAGLE: "a single transformer decoder layer" over the target's features,
     Li et al. 2024, arXiv:2401.15077, section 4; MTP: one transformer block sharing the
     embedding and output head, DeepSeek-V3 technical report, arXiv:2412.19437, section 2.2);
-    None for ``ngram`` (host CPU)."""
+    None for ``ngram`` (host CPU).
+
+    A head's pass reads its layer and an LM head. EAGLE's is the target's (vLLM 0.32.0 shares
+    it: ``llm_base_proposer.py:1508-1556``, ``_maybe_share_lm_head``), ``vocab_size`` rows.
+    EAGLE-3's is its own, ``draft_vocab_size`` rows (``Eagle3LlamaForCausalLM``'s
+    ``ParallelLMHead(config.draft_vocab_size, ...)``, ``llama_eagle3.py:329-334``; the
+    target's vocabulary when the head's config does not give one, ``:314-316``): given here,
+    the copy's LM head has that many rows (its input embedding is the target's, looked up, not
+    read whole). Refused: a ``draft_vocab_size`` with another method, or one beyond the
+    target's vocabulary (vLLM maps each draft id to a target id: ``:338-345``)."""
     if method == "ngram":
         return None
     if method == "draft_model":
         assert draft is not None
         model = draft
     else:
+        vocab = target.vocab_size
+        if draft_vocab_size is not None:
+            check_draft_vocab_size(method, draft_vocab_size, target)
+            vocab = draft_vocab_size
         moe = target.moe
         model = replace(
             target, name=f"{target.name} {method} head", num_layers=1,
             moe=None if moe is None else replace(moe, num_moe_layers=min(1, moe.num_moe_layers)),
-            num_sliding_layers=0, num_params_published=None)
+            num_sliding_layers=0, num_params_published=None, vocab_size=vocab)
     return VllmStepModel(gpu, model, tensor_parallel_size=tensor_parallel_size)
 
 

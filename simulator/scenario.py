@@ -146,6 +146,7 @@ class SpeculativeSpec:
     acceptance_length: Annotated[float, Ge(1)] | None = None
     acceptance_by_tier: dict[str, float] = field(default_factory=dict)
     speculative_token_tree: str | None = None
+    draft_vocab_size: Annotated[int, Ge(1)] | None = None
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from kvbudget.perf.hardware import GPUSpec, get_gpu
 from kvbudget.perf.kv_capacity import legacy_num_gpu_blocks, num_gpu_blocks
 from kvbudget.perf.models import ModelSpec, get_model
 from kvbudget.perf.roofline import RooflineCostModel
+from kvbudget.perf.speculative import check_draft_vocab_size
 from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.policies import DEFAULT_TIERS, GatewayConfig, TierConfig
 from kvbudget.policies.clients import ClientModel
@@ -167,6 +168,9 @@ class SimConfig:
             model.check_tensor_parallel(self.engine.tensor_parallel_size)
         except ValueError as exc:
             raise ValueError(f"engine.{exc}") from None
+        spec_config = self.engine.speculative_config
+        if spec_config is not None and spec_config.draft_vocab_size is not None:
+            check_draft_vocab_size(spec_config.method, spec_config.draft_vocab_size, model)
         tiers = tier_map(self.tiers)
         if self.closed_loop is not None and self.clients:
             raise ValueError("closed_loop and clients together are not supported: a closed "

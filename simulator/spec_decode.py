@@ -601,7 +601,8 @@ def make_spec_decode(config: SpeculativeConfig, gpu: GPUSpec, target: ModelSpec,
     """An engine's :class:`SpecDecode` on ``gpu`` serving ``target``: the draft's step model
     (:func:`kvbudget.perf.speculative.draft_pass_model`) and the seeded acceptance stream."""
     draft = get_model(config.model) if config.model is not None else None
-    model = draft_pass_model(config.method, target, draft, gpu, tensor_parallel_size)
+    model = draft_pass_model(config.method, target, draft, gpu, tensor_parallel_size,
+                             config.draft_vocab_size)
     rng = np.random.default_rng(np.random.SeedSequence(config.seed, spawn_key=(SPEC_STREAM,)))
     return SpecDecode(config, model, rng, num_rows)
 

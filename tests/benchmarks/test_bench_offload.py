@@ -133,3 +133,39 @@ def test_the_docs_miss_breakdown_is_what_the_benchmark_gives(bench: ModuleType,
     )
     missing = [e for e in expected if e not in doc]
     assert not missing, f"docs/offload.md should read: {missing}"
+
+
+def test_the_docs_gain_factors_are_what_the_benchmark_gives(bench: ModuleType,
+                                                            tmp_path: Path) -> None:
+    """docs/offload.md, "The TTFT gains": each row is ``gain_factors``; the gain's factor is the
+    miss's over the CPU hit's (worked: 1.26 / 0.95 = 1.33 at 64 k tokens)."""
+    doc = section(REPO / "docs" / "offload.md", "### The TTFT gains")
+    rows = table_rows(doc, "| tokens | miss")
+    model = bench.coder_model(tmp_path)
+    assert [value_of(r[0]) for r in rows] == sorted(bench.PUBLISHED)
+    for cells in rows:
+        f = bench.gain_factors(int(value_of(cells[0])), model)
+        assert f["gain"] == pytest.approx(f["miss"] / f["cpu"], rel=1e-12)
+        for cell, v in zip(cells[1:4], (f["miss"], f["cpu"], f["gain"]), strict=True):
+            assert agrees(cell, v), (cells, v)
+        share = re.fullmatch(r"(\d+) % \((\d+) %\)", cells[4])
+        assert share, cells[4]
+        assert agrees(share.group(1), 100 * f["load_share"])
+        assert agrees(share.group(2), 100 * f["load_share_published"])
+        assert agrees(cells[5].rstrip("x"), f["gain_causal"]), (cells, f["gain_causal"])
+    # the 64 k published load share by hand: (0.272 - 0.111) / 0.272
+    assert bench.gain_factors(65536, model)["load_share_published"] == pytest.approx(
+        0.161 / 0.272)
+
+
+def test_the_docs_split_the_1k_cpu_hits_shortfall(bench: ModuleType, tmp_path: Path) -> None:
+    """The 1 k CPU hit's shortfall is the GPU hit's (step and front end) plus the load's own."""
+    _, cpu, gpu, _ = bench.predict(1024, bench.coder_model(tmp_path))
+    pub = bench.PUBLISHED[1024]
+    short_cpu, short_gpu = pub[1] - cpu, pub[2] - gpu
+    text = " ".join(section(REPO / "docs" / "offload.md", "### The TTFT gains").split())
+    m = re.search(r"Of the 1 k CPU hit's (\d+) ms under the published figure, (\d+) ms are what "
+                  r"the GPU hit lacks too .* and (\d+) ms the load's own", text)
+    assert m, "the 1 k shortfall sentence"
+    for written, v in zip(m.groups(), (short_cpu, short_gpu, short_cpu - short_gpu), strict=True):
+        assert agrees(written, v * 1e3), f"should read {v * 1e3:.0f}"

@@ -288,6 +288,9 @@ def scenario(tmp_path: Path) -> Iterator[Path]:
     ("engine.speculative_config.acceptance_by_tier.interactive=1.2",
      "engine.speculative_config.acceptance_by_tier.interactive"),
     ("engine.speculative_config.acceptance_length=2", "engine.speculative_config"),
+    ("engine.speculative_config.draft_vocab_size=32000",  # the scenario's method is eagle
+     "engine.speculative_config.draft_vocab_size"),
+    ("engine.speculative_config.draft_vocab_size=0", "engine.speculative_config.draft_vocab_size"),
 ])
 def test_bad_speculative_config_is_one_line_naming_the_file_and_field(
         scenario: Path, expr: str, field: str) -> None:
@@ -295,6 +298,45 @@ def test_bad_speculative_config_is_one_line_naming_the_file_and_field(
     err = res.stderr.strip()
     assert res.exit_code == 2 and err.startswith("error: ") and len(err.splitlines()) == 1, err
     assert str(scenario) in err and field in err, err
+
+
+def test_a_draft_vocabulary_beyond_the_targets_is_one_line_naming_the_file_and_field(
+        scenario: Path) -> None:
+    res = runner.invoke(app, ["simulate", "--scenario", str(scenario), "--set",
+                              'engine.speculative_config.method="eagle3"', "--set",
+                              "engine.speculative_config.draft_vocab_size=128257"])
+    err = res.stderr.strip()
+    assert res.exit_code == 2 and err.startswith("error: ") and len(err.splitlines()) == 1, err
+    assert str(scenario) in err and "engine.speculative_config.draft_vocab_size" in err, err
+    assert "128256" in err  # Llama-3.1-8B's vocabulary, the bound
+
+
+def test_an_eagle3_heads_draft_vocabulary_prices_its_passes_by_hand() -> None:
+    # as the eagle test above, with EAGLE-3's own LM head of 32,000 rows (vLLM's
+    # Eagle3LlamaForCausalLM): each of the 3 passes is the 32,000-row head's decode step over 1
+    # request attending to its 20 tokens, less the host's gap; without it the target's 128,256
+    k = 3
+    gpu, model = get_gpu("H100-80GB"), get_model("Llama-3.1-8B")
+    got = {}
+    for vocab in (None, 32_000):
+        spec = SpeculativeConfig("eagle3", k, acceptance_rate=1.0, draft_vocab_size=vocab)
+        res = _run(spec, [16], [5])
+        head = draft_pass_model("eagle3", model, None, gpu, 1, vocab)
+        assert head is not None and head.model.vocab_size == (vocab or 128_256)
+        one = float(head.step_time(0.0, 1.0, 20.0, 0.0, 0.0)) - head.step_overhead_s
+        r = res.records.iloc[0]
+        assert r.output_tokens == 5
+        assert r.e2e_s == pytest.approx(0.01 + 0.016 + 0.014 + k * one)
+        got[vocab] = res.summary["engine"]["speculative"]["draft_s"]
+        assert got[vocab] == pytest.approx(k * one)
+    # 96,256 fewer rows of 4,096 bf16 weights a pass, read at 3.35 TB/s x 0.90: 0.26 ms
+    assert got[None] - got[32_000] == pytest.approx(k * 96_256 * 4_096 * 2 / (3.35e12 * 0.9),
+                                                    rel=0.01)
+    assert "draft vocabulary 32000" in SpeculativeConfig(
+        "eagle3", k, acceptance_rate=0.5, draft_vocab_size=32_000).assumed()
+    # with the smaller head, skip-ahead gives the stepping results, bit for bit
+    both_ways(SpeculativeConfig("eagle3", k, acceptance_rate=0.6, draft_vocab_size=32_000),
+              [(30, 20), (12, 33), (50, 7)], 40)
 
 
 def test_a_draft_model_larger_than_the_target_is_a_warning(scenario: Path) -> None:
