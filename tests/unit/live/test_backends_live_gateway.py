@@ -165,6 +165,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         prompt = len(body["prompt"])
         n = int(body["max_tokens"])
+        refusal, n = _vllm_front_end(prompt, n, int(body.get("min_tokens", 0)), st.max_model_len)
+        if refusal:
+            self._json(400, {"error": {"message": refusal, "type": "BadRequestError",
+                                       "code": 400}})
+            return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
@@ -224,6 +229,27 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             with st.lock:
                 st.active.pop(sid, None)
+
+
+def _vllm_front_end(prompt: int, max_tokens: int, min_tokens: int, limit: int
+                    ) -> tuple[str, int]:
+    """vLLM 0.32.0's answer to a completion for its context ``limit``, as the live CPU vLLM
+    gave it (tests/live: ``test_replay_over_the_context_as_vllm_answers``): its refusal's
+    words, or '' and the ``max_tokens`` it serves (lowered to the context left)."""
+    if prompt > limit:
+        return (f"This model's maximum context length is {limit} tokens. However, your prompt "
+                f"contains at least {prompt} input tokens, which exceeds this limit even "
+                "without any output tokens. Please reduce the length of the input prompt."), 0
+    if max_tokens > limit:
+        return (f"max_tokens={max_tokens} cannot be greater than max_model_len={limit}. "
+                "Please request fewer output tokens."), 0
+    max_tokens = min(max_tokens, limit - prompt)
+    if max_tokens < 1:
+        return f"max_tokens must be at least 1, got {max_tokens}.", 0
+    if min_tokens > max_tokens:
+        return (f"min_tokens must be less than or equal to max_tokens={max_tokens}, "
+                f"got {min_tokens}."), 0
+    return "", max_tokens
 
 
 class _FakeServer(ThreadingHTTPServer):
@@ -451,15 +477,28 @@ def test_a_servers_refusal_is_recorded_as_serve_records_it(fake: Fake, tmp_path:
     assert rec["error"].str.startswith(f"HTTP {code}").all()
 
 
-def test_too_large_and_too_long_for_the_model(fake: Fake, tmp_path: Path) -> None:
+def test_too_large_and_over_the_context_as_vllm_answers(fake: Fake, tmp_path: Path) -> None:
+    # a prompt + output over max_model_len was refused by the replay itself (max_model_len),
+    # never sent, though vLLM 0.32.0 serves it with its output cut at the context: it is sent
+    # (min_tokens at the context left, which vLLM would refuse above its lowered max_tokens),
+    # and the server answers each as workloads/context_limit.py says, as a simulation does
     fake.state.max_model_len = 64
-    w = from_columns([0.0, 0.0, 0.0], [10, 1000, 40], [5, 5, 40], tiers=["batch"] * 3)
+    w = from_columns([0.0] * 5, [10, 1000, 40, 64, 10], [5, 5, 40, 5, 5],
+                     max_output_tokens=[5, 5, 40, 5, 80], tiers=["batch"] * 5)
     out = _replay(fake, w, "conservative", tmp_path / "run")
     rec = out.records.set_index("request_id")
-    assert rec.loc[0, "status"] == "completed"
-    assert rec.loc[1, "status"] == "rejected_too_large"  # larger than the KV capacity
-    assert rec.loc[2, "status"] == "rejected_too_large"  # 80 > max_model_len 64
-    assert rec.loc[2, "reason"] == "max_model_len"
+    assert rec["status"].tolist() == ["completed", "rejected_too_large", "completed",
+                                      "rejected_too_large", "rejected_too_large"]
+    assert rec.loc[1, "reason"] == ""  # larger than the KV capacity: the gateway's
+    assert rec.loc[2, "output_tokens"] == 24  # 40 + 40 over 64: cut at the context left
+    assert rec.loc[[3, 4], "reason"].tolist() == ["prompt_too_long", "context_length"]
+    assert sorted((len(b["prompt"]), b["max_tokens"], b["min_tokens"])
+                  for b in fake.state.bodies) == [(10, 5, 5), (10, 80, 5), (40, 40, 24),
+                                                  (64, 5, 5)]
+    assert out.summary["said"] == [
+        "max_model_len 64 (the server's) cut the output of 1 requests at the context left: "
+        "their prompt + output is over it, and vLLM lowers max_tokens to max_model_len - "
+        "prompt (served, not refused)"]
 
 
 def test_interactive_deadline_expires_at_the_gateway(fake: Fake, tmp_path: Path) -> None:
