@@ -67,7 +67,7 @@ from kvbudget.live.server import (
     server_alive,
     with_model,
 )
-from kvbudget.live.server_metrics import EngineSnapshot
+from kvbudget.live.server_metrics import EngineSnapshot, kv_used_unknown_said
 from kvbudget.policies import (
     DEFAULT_TIERS,
     Action,
@@ -250,6 +250,7 @@ class _Replay:
         self.num_written = 0
         self.max_model_len: int | None = None
         self.sends: dict[int, tuple[int, int]] = {}  # row -> (max_tokens, min_tokens) to send
+        self.num_kv_unknown = 0  # timeline rows whose KV in use the server did not tell
         self.kv_capacity_tokens = 0
         self.engine_capacity_tokens: int | None = None
         self._t0 = time.perf_counter()
@@ -434,6 +435,7 @@ class _Replay:
         gw = self._gw()
         cap = self.engine_capacity_tokens or self.kv_capacity_tokens
         used = snap.kv_used_tokens(cap)
+        self.num_kv_unknown += used is None  # written as 0: the summary says so
         running = snap.num_running if snap.num_running is not None else len(gw.admitted)
         waiting = (snap.num_waiting or 0) + gw.num_waiting()
         self.run_dir.write_timeline({
@@ -797,7 +799,8 @@ async def replay_async(
         outcome = finalize(out_dir, policy, config.tiers, capacity_tokens=capacity,
                            seed=config.seed, wall_time_s=time.perf_counter() - wall,
                            num_requests=len(workload),
-                           context=(workload, info.max_model_len))
+                           context=(workload, info.max_model_len),
+                           num_kv_unknown=rep.num_kv_unknown)
     outcome.error = rep.fatal
     outcome.complete = not rep.fatal and len(outcome.records) == len(workload)
     outcome.num_replayed = rep.num_written
@@ -825,10 +828,13 @@ def finalize(
     wall_time_s: float,
     num_requests: int,
     context: tuple[Workload, int | None] | None = None,
+    num_kv_unknown: int = 0,
 ) -> ReplayOutcome:
     """Write ``requests.parquet``, ``timeline.parquet`` and ``summary.json`` from the part files
     (everything finished so far, across resumed runs). ``context``: the workload replayed and
-    the server's ``max_model_len``, for the line on the outputs it cut (``said``)."""
+    the server's ``max_model_len``, for the line on the outputs it cut (``said``);
+    ``num_kv_unknown``: this session's timeline rows whose KV in use the server's ``/metrics``
+    did not tell (written as 0, said in ``assumed``, as ``kvbudget serve`` says it)."""
     records, timeline = read_parts(out_dir)
     attempts = attempts_frame(out_dir)
     gaps = token_gaps_of_parts(out_dir)
@@ -848,6 +854,8 @@ def finalize(
             "workload": {"num_requests": num_requests, "num_recorded": len(records)},
             "complete": len(records) == num_requests,
             **_cut_said(records, context),
+            **({"assumed": [kv_used_unknown_said(num_kv_unknown, "the server's /metrics")]}
+               if num_kv_unknown else {}),
         },
     )
     write_outputs(out_dir, records, timeline, summary, attempts, gaps)

@@ -148,13 +148,15 @@ def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
     (``assumed``: the default tiers' limit where it refused requests), once with the policies
     of the runs that assumed it. A live replay's or
     ``serve``'s summary (``executor``) simulated nothing: no line for it but what the server
-    did that changes its answer (``said``: outputs cut at the context)."""
+    did that changes its answer (``said``: outputs cut at the context) and what it assumed
+    (``assumed``: KV in use it could not read, held as 0)."""
     lines: list[str] = []
     assumed: dict[str, list[str]] = {}  # a run's assumption, once, with the runs that made it
     slots: dict[str, int] = {}
     for s in summaries:
         if s.get("executor") is not None:
-            lines += [fill(t) for t in s.get("said", ()) if fill(t) not in lines]
+            lines += [line for line in (*map(fill, s.get("said", ())), *(
+                fill(f"assumed: {t}") for t in s.get("assumed", ()))) if line not in lines]
             continue
         w = s.get("workload") or {}
         cost = s.get("cost_model") or {}

@@ -43,6 +43,7 @@ from kvbudget.live.run_dir import REQUESTS_PART, read_jsonl
 from kvbudget.policies import BATCH, INTERACTIVE, make_policy
 from kvbudget.results.records import RECORD_COLUMNS, STATUSES, TIMELINE_COLUMNS
 from kvbudget.results.run_result import read_run
+from kvbudget.results.said import setting_lines
 from kvbudget.workloads import Workload, from_columns
 
 GATE_WAIT_S = 60.0
@@ -118,7 +119,7 @@ class _Handler(BaseHTTPRequestHandler):
                 f'vllm:num_requests_running{{engine="0",model_name="fake-model"}} {running}.0',
                 'vllm:num_requests_waiting{engine="0",model_name="fake-model"} 0.0',
                 f'vllm:kv_cache_usage_perc{{engine="0",model_name="fake-model"}} '
-                f"{min(used / usable, 1.0)}",
+                f"{min(used / usable, 1.0)}" if st.mode != "no_kv_usage" else "",
                 f'vllm:num_preemptions_total{{engine="0",model_name="fake-model"}} '
                 f"{float(st.preemptions)}",
                 f'vllm:cache_config_info{{block_size="{st.block_size}",engine="0",'
@@ -611,6 +612,26 @@ def test_server_without_metrics_needs_a_capacity(fake: Fake, tmp_path: Path) -> 
     assert out.complete and len(out.timeline) == 0
     assert out.summary["kv_capacity_tokens"] == 64
     assert (out.records["reserved_tokens"] == 15).all()  # no block size known: exact tokens
+
+
+def test_kv_used_the_server_does_not_tell_is_said_not_taken_as_zero(fake: Fake,
+                                                                     tmp_path: Path) -> None:
+    # a /metrics without vllm:kv_cache_usage_perc (TGI's, an older vLLM's) wrote 0 tokens of
+    # KV in use on every timeline row, and the summary's KV used was 0 with no word; kvbudget
+    # serve said it (live/serve_records.py): the replay now says it the same way
+    fake.state.mode = "no_kv_usage"
+    out = _replay(fake, _workload(3, 10, 5), "conservative", tmp_path / "run")
+    assert out.complete and len(out.timeline) >= 2
+    num = len(out.timeline)
+    assert out.summary["assumed"] == [
+        f"KV used: {num} of the timeline samples could not read it from the server's /metrics "
+        "(no vllm:kv_cache_usage_perc, or no answer) and hold 0 tokens: the KV used figures "
+        "(and the engines' preemptions) are not measured there"]
+    assert any(line.startswith(f"assumed: KV used: {num} of the timeline")
+               for line in setting_lines([out.summary]))
+    fake.state.mode = "ok"
+    told = _replay(fake, _workload(3, 10, 5), "conservative", tmp_path / "told")
+    assert "assumed" not in told.summary and setting_lines([told.summary]) == []
 
 
 def test_scale_time() -> None:
