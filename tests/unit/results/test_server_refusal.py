@@ -30,7 +30,19 @@ VLLM_0_32 = [
 ]
 
 
-@pytest.mark.parametrize(("message", "reason"), VLLM_0_32)
+VLLM_0_32_SOURCE = [
+    # messages of vLLM 0.32.0's source the CPU vLLM did not answer to these requests (another
+    # check refused them first): api_utils.get_max_tokens, input_processor._validate_model_input
+    ("Input length (1030) exceeds model's maximum context length (1024).", "prompt_too_long"),
+    ("The decoder prompt (length 1030) is longer than the maximum model length of 1024. Make "
+     "sure that `max_model_len` is no smaller than the number of text tokens.",
+     "prompt_too_long"),
+    ("The decoder prompt (length 1024) plus the number of requested output tokens (at least "
+     "1) is longer than the maximum model length of 1024.", "prompt_too_long"),
+]
+
+
+@pytest.mark.parametrize(("message", "reason"), VLLM_0_32 + VLLM_0_32_SOURCE)
 def test_vllms_context_refusals_join_the_simulators_reasons(message: str, reason: str) -> None:
     # the max_tokens, text-prompt and prompt-of-exactly-the-context refusals were server_400:
     # recorded as a generic server error, not the simulator's context refusal
