@@ -10,6 +10,7 @@ import typer
 
 from kvbudget.cli.errors import CliError, user_errors
 from kvbudget.cli.help_text import POLICY_NAMES
+from kvbudget.live.serve_reload import Reloaded
 from kvbudget.live.serve_request import KeyTable
 from kvbudget.live.serve_tokenizer import LocalTokenizer
 from kvbudget.policies import DEFAULT_TIERS, make_policy
@@ -19,7 +20,7 @@ from kvbudget.workloads.fetch import is_loopback_host
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from kvbudget.live.gateway_server import CountTokens, Reloaded
+    from kvbudget.live.gateway_server import CountTokens
     from kvbudget.live.serve_run import ServeSettings
     from kvbudget.policies import BasePolicy
     from kvbudget.simulator.scenario import Scenario
@@ -100,7 +101,6 @@ def _reloader(scenario: Path, policy: str | None, sets_capacity: bool
     front door, lease TTL, and, when ``sets_capacity`` (the running budget is the file's, not
     ``--capacity-tokens``'s nor the upstreams' ``/metrics``'), its
     ``gateway_capacity_tokens``."""
-    from kvbudget.live.gateway_server import Reloaded
 
     def reload() -> "Reloaded":
         scn = load_scenario(scenario)

@@ -9,7 +9,7 @@ from typing import Any
 
 from kvbudget.results.said import CONTEXT_DEFAULT_REFUSED, setting_lines
 from kvbudget.results.said import WIDTH as WIDTH  # re-exported: the CLI modules take it here
-from kvbudget.simulator.context_limit import CUTTING_ENGINES
+from kvbudget.workloads.context_limit import CUTTING_ENGINES
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -140,7 +140,7 @@ def slo_line(targets: Mapping[str, tuple[float, float]]) -> str:
 
 
 CONTEXT_REASONS = ("prompt_too_long", "context_length")
-"""The reasons of a refusal for the model's context (``simulator/context_limit.py``)."""
+"""The reasons of a refusal for the model's context (``workloads/context_limit.py``)."""
 ENGINE_TOO_LARGE = "max_model_len"
 """The reason of the engine's own too-large refusal (``simulator/run.py`` ``_admit``: a request
 ``ServingEngine.fits`` says could never run there, its prompt's blocks over the whole KV cache)."""

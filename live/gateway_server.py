@@ -20,7 +20,7 @@ import json
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import aiohttp
@@ -43,6 +43,7 @@ from kvbudget.live.serve_forward import (
 from kvbudget.live.serve_metrics import ServeMetrics
 from kvbudget.live.serve_ready import Reachability
 from kvbudget.live.serve_records import Outcome, ServeRecorder, gateway_row, request_row
+from kvbudget.live.serve_reload import Reloaded, apply_reload
 from kvbudget.live.serve_request import BadRequest, Completion, KeyTable, parse_completion
 from kvbudget.live.serve_tokenizer import LocalTokenizer
 from kvbudget.live.serve_upstream import (
@@ -54,7 +55,7 @@ from kvbudget.live.serve_upstream import (
 from kvbudget.live.server_metrics import EngineSnapshot
 from kvbudget.policies.base import Policy
 from kvbudget.policies.errors import Overloaded, RequestTooLarge
-from kvbudget.policies.gateway import Admit, FrontDoor, Reject
+from kvbudget.policies.gateway import Admit, Reject
 from kvbudget.policies.tiers import TierConfig
 from kvbudget.results.records import engine_refusal, server_refusal
 
@@ -117,32 +118,6 @@ class ServeConfig:
         if not self.keys.digests and not self.trust_tier_header:
             raise ValueError("no way to tell a caller's tier: give a key file, or trust the "
                              "tier header (loopback only)")
-
-
-@dataclass(frozen=True, slots=True)
-class Reloaded:
-    """What a reload read from the scenario file: the policy and the gateway's settings.
-    ``capacity_tokens``: the budget, ``None`` where the file does not set it (a
-    ``--capacity-tokens`` flag or the upstreams' ``/metrics`` do). ``tiers`` must be the
-    running ones: a tier change is refused (the gateway's queues and guarantees are built from
-    them: a restart applies it)."""
-
-    policy: Policy
-    tiers: tuple[TierConfig, ...]
-    capacity_tokens: int | None = None
-    front_door: FrontDoor | None = None
-    lease_ttl_s: float | None = None
-
-
-def _tier_change(running: tuple[TierConfig, ...], new: tuple[TierConfig, ...]) -> str:
-    """'' when ``new`` is ``running``, else what changed (one phrase)."""
-    if tuple(t.name for t in running) != tuple(t.name for t in new):
-        return (f"the tiers changed from {', '.join(t.name for t in running)} to "
-                f"{', '.join(t.name for t in new)}")
-    for old, now in zip(running, new, strict=True):
-        if old != now:
-            return f"tier {old.name!r} changed"
-    return ""
 
 
 class _BodyTooLarge(Exception):
@@ -319,34 +294,10 @@ class GatewayServer:
 
     def reload(self) -> bool:
         """Read the scenario again (SIGHUP, or the file changed) and apply what is safe to
-        change live: the policy, the budget (through the same :meth:`Admission.resize` as a
-        capacity read from ``/metrics``), the front door and the lease TTL. A bad file, or one
-        whose tiers changed, keeps everything running and logs one line."""
-        if self.reload_policy is None:
-            return False
-        gw = self.admission.gateway
-        try:
-            new = self.reload_policy()
-            if isinstance(new, Reloaded):
-                change = _tier_change(gw.config.tiers, new.tiers)
-                if change:
-                    raise ValueError(f"{change}: tiers change only at a restart")
-                config = replace(gw.config, front_door=new.front_door,
-                                 lease_ttl_s=new.lease_ttl_s)
-        except (ValueError, OSError) as exc:
-            log.error("reload refused, the running policy and budget stay: %s", exc)
-            return False
-        if not isinstance(new, Reloaded):
-            self.admission.replace_policy(new)
-            log.warning("policy reloaded: %s", new.describe())
-            return True
-        self.admission.reconfigure(new.policy, config)
-        if new.capacity_tokens is not None:
-            self.admission.resize(new.capacity_tokens, config.max_request_tokens)
-        log.warning("reloaded: policy %s; capacity %d tokens; lease TTL %s; front door %s",
-                    new.policy.describe(), gw.config.capacity_tokens, new.lease_ttl_s,
-                    new.front_door)
-        return True
+        change live (:func:`~kvbudget.live.serve_reload.apply_reload`); False when there is
+        nothing to read or the reload was refused (everything keeps running)."""
+        return self.reload_policy is not None and apply_reload(self.admission,
+                                                                self.reload_policy)
 
     @property
     def flight_changed(self) -> asyncio.Event:
@@ -570,6 +521,14 @@ class GatewayServer:
             return (resp.status, await resp.read(),
                     resp.headers.get("content-type", "application/json"))
 
+    def _unreachable(self, call: Call, exc: aiohttp.ClientError | TimeoutError) -> Response:
+        """The answer to a call whose upstream gave no answer: 502; an upstream that refused
+        the connection is down for ``/ready`` from now (:class:`Reachability`)."""
+        self._end(call, "rejected_overloaded", "backend_error", type(exc).__name__)
+        if isinstance(exc, aiohttp.ClientConnectorError):
+            self.reach.refused(call.upstream, f"{type(exc).__name__} ({exc.strerror})")
+        return openai_error(502, "upstream unreachable", "upstream_error")
+
     def _revoked_answer(self, call: Call) -> Response:
         reason = call.ticket.revoke_reason
         self.metrics.refused(call.ticket.request.tier, reason)
@@ -585,8 +544,7 @@ class GatewayServer:
             answer = await first_of(self._fetch(call, path), call.ticket.revoked_future(),
                                     gone.future)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            self._end(call, "rejected_overloaded", "backend_error", type(exc).__name__)
-            return openai_error(502, "upstream unreachable", "upstream_error")
+            return self._unreachable(call, exc)
         except asyncio.CancelledError:
             self._end(call, "client_timeout")
             raise
@@ -595,6 +553,7 @@ class GatewayServer:
                 return self._revoked_answer(call)
             self._end(call, "client_timeout")
             return Response(status_code=CLIENT_CLOSED)
+        self.reach.answered(call.upstream)
         status, content, media_type = answer
         if status != 200:
             self._end(call, *_failure(status, content), f"HTTP {status}")
@@ -617,8 +576,7 @@ class GatewayServer:
         try:
             resp = await first_of(self._send(call, path), revoked, gone.future)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            self._end(call, "rejected_overloaded", "backend_error", type(exc).__name__)
-            return openai_error(502, "upstream unreachable", "upstream_error")
+            return self._unreachable(call, exc)
         except asyncio.CancelledError:
             self._end(call, "client_timeout")
             raise
@@ -627,6 +585,7 @@ class GatewayServer:
                 return self._revoked_answer(call)
             self._end(call, "client_timeout")
             return Response(status_code=CLIENT_CLOSED)
+        self.reach.answered(call.upstream)
         if resp.status != 200:
             try:
                 content = await resp.read()

@@ -206,11 +206,19 @@ class StreamResult:
 
 
 def completion_body(
-    target: ServerTarget, prompt_ids: Sequence[int], max_tokens: int
+    target: ServerTarget, prompt_ids: Sequence[int], max_tokens: int,
+    min_tokens: int | None = None,
 ) -> dict[str, Any]:
-    """The JSON body of one streamed completion with exact prompt and output lengths."""
+    """The JSON body of one streamed completion with exact prompt and output lengths:
+    ``min_tokens`` (default ``max_tokens``) is the output forced where ``exact_output``; a
+    smaller one is the output a server that lowers ``max_tokens`` to the context left will
+    give (vLLM refuses a ``min_tokens`` above the lowered ``max_tokens``)."""
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens!r}")
+    if min_tokens is None:
+        min_tokens = max_tokens
+    if not 0 <= min_tokens <= max_tokens:
+        raise ValueError(f"min_tokens must be in 0..max_tokens {max_tokens}, got {min_tokens!r}")
     if not prompt_ids:
         raise ValueError("prompt_ids must not be empty")
     body: dict[str, Any] = {
@@ -223,7 +231,7 @@ def completion_body(
     }
     if target.exact_output:
         body["ignore_eos"] = True
-        body["min_tokens"] = int(max_tokens)
+        body["min_tokens"] = int(min_tokens)
     body.update(target.extra_body)
     return body
 
@@ -367,13 +375,15 @@ async def stream_completion(
     *,
     clock: Callable[[], float],
     on_chunk: Callable[[int], None] | None = None,
+    min_tokens: int | None = None,
 ) -> StreamResult:
     """Stream one completion; return what happened (errors included) on ``clock``'s time.
 
     ``on_chunk(tokens_so_far)`` is called at every output chunk (tokens counted from chunks, so
-    a lower bound under chunk merging). Cancellation propagates and closes the connection.
+    a lower bound under chunk merging). ``min_tokens``: :func:`completion_body`'s.
+    Cancellation propagates and closes the connection.
     """
-    body = completion_body(target, prompt_ids, max_tokens)
+    body = completion_body(target, prompt_ids, max_tokens, min_tokens)
     stream = _Stream(target, max_tokens, len(prompt_ids), clock, on_chunk,
                      StreamResult(sent_s=clock()))
     try:

@@ -67,7 +67,7 @@ from kvbudget.live.server import (
     server_alive,
     with_model,
 )
-from kvbudget.live.server_metrics import EngineSnapshot
+from kvbudget.live.server_metrics import EngineSnapshot, kv_used_unknown_said
 from kvbudget.policies import (
     DEFAULT_TIERS,
     Action,
@@ -85,8 +85,10 @@ from kvbudget.policies import (
 from kvbudget.policies.clients import CLIENT_SEED_TAG, NO_RETRY, Answer, ClientModel
 from kvbudget.results.metrics import summarize
 from kvbudget.results.records import derive_latencies, engine_refusal, server_refusal
+from kvbudget.results.said import context_cut
 from kvbudget.workloads import Workload
 from kvbudget.workloads.closed_loop import ClosedLoop
+from kvbudget.workloads.context_limit import context_refusals, cut_to_context
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -247,6 +249,8 @@ class _Replay:
         self.done_events: dict[int, asyncio.Event] = {}  # closed loop: set when i is recorded
         self.num_written = 0
         self.max_model_len: int | None = None
+        self.sends: dict[int, tuple[int, int]] = {}  # row -> (max_tokens, min_tokens) to send
+        self.num_kv_unknown = 0  # timeline rows whose KV in use the server did not tell
         self.kv_capacity_tokens = 0
         self.engine_capacity_tokens: int | None = None
         self._t0 = time.perf_counter()
@@ -274,6 +278,8 @@ class _Replay:
             self.client = client
             self.target = with_model(self.target, info)
             self.max_model_len = info.max_model_len
+            if info.max_model_len is not None:
+                self.sends = context_sends(self.workload, info.max_model_len)
             self.engine_capacity_tokens = info.kv_capacity_tokens
             capacity = gateway_capacity(self.config, info)
             self.kv_capacity_tokens = capacity
@@ -429,6 +435,7 @@ class _Replay:
         gw = self._gw()
         cap = self.engine_capacity_tokens or self.kv_capacity_tokens
         used = snap.kv_used_tokens(cap)
+        self.num_kv_unknown += used is None  # written as 0: the summary says so
         running = snap.num_running if snap.num_running is not None else len(gw.admitted)
         waiting = (snap.num_waiting or 0) + gw.num_waiting()
         self.run_dir.write_timeline({
@@ -594,14 +601,7 @@ class _Replay:
     async def _attempt_inner(self, st: _State, generation: int) -> None:
         assert self.client is not None
         req = st.request
-        if self.max_model_len is not None and (
-            req.prompt_tokens + st.true_output_tokens > self.max_model_len
-        ):
-            now = self.now()
-            self._ended(st, now, "too_large", "max_model_len", None, "rejected_too_large",
-                        "max_model_len")
-            self._apply(self._gw().fail(req.request_id, now), now)
-            return
+        max_tokens, min_tokens = self.sends.get(st.index, (st.true_output_tokens, None))
         prompt = prompt_token_ids(int(self.workload.request_id[st.index]), req.prompt_tokens,
                                   self.config.seed, self.config.token_ids)
 
@@ -611,9 +611,9 @@ class _Replay:
                 self._gw().progress(req.request_id, req.prompt_tokens + tokens)
 
         async with self.slots:
-            result = await stream_completion(self.client, self.target, prompt,
-                                             st.true_output_tokens, clock=self.now,
-                                             on_chunk=on_chunk)
+            result = await stream_completion(self.client, self.target, prompt, max_tokens,
+                                             clock=self.now, on_chunk=on_chunk,
+                                             min_tokens=min_tokens)
         if st.generation != generation:
             return  # revoked while finishing: the re-queued attempt owns the request now
         if result.chunk_s:
@@ -697,6 +697,26 @@ class _Replay:
             self.finished.set()
 
 
+def context_sends(workload: Workload, max_model_len: int) -> dict[int, tuple[int, int]]:
+    """``{row: (max_tokens, min_tokens)}`` for the rows whose request the model's context
+    changes (:mod:`kvbudget.workloads.context_limit`, vLLM 0.32.0's front end); the others send
+    their true output as both. The server, not the replay, answers each: a row whose
+    prompt + output is over the context sends ``min_tokens`` at the context left (the output
+    vLLM gives once it lowers ``max_tokens``: above it, vLLM refuses the request for its
+    ``min_tokens``, which only the replay sends); a row whose declared ``max_output_tokens``
+    is over the context sends it as ``max_tokens`` (the client's request, which vLLM refuses
+    before any output, ``context_length``); a prompt as long as the context or longer is sent
+    as it is (vLLM refuses it, ``prompt_too_long``)."""
+    cut, _ = cut_to_context(workload, max_model_len, cuts=True)
+    true, declared = workload.output_tokens, workload.max_output_tokens
+    sends = {i: (int(true[i]), int(cut.output_tokens[i]))
+             for i in np.flatnonzero(cut.output_tokens < true).tolist()}
+    for i, reason in context_refusals(workload, max_model_len, cuts=True).items():
+        if reason == "context_length":
+            sends[i] = (int(declared[i]), int(true[i]))
+    return sends
+
+
 def _recorded(result: StreamResult, reason: str) -> tuple[str, str]:
     """The record's status and reason for a request whose last attempt failed: a server's
     refusal of it as sent as ``kvbudget serve`` records it (``results.records.
@@ -778,7 +798,9 @@ async def replay_async(
         run_dir.close()
         outcome = finalize(out_dir, policy, config.tiers, capacity_tokens=capacity,
                            seed=config.seed, wall_time_s=time.perf_counter() - wall,
-                           num_requests=len(workload))
+                           num_requests=len(workload),
+                           context=(workload, info.max_model_len),
+                           num_kv_unknown=rep.num_kv_unknown)
     outcome.error = rep.fatal
     outcome.complete = not rep.fatal and len(outcome.records) == len(workload)
     outcome.num_replayed = rep.num_written
@@ -805,9 +827,14 @@ def finalize(
     seed: int,
     wall_time_s: float,
     num_requests: int,
+    context: tuple[Workload, int | None] | None = None,
+    num_kv_unknown: int = 0,
 ) -> ReplayOutcome:
     """Write ``requests.parquet``, ``timeline.parquet`` and ``summary.json`` from the part files
-    (everything finished so far, across resumed runs)."""
+    (everything finished so far, across resumed runs). ``context``: the workload replayed and
+    the server's ``max_model_len``, for the line on the outputs it cut (``said``);
+    ``num_kv_unknown``: this session's timeline rows whose KV in use the server's ``/metrics``
+    did not tell (written as 0, said in ``assumed``, as ``kvbudget serve`` says it)."""
     records, timeline = read_parts(out_dir)
     attempts = attempts_frame(out_dir)
     gaps = token_gaps_of_parts(out_dir)
@@ -826,10 +853,31 @@ def finalize(
             },
             "workload": {"num_requests": num_requests, "num_recorded": len(records)},
             "complete": len(records) == num_requests,
+            **_cut_said(records, context),
+            **({"assumed": [kv_used_unknown_said(num_kv_unknown, "the server's /metrics")]}
+               if num_kv_unknown else {}),
         },
     )
     write_outputs(out_dir, records, timeline, summary, attempts, gaps)
     return ReplayOutcome(records, timeline, summary, complete=len(records) == num_requests)
+
+
+def _cut_said(records: pd.DataFrame, context: tuple[Workload, int | None] | None
+              ) -> dict[str, Any]:
+    """``{"said": [line]}`` when the server cut completed outputs at its context (shorter than
+    the trace's, ending at ``max_model_len``: :func:`context_sends`), said as a simulated run
+    says it (``results.said.context_cut``), else ``{}``."""
+    if context is None or context[1] is None or not len(records):
+        return {}
+    workload, limit = context
+    true = dict(zip(workload.request_id.tolist(), workload.output_tokens.tolist(), strict=True))
+    done = records[records["status"] == "completed"]
+    num_cut = sum(out < true.get(rid, out) and prompt + out >= limit for rid, prompt, out in zip(
+        done["request_id"].tolist(), done["prompt_tokens"].tolist(),
+        done["output_tokens"].tolist(), strict=True))
+    if not num_cut:
+        return {}
+    return {"said": [context_cut(f"max_model_len {limit:,} (the server's)", num_cut)]}
 
 
 def _columns(df: pd.DataFrame) -> dict[str, Any]:

@@ -6,6 +6,16 @@ requests that could only get 502. :class:`Reachability` asks each upstream's ``/
 ``period_s`` (and at start); any HTTP answer (even a 404, from a server without that path)
 is an upstream that can be reached, a failed connection or a timeout one that cannot.
 ``/ready`` answers 503 while none can be.
+
+Readiness is Kubernetes's: whether the gateway should be sent traffic now (a failed readiness
+probe takes the pod out of its Service's endpoints until it passes again, without a restart:
+https://kubernetes.io/docs/concepts/configuration/liveness-readiness-startup-probes/), so it
+follows the latest evidence, not the last probe's: a completion forwarded to an upstream that
+refuses the connection marks that upstream down at once (it stayed "ready" until the next
+probe, up to ``period_s`` of clients sent to a gateway that could only answer 502), and any
+HTTP answer a completion gets marks it up. A probe's verdict on an upstream stands only when
+no completion said otherwise while the probe ran (it began before that evidence). ``/health``,
+liveness, stays 200: restarting the gateway cannot bring an upstream back.
 """
 
 from __future__ import annotations
@@ -33,6 +43,8 @@ class Reachability:
         self.down: dict[int, str] = {}
         self.num_probes = 0
         self.changed = asyncio.Event()
+        self._num_said = 0  # pieces of evidence from completions so far
+        self._said_at: dict[int, int] = {}  # upstream -> its latest piece's number
 
     @property
     def problem(self) -> str:
@@ -53,10 +65,40 @@ class Reachability:
         return ""
 
     async def probe(self) -> None:
-        """Ask each upstream's ``/health`` once, all at once."""
+        """Ask each upstream's ``/health`` once, all at once; a completion's evidence on an
+        upstream that came while the probe ran stands over the probe's."""
+        began = self._num_said
         whys = await asyncio.gather(*(self._why_down(base) for base in self.upstreams.urls))
-        self.down = {index: why for index, why in enumerate(whys) if why}
+        for index, why in enumerate(whys):
+            if self._said_at.get(index, -1) < began:
+                self._mark(index, why)
         self.num_probes += 1
+        self._changed()
+
+    def refused(self, index: int, why: str) -> None:
+        """A completion could not connect to upstream ``index`` (``why``): down now."""
+        self._said(index, f"{self.upstreams.urls[index]}: {why} (a completion forwarded)")
+
+    def answered(self, index: int) -> None:
+        """Upstream ``index`` answered a completion (any HTTP status): reachable now."""
+        self._said_at[index] = self._num_said
+        self._num_said += 1
+        if self.down.pop(index, None) is not None:
+            self._changed()
+
+    def _said(self, index: int, why: str) -> None:
+        self._said_at[index] = self._num_said
+        self._num_said += 1
+        self._mark(index, why)
+        self._changed()
+
+    def _mark(self, index: int, why: str) -> None:
+        if why:
+            self.down[index] = why
+        else:
+            self.down.pop(index, None)
+
+    def _changed(self) -> None:
         self.changed.set()
         self.changed = asyncio.Event()
 

@@ -30,6 +30,7 @@ from kvbudget.live.run_dir import (
     write_outputs,
 )
 from kvbudget.live.serve_admission import Admission
+from kvbudget.live.server_metrics import kv_used_unknown_said
 from kvbudget.policies.request import Request
 from kvbudget.policies.tiers import TierConfig
 from kvbudget.results.metrics import summarize
@@ -164,10 +165,7 @@ class ServeRecorder:
         run.close()
         self._run = None
         assumed = [] if not self._num_unknown else [
-            f"KV used: {self._num_unknown} of the timeline samples could not read it from the "
-            "upstreams' /metrics (no vllm:kv_cache_usage_perc, or no answer) and hold 0 "
-            "tokens: the KV used figures (and the engines' preemptions) are not measured "
-            "there"]
+            kv_used_unknown_said(self._num_unknown, "the upstreams' /metrics")]
         self._finish(run.path, self.policy, self._capacity_tokens,
                      max(now_s - self._started_s, 0.0), assumed)
         self.closed.append(run.path)

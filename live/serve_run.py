@@ -23,9 +23,10 @@ from typing import Any
 
 import uvicorn
 
-from kvbudget.live.gateway_server import GatewayServer, Reloaded, ServeConfig
+from kvbudget.live.gateway_server import GatewayServer, ServeConfig
 from kvbudget.live.serve_admission import Admission
 from kvbudget.live.serve_records import ServeRecorder
+from kvbudget.live.serve_reload import Reloaded
 from kvbudget.live.serve_upstream import UpstreamOptions, Upstreams
 from kvbudget.policies.base import Policy
 from kvbudget.policies.gateway import FrontDoor, Gateway, GatewayConfig

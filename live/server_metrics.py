@@ -164,6 +164,14 @@ class EngineSnapshot:
         return round(self.kv_usage * cap)
 
 
+def kv_used_unknown_said(num_unknown: int, where: str) -> str:
+    """The ``assumed`` line of a live run whose timeline could not read the KV in use in
+    ``num_unknown`` samples (``where``: whose ``/metrics``): those rows hold 0 tokens."""
+    return (f"KV used: {num_unknown} of the timeline samples could not read it from {where} "
+            "(no vllm:kv_cache_usage_perc, or no answer) and hold 0 tokens: the KV used "
+            "figures (and the engines' preemptions) are not measured there")
+
+
 def snapshot(text: str) -> EngineSnapshot:
     """Read the quantities kvbudget uses from one ``/metrics`` page."""
     metrics = parse_prometheus(text)

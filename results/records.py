@@ -47,18 +47,38 @@ pass the first while none is registered yet."""
 
 
 CONTEXT_REFUSALS: Final[tuple[tuple[str, str], ...]] = (
-    # vLLM 0.32.0, answered (HTTP 400) to a prompt longer than its max_model_len: "This model's
-    # maximum context length is 1024 tokens. However, your prompt contains at least 1025 input
-    # tokens, which exceeds this limit even without any output tokens. ..."
+    # vLLM 0.32.0 (the local copy; each answered so by the live CPU vLLM, tests/live
+    # test_vllms_context_refusals_are_recognised), HTTP 400. A prompt over max_model_len
+    # (renderers/params.py _token_len_check): "This model's maximum context length is 1024
+    # tokens. However, your prompt contains at least 1025 input tokens, which exceeds this
+    # limit even without any output tokens. ..."
     ("exceeds this limit even without any output tokens", "prompt_too_long"),
-    # vllm/v1/engine/processor.py Processor._validate_model_input (commit 01055a4b)
+    # a text prompt of more characters than the context can hold (params.py _text_len_check):
+    # "... your prompt contains 30000 characters (more than 12288 characters, which is the
+    # upper bound for 1024 input tokens). ..."
+    ("which is the upper bound for", "prompt_too_long"),
+    # a prompt of exactly max_model_len: the max_tokens lowered to the context left, 0
+    # (entrypoints/serve/utils/api_utils.py get_max_tokens), refused by SamplingParams
+    # (sampling_params.py _verify_args); serve and replay never send a max_tokens under 1
+    ("max_tokens must be at least 1, got 0", "prompt_too_long"),
+    # get_max_tokens itself: "Input length (N) exceeds model's maximum context length (L)."
+    ("exceeds model's maximum context length", "prompt_too_long"),
+    # v1/engine/input_processor.py _validate_model_input: "The decoder prompt (length N) is
+    # longer than the maximum model length of L" (and "... plus the number of requested output
+    # tokens (at least 1) is longer than the maximum model length of L")
     ("is longer than the maximum model length", "prompt_too_long"),
-    # vllm/entrypoints/openai/serving_engine.py OpenAIServing._validate_input
+    # a max_tokens (or max_completion_tokens) over the context (params.py TokenizeParams
+    # __post_init__): "max_tokens=1025 cannot be greater than max_model_len=1024. ..."
+    ("cannot be greater than max_model_len=", "context_length"),
+    # vLLM to about 0.20, vllm/entrypoints/openai/serving_engine.py OpenAIServing._validate_input
     ("However, you requested", "context_length"),
 )
 """Words of an engine's HTTP 400 for a request over the model's context, and the reason the
-simulator gives that refusal (``simulator.context_limit.context_refusals``): a request a server refused
-so is recorded ``rejected_too_large`` with it, so that the two join."""
+simulator gives that refusal (``workloads.context_limit.context_refusals``): a request a server
+refused so is recorded ``rejected_too_large`` with it, so that the two join. vLLM 0.32.0 also
+refuses, for the context, a ``min_tokens`` above the ``max_tokens`` it lowered to the context
+left ("min_tokens must be less than or equal to max_tokens=24, got 30."): no simulated rule
+matches it (the simulator serves that request cut), so it stays ``server_400``."""
 
 
 def context_refusal(message: str) -> str | None:

@@ -13,8 +13,8 @@ from typing import Any
 
 from kvbudget.workloads.arrival_rate import mean_arrival_rate
 
-__all__ = ["CONTEXT_DEFAULT_CUT", "CONTEXT_DEFAULT_REFUSED", "WIDTH", "as_given", "fill",
-           "setting_lines"]
+__all__ = ["CONTEXT_DEFAULT", "CONTEXT_DEFAULT_REFUSED", "WIDTH", "as_given", "context_cut",
+           "fill", "setting_lines"]
 
 WIDTH = 100
 """The width the lines are wrapped to (the terminal tables')."""
@@ -23,9 +23,19 @@ CONTEXT_DEFAULT_REFUSED = "(the model's context, vLLM's default) refused"
 """The words of the ``assumed`` line on requests vLLM's default ``max_model_len`` refused
 (``simulator/limits_said.py``): the table's ``refused:`` line, which finds them by it, does
 not count those refusals again."""
-CONTEXT_DEFAULT_CUT = "(the model's context, vLLM's default) cut the output of"
-"""The words of the ``assumed`` line on requests whose output vLLM's default ``max_model_len``
-cut (``simulator/limits_said.py``, ``simulator/context_limit.py``)."""
+CONTEXT_DEFAULT = "(the model's context, vLLM's default)"
+"""Whose ``max_model_len`` a simulated run's ``assumed`` line on its cut outputs names
+(``simulator/limits_said.py``) where none was given."""
+
+
+def context_cut(limit: str, num_cut: int) -> str:
+    """The line on the requests whose output a vLLM front end cut at the model's context
+    (``workloads/context_limit.py``), as a simulated run (``simulator/limits_said.py``) and a
+    live replay (``live/replay.py``) both say it; ``limit``: the ``max_model_len`` and
+    whose it is."""
+    return (f"{limit} cut the output of {num_cut:,} requests at the context left: their prompt "
+            "+ output is over it, and vLLM lowers max_tokens to max_model_len - prompt "
+            "(served, not refused)")
 
 
 def as_given(given: Any, preset: Any) -> str:
@@ -137,12 +147,16 @@ def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
     however many runs share it, and what each run assumed that changed its answer
     (``assumed``: the default tiers' limit where it refused requests), once with the policies
     of the runs that assumed it. A live replay's or
-    ``serve``'s summary (``executor``) simulated nothing: no line for it."""
+    ``serve``'s summary (``executor``) simulated nothing: no line for it but what the server
+    did that changes its answer (``said``: outputs cut at the context) and what it assumed
+    (``assumed``: KV in use it could not read, held as 0)."""
     lines: list[str] = []
     assumed: dict[str, list[str]] = {}  # a run's assumption, once, with the runs that made it
     slots: dict[str, int] = {}
     for s in summaries:
         if s.get("executor") is not None:
+            lines += [line for line in (*map(fill, s.get("said", ())), *(
+                fill(f"assumed: {t}") for t in s.get("assumed", ()))) if line not in lines]
             continue
         w = s.get("workload") or {}
         cost = s.get("cost_model") or {}

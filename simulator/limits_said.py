@@ -17,8 +17,8 @@ from kvbudget.perf.hardware import GIB, MIB
 from kvbudget.perf.kv_capacity import weights_per_gpu
 from kvbudget.policies.tiers import DEFAULT_TIERS
 from kvbudget.results.records import STATUS_CODES
-from kvbudget.results.said import CONTEXT_DEFAULT_CUT, CONTEXT_DEFAULT_REFUSED
-from kvbudget.simulator.context_limit import CUTTING_ENGINES
+from kvbudget.results.said import CONTEXT_DEFAULT, CONTEXT_DEFAULT_REFUSED, context_cut
+from kvbudget.workloads.context_limit import CUTTING_ENGINES
 
 if TYPE_CHECKING:
     from kvbudget.simulator.sim_config import ReplicaSetup, SimConfig
@@ -35,8 +35,8 @@ def limits_said(w: Workload, config: SimConfig, setup: ReplicaSetup, status: Sta
     """``{"assumed": [line, ...]}`` for the limits nobody set that refused requests of ``w``
     (``status``: each row's status code; ``reason``: the refusals' reasons by row;
     ``beyond_context``: the rows the model's context refuses, whoever refused them first,
-    :func:`~kvbudget.simulator.context_limit.context_refusals`) or cut their output
-    (``num_cut``: :func:`~kvbudget.simulator.context_limit.cut_to_context`), or ``{}``."""
+    :func:`~kvbudget.workloads.context_limit.context_refusals`) or cut their output
+    (``num_cut``: :func:`~kvbudget.workloads.context_limit.cut_to_context`), or ``{}``."""
     return _joined(_default_tiers_said(w, config, setup, status, reason, beyond_context),
                    _context_said(config, setup, reason, num_cut),
                    _blocks_said(config, setup), _prefix_said(w, config, setup))
@@ -128,7 +128,7 @@ def _context_said(config: SimConfig, setup: ReplicaSetup, reason: Mapping[int, s
                   num_cut: int) -> dict[str, Any]:
     """``{"assumed": [line]}`` when the model's context, taken as vLLM's default (no
     ``max_model_len`` given), refused requests (HTTP 400) or cut their output
-    (:mod:`~kvbudget.simulator.context_limit`): a
+    (:mod:`~kvbudget.workloads.context_limit`): a
     limit nobody set must not pass unsaid as capacity refusals. A given one beyond the
     model's context is said too: vLLM refuses to start with it (vllm/config/model.py
     ``_get_and_verify_max_len``) unless rope scaling extends the context or
@@ -155,10 +155,7 @@ def _context_said(config: SimConfig, setup: ReplicaSetup, reason: Mapping[int, s
             + ("max_output_tokens" if cuts else "prompt + max_output_tokens")
             + f" is over it {server}")
     if num_cut:
-        said.append(
-            f"{limit} {CONTEXT_DEFAULT_CUT} {num_cut:,} requests at the context left: their "
-            "prompt + output is over it, and vLLM lowers max_tokens to max_model_len - prompt "
-            f"(served, not refused) {server}")
+        said.append(f"{context_cut(f'{limit} {CONTEXT_DEFAULT}', num_cut)} {server}")
     return {"assumed": said} if said else {}
 
 

@@ -42,7 +42,6 @@ from kvbudget.results.run_result import RunResult
 from kvbudget.simulator import queue_caps
 from kvbudget.simulator.alarm import Alarm, UrgentTimeout
 from kvbudget.simulator.clients import Clients
-from kvbudget.simulator.context_limit import CUTTING_ENGINES, context_refusals, cut_to_context
 from kvbudget.simulator.disagg import DisaggFleet
 from kvbudget.simulator.engine import EngineHooks, RequestColumns
 from kvbudget.simulator.engine_variants import make_engine
@@ -54,6 +53,7 @@ from kvbudget.simulator.sim_config import FleetConfig, ReplicaSetup, SimConfig, 
 from kvbudget.simulator.spec_decode import draft_warning
 from kvbudget.simulator.users import ClosedLoopUsers
 from kvbudget.workloads import Workload
+from kvbudget.workloads.context_limit import CUTTING_ENGINES, context_refusals, cut_to_context
 from kvbudget.workloads.traces.report import load_said
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ class _Simulation:
         cuts = setup.engine.name in CUTTING_ENGINES
         self.beyond_context = context_refusals(workload, setup.engine.max_model_len, cuts)
         # vLLM serves prompt + max_tokens over the context with max_tokens lowered: its output
-        # ends at the context (simulator/context_limit.py)
+        # ends at the context (workloads/context_limit.py)
         workload, self.num_cut_to_context = cut_to_context(
             workload, setup.engine.max_model_len, cuts)
         self.users: ClosedLoopUsers | None = None

@@ -500,7 +500,7 @@ def test_a_burst_beyond_vllms_max_num_queued_reqs(tiny_model: Path, tmp_path: Pa
 
 
 def test_the_context_cut_is_what_vllm_does(vllm_server: VllmServer, tiny_model: Path) -> None:
-    """``simulator/context_limit.py``: vLLM (0.32.0 here, max_model_len 1,024) serves a prompt
+    """``workloads/context_limit.py``: vLLM (0.32.0 here, max_model_len 1,024) serves a prompt
     plus ``max_tokens`` over its context with ``max_tokens`` lowered to the context left (the
     simulator refused it, as vLLM to about 0.20 did), and refuses a ``max_tokens`` over the
     context alone; the simulator, on the same model, answers both as the server did."""
@@ -531,3 +531,72 @@ def test_the_context_cut_is_what_vllm_does(vllm_server: VllmServer, tiny_model: 
     assert rec["status"].tolist() == ["completed", "rejected_too_large"]
     assert rec["output_tokens"].tolist() == [served, 0]
     assert rec["reason"].tolist() == ["", "context_length"]
+
+
+def test_vllms_context_refusals_are_recognised(vllm_server: VllmServer) -> None:
+    """Every refusal of vLLM 0.32.0 for its context (max_model_len 1,024), as it answers it,
+    is the simulator's reason (``results.records.CONTEXT_REFUSALS``): the max_tokens, the
+    text prompt and the prompt of exactly the context were ``server_400``, a generic error."""
+    import httpx
+
+    from kvbudget.results.records import server_refusal
+
+    ids = [10 + i % 200 for i in range(1025)]
+    cases = [
+        ("/v1/completions", {"prompt": ids, "max_tokens": 4}, "prompt_too_long"),
+        ("/v1/completions", {"prompt": ids[:1024], "max_tokens": 4, "min_tokens": 4,
+                             "ignore_eos": True}, "prompt_too_long"),
+        ("/v1/completions", {"prompt": "hello " * 5000, "max_tokens": 4}, "prompt_too_long"),
+        ("/v1/completions", {"prompt": ids[:10], "max_tokens": 1025, "stream": True},
+         "context_length"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                  "max_completion_tokens": 1025}, "context_length"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                  "max_tokens": 1025}, "context_length"),
+    ]
+    for path, body, reason in cases:
+        answer = httpx.post(vllm_server.url + path, json={"model": "tiny", **body}, timeout=120)
+        message = answer.json()["error"]["message"]
+        assert server_refusal(answer.status_code, message) == ("rejected_too_large", reason), \
+            (body, answer.status_code, message)
+
+
+def test_replay_over_the_context_as_vllm_answers(vllm_server: VllmServer, tiny_model: Path,
+                                                 tmp_path: Path) -> None:
+    """A prompt + output over the server's max_model_len was refused by the replay itself
+    (reason ``max_model_len``, never sent), though vLLM 0.32.0 serves it with its output cut
+    at the context: the replay sends every request, the server answers each as
+    ``workloads/context_limit.py`` says, and the simulator of the same trace gives each the
+    same status, reason and output; the replay says the cut as the simulation would."""
+    from kvbudget.policies import TierConfig, make_policy
+    from kvbudget.simulator.engine_config import EngineConfig
+    from kvbudget.simulator.run import SimConfig, simulate
+    from kvbudget.workloads import from_columns
+
+    prompts, outputs, declared = [1000, 1024, 1100, 10, 100], [40, 5, 5, 5, 5], \
+        [40, 5, 5, 2000, 5]
+    trace = write_trace(tmp_path / "trace.jsonl", [
+        {"id": i, "arrival_s": 0.0, "prompt_tokens": p, "output_tokens": o,
+         "max_output_tokens": m, "tier": "batch"}
+        for i, (p, o, m) in enumerate(zip(prompts, outputs, declared, strict=True))])
+    out = tmp_path / "run"
+    res = kvbudget("replay", "--url", vllm_server.url, "--trace", str(trace), "--policy",
+                   "conservative", "--capacity-tokens", "4096", "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    live = read_run(out).records.sort_values("request_id")
+    assert live["status"].tolist() == ["completed", "rejected_too_large", "rejected_too_large",
+                                       "rejected_too_large", "completed"], live["error"]
+    assert live["output_tokens"].tolist() == [24, 0, 0, 0, 5]
+    cut = ("max_model_len 1,024 (the server's) cut the output of 1 requests at the context "
+           "left: their prompt + output is over it, and vLLM lowers max_tokens to "
+           "max_model_len - prompt (served, not refused)")
+    assert " ".join(res.stdout.split()).count(cut) == 1, res.stdout
+    assert read_run(out).summary["said"] == [cut]
+    w = from_columns([0.0] * 5, prompts, outputs, max_output_tokens=declared,
+                     tiers=["batch"] * 5)
+    config = SimConfig(gpu="H100", model=str(tiny_model / "config.json"),
+                       engine=EngineConfig(max_model_len=1024),
+                       tiers=(TierConfig("batch", max_sequence_tokens=1 << 20),))
+    sim = simulate(w, make_policy("conservative"), config).records.sort_values("request_id")
+    for column in ("status", "reason", "output_tokens"):
+        assert sim[column].fillna("").tolist() == live[column].fillna("").tolist(), column

@@ -43,6 +43,7 @@ from kvbudget.live.run_dir import REQUESTS_PART, read_jsonl
 from kvbudget.policies import BATCH, INTERACTIVE, make_policy
 from kvbudget.results.records import RECORD_COLUMNS, STATUSES, TIMELINE_COLUMNS
 from kvbudget.results.run_result import read_run
+from kvbudget.results.said import setting_lines
 from kvbudget.workloads import Workload, from_columns
 
 GATE_WAIT_S = 60.0
@@ -118,7 +119,7 @@ class _Handler(BaseHTTPRequestHandler):
                 f'vllm:num_requests_running{{engine="0",model_name="fake-model"}} {running}.0',
                 'vllm:num_requests_waiting{engine="0",model_name="fake-model"} 0.0',
                 f'vllm:kv_cache_usage_perc{{engine="0",model_name="fake-model"}} '
-                f"{min(used / usable, 1.0)}",
+                f"{min(used / usable, 1.0)}" if st.mode != "no_kv_usage" else "",
                 f'vllm:num_preemptions_total{{engine="0",model_name="fake-model"}} '
                 f"{float(st.preemptions)}",
                 f'vllm:cache_config_info{{block_size="{st.block_size}",engine="0",'
@@ -165,6 +166,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         prompt = len(body["prompt"])
         n = int(body["max_tokens"])
+        refusal, n = _vllm_front_end(prompt, n, int(body.get("min_tokens", 0)), st.max_model_len)
+        if refusal:
+            self._json(400, {"error": {"message": refusal, "type": "BadRequestError",
+                                       "code": 400}})
+            return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
@@ -224,6 +230,27 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             with st.lock:
                 st.active.pop(sid, None)
+
+
+def _vllm_front_end(prompt: int, max_tokens: int, min_tokens: int, limit: int
+                    ) -> tuple[str, int]:
+    """vLLM 0.32.0's answer to a completion for its context ``limit``, as the live CPU vLLM
+    gave it (tests/live: ``test_replay_over_the_context_as_vllm_answers``): its refusal's
+    words, or '' and the ``max_tokens`` it serves (lowered to the context left)."""
+    if prompt > limit:
+        return (f"This model's maximum context length is {limit} tokens. However, your prompt "
+                f"contains at least {prompt} input tokens, which exceeds this limit even "
+                "without any output tokens. Please reduce the length of the input prompt."), 0
+    if max_tokens > limit:
+        return (f"max_tokens={max_tokens} cannot be greater than max_model_len={limit}. "
+                "Please request fewer output tokens."), 0
+    max_tokens = min(max_tokens, limit - prompt)
+    if max_tokens < 1:
+        return f"max_tokens must be at least 1, got {max_tokens}.", 0
+    if min_tokens > max_tokens:
+        return (f"min_tokens must be less than or equal to max_tokens={max_tokens}, "
+                f"got {min_tokens}."), 0
+    return "", max_tokens
 
 
 class _FakeServer(ThreadingHTTPServer):
@@ -451,15 +478,28 @@ def test_a_servers_refusal_is_recorded_as_serve_records_it(fake: Fake, tmp_path:
     assert rec["error"].str.startswith(f"HTTP {code}").all()
 
 
-def test_too_large_and_too_long_for_the_model(fake: Fake, tmp_path: Path) -> None:
+def test_too_large_and_over_the_context_as_vllm_answers(fake: Fake, tmp_path: Path) -> None:
+    # a prompt + output over max_model_len was refused by the replay itself (max_model_len),
+    # never sent, though vLLM 0.32.0 serves it with its output cut at the context: it is sent
+    # (min_tokens at the context left, which vLLM would refuse above its lowered max_tokens),
+    # and the server answers each as workloads/context_limit.py says, as a simulation does
     fake.state.max_model_len = 64
-    w = from_columns([0.0, 0.0, 0.0], [10, 1000, 40], [5, 5, 40], tiers=["batch"] * 3)
+    w = from_columns([0.0] * 5, [10, 1000, 40, 64, 10], [5, 5, 40, 5, 5],
+                     max_output_tokens=[5, 5, 40, 5, 80], tiers=["batch"] * 5)
     out = _replay(fake, w, "conservative", tmp_path / "run")
     rec = out.records.set_index("request_id")
-    assert rec.loc[0, "status"] == "completed"
-    assert rec.loc[1, "status"] == "rejected_too_large"  # larger than the KV capacity
-    assert rec.loc[2, "status"] == "rejected_too_large"  # 80 > max_model_len 64
-    assert rec.loc[2, "reason"] == "max_model_len"
+    assert rec["status"].tolist() == ["completed", "rejected_too_large", "completed",
+                                      "rejected_too_large", "rejected_too_large"]
+    assert rec.loc[1, "reason"] == ""  # larger than the KV capacity: the gateway's
+    assert rec.loc[2, "output_tokens"] == 24  # 40 + 40 over 64: cut at the context left
+    assert rec.loc[[3, 4], "reason"].tolist() == ["prompt_too_long", "context_length"]
+    assert sorted((len(b["prompt"]), b["max_tokens"], b["min_tokens"])
+                  for b in fake.state.bodies) == [(10, 5, 5), (10, 80, 5), (40, 40, 24),
+                                                  (64, 5, 5)]
+    assert out.summary["said"] == [
+        "max_model_len 64 (the server's) cut the output of 1 requests at the context left: "
+        "their prompt + output is over it, and vLLM lowers max_tokens to max_model_len - "
+        "prompt (served, not refused)"]
 
 
 def test_interactive_deadline_expires_at_the_gateway(fake: Fake, tmp_path: Path) -> None:
@@ -572,6 +612,26 @@ def test_server_without_metrics_needs_a_capacity(fake: Fake, tmp_path: Path) -> 
     assert out.complete and len(out.timeline) == 0
     assert out.summary["kv_capacity_tokens"] == 64
     assert (out.records["reserved_tokens"] == 15).all()  # no block size known: exact tokens
+
+
+def test_kv_used_the_server_does_not_tell_is_said_not_taken_as_zero(fake: Fake,
+                                                                     tmp_path: Path) -> None:
+    # a /metrics without vllm:kv_cache_usage_perc (TGI's, an older vLLM's) wrote 0 tokens of
+    # KV in use on every timeline row, and the summary's KV used was 0 with no word; kvbudget
+    # serve said it (live/serve_records.py): the replay now says it the same way
+    fake.state.mode = "no_kv_usage"
+    out = _replay(fake, _workload(3, 10, 5), "conservative", tmp_path / "run")
+    assert out.complete and len(out.timeline) >= 2
+    num = len(out.timeline)
+    assert out.summary["assumed"] == [
+        f"KV used: {num} of the timeline samples could not read it from the server's /metrics "
+        "(no vllm:kv_cache_usage_perc, or no answer) and hold 0 tokens: the KV used figures "
+        "(and the engines' preemptions) are not measured there"]
+    assert any(line.startswith(f"assumed: KV used: {num} of the timeline")
+               for line in setting_lines([out.summary]))
+    fake.state.mode = "ok"
+    told = _replay(fake, _workload(3, 10, 5), "conservative", tmp_path / "told")
+    assert "assumed" not in told.summary and setting_lines([told.summary]) == []
 
 
 def test_scale_time() -> None:

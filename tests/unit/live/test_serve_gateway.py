@@ -16,9 +16,10 @@ import pandas as pd
 import pytest
 from starlette.requests import Request
 
-from kvbudget.live.gateway_server import REQUEST_ID_HEADER, Reloaded
+from kvbudget.live.gateway_server import REQUEST_ID_HEADER
 from kvbudget.live.serve_ready import Reachability
 from kvbudget.live.serve_records import Outcome, ServeRecorder, request_row
+from kvbudget.live.serve_reload import Reloaded
 from kvbudget.live.serve_request import KeyTable, key_digest, prompt_token_bound
 from kvbudget.live.serve_upstream import EngineCounter
 from kvbudget.live.server_metrics import EngineSnapshot

@@ -1,5 +1,5 @@
 """Requests beyond the model's context length, as the engine's front end treats them
-(``simulator/context_limit.py``): refused, or served with the output cut at the context.
+(``workloads/context_limit.py``): refused, or served with the output cut at the context.
 
 vLLM's default ``max_model_len`` is the model's context length (``max_position_embeddings``).
 vLLM 0.32.0 answers 400 for a prompt as long as it or longer, and for a ``max_tokens`` over it;

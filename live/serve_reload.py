@@ -1,0 +1,79 @@
+"""A reload of ``kvbudget serve``'s scenario (SIGHUP, or the file changed): what it may change
+on a running gateway, and applying it.
+
+Safe to change live: the policy, the budget (through the same
+:meth:`~kvbudget.live.serve_admission.Admission.resize` as a capacity read from the upstreams'
+``/metrics``), the front door and the lease TTL. The tiers are not: the gateway's queues and
+guarantees are built from them, so a file whose tiers changed is refused (a restart applies
+it). A refused reload keeps everything running and logs one line.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from kvbudget.live.serve_admission import Admission
+from kvbudget.policies.base import Policy
+from kvbudget.policies.gateway import FrontDoor
+from kvbudget.policies.tiers import TierConfig
+
+__all__ = ["Reloaded", "apply_reload", "tier_change"]
+
+log = logging.getLogger("kvbudget.serve")
+
+
+@dataclass(frozen=True, slots=True)
+class Reloaded:
+    """What a reload read from the scenario file: the policy and the gateway's settings.
+    ``capacity_tokens``: the budget, ``None`` where the file does not set it (a
+    ``--capacity-tokens`` flag or the upstreams' ``/metrics`` do). ``tiers`` must be the
+    running ones: a tier change is refused (the gateway's queues and guarantees are built from
+    them: a restart applies it)."""
+
+    policy: Policy
+    tiers: tuple[TierConfig, ...]
+    capacity_tokens: int | None = None
+    front_door: FrontDoor | None = None
+    lease_ttl_s: float | None = None
+
+
+def tier_change(running: tuple[TierConfig, ...], new: tuple[TierConfig, ...]) -> str:
+    """'' when ``new`` is ``running``, else what changed (one phrase)."""
+    if tuple(t.name for t in running) != tuple(t.name for t in new):
+        return (f"the tiers changed from {', '.join(t.name for t in running)} to "
+                f"{', '.join(t.name for t in new)}")
+    for old, now in zip(running, new, strict=True):
+        if old != now:
+            return f"tier {old.name!r} changed"
+    return ""
+
+
+def apply_reload(admission: Admission, read: Callable[[], Policy | Reloaded]) -> bool:
+    """Read the scenario again with ``read`` (the policy alone, or a :class:`Reloaded`) and
+    apply what is safe to change live (the module doc); True when it was applied. A bad file
+    (``ValueError``, ``OSError``), or one whose tiers changed, keeps everything running and
+    logs one line."""
+    gw = admission.gateway
+    try:
+        new = read()
+        if isinstance(new, Reloaded):
+            change = tier_change(gw.config.tiers, new.tiers)
+            if change:
+                raise ValueError(f"{change}: tiers change only at a restart")
+            config = replace(gw.config, front_door=new.front_door, lease_ttl_s=new.lease_ttl_s)
+    except (ValueError, OSError) as exc:
+        log.error("reload refused, the running policy and budget stay: %s", exc)
+        return False
+    if not isinstance(new, Reloaded):
+        admission.replace_policy(new)
+        log.warning("policy reloaded: %s", new.describe())
+        return True
+    admission.reconfigure(new.policy, config)
+    if new.capacity_tokens is not None:
+        admission.resize(new.capacity_tokens, config.max_request_tokens)
+    log.warning("reloaded: policy %s; capacity %d tokens; lease TTL %s; front door %s",
+                new.policy.describe(), gw.config.capacity_tokens, new.lease_ttl_s,
+                new.front_door)
+    return True
