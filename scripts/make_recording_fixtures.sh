@@ -170,11 +170,16 @@ run_aiperf() {
                   --warmup-request-count 2 --random-seed 0 --ui-type none)
     "$py" -m aiperf "${common[@]}" --concurrency 4 --artifact-dir "$WORK/a1"
     "$py" -m aiperf "${common[@]}" --request-rate 8 --artifact-dir "$WORK/a2"
+    # capped: a Poisson rate (AIPerf's default pattern) with at most 2 in flight; at a tick
+    # that finds both busy AIPerf skips it, so the server's speed shapes the sends
+    "$py" -m aiperf "${common[@]}" --request-rate 8 --concurrency 2 --artifact-dir "$WORK/a3"
     # the run's records and its summary (AIPerf writes the summary of the profiling phase last)
     cp "$WORK/a1/profile_export.jsonl" "$dest/concurrency4.jsonl"
     cp "$WORK/a1/profile_export_aiperf.json" "$dest/concurrency4_aiperf.json"
     cp "$WORK/a2/profile_export.jsonl" "$dest/rate8.jsonl"
     cp "$WORK/a2/profile_export_aiperf.json" "$dest/rate8_aiperf.json"
+    cp "$WORK/a3/profile_export.jsonl" "$dest/capped8c2.jsonl"
+    cp "$WORK/a3/profile_export_aiperf.json" "$dest/capped8c2_aiperf.json"
 }
 
 run_inference_perf() {

@@ -22,6 +22,7 @@ from kvbudget.results.recordings import (
     detect_recording_format,
     read_recording,
 )
+from kvbudget.studies.recorded_replay import replay_mode, stage_plans
 from kvbudget.workloads.errors import TraceError
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
@@ -478,6 +479,10 @@ def test_guidellm_load_mode_per_strategy(tmp_path: Path, strategy: dict[str, Any
 @pytest.mark.parametrize(("name", "stage"), [
     ("concurrency4", RecordedStage("concurrency 4", "closed", None, 4)),
     ("rate8", RecordedStage("8 req/s", "open", 8.0, None)),
+    # --request-rate 8 --concurrency 2 (Poisson): both slots were busy at times, so the
+    # sends are redrawn ticks of the schedule, each sent at a tick that finds a slot free
+    ("capped8c2", RecordedStage("8 req/s, concurrency 2", "capped", 8.0, 2,
+                                send_times="redrawn", tick_pattern="poisson")),
 ])
 def test_aiperf_reads_to_its_own_summary(name: str, stage: RecordedStage) -> None:
     path = AIPERF / f"{name}.jsonl"
@@ -674,7 +679,7 @@ def test_aiperf_capped_run_is_offered_at_its_schedule_not_its_delayed_sends(
     assert np.allclose(np.sort(due), first + np.arange(profiling.sum()) / 8.0)
     assert not np.allclose(np.sort(due), np.sort(sent[profiling]))
     assert rec.stages[0].send_times == "scheduled"
-    assert any("offered at its tick of the 8 req/s schedule (constant" in n for n in rec.notes)
+    assert any("offered at the ticks of the 8 req/s schedule (constant" in n for n in rec.notes)
     # the measured TTFT's origin stays the send
     starts = np.array([json.loads(line)["metadata"]["request_start_ns"] for line in
                        (AIPERF / "rate8.jsonl").read_text().splitlines() if line.strip()])
@@ -707,3 +712,19 @@ def test_vllm_bench_append_result_runs_that_overlap_are_said_to_overlap(tmp_path
     assert "they overlapped: run 2's first request" in note
     assert "do not say how far apart" not in note
     assert "they share the simulated server as they shared the real one" in note
+
+
+def test_aiperf_capped_run_is_replayed_at_its_ticks_as_aiperf_sends() -> None:
+    # a real capped AIPerf run (--request-rate 8 --concurrency 2): AIPerf sends only at its
+    # rate's ticks and skips a tick that finds both slots busy; the replay sent a waiting
+    # request the instant a slot freed and then its backlog at once (a FIFO wait), offering
+    # more than AIPerf would have to a server as slow as the recorded one
+    rec = read_recording(AIPERF / "capped8c2.jsonl")
+    (plan,) = stage_plans(rec) or []
+    assert plan.loop is not None
+    assert (plan.loop.num_users, plan.loop.not_before_arrival) == (2, True)
+    assert (plan.loop.tick_rate_per_s, plan.loop.tick_pattern) == (8.0, "poisson")
+    assert "each sent at a tick of its poisson schedule (a tick that finds every slot busy is " \
+        "skipped, as AIPerf does)" in replay_mode(rec.stages[0])
+    assert any("each at the first tick after its predecessor's that finds a slot free" in n
+               for n in rec.notes)

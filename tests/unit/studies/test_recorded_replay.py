@@ -4,6 +4,7 @@ each stage of a recording simulated in the load mode its tool ran it in."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import numpy as np
@@ -132,3 +133,30 @@ def test_an_open_recording_is_one_run_as_before(tmp_path: Path) -> None:
     assert stage_plans(rec) is None
     assert replay_mode(RecordedStage("b", "unknown")).endswith("(load mode not recorded)")
     assert replay_mode(RecordedStage("c", "capped", 8.0, 4)).endswith("at most 4 in flight")
+
+
+def test_a_tick_paced_capped_loop_sends_only_at_its_ticks_and_skips_busy_ones() -> None:
+    # AIPerf's --request-rate 10 --concurrency 1 (constant): a request waiting for the slot
+    # goes at the first tick after the slot frees, and the ticks it found busy are lost (no
+    # catch-up); the FIFO wait sent it the instant the slot freed, and the next one at once
+    w = make_workload([0.0, 0.1, 0.2], [10, 10, 10], [50, 50, 50])  # ~0.5 s each
+    loop = ClosedLoop(num_users=1, not_before_arrival=True, tick_rate_per_s=10.0)
+    cfg = SimConfig(engine=ENGINE, cost_model=FAST, closed_loop=loop)
+    rec = simulate(w, make_policy("unlimited"), cfg).records.sort_values("request_id")
+    arrival, finished = rec["arrival_s"].to_numpy(), rec["finished_s"].to_numpy()
+    assert arrival[0] == 0.0
+    for k in (1, 2):
+        tick = math.ceil(finished[k - 1] / 0.1 - 1e-9) * 0.1
+        assert arrival[k] == pytest.approx(tick) and arrival[k] >= finished[k - 1]
+    assert arrival[1] > finished[0] + 1e-6  # not when the slot freed
+    # Poisson ticks are drawn on from the run's seed: the same every run, on or after a free slot
+    poisson = dataclasses.replace(cfg, closed_loop=dataclasses.replace(loop,
+                                                                       tick_pattern="poisson"))
+    runs = [simulate(w, make_policy("unlimited"), poisson).records.sort_values("request_id")
+            for _ in range(2)]
+    assert np.array_equal(runs[0]["arrival_s"].to_numpy(), runs[1]["arrival_s"].to_numpy())
+    sends, ends = runs[0]["arrival_s"].to_numpy(), runs[0]["finished_s"].to_numpy()
+    assert (sends[1:] >= ends[:-1]).all()
+    with pytest.raises(ValueError, match="tick_rate_per_s must be a finite rate > 0 of a loop "
+                                         "with not_before_arrival"):
+        ClosedLoop(num_users=1, tick_rate_per_s=10.0)
