@@ -107,6 +107,15 @@ run_vllm() {
         --result-filename append.jsonl
     "$VLLM_BIN/vllm" "${common[@]}" --max-concurrency 4 --append-result \
         --result-filename append.jsonl
+    # gamma gaps (burstiness 0.5: burstier than Poisson); a linear ramp of the rate (saved
+    # with request_rate "inf"); everything at once; a shared 16-token prefix (the file keeps
+    # token counts only) with goodput SLOs
+    "$VLLM_BIN/vllm" "${common[@]}" --request-rate 8 --burstiness 0.5 --result-filename burst05.json
+    "$VLLM_BIN/vllm" "${common[@]}" --ramp-up-strategy linear --ramp-up-start-rps 2 \
+        --ramp-up-end-rps 12 --result-filename rampup.json
+    "$VLLM_BIN/vllm" "${common[@]}" --request-rate inf --result-filename inf.json
+    "$VLLM_BIN/vllm" "${common[@]}" --request-rate 8 --random-prefix-len 16 \
+        --goodput ttft:200 e2el:2000 --result-filename prefix16.json
 }
 
 run_guidellm() {

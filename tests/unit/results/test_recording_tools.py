@@ -48,6 +48,10 @@ def close(a: float, b: float) -> bool:
 @pytest.mark.parametrize(("name", "stage"), [
     ("rate8.json", RecordedStage("8 req/s", "open", 8.0, None)),
     ("concurrency4.json", RecordedStage("concurrency 4", "closed", None, 4)),
+    ("burst05.json", RecordedStage("8 req/s", "open", 8.0, None)),
+    ("rampup.json", RecordedStage("ramp-up linear 2 to 12 req/s", "open", None, None)),
+    ("inf.json", RecordedStage("inf req/s", "open", math.inf, None)),
+    ("prefix16.json", RecordedStage("8 req/s", "open", 8.0, None)),
 ])
 def test_vllm_bench_reads_to_its_own_summary(name: str, stage: RecordedStage) -> None:
     path = VLLM / name
@@ -65,6 +69,9 @@ def test_vllm_bench_reads_to_its_own_summary(name: str, stage: RecordedStage) ->
     assert close(u["output_tokens"].sum() / doc["duration"], doc["output_throughput"])
     assert rec.stages == (stage,)
     assert set(rec.measured["stage"]) == {stage.label}
+    if stage.load == "open":  # offered at the client's own send times (a ramp's, gamma gaps')
+        sends = np.array(doc["start_times"])
+        assert np.allclose(np.sort(rec.workload.arrival_s), np.sort(sends - sends.min()))
     # no max_tokens in the file: each request declares what it generated, and the notes say so
     assert (rec.workload.max_output_tokens == rec.workload.output_tokens).all()
     assert any("realised output length" in n for n in rec.notes)
