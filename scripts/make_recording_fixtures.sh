@@ -182,6 +182,13 @@ run_aiperf() {
     # capped: a Poisson rate (AIPerf's default pattern) with at most 2 in flight; at a tick
     # that finds both busy AIPerf skips it, so the server's speed shapes the sends
     "$py" -m aiperf "${common[@]}" --request-rate 8 --concurrency 2 --artifact-dir "$WORK/a3"
+    # capped at constant ticks (1/6 s apart), max_tokens in the request bodies, no warm-up
+    local capped=(profile --model tiny --url "$URL" --endpoint-type completions --streaming
+                  --tokenizer "$MODEL_DIR" --isl 32 --isl-stddev 0 --osl 16 --osl-stddev 0
+                  --extra-inputs ignore_eos:true --extra-inputs max_tokens:16
+                  --request-count "$NUM" --random-seed 0 --ui-type none)
+    "$py" -m aiperf "${capped[@]}" --concurrency 3 --request-rate 6 --request-rate-mode constant \
+        --artifact-dir "$WORK/a4"
     # the run's records and its summary (AIPerf writes the summary of the profiling phase last)
     cp "$WORK/a1/profile_export.jsonl" "$dest/concurrency4.jsonl"
     cp "$WORK/a1/profile_export_aiperf.json" "$dest/concurrency4_aiperf.json"
@@ -189,6 +196,8 @@ run_aiperf() {
     cp "$WORK/a2/profile_export_aiperf.json" "$dest/rate8_aiperf.json"
     cp "$WORK/a3/profile_export.jsonl" "$dest/capped8c2.jsonl"
     cp "$WORK/a3/profile_export_aiperf.json" "$dest/capped8c2_aiperf.json"
+    cp "$WORK/a4/profile_export.jsonl" "$dest/capped6c3_constant.jsonl"
+    cp "$WORK/a4/profile_export_aiperf.json" "$dest/capped6c3_constant_aiperf.json"
 }
 
 run_inference_perf() {

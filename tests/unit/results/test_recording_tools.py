@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.results.recordings import (
     RECORDING_FORMATS,
     RecordedStage,
@@ -22,7 +23,10 @@ from kvbudget.results.recordings import (
     detect_recording_format,
     read_recording,
 )
+from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.run import SimConfig
 from kvbudget.studies.recorded_replay import replay_mode, stage_plans
+from kvbudget.studies.validate import simulate_recording
 from kvbudget.workloads.errors import TraceError
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
@@ -735,3 +739,29 @@ def test_aiperf_capped_run_is_replayed_at_its_ticks_as_aiperf_sends() -> None:
         "skipped, as AIPerf does)" in replay_mode(rec.stages[0])
     assert any("each at the first tick after its predecessor's that finds a slot free" in n
                for n in rec.notes)
+
+
+def test_aiperf_capped_constant_run_simulated_sends_only_on_its_grid() -> None:
+    # a real --request-rate 6 --request-rate-mode constant --concurrency 3 run, simulated on a
+    # server far slower than the recorded one: AIPerf would send each request at a tick k / 6 s
+    # after the first, one a tick; the FIFO wait sent them whenever a slot freed, off the grid
+    rec = read_recording(AIPERF / "capped6c3_constant.jsonl")
+    assert rec.stages == (RecordedStage("6 req/s, concurrency 3", "capped", 6.0, 3,
+                                        send_times="scheduled", tick_pattern="constant"),)
+    assert rec.config["max_tokens"] == 16
+    slow = LinearCostModel(intercept_s=0.05, per_prefill_token_s=0.0, per_decode_seq_s=0.0,
+                           per_context_token_s=0.0)  # 16 steps of 50 ms: 0.8 s a request
+    config = SimConfig(engine=EngineConfig(num_gpu_blocks=100, block_size=16, max_num_seqs=8,
+                                           max_num_batched_tokens=2048))
+    run = simulate_recording(rec, config, cost_model=slow, frontend_overhead_s=0.0)
+    records = run.records.sort_values("arrival_s")
+    sends = records["arrival_s"].to_numpy()
+    ticks = (sends - sends[0]) * 6.0
+    assert np.allclose(ticks, np.round(ticks), atol=1e-6)  # every send on the grid
+    assert (np.diff(np.round(ticks)) >= 1).all()  # one a tick
+    # the slots bound: some ticks were skipped, and no send came before a slot was free
+    assert np.round(ticks)[-1] > len(sends) - 1
+    ends = np.sort(records["finished_s"].to_numpy())
+    in_flight = np.searchsorted(sends, sends, side="right") - np.searchsorted(ends, sends,
+                                                                               side="right")
+    assert in_flight.max() <= 3
