@@ -240,6 +240,23 @@ EOF
     (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
         --config_file "$WORK/ip.yaml")
     cp "$WORK"/ip-out/*.json "$dest/"
+    # the concurrent load type: each stage's num_requests sent over one second, at most
+    # concurrency_level in flight
+    sed -e '/^load:/,/^api:/{/^api:/!d}' -e "s#$WORK/ip-out#$WORK/ip-conc#" "$WORK/ip.yaml" \
+        >"$WORK/ip-conc.yaml"
+    cat >>"$WORK/ip-conc.yaml" <<EOF
+load:
+  type: concurrent
+  stages:
+  - num_requests: 10
+    concurrency_level: 2
+  - num_requests: 10
+    concurrency_level: 4
+EOF
+    (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
+        --config_file "$WORK/ip-conc.yaml")
+    mkdir -p "$dest/concurrent"
+    cp "$WORK"/ip-conc/*.json "$dest/concurrent/"
 }
 
 mkdir -p "$OUT"

@@ -552,14 +552,47 @@ def test_inference_perf_reads_to_its_own_summary() -> None:
                      ["mean"])
 
 
-def test_inference_perf_concurrent_load_type_is_a_closed_loop(tmp_path: Path) -> None:
-    # load.type concurrent: its stage file's requested_rate is num_requests (all due at once)
-    # and load_summary.concurrency the users; it was read as an open loop at num_requests/s
+def test_inference_perf_concurrent_load_type_is_a_capped_rate_not_a_closed_loop() -> None:
+    # a real run of load.type concurrent (stages of 10 requests at concurrency 2, then 4):
+    # inference-perf 0.7.0 sends a stage's num_requests over one second (requested_rate =
+    # num_requests), each when a slot is free; it was replayed as a closed loop, every request
+    # at once, so a faster simulated server sent them as fast as it answered (the stages'
+    # simulated throughput 13-19 times the measured on the H100 preset)
+    path = INFERENCE_PERF / "concurrent" / "per_request_lifecycle_metrics.json"
+    rec = read_recording(path)
+    own = [json.loads((path.parent / f"stage_{k}_lifecycle_metrics.json").read_text())
+           ["load_summary"] for k in (0, 1)]
+    assert [(s.label, s.load, s.request_rate, s.max_concurrency) for s in rec.stages] == [
+        (f"stage {k}: concurrency {o['concurrency']}", "capped", o["requested_rate"],
+         o["concurrency"]) for k, o in enumerate(own)]
+    # the measured TTFT's origin stays each request's send
+    starts = np.array([r["start_time"] for r in json.loads(path.read_text())])
+    assert np.allclose(np.sort(rec.measured["arrival_s"].to_numpy()),
+                       np.sort(starts - starts.min()))
+    for stage in rec.stages:
+        rows = rec.measured["stage"] == stage.label
+        due = rec.workload.arrival_s[rows.to_numpy()]
+        sent = rec.measured.loc[rows, "arrival_s"].to_numpy()
+        # due over num_requests / requested_rate seconds from the stage's first send, never
+        # after the request was sent
+        assert due.min() == pytest.approx(sent.min())
+        assert due.max() - due.min() <= rows.sum() / (stage.request_rate or 1) + 1e-9
+        if stage.send_times == "redrawn":  # the slots bound: drawn as inference-perf draws
+            assert any(n.startswith(f"{stage.label}: inference-perf's concurrent load type")
+                       for n in rec.notes)
+    plans = stage_plans(rec) or []
+    assert [(p.loop.num_users, p.loop.not_before_arrival) for p in plans if p.loop] == [
+        (2, True), (4, True)]
+
+
+def test_inference_perf_concurrent_stage_without_a_rate_is_a_closed_loop(
+        tmp_path: Path) -> None:
     for f in INFERENCE_PERF.glob("*.json"):
         (tmp_path / f.name).write_text(f.read_text())
     stage0 = tmp_path / "stage_0_lifecycle_metrics.json"
     doc = json.loads(stage0.read_text())
-    doc["load_summary"].update(requested_rate=16, concurrency=2)
+    doc["load_summary"].update(concurrency=2)
+    del doc["load_summary"]["requested_rate"]
     stage0.write_text(json.dumps(doc))
     rec = read_recording(tmp_path / "per_request_lifecycle_metrics.json")
     assert rec.stages == (RecordedStage("stage 0: concurrency 2", "closed", None, 2),
