@@ -4,11 +4,20 @@ the stages ran, not the idle time between them that the simulation copies from t
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from kvbudget.analysis.validation import OVERALL, compare_recorded
+from kvbudget.results.recordings import read_recording
+from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.run import SimConfig
+from kvbudget.studies.validate import validate_recording
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
 
 
 def _records(arrival: list[float], e2e: float) -> pd.DataFrame:
@@ -47,3 +56,18 @@ def test_the_whole_runs_throughput_leaves_out_the_idle_time_between_stages() -> 
     table = compare_recorded(_records(arrival, 1.0), _records(arrival, 2.0), stages)
     assert _value(table, OVERALL, "output_tokens_per_s", "measured") == pytest.approx(
         2000 / 3.9)
+
+
+def test_a_real_append_result_files_throughput_is_vllms_own_not_diluted_by_the_gap() -> None:
+    # two vllm bench serve runs appended to one file, 9.9 s apart (the second client starting
+    # up): the whole run's measured throughput was 640 tokens over 12.8 s, a quarter of what
+    # vLLM reported for its two runs (total_output_tokens over their durations)
+    path = FIXTURES / "vllm-bench-0.32.0" / "append.jsonl"
+    docs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    own = sum(d["total_output_tokens"] for d in docs) / sum(d["duration"] for d in docs)
+    rec = read_recording(path)
+    config = SimConfig(engine=EngineConfig(num_gpu_blocks=4000, max_num_seqs=64,
+                                           max_num_batched_tokens=2048))
+    table = validate_recording(rec, config).table
+    assert _value(table, OVERALL, "output_tokens_per_s", "measured") == pytest.approx(own,
+                                                                                     rel=0.05)
