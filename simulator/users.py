@@ -4,6 +4,7 @@ times are decided as the run goes."""
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import heapq
 import math
@@ -33,8 +34,12 @@ class _Driver(Protocol):
 
 class Ticks:
     """The ticks of a paced capped loop (``ClosedLoop.tick_rate_per_s``): the given first ones,
-    then ``1 / rate`` apart or exponential gaps of that mean (from ``seed``), drawn as needed;
-    :attr:`next` is the first tick a send may still take (the one after the last send's)."""
+    then ``1 / rate`` apart or a Poisson process of that rate (from ``seed``), drawn as
+    needed; :attr:`next` is the first tick a send may still take (the one after the last
+    send's). Past the given ones only the first tick at or after a query is drawn (the grid's
+    next point; for Poisson, by memorylessness, an exponential gap from the query or the last
+    tick): a tick before it could not be taken, since the loop's users send no later than
+    they are free (``think_time_s`` 0), so a long run of busy ticks costs one draw."""
 
     def __init__(self, first: list[float], loop: ClosedLoop, seed: int) -> None:
         assert loop.tick_rate_per_s is not None
@@ -44,21 +49,21 @@ class Ticks:
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, 0x71C4]))
         self.next = 0
 
-    def _at(self, j: int) -> float:
-        while j >= len(self.times):
-            gap = float(self.rng.exponential(self.gap_s)) if self.poisson else self.gap_s
-            self.times.append(self.times[-1] + gap)
-        return self.times[j]
-
     def _index(self, t: float) -> int:
-        j = self.next
-        while self._at(j) < t:
-            j += 1
-        return j
+        j = max(self.next, bisect.bisect_left(self.times, t))
+        if j < len(self.times):
+            return j
+        last = self.times[-1]
+        if self.poisson:
+            self.times.append(max(t, last) + float(self.rng.exponential(self.gap_s)))
+        else:
+            steps = max(1, math.ceil((t - last) / self.gap_s - 1e-9))
+            self.times.append(last + steps * self.gap_s)
+        return len(self.times) - 1
 
     def first_at_or_after(self, t: float) -> float:
         """The first tick not yet taken at or after ``t`` (a slot's free time; inf: none)."""
-        return math.inf if t == math.inf else self._at(self._index(t))
+        return math.inf if t == math.inf else self.times[self._index(t)]
 
     def take(self, t: float) -> None:
         """A send took the first tick at or after ``t``: the next send takes a later one."""

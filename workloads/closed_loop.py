@@ -62,10 +62,11 @@ class ClosedLoop:
             raise ValueError(f"closed_loop.think_time_s must be within 0 and {MAX_THINK_TIME_S:g} "
                              f"s, got {self.think_time_s!r}")
         if self.tick_rate_per_s is not None and not (
-                self.not_before_arrival and math.isfinite(self.tick_rate_per_s)
-                and self.tick_rate_per_s > 0):
+                self.not_before_arrival and self.think_time_s == 0
+                and math.isfinite(self.tick_rate_per_s) and self.tick_rate_per_s > 0):
             raise ValueError("closed_loop.tick_rate_per_s must be a finite rate > 0 of a loop "
-                             f"with not_before_arrival, got {self.tick_rate_per_s!r}")
+                             "with not_before_arrival and no think time, got "
+                             f"{self.tick_rate_per_s!r}")
         if self.tick_pattern not in ("constant", "poisson"):
             raise ValueError("closed_loop.tick_pattern must be 'constant' or 'poisson', got "
                              f"{self.tick_pattern!r}")

@@ -16,6 +16,7 @@ from kvbudget.policies import make_policy
 from kvbudget.results.recordings import RecordedStage, Recording, read_recording
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig, simulate
+from kvbudget.simulator.users import Ticks
 from kvbudget.studies.recorded_replay import replay_mode, stage_plans
 from kvbudget.studies.validate import simulate_recording
 from kvbudget.workloads.closed_loop import ClosedLoop
@@ -160,3 +161,24 @@ def test_a_tick_paced_capped_loop_sends_only_at_its_ticks_and_skips_busy_ones() 
     with pytest.raises(ValueError, match="tick_rate_per_s must be a finite rate > 0 of a loop "
                                          "with not_before_arrival"):
         ClosedLoop(num_users=1, tick_rate_per_s=10.0)
+
+
+@pytest.mark.parametrize("pattern", ["constant", "poisson"])
+def test_a_long_run_of_busy_ticks_is_skipped_in_one_draw(pattern: str) -> None:
+    # AIPerf at 10,000 req/s capped at a few slots of a slow server skips most ticks: the
+    # first tick at or after a free slot is drawn directly, not the million before it
+    loop = ClosedLoop(num_users=1, not_before_arrival=True, tick_rate_per_s=1e4,
+                      tick_pattern=pattern)  # type: ignore[arg-type]
+    ticks = Ticks([0.0, 0.0001], loop, seed=0)
+    ticks.take(0.0)
+    assert ticks.first_at_or_after(0.0) == 0.0001  # the given ticks first
+    ticks.take(0.0)
+    t = ticks.first_at_or_after(100.0)
+    assert t >= 100.0 and len(ticks.times) == 3
+    if pattern == "constant":
+        assert t == pytest.approx(100.0)  # on the grid
+    ticks.take(100.0)
+    assert ticks.first_at_or_after(100.0) > t and len(ticks.times) == 4
+    with pytest.raises(ValueError, match="no think time"):
+        ClosedLoop(num_users=1, not_before_arrival=True, tick_rate_per_s=10.0,
+                   think_time_s=1.0)
