@@ -164,6 +164,13 @@ run_guidellm() {
         "$py" -m guidellm "${common[@]}" --profile "kind=constant,rate=30" \
             --constraint "kind=max_duration,seconds=0.5" \
             --output "kind=json,path=$dest/cancelled.json"
+        # a sweep of 3 benchmarks (synchronous, throughput, one constant rate between their
+        # rates), 3 requests each, the seconds GuideLLM takes between them included
+        "$py" -m guidellm run --backend "kind=openai_http,target=$URL,model=tiny,request_format=/v1/completions" \
+            --tokenizer "kind=huggingface_auto,model=$MODEL_DIR" \
+            --data "kind=synthetic_text,prompt_tokens=32,output_tokens=16" \
+            --constraint "kind=max_requests,count=3" --profile "kind=sweep,sweep_size=3" \
+            --output "kind=json,path=$dest/sweep.json" --disable-console-interactive
         ;;
     esac
 }

@@ -71,3 +71,22 @@ def test_a_real_append_result_files_throughput_is_vllms_own_not_diluted_by_the_g
     table = validate_recording(rec, config).table
     assert _value(table, OVERALL, "output_tokens_per_s", "measured") == pytest.approx(own,
                                                                                      rel=0.05)
+
+
+def test_a_real_guidellm_sweeps_throughput_is_over_its_benchmarks_not_the_gaps() -> None:
+    # a GuideLLM sweep (synchronous, throughput, one constant rate): with the minute of
+    # GuideLLM's own work between its benchmarks counted, the whole run's measured throughput
+    # was 2.0 tokens/s against 91 over its benchmarks' durations, and the simulated one (the
+    # gaps copied into it) agreed with it whatever each stage did
+    path = FIXTURES / "guidellm-0.8.1" / "sweep.json"
+    doc = json.loads(path.read_text())
+    benchmarks = doc["benchmarks"]
+    tokens = sum(r["output_tokens"] for b in benchmarks for r in b["requests"]["successful"])
+    own = tokens / sum(b["duration"] for b in benchmarks)
+    rec = read_recording(path)
+    assert [s.load for s in rec.stages] == ["closed", "closed", "capped"]
+    config = SimConfig(engine=EngineConfig(num_gpu_blocks=4000, max_num_seqs=64,
+                                           max_num_batched_tokens=2048))
+    table = validate_recording(rec, config).table
+    assert _value(table, OVERALL, "output_tokens_per_s", "measured") == pytest.approx(own,
+                                                                                     rel=0.05)
