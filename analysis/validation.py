@@ -220,10 +220,14 @@ OVERALL = "all"
 """The stage label of the whole run."""
 
 
-def latency_stats(records: pd.DataFrame) -> dict[str, float]:
+def latency_stats(records: pd.DataFrame,
+                  stages: npt.NDArray[np.object_] | None = None) -> dict[str, float]:
     """Mean, p50, p90 and p99 of TTFT, TPOT and E2E over the completed rows of a records
     table (``ttft_mean_s``, ``ttft_p50_s``, ...), output tokens per second (completed output
-    over first arrival to last finish) and ``completed``; NaN where undefined."""
+    over first arrival to last finish; with ``stages``, a label per row, over the time any
+    stage ran: the union of each stage's first arrival to last finish, so the idle time
+    between a load tool's stages, copied from the recording into the simulation, does not
+    count) and ``completed``; NaN where undefined."""
     done = records[records["status"] == "completed"]
     out: dict[str, float] = {}
     for metric in LATENCY_METRICS:
@@ -237,13 +241,34 @@ def latency_stats(records: pd.DataFrame) -> dict[str, float]:
                 out[f"{stem}_{stat}_s"] = float(v.mean())
             else:
                 out[f"{stem}_{stat}_s"] = float(np.percentile(v, float(stat[1:])))
-    finished = done["finished_s"].to_numpy(dtype=np.float64)
-    finished = finished[np.isfinite(finished)]
-    span = (float(finished.max()) - float(records["arrival_s"].min())) if finished.size else 0.0
+    span = _busy_span(records, stages)
     tokens = float(done["output_tokens"].sum())
     out["output_tokens_per_s"] = tokens / span if span > 0 else math.nan
     out["completed"] = float(len(done))
     return out
+
+
+def _busy_span(records: pd.DataFrame, stages: npt.NDArray[np.object_] | None) -> float:
+    """Seconds from the first arrival to the last completed finish, of each stage apart
+    (``stages``) and their union."""
+    labels = np.zeros(len(records), dtype=object) if stages is None else stages
+    done = (records["status"] == "completed").to_numpy()
+    arrival = records["arrival_s"].to_numpy(dtype=np.float64)
+    finished = records["finished_s"].to_numpy(dtype=np.float64)
+    spans = []
+    for label in dict.fromkeys(labels.tolist()):
+        sel = labels == label
+        ends = finished[sel & done]
+        ends = ends[np.isfinite(ends)]
+        if ends.size:
+            spans.append((float(arrival[sel].min()), float(ends.max())))
+    total, reach = 0.0, -math.inf
+    for start, end in sorted(spans):
+        start = max(start, reach)
+        if end > start:
+            total += end - start
+        reach = max(reach, end)
+    return total
 
 
 def offered_rate_stages(arrival_s: npt.NDArray[np.float64], *, min_requests: int = 30
@@ -321,7 +346,8 @@ def compare_recorded(simulated: pd.DataFrame, measured: pd.DataFrame,
         meas = measured[sel]
         ids = meas["request_id"].to_numpy()
         s = sim.loc[ids].reset_index()
-        mv, sv = latency_stats(meas), latency_stats(s)
+        parts = labels[sel] if label == OVERALL and stages is not None else None
+        mv, sv = latency_stats(meas, parts), latency_stats(s, parts)
         for metric in mv:
             out.append((label, metric, sv[metric], mv[metric], rel_error(sv[metric], mv[metric])))
     return pd.DataFrame(out, columns=list(STAGE_COLUMNS))

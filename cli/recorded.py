@@ -273,6 +273,17 @@ def _describe_recording(setup: RecordedSetup) -> None:
                    f"{replay_mode(stage)}")
     for note in rec.notes:
         typer.echo(f"note: {note}", err=True)
+    if e.enable_prefix_caching and rec.workload.prefix_hashes is None:
+        typer.echo(f"note: {PREFIX_UNKNOWN}", err=True)
+
+
+PREFIX_UNKNOWN = (
+    "prefix caching is on, but the recording holds no prompt contents (no hash_ids): every "
+    "prompt is simulated as unique, with no cache hits; prompts that shared a prefix on the "
+    "server (vllm bench --random-prefix-len, the prefix_repetition dataset, a multi-turn "
+    "chat) hit its cache where the simulation does not, so the simulated TTFT is too high")
+"""Said when the simulated engine caches prefixes and the recording's requests carry no
+prefix (a load tool's file keeps token counts, not prompts)."""
 
 
 def start_model(setup: RecordedSetup, kind: str) -> "CostModel":

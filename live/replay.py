@@ -156,6 +156,12 @@ class ReplayConfig:
             raise ValueError(f"token_ids must be a range 0 <= low < high, got {self.token_ids!r}")
         if self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed!r}")
+        if self.closed_loop is not None and self.closed_loop.not_before_arrival:
+            # its users send as soon as their last request ended, whatever the arrival times:
+            # a capped loop would be replayed as a closed one
+            raise ValueError("closed_loop: the live replay runs a closed loop only (users "
+                             "sending when their last request ended); a capped open loop "
+                             "(not_before_arrival, tick_rate_per_s) is simulated, not replayed")
 
 
 @dataclass(eq=False)

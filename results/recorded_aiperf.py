@@ -126,20 +126,25 @@ def _capped_due(stage: RecordedStage, pattern: str, sent: FloatArray, end: Float
                 profiling: npt.NDArray[np.bool_], seed: int,
                 notes: list[str]) -> tuple[FloatArray, RecordedStage]:
     """When each request of a capped stage (``--request-rate R --concurrency C``) was due,
-    from its send times ``sent`` and ends ``end`` (seconds, one clock).
+    from its send times ``sent`` and ends ``end`` (seconds, one clock), and the stage paced by
+    its ticks.
 
-    AIPerf 0.13.0 paces a capped phase by its rate's ticks and, at a tick when all C slots are
-    busy, skips it: the waiting request goes at the next tick that finds a slot, with no
-    catch-up (``aiperf/timing/strategies/request_rate.py``, ``RequestRateStrategy.
-    execute_phase``, lines 233-310; ``aiperf/credit/issuer.py`` ``try_issue_credit``, lines
-    358-411, returns None without a slot). So the sends are the schedule's ticks until C were
-    in flight, and after that follow the recorded server's finishes: replayed as sent, a faster
-    simulated server could not send sooner. When C were in flight, the k-th request of the
-    phase is offered at the schedule's k-th tick (the first send at the first): ``constant``
-    ticks are ``k / R`` apart, ``poisson`` ones are drawn again (AIPerf's draws are not in the
-    file); another pattern keeps the sends, said."""
+    AIPerf 0.13.0 paces a capped phase by its rate's ticks (absolute targets: each tick's time
+    is set before its credit is tried) and, at a tick when all C slots are busy, skips it: the
+    waiting request goes at the first later tick that finds a slot, with no catch-up
+    (``aiperf/timing/strategies/request_rate.py``, ``RequestRateStrategy.execute_phase``,
+    lines 233-310; ``aiperf/credit/issuer.py`` ``try_issue_credit``, lines 358-411, returns
+    None without a slot). So the sends are the schedule's ticks until C were in flight, and
+    after that follow the recorded server's finishes: replayed as sent, a faster simulated
+    server could not send sooner. When C were in flight, the k-th request of the phase is
+    offered at the schedule's k-th tick (the first send at the first): ``constant`` ticks are
+    ``k / R`` apart, ``poisson`` ones are drawn again (AIPerf's draws are not in the file); the
+    stage's ``tick_pattern`` has the simulation send only at ticks and skip the busy ones, as
+    AIPerf does. Another pattern keeps the sends, said."""
     rows = np.flatnonzero(profiling)
     order = rows[np.argsort(sent[rows], kind="stable")]
+    if pattern in ("constant", "poisson"):
+        stage = replace(stage, tick_pattern=pattern)
     conc = stage.max_concurrency
     assert conc is not None and stage.request_rate is not None
     # in flight just after each send (the count only rises at a send): the requests sent by
@@ -171,9 +176,10 @@ def _capped_due(stage: RecordedStage, pattern: str, sent: FloatArray, end: Float
     due = sent.copy()
     due[order] = sent[order[0]] + ticks
     notes.append(f"all {conc} concurrency slots were busy at times, and AIPerf then skips its "
-                 f"rate's ticks: the sends after that followed the recorded server, so each "
-                 f"request is offered at its tick of the {rate:g} req/s schedule ({said}) "
-                 f"and waits for a slot there")
+                 f"rate's ticks: the sends after that followed the recorded server, so the "
+                 f"requests are offered at the ticks of the {rate:g} req/s schedule ({said}), "
+                 "each at the first tick after its predecessor's that finds a slot free (a "
+                 "tick that finds all busy is skipped, not caught up, as AIPerf does)")
     return due, replace(stage, send_times=how)
 
 

@@ -15,7 +15,12 @@ Stages: ``stage_id`` where the file has it; otherwise the ``stage_N_lifecycle_me
 files beside it give each stage's request count (``load_summary.count``) and rate
 (``load_summary.requested_rate``), and requests are assigned in start order (inference-perf
 runs its stages one after another). Each stage is an open loop at its requested rate, or, of
-the ``concurrent`` load type (``load_summary.concurrency``), a closed loop of that many users.
+the ``concurrent`` load type (``load_summary.concurrency``), a capped one: inference-perf
+0.7.0 runs a ``concurrent`` stage of ``num_requests`` N as a rate of N requests a second for
+one second (``inference_perf/main.py``: ``stage.duration = 1``, ``stage.rate =
+stage.num_requests``), its due times drawn by ``ConstantLoadTimer`` (``loadgen/load_timer.py``:
+N exponential gaps, unseeded, scaled to sum to the duration), each sent when one of the
+``concurrency_level`` slots is free: not every request at once.
 """
 
 from __future__ import annotations
@@ -24,10 +29,12 @@ import json
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from kvbudget.results.recorded_fields import (
     MAX_MEASURED_S,
@@ -40,6 +47,8 @@ from kvbudget.results.recorded_fields import (
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
+
+FloatArray = npt.NDArray[np.float64]
 
 
 def _body(req: Mapping[str, Any]) -> dict[str, Any]:
@@ -135,7 +144,7 @@ def _one(path: Path, i: int, req: Any) -> tuple[float, float, float, float, floa
 
 
 def read_inference_perf(path: Path, default_tier: str,
-                        max_output_rule: MaxOutputRule | None = None) -> Recording:
+                        max_output_rule: MaxOutputRule | None = None, seed: int = 0) -> Recording:
     """Read inference-perf's ``per_request_lifecycle_metrics.json``."""
     doc = load_json(path)
     if not isinstance(doc, list) or not doc:
@@ -148,11 +157,18 @@ def read_inference_perf(path: Path, default_tier: str,
         raise TraceError(path, "missing", row=i, field="info.input_tokens")
     start = np.array([r[2] for r in rows])
     labels, stages, notes = _stages(path, start, [r[7] for r in rows])
+    sent = start - float(start.min())
+    due = sent.copy()
+    for k, stage in enumerate(stages):
+        if stage.load == "capped":
+            members = np.array([lab == stage.label for lab in labels])
+            stages[k] = _concurrent_due(stage, members, sent,
+                                        sent + np.array([r[4] for r in rows]), seed, due, notes)
     recorded = np.array([r[6] for r in rows])
     recorded_or_none = recorded if np.isfinite(recorded).any() else None
     workload, counts, warnings = finish_columns(
         path, "inference-perf", prompt=prompt, output=np.array([r[1] for r in rows]),
-        arrival=start - float(start.min()),
+        arrival=due,
         fields={"prompt_tokens": "info.input_tokens",
                 "output_tokens": "info.response_metrics.server_usage.completion_tokens",
                 "arrival_s": "start_time", "max_output_tokens": "request.max_tokens"},
@@ -177,7 +193,7 @@ def read_inference_perf(path: Path, default_tier: str,
                            status=status, stage=[labels[r] for r in order.tolist()],
                            itl_mean=None, config=config, counts=counts,
                            notes=[*notes, *warnings], stages=tuple(stages),
-                           tool="inference-perf")
+                           sent_s=sent[order] - float(due.min()), tool="inference-perf")
 
 
 def _stages(path: Path, start: Any, ids: list[int | None]) -> tuple[list[str],
@@ -210,11 +226,42 @@ def _stages(path: Path, start: Any, ids: list[int | None]) -> tuple[list[str],
 
 
 def _stage(k: int, rate: float | None, concurrency: int | None) -> RecordedStage:
-    """A stage: a closed loop of ``concurrency`` users (the ``concurrent`` load type: every
-    request due at once, ``concurrency`` in flight), else an open loop at ``rate``."""
+    """A stage: the ``concurrent`` load type's rate (its ``num_requests`` a second) capped at
+    ``concurrency`` in flight (a closed loop where the file has no rate), else an open loop at
+    ``rate``."""
     if concurrency is not None:
-        return RecordedStage(f"stage {k}: concurrency {concurrency}", "closed", None,
-                             concurrency)
+        return RecordedStage(f"stage {k}: concurrency {concurrency}",
+                             "closed" if rate is None else "capped", rate, concurrency)
     if rate is None:
         return RecordedStage(f"stage {k}", "unknown", None, None)
     return RecordedStage(f"stage {k}: {rate:g} req/s", "open", rate, None)
+
+
+def _concurrent_due(stage: RecordedStage, members: npt.NDArray[np.bool_], sent: FloatArray,
+                    end: FloatArray, seed: int, due: FloatArray,
+                    notes: list[str]) -> RecordedStage:
+    """When the requests of a ``concurrent`` stage were due (written into ``due``), and the
+    stage as replayed. While a slot was always free each was sent when due (the recorded
+    sends are kept); once all ``concurrency`` were in flight the sends followed the recorded
+    server, so the due times are drawn again as inference-perf draws them (``ConstantLoadTimer``:
+    exponential gaps scaled to span ``num_requests / requested_rate`` seconds, from the
+    stage's first send; its own draws are unseeded and not in the file)."""
+    assert stage.max_concurrency is not None and stage.request_rate is not None
+    rows = np.flatnonzero(members)
+    order = rows[np.argsort(sent[rows], kind="stable")]
+    at = sent[order]
+    inflight = (np.searchsorted(np.sort(sent[rows]), at, side="right")
+                - np.searchsorted(np.sort(end[rows]), at, side="right"))
+    if len(order) == 0 or inflight.max() < stage.max_concurrency:
+        return stage
+    span_s = len(order) / stage.request_rate
+    gaps = np.random.default_rng(np.random.SeedSequence(seed)).exponential(1.0, len(order))
+    ticks = np.cumsum(gaps * span_s / gaps.sum())
+    due[order] = at[0] + ticks - ticks[0]
+    notes.append(f"{stage.label}: inference-perf's concurrent load type sends its "
+                 f"{len(order)} requests at {stage.request_rate:g} req/s (due over "
+                 f"{span_s:g} s), each when one of {stage.max_concurrency} slots is free; all "
+                 "were busy at times, so the sends after that followed the recorded server: "
+                 f"the due times are drawn again as inference-perf draws them (seed {seed}; its "
+                 "own draws are not in the file)")
+    return replace(stage, send_times="redrawn")

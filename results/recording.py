@@ -77,6 +77,11 @@ class RecordedStage:
     send_times: str = "recorded"
     """``redrawn`` when the file has none and they were drawn again from the stage's rate (a
     ``vllm bench serve`` result without ``start_times``)."""
+    tick_pattern: str = ""
+    """A capped stage paced by its rate's ticks (AIPerf: ``constant`` or ``poisson``): a
+    request is sent only at a tick, and a tick that finds every slot busy is skipped, not
+    caught up (``ClosedLoop.tick_rate_per_s``); ``""``: a request waiting for a slot is sent
+    when one frees (``vllm bench serve``, GuideLLM)."""
 
     def __post_init__(self) -> None:
         if self.load not in LOAD_MODES:

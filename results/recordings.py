@@ -235,7 +235,7 @@ def _read_tool_file(path: Path, fmt: str, default_tier: str, seed: int,
         return read_aiperf(path, default_tier, max_output)
     if fmt == "inference-perf":
 
-        return read_inference_perf(path, default_tier, max_output)
+        return read_inference_perf(path, default_tier, max_output, seed)
     doc = load_report(path) if path.suffix.lower() in (".yaml", ".yml") else load_json(path)
     if not isinstance(doc, dict):
         raise TraceError(path, "is not an llm-d-benchmark report (not a mapping)")

@@ -107,6 +107,15 @@ run_vllm() {
         --result-filename append.jsonl
     "$VLLM_BIN/vllm" "${common[@]}" --max-concurrency 4 --append-result \
         --result-filename append.jsonl
+    # gamma gaps (burstiness 0.5: burstier than Poisson); a linear ramp of the rate (saved
+    # with request_rate "inf"); everything at once; a shared 16-token prefix (the file keeps
+    # token counts only) with goodput SLOs
+    "$VLLM_BIN/vllm" "${common[@]}" --request-rate 8 --burstiness 0.5 --result-filename burst05.json
+    "$VLLM_BIN/vllm" "${common[@]}" --ramp-up-strategy linear --ramp-up-start-rps 2 \
+        --ramp-up-end-rps 12 --result-filename rampup.json
+    "$VLLM_BIN/vllm" "${common[@]}" --request-rate inf --result-filename inf.json
+    "$VLLM_BIN/vllm" "${common[@]}" --request-rate 8 --random-prefix-len 16 \
+        --goodput ttft:200 e2el:2000 --result-filename prefix16.json
 }
 
 run_guidellm() {
@@ -155,6 +164,13 @@ run_guidellm() {
         "$py" -m guidellm "${common[@]}" --profile "kind=constant,rate=30" \
             --constraint "kind=max_duration,seconds=0.5" \
             --output "kind=json,path=$dest/cancelled.json"
+        # a sweep of 3 benchmarks (synchronous, throughput, one constant rate between their
+        # rates), 3 requests each, the seconds GuideLLM takes between them included
+        "$py" -m guidellm run --backend "kind=openai_http,target=$URL,model=tiny,request_format=/v1/completions" \
+            --tokenizer "kind=huggingface_auto,model=$MODEL_DIR" \
+            --data "kind=synthetic_text,prompt_tokens=32,output_tokens=16" \
+            --constraint "kind=max_requests,count=3" --profile "kind=sweep,sweep_size=3" \
+            --output "kind=json,path=$dest/sweep.json" --disable-console-interactive
         ;;
     esac
 }
@@ -170,11 +186,25 @@ run_aiperf() {
                   --warmup-request-count 2 --random-seed 0 --ui-type none)
     "$py" -m aiperf "${common[@]}" --concurrency 4 --artifact-dir "$WORK/a1"
     "$py" -m aiperf "${common[@]}" --request-rate 8 --artifact-dir "$WORK/a2"
+    # capped: a Poisson rate (AIPerf's default pattern) with at most 2 in flight; at a tick
+    # that finds both busy AIPerf skips it, so the server's speed shapes the sends
+    "$py" -m aiperf "${common[@]}" --request-rate 8 --concurrency 2 --artifact-dir "$WORK/a3"
+    # capped at constant ticks (1/6 s apart), max_tokens in the request bodies, no warm-up
+    local capped=(profile --model tiny --url "$URL" --endpoint-type completions --streaming
+                  --tokenizer "$MODEL_DIR" --isl 32 --isl-stddev 0 --osl 16 --osl-stddev 0
+                  --extra-inputs ignore_eos:true --extra-inputs max_tokens:16
+                  --request-count "$NUM" --random-seed 0 --ui-type none)
+    "$py" -m aiperf "${capped[@]}" --concurrency 3 --request-rate 6 --request-rate-mode constant \
+        --artifact-dir "$WORK/a4"
     # the run's records and its summary (AIPerf writes the summary of the profiling phase last)
     cp "$WORK/a1/profile_export.jsonl" "$dest/concurrency4.jsonl"
     cp "$WORK/a1/profile_export_aiperf.json" "$dest/concurrency4_aiperf.json"
     cp "$WORK/a2/profile_export.jsonl" "$dest/rate8.jsonl"
     cp "$WORK/a2/profile_export_aiperf.json" "$dest/rate8_aiperf.json"
+    cp "$WORK/a3/profile_export.jsonl" "$dest/capped8c2.jsonl"
+    cp "$WORK/a3/profile_export_aiperf.json" "$dest/capped8c2_aiperf.json"
+    cp "$WORK/a4/profile_export.jsonl" "$dest/capped6c3_constant.jsonl"
+    cp "$WORK/a4/profile_export_aiperf.json" "$dest/capped6c3_constant_aiperf.json"
 }
 
 run_inference_perf() {
@@ -217,6 +247,23 @@ EOF
     (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
         --config_file "$WORK/ip.yaml")
     cp "$WORK"/ip-out/*.json "$dest/"
+    # the concurrent load type: each stage's num_requests sent over one second, at most
+    # concurrency_level in flight
+    sed -e '/^load:/,/^api:/{/^api:/!d}' -e "s#$WORK/ip-out#$WORK/ip-conc#" "$WORK/ip.yaml" \
+        >"$WORK/ip-conc.yaml"
+    cat >>"$WORK/ip-conc.yaml" <<EOF
+load:
+  type: concurrent
+  stages:
+  - num_requests: 10
+    concurrency_level: 2
+  - num_requests: 10
+    concurrency_level: 4
+EOF
+    (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
+        --config_file "$WORK/ip-conc.yaml")
+    mkdir -p "$dest/concurrent"
+    cp "$WORK"/ip-conc/*.json "$dest/concurrent/"
 }
 
 mkdir -p "$OUT"

@@ -4,6 +4,7 @@ times are decided as the run goes."""
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import heapq
 import math
@@ -31,6 +32,44 @@ class _Driver(Protocol):
     def expect_arrival(self, t: float) -> None: ...
 
 
+class Ticks:
+    """The ticks of a paced capped loop (``ClosedLoop.tick_rate_per_s``): the given first ones,
+    then ``1 / rate`` apart or a Poisson process of that rate (from ``seed``), drawn as
+    needed; :attr:`next` is the first tick a send may still take (the one after the last
+    send's). Past the given ones only the first tick at or after a query is drawn (the grid's
+    next point; for Poisson, by memorylessness, an exponential gap from the query or the last
+    tick): a tick before it could not be taken, since the loop's users send no later than
+    they are free (``think_time_s`` 0), so a long run of busy ticks costs one draw."""
+
+    def __init__(self, first: list[float], loop: ClosedLoop, seed: int) -> None:
+        assert loop.tick_rate_per_s is not None
+        self.times = sorted(first) or [0.0]
+        self.gap_s = 1.0 / loop.tick_rate_per_s
+        self.poisson = loop.tick_pattern == "poisson"
+        self.rng = np.random.default_rng(np.random.SeedSequence([seed, 0x71C4]))
+        self.next = 0
+
+    def _index(self, t: float) -> int:
+        j = max(self.next, bisect.bisect_left(self.times, t))
+        if j < len(self.times):
+            return j
+        last = self.times[-1]
+        if self.poisson:
+            self.times.append(max(t, last) + float(self.rng.exponential(self.gap_s)))
+        else:
+            steps = max(1, math.ceil((t - last) / self.gap_s - 1e-9))
+            self.times.append(last + steps * self.gap_s)
+        return len(self.times) - 1
+
+    def first_at_or_after(self, t: float) -> float:
+        """The first tick not yet taken at or after ``t`` (a slot's free time; inf: none)."""
+        return math.inf if t == math.inf else self.times[self._index(t)]
+
+    def take(self, t: float) -> None:
+        """A send took the first tick at or after ``t``: the next send takes a later one."""
+        self.next = self._index(t) + 1
+
+
 class ClosedLoopUsers:
     """A heap of the times of the sends the users have scheduled, and the think times drawn
     from the run's seed (one stream, in the order users become free).
@@ -47,6 +86,10 @@ class ClosedLoopUsers:
         self.deadline_offset_s = (workload.deadline_s - workload.arrival_s).tolist()
         # a capped open loop: the i-th request is not sent before its own arrival
         self.not_before_s = workload.arrival_s.tolist() if loop.not_before_arrival else None
+        # a loop paced by ticks (AIPerf's capped rate): the schedule's ticks, the workload's
+        # arrivals first and drawn on as needed; the next one a send may take
+        self.ticks = Ticks(self.not_before_s or [], loop, seed) \
+            if loop.tick_rate_per_s is not None else None
         self.num_sent = 0
         # zeros until sent (a Workload's arrivals are finite and sorted; sends keep them sorted)
         self.workload = replace(workload, arrival_s=np.zeros(n), deadline_s=np.full(n, np.nan))
@@ -74,11 +117,15 @@ class ClosedLoopUsers:
 
     def next_send_s(self) -> float:
         t = self.pending[0] if self.pending else math.inf
+        if self.ticks is not None:
+            return self.ticks.first_at_or_after(t)
         if self.not_before_s is not None and self.num_sent < self.n:
             return max(t, float(self.not_before_s[self.num_sent]))
         return t
 
     def _pop(self) -> None:
+        if self.ticks is not None:
+            self.ticks.take(self.pending[0])
         heapq.heappop(self.pending)
         self.num_sent += 1
 

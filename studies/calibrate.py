@@ -45,7 +45,7 @@ from kvbudget.perf.cost_model import FEATURES, CostModel, LinearCostModel, save_
 from kvbudget.perf.fit import fit_linear_cost_model
 from kvbudget.perf.fitted_on_write import fitted_on_extra
 from kvbudget.perf.step_uncertainty import STATED_RANGES
-from kvbudget.results.recordings import Recording
+from kvbudget.results.recordings import RecordedStage, Recording
 from kvbudget.simulator.run import SimConfig
 from kvbudget.studies.first_token import (
     FixedTermFit,
@@ -319,9 +319,7 @@ class RecordedCalibration:
                 "records": str(Path(recording.path).resolve()),
                 "records_format": recording.format,
                 "tool": recording.tool,
-                "stages": [{**dataclasses.asdict(st), "request_rate": "inf"}
-                           if st.request_rate == math.inf else dataclasses.asdict(st)
-                           for st in recording.stages],  # JSON has no Infinity
+                "stages": [_stage_said(st) for st in recording.stages],
                 "notes": list(recording.notes),
                 "rows": self.num_rows,
                 "holdout": holdout,
@@ -703,3 +701,14 @@ def read_calibration(path: Path) -> dict[str, Any]:
     payload = json.loads(path.read_text())
     section = payload.get("calibration", {}) if isinstance(payload, dict) else {}
     return section if isinstance(section, dict) else {}
+
+
+def _stage_said(stage: RecordedStage) -> dict[str, Any]:
+    """A recorded stage in the cost file (JSON has no Infinity; ``tick_pattern`` only when
+    the stage has one)."""
+    said = dataclasses.asdict(stage)
+    if stage.request_rate == math.inf:
+        said["request_rate"] = "inf"
+    if not stage.tick_pattern:
+        del said["tick_pattern"]
+    return said

@@ -16,7 +16,8 @@ A load tool runs its stages one after another (GuideLLM's sweep, ``vllm bench se
 ``capped``
     An open loop whose requests also wait for one of ``max_concurrency`` slots (``--request-rate
     R --max-concurrency C``): the same users, none sending before the request's recorded time
-    (``ClosedLoop.not_before_arrival``).
+    (``ClosedLoop.not_before_arrival``); AIPerf's (``RecordedStage.tick_pattern``) sends only at
+    its rate's ticks, skipping those that find every slot busy (``ClosedLoop.tick_rate_per_s``).
 
 A recording whose stages are all open is simulated as one run (the whole load at once, as
 before). Otherwise each stage is simulated on its own, from an idle server, starting at the
@@ -63,7 +64,8 @@ class StagePlan:
                 "request_rate": "inf" if rate == math.inf else rate,  # JSON has no Infinity
                 "max_concurrency": self.stage.max_concurrency,
                 "replayed_as": replay_mode(self.stage), "num_requests": len(self.rows),
-                "start_s": self.start_s}
+                "start_s": self.start_s,
+                **({"tick_pattern": self.stage.tick_pattern} if self.stage.tick_pattern else {})}
 
 
 def replay_mode(stage: RecordedStage) -> str:
@@ -75,6 +77,10 @@ def replay_mode(stage: RecordedStage) -> str:
         return "every request at once (rate inf; the file has no send times)"
     times = ("recorded send times" if stage.send_times == "recorded" else
              f"send times {stage.send_times} (the file has none)")
+    if stage.load == "capped" and stage.tick_pattern:
+        return (f"open loop at the {times}, at most {stage.max_concurrency} in flight, each "
+                f"sent at a tick of its {stage.tick_pattern} schedule (a tick that finds every "
+                "slot busy is skipped, as AIPerf does)")
     if stage.load == "capped":
         return f"open loop at the {times}, at most {stage.max_concurrency} in flight"
     if stage.load == "unknown":
@@ -97,8 +103,12 @@ def stage_plans(recording: Recording) -> list[StagePlan] | None:
         loop = None
         if stage.load in ("closed", "capped"):
             assert stage.max_concurrency is not None  # RecordedStage checks it
+            ticked = stage.load == "capped" and stage.tick_pattern in ("constant", "poisson")
             loop = ClosedLoop(num_users=stage.max_concurrency,
-                              not_before_arrival=stage.load == "capped")
+                              not_before_arrival=stage.load == "capped",
+                              tick_rate_per_s=stage.request_rate if ticked else None,
+                              tick_pattern="poisson" if stage.tick_pattern == "poisson"
+                              else "constant")
         plans.append(StagePlan(stage, rows, loop, float(arrival[rows].min())))
     return plans
 

@@ -39,6 +39,18 @@ class ClosedLoop:
     """A capped open loop (``vllm bench serve --request-rate R --max-concurrency C``): a
     request is also not sent before its own ``arrival_s``, so the users are slots that the
     open loop's requests wait for."""
+    tick_rate_per_s: float | None = None
+    """A capped loop paced by ticks, as AIPerf's ``--request-rate R --concurrency C``
+    (with ``not_before_arrival``): the workload's arrival times are the schedule's first ticks
+    and it goes on at this rate; a request is sent only at a tick, the first one after its
+    predecessor's tick that finds a slot free. A tick that finds every slot busy is skipped
+    and never caught up, so a request waiting for a slot goes at the next tick after the slot
+    frees, not when it frees (AIPerf 0.13.0 ``aiperf/timing/strategies/request_rate.py``,
+    ``RequestRateStrategy.execute_phase``; ``aiperf/credit/issuer.py``, ``try_issue_credit``
+    returns None without a slot)."""
+    tick_pattern: Literal["constant", "poisson"] = "constant"
+    """The ticks after the workload's arrivals: ``1 / tick_rate_per_s`` apart, or exponential
+    gaps of that mean drawn from the run's seed."""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.num_users, int) and self.num_users >= 1):
@@ -49,6 +61,15 @@ class ClosedLoop:
             # sleep that long, a simulation span centuries
             raise ValueError(f"closed_loop.think_time_s must be within 0 and {MAX_THINK_TIME_S:g} "
                              f"s, got {self.think_time_s!r}")
+        if self.tick_rate_per_s is not None and not (
+                self.not_before_arrival and self.think_time_s == 0
+                and math.isfinite(self.tick_rate_per_s) and self.tick_rate_per_s > 0):
+            raise ValueError("closed_loop.tick_rate_per_s must be a finite rate > 0 of a loop "
+                             "with not_before_arrival and no think time, got "
+                             f"{self.tick_rate_per_s!r}")
+        if self.tick_pattern not in ("constant", "poisson"):
+            raise ValueError("closed_loop.tick_pattern must be 'constant' or 'poisson', got "
+                             f"{self.tick_pattern!r}")
         if self.think_distribution not in ("fixed", "exponential"):
             raise ValueError("closed_loop.think_distribution must be 'fixed' or 'exponential', "
                              f"got {self.think_distribution!r}")
@@ -64,4 +85,6 @@ class ClosedLoop:
     def describe(self) -> dict[str, Any]:
         return {"num_users": self.num_users, "think_time_s": self.think_time_s,
                 "think_distribution": self.think_distribution,
-                **({"not_before_arrival": True} if self.not_before_arrival else {})}
+                **({"not_before_arrival": True} if self.not_before_arrival else {}),
+                **({"tick_rate_per_s": self.tick_rate_per_s, "tick_pattern": self.tick_pattern}
+                   if self.tick_rate_per_s is not None else {})}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from kvbudget.live.openai_client import ServerTarget
 from kvbudget.live.replay import ReplayConfig, ReplayMeta, replay
@@ -39,3 +40,14 @@ def test_closed_loop_keeps_num_users_in_flight(fake: Fake, tmp_path: Path) -> No
         assert int((finished <= arrival[k] + 1e-9).sum()) >= k - 2
     inflight = [int(((arrival <= a) & (finished > a)).sum()) for a in arrival]
     assert max(inflight) <= 3 and np.all(np.diff(np.sort(arrival)) >= 0)
+
+
+def test_a_capped_loop_is_refused_by_the_live_replay_not_run_as_a_closed_one() -> None:
+    # the live users send when their last request ended and never read not_before_arrival or
+    # the ticks: a capped loop (AIPerf's or vllm bench's --request-rate R with a cap) was
+    # replayed as a closed loop of C users, silently
+    for loop in (ClosedLoop(num_users=2, not_before_arrival=True),
+                 ClosedLoop(num_users=2, not_before_arrival=True, tick_rate_per_s=8.0)):
+        with pytest.raises(ValueError, match=r"a capped open loop .* is simulated, not replayed"):
+            ReplayConfig(ServerTarget("http://127.0.0.1:1"), closed_loop=loop)
+    ReplayConfig(ServerTarget("http://127.0.0.1:1"), closed_loop=ClosedLoop(num_users=2))

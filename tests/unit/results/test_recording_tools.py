@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.results.recordings import (
     RECORDING_FORMATS,
     RecordedStage,
@@ -22,6 +23,10 @@ from kvbudget.results.recordings import (
     detect_recording_format,
     read_recording,
 )
+from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.run import SimConfig
+from kvbudget.studies.recorded_replay import replay_mode, stage_plans
+from kvbudget.studies.validate import simulate_recording
 from kvbudget.workloads.errors import TraceError
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
@@ -47,6 +52,10 @@ def close(a: float, b: float) -> bool:
 @pytest.mark.parametrize(("name", "stage"), [
     ("rate8.json", RecordedStage("8 req/s", "open", 8.0, None)),
     ("concurrency4.json", RecordedStage("concurrency 4", "closed", None, 4)),
+    ("burst05.json", RecordedStage("8 req/s", "open", 8.0, None)),
+    ("rampup.json", RecordedStage("ramp-up linear 2 to 12 req/s", "open", None, None)),
+    ("inf.json", RecordedStage("inf req/s", "open", math.inf, None)),
+    ("prefix16.json", RecordedStage("8 req/s", "open", 8.0, None)),
 ])
 def test_vllm_bench_reads_to_its_own_summary(name: str, stage: RecordedStage) -> None:
     path = VLLM / name
@@ -64,6 +73,9 @@ def test_vllm_bench_reads_to_its_own_summary(name: str, stage: RecordedStage) ->
     assert close(u["output_tokens"].sum() / doc["duration"], doc["output_throughput"])
     assert rec.stages == (stage,)
     assert set(rec.measured["stage"]) == {stage.label}
+    if stage.load == "open":  # offered at the client's own send times (a ramp's, gamma gaps')
+        sends = np.array(doc["start_times"])
+        assert np.allclose(np.sort(rec.workload.arrival_s), np.sort(sends - sends.min()))
     # no max_tokens in the file: each request declares what it generated, and the notes say so
     assert (rec.workload.max_output_tokens == rec.workload.output_tokens).all()
     assert any("realised output length" in n for n in rec.notes)
@@ -478,6 +490,10 @@ def test_guidellm_load_mode_per_strategy(tmp_path: Path, strategy: dict[str, Any
 @pytest.mark.parametrize(("name", "stage"), [
     ("concurrency4", RecordedStage("concurrency 4", "closed", None, 4)),
     ("rate8", RecordedStage("8 req/s", "open", 8.0, None)),
+    # --request-rate 8 --concurrency 2 (Poisson): both slots were busy at times, so the
+    # sends are redrawn ticks of the schedule, each sent at a tick that finds a slot free
+    ("capped8c2", RecordedStage("8 req/s, concurrency 2", "capped", 8.0, 2,
+                                send_times="redrawn", tick_pattern="poisson")),
 ])
 def test_aiperf_reads_to_its_own_summary(name: str, stage: RecordedStage) -> None:
     path = AIPERF / f"{name}.jsonl"
@@ -536,14 +552,47 @@ def test_inference_perf_reads_to_its_own_summary() -> None:
                      ["mean"])
 
 
-def test_inference_perf_concurrent_load_type_is_a_closed_loop(tmp_path: Path) -> None:
-    # load.type concurrent: its stage file's requested_rate is num_requests (all due at once)
-    # and load_summary.concurrency the users; it was read as an open loop at num_requests/s
+def test_inference_perf_concurrent_load_type_is_a_capped_rate_not_a_closed_loop() -> None:
+    # a real run of load.type concurrent (stages of 10 requests at concurrency 2, then 4):
+    # inference-perf 0.7.0 sends a stage's num_requests over one second (requested_rate =
+    # num_requests), each when a slot is free; it was replayed as a closed loop, every request
+    # at once, so a faster simulated server sent them as fast as it answered (the stages'
+    # simulated throughput 13-19 times the measured on the H100 preset)
+    path = INFERENCE_PERF / "concurrent" / "per_request_lifecycle_metrics.json"
+    rec = read_recording(path)
+    own = [json.loads((path.parent / f"stage_{k}_lifecycle_metrics.json").read_text())
+           ["load_summary"] for k in (0, 1)]
+    assert [(s.label, s.load, s.request_rate, s.max_concurrency) for s in rec.stages] == [
+        (f"stage {k}: concurrency {o['concurrency']}", "capped", o["requested_rate"],
+         o["concurrency"]) for k, o in enumerate(own)]
+    # the measured TTFT's origin stays each request's send
+    starts = np.array([r["start_time"] for r in json.loads(path.read_text())])
+    assert np.allclose(np.sort(rec.measured["arrival_s"].to_numpy()),
+                       np.sort(starts - starts.min()))
+    for stage in rec.stages:
+        rows = rec.measured["stage"] == stage.label
+        due = rec.workload.arrival_s[rows.to_numpy()]
+        sent = rec.measured.loc[rows, "arrival_s"].to_numpy()
+        # due over num_requests / requested_rate seconds from the stage's first send, never
+        # after the request was sent
+        assert due.min() == pytest.approx(sent.min())
+        assert due.max() - due.min() <= rows.sum() / (stage.request_rate or 1) + 1e-9
+        if stage.send_times == "redrawn":  # the slots bound: drawn as inference-perf draws
+            assert any(n.startswith(f"{stage.label}: inference-perf's concurrent load type")
+                       for n in rec.notes)
+    plans = stage_plans(rec) or []
+    assert [(p.loop.num_users, p.loop.not_before_arrival) for p in plans if p.loop] == [
+        (2, True), (4, True)]
+
+
+def test_inference_perf_concurrent_stage_without_a_rate_is_a_closed_loop(
+        tmp_path: Path) -> None:
     for f in INFERENCE_PERF.glob("*.json"):
         (tmp_path / f.name).write_text(f.read_text())
     stage0 = tmp_path / "stage_0_lifecycle_metrics.json"
     doc = json.loads(stage0.read_text())
-    doc["load_summary"].update(requested_rate=16, concurrency=2)
+    doc["load_summary"].update(concurrency=2)
+    del doc["load_summary"]["requested_rate"]
     stage0.write_text(json.dumps(doc))
     rec = read_recording(tmp_path / "per_request_lifecycle_metrics.json")
     assert rec.stages == (RecordedStage("stage 0: concurrency 2", "closed", None, 2),
@@ -674,7 +723,7 @@ def test_aiperf_capped_run_is_offered_at_its_schedule_not_its_delayed_sends(
     assert np.allclose(np.sort(due), first + np.arange(profiling.sum()) / 8.0)
     assert not np.allclose(np.sort(due), np.sort(sent[profiling]))
     assert rec.stages[0].send_times == "scheduled"
-    assert any("offered at its tick of the 8 req/s schedule (constant" in n for n in rec.notes)
+    assert any("offered at the ticks of the 8 req/s schedule (constant" in n for n in rec.notes)
     # the measured TTFT's origin stays the send
     starts = np.array([json.loads(line)["metadata"]["request_start_ns"] for line in
                        (AIPERF / "rate8.jsonl").read_text().splitlines() if line.strip()])
@@ -707,3 +756,45 @@ def test_vllm_bench_append_result_runs_that_overlap_are_said_to_overlap(tmp_path
     assert "they overlapped: run 2's first request" in note
     assert "do not say how far apart" not in note
     assert "they share the simulated server as they shared the real one" in note
+
+
+def test_aiperf_capped_run_is_replayed_at_its_ticks_as_aiperf_sends() -> None:
+    # a real capped AIPerf run (--request-rate 8 --concurrency 2): AIPerf sends only at its
+    # rate's ticks and skips a tick that finds both slots busy; the replay sent a waiting
+    # request the instant a slot freed and then its backlog at once (a FIFO wait), offering
+    # more than AIPerf would have to a server as slow as the recorded one
+    rec = read_recording(AIPERF / "capped8c2.jsonl")
+    (plan,) = stage_plans(rec) or []
+    assert plan.loop is not None
+    assert (plan.loop.num_users, plan.loop.not_before_arrival) == (2, True)
+    assert (plan.loop.tick_rate_per_s, plan.loop.tick_pattern) == (8.0, "poisson")
+    assert "each sent at a tick of its poisson schedule (a tick that finds every slot busy is " \
+        "skipped, as AIPerf does)" in replay_mode(rec.stages[0])
+    assert any("each at the first tick after its predecessor's that finds a slot free" in n
+               for n in rec.notes)
+
+
+def test_aiperf_capped_constant_run_simulated_sends_only_on_its_grid() -> None:
+    # a real --request-rate 6 --request-rate-mode constant --concurrency 3 run, simulated on a
+    # server far slower than the recorded one: AIPerf would send each request at a tick k / 6 s
+    # after the first, one a tick; the FIFO wait sent them whenever a slot freed, off the grid
+    rec = read_recording(AIPERF / "capped6c3_constant.jsonl")
+    assert rec.stages == (RecordedStage("6 req/s, concurrency 3", "capped", 6.0, 3,
+                                        send_times="scheduled", tick_pattern="constant"),)
+    assert rec.config["max_tokens"] == 16
+    slow = LinearCostModel(intercept_s=0.05, per_prefill_token_s=0.0, per_decode_seq_s=0.0,
+                           per_context_token_s=0.0)  # 16 steps of 50 ms: 0.8 s a request
+    config = SimConfig(engine=EngineConfig(num_gpu_blocks=100, block_size=16, max_num_seqs=8,
+                                           max_num_batched_tokens=2048))
+    run = simulate_recording(rec, config, cost_model=slow, frontend_overhead_s=0.0)
+    records = run.records.sort_values("arrival_s")
+    sends = records["arrival_s"].to_numpy()
+    ticks = (sends - sends[0]) * 6.0
+    assert np.allclose(ticks, np.round(ticks), atol=1e-6)  # every send on the grid
+    assert (np.diff(np.round(ticks)) >= 1).all()  # one a tick
+    # the slots bound: some ticks were skipped, and no send came before a slot was free
+    assert np.round(ticks)[-1] > len(sends) - 1
+    ends = np.sort(records["finished_s"].to_numpy())
+    in_flight = np.searchsorted(sends, sends, side="right") - np.searchsorted(ends, sends,
+                                                                               side="right")
+    assert in_flight.max() <= 3

@@ -4,6 +4,7 @@ each stage of a recording simulated in the load mode its tool ran it in."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from kvbudget.policies import make_policy
 from kvbudget.results.recordings import RecordedStage, Recording, read_recording
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig, simulate
+from kvbudget.simulator.users import Ticks
 from kvbudget.studies.recorded_replay import replay_mode, stage_plans
 from kvbudget.studies.validate import simulate_recording
 from kvbudget.workloads.closed_loop import ClosedLoop
@@ -132,3 +134,51 @@ def test_an_open_recording_is_one_run_as_before(tmp_path: Path) -> None:
     assert stage_plans(rec) is None
     assert replay_mode(RecordedStage("b", "unknown")).endswith("(load mode not recorded)")
     assert replay_mode(RecordedStage("c", "capped", 8.0, 4)).endswith("at most 4 in flight")
+
+
+def test_a_tick_paced_capped_loop_sends_only_at_its_ticks_and_skips_busy_ones() -> None:
+    # AIPerf's --request-rate 10 --concurrency 1 (constant): a request waiting for the slot
+    # goes at the first tick after the slot frees, and the ticks it found busy are lost (no
+    # catch-up); the FIFO wait sent it the instant the slot freed, and the next one at once
+    w = make_workload([0.0, 0.1, 0.2], [10, 10, 10], [50, 50, 50])  # ~0.5 s each
+    loop = ClosedLoop(num_users=1, not_before_arrival=True, tick_rate_per_s=10.0)
+    cfg = SimConfig(engine=ENGINE, cost_model=FAST, closed_loop=loop)
+    rec = simulate(w, make_policy("unlimited"), cfg).records.sort_values("request_id")
+    arrival, finished = rec["arrival_s"].to_numpy(), rec["finished_s"].to_numpy()
+    assert arrival[0] == 0.0
+    for k in (1, 2):
+        tick = math.ceil(finished[k - 1] / 0.1 - 1e-9) * 0.1
+        assert arrival[k] == pytest.approx(tick) and arrival[k] >= finished[k - 1]
+    assert arrival[1] > finished[0] + 1e-6  # not when the slot freed
+    # Poisson ticks are drawn on from the run's seed: the same every run, on or after a free slot
+    poisson = dataclasses.replace(cfg, closed_loop=dataclasses.replace(loop,
+                                                                       tick_pattern="poisson"))
+    runs = [simulate(w, make_policy("unlimited"), poisson).records.sort_values("request_id")
+            for _ in range(2)]
+    assert np.array_equal(runs[0]["arrival_s"].to_numpy(), runs[1]["arrival_s"].to_numpy())
+    sends, ends = runs[0]["arrival_s"].to_numpy(), runs[0]["finished_s"].to_numpy()
+    assert (sends[1:] >= ends[:-1]).all()
+    with pytest.raises(ValueError, match="tick_rate_per_s must be a finite rate > 0 of a loop "
+                                         "with not_before_arrival"):
+        ClosedLoop(num_users=1, tick_rate_per_s=10.0)
+
+
+@pytest.mark.parametrize("pattern", ["constant", "poisson"])
+def test_a_long_run_of_busy_ticks_is_skipped_in_one_draw(pattern: str) -> None:
+    # AIPerf at 10,000 req/s capped at a few slots of a slow server skips most ticks: the
+    # first tick at or after a free slot is drawn directly, not the million before it
+    loop = ClosedLoop(num_users=1, not_before_arrival=True, tick_rate_per_s=1e4,
+                      tick_pattern=pattern)  # type: ignore[arg-type]
+    ticks = Ticks([0.0, 0.0001], loop, seed=0)
+    ticks.take(0.0)
+    assert ticks.first_at_or_after(0.0) == 0.0001  # the given ticks first
+    ticks.take(0.0)
+    t = ticks.first_at_or_after(100.0)
+    assert t >= 100.0 and len(ticks.times) == 3
+    if pattern == "constant":
+        assert t == pytest.approx(100.0)  # on the grid
+    ticks.take(100.0)
+    assert ticks.first_at_or_after(100.0) > t and len(ticks.times) == 4
+    with pytest.raises(ValueError, match="no think time"):
+        ClosedLoop(num_users=1, not_before_arrival=True, tick_rate_per_s=10.0,
+                   think_time_s=1.0)

@@ -235,3 +235,22 @@ def test_a_simulated_tensor_parallel_run_validates_against_itself(tmp_path: Path
     assert "tensor_parallel_size=2" in err and "ASSUMED" not in err.split("\n")[0]
     table = pd.read_csv(tmp_path / "v" / "validation.csv")
     assert np.allclose(table["rel_error"].dropna(), 0.0, atol=1e-9)
+
+
+def test_a_recording_without_prompt_contents_says_no_prefix_cache_hits_are_simulated(
+        tmp_path: Path) -> None:
+    # a real vllm bench serve run on --random-prefix-len 16: the file keeps token counts, not
+    # prompts, so the simulation (prefix caching on) gave no cache hits where the server's
+    # shared-prefix prompts had them, and nothing said so
+    path = (Path(__file__).parents[2] / "fixtures" / "recordings" / "vllm-bench-0.32.0"
+            / "prefix16.json")
+    args = ("validate", "--records", path, "--gpu", "H100", "--model", "Llama-3.1-8B",
+            "--allow-refusals")
+    code, _, err = _run(*args, "--out", tmp_path / "v")
+    assert code == 0, err
+    assert "note: prefix caching is on, but the recording holds no prompt contents (no " \
+        "hash_ids): every prompt is simulated as unique, with no cache hits" in err
+    code, _, err = _run(*args, "--out", tmp_path / "w", "--set",
+                        "engine.enable_prefix_caching=false")
+    assert code == 0, err
+    assert "no cache hits" not in err
