@@ -172,6 +172,20 @@ LLMPERF_SUMMARY = {"version": "2023-08-31", "name": "llama2-70b-4096_550_150_sum
      "timestamp,request_id,latency,prompt_tokens,completion_tokens,total_tokens,error\n"
      "0.0,1,1.2,2101,84,2185,\n0.06,2,0.9,3650,74,3724,\n",
      "is LMBench's trace-replayer result: its requests were not streamed"),
+    # huggingface/inference-benchmarker src/writers.rs at dfef39d5 (BenchmarkReportWriter,
+    # BenchmarkResultsWriter): results/<tokenizer>_<date>.json holds one object of percentiles
+    # a benchmark and no request; it got "cannot tell the recording format"
+    ("meta-llama_Llama-3_1-8B_2025-03-28-10-00-00.json", json.dumps({
+        "config": {"max_vus": 8, "duration_secs": 60, "benchmark_kind": "Sweep",
+                   "rates": None, "num_rates": 2},
+        "results": [{"id": "warmup", "executor_type": "ConstantVUs",
+                     "config": {"max_vus": 1, "duration_secs": 30, "rate": None},
+                     "total_requests": 12, "total_tokens": 1200,
+                     "time_to_first_token_ms": {"p50": 20.5, "p99": 31.0, "avg": 21.2},
+                     "successful_requests": 12, "failed_requests": 0}],
+        "start_time": "2025-03-28T10:00:00+00:00", "end_time": "2025-03-28T10:03:00+00:00",
+        "system": {"cpu": ["x"], "memory": "64.00 GB"}}),
+     "is huggingface/inference-benchmarker's report: each benchmark's TTFT"),
     ("profile_export_aiperf_sweep.json",
      json.dumps({"aggregation_type": "sweep", "num_profile_runs": 12,
                  "per_combination_metrics": [{"parameters": {"concurrency": 16}}]}),
