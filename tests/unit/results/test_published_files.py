@@ -402,6 +402,49 @@ def test_guidellm_rate_benchmark_without_a_cap_is_capped_at_the_default(
     assert any("replayed at most 512 in flight (assumed)" in n for n in rec.notes) == noted
 
 
+# GuideLLM 0.2.1 and 0.3.1 (vllm-project/guidellm scheduler/scheduler.py _start_processes,
+# worker.py process_loop_asynchronous): throughput, constant and poisson alike are held to
+# settings.max_concurrency (512), not 0.1's 511: each worker process holds an
+# asyncio.Semaphore of its share (512 // processes, one more for the first 512 % processes)
+# and the shares sum to 512. A request waits for its own process's share, which the single
+# pool of 512 the replay uses does not: that was not said.
+@pytest.mark.parametrize("strategy", [
+    {"type_": "throughput", "max_concurrency": None},
+    {"type_": "constant", "rate": 4.0, "max_concurrency": None, "initial_burst": True},
+    {"type_": "poisson", "rate": 4.0, "max_concurrency": None, "random_seed": 42}])
+def test_guidellm_0_2_0_3_cap_is_the_setting_split_among_worker_processes(
+        tmp_path: Path, strategy: dict[str, Any]) -> None:
+    doc = json.loads((FIXTURES / "guidellm-0.3.1" / "benchmarks.json").read_text())
+    bench = doc["benchmarks"][0]
+    bench["args"]["strategy"] = strategy
+    reqs = bench["requests"]["successful"]
+    many = [json.loads(json.dumps(reqs[k % len(reqs)])) for k in range(600)]
+    for k, req in enumerate(many):
+        req["scheduler_info"]["process_id"] = k % 10
+    bench["requests"]["successful"] = many
+    bench["request_totals"]["total"] = 600
+    path = tmp_path / "benchmarks.json"
+    path.write_text(json.dumps(doc))
+    rec = read_recording(path)
+    assert rec.stages[0].max_concurrency == 512
+    split = [n for n in rec.notes if "worker processes" in n]
+    assert split == ["0: GuideLLM split its cap of 512 in flight among the 10 worker processes "
+                     "the requests name, about 51 each, and a request waited for its own "
+                     "process's share; replayed as one pool of 512 (assumed: requests may "
+                     "start sooner than they did where the load was uneven across processes)"]
+    # one process, or fewer requests than the cap: nothing to say
+    for req in many:
+        req["scheduler_info"]["process_id"] = 0
+    path.write_text(json.dumps(doc))
+    assert not any("worker processes" in n for n in read_recording(path).notes)
+    for k, req in enumerate(many):
+        req["scheduler_info"]["process_id"] = k % 10
+    bench["requests"]["successful"] = many[:16]
+    bench["request_totals"]["total"] = 16
+    path.write_text(json.dumps(doc))
+    assert not any("worker processes" in n for n in read_recording(path).notes)
+
+
 def sglang_details(**changes: Any) -> dict[str, Any]:
     """One line of SGLang's ``bench_serving --output-file F --output-details``, in the keys of
     sgl-project/sglang python/sglang/benchmark/metrics.py ``save_results`` (commit 1291c7fc:
