@@ -193,21 +193,25 @@ def _unrecorded_cap(bench: Mapping[str, Any], version: str) -> tuple[int, str]:
 
 
 def _worker_processes(bench: Mapping[str, Any]) -> int:
-    """How many GuideLLM worker processes sent a 0.2-0.3 benchmark's requests: the distinct
-    ``scheduler_info.process_id`` its requests name (0 where none does: 0.1, 0.4+)."""
+    """How many GuideLLM worker processes sent a benchmark's requests: the distinct process
+    ids its requests name (0.2-0.3 ``scheduler_info.process_id``, 0.4+
+    ``info.scheduler_process_id``; 0 where none does: 0.1)."""
     requests = bench.get("requests")
-    ids = {dig(r, "scheduler_info", "process_id")
+    ids = {dig(r, "scheduler_info", "process_id") if "scheduler_info" in r
+           else dig(r, "info", "scheduler_process_id")
            for k, v in (requests.items() if isinstance(requests, dict) else ())
-           if k in KINDS and isinstance(v, list) for r in v}
+           if k in KINDS and isinstance(v, list) for r in v if isinstance(r, dict)}
     return len({i for i in ids if isinstance(i, int) and not isinstance(i, bool)})
 
 
 def _split_note(bench: Mapping[str, Any], index: int, cap: int) -> str | None:
-    """Where a 0.2-0.3 benchmark's cap could bind and several processes sent it: GuideLLM
+    """Where a benchmark's cap could bind and several processes sent it: GuideLLM (0.2 on)
     splits the cap among its worker processes, each with its own semaphore of ``cap //
     processes`` (one more for the first ``cap % processes``), the shares summing to the cap
     (v0.2.1 and v0.3.1 ``scheduler/scheduler.py`` ``_start_processes``, ``worker.py``
-    ``process_loop_asynchronous``; 0.3 also deals each process every n-th start time): no
+    ``process_loop_asynchronous``; 0.3 also deals each process every n-th start time; v0.4.0
+    to v0.7.3 ``scheduler/worker_group.py`` ``per_proc_max_conc``, ``worker.py``
+    ``_process_requests_loop``): no
     more than ``cap`` in flight, but a request waited for its own process's share even where
     another had room. The simulation pools the cap: said."""
     num = _worker_processes(bench)

@@ -445,6 +445,23 @@ def test_guidellm_0_2_0_3_cap_is_the_setting_split_among_worker_processes(
     assert not any("worker processes" in n for n in read_recording(path).notes)
 
 
+# GuideLLM 0.4-0.7 split the cap the same way (scheduler/worker_group.py per_proc_max_conc,
+# worker.py _process_requests_loop's asyncio.Semaphore(async_limit)); a request names its
+# process as info.scheduler_process_id.
+def test_guidellm_0_4_on_cap_split_is_said_too(tmp_path: Path) -> None:
+    doc = json.loads((FIXTURES / "guidellm-0.8.1" / "benchmarks.json").read_text())
+    bench = doc["benchmarks"][0]
+    bench["config"]["strategy"] = {"type_": "constant", "rate": 4.0, "max_concurrency": 4}
+    for k, req in enumerate(bench["requests"]["successful"]):
+        req["info"]["scheduler_process_id"] = k % 2
+    path = tmp_path / "benchmarks.json"
+    path.write_text(json.dumps(doc))
+    rec = read_recording(path)
+    assert rec.stages[0].max_concurrency == 4
+    assert any(n.startswith("0: GuideLLM split its cap of 4 in flight among the 2 worker "
+                            "processes the requests name, about 2 each") for n in rec.notes)
+
+
 def sglang_details(**changes: Any) -> dict[str, Any]:
     """One line of SGLang's ``bench_serving --output-file F --output-details``, in the keys of
     sgl-project/sglang python/sglang/benchmark/metrics.py ``save_results`` (commit 1291c7fc:
