@@ -200,6 +200,10 @@ def load_mooncake(path: Path, options: TraceOptions, streams: Streams) -> RawTra
         rows_read=cols.num_rows,
         line_of=line_of,
     )
+    if lmbench:
+        raw.assumed.append(
+            "output_length read as each answer's length: LMBench's replayer sends it as "
+            "max_tokens without ignore_eos, so its server may have stopped sooner")
     if lmbench and prefix is not None and options.prefix_block_tokens is None:
         raw.prefix = None
         raw.warnings.append(
