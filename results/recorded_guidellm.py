@@ -145,7 +145,14 @@ DEFAULT_MAX_CONCURRENCY = {"0.7": 10240, "": 512}
 ``max_concurrency`` keeps in flight (512 in 0.2-0.6: ``config.py`` / ``settings.py``; ``1024 *
 10`` from 0.7; ``GUIDELLM__MAX_CONCURRENCY`` overrides it). A ``throughput`` benchmark sends
 every request at once up to that many in flight (0.2-0.3 ``ThroughputStrategy.
-processing_requests_limit``, 0.4+ ``WorkerProcessGroup``): a closed loop of that many users."""
+processing_requests_limit``, 0.4+ ``WorkerProcessGroup``): a closed loop of that many users.
+``constant`` and ``poisson`` inherit the same limit (0.2-0.3 ``AsyncConstantStrategy`` /
+``AsyncPoissonStrategy`` subclass ``ThroughputStrategy``). Unlike 0.1 (its scheduler waits
+while the cap less one are in flight: :data:`V0_1_CAP`), 0.2-0.3's worker processes each hold
+an ``asyncio.Semaphore`` of their share and the shares sum to the cap: exactly that many in
+flight at most (v0.2.1 / v0.3.1 ``scheduler/scheduler.py`` ``_start_processes``,
+``worker.py`` ``process_loop_asynchronous``; :func:`_split_note` says what pooling them
+assumes)."""
 
 
 def default_max_concurrency(version: str) -> int:
@@ -185,6 +192,37 @@ def _unrecorded_cap(bench: Mapping[str, Any], version: str) -> tuple[int, str]:
                      + (f" (the report measured at most {peak} in flight)" if peak else ""))
 
 
+def _worker_processes(bench: Mapping[str, Any]) -> int:
+    """How many GuideLLM worker processes sent a benchmark's requests: the distinct process
+    ids its requests name (0.2-0.3 ``scheduler_info.process_id``, 0.4+
+    ``info.scheduler_process_id``; 0 where none does: 0.1)."""
+    requests = bench.get("requests")
+    ids = {dig(r, "scheduler_info", "process_id") if "scheduler_info" in r
+           else dig(r, "info", "scheduler_process_id")
+           for k, v in (requests.items() if isinstance(requests, dict) else ())
+           if k in KINDS and isinstance(v, list) for r in v if isinstance(r, dict)}
+    return len({i for i in ids if isinstance(i, int) and not isinstance(i, bool)})
+
+
+def _split_note(bench: Mapping[str, Any], index: int, cap: int) -> str | None:
+    """Where a benchmark's cap could bind and several processes sent it: GuideLLM (0.2 on)
+    splits the cap among its worker processes, each with its own semaphore of ``cap //
+    processes`` (one more for the first ``cap % processes``), the shares summing to the cap
+    (v0.2.1 and v0.3.1 ``scheduler/scheduler.py`` ``_start_processes``, ``worker.py``
+    ``process_loop_asynchronous``; 0.3 also deals each process every n-th start time; v0.4.0
+    to v0.7.3 ``scheduler/worker_group.py`` ``per_proc_max_conc``, ``worker.py``
+    ``_process_requests_loop``): no
+    more than ``cap`` in flight, but a request waited for its own process's share even where
+    another had room. The simulation pools the cap: said."""
+    num = _worker_processes(bench)
+    if num < 2 or _listed(bench) <= cap:
+        return None
+    return (f"{index}: GuideLLM split its cap of {cap} in flight among the {num} worker "
+            f"processes the requests name, about {cap // num} each, and a request waited for "
+            f"its own process's share; replayed as one pool of {cap} (assumed: requests may "
+            "start sooner than they did where the load was uneven across processes)")
+
+
 def _listed(bench: Mapping[str, Any]) -> int:
     requests = bench.get("requests")
     if not isinstance(requests, dict):
@@ -204,9 +242,12 @@ def stage_of(path: Path, bench: Mapping[str, Any], index: int, version: str = ""
     conc = None if conc_f is None else int(conc_f)
     if kind == "synchronous":
         return RecordedStage(f"{index}: synchronous", "closed", None, 1)
+    said = [] if notes is None else notes
+    if kind in ("throughput", "constant", "poisson"):
+        split = _split_note(bench, index, conc or _unrecorded_cap(bench, version)[0])
+        said.extend([split] if split else [])
     if kind in ("concurrent", "throughput") and conc is not None:
         return RecordedStage(f"{index}: {kind} x{conc}", "closed", None, conc)
-    said = [] if notes is None else notes
     if kind == "throughput":
         cap, why = _unrecorded_cap(bench, version)
         said.append(f"{index}: throughput: {why}: replayed as a closed loop of {cap} users "

@@ -7,7 +7,8 @@ are written only with it), ``vllm bench sweep``'s ``summary.json`` (a list of su
 LLMPerf's ``*_summary.json`` and its ``*_individual_responses.json`` (github.com/ray-project/
 llmperf, ``token_benchmark_ray.py``: per request ``ttft_s``, ``end_to_end_latency_s``,
 ``inter_token_latency_s``, ``number_input_tokens``, ``number_output_tokens``, ``error_code``,
-and no send time). None of them can be replayed; each is refused in one line that names the
+and no send time), huggingface/inference-benchmarker's report (percentiles only). None of
+them can be replayed; each is refused in one line that names the
 tool as its own keys show it, and what to pass instead (:func:`summary_refusal`).
 """
 
@@ -44,6 +45,17 @@ def is_trtllm(doc: Mapping[str, Any]) -> bool:
     return "user_throughput" in doc or "avg_decoded_tokens_per_iter" in doc
 
 
+def _is_inference_benchmarker(doc: Mapping[str, Any]) -> bool:
+    """huggingface/inference-benchmarker's ``results/<tokenizer>_<date>.json``
+    (``src/writers.rs``, ``BenchmarkReportWriter``: ``config``, ``results``, ``start_time``,
+    ``end_time``, ``system``; a result, ``BenchmarkResultsWriter``, holds ``executor_type``,
+    ``total_requests``, ``time_to_first_token_ms`` percentiles and the like, no request)."""
+    results = doc.get("results")
+    first = results[0] if isinstance(results, list) and results else None
+    return "system" in doc and isinstance(first, Mapping) and \
+        "executor_type" in first and "time_to_first_token_ms" in first
+
+
 def _object_refusal(doc: Mapping[str, Any]) -> str | None:
     """The refusal of one JSON object (a result line, a summary file)."""
     if _latency_summary(doc):
@@ -76,6 +88,11 @@ def _object_refusal(doc: Mapping[str, Any]) -> str | None:
         return ("is AIPerf's aggregate of several profile runs (profile_export_aiperf_sweep.json "
                 "or a --num-profile-runs aggregate): aggregates only; pass one run's "
                 "per-request profile_export.jsonl")
+    if _is_inference_benchmarker(doc):
+        return ("is huggingface/inference-benchmarker's report: each benchmark's TTFT, "
+                "inter-token and E2E percentiles and request and token totals, but no request "
+                "(no send time, TTFT or token counts of any one; the tool writes nothing "
+                "else): record the run with a tool kvbudget reads (docs/recordings.md)")
     if any(isinstance(k, str) and k.startswith("results_ttft_s") for k in doc) or \
             {"num_concurrent_requests", "mean_input_tokens"} <= set(doc):
         return ("is LLMPerf's summary (aggregates only); its individual_responses file lists "

@@ -169,7 +169,10 @@ def load_mooncake(path: Path, options: TraceOptions, streams: Streams) -> RawTra
     512-token blocks), or LMBench's of the same shape with string timestamps in Unix-epoch
     nanoseconds (format ``lmbench``: rebased to the earliest, as its replayer does; its
     ``hash_ids`` are read only with ``prefix_block_tokens``: LMBench uses them as seeds of its
-    synthetic prompts and does not say how many tokens one names)."""
+    synthetic prompts and does not say how many tokens one names; its ``output_length`` is
+    also each request's ``max_tokens``: the replayer passes it to ``send_request`` as
+    ``max_tokens``, the request body's field, with no ``ignore_eos``: trace-replayer-qa.py,
+    commit 18fe8926, lines 235-257, 359-362 and 469-472)."""
     facts = file_facts(path)
     lmbench = _string_stamps(facts)
     kinds: dict[str, JsonKind] = {"timestamp": "label" if lmbench else "number",
@@ -190,11 +193,17 @@ def load_mooncake(path: Path, options: TraceOptions, streams: Streams) -> RawTra
                  else cols.numbers["timestamp"] / 1000.0),
         labels=_labels(cols, options.tier_column),
         prefix=prefix,
+        max_output=cols.numbers["output_length"].copy() if lmbench else None,
         fields={"arrival_s": "timestamp", "prompt_tokens": "input_length",
-                "output_tokens": "output_length"},
+                "output_tokens": "output_length",
+                **({"max_output_tokens": "output_length"} if lmbench else {})},
         rows_read=cols.num_rows,
         line_of=line_of,
     )
+    if lmbench:
+        raw.assumed.append(
+            "output_length read as each answer's length: LMBench's replayer sends it as "
+            "max_tokens without ignore_eos, so its server may have stopped sooner")
     if lmbench and prefix is not None and options.prefix_block_tokens is None:
         raw.prefix = None
         raw.warnings.append(

@@ -172,6 +172,20 @@ LLMPERF_SUMMARY = {"version": "2023-08-31", "name": "llama2-70b-4096_550_150_sum
      "timestamp,request_id,latency,prompt_tokens,completion_tokens,total_tokens,error\n"
      "0.0,1,1.2,2101,84,2185,\n0.06,2,0.9,3650,74,3724,\n",
      "is LMBench's trace-replayer result: its requests were not streamed"),
+    # huggingface/inference-benchmarker src/writers.rs at dfef39d5 (BenchmarkReportWriter,
+    # BenchmarkResultsWriter): results/<tokenizer>_<date>.json holds one object of percentiles
+    # a benchmark and no request; it got "cannot tell the recording format"
+    ("meta-llama_Llama-3_1-8B_2025-03-28-10-00-00.json", json.dumps({
+        "config": {"max_vus": 8, "duration_secs": 60, "benchmark_kind": "Sweep",
+                   "rates": None, "num_rates": 2},
+        "results": [{"id": "warmup", "executor_type": "ConstantVUs",
+                     "config": {"max_vus": 1, "duration_secs": 30, "rate": None},
+                     "total_requests": 12, "total_tokens": 1200,
+                     "time_to_first_token_ms": {"p50": 20.5, "p99": 31.0, "avg": 21.2},
+                     "successful_requests": 12, "failed_requests": 0}],
+        "start_time": "2025-03-28T10:00:00+00:00", "end_time": "2025-03-28T10:03:00+00:00",
+        "system": {"cpu": ["x"], "memory": "64.00 GB"}}),
+     "is huggingface/inference-benchmarker's report: each benchmark's TTFT"),
     ("profile_export_aiperf_sweep.json",
      json.dumps({"aggregation_type": "sweep", "num_profile_runs": 12,
                  "per_combination_metrics": [{"parameters": {"concurrency": 16}}]}),
@@ -386,6 +400,66 @@ def test_guidellm_rate_benchmark_without_a_cap_is_capped_at_the_default(
     rec = read_recording(path)
     assert rec.stages == (RecordedStage("0: constant 4 req/s x512", "capped", 4.0, 512),)
     assert any("replayed at most 512 in flight (assumed)" in n for n in rec.notes) == noted
+
+
+# GuideLLM 0.2.1 and 0.3.1 (vllm-project/guidellm scheduler/scheduler.py _start_processes,
+# worker.py process_loop_asynchronous): throughput, constant and poisson alike are held to
+# settings.max_concurrency (512), not 0.1's 511: each worker process holds an
+# asyncio.Semaphore of its share (512 // processes, one more for the first 512 % processes)
+# and the shares sum to 512. A request waits for its own process's share, which the single
+# pool of 512 the replay uses does not: that was not said.
+@pytest.mark.parametrize("strategy", [
+    {"type_": "throughput", "max_concurrency": None},
+    {"type_": "constant", "rate": 4.0, "max_concurrency": None, "initial_burst": True},
+    {"type_": "poisson", "rate": 4.0, "max_concurrency": None, "random_seed": 42}])
+def test_guidellm_0_2_0_3_cap_is_the_setting_split_among_worker_processes(
+        tmp_path: Path, strategy: dict[str, Any]) -> None:
+    doc = json.loads((FIXTURES / "guidellm-0.3.1" / "benchmarks.json").read_text())
+    bench = doc["benchmarks"][0]
+    bench["args"]["strategy"] = strategy
+    reqs = bench["requests"]["successful"]
+    many = [json.loads(json.dumps(reqs[k % len(reqs)])) for k in range(600)]
+    for k, req in enumerate(many):
+        req["scheduler_info"]["process_id"] = k % 10
+    bench["requests"]["successful"] = many
+    bench["request_totals"]["total"] = 600
+    path = tmp_path / "benchmarks.json"
+    path.write_text(json.dumps(doc))
+    rec = read_recording(path)
+    assert rec.stages[0].max_concurrency == 512
+    split = [n for n in rec.notes if "worker processes" in n]
+    assert split == ["0: GuideLLM split its cap of 512 in flight among the 10 worker processes "
+                     "the requests name, about 51 each, and a request waited for its own "
+                     "process's share; replayed as one pool of 512 (assumed: requests may "
+                     "start sooner than they did where the load was uneven across processes)"]
+    # one process, or fewer requests than the cap: nothing to say
+    for req in many:
+        req["scheduler_info"]["process_id"] = 0
+    path.write_text(json.dumps(doc))
+    assert not any("worker processes" in n for n in read_recording(path).notes)
+    for k, req in enumerate(many):
+        req["scheduler_info"]["process_id"] = k % 10
+    bench["requests"]["successful"] = many[:16]
+    bench["request_totals"]["total"] = 16
+    path.write_text(json.dumps(doc))
+    assert not any("worker processes" in n for n in read_recording(path).notes)
+
+
+# GuideLLM 0.4-0.7 split the cap the same way (scheduler/worker_group.py per_proc_max_conc,
+# worker.py _process_requests_loop's asyncio.Semaphore(async_limit)); a request names its
+# process as info.scheduler_process_id.
+def test_guidellm_0_4_on_cap_split_is_said_too(tmp_path: Path) -> None:
+    doc = json.loads((FIXTURES / "guidellm-0.8.1" / "benchmarks.json").read_text())
+    bench = doc["benchmarks"][0]
+    bench["config"]["strategy"] = {"type_": "constant", "rate": 4.0, "max_concurrency": 4}
+    for k, req in enumerate(bench["requests"]["successful"]):
+        req["info"]["scheduler_process_id"] = k % 2
+    path = tmp_path / "benchmarks.json"
+    path.write_text(json.dumps(doc))
+    rec = read_recording(path)
+    assert rec.stages[0].max_concurrency == 4
+    assert any(n.startswith("0: GuideLLM split its cap of 4 in flight among the 2 worker "
+                            "processes the requests name, about 2 each") for n in rec.notes)
 
 
 def sglang_details(**changes: Any) -> dict[str, Any]:

@@ -243,6 +243,14 @@ def test_lmbench_string_timestamps_are_its_nanoseconds(tmp_path: Path) -> None:
     assert loaded.workload.arrival_s.tolist() == [0.0, 24.256743233, 24.318294603]
     assert loaded.workload.prompt_tokens.tolist() == [66, 65, 64]
     assert loaded.workload.prefix_hashes is None
+    # its replayer sends output_length as max_tokens (trace-replayer-qa.py, commit 18fe8926,
+    # send_request lines 235-257, called with entry['output_length'] at 359-362 and 469-472):
+    # read from the file, not the default 2,048, and not said to be assumed
+    assert loaded.workload.max_output_tokens.tolist() == [10, 9, 8]
+    assert not any("no max_tokens" in a for a in loaded.report.assumed)
+    # and, with no ignore_eos, its answers could stop sooner: the lengths are said to be taken
+    assert any(a.startswith("output_length read as each answer's length") and "ignore_eos" in a
+               for a in loaded.report.assumed)
     said = [w for w in loaded.report.warnings if w.startswith("hash_ids not read")]
     assert said and "give prefix_block_tokens" in said[0]
     # with the size of a hash's block given, the hashes are read
