@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kvbudget.workloads.arrival_rate import mean_arrival_rate
+from kvbudget.workloads.counted import counted
 
 __all__ = ["CONTEXT_DEFAULT_CUT", "CONTEXT_DEFAULT_REFUSED", "WIDTH", "as_given", "fill",
            "setting_lines"]
@@ -41,7 +42,7 @@ def _on(tp: Any, gpu: Any) -> str:
 
 
 def _count(num: int) -> str:
-    return f"{num:,} replica{'s' if num != 1 else ''}"
+    return counted(num, "replica")
 
 
 def _caps(knobs: Mapping[str, Any]) -> str:
@@ -106,7 +107,7 @@ def _closed_loop(users: Any) -> str:
     """The closed loop that sent the workload in place of its arrival times."""
     if not isinstance(users, dict):
         return ""
-    return (f", sent in closed loop by {users.get('num_users')} users (think time "
+    return (f", sent in closed loop by {counted(users.get('num_users') or 0, 'user')} (think time "
             f"{users.get('think_time_s', 0):g} s, {users.get('think_distribution')})")
 
 
@@ -156,7 +157,7 @@ def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
             f"defaults for unset knobs{_caps(knobs)})"
             + (f", KV capacity {int(kv):,} tokens" if kv is not None else "")
             + _capacity_whose(s, where)
-            + (f"; workload {w.get('name')}: {int(w.get('num_requests', 0)):,} requests"
+            + (f"; workload {w.get('name')}: {counted(int(w.get('num_requests', 0)), 'request')}"
                + ("" if s.get("closed_loop") else _arrivals(s, int(w.get("num_requests", 0))))
                if w else "")  # a summary written before a staged replay's said it
             + _closed_loop(s.get("closed_loop")))]

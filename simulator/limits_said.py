@@ -19,6 +19,7 @@ from kvbudget.policies.tiers import DEFAULT_TIERS
 from kvbudget.results.records import STATUS_CODES
 from kvbudget.results.said import CONTEXT_DEFAULT_CUT, CONTEXT_DEFAULT_REFUSED
 from kvbudget.simulator.context_limit import CUTTING_ENGINES
+from kvbudget.workloads.counted import counted
 
 if TYPE_CHECKING:
     from kvbudget.simulator.sim_config import ReplicaSetup, SimConfig
@@ -116,7 +117,7 @@ def _default_tiers_said(w: Workload, config: SimConfig, setup: ReplicaSetup,
              f"the default max_sequence_tokens ({limits}) of tier"
              f"{'s' if len(names) > 1 else ''} {', '.join(names)}")
     return {"assumed": [
-        f"{whose} refused {len(rows):,} requests "
+        f"{whose} refused {counted(len(rows), 'request')} "
         "as too large (prompt + max_output_tokens above it) before any prefill"
         + (f"; the model's context is {context:,} tokens" if context else "")
         + ": give the tiers' limits ("
@@ -148,15 +149,15 @@ def _context_said(config: SimConfig, setup: ReplicaSetup, reason: Mapping[int, s
     if counts:
         cuts = setup.engine.name in CUTTING_ENGINES
         said.append(
-            f"{limit} {CONTEXT_DEFAULT_REFUSED} {counts.total():,} requests before any "
-            f"prefill: {counts['prompt_too_long']:,} prompts "
+            f"{limit} {CONTEXT_DEFAULT_REFUSED} {counted(counts.total(), 'request')} before "
+            f"any prefill: {counted(counts['prompt_too_long'], 'prompt')} "
             + ("as long as it or longer" if cuts else "longer")
             + f", {counts['context_length']:,} whose "
             + ("max_output_tokens" if cuts else "prompt + max_output_tokens")
             + f" is over it {server}")
     if num_cut:
         said.append(
-            f"{limit} {CONTEXT_DEFAULT_CUT} {num_cut:,} requests at the context left: their "
+            f"{limit} {CONTEXT_DEFAULT_CUT} {counted(num_cut, 'request')} at the context left: their "
             "prompt + output is over it, and vLLM lowers max_tokens to max_model_len - prompt "
             f"(served, not refused) {server}")
     return {"assumed": said} if said else {}

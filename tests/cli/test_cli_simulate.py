@@ -472,7 +472,7 @@ def test_the_default_tiers_limit_is_said_where_it_refuses(tmp_path: Path) -> Non
     # said once: the assumed line counts them (with the limit and whose it is), the refused
     # line does not count them again
     assert ("assumed: conservative: max_model_len 4,096 (the model's context, vLLM's default) "
-            "refused 2 requests before any prefill: 1 prompts as long as it or longer, 1 whose "
+            "refused 2 requests before any prefill: 1 prompt as long as it or longer, 1 whose "
             "max_output_tokens is over it") in stdout.replace("\n  ", " ")
     assert "\nrefused: " not in stdout and "prompt_too_long" not in stdout
     code, stdout, _ = run("simulate", "--trace", str(mid), "--model", "Llama-2-7B", "--set",
