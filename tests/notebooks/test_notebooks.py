@@ -101,3 +101,20 @@ def test_the_notebooks_name_folders_and_docs_that_exist() -> None:
             if name.startswith("../shared/"):
                 continue  # the shared data folder, beside the checkout
             assert (REPO / name).exists(), f"{path.name}: {name}"
+
+
+def test_the_tail_latency_notebook_says_its_load_and_what_its_p99_is() -> None:
+    """Notebook 01 offered about 34 req/s to a GPU that completes about 21 ("enough to
+    saturate"), and read the interactive p99 TTFT of 10 s behind a gateway as a tail that
+    "shrinks": it is the admission deadline (the expired requests have no TTFT). Its first
+    cell says how far past capacity the load is and its reading says the p99 is the deadline,
+    each with the figure a cell asserts."""
+    nb = nbformat.read(REPO / "notebooks" / "01_tail_latency.ipynb", as_version=4)  # type: ignore[no-untyped-call]
+    text = " ".join(" ".join(c.source for c in nb.cells if c.cell_type == "markdown").split())
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "far past what the GPU sustains" in text and "about 21 req/s" in text
+    assert "abs(served_rps - 21) < 1" in code
+    assert "as many as 30 % of the interactive requests" in text
+    assert "assert max(attained.values()) < 0.3" in code
+    assert "10 s admission deadline" in text and "so that p99 is the deadline" in text
+    assert "abs(p99[label][\"interactive\"] - deadline) < 0.5" in code

@@ -23,7 +23,7 @@ def test_counted(num: float, noun: str, plural: str | None, said: str) -> None:
 
 
 def test_a_count_is_whole() -> None:
-    with pytest.raises(ValueError, match="1.5 request"):
+    with pytest.raises(ValueError, match=r"1\.5 request"):
         counted(1.5, "request")
 
 
