@@ -164,11 +164,20 @@ def _refused_line(summaries: Sequence[dict[str, Any]]) -> str:
     """Why each run refused what it refused (``overall.rejections_by_reason``, and the
     gateway's own refusals, which carry no reason), or ``""`` when none refused any: the
     table's ``refused`` column counts them all, and a reader must not guess which limit.
-    Refusals another line counts (:func:`_said_elsewhere`) are not said again here."""
+    Refusals another line counts (:func:`_said_elsewhere`; the default tiers' limit's, the
+    summary's ``gateway_too_large``) are not said again here; the gateway's refusals of
+    requests beyond the model's context are said as the context's, as the assumed lines say
+    them (``simulator/limits_said.py``)."""
     parts = []
     for s in summaries:
         overall = s.get("overall") or {}
         reasons = dict(overall.get("rejections_by_reason") or {})
+        # the gateway's refusals (no reason) the assumed lines count: the default tiers'
+        # limit's, and those beyond the model's context, said as the context's
+        first = dict(s.get("gateway_too_large") or {})
+        assumed_tiers = int(first.pop("default_tiers", 0))
+        for r, n in first.items():
+            reasons[r] = int(reasons.get(r, 0)) + int(n)
         elsewhere = _said_elsewhere(s)
         context = (s.get("engine_knobs") or {}).get("max_model_len")
         words = {"prompt_too_long": "prompt_too_long (prompt over the model's context"
@@ -179,7 +188,7 @@ def _refused_line(summaries: Sequence[dict[str, Any]]) -> str:
                  ENGINE_TOO_LARGE: f"{ENGINE_TOO_LARGE} (the engine's: it could never run "
                  "them, prompt + output over its max_model_len or the prompt's blocks over its "
                  "whole KV cache)"}
-        gateway = int(overall.get("rejected_too_large") or 0) - sum(
+        gateway = int(overall.get("rejected_too_large") or 0) - assumed_tiers - sum(
             int(reasons.get(r, 0)) for r in (*CONTEXT_REASONS, ENGINE_TOO_LARGE))
         said = ([f"{gateway:,} too large for the gateway (a tier's max_sequence_tokens or the "
                  "KV capacity)"] if gateway > 0 else [])
