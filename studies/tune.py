@@ -237,13 +237,21 @@ def _num(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
+DEFAULT_OBJECTIVE = "batch_sustained_output_tokens_per_s"
+"""What ``tune`` maximises unless told: the batch tier's output tokens over the time the work
+took, first arrival to last finish (the tables' ``out tok/s``). Over the arrival window
+(``batch_output_tokens_per_s``, the default before) every setting that completes the same
+requests has the same throughput: the default ``tune`` of the default scenario found 17
+settings "flat" at 3,010 tokens/s while they finished the work 5 % apart."""
+
+
 @dataclass
 class TuneSpec:
     """What to tune and how hard to look."""
 
     scenario: Scenario
     params: tuple[Param, ...]
-    objective: str = "batch_output_tokens_per_s"
+    objective: str = DEFAULT_OBJECTIVE
     maximize: bool = True
     constraints: tuple[Constraint, ...] = ()
     replications: int = 5
@@ -564,7 +572,7 @@ class _Evaluator:
                 if m not in r:
                     raise ValueError(
                         f"no metric {m!r} in the runs table; e.g. "
-                        "batch_output_tokens_per_s, interactive_ttft_p99_s, "
+                        "batch_sustained_output_tokens_per_s, interactive_ttft_p99_s, "
                         "overall_slo_attainment, overall_goodput_rps"
                     )
         rows.sort(key=lambda r: int(r["replication"]))
