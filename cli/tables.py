@@ -291,7 +291,9 @@ def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
     scale = _autoscale_line(summaries)
     if scale:
         lines.append(textwrap.fill(scale, WIDTH, subsequent_indent="  "))
-    note = ("(times in seconds; KV used/reserved are time-weighted fractions of capacity; "
+    note = ("(times in seconds; TTFT and TPOT p99: over the completed requests (refused and "
+            "expired ones have none), TTFT from arrival at the gateway, its wait included; "
+            "KV used/reserved are time-weighted fractions of capacity; "
             "refused: answered too-large or overloaded, or dropped after preemption; expired: "
             "waited past the tier's queue timeout; out tok/s: output tokens over the time the "
             "work took, first arrival to last finish")
