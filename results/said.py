@@ -78,6 +78,28 @@ def _deployment(s: Mapping[str, Any], gpu: str, tp: int) -> tuple[str, Mapping[s
         knobs if len(caps) == 1 else {})
 
 
+def _assumed_knobs(s: Mapping[str, Any], knobs: Mapping[str, Any]) -> str:
+    """What else the engine assumed that moves the figures, from the summary: the context
+    (``max_model_len``: vLLM's default is the model's), prefix caching (on, and whether the
+    workload had prefix hashes to share), the weights' and the KV cache's dtypes (``auto``:
+    the model's 16-bit activation dtype); ``""`` for what the summary does not have (a
+    disaggregated deployment's pools have their own knobs)."""
+    said = []
+    if knobs.get("max_model_len") is not None:
+        said.append(f"max_model_len {int(knobs['max_model_len']):,}")
+    caching = knobs.get("enable_prefix_caching")
+    if caching is not None:
+        shared = bool((s.get("engine") or {}).get("prefix_caching"))
+        said.append("prefix caching " + ("off" if not caching else "on" if shared else
+                                         "on (no prefixes to share)"))
+    dtype, kv = s.get("weight_dtype"), knobs.get("kv_cache_dtype")
+    if dtype:
+        said.append(f"{dtype} weights")
+    if kv:  # auto: the model's 16-bit activation dtype (perf/models.py)
+        said.append(f"{'16-bit' if kv == 'auto' else kv} KV")
+    return "".join(f", {x}" for x in said)
+
+
 def _capacity_whose(s: Mapping[str, Any], where: str) -> str:
     """Whose KV capacity the summary's ``kv_capacity_tokens`` is where not one engine's or a
     fixed fleet's: a disaggregated deployment's decode pool, an autoscaled fleet at its most;
@@ -154,7 +176,7 @@ def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
         where, knobs = _deployment(s, gpu, tp)
         said = [fill(
             f"simulated: {model} on {where}, engine {engine} ({s.get('engine_defaults')}'s "
-            f"defaults for unset knobs{_caps(knobs)})"
+            f"defaults for unset knobs{_caps(knobs)}{_assumed_knobs(s, knobs)})"
             + (f", KV capacity {int(kv):,} tokens" if kv is not None else "")
             + _capacity_whose(s, where)
             + (f"; workload {w.get('name')}: {counted(int(w.get('num_requests', 0)), 'request')}"

@@ -54,6 +54,7 @@ from kvbudget.studies.sweep import (
     scenario_data,
     t_interval,
 )
+from kvbudget.workloads.counted import counted
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -348,7 +349,8 @@ class TuneResult:
                 + ", ".join(f"{p.key} {p.low:g}..{p.high:g}" for p in s.params)
                 + "".join(f", subject to {', '.join(str(c) for c in s.constraints)}"
                           for _ in s.constraints[:1])
-                + f"; {len(self.evaluations)} settings, {s.replications} replications each")
+                + f"; {counted(len(self.evaluations), 'setting')}, "
+                f"{counted(s.replications, 'replication')} each")
         found = ["best: none; no setting met the constraints"]
         if self.best is not None:
             mean, low, high = self.best.objective

@@ -483,7 +483,8 @@ def test_the_default_tiers_limit_is_said_where_it_refuses(tmp_path: Path) -> Non
     assert "assumed: conservative" not in stdout
     code, stdout, _ = run("compare", "--trace", str(mid), "--model", "Llama-2-7B",
                           "--policies", "unlimited,conservative")
-    assert stdout.count("max_model_len 4,096") == 1, stdout
+    assert stdout.replace("\n  ", " ").count("max_model_len 4,096 (the model's context") == 1, \
+        stdout
     assert "assumed: unlimited, conservative: max_model_len 4,096" in stdout.replace("\n  ", " ")
     code, stdout, _ = run("simulate", "--trace", str(two), "--num-gpu-blocks", "20")
     # said once, as the context's are: the assumed line counts them, the refused line does
@@ -590,24 +591,29 @@ def test_refusals_beyond_the_context_are_the_contexts_in_every_line(tmp_path: Pa
 
 @pytest.mark.parametrize(("sets", "where"), [
     (["fleet.num_replicas=2"], "on 2 replicas of H100-SXM (given as H100-80GB), engine vllm "
-     "(vllm's defaults for unset knobs, max_num_seqs 1,024, max_num_batched_tokens 8,192)"),
+     "(vllm's defaults for unset knobs, max_num_seqs 1,024, max_num_batched_tokens 8,192, "
+     "max_model_len 131,072, prefix caching on (no prefixes to share), bfloat16 weights, 16-bit "
+     "KV)"),
     (["fleet.num_replicas=3", 'fleet.gpus=["H100-80GB","H200","H100-80GB"]'],
      "on 3 replicas (2 of H100-80GB; 1 of H200), engine vllm (vllm's defaults for unset knobs, "
      "max_num_seqs 1,024"),
     (["fleet.num_replicas=2", 'fleet.gpus=["L40S","H100-80GB"]'],
      "on 2 replicas (1 of L40S, max_num_seqs 256, max_num_batched_tokens 2,048; 1 of H100-80GB, "
      "max_num_seqs 1,024, max_num_batched_tokens 8,192), engine vllm (vllm's defaults for unset "
-     "knobs), KV capacity "),
+     "knobs, bfloat16 weights), KV capacity "),
     # 4 replicas x 438,192 tokens (the single-engine line's figure)
     (["fleet.autoscale.max_replicas=4"], "on 1 to 4 replicas (autoscaled) of H100-SXM (given as "
      "H100-80GB), engine vllm (vllm's defaults for unset knobs, max_num_seqs 1,024, "
-     "max_num_batched_tokens 8,192), KV capacity 1,752,768 tokens (at 4 replicas); workload"),
+     "max_num_batched_tokens 8,192, max_model_len 131,072, prefix caching on (no prefixes to "
+     "share), bfloat16 weights, 16-bit KV), KV capacity 1,752,768 tokens (at 4 replicas); "
+     "workload"),
     (["disaggregation.prefill.num_replicas=1", "disaggregation.decode.num_replicas=2",
       "disaggregation.decode.gpu=H200", "disaggregation.decode.engine={tensor_parallel_size=2}",
       "disaggregation.prefill.engine={max_num_batched_tokens=16384}"],
      "on disaggregated pools (prefill: 1 replica of H100-SXM, max_num_seqs 1,024, "
      "max_num_batched_tokens 16,384; decode: 2 replicas of 2 x H200, max_num_seqs 1,024, "
-     "max_num_batched_tokens 8,192), engine vllm (vllm's defaults for unset knobs), KV "
+     "max_num_batched_tokens 8,192), engine vllm (vllm's defaults for unset knobs, bfloat16 "
+     "weights), KV "
      # the gateway's budget: the decode pool's 2 replicas x 120,003 blocks x 16 tokens
      "capacity 3,840,096 tokens (the decode pool's); workload default"),
 ], ids=["fleet", "mixed-fleet", "mixed-caps", "autoscaled", "disaggregated"])

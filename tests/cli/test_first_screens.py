@@ -61,3 +61,20 @@ def test_the_tables_say_what_their_latency_quantiles_are_over(tmp_path: Path) ->
     note = " ".join(stdout.split())
     assert ("TTFT and TPOT p99: over the completed requests (refused and expired ones have "
             "none), TTFT from arrival at the gateway, its wait included") in note, stdout
+
+
+def test_the_simulated_line_says_the_context_prefix_caching_and_dtypes(tmp_path: Path) -> None:
+    """The line a run opens with named the model, GPU, engine and caps but not the context it
+    refused requests against, whether prefix caching was on (and had anything to share), nor
+    the weights' and KV cache's dtypes, each of which moves the figures below it."""
+    code, stdout, stderr = run("simulate", "--set", "workload.num_requests=20")
+    assert code == 0, stderr
+    first = " ".join(stdout.split("\npolicy ")[0].split())
+    assert ("max_num_batched_tokens 8,192, max_model_len 131,072, prefix caching on (no prefixes "
+            "to share), bfloat16 weights, 16-bit KV), KV capacity 438,192 tokens") in first, first
+    code, stdout, stderr = run("simulate", "--set", "workload.num_requests=20", "--model",
+                               "Llama-2-7B", "--set", "engine.kv_cache_dtype=fp8", "--set",
+                               "engine.enable_prefix_caching=false")
+    assert code == 0, stderr
+    first = " ".join(stdout.split("\npolicy ")[0].split())
+    assert "max_model_len 4,096, prefix caching off, float16 weights, fp8 KV)" in first, first
