@@ -21,6 +21,7 @@ from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.perf.hardware import get_gpu, gpu_label
 from kvbudget.perf.models import get_model, resolve_model_name, suggest_model
 from kvbudget.results.recordings import read_recording
+from kvbudget.results.said import fill, frontend_said
 from kvbudget.studies.calibrate import (
     calibrate_recording,
     fit_parameters,
@@ -528,8 +529,7 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
     typer.echo(render(("per-request", "pairs", "MAPE"), [
         [r["metric"], r["num_pairs"], _pct(r["mape"])]
         for r in result.per_request.to_dict(orient="records")]))
-    typer.echo(f"simulated times include a front-end overhead of "
-               f"{1000 * result.frontend_overhead_s:.1f} ms per request")
+    typer.echo(fill(frontend_said(result.simulated.summary)))
     typer.echo(f"wrote {out}/validation.csv, validation.json, validate.png, sim/")
     if max_error is not None:
         errs = result.errors()

@@ -15,7 +15,7 @@ from kvbudget.workloads.arrival_rate import mean_arrival_rate
 from kvbudget.workloads.counted import counted
 
 __all__ = ["CONTEXT_DEFAULT_CUT", "CONTEXT_DEFAULT_REFUSED", "WIDTH", "as_given", "fill",
-           "setting_lines"]
+           "frontend_said", "setting_lines"]
 
 WIDTH = 100
 """The width the lines are wrapped to (the terminal tables')."""
@@ -146,6 +146,29 @@ def _cost_line(s: dict[str, Any]) -> list[str]:
         text += (f"; a fixed front-end time of {overhead * 1e3:.2f} ms per request (the file's "
                  "frontend_overhead_s) added to every first token and finish")
     return [text]
+
+
+def frontend_said(s: Mapping[str, Any]) -> str:
+    """What a run's simulated times include beyond the engine's steps, from its summary: the
+    API server's modelled cost (``frontend``: per request, per prompt and output token, at the
+    end of the stream) and a calibrated ``frontend_overhead_s``. ``validate --records`` said
+    "a front-end overhead of 0.0 ms per request" of a run whose first tokens carried the API
+    server's 11.3 ms."""
+    fe, overhead = s.get("frontend") or {}, float(s.get("frontend_overhead_s") or 0.0)
+    said = []
+    if any(fe.get(k) for k in ("per_request_s", "per_prompt_token_s", "per_output_token_s",
+                               "post_decode_s")):
+        said.append(
+            f"the API server's modelled cost ({fe.get('name') or 'vllm-api-server'}: "
+            f"{1e3 * float(fe.get('per_request_s') or 0):.2f} ms a request, "
+            f"{1e6 * float(fe.get('per_prompt_token_s') or 0):.2f} us a prompt token and "
+            f"{1e6 * float(fe.get('per_output_token_s') or 0):.1f} us an output token to each "
+            f"first token and finish, {1e3 * float(fe.get('post_decode_s') or 0):.2f} ms more "
+            "at the end of the stream)")
+    if overhead > 0:
+        said.append(f"a calibrated front-end overhead of {1e3 * overhead:.1f} ms a request")
+    return ("simulated times include " + " and ".join(said) if said else
+            "simulated times include no front-end cost (the engine's steps alone)")
 
 
 def fill(text: str) -> str:

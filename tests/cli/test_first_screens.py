@@ -78,3 +78,26 @@ def test_the_simulated_line_says_the_context_prefix_caching_and_dtypes(tmp_path:
     assert code == 0, stderr
     first = " ".join(stdout.split("\npolicy ")[0].split())
     assert "max_model_len 4,096, prefix caching off, float16 weights, fp8 KV)" in first, first
+
+
+def test_validate_records_says_the_front_end_cost_its_simulation_added(tmp_path: Path) -> None:
+    """``validate --records`` of a ``vllm bench serve`` file ended with "simulated times include
+    a front-end overhead of 0.0 ms per request" while every simulated first token carried the
+    modelled API server's 11.3 ms a request: it names that cost, with the figures the run used."""
+    import pandas as pd
+
+    fixture = (Path(__file__).resolve().parents[1] / "fixtures" / "recordings"
+               / "vllm-bench-0.32.0" / "rate8.json")
+    out = tmp_path / "v"
+    code, stdout, stderr = run("validate", "--records", fixture, "--model", "Llama-3.1-8B",
+                               "--gpu", "H100-80GB", "--out", out)
+    assert code == 0, stderr
+    summary = json.loads((out / "sim" / "summary.json").read_text())
+    per_request_s = summary["frontend"]["per_request_s"]
+    assert per_request_s > 0 and summary["frontend_overhead_s"] == 0
+    ttft = pd.read_parquet(out / "sim" / "requests.parquet")["ttft_s"]
+    assert (ttft > per_request_s).all()  # every first token carries it
+    said = " ".join(stdout.split())
+    assert "front-end overhead of 0.0 ms" not in said
+    assert (f"simulated times include the API server's modelled cost (vllm-api-server: "
+            f"{1e3 * per_request_s:.2f} ms a request,") in said, said
