@@ -302,8 +302,11 @@ def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
                  f"{_fmt(float(window))} s, first to last arrival; drain s: after the last "
                  "arrival")
     lines.append(textwrap.fill(note + ")", WIDTH, break_on_hyphens=False))
-    if slo_targets:
-        lines.append(textwrap.fill(slo_line(slo_targets), WIDTH, subsequent_indent="  "))
+    # the targets of the tiers the runs offered requests in (not a tier the workload never used)
+    offered = {t for s in summaries for t, b in (s.get("tiers") or {}).items() if b.get("offered")}
+    targets = {t: v for t, v in (slo_targets or {}).items() if t in offered or not offered}
+    if targets:
+        lines.append(textwrap.fill(slo_line(targets), WIDTH, subsequent_indent="  "))
     if conclusion:
         lines.append(textwrap.fill(conclusion, WIDTH, subsequent_indent="  "))
     return "\n".join(lines)

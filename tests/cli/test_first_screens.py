@@ -101,3 +101,19 @@ def test_validate_records_says_the_front_end_cost_its_simulation_added(tmp_path:
     assert "front-end overhead of 0.0 ms" not in said
     assert (f"simulated times include the API server's modelled cost (vllm-api-server: "
             f"{1e3 * per_request_s:.2f} ms a request,") in said, said
+
+
+def test_the_slo_line_names_only_the_tiers_the_run_offered(tmp_path: Path) -> None:
+    """A trace with no tier column runs every request as 'interactive'; the SLO line under the
+    table still listed the batch tier's targets, a tier with no request in the run."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(
+        f"{i / 2},500,20\n" for i in range(10)))
+    code, stdout, stderr = run("simulate", "--trace", trace)
+    assert code == 0, stderr
+    said = " ".join(stdout.split())
+    assert ("SLO att: share of offered requests completed within their tier's targets "
+            "(interactive TTFT<=2 s, TPOT<=0.1 s)") in said, said
+    code, stdout, stderr = run("simulate", "--set", "workload.num_requests=40")
+    assert "interactive TTFT<=2 s, TPOT<=0.1 s; batch TTFT<=60 s, TPOT<=0.5 s)" in \
+        " ".join(stdout.split())
