@@ -10,6 +10,7 @@ from typing import Any
 from kvbudget.results.said import CONTEXT_DEFAULT_REFUSED, setting_lines
 from kvbudget.results.said import WIDTH as WIDTH  # re-exported: the CLI modules take it here
 from kvbudget.simulator.context_limit import CUTTING_ENGINES
+from kvbudget.workloads.counted import counted
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -400,7 +401,7 @@ def render_intervals(figures: Mapping[str, Mapping[str, float]], intervals: Mapp
         for label, key in INTERVAL_FIGURES:
             low, high = band.get(key, (None, None))
             rows.append([scope, label, figures.get(scope, {}).get(key), low, high])
-    head = (f"{pct} intervals over {intervals['num_draws']} draws ({intervals['method']}; "
+    head = (f"{pct} intervals over {counted(intervals['num_draws'], 'draw')} ({intervals['method']}; "
             "docs/fidelity.md, \"Predictions with intervals\"):")
     return "\n".join([textwrap.fill(head, WIDTH, subsequent_indent="  "),
                       render(("tier", "figure", "value", f"{pct} low", f"{pct} high"), rows)])

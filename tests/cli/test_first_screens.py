@@ -117,3 +117,16 @@ def test_the_slo_line_names_only_the_tiers_the_run_offered(tmp_path: Path) -> No
     code, stdout, stderr = run("simulate", "--set", "workload.num_requests=40")
     assert "interactive TTFT<=2 s, TPOT<=0.1 s; batch TTFT<=60 s, TPOT<=0.5 s)" in \
         " ".join(stdout.split())
+
+
+def test_a_study_of_one_run_says_one_run(tmp_path: Path) -> None:
+    """A sweep of one configuration and one replication said "1 configurations x 1
+    replications = 1 runs" and "1 runs in 0.2 s": the counts go through counted()."""
+    code, stdout, stderr = run(
+        "sweep", "--set", "workload.num_requests=20", "-r", "1", "-j", "1",
+        "--out", tmp_path / "sw")
+    assert code == 0, stderr
+    said = stdout + stderr
+    assert "1 configuration x 1 replication = 1 run (" in said, said
+    assert any(ln.startswith("1 run in ") for ln in said.splitlines()), said
+    assert "1 runs" not in said and "1 configurations" not in said
