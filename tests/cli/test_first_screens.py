@@ -130,3 +130,16 @@ def test_a_study_of_one_run_says_one_run(tmp_path: Path) -> None:
     assert "1 configuration x 1 replication = 1 run (" in said, said
     assert any(ln.startswith("1 run in ") for ln in said.splitlines()), said
     assert "1 runs" not in said and "1 configurations" not in said
+
+
+def test_a_one_request_recording_says_one_request(tmp_path: Path) -> None:
+    """``validate --records`` of a recording of one request said "1 requests simulated":
+    the recording's counts go through counted()."""
+    rec = tmp_path / "one.csv"
+    rec.write_text("arrival_s,prompt_tokens,output_tokens,ttft_s,e2e_s\n0,500,20,0.05,0.3\n")
+    code, stdout, stderr = run("validate", "--records", rec, "--model", "Llama-3.1-8B",
+                               "--gpu", "H100-80GB", "--out", tmp_path / "v")
+    said = stdout + stderr
+    assert code == 0, said
+    assert "1 request simulated, 1 measured" in said, said
+    assert "1 requests" not in said
