@@ -143,3 +143,28 @@ def test_a_one_request_recording_says_one_request(tmp_path: Path) -> None:
     assert code == 0, said
     assert "1 request simulated, 1 measured" in said, said
     assert "1 requests" not in said
+
+
+def test_the_readme_says_what_goodput_and_attainment_are_over(tmp_path: Path) -> None:
+    """README.md's summary.json: goodput is the completed requests meeting their SLO per second
+    of the arrival window, SLO attainment the same requests over all offered ones, and the
+    latency quantiles are over the completed requests; checked on a run that refuses some."""
+    import numpy as np
+    import pandas as pd
+
+    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+    assert ("goodput — completed requests meeting their tier's SLO per second of the arrival "
+            "window — and SLO attainment over all offered requests; latency quantiles are over "
+            "the completed requests") in readme
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens,max_output_tokens\n" + "".join(
+        f"{i / 4},{40_000 if i % 5 == 0 else 800},50,64\n" for i in range(40)))
+    code, _, stderr = run("simulate", "--trace", trace, "--out", tmp_path / "run")
+    assert code == 0, stderr
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    overall = s["overall"]
+    good = overall["slo_attainment"] * overall["offered"]
+    assert overall["completed"] < overall["offered"] and good > 0
+    assert abs(overall["goodput_rps"] * s["offered_window_s"] - good) < 1e-6
+    done = pd.read_parquet(tmp_path / "run" / "requests.parquet").query("status == 'completed'")
+    assert overall["e2e_s"]["p99"] == float(np.percentile(done["e2e_s"], 99))
