@@ -41,6 +41,7 @@ from kvbudget.results.run_result import run_files
 from kvbudget.simulator.scenario import load_scenario
 from kvbudget.studies.validate import compare_live_validation
 from kvbudget.workloads.closed_loop import ClosedLoop
+from kvbudget.workloads.counted import counted
 from kvbudget.workloads.lengths import FixedCap
 from kvbudget.workloads.traces import TraceOptions, load_trace
 from kvbudget.workloads.traces.load import trace_seed
@@ -338,7 +339,7 @@ def run_replay(workload: "Workload", policy: "BasePolicy", *, target: "ServerTar
     def on_start(num_done: int, num_todo: int) -> None:
         nonlocal bar
         if num_done:
-            typer.echo(f"resuming: {num_done} requests already done, {num_todo} to replay",
+            typer.echo(f"resuming: {counted(num_done, 'request')} already done, {num_todo} to replay",
                        err=True)
         bar = Bar(f"replay {policy.name}", num_todo, "req")
 
@@ -361,7 +362,7 @@ def run_replay(workload: "Workload", policy: "BasePolicy", *, target: "ServerTar
     if outcome.error:
         done = len(outcome.records)
         raise CliError(
-            f"{outcome.error}; kept {done} of {len(workload)} requests in {out} "
+            f"{outcome.error}; kept {done} of {counted(len(workload), 'request')} in {out} "
             f"(requests.parquet){hint}", 1)
     return outcome
 

@@ -45,6 +45,7 @@ from kvbudget.studies.plan import (
 )
 from kvbudget.studies.sweep import RunError, parse_axis
 from kvbudget.studies.tune import Constraint
+from kvbudget.workloads.counted import counted
 
 MAX_REPLICAS = 10_000
 """The most replicas (or tensor-parallel GPUs) a plan may try: the scenario's fleet bound."""
@@ -211,7 +212,7 @@ def _run_plan(spec: PlanSpec, out: Path, *, executor: str, jobs: int | None,
         nonlocal bar
         # once the options and the stored runs have been checked; the GPU is searched
         setting = say_workload(spec.scenario, varies=["gpu"])
-        typer.echo(f"at most {total} runs ({stored} already in {out}); a configuration "
+        typer.echo(f"at most {counted(total, 'run')} ({stored} already in {out}); a configuration "
                    "stops at its first replica count that meets the SLOs", err=True)
         bar = Bar("plan", total, lines_from=1)
         return setting

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from kvbudget.workloads.counted import counted
+
 LINE_EVERY_S = 30.0
 """Wall seconds between two progress lines where stderr is not a terminal."""
 
@@ -98,5 +100,5 @@ class Bar:
         """``"12 runs in 3.4 s: 211.8 runs per minute"``: the work done since the bar was made."""
         elapsed = time.perf_counter() - self._start
         per_minute = self._done / elapsed * 60 if elapsed > 0 else float("inf")
-        return (f"{self._done} {self._unit}s in {elapsed:.1f} s: {per_minute:.1f} "
+        return (f"{counted(self._done, self._unit)} in {elapsed:.1f} s: {per_minute:.1f} "
                 f"{self._unit}s per minute")

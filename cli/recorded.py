@@ -21,6 +21,7 @@ from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.perf.hardware import get_gpu, gpu_label
 from kvbudget.perf.models import get_model, resolve_model_name, suggest_model
 from kvbudget.results.recordings import read_recording
+from kvbudget.results.said import fill, frontend_said
 from kvbudget.studies.calibrate import (
     calibrate_recording,
     fit_parameters,
@@ -38,6 +39,7 @@ from kvbudget.studies.validate import (
     validate_recording,
     write_validation,
 )
+from kvbudget.workloads.counted import counted
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import FixedCap
 
@@ -242,7 +244,7 @@ def recording_headline(rec: "Recording") -> str:
     c = rec.counts
     not_measured = c["num_simulated"] - c["num_measured"]
     tool = rec.tool or rec.format
-    return (f"{rec.path} ({tool}): {c['num_simulated']} requests simulated, "
+    return (f"{rec.path} ({tool}): {counted(c['num_simulated'], 'request')} simulated, "
             f"{c['num_measured']} measured"
             + (f", {not_measured} not measured (failed, timed out, warm-up/cool-down or "
                "without TTFT/E2E)" if not_measured else "")
@@ -448,7 +450,7 @@ def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: fl
         check_fit(cal, out, allow_small=allow_small)
     out.parent.mkdir(parents=True, exist_ok=True)
     cal.save(out, setup.recording, setup.config, policy=setup.policy, holdout=holdout)
-    print_comparison(cal.table, f"in sample ({cal.num_rows} requests):")
+    print_comparison(cal.table, f"in sample ({counted(cal.num_rows, 'request')}):")
     if rows is not None:
         held = validate_recording(setup.recording, setup.config, policy=setup.policy,
                                   policy_params=setup.policy_params, cost_model=cal.model,
@@ -456,7 +458,7 @@ def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: fl
                                   model_chosen=True)
         print_comparison(_with_intervals(held.table, cal.intervals_on(
             setup.recording.records(), ~rows)), f"held out (the last {holdout:g}, "
-            f"{held.num_compared} requests):")
+            f"{counted(held.num_compared, 'request')}):")
     typer.echo(f"wrote {out}")
 
 
@@ -516,7 +518,7 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
         out.mkdir(parents=True, exist_ok=True)
         cal.save(out / "cost.json", setup.recording, setup.config, policy=setup.policy,
                  holdout=holdout)
-        print_comparison(cal.table, f"fitted on the first part ({cal.num_rows} requests):")
+        print_comparison(cal.table, f"fitted on the first part ({counted(cal.num_rows, 'request')}):")
         cost, overhead = cal.model, cal.frontend_overhead_s
         meta.update({"holdout": holdout, "fitted_cost_model": str(out / "cost.json"),
                      "fit_in_sample_error": cal.in_sample_errors()})
@@ -534,13 +536,12 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
     result = dataclasses.replace(result, table=_with_intervals(result.table, intervals))
     write_validation(result, setup.recording, out, meta=meta, rows=rows)
     title = ("simulated vs measured" if rows is None else
-             f"held out (the last {holdout:g}, {result.num_compared} requests):")
+             f"held out (the last {holdout:g}, {counted(result.num_compared, 'request')}):")
     print_comparison(result.table, title)
     typer.echo(render(("per-request", "pairs", "MAPE"), [
         [r["metric"], r["num_pairs"], _pct(r["mape"])]
         for r in result.per_request.to_dict(orient="records")]))
-    typer.echo(f"simulated times include a front-end overhead of "
-               f"{1000 * result.frontend_overhead_s:.1f} ms per request")
+    typer.echo(fill(frontend_said(result.simulated.summary)))
     typer.echo(f"wrote {out}/validation.csv, validation.json, validate.png, sim/")
     if max_error is not None:
         errs = result.errors()

@@ -50,7 +50,15 @@ from kvbudget.studies.sweep import (
     run_sweep,
     summarize_points,
 )
-from kvbudget.studies.tune import Constraint, Param, TuneSpec, evaluations_frame, tune
+from kvbudget.studies.tune import (
+    DEFAULT_OBJECTIVE,
+    Constraint,
+    Param,
+    TuneSpec,
+    evaluations_frame,
+    tune,
+)
+from kvbudget.workloads.counted import counted
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -175,8 +183,9 @@ def _sweep_with_bar(plan: SweepPlan, ex: "LocalExecutor | RayExecutor", out: Pat
         nonlocal bar
         # once the options and the stored runs have been checked
         say_workload(plan.scenario, varies=[a.key for a in plan.axes])
-        typer.echo(f"{len(plan.points)} configurations x {plan.replications} replications = "
-                   f"{len(plan.runs)} runs ({stored} already in {out}, {todo} to run on "
+        typer.echo(f"{counted(len(plan.points), 'configuration')} x "
+                   f"{counted(plan.replications, 'replication')} = "
+                   f"{counted(len(plan.runs), 'run')} ({stored} already in {out}, {todo} to run on "
                    f"{ex.name})", err=True)
         bar = Bar("sweep", todo, lines_from=1)
 
@@ -249,8 +258,10 @@ def tune_cmd(
         str | None, typer.Option("--policy", help="Tune this policy (default: the scenario's).")
     ] = None,
     objective: Annotated[
-        str, typer.Option("--objective", help="Metric column to optimise.")
-    ] = "batch_output_tokens_per_s",
+        str, typer.Option("--objective", help="Metric column to optimise (default: the batch "
+                          "tier's output tokens over first arrival to last finish, the "
+                          "tables' out tok/s).")
+    ] = DEFAULT_OBJECTIVE,
     minimize: Annotated[
         bool, typer.Option("--minimize", help="Minimise the objective instead.")
     ] = False,
@@ -344,7 +355,8 @@ def _print_validation(v: "Evaluation") -> None:
     checks = "; ".join(f"{c} -> mean {cm:.4g} ({'holds' if cm == cm and ok else 'FAILS'})"
                        for (c, _, cm, _), ok in
                        zip(v.constraints, v.mean_checks(), strict=True))
-    typer.echo(f"validation with {len(v.rows)} fresh seeds: {checks or 'no constraints'}")
+    typer.echo(f"validation with {counted(len(v.rows), 'fresh seed')}: "
+               f"{checks or 'no constraints'}")
 
 
 def _print_best(result: "TuneResult", *, objective: str, confidence: float,
@@ -363,8 +375,10 @@ def _print_best(result: "TuneResult", *, objective: str, confidence: float,
                    f"{flat.num_settings} feasible settings ({why}); no setting is better "
                    f"than another. best.toml keeps {best}, chosen by {result.tiebreak()}")
     else:
-        typer.echo(f"best: {best}: {objective} = {mean:.6g} ({confidence:.0%} CI {low:.6g} "
-                   f".. {high:.6g}, {replications} replications)")
+        interval = (f"{confidence:.0%} CI {low:.6g} .. {high:.6g}, "
+                    if low == low and high == high else "no interval from ")  # NaN: one run
+        typer.echo(f"best: {best}: {objective} = {mean:.6g} ({interval}"
+                   f"{counted(replications, 'replication')})")
         for said in result.at_bounds():
             typer.echo(textwrap.fill(f"note: {said}: the search did not look past it, where "
                                      "a better value may lie (widen --param where the key "
@@ -477,7 +491,7 @@ def _print_capacities(result: "CapacityResult", spec: CapacitySpec) -> None:
         return sum(v) / len(v) if v else None
 
     slo_cols = [c.metric for c in spec.slos]
-    typer.echo(f"criteria (mean over {spec.replications} replications): "
+    typer.echo(f"criteria (mean over {counted(spec.replications, 'replication')}): "
                + ", ".join(spec.criteria()))
     band = [] if spec.interval is None else [f"{spec.interval:.0%} interval"]
     typer.echo(render(

@@ -10,6 +10,7 @@ from typing import Any
 from kvbudget.results.said import CONTEXT_DEFAULT_REFUSED, setting_lines
 from kvbudget.results.said import WIDTH as WIDTH  # re-exported: the CLI modules take it here
 from kvbudget.workloads.context_limit import CUTTING_ENGINES
+from kvbudget.workloads.counted import counted
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -164,11 +165,20 @@ def _refused_line(summaries: Sequence[dict[str, Any]]) -> str:
     """Why each run refused what it refused (``overall.rejections_by_reason``, and the
     gateway's own refusals, which carry no reason), or ``""`` when none refused any: the
     table's ``refused`` column counts them all, and a reader must not guess which limit.
-    Refusals another line counts (:func:`_said_elsewhere`) are not said again here."""
+    Refusals another line counts (:func:`_said_elsewhere`; the default tiers' limit's, the
+    summary's ``gateway_too_large``) are not said again here; the gateway's refusals of
+    requests beyond the model's context are said as the context's, as the assumed lines say
+    them (``simulator/limits_said.py``)."""
     parts = []
     for s in summaries:
         overall = s.get("overall") or {}
         reasons = dict(overall.get("rejections_by_reason") or {})
+        # the gateway's refusals (no reason) the assumed lines count: the default tiers'
+        # limit's, and those beyond the model's context, said as the context's
+        first = dict(s.get("gateway_too_large") or {})
+        assumed_tiers = int(first.pop("default_tiers", 0))
+        for r, n in first.items():
+            reasons[r] = int(reasons.get(r, 0)) + int(n)
         elsewhere = _said_elsewhere(s)
         context = (s.get("engine_knobs") or {}).get("max_model_len")
         words = {"prompt_too_long": "prompt_too_long (prompt over the model's context"
@@ -179,7 +189,7 @@ def _refused_line(summaries: Sequence[dict[str, Any]]) -> str:
                  ENGINE_TOO_LARGE: f"{ENGINE_TOO_LARGE} (the engine's: it could never run "
                  "them, prompt + output over its max_model_len or the prompt's blocks over its "
                  "whole KV cache)"}
-        gateway = int(overall.get("rejected_too_large") or 0) - sum(
+        gateway = int(overall.get("rejected_too_large") or 0) - assumed_tiers - sum(
             int(reasons.get(r, 0)) for r in (*CONTEXT_REASONS, ENGINE_TOO_LARGE))
         said = ([f"{gateway:,} too large for the gateway (a tier's max_sequence_tokens or the "
                  "KV capacity)"] if gateway > 0 else [])
@@ -282,7 +292,9 @@ def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
     scale = _autoscale_line(summaries)
     if scale:
         lines.append(textwrap.fill(scale, WIDTH, subsequent_indent="  "))
-    note = ("(times in seconds; KV used/reserved are time-weighted fractions of capacity; "
+    note = ("(times in seconds; TTFT and TPOT p99: over the completed requests (refused and "
+            "expired ones have none), TTFT from arrival at the gateway, its wait included; "
+            "KV used/reserved are time-weighted fractions of capacity; "
             "refused: answered too-large or overloaded, or dropped after preemption; expired: "
             "waited past the tier's queue timeout; out tok/s: output tokens over the time the "
             "work took, first arrival to last finish")
@@ -291,8 +303,11 @@ def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
                  f"{_fmt(float(window))} s, first to last arrival; drain s: after the last "
                  "arrival")
     lines.append(textwrap.fill(note + ")", WIDTH, break_on_hyphens=False))
-    if slo_targets:
-        lines.append(textwrap.fill(slo_line(slo_targets), WIDTH, subsequent_indent="  "))
+    # the targets of the tiers the runs offered requests in (not a tier the workload never used)
+    offered = {t for s in summaries for t, b in (s.get("tiers") or {}).items() if b.get("offered")}
+    targets = {t: v for t, v in (slo_targets or {}).items() if t in offered or not offered}
+    if targets:
+        lines.append(textwrap.fill(slo_line(targets), WIDTH, subsequent_indent="  "))
     if conclusion:
         lines.append(textwrap.fill(conclusion, WIDTH, subsequent_indent="  "))
     return "\n".join(lines)
@@ -386,7 +401,7 @@ def render_intervals(figures: Mapping[str, Mapping[str, float]], intervals: Mapp
         for label, key in INTERVAL_FIGURES:
             low, high = band.get(key, (None, None))
             rows.append([scope, label, figures.get(scope, {}).get(key), low, high])
-    head = (f"{pct} intervals over {intervals['num_draws']} draws ({intervals['method']}; "
+    head = (f"{pct} intervals over {counted(intervals['num_draws'], 'draw')} ({intervals['method']}; "
             "docs/fidelity.md, \"Predictions with intervals\"):")
     return "\n".join([textwrap.fill(head, WIDTH, subsequent_indent="  "),
                       render(("tier", "figure", "value", f"{pct} low", f"{pct} high"), rows)])

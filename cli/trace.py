@@ -20,6 +20,7 @@ import typer
 from kvbudget.cli.errors import CliError, check_out_file, user_errors
 from kvbudget.cli.options import TraceArgs, with_trace_options
 from kvbudget.results.said import WIDTH
+from kvbudget.workloads.counted import counted
 from kvbudget.workloads.fetch import SOURCES, fetch
 from kvbudget.workloads.spec import build_workload, default_workload_spec, parse_workload_spec
 from kvbudget.workloads.stats import tier_stats, workload_stats
@@ -161,8 +162,8 @@ def convert_command(
         _warn(loaded)
         save_workload(loaded.workload, out)
         report = loaded.report
-        print(f"wrote {len(loaded.workload):,} requests ({report.format}, "
-              f"{report.dropped_rows:,} rows dropped) to {out}")
+        print(f"wrote {counted(len(loaded.workload), 'request')} ({report.format}, "
+              f"{counted(report.dropped_rows, 'row')} dropped) to {out}")
         if report.assumed or not report.timed:  # the generic format has no place to say so
             print(f"warning: {out} holds what was assumed or drawn above (not read from {file}) "
                   "as if its file had said it: a run of it will not say so", file=sys.stderr)
@@ -225,7 +226,7 @@ def synth_command(
             raise CliError("the workload has no requests (--num-requests 0, or a duration too "
                            f"short for its rate): {out} not written")
         save_workload(workload, out)
-        print(f"wrote {len(workload):,} requests over {workload.span_s:,.1f} s to {out}")
+        print(f"wrote {counted(len(workload), 'request')} over {workload.span_s:,.1f} s to {out}")
 
 
 @trace_app.command("fetch")

@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from kvbudget.results.recorded_fields import load_json
 from kvbudget.results.records import RECORD_COLUMNS
+from kvbudget.workloads.counted import counted
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.workload import Workload
 
@@ -126,7 +127,7 @@ class Recording:
         """What a notebook shows of a recording: the file and the tool, the requests measured,
         each load stage as the tool ran it, what the file says of the server and the client,
         the notes of reading it, then the workload's own lines; not its tables."""
-        lines = [f"Recording {self.path} ({self.tool or self.format}): {len(self):,} requests, "
+        lines = [f"Recording {self.path} ({self.tool or self.format}): {counted(len(self), 'request')}, "
                  f"{self.num_usable:,} measured (completed with TTFT and E2E)"]
         lines += [f"stage {st.label or '(one)'}: {_load_words(st)}" for st in self.stages]
         if self.config:

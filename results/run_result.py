@@ -24,6 +24,7 @@ from kvbudget.results.records import (
     check_columns,
 )
 from kvbudget.results.said import setting_lines
+from kvbudget.workloads.counted import counted
 from kvbudget.workloads.max_output import MAX_TOKENS
 
 if TYPE_CHECKING:
@@ -100,8 +101,8 @@ class RunResult:
         overall = s.get("overall") or {}
         counts = ", ".join(f"{overall.get(k, 0):,} {k.replace('_', ' ')}" for k in STATUSES
                            if k == "completed" or overall.get(k))
-        lines = [f"RunResult: {s.get('policy', '?')}, {overall.get('offered', 0):,} requests "
-                 f"offered: {counts}", *setting_lines([s])]
+        lines = [f"RunResult: {s.get('policy', '?')}, "
+                 f"{counted(overall.get('offered', 0), 'request')} offered: {counts}", *setting_lines([s])]
         figures = [f"{name} p50 / p99 {_s(block.get('p50'))} / {_s(block.get('p99'))}"
                    for name, key in (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("E2E", "e2e_s"))
                    if isinstance(block := overall.get(key), dict)]

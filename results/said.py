@@ -12,9 +12,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kvbudget.workloads.arrival_rate import mean_arrival_rate
+from kvbudget.workloads.counted import counted
 
 __all__ = ["CONTEXT_DEFAULT", "CONTEXT_DEFAULT_REFUSED", "WIDTH", "as_given", "context_cut",
-           "fill", "setting_lines"]
+           "fill", "frontend_said", "setting_lines"]
 
 WIDTH = 100
 """The width the lines are wrapped to (the terminal tables')."""
@@ -33,7 +34,8 @@ def context_cut(limit: str, num_cut: int) -> str:
     (``workloads/context_limit.py``), as a simulated run (``simulator/limits_said.py``) and a
     live replay (``live/replay.py``) both say it; ``limit``: the ``max_model_len`` and
     whose it is."""
-    return (f"{limit} cut the output of {num_cut:,} requests at the context left: their prompt "
+    return (f"{limit} cut the output of {counted(num_cut, 'request')} at the context left: "
+            "their prompt "
             "+ output is over it, and vLLM lowers max_tokens to max_model_len - prompt "
             "(served, not refused)")
 
@@ -51,7 +53,7 @@ def _on(tp: Any, gpu: Any) -> str:
 
 
 def _count(num: int) -> str:
-    return f"{num:,} replica{'s' if num != 1 else ''}"
+    return counted(num, "replica")
 
 
 def _caps(knobs: Mapping[str, Any]) -> str:
@@ -87,6 +89,28 @@ def _deployment(s: Mapping[str, Any], gpu: str, tp: int) -> tuple[str, Mapping[s
         knobs if len(caps) == 1 else {})
 
 
+def _assumed_knobs(s: Mapping[str, Any], knobs: Mapping[str, Any]) -> str:
+    """What else the engine assumed that moves the figures, from the summary: the context
+    (``max_model_len``: vLLM's default is the model's), prefix caching (on, and whether the
+    workload had prefix hashes to share), the weights' and the KV cache's dtypes (``auto``:
+    the model's 16-bit activation dtype); ``""`` for what the summary does not have (a
+    disaggregated deployment's pools have their own knobs)."""
+    said = []
+    if knobs.get("max_model_len") is not None:
+        said.append(f"max_model_len {int(knobs['max_model_len']):,}")
+    caching = knobs.get("enable_prefix_caching")
+    if caching is not None:
+        shared = bool((s.get("engine") or {}).get("prefix_caching"))
+        said.append("prefix caching " + ("off" if not caching else "on" if shared else
+                                         "on (no prefixes to share)"))
+    dtype, kv = s.get("weight_dtype"), knobs.get("kv_cache_dtype")
+    if dtype:
+        said.append(f"{dtype} weights")
+    if kv:  # auto: the model's 16-bit activation dtype (perf/models.py)
+        said.append(f"{'16-bit' if kv == 'auto' else kv} KV")
+    return "".join(f", {x}" for x in said)
+
+
 def _capacity_whose(s: Mapping[str, Any], where: str) -> str:
     """Whose KV capacity the summary's ``kv_capacity_tokens`` is where not one engine's or a
     fixed fleet's: a disaggregated deployment's decode pool, an autoscaled fleet at its most;
@@ -116,7 +140,7 @@ def _closed_loop(users: Any) -> str:
     """The closed loop that sent the workload in place of its arrival times."""
     if not isinstance(users, dict):
         return ""
-    return (f", sent in closed loop by {users.get('num_users')} users (think time "
+    return (f", sent in closed loop by {counted(users.get('num_users') or 0, 'user')} (think time "
             f"{users.get('think_time_s', 0):g} s, {users.get('think_distribution')})")
 
 
@@ -133,6 +157,29 @@ def _cost_line(s: dict[str, Any]) -> list[str]:
         text += (f"; a fixed front-end time of {overhead * 1e3:.2f} ms per request (the file's "
                  "frontend_overhead_s) added to every first token and finish")
     return [text]
+
+
+def frontend_said(s: Mapping[str, Any]) -> str:
+    """What a run's simulated times include beyond the engine's steps, from its summary: the
+    API server's modelled cost (``frontend``: per request, per prompt and output token, at the
+    end of the stream) and a calibrated ``frontend_overhead_s``. ``validate --records`` said
+    "a front-end overhead of 0.0 ms per request" of a run whose first tokens carried the API
+    server's 11.3 ms."""
+    fe, overhead = s.get("frontend") or {}, float(s.get("frontend_overhead_s") or 0.0)
+    said = []
+    if any(fe.get(k) for k in ("per_request_s", "per_prompt_token_s", "per_output_token_s",
+                               "post_decode_s")):
+        said.append(
+            f"the API server's modelled cost ({fe.get('name') or 'vllm-api-server'}: "
+            f"{1e3 * float(fe.get('per_request_s') or 0):.2f} ms a request, "
+            f"{1e6 * float(fe.get('per_prompt_token_s') or 0):.2f} us a prompt token and "
+            f"{1e6 * float(fe.get('per_output_token_s') or 0):.1f} us an output token to each "
+            f"first token and finish, {1e3 * float(fe.get('post_decode_s') or 0):.2f} ms more "
+            "at the end of the stream)")
+    if overhead > 0:
+        said.append(f"a calibrated front-end overhead of {1e3 * overhead:.1f} ms a request")
+    return ("simulated times include " + " and ".join(said) if said else
+            "simulated times include no front-end cost (the engine's steps alone)")
 
 
 def fill(text: str) -> str:
@@ -167,10 +214,10 @@ def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
         where, knobs = _deployment(s, gpu, tp)
         said = [fill(
             f"simulated: {model} on {where}, engine {engine} ({s.get('engine_defaults')}'s "
-            f"defaults for unset knobs{_caps(knobs)})"
+            f"defaults for unset knobs{_caps(knobs)}{_assumed_knobs(s, knobs)})"
             + (f", KV capacity {int(kv):,} tokens" if kv is not None else "")
             + _capacity_whose(s, where)
-            + (f"; workload {w.get('name')}: {int(w.get('num_requests', 0)):,} requests"
+            + (f"; workload {w.get('name')}: {counted(int(w.get('num_requests', 0)), 'request')}"
                + ("" if s.get("closed_loop") else _arrivals(s, int(w.get("num_requests", 0))))
                if w else "")  # a summary written before a staged replay's said it
             + _closed_loop(s.get("closed_loop")))]

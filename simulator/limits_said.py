@@ -19,6 +19,7 @@ from kvbudget.policies.tiers import DEFAULT_TIERS
 from kvbudget.results.records import STATUS_CODES
 from kvbudget.results.said import CONTEXT_DEFAULT, CONTEXT_DEFAULT_REFUSED, context_cut
 from kvbudget.workloads.context_limit import CUTTING_ENGINES
+from kvbudget.workloads.counted import counted
 
 if TYPE_CHECKING:
     from kvbudget.simulator.sim_config import ReplicaSetup, SimConfig
@@ -30,16 +31,41 @@ StatusArray = npt.NDArray[np.integer[Any]]
 
 
 def limits_said(w: Workload, config: SimConfig, setup: ReplicaSetup, status: StatusArray,
-                reason: Mapping[int, str], beyond_context: Collection[int] = (),
+                reason: Mapping[int, str], beyond_context: Mapping[int, str] | None = None,
                 num_cut: int = 0) -> dict[str, Any]:
     """``{"assumed": [line, ...]}`` for the limits nobody set that refused requests of ``w``
     (``status``: each row's status code; ``reason``: the refusals' reasons by row;
-    ``beyond_context``: the rows the model's context refuses, whoever refused them first,
-    :func:`~kvbudget.workloads.context_limit.context_refusals`) or cut their output
-    (``num_cut``: :func:`~kvbudget.workloads.context_limit.cut_to_context`), or ``{}``."""
-    return _joined(_default_tiers_said(w, config, setup, status, reason, beyond_context),
-                   _context_said(config, setup, reason, num_cut),
-                   _blocks_said(config, setup), _prefix_said(w, config, setup))
+    ``beyond_context``: the rows the model's context refuses, whoever refused them first, with
+    its reasons, :func:`~kvbudget.workloads.context_limit.context_refusals`) or cut their
+    output (``num_cut``: :func:`~kvbudget.workloads.context_limit.cut_to_context`), and
+    ``gateway_too_large`` (:func:`_too_large_said`), or ``{}``."""
+    beyond_context = beyond_context or {}
+    first = _gateway_first(status, reason, beyond_context)
+    tiers = _default_tiers_said(w, config, setup, status, reason, beyond_context)
+    return _joined(tiers, _context_said(config, setup, reason, num_cut, first),
+                   _blocks_said(config, setup), _prefix_said(w, config, setup),
+                   _too_large_said(tiers, first))
+
+
+def _gateway_first(status: StatusArray, reason: Mapping[int, str],
+                   beyond_context: Mapping[int, str]) -> Counter[str]:
+    """The requests beyond the model's context that the gateway refused as too large first
+    (no reason: a tier's ``max_sequence_tokens`` or the KV capacity), by the reason the
+    context's refusal would have had (``prompt_too_long``, ``context_length``): both the
+    assumed lines and the table's refused line count them as the context's refusals."""
+    if not beyond_context:
+        return Counter()
+    rows = np.flatnonzero(status == STATUS_CODES["rejected_too_large"]).tolist()
+    return Counter(beyond_context[i] for i in rows if i not in reason and i in beyond_context)
+
+
+def _too_large_said(tiers: dict[str, Any], first: Counter[str]) -> dict[str, Any]:
+    """``{"gateway_too_large": {...}}``: of the gateway's too-large refusals (no reason), how
+    many the assumed lines count (``default_tiers``: the default tiers' limit; the context's
+    reasons: requests beyond the model's context), so that the refused line
+    (``cli/tables.py``) does not count them again as the gateway's; ``{}`` when none."""
+    counts = {"default_tiers": int(tiers.get("num_refused", 0)), **first}
+    return {"gateway_too_large": counts} if any(counts.values()) else {}
 
 
 def _blocks_said(config: SimConfig, setup: ReplicaSetup) -> dict[str, Any]:
@@ -115,8 +141,8 @@ def _default_tiers_said(w: Workload, config: SimConfig, setup: ReplicaSetup,
              if config.tiers is DEFAULT_TIERS else
              f"the default max_sequence_tokens ({limits}) of tier"
              f"{'s' if len(names) > 1 else ''} {', '.join(names)}")
-    return {"assumed": [
-        f"{whose} refused {len(rows):,} requests "
+    return {"num_refused": len(rows), "assumed": [
+        f"{whose} refused {counted(len(rows), 'request')} "
         "as too large (prompt + max_output_tokens above it) before any prefill"
         + (f"; the model's context is {context:,} tokens" if context else "")
         + ": give the tiers' limits ("
@@ -125,7 +151,7 @@ def _default_tiers_said(w: Workload, config: SimConfig, setup: ReplicaSetup,
 
 
 def _context_said(config: SimConfig, setup: ReplicaSetup, reason: Mapping[int, str],
-                  num_cut: int) -> dict[str, Any]:
+                  num_cut: int, first: Counter[str]) -> dict[str, Any]:
     """``{"assumed": [line]}`` when the model's context, taken as vLLM's default (no
     ``max_model_len`` given), refused requests (HTTP 400) or cut their output
     (:mod:`~kvbudget.workloads.context_limit`): a
@@ -141,15 +167,15 @@ def _context_said(config: SimConfig, setup: ReplicaSetup, reason: Mapping[int, s
             "the config's rope scaling extends the context (or with "
             "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1); requests up to it were served"]}
     counts = Counter(r for r in reason.values()
-                     if r in ("prompt_too_long", "context_length"))
+                     if r in ("prompt_too_long", "context_length")) + first
     limit = f"max_model_len {setup.engine.max_model_len:,}"
     server = "(--set engine.max_model_len=N gives your server's)"
     said = []
     if counts:
         cuts = setup.engine.name in CUTTING_ENGINES
         said.append(
-            f"{limit} {CONTEXT_DEFAULT_REFUSED} {counts.total():,} requests before any "
-            f"prefill: {counts['prompt_too_long']:,} prompts "
+            f"{limit} {CONTEXT_DEFAULT_REFUSED} {counted(counts.total(), 'request')} before "
+            f"any prefill: {counted(counts['prompt_too_long'], 'prompt')} "
             + ("as long as it or longer" if cuts else "longer")
             + f", {counts['context_length']:,} whose "
             + ("max_output_tokens" if cuts else "prompt + max_output_tokens")
@@ -160,6 +186,8 @@ def _context_said(config: SimConfig, setup: ReplicaSetup, reason: Mapping[int, s
 
 
 def _joined(*said: dict[str, Any]) -> dict[str, Any]:
-    """The ``{"assumed": [...]}`` entries of ``said`` as one (absent when all are empty)."""
+    """The ``{"assumed": [...]}`` entries of ``said`` as one (absent when all are empty), and
+    ``gateway_too_large`` where one has it."""
     lines = [line for d in said for line in d.get("assumed", ())]
-    return {"assumed": lines} if lines else {}
+    rest = {k: v for d in said for k, v in d.items() if k == "gateway_too_large"}
+    return {**rest, **({"assumed": lines} if lines else {})}

@@ -499,6 +499,7 @@ class _Simulation:
             "engine_defaults": config.engine_defaults,
             "engine": engine_figures,
             "engine_knobs": self._knobs_said,
+            "weight_dtype": self.setup.model.weight_dtype,
             **({} if config.gateway_capacity_tokens is None else {
                 "gateway_capacity_tokens": config.gateway_capacity_tokens}),
             "workload": {"name": self.w.name, "num_requests": self.n, **load_said(
@@ -604,7 +605,7 @@ def _knobs(e: EngineConfig) -> dict[str, Any]:
             "max_model_len": e.max_model_len, "tensor_parallel_size": e.tensor_parallel_size,
             "enable_chunked_prefill": e.enable_chunked_prefill,
             "enable_prefix_caching": e.enable_prefix_caching,
-            "async_scheduling": e.async_scheduling}
+            "async_scheduling": e.async_scheduling, "kv_cache_dtype": e.kv_cache_dtype}
 
 
 def _scale_columns(engine: ServingEngine, samples: npt.NDArray[np.float64]

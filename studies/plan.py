@@ -79,6 +79,7 @@ from kvbudget.studies.sweep import (
     t_interval,
 )
 from kvbudget.studies.tune import Constraint
+from kvbudget.workloads.counted import counted
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -296,8 +297,8 @@ class PlanResult:
         head = (f"PlanResult: the cheapest of {len(self.candidates):,} configurations ("
                 f"{', '.join(s.gpus)}; TP {', '.join(map(str, s.tensor_parallel))}; "
                 f"{', '.join(s.policies)}) meeting "
-                f"{', '.join(str(c) for c in s.slos)} ({s.replications} "
-                "replications each)")
+                f"{', '.join(str(c) for c in s.slos)} ("
+                f"{counted(s.replications, 'replication')} each)")
         found = ["cheapest: none; no configuration met the SLOs" if best is None else
                  f"cheapest: {best['gpu']} {best['replicas']}x{best['tp']} {best['policy']} "
                  f"${best['usd_per_hour']:.2f}/h ({best['gpus']} GPUs)",

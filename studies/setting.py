@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
 from kvbudget.results.said import as_given, fill
+from kvbudget.workloads.counted import counted
 from kvbudget.workloads.traces.report import load_said
 
 if TYPE_CHECKING:
@@ -40,10 +41,10 @@ def study_setting(scn: Scenario, varies: Collection[str] = ()) -> tuple[str, ...
     said = load_said(workload.meta, closed_loop=loop is not None)
     # a workload the study varies: the scenario's, as each point changes it
     varied = sorted(k for k in varies if k.split(".")[0] == "workload")
-    return (f"{model}{where}; workload {workload.name}: {len(workload):,} requests"
+    return (f"{model}{where}; workload {workload.name}: {counted(len(workload), 'request')}"
             + (f" at the scenario's values (the study varies {', '.join(varied)})"
                if varied else "")
-            + (f", sent in closed loop by {loop.num_users:,} users" if loop else ""),
+            + (f", sent in closed loop by {counted(loop.num_users, 'user')}" if loop else ""),
             *(f"{label}: {workload.name}: {text}"
               for key, label in (("warnings", "warning"), ("assumed", "assumed"))
               for text in said.get(key, ())))

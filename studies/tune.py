@@ -54,6 +54,7 @@ from kvbudget.studies.sweep import (
     scenario_data,
     t_interval,
 )
+from kvbudget.workloads.counted import counted
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -237,13 +238,21 @@ def _num(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
+DEFAULT_OBJECTIVE = "batch_sustained_output_tokens_per_s"
+"""What ``tune`` maximises unless told: the batch tier's output tokens over the time the work
+took, first arrival to last finish (the tables' ``out tok/s``). Over the arrival window
+(``batch_output_tokens_per_s``, the default before) every setting that completes the same
+requests has the same throughput: the default ``tune`` of the default scenario found 17
+settings "flat" at 3,010 tokens/s while they finished the work 5 % apart."""
+
+
 @dataclass
 class TuneSpec:
     """What to tune and how hard to look."""
 
     scenario: Scenario
     params: tuple[Param, ...]
-    objective: str = "batch_output_tokens_per_s"
+    objective: str = DEFAULT_OBJECTIVE
     maximize: bool = True
     constraints: tuple[Constraint, ...] = ()
     replications: int = 5
@@ -340,7 +349,8 @@ class TuneResult:
                 + ", ".join(f"{p.key} {p.low:g}..{p.high:g}" for p in s.params)
                 + "".join(f", subject to {', '.join(str(c) for c in s.constraints)}"
                           for _ in s.constraints[:1])
-                + f"; {len(self.evaluations)} settings, {s.replications} replications each")
+                + f"; {counted(len(self.evaluations), 'setting')}, "
+                f"{counted(s.replications, 'replication')} each")
         found = ["best: none; no setting met the constraints"]
         if self.best is not None:
             mean, low, high = self.best.objective
@@ -564,7 +574,7 @@ class _Evaluator:
                 if m not in r:
                     raise ValueError(
                         f"no metric {m!r} in the runs table; e.g. "
-                        "batch_output_tokens_per_s, interactive_ttft_p99_s, "
+                        "batch_sustained_output_tokens_per_s, interactive_ttft_p99_s, "
                         "overall_slo_attainment, overall_goodput_rps"
                     )
         rows.sort(key=lambda r: int(r["replication"]))

@@ -15,6 +15,7 @@ import numpy.typing as npt
 
 from kvbudget.policies import Request
 from kvbudget.workloads.arrival_rate import mean_arrival_rate
+from kvbudget.workloads.counted import counted
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -106,7 +107,7 @@ class Workload:
         """What a notebook shows of a workload: its size, span, tiers and token percentiles,
         and what loading its file warned of or assumed (``meta``), not its arrays."""
         n = len(self)
-        head = f"Workload {self.name!r}: {n:,} requests"
+        head = f"Workload {self.name!r}: {counted(n, 'request')}"
         if n > 1 and self.meta.get("timed", True):
             head += (f" over {self.span_s:,.1f} s"
                      + (f" ({rate:.3g} req/s)" if (rate := mean_arrival_rate(n, self.span_s))

@@ -472,7 +472,7 @@ def test_the_default_tiers_limit_is_said_where_it_refuses(tmp_path: Path) -> Non
     # said once: the assumed line counts them (with the limit and whose it is), the refused
     # line does not count them again
     assert ("assumed: conservative: max_model_len 4,096 (the model's context, vLLM's default) "
-            "refused 2 requests before any prefill: 1 prompts as long as it or longer, 1 whose "
+            "refused 2 requests before any prefill: 1 prompt as long as it or longer, 1 whose "
             "max_output_tokens is over it") in stdout.replace("\n  ", " ")
     assert "\nrefused: " not in stdout and "prompt_too_long" not in stdout
     code, stdout, _ = run("simulate", "--trace", str(mid), "--model", "Llama-2-7B", "--set",
@@ -483,9 +483,18 @@ def test_the_default_tiers_limit_is_said_where_it_refuses(tmp_path: Path) -> Non
     assert "assumed: conservative" not in stdout
     code, stdout, _ = run("compare", "--trace", str(mid), "--model", "Llama-2-7B",
                           "--policies", "unlimited,conservative")
-    assert stdout.count("max_model_len 4,096") == 1, stdout
+    assert stdout.replace("\n  ", " ").count("max_model_len 4,096 (the model's context") == 1, \
+        stdout
     assert "assumed: unlimited, conservative: max_model_len 4,096" in stdout.replace("\n  ", " ")
     code, stdout, _ = run("simulate", "--trace", str(two), "--num-gpu-blocks", "20")
+    # said once, as the context's are: the assumed line counts them, the refused line does
+    # not count them again (it said "6 too large for the gateway" beside the assumed line's 6)
+    assert ("assumed: conservative: the default tiers' max_sequence_tokens (32,768) refused 6 "
+            "requests") in stdout.replace("\n  ", " ")
+    assert "\nrefused: " not in stdout
+    code, stdout, _ = run("simulate", "--trace", str(two), "--num-gpu-blocks", "20", "--set",
+                          "tiers.0.max_sequence_tokens=131072", "--set",
+                          "tiers.1.max_sequence_tokens=131072")
     assert ("refused: conservative: 6 too large for the gateway (a tier's max_sequence_tokens "
             "or the KV capacity)") in stdout.replace("\n  ", " ")
 
@@ -519,7 +528,9 @@ def test_the_refused_line_counts_each_refusal_once_and_no_expired_one(tmp_path: 
 def test_the_default_tiers_note_names_the_tiers_that_refused_and_not_the_contexts(
         tmp_path: Path) -> None:
     """The batch tier's refusals name tiers.1; on Llama-2-7B (a 4,096-token context) the same
-    requests are beyond the model itself, which no tier limit changes: nothing is said."""
+    requests are beyond the model itself, which no tier limit changes: the default tiers'
+    line says nothing, and the model's context (vLLM's default) refused them, as it says
+    where no tier limit refuses them first."""
     trace = tmp_path / "long.csv"
     trace.write_text("arrival_s,prompt_tokens,output_tokens,max_output_tokens,tier\n"
                      + "".join(f"{i},{40_000 if i % 2 else 500},10,16,"
@@ -534,29 +545,75 @@ def test_the_default_tiers_note_names_the_tiers_that_refused_and_not_the_context
                                "--model", "Llama-2-7B")
     assert code == 0, stderr
     summary = json.loads(stdout)
-    assert summary["overall"]["rejected_too_large"] == 3 and "assumed" not in summary
+    assert summary["overall"]["rejected_too_large"] == 3
+    context = ("max_model_len 4,096 (the model's context, vLLM's default) refused 3 requests "
+               "before any prefill: 3 prompts as long as it or longer, 0 whose "
+               "max_output_tokens is over it (--set engine.max_model_len=N gives your server's)")
+    assert summary["assumed"] == [context]
+    code, stdout, stderr = run("simulate", "--trace", str(trace), "--json", "--model",
+                               "Llama-2-7B", "--set", "tiers.1.max_sequence_tokens=131072")
+    assert json.loads(stdout)["assumed"] == [context], stderr
+
+
+def test_refusals_beyond_the_context_are_the_contexts_in_every_line(tmp_path: Path) -> None:
+    """A Mooncake trace on the default tiers: the default tiers' assumed line counted 711
+    refusals, leaving out the 10 prompts beyond the model's 131,072-token context, while the
+    refused line counted all 721 as "too large for the gateway (a tier's max_sequence_tokens
+    or the KV capacity)": the two lines grouped the 10 differently and the 711 were counted
+    twice. Now the prompts beyond the context are the context's refusals in every line, whoever
+    refused them first, and each refusal is counted once: tiers' + context's = the refused
+    column, with no refused line; the context's count is the same with the tiers' limit raised."""
+    trace = tmp_path / "long.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens,max_output_tokens\n" + "".join(
+        f"{i},{p},10,16\n" for i, p in enumerate([500, 40_000, 140_000, 40_000, 135_000, 600])))
+    code, stdout, stderr = run("simulate", "--trace", str(trace))
+    assert code == 0, stderr
+    flat = stdout.replace("\n  ", " ")
+    assert ("assumed: conservative: the default tiers' max_sequence_tokens (32,768) refused 2 "
+            "requests") in flat
+    context = ("max_model_len 131,072 (the model's context, vLLM's default) refused 2 requests "
+               "before any prefill: 2 prompts as long as it or longer")
+    assert f"assumed: conservative: {context}" in flat
+    assert "\nrefused: " not in stdout
+    row = next(ln for ln in stdout.splitlines() if ln.startswith("conservative          all"))
+    assert row.split()[4] == "4", row  # the refused column: 2 + 2
+    code, stdout, stderr = run("simulate", "--trace", str(trace), "--json")
+    assert json.loads(stdout)["gateway_too_large"] == {"default_tiers": 2, "prompt_too_long": 2}
+    code, stdout, stderr = run("simulate", "--trace", str(trace), "--set",
+                               "tiers.0.max_sequence_tokens=200000")
+    assert f"assumed: conservative: {context}" in stdout.replace("\n  ", " "), stdout
+    assert "max_sequence_tokens (32,768)" not in stdout
+    code, stdout, stderr = run("simulate", "--trace", str(trace), "--set",
+                               "engine.max_model_len=131072")
+    assert ("refused: conservative: 2 prompt_too_long (prompt over the model's context, 131,072 "
+            "tokens)") in stdout.replace("\n  ", " "), stdout
 
 
 @pytest.mark.parametrize(("sets", "where"), [
     (["fleet.num_replicas=2"], "on 2 replicas of H100-SXM (given as H100-80GB), engine vllm "
-     "(vllm's defaults for unset knobs, max_num_seqs 1,024, max_num_batched_tokens 8,192)"),
+     "(vllm's defaults for unset knobs, max_num_seqs 1,024, max_num_batched_tokens 8,192, "
+     "max_model_len 131,072, prefix caching on (no prefixes to share), bfloat16 weights, 16-bit "
+     "KV)"),
     (["fleet.num_replicas=3", 'fleet.gpus=["H100-80GB","H200","H100-80GB"]'],
      "on 3 replicas (2 of H100-80GB; 1 of H200), engine vllm (vllm's defaults for unset knobs, "
      "max_num_seqs 1,024"),
     (["fleet.num_replicas=2", 'fleet.gpus=["L40S","H100-80GB"]'],
      "on 2 replicas (1 of L40S, max_num_seqs 256, max_num_batched_tokens 2,048; 1 of H100-80GB, "
      "max_num_seqs 1,024, max_num_batched_tokens 8,192), engine vllm (vllm's defaults for unset "
-     "knobs), KV capacity "),
+     "knobs, bfloat16 weights), KV capacity "),
     # 4 replicas x 438,192 tokens (the single-engine line's figure)
     (["fleet.autoscale.max_replicas=4"], "on 1 to 4 replicas (autoscaled) of H100-SXM (given as "
      "H100-80GB), engine vllm (vllm's defaults for unset knobs, max_num_seqs 1,024, "
-     "max_num_batched_tokens 8,192), KV capacity 1,752,768 tokens (at 4 replicas); workload"),
+     "max_num_batched_tokens 8,192, max_model_len 131,072, prefix caching on (no prefixes to "
+     "share), bfloat16 weights, 16-bit KV), KV capacity 1,752,768 tokens (at 4 replicas); "
+     "workload"),
     (["disaggregation.prefill.num_replicas=1", "disaggregation.decode.num_replicas=2",
       "disaggregation.decode.gpu=H200", "disaggregation.decode.engine={tensor_parallel_size=2}",
       "disaggregation.prefill.engine={max_num_batched_tokens=16384}"],
      "on disaggregated pools (prefill: 1 replica of H100-SXM, max_num_seqs 1,024, "
      "max_num_batched_tokens 16,384; decode: 2 replicas of 2 x H200, max_num_seqs 1,024, "
-     "max_num_batched_tokens 8,192), engine vllm (vllm's defaults for unset knobs), KV "
+     "max_num_batched_tokens 8,192), engine vllm (vllm's defaults for unset knobs, bfloat16 "
+     "weights), KV "
      # the gateway's budget: the decode pool's 2 replicas x 120,003 blocks x 16 tokens
      "capacity 3,840,096 tokens (the decode pool's); workload default"),
 ], ids=["fleet", "mixed-fleet", "mixed-caps", "autoscaled", "disaggregated"])

@@ -160,3 +160,15 @@ def test_models_refusals_are_the_shown_lines(tmp_path: Path, config: dict[str, A
                           "simulate", "--model", str(path), "--set", "workload.duration_s=1"],
                          capture_output=True, text=True, check=False, cwd=tmp_path)
     assert res.returncode == 2 and res.stderr.startswith(shown.format(path=path)), res.stderr
+
+
+def test_the_tuning_docs_summarize_the_throughput_that_tells_configurations_apart() -> None:
+    """docs/tuning.md's sweep snippet summarised ``batch_output_tokens_per_s``, the batch tokens
+    over the arrival window, equal at every configuration that completes the same requests: a
+    newcomer copying it compared a figure that cannot differ. It summarises the tables'
+    ``out tok/s`` (first arrival to last finish), and the column list says which is which."""
+    text = flat("tuning.md")
+    assert ('summarize_points(df, ["interactive_ttft_p99_s", '
+            '"batch_sustained_output_tokens_per_s"])') in text
+    assert ("`batch_output_tokens_per_s` (the same tokens over the arrival window: equal for "
+            "every configuration that completes the same requests)") in text

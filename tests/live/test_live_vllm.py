@@ -587,7 +587,7 @@ def test_replay_over_the_context_as_vllm_answers(vllm_server: VllmServer, tiny_m
     assert live["status"].tolist() == ["completed", "rejected_too_large", "rejected_too_large",
                                        "rejected_too_large", "completed"], live["error"]
     assert live["output_tokens"].tolist() == [24, 0, 0, 0, 5]
-    cut = ("max_model_len 1,024 (the server's) cut the output of 1 requests at the context "
+    cut = ("max_model_len 1,024 (the server's) cut the output of 1 request at the context "
            "left: their prompt + output is over it, and vLLM lowers max_tokens to "
            "max_model_len - prompt (served, not refused)")
     assert " ".join(res.stdout.split()).count(cut) == 1, res.stdout

@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from kvbudget.policies.tiers import MAX_LIMIT_S
 from kvbudget.workloads.arrivals import PoissonArrivals
+from kvbudget.workloads.counted import counted
 from kvbudget.workloads.errors import SpecError, TraceError
 from kvbudget.workloads.max_output import MAX_TOKENS, empirical_quantile
 from kvbudget.workloads.traces.options import DEFAULT_PREFIX_BLOCK_TOKENS, TraceOptions
@@ -297,7 +298,7 @@ def _drop_failed(raw: RawTrace) -> npt.NDArray[np.bool_]:
         ("0 output tokens", masks[1][1]), ("0 prompt tokens", masks[2][1])) if m.any()]
     if counts:  # requests a server was sent: the load offered here is less than the file's
         raw.warnings.append(f"dropped {len(keep) - int(keep.sum()):,} of the file's "
-                            f"{len(keep):,} rows, with no tokens to serve: {', '.join(counts)}")
+                            f"{counted(len(keep), 'row')}, with no tokens to serve: {', '.join(counts)}")
     return keep
 
 
@@ -406,7 +407,7 @@ def _assign_tiers(rows: _Rows, options: TraceOptions, raw: RawTrace,
             count = int(np.isin(codes, [index[v] for v in unmapped]).sum())
             if count:
                 shown = ", ".join(repr(v) for v in unmapped[:5])
-                raw.warnings.append(f"{count} rows with {column} values not in the tier map "
+                raw.warnings.append(f"{counted(count, 'row')} with {column} values not in the tier map "
                                     f"({shown}) got the default tier {default!r}")
     else:
         mapped = list(values)
@@ -640,7 +641,7 @@ def _sorted_by_arrival(rows: _Rows, raw: RawTrace) -> _Rows:
     moved = int((order != np.arange(len(order))).sum())
     first_row = int(rows.file_rows[first])
     where = f"line {raw.line_of(first_row)}" if raw.line_of else f"row {first_row}"
-    raw.warnings.append(f"timestamps are not in order (first at {where}): {moved} rows "
+    raw.warnings.append(f"timestamps are not in order (first at {where}): {counted(moved, 'row')} "
                         "were sorted by arrival time (stable)")
     return rows.take(order)
 
@@ -744,7 +745,7 @@ def _say_max_output(rows: _Rows, raw: RawTrace, options: TraceOptions,
     else:
         rule = "; ".join(f"{t}: {options.rule_for(t).said}" for t in tier_names)
     whose = "no max_tokens read from the file" if missing == n else (
-        f"{missing:,} of {n:,} requests have no max_tokens read from the file")
+        f"{missing:,} of {counted(n, 'request')} have no max_tokens read from the file")
     raw.assumed.append(f"{whose}: max_output_tokens {rule}, which a reserving policy "
                        "holds beside the prompt (--max-output chooses; in a scenario, [workload.options] "
                        "max_output or max_output_by_tier)")
@@ -768,7 +769,7 @@ def _note_shared_timestamps(rows: _Rows, raw: RawTrace) -> None:
         return
     gap = float(np.median(np.diff(rows.arrival[starts])))
     raw.warnings.append(
-        f"{shared:,} of the {n:,} requests share their timestamp with another (up to "
+        f"{shared:,} of the {counted(n, 'request')} share their timestamp with another (up to "
         f"{int(counts.max()):,} at once; the distinct times are {gap:.3g} s apart at the "
         f"median): each group arrives at one instant; if the file's clock is that coarse, "
         f"spread them (--spread-s {gap:.3g}; in a scenario, [workload.options] spread_s)")

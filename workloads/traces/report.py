@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from kvbudget.workloads.counted import counted
 from kvbudget.workloads.workload import Workload
 
 DRAWN_ARRIVALS = ("the file has no arrival times: Poisson arrivals at 1 req/s were drawn "
@@ -88,5 +89,5 @@ class LoadedTrace:
         r = self.report
         dropped = "".join(f", {count:,} dropped ({reason})" for reason, count in r.dropped
                           if reason not in NO_TOKENS_DROPS)
-        return (f"{r.path} ({r.format}): {r.rows_read:,} rows read, {r.rows_loaded:,} loaded"
+        return (f"{r.path} ({r.format}): {counted(r.rows_read, 'row')} read, {r.rows_loaded:,} loaded"
                 f"{dropped}\n{self.workload!r}")

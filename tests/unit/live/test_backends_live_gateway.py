@@ -497,7 +497,7 @@ def test_too_large_and_over_the_context_as_vllm_answers(fake: Fake, tmp_path: Pa
                   for b in fake.state.bodies) == [(10, 5, 5), (10, 80, 5), (40, 40, 24),
                                                   (64, 5, 5)]
     assert out.summary["said"] == [
-        "max_model_len 64 (the server's) cut the output of 1 requests at the context left: "
+        "max_model_len 64 (the server's) cut the output of 1 request at the context left: "
         "their prompt + output is over it, and vLLM lowers max_tokens to max_model_len - "
         "prompt (served, not refused)"]
 

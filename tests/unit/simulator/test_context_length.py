@@ -87,11 +87,11 @@ def test_a_run_says_what_the_default_context_refused_and_cut() -> None:
     summary = simulate(w, make_policy("unlimited"),
                        SimConfig(gpu="H200", model="Llama-2-7B", tiers=OPEN)).summary
     assert summary["assumed"] == [
-        "max_model_len 4,096 (the model's context, vLLM's default) refused 1 requests before "
-        "any prefill: 1 prompts as long as it or longer, 0 whose max_output_tokens is over it "
+        "max_model_len 4,096 (the model's context, vLLM's default) refused 1 request before "
+        "any prefill: 1 prompt as long as it or longer, 0 whose max_output_tokens is over it "
         "(--set engine.max_model_len=N gives your server's)",
         "max_model_len 4,096 (the model's context, vLLM's default) cut the output of 1 "
-        "requests at the context left: their prompt + output is over it, and vLLM lowers "
+        "request at the context left: their prompt + output is over it, and vLLM lowers "
         "max_tokens to max_model_len - prompt (served, not refused) (--set "
         "engine.max_model_len=N gives your server's)"]
     given = SimConfig(gpu="H200", model="Llama-2-7B", tiers=OPEN,

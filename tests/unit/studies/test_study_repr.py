@@ -58,9 +58,9 @@ def test_tune_capacity_and_plan_results_say_what_they_found_over_what(tmp_path: 
                                 constraints=slo, replications=1, grid_points=2,
                                 refine_evals=0, validate=0), ex)
     lines = repr(tuned).splitlines()
-    assert lines[0] == ("TuneResult: maximize batch_output_tokens_per_s over engine.max_num_seqs "
-                        "8..64, subject to")
-    assert lines[1] == "  overall_ttft_p99_s<=1000; 2 settings, 1 replications each"
+    assert lines[0] == ("TuneResult: maximize batch_sustained_output_tokens_per_s over "
+                        "engine.max_num_seqs 8..64, subject to")
+    assert lines[1] == "  overall_ttft_p99_s<=1000; 2 settings, 1 replication each"
     assert lines[2] == setting and _said(repr(tuned))[2:5] == ["warning", "assumed", "assumed"]
     assert lines[-1] == ".table() (2 runs), .best_scenario(), .describe(), .write(DIR)"
     assert tuned.setting == kb.compare(scn, ["conservative"], replications=2).setting

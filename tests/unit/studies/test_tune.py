@@ -195,6 +195,7 @@ def test_cli_tune_writes_a_scenario_that_simulate_runs(tmp_path: Path) -> None:
         "--param", "policy_params.overcommit_ratio=0.2:1",
         "--constraint", "overall_slo_attainment>=0.5", "-r", "2", "--grid-points", "3",
         "--refine-evals", "2", "--validate", "2", "-j", "1",
+        "--objective", "batch_output_tokens_per_s",  # over the arrival window (not the default)
     ])
     assert res.exit_code == 0, res.output
     # every request completes at this load: the batch tokens are the same under every ratio,
@@ -303,6 +304,7 @@ def test_a_flat_objective_keeps_the_setting_that_finished_soonest(tmp_path: Path
         "tune", "--scenario", str(scn), "--out", str(out),
         "--param", "engine.max_num_seqs=2:32:int", "-r", "2", "--grid-points", "3",
         "--refine-evals", "0", "--validate", "0", "-j", "1",
+        "--objective", "batch_output_tokens_per_s",  # over the arrival window (not the default)
     ])
     assert res.exit_code == 0, res.output
     assert "flat: batch_output_tokens_per_s is" in res.output

@@ -1,0 +1,170 @@
+"""What a newcomer's first runs of the study commands print, on the default scenario as the
+help's examples give them: a figure that cannot tell settings apart, or an interval that is
+not there, misleads at the first screen."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from kvbudget.cli.main import app
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    res = CliRunner().invoke(app, [str(a) for a in args])
+    return res.exit_code, res.stdout, res.stderr
+
+
+def test_tune_by_default_tells_the_settings_apart(tmp_path: Path) -> None:
+    """``kvbudget tune --policy overcommit --param policy_params.overcommit_ratio=0.1:1``
+    (the help's first example) maximised the batch tier's output tokens over the arrival
+    window, the same at every setting that completes the same requests: 17 settings at
+    3,010 tokens/s, "flat: ... no setting is better than another", while they finished the
+    work 5 % apart. Its default objective is now the tables' ``out tok/s`` (first arrival to
+    last finish), which names a best; one replication says it has no interval (it printed
+    "95% CI nan .. nan, 1 replications")."""
+    code, stdout, stderr = run(
+        "tune", "--policy", "overcommit", "--param", "policy_params.overcommit_ratio=0.1:1",
+        "--grid-points", "3", "--refine-evals", "0", "-r", "1", "--validate", "0", "-j", "1",
+        "--out", tmp_path / "tuned")
+    assert code == 0, stderr
+    assert "flat:" not in stdout, stdout
+    said = json.loads((tmp_path / "tuned" / "tune.json").read_text())
+    assert said["objective"] == "batch_sustained_output_tokens_per_s", said
+    best = next(ln for ln in stdout.splitlines() if ln.startswith("best: "))
+    assert best.endswith("(no interval from 1 replication)"), best
+    assert "nan" not in best
+
+
+def test_the_tables_say_what_their_latency_quantiles_are_over(tmp_path: Path) -> None:
+    """The table's TTFT p99 of a run that refused or expired requests is over the completed
+    ones only (a refused request has no TTFT), from arrival at the gateway: the note under the
+    table said neither, and a p99 over 80 % of the requests read as over all of them."""
+    import numpy as np
+    import pandas as pd
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens,max_output_tokens\n" + "".join(
+        f"{i / 4},{40_000 if i % 5 == 0 else 800},50,64\n" for i in range(20)))
+    code, stdout, stderr = run("simulate", "--trace", trace, "--out", tmp_path / "run")
+    assert code == 0, stderr
+    records = pd.read_parquet(tmp_path / "run" / "requests.parquet")
+    done = records[records["status"] == "completed"]
+    assert 0 < len(done) < len(records)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    p99 = summary["overall"]["ttft_s"]["p99"]
+    assert p99 == float(np.percentile(done["ttft_s"], 99))
+    ttft = done["first_token_s"] - done["arrival_s"]
+    assert np.allclose(done["ttft_s"], ttft)
+    note = " ".join(stdout.split())
+    assert ("TTFT and TPOT p99: over the completed requests (refused and expired ones have "
+            "none), TTFT from arrival at the gateway, its wait included") in note, stdout
+
+
+def test_the_simulated_line_says_the_context_prefix_caching_and_dtypes(tmp_path: Path) -> None:
+    """The line a run opens with named the model, GPU, engine and caps but not the context it
+    refused requests against, whether prefix caching was on (and had anything to share), nor
+    the weights' and KV cache's dtypes, each of which moves the figures below it."""
+    code, stdout, stderr = run("simulate", "--set", "workload.num_requests=20")
+    assert code == 0, stderr
+    first = " ".join(stdout.split("\npolicy ")[0].split())
+    assert ("max_num_batched_tokens 8,192, max_model_len 131,072, prefix caching on (no prefixes "
+            "to share), bfloat16 weights, 16-bit KV), KV capacity 438,192 tokens") in first, first
+    code, stdout, stderr = run("simulate", "--set", "workload.num_requests=20", "--model",
+                               "Llama-2-7B", "--set", "engine.kv_cache_dtype=fp8", "--set",
+                               "engine.enable_prefix_caching=false")
+    assert code == 0, stderr
+    first = " ".join(stdout.split("\npolicy ")[0].split())
+    assert "max_model_len 4,096, prefix caching off, float16 weights, fp8 KV)" in first, first
+
+
+def test_validate_records_says_the_front_end_cost_its_simulation_added(tmp_path: Path) -> None:
+    """``validate --records`` of a ``vllm bench serve`` file ended with "simulated times include
+    a front-end overhead of 0.0 ms per request" while every simulated first token carried the
+    modelled API server's 11.3 ms a request: it names that cost, with the figures the run used."""
+    import pandas as pd
+
+    fixture = (Path(__file__).resolve().parents[1] / "fixtures" / "recordings"
+               / "vllm-bench-0.32.0" / "rate8.json")
+    out = tmp_path / "v"
+    code, stdout, stderr = run("validate", "--records", fixture, "--model", "Llama-3.1-8B",
+                               "--gpu", "H100-80GB", "--out", out)
+    assert code == 0, stderr
+    summary = json.loads((out / "sim" / "summary.json").read_text())
+    per_request_s = summary["frontend"]["per_request_s"]
+    assert per_request_s > 0 and summary["frontend_overhead_s"] == 0
+    ttft = pd.read_parquet(out / "sim" / "requests.parquet")["ttft_s"]
+    assert (ttft > per_request_s).all()  # every first token carries it
+    said = " ".join(stdout.split())
+    assert "front-end overhead of 0.0 ms" not in said
+    assert (f"simulated times include the API server's modelled cost (vllm-api-server: "
+            f"{1e3 * per_request_s:.2f} ms a request,") in said, said
+
+
+def test_the_slo_line_names_only_the_tiers_the_run_offered(tmp_path: Path) -> None:
+    """A trace with no tier column runs every request as 'interactive'; the SLO line under the
+    table still listed the batch tier's targets, a tier with no request in the run."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(
+        f"{i / 2},500,20\n" for i in range(10)))
+    code, stdout, stderr = run("simulate", "--trace", trace)
+    assert code == 0, stderr
+    said = " ".join(stdout.split())
+    assert ("SLO att: share of offered requests completed within their tier's targets "
+            "(interactive TTFT<=2 s, TPOT<=0.1 s)") in said, said
+    code, stdout, stderr = run("simulate", "--set", "workload.num_requests=40")
+    assert "interactive TTFT<=2 s, TPOT<=0.1 s; batch TTFT<=60 s, TPOT<=0.5 s)" in \
+        " ".join(stdout.split())
+
+
+def test_a_study_of_one_run_says_one_run(tmp_path: Path) -> None:
+    """A sweep of one configuration and one replication said "1 configurations x 1
+    replications = 1 runs" and "1 runs in 0.2 s": the counts go through counted()."""
+    code, stdout, stderr = run(
+        "sweep", "--set", "workload.num_requests=20", "-r", "1", "-j", "1",
+        "--out", tmp_path / "sw")
+    assert code == 0, stderr
+    said = stdout + stderr
+    assert "1 configuration x 1 replication = 1 run (" in said, said
+    assert any(ln.startswith("1 run in ") for ln in said.splitlines()), said
+    assert "1 runs" not in said and "1 configurations" not in said
+
+
+def test_a_one_request_recording_says_one_request(tmp_path: Path) -> None:
+    """``validate --records`` of a recording of one request said "1 requests simulated":
+    the recording's counts go through counted()."""
+    rec = tmp_path / "one.csv"
+    rec.write_text("arrival_s,prompt_tokens,output_tokens,ttft_s,e2e_s\n0,500,20,0.05,0.3\n")
+    code, stdout, stderr = run("validate", "--records", rec, "--model", "Llama-3.1-8B",
+                               "--gpu", "H100-80GB", "--out", tmp_path / "v")
+    said = stdout + stderr
+    assert code == 0, said
+    assert "1 request simulated, 1 measured" in said, said
+    assert "1 requests" not in said
+
+
+def test_the_readme_says_what_goodput_and_attainment_are_over(tmp_path: Path) -> None:
+    """README.md's summary.json: goodput is the completed requests meeting their SLO per second
+    of the arrival window, SLO attainment the same requests over all offered ones, and the
+    latency quantiles are over the completed requests; checked on a run that refuses some."""
+    import numpy as np
+    import pandas as pd
+
+    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+    assert ("goodput — completed requests meeting their tier's SLO per second of the arrival "
+            "window — and SLO attainment over all offered requests; latency quantiles are over "
+            "the completed requests") in readme
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens,max_output_tokens\n" + "".join(
+        f"{i / 4},{40_000 if i % 5 == 0 else 800},50,64\n" for i in range(40)))
+    code, _, stderr = run("simulate", "--trace", trace, "--out", tmp_path / "run")
+    assert code == 0, stderr
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    overall = s["overall"]
+    good = overall["slo_attainment"] * overall["offered"]
+    assert overall["completed"] < overall["offered"] and good > 0
+    assert abs(overall["goodput_rps"] * s["offered_window_s"] - good) < 1e-6
+    done = pd.read_parquet(tmp_path / "run" / "requests.parquet").query("status == 'completed'")
+    assert overall["e2e_s"]["p99"] == float(np.percentile(done["e2e_s"], 99))
