@@ -851,6 +851,32 @@ def test_an_upstream_400_is_recorded_too_large_and_passed_on(message: str, reaso
     run(main())
 
 
+@pytest.mark.parametrize(("refuse", "stream", "reason"), [
+    ((400, VLLM_TOO_LONG), False, "prompt_too_long"),
+    ((400, VLLM_TOO_LONG), True, "prompt_too_long"),
+    ((404, "The model `x` does not exist."), False, "server_404"),
+    ((200, VLLM_BUSY), True, "engine_max_num_queued_reqs"),  # an error event mid-stream
+    ((503, "Service Unavailable"), False, None),  # a failure, no refusal
+])
+def test_an_upstream_refusal_counts_in_refused_total_by_its_reason(
+        refuse: tuple[int, str], stream: bool, reason: str | None) -> None:
+    """``kvbudget_refused_total`` is complete: a request the gateway admitted and its upstream
+    refused counts there by the reason its row records (before: only in
+    ``kvbudget_admitted_total``), and in ``kvbudget_admitted_total`` once, not again."""
+    async def main() -> None:
+        fake = FakeUpstream(refuse=refuse)
+        fake.release.set()
+        async with stack(fake) as (_server, url), httpx.AsyncClient() as client:
+            await client.post(url + "/v1/completions", json=_body(stream=stream))
+            metrics = (await client.get(url + "/metrics")).text
+        assert 'kvbudget_admitted_total{tier="interactive"} 1' in metrics
+        refused = [line for line in metrics.splitlines()
+                   if line.startswith("kvbudget_refused_total{")]
+        assert refused == ([] if reason is None else
+                           [f'kvbudget_refused_total{{tier="interactive",reason="{reason}"}} 1'])
+    run(main())
+
+
 def test_a_caller_that_will_not_wait_is_admitted_into_free_room() -> None:
     """``x-kvbudget-deadline-s: 0`` (the caller will not wait for admission) into an empty
     budget is admitted; it got 429 ``deadline`` before, whatever the room."""
