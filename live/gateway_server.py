@@ -465,7 +465,8 @@ class GatewayServer:
         assert isinstance(decision, Admit)
         self.metrics.admitted(tier)
         prefix = comp.prefix() if self.upstreams.options.router == "prefix_affinity" else b""
-        call = Call(ticket, comp, self.upstreams.pick(ticket.reserved_tokens, prefix))
+        call = Call(ticket, comp, self.upstreams.pick(ticket.reserved_tokens, prefix,
+                                                      self.reach.down))
         try:
             if comp.stream:
                 return await self._stream(call, gone, request.scope["path"])

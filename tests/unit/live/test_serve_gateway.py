@@ -31,6 +31,7 @@ from tests.unit.live.serve_harness import (
     TIERS,
     WAIT_BOUND_S,
     FakeUpstream,
+    assert_nothing_held,
     make_server,
     serving,
     stack,
@@ -598,21 +599,45 @@ def test_an_interactive_request_waits_up_to_its_queue_timeout_then_gets_the_over
     run(main())
 
 
+DEAD = "http://127.0.0.1:9"  # the discard port: nothing listens there
+
+
 def test_an_unreachable_upstream_is_a_502_and_frees_its_lease(tmp_path: Path) -> None:
+    async def main() -> None:
+        server = make_server(DEAD, recorder=_recorder(tmp_path))
+        server.reach.period_s = 1e6  # the probe at start only
+        async with serving(server.app) as url, httpx.AsyncClient() as client:
+            answers = [await client.post(url + "/v1/completions", json=_body(stream=s))
+                       for s in (False, True)]
+            assert [r.status_code for r in answers] == [502, 502]  # all down: tried, 502
+            assert answers[0].json()["error"]["type"] == "upstream_error"
+            await until(lambda: server.num_in_flight == 0, lambda: server.flight_changed)
+        assert_nothing_held(server)
+        rows = pd.read_parquet(tmp_path / "run-0001" / "requests.parquet")
+        assert list(rows["reason"]) == ["backend_error", "backend_error"]
+        assert list(rows["error"]) == ["ClientConnectorError"] * 2
+    run(main())
+
+
+@pytest.mark.parametrize("router", ["round_robin", "least_tokens", "prefix_affinity"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_completions_are_routed_around_a_down_upstream(router: str, stream: bool) -> None:
+    """Of two upstreams, one refuses connections: once readiness has it down (its probe, or
+    a completion refused), no completion is sent there while the other is up (before: every
+    router kept sending it its share, each a 502)."""
     async def main() -> None:
         fake = FakeUpstream()
         fake.release.set()
-        recorder = _recorder(tmp_path)
-        dead = "http://127.0.0.1:9"  # the discard port: nothing listens there
-        async with stack(fake, upstreams_extra=(dead,), recorder=recorder) as (_server, url), \
-                httpx.AsyncClient() as client:
-            answers = [await client.post(url + "/v1/completions", json=_body(stream=s))
-                       for s in (False, False, True, True)]
-            assert [r.status_code for r in answers] == [200, 502, 200, 502]
-            assert answers[1].json()["error"]["type"] == "upstream_error"
-        rows = pd.read_parquet(tmp_path / "run-0001" / "requests.parquet")
-        assert list(rows["reason"]) == ["", "backend_error", "", "backend_error"]
-        assert list(rows["error"])[1] == "ClientConnectorError"
+        async with serving(fake.app()) as up:
+            server = make_server(DEAD, router=router, upstreams_extra=(up,))  # the dead first
+            async with serving(server.app) as url, httpx.AsyncClient() as client:
+                await until(lambda: 0 in server.reach.down, lambda: server.reach.changed)
+                answers = [await client.post(url + "/v1/completions",
+                                             json=_body(stream=stream)) for _ in range(4)]
+                assert [r.status_code for r in answers] == [200] * 4
+                assert len(fake.received) == 4
+                await until(lambda: server.num_in_flight == 0, lambda: server.flight_changed)
+        assert_nothing_held(server)
     run(main())
 
 
