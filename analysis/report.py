@@ -141,7 +141,9 @@ def _runs_table(runs: Mapping[str, RunResult], dirs: Sequence[Path]) -> str:
 
 def _assumed_list(runs: Mapping[str, RunResult]) -> str:
     """What the runs' inputs left unsaid and the runs took (the summary's
-    ``workload.warnings``/``.assumed`` and ``assumed``), each once, with the runs it concerns;
+    ``workload.warnings``/``.assumed`` and ``assumed``), and what a live replay's server did
+    that changes its answer (``said``: outputs cut at the context, as ``kvbudget replay``
+    prints it), each once, with the runs it concerns;
     ``""`` when nothing was."""
     said: dict[str, list[str]] = {}
     for label, run in runs.items():
@@ -149,7 +151,8 @@ def _assumed_list(runs: Mapping[str, RunResult]) -> str:
         workload = s.get("workload")
         if not isinstance(workload, dict):
             workload = {}
-        lines = [*(f"warning: {t}" for t in workload.get("warnings", ())),
+        lines = [*s.get("said", ()),  # what the server did that changes the answer (a replay's)
+                 *(f"warning: {t}" for t in workload.get("warnings", ())),
                  *(f"assumed: {t}" for t in workload.get("assumed", ())),
                  *(f"assumed: {t}" for t in s.get("assumed", ())),
                  *(f"warning: {t}" for t in s.get("warnings", ()))]

@@ -38,6 +38,7 @@ from kvbudget.perf.fitted_on_write import fitted_on_extra, target_or_why
 from kvbudget.policies import DEFAULT_TIERS
 from kvbudget.policies.clients import client_models, parse_clients
 from kvbudget.results.run_result import run_files
+from kvbudget.results.said import setting_lines
 from kvbudget.simulator.scenario import load_scenario
 from kvbudget.studies.validate import compare_live_validation
 from kvbudget.workloads.closed_loop import ClosedLoop
@@ -825,6 +826,8 @@ def _validate_live(url: str, trace: Path, cost_model: Path, out: Path, *, speed_
         speed_check=run.speed_check_meta(),
         title=f"{pol.name} on {trace.name}: simulated vs measured")
     say_loaded(workload)  # what the trace's load warned of or assumed, with the result (replay's)
+    for line in setting_lines([run.live.summary]):  # what the server did (said) or the replay
+        typer.echo(line)  # assumed, as replay prints them: outputs cut at the context, ...
     return outcome, run.checks, overhead
 
 

@@ -465,7 +465,8 @@ class GatewayServer:
         assert isinstance(decision, Admit)
         self.metrics.admitted(tier)
         prefix = comp.prefix() if self.upstreams.options.router == "prefix_affinity" else b""
-        call = Call(ticket, comp, self.upstreams.pick(ticket.reserved_tokens, prefix))
+        call = Call(ticket, comp, self.upstreams.pick(ticket.reserved_tokens, prefix,
+                                                      self.reach.down))
         try:
             if comp.stream:
                 return await self._stream(call, gone, request.scope["path"])
@@ -506,6 +507,16 @@ class GatewayServer:
                 status, reason, out, ticket.admitted_s, call.first_token_s, now,
                 ticket.reserved_tokens, int(ticket.revoke_reason not in ("", DRAINING)),
                 error, call.gaps_s()))
+
+    def _upstream_failed(self, call: Call, status: str, reason: str, error: str) -> None:
+        """End a call its upstream answered with other than a completion: a refusal (the
+        request as sent: ``prompt_too_long``, ``context_length``, ``server_<status>``; or the
+        engine's queue cap) counts in ``kvbudget_refused_total`` by the reason its row records
+        (it counted in ``kvbudget_admitted_total`` once, when the gateway admitted it: not
+        again); a failure (``backend_error``) is no refusal."""
+        if reason != "backend_error":
+            self.metrics.refused(call.ticket.request.tier, reason)
+        self._end(call, status, reason, error)
 
     async def _send(self, call: Call, path: str) -> aiohttp.ClientResponse:
         """Send the call upstream; its response once its head is read."""
@@ -556,7 +567,7 @@ class GatewayServer:
         self.reach.answered(call.upstream)
         status, content, media_type = answer
         if status != 200:
-            self._end(call, *_failure(status, content), f"HTTP {status}")
+            self._upstream_failed(call, *_failure(status, content), f"HTTP {status}")
         else:
             # no first token is seen: the answer comes whole, so its TTFT is unknown (the
             # record's first_token_s stays NaN, not its finish: TTFT = E2E and TPOT ~0 went to
@@ -593,7 +604,7 @@ class GatewayServer:
                 content = b""
             finally:
                 resp.close()
-            self._end(call, *_failure(resp.status, content), f"HTTP {resp.status}")
+            self._upstream_failed(call, *_failure(resp.status, content), f"HTTP {resp.status}")
             return Response(content, status_code=resp.status,
                             media_type=resp.headers.get("content-type", "application/json"))
         gone.handed_over = True
@@ -651,8 +662,8 @@ class GatewayServer:
         """End a call whose stream ended: failed by the upstream mid-stream, or completed (a
         protocol error when its usage is missing or absurd)."""
         if call.upstream_error:
-            self._end(call, "rejected_overloaded", _failure_reason(None, call.upstream_error),
-                      call.upstream_error)
+            self._upstream_failed(call, "rejected_overloaded",
+                                  _failure_reason(None, call.upstream_error), call.upstream_error)
             return
         problem = call.problem or ("" if call.output_tokens is not None
                                    else "the stream ended without its usage")

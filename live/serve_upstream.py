@@ -14,6 +14,7 @@ goes on each request to it and never into an answer to a client.
 from __future__ import annotations
 
 import json
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -128,16 +129,24 @@ class Upstreams:
             url = self._parsed[key] = URL(self.urls[index] + path)
         return url
 
-    def pick(self, tokens: int, prefix: bytes = b"") -> int:
-        """The upstream for a request of ``tokens`` whose prompt starts with ``prefix``."""
+    def pick(self, tokens: int, prefix: bytes = b"", down: Container[int] = ()) -> int:
+        """The upstream for a request of ``tokens`` whose prompt starts with ``prefix``, among
+        those not ``down`` (:class:`~kvbudget.live.serve_ready.Reachability`'s: a refused
+        connection or a failed probe) while one is up; among all when all are down, so the
+        client gets the answer for an unreachable upstream (502) and the first completion an
+        upstream answers again marks it up. Envoy routes so: only healthy hosts, until too few
+        are, then all of them ("panic threshold", envoyproxy.io, Load balancing); here the
+        threshold is none up, a down being a refused connection, not a slow answer."""
+        up = [i for i in range(len(self.urls)) if i not in down] or range(len(self.urls))
         router = self.options.router
         if router == "round_robin":
-            index = self._next % len(self.urls)
-            self._next += 1
+            index = next(i % len(self.urls) for i in range(self._next, self._next + len(
+                self.urls)) if i % len(self.urls) in up)
+            self._next = index + 1
         elif router == "prefix_affinity":
-            index = self._prefix_affinity(prefix_hashes(prefix))
+            index = self._prefix_affinity(prefix_hashes(prefix), up)
         else:
-            index = self._least_tokens()
+            index = self._least_tokens(up)
         self.outstanding[index] += tokens
         self.in_flight[index] += 1
         return index
@@ -146,14 +155,14 @@ class Upstreams:
         self.outstanding[index] -= tokens
         self.in_flight[index] -= 1
 
-    def _least_tokens(self) -> int:
-        return min(range(len(self.urls)), key=lambda i: (self.outstanding[i], i))
+    def _least_tokens(self, up: Sequence[int]) -> int:
+        return min(up, key=lambda i: (self.outstanding[i], i))
 
-    def _prefix_affinity(self, hashes: list[int]) -> int:
+    def _prefix_affinity(self, hashes: list[int], up: Sequence[int]) -> int:
         """The simulator's router (``simulator/fleet.py``): the upstream that last took the
         longest leading run of the prompt's block hashes, unless the in-flight counts are
         imbalanced (SGLang's cache-aware router's thresholds); else the fewest tokens."""
-        busiest, idlest = max(self.in_flight), min(self.in_flight)
+        busiest, idlest = (f(self.in_flight[i] for i in up) for f in (max, min))
         imbalanced = busiest - idlest > BALANCE_ABS_THRESHOLD and \
             busiest > BALANCE_REL_THRESHOLD * idlest
         best = -1
@@ -163,7 +172,7 @@ class Upstreams:
                 if owner is None:
                     break
                 best = owner
-        index = best if best >= 0 else self._least_tokens()
+        index = best if best >= 0 and best in up else self._least_tokens(up)
         for h in hashes:
             self._owner.pop(h, None)
             self._owner[h] = index  # most recent last: the oldest are dropped first

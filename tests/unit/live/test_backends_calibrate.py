@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import queue
+import textwrap
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -51,7 +52,10 @@ from kvbudget.perf.cost_model import (
     load_cost_model,
     read_frontend_overhead,
 )
+from kvbudget.results.run_result import read_run
+from kvbudget.results.said import WIDTH, context_cut
 
+MAX_MODEL_LEN = 2048  # the fake server's
 INTERCEPT_S = 0.004
 PER_DECODE_SEQ_S = 0.0006
 PER_PREFILL_TOKEN_S = 0.00002
@@ -132,7 +136,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path == "/v1/models":
-            raw = json.dumps({"data": [{"id": "fake", "max_model_len": 2048}]}).encode()
+            raw = json.dumps({"data": [{"id": "fake", "max_model_len": MAX_MODEL_LEN}]}).encode()
             self._send(200, raw, "application/json")
         elif self.path == "/metrics":
             raw = (b'vllm:cache_config_info{block_size="16",num_gpu_blocks="257"} 1.0\n'
@@ -144,7 +148,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.bodies.append(body)
-        seq = _Seq(len(body["prompt"]), int(body["max_tokens"]))
+        # vLLM lowers max_tokens to the context left (max_model_len - prompt)
+        seq = _Seq(len(body["prompt"]), min(int(body["max_tokens"]),
+                                            MAX_MODEL_LEN - len(body["prompt"])))
         per_chunk_usage = body.get("stream_options", {}).get("continuous_usage_stats", False)
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -464,13 +470,22 @@ def test_calibrate_and_validate_commands(fake_url: str, tmp_path: Path,
         json.dumps({"arrival_s": float(t), "prompt_tokens": int(p), "output_tokens": int(o),
                     "max_output_tokens": int(o), "tier": "batch"}) + "\n"
         for t, p, o in zip(arrivals, rng.integers(32, 512, 40), rng.integers(16, 64, 40),
-                           strict=True)))
+                           strict=True))
+        # one more, over the context: the server cuts its output at the context left
+        + json.dumps({"arrival_s": float(arrivals[-1]) + 1.0, "prompt_tokens": MAX_MODEL_LEN - 8,
+                      "output_tokens": 32, "max_output_tokens": 32, "tier": "batch"}) + "\n")
     out = tmp_path / "val"
     res = runner.invoke(app, ["validate", "--url", fake_url, "--trace", str(trace),
                               "--cost-model", str(cost), "--policy", "unlimited",
                               "--correct-drift", "--out", str(out), "--poll-period", "0.1"])
     assert res.exit_code == 0, res.stderr
     assert "ttft_p50_s" in res.stdout and "per-request" in res.stdout
+    # what the server did that changes the answer, as replay's output says it (before: replay's
+    # output only)
+    live = read_run(out / "live").summary
+    assert live["said"] and context_cut("max_model_len 2,048 (the server's)", 1) in live["said"]
+    assert textwrap.fill(live["said"][0], WIDTH, subsequent_indent="  ",
+                         break_on_hyphens=False) in res.stdout
     for name in ("validation.csv", "validation.json", "validate.png", "live/requests.parquet",
                  "sim/requests.parquet"):
         assert (out / name).is_file(), name
@@ -494,7 +509,7 @@ def test_calibrate_and_validate_commands(fake_url: str, tmp_path: Path,
     assert (out / "sim-drift-corrected" / "requests.parquet").is_file()
     assert "the speed checks' mean" in res.stdout
     metrics = {m["metric"]: m for m in report["metrics"]}
-    assert metrics["completed"]["simulated"] == metrics["completed"]["measured"] == 40
+    assert metrics["completed"]["simulated"] == metrics["completed"]["measured"] == 41
     for key in ("ttft_p50_s", "tpot_p50_s", "output_tokens_per_s", "e2e_p50_s"):
         assert np.isfinite(metrics[key]["rel_error"]), (key, res.stdout)
     # the same directory again is refused; an impossible --max-error fails with code 1

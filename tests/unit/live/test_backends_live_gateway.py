@@ -11,6 +11,7 @@ let through.
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import socket
 import struct
@@ -25,7 +26,10 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
+from kvbudget.analysis.report import REPORT_FILE
+from kvbudget.cli.main import app
 from kvbudget.live.openai_client import (
     ServerTarget,
     StreamResult,
@@ -500,6 +504,14 @@ def test_too_large_and_over_the_context_as_vllm_answers(fake: Fake, tmp_path: Pa
         "max_model_len 64 (the server's) cut the output of 1 request at the context left: "
         "their prompt + output is over it, and vLLM lowers max_tokens to max_model_len - "
         "prompt (served, not refused)"]
+    # kvbudget report lists it with what the run assumed, as replay's output says it (before:
+    # only replay's output did)
+    res = CliRunner().invoke(app, ["report", str(tmp_path / "run"), "--out",
+                                   str(tmp_path / "report")])
+    assert res.exit_code == 0, res.output
+    listed = (tmp_path / "report" / REPORT_FILE).read_text().split(
+        "What the inputs did not say and the runs assumed:")[1].split("</ul>")[0]
+    assert f"<li>{html.escape(out.summary['said'][0])} " in listed
 
 
 def test_interactive_deadline_expires_at_the_gateway(fake: Fake, tmp_path: Path) -> None:

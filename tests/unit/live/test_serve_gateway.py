@@ -31,6 +31,7 @@ from tests.unit.live.serve_harness import (
     TIERS,
     WAIT_BOUND_S,
     FakeUpstream,
+    assert_nothing_held,
     make_server,
     serving,
     stack,
@@ -598,21 +599,45 @@ def test_an_interactive_request_waits_up_to_its_queue_timeout_then_gets_the_over
     run(main())
 
 
+DEAD = "http://127.0.0.1:9"  # the discard port: nothing listens there
+
+
 def test_an_unreachable_upstream_is_a_502_and_frees_its_lease(tmp_path: Path) -> None:
+    async def main() -> None:
+        server = make_server(DEAD, recorder=_recorder(tmp_path))
+        server.reach.period_s = 1e6  # the probe at start only
+        async with serving(server.app) as url, httpx.AsyncClient() as client:
+            answers = [await client.post(url + "/v1/completions", json=_body(stream=s))
+                       for s in (False, True)]
+            assert [r.status_code for r in answers] == [502, 502]  # all down: tried, 502
+            assert answers[0].json()["error"]["type"] == "upstream_error"
+            await until(lambda: server.num_in_flight == 0, lambda: server.flight_changed)
+        assert_nothing_held(server)
+        rows = pd.read_parquet(tmp_path / "run-0001" / "requests.parquet")
+        assert list(rows["reason"]) == ["backend_error", "backend_error"]
+        assert list(rows["error"]) == ["ClientConnectorError"] * 2
+    run(main())
+
+
+@pytest.mark.parametrize("router", ["round_robin", "least_tokens", "prefix_affinity"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_completions_are_routed_around_a_down_upstream(router: str, stream: bool) -> None:
+    """Of two upstreams, one refuses connections: once readiness has it down (its probe, or
+    a completion refused), no completion is sent there while the other is up (before: every
+    router kept sending it its share, each a 502)."""
     async def main() -> None:
         fake = FakeUpstream()
         fake.release.set()
-        recorder = _recorder(tmp_path)
-        dead = "http://127.0.0.1:9"  # the discard port: nothing listens there
-        async with stack(fake, upstreams_extra=(dead,), recorder=recorder) as (_server, url), \
-                httpx.AsyncClient() as client:
-            answers = [await client.post(url + "/v1/completions", json=_body(stream=s))
-                       for s in (False, False, True, True)]
-            assert [r.status_code for r in answers] == [200, 502, 200, 502]
-            assert answers[1].json()["error"]["type"] == "upstream_error"
-        rows = pd.read_parquet(tmp_path / "run-0001" / "requests.parquet")
-        assert list(rows["reason"]) == ["", "backend_error", "", "backend_error"]
-        assert list(rows["error"])[1] == "ClientConnectorError"
+        async with serving(fake.app()) as up:
+            server = make_server(DEAD, router=router, upstreams_extra=(up,))  # the dead first
+            async with serving(server.app) as url, httpx.AsyncClient() as client:
+                await until(lambda: 0 in server.reach.down, lambda: server.reach.changed)
+                answers = [await client.post(url + "/v1/completions",
+                                             json=_body(stream=stream)) for _ in range(4)]
+                assert [r.status_code for r in answers] == [200] * 4
+                assert len(fake.received) == 4
+                await until(lambda: server.num_in_flight == 0, lambda: server.flight_changed)
+        assert_nothing_held(server)
     run(main())
 
 
@@ -848,6 +873,32 @@ def test_an_upstream_400_is_recorded_too_large_and_passed_on(message: str, reaso
         row = pd.read_parquet(tmp_path / "run-0001" / "requests.parquet").iloc[0]
         assert (row["status"], row["reason"], row["error"]) == ("rejected_too_large", reason,
                                                                 "HTTP 400")
+    run(main())
+
+
+@pytest.mark.parametrize(("refuse", "stream", "reason"), [
+    ((400, VLLM_TOO_LONG), False, "prompt_too_long"),
+    ((400, VLLM_TOO_LONG), True, "prompt_too_long"),
+    ((404, "The model `x` does not exist."), False, "server_404"),
+    ((200, VLLM_BUSY), True, "engine_max_num_queued_reqs"),  # an error event mid-stream
+    ((503, "Service Unavailable"), False, None),  # a failure, no refusal
+])
+def test_an_upstream_refusal_counts_in_refused_total_by_its_reason(
+        refuse: tuple[int, str], stream: bool, reason: str | None) -> None:
+    """``kvbudget_refused_total`` is complete: a request the gateway admitted and its upstream
+    refused counts there by the reason its row records (before: only in
+    ``kvbudget_admitted_total``), and in ``kvbudget_admitted_total`` once, not again."""
+    async def main() -> None:
+        fake = FakeUpstream(refuse=refuse)
+        fake.release.set()
+        async with stack(fake) as (_server, url), httpx.AsyncClient() as client:
+            await client.post(url + "/v1/completions", json=_body(stream=stream))
+            metrics = (await client.get(url + "/metrics")).text
+        assert 'kvbudget_admitted_total{tier="interactive"} 1' in metrics
+        refused = [line for line in metrics.splitlines()
+                   if line.startswith("kvbudget_refused_total{")]
+        assert refused == ([] if reason is None else
+                           [f'kvbudget_refused_total{{tier="interactive",reason="{reason}"}} 1'])
     run(main())
 
 
