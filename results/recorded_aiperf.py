@@ -319,7 +319,10 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
         fields={"prompt_tokens": "input_sequence_length",
                 "output_tokens": "usage_completion_tokens", "arrival_s": "request_start_ns",
                 "max_output_tokens": "max_tokens"},
-        default_tier=default_tier, max_output=recorded, max_output_rule=max_output_rule)
+        default_tier=default_tier, max_output=recorded, max_output_rule=max_output_rule,
+        # written as each record arrives, so in completion order (AIPerf 0.13.0
+        # aiperf/post_processors/record_export_jsonl_writer.py, RecordExportJSONLWriter)
+        completion_order=True)
     rows = workload.request_id
     st = [status[r] for r in rows.tolist()]
     counts["num_warmup"] = st.count("warmup")

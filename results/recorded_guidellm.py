@@ -544,7 +544,10 @@ def _recording(path: Path, doc: Mapping[str, Any], benchmarks: list[Any], versio
         arrival=offered - origin,
         fields={"prompt_tokens": "prompt_tokens", "output_tokens": "output_tokens",
                 "arrival_s": "request_start_time", "max_output_tokens": "max_tokens"},
-        default_tier=default_tier, max_output=recorded, max_output_rule=max_output_rule)
+        default_tier=default_tier, max_output=recorded, max_output_rule=max_output_rule,
+        # each status's list in completion order (GuideLLM 0.8.1
+        # guidellm/benchmark/schemas/accumulator.py: update_estimate appends each finished one)
+        completion_order=True)
     counts.update(c2)
     rows = workload.request_id
     ttft = np.array(cols.first) - start
