@@ -166,3 +166,15 @@ def max_tokens_note(recorded: FloatArray | None, rule: MaxOutputRule | None) -> 
     if n_rec:
         return f"max_tokens: the tool's recorded setting for {n_rec} of {n} requests, else {rest}"
     return f"max_tokens: {rest}"
+
+
+def time_limit_note(label: str, load: str, limit_s: float, limit: str,
+                    num_sent: int) -> str | None:
+    """What a closed or capped stage stopped by its load tool's time limit is replayed with
+    (None for an open stage: the requests its rate sent in the time are the ones offered)."""
+    if load not in ("closed", "capped"):
+        return None
+    return (f"stage '{label}' was stopped by its {limit_s:g} s time limit ({limit}): replayed "
+            f"with the {num_sent} requests it sent, not as many as the simulated server would "
+            f"send in {limit_s:g} s, so its simulated completed count equals the measured one by "
+            "construction; compare its latencies and output tokens/s, not completed")
