@@ -395,10 +395,12 @@ def _cut_note(bench: Mapping[str, Any], label: str, listed: int) -> str | None:
 
 
 def _time_limit(bench: Mapping[str, Any], num_sent: int) -> tuple[float, str] | None:
-    """The duration limit that stopped a benchmark's sending, if one did: 0.4+ name the
-    constraints that ended queuing in ``scheduler_state.end_queuing_constraints`` (0.8.1
-    ``max_duration``, its ``progress.total_duration`` the seconds); 0.2-0.3 record
-    ``args.max_duration``, binding when fewer than ``args.max_number`` were sent."""
+    """The duration limit that stopped a benchmark's sending, if one did: 0.4+ keep the
+    constraints whose action stopped queuing in ``scheduler_state.end_queuing_constraints``
+    (0.8.1 ``scheduler/worker_group.py``; ``scheduler/constraints/request.py``'s
+    ``max_duration`` says its seconds as ``progress.total_duration``, a request count none);
+    0.2-0.3 record ``args.max_duration``, binding when fewer than ``args.max_number`` were
+    sent."""
     ended = dig(bench, "scheduler_state", "end_queuing_constraints")
     for name, said in (ended.items() if isinstance(ended, dict) else ()):
         seconds = dig(said, "progress", "total_duration") if isinstance(said, dict) else None
