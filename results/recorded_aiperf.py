@@ -37,6 +37,7 @@ from kvbudget.results.recorded_fields import (
     load_json,
     max_tokens_note,
     number,
+    time_limit_note,
 )
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
@@ -111,6 +112,28 @@ def _stage(path: Path, summary: Mapping[str, Any]) -> RecordedStage:
     if not math.isnan(rate):
         return RecordedStage(f"{rate:g} req/s", "open", rate, None)
     return RecordedStage("", "unknown", None, None)
+
+
+def _time_limit(summary: Mapping[str, Any], num_sent: int) -> tuple[float, str] | None:
+    """The profiling phase's ``--benchmark-duration`` when it stopped the phase: set, and
+    fewer requests sent than its ``--request-count`` (AIPerf 0.13.0 ``config/phases.py``:
+    ``duration`` "Stop after this time elapsed", ``requests`` "Stop after this many requests
+    sent"; ``input_config.loadgen.benchmark_duration`` before its phases)."""
+    phases = dig(summary, "input_config", "phases")
+    found = [p for p in phases if isinstance(p, dict) and p.get("kind", p.get("name"))
+             == "profiling"] if isinstance(phases, list) else []
+    loadgen = dig(summary, "input_config", "loadgen")
+    if found:
+        seconds, requests = found[0].get("duration"), found[0].get("requests")
+    elif isinstance(loadgen, dict):
+        seconds, requests = loadgen.get("benchmark_duration"), loadgen.get("request_count")
+    else:
+        return None
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds <= 0:
+        return None
+    if isinstance(requests, int) and not isinstance(requests, bool) and num_sent >= requests:
+        return None
+    return float(seconds), "--benchmark-duration"
 
 
 def _phase_type(summary: Mapping[str, Any]) -> str:
@@ -319,7 +342,10 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
         fields={"prompt_tokens": "input_sequence_length",
                 "output_tokens": "usage_completion_tokens", "arrival_s": "request_start_ns",
                 "max_output_tokens": "max_tokens"},
-        default_tier=default_tier, max_output=recorded, max_output_rule=max_output_rule)
+        default_tier=default_tier, max_output=recorded, max_output_rule=max_output_rule,
+        # written as each record arrives, so in completion order (AIPerf 0.13.0
+        # aiperf/post_processors/record_export_jsonl_writer.py, RecordExportJSONLWriter)
+        completion_order=True)
     rows = workload.request_id
     st = [status[r] for r in rows.tolist()]
     counts["num_warmup"] = st.count("warmup")
@@ -334,6 +360,11 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     if server_counts < len(rows):
         notes.append(f"output tokens: the server's usage count for {server_counts} of "
                      f"{len(rows)} requests, AIPerf's tokenizer count for the others")
+    limit = _time_limit(summary, len(rows) - counts["num_warmup"])
+    said = limit and time_limit_note(stage.label, stage.load, *limit,
+                                     len(rows) - counts["num_warmup"])
+    if said:
+        notes.append(said)
     if not summary:
         notes.append(f"no {SUMMARY_NAME} beside the records: load mode and server settings "
                      "unknown")

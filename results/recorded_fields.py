@@ -133,15 +133,19 @@ def finish_columns(path: Path, fmt: str, *, prompt: FloatArray, output: FloatArr
                    arrival: FloatArray, fields: dict[str, str], default_tier: str,
                    max_output: FloatArray | None = None,
                    max_output_rule: MaxOutputRule | None = None,
+                   completion_order: bool = False,
                    ) -> tuple[Workload, dict[str, int], list[str]]:
     """A workload from per-request columns, validated and transformed as a trace file's
     (errors name the row and the file's field); request ids are the 0-based rows.
 
     ``max_output`` holds the tool's recorded ``max_tokens`` per row (NaN: none recorded);
-    rows without one declare ``max_output_rule`` (default: their realised output)."""
+    rows without one declare ``max_output_rule`` (default: their realised output).
+    ``completion_order``: the tool writes its requests as they complete, so they are sorted by
+    send time without the trace loader's "timestamps are not in order" note (noise there)."""
     rule = REALISED_OUTPUT if max_output_rule is None else max_output_rule
     raw = RawTrace(path=path, format=fmt, prompt=prompt, output=output, arrival=arrival,
-                   max_output=max_output, fields=fields, rows_read=len(prompt), labels={})
+                   max_output=max_output, fields=fields, rows_read=len(prompt), labels={},
+                   completion_order=completion_order)
     loaded = finish(raw, TraceOptions(default_tier=default_tier, max_output=rule),
                     Streams.from_seed(0))
     counts = {"num_rows_read": loaded.report.rows_read}
@@ -162,3 +166,15 @@ def max_tokens_note(recorded: FloatArray | None, rule: MaxOutputRule | None) -> 
     if n_rec:
         return f"max_tokens: the tool's recorded setting for {n_rec} of {n} requests, else {rest}"
     return f"max_tokens: {rest}"
+
+
+def time_limit_note(label: str, load: str, limit_s: float, limit: str,
+                    num_sent: int) -> str | None:
+    """What a closed or capped stage stopped by its load tool's time limit is replayed with
+    (None for an open stage: the requests its rate sent in the time are the ones offered)."""
+    if load not in ("closed", "capped"):
+        return None
+    return (f"stage '{label}' was stopped by its {limit_s:g} s time limit ({limit}): replayed "
+            f"with the {num_sent} requests it sent, not as many as the simulated server would "
+            f"send in {limit_s:g} s, so its simulated completed count equals the measured one by "
+            "construction; compare its latencies and output tokens/s, not completed")

@@ -63,6 +63,7 @@ from kvbudget.results.recorded_fields import (
     load_json,
     max_tokens_note,
     number,
+    time_limit_note,
 )
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
@@ -393,6 +394,28 @@ def _cut_note(bench: Mapping[str, Any], label: str, listed: int) -> str | None:
             "those, a lighter load than the server saw; pass the report as GuideLLM wrote it")
 
 
+def _time_limit(bench: Mapping[str, Any], num_sent: int) -> tuple[float, str] | None:
+    """The duration limit that stopped a benchmark's sending, if one did: 0.4+ keep the
+    constraints whose action stopped queuing in ``scheduler_state.end_queuing_constraints``
+    (0.8.1 ``scheduler/worker_group.py``; ``scheduler/constraints/request.py``'s
+    ``max_duration`` says its seconds as ``progress.total_duration``, a request count none);
+    0.2-0.3 record ``args.max_duration``, binding when fewer than ``args.max_number`` were
+    sent."""
+    ended = dig(bench, "scheduler_state", "end_queuing_constraints")
+    for name, said in (ended.items() if isinstance(ended, dict) else ()):
+        seconds = dig(said, "progress", "total_duration") if isinstance(said, dict) else None
+        if isinstance(seconds, int | float) and not isinstance(seconds, bool) and seconds > 0:
+            return float(seconds), f"GuideLLM {name}"
+    seconds, most = dig(bench, "args", "max_duration"), dig(bench, "args", "max_number")
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds <= 0:
+        return None
+    made = dig(bench, "run_stats", "requests_made", "total")
+    sent = made if isinstance(made, int) and made > num_sent else num_sent
+    if isinstance(most, int) and not isinstance(most, bool) and sent >= most:
+        return None
+    return float(seconds), "GuideLLM max_duration"
+
+
 def _unlisted_note(bench: Mapping[str, Any], label: str, listed: int) -> str | None:
     """0.2-0.3 leave warm-up and cool-down requests out of the lists: say how many."""
     if "args" not in bench or bench.get("request_samples") is not None:
@@ -514,8 +537,11 @@ def read_guidellm(path: Path, default_tier: str,
                 if not _add_request(path, cols, req, where, kind, stage, window):
                     counts["num_incomplete_not_simulated"] = counts.get(
                         "num_incomplete_not_simulated", 0) + 1
+        limit = _time_limit(bench, sum(listed.values()))
         for note in (_sample_note(bench, stage.label, listed),
-                     _unlisted_note(bench, stage.label, sum(listed.values()))):
+                     _unlisted_note(bench, stage.label, sum(listed.values())),
+                     limit and time_limit_note(stage.label, stage.load, *limit,
+                                               sum(listed.values()))):
             if note:
                 notes.append(note)
     return _recording(path, doc, benchmarks, version, cols, stages, counts, notes,
@@ -544,7 +570,10 @@ def _recording(path: Path, doc: Mapping[str, Any], benchmarks: list[Any], versio
         arrival=offered - origin,
         fields={"prompt_tokens": "prompt_tokens", "output_tokens": "output_tokens",
                 "arrival_s": "request_start_time", "max_output_tokens": "max_tokens"},
-        default_tier=default_tier, max_output=recorded, max_output_rule=max_output_rule)
+        default_tier=default_tier, max_output=recorded, max_output_rule=max_output_rule,
+        # each status's list in completion order (GuideLLM 0.8.1
+        # guidellm/benchmark/schemas/accumulator.py: update_estimate appends each finished one)
+        completion_order=True)
     counts.update(c2)
     rows = workload.request_id
     ttft = np.array(cols.first) - start

@@ -172,7 +172,10 @@ def read_inference_perf(path: Path, default_tier: str,
         fields={"prompt_tokens": "info.input_tokens",
                 "output_tokens": "info.response_metrics.server_usage.completion_tokens",
                 "arrival_s": "start_time", "max_output_tokens": "request.max_tokens"},
-        default_tier=default_tier, max_output=recorded_or_none, max_output_rule=max_output_rule)
+        default_tier=default_tier, max_output=recorded_or_none, max_output_rule=max_output_rule,
+        # recorded when each response ends (inference-perf 0.7.0
+        # inference_perf/client/modelserver/openai_client.py -> request_collector record_metric)
+        completion_order=True)
     order = workload.request_id
     status = [rows[r][5] for r in order.tolist()]
     counts["num_failed"] = sum(s.startswith("error") for s in status)

@@ -77,6 +77,9 @@ class RawTrace:
     assumed: list[str] = field(default_factory=list)
     """What the workload takes that the file does not say (a tier, a ``max_tokens``)."""
     default_arrival_note: bool = True
+    completion_order: bool = False
+    """The file's own tool writes its requests as they complete (a load tool's per-request
+    file): sorting them by send time is expected, not a note."""
     prefix_block_tokens: int | None = None
     """Tokens a prefix hash names as the file says (a kvbudget Parquet trace's metadata)."""
 
@@ -632,12 +635,15 @@ def _rebase(rows: _Rows, raw: RawTrace, timed: bool) -> None:
 
 
 def _sorted_by_arrival(rows: _Rows, raw: RawTrace) -> _Rows:
-    """``rows`` in arrival order (stable), with a warning naming the first row out of order."""
+    """``rows`` in arrival order (stable), with a warning naming the first row out of order
+    (none for a file its tool writes in completion order: ``RawTrace.completion_order``)."""
     gaps = np.diff(rows.arrival)
     if not (gaps.size and bool((gaps < 0).any())):
         return rows
     first = int(np.argmax(gaps < 0)) + 1
     order = np.argsort(rows.arrival, kind="stable")
+    if raw.completion_order:
+        return rows.take(order)
     moved = int((order != np.arange(len(order))).sum())
     first_row = int(rows.file_rows[first])
     where = f"line {raw.line_of(first_row)}" if raw.line_of else f"row {first_row}"
