@@ -36,6 +36,16 @@ NULL_VALUES = ["", "NaN", "nan", "NA", "N/A", "null", "NULL", "None", "#N/A"]
 _OFFSET = re.compile(r"(?:Z|[+-]\d\d:?\d\d)$")
 
 
+
+THREADED_WITH_HANDLER = False
+"""``use_threads`` of every CSV read that passes a Python ``invalid_row_handler``: pyarrow's
+threaded reader (``AsyncThreadedTableReader``) may drop its last reference to the handler on
+one of its worker threads after the read returned; if the interpreter is finalizing by then,
+that thread's ``PyGILState_Ensure`` exits the thread by a forced unwind through C++ frames and
+``std::terminate`` aborts the process ("terminate called without an active exception", exit
+134) after its work is done (seen under load on pyarrow 26.0.1; apache/arrow#34314). The serial
+reader runs the handler and drops it on the calling thread."""
+
 def split_header(line: str) -> list[str]:
     return [name.strip() for name in next(csv.reader([line]))] if line.strip() else []
 
@@ -192,7 +202,7 @@ def read_csv_columns(
 
     invalid: list[tuple[int, int, str]] = []
     read_opts = pacsv.ReadOptions(column_names=header, skip_rows=header_lines,
-                                  block_size=1 << 22)
+                                  block_size=1 << 22, use_threads=THREADED_WITH_HANDLER)
     parse_opts = pacsv.ParseOptions(invalid_row_handler=on_invalid, newlines_in_values=False)
     convert = pacsv.ConvertOptions(
         include_columns=list(kinds),
@@ -329,7 +339,8 @@ def _read_strings(facts: FileFacts, kinds: Mapping[str, Kind], header: Sequence[
             table = pacsv.read_csv(
                 path,
                 read_options=pacsv.ReadOptions(column_names=list(header), skip_rows=header_lines,
-                                               block_size=1 << 22),
+                                               block_size=1 << 22,
+                                               use_threads=THREADED_WITH_HANDLER),
                 parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid),
                 convert_options=pacsv.ConvertOptions(
                     include_columns=list(kinds),
