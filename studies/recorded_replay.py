@@ -29,6 +29,7 @@ list saying how each was replayed).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -166,12 +167,17 @@ def join_stage_runs(runs: Sequence[RunResult], plans: Sequence[StagePlan], confi
     extra: dict[str, Any] = {k: first[k] for k in ("policy_params", "gpu", "model", "num_gpu_blocks",
                                    "block_size", "cost_model", "frontend_overhead_s",
                                    "frontend", "engine_defaults", "engine", "engine_knobs",
-                                   "gateway_capacity_tokens") if k in first}
+                                   "gateway_capacity_tokens", "weight_dtype") if k in first}
     if isinstance(first.get("workload"), dict):  # what the run's lines say: all the stages'
         extra["workload"] = {**first["workload"], "num_requests": len(records["request_id"])}
     assumed = list(dict.fromkeys(a for r in runs for a in r.summary.get("assumed", ())))
     if assumed:
         extra["assumed"] = assumed
+    too_large: Counter[str] = Counter()
+    for r in runs:  # each stage's refusals a default limit accounts for (limits_said)
+        too_large.update(r.summary.get("gateway_too_large", {}))
+    if too_large:
+        extra["gateway_too_large"] = dict(too_large)
     extra["stages"] = [p.describe() for p in plans]
     summary = summarize(records, timeline, tiers=config.tiers,
                         kv_capacity_tokens=int(first["kv_capacity_tokens"]), policy=policy,

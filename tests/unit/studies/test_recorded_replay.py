@@ -182,3 +182,25 @@ def test_a_long_run_of_busy_ticks_is_skipped_in_one_draw(pattern: str) -> None:
     with pytest.raises(ValueError, match="no think time"):
         ClosedLoop(num_users=1, not_before_arrival=True, tick_rate_per_s=10.0,
                    think_time_s=1.0)
+
+
+def test_the_joined_stages_keep_the_dtype_and_every_stages_too_large_counts(
+        tmp_path: Path) -> None:
+    """The summary of a recording simulated in stages dropped ``weight_dtype`` and
+    ``gateway_too_large`` (what a single run's summary says), so the joined run's lines said
+    neither the weights' dtype nor which too-large refusals the context accounts for."""
+    frame = pd.DataFrame({
+        "arrival_s": np.r_[np.arange(4) / 20.0, 30 + np.arange(4) / 20.0],
+        "prompt_tokens": [100, 300_000, 100, 100, 100, 300_000, 100, 100],
+        "output_tokens": 10, "ttft_s": 0.05, "e2e_s": 1.0, "stage": ["a"] * 4 + ["b"] * 4})
+    frame.to_csv(tmp_path / "rec.csv", index=False)
+    rec = dataclasses.replace(read_recording(tmp_path / "rec.csv"), stages=(
+        RecordedStage("a", "closed", None, 2), RecordedStage("b", "open", 20.0)))
+    assert stage_plans(rec) is not None  # simulated stage by stage, then joined
+    run = simulate_recording(rec, SimConfig(engine=ENGINE), cost_model=FAST)
+    one = simulate_recording(dataclasses.replace(rec, stages=()), SimConfig(engine=ENGINE),
+                             cost_model=FAST)  # one run, as the simulator writes it
+    assert run.summary["weight_dtype"] == one.summary["weight_dtype"] == "bfloat16"
+    # one prompt beyond the context in each stage: both counted
+    assert run.summary["gateway_too_large"]["prompt_too_long"] == 2
+    assert one.summary["gateway_too_large"]["prompt_too_long"] == 2
