@@ -33,6 +33,7 @@ from kvbudget.results.recorded_fields import (
     MAX_MEASURED_S,
     dig,
     finish_columns,
+    in_flight_after,
     json_lines,
     load_json,
     max_tokens_note,
@@ -170,11 +171,8 @@ def _capped_due(stage: RecordedStage, pattern: str, sent: FloatArray, end: Float
         stage = replace(stage, tick_pattern=pattern)
     conc = stage.max_concurrency
     assert conc is not None and stage.request_rate is not None
-    # in flight just after each send (the count only rises at a send): the requests sent by
-    # then less those ended by then (a request ends after it is sent)
     at = sent[order]
-    inflight = (np.searchsorted(np.sort(sent), at, side="right")
-                - np.searchsorted(np.sort(end), at, side="right"))
+    inflight = in_flight_after(at, sent, end)
     if len(order) == 0 or inflight.max() < conc:
         return sent, stage
     rate = stage.request_rate
@@ -360,9 +358,9 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     if server_counts < len(rows):
         notes.append(f"output tokens: the server's usage count for {server_counts} of "
                      f"{len(rows)} requests, AIPerf's tokenizer count for the others")
-    limit = _time_limit(summary, len(rows) - counts["num_warmup"])
-    said = limit and time_limit_note(stage.label, stage.load, *limit,
-                                     len(rows) - counts["num_warmup"])
+    num_measured = len(rows) - counts["num_warmup"]
+    limit = _time_limit(summary, num_measured)
+    said = limit and time_limit_note(stage.label, stage.load, *limit, num_measured)
     if said:
         notes.append(said)
     if not summary:

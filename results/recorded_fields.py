@@ -178,3 +178,11 @@ def time_limit_note(label: str, load: str, limit_s: float, limit: str,
             f"with the {num_sent} requests it sent, not as many as the simulated server would "
             f"send in {limit_s:g} s, so its simulated completed count equals the measured one by "
             "construction; compare its latencies and output tokens/s, not completed")
+
+
+def in_flight_after(at: FloatArray, sent: FloatArray, end: FloatArray) -> npt.NDArray[np.int64]:
+    """How many of the requests sent at ``sent`` and ended at ``end`` are in flight just after
+    each time of ``at`` (sorted; a load tool's sends): those sent by then less those ended by
+    then (a request ends after it is sent, and the count only rises at a send)."""
+    return (np.searchsorted(np.sort(sent), at, side="right")
+            - np.searchsorted(np.sort(end), at, side="right"))

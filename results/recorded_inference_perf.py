@@ -40,6 +40,7 @@ from kvbudget.results.recorded_fields import (
     MAX_MEASURED_S,
     dig,
     finish_columns,
+    in_flight_after,
     load_json,
     max_tokens_note,
     number,
@@ -253,8 +254,7 @@ def _concurrent_due(stage: RecordedStage, members: npt.NDArray[np.bool_], sent: 
     rows = np.flatnonzero(members)
     order = rows[np.argsort(sent[rows], kind="stable")]
     at = sent[order]
-    inflight = (np.searchsorted(np.sort(sent[rows]), at, side="right")
-                - np.searchsorted(np.sort(end[rows]), at, side="right"))
+    inflight = in_flight_after(at, sent[rows], end[rows])
     if len(order) == 0 or inflight.max() < stage.max_concurrency:
         return stage
     span_s = len(order) / stage.request_rate

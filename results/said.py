@@ -35,9 +35,8 @@ def context_cut(limit: str, num_cut: int) -> str:
     live replay (``live/replay.py``) both say it; ``limit``: the ``max_model_len`` and
     whose it is."""
     return (f"{limit} cut the output of {counted(num_cut, 'request')} at the context left: "
-            "their prompt "
-            "+ output is over it, and vLLM lowers max_tokens to max_model_len - prompt "
-            "(served, not refused)")
+            "their prompt + output is over it, and vLLM lowers max_tokens to max_model_len - "
+            "prompt (served, not refused)")
 
 
 def as_given(given: Any, preset: Any) -> str:
