@@ -19,7 +19,7 @@ from kvbudget.cli.simulate import build_scenario
 from kvbudget.cli.tables import render
 from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.perf.hardware import get_gpu, gpu_label
-from kvbudget.perf.models import get_model, resolve_model_name, suggest_model
+from kvbudget.perf.models import KV_CACHE_DTYPES, get_model, resolve_model_name, suggest_model
 from kvbudget.results.recordings import read_recording
 from kvbudget.results.said import fill, frontend_said
 from kvbudget.studies.calibrate import (
@@ -54,7 +54,13 @@ COST_KINDS = ("default", "linear")
 """``--fit``: the default step-time model's own parameters, or the linear model's."""
 
 _ENGINE_KEYS = ("num_gpu_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens",
-                "enable_prefix_caching", "tensor_parallel_size")
+                "enable_prefix_caching", "tensor_parallel_size", "max_model_len", "kv_cache_dtype")
+
+_SAID_ENGINE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks",
+                     "enable_prefix_caching")
+"""The engine knobs that change a recording's simulated latencies (the batch's caps, the KV's
+size, the cache) and that load tools' files do not say: each one neither a flag, ``--set``,
+a ``--scenario`` nor the recording gives is said as assumed."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,10 @@ def _recorded_model(recording: "Recording", model: str | None,
     if model is not None:
         return model, "--model"
     named = recording.config.get("model")
+    alias = recording.config.get("served_model")
+    if isinstance(named, str) and isinstance(alias, str) and resolve_model_name(named) is None \
+            and resolve_model_name(alias) is not None:
+        named = alias  # the server loaded a local path and served it under a preset's name
     if isinstance(named, str) and named.strip():
         resolved = resolve_model_name(named)
         if resolved is None:
@@ -131,7 +141,13 @@ def _recorded_gpu(recording: "Recording", gpu: str | None,
 
 
 def _recorded_engine(cfg: dict[str, Any], given: dict[str, Any]) -> list[str]:
-    """``--set`` items for the engine knobs the recording says and no flag gives."""
+    """``--set`` items for the engine knobs the recording says and no flag gives (a KV-cache
+    dtype kvbudget does not price is an error naming it, not another dtype in its place)."""
+    dtype = cfg.get("kv_cache_dtype")
+    if given.get("kv_cache_dtype") is None and dtype is not None and dtype not in KV_CACHE_DTYPES:
+        raise CliError(f"the recording's server ran --kv-cache-dtype {dtype}, which kvbudget "
+                       f"does not price (it knows {', '.join(KV_CACHE_DTYPES)}): pass "
+                       "--set engine.kv_cache_dtype=VALUE to say which to simulate")
     recorded: list[str] = []
     for key in _ENGINE_KEYS:
         if given.get(key) is None and key in cfg and cfg[key] is not None:
@@ -202,11 +218,30 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
             "served the model; pass --tensor-parallel-size)")
     typer.echo(f"settings: model {config.model} ({model_from}), GPU {gpu_name} ({gpu_from})"
                + tp_said + _weights_said(recording, config.model)
+               + _engine_said(given, recorded, scenario)
                + (f"; from the recording: {', '.join(r.removeprefix('engine.') for r in recorded)}"
                   if recorded else "")
                + ("; --max-output " + str(max_output) + " declared where the file has no "
                   "max_tokens" if max_output is not None else ""), err=True)
     return RecordedSetup(recording, config, name, values, seed)
+
+
+def _engine_said(given: dict[str, Any], recorded: list[str], scenario: Path | None) -> str:
+    """The engine knobs simulated at vLLM's defaults for the GPU and model because nothing
+    said them (:data:`_SAID_ENGINE_KEYS`), as one ``ASSUMED`` clause, or ''."""
+    if scenario is not None:
+        return ""
+    from_file = {r.removeprefix("engine.").partition("=")[0] for r in recorded}
+    left = [k for k in _SAID_ENGINE_KEYS if given.get(k) is None and k not in from_file]
+    if not left:
+        return ""
+    how = {"max_num_seqs": "--max-num-seqs", "max_num_batched_tokens": "--max-num-batched-tokens",
+           "num_gpu_blocks": "--num-gpu-blocks",
+           "enable_prefix_caching": "--set engine.enable_prefix_caching=false"}
+    return (f", {', '.join(left)} (ASSUMED: vLLM's defaults for the GPU and model"
+            + (", the KV blocks from the GPU's memory" if "num_gpu_blocks" in left else "")
+            + "; the recording does not say what the server ran: pass "
+            + ", ".join(how[k] for k in left) + " or --scenario)")
 
 
 def _weights_said(recording: "Recording", model: str | Path) -> str:

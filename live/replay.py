@@ -794,7 +794,8 @@ async def replay_async(
     async with httpx.AsyncClient(timeout=config.target.timeout()) as client:
         info = await discover(client, config.target)
     capacity = gateway_capacity(config, info)
-    run_dir = RunDir(out_dir, {**meta.as_dict(), "kv_capacity_tokens": capacity}, resume=resume)
+    run_dir = RunDir(out_dir, {**meta.as_dict(), "kv_capacity_tokens": capacity,
+                               "server": info.facts()}, resume=resume)
     wall = time.perf_counter()
     rep = _Replay(workload, policy, config, run_dir, on_record)
     try:

@@ -21,13 +21,16 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import httpx
 import uvicorn
 
 from kvbudget.live.gateway_server import GatewayServer, ServeConfig
+from kvbudget.live.openai_client import ServerTarget
 from kvbudget.live.serve_admission import Admission
 from kvbudget.live.serve_records import ServeRecorder
 from kvbudget.live.serve_reload import Reloaded
 from kvbudget.live.serve_upstream import UpstreamOptions, Upstreams
+from kvbudget.live.server import BackendUnavailable, discover
 from kvbudget.policies.base import Policy
 from kvbudget.policies.gateway import FrontDoor, Gateway, GatewayConfig
 from kvbudget.policies.tiers import DEFAULT_TIERS, TierConfig
@@ -85,15 +88,41 @@ async def read_capacity(options: UpstreamOptions) -> tuple[int, int]:
         await upstreams.aclose()
 
 
-def build_server(settings: ServeSettings, gateway: GatewayConfig) -> GatewayServer:
-    """The app, its admission over a fresh :class:`Gateway`, and its run directories."""
+async def upstream_facts(options: UpstreamOptions) -> list[dict[str, Any]]:
+    """What each upstream says of itself (:meth:`~kvbudget.live.server.ServerInfo.facts`: its
+    ``/v1/models`` and ``/metrics``), in ``options.urls``' order; an upstream that does not
+    answer says nothing (``{}``): the gateway starts anyway, and its run directories then do
+    not say that server's settings."""
+    async def one(client: httpx.AsyncClient, url: str) -> dict[str, Any]:
+        target = ServerTarget(url, api_key=options.api_key,
+                              connect_timeout_s=options.connect_timeout_s)
+        try:
+            return (await discover(client, target)).facts()
+        except (BackendUnavailable, httpx.HTTPError):
+            return {}
+
+    async with httpx.AsyncClient() as client:
+        return list(await asyncio.gather(*(one(client, url) for url in options.urls)))
+
+
+def build_server(settings: ServeSettings, gateway: GatewayConfig,
+                 servers: list[dict[str, Any]] | None = None) -> GatewayServer:
+    """The app, its admission over a fresh :class:`Gateway`, and its run directories (whose
+    ``replay.json`` keeps what the upstreams said of themselves at the start, ``servers``: a
+    lone upstream's as ``server``, as a replay's, read back as the recording's settings)."""
     policy = settings.new_policy()
     recorder = None
     if settings.out is not None:
+        told: dict[str, Any] = {}
+        if servers and len(servers) == 1:
+            told["server"] = servers[0]
+        elif servers:
+            told["servers"] = servers
         recorder = ServeRecorder(settings.out, tiers=gateway.tiers, policy=policy.describe(),
                                  rotate_requests=settings.rotate_requests,
                                  meta={"executor": "serve", "upstreams": list(
-                                     settings.upstream.urls), "policy": policy.describe()})
+                                     settings.upstream.urls), "policy": policy.describe(),
+                                     **told})
     return GatewayServer(Admission(Gateway(gateway, policy)), Upstreams(settings.upstream),
                          settings.config, recorder=recorder,
                          reload=settings.reload or settings.new_policy)
@@ -280,7 +309,8 @@ async def serve(settings: ServeSettings, announce: Callable[[str], Any] = print)
         if len(settings.upstream.urls) == 1:
             largest = None
     gateway = settings.gateway(capacity, largest)
-    server = build_server(settings, gateway)
+    servers = await upstream_facts(settings.upstream) if settings.out is not None else None
+    server = build_server(settings, gateway, servers)
     sock = bind(settings.host, settings.port)
     config = server_config(server.app, drain_timeout_s=settings.drain_timeout_s,
                            keep_alive_s=settings.keep_alive_s)

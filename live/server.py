@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, replace
+from typing import Any
 
 import httpx
 
@@ -29,6 +30,24 @@ class ServerInfo:
     has_metrics: bool
     capacity_problem: str = ""
     """Why ``/metrics``'s KV capacity was not taken (an absurd figure), '' otherwise."""
+    model_root: str | None = None
+    """What the server loaded (vLLM's ``/v1/models`` ``root``: the ``--model`` it was given,
+    a repository id or a path), where ``model`` may be a ``--served-model-name`` alias."""
+    enable_prefix_caching: bool | None = None
+    kv_cache_dtype: str | None = None
+    num_engines: int = 1
+
+    def facts(self) -> dict[str, Any]:
+        """What the server said of itself, as a run directory records it (``replay.json``'s
+        ``server``; read back by :func:`kvbudget.results.recorded_records.read_run_dir`): the
+        quantities it told, and no key for one it did not."""
+        told: dict[str, Any] = {
+            "model": self.model, "model_root": self.model_root,
+            "max_model_len": self.max_model_len, "num_gpu_blocks": self.num_gpu_blocks,
+            "block_size": self.block_size, "enable_prefix_caching": self.enable_prefix_caching,
+            "kv_cache_dtype": self.kv_cache_dtype,
+            "num_engines": self.num_engines if self.num_gpu_blocks is not None else None}
+        return {k: v for k, v in told.items() if v is not None and v != ""}
 
 
 async def bounded_get(client: httpx.AsyncClient, url: str, *, headers: dict[str, str],
@@ -106,8 +125,10 @@ async def discover(client: httpx.AsyncClient, target: ServerTarget) -> ServerInf
         served = ", ".join(repr(m["id"]) for m in models[:8])
         raise BackendUnavailable(f"{target.url('/v1/models')} does not serve model {model!r} "
                                  f"(--model); it serves {served}")
+    root: str | None = None
     if entry is not None:
         model = str(entry.get("id"))
+        root = entry.get("root") if isinstance(entry.get("root"), str) else None
         raw_len = entry.get("max_model_len")
         max_model_len = (int(raw_len) if isinstance(raw_len, int | float) and not isinstance(
             raw_len, bool) and 1 <= raw_len < 2**53 else None)
@@ -125,6 +146,10 @@ async def discover(client: httpx.AsyncClient, target: ServerTarget) -> ServerInf
         block_size=None if snap is None else snap.block_size,
         has_metrics=snap is not None,
         capacity_problem="" if snap is None else snap.capacity_problem,
+        model_root=root,
+        enable_prefix_caching=None if snap is None else snap.enable_prefix_caching,
+        kv_cache_dtype=None if snap is None else snap.kv_cache_dtype,
+        num_engines=1 if snap is None else snap.num_engines,
     )
 
 

@@ -124,6 +124,10 @@ class EngineSnapshot:
     block_size: int | None
     capacity_tokens_direct: int | None = None
     num_engines: int = 1
+    enable_prefix_caching: bool | None = None
+    """vLLM's ``cache_config_info`` label of that name (None where the page has none)."""
+    kv_cache_dtype: str | None = None
+    """vLLM's ``--kv-cache-dtype`` as its ``cache_config_info`` tells it (label ``cache_dtype``)."""
 
     @property
     def usable_blocks(self) -> int | None:
@@ -177,8 +181,13 @@ def snapshot(text: str) -> EngineSnapshot:
     metrics = parse_prometheus(text)
     blocks = block_size = None
     engines = 1
+    caching: bool | None = None
+    cache_dtype: str | None = None
     info = metrics.get("vllm:cache_config_info")
     if info:
+        labels = info[0][0]
+        caching = {"True": True, "False": False}.get(labels.get("enable_prefix_caching", ""))
+        cache_dtype = labels.get("cache_dtype") or None
         num = [_int_label(labels, "num_gpu_blocks") for labels, _ in info]
         sizes = [_int_label(labels, "block_size") for labels, _ in info]
         if all(n is not None for n in num) and sizes and sizes[0] is not None:
@@ -199,4 +208,6 @@ def snapshot(text: str) -> EngineSnapshot:
         block_size=block_size,
         capacity_tokens_direct=as_int(_first(metrics, CAPACITY_TOKEN_NAMES)) or None,
         num_engines=engines,
+        enable_prefix_caching=caching,
+        kv_cache_dtype=cache_dtype,
     )

@@ -281,6 +281,35 @@ of it must keep (its KV blocks are ``num_gpu_blocks``): a TP4 run replayed at TP
 server."""
 
 
+def server_config(server: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """What a replay's server told of itself (``replay.json``'s ``server``, checked by
+    :func:`~kvbudget.results.recording.read_replay_meta`) as the recording's settings, where
+    ``config`` (the run's own) does not already say them:
+
+    * ``model``: what the server loaded (``model_root``), else the name it served
+      (``served_model`` too when the two differ: an alias may be the one a preset matches);
+    * ``num_gpu_blocks``: the blocks it can allocate, ``num_gpu_blocks`` less vLLM v1's one null
+      block (``vllm/v1/core/block_pool.py``: never allocated; the simulator has none), and
+      ``block_size``; only for one engine (a data-parallel server's engines each hold their
+      own blocks: its ``kv_capacity_tokens`` stands for them, as before);
+    * ``enable_prefix_caching``, ``max_model_len``, ``kv_cache_dtype`` as it ran."""
+    out: dict[str, Any] = {}
+    root, served = server.get("model_root"), server.get("model")
+    if "model" not in config and (root or served):
+        out["model"] = root or served
+        if root and served and served != root:
+            out["served_model"] = served
+    blocks, engines = server.get("num_gpu_blocks"), server.get("num_engines", 1)
+    if blocks is not None and engines == 1 and blocks > 1 and "block_size" in server and \
+            "num_gpu_blocks" not in config:
+        out["num_gpu_blocks"] = blocks - 1
+        out["block_size"] = server["block_size"]
+    for key in ("enable_prefix_caching", "max_model_len", "kv_cache_dtype"):
+        if key in server and key not in config:
+            out[key] = server[key]
+    return out
+
+
 def read_run_dir(path: Path, default_tier: str) -> Recording:
     """Read a ``kvbudget replay`` (or ``simulate --out``) run directory."""
     try:
@@ -326,6 +355,13 @@ def read_run_dir(path: Path, default_tier: str) -> Recording:
             config[key] = meta[key]
         elif key in summary:
             config[key] = summary[key]
+    described = config.get("policy")
+    if isinstance(described, dict) and isinstance(described.get("name"), str):
+        # kvbudget serve keeps its policy as the policy describes itself, name and parameters
+        config["policy"], config["policy_params"] = described["name"], described
+    if meta.get("executor") == "serve" and "kv_capacity_tokens" not in meta and \
+            isinstance(summary.get("kv_capacity_tokens"), int):
+        config["kv_capacity_tokens"] = summary["kv_capacity_tokens"]  # its budget at the end
     for key in ("gpu", "model", "num_gpu_blocks", "block_size"):
         if key in summary:
             config[key] = summary[key]
@@ -335,6 +371,7 @@ def read_run_dir(path: Path, default_tier: str) -> Recording:
             config[key] = knobs[key]
     if "kv_capacity_tokens" in meta:
         config["kv_capacity_tokens"] = int(meta["kv_capacity_tokens"])
+    config.update(server_config(meta.get("server") or {}, config))
     counts = {"num_rows_read": n}
     recording = build_recording(path, "run", workload,
                        ttft=rec["ttft_s"].to_numpy(dtype=np.float64),

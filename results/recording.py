@@ -297,4 +297,31 @@ def read_replay_meta(path: Path) -> dict[str, Any]:
     params = meta.get("policy_params")
     if params is not None and not isinstance(params, dict):
         raise TraceError(path, "must be a table of parameter values", field="policy_params")
+    server = meta.get("server")
+    if server is not None:
+        _check_server(path, server)
     return meta
+
+
+SERVER_FACTS: dict[str, type] = {
+    "model": str, "model_root": str, "max_model_len": int, "num_gpu_blocks": int,
+    "block_size": int, "enable_prefix_caching": bool, "kv_cache_dtype": str, "num_engines": int}
+"""What a replay's ``replay.json`` ``server`` may say of the server it ran against (its
+``/v1/models`` and ``/metrics``: :meth:`kvbudget.live.server.ServerInfo.facts`), and each
+one's type; counts are whole numbers of at least 1."""
+
+
+def _check_server(path: Path, server: Any) -> None:
+    """A :class:`TraceError` naming the field unless ``server`` is a table of
+    :data:`SERVER_FACTS` of their types."""
+    if not isinstance(server, dict):
+        raise TraceError(path, "must be a table of what the server told", field="server")
+    for key, value in server.items():
+        kind = SERVER_FACTS.get(key)
+        if kind is None:
+            continue  # a later kvbudget's fact: not read here
+        bad = not isinstance(value, kind) or (
+            kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 1))
+        if bad:
+            want = {int: "a whole number >= 1", bool: "true or false", str: "a string"}[kind]
+            raise TraceError(path, f"must be {want}, got {value!r}"[:200], field=f"server.{key}")

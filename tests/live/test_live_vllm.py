@@ -31,6 +31,7 @@ from livevllm import (
     write_trace,
 )
 
+from kvbudget.results.recordings import read_recording
 from kvbudget.results.run_result import read_run
 
 pytestmark = pytest.mark.live
@@ -156,9 +157,13 @@ def test_calibrate_then_validate_live_and_from_the_recording(vllm_server: VllmSe
     finite_errors(metrics)
     num_done = int((live.records["status"] == "completed").sum())
 
-    # the replay is a recorded run: calibrate and validate from it, offline
-    engine = ["--model", str(tiny_model), "--block-size", "128",
-              "--max-num-seqs", str(MAX_NUM_SEQS),
+    # the replay is a recorded run: calibrate and validate from it, offline, on the server
+    # it recorded (its blocks, their size, its cache and context: what vLLM told the replay)
+    told = read_recording(out / "live").config
+    assert (told["num_gpu_blocks"], told["block_size"]) == (USABLE_KV_TOKENS // 128, 128)
+    assert told["enable_prefix_caching"] is False and told["max_model_len"] == 1024
+    assert told["model"] == str(tiny_model) and told["served_model"] == "tiny"
+    engine = ["--model", str(tiny_model), "--max-num-seqs", str(MAX_NUM_SEQS),
               "--max-num-batched-tokens", str(MAX_NUM_BATCHED_TOKENS)]
     offline_cost = tmp_path / "offline-cost.json"
     res = kvbudget("calibrate", "--records", str(out / "live"), "--cost-model", str(cost),
@@ -439,8 +444,6 @@ def test_vllm_bench_serve_through_kvbudget_serve(vllm_server: VllmServer, tiny_m
     """A real load tool through the gateway: ``vllm bench serve`` (the CPU vLLM's) sends 8
     streamed requests at 4 at a time to ``kvbudget serve``; kvbudget then reads the tool's
     result file, and the gateway's own run directory, as recordings."""
-    from kvbudget.results.recordings import read_recording
-
     gateway = _Gateway(vllm_server.url, tmp_path / "runs")
     try:
         vllm = Path(vllm_python()).parent / "vllm"
@@ -461,6 +464,10 @@ def test_vllm_bench_serve_through_kvbudget_serve(vllm_server: VllmServer, tiny_m
     assert len(recording) == 8 and recording.counts["num_failed"] == 0
     served = read_recording(tmp_path / "runs" / "run-0001")
     assert len(served) == 8
+    # what the upstream told the gateway of itself is the recording's server
+    assert served.config["num_gpu_blocks"] == USABLE_KV_TOKENS // 128
+    assert served.config["enable_prefix_caching"] is False
+    assert served.config["max_model_len"] == 1024 and served.config["policy"] == "conservative"
     run = read_run(tmp_path / "runs" / "run-0001")
     assert (run.records["status"] == "completed").all()
     assert (run.records["output_tokens"] == 16).all()  # settled from vLLM's usage

@@ -30,6 +30,10 @@ def test_vllm_page() -> None:
     # one null block is never allocated: 9 usable blocks of 128 tokens
     assert snap.usable_blocks == 9 and snap.kv_capacity_tokens == 1152
     assert snap.kv_used_tokens() == 1024
+    assert snap.enable_prefix_caching is None and snap.kv_cache_dtype == "auto"
+    caching = snapshot(VLLM.replace('cache_dtype="auto"', 'cache_dtype="fp8",'
+                                    'enable_prefix_caching="False"'))
+    assert caching.enable_prefix_caching is False and caching.kv_cache_dtype == "fp8"
 
 
 def test_two_engines_add_up() -> None:

@@ -417,3 +417,72 @@ def test_records_in_milliseconds_under_seconds_names_are_refused(tmp_path: Path)
     path.write_text(head + "".join(f"{r},{t / 1e3:.4f},{e / 1e3:.4f}\n"
                                    for r, t, e in zip(rows, ttft_ms, e2e_ms, strict=True)))
     assert len(read_recording(path).workload) == n
+
+
+def _replay_dir(tmp_path: Path, meta: dict[str, Any],
+                summary: dict[str, Any] | None = None) -> Path:
+    """A replay's run directory of three requests with ``meta`` as its ``replay.json``."""
+    arrival, ttft, e2e = np.array([0.0, 0.5, 1.0]), np.array([0.1, 0.2, 0.1]), np.ones(3)
+    n = len(arrival)
+    cols: dict[str, Any] = {
+        "request_id": np.arange(n), "tier": ["interactive"] * n, "arrival_s": arrival,
+        "prompt_tokens": np.full(n, 100), "max_output_tokens": np.full(n, 20),
+        "output_tokens": np.full(n, 20), "status": ["completed"] * n, "reason": [""] * n,
+        "admitted_s": arrival, "first_token_s": arrival + ttft, "finished_s": arrival + e2e,
+        "ttft_s": ttft, "tpot_s": np.zeros(n), "e2e_s": e2e,
+        "num_preemptions": np.zeros(n, dtype=np.int64),
+        "reserved_tokens": np.zeros(n, dtype=np.int64),
+    }
+    timeline = {c: np.zeros(0) for c in ("time_s", "kv_used_tokens", "kv_reserved_tokens",
+                                         "kv_capacity_tokens", "num_running", "num_waiting",
+                                         "num_preemptions")}
+    run = tmp_path / "run"
+    RunResult(cols, timeline, summary or {}).write(run)
+    (run / "replay.json").write_text(json.dumps(meta))
+    return run
+
+
+# what vLLM 0.32.0 told of itself (/v1/models, /metrics), as kvbudget replay and serve write it
+SERVER = {"model": "llama", "model_root": "meta-llama/Llama-3.1-8B-Instruct",
+          "max_model_len": 8192, "num_gpu_blocks": 2001, "block_size": 16,
+          "enable_prefix_caching": False, "kv_cache_dtype": "auto", "num_engines": 1}
+
+
+def test_what_the_replayed_server_said_is_the_recordings_setting(tmp_path: Path) -> None:
+    """A replay's (or serve's) run directory keeps what the server said of itself; read back,
+    it is the recording's settings: the model it loaded (its alias beside it), its blocks less
+    vLLM's null block, its cache, context and KV dtype."""
+    run = _replay_dir(tmp_path, {"policy": "conservative", "policy_params": {},
+                                 "kv_capacity_tokens": 32000, "server": SERVER})
+    config = read_recording(run).config
+    assert config["model"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert config["served_model"] == "llama"
+    assert (config["num_gpu_blocks"], config["block_size"]) == (2000, 16)
+    assert config["enable_prefix_caching"] is False and config["max_model_len"] == 8192
+    assert config["kv_cache_dtype"] == "auto"
+    # a data-parallel server's engines hold their blocks apart: its capacity stands for them
+    two = _replay_dir(tmp_path / "dp", {"kv_capacity_tokens": 64000,
+                                        "server": {**SERVER, "num_gpu_blocks": 4002,
+                                                   "num_engines": 2}})
+    config = read_recording(two).config
+    assert "num_gpu_blocks" not in config and config["kv_capacity_tokens"] == 64000
+
+
+def test_a_serve_run_directory_keeps_its_policy_and_budget(tmp_path: Path) -> None:
+    """kvbudget serve writes its policy as the policy describes itself and its budget in the
+    summary: read back as the policy simulated in front of the server, not ``unlimited``."""
+    run = _replay_dir(tmp_path, {"executor": "serve", "upstreams": ["http://127.0.0.1:1"],
+                                 "policy": {"name": "overcommit", "overcommit_ratio": 1.5}},
+                      summary={"kv_capacity_tokens": 4096})
+    config = read_recording(run).config
+    assert config["policy"] == "overcommit"
+    assert config["policy_params"]["overcommit_ratio"] == 1.5
+    assert config["kv_capacity_tokens"] == 4096
+
+
+@pytest.mark.parametrize("key,value", [("num_gpu_blocks", 0), ("num_gpu_blocks", True),
+                                       ("enable_prefix_caching", "no"), ("model", 3)])
+def test_a_bad_server_fact_names_its_field(tmp_path: Path, key: str, value: Any) -> None:
+    run = _replay_dir(tmp_path, {"server": {**SERVER, key: value}})
+    with pytest.raises(TraceError, match=rf"server\.{key}"):
+        read_recording(run)

@@ -254,3 +254,65 @@ def test_a_recording_without_prompt_contents_says_no_prefix_cache_hits_are_simul
                         "engine.enable_prefix_caching=false")
     assert code == 0, err
     assert "no cache hits" not in err
+
+
+def test_engine_knobs_no_file_says_are_said_as_assumed(tmp_path: Path) -> None:
+    """A load tool's file does not say the server's batch caps, KV blocks or cache: the
+    settings line names each as vLLM's default, assumed; a flag takes one off the list."""
+    path = _bench(tmp_path / "b.json", "meta-llama/Llama-3.1-8B-Instruct")
+    code, _, err = _run("validate", "--records", path, "--out", tmp_path / "v", "--gpu", "H100")
+    assert code == 0, err
+    assert ("max_num_seqs, max_num_batched_tokens, num_gpu_blocks, enable_prefix_caching "
+            "(ASSUMED: vLLM's defaults for the GPU and model, the KV blocks from the GPU's "
+            "memory; the recording does not say what the server ran") in err
+    code, _, err = _run("validate", "--records", path, "--out", tmp_path / "v2", "--gpu", "H100",
+                        "--max-num-seqs", "64", "--num-gpu-blocks", "5000")
+    assert code == 0, err
+    assert ", max_num_batched_tokens, enable_prefix_caching (ASSUMED" in err
+    assert "the KV blocks from the GPU's memory" not in err
+
+
+def _replayed(tmp_path: Path, server: dict[str, object]) -> Path:
+    """A ``kvbudget replay`` run directory (a simulated one, its replay.json saying what the
+    server told of itself as a replay writes it)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n"
+                     + "".join(f"{0.5 * i},100,40\n" for i in range(20)))
+    run = tmp_path / "run"
+    code, _, err = _run("simulate", "--trace", trace, "--model", "Llama-3.1-8B", "--gpu", "H100",
+                        "--policy", "unlimited", "--out", run)
+    assert code == 0, err
+    summary = json.loads((run / "summary.json").read_text())
+    for key in ("model", "gpu", "num_gpu_blocks", "block_size", "engine_knobs"):
+        summary.pop(key, None)  # a replay's summary says none of the simulation's settings
+    (run / "summary.json").write_text(json.dumps(summary))
+    (run / "replay.json").write_text(json.dumps({"policy": "unlimited", "policy_params": {},
+                                                 "kv_capacity_tokens": 32000,
+                                                 "server": server}))
+    return run
+
+
+def test_what_a_replayed_server_told_is_simulated_and_said(tmp_path: Path) -> None:
+    """The server's blocks (less vLLM's null block), cache, context and KV dtype, and the model
+    it loaded under an alias, come from the replay's run directory and are said as such."""
+    run = _replayed(tmp_path, {"model": "Llama-3.1-8B", "model_root": "/models/llama8b",
+                               "max_model_len": 4096, "num_gpu_blocks": 2001,
+                               "block_size": 16, "enable_prefix_caching": False,
+                               "kv_cache_dtype": "fp8", "num_engines": 1})
+    code, out, err = _run("validate", "--records", run, "--out", tmp_path / "v", "--gpu", "H100")
+    assert code == 0, err
+    assert "model Llama-3.1-8B (the recording's)" in err  # the name it served: a preset's
+    assert ("from the recording: num_gpu_blocks=2000, block_size=16, "
+            "enable_prefix_caching=false, max_model_len=4096, kv_cache_dtype=\"fp8\"") in err
+    assert "max_num_seqs, max_num_batched_tokens (ASSUMED" in err
+    assert "num_gpu_blocks=2000 block_size=16" in out and "prefix_caching=False" in out
+
+
+def test_a_kv_cache_dtype_kvbudget_does_not_price_exits_2(tmp_path: Path) -> None:
+    run = _replayed(tmp_path, {"model": "Llama-3.1-8B", "kv_cache_dtype": "fp8_inc"})
+    code, _, err = _run("validate", "--records", run, "--out", tmp_path / "v", "--gpu", "H100")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "--kv-cache-dtype fp8_inc, which kvbudget does not price" in err
+    code, _, err = _run("validate", "--records", run, "--out", tmp_path / "v", "--gpu", "H100",
+                        "--set", "engine.kv_cache_dtype=fp8")
+    assert code == 0, err
