@@ -188,7 +188,9 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
              **{k: v for k, v in (engine or {}).items() if v is not None}}
     given.update({k: True for k in _ENGINE_KEYS if any(
         o.startswith(f"engine.{k}=") for o in overrides or [])})
-    recorded = _recorded_engine(cfg, given)
+    recorded = _recorded_engine(cfg, given) + [
+        f"fleet.{k}={json.dumps(cfg[k])}" for k in ("num_replicas", "router")
+        if k in cfg and not any(o.startswith(f"fleet.{k}=") for o in overrides or [])]
     model, model_from = _recorded_model(recording, model, scenario)
     gpu, gpu_from = _recorded_gpu(recording, gpu, scenario)
     flags = [f"engine.{k}={json.dumps(v)}" for k, v in (engine or {}).items() if v is not None]
@@ -295,8 +297,11 @@ def _describe_recording(setup: RecordedSetup) -> None:
         typer.echo("the file records: " + ", ".join(f"{k}={v}" for k, v in said.items()))
     e = setup.config.engine_for()  # the knobs with vLLM's (or the chosen) defaults filled in
     gpu = setup.config.gpu
+    fleet = setup.config.fleet
     typer.echo(f"simulated on {gpu_label(gpu) if isinstance(gpu, str | Path) else gpu} / "
-               f"{setup.config.model}: "
+               f"{setup.config.model}"
+               + ("" if fleet is None else f", {fleet.num_slots} replicas ({fleet.router})")
+               + ": "
                f"num_gpu_blocks={setup.config.resolved_num_gpu_blocks()} "
                f"block_size={e.block_size} "
                + (f"tensor_parallel_size={e.tensor_parallel_size} "

@@ -122,7 +122,7 @@ def build_server(settings: ServeSettings, gateway: GatewayConfig,
                                  rotate_requests=settings.rotate_requests,
                                  meta={"executor": "serve", "upstreams": list(
                                      settings.upstream.urls), "policy": policy.describe(),
-                                     **told})
+                                     "router": settings.upstream.router, **told})
     return GatewayServer(Admission(Gateway(gateway, policy)), Upstreams(settings.upstream),
                          settings.config, recorder=recorder,
                          reload=settings.reload or settings.new_policy)

@@ -310,6 +310,22 @@ def server_config(server: dict[str, Any], config: dict[str, Any]) -> dict[str, A
     return out
 
 
+def serve_fleet(meta: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """A ``kvbudget serve`` directory of several upstreams as the recording's settings: a fleet
+    of that many replicas behind the gateway's router (``num_replicas``, ``router``), each
+    the server its upstreams said they were where they all said the same (else none of it:
+    the settings line then says the engine as assumed)."""
+    upstreams = meta.get("upstreams")
+    if meta.get("executor") != "serve" or not isinstance(upstreams, list) or len(upstreams) < 2:
+        return {}
+    out: dict[str, Any] = {"num_replicas": len(upstreams),
+                           "router": str(meta.get("router") or "round_robin")}
+    servers = meta.get("servers") or []
+    if len(servers) == len(upstreams) and servers[0] and all(s == servers[0] for s in servers):
+        out.update(server_config(servers[0], config))
+    return out
+
+
 def read_run_dir(path: Path, default_tier: str) -> Recording:
     """Read a ``kvbudget replay`` (or ``simulate --out``) run directory."""
     try:
@@ -372,6 +388,7 @@ def read_run_dir(path: Path, default_tier: str) -> Recording:
     if "kv_capacity_tokens" in meta:
         config["kv_capacity_tokens"] = int(meta["kv_capacity_tokens"])
     config.update(server_config(meta.get("server") or {}, config))
+    config.update(serve_fleet(meta, config))
     counts = {"num_rows_read": n}
     recording = build_recording(path, "run", workload,
                        ttft=rec["ttft_s"].to_numpy(dtype=np.float64),

@@ -299,7 +299,12 @@ def read_replay_meta(path: Path) -> dict[str, Any]:
         raise TraceError(path, "must be a table of parameter values", field="policy_params")
     server = meta.get("server")
     if server is not None:
-        _check_server(path, server)
+        _check_server(path, server, "server")
+    servers = meta.get("servers")
+    if servers is not None and not isinstance(servers, list):
+        raise TraceError(path, "must be a list of what each upstream told", field="servers")
+    for i, told in enumerate(servers or []):
+        _check_server(path, told, f"servers[{i}]")
     return meta
 
 
@@ -311,11 +316,11 @@ SERVER_FACTS: dict[str, type] = {
 one's type; counts are whole numbers of at least 1."""
 
 
-def _check_server(path: Path, server: Any) -> None:
+def _check_server(path: Path, server: Any, where: str) -> None:
     """A :class:`TraceError` naming the field unless ``server`` is a table of
     :data:`SERVER_FACTS` of their types."""
     if not isinstance(server, dict):
-        raise TraceError(path, "must be a table of what the server told", field="server")
+        raise TraceError(path, "must be a table of what the server told", field=where)
     for key, value in server.items():
         kind = SERVER_FACTS.get(key)
         if kind is None:
@@ -324,4 +329,4 @@ def _check_server(path: Path, server: Any) -> None:
             kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 1))
         if bad:
             want = {int: "a whole number >= 1", bool: "true or false", str: "a string"}[kind]
-            raise TraceError(path, f"must be {want}, got {value!r}"[:200], field=f"server.{key}")
+            raise TraceError(path, f"must be {want}, got {value!r}"[:200], field=f"{where}.{key}")

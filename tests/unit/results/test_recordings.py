@@ -486,3 +486,20 @@ def test_a_bad_server_fact_names_its_field(tmp_path: Path, key: str, value: Any)
     run = _replay_dir(tmp_path, {"server": {**SERVER, key: value}})
     with pytest.raises(TraceError, match=rf"server\.{key}"):
         read_recording(run)
+
+
+def test_a_serve_directory_of_several_upstreams_is_a_fleet(tmp_path: Path) -> None:
+    """Three upstreams behind serve's router: a fleet of three replicas behind that router,
+    each the server all three said they were; upstreams that differ say no engine."""
+    meta: dict[str, Any] = {"executor": "serve", "router": "least_tokens",
+                            "upstreams": [f"http://127.0.0.1:{p}" for p in (1, 2, 3)],
+                            "policy": {"name": "conservative"}, "servers": [SERVER] * 3}
+    config = read_recording(_replay_dir(tmp_path / "a", meta)).config
+    assert (config["num_replicas"], config["router"]) == (3, "least_tokens")
+    assert config["num_gpu_blocks"] == 2000 and config["max_model_len"] == 8192
+    differ = {**meta, "servers": [SERVER, SERVER, {**SERVER, "num_gpu_blocks": 999}]}
+    config = read_recording(_replay_dir(tmp_path / "b", differ)).config
+    assert config["num_replicas"] == 3 and "num_gpu_blocks" not in config
+    with pytest.raises(TraceError, match=r"servers\[1\]\.block_size"):
+        read_recording(_replay_dir(tmp_path / "c", {**meta, "servers": [
+            SERVER, {**SERVER, "block_size": -16}, SERVER]}))

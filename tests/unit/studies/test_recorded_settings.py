@@ -316,3 +316,17 @@ def test_a_kv_cache_dtype_kvbudget_does_not_price_exits_2(tmp_path: Path) -> Non
     code, _, err = _run("validate", "--records", run, "--out", tmp_path / "v", "--gpu", "H100",
                         "--set", "engine.kv_cache_dtype=fp8")
     assert code == 0, err
+
+
+def test_a_serve_directory_of_two_upstreams_is_simulated_as_a_fleet(tmp_path: Path) -> None:
+    server = {"model": "Llama-3.1-8B", "num_gpu_blocks": 2001, "block_size": 16,
+              "num_engines": 1}
+    run = _replayed(tmp_path, server)
+    (run / "replay.json").write_text(json.dumps({
+        "executor": "serve", "upstreams": ["http://127.0.0.1:1", "http://127.0.0.1:2"],
+        "router": "least_tokens", "policy": {"name": "unlimited"}, "servers": [server] * 2}))
+    code, out, err = _run("validate", "--records", run, "--out", tmp_path / "v", "--gpu", "H100")
+    assert code == 0, err
+    assert 'num_gpu_blocks=2000, block_size=16, fleet.num_replicas=2, fleet.router="least_tokens"' \
+        in err
+    assert "simulated on H100-SXM / Llama-3.1-8B, 2 replicas (least_tokens)" in out
