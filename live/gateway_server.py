@@ -44,7 +44,13 @@ from kvbudget.live.serve_metrics import ServeMetrics
 from kvbudget.live.serve_ready import Reachability
 from kvbudget.live.serve_records import Outcome, ServeRecorder, gateway_row, request_row
 from kvbudget.live.serve_reload import Reloaded, apply_reload
-from kvbudget.live.serve_request import BadRequest, Completion, KeyTable, parse_completion
+from kvbudget.live.serve_request import (
+    BadRequest,
+    Completion,
+    KeyTable,
+    context_max_tokens,
+    parse_completion,
+)
 from kvbudget.live.serve_tokenizer import LocalTokenizer
 from kvbudget.live.serve_upstream import (
     EngineCounter,
@@ -100,6 +106,9 @@ class ServeConfig:
     tokenizer: LocalTokenizer | None = None
     capacity_period_s: float | None = None
     timeline_period_s: float = 1.0
+    max_model_len: int | None = None
+    """The upstreams' context (the largest where they differ), where each tells one: a
+    request's reservation ends there (:func:`~kvbudget.live.serve_request.context_max_tokens`)."""
 
     def __post_init__(self) -> None:
         if self.overload_status not in (429, 503):
@@ -441,7 +450,8 @@ class GatewayServer:
             return Response(status_code=CLIENT_CLOSED)
         if isinstance(prompt_tokens, Response):
             return prompt_tokens
-        ticket = self.admission.arrive(tier, prompt_tokens, comp.max_tokens,
+        max_tokens = context_max_tokens(prompt_tokens, comp.max_tokens, self.config.max_model_len)
+        ticket = self.admission.arrive(tier, prompt_tokens, max_tokens,
                                        _wait_s(request, self.admission.gateway.tiers[tier]),
                                        arrived)
         try:

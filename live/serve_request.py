@@ -296,3 +296,17 @@ def usage_problem(usage: Any, max_tokens: int) -> str:
     if tokens > max_tokens:
         return f"usage.completion_tokens {tokens} > max_tokens {max_tokens}"
     return ""
+
+
+def context_max_tokens(prompt_tokens: int, max_tokens: int, max_model_len: int | None) -> int:
+    """The output a request is reserved for: ``max_tokens``, lowered to the context the prompt
+    leaves where the upstream's ``max_model_len`` is known, as vLLM serves such a request
+    (0.32.0: ``get_max_tokens`` in ``vllm/entrypoints/serve/utils/api_utils.py`` lowers
+    ``max_tokens`` to ``max_model_len - prompt``; see :mod:`kvbudget.workloads.context_limit`):
+    its KV never holds more than the context. A prompt that fills the context is left as it is
+    (the upstream refuses it); with a bound of the prompt (``--count-tokens bytes``) the
+    reservation stays at least the use, as the bound is."""
+    if max_model_len is None or prompt_tokens >= max_model_len:
+        return max_tokens
+    return min(max_tokens, max_model_len - prompt_tokens)
+

@@ -16,7 +16,7 @@ import signal
 import socket
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -309,7 +309,11 @@ async def serve(settings: ServeSettings, announce: Callable[[str], Any] = print)
         if len(settings.upstream.urls) == 1:
             largest = None
     gateway = settings.gateway(capacity, largest)
-    servers = await upstream_facts(settings.upstream) if settings.out is not None else None
+    servers = await upstream_facts(settings.upstream)
+    contexts = [s.get("max_model_len") for s in servers]
+    if settings.config.max_model_len is None and all(isinstance(c, int) for c in contexts):
+        context = max(c for c in contexts if isinstance(c, int))
+        settings = replace(settings, config=replace(settings.config, max_model_len=context))
     server = build_server(settings, gateway, servers)
     sock = bind(settings.host, settings.port)
     config = server_config(server.app, drain_timeout_s=settings.drain_timeout_s,
@@ -325,6 +329,11 @@ async def serve(settings: ServeSettings, announce: Callable[[str], Any] = print)
              f"{_counted_by(settings.config)})")
     announce(f"kvbudget serve: tiers{_tiers_said(settings.tiers)}")
     announce(f"kvbudget serve: {_default_max_tokens_said(settings.config)}")
+    if settings.config.max_model_len is not None:
+        announce(f"kvbudget serve: a reservation ends at the upstreams' context, max_model_len "
+                 f"{settings.config.max_model_len:,} (prompt + max_tokens over it is served "
+                 "with its output cut there, as vLLM does; the context as the upstreams said "
+                 "it at the start)")
     try:
         await runner.serve(sockets=[sock])
     finally:

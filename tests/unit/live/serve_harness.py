@@ -67,6 +67,7 @@ class FakeUpstream:
     refuse: tuple[int, str] | None = None  # (HTTP status, or 200 for an event mid-stream, msg)
     refuse_tokenize: tuple[int, str] | None = None  # /tokenize's refusal: (HTTP status, msg)
     on_tokenize: Callable[[], None] | None = None  # called as /tokenize counts
+    max_model_len: int | None = None  # told by /v1/models, as vLLM does (None: not told)
 
     def app(self) -> Starlette:
         return Starlette(routes=[
@@ -82,7 +83,9 @@ class FakeUpstream:
         self.changed = asyncio.Event()
 
     async def models(self, request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [{"id": "fake", "object": "model"}]},
+        told = {} if self.max_model_len is None else {"max_model_len": self.max_model_len}
+        return JSONResponse({"object": "list", "data": [{"id": "fake", "object": "model",
+                                                         **told}]},
                             headers={"x-upstream-secret": "s3cret"})
 
     async def tokenize(self, request: Request) -> Response:

@@ -1,0 +1,61 @@
+"""A reservation ends at the upstream's context: vLLM serves prompt + ``max_tokens`` over its
+``max_model_len`` with the output cut there, so the gateway reserves no more KV than that
+(:func:`~kvbudget.live.serve_request.context_max_tokens`); what the upstreams tell of
+themselves at the start (:func:`~kvbudget.live.serve_run.upstream_facts`)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from kvbudget.live.serve_request import context_max_tokens
+from kvbudget.live.serve_run import upstream_facts
+from kvbudget.live.serve_upstream import UpstreamOptions
+from tests.unit.live.serve_harness import FakeUpstream, serving, stack
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_the_output_reserved_ends_at_the_context() -> None:
+    # a context of 100: 30 prompt tokens leave 70 (vLLM's get_max_tokens), 500 asked
+    assert context_max_tokens(30, 500, 100) == 70
+    assert context_max_tokens(30, 50, 100) == 50  # within it: as asked
+    assert context_max_tokens(30, 500, None) == 500  # no context told: as asked
+    assert context_max_tokens(100, 5, 100) == 5  # the prompt fills it: the upstream refuses
+
+
+def test_a_request_over_the_context_is_reserved_up_to_it() -> None:
+    """A budget of 100 tokens, a context of 64: ``max_tokens`` 500 would never fit the
+    budget; reserved up to the context it is admitted, and forwarded as the client sent it."""
+    async def go() -> None:
+        fake = FakeUpstream()
+        fake.release.set()
+        async with stack(fake, capacity_tokens=100, max_model_len=64) as (server, url), \
+                httpx.AsyncClient() as client:
+            r = await client.post(url + "/v1/completions", json={
+                "model": "fake", "prompt": "hello", "max_tokens": 500})
+            assert r.status_code == 200, r.text
+            assert fake.received[-1]["max_tokens"] == 500
+            assert server.admission.gateway.budget.reserved_tokens == 0  # settled
+        async with stack(FakeUpstream(), capacity_tokens=100) as (_, url), \
+                httpx.AsyncClient() as client:
+            r = await client.post(url + "/v1/completions", json={
+                "model": "fake", "prompt": "hello", "max_tokens": 500},
+                headers={"x-kvbudget-tier": "batch"})
+            # without the context told, prompt + max_tokens never fits the budget
+            assert r.status_code == 400 and "the limit is 100 tokens" in r.text
+    asyncio.run(go())
+
+
+def test_the_upstreams_say_their_context_and_cache() -> None:
+    async def go() -> None:
+        async with serving(FakeUpstream(max_model_len=4096).app()) as a, \
+                serving(FakeUpstream().app()) as b:
+            told = await upstream_facts(UpstreamOptions((a, b, "http://127.0.0.1:9")))
+        assert told[0]["max_model_len"] == 4096 and told[0]["model"] == "fake"
+        assert told[0]["num_gpu_blocks"] == 1001
+        assert "max_model_len" not in told[1]
+        assert told[2] == {}  # nothing listens there: it says nothing, and serve starts
+    asyncio.run(go())
