@@ -101,7 +101,20 @@ def load_azure(path: Path, options: TraceOptions, streams: Streams) -> RawTrace:
     return _note_truncated(raw, facts, cols.dropped_last)
 
 
+BURSTGPT_ORIGIN = "BurstGPT's Timestamp counts seconds from 0:00:00 on its first day"
+"""BurstGPT's README (HPMLL/BurstGPT, commit e92f533b, "Schema"): ``Timestamp`` is the
+"request submission time, seconds from `0:00:00` on the first day (calibrated to the local time
+zone)": a relative clock (rebased here to the first request), never negative."""
+BURSTGPT_FAILURES = "as BurstGPT's README marks them: Response tokens 0"
+"""BurstGPT's README (same commit, "Data"): ``BurstGPT_1.csv`` "contains all of our trace ...
+with some failure that `Response tokens` are `0`s"; its ``BurstGPT_without_fails_1.csv`` holds
+the rest (1,429.7k lines against 1,404.3k)."""
+
+
 def load_burstgpt(path: Path, options: TraceOptions, streams: Streams) -> RawTrace:
+    """BurstGPT's release files (``Timestamp`` in seconds from its first day's midnight; failed
+    requests are the rows with ``Response tokens`` 0: :data:`BURSTGPT_ORIGIN`,
+    :data:`BURSTGPT_FAILURES`), read by name whichever of its layouts."""
     facts = file_facts(path)
     header = split_header(facts.first_line)
     kinds: dict[str, Kind] = {"Timestamp": "number", "Request tokens": "number",
@@ -118,6 +131,8 @@ def load_burstgpt(path: Path, options: TraceOptions, streams: Streams) -> RawTra
         fields={"arrival_s": "Timestamp", "prompt_tokens": "Request tokens",
                 "output_tokens": "Response tokens"},
         absolute_clock=True,
+        clock_origin=BURSTGPT_ORIGIN,
+        failure_mark=BURSTGPT_FAILURES,
         rows_read=cols.num_rows,
         line_of=_csv_line_of(path),
     )

@@ -24,6 +24,7 @@ from kvbudget.workloads.synthetic import (
     generate_workload,
 )
 from kvbudget.workloads.traces import TraceOptions, detect_format, load_trace, save_workload
+from kvbudget.workloads.traces.report import DROP_FAILED_OUTPUT
 
 
 def write(path: Path, text: str) -> Path:
@@ -125,7 +126,10 @@ def test_burstgpt_layouts_read_by_name(tmp_path: Path) -> None:
     assert [w.tier_of(i) for i in range(3)] == ["interactive", "interactive", "batch"]
     three = load_trace(write(tmp_path / "b3.csv", BURST_3))
     assert three.report.format == "burstgpt_3"
-    assert three.report.dropped == (("0 output tokens", 1),)
+    # BurstGPT's README (HPMLL/BurstGPT e92f533b, "Data"): its failures are the rows whose
+    # `Response tokens` are 0, with or without request tokens (before: counted as a mere
+    # "0 output tokens" row, not as the failed request its publisher says it is)
+    assert three.report.dropped == ((DROP_FAILED_OUTPUT, 1),)
     assert three.workload.prompt_tokens.tolist() == [906, 36]
     assert three.workload.arrival_s.tolist() == [0.0, 51.0]
     # before: counted in the report, said by `trace stats`, unsaid by every run (383 of 400
@@ -134,7 +138,34 @@ def test_burstgpt_layouts_read_by_name(tmp_path: Path) -> None:
         "dropped 1 of the file's 4 rows, with no tokens to serve: 1 with 0 prompt and 0 output "
         "tokens (failed requests)",)
     assert three.workload.meta["warnings"] == (
-        "dropped 1 of the file's 3 rows, with no tokens to serve: 1 with 0 output tokens",)
+        "dropped 1 of the file's 3 rows, with no tokens to serve: 1 with 0 output tokens after "
+        "a prompt (failed requests, as BurstGPT's README marks them: Response tokens 0)",)
+    # another format's 0-token output is no failure its publisher marked: said as it is
+    generic = load_trace(write(tmp_path / "g.csv", "arrival_s,prompt_tokens,output_tokens\n"
+                               "0,36,0\n1,5,5\n"))
+    assert generic.report.dropped == (("0 output tokens", 1),)
+
+
+def test_burstgpt_timestamps_count_from_the_first_days_midnight(tmp_path: Path) -> None:
+    # BurstGPT's README (e92f533b, "Schema"): `Timestamp` is "seconds from 0:00:00 on the first
+    # day": a negative one is no BurstGPT time (before: read as 50 s before the first request
+    # and rebased, the row simulated first)
+    text = BURST_1.replace("\n45,", "\n-45,")
+    with pytest.raises(TraceError, match=r"line 3: field 'Timestamp': negative value: -45 "
+                       r"\(BurstGPT's Timestamp counts seconds from 0:00:00 on its first day\)"):
+        load_trace(write(tmp_path / "b.csv", text))
+    # rebased to the first request, as documented: 5 s after midnight is 0
+    assert load_trace(write(tmp_path / "ok.csv", BURST_1)).workload.arrival_s[0] == 0.0
+
+
+def test_a_negative_mooncake_timestamp_is_named_as_written(tmp_path: Path) -> None:
+    # Mooncake's README (kvcache-ai/Mooncake 3b5a5941, FAST25-release/README.md): `timestamp`
+    # is the relative arrival time in milliseconds; before, -5 was reported as -0.005
+    text = ('{"timestamp": 0, "input_length": 10, "output_length": 3, "hash_ids": [1]}\n'
+            '{"timestamp": -5, "input_length": 10, "output_length": 3, "hash_ids": [1]}\n')
+    with pytest.raises(TraceError, match=r"line 2: field 'timestamp': negative value: -0.005 s "
+                       r"\(-5 ms as written\)"):
+        load_trace(write(tmp_path / "m.jsonl", text))
 
 
 def test_burstgpt_columns_in_any_order(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ printed with d decimals is compared with a tolerance of half a unit in its last 
 
 from __future__ import annotations
 
+import csv
 import math
 import re
 from pathlib import Path
@@ -109,6 +110,12 @@ def test_burstgpt_failed_rows_are_dropped_and_counted() -> None:
                                           failed),)
         assert loaded.workload.prompt_tokens.min() >= 1
         assert loaded.workload.output_tokens.min() >= 1
+        # BurstGPT's README (HPMLL/BurstGPT e92f533b): the failures are the rows whose
+        # `Response tokens` are 0; every such row of the real file is dropped as one
+        with (TRACES / "burstgpt" / name).open(newline="") as fh:
+            marked = sum(row["Response tokens"].strip() in ("0", "0.0")
+                         for row in csv.DictReader(fh))
+        assert loaded.report.dropped_rows == marked == failed
 
 
 def test_burstgpt_tiers_by_log_type_and_model() -> None:
