@@ -205,3 +205,6 @@ def test_workloads_publishers_columns_figures() -> None:
         records = [json.loads(line) for line in fh]
     assert all(len(r["hash_ids"]) == math.ceil(r["input_length"] / 512) for r in records)
     assert "(true of every row of `../shared/traces/mooncake/synthetic_trace.jsonl`)" in doc
+    one = load_trace(SHARED / "traces" / "burstgpt" / "burstgpt_slice.csv")
+    models = next(a for a in one.report.assumed if "models" in a)
+    assert f"`assumed: {models.split(' column)')[0]} column) ...`" in doc, models

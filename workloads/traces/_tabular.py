@@ -111,6 +111,11 @@ with some failure that `Response tokens` are `0`s"; its ``BurstGPT_without_fails
 the rest (1,429.7k lines against 1,404.3k)."""
 
 
+BURSTGPT_MODEL = "Model"
+"""BurstGPT's README (e92f533b, "Schema"): "`Model`: called models, including `ChatGPT`
+(GPT-3.5) and `GPT-4`": one file holds the traffic of two models."""
+
+
 def load_burstgpt(path: Path, options: TraceOptions, streams: Streams) -> RawTrace:
     """BurstGPT's release files (``Timestamp`` in seconds from its first day's midnight; failed
     requests are the rows with ``Response tokens`` 0: :data:`BURSTGPT_ORIGIN`,
@@ -119,6 +124,8 @@ def load_burstgpt(path: Path, options: TraceOptions, streams: Streams) -> RawTra
     header = split_header(facts.first_line)
     kinds: dict[str, Kind] = {"Timestamp": "number", "Request tokens": "number",
                               "Response tokens": "number"}
+    if BURSTGPT_MODEL in header:
+        kinds[BURSTGPT_MODEL] = "label"
     cols = read_csv_columns(facts, _with_tier_column(dict(kinds), options), fmt="burstgpt",
                             tier_column=options.tier_column)
     raw = RawTrace(
@@ -136,7 +143,23 @@ def load_burstgpt(path: Path, options: TraceOptions, streams: Streams) -> RawTra
         rows_read=cols.num_rows,
         line_of=_csv_line_of(path),
     )
+    _say_models(raw, cols.labels.get(BURSTGPT_MODEL))
     return _note_truncated(raw, facts, cols.dropped_last)
+
+
+def _say_models(raw: RawTrace, models: Any) -> None:
+    """Say that a file holding several models' requests is simulated on the one model given."""
+    if models is None:
+        return
+    codes, values = models
+    counts = np.bincount(codes[codes >= 0], minlength=len(values))
+    used = [f"{values[i]} {int(counts[i]):,}" for i in np.flatnonzero(counts)]
+    if len(used) > 1:
+        raw.assumed.append(
+            f"the file's rows call {len(used)} models ({', '.join(used[:4])}"
+            f"{', ...' if len(used) > 4 else ''}; its {BURSTGPT_MODEL} column): all are "
+            f"simulated on the one model given (--tier-column {BURSTGPT_MODEL} makes them "
+            "tiers, on that model)")
 
 
 def _string_stamps(facts: FileFacts) -> bool:

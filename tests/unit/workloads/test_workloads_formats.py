@@ -146,6 +146,20 @@ def test_burstgpt_layouts_read_by_name(tmp_path: Path) -> None:
     assert generic.report.dropped == (("0 output tokens", 1),)
 
 
+def test_burstgpt_says_its_rows_call_two_models(tmp_path: Path) -> None:
+    # BurstGPT's README (e92f533b, "Schema"): `Model` is ChatGPT (GPT-3.5) or GPT-4; before,
+    # a file of both was simulated on the one model given with no word of it
+    loaded = load_trace(write(tmp_path / "b.csv", BURST_1))
+    said = [a for a in loaded.report.assumed if "models" in a]
+    assert said == ["the file's rows call 2 models (ChatGPT 2, GPT-4 2; its Model column): all "
+                    "are simulated on the one model given (--tier-column Model makes them "
+                    "tiers, on that model)"]
+    assert said[0] in loaded.workload.meta["assumed"]
+    one = BURST_1.replace("GPT-4", "ChatGPT")
+    assert not [a for a in load_trace(write(tmp_path / "o.csv", one)).report.assumed
+                if "models" in a]
+
+
 def test_burstgpt_timestamps_count_from_the_first_days_midnight(tmp_path: Path) -> None:
     # BurstGPT's README (e92f533b, "Schema"): `Timestamp` is "seconds from 0:00:00 on the first
     # day": a negative one is no BurstGPT time (before: read as 50 s before the first request
