@@ -592,6 +592,7 @@ def finish(raw: RawTrace, options: TraceOptions, streams: Streams) -> LoadedTrac
     rows = _kept_rows(raw, index)
     raw.prompt = raw.output = np.zeros(0)  # let the float copies go
 
+    _say_window_origin(rows, raw, options)
     _rebase(rows, raw, timed)
     if timed:
         rows = _sorted_by_arrival(rows, raw)
@@ -665,6 +666,20 @@ def _rebase(rows: _Rows, raw: RawTrace, timed: bool) -> None:
             raise _error(raw, int(rows.file_rows[last]), "arrival_s",
                          f"the trace spans {span:.3g} s (over {MAX_SPAN_S / YEAR_S:.0f} years), "
                          "beyond any recorded deployment: are the times in seconds?")
+
+
+def _say_window_origin(rows: _Rows, raw: RawTrace, options: TraceOptions) -> None:
+    """Say where a window counts from on a file whose publisher's clock has its own origin
+    (BurstGPT's first day's midnight): from the first request, not from that origin, so a
+    window written in the file's own times would select other requests."""
+    if options.window is None or raw.clock_origin is None or not rows.arrival.size:
+        return
+    first = float(rows.arrival.min())
+    if first:
+        raw.assumed.append(
+            f"the window counts seconds from the first request, at {first:,.10g} s on the "
+            f"file's own clock ({raw.clock_origin}): the file's times are the window's plus "
+            f"{first:,.10g}")
 
 
 def _sorted_by_arrival(rows: _Rows, raw: RawTrace) -> _Rows:
