@@ -15,9 +15,7 @@ from kvbudget.workloads.errors import json_problem as _json_problem
 from kvbudget.workloads.traces._csv import categorical, read_csv_columns, split_header
 from kvbudget.workloads.traces._files import FileFacts, file_facts, line_of_row
 from kvbudget.workloads.traces._finish import (
-    ABSOLUTE_CLOCK_S,
     DROP_TRUNCATED,
-    LATEST_CLOCK_S,
     RawTrace,
     Streams,
 )
@@ -173,39 +171,58 @@ def _string_stamps(facts: FileFacts) -> bool:
     return isinstance(first, dict) and isinstance(first.get("timestamp"), str)
 
 
-def _lmbench_seconds(path: Path, cols: JsonColumns, line_of: Any) -> Any:
-    """LMBench's string timestamps as seconds after the earliest. Its trace replayer reads
-    each as an integer of nanoseconds and replays it at ``(t - earliest) / 1e9`` s
-    (LMCache/LMBench 3-workloads/trace-replayer/trace-replayer-qa.py, commit 48172cd1,
-    ``TraceDataset.load_trace``: ``int(entry['timestamp'])``, ``/ 1e9  # Convert nanoseconds
-    to seconds``); the differences are taken in integers, so no nanosecond is lost to floats.
-    A string that is no whole number is refused naming its line."""
+def _lmbench_unit(values: list[int]) -> str | None:
+    """The unit LMBench's replayer reads its timestamps in (LMCache/LMBench
+    3-workloads/trace-replayer/trace-replayer-qa.py since commit ecb11e6, at 18fe8926:
+    ``detect_timestamp_format`` over the ten earliest, then ``convert_timestamp_to_seconds``):
+    ``ns`` where eight in ten are Unix-epoch nanoseconds (1.6e18 to 2e18), ``ms`` where eight
+    in ten are Unix-epoch milliseconds (1.6e12 to 2e12) or all are below 1e12 ("synthetic
+    offsets", in ms); otherwise each value by its size (ns above 1e15, else ms), or None where
+    that would mix the two units in one file."""
+    sample = sorted(values)[:10]
+    if not sample:
+        return "ns"
+    if sum(1.6e18 <= t <= 2.0e18 for t in sample) >= 0.8 * len(sample):
+        return "ns"
+    if sum(1.6e12 <= t <= 2.0e12 for t in sample) >= 0.8 * len(sample) or max(sample) < 1e12:
+        return "ms"
+    units = {"ns" if t > 1e15 else "ms" for t in values}
+    return units.pop() if len(units) == 1 else None
+
+
+def _lmbench_seconds(path: Path, cols: JsonColumns, line_of: Any) -> tuple[Any, str]:
+    """LMBench's string timestamps as seconds after the earliest, and the unit they were read
+    in (:func:`_lmbench_unit`): its replayer replays each at ``(t - earliest)`` in seconds
+    (``TraceDataset.load_trace``); the differences are taken in integers, so no nanosecond is
+    lost to floats. A string that is no whole number, or times of two units, are refused
+    naming a line."""
     codes, texts = cols.labels["timestamp"]
     values: list[int] = []
     for k, text in enumerate(texts):
         digits = text.strip()
         if not (digits.isascii() and digits.isdigit()):
             row = int(np.argmax(codes == k))
-            raise TraceError(path, f"not a whole number of nanoseconds: {text[:40]!r} (a string "
-                             "timestamp is LMBench's: Unix-epoch nanoseconds)",
-                             line=line_of(row), field="timestamp")
+            raise TraceError(path, f"not a whole number: {text[:40]!r} (a string timestamp is "
+                             "LMBench's: Unix-epoch nanoseconds or milliseconds, or ms from the "
+                             "trace's start)", line=line_of(row), field="timestamp")
         values.append(int(digits))
+    unit = _lmbench_unit([values[c] for c in codes[codes >= 0]])
+    if unit is None:
+        row = int(np.argmax(codes == values.index(max(values))))
+        raise TraceError(path, "the string timestamps mix nanoseconds (above 1e15) and "
+                         "milliseconds, which LMBench's replayer would read each in its own "
+                         "unit: write them in one", line=line_of(row), field="timestamp")
     earliest = min(values, default=0)
-    if values and not ABSOLUTE_CLOCK_S / 1.6 <= earliest / 1e9 <= LATEST_CLOCK_S:
-        row = int(np.argmax(codes == values.index(earliest)))
-        raise TraceError(path, f"the earliest string timestamp, {earliest}, read as LMBench "
-                         "reads one (Unix-epoch nanoseconds), is no date between 1972 and "
-                         "2100: write the times as numbers, in ms from the trace's start "
-                         "(Mooncake's)",
-                         line=line_of(row), field="timestamp")
-    seconds = np.array([(v - earliest) / 1e9 for v in values] + [np.nan])
-    return seconds[codes]  # a missing timestamp (code -1) is NaN, refused as such
+    scale = 1e9 if unit == "ns" else 1e3
+    seconds = np.array([(v - earliest) / scale for v in values] + [np.nan])
+    return seconds[codes], unit  # a missing timestamp (code -1) is NaN, refused as such
 
 
 def load_mooncake(path: Path, options: TraceOptions, streams: Streams) -> RawTrace:
     """Mooncake's JSON lines (``timestamp`` in ms from the trace's start, ``hash_ids`` of
-    512-token blocks), or LMBench's of the same shape with string timestamps in Unix-epoch
-    nanoseconds (format ``lmbench``: rebased to the earliest, as its replayer does; its
+    512-token blocks), or LMBench's of the same shape with string timestamps in the unit its
+    replayer tells (:func:`_lmbench_unit`; format ``lmbench``: rebased to the earliest, as its
+    replayer does; its
     ``hash_ids`` are read only with ``prefix_block_tokens``: LMBench uses them as seeds of its
     synthetic prompts and does not say how many tokens one names; its ``output_length`` is
     also each request's ``max_tokens``: the replayer passes it to ``send_request`` as
@@ -220,15 +237,16 @@ def load_mooncake(path: Path, options: TraceOptions, streams: Streams) -> RawTra
                               required=[*MOONCAKE_FIELDS, *_tier_required(options)])
     prefix = cols.lists["hash_ids"] if "hash_ids" in cols.present else None
     line_of = _csv_line_of(path, header_lines=0)
+    arrival, unit = (_lmbench_seconds(path, cols, line_of) if lmbench
+                     else (cols.numbers["timestamp"] / 1000.0, "ms"))
     raw = RawTrace(
         path=path,
         format="lmbench" if lmbench else "mooncake",
-        arrival_unit="ns" if lmbench else "ms",
+        arrival_unit=unit,
         absolute_clock=lmbench,
         prompt=cols.numbers["input_length"],
         output=cols.numbers["output_length"],
-        arrival=(_lmbench_seconds(path, cols, line_of) if lmbench
-                 else cols.numbers["timestamp"] / 1000.0),
+        arrival=arrival,
         labels=_labels(cols, options.tier_column),
         prefix=prefix,
         max_output=cols.numbers["output_length"].copy() if lmbench else None,
@@ -239,6 +257,9 @@ def load_mooncake(path: Path, options: TraceOptions, streams: Streams) -> RawTra
         line_of=line_of,
     )
     if lmbench:
+        raw.assumed.append(
+            f"timestamp strings read in {'nanoseconds' if unit == 'ns' else 'milliseconds'}, "
+            "as LMBench's replayer tells their unit, from the earliest")
         raw.assumed.append(
             "output_length read as each answer's length: LMBench's replayer sends it as "
             "max_tokens without ignore_eos, so its server may have stopped sooner")

@@ -311,16 +311,47 @@ def test_lmbench_string_timestamps_are_its_nanoseconds(tmp_path: Path) -> None:
     given = load_trace(path, TraceOptions(prefix_block_tokens=7))
     assert given.workload.prefix_hashes is not None
     assert not any(w.startswith("hash_ids not read") for w in given.report.warnings)
-    # a string that is no whole number, and strings that are no date in ns, are refused
+    assert ("timestamp strings read in nanoseconds, as LMBench's replayer tells their unit, "
+            "from the earliest") in loaded.report.assumed
+    # a string that is no whole number is refused
     bad = [*records[:2], {**records[2], "timestamp": "2025-07-29T09:16:23Z"}]
-    with pytest.raises(TraceError, match=r"line 3: field 'timestamp': not a whole number of "
-                       r"nanoseconds: '2025-07-29T09:16:23Z'"):
+    with pytest.raises(TraceError, match=r"line 3: field 'timestamp': not a whole number: "
+                       r"'2025-07-29T09:16:23Z'"):
         load_trace(write(tmp_path / "bad.jsonl", mooncake_lines(bad)))
-    ms = [{**r, "timestamp": str(1000 * k)} for k, r in enumerate(records)]
-    with pytest.raises(TraceError, match=r"line 1: field 'timestamp': the earliest string "
-                       r"timestamp, 0, read as LMBench reads one \(Unix-epoch nanoseconds\), "
-                       r"is no date"):
-        load_trace(write(tmp_path / "ms.jsonl", mooncake_lines(ms)))
+
+
+@pytest.mark.parametrize(("stamps", "seconds", "unit"), [
+    # "synthetic offsets": all below 1e12, read as ms from the start
+    (["0", "1000", "2500"], [0.0, 1.0, 2.5], "milliseconds"),
+    # Unix-epoch milliseconds (1.6e12 to 2e12)
+    (["1753780607550", "1753780608050", "1753780583232"], [0.0, 24.318, 24.818], "milliseconds"),
+    # Unix-epoch nanoseconds
+    (["1753780607550317897", "1753780583232023294"], [0.0, 24.318294603], "nanoseconds"),
+])
+def test_lmbench_string_timestamps_in_the_unit_its_replayer_tells(
+        tmp_path: Path, stamps: list[str], seconds: list[float], unit: str) -> None:
+    """LMCache/LMBench trace-replayer-qa.py since commit ecb11e6 (at 18fe8926,
+    ``detect_timestamp_format``, ``convert_timestamp_to_seconds``) reads string or integer
+    timestamps as Unix-epoch ns or ms, or, all below 1e12, as ms from the start; kvbudget read
+    every string as ns and refused the others ('is no date between 1972 and 2100'), so a file
+    that replayer reads was not read."""
+    records = [{"timestamp": t, "input_length": 64, "output_length": 8} for t in stamps]
+    loaded = load_trace(write(tmp_path / "t.jsonl", mooncake_lines(records)))
+    assert loaded.report.format == "lmbench"
+    assert np.allclose(loaded.workload.arrival_s, seconds, rtol=0, atol=1e-9)
+    assert (f"timestamp strings read in {unit}, as LMBench's replayer tells their unit, from "
+            "the earliest") in loaded.report.assumed
+
+
+def test_lmbench_string_timestamps_of_two_units_are_refused(tmp_path: Path) -> None:
+    """Times the replayer would read each in its own unit (ns above 1e15, else ms: its
+    "unknown" format) are refused, not read half in each."""
+    stamps = ["1000000000000000000", "1100000000000000000", "5000000000000", "6000000000000",
+              "7000000000000"]
+    records = [{"timestamp": t, "input_length": 64, "output_length": 8} for t in stamps]
+    with pytest.raises(TraceError, match=r"line 2: field 'timestamp': the string timestamps "
+                       r"mix nanoseconds"):
+        load_trace(write(tmp_path / "t.jsonl", mooncake_lines(records)))
 
 
 def test_epoch_seconds_read_as_milliseconds_are_refused(tmp_path: Path) -> None:
