@@ -233,3 +233,27 @@ def test_bench_workloads_load_as_generic() -> None:
         assert np.array_equal(w.request_id, np.arange(n))
         est = (n - 1) / w.span_s
         assert abs(est - rate) < 5 * rate / math.sqrt(n)
+
+
+def test_azure_2023_clock_as_vidur_processed_it() -> None:
+    """microsoft/vidur's ``data/processed_traces/splitwise_{conv,code}.csv`` (commit 7d47513)
+    are the Azure 2023 traces with ``arrived_at`` in seconds from the first request: its first
+    rows, ``0.0,374,44 / 4.314579,396,109 / 4.541877,879,55 / 4.710427,91,16 /
+    5.8926549999999995,91,16`` (conv) and ``0.0,4808,10 / 0.052,3180,8 / 0.098189,110,27``
+    (code), and 19,366 conv rows. The shared Azure files, read as the azure format (their
+    wall-clock TIMESTAMP rebased to the first request), give the same seconds and tokens."""
+    vidur = {
+        "AzureLLMInferenceTrace_conv.csv": [(0.0, 374, 44), (4.314579, 396, 109),
+                                            (4.541877, 879, 55), (4.710427, 91, 16),
+                                            (5.8926549999999995, 91, 16)],
+        "AzureLLMInferenceTrace_code.csv": [(0.0, 4808, 10), (0.052, 3180, 8),
+                                            (0.098189, 110, 27)],
+    }
+    for name, rows in vidur.items():
+        w = load_trace(TRACES / "azure_llm_2023" / name).workload
+        k = len(rows)
+        assert np.allclose(w.arrival_s[:k], [r[0] for r in rows], rtol=0, atol=1e-9), name
+        assert w.prompt_tokens[:k].tolist() == [r[1] for r in rows]
+        assert w.output_tokens[:k].tolist() == [r[2] for r in rows]
+    assert len(load_trace(TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv")
+               .workload) == 19_366
