@@ -171,15 +171,20 @@ def _string_stamps(facts: FileFacts) -> bool:
     return isinstance(first, dict) and isinstance(first.get("timestamp"), str)
 
 
-def _lmbench_unit(values: list[int]) -> str | None:
+def _lmbench_unit(values: list[int], counts: Any) -> str | None:
     """The unit LMBench's replayer reads its timestamps in (LMCache/LMBench
     3-workloads/trace-replayer/trace-replayer-qa.py since commit ecb11e6, at 18fe8926:
     ``detect_timestamp_format`` over the ten earliest, then ``convert_timestamp_to_seconds``):
     ``ns`` where eight in ten are Unix-epoch nanoseconds (1.6e18 to 2e18), ``ms`` where eight
     in ten are Unix-epoch milliseconds (1.6e12 to 2e12) or all are below 1e12 ("synthetic
     offsets", in ms); otherwise each value by its size (ns above 1e15, else ms), or None where
-    that would mix the two units in one file."""
-    sample = sorted(values)[:10]
+    that would mix the two units in one file. ``values`` are the distinct ones, ``counts`` how
+    many rows hold each (the ten earliest rows are the sample, as the replayer takes them)."""
+    sample: list[int] = []
+    for k in sorted(range(len(values)), key=values.__getitem__):
+        sample.extend([values[k]] * min(int(counts[k]), 10 - len(sample)))
+        if len(sample) >= 10:
+            break
     if not sample:
         return "ns"
     if sum(1.6e18 <= t <= 2.0e18 for t in sample) >= 0.8 * len(sample):
@@ -206,7 +211,7 @@ def _lmbench_seconds(path: Path, cols: JsonColumns, line_of: Any) -> tuple[Any, 
                              "LMBench's: Unix-epoch nanoseconds or milliseconds, or ms from the "
                              "trace's start)", line=line_of(row), field="timestamp")
         values.append(int(digits))
-    unit = _lmbench_unit([values[c] for c in codes[codes >= 0]])
+    unit = _lmbench_unit(values, np.bincount(codes[codes >= 0], minlength=len(values)))
     if unit is None:
         row = int(np.argmax(codes == values.index(max(values))))
         raise TraceError(path, "the string timestamps mix nanoseconds (above 1e15) and "
