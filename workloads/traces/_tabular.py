@@ -4,6 +4,7 @@ format (CSV, JSONL, Parquet). Each reads only the columns it needs, by name."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -303,7 +304,19 @@ def load_lengths(path: Path, options: TraceOptions, streams: Streams) -> RawTrac
         rows_read=cols.num_rows,
         line_of=_csv_line_of(path),
     )
+    named = TOKENIZER_IN_NAME.search(path.stem)
+    if named:
+        raw.assumed.append(f"token counts read as the file gives them, counted with "
+                           f"{named.group(1)}'s tokenizer (its name says), not re-counted with "
+                           "the simulated model's")
     return _note_truncated(raw, facts, cols.dropped_last)
+
+
+TOKENIZER_IN_NAME = re.compile(r"_([A-Za-z0-9.-]+)_tokenizer(?:_|$)")
+"""sarathi-serve's and Vidur's length tables name the tokenizer that counted them
+(``sharegpt_8k_filtered_stats_llama2_tokenizer.csv``,
+``arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv``): another model's tokenizer
+counts the same text in other numbers, which the simulation takes as its model's tokens."""
 
 
 SPLITWISE_COLUMNS = ("arrival_timestamp", "prompt_size", "token_size")

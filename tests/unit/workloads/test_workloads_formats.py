@@ -146,6 +146,21 @@ def test_burstgpt_layouts_read_by_name(tmp_path: Path) -> None:
     assert generic.report.dropped == (("0 output tokens", 1),)
 
 
+def test_a_length_table_named_for_its_tokenizer_says_so(tmp_path: Path) -> None:
+    # sarathi-serve's data/processed_traces/sharegpt_8k_filtered_stats_llama2_tokenizer.csv and
+    # Vidur's arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv name the tokenizer
+    # that counted them; before, their counts became the simulated model's tokens unsaid
+    text = "num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio\n74,918,992,0.08\n"
+    for name in ("sharegpt_8k_filtered_stats_llama2_tokenizer.csv",
+                 "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv"):
+        loaded = load_trace(write(tmp_path / name, text))
+        assert loaded.report.assumed[0] == (
+            "token counts read as the file gives them, counted with llama2's tokenizer (its "
+            "name says), not re-counted with the simulated model's")
+    plain = load_trace(write(tmp_path / "lengths.csv", text))
+    assert not [a for a in plain.report.assumed if "tokenizer" in a]
+
+
 def test_burstgpt_says_its_rows_call_two_models(tmp_path: Path) -> None:
     # BurstGPT's README (e92f533b, "Schema"): `Model` is ChatGPT (GPT-3.5) or GPT-4; before,
     # a file of both was simulated on the one model given with no word of it
