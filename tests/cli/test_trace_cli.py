@@ -196,6 +196,48 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, content: str, args: tuple[
         assert_one_line_error(run(*command, *args), *needles)
 
 
+# Each publisher's layout, as its own documentation gives it (Azure: AzurePublicDataset
+# AzureLLMInferenceDataset2023.md; BurstGPT: HPMLL/BurstGPT README "Schema", e92f533b; Mooncake:
+# kvcache-ai/Mooncake FAST25-release/README.md, 3b5a5941; splitwise-sim: Mutinifni/splitwise-sim
+# traces/*.csv, 37808801), with one field broken: a missing column, a negative time, tokens that
+# are no number, and an empty file.
+_SPLITWISE = "request_id,request_type,application_id,arrival_timestamp,batch_size,prompt_size,"
+_BURST = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+
+
+@pytest.mark.parametrize(("name", "content", "needles"), [
+    ("a.csv", "TIMESTAMP,ContextTokens\n2023-11-16 18:17:03.9799600,4808\n",
+     ("line 1", "'GeneratedTokens'", "missing column")),
+    ("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97,4808,ten\n"
+     "2023-11-16 18:17:04.97,4808,10\n", ("line 2", "'GeneratedTokens'", "not a number")),
+    ("b.csv", "Timestamp,Model,Request tokens,Total tokens,Log Type\n5,ChatGPT,472,490,API log\n",
+     ("line 1", "'Response tokens'", "missing column")),
+    ("b.csv", _BURST + "5,ChatGPT,472,18,490,Conversation log\n-45,GPT-4,10,2,12,API log\n",
+     ("line 3", "'Timestamp'", "negative value: -45", "0:00:00 on its first day")),
+    ("b.csv", _BURST + "5,ChatGPT,abc,18,490,Conversation log\n45,GPT-4,10,2,12,API log\n",
+     ("line 2", "'Request tokens'", "not a number: 'abc'")),
+    ("m.jsonl", '{"timestamp": 0, "input_length": 10}\n',
+     ("line 1", "'output_length'", "missing field")),
+    ("m.jsonl", '{"timestamp": 0, "input_length": 10, "output_length": 3}\n'
+     '{"timestamp": -5, "input_length": 10, "output_length": 3}\n',
+     ("line 2", "'timestamp'", "-5 ms as written")),
+    ("m.jsonl", '{"timestamp": 0, "input_length": "ten", "output_length": 3}\n',
+     ("line 1", "'input_length'", "not a number")),
+    ("s.csv", _SPLITWISE + "token_size\n0,2,0,0.5,1,100,10\n1,2,0,-1.0,1,100,10\n",
+     ("line 3", "'arrival_timestamp'", "negative value")),
+    ("s.csv", _SPLITWISE + "token_size\n0,2,0,0.5,1,x,10\n",
+     ("line 2", "'prompt_size'", "not a number")),
+    ("e.csv", "", ("is empty",)),
+    ("e.jsonl", "", ("is empty",)),
+])
+def test_each_publishers_layout_refuses_bad_input_in_one_line(
+        tmp_path: Path, name: str, content: str, needles: tuple[str, ...]) -> None:
+    path = tmp_path / name
+    path.write_text(content)
+    for command in (("stats", path), ("convert", path, "--out", tmp_path / "o.csv")):
+        assert_one_line_error(run(*command), str(path), *needles)
+
+
 def test_missing_file_and_bad_output_extension(tmp_path: Path) -> None:
     assert_one_line_error(run("stats", tmp_path / "none.csv"), "no such file")
     src = tmp_path / "in.csv"

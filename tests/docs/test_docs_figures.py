@@ -15,6 +15,7 @@ import kvbudget as kb
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
 from kvbudget.simulator.scenario import scenario_from_dict
+from kvbudget.workloads.traces import load_trace
 from tests.conftest import SHARED
 
 REPO = Path(__file__).resolve().parents[2]
@@ -172,3 +173,41 @@ def test_the_tuning_docs_summarize_the_throughput_that_tells_configurations_apar
             '"batch_sustained_output_tokens_per_s"])') in text
     assert ("`batch_output_tokens_per_s` (the same tokens over the arrival window: equal for "
             "every configuration that completes the same requests)") in text
+
+
+@pytest.mark.skipif(not (SHARED / "traces" / "burstgpt").is_dir(), reason="needs ../shared")
+def test_workloads_publishers_columns_figures() -> None:
+    """docs/workloads.md, "What each format's columns mean": the BurstGPT ``_3`` slice's first
+    ``Timestamp`` (the rebased clock's origin, in days and seconds after the file's midnight),
+    that ``Total tokens`` is the sum of the other two, and that the shared Mooncake trace has
+    ``ceil(input_length / 512)`` hashes a row; each as the loader reads it."""
+    import csv
+    import json
+    import math
+
+    doc = " ".join((REPO / "docs" / "workloads.md").read_text().split())
+    path = SHARED / "traces" / "burstgpt" / "burstgpt3_slice.csv"
+    with path.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    first = min(float(r["Timestamp"]) for r in rows)
+    days, rest = divmod(first, 86_400)
+    should = (f"the `_3` slice's first request is at {first:,.0f} s, {days:.0f} days and "
+              f"{rest:.0f} s in")
+    assert should in doc, should
+    assert load_trace(path).workload.arrival_s[0] == 0.0  # rebased to that request
+    windowed = load_trace(path, kb.TraceOptions(window=(0.0, 3600.0)))
+    said = next(a for a in windowed.report.assumed if a.startswith("the window"))
+    assert f"`assumed: {said.split(' (')[0]} ...`" in doc, said
+    for name in ("burstgpt_slice.csv", "burstgpt3_slice.csv"):
+        with (SHARED / "traces" / "burstgpt" / name).open(newline="") as fh:
+            assert all(int(r["Request tokens"]) + int(r["Response tokens"])
+                       == int(r["Total tokens"]) for r in csv.DictReader(fh))
+    assert "`Total tokens` is their sum" in doc
+    mooncake = SHARED / "traces" / "mooncake" / "synthetic_trace.jsonl"
+    with mooncake.open() as fh:
+        records = [json.loads(line) for line in fh]
+    assert all(len(r["hash_ids"]) == math.ceil(r["input_length"] / 512) for r in records)
+    assert "(true of every row of `../shared/traces/mooncake/synthetic_trace.jsonl`)" in doc
+    one = load_trace(SHARED / "traces" / "burstgpt" / "burstgpt_slice.csv")
+    models = next(a for a in one.report.assumed if "models" in a)
+    assert f"`assumed: {models.split(' column)')[0]} column) ...`" in doc, models

@@ -25,10 +25,15 @@ from kvbudget.workloads.arrivals import PoissonArrivals
 from kvbudget.workloads.counted import counted
 from kvbudget.workloads.errors import SpecError, TraceError
 from kvbudget.workloads.max_output import MAX_TOKENS, empirical_quantile
-from kvbudget.workloads.traces.options import DEFAULT_PREFIX_BLOCK_TOKENS, TraceOptions
+from kvbudget.workloads.traces.options import (
+    ARRIVAL_UNITS,
+    DEFAULT_PREFIX_BLOCK_TOKENS,
+    TraceOptions,
+)
 from kvbudget.workloads.traces.report import (
     DRAWN_ARRIVALS,
     DROP_FAILED,
+    DROP_FAILED_OUTPUT,
     DROP_ZERO_OUTPUT,
     DROP_ZERO_PROMPT,
     LoadedTrace,
@@ -65,6 +70,10 @@ class RawTrace:
     """Canonical column -> the file's name for it (error messages)."""
     absolute_clock: bool = False
     """Arrivals are wall-clock times: rebased so the first request arrives at 0."""
+    clock_origin: str | None = None
+    """Where the file's times count from, when its publisher names an origin they cannot
+    precede (BurstGPT's README: "seconds from 0:00:00 on the first day"): a rebased clock on
+    which a negative time is refused, naming the origin."""
     arrival_unit: str = "s"
     """The unit the loader took the file's times in (Mooncake's: ms), for a refusal's hint."""
     rows_read: int = 0
@@ -82,6 +91,10 @@ class RawTrace:
     file): sorting them by send time is expected, not a note."""
     prefix_block_tokens: int | None = None
     """Tokens a prefix hash names as the file says (a kvbudget Parquet trace's metadata)."""
+    failure_mark: str | None = None
+    """Where the publisher marks a failed request by 0 output tokens alone (BurstGPT's README:
+    failures are rows whose ``Response tokens`` are 0), how it says so: such rows with prompt
+    tokens are counted as failed requests, not as mere 0-token outputs."""
 
 
 class Streams:
@@ -165,12 +178,29 @@ def _first_bad(values: FloatArray, *, integer: bool, optional: bool, allow_negat
     return row, problem
 
 
+def _as_written(raw: RawTrace, row: int, name: str, problem: str) -> str:
+    """``problem`` with what the file says where the loader scaled the value (a negative
+    Mooncake ``timestamp`` of -5 ms is read as -0.005 s) or the publisher names the origin a
+    time cannot precede (BurstGPT's)."""
+    if not problem.startswith("negative value") or name not in ("arrival_s", "deadline_s"):
+        return problem
+    if raw.arrival_unit in ARRIVAL_UNITS and raw.arrival_unit != "s":
+        values = raw.arrival if name == "arrival_s" else raw.deadline
+        if values is not None:
+            written = float(values[row]) / ARRIVAL_UNITS[raw.arrival_unit]
+            problem += f" s ({written:.6g} {raw.arrival_unit} as written)"
+    if raw.clock_origin is not None:
+        problem += f" ({raw.clock_origin})"
+    return problem
+
+
 def _validate(raw: RawTrace) -> RawTrace:
     """Raise on the first bad value; a bad last row of an unterminated file is dropped."""
+    signed = raw.absolute_clock and raw.clock_origin is None
     while True:
         checks: list[tuple[str, FloatArray | None, dict[str, Any]]] = [
             ("arrival_s", raw.arrival, {"integer": False, "optional": False,
-                                        "allow_negative": raw.absolute_clock, "upper": None}),
+                                        "allow_negative": signed, "upper": None}),
             ("prompt_tokens", raw.prompt, {"integer": True, "optional": False,
                                            "allow_negative": False, "upper": MAX_TOKENS}),
             ("output_tokens", raw.output, {"integer": True, "optional": False,
@@ -179,7 +209,7 @@ def _validate(raw: RawTrace) -> RawTrace:
                                                    "allow_negative": False,
                                                    "upper": MAX_TOKENS}),
             ("deadline_s", raw.deadline, {"integer": False, "optional": True,
-                                          "allow_negative": raw.absolute_clock,
+                                          "allow_negative": signed,
                                           "upper": None}),
             ("timeout_s", raw.timeout, {"integer": False, "optional": True,
                                         "allow_negative": False, "upper": MAX_LIMIT_S}),
@@ -205,7 +235,7 @@ def _validate(raw: RawTrace) -> RawTrace:
                                 "dropped")
             raw.unterminated = False
             continue
-        raise _error(raw, row, name, problem)
+        raise _error(raw, row, name, _as_written(raw, row, name, problem))
 
 
 def _drop_rows(raw: RawTrace, keep: npt.NDArray[np.bool_]) -> None:
@@ -289,7 +319,9 @@ def _drop_failed(raw: RawTrace) -> npt.NDArray[np.bool_]:
     prompt_zero = raw.prompt == 0
     output_zero = raw.output == 0
     failed = prompt_zero & output_zero
-    masks = ((DROP_FAILED, failed), (DROP_ZERO_OUTPUT, output_zero & ~failed),
+    marked = output_zero & ~failed if raw.failure_mark is not None else np.zeros_like(failed)
+    masks = ((DROP_FAILED, failed), (DROP_FAILED_OUTPUT, marked),
+             (DROP_ZERO_OUTPUT, output_zero & ~failed & ~marked),
              (DROP_ZERO_PROMPT, prompt_zero & ~failed))
     for reason, mask in masks:
         count = int(mask.sum())
@@ -298,7 +330,8 @@ def _drop_failed(raw: RawTrace) -> npt.NDArray[np.bool_]:
     keep: npt.NDArray[np.bool_] = ~(prompt_zero | output_zero)
     counts = [f"{int(m.sum()):,} with {what}" for what, m in (
         ("0 prompt and 0 output tokens (failed requests)", failed),
-        ("0 output tokens", masks[1][1]), ("0 prompt tokens", masks[2][1])) if m.any()]
+        (f"0 output tokens after a prompt (failed requests, {raw.failure_mark})", marked),
+        ("0 output tokens", masks[2][1]), ("0 prompt tokens", masks[3][1])) if m.any()]
     if counts:  # requests a server was sent: the load offered here is less than the file's
         raw.warnings.append(f"dropped {len(keep) - int(keep.sum()):,} of the file's "
                             f"{counted(len(keep), 'row')}, with no tokens to serve: {', '.join(counts)}")
@@ -559,6 +592,7 @@ def finish(raw: RawTrace, options: TraceOptions, streams: Streams) -> LoadedTrac
     rows = _kept_rows(raw, index)
     raw.prompt = raw.output = np.zeros(0)  # let the float copies go
 
+    _say_window_origin(rows, raw, options)
     _rebase(rows, raw, timed)
     if timed:
         rows = _sorted_by_arrival(rows, raw)
@@ -632,6 +666,20 @@ def _rebase(rows: _Rows, raw: RawTrace, timed: bool) -> None:
             raise _error(raw, int(rows.file_rows[last]), "arrival_s",
                          f"the trace spans {span:.3g} s (over {MAX_SPAN_S / YEAR_S:.0f} years), "
                          "beyond any recorded deployment: are the times in seconds?")
+
+
+def _say_window_origin(rows: _Rows, raw: RawTrace, options: TraceOptions) -> None:
+    """Say where a window counts from on a file whose publisher's clock has its own origin
+    (BurstGPT's first day's midnight): from the first request, not from that origin, so a
+    window written in the file's own times would select other requests."""
+    if options.window is None or raw.clock_origin is None or not rows.arrival.size:
+        return
+    first = float(rows.arrival.min())
+    if first:
+        raw.assumed.append(
+            f"the window counts seconds from the first request, at {first:,.10g} s on the "
+            f"file's own clock ({raw.clock_origin}): the file's times are the window's plus "
+            f"{first:,.10g}")
 
 
 def _sorted_by_arrival(rows: _Rows, raw: RawTrace) -> _Rows:

@@ -171,8 +171,9 @@ def _window_arrivals(rng: np.random.Generator, lo: float, hi: float, row: tuple[
 
 @dataclass(frozen=True)
 class _Dist:
-    """One published PMF: token counts (0 included: the data holds 0-token outputs, drawn as
-    failed requests and dropped and counted as BurstGPT's are) and their cumulative weights."""
+    """One published PMF: token counts (0 included: the data holds 0-token outputs, which
+    ServeGen does not explain; a draw of one is dropped and counted as a 0-token output) and
+    their cumulative weights."""
 
     values: IntArray
     cdf: FloatArray

@@ -4,6 +4,7 @@ format (CSV, JSONL, Parquet). Each reads only the columns it needs, by name."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,9 +16,7 @@ from kvbudget.workloads.errors import json_problem as _json_problem
 from kvbudget.workloads.traces._csv import categorical, read_csv_columns, split_header
 from kvbudget.workloads.traces._files import FileFacts, file_facts, line_of_row
 from kvbudget.workloads.traces._finish import (
-    ABSOLUTE_CLOCK_S,
     DROP_TRUNCATED,
-    LATEST_CLOCK_S,
     RawTrace,
     Streams,
 )
@@ -101,11 +100,31 @@ def load_azure(path: Path, options: TraceOptions, streams: Streams) -> RawTrace:
     return _note_truncated(raw, facts, cols.dropped_last)
 
 
+BURSTGPT_ORIGIN = "BurstGPT's Timestamp counts seconds from 0:00:00 on its first day"
+"""BurstGPT's README (HPMLL/BurstGPT, commit e92f533b, "Schema"): ``Timestamp`` is the
+"request submission time, seconds from `0:00:00` on the first day (calibrated to the local time
+zone)": a relative clock (rebased here to the first request), never negative."""
+BURSTGPT_FAILURES = "as BurstGPT's README marks them: Response tokens 0"
+"""BurstGPT's README (same commit, "Data"): ``BurstGPT_1.csv`` "contains all of our trace ...
+with some failure that `Response tokens` are `0`s"; its ``BurstGPT_without_fails_1.csv`` holds
+the rest (1,429.7k lines against 1,404.3k)."""
+
+
+BURSTGPT_MODEL = "Model"
+"""BurstGPT's README (e92f533b, "Schema"): "`Model`: called models, including `ChatGPT`
+(GPT-3.5) and `GPT-4`": one file holds the traffic of two models."""
+
+
 def load_burstgpt(path: Path, options: TraceOptions, streams: Streams) -> RawTrace:
+    """BurstGPT's release files (``Timestamp`` in seconds from its first day's midnight; failed
+    requests are the rows with ``Response tokens`` 0: :data:`BURSTGPT_ORIGIN`,
+    :data:`BURSTGPT_FAILURES`), read by name whichever of its layouts."""
     facts = file_facts(path)
     header = split_header(facts.first_line)
     kinds: dict[str, Kind] = {"Timestamp": "number", "Request tokens": "number",
                               "Response tokens": "number"}
+    if BURSTGPT_MODEL in header:
+        kinds[BURSTGPT_MODEL] = "label"
     cols = read_csv_columns(facts, _with_tier_column(dict(kinds), options), fmt="burstgpt",
                             tier_column=options.tier_column)
     raw = RawTrace(
@@ -118,10 +137,28 @@ def load_burstgpt(path: Path, options: TraceOptions, streams: Streams) -> RawTra
         fields={"arrival_s": "Timestamp", "prompt_tokens": "Request tokens",
                 "output_tokens": "Response tokens"},
         absolute_clock=True,
+        clock_origin=BURSTGPT_ORIGIN,
+        failure_mark=BURSTGPT_FAILURES,
         rows_read=cols.num_rows,
         line_of=_csv_line_of(path),
     )
+    _say_models(raw, cols.labels.get(BURSTGPT_MODEL))
     return _note_truncated(raw, facts, cols.dropped_last)
+
+
+def _say_models(raw: RawTrace, models: Any) -> None:
+    """Say that a file holding several models' requests is simulated on the one model given."""
+    if models is None:
+        return
+    codes, values = models
+    counts = np.bincount(codes[codes >= 0], minlength=len(values))
+    used = [f"{values[i]} {int(counts[i]):,}" for i in np.flatnonzero(counts)]
+    if len(used) > 1:
+        raw.assumed.append(
+            f"the file's rows call {len(used)} models ({', '.join(used[:4])}"
+            f"{', ...' if len(used) > 4 else ''}; its {BURSTGPT_MODEL} column): all are "
+            f"simulated on the one model given (--tier-column {BURSTGPT_MODEL} makes them "
+            "tiers, on that model)")
 
 
 def _string_stamps(facts: FileFacts) -> bool:
@@ -135,39 +172,63 @@ def _string_stamps(facts: FileFacts) -> bool:
     return isinstance(first, dict) and isinstance(first.get("timestamp"), str)
 
 
-def _lmbench_seconds(path: Path, cols: JsonColumns, line_of: Any) -> Any:
-    """LMBench's string timestamps as seconds after the earliest. Its trace replayer reads
-    each as an integer of nanoseconds and replays it at ``(t - earliest) / 1e9`` s
-    (LMCache/LMBench 3-workloads/trace-replayer/trace-replayer-qa.py, commit 48172cd1,
-    ``TraceDataset.load_trace``: ``int(entry['timestamp'])``, ``/ 1e9  # Convert nanoseconds
-    to seconds``); the differences are taken in integers, so no nanosecond is lost to floats.
-    A string that is no whole number is refused naming its line."""
+def _lmbench_unit(values: list[int], counts: Any) -> str | None:
+    """The unit LMBench's replayer reads its timestamps in (LMCache/LMBench
+    3-workloads/trace-replayer/trace-replayer-qa.py since commit ecb11e6, at 18fe8926:
+    ``detect_timestamp_format`` over the ten earliest, then ``convert_timestamp_to_seconds``):
+    ``ns`` where eight in ten are Unix-epoch nanoseconds (1.6e18 to 2e18), ``ms`` where eight
+    in ten are Unix-epoch milliseconds (1.6e12 to 2e12) or all are below 1e12 ("synthetic
+    offsets", in ms); otherwise each value by its size (ns above 1e15, else ms), or None where
+    that would mix the two units in one file. ``values`` are the distinct ones, ``counts`` how
+    many rows hold each (the ten earliest rows are the sample, as the replayer takes them)."""
+    sample: list[int] = []
+    for k in sorted(range(len(values)), key=values.__getitem__):
+        sample.extend([values[k]] * min(int(counts[k]), 10 - len(sample)))
+        if len(sample) >= 10:
+            break
+    if not sample:
+        return "ns"
+    if sum(1.6e18 <= t <= 2.0e18 for t in sample) >= 0.8 * len(sample):
+        return "ns"
+    if sum(1.6e12 <= t <= 2.0e12 for t in sample) >= 0.8 * len(sample) or max(sample) < 1e12:
+        return "ms"
+    units = {"ns" if t > 1e15 else "ms" for t in values}
+    return units.pop() if len(units) == 1 else None
+
+
+def _lmbench_seconds(path: Path, cols: JsonColumns, line_of: Any) -> tuple[Any, str]:
+    """LMBench's string timestamps as seconds after the earliest, and the unit they were read
+    in (:func:`_lmbench_unit`): its replayer replays each at ``(t - earliest)`` in seconds
+    (``TraceDataset.load_trace``); the differences are taken in integers, so no nanosecond is
+    lost to floats. A string that is no whole number, or times of two units, are refused
+    naming a line."""
     codes, texts = cols.labels["timestamp"]
     values: list[int] = []
     for k, text in enumerate(texts):
         digits = text.strip()
         if not (digits.isascii() and digits.isdigit()):
             row = int(np.argmax(codes == k))
-            raise TraceError(path, f"not a whole number of nanoseconds: {text[:40]!r} (a string "
-                             "timestamp is LMBench's: Unix-epoch nanoseconds)",
-                             line=line_of(row), field="timestamp")
+            raise TraceError(path, f"not a whole number: {text[:40]!r} (a string timestamp is "
+                             "LMBench's: Unix-epoch nanoseconds or milliseconds, or ms from the "
+                             "trace's start)", line=line_of(row), field="timestamp")
         values.append(int(digits))
+    unit = _lmbench_unit(values, np.bincount(codes[codes >= 0], minlength=len(values)))
+    if unit is None:
+        row = int(np.argmax(codes == values.index(max(values))))
+        raise TraceError(path, "the string timestamps mix nanoseconds (above 1e15) and "
+                         "milliseconds, which LMBench's replayer would read each in its own "
+                         "unit: write them in one", line=line_of(row), field="timestamp")
     earliest = min(values, default=0)
-    if values and not ABSOLUTE_CLOCK_S / 1.6 <= earliest / 1e9 <= LATEST_CLOCK_S:
-        row = int(np.argmax(codes == values.index(earliest)))
-        raise TraceError(path, f"the earliest string timestamp, {earliest}, read as LMBench "
-                         "reads one (Unix-epoch nanoseconds), is no date between 1972 and "
-                         "2100: write the times as numbers, in ms from the trace's start "
-                         "(Mooncake's)",
-                         line=line_of(row), field="timestamp")
-    seconds = np.array([(v - earliest) / 1e9 for v in values] + [np.nan])
-    return seconds[codes]  # a missing timestamp (code -1) is NaN, refused as such
+    scale = 1e9 if unit == "ns" else 1e3
+    seconds = np.array([(v - earliest) / scale for v in values] + [np.nan])
+    return seconds[codes], unit  # a missing timestamp (code -1) is NaN, refused as such
 
 
 def load_mooncake(path: Path, options: TraceOptions, streams: Streams) -> RawTrace:
     """Mooncake's JSON lines (``timestamp`` in ms from the trace's start, ``hash_ids`` of
-    512-token blocks), or LMBench's of the same shape with string timestamps in Unix-epoch
-    nanoseconds (format ``lmbench``: rebased to the earliest, as its replayer does; its
+    512-token blocks), or LMBench's of the same shape with string timestamps in the unit its
+    replayer tells (:func:`_lmbench_unit`; format ``lmbench``: rebased to the earliest, as its
+    replayer does; its
     ``hash_ids`` are read only with ``prefix_block_tokens``: LMBench uses them as seeds of its
     synthetic prompts and does not say how many tokens one names; its ``output_length`` is
     also each request's ``max_tokens``: the replayer passes it to ``send_request`` as
@@ -182,15 +243,16 @@ def load_mooncake(path: Path, options: TraceOptions, streams: Streams) -> RawTra
                               required=[*MOONCAKE_FIELDS, *_tier_required(options)])
     prefix = cols.lists["hash_ids"] if "hash_ids" in cols.present else None
     line_of = _csv_line_of(path, header_lines=0)
+    arrival, unit = (_lmbench_seconds(path, cols, line_of) if lmbench
+                     else (cols.numbers["timestamp"] / 1000.0, "ms"))
     raw = RawTrace(
         path=path,
         format="lmbench" if lmbench else "mooncake",
-        arrival_unit="ns" if lmbench else "ms",
+        arrival_unit=unit,
         absolute_clock=lmbench,
         prompt=cols.numbers["input_length"],
         output=cols.numbers["output_length"],
-        arrival=(_lmbench_seconds(path, cols, line_of) if lmbench
-                 else cols.numbers["timestamp"] / 1000.0),
+        arrival=arrival,
         labels=_labels(cols, options.tier_column),
         prefix=prefix,
         max_output=cols.numbers["output_length"].copy() if lmbench else None,
@@ -201,6 +263,9 @@ def load_mooncake(path: Path, options: TraceOptions, streams: Streams) -> RawTra
         line_of=line_of,
     )
     if lmbench:
+        raw.assumed.append(
+            f"timestamp strings read in {'nanoseconds' if unit == 'ns' else 'milliseconds'}, "
+            "as LMBench's replayer tells their unit, from the earliest")
         raw.assumed.append(
             "output_length read as each answer's length: LMBench's replayer sends it as "
             "max_tokens without ignore_eos, so its server may have stopped sooner")
@@ -239,7 +304,19 @@ def load_lengths(path: Path, options: TraceOptions, streams: Streams) -> RawTrac
         rows_read=cols.num_rows,
         line_of=_csv_line_of(path),
     )
+    named = TOKENIZER_IN_NAME.search(path.stem)
+    if named:
+        raw.assumed.append(f"token counts read as the file gives them, counted with "
+                           f"{named.group(1)}'s tokenizer (its name says), not re-counted with "
+                           "the simulated model's")
     return _note_truncated(raw, facts, cols.dropped_last)
+
+
+TOKENIZER_IN_NAME = re.compile(r"_([A-Za-z0-9.-]+)_tokenizer(?:_|$)")
+"""sarathi-serve's and Vidur's length tables name the tokenizer that counted them
+(``sharegpt_8k_filtered_stats_llama2_tokenizer.csv``,
+``arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv``): another model's tokenizer
+counts the same text in other numbers, which the simulation takes as its model's tokens."""
 
 
 SPLITWISE_COLUMNS = ("arrival_timestamp", "prompt_size", "token_size")

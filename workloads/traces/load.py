@@ -42,6 +42,30 @@ RECORDING_HINT = ("a load tool's result (vllm bench serve, GuideLLM, AIPerf, inf
 """Said where a file fits no trace format: the load tools' results are read as recordings."""
 
 
+def _signatures() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each format's columns (fields of a JSON record) that tell it, as its publisher names
+    them."""
+    return (("azure", _tabular.AZURE_COLUMNS), ("burstgpt", _tabular.BURSTGPT_COLUMNS),
+            ("lengths", _tabular.LENGTH_COLUMNS), ("splitwise", _tabular.SPLITWISE_COLUMNS))
+
+
+def _refuse_one_short(path: Path, names: list[str],
+                      signatures: tuple[tuple[str, tuple[str, ...]], ...], what: str) -> None:
+    """A header (or first record) that has all but one of a format's telling columns is that
+    format with a column missing (a BurstGPT file whose ``Response tokens`` was renamed): the
+    error names the column, not "cannot tell the trace format"."""
+    for fmt, columns in signatures:
+        missing = [c for c in columns if c not in names]
+        if len(missing) == 1:
+            shown = ", ".join(names)
+            if len(shown) > 120:
+                shown = shown[:117] + "..."
+            where = "header" if what == "column" else "first record"
+            raise TraceError(path, f"missing {what} {missing[0]!r}: the others of the {fmt} "
+                             f"format are there (the {where} has: {shown})", line=1,
+                             field=missing[0])
+
+
 def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
     """The format of a trace file, from its name, its first bytes and its header."""
     path = Path(path)
@@ -66,6 +90,8 @@ def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
             return "mooncake"
         if _GENERIC_HINT & keys or mapped & keys:
             return "generic"
+        _refuse_one_short(path, [str(k) for k in record] if isinstance(record, dict) else [],
+                          (("mooncake", _tabular.MOONCAKE_FIELDS),), "field")
         names = sorted(map(str, keys))
         shown = ", ".join(names[:8]) + (f", ... ({len(names)} keys)" if len(names) > 8 else "")
         raise TraceError(path, f"cannot tell the trace format from the first record (keys: "
@@ -76,7 +102,8 @@ def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
                          "of conversations (ShareGPT's) holds text: count its tokens with the "
                          "model's tokenizer and write arrival_s, prompt_tokens, output_tokens; "
                          f"{RECORDING_HINT}", line=1)
-    header = set(split_header(first))
+    columns = split_header(first)
+    header = set(columns)
     if {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} <= header:
         return "azure"
     if {"Timestamp", "Request tokens", "Response tokens"} <= header:
@@ -87,6 +114,7 @@ def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
         return "splitwise"
     if _GENERIC_HINT & header or mapped & header:
         return "generic"
+    _refuse_one_short(path, columns, _signatures(), "column")
     raise TraceError(path, f"cannot tell the trace format from the header {first[:80]!r}; "
                      f"pass a format ({', '.join(FORMATS)}); {RECORDING_HINT}", line=1)
 

@@ -14,9 +14,13 @@ DRAWN_ARRIVALS = ("the file has no arrival times: Poisson arrivals at 1 req/s we
 come from a closed loop of users does not use them, and does not say it."""
 
 DROP_FAILED = "failed request (0 prompt and 0 output tokens)"
+DROP_FAILED_OUTPUT = "failed request (0 output tokens, marked so by the publisher)"
+"""Rows with prompt tokens and 0 output tokens where the file's publisher marks failures so
+(BurstGPT's README: the failures are the rows whose ``Response tokens`` are 0)."""
 DROP_ZERO_OUTPUT = "0 output tokens"
 DROP_ZERO_PROMPT = "0 prompt tokens"
-NO_TOKENS_DROPS = frozenset({DROP_FAILED, DROP_ZERO_OUTPUT, DROP_ZERO_PROMPT})
+NO_TOKENS_DROPS = frozenset({DROP_FAILED, DROP_FAILED_OUTPUT, DROP_ZERO_OUTPUT,
+                             DROP_ZERO_PROMPT})
 """The drops of rows with no tokens to serve, which loading says in a warning of the workload
 (every run of it repeats it) besides the report's ``dropped``."""
 

@@ -24,6 +24,7 @@ from kvbudget.workloads.synthetic import (
     generate_workload,
 )
 from kvbudget.workloads.traces import TraceOptions, detect_format, load_trace, save_workload
+from kvbudget.workloads.traces.report import DROP_FAILED_OUTPUT
 
 
 def write(path: Path, text: str) -> Path:
@@ -125,7 +126,10 @@ def test_burstgpt_layouts_read_by_name(tmp_path: Path) -> None:
     assert [w.tier_of(i) for i in range(3)] == ["interactive", "interactive", "batch"]
     three = load_trace(write(tmp_path / "b3.csv", BURST_3))
     assert three.report.format == "burstgpt_3"
-    assert three.report.dropped == (("0 output tokens", 1),)
+    # BurstGPT's README (HPMLL/BurstGPT e92f533b, "Data"): its failures are the rows whose
+    # `Response tokens` are 0, with or without request tokens (before: counted as a mere
+    # "0 output tokens" row, not as the failed request its publisher says it is)
+    assert three.report.dropped == ((DROP_FAILED_OUTPUT, 1),)
     assert three.workload.prompt_tokens.tolist() == [906, 36]
     assert three.workload.arrival_s.tolist() == [0.0, 51.0]
     # before: counted in the report, said by `trace stats`, unsaid by every run (383 of 400
@@ -134,7 +138,72 @@ def test_burstgpt_layouts_read_by_name(tmp_path: Path) -> None:
         "dropped 1 of the file's 4 rows, with no tokens to serve: 1 with 0 prompt and 0 output "
         "tokens (failed requests)",)
     assert three.workload.meta["warnings"] == (
-        "dropped 1 of the file's 3 rows, with no tokens to serve: 1 with 0 output tokens",)
+        "dropped 1 of the file's 3 rows, with no tokens to serve: 1 with 0 output tokens after "
+        "a prompt (failed requests, as BurstGPT's README marks them: Response tokens 0)",)
+    # another format's 0-token output is no failure its publisher marked: said as it is
+    generic = load_trace(write(tmp_path / "g.csv", "arrival_s,prompt_tokens,output_tokens\n"
+                               "0,36,0\n1,5,5\n"))
+    assert generic.report.dropped == (("0 output tokens", 1),)
+
+
+def test_a_length_table_named_for_its_tokenizer_says_so(tmp_path: Path) -> None:
+    # sarathi-serve's data/processed_traces/sharegpt_8k_filtered_stats_llama2_tokenizer.csv and
+    # Vidur's arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv name the tokenizer
+    # that counted them; before, their counts became the simulated model's tokens unsaid
+    text = "num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio\n74,918,992,0.08\n"
+    for name in ("sharegpt_8k_filtered_stats_llama2_tokenizer.csv",
+                 "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv"):
+        loaded = load_trace(write(tmp_path / name, text))
+        assert loaded.report.assumed[0] == (
+            "token counts read as the file gives them, counted with llama2's tokenizer (its "
+            "name says), not re-counted with the simulated model's")
+    plain = load_trace(write(tmp_path / "lengths.csv", text))
+    assert not [a for a in plain.report.assumed if "tokenizer" in a]
+
+
+def test_burstgpt_says_its_rows_call_two_models(tmp_path: Path) -> None:
+    # BurstGPT's README (e92f533b, "Schema"): `Model` is ChatGPT (GPT-3.5) or GPT-4; before,
+    # a file of both was simulated on the one model given with no word of it
+    loaded = load_trace(write(tmp_path / "b.csv", BURST_1))
+    said = [a for a in loaded.report.assumed if "models" in a]
+    assert said == ["the file's rows call 2 models (ChatGPT 2, GPT-4 2; its Model column): all "
+                    "are simulated on the one model given (--tier-column Model makes them "
+                    "tiers, on that model)"]
+    assert said[0] in loaded.workload.meta["assumed"]
+    one = BURST_1.replace("GPT-4", "ChatGPT")
+    assert not [a for a in load_trace(write(tmp_path / "o.csv", one)).report.assumed
+                if "models" in a]
+
+
+def test_burstgpt_timestamps_count_from_the_first_days_midnight(tmp_path: Path) -> None:
+    # BurstGPT's README (e92f533b, "Schema"): `Timestamp` is "seconds from 0:00:00 on the first
+    # day": a negative one is no BurstGPT time (before: read as 50 s before the first request
+    # and rebased, the row simulated first)
+    text = BURST_1.replace("\n45,", "\n-45,")
+    with pytest.raises(TraceError, match=r"line 3: field 'Timestamp': negative value: -45 "
+                       r"\(BurstGPT's Timestamp counts seconds from 0:00:00 on its first day\)"):
+        load_trace(write(tmp_path / "b.csv", text))
+    # rebased to the first request, as documented: 5 s after midnight is 0
+    assert load_trace(write(tmp_path / "ok.csv", BURST_1)).workload.arrival_s[0] == 0.0
+    # and a window counts from there, which is said (before: unsaid, so a window written in
+    # the file's own times, 45 to 50, selected the requests at 50 and none other)
+    windowed = load_trace(tmp_path / "ok.csv", TraceOptions(window=(40.0, 45.0)))
+    assert windowed.workload.arrival_s.tolist() == [0.0]
+    assert windowed.workload.prompt_tokens.tolist() == [1087]  # the file's 45
+    assert ("the window counts seconds from the first request, at 5 s on the file's own clock "
+            "(BurstGPT's Timestamp counts seconds from 0:00:00 on its first day): the file's "
+            "times are the window's plus 5") in windowed.report.assumed
+    assert not [a for a in load_trace(tmp_path / "ok.csv").report.assumed if "window" in a]
+
+
+def test_a_negative_mooncake_timestamp_is_named_as_written(tmp_path: Path) -> None:
+    # Mooncake's README (kvcache-ai/Mooncake 3b5a5941, FAST25-release/README.md): `timestamp`
+    # is the relative arrival time in milliseconds; before, -5 was reported as -0.005
+    text = ('{"timestamp": 0, "input_length": 10, "output_length": 3, "hash_ids": [1]}\n'
+            '{"timestamp": -5, "input_length": 10, "output_length": 3, "hash_ids": [1]}\n')
+    with pytest.raises(TraceError, match=r"line 2: field 'timestamp': negative value: -0.005 s "
+                       r"\(-5 ms as written\)"):
+        load_trace(write(tmp_path / "m.jsonl", text))
 
 
 def test_burstgpt_columns_in_any_order(tmp_path: Path) -> None:
@@ -257,16 +326,47 @@ def test_lmbench_string_timestamps_are_its_nanoseconds(tmp_path: Path) -> None:
     given = load_trace(path, TraceOptions(prefix_block_tokens=7))
     assert given.workload.prefix_hashes is not None
     assert not any(w.startswith("hash_ids not read") for w in given.report.warnings)
-    # a string that is no whole number, and strings that are no date in ns, are refused
+    assert ("timestamp strings read in nanoseconds, as LMBench's replayer tells their unit, "
+            "from the earliest") in loaded.report.assumed
+    # a string that is no whole number is refused
     bad = [*records[:2], {**records[2], "timestamp": "2025-07-29T09:16:23Z"}]
-    with pytest.raises(TraceError, match=r"line 3: field 'timestamp': not a whole number of "
-                       r"nanoseconds: '2025-07-29T09:16:23Z'"):
+    with pytest.raises(TraceError, match=r"line 3: field 'timestamp': not a whole number: "
+                       r"'2025-07-29T09:16:23Z'"):
         load_trace(write(tmp_path / "bad.jsonl", mooncake_lines(bad)))
-    ms = [{**r, "timestamp": str(1000 * k)} for k, r in enumerate(records)]
-    with pytest.raises(TraceError, match=r"line 1: field 'timestamp': the earliest string "
-                       r"timestamp, 0, read as LMBench reads one \(Unix-epoch nanoseconds\), "
-                       r"is no date"):
-        load_trace(write(tmp_path / "ms.jsonl", mooncake_lines(ms)))
+
+
+@pytest.mark.parametrize(("stamps", "seconds", "unit"), [
+    # "synthetic offsets": all below 1e12, read as ms from the start
+    (["0", "1000", "2500"], [0.0, 1.0, 2.5], "milliseconds"),
+    # Unix-epoch milliseconds (1.6e12 to 2e12)
+    (["1753780607550", "1753780608050", "1753780583232"], [0.0, 24.318, 24.818], "milliseconds"),
+    # Unix-epoch nanoseconds
+    (["1753780607550317897", "1753780583232023294"], [0.0, 24.318294603], "nanoseconds"),
+])
+def test_lmbench_string_timestamps_in_the_unit_its_replayer_tells(
+        tmp_path: Path, stamps: list[str], seconds: list[float], unit: str) -> None:
+    """LMCache/LMBench trace-replayer-qa.py since commit ecb11e6 (at 18fe8926,
+    ``detect_timestamp_format``, ``convert_timestamp_to_seconds``) reads string or integer
+    timestamps as Unix-epoch ns or ms, or, all below 1e12, as ms from the start; kvbudget read
+    every string as ns and refused the others ('is no date between 1972 and 2100'), so a file
+    that replayer reads was not read."""
+    records = [{"timestamp": t, "input_length": 64, "output_length": 8} for t in stamps]
+    loaded = load_trace(write(tmp_path / "t.jsonl", mooncake_lines(records)))
+    assert loaded.report.format == "lmbench"
+    assert np.allclose(loaded.workload.arrival_s, seconds, rtol=0, atol=1e-9)
+    assert (f"timestamp strings read in {unit}, as LMBench's replayer tells their unit, from "
+            "the earliest") in loaded.report.assumed
+
+
+def test_lmbench_string_timestamps_of_two_units_are_refused(tmp_path: Path) -> None:
+    """Times the replayer would read each in its own unit (ns above 1e15, else ms: its
+    "unknown" format) are refused, not read half in each."""
+    stamps = ["1000000000000000000", "1100000000000000000", "5000000000000", "6000000000000",
+              "7000000000000"]
+    records = [{"timestamp": t, "input_length": 64, "output_length": 8} for t in stamps]
+    with pytest.raises(TraceError, match=r"line 2: field 'timestamp': the string timestamps "
+                       r"mix nanoseconds"):
+        load_trace(write(tmp_path / "t.jsonl", mooncake_lines(records)))
 
 
 def test_epoch_seconds_read_as_milliseconds_are_refused(tmp_path: Path) -> None:

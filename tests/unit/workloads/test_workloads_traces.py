@@ -6,6 +6,7 @@ printed with d decimals is compared with a tolerance of half a unit in its last 
 
 from __future__ import annotations
 
+import csv
 import math
 import re
 from pathlib import Path
@@ -109,6 +110,12 @@ def test_burstgpt_failed_rows_are_dropped_and_counted() -> None:
                                           failed),)
         assert loaded.workload.prompt_tokens.min() >= 1
         assert loaded.workload.output_tokens.min() >= 1
+        # BurstGPT's README (HPMLL/BurstGPT e92f533b): the failures are the rows whose
+        # `Response tokens` are 0; every such row of the real file is dropped as one
+        with (TRACES / "burstgpt" / name).open(newline="") as fh:
+            marked = sum(row["Response tokens"].strip() in ("0", "0.0")
+                         for row in csv.DictReader(fh))
+        assert loaded.report.dropped_rows == marked == failed
 
 
 def test_burstgpt_tiers_by_log_type_and_model() -> None:
@@ -226,3 +233,27 @@ def test_bench_workloads_load_as_generic() -> None:
         assert np.array_equal(w.request_id, np.arange(n))
         est = (n - 1) / w.span_s
         assert abs(est - rate) < 5 * rate / math.sqrt(n)
+
+
+def test_azure_2023_clock_as_vidur_processed_it() -> None:
+    """microsoft/vidur's ``data/processed_traces/splitwise_{conv,code}.csv`` (commit 7d47513)
+    are the Azure 2023 traces with ``arrived_at`` in seconds from the first request: its first
+    rows, ``0.0,374,44 / 4.314579,396,109 / 4.541877,879,55 / 4.710427,91,16 /
+    5.8926549999999995,91,16`` (conv) and ``0.0,4808,10 / 0.052,3180,8 / 0.098189,110,27``
+    (code), and 19,366 conv rows. The shared Azure files, read as the azure format (their
+    wall-clock TIMESTAMP rebased to the first request), give the same seconds and tokens."""
+    vidur = {
+        "AzureLLMInferenceTrace_conv.csv": [(0.0, 374, 44), (4.314579, 396, 109),
+                                            (4.541877, 879, 55), (4.710427, 91, 16),
+                                            (5.8926549999999995, 91, 16)],
+        "AzureLLMInferenceTrace_code.csv": [(0.0, 4808, 10), (0.052, 3180, 8),
+                                            (0.098189, 110, 27)],
+    }
+    for name, rows in vidur.items():
+        w = load_trace(TRACES / "azure_llm_2023" / name).workload
+        k = len(rows)
+        assert np.allclose(w.arrival_s[:k], [r[0] for r in rows], rtol=0, atol=1e-9), name
+        assert w.prompt_tokens[:k].tolist() == [r[1] for r in rows]
+        assert w.output_tokens[:k].tolist() == [r[2] for r in rows]
+    assert len(load_trace(TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv")
+               .workload) == 19_366
