@@ -84,7 +84,12 @@ from kvbudget.policies import (
 )
 from kvbudget.policies.clients import CLIENT_SEED_TAG, NO_RETRY, Answer, ClientModel
 from kvbudget.results.metrics import summarize
-from kvbudget.results.records import derive_latencies, engine_refusal, server_refusal
+from kvbudget.results.records import (
+    context_refusal,
+    derive_latencies,
+    engine_refusal,
+    server_refusal,
+)
 from kvbudget.results.said import context_cut
 from kvbudget.workloads import Workload
 from kvbudget.workloads.closed_loop import ClosedLoop
@@ -729,8 +734,13 @@ def _recorded(result: StreamResult, reason: str) -> tuple[str, str]:
     server_refusal``: a vLLM 400 for a prompt over its context joins the simulator's
     ``prompt_too_long``); an engine's own queue cap keeps its name (the simulator's); any
     other failure is a backend error, its answer in the attempts."""
-    refused = (server_refusal(result.http_status, result.error or "")
-               if result.error_kind == "http" and result.http_status is not None else None)
+    refused = None
+    if result.error_kind == "http" and result.http_status is not None:
+        refused = server_refusal(result.http_status, result.error or "")
+    elif result.error_kind == "stream_error" and result.output_tokens == 0:
+        # an error event in a stream begun with 200, before any output: TGI's refusal of a
+        # request over its max_total_tokens (results.records.CONTEXT_REFUSALS)
+        refused = server_refusal(None, result.error or "")
     return refused or ("rejected_overloaded",
                        reason if reason.startswith("engine_") else BACKEND_ERROR)
 
@@ -741,6 +751,10 @@ def _server_answer(result: StreamResult) -> tuple[Answer, str]:
     when its message says so: ``results.records.ENGINE_REFUSALS``), 400/413 a request too
     large, anything else a backend error."""
     code = result.http_status if result.error_kind == "http" else None
+    context = context_refusal(result.error or "")
+    if context is not None and (result.error_kind == "stream_error" or (
+            code is not None and 400 <= code < 500 and code not in (408, 429))):
+        return "too_large", context  # any 4xx (TGI's 422) or an error event (TGI's stream)
     if code in (429, 503) or result.error_kind == "stream_error":
         # an engine's own queue cap, named as the simulator names it (also when vLLM sends it
         # as an error event in a stream begun with 200: results.records.ENGINE_REFUSALS)

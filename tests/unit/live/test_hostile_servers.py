@@ -343,3 +343,40 @@ def test_validate_against_a_refusing_server_is_one_line(hostile: Hostile, tmp_pa
                                    "--read-timeout", "0.3"])
     assert res.exit_code == 1, res.stderr
     assert res.stderr.startswith("error: ") and len(res.stderr.strip().splitlines()) == 1
+
+
+def body_answer(code: int, payload: dict[str, Any]) -> Script:
+    def script(conn: socket.socket, body: dict[str, Any]) -> None:
+        raw = json.dumps(payload).encode()
+        conn.sendall(f"HTTP/1.1 {code} X\r\nContent-Type: application/json\r\n".encode()
+                     + f"Content-Length: {len(raw)}\r\n".encode()
+                     + b"Connection: close\r\n\r\n" + raw)
+    return script
+
+
+TGI_TOTAL = ("Input validation error: `inputs` tokens + `max_new_tokens` must be <= 8. Given: 5 "
+             "`inputs` tokens and 4 `max_new_tokens`")  # TGI v3.3.7 validation.rs:999
+SGLANG_PROMPT = "The input (5 tokens) is longer than the model's context length (4 tokens)."
+
+ENGINE_ANSWERS = {
+    # TGI v3.3.7 unstreamed: 422 {"error": ..., "error_type": "validation"} (server.rs:2409)
+    "tgi 422": body_answer(422, {"error": TGI_TOTAL, "error_type": "validation"}),
+    # TGI's completions stream: 200, then the event of infer/mod.rs:445-452, then the end
+    "tgi stream event": sse(_event({"error": {"message": TGI_TOTAL, "http_status_code": 422}})),
+    # SGLang 0.5.23: 400 {"object": "error", ...} (serving_base.py:123-128)
+    "sglang 400": body_answer(400, {"object": "error", "message": SGLANG_PROMPT,
+                                    "type": "BadRequest", "param": None, "code": 400}),
+}
+
+
+@pytest.mark.parametrize(("case", "reason"), [("tgi 422", "context_length"),
+                                              ("tgi stream event", "context_length"),
+                                              ("sglang 400", "prompt_too_long")])
+def test_other_engines_context_refusals_are_rows_the_simulation_joins(
+        hostile: Hostile, tmp_path: Path, case: str, reason: str) -> None:
+    # a TGI 422 was rejected_overloaded server_422, its stream event rejected_overloaded
+    # backend_error, SGLang's 400 rejected_too_large server_400: never the simulator's reason
+    hostile.completions = ENGINE_ANSWERS[case]
+    rec = _replay(hostile, tmp_path).records
+    assert rec["status"].tolist() == ["rejected_too_large"] * 3
+    assert rec["reason"].tolist() == [reason] * 3
