@@ -1,0 +1,52 @@
+"""What a load tool's file says of the server's refusals for the model's context.
+
+AIPerf (``error.message``) and inference-perf (``error.error_msg``) keep the server's own error
+text per request; it is read with the one table of every engine's words,
+:data:`kvbudget.results.records.CONTEXT_REFUSALS`. A refused request generated nothing, so it
+is dropped like every request without output, never simulated: the simulation's own context
+rules decide what it refuses. The note says how many the server refused, for which reason, in
+which engine's words, and, where that engine refuses what vLLM (the default simulated engine)
+serves cut, which ``--set engine.name=...`` simulates its rules: the two are not silently
+compared. (``vllm bench serve`` saves the HTTP reason phrase only, "Bad Request", and GuideLLM
+its own exception text: neither names the context.)
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from kvbudget.results.records import ENGINE_NAMES, REFUSING, context_refusal_of
+
+SIMULATED_AS: dict[str, str] = {"sglang": "sglang", "tgi": "tgi", "trtllm": "trtllm"}
+"""The simulated engine whose context rules are an engine's (``--set engine.name=``)."""
+
+
+def context_refusal_note(errors: Iterable[str]) -> tuple[int, str | None]:
+    """How many of the recorded error texts ``errors`` are refusals for the model's context,
+    and the note that says them (None when none is)."""
+    reasons: Counter[str] = Counter()
+    engines: Counter[str] = Counter()
+    refusing: set[str] = set()
+    for text in errors:
+        found = context_refusal_of(text) if text else None
+        if found is None:
+            continue
+        entry, reason = found
+        reasons[reason] += 1
+        engines[entry.engine] += 1
+        if entry.rule == REFUSING and entry.engine in SIMULATED_AS:
+            refusing.add(entry.engine)
+    total = sum(reasons.values())
+    if not total:
+        return 0, None
+    words = ", ".join(ENGINE_NAMES.get(e, e) for e in sorted(engines))
+    note = (f"{total} requests refused by the server for the model's context ("
+            + ", ".join(f"{n} {r}" for r, n in sorted(reasons.items()))
+            + f"; in {words}'s words): no output, so not simulated; the simulated engine's "
+            "own context rules decide what it refuses")
+    for engine in sorted(refusing):
+        note += (f"; {ENGINE_NAMES[engine]} refuses a prompt + max_tokens over the context, "
+                 "which vLLM (the default simulated engine) serves with its output cut: "
+                 f"--set engine.name={SIMULATED_AS[engine]} simulates its rules")
+    return total, note
