@@ -7,8 +7,8 @@ is dropped like every request without output, never simulated: the simulation's 
 rules decide what it refuses. The note says how many the server refused, for which reason, in
 which engine's words, and, where that engine refuses what vLLM (the default simulated engine)
 serves cut, which ``--set engine.name=...`` simulates its rules: the two are not silently
-compared. (``vllm bench serve`` saves the HTTP reason phrase only, "Bad Request", and GuideLLM
-its own exception text: neither names the context.)
+compared. (``vllm bench serve`` saves the HTTP reason phrase only, "Bad Request": vLLM 0.32.0
+``benchmarks/lib/endpoint_request_func.py``, ``output.error = response.reason``.)
 """
 
 from __future__ import annotations
