@@ -84,6 +84,7 @@ from kvbudget.policies import (
 )
 from kvbudget.policies.clients import CLIENT_SEED_TAG, NO_RETRY, Answer, ClientModel
 from kvbudget.results.metrics import summarize
+from kvbudget.results.recorded_refusals import engine_rules_said
 from kvbudget.results.records import (
     context_refusal,
     derive_latencies,
@@ -874,8 +875,7 @@ def finalize(
             "workload": {"num_requests": num_requests, "num_recorded": len(records)},
             "complete": len(records) == num_requests,
             **_cut_said(records, context),
-            **({"assumed": [kv_used_unknown_said(num_kv_unknown, "the server's /metrics")]}
-               if num_kv_unknown else {}),
+            **_assumed(records, num_kv_unknown),
         },
     )
     write_outputs(out_dir, records, timeline, summary, attempts, gaps)
@@ -898,6 +898,20 @@ def _cut_said(records: pd.DataFrame, context: tuple[Workload, int | None] | None
     if not num_cut:
         return {}
     return {"said": [context_cut(f"max_model_len {limit:,} (the server's)", num_cut)]}
+
+
+def _assumed(records: pd.DataFrame, num_kv_unknown: int) -> dict[str, Any]:
+    """``{"assumed": [lines]}``: the timeline rows whose KV in use ``/metrics`` did not tell,
+    and the server's refusals for the model's context in the words of an engine whose rules
+    are not vLLM's (``results.recorded_refusals.engine_rules_said``), else ``{}``."""
+    lines = [kv_used_unknown_said(num_kv_unknown, "the server's /metrics")] if (
+        num_kv_unknown) else []
+    if len(records) and "error" in records:
+        refused = records.loc[records["status"] == "rejected_too_large", "error"]
+        rules = engine_rules_said(str(e) for e in refused.tolist())
+        if rules:
+            lines.append(rules)
+    return {"assumed": lines} if lines else {}
 
 
 def _columns(df: pd.DataFrame) -> dict[str, Any]:

@@ -22,9 +22,9 @@ SIMULATED_AS: dict[str, str] = {"sglang": "sglang", "tgi": "tgi", "trtllm": "trt
 """The simulated engine whose context rules are an engine's (``--set engine.name=``)."""
 
 
-def context_refusal_note(errors: Iterable[str]) -> tuple[int, str | None]:
-    """How many of the recorded error texts ``errors`` are refusals for the model's context,
-    and the note that says them (None when none is)."""
+def _tally(errors: Iterable[str]) -> tuple[Counter[str], Counter[str], set[str]]:
+    """The context refusals among ``errors``: by reason, by engine, and the engines among them
+    that refuse a prompt + ``max_tokens`` over the context and have a simulated preset."""
     reasons: Counter[str] = Counter()
     engines: Counter[str] = Counter()
     refusing: set[str] = set()
@@ -37,16 +37,38 @@ def context_refusal_note(errors: Iterable[str]) -> tuple[int, str | None]:
         engines[entry.engine] += 1
         if entry.rule == REFUSING and entry.engine in SIMULATED_AS:
             refusing.add(entry.engine)
+    return reasons, engines, refusing
+
+
+def _rules(refusing: set[str]) -> str:
+    return "".join(f"; {ENGINE_NAMES[engine]} refuses a prompt + max_tokens over the context, "
+                   "which vLLM (the default simulated engine) serves with its output cut: "
+                   f"--set engine.name={SIMULATED_AS[engine]} simulates its rules"
+                   for engine in sorted(refusing))
+
+
+def context_refusal_note(errors: Iterable[str]) -> tuple[int, str | None]:
+    """How many of the recorded error texts ``errors`` are refusals for the model's context,
+    and the note that says them (None when none is)."""
+    reasons, engines, refusing = _tally(errors)
     total = sum(reasons.values())
     if not total:
         return 0, None
     words = ", ".join(ENGINE_NAMES.get(e, e) for e in sorted(engines))
-    note = (f"{total} requests refused by the server for the model's context ("
-            + ", ".join(f"{n} {r}" for r, n in sorted(reasons.items()))
-            + f"; in {words}'s words): no output, so not simulated; the simulated engine's "
-            "own context rules decide what it refuses")
-    for engine in sorted(refusing):
-        note += (f"; {ENGINE_NAMES[engine]} refuses a prompt + max_tokens over the context, "
-                 "which vLLM (the default simulated engine) serves with its output cut: "
-                 f"--set engine.name={SIMULATED_AS[engine]} simulates its rules")
-    return total, note
+    return total, (f"{total} requests refused by the server for the model's context ("
+                   + ", ".join(f"{n} {r}" for r, n in sorted(reasons.items()))
+                   + f"; in {words}'s words): no output, so not simulated; the simulated "
+                   "engine's own context rules decide what it refuses" + _rules(refusing))
+
+
+def engine_rules_said(errors: Iterable[str]) -> str | None:
+    """The line a live run's summary says (``assumed``) when its server refused requests for
+    the model's context in the words of an engine whose rules are not vLLM's (``errors``:
+    the rows' error texts), else None: ``validate --url`` simulates vLLM's unless told."""
+    _, engines, refusing = _tally(errors)
+    if not refusing:
+        return None
+    num = sum(engines[e] for e in refusing)
+    return (f"the server refused {num} requests for the model's context in "
+            + ", ".join(ENGINE_NAMES[e] for e in sorted(refusing)) + "'s words"
+            + _rules(refusing))

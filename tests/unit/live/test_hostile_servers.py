@@ -380,3 +380,16 @@ def test_other_engines_context_refusals_are_rows_the_simulation_joins(
     rec = _replay(hostile, tmp_path).records
     assert rec["status"].tolist() == ["rejected_too_large"] * 3
     assert rec["reason"].tolist() == [reason] * 3
+
+
+def test_a_replay_against_tgi_says_its_context_rules_are_not_vllms(hostile: Hostile,
+                                                                   tmp_path: Path) -> None:
+    # the replay sends as vLLM's rules say (validate --url simulates them); TGI refused what
+    # vLLM would serve cut, and nothing said so: the summary's assumed lines now do
+    hostile.completions = ENGINE_ANSWERS["tgi 422"]
+    summary = _replay(hostile, tmp_path).summary
+    assert any("in TGI's words" in line and "--set engine.name=tgi" in line
+               for line in summary.get("assumed", [])), summary.get("assumed")
+    hostile.completions = ENGINE_ANSWERS["sglang 400"]  # a prompt alone over the context
+    assert any("SGLang" in line
+               for line in _replay(hostile, tmp_path / "b").summary.get("assumed", []))
