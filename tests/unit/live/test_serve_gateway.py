@@ -815,6 +815,24 @@ SGLANG_TOTAL = ("Requested token count exceeds the model's maximum context lengt
                 "messages or the completion to fit within the limit.")  # SGLang 0.5.23
 
 
+def test_a_bare_error_object_in_a_stream_is_the_upstreams_error() -> None:
+    """An error event in SGLang's body shape, ``{"object": "error", "message": ...}``
+    (serving_base.py create_error_response, 0.5.23), with no ``error`` member: before, the
+    relay read it as an empty chunk and the request as a protocol error (``backend_error``,
+    not counted as a refusal); now its message is read, here SGLang's queue cap."""
+    async def main() -> None:
+        fake = FakeUpstream(refuse_body=(200, {"object": "error", "message": "The request "
+                                               "queue is full.", "type": "SERVICE_UNAVAILABLE",
+                                               "param": None, "code": 503}))
+        fake.release.set()
+        async with stack(fake) as (_server, url), httpx.AsyncClient() as client:
+            await client.post(url + "/v1/completions", json=_body(stream=True))
+            metrics = (await client.get(url + "/metrics")).text
+        assert ('kvbudget_refused_total{tier="interactive",reason="engine_max_queued_requests"}'
+                ' 1') in metrics
+    run(main())
+
+
 @pytest.mark.parametrize(("refuse", "stream"), [
     # TGI v3.3.7: 422 {"error": ..., "error_type": "validation"} unstreamed (server.rs:2409)
     ((422, {"error": TGI_TOTAL, "error_type": "validation"}), False),
