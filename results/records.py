@@ -175,11 +175,18 @@ CONTEXT_REFUSALS: Final[tuple[ContextRefusal, ...]] = (
                    "prompt_too_long"),
     ContextRefusal("ollama", _words("the input length exceeds the context length"),
                    "prompt_too_long"),
-    # llama.cpp's server (tools/server/server.cpp update_slots), a prompt of n_ctx tokens or
-    # more without context shift, HTTP 400: "the request exceeds the available context size.
-    # try increasing the context size or enable context shift" (later ", try increasing it",
-    # type exceed_context_size_error, code 400)
-    ContextRefusal("llama.cpp", _words("the request exceeds the available context size"),
+    # llama.cpp's server, fb402660 tools/server/server-context.cpp update_slots, HTTP 400
+    # (ERROR_TYPE_EXCEED_CONTEXT_SIZE, "exceed_context_size_error", server-common.cpp
+    # format_error_response): a prompt of n_ctx tokens or more, "the request exceeds the
+    # available context size, try increasing it" (earlier tools/server/server.cpp: "... size.
+    # try increasing the context size or enable context shift"; later: "request (1030 tokens)
+    # exceeds the available context size (1024 tokens), try increasing it"); a prompt over
+    # n_ctx that cannot be split (embeddings), "input is larger than the max context size.
+    # skipping" (later "input (1030 tokens) is larger than the max context size (1024
+    # tokens). skipping"). Its output stops at the context (finish_reason length)
+    ContextRefusal("llama.cpp", _words("exceeds the available context size"),
+                   "prompt_too_long"),
+    ContextRefusal("llama.cpp", _words("is larger than the max context size"),
                    "prompt_too_long"),
 )
 """Each engine's words for a request over the model's context, and the reason the simulator
@@ -324,7 +331,7 @@ ATTEMPT_COLUMNS: Final[dict[str, str]] = {
 }
 """``attempts.parquet``: one row per attempt of a run whose clients are modelled. ``answer``
 is ``completed`` or a client-model answer (``overloaded_retryable``, ``overloaded``,
-``too_large``, ``backend_error``, ``timeout``); ``reason`` the overload reason (or
+``too_large``, ``backend_error``, ``timeout``, ``refused``); ``reason`` the overload reason (or
 ``max_model_len``, or the backend's error); ``retry_after_s`` what the refusal said (NaN:
 nothing); ``next_attempt_s`` when the client sent its next attempt (NaN: it stopped)."""
 

@@ -102,9 +102,14 @@ OTHER_ENGINES = [
      "model; shorten the prompt, adjust the context length in settings, or use a model with a "
      "longer context length", "prompt_too_long"),
     ("ollama", 400, "the input length exceeds the context length", "prompt_too_long"),
-    # llama.cpp server.cpp update_slots, 400
+    # llama.cpp fb402660 server-context.cpp update_slots, 400, and its earlier server.cpp's
+    ("llama.cpp", 400, "the request exceeds the available context size, try increasing it",
+     "prompt_too_long"),
     ("llama.cpp", 400, "the request exceeds the available context size. try increasing the "
      "context size or enable context shift", "prompt_too_long"),
+    ("llama.cpp", 400, "request (1030 tokens) exceeds the available context size (1024 tokens), "
+     "try increasing it", "prompt_too_long"),
+    ("llama.cpp", 400, "input is larger than the max context size. skipping", "prompt_too_long"),
 ]
 
 
