@@ -750,7 +750,9 @@ def _server_answer(result: StreamResult) -> tuple[Answer, str]:
     """What a failed stream means to a client: the server's 429 is a retryable refusal (its
     Retry-After in ``result``), 503 a final one (either named after the engine's queue cap
     when its message says so: ``results.records.ENGINE_REFUSALS``), 400/413 a request too
-    large, anything else a backend error."""
+    large (so is any 4xx, or an error event, whose message names the model's context), any
+    other 4xx but 408, 409 and 429 a refusal (``refused``: final), anything else a backend
+    error."""
     code = result.http_status if result.error_kind == "http" else None
     context = context_refusal(result.error or "")
     if context is not None and (result.error_kind == "stream_error" or (
@@ -765,6 +767,10 @@ def _server_answer(result: StreamResult) -> tuple[Answer, str]:
             return ("overloaded_retryable" if status == 429 else "overloaded"), reason
     if code in (400, 413):
         return "too_large", f"server_{code}"
+    if code is not None and 400 <= code < 500 and code not in (408, 409, 429):
+        # a 404 for a model the server does not serve, a 422: the same request gets the same
+        # answer, and the OpenAI SDK does not retry it (it retries 408, 409, 429 and 5xx)
+        return "refused", f"server_{code}"
     return "backend_error", result.error_kind or "error"
 
 
