@@ -373,8 +373,8 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     if not summary:
         notes.append(f"no {SUMMARY_NAME} beside the records: load mode and server settings "
                      "unknown")
-    # the server's own error text (AIPerf's ErrorDetails.message): its refusals for the
-    # model's context, said
+    # the server's own error text (AIPerf 0.13.0 transports/aiohttp_client.py:165-171: a
+    # non-2xx answer's body as ErrorDetails.message): its refusals for the model's context
     refused, said = context_refusal_note(_error_text(rec) for _, rec in records)
     if said:
         counts["num_refused_context"] = refused

@@ -64,11 +64,15 @@ def context_refusal_note(errors: Iterable[str]) -> tuple[int, str | None]:
 def engine_rules_said(errors: Iterable[str]) -> str | None:
     """The line a live run's summary says (``assumed``) when its server refused requests for
     the model's context in the words of an engine whose rules are not vLLM's (``errors``:
-    the rows' error texts), else None: ``validate --url`` simulates vLLM's unless told."""
+    the rows' error texts), else None: the replay sends by vLLM's rules and ``validate
+    --url`` simulates them."""
     _, engines, refusing = _tally(errors)
     if not refusing:
         return None
     num = sum(engines[e] for e in refusing)
-    return (f"the server refused {num} requests for the model's context in "
-            + ", ".join(ENGINE_NAMES[e] for e in sorted(refusing)) + "'s words"
-            + _rules(refusing))
+    names = ", ".join(ENGINE_NAMES[e] for e in sorted(refusing))
+    flags = " or ".join(f"--set engine.name={SIMULATED_AS[e]}" for e in sorted(refusing))
+    return (f"the server refused {num} requests for the model's context in {names}'s words: "
+            f"{names} refuses a prompt + max_tokens over the context, which vLLM, whose rules "
+            "the replay sends by and validate --url simulates, serves with its output cut; "
+            f"validate --records on this run with {flags} simulates its rules")
