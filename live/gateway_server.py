@@ -662,13 +662,9 @@ class GatewayServer:
         """End a call whose stream ended: failed by the upstream mid-stream, or completed (a
         protocol error when its usage is missing or absurd)."""
         if call.upstream_error:
-            # an error event: before any output, TGI's refusal of a request over its context
-            # (results.records.CONTEXT_REFUSALS); else a failure, or an engine's queue cap
-            refused = (server_refusal(None, call.upstream_error)
-                       if not call.chunk_times_s else None)
-            self._upstream_failed(call, *(refused or (
-                "rejected_overloaded", _failure_reason(None, call.upstream_error))),
-                call.upstream_error)
+            self._upstream_failed(call, *_stream_failure(call.upstream_error,
+                                                          bool(call.chunk_times_s)),
+                                  call.upstream_error)
             return
         problem = call.problem or ("" if call.output_tokens is not None
                                    else "the stream ended without its usage")
@@ -712,6 +708,15 @@ def _failure(status: int, content: bytes) -> tuple[str, str]:
         message = text
     return server_refusal(status, message) or ("rejected_overloaded",
                                                _failure_reason(status, message))
+
+
+def _stream_failure(error: str, had_output: bool) -> tuple[str, str]:
+    """The record's status and reason for an error event ``error`` in a stream begun with 200:
+    before any output, a refusal of the request as sent where its words say so (TGI's of a
+    request over its context: ``results.records.CONTEXT_REFUSALS``), else a failure or an
+    engine's queue cap (:func:`_failure_reason`)."""
+    refused = server_refusal(None, error) if not had_output else None
+    return refused or ("rejected_overloaded", _failure_reason(None, error))
 
 
 def _failure_reason(status: int | None, message: bytes | str) -> str:

@@ -183,7 +183,7 @@ CONTEXT_REFUSALS: Final[tuple[ContextRefusal, ...]] = (
     # exceeds the available context size (1024 tokens), try increasing it"); a prompt over
     # n_ctx that cannot be split (embeddings), "input is larger than the max context size.
     # skipping" (later "input (1030 tokens) is larger than the max context size (1024
-    # tokens). skipping"). Its output stops at the context (finish_reason length)
+    # tokens). skipping")
     ContextRefusal("llama.cpp", _words("exceeds the available context size"),
                    "prompt_too_long"),
     ContextRefusal("llama.cpp", _words("is larger than the max context size"),
