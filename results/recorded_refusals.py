@@ -1,7 +1,7 @@
 """What a load tool's file says of the server's refusals for the model's context.
 
-AIPerf (``error.message``) and inference-perf (``error.error_msg``) keep the server's own error
-text per request; it is read with the one table of every engine's words,
+AIPerf (``error.message``), inference-perf (``error.error_msg``) and SGLang's ``bench_serving``
+(``errors``: "Bad Request: " and the body) keep the server's own error text per request; it is read with the one table of every engine's words,
 :data:`kvbudget.results.records.CONTEXT_REFUSALS`. A refused request generated nothing, so it
 is dropped like every request without output, never simulated: the simulation's own context
 rules decide what it refuses. The note says how many the server refused, for which reason, in

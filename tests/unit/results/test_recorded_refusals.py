@@ -12,7 +12,7 @@ from pathlib import Path
 
 from kvbudget.results.recorded_refusals import context_refusal_note
 from kvbudget.results.recordings import read_recording
-from tests.unit.results.test_published_files import aiperf_first_layout
+from tests.unit.results.test_published_files import aiperf_first_layout, sglang_details
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "recordings"
 
@@ -56,6 +56,26 @@ def test_aiperf_context_refusals_are_said(tmp_path: Path) -> None:
     assert rec.counts["num_refused_context"] == 1
     note = next(n for n in rec.notes if "refused by the server" in n)
     assert "1 prompt_too_long; in SGLang's words" in note
+
+
+def test_sglang_bench_serving_context_refusals_are_said(tmp_path: Path) -> None:
+    # SGLang's bench_serving keeps "Bad Request: " + the body (0.5.23
+    # sglang/benchmark/serving.py:236-239): the refusal was a dropped error, unsaid
+    total = json.dumps({"object": "error", "message": "Requested token count exceeds the "
+                        "model's maximum context length of 36 tokens. You requested a total of "
+                        "40 tokens: 32 tokens from the input messages and 8 tokens for the "
+                        "completion. Please reduce the number of tokens in the input messages "
+                        "or the completion to fit within the limit.", "type": "BadRequest",
+                        "param": None, "code": 400})
+    path = tmp_path / "sglang.jsonl"
+    path.write_text(json.dumps(sglang_details(
+        output_lens=[4, 0, 4], ttfts=[0.02, 0.0, 0.02], itls=[[0.01] * 3, [], [0.01] * 3],
+        errors=["", "Bad Request: " + total, ""])) + "\n")
+    rec = read_recording(path)
+    assert rec.counts["num_refused_context"] == 1
+    note = next(n for n in rec.notes if "refused by the server" in n)
+    assert "1 context_length; in SGLang's words" in note
+    assert "--set engine.name=sglang" in note
 
 
 def test_other_errors_say_nothing() -> None:
