@@ -28,6 +28,7 @@ from kvbudget.live.openai_client import ServerTarget, StreamResult, stream_compl
 from kvbudget.live.replay import ReplayConfig, ReplayMeta, replay
 from kvbudget.live.server import BackendUnavailable, discover
 from kvbudget.policies import BATCH, INTERACTIVE, make_policy
+from kvbudget.results.recordings import read_recording
 from kvbudget.workloads import from_columns
 
 METRICS = (b'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="200"} 1.0\n'
@@ -393,3 +394,19 @@ def test_a_replay_against_tgi_says_its_context_rules_are_not_vllms(hostile: Host
     hostile.completions = ENGINE_ANSWERS["sglang 400"]  # a prompt alone over the context
     assert any("SGLang" in line
                for line in _replay(hostile, tmp_path / "b").summary.get("assumed", []))
+
+
+def test_a_replays_run_against_tgi_read_as_a_recording_says_so(hostile: Hostile,
+                                                               tmp_path: Path) -> None:
+    # validate --records on the run offered the refused request again under vLLM's rules
+    # (served cut) without a word
+    answers = iter([ENGINE_ANSWERS["tgi 422"]])
+
+    def first_refused(conn: socket.socket, body: dict[str, Any]) -> None:
+        next(answers, sse(_chunk(1), _chunk(4, finish="length"), _event("[DONE]")))(conn, body)
+
+    hostile.completions = first_refused
+    _replay(hostile, tmp_path)
+    rec = read_recording(tmp_path / "run")
+    assert any("in TGI's words" in n and "--set engine.name=tgi" in n for n in rec.notes), \
+        rec.notes
