@@ -63,7 +63,7 @@ from kvbudget.policies.base import Policy
 from kvbudget.policies.errors import Overloaded, RequestTooLarge
 from kvbudget.policies.gateway import Admit, Reject
 from kvbudget.policies.tiers import TierConfig
-from kvbudget.results.records import engine_refusal, server_refusal
+from kvbudget.results.records import engine_refusal, error_text, server_refusal
 
 log = logging.getLogger("kvbudget.serve")
 
@@ -672,8 +672,9 @@ class GatewayServer:
         """End a call whose stream ended: failed by the upstream mid-stream, or completed (a
         protocol error when its usage is missing or absurd)."""
         if call.upstream_error:
-            self._upstream_failed(call, "rejected_overloaded",
-                                  _failure_reason(None, call.upstream_error), call.upstream_error)
+            self._upstream_failed(call, *_stream_failure(call.upstream_error,
+                                                          bool(call.chunk_times_s)),
+                                  call.upstream_error)
             return
         problem = call.problem or ("" if call.output_tokens is not None
                                    else "the stream ended without its usage")
@@ -707,10 +708,25 @@ def refusal_answer(error: RequestTooLarge | Overloaded, config: ServeConfig) -> 
 
 def _failure(status: int, content: bytes) -> tuple[str, str]:
     """The record's status and reason for an upstream's answer other than 200: a refusal of
-    the request as sent as the replay records it (``results.records.server_refusal``), else a
-    failure (:func:`_failure_reason`)."""
-    return server_refusal(status, content.decode("utf-8", "replace")) or (
-        "rejected_overloaded", _failure_reason(status, content))
+    the request as sent as the replay records it (``results.records.server_refusal``, read
+    from the body's message in whichever engine's shape, ``error_text``), else a failure
+    (:func:`_failure_reason`)."""
+    text = content.decode("utf-8", "replace")
+    try:
+        message = error_text(json.loads(text)) or text
+    except (ValueError, RecursionError):
+        message = text
+    return server_refusal(status, message) or ("rejected_overloaded",
+                                               _failure_reason(status, message))
+
+
+def _stream_failure(error: str, had_output: bool) -> tuple[str, str]:
+    """The record's status and reason for an error event ``error`` in a stream begun with 200:
+    before any output, a refusal of the request as sent where its words say so (TGI's of a
+    request over its context: ``results.records.CONTEXT_REFUSALS``), else a failure or an
+    engine's queue cap (:func:`_failure_reason`)."""
+    refused = server_refusal(None, error) if not had_output else None
+    return refused or ("rejected_overloaded", _failure_reason(None, error))
 
 
 def _failure_reason(status: int | None, message: bytes | str) -> str:

@@ -30,6 +30,8 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 
+from kvbudget.results.records import error_text
+
 ErrorKind = Literal["", "http", "timeout", "connect", "reset", "stream_error", "protocol"]
 TRANSPORT_ERRORS: frozenset[str] = frozenset({"connect", "reset", "timeout"})
 """Error kinds after which the replay checks whether the server is still there."""
@@ -237,18 +239,9 @@ def completion_body(
 
 
 def error_message(payload: Any) -> str:
-    """The message of an OpenAI-style error object (``{"error": {...}}`` or ``{"object":
-    "error", "message": ...}``), or '' when the payload is not an error."""
-    if not isinstance(payload, dict):
-        return ""
-    err = payload.get("error")
-    if isinstance(err, dict):
-        return str(err.get("message") or err.get("type") or err)
-    if err is not None and err is not False and err != "":  # a string, a number, a list
-        return str(err)
-    if payload.get("object") == "error":
-        return str(payload.get("message") or payload)
-    return ""
+    """The message of an engine's error object, or '' when the payload is not an error
+    (``results.records.error_text``: every engine's shape)."""
+    return error_text(payload)
 
 
 def _count(value: Any) -> bool:

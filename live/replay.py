@@ -84,7 +84,13 @@ from kvbudget.policies import (
 )
 from kvbudget.policies.clients import CLIENT_SEED_TAG, NO_RETRY, Answer, ClientModel
 from kvbudget.results.metrics import summarize
-from kvbudget.results.records import derive_latencies, engine_refusal, server_refusal
+from kvbudget.results.recorded_refusals import engine_rules_said
+from kvbudget.results.records import (
+    context_refusal,
+    derive_latencies,
+    engine_refusal,
+    server_refusal,
+)
 from kvbudget.results.said import context_cut
 from kvbudget.workloads import Workload
 from kvbudget.workloads.closed_loop import ClosedLoop
@@ -729,8 +735,13 @@ def _recorded(result: StreamResult, reason: str) -> tuple[str, str]:
     server_refusal``: a vLLM 400 for a prompt over its context joins the simulator's
     ``prompt_too_long``); an engine's own queue cap keeps its name (the simulator's); any
     other failure is a backend error, its answer in the attempts."""
-    refused = (server_refusal(result.http_status, result.error or "")
-               if result.error_kind == "http" and result.http_status is not None else None)
+    refused = None
+    if result.error_kind == "http" and result.http_status is not None:
+        refused = server_refusal(result.http_status, result.error or "")
+    elif result.error_kind == "stream_error" and result.output_tokens == 0:
+        # an error event in a stream begun with 200, before any output: TGI's refusal of a
+        # request over its max_total_tokens (results.records.CONTEXT_REFUSALS)
+        refused = server_refusal(None, result.error or "")
     return refused or ("rejected_overloaded",
                        reason if reason.startswith("engine_") else BACKEND_ERROR)
 
@@ -739,8 +750,14 @@ def _server_answer(result: StreamResult) -> tuple[Answer, str]:
     """What a failed stream means to a client: the server's 429 is a retryable refusal (its
     Retry-After in ``result``), 503 a final one (either named after the engine's queue cap
     when its message says so: ``results.records.ENGINE_REFUSALS``), 400/413 a request too
-    large, anything else a backend error."""
+    large (so is any 4xx, or an error event, whose message names the model's context), any
+    other 4xx but 408, 409 and 429 a refusal (``refused``: final), anything else a backend
+    error."""
     code = result.http_status if result.error_kind == "http" else None
+    context = context_refusal(result.error or "")
+    if context is not None and (result.error_kind == "stream_error" or (
+            code is not None and 400 <= code < 500 and code not in (408, 429))):
+        return "too_large", context  # any 4xx (TGI's 422) or an error event (TGI's stream)
     if code in (429, 503) or result.error_kind == "stream_error":
         # an engine's own queue cap, named as the simulator names it (also when vLLM sends it
         # as an error event in a stream begun with 200: results.records.ENGINE_REFUSALS)
@@ -750,6 +767,10 @@ def _server_answer(result: StreamResult) -> tuple[Answer, str]:
             return ("overloaded_retryable" if status == 429 else "overloaded"), reason
     if code in (400, 413):
         return "too_large", f"server_{code}"
+    if code is not None and 400 <= code < 500 and code not in (408, 409, 429):
+        # a 404 for a model the server does not serve, a 422: the same request gets the same
+        # answer, and the OpenAI SDK does not retry it (it retries 408, 409, 429 and 5xx)
+        return "refused", f"server_{code}"
     return "backend_error", result.error_kind or "error"
 
 
@@ -861,8 +882,7 @@ def finalize(
             "workload": {"num_requests": num_requests, "num_recorded": len(records)},
             "complete": len(records) == num_requests,
             **_cut_said(records, context),
-            **({"assumed": [kv_used_unknown_said(num_kv_unknown, "the server's /metrics")]}
-               if num_kv_unknown else {}),
+            **_assumed(records, num_kv_unknown),
         },
     )
     write_outputs(out_dir, records, timeline, summary, attempts, gaps)
@@ -885,6 +905,20 @@ def _cut_said(records: pd.DataFrame, context: tuple[Workload, int | None] | None
     if not num_cut:
         return {}
     return {"said": [context_cut(f"max_model_len {limit:,} (the server's)", num_cut)]}
+
+
+def _assumed(records: pd.DataFrame, num_kv_unknown: int) -> dict[str, Any]:
+    """``{"assumed": [lines]}``: the timeline rows whose KV in use ``/metrics`` did not tell,
+    and the server's refusals for the model's context in the words of an engine whose rules
+    are not vLLM's (``results.recorded_refusals.engine_rules_said``), else ``{}``."""
+    lines = [kv_used_unknown_said(num_kv_unknown, "the server's /metrics")] if (
+        num_kv_unknown) else []
+    if len(records) and "error" in records:
+        refused = records.loc[records["status"] == "rejected_too_large", "error"]
+        rules = engine_rules_said(str(e) for e in refused.tolist())
+        if rules:
+            lines.append(rules)
+    return {"assumed": lines} if lines else {}
 
 
 def _columns(df: pd.DataFrame) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse
 
 from kvbudget.live.serve_admission import Ticket
 from kvbudget.live.serve_request import Completion, usage_problem
+from kvbudget.results.records import error_text
 
 _T = TypeVar("_T")
 
@@ -174,10 +175,10 @@ class Call:
             return line + b"\n"
         if not isinstance(event, dict):
             return line + b"\n"
-        error = event.get("error")
-        if error is not None:  # the upstream failed the request mid-stream: passed on, noted
-            self.upstream_error = str(error.get("message") or error) if isinstance(
-                error, dict) else str(error)
+        error = error_text(event)
+        if error:  # the upstream failed the request mid-stream: passed on, noted (any engine's
+            # shape: SGLang's and TensorRT-LLM's {"object": "error", ...} too)
+            self.upstream_error = error
             return line + b"\n"
         usage = event.get("usage")
         if usage is not None:

@@ -12,6 +12,9 @@ The answers a client can get (:data:`ANSWERS`):
 * ``overloaded``: ``Overloaded(retryable=False)`` (HTTP 503);
 * ``too_large``: ``RequestTooLarge`` (HTTP 400/413), or a server's ``max_model_len`` refusal;
 * ``backend_error``: the server failed the request (5xx, a stream cut short);
+* ``refused``: a server's refusal of the request as sent, a 4xx other than 400, 408, 409, 413
+  and 429 (a 404 for a model it does not serve, a 422): the same request gets the same answer,
+  so no preset retries it (the OpenAI SDK retries only 408, 409, 429 and 5xx);
 * ``timeout``: the client's own ``timeout_s`` ran out (it disconnects; the server aborts the
   request and frees its KV blocks).
 
@@ -48,13 +51,15 @@ MAX_ATTEMPTS = 10_000
 MAX_MULTIPLIER = 100.0
 """No backoff grows faster per attempt (the SDKs double it)."""
 
-Answer = Literal["overloaded_retryable", "overloaded", "too_large", "backend_error", "timeout"]
+Answer = Literal["overloaded_retryable", "overloaded", "too_large", "backend_error", "timeout",
+                 "refused"]
 ANSWERS: tuple[Answer, ...] = (
     "overloaded_retryable",
     "overloaded",
     "too_large",
     "backend_error",
     "timeout",
+    "refused",
 )
 Backoff = Literal["constant", "exponential"]
 Jitter = Literal["none", "full", "equal", "proportional"]

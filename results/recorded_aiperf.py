@@ -40,6 +40,7 @@ from kvbudget.results.recorded_fields import (
     number,
     time_limit_note,
 )
+from kvbudget.results.recorded_refusals import context_refusal_note
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
@@ -295,6 +296,12 @@ def read_aiperf(path: Path, default_tier: str,
                       from_server, default_tier, max_output_rule, end)
 
 
+def _error_text(rec: Any) -> str:
+    """A record's error message (``error.message``), or ''."""
+    err = rec.get("error") if isinstance(rec, dict) else None
+    return str(err.get("message") or "") if isinstance(err, dict) else ""
+
+
 def _status(rec: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
     if meta.get("was_cancelled"):
         return "cancelled"
@@ -366,6 +373,12 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     if not summary:
         notes.append(f"no {SUMMARY_NAME} beside the records: load mode and server settings "
                      "unknown")
+    # the server's own error text (AIPerf 0.13.0 transports/aiohttp_client.py:165-171: a
+    # non-2xx answer's body as ErrorDetails.message): its refusals for the model's context
+    refused, said = context_refusal_note(_error_text(rec) for _, rec in records)
+    if said:
+        counts["num_refused_context"] = refused
+        notes.append(said)
     return build_recording(path, "aiperf", workload, ttft=ttft[rows], e2e=e2e[rows], status=st,
                            stage=[stage.label] * len(rows), itl_mean=itl[rows], config=config,
                            counts=counts, notes=[*notes, *warnings], stages=(stage,),

@@ -22,6 +22,7 @@ from kvbudget.results.recorded_fields import (
     check_times,
     max_tokens_note,
 )
+from kvbudget.results.recorded_refusals import engine_rules_said
 from kvbudget.results.recording import (
     COMPLETED_WORDS,
     MEASUREMENT_COLUMNS,
@@ -390,9 +391,16 @@ def read_run_dir(path: Path, default_tier: str) -> Recording:
     config.update(server_config(meta.get("server") or {}, config))
     config.update(serve_fleet(meta, config))
     counts = {"num_rows_read": n}
+    # a replay against an engine that refuses a prompt + max_tokens over the context: those
+    # rows are offered again (with their declared maximum), and vLLM's rules would serve them
+    # (the live run's extra error column, live/run_dir.py EXTRA_RECORD_COLUMNS)
+    columns = run.record_columns
+    rules = engine_rules_said(str(e) for st, e in zip(
+        columns["status"], columns.get("error", ()), strict=False)
+        if st == "rejected_too_large")
     recording = build_recording(path, "run", workload,
                        ttft=rec["ttft_s"].to_numpy(dtype=np.float64),
                        e2e=rec["e2e_s"].to_numpy(dtype=np.float64), status=status,
                        stage=[""] * n, itl_mean=None, config=config, counts=counts,
-                       notes=[], output_measured=output)
+                       notes=[rules] if rules else [], output_measured=output)
     return replace(recording, workload=workload)

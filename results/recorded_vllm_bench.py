@@ -48,6 +48,7 @@ from kvbudget.results.recorded_fields import (
     max_tokens_note,
     number,
 )
+from kvbudget.results.recorded_refusals import context_refusal_note
 from kvbudget.results.recorded_summaries import is_sglang, is_trtllm, summary_refusal
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
@@ -649,6 +650,14 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     if "ignore_eos" not in config:
         notes.append(f"ignore_eos: not recorded in the file ({tool} does not save it)")
     notes.extend(n for n in (_speculative_note(first), _shared_prefix_note(first)) if n)
+    # SGLang's bench_serving keeps a refusal's body ("Bad Request: " + the response text,
+    # 0.5.23 sglang/benchmark/serving.py:236-239); vLLM's the reason phrase only
+    # (benchmarks/lib/endpoint_request_func.py, output.error = response.reason)
+    refused, said = context_refusal_note(str(e) for _, doc in docs
+                                         for e in doc.get("errors") or () if e)
+    if said:
+        counts["num_refused_context"] = refused
+        notes.append(said)
     return build_recording(
         path, "vllm-bench", workload, ttft=cat([r.ttft for r in runs])[rows],
         e2e=cat([r.e2e for r in runs])[rows], sent_s=cat(sents)[rows],

@@ -66,6 +66,8 @@ class FakeUpstream:
     num_tokenized: int = 0
     refuse: tuple[int, str] | None = None  # (HTTP status, or 200 for an event mid-stream, msg)
     refuse_tokenize: tuple[int, str] | None = None  # /tokenize's refusal: (HTTP status, msg)
+    # an engine's own error answer: (HTTP status, or 200 for an event in a stream, its JSON)
+    refuse_body: tuple[int, dict[str, Any]] | None = None
     on_tokenize: Callable[[], None] | None = None  # called as /tokenize counts
     max_model_len: int | None = None  # told by /v1/models, as vLLM does (None: not told)
 
@@ -152,6 +154,13 @@ class FakeUpstream:
                 await self._hold(request)
             except asyncio.CancelledError:
                 return Response(status_code=499)
+        if self.refuse_body is not None:
+            status, payload = self.refuse_body
+            if status != 200 or not body.get("stream"):
+                return JSONResponse(payload, status_code=status)
+            return StreamingResponse(iter([f"data: {json.dumps(payload)}\n\n",
+                                           "data: [DONE]\n\n"]),
+                                     media_type="text/event-stream")
         if self.refuse is not None:
             status, message = self.refuse
             error = {"error": {"object": "error", "message": message, "type": "ServiceUnavailable",

@@ -28,6 +28,7 @@ from kvbudget.live.openai_client import ServerTarget, StreamResult, stream_compl
 from kvbudget.live.replay import ReplayConfig, ReplayMeta, replay
 from kvbudget.live.server import BackendUnavailable, discover
 from kvbudget.policies import BATCH, INTERACTIVE, make_policy
+from kvbudget.results.recordings import read_recording
 from kvbudget.workloads import from_columns
 
 METRICS = (b'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="200"} 1.0\n'
@@ -343,3 +344,69 @@ def test_validate_against_a_refusing_server_is_one_line(hostile: Hostile, tmp_pa
                                    "--read-timeout", "0.3"])
     assert res.exit_code == 1, res.stderr
     assert res.stderr.startswith("error: ") and len(res.stderr.strip().splitlines()) == 1
+
+
+def body_answer(code: int, payload: dict[str, Any]) -> Script:
+    def script(conn: socket.socket, body: dict[str, Any]) -> None:
+        raw = json.dumps(payload).encode()
+        conn.sendall(f"HTTP/1.1 {code} X\r\nContent-Type: application/json\r\n".encode()
+                     + f"Content-Length: {len(raw)}\r\n".encode()
+                     + b"Connection: close\r\n\r\n" + raw)
+    return script
+
+
+TGI_TOTAL = ("Input validation error: `inputs` tokens + `max_new_tokens` must be <= 8. Given: 5 "
+             "`inputs` tokens and 4 `max_new_tokens`")  # TGI v3.3.7 validation.rs:999
+SGLANG_PROMPT = "The input (5 tokens) is longer than the model's context length (4 tokens)."
+
+ENGINE_ANSWERS = {
+    # TGI v3.3.7 unstreamed: 422 {"error": ..., "error_type": "validation"} (server.rs:2409)
+    "tgi 422": body_answer(422, {"error": TGI_TOTAL, "error_type": "validation"}),
+    # TGI's completions stream: 200, then the event of infer/mod.rs:445-452, then the end
+    "tgi stream event": sse(_event({"error": {"message": TGI_TOTAL, "http_status_code": 422}})),
+    # SGLang 0.5.23: 400 {"object": "error", ...} (serving_base.py:123-128)
+    "sglang 400": body_answer(400, {"object": "error", "message": SGLANG_PROMPT,
+                                    "type": "BadRequest", "param": None, "code": 400}),
+}
+
+
+@pytest.mark.parametrize(("case", "reason"), [("tgi 422", "context_length"),
+                                              ("tgi stream event", "context_length"),
+                                              ("sglang 400", "prompt_too_long")])
+def test_other_engines_context_refusals_are_rows_the_simulation_joins(
+        hostile: Hostile, tmp_path: Path, case: str, reason: str) -> None:
+    # a TGI 422 was rejected_overloaded server_422, its stream event rejected_overloaded
+    # backend_error, SGLang's 400 rejected_too_large server_400: never the simulator's reason
+    hostile.completions = ENGINE_ANSWERS[case]
+    rec = _replay(hostile, tmp_path).records
+    assert rec["status"].tolist() == ["rejected_too_large"] * 3
+    assert rec["reason"].tolist() == [reason] * 3
+
+
+def test_a_replay_against_tgi_says_its_context_rules_are_not_vllms(hostile: Hostile,
+                                                                   tmp_path: Path) -> None:
+    # the replay sends as vLLM's rules say (validate --url simulates them); TGI refused what
+    # vLLM would serve cut, and nothing said so: the summary's assumed lines now do
+    hostile.completions = ENGINE_ANSWERS["tgi 422"]
+    summary = _replay(hostile, tmp_path).summary
+    assert any("in TGI's words" in line and "--set engine.name=tgi" in line
+               for line in summary.get("assumed", [])), summary.get("assumed")
+    hostile.completions = ENGINE_ANSWERS["sglang 400"]  # a prompt alone over the context
+    assert any("SGLang" in line
+               for line in _replay(hostile, tmp_path / "b").summary.get("assumed", []))
+
+
+def test_a_replays_run_against_tgi_read_as_a_recording_says_so(hostile: Hostile,
+                                                               tmp_path: Path) -> None:
+    # validate --records on the run offered the refused request again under vLLM's rules
+    # (served cut) without a word
+    answers = iter([ENGINE_ANSWERS["tgi 422"]])
+
+    def first_refused(conn: socket.socket, body: dict[str, Any]) -> None:
+        next(answers, sse(_chunk(1), _chunk(4, finish="length"), _event("[DONE]")))(conn, body)
+
+    hostile.completions = first_refused
+    _replay(hostile, tmp_path)
+    rec = read_recording(tmp_path / "run")
+    assert any("in TGI's words" in n and "--set engine.name=tgi" in n for n in rec.notes), \
+        rec.notes

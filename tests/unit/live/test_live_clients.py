@@ -29,6 +29,8 @@ BATCH = TierConfig("batch", priority=1, queue_timeout_s=600.0, retryable_on_over
 @dataclass
 class _State:
     refusals: int = 2  # the first requests answered 429
+    refusal_status: int = 429  # or another status, its body the message below
+    refusal_message: str = "slow down"
     retry_after: str = "1"
     token_s: float = 0.001
     stall_s: float = 0.0  # a first token this late (a client timeout test)
@@ -66,7 +68,7 @@ class _Handler(BaseHTTPRequestHandler):
             refuse = st.refusals > 0
             st.refusals -= 1
         if refuse:
-            self._json(429, {"error": {"message": "slow down"}},
+            self._json(st.refusal_status, {"error": {"message": st.refusal_message}},
                        {"Retry-After": st.retry_after})
             return
         n = int(body["max_tokens"])
@@ -158,6 +160,30 @@ def test_no_retry_client_gives_up_on_the_first_429(
     assert run.records.status.tolist() == ["rejected_overloaded"]
     assert run.records.num_attempts.tolist() == [1]
     assert run.attempts is not None and run.attempts.reason.tolist() == ["server_429"]
+
+
+@pytest.mark.parametrize(("status", "message", "attempts", "answer"), [
+    (404, "The model `fake` does not exist.", 1, "refused"),
+    (422, "Input validation error: `temperature` must be strictly positive", 1, "refused"),
+    # TGI v3.3.7's 422 for a request over its context (validation.rs:999): too large
+    (422, "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 8. Given: 8 "
+          "`inputs` tokens and 4 `max_new_tokens`", 1, "too_large"),
+    (409, "conflict", 3, "backend_error"),  # the OpenAI SDK retries 408 and 409
+])
+def test_a_refusal_of_the_request_as_sent_is_not_retried(
+    server: tuple[_State, str], tmp_path: Path, status: int, message: str, attempts: int,
+    answer: str,
+) -> None:
+    # a 404 or 422 was a backend_error, which openai-sdk retried twice more (and
+    # batch-pipeline for an hour): the OpenAI SDK retries only 408, 409, 429 and 5xx
+    state, url = server
+    state.refusals, state.refusal_status, state.refusal_message = 5, status, message
+    state.retry_after = "0"
+    _replay(url, tmp_path / "run", (("batch", OPENAI_SDK),))
+    run = read_run(tmp_path / "run")
+    assert run.records.num_attempts.tolist() == [attempts]
+    assert run.attempts is not None and set(run.attempts.answer) == {answer}
+    assert len(state.posts) == attempts
 
 
 def test_client_timeout_cancels_the_stream(server: tuple[_State, str], tmp_path: Path) -> None:

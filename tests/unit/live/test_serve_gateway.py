@@ -807,6 +807,62 @@ VLLM_BUSY = ("The engine is currently busy and cannot accept new requests. Pleas
 ``--max-num-queued-reqs`` refusal."""
 
 
+TGI_TOTAL = ("Input validation error: `inputs` tokens + `max_new_tokens` must be <= 8. Given: 5 "
+             "`inputs` tokens and 8 `max_new_tokens`")  # TGI v3.3.7 validation.rs:999
+SGLANG_TOTAL = ("Requested token count exceeds the model's maximum context length of 8 tokens. "
+                "You requested a total of 13 tokens: 5 tokens from the input messages and 8 "
+                "tokens for the completion. Please reduce the number of tokens in the input "
+                "messages or the completion to fit within the limit.")  # SGLang 0.5.23
+
+
+def test_a_bare_error_object_in_a_stream_is_the_upstreams_error() -> None:
+    """An error event in SGLang's body shape, ``{"object": "error", "message": ...}``
+    (serving_base.py create_error_response, 0.5.23), with no ``error`` member: before, the
+    relay read it as an empty chunk and the request as a protocol error (``backend_error``,
+    not counted as a refusal); now its message is read, here SGLang's queue cap."""
+    async def main() -> None:
+        fake = FakeUpstream(refuse_body=(200, {"object": "error", "message": "The request "
+                                               "queue is full.", "type": "SERVICE_UNAVAILABLE",
+                                               "param": None, "code": 503}))
+        fake.release.set()
+        async with stack(fake) as (_server, url), httpx.AsyncClient() as client:
+            await client.post(url + "/v1/completions", json=_body(stream=True))
+            metrics = (await client.get(url + "/metrics")).text
+        assert ('kvbudget_refused_total{tier="interactive",reason="engine_max_queued_requests"}'
+                ' 1') in metrics
+    run(main())
+
+
+@pytest.mark.parametrize(("refuse", "stream"), [
+    # TGI v3.3.7: 422 {"error": ..., "error_type": "validation"} unstreamed (server.rs:2409)
+    ((422, {"error": TGI_TOTAL, "error_type": "validation"}), False),
+    # ... and an error event in its completions stream, begun 200 (infer/mod.rs:445-452)
+    ((200, {"error": {"message": TGI_TOTAL, "http_status_code": 422}}), True),
+    # SGLang 0.5.23: 400 {"object": "error", ...}, streamed or not (serving_base.py:123-128)
+    ((400, {"object": "error", "message": SGLANG_TOTAL, "type": "BadRequest", "param": None,
+            "code": 400}), True),
+])
+def test_other_engines_context_refusals_are_recorded_as_the_simulation_names_them(
+        refuse: tuple[int, dict[str, Any]], stream: bool, tmp_path: Path) -> None:
+    """An upstream TGI's or SGLang's refusal of prompt + max_tokens over its context is the
+    simulator's ``context_length``, in the row and in ``kvbudget_refused_total``. Before: TGI's
+    422 was ``rejected_overloaded`` ``server_422``, its stream event ``backend_error`` (no
+    refusal at all), SGLang's 400 ``server_400``."""
+    async def main() -> None:
+        fake = FakeUpstream(refuse_body=refuse)
+        fake.release.set()
+        recorder = _recorder(tmp_path)
+        async with stack(fake, recorder=recorder) as (_server, url), \
+                httpx.AsyncClient() as client:
+            answer = await client.post(url + "/v1/completions", json=_body(stream=stream))
+            assert answer.status_code == refuse[0]  # passed on as the upstream wrote it
+            metrics = (await client.get(url + "/metrics")).text
+        assert 'kvbudget_refused_total{tier="interactive",reason="context_length"} 1' in metrics
+        row = pd.read_parquet(tmp_path / "run-0001" / "requests.parquet").iloc[0]
+        assert (row["status"], row["reason"]) == ("rejected_too_large", "context_length")
+    run(main())
+
+
 @pytest.mark.parametrize(("refuse", "stream", "reason"), [
     ((503, VLLM_BUSY), True, "engine_max_num_queued_reqs"),
     ((503, VLLM_BUSY), False, "engine_max_num_queued_reqs"),
