@@ -56,8 +56,80 @@ def _is_inference_benchmarker(doc: Mapping[str, Any]) -> bool:
         "executor_type" in first and "time_to_first_token_ms" in first
 
 
+_RECORD_A_SERVED_RUN = ("record a run against a server with a tool kvbudget reads "
+                        "(docs/recordings.md), e.g. vllm bench serve --save-result "
+                        "--save-detailed")
+
+EVALSCOPE_SUMMARY_KEYS = (("Time taken for tests (s)", "Number of concurrency"),
+                          ("Test Duration (s)", "Concurrency"))
+"""The first keys of evalscope perf's ``benchmark_summary.json``: before and after its
+rename (modelscope/evalscope evalscope/perf/utils/perf_constants.py, ``Metrics``)."""
+
+_EVALSCOPE_EXPORT = ("export that database's result table as the generic records format "
+                     "(start_time as arrival_s, prompt_tokens, completion_tokens as "
+                     "output_tokens, first_chunk_latency as ttft_s, latency as e2e_s, status "
+                     "error where success is 0; docs/recordings.md)")
+_EVALSCOPE_DB = ("its requests are in benchmark_data.db (SQLite) beside it, which kvbudget does "
+                 f"not read: {_EVALSCOPE_EXPORT}")
+
+
+def _offline_refusal(doc: Mapping[str, Any]) -> str | None:
+    """The refusal of a result that times no request sent to a server: an engine benchmark run
+    offline (vLLM's ``bench latency`` / ``bench throughput --output-json``, vllm/benchmarks/
+    latency.py and throughput.py of vLLM 0.32.0; SGLang's ``bench_one_batch``,
+    ``bench_one_batch_server`` and ``bench_offline_throughput`` result lines,
+    sgl-project/sglang python/sglang/bench_one_batch.py at fe867456,
+    bench_one_batch_server.py at b23a42fc, bench_offline_throughput.py at 00d02fb4;
+    llama.cpp's ``llama-bench -o json|jsonl``: ``avg_ts`` of a prompt or generation test)."""
+    keys = set(doc)
+    if {"avg_latency", "latencies", "percentiles"} <= keys:
+        return ("is a vllm bench latency result (--output-json): the time of one batch run "
+                "offline, repeated; no request was sent to a server, so there is no load to "
+                f"replay; {_RECORD_A_SERVED_RUN}")
+    if {"elapsed_time", "num_requests", "requests_per_second"} <= keys:
+        return ("is a vllm bench throughput result (--output-json): totals of an offline run "
+                "(every request handed to the engine at once, none timed); no load to replay; "
+                f"{_RECORD_A_SERVED_RUN}")
+    if {"run_name", "batch_size", "input_len", "output_len"} <= keys:
+        tool = "bench_one_batch" if "prefill_latency" in keys else "bench_one_batch_server"
+        return (f"is an SGLang {tool} result line: the latency of one batch of batch_size "
+                "requests of input_len and output_len tokens run together, no request's own "
+                "times; run SGLang's bench_serving --output-file F --output-details instead")
+    if {"successful_requests", "total_latency", "total_output_tokens"} <= keys:
+        return ("is an SGLang bench_offline_throughput result line: totals of an offline run "
+                "(no request timed); run SGLang's bench_serving --output-file F "
+                "--output-details instead")
+    if {"avg_ts", "n_prompt", "n_gen"} <= keys:
+        return ("is a llama-bench result: tokens a second of a prompt or generation test run "
+                "in the process, no request sent to a server; record llama-server under load "
+                "with a tool kvbudget reads (docs/recordings.md)")
+    return None
+
+
+def _load_tool_refusal(doc: Mapping[str, Any]) -> str | None:
+    """The refusal of evalscope perf's summary and openshift-psap/llm-load-test's output.json
+    (src/llm_load_test/utils.py ``write_output`` at b27aad1: ``results``, one
+    ``RequestResult.asdict()`` a request, ``config``, ``summary``): per-request data that
+    kvbudget has no reader for."""
+    if any(all(k in doc for k in pair) for pair in EVALSCOPE_SUMMARY_KEYS):
+        return f"is evalscope perf's benchmark_summary.json: aggregates only; {_EVALSCOPE_DB}"
+    results = doc.get("results")
+    first = results[0] if isinstance(results, list) and results else None
+    if isinstance(first, Mapping) and {"user_id", "start_time", "first_token_time"} <= set(first):
+        return ("is llm-load-test's output.json (openshift-psap/llm-load-test), which kvbudget "
+                "has no reader for: write its results as the generic records format "
+                "(start_time as arrival_s, input_tokens as prompt_tokens, output_tokens, "
+                "(first_token_time - start_time) as ttft_s, (end_time - start_time) as e2e_s, "
+                "status error where error_code is set; docs/recordings.md): that replays its send "
+                "times, not the closed loop of its config.load_options.concurrency users")
+    return None
+
+
 def _object_refusal(doc: Mapping[str, Any]) -> str | None:
     """The refusal of one JSON object (a result line, a summary file)."""
+    offline = _offline_refusal(doc) or _load_tool_refusal(doc)
+    if offline:
+        return offline
     if _latency_summary(doc):
         if is_sglang(doc):
             return ("is an SGLang bench_serving result without per-request data (its "
@@ -117,6 +189,16 @@ def summary_refusal(doc: Any) -> tuple[str, str | None] | None:
                     "tokens, but no send time nor which of its concurrent clients sent it, so "
                     "its load cannot be replayed: record the run with a tool kvbudget reads "
                     "(docs/recordings.md)"), None
+        offline = _offline_refusal(first)
+        if offline:
+            return offline, None
+        if "Percentiles" in first:
+            return ("is evalscope perf's benchmark_percentile.json: percentiles only; "
+                    f"{_EVALSCOPE_DB}"), None
+        if {"benchmark", "model", "metric"} <= set(first):
+            return ("is vLLM's PyTorch benchmark-database record (*.pytorch.json, written with "
+                    "SAVE_TO_PYTORCH_BENCHMARK_FORMAT set): each metric's values, no request; "
+                    f"{_DETAILED}"), None
         if _latency_summary(first) and "input_lens" not in first:
             return (f"is a list of {len(doc)} serving-benchmark summaries (vllm bench sweep's "
                     f"summary.json): aggregates only; {_DETAILED}"), None
@@ -131,16 +213,26 @@ does not stream (its ``send_request`` posts without ``stream`` and reads the who
 no time to the first token."""
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+"""The first bytes of every SQLite database file (sqlite.org/fileformat.html, 1.3.1)."""
+
+SQLITE_REFUSAL = ("is an SQLite database, not a recording kvbudget reads; if it is evalscope "
+                  f"perf's benchmark_data.db, {_EVALSCOPE_EXPORT}")
+
+
 def csv_summary_refusal(first_line: bytes) -> str | None:
     """Why a CSV whose first line is ``first_line`` cannot be read as a recording: AIPerf's
     ``profile_export_aiperf.csv`` (and genai-perf's ``profile_export_genai_perf.csv``) is one row
-    of statistics a metric (``Metric,avg,min,max,...``); LMBench's trace-replayer result has no
+    of statistics a metric (``Metric,avg,min,max,...``); llama-bench's ``-o csv`` a row a test
+    (``avg_ts``); LMBench's trace-replayer result has no
     TTFT (:data:`LMBENCH_RESULT`); None for any other CSV."""
     header = [h.strip().lower() for h in first_line.decode("utf-8", "replace").split(",")]
     if header[:2] == ["metric", "avg"]:
         return ("is a table of aggregates, one row a metric (AIPerf's "
                 "profile_export_aiperf.csv, or genai-perf's profile_export_genai_perf.csv): no "
                 "request; pass AIPerf's per-request profile_export.jsonl from the same run")
+    if {"avg_ts", "n_prompt", "n_gen"} <= set(header):
+        return _offline_refusal({"avg_ts": 0, "n_prompt": 0, "n_gen": 0})
     if header == LMBENCH_RESULT:
         return ("is LMBench's trace-replayer result: its requests were not streamed, so it "
                 "records each one's whole latency but no time to its first token, and kvbudget "

@@ -64,7 +64,12 @@ from kvbudget.results.recorded_guidellm import load_report, read_guidellm
 from kvbudget.results.recorded_inference_perf import read_inference_perf
 from kvbudget.results.recorded_llmd import is_llmd_report, refuse_llmd_report
 from kvbudget.results.recorded_records import read_records, read_run_dir
-from kvbudget.results.recorded_summaries import csv_summary_refusal, summary_refusal
+from kvbudget.results.recorded_summaries import (
+    SQLITE_HEADER,
+    SQLITE_REFUSAL,
+    csv_summary_refusal,
+    summary_refusal,
+)
 from kvbudget.results.recorded_vllm_bench import read_vllm_bench
 from kvbudget.results.recording import (
     COMPLETED_WORDS,
@@ -162,6 +167,8 @@ def detect_recording_format(path: Path) -> str:
         raise TraceError(path, "no such file or run directory")
     with path.open("rb") as fh:
         head = fh.read(1 << 16)
+    if head.startswith(SQLITE_HEADER):
+        raise TraceError(path, SQLITE_REFUSAL)
     suffix = path.suffix.lower()
     if suffix == ".csv":
         first = head.split(b"\n", 1)[0]

@@ -5,6 +5,7 @@ beside each test)."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -199,6 +200,108 @@ def test_files_without_requests_are_named_by_their_tool(tmp_path: Path, name: st
         read_recording(path)
     assert str(info.value).startswith(f"{path}: {message}")
     assert "\n" not in str(info.value)
+
+
+# Round 57: results of benchmarks that send no request over time, and per-request files of
+# tools kvbudget has no reader for, each got "cannot tell the recording format" (or "is a
+# binary file"): each is named with what it holds and what to pass or write instead.
+EVALSCOPE_SUMMARY = {  # evalscope perf's benchmark_summary.json, as published (Qwen3-235B-
+    # A22B-GPTQ-Int4 on 8 A100s, vLLM 0.9.2, "10个并发"; a blog post in the code index, id
+    # 32751880326): the keys of evalscope/perf/utils/perf_constants.py's Metrics before 1.x
+    "Time taken for tests (s)": 78.9037, "Number of concurrency": 10, "Total requests": 20,
+    "Succeed requests": 20, "Failed requests": 0, "Output token throughput (tok/s)": 259.5567,
+    "Average latency (s)": 39.4105, "Average time to first token (s)": 1.1695}
+# evalscope 1.x renamed them (modelscope/evalscope perf_constants.py, Metrics)
+EVALSCOPE_SUMMARY_1X = {"Test Duration (s)": 78.9, "Concurrency": 10, "Total Requests": 20,
+                        "Success Requests": 20, "TTFT (ms)": 1169.5}
+# openshift-psap/llm-load-test README.md at 240a6336 and src/llm_load_test/utils.py
+# write_output at b27aad1: results (RequestResult.asdict() a request), config, summary
+LLM_LOAD_TEST = {"results": [{
+    "user_id": 7, "input_id": 3, "input_tokens": 940, "output_text": "...",
+    "output_tokens": 128, "output_tokens_before_timeout": 128,
+    "start_time": 1708535304.5261629, "ack_time": 1708535304.691414,
+    "first_token_time": 1708535304.95455, "end_time": 1708535309.094971,
+    "response_time": 4568.808078765869, "tt_ack": 165.2512550354004,
+    "ttft": 428.3871650695801, "itl": 32.6, "tpot": 32.60173947792354, "stop_reason": "length",
+    "error_code": None, "error_text": None}],
+    "config": {"load_options": {"type": "constant", "concurrency": 8, "duration": 20}},
+    "summary": {"throughput": 185.12628986046127, "total_requests": 38, "total_failures": 0}}
+
+
+@pytest.mark.parametrize(("name", "text", "message"), [
+    # sgl-project/sglang python/sglang/bench_one_batch_server.py at b23a42fc (--result-filename:
+    # one line a batch size) and bench_one_batch.py at fe867456 (the same, run in-process)
+    ("result.jsonl", json.dumps({"run_name": "default", "batch_size": 16, "input_len": 1024,
+                                 "output_len": 8, "latency": 1.2, "output_throughput": 100.0,
+                                 "overall_throughput": 2000.0,
+                                 "last_gen_throughput": 300.0}) + "\n",
+     "is an SGLang bench_one_batch_server result line"),
+    ("result.jsonl", json.dumps({"run_name": "before", "batch_size": 1, "input_len": 1024,
+                                 "output_len": 16, "prefill_latency": 0.1,
+                                 "prefill_throughput": 10240.0, "median_decode_latency": 0.01,
+                                 "median_decode_throughput": 100.0, "total_latency": 0.3,
+                                 "overall_throughput": 3000.0}) + "\n",
+     "is an SGLang bench_one_batch result line"),
+    # sgl-project/sglang python/sglang/bench_offline_throughput.py at 00d02fb4 (throughput_test)
+    ("offline.jsonl", json.dumps({"backend": "engine", "successful_requests": 1000,
+                                  "total_latency": 50.0, "total_input_tokens": 200000,
+                                  "total_output_tokens": 100000, "request_throughput": 20.0,
+                                  "output_throughput": 2000.0}) + "\n",
+     "is an SGLang bench_offline_throughput result line"),
+    # llama.cpp's llama-bench -o json (a list), -o jsonl and -o csv: a row a test, avg_ts
+    ("bench.json", json.dumps([{"build_commit": "c46583b", "model_type": "qwen35 0.8B Q4_K",
+                                "n_prompt": 512, "n_gen": 0, "avg_ts": 210.5,
+                                "samples_ts": [208.0, 211.0]}]),
+     "is a llama-bench result"),
+    ("bench.jsonl", json.dumps({"build_commit": "c46583b", "n_prompt": 0, "n_gen": 128,
+                                "avg_ts": 40.0}) + "\n", "is a llama-bench result"),
+    ("bench.csv", "build_commit,build_number,model_filename,n_prompt,n_gen,avg_ts,stddev_ts\n"
+     "c46583b,1,m.gguf,512,0,210.5,2.1\n", "is a llama-bench result"),
+    ("benchmark_summary.json", json.dumps(EVALSCOPE_SUMMARY, indent=4),
+     "is evalscope perf's benchmark_summary.json: aggregates only; its requests are in "
+     "benchmark_data.db"),
+    ("benchmark_summary.json", json.dumps(EVALSCOPE_SUMMARY_1X, indent=4),
+     "is evalscope perf's benchmark_summary.json"),
+    # evalscope/perf/utils/db_util.py summary_result: PercentileResult.to_list()
+    ("benchmark_percentile.json", json.dumps([{"Percentiles": "10%", "TTFT (s)": 0.1,
+                                               "Latency (s)": 30.0}], indent=4),
+     "is evalscope perf's benchmark_percentile.json"),
+    ("output.json", json.dumps(LLM_LOAD_TEST, indent=2),
+     "is llm-load-test's output.json (openshift-psap/llm-load-test), which kvbudget has no "
+     "reader for"),
+    # vllm/benchmarks/lib/utils.py convert_to_pytorch_benchmark_format (vLLM 0.32.0), written
+    # beside a result as *.pytorch.json with SAVE_TO_PYTORCH_BENCHMARK_FORMAT set
+    ("serve.pytorch.json", json.dumps([{"benchmark": {"name": "vLLM benchmark",
+                                                      "extra_info": {"args": {}}},
+                                        "model": {"name": "m"},
+                                        "metric": {"name": "ttft", "benchmark_values": [1.0],
+                                                   "extra_info": {}}}]),
+     "is vLLM's PyTorch benchmark-database record"),
+])
+def test_results_without_a_replayable_load_are_named(tmp_path: Path, name: str, text: str,
+                                                     message: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert str(info.value).startswith(f"{path}: {message}")
+    assert "\n" not in str(info.value)
+
+
+def test_an_sqlite_database_is_named_not_called_a_binary_trace(tmp_path: Path) -> None:
+    # evalscope perf keeps its requests in benchmark_data.db (evalscope/perf/utils/db_util.py
+    # create_result_table): it got "line 1: is a binary file, not a text trace"
+    path = tmp_path / "benchmark_data.db"
+    with sqlite3.connect(path) as con:
+        con.execute("CREATE TABLE result(request TEXT, start_time REAL, latency REAL, "
+                    "first_chunk_latency REAL, prompt_tokens INTEGER, "
+                    "completion_tokens INTEGER, success INTEGER)")
+    con.close()
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert str(info.value).startswith(f"{path}: is an SQLite database, not a recording "
+                                      "kvbudget reads; if it is evalscope perf's "
+                                      "benchmark_data.db, export")
 
 
 def test_an_sglang_summary_forced_as_vllm_bench_is_named_as_sglangs(tmp_path: Path) -> None:
