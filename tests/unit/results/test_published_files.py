@@ -759,3 +759,67 @@ def test_an_sglang_shared_prefix_run_says_the_prefixes_are_not_simulated(
                             "group's system prompt") and "share no prefix" in n for n in notes)
     path.write_text(json.dumps(sglang_details()) + "\n")
     assert not any("shared-prefix" in n for n in read_recording(path).notes)
+
+
+def guidellm_0_6(tmp_path: Path, version: str, edit: Any) -> Path:
+    """GuideLLM 0.6.1's fixture as a report of ``version``, changed by ``edit(doc, bench)``."""
+    doc = json.loads((FIXTURES / "guidellm-0.6.1" / "benchmarks.json").read_text())
+    doc["metadata"]["guidellm_version"] = version
+    edit(doc, doc["benchmarks"][0])
+    path = tmp_path / "benchmarks.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+# github.com/nirjhar17/guidellm-pd-disaggregation reports/concurrent4-benchmarks.json at
+# 2ff15754 (GuideLLM 0.5.0, chat completions, concurrent 4 stopped by --max-seconds 60): the
+# requests in flight at the limit were cancelled with output_tokens null though they had
+# streamed 51, 99 and 104 chunks (info.timings.token_iterations). kvbudget read them as 0
+# output tokens and dropped them ("with 0 output tokens"): the server's work on them was left
+# out of the simulated load, and the note said they had generated nothing.
+def test_guidellm_cancelled_requests_that_streamed_are_simulated_with_their_chunks(
+        tmp_path: Path) -> None:
+    def cancel(doc: dict[str, Any], bench: dict[str, Any]) -> None:
+        cut = bench["requests"]["successful"].pop()
+        cut["info"]["status"] = "cancelled"
+        cut["info"]["timings"]["request_end"] = None
+        cut["info"]["timings"]["token_iterations"] = 9
+        cut.update(output_tokens=None, request_latency=None)
+        cut["output_metrics"]["text_tokens"] = None
+        cut["output_metrics"]["total_tokens"] = None
+        silent = json.loads(json.dumps(cut))  # cancelled before its first chunk
+        silent["info"]["timings"]["token_iterations"] = 0
+        bench["requests"]["incomplete"] = [cut, silent]
+
+    rec = read_recording(guidellm_0_6(tmp_path, "0.5.0", cancel))
+    assert rec.counts["num_output_from_chunks"] == 1
+    assert rec.counts["num_dropped_0_output_tokens"] == 1
+    assert len(rec.workload) == 20
+    assert sorted(rec.workload.output_tokens.tolist())[0] == 9
+    assert any("1 cancelled or errored requests streamed output but the report counts none"
+               in n for n in rec.notes)
+
+
+# GuideLLM applies --sample-requests from 0.5.4 to 0.6.x (config.sample_requests; 0.7+
+# config.sample_size): a sampled 0.6 report was told it had been "cut down after GuideLLM
+# wrote it ... pass the report as GuideLLM wrote it", which is the report GuideLLM wrote.
+def test_guidellm_sample_requests_of_0_5_4_to_0_6_is_a_sample(tmp_path: Path) -> None:
+    def sample(doc: dict[str, Any], bench: dict[str, Any]) -> None:
+        bench["requests"]["successful"] = bench["requests"]["successful"][:10]
+        bench["config"]["sample_requests"] = 10
+
+    notes = read_recording(guidellm_0_6(tmp_path, "0.6.1", sample)).notes
+    assert any("kept a sample of 10 of its 20 requests" in n for n in notes)
+    assert not any("cut down" in n for n in notes)
+
+
+def test_guidellm_sample_requests_before_0_5_4_sampled_nothing(tmp_path: Path) -> None:
+    # 0.4.0-0.5.3 record sample_requests but keep every request (the accumulators that sample
+    # never receive it): a report listing fewer was cut down after GuideLLM wrote it
+    def cut(doc: dict[str, Any], bench: dict[str, Any]) -> None:
+        bench["requests"]["successful"] = bench["requests"]["successful"][:10]
+        bench["config"]["sample_requests"] = 10
+
+    notes = read_recording(guidellm_0_6(tmp_path, "0.5.0", cut)).notes
+    assert any("cut down after GuideLLM wrote it" in n for n in notes)
+    assert not any("a sample of" in n for n in notes)
