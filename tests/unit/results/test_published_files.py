@@ -288,6 +288,22 @@ def test_results_without_a_replayable_load_are_named(tmp_path: Path, name: str, 
     assert "\n" not in str(info.value)
 
 
+def test_vllm_offline_benchmarks_are_named(tmp_path: Path) -> None:
+    # vllm bench throughput --output-json, written by the real tool
+    # (scripts/make_recording_fixtures.sh vllm-offline)
+    throughput = FIXTURES / "vllm-bench-0.32.0" / "offline" / "throughput.json"
+    with pytest.raises(TraceError, match="is a vllm bench throughput result"):
+        read_recording(throughput)
+    # vllm bench latency --output-json (vllm/benchmarks/latency.py of vLLM 0.32.0, main: the
+    # keys avg_latency, latencies, percentiles), which cannot run on the fixtures' tiny model
+    latency = tmp_path / "latency.json"
+    latency.write_text(json.dumps({"avg_latency": 1.23, "latencies": [1.22, 1.24],
+                                   "percentiles": {"10": 1.22, "50": 1.23, "99": 1.24}},
+                                  indent=4))
+    with pytest.raises(TraceError, match="is a vllm bench latency result"):
+        read_recording(latency)
+
+
 def test_an_sqlite_database_is_named_not_called_a_binary_trace(tmp_path: Path) -> None:
     # evalscope perf keeps its requests in benchmark_data.db (evalscope/perf/utils/db_util.py
     # create_result_table): it got "line 1: is a binary file, not a text trace"
