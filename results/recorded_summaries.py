@@ -35,8 +35,11 @@ def _latency_summary(doc: Mapping[str, Any]) -> bool:
 
 def is_sglang(doc: Mapping[str, Any]) -> bool:
     """SGLang's ``bench_serving`` writes ``total_output_tokens_retokenized`` (and, in later
-    versions, ``server_info``), which vLLM's client does not."""
-    return "total_output_tokens_retokenized" in doc or "server_info" in doc
+    versions, ``server_info``), which vLLM's client does not; its refactored client writes its
+    ``BenchmarkMetrics`` as they are, ``total_output_retokenized`` among them
+    (sgl-project/sglang python/sglang/benchmark/metrics.py at 1291c7fc and 6e48df33)."""
+    return "total_output_tokens_retokenized" in doc or "server_info" in doc or \
+        "total_output_retokenized" in doc
 
 
 def is_trtllm(doc: Mapping[str, Any]) -> bool:

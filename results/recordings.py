@@ -123,7 +123,9 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
 
     if "benchmarks" in doc:
         return "guidellm"
-    if "input_lens" in doc or "ttfts" in doc:
+    details = doc.get("details")
+    if "input_lens" in doc or "ttfts" in doc or (
+            isinstance(details, dict) and "input_lens" in details):  # SGLang's, nested
         return "vllm-bench"
     meta = doc.get("metadata")
     if isinstance(meta, dict) and ("request_start_ns" in meta or (  # AIPerf; its first layout:

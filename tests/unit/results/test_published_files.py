@@ -839,3 +839,62 @@ def test_guidellm_sample_requests_before_0_5_4_sampled_nothing(tmp_path: Path) -
     notes = read_recording(guidellm_0_6(tmp_path, "0.5.0", cut)).notes
     assert any("cut down after GuideLLM wrote it" in n for n in notes)
     assert not any("a sample of" in n for n in notes)
+
+
+VLLM_ONLY = ("date", "model_id", "tokenizer_id", "endpoint_type", "label", "start_times",
+             "latencies", "queue_times", "rtfx", "max_output_tokens_per_s", "burstiness",
+             "total_input_tokens", "total_output_tokens", "request_goodput",
+             "max_concurrent_requests", "num_prompts")
+PER_REQUEST = ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors")
+
+
+def sglang_refactored(nested: bool) -> dict[str, Any]:
+    """vLLM's rate-8 fixture as SGLang's refactored client writes a run
+    (sgl-project/sglang python/sglang/benchmark/metrics.py save_results: the run's arguments,
+    ``**metrics.__dict__`` with ``total_output_retokenized``, no model; the lists beside them
+    at 1291c7fc, under ``details`` at 6e48df33)."""
+    doc = json.loads((FIXTURES / "vllm-bench-0.32.0" / "rate8.json").read_text())
+    for key in VLLM_ONLY:
+        doc.pop(key, None)
+    doc.update(backend="sglang", dataset_name="random", total_input=640, total_output=320,
+               total_output_retokenized=320, concurrency=1.3)
+    if nested:
+        doc["details"] = {key: doc.pop(key) for key in PER_REQUEST}
+    return doc
+
+
+# SGLang's refactored bench_serving (python/sglang/benchmark/metrics.py) writes
+# total_output_retokenized, not bench_serving.py's total_output_tokens_retokenized, and no
+# server_info: its files were read as "vllm bench serve" (and an SGLang mooncake run was not
+# refused); at 6e48df33 --output-details nests the lists under "details", and such a file was
+# refused as "a serving-benchmark summary ... pass ... --output-details", the flag it was
+# written with.
+@pytest.mark.parametrize("nested", [False, True])
+def test_sglang_refactored_client_results_are_read_as_sglangs(tmp_path: Path,
+                                                              nested: bool) -> None:
+    path = tmp_path / "sglang_0101_20_32_16.jsonl"
+    path.write_text(json.dumps(sglang_refactored(nested)) + "\n")
+    assert detect_recording_format(path) == "vllm-bench"
+    rec = read_recording(path, seed=0)
+    assert rec.tool == "sglang.bench_serving"
+    assert len(rec.workload) == 20
+    assert rec.stages[0].load == "open" and rec.stages[0].request_rate == 8
+
+
+def test_sglang_refactored_client_without_details_is_named(tmp_path: Path) -> None:
+    doc = sglang_refactored(nested=True)
+    del doc["details"]
+    path = tmp_path / "online.jsonl"
+    path.write_text(json.dumps(doc) + "\n")
+    with pytest.raises(TraceError, match="is an SGLang bench_serving result without "
+                       "per-request data"):
+        read_recording(path)
+
+
+def test_sglang_refactored_mooncake_run_is_refused(tmp_path: Path) -> None:
+    doc = sglang_refactored(nested=True)
+    doc.update(dataset_name="mooncake", request_rate="trace")
+    path = tmp_path / "mooncake.jsonl"
+    path.write_text(json.dumps(doc) + "\n")
+    with pytest.raises(TraceError, match="Mooncake trace"):
+        read_recording(path)
