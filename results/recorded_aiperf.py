@@ -248,6 +248,7 @@ def read_aiperf(path: Path, default_tier: str,
     n = len(records)
     prompt, output, start, ttft, e2e, itl, end = (np.full(n, np.nan) for _ in range(7))
     status: list[str] = []
+    cached = np.zeros(n)  # prompt tokens the server read from its prefix cache
     from_server = np.zeros(n, dtype=bool)  # the output count is the server's usage
     for i, (line, rec) in enumerate(records):
         if not isinstance(rec, dict) or not isinstance(rec.get("metadata"), dict):
@@ -272,6 +273,8 @@ def read_aiperf(path: Path, default_tier: str,
                             if "time_to_first_token" in metrics else "ttft", 1e-3)
             lat = _metric(path, line, metrics, "request_latency", 1e-3)
             itl[i] = _metric(path, line, metrics, "inter_token_latency", 1e-3)
+            cached[i] = np.nan_to_num(_metric(path, line, metrics,
+                                              "usage_prompt_cache_read_tokens"))
         except TraceError as exc:
             raise TraceError(path, exc.problem, line=line, field=exc.field) from None
         if math.isnan(t0):
@@ -291,8 +294,27 @@ def read_aiperf(path: Path, default_tier: str,
             first, lat
         end[i] = t1 if not math.isnan(t1) else t0 + lat * 1e9 if not math.isnan(lat) else math.inf
         status.append(_status(rec, meta))
-    return _recording(path, records, prompt, output, start, ttft, e2e, itl, status,
-                      from_server, default_tier, max_output_rule, end)
+    rec = _recording(path, records, prompt, output, start, ttft, e2e, itl, status,
+                     from_server, default_tier, max_output_rule, end)
+    return _with_cache_note(rec, prompt, cached)
+
+
+def _with_cache_note(rec: Recording, prompt: FloatArray, cached: FloatArray) -> Recording:
+    """The recording with a note of the prompt tokens the server served from its prefix cache
+    (``usage_prompt_cache_read_tokens``: the server's ``prompt_tokens_details.cached_tokens``,
+    AIPerf 0.10+ with a server that reports it), which the simulation, holding no prompt
+    contents, cannot reuse: said, with how many, so that a TTFT simulated too high is
+    explained by the file itself."""
+    served = rec.workload.request_id
+    hits, total = float(cached[served].sum()), float(np.nansum(prompt[served]))
+    if hits <= 0 or total <= 0:
+        return rec
+    note = (f"the server served {hits:,.0f} of the {total:,.0f} prompt tokens "
+            f"({100 * hits / total:.0f} %) from its prefix cache "
+            "(usage_prompt_cache_read_tokens); the simulation has no prompt contents and "
+            "caches none of them, so its prefill work and TTFT are too high for those requests")
+    return replace(rec, notes=(*rec.notes, note),
+                   counts={**rec.counts, "num_prompt_tokens_cached": int(hits)})
 
 
 def _status(rec: Mapping[str, Any], meta: Mapping[str, Any]) -> str:

@@ -898,3 +898,29 @@ def test_sglang_refactored_mooncake_run_is_refused(tmp_path: Path) -> None:
     path.write_text(json.dumps(doc) + "\n")
     with pytest.raises(TraceError, match="Mooncake trace"):
         read_recording(path)
+
+
+# github.com/anud18/qwen36-vllm-aiperf-benchmark results/nvfp4/r100_chatbot_flat_c2/
+# chatbot_flat/c2/profile_export.jsonl at d753e8f9 (AIPerf 0.10.0, a Mooncake-trace dataset at
+# concurrency 2 against vLLM): each record carries usage_prompt_cache_read_tokens, the
+# server's count of prompt tokens served from its prefix cache (30,653 of 65,546 in all,
+# 47 %). kvbudget said only that prompts which "shared a prefix on the server" would hit where
+# the simulation does not, while the file says how many did.
+def test_aiperf_prompt_tokens_the_server_cached_are_said(tmp_path: Path) -> None:
+    src = FIXTURES / "aiperf-0.13.0" / "concurrency4.jsonl"
+    records = [json.loads(line) for line in src.read_text().splitlines()]
+    for rec in records[:10]:
+        rec["metrics"]["usage_prompt_cache_read_tokens"] = {"value": 16, "unit": "tokens"}
+    path = tmp_path / "profile_export.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    (tmp_path / "profile_export_aiperf.json").write_text(
+        (FIXTURES / "aiperf-0.13.0" / "concurrency4_aiperf.json").read_text())
+    rec = read_recording(path)
+    total = int(rec.workload.prompt_tokens.sum())
+    assert rec.counts["num_prompt_tokens_cached"] == 160
+    assert any(n.startswith(f"the server served 160 of the {total:,} prompt tokens "
+                            f"({100 * 160 / total:.0f} %) from its prefix cache")
+               for n in rec.notes)
+    # a run whose server reported no hits gets no such note
+    plain = read_recording(FIXTURES / "aiperf-0.13.0" / "concurrency4.jsonl")
+    assert "num_prompt_tokens_cached" not in plain.counts
