@@ -106,6 +106,11 @@ def _stage(path: Path, summary: Mapping[str, Any]) -> RecordedStage:
         raise TraceError(path, f"must be a whole number >= 1, got {phase.get('concurrency')!r}",
                          field=f"{where}.concurrency")
     conc = None if math.isnan(conc_f) else int(conc_f)
+    if phase.get("type") == "fixed_schedule":  # a trace's timestamps (AIPerf 0.13.0
+        # timing/strategies/fixed_schedule.py), under the phase's concurrency cap if it has one
+        if conc is None:
+            return RecordedStage("fixed schedule", "open", None, None)
+        return RecordedStage(f"fixed schedule, concurrency {conc}", "capped", None, conc)
     if phase.get("type") == "concurrency" and conc is not None:
         return RecordedStage(f"concurrency {conc}", "closed", None, conc)
     if not math.isnan(rate) and conc is not None:
@@ -248,6 +253,7 @@ def read_aiperf(path: Path, default_tier: str,
     n = len(records)
     prompt, output, start, ttft, e2e, itl, end = (np.full(n, np.nan) for _ in range(7))
     status: list[str] = []
+    num_later_turns = 0  # requests after the first of their conversation
     cached = np.zeros(n)  # prompt tokens the server read from its prefix cache
     from_server = np.zeros(n, dtype=bool)  # the output count is the server's usage
     for i, (line, rec) in enumerate(records):
@@ -255,6 +261,8 @@ def read_aiperf(path: Path, default_tier: str,
             raise TraceError(path, "not an AIPerf record (no metadata object)", line=line,
                              field="metadata")
         meta = rec["metadata"]
+        turn = meta.get("turn_index")
+        num_later_turns += isinstance(turn, int) and not isinstance(turn, bool) and turn > 0
         metrics = rec.get("metrics") or {}
         if not isinstance(metrics, dict):
             raise TraceError(path, "must be an object", line=line, field="metrics")
@@ -296,7 +304,15 @@ def read_aiperf(path: Path, default_tier: str,
         status.append(_status(rec, meta))
     rec = _recording(path, records, prompt, output, start, ttft, e2e, itl, status,
                      from_server, default_tier, max_output_rule, end)
-    return _with_cache_note(rec, prompt, cached)
+    rec = _with_cache_note(rec, prompt, cached)
+    if num_later_turns and rec.stages[0].label.startswith("fixed schedule"):
+        rec = replace(rec, notes=(*rec.notes, (
+            f"{num_later_turns} of the {n} records are later turns of their conversations "
+            "(metadata.turn_index > 0), which AIPerf's fixed schedule sends when the turn before "
+            "ended (after its delay), not at a trace timestamp: the replay offers them at "
+            "their recorded sends, so a slower simulated server does not delay them as it "
+            "would have")))
+    return rec
 
 
 def _with_cache_note(rec: Recording, prompt: FloatArray, cached: FloatArray) -> Recording:
@@ -339,7 +355,12 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     sent = (start - np.min(start)) * 1e-9
     arrival: FloatArray = sent
     notes: list[str] = []
-    if stage.load == "capped":
+    if stage.load == "capped" and stage.request_rate is None:  # a capped fixed schedule
+        notes.append(f"stage {stage.label}: the records keep each request's send, not the "
+                     "trace timestamp it waited at for a free slot: each is offered at its "
+                     "send, so the recorded waits are kept and a slower simulated server adds "
+                     "its own")
+    elif stage.load == "capped":
         datasets = dig(summary, "input_config", "datasets")
         seed = (datasets[0].get("random_seed") if isinstance(datasets, list) and datasets
                 and isinstance(datasets[0], dict) else None)

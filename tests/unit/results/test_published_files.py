@@ -924,3 +924,47 @@ def test_aiperf_prompt_tokens_the_server_cached_are_said(tmp_path: Path) -> None
     # a run whose server reported no hits gets no such note
     plain = read_recording(FIXTURES / "aiperf-0.13.0" / "concurrency4.jsonl")
     assert "num_prompt_tokens_cached" not in plain.counts
+
+
+def aiperf_fixed_schedule(tmp_path: Path, concurrency: int | None,
+                          later_turns: int = 0) -> Path:
+    """AIPerf 0.13.0's concurrency-4 fixture as a run whose profiling phase replayed a trace
+    (``type: fixed_schedule``, as AIPerf promotes a Mooncake trace dataset by itself)."""
+    src = FIXTURES / "aiperf-0.13.0"
+    summary = json.loads((src / "concurrency4_aiperf.json").read_text())
+    for phase in summary["input_config"]["phases"]:
+        if phase.get("kind") == "profiling":
+            phase["type"] = "fixed_schedule"
+            phase.pop("concurrency", None)
+            if concurrency is not None:
+                phase["concurrency"] = concurrency
+    (tmp_path / "profile_export_aiperf.json").write_text(json.dumps(summary))
+    records = [json.loads(line) for line in (src / "concurrency4.jsonl").read_text().splitlines()]
+    for rec in records[-later_turns:] if later_turns else []:
+        rec["metadata"]["turn_index"] = 1
+    path = tmp_path / "profile_export.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+# AIPerf's fixed_schedule phase (aiperf 0.13.0 timing/strategies/fixed_schedule.py: each
+# conversation's first turn at its trace timestamp, later turns when the turn before ended)
+# was read as "load mode not recorded", its concurrency cap dropped: a capped replay was
+# simulated uncapped, unsaid.
+@pytest.mark.parametrize(("concurrency", "expected"), [
+    (None, RecordedStage("fixed schedule", "open", None, None)),
+    (2, RecordedStage("fixed schedule, concurrency 2", "capped", None, 2)),
+])
+def test_aiperf_fixed_schedule_is_the_traces_timestamps(
+        tmp_path: Path, concurrency: int | None, expected: RecordedStage) -> None:
+    rec = read_recording(aiperf_fixed_schedule(tmp_path, concurrency))
+    assert rec.stages == (expected,)
+    said = [n for n in rec.notes if "not the trace timestamp it waited at" in n]
+    assert len(said) == (concurrency is not None)
+    assert not any("later turns" in n for n in rec.notes)
+
+
+def test_aiperf_fixed_schedule_later_turns_are_said(tmp_path: Path) -> None:
+    rec = read_recording(aiperf_fixed_schedule(tmp_path, None, later_turns=5))
+    assert any(n.startswith("5 of the 22 records are later turns of their conversations")
+               for n in rec.notes)
