@@ -109,28 +109,17 @@ def _offline_refusal(doc: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _load_tool_refusal(doc: Mapping[str, Any]) -> str | None:
-    """The refusal of evalscope perf's summary and openshift-psap/llm-load-test's output.json
-    (src/llm_load_test/utils.py ``write_output`` at b27aad1: ``results``, one
-    ``RequestResult.asdict()`` a request, ``config``, ``summary``): per-request data that
+def _evalscope_refusal(doc: Mapping[str, Any]) -> str | None:
+    """The refusal of evalscope perf's summary: its requests are in an SQLite database that
     kvbudget has no reader for."""
     if any(all(k in doc for k in pair) for pair in EVALSCOPE_SUMMARY_KEYS):
         return f"is evalscope perf's benchmark_summary.json: aggregates only; {_EVALSCOPE_DB}"
-    results = doc.get("results")
-    first = results[0] if isinstance(results, list) and results else None
-    if isinstance(first, Mapping) and {"user_id", "start_time", "first_token_time"} <= set(first):
-        return ("is llm-load-test's output.json (openshift-psap/llm-load-test), which kvbudget "
-                "has no reader for: write its results as the generic records format "
-                "(start_time as arrival_s, input_tokens as prompt_tokens, output_tokens, "
-                "(first_token_time - start_time) as ttft_s, (end_time - start_time) as e2e_s, "
-                "status error where error_code is set; docs/recordings.md): that replays its send "
-                "times, not the closed loop of its config.load_options.concurrency users")
     return None
 
 
 def _object_refusal(doc: Mapping[str, Any]) -> str | None:
     """The refusal of one JSON object (a result line, a summary file)."""
-    offline = _offline_refusal(doc) or _load_tool_refusal(doc)
+    offline = _offline_refusal(doc) or _evalscope_refusal(doc)
     if offline:
         return offline
     if _latency_summary(doc):

@@ -214,18 +214,6 @@ EVALSCOPE_SUMMARY = {  # evalscope perf's benchmark_summary.json, as published (
 # evalscope 1.x renamed them (modelscope/evalscope perf_constants.py, Metrics)
 EVALSCOPE_SUMMARY_1X = {"Test Duration (s)": 78.9, "Concurrency": 10, "Total Requests": 20,
                         "Success Requests": 20, "TTFT (ms)": 1169.5}
-# openshift-psap/llm-load-test README.md at 240a6336 and src/llm_load_test/utils.py
-# write_output at b27aad1: results (RequestResult.asdict() a request), config, summary
-LLM_LOAD_TEST = {"results": [{
-    "user_id": 7, "input_id": 3, "input_tokens": 940, "output_text": "...",
-    "output_tokens": 128, "output_tokens_before_timeout": 128,
-    "start_time": 1708535304.5261629, "ack_time": 1708535304.691414,
-    "first_token_time": 1708535304.95455, "end_time": 1708535309.094971,
-    "response_time": 4568.808078765869, "tt_ack": 165.2512550354004,
-    "ttft": 428.3871650695801, "itl": 32.6, "tpot": 32.60173947792354, "stop_reason": "length",
-    "error_code": None, "error_text": None}],
-    "config": {"load_options": {"type": "constant", "concurrency": 8, "duration": 20}},
-    "summary": {"throughput": 185.12628986046127, "total_requests": 38, "total_failures": 0}}
 
 
 @pytest.mark.parametrize(("name", "text", "message"), [
@@ -266,9 +254,6 @@ LLM_LOAD_TEST = {"results": [{
     ("benchmark_percentile.json", json.dumps([{"Percentiles": "10%", "TTFT (s)": 0.1,
                                                "Latency (s)": 30.0}], indent=4),
      "is evalscope perf's benchmark_percentile.json"),
-    ("output.json", json.dumps(LLM_LOAD_TEST, indent=2),
-     "is llm-load-test's output.json (openshift-psap/llm-load-test), which kvbudget has no "
-     "reader for"),
     # vllm/benchmarks/lib/utils.py convert_to_pytorch_benchmark_format (vLLM 0.32.0), written
     # beside a result as *.pytorch.json with SAVE_TO_PYTORCH_BENCHMARK_FORMAT set
     ("serve.pytorch.json", json.dumps([{"benchmark": {"name": "vLLM benchmark",
@@ -968,3 +953,80 @@ def test_aiperf_fixed_schedule_later_turns_are_said(tmp_path: Path) -> None:
     rec = read_recording(aiperf_fixed_schedule(tmp_path, None, later_turns=5))
     assert any(n.startswith("5 of the 22 records are later turns of their conversations")
                for n in rec.notes)
+
+
+def llm_load_test_result(user: int, k: int, start: float, prompt: int, output: int,
+                         error: int | None = None) -> dict[str, Any]:
+    """One ``RequestResult.asdict()`` of openshift-psap/llm-load-test (src/llm_load_test/
+    result.py at b27aad1, its streaming OpenAI plugin's fields), its times in time.time()
+    seconds (ttft, response_time, tpot in ms)."""
+    first, end = start + 0.2 + 0.01 * k, start + 0.2 + 0.01 * k + 0.02 * (output - 1)
+    done = error is None
+    return {"user_id": user, "input_id": k, "input_tokens": prompt, "output_text": "...",
+            "output_tokens": output if done else None,
+            "output_tokens_before_timeout": output if done else None,
+            "start_time": start, "ack_time": start + 0.1,
+            "first_token_time": first if done else None, "end_time": end,
+            "response_time": 1000 * (end - start) if done else None,
+            "tt_ack": 100.0 if done else None, "ttft": 1000 * (first - start) if done else None,
+            "itl": 20.0 if done else None, "tpot": None, "stop_reason": "length" if done else None,
+            "error_code": error, "error_text": None if done else "Internal Server Error"}
+
+
+def llm_load_test_file(tmp_path: Path, users: Any = 2) -> tuple[Path, list[dict[str, Any]]]:
+    """llm-load-test's output-002.json (utils.py write_output: results gathered user by user,
+    the run's config with load_options.concurrency set to its users, a summary): two users
+    each sending its next request when its last one returned, for a 20 s duration, one
+    request failing with HTTP 500."""
+    results: list[dict[str, Any]] = []
+    for user in range(2):
+        t = 1708535304.5 + 0.05 * user
+        for k in range(4):
+            err = 500 if (user, k) == (1, 2) else None
+            rec = llm_load_test_result(user, k, t, 100 + 10 * k + user, 16 + k, err)
+            results.append(rec)
+            t = rec["end_time"] + 0.001
+    doc = {"results": results,
+           "config": {"load_options": {"type": "constant", "concurrency": users,
+                                       "duration": 20},
+                      "plugin": "openai_plugin",
+                      "plugin_options": {"streaming": True, "model_name":
+                                         "meta-llama/Llama-3.1-8B-Instruct",
+                                         "host": "http://127.0.0.1:8000",
+                                         "endpoint": "/v1/completions"},
+                      "output": {"dir": "./output/", "file": "output-{concurrency:03d}.json"}},
+           "summary": {"total_requests": 8, "total_failures": 1}}
+    path = tmp_path / "output-002.json"
+    path.write_text(json.dumps(doc, indent=2))
+    return path, results
+
+
+# openshift-psap/llm-load-test (OpenShift AI's load tool; not on PyPI, so the test's file is
+# built from its source): its output.json lists each request with its send, first-token and
+# end times, token counts and error; it got "cannot tell the recording format".
+def test_llm_load_test_output_is_read(tmp_path: Path) -> None:
+    path, results = llm_load_test_file(tmp_path)
+    assert detect_recording_format(path) == "llm-load-test"
+    rec = read_recording(path)
+    assert rec.tool == "llm-load-test"
+    assert rec.stages == (RecordedStage("concurrency 2", "closed", None, 2),)
+    assert rec.config["model"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert rec.counts["num_measured"] == 7
+    # the failed request streamed nothing: dropped, as the trace loader drops it
+    assert rec.counts["num_dropped_0_output_tokens"] == 1 and len(rec.workload) == 7
+    ok = [r for r in results if r["error_code"] is None]
+    measured = rec.measured.sort_values("arrival_s")
+    assert np.allclose(measured["ttft_s"], [r["ttft"] / 1000 for r in
+                                            sorted(ok, key=lambda r: r["start_time"])])
+    assert np.allclose(measured["e2e_s"], [r["response_time"] / 1000 for r in
+                                           sorted(ok, key=lambda r: r["start_time"])])
+    assert sorted(rec.workload.prompt_tokens.tolist()) == sorted(r["input_tokens"] for r in ok)
+    assert any("stopped by its 20 s time limit" in n for n in rec.notes)
+    assert any("max_tokens = min_tokens" in n for n in rec.notes)
+
+
+def test_llm_load_test_with_no_one_concurrency_says_so(tmp_path: Path) -> None:
+    path, _ = llm_load_test_file(tmp_path, users=[1, 2])
+    rec = read_recording(path)
+    assert rec.stages[0].load == "unknown"
+    assert any("names no one number of users" in n for n in rec.notes)
