@@ -44,11 +44,17 @@ TOOL = "llm-load-test"
 
 
 def is_llm_load_test(doc: Mapping[str, Any]) -> bool:
-    """llm-load-test's output: ``results`` of ``RequestResult`` objects beside ``config``."""
+    """llm-load-test's output: ``results`` of ``RequestResult`` objects beside ``config``
+    (its first layout, 64f000d to 36eb1ca, Jan-Feb 2024: ``start``, ``end``, ``worker_id`` and
+    ``ttft`` in ms, ``plugins/plugin.py`` ``_calculate_results_stream``)."""
     results = doc.get("results")
     first = results[0] if isinstance(results, list) and results else None
-    return isinstance(first, Mapping) and {"user_id", "start_time", "end_time"} <= set(first) \
-        and ("first_token_time" in first or "output_tokens_before_timeout" in first)
+    if not isinstance(first, Mapping) or "config" not in doc:
+        return False
+    keys = set(first)
+    return ({"user_id", "start_time", "end_time"} <= keys and (
+        "first_token_time" in keys or "output_tokens_before_timeout" in keys)) or \
+        {"worker_id", "start", "end", "input_tokens"} <= keys
 
 
 def _one(path: Path, i: int, req: Any) -> tuple[float, float, float, float, float, str]:
@@ -56,21 +62,26 @@ def _one(path: Path, i: int, req: Any) -> tuple[float, float, float, float, floa
     where = f"results[{i}]"
     if not isinstance(req, dict):
         raise TraceError(path, "must be an object", field=where)
-    t0 = number(req.get("start_time"), path, f"{where}.start_time")
+    first_layout = "start_time" not in req and "start" in req
+    key0, key1 = ("start", "end") if first_layout else ("start_time", "end_time")
+    t0 = number(req.get(key0), path, f"{where}.{key0}")
     if math.isnan(t0):
-        raise TraceError(path, "missing", field=f"{where}.start_time")
-    t1 = number(req.get("end_time"), path, f"{where}.end_time")
-    first = number(req.get("first_token_time"), path, f"{where}.first_token_time")
+        raise TraceError(path, "missing", field=f"{where}.{key0}")
+    t1 = number(req.get(key1), path, f"{where}.{key1}")
     p = number(req.get("input_tokens"), path, f"{where}.input_tokens")
     o = number(req.get("output_tokens"), path, f"{where}.output_tokens")
-    ttft, e2e = first - t0, t1 - t0
-    for name, value in (("first_token_time", ttft), ("end_time", e2e)):
+    if first_layout:  # its TTFT in ms from the send
+        ttft = number(req.get("ttft"), path, f"{where}.ttft") / 1000.0
+    else:
+        ttft = number(req.get("first_token_time"), path, f"{where}.first_token_time") - t0
+    e2e = t1 - t0
+    for name, value in (("ttft" if first_layout else "first_token_time", ttft), (key1, e2e)):
         if not math.isnan(value) and not 0 <= value <= MAX_MEASURED_S:
             raise TraceError(path, f"{'negative' if value < 0 else 'implausible'} time from "
                              f"start_time: {value:g} s", field=f"{where}.{name}")
     if not math.isnan(ttft) and not math.isnan(e2e) and e2e < ttft - 1e-9:
         raise TraceError(path, f"the request ends ({e2e:g} s) before its first token "
-                         f"({ttft:g} s)", field=f"{where}.end_time")
+                         f"({ttft:g} s)", field=f"{where}.{key1}")
     code, text = req.get("error_code"), req.get("error_text")
     status = "completed" if code is None and not text else \
         f"error ({code})" if code is not None else "error"
@@ -117,7 +128,7 @@ def read_llm_load_test(path: Path, default_tier: str,
     if np.isnan(prompt).any():
         raise TraceError(path, "missing", field=f"results[{int(np.argmax(np.isnan(prompt)))}]"
                          ".input_tokens")
-    start = np.array([r[2] for r in rows])
+    start = np.array([r[2] for r in rows], dtype=np.float64)
     notes: list[str] = []
     stage = _stage(path, doc, notes)
     workload, counts, warnings = finish_columns(

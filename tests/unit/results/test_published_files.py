@@ -1030,3 +1030,23 @@ def test_llm_load_test_with_no_one_concurrency_says_so(tmp_path: Path) -> None:
     rec = read_recording(path)
     assert rec.stages[0].load == "unknown"
     assert any("names no one number of users" in n for n in rec.notes)
+
+
+def test_llm_load_test_first_layout_is_read(tmp_path: Path) -> None:
+    # openshift-psap/llm-load-test 64f000d (2024-01-29) to 36eb1ca: plugins/plugin.py
+    # _calculate_results_stream wrote start, end (s), ttft (ms), worker_id, input_tokens
+    path, results = llm_load_test_file(tmp_path)
+    doc = json.loads(path.read_text())
+    doc["results"] = [{"start": r["start_time"], "end": r["end_time"], "ttft": r["ttft"],
+                       "tt_ack": r["tt_ack"], "tpot": r["tpot"],
+                       "response_time": r["response_time"], "output_tokens": r["output_tokens"],
+                       "worker_id": r["user_id"], "input_tokens": r["input_tokens"],
+                       "response_string": "...", "input_string": "..."}
+                      for r in results if r["error_code"] is None]
+    path.write_text(json.dumps(doc))
+    rec = read_recording(path)
+    assert rec.tool == "llm-load-test" and rec.counts["num_measured"] == 7
+    ok = sorted((r for r in results if r["error_code"] is None), key=lambda r: r["start_time"])
+    measured = rec.measured.sort_values("arrival_s")
+    assert np.allclose(measured["ttft_s"], [r["ttft"] / 1000 for r in ok])
+    assert np.allclose(measured["e2e_s"], [r["response_time"] / 1000 for r in ok])
