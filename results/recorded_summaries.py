@@ -184,6 +184,15 @@ def summary_refusal(doc: Any) -> tuple[str, str | None] | None:
         offline = _offline_refusal(first)
         if offline:
             return offline, None
+        if {"ttft_ms", "latency_ms", "start_time_ms", "input_num_tokens"} <= set(first):
+            return ("is vLLM's multi-turn benchmark per-request stats "
+                    "(benchmarks/multi_turn/benchmark_serving_multi_turn.py "
+                    "--stats-json-output), which kvbudget has no reader for: its load (clients "
+                    "working through conversations turn by turn) is not in the file; write it "
+                    "as the generic records format (start_time_ms / 1000 as arrival_s, "
+                    "input_num_tokens as prompt_tokens, output_num_tokens as output_tokens, "
+                    "ttft_ms / 1000 as ttft_s, latency_ms / 1000 as e2e_s: docs/recordings.md), "
+                    "which replays its send times"), None
         if "Percentiles" in first:
             return ("is evalscope perf's benchmark_percentile.json: percentiles only; "
                     f"{_EVALSCOPE_DB}"), None

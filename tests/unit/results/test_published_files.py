@@ -254,6 +254,15 @@ EVALSCOPE_SUMMARY_1X = {"Test Duration (s)": 78.9, "Concurrency": 10, "Total Req
     ("benchmark_percentile.json", json.dumps([{"Percentiles": "10%", "TTFT (s)": 0.1,
                                                "Latency (s)": 30.0}], indent=4),
      "is evalscope perf's benchmark_percentile.json"),
+    # vllm-project/vllm benchmarks/multi_turn/benchmark_serving_multi_turn.py at 00d39539
+    # --stats-json-output: [s._asdict() for s in client_metrics], one RequestStats a request
+    ("stats.json", json.dumps([{"ttft_ms": 62.3, "tpot_ms": 25.3, "latency_ms": 2573.0,
+                                "start_time_ms": 1200.5, "input_num_turns": 7,
+                                "input_num_tokens": 2019, "output_num_tokens": 99,
+                                "output_num_chunks": 98, "output_num_first_chunk_tokens": 1,
+                                "approx_cached_percent": 80.0, "conversation_id": "CONV_1",
+                                "client_id": 0}], indent=2),
+     "is vLLM's multi-turn benchmark per-request stats"),
     # vllm/benchmarks/lib/utils.py convert_to_pytorch_benchmark_format (vLLM 0.32.0), written
     # beside a result as *.pytorch.json with SAVE_TO_PYTORCH_BENCHMARK_FORMAT set
     ("serve.pytorch.json", json.dumps([{"benchmark": {"name": "vLLM benchmark",
