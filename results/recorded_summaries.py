@@ -14,6 +14,7 @@ tool as its own keys show it, and what to pass instead (:func:`summary_refusal`)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -212,6 +213,27 @@ LMBENCH_RESULT = ["timestamp", "request_id", "latency", "prompt_tokens", "comple
 trace-replayer-qa.py, commit 48172cd1, ``save_results``): one row a request of a replay that
 does not stream (its ``send_request`` posts without ``stream`` and reads the whole answer), so
 no time to the first token."""
+
+
+_VLLM_LOG_LINE = re.compile(
+    rb"^(\([\w-]+ pid=\d+\) )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"
+    rb"|^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d[,.]\d+ (DEBUG|INFO|WARNING|ERROR|CRITICAL) vllm")
+"""The first line of a vLLM server log: its default format (vllm/logger.py of vLLM 0.32.0,
+``(%(vllm_process_name)s pid=%(process)d) %(levelname)s %(asctime)s [...]``, the date
+``%m-%d %H:%M:%S``; without the process in earlier versions) or a logging config's
+``%(asctime)s %(levelname)s %(name)s`` (the server logs published with
+inference-sim/inference-sim's eval/ground_truth runs)."""
+
+
+def server_log_refusal(first_line: bytes) -> str | None:
+    """Why a vLLM server log is no recording: it logs the engine's periodic throughput and
+    queue summaries, not each request's send, first token and end."""
+    if not _VLLM_LOG_LINE.match(first_line.lstrip(b"\xef\xbb\xbf")):
+        return None
+    return ("is a vLLM server log: the engine's throughput and queue every 10 s, not each "
+            "request's send, first token and end; pass the load tool's result from the same "
+            "run, or the server's per-request spans (--otlp-traces-endpoint) written out as "
+            "the generic records format (docs/recordings.md)")
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"

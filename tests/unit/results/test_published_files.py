@@ -298,6 +298,25 @@ def test_vllm_offline_benchmarks_are_named(tmp_path: Path) -> None:
         read_recording(latency)
 
 
+@pytest.mark.parametrize("first_line", [
+    # inference-sim/inference-sim eval/ground_truth/jan20-codellama-prefill-1/vllm.log at
+    # a43487f6 (vLLM 0.11.0 under a logging config's %(asctime)s %(levelname)s %(name)s)
+    "2026-01-20 06:08:47,625 INFO vllm.platforms: Automatically detected platform cuda.",
+    # vLLM 0.32.0's own format (vllm/logger.py _FORMAT), and before the process prefix
+    "(APIServer pid=4242) INFO 12-06 05:01:05 [api_server.py:1050] Starting vLLM API server",
+    "INFO 08-21 10:11:12 [__init__.py:241] Automatically detected platform cuda.",
+])
+def test_a_vllm_server_log_is_named(tmp_path: Path, first_line: str) -> None:
+    # it got "missing column 'prompt_tokens' needed by the generic format (the header has:
+    # 2026-01-20 06:08:47, 625 INFO ...)"
+    path = tmp_path / "vllm.log"
+    path.write_text(first_line + "\n2026-01-20 06:11:13,161 INFO vllm.v1.metrics.loggers: "
+                    "Engine 000: Avg prompt throughput: 598.2 tokens/s\n")
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert str(info.value).startswith(f"{path}: is a vLLM server log")
+
+
 def test_an_sqlite_database_is_named_not_called_a_binary_trace(tmp_path: Path) -> None:
     # evalscope perf keeps its requests in benchmark_data.db (evalscope/perf/utils/db_util.py
     # create_result_table): it got "line 1: is a binary file, not a text trace"
