@@ -112,11 +112,12 @@ OptUrlOpt = Annotated[str | None, typer.Option(
 RecordsOpt = Annotated[Path | None, typer.Option(
     "--records", help="A recorded run instead of a live server: a records file (the generic "
     "trace format plus ttft_s, e2e_s), a kvbudget replay run directory, a vllm bench serve "
-    "--save-detailed JSON, a GuideLLM JSON/YAML report, an AIPerf profile_export.jsonl or an "
-    "inference-perf per_request_lifecycle_metrics.json (docs/recordings.md).")]
+    "--save-detailed JSON, a GuideLLM JSON/YAML report, an AIPerf profile_export.jsonl, an "
+    "inference-perf per_request_lifecycle_metrics.json or an llm-load-test output.json "
+    "(docs/recordings.md).")]
 RecordsFormatOpt = Annotated[str | None, typer.Option(
-    "--records-format", help="records, run, vllm-bench, guidellm, aiperf, inference-perf or "
-    "llmd-report (detected by default; docs/recordings.md).")]
+    "--records-format", help="records, run, vllm-bench, guidellm, aiperf, inference-perf, "
+    "llm-load-test or llmd-report (detected by default; docs/recordings.md).")]
 ColumnOpt = Annotated[list[str] | None, typer.Option(
     "--column", help="NAME=COLUMN: the records file's column for a canonical name "
     "(arrival_s, prompt_tokens, ..., ttft_s, e2e_s, status, stage), repeatable.")]

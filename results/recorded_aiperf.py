@@ -107,6 +107,11 @@ def _stage(path: Path, summary: Mapping[str, Any]) -> RecordedStage:
         raise TraceError(path, f"must be a whole number >= 1, got {phase.get('concurrency')!r}",
                          field=f"{where}.concurrency")
     conc = None if math.isnan(conc_f) else int(conc_f)
+    if phase.get("type") == "fixed_schedule":  # a trace's timestamps (AIPerf 0.13.0
+        # timing/strategies/fixed_schedule.py), under the phase's concurrency cap if it has one
+        if conc is None:
+            return RecordedStage("fixed schedule", "open", None, None)
+        return RecordedStage(f"fixed schedule, concurrency {conc}", "capped", None, conc)
     if phase.get("type") == "concurrency" and conc is not None:
         return RecordedStage(f"concurrency {conc}", "closed", None, conc)
     if not math.isnan(rate) and conc is not None:
@@ -249,12 +254,16 @@ def read_aiperf(path: Path, default_tier: str,
     n = len(records)
     prompt, output, start, ttft, e2e, itl, end = (np.full(n, np.nan) for _ in range(7))
     status: list[str] = []
+    num_later_turns = 0  # requests after the first of their conversation
+    cached = np.zeros(n)  # prompt tokens the server read from its prefix cache
     from_server = np.zeros(n, dtype=bool)  # the output count is the server's usage
     for i, (line, rec) in enumerate(records):
         if not isinstance(rec, dict) or not isinstance(rec.get("metadata"), dict):
             raise TraceError(path, "not an AIPerf record (no metadata object)", line=line,
                              field="metadata")
         meta = rec["metadata"]
+        turn = meta.get("turn_index")
+        num_later_turns += isinstance(turn, int) and not isinstance(turn, bool) and turn > 0
         metrics = rec.get("metrics") or {}
         if not isinstance(metrics, dict):
             raise TraceError(path, "must be an object", line=line, field="metrics")
@@ -273,6 +282,8 @@ def read_aiperf(path: Path, default_tier: str,
                             if "time_to_first_token" in metrics else "ttft", 1e-3)
             lat = _metric(path, line, metrics, "request_latency", 1e-3)
             itl[i] = _metric(path, line, metrics, "inter_token_latency", 1e-3)
+            cached[i] = np.nan_to_num(_metric(path, line, metrics,
+                                              "usage_prompt_cache_read_tokens"))
         except TraceError as exc:
             raise TraceError(path, exc.problem, line=line, field=exc.field) from None
         if math.isnan(t0):
@@ -292,8 +303,35 @@ def read_aiperf(path: Path, default_tier: str,
             first, lat
         end[i] = t1 if not math.isnan(t1) else t0 + lat * 1e9 if not math.isnan(lat) else math.inf
         status.append(_status(rec, meta))
-    return _recording(path, records, prompt, output, start, ttft, e2e, itl, status,
-                      from_server, default_tier, max_output_rule, end)
+    rec = _recording(path, records, prompt, output, start, ttft, e2e, itl, status,
+                     from_server, default_tier, max_output_rule, end)
+    rec = _with_cache_note(rec, prompt, cached)
+    if num_later_turns and rec.stages[0].label.startswith("fixed schedule"):
+        rec = replace(rec, notes=(*rec.notes, (
+            f"{num_later_turns} of the {n} records are later turns of their conversations "
+            "(metadata.turn_index > 0), which AIPerf's fixed schedule sends when the turn before "
+            "ended (after its delay), not at a trace timestamp: the replay offers them at "
+            "their recorded sends, so a slower simulated server does not delay them as it "
+            "would have")))
+    return rec
+
+
+def _with_cache_note(rec: Recording, prompt: FloatArray, cached: FloatArray) -> Recording:
+    """The recording with a note of the prompt tokens the server served from its prefix cache
+    (``usage_prompt_cache_read_tokens``: the server's ``prompt_tokens_details.cached_tokens``,
+    AIPerf 0.10+ with a server that reports it), which the simulation, holding no prompt
+    contents, cannot reuse: said, with how many, so that a TTFT simulated too high is
+    explained by the file itself."""
+    served = rec.workload.request_id
+    hits, total = float(cached[served].sum()), float(np.nansum(prompt[served]))
+    if hits <= 0 or total <= 0:
+        return rec
+    note = (f"the server served {hits:,.0f} of the {total:,.0f} prompt tokens "
+            f"({100 * hits / total:.0f} %) from its prefix cache "
+            "(usage_prompt_cache_read_tokens); the simulation has no prompt contents and "
+            "caches none of them, so its prefill work and TTFT are too high for those requests")
+    return replace(rec, notes=(*rec.notes, note),
+                   counts={**rec.counts, "num_prompt_tokens_cached": int(hits)})
 
 
 def _error_text(rec: Any) -> str:
@@ -324,7 +362,12 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     sent = (start - np.min(start)) * 1e-9
     arrival: FloatArray = sent
     notes: list[str] = []
-    if stage.load == "capped":
+    if stage.load == "capped" and stage.request_rate is None:  # a capped fixed schedule
+        notes.append(f"stage {stage.label}: the records keep each request's send, not the "
+                     "trace timestamp it waited at for a free slot: each is offered at its "
+                     "send, so the recorded waits are kept and a slower simulated server adds "
+                     "its own")
+    elif stage.load == "capped":
         datasets = dig(summary, "input_config", "datasets")
         seed = (datasets[0].get("random_seed") if isinstance(datasets, list) and datasets
                 and isinstance(datasets[0], dict) else None)

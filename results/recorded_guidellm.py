@@ -89,6 +89,7 @@ class _Columns:
     where: list[str] = field(default_factory=list)
     ignore_eos: set[bool] = field(default_factory=set)
     models: set[str] = field(default_factory=set)
+    num_counted_by_chunks: int = 0
 
 
 def load_report(path: Path) -> Any:
@@ -154,6 +155,31 @@ an ``asyncio.Semaphore`` of their share and the shares sum to the cap: exactly t
 flight at most (v0.2.1 / v0.3.1 ``scheduler/scheduler.py`` ``_start_processes``,
 ``worker.py`` ``process_loop_asynchronous``; :func:`_split_note` says what pooling them
 assumes)."""
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    """``0.5.4`` as ``(0, 5, 4)``, up to the first part that is not a number (``0.8.0.dev18``:
+    ``(0, 8, 0)``); ``()`` for an unknown version."""
+    parts: list[int] = []
+    for part in version.split("."):
+        if not part.isdigit():
+            break
+        parts.append(int(part))
+    return tuple(parts)
+
+
+def sample_size(bench: Mapping[str, Any], version: str) -> int | None:
+    """How many requests of each status a 0.4+ report kept (``--sample-size``, 0.7+
+    ``config.sample_size``; ``--sample-requests``, 0.4-0.6 ``config.sample_requests``), None
+    when it kept every one. 0.4.0 to 0.5.3 record ``sample_requests`` but never hand it to the
+    accumulators that sample (their ``GenerativeRequestsAccumulator`` default, None: every
+    request kept); 0.5.4 wires it (vllm-project/guidellm d6fb4b0f "Fix the guidellm benchmark
+    --sample-requests command line option": benchmark/schemas/generative/accumulator.py sets
+    ``completed``, ``errored`` and ``incomplete``'s ``sample_requests``)."""
+    size = dig(bench, "config", "sample_size")
+    if size is None and _version_tuple(version) >= (0, 5, 4):
+        size = dig(bench, "config", "sample_requests")
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
 
 
 def default_max_concurrency(version: str) -> int:
@@ -342,6 +368,10 @@ def _add_request(path: Path, cols: _Columns, req: Any, where: str, kind: str,
         cols.ignore_eos.add(eos)
     if isinstance(body.get("model"), str) and body["model"]:
         cols.models.add(body["model"])
+    if math.isnan(o) and kind != "successful":
+        o = _streamed_chunks(path, timings, where)
+        if o > 0:
+            cols.num_counted_by_chunks += 1
     cols.prompt.append(p)
     cols.output.append(o if not math.isnan(o) else 0.0)
     cols.start.append(t0)
@@ -360,15 +390,26 @@ def _add_request(path: Path, cols: _Columns, req: Any, where: str, kind: str,
     return True
 
 
-def _sample_note(bench: Mapping[str, Any], label: str, listed: Mapping[str, int]) -> str | None:
+def _streamed_chunks(path: Path, timings: Mapping[str, Any], where: str) -> float:
+    """The output chunks a cut request streamed (``info.timings.token_iterations``), NaN when
+    the report has none. GuideLLM takes a request's output count from the server's final
+    ``usage``, which a stream cut short never sends (0.5.0 backends/openai.py: a cancelled
+    request yields ``compile_streaming`` with no usage), but counts the chunks that carried
+    text as they come; vLLM streams one token a chunk, so the count is a lower bound."""
+    chunks = number(timings.get("token_iterations"), path,
+                     f"{where}.info.timings.token_iterations")
+    return chunks if chunks > 0 else math.nan
+
+
+def _sample_note(bench: Mapping[str, Any], label: str, listed: Mapping[str, int],
+                 version: str) -> str | None:
     """A note when the report kept a sample of its requests (and only then)."""
     samples = bench.get("request_samples")
-    sample_size = dig(bench, "config", "sample_size")
     if isinstance(samples, dict):  # 0.2-0.3: --output-sampling
         totals = bench.get("request_totals") or {}
         kept = sum(listed.values())
         total = sum(int(v) for k, v in totals.items() if k in KINDS and isinstance(v, int))
-    elif isinstance(sample_size, int):  # 0.4+: --sample-size
+    elif sample_size(bench, version) is not None:  # 0.4+: --sample-size, --sample-requests
         made = dig(bench, "scheduler_metrics", "requests_made") or {}
         kept = sum(listed.values())
         total = sum(int(v) for k, v in made.items() if k in KINDS and isinstance(v, int))
@@ -538,7 +579,7 @@ def read_guidellm(path: Path, default_tier: str,
                     counts["num_incomplete_not_simulated"] = counts.get(
                         "num_incomplete_not_simulated", 0) + 1
         limit = _time_limit(bench, sum(listed.values()))
-        for note in (_sample_note(bench, stage.label, listed),
+        for note in (_sample_note(bench, stage.label, listed, version),
                      _unlisted_note(bench, stage.label, sum(listed.values())),
                      limit and time_limit_note(stage.label, stage.load, *limit,
                                                sum(listed.values()))):
@@ -556,6 +597,13 @@ def _recording(path: Path, doc: Mapping[str, Any], benchmarks: list[Any], versio
         notes.append(f"{counts['num_incomplete_not_simulated']} cancelled requests have no "
                      "prompt length or no start time in the report (prompt_tokens null): "
                      "counted, not simulated")
+    if cols.num_counted_by_chunks:
+        counts["num_output_from_chunks"] = cols.num_counted_by_chunks
+        notes.append(f"{cols.num_counted_by_chunks} cancelled or errored requests streamed "
+                     "output but the report counts none of it (GuideLLM counts a request's "
+                     "output from the server's final usage, which a cut stream never sends): "
+                     "simulated with the chunks they streamed (info.timings.token_iterations), "
+                     "one token a chunk, a lower bound")
     if not cols.prompt:
         raise TraceError(path, "lists no request with a start time and a prompt length"
                          + _unlisted(benchmarks), field="benchmarks")

@@ -14,6 +14,7 @@ tool as its own keys show it, and what to pass instead (:func:`summary_refusal`)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,8 +36,11 @@ def _latency_summary(doc: Mapping[str, Any]) -> bool:
 
 def is_sglang(doc: Mapping[str, Any]) -> bool:
     """SGLang's ``bench_serving`` writes ``total_output_tokens_retokenized`` (and, in later
-    versions, ``server_info``), which vLLM's client does not."""
-    return "total_output_tokens_retokenized" in doc or "server_info" in doc
+    versions, ``server_info``), which vLLM's client does not; its refactored client writes its
+    ``BenchmarkMetrics`` as they are, ``total_output_retokenized`` among them
+    (sgl-project/sglang python/sglang/benchmark/metrics.py at 1291c7fc and 6e48df33)."""
+    return "total_output_tokens_retokenized" in doc or "server_info" in doc or \
+        "total_output_retokenized" in doc
 
 
 def is_trtllm(doc: Mapping[str, Any]) -> bool:
@@ -56,8 +60,69 @@ def _is_inference_benchmarker(doc: Mapping[str, Any]) -> bool:
         "executor_type" in first and "time_to_first_token_ms" in first
 
 
+_RECORD_A_SERVED_RUN = ("record a run against a server with a tool kvbudget reads "
+                        "(docs/recordings.md), e.g. vllm bench serve --save-result "
+                        "--save-detailed")
+
+EVALSCOPE_SUMMARY_KEYS = (("Time taken for tests (s)", "Number of concurrency"),
+                          ("Test Duration (s)", "Concurrency"))
+"""The first keys of evalscope perf's ``benchmark_summary.json``: before and after its
+rename (modelscope/evalscope evalscope/perf/utils/perf_constants.py, ``Metrics``)."""
+
+_EVALSCOPE_EXPORT = ("export that database's result table as the generic records format "
+                     "(start_time as arrival_s, prompt_tokens, completion_tokens as "
+                     "output_tokens, first_chunk_latency as ttft_s, latency as e2e_s, status "
+                     "error where success is 0; docs/recordings.md)")
+_EVALSCOPE_DB = ("its requests are in benchmark_data.db (SQLite) beside it, which kvbudget does "
+                 f"not read: {_EVALSCOPE_EXPORT}")
+
+
+def _offline_refusal(doc: Mapping[str, Any]) -> str | None:
+    """The refusal of a result that times no request sent to a server: an engine benchmark run
+    offline (vLLM's ``bench latency`` / ``bench throughput --output-json``, vllm/benchmarks/
+    latency.py and throughput.py of vLLM 0.32.0; SGLang's ``bench_one_batch``,
+    ``bench_one_batch_server`` and ``bench_offline_throughput`` result lines,
+    sgl-project/sglang python/sglang/bench_one_batch.py at fe867456,
+    bench_one_batch_server.py at b23a42fc, bench_offline_throughput.py at 00d02fb4;
+    llama.cpp's ``llama-bench -o json|jsonl``: ``avg_ts`` of a prompt or generation test)."""
+    keys = set(doc)
+    if {"avg_latency", "latencies", "percentiles"} <= keys:
+        return ("is a vllm bench latency result (--output-json): the time of one batch run "
+                "offline, repeated; no request was sent to a server, so there is no load to "
+                f"replay; {_RECORD_A_SERVED_RUN}")
+    if {"elapsed_time", "num_requests", "requests_per_second"} <= keys:
+        return ("is a vllm bench throughput result (--output-json): totals of an offline run "
+                "(every request handed to the engine at once, none timed); no load to replay; "
+                f"{_RECORD_A_SERVED_RUN}")
+    if {"run_name", "batch_size", "input_len", "output_len"} <= keys:
+        tool = "bench_one_batch" if "prefill_latency" in keys else "bench_one_batch_server"
+        return (f"is an SGLang {tool} result line: the latency of one batch of batch_size "
+                "requests of input_len and output_len tokens run together, no request's own "
+                "times; run SGLang's bench_serving --output-file F --output-details instead")
+    if {"successful_requests", "total_latency", "total_output_tokens"} <= keys:
+        return ("is an SGLang bench_offline_throughput result line: totals of an offline run "
+                "(no request timed); run SGLang's bench_serving --output-file F "
+                "--output-details instead")
+    if {"avg_ts", "n_prompt", "n_gen"} <= keys:
+        return ("is a llama-bench result: tokens a second of a prompt or generation test run "
+                "in the process, no request sent to a server; record llama-server under load "
+                "with a tool kvbudget reads (docs/recordings.md)")
+    return None
+
+
+def _evalscope_refusal(doc: Mapping[str, Any]) -> str | None:
+    """The refusal of evalscope perf's summary: its requests are in an SQLite database that
+    kvbudget has no reader for."""
+    if any(all(k in doc for k in pair) for pair in EVALSCOPE_SUMMARY_KEYS):
+        return f"is evalscope perf's benchmark_summary.json: aggregates only; {_EVALSCOPE_DB}"
+    return None
+
+
 def _object_refusal(doc: Mapping[str, Any]) -> str | None:
     """The refusal of one JSON object (a result line, a summary file)."""
+    offline = _offline_refusal(doc) or _evalscope_refusal(doc)
+    if offline:
+        return offline
     if _latency_summary(doc):
         if is_sglang(doc):
             return ("is an SGLang bench_serving result without per-request data (its "
@@ -117,6 +182,25 @@ def summary_refusal(doc: Any) -> tuple[str, str | None] | None:
                     "tokens, but no send time nor which of its concurrent clients sent it, so "
                     "its load cannot be replayed: record the run with a tool kvbudget reads "
                     "(docs/recordings.md)"), None
+        offline = _offline_refusal(first)
+        if offline:
+            return offline, None
+        if {"ttft_ms", "latency_ms", "start_time_ms", "input_num_tokens"} <= set(first):
+            return ("is vLLM's multi-turn benchmark per-request stats "
+                    "(benchmarks/multi_turn/benchmark_serving_multi_turn.py "
+                    "--stats-json-output), which kvbudget has no reader for: its load (clients "
+                    "working through conversations turn by turn) is not in the file; write it "
+                    "as the generic records format (start_time_ms / 1000 as arrival_s, "
+                    "input_num_tokens as prompt_tokens, output_num_tokens as output_tokens, "
+                    "ttft_ms / 1000 as ttft_s, latency_ms / 1000 as e2e_s: docs/recordings.md), "
+                    "which replays its send times"), None
+        if "Percentiles" in first:
+            return ("is evalscope perf's benchmark_percentile.json: percentiles only; "
+                    f"{_EVALSCOPE_DB}"), None
+        if {"benchmark", "model", "metric"} <= set(first):
+            return ("is vLLM's PyTorch benchmark-database record (*.pytorch.json, written with "
+                    "SAVE_TO_PYTORCH_BENCHMARK_FORMAT set): each metric's values, no request; "
+                    f"{_DETAILED}"), None
         if _latency_summary(first) and "input_lens" not in first:
             return (f"is a list of {len(doc)} serving-benchmark summaries (vllm bench sweep's "
                     f"summary.json): aggregates only; {_DETAILED}"), None
@@ -131,16 +215,47 @@ does not stream (its ``send_request`` posts without ``stream`` and reads the who
 no time to the first token."""
 
 
+_VLLM_LOG_LINE = re.compile(
+    rb"^(\([\w-]+ pid=\d+\) )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"
+    rb"|^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d[,.]\d+ (DEBUG|INFO|WARNING|ERROR|CRITICAL) vllm")
+"""The first line of a vLLM server log: its default format (vllm/logger.py of vLLM 0.32.0,
+``(%(vllm_process_name)s pid=%(process)d) %(levelname)s %(asctime)s [...]``, the date
+``%m-%d %H:%M:%S``; without the process in earlier versions) or a logging config's
+``%(asctime)s %(levelname)s %(name)s`` (the server logs published with
+inference-sim/inference-sim's eval/ground_truth runs)."""
+
+
+def server_log_refusal(first_line: bytes) -> str | None:
+    """Why a vLLM server log is no recording: it logs the engine's periodic throughput and
+    queue summaries, not each request's send, first token and end."""
+    if not _VLLM_LOG_LINE.match(first_line.lstrip(b"\xef\xbb\xbf")):
+        return None
+    return ("is a vLLM server log: the engine's throughput and queue every 10 s, not each "
+            "request's send, first token and end; pass the load tool's result from the same "
+            "run, or the server's per-request spans (--otlp-traces-endpoint) written out as "
+            "the generic records format (docs/recordings.md)")
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+"""The first bytes of every SQLite database file (sqlite.org/fileformat.html, 1.3.1)."""
+
+SQLITE_REFUSAL = ("is an SQLite database, not a recording kvbudget reads; if it is evalscope "
+                  f"perf's benchmark_data.db, {_EVALSCOPE_EXPORT}")
+
+
 def csv_summary_refusal(first_line: bytes) -> str | None:
     """Why a CSV whose first line is ``first_line`` cannot be read as a recording: AIPerf's
     ``profile_export_aiperf.csv`` (and genai-perf's ``profile_export_genai_perf.csv``) is one row
-    of statistics a metric (``Metric,avg,min,max,...``); LMBench's trace-replayer result has no
+    of statistics a metric (``Metric,avg,min,max,...``); llama-bench's ``-o csv`` a row a test
+    (``avg_ts``); LMBench's trace-replayer result has no
     TTFT (:data:`LMBENCH_RESULT`); None for any other CSV."""
     header = [h.strip().lower() for h in first_line.decode("utf-8", "replace").split(",")]
     if header[:2] == ["metric", "avg"]:
         return ("is a table of aggregates, one row a metric (AIPerf's "
                 "profile_export_aiperf.csv, or genai-perf's profile_export_genai_perf.csv): no "
                 "request; pass AIPerf's per-request profile_export.jsonl from the same run")
+    if {"avg_ts", "n_prompt", "n_gen"} <= set(header):
+        return _offline_refusal({"avg_ts": 0, "n_prompt": 0, "n_gen": 0})
     if header == LMBENCH_RESULT:
         return ("is LMBench's trace-replayer result: its requests were not streamed, so it "
                 "records each one's whole latency but no time to its first token, and kvbudget "

@@ -62,7 +62,9 @@ against ``trtllm-serve``) saves the same lists with each request's E2E as ``e2el
 SGLANG = "sglang.bench_serving"
 """SGLang's client, derived from vLLM's, writes the same lists with ``--output-file
 --output-details`` (one line a run; python/sglang/bench_serving.py ``result_details``) and the
-server's ``server_info`` (its ``model_path``) where vLLM writes ``model_id``."""
+server's ``server_info`` (its ``model_path``) where vLLM writes ``model_id``; its refactored
+client (python/sglang/benchmark/metrics.py) writes no model, and nests the lists under
+``details`` in later versions (:func:`flat_details`)."""
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,19 @@ def _documents(path: Path) -> list[tuple[int | None, dict[str, Any]]]:
         if not isinstance(d, dict):
             raise TraceError(path, "is not a JSON object (a vllm bench serve result)",
                              line=line)
-    return [(line, d) for line, d in docs if isinstance(d, dict)]
+    return [(line, flat_details(d)) for line, d in docs if isinstance(d, dict)]
+
+
+def flat_details(doc: dict[str, Any]) -> dict[str, Any]:
+    """A result with its per-request lists at the top: SGLang's refactored client nests them
+    under ``details`` (sgl-project/sglang python/sglang/benchmark/metrics.py ``save_results``
+    at 6e48df33: ``result["details"] = {"input_lens": ..., "errors": ...}`` with
+    ``--output-details``), where vLLM's and SGLang's older client write them beside the
+    summary."""
+    details = doc.get("details")
+    if "input_lens" in doc or not isinstance(details, dict) or "input_lens" not in details:
+        return doc
+    return {**{k: v for k, v in doc.items() if k != "details"}, **details}
 
 
 def _where(line: int | None, key: str, row: int | None = None) -> dict[str, Any]:

@@ -31,6 +31,9 @@ formats below into one :class:`Recording`:
 ``inference-perf``
     inference-perf's ``per_request_lifecycle_metrics.json``
     (:mod:`kvbudget.results.recorded_inference_perf`).
+``llm-load-test``
+    openshift-psap/llm-load-test's ``output.json``
+    (:mod:`kvbudget.results.recorded_llm_load_test`).
 ``llmd-report``
     An llm-d-benchmark report: aggregates only, refused with one line naming the load tool's
     file to pass instead (:mod:`kvbudget.results.recorded_llmd`).
@@ -62,9 +65,16 @@ from kvbudget.results.recorded_aiperf import read_aiperf
 from kvbudget.results.recorded_fields import load_json
 from kvbudget.results.recorded_guidellm import load_report, read_guidellm
 from kvbudget.results.recorded_inference_perf import read_inference_perf
+from kvbudget.results.recorded_llm_load_test import is_llm_load_test, read_llm_load_test
 from kvbudget.results.recorded_llmd import is_llmd_report, refuse_llmd_report
 from kvbudget.results.recorded_records import read_records, read_run_dir
-from kvbudget.results.recorded_summaries import csv_summary_refusal, summary_refusal
+from kvbudget.results.recorded_summaries import (
+    SQLITE_HEADER,
+    SQLITE_REFUSAL,
+    csv_summary_refusal,
+    server_log_refusal,
+    summary_refusal,
+)
 from kvbudget.results.recorded_vllm_bench import read_vllm_bench
 from kvbudget.results.recording import (
     COMPLETED_WORDS,
@@ -118,7 +128,9 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
 
     if "benchmarks" in doc:
         return "guidellm"
-    if "input_lens" in doc or "ttfts" in doc:
+    details = doc.get("details")
+    if "input_lens" in doc or "ttfts" in doc or (
+            isinstance(details, dict) and "input_lens" in details):  # SGLang's, nested
         return "vllm-bench"
     meta = doc.get("metadata")
     if isinstance(meta, dict) and ("request_start_ns" in meta or (  # AIPerf; its first layout:
@@ -126,6 +138,8 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
         return "aiperf"
     if is_llmd_report(doc):
         return "llmd-report"
+    if is_llm_load_test(doc):
+        return "llm-load-test"
     summary = summary_refusal(doc)
     if summary:
         raise TraceError(path, summary[0], field=summary[1])
@@ -162,6 +176,11 @@ def detect_recording_format(path: Path) -> str:
         raise TraceError(path, "no such file or run directory")
     with path.open("rb") as fh:
         head = fh.read(1 << 16)
+    if head.startswith(SQLITE_HEADER):
+        raise TraceError(path, SQLITE_REFUSAL)
+    server_log = server_log_refusal(head.split(b"\n", 1)[0])
+    if server_log:
+        raise TraceError(path, server_log)
     suffix = path.suffix.lower()
     if suffix == ".csv":
         first = head.split(b"\n", 1)[0]
@@ -236,6 +255,9 @@ def _read_tool_file(path: Path, fmt: str, default_tier: str, seed: int,
     if fmt == "inference-perf":
 
         return read_inference_perf(path, default_tier, max_output, seed)
+    if fmt == "llm-load-test":
+
+        return read_llm_load_test(path, default_tier, max_output)
     doc = load_report(path) if path.suffix.lower() in (".yaml", ".yml") else load_json(path)
     if not isinstance(doc, dict):
         raise TraceError(path, "is not an llm-d-benchmark report (not a mapping)")

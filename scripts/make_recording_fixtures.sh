@@ -3,8 +3,9 @@
 # (tests/unit/results/test_recording_tools.py reads them to the tools' own summaries).
 #
 #   scripts/make_recording_fixtures.sh                 # every tool
-#   scripts/make_recording_fixtures.sh vllm guidellm   # some of them (vllm guidellm aiperf
-#                                                      # inference-perf guidellm-0.3.1 ...)
+#   scripts/make_recording_fixtures.sh vllm guidellm   # some of them (vllm vllm-offline
+#                                                      # guidellm aiperf inference-perf
+#                                                      # guidellm-0.3.1 ...)
 #
 # It starts the CPU vLLM of the live tests (tests/live/livevllm.py's flags: a tiny random Llama
 # made by tests/live/tiny_model.py, served as "tiny" on 127.0.0.1, 10 KV blocks of 128 tokens,
@@ -116,6 +117,24 @@ run_vllm() {
     "$VLLM_BIN/vllm" "${common[@]}" --request-rate inf --result-filename inf.json
     "$VLLM_BIN/vllm" "${common[@]}" --request-rate 8 --random-prefix-len 16 \
         --goodput ttft:200 e2el:2000 --result-filename prefix16.json
+}
+
+# vLLM's offline benchmark (no server): its --output-json file times no request, and kvbudget
+# refuses it by name (tests/unit/results/test_published_files.py). `vllm bench latency` cannot
+# run on the tiny model: it draws prompt token ids below 10000 (vllm/benchmarks/latency.py,
+# np.random.randint(10000, ...)), beyond its 512-entry vocabulary; its file's test is hand-made
+run_vllm_offline() {
+    local version dest
+    version=$("$VLLM_PY" -c "import importlib.metadata as m; print(m.version('vllm'))")
+    dest="$OUT/vllm-bench-${version%+cpu}/offline"
+    mkdir -p "$dest"
+    VLLM_HOST_IP=127.0.0.1 VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
+        VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 PYTHONWARNINGS=ignore \
+        "$VLLM_BIN/vllm" bench throughput --model "$MODEL_DIR" --dtype float32 \
+        --max-model-len 1024 --enforce-eager --num-gpu-blocks-override 10 --max-num-seqs 8 \
+        --no-enable-prefix-caching --dataset-name random --random-input-len 32 \
+        --random-output-len 16 --num-prompts 8 \
+        --output-json "$dest/throughput.json"
 }
 
 run_guidellm() {
@@ -268,13 +287,14 @@ EOF
 
 mkdir -p "$OUT"
 TOOLS=("$@")
-[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm guidellm guidellm-0.6.1 guidellm-0.4.0 guidellm-0.3.1 guidellm-0.2.1 aiperf
+[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline guidellm guidellm-0.6.1 guidellm-0.4.0 guidellm-0.3.1 guidellm-0.2.1 aiperf
                                     inference-perf)
 start_server
 for tool in "${TOOLS[@]}"; do
     echo "make_recording_fixtures: $tool" >&2
     case "$tool" in
     vllm) run_vllm ;;
+    vllm-offline) run_vllm_offline ;;
     guidellm) run_guidellm ;;
     guidellm-*) run_guidellm "${tool#guidellm-}" ;;
     aiperf) run_aiperf ;;

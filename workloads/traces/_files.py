@@ -44,6 +44,16 @@ _COMPRESSED = ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"PK\x03\x04", "zip", "unzip
 ``AzureLMMInferenceTrace_multimodal.csv.gz``)."""
 
 
+def _is_workbook(path: Path, head: bytes) -> bool:
+    """An Excel workbook: a zip whose first entries are an Office package's
+    (``[Content_Types].xml``, ``xl/``; .xlsx, as vLLM's multi-turn benchmark's --excel-output
+    writes its per-request 'Raw data' sheet) or an old binary .xls (OLE2 compound file)."""
+    if head.startswith(b"PK\x03\x04"):
+        return path.suffix.lower() in (".xlsx", ".xlsm") or b"[Content_Types].xml" in head \
+            or b"xl/" in head[:4096]
+    return head.startswith(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1")
+
+
 def check_readable(path: Path) -> None:
     if not path.exists():
         raise TraceError(path, "no such file")
@@ -70,6 +80,10 @@ def file_facts(path: Path) -> FileFacts:
         head = fh.read(_PEEK)
         fh.seek(max(0, size - _PEEK))
         tail = fh.read()
+    if _is_workbook(path, head):
+        raise TraceError(path, "is a spreadsheet workbook, not a text trace or recording: "
+                         "save the sheet that lists one request a row as CSV and give that "
+                         "(--column maps its column names)", line=1)
     for magic, kind, undo in _COMPRESSED:
         if head.startswith(magic):
             raise TraceError(path, f"is {kind}-compressed: decompress it first ({undo} "

@@ -36,9 +36,9 @@ def _loader(fmt: str) -> Loader:
     return loaders[fmt]
 
 
-RECORDING_HINT = ("a load tool's result (vllm bench serve, GuideLLM, AIPerf, inference-perf) is "
-                  "a recording, not a trace: kvbudget validate --records FILE simulates its "
-                  "requests and compares")
+RECORDING_HINT = ("a load tool's result (vllm bench serve, GuideLLM, AIPerf, inference-perf, "
+                  "llm-load-test) is a recording, not a trace: kvbudget validate --records "
+                  "FILE simulates its requests and compares")
 """Said where a file fits no trace format: the load tools' results are read as recordings."""
 
 

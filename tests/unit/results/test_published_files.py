@@ -5,6 +5,7 @@ beside each test)."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -199,6 +200,137 @@ def test_files_without_requests_are_named_by_their_tool(tmp_path: Path, name: st
         read_recording(path)
     assert str(info.value).startswith(f"{path}: {message}")
     assert "\n" not in str(info.value)
+
+
+# Round 57: results of benchmarks that send no request over time, and per-request files of
+# tools kvbudget has no reader for, each got "cannot tell the recording format" (or "is a
+# binary file"): each is named with what it holds and what to pass or write instead.
+EVALSCOPE_SUMMARY = {  # evalscope perf's benchmark_summary.json, as published (Qwen3-235B-
+    # A22B-GPTQ-Int4 on 8 A100s, vLLM 0.9.2, "10个并发"; a blog post in the code index, id
+    # 32751880326): the keys of evalscope/perf/utils/perf_constants.py's Metrics before 1.x
+    "Time taken for tests (s)": 78.9037, "Number of concurrency": 10, "Total requests": 20,
+    "Succeed requests": 20, "Failed requests": 0, "Output token throughput (tok/s)": 259.5567,
+    "Average latency (s)": 39.4105, "Average time to first token (s)": 1.1695}
+# evalscope 1.x renamed them (modelscope/evalscope perf_constants.py, Metrics)
+EVALSCOPE_SUMMARY_1X = {"Test Duration (s)": 78.9, "Concurrency": 10, "Total Requests": 20,
+                        "Success Requests": 20, "TTFT (ms)": 1169.5}
+
+
+@pytest.mark.parametrize(("name", "text", "message"), [
+    # sgl-project/sglang python/sglang/bench_one_batch_server.py at b23a42fc (--result-filename:
+    # one line a batch size) and bench_one_batch.py at fe867456 (the same, run in-process)
+    ("result.jsonl", json.dumps({"run_name": "default", "batch_size": 16, "input_len": 1024,
+                                 "output_len": 8, "latency": 1.2, "output_throughput": 100.0,
+                                 "overall_throughput": 2000.0,
+                                 "last_gen_throughput": 300.0}) + "\n",
+     "is an SGLang bench_one_batch_server result line"),
+    ("result.jsonl", json.dumps({"run_name": "before", "batch_size": 1, "input_len": 1024,
+                                 "output_len": 16, "prefill_latency": 0.1,
+                                 "prefill_throughput": 10240.0, "median_decode_latency": 0.01,
+                                 "median_decode_throughput": 100.0, "total_latency": 0.3,
+                                 "overall_throughput": 3000.0}) + "\n",
+     "is an SGLang bench_one_batch result line"),
+    # sgl-project/sglang python/sglang/bench_offline_throughput.py at 00d02fb4 (throughput_test)
+    ("offline.jsonl", json.dumps({"backend": "engine", "successful_requests": 1000,
+                                  "total_latency": 50.0, "total_input_tokens": 200000,
+                                  "total_output_tokens": 100000, "request_throughput": 20.0,
+                                  "output_throughput": 2000.0}) + "\n",
+     "is an SGLang bench_offline_throughput result line"),
+    # llama.cpp's llama-bench -o json (a list), -o jsonl and -o csv: a row a test, avg_ts
+    ("bench.json", json.dumps([{"build_commit": "c46583b", "model_type": "qwen35 0.8B Q4_K",
+                                "n_prompt": 512, "n_gen": 0, "avg_ts": 210.5,
+                                "samples_ts": [208.0, 211.0]}]),
+     "is a llama-bench result"),
+    ("bench.jsonl", json.dumps({"build_commit": "c46583b", "n_prompt": 0, "n_gen": 128,
+                                "avg_ts": 40.0}) + "\n", "is a llama-bench result"),
+    ("bench.csv", "build_commit,build_number,model_filename,n_prompt,n_gen,avg_ts,stddev_ts\n"
+     "c46583b,1,m.gguf,512,0,210.5,2.1\n", "is a llama-bench result"),
+    ("benchmark_summary.json", json.dumps(EVALSCOPE_SUMMARY, indent=4),
+     "is evalscope perf's benchmark_summary.json: aggregates only; its requests are in "
+     "benchmark_data.db"),
+    ("benchmark_summary.json", json.dumps(EVALSCOPE_SUMMARY_1X, indent=4),
+     "is evalscope perf's benchmark_summary.json"),
+    # evalscope/perf/utils/db_util.py summary_result: PercentileResult.to_list()
+    ("benchmark_percentile.json", json.dumps([{"Percentiles": "10%", "TTFT (s)": 0.1,
+                                               "Latency (s)": 30.0}], indent=4),
+     "is evalscope perf's benchmark_percentile.json"),
+    # vllm-project/vllm benchmarks/multi_turn/benchmark_serving_multi_turn.py at 00d39539
+    # --stats-json-output: [s._asdict() for s in client_metrics], one RequestStats a request
+    ("stats.json", json.dumps([{"ttft_ms": 62.3, "tpot_ms": 25.3, "latency_ms": 2573.0,
+                                "start_time_ms": 1200.5, "input_num_turns": 7,
+                                "input_num_tokens": 2019, "output_num_tokens": 99,
+                                "output_num_chunks": 98, "output_num_first_chunk_tokens": 1,
+                                "approx_cached_percent": 80.0, "conversation_id": "CONV_1",
+                                "client_id": 0}], indent=2),
+     "is vLLM's multi-turn benchmark per-request stats"),
+    # vllm/benchmarks/lib/utils.py convert_to_pytorch_benchmark_format (vLLM 0.32.0), written
+    # beside a result as *.pytorch.json with SAVE_TO_PYTORCH_BENCHMARK_FORMAT set
+    ("serve.pytorch.json", json.dumps([{"benchmark": {"name": "vLLM benchmark",
+                                                      "extra_info": {"args": {}}},
+                                        "model": {"name": "m"},
+                                        "metric": {"name": "ttft", "benchmark_values": [1.0],
+                                                   "extra_info": {}}}]),
+     "is vLLM's PyTorch benchmark-database record"),
+])
+def test_results_without_a_replayable_load_are_named(tmp_path: Path, name: str, text: str,
+                                                     message: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert str(info.value).startswith(f"{path}: {message}")
+    assert "\n" not in str(info.value)
+
+
+def test_vllm_offline_benchmarks_are_named(tmp_path: Path) -> None:
+    # vllm bench throughput --output-json, written by the real tool
+    # (scripts/make_recording_fixtures.sh vllm-offline)
+    throughput = FIXTURES / "vllm-bench-0.32.0" / "offline" / "throughput.json"
+    with pytest.raises(TraceError, match="is a vllm bench throughput result"):
+        read_recording(throughput)
+    # vllm bench latency --output-json (vllm/benchmarks/latency.py of vLLM 0.32.0, main: the
+    # keys avg_latency, latencies, percentiles), which cannot run on the fixtures' tiny model
+    latency = tmp_path / "latency.json"
+    latency.write_text(json.dumps({"avg_latency": 1.23, "latencies": [1.22, 1.24],
+                                   "percentiles": {"10": 1.22, "50": 1.23, "99": 1.24}},
+                                  indent=4))
+    with pytest.raises(TraceError, match="is a vllm bench latency result"):
+        read_recording(latency)
+
+
+@pytest.mark.parametrize("first_line", [
+    # inference-sim/inference-sim eval/ground_truth/jan20-codellama-prefill-1/vllm.log at
+    # a43487f6 (vLLM 0.11.0 under a logging config's %(asctime)s %(levelname)s %(name)s)
+    "2026-01-20 06:08:47,625 INFO vllm.platforms: Automatically detected platform cuda.",
+    # vLLM 0.32.0's own format (vllm/logger.py _FORMAT), and before the process prefix
+    "(APIServer pid=4242) INFO 12-06 05:01:05 [api_server.py:1050] Starting vLLM API server",
+    "INFO 08-21 10:11:12 [__init__.py:241] Automatically detected platform cuda.",
+])
+def test_a_vllm_server_log_is_named(tmp_path: Path, first_line: str) -> None:
+    # it got "missing column 'prompt_tokens' needed by the generic format (the header has:
+    # 2026-01-20 06:08:47, 625 INFO ...)"
+    path = tmp_path / "vllm.log"
+    path.write_text(first_line + "\n2026-01-20 06:11:13,161 INFO vllm.v1.metrics.loggers: "
+                    "Engine 000: Avg prompt throughput: 598.2 tokens/s\n")
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert str(info.value).startswith(f"{path}: is a vLLM server log")
+
+
+def test_an_sqlite_database_is_named_not_called_a_binary_trace(tmp_path: Path) -> None:
+    # evalscope perf keeps its requests in benchmark_data.db (evalscope/perf/utils/db_util.py
+    # create_result_table): it got "line 1: is a binary file, not a text trace"
+    path = tmp_path / "benchmark_data.db"
+    with sqlite3.connect(path) as con:
+        con.execute("CREATE TABLE result(request TEXT, start_time REAL, latency REAL, "
+                    "first_chunk_latency REAL, prompt_tokens INTEGER, "
+                    "completion_tokens INTEGER, success INTEGER)")
+    con.close()
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert str(info.value).startswith(f"{path}: is an SQLite database, not a recording "
+                                      "kvbudget reads; if it is evalscope perf's "
+                                      "benchmark_data.db, export")
 
 
 def test_an_sglang_summary_forced_as_vllm_bench_is_named_as_sglangs(tmp_path: Path) -> None:
@@ -656,3 +788,293 @@ def test_an_sglang_shared_prefix_run_says_the_prefixes_are_not_simulated(
                             "group's system prompt") and "share no prefix" in n for n in notes)
     path.write_text(json.dumps(sglang_details()) + "\n")
     assert not any("shared-prefix" in n for n in read_recording(path).notes)
+
+
+def guidellm_0_6(tmp_path: Path, version: str, edit: Any) -> Path:
+    """GuideLLM 0.6.1's fixture as a report of ``version``, changed by ``edit(doc, bench)``."""
+    doc = json.loads((FIXTURES / "guidellm-0.6.1" / "benchmarks.json").read_text())
+    doc["metadata"]["guidellm_version"] = version
+    edit(doc, doc["benchmarks"][0])
+    path = tmp_path / "benchmarks.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+# github.com/nirjhar17/guidellm-pd-disaggregation reports/concurrent4-benchmarks.json at
+# 2ff15754 (GuideLLM 0.5.0, chat completions, concurrent 4 stopped by --max-seconds 60): the
+# requests in flight at the limit were cancelled with output_tokens null though they had
+# streamed 51, 99 and 104 chunks (info.timings.token_iterations). kvbudget read them as 0
+# output tokens and dropped them ("with 0 output tokens"): the server's work on them was left
+# out of the simulated load, and the note said they had generated nothing.
+def test_guidellm_cancelled_requests_that_streamed_are_simulated_with_their_chunks(
+        tmp_path: Path) -> None:
+    def cancel(doc: dict[str, Any], bench: dict[str, Any]) -> None:
+        cut = bench["requests"]["successful"].pop()
+        cut["info"]["status"] = "cancelled"
+        cut["info"]["timings"]["request_end"] = None
+        cut["info"]["timings"]["token_iterations"] = 9
+        cut.update(output_tokens=None, request_latency=None)
+        cut["output_metrics"]["text_tokens"] = None
+        cut["output_metrics"]["total_tokens"] = None
+        silent = json.loads(json.dumps(cut))  # cancelled before its first chunk
+        silent["info"]["timings"]["token_iterations"] = 0
+        bench["requests"]["incomplete"] = [cut, silent]
+
+    rec = read_recording(guidellm_0_6(tmp_path, "0.5.0", cancel))
+    assert rec.counts["num_output_from_chunks"] == 1
+    assert rec.counts["num_dropped_0_output_tokens"] == 1
+    assert len(rec.workload) == 20
+    assert sorted(rec.workload.output_tokens.tolist())[0] == 9
+    assert any("1 cancelled or errored requests streamed output but the report counts none"
+               in n for n in rec.notes)
+
+
+# GuideLLM applies --sample-requests from 0.5.4 to 0.6.x (config.sample_requests; 0.7+
+# config.sample_size): a sampled 0.6 report was told it had been "cut down after GuideLLM
+# wrote it ... pass the report as GuideLLM wrote it", which is the report GuideLLM wrote.
+def test_guidellm_sample_requests_of_0_5_4_to_0_6_is_a_sample(tmp_path: Path) -> None:
+    def sample(doc: dict[str, Any], bench: dict[str, Any]) -> None:
+        bench["requests"]["successful"] = bench["requests"]["successful"][:10]
+        bench["config"]["sample_requests"] = 10
+
+    notes = read_recording(guidellm_0_6(tmp_path, "0.6.1", sample)).notes
+    assert any("kept a sample of 10 of its 20 requests" in n for n in notes)
+    assert not any("cut down" in n for n in notes)
+
+
+def test_guidellm_sample_requests_before_0_5_4_sampled_nothing(tmp_path: Path) -> None:
+    # 0.4.0-0.5.3 record sample_requests but keep every request (the accumulators that sample
+    # never receive it): a report listing fewer was cut down after GuideLLM wrote it
+    def cut(doc: dict[str, Any], bench: dict[str, Any]) -> None:
+        bench["requests"]["successful"] = bench["requests"]["successful"][:10]
+        bench["config"]["sample_requests"] = 10
+
+    notes = read_recording(guidellm_0_6(tmp_path, "0.5.0", cut)).notes
+    assert any("cut down after GuideLLM wrote it" in n for n in notes)
+    assert not any("a sample of" in n for n in notes)
+
+
+VLLM_ONLY = ("date", "model_id", "tokenizer_id", "endpoint_type", "label", "start_times",
+             "latencies", "queue_times", "rtfx", "max_output_tokens_per_s", "burstiness",
+             "total_input_tokens", "total_output_tokens", "request_goodput",
+             "max_concurrent_requests", "num_prompts")
+PER_REQUEST = ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors")
+
+
+def sglang_refactored(nested: bool) -> dict[str, Any]:
+    """vLLM's rate-8 fixture as SGLang's refactored client writes a run
+    (sgl-project/sglang python/sglang/benchmark/metrics.py save_results: the run's arguments,
+    ``**metrics.__dict__`` with ``total_output_retokenized``, no model; the lists beside them
+    at 1291c7fc, under ``details`` at 6e48df33)."""
+    doc = json.loads((FIXTURES / "vllm-bench-0.32.0" / "rate8.json").read_text())
+    for key in VLLM_ONLY:
+        doc.pop(key, None)
+    doc.update(backend="sglang", dataset_name="random", total_input=640, total_output=320,
+               total_output_retokenized=320, concurrency=1.3)
+    if nested:
+        doc["details"] = {key: doc.pop(key) for key in PER_REQUEST}
+    return doc
+
+
+# SGLang's refactored bench_serving (python/sglang/benchmark/metrics.py) writes
+# total_output_retokenized, not bench_serving.py's total_output_tokens_retokenized, and no
+# server_info: its files were read as "vllm bench serve" (and an SGLang mooncake run was not
+# refused); at 6e48df33 --output-details nests the lists under "details", and such a file was
+# refused as "a serving-benchmark summary ... pass ... --output-details", the flag it was
+# written with.
+@pytest.mark.parametrize("nested", [False, True])
+def test_sglang_refactored_client_results_are_read_as_sglangs(tmp_path: Path,
+                                                              nested: bool) -> None:
+    path = tmp_path / "sglang_0101_20_32_16.jsonl"
+    path.write_text(json.dumps(sglang_refactored(nested)) + "\n")
+    assert detect_recording_format(path) == "vllm-bench"
+    rec = read_recording(path, seed=0)
+    assert rec.tool == "sglang.bench_serving"
+    assert len(rec.workload) == 20
+    assert rec.stages[0].load == "open" and rec.stages[0].request_rate == 8
+
+
+def test_sglang_refactored_client_without_details_is_named(tmp_path: Path) -> None:
+    doc = sglang_refactored(nested=True)
+    del doc["details"]
+    path = tmp_path / "online.jsonl"
+    path.write_text(json.dumps(doc) + "\n")
+    with pytest.raises(TraceError, match="is an SGLang bench_serving result without "
+                       "per-request data"):
+        read_recording(path)
+
+
+def test_sglang_refactored_mooncake_run_is_refused(tmp_path: Path) -> None:
+    doc = sglang_refactored(nested=True)
+    doc.update(dataset_name="mooncake", request_rate="trace")
+    path = tmp_path / "mooncake.jsonl"
+    path.write_text(json.dumps(doc) + "\n")
+    with pytest.raises(TraceError, match="Mooncake trace"):
+        read_recording(path)
+
+
+# github.com/anud18/qwen36-vllm-aiperf-benchmark results/nvfp4/r100_chatbot_flat_c2/
+# chatbot_flat/c2/profile_export.jsonl at d753e8f9 (AIPerf 0.10.0, a Mooncake-trace dataset at
+# concurrency 2 against vLLM): each record carries usage_prompt_cache_read_tokens, the
+# server's count of prompt tokens served from its prefix cache (30,653 of 65,546 in all,
+# 47 %). kvbudget said only that prompts which "shared a prefix on the server" would hit where
+# the simulation does not, while the file says how many did.
+def test_aiperf_prompt_tokens_the_server_cached_are_said(tmp_path: Path) -> None:
+    src = FIXTURES / "aiperf-0.13.0" / "concurrency4.jsonl"
+    records = [json.loads(line) for line in src.read_text().splitlines()]
+    for rec in records[:10]:
+        rec["metrics"]["usage_prompt_cache_read_tokens"] = {"value": 16, "unit": "tokens"}
+    path = tmp_path / "profile_export.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    (tmp_path / "profile_export_aiperf.json").write_text(
+        (FIXTURES / "aiperf-0.13.0" / "concurrency4_aiperf.json").read_text())
+    rec = read_recording(path)
+    total = int(rec.workload.prompt_tokens.sum())
+    assert rec.counts["num_prompt_tokens_cached"] == 160
+    assert any(n.startswith(f"the server served 160 of the {total:,} prompt tokens "
+                            f"({100 * 160 / total:.0f} %) from its prefix cache")
+               for n in rec.notes)
+    # a run whose server reported no hits gets no such note
+    plain = read_recording(FIXTURES / "aiperf-0.13.0" / "concurrency4.jsonl")
+    assert "num_prompt_tokens_cached" not in plain.counts
+
+
+def aiperf_fixed_schedule(tmp_path: Path, concurrency: int | None,
+                          later_turns: int = 0) -> Path:
+    """AIPerf 0.13.0's concurrency-4 fixture as a run whose profiling phase replayed a trace
+    (``type: fixed_schedule``, as AIPerf promotes a Mooncake trace dataset by itself)."""
+    src = FIXTURES / "aiperf-0.13.0"
+    summary = json.loads((src / "concurrency4_aiperf.json").read_text())
+    for phase in summary["input_config"]["phases"]:
+        if phase.get("kind") == "profiling":
+            phase["type"] = "fixed_schedule"
+            phase.pop("concurrency", None)
+            if concurrency is not None:
+                phase["concurrency"] = concurrency
+    (tmp_path / "profile_export_aiperf.json").write_text(json.dumps(summary))
+    records = [json.loads(line) for line in (src / "concurrency4.jsonl").read_text().splitlines()]
+    for rec in records[-later_turns:] if later_turns else []:
+        rec["metadata"]["turn_index"] = 1
+    path = tmp_path / "profile_export.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+# AIPerf's fixed_schedule phase (aiperf 0.13.0 timing/strategies/fixed_schedule.py: each
+# conversation's first turn at its trace timestamp, later turns when the turn before ended)
+# was read as "load mode not recorded", its concurrency cap dropped: a capped replay was
+# simulated uncapped, unsaid.
+@pytest.mark.parametrize(("concurrency", "expected"), [
+    (None, RecordedStage("fixed schedule", "open", None, None)),
+    (2, RecordedStage("fixed schedule, concurrency 2", "capped", None, 2)),
+])
+def test_aiperf_fixed_schedule_is_the_traces_timestamps(
+        tmp_path: Path, concurrency: int | None, expected: RecordedStage) -> None:
+    rec = read_recording(aiperf_fixed_schedule(tmp_path, concurrency))
+    assert rec.stages == (expected,)
+    said = [n for n in rec.notes if "not the trace timestamp it waited at" in n]
+    assert len(said) == (concurrency is not None)
+    assert not any("later turns" in n for n in rec.notes)
+
+
+def test_aiperf_fixed_schedule_later_turns_are_said(tmp_path: Path) -> None:
+    rec = read_recording(aiperf_fixed_schedule(tmp_path, None, later_turns=5))
+    assert any(n.startswith("5 of the 22 records are later turns of their conversations")
+               for n in rec.notes)
+
+
+def llm_load_test_result(user: int, k: int, start: float, prompt: int, output: int,
+                         error: int | None = None) -> dict[str, Any]:
+    """One ``RequestResult.asdict()`` of openshift-psap/llm-load-test (src/llm_load_test/
+    result.py at b27aad1, its streaming OpenAI plugin's fields), its times in time.time()
+    seconds (ttft, response_time, tpot in ms)."""
+    first, end = start + 0.2 + 0.01 * k, start + 0.2 + 0.01 * k + 0.02 * (output - 1)
+    done = error is None
+    return {"user_id": user, "input_id": k, "input_tokens": prompt, "output_text": "...",
+            "output_tokens": output if done else None,
+            "output_tokens_before_timeout": output if done else None,
+            "start_time": start, "ack_time": start + 0.1,
+            "first_token_time": first if done else None, "end_time": end,
+            "response_time": 1000 * (end - start) if done else None,
+            "tt_ack": 100.0 if done else None, "ttft": 1000 * (first - start) if done else None,
+            "itl": 20.0 if done else None, "tpot": None, "stop_reason": "length" if done else None,
+            "error_code": error, "error_text": None if done else "Internal Server Error"}
+
+
+def llm_load_test_file(tmp_path: Path, users: Any = 2) -> tuple[Path, list[dict[str, Any]]]:
+    """llm-load-test's output-002.json (utils.py write_output: results gathered user by user,
+    the run's config with load_options.concurrency set to its users, a summary): two users
+    each sending its next request when its last one returned, for a 20 s duration, one
+    request failing with HTTP 500."""
+    results: list[dict[str, Any]] = []
+    for user in range(2):
+        t = 1708535304.5 + 0.05 * user
+        for k in range(4):
+            err = 500 if (user, k) == (1, 2) else None
+            rec = llm_load_test_result(user, k, t, 100 + 10 * k + user, 16 + k, err)
+            results.append(rec)
+            t = rec["end_time"] + 0.001
+    doc = {"results": results,
+           "config": {"load_options": {"type": "constant", "concurrency": users,
+                                       "duration": 20},
+                      "plugin": "openai_plugin",
+                      "plugin_options": {"streaming": True, "model_name":
+                                         "meta-llama/Llama-3.1-8B-Instruct",
+                                         "host": "http://127.0.0.1:8000",
+                                         "endpoint": "/v1/completions"},
+                      "output": {"dir": "./output/", "file": "output-{concurrency:03d}.json"}},
+           "summary": {"total_requests": 8, "total_failures": 1}}
+    path = tmp_path / "output-002.json"
+    path.write_text(json.dumps(doc, indent=2))
+    return path, results
+
+
+# openshift-psap/llm-load-test (OpenShift AI's load tool; not on PyPI, so the test's file is
+# built from its source): its output.json lists each request with its send, first-token and
+# end times, token counts and error; it got "cannot tell the recording format".
+def test_llm_load_test_output_is_read(tmp_path: Path) -> None:
+    path, results = llm_load_test_file(tmp_path)
+    assert detect_recording_format(path) == "llm-load-test"
+    rec = read_recording(path)
+    assert rec.tool == "llm-load-test"
+    assert rec.stages == (RecordedStage("concurrency 2", "closed", None, 2),)
+    assert rec.config["model"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert rec.counts["num_measured"] == 7
+    # the failed request streamed nothing: dropped, as the trace loader drops it
+    assert rec.counts["num_dropped_0_output_tokens"] == 1 and len(rec.workload) == 7
+    ok = [r for r in results if r["error_code"] is None]
+    measured = rec.measured.sort_values("arrival_s")
+    assert np.allclose(measured["ttft_s"], [r["ttft"] / 1000 for r in
+                                            sorted(ok, key=lambda r: r["start_time"])])
+    assert np.allclose(measured["e2e_s"], [r["response_time"] / 1000 for r in
+                                           sorted(ok, key=lambda r: r["start_time"])])
+    assert sorted(rec.workload.prompt_tokens.tolist()) == sorted(r["input_tokens"] for r in ok)
+    assert any("stopped by its 20 s time limit" in n for n in rec.notes)
+    assert any("max_tokens = min_tokens" in n for n in rec.notes)
+
+
+def test_llm_load_test_with_no_one_concurrency_says_so(tmp_path: Path) -> None:
+    path, _ = llm_load_test_file(tmp_path, users=[1, 2])
+    rec = read_recording(path)
+    assert rec.stages[0].load == "unknown"
+    assert any("names no one number of users" in n for n in rec.notes)
+
+
+def test_llm_load_test_first_layout_is_read(tmp_path: Path) -> None:
+    # openshift-psap/llm-load-test 64f000d (2024-01-29) to 36eb1ca: plugins/plugin.py
+    # _calculate_results_stream wrote start, end (s), ttft (ms), worker_id, input_tokens
+    path, results = llm_load_test_file(tmp_path)
+    doc = json.loads(path.read_text())
+    doc["results"] = [{"start": r["start_time"], "end": r["end_time"], "ttft": r["ttft"],
+                       "tt_ack": r["tt_ack"], "tpot": r["tpot"],
+                       "response_time": r["response_time"], "output_tokens": r["output_tokens"],
+                       "worker_id": r["user_id"], "input_tokens": r["input_tokens"],
+                       "response_string": "...", "input_string": "..."}
+                      for r in results if r["error_code"] is None]
+    path.write_text(json.dumps(doc))
+    rec = read_recording(path)
+    assert rec.tool == "llm-load-test" and rec.counts["num_measured"] == 7
+    ok = sorted((r for r in results if r["error_code"] is None), key=lambda r: r["start_time"])
+    measured = rec.measured.sort_values("arrival_s")
+    assert np.allclose(measured["ttft_s"], [r["ttft"] / 1000 for r in ok])
+    assert np.allclose(measured["e2e_s"], [r["response_time"] / 1000 for r in ok])

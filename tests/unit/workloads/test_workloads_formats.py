@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zipfile
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -84,6 +85,24 @@ def test_azure_multimodal_says_its_images_are_not_read(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match=r"line 1: is gzip-compressed: decompress it first "
                        r"\(gunzip -k mm.csv.gz\)"):
         load_trace(packed)
+
+
+def test_a_spreadsheet_is_named_not_called_zip_compressed(tmp_path: Path) -> None:
+    """vLLM's multi-turn benchmark (benchmarks/multi_turn/benchmark_serving_multi_turn.py
+    --excel-output) writes its per-request 'Raw data' sheet to an .xlsx: it was called
+    'zip-compressed: decompress it first (unzip ...)', which yields XML parts, not a table."""
+    book = tmp_path / "statistics_2_clients__01-01-2026_00-00-00.xlsx"
+    with zipfile.ZipFile(book, "w") as z:
+        z.writestr("[Content_Types].xml", "<Types/>")
+        z.writestr("xl/workbook.xml", "<workbook/>")
+    with pytest.raises(TraceError, match=r"line 1: is a spreadsheet workbook, not a text "
+                       r"trace or recording: save the sheet"):
+        load_trace(book)
+    plain = tmp_path / "trace.zip"  # any other zip is still a compressed file
+    with zipfile.ZipFile(plain, "w") as z:
+        z.writestr("trace.csv", AZURE_2024)
+    with pytest.raises(TraceError, match="is zip-compressed"):
+        load_trace(plain)
 
 
 def test_azure_mixed_zone_offsets_are_repaired_with_warning(tmp_path: Path) -> None:
