@@ -46,6 +46,9 @@ from kvbudget.workloads.max_output import MaxOutputRule
 
 FloatArray = npt.NDArray[np.float64]
 
+FIXED_SCHEDULE = "fixed schedule"
+"""The stage label of a ``--fixed-schedule`` phase (a trace replayed at its timestamps)."""
+
 SUMMARY_NAME = "profile_export_aiperf.json"
 """AIPerf's summary beside the records (``<prefix>_aiperf.json`` with ``--profile-export-
 prefix``)."""
@@ -96,6 +99,15 @@ def _stage(path: Path, summary: Mapping[str, Any]) -> RecordedStage:
                                    else "request_rate"})]
     k, phase = found[0]
     where = f"input_config.phases[{k}]" if k >= 0 else "input_config.loadgen"
+    if phase.get("type") == "fixed_schedule":  # sent at the trace's timestamps
+        conc_f = number(phase.get("concurrency"), path, f"{where}.concurrency")
+        if math.isnan(conc_f):
+            return RecordedStage(FIXED_SCHEDULE, "open", None, None)
+        if conc_f < 1 or not conc_f.is_integer():
+            raise TraceError(path, f"must be a whole number >= 1, got "
+                             f"{phase.get('concurrency')!r}", field=f"{where}.concurrency")
+        return RecordedStage(f"{FIXED_SCHEDULE}, concurrency {int(conc_f)}", "capped", None,
+                             int(conc_f))
     rate_key = "rate" if "rate" in phase else "request_rate"
     rate = number(phase.get(rate_key), path, f"{where}.{rate_key}")
     conc_f = number(phase.get("concurrency"), path, f"{where}.concurrency")
@@ -135,6 +147,44 @@ def _time_limit(summary: Mapping[str, Any], num_sent: int) -> tuple[float, str] 
     if isinstance(requests, int) and not isinstance(requests, bool) and num_sent >= requests:
         return None
     return float(seconds), "--benchmark-duration"
+
+
+def _fixed_schedule_note(label: str, summary: Mapping[str, Any], num_sent: int) -> str | None:
+    """What a ``--fixed-schedule`` phase sent and how it is replayed (None for another phase).
+
+    AIPerf 0.13.0 sends each trace entry at its timestamp less the schedule's zero after the
+    phase starts (``aiperf/timing/strategies/fixed_schedule.py``, ``setup_phase`` and
+    ``_timestamp_to_perf_sec``): the zero is the first timestamp sent with ``auto_offset`` (the
+    phase's default, ``config/phases.py`` ``FixedSchedulePhase``), else ``start_offset``, else
+    0 ms; the dataset keeps only the entries stamped within ``start_offset`` .. ``end_offset``
+    (``dataset/loader/mooncake_trace.py``). The records' ``request_start_ns`` are those sends,
+    AIPerf's own lateness behind the timestamps included, and the zero only delays the first
+    send on an idle server, so the requests are offered at their recorded sends."""
+    phases = dig(summary, "input_config", "phases")
+    found = [p for p in phases if isinstance(p, dict) and p.get("kind", p.get("name"))
+             == "profiling"] if isinstance(phases, list) else []
+    if not found or found[0].get("type") != "fixed_schedule":
+        return None
+    phase = found[0]
+    first, last = phase.get("start_offset"), phase.get("end_offset")
+    window = ""
+    if first is not None or last is not None:
+        window = (f", only the entries stamped {first if first is not None else 'from the start'}"
+                  f" .. {last if last is not None else 'the end'} ms "
+                  "(--fixed-schedule-start-offset/--fixed-schedule-end-offset)")
+    zero = ("its first timestamp (auto_offset)"
+            if phase.get("auto_offset", first is None)
+            else f"{first} ms (--fixed-schedule-start-offset)" if first is not None
+            else "0 ms of the trace")
+    conc = phase.get("concurrency")
+    capped = (f"; at most {conc} in flight (--concurrency), as replayed: a request due while "
+              "all were busy went when one freed, and is offered no sooner than that recorded "
+              "send") if isinstance(conc, int) and not isinstance(conc, bool) else ""
+    return (f"stage '{label}': AIPerf sent the {num_sent} requests at their trace "
+            f"timestamps (--fixed-schedule{window}), the schedule's zero at {zero}: replayed as "
+            "an open loop at AIPerf's recorded sends (its own delay behind each timestamp "
+            "included), from the first send; the idle time before it is not simulated"
+            f"{capped}")
 
 
 def _phase_type(summary: Mapping[str, Any]) -> str:
@@ -317,7 +367,7 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     sent = (start - np.min(start)) * 1e-9
     arrival: FloatArray = sent
     notes: list[str] = []
-    if stage.load == "capped":
+    if stage.load == "capped" and not stage.label.startswith(FIXED_SCHEDULE):
         datasets = dig(summary, "input_config", "datasets")
         seed = (datasets[0].get("random_seed") if isinstance(datasets, list) and datasets
                 and isinstance(datasets[0], dict) else None)
@@ -363,6 +413,9 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     said = limit and time_limit_note(stage.label, stage.load, *limit, num_measured)
     if said:
         notes.append(said)
+    scheduled = _fixed_schedule_note(stage.label, summary, num_measured)
+    if scheduled:
+        notes.append(scheduled)
     if not summary:
         notes.append(f"no {SUMMARY_NAME} beside the records: load mode and server settings "
                      "unknown")
