@@ -127,6 +127,23 @@ def _stage(path: Path, summary: Mapping[str, Any]) -> RecordedStage:
     return RecordedStage("", "unknown", None, None)
 
 
+def _grace_s(summary: Mapping[str, Any]) -> float:
+    """The profiling phase's grace period: how long AIPerf waits for the requests in flight
+    after its duration before cancelling them. AIPerf 0.13.0 waits the phase's time left plus
+    ``grace_period_sec or 0`` (``timing/phase/lifecycle.py``, ``time_left_in_seconds``), the
+    phase's ``grace_period`` (``timing/config.py``); the command line sets it to
+    ``--benchmark-grace-period`` (30 s by default) with ``--benchmark-duration``; before its
+    phases, ``input_config.loadgen.benchmark_grace_period``."""
+    phases = dig(summary, "input_config", "phases")
+    found = [p for p in phases if isinstance(p, dict) and p.get("kind", p.get("name"))
+             == "profiling"] if isinstance(phases, list) else []
+    grace = (found[0].get("grace_period") if found
+             else dig(summary, "input_config", "loadgen", "benchmark_grace_period"))
+    if isinstance(grace, int | float) and not isinstance(grace, bool) and grace >= 0:
+        return float(grace)
+    return 0.0
+
+
 def _time_limit(summary: Mapping[str, Any], num_sent: int) -> tuple[float, str] | None:
     """The profiling phase's ``--benchmark-duration`` when it stopped the phase: set, and
     fewer requests sent than its ``--request-count`` (AIPerf 0.13.0 ``config/phases.py``:
@@ -410,7 +427,14 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
                      f"{len(rows)} requests, AIPerf's tokenizer count for the others")
     num_measured = len(rows) - counts["num_warmup"]
     limit = _time_limit(summary, num_measured)
-    said = limit and time_limit_note(stage.label, stage.load, *limit, num_measured)
+    profiling = np.array([s != "warmup" for s in status])
+    if limit and stage.load in ("closed", "capped") and profiling.any():
+        # the phase's clock starts at its first send (the warm-up phase's sends before it)
+        stage = replace(stage, time_limit_end_s=float(sent[profiling].min()) + limit[0],
+                        grace_s=_grace_s(summary))
+    said = limit and time_limit_note(
+        stage.label, stage.load, *limit, num_measured,
+        grace_s=stage.grace_s if stage.time_limit_end_s is not None else None)
     if said:
         notes.append(said)
     scheduled = _fixed_schedule_note(stage.label, summary, num_measured)

@@ -46,7 +46,7 @@ import ast
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -416,6 +416,20 @@ def _time_limit(bench: Mapping[str, Any], num_sent: int) -> tuple[float, str] | 
     return float(seconds), "GuideLLM max_duration"
 
 
+def _stop_time(bench: Mapping[str, Any]) -> float | None:
+    """When the duration limit that stopped a benchmark's sending fell (epoch seconds, the
+    requests' clock): 0.8's ``max_duration`` constraint says its ``stop_time``
+    (``scheduler/constraints/request.py``: the benchmark's start plus its seconds); None where
+    the report does not say (0.2-0.3's ``args.max_duration``)."""
+    ended = dig(bench, "scheduler_state", "end_queuing_constraints")
+    for said in (ended.values() if isinstance(ended, dict) else ()):
+        stop = (dig(said, "progress", "stop_time") or dig(said, "metadata", "stop_time")
+                if isinstance(said, dict) else None)
+        if isinstance(stop, int | float) and not isinstance(stop, bool) and math.isfinite(stop):
+            return float(stop)
+    return None
+
+
 def _unlisted_note(bench: Mapping[str, Any], label: str, listed: int) -> str | None:
     """0.2-0.3 leave warm-up and cool-down requests out of the lists: say how many."""
     if "args" not in bench or bench.get("request_samples") is not None:
@@ -523,6 +537,10 @@ def read_guidellm(path: Path, default_tier: str,
             raise TraceError(path, "must hold a 'requests' object (successful, errored, "
                              "incomplete)", field=f"benchmarks[{b}].requests")
         stage = stage_of(path, bench, b, version, notes)
+        limit = _time_limit(bench, _listed(bench))
+        stop = _stop_time(bench) if limit and stage.load in ("closed", "capped") else None
+        if stop is not None:  # on the epoch clock until _recording rebases it
+            stage = replace(stage, time_limit_end_s=stop)
         stages.append(stage)
         window = _window(path, bench, b)
         listed: dict[str, int] = {}
@@ -537,11 +555,11 @@ def read_guidellm(path: Path, default_tier: str,
                 if not _add_request(path, cols, req, where, kind, stage, window):
                     counts["num_incomplete_not_simulated"] = counts.get(
                         "num_incomplete_not_simulated", 0) + 1
-        limit = _time_limit(bench, sum(listed.values()))
         for note in (_sample_note(bench, stage.label, listed),
                      _unlisted_note(bench, stage.label, sum(listed.values())),
-                     limit and time_limit_note(stage.label, stage.load, *limit,
-                                               sum(listed.values()))):
+                     limit and time_limit_note(
+                         stage.label, stage.load, *limit, sum(listed.values()),
+                         grace_s=math.inf if stop is not None else None)):
             if note:
                 notes.append(note)
     return _recording(path, doc, benchmarks, version, cols, stages, counts, notes,
@@ -562,6 +580,8 @@ def _recording(path: Path, doc: Mapping[str, Any], benchmarks: list[Any], versio
     start = np.array(cols.start)
     offered = _offered(cols, notes)
     origin = float(offered.min())
+    stages = [replace(st, time_limit_end_s=st.time_limit_end_s - origin)
+              if st.time_limit_end_s is not None else st for st in stages]
     recorded: FloatArray | None = np.array(cols.max_tokens)
     if recorded is not None and not np.isfinite(recorded).any():
         recorded = None

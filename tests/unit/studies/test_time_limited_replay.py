@@ -1,0 +1,90 @@
+"""Runs a load tool stopped by a time limit, made by the real tools
+(``scripts/make_recording_fixtures.sh aiperf-timed guidellm-timed``): AIPerf 0.13.0
+``--concurrency 4 --benchmark-duration 2 --benchmark-grace-period 0`` and GuideLLM 0.8.1
+``--profile kind=concurrent,streams=4 --constraint kind=max_duration,seconds=2``.
+
+A closed loop stopped by its time limit was replayed with every request it sent: on a
+simulated server slower than the recorded one, its users went on sending past the tool's limit
+and those requests counted as completed (the completed count agreed by construction). It is
+replayed time-limited: nothing is sent after the limit, requests running past the tool's grace
+period are cancelled, and both are the client's (``client_timeout``), neither completed nor
+the server's failures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kvbudget.analysis.validation import OVERALL
+from kvbudget.perf.cost_model import LinearCostModel
+from kvbudget.results.recordings import read_recording
+from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.run import SimConfig
+from kvbudget.studies.recorded_replay import CANCELLED, NOT_SENT, replay_mode, stage_plans
+from kvbudget.studies.validate import replay_problems, simulate_recording, validate_recording
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
+AIPERF = FIXTURES / "aiperf-0.13.0" / "duration2_concurrency4_grace0.jsonl"
+GUIDELLM = FIXTURES / "guidellm-0.8.1" / "duration2_concurrent4.json"
+CONFIG = SimConfig(engine=EngineConfig(num_gpu_blocks=100, block_size=16, max_num_seqs=8,
+                                       max_num_batched_tokens=2048))
+SLOW = LinearCostModel(intercept_s=0.05, per_prefill_token_s=0.0, per_decode_seq_s=0.0,
+                       per_context_token_s=0.0)  # 16 steps of 50 ms: 0.8 s a request
+
+
+def _completed(table: pd.DataFrame) -> tuple[float, float]:
+    row = table[(table["stage"] == OVERALL) & (table["metric"] == "completed")]
+    return float(row["simulated"].iloc[0]), float(row["measured"].iloc[0])
+
+
+@pytest.mark.parametrize(("path", "limit_s", "grace_s"), [(AIPERF, 2.0, 0.0),
+                                                          (GUIDELLM, 2.0, np.inf)])
+def test_a_time_limited_closed_loop_sends_nothing_after_the_tools_limit(
+        path: Path, limit_s: float, grace_s: float) -> None:
+    rec = read_recording(path)
+    stage = rec.stages[0]
+    assert stage.load == "closed" and stage.grace_s == grace_s
+    plans = stage_plans(rec)
+    assert plans is not None and plans[0].loop is not None
+    until = plans[0].loop.send_until_s
+    assert until is not None
+    # the limit counts from the profiling phase's first send (AIPerf's warm-up before it)
+    assert limit_s <= until <= limit_s + 0.2
+    run = simulate_recording(rec, CONFIG, cost_model=SLOW, frontend_overhead_s=0.0)
+    records = run.records
+    start = plans[0].start_s
+    sent = records["reason"] != NOT_SENT
+    assert (records.loc[sent, "arrival_s"] - start <= until + 1e-9).all()
+    assert (~sent).sum() > 0  # the slow server's users could not send them all in the time
+    assert (records.loc[~sent, "status"] == "client_timeout").all()
+    done = records["status"] == "completed"
+    if grace_s == 0:  # no grace: nothing completes after the limit
+        assert (records.loc[done, "finished_s"] - start <= until + 1e-9).all()
+        assert (records["reason"] == CANCELLED).sum() > 0
+    # neither the unsent nor the cancelled are the server's losses: the gate lets it through
+    assert replay_problems(rec, records) is None
+    table = validate_recording(rec, CONFIG, cost_model=SLOW, frontend_overhead_s=0.0).table
+    simulated, measured = _completed(table)
+    assert simulated < measured  # a slower server completes fewer in the tool's window
+    assert "time-limited" in replay_mode(stage)
+
+
+def test_the_time_limit_note_says_how_it_is_replayed() -> None:
+    notes = [n for n in read_recording(AIPERF).notes if "time limit" in n]
+    assert len(notes) == 1
+    assert ("stage 'concurrency 4' was stopped by its 2 s time limit (--benchmark-duration): "
+            "replayed time-limited: the simulated users send nothing after the limit and those "
+            "still running at the limit are cancelled") in notes[0]
+    assert "equals the measured one by construction" not in notes[0]
+    notes = [n for n in read_recording(GUIDELLM).notes if "time limit" in n]
+    assert len(notes) == 1 and "the requests in flight then run to their end" in notes[0]
+
+
+def test_an_open_time_limited_stage_keeps_its_sends() -> None:
+    # --request-rate 8 --benchmark-duration 2: the rate set what was sent in the time
+    rec = read_recording(FIXTURES / "aiperf-0.13.0" / "duration2_rate8.jsonl")
+    assert rec.stages[0].load == "open" and rec.stages[0].time_limit_end_s is None
+    assert stage_plans(rec) is None
