@@ -295,8 +295,11 @@ def _request_body(req: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _add_request(path: Path, cols: _Columns, req: Any, where: str, kind: str,
-                 stage: RecordedStage, window: tuple[float, float] | None) -> bool:
-    """Append one request; False when it cannot be simulated (no prompt length)."""
+                 stage: RecordedStage, window: tuple[float, float] | None,
+                 after: str = "cooldown") -> bool:
+    """Append one request; False when it cannot be simulated (no prompt length). ``after``:
+    the status of a request started after the measurement window (``after_limit`` where the
+    window's end is a time limit's, not a cool-down's)."""
     if not isinstance(req, dict):
         raise TraceError(path, "must be an object", field=where)
     timings = dig(req, "info", "timings") or dig(req, "scheduler_info") or {}
@@ -334,7 +337,7 @@ def _add_request(path: Path, cols: _Columns, req: Any, where: str, kind: str,
         if t_end < w0:
             status = "warmup"
         elif t0 > w1:
-            status = "cooldown"
+            status = after
     body = _request_body(req)
     mt = body.get("max_tokens") or body.get("max_completion_tokens")
     eos = body.get("ignore_eos")
@@ -543,6 +546,11 @@ def read_guidellm(path: Path, default_tier: str,
             stage = replace(stage, time_limit_end_s=stop)
         stages.append(stage)
         window = _window(path, bench, b)
+        # with no cool-down GuideLLM 0.8.1's window ends at the time limit (benchmark/schemas/
+        # accumulator.py: measure_end is request_end, the scheduler's progress.stop_time);
+        # what its workers had queued goes out after it
+        after = ("after_limit" if stop is not None and not bench.get("cooldown_duration")
+                 else "cooldown")
         listed: dict[str, int] = {}
         for kind in KINDS:
             rows = bench["requests"].get(kind) or []
@@ -552,7 +560,7 @@ def read_guidellm(path: Path, default_tier: str,
             counts[f"num_{kind}"] = counts.get(f"num_{kind}", 0) + len(rows)
             for r, req in enumerate(rows):
                 where = f"benchmarks[{b}].requests.{kind}[{r}]"
-                if not _add_request(path, cols, req, where, kind, stage, window):
+                if not _add_request(path, cols, req, where, kind, stage, window, after):
                     counts["num_incomplete_not_simulated"] = counts.get(
                         "num_incomplete_not_simulated", 0) + 1
         for note in (_sample_note(bench, stage.label, listed),
@@ -613,6 +621,13 @@ def _recording(path: Path, doc: Mapping[str, Any], benchmarks: list[Any], versio
         notes.append(f"{counts['num_warmup']} warm-up and {counts['num_cooldown']} cool-down "
                      "requests simulated (they loaded the server) and left out of the measured "
                      "statistics, as GuideLLM does")
+    num_after = counts["num_after_limit"] = status.count("after_limit")
+    if num_after:
+        notes.append(f"{num_after} requests GuideLLM's workers sent after its time limit (each "
+                     "queued before it): left out of the measured statistics, as GuideLLM "
+                     "leaves them out; the time-limited replay sends nothing after the limit, "
+                     "so the load they added to the requests still running then is not "
+                     "simulated")
     config = _config(path, benchmarks, doc, cols)
     notes.append(max_tokens_note(recorded, max_output_rule))
     return build_recording(path, "guidellm", workload, ttft=ttft[rows], e2e=e2e[rows],

@@ -79,7 +79,7 @@ def test_the_time_limit_note_says_how_it_is_replayed() -> None:
             "replayed time-limited: the simulated users send nothing after the limit and those "
             "still running at the limit are cancelled") in notes[0]
     assert "equals the measured one by construction" not in notes[0]
-    notes = [n for n in read_recording(GUIDELLM).notes if "time limit" in n]
+    notes = [n for n in read_recording(GUIDELLM).notes if "was stopped by its" in n]
     assert len(notes) == 1 and "the requests in flight then run to their end" in notes[0]
 
 
@@ -88,3 +88,16 @@ def test_an_open_time_limited_stage_keeps_its_sends() -> None:
     rec = read_recording(FIXTURES / "aiperf-0.13.0" / "duration2_rate8.jsonl")
     assert rec.stages[0].load == "open" and rec.stages[0].time_limit_end_s is None
     assert stage_plans(rec) is None
+
+
+def test_guidellm_requests_sent_after_its_time_limit_are_not_called_cool_down() -> None:
+    # no cool-down was asked for: the 4 requests GuideLLM's workers sent just after the 2 s
+    # limit (queued before it) were said to be "cool-down requests simulated"
+    rec = read_recording(GUIDELLM)
+    assert rec.counts["num_cooldown"] == 0 and rec.counts["num_after_limit"] == 4
+    assert not [n for n in rec.notes if "cool-down" in n]
+    said = [n for n in rec.notes if "sent after its time limit" in n]
+    assert len(said) == 1 and said[0].startswith("4 requests GuideLLM's workers sent after")
+    # with a cool-down asked for, the requests after the window are still its cool-down
+    rec = read_recording(FIXTURES / "guidellm-0.8.1" / "benchmarks.json")
+    assert rec.counts["num_cooldown"] > 0 and rec.counts["num_after_limit"] == 0
