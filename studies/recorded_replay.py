@@ -44,6 +44,8 @@ from kvbudget.simulator.run import SimConfig, simulate
 from kvbudget.workloads.closed_loop import ClosedLoop
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from kvbudget.workloads import Workload
 
 _TIME_COLUMNS = ("arrival_s", "admitted_s", "first_token_s", "finished_s")
@@ -147,6 +149,22 @@ tool's time limit stopped the sending (status ``client_timeout``: the client, no
 CANCELLED = "time_limit_cancelled"
 """The reason of a time-limited stage's request still running when the tool's grace period
 after the limit ran out: the tool cancelled it (status ``client_timeout``)."""
+
+
+def time_limit_said(records: pd.DataFrame) -> str | None:
+    """One line on what a time-limited replay left to the client (None when nothing): how many
+    requests the simulated users had not sent by the tool's limit and how many were cancelled
+    after its grace period."""
+    if "reason" not in records:
+        return None
+    not_sent = int((records["reason"] == NOT_SENT).sum())
+    cancelled = int((records["reason"] == CANCELLED).sum())
+    if not (not_sent or cancelled):
+        return None
+    return (f"time limit: the simulated users had not sent {not_sent} of the recorded requests "
+            f"by the tool's time limit and {cancelled} were still running after its grace "
+            "period (cancelled, as the tool does): the client's, neither completed nor failures "
+            "of the server")
 
 
 def cut_at_time_limit(run: RunResult, plan: StagePlan) -> RunResult:

@@ -17,9 +17,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from typer.testing import CliRunner
 
 from kvbudget.analysis.validation import OVERALL
-from kvbudget.perf.cost_model import LinearCostModel
+from kvbudget.cli.main import app
+from kvbudget.perf.cost_model import LinearCostModel, save_cost_model
 from kvbudget.results.recordings import read_recording
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig
@@ -101,3 +103,21 @@ def test_guidellm_requests_sent_after_its_time_limit_are_not_called_cool_down() 
     # with a cool-down asked for, the requests after the window are still its cool-down
     rec = read_recording(FIXTURES / "guidellm-0.8.1" / "benchmarks.json")
     assert rec.counts["num_cooldown"] > 0 and rec.counts["num_after_limit"] == 0
+
+
+def test_validate_says_what_the_time_limit_left_to_the_client(tmp_path: Path) -> None:
+    # the table's completed fell from 52 to a handful with no line saying why
+    save_cost_model(SLOW, tmp_path / "slow.json")
+    res = CliRunner().invoke(app, ["validate", "--records", str(AIPERF), "--model",
+                                   "Llama-3.1-8B", "--cost-model", str(tmp_path / "slow.json"),
+                                   "--out", str(tmp_path / "v")])
+    assert res.exit_code == 0, res.stderr
+    err = " ".join(res.stderr.split())
+    records = pd.read_parquet(tmp_path / "v" / "sim" / "requests.parquet")
+    not_sent = int((records["reason"] == NOT_SENT).sum())
+    cancelled = int((records["reason"] == CANCELLED).sum())
+    assert not_sent > 0 and cancelled > 0
+    assert (f"note: time limit: the simulated users had not sent {not_sent} of the recorded "
+            f"requests by the tool's time limit and {cancelled} were still running after its "
+            "grace period") in err
+    assert "replayed as closed loop, 4 users, time-limited" in " ".join(res.stdout.split())
