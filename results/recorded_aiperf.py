@@ -174,7 +174,7 @@ def _fixed_schedule_note(label: str, summary: Mapping[str, Any], num_sent: int) 
     ``_timestamp_to_perf_sec``): the zero is the first timestamp sent with ``auto_offset`` (the
     phase's default, ``config/phases.py`` ``FixedSchedulePhase``), else ``start_offset``, else
     0 ms; the dataset keeps only the entries stamped within ``start_offset`` .. ``end_offset``
-    (``dataset/loader/mooncake_trace.py``). The records' ``request_start_ns`` are those sends,
+    (``dataset/loader/base_trace_loader.py``, ``_timestamp_within_offsets``: both ends included). The records' ``request_start_ns`` are those sends,
     AIPerf's own lateness behind the timestamps included, and the zero only delays the first
     send on an idle server, so the requests are offered at their recorded sends."""
     phases = dig(summary, "input_config", "phases")
