@@ -12,6 +12,7 @@ the server's failures."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -121,3 +122,27 @@ def test_validate_says_what_the_time_limit_left_to_the_client(tmp_path: Path) ->
             f"requests by the tool's time limit and {cancelled} were still running after its "
             "grace period") in err
     assert "replayed as closed loop, 4 users, time-limited" in " ".join(res.stdout.split())
+
+
+@pytest.mark.parametrize("name", ["duration2_concurrency4_grace0", "duration2_rate8"])
+def test_aiperf_time_limited_runs_read_to_aiperfs_own_summary(name: str) -> None:
+    path = FIXTURES / "aiperf-0.13.0" / f"{name}.jsonl"
+    summary = json.loads(path.with_name(f"{name}_aiperf.json").read_text())
+    rec = read_recording(path)
+    m = rec.measured[rec.measured["usable"]]
+    assert len(m) == summary["request_count"]["avg"]
+    assert m["ttft_s"].mean() * 1e3 == pytest.approx(summary["time_to_first_token"]["avg"])
+    assert m["e2e_s"].mean() * 1e3 == pytest.approx(summary["request_latency"]["avg"])
+    assert int(m["output_tokens"].sum()) == summary["total_usage_completion_tokens"]["avg"]
+    # its throughput's span, benchmark_duration, is first send to last end, as kvbudget's
+    span = float((m["arrival_s"] + m["e2e_s"]).max() - rec.measured["arrival_s"][
+        rec.measured["status"] != "warmup"].min())
+    assert span == pytest.approx(summary["benchmark_duration"]["avg"], rel=1e-3)
+
+
+def test_guidellm_time_limited_run_reads_to_guidellms_own_counts() -> None:
+    bench = json.loads(GUIDELLM.read_text())["benchmarks"][0]
+    rec = read_recording(GUIDELLM)
+    totals = bench["metrics"]["request_totals"]
+    assert int(rec.measured["usable"].sum()) == totals["successful"]
+    assert rec.counts["num_incomplete"] == len(bench["requests"]["incomplete"])
