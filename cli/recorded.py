@@ -31,7 +31,7 @@ from kvbudget.studies.calibrate import (
     validation_intervals,
 )
 from kvbudget.studies.fit_uncertainty import INTERVAL_COLUMNS, FitUncertainty, with_intervals
-from kvbudget.studies.recorded_replay import replay_mode
+from kvbudget.studies.recorded_replay import replay_mode, time_limit_said
 from kvbudget.studies.validate import (
     recorded_policy,
     replay_problems,
@@ -484,6 +484,9 @@ def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: fl
     if cal.simulated is not None:
         check_replay(setup, cal.simulated, rows, allow_refusals=allow_refusals,
                      what="calibration")
+    said = time_limit_said(first.records if cal.simulated is None else cal.simulated)
+    if said:
+        typer.echo(fill(f"note: {said}"), err=True)
     _print_fit(cal)
     _print_first_token(cal, setup.config)
     if max_evals > 1:
@@ -570,6 +573,9 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
                                 frontend_overhead_s=overhead, rows=rows, model_chosen=True)
     check_replay(setup, result.simulated.records, rows, allow_refusals=allow_refusals,
                  what="the comparison")
+    said = time_limit_said(result.simulated.records)
+    if said:
+        typer.echo(fill(f"note: {said}"), err=True)
     intervals = (cal.intervals_on(setup.recording.records(), rows) if cal is not None
                  else {} if cost_model is None
                  else _file_intervals(setup, cost_model, result, rows))

@@ -168,6 +168,10 @@ class ReplayConfig:
             raise ValueError("closed_loop: the live replay runs a closed loop only (users "
                              "sending when their last request ended); a capped open loop "
                              "(not_before_arrival, tick_rate_per_s) is simulated, not replayed")
+        if self.closed_loop is not None and self.closed_loop.send_until_s is not None:
+            # its users would go on sending past the limit: a time-limited run replayed whole
+            raise ValueError("closed_loop: the live replay runs no time limit (send_until_s): a "
+                             "time-limited loop is simulated, not replayed")
 
 
 @dataclass(eq=False)

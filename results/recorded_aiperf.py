@@ -47,6 +47,9 @@ from kvbudget.workloads.max_output import MaxOutputRule
 
 FloatArray = npt.NDArray[np.float64]
 
+FIXED_SCHEDULE = "fixed schedule"
+"""The stage label of a ``--fixed-schedule`` phase (a trace replayed at its timestamps)."""
+
 SUMMARY_NAME = "profile_export_aiperf.json"
 """AIPerf's summary beside the records (``<prefix>_aiperf.json`` with ``--profile-export-
 prefix``)."""
@@ -97,6 +100,15 @@ def _stage(path: Path, summary: Mapping[str, Any]) -> RecordedStage:
                                    else "request_rate"})]
     k, phase = found[0]
     where = f"input_config.phases[{k}]" if k >= 0 else "input_config.loadgen"
+    if phase.get("type") == "fixed_schedule":  # sent at the trace's timestamps
+        conc_f = number(phase.get("concurrency"), path, f"{where}.concurrency")
+        if math.isnan(conc_f):
+            return RecordedStage(FIXED_SCHEDULE, "open", None, None)
+        if conc_f < 1 or not conc_f.is_integer():
+            raise TraceError(path, f"must be a whole number >= 1, got "
+                             f"{phase.get('concurrency')!r}", field=f"{where}.concurrency")
+        return RecordedStage(f"{FIXED_SCHEDULE}, concurrency {int(conc_f)}", "capped", None,
+                             int(conc_f))
     rate_key = "rate" if "rate" in phase else "request_rate"
     rate = number(phase.get(rate_key), path, f"{where}.{rate_key}")
     conc_f = number(phase.get("concurrency"), path, f"{where}.concurrency")
@@ -107,11 +119,6 @@ def _stage(path: Path, summary: Mapping[str, Any]) -> RecordedStage:
         raise TraceError(path, f"must be a whole number >= 1, got {phase.get('concurrency')!r}",
                          field=f"{where}.concurrency")
     conc = None if math.isnan(conc_f) else int(conc_f)
-    if phase.get("type") == "fixed_schedule":  # a trace's timestamps (AIPerf 0.13.0
-        # timing/strategies/fixed_schedule.py), under the phase's concurrency cap if it has one
-        if conc is None:
-            return RecordedStage("fixed schedule", "open", None, None)
-        return RecordedStage(f"fixed schedule, concurrency {conc}", "capped", None, conc)
     if phase.get("type") == "concurrency" and conc is not None:
         return RecordedStage(f"concurrency {conc}", "closed", None, conc)
     if not math.isnan(rate) and conc is not None:
@@ -119,6 +126,23 @@ def _stage(path: Path, summary: Mapping[str, Any]) -> RecordedStage:
     if not math.isnan(rate):
         return RecordedStage(f"{rate:g} req/s", "open", rate, None)
     return RecordedStage("", "unknown", None, None)
+
+
+def _grace_s(summary: Mapping[str, Any]) -> float:
+    """The profiling phase's grace period: how long AIPerf waits for the requests in flight
+    after its duration before cancelling them. AIPerf 0.13.0 waits the phase's time left plus
+    ``grace_period_sec or 0`` (``timing/phase/lifecycle.py``, ``time_left_in_seconds``), the
+    phase's ``grace_period`` (``timing/config.py``); the command line sets it to
+    ``--benchmark-grace-period`` (30 s by default) with ``--benchmark-duration``; before its
+    phases, ``input_config.loadgen.benchmark_grace_period``."""
+    phases = dig(summary, "input_config", "phases")
+    found = [p for p in phases if isinstance(p, dict) and p.get("kind", p.get("name"))
+             == "profiling"] if isinstance(phases, list) else []
+    grace = (found[0].get("grace_period") if found
+             else dig(summary, "input_config", "loadgen", "benchmark_grace_period"))
+    if isinstance(grace, int | float) and not isinstance(grace, bool) and grace >= 0:
+        return float(grace)
+    return 0.0
 
 
 def _time_limit(summary: Mapping[str, Any], num_sent: int) -> tuple[float, str] | None:
@@ -141,6 +165,44 @@ def _time_limit(summary: Mapping[str, Any], num_sent: int) -> tuple[float, str] 
     if isinstance(requests, int) and not isinstance(requests, bool) and num_sent >= requests:
         return None
     return float(seconds), "--benchmark-duration"
+
+
+def _fixed_schedule_note(label: str, summary: Mapping[str, Any], num_sent: int) -> str | None:
+    """What a ``--fixed-schedule`` phase sent and how it is replayed (None for another phase).
+
+    AIPerf 0.13.0 sends each trace entry at its timestamp less the schedule's zero after the
+    phase starts (``aiperf/timing/strategies/fixed_schedule.py``, ``setup_phase`` and
+    ``_timestamp_to_perf_sec``): the zero is the first timestamp sent with ``auto_offset`` (the
+    phase's default, ``config/phases.py`` ``FixedSchedulePhase``), else ``start_offset``, else
+    0 ms; the dataset keeps only the entries stamped within ``start_offset`` .. ``end_offset``
+    (``dataset/loader/base_trace_loader.py``, ``_timestamp_within_offsets``: both ends included). The records' ``request_start_ns`` are those sends,
+    AIPerf's own lateness behind the timestamps included, and the zero only delays the first
+    send on an idle server, so the requests are offered at their recorded sends."""
+    phases = dig(summary, "input_config", "phases")
+    found = [p for p in phases if isinstance(p, dict) and p.get("kind", p.get("name"))
+             == "profiling"] if isinstance(phases, list) else []
+    if not found or found[0].get("type") != "fixed_schedule":
+        return None
+    phase = found[0]
+    first, last = phase.get("start_offset"), phase.get("end_offset")
+    window = ""
+    if first is not None or last is not None:
+        window = (f", only the entries stamped {first if first is not None else 'from the start'}"
+                  f" .. {last if last is not None else 'the end'} ms "
+                  "(--fixed-schedule-start-offset/--fixed-schedule-end-offset)")
+    zero = ("its first timestamp (auto_offset)"
+            if phase.get("auto_offset", first is None)
+            else f"{first} ms (--fixed-schedule-start-offset)" if first is not None
+            else "0 ms of the trace")
+    conc = phase.get("concurrency")
+    capped = (f"; at most {conc} in flight (--concurrency), as replayed: a request due while "
+              "all were busy went when one freed, and is offered no sooner than that recorded "
+              "send") if isinstance(conc, int) and not isinstance(conc, bool) else ""
+    return (f"stage '{label}': AIPerf sent the {num_sent} requests at their trace "
+            f"timestamps (--fixed-schedule{window}), the schedule's zero at {zero}: replayed as "
+            "an open loop at AIPerf's recorded sends (its own delay behind each timestamp "
+            "included), from the first send; the idle time before it is not simulated"
+            f"{capped}")
 
 
 def _phase_type(summary: Mapping[str, Any]) -> str:
@@ -306,7 +368,7 @@ def read_aiperf(path: Path, default_tier: str,
     rec = _recording(path, records, prompt, output, start, ttft, e2e, itl, status,
                      from_server, default_tier, max_output_rule, end)
     rec = _with_cache_note(rec, prompt, cached)
-    if num_later_turns and rec.stages[0].label.startswith("fixed schedule"):
+    if num_later_turns and rec.stages[0].label.startswith(FIXED_SCHEDULE):
         rec = replace(rec, notes=(*rec.notes, (
             f"{num_later_turns} of the {n} records are later turns of their conversations "
             "(metadata.turn_index > 0), which AIPerf's fixed schedule sends when the turn before "
@@ -362,12 +424,7 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     sent = (start - np.min(start)) * 1e-9
     arrival: FloatArray = sent
     notes: list[str] = []
-    if stage.load == "capped" and stage.request_rate is None:  # a capped fixed schedule
-        notes.append(f"stage {stage.label}: the records keep each request's send, not the "
-                     "trace timestamp it waited at for a free slot: each is offered at its "
-                     "send, so the recorded waits are kept and a slower simulated server adds "
-                     "its own")
-    elif stage.load == "capped":
+    if stage.load == "capped" and not stage.label.startswith(FIXED_SCHEDULE):
         datasets = dig(summary, "input_config", "datasets")
         seed = (datasets[0].get("random_seed") if isinstance(datasets, list) and datasets
                 and isinstance(datasets[0], dict) else None)
@@ -410,9 +467,19 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
                      f"{len(rows)} requests, AIPerf's tokenizer count for the others")
     num_measured = len(rows) - counts["num_warmup"]
     limit = _time_limit(summary, num_measured)
-    said = limit and time_limit_note(stage.label, stage.load, *limit, num_measured)
+    profiling = np.array([s != "warmup" for s in status])
+    if limit and stage.load in ("closed", "capped") and profiling.any():
+        # the phase's clock starts at its first send (the warm-up phase's sends before it)
+        stage = replace(stage, time_limit_end_s=float(sent[profiling].min()) + limit[0],
+                        grace_s=_grace_s(summary))
+    said = limit and time_limit_note(
+        stage.label, stage.load, *limit, num_measured,
+        grace_s=stage.grace_s if stage.time_limit_end_s is not None else None)
     if said:
         notes.append(said)
+    scheduled = _fixed_schedule_note(stage.label, summary, num_measured)
+    if scheduled:
+        notes.append(scheduled)
     if not summary:
         notes.append(f"no {SUMMARY_NAME} beside the records: load mode and server settings "
                      "unknown")

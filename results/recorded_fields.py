@@ -168,16 +168,33 @@ def max_tokens_note(recorded: FloatArray | None, rule: MaxOutputRule | None) -> 
     return f"max_tokens: {rest}"
 
 
-def time_limit_note(label: str, load: str, limit_s: float, limit: str,
-                    num_sent: int) -> str | None:
+def time_limit_note(label: str, load: str, limit_s: float, limit: str, num_sent: int, *,
+                    grace_s: float | None = None) -> str | None:
     """What a closed or capped stage stopped by its load tool's time limit is replayed with
-    (None for an open stage: the requests its rate sent in the time are the ones offered)."""
+    (None for an open stage: the requests its rate sent in the time are the ones offered).
+    ``grace_s``: the stage is replayed time-limited (``RecordedStage.time_limit_end_s``), the
+    requests still running that long after the limit cancelled (inf: none); None: the file
+    does not say when the limit fell, and the stage is replayed with the requests it sent."""
     if load not in ("closed", "capped"):
         return None
+    if grace_s is None:
+        return (f"stage '{label}' was stopped by its {limit_s:g} s time limit ({limit}): "
+                f"replayed with the {num_sent} requests it sent, not as many as the simulated "
+                f"server would send in {limit_s:g} s (the file does not say when the limit "
+                "fell), so its simulated completed count equals the measured one by "
+                "construction; compare its latencies and output tokens/s, not completed")
+    waited = ("the requests in flight then run to their end, as the tool waits for them"
+              if grace_s == math.inf else
+              "those still running at the limit are cancelled, as the tool cancels them (no "
+              "grace period)" if grace_s == 0 else
+              f"those still running {grace_s:g} s after it (its grace period) are cancelled, "
+              "as the tool cancels them")
     return (f"stage '{label}' was stopped by its {limit_s:g} s time limit ({limit}): replayed "
-            f"with the {num_sent} requests it sent, not as many as the simulated server would "
-            f"send in {limit_s:g} s, so its simulated completed count equals the measured one by "
-            "construction; compare its latencies and output tokens/s, not completed")
+            f"time-limited: the simulated users send nothing after the limit and {waited}; "
+            "a request not sent by then or cancelled is the client's, counted neither "
+            f"completed nor a failure of the server. At most the {num_sent} requests it sent "
+            "are offered: a simulated server that sends them all before the limit would have "
+            "sent more, so its completed count is then a lower bound")
 
 
 def in_flight_after(at: FloatArray, sent: FloatArray, end: FloatArray) -> npt.NDArray[np.int64]:

@@ -46,7 +46,7 @@ import ast
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -321,8 +321,11 @@ def _request_body(req: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _add_request(path: Path, cols: _Columns, req: Any, where: str, kind: str,
-                 stage: RecordedStage, window: tuple[float, float] | None) -> bool:
-    """Append one request; False when it cannot be simulated (no prompt length)."""
+                 stage: RecordedStage, window: tuple[float, float] | None,
+                 after: str = "cooldown") -> bool:
+    """Append one request; False when it cannot be simulated (no prompt length). ``after``:
+    the status of a request started after the measurement window (``after_limit`` where the
+    window's end is a time limit's, not a cool-down's)."""
     if not isinstance(req, dict):
         raise TraceError(path, "must be an object", field=where)
     timings = dig(req, "info", "timings") or dig(req, "scheduler_info") or {}
@@ -360,7 +363,7 @@ def _add_request(path: Path, cols: _Columns, req: Any, where: str, kind: str,
         if t_end < w0:
             status = "warmup"
         elif t0 > w1:
-            status = "cooldown"
+            status = after
     body = _request_body(req)
     mt = body.get("max_tokens") or body.get("max_completion_tokens")
     eos = body.get("ignore_eos")
@@ -455,6 +458,20 @@ def _time_limit(bench: Mapping[str, Any], num_sent: int) -> tuple[float, str] | 
     if isinstance(most, int) and not isinstance(most, bool) and sent >= most:
         return None
     return float(seconds), "GuideLLM max_duration"
+
+
+def _stop_time(bench: Mapping[str, Any]) -> float | None:
+    """When the duration limit that stopped a benchmark's sending fell (epoch seconds, the
+    requests' clock): 0.8's ``max_duration`` constraint says its ``stop_time``
+    (``scheduler/constraints/request.py``: the benchmark's start plus its seconds); None where
+    the report does not say (0.2-0.3's ``args.max_duration``)."""
+    ended = dig(bench, "scheduler_state", "end_queuing_constraints")
+    for said in (ended.values() if isinstance(ended, dict) else ()):
+        stop = (dig(said, "progress", "stop_time") or dig(said, "metadata", "stop_time")
+                if isinstance(said, dict) else None)
+        if isinstance(stop, int | float) and not isinstance(stop, bool) and math.isfinite(stop):
+            return float(stop)
+    return None
 
 
 def _unlisted_note(bench: Mapping[str, Any], label: str, listed: int) -> str | None:
@@ -564,8 +581,17 @@ def read_guidellm(path: Path, default_tier: str,
             raise TraceError(path, "must hold a 'requests' object (successful, errored, "
                              "incomplete)", field=f"benchmarks[{b}].requests")
         stage = stage_of(path, bench, b, version, notes)
+        limit = _time_limit(bench, _listed(bench))
+        stop = _stop_time(bench) if limit and stage.load in ("closed", "capped") else None
+        if stop is not None:  # on the epoch clock until _recording rebases it
+            stage = replace(stage, time_limit_end_s=stop)
         stages.append(stage)
         window = _window(path, bench, b)
+        # with no cool-down GuideLLM 0.8.1's window ends at the time limit (benchmark/schemas/
+        # accumulator.py: measure_end is request_end, the scheduler's progress.stop_time);
+        # what its workers had queued goes out after it
+        after = ("after_limit" if stop is not None and not bench.get("cooldown_duration")
+                 else "cooldown")
         listed: dict[str, int] = {}
         for kind in KINDS:
             rows = bench["requests"].get(kind) or []
@@ -575,14 +601,14 @@ def read_guidellm(path: Path, default_tier: str,
             counts[f"num_{kind}"] = counts.get(f"num_{kind}", 0) + len(rows)
             for r, req in enumerate(rows):
                 where = f"benchmarks[{b}].requests.{kind}[{r}]"
-                if not _add_request(path, cols, req, where, kind, stage, window):
+                if not _add_request(path, cols, req, where, kind, stage, window, after):
                     counts["num_incomplete_not_simulated"] = counts.get(
                         "num_incomplete_not_simulated", 0) + 1
-        limit = _time_limit(bench, sum(listed.values()))
         for note in (_sample_note(bench, stage.label, listed, version),
                      _unlisted_note(bench, stage.label, sum(listed.values())),
-                     limit and time_limit_note(stage.label, stage.load, *limit,
-                                               sum(listed.values()))):
+                     limit and time_limit_note(
+                         stage.label, stage.load, *limit, sum(listed.values()),
+                         grace_s=math.inf if stop is not None else None)):
             if note:
                 notes.append(note)
     return _recording(path, doc, benchmarks, version, cols, stages, counts, notes,
@@ -610,6 +636,8 @@ def _recording(path: Path, doc: Mapping[str, Any], benchmarks: list[Any], versio
     start = np.array(cols.start)
     offered = _offered(cols, notes)
     origin = float(offered.min())
+    stages = [replace(st, time_limit_end_s=st.time_limit_end_s - origin)
+              if st.time_limit_end_s is not None else st for st in stages]
     recorded: FloatArray | None = np.array(cols.max_tokens)
     if recorded is not None and not np.isfinite(recorded).any():
         recorded = None
@@ -641,6 +669,13 @@ def _recording(path: Path, doc: Mapping[str, Any], benchmarks: list[Any], versio
         notes.append(f"{counts['num_warmup']} warm-up and {counts['num_cooldown']} cool-down "
                      "requests simulated (they loaded the server) and left out of the measured "
                      "statistics, as GuideLLM does")
+    num_after = counts["num_after_limit"] = status.count("after_limit")
+    if num_after:
+        notes.append(f"{num_after} requests GuideLLM's workers sent after its time limit (each "
+                     "queued before it): left out of the measured statistics, as GuideLLM "
+                     "leaves them out; the time-limited replay sends nothing after the limit, "
+                     "so the load they added to the requests still running then is not "
+                     "simulated")
     config = _config(path, benchmarks, doc, cols)
     notes.append(max_tokens_note(recorded, max_output_rule))
     return build_recording(path, "guidellm", workload, ttft=ttft[rows], e2e=e2e[rows],

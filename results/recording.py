@@ -83,11 +83,23 @@ class RecordedStage:
     request is sent only at a tick, and a tick that finds every slot busy is skipped, not
     caught up (``ClosedLoop.tick_rate_per_s``); ``""``: a request waiting for a slot is sent
     when one frees (``vllm bench serve``, GuideLLM)."""
+    time_limit_end_s: float | None = None
+    """When the load tool's time limit stopped the stage's sending, on the recording's clock
+    (the workload's ``arrival_s``): a closed or capped stage is replayed time-limited, its
+    users sending nothing after it (``ClosedLoop.send_until_s``); None: stopped by its request
+    count, or not known."""
+    grace_s: float = math.inf
+    """How long after :attr:`time_limit_end_s` the tool waited for the requests in flight
+    before cancelling them (AIPerf's ``--benchmark-grace-period``; inf: it waited for all)."""
 
     def __post_init__(self) -> None:
         if self.load not in LOAD_MODES:
             raise ValueError(f"RecordedStage.load must be one of {', '.join(LOAD_MODES)}, got "
                              f"{self.load!r}")
+        if self.time_limit_end_s is not None and not (
+                math.isfinite(self.time_limit_end_s) and self.grace_s >= 0):
+            raise ValueError("RecordedStage.time_limit_end_s must be finite and grace_s >= 0, "
+                             f"got {self.time_limit_end_s!r}, {self.grace_s!r}")
         if self.load in ("closed", "capped") and not (
                 isinstance(self.max_concurrency, int) and self.max_concurrency >= 1):
             raise ValueError(f"a {self.load} stage needs max_concurrency >= 1, got "
@@ -195,9 +207,11 @@ def _load_words(stage: RecordedStage) -> str:
     """How the load tool offered a stage's requests, in words."""
     rate = ("all at once" if stage.request_rate == math.inf else f"{stage.request_rate:g} req/s"
             ) if stage.request_rate is not None else "no single rate recorded"  # a ramp's
+    limit = "" if stage.time_limit_end_s is None else (
+        f", sending until its time limit at {stage.time_limit_end_s:.3f} s")
     return {"open": f"open loop, {rate}",
-            "closed": f"closed loop of {stage.max_concurrency} users",
-            "capped": f"open loop, {rate}, at most {stage.max_concurrency} in flight",
+            "closed": f"closed loop of {stage.max_concurrency} users{limit}",
+            "capped": f"open loop, {rate}, at most {stage.max_concurrency} in flight{limit}",
             }.get(stage.load, "load mode not recorded (replayed open loop from its send times)")
 
 

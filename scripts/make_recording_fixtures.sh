@@ -5,7 +5,9 @@
 #   scripts/make_recording_fixtures.sh                 # every tool
 #   scripts/make_recording_fixtures.sh vllm guidellm   # some of them (vllm vllm-offline
 #                                                      # guidellm aiperf inference-perf
-#                                                      # guidellm-0.3.1 ...)
+#                                                      # guidellm-0.3.1 ...; the time-limited
+#                                                      # runs guidellm-timed, aiperf-timed;
+#                                                      # aiperf-trace)
 #
 # It starts the CPU vLLM of the live tests (tests/live/livevllm.py's flags: a tiny random Llama
 # made by tests/live/tiny_model.py, served as "tiny" on 127.0.0.1, 10 KV blocks of 128 tokens,
@@ -226,6 +228,75 @@ run_aiperf() {
     cp "$WORK/a4/profile_export_aiperf.json" "$dest/capped6c3_constant_aiperf.json"
 }
 
+run_aiperf_timed() {
+    # time-limited: AIPerf stops sending at --benchmark-duration and waits
+    # --benchmark-grace-period for the requests in flight (those still running then are
+    # cancelled); a closed loop of 4 cut with no grace, an open loop at 8 req/s with the
+    # default 30 s grace (every request in flight finishes)
+    local py dest
+    py=$(tool_venv aiperf "$AIPERF_VERSION" python3)
+    dest="$OUT/aiperf-$AIPERF_VERSION"
+    mkdir -p "$dest"
+    local common=(profile --model tiny --url "$URL" --endpoint-type completions --streaming
+                  --tokenizer "$MODEL_DIR" --isl 32 --isl-stddev 0 --osl 16 --osl-stddev 0
+                  --extra-inputs ignore_eos:true --warmup-request-count 2 --random-seed 0
+                  --ui-type none)
+    "$py" -m aiperf "${common[@]}" --concurrency 4 --benchmark-duration 2 \
+        --benchmark-grace-period 0 --artifact-dir "$WORK/a5"
+    "$py" -m aiperf "${common[@]}" --request-rate 8 --benchmark-duration 2 \
+        --artifact-dir "$WORK/a6"
+    cp "$WORK/a5/profile_export.jsonl" "$dest/duration2_concurrency4_grace0.jsonl"
+    cp "$WORK/a5/profile_export_aiperf.json" "$dest/duration2_concurrency4_grace0_aiperf.json"
+    cp "$WORK/a6/profile_export.jsonl" "$dest/duration2_rate8.jsonl"
+    cp "$WORK/a6/profile_export_aiperf.json" "$dest/duration2_rate8_aiperf.json"
+}
+
+run_aiperf_trace() {
+    # a mooncake-style trace replayed at its timestamps (--fixed-schedule): 12 requests from
+    # 500 ms to 2700 ms; as written (the schedule's zero at 0 ms: the first request 0.5 s after
+    # the phase starts), with --fixed-schedule-auto-offset (the first timestamp is the zero),
+    # and with --fixed-schedule-start-offset 1000 --fixed-schedule-end-offset 2000 (only the
+    # requests stamped 1000..2000 ms, the zero at 1000 ms). The trace itself is not kept (a
+    # trace among the fixtures would be read as one: they are all load tools' results)
+    local py dest
+    py=$(tool_venv aiperf "$AIPERF_VERSION" python3)
+    dest="$OUT/aiperf-$AIPERF_VERSION"
+    mkdir -p "$dest"
+    : >"$WORK/trace.jsonl"
+    local ts
+    for ts in 500 600 700 1000 1100 1150 1500 1900 2000 2100 2400 2700; do
+        echo "{\"timestamp\": $ts, \"input_length\": 32, \"output_length\": 16}" >>"$WORK/trace.jsonl"
+    done
+    local common=(profile --model tiny --url "$URL" --endpoint-type completions --streaming
+                  --tokenizer "$MODEL_DIR" --input-file "$WORK/trace.jsonl"
+                  --custom-dataset-type mooncake_trace --fixed-schedule
+                  --extra-inputs ignore_eos:true --random-seed 0 --ui-type none)
+    "$py" -m aiperf "${common[@]}" --artifact-dir "$WORK/a7"
+    "$py" -m aiperf "${common[@]}" --fixed-schedule-auto-offset --artifact-dir "$WORK/a8"
+    "$py" -m aiperf "${common[@]}" --fixed-schedule-start-offset 1000 \
+        --fixed-schedule-end-offset 2000 --artifact-dir "$WORK/a9"
+    cp "$WORK/a7/profile_export.jsonl" "$dest/trace_fixed.jsonl"
+    cp "$WORK/a7/profile_export_aiperf.json" "$dest/trace_fixed_aiperf.json"
+    cp "$WORK/a8/profile_export.jsonl" "$dest/trace_auto_offset.jsonl"
+    cp "$WORK/a8/profile_export_aiperf.json" "$dest/trace_auto_offset_aiperf.json"
+    cp "$WORK/a9/profile_export.jsonl" "$dest/trace_window.jsonl"
+    cp "$WORK/a9/profile_export_aiperf.json" "$dest/trace_window_aiperf.json"
+}
+
+run_guidellm_timed() {
+    # a closed loop of 4 users stopped after 2 s by max_duration (no request count): the
+    # requests in flight at the limit are cancelled
+    local py dest
+    py=$(tool_venv guidellm "$GUIDELLM_VERSION" python3)
+    dest="$OUT/guidellm-$GUIDELLM_VERSION"
+    mkdir -p "$dest"
+    "$py" -m guidellm run --backend "kind=openai_http,target=$URL,model=tiny,request_format=/v1/completions" \
+        --tokenizer "kind=huggingface_auto,model=$MODEL_DIR" \
+        --data "kind=synthetic_text,prompt_tokens=32,output_tokens=16" \
+        --constraint "kind=max_duration,seconds=2" --profile "kind=concurrent,streams=4" \
+        --output "kind=json,path=$dest/duration2_concurrent4.json" --disable-console-interactive
+}
+
 run_inference_perf() {
     local py dest
     py=$(tool_venv inference-perf "$INFERENCE_PERF_VERSION" python3.12)
@@ -287,7 +358,8 @@ EOF
 
 mkdir -p "$OUT"
 TOOLS=("$@")
-[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline guidellm guidellm-0.6.1 guidellm-0.4.0 guidellm-0.3.1 guidellm-0.2.1 aiperf
+[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline guidellm guidellm-timed guidellm-0.6.1 guidellm-0.4.0
+                                    guidellm-0.3.1 guidellm-0.2.1 aiperf aiperf-timed aiperf-trace
                                     inference-perf)
 start_server
 for tool in "${TOOLS[@]}"; do
@@ -296,8 +368,11 @@ for tool in "${TOOLS[@]}"; do
     vllm) run_vllm ;;
     vllm-offline) run_vllm_offline ;;
     guidellm) run_guidellm ;;
+    guidellm-timed) run_guidellm_timed ;;
     guidellm-*) run_guidellm "${tool#guidellm-}" ;;
     aiperf) run_aiperf ;;
+    aiperf-timed) run_aiperf_timed ;;
+    aiperf-trace) run_aiperf_trace ;;
     inference-perf) run_inference_perf ;;
     *) echo "make_recording_fixtures: unknown tool $tool" >&2; exit 2 ;;
     esac

@@ -134,6 +134,9 @@ class ClosedLoopUsers:
         it waits for a later one (an interrupt: URGENT, as the send's own wait)."""
         assert self._driver is not None
         t = self.next_send_s() if self.num_sent < self.n else math.inf
+        until = self.loop.send_until_s
+        if until is not None and t > until:  # a time-limited loop sends nothing after it
+            t = math.inf
         self._driver.expect_arrival(t)
         if self._waiting_until is not None and t < self._waiting_until:
             assert self._process is not None
@@ -154,8 +157,11 @@ class ClosedLoopUsers:
             heapq.heappush(self.pending, env.now)
             self.num_scheduled += 1
         self._announce()
+        until = self.loop.send_until_s
         while self.num_sent < self.n:
             t = self.next_send_s()
+            if until is not None and t > until:
+                t = math.inf  # past the loop's time limit: the rest are never sent
             if t > env.now:  # wait for the send time, or for an earlier one (_announce)
                 self._waiting_until = t
                 with contextlib.suppress(simpy.Interrupt):

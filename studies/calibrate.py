@@ -705,10 +705,14 @@ def read_calibration(path: Path) -> dict[str, Any]:
 
 def _stage_said(stage: RecordedStage) -> dict[str, Any]:
     """A recorded stage in the cost file (JSON has no Infinity; ``tick_pattern`` only when
-    the stage has one)."""
+    the stage has one, ``time_limit_end_s`` and ``grace_s`` only for a time-limited one)."""
     said = dataclasses.asdict(stage)
     if stage.request_rate == math.inf:
         said["request_rate"] = "inf"
     if not stage.tick_pattern:
         del said["tick_pattern"]
+    if stage.time_limit_end_s is None:
+        del said["time_limit_end_s"], said["grace_s"]
+    elif stage.grace_s == math.inf:
+        said["grace_s"] = "inf"
     return said

@@ -44,6 +44,8 @@ from kvbudget.simulator.run import SimConfig, simulate
 from kvbudget.workloads.closed_loop import ClosedLoop
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from kvbudget.workloads import Workload
 
 _TIME_COLUMNS = ("arrival_s", "admitted_s", "first_token_s", "finished_s")
@@ -66,13 +68,18 @@ class StagePlan:
                 "max_concurrency": self.stage.max_concurrency,
                 "replayed_as": replay_mode(self.stage), "num_requests": len(self.rows),
                 "start_s": self.start_s,
-                **({"tick_pattern": self.stage.tick_pattern} if self.stage.tick_pattern else {})}
+                **({"tick_pattern": self.stage.tick_pattern} if self.stage.tick_pattern else {}),
+                **({"send_until_s": self.loop.send_until_s,  # JSON has no Infinity
+                    "grace_s": "inf" if self.stage.grace_s == math.inf else self.stage.grace_s}
+                   if self.loop is not None and self.loop.send_until_s is not None else {})}
 
 
 def replay_mode(stage: RecordedStage) -> str:
     """What the validate table says of a stage: how its load was simulated."""
+    limited = "" if stage.time_limit_end_s is None else (
+        ", time-limited (nothing sent after the tool's time limit)")
     if stage.load == "closed":
-        return f"closed loop, {stage.max_concurrency} users"
+        return f"closed loop, {stage.max_concurrency} users{limited}"
     if stage.load == "open" and stage.send_times != "recorded" and \
             stage.request_rate == math.inf:
         return "every request at once (rate inf; the file has no send times)"
@@ -81,9 +88,9 @@ def replay_mode(stage: RecordedStage) -> str:
     if stage.load == "capped" and stage.tick_pattern:
         return (f"open loop at the {times}, at most {stage.max_concurrency} in flight, each "
                 f"sent at a tick of its {stage.tick_pattern} schedule (a tick that finds every "
-                "slot busy is skipped, as AIPerf does)")
+                f"slot busy is skipped, as AIPerf does){limited}")
     if stage.load == "capped":
-        return f"open loop at the {times}, at most {stage.max_concurrency} in flight"
+        return f"open loop at the {times}, at most {stage.max_concurrency} in flight{limited}"
     if stage.load == "unknown":
         return f"open loop at the {times} (load mode not recorded)"
     return f"open loop at the {times}"
@@ -105,11 +112,14 @@ def stage_plans(recording: Recording) -> list[StagePlan] | None:
         if stage.load in ("closed", "capped"):
             assert stage.max_concurrency is not None  # RecordedStage checks it
             ticked = stage.load == "capped" and stage.tick_pattern in ("constant", "poisson")
+            start = float(arrival[rows].min())
+            limit = stage.time_limit_end_s
             loop = ClosedLoop(num_users=stage.max_concurrency,
                               not_before_arrival=stage.load == "capped",
                               tick_rate_per_s=stage.request_rate if ticked else None,
                               tick_pattern="poisson" if stage.tick_pattern == "poisson"
-                              else "constant")
+                              else "constant",
+                              send_until_s=None if limit is None else max(0.0, limit - start))
         plans.append(StagePlan(stage, rows, loop, float(arrival[rows].min())))
     return plans
 
@@ -127,10 +137,60 @@ def simulate_stages(recording: Recording, config: SimConfig, plans: Sequence[Sta
     runs = []
     for plan in plans:
         cfg = replace(config, closed_loop=plan.loop)
-        runs.append(simulate(_stage_workload(recording.workload, plan),
-                             make_policy(policy, dict(policy_params or {})), cfg,
-                             progress=progress))
+        run = simulate(_stage_workload(recording.workload, plan),
+                       make_policy(policy, dict(policy_params or {})), cfg, progress=progress)
+        runs.append(cut_at_time_limit(run, plan))
     return join_stage_runs(runs, plans, config, policy)
+
+
+NOT_SENT = "time_limit_not_sent"
+"""The reason of a time-limited stage's request its simulated users had not sent when the load
+tool's time limit stopped the sending (status ``client_timeout``: the client, not the server)."""
+CANCELLED = "time_limit_cancelled"
+"""The reason of a time-limited stage's request still running when the tool's grace period
+after the limit ran out: the tool cancelled it (status ``client_timeout``)."""
+
+
+def time_limit_said(records: pd.DataFrame) -> str | None:
+    """One line on what a time-limited replay left to the client (None when nothing): how many
+    requests the simulated users had not sent by the tool's limit and how many were cancelled
+    after its grace period."""
+    if "reason" not in records:
+        return None
+    not_sent = int((records["reason"] == NOT_SENT).sum())
+    cancelled = int((records["reason"] == CANCELLED).sum())
+    if not (not_sent or cancelled):
+        return None
+    return (f"time limit: the simulated users had not sent {not_sent} of the recorded requests "
+            f"by the tool's time limit and {cancelled} were still running after its grace "
+            "period (cancelled, as the tool does): the client's, neither completed nor failures "
+            "of the server")
+
+
+def cut_at_time_limit(run: RunResult, plan: StagePlan) -> RunResult:
+    """A time-limited stage's run as the load tool saw it: the requests its users had not sent
+    by the limit (sent after it) and those still running at the limit plus the tool's grace
+    period are the client's (``client_timeout``, :data:`NOT_SENT` / :data:`CANCELLED`), neither
+    completed nor the server's failures. Cancelling after the run is exact: nothing is sent
+    after the limit, so a request running past the grace period slows only others running past
+    it, all of them cancelled."""
+    loop = plan.loop
+    if loop is None or loop.send_until_s is None:
+        return run
+    cols = dict(run.record_columns)
+    arrival = np.asarray(cols["arrival_s"], dtype=np.float64)
+    finished = np.asarray(cols["finished_s"], dtype=np.float64)
+    status = np.asarray(cols["status"], dtype=object).copy()
+    reason = np.asarray(cols["reason"], dtype=object).copy()
+    not_sent = arrival > loop.send_until_s
+    cut = (~not_sent & (status == "completed")
+           & ~(finished <= loop.send_until_s + plan.stage.grace_s))
+    status[not_sent | cut] = "client_timeout"
+    reason[not_sent] = NOT_SENT
+    reason[cut] = CANCELLED
+    cols["status"], cols["reason"] = status, reason
+    return RunResult(cols, run.timeline_columns, run.summary, run.attempt_columns,
+                     run.token_gap_columns)
 
 
 def join_stage_runs(runs: Sequence[RunResult], plans: Sequence[StagePlan], config: SimConfig,

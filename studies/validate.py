@@ -42,7 +42,7 @@ from kvbudget.results.run_result import RunResult
 from kvbudget.results.said import setting_lines
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig, simulate
-from kvbudget.studies.recorded_replay import simulate_stages, stage_plans
+from kvbudget.studies.recorded_replay import CANCELLED, NOT_SENT, simulate_stages, stage_plans
 from kvbudget.studies.setting import errors_line, study_repr
 from kvbudget.workloads import Workload
 
@@ -204,7 +204,11 @@ def replay_problems(recording: Recording, simulated: pd.DataFrame,
         completed = completed & np.asarray(rows, dtype=bool)
     ids = recording.measured["request_id"].to_numpy()[completed]
     sim = simulated.set_index("request_id").reindex(ids)
-    lost = sim[sim["status"] != "completed"]
+    # a time-limited stage's requests the load tool would not have sent, or cancelled, at its
+    # limit are the client's (recorded_replay.cut_at_time_limit), not the server's losses
+    clients = (sim["reason"].isin([NOT_SENT, CANCELLED]) if "reason" in sim
+               else np.zeros(len(sim), dtype=bool))
+    lost = sim[(sim["status"] != "completed") & ~clients]
     num_completed = len(ids)
     if num_completed == 0 or len(lost) <= max_loss * num_completed:
         return None

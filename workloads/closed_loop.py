@@ -51,6 +51,10 @@ class ClosedLoop:
     tick_pattern: Literal["constant", "poisson"] = "constant"
     """The ticks after the workload's arrivals: ``1 / tick_rate_per_s`` apart, or exponential
     gaps of that mean drawn from the run's seed."""
+    send_until_s: float | None = None
+    """A time-limited loop (a load tool's ``--benchmark-duration`` / ``max_duration``): no
+    request is sent after this time of the run's clock; the requests not sent by then stay
+    unsent (the run records them ``expired`` at its end, ``end_of_run``)."""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.num_users, int) and self.num_users >= 1):
@@ -70,6 +74,10 @@ class ClosedLoop:
         if self.tick_pattern not in ("constant", "poisson"):
             raise ValueError("closed_loop.tick_pattern must be 'constant' or 'poisson', got "
                              f"{self.tick_pattern!r}")
+        if self.send_until_s is not None and not (
+                math.isfinite(self.send_until_s) and self.send_until_s >= 0):
+            raise ValueError("closed_loop.send_until_s must be a finite time >= 0, got "
+                             f"{self.send_until_s!r}")
         if self.think_distribution not in ("fixed", "exponential"):
             raise ValueError("closed_loop.think_distribution must be 'fixed' or 'exponential', "
                              f"got {self.think_distribution!r}")
@@ -87,4 +95,6 @@ class ClosedLoop:
                 "think_distribution": self.think_distribution,
                 **({"not_before_arrival": True} if self.not_before_arrival else {}),
                 **({"tick_rate_per_s": self.tick_rate_per_s, "tick_pattern": self.tick_pattern}
-                   if self.tick_rate_per_s is not None else {})}
+                   if self.tick_rate_per_s is not None else {}),
+                **({"send_until_s": self.send_until_s} if self.send_until_s is not None
+                   else {})}

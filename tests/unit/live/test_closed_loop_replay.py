@@ -51,3 +51,12 @@ def test_a_capped_loop_is_refused_by_the_live_replay_not_run_as_a_closed_one() -
         with pytest.raises(ValueError, match=r"a capped open loop .* is simulated, not replayed"):
             ReplayConfig(ServerTarget("http://127.0.0.1:1"), closed_loop=loop)
     ReplayConfig(ServerTarget("http://127.0.0.1:1"), closed_loop=ClosedLoop(num_users=2))
+
+
+def test_a_time_limited_loop_is_refused_by_the_live_replay_not_run_whole() -> None:
+    # the live users never read send_until_s: they would go on sending past the limit
+    loop = ClosedLoop(num_users=2, send_until_s=2.0)
+    with pytest.raises(ValueError, match=r"runs no time limit \(send_until_s\)"):
+        ReplayConfig(ServerTarget("http://127.0.0.1:1"), closed_loop=loop)
+    with pytest.raises(ValueError, match=r"send_until_s must be a finite time >= 0"):
+        ClosedLoop(num_users=2, send_until_s=-1.0)

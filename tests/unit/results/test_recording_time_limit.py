@@ -1,7 +1,8 @@
 """A closed or capped stage its load tool stopped by a time limit (GuideLLM ``max_duration`` /
-``--max-seconds``, AIPerf ``--benchmark-duration``) is replayed with the requests it sent, not as
-many as the simulated server would send in that time, so its simulated ``completed`` agrees by
-construction: one note names the stage and the limit. A stage stopped by its request count, or
+``--max-seconds``, AIPerf ``--benchmark-duration``) gets one note naming the stage and the limit:
+replayed time-limited where the file says when the limit fell
+(tests/unit/studies/test_time_limited_replay.py), else with the requests it sent, its simulated
+``completed`` agreeing by construction. A stage stopped by its request count, or
 an open stage (its rate set the count), gets none."""
 
 from __future__ import annotations
@@ -75,7 +76,10 @@ def test_aiperf_benchmark_duration_closed_loop_is_said(tmp_path: Path) -> None:
     notes = limit_notes(aiperf(tmp_path, "concurrency4", duration=10.0, requests=None))
     assert len(notes) == 1
     assert notes[0].startswith("stage 'concurrency 4' was stopped by its 10 s time limit "
-                               "(--benchmark-duration): replayed with the 20 requests it sent")
+                               "(--benchmark-duration): replayed time-limited: the simulated "
+                               "users send nothing after the limit and those still running at "
+                               "the limit are cancelled")  # the summary gives no grace period
+    assert "At most the 20 requests it sent are offered" in notes[0]
 
 
 def test_aiperf_run_that_reached_its_request_count_or_was_open_says_no_limit(

@@ -1,0 +1,148 @@
+"""Runs a load tool stopped by a time limit, made by the real tools
+(``scripts/make_recording_fixtures.sh aiperf-timed guidellm-timed``): AIPerf 0.13.0
+``--concurrency 4 --benchmark-duration 2 --benchmark-grace-period 0`` and GuideLLM 0.8.1
+``--profile kind=concurrent,streams=4 --constraint kind=max_duration,seconds=2``.
+
+A closed loop stopped by its time limit was replayed with every request it sent: on a
+simulated server slower than the recorded one, its users went on sending past the tool's limit
+and those requests counted as completed (the completed count agreed by construction). It is
+replayed time-limited: nothing is sent after the limit, requests running past the tool's grace
+period are cancelled, and both are the client's (``client_timeout``), neither completed nor
+the server's failures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from kvbudget.analysis.validation import OVERALL
+from kvbudget.cli.main import app
+from kvbudget.perf.cost_model import LinearCostModel, save_cost_model
+from kvbudget.results.recordings import read_recording
+from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.run import SimConfig
+from kvbudget.studies.recorded_replay import CANCELLED, NOT_SENT, replay_mode, stage_plans
+from kvbudget.studies.validate import replay_problems, simulate_recording, validate_recording
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
+AIPERF = FIXTURES / "aiperf-0.13.0" / "duration2_concurrency4_grace0.jsonl"
+GUIDELLM = FIXTURES / "guidellm-0.8.1" / "duration2_concurrent4.json"
+CONFIG = SimConfig(engine=EngineConfig(num_gpu_blocks=100, block_size=16, max_num_seqs=8,
+                                       max_num_batched_tokens=2048))
+SLOW = LinearCostModel(intercept_s=0.05, per_prefill_token_s=0.0, per_decode_seq_s=0.0,
+                       per_context_token_s=0.0)  # 16 steps of 50 ms: 0.8 s a request
+
+
+def _completed(table: pd.DataFrame) -> tuple[float, float]:
+    row = table[(table["stage"] == OVERALL) & (table["metric"] == "completed")]
+    return float(row["simulated"].iloc[0]), float(row["measured"].iloc[0])
+
+
+@pytest.mark.parametrize(("path", "limit_s", "grace_s"), [(AIPERF, 2.0, 0.0),
+                                                          (GUIDELLM, 2.0, np.inf)])
+def test_a_time_limited_closed_loop_sends_nothing_after_the_tools_limit(
+        path: Path, limit_s: float, grace_s: float) -> None:
+    rec = read_recording(path)
+    stage = rec.stages[0]
+    assert stage.load == "closed" and stage.grace_s == grace_s
+    plans = stage_plans(rec)
+    assert plans is not None and plans[0].loop is not None
+    until = plans[0].loop.send_until_s
+    assert until is not None
+    # the limit counts from the profiling phase's first send (AIPerf's warm-up before it)
+    assert limit_s <= until <= limit_s + 0.2
+    run = simulate_recording(rec, CONFIG, cost_model=SLOW, frontend_overhead_s=0.0)
+    records = run.records
+    start = plans[0].start_s
+    sent = records["reason"] != NOT_SENT
+    assert (records.loc[sent, "arrival_s"] - start <= until + 1e-9).all()
+    assert (~sent).sum() > 0  # the slow server's users could not send them all in the time
+    assert (records.loc[~sent, "status"] == "client_timeout").all()
+    done = records["status"] == "completed"
+    if grace_s == 0:  # no grace: nothing completes after the limit
+        assert (records.loc[done, "finished_s"] - start <= until + 1e-9).all()
+        assert (records["reason"] == CANCELLED).sum() > 0
+    # neither the unsent nor the cancelled are the server's losses: the gate lets it through
+    assert replay_problems(rec, records) is None
+    table = validate_recording(rec, CONFIG, cost_model=SLOW, frontend_overhead_s=0.0).table
+    simulated, measured = _completed(table)
+    assert simulated < measured  # a slower server completes fewer in the tool's window
+    assert "time-limited" in replay_mode(stage)
+
+
+def test_the_time_limit_note_says_how_it_is_replayed() -> None:
+    notes = [n for n in read_recording(AIPERF).notes if "time limit" in n]
+    assert len(notes) == 1
+    assert ("stage 'concurrency 4' was stopped by its 2 s time limit (--benchmark-duration): "
+            "replayed time-limited: the simulated users send nothing after the limit and those "
+            "still running at the limit are cancelled") in notes[0]
+    assert "equals the measured one by construction" not in notes[0]
+    notes = [n for n in read_recording(GUIDELLM).notes if "was stopped by its" in n]
+    assert len(notes) == 1 and "the requests in flight then run to their end" in notes[0]
+
+
+def test_an_open_time_limited_stage_keeps_its_sends() -> None:
+    # --request-rate 8 --benchmark-duration 2: the rate set what was sent in the time
+    rec = read_recording(FIXTURES / "aiperf-0.13.0" / "duration2_rate8.jsonl")
+    assert rec.stages[0].load == "open" and rec.stages[0].time_limit_end_s is None
+    assert stage_plans(rec) is None
+
+
+def test_guidellm_requests_sent_after_its_time_limit_are_not_called_cool_down() -> None:
+    # no cool-down was asked for: the 4 requests GuideLLM's workers sent just after the 2 s
+    # limit (queued before it) were said to be "cool-down requests simulated"
+    rec = read_recording(GUIDELLM)
+    assert rec.counts["num_cooldown"] == 0 and rec.counts["num_after_limit"] == 4
+    assert not [n for n in rec.notes if "cool-down" in n]
+    said = [n for n in rec.notes if "sent after its time limit" in n]
+    assert len(said) == 1 and said[0].startswith("4 requests GuideLLM's workers sent after")
+    # with a cool-down asked for, the requests after the window are still its cool-down
+    rec = read_recording(FIXTURES / "guidellm-0.8.1" / "benchmarks.json")
+    assert rec.counts["num_cooldown"] > 0 and rec.counts["num_after_limit"] == 0
+
+
+def test_validate_says_what_the_time_limit_left_to_the_client(tmp_path: Path) -> None:
+    # the table's completed fell from 52 to a handful with no line saying why
+    save_cost_model(SLOW, tmp_path / "slow.json")
+    res = CliRunner().invoke(app, ["validate", "--records", str(AIPERF), "--model",
+                                   "Llama-3.1-8B", "--cost-model", str(tmp_path / "slow.json"),
+                                   "--out", str(tmp_path / "v")])
+    assert res.exit_code == 0, res.stderr
+    err = " ".join(res.stderr.split())
+    records = pd.read_parquet(tmp_path / "v" / "sim" / "requests.parquet")
+    not_sent = int((records["reason"] == NOT_SENT).sum())
+    cancelled = int((records["reason"] == CANCELLED).sum())
+    assert not_sent > 0 and cancelled > 0
+    assert (f"note: time limit: the simulated users had not sent {not_sent} of the recorded "
+            f"requests by the tool's time limit and {cancelled} were still running after its "
+            "grace period") in err
+    assert "replayed as closed loop, 4 users, time-limited" in " ".join(res.stdout.split())
+
+
+@pytest.mark.parametrize("name", ["duration2_concurrency4_grace0", "duration2_rate8"])
+def test_aiperf_time_limited_runs_read_to_aiperfs_own_summary(name: str) -> None:
+    path = FIXTURES / "aiperf-0.13.0" / f"{name}.jsonl"
+    summary = json.loads(path.with_name(f"{name}_aiperf.json").read_text())
+    rec = read_recording(path)
+    m = rec.measured[rec.measured["usable"]]
+    assert len(m) == summary["request_count"]["avg"]
+    assert m["ttft_s"].mean() * 1e3 == pytest.approx(summary["time_to_first_token"]["avg"])
+    assert m["e2e_s"].mean() * 1e3 == pytest.approx(summary["request_latency"]["avg"])
+    assert int(m["output_tokens"].sum()) == summary["total_usage_completion_tokens"]["avg"]
+    # its throughput's span, benchmark_duration, is first send to last end, as kvbudget's
+    span = float((m["arrival_s"] + m["e2e_s"]).max() - rec.measured["arrival_s"][
+        rec.measured["status"] != "warmup"].min())
+    assert span == pytest.approx(summary["benchmark_duration"]["avg"], rel=1e-3)
+
+
+def test_guidellm_time_limited_run_reads_to_guidellms_own_counts() -> None:
+    bench = json.loads(GUIDELLM.read_text())["benchmarks"][0]
+    rec = read_recording(GUIDELLM)
+    totals = bench["metrics"]["request_totals"]
+    assert int(rec.measured["usable"].sum()) == totals["successful"]
+    assert rec.counts["num_incomplete"] == len(bench["requests"]["incomplete"])
