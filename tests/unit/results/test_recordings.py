@@ -137,24 +137,10 @@ def test_an_http_status_given_as_a_json_integer_is_that_status(tmp_path: Path) -
 
 
 def test_a_kvbudget_run_directory(tmp_path: Path) -> None:
-    n = 6
-    arrival = np.array(ARRIVAL)
-    cols: dict[str, Any] = {
-        "request_id": np.arange(n), "tier": ["interactive"] * n, "arrival_s": arrival,
-        "prompt_tokens": np.array(PROMPT), "max_output_tokens": np.array(OUTPUT) + 1,
-        "output_tokens": np.array(OUTPUT), "status": ["completed"] * n, "reason": [""] * n,
-        "admitted_s": arrival, "first_token_s": arrival + TTFT, "finished_s": arrival + E2E,
-        "ttft_s": np.array(TTFT), "tpot_s": np.zeros(n), "e2e_s": np.array(E2E),
-        "num_preemptions": np.zeros(n, dtype=np.int64),
-        "reserved_tokens": np.zeros(n, dtype=np.int64),
-    }
-    timeline = {c: np.zeros(0) for c in ("time_s", "kv_used_tokens", "kv_reserved_tokens",
-                                         "kv_capacity_tokens", "num_running", "num_waiting",
-                                         "num_preemptions")}
-    run = tmp_path / "run"
-    RunResult(cols, timeline, {"policy": "conservative", "policy_params": {}}).write(run)
-    (run / "replay.json").write_text(json.dumps({"policy": "overcommit", "policy_params": {},
-                                                  "kv_capacity_tokens": 4096}))
+    run = _replay_dir(tmp_path, {"policy": "overcommit", "policy_params": {},
+                                 "kv_capacity_tokens": 4096},
+                      {"policy": "conservative", "policy_params": {}},
+                      rows=(ARRIVAL, PROMPT, OUTPUT, TTFT, E2E))
     assert detect_recording_format(run) == "run"
     rec = read_recording(run)
     check_rows(rec)
@@ -419,15 +405,18 @@ def test_records_in_milliseconds_under_seconds_names_are_refused(tmp_path: Path)
     assert len(read_recording(path).workload) == n
 
 
-def _replay_dir(tmp_path: Path, meta: dict[str, Any],
-                summary: dict[str, Any] | None = None) -> Path:
-    """A replay's run directory of three requests with ``meta`` as its ``replay.json``."""
-    arrival, ttft, e2e = np.array([0.0, 0.5, 1.0]), np.array([0.1, 0.2, 0.1]), np.ones(3)
+def _replay_dir(tmp_path: Path, meta: dict[str, Any], summary: dict[str, Any] | None = None,
+                rows: tuple[list[Any], ...] | None = None) -> Path:
+    """A replay's run directory with ``meta`` as its ``replay.json``: ``rows`` (arrival,
+    prompt, output, TTFT, E2E), three requests by default, all completed."""
+    arrival_l, prompt, output, ttft_l, e2e_l = rows or (
+        [0.0, 0.5, 1.0], [100] * 3, [20] * 3, [0.1, 0.2, 0.1], [1.0] * 3)
+    arrival, ttft, e2e = np.array(arrival_l), np.array(ttft_l), np.array(e2e_l)
     n = len(arrival)
     cols: dict[str, Any] = {
         "request_id": np.arange(n), "tier": ["interactive"] * n, "arrival_s": arrival,
-        "prompt_tokens": np.full(n, 100), "max_output_tokens": np.full(n, 20),
-        "output_tokens": np.full(n, 20), "status": ["completed"] * n, "reason": [""] * n,
+        "prompt_tokens": np.array(prompt), "max_output_tokens": np.array(output) + 1,
+        "output_tokens": np.array(output), "status": ["completed"] * n, "reason": [""] * n,
         "admitted_s": arrival, "first_token_s": arrival + ttft, "finished_s": arrival + e2e,
         "ttft_s": ttft, "tpot_s": np.zeros(n), "e2e_s": e2e,
         "num_preemptions": np.zeros(n, dtype=np.int64),
