@@ -275,7 +275,7 @@ def render_plan(result: Any, *, top: int | None = 10, wide: bool = False) -> str
             for k in keys:
                 name = name.replace(f"{k}=", "")
         rows.append([r["gpu"], _gpus_label(r), name,
-                     f"{r['usd_per_hour']:.2f}", f"{r['usd_per_m_output_tokens']:.3f}",
+                     f"{r['usd_per_hour']:.2f}", _per_m_label(r),
                      *(plus_minus(r[m], r[f"{m}_low"], r[f"{m}_high"]) for m in metrics),
                      *([] if spec.interval is None
                        else [span(r["replicas_low"], r["replicas_high"])]),
@@ -286,9 +286,13 @@ def render_plan(result: Any, *, top: int | None = 10, wide: bool = False) -> str
             "$/h = GPUs x price per GPU-hour; GPUs: replicas x tensor-parallel degree"
             + ("; P+D: prefill + decode replicas of a disaggregated deployment (the best split "
                "of the first total that meets the SLOs)" if spec.disagg_replicas else "")
-            + "; $/M tok: per million "
-            "output tokens at the offered load; att = SLO attainment, ttft/tpot = p99 seconds, "
-            "mean ± half the interval; 'no' rows: the largest replica count tried still misses."
+            + "; $/M tok: dollars per million output tokens served, the GPU-hours the runs "
+            "needed (first arrival to last finish"
+            + (", the replicas held" if _autoscaled(df) else "")
+            + ") x price over the tokens their requests completed; att = SLO attainment, "
+            "ttft/tpot = p99 seconds, mean ± half the interval; 'no' rows: the largest replica "
+            "count tried still misses, no $/M tok shown (it does not carry the load; plan.csv "
+            "has what its tokens cost)."
             + ("" if wide or not keys else f" Policy values: {', '.join(keys)}."))
     shown = ([f"showing {len(rows)} of {num_all} configurations (the cheapest first, and each "
               f"GPU type's cheapest feasible one; --top N for more, all in plan.csv)"]
@@ -296,6 +300,20 @@ def render_plan(result: Any, *, top: int | None = 10, wide: bool = False) -> str
     return "\n".join([render(headers, rows, gap=1 if not wide else 2),
                       *(textwrap.fill(x, WIDTH, subsequent_indent="  ")
                         for x in [*shown, price_note(spec), note, *_interval_notes(result)])])
+
+
+def _per_m_label(row: Mapping[Any, Any]) -> str:
+    """A row's $/M tok: none on a configuration that misses the SLOs (it does not carry the
+    load, so what the tokens it served cost is no price for the load)."""
+    value = row["usd_per_m_output_tokens"]
+    if not row["feasible"] or not math.isfinite(value):
+        return "-"
+    return f"{value:.3f}"
+
+
+def _autoscaled(df: Any) -> bool:
+    """Whether any shown row is an autoscaled fleet's (priced by the replicas held)."""
+    return "gpu_hours" in df.columns and bool(df["gpu_hours"].notna().any())
 
 
 def _interval_notes(result: Any) -> list[str]:
