@@ -291,7 +291,8 @@ def test_pareto_mask() -> None:
 
 
 def test_plots_are_written_as_png_and_svg(table: pd.DataFrame, tmp_path: Path) -> None:
-    pts = summarize_points(table, ["interactive_ttft_p99_s", "batch_output_tokens_per_s"])
+    pts = summarize_points(table, ["interactive_ttft_p99_s",
+                                   "batch_sustained_output_tokens_per_s"])
     files = plot_pareto(pts, tmp_path / "pareto", label_columns=["engine.max_num_seqs"])
     curve = summarize_points(table, ["overall_slo_attainment", "offered_rate_rps"],
                              by=["policy", "rate_scale"])
