@@ -385,7 +385,7 @@ def render_comparison(comparison: Any, wide: bool = False) -> str:
 INTERVAL_FIGURES = (  # (label, figure key of kvbudget.studies.intervals.headline)
     ("TTFT p50", "ttft_s.p50"), ("TTFT p99", "ttft_s.p99"), ("TPOT p50", "tpot_s.p50"),
     ("TPOT p99", "tpot_s.p99"), ("E2E p50", "e2e_s.p50"), ("E2E p99", "e2e_s.p99"),
-    ("tok/s arr. win", "output_tokens_per_s"), ("goodput/s", "goodput_rps"),
+    ("out tok/s", "sustained_output_tokens_per_s"), ("goodput/s", "goodput_rps"),
     ("SLO att", "slo_attainment"), ("completed", "completed"),
 )
 
@@ -403,5 +403,9 @@ def render_intervals(figures: Mapping[str, Mapping[str, float]], intervals: Mapp
             rows.append([scope, label, figures.get(scope, {}).get(key), low, high])
     head = (f"{pct} intervals over {counted(intervals['num_draws'], 'draw')} ({intervals['method']}; "
             "docs/fidelity.md, \"Predictions with intervals\"):")
+    said = ("(times in seconds; out tok/s: output tokens of the completed requests over the time "
+            "the work took, first arrival to last finish; goodput/s: completed requests within "
+            "their tier's SLO per second of the arrival window)")
     return "\n".join([textwrap.fill(head, WIDTH, subsequent_indent="  "),
-                      render(("tier", "figure", "value", f"{pct} low", f"{pct} high"), rows)])
+                      render(("tier", "figure", "value", f"{pct} low", f"{pct} high"), rows),
+                      textwrap.fill(said, WIDTH, subsequent_indent="  ")])
