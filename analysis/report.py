@@ -236,7 +236,9 @@ def _clients_table(runs: Mapping[str, RunResult]) -> str:
     return "<h2>Clients and retries</h2>\n" + _table(
         headers, rows, caption="Attempts per request, completion whatever the attempts it took "
         "(and on the first attempt), and time from the first attempt to the last token; "
-        "goodput with and without the completions retries rescued.")
+        "goodput with and without the completions retries rescued: requests completed within "
+        "their tier's SLO per second of the arrival window, first to last arrival, not of the "
+        "time the retries took (the run's drain).")
 
 
 def _reasons(records: pd.DataFrame, label: str, tier: str) -> str:

@@ -8,6 +8,7 @@ request of 16 prompt + 4 output tokens reserves 32). Request A (t = 0) prefills 
 
 from __future__ import annotations
 
+import html
 import json
 import math
 from pathlib import Path
@@ -364,6 +365,11 @@ def test_client_metrics_reach_studies_regress_and_report(tmp_path: Path) -> None
     report = build_report([tmp_path / "run"], tmp_path / "report", num_resamples=20)
     text = report.html_path.read_text()
     assert "Clients and retries" in text and "attempts/request" in text
+    # the retries finish long after the last arrival: the goodput's span is said
+    assert s["drain_s"] > 10 * s["offered_window_s"]
+    assert ("goodput with and without the completions retries rescued: requests completed "
+            "within their tier's SLO per second of the arrival window, first to last arrival"
+            ) in " ".join(html.unescape(text).split())
 
 
 def test_client_events_give_the_same_run_stepping_or_skipping_ahead() -> None:
