@@ -127,9 +127,18 @@ def client_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
                              block.get("goodput_first_attempt_rps")])
     if not rows:
         return []
-    headers = ("policy", "tier", "client", "att/req", "done", "timeouts", "p50 done s",
+    headers = ("policy", "tier", "client", "att/req", "done share", "timeouts", "p50 done s",
                "1st-try goodput")
-    return [render(headers, rows), ""]
+    return [render(headers, rows), textwrap.fill(CLIENTS_SAID, WIDTH, subsequent_indent="  "),
+            ""]
+
+
+CLIENTS_SAID = ("(att/req: attempts per offered request; done share: the share of offered "
+                "requests completed whatever the attempts it took; timeouts: requests whose "
+                "client gave up; p50 done s: median seconds from the first attempt to the last "
+                "token, over those completed; 1st-try goodput: requests completed within their "
+                "tier's SLO on their first attempt, per second of the arrival window)")
+"""What the retries table's columns are, as the line under it says."""
 
 
 def slo_line(targets: Mapping[str, tuple[float, float]]) -> str:

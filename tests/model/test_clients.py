@@ -287,6 +287,16 @@ def test_cli_clients_flag_writes_attempts(tmp_path: Path) -> None:
     assert len(run.attempt_columns["attempt"]) == s["overall"]["num_attempts"]
     bad = runner.invoke(app, ["simulate", "--trace", str(trace), "--clients", "batch=forever"])
     assert bad.exit_code == 2 and "forever" in bad.output
+    # the retries table says what its columns are: "done" there is a share, not a count as in
+    # the table above it, and the goodput is over the arrival window
+    res = runner.invoke(app, ["simulate", "--trace", str(trace), "--num-gpu-blocks", "64",
+                              "--set", "policy_params.batch_on_overload=\"reject\"",
+                              "--clients", "batch=batch-pipeline"])
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.stdout.split())
+    assert "done share: the share of offered requests completed whatever the attempts" in said
+    assert ("1st-try goodput: requests completed within their tier's SLO on their first "
+            "attempt, per second of the arrival window") in said
 
 
 def test_trace_timeout_column_is_read(tmp_path: Path) -> None:
