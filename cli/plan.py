@@ -137,7 +137,7 @@ def plan_cmd(
         result = _run_plan(spec, out, executor=executor, jobs=jobs, address=address,
                            resume=resume)
         written = result.write(out)
-    typer.echo(render_plan(result, top=top, wide=wide))
+    typer.echo(render_plan(result, top=top, wide=wide, slo_assumed=not slo))
     for note in result.notes:
         typer.echo(textwrap.fill(f"note: {note}", WIDTH, subsequent_indent="  "))
     typer.echo("wrote " + ", ".join(str(p) for p in written))
@@ -234,9 +234,11 @@ def _run_plan(spec: PlanSpec, out: Path, *, executor: str, jobs: int | None,
             bar.close()
 
 
-def render_plan(result: Any, *, top: int | None = 10, wide: bool = False) -> str:
+def render_plan(result: Any, *, top: int | None = 10, wide: bool = False,
+                slo_assumed: bool = False) -> str:
     """The ranked table: GPUs, $/h, $/M output tokens, attainment per tier, p99 TTFT and TPOT
-    of the first tier (every SLO metric and tier with --wide), mean ± half its t interval."""
+    of the first tier (every SLO metric and tier with --wide), mean ± half its t interval.
+    ``slo_assumed``: the user gave no SLO (the note says the default was assumed)."""
     df = summary_rows(result, top)
     num_all = len(summary_rows(result, None))
     if df.empty:
@@ -282,7 +284,8 @@ def render_plan(result: Any, *, top: int | None = 10, wide: bool = False) -> str
                      "yes" if r["feasible"] else "no"])
     how = (f"the bound of the {spec.confidence:.0%} t interval over {spec.replications} "
            "replications" if spec.replications > 1 else "one replication")
-    note = (f"SLOs: {', '.join(str(s) for s in spec.slos)} ({how}); "
+    assumed = "assumed: the default, --slo to set; " if slo_assumed else ""
+    note = (f"SLOs: {', '.join(str(s) for s in spec.slos)} ({assumed}{how}); "
             "$/h = GPUs x price per GPU-hour; GPUs: replicas x tensor-parallel degree"
             + ("; P+D: prefill + decode replicas of a disaggregated deployment (the best split "
                "of the first total that meets the SLOs)" if spec.disagg_replicas else "")

@@ -449,7 +449,7 @@ def capacity_cmd(
                 curve, out / "attainment", metric=metric, target=spec.target,
                 capacities={c.policy: c.capacity_rps for c in result.capacities},
             )
-    _print_capacities(result, spec)
+    _print_capacities(result, spec, target_assumed=target is None and not slos)
     if consistent is not None:
         typer.echo(f"capacity order consistent with the attainment curves ({len(scales)} loads): "
                    f"{'yes' if consistent else 'NO'}")
@@ -482,8 +482,10 @@ def _capacity_with_bar(spec: CapacitySpec, ex: "LocalExecutor | RayExecutor", ou
     return result, curve, scales, consistent
 
 
-def _print_capacities(result: "CapacityResult", spec: CapacitySpec) -> None:
-    """The criteria and the table of each policy's capacity (with its SLO metrics there)."""
+def _print_capacities(result: "CapacityResult", spec: CapacitySpec, *,
+                      target_assumed: bool = False) -> None:
+    """The criteria and the table of each policy's capacity (with its SLO metrics there);
+    ``target_assumed``: the user gave neither --target nor --slo (the line says so)."""
     def at_cap(policy: str, scale: float, column: str) -> Any:
         v = [float(r[column]) for r in result.rows
              if r.get("policy") == policy and r.get("rate_scale") == scale
@@ -492,7 +494,9 @@ def _print_capacities(result: "CapacityResult", spec: CapacitySpec) -> None:
 
     slo_cols = [c.metric for c in spec.slos]
     typer.echo(f"criteria (mean over {counted(spec.replications, 'replication')}): "
-               + ", ".join(spec.criteria()))
+               + ", ".join(spec.criteria())
+               + (" (assumed: the default target, --target or --slo to set)"
+                  if target_assumed else ""))
     band = [] if spec.interval is None else [f"{spec.interval:.0%} interval"]
     typer.echo(render(
         ["policy", "capacity req/s", *band, "per GPU", "bracket high", "attain. at cap",

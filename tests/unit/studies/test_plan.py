@@ -199,6 +199,24 @@ def test_plan_cli_ranks_gpu_types(tmp_path: Path) -> None:
     assert not long, long
 
 
+def test_plan_cli_says_the_slo_it_assumed(tmp_path: Path) -> None:
+    """Without --slo the default SLO decides which configurations are feasible: the table's
+    note says it was assumed; with --slo it does not."""
+    import tomli_w
+
+    scn = tmp_path / "s.toml"
+    scn.write_bytes(tomli_w.dumps(small_scenario_dict(40, 4.0, policy="conservative")).encode())
+    args = ["plan", "--scenario", str(scn), "--gpus", "H100-80GB", "--replicas", "1", "-r", "1",
+            "-j", "1"]
+    res = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "a")])
+    said = " ".join(res.stdout.split())
+    assert "SLOs: overall_slo_attainment>=0.9 (assumed: the default, --slo to set; one " \
+           "replication)" in said, res.stdout
+    res = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "b"),
+                                   "--slo", "overall_slo_attainment>=0.9"])
+    assert "SLOs: overall_slo_attainment>=0.9 (one replication)" in " ".join(res.stdout.split())
+
+
 def test_default_prices_come_from_one_stated_source() -> None:
     from kvbudget.studies.plan import DEFAULT_PRICES, PRICE_SOURCE, price_note
 
