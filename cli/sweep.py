@@ -84,6 +84,9 @@ SeedOpt = Annotated[
 PoliciesOpt = Annotated[
     str | None, typer.Option("--policies", help="Comma-separated policy names.")
 ]
+OBJECTIVE_HELP = ("Metric column to optimise (default: the batch tier's output tokens over "
+                  f"first arrival to last finish, {DEFAULT_OBJECTIVE}, the tables' out tok/s).")
+
 SloOpt = Annotated[
     list[str] | None,
     typer.Option("--slo", "--constraint", metavar="METRIC<=VALUE",
@@ -257,11 +260,7 @@ def tune_cmd(
     policy: Annotated[
         str | None, typer.Option("--policy", help="Tune this policy (default: the scenario's).")
     ] = None,
-    objective: Annotated[
-        str, typer.Option("--objective", help="Metric column to optimise (default: the batch "
-                          "tier's output tokens over first arrival to last finish, the "
-                          "tables' out tok/s).")
-    ] = DEFAULT_OBJECTIVE,
+    objective: Annotated[str | None, typer.Option("--objective", help=OBJECTIVE_HELP)] = None,
     minimize: Annotated[
         bool, typer.Option("--minimize", help="Minimise the objective instead.")
     ] = False,
@@ -301,7 +300,7 @@ def tune_cmd(
         spec = TuneSpec(
             scenario=scn,
             params=tuple(Param.parse(p) for p in param),
-            objective=objective,
+            objective=DEFAULT_OBJECTIVE if objective is None else objective,
             maximize=not minimize,
             constraints=tuple(Constraint.parse(c) for c in constraint or []),
             replications=replications,
@@ -317,15 +316,32 @@ def tune_cmd(
         written = result.write(out)
         frame = evaluations_frame(result)
         frame.to_csv(out / "evaluations.csv", index=False)
-    _print_evaluations(frame, [p.key for p in spec.params], objective)
+    _print_evaluations(frame, [p.key for p in spec.params], spec.objective)
+    typer.echo(tune_said(spec, objective_assumed=objective is None))
     if result.best is None:
         typer.echo("wrote " + ", ".join(str(p) for p in written))
         raise fail("no setting met the constraints: " +
                    ", ".join(str(c) for c in spec.constraints), 1)
-    _print_best(result, objective=objective, confidence=confidence, replications=replications)
+    _print_best(result, objective=spec.objective, confidence=confidence,
+                replications=replications)
     if result.validation is not None:
         _print_validation(result.validation)
     typer.echo("wrote " + ", ".join(str(p) for p in [*written, out / "evaluations.csv"]))
+
+
+def tune_said(spec: TuneSpec, *, objective_assumed: bool) -> str:
+    """The line under the evaluations: the objective and its span, what was assumed (the
+    default objective; no constraints, so every setting counts as feasible)."""
+    what = ("batch output tokens per second over the time the work took, first arrival to last "
+            "finish" if spec.objective == DEFAULT_OBJECTIVE else "")
+    parts = [f"objective: {'minimise' if not spec.maximize else 'maximise'} {spec.objective}"
+             + (f" ({what})" if what else "")
+             + ("; assumed: the default, --objective to set" if objective_assumed else "")]
+    parts.append("constraints: " + (", ".join(str(c) for c in spec.constraints)
+                                    if spec.constraints else
+                                    "none, so every setting is feasible (assumed: --slo to "
+                                    "add one, e.g. tiers.interactive.ttft_s.p99<=2)"))
+    return textwrap.fill("; ".join(parts), WIDTH, subsequent_indent="  ")
 
 
 def _tune_with_bar(spec: TuneSpec, ex: "LocalExecutor | RayExecutor", out: Path, *,
