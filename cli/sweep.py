@@ -220,9 +220,15 @@ def _print_points(points: "pd.DataFrame", axis_cols: list[str], metrics: list[st
         rows = [[_fmt(r.get(c)) for c in ["policy", *axis_cols]]
                 + [_fmt(r[f"{m}_mean"]) for m in metrics] for _, r in points.iterrows()]
         typer.echo(render(headers, rows, gap=1))
-        typer.echo(textwrap.fill(
-            "(means over the replications; out tok/s: over the run, first arrival to last "
-            "finish; --wide: full names; points.csv: intervals)", WIDTH))
+    typer.echo(textwrap.fill(SWEEP_SAID if wide else SWEEP_SAID[:-1] + "; --wide: full names)",
+                             WIDTH, subsequent_indent="  "))
+
+
+SWEEP_SAID = ("(means over the replications; times in seconds; out tok/s (sustained_output_"
+              "tokens_per_s): over the run, first arrival to last finish; offered req/s "
+              "(offered_rate_rps): requests over the arrival window, first to last arrival; "
+              "points.csv: intervals)")
+"""The line under the sweep's table: what its figures are and over what span."""
 
 
 def _sweep_plots(table: "pd.DataFrame", points: "pd.DataFrame", out: Path, *,
