@@ -383,9 +383,10 @@ def render_comparison(comparison: Any, wide: bool = False) -> str:
         "of every policy sees the same requests); paired t test of each policy against "
         f"{base}; 'within noise': the difference's interval holds 0.",
         "policy parameters: " + params,
-        "out tok/s: output tokens over the time the work took, first arrival to last finish; "
-        "other rates (tok/s arr. win, goodput/s) over the offered window, first to last "
-        "arrival; drain_s is the time after the last arrival.",
+        "times (ttft, tpot, itl, e2e, drain) in seconds; out tok/s: output tokens over the "
+        "time the work took, first arrival to last finish; other rates (tok/s arr. win, "
+        "goodput/s) over the offered window, first to last arrival; drain_s is the time after "
+        "the last arrival.",
     ]
     return "\n".join([render(headers, rows), *(textwrap.fill(n, WIDTH, subsequent_indent="  ")
                                               for n in notes)])
