@@ -305,8 +305,9 @@ def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
             "expired ones have none), TTFT from arrival at the gateway, its wait included; "
             "KV used/reserved are time-weighted fractions of capacity; "
             "refused: answered too-large or overloaded, or dropped after preemption; expired: "
-            "waited past the tier's queue timeout; out tok/s: output tokens over the time the "
-            "work took, first arrival to last finish")
+            "waited past the tier's queue timeout; out tok/s: output tokens of the completed "
+            "requests over the time the run's work took, first arrival to last finish, one span "
+            "for every tier's row (the tiers' add up to all)")
     if window is not None:
         note += (f"; goodput/s and 'tok/s arr. win' (--wide) over the arrival window of "
                  f"{_fmt(float(window))} s, first to last arrival; drain s: after the last "
