@@ -286,12 +286,15 @@ def render_plan(result: Any, *, top: int | None = 10, wide: bool = False,
            "replications" if spec.replications > 1 else "one replication")
     assumed = "assumed: the default, --slo to set; " if slo_assumed else ""
     note = (f"SLOs: {', '.join(str(s) for s in spec.slos)} ({assumed}{how}); "
-            "$/h = GPUs x price per GPU-hour; GPUs: replicas x tensor-parallel degree"
+            "$/h = GPUs x price per GPU-hour"
+            + (" (an autoscaled fleet: the mean GPUs held)" if _autoscaled(df) else "")
+            + "; GPUs: replicas x tensor-parallel degree"
             + ("; P+D: prefill + decode replicas of a disaggregated deployment (the best split "
                "of the first total that meets the SLOs)" if spec.disagg_replicas else "")
             + "; $/M tok: dollars per million output tokens served, the GPU-hours the runs "
             "needed (first arrival to last finish"
-            + (", the replicas held" if _autoscaled(df) else "")
+            + ("; an autoscaled fleet: the GPU-hours its replicas were held" if _autoscaled(df)
+               else "")
             + ") x price over the tokens their requests completed; att = SLO attainment, "
             "ttft/tpot = p99 seconds, mean ± half the interval; 'no' rows: the largest replica "
             "count tried still misses, no $/M tok shown (it does not carry the load; plan.csv "
