@@ -136,7 +136,9 @@ def _runs_table(runs: Mapping[str, RunResult], dirs: Sequence[Path]) -> str:
         )
     headers = ["run", "directory", "policy", "parameters", "GPU", "model", "workload",
                "requests", "duration (s)", "KV capacity (tokens)", "seed"]
-    return _table(headers, rows)
+    return _table(headers, rows, caption="duration: first arrival to last finish, the arrival "
+                  "window and the drain after the last arrival (the span of the output tokens "
+                  "per second below).")
 
 
 def _assumed_list(runs: Mapping[str, RunResult]) -> str:
