@@ -272,6 +272,27 @@ def _autoscale_line(summaries: Sequence[dict[str, Any]]) -> str:
     return "autoscaled fleet: " + "; ".join(parts) if parts else ""
 
 
+def units_note(wide: bool, window: Any) -> str:
+    """The note under the runs' tables (without its closing parenthesis): units, the requests
+    each figure is over, the spans of the rates; ``wide`` explains the --wide columns."""
+    quantiles = "TTFT, TPOT, ITL and E2E quantiles" if wide else "TTFT and TPOT p99"
+    refused = ("rej: answered too-large or overloaded; dropped: dropped after preemption; "
+               "preempt: the engine preemptions and gateway revocations of the tier's requests"
+               if wide else "refused: answered too-large or overloaded, or dropped after "
+               "preemption")
+    note = (f"(times in seconds; {quantiles}: over the completed requests (refused and "
+            "expired ones have none), TTFT from arrival at the gateway, its wait included; "
+            f"KV used/reserved are time-weighted fractions of capacity; {refused}; expired: "
+            "waited past the tier's queue timeout; out tok/s: output tokens of the completed "
+            "requests over the time the run's work took, first arrival to last finish, one span "
+            "for every tier's row (the tiers' add up to all)")
+    if window is not None:
+        note += (f"; goodput/s and 'tok/s arr. win'{'' if wide else ' (--wide)'} over the "
+                 f"arrival window of {_fmt(float(window))} s, first to last arrival; drain s: "
+                 "after the last arrival")
+    return note
+
+
 def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
                      slo_targets: Mapping[str, tuple[float, float]] | None = None,
                      conclusion: str | None = None) -> str:
@@ -301,17 +322,7 @@ def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
     scale = _autoscale_line(summaries)
     if scale:
         lines.append(textwrap.fill(scale, WIDTH, subsequent_indent="  "))
-    note = ("(times in seconds; TTFT and TPOT p99: over the completed requests (refused and "
-            "expired ones have none), TTFT from arrival at the gateway, its wait included; "
-            "KV used/reserved are time-weighted fractions of capacity; "
-            "refused: answered too-large or overloaded, or dropped after preemption; expired: "
-            "waited past the tier's queue timeout; out tok/s: output tokens of the completed "
-            "requests over the time the run's work took, first arrival to last finish, one span "
-            "for every tier's row (the tiers' add up to all)")
-    if window is not None:
-        note += (f"; goodput/s and 'tok/s arr. win' (--wide) over the arrival window of "
-                 f"{_fmt(float(window))} s, first to last arrival; drain s: after the last "
-                 "arrival")
+    note = units_note(wide, window)
     lines.append(textwrap.fill(note + ")", WIDTH, break_on_hyphens=False))
     # the targets of the tiers the runs offered requests in (not a tier the workload never used)
     offered = {t for s in summaries for t, b in (s.get("tiers") or {}).items() if b.get("offered")}

@@ -81,6 +81,20 @@ def test_the_tables_say_every_tier_s_out_tok_s_is_over_the_run_s_span() -> None:
             "up to all)") in note, stdout
 
 
+def test_the_wide_tables_say_what_their_own_columns_are() -> None:
+    """--wide splits 'refused' into rej and dropped, adds preempt, ITL and E2E quantiles: the
+    note explained only the narrow table's columns (and pointed at --wide from within it)."""
+    code, stdout, stderr = run("simulate", "--set", "workload.duration_s=20", "--wide")
+    assert code == 0, stderr
+    note = " ".join(stdout.split())
+    assert ("TTFT, TPOT, ITL and E2E quantiles: over the completed requests (refused and "
+            "expired ones have none)") in note, stdout
+    assert ("rej: answered too-large or overloaded; dropped: dropped after preemption; "
+            "preempt: the engine preemptions and gateway revocations of the tier's requests"
+            ) in note, stdout
+    assert "(--wide)" not in note
+
+
 def test_the_simulated_line_says_the_context_prefix_caching_and_dtypes(tmp_path: Path) -> None:
     """The line a run opens with named the model, GPU, engine and caps but not the context it
     refused requests against, whether prefix caching was on (and had anything to share), nor
