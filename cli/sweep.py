@@ -367,7 +367,8 @@ def _print_evaluations(frame: "pd.DataFrame", keys: list[str], objective: str) -
     """The table of every evaluated setting: its stage, parameters, objective and interval."""
     headers = ["stage", *keys, f"{objective} (mean)", "CI low", "CI high", "feasible"]
     rows = [[r["stage"], *[r[k] for k in keys], _fmt(r["objective_mean"]),
-             _fmt(r["objective_low"]), _fmt(r["objective_high"]), bool(r["feasible"])]
+             _fmt(r["objective_low"]), _fmt(r["objective_high"]),
+             "yes" if r["feasible"] else "no"]
             for _, r in frame.iterrows()]
     typer.echo(render(headers, rows))
 

@@ -222,6 +222,9 @@ def test_cli_tune_without_a_feasible_setting_exits_1(tmp_path: Path) -> None:
     ])
     assert res.exit_code == 1
     assert "no setting met the constraints: interactive_ttft_p99_s<=1e-06" in res.output
+    # the feasible column says no (it printed 0 and 1)
+    rows = [line.split() for line in res.stdout.splitlines() if line.startswith("grid ")]
+    assert rows and all(r[-1] == "no" for r in rows), res.stdout
     assert not (tmp_path / "t" / "best.toml").exists()
     assert (tmp_path / "t" / "evidence.parquet").exists()
 
