@@ -282,7 +282,8 @@ def units_note(wide: bool, window: Any) -> str:
                "preemption")
     note = (f"(times in seconds; {quantiles}: over the completed requests (refused and "
             "expired ones have none), TTFT from arrival at the gateway, its wait included; "
-            f"KV used/reserved are time-weighted fractions of capacity; {refused}; expired: "
+            "KV used/reserved are time-weighted fractions of capacity over the same span as "
+            f"out tok/s; {refused}; expired: "
             "waited past the tier's queue timeout; out tok/s: output tokens of the completed "
             "requests over the time the run's work took, first arrival to last finish, one span "
             "for every tier's row (the tiers' add up to all)")

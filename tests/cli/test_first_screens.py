@@ -79,6 +79,9 @@ def test_the_tables_say_every_tier_s_out_tok_s_is_over_the_run_s_span() -> None:
     assert ("out tok/s: output tokens of the completed requests over the time the run's work "
             "took, first arrival to last finish, one span for every tier's row (the tiers' add "
             "up to all)") in note, stdout
+    # the KV figures' span too: the simulator's token-seconds over first arrival to last finish
+    assert "KV used/reserved are time-weighted fractions of capacity over the same span as " \
+           "out tok/s" in note
 
 
 def test_the_wide_tables_say_what_their_own_columns_are() -> None:
