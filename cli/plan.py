@@ -277,7 +277,7 @@ def render_plan(result: Any, *, top: int | None = 10, wide: bool = False,
             for k in keys:
                 name = name.replace(f"{k}=", "")
         rows.append([r["gpu"], _gpus_label(r), name,
-                     f"{r['usd_per_hour']:.2f}", _per_m_label(r),
+                     ("" if r["feasible"] else ">") + f"{r['usd_per_hour']:.2f}", _per_m_label(r),
                      *(plus_minus(r[m], r[f"{m}_low"], r[f"{m}_high"]) for m in metrics),
                      *([] if spec.interval is None
                        else [span(r["replicas_low"], r["replicas_high"])]),
@@ -297,8 +297,8 @@ def render_plan(result: Any, *, top: int | None = 10, wide: bool = False,
                else "")
             + ") x price over the tokens their requests completed; att = SLO attainment, "
             "ttft/tpot = p99 seconds, mean ± half the interval; 'no' rows: the largest replica "
-            "count tried still misses, no $/M tok shown (it does not carry the load; plan.csv "
-            "has what its tokens cost)."
+            "count tried still misses, so carrying the load costs more than the $/h shown ('>'), "
+            "and no $/M tok is shown (plan.csv has what its tokens cost)."
             + ("" if wide or not keys else f" Policy values: {', '.join(keys)}."))
     shown = ([f"showing {len(rows)} of {num_all} configurations (the cheapest first, and each "
               f"GPU type's cheapest feasible one; --top N for more, all in plan.csv)"]

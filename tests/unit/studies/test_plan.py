@@ -106,10 +106,13 @@ def test_the_cli_shows_no_price_per_token_on_a_row_that_misses(tmp_path: Path) -
             if line.startswith(("A100", "H100"))}
     assert rows["H100-80GB"][4] == f"{6.0 * 100 / 3600 / 100_000 * 1e6:.3f}"
     assert rows["A100-80GB"][4] == "-" and rows["A100-80GB"][-1] == "no"
+    # its $/h is a floor: 4 x $1 still misses
+    assert rows["A100-80GB"][3] == ">4.00" and rows["H100-80GB"][3] == "6.00"
     said = " ".join(text.split())
     assert "$/M tok: dollars per million output tokens served, the GPU-hours the runs needed " \
            "(first arrival to last finish) x price over the tokens their requests completed" in said
-    assert "no $/M tok shown" in said
+    assert "carrying the load costs more than the $/h shown ('>'), and no $/M tok is shown" \
+        in said
     table = result.table().set_index("gpu")  # plan.csv keeps what the missing row's tokens cost
     assert not table.loc["A100-80GB", "feasible"]
     assert table.loc["A100-80GB", "usd_per_m_output_tokens"] == pytest.approx(
