@@ -1,6 +1,9 @@
 """Trade-off plots of sweeps and capacity searches (matplotlib; PNG and SVG).
 
-* :func:`plot_pareto`: interactive tail latency against batch throughput, one marker per grid
+* :func:`plot_pareto`: interactive tail latency against batch throughput (by default
+  ``batch_sustained_output_tokens_per_s``: batch output tokens over the time the work took, first
+  arrival to last finish; over the arrival window a run past capacity shows tokens it served
+  long after the last arrival as if served by then), one marker per grid
   point (mean over replications, with faint t-interval error bars), coloured by policy, and
   the Pareto front over all points (no other point has both more throughput and a lower tail),
   its points labelled with their configuration.
@@ -24,6 +27,15 @@ if TYPE_CHECKING:
     import pandas as pd
 
 FORMATS: tuple[str, ...] = ("png", "svg")
+
+PARETO_X = "batch_sustained_output_tokens_per_s"
+""":func:`plot_pareto`'s default x: the batch tier's output tokens per second of the time the
+work took (first arrival to last finish), what ``kvbudget sweep`` plots."""
+
+_SPANS = (("_sustained_output_tokens_per_s", "first arrival to last finish"),
+          ("_output_tokens_per_s", "over the arrival window"),
+          ("_goodput_rps", "over the arrival window"))
+"""The span a throughput column is over, as an axis says it."""
 
 
 def pareto_mask(x: Sequence[float] | np.ndarray[Any, Any],
@@ -77,6 +89,12 @@ def _spread_labels(fig: Any, labels: Sequence[Any], max_moves: int = 40) -> None
         placed.append(box)
 
 
+def axis_label(column: str) -> str:
+    """A metric's axis title: the column, the span a rate is over, the mean."""
+    span = next((said for end, said in _SPANS if column.endswith(end)), None)
+    return f"{column} ({'' if span is None else span + '; '}mean over replications)"
+
+
 def _label(row: Mapping[Any, Any], columns: Sequence[str]) -> str:
     parts = []
     for c in columns:
@@ -92,14 +110,14 @@ def plot_pareto(
     points: pd.DataFrame,
     stem: Path,
     *,
-    x: str = "batch_output_tokens_per_s",
+    x: str = PARETO_X,
     y: str = "interactive_ttft_p99_s",
     label_columns: Sequence[str] = (),
     title: str | None = None,
 ) -> list[Path]:
     """Plot a per-point summary (``kvbudget.studies.sweep.summarize_points`` with metrics ``x`` and
     ``y``: columns ``{x}_mean``, ``{x}_low``, ... and ``policy``) to ``stem.png`` and
-    ``stem.svg``."""
+    ``stem.svg``. An axis of a throughput says the span it is over."""
     from matplotlib.figure import Figure
 
     for c in (f"{x}_mean", f"{y}_mean", "policy"):
@@ -143,8 +161,8 @@ def plot_pareto(
         pad_y = 0.15 * (np.ptp(finite_y) or abs(finite_y.max()) or 1.0)
         ax.set_xlim(max(0.0, finite_x.min() - pad_x), finite_x.max() + pad_x)
         ax.set_ylim(max(0.0, finite_y.min() - pad_y), finite_y.max() + pad_y)
-    ax.set_xlabel(f"{x} (mean over replications)")
-    ax.set_ylabel(f"{y} (mean over replications)")
+    ax.set_xlabel(axis_label(x))
+    ax.set_ylabel(axis_label(y))
     ax.set_title(title or "Interactive tail latency against batch throughput")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)

@@ -136,7 +136,9 @@ def _runs_table(runs: Mapping[str, RunResult], dirs: Sequence[Path]) -> str:
         )
     headers = ["run", "directory", "policy", "parameters", "GPU", "model", "workload",
                "requests", "duration (s)", "KV capacity (tokens)", "seed"]
-    return _table(headers, rows)
+    return _table(headers, rows, caption="duration: first arrival to last finish, the arrival "
+                  "window and the drain after the last arrival (the span of the output tokens "
+                  "per second below).")
 
 
 def _assumed_list(runs: Mapping[str, RunResult]) -> str:
@@ -236,7 +238,9 @@ def _clients_table(runs: Mapping[str, RunResult]) -> str:
     return "<h2>Clients and retries</h2>\n" + _table(
         headers, rows, caption="Attempts per request, completion whatever the attempts it took "
         "(and on the first attempt), and time from the first attempt to the last token; "
-        "goodput with and without the completions retries rescued.")
+        "goodput with and without the completions retries rescued: requests completed within "
+        "their tier's SLO per second of the arrival window, first to last arrival, not of the "
+        "time the retries took (the run's drain).")
 
 
 def _reasons(records: pd.DataFrame, label: str, tier: str) -> str:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from kvbudget.analysis.validation import KEY_METRICS
+from kvbudget.analysis.validation import KEY_METRICS, THROUGHPUT_SAID
 from kvbudget.cli import recorded
 from kvbudget.cli.errors import CliError, check_out_dir, check_out_file, fail, user_errors
 from kvbudget.cli.help_text import POLICY_NAMES
@@ -38,7 +38,7 @@ from kvbudget.perf.fitted_on_write import fitted_on_extra, target_or_why
 from kvbudget.policies import DEFAULT_TIERS
 from kvbudget.policies.clients import client_models, parse_clients
 from kvbudget.results.run_result import run_files
-from kvbudget.results.said import setting_lines
+from kvbudget.results.said import fill, setting_lines
 from kvbudget.simulator.scenario import load_scenario
 from kvbudget.studies.validate import compare_live_validation
 from kvbudget.workloads.closed_loop import ClosedLoop
@@ -852,6 +852,7 @@ def _print_live_validation(outcome: "LiveComparison",
         [r["metric"], r["simulated"], r["measured"], pct(r["rel_error"])]
         for r in result.metrics.to_dict(orient="records")
     ]))
+    typer.echo(fill(THROUGHPUT_SAID))
     typer.echo(render(("per-request", "pairs", "MAPE"), [
         [r["metric"], r["num_pairs"], pct(r["mape"])]
         for r in result.per_request.to_dict(orient="records")

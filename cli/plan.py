@@ -137,7 +137,7 @@ def plan_cmd(
         result = _run_plan(spec, out, executor=executor, jobs=jobs, address=address,
                            resume=resume)
         written = result.write(out)
-    typer.echo(render_plan(result, top=top, wide=wide))
+    typer.echo(render_plan(result, top=top, wide=wide, slo_assumed=not slo))
     for note in result.notes:
         typer.echo(textwrap.fill(f"note: {note}", WIDTH, subsequent_indent="  "))
     typer.echo("wrote " + ", ".join(str(p) for p in written))
@@ -234,9 +234,11 @@ def _run_plan(spec: PlanSpec, out: Path, *, executor: str, jobs: int | None,
             bar.close()
 
 
-def render_plan(result: Any, *, top: int | None = 10, wide: bool = False) -> str:
+def render_plan(result: Any, *, top: int | None = 10, wide: bool = False,
+                slo_assumed: bool = False) -> str:
     """The ranked table: GPUs, $/h, $/M output tokens, attainment per tier, p99 TTFT and TPOT
-    of the first tier (every SLO metric and tier with --wide), mean ± half its t interval."""
+    of the first tier (every SLO metric and tier with --wide), mean ± half its t interval.
+    ``slo_assumed``: the user gave no SLO (the note says the default was assumed)."""
     df = summary_rows(result, top)
     num_all = len(summary_rows(result, None))
     if df.empty:
@@ -275,20 +277,28 @@ def render_plan(result: Any, *, top: int | None = 10, wide: bool = False) -> str
             for k in keys:
                 name = name.replace(f"{k}=", "")
         rows.append([r["gpu"], _gpus_label(r), name,
-                     f"{r['usd_per_hour']:.2f}", f"{r['usd_per_m_output_tokens']:.3f}",
+                     ("" if r["feasible"] else ">") + f"{r['usd_per_hour']:.2f}", _per_m_label(r),
                      *(plus_minus(r[m], r[f"{m}_low"], r[f"{m}_high"]) for m in metrics),
                      *([] if spec.interval is None
                        else [span(r["replicas_low"], r["replicas_high"])]),
                      "yes" if r["feasible"] else "no"])
     how = (f"the bound of the {spec.confidence:.0%} t interval over {spec.replications} "
            "replications" if spec.replications > 1 else "one replication")
-    note = (f"SLOs: {', '.join(str(s) for s in spec.slos)} ({how}); "
-            "$/h = GPUs x price per GPU-hour; GPUs: replicas x tensor-parallel degree"
+    assumed = "assumed: the default, --slo to set; " if slo_assumed else ""
+    note = (f"SLOs: {', '.join(str(s) for s in spec.slos)} ({assumed}{how}); "
+            "$/h = GPUs x price per GPU-hour"
+            + (" (an autoscaled fleet: the mean GPUs held)" if _autoscaled(df) else "")
+            + "; GPUs: replicas x tensor-parallel degree"
             + ("; P+D: prefill + decode replicas of a disaggregated deployment (the best split "
                "of the first total that meets the SLOs)" if spec.disagg_replicas else "")
-            + "; $/M tok: per million "
-            "output tokens at the offered load; att = SLO attainment, ttft/tpot = p99 seconds, "
-            "mean ± half the interval; 'no' rows: the largest replica count tried still misses."
+            + "; $/M tok: dollars per million output tokens served, the GPU-hours the runs "
+            "needed (first arrival to last finish"
+            + ("; an autoscaled fleet: the GPU-hours its replicas were held" if _autoscaled(df)
+               else "")
+            + ") x price over the tokens their requests completed; att = SLO attainment, "
+            "ttft/tpot = p99 seconds, mean ± half the interval; 'no' rows: the largest replica "
+            "count tried still misses, so carrying the load costs more than the $/h shown ('>'), "
+            "and no $/M tok is shown (plan.csv has what its tokens cost)."
             + ("" if wide or not keys else f" Policy values: {', '.join(keys)}."))
     shown = ([f"showing {len(rows)} of {num_all} configurations (the cheapest first, and each "
               f"GPU type's cheapest feasible one; --top N for more, all in plan.csv)"]
@@ -296,6 +306,20 @@ def render_plan(result: Any, *, top: int | None = 10, wide: bool = False) -> str
     return "\n".join([render(headers, rows, gap=1 if not wide else 2),
                       *(textwrap.fill(x, WIDTH, subsequent_indent="  ")
                         for x in [*shown, price_note(spec), note, *_interval_notes(result)])])
+
+
+def _per_m_label(row: Mapping[Any, Any]) -> str:
+    """A row's $/M tok: none on a configuration that misses the SLOs (it does not carry the
+    load, so what the tokens it served cost is no price for the load)."""
+    value = row["usd_per_m_output_tokens"]
+    if not row["feasible"] or not math.isfinite(value):
+        return "-"
+    return f"{value:.3f}"
+
+
+def _autoscaled(df: Any) -> bool:
+    """Whether any shown row is an autoscaled fleet's (priced by the replicas held)."""
+    return "gpu_hours" in df.columns and bool(df["gpu_hours"].notna().any())
 
 
 def _interval_notes(result: Any) -> list[str]:

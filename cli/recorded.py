@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from kvbudget.analysis.validation import KEY_METRICS
+from kvbudget.analysis.validation import KEY_METRICS, THROUGHPUT_SAID
 from kvbudget.cli.errors import CliError, fail
 from kvbudget.cli.options import policy_from_flags
 from kvbudget.cli.progress import Bar
@@ -387,6 +387,7 @@ def print_comparison(table: Any, title: str) -> None:
     interval = ("95 % interval",) if INTERVAL_COLUMNS[0] in table else ()
     typer.echo(render(("metric", "simulated", *interval, "measured", "rel. error"),
                       _table_rows(table)))
+    typer.echo(fill(THROUGHPUT_SAID))
     if interval:
         typer.echo("95 % interval: where the measured figure should fall, given the fitted "
                    "parameters' uncertainty and the recording's own noise")

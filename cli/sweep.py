@@ -84,6 +84,9 @@ SeedOpt = Annotated[
 PoliciesOpt = Annotated[
     str | None, typer.Option("--policies", help="Comma-separated policy names.")
 ]
+OBJECTIVE_HELP = ("Metric column to optimise (default: the batch tier's output tokens over "
+                  f"first arrival to last finish, {DEFAULT_OBJECTIVE}, the tables' out tok/s).")
+
 SloOpt = Annotated[
     list[str] | None,
     typer.Option("--slo", "--constraint", metavar="METRIC<=VALUE",
@@ -217,9 +220,15 @@ def _print_points(points: "pd.DataFrame", axis_cols: list[str], metrics: list[st
         rows = [[_fmt(r.get(c)) for c in ["policy", *axis_cols]]
                 + [_fmt(r[f"{m}_mean"]) for m in metrics] for _, r in points.iterrows()]
         typer.echo(render(headers, rows, gap=1))
-        typer.echo(textwrap.fill(
-            "(means over the replications; out tok/s: over the run, first arrival to last "
-            "finish; --wide: full names; points.csv: intervals)", WIDTH))
+    typer.echo(textwrap.fill(SWEEP_SAID if wide else SWEEP_SAID[:-1] + "; --wide: full names)",
+                             WIDTH, subsequent_indent="  "))
+
+
+SWEEP_SAID = ("(means over the replications; times in seconds; out tok/s (sustained_output_"
+              "tokens_per_s): over the run, first arrival to last finish; offered req/s "
+              "(offered_rate_rps): requests over the arrival window, first to last arrival; "
+              "points.csv: intervals)")
+"""The line under the sweep's table: what its figures are and over what span."""
 
 
 def _sweep_plots(table: "pd.DataFrame", points: "pd.DataFrame", out: Path, *,
@@ -257,11 +266,7 @@ def tune_cmd(
     policy: Annotated[
         str | None, typer.Option("--policy", help="Tune this policy (default: the scenario's).")
     ] = None,
-    objective: Annotated[
-        str, typer.Option("--objective", help="Metric column to optimise (default: the batch "
-                          "tier's output tokens over first arrival to last finish, the "
-                          "tables' out tok/s).")
-    ] = DEFAULT_OBJECTIVE,
+    objective: Annotated[str | None, typer.Option("--objective", help=OBJECTIVE_HELP)] = None,
     minimize: Annotated[
         bool, typer.Option("--minimize", help="Minimise the objective instead.")
     ] = False,
@@ -301,7 +306,7 @@ def tune_cmd(
         spec = TuneSpec(
             scenario=scn,
             params=tuple(Param.parse(p) for p in param),
-            objective=objective,
+            objective=DEFAULT_OBJECTIVE if objective is None else objective,
             maximize=not minimize,
             constraints=tuple(Constraint.parse(c) for c in constraint or []),
             replications=replications,
@@ -317,15 +322,32 @@ def tune_cmd(
         written = result.write(out)
         frame = evaluations_frame(result)
         frame.to_csv(out / "evaluations.csv", index=False)
-    _print_evaluations(frame, [p.key for p in spec.params], objective)
+    _print_evaluations(frame, [p.key for p in spec.params], spec.objective)
+    typer.echo(tune_said(spec, objective_assumed=objective is None))
     if result.best is None:
         typer.echo("wrote " + ", ".join(str(p) for p in written))
         raise fail("no setting met the constraints: " +
                    ", ".join(str(c) for c in spec.constraints), 1)
-    _print_best(result, objective=objective, confidence=confidence, replications=replications)
+    _print_best(result, objective=spec.objective, confidence=confidence,
+                replications=replications)
     if result.validation is not None:
         _print_validation(result.validation)
     typer.echo("wrote " + ", ".join(str(p) for p in [*written, out / "evaluations.csv"]))
+
+
+def tune_said(spec: TuneSpec, *, objective_assumed: bool) -> str:
+    """The line under the evaluations: the objective and its span, what was assumed (the
+    default objective; no constraints, so every setting counts as feasible)."""
+    what = ("batch output tokens per second over the time the work took, first arrival to last "
+            "finish" if spec.objective == DEFAULT_OBJECTIVE else "")
+    parts = [f"objective: {'minimise' if not spec.maximize else 'maximise'} {spec.objective}"
+             + (f" ({what})" if what else "")
+             + ("; assumed: the default, --objective to set" if objective_assumed else "")]
+    parts.append("constraints: " + (", ".join(str(c) for c in spec.constraints)
+                                    if spec.constraints else
+                                    "none, so every setting is feasible (assumed: --slo to "
+                                    "add one, e.g. tiers.interactive.ttft_s.p99<=2)"))
+    return textwrap.fill("; ".join(parts), WIDTH, subsequent_indent="  ")
 
 
 def _tune_with_bar(spec: TuneSpec, ex: "LocalExecutor | RayExecutor", out: Path, *,
@@ -345,7 +367,8 @@ def _print_evaluations(frame: "pd.DataFrame", keys: list[str], objective: str) -
     """The table of every evaluated setting: its stage, parameters, objective and interval."""
     headers = ["stage", *keys, f"{objective} (mean)", "CI low", "CI high", "feasible"]
     rows = [[r["stage"], *[r[k] for k in keys], _fmt(r["objective_mean"]),
-             _fmt(r["objective_low"]), _fmt(r["objective_high"]), bool(r["feasible"])]
+             _fmt(r["objective_low"]), _fmt(r["objective_high"]),
+             "yes" if r["feasible"] else "no"]
             for _, r in frame.iterrows()]
     typer.echo(render(headers, rows))
 
@@ -449,7 +472,7 @@ def capacity_cmd(
                 curve, out / "attainment", metric=metric, target=spec.target,
                 capacities={c.policy: c.capacity_rps for c in result.capacities},
             )
-    _print_capacities(result, spec)
+    _print_capacities(result, spec, target_assumed=target is None and not slos)
     if consistent is not None:
         typer.echo(f"capacity order consistent with the attainment curves ({len(scales)} loads): "
                    f"{'yes' if consistent else 'NO'}")
@@ -482,8 +505,10 @@ def _capacity_with_bar(spec: CapacitySpec, ex: "LocalExecutor | RayExecutor", ou
     return result, curve, scales, consistent
 
 
-def _print_capacities(result: "CapacityResult", spec: CapacitySpec) -> None:
-    """The criteria and the table of each policy's capacity (with its SLO metrics there)."""
+def _print_capacities(result: "CapacityResult", spec: CapacitySpec, *,
+                      target_assumed: bool = False) -> None:
+    """The criteria and the table of each policy's capacity (with its SLO metrics there);
+    ``target_assumed``: the user gave neither --target nor --slo (the line says so)."""
     def at_cap(policy: str, scale: float, column: str) -> Any:
         v = [float(r[column]) for r in result.rows
              if r.get("policy") == policy and r.get("rate_scale") == scale
@@ -492,7 +517,9 @@ def _print_capacities(result: "CapacityResult", spec: CapacitySpec) -> None:
 
     slo_cols = [c.metric for c in spec.slos]
     typer.echo(f"criteria (mean over {counted(spec.replications, 'replication')}): "
-               + ", ".join(spec.criteria()))
+               + ", ".join(spec.criteria())
+               + (" (assumed: the default target, --target or --slo to set)"
+                  if target_assumed else ""))
     band = [] if spec.interval is None else [f"{spec.interval:.0%} interval"]
     typer.echo(render(
         ["policy", "capacity req/s", *band, "per GPU", "bracket high", "attain. at cap",

@@ -127,9 +127,18 @@ def client_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
                              block.get("goodput_first_attempt_rps")])
     if not rows:
         return []
-    headers = ("policy", "tier", "client", "att/req", "done", "timeouts", "p50 done s",
+    headers = ("policy", "tier", "client", "att/req", "done share", "timeouts", "p50 done s",
                "1st-try goodput")
-    return [render(headers, rows), ""]
+    return [render(headers, rows), textwrap.fill(CLIENTS_SAID, WIDTH, subsequent_indent="  "),
+            ""]
+
+
+CLIENTS_SAID = ("(att/req: attempts per offered request; done share: the share of offered "
+                "requests completed whatever the attempts it took; timeouts: requests whose "
+                "client gave up; p50 done s: median seconds from the first attempt to the last "
+                "token, over those completed; 1st-try goodput: requests completed within their "
+                "tier's SLO on their first attempt, per second of the arrival window)")
+"""What the retries table's columns are, as the line under it says."""
 
 
 def slo_line(targets: Mapping[str, tuple[float, float]]) -> str:
@@ -263,6 +272,28 @@ def _autoscale_line(summaries: Sequence[dict[str, Any]]) -> str:
     return "autoscaled fleet: " + "; ".join(parts) if parts else ""
 
 
+def units_note(wide: bool, window: Any) -> str:
+    """The note under the runs' tables (without its closing parenthesis): units, the requests
+    each figure is over, the spans of the rates; ``wide`` explains the --wide columns."""
+    quantiles = "TTFT, TPOT, ITL and E2E quantiles" if wide else "TTFT and TPOT p99"
+    refused = ("rej: answered too-large or overloaded; dropped: dropped after preemption; "
+               "preempt: the engine preemptions and gateway revocations of the tier's requests"
+               if wide else "refused: answered too-large or overloaded, or dropped after "
+               "preemption")
+    note = (f"(times in seconds; {quantiles}: over the completed requests (refused and "
+            "expired ones have none), TTFT from arrival at the gateway, its wait included; "
+            "KV used/reserved are time-weighted fractions of capacity over the same span as "
+            f"out tok/s; {refused}; expired: "
+            "waited past the tier's queue timeout; out tok/s: output tokens of the completed "
+            "requests over the time the run's work took, first arrival to last finish, one span "
+            "for every tier's row (the tiers' add up to all)")
+    if window is not None:
+        note += (f"; goodput/s and 'tok/s arr. win'{'' if wide else ' (--wide)'} over the "
+                 f"arrival window of {_fmt(float(window))} s, first to last arrival; drain s: "
+                 "after the last arrival")
+    return note
+
+
 def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
                      slo_targets: Mapping[str, tuple[float, float]] | None = None,
                      conclusion: str | None = None) -> str:
@@ -292,16 +323,7 @@ def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
     scale = _autoscale_line(summaries)
     if scale:
         lines.append(textwrap.fill(scale, WIDTH, subsequent_indent="  "))
-    note = ("(times in seconds; TTFT and TPOT p99: over the completed requests (refused and "
-            "expired ones have none), TTFT from arrival at the gateway, its wait included; "
-            "KV used/reserved are time-weighted fractions of capacity; "
-            "refused: answered too-large or overloaded, or dropped after preemption; expired: "
-            "waited past the tier's queue timeout; out tok/s: output tokens over the time the "
-            "work took, first arrival to last finish")
-    if window is not None:
-        note += (f"; goodput/s and 'tok/s arr. win' (--wide) over the arrival window of "
-                 f"{_fmt(float(window))} s, first to last arrival; drain s: after the last "
-                 "arrival")
+    note = units_note(wide, window)
     lines.append(textwrap.fill(note + ")", WIDTH, break_on_hyphens=False))
     # the targets of the tiers the runs offered requests in (not a tier the workload never used)
     offered = {t for s in summaries for t, b in (s.get("tiers") or {}).items() if b.get("offered")}
@@ -374,9 +396,10 @@ def render_comparison(comparison: Any, wide: bool = False) -> str:
         "of every policy sees the same requests); paired t test of each policy against "
         f"{base}; 'within noise': the difference's interval holds 0.",
         "policy parameters: " + params,
-        "out tok/s: output tokens over the time the work took, first arrival to last finish; "
-        "other rates (tok/s arr. win, goodput/s) over the offered window, first to last "
-        "arrival; drain_s is the time after the last arrival.",
+        "times (ttft, tpot, itl, e2e, drain) in seconds; out tok/s: output tokens over the "
+        "time the work took, first arrival to last finish; other rates (tok/s arr. win, "
+        "goodput/s) over the offered window, first to last arrival; drain_s is the time after "
+        "the last arrival.",
     ]
     return "\n".join([render(headers, rows), *(textwrap.fill(n, WIDTH, subsequent_indent="  ")
                                               for n in notes)])
@@ -385,7 +408,7 @@ def render_comparison(comparison: Any, wide: bool = False) -> str:
 INTERVAL_FIGURES = (  # (label, figure key of kvbudget.studies.intervals.headline)
     ("TTFT p50", "ttft_s.p50"), ("TTFT p99", "ttft_s.p99"), ("TPOT p50", "tpot_s.p50"),
     ("TPOT p99", "tpot_s.p99"), ("E2E p50", "e2e_s.p50"), ("E2E p99", "e2e_s.p99"),
-    ("tok/s arr. win", "output_tokens_per_s"), ("goodput/s", "goodput_rps"),
+    ("out tok/s", "sustained_output_tokens_per_s"), ("goodput/s", "goodput_rps"),
     ("SLO att", "slo_attainment"), ("completed", "completed"),
 )
 
@@ -403,5 +426,9 @@ def render_intervals(figures: Mapping[str, Mapping[str, float]], intervals: Mapp
             rows.append([scope, label, figures.get(scope, {}).get(key), low, high])
     head = (f"{pct} intervals over {counted(intervals['num_draws'], 'draw')} ({intervals['method']}; "
             "docs/fidelity.md, \"Predictions with intervals\"):")
+    said = ("(times in seconds; out tok/s: output tokens of the completed requests over the time "
+            "the work took, first arrival to last finish; goodput/s: completed requests within "
+            "their tier's SLO per second of the arrival window)")
     return "\n".join([textwrap.fill(head, WIDTH, subsequent_indent="  "),
-                      render(("tier", "figure", "value", f"{pct} low", f"{pct} high"), rows)])
+                      render(("tier", "figure", "value", f"{pct} low", f"{pct} high"), rows),
+                      textwrap.fill(said, WIDTH, subsequent_indent="  ")])

@@ -16,15 +16,22 @@ replication the mean decides. Default: ``overall_slo_attainment>=0.9``.
 
 Costs come from a price table in dollars per GPU-hour (:data:`DEFAULT_PRICES`, cited; a user's
 table replaces or extends it): a configuration costs ``GPUs x price`` per hour, and per million
-output tokens that hourly cost divided by the output tokens it completes in an hour (the
-summary's ``overall_output_tokens_per_s``, over the offered window). GPU types without a price
-are skipped with a note.
+output tokens what its runs paid for over what they served: the GPU-hours each run needed, its
+GPUs held from the first arrival to the last finish (the summary's ``duration_s``), times the
+price, over the output tokens its requests completed (``overall_sustained_output_tokens_per_s``
+times ``duration_s``), pooled over the replications (``usd_per_m_output_tokens``). Not over
+the arrival window: a run past capacity finishes its work long after the last arrival, and the
+arrival-window rate would price tokens the GPUs served later as if served then. A
+configuration that misses the SLOs (``feasible`` false) has a figure too, the price of the
+tokens it did serve, but it does not carry the load: the command's table shows none for it.
+GPU types without a price are skipped with a note.
 
 With an autoscaled fleet (the scenario's ``[fleet.autoscale]``), the replica counts are the
 autoscaler's upper bound (``max_replicas``; ``min_replicas`` the scenario's, or the bound when
 smaller), and a configuration is priced by the GPU-hours its replicas were held (booting, up or
 draining: the summary's ``autoscale.gpu_hours``) over the run's span: ``usd_per_hour`` is the
-mean GPUs held times the price, ``usd_run`` the run's GPU-hours times the price.
+mean GPUs held times the price, ``usd_run`` the run's GPU-hours times the price, and
+``usd_per_m_output_tokens`` those GPU-hours' price over the tokens served.
 
 Tensor parallelism is the engine's ``tensor_parallel_size`` (vLLM's ``--tensor-parallel-size``:
 the model sharded over that many GPUs of one replica); degrees the model cannot be split by,
@@ -326,7 +333,7 @@ class PlanResult:
             price = s.prices[c.gpu]
             per_hour = gpus * price
             scaled = _scaled_cost(c.rows, price)
-            tok = t_interval([_f(r.get("overall_output_tokens_per_s")) for r in c.rows])[0]
+            tok = t_interval([_f(r.get(SUSTAINED)) for r in c.rows])[0]
             row: dict[str, Any] = {
                 "gpu": c.gpu, "tp": c.tp, "replicas": n, "gpus": gpus, "policy": c.policy,
                 **({"prefill_replicas": c.split[0] if c.split else None,
@@ -337,10 +344,9 @@ class PlanResult:
                 "usd_per_hour": per_hour if scaled is None else scaled[1],
                 **({} if scaled is None else {"gpu_hours": scaled[0],
                                               "usd_run": scaled[0] * price}),
-                "usd_per_m_output_tokens": (per_hour / (tok * 3600) * 1e6
-                                            if tok and math.isfinite(tok) and tok > 0
-                                            else math.nan),
-                "output_tokens_per_s": tok,
+                "usd_per_m_output_tokens": usd_per_m_output_tokens(
+                    c.rows, gpus, price, autoscaled=scaled is not None),
+                "sustained_output_tokens_per_s": tok,
             }
             if s.interval is not None:
                 row["replicas_low"], row["replicas_high"] = replicas_interval(c, s)
@@ -428,6 +434,29 @@ def _f(x: Any) -> float:
         return float(x)
     except (TypeError, ValueError):
         return math.nan
+
+
+SUSTAINED = "overall_sustained_output_tokens_per_s"
+"""The runs' column of the output tokens served per second of the time the work took."""
+
+
+def usd_per_m_output_tokens(rows: Sequence[Mapping[str, Any]], gpus: int, price: float, *,
+                            autoscaled: bool = False) -> float:
+    """Dollars per million output tokens served, pooled over the runs ``rows``: each run pays
+    ``gpus x price`` per hour over its ``duration_s`` (first arrival to last finish), or an
+    autoscaled fleet's ``autoscale_gpu_hours x price``; it serves ``duration_s`` times its
+    sustained output tokens per second (the tokens its requests completed). NaN when a run
+    lacks a figure or nothing was served."""
+    usd = tokens = 0.0
+    for r in rows:
+        duration_s, rate = _f(r.get("duration_s")), _f(r.get(SUSTAINED))
+        hours = (_f(r.get("autoscale_gpu_hours")) if autoscaled
+                 else gpus * duration_s / 3600)
+        usd += hours * price
+        tokens += rate * duration_s
+    if not (math.isfinite(usd) and math.isfinite(tokens)) or tokens <= 0:
+        return math.nan
+    return usd / tokens * 1e6
 
 
 def _scaled_cost(rows: list[dict[str, Any]], price: float) -> tuple[float, float] | None:

@@ -196,6 +196,7 @@ def test_compare_cli_replications_prints_verdicts_and_parameters(tmp_path: Path)
     assert "overcommit_ratio=0.6" in stdout
     assert any(v in stdout for v in ("within noise", "better", "worse", "same"))
     assert max(len(line) for line in stdout.splitlines()) <= 100
+    assert "times (ttft, tpot, itl, e2e, drain) in seconds" in " ".join(stdout.split())
 
 
 def test_rates_are_over_the_offered_window() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
@@ -61,6 +62,40 @@ def test_the_tables_say_what_their_latency_quantiles_are_over(tmp_path: Path) ->
     note = " ".join(stdout.split())
     assert ("TTFT and TPOT p99: over the completed requests (refused and expired ones have "
             "none), TTFT from arrival at the gateway, its wait included") in note, stdout
+
+
+def test_the_tables_say_every_tier_s_out_tok_s_is_over_the_run_s_span() -> None:
+    """A tier's out tok/s divides its completed tokens by the whole run's span (first arrival
+    to the last finish of any tier): an interactive tier done early reads low beside a batch
+    drain. The note said 'the time the work took' without whose: it says the run's, one span for
+    every tier's row, and the tiers' rows add up to all's."""
+    code, stdout, stderr = run("simulate", "--set", "workload.duration_s=20")
+    assert code == 0, stderr
+    rows = {line.split()[1]: line.split() for line in stdout.splitlines()
+            if line.startswith("conservative ") and len(line.split()) == 10}
+    out = {tier: float(r[8].replace(",", "")) for tier, r in rows.items()}
+    assert out["all"] == pytest.approx(out["interactive"] + out["batch"], abs=1.0)
+    note = " ".join(stdout.split())
+    assert ("out tok/s: output tokens of the completed requests over the time the run's work "
+            "took, first arrival to last finish, one span for every tier's row (the tiers' add "
+            "up to all)") in note, stdout
+    # the KV figures' span too: the simulator's token-seconds over first arrival to last finish
+    assert "KV used/reserved are time-weighted fractions of capacity over the same span as " \
+           "out tok/s" in note
+
+
+def test_the_wide_tables_say_what_their_own_columns_are() -> None:
+    """--wide splits 'refused' into rej and dropped, adds preempt, ITL and E2E quantiles: the
+    note explained only the narrow table's columns (and pointed at --wide from within it)."""
+    code, stdout, stderr = run("simulate", "--set", "workload.duration_s=20", "--wide")
+    assert code == 0, stderr
+    note = " ".join(stdout.split())
+    assert ("TTFT, TPOT, ITL and E2E quantiles: over the completed requests (refused and "
+            "expired ones have none)") in note, stdout
+    assert ("rej: answered too-large or overloaded; dropped: dropped after preemption; "
+            "preempt: the engine preemptions and gateway revocations of the tier's requests"
+            ) in note, stdout
+    assert "(--wide)" not in note
 
 
 def test_the_simulated_line_says_the_context_prefix_caching_and_dtypes(tmp_path: Path) -> None:

@@ -211,3 +211,21 @@ def test_workloads_publishers_columns_figures() -> None:
     one = load_trace(SHARED / "traces" / "burstgpt" / "burstgpt_slice.csv")
     models = next(a for a in one.report.assumed if "models" in a)
     assert f"`assumed: {models.split(' column)')[0]} column) ...`" in doc, models
+
+
+def test_the_tuning_docs_say_which_throughput_compare_replications_weighs() -> None:
+    """docs/tuning.md said compare -r's throughput was over the offered window, so policies
+    completing the same batch tokens would show 'same': compare weighs the tables' out tok/s
+    (first arrival to last finish), which the paragraph now says."""
+    from kvbudget.simulator.scenario import scenario_from_dict
+    from kvbudget.studies.compare import default_metrics
+    from tests.conftest import small_scenario_dict
+
+    metrics = default_metrics(scenario_from_dict(small_scenario_dict(40, 4.0), Path(".")))
+    assert "batch_sustained_output_tokens_per_s" in metrics
+    assert "batch_output_tokens_per_s" not in metrics
+    text = flat("tuning.md")
+    assert ("(batch throughput is the tables' `out tok/s`, output tokens over first arrival to "
+            "last finish: of two policies that complete the same batch tokens, the one that "
+            "finishes them sooner shows more;") in text
+    assert "throughput is over the offered window: policies that complete" not in text

@@ -8,6 +8,7 @@ request of 16 prompt + 4 output tokens reserves 32). Request A (t = 0) prefills 
 
 from __future__ import annotations
 
+import html
 import json
 import math
 from pathlib import Path
@@ -286,6 +287,16 @@ def test_cli_clients_flag_writes_attempts(tmp_path: Path) -> None:
     assert len(run.attempt_columns["attempt"]) == s["overall"]["num_attempts"]
     bad = runner.invoke(app, ["simulate", "--trace", str(trace), "--clients", "batch=forever"])
     assert bad.exit_code == 2 and "forever" in bad.output
+    # the retries table says what its columns are: "done" there is a share, not a count as in
+    # the table above it, and the goodput is over the arrival window
+    res = runner.invoke(app, ["simulate", "--trace", str(trace), "--num-gpu-blocks", "64",
+                              "--set", "policy_params.batch_on_overload=\"reject\"",
+                              "--clients", "batch=batch-pipeline"])
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.stdout.split())
+    assert "done share: the share of offered requests completed whatever the attempts" in said
+    assert ("1st-try goodput: requests completed within their tier's SLO on their first "
+            "attempt, per second of the arrival window") in said
 
 
 def test_trace_timeout_column_is_read(tmp_path: Path) -> None:
@@ -364,6 +375,11 @@ def test_client_metrics_reach_studies_regress_and_report(tmp_path: Path) -> None
     report = build_report([tmp_path / "run"], tmp_path / "report", num_resamples=20)
     text = report.html_path.read_text()
     assert "Clients and retries" in text and "attempts/request" in text
+    # the retries finish long after the last arrival: the goodput's span is said
+    assert s["drain_s"] > 10 * s["offered_window_s"]
+    assert ("goodput with and without the completions retries rescued: requests completed "
+            "within their tier's SLO per second of the arrival window, first to last arrival"
+            ) in " ".join(html.unescape(text).split())
 
 
 def test_client_events_give_the_same_run_stepping_or_skipping_ahead() -> None:

@@ -248,6 +248,10 @@ def test_the_report_shows_the_throughput_the_tables_show(two_runs: list[Path],
     assert over_run < window  # the run drains after its last arrival
     shown = f"{over_run:,.0f}" if over_run >= 1000 else f"{over_run:.3g}"
     assert f'<td class="n">{shown}</td>' in outcomes
+    # the runs table's duration is that span, and says so (it exceeds the workload's window)
+    text = (cli_report / REPORT_FILE).read_text()
+    assert ("duration: first arrival to last finish, the arrival window and the drain after "
+            "the last arrival") in text
 
 
 def test_the_report_says_what_a_run_warned_of(tmp_path: Path) -> None:

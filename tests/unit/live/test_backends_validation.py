@@ -101,6 +101,34 @@ def test_known_errors() -> None:
     assert d["frontend_overhead_s"] == 0.01 and len(d["metrics"]) == len(val.metrics)
 
 
+def test_a_slower_simulation_shows_in_the_throughput_it_is_checked_on() -> None:
+    """The throughput validate compares (and --max-error checks) is the output tokens over
+    first arrival to last finish: a simulated engine ten times slower at decoding finishes
+    later and shows it. Over the arrival window, when every request completes on both sides,
+    the two figures are equal whatever the engine's speed (the check could not fail)."""
+    meas = _records([0.1, 0.1, 0.1], [0.010] * 3)  # last finish 2 + 0.1 + 10 x 0.01 = 2.2 s
+    sim = _records([0.09, 0.09, 0.09], [0.1] * 3)  # 2 + 0.09 + 10 x 0.1 (+ 0.01) = 3.1 s
+    live_summary = summary_of(meas, _timeline(), DEFAULT_TIERS, 100, "x")
+    live_summary["engine"] = {"num_engine_preemptions": 0, "num_gateway_revocations": 0}
+    val, _ = validate_runs(
+        sim, _timeline(), {"num_engine_preemptions": 0, "num_gateway_revocations": 0},
+        meas, live_summary, tiers=DEFAULT_TIERS, capacity_tokens=100, policy="x",
+        frontend_overhead_s=0.01)
+    m = val.metrics.set_index("metric")
+    assert m.loc["output_tokens_per_s", "measured"] == pytest.approx(33 / 2.2)
+    assert m.loc["output_tokens_per_s", "simulated"] == pytest.approx(33 / 3.1)
+    assert m.loc["output_tokens_per_s", "rel_error"] == pytest.approx(2.2 / 3.1 - 1)
+    # a measured run directory written before summaries had the sustained rate: the same
+    # figure from its records, not the arrival window's
+    del live_summary["overall"]["sustained_output_tokens_per_s"]
+    val, _ = validate_runs(
+        sim, _timeline(), {"num_engine_preemptions": 0, "num_gateway_revocations": 0},
+        meas, live_summary, tiers=DEFAULT_TIERS, capacity_tokens=100, policy="x",
+        frontend_overhead_s=0.01)
+    m = val.metrics.set_index("metric")
+    assert m.loc["output_tokens_per_s", "measured"] == pytest.approx(33 / 2.2)
+
+
 def test_pairs_only_where_both_completed(tmp_path: Path) -> None:
     meas = _records([0.1, 0.1, 0.1], [0.01] * 3, status=["completed", "expired", "completed"])
     sim = _records([0.2, 0.2, 0.2], [0.01] * 3)

@@ -320,6 +320,16 @@ def test_plan_takes_the_autoscalers_bound_and_prices_gpu_hours(tmp_path: Path) -
     assert row["usd_run"] == run["autoscale_gpu_hours"] * 2.0
     # one replica held over the whole span: the mean GPUs held is one
     assert row["usd_per_hour"] == pytest.approx(2.0)
+    # per million output tokens: the GPU-hours held times the price over the tokens served
+    served = run["overall_sustained_output_tokens_per_s"] * run["duration_s"]
+    assert row["usd_per_m_output_tokens"] == pytest.approx(
+        run["autoscale_gpu_hours"] * 2.0 / served * 1e6)
+    from kvbudget.cli.plan import render_plan
+
+    said = " ".join(render_plan(result).split())
+    assert "$/h = GPUs x price per GPU-hour (an autoscaled fleet: the mean GPUs held)" in said
+    assert ("(first arrival to last finish; an autoscaled fleet: the GPU-hours its replicas "
+            "were held) x price") in said
 
 
 @pytest.mark.parametrize("metric", ["vllm:kv_cache_usage_perc", "vllm:num_requests_running",

@@ -257,6 +257,9 @@ def test_calibrate_and_validate_records_from_the_command_line(recording_csv: Pat
                               *ENGINE_FLAGS])
     assert res.exit_code == 0, res.output
     assert "held out (the last 0.5, 80 requests)" in res.stdout
+    # the table's throughput says its span (over the arrival window it could not disagree)
+    assert ("output_tokens_per_s: completed output tokens over the time the work took, first "
+            "arrival to last finish") in " ".join(res.stdout.split())
     assert (held / "cost.json").exists()
     assert json.loads((held / "validation.json").read_text())["num_compared"] == 80
 

@@ -167,6 +167,9 @@ def test_cli_capacity(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert "capacity req/s" in res.output
     assert " runs per minute" in res.output
+    # no --target, no --slo: the default attainment target decides the answer, and is said
+    assert ("criteria (mean over 1 replication): overall_slo_attainment>=0.9 (assumed: the "
+            "default target, --target or --slo to set)") in res.output
     assert "capacity order consistent with the attainment curves (3 loads):" in res.output
     for name in ("capacity.json", "evidence.parquet", "attainment.png", "attainment.svg",
                  "curve.csv"):

@@ -137,6 +137,11 @@ def test_a_slower_draw_widens_the_interval_on_the_slow_side(tmp_path: Path) -> N
     lo, hi = band.figures["overall"]["tpot_s.p50"]
     assert lo < tpot < hi and hi / lo > 1.05
     assert band.to_json()["method"].startswith("each draw: the next seed")
+    # the throughput over the time the work took moves with the step model's speed (over the
+    # arrival window it would not: the same requests complete in every draw)
+    sustained = iv.headline(result.summary)["overall"]["sustained_output_tokens_per_s"]
+    lo, hi = band.figures["overall"]["sustained_output_tokens_per_s"]
+    assert lo < sustained < hi and hi / lo > 1.001
 
 
 def test_cli_prints_and_writes_the_intervals(tmp_path: Path) -> None:
@@ -145,6 +150,12 @@ def test_cli_prints_and_writes_the_intervals(tmp_path: Path) -> None:
                               "--interval-draws", "4"])
     assert res.exit_code == 0, res.stdout
     assert "80 % intervals over 4 draws" in res.stdout and "TPOT p50" in res.stdout
+    rows = [line.split() for line in res.stdout.splitlines() if line.startswith("overall")]
+    assert ["overall", "out", "tok/s"] in [r[:3] for r in rows]
+    # the arrival window's throughput gets no interval: narrow whatever the draws
+    assert not any(r[1:4] == ["tok/s", "arr.", "win"] for r in rows)
+    assert ("out tok/s: output tokens of the completed requests over the time the work took, "
+            "first arrival to last finish") in " ".join(res.stdout.split())
     res = runner.invoke(app, ["simulate", "--trace", str(trace), "--interval", "0.8",
                               "--interval-draws", "4", "--json"])
     intervals = json.loads(res.stdout)["intervals"]

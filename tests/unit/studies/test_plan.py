@@ -30,6 +30,8 @@ class _Fake(FakeExecutor):
     def __init__(self, base: dict[str, float]) -> None:
         self.base = base
         self.calls: list[tuple[str, int]] = []
+        self.extra: dict[int, dict[str, float]] = {}
+        """Each replication's columns over the defaults."""
 
     @property
     def num_workers(self) -> int:
@@ -45,7 +47,9 @@ class _Fake(FakeExecutor):
                         "replication": task.replication, "seed": task.seed,
                         "policy": s["policy"], **dict(task.values),
                         "interactive_ttft_p99_s": self.base[str(s["gpu"])] / replicas,
-                        "overall_output_tokens_per_s": 1000.0}
+                        "overall_output_tokens_per_s": 1000.0, "duration_s": 100.0,
+                        "overall_sustained_output_tokens_per_s": 1000.0,
+                        **self.extra.get(task.replication, {})}
             yield i, row
 
 
@@ -66,6 +70,53 @@ def test_each_configuration_stops_at_its_first_feasible_replica_count(tmp_path: 
     assert list(table["gpu"]) == ["A100-80GB", "H100-80GB"]  # 3 x $1 < 2 x $3
     assert list(table["usd_per_hour"]) == [3.0, 6.0]
     assert table["usd_per_m_output_tokens"].iloc[0] == pytest.approx(3.0 / 3.6)
+
+
+def test_dollars_per_million_tokens_are_over_the_span_the_runs_needed(tmp_path: Path) -> None:
+    """$/M tok is what the GPUs cost over the time each run took (first arrival to last
+    finish) over the tokens it served, not the hourly price over the arrival-window rate: a
+    run past capacity serves its tokens long after the last arrival."""
+    ex = _Fake({"A100-80GB": 5.0, "H100-80GB": 3.0})
+    # replication 0: 100,000 tokens over 100 s, all done as they arrive; replication 1: past
+    # capacity, 150,000 tokens arriving over 100 s (1,500/s over the arrival window) served at
+    # 500/s, so the run takes 300 s
+    ex.extra = {0: {"overall_output_tokens_per_s": 1000.0, "duration_s": 100.0,
+                    "overall_sustained_output_tokens_per_s": 1000.0},
+                1: {"overall_output_tokens_per_s": 1500.0, "duration_s": 300.0,
+                    "overall_sustained_output_tokens_per_s": 500.0}}
+    table = plan(_spec(tmp_path), ex).table().set_index("gpu")
+    # H100: 2 replicas x $3 = $6/h held for 100 s + 300 s = $0.6667, over 250,000 tokens
+    assert table.loc["H100-80GB", "usd_per_m_output_tokens"] == pytest.approx(
+        6.0 * 400 / 3600 / 250_000 * 1e6)  # $2.667, not $6/h over 1,250 tok/s = $1.333
+    # A100: 3 replicas x $1
+    assert table.loc["A100-80GB", "usd_per_m_output_tokens"] == pytest.approx(
+        3.0 * 400 / 3600 / 250_000 * 1e6)
+    assert table.loc["H100-80GB", "sustained_output_tokens_per_s"] == pytest.approx(750.0)
+    assert "output_tokens_per_s" not in table.columns  # the arrival window's: not shown
+
+
+def test_the_cli_shows_no_price_per_token_on_a_row_that_misses(tmp_path: Path) -> None:
+    """A configuration that misses the SLOs serves what it can at full tilt, so its $/M tok
+    would look cheapest: the table shows none, and says why and what $/M tok is."""
+    from kvbudget.cli.plan import render_plan
+
+    result = plan(_spec(tmp_path), _Fake({"A100-80GB": 50.0, "H100-80GB": 3.0}))
+    text = render_plan(result, top=None)
+    rows = {line.split()[0]: line.split() for line in text.splitlines()
+            if line.startswith(("A100", "H100"))}
+    assert rows["H100-80GB"][4] == f"{6.0 * 100 / 3600 / 100_000 * 1e6:.3f}"
+    assert rows["A100-80GB"][4] == "-" and rows["A100-80GB"][-1] == "no"
+    # its $/h is a floor: 4 x $1 still misses
+    assert rows["A100-80GB"][3] == ">4.00" and rows["H100-80GB"][3] == "6.00"
+    said = " ".join(text.split())
+    assert "$/M tok: dollars per million output tokens served, the GPU-hours the runs needed " \
+           "(first arrival to last finish) x price over the tokens their requests completed" in said
+    assert "carrying the load costs more than the $/h shown ('>'), and no $/M tok is shown" \
+        in said
+    table = result.table().set_index("gpu")  # plan.csv keeps what the missing row's tokens cost
+    assert not table.loc["A100-80GB", "feasible"]
+    assert table.loc["A100-80GB", "usd_per_m_output_tokens"] == pytest.approx(
+        4.0 * 100 / 3600 / 100_000 * 1e6)  # its 4 replicas x $1 tried last
 
 
 def test_a_configuration_that_never_meets_the_slos_is_ranked_last(tmp_path: Path) -> None:
@@ -149,6 +200,24 @@ def test_plan_cli_ranks_gpu_types(tmp_path: Path) -> None:
     long = [line for line in res.stdout.splitlines()
             if len(line) > 100 and not line.startswith(("wrote", "at most"))]
     assert not long, long
+
+
+def test_plan_cli_says_the_slo_it_assumed(tmp_path: Path) -> None:
+    """Without --slo the default SLO decides which configurations are feasible: the table's
+    note says it was assumed; with --slo it does not."""
+    import tomli_w
+
+    scn = tmp_path / "s.toml"
+    scn.write_bytes(tomli_w.dumps(small_scenario_dict(40, 4.0, policy="conservative")).encode())
+    args = ["plan", "--scenario", str(scn), "--gpus", "H100-80GB", "--replicas", "1", "-r", "1",
+            "-j", "1"]
+    res = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "a")])
+    said = " ".join(res.stdout.split())
+    assert "SLOs: overall_slo_attainment>=0.9 (assumed: the default, --slo to set; one " \
+           "replication)" in said, res.stdout
+    res = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "b"),
+                                   "--slo", "overall_slo_attainment>=0.9"])
+    assert "SLOs: overall_slo_attainment>=0.9 (one replication)" in " ".join(res.stdout.split())
 
 
 def test_default_prices_come_from_one_stated_source() -> None:

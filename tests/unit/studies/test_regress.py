@@ -48,7 +48,8 @@ def entry(values: list[float | None], worse: str = "higher", rel: float = 0.1,
 # --- metric paths and directions ----------------------------------------------------------------
 SUMMARY: dict[str, Any] = {
     "policy": "conservative",
-    "overall": {"offered": 10, "output_tokens_per_s": 100.0, "goodput_rps": 2.0,
+    "overall": {"offered": 10, "output_tokens_per_s": 100.0,
+                "sustained_output_tokens_per_s": 80.0, "goodput_rps": 2.0,
                 "num_preemptions": 3, "ttft_s": {"p99": 0.5}},
     "tiers": {"interactive": {"offered": 10, "ttft_s": {"p99": 0.5, "p50": None}},
               "batch": {"offered": 0, "ttft_s": {"p99": None}}},
@@ -75,6 +76,7 @@ def test_get_metric_names_the_missing_part() -> None:
     ("overall.num_preemptions", "higher"),
     ("tiers.batch.rejected_overloaded", "higher"),
     ("overall.output_tokens_per_s", "lower"),
+    ("overall.sustained_output_tokens_per_s", "lower"),
     ("tiers.interactive.goodput_rps", "lower"),
     ("tiers.interactive.slo_attainment", "lower"),
     ("kv.reservation_efficiency", "lower"),
@@ -88,8 +90,12 @@ def test_default_metrics_skip_tiers_without_traffic() -> None:
     metrics = default_metrics(SUMMARY)
     assert "tiers.interactive.ttft_s.p99" in metrics
     assert not any(m.startswith("tiers.batch.") for m in metrics)
-    assert "overall.output_tokens_per_s" in metrics
+    # the run's throughput over the time the work took, not over the arrival window (where a
+    # slower engine that completes the same requests shows the same figure)
+    assert "overall.sustained_output_tokens_per_s" in metrics
+    assert "overall.output_tokens_per_s" not in metrics
     assert all(infer_worse(m) is not None for m in metrics)
+    assert default_tolerance("overall.sustained_output_tokens_per_s") == (0.05, 0.0)
     assert default_tolerance("tiers.interactive.slo_attainment") == (0.0, 0.02)
 
 
@@ -333,6 +339,17 @@ def test_an_improvement_passes(suite: Path, tmp_path: Path) -> None:
     res = invoke(str(suite), "--baseline", str(tmp_path / "base"), "--set", "gpu=H200-141GB")
     assert res.exit_code == 0, res.output
     assert "improved" in res.output and "regress ok: 0 regressed" in res.output
+
+
+def test_a_slower_engine_regresses_the_throughput(suite: Path, tmp_path: Path) -> None:
+    """The same KV blocks on a GPU with less HBM bandwidth: every step is slower, the same
+    requests complete later; the baseline's throughput (over first arrival to last finish)
+    says so, where the arrival window's would show the same figure."""
+    res = invoke(str(suite), "--baseline", str(tmp_path / "base"), "--set", "gpu=A100-80GB")
+    assert res.exit_code == 1, res.output
+    line = next(x for x in res.output.splitlines()
+                if x.startswith("overall.sustained_output_tokens_per_s"))
+    assert line.endswith("REGRESSED"), line
 
 
 def test_corrupted_baseline_exits_2_with_one_line(suite: Path, tmp_path: Path) -> None:

@@ -291,7 +291,8 @@ def test_pareto_mask() -> None:
 
 
 def test_plots_are_written_as_png_and_svg(table: pd.DataFrame, tmp_path: Path) -> None:
-    pts = summarize_points(table, ["interactive_ttft_p99_s", "batch_output_tokens_per_s"])
+    pts = summarize_points(table, ["interactive_ttft_p99_s",
+                                   "batch_sustained_output_tokens_per_s"])
     files = plot_pareto(pts, tmp_path / "pareto", label_columns=["engine.max_num_seqs"])
     curve = summarize_points(table, ["overall_slo_attainment", "offered_rate_rps"],
                              by=["policy", "rate_scale"])
@@ -325,6 +326,9 @@ def test_cli_sweep_writes_the_table_and_resumes(tmp_path: Path) -> None:
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     assert re.search(r"^12 runs in [0-9.]+ s: [0-9.]+ runs per minute$", res.output, re.M)
+    said = " ".join(res.stdout.split())
+    assert "(means over the replications; times in seconds; out tok/s" in said
+    assert "offered req/s (offered_rate_rps): requests over the arrival window" in said
     df = pd.read_parquet(out / "sweep.parquet")
     assert len(df) == 3 * 2 * 2
     for name in ("points.csv", "pareto-rate1.png", "pareto-rate2.svg", "attainment.png",

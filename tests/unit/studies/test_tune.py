@@ -222,6 +222,9 @@ def test_cli_tune_without_a_feasible_setting_exits_1(tmp_path: Path) -> None:
     ])
     assert res.exit_code == 1
     assert "no setting met the constraints: interactive_ttft_p99_s<=1e-06" in res.output
+    # the feasible column says no (it printed 0 and 1)
+    rows = [line.split() for line in res.stdout.splitlines() if line.startswith("grid ")]
+    assert rows and all(r[-1] == "no" for r in rows), res.stdout
     assert not (tmp_path / "t" / "best.toml").exists()
     assert (tmp_path / "t" / "evidence.parquet").exists()
 
@@ -355,3 +358,25 @@ def test_the_cli_loads_the_workload_once_for_what_it_says(tmp_path: Path,
     assert res.exit_code == 0, res.output
     assert len(calls) == 1
     assert json.loads((tmp_path / "t" / "tune.json").read_text())["best"] is not None
+    # neither --objective nor --slo: what the search maximised, over what span, and that no
+    # constraint ruled a setting out are said as assumed
+    said = " ".join(res.stdout.split())
+    assert ("objective: maximise batch_sustained_output_tokens_per_s (batch output tokens per "
+            "second over the time the work took, first arrival to last finish); assumed: the "
+            "default, --objective to set; constraints: none, so every setting is feasible "
+            "(assumed: --slo to add one") in said, res.stdout
+
+
+def test_cli_tune_says_the_objective_and_constraints_given(tmp_path: Path) -> None:
+    scn = tmp_path / "s.toml"
+    scn.write_text(tomli_w.dumps(small_scenario(n=40, rate=8.0)))
+    res = CliRunner().invoke(app, [
+        "tune", "--scenario", str(scn), "--out", str(tmp_path / "t"),
+        "--param", "engine.max_num_seqs=2:8:int", "-r", "1", "--grid-points", "2",
+        "--refine-evals", "0", "--validate", "0", "-j", "1", "--objective",
+        "interactive_ttft_p99_s", "--minimize", "--slo", "overall_slo_attainment>=0"])
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.stdout.split())
+    assert ("objective: minimise interactive_ttft_p99_s; constraints: "
+            "overall_slo_attainment>=0") in said, res.stdout
+    assert "assumed" not in said
