@@ -48,3 +48,36 @@ def test_the_suite_passes_against_its_baselines(tmp_path: Path) -> None:
     root = ET.parse(junit).getroot()
     assert root.get("failures") == "0"
     assert int(root.get("tests", "0")) >= 60
+
+
+def test_an_unchanged_code_base_reproduces_its_baselines_exactly(tmp_path: Path) -> None:
+    """docs/regress.md says so (the simulator is deterministic for a seed): the committed
+    baselines are what ``--update`` writes now. A change that moves the results must refresh
+    them (the module doc), or the gate's tolerance hides a drift it was never shown."""
+    if not (SHARED / "bench" / "conv_n2000_q6.jsonl").is_file():
+        pytest.skip(f"shared data folder {SHARED} is missing")
+    fresh = tmp_path / "baselines"
+    fresh.mkdir()
+    for path in BASELINES.iterdir():
+        (fresh / path.name).write_text(path.read_text())
+    result = CliRunner().invoke(app, ["regress", str(SUITE), "--baseline", str(fresh),
+                                      "--update", "--jobs", "2"])
+    assert result.exit_code == 0, result.output + result.stderr
+    for path in sorted(BASELINES.iterdir()):
+        assert (fresh / path.name).read_text() == path.read_text(), path.name
+
+
+def test_the_docs_regression_example_is_what_the_command_prints() -> None:
+    """docs/regress.md's console block (every scenario's KV shrunk to 2,500 blocks): each row it
+    shows is a row the command prints now."""
+    if not (SHARED / "bench" / "conv_n2000_q6.jsonl").is_file():
+        pytest.skip(f"shared data folder {SHARED} is missing")
+    text = (REPO / "docs" / "regress.md").read_text()
+    block = text.split("```console\n", 1)[1].split("```", 1)[0].splitlines()
+    command = block[0].removeprefix("$ kvbudget ").split()
+    result = CliRunner().invoke(app, [*command, "--jobs", "2"])
+    assert result.exit_code == 1, result.output + result.stderr
+    shown = [line for line in block[1:] if line != "..."]
+    assert len(shown) >= 8
+    for line in shown:
+        assert line in result.output.splitlines(), line
