@@ -451,7 +451,8 @@ class GatewayServer:
             return Response(status_code=CLIENT_CLOSED)
         if isinstance(prompt_tokens, Response):
             return prompt_tokens
-        max_tokens = context_max_tokens(prompt_tokens, comp.max_tokens, self.config.max_model_len)
+        max_tokens = context_max_tokens(prompt_tokens, comp.max_tokens, self.config.max_model_len,
+                                        self.config.count_tokens != "bytes")
         ticket = self.admission.arrive(tier, prompt_tokens, max_tokens,
                                        _wait_s(request, self.admission.gateway.tiers[tier]),
                                        arrived)

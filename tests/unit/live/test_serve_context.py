@@ -24,6 +24,26 @@ def test_the_output_reserved_ends_at_the_context() -> None:
     assert context_max_tokens(30, 50, 100) == 50  # within it: as asked
     assert context_max_tokens(30, 500, None) == 500  # no context told: as asked
     assert context_max_tokens(100, 5, 100) == 5  # the prompt fills it: the upstream refuses
+    # a bound of the prompt (--count-tokens bytes) at or over the context may be a prompt under
+    # it, which vLLM serves within the context: the bound and one token hold more than that
+    assert context_max_tokens(130, 500, 100, exact=False) == 1
+    assert context_max_tokens(30, 500, 100, exact=False) == 70  # under it: as counted
+
+
+def test_a_bytes_bound_over_the_context_is_not_refused_as_too_large() -> None:
+    """``--count-tokens bytes`` counts a prompt of 40 characters as at least 40 tokens; with a
+    context of 32 and a tier limit of 64, prompt + max_tokens 500 was refused as too large,
+    where vLLM serves the real (shorter) prompt cut at its context."""
+    async def go() -> None:
+        fake = FakeUpstream()
+        fake.release.set()
+        async with stack(fake, capacity_tokens=64, max_model_len=32) as (server, url), \
+                httpx.AsyncClient() as client:
+            r = await client.post(url + "/v1/completions", json={
+                "model": "fake", "prompt": "x" * 40, "max_tokens": 500})
+            assert r.status_code == 200, r.text
+            assert server.admission.gateway.budget.reserved_tokens == 0  # settled
+    asyncio.run(go())
 
 
 def test_a_request_over_the_context_is_reserved_up_to_it() -> None:

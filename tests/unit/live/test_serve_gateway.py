@@ -1175,7 +1175,7 @@ def test_an_upstream_4xx_is_its_own_failure_not_an_overload(code: int, stream: b
             assert server.admission.gateway.budget.num_leases == 0
         row = pd.read_parquet(tmp_path / "run-0001" / "requests.parquet").iloc[0]
         assert (row["status"], row["reason"], row["error"]) == (
-            "rejected_overloaded", f"server_{code}", f"HTTP {code}")
+            "rejected_overloaded", f"server_{code}", f"HTTP {code}: {message}")
     run(main())
 
 
