@@ -106,7 +106,11 @@ def _recorded_model(recording: "Recording", model: str | None,
     alias = recording.config.get("served_model")
     if isinstance(named, str) and isinstance(alias, str) and resolve_model_name(named) is None \
             and resolve_model_name(alias) is not None:
-        named = alias  # the server loaded a local path and served it under a preset's name
+        # the server loaded a local path and served it under a preset's name: a name its
+        # operator chose (--served-model-name), not what it loaded, so it is said as assumed
+        return resolve_model_name(alias), (
+            f"ASSUMED: the name {alias!r} the recording's server served {named!r} under; "
+            "pass --model if it loaded another")
     if isinstance(named, str) and named.strip():
         resolved = resolve_model_name(named)
         if resolved is None:

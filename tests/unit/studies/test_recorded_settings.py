@@ -301,7 +301,9 @@ def test_what_a_replayed_server_told_is_simulated_and_said(tmp_path: Path) -> No
                                "kv_cache_dtype": "fp8", "num_engines": 1})
     code, out, err = _run("validate", "--records", run, "--out", tmp_path / "v", "--gpu", "H100")
     assert code == 0, err
-    assert "model Llama-3.1-8B (the recording's)" in err  # the name it served: a preset's
+    # the name it served is a preset's, what it loaded a path: the alias is said as assumed
+    assert ("model Llama-3.1-8B (ASSUMED: the name 'Llama-3.1-8B' the recording's server served "
+            "'/models/llama8b' under; pass --model if it loaded another)") in err
     assert ("from the recording: num_gpu_blocks=2000, block_size=16, "
             "enable_prefix_caching=false, max_model_len=4096, kv_cache_dtype=\"fp8\"") in err
     assert "max_num_seqs, max_num_batched_tokens (ASSUMED" in err
