@@ -44,7 +44,7 @@ from kvbudget.live.serve_forward import (
 )
 from kvbudget.live.serve_metrics import ServeMetrics
 from kvbudget.live.serve_ready import Reachability
-from kvbudget.live.serve_records import Outcome, ServeRecorder, gateway_row, request_row
+from kvbudget.live.serve_records import Outcome, ServeRecorder, gateway_row
 from kvbudget.live.serve_reload import Reloaded, apply_reload
 from kvbudget.live.serve_request import (
     BadRequest,
@@ -376,7 +376,7 @@ class GatewayServer:
 
     def _record(self, ticket: Ticket, outcome: Outcome) -> None:
         if self.recorder is not None:
-            self.recorder.write(request_row(ticket.request, outcome), self.admission.now())
+            self.recorder.write_request(ticket, outcome, self.admission.now())
 
     async def _prompt_tokens(self, comp: Completion, gone: Disconnect,
                              tier: str) -> int | Response | None:
@@ -455,7 +455,7 @@ class GatewayServer:
                                         self.config.count_tokens != "bytes")
         ticket = self.admission.arrive(tier, prompt_tokens, max_tokens,
                                        _wait_s(request, self.admission.gateway.tiers[tier]),
-                                       arrived)
+                                       arrived, comp.max_tokens)
         try:
             decision = await first_of(asyncio.shield(ticket.decided), gone.future)
         except asyncio.CancelledError:

@@ -29,7 +29,7 @@ from kvbudget.live.run_dir import (
     token_gaps_of_parts,
     write_outputs,
 )
-from kvbudget.live.serve_admission import Admission
+from kvbudget.live.serve_admission import Admission, Ticket
 from kvbudget.live.server_metrics import kv_used_unknown_said
 from kvbudget.policies.request import Request
 from kvbudget.policies.tiers import TierConfig
@@ -56,15 +56,21 @@ class Outcome:
     token_gaps_s: tuple[float, ...] = ()
 
 
-def request_row(request: Request, outcome: Outcome) -> dict[str, Any]:
-    """One row of the records table (TTFT, TPOT and E2E as vLLM defines them)."""
+def request_row(request: Request, outcome: Outcome,
+                max_tokens: int | None = None) -> dict[str, Any]:
+    """One row of the records table (TTFT, TPOT and E2E as vLLM defines them); its
+    ``max_output_tokens`` is what the request declared, ``max_tokens`` where its reservation
+    counted fewer (ended at the upstreams' context): read back by ``validate --records``, the
+    simulated vLLM cuts it there as the real one did, or refuses a ``max_tokens`` over the
+    context as it did, where the reservation's figure was served whole."""
     ttft = outcome.first_token_s - request.arrival_s
     e2e = outcome.finished_s - request.arrival_s
     n = outcome.output_tokens
     tpot = (e2e - ttft) / (n - 1) if n > 1 and math.isfinite(e2e - ttft) else math.nan
     return {
         "request_id": request.request_id, "tier": request.tier, "arrival_s": request.arrival_s,
-        "prompt_tokens": request.prompt_tokens, "max_output_tokens": request.max_output_tokens,
+        "prompt_tokens": request.prompt_tokens,
+        "max_output_tokens": request.max_output_tokens if max_tokens is None else max_tokens,
         "output_tokens": n, "status": outcome.status, "reason": outcome.reason,
         "admitted_s": outcome.admitted_s, "first_token_s": outcome.first_token_s,
         "finished_s": outcome.finished_s, "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e,
@@ -132,6 +138,10 @@ class ServeRecorder:
                 self._run.write_timeline(self._from_base(self._last_sample))
                 self._num_unknown += not self._last_known
         return self._run
+
+    def write_request(self, ticket: Ticket, outcome: Outcome, now_s: float) -> None:
+        """The row of a request that ended (:func:`request_row`, with what it declared)."""
+        self.write(request_row(ticket.request, outcome, ticket.max_tokens), now_s)
 
     def write(self, row: Mapping[str, Any], now_s: float) -> None:
         self._current(now_s).write_record(row)

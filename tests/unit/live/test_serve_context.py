@@ -6,14 +6,17 @@ themselves at the start (:func:`~kvbudget.live.serve_run.upstream_facts`)."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import httpx
+import pandas as pd
 import pytest
 
 from kvbudget.live.serve_request import context_max_tokens
 from kvbudget.live.serve_run import upstream_facts
 from kvbudget.live.serve_upstream import UpstreamOptions
-from tests.unit.live.serve_harness import FakeUpstream, serving, stack
+from kvbudget.live.serve_records import ServeRecorder
+from tests.unit.live.serve_harness import TIERS, FakeUpstream, serving, stack
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -67,6 +70,30 @@ def test_a_request_over_the_context_is_reserved_up_to_it() -> None:
             # without the context told, prompt + max_tokens never fits the budget
             assert r.status_code == 400 and "the limit is 100 tokens" in r.text
     asyncio.run(go())
+
+
+def test_a_row_records_the_max_tokens_the_request_declared(tmp_path: Path) -> None:
+    """Reserved up to a context of 64, a request of ``max_tokens`` 500 (which vLLM 0.32.0
+    refuses: over the context) and one of 50 (served cut at the context) keep what they
+    declared in their rows, the reservation in ``reserved_tokens``. Before, the rows said the
+    reservation's ``max_tokens``: the simulated vLLM of validate --records served the first
+    whole, load the real one never had."""
+    async def go() -> None:
+        fake = FakeUpstream()
+        fake.release.set()
+        recorder = ServeRecorder(tmp_path, tiers=TIERS, policy={"name": "conservative"},
+                                 rotate_requests=100, meta={})
+        async with stack(fake, capacity_tokens=100, max_model_len=64, recorder=recorder) as (
+                _, url), httpx.AsyncClient() as client:
+            for max_tokens in (500, 50, 8):
+                r = await client.post(url + "/v1/completions", json={
+                    "model": "fake", "prompt": "hello", "max_tokens": max_tokens})
+                assert r.status_code == 200, r.text
+    asyncio.run(go())
+    rows = pd.read_parquet(tmp_path / "run-0001" / "requests.parquet")
+    assert rows["max_output_tokens"].tolist() == [500, 50, 8]
+    bound = int(rows["prompt_tokens"].iloc[0])  # the bytes bound of "hello"
+    assert rows["reserved_tokens"].tolist() == [min(bound + m, 64) for m in (500, 50, 8)]
 
 
 def test_the_upstreams_say_their_context_and_cache() -> None:
