@@ -36,6 +36,9 @@ from kvbudget.policies.tiers import TierConfig
 from kvbudget.results.metrics import summarize
 from kvbudget.results.run_result import REQUESTS_FILE
 
+CONTEXT_REASONS = ("context_length", "prompt_too_long")
+"""A record's reasons for a refusal for the model's context (``results.records``)."""
+
 RUN_NAME = re.compile(r"run-(\d{4,})$")
 log = logging.getLogger("kvbudget.serve")
 
@@ -59,10 +62,8 @@ class Outcome:
 def request_row(request: Request, outcome: Outcome,
                 max_tokens: int | None = None) -> dict[str, Any]:
     """One row of the records table (TTFT, TPOT and E2E as vLLM defines them); its
-    ``max_output_tokens`` is what the request declared, ``max_tokens`` where its reservation
-    counted fewer (ended at the upstreams' context): read back by ``validate --records``, the
-    simulated vLLM cuts it there as the real one did, or refuses a ``max_tokens`` over the
-    context as it did, where the reservation's figure was served whole."""
+    ``max_output_tokens`` is ``max_tokens`` where given (what the request declared:
+    :meth:`ServeRecorder.write_request`), else the reservation's."""
     ttft = outcome.first_token_s - request.arrival_s
     e2e = outcome.finished_s - request.arrival_s
     n = outcome.output_tokens
@@ -140,8 +141,16 @@ class ServeRecorder:
         return self._run
 
     def write_request(self, ticket: Ticket, outcome: Outcome, now_s: float) -> None:
-        """The row of a request that ended (:func:`request_row`, with what it declared)."""
-        self.write(request_row(ticket.request, outcome, ticket.max_tokens), now_s)
+        """The row of a request that ended (:func:`request_row`): its ``max_output_tokens``
+        is what the gateway reserved for, ended at the upstreams' context, as the simulated
+        gateway of ``validate --records`` then weighs it and the simulated vLLM serves it (cut
+        there); a request the upstream refused for its context (``context_length``,
+        ``prompt_too_long``) keeps the ``max_tokens`` it declared, which the simulated engine
+        refuses by its rules as the upstream did (vLLM 0.32.0 a ``max_tokens`` over the
+        context; SGLang, TGI prompt + ``max_tokens`` over it)."""
+        refused = outcome.status == "rejected_too_large" and outcome.reason in CONTEXT_REASONS
+        self.write(request_row(ticket.request, outcome,
+                               ticket.max_tokens if refused else None), now_s)
 
     def write(self, row: Mapping[str, Any], now_s: float) -> None:
         self._current(now_s).write_record(row)

@@ -12,13 +12,18 @@ import httpx
 import pandas as pd
 import pytest
 
+from kvbudget.live.serve_records import ServeRecorder
 from kvbudget.live.serve_request import context_max_tokens
 from kvbudget.live.serve_run import upstream_facts
 from kvbudget.live.serve_upstream import UpstreamOptions
-from kvbudget.live.serve_records import ServeRecorder
 from tests.unit.live.serve_harness import TIERS, FakeUpstream, serving, stack
 
 pytestmark = pytest.mark.timeout(60)
+
+VLLM_OVER_CONTEXT = ("max_tokens=500 cannot be greater than max_model_len=64. Please request "
+                     "fewer output tokens.")  # vLLM 0.32.0's words (renderers/params.py)
+SGLANG_OVER_CONTEXT = ("Requested token count exceeds the model's maximum context length of 64 "
+                       "tokens.")  # SGLang 0.5.23's
 
 
 def test_the_output_reserved_ends_at_the_context() -> None:
@@ -72,14 +77,18 @@ def test_a_request_over_the_context_is_reserved_up_to_it() -> None:
     asyncio.run(go())
 
 
-def test_a_row_records_the_max_tokens_the_request_declared(tmp_path: Path) -> None:
-    """Reserved up to a context of 64, a request of ``max_tokens`` 500 (which vLLM 0.32.0
-    refuses: over the context) and one of 50 (served cut at the context) keep what they
-    declared in their rows, the reservation in ``reserved_tokens``. Before, the rows said the
-    reservation's ``max_tokens``: the simulated vLLM of validate --records served the first
-    whole, load the real one never had."""
+@pytest.mark.parametrize("refused", [None, (400, VLLM_OVER_CONTEXT), (400, SGLANG_OVER_CONTEXT)])
+def test_a_row_records_the_max_tokens_the_request_declared_where_refused_for_it(
+        refused: tuple[int, str] | None, tmp_path: Path) -> None:
+    """Reserved up to a context of 64, requests of ``max_tokens`` 500, 50 and 8. Served (cut at
+    the context), their rows keep the reservation's figure, as the simulated gateway weighs
+    and the simulated vLLM serves it; refused by the upstream for its context (vLLM 0.32.0's
+    ``max_tokens`` over it, SGLang's prompt + ``max_tokens`` over it), they keep what they
+    declared, which the simulated engine refuses as the upstream did. Before, a refused row
+    said the reservation's: validate --records simulated it served, load the real server
+    never had (the live CPU vLLM: 5000 recorded as 864, served in the simulation)."""
     async def go() -> None:
-        fake = FakeUpstream()
+        fake = FakeUpstream(refuse=refused)
         fake.release.set()
         recorder = ServeRecorder(tmp_path, tiers=TIERS, policy={"name": "conservative"},
                                  rotate_requests=100, meta={})
@@ -88,12 +97,14 @@ def test_a_row_records_the_max_tokens_the_request_declared(tmp_path: Path) -> No
             for max_tokens in (500, 50, 8):
                 r = await client.post(url + "/v1/completions", json={
                     "model": "fake", "prompt": "hello", "max_tokens": max_tokens})
-                assert r.status_code == 200, r.text
+                assert r.status_code == (200 if refused is None else 400), r.text
     asyncio.run(go())
     rows = pd.read_parquet(tmp_path / "run-0001" / "requests.parquet")
-    assert rows["max_output_tokens"].tolist() == [500, 50, 8]
     bound = int(rows["prompt_tokens"].iloc[0])  # the bytes bound of "hello"
-    assert rows["reserved_tokens"].tolist() == [min(bound + m, 64) for m in (500, 50, 8)]
+    reserved = [min(bound + m, 64) for m in (500, 50, 8)]
+    assert rows["reserved_tokens"].tolist() == reserved
+    declared = rows["max_output_tokens"].tolist()
+    assert declared == ([r - bound for r in reserved] if refused is None else [500, 50, 8])
 
 
 def test_the_upstreams_say_their_context_and_cache() -> None:
