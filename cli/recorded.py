@@ -157,7 +157,8 @@ def _recorded_engine(cfg: dict[str, Any], given: dict[str, Any]) -> list[str]:
         if given.get(key) is None and key in cfg and cfg[key] is not None:
             recorded.append(f"engine.{key}={json.dumps(cfg[key])}")
     if given.get("num_gpu_blocks") is None and "num_gpu_blocks" not in cfg and (
-            "kv_capacity_tokens" in cfg):
+            "kv_capacity_tokens" in cfg) and cfg.get("executor") != "serve":
+        # a replay's KV capacity is its server's; a serve directory's is the gateway's budget
         size = given.get("block_size") or int(cfg.get("block_size") or 16)
         recorded.append(f"engine.num_gpu_blocks={int(cfg['kv_capacity_tokens']) // size}")
     return recorded

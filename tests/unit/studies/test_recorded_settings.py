@@ -332,3 +332,22 @@ def test_a_serve_directory_of_two_upstreams_is_simulated_as_a_fleet(tmp_path: Pa
     assert 'num_gpu_blocks=2000, block_size=16, fleet.num_replicas=2, fleet.router="least_tokens"' \
         in err
     assert "simulated on H100-SXM / Llama-3.1-8B, 2 replicas (least_tokens)" in out
+
+
+@pytest.mark.parametrize("servers", [[], [{"model": "Llama-3.1-8B"}] * 2])
+def test_a_serve_directory_s_budget_is_no_engine_s_kv(servers: list[dict[str, object]],
+                                                     tmp_path: Path) -> None:
+    """A serve directory's budget is the gateway's (``--capacity-tokens``, or its upstreams'
+    KV summed): where the upstreams told no blocks, each replica of the fleet was simulated
+    with the whole budget as its KV (2 upstreams: twice the KV, or a --capacity-tokens figure
+    as the engine's), said as 'from the recording'. The blocks are now said as assumed."""
+    run = _replayed(tmp_path, {"model": "Llama-3.1-8B"})
+    (run / "replay.json").write_text(json.dumps({
+        "executor": "serve", "upstreams": ["http://127.0.0.1:1", "http://127.0.0.1:2"],
+        "router": "round_robin", "policy": {"name": "unlimited"}, "servers": servers,
+        "kv_capacity_tokens": 64000}))
+    code, out, err = _run("validate", "--records", run, "--model", "Llama-3.1-8B", "--out",
+                          tmp_path / "v", "--gpu", "H100")
+    assert code == 0, err
+    assert "num_gpu_blocks=4000" not in err and "num_gpu_blocks=4000" not in out
+    assert "num_gpu_blocks, enable_prefix_caching (ASSUMED" in err, err
