@@ -157,8 +157,10 @@ def _recorded_engine(cfg: dict[str, Any], given: dict[str, Any]) -> list[str]:
         if given.get(key) is None and key in cfg and cfg[key] is not None:
             recorded.append(f"engine.{key}={json.dumps(cfg[key])}")
     if given.get("num_gpu_blocks") is None and "num_gpu_blocks" not in cfg and (
-            "kv_capacity_tokens" in cfg) and cfg.get("executor") != "serve":
-        # a replay's KV capacity is its server's; a serve directory's is the gateway's budget
+            "kv_capacity_tokens" in cfg) and cfg.get("executor") != "serve" and not cfg.get(
+                "kv_capacity_given"):
+        # a replay's KV capacity is its server's; a serve directory's, or one --capacity-tokens
+        # gave, is the gateway's budget
         size = given.get("block_size") or int(cfg.get("block_size") or 16)
         recorded.append(f"engine.num_gpu_blocks={int(cfg['kv_capacity_tokens']) // size}")
     return recorded

@@ -351,3 +351,19 @@ def test_a_serve_directory_s_budget_is_no_engine_s_kv(servers: list[dict[str, ob
     assert code == 0, err
     assert "num_gpu_blocks=4000" not in err and "num_gpu_blocks=4000" not in out
     assert "num_gpu_blocks, enable_prefix_caching (ASSUMED" in err, err
+
+
+def test_a_replay_s_given_capacity_is_no_engine_s_kv(tmp_path: Path) -> None:
+    """``kvbudget replay --capacity-tokens`` against a server that told no blocks (SGLang, a
+    data-parallel vLLM): the budget given was simulated as the engine's KV, said 'from the
+    recording'. It is now the gateway's only, and the blocks are said as assumed; the KV
+    capacity a replay read from the server is still its engine's."""
+    run = _replayed(tmp_path, {"model": "Llama-3.1-8B"})
+    meta = json.loads((run / "replay.json").read_text())
+    for given, blocks in ((True, False), (False, True)):
+        (run / "replay.json").write_text(json.dumps({**meta, "kv_capacity_given": given}))
+        code, _, err = _run("validate", "--records", run, "--out", tmp_path / f"v{given}",
+                            "--gpu", "H100")
+        assert code == 0, err
+        assert ("from the recording: num_gpu_blocks=2000" in err) == blocks, err
+        assert ("num_gpu_blocks, enable_prefix_caching (ASSUMED" in err) == (not blocks), err
