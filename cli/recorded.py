@@ -106,7 +106,11 @@ def _recorded_model(recording: "Recording", model: str | None,
     alias = recording.config.get("served_model")
     if isinstance(named, str) and isinstance(alias, str) and resolve_model_name(named) is None \
             and resolve_model_name(alias) is not None:
-        named = alias  # the server loaded a local path and served it under a preset's name
+        # the server loaded a local path and served it under a preset's name: a name its
+        # operator chose (--served-model-name), not what it loaded, so it is said as assumed
+        return resolve_model_name(alias), (
+            f"ASSUMED: the name {alias!r} the recording's server served {named!r} under; "
+            "pass --model if it loaded another")
     if isinstance(named, str) and named.strip():
         resolved = resolve_model_name(named)
         if resolved is None:
@@ -153,7 +157,10 @@ def _recorded_engine(cfg: dict[str, Any], given: dict[str, Any]) -> list[str]:
         if given.get(key) is None and key in cfg and cfg[key] is not None:
             recorded.append(f"engine.{key}={json.dumps(cfg[key])}")
     if given.get("num_gpu_blocks") is None and "num_gpu_blocks" not in cfg and (
-            "kv_capacity_tokens" in cfg):
+            "kv_capacity_tokens" in cfg) and cfg.get("executor") != "serve" and not cfg.get(
+                "kv_capacity_given"):
+        # a replay's KV capacity is its server's; a serve directory's, or one --capacity-tokens
+        # gave, is the gateway's budget
         size = given.get("block_size") or int(cfg.get("block_size") or 16)
         recorded.append(f"engine.num_gpu_blocks={int(cfg['kv_capacity_tokens']) // size}")
     return recorded

@@ -39,10 +39,12 @@ from kvbudget.live.serve_forward import (
     first_of,
     openai_error,
     sse_error,
+    stream_failure,
+    upstream_failure,
 )
 from kvbudget.live.serve_metrics import ServeMetrics
 from kvbudget.live.serve_ready import Reachability
-from kvbudget.live.serve_records import Outcome, ServeRecorder, gateway_row, request_row
+from kvbudget.live.serve_records import Outcome, ServeRecorder, gateway_row
 from kvbudget.live.serve_reload import Reloaded, apply_reload
 from kvbudget.live.serve_request import (
     BadRequest,
@@ -63,7 +65,6 @@ from kvbudget.policies.base import Policy
 from kvbudget.policies.errors import Overloaded, RequestTooLarge
 from kvbudget.policies.gateway import Admit, Reject
 from kvbudget.policies.tiers import TierConfig
-from kvbudget.results.records import engine_refusal, error_text, server_refusal
 
 log = logging.getLogger("kvbudget.serve")
 
@@ -375,7 +376,7 @@ class GatewayServer:
 
     def _record(self, ticket: Ticket, outcome: Outcome) -> None:
         if self.recorder is not None:
-            self.recorder.write(request_row(ticket.request, outcome), self.admission.now())
+            self.recorder.write_request(ticket, outcome, self.admission.now())
 
     async def _prompt_tokens(self, comp: Completion, gone: Disconnect,
                              tier: str) -> int | Response | None:
@@ -450,10 +451,11 @@ class GatewayServer:
             return Response(status_code=CLIENT_CLOSED)
         if isinstance(prompt_tokens, Response):
             return prompt_tokens
-        max_tokens = context_max_tokens(prompt_tokens, comp.max_tokens, self.config.max_model_len)
+        max_tokens = context_max_tokens(prompt_tokens, comp.max_tokens, self.config.max_model_len,
+                                        self.config.count_tokens != "bytes")
         ticket = self.admission.arrive(tier, prompt_tokens, max_tokens,
                                        _wait_s(request, self.admission.gateway.tiers[tier]),
-                                       arrived)
+                                       arrived, comp.max_tokens)
         try:
             decision = await first_of(asyncio.shield(ticket.decided), gone.future)
         except asyncio.CancelledError:
@@ -577,7 +579,8 @@ class GatewayServer:
         self.reach.answered(call.upstream)
         status, content, media_type = answer
         if status != 200:
-            self._upstream_failed(call, *_failure(status, content), f"HTTP {status}")
+            self._upstream_failed(call, *upstream_failure(status, content,
+                                                          self.upstreams.options.api_key))
         else:
             # no first token is seen: the answer comes whole, so its TTFT is unknown (the
             # record's first_token_s stays NaN, not its finish: TTFT = E2E and TPOT ~0 went to
@@ -614,7 +617,8 @@ class GatewayServer:
                 content = b""
             finally:
                 resp.close()
-            self._upstream_failed(call, *_failure(resp.status, content), f"HTTP {resp.status}")
+            self._upstream_failed(call, *upstream_failure(resp.status, content,
+                                                          self.upstreams.options.api_key))
             return Response(content, status_code=resp.status,
                             media_type=resp.headers.get("content-type", "application/json"))
         gone.handed_over = True
@@ -672,9 +676,8 @@ class GatewayServer:
         """End a call whose stream ended: failed by the upstream mid-stream, or completed (a
         protocol error when its usage is missing or absurd)."""
         if call.upstream_error:
-            self._upstream_failed(call, *_stream_failure(call.upstream_error,
-                                                          bool(call.chunk_times_s)),
-                                  call.upstream_error)
+            self._upstream_failed(call, *stream_failure(call.upstream_error, bool(
+                call.chunk_times_s), self.upstreams.options.api_key))
             return
         problem = call.problem or ("" if call.output_tokens is not None
                                    else "the stream ended without its usage")
@@ -704,39 +707,6 @@ def refusal_answer(error: RequestTooLarge | Overloaded, config: ServeConfig) -> 
     return openai_error(config.overload_status, f"overloaded ({error.reason}); "
                         f"retry after {math.ceil(wait)} s", "overloaded_error", error.reason,
                         headers={"retry-after": str(max(1, math.ceil(wait)))})
-
-
-def _failure(status: int, content: bytes) -> tuple[str, str]:
-    """The record's status and reason for an upstream's answer other than 200: a refusal of
-    the request as sent as the replay records it (``results.records.server_refusal``, read
-    from the body's message in whichever engine's shape, ``error_text``), else a failure
-    (:func:`_failure_reason`)."""
-    text = content.decode("utf-8", "replace")
-    try:
-        message = error_text(json.loads(text)) or text
-    except (ValueError, RecursionError):
-        message = text
-    return server_refusal(status, message) or ("rejected_overloaded",
-                                               _failure_reason(status, message))
-
-
-def _stream_failure(error: str, had_output: bool) -> tuple[str, str]:
-    """The record's status and reason for an error event ``error`` in a stream begun with 200:
-    before any output, a refusal of the request as sent where its words say so (TGI's of a
-    request over its context: ``results.records.CONTEXT_REFUSALS``), else a failure or an
-    engine's queue cap (:func:`_failure_reason`)."""
-    refused = server_refusal(None, error) if not had_output else None
-    return refused or ("rejected_overloaded", _failure_reason(None, error))
-
-
-def _failure_reason(status: int | None, message: bytes | str) -> str:
-    """The record's reason for an upstream's failure: its engine's own queue cap when its
-    status and message say so (``results.records.ENGINE_REFUSALS``, the name the simulator
-    and the replay give it; ``status`` None: an error event in a stream begun with 200), else
-    ``backend_error``."""
-    text = message.decode("utf-8", "replace") if isinstance(message, bytes) else message
-    named = engine_refusal(text, status)
-    return named[1] if named is not None else "backend_error"
 
 
 class _RelayResponse:

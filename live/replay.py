@@ -820,6 +820,7 @@ async def replay_async(
         info = await discover(client, config.target)
     capacity = gateway_capacity(config, info)
     run_dir = RunDir(out_dir, {**meta.as_dict(), "kv_capacity_tokens": capacity,
+                               "kv_capacity_given": config.capacity_tokens is not None,
                                "server": info.facts()}, resume=resume)
     wall = time.perf_counter()
     rep = _Replay(workload, policy, config, run_dir, on_record)

@@ -32,6 +32,9 @@ class Ticket:
     revoke_reason: str = ""
     admitted_s: float = float("nan")
     reserved_tokens: int = 0
+    max_tokens: int | None = None
+    """The request's ``max_tokens`` as sent upstream, where its reservation counts fewer (it
+    ends at the upstreams' context): the row records what the request declared."""
     _revoked_future: asyncio.Future[None] | None = None
 
     def revoked_future(self) -> asyncio.Future[None]:
@@ -87,10 +90,12 @@ class Admission:
         return self._changed
 
     def arrive(self, tier: str, prompt_tokens: int, max_output_tokens: int,
-               wait_s: float | None, arrival_s: float | None = None) -> Ticket:
+               wait_s: float | None, arrival_s: float | None = None,
+               max_tokens: int | None = None) -> Ticket:
         """A request arrives; ``wait_s``: the longest it may wait for admission (``None``: its
         tier's ``queue_timeout_s``), counted from ``arrival_s`` (when it reached the gateway,
-        before its prompt was counted; default now)."""
+        before its prompt was counted; default now); ``max_tokens``: what it declared, where
+        ``max_output_tokens``, its reservation's, is less (:attr:`Ticket.max_tokens`)."""
         now = self.now()
         arrived = now if arrival_s is None else min(arrival_s, now)
         rid = self._next_id
@@ -98,7 +103,8 @@ class Admission:
         request = Request(request_id=rid, tier=tier, arrival_s=arrived,
                           prompt_tokens=prompt_tokens, max_output_tokens=max_output_tokens,
                           deadline_s=None if wait_s is None else arrived + max(wait_s, 0.0))
-        ticket = Ticket(request, asyncio.get_running_loop().create_future())
+        ticket = Ticket(request, asyncio.get_running_loop().create_future(),
+                        max_tokens=max_tokens if max_tokens != max_output_tokens else None)
         self._tickets[rid] = ticket
         self._apply(self.gateway.arrive(request, now))
         return ticket

@@ -10,6 +10,7 @@ import contextlib
 import itertools
 import json
 import math
+import re
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -19,7 +20,7 @@ from starlette.responses import JSONResponse
 
 from kvbudget.live.serve_admission import Ticket
 from kvbudget.live.serve_request import Completion, usage_problem
-from kvbudget.results.records import error_text
+from kvbudget.results.records import engine_refusal, error_text, server_refusal
 
 _T = TypeVar("_T")
 
@@ -202,3 +203,59 @@ class Call:
         """The gaps between successive output chunks (ITL, as ``vllm bench serve`` counts)."""
         times = self.chunk_times_s
         return tuple(b - a for a, b in itertools.pairwise(times))
+
+
+ERROR_CHARS = 200
+"""How much of an upstream's error message a row keeps (the replay's cut:
+``live/openai_client.py`` ``error_answer``)."""
+
+_ECHOED_INPUT = re.compile(r"input_value=.*?(?=, input_type=|\]|$)", re.DOTALL)
+"""The input pydantic's validation errors echo (vLLM's 400 to a field it refuses quotes the
+field's value: a prompt's text, for one): never kept in a row."""
+
+
+def recorded_error(message: str, secret: str | None, status: int | None = None) -> str:
+    """A row's ``error`` for an upstream's refusal or failure: ``HTTP <status>: <its
+    message>`` as the replay records it (``status`` None: a stream's error event, its message),
+    the upstream's API key and any echoed input redacted, then cut to :data:`ERROR_CHARS`
+    (after redacting: a cut through a secret would leave its first characters)."""
+    text = message.replace(secret, "***") if secret else message
+    text = " ".join(_ECHOED_INPUT.sub("input_value=***", text).split())[:ERROR_CHARS]
+    if status is None:
+        return text
+    return f"HTTP {status}" + (f": {text}" if text else "")
+
+
+def upstream_failure(status: int, content: bytes, secret: str | None) -> tuple[str, str, str]:
+    """The record's status, reason and error for an upstream's answer other than 200: a
+    refusal of the request as sent as the replay records it (``results.records.server_refusal``,
+    read from the body's message in whichever engine's shape, ``error_text``), else a failure
+    (:func:`failure_reason`); the error keeps the message (:func:`recorded_error`), which names
+    the engine whose words a refusal for the model's context had (``validate --records``)."""
+    text = content.decode("utf-8", "replace")
+    try:
+        message = error_text(json.loads(text)) or text
+    except (ValueError, RecursionError):
+        message = text
+    status_reason = server_refusal(status, message) or ("rejected_overloaded",
+                                                        failure_reason(status, message))
+    return (*status_reason, recorded_error(message, secret, status))
+
+
+def stream_failure(error: str, had_output: bool, secret: str | None) -> tuple[str, str, str]:
+    """The record's status, reason and error for an error event ``error`` in a stream begun
+    with 200: before any output, a refusal of the request as sent where its words say so
+    (TGI's of a request over its context: ``results.records.CONTEXT_REFUSALS``), else a
+    failure or an engine's queue cap (:func:`failure_reason`)."""
+    refused = server_refusal(None, error) if not had_output else None
+    status_reason = refused or ("rejected_overloaded", failure_reason(None, error))
+    return (*status_reason, recorded_error(error, secret))
+
+
+def failure_reason(status: int | None, message: str) -> str:
+    """The record's reason for an upstream's failure: its engine's own queue cap when its
+    status and message say so (``results.records.ENGINE_REFUSALS``, the name the simulator
+    and the replay give it; ``status`` None: an error event in a stream begun with 200), else
+    ``backend_error``."""
+    named = engine_refusal(message, status)
+    return named[1] if named is not None else "backend_error"

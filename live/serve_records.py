@@ -29,12 +29,15 @@ from kvbudget.live.run_dir import (
     token_gaps_of_parts,
     write_outputs,
 )
-from kvbudget.live.serve_admission import Admission
+from kvbudget.live.serve_admission import Admission, Ticket
 from kvbudget.live.server_metrics import kv_used_unknown_said
 from kvbudget.policies.request import Request
 from kvbudget.policies.tiers import TierConfig
 from kvbudget.results.metrics import summarize
 from kvbudget.results.run_result import REQUESTS_FILE
+
+CONTEXT_REASONS = ("context_length", "prompt_too_long")
+"""A record's reasons for a refusal for the model's context (``results.records``)."""
 
 RUN_NAME = re.compile(r"run-(\d{4,})$")
 log = logging.getLogger("kvbudget.serve")
@@ -56,15 +59,19 @@ class Outcome:
     token_gaps_s: tuple[float, ...] = ()
 
 
-def request_row(request: Request, outcome: Outcome) -> dict[str, Any]:
-    """One row of the records table (TTFT, TPOT and E2E as vLLM defines them)."""
+def request_row(request: Request, outcome: Outcome,
+                max_tokens: int | None = None) -> dict[str, Any]:
+    """One row of the records table (TTFT, TPOT and E2E as vLLM defines them); its
+    ``max_output_tokens`` is ``max_tokens`` where given (what the request declared:
+    :meth:`ServeRecorder.write_request`), else the reservation's."""
     ttft = outcome.first_token_s - request.arrival_s
     e2e = outcome.finished_s - request.arrival_s
     n = outcome.output_tokens
     tpot = (e2e - ttft) / (n - 1) if n > 1 and math.isfinite(e2e - ttft) else math.nan
     return {
         "request_id": request.request_id, "tier": request.tier, "arrival_s": request.arrival_s,
-        "prompt_tokens": request.prompt_tokens, "max_output_tokens": request.max_output_tokens,
+        "prompt_tokens": request.prompt_tokens,
+        "max_output_tokens": request.max_output_tokens if max_tokens is None else max_tokens,
         "output_tokens": n, "status": outcome.status, "reason": outcome.reason,
         "admitted_s": outcome.admitted_s, "first_token_s": outcome.first_token_s,
         "finished_s": outcome.finished_s, "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e,
@@ -132,6 +139,18 @@ class ServeRecorder:
                 self._run.write_timeline(self._from_base(self._last_sample))
                 self._num_unknown += not self._last_known
         return self._run
+
+    def write_request(self, ticket: Ticket, outcome: Outcome, now_s: float) -> None:
+        """The row of a request that ended (:func:`request_row`): its ``max_output_tokens``
+        is what the gateway reserved for, ended at the upstreams' context, as the simulated
+        gateway of ``validate --records`` then weighs it and the simulated vLLM serves it (cut
+        there); a request the upstream refused for its context (``context_length``,
+        ``prompt_too_long``) keeps the ``max_tokens`` it declared, which the simulated engine
+        refuses by its rules as the upstream did (vLLM 0.32.0 a ``max_tokens`` over the
+        context; SGLang, TGI prompt + ``max_tokens`` over it)."""
+        refused = outcome.status == "rejected_too_large" and outcome.reason in CONTEXT_REASONS
+        self.write(request_row(ticket.request, outcome,
+                               ticket.max_tokens if refused else None), now_s)
 
     def write(self, row: Mapping[str, Any], now_s: float) -> None:
         self._current(now_s).write_record(row)

@@ -298,15 +298,21 @@ def usage_problem(usage: Any, max_tokens: int) -> str:
     return ""
 
 
-def context_max_tokens(prompt_tokens: int, max_tokens: int, max_model_len: int | None) -> int:
+def context_max_tokens(prompt_tokens: int, max_tokens: int, max_model_len: int | None,
+                       exact: bool = True) -> int:
     """The output a request is reserved for: ``max_tokens``, lowered to the context the prompt
     leaves where the upstream's ``max_model_len`` is known, as vLLM serves such a request
     (0.32.0: ``get_max_tokens`` in ``vllm/entrypoints/serve/utils/api_utils.py`` lowers
-    ``max_tokens`` to ``max_model_len - prompt``; see :mod:`kvbudget.workloads.context_limit`):
-    its KV never holds more than the context. A prompt that fills the context is left as it is
-    (the upstream refuses it); with a bound of the prompt (``--count-tokens bytes``) the
-    reservation stays at least the use, as the bound is."""
-    if max_model_len is None or prompt_tokens >= max_model_len:
+    ``max_tokens`` to ``max_model_len - prompt``; a ``max_tokens`` over the context it refuses,
+    ``renderers/params.py``; see :mod:`kvbudget.workloads.context_limit`): its KV never holds
+    more than the context. A counted (``exact``) prompt that fills the context is left as it
+    is (the upstream refuses it). With a bound of the prompt (``--count-tokens bytes``) the
+    reservation stays at least the use, as the bound is; a bound at or over the context may be
+    a prompt under it, which vLLM serves within the context: the bound and one output token
+    hold more than that (with ``max_tokens`` on top, a request vLLM serves was refused as too
+    large)."""
+    if max_model_len is None:
         return max_tokens
+    if prompt_tokens >= max_model_len:
+        return max_tokens if exact else 1
     return min(max_tokens, max_model_len - prompt_tokens)
-

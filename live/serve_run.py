@@ -332,8 +332,8 @@ async def serve(settings: ServeSettings, announce: Callable[[str], Any] = print)
     if settings.config.max_model_len is not None:
         announce(f"kvbudget serve: a reservation ends at the upstreams' context, max_model_len "
                  f"{settings.config.max_model_len:,} (prompt + max_tokens over it is served "
-                 "with its output cut there, as vLLM does; the context as the upstreams said "
-                 "it at the start)")
+                 "with its output cut there, as vLLM does, where max_tokens alone is within "
+                 "it; the context as the upstreams said it at the start)")
     try:
         await runner.serve(sockets=[sock])
     finally:

@@ -176,6 +176,17 @@ def kv_used_unknown_said(num_unknown: int, where: str) -> str:
             "figures (and the engines' preemptions) are not measured there")
 
 
+def _all_engines_blocks(num: list[int]) -> int:
+    """The KV blocks of all a server's engines from its ``cache_config_info`` series, one per
+    engine (label ``engine``). vLLM 0.32.0 labels every engine's series with the front end's
+    one ``CacheConfig``, whose ``num_gpu_blocks`` is already the sum over its data-parallel
+    engines (``vllm/v1/engine/core_client.py`` ``_apply_ready_response``: "Sum num_gpu_blocks
+    from all engines in DP case"; ``vllm/v1/metrics/loggers.py`` ``log_metrics_info``): equal
+    figures are that total, taken once (summed, a server of N engines was read as N times its
+    KV). Figures that differ can only be each engine's own, and are added up."""
+    return num[0] if len(set(num)) == 1 else sum(num)
+
+
 def snapshot(text: str) -> EngineSnapshot:
     """Read the quantities kvbudget uses from one ``/metrics`` page."""
     metrics = parse_prometheus(text)
@@ -191,7 +202,7 @@ def snapshot(text: str) -> EngineSnapshot:
         num = [_int_label(labels, "num_gpu_blocks") for labels, _ in info]
         sizes = [_int_label(labels, "block_size") for labels, _ in info]
         if all(n is not None for n in num) and sizes and sizes[0] is not None:
-            blocks = sum(n for n in num if n is not None)
+            blocks = _all_engines_blocks([n for n in num if n is not None])
             block_size = sizes[0]
             engines = len(num)
 

@@ -376,9 +376,14 @@ def read_run_dir(path: Path, default_tier: str) -> Recording:
     if isinstance(described, dict) and isinstance(described.get("name"), str):
         # kvbudget serve keeps its policy as the policy describes itself, name and parameters
         config["policy"], config["policy_params"] = described["name"], described
-    if meta.get("executor") == "serve" and "kv_capacity_tokens" not in meta and \
-            isinstance(summary.get("kv_capacity_tokens"), int):
-        config["kv_capacity_tokens"] = summary["kv_capacity_tokens"]  # its budget at the end
+    if meta.get("executor") == "serve" or meta.get("kv_capacity_given") is True:
+        # its budget is the gateway's (--capacity-tokens, or all the upstreams' KV summed),
+        # never one engine's KV: the reader of the settings takes no blocks from it
+        config["executor"] = str(meta.get("executor") or "replay")
+        config["kv_capacity_given"] = meta.get("kv_capacity_given") is True
+        if "kv_capacity_tokens" not in meta and isinstance(summary.get("kv_capacity_tokens"),
+                                                           int):
+            config["kv_capacity_tokens"] = summary["kv_capacity_tokens"]  # at the end
     for key in ("gpu", "model", "num_gpu_blocks", "block_size"):
         if key in summary:
             config[key] = summary[key]

@@ -37,18 +37,27 @@ def test_vllm_page() -> None:
 
 
 def test_two_engines_add_up() -> None:
+    """Two data-parallel engines of 101 blocks each, as vLLM 0.32.0's /metrics shows them:
+    each engine's ``cache_config_info`` carries the front end's one CacheConfig, whose
+    ``num_gpu_blocks`` is the sum over the engines (v1/engine/core_client.py
+    ``_apply_ready_response``), 202 on both series: 200 usable blocks (one null block each),
+    not 402."""
     text = "\n".join([
         'vllm:num_requests_running{engine="0"} 2',
         'vllm:num_requests_running{engine="1"} 3',
         'vllm:kv_cache_usage_perc{engine="0"} 0.5',
         'vllm:kv_cache_usage_perc{engine="1"} 1.0',
-        'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="101"} 1',
-        'vllm:cache_config_info{block_size="16",engine="1",num_gpu_blocks="101"} 1',
+        'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="202"} 1',
+        'vllm:cache_config_info{block_size="16",engine="1",num_gpu_blocks="202"} 1',
     ])
     snap = snapshot(text)
-    assert snap.num_running == 5
-    assert snap.kv_capacity_tokens == 200 * 16
+    assert snap.num_running == 5 and snap.num_engines == 2
+    assert snap.num_gpu_blocks == 202 and snap.kv_capacity_tokens == 200 * 16
     assert snap.kv_used_tokens() == round(0.75 * 3200)
+    # figures that differ are each engine's own (no vLLM 0.32.0 page): added up
+    differ = snapshot(text.replace('engine="1",num_gpu_blocks="202"',
+                                   'engine="1",num_gpu_blocks="102"'))
+    assert differ.num_gpu_blocks == 304 and differ.kv_capacity_tokens == 302 * 16
 
 
 def test_older_vllm_and_other_servers() -> None:

@@ -497,8 +497,9 @@ ODD_METRICS = {  # a page -> the gateway's capacity, or the error
     b"preemptions -1": (B + b"vllm:num_preemptions_total -1\n", 3184),
     b"labels escaped": (b'vllm:cache_config_info{block_size="16",engine="0\\"x",'
                         b'num_gpu_blocks="200"} 1.0\n', 3184),
-    b"two engines": (b'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="100"} 1'
-                     b'\nvllm:cache_config_info{block_size="16",engine="1",num_gpu_blocks="100"}'
+    # vLLM 0.32.0: both engines' series carry the front end's sum over them (200 blocks)
+    b"two engines": (b'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="200"} 1'
+                     b'\nvllm:cache_config_info{block_size="16",engine="1",num_gpu_blocks="200"}'
                      b' 1\n', 3168),
     b"blocks 1e18": (b'vllm:cache_config_info{block_size="16",num_gpu_blocks="1e18"} 1.0\n',
                      "does not tell the KV capacity"),

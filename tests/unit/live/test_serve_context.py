@@ -6,16 +6,24 @@ themselves at the start (:func:`~kvbudget.live.serve_run.upstream_facts`)."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import httpx
+import pandas as pd
 import pytest
 
+from kvbudget.live.serve_records import ServeRecorder
 from kvbudget.live.serve_request import context_max_tokens
 from kvbudget.live.serve_run import upstream_facts
 from kvbudget.live.serve_upstream import UpstreamOptions
-from tests.unit.live.serve_harness import FakeUpstream, serving, stack
+from tests.unit.live.serve_harness import TIERS, FakeUpstream, serving, stack
 
 pytestmark = pytest.mark.timeout(60)
+
+VLLM_OVER_CONTEXT = ("max_tokens=500 cannot be greater than max_model_len=64. Please request "
+                     "fewer output tokens.")  # vLLM 0.32.0's words (renderers/params.py)
+SGLANG_OVER_CONTEXT = ("Requested token count exceeds the model's maximum context length of 64 "
+                       "tokens.")  # SGLang 0.5.23's
 
 
 def test_the_output_reserved_ends_at_the_context() -> None:
@@ -24,6 +32,26 @@ def test_the_output_reserved_ends_at_the_context() -> None:
     assert context_max_tokens(30, 50, 100) == 50  # within it: as asked
     assert context_max_tokens(30, 500, None) == 500  # no context told: as asked
     assert context_max_tokens(100, 5, 100) == 5  # the prompt fills it: the upstream refuses
+    # a bound of the prompt (--count-tokens bytes) at or over the context may be a prompt under
+    # it, which vLLM serves within the context: the bound and one token hold more than that
+    assert context_max_tokens(130, 500, 100, exact=False) == 1
+    assert context_max_tokens(30, 500, 100, exact=False) == 70  # under it: as counted
+
+
+def test_a_bytes_bound_over_the_context_is_not_refused_as_too_large() -> None:
+    """``--count-tokens bytes`` counts a prompt of 40 characters as at least 40 tokens; with a
+    context of 32 and a tier limit of 64, prompt + max_tokens 500 was refused as too large,
+    where vLLM serves the real (shorter) prompt cut at its context."""
+    async def go() -> None:
+        fake = FakeUpstream()
+        fake.release.set()
+        async with stack(fake, capacity_tokens=64, max_model_len=32) as (server, url), \
+                httpx.AsyncClient() as client:
+            r = await client.post(url + "/v1/completions", json={
+                "model": "fake", "prompt": "x" * 40, "max_tokens": 500})
+            assert r.status_code == 200, r.text
+            assert server.admission.gateway.budget.reserved_tokens == 0  # settled
+    asyncio.run(go())
 
 
 def test_a_request_over_the_context_is_reserved_up_to_it() -> None:
@@ -47,6 +75,36 @@ def test_a_request_over_the_context_is_reserved_up_to_it() -> None:
             # without the context told, prompt + max_tokens never fits the budget
             assert r.status_code == 400 and "the limit is 100 tokens" in r.text
     asyncio.run(go())
+
+
+@pytest.mark.parametrize("refused", [None, (400, VLLM_OVER_CONTEXT), (400, SGLANG_OVER_CONTEXT)])
+def test_a_row_records_the_max_tokens_the_request_declared_where_refused_for_it(
+        refused: tuple[int, str] | None, tmp_path: Path) -> None:
+    """Reserved up to a context of 64, requests of ``max_tokens`` 500, 50 and 8. Served (cut at
+    the context), their rows keep the reservation's figure, as the simulated gateway weighs
+    and the simulated vLLM serves it; refused by the upstream for its context (vLLM 0.32.0's
+    ``max_tokens`` over it, SGLang's prompt + ``max_tokens`` over it), they keep what they
+    declared, which the simulated engine refuses as the upstream did. Before, a refused row
+    said the reservation's: validate --records simulated it served, load the real server
+    never had (the live CPU vLLM: 5000 recorded as 864, served in the simulation)."""
+    async def go() -> None:
+        fake = FakeUpstream(refuse=refused)
+        fake.release.set()
+        recorder = ServeRecorder(tmp_path, tiers=TIERS, policy={"name": "conservative"},
+                                 rotate_requests=100, meta={})
+        async with stack(fake, capacity_tokens=100, max_model_len=64, recorder=recorder) as (
+                _, url), httpx.AsyncClient() as client:
+            for max_tokens in (500, 50, 8):
+                r = await client.post(url + "/v1/completions", json={
+                    "model": "fake", "prompt": "hello", "max_tokens": max_tokens})
+                assert r.status_code == (200 if refused is None else 400), r.text
+    asyncio.run(go())
+    rows = pd.read_parquet(tmp_path / "run-0001" / "requests.parquet")
+    bound = int(rows["prompt_tokens"].iloc[0])  # the bytes bound of "hello"
+    reserved = [min(bound + m, 64) for m in (500, 50, 8)]
+    assert rows["reserved_tokens"].tolist() == reserved
+    declared = rows["max_output_tokens"].tolist()
+    assert declared == ([r - bound for r in reserved] if refused is None else [500, 50, 8])
 
 
 def test_the_upstreams_say_their_context_and_cache() -> None:

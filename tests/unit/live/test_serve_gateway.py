@@ -26,6 +26,7 @@ from kvbudget.live.server_metrics import EngineSnapshot
 from kvbudget.policies import TierConfig, make_policy
 from kvbudget.policies.gateway import FrontDoor
 from kvbudget.policies.request import Request as GatewayRequest
+from kvbudget.results.recorded_refusals import engine_rules_said
 from kvbudget.results.run_result import read_run
 from tests.unit.live.serve_harness import (
     TIERS,
@@ -898,7 +899,13 @@ VLLM_TOO_LONG = ("This model's maximum context length is 1024 tokens. However, y
                  "(parameter=input_tokens, value=1025)")  # vLLM 0.32.0's, as it answered
 
 
+SGLANG_TOO_LONG = ("Requested token count exceeds the model's maximum context length of 1024 "
+                   "tokens. You requested a total of 1100 tokens: 1000 tokens from the input "
+                   "messages and 100 tokens for the completion.")  # SGLang 0.5.23's
+
+
 @pytest.mark.parametrize(("message", "reason"), [(VLLM_TOO_LONG, "prompt_too_long"),
+                                                 (SGLANG_TOO_LONG, "context_length"),
                                                  ("temperature must be >= 0", "server_400")])
 @pytest.mark.parametrize("stream", [False, True])
 def test_an_upstream_400_is_recorded_too_large_and_passed_on(message: str, reason: str,
@@ -928,8 +935,37 @@ def test_an_upstream_400_is_recorded_too_large_and_passed_on(message: str, reaso
             assert caught.value.body["message"] == message  # type: ignore[index]
         row = pd.read_parquet(tmp_path / "run-0001" / "requests.parquet").iloc[0]
         assert (row["status"], row["reason"], row["error"]) == ("rejected_too_large", reason,
-                                                                "HTTP 400")
+                                                                f"HTTP 400: {message[:200]}")
     run(main())
+    # the server's words are kept: read back as validate --records reads a run directory, a
+    # refusal in SGLang's says whose rules they were (results/recorded_records.read_run_dir)
+    said = engine_rules_said(pd.read_parquet(tmp_path / "run-0001" / "requests.parquet")["error"])
+    assert (said is not None and "SGLang's words" in said) == (message == SGLANG_TOO_LONG), said
+
+
+@pytest.mark.parametrize(("status", "stream"), [(400, False), (400, True), (200, True)])
+def test_an_upstream_error_is_recorded_bounded_without_its_key_or_echoed_input(
+        status: int, stream: bool, tmp_path: Path) -> None:
+    """A row keeps an upstream's error message cut to 200 characters, with the upstream's API
+    key and the input a validation error echoes (pydantic's ``input_value=``: the prompt)
+    redacted, whether the refusal came as a 4xx or as an error event in a 200 stream."""
+    secret = "sk-upstream"  # the harness's upstream key
+    message = (f"Bearer {secret} 1 validation error: [type=string_type, input_value='the user's"
+               f" private prompt', input_type=int] " + "x" * 400)
+
+    async def main() -> None:
+        fake = FakeUpstream(refuse=(status, message))
+        fake.release.set()
+        async with stack(fake, recorder=_recorder(tmp_path)) as (_server, url), \
+                httpx.AsyncClient() as client:
+            await client.post(url + "/v1/completions", json=_body(stream=stream))
+    run(main())
+    error = pd.read_parquet(tmp_path / "run-0001" / "requests.parquet").iloc[0]["error"]
+    head = "HTTP 400: " if status == 400 else ""
+    assert error.startswith(head + "Bearer *** 1 validation error: [type=string_type, "
+                            "input_value=***, input_type=int]"), error
+    assert secret not in error and "private prompt" not in error
+    assert len(error) == len(head) + 200
 
 
 @pytest.mark.parametrize(("refuse", "stream", "reason"), [
@@ -1139,7 +1175,7 @@ def test_an_upstream_4xx_is_its_own_failure_not_an_overload(code: int, stream: b
             assert server.admission.gateway.budget.num_leases == 0
         row = pd.read_parquet(tmp_path / "run-0001" / "requests.parquet").iloc[0]
         assert (row["status"], row["reason"], row["error"]) == (
-            "rejected_overloaded", f"server_{code}", f"HTTP {code}")
+            "rejected_overloaded", f"server_{code}", f"HTTP {code}: {message}")
     run(main())
 
 

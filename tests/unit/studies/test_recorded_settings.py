@@ -301,7 +301,9 @@ def test_what_a_replayed_server_told_is_simulated_and_said(tmp_path: Path) -> No
                                "kv_cache_dtype": "fp8", "num_engines": 1})
     code, out, err = _run("validate", "--records", run, "--out", tmp_path / "v", "--gpu", "H100")
     assert code == 0, err
-    assert "model Llama-3.1-8B (the recording's)" in err  # the name it served: a preset's
+    # the name it served is a preset's, what it loaded a path: the alias is said as assumed
+    assert ("model Llama-3.1-8B (ASSUMED: the name 'Llama-3.1-8B' the recording's server served "
+            "'/models/llama8b' under; pass --model if it loaded another)") in err
     assert ("from the recording: num_gpu_blocks=2000, block_size=16, "
             "enable_prefix_caching=false, max_model_len=4096, kv_cache_dtype=\"fp8\"") in err
     assert "max_num_seqs, max_num_batched_tokens (ASSUMED" in err
@@ -330,3 +332,38 @@ def test_a_serve_directory_of_two_upstreams_is_simulated_as_a_fleet(tmp_path: Pa
     assert 'num_gpu_blocks=2000, block_size=16, fleet.num_replicas=2, fleet.router="least_tokens"' \
         in err
     assert "simulated on H100-SXM / Llama-3.1-8B, 2 replicas (least_tokens)" in out
+
+
+@pytest.mark.parametrize("servers", [[], [{"model": "Llama-3.1-8B"}] * 2])
+def test_a_serve_directory_s_budget_is_no_engine_s_kv(servers: list[dict[str, object]],
+                                                     tmp_path: Path) -> None:
+    """A serve directory's budget is the gateway's (``--capacity-tokens``, or its upstreams'
+    KV summed): where the upstreams told no blocks, each replica of the fleet was simulated
+    with the whole budget as its KV (2 upstreams: twice the KV, or a --capacity-tokens figure
+    as the engine's), said as 'from the recording'. The blocks are now said as assumed."""
+    run = _replayed(tmp_path, {"model": "Llama-3.1-8B"})
+    (run / "replay.json").write_text(json.dumps({
+        "executor": "serve", "upstreams": ["http://127.0.0.1:1", "http://127.0.0.1:2"],
+        "router": "round_robin", "policy": {"name": "unlimited"}, "servers": servers,
+        "kv_capacity_tokens": 64000}))
+    code, out, err = _run("validate", "--records", run, "--model", "Llama-3.1-8B", "--out",
+                          tmp_path / "v", "--gpu", "H100")
+    assert code == 0, err
+    assert "num_gpu_blocks=4000" not in err and "num_gpu_blocks=4000" not in out
+    assert "num_gpu_blocks, enable_prefix_caching (ASSUMED" in err, err
+
+
+def test_a_replay_s_given_capacity_is_no_engine_s_kv(tmp_path: Path) -> None:
+    """``kvbudget replay --capacity-tokens`` against a server that told no blocks (SGLang, a
+    data-parallel vLLM): the budget given was simulated as the engine's KV, said 'from the
+    recording'. It is now the gateway's only, and the blocks are said as assumed; the KV
+    capacity a replay read from the server is still its engine's."""
+    run = _replayed(tmp_path, {"model": "Llama-3.1-8B"})
+    meta = json.loads((run / "replay.json").read_text())
+    for given, blocks in ((True, False), (False, True)):
+        (run / "replay.json").write_text(json.dumps({**meta, "kv_capacity_given": given}))
+        code, _, err = _run("validate", "--records", run, "--out", tmp_path / f"v{given}",
+                            "--gpu", "H100")
+        assert code == 0, err
+        assert ("from the recording: num_gpu_blocks=2000" in err) == blocks, err
+        assert ("num_gpu_blocks, enable_prefix_caching (ASSUMED" in err) == (not blocks), err
