@@ -20,7 +20,7 @@ import json
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import aiohttp
@@ -37,6 +37,7 @@ from kvbudget.live.serve_forward import (
     Call,
     Disconnect,
     first_of,
+    models_answer,
     openai_error,
     sse_error,
     stream_failure,
@@ -53,6 +54,7 @@ from kvbudget.live.serve_request import (
     context_max_tokens,
     parse_completion,
 )
+from kvbudget.live.serve_settings import UpstreamSettings
 from kvbudget.live.serve_tokenizer import LocalTokenizer
 from kvbudget.live.serve_upstream import (
     EngineCounter,
@@ -190,12 +192,14 @@ class GatewayServer:
 
     def __init__(self, admission: Admission, upstreams: Upstreams, config: ServeConfig, *,
                  recorder: ServeRecorder | None = None,
-                 reload: Callable[[], Policy | Reloaded] | None = None) -> None:
+                 reload: Callable[[], Policy | Reloaded] | None = None,
+                 settings: UpstreamSettings | None = None) -> None:
         self.admission = admission
         self.upstreams = upstreams
         self.config = config
         self.recorder = recorder
         self.reload_policy = reload
+        self.settings = settings  # the upstreams' as last read, followed at each capacity read
         self.metrics = ServeMetrics(tuple(admission.gateway.tiers))
         self.draining = False
         self.capacity_problem = ""
@@ -239,11 +243,11 @@ class GatewayServer:
 
     async def refresh_capacity(self, snaps: list[EngineSnapshot] | None = None) -> None:
         """Read the upstreams' KV capacity (from ``snaps``, their ``/metrics`` read already,
-        else read now) and resize the budget (a failed read keeps the capacity, logs one line
-        and makes ``/ready`` answer 503 until a read succeeds)."""
+        else read now), resize the budget and follow their settings (a failed read keeps both,
+        logs one line and makes ``/ready`` answer 503 until a read succeeds)."""
         try:
-            capacity, largest = self.upstreams.fleet_capacity(
-                snaps if snaps is not None else await self.upstreams.snapshots())
+            snaps = snaps if snaps is not None else await self.upstreams.snapshots()
+            capacity, largest = self.upstreams.fleet_capacity(snaps)
         except UpstreamError as exc:
             if str(exc) != self.capacity_problem:
                 log.warning("capacity not read, kept at %d tokens: %s",
@@ -252,6 +256,9 @@ class GatewayServer:
             return
         self.capacity_problem = ""
         self.admission.resize(capacity, largest if len(self.upstreams.urls) > 1 else None)
+        if self.settings is not None and await self.settings.follow(
+                self.upstreams, snaps, self.recorder, self.admission.now()):
+            self.config = replace(self.config, max_model_len=self.settings.context)
 
     async def _sample_loop(self) -> None:
         period = self.config.capacity_period_s
@@ -346,15 +353,7 @@ class GatewayServer:
         if isinstance(self._tier(request), Response):
             return openai_error(401, "invalid or missing API key", "authentication_error",
                                 "invalid_api_key")
-        try:
-            async with self.upstreams.session.get(self.upstreams.url(0, "/v1/models"),
-                                                  allow_redirects=False) as resp:
-                content = await resp.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            return openai_error(502, f"upstream unreachable ({type(exc).__name__})",
-                                "upstream_error")
-        return Response(content, status_code=resp.status,
-                        media_type=resp.headers.get("content-type", "application/json"))
+        return await models_answer(self.upstreams)
 
     # --- admission ----------------------------------------------------------------------
     def _tier(self, request: HttpRequest) -> str | Response:

@@ -15,11 +15,13 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import aiohttp
 from starlette.requests import Request as HttpRequest
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 from kvbudget.live.serve_admission import Ticket
 from kvbudget.live.serve_request import Completion, usage_problem
+from kvbudget.live.serve_upstream import Upstreams
 from kvbudget.results.records import engine_refusal, error_text, server_refusal
 
 _T = TypeVar("_T")
@@ -31,6 +33,20 @@ def openai_error(status: int, message: str, kind: str, code: str | None = None,
     """OpenAI's error body: ``{"error": {"message", "type", "param", "code"}}``."""
     return JSONResponse({"error": {"message": message, "type": kind, "param": param,
                                    "code": code}}, status_code=status, headers=headers)
+
+
+async def models_answer(upstreams: Upstreams) -> Response:
+    """``GET /v1/models`` of the first upstream, relayed as it answered (502 when it gave no
+    answer)."""
+    try:
+        async with upstreams.session.get(upstreams.url(0, "/v1/models"),
+                                         allow_redirects=False) as resp:
+            content = await resp.read()
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return openai_error(502, f"upstream unreachable ({type(exc).__name__})",
+                            "upstream_error")
+    return Response(content, status_code=resp.status,
+                    media_type=resp.headers.get("content-type", "application/json"))
 
 
 STOPPED = {

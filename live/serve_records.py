@@ -190,6 +190,15 @@ class ServeRecorder:
         self.closed.append(run.path)
         return run.path
 
+    def restart(self, now_s: float, told: Mapping[str, Any]) -> Path | None:
+        """Close the open directory (returned; ``None`` when none was open) and record
+        ``told`` (``replay.json``'s ``server`` or ``servers``: what the upstreams now say of
+        themselves) in the next: the upstreams were restarted with other settings."""
+        closed = self.close(now_s)
+        self.meta = {k: v for k, v in self.meta.items() if k not in ("server", "servers")}
+        self.meta.update(told)
+        return closed
+
     def _close_left_open(self, path: Path) -> None:
         """A directory a gateway left open (it stopped without closing it: killed, crashed):
         closed now from the rows it wrote, which no command could read before (its summary

@@ -29,6 +29,7 @@ from kvbudget.live.openai_client import ServerTarget
 from kvbudget.live.serve_admission import Admission
 from kvbudget.live.serve_records import ServeRecorder
 from kvbudget.live.serve_reload import Reloaded
+from kvbudget.live.serve_settings import UpstreamSettings, fleet_context, told
 from kvbudget.live.serve_upstream import UpstreamOptions, Upstreams
 from kvbudget.live.server import BackendUnavailable, discover
 from kvbudget.policies.base import Policy
@@ -108,24 +109,23 @@ async def upstream_facts(options: UpstreamOptions) -> list[dict[str, Any]]:
 def build_server(settings: ServeSettings, gateway: GatewayConfig,
                  servers: list[dict[str, Any]] | None = None) -> GatewayServer:
     """The app, its admission over a fresh :class:`Gateway`, and its run directories (whose
-    ``replay.json`` keeps what the upstreams said of themselves at the start, ``servers``: a
-    lone upstream's as ``server``, as a replay's, read back as the recording's settings)."""
+    ``replay.json`` keeps what the upstreams said of themselves, ``servers``: a lone
+    upstream's as ``server``, as a replay's, read back as the recording's settings; at the
+    start, and again when an upstream changes them:
+    :class:`~kvbudget.live.serve_settings.UpstreamSettings`)."""
     policy = settings.new_policy()
     recorder = None
     if settings.out is not None:
-        told: dict[str, Any] = {}
-        if servers and len(servers) == 1:
-            told["server"] = servers[0]
-        elif servers:
-            told["servers"] = servers
         recorder = ServeRecorder(settings.out, tiers=gateway.tiers, policy=policy.describe(),
                                  rotate_requests=settings.rotate_requests,
                                  meta={"executor": "serve", "upstreams": list(
                                      settings.upstream.urls), "policy": policy.describe(),
-                                     "router": settings.upstream.router, **told})
+                                     "router": settings.upstream.router,
+                                     **told(servers or [])})
     return GatewayServer(Admission(Gateway(gateway, policy)), Upstreams(settings.upstream),
                          settings.config, recorder=recorder,
-                         reload=settings.reload or settings.new_policy)
+                         reload=settings.reload or settings.new_policy,
+                         settings=UpstreamSettings(servers) if servers else None)
 
 
 class _Uvicorn(uvicorn.Server):
@@ -310,10 +310,9 @@ async def serve(settings: ServeSettings, announce: Callable[[str], Any] = print)
             largest = None
     gateway = settings.gateway(capacity, largest)
     servers = await upstream_facts(settings.upstream)
-    contexts = [s.get("max_model_len") for s in servers]
-    if settings.config.max_model_len is None and all(isinstance(c, int) for c in contexts):
-        context = max(c for c in contexts if isinstance(c, int))
-        settings = replace(settings, config=replace(settings.config, max_model_len=context))
+    if settings.config.max_model_len is None:
+        settings = replace(settings, config=replace(settings.config,
+                                                    max_model_len=fleet_context(servers)))
     server = build_server(settings, gateway, servers)
     sock = bind(settings.host, settings.port)
     config = server_config(server.app, drain_timeout_s=settings.drain_timeout_s,
@@ -333,7 +332,9 @@ async def serve(settings: ServeSettings, announce: Callable[[str], Any] = print)
         announce(f"kvbudget serve: a reservation ends at the upstreams' context, max_model_len "
                  f"{settings.config.max_model_len:,} (prompt + max_tokens over it is served "
                  "with its output cut there, as vLLM does, where max_tokens alone is within "
-                 "it; the context as the upstreams said it at the start)")
+                 "it; the context as the upstreams tell it"
+                 + (", read again at each capacity read)" if settings.config.capacity_period_s
+                    is not None else ", as at the start: no capacity read follows it)"))
     try:
         await runner.serve(sockets=[sock])
     finally:

@@ -105,12 +105,9 @@ async def discover(client: httpx.AsyncClient, target: ServerTarget) -> ServerInf
         payload = response.json()
     except ValueError:
         payload = None
-    # OpenAI's shape is {"object": "list", "data": [{"id": ...}, ...]}; anything else (a bare
-    # list, a string, entries that are not objects) lists no usable model
-    # list no usable model; an entry is a model when its id is a non-empty string
-    raw_models = payload.get("data") if isinstance(payload, dict) else None
-    models = [m for m in raw_models if isinstance(m, dict) and isinstance(m.get("id"), str)
-              and m["id"]] if isinstance(raw_models, list) else []
+    # anything else than OpenAI's shape (a bare list, a string, entries that are not
+    # objects) lists no usable model
+    models = served_models(payload)
     model = target.model
     max_model_len: int | None = None
     entry = next((m for m in models if not model or m.get("id") == model), None)
@@ -128,15 +125,39 @@ async def discover(client: httpx.AsyncClient, target: ServerTarget) -> ServerInf
     root: str | None = None
     if entry is not None:
         model = str(entry.get("id"))
-        root = entry.get("root") if isinstance(entry.get("root"), str) else None
-        raw_len = entry.get("max_model_len")
-        max_model_len = (int(raw_len) if isinstance(raw_len, int | float) and not isinstance(
-            raw_len, bool) and 1 <= raw_len < 2**53 else None)
+        root, max_model_len = root_of(entry), context_of(entry)
     snap: EngineSnapshot | None
     try:
         snap = await fetch_snapshot(client, target)
     except httpx.HTTPError:
         snap = None
+    return server_info(model, max_model_len, root, snap)
+
+
+def served_models(payload: Any) -> list[dict[str, Any]]:
+    """The model entries of a ``/v1/models`` answer: OpenAI's shape is ``{"object": "list",
+    "data": [{"id": ...}, ...]}``; an entry is a model when its id is a non-empty string."""
+    raw_models = payload.get("data") if isinstance(payload, dict) else None
+    return [m for m in raw_models if isinstance(m, dict) and isinstance(m.get("id"), str)
+            and m["id"]] if isinstance(raw_models, list) else []
+
+
+def root_of(entry: dict[str, Any]) -> str | None:
+    """What the server loaded (vLLM's ``root``), where a model entry says it."""
+    return entry.get("root") if isinstance(entry.get("root"), str) else None
+
+
+def context_of(entry: dict[str, Any]) -> int | None:
+    """A model entry's context (vLLM's ``max_model_len``), where it tells a sane one."""
+    raw_len = entry.get("max_model_len")
+    return (int(raw_len) if isinstance(raw_len, int | float) and not isinstance(
+        raw_len, bool) and 1 <= raw_len < 2**53 else None)
+
+
+def server_info(model: str, max_model_len: int | None, root: str | None,
+                snap: EngineSnapshot | None) -> ServerInfo:
+    """What a server said of itself: its model entry's figures and its ``/metrics`` (None:
+    not read)."""
     return ServerInfo(
         model=model,
         max_model_len=max_model_len,

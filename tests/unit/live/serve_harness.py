@@ -270,6 +270,7 @@ def make_server(upstream: str, capacity_tokens: int = 100_000, policy: str = "co
     recorder = options.pop("recorder", None)
     clock = options.pop("clock", None)  # the admission's (time.monotonic by default)
     reload = options.pop("reload", None)
+    settings = options.pop("settings", None)  # the upstreams' as told at the start
     router = options.pop("router", "round_robin")
     upstreams = (upstream, *options.pop("upstreams_extra", ()))
     options.setdefault("count_tokens", "bytes")
@@ -279,7 +280,7 @@ def make_server(upstream: str, capacity_tokens: int = 100_000, policy: str = "co
     return GatewayServer(admission,
                          Upstreams(UpstreamOptions(upstreams, api_key="sk-upstream",
                                                    router=router)),
-                         config, recorder=recorder, reload=reload)
+                         config, recorder=recorder, reload=reload, settings=settings)
 
 
 def assert_nothing_held(server: GatewayServer) -> None:

@@ -6,15 +6,18 @@ themselves at the start (:func:`~kvbudget.live.serve_run.upstream_facts`)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import httpx
 import pandas as pd
 import pytest
 
+from kvbudget.live.run_dir import META_FILE
 from kvbudget.live.serve_records import ServeRecorder
 from kvbudget.live.serve_request import context_max_tokens
 from kvbudget.live.serve_run import upstream_facts
+from kvbudget.live.serve_settings import UpstreamSettings, told
 from kvbudget.live.serve_upstream import UpstreamOptions
 from tests.unit.live.serve_harness import TIERS, FakeUpstream, serving, stack
 
@@ -116,4 +119,51 @@ def test_the_upstreams_say_their_context_and_cache() -> None:
         assert told[0]["num_gpu_blocks"] == 1001
         assert "max_model_len" not in told[1]
         assert told[2] == {}  # nothing listens there: it says nothing, and serve starts
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("change", ["max_model_len", "num_gpu_blocks"])
+def test_an_upstream_restarted_with_other_settings_is_followed(
+        change: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Serve started against a context of 1024; the upstream restarted with 2048 (or with
+    other KV blocks). The context was read only at the start: a prompt of 100 with
+    ``max_tokens`` 1500 stayed reserved 1024 where it could use 1600 (an under-reservation),
+    and every later run directory said the old server. The capacity read now reads the
+    settings again: the next request is reserved up to the new context, and a new run
+    directory records the new settings."""
+    async def go() -> None:
+        async with serving(FakeUpstream(max_model_len=1024).app()) as before:
+            facts = await upstream_facts(UpstreamOptions((before,)))
+        fake = FakeUpstream(max_model_len=1024)
+        fake.release.set()
+        recorder = ServeRecorder(tmp_path, tiers=TIERS, policy={"name": "conservative"},
+                                 rotate_requests=100, meta=told(facts))
+        prompt = " ".join(["word"] * 99)  # the fake counts 99 words and a BOS: 100 tokens
+        async with stack(fake, recorder=recorder, settings=UpstreamSettings(facts),
+                         max_model_len=1024, count_tokens="upstream") as (server, url), \
+                httpx.AsyncClient() as client:
+            body = {"model": "fake", "prompt": prompt, "max_tokens": 1500}
+            assert (await client.post(url + "/v1/completions", json=body)).status_code == 200
+            await server.refresh_capacity()  # the same settings: nothing changes
+            assert not recorder.closed and server.config.max_model_len == 1024
+            if change == "max_model_len":
+                fake.max_model_len = 2048
+            else:
+                fake.num_gpu_blocks = 501
+            await server.refresh_capacity()
+            assert [p.name for p in recorder.closed] == ["run-0001"]
+            said = [r.getMessage() for r in caplog.records if "settings changed" in r.message]
+            assert len(said) == 1 and f"{change} " in said[0], said
+            assert (await client.post(url + "/v1/completions", json=body)).status_code == 200
+        first, second = (tmp_path / f"run-000{n}" for n in (1, 2))
+        reserved = [int(pd.read_parquet(p / "requests.parquet")["reserved_tokens"].iloc[0])
+                    for p in (first, second)]
+        servers = [json.loads((p / META_FILE).read_text())["server"] for p in (first, second)]
+        assert servers[0]["max_model_len"] == 1024 and servers[0]["num_gpu_blocks"] == 1001
+        if change == "max_model_len":
+            assert reserved == [1024, 1600]
+            assert servers[1]["max_model_len"] == 2048 and servers[1]["num_gpu_blocks"] == 1001
+        else:
+            assert reserved == [1024, 1024]
+            assert servers[1]["max_model_len"] == 1024 and servers[1]["num_gpu_blocks"] == 501
     asyncio.run(go())
