@@ -1,7 +1,8 @@
 """A reservation ends at the upstream's context: vLLM serves prompt + ``max_tokens`` over its
 ``max_model_len`` with the output cut there, so the gateway reserves no more KV than that
 (:func:`~kvbudget.live.serve_request.context_max_tokens`); what the upstreams tell of
-themselves at the start (:func:`~kvbudget.live.serve_run.upstream_facts`)."""
+themselves at the start (:func:`~kvbudget.live.serve_run.upstream_facts`) and at each
+capacity read after (:class:`~kvbudget.live.serve_settings.UpstreamSettings`)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from kvbudget.live.serve_records import ServeRecorder
 from kvbudget.live.serve_request import context_max_tokens
 from kvbudget.live.serve_run import upstream_facts
 from kvbudget.live.serve_settings import UpstreamSettings, told
-from kvbudget.live.serve_upstream import UpstreamOptions
+from kvbudget.live.serve_upstream import UpstreamOptions, Upstreams
 from tests.unit.live.serve_harness import TIERS, FakeUpstream, serving, stack
 
 pytestmark = pytest.mark.timeout(60)
@@ -166,4 +167,32 @@ def test_an_upstream_restarted_with_other_settings_is_followed(
         else:
             assert reserved == [1024, 1024]
             assert servers[1]["max_model_len"] == 1024 and servers[1]["num_gpu_blocks"] == 501
+    asyncio.run(go())
+
+
+def test_an_upstream_that_said_nothing_at_the_start_is_read_when_it_answers() -> None:
+    """Two upstreams, one of which said nothing at the start (down then): no context cap, as
+    at the start. Once it answers, its settings are read and the cap is the larger context;
+    a model list it cannot give keeps the last read (no change, nothing logged)."""
+    async def go() -> None:
+        late = FakeUpstream(max_model_len=2048)
+        async with serving(FakeUpstream(max_model_len=1024).app()) as a, \
+                serving(late.app()) as b:
+            facts = await upstream_facts(UpstreamOptions((a,)))
+            settings = UpstreamSettings([*facts, {}])
+            assert settings.context is None
+            upstreams = Upstreams(UpstreamOptions((a, b)))
+            try:
+                snaps = await upstreams.snapshots()
+                assert await settings.follow(upstreams, snaps, None, 0.0)
+                assert settings.context == 2048 and settings.facts[1]["num_gpu_blocks"] == 1001
+                late.max_model_len = 4096
+                dead = Upstreams(UpstreamOptions((a, "http://127.0.0.1:9")))
+                try:  # the second's /v1/models cannot be read: its last read stands
+                    assert not await settings.follow(dead, snaps, None, 0.0)
+                finally:
+                    await dead.aclose()
+                assert settings.context == 2048
+            finally:
+                await upstreams.aclose()
     asyncio.run(go())
