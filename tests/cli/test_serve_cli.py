@@ -6,6 +6,7 @@ The process is killed in the test's teardown whatever happens; every wait is bou
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -234,5 +235,52 @@ def test_sighup_reloads_the_scenarios_budget_and_refuses_a_tier_change(tmp_path:
                 if proc.returncode is None:
                     proc.kill()
                     await proc.wait()
+
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(120)
+def test_serve_follows_an_upstream_restarted_with_a_larger_context(tmp_path: Path) -> None:
+    """``kvbudget serve`` started against a context of 1024; the upstream then tells 2048 (a
+    restart with another ``--max-model-len``). A prompt of 100 with ``max_tokens`` 1500 was
+    reserved 1024 for the whole run (it uses up to 1600) and every run directory said 1024:
+    the capacity read now reads the context again, says so in one line, and the next
+    directory records it."""
+    async def main() -> None:
+        fake = FakeUpstream(max_model_len=1024)
+        fake.release.set()
+        async with serving(fake.app()) as up:
+            proc = await _serve_process(tmp_path, up, "--count-tokens", "upstream",
+                                        "--capacity-period-s", "0.1", "--out",
+                                        str(tmp_path / "runs"))
+            try:
+                assert proc.stderr is not None
+                err = _Lines(proc.stderr)
+                url = (await err.wait_for(r"listening on (http://127\.0\.0\.1:\d+)")).group(1)
+                await err.wait_for(r"max_model_len 1,024 .* read again at each capacity read")
+                body = {"model": "fake", "prompt": " ".join(["word"] * 99), "max_tokens": 1500}
+                async with httpx.AsyncClient(timeout=BOUND_S) as client:
+                    assert (await client.post(url + "/v1/completions",
+                                              json=body)).status_code == 200
+                    fake.max_model_len = 2048
+                    said = await err.wait_for(r"upstream settings changed \(.*max_model_len "
+                                              r"1024 -> 2048\): .*the context 2,048")
+                    assert "run-0001 closed" in said.string
+                    assert (await client.post(url + "/v1/completions",
+                                              json=body)).status_code == 200
+                proc.send_signal(signal.SIGTERM)
+                async with asyncio.timeout(BOUND_S):
+                    assert await proc.wait() == 0
+                await err.task
+                assert sum("settings changed" in line for line in err.lines) == 1
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+        runs = [read_run(tmp_path / "runs" / f"run-000{n}") for n in (1, 2)]
+        assert [list(r.records["reserved_tokens"]) for r in runs] == [[1024], [1600]]
+        told = [json.loads((tmp_path / "runs" / f"run-000{n}" / "replay.json").read_text())
+                for n in (1, 2)]
+        assert [t["server"]["max_model_len"] for t in told] == [1024, 2048]
 
     asyncio.run(main())
