@@ -425,17 +425,20 @@ def test_tls_to_a_plain_server_unresolvable_and_refusing(hostile: Hostile,  # no
         return real(host, *args, **kwargs)
 
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        closed = s.getsockname()[1]  # nothing listens there once the socket is closed
-    for url, said in (("http://no-such-host.invalid:8000", "cannot reach http://no-such-host"),
-                      (f"http://127.0.0.1:{closed}", "cannot reach http://127.0.0.1")):
-        with pytest.raises(BackendUnavailable, match=said):
-            _discover(url)
-        code, _, stderr = _cli("replay", "--url", url, "--trace", _trace(tmp_path), "--out",
-                               tmp_path / "run")
-        assert code == 1 and stderr.startswith(f"error: {said}"), stderr
-        assert len(stderr.strip().splitlines()) == 1
+    # a port held bound but not listening refuses connections, and no other test's server
+    # (another worker's, under -n) can take it meanwhile, as it could a port closed again
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        refusing = held.getsockname()[1]
+        for url, said in (("http://no-such-host.invalid:8000",
+                           "cannot reach http://no-such-host"),
+                          (f"http://127.0.0.1:{refusing}", "cannot reach http://127.0.0.1")):
+            with pytest.raises(BackendUnavailable, match=said):
+                _discover(url)
+            code, _, stderr = _cli("replay", "--url", url, "--trace", _trace(tmp_path), "--out",
+                                   tmp_path / "run")
+            assert code == 1 and stderr.startswith(f"error: {said}"), stderr
+            assert len(stderr.strip().splitlines()) == 1
 
 
 # asyncio (CPython 3.11) leaves the socket of a failed TLS handshake to the collector: a
