@@ -310,9 +310,12 @@ async def serve(settings: ServeSettings, announce: Callable[[str], Any] = print)
             largest = None
     gateway = settings.gateway(capacity, largest)
     servers = await upstream_facts(settings.upstream)
-    if settings.config.max_model_len is None:
-        settings = replace(settings, config=replace(settings.config,
-                                                    max_model_len=fleet_context(servers)))
+    context = fleet_context(servers)
+    followed = settings.config.capacity_period_s is not None
+    if settings.config.max_model_len is None and followed:
+        # the cap only where a capacity read follows the upstreams: one that restarted with a
+        # larger context would otherwise use more than it reserved
+        settings = replace(settings, config=replace(settings.config, max_model_len=context))
     server = build_server(settings, gateway, servers)
     sock = bind(settings.host, settings.port)
     config = server_config(server.app, drain_timeout_s=settings.drain_timeout_s,
@@ -332,9 +335,12 @@ async def serve(settings: ServeSettings, announce: Callable[[str], Any] = print)
         announce(f"kvbudget serve: a reservation ends at the upstreams' context, max_model_len "
                  f"{settings.config.max_model_len:,} (prompt + max_tokens over it is served "
                  "with its output cut there, as vLLM does, where max_tokens alone is within "
-                 "it; the context as the upstreams tell it"
-                 + (", read again at each capacity read)" if settings.config.capacity_period_s
-                    is not None else ", as at the start: no capacity read follows it)"))
+                 "it; the context as the upstreams tell it, read again at each capacity read)")
+    elif context is not None and not followed:
+        announce(f"kvbudget serve: a reservation is prompt + max_tokens, not cut at the "
+                 f"upstreams' context ({context:,} tokens at the start): with --capacity-tokens "
+                 "no read follows the upstreams, and one restarted with a larger context would "
+                 "use more than it reserved")
     try:
         await runner.serve(sockets=[sock])
     finally:

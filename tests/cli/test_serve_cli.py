@@ -284,3 +284,39 @@ def test_serve_follows_an_upstream_restarted_with_a_larger_context(tmp_path: Pat
         assert [t["server"]["max_model_len"] for t in told] == [1024, 2048]
 
     asyncio.run(main())
+
+
+@pytest.mark.timeout(120)
+def test_serve_with_a_given_capacity_does_not_cut_reservations_at_the_context(
+        tmp_path: Path) -> None:
+    """With ``--capacity-tokens`` no read follows the upstreams, so a context cap could not
+    follow one restarted with a larger context (it would use more than it reserved): the
+    reservation stays prompt + max_tokens, and a line says why."""
+    async def main() -> None:
+        fake = FakeUpstream(max_model_len=1024)
+        fake.release.set()
+        async with serving(fake.app()) as up:
+            proc = await _serve_process(tmp_path, up, "--count-tokens", "upstream",
+                                        "--capacity-tokens", "100000", "--out",
+                                        str(tmp_path / "runs"))
+            try:
+                assert proc.stderr is not None
+                err = _Lines(proc.stderr)
+                url = (await err.wait_for(r"listening on (http://127\.0\.0\.1:\d+)")).group(1)
+                await err.wait_for(r"not cut at the upstreams' context \(1,024 tokens at the "
+                                   r"start\): with --capacity-tokens no read follows")
+                body = {"model": "fake", "prompt": " ".join(["word"] * 99), "max_tokens": 1500}
+                async with httpx.AsyncClient(timeout=BOUND_S) as client:
+                    assert (await client.post(url + "/v1/completions",
+                                              json=body)).status_code == 200
+                proc.send_signal(signal.SIGTERM)
+                async with asyncio.timeout(BOUND_S):
+                    assert await proc.wait() == 0
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+        run = read_run(tmp_path / "runs" / "run-0001")
+        assert list(run.records["reserved_tokens"]) == [1600]
+
+    asyncio.run(main())
