@@ -24,7 +24,9 @@ import numpy as np
 
 from kvbudget.analysis import plots
 from kvbudget.analysis import tables as analysis
+from kvbudget.results.recording import read_replay_meta
 from kvbudget.results.run_result import RunResult, read_run
+from kvbudget.workloads.errors import TraceError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -114,6 +116,20 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, caption: st
     return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>"
 
 
+def served_model(run_dir: Path) -> str:
+    """The model a replay's or ``kvbudget serve``'s server said it loaded (``replay.json``'s
+    ``server``, or its upstreams' ``servers`` where all said one), as ``"served: NAME"``; a
+    simulated run names its model in its summary. ``–`` where nothing said one."""
+    try:
+        meta = read_replay_meta(run_dir / "replay.json")
+    except (TraceError, OSError):
+        return "–"
+    told = [meta["server"]] if isinstance(meta.get("server"), dict) else list(
+        meta.get("servers") or [])
+    names = {str(t.get("model_root") or t.get("model") or "") for t in told}
+    return f"served: {names.pop()}" if len(names) == 1 and "" not in names else "–"
+
+
 def _runs_table(runs: Mapping[str, RunResult], dirs: Sequence[Path]) -> str:
     rows = []
     for (label, run), d in zip(runs.items(), dirs, strict=True):
@@ -126,7 +142,7 @@ def _runs_table(runs: Mapping[str, RunResult], dirs: Sequence[Path]) -> str:
                 str(s.get("policy", "")),
                 _params(s.get("policy_params")),
                 str(s.get("gpu", "–")),
-                str(s.get("model", "–")),
+                str(s.get("model") or served_model(d)),
                 str(workload.get("name", "–")) if workload else "–",
                 _fmt(len(run.records)),
                 _fmt(s.get("duration_s"), kind="s"),

@@ -5,6 +5,7 @@ image loaded (when Chromium is installed)."""
 from __future__ import annotations
 
 import base64
+import json
 import re
 import shutil
 import struct
@@ -272,3 +273,21 @@ def test_the_report_says_what_a_run_warned_of(tmp_path: Path) -> None:
     said = (tmp_path / "r" / REPORT_FILE).read_text().split(
         "What the inputs did not say and the runs assumed:")[1].split("</ul>")[0]
     assert "<li>warning: engine.speculative_config.model: draft model" in said
+
+
+def test_a_live_runs_model_is_the_one_its_server_said(two_runs: list[Path],
+                                                       tmp_path: Path) -> None:
+    """A replay's or serve's run directory has no simulated model in its summary: the Runs
+    table showed '–' though replay.json names what the server loaded; it now shows that."""
+    live = tmp_path / "live"
+    shutil.copytree(two_runs[0], live)
+    summary = json.loads((live / "summary.json").read_text())
+    summary.pop("model", None)
+    (live / "summary.json").write_text(json.dumps(summary))
+    (live / "replay.json").write_text(json.dumps({"executor": "serve", "server": {
+        "model": "llama", "model_root": "meta-llama/Llama-3.1-8B-Instruct"}}))
+    out = tmp_path / "report"
+    result = CliRunner().invoke(app, ["report", str(live), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    runs = (out / REPORT_FILE).read_text().split("</table>")[0]
+    assert "<td>served: meta-llama/Llama-3.1-8B-Instruct</td>" in runs
