@@ -327,6 +327,41 @@ def serve_fleet(meta: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _run_config(meta: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    """A run directory's settings: its ``replay.json`` (``meta``) over its ``summary.json``,
+    what its server said of itself (:func:`server_config`) and, for serve, its fleet."""
+    config: dict[str, Any] = {}
+    for key in ("policy", "policy_params"):
+        if key in meta:
+            config[key] = meta[key]
+        elif key in summary:
+            config[key] = summary[key]
+    described = config.get("policy")
+    if isinstance(described, dict) and isinstance(described.get("name"), str):
+        # kvbudget serve keeps its policy as the policy describes itself, name and parameters
+        config["policy"], config["policy_params"] = described["name"], described
+    if meta.get("executor") == "serve" or meta.get("kv_capacity_given") is True:
+        # its budget is the gateway's (--capacity-tokens, or all the upstreams' KV summed),
+        # never one engine's KV: the reader of the settings takes no blocks from it
+        config["executor"] = str(meta.get("executor") or "replay")
+        config["kv_capacity_given"] = meta.get("kv_capacity_given") is True
+        if "kv_capacity_tokens" not in meta and isinstance(summary.get("kv_capacity_tokens"),
+                                                           int):
+            config["kv_capacity_tokens"] = summary["kv_capacity_tokens"]  # at the end
+    for key in ("gpu", "model", "num_gpu_blocks", "block_size"):
+        if key in summary:
+            config[key] = summary[key]
+    knobs = summary.get("engine_knobs")  # the simulated run's engine, as it ran
+    for key in RUN_ENGINE_KNOBS:
+        if isinstance(knobs, dict) and knobs.get(key) is not None:
+            config[key] = knobs[key]
+    if "kv_capacity_tokens" in meta:
+        config["kv_capacity_tokens"] = int(meta["kv_capacity_tokens"])
+    config.update(server_config(meta.get("server") or {}, config))
+    config.update(serve_fleet(meta, config))
+    return config
+
+
 def read_run_dir(path: Path, default_tier: str) -> Recording:
     """Read a ``kvbudget replay`` (or ``simulate --out``) run directory."""
     try:
@@ -365,36 +400,7 @@ def read_run_dir(path: Path, default_tier: str) -> Recording:
     status = ["completed" if c else (str(s) + (f" ({r})" if r else ""))
               for c, s, r in zip(completed, rec["status"].astype(str), rec["reason"].astype(str),
                                  strict=True)]
-    summary = run.summary
-    config: dict[str, Any] = {}
-    for key in ("policy", "policy_params"):
-        if key in meta:
-            config[key] = meta[key]
-        elif key in summary:
-            config[key] = summary[key]
-    described = config.get("policy")
-    if isinstance(described, dict) and isinstance(described.get("name"), str):
-        # kvbudget serve keeps its policy as the policy describes itself, name and parameters
-        config["policy"], config["policy_params"] = described["name"], described
-    if meta.get("executor") == "serve" or meta.get("kv_capacity_given") is True:
-        # its budget is the gateway's (--capacity-tokens, or all the upstreams' KV summed),
-        # never one engine's KV: the reader of the settings takes no blocks from it
-        config["executor"] = str(meta.get("executor") or "replay")
-        config["kv_capacity_given"] = meta.get("kv_capacity_given") is True
-        if "kv_capacity_tokens" not in meta and isinstance(summary.get("kv_capacity_tokens"),
-                                                           int):
-            config["kv_capacity_tokens"] = summary["kv_capacity_tokens"]  # at the end
-    for key in ("gpu", "model", "num_gpu_blocks", "block_size"):
-        if key in summary:
-            config[key] = summary[key]
-    knobs = summary.get("engine_knobs")  # the simulated run's engine, as it ran
-    for key in RUN_ENGINE_KNOBS:
-        if isinstance(knobs, dict) and knobs.get(key) is not None:
-            config[key] = knobs[key]
-    if "kv_capacity_tokens" in meta:
-        config["kv_capacity_tokens"] = int(meta["kv_capacity_tokens"])
-    config.update(server_config(meta.get("server") or {}, config))
-    config.update(serve_fleet(meta, config))
+    config = _run_config(meta, run.summary)
     counts = {"num_rows_read": n}
     # a replay against an engine that refuses a prompt + max_tokens over the context: those
     # rows are offered again (with their declared maximum), and vLLM's rules would serve them
