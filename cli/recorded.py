@@ -198,7 +198,7 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
     recorded = _recorded_engine(cfg, given) + [
         f"fleet.{k}={json.dumps(cfg[k])}" for k in ("num_replicas", "router")
         if k in cfg and not any(o.startswith(f"fleet.{k}=") for o in overrides or [])]
-    dp_router, dp_said = _data_parallel(cfg, overrides or [])
+    dp_router, dp_said = _data_parallel(cfg, recorded, overrides or [])
     model, model_from = _recorded_model(recording, model, scenario)
     gpu, gpu_from = _recorded_gpu(recording, gpu, scenario)
     flags = [f"engine.{k}={json.dumps(v)}" for k, v in (engine or {}).items() if v is not None]
@@ -248,17 +248,20 @@ router counts requests; least outstanding tokens (per token of KV, the replicas 
 nearest, and round robin, blind to requests finishing, is further."""
 
 
-def _data_parallel(cfg: dict[str, Any], overrides: list[str]) -> tuple[list[str], str]:
+def _data_parallel(cfg: dict[str, Any], recorded: list[str],
+                   overrides: list[str]) -> tuple[list[str], str]:
     """A data-parallel server's fleet (``data_parallel_size``, read by
     :func:`kvbudget.results.recorded_records.server_config`): the ``--set`` item of the router
     assumed where the recording tells none (:data:`DP_ROUTER`), and the settings line's
-    clause saying how its engines are simulated, or ``([], "")``."""
+    clause saying how its engines are simulated (``recorded``: the settings taken from the
+    recording), or ``([], "")``."""
     engines = cfg.get("data_parallel_size")
     if not isinstance(engines, int) or engines < 2 or any(
             o.startswith("fleet.num_replicas=") for o in overrides):
         return [], ""
     blocks = (" each with its own num_gpu_blocks (an equal share of the blocks its /metrics "
-              "told: vLLM tells only their sum)" if "num_gpu_blocks" in cfg else "")
+              "told: vLLM tells only their sum)"
+              if any(r.startswith("engine.num_gpu_blocks=") for r in recorded) else "")
     if "router" in cfg:  # kvbudget serve over upstreams of several engines each
         return [], (f"; ASSUMED: each upstream ran {engines} data-parallel engines, simulated "
                     f"as {cfg['num_replicas']} replicas{blocks} all behind the gateway's router "

@@ -407,6 +407,12 @@ def test_a_data_parallel_server_is_simulated_as_a_fleet_of_its_engines(tmp_path:
                           "H100", "--set", "fleet.router=round_robin")
     assert code == 0, err
     assert "2 replicas (round_robin)" in out and "ASSUMED: vLLM sends" not in err
+    # blocks given are each replica's, and not said as the recording's share
+    code, out, err = _run("validate", "--records", run, "--out", tmp_path / "v3", "--gpu",
+                          "H100", "--num-gpu-blocks", "1000")
+    assert code == 0, err
+    assert "2 replicas (least_tokens): num_gpu_blocks=1000" in out
+    assert "simulated as 2 replicas, fleet.router=least_tokens (ASSUMED" in err
 
 
 def test_data_parallel_engines_of_different_blocks_exit_2(tmp_path: Path) -> None:
