@@ -198,10 +198,12 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
     recorded = _recorded_engine(cfg, given) + [
         f"fleet.{k}={json.dumps(cfg[k])}" for k in ("num_replicas", "router")
         if k in cfg and not any(o.startswith(f"fleet.{k}=") for o in overrides or [])]
+    dp_router, dp_said = _data_parallel(cfg, recorded, overrides or [])
     model, model_from = _recorded_model(recording, model, scenario)
     gpu, gpu_from = _recorded_gpu(recording, gpu, scenario)
     flags = [f"engine.{k}={json.dumps(v)}" for k, v in (engine or {}).items() if v is not None]
-    scn = build_scenario(scenario=scenario, overrides=[*recorded, *(overrides or []), *flags],
+    scn = build_scenario(scenario=scenario,
+                         overrides=[*recorded, *dp_router, *(overrides or []), *flags],
                          gpu=gpu, model=model, cost_model=cost_model,
                          num_gpu_blocks=num_gpu_blocks, block_size=block_size,
                          max_num_seqs=max_num_seqs,
@@ -229,10 +231,51 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
                + tp_said + _weights_said(recording, config.model)
                + _engine_said(given, recorded, scenario)
                + (f"; from the recording: {', '.join(r.removeprefix('engine.') for r in recorded)}"
-                  if recorded else "")
+                  if recorded else "") + dp_said
                + ("; --max-output " + str(max_output) + " declared where the file has no "
                   "max_tokens" if max_output is not None else ""), err=True)
     return RecordedSetup(recording, config, name, values, seed)
+
+
+DP_ROUTER = "least_tokens"
+"""The fleet router a data-parallel vLLM's recording is simulated behind (the recording does
+not tell one): vLLM 0.32.0's front end sends each request to the engine of least
+``max(this front end's requests in flight there, waiting + running)`` (waiting ones weighed
+up when that engine's KV is over half used), ties in turn (``vllm/v1/engine/core_client.py``
+``DPLBAsyncMPClient.get_core_engine_for_request``; waiting and running as the DP coordinator,
+``vllm/v1/engine/coordinator.py``, publishes them): least outstanding requests. No fleet
+router counts requests; least outstanding tokens (per token of KV, the replicas equal) is the
+nearest, and round robin, blind to requests finishing, is further."""
+
+
+def _data_parallel(cfg: dict[str, Any], recorded: list[str],
+                   overrides: list[str]) -> tuple[list[str], str]:
+    """A data-parallel server's fleet (``data_parallel_size``, read by
+    :func:`kvbudget.results.recorded_records.server_config`): the ``--set`` item of the router
+    assumed where the recording tells none (:data:`DP_ROUTER`), and the settings line's
+    clause saying how its engines are simulated (``recorded``: the settings taken from the
+    recording), or ``([], "")``."""
+    engines = cfg.get("data_parallel_size")
+    if not isinstance(engines, int) or engines < 2 or any(
+            o.startswith("fleet.num_replicas=") for o in overrides):
+        return [], ""
+    blocks = (" each with its own num_gpu_blocks (an equal share of the blocks its /metrics "
+              "told: vLLM tells only their sum)"
+              if any(r.startswith("engine.num_gpu_blocks=") for r in recorded) else "")
+    if "router" in cfg:  # kvbudget serve over upstreams of several engines each
+        return [], (f"; ASSUMED: each upstream ran {engines} data-parallel engines, simulated "
+                    f"as {cfg['num_replicas']} replicas{blocks} all behind the gateway's router "
+                    f"{cfg['router']} (vLLM's balancing over each upstream's engines is not "
+                    "simulated)")
+    said = (f"; {engines} data-parallel engines (vllm --data-parallel-size {engines}) "
+            f"simulated as {engines} replicas{blocks}")
+    if any(o.startswith("fleet.router=") for o in overrides):
+        return [], said
+    return [f"fleet.router={json.dumps(DP_ROUTER)}"], (
+        f"{said}, fleet.router={DP_ROUTER} (ASSUMED: vLLM sends a request to the engine with "
+        "the fewest requests in flight, waiting + running, vllm/v1/engine/core_client.py "
+        "DPLBAsyncMPClient.get_core_engine_for_request; no fleet router counts requests, the "
+        "nearest counts their tokens; pass --set fleet.router=NAME)")
 
 
 def _engine_said(given: dict[str, Any], recorded: list[str], scenario: Path | None) -> str:

@@ -36,6 +36,9 @@ class ServerInfo:
     enable_prefix_caching: bool | None = None
     kv_cache_dtype: str | None = None
     num_engines: int = 1
+    num_gpu_blocks_by_engine: tuple[int, ...] = ()
+    """Each data-parallel engine's ``cache_config_info`` figure (see
+    :attr:`~kvbudget.live.server_metrics.EngineSnapshot.num_gpu_blocks_by_engine`)."""
 
     def facts(self) -> dict[str, Any]:
         """What the server said of itself, as a run directory records it (``replay.json``'s
@@ -46,7 +49,9 @@ class ServerInfo:
             "max_model_len": self.max_model_len, "num_gpu_blocks": self.num_gpu_blocks,
             "block_size": self.block_size, "enable_prefix_caching": self.enable_prefix_caching,
             "kv_cache_dtype": self.kv_cache_dtype,
-            "num_engines": self.num_engines if self.num_gpu_blocks is not None else None}
+            "num_engines": self.num_engines if self.num_gpu_blocks is not None else None,
+            "num_gpu_blocks_by_engine": list(self.num_gpu_blocks_by_engine)
+            if self.num_gpu_blocks is not None and self.num_gpu_blocks_by_engine else None}
         return {k: v for k, v in told.items() if v is not None and v != ""}
 
 
@@ -171,6 +176,7 @@ def server_info(model: str, max_model_len: int | None, root: str | None,
         enable_prefix_caching=None if snap is None else snap.enable_prefix_caching,
         kv_cache_dtype=None if snap is None else snap.kv_cache_dtype,
         num_engines=1 if snap is None else snap.num_engines,
+        num_gpu_blocks_by_engine=() if snap is None else snap.num_gpu_blocks_by_engine,
     )
 
 

@@ -128,6 +128,11 @@ class EngineSnapshot:
     """vLLM's ``cache_config_info`` label of that name (None where the page has none)."""
     kv_cache_dtype: str | None = None
     """vLLM's ``--kv-cache-dtype`` as its ``cache_config_info`` tells it (label ``cache_dtype``)."""
+    num_gpu_blocks_by_engine: tuple[int, ...] = ()
+    """The ``num_gpu_blocks`` each engine's ``cache_config_info`` series tells, in the page's
+    order, where there are several (a data-parallel server; () for one engine): equal on a vLLM
+    0.32.0 page (each the front end's sum, see :func:`_all_engines_blocks`), so figures that
+    differ say the engines hold different blocks."""
 
     @property
     def usable_blocks(self) -> int | None:
@@ -194,6 +199,7 @@ def snapshot(text: str) -> EngineSnapshot:
     engines = 1
     caching: bool | None = None
     cache_dtype: str | None = None
+    by_engine: tuple[int, ...] = ()
     info = metrics.get("vllm:cache_config_info")
     if info:
         labels = info[0][0]
@@ -202,9 +208,11 @@ def snapshot(text: str) -> EngineSnapshot:
         num = [_int_label(labels, "num_gpu_blocks") for labels, _ in info]
         sizes = [_int_label(labels, "block_size") for labels, _ in info]
         if all(n is not None for n in num) and sizes and sizes[0] is not None:
-            blocks = _all_engines_blocks([n for n in num if n is not None])
+            known = [n for n in num if n is not None]
+            blocks = _all_engines_blocks(known)
             block_size = sizes[0]
             engines = len(num)
+            by_engine = tuple(known) if engines > 1 else ()
 
     def as_int(x: float | None) -> int | None:
         """A count: finite, >= 0 and within MAX_COUNT (a negative or absurd one is ignored)."""
@@ -221,4 +229,5 @@ def snapshot(text: str) -> EngineSnapshot:
         num_engines=engines,
         enable_prefix_caching=caching,
         kv_cache_dtype=cache_dtype,
+        num_gpu_blocks_by_engine=by_engine,
     )

@@ -282,17 +282,51 @@ of it must keep (its KV blocks are ``num_gpu_blocks``): a TP4 run replayed at TP
 server."""
 
 
-def server_config(server: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+def _engine_blocks(server: dict[str, Any], where: tuple[Path, str]) -> int | None:
+    """Each engine's KV blocks (vLLM v1's null block included) from what a server told of
+    itself (``replay.json``'s ``server``); None where it did not tell them. A data-parallel
+    vLLM 0.32.0 tells, on each engine's ``cache_config_info``, the front end's sum over its
+    engines (``vllm/v1/engine/core_client.py`` ``_apply_ready_response``: "Sum num_gpu_blocks
+    from all engines in DP case"; recorded as ``num_gpu_blocks``): each engine holds an equal
+    share of it, the only split its page allows. Engines whose figures differ
+    (``num_gpu_blocks_by_engine``), or a sum no equal share makes, held different blocks: a
+    :class:`TraceError` naming the field (``where``: the file and the server's key), never one
+    engine's figure for all."""
+    blocks, engines = server.get("num_gpu_blocks"), int(server.get("num_engines", 1))
+    if blocks is None or "block_size" not in server:
+        return None
+    path, key = where
+    if engines == 1:
+        return int(blocks)
+    figures = server.get("num_gpu_blocks_by_engine")
+    if figures is not None and (len(figures) != engines or len(set(figures)) > 1):
+        raise TraceError(path, f"the server's {engines} data-parallel engines told different "
+                         f"KV blocks ({', '.join(map(str, figures))}): each would be a replica "
+                         "of its own size, and kvbudget does not pick one engine's for all",
+                         field=f"{key}.num_gpu_blocks_by_engine")
+    if blocks % engines:
+        raise TraceError(path, f"{blocks} blocks over the server's {engines} data-parallel "
+                         "engines (num_engines) is no equal share: its engines held different "
+                         "blocks, and kvbudget does not pick one engine's for all",
+                         field=f"{key}.num_gpu_blocks")
+    return int(blocks) // engines
+
+
+def server_config(server: dict[str, Any], config: dict[str, Any],
+                  where: tuple[Path, str]) -> dict[str, Any]:
     """What a replay's server told of itself (``replay.json``'s ``server``, checked by
-    :func:`~kvbudget.results.recording.read_replay_meta`) as the recording's settings, where
-    ``config`` (the run's own) does not already say them:
+    :func:`~kvbudget.results.recording.read_replay_meta`; ``where``: that file and key) as the
+    recording's settings, where ``config`` (the run's own) does not already say them:
 
     * ``model``: what the server loaded (``model_root``), else the name it served
       (``served_model`` too when the two differ: an alias may be the one a preset matches);
-    * ``num_gpu_blocks``: the blocks it can allocate, ``num_gpu_blocks`` less vLLM v1's one null
-      block (``vllm/v1/core/block_pool.py``: never allocated; the simulator has none), and
-      ``block_size``; only for one engine (a data-parallel server's engines each hold their
-      own blocks: its ``kv_capacity_tokens`` stands for them, as before);
+    * ``num_gpu_blocks``: the blocks an engine can allocate, its blocks (:func:`_engine_blocks`)
+      less vLLM v1's one null block (``vllm/v1/core/block_pool.py``: never allocated; the
+      simulator has none), and ``block_size``;
+    * a data-parallel server (``--data-parallel-size N``: ``num_engines`` N) as a fleet of N
+      replicas of that engine (``num_replicas``; ``data_parallel_size`` N): each engine
+      schedules its own batch over its own blocks, which one engine with N times the blocks
+      does not; the router is the reader's to choose (the recording does not tell it);
     * ``enable_prefix_caching``, ``max_model_len``, ``kv_cache_dtype`` as it ran."""
     out: dict[str, Any] = {}
     root, served = server.get("model_root"), server.get("model")
@@ -300,22 +334,25 @@ def server_config(server: dict[str, Any], config: dict[str, Any]) -> dict[str, A
         out["model"] = root or served
         if root and served and served != root:
             out["served_model"] = served
-    blocks, engines = server.get("num_gpu_blocks"), server.get("num_engines", 1)
-    if blocks is not None and engines == 1 and blocks > 1 and "block_size" in server and \
-            "num_gpu_blocks" not in config:
+    blocks = _engine_blocks(server, where)
+    if blocks is not None and blocks > 1 and "num_gpu_blocks" not in config:
         out["num_gpu_blocks"] = blocks - 1
         out["block_size"] = server["block_size"]
+    engines = int(server.get("num_engines", 1))
+    if engines > 1 and "num_replicas" not in config:
+        out["num_replicas"] = out["data_parallel_size"] = engines
     for key in ("enable_prefix_caching", "max_model_len", "kv_cache_dtype"):
         if key in server and key not in config:
             out[key] = server[key]
     return out
 
 
-def serve_fleet(meta: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+def serve_fleet(meta: dict[str, Any], config: dict[str, Any], path: Path) -> dict[str, Any]:
     """A ``kvbudget serve`` directory of several upstreams as the recording's settings: a fleet
     of that many replicas behind the gateway's router (``num_replicas``, ``router``), each
     the server its upstreams said they were where they all said the same (else none of it:
-    the settings line then says the engine as assumed)."""
+    the settings line then says the engine as assumed). Upstreams of N data-parallel engines
+    each make N replicas each, all behind the gateway's router (``data_parallel_size`` N)."""
     upstreams = meta.get("upstreams")
     if meta.get("executor") != "serve" or not isinstance(upstreams, list) or len(upstreams) < 2:
         return {}
@@ -323,11 +360,13 @@ def serve_fleet(meta: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
                            "router": str(meta.get("router") or "round_robin")}
     servers = meta.get("servers") or []
     if len(servers) == len(upstreams) and servers[0] and all(s == servers[0] for s in servers):
-        out.update(server_config(servers[0], config))
+        told = server_config(servers[0], config, (path, "servers[0]"))
+        out["num_replicas"] = len(upstreams) * told.pop("num_replicas", 1)
+        out.update(told)
     return out
 
 
-def _run_config(meta: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+def _run_config(meta: dict[str, Any], summary: dict[str, Any], path: Path) -> dict[str, Any]:
     """A run directory's settings: its ``replay.json`` (``meta``) over its ``summary.json``,
     what its server said of itself (:func:`server_config`) and, for serve, its fleet."""
     config: dict[str, Any] = {}
@@ -357,8 +396,8 @@ def _run_config(meta: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]
             config[key] = knobs[key]
     if "kv_capacity_tokens" in meta:
         config["kv_capacity_tokens"] = int(meta["kv_capacity_tokens"])
-    config.update(server_config(meta.get("server") or {}, config))
-    config.update(serve_fleet(meta, config))
+    config.update(server_config(meta.get("server") or {}, config, (path, "server")))
+    config.update(serve_fleet(meta, config, path))
     return config
 
 
@@ -400,7 +439,7 @@ def read_run_dir(path: Path, default_tier: str) -> Recording:
     status = ["completed" if c else (str(s) + (f" ({r})" if r else ""))
               for c, s, r in zip(completed, rec["status"].astype(str), rec["reason"].astype(str),
                                  strict=True)]
-    config = _run_config(meta, run.summary)
+    config = _run_config(meta, run.summary, meta_path)
     counts = {"num_rows_read": n}
     # a replay against an engine that refuses a prompt + max_tokens over the context: those
     # rows are offered again (with their declared maximum), and vLLM's rules would serve them

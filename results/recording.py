@@ -324,10 +324,11 @@ def read_replay_meta(path: Path) -> dict[str, Any]:
 
 SERVER_FACTS: dict[str, type] = {
     "model": str, "model_root": str, "max_model_len": int, "num_gpu_blocks": int,
-    "block_size": int, "enable_prefix_caching": bool, "kv_cache_dtype": str, "num_engines": int}
+    "block_size": int, "enable_prefix_caching": bool, "kv_cache_dtype": str, "num_engines": int,
+    "num_gpu_blocks_by_engine": list}
 """What a replay's ``replay.json`` ``server`` may say of the server it ran against (its
 ``/v1/models`` and ``/metrics``: :meth:`kvbudget.live.server.ServerInfo.facts`), and each
-one's type; counts are whole numbers of at least 1."""
+one's type; counts are whole numbers of at least 1 (a list: of such counts)."""
 
 
 def _check_server(path: Path, server: Any, where: str) -> None:
@@ -339,8 +340,10 @@ def _check_server(path: Path, server: Any, where: str) -> None:
         kind = SERVER_FACTS.get(key)
         if kind is None:
             continue  # a later kvbudget's fact: not read here
-        bad = not isinstance(value, kind) or (
-            kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 1))
+        counts = value if kind is list and isinstance(value, list) else [value]
+        bad = not isinstance(value, kind) or (kind in (int, list) and not all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in counts))
         if bad:
-            want = {int: "a whole number >= 1", bool: "true or false", str: "a string"}[kind]
+            want = {int: "a whole number >= 1", bool: "true or false", str: "a string",
+                    list: "a list of whole numbers >= 1"}[kind]
             raise TraceError(path, f"must be {want}, got {value!r}"[:200], field=f"{where}.{key}")

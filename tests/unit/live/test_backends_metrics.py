@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from kvbudget.live.server import server_info
 from kvbudget.live.server_metrics import EngineSnapshot, parse_prometheus, snapshot
 
 # trimmed from a vLLM 0.32.0 CPU server started with --num-gpu-blocks-override 10
@@ -58,6 +61,28 @@ def test_two_engines_add_up() -> None:
     differ = snapshot(text.replace('engine="1",num_gpu_blocks="202"',
                                    'engine="1",num_gpu_blocks="102"'))
     assert differ.num_gpu_blocks == 304 and differ.kv_capacity_tokens == 302 * 16
+    # each engine's figure is kept, for a reader to see that they differ
+    assert snap.num_gpu_blocks_by_engine == (202, 202)
+    assert differ.num_gpu_blocks_by_engine == (202, 102)
+    assert snapshot(VLLM).num_gpu_blocks_by_engine == ()
+
+
+DP2 = Path(__file__).parents[2] / "fixtures" / "metrics" / "vllm-0.32.0-cpu-dp2.prom"
+
+
+def test_a_real_data_parallel_page_tells_the_sum_on_each_engine() -> None:
+    """A vLLM 0.32.0 of 2 data-parallel engines of 4096 blocks each (its log: "CPU KV cache
+    size: 524,288 tokens" per engine) tells 8192, their sum, on each engine's series: read as
+    8192 blocks over 2 engines, each engine's figure kept for a run directory's ``server``."""
+    snap = snapshot(DP2.read_text())
+    assert (snap.num_engines, snap.num_gpu_blocks, snap.block_size) == (2, 8192, 128)
+    assert snap.num_gpu_blocks_by_engine == (8192, 8192)
+    assert snap.kv_capacity_tokens == (8192 - 2) * 128
+    assert snap.num_running == 3 and snap.num_waiting == 0
+    facts = server_info("tiny", 1024, None, snap).facts()
+    assert facts["num_engines"] == 2 and facts["num_gpu_blocks_by_engine"] == [8192, 8192]
+    assert "num_gpu_blocks_by_engine" not in server_info("tiny", 1024, None,
+                                                         snapshot(VLLM)).facts()
 
 
 def test_older_vllm_and_other_servers() -> None:

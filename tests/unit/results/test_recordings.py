@@ -5,6 +5,7 @@ the command line); noisy recordings are counted, not fatal."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -449,12 +450,33 @@ def test_what_the_replayed_server_said_is_the_recordings_setting(tmp_path: Path)
     assert (config["num_gpu_blocks"], config["block_size"]) == (2000, 16)
     assert config["enable_prefix_caching"] is False and config["max_model_len"] == 8192
     assert config["kv_cache_dtype"] == "auto"
-    # a data-parallel server's engines hold their blocks apart: its capacity stands for them
+    # a data-parallel server's engines hold their blocks apart, each a replica of its own
+    # (vLLM 0.32.0 tells their sum on each engine's series: 4002 is 2001 each, 2000 usable)
     two = _replay_dir(tmp_path / "dp", {"kv_capacity_tokens": 64000,
                                         "server": {**SERVER, "num_gpu_blocks": 4002,
-                                                   "num_engines": 2}})
+                                                   "num_engines": 2,
+                                                   "num_gpu_blocks_by_engine": [4002, 4002]}})
     config = read_recording(two).config
-    assert "num_gpu_blocks" not in config and config["kv_capacity_tokens"] == 64000
+    assert (config["num_gpu_blocks"], config["block_size"]) == (2000, 16)
+    assert config["num_replicas"] == config["data_parallel_size"] == 2
+    assert config["kv_capacity_tokens"] == 64000 and "router" not in config
+
+
+@pytest.mark.parametrize("told,field", [
+    ({"num_gpu_blocks": 4003}, "server.num_gpu_blocks"),
+    ({"num_gpu_blocks_by_engine": [4002, 2002]}, "server.num_gpu_blocks_by_engine"),
+    ({"num_gpu_blocks_by_engine": [4002]}, "server.num_gpu_blocks_by_engine"),
+    ({"num_gpu_blocks_by_engine": [4002, 0]}, "server.num_gpu_blocks_by_engine"),
+])
+def test_data_parallel_engines_that_disagree_are_refused(tmp_path: Path, told: dict[str, Any],
+                                                         field: str) -> None:
+    """Engines of different blocks (figures that differ, or a sum no equal share makes) are
+    refused, naming the file and field, not simulated at one engine's (or their mean)."""
+    server = {**SERVER, "num_gpu_blocks": 4002, "num_engines": 2, **told}
+    run = _replay_dir(tmp_path, {"server": server})
+    with pytest.raises(TraceError, match=re.escape(f"field '{field}'")) as err:
+        read_recording(run)
+    assert str(err.value).startswith(str(run / "replay.json")) and "\n" not in str(err.value)
 
 
 def test_a_serve_run_directory_keeps_its_policy_and_budget(tmp_path: Path) -> None:

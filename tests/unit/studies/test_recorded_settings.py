@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 import kvbudget.perf
 from kvbudget.cli.main import app
+from kvbudget.cli.recorded import recorded_setup
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model, resolve_model_name
 from kvbudget.results.recordings import read_recording
@@ -367,3 +368,90 @@ def test_a_replay_s_given_capacity_is_no_engine_s_kv(tmp_path: Path) -> None:
         assert code == 0, err
         assert ("from the recording: num_gpu_blocks=2000" in err) == blocks, err
         assert ("num_gpu_blocks, enable_prefix_caching (ASSUMED" in err) == (not blocks), err
+
+
+DP2 = (Path(__file__).parents[2] / "fixtures" / "recordings" / "handmade"
+       / "kvbudget-replay-vllm-0.32.0-dp2.json")
+"""Hand-made: the replay.json of a kvbudget replay against ``vllm serve --data-parallel-size
+2`` (vLLM 0.32.0 tells each engine's ``cache_config_info`` the front end's sum over both
+engines, 4002 blocks: 2001 each, one of them vLLM's null block)."""
+
+
+def test_a_data_parallel_server_is_simulated_as_a_fleet_of_its_engines(tmp_path: Path) -> None:
+    """A vLLM of 2 data-parallel engines ran 2 schedulers, each with its own batch and 2001
+    blocks: it was simulated as one engine of 4000 blocks (one batch, its capacity the sum).
+    It is now a fleet of 2 replicas of 2000 usable blocks each, behind the router nearest
+    vLLM's own balancing, said as assumed."""
+    run = _replayed(tmp_path, {})
+    (run / "replay.json").write_text(DP2.read_text())
+    setup = recorded_setup(run, records_format=None, columns=None, tier="default", seed=0,
+                           gpu="H100", model=None, scenario=None, overrides=None,
+                           num_gpu_blocks=None, block_size=None, max_num_seqs=None,
+                           max_num_batched_tokens=None, cost_model=None, policy=None,
+                           params=None)
+    fleet = setup.config.fleet
+    assert fleet is not None and fleet.num_replicas == 2 and fleet.router == "least_tokens"
+    assert setup.config.resolved_num_gpu_blocks() == 2000
+    assert setup.config.engine_for().block_size == 16
+    assert setup.config.gateway_capacity_tokens == 2 * 2000 * 16
+    code, out, err = _run("validate", "--records", run, "--out", tmp_path / "v", "--gpu", "H100")
+    assert code == 0, err
+    assert "num_gpu_blocks=2000, block_size=16" in err and "fleet.num_replicas=2" in err
+    assert ("2 data-parallel engines (vllm --data-parallel-size 2) simulated as 2 replicas "
+            "each with its own num_gpu_blocks") in err
+    assert "fleet.router=least_tokens (ASSUMED: vLLM sends a request to the engine" in err
+    assert "simulated on H100-SXM / Llama-3.1-8B, 2 replicas (least_tokens): " \
+        "num_gpu_blocks=2000 block_size=16" in out
+    # a router given is simulated, not the assumed one
+    code, out, err = _run("validate", "--records", run, "--out", tmp_path / "v2", "--gpu",
+                          "H100", "--set", "fleet.router=round_robin")
+    assert code == 0, err
+    assert "2 replicas (round_robin)" in out and "ASSUMED: vLLM sends" not in err
+    # blocks given are each replica's, and not said as the recording's share
+    code, out, err = _run("validate", "--records", run, "--out", tmp_path / "v3", "--gpu",
+                          "H100", "--num-gpu-blocks", "1000")
+    assert code == 0, err
+    assert "2 replicas (least_tokens): num_gpu_blocks=1000" in out
+    assert "simulated as 2 replicas, fleet.router=least_tokens (ASSUMED" in err
+
+
+def test_data_parallel_engines_of_different_blocks_exit_2(tmp_path: Path) -> None:
+    run = _replayed(tmp_path, {})
+    meta = json.loads(DP2.read_text())
+    meta["server"]["num_gpu_blocks_by_engine"] = [4002, 2002]
+    (run / "replay.json").write_text(json.dumps(meta))
+    code, _, err = _run("validate", "--records", run, "--out", tmp_path / "v", "--gpu", "H100")
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{run / 'replay.json'}: field 'server.num_gpu_blocks_by_engine'" in err
+
+
+def test_a_serve_directory_of_data_parallel_upstreams_is_their_engines(tmp_path: Path) -> None:
+    """Two upstreams of 2 data-parallel engines each: 4 replicas behind the gateway's router,
+    the flattening said as assumed."""
+    server = json.loads(DP2.read_text())["server"]
+    run = _replayed(tmp_path, {})
+    (run / "replay.json").write_text(json.dumps({
+        "executor": "serve", "upstreams": ["http://127.0.0.1:1", "http://127.0.0.1:2"],
+        "router": "round_robin", "policy": {"name": "unlimited"}, "servers": [server] * 2}))
+    code, out, err = _run("validate", "--records", run, "--out", tmp_path / "v", "--gpu", "H100")
+    assert code == 0, err
+    assert 'fleet.num_replicas=4, fleet.router="round_robin"' in err
+    assert "ASSUMED: each upstream ran 2 data-parallel engines, simulated as 4 replicas" in err
+    assert "4 replicas (round_robin): num_gpu_blocks=2000" in out
+
+
+REAL_DP2 = Path(__file__).parents[2] / "fixtures" / "runs" / "kvbudget-replay-vllm-0.32.0-dp2"
+"""A kvbudget replay against a real vLLM 0.32.0 of 2 data-parallel engines of 4096 blocks of
+128 tokens (tests/fixtures/runs/README.md)."""
+
+
+def test_a_real_data_parallel_replay_is_two_replicas_of_one_engine_s_blocks() -> None:
+    setup = recorded_setup(REAL_DP2, records_format=None, columns=None, tier="default", seed=0,
+                           gpu="H100", model="Llama-3.1-8B", scenario=None, overrides=None,
+                           num_gpu_blocks=None, block_size=None, max_num_seqs=None,
+                           max_num_batched_tokens=None, cost_model=None, policy=None,
+                           params=None)
+    fleet = setup.config.fleet
+    assert fleet is not None and (fleet.num_replicas, fleet.router) == (2, "least_tokens")
+    assert setup.config.resolved_num_gpu_blocks() == 4095  # 4096 less the null block
+    assert setup.config.engine_for().block_size == 128
