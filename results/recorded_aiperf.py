@@ -3,7 +3,8 @@
 What the file holds (github.com/ai-dynamo/aiperf, ``docs/tutorials/working-with-profile-
 exports.md`` and ``aiperf/common/models/record_models.py``, ``MetricRecordInfo``): one JSON
 object a line, one per request sent, with ``metadata`` (``request_start_ns``,
-``request_end_ns``: epoch nanoseconds; ``benchmark_phase``: ``warmup`` or ``profiling``;
+``request_end_ns``: epoch nanoseconds; ``credit_issued_ns``, when AIPerf issued the request,
+the due time of a capped phase's; ``benchmark_phase``: ``warmup`` or ``profiling``;
 ``was_cancelled``), ``metrics`` (each ``{"value": ..., "unit": ...}``:
 ``input_sequence_length``, ``output_sequence_length`` (AIPerf's tokenizer's count of the
 text), ``usage_completion_tokens`` (the server's), ``time_to_first_token`` and
@@ -272,6 +273,48 @@ def _capped_due(stage: RecordedStage, pattern: str, sent: FloatArray, end: Float
     return due, replace(stage, send_times=how)
 
 
+def _issued_due(stage: RecordedStage, pattern: str, issued: FloatArray, sent: FloatArray,
+                end: FloatArray, measured: npt.NDArray[np.bool_],
+                notes: list[str]) -> tuple[FloatArray, RecordedStage]:
+    """When each request of a capped stage was due: when AIPerf issued it (its record's
+    ``metadata.credit_issued_ns``; ``issued``, ``sent`` and ``end`` in seconds on one clock).
+
+    AIPerf 0.13.0 stamps a credit's ``issued_at_ns`` as its issuer sends it
+    (``aiperf/credit/issuer.py``, ``_issue_credit_internal``), which a capped phase does only at
+    a tick of its rate that finds one of the C slots free (``try_issue_credit``;
+    ``aiperf/timing/strategies/request_rate.py``, ``execute_phase``), and the worker writes it
+    into the request's record (``aiperf/workers/worker.py``; ``RequestRecord.credit_issued_ns``,
+    "when the credit was issued by the rate limiter"). So the issue times are the ticks AIPerf
+    took, as it took them (its own lateness included): the requests are due then, and the
+    stage's ``tick_pattern`` has the simulation send only at those ticks (past the last, at the
+    schedule's next ones), skipping one that finds every slot busy. The ticks AIPerf skipped
+    are not in the file, so where all C slots were busy a faster simulated server cannot send
+    sooner than the recorded issues: said."""
+    rows = np.flatnonzero(measured)
+    conc, rate = stage.max_concurrency, stage.request_rate
+    assert conc is not None and rate is not None
+    ticked = pattern in ("constant", "poisson")
+    stage = replace(stage, send_times="issued", tick_pattern=pattern if ticked else "")
+    lag_ms = (sent[rows] - issued[rows]) * 1e3 if len(rows) else np.zeros(1)
+    said = (f"AIPerf's records say when it issued each request (metadata.credit_issued_ns: the "
+            f"tick of its {pattern or 'unknown'} {rate:g} req/s schedule that found one of the "
+            f"{conc} concurrency slots free): the requests are due at those times, as AIPerf "
+            "issued them, not at a schedule drawn again; its sends lagged them by "
+            f"{float(np.median(lag_ms)):.1f} ms (median; at most {float(lag_ms.max()):.0f} ms), "
+            "AIPerf's own delay, not simulated")
+    order = rows[np.argsort(issued[rows], kind="stable")]
+    if len(order) and in_flight_after(issued[order], issued, end).max() >= conc:
+        said += (f"; all {conc} slots were busy at times, and the ticks AIPerf skipped then are "
+                 "not in the file: a request is sent no sooner than its recorded issue even "
+                 "where the simulated server frees a slot sooner, so there the simulated "
+                 "throughput cannot exceed the recorded one")
+    if not ticked:
+        said += (f"; the ticks of its {pattern or 'unknown'} schedule are not simulated: a "
+                 "request waiting for a slot goes when one frees, no sooner than its issue")
+    notes.append(said)
+    return issued, stage
+
+
 def _config(path: Path, summary: Mapping[str, Any]) -> dict[str, Any]:
     """What the summary (``path``) says of the run; a run of several models is refused: AIPerf
     sends each request to one of them (``--model a,b``, ``--model-selection-strategy``) and the
@@ -314,7 +357,8 @@ def read_aiperf(path: Path, default_tier: str,
     """Read an AIPerf ``profile_export.jsonl`` (and its summary beside it, when present)."""
     records = json_lines(path)
     n = len(records)
-    prompt, output, start, ttft, e2e, itl, end = (np.full(n, np.nan) for _ in range(7))
+    prompt, output, start, ttft, e2e, itl, end, issued = (np.full(n, np.nan)
+                                                          for _ in range(8))
     status: list[str] = []
     num_later_turns = 0  # requests after the first of their conversation
     cached = np.zeros(n)  # prompt tokens the server read from its prefix cache
@@ -324,6 +368,9 @@ def read_aiperf(path: Path, default_tier: str,
             raise TraceError(path, "not an AIPerf record (no metadata object)", line=line,
                              field="metadata")
         meta = rec["metadata"]
+        credit = meta.get("credit_issued_ns")  # AIPerf 0.13.0: when its issuer sent the credit
+        if isinstance(credit, int) and not isinstance(credit, bool) and credit > 0:
+            issued[i] = credit
         turn = meta.get("turn_index")
         num_later_turns += isinstance(turn, int) and not isinstance(turn, bool) and turn > 0
         metrics = rec.get("metrics") or {}
@@ -366,7 +413,7 @@ def read_aiperf(path: Path, default_tier: str,
         end[i] = t1 if not math.isnan(t1) else t0 + lat * 1e9 if not math.isnan(lat) else math.inf
         status.append(_status(rec, meta))
     rec = _recording(path, records, prompt, output, start, ttft, e2e, itl, status,
-                     from_server, default_tier, max_output_rule, end)
+                     from_server, default_tier, max_output_rule, end, issued)
     rec = _with_cache_note(rec, prompt, cached)
     if num_later_turns and rec.stages[0].label.startswith(FIXED_SCHEDULE):
         rec = replace(rec, notes=(*rec.notes, (
@@ -414,25 +461,45 @@ def _status(rec: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
     return "completed" if phase in (None, "profiling") else str(phase)
 
 
+def _due_times(summary: Mapping[str, Any], stage: RecordedStage, start: FloatArray,
+               end: FloatArray, issued: FloatArray, status: list[str],
+               notes: list[str]) -> tuple[FloatArray, FloatArray, RecordedStage]:
+    """Each request's send and due (arrival) time in seconds on one clock, and the stage as
+    replayed. A capped stage (not a fixed schedule) whose every record carries
+    ``credit_issued_ns`` is due when AIPerf issued it (:func:`_issued_due`), the clock's zero
+    the earliest issue or send; without them its due times are reconstructed
+    (:func:`_capped_due`); any other stage is due at its sends."""
+    capped = stage.load == "capped" and not stage.label.startswith(FIXED_SCHEDULE)
+    measured = np.array([s == "completed" or s.startswith(("error", "cancelled"))
+                         for s in status])
+    if capped and len(issued) and bool(np.isfinite(issued).all()):
+        origin = min(float(np.min(start)), float(np.min(issued)))
+        sent = (start - origin) * 1e-9
+        due, stage = _issued_due(stage, _phase_type(summary), (issued - origin) * 1e-9, sent,
+                                 (end - origin) * 1e-9, measured, notes)
+        return sent, due, stage
+    sent = (start - np.min(start)) * 1e-9
+    if not capped:
+        return sent, sent, stage
+    datasets = dig(summary, "input_config", "datasets")
+    seed = (datasets[0].get("random_seed") if isinstance(datasets, list) and datasets
+            and isinstance(datasets[0], dict) else None)
+    due, stage = _capped_due(
+        stage, _phase_type(summary), sent, (end - np.min(start)) * 1e-9, measured,
+        seed if isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0 else 0,
+        notes)
+    return sent, due, stage
+
+
 def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: Any,
                start: Any, ttft: Any, e2e: Any, itl: Any, status: list[str],
                from_server: npt.NDArray[np.bool_], default_tier: str,
-               max_output_rule: MaxOutputRule | None, end: Any) -> Recording:
+               max_output_rule: MaxOutputRule | None, end: Any, issued: Any) -> Recording:
     summary = _summary(path)
     stage = _stage(_summary_path(path), summary)
     config = _config(_summary_path(path), summary)
-    sent = (start - np.min(start)) * 1e-9
-    arrival: FloatArray = sent
     notes: list[str] = []
-    if stage.load == "capped" and not stage.label.startswith(FIXED_SCHEDULE):
-        datasets = dig(summary, "input_config", "datasets")
-        seed = (datasets[0].get("random_seed") if isinstance(datasets, list) and datasets
-                and isinstance(datasets[0], dict) else None)
-        arrival, stage = _capped_due(
-            stage, _phase_type(summary), sent, (end - np.min(start)) * 1e-9,
-            np.array([s == "completed" or s.startswith(("error", "cancelled")) for s in status]),
-            seed if isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0 else 0,
-            notes)
+    sent, arrival, stage = _due_times(summary, stage, start, end, issued, status, notes)
     recorded = (np.full(len(prompt), float(config["max_tokens"])) if "max_tokens" in config
                 else None)
     failed = np.array([st.startswith("error") or st == "cancelled" for st in status], dtype=bool)
