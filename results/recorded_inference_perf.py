@@ -53,6 +53,36 @@ from kvbudget.workloads.max_output import MaxOutputRule
 FloatArray = npt.NDArray[np.float64]
 
 
+def session_report_refusal(doc: Any) -> str | None:
+    """Why an inference-perf session report is not a recording (None: ``doc`` is none).
+
+    A trace session replay (inference-perf 0.7.0, ``data.type`` ``otel_trace_replay`` or
+    ``weka_trace_replay``) writes session reports beside the request ones
+    (``inference_perf/reportgen/base.py``, ``generate_session_reports``):
+    ``per_session_lifecycle_metrics.json`` (``report.session_lifecycle.per_session``), one
+    ``SessionLifecycleMetric`` a session (``inference_perf/apis/base.py``: ``session_id``,
+    ``stage_id``, ``start_time``, ``end_time``, ``duration_sec``, ``num_events``,
+    ``num_events_completed``, the session's token totals), and ``summary_`` /
+    ``stage_N_session_lifecycle_metrics.json`` (``summarize_sessions``: ``num_sessions``,
+    ``sessions_per_second``, distributions). None holds a request's send time, token counts
+    or latency, so there is nothing to simulate or compare; the requests are in the run's
+    ``per_request_lifecycle_metrics.json``."""
+    row = doc[0] if isinstance(doc, list) and doc and isinstance(doc[0], dict) else None
+    if row is not None and "info" not in row and \
+            {"session_id", "num_events", "start_time", "end_time"} <= set(row):
+        return ("is inference-perf's per_session_lifecycle_metrics.json "
+                "(report.session_lifecycle.per_session): one row per session of its trace "
+                "session replay (start, end, event counts, token totals), no request's send "
+                "time, token counts or latency; pass per_request_lifecycle_metrics.json from the "
+                "same run (report.request_lifecycle.per_request: true in its config)")
+    if isinstance(doc, dict) and "num_sessions" in doc and "sessions_per_second" in doc:
+        return ("is an inference-perf session summary (summary_ or "
+                "stage_N_session_lifecycle_metrics.json): aggregates over sessions only; pass "
+                "per_request_lifecycle_metrics.json from the same run "
+                "(report.request_lifecycle.per_request: true in its config)")
+    return None
+
+
 def _body(req: Mapping[str, Any]) -> dict[str, Any]:
     text = req.get("request")
     if isinstance(text, str):
