@@ -51,6 +51,14 @@ FloatArray = npt.NDArray[np.float64]
 FIXED_SCHEDULE = "fixed schedule"
 """The stage label of a ``--fixed-schedule`` phase (a trace replayed at its timestamps)."""
 
+AGENTIC_REPLAY = "agentic replay"
+"""The stage label of a phase run by AIPerf's ``agentic_replay`` timing (trajectories of a
+trace replayed turn by turn)."""
+
+AGENTIC_SCENARIOS = frozenset({"inferencex-agentx-mvp"})
+"""AIPerf 0.13.0's ``--scenario`` names that lock ``agentic_replay`` timing
+(``aiperf/common/scenario/registry.py``, ``inferencex_agentx_mvp.py``: its one scenario)."""
+
 SUMMARY_NAME = "profile_export_aiperf.json"
 """AIPerf's summary beside the records (``<prefix>_aiperf.json`` with ``--profile-export-
 prefix``)."""
@@ -101,6 +109,11 @@ def _stage(path: Path, summary: Mapping[str, Any]) -> RecordedStage:
                                    else "request_rate"})]
     k, phase = found[0]
     where = f"input_config.phases[{k}]" if k >= 0 else "input_config.loadgen"
+    if _agentic_source(summary, phase, where):
+        lanes = phase.get("concurrency", 1)  # ConcurrencyPhase's default: 1
+        return RecordedStage(f"{AGENTIC_REPLAY}, {lanes} lane{'s' * (lanes != 1)}"
+                             if isinstance(lanes, int) and not isinstance(lanes, bool)
+                             else AGENTIC_REPLAY, "open")
     if phase.get("type") == "fixed_schedule":  # sent at the trace's timestamps
         conc_f = number(phase.get("concurrency"), path, f"{where}.concurrency")
         if math.isnan(conc_f):
@@ -127,6 +140,49 @@ def _stage(path: Path, summary: Mapping[str, Any]) -> RecordedStage:
     if not math.isnan(rate):
         return RecordedStage(f"{rate:g} req/s", "open", rate, None)
     return RecordedStage("", "unknown", None, None)
+
+
+def _agentic_source(summary: Mapping[str, Any], phase: Mapping[str, Any],
+                    where: str) -> str | None:
+    """Where the summary says the profiling phase ran AIPerf's ``agentic_replay`` timing
+    (None: it did not).
+
+    AIPerf 0.13.0 picks a phase's timing strategy from its ``timing_mode`` when set, else from
+    its ``type`` (``aiperf/timing/config.py``, ``_is_agentic_replay``, ``_phase_timing_mode``);
+    a ``--scenario`` that locks ``agentic_replay`` stamps it onto every profiling phase of the
+    default ``concurrency`` shape (``aiperf/common/scenario/validator.py``), and the summary
+    keeps what was set (``metrics_json_exporter.py``: ``input_config`` dumped with
+    ``exclude_unset``): the phase's ``timing_mode``, else the scenario's name."""
+    if phase.get("timing_mode") == "agentic_replay":
+        return f"{where}.timing_mode"
+    scenario = dig(summary, "input_config", "scenario")
+    if scenario in AGENTIC_SCENARIOS and phase.get("type", "concurrency") == "concurrency" \
+            and not phase.get("adaptive_scale"):
+        return f"input_config.scenario {scenario!r}"
+    return None
+
+
+def _agentic_note(label: str, summary: Mapping[str, Any]) -> str | None:
+    """What an ``agentic_replay`` phase sent and how it is replayed (None for another phase).
+
+    AIPerf 0.13.0's ``AgenticReplayStrategy`` (``aiperf/timing/strategies/agentic_replay.py``)
+    runs ``--concurrency`` lanes, each replaying a trajectory of the trace from a sampled
+    instant: a turn goes its recorded delay after the turn before it ended, a subagent's when
+    its parent forks it, and a lane that drains starts the next trajectory. kvbudget simulates
+    no such sessions, so the requests are offered at their recorded sends, and that is said."""
+    if not label.startswith(AGENTIC_REPLAY):
+        return None
+    phases = dig(summary, "input_config", "phases")
+    found = [(k, p) for k, p in enumerate(phases if isinstance(phases, list) else [])
+             if isinstance(p, dict) and p.get("kind", p.get("name")) == "profiling"]
+    source = _agentic_source(summary, found[0][1], f"input_config.phases[{found[0][0]}]") \
+        if found else None
+    return (f"stage '{label}': AIPerf's agentic_replay timing ({source}): each lane replays "
+            "a trajectory of the trace, a turn sent its recorded delay after the turn before "
+            "it ended (a subagent's when its parent forked it), a drained lane starting the "
+            "next trajectory; kvbudget simulates no such sessions: replayed as an open loop at "
+            "AIPerf's recorded sends, so a slower simulated server does not delay the later "
+            "turns as it would have, nor a faster one bring them sooner")
 
 
 def _grace_s(summary: Mapping[str, Any]) -> float:
@@ -544,7 +600,8 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
         grace_s=stage.grace_s if stage.time_limit_end_s is not None else None)
     if said:
         notes.append(said)
-    scheduled = _fixed_schedule_note(stage.label, summary, num_measured)
+    scheduled = (_fixed_schedule_note(stage.label, summary, num_measured)
+                 or _agentic_note(stage.label, summary))
     if scheduled:
         notes.append(scheduled)
     if not summary:
