@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -18,6 +19,7 @@ from kvbudget.results.recordings import detect_recording_format, read_recording
 from kvbudget.workloads.errors import TraceError
 
 HANDMADE = Path(__file__).resolve().parents[2] / "fixtures" / "recordings" / "handmade"
+FIXTURES_IP = HANDMADE.parent / "inference-perf-0.7.0"
 PER_SESSION = HANDMADE / "inference-perf-0.7.0-per_session_lifecycle_metrics-handmade.json"
 
 
@@ -59,3 +61,42 @@ def test_validate_refuses_a_per_session_report_in_one_line() -> None:
     lines = [line for line in res.output.splitlines() if line.strip()]
     assert len(lines) == 1 and PER_SESSION.name in lines[0]
     assert "one row per session" in lines[0] and "Traceback" not in res.output
+
+
+def _session_run(tmp_path: Path, session_rate: float) -> Path:
+    """The real concurrent run's requests and stage files (inference-perf 0.7.0) as a trace
+    session replay writes them: its session summary beside them (hand-made, written by
+    default), each stage file's requested_rate its session_rate (0.0 when unset) and its
+    concurrency its concurrent_sessions."""
+    src = FIXTURES_IP / "concurrent"
+    (tmp_path / "per_request_lifecycle_metrics.json").write_text(
+        (src / "per_request_lifecycle_metrics.json").read_text())
+    for k in (0, 1):
+        doc = json.loads((src / f"stage_{k}_lifecycle_metrics.json").read_text())
+        doc["load_summary"]["requested_rate"] = session_rate
+        (tmp_path / f"stage_{k}_lifecycle_metrics.json").write_text(json.dumps(doc))
+    (tmp_path / "summary_session_lifecycle_metrics.json").write_text(json.dumps(
+        {"num_sessions": 6, "sessions_per_second": 3.1, "total_events": 19}))
+    return tmp_path / "per_request_lifecycle_metrics.json"
+
+
+def test_a_session_replays_requests_are_replayed_at_their_sends_not_as_a_capped_rate(
+        tmp_path: Path) -> None:
+    # its stage files' rate and concurrency count sessions: read as the concurrent load type,
+    # the requests were a capped loop of 10 req/s and 2 slots with due times drawn again
+    rec = read_recording(_session_run(tmp_path, 10.0))
+    assert [(s.label, s.load, s.send_times) for s in rec.stages] == [
+        ("stage 0: session replay, 2 concurrent sessions at 10 sessions/s", "open", "recorded"),
+        ("stage 1: session replay, 4 concurrent sessions at 10 sessions/s", "open", "recorded")]
+    sent = np.sort(rec.measured["arrival_s"].to_numpy())
+    assert np.allclose(rec.workload.arrival_s, sent)  # due when sent: nothing drawn
+    note = next(n for n in rec.notes if "trace session replay" in n)
+    assert "summary_session_lifecycle_metrics.json beside the file" in note
+    assert "kvbudget simulates no sessions" in note
+
+
+def test_a_session_replay_without_a_session_rate_is_read_not_refused(tmp_path: Path) -> None:
+    # no session_rate: the stage files say requested_rate 0.0, which was refused ('must be
+    # > 0') though inference-perf writes it so
+    rec = read_recording(_session_run(tmp_path, 0.0))
+    assert rec.stages[0].label == "stage 0: session replay, 2 concurrent sessions"
