@@ -360,8 +360,9 @@ def _issued_due(stage: RecordedStage, pattern: str, issued: FloatArray, sent: Fl
             "AIPerf's own delay, not simulated")
     order = rows[np.argsort(issued[rows], kind="stable")]
     if len(order) and in_flight_after(issued[order], issued, end).max() >= conc:
-        said += (f"; every one of the {conc} slots was busy at times, and the ticks AIPerf skipped then are "
-                 "not in the file: a request is sent no sooner than its recorded issue even "
+        said += (f"; every one of the {conc} slots was busy at times, and the ticks AIPerf "
+                 "skipped then are not in the file: a request is sent no sooner than its "
+                 "recorded issue even "
                  "where the simulated server frees a slot sooner, so there the simulated "
                  "throughput cannot exceed the recorded one")
     if not ticked:
