@@ -3,7 +3,8 @@
 What the file holds (github.com/ai-dynamo/aiperf, ``docs/tutorials/working-with-profile-
 exports.md`` and ``aiperf/common/models/record_models.py``, ``MetricRecordInfo``): one JSON
 object a line, one per request sent, with ``metadata`` (``request_start_ns``,
-``request_end_ns``: epoch nanoseconds; ``benchmark_phase``: ``warmup`` or ``profiling``;
+``request_end_ns``: epoch nanoseconds; ``credit_issued_ns``, when AIPerf issued the request,
+the due time of a capped phase's; ``benchmark_phase``: ``warmup`` or ``profiling``;
 ``was_cancelled``), ``metrics`` (each ``{"value": ..., "unit": ...}``:
 ``input_sequence_length``, ``output_sequence_length`` (AIPerf's tokenizer's count of the
 text), ``usage_completion_tokens`` (the server's), ``time_to_first_token`` and
@@ -49,6 +50,14 @@ FloatArray = npt.NDArray[np.float64]
 
 FIXED_SCHEDULE = "fixed schedule"
 """The stage label of a ``--fixed-schedule`` phase (a trace replayed at its timestamps)."""
+
+AGENTIC_REPLAY = "agentic replay"
+"""The stage label of a phase run by AIPerf's ``agentic_replay`` timing (trajectories of a
+trace replayed turn by turn)."""
+
+AGENTIC_SCENARIOS = frozenset({"inferencex-agentx-mvp"})
+"""AIPerf 0.13.0's ``--scenario`` names that lock ``agentic_replay`` timing
+(``aiperf/common/scenario/registry.py``, ``inferencex_agentx_mvp.py``: its one scenario)."""
 
 SUMMARY_NAME = "profile_export_aiperf.json"
 """AIPerf's summary beside the records (``<prefix>_aiperf.json`` with ``--profile-export-
@@ -100,6 +109,11 @@ def _stage(path: Path, summary: Mapping[str, Any]) -> RecordedStage:
                                    else "request_rate"})]
     k, phase = found[0]
     where = f"input_config.phases[{k}]" if k >= 0 else "input_config.loadgen"
+    if _agentic_source(summary, phase, where):
+        lanes = phase.get("concurrency", 1)  # ConcurrencyPhase's default: 1
+        return RecordedStage(f"{AGENTIC_REPLAY}, {lanes} lane{'s' * (lanes != 1)}"
+                             if isinstance(lanes, int) and not isinstance(lanes, bool)
+                             else AGENTIC_REPLAY, "open")
     if phase.get("type") == "fixed_schedule":  # sent at the trace's timestamps
         conc_f = number(phase.get("concurrency"), path, f"{where}.concurrency")
         if math.isnan(conc_f):
@@ -126,6 +140,49 @@ def _stage(path: Path, summary: Mapping[str, Any]) -> RecordedStage:
     if not math.isnan(rate):
         return RecordedStage(f"{rate:g} req/s", "open", rate, None)
     return RecordedStage("", "unknown", None, None)
+
+
+def _agentic_source(summary: Mapping[str, Any], phase: Mapping[str, Any],
+                    where: str) -> str | None:
+    """Where the summary says the profiling phase ran AIPerf's ``agentic_replay`` timing
+    (None: it did not).
+
+    AIPerf 0.13.0 picks a phase's timing strategy from its ``timing_mode`` when set, else from
+    its ``type`` (``aiperf/timing/config.py``, ``_is_agentic_replay``, ``_phase_timing_mode``);
+    a ``--scenario`` that locks ``agentic_replay`` stamps it onto every profiling phase of the
+    default ``concurrency`` shape (``aiperf/common/scenario/validator.py``), and the summary
+    keeps what was set (``metrics_json_exporter.py``: ``input_config`` dumped with
+    ``exclude_unset``): the phase's ``timing_mode``, else the scenario's name."""
+    if phase.get("timing_mode") == "agentic_replay":
+        return f"{where}.timing_mode"
+    scenario = dig(summary, "input_config", "scenario")
+    if scenario in AGENTIC_SCENARIOS and phase.get("type", "concurrency") == "concurrency" \
+            and not phase.get("adaptive_scale"):
+        return f"input_config.scenario {scenario!r}"
+    return None
+
+
+def _agentic_note(label: str, summary: Mapping[str, Any]) -> str | None:
+    """What an ``agentic_replay`` phase sent and how it is replayed (None for another phase).
+
+    AIPerf 0.13.0's ``AgenticReplayStrategy`` (``aiperf/timing/strategies/agentic_replay.py``)
+    runs ``--concurrency`` lanes, each replaying a trajectory of the trace from a sampled
+    instant: a turn goes its recorded delay after the turn before it ended, a subagent's when
+    its parent forks it, and a lane that drains starts the next trajectory. kvbudget simulates
+    no such sessions, so the requests are offered at their recorded sends, and that is said."""
+    if not label.startswith(AGENTIC_REPLAY):
+        return None
+    phases = dig(summary, "input_config", "phases")
+    found = [(k, p) for k, p in enumerate(phases if isinstance(phases, list) else [])
+             if isinstance(p, dict) and p.get("kind", p.get("name")) == "profiling"]
+    source = _agentic_source(summary, found[0][1], f"input_config.phases[{found[0][0]}]") \
+        if found else None
+    return (f"stage '{label}': AIPerf's agentic_replay timing ({source}): each lane replays "
+            "a trajectory of the trace, a turn sent its recorded delay after the turn before "
+            "it ended (a subagent's when its parent forked it), a drained lane starting the "
+            "next trajectory; kvbudget simulates no such sessions: replayed as an open loop at "
+            "AIPerf's recorded sends, so a slower simulated server does not delay the later "
+            "turns as it would have, nor a faster one bring them sooner")
 
 
 def _grace_s(summary: Mapping[str, Any]) -> float:
@@ -272,6 +329,49 @@ def _capped_due(stage: RecordedStage, pattern: str, sent: FloatArray, end: Float
     return due, replace(stage, send_times=how)
 
 
+def _issued_due(stage: RecordedStage, pattern: str, issued: FloatArray, sent: FloatArray,
+                end: FloatArray, measured: npt.NDArray[np.bool_],
+                notes: list[str]) -> tuple[FloatArray, RecordedStage]:
+    """When each request of a capped stage was due: when AIPerf issued it (its record's
+    ``metadata.credit_issued_ns``; ``issued``, ``sent`` and ``end`` in seconds on one clock).
+
+    AIPerf 0.13.0 stamps a credit's ``issued_at_ns`` as its issuer sends it
+    (``aiperf/credit/issuer.py``, ``_issue_credit_internal``), which a capped phase does only at
+    a tick of its rate that finds one of the C slots free (``try_issue_credit``;
+    ``aiperf/timing/strategies/request_rate.py``, ``execute_phase``), and the worker writes it
+    into the request's record (``aiperf/workers/worker.py``; ``RequestRecord.credit_issued_ns``,
+    "when the credit was issued by the rate limiter"). So the issue times are the ticks AIPerf
+    took, as it took them (its own lateness included): the requests are due then, and the
+    stage's ``tick_pattern`` has the simulation send only at those ticks (past the last, at the
+    schedule's next ones), skipping one that finds every slot busy. The ticks AIPerf skipped
+    are not in the file, so where all C slots were busy a faster simulated server cannot send
+    sooner than the recorded issues: said."""
+    rows = np.flatnonzero(measured)
+    conc, rate = stage.max_concurrency, stage.request_rate
+    assert conc is not None and rate is not None
+    ticked = pattern in ("constant", "poisson")
+    stage = replace(stage, send_times="issued", tick_pattern=pattern if ticked else "")
+    lag_ms = (sent[rows] - issued[rows]) * 1e3 if len(rows) else np.zeros(1)
+    said = (f"AIPerf's records say when it issued each request (metadata.credit_issued_ns: the "
+            f"tick of its {pattern or 'unknown'} {rate:g} req/s schedule that found one of the "
+            f"{conc} concurrency slots free): the requests are due at those times, as AIPerf "
+            "issued them, not at a schedule drawn again; its sends lagged them by "
+            f"{float(np.median(lag_ms)):.1f} ms (median; at most {float(lag_ms.max()):.0f} ms), "
+            "AIPerf's own delay, not simulated")
+    order = rows[np.argsort(issued[rows], kind="stable")]
+    if len(order) and in_flight_after(issued[order], issued, end).max() >= conc:
+        said += (f"; every one of the {conc} slots was busy at times, and the ticks AIPerf "
+                 "skipped then are not in the file: a request is sent no sooner than its "
+                 "recorded issue even "
+                 "where the simulated server frees a slot sooner, so there the simulated "
+                 "throughput cannot exceed the recorded one")
+    if not ticked:
+        said += (f"; the ticks of its {pattern or 'unknown'} schedule are not simulated: a "
+                 "request waiting for a slot goes when one frees, no sooner than its issue")
+    notes.append(said)
+    return issued, stage
+
+
 def _config(path: Path, summary: Mapping[str, Any]) -> dict[str, Any]:
     """What the summary (``path``) says of the run; a run of several models is refused: AIPerf
     sends each request to one of them (``--model a,b``, ``--model-selection-strategy``) and the
@@ -314,7 +414,8 @@ def read_aiperf(path: Path, default_tier: str,
     """Read an AIPerf ``profile_export.jsonl`` (and its summary beside it, when present)."""
     records = json_lines(path)
     n = len(records)
-    prompt, output, start, ttft, e2e, itl, end = (np.full(n, np.nan) for _ in range(7))
+    prompt, output, start, ttft, e2e, itl, end, issued = (np.full(n, np.nan)
+                                                          for _ in range(8))
     status: list[str] = []
     num_later_turns = 0  # requests after the first of their conversation
     cached = np.zeros(n)  # prompt tokens the server read from its prefix cache
@@ -324,6 +425,9 @@ def read_aiperf(path: Path, default_tier: str,
             raise TraceError(path, "not an AIPerf record (no metadata object)", line=line,
                              field="metadata")
         meta = rec["metadata"]
+        credit = meta.get("credit_issued_ns")  # AIPerf 0.13.0: when its issuer sent the credit
+        if isinstance(credit, int) and not isinstance(credit, bool) and credit > 0:
+            issued[i] = credit
         turn = meta.get("turn_index")
         num_later_turns += isinstance(turn, int) and not isinstance(turn, bool) and turn > 0
         metrics = rec.get("metrics") or {}
@@ -366,7 +470,7 @@ def read_aiperf(path: Path, default_tier: str,
         end[i] = t1 if not math.isnan(t1) else t0 + lat * 1e9 if not math.isnan(lat) else math.inf
         status.append(_status(rec, meta))
     rec = _recording(path, records, prompt, output, start, ttft, e2e, itl, status,
-                     from_server, default_tier, max_output_rule, end)
+                     from_server, default_tier, max_output_rule, end, issued)
     rec = _with_cache_note(rec, prompt, cached)
     if num_later_turns and rec.stages[0].label.startswith(FIXED_SCHEDULE):
         rec = replace(rec, notes=(*rec.notes, (
@@ -414,25 +518,45 @@ def _status(rec: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
     return "completed" if phase in (None, "profiling") else str(phase)
 
 
+def _due_times(summary: Mapping[str, Any], stage: RecordedStage, start: FloatArray,
+               end: FloatArray, issued: FloatArray, status: list[str],
+               notes: list[str]) -> tuple[FloatArray, FloatArray, RecordedStage]:
+    """Each request's send and due (arrival) time in seconds on one clock, and the stage as
+    replayed. A capped stage (not a fixed schedule) whose every record carries
+    ``credit_issued_ns`` is due when AIPerf issued it (:func:`_issued_due`), the clock's zero
+    the earliest issue or send; without them its due times are reconstructed
+    (:func:`_capped_due`); any other stage is due at its sends."""
+    capped = stage.load == "capped" and not stage.label.startswith(FIXED_SCHEDULE)
+    measured = np.array([s == "completed" or s.startswith(("error", "cancelled"))
+                         for s in status])
+    if capped and len(issued) and bool(np.isfinite(issued).all()):
+        origin = min(float(np.min(start)), float(np.min(issued)))
+        sent = (start - origin) * 1e-9
+        due, stage = _issued_due(stage, _phase_type(summary), (issued - origin) * 1e-9, sent,
+                                 (end - origin) * 1e-9, measured, notes)
+        return sent, due, stage
+    sent = (start - np.min(start)) * 1e-9
+    if not capped:
+        return sent, sent, stage
+    datasets = dig(summary, "input_config", "datasets")
+    seed = (datasets[0].get("random_seed") if isinstance(datasets, list) and datasets
+            and isinstance(datasets[0], dict) else None)
+    due, stage = _capped_due(
+        stage, _phase_type(summary), sent, (end - np.min(start)) * 1e-9, measured,
+        seed if isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0 else 0,
+        notes)
+    return sent, due, stage
+
+
 def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: Any,
                start: Any, ttft: Any, e2e: Any, itl: Any, status: list[str],
                from_server: npt.NDArray[np.bool_], default_tier: str,
-               max_output_rule: MaxOutputRule | None, end: Any) -> Recording:
+               max_output_rule: MaxOutputRule | None, end: Any, issued: Any) -> Recording:
     summary = _summary(path)
     stage = _stage(_summary_path(path), summary)
     config = _config(_summary_path(path), summary)
-    sent = (start - np.min(start)) * 1e-9
-    arrival: FloatArray = sent
     notes: list[str] = []
-    if stage.load == "capped" and not stage.label.startswith(FIXED_SCHEDULE):
-        datasets = dig(summary, "input_config", "datasets")
-        seed = (datasets[0].get("random_seed") if isinstance(datasets, list) and datasets
-                and isinstance(datasets[0], dict) else None)
-        arrival, stage = _capped_due(
-            stage, _phase_type(summary), sent, (end - np.min(start)) * 1e-9,
-            np.array([s == "completed" or s.startswith(("error", "cancelled")) for s in status]),
-            seed if isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0 else 0,
-            notes)
+    sent, arrival, stage = _due_times(summary, stage, start, end, issued, status, notes)
     recorded = (np.full(len(prompt), float(config["max_tokens"])) if "max_tokens" in config
                 else None)
     failed = np.array([st.startswith("error") or st == "cancelled" for st in status], dtype=bool)
@@ -477,7 +601,8 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
         grace_s=stage.grace_s if stage.time_limit_end_s is not None else None)
     if said:
         notes.append(said)
-    scheduled = _fixed_schedule_note(stage.label, summary, num_measured)
+    scheduled = (_fixed_schedule_note(stage.label, summary, num_measured)
+                 or _agentic_note(stage.label, summary))
     if scheduled:
         notes.append(scheduled)
     if not summary:

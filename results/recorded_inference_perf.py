@@ -53,6 +53,36 @@ from kvbudget.workloads.max_output import MaxOutputRule
 FloatArray = npt.NDArray[np.float64]
 
 
+def session_report_refusal(doc: Any) -> str | None:
+    """Why an inference-perf session report is not a recording (None: ``doc`` is none).
+
+    A trace session replay (inference-perf 0.7.0, ``data.type`` ``otel_trace_replay`` or
+    ``weka_trace_replay``) writes session reports beside the request ones
+    (``inference_perf/reportgen/base.py``, ``generate_session_reports``):
+    ``per_session_lifecycle_metrics.json`` (``report.session_lifecycle.per_session``), one
+    ``SessionLifecycleMetric`` a session (``inference_perf/apis/base.py``: ``session_id``,
+    ``stage_id``, ``start_time``, ``end_time``, ``duration_sec``, ``num_events``,
+    ``num_events_completed``, the session's token totals), and ``summary_`` /
+    ``stage_N_session_lifecycle_metrics.json`` (``summarize_sessions``: ``num_sessions``,
+    ``sessions_per_second``, distributions). None holds a request's send time, token counts
+    or latency, so there is nothing to simulate or compare; the requests are in the run's
+    ``per_request_lifecycle_metrics.json``."""
+    row = doc[0] if isinstance(doc, list) and doc and isinstance(doc[0], dict) else None
+    if row is not None and "info" not in row and \
+            {"session_id", "num_events", "start_time", "end_time"} <= set(row):
+        return ("is inference-perf's per_session_lifecycle_metrics.json "
+                "(report.session_lifecycle.per_session): one row per session of its trace "
+                "session replay (start, end, event counts, token totals), no request's send "
+                "time, token counts or latency; pass per_request_lifecycle_metrics.json from the "
+                "same run (report.request_lifecycle.per_request: true in its config)")
+    if isinstance(doc, dict) and "num_sessions" in doc and "sessions_per_second" in doc:
+        return ("is an inference-perf session summary (summary_ or "
+                "stage_N_session_lifecycle_metrics.json): aggregates over sessions only; pass "
+                "per_request_lifecycle_metrics.json from the same run "
+                "(report.request_lifecycle.per_request: true in its config)")
+    return None
+
+
 def _body(req: Mapping[str, Any]) -> dict[str, Any]:
     text = req.get("request")
     if isinstance(text, str):
@@ -64,11 +94,30 @@ def _body(req: Mapping[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def _stage_files(path: Path) -> list[tuple[int, float | None, int | None]]:
+SESSION_REPORTS = ("per_session_lifecycle_metrics.json", "summary_session_lifecycle_metrics.json",
+                   "stage_*_session_lifecycle_metrics.json")
+"""The session reports a trace session replay writes beside the request ones (inference-perf
+0.7.0 ``reportgen/base.py``, ``generate_session_reports``: the summary and per-stage ones by
+default)."""
+
+
+def _session_replay(path: Path) -> str | None:
+    """The first session report beside the file (None: none, the run replayed no sessions)."""
+    for pattern in SESSION_REPORTS:
+        found = sorted(path.parent.glob(pattern))
+        if found:
+            return found[0].name
+    return None
+
+
+def _stage_files(path: Path, sessions: bool = False) -> list[tuple[int, float | None,
+                                                                    int | None]]:
     """``(count, requested rate, concurrency)`` of each ``stage_N_lifecycle_metrics.json``
     beside the file (``load_summary.concurrency``: the ``concurrent`` load type's
     ``concurrency_level``, whose ``requested_rate`` is its ``num_requests``,
-    inference_perf/main.py ``stage.rate = stage.num_requests``)."""
+    inference_perf/main.py ``stage.rate = stage.num_requests``). Of a trace session replay
+    (``sessions``) they are its ``session_rate``, 0 when unset, and ``concurrent_sessions``
+    (``loadgen/load_generator.py``: ``rate=session_rate if session_rate else 0.0``)."""
     found = []
     for p in path.parent.glob("stage_*_lifecycle_metrics.json"):
         m = re.fullmatch(r"stage_(\d+)_lifecycle_metrics\.json", p.name)
@@ -82,6 +131,8 @@ def _stage_files(path: Path) -> list[tuple[int, float | None, int | None]]:
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             raise TraceError(p, f"not a count: {count!r}", field="load_summary.count")
         rate_f = number(rate, p, "load_summary.requested_rate")
+        if sessions and rate_f == 0:
+            rate_f = math.nan
         if not math.isnan(rate_f) and rate_f <= 0:
             raise TraceError(p, f"must be > 0, got {rate!r}", field="load_summary.requested_rate")
         conc = dig(doc, "load_summary", "concurrency")
@@ -212,8 +263,16 @@ def _stages(path: Path, start: Any, ids: list[int | None]) -> tuple[list[str],
                                                                      list[RecordedStage],
                                                                      list[str]]:
     """Each request's stage label, the stages and a note on how they were found."""
-    files = _stage_files(path)
+    sessions = _session_replay(path)
+    files = _stage_files(path, sessions is not None)
     n = len(start)
+    if sessions:
+        counted = files and sum(f[0] for f in files) == n
+        labels, stages, notes = _session_stages(start, files if counted else [(n, None, None)],
+                                                sessions)
+        return labels, stages, notes + ([] if counted else [
+            f"the stage_N_lifecycle_metrics.json files beside it do not count its {n} "
+            "requests: one stage"])
     if all(s is not None for s in ids):
         sid = [int(s) for s in ids if s is not None]
         stages = [_stage(k, *(files[k][1:] if k < len(files) else (None, None)))
@@ -235,6 +294,41 @@ def _stages(path: Path, start: Any, ids: list[int | None]) -> tuple[list[str],
     stage = RecordedStage("", "unknown", None, None)
     return [""] * n, [stage], ["no stage_id in the file and no matching stage files beside "
                                "it: one stage, load mode unknown"]
+
+
+def _session_stages(start: Any, files: list[tuple[int, float | None, int | None]],
+                    beside: str) -> tuple[list[str], list[RecordedStage], list[str]]:
+    """The stages of a trace session replay (``beside``: a session report next to the file):
+    the requests in start order, as many to each stage as its file counts, each stage an open
+    loop at the recorded sends. inference-perf 0.7.0's ``trace_session_replay`` load type runs
+    ``concurrent_sessions`` sessions of an OTel or Weka trace at a time (at ``session_rate``
+    sessions a second when set), each sending its events as the ones they depend on finish
+    (``loadgen/load_generator.py``); its stage files' ``requested_rate`` and ``concurrency``
+    count sessions, not requests, and its per-request entries carry no session
+    (``reportgen/base.py``, ``build_per_request_lifecycle_entry``): kvbudget simulates no
+    sessions, so the requests are offered when they were sent, and that is said."""
+    n = len(start)
+    labels = [""] * n
+    order = np.argsort(start, kind="stable")
+    stages: list[RecordedStage] = []
+    notes: list[str] = []
+    pos = 0
+    for k, (count, rate, conc) in enumerate(files):
+        said = (f"{conc} concurrent sessions" if conc is not None else "sessions") + (
+            f" at {rate:g} sessions/s" if rate is not None else "")
+        stage = RecordedStage(f"stage {k}: session replay, {said}", "open")
+        for r in order[pos:pos + count].tolist():
+            labels[r] = stage.label
+        pos += count
+        stages.append(stage)
+    notes.append(f"a trace session replay ({beside} beside the file): each stage ran sessions "
+                 "of a trace, each request sent when the ones it depends on finished; the "
+                 "stage files' rate and concurrency count sessions, and the requests carry no "
+                 "session: kvbudget simulates no sessions, so they are replayed as an open "
+                 "loop at their recorded sends (a slower simulated server does not delay the "
+                 "later requests of a session as it would have); the requests are assigned to "
+                 "stages in start order, as many as each stage_N_lifecycle_metrics.json counts")
+    return labels, stages, notes
 
 
 def _stage(k: int, rate: float | None, concurrency: int | None) -> RecordedStage:

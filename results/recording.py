@@ -77,7 +77,8 @@ class RecordedStage:
     max_concurrency: int | None = None
     send_times: str = "recorded"
     """``redrawn`` when the file has none and they were drawn again from the stage's rate (a
-    ``vllm bench serve`` result without ``start_times``)."""
+    ``vllm bench serve`` result without ``start_times``); ``issued`` when the requests are due
+    at the times the load tool issued them (AIPerf's ``credit_issued_ns``), sent later."""
     tick_pattern: str = ""
     """A capped stage paced by its rate's ticks (AIPerf: ``constant`` or ``poisson``): a
     request is sent only at a tick, and a tick that finds every slot busy is skipped, not

@@ -64,7 +64,7 @@ from typing import Any
 from kvbudget.results.recorded_aiperf import read_aiperf
 from kvbudget.results.recorded_fields import load_json
 from kvbudget.results.recorded_guidellm import load_report, read_guidellm
-from kvbudget.results.recorded_inference_perf import read_inference_perf
+from kvbudget.results.recorded_inference_perf import read_inference_perf, session_report_refusal
 from kvbudget.results.recorded_llm_load_test import is_llm_load_test, read_llm_load_test
 from kvbudget.results.recorded_llmd import is_llmd_report, refuse_llmd_report
 from kvbudget.results.recorded_records import read_records, read_run_dir
@@ -143,6 +143,9 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
     summary = summary_refusal(doc)
     if summary:
         raise TraceError(path, summary[0], field=summary[1])
+    sessions = session_report_refusal(doc)
+    if sessions:
+        raise TraceError(path, sessions)
     refusals = (
         ("aiperf_version" in doc,
          "is AIPerf's summary (profile_export_aiperf.json): aggregates only; pass the "
@@ -204,6 +207,9 @@ def detect_recording_format(path: Path) -> str:
         if isinstance(doc, list) and doc and isinstance(doc[0], dict) and \
                 "start_time" in doc[0] and "info" in doc[0]:
             return "inference-perf"
+        sessions = session_report_refusal(doc)
+        if sessions:
+            raise TraceError(path, sessions)
         summary = summary_refusal(doc)
         if summary:
             raise TraceError(path, summary[0], field=summary[1])

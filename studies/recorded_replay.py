@@ -84,6 +84,8 @@ def replay_mode(stage: RecordedStage) -> str:
             stage.request_rate == math.inf:
         return "every request at once (rate inf; the file has no send times)"
     times = ("recorded send times" if stage.send_times == "recorded" else
+             "times AIPerf issued them (its records' credit_issued_ns)"
+             if stage.send_times == "issued" else
              f"send times {stage.send_times} (the file has none)")
     if stage.load == "capped" and stage.tick_pattern:
         return (f"open loop at the {times}, at most {stage.max_concurrency} in flight, each "
