@@ -1,0 +1,110 @@
+"""Excerpts of result files others published (``tests/fixtures/recordings/published/``, each
+with its source, commit and licence in that folder's README.md), read as a demanding user
+would check them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kvbudget.perf.cost_model import LinearCostModel
+from kvbudget.results.recorded_guidellm_prefix import body_key, prefix_lengths
+from kvbudget.results.recordings import RecordedStage, read_recording
+from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.run import SimConfig
+from kvbudget.studies.validate import simulate_recording
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
+PUBLISHED = FIXTURES / "published"
+CODELLAMA = PUBLISHED / "inference-sim-jan20-codellama-prefill-1-excerpt.json"
+
+
+# inference-sim/inference-sim eval/ground_truth/jan20-codellama-prefill-1/guidellm-results.json
+# at e7a4aa3: a GuideLLM 0.6.0.dev5 sweep whose synthetic data gave every prompt (about 3,000
+# tokens) a 1,024-token prefix, one per benchmark; vLLM 0.11.0 caches prefixes by default.
+# kvbudget simulated every prompt as its own: the whole file's TTFT came out +64 % (mean) and
+# +370 % in the two busiest stages with the server's own flags, for that alone. Now the
+# prefix is read from the request bodies as a shared prefix block.
+def test_guidellm_synthetic_prefix_is_simulated_as_shared() -> None:
+    rec = read_recording(CODELLAMA)
+    assert rec.tool == "guidellm 0.6.0.dev5"
+    assert rec.stages[0] == RecordedStage("0: synchronous", "closed", None, 1)
+    w = rec.workload
+    assert w.prefix_block_tokens == 1024
+    assert w.prefix_hashes is not None and w.prefix_offsets is not None
+    # one hash a request; the excerpt's two benchmarks each drew their own prefix
+    assert np.diff(w.prefix_offsets).tolist() == [1] * 8
+    stage = rec.measured["stage"].to_numpy()
+    by_stage = {s: set(w.prefix_hashes[stage == s].tolist()) for s in set(stage.tolist())}
+    assert sorted(len(v) for v in by_stage.values()) == [1, 1]
+    assert len(set().union(*by_stage.values())) == 2
+    note = next(n for n in rec.notes if "prefix_tokens=1024" in n)
+    assert "2 distinct prefixes in the bodies of 8 requests" in note
+
+
+def test_the_shared_prefix_is_prefilled_once() -> None:
+    rec = read_recording(CODELLAMA)
+    # prefill at 1 ms a token, nothing else: a request's TTFT is its uncached prompt
+    cost = LinearCostModel(intercept_s=1e-6, per_prefill_token_s=1e-3, per_decode_seq_s=1e-4,
+                           per_context_token_s=0.0)
+    config = SimConfig(engine=EngineConfig(num_gpu_blocks=4000, block_size=16, max_num_seqs=8,
+                                           max_num_batched_tokens=8192,
+                                           enable_prefix_caching=True))
+    run = simulate_recording(rec, config, cost_model=cost, frontend_overhead_s=0.0)
+    records = run.records.sort_values("arrival_s")
+    sync = records[records["request_id"].isin(
+        rec.workload.request_id[rec.measured["stage"] == "0: synchronous"])]
+    prompts = sync["prompt_tokens"].to_numpy()
+    ttft = sync["ttft_s"].to_numpy()
+    assert ttft[0] == pytest.approx(prompts[0] * 1e-3, rel=0.02)  # the first computes it all
+    assert np.allclose(ttft[1:], (prompts[1:] - 1024) * 1e-3, rtol=0.02)  # the rest hit it
+
+
+def _report(tmp_path: Path, data: Any) -> Path:
+    doc = json.loads(CODELLAMA.read_text())
+    doc["args"]["data"] = data
+    path = tmp_path / "benchmarks.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize("data", [
+    ["prompt_tokens=2048,prefix_tokens=1024,output_tokens=32"],  # the CLI's key=value form
+    [json.dumps({"prompt_tokens": 2048, "prefix_buckets": [
+        {"bucket_weight": 100, "prefix_count": 2, "prefix_tokens": 1024}]})],
+    [{"prompt_tokens": 2048, "prefix_tokens": 1024}],  # a YAML report's mapping
+])
+def test_each_form_of_guidellm_data_settings_gives_the_prefix(tmp_path: Path,
+                                                              data: Any) -> None:
+    rec = read_recording(_report(tmp_path, data))
+    assert rec.workload.prefix_block_tokens == 1024
+    assert rec.workload.prefix_hashes is not None
+
+
+def test_several_prefix_lengths_are_said_not_guessed(tmp_path: Path) -> None:
+    data = [json.dumps({"prompt_tokens": 2048, "prefix_buckets": [
+        {"bucket_weight": 50, "prefix_count": 1, "prefix_tokens": 512},
+        {"bucket_weight": 50, "prefix_count": 1, "prefix_tokens": 1024}]})]
+    rec = read_recording(_report(tmp_path, data))
+    assert rec.workload.prefix_hashes is None
+    assert any("prefix_tokens=512/1024" in n and "does not say which request" in n
+               for n in rec.notes)
+
+
+def test_a_report_without_a_prefix_gets_no_hashes() -> None:
+    rec = read_recording(FIXTURES / "guidellm-0.6.1" / "benchmarks.json")
+    assert rec.workload.prefix_hashes is None
+    assert not any("prefix_tokens" in n for n in rec.notes)
+
+
+def test_prefix_settings_and_keys() -> None:
+    assert prefix_lengths({"args": {"data": ["data.jsonl"]}}) == set()
+    assert prefix_lengths({"args": {"data": ["{'prefix_tokens': 1000}"]}}) == {1000}
+    assert body_key({"prompt": "x" * 100}) == "x" * 64
+    assert body_key({"messages": [{"role": "system", "content": "sys prefix"},
+                                  {"role": "user", "content": "q"}]}) == "sys prefix"
+    assert body_key({}) is None
