@@ -131,6 +131,9 @@ def _object_refusal(doc: Mapping[str, Any]) -> str | None:
         if is_trtllm(doc):
             return ("is a TensorRT-LLM benchmark_serving result without per-request data "
                     "(aggregates only); run it again with --save-result --save-detailed")
+        if isinstance(doc.get("run_number"), int):
+            return ("is one run of vllm bench sweep serve (run=N.json) without per-request "
+                    "data (aggregates only); add --save-detailed to the sweep's --bench-cmd")
         if "model_id" in doc or "tokenizer_id" in doc or "endpoint_type" in doc:
             return ("is a vllm bench serve result without per-request data (aggregates "
                     "only); run vllm bench serve with --save-result --save-detailed")

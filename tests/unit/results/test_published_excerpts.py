@@ -17,6 +17,7 @@ from kvbudget.results.recordings import RecordedStage, read_recording
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig
 from kvbudget.studies.validate import simulate_recording
+from kvbudget.workloads.errors import TraceError
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
 PUBLISHED = FIXTURES / "published"
@@ -108,3 +109,48 @@ def test_prefix_settings_and_keys() -> None:
     assert body_key({"messages": [{"role": "system", "content": "sys prefix"},
                                   {"role": "user", "content": "q"}]}) == "sys prefix"
     assert body_key({}) is None
+
+
+# github.com/er0080/vllm-benchmarking packages/api/tests/fixtures/vllm_sweep_v0.25.1/
+# SERVE--max_num_seqs=4-BENCH--max_concurrency=2-num_prompts=8/run=0.json at 1949e7f (no
+# licence: not copied): vllm bench sweep serve writes run_number and each --serve-params
+# override (max_num_seqs: 4) into the run's result (vLLM vllm/benchmarks/sweep/serve.py,
+# _update_run_data). With --save-detailed in the sweep's --bench-cmd such a file was read
+# with max_num_seqs ASSUMED at vLLM's default (1024 on an H100) though it says 4; without,
+# it was told to "run vllm bench serve with --save-detailed" (the sweep runs it).
+def _sweep_run(tmp_path: Path, **server: Any) -> Path:
+    doc = json.loads((FIXTURES / "vllm-bench-0.32.0" / "concurrency4.json").read_text())
+    doc.update({"run_number": 0, **server})
+    path = tmp_path / "run=0.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_a_sweep_run_gives_the_server_settings_it_swept(tmp_path: Path) -> None:
+    rec = read_recording(_sweep_run(tmp_path, **{"max_num_seqs": 4, "max-num-batched-tokens":
+                                                 512, "enable_prefix_caching": False,
+                                                 "gpu_memory_utilization": 0.5}))
+    assert rec.config["max_num_seqs"] == 4
+    assert rec.config["max_num_batched_tokens"] == 512
+    assert rec.config["enable_prefix_caching"] is False
+    note = next(n for n in rec.notes if "vllm bench sweep serve run" in n)
+    assert "--set engine.gpu_memory_utilization=0.5" in note
+
+
+def test_a_plain_result_takes_no_server_setting(tmp_path: Path) -> None:
+    doc = json.loads((FIXTURES / "vllm-bench-0.32.0" / "concurrency4.json").read_text())
+    doc["max_num_seqs"] = 4  # not a sweep's run file: no run_number
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(doc))
+    assert "max_num_seqs" not in read_recording(path).config
+
+
+def test_a_sweep_run_without_requests_says_where_to_add_save_detailed(tmp_path: Path) -> None:
+    doc = {"date": "20260818-021333", "endpoint_type": "openai", "backend": "openai",
+           "model_id": "facebook/opt-125m", "num_prompts": 8, "request_rate": "inf",
+           "max_concurrency": 2, "duration": 1.37, "completed": 8, "failed": 0,
+           "mean_ttft_ms": 217.3, "run_number": 0, "max_num_seqs": 4}
+    path = tmp_path / "run=0.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TraceError, match="add --save-detailed to the sweep's --bench-cmd"):
+        read_recording(path)
