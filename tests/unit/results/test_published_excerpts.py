@@ -154,3 +154,34 @@ def test_a_sweep_run_without_requests_says_where_to_add_save_detailed(tmp_path: 
     path.write_text(json.dumps(doc))
     with pytest.raises(TraceError, match="add --save-detailed to the sweep's --bench-cmd"):
         read_recording(path)
+
+
+# github.com/sgl-project/genai-bench regression_main_branch/ at 89619fa (its own runs against
+# a hosted GLM-4.6): D100_100_text-to-text_num_concurrency_1_time_120s.json and
+# experiment_metadata.json both got "cannot tell the recording format ... pass a format"
+GENAI_BENCH_RESULT = {
+    "aggregated_metrics": {"scenario": "D(100,100)", "num_concurrency": 1, "batch_size": 1,
+                           "iteration_type": "num_concurrency", "run_duration": 10.59,
+                           "num_completed_requests": 10, "num_requests": 10, "stats": {}},
+    "individual_request_metrics": [
+        {"ttft": 0.350, "tpot": 0.00615, "e2e_latency": 0.959, "output_latency": 0.608,
+         "num_input_tokens": 106, "num_output_tokens": 100, "total_tokens": 206,
+         "error_code": None, "error_message": None}],
+    "_time_unit": "s"}
+GENAI_BENCH_METADATA = {"cmd": "genai-bench --num-concurrency 1 ...",
+                        "benchmark_version": "0.0.2", "api_backend": "baseten",
+                        "api_model_name": "zai-org/GLM-4.6", "num_concurrency": [1],
+                        "traffic_scenario": ["D(100,100)"], "max_requests_per_run": 10}
+
+
+@pytest.mark.parametrize(("doc", "said"), [
+    (GENAI_BENCH_RESULT, "is genai-bench's result of one scenario (D(100,100), num_concurrency "
+                         "1): each request's TTFT, E2E and tokens, but no send time"),
+    (GENAI_BENCH_METADATA, "is genai-bench's experiment_metadata.json"),
+])
+def test_genai_bench_files_are_named(tmp_path: Path, doc: dict[str, Any], said: str) -> None:
+    path = tmp_path / "D100_100_text-to-text_num_concurrency_1_time_120s.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert said in str(info.value)
