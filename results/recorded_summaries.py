@@ -220,6 +220,9 @@ def summary_refusal(doc: Any) -> tuple[str, str | None] | None:
                     "input_num_tokens as prompt_tokens, output_num_tokens as output_tokens, "
                     "ttft_ms / 1000 as ttft_s, latency_ms / 1000 as e2e_s: docs/recordings.md), "
                     "which replays its send times"), None
+        if {"qsl_idx", "data"} <= set(first) and ("seq_id" in first or "token_count" in first):
+            return ("is an MLPerf LoadGen accuracy log (mlperf_log_accuracy.json): each "
+                    "sample's output tokens, " + _MLPERF_NO_REQUEST), None
         if "Percentiles" in first:
             return ("is evalscope perf's benchmark_percentile.json: percentiles only; "
                     f"{_EVALSCOPE_DB}"), None
@@ -260,6 +263,28 @@ def server_log_refusal(first_line: bytes) -> str | None:
             "request's send, first token and end; pass the load tool's result from the same "
             "run, or the server's per-request spans (--otlp-traces-endpoint) written out as "
             "the generic records format (docs/recordings.md)")
+
+
+_MLPERF_NO_REQUEST = ("no request's own send, first token or end (LoadGen's summary, detail "
+                      "and accuracy logs time no request); record the system under load with a "
+                      "tool kvbudget reads (docs/recordings.md)")
+
+
+def mlperf_log_refusal(head: bytes) -> str | None:
+    """Why an MLPerf inference LoadGen log is no recording (mlcommons/inference ``loadgen``:
+    ``mlperf_log_summary.txt`` opens with a rule and ``MLPerf Results Summary``,
+    ``mlperf_log_detail.txt`` is ``:::MLLOG {json}`` lines of settings and aggregates); None for
+    any other file."""
+    start = head.lstrip(b"\xef\xbb\xbf")
+    if start.startswith(b":::MLLOG "):
+        return ("is an MLPerf LoadGen detail log (mlperf_log_detail.txt): the run's settings and "
+                "aggregates as :::MLLOG lines, " + _MLPERF_NO_REQUEST)
+    if start.startswith(b"=") and b"MLPerf Results Summary" in start[:400]:
+        scenario = re.search(rb"Scenario\s*:\s*(\w+)", start)
+        said = f" of the {scenario.group(1).decode()} scenario" if scenario else ""
+        return (f"is an MLPerf LoadGen summary (mlperf_log_summary.txt){said}: samples and "
+                "tokens a second and latency percentiles, " + _MLPERF_NO_REQUEST)
+    return None
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"

@@ -185,3 +185,32 @@ def test_genai_bench_files_are_named(tmp_path: Path, doc: dict[str, Any], said: 
     with pytest.raises(TraceError) as info:
         read_recording(path)
     assert said in str(info.value)
+
+
+# github.com/ntuhpc/inference_results_v5.1 (MLPerf Inference v5.1 results) closed/ASUSTeK/
+# code_AMD/llama2-70b-99*/measure_per_gpu_perf/...: mlperf_log_summary.txt was read as a CSV
+# whose header is its rule of '=' ("missing column 'prompt_tokens' ... the header has:
+# ======"), mlperf_log_detail.txt as one whose header is its first :::MLLOG line
+@pytest.mark.parametrize(("name", "text", "said"), [
+    ("mlperf_log_summary.txt",
+     "================================================\nMLPerf Results Summary\n"
+     "================================================\nSUT name : PySUT\n"
+     "Scenario : Offline\nMode     : PerformanceOnly\nSamples per second: 15.9912\n"
+     "Tokens per second: 4163.89\nResult is : VALID\n",
+     "is an MLPerf LoadGen summary (mlperf_log_summary.txt) of the Offline scenario"),
+    ("mlperf_log_detail.txt",
+     ':::MLLOG {"key": "loadgen_version", "value": "5.0.21 @ 0910c6e300", "time_ms": 0.008924, '
+     '"namespace": "mlperf::logging", "event_type": "POINT_IN_TIME", "metadata": {}}\n',
+     "is an MLPerf LoadGen detail log (mlperf_log_detail.txt)"),
+    ("mlperf_log_accuracy.json", '[{"seq_id": 0, "qsl_idx": 12, "data": "0A0B", '
+                                 '"token_count": 2}]\n',
+     "is an MLPerf LoadGen accuracy log (mlperf_log_accuracy.json)"),
+])
+def test_mlperf_loadgen_logs_are_named(tmp_path: Path, name: str, text: str,
+                                       said: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert said in str(info.value)
+    assert "time no request" in str(info.value)
