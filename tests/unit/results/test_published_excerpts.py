@@ -214,3 +214,27 @@ def test_mlperf_loadgen_logs_are_named(tmp_path: Path, name: str, text: str,
         read_recording(path)
     assert said in str(info.value)
     assert "time no request" in str(info.value)
+
+
+# github.com/LambdaLabsML/vllm-benchmark results/prompt_10/1xH100-80GB-SXM/
+# Meta-Llama-3.1-8B-FP8_tp1_len2048.json at a4f9f43 (no licence: not copied): 3 of its 10
+# requests completed (errors "", completed 10) with output_lens 0, ttfts 0.0 and no itls, the
+# model having ended at once; they held 1,056 of its 1,369 prompt tokens. They were dropped
+# ("0 output tokens"), so the simulated server prefilled a quarter of the recorded prompts.
+def test_requests_completed_without_a_word_are_simulated(tmp_path: Path) -> None:
+    doc = json.loads((FIXTURES / "vllm-bench-0.32.0" / "concurrency4.json").read_text())
+    for i in (1, 5):
+        doc["output_lens"][i], doc["ttfts"][i], doc["itls"][i] = 0, 0.0, []
+        doc["generated_texts"][i] = ""
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(doc))
+    rec = read_recording(path)
+    assert len(rec.workload) == len(doc["input_lens"])
+    assert rec.counts["num_measured"] == len(doc["input_lens"]) - 2
+    assert rec.counts["num_missing_ttft"] == 2
+    assert "num_failed" not in rec.counts or rec.counts["num_failed"] == 0
+    silent = rec.measured[~rec.measured["ttft_s"].notna()]
+    assert silent["output_tokens"].tolist() == [1, 1]
+    assert sorted(silent["prompt_tokens"].tolist()) == sorted(
+        doc["input_lens"][i] for i in (1, 5))
+    assert any("2 requests completed without a word" in n for n in rec.notes)
