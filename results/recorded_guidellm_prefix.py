@@ -12,7 +12,7 @@ once per prefix; a simulation that gives every prompt its own blocks prefills it
 prompts of about 3,000 tokens, TTFT +30 % at one user for that alone).
 
 :func:`shared_prefix` reads the data settings from the report's ``args.data`` (a dict, its
-JSON or Python ``repr``, or ``key=value,...`` text) and groups the requests by the leading
+JSON or Python ``repr``, or ``key=value,...`` text; 0.7+: ``config.spec.data``) and groups the requests by the leading
 text of their body: each group is one hash naming the prefix's whole KV blocks.
 """
 
@@ -27,13 +27,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from kvbudget.results.recorded_fields import dig
+
 KV_BLOCK_TOKENS = 16
 """vLLM's default ``block_size``: the prefix cache shares whole blocks, so a prefix hash names
 the prefix's whole 16-token blocks (a prefix of 1,000 tokens shares 992)."""
 
 KEY_CHARS = 64
 """Leading characters of a request body that tell its prefix: GuideLLM's prefixes are
-generated text (faker sentences), two of which do not share 64 leading characters."""
+generated text (faker sentences), two of which do not share 64 leading characters. A prefix of
+``n`` tokens is told by its first ``min(64, 2 n)`` characters (a token of such text is at least
+two characters), so that a short prefix's key holds none of the prompt after it."""
 
 
 def _parse_item(item: Any) -> Any:
@@ -59,7 +63,12 @@ def _parse_item(item: Any) -> Any:
 
 
 def _configs(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    data = doc.get("args", {}).get("data") if isinstance(doc.get("args"), Mapping) else None
+    """The data settings: ``args.data`` (0.4-0.6: the ``--data`` texts) or
+    ``config.spec.data`` (0.7+: each a dict, ``prefix_buckets`` resolved from the shorthand)."""
+    args, spec = doc.get("args"), dig(doc, "config", "spec")
+    data = args.get("data") if isinstance(args, Mapping) else None
+    if data is None and isinstance(spec, Mapping):
+        data = spec.get("data")
     items = data if isinstance(data, list) else [data]
     out: list[Mapping[str, Any]] = []
     for item in items:
@@ -135,9 +144,10 @@ def shared_prefix(doc: Mapping[str, Any], keys: Sequence[str | None],
     group: dict[str, int] = {}
     flat: list[int] = []
     offsets = [0]
+    chars = min(KEY_CHARS, 2 * length)
     for key, tokens in zip(keys, prompt_tokens, strict=True):
         if key is not None and tokens >= length:
-            flat.append(group.setdefault(key, len(group) + 1))
+            flat.append(group.setdefault(key[:chars], len(group) + 1))
         offsets.append(len(flat))
     note = (f"prompts began with a {length}-token prefix ({said}): {len(group)} distinct "
             f"prefixes in the bodies of {len(flat)} requests, simulated as shared prefix "

@@ -238,3 +238,25 @@ def test_requests_completed_without_a_word_are_simulated(tmp_path: Path) -> None
     assert sorted(silent["prompt_tokens"].tolist()) == sorted(
         doc["input_lens"][i] for i in (1, 5))
     assert any("2 requests completed without a word" in n for n in rec.notes)
+
+
+def test_guidellm_0_8_prefix_buckets_in_the_spec_are_read(tmp_path: Path) -> None:
+    # GuideLLM 0.7+ keeps the data settings as config.spec.data (prefix_buckets resolved from
+    # --data ...,prefix_tokens=N); made here from the 0.8.1 fixture the real tool wrote, its
+    # prompts given one shared prefix the way GuideLLM joins it (prefix + " " + prompt)
+    doc = json.loads((FIXTURES / "guidellm-0.8.1" / "benchmarks.json").read_text())
+    doc["config"]["spec"]["data"][0]["prefix_buckets"] = [
+        {"bucket_weight": 100, "prefix_count": 1, "prefix_tokens": 16}]
+    for bench in doc["benchmarks"]:
+        for req in bench["requests"]["successful"]:
+            args = json.loads(req["request_args"])
+            args["body"]["prompt"] = "a shared system prompt of sixteen tokens " + \
+                args["body"]["prompt"]
+            req["request_args"] = json.dumps(args)
+    path = tmp_path / "benchmarks.json"
+    path.write_text(json.dumps(doc))
+    rec = read_recording(path)
+    assert rec.workload.prefix_block_tokens == 16
+    assert rec.workload.prefix_hashes is not None
+    assert set(rec.workload.prefix_hashes.tolist()) == {1}
+    assert any("1 distinct prefixes" in n for n in rec.notes)
