@@ -65,7 +65,7 @@ from kvbudget.results.recorded_fields import (
     number,
     time_limit_note,
 )
-from kvbudget.results.recorded_guidellm_prefix import body_key, shared_prefix
+from kvbudget.results.recorded_guidellm_prefix import body_key, cache_note, shared_prefix
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
@@ -89,6 +89,7 @@ class _Columns:
     stage: list[str] = field(default_factory=list)
     where: list[str] = field(default_factory=list)
     prefix_key: list[str | None] = field(default_factory=list)
+    cached: list[float] = field(default_factory=list)
     ignore_eos: set[bool] = field(default_factory=set)
     models: set[str] = field(default_factory=set)
     num_counted_by_chunks: int = 0
@@ -393,6 +394,7 @@ def _add_request(path: Path, cols: _Columns, req: Any, where: str, kind: str,
     cols.stage.append(stage.label)
     cols.where.append(where)
     cols.prefix_key.append(body_key(body))
+    cols.cached.append(number(req.get("cached_tokens"), path, f"{where}.cached_tokens"))
     return True
 
 
@@ -685,6 +687,10 @@ def _recording(path: Path, doc: Mapping[str, Any], benchmarks: list[Any], versio
                      "simulated")
     config = _config(path, benchmarks, doc, cols)
     notes.append(max_tokens_note(recorded, max_output_rule))
+    cache = cache_note(cols.cached, cols.prompt, rows, prefix)
+    if cache is not None:
+        notes.append(cache[0])
+        counts["num_prompt_tokens_cached"] = cache[1]
     return build_recording(path, "guidellm", workload, ttft=ttft[rows], e2e=e2e[rows],
                            sent_s=(start - origin)[rows],
                            status=status, stage=[cols.stage[r] for r in rows.tolist()],

@@ -160,3 +160,22 @@ def shared_prefix(doc: Mapping[str, Any], keys: Sequence[str | None],
         return SharedPrefix(None, None, note)
     return SharedPrefix((np.array(flat, dtype=np.int64), np.array(offsets, dtype=np.int64)),
                         block, note)
+
+
+def cache_note(cached: Sequence[float], prompt: Sequence[float], rows: IntArray,
+               prefix: SharedPrefix | None) -> tuple[str, int] | None:
+    """The note on the prompt tokens the server served from its prefix cache (GuideLLM 0.8's
+    per-request ``cached_tokens``: the server's ``usage.prompt_tokens_details.cached_tokens``
+    where it reports them) over the simulated ``rows``, with their total; None where the
+    report holds none."""
+    hits_of = np.nan_to_num(np.asarray(cached, dtype=np.float64)[rows])
+    hits, total = float(hits_of.sum()), float(np.nansum(np.asarray(prompt)[rows]))
+    if hits <= 0 or total <= 0:
+        return None
+    then = ("the simulation shares the synthetic prefix blocks above and no other prompt "
+            "tokens" if prefix is not None and prefix.hashes is not None else
+            "the simulation has no prompt contents and caches none of them, so its prefill "
+            "work and TTFT are too high for those requests")
+    return (f"the server served {hits:,.0f} of the {total:,.0f} prompt tokens "
+            f"({100 * hits / total:.0f} %) from its prefix cache (cached_tokens); {then}",
+            int(hits))

@@ -260,3 +260,21 @@ def test_guidellm_0_8_prefix_buckets_in_the_spec_are_read(tmp_path: Path) -> Non
     assert rec.workload.prefix_hashes is not None
     assert set(rec.workload.prefix_hashes.tolist()) == {1}
     assert any("1 distinct prefixes" in n for n in rec.notes)
+
+
+def test_guidellm_cached_tokens_are_said(tmp_path: Path) -> None:
+    # GuideLLM 0.8 keeps each request's cached_tokens (the server's
+    # usage.prompt_tokens_details.cached_tokens); unread, a report of a server that served
+    # much of its prompts from cache gave no reason for a simulated TTFT too high
+    doc = json.loads((FIXTURES / "guidellm-0.8.1" / "benchmarks.json").read_text())
+    reqs = [r for b in doc["benchmarks"] for r in b["requests"]["successful"]]
+    for r in reqs[:4]:
+        r["cached_tokens"] = 16
+    path = tmp_path / "benchmarks.json"
+    path.write_text(json.dumps(doc))
+    rec = read_recording(path)
+    assert rec.counts["num_prompt_tokens_cached"] == 64
+    assert any("served 64 of the" in n and "cached_tokens" in n and "caches none" in n
+               for n in rec.notes)
+    assert "num_prompt_tokens_cached" not in read_recording(
+        FIXTURES / "guidellm-0.8.1" / "benchmarks.json").counts
