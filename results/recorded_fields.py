@@ -134,6 +134,8 @@ def finish_columns(path: Path, fmt: str, *, prompt: FloatArray, output: FloatArr
                    max_output: FloatArray | None = None,
                    max_output_rule: MaxOutputRule | None = None,
                    completion_order: bool = False,
+                   prefix: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None = None,
+                   prefix_block_tokens: int | None = None,
                    ) -> tuple[Workload, dict[str, int], list[str]]:
     """A workload from per-request columns, validated and transformed as a trace file's
     (errors name the row and the file's field); request ids are the 0-based rows.
@@ -141,11 +143,14 @@ def finish_columns(path: Path, fmt: str, *, prompt: FloatArray, output: FloatArr
     ``max_output`` holds the tool's recorded ``max_tokens`` per row (NaN: none recorded);
     rows without one declare ``max_output_rule`` (default: their realised output).
     ``completion_order``: the tool writes its requests as they complete, so they are sorted by
-    send time without the trace loader's "timestamps are not in order" note (noise there)."""
+    send time without the trace loader's "timestamps are not in order" note (noise there).
+    ``prefix``: per-row prefix hashes (flat hashes and row offsets, as a trace's ``hash_ids``),
+    each naming ``prefix_block_tokens`` prompt tokens."""
     rule = REALISED_OUTPUT if max_output_rule is None else max_output_rule
     raw = RawTrace(path=path, format=fmt, prompt=prompt, output=output, arrival=arrival,
                    max_output=max_output, fields=fields, rows_read=len(prompt), labels={},
-                   completion_order=completion_order)
+                   completion_order=completion_order, prefix=prefix,
+                   prefix_block_tokens=prefix_block_tokens)
     loaded = finish(raw, TraceOptions(default_tier=default_tier, max_output=rule),
                     Streams.from_seed(0))
     counts = {"num_rows_read": loaded.report.rows_read}

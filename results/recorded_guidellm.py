@@ -65,6 +65,7 @@ from kvbudget.results.recorded_fields import (
     number,
     time_limit_note,
 )
+from kvbudget.results.recorded_guidellm_prefix import body_key, cache_note, shared_prefix
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
@@ -87,6 +88,8 @@ class _Columns:
     status: list[str] = field(default_factory=list)
     stage: list[str] = field(default_factory=list)
     where: list[str] = field(default_factory=list)
+    prefix_key: list[str | None] = field(default_factory=list)
+    cached: list[float] = field(default_factory=list)
     ignore_eos: set[bool] = field(default_factory=set)
     models: set[str] = field(default_factory=set)
     num_counted_by_chunks: int = 0
@@ -390,6 +393,8 @@ def _add_request(path: Path, cols: _Columns, req: Any, where: str, kind: str,
     cols.status.append(status)
     cols.stage.append(stage.label)
     cols.where.append(where)
+    cols.prefix_key.append(body_key(body))
+    cols.cached.append(number(req.get("cached_tokens"), path, f"{where}.cached_tokens"))
     return True
 
 
@@ -641,6 +646,9 @@ def _recording(path: Path, doc: Mapping[str, Any], benchmarks: list[Any], versio
     recorded: FloatArray | None = np.array(cols.max_tokens)
     if recorded is not None and not np.isfinite(recorded).any():
         recorded = None
+    prefix = shared_prefix(doc, cols.prefix_key, cols.prompt)
+    if prefix is not None:
+        notes.append(prefix.note)
     workload, c2, warnings = finish_columns(
         path, "guidellm", prompt=np.array(cols.prompt), output=np.array(cols.output),
         arrival=offered - origin,
@@ -649,7 +657,8 @@ def _recording(path: Path, doc: Mapping[str, Any], benchmarks: list[Any], versio
         default_tier=default_tier, max_output=recorded, max_output_rule=max_output_rule,
         # each status's list in completion order (GuideLLM 0.8.1
         # guidellm/benchmark/schemas/accumulator.py: update_estimate appends each finished one)
-        completion_order=True)
+        completion_order=True, prefix=None if prefix is None else prefix.hashes,
+        prefix_block_tokens=None if prefix is None else prefix.block_tokens)
     counts.update(c2)
     rows = workload.request_id
     ttft = np.array(cols.first) - start
@@ -678,6 +687,10 @@ def _recording(path: Path, doc: Mapping[str, Any], benchmarks: list[Any], versio
                      "simulated")
     config = _config(path, benchmarks, doc, cols)
     notes.append(max_tokens_note(recorded, max_output_rule))
+    cache = cache_note(cols.cached, cols.prompt, rows, prefix)
+    if cache is not None:
+        notes.append(cache[0])
+        counts["num_prompt_tokens_cached"] = cache[1]
     return build_recording(path, "guidellm", workload, ttft=ttft[rows], e2e=e2e[rows],
                            sent_s=(start - origin)[rows],
                            status=status, stage=[cols.stage[r] for r in rows.tolist()],

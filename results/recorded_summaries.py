@@ -110,6 +110,26 @@ def _offline_refusal(doc: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _genai_bench_refusal(doc: Mapping[str, Any]) -> str | None:
+    """sgl-project/genai-bench's files: a scenario's result (``aggregated_metrics`` and
+    ``individual_request_metrics``, whose requests carry TTFT, E2E and token counts and no send
+    time: ``genai_bench/metrics/metrics.py``, ``RequestLevelMetrics``) and the experiment's
+    ``experiment_metadata.json`` (the command and its settings)."""
+    agg = doc.get("aggregated_metrics")
+    if isinstance(agg, Mapping) and isinstance(doc.get("individual_request_metrics"), list):
+        load = f"{agg.get('iteration_type', 'num_concurrency')} {agg.get('num_concurrency')}"
+        return (f"is genai-bench's result of one scenario ({agg.get('scenario')}, {load}): "
+                "each request's TTFT, E2E and tokens, but no send time, and kvbudget has no "
+                "reader for it: record the run with a tool kvbudget reads, or write the "
+                "requests out as the generic records format with their send times "
+                "(docs/recordings.md)")
+    if {"benchmark_version", "traffic_scenario", "api_backend"} <= set(doc):
+        return ("is genai-bench's experiment_metadata.json: the run's settings, no request; "
+                "its scenario results list no send time either: record the run with a tool "
+                "kvbudget reads (docs/recordings.md)")
+    return None
+
+
 def _evalscope_refusal(doc: Mapping[str, Any]) -> str | None:
     """The refusal of evalscope perf's summary: its requests are in an SQLite database that
     kvbudget has no reader for."""
@@ -131,6 +151,9 @@ def _object_refusal(doc: Mapping[str, Any]) -> str | None:
         if is_trtllm(doc):
             return ("is a TensorRT-LLM benchmark_serving result without per-request data "
                     "(aggregates only); run it again with --save-result --save-detailed")
+        if isinstance(doc.get("run_number"), int):
+            return ("is one run of vllm bench sweep serve (run=N.json) without per-request "
+                    "data (aggregates only); add --save-detailed to the sweep's --bench-cmd")
         if "model_id" in doc or "tokenizer_id" in doc or "endpoint_type" in doc:
             return ("is a vllm bench serve result without per-request data (aggregates "
                     "only); run vllm bench serve with --save-result --save-detailed")
@@ -153,6 +176,9 @@ def _object_refusal(doc: Mapping[str, Any]) -> str | None:
         return ("is AIPerf's aggregate of several profile runs (profile_export_aiperf_sweep.json "
                 "or a --num-profile-runs aggregate): aggregates only; pass one run's "
                 "per-request profile_export.jsonl")
+    genai_bench = _genai_bench_refusal(doc)
+    if genai_bench:
+        return genai_bench
     if _is_inference_benchmarker(doc):
         return ("is huggingface/inference-benchmarker's report: each benchmark's TTFT, "
                 "inter-token and E2E percentiles and request and token totals, but no request "
@@ -194,6 +220,9 @@ def summary_refusal(doc: Any) -> tuple[str, str | None] | None:
                     "input_num_tokens as prompt_tokens, output_num_tokens as output_tokens, "
                     "ttft_ms / 1000 as ttft_s, latency_ms / 1000 as e2e_s: docs/recordings.md), "
                     "which replays its send times"), None
+        if {"qsl_idx", "data"} <= set(first) and ("seq_id" in first or "token_count" in first):
+            return ("is an MLPerf LoadGen accuracy log (mlperf_log_accuracy.json): each "
+                    "sample's output tokens, " + _MLPERF_NO_REQUEST), None
         if "Percentiles" in first:
             return ("is evalscope perf's benchmark_percentile.json: percentiles only; "
                     f"{_EVALSCOPE_DB}"), None
@@ -234,6 +263,28 @@ def server_log_refusal(first_line: bytes) -> str | None:
             "request's send, first token and end; pass the load tool's result from the same "
             "run, or the server's per-request spans (--otlp-traces-endpoint) written out as "
             "the generic records format (docs/recordings.md)")
+
+
+_MLPERF_NO_REQUEST = ("no request's own send, first token or end (LoadGen's summary, detail "
+                      "and accuracy logs time no request); record the system under load with a "
+                      "tool kvbudget reads (docs/recordings.md)")
+
+
+def mlperf_log_refusal(head: bytes) -> str | None:
+    """Why an MLPerf inference LoadGen log is no recording (mlcommons/inference ``loadgen``:
+    ``mlperf_log_summary.txt`` opens with a rule and ``MLPerf Results Summary``,
+    ``mlperf_log_detail.txt`` is ``:::MLLOG {json}`` lines of settings and aggregates); None for
+    any other file."""
+    start = head.lstrip(b"\xef\xbb\xbf")
+    if start.startswith(b":::MLLOG "):
+        return ("is an MLPerf LoadGen detail log (mlperf_log_detail.txt): the run's settings and "
+                "aggregates as :::MLLOG lines, " + _MLPERF_NO_REQUEST)
+    if start.startswith(b"=") and b"MLPerf Results Summary" in start[:400]:
+        scenario = re.search(rb"Scenario\s*:\s*(\w+)", start)
+        said = f" of the {scenario.group(1).decode()} scenario" if scenario else ""
+        return (f"is an MLPerf LoadGen summary (mlperf_log_summary.txt){said}: samples and "
+                "tokens a second and latency percentiles, " + _MLPERF_NO_REQUEST)
+    return None
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"

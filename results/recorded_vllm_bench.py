@@ -207,6 +207,30 @@ def _streamed(output: FloatArray, ttft: FloatArray, itl_count: FloatArray,
     return np.where(streamed, itl_count + 1, output)
 
 
+def _silent(output: FloatArray, ttft: FloatArray, itl_count: FloatArray,
+            failed: np.ndarray[Any, np.dtype[np.bool_]], line: int | None,
+            notes: list[str]) -> tuple[FloatArray, FloatArray]:
+    """``output`` and ``ttft`` with each request that completed without a word given one
+    output token and no TTFT. The client sets ``ttft`` at the first chunk that carries text and
+    counts the output by retokenizing the text where the server sends no usage
+    (``calculate_metrics``: ``len(tokenizer(generated_text).input_ids)``), so a request whose
+    model ended at once (its end-of-sequence token, which detokenizes to nothing) is saved as
+    completed with ``output_lens`` 0 and ``ttfts`` 0.0 (LambdaLabsML/vllm-benchmark's published
+    Llama-3.1-8B run: 3 of 10, 77 % of its prompt tokens): the server prefilled its prompt and
+    generated that token, so it is simulated with 1, its times not measured."""
+    with np.errstate(invalid="ignore"):
+        silent = ~failed & (output == 0) & (ttft == 0) & (itl_count == 0)
+    if not silent.any():
+        return output, ttft
+    where = "" if line is None else f"line {line}: "
+    notes.append(f"{where}{int(silent.sum())} requests completed without a word (output_lens "
+                 "0, no first token: the model ended at once, and the client counts tokens by "
+                 "retokenizing the text): each is simulated with 1 output token, its prompt "
+                 "prefilled as the server did, and left out of the measured statistics (no "
+                 "TTFT)")
+    return np.where(silent, 1.0, output), np.where(silent, np.nan, ttft)
+
+
 def _check_times(path: Path, line: int | None, key: str, values: FloatArray) -> None:
     """Present times must be >= 0 and at most a day (NaN: not measured)."""
     with np.errstate(invalid="ignore"):
@@ -382,6 +406,7 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
         raise TraceError(path, f"must be a list of {n} strings", **_where(line, "errors"))
     failed = np.array([bool(e) for e in errors], dtype=bool)
     output = _streamed(output, ttft, itl_count, failed, line, notes)
+    output, ttft = _silent(output, ttft, itl_count, failed, line, notes)
     # the client appends one inter-token time per streamed chunk after the first
     # (vllm/benchmarks/lib/endpoint_request_func.py, output.itl.append): a completed request
     # of several tokens with none is a damaged file
@@ -577,7 +602,52 @@ def _config(docs: list[tuple[int | None, dict[str, Any]]]) -> dict[str, Any]:
                     "ramp_up_end_rps"):
             if first.get(key) is not None:
                 config[key] = first[key]
+    servers = [sweep_server(doc)[0] for _, doc in docs]
+    if all(server == servers[0] for server in servers):
+        config.update(servers[0])
     return config
+
+
+SWEEP_SERVER_KEYS: dict[str, tuple[str, type | tuple[type, ...]]] = {
+    "max_num_seqs": ("max_num_seqs", int), "max_num_batched_tokens": ("max_num_batched_tokens", int),
+    "enable_prefix_caching": ("enable_prefix_caching", bool), "block_size": ("block_size", int),
+    "tensor_parallel_size": ("tensor_parallel_size", int), "max_model_len": ("max_model_len", int),
+    "kv_cache_dtype": ("kv_cache_dtype", str), "num_gpu_blocks_override": ("num_gpu_blocks", int)}
+"""The ``vllm serve`` settings a ``vllm bench sweep serve`` run file may carry, by their
+``--serve-params`` name (``_`` or ``-``), with the recording's config key each gives."""
+
+SWEEP_SERVER_ONLY = ("gpu_memory_utilization", "quantization", "data_parallel_size",
+                     "pipeline_parallel_size", "speculative_config", "enable_chunked_prefill")
+"""``vllm serve`` settings a sweep may vary that kvbudget does not take from the file: said."""
+
+
+def sweep_server(doc: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """The server settings of one ``vllm bench sweep serve`` run (``run=N.json``): the sweep
+    writes ``run_number`` and every ``--serve-params`` (and ``--bench-params``) override into the
+    run's result (vLLM ``vllm/benchmarks/sweep/serve.py``, ``_update_run_data``), under the
+    name the params file gave (``max_num_seqs`` or ``max-num-seqs``: ``param_sweep.py`` takes
+    either). Only the serve overrides are there, not the ``--serve-cmd``'s own flags. Returns
+    the config keys read and a note on the ones kvbudget does not take."""
+    if not isinstance(doc.get("run_number"), int) or isinstance(doc.get("run_number"), bool):
+        return {}, None
+    found: dict[str, Any] = {}
+    for name, (key, kind) in SWEEP_SERVER_KEYS.items():
+        for spelled in (name, name.replace("_", "-")):
+            value = doc.get(spelled)
+            if isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
+                found[key] = value
+    other = {name: doc[k] for name in SWEEP_SERVER_ONLY for k in (name, name.replace("_", "-"))
+             if k in doc}
+    gmu = other.get("gpu_memory_utilization")
+    said = (f"a vllm bench sweep serve run (run_number {doc['run_number']}); "
+            + (f"its server settings from the file: "
+               f"{', '.join(f'{k}={v}' for k, v in found.items())}" if found
+               else "the file carries no server setting kvbudget takes")
+            + (f"; the sweep also set {', '.join(f'{k}={v}' for k, v in other.items())}, "
+               "which kvbudget does not take from the file"
+               + (f" (pass --set engine.gpu_memory_utilization={gmu})" if gmu is not None
+                  else "") if other else ""))
+    return found, said
 
 
 def _shared_prefix_note(doc: Mapping[str, Any]) -> str | None:
@@ -663,7 +733,8 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     notes.append(max_tokens_note(recorded, max_output_rule))
     if "ignore_eos" not in config:
         notes.append(f"ignore_eos: not recorded in the file ({tool} does not save it)")
-    notes.extend(n for n in (_speculative_note(first), _shared_prefix_note(first)) if n)
+    notes.extend(n for n in (_speculative_note(first), _shared_prefix_note(first),
+                             sweep_server(first)[1]) if n)
     # SGLang's bench_serving keeps a refusal's body ("Bad Request: " + the response text,
     # 0.5.23 sglang/benchmark/serving.py:236-239); vLLM's the reason phrase only
     # (benchmarks/lib/endpoint_request_func.py, output.error = response.reason)
