@@ -5,6 +5,7 @@ recorded run (thin wrappers over :mod:`kvbudget.studies.calibrate` and
 import dataclasses
 import json
 import math
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -305,9 +306,24 @@ def _weights_said(recording: "Recording", model: str | Path) -> str:
     if recording.format == "run" or Path(str(model)).suffix == ".json":
         return ""
     dtype = get_model(model).weight_dtype
+    named = recording.config.get("model")
+    marker = _QUANT_NAME.search(named) if isinstance(named, str) else None
+    if marker is not None and dtype in ("bfloat16", "float16", "float32"):
+        # the name says so, the model simulated does not: louder than the plain assumption
+        return (f", weights {dtype} (ASSUMED, though the recording's model {named!r} is named "
+                f"as quantized ({marker.group(1)}): {model} is a {dtype} model; a quantized "
+                "checkpoint's config.json to --model simulates its weights)")
     return (f", weights {dtype} (ASSUMED: the model's config; the recording does not say "
             "whether the server quantized them, e.g. vLLM's --quantization fp8: a quantized "
             "checkpoint's config.json to --model chooses)")
+
+
+_QUANT_NAME = re.compile(
+    r"(?:^|[-_./])(fp8|fp4|nvfp4|mxfp4|int8|int4|w8a8|w8a16|w4a16|w4a8|awq|gptq|bnb|gguf|"
+    r"[48]bit)(?=$|[-_./])", re.IGNORECASE)
+"""A quantization the checkpoint's name says (Hugging Face's naming habit, e.g.
+``neuralmagic/Meta-Llama-3.1-8B-FP8``, ``...-AWQ``, ``...-W4A16``, ``...-GPTQ-Int4``): a hint
+only, never read as the weights' dtype (a name can lie; a config.json cannot)."""
 
 
 def _param_values(params: list[str] | None) -> dict[str, Any]:

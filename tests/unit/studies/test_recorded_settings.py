@@ -222,6 +222,24 @@ def test_the_weights_dtype_a_recording_cannot_tell_is_said_as_assumed(tmp_path: 
     assert ", weights " not in err.split("\n")[0]
 
 
+def test_a_model_named_as_quantized_simulated_in_16_bits_is_said(tmp_path: Path) -> None:
+    # LambdaLabsML/vllm-benchmark: a run of neuralmagic/Meta-Llama-3.1-8B-FP8 validated with
+    # --model Llama-3.1-8B said "weights bfloat16 (ASSUMED ...)" as for any name, not that the
+    # file's own name says FP8
+    path = _bench(tmp_path / "b.json", "neuralmagic/Meta-Llama-3.1-8B-FP8")
+    code, _, err = _run("validate", "--records", path, "--out", tmp_path / "v", "--gpu", "H100",
+                        "--model", "Llama-3.1-8B")
+    assert code == 0, err
+    settings = " ".join(err.split("\n")[0].split())
+    assert "weights bfloat16 (ASSUMED, though the recording's model " \
+        "'neuralmagic/Meta-Llama-3.1-8B-FP8' is named as quantized (FP8)" in settings, settings
+    # a name with the letters inside a word is no marker
+    path = _bench(tmp_path / "c.json", "meta-llama/Llama-3.1-8B-Instruct")
+    code, _, err = _run("validate", "--records", path, "--out", tmp_path / "v2", "--gpu", "H100")
+    assert code == 0, err
+    assert "named as quantized" not in err
+
+
 def test_a_simulated_tensor_parallel_run_validates_against_itself(tmp_path: Path) -> None:
     # a TP2 `simulate --out` run directory was replayed at TP 1 (summary.json's engine_knobs
     # were not read): every figure off, exit 0
