@@ -576,7 +576,8 @@ def finish(raw: RawTrace, options: TraceOptions, streams: Streams) -> LoadedTrac
     _check_hashes(raw, keep, block_tokens)
     n = int(keep.sum())
     if n == 0:
-        reasons = ", ".join(f"{c} {r}" for r, c in raw.dropped.items()) or "none"
+        reasons = "; ".join(f"{r}: {counted(c, 'row')}" for r, c in raw.dropped.items()) or \
+            "none"
         raise TraceError(raw.path, f"no requests left: every row was dropped ({reasons})")
     index = np.flatnonzero(keep)
     timed = raw.arrival is not None

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.stats import time_summary, token_summary
 from kvbudget.workloads.traces import TraceOptions, load_trace
 
@@ -116,6 +117,16 @@ def test_burstgpt_failed_rows_are_dropped_and_counted() -> None:
             marked = sum(row["Response tokens"].strip() in ("0", "0.0")
                          for row in csv.DictReader(fh))
         assert loaded.report.dropped_rows == marked == failed
+
+
+def test_a_file_of_dropped_rows_says_each_reason_with_its_count(tmp_path: Path) -> None:
+    # a recording whose every request timed out said "every row was dropped (3 0 output
+    # tokens)": the count ran into the reason
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,0\n1,12,0\n2,9,0\n")
+    with pytest.raises(TraceError) as err:
+        load_trace(path)
+    assert "every row was dropped (0 output tokens: 3 rows)" in str(err.value), err.value
 
 
 def test_burstgpt_tiers_by_log_type_and_model() -> None:
