@@ -204,14 +204,17 @@ def test_burstgpt_timestamps_count_from_the_first_days_midnight(tmp_path: Path) 
         load_trace(write(tmp_path / "b.csv", text))
     # rebased to the first request, as documented: 5 s after midnight is 0
     assert load_trace(write(tmp_path / "ok.csv", BURST_1)).workload.arrival_s[0] == 0.0
-    # and a window counts from there, which is said (before: unsaid, so a window written in
-    # the file's own times, 45 to 50, selected the requests at 50 and none other)
-    windowed = load_trace(tmp_path / "ok.csv", TraceOptions(window=(40.0, 45.0)))
+    # a window counts on the file's own clock, as on every clock but a wall clock's (before:
+    # from the first request, so the window 45 to 50 in the file's times selected the request
+    # at 50 and not the one at 45)
+    windowed = load_trace(tmp_path / "ok.csv", TraceOptions(window=(45.0, 50.0)))
     assert windowed.workload.arrival_s.tolist() == [0.0]
     assert windowed.workload.prompt_tokens.tolist() == [1087]  # the file's 45
-    assert ("the window counts seconds from the first request, at 5 s on the file's own clock "
-            "(BurstGPT's Timestamp counts seconds from 0:00:00 on its first day): the file's "
-            "times are the window's plus 5") in windowed.report.assumed
+    assert ("the window [45, 50) s counts on the file's own clock (BurstGPT's Timestamp counts "
+            "seconds from 0:00:00 on its first day), where its first request is at 5 s; the "
+            "window's start becomes 0") in windowed.report.assumed
+    open_end = load_trace(tmp_path / "ok.csv", TraceOptions(window=(10.0, None))).workload
+    assert open_end.arrival_s.tolist() == [35.0, 40.0]  # the file's 45 and 50, from 10
     assert not [a for a in load_trace(tmp_path / "ok.csv").report.assumed if "window" in a]
 
 
