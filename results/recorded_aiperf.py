@@ -468,7 +468,7 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     num_measured = len(rows) - counts["num_warmup"]
     limit = _time_limit(summary, num_measured)
     profiling = np.array([s != "warmup" for s in status])
-    if limit and stage.load in ("closed", "capped") and profiling.any():
+    if limit and profiling.any():  # whatever the load: its sending stops, its grace ends
         # the phase's clock starts at its first send (the warm-up phase's sends before it)
         stage = replace(stage, time_limit_end_s=float(sent[profiling].min()) + limit[0],
                         grace_s=_grace_s(summary))
