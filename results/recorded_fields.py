@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from kvbudget.workloads.counted import counted
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.errors import json_problem as _json_problem
 from kvbudget.workloads.max_output import FactorOfTrue, MaxOutputRule
@@ -181,10 +182,10 @@ def time_limit_note(label: str, load: str, limit_s: float, limit: str, num_sent:
             return None
         after = ("still running at the limit" if grace_s == 0 else
                  f"still running {grace_s:g} s after it (its grace period)")
-        return (f"stage '{label}' was stopped by its {limit_s:g} s time limit ({limit}): its "
-                f"{num_sent} requests are offered at their recorded send times and those "
-                f"{after} are cancelled, as the tool cancels them: the client's, counted "
-                "neither completed nor a failure of the server")
+        return (f"stage '{label}' was stopped by its {limit_s:g} s time limit ({limit}): the "
+                f"{counted(num_sent, 'request')} it sent {'is' if num_sent == 1 else 'are'} "
+                f"offered at their recorded send times and those {after} are cancelled, as the tool cancels them: the client's, "
+                "counted neither completed nor a failure of the server")
     if grace_s is None:
         return (f"stage '{label}' was stopped by its {limit_s:g} s time limit ({limit}): "
                 f"replayed with the {num_sent} requests it sent, not as many as the simulated "

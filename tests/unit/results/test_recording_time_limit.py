@@ -92,9 +92,9 @@ def test_an_open_aiperf_stage_stopped_by_its_duration_says_its_cut(tmp_path: Pat
     # ends whatever the load (before: nothing said, and nothing cut)
     said = limit_notes(aiperf(tmp_path, "rate8", duration=10.0, requests=None))
     assert len(said) == 1
-    assert ("stage '8 req/s' was stopped by its 10 s time limit (--benchmark-duration): its 20 "
-            "requests are offered at their recorded send times and those still running at the "
-            "limit are cancelled") in said[0]  # the summary gives no grace period: 0
+    assert ("stage '8 req/s' was stopped by its 10 s time limit (--benchmark-duration): the 20 "
+            "requests it sent are offered at their recorded send times and those still running "
+            "at the limit are cancelled") in said[0]  # the summary gives no grace period: 0
     said = limit_notes(aiperf(tmp_path, "rate8", duration=10.0, requests=None,
                               grace_period=30.0))
     assert len(said) == 1 and "still running 30 s after it (its grace period)" in said[0]
