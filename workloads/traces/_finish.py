@@ -648,8 +648,9 @@ def _rebase(rows: _Rows, raw: RawTrace, timed: bool, *, own_clock: bool = False)
     relative clock with its publisher's origin (``RawTrace.clock_origin``, BurstGPT's) stays
     on it for a window (``own_clock``): the window is on the file's own clock, as on every
     clock but a wall clock's."""
-    if raw.absolute_clock and not (own_clock and raw.clock_origin is not None):
-        rows.shift(float(rows.arrival.min()))
+    if raw.absolute_clock:
+        if not (own_clock and raw.clock_origin is not None):
+            rows.shift(float(rows.arrival.min()))
     elif timed and rows.arrival.size and float(rows.arrival.min()) >= ABSOLUTE_CLOCK_S:
         first = float(rows.arrival.min())
         if first > LATEST_CLOCK_S:
