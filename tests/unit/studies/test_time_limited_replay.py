@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 from kvbudget.analysis.validation import OVERALL
 from kvbudget.cli.main import app
 from kvbudget.perf.cost_model import LinearCostModel, save_cost_model
+from kvbudget.results.recorded_aiperf import UNRECORDED_CANCELS
 from kvbudget.results.recordings import read_recording
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig
@@ -139,6 +140,10 @@ def test_an_open_time_limited_stage_cancels_what_runs_past_the_tools_grace() -> 
     table = validate_recording(rec, CONFIG, cost_model=SLOW, frontend_overhead_s=0.0).table
     simulated, measured_done = _completed(table)
     assert simulated < measured_done
+    # the requests AIPerf cancelled left no record (its log: 8 of the 9 it sent): said
+    assert UNRECORDED_CANCELS in rec.notes
+    assert UNRECORDED_CANCELS not in read_recording(FIXTURES / "aiperf-0.13.0" /
+                                                    "rate8.jsonl").notes
 
 
 def test_an_open_stage_cut_before_another_is_simulated_stage_by_stage() -> None:
