@@ -185,6 +185,15 @@ def _agentic_note(label: str, summary: Mapping[str, Any]) -> str | None:
             "turns as it would have, nor a faster one bring them sooner")
 
 
+UNRECORDED_CANCELS = (
+    "AIPerf writes no record of the requests it cancels when its grace period ends: any the "
+    "server was still serving then are not in the files (its log counts them), so the replay "
+    "offers only the requests that ended in time, less load than the server carried")
+"""AIPerf 0.13.0 ``workers/worker.py`` (``_on_credit_drop_message_task``'s ``finally``): a
+credit cancelled by ``cancel_all_credits`` is returned without a record ("Cancelled credits are
+excluded from the barrier target, so they need no record")."""
+
+
 def _grace_s(summary: Mapping[str, Any]) -> float:
     """The profiling phase's grace period: how long AIPerf waits for the requests in flight
     after its duration before cancelling them. AIPerf 0.13.0 waits the phase's time left plus
@@ -592,7 +601,7 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     num_measured = len(rows) - counts["num_warmup"]
     limit = _time_limit(summary, num_measured)
     profiling = np.array([s != "warmup" for s in status])
-    if limit and stage.load in ("closed", "capped") and profiling.any():
+    if limit and profiling.any():  # whatever the load: its sending stops, its grace ends
         # the phase's clock starts at its first send (the warm-up phase's sends before it)
         stage = replace(stage, time_limit_end_s=float(sent[profiling].min()) + limit[0],
                         grace_s=_grace_s(summary))
@@ -601,6 +610,8 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
         grace_s=stage.grace_s if stage.time_limit_end_s is not None else None)
     if said:
         notes.append(said)
+    if stage.time_limit_end_s is not None and stage.grace_s != math.inf:
+        notes.append(UNRECORDED_CANCELS)
     scheduled = (_fixed_schedule_note(stage.label, summary, num_measured)
                  or _agentic_note(stage.label, summary))
     if scheduled:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from kvbudget.workloads.counted import counted
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.errors import json_problem as _json_problem
 from kvbudget.workloads.max_output import FactorOfTrue, MaxOutputRule
@@ -175,13 +176,21 @@ def max_tokens_note(recorded: FloatArray | None, rule: MaxOutputRule | None) -> 
 
 def time_limit_note(label: str, load: str, limit_s: float, limit: str, num_sent: int, *,
                     grace_s: float | None = None) -> str | None:
-    """What a closed or capped stage stopped by its load tool's time limit is replayed with
-    (None for an open stage: the requests its rate sent in the time are the ones offered).
-    ``grace_s``: the stage is replayed time-limited (``RecordedStage.time_limit_end_s``), the
-    requests still running that long after the limit cancelled (inf: none); None: the file
-    does not say when the limit fell, and the stage is replayed with the requests it sent."""
+    """What a stage stopped by its load tool's time limit is replayed with. ``grace_s``: the
+    stage is replayed time-limited (``RecordedStage.time_limit_end_s``), the requests still
+    running that long after the limit cancelled (inf: none); None: the file does not say when
+    the limit fell, and the stage is replayed with the requests it sent. An open stage offers
+    the requests its rate sent in the time, at their recorded times: only a finite grace
+    period is said (None otherwise)."""
     if load not in ("closed", "capped"):
-        return None
+        if grace_s is None or grace_s == math.inf:
+            return None
+        after = ("still running at the limit" if grace_s == 0 else
+                 f"still running {grace_s:g} s after it (its grace period)")
+        return (f"stage '{label}' was stopped by its {limit_s:g} s time limit ({limit}): the "
+                f"{counted(num_sent, 'request')} it sent {'is' if num_sent == 1 else 'are'} "
+                f"offered at their recorded send times and those {after} are cancelled, as the tool cancels them: the client's, "
+                "counted neither completed nor a failure of the server")
     if grace_s is None:
         return (f"stage '{label}' was stopped by its {limit_s:g} s time limit ({limit}): "
                 f"replayed with the {num_sent} requests it sent, not as many as the simulated "

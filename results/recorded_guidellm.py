@@ -479,6 +479,21 @@ def _stop_time(bench: Mapping[str, Any]) -> float | None:
     return None
 
 
+def _cancelled_after_s(bench: Mapping[str, Any], stop: float) -> float:
+    """How long after its time limit GuideLLM 0.8 cancelled what was still running: the
+    ``max_duration`` constraint stops processing with queuing (0.8.1
+    ``scheduler/constraints/request.py``: ``request_processing="stop_local"``) and each worker
+    cancels its requests in flight once it sees that (``scheduler/worker.py``,
+    ``_process_requests``: ``processing_task.cancel()`` after ``constraint_reached_event``,
+    polled every ``settings.mp_poll_interval``, 0.1 s). The report's
+    ``scheduler_state.end_requests_time``, when its last request ended or was cancelled,
+    bounds it: nothing of the stage ran past it. inf where the report does not say."""
+    end = dig(bench, "scheduler_state", "end_requests_time")
+    if isinstance(end, int | float) and not isinstance(end, bool) and math.isfinite(end):
+        return max(0.0, float(end) - stop)
+    return math.inf
+
+
 def _unlisted_note(bench: Mapping[str, Any], label: str, listed: int) -> str | None:
     """0.2-0.3 leave warm-up and cool-down requests out of the lists: say how many."""
     if "args" not in bench or bench.get("request_samples") is not None:
@@ -587,9 +602,9 @@ def read_guidellm(path: Path, default_tier: str,
                              "incomplete)", field=f"benchmarks[{b}].requests")
         stage = stage_of(path, bench, b, version, notes)
         limit = _time_limit(bench, _listed(bench))
-        stop = _stop_time(bench) if limit and stage.load in ("closed", "capped") else None
+        stop = _stop_time(bench) if limit else None
         if stop is not None:  # on the epoch clock until _recording rebases it
-            stage = replace(stage, time_limit_end_s=stop)
+            stage = replace(stage, time_limit_end_s=stop, grace_s=_cancelled_after_s(bench, stop))
         stages.append(stage)
         window = _window(path, bench, b)
         # with no cool-down GuideLLM 0.8.1's window ends at the time limit (benchmark/schemas/
@@ -613,7 +628,7 @@ def read_guidellm(path: Path, default_tier: str,
                      _unlisted_note(bench, stage.label, sum(listed.values())),
                      limit and time_limit_note(
                          stage.label, stage.load, *limit, sum(listed.values()),
-                         grace_s=math.inf if stop is not None else None)):
+                         grace_s=stage.grace_s if stop is not None else None)):
             if note:
                 notes.append(note)
     return _recording(path, doc, benchmarks, version, cols, stages, counts, notes,

@@ -87,8 +87,9 @@ class RecordedStage:
     time_limit_end_s: float | None = None
     """When the load tool's time limit stopped the stage's sending, on the recording's clock
     (the workload's ``arrival_s``): a closed or capped stage is replayed time-limited, its
-    users sending nothing after it (``ClosedLoop.send_until_s``); None: stopped by its request
-    count, or not known."""
+    users sending nothing after it (``ClosedLoop.send_until_s``); any stage's requests still
+    running :attr:`grace_s` after it are cancelled, as the tool cancels them (an open stage's
+    sends are the recorded ones); None: stopped by its request count, or not known."""
     grace_s: float = math.inf
     """How long after :attr:`time_limit_end_s` the tool waited for the requests in flight
     before cancelling them (AIPerf's ``--benchmark-grace-period``; inf: it waited for all)."""

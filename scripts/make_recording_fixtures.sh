@@ -6,7 +6,8 @@
 #   scripts/make_recording_fixtures.sh vllm guidellm   # some of them (vllm vllm-offline
 #                                                      # guidellm aiperf inference-perf
 #                                                      # guidellm-0.3.1 ...; the time-limited
-#                                                      # runs guidellm-timed, aiperf-timed;
+#                                                      # runs guidellm-timed, aiperf-timed,
+#                                                      # aiperf-timed-open;
 #                                                      # aiperf-trace)
 #
 # It starts the CPU vLLM of the live tests (tests/live/livevllm.py's flags: a tiny random Llama
@@ -251,6 +252,24 @@ run_aiperf_timed() {
     cp "$WORK/a6/profile_export_aiperf.json" "$dest/duration2_rate8_aiperf.json"
 }
 
+run_aiperf_timed_open() {
+    # an open loop at 4 req/s stopped by its 3 s --benchmark-duration with no grace period
+    # (64-token answers: some still running at the limit):
+    # AIPerf cancels the requests still in flight at the limit (timing/phase/runner.py,
+    # _wait_for_returning_complete: cancel_all_credits after duration + grace)
+    local py dest
+    py=$(tool_venv aiperf "$AIPERF_VERSION" python3)
+    dest="$OUT/aiperf-$AIPERF_VERSION"
+    mkdir -p "$dest"
+    "$py" -m aiperf profile --model tiny --url "$URL" --endpoint-type completions --streaming \
+        --tokenizer "$MODEL_DIR" --isl 32 --isl-stddev 0 --osl 64 --osl-stddev 0 \
+        --extra-inputs ignore_eos:true --warmup-request-count 2 --random-seed 0 --ui-type none \
+        --request-rate 4 --benchmark-duration 3 --benchmark-grace-period 0 \
+        --artifact-dir "$WORK/a8"
+    cp "$WORK/a8/profile_export.jsonl" "$dest/duration3_rate4_grace0.jsonl"
+    cp "$WORK/a8/profile_export_aiperf.json" "$dest/duration3_rate4_grace0_aiperf.json"
+}
+
 run_aiperf_trace() {
     # a mooncake-style trace replayed at its timestamps (--fixed-schedule): 12 requests from
     # 500 ms to 2700 ms; as written (the schedule's zero at 0 ms: the first request 0.5 s after
@@ -359,7 +378,8 @@ EOF
 mkdir -p "$OUT"
 TOOLS=("$@")
 [[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline guidellm guidellm-timed guidellm-0.6.1 guidellm-0.4.0
-                                    guidellm-0.3.1 guidellm-0.2.1 aiperf aiperf-timed aiperf-trace
+                                    guidellm-0.3.1 guidellm-0.2.1 aiperf aiperf-timed
+                                    aiperf-timed-open aiperf-trace
                                     inference-perf)
 start_server
 for tool in "${TOOLS[@]}"; do
@@ -372,6 +392,7 @@ for tool in "${TOOLS[@]}"; do
     guidellm-*) run_guidellm "${tool#guidellm-}" ;;
     aiperf) run_aiperf ;;
     aiperf-timed) run_aiperf_timed ;;
+    aiperf-timed-open) run_aiperf_timed_open ;;
     aiperf-trace) run_aiperf_trace ;;
     inference-perf) run_inference_perf ;;
     *) echo "make_recording_fixtures: unknown tool $tool" >&2; exit 2 ;;

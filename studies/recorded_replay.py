@@ -19,11 +19,20 @@ A load tool runs its stages one after another (GuideLLM's sweep, ``vllm bench se
     (``ClosedLoop.not_before_arrival``); AIPerf's (``RecordedStage.tick_pattern``) sends only at
     its rate's ticks, skipping those that find every slot busy (``ClosedLoop.tick_rate_per_s``).
 
+A stage its load tool stopped by a time limit (``RecordedStage.time_limit_end_s``) is replayed
+as the tool ran it whatever its mode: the tool sends nothing after the limit and cancels the
+requests still running when its grace period after it ends (``RecordedStage.grace_s``; AIPerf's
+``--benchmark-grace-period``), so a simulated request still running then is the client's
+(:data:`CANCELLED`), neither completed nor the server's failure; a closed or capped stage's
+users also send nothing after the limit (:data:`NOT_SENT`).
+
 A recording whose stages are all open is simulated as one run (the whole load at once, as
-before). Otherwise each stage is simulated on its own, from an idle server, starting at the
-stage's first recorded send; the runs are joined into one :class:`RunResult` (records, timeline
-and token gaps on the recording's clock; the summary recomputed over them, with a ``stages``
-list saying how each was replayed).
+before), its time-limited stages cut after it (:func:`cut_open_stages`), unless a later stage
+follows one with a finite grace period (its cancelled requests would have gone on loading the
+server in the simulation, not in the tool's run). Otherwise each stage is simulated on its own,
+from an idle server, starting at the stage's first recorded send; the runs are joined into one
+:class:`RunResult` (records, timeline and token gaps on the recording's clock; the summary
+recomputed over them, with a ``stages`` list saying how each was replayed).
 """
 
 from __future__ import annotations
@@ -61,6 +70,12 @@ class StagePlan:
     loop: ClosedLoop | None
     start_s: float
 
+    @property
+    def limit_s(self) -> float | None:
+        """The tool's time limit on the stage's own clock (from :attr:`start_s`); None: none."""
+        limit = self.stage.time_limit_end_s
+        return None if limit is None else max(0.0, limit - self.start_s)
+
     def describe(self) -> dict[str, Any]:
         rate = self.stage.request_rate
         return {"label": self.stage.label, "load": self.stage.load,
@@ -69,20 +84,32 @@ class StagePlan:
                 "replayed_as": replay_mode(self.stage), "num_requests": len(self.rows),
                 "start_s": self.start_s,
                 **({"tick_pattern": self.stage.tick_pattern} if self.stage.tick_pattern else {}),
-                **({"send_until_s": self.loop.send_until_s,  # JSON has no Infinity
+                **({"send_until_s": self.limit_s,  # JSON has no Infinity
                     "grace_s": "inf" if self.stage.grace_s == math.inf else self.stage.grace_s}
-                   if self.loop is not None and self.loop.send_until_s is not None else {})}
+                   if _is_cut(self.stage) else {})}
+
+
+def _is_cut(stage: RecordedStage) -> bool:
+    """Whether the tool's time limit changes how a stage is replayed: a closed or capped
+    stage's users stop sending at it; an open stage's sends are the recorded ones, so only a
+    finite grace period after it (requests cancelled) does."""
+    if stage.time_limit_end_s is None:
+        return False
+    return stage.load in ("closed", "capped") or stage.grace_s != math.inf
 
 
 def replay_mode(stage: RecordedStage) -> str:
     """What the validate table says of a stage: how its load was simulated."""
     limited = "" if stage.time_limit_end_s is None else (
         ", time-limited (nothing sent after the tool's time limit)")
+    if stage.load in ("open", "unknown") and _is_cut(stage):
+        limited = (", time-limited (requests still running the tool's grace period of "
+                   f"{stage.grace_s:g} s after its time limit cancelled)")
     if stage.load == "closed":
         return f"closed loop, {stage.max_concurrency} users{limited}"
     if stage.load == "open" and stage.send_times != "recorded" and \
             stage.request_rate == math.inf:
-        return "every request at once (rate inf; the file has no send times)"
+        return f"every request at once (rate inf; the file has no send times){limited}"
     times = ("recorded send times" if stage.send_times == "recorded" else
              "times AIPerf issued them (its records' credit_issued_ns)"
              if stage.send_times == "issued" else
@@ -94,14 +121,16 @@ def replay_mode(stage: RecordedStage) -> str:
     if stage.load == "capped":
         return f"open loop at the {times}, at most {stage.max_concurrency} in flight{limited}"
     if stage.load == "unknown":
-        return f"open loop at the {times} (load mode not recorded)"
-    return f"open loop at the {times}"
+        return f"open loop at the {times} (load mode not recorded){limited}"
+    return f"open loop at the {times}{limited}"
 
 
 def stage_plans(recording: Recording) -> list[StagePlan] | None:
-    """One plan per stage, in run order; None when every stage is open (one run suffices)."""
+    """One plan per stage, in run order; None when every stage is open and no stage cut at
+    its time limit has another after it (one run suffices, :func:`cut_open_stages` after)."""
     stages = recording.stages
-    if not stages or all(s.load in ("open", "unknown") for s in stages):
+    if not stages or (all(s.load in ("open", "unknown") for s in stages) and not any(
+            _is_cut(s) for s in stages[:-1])):
         return None
     labels = recording.measured["stage"].astype(str).to_numpy()
     arrival = recording.workload.arrival_s
@@ -141,7 +170,7 @@ def simulate_stages(recording: Recording, config: SimConfig, plans: Sequence[Sta
         cfg = replace(config, closed_loop=plan.loop)
         run = simulate(_stage_workload(recording.workload, plan),
                        make_policy(policy, dict(policy_params or {})), cfg, progress=progress)
-        runs.append(cut_at_time_limit(run, plan))
+        runs.append(cut_at_time_limit(run, plan, recording))
     return join_stage_runs(runs, plans, config, policy)
 
 
@@ -163,30 +192,73 @@ def time_limit_said(records: pd.DataFrame) -> str | None:
     cancelled = int((records["reason"] == CANCELLED).sum())
     if not (not_sent or cancelled):
         return None
-    return (f"time limit: the simulated users had not sent {not_sent} of the recorded requests "
-            f"by the tool's time limit and {cancelled} were still running after its grace "
-            "period (cancelled, as the tool does): the client's, neither completed nor failures "
-            "of the server")
+    running = (f"{cancelled} were still running after its grace period" if not_sent else
+               f"{cancelled} of the recorded requests were still running when the tool's grace "
+               "period after its time limit ended")
+    users = (f"the simulated users had not sent {not_sent} of the recorded requests by the "
+             "tool's time limit and " if not_sent else "")
+    return (f"time limit: {users}{running} (cancelled, as the tool does): the client's, neither "
+            "completed nor failures of the server")
 
 
-def cut_at_time_limit(run: RunResult, plan: StagePlan) -> RunResult:
+def cut_at_time_limit(run: RunResult, plan: StagePlan, recording: Recording) -> RunResult:
     """A time-limited stage's run as the load tool saw it: the requests its users had not sent
-    by the limit (sent after it) and those still running at the limit plus the tool's grace
-    period are the client's (``client_timeout``, :data:`NOT_SENT` / :data:`CANCELLED`), neither
-    completed nor the server's failures. Cancelling after the run is exact: nothing is sent
-    after the limit, so a request running past the grace period slows only others running past
-    it, all of them cancelled."""
-    loop = plan.loop
-    if loop is None or loop.send_until_s is None:
+    by the limit (sent after it; a closed or capped stage's) and those still running at the
+    limit plus the tool's grace period are the client's (``client_timeout``, :data:`NOT_SENT` /
+    :data:`CANCELLED`), neither completed nor the server's failures. Cancelling after the run
+    is exact: nothing is sent after the limit, so a request running past the grace period
+    slows only others running past it, all of them cancelled. Warm-up requests are not cut
+    (AIPerf's warm-up is a phase of its own, which waits for every request)."""
+    limit = plan.limit_s
+    if limit is None or not _is_cut(plan.stage):
         return run
+    _, warmup = _measured_rows(recording, run)
+    return _cut(run, ~warmup, limit, plan.stage.grace_s, users=plan.loop is not None)
+
+
+def cut_open_stages(run: RunResult, recording: Recording) -> RunResult:
+    """A one-run simulation of a recording's open stages with each time-limited stage's
+    requests still running its tool's grace period after the limit cancelled (as
+    :func:`cut_at_time_limit`; on the recording's clock, the run's)."""
+    cut = [s for s in recording.stages if _is_cut(s)]
+    if not cut:
+        return run
+    stage_of, warmup = _measured_rows(recording, run)
+    for stage in cut:
+        assert stage.time_limit_end_s is not None  # _is_cut checks it
+        run = _cut(run, (stage_of == stage.label) & ~warmup, stage.time_limit_end_s,
+                   stage.grace_s, users=False)
+    return run
+
+
+def _measured_rows(recording: Recording, run: RunResult) -> tuple[
+        np.ndarray[Any, np.dtype[np.object_]], np.ndarray[Any, np.dtype[np.bool_]]]:
+    """Each of ``run``'s records' stage label and whether the recording measured it as a
+    warm-up request (by request id: a stage's run holds the recording's ids)."""
+    measured = recording.measured
+    ids = measured["request_id"].to_numpy(dtype=np.int64)
+    order = np.argsort(ids, kind="stable")
+    wanted = np.asarray(run.record_columns["request_id"], dtype=np.int64)
+    rows = order[np.searchsorted(ids, wanted, sorter=order)]
+    labels = measured["stage"].astype(str).to_numpy(dtype=object)[rows]
+    warmup = measured["status"].astype(str).to_numpy() == "warmup"
+    return labels, warmup[rows]
+
+
+def _cut(run: RunResult, rows: np.ndarray[Any, np.dtype[np.bool_]], limit: float,
+         grace_s: float, *, users: bool) -> RunResult:
+    """``run`` with ``rows``' requests the load tool would not have seen complete set to the
+    client's: those sent after ``limit`` where simulated users sent them (``users``), and
+    those still running ``grace_s`` after it."""
     cols = dict(run.record_columns)
     arrival = np.asarray(cols["arrival_s"], dtype=np.float64)
     finished = np.asarray(cols["finished_s"], dtype=np.float64)
     status = np.asarray(cols["status"], dtype=object).copy()
     reason = np.asarray(cols["reason"], dtype=object).copy()
-    not_sent = arrival > loop.send_until_s
-    cut = (~not_sent & (status == "completed")
-           & ~(finished <= loop.send_until_s + plan.stage.grace_s))
+    not_sent = rows & (arrival > limit) if users else np.zeros(len(rows), dtype=bool)
+    cut = (rows & ~not_sent & (status == "completed") & ~(finished <= limit + grace_s))
+    if not (not_sent.any() or cut.any()):
+        return run
     status[not_sent | cut] = "client_timeout"
     reason[not_sent] = NOT_SENT
     reason[cut] = CANCELLED

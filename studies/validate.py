@@ -42,7 +42,13 @@ from kvbudget.results.run_result import RunResult
 from kvbudget.results.said import setting_lines
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig, simulate
-from kvbudget.studies.recorded_replay import CANCELLED, NOT_SENT, simulate_stages, stage_plans
+from kvbudget.studies.recorded_replay import (
+    CANCELLED,
+    NOT_SENT,
+    cut_open_stages,
+    simulate_stages,
+    stage_plans,
+)
 from kvbudget.studies.setting import errors_line, study_repr
 from kvbudget.workloads import Workload
 
@@ -115,8 +121,9 @@ def simulate_recording(recording: Recording, config: SimConfig, *, policy: str =
     if plans is not None:  # a closed or capped stage: each stage in its own load mode
         return simulate_stages(recording, cfg, plans, policy=policy,
                                policy_params=policy_params, progress=progress)
-    return simulate(recording.workload, make_policy(policy, dict(policy_params or {})), cfg,
-                    progress=progress)
+    run = simulate(recording.workload, make_policy(policy, dict(policy_params or {})), cfg,
+                   progress=progress)
+    return cut_open_stages(run, recording)  # an open stage's tool cancelled after its grace
 
 
 def recording_stages(recording: Recording) -> list[str]:

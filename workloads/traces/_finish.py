@@ -594,7 +594,7 @@ def finish(raw: RawTrace, options: TraceOptions, streams: Streams) -> LoadedTrac
     raw.prompt = raw.output = np.zeros(0)  # let the float copies go
 
     _say_window_origin(rows, raw, options)
-    _rebase(rows, raw, timed)
+    _rebase(rows, raw, timed, own_clock=options.window is not None)
     if timed:
         rows = _sorted_by_arrival(rows, raw)
     if options.spread_s is not None and timed:
@@ -643,11 +643,15 @@ def _kept_rows(raw: RawTrace, index: IntArray) -> _Rows:
     ).take(index)
 
 
-def _rebase(rows: _Rows, raw: RawTrace, timed: bool) -> None:
+def _rebase(rows: _Rows, raw: RawTrace, timed: bool, *, own_clock: bool = False) -> None:
     """Move wall-clock arrivals so the first is at 0 (with a note when the loader did not say
-    they were wall-clock times); refuse a timed trace spanning over :data:`MAX_SPAN_S`."""
+    they were wall-clock times); refuse a timed trace spanning over :data:`MAX_SPAN_S`. A
+    relative clock with its publisher's origin (``RawTrace.clock_origin``, BurstGPT's) stays
+    on it for a window (``own_clock``): the window is on the file's own clock, as on every
+    clock but a wall clock's."""
     if raw.absolute_clock:
-        rows.shift(float(rows.arrival.min()))
+        if not (own_clock and raw.clock_origin is not None):
+            rows.shift(float(rows.arrival.min()))
     elif timed and rows.arrival.size and float(rows.arrival.min()) >= ABSOLUTE_CLOCK_S:
         first = float(rows.arrival.min())
         if first > LATEST_CLOCK_S:
@@ -670,17 +674,17 @@ def _rebase(rows: _Rows, raw: RawTrace, timed: bool) -> None:
 
 
 def _say_window_origin(rows: _Rows, raw: RawTrace, options: TraceOptions) -> None:
-    """Say where a window counts from on a file whose publisher's clock has its own origin
-    (BurstGPT's first day's midnight): from the first request, not from that origin, so a
-    window written in the file's own times would select other requests."""
+    """Say that a window on a file whose publisher's clock has its own origin (BurstGPT's
+    first day's midnight) counts on that clock, where the file's first request is not at 0 (a
+    load without a window rebases it to 0)."""
     if options.window is None or raw.clock_origin is None or not rows.arrival.size:
         return
     first = float(rows.arrival.min())
-    if first:
-        raw.assumed.append(
-            f"the window counts seconds from the first request, at {first:,.10g} s on the "
-            f"file's own clock ({raw.clock_origin}): the file's times are the window's plus "
-            f"{first:,.10g}")
+    start, end = options.window
+    raw.assumed.append(
+        f"the window [{start:,.10g}, {'open' if end is None else f'{end:,.10g}'}) s counts on the "
+        f"file's own clock ({raw.clock_origin}), where its first request is at {first:,.10g} "
+        "s; the window's start becomes 0")
 
 
 def _sorted_by_arrival(rows: _Rows, raw: RawTrace) -> _Rows:
@@ -707,9 +711,12 @@ def _windowed(rows: _Rows, raw: RawTrace, window: tuple[float, float | None]) ->
     upper = np.inf if end is None else end
     inside = np.flatnonzero((rows.arrival >= start) & (rows.arrival < upper))
     if inside.size == 0:
-        span = float(rows.arrival[-1]) if len(rows.arrival) else 0.0
-        raise TraceError(raw.path, f"the window [{start:g}, {upper:g}) s holds no requests "
-                         f"(the trace spans 0 to {span:.1f} s)", field="window")
+        first, last = (float(rows.arrival[0]), float(rows.arrival[-1])) if len(rows.arrival) \
+            else (0.0, 0.0)
+        clock = "" if raw.clock_origin is None else f" on the file's own clock ({raw.clock_origin})"
+        raise TraceError(raw.path, f"the window [{start:,.10g}, {upper:,.10g}) s holds no requests "
+                         f"(the trace spans {first:,.10g} to {last:,.10g} s{clock})",
+                         field="window")
     rows = rows.take(inside)
     if start:
         rows.shift(start)

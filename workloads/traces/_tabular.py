@@ -224,12 +224,44 @@ def _lmbench_seconds(path: Path, cols: JsonColumns, line_of: Any) -> tuple[Any, 
     return seconds[codes], unit  # a missing timestamp (code -1) is NaN, refused as such
 
 
+LMBENCH_EPOCH_NS = (1.6e18, 2.0e18)
+"""The timestamps LMBench's replayer takes for Unix-epoch nanoseconds (trace-replayer-qa.py
+``detect_timestamp_format``, commit 18fe8926)."""
+
+
+def _mooncake_seconds(path: Path, cols: JsonColumns, line_of: Any) -> tuple[Any, str]:
+    """Mooncake's number timestamps as seconds (its ms, as written), or LMBench's nanoseconds
+    as seconds after the earliest: LMBench's trace format takes a ``timestamp`` "string or
+    number", "in any unit (ns, ms, s)" (LMCache/LMBench
+    3-workloads/trace-replayer/ADDING_NEW_TRACES.md, "Field Requirements", commit 18fe8926),
+    and its replayer reads a number as it reads a string's digits (trace-replayer-qa.py
+    ``load_trace``), in ns where eight of the ten earliest are Unix-epoch ns (1.6e18 to 2e18,
+    :func:`_lmbench_unit`); read as Mooncake's ms, they would put the first request past 2100.
+    Otherwise Mooncake's ms reading and its checks stay (the replayer's fallback, ns for any
+    number above 1e15, would read Unix-epoch us as ns, 1,000 times too fast: refused instead,
+    naming the unit); numbers of both sizes are refused, as strings are. A number of 1.75e18
+    holds 256 ns, as in the replayer, which divides it by 1e9 in floats."""
+    stamps = cols.numbers["timestamp"]
+    values, counts = np.unique(stamps[np.isfinite(stamps)], return_counts=True)
+    earliest = np.repeat(values[:10], np.minimum(counts[:10], 10))[:10]
+    low, high = LMBENCH_EPOCH_NS
+    if earliest.size and ((earliest >= low) & (earliest <= high)).sum() >= 0.8 * earliest.size:
+        return (stamps - float(values[0])) / 1e9, "ns"
+    if values.size and values[0] <= 1e15 < values[-1]:
+        row = int(np.argmax(stamps == values[-1]))
+        raise TraceError(path, "the timestamps mix nanoseconds (above 1e15) and milliseconds: "
+                         "Mooncake's are ms from the trace's start, LMBench's one unit (its "
+                         "replayer would read each number in its own): write them in one",
+                         line=line_of(row), field="timestamp")
+    return stamps / 1000.0, "ms"
+
+
 def load_mooncake(path: Path, options: TraceOptions, streams: Streams) -> RawTrace:
     """Mooncake's JSON lines (``timestamp`` in ms from the trace's start, ``hash_ids`` of
     512-token blocks), or LMBench's of the same shape with string timestamps in the unit its
-    replayer tells (:func:`_lmbench_unit`; format ``lmbench``: rebased to the earliest, as its
-    replayer does; its
-    ``hash_ids`` are read only with ``prefix_block_tokens``: LMBench uses them as seeds of its
+    replayer tells (:func:`_lmbench_unit`), or number timestamps of nanoseconds
+    (:func:`_mooncake_seconds`) (format ``lmbench``: rebased to the earliest, as its replayer
+    does; its ``hash_ids`` are read only with ``prefix_block_tokens``: LMBench uses them as seeds of its
     synthetic prompts and does not say how many tokens one names; its ``output_length`` is
     also each request's ``max_tokens``: the replayer passes it to ``send_request`` as
     ``max_tokens``, the request body's field, with no ``ignore_eos``: trace-replayer-qa.py,
@@ -244,7 +276,9 @@ def load_mooncake(path: Path, options: TraceOptions, streams: Streams) -> RawTra
     prefix = cols.lists["hash_ids"] if "hash_ids" in cols.present else None
     line_of = _csv_line_of(path, header_lines=0)
     arrival, unit = (_lmbench_seconds(path, cols, line_of) if lmbench
-                     else (cols.numbers["timestamp"] / 1000.0, "ms"))
+                     else _mooncake_seconds(path, cols, line_of))
+    numbers = not lmbench and unit == "ns"  # LMBench's, written as numbers
+    lmbench = lmbench or numbers
     raw = RawTrace(
         path=path,
         format="lmbench" if lmbench else "mooncake",
@@ -264,8 +298,9 @@ def load_mooncake(path: Path, options: TraceOptions, streams: Streams) -> RawTra
     )
     if lmbench:
         raw.assumed.append(
-            f"timestamp strings read in {'nanoseconds' if unit == 'ns' else 'milliseconds'}, "
-            "as LMBench's replayer tells their unit, from the earliest")
+            f"timestamp {'numbers' if numbers else 'strings'} read in "
+            f"{'nanoseconds' if unit == 'ns' else 'milliseconds'}, as LMBench's replayer tells "
+            "their unit, from the earliest")
         raw.assumed.append(
             "output_length read as each answer's length: LMBench's replayer sends it as "
             "max_tokens without ignore_eos, so its server may have stopped sooner")

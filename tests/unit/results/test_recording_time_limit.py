@@ -82,11 +82,22 @@ def test_aiperf_benchmark_duration_closed_loop_is_said(tmp_path: Path) -> None:
     assert "At most the 20 requests it sent are offered" in notes[0]
 
 
-def test_aiperf_run_that_reached_its_request_count_or_was_open_says_no_limit(
-        tmp_path: Path) -> None:
+def test_aiperf_run_that_reached_its_request_count_says_no_limit(tmp_path: Path) -> None:
     assert limit_notes(aiperf(tmp_path, "concurrency4", duration=10.0, requests=20)) == []
-    assert limit_notes(aiperf(tmp_path, "rate8", duration=10.0, requests=None)) == []
     assert limit_notes(FIXTURES / "aiperf-0.13.0/concurrency4.jsonl") == []
+
+
+def test_an_open_aiperf_stage_stopped_by_its_duration_says_its_cut(tmp_path: Path) -> None:
+    # an open stage offers its recorded sends; AIPerf cancels what still runs when its grace
+    # ends whatever the load (before: nothing said, and nothing cut)
+    said = limit_notes(aiperf(tmp_path, "rate8", duration=10.0, requests=None))
+    assert len(said) == 1
+    assert ("stage '8 req/s' was stopped by its 10 s time limit (--benchmark-duration): the 20 "
+            "requests it sent are offered at their recorded send times and those still running "
+            "at the limit are cancelled") in said[0]  # the summary gives no grace period: 0
+    said = limit_notes(aiperf(tmp_path, "rate8", duration=10.0, requests=None,
+                              grace_period=30.0))
+    assert len(said) == 1 and "still running 30 s after it (its grace period)" in said[0]
 
 
 def test_a_capped_aiperf_stage_stopped_by_its_duration_is_said(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ the server's failures."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from typer.testing import CliRunner
 from kvbudget.analysis.validation import OVERALL
 from kvbudget.cli.main import app
 from kvbudget.perf.cost_model import LinearCostModel, save_cost_model
+from kvbudget.results.recorded_aiperf import UNRECORDED_CANCELS
 from kvbudget.results.recordings import read_recording
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig
@@ -44,12 +46,12 @@ def _completed(table: pd.DataFrame) -> tuple[float, float]:
 
 
 @pytest.mark.parametrize(("path", "limit_s", "grace_s"), [(AIPERF, 2.0, 0.0),
-                                                          (GUIDELLM, 2.0, np.inf)])
+                                                          (GUIDELLM, 2.0, 0.2077648639678955)])
 def test_a_time_limited_closed_loop_sends_nothing_after_the_tools_limit(
         path: Path, limit_s: float, grace_s: float) -> None:
     rec = read_recording(path)
     stage = rec.stages[0]
-    assert stage.load == "closed" and stage.grace_s == grace_s
+    assert stage.load == "closed" and stage.grace_s == pytest.approx(grace_s, abs=1e-9)
     plans = stage_plans(rec)
     assert plans is not None and plans[0].loop is not None
     until = plans[0].loop.send_until_s
@@ -82,15 +84,83 @@ def test_the_time_limit_note_says_how_it_is_replayed() -> None:
             "replayed time-limited: the simulated users send nothing after the limit and those "
             "still running at the limit are cancelled") in notes[0]
     assert "equals the measured one by construction" not in notes[0]
+    # GuideLLM 0.8.1's workers cancel what is in flight once they see max_duration's stop
+    # (scheduler/worker.py, _process_requests); before, its replay let them run to their end.
+    # Its last request ended or was cancelled 0.21 s after the limit (end_requests_time)
     notes = [n for n in read_recording(GUIDELLM).notes if "was stopped by its" in n]
-    assert len(notes) == 1 and "the requests in flight then run to their end" in notes[0]
+    assert len(notes) == 1 and ("those still running 0.207765 s after it (its grace period) "
+                                "are cancelled") in notes[0]
+    assert read_recording(GUIDELLM).counts["num_incomplete"] == 1  # the one it cancelled
 
 
 def test_an_open_time_limited_stage_keeps_its_sends() -> None:
-    # --request-rate 8 --benchmark-duration 2: the rate set what was sent in the time
+    # --request-rate 8 --benchmark-duration 2 (AIPerf's default 30 s grace): the rate set what
+    # was sent in the time; one run, nothing of it running 30 s past the limit
     rec = read_recording(FIXTURES / "aiperf-0.13.0" / "duration2_rate8.jsonl")
-    assert rec.stages[0].load == "open" and rec.stages[0].time_limit_end_s is None
+    stage = rec.stages[0]
+    assert stage.load == "open" and stage.time_limit_end_s is not None and stage.grace_s == 30
     assert stage_plans(rec) is None
+    run = simulate_recording(rec, CONFIG, cost_model=SLOW, frontend_overhead_s=0.0)
+    assert (run.records["status"] == "completed").all()
+
+
+OPEN_GRACE0 = FIXTURES / "aiperf-0.13.0" / "duration3_rate4_grace0.jsonl"
+"""AIPerf 0.13.0 ``--request-rate 4 --benchmark-duration 3 --benchmark-grace-period 0`` with
+64-token answers (``scripts/make_recording_fixtures.sh aiperf-timed-open``)."""
+
+
+def test_an_open_time_limited_stage_cancels_what_runs_past_the_tools_grace() -> None:
+    """AIPerf stops sending at --benchmark-duration whatever the load, waits the grace period
+    for the requests in flight and cancels those still running then (aiperf 0.13.0
+    timing/phase/runner.py ``_wait_for_returning_complete``: ``time_left_in_seconds(
+    include_grace_period=True)``, then ``cancel_all_credits``). An open stage was simulated
+    whole: on a slower simulated server its requests ran past the limit and counted as
+    completed, though the tool would have cancelled them."""
+    rec = read_recording(OPEN_GRACE0)
+    stage = rec.stages[0]
+    assert stage.load == "open" and stage.grace_s == 0.0
+    assert stage.time_limit_end_s is not None
+    limit = stage.time_limit_end_s
+    measured = rec.measured
+    sent = measured["arrival_s"].to_numpy()
+    assert (sent <= limit).all()  # the tool sent nothing after its limit
+    assert stage_plans(rec) is None  # one stage: one run, cut after it
+    run = simulate_recording(rec, CONFIG, cost_model=SLOW, frontend_overhead_s=0.0)
+    records = run.records
+    done = records["status"] == "completed"
+    assert (records.loc[done, "finished_s"] <= limit + 1e-9).all()
+    cut = records["reason"] == CANCELLED
+    assert cut.sum() > 0 and (records.loc[cut, "status"] == "client_timeout").all()
+    assert (records.loc[cut, "finished_s"] > limit).all()
+    assert not (records["reason"] == NOT_SENT).any()  # its sends are the recorded ones
+    # the same run unchanged but for those: the cut is made after the whole run
+    assert len(records) == len(rec.workload)
+    assert replay_problems(rec, records) is None  # the client's, not the server's losses
+    assert "time-limited" in replay_mode(stage)
+    table = validate_recording(rec, CONFIG, cost_model=SLOW, frontend_overhead_s=0.0).table
+    simulated, measured_done = _completed(table)
+    assert simulated < measured_done
+    # the requests AIPerf cancelled left no record (its log: 8 of the 9 it sent): said
+    assert UNRECORDED_CANCELS in rec.notes
+    assert UNRECORDED_CANCELS not in read_recording(FIXTURES / "aiperf-0.13.0" /
+                                                    "rate8.jsonl").notes
+
+
+def test_an_open_stage_cut_before_another_is_simulated_stage_by_stage() -> None:
+    """A stage's cancelled requests would go on loading the server into the next stage in
+    one run, not in the tool's: a cut stage with another after it is simulated on its own."""
+    rec = read_recording(OPEN_GRACE0)
+    stage = rec.stages[0]
+    later = replace(stage, label="later", time_limit_end_s=None, grace_s=np.inf)
+    labels = rec.measured["stage"].to_numpy(dtype=object).copy()
+    labels[len(labels) // 2:] = "later"
+    two = replace(rec, stages=(stage, later),
+                  measured=rec.measured.assign(stage=labels))
+    plans = stage_plans(two)
+    assert plans is not None and [p.loop for p in plans] == [None, None]
+    assert plans[0].limit_s is not None and plans[1].limit_s is None
+    # the cut stage last: one run, cut after it
+    assert stage_plans(replace(two, stages=(later, stage))) is None
 
 
 def test_guidellm_requests_sent_after_its_time_limit_are_not_called_cool_down() -> None:
@@ -124,7 +194,8 @@ def test_validate_says_what_the_time_limit_left_to_the_client(tmp_path: Path) ->
     assert "replayed as closed loop, 4 users, time-limited" in " ".join(res.stdout.split())
 
 
-@pytest.mark.parametrize("name", ["duration2_concurrency4_grace0", "duration2_rate8"])
+@pytest.mark.parametrize("name", ["duration2_concurrency4_grace0", "duration2_rate8",
+                                  "duration3_rate4_grace0"])
 def test_aiperf_time_limited_runs_read_to_aiperfs_own_summary(name: str) -> None:
     path = FIXTURES / "aiperf-0.13.0" / f"{name}.jsonl"
     summary = json.loads(path.with_name(f"{name}_aiperf.json").read_text())
@@ -146,3 +217,15 @@ def test_guidellm_time_limited_run_reads_to_guidellms_own_counts() -> None:
     totals = bench["metrics"]["request_totals"]
     assert int(rec.measured["usable"].sum()) == totals["successful"]
     assert rec.counts["num_incomplete"] == len(bench["requests"]["incomplete"])
+
+
+def test_the_docs_figures_of_the_tools_cuts() -> None:
+    """docs/recordings.md quotes GuideLLM's observed grace and what AIPerf's records hold."""
+    doc = " ".join((Path(__file__).resolve().parents[3] / "docs" / "recordings.md")
+                   .read_text().split())
+    grace = read_recording(GUIDELLM).stages[0].grace_s
+    assert f"{grace:.2f} s in `duration2_concurrent4.json`" in doc
+    rec = read_recording(OPEN_GRACE0)
+    measured = int((rec.measured["status"] != "warmup").sum())
+    assert (f"its files hold the {measured} request that ended in time and the "
+            f"{rec.counts['num_warmup']} warm-ups") in doc

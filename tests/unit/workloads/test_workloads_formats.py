@@ -204,14 +204,17 @@ def test_burstgpt_timestamps_count_from_the_first_days_midnight(tmp_path: Path) 
         load_trace(write(tmp_path / "b.csv", text))
     # rebased to the first request, as documented: 5 s after midnight is 0
     assert load_trace(write(tmp_path / "ok.csv", BURST_1)).workload.arrival_s[0] == 0.0
-    # and a window counts from there, which is said (before: unsaid, so a window written in
-    # the file's own times, 45 to 50, selected the requests at 50 and none other)
-    windowed = load_trace(tmp_path / "ok.csv", TraceOptions(window=(40.0, 45.0)))
+    # a window counts on the file's own clock, as on every clock but a wall clock's (before:
+    # from the first request, so the window 45 to 50 in the file's times selected the request
+    # at 50 and not the one at 45)
+    windowed = load_trace(tmp_path / "ok.csv", TraceOptions(window=(45.0, 50.0)))
     assert windowed.workload.arrival_s.tolist() == [0.0]
     assert windowed.workload.prompt_tokens.tolist() == [1087]  # the file's 45
-    assert ("the window counts seconds from the first request, at 5 s on the file's own clock "
-            "(BurstGPT's Timestamp counts seconds from 0:00:00 on its first day): the file's "
-            "times are the window's plus 5") in windowed.report.assumed
+    assert ("the window [45, 50) s counts on the file's own clock (BurstGPT's Timestamp counts "
+            "seconds from 0:00:00 on its first day), where its first request is at 5 s; the "
+            "window's start becomes 0") in windowed.report.assumed
+    open_end = load_trace(tmp_path / "ok.csv", TraceOptions(window=(10.0, None))).workload
+    assert open_end.arrival_s.tolist() == [35.0, 40.0]  # the file's 45 and 50, from 10
     assert not [a for a in load_trace(tmp_path / "ok.csv").report.assumed if "window" in a]
 
 
@@ -289,28 +292,54 @@ def test_a_coarse_clock_is_said_with_the_spread_to_give(tmp_path: Path) -> None:
     assert load_trace(write(tmp_path / "fine.jsonl", mooncake_lines(fine))).report.warnings == ()
 
 
-def test_times_past_any_date_are_refused_with_the_unit_they_are_in(tmp_path: Path) -> None:
-    """LMCache/LMBench's gmi_trace.jsonl (3-workloads/trace-replayer/traces, commit 48172cd1)
-    is Mooncake-shaped with Unix-epoch nanoseconds: read as Mooncake's milliseconds, its 24 s
-    of three requests were 'absolute timestamps, far beyond any calendar date', rebased and
-    loaded over 6,755 h (trace stats and convert exit 0)."""
+def test_lmbench_number_timestamps_are_its_nanoseconds(tmp_path: Path) -> None:
+    """LMBench's trace format takes a ``timestamp`` "string or number ... in any unit (ns, ms,
+    s)" (LMCache/LMBench 3-workloads/trace-replayer/ADDING_NEW_TRACES.md, commit 18fe8926),
+    and its replayer reads a number as it reads a string's digits (trace-replayer-qa.py
+    ``load_trace``: ``int(t) if isinstance(t, str) else t``). gmi_trace.jsonl's first stamps
+    written as numbers were read as Mooncake's ms and refused ('past the year 2100'), though
+    the same stamps as strings were read."""
     stamps = [1753780607550317897, 1753780607488766527, 1753780583232023294]
     records = [{"timestamp": t, "input_length": 2101, "output_length": 84} for t in stamps]
     path = write(tmp_path / "gmi.jsonl", mooncake_lines(records))
-    with pytest.raises(TraceError, match=r"line 3: field 'timestamp': the times read as ms "
-                       r"put the first request 1.754e\+15 s after 1970-01-01, past the year "
-                       r"2100: they are in a finer unit \(as ns since 1970 they fall on "
-                       r"2025-07-29T09:16:23Z\): write them in ms, or read the file as the "
-                       r"generic format \(--format generic, --column arrival_s=COLUMN, "
-                       r"--arrival-unit ns\)"):
-        load_trace(path)
+    loaded = load_trace(path)
+    assert loaded.report.format == "lmbench"
+    # to the 256 ns a float holds of 1.75e18, as the replayer's own t / 1e9
+    assert np.allclose(loaded.workload.arrival_s, [0.0, 24.256743233, 24.318294603],
+                       rtol=0, atol=1e-6)
+    assert ("timestamp numbers read in nanoseconds, as LMBench's replayer tells their unit, "
+            "from the earliest") in loaded.report.assumed
+    assert loaded.workload.max_output_tokens.tolist() == [84, 84, 84]  # its max_tokens
+    # the same read as the generic format in ns
     columns = {"arrival_s": "timestamp", "prompt_tokens": "input_length",
                "output_tokens": "output_length"}
     with pytest.raises(TraceError, match=r"read as us .*\(as ns since 1970 .*\): "
                        r"--arrival-unit ns;"):
         load_trace(path, TraceOptions(format="generic", columns=columns, arrival_unit="us"))
-    loaded = load_trace(path, TraceOptions(format="generic", columns=columns, arrival_unit="ns"))
-    assert np.allclose(loaded.workload.arrival_s, [0.0, 24.256743, 24.318295])
+    generic = load_trace(path, TraceOptions(format="generic", columns=columns,
+                                            arrival_unit="ns"))
+    assert np.allclose(generic.workload.arrival_s, loaded.workload.arrival_s, atol=1e-6)
+
+
+def test_number_timestamps_of_two_units_are_refused(tmp_path: Path) -> None:
+    """Numbers LMBench's replayer would read each in its own unit (ns above 1e15, else ms)
+    are refused saying what Mooncake and LMBench expect and what the file holds, as strings
+    of two units are."""
+    stamps = [1753780607550317897, 1753780607488766527, 1753780607, 1753780608, 1753780609]
+    records = [{"timestamp": t, "input_length": 2101, "output_length": 84} for t in stamps]
+    with pytest.raises(TraceError, match=r"line 1: field 'timestamp': the timestamps mix "
+                       r"nanoseconds \(above 1e15\) and milliseconds: Mooncake's are ms from "
+                       r"the trace's start, LMBench's one unit"):
+        load_trace(write(tmp_path / "mixed.jsonl", mooncake_lines(records)))
+    # Unix-epoch microseconds, which the replayer's fallback would read as ns, 1,000 times too
+    # fast: refused naming the unit they are in, not read
+    us = [{"timestamp": t // 1000, "input_length": 2101, "output_length": 84}
+          for t in stamps[:2]]
+    with pytest.raises(TraceError, match=r"line 2: field 'timestamp': the times read as ms "
+                       r"put the first request 1.754e\+12 s after 1970-01-01, past the year "
+                       r"2100: they are in a finer unit \(as us since 1970 they fall on "
+                       r"2025-07-29T09:16:47Z\)"):
+        load_trace(write(tmp_path / "us.jsonl", mooncake_lines(us)))
 
 
 def test_lmbench_string_timestamps_are_its_nanoseconds(tmp_path: Path) -> None:

@@ -268,3 +268,26 @@ def test_azure_2023_clock_as_vidur_processed_it() -> None:
         assert w.output_tokens[:k].tolist() == [r[2] for r in rows]
     assert len(load_trace(TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv")
                .workload) == 19_366
+
+
+def test_a_burstgpt_window_is_the_traces_own_hours() -> None:
+    """The shared BurstGPT_3 slice starts 19,440,110 s after its first day's midnight (day
+    225, 0:01:50): the window of its day's first hour, 19,440,000 to 19,443,600, holds its
+    requests before 1:00; before, it counted from the first request and held none of them
+    (the trace 'spans 0 to 41,453 s'), while the window 0 to 3600 was taken as the slice's
+    first hour."""
+    path = TRACES / "burstgpt" / "burstgpt3_slice.csv"
+    with path.open(newline="") as fh:
+        stamps = np.array([float(r["Timestamp"]) for r in csv.DictReader(fh)])
+    day = 225 * 86_400.0
+    windowed = load_trace(path, TraceOptions(window=(day, day + 3600.0)))
+    inside = np.sort(stamps[(stamps >= day) & (stamps < day + 3600.0)])
+    # the failed rows (0 response tokens) are dropped, as without a window
+    whole = load_trace(path).workload.arrival_s + stamps.min()
+    kept = np.sort(whole[(whole >= day) & (whole < day + 3600.0)])
+    assert 0 < len(kept) <= len(inside) and len(windowed.workload) == len(kept)
+    assert np.allclose(windowed.workload.arrival_s, kept - day)
+    with pytest.raises(TraceError, match=r"field 'window': the window \[0, 3,600\) s holds no "
+                       r"requests \(the trace spans 19,440,110 to 19,481,563 s on the file's "
+                       r"own clock"):
+        load_trace(path, TraceOptions(window=(0.0, 3600.0)))
