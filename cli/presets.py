@@ -9,6 +9,7 @@ from kvbudget.cli.tables import render
 from kvbudget.perf.hardware import GPU_ALIASES, GPUS
 from kvbudget.perf.kv_capacity import num_gpu_blocks
 from kvbudget.perf.models import bundled_models
+from kvbudget.perf.vllm_defaults import VLLM_VERSION
 from kvbudget.results.said import WIDTH
 from kvbudget.simulator.engine_config import EngineConfig
 
@@ -26,7 +27,7 @@ def presets_cmd() -> None:
     ))
     typer.echo("aliases: " + ", ".join(f"{a} = {n}" for a, n in GPU_ALIASES.items())
                + "; --gpu also takes a JSON/TOML file of these figures (docs/fidelity.md)")
-    typer.echo("engine defaults (vLLM 0.33 `vllm serve`): the two right-hand columns, "
+    typer.echo(f"engine defaults (vLLM {VLLM_VERSION} `vllm serve`): the two right-hand columns, "
                "gpu_memory_utilization 0.92, prefix caching on, block_size 16; "
                "--engine-defaults kvbudget-0.1 for 256 / 8192 / 0.9 / off")
     typer.echo("")
