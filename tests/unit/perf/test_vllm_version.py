@@ -28,7 +28,8 @@ SETUP = REPO / "scripts" / "setup_vllm_cpu.sh"
 # research memos under docs/notes/ are dated records of what was read then)
 SCANNED = ("cli", "perf", "simulator", "studies", "live", "results", "analysis", "workloads",
            "policies", "docs", "README.md")
-STATED = re.compile(r"\bvLLM(?:-cpu)?\s+v?(\d+)\.(\d+)(?:\.(\d+))?\b", re.IGNORECASE)
+STATED = re.compile(r"\b(?:vLLM(?:-cpu)?|vllm\s+serve`{0,2})\s+v?(\d+)\.(\d+)(?:\.(\d+))?\b",
+                    re.IGNORECASE)
 
 
 def pinned_version() -> str:
@@ -65,10 +66,11 @@ def stated_versions() -> list[tuple[str, int, str]]:
             p for p in root.rglob("*") if p.suffix in (".py", ".md")
             and "notes" not in p.relative_to(REPO).parts)
         for path in files:
-            for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-                for m in STATED.finditer(line):
-                    version = ".".join(g for g in m.groups() if g is not None)
-                    found.append((str(path.relative_to(REPO)), i, version))
+            text = path.read_text(encoding="utf-8")  # whole: a docstring breaks lines anywhere
+            for m in STATED.finditer(text):
+                version = ".".join(g for g in m.groups() if g is not None)
+                found.append((str(path.relative_to(REPO)), text.count("\n", 0, m.start()) + 1,
+                              version))
     return found
 
 
@@ -85,6 +87,9 @@ def test_no_file_states_a_vllm_newer_than_the_one_tested() -> None:
 def test_the_scan_sees_a_newer_version() -> None:
     assert STATED.findall("the defaults of vLLM 0.33's `vllm serve`") == [("0", "33", "")]
     assert STATED.findall("facts from vLLM v0.33.0,") == [("0", "33", "0")]
+    assert STATED.findall("what ``vllm serve`` 0.33 does") == [("0", "33", "")]
+    assert STATED.findall("what `vllm serve` 0.33 picks") == [("0", "33", "")]
+    assert STATED.findall("what ``vllm\n    serve`` 0.33 does") == [("0", "33", "")]
 
 
 _PROBE = """
