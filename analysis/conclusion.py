@@ -24,6 +24,10 @@ def _pct(x: float) -> str:
     return f"{100 * x:.0f} %"
 
 
+def _names(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 def _attainment(summary: Mapping[str, Any], tier: str) -> float:
     value = summary["tiers"].get(tier, {}).get("slo_attainment")
     return float(value) if value is not None else 0.0
@@ -50,9 +54,13 @@ def conclude(summaries: Sequence[Mapping[str, Any]], target: float = DEFAULT_TAR
     meet = [s for s in summaries if _attainment(s, first) >= target]
     miss = [s for s in summaries if _attainment(s, first) < target]
     if not meet:
-        best = max(summaries, key=lambda s: _attainment(s, first))
+        top = max(_attainment(s, first) for s in summaries)
+        best = [str(s["policy"]) for s in summaries if _attainment(s, first) == top]
+        if len(best) == len(summaries) > 1:  # naming one would rank policies that tie
+            return (head + f"no policy meets {first}'s SLO at {_pct(target)}; every policy "
+                    f"at {_pct(top)}")
         return (head + f"no policy meets {first}'s SLO at {_pct(target)}; closest "
-                f"{best['policy']} ({_pct(_attainment(best, first))})")
+                f"{_names(best)} ({_pct(top)})")
 
     def cost(s: Mapping[str, Any]) -> str:
         if not others:
@@ -60,13 +68,20 @@ def conclude(summaries: Sequence[Mapping[str, Any]], target: float = DEFAULT_TAR
         figures = ", ".join(f"{t} {_pct(_attainment(s, t))}" for t in others)
         return f"{s['policy']} ({figures})"
 
-    # the policy that costs the other tiers least first
-    ranked = sorted(meet, key=lambda s: -min((_attainment(s, t) for t in others), default=1.0))
+    def spared(s: Mapping[str, Any]) -> float:  # the other tiers' lowest attainment
+        return min((_attainment(s, t) for t in others), default=1.0)
+
+    ranked = sorted(meet, key=lambda s: -spared(s))  # the one that costs them least first
+    least = [str(s["policy"]) for s in ranked if spared(s) == spared(ranked[0])]
     line = head + f"{first} SLO met (>= {_pct(target)}) by " + "; ".join(cost(s) for s in ranked)
     if miss:
         line += "; missed by " + ", ".join(
             f"{s['policy']} ({_pct(_attainment(s, first))})" for s in miss)
-    if others and len(ranked) > 1:
+    if others and len(least) == len(ranked) > 1:
+        line += "; they cost the other tiers alike"
+    elif others and len(least) > 1:
+        line += f"; {_names(least)} cost the other tiers least, alike"
+    elif others and len(ranked) > 1:
         line += f"; {ranked[0]['policy']} costs the other tiers least"
     elif others:
         line += f"; the other tiers' attainment under {ranked[0]['policy']} in brackets"

@@ -177,10 +177,12 @@ def latency_cdfs(
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     by = [c for c in (run_col, "tier") if c is not None]
     for ax, metric in zip(axes, metrics, strict=True):
-        data = analysis.cdf_by(records, metric, by=by)
-        data = data[data["value"] > 0]
+        found = analysis.cdf_by(records, metric, by=by)
+        data = found[found["value"] > 0]
         if data.empty:
-            _empty(ax, f"no completed requests with a {analysis.METRIC_LABELS.get(metric, metric)}")
+            label = analysis.METRIC_LABELS.get(metric, metric)
+            _empty(ax, f"no completed requests with a {label}" if found.empty else
+                   f"every {label} is 0 s: nothing to show on a log axis")
             continue
         for key, grp in data.groupby(by, sort=False, observed=True):
             key_t = key if isinstance(key, tuple) else (key,)
@@ -239,8 +241,12 @@ def percentile_intervals(
     runs = styles.runs
     for ax, metric in zip(axes, metrics, strict=True):
         part = sub[sub["metric"] == metric]
-        if part.empty or not np.isfinite(part["value"].to_numpy(dtype=np.float64)).any():
+        values = part["value"].to_numpy(dtype=np.float64)
+        if part.empty or not np.isfinite(values).any():
             _empty(ax, "no data")
+            continue
+        if not (values > 0).any():  # a log axis shows none of them (matplotlib warned so)
+            _empty(ax, f"{name} 0 s in every group (tokens that came together)")
             continue
         width = 0.8 / max(len(styles.tiers), 1)
         for _, row in part.iterrows():

@@ -5,9 +5,12 @@
 The file is generated in a temporary directory by a child process, and each load runs in a
 fresh process so that its peak memory is its own (``os.wait4``'s ``ru_maxrss``; the parent stays
 small because a forked child's peak counts the parent's pages until it execs). Figures: rows per second of ``load_trace``
-alone (timed inside the child with ``time.perf_counter``), the child's peak RSS beside that of
-a child that only imports the same modules, the peak of Python-tracked allocations
-(``tracemalloc``, which includes numpy arrays) and Arrow's memory-pool peak.
+alone (timed inside the child with ``time.perf_counter``, and its CPU seconds with
+``time.process_time``: the steadier figure on a busy machine), the child's peak RSS beside that of
+a child that only imports the same modules (and what the load adds, in bytes a row), the bytes
+a row of the loaded workload's own columns (:func:`workload_bytes_per_row`), the peak of
+Python-tracked allocations (``tracemalloc``, which includes numpy arrays) and Arrow's
+memory-pool peak.
 
 Usage: python benchmarks/bench_trace_load.py [--rows N] [--repeats R] [--azure]
 """
@@ -15,6 +18,7 @@ Usage: python benchmarks/bench_trace_load.py [--rows N] [--repeats R] [--azure]
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -24,30 +28,47 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from kvbudget.workloads.workload import Workload
 
 REPO = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
 
 CHILD = """
 import json, sys, time, tracemalloc
 import pyarrow as pa, pyarrow.csv, pandas
 from kvbudget.workloads.traces import TraceOptions, load_trace
+sys.path.insert(0, sys.argv[3] if len(sys.argv) > 3 else ".")
 if sys.argv[1] == "baseline":
     print(json.dumps({}))
     raise SystemExit
 tracemalloc.start()
-start = time.perf_counter()
+start, start_cpu = time.perf_counter(), time.process_time()
 loaded = load_trace(sys.argv[1], TraceOptions(**json.loads(sys.argv[2])))
-elapsed = time.perf_counter() - start
+elapsed, cpu = time.perf_counter() - start, time.process_time() - start_cpu
 _, peak = tracemalloc.get_traced_memory()
-print(json.dumps({"seconds": elapsed, "rows": len(loaded.workload),
+from bench_trace_load import workload_bytes_per_row
+print(json.dumps({"seconds": elapsed, "cpu_seconds": cpu, "rows": len(loaded.workload),
+                  "workload_bytes_per_row": workload_bytes_per_row(loaded.workload),
                   "dropped": loaded.report.dropped_rows, "format": loaded.report.format,
                   "tracemalloc_peak_mb": peak / 2**20,
                   "arrow_pool_peak_mb": pa.default_memory_pool().max_memory() / 2**20}))
 """
 
 
+def workload_bytes_per_row(workload: Workload) -> float:
+    """The bytes a request of a loaded workload's array columns (arrival, the three token
+    counts, tier, deadline, id; prefix hashes and timeouts where it has them)."""
+    arrays = [getattr(workload, f.name) for f in dataclasses.fields(workload)]
+    total = sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
+    return total / len(workload) if len(workload) else 0.0
+
+
 def generate_burstgpt(path: Path, rows: int, seed: int = 0) -> None:
-    import numpy as np
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
@@ -68,7 +89,6 @@ def generate_burstgpt(path: Path, rows: int, seed: int = 0) -> None:
 
 
 def generate_azure_2024(path: Path, rows: int, seed: int = 0) -> None:
-    import numpy as np
     import pandas as pd
 
     rng = np.random.default_rng(seed)
@@ -85,28 +105,36 @@ def run_child(args: list[str]) -> tuple[dict[str, float], float, float]:
     """(the child's JSON, its CPU seconds, its peak RSS in MiB)."""
     proc = subprocess.Popen([sys.executable, "-c", CHILD, *args], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out = proc.stdout.read() if proc.stdout else b""
-    _, status, usage = os.wait4(proc.pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        err = proc.stderr.read().decode() if proc.stderr else ""
+    assert proc.stdout is not None and proc.stderr is not None
+    with proc.stdout, proc.stderr:
+        out = proc.stdout.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+        err = proc.stderr.read().decode()
+    if proc.returncode != 0:
         raise SystemExit(f"child failed: {err}")
     return json.loads(out), usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def bench(label: str, path: Path, options: Mapping[str, object], repeats: int) -> None:
     _, _, base_rss = run_child(["baseline"])
-    runs = [run_child([str(path), json.dumps(options)]) for _ in range(repeats)]
+    runs = [run_child([str(path), json.dumps(options), str(HERE)]) for _ in range(repeats)]
     seconds = statistics.median(r[0]["seconds"] for r in runs)
+    cpu = statistics.median(r[0]["cpu_seconds"] for r in runs)
     first = runs[0][0]
     rows_read = first["rows"] + first["dropped"]
     peak = max(r[2] for r in runs)
     print(f"{label}: {path.stat().st_size / 2**20:,.1f} MiB, {rows_read:,.0f} rows "
           f"({first['format']}, {first['dropped']:,.0f} dropped)")
     print(f"  load_trace      {seconds:8.2f} s   {rows_read / seconds:>12,.0f} rows/s "
-          f"(median of {repeats})")
+          f"(median of {repeats}, wall)")
+    print(f"  load_trace CPU  {cpu:8.2f} s   {rows_read / cpu:>12,.0f} rows a CPU second "
+          "(all its threads)")
     print(f"  process CPU     {statistics.median(r[1] for r in runs):8.2f} s   (incl. start-up)")
     print(f"  peak RSS        {peak:8.0f} MiB  (imports alone: {base_rss:.0f} MiB, "
-          f"load adds {peak - base_rss:.0f} MiB)")
+          f"load adds {peak - base_rss:.0f} MiB: "
+          f"{(peak - base_rss) * 2**20 / rows_read:.0f} bytes a row)")
+    print(f"  workload        {first['workload_bytes_per_row']:8.0f} bytes a row (its columns)")
     print(f"  tracemalloc     {first['tracemalloc_peak_mb']:8.0f} MiB  peak of Python/numpy "
           "allocations")
     print(f"  arrow pool      {first['arrow_pool_peak_mb']:8.0f} MiB  peak")

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kvbudget.cli.errors import CliError
+from kvbudget.perf.vllm_defaults import VLLM_VERSION
 from kvbudget.policies import POLICIES, make_policy
 from kvbudget.policies.clients import parse_clients
 from kvbudget.simulator.engine_config import ENGINE_NAMES
@@ -167,7 +168,7 @@ SCENARIO_OPTIONS: dict[str, tuple[Any, Any]] = {
         "(docs/fidelity.md).", rich_help_panel=_S)], None),
     "engine_defaults": (Annotated[str | None, typer.Option(
         "--engine-defaults", help="Whose defaults fill the engine knobs and pick the step "
-        "model: vllm (vLLM 0.33's, the default) or kvbudget-0.1 (this tool's before).",
+        f"model: vllm (vLLM {VLLM_VERSION}'s, the default) or kvbudget-0.1 (this tool's before).",
         rich_help_panel=_S)], None),
     "frontend": (Annotated[str | None, typer.Option(
         "--frontend", help="API-server cost clients see: vllm-api-server (default with the "

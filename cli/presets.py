@@ -9,6 +9,7 @@ from kvbudget.cli.tables import render
 from kvbudget.perf.hardware import GPU_ALIASES, GPUS
 from kvbudget.perf.kv_capacity import num_gpu_blocks
 from kvbudget.perf.models import bundled_models
+from kvbudget.perf.vllm_defaults import VLLM_VERSION
 from kvbudget.results.said import WIDTH
 from kvbudget.simulator.engine_config import EngineConfig
 
@@ -20,13 +21,16 @@ def presets_cmd() -> None:
         ("GPU", "memory GiB", "HBM TB/s", "BF16 TFLOP/s", "FP8 TFLOP/s", "link", "link GB/s",
          "max_num_seqs", "max_num_batched_tokens"),
         [[g.name, g.memory_bytes / 2**30, g.hbm_bandwidth_bytes_s / 1e12, g.bf16_flops / 1e12,
-          (g.fp8_flops or 0) / 1e12, g.interconnect, g.link_bandwidth_bytes_s / 1e9,
+          None if g.fp8_flops is None else g.fp8_flops / 1e12, g.interconnect,
+          g.link_bandwidth_bytes_s / 1e9,
           engines[g.name].max_num_seqs, engines[g.name].max_num_batched_tokens]
          for g in GPUS.values()],
     ))
+    typer.echo("FP8 -: no FP8 tensor cores; an FP8 model's matrix work is priced at the 16-bit "
+               "rate there (vLLM runs its FP8 weights with a weight-only kernel)")
     typer.echo("aliases: " + ", ".join(f"{a} = {n}" for a, n in GPU_ALIASES.items())
                + "; --gpu also takes a JSON/TOML file of these figures (docs/fidelity.md)")
-    typer.echo("engine defaults (vLLM 0.33 `vllm serve`): the two right-hand columns, "
+    typer.echo(f"engine defaults (vLLM {VLLM_VERSION} `vllm serve`): the two right-hand columns, "
                "gpu_memory_utilization 0.92, prefix caching on, block_size 16; "
                "--engine-defaults kvbudget-0.1 for 256 / 8192 / 0.9 / off")
     typer.echo("")

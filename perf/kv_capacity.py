@@ -1,7 +1,7 @@
 """KV-cache capacity: how many blocks vLLM v1 finds room for on each GPU of a replica.
 
 vLLM v1 (``Worker.determine_available_memory``, vllm/v1/worker/gpu_worker.py; the formula as of
-v0.33, docs/fidelity.md "KV capacity" has the line references) sizes the KV cache per GPU as
+0.32.0, docs/fidelity.md "KV capacity" has the line references) sizes the KV cache per GPU as
 
     requested  = ceil(total_memory * gpu_memory_utilization)
     kv_bytes   = requested - weights - non_torch - profile_peak - cudagraph_estimate

@@ -14,7 +14,7 @@ spells them, plus a ``_kvbudget`` table with the model's repository, where the c
 came from (a public repository and commit), and the parameter count its card publishes
 (``docs/models.md`` lists them).
 
-How the figures are counted (each is what vLLM allocates or computes; facts from vLLM v0.33.0,
+How the figures are counted (each is what vLLM allocates or computes; facts from vLLM 0.32.0,
 ``vllm/config/model.py`` ``get_num_kv_heads`` and ``vllm/v1/kv_cache_interface.py``):
 
 * KV bytes per token and layer: ``2 * kv_heads_per_gpu * head_dim * dtype`` (K and V), with

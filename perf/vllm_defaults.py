@@ -1,24 +1,26 @@
-"""vLLM's own engine defaults, as current vLLM picks them for a GPU and an entry point.
+"""vLLM's own engine defaults, as vLLM picks them for a GPU and an entry point.
 
-From vLLM 0.33.0 (commit 4ba787ec9; https://github.com/vllm-project/vllm/blob/4ba787ec9/):
+From vLLM 0.32.0 (:data:`VLLM_VERSION`: the release the live tests install and run,
+``scripts/setup_vllm_cpu.sh``; paths and lines of its ``vllm`` package):
 
-* ``EngineArgs.get_batch_defaults`` (vllm/engine/arg_utils.py:2939-3039) keys
+* ``EngineArgs.get_batch_defaults`` (vllm/engine/arg_utils.py:2894-2985) keys
   ``max_num_batched_tokens`` / ``max_num_seqs`` on the device's total memory and name:
 
   ========================================  ======================  =====================
   device                                    ``vllm serve``          offline ``LLM``
   ========================================  ======================  =====================
-  >= 160 GiB (B200/B300, MI300X; L2973)     16384 / 1024            16384 / 1024
-  >= 70 GiB, not an A100 (H100/H200; L2983) 8192 / 1024             16384 / 1024
-  anything else (A100, L40S, L4...; L2997)  2048 / 256              8192 / 256
+  >= 160 GiB (B200/B300, MI300X; L2923)     16384 / 1024            16384 / 1024
+  >= 70 GiB, not an A100 (H100/H200; L2933) 8192 / 1024             16384 / 1024
+  anything else (A100, L40S, L4...; L2943)  2048 / 256              8192 / 256
   ========================================  ======================  =====================
 
-* ``gpu_memory_utilization`` defaults to 0.92 (vllm/config/cache.py:215; 0.9 before v0.21,
-  when CUDA-graph memory began to be profiled and taken off the KV cache, gpu_worker.py:777-793);
-* prefix caching is on (``CacheConfig.enable_prefix_caching = True``, cache.py:257, resolved
+* ``gpu_memory_utilization`` defaults to 0.92 (vllm/config/cache.py:102; 0.9 before v0.21,
+  when CUDA-graph memory began to be profiled and taken off the KV cache,
+  v1/worker/gpu_worker.py:764-800);
+* prefix caching is on (``CacheConfig.enable_prefix_caching = True``, cache.py:141, resolved
   from ``model_config.is_prefix_caching_supported`` for decoder-only models,
-  arg_utils.py:3041-3045); chunked prefill is on (scheduler.py:134); the block size is 16
-  (cache.py:185).
+  arg_utils.py:2991, 3021-3022); chunked prefill is on (config/scheduler.py:134); the block size
+  is 16 (``CacheConfig.DEFAULT_BLOCK_SIZE``, cache.py:72, set at cache.py:345).
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ from __future__ import annotations
 from typing import Literal
 
 from kvbudget.perf.hardware import GIB, GPUSpec
+
+VLLM_VERSION = "0.32.0"
+"""The vLLM release these defaults (and the sizing in :mod:`kvbudget.perf.kv_capacity`) were read
+from, and what ``kvbudget presets`` and ``--engine-defaults`` name: the one the live tests
+install (``scripts/setup_vllm_cpu.sh``'s ``VLLM_CPU_VERSION``; a test checks they agree)."""
 
 EntryPoint = Literal["api_server", "offline"]
 GPU_MEMORY_UTILIZATION = 0.92
@@ -39,7 +46,7 @@ _OTHER = {"api_server": (2048, 256), "offline": (8192, 256)}
 
 
 def batch_defaults(gpu: GPUSpec, entry_point: EntryPoint = "api_server") -> tuple[int, int]:
-    """``(max_num_batched_tokens, max_num_seqs)`` vLLM 0.33 picks for ``gpu``."""
+    """``(max_num_batched_tokens, max_num_seqs)`` vLLM :data:`VLLM_VERSION` picks for ``gpu``."""
     if entry_point not in ("api_server", "offline"):
         raise ValueError(f"entry_point must be api_server or offline, got {entry_point!r}")
     memory = gpu.memory_bytes

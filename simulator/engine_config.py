@@ -108,7 +108,7 @@ class EngineConfig:
 
     ``None`` for ``max_num_seqs``, ``max_num_batched_tokens``, ``gpu_memory_utilization`` and
     ``enable_prefix_caching`` means the engine's own default, which :meth:`resolved` fills in
-    for a GPU (the simulation does it): under ``defaults="vllm"`` what vLLM 0.33's ``vllm
+    for a GPU (the simulation does it): under ``defaults="vllm"`` what vLLM 0.32.0's ``vllm
     serve`` picks for that GPU (:func:`kvbudget.perf.vllm_defaults.batch_defaults`; 0.92 of
     memory; prefix caching on for ``vllm``, off for the other engines, whose presets model it
     off), under ``defaults="kvbudget-0.1"`` kvbudget 0.1's (256, 8,192, 0.9, off).

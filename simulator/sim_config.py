@@ -112,7 +112,7 @@ class SimConfig:
 
     ``engine_defaults``: whose defaults fill the engine knobs left ``None`` and pick the cost
     model, the KV sizing and the API-server cost (docs/fidelity.md): ``vllm`` (what ``vllm
-    serve`` 0.33 does on the GPU, the ``vllm-v1`` step model, KV sized as vLLM v1 sizes it) or
+    serve`` 0.32.0 does on the GPU, the ``vllm-v1`` step model, KV sized as vLLM v1 sizes it) or
     ``kvbudget-0.1`` (256 sequences, 8,192 tokens a step, 0.9 of memory, no prefix caching,
     the roofline, no API-server cost: this tool's behaviour before).
     ``frontend``: the API server between the clients and the engine (``vllm-api-server``, or

@@ -203,7 +203,7 @@ def test_presets_show_vllms_defaults_per_gpu() -> None:
     code, stdout, _ = run("presets")
     assert code == 0
     lines = {line.split()[0]: line.split() for line in stdout.splitlines() if line.strip()}
-    # vLLM 0.33's `vllm serve` defaults: 1024 / 8192 on H100, 1024 / 16384 on B200, 256 / 2048
+    # vLLM 0.32.0's `vllm serve` defaults: 1024 / 8192 on H100, 1024 / 16384 on B200, 256 / 2048
     # on A100 (arg_utils.py:2973-3006)
     assert lines["H100-SXM"][-2:] == ["1,024", "8,192"]
     assert lines["B200"][-2:] == ["1,024", "16,384"]

@@ -205,3 +205,27 @@ def test_the_readme_says_what_goodput_and_attainment_are_over(tmp_path: Path) ->
     assert abs(overall["goodput_rps"] * s["offered_window_s"] - good) < 1e-6
     done = pd.read_parquet(tmp_path / "run" / "requests.parquet").query("status == 'completed'")
     assert overall["e2e_s"]["p99"] == float(np.percentile(done["e2e_s"], 99))
+
+
+def test_presets_show_no_fp8_rate_where_a_gpu_has_none() -> None:
+    """``kvbudget presets`` showed ``0`` FP8 TFLOP/s for the A10G and the A100s (no FP8 tensor
+    cores), while the step model prices an FP8 model's matrix work on them at the 16-bit rate
+    (``GPUSpec.peak_flops``): a zero it never uses. It now shows ``-`` and says what it means."""
+    from kvbudget.perf.hardware import GPUS
+
+    code, stdout, stderr = run("presets")
+    assert code == 0, stderr
+    lines = stdout.splitlines()
+    header = lines[0].split("  ")
+    column = [h.strip() for h in header if h.strip()].index("FP8 TFLOP/s")
+    for name, gpu in GPUS.items():
+        row = next(ln for ln in lines if ln.split(" ")[0] == name)
+        cell = row.split()[column]  # every cell one word (the GPU name is the first)
+        if gpu.fp8_flops is None:
+            assert cell == "-", row
+            assert gpu.peak_flops("fp8") == (gpu.fp16_flops or gpu.bf16_flops)
+        else:
+            assert float(cell.replace(",", "")) > 0, row
+    assert any(gpu.fp8_flops is None for gpu in GPUS.values())
+    assert ("FP8 -: no FP8 tensor cores; an FP8 model's matrix work is priced at the 16-bit rate "
+            "there") in stdout

@@ -77,3 +77,19 @@ def test_the_conclusion_and_the_setting_line_say_one_arrival_rate(tmp_path: Path
     assert said and concluded, text
     assert said.group(1) == concluded.group(1) == f"{mean_arrival_rate(4, 0.888):.3g}"
     assert mean_arrival_rate(1, 5.0) is None and mean_arrival_rate(3, 0.0) is None
+
+
+def test_the_conclusion_ranks_no_policies_that_tie() -> None:
+    """With a slow engine every policy completed no interactive request within its SLO, and
+    the line said "closest unlimited (0 %)": the first listed, as if it were better. Ties are
+    now named together, and so are policies that cost the other tiers alike."""
+    zero = [_summary(p, 0.0, 0.1) for p in ("unlimited", "conservative", "overcommit")]
+    assert conclude(zero) == ("conclusion at 5 req/s offered: no policy meets interactive's SLO "
+                              "at 90 %; every policy at 0 %")
+    some = [_summary("a", 0.5, 0.1), _summary("b", 0.2, 0.1), _summary("c", 0.5, 0.3)]
+    assert conclude(some).endswith("closest a and c (50 %)")
+    alike = [_summary("a", 0.95, 0.6), _summary("b", 0.99, 0.6), _summary("c", 0.9, 0.2)]
+    assert conclude(alike).endswith("; a and b cost the other tiers least, alike")
+    all_alike = [_summary("a", 0.95, 0.6), _summary("b", 0.99, 0.6)]
+    assert conclude(all_alike).endswith("; they cost the other tiers alike")
+    assert conclude([_summary("a", 0.3, 0.8)]).endswith("closest a (30 %)")

@@ -190,3 +190,19 @@ def test_analysis_plots_and_report_never_load_the_engine_or_pyplot() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).resolve().parents[3])
     assert out.stdout.strip() == ""
+
+
+def test_percentile_intervals_of_zeros_say_so(runs: pd.DataFrame) -> None:
+    """A run whose every TPOT is 0 (a server that streamed each answer's tokens in one chunk):
+    the p99 panel set a log axis over no positive value, and matplotlib warned on stderr ("Data
+    has no positive values, and therefore cannot be log-scaled") under ``kvbudget report``. The
+    panel now says what its figures are instead."""
+    zero = runs.assign(tpot_s=np.where(runs["status"] == "completed", 0.0, np.nan))
+    table = A.percentile_table(zero, by=("policy", "tier"), rng=np.random.default_rng(0),
+                               num_resamples=50)
+    fig = P.percentile_intervals(table)  # warnings are errors in the tests
+    assert fig.axes[1].texts[0].get_text() == "p99 0 s in every group (tokens that came together)"
+    assert fig.axes[0].get_yscale() == "log" and len(fig.axes[0].containers) == 4
+    P.png_bytes(fig, dpi=30)
+    cdf = P.latency_cdfs(zero)  # it said "no completed requests with a TPOT"
+    assert cdf.axes[1].texts[0].get_text() == "every TPOT is 0 s: nothing to show on a log axis"
