@@ -276,7 +276,7 @@ class SkipAheadEngine(TiedSteps, Engine):
             to_end = (min(g.finish[0][0], g.wake[0][0]) if g.wake else g.finish[0][0]) - g.step
             if self._pending and not (self._span_head is not None and self.runs_past_external
                                       and self.config.scheduling_policy == "fcfs"):
-                to_end = min(to_end, self._pending_due() - self.num_steps)
+                to_end = min(to_end, self._pending[0][1] - self.num_steps)
             # a disaggregated decode replica's KV reads: one seen ends the run at its due step,
             # one not yet seen at the step count it will be due at (LoadNotices.run_cut)
             notices = None if self.remote is None else self.remote.notices
@@ -516,8 +516,9 @@ class SkipAheadEngine(TiedSteps, Engine):
                 or (wakes and remote.wake_run is not self._run_ends)
                 or len(pending) != len(wakes) + 1
                 or pending[-1][1] != self.num_steps + j + 1 or self._span_head is not None
-                or self.spec is not None or remote.loaded or self.waiting.peek_request() is not None
-                or not self.vllm_waiting_loop or env.now + (t_j - env.now) != t_j):  # (the wake's time)
+                or self.spec is not None or remote.loaded
+                or self.waiting.peek_request() is not None or not self.vllm_waiting_loop
+                or env.now + (t_j - env.now) != t_j):  # (the wake's time)
             return False
         end = remote.load_end_s(i, t_j)
         k = min(len(ends), bisect.bisect_left(ends, end) + 1 + remote.notices.notice_steps)
@@ -543,7 +544,8 @@ class SkipAheadEngine(TiedSteps, Engine):
         pending, remote = self._pending, self.remote
         assert remote is not None
         del remote.wakes[0]  # (its own: they come in the order they were made)
-        if self._run_ends is not run or self._jump_keep < j + 2 or not pending or pending[0][0] != i:
+        if (self._run_ends is not run or self._jump_keep < j + 2 or not pending
+                or pending[0][0] != i):
             return
         del pending[0]  # (Engine._release_pending, then the waiting loop's admission)
         used = self._run_used
