@@ -21,10 +21,6 @@ ENGINE_FAMILY = (
     "simulator/scheduler.py", "simulator/engine.py", "simulator/step_commit.py",
     "simulator/step_cost.py", "simulator/running_loop.py", "simulator/fast_decode.py",
     "simulator/decode_plan.py", "simulator/fleet_ties.py", "simulator/spec_run.py",
-    # the speed-up's hand-off admissions within a decode run, kept with the disaggregation's
-    # KV reads (they act for SkipAheadEngine) and the engine view they type it with
-    "simulator/remote_kv.py:_RunEngine", "simulator/remote_kv.py:admit_in_run",
-    "simulator/remote_kv.py:admit_at",
 )
 PACKAGES = ("policies", "workloads", "results", "perf", "analysis", "simulator", "live",
             "studies", "cli")

@@ -15,12 +15,10 @@ from collections.abc import Callable
 from itertools import accumulate
 
 import numpy as np
-import numpy.typing as npt
 
 from kvbudget.perf.cost_model import CostModel
+from kvbudget.simulator.serving import FloatArray, IntArray
 
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
 # a decode run's per-step values: arrays, or lists for a short run
 Floats = FloatArray | list[float]
 Ints = IntArray | list[int]

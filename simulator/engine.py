@@ -42,7 +42,7 @@ SPEED_UP_INTERFACE = frozenset({
     # schedulable under async scheduling, ``_between_steps``: a step has ended, the next is
     # not scheduled yet)
     "_step_extra_s", "_hol_blocked", "_steps_rows", "_busy", "_aborts", "_pending",
-    "_between_steps", "_async", "_pending_due", "_steps_done_now",
+    "_between_steps", "_async", "_steps_done_now",
     # speculative decoding's runs (simulator/spec_run.py): a scheduled step run as stepping
     # runs it, or as the first of a run
     "_run_scheduled",
@@ -399,9 +399,6 @@ class Engine(Scheduler):
         pending, n = self._pending, self.num_steps if upto < 0 else upto
         while pending and (everything or pending[0][1] <= n):
             self.waiting.add_request(pending.pop(0)[0])
-
-    def _pending_due(self) -> int:  # the step count from which _pending's first is schedulable
-        return self._pending[0][1]
 
     def _steps_done_now(self) -> int:  # during a step (a speed-up counts its run's ended steps)
         return self.num_steps

@@ -14,6 +14,7 @@ import heapq
 import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,6 @@ from simpy.events import Timeout
 from kvbudget.simulator.decode_plan import GROUP_SMALL_K, DecodeRunPlanner, Floats, Ints
 from kvbudget.simulator.engine import Engine, IntArray
 from kvbudget.simulator.fleet_ties import TiedSteps
-from kvbudget.simulator.remote_kv import admit_in_run
 from kvbudget.simulator.running_loop import NO_ROWS
 from kvbudget.simulator.small_arrays import isum
 from kvbudget.simulator.step_cost import tail_features
@@ -276,7 +276,7 @@ class SkipAheadEngine(TiedSteps, Engine):
             to_end = (min(g.finish[0][0], g.wake[0][0]) if g.wake else g.finish[0][0]) - g.step
             if self._pending and not (self._span_head is not None and self.runs_past_external
                                       and self.config.scheduling_policy == "fcfs"):
-                to_end = min(to_end, self._pending_due() - self.num_steps)
+                to_end = min(to_end, self._pending[0][1] - self.num_steps)
             # a disaggregated decode replica's KV reads: one seen ends the run at its due step,
             # one not yet seen at the step count it will be due at (LoadNotices.run_cut)
             notices = None if self.remote is None else self.remote.notices
@@ -441,7 +441,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         self._jump_ends = self._run_ends = self._span_head = None
         self._jump_keep = k
         remote = self.remote
-        if remote is not None and remote.held:  # rows admitted within the run (admit_at)
+        if remote is not None and remote.held:  # rows admitted within the run (_admit_at)
             used = np.array(used, np.int64)  # hold their blocks from that step on
             for s, blocks in remote.held:
                 used[s:] += blocks
@@ -483,7 +483,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         lagged = lag > 0 and keep < len(ends) and not self.log.timeline.sample_in(
             float(ends[keep - 1]), float(ends[keep]))
         keep += lagged
-        if lagged and self.remote is not None and admit_in_run(self, ends, keep - 1):
+        if lagged and self.remote is not None and self._admit_in_run(ends, keep - 1):
             return  # a hand-off (the request just added), admitted within the run
         span = self._span_head is not None and (
             self.waiting.peek_request() == self._span_head if added
@@ -496,3 +496,66 @@ class SkipAheadEngine(TiedSteps, Engine):
         self._jump_ends = ends[:keep] if span or lagged else None
         self._jump_keep = keep
         self.process.interrupt()
+
+    def _admit_in_run(self, ends: Floats, j: int) -> bool:
+        """Take a hand-off (the request just added) to a disaggregated decode replica,
+        schedulable from the run's boundary ``j`` (``ends[j]``), into the run, where stepping's
+        waiting loop takes it at once (after those handed off before it; its blocks allocated,
+        its KV read started: it does not run); False: the run ends at ``j``. The run goes on
+        (docs/performance.md, "Runs through a hand-off's admission") when its scheduler sees
+        there what stepping's would: no FCFS head refused, nothing else coming, vLLM's own
+        waiting loop (``Scheduler.vllm_waiting_loop``), blocks for it beside the watermark and
+        for the members' steps to the run's end, no timeline sample in the step that counts it
+        waiting (the caller's ``lagged``); it is cut where its read's request becomes
+        schedulable (``LoadNotices.run_cut``'s count)."""
+        remote, pending, env, used = self.remote, self._pending, self.env, self._run_used
+        if remote is None or not pending or pending[-1][0] not in remote.pending:
+            return False  # not a hand-off whose KV is remote
+        i, wakes, t_j = pending[-1][0], remote.wakes, float(ends[j])
+        if (j + 1 >= len(ends) or used is None or self.head_refusal
+                or (wakes and remote.wake_run is not self._run_ends)
+                or len(pending) != len(wakes) + 1
+                or pending[-1][1] != self.num_steps + j + 1 or self._span_head is not None
+                or self.spec is not None or remote.loaded
+                or self.waiting.peek_request() is not None or not self.vllm_waiting_loop
+                or env.now + (t_j - env.now) != t_j):  # (the wake's time)
+            return False
+        end = remote.load_end_s(i, t_j)
+        k = min(len(ends), bisect.bisect_left(ends, end) + 1 + remote.notices.notice_steps)
+        need = -(-self.num_tokens.item(i) // self.block_size)
+        kv = self.kv
+        # (the pool as the run started, less the blocks of those admitted before it)
+        free = kv.num_free_blocks + kv.num_evictable_blocks - sum(n for _, n in wakes)
+        if (need > free - self.watermark_blocks - int(used[j + 1] - used[0])
+                or need > free - int(used[k - 1] - used[0])):
+            return False
+        wakes.append((i, need))
+        remote.wake_run = self._run_ends
+        Timeout(env, t_j - env.now).callbacks.append(partial(self._admit_at, i, self._run_ends, j))
+        if k < len(ends):
+            self._jump_ends = ends[:k]
+            self._jump_keep = k
+            self.process.interrupt()
+        return True
+
+    def _admit_at(self, i: int, run: Floats | None, j: int, _: object) -> None:
+        """Boundary ``j`` of the decode run ``run``: admit row ``i`` as stepping's schedule
+        there does, unless the run ended by then (the engine's loop admits it) or it left."""
+        pending, remote = self._pending, self.remote
+        assert remote is not None
+        del remote.wakes[0]  # (its own: they come in the order they were made)
+        if (self._run_ends is not run or self._jump_keep < j + 2 or not pending
+                or pending[0][0] != i):
+            return
+        del pending[0]  # (Engine._release_pending, then the waiting loop's admission)
+        used = self._run_used
+        assert used is not None and run is not None
+        kv = self.kv
+        num_free = kv.num_free_blocks
+        taken = self.allocate_start(i, self.num_tokens.item(i),
+                                    reserve=self.watermark_blocks + int(used[j + 1] - used[0]))
+        assert taken == ""
+        remote.held.append((j + 1, num_free - kv.num_free_blocks))
+        t, self.t = self.t, float(run[j])
+        remote.start_load(i)  # (its start: the boundary's time)
+        self.t = t

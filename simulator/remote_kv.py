@@ -29,47 +29,16 @@ import heapq
 import math
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 import simpy
 from simpy.events import Timeout
 
-from kvbudget.simulator.decode_plan import Floats, Ints
+from kvbudget.simulator.decode_plan import Floats
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.request_queue import RequestQueue
 
-if TYPE_CHECKING:
-    from kvbudget.simulator.kv_blocks import KVBlocks
-    from kvbudget.simulator.serving import IntArray
-    from kvbudget.simulator.spec_decode import SpecDecode
-
-    class _RunEngine(Protocol):
-        """What of ``fast_decode.SkipAheadEngine`` :func:`admit_in_run` and :func:`admit_at`
-        use (of ``Engine``, only what ``engine.SPEED_UP_INTERFACE`` lists)."""
-
-        env: simpy.Environment
-        process: simpy.Process
-        t: float
-        num_steps: int
-        remote: RemoteLoads | None
-        kv: KVBlocks
-        waiting: RequestQueue
-        spec: SpecDecode | None
-        head_refusal: str
-        vllm_waiting_loop: ClassVar[bool]
-        block_size: int
-        num_tokens: IntArray
-        watermark_blocks: int
-        _pending: list[list[int]]
-        _span_head: int | None
-        _run_ends: Floats | None
-        _run_used: Ints | None
-        _jump_ends: Floats | None
-        _jump_keep: int
-
-        def allocate_start(self, i: int, tokens: int, *, reserve: int) -> str: ...
-
-__all__ = ["IDLE_POLL_S", "LoadNotices", "RemoteLoads", "admit_at", "admit_in_run"]
+__all__ = ["IDLE_POLL_S", "LoadNotices", "RemoteLoads"]
 
 IDLE_POLL_S = 1e-3
 """How often an engine that runs no model polls its KV loads: vLLM 0.32.0's engine core sleeps
@@ -286,9 +255,10 @@ class RemoteLoads:
         self.loading: dict[int, float] = {}
         self.notices = LoadNotices(bool(engine.config.async_scheduling))
         self.loaded: dict[int, None] = {}  # in the queue with their blocks, by load end
-        # the requests handed off during a decode run and admitted within it (admit_in_run):
-        # (row, blocks) of those whose boundary is not reached yet, and the run they are of;
-        # (step, blocks) of those admitted, which the run's log adds to its steps' blocks
+        # the requests handed off during a decode run and admitted within it
+        # (``SkipAheadEngine._admit_in_run``): (row, blocks) of those whose boundary is not
+        # reached yet, and the run they are of; (step, blocks) of those admitted, which the
+        # run's log adds to its steps' blocks
         self.wakes: list[tuple[int, int]] = []
         self.wake_run: Floats | None = None
         self.held: list[tuple[int, int]] = []
@@ -370,68 +340,3 @@ class RemoteLoads:
         for i in reversed(loaded):
             waiting.remove_request(i)
             waiting.prepend_request(i)
-
-
-# A hand-off (the request just added) to a disaggregated decode replica during a skip-ahead
-# decode run (async scheduling) is schedulable from the run's boundary ``j`` (``ends[j]``),
-# where stepping's waiting loop takes it at once (after those handed off before it; its blocks
-# allocated, its KV read started: it does not run), so the run goes on (docs/performance.md, "Runs through a hand-off's
-# admission") when its scheduler sees there what stepping's would: no FCFS head refused, nothing
-# else coming, vLLM's own waiting loop (``Scheduler.vllm_waiting_loop``), blocks for it beside
-# the watermark and for the members' steps to the run's end, no timeline sample in the step
-# that counts it waiting (the caller's ``lagged``); the run is cut where its read's request
-# becomes schedulable (LoadNotices.run_cut's count). For ``fast_decode.SkipAheadEngine``, of
-# ``Engine`` only what ``engine.SPEED_UP_INTERFACE`` lists (``_RunEngine``); comments, not
-# docstrings: this module is loaded by every ``kvbudget simulate``.
-def admit_in_run(self: _RunEngine, ends: Floats, j: int) -> bool:
-    """Take the hand-off schedulable from the run's boundary ``j`` into the run (above);
-    False: the run ends at ``j``."""
-    remote, pending, env, used = self.remote, self._pending, self.env, self._run_used
-    if remote is None or not pending or pending[-1][0] not in remote.pending:
-        return False  # not a hand-off whose KV is remote
-    i, wakes, t_j = pending[-1][0], remote.wakes, float(ends[j])
-    if (j + 1 >= len(ends) or used is None or self.head_refusal
-            or (wakes and remote.wake_run is not self._run_ends)
-            or len(pending) != len(wakes) + 1
-            or pending[-1][1] != self.num_steps + j + 1 or self._span_head is not None
-            or self.spec is not None or remote.loaded or self.waiting.peek_request() is not None
-            or not self.vllm_waiting_loop or env.now + (t_j - env.now) != t_j):  # (the wake's time)
-        return False
-    end = remote.load_end_s(i, t_j)
-    k = min(len(ends), bisect.bisect_left(ends, end) + 1 + remote.notices.notice_steps)
-    need = -(-self.num_tokens.item(i) // self.block_size)
-    kv = self.kv
-    # (the pool as the run started, less the blocks of those admitted before it)
-    free = kv.num_free_blocks + kv.num_evictable_blocks - sum(n for _, n in wakes)
-    if (need > free - self.watermark_blocks - int(used[j + 1] - used[0])
-            or need > free - int(used[k - 1] - used[0])):
-        return False
-    wakes.append((i, need))
-    remote.wake_run = self._run_ends
-    Timeout(env, t_j - env.now).callbacks.append(partial(admit_at, self, i, self._run_ends, j))
-    if k < len(ends):
-        self._jump_ends = ends[:k]
-        self._jump_keep = k
-        self.process.interrupt()
-    return True
-
-def admit_at(self: _RunEngine, i: int, run: Floats | None, j: int, _: object) -> None:
-    """Boundary ``j`` of the decode run ``run``: admit row ``i`` as stepping's schedule
-    there does, unless the run ended by then (the engine's loop admits it) or it left."""
-    pending, remote = self._pending, self.remote
-    assert remote is not None
-    del remote.wakes[0]  # (its own: they come in the order they were made)
-    if self._run_ends is not run or self._jump_keep < j + 2 or not pending or pending[0][0] != i:
-        return
-    del pending[0]  # (Engine._release_pending, then the waiting loop's admission)
-    used = self._run_used
-    assert used is not None and run is not None
-    kv = self.kv
-    num_free = kv.num_free_blocks
-    taken = self.allocate_start(i, self.num_tokens.item(i),
-                                reserve=self.watermark_blocks + int(used[j + 1] - used[0]))
-    assert taken == ""
-    remote.held.append((j + 1, num_free - kv.num_free_blocks))
-    t, self.t = self.t, float(run[j])
-    remote.start_load(i)  # (its start: the boundary's time)
-    self.t = t

@@ -10,11 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
+from kvbudget.simulator.serving import IntArray
 from kvbudget.simulator.small_arrays import isum
-
-IntArray = npt.NDArray[np.int64]
 
 __all__ = ["NO_ROWS", "RunningArray", "RunningPrefix", "budget_prefix"]
 
@@ -59,11 +57,10 @@ def budget_prefix(
         total = budget  # the last request reached takes what is left
     bs = block_size
     blocks = num_blocks[rows]
+    end = computed + new  # the tokens (and lookahead slots) the blocks hold after the step
     if lookahead:
-        want = np.maximum((np.minimum(computed + new + lookahead, max_model_len) + (bs - 1)) // bs,
-                          blocks)
-    else:
-        want = np.maximum((computed + new + (bs - 1)) // bs, blocks)
+        end = np.minimum(end + lookahead, max_model_len)
+    want = np.maximum((end + (bs - 1)) // bs, blocks)
     return RunningPrefix(rows, new, blocks, want, total, isum(want - blocks))
 
 

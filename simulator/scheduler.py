@@ -120,7 +120,7 @@ class Scheduler:
     # whether grow_rows grows every per-request array of the class (see above)
     rows_grow: ClassVar[bool] = True
     # whether the waiting loop is vLLM's own: the class overrides neither _admit_waiting nor
-    # _on_schedule_waiting (set per class; remote_kv.admit_in_run relies on it)
+    # _on_schedule_waiting (set per class; SkipAheadEngine._admit_in_run relies on it)
     vllm_waiting_loop: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

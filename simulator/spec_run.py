@@ -29,11 +29,10 @@ from kvbudget.simulator.decode_plan import (
     GROUP_SMALL_K,
     MAX_JUMP_STEPS,
     DecodeRunPlanner,
-    FloatArray,
     Floats,
     Ints,
 )
-from kvbudget.simulator.engine import IntArray
+from kvbudget.simulator.engine import FloatArray, IntArray
 from kvbudget.simulator.fast_decode import Run, SkipAheadEngine
 from kvbudget.simulator.running_loop import NO_ROWS
 from kvbudget.simulator.small_arrays import imin
@@ -378,7 +377,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
                 f.prefill_attention + q * context, f.num_prefill_seqs + n)), None, math.inf
         # (a request not yet schedulable ends the run as it becomes schedulable, as the
         # decode group's does)
-        k_max = self._pending_due() - self.num_steps if self._pending else MAX_JUMP_STEPS
+        k_max = self._pending[0][1] - self.num_steps if self._pending else MAX_JUMP_STEPS
         # the step's features: step_cost.rows_features of ``n`` chunks of ``q`` tokens
         dt = (self._step_seconds(StepFeatures(float(n * q), 0.0, float(context),
                                               float(q * context), float(n)))
