@@ -11,12 +11,14 @@ text), ``usage_completion_tokens`` (the server's), ``time_to_first_token`` and
 ``request_latency`` in ms, ``inter_token_latency`` in ms) and ``error`` (null, or ``code``,
 ``type``, ``message``). Warm-up requests (``--warmup-request-count``) are simulated (they
 loaded the server) and left out of every measured statistic, as AIPerf's summary does;
-failed and cancelled requests are counted.
+failed and cancelled requests are counted (a failed one with no output is not simulated, and a
+closed loop it held is replayed at the recorded sends: :func:`_failed`).
 
 The load mode and the server configuration come from ``profile_export_aiperf.json`` beside it
 when present (``input_config``: ``phases`` with ``type`` ``concurrency`` / ``request_rate``,
 ``concurrency``, ``rate`` (``request_rate`` in earlier versions); ``models``; ``endpoint.extra`` with ``ignore_eos`` and
-``max_tokens``; ``aiperf_version``); without it the stage's load is ``unknown``.
+``max_tokens``; ``endpoint.urls``, several a fleet behind round robin (:func:`_fleet`);
+``aiperf_version``); without it the stage's load is ``unknown``.
 """
 
 from __future__ import annotations
