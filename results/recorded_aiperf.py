@@ -429,8 +429,13 @@ def _fleet(path: Path, summary: Mapping[str, Any]) -> dict[str, Any]:
     urls = _urls(summary)
     if not urls:
         return {}
-    if len(urls) == 1:
+    if len(set(urls)) == 1:  # one server, however often named
         return {"target": urls[0]}
+    if len(set(urls)) < len(urls):  # round robin over them: some servers get more turns
+        raise TraceError(path, f"the run sent its requests in turn to {len(urls)} URLs, some "
+                         f"named twice ({', '.join(u[:60] for u in urls[:4])}): the servers "
+                         "got unequal shares, which a fleet of equal replicas behind round "
+                         "robin does not simulate", field="input_config.endpoint.urls")
     strategy = next((s for s in (dig(summary, "input_config", "endpoint", key) for key in
                                  ("url_strategy", "url_selection_strategy"))
                      if s is not None), "round_robin")

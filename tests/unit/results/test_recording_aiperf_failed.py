@@ -164,3 +164,12 @@ def test_one_url_is_one_server() -> None:
     assert rec.config["target"].startswith("http://127.0.0.1:")
     assert not any("servers in turn" in n for n in rec.notes)
     assert rec.counts["num_failed"] == 0
+
+
+def test_one_url_named_twice_is_one_server_and_unequal_shares_are_refused(
+        tmp_path: Path) -> None:
+    rec = read_recording(two_urls_with_timeouts(tmp_path, urls=[URLS[0], URLS[0]]))
+    assert rec.config["target"] == URLS[0] and "num_replicas" not in rec.config
+    assert not any("servers in turn" in n for n in rec.notes)
+    with pytest.raises(TraceError, match="some named twice"):
+        read_recording(two_urls_with_timeouts(tmp_path, urls=[*URLS, URLS[0]]))
