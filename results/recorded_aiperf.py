@@ -630,15 +630,20 @@ def _error_text(rec: Any) -> str:
 
 
 def _status(rec: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
+    """A record's status: its phase's name outside profiling (a warm-up request, failed or
+    not: AIPerf's summary counts none of them, its error_request_count included), else
+    ``cancelled``, ``error (type)`` or ``completed``."""
+    phase = meta.get("benchmark_phase", meta.get("phase_kind", meta.get("credit_phase",
+                                                                         "profiling")))
+    if phase not in (None, "profiling"):
+        return str(phase)
     if meta.get("was_cancelled"):
         return "cancelled"
     if rec.get("error"):
         err = rec["error"]
         kind = err.get("type") if isinstance(err, dict) else None
         return f"error ({kind})" if kind else "error"
-    phase = meta.get("benchmark_phase", meta.get("phase_kind", meta.get("credit_phase",
-                                                                         "profiling")))
-    return "completed" if phase in (None, "profiling") else str(phase)
+    return "completed"
 
 
 def _due_times(summary: Mapping[str, Any], stage: RecordedStage, start: FloatArray,

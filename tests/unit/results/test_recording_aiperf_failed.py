@@ -173,3 +173,17 @@ def test_one_url_named_twice_is_one_server_and_unequal_shares_are_refused(
     assert not any("servers in turn" in n for n in rec.notes)
     with pytest.raises(TraceError, match="some named twice"):
         read_recording(two_urls_with_timeouts(tmp_path, urls=[*URLS, URLS[0]]))
+
+
+def test_a_failed_warm_up_request_is_not_counted_failed(tmp_path: Path) -> None:
+    # AIPerf's summary (error_request_count included) leaves the warm-up phase out
+    path = two_urls_with_timeouts(tmp_path)
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    for rec in recs[:2]:
+        rec["metadata"]["benchmark_phase"] = "warmup"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    rec = read_recording(path)
+    assert rec.counts["num_failed"] == 9
+    assert rec.counts["num_warmup"] == 1
+    assert any(n.startswith("9 requests failed with no output (9 TimeoutError")
+               for n in rec.notes)
