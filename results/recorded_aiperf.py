@@ -11,12 +11,14 @@ text), ``usage_completion_tokens`` (the server's), ``time_to_first_token`` and
 ``request_latency`` in ms, ``inter_token_latency`` in ms) and ``error`` (null, or ``code``,
 ``type``, ``message``). Warm-up requests (``--warmup-request-count``) are simulated (they
 loaded the server) and left out of every measured statistic, as AIPerf's summary does;
-failed and cancelled requests are counted.
+failed and cancelled requests are counted (a failed one with no output is not simulated, and a
+closed loop it held is replayed at the recorded sends: :func:`_failed`).
 
 The load mode and the server configuration come from ``profile_export_aiperf.json`` beside it
 when present (``input_config``: ``phases`` with ``type`` ``concurrency`` / ``request_rate``,
 ``concurrency``, ``rate`` (``request_rate`` in earlier versions); ``models``; ``endpoint.extra`` with ``ignore_eos`` and
-``max_tokens``; ``aiperf_version``); without it the stage's load is ``unknown``.
+``max_tokens``; ``endpoint.urls``, several a fleet behind round robin (:func:`_fleet`);
+``aiperf_version``); without it the stage's load is ``unknown``.
 """
 
 from __future__ import annotations
@@ -410,12 +412,129 @@ def _config(path: Path, summary: Mapping[str, Any]) -> dict[str, Any]:
                              "not say which got each: profile one model a run to validate or "
                              "calibrate on it", field="input_config.endpoint.model_names")
         config["model"] = names[0]
-    url = dig(summary, "input_config", "endpoint", "urls")
-    url = url[0] if isinstance(url, list) and url else dig(summary, "input_config",
-                                                           "endpoint", "url")
-    if isinstance(url, str):
-        config["target"] = url
+    config.update(_fleet(path, summary))
     return {k: v for k, v in config.items() if v is not None}
+
+
+def _urls(summary: Mapping[str, Any]) -> list[str]:
+    """The server URLs the run sent to (``input_config.endpoint.urls``, one per ``--url``;
+    ``endpoint.url`` in AIPerf's first summaries)."""
+    urls = dig(summary, "input_config", "endpoint", "urls")
+    if not isinstance(urls, list) or not urls:
+        urls = [dig(summary, "input_config", "endpoint", "url")]
+    return [u for u in urls if isinstance(u, str)]
+
+
+def _fleet(path: Path, summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The server the run was sent to (``target``) and, for several ``--url``, the fleet they
+    make: one replica each behind round robin (``num_replicas``, ``router``).
+
+    AIPerf 0.13.0 sends a run of several ``--url`` to them in turn: one ``RoundRobinURLSampler``
+    (``aiperf/timing/url_samplers.py``, ``url_strategy`` ``round_robin``, its one strategy)
+    made by the phase orchestrator for the whole run (``timing/phase_orchestrator.py``, when
+    ``len(config.urls) > 1``) gives each credit the next index as the issuer sends it, a new
+    conversation's first turn only (``credit/issuer.py``: later turns keep their session's
+    URL), not per worker. A strategy the summary names other than round robin is refused."""
+    urls = _urls(summary)
+    if not urls:
+        return {}
+    if len(set(urls)) == 1:  # one server, however often named
+        return {"target": urls[0]}
+    if len(set(urls)) < len(urls):  # round robin over them: some servers get more turns
+        raise TraceError(path, f"the run sent its requests in turn to {len(urls)} URLs, some "
+                         f"named twice ({', '.join(u[:60] for u in urls[:4])}): the servers "
+                         "got unequal shares, which a fleet of equal replicas behind round "
+                         "robin does not simulate", field="input_config.endpoint.urls")
+    strategy = next((s for s in (dig(summary, "input_config", "endpoint", key) for key in
+                                 ("url_strategy", "url_selection_strategy"))
+                     if s is not None), "round_robin")
+    if strategy != "round_robin":
+        raise TraceError(path, f"the run sent its requests to {len(urls)} URLs by "
+                         f"{str(strategy)[:40]!r}; kvbudget replays AIPerf's round_robin only",
+                         field="input_config.endpoint.url_strategy")
+    return {"target": ", ".join(urls), "num_replicas": len(urls), "router": "round_robin"}
+
+
+def _failed(stage: RecordedStage, summary: Mapping[str, Any], status: list[str],
+            dropped: npt.NDArray[np.bool_], start: FloatArray,
+            end: FloatArray) -> tuple[RecordedStage, list[str]]:
+    """The stage as replayed and a note when records failed with no output (an ``error``:
+    AIPerf's ``ErrorDetails``, e.g. ``TimeoutError`` at ``--request-timeout-seconds``): they
+    are counted failed, as AIPerf's summary counts them (``error_request_count``), and not
+    simulated (the server sent none of their tokens). In a closed loop each held its user until
+    it failed (AIPerf 0.13.0 ``transports/aiohttp_client.py``: the session's
+    ``aiohttp.ClientTimeout(total=--request-timeout-seconds)`` raises ``TimeoutError``, kept as
+    ``ErrorDetails.from_exception``, the record ending then), so a closed loop replayed with
+    them dropped would send the
+    next request at once and simulate a server that answers every request: the stage is
+    replayed as an open loop at the recorded sends, at most its users in flight."""
+    failed = dropped & np.array([s.startswith("error") for s in status], dtype=bool)
+    if not failed.any():
+        return stage, []
+    n = int(failed.sum())
+    kinds: dict[str, int] = {}
+    for i in np.flatnonzero(failed).tolist():
+        kind = status[i].removeprefix("error").strip(" ()") or "error"
+        kinds[kind] = kinds.get(kind, 0) + 1
+    held_s = (end[failed] - start[failed]) * 1e-9
+    held_s = held_s[np.isfinite(held_s)]
+    endpoint = dig(summary, "input_config", "endpoint") or {}
+    limit = endpoint.get("timeout_seconds", endpoint.get("timeout")) \
+        if isinstance(endpoint, dict) else None
+    told = (f" (--request-timeout-seconds {limit:g})" if isinstance(limit, int | float)
+            and not isinstance(limit, bool) and "TimeoutError" in kinds else "")
+    what = ", ".join(f"{c} {k}" for k, c in kinds.items())
+    said = (f"{n} requests failed with no output ({what}"
+            + (f", after {float(held_s.mean()):.1f} s on average{told}" if len(held_s) else "")
+            + "): counted failed (num_failed), as AIPerf's summary counts them "
+            "(error_request_count), and not simulated: the server sent none of their tokens")
+    if stage.load != "closed" or not len(held_s):
+        return stage, [said]
+    ends = end[np.isfinite(end)]
+    span_s = float(ends.max() - start.min()) * 1e-9 if len(ends) else math.nan
+    label = f"{stage.label}, {n} failed"
+    users = stage.max_concurrency
+    return replace(stage, label=label, load="capped"), [
+        f"{said}. stage '{label}': each held its user of the closed loop of {users} until it "
+        f"failed ({float(held_s.sum()):.0f} s of the stage's {span_s:.0f} s): replayed as an "
+        f"open loop at the recorded sends, at most {users} in flight, so that this time is "
+        "kept and the output tokens/s compared spans it on both sides (as a closed loop with "
+        "them dropped the simulated users would send the next request at once, a server that "
+        "answers every request); a simulated server faster than the recorded one cannot send "
+        "sooner than recorded, so its completed count and output tokens/s agree by "
+        "construction: compare its latencies"]
+
+
+def _url_note(urls: list[str], status: list[str], order: FloatArray,
+              later_turns: bool) -> str:
+    """How a run sent to several URLs is simulated, and which URL AIPerf's round robin gave
+    each request (``order``: when each was issued, warm-up included: the run's one sampler
+    turns over both phases) with how many of each failed. The records do not name the URL;
+    with later turns of conversations (which keep their first turn's URL) it is not told."""
+    n = len(urls)
+    head = (f"the run was sent to {n} servers in turn ({n} --url, AIPerf's round robin: "
+            "aiperf/timing/url_samplers.py): simulated as a fleet of "
+            f"{n} replicas of the one server simulated, behind round_robin")
+    if later_turns:
+        return (head + "; the records do not say which URL served each request (later turns "
+                "of a conversation keep their first turn's URL)")
+    ranks = np.empty(len(order), dtype=np.int64)
+    ranks[np.argsort(order, kind="stable")] = np.arange(len(order))
+    counted = []
+    dead = []
+    for k, url in enumerate(urls):
+        mine = [status[i] for i in np.flatnonzero(ranks % n == k).tolist()]
+        bad = sum(st.startswith(("error", "cancelled")) for st in mine)
+        counted.append(f"{url[:60]} {len(mine)} sent, {bad} failed")
+        dead += [url[:60]] if mine and bad == len(mine) else []
+    said = (f"{head}. In the order AIPerf issued them (the k-th to URL k mod {n}; the records "
+            f"do not name the URL, so this holds if none issued is missing): "
+            + "; ".join(counted))
+    if dead:
+        said += (f". {', '.join(dead)} answered none of its requests: the simulated fleet "
+                 f"serves the completed ones on its {n} replicas in turn, where they all went "
+                 "to the other URLs")
+    return said
 
 
 def read_aiperf(path: Path, default_tier: str,
@@ -481,6 +600,10 @@ def read_aiperf(path: Path, default_tier: str,
     rec = _recording(path, records, prompt, output, start, ttft, e2e, itl, status,
                      from_server, default_tier, max_output_rule, end, issued)
     rec = _with_cache_note(rec, prompt, cached)
+    urls = _urls(_summary(path))
+    if len(urls) > 1 and rec.config.get("num_replicas") == len(urls):
+        rec = replace(rec, notes=(*rec.notes, _url_note(
+            urls, status, np.where(np.isfinite(issued), issued, start), num_later_turns > 0)))
     if num_later_turns and rec.stages[0].label.startswith(FIXED_SCHEDULE):
         rec = replace(rec, notes=(*rec.notes, (
             f"{num_later_turns} of the {n} records are later turns of their conversations "
@@ -516,15 +639,20 @@ def _error_text(rec: Any) -> str:
 
 
 def _status(rec: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
+    """A record's status: its phase's name outside profiling (a warm-up request, failed or
+    not: AIPerf's summary counts none of them, its error_request_count included), else
+    ``cancelled``, ``error (type)`` or ``completed``."""
+    phase = meta.get("benchmark_phase", meta.get("phase_kind", meta.get("credit_phase",
+                                                                         "profiling")))
+    if phase not in (None, "profiling"):
+        return str(phase)
     if meta.get("was_cancelled"):
         return "cancelled"
     if rec.get("error"):
         err = rec["error"]
         kind = err.get("type") if isinstance(err, dict) else None
         return f"error ({kind})" if kind else "error"
-    phase = meta.get("benchmark_phase", meta.get("phase_kind", meta.get("credit_phase",
-                                                                         "profiling")))
-    return "completed" if phase in (None, "profiling") else str(phase)
+    return "completed"
 
 
 def _due_times(summary: Mapping[str, Any], stage: RecordedStage, start: FloatArray,
@@ -587,10 +715,15 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     rows = workload.request_id
     st = [status[r] for r in rows.tolist()]
     counts["num_warmup"] = st.count("warmup")
-    counts["num_failed"] = sum(s.startswith("error") for s in st)
+    # every failed record, those dropped for want of output too, as AIPerf's summary counts
+    # them (error_request_count) and the vllm bench reader its num_failed
+    counts["num_failed"] = sum(s.startswith("error") for s in status)
     counts["num_cancelled"] = st.count("cancelled")
     version = summary.get("aiperf_version")
-    notes = [max_tokens_note(recorded, max_output_rule), *notes]
+    kept = np.zeros(len(status), dtype=bool)
+    kept[rows] = True
+    stage, said_failed = _failed(stage, summary, status, ~kept, start, end)
+    notes = [max_tokens_note(recorded, max_output_rule), *notes, *said_failed]
     if counts["num_warmup"]:
         notes.append(f"{counts['num_warmup']} warm-up requests simulated (they loaded the "
                      "server) and left out of the measured statistics, as AIPerf does")
