@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvbudget.analysis.validation import OVERALL
+from kvbudget.analysis.validation import OVERALL, THROUGHPUT_SAID
 from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.policies import make_policy
 from kvbudget.results.recordings import read_recording
@@ -87,6 +87,8 @@ def test_the_stats_count_throughput_over_the_stages_not_the_gap_between() -> Non
         pytest.approx(300 / 3.0))
     with pytest.raises(ValueError, match="3 stage labels for 4"):
         compared_stats(records, records, None, keys, stages=stages[:3])
+    # and the line under every comparison table says so
+    assert "not the idle time between stages" in THROUGHPUT_SAID
 
 
 def test_a_staged_recordings_intervals_hold_the_figures_they_sit_beside(tmp_path: Path) -> None:
