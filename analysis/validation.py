@@ -32,8 +32,10 @@ output token throughput), never over the arrival window: replaying the same arri
 where every request completes has the same arrival-window rate however fast its engine is."""
 
 THROUGHPUT_SAID = ("output_tokens_per_s: completed output tokens over the time the work took, "
-                   "first arrival to last finish (not over the arrival window, which is the "
-                   "same on both sides whenever every request completes)")
+                   "first arrival to last finish (of each load stage, and overall over the "
+                   "time any stage ran, so not the idle time between stages; not over the "
+                   "arrival window, which is the same on both sides whenever every request "
+                   "completes)")
 """The line under a comparison table that says what its throughput is over."""
 
 COMPARISON_COLUMNS = ("metric", "simulated", "measured", "rel_error")

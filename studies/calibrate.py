@@ -65,9 +65,8 @@ from kvbudget.studies.fit_uncertainty import (
     Coordinate,
     FitUncertainty,
     Sensitivity,
-    compared,
+    compared_stats,
     identify,
-    log_stats,
     noise_variance,
     posterior_covariance,
     sampling_variance,
@@ -245,6 +244,10 @@ class RecordedCalibration:
     """Each fitted step-model parameter's values at the ends of its search."""
     term: FixedTermFit | None = None
     """The fitted fixed front-end term and its bounds (None when not fitted)."""
+    stages: tuple[str, ...] | None = None
+    """Each measured request's load stage (:func:`~kvbudget.studies.validate.
+    recording_stages`): the table's output tokens/s, and its interval, count the time the
+    stages ran, not the idle time between them."""
 
     def __repr__(self) -> str:
         """What a notebook shows: what was fitted to what, start against fitted, the warnings
@@ -284,9 +287,10 @@ class RecordedCalibration:
         held-out part) from the simulations already run; empty without a posterior."""
         if self.uncertainty is None or self.sensitivity is None or self.simulated is None:
             return {}
-        values = log_stats(compared(self.simulated, measured, rows), PREDICTED)
+        values = compared_stats(self.simulated, measured, rows, PREDICTED, stages=self.stages)
         return self.uncertainty.predicted(
-            values, self.sensitivity.gradient(measured, PREDICTED, rows), PREDICTED)
+            values, self.sensitivity.gradient(measured, PREDICTED, rows, stages=self.stages),
+            PREDICTED)
 
     def in_sample_errors(self) -> dict[str, float | None]:
         """``{metric: signed relative error}`` over the fitted rows (stage ``all``)."""
@@ -556,11 +560,12 @@ def calibrate_recording(
         trials.count(recorded_loss(start_records, measured, rows))
     start_loss = recorded_loss(start_sim, measured, rows)
     rng = np.random.default_rng(seed)
-    noise_var = noise_variance(sampling_variance(start_sim, measured, rows, rng))
+    stages = recording_stages(recording)
+    noise_var = noise_variance(sampling_variance(start_sim, measured, rows, rng, stages=stages))
     active = list(range(len(coords)))
     if uncertainty and coords:
         jac = sensitivity(coords, x0, start_sim, trials.simulate).gradient(
-            measured, FIT_KEYS, rows)
+            measured, FIT_KEYS, rows, stages=stages)
         active, dropped = identify(jac, noise_var, np.array([c.prior_sd for c in coords]))
         for j, ratio in dropped.items():
             fixed[coords[j].name] = (f"the recording does not identify it (its posterior sd "
@@ -591,7 +596,8 @@ def _result(trials: _Trials, recording: Recording, measured: pd.DataFrame,
     if "source" in {f.name for f in dataclasses.fields(model)}:  # type: ignore[arg-type]
         model = dataclasses.replace(  # type: ignore[type-var]
             model, source=f"calibrated from {Path(recording.path).name}")
-    table = compare_recorded(simulated, measured, recording_stages(recording), rows)
+    stages = recording_stages(recording)
+    table = compare_recorded(simulated, measured, stages, rows)
     coords = [trials.coordinates[j] for j in active]
     fitted = {c.name: c.value(float(x[j])) for c, j in zip(coords, active, strict=True)}
     start_values = {c.name: c.base for c in coords}
@@ -602,20 +608,20 @@ def _result(trials: _Trials, recording: Recording, measured: pd.DataFrame,
     if rng is not None and active:
         sens = sensitivity(coords, x[active], simulated,
                            lambda z: trials.simulate(_with(x, active, z)))
-        jac = sens.gradient(measured, FIT_KEYS, rows)
-        residuals = log_stats(compared(simulated, measured, rows)) - log_stats(
-            compared(measured, measured, rows))
-        noise_var = noise_variance(sampling_variance(simulated, measured, rows, rng),
-                                   residuals, len(active))
+        jac = sens.gradient(measured, FIT_KEYS, rows, stages=stages)
+        residuals = (compared_stats(simulated, measured, rows, stages=stages)
+                     - compared_stats(measured, measured, rows, stages=stages))
+        noise_var = noise_variance(sampling_variance(simulated, measured, rows, rng,
+                                                     stages=stages), residuals, len(active))
         cov = posterior_covariance(jac, noise_var, np.array([c.prior_sd for c in coords]))
         post = FitUncertainty(tuple(c.name for c in coords), tuple(float(x[j]) for j in active),
                               tuple(c.log for c in coords),
                               tuple(c.base if c.log else c.unit for c in coords),
                               tuple(tuple(float(v) for v in r) for r in cov), noise_var,
                               NUM_BOOTSTRAP, tuple((c.lo, c.hi) for c in coords))
-        values = log_stats(compared(simulated, measured, rows), PREDICTED)
+        values = compared_stats(simulated, measured, rows, PREDICTED, stages=stages)
         table = with_intervals(table, post.predicted(
-            values, sens.gradient(measured, PREDICTED, rows), PREDICTED))
+            values, sens.gradient(measured, PREDICTED, rows, stages=stages), PREDICTED))
     num_rows = int(((measured["status"] == "completed").to_numpy()
                     & (True if rows is None else rows)).sum())
     return RecordedCalibration(model=model, frontend_overhead_s=overhead, table=table,
@@ -623,7 +629,7 @@ def _result(trials: _Trials, recording: Recording, measured: pd.DataFrame,
                                num_evals=trials.num_evals, start=start_values, fitted=fitted,
                                num_rows=num_rows, fixed=fixed, simulated=simulated,
                                uncertainty=post, sensitivity=sens, search_bounds=bounds,
-                               term=term)
+                               term=term, stages=tuple(stages))
 
 
 def _with(x: npt.NDArray[np.float64], active: list[int], z: npt.NDArray[np.float64]
@@ -652,8 +658,10 @@ def validation_intervals(recording: Recording, config: SimConfig, model: CostMod
                      start_overhead_s=frontend_overhead_s, policy=policy,
                      policy_params=policy_params, progress=None)
     sens = sensitivity(coords, np.array([c.x0 for c in coords]), simulated, trials.simulate)
-    base = log_stats(compared(simulated, measured, rows), PREDICTED)
-    return posterior.predicted(base, sens.gradient(measured, PREDICTED, rows), PREDICTED)
+    stages = recording_stages(recording)
+    base = compared_stats(simulated, measured, rows, PREDICTED, stages=stages)
+    return posterior.predicted(
+        base, sens.gradient(measured, PREDICTED, rows, stages=stages), PREDICTED)
 
 
 REQUESTS_PER_PARAMETER = 10

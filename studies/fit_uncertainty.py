@@ -31,7 +31,9 @@ estimate from a finite sample of requests. Here:
   ``x +- 1.96 sd`` in its search coordinate, and a predicted figure's is its log
   ``+- 1.96 sd_f`` with ``sd_f^2 = g' C g + noise_variance``: the parameters' uncertainty
   through the figure's own sensitivity ``g`` (the delta method) plus one residual's variance,
-  so that a measured figure falls inside it 95 % of the time.
+  so that a measured figure falls inside it 95 % of the time. A figure is taken as the
+  comparison table shows it (:func:`compared_stats`): output tokens/s of a recording with
+  several load stages over the time the stages ran, not the idle time between them.
 
 The intervals are local: they describe the basin the fit ended in. A loss of simulated
 percentiles can have several basins; a recording that constrains a parameter weakly shows it
@@ -100,10 +102,18 @@ def with_intervals(table: pd.DataFrame, intervals: Mapping[str, tuple[float, flo
     return out
 
 
-def log_stats(records: pd.DataFrame, keys: Sequence[str] = FIT_KEYS) -> npt.NDArray[np.float64]:
+def log_stats(records: pd.DataFrame, keys: Sequence[str] = FIT_KEYS,
+              stages: Sequence[str] | npt.NDArray[np.object_] | None = None
+              ) -> npt.NDArray[np.float64]:
     """``log`` of the statistics ``keys`` of :func:`~kvbudget.analysis.validation.
-    latency_stats` over the records' completed rows (NaN where undefined or not positive)."""
-    stats = latency_stats(records)
+    latency_stats` over the records' completed rows (NaN where undefined or not positive).
+    ``stages``: each row's load stage; output tokens/s is then counted over the time the
+    stages ran, as the comparison table's is (:func:`~kvbudget.analysis.validation.
+    compare_recorded`), not over the idle time between them."""
+    labels = None if stages is None else np.asarray(stages, dtype=object)
+    if labels is not None and len(labels) != len(records):
+        raise ValueError(f"{len(labels)} stage labels for {len(records)} records")
+    stats = latency_stats(records, labels)
     out = np.array([stats.get(k, math.nan) for k in keys], dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(out > 0, np.log(np.where(out > 0, out, 1.0)), math.nan)
@@ -111,12 +121,13 @@ def log_stats(records: pd.DataFrame, keys: Sequence[str] = FIT_KEYS) -> npt.NDAr
 
 def sampling_variance(simulated: pd.DataFrame, measured: pd.DataFrame,
                       rows: npt.NDArray[np.bool_] | None, rng: np.random.Generator, *,
-                      num_bootstrap: int = NUM_BOOTSTRAP,
+                      stages: Sequence[str] | None, num_bootstrap: int = NUM_BOOTSTRAP,
                       keys: Sequence[str] = FIT_KEYS) -> npt.NDArray[np.float64]:
     """Each residual's variance (``log`` simulated statistic minus ``log`` measured one) over
     bootstrap resamples of the compared requests (the measured completed ``rows``), both
-    sides resampled together; NaN where a statistic is undefined."""
-    ids = _compared_ids(measured, rows)
+    sides resampled together, each request keeping its stage (``stages``: a label per measured
+    row, :func:`log_stats`); NaN where a statistic is undefined."""
+    ids, labels = _compared_ids(measured, rows, stages)
     n = len(ids)
     if n < 2:
         return np.full(len(keys), math.nan)
@@ -125,7 +136,9 @@ def sampling_variance(simulated: pd.DataFrame, measured: pd.DataFrame,
     draws = np.empty((num_bootstrap, len(keys)))
     for b in range(num_bootstrap):
         pick = rng.integers(0, n, n)
-        draws[b] = log_stats(sim.iloc[pick], keys) - log_stats(meas.iloc[pick], keys)
+        picked = None if labels is None else labels[pick]
+        draws[b] = (log_stats(sim.iloc[pick], keys, picked)
+                    - log_stats(meas.iloc[pick], keys, picked))
     with np.errstate(invalid="ignore"):
         return np.asarray(np.nanvar(draws, axis=0, ddof=1), dtype=np.float64)
 
@@ -218,32 +231,44 @@ class Sensitivity:
     minus: tuple[pd.DataFrame, ...]
 
     def gradient(self, measured: pd.DataFrame, keys: Sequence[str],
-                 rows: npt.NDArray[np.bool_] | None = None) -> npt.NDArray[np.float64]:
-        """The Jacobian of the log statistics ``keys`` (over the measured completed ``rows``)
-        by the coordinates."""
-        ids = _compared_ids(measured, rows)
-        plus = [log_stats(_subset(m, ids), keys) for m in self.plus]
-        minus = [log_stats(_subset(m, ids), keys) for m in self.minus]
+                 rows: npt.NDArray[np.bool_] | None = None, *,
+                 stages: Sequence[str] | None) -> npt.NDArray[np.float64]:
+        """The Jacobian of the log statistics ``keys`` (over the measured completed ``rows``,
+        with their ``stages``: :func:`compared_stats`) by the coordinates."""
+        plus = [compared_stats(m, measured, rows, keys, stages=stages) for m in self.plus]
+        minus = [compared_stats(m, measured, rows, keys, stages=stages) for m in self.minus]
         return jacobian(plus, minus, self.steps)
 
 
-def _compared_ids(measured: pd.DataFrame, rows: npt.NDArray[np.bool_] | None
-                  ) -> npt.NDArray[Any]:
+def _compared_ids(measured: pd.DataFrame, rows: npt.NDArray[np.bool_] | None,
+                  stages: Sequence[str] | None = None
+                  ) -> tuple[npt.NDArray[Any], npt.NDArray[np.object_] | None]:
+    """The compared requests' ids and, with ``stages`` (a label per measured row), theirs."""
     keep = (measured["status"] == "completed").to_numpy()
     if rows is not None:
         keep = keep & np.asarray(rows, dtype=bool)
-    return measured["request_id"].to_numpy()[keep]
+    if stages is None:
+        return measured["request_id"].to_numpy()[keep], None
+    labels = np.asarray(stages, dtype=object)
+    if len(labels) != len(measured):
+        raise ValueError(f"{len(labels)} stage labels for {len(measured)} measured requests")
+    return measured["request_id"].to_numpy()[keep], labels[keep]
 
 
 def _subset(records: pd.DataFrame, ids: npt.NDArray[Any]) -> pd.DataFrame:
     return records.set_index("request_id").loc[ids].reset_index()
 
 
-def compared(records: pd.DataFrame, measured: pd.DataFrame,
-             rows: npt.NDArray[np.bool_] | None) -> pd.DataFrame:
-    """The rows of ``records`` (joined on ``request_id``) that ``measured`` shows completed,
-    of ``rows``."""
-    return _subset(records, _compared_ids(measured, rows))
+def compared_stats(records: pd.DataFrame, measured: pd.DataFrame,
+                   rows: npt.NDArray[np.bool_] | None, keys: Sequence[str] = FIT_KEYS, *,
+                   stages: Sequence[str] | None) -> npt.NDArray[np.float64]:
+    """:func:`log_stats` of the rows of ``records`` (joined on ``request_id``) that
+    ``measured`` shows completed, of ``rows``, each in its stage: the figures of the
+    comparison table's stage ``all`` (:func:`~kvbudget.analysis.validation.compare_recorded`
+    with the same ``rows`` and ``stages``, a label per measured row), so that an interval is
+    centred on the figure it is printed beside."""
+    ids, labels = _compared_ids(measured, rows, stages)
+    return log_stats(_subset(records, ids), keys, labels)
 
 
 def sensitivity(coordinates: Sequence[Coordinate], x: npt.NDArray[np.float64],
