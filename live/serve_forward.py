@@ -67,6 +67,11 @@ def sse_error(reason: str) -> bytes:
     return f"data: {json.dumps(error)}\n\n".encode()
 
 
+def more_body(data: bytes) -> dict[str, Any]:
+    """The ASGI message that sends ``data`` of a streamed answer, more to come."""
+    return {"type": "http.response.body", "body": data, "more_body": True}
+
+
 class Disconnect:
     """A future done when the client goes away. Started once the body is read: from then on the
     ASGI server's ``receive`` only ever answers ``http.disconnect``."""
