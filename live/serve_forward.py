@@ -146,8 +146,8 @@ _NOT_PLAIN = (b"\r", b"[DONE]", b'"usage"', b'"error"')
 def _plain_prefix(data: bytes) -> int:
     """The bytes of the whole lines at the start of a read that :meth:`Call.on_line` passes on
     unchanged, every ``data:`` line among them a chunk of output: up to the line that holds a
-    ``\r`` (a CRLF line loses its ``\r``), a ``[DONE]``, a ``"usage"`` or an ``"error"``
-    (events read as JSON), or to the last ``\n``. Lines that are not ``data:`` (comments,
+    ``\\r`` (a CRLF line loses its ``\\r``), a ``[DONE]``, a ``"usage"`` or an ``"error"``
+    (events read as JSON), or to the last ``\\n``. Lines that are not ``data:`` (comments,
     ``event:``) and blank lines pass on as they are either way."""
     first = len(data)
     for marker in _NOT_PLAIN:
