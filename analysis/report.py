@@ -259,10 +259,23 @@ def _clients_table(runs: Mapping[str, RunResult]) -> str:
         "time the retries took (the run's drain).")
 
 
+UNNAMED_REASONS = {"rejected_too_large": "too_large", "rejected_overloaded": "overloaded",
+                   "expired": "expired", "preempted_dropped": "preempted"}
+"""What the reasons column calls a refusal whose row names no reason, by its status: the
+gateway's own refusal of a request over its tier's limit or the capacity is
+``rejected_too_large`` with reason ``""`` in every executor's records (the simulator's, a
+replay's, ``kvbudget serve``'s), ``too_large`` as ``serve``'s ``kvbudget_refused_total`` names
+it."""
+
+
 def _reasons(records: pd.DataFrame, label: str, tier: str) -> str:
-    """Refusal and expiry reasons of one run and tier, most frequent first."""
+    """Refusal and expiry reasons of one run and tier, most frequent first: every row the
+    gateway or its upstream refused, expired or dropped, by its reason (by its status where it
+    names none: :data:`UNNAMED_REASONS`)."""
     sel = (records["policy"].astype(str) == label) & (records["tier"].astype(str) == tier)
-    reasons = records.loc[sel, "reason"].fillna("").astype(str)
+    given = records.loc[sel, "reason"].fillna("").astype(str)
+    unnamed = records.loc[sel, "status"].astype(str).map(UNNAMED_REASONS).fillna("")
+    reasons = given.where(given != "", unnamed)
     counts = reasons[reasons != ""].value_counts()
     if counts.empty:
         return "–"

@@ -23,13 +23,17 @@ length are left out.
 (it answers the prompt's bytes at once: the figure is the gateway's round trip, not a
 tokenizer's work); ``--tokenizer DIR`` with ``--count-tokens local``, with that tokenizer.
 
+With ``--compare DIR`` a second ``kvbudget serve``, another checkout's (e.g. the commit before
+a change), runs beside this one in front of the same fake and is measured the same way, in the
+same rounds (its figures under ``compare_*``): the two are timed under the same load.
+
 With ``--litellm PATH`` (a ``litellm`` executable, ``pip install 'litellm[proxy]'`` in its own
 environment) LiteLLM's proxy, one worker, runs in front of the same fake and is measured the
 same way (its figures under ``litellm_*``).
 
 Usage: python benchmarks/bench_serve.py [--streams 1,100,1000] [--rounds 3] [--tokens 16]
        [--gap-ms 10] [--steady-s 0] [--count-tokens bytes] [--tokenizer DIR]
-       [--litellm PATH]
+       [--litellm PATH] [--compare DIR]
 """
 
 from __future__ import annotations
@@ -238,14 +242,16 @@ Proxy = tuple[subprocess.Popen[bytes], str, dict[str, str]]
 def start_proxies(args: argparse.Namespace, up_port: int, tmp: Path) -> dict[str, Proxy]:
     """``kvbudget serve`` (and LiteLLM's proxy with ``--litellm``, one worker, its master key
     set: it refuses to start without one) in front of the fake on ``up_port``."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    port = free_port()
-    out = {"gateway": (subprocess.Popen(
-        [sys.executable, "-m", "kvbudget.cli.main", "serve", "--upstream",
-         f"http://127.0.0.1:{up_port}", "--port", str(port), "--count-tokens", args.count_tokens,
-         *(["--tokenizer", args.tokenizer] if args.tokenizer else []),
-         "--capacity-tokens", str(10**9)], env=env, stderr=subprocess.DEVNULL),
-        f"http://127.0.0.1:{port}", {})}
+    out: dict[str, Proxy] = {}
+    trees = {"gateway": REPO, **({"compare": Path(args.compare)} if args.compare else {})}
+    for name, tree in trees.items():
+        port = free_port()
+        out[name] = (subprocess.Popen(
+            [sys.executable, "-m", "kvbudget.cli.main", "serve", "--upstream",
+             f"http://127.0.0.1:{up_port}", "--port", str(port), "--count-tokens",
+             args.count_tokens, *(["--tokenizer", args.tokenizer] if args.tokenizer else []),
+             "--capacity-tokens", str(10**9)], env={**os.environ, "PYTHONPATH": str(tree)},
+            cwd=tree, stderr=subprocess.DEVNULL), f"http://127.0.0.1:{port}", {})
     if args.litellm:
         config = tmp / "litellm.yaml"
         config.write_text(LITELLM_CONFIG.format(port=up_port))
@@ -312,6 +318,7 @@ def main() -> None:
                         help="how the gateway counts prompts (upstream: the fake's /tokenize)")
     parser.add_argument("--tokenizer", help="with --count-tokens local: its tokenizer")
     parser.add_argument("--litellm", help="a litellm executable: measure its proxy too")
+    parser.add_argument("--compare", help="another checkout's root: measure its gateway too")
     parser.add_argument("--fake", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.fake:

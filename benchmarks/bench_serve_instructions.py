@@ -15,8 +15,13 @@ the work a request (its admission, its first chunk and its end) and the work a c
 ``PYTHONHASHSEED=0``; two counts of the same tree agree to about 1 % (the event loop's wake-ups
 follow the timing of the client and the fake: the residue is theirs).
 
+``--floor static`` or ``--floor aiohttp`` counts a bare proxy on the gateway's stack instead
+(``serve_floor.py``: uvicorn answering by itself, or posting upstream with aiohttp and relaying
+the stream, with no admission, counting, parsing or settlement): the difference from the
+gateway's count is the gateway's own work.
+
 Usage: python benchmarks/bench_serve_instructions.py [--requests 200] [--burst 100]
-       [--tokens 2,34] [--warm 10] [--tree DIR]
+       [--tokens 2,34] [--warm 10] [--tree DIR] [--floor {static,aiohttp}]
 (``--tree``: count another checkout's gateway, e.g. a worktree of the commit before a change.)
 """
 
@@ -41,18 +46,20 @@ _REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
 
 
 def count(tree: Path, up_port: int, num_requests: int, burst_size: int, num_warm: int,
-          log_dir: Path) -> int:
-    """Instructions of one gateway process that served ``num_warm`` streams one at a time,
-    then ``num_requests`` in bursts of ``burst_size``."""
+          log_dir: Path, floor: str | None = None) -> int:
+    """Instructions of one gateway process (or ``floor``'s bare proxy) that served
+    ``num_warm`` streams one at a time, then ``num_requests`` in bursts of ``burst_size``."""
     port = free_port()
     log = log_dir / f"cachegrind-{up_port}-{num_requests}.log"
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0",
            "OPENBLAS_NUM_THREADS": "1"}
+    upstream = f"http://127.0.0.1:{up_port}"
+    server = [str(REPO / "benchmarks" / "serve_floor.py"), floor, upstream, str(port)] \
+        if floor else ["-m", "kvbudget.cli.main", "serve", "--upstream", upstream, "--port",
+                       str(port), "--count-tokens", "bytes", "--capacity-tokens", str(10**9)]
     proc = subprocess.Popen(
         ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-         f"--log-file={log}", sys.executable, "-m", "kvbudget.cli.main", "serve",
-         "--upstream", f"http://127.0.0.1:{up_port}", "--port", str(port),
-         "--count-tokens", "bytes", "--capacity-tokens", str(10**9)],
+         f"--log-file={log}", sys.executable, *server],
         env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_port(port, proc, bound_s=600)
@@ -93,6 +100,8 @@ def main() -> None:
     parser.add_argument("--tokens", default="2,34")
     parser.add_argument("--warm", type=int, default=10)
     parser.add_argument("--tree", type=Path, default=REPO)
+    parser.add_argument("--floor", choices=("static", "aiohttp"),
+                        help="count serve_floor.py's bare proxy instead of the gateway")
     args = parser.parse_args()
     lengths = [int(t) for t in args.tokens.split(",")]
     compile_project(args.tree)  # else the first process would count compiling it
@@ -105,9 +114,10 @@ def main() -> None:
                  str(up_port), str(tokens), "1"], env={**os.environ, "PYTHONPATH": str(REPO)})
             try:
                 wait_port(up_port, fake)
-                base = count(args.tree, up_port, 0, args.burst, args.warm, Path(tmp))
+                base = count(args.tree, up_port, 0, args.burst, args.warm, Path(tmp),
+                             args.floor)
                 full = count(args.tree, up_port, args.requests, args.burst, args.warm,
-                             Path(tmp))
+                             Path(tmp), args.floor)
             finally:
                 fake.terminate()
                 fake.wait(timeout=60)
@@ -116,7 +126,8 @@ def main() -> None:
                   f"{args.requests} streams ({base:,} for start-up and warm-up)",
                   file=sys.stderr, flush=True)
     out: dict[str, object] = {
-        "tree": str(args.tree), "requests": args.requests, "burst": args.burst,
+        "tree": str(args.tree), "floor": args.floor, "requests": args.requests,
+        "burst": args.burst,
         "instructions_per_stream": {str(k): round(v) for k, v in per_request.items()}}
     if len(lengths) == 2 and lengths[0] != lengths[1]:
         less_chunks, per_chunk = split(per_request)

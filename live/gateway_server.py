@@ -21,6 +21,7 @@ import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Literal
 
 import aiohttp
@@ -38,6 +39,7 @@ from kvbudget.live.serve_forward import (
     Disconnect,
     first_of,
     models_answer,
+    more_body,
     openai_error,
     sse_error,
     stream_failure,
@@ -137,17 +139,28 @@ class _BodyTooLarge(Exception):
 
 
 async def _read_body(request: HttpRequest, limit: int) -> bytes:
+    """The request's body, read from the ASGI ``receive`` as Starlette's ``Request.stream``
+    reads it (``ClientDisconnect`` when the client goes first), without its generator: most
+    bodies come in one message."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise _BodyTooLarge
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    receive = request.receive
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect
+        if message["type"] != "http.request":
+            continue
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise _BodyTooLarge
+        if not message.get("more_body", False):
+            return chunk if not chunks else b"".join((*chunks, chunk))
         chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _wait_s(request: HttpRequest, tier: TierConfig) -> float | None:
@@ -629,15 +642,14 @@ class GatewayServer:
                 self._end(call, "client_timeout")
             resp.close()  # a stream read to its end has given its connection back already
 
-        return _RelayResponse(self._relay(call, resp, revoked, gone), on_close)
+        return _RelayResponse(partial(self._relay, call, resp, revoked, gone), on_close)
 
-    async def _relay(self, call: Call, resp: aiohttp.ClientResponse,
-                     revoked: asyncio.Future[Any],
-                     gone: Disconnect) -> AsyncIterator[bytes]:
-        """Pass the upstream's lines on as they come; end with an error event when the lease
-        is taken back; release the lease at once when the client goes. The lines are read
-        plainly (no race per line): a revocation or the client leaving closes the upstream
-        response, which ends the read."""
+    async def _relay(self, call: Call, resp: aiohttp.ClientResponse, revoked: asyncio.Future[Any],
+                     gone: Disconnect, send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+        """Pass the upstream's lines on (``send``: the client's) as they come; end with an
+        error event when the lease is taken back; release the lease at once when the client
+        goes. The lines are read plainly (no race per line): a revocation or the client
+        leaving closes the upstream response, which ends the read."""
         def interrupt(done: asyncio.Future[Any]) -> None:
             if not done.cancelled():
                 resp.close()
@@ -650,24 +662,24 @@ class GatewayServer:
                 out = call.on_read(data, now())
                 if call.done and not call.ended and not call.ticket.revoked.is_set():
                     # the stream is whole (its usage read): settle before the client, handed
-                    # its [DONE], may go (then this generator is closed where it yields)
+                    # its [DONE], may go (then its send raises, or nothing more is sent)
                     self._settle(call)
                 if out:
-                    yield out
+                    await send(more_body(out))
             out = call.on_end(now())
             if out:
-                yield out
+                await send(more_body(out))
         except (aiohttp.ClientError, TimeoutError) as exc:
             if not (revoked.done() or gone.future.done() or call.ended):  # the upstream broke off
                 self._end(call, "rejected_overloaded", "backend_error", type(exc).__name__)
-                yield sse_error("backend_error")
+                await send(more_body(sse_error("backend_error")))
                 return
         if call.ended:
             return
         if call.ticket.revoked.is_set():
             self.metrics.refused(call.ticket.request.tier, call.ticket.revoke_reason)
             self._end(call, "preempted_dropped", call.ticket.revoke_reason)
-            yield sse_error(call.ticket.revoke_reason)
+            await send(more_body(sse_error(call.ticket.revoke_reason)))
         elif call.upstream_error or not gone.future.done():
             self._settle(call)
 
@@ -709,28 +721,30 @@ def refusal_answer(error: RequestTooLarge | Overloaded, config: ServeConfig) -> 
 
 
 class _RelayResponse:
-    """A streamed answer (an ASGI app) that always runs ``on_close`` when the ASGI call ends,
-    however it ends (a stream cut before its first chunk never runs its generator's
-    ``finally``).
+    """A streamed answer (an ASGI app): the stream's head, what ``relay`` sends (it is handed
+    the ASGI ``send``: each read of the upstream is sent as it comes, with no generator
+    between), the end; ``on_close`` always runs when the ASGI call ends, however it ends (a
+    stream cut before its first chunk included).
 
     Its head is the one Starlette's ``StreamingResponse(media_type="text/event-stream",
     headers={"cache-control": "no-cache"})`` sends, made once (:data:`SSE_HEADERS`), not
     built again each request. Unlike Starlette's, it runs no task of its own listening for the
     client's disconnect: the call's :class:`~kvbudget.live.serve_forward.Disconnect` already
-    does, and closes the upstream response, which ends ``content``."""
+    does, and closes the upstream response, which ends ``relay``'s reads."""
 
-    __slots__ = ("_on_close", "body_iterator")
+    __slots__ = ("_on_close", "relay")
     status_code = 200
 
-    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], None]) -> None:
-        self.body_iterator = content
+    def __init__(self, relay: Callable[[Callable[[dict[str, Any]], Awaitable[None]]],
+                                       Awaitable[None]],
+                 on_close: Callable[[], None]) -> None:
+        self.relay = relay
         self._on_close = on_close
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
             await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-            async for chunk in self.body_iterator:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await self.relay(send)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:  # the client went away (ASGI 2.4 servers say so this way)
             pass

@@ -6,7 +6,6 @@ usage the gateway settles from is read on the way)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import json
 import math
@@ -68,6 +67,11 @@ def sse_error(reason: str) -> bytes:
     return f"data: {json.dumps(error)}\n\n".encode()
 
 
+def more_body(data: bytes) -> dict[str, Any]:
+    """The ASGI message that sends ``data`` of a streamed answer, more to come."""
+    return {"type": "http.response.body", "body": data, "more_body": True}
+
+
 class Disconnect:
     """A future done when the client goes away. Started once the body is read: from then on the
     ASGI server's ``receive`` only ever answers ``http.disconnect``."""
@@ -87,33 +91,70 @@ class Disconnect:
 
 async def first_of(work: Awaitable[_T], *stops: asyncio.Future[Any]) -> _T | None:
     """``work``'s result, or ``None`` when one of ``stops`` is done first (``work`` is then
-    cancelled and awaited, so nothing it holds is left open). A ``work`` already done (an
-    admission decided at arrival) is answered at once, without a turn of the loop."""
+    cancelled, so nothing it holds is left open). A ``work`` already done (an admission decided
+    at arrival) is answered at once, without a turn of the loop.
+
+    ``work`` runs in the caller's own task, as ``asyncio.timeout`` runs its block: a stop
+    cancels that task (:class:`_Stop`; counted, and taken back with ``uncancel``, so that a
+    cancellation from outside still propagates), where a task of its own and ``asyncio.wait``
+    cost two more turns of the loop a request."""
     if isinstance(work, asyncio.Future) and work.done() and not work.cancelled():
         done: asyncio.Future[_T] = work
         return done.result()
-    task = asyncio.ensure_future(work)
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("first_of runs in a task")
+    stop = _Stop(task)
+    for future in stops:
+        future.add_done_callback(stop)
     try:
-        await asyncio.wait({task, *stops}, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        task.cancel()
+        result = await work
+    except BaseException as exc:
+        # a stop's cancellation, and no other, ends in None; the stop's count is taken back
+        # however ``work`` ended (an ``asyncio.timeout`` later in the task counts them)
+        if stop.stopped and task.uncancel() == 0 and isinstance(exc, asyncio.CancelledError):
+            return None
         raise
-    if task.done():
-        return task.result()
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await task
-    return None
+    finally:
+        stop.active = False  # a callback already scheduled (a stop done before) does nothing
+        for future in stops:
+            future.remove_done_callback(stop)
+    if stop.stopped:  # ``work`` took the stop's cancellation in and ended: give it back
+        task.uncancel()
+    return result
 
 
-def _plain_chunks(data: bytes) -> bool:
-    """Whether a read is whole lines that :meth:`Call.on_line` passes on unchanged, every
-    ``data:`` line a chunk of output: it ends with ``\n`` and holds no ``\r`` (a CRLF line
-    loses its ``\r``), no ``[DONE]``, and no ``"usage"`` or ``"error"`` (events read as
-    JSON). Lines that are not ``data:`` (comments, ``event:``) and blank lines pass on as they
-    are either way."""
-    return data.endswith(b"\n") and b"\r" not in data and b"[DONE]" not in data and \
-        b'"usage"' not in data and b'"error"' not in data
+class _Stop:
+    """The done callback of :func:`first_of`'s stops: cancel ``task`` once, while active."""
+
+    __slots__ = ("active", "stopped", "task")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task = task
+        self.active = True
+        self.stopped = False
+
+    def __call__(self, _: object) -> None:
+        if self.active and not self.stopped:
+            self.stopped = True
+            self.task.cancel()
+
+
+_NOT_PLAIN = (b"\r", b"[DONE]", b'"usage"', b'"error"')
+
+
+def _plain_prefix(data: bytes) -> int:
+    """The bytes of the whole lines at the start of a read that :meth:`Call.on_line` passes on
+    unchanged, every ``data:`` line among them a chunk of output: up to the line that holds a
+    ``\\r`` (a CRLF line loses its ``\\r``), a ``[DONE]``, a ``"usage"`` or an ``"error"``
+    (events read as JSON), or to the last ``\\n``. Lines that are not ``data:`` (comments,
+    ``event:``) and blank lines pass on as they are either way."""
+    first = len(data)
+    for marker in _NOT_PLAIN:
+        found = data.find(marker, 0, first)
+        if found >= 0:
+            first = found
+    return data.rfind(b"\n", 0, first) + 1
 
 
 @dataclass(slots=True)
@@ -149,13 +190,21 @@ class Call:
         still arriving waits for its end (``\\n``; ``\\r\\n`` taken as one)."""
         if self.partial:
             data = self.partial + data
-        elif _plain_chunks(data) and not self.skip_blank:
-            # whole lines of output chunks only (the common read): passed on as they came,
-            # each data line counted as on_line counts it, with no split and no join
-            num_chunks = data.count(b"\ndata:") + data.startswith(b"data:")
-            for _ in range(num_chunks):
-                self._chunk(now_s)
-            return data
+        elif not self.skip_blank:
+            # the leading lines of plain output chunks (most reads are only those): passed on
+            # as they came, each data line counted as on_line counts it, with no split and no
+            # join; the lines after them (the usage, [DONE]) line by line
+            cut = _plain_prefix(data)
+            if cut:
+                head = data[:cut]
+                num_chunks = head.count(b"\ndata:") + head.startswith(b"data:")
+                for _ in range(num_chunks):
+                    self._chunk(now_s)
+                return head if cut == len(data) else head + self._lines(data[cut:], now_s)
+        return self._lines(data, now_s)
+
+    def _lines(self, data: bytes, now_s: float) -> bytes:
+        """:meth:`on_read` line by line (the partial line at the end kept for the next)."""
         end = data.rfind(b"\n") + 1
         self.partial = data[end:]
         if not end:

@@ -137,19 +137,25 @@ class Upstreams:
         upstream answers again marks it up. Envoy routes so: only healthy hosts, until too few
         are, then all of them ("panic threshold", envoyproxy.io, Load balancing); here the
         threshold is none up, a down being a refused connection, not a slow answer."""
-        up = [i for i in range(len(self.urls)) if i not in down] or range(len(self.urls))
-        router = self.options.router
-        if router == "round_robin":
-            index = next(i % len(self.urls) for i in range(self._next, self._next + len(
-                self.urls)) if i % len(self.urls) in up)
-            self._next = index + 1
-        elif router == "prefix_affinity":
-            index = self._prefix_affinity(prefix_hashes(prefix), up)
-        else:
-            index = self._least_tokens(up)
+        num = len(self.urls)
+        # one upstream: it (down or not), whatever the router
+        index = 0 if num == 1 else self._route(
+            prefix, [i for i in range(num) if i not in down] or range(num))
         self.outstanding[index] += tokens
         self.in_flight[index] += 1
         return index
+
+    def _route(self, prefix: bytes, up: Sequence[int]) -> int:
+        """The router's choice among ``up``."""
+        router = self.options.router
+        if router == "round_robin":
+            num = len(self.urls)
+            index = next(i % num for i in range(self._next, self._next + num) if i % num in up)
+            self._next = index + 1
+            return index
+        if router == "prefix_affinity":
+            return self._prefix_affinity(prefix_hashes(prefix), up)
+        return self._least_tokens(up)
 
     def done(self, index: int, tokens: int) -> None:
         self.outstanding[index] -= tokens

@@ -62,3 +62,20 @@ def test_bench_serve_counts_prompts_with_the_upstreams_tokenize() -> None:
     assert out["count_tokens"] == "upstream"
     (row,) = out["results"]
     assert row["gateway_streams"] == 2
+
+
+@pytest.mark.timeout(240)
+def test_bench_serve_times_another_checkouts_gateway_beside_this_one() -> None:
+    """``--compare DIR``: a second gateway (here this checkout again) is measured in the same
+    rounds, its figures under ``compare_*``."""
+    res = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "bench_serve.py"), "--streams", "2",
+         "--rounds", "1", "--tokens", "3", "--gap-ms", "1", "--compare", str(REPO)],
+        capture_output=True, text=True, timeout=230, check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert res.returncode == 0, res.stderr[-3000:]
+    (row,) = json.loads(res.stdout)["results"]
+    assert set(row["ttft_ms"]) == {"direct", "gateway", "compare"}
+    assert set(row["compare_added_ttft_ms"]) == {"p50", "p99"}
+    assert row["compare_streams"] == row["gateway_streams"] == 2
+    assert row["compare_cpu_ms_per_request"] >= 0

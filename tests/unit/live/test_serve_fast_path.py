@@ -16,7 +16,7 @@ from starlette.responses import StreamingResponse
 
 from kvbudget.live.gateway_server import SSE_HEADERS
 from kvbudget.live.serve_admission import Admission, Ticket
-from kvbudget.live.serve_forward import Call
+from kvbudget.live.serve_forward import Call, first_of
 from kvbudget.live.serve_metrics import ServeMetrics
 from kvbudget.policies import make_policy
 from kvbudget.policies.gateway import Admit, Gateway, GatewayConfig, Reject
@@ -147,4 +147,49 @@ def test_a_completion_path_with_another_method_gets_405() -> None:
                     assert (await client.get(url + path)).status_code == 405
                     assert (await client.put(url + path, json={})).status_code == 405
         assert not fake.received
+    asyncio.run(main())
+
+
+def test_first_of_runs_the_work_in_its_callers_task_and_a_stop_ends_it() -> None:
+    """:func:`first_of` without a task of its own: a stop ends the work (cancelled, its
+    ``finally`` run) with None and leaves the caller's task uncancelled; a cancellation from
+    outside still propagates; a stop done before the work ends it too, and a work that ends
+    first is answered with no cancellation left behind for the caller's next await."""
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        cleaned: list[str] = []
+
+        async def slow(name: str) -> str:
+            try:
+                await asyncio.sleep(3600)
+            finally:
+                cleaned.append(name)
+            return name
+
+        stop = loop.create_future()
+        loop.call_soon(stop.set_result, None)
+        assert await first_of(slow("stopped"), stop) is None
+        assert cleaned == ["stopped"]
+        assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+        assert await first_of(slow("stopped before"), stop) is None  # a stop already done
+        assert cleaned == ["stopped", "stopped before"]
+
+        async def quick() -> str:
+            return "done"
+
+        late = loop.create_future()
+        assert await first_of(quick(), late) == "done"
+        late.set_result(None)  # after the work ended: nothing is cancelled by it
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+        never = loop.create_future()
+        outer = asyncio.ensure_future(first_of(slow("outside"), never))
+        await asyncio.sleep(0)
+        outer.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await outer
+        assert cleaned[-1] == "outside" and not never.done()
+
     asyncio.run(main())
