@@ -61,6 +61,10 @@ AGENTIC_SCENARIOS = frozenset({"inferencex-agentx-mvp"})
 """AIPerf 0.13.0's ``--scenario`` names that lock ``agentic_replay`` timing
 (``aiperf/common/scenario/registry.py``, ``inferencex_agentx_mvp.py``: its one scenario)."""
 
+USER_CENTRIC = "user-centric"
+"""The stage label's start for a phase run by AIPerf's user-centric rate timing
+(``--user-centric-rate``: a phase of ``type`` ``user_centric``)."""
+
 SUMMARY_NAME = "profile_export_aiperf.json"
 """AIPerf's summary beside the records (``<prefix>_aiperf.json`` with ``--profile-export-
 prefix``)."""
@@ -135,6 +139,13 @@ def _stage(path: Path, summary: Mapping[str, Any]) -> RecordedStage:
         raise TraceError(path, f"must be a whole number >= 1, got {phase.get('concurrency')!r}",
                          field=f"{where}.concurrency")
     conc = None if math.isnan(conc_f) else int(conc_f)
+    if phase.get("type") == "user_centric" and not math.isnan(rate):
+        users = phase.get("users")
+        label = f"{USER_CENTRIC}, {users} user{'s' * (users != 1)}, {rate:g} req/s" \
+            if isinstance(users, int) and not isinstance(users, bool) else \
+            f"{USER_CENTRIC}, {rate:g} req/s"
+        return (RecordedStage(f"{label}, concurrency {conc}", "capped", rate, conc)
+                if conc is not None else RecordedStage(label, "open", rate, None))
     if phase.get("type") == "concurrency" and conc is not None:
         return RecordedStage(f"concurrency {conc}", "closed", None, conc)
     if not math.isnan(rate) and conc is not None:
@@ -185,6 +196,39 @@ def _agentic_note(label: str, summary: Mapping[str, Any]) -> str | None:
             "next trajectory; kvbudget simulates no such sessions: replayed as an open loop at "
             "AIPerf's recorded sends, so a slower simulated server does not delay the later "
             "turns as it would have, nor a faster one bring them sooner")
+
+
+def _user_centric_note(label: str, summary: Mapping[str, Any]) -> str | None:
+    """What a user-centric phase sent and how it is replayed (None for another phase).
+
+    AIPerf 0.13.0's ``UserCentricStrategy`` (``aiperf/timing/strategies/user_centric_rate.py``)
+    runs ``--num-users`` N users sharing ``--user-centric-rate`` R: each user's turns are
+    ``N / R`` s apart, its next turn scheduled only when the answer to the one before it
+    returned (``handle_credit_return``: at ``max(now, last due + gap)``), new users joining on a
+    fixed schedule as others finish; ``--concurrency`` caps the users whose conversations are
+    open at once (``credit/issuer.py``: a session slot taken at a first turn, released at the
+    last, ``credit/callback_handler.py``). kvbudget simulates no such users, so the requests
+    are offered at their recorded sends, and that is said."""
+    if not label.startswith(USER_CENTRIC):
+        return None
+    phases = dig(summary, "input_config", "phases")
+    found = [p for p in phases if isinstance(p, dict) and p.get("kind", p.get("name"))
+             == "profiling"] if isinstance(phases, list) else []
+    rate, users = found[0].get("rate"), found[0].get("users")
+    conc = found[0].get("concurrency")
+    gap = (f" {users / rate:g} s apart (N / R)" if isinstance(users, int) and
+           isinstance(rate, int | float) and rate > 0 else "")
+    times = "recorded issues" if isinstance(conc, int) else "recorded sends"
+    capped = (f"; at most {conc} users' conversations open at once (--concurrency: a session "
+              "slot held from a user's first turn to its last), replayed as at most "
+              f"{conc} requests in flight") if isinstance(conc, int) else ""
+    return (f"stage '{label}': AIPerf's user_centric timing (--user-centric-rate {rate:g} "
+            f"--num-users {users}): each simulated user sends its conversation's turns{gap}, "
+            "a turn scheduled when the answer to the one before it returned (at once if that "
+            "answer came late), new users joining on a fixed schedule; kvbudget simulates no "
+            f"such users: replayed as an open loop at AIPerf's {times}, so a slower "
+            "simulated server does not delay a user's later turns as it would have, nor a "
+            f"faster one bring a late turn sooner{capped}")
 
 
 UNRECORDED_CANCELS = (
@@ -363,20 +407,25 @@ def _issued_due(stage: RecordedStage, pattern: str, issued: FloatArray, sent: Fl
     ticked = pattern in ("constant", "poisson")
     stage = replace(stage, send_times="issued", tick_pattern=pattern if ticked else "")
     lag_ms = (sent[rows] - issued[rows]) * 1e3 if len(rows) else np.zeros(1)
-    said = (f"AIPerf's records say when it issued each request (metadata.credit_issued_ns: the "
-            f"tick of its {pattern or 'unknown'} {rate:g} req/s schedule that found one of the "
-            f"{conc} concurrency slots free): the requests are due at those times, as AIPerf "
+    when = (f"when a turn of its {rate:g} req/s user_centric schedule was due and found one "
+            f"of the {conc} session slots free" if pattern == "user_centric" else
+            f"the tick of its {pattern or 'unknown'} {rate:g} req/s schedule that found one of "
+            f"the {conc} concurrency slots free")
+    said = (f"AIPerf's records say when it issued each request (metadata.credit_issued_ns: "
+            f"{when}): the requests are due at those times, as AIPerf "
             "issued them, not at a schedule drawn again; its sends lagged them by "
             f"{float(np.median(lag_ms)):.1f} ms (median; at most {float(lag_ms.max()):.0f} ms), "
             "AIPerf's own delay, not simulated")
     order = rows[np.argsort(issued[rows], kind="stable")]
     if len(order) and in_flight_after(issued[order], issued, end).max() >= conc:
-        said += (f"; every one of the {conc} slots was busy at times, and the ticks AIPerf "
-                 "skipped then are not in the file: a request is sent no sooner than its "
+        waited = ("a turn then waited for a session slot" if pattern == "user_centric" else
+                  "the ticks AIPerf skipped then are not in the file")
+        said += (f"; every one of the {conc} slots was busy at times, and {waited}: a request "
+                 "is sent no sooner than its "
                  "recorded issue even "
                  "where the simulated server frees a slot sooner, so there the simulated "
                  "throughput cannot exceed the recorded one")
-    if not ticked:
+    if not ticked and pattern != "user_centric":  # its own note says how it is replayed
         said += (f"; the ticks of its {pattern or 'unknown'} schedule are not simulated: a "
                  "request waiting for a slot goes when one frees, no sooner than its issue")
     notes.append(said)
@@ -746,7 +795,8 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     if stage.time_limit_end_s is not None and stage.grace_s != math.inf:
         notes.append(UNRECORDED_CANCELS)
     scheduled = (_fixed_schedule_note(stage.label, summary, num_measured)
-                 or _agentic_note(stage.label, summary))
+                 or _agentic_note(stage.label, summary)
+                 or _user_centric_note(stage.label, summary))
     if scheduled:
         notes.append(scheduled)
     if not summary:
