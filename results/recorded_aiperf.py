@@ -518,13 +518,16 @@ def _failed(stage: RecordedStage, summary: Mapping[str, Any], status: list[str],
     next request at once and simulate a server that answers every request: the stage is
     replayed as an open loop at the recorded sends, at most its users in flight."""
     failed = dropped & np.array([s.startswith("error") for s in status], dtype=bool)
-    if not failed.any():
-        return stage, []
+    cancelled = dropped & np.array([s == "cancelled" for s in status], dtype=bool)
     n = int(failed.sum())
     kinds: dict[str, int] = {}
     for i in np.flatnonzero(failed).tolist():
         kind = status[i].removeprefix("error").strip(" ()") or "error"
         kinds[kind] = kinds.get(kind, 0) + 1
+    if cancelled.any():
+        return _cancelled(stage, summary, n, kinds, cancelled | failed, start, end)
+    if not failed.any():
+        return stage, []
     held_s = (end[failed] - start[failed]) * 1e-9
     held_s = held_s[np.isfinite(held_s)]
     endpoint = dig(summary, "input_config", "endpoint") or {}
@@ -552,6 +555,57 @@ def _failed(stage: RecordedStage, summary: Mapping[str, Any], status: list[str],
         "answers every request); a simulated server faster than the recorded one cannot send "
         "sooner than recorded, so its completed count and output tokens/s agree by "
         "construction: compare its latencies"]
+
+
+def _cancelled(stage: RecordedStage, summary: Mapping[str, Any], num_failed: int,
+               kinds: dict[str, int], held: npt.NDArray[np.bool_], start: FloatArray,
+               end: FloatArray) -> tuple[RecordedStage, list[str]]:
+    """:func:`_failed` for a run whose records include cancelled ones with no output
+    (``held``: those and the failed ones dropped): AIPerf 0.13.0's
+    ``--request-cancellation-rate P --request-cancellation-delay D`` cancels P % of the
+    requests D s after each was sent and writes a new record with no responses
+    (``transports/aiohttp_client.py``, ``_request_with_cancellation``:
+    ``RequestCancellationError``, code 499; ``was_cancelled``), counted in its summary's
+    ``error_request_count`` and ``error_summary``. The credit then returns and frees the
+    user's slot, cancelled or not (``credit/callback_handler.py``), so in a closed loop each
+    held its user until its cancel: replayed at the recorded sends, as the failed ones."""
+    num_cancelled = int(held.sum()) - num_failed
+    phases = dig(summary, "input_config", "phases")
+    found = [p for p in phases if isinstance(p, dict) and p.get("kind", p.get("name"))
+             == "profiling"] if isinstance(phases, list) else []
+    told = found[0].get("cancellation") if found else None
+    rate, delay = (told.get("rate"), told.get("delay")) if isinstance(told, dict) \
+        else (None, None)
+    how = (f" (--request-cancellation-rate {rate:g} %, --request-cancellation-delay "
+           f"{delay if isinstance(delay, int | float) else 0:g} s)"
+           if isinstance(rate, int | float) and not isinstance(rate, bool) else "")
+    what = ", ".join([f"{c} {k}" for k, c in kinds.items()]
+                     + [f"{num_cancelled} cancelled by AIPerf{how}"])
+    held_s = (end[held] - start[held]) * 1e-9
+    held_s = held_s[np.isfinite(held_s)]
+    said = (f"{int(held.sum())} requests ended with no output ({what}"
+            + (f", after {float(held_s.mean()):.1f} s on average" if len(held_s) else "")
+            + "): counted failed (num_failed) or cancelled (num_cancelled), as AIPerf's "
+            "summary counts them (error_request_count; its error_summary's "
+            "RequestCancellationError), and not simulated: the server sent none of their "
+            "tokens")
+    if stage.load != "closed" or not len(held_s):
+        return stage, [said]
+    ends = end[np.isfinite(end)]
+    span_s = float(ends.max() - start.min()) * 1e-9 if len(ends) else math.nan
+    label = ", ".join([stage.label, *([f"{num_failed} failed"] if num_failed else []),
+                       f"{num_cancelled} cancelled"])
+    users = stage.max_concurrency
+    return replace(stage, label=label, load="capped"), [
+        f"{said}. stage '{label}': each held its user of the closed loop of {users} until it "
+        f"ended ({float(held_s.sum()):.1f} s held in all, the stage lasting {span_s:.1f} s; "
+        "AIPerf frees a "
+        "user's slot when its request returns, cancelled or not): replayed as an open loop at "
+        f"the recorded sends, at most {users} in flight, so that this time is kept (as a "
+        "closed loop with them dropped the simulated users would send the next request at "
+        "once); a simulated server faster than the recorded one cannot send sooner than "
+        "recorded, so its completed count and output tokens/s agree by construction: compare "
+        "its latencies"]
 
 
 def _url_note(urls: list[str], status: list[str], order: FloatArray,
@@ -767,7 +821,10 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     # every failed record, those dropped for want of output too, as AIPerf's summary counts
     # them (error_request_count) and the vllm bench reader its num_failed
     counts["num_failed"] = sum(s.startswith("error") for s in status)
-    counts["num_cancelled"] = st.count("cancelled")
+    # every cancelled record, those dropped for want of output too (AIPerf 0.13.0 writes a
+    # cancelled request as a new record with no responses), as its summary's error_summary
+    # counts them (RequestCancellationError)
+    counts["num_cancelled"] = status.count("cancelled")
     version = summary.get("aiperf_version")
     kept = np.zeros(len(status), dtype=bool)
     kept[rows] = True
