@@ -11,8 +11,9 @@ text), ``usage_completion_tokens`` (the server's), ``time_to_first_token`` and
 ``request_latency`` in ms, ``inter_token_latency`` in ms) and ``error`` (null, or ``code``,
 ``type``, ``message``). Warm-up requests (``--warmup-request-count``) are simulated (they
 loaded the server) and left out of every measured statistic, as AIPerf's summary does;
-failed and cancelled requests are counted (a failed one with no output is not simulated, and a
-closed loop it held is replayed at the recorded sends: :func:`_failed`).
+failed and cancelled requests are counted (a failed or cancelled one with no output is not
+simulated, and a closed loop it held is replayed at the recorded sends: :func:`_failed`,
+:func:`_cancelled`).
 
 The load mode and the server configuration come from ``profile_export_aiperf.json`` beside it
 when present (``input_config``: ``phases`` with ``type`` ``concurrency`` / ``request_rate``,
@@ -821,10 +822,7 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     # every failed record, those dropped for want of output too, as AIPerf's summary counts
     # them (error_request_count) and the vllm bench reader its num_failed
     counts["num_failed"] = sum(s.startswith("error") for s in status)
-    # every cancelled record, those dropped for want of output too (AIPerf 0.13.0 writes a
-    # cancelled request as a new record with no responses), as its summary's error_summary
-    # counts them (RequestCancellationError)
-    counts["num_cancelled"] = status.count("cancelled")
+    counts["num_cancelled"] = status.count("cancelled")  # dropped ones too: see _cancelled
     version = summary.get("aiperf_version")
     kept = np.zeros(len(status), dtype=bool)
     kept[rows] = True
@@ -851,9 +849,8 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
         notes.append(said)
     if stage.time_limit_end_s is not None and stage.grace_s != math.inf:
         notes.append(UNRECORDED_CANCELS)
-    scheduled = (_fixed_schedule_note(stage.label, summary, num_measured)
-                 or _agentic_note(stage.label, summary)
-                 or _user_centric_note(stage.label, summary))
+    scheduled = (_fixed_schedule_note(stage.label, summary, num_measured) or _agentic_note(
+        stage.label, summary) or _user_centric_note(stage.label, summary))
     if scheduled:
         notes.append(scheduled)
     if not summary:
