@@ -223,8 +223,10 @@ def _user_centric_note(label: str, summary: Mapping[str, Any]) -> str | None:
     capped = (f"; at most {conc} users' conversations open at once (--concurrency: a session "
               "slot held from a user's first turn to its last), replayed as at most "
               f"{conc} requests in flight") if isinstance(conc, int) else ""
-    return (f"stage '{label}': AIPerf's user_centric timing (--user-centric-rate {rate:g} "
-            f"--num-users {users}): each simulated user sends its conversation's turns{gap}, "
+    flags = " ".join(f"{flag} {v:g}" for flag, v in (("--user-centric-rate", rate),
+                                                      ("--num-users", users))
+                     if isinstance(v, int | float) and not isinstance(v, bool))
+    return (f"stage '{label}': AIPerf's user_centric timing ({flags}): each simulated user sends its conversation's turns{gap}, "
             "a turn scheduled when the answer to the one before it returned (at once if that "
             "answer came late), new users joining on a fixed schedule; kvbudget simulates no "
             f"such users: replayed as an open loop at AIPerf's {times}, so a slower "
