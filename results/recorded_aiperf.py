@@ -11,8 +11,9 @@ text), ``usage_completion_tokens`` (the server's), ``time_to_first_token`` and
 ``request_latency`` in ms, ``inter_token_latency`` in ms) and ``error`` (null, or ``code``,
 ``type``, ``message``). Warm-up requests (``--warmup-request-count``) are simulated (they
 loaded the server) and left out of every measured statistic, as AIPerf's summary does;
-failed and cancelled requests are counted (a failed one with no output is not simulated, and a
-closed loop it held is replayed at the recorded sends: :func:`_failed`).
+failed and cancelled requests are counted (a failed or cancelled one with no output is not
+simulated, and a closed loop it held is replayed at the recorded sends: :func:`_failed`,
+:func:`_cancelled`).
 
 The load mode and the server configuration come from ``profile_export_aiperf.json`` beside it
 when present (``input_config``: ``phases`` with ``type`` ``concurrency`` / ``request_rate``,
@@ -60,6 +61,10 @@ trace replayed turn by turn)."""
 AGENTIC_SCENARIOS = frozenset({"inferencex-agentx-mvp"})
 """AIPerf 0.13.0's ``--scenario`` names that lock ``agentic_replay`` timing
 (``aiperf/common/scenario/registry.py``, ``inferencex_agentx_mvp.py``: its one scenario)."""
+
+USER_CENTRIC = "user-centric"
+"""The stage label's start for a phase run by AIPerf's user-centric rate timing
+(``--user-centric-rate``: a phase of ``type`` ``user_centric``)."""
 
 SUMMARY_NAME = "profile_export_aiperf.json"
 """AIPerf's summary beside the records (``<prefix>_aiperf.json`` with ``--profile-export-
@@ -135,6 +140,13 @@ def _stage(path: Path, summary: Mapping[str, Any]) -> RecordedStage:
         raise TraceError(path, f"must be a whole number >= 1, got {phase.get('concurrency')!r}",
                          field=f"{where}.concurrency")
     conc = None if math.isnan(conc_f) else int(conc_f)
+    if phase.get("type") == "user_centric" and not math.isnan(rate):
+        users = phase.get("users")
+        label = f"{USER_CENTRIC}, {users} user{'s' * (users != 1)}, {rate:g} req/s" \
+            if isinstance(users, int) and not isinstance(users, bool) else \
+            f"{USER_CENTRIC}, {rate:g} req/s"
+        return (RecordedStage(f"{label}, concurrency {conc}", "capped", rate, conc)
+                if conc is not None else RecordedStage(label, "open", rate, None))
     if phase.get("type") == "concurrency" and conc is not None:
         return RecordedStage(f"concurrency {conc}", "closed", None, conc)
     if not math.isnan(rate) and conc is not None:
@@ -185,6 +197,41 @@ def _agentic_note(label: str, summary: Mapping[str, Any]) -> str | None:
             "next trajectory; kvbudget simulates no such sessions: replayed as an open loop at "
             "AIPerf's recorded sends, so a slower simulated server does not delay the later "
             "turns as it would have, nor a faster one bring them sooner")
+
+
+def _user_centric_note(label: str, summary: Mapping[str, Any]) -> str | None:
+    """What a user-centric phase sent and how it is replayed (None for another phase).
+
+    AIPerf 0.13.0's ``UserCentricStrategy`` (``aiperf/timing/strategies/user_centric_rate.py``)
+    runs ``--num-users`` N users sharing ``--user-centric-rate`` R: each user's turns are
+    ``N / R`` s apart, its next turn scheduled only when the answer to the one before it
+    returned (``handle_credit_return``: at ``max(now, last due + gap)``), new users joining on a
+    fixed schedule as others finish; ``--concurrency`` caps the users whose conversations are
+    open at once (``credit/issuer.py``: a session slot taken at a first turn, released at the
+    last, ``credit/callback_handler.py``). kvbudget simulates no such users, so the requests
+    are offered at their recorded sends, and that is said."""
+    if not label.startswith(USER_CENTRIC):
+        return None
+    phases = dig(summary, "input_config", "phases")
+    found = [p for p in phases if isinstance(p, dict) and p.get("kind", p.get("name"))
+             == "profiling"] if isinstance(phases, list) else []
+    rate, users = found[0].get("rate"), found[0].get("users")
+    conc = found[0].get("concurrency")
+    gap = (f" {users / rate:g} s apart (N / R)" if isinstance(users, int) and
+           isinstance(rate, int | float) and rate > 0 else "")
+    times = "recorded issues" if isinstance(conc, int) else "recorded sends"
+    capped = (f"; at most {conc} users' conversations open at once (--concurrency: a session "
+              "slot held from a user's first turn to its last), replayed as at most "
+              f"{conc} requests in flight") if isinstance(conc, int) else ""
+    flags = " ".join(f"{flag} {v:g}" for flag, v in (("--user-centric-rate", rate),
+                                                      ("--num-users", users))
+                     if isinstance(v, int | float) and not isinstance(v, bool))
+    return (f"stage '{label}': AIPerf's user_centric timing ({flags}): each simulated user sends its conversation's turns{gap}, "
+            "a turn scheduled when the answer to the one before it returned (at once if that "
+            "answer came late), new users joining on a fixed schedule; kvbudget simulates no "
+            f"such users: replayed as an open loop at AIPerf's {times}, so a slower "
+            "simulated server does not delay a user's later turns as it would have, nor a "
+            f"faster one bring a late turn sooner{capped}")
 
 
 UNRECORDED_CANCELS = (
@@ -363,20 +410,25 @@ def _issued_due(stage: RecordedStage, pattern: str, issued: FloatArray, sent: Fl
     ticked = pattern in ("constant", "poisson")
     stage = replace(stage, send_times="issued", tick_pattern=pattern if ticked else "")
     lag_ms = (sent[rows] - issued[rows]) * 1e3 if len(rows) else np.zeros(1)
-    said = (f"AIPerf's records say when it issued each request (metadata.credit_issued_ns: the "
-            f"tick of its {pattern or 'unknown'} {rate:g} req/s schedule that found one of the "
-            f"{conc} concurrency slots free): the requests are due at those times, as AIPerf "
+    when = (f"when a turn of its {rate:g} req/s user_centric schedule was due and found one "
+            f"of the {conc} session slots free" if pattern == "user_centric" else
+            f"the tick of its {pattern or 'unknown'} {rate:g} req/s schedule that found one of "
+            f"the {conc} concurrency slots free")
+    said = (f"AIPerf's records say when it issued each request (metadata.credit_issued_ns: "
+            f"{when}): the requests are due at those times, as AIPerf "
             "issued them, not at a schedule drawn again; its sends lagged them by "
             f"{float(np.median(lag_ms)):.1f} ms (median; at most {float(lag_ms.max()):.0f} ms), "
             "AIPerf's own delay, not simulated")
     order = rows[np.argsort(issued[rows], kind="stable")]
     if len(order) and in_flight_after(issued[order], issued, end).max() >= conc:
-        said += (f"; every one of the {conc} slots was busy at times, and the ticks AIPerf "
-                 "skipped then are not in the file: a request is sent no sooner than its "
+        waited = ("a turn then waited for a session slot" if pattern == "user_centric" else
+                  "the ticks AIPerf skipped then are not in the file")
+        said += (f"; every one of the {conc} slots was busy at times, and {waited}: a request "
+                 "is sent no sooner than its "
                  "recorded issue even "
                  "where the simulated server frees a slot sooner, so there the simulated "
                  "throughput cannot exceed the recorded one")
-    if not ticked:
+    if not ticked and pattern != "user_centric":  # its own note says how it is replayed
         said += (f"; the ticks of its {pattern or 'unknown'} schedule are not simulated: a "
                  "request waiting for a slot goes when one frees, no sooner than its issue")
     notes.append(said)
@@ -469,13 +521,16 @@ def _failed(stage: RecordedStage, summary: Mapping[str, Any], status: list[str],
     next request at once and simulate a server that answers every request: the stage is
     replayed as an open loop at the recorded sends, at most its users in flight."""
     failed = dropped & np.array([s.startswith("error") for s in status], dtype=bool)
-    if not failed.any():
-        return stage, []
+    cancelled = dropped & np.array([s == "cancelled" for s in status], dtype=bool)
     n = int(failed.sum())
     kinds: dict[str, int] = {}
     for i in np.flatnonzero(failed).tolist():
         kind = status[i].removeprefix("error").strip(" ()") or "error"
         kinds[kind] = kinds.get(kind, 0) + 1
+    if cancelled.any():
+        return _cancelled(stage, summary, n, kinds, cancelled | failed, start, end)
+    if not failed.any():
+        return stage, []
     held_s = (end[failed] - start[failed]) * 1e-9
     held_s = held_s[np.isfinite(held_s)]
     endpoint = dig(summary, "input_config", "endpoint") or {}
@@ -503,6 +558,57 @@ def _failed(stage: RecordedStage, summary: Mapping[str, Any], status: list[str],
         "answers every request); a simulated server faster than the recorded one cannot send "
         "sooner than recorded, so its completed count and output tokens/s agree by "
         "construction: compare its latencies"]
+
+
+def _cancelled(stage: RecordedStage, summary: Mapping[str, Any], num_failed: int,
+               kinds: dict[str, int], held: npt.NDArray[np.bool_], start: FloatArray,
+               end: FloatArray) -> tuple[RecordedStage, list[str]]:
+    """:func:`_failed` for a run whose records include cancelled ones with no output
+    (``held``: those and the failed ones dropped): AIPerf 0.13.0's
+    ``--request-cancellation-rate P --request-cancellation-delay D`` cancels P % of the
+    requests D s after each was sent and writes a new record with no responses
+    (``transports/aiohttp_client.py``, ``_request_with_cancellation``:
+    ``RequestCancellationError``, code 499; ``was_cancelled``), counted in its summary's
+    ``error_request_count`` and ``error_summary``. The credit then returns and frees the
+    user's slot, cancelled or not (``credit/callback_handler.py``), so in a closed loop each
+    held its user until its cancel: replayed at the recorded sends, as the failed ones."""
+    num_cancelled = int(held.sum()) - num_failed
+    phases = dig(summary, "input_config", "phases")
+    found = [p for p in phases if isinstance(p, dict) and p.get("kind", p.get("name"))
+             == "profiling"] if isinstance(phases, list) else []
+    told = found[0].get("cancellation") if found else None
+    rate, delay = (told.get("rate"), told.get("delay")) if isinstance(told, dict) \
+        else (None, None)
+    how = (f" (--request-cancellation-rate {rate:g} %, --request-cancellation-delay "
+           f"{delay if isinstance(delay, int | float) else 0:g} s)"
+           if isinstance(rate, int | float) and not isinstance(rate, bool) else "")
+    what = ", ".join([f"{c} {k}" for k, c in kinds.items()]
+                     + [f"{num_cancelled} cancelled by AIPerf{how}"])
+    held_s = (end[held] - start[held]) * 1e-9
+    held_s = held_s[np.isfinite(held_s)]
+    said = (f"{int(held.sum())} requests ended with no output ({what}"
+            + (f", after {float(held_s.mean()):.1f} s on average" if len(held_s) else "")
+            + "): counted failed (num_failed) or cancelled (num_cancelled), as AIPerf's "
+            "summary counts them (error_request_count; its error_summary's "
+            "RequestCancellationError), and not simulated: the server sent none of their "
+            "tokens")
+    if stage.load != "closed" or not len(held_s):
+        return stage, [said]
+    ends = end[np.isfinite(end)]
+    span_s = float(ends.max() - start.min()) * 1e-9 if len(ends) else math.nan
+    label = ", ".join([stage.label, *([f"{num_failed} failed"] if num_failed else []),
+                       f"{num_cancelled} cancelled"])
+    users = stage.max_concurrency
+    return replace(stage, label=label, load="capped"), [
+        f"{said}. stage '{label}': each held its user of the closed loop of {users} until it "
+        f"ended ({float(held_s.sum()):.1f} s held in all, the stage lasting {span_s:.1f} s; "
+        "AIPerf frees a "
+        "user's slot when its request returns, cancelled or not): replayed as an open loop at "
+        f"the recorded sends, at most {users} in flight, so that this time is kept (as a "
+        "closed loop with them dropped the simulated users would send the next request at "
+        "once); a simulated server faster than the recorded one cannot send sooner than "
+        "recorded, so its completed count and output tokens/s agree by construction: compare "
+        "its latencies"]
 
 
 def _url_note(urls: list[str], status: list[str], order: FloatArray,
@@ -718,7 +824,7 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     # every failed record, those dropped for want of output too, as AIPerf's summary counts
     # them (error_request_count) and the vllm bench reader its num_failed
     counts["num_failed"] = sum(s.startswith("error") for s in status)
-    counts["num_cancelled"] = st.count("cancelled")
+    counts["num_cancelled"] = status.count("cancelled")  # dropped ones too: see _cancelled
     version = summary.get("aiperf_version")
     kept = np.zeros(len(status), dtype=bool)
     kept[rows] = True
@@ -745,8 +851,8 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
         notes.append(said)
     if stage.time_limit_end_s is not None and stage.grace_s != math.inf:
         notes.append(UNRECORDED_CANCELS)
-    scheduled = (_fixed_schedule_note(stage.label, summary, num_measured)
-                 or _agentic_note(stage.label, summary))
+    scheduled = (_fixed_schedule_note(stage.label, summary, num_measured) or _agentic_note(
+        stage.label, summary) or _user_centric_note(stage.label, summary))
     if scheduled:
         notes.append(scheduled)
     if not summary:

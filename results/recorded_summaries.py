@@ -138,9 +138,38 @@ def _evalscope_refusal(doc: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _multi_turn_refusal(doc: Mapping[str, Any]) -> str | None:
+    """The refusal of vllm-project/vllm-bench's ``--multi-turn`` result (the Rust port of
+    ``vllm bench serve``; ``src/output/json.rs`` at f313182, ``build_multi_turn_result_json``:
+    ``mode`` ``multi_turn``, ``num_conversations``, ``turns_per_conversation``,
+    ``multi_turn_concurrency``, ``inter_turn_delay_ms``, aggregates and ``per_turn_metrics``).
+    Only its single-turn ``build_result_json`` writes per-request lists with
+    ``--save-detailed``; this one writes none (its ``failed_requests`` lists the failed turns
+    only), so adding that flag would not help."""
+    if doc.get("mode") != "multi_turn" or not {"per_turn_metrics",
+                                                "turns_per_conversation"} & set(doc):
+        return None
+    said = []
+    if isinstance(doc.get("num_conversations"), int):
+        said.append(f"{doc['num_conversations']} conversations of "
+                    f"{doc.get('turns_per_conversation', '?')} turns")
+    if isinstance(doc.get("multi_turn_concurrency"), int):
+        said.append(f"{doc['multi_turn_concurrency']} at once")
+    if isinstance(doc.get("inter_turn_delay_ms"), int | float):
+        said.append(f"{doc['inter_turn_delay_ms']:g} ms between turns")
+    run = f" ({', '.join(said)})" if said else ""
+    return (f"is a vllm-bench --multi-turn result{run}: "
+            "aggregates over all turns and per turn; that mode lists no request, "
+            "--save-detailed or not (only vllm-bench's single-turn results do), so its "
+            "conversations cannot be replayed: record them with a tool that lists each turn, "
+            "e.g. AIPerf with a multi-turn dataset (its profile_export.jsonl), or vLLM's "
+            "benchmarks/multi_turn/benchmark_serving_multi_turn.py --stats-json-output "
+            "written out as the generic records format (docs/recordings.md)")
+
+
 def _object_refusal(doc: Mapping[str, Any]) -> str | None:
     """The refusal of one JSON object (a result line, a summary file)."""
-    offline = _offline_refusal(doc) or _evalscope_refusal(doc)
+    offline = _offline_refusal(doc) or _evalscope_refusal(doc) or _multi_turn_refusal(doc)
     if offline:
         return offline
     if _latency_summary(doc):
@@ -200,7 +229,8 @@ def summary_refusal(doc: Any) -> tuple[str, str | None] | None:
         problem = _object_refusal(doc)
         if problem is None:
             return None
-        return problem, "input_lens" if _latency_summary(doc) else None
+        return problem, ("input_lens" if _latency_summary(doc) and
+                         not _multi_turn_refusal(doc) else None)
     if isinstance(doc, list) and doc and isinstance(doc[0], Mapping):
         first = doc[0]
         if set(first) >= LLMPERF_REQUEST_KEYS:
