@@ -102,9 +102,9 @@ def _recorded_model(recording: "Recording", model: str | None,
     (as Hugging Face and servers write it), else the ``--scenario``'s; a file naming a model
     kvbudget cannot resolve, or naming none with neither flag, is an error (never the default
     model in its place)."""
-    if model is not None:
-        return model, "--model"
     named = recording.config.get("model")
+    if model is not None:
+        return model, _given_model_said(model, named)
     alias = recording.config.get("served_model")
     if isinstance(named, str) and isinstance(alias, str) and resolve_model_name(named) is None \
             and resolve_model_name(alias) is not None:
@@ -125,6 +125,21 @@ def _recorded_model(recording: "Recording", model: str | None,
         return None, "--scenario"
     raise CliError(f"{recording.path}: the recording names no model: pass --model PRESET or "
                    "--model path/to/config.json (kvbudget simulates no model it was not given)")
+
+
+def _given_model_said(model: str, named: Any) -> str:
+    """Where ``--model`` came from, and how it stands to the model the recording names: a
+    preset other than the one the recording's name resolves to is said loudly (the server
+    measured another model), and a name kvbudget cannot resolve is said as taken to be it."""
+    if not isinstance(named, str) or not named.strip():
+        return "--model"
+    theirs, ours = resolve_model_name(named), resolve_model_name(model)
+    if theirs is not None and ours is not None and theirs != ours:
+        return (f"--model; NOT the recording's {named!r}, a {theirs}: the server measured "
+                "another model than the one simulated")
+    if theirs is None and ours is not None:
+        return f"--model, for the recording's {named!r}, which is no preset kvbudget knows"
+    return "--model"
 
 
 def _recorded_gpu(recording: "Recording", gpu: str | None,
