@@ -138,27 +138,46 @@ def _evalscope_refusal(doc: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _none_completed(doc: Mapping[str, Any]) -> str:
+    """A clause for a summary whose every request failed (``completed`` 0, ``failed`` N: a
+    published vllm bench serve run whose server refused all 100, llm-benchmaq's
+    ``benchmarks/vllm/runpod_b200/GLM-4.7-FP8/run_1_TP4_DP2_CTX2048_*.json``): the run has
+    nothing to validate against however it is saved again; '' otherwise."""
+    completed, failed = doc.get("completed"), doc.get("failed")
+    if completed == 0 and isinstance(failed, int) and not isinstance(failed, bool) and failed:
+        return (f"; besides, every one of its {failed} requests failed (completed 0): the "
+                "server answered none, so the run measured nothing to validate against; see "
+                "why the server refused them (its log) before running it again")
+    return ""
+
+
+def _latency_refusal(doc: Mapping[str, Any]) -> str:
+    """The refusal of a serving-benchmark summary in vLLM's layout, naming the client that
+    wrote it and the flag that saves its requests."""
+    if is_sglang(doc):
+        return ("is an SGLang bench_serving result without per-request data (its "
+                "--output-file lines hold aggregates only, unless --output-details is "
+                "given); run it again with --output-file F --output-details")
+    if is_trtllm(doc):
+        return ("is a TensorRT-LLM benchmark_serving result without per-request data "
+                "(aggregates only); run it again with --save-result --save-detailed")
+    if isinstance(doc.get("run_number"), int):
+        return ("is one run of vllm bench sweep serve (run=N.json) without per-request "
+                "data (aggregates only); add --save-detailed to the sweep's --bench-cmd")
+    if "model_id" in doc or "tokenizer_id" in doc or "endpoint_type" in doc:
+        return ("is a vllm bench serve result without per-request data (aggregates "
+                "only); run vllm bench serve with --save-result --save-detailed")
+    return ("is a serving-benchmark summary (mean, median and percentile latencies, no "
+            f"request); {_DETAILED}")
+
+
 def _object_refusal(doc: Mapping[str, Any]) -> str | None:
     """The refusal of one JSON object (a result line, a summary file)."""
     offline = _offline_refusal(doc) or _evalscope_refusal(doc)
     if offline:
         return offline
     if _latency_summary(doc):
-        if is_sglang(doc):
-            return ("is an SGLang bench_serving result without per-request data (its "
-                    "--output-file lines hold aggregates only, unless --output-details is "
-                    "given); run it again with --output-file F --output-details")
-        if is_trtllm(doc):
-            return ("is a TensorRT-LLM benchmark_serving result without per-request data "
-                    "(aggregates only); run it again with --save-result --save-detailed")
-        if isinstance(doc.get("run_number"), int):
-            return ("is one run of vllm bench sweep serve (run=N.json) without per-request "
-                    "data (aggregates only); add --save-detailed to the sweep's --bench-cmd")
-        if "model_id" in doc or "tokenizer_id" in doc or "endpoint_type" in doc:
-            return ("is a vllm bench serve result without per-request data (aggregates "
-                    "only); run vllm bench serve with --save-result --save-detailed")
-        return ("is a serving-benchmark summary (mean, median and percentile latencies, no "
-                f"request); {_DETAILED}")
+        return _latency_refusal(doc) + _none_completed(doc)
     if isinstance(doc.get("resourceSpans"), list):
         return ("is an OpenTelemetry trace export (OTLP JSON, as vLLM's --otlp-traces-endpoint "
                 "spans reach a collector's file exporter): kvbudget does not read spans; "
