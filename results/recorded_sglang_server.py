@@ -109,6 +109,11 @@ def sglang_server(doc: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     if "quantization" in info:
         quant = info.get("quantization")
         out["quantization"] = quant if isinstance(quant, str) and quant else "none"
-    if isinstance(info.get("version"), str):
-        out["server_version"] = info["version"]
+    version = info.get("version")
+    if isinstance(version, str):
+        out["server_version"] = version
+    notes.append(f"the server was SGLang{' ' + version if isinstance(version, str) else ''}: "
+                 "its settings above are simulated with vLLM's scheduling rules unless "
+                 "--set engine.name=sglang (SGLang's admission by new_token_ratio and its "
+                 "retraction)")
     return out, notes

@@ -62,6 +62,8 @@ def test_sglang_server_info_gives_the_servers_settings(tmp_path: Path) -> None:
     assert "kv_cache_dtype" not in config  # "auto": the model's dtype, nothing to set
     assert any("1,916,167 tokens an engine" in n for n in rec.notes)
     assert any("--chunked-prefill-size 8192" in n for n in rec.notes)
+    assert any(n.startswith("the server was SGLang 0.5.9: ") and "--set engine.name=sglang" in n
+               for n in rec.notes)
 
 
 def test_sglang_data_parallel_attention_is_one_engine(tmp_path: Path) -> None:
