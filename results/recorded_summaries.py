@@ -25,6 +25,21 @@ _DETAILED = ("pass a file that lists each request: vllm bench serve --save-resul
              "--save-detailed, or SGLang's bench_serving --output-file F --output-details")
 
 
+_VLLM_TABLE = ("is vLLM's performance-benchmarks table (benchmark_results.json, its "
+               "convert-results-json-to-markdown.py: one row a test, \"Test name\", \"Tput "
+               "(req/s)\", \"Mean TTFT (ms)\"...): aggregates only; pass one test's result "
+               "beside it (serving_*.json) saved with --save-detailed")
+
+
+def _is_vllm_table_row(row: Any) -> bool:
+    """One row of vLLM's performance-benchmarks table, as pandas writes it (by record, or a
+    column of ``{"0": value, ...}`` by row number): its "Test name" beside a throughput or
+    latency column (``.buildkite/nightly-benchmarks/scripts/
+    convert-results-json-to-markdown.py``, ``serving_column_mapping`` and its kin)."""
+    return isinstance(row, Mapping) and "Test name" in row and any(
+        k in row for k in ("Tput (req/s)", "Mean TTFT (ms)", "Mean latency (ms)"))
+
+
 def _latency_summary(doc: Mapping[str, Any]) -> bool:
     """A serving-benchmark summary in vLLM's layout (SGLang's client copies it):
     ``mean_ttft_ms``, ``median_ttft_ms``, ... with ``completed`` and ``duration`` or the
@@ -216,12 +231,16 @@ def summary_refusal(doc: Any) -> tuple[str, str | None] | None:
     the field a per-request file would have (``input_lens`` for vLLM's layout); None when it is
     not such a file."""
     if isinstance(doc, Mapping):
+        if any(_is_vllm_table_row(doc.get(k)) for k in ("serving", "throughput", "latency")):
+            return _VLLM_TABLE, None
         problem = _object_refusal(doc)
         if problem is None:
             return None
         return problem, "input_lens" if _latency_summary(doc) else None
     if isinstance(doc, list) and doc and isinstance(doc[0], Mapping):
         first = doc[0]
+        if _is_vllm_table_row(first):
+            return _VLLM_TABLE, None
         if set(first) >= LLMPERF_REQUEST_KEYS:
             return ("is LLMPerf's individual_responses file: each request's TTFT, E2E and "
                     "tokens, but no send time nor which of its concurrent clients sent it, so "
