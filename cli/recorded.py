@@ -349,7 +349,7 @@ def _weights_said(recording: "Recording", model: str | Path) -> str:
     dtype = get_model(model).weight_dtype
     quant = recording.config.get("quantization")
     if quant == "none":
-        return f", weights {dtype} (the recording's server quantized none)"
+        return f", weights {dtype} (the checkpoint's: the recording's server ran no --quantization)"
     if isinstance(quant, str):
         return (f", weights {dtype} (ASSUMED: the recording's server ran --quantization "
                 f"{quant}, which {model} does not say; a quantized checkpoint's config.json "

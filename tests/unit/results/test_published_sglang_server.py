@@ -118,4 +118,4 @@ def test_sglang_settings_line_says_what_the_file_told(tmp_path: Path, method: st
     assert "2 data-parallel engines (sglang --dp-size 2) simulated as 2 replicas, " \
         f"fleet.router={router} {said}" in err
     assert "vLLM tells only their sum" not in err
-    assert "weights bfloat16 (the recording's server quantized none)" in err
+    assert "weights bfloat16 (the checkpoint's: the recording's server ran no --quantization)" in err
