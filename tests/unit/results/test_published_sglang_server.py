@@ -119,3 +119,14 @@ def test_sglang_settings_line_says_what_the_file_told(tmp_path: Path, method: st
         f"fleet.router={router} {said}" in err
     assert "vLLM tells only their sum" not in err
     assert "weights bfloat16 (the checkpoint's: the recording's server ran no --quantization)" in err
+
+
+def test_appended_runs_of_differing_servers_take_no_setting(tmp_path: Path) -> None:
+    one = sglang_run(tmp_path).read_text()
+    other = json.loads(one)
+    other["server_info"]["tp_size"] = 8
+    path = tmp_path / "two.jsonl"
+    path.write_text(one + json.dumps(other) + "\n")
+    rec = read_recording(path, seed=0)
+    assert "tensor_parallel_size" not in rec.config and "num_replicas" not in rec.config
+    assert any("server_info differ" in n for n in rec.notes)
