@@ -21,6 +21,7 @@ from kvbudget.cli.tables import render
 from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.perf.hardware import get_gpu, gpu_label
 from kvbudget.perf.models import KV_CACHE_DTYPES, get_model, resolve_model_name, suggest_model
+from kvbudget.results.recorded_sglang_server import SGLANG_BALANCE
 from kvbudget.results.recordings import read_recording
 from kvbudget.results.said import fill, frontend_said
 from kvbudget.studies.calibrate import (
@@ -101,9 +102,9 @@ def _recorded_model(recording: "Recording", model: str | None,
     (as Hugging Face and servers write it), else the ``--scenario``'s; a file naming a model
     kvbudget cannot resolve, or naming none with neither flag, is an error (never the default
     model in its place)."""
-    if model is not None:
-        return model, "--model"
     named = recording.config.get("model")
+    if model is not None:
+        return model, _given_model_said(model, named)
     alias = recording.config.get("served_model")
     if isinstance(named, str) and isinstance(alias, str) and resolve_model_name(named) is None \
             and resolve_model_name(alias) is not None:
@@ -124,6 +125,21 @@ def _recorded_model(recording: "Recording", model: str | None,
         return None, "--scenario"
     raise CliError(f"{recording.path}: the recording names no model: pass --model PRESET or "
                    "--model path/to/config.json (kvbudget simulates no model it was not given)")
+
+
+def _given_model_said(model: str, named: Any) -> str:
+    """Where ``--model`` came from, and how it stands to the model the recording names: a
+    preset other than the one the recording's name resolves to is said loudly (the server
+    measured another model), and a name kvbudget cannot resolve is said as taken to be it."""
+    if not isinstance(named, str) or not named.strip():
+        return "--model"
+    theirs, ours = resolve_model_name(named), resolve_model_name(model)
+    if theirs is not None and ours is not None and theirs != ours:
+        return (f"--model; NOT the recording's {named!r}, a {theirs}: the server measured "
+                "another model than the one simulated")
+    if theirs is None and ours is not None:
+        return f"--model, for the recording's {named!r}, which is no preset kvbudget knows"
+    return "--model"
 
 
 def _recorded_gpu(recording: "Recording", gpu: str | None,
@@ -164,6 +180,11 @@ def _recorded_engine(cfg: dict[str, Any], given: dict[str, Any]) -> list[str]:
         # gave, is the gateway's budget
         size = given.get("block_size") or int(cfg.get("block_size") or 16)
         recorded.append(f"engine.num_gpu_blocks={int(cfg['kv_capacity_tokens']) // size}")
+    elif given.get("num_gpu_blocks") is None and "num_gpu_blocks" not in cfg and (
+            "kv_tokens_per_engine" in cfg):
+        # an engine's KV pool told in tokens (SGLang's server_info): blocks of the simulated size
+        size = given.get("block_size") or int(cfg.get("block_size") or 16)
+        recorded.append(f"engine.num_gpu_blocks={int(cfg['kv_tokens_per_engine']) // size}")
     return recorded
 
 
@@ -268,15 +289,35 @@ def _data_parallel(cfg: dict[str, Any], recorded: list[str],
                     f"as {cfg['num_replicas']} replicas{blocks} all behind the gateway's router "
                     f"{cfg['router']} (vLLM's balancing over each upstream's engines is not "
                     "simulated)")
-    said = (f"; {engines} data-parallel engines (vllm --data-parallel-size {engines}) "
-            f"simulated as {engines} replicas{blocks}")
+    sglang = "data_parallel_balance" in cfg  # SGLang's server_info: its own blocks an engine
+    flag = "sglang --dp-size" if sglang else "vllm --data-parallel-size"
+    said = (f"; {engines} data-parallel engines ({flag} {engines}) "
+            f"simulated as {engines} replicas{'' if sglang else blocks}")
     if any(o.startswith("fleet.router=") for o in overrides):
         return [], said
+    if sglang:
+        return _sglang_router(str(cfg["data_parallel_balance"]), said)
     return [f"fleet.router={json.dumps(DP_ROUTER)}"], (
         f"{said}, fleet.router={DP_ROUTER} (ASSUMED: vLLM sends a request to the engine with "
         "the fewest requests in flight, waiting + running, vllm/v1/engine/core_client.py "
         "DPLBAsyncMPClient.get_core_engine_for_request; no fleet router counts requests, the "
         "nearest counts their tokens; pass --set fleet.router=NAME)")
+
+
+def _sglang_router(method: str, said: str) -> tuple[list[str], str]:
+    """The router of SGLang's data-parallel controller's balancing as the recording tells it
+    (``data_parallel_balance``, read by :mod:`kvbudget.results.recorded_sglang_server`;
+    :data:`~kvbudget.results.recorded_sglang_server.SGLANG_BALANCE`), or the nearest router,
+    said as assumed."""
+    router = SGLANG_BALANCE.get(method)
+    if router is not None:
+        return [f"fleet.router={json.dumps(router)}"], (
+            f"{said}, fleet.router={router} (the recording's --load-balance-method {method})")
+    told = (f"its --load-balance-method {method} has no router of its own"
+            if method != "unknown" else "the recording does not tell SGLang's balancing")
+    return [f"fleet.router={json.dumps(DP_ROUTER)}"], (
+        f"{said}, fleet.router={DP_ROUTER} (ASSUMED: {told}; the nearest counts tokens; pass "
+        "--set fleet.router=NAME)")
 
 
 def _engine_said(given: dict[str, Any], recorded: list[str], scenario: Path | None) -> str:
@@ -306,6 +347,13 @@ def _weights_said(recording: "Recording", model: str | Path) -> str:
     if recording.format == "run" or Path(str(model)).suffix == ".json":
         return ""
     dtype = get_model(model).weight_dtype
+    quant = recording.config.get("quantization")
+    if quant == "none":
+        return f", weights {dtype} (the checkpoint's: the recording's server ran no --quantization)"
+    if isinstance(quant, str):
+        return (f", weights {dtype} (ASSUMED: the recording's server ran --quantization "
+                f"{quant}, which {model} does not say; a quantized checkpoint's config.json "
+                "to --model simulates its weights)")
     named = recording.config.get("model")
     marker = _QUANT_NAME.search(named) if isinstance(named, str) else None
     if marker is not None and dtype in ("bfloat16", "float16", "float32"):

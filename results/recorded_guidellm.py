@@ -66,6 +66,7 @@ from kvbudget.results.recorded_fields import (
     time_limit_note,
 )
 from kvbudget.results.recorded_guidellm_prefix import body_key, cache_note, shared_prefix
+from kvbudget.results.recorded_guidellm_synthetic import synthetic_max_tokens, synthetic_note
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
@@ -658,6 +659,7 @@ def _recording(path: Path, doc: Mapping[str, Any], benchmarks: list[Any], versio
     origin = float(offered.min())
     stages = [replace(st, time_limit_end_s=st.time_limit_end_s - origin)
               if st.time_limit_end_s is not None else st for st in stages]
+    synthetic = _synthetic_fill(benchmarks, cols)
     recorded: FloatArray | None = np.array(cols.max_tokens)
     if recorded is not None and not np.isfinite(recorded).any():
         recorded = None
@@ -701,7 +703,7 @@ def _recording(path: Path, doc: Mapping[str, Any], benchmarks: list[Any], versio
                      "so the load they added to the requests still running then is not "
                      "simulated")
     config = _config(path, benchmarks, doc, cols)
-    notes.append(max_tokens_note(recorded, max_output_rule))
+    notes.append(synthetic or max_tokens_note(recorded, max_output_rule))
     cache = cache_note(cols.cached, cols.prompt, rows, prefix)
     if cache is not None:
         notes.append(cache[0])
@@ -712,6 +714,24 @@ def _recording(path: Path, doc: Mapping[str, Any], benchmarks: list[Any], versio
                            itl_mean=np.array(cols.itl)[rows], config=config, counts=counts,
                            notes=[*notes, *warnings], stages=tuple(stages),
                            tool=f"guidellm {version}".strip())
+
+
+def _synthetic_fill(benchmarks: list[Any], cols: _Columns) -> str | None:
+    """A GuideLLM 0.2-0.3 report keeps no request body: where its synthetic data fixed one
+    output length (:func:`synthetic_max_tokens`), every request was sent it as ``max_tokens``
+    with ``ignore_eos``, and ``cols`` takes them; the note saying so, or None (a body said
+    them, the data did not fix one, or a completed request generated another length: then
+    the data was not what the settings say)."""
+    if any(math.isfinite(x) for x in cols.max_tokens):
+        return None
+    fixed = synthetic_max_tokens(benchmarks)
+    if fixed is None or any(o != fixed for o, st in zip(cols.output, cols.status, strict=True)
+                            if st == "completed"):
+        return None
+    cols.max_tokens[:] = [float(fixed)] * len(cols.max_tokens)
+    cols.ignore_eos.clear()
+    cols.ignore_eos.add(True)
+    return synthetic_note(fixed)
 
 
 def _unlisted(benchmarks: list[Any]) -> str:

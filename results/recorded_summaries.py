@@ -25,6 +25,21 @@ _DETAILED = ("pass a file that lists each request: vllm bench serve --save-resul
              "--save-detailed, or SGLang's bench_serving --output-file F --output-details")
 
 
+_VLLM_TABLE = ("is vLLM's performance-benchmarks table (benchmark_results.json, its "
+               "convert-results-json-to-markdown.py: one row a test, \"Test name\", \"Tput "
+               "(req/s)\", \"Mean TTFT (ms)\"...): aggregates only; pass one test's result "
+               "beside it (serving_*.json) saved with --save-detailed")
+
+
+def _is_vllm_table_row(row: Any) -> bool:
+    """One row of vLLM's performance-benchmarks table, as pandas writes it (by record, or a
+    column of ``{"0": value, ...}`` by row number): its "Test name" beside a throughput or
+    latency column (``.buildkite/nightly-benchmarks/scripts/
+    convert-results-json-to-markdown.py``, ``serving_column_mapping`` and its kin)."""
+    return isinstance(row, Mapping) and "Test name" in row and any(
+        k in row for k in ("Tput (req/s)", "Mean TTFT (ms)", "Mean latency (ms)"))
+
+
 def _latency_summary(doc: Mapping[str, Any]) -> bool:
     """A serving-benchmark summary in vLLM's layout (SGLang's client copies it):
     ``mean_ttft_ms``, ``median_ttft_ms``, ... with ``completed`` and ``duration`` or the
@@ -167,27 +182,46 @@ def _multi_turn_refusal(doc: Mapping[str, Any]) -> str | None:
             "written out as the generic records format (docs/recordings.md)")
 
 
+def _none_completed(doc: Mapping[str, Any]) -> str:
+    """A clause for a summary whose every request failed (``completed`` 0, ``failed`` N: a
+    published vllm bench serve run whose server refused all 100, llm-benchmaq's
+    ``benchmarks/vllm/runpod_b200/GLM-4.7-FP8/run_1_TP4_DP2_CTX2048_*.json``): the run has
+    nothing to validate against however it is saved again; '' otherwise."""
+    completed, failed = doc.get("completed"), doc.get("failed")
+    if completed == 0 and isinstance(failed, int) and not isinstance(failed, bool) and failed:
+        return (f"; besides, every one of its {failed} requests failed (completed 0): the "
+                "server answered none, so the run measured nothing to validate against; see "
+                "why the server refused them (its log) before running it again")
+    return ""
+
+
+def _latency_refusal(doc: Mapping[str, Any]) -> str:
+    """The refusal of a serving-benchmark summary in vLLM's layout, naming the client that
+    wrote it and the flag that saves its requests."""
+    if is_sglang(doc):
+        return ("is an SGLang bench_serving result without per-request data (its "
+                "--output-file lines hold aggregates only, unless --output-details is "
+                "given); run it again with --output-file F --output-details")
+    if is_trtllm(doc):
+        return ("is a TensorRT-LLM benchmark_serving result without per-request data "
+                "(aggregates only); run it again with --save-result --save-detailed")
+    if isinstance(doc.get("run_number"), int):
+        return ("is one run of vllm bench sweep serve (run=N.json) without per-request "
+                "data (aggregates only); add --save-detailed to the sweep's --bench-cmd")
+    if "model_id" in doc or "tokenizer_id" in doc or "endpoint_type" in doc:
+        return ("is a vllm bench serve result without per-request data (aggregates "
+                "only); run vllm bench serve with --save-result --save-detailed")
+    return ("is a serving-benchmark summary (mean, median and percentile latencies, no "
+            f"request); {_DETAILED}")
+
+
 def _object_refusal(doc: Mapping[str, Any]) -> str | None:
     """The refusal of one JSON object (a result line, a summary file)."""
     offline = _offline_refusal(doc) or _evalscope_refusal(doc) or _multi_turn_refusal(doc)
     if offline:
         return offline
     if _latency_summary(doc):
-        if is_sglang(doc):
-            return ("is an SGLang bench_serving result without per-request data (its "
-                    "--output-file lines hold aggregates only, unless --output-details is "
-                    "given); run it again with --output-file F --output-details")
-        if is_trtllm(doc):
-            return ("is a TensorRT-LLM benchmark_serving result without per-request data "
-                    "(aggregates only); run it again with --save-result --save-detailed")
-        if isinstance(doc.get("run_number"), int):
-            return ("is one run of vllm bench sweep serve (run=N.json) without per-request "
-                    "data (aggregates only); add --save-detailed to the sweep's --bench-cmd")
-        if "model_id" in doc or "tokenizer_id" in doc or "endpoint_type" in doc:
-            return ("is a vllm bench serve result without per-request data (aggregates "
-                    "only); run vllm bench serve with --save-result --save-detailed")
-        return ("is a serving-benchmark summary (mean, median and percentile latencies, no "
-                f"request); {_DETAILED}")
+        return _latency_refusal(doc) + _none_completed(doc)
     if isinstance(doc.get("resourceSpans"), list):
         return ("is an OpenTelemetry trace export (OTLP JSON, as vLLM's --otlp-traces-endpoint "
                 "spans reach a collector's file exporter): kvbudget does not read spans; "
@@ -226,6 +260,8 @@ def summary_refusal(doc: Any) -> tuple[str, str | None] | None:
     the field a per-request file would have (``input_lens`` for vLLM's layout); None when it is
     not such a file."""
     if isinstance(doc, Mapping):
+        if any(_is_vllm_table_row(doc.get(k)) for k in ("serving", "throughput", "latency")):
+            return _VLLM_TABLE, None
         problem = _object_refusal(doc)
         if problem is None:
             return None
@@ -233,6 +269,8 @@ def summary_refusal(doc: Any) -> tuple[str, str | None] | None:
                          not _multi_turn_refusal(doc) else None)
     if isinstance(doc, list) and doc and isinstance(doc[0], Mapping):
         first = doc[0]
+        if _is_vllm_table_row(first):
+            return _VLLM_TABLE, None
         if set(first) >= LLMPERF_REQUEST_KEYS:
             return ("is LLMPerf's individual_responses file: each request's TTFT, E2E and "
                     "tokens, but no send time nor which of its concurrent clients sent it, so "

@@ -49,6 +49,7 @@ from kvbudget.results.recorded_fields import (
     number,
 )
 from kvbudget.results.recorded_refusals import context_refusal_note
+from kvbudget.results.recorded_sglang_server import sglang_server
 from kvbudget.results.recorded_summaries import is_sglang, is_trtllm, summary_refusal
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
@@ -607,7 +608,18 @@ def _config(docs: list[tuple[int | None, dict[str, Any]]]) -> dict[str, Any]:
     servers = [sweep_server(doc)[0] for _, doc in docs]
     if all(server == servers[0] for server in servers):
         config.update(servers[0])
+    config.update(_sglang_servers(docs)[0])
     return config
+
+
+def _sglang_servers(docs: list[tuple[int | None, dict[str, Any]]]
+                    ) -> tuple[dict[str, Any], list[str]]:
+    """The server settings SGLang's ``server_info`` records (:func:`sglang_server`), where
+    every run of the file records the same (the runs are simulated on one server)."""
+    told = [sglang_server(doc) for _, doc in docs]
+    if all(server == told[0][0] for server, _ in told):
+        return told[0]
+    return {}, ["the appended runs' server_info differ: no server setting is taken from them"]
 
 
 SWEEP_SERVER_KEYS: dict[str, tuple[str, type | tuple[type, ...]]] = {
@@ -737,6 +749,7 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
         notes.append(f"ignore_eos: not recorded in the file ({tool} does not save it)")
     notes.extend(n for n in (_speculative_note(first), _shared_prefix_note(first),
                              sweep_server(first)[1]) if n)
+    notes.extend(_sglang_servers(docs)[1])
     # SGLang's bench_serving keeps a refusal's body ("Bad Request: " + the response text,
     # 0.5.23 sglang/benchmark/serving.py:236-239); vLLM's the reason phrase only
     # (benchmarks/lib/endpoint_request_func.py, output.error = response.reason)
