@@ -348,15 +348,16 @@ def _weights_said(recording: "Recording", model: str | Path) -> str:
         return ""
     dtype = get_model(model).weight_dtype
     quant = recording.config.get("quantization")
-    if quant == "none":
+    named = recording.config.get("model")
+    marker = _QUANT_NAME.search(named) if isinstance(named, str) else None
+    misnamed = marker is not None and dtype in ("bfloat16", "float16", "float32")
+    if quant == "none" and not misnamed:
         return f", weights {dtype} (the checkpoint's: the recording's server ran no --quantization)"
-    if isinstance(quant, str):
+    if isinstance(quant, str) and quant != "none":
         return (f", weights {dtype} (ASSUMED: the recording's server ran --quantization "
                 f"{quant}, which {model} does not say; a quantized checkpoint's config.json "
                 "to --model simulates its weights)")
-    named = recording.config.get("model")
-    marker = _QUANT_NAME.search(named) if isinstance(named, str) else None
-    if marker is not None and dtype in ("bfloat16", "float16", "float32"):
+    if marker is not None and misnamed:
         # the name says so, the model simulated does not: louder than the plain assumption
         return (f", weights {dtype} (ASSUMED, though the recording's model {named!r} is named "
                 f"as quantized ({marker.group(1)}): {model} is a {dtype} model; a quantized "

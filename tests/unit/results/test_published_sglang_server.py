@@ -130,3 +130,18 @@ def test_appended_runs_of_differing_servers_take_no_setting(tmp_path: Path) -> N
     rec = read_recording(path, seed=0)
     assert "tensor_parallel_size" not in rec.config and "num_replicas" not in rec.config
     assert any("server_info differ" in n for n in rec.notes)
+
+
+def test_no_quantization_on_a_checkpoint_named_quantized_is_not_the_16_bit_preset(
+        tmp_path: Path) -> None:
+    # a server that ran no --quantization serves the checkpoint's own weights: when the
+    # checkpoint's name says FP8 and --model gives a 16-bit preset, "the checkpoint's" bfloat16
+    # would be wrong: the name is said
+    path = sglang_run(tmp_path, model_path="/workspace/Qwen3-8B-FP8")
+    result = CliRunner().invoke(app, ["validate", "--records", str(path), "--gpu", "H100",
+                                      "--model", "Qwen/Qwen3-8B", "--out",
+                                      str(tmp_path / "v")])
+    assert result.exit_code == 0, result.output
+    err = " ".join(result.stderr.split())
+    assert "the checkpoint's: the recording's server ran no --quantization" not in err, err
+    assert "is named as quantized (FP8)" in err, err
