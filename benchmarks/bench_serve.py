@@ -56,6 +56,16 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 # --- the fake upstream (run as ``bench_serve.py --fake PORT TOKENS GAP_MS``) -----------------
+async def read_body(receive: Any) -> bytes:
+    """An ASGI request's whole body (its ``http.request`` messages joined)."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
+
+
 def fake_app(num_tokens: int, gap_s: float) -> Any:
     chunk = b'data: {"id":"c","object":"text_completion","model":"fake","choices":[{"index":0,' \
             b'"text":"x","finish_reason":null}]}\n\n'
@@ -68,12 +78,7 @@ def fake_app(num_tokens: int, gap_s: float) -> Any:
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         if scope["path"] == "/tokenize":  # a count at once: the prompt's bytes
             count = json.dumps({"count": max(len(body) // 4, 1)}).encode()
             await send({"type": "http.response.start", "status": 200,

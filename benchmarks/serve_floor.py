@@ -20,6 +20,7 @@ from typing import Any
 
 import aiohttp
 import uvicorn
+from bench_serve import read_body
 from yarl import URL
 
 from kvbudget.live.serve_run import bind, event_loop, server_config
@@ -43,12 +44,7 @@ def floor_app(mode: str, upstream: str) -> Any:
                 await session.close()
             await send({"type": "lifespan.shutdown.complete"})
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         await send({"type": "http.response.start", "status": 200, "headers": HEAD})
         if mode == "static":
             await send({"type": "http.response.body", "body": STATIC, "more_body": False})
