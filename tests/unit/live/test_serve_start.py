@@ -50,6 +50,11 @@ def test_a_data_parallel_upstreams_request_cap_is_one_engines_kv() -> None:
     assert snap.engine_capacity_tokens == 4095 * 128
     assert Upstreams(UpstreamOptions(("http://a",))).fleet_capacity([snap]) == (
         8190 * 128, 4095 * 128)
+    # hand-made: figures that differ are each engine's own, and the smaller one holds less
+    uneven = snapshot("".join(
+        f'vllm:cache_config_info{{block_size="16",engine="{e}",num_gpu_blocks="{n}"}} 1.0\n'
+        for e, n in ((0, 6), (1, 10))))
+    assert (uneven.kv_capacity_tokens, uneven.engine_capacity_tokens) == (14 * 16, 5 * 16)
     single = snapshot('vllm:cache_config_info{block_size="16",num_gpu_blocks="1001"} 1.0\n')
     assert Upstreams(UpstreamOptions(("http://a",))).fleet_capacity([single]) == (16000, None)
     assert Upstreams(UpstreamOptions(("http://a", "http://b"))).fleet_capacity(
