@@ -268,7 +268,7 @@ class GatewayServer:
             self.capacity_problem = str(exc)
             return
         self.capacity_problem = ""
-        self.admission.resize(capacity, largest if len(self.upstreams.urls) > 1 else None)
+        self.admission.resize(capacity, largest)
         if self.settings is not None and await self.settings.follow(
                 self.upstreams, snaps, self.recorder, self.admission.now()):
             self.config = replace(self.config, max_model_len=self.settings.context)

@@ -15,7 +15,7 @@ import math
 import signal
 import socket
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
@@ -32,6 +32,7 @@ from kvbudget.live.serve_reload import Reloaded
 from kvbudget.live.serve_settings import UpstreamSettings, fleet_context, told
 from kvbudget.live.serve_upstream import UpstreamOptions, Upstreams
 from kvbudget.live.server import BackendUnavailable, discover
+from kvbudget.live.server_metrics import EngineSnapshot
 from kvbudget.policies.base import Policy
 from kvbudget.policies.gateway import FrontDoor, Gateway, GatewayConfig
 from kvbudget.policies.tiers import DEFAULT_TIERS, TierConfig
@@ -79,31 +80,49 @@ class ServeSettings:
 
 
 
-async def read_capacity(options: UpstreamOptions) -> tuple[int, int]:
-    """The upstreams' KV capacity now, in all and the smallest one's
-    (:class:`~kvbudget.live.serve_upstream.UpstreamError` when one does not tell it)."""
+async def read_capacity(options: UpstreamOptions
+                        ) -> tuple[int, int | None, list[EngineSnapshot]]:
+    """The upstreams' KV capacity now, in all and the most one request may reserve
+    (:meth:`~kvbudget.live.serve_upstream.Upstreams.fleet_capacity`), and their ``/metrics``
+    as read (:class:`~kvbudget.live.serve_upstream.UpstreamError` when one does not tell it)."""
     upstreams = Upstreams(options)
     try:
-        return await upstreams.capacity_tokens()
+        snaps = await upstreams.snapshots()
     finally:
         await upstreams.aclose()
+    return (*upstreams.fleet_capacity(snaps), snaps)
 
 
-async def upstream_facts(options: UpstreamOptions) -> list[dict[str, Any]]:
+async def upstream_facts(options: UpstreamOptions,
+                         snaps: Sequence[EngineSnapshot] | None = None) -> list[dict[str, Any]]:
     """What each upstream says of itself (:meth:`~kvbudget.live.server.ServerInfo.facts`: its
-    ``/v1/models`` and ``/metrics``), in ``options.urls``' order; an upstream that does not
-    answer says nothing (``{}``): the gateway starts anyway, and its run directories then do
-    not say that server's settings."""
-    async def one(client: httpx.AsyncClient, url: str) -> dict[str, Any]:
-        target = ServerTarget(url, api_key=options.api_key,
+    ``/v1/models`` and ``/metrics``; ``snaps``: their ``/metrics`` read already, at the
+    start by :func:`read_capacity`, not read twice), in ``options.urls``' order; an upstream
+    that does not answer says nothing (``{}``): the gateway starts anyway, and its run
+    directories then do not say that server's settings."""
+    async def one(client: httpx.AsyncClient, index: int) -> dict[str, Any]:
+        target = ServerTarget(options.urls[index], api_key=options.api_key,
                               connect_timeout_s=options.connect_timeout_s)
         try:
-            return (await discover(client, target)).facts()
+            return (await discover(client, target,
+                                   None if snaps is None else snaps[index])).facts()
         except (BackendUnavailable, httpx.HTTPError):
             return {}
 
     async with httpx.AsyncClient() as client:
-        return list(await asyncio.gather(*(one(client, url) for url in options.urls)))
+        return list(await asyncio.gather(*(one(client, i) for i in range(len(options.urls)))))
+
+
+def request_cap_said(urls: Sequence[str], snaps: Sequence[EngineSnapshot], cap: int) -> str:
+    """The start line of the most one request may reserve (one engine's KV, where that is
+    less than the budget): which upstream's engines, and why."""
+    parallel = [f"{url} runs {snap.num_engines} data-parallel engines, "
+                f"{snap.num_gpu_blocks:,} KV blocks in all" for url, snap in zip(
+                    urls, snaps, strict=True) if snap.num_engines > 1]
+    why = "; ".join(parallel) + ("; " if parallel else "")
+    return (f"a request reserves at most {cap:,} tokens (prompt + max_tokens), the smallest "
+            f"engine's KV ({why}a request runs on one engine; the budget is all of them): "
+            "a larger one is refused (400)")
 
 
 def build_server(settings: ServeSettings, gateway: GatewayConfig,
@@ -303,13 +322,11 @@ async def serve(settings: ServeSettings, announce: Callable[[str], Any] = print)
         handler.setFormatter(logging.Formatter("kvbudget serve: %(message)s"))
         log.addHandler(handler)
         log.propagate = False
-    capacity, largest = settings.capacity_tokens, None
-    if capacity is None:
-        capacity, largest = await read_capacity(settings.upstream)
-        if len(settings.upstream.urls) == 1:
-            largest = None
+    capacity, largest, snaps = settings.capacity_tokens, None, None
+    if capacity is None:  # one /metrics read an upstream: the capacity and its settings
+        capacity, largest, snaps = await read_capacity(settings.upstream)
     gateway = settings.gateway(capacity, largest)
-    servers = await upstream_facts(settings.upstream)
+    servers = await upstream_facts(settings.upstream, snaps)
     context = fleet_context(servers)
     followed = settings.config.capacity_period_s is not None
     if settings.config.max_model_len is None and followed:
@@ -329,6 +346,8 @@ async def serve(settings: ServeSettings, announce: Callable[[str], Any] = print)
              f"(upstreams: {', '.join(settings.upstream.urls)}; capacity "
              f"{gateway.capacity_tokens} tokens; prompt tokens counted by "
              f"{_counted_by(settings.config)})")
+    if largest is not None and snaps is not None:
+        announce(f"kvbudget serve: {request_cap_said(settings.upstream.urls, snaps, largest)}")
     announce(f"kvbudget serve: tiers{_tiers_said(settings.tiers)}")
     announce(f"kvbudget serve: {_default_max_tokens_said(settings.config)}")
     if settings.config.max_model_len is not None:

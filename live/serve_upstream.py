@@ -227,21 +227,26 @@ class Upstreams:
             each.append(snapshot(content.decode("utf-8", "replace")))
         return each
 
-    def fleet_capacity(self, snaps: list[EngineSnapshot]) -> tuple[int, int]:
-        """The fleet's usable KV capacity, the sum of each upstream's, and the smallest of
-        them (a request runs on one: the largest reservation), from their ``/metrics``
-        (vLLM's ``vllm:cache_config_info``; see :mod:`kvbudget.live.server_metrics`)."""
+    def fleet_capacity(self, snaps: list[EngineSnapshot]) -> tuple[int, int | None]:
+        """The fleet's usable KV capacity, the sum of each upstream's, and the largest
+        reservation one request may hold: the smallest engine's capacity (a request runs on
+        one upstream, and on one of its data-parallel engines: a vLLM ``--data-parallel-size
+        N`` upstream's ``/metrics`` tells all its N engines' KV), None where that is the whole
+        budget (one upstream of one engine). From their ``/metrics`` (vLLM's
+        ``vllm:cache_config_info``; see :mod:`kvbudget.live.server_metrics`)."""
         each: list[int] = []
+        engines: list[int] = []
         for base, snap in zip(self.urls, snaps, strict=True):
             if snap.kv_capacity_tokens is None:
                 why = snap.capacity_problem or "no KV capacity (vllm:cache_config_info)"
                 raise UpstreamError(f"{base}/metrics: {why}")
+            if snap.engine_capacity_tokens is None:
+                raise UpstreamError(f"{base}/metrics: {snap.num_gpu_blocks} KV blocks over "
+                                    f"{snap.num_engines} engines: no engine holds one")
             each.append(snap.kv_capacity_tokens)
-        return sum(each), min(each)
-
-    async def capacity_tokens(self) -> tuple[int, int]:
-        """:meth:`fleet_capacity` of the upstreams' ``/metrics`` read now."""
-        return self.fleet_capacity(await self.snapshots())
+            engines.append(snap.engine_capacity_tokens)
+        total, cap = sum(each), min(engines)
+        return total, cap if cap < total else None
 
     async def aclose(self) -> None:
         if self._session is not None:

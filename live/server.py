@@ -91,9 +91,11 @@ async def server_alive(
     return False
 
 
-async def discover(client: httpx.AsyncClient, target: ServerTarget) -> ServerInfo:
+async def discover(client: httpx.AsyncClient, target: ServerTarget,
+                   snap: EngineSnapshot | None = None) -> ServerInfo:
     """Model name (the first served model unless ``target.model`` names one), its context length
-    where the server reports it (vLLM's ``max_model_len``), and the KV capacity from ``/metrics``.
+    where the server reports it (vLLM's ``max_model_len``), and the KV capacity from ``/metrics``
+    (``snap``: that page as the caller read it already; else it is read now).
     """
     try:
         response = await bounded_get(
@@ -131,11 +133,11 @@ async def discover(client: httpx.AsyncClient, target: ServerTarget) -> ServerInf
     if entry is not None:
         model = str(entry.get("id"))
         root, max_model_len = root_of(entry), context_of(entry)
-    snap: EngineSnapshot | None
-    try:
-        snap = await fetch_snapshot(client, target)
-    except httpx.HTTPError:
-        snap = None
+    if snap is None:
+        try:
+            snap = await fetch_snapshot(client, target)
+        except httpx.HTTPError:
+            snap = None
     return server_info(model, max_model_len, root, snap)
 
 

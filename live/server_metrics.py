@@ -165,6 +165,22 @@ class EngineSnapshot:
         page tells none or one no server has (1 to :data:`MAX_KV_CAPACITY_TOKENS`)."""
         return None if self.capacity_problem else self.reported_capacity_tokens
 
+    @property
+    def engine_capacity_tokens(self) -> int | None:
+        """One engine's usable KV capacity in tokens, the most one request can hold (it runs
+        on one engine): :attr:`kv_capacity_tokens` for a server of one engine; for several
+        (data parallel), the smallest engine's where the page tells each its own blocks, else
+        an equal share of the sum (a vLLM 0.32.0 page tells only the sum), less its null
+        block. None where there is no capacity or no engine holds a block."""
+        cap = self.kv_capacity_tokens
+        if cap is None or self.num_engines == 1 or self.num_gpu_blocks is None \
+                or self.block_size is None:
+            return cap
+        by_engine = self.num_gpu_blocks_by_engine
+        blocks = min(by_engine) if len(set(by_engine)) > 1 else \
+            self.num_gpu_blocks // self.num_engines
+        return (blocks - 1) * self.block_size if blocks > 1 else None
+
     def kv_used_tokens(self, capacity_tokens: int | None = None) -> int | None:
         """Tokens in allocated KV blocks: the usage fraction times the capacity."""
         cap = self.kv_capacity_tokens if capacity_tokens is None else capacity_tokens

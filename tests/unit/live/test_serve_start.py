@@ -1,0 +1,121 @@
+"""``kvbudget serve``'s start against its upstreams' ``/metrics``: a data-parallel upstream's
+KV is its engines' together, and a request runs on one of them, so the most one request may
+reserve is one engine's share; and each upstream's ``/metrics`` is read once at the start (the
+capacity and the settings the run directories record from the same page)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+
+from kvbudget.live.gateway_server import ServeConfig
+from kvbudget.live.serve_run import ServeSettings, serve
+from kvbudget.live.serve_upstream import UpstreamOptions, Upstreams
+from kvbudget.live.server_metrics import snapshot
+from kvbudget.policies import make_policy
+from tests.unit.live.serve_harness import TIERS, FakeUpstream, serving, stack
+
+DP2_PAGE = (Path(__file__).resolve().parents[2] / "fixtures" / "metrics"
+            / "vllm-0.32.0-cpu-dp2.prom")
+"""A vLLM 0.32.0 server of ``--data-parallel-size 2`` (CPU): each engine's ``cache_config_info``
+series says the front end's sum, 8192 blocks of 128 tokens, 4096 each."""
+SMALL_DP2_PAGE = "".join(
+    f'vllm:cache_config_info{{block_size="16",engine="{e}",model_name="fake",'
+    f'num_gpu_blocks="10"}} 1.0\n' for e in (0, 1))
+"""Hand-made, as the real one: two engines, 10 blocks of 16 in all (5 each, one of them null)."""
+
+
+@dataclass
+class PagedUpstream(FakeUpstream):
+    """The fake upstream whose ``/metrics`` is ``page``, each read counted."""
+
+    page: str = ""
+    num_metrics_reads: int = 0
+
+    async def metrics(self, request: Request) -> Response:
+        self.num_metrics_reads += 1
+        return PlainTextResponse(self.page)
+
+
+def test_a_data_parallel_upstreams_request_cap_is_one_engines_kv() -> None:
+    """The real DP=2 page: 8192 blocks over 2 engines, one null block each. The budget is all
+    of it (8190 x 128); one request at most one engine's (4095 x 128), where it was the whole."""
+    snap = snapshot(DP2_PAGE.read_text())
+    assert snap.engine_capacity_tokens == 4095 * 128
+    assert Upstreams(UpstreamOptions(("http://a",))).fleet_capacity([snap]) == (
+        8190 * 128, 4095 * 128)
+    # hand-made: figures that differ are each engine's own, and the smaller one holds less
+    uneven = snapshot("".join(
+        f'vllm:cache_config_info{{block_size="16",engine="{e}",num_gpu_blocks="{n}"}} 1.0\n'
+        for e, n in ((0, 6), (1, 10))))
+    assert (uneven.kv_capacity_tokens, uneven.engine_capacity_tokens) == (14 * 16, 5 * 16)
+    single = snapshot('vllm:cache_config_info{block_size="16",num_gpu_blocks="1001"} 1.0\n')
+    assert Upstreams(UpstreamOptions(("http://a",))).fleet_capacity([single]) == (16000, None)
+    assert Upstreams(UpstreamOptions(("http://a", "http://b"))).fleet_capacity(
+        [snap, single]) == (8190 * 128 + 16000, 16000)
+    assert Upstreams(UpstreamOptions(("http://a", "http://b"))).fleet_capacity(
+        [snap, snap]) == (2 * 8190 * 128, 4095 * 128)
+
+
+def test_a_request_larger_than_one_data_parallel_engine_is_refused() -> None:
+    """One upstream of two engines, 64 tokens each: 21 + 60 tokens fit the upstream's 128,
+    no engine's 64; it was admitted (one upstream had no cap), now refused 400."""
+    async def main() -> None:
+        fake = PagedUpstream(page=SMALL_DP2_PAGE)
+        fake.release.set()
+        async with stack(fake) as (server, url), httpx.AsyncClient() as client:
+            await server.refresh_capacity()
+            config = server.admission.gateway.config
+            assert (config.capacity_tokens, config.max_request_tokens) == (128, 64)
+            r = await client.post(url + "/v1/completions", json={
+                "model": "fake", "prompt": "x " * 10, "max_tokens": 60})
+            assert r.status_code == 400, r.text
+            assert "the limit is 64 tokens" in r.json()["error"]["message"]
+            assert not fake.received
+    asyncio.run(main())
+
+
+def test_serve_reads_each_upstreams_metrics_once_at_the_start() -> None:
+    """serve read the upstream's /metrics for the capacity, then again for its settings (the
+    run directories' server): two reads of one page at the start, now one. Counted when serve
+    says it listens (its own reads after that are the running gateway's), then it is stopped
+    as SIGTERM would (its handler, called)."""
+    lines: list[str] = []
+    counted: list[int] = []
+    caps: list[int | None] = []
+
+    async def main() -> None:
+        fake = PagedUpstream(page=DP2_PAGE.read_text())
+        async with serving(fake.app()) as up:
+            def announce(line: str) -> None:
+                lines.append(line)
+                if "listening on" in line:
+                    counted.append(fake.num_metrics_reads)
+                    asyncio.get_running_loop().call_soon(stop)
+
+            def stop() -> None:
+                handler = signal.getsignal(signal.SIGTERM)
+                assert callable(handler) and type(getattr(handler, "__self__", None)
+                                                  ).__name__ == "_Uvicorn", handler
+                handler(signal.SIGTERM, None)
+
+            settings = ServeSettings(
+                tiers=TIERS, new_policy=lambda: make_policy("conservative", {}),
+                upstream=UpstreamOptions((up,)), config=ServeConfig(count_tokens="bytes", trust_tier_header=True),
+                port=0, drain_timeout_s=1.0)
+            async with asyncio.timeout(30):
+                server = await serve(settings, announce)
+        caps.append(server.admission.gateway.config.max_request_tokens)
+
+    asyncio.run(main())
+    assert counted == [1], counted
+    assert caps == [4095 * 128]
+    said = [line for line in lines if "a request reserves at most" in line]
+    assert len(said) == 1 and "524,160 tokens" in said[0] and \
+        "2 data-parallel engines" in said[0], lines
