@@ -197,6 +197,13 @@ run_guidellm() {
     esac
 }
 
+keep_aiperf() {
+    # an AIPerf run's records and summary (its artifact dir $WORK/$1) as the fixtures $2.jsonl
+    # and $2_aiperf.json of the caller's $dest (AIPerf writes the profiling phase's summary last)
+    cp "$WORK/$1/profile_export.jsonl" "$dest/$2.jsonl"
+    cp "$WORK/$1/profile_export_aiperf.json" "$dest/$2_aiperf.json"
+}
+
 run_aiperf() {
     local py dest
     py=$(tool_venv aiperf "$AIPERF_VERSION" python3)
@@ -218,15 +225,10 @@ run_aiperf() {
                   --request-count "$NUM" --random-seed 0 --ui-type none)
     "$py" -m aiperf "${capped[@]}" --concurrency 3 --request-rate 6 --request-rate-mode constant \
         --artifact-dir "$WORK/a4"
-    # the run's records and its summary (AIPerf writes the summary of the profiling phase last)
-    cp "$WORK/a1/profile_export.jsonl" "$dest/concurrency4.jsonl"
-    cp "$WORK/a1/profile_export_aiperf.json" "$dest/concurrency4_aiperf.json"
-    cp "$WORK/a2/profile_export.jsonl" "$dest/rate8.jsonl"
-    cp "$WORK/a2/profile_export_aiperf.json" "$dest/rate8_aiperf.json"
-    cp "$WORK/a3/profile_export.jsonl" "$dest/capped8c2.jsonl"
-    cp "$WORK/a3/profile_export_aiperf.json" "$dest/capped8c2_aiperf.json"
-    cp "$WORK/a4/profile_export.jsonl" "$dest/capped6c3_constant.jsonl"
-    cp "$WORK/a4/profile_export_aiperf.json" "$dest/capped6c3_constant_aiperf.json"
+    keep_aiperf a1 concurrency4
+    keep_aiperf a2 rate8
+    keep_aiperf a3 capped8c2
+    keep_aiperf a4 capped6c3_constant
 }
 
 run_aiperf_timed() {
@@ -246,10 +248,8 @@ run_aiperf_timed() {
         --benchmark-grace-period 0 --artifact-dir "$WORK/a5"
     "$py" -m aiperf "${common[@]}" --request-rate 8 --benchmark-duration 2 \
         --artifact-dir "$WORK/a6"
-    cp "$WORK/a5/profile_export.jsonl" "$dest/duration2_concurrency4_grace0.jsonl"
-    cp "$WORK/a5/profile_export_aiperf.json" "$dest/duration2_concurrency4_grace0_aiperf.json"
-    cp "$WORK/a6/profile_export.jsonl" "$dest/duration2_rate8.jsonl"
-    cp "$WORK/a6/profile_export_aiperf.json" "$dest/duration2_rate8_aiperf.json"
+    keep_aiperf a5 duration2_concurrency4_grace0
+    keep_aiperf a6 duration2_rate8
 }
 
 run_aiperf_timed_open() {
@@ -265,9 +265,8 @@ run_aiperf_timed_open() {
         --tokenizer "$MODEL_DIR" --isl 32 --isl-stddev 0 --osl 64 --osl-stddev 0 \
         --extra-inputs ignore_eos:true --warmup-request-count 2 --random-seed 0 --ui-type none \
         --request-rate 4 --benchmark-duration 3 --benchmark-grace-period 0 \
-        --artifact-dir "$WORK/a8"
-    cp "$WORK/a8/profile_export.jsonl" "$dest/duration3_rate4_grace0.jsonl"
-    cp "$WORK/a8/profile_export_aiperf.json" "$dest/duration3_rate4_grace0_aiperf.json"
+        --artifact-dir "$WORK/a10"
+    keep_aiperf a10 duration3_rate4_grace0
 }
 
 run_aiperf_trace() {
@@ -294,12 +293,9 @@ run_aiperf_trace() {
     "$py" -m aiperf "${common[@]}" --fixed-schedule-auto-offset --artifact-dir "$WORK/a8"
     "$py" -m aiperf "${common[@]}" --fixed-schedule-start-offset 1000 \
         --fixed-schedule-end-offset 2000 --artifact-dir "$WORK/a9"
-    cp "$WORK/a7/profile_export.jsonl" "$dest/trace_fixed.jsonl"
-    cp "$WORK/a7/profile_export_aiperf.json" "$dest/trace_fixed_aiperf.json"
-    cp "$WORK/a8/profile_export.jsonl" "$dest/trace_auto_offset.jsonl"
-    cp "$WORK/a8/profile_export_aiperf.json" "$dest/trace_auto_offset_aiperf.json"
-    cp "$WORK/a9/profile_export.jsonl" "$dest/trace_window.jsonl"
-    cp "$WORK/a9/profile_export_aiperf.json" "$dest/trace_window_aiperf.json"
+    keep_aiperf a7 trace_fixed
+    keep_aiperf a8 trace_auto_offset
+    keep_aiperf a9 trace_window
 }
 
 run_guidellm_timed() {
