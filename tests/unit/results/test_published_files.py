@@ -55,6 +55,15 @@ def test_guidellm_throughput_measured_above_the_default_takes_what_it_measured(
     assert any("GUIDELLM__MAX_CONCURRENCY was set" in n for n in rec.notes)
 
 
+def assert_named(path: Path, text: str, message: str) -> None:
+    """``text`` written to ``path`` is refused in one line that begins with ``message``."""
+    path.write_text(text)
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert str(info.value).startswith(f"{path}: {message}")
+    assert "\n" not in str(info.value)
+
+
 @pytest.mark.parametrize(("version", "cap"), [
     ("", 512), ("0.4.0", 512), ("0.6.1", 512), ("0.7.0", 10240), ("0.8.1", 10240),
     ("0.10.2", 10240), ("1.0.0", 10240), ("0.8.0.dev18", 10240),
@@ -194,12 +203,7 @@ LLMPERF_SUMMARY = {"version": "2023-08-31", "name": "llama2-70b-4096_550_150_sum
 ])
 def test_files_without_requests_are_named_by_their_tool(tmp_path: Path, name: str, text: str,
                                                         message: str) -> None:
-    path = tmp_path / name
-    path.write_text(text)
-    with pytest.raises(TraceError) as info:
-        read_recording(path)
-    assert str(info.value).startswith(f"{path}: {message}")
-    assert "\n" not in str(info.value)
+    assert_named(tmp_path / name, text, message)
 
 
 # Round 57: results of benchmarks that send no request over time, and per-request files of
@@ -274,12 +278,7 @@ EVALSCOPE_SUMMARY_1X = {"Test Duration (s)": 78.9, "Concurrency": 10, "Total Req
 ])
 def test_results_without_a_replayable_load_are_named(tmp_path: Path, name: str, text: str,
                                                      message: str) -> None:
-    path = tmp_path / name
-    path.write_text(text)
-    with pytest.raises(TraceError) as info:
-        read_recording(path)
-    assert str(info.value).startswith(f"{path}: {message}")
-    assert "\n" not in str(info.value)
+    assert_named(tmp_path / name, text, message)
 
 
 def test_vllm_offline_benchmarks_are_named(tmp_path: Path) -> None:
