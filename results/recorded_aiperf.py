@@ -507,6 +507,16 @@ def _fleet(path: Path, summary: Mapping[str, Any]) -> dict[str, Any]:
     return {"target": ", ".join(urls), "num_replicas": len(urls), "router": "round_robin"}
 
 
+def _held(held: npt.NDArray[np.bool_], start: FloatArray,
+          end: FloatArray) -> tuple[FloatArray, float]:
+    """How long each ``held`` record kept its user, in seconds (those with an end), and the
+    span of the records from the first send to the last end, in seconds (NaN with no end)."""
+    held_s = (end[held] - start[held]) * 1e-9
+    ends = end[np.isfinite(end)]
+    span_s = float(ends.max() - start.min()) * 1e-9 if len(ends) else math.nan
+    return held_s[np.isfinite(held_s)], span_s
+
+
 def _failed(stage: RecordedStage, summary: Mapping[str, Any], status: list[str],
             dropped: npt.NDArray[np.bool_], start: FloatArray,
             end: FloatArray) -> tuple[RecordedStage, list[str]]:
@@ -531,8 +541,7 @@ def _failed(stage: RecordedStage, summary: Mapping[str, Any], status: list[str],
         return _cancelled(stage, summary, n, kinds, cancelled | failed, start, end)
     if not failed.any():
         return stage, []
-    held_s = (end[failed] - start[failed]) * 1e-9
-    held_s = held_s[np.isfinite(held_s)]
+    held_s, span_s = _held(failed, start, end)
     endpoint = dig(summary, "input_config", "endpoint") or {}
     limit = endpoint.get("timeout_seconds", endpoint.get("timeout")) \
         if isinstance(endpoint, dict) else None
@@ -545,8 +554,6 @@ def _failed(stage: RecordedStage, summary: Mapping[str, Any], status: list[str],
             "(error_request_count), and not simulated: the server sent none of their tokens")
     if stage.load != "closed" or not len(held_s):
         return stage, [said]
-    ends = end[np.isfinite(end)]
-    span_s = float(ends.max() - start.min()) * 1e-9 if len(ends) else math.nan
     label = f"{stage.label}, {n} failed"
     users = stage.max_concurrency
     return replace(stage, label=label, load="capped"), [
@@ -584,8 +591,7 @@ def _cancelled(stage: RecordedStage, summary: Mapping[str, Any], num_failed: int
            if isinstance(rate, int | float) and not isinstance(rate, bool) else "")
     what = ", ".join([f"{c} {k}" for k, c in kinds.items()]
                      + [f"{num_cancelled} cancelled by AIPerf{how}"])
-    held_s = (end[held] - start[held]) * 1e-9
-    held_s = held_s[np.isfinite(held_s)]
+    held_s, span_s = _held(held, start, end)
     said = (f"{int(held.sum())} requests ended with no output ({what}"
             + (f", after {float(held_s.mean()):.1f} s on average" if len(held_s) else "")
             + "): counted failed (num_failed) or cancelled (num_cancelled), as AIPerf's "
@@ -594,8 +600,6 @@ def _cancelled(stage: RecordedStage, summary: Mapping[str, Any], num_failed: int
             "tokens")
     if stage.load != "closed" or not len(held_s):
         return stage, [said]
-    ends = end[np.isfinite(end)]
-    span_s = float(ends.max() - start.min()) * 1e-9 if len(ends) else math.nan
     label = ", ".join([stage.label, *([f"{num_failed} failed"] if num_failed else []),
                        f"{num_cancelled} cancelled"])
     users = stage.max_concurrency
