@@ -54,10 +54,18 @@ def _grows(rows: list[tuple[int, int]], prompt_tokens: Sequence[float]) -> bool:
     return all(b >= a for a, b in pairwise(tokens))
 
 
-def conversation_prefix(turns: Sequence[Turn],
-                        prompt_tokens: Sequence[float]) -> SharedPrefix | None:
+GUIDELLM_TURNS = ("info.conversation_id, info.turn_index",
+                  "a simulated user sends the next request listed, not the next turn of its own "
+                  "conversation, so a turn may start before the one before it ends where the "
+                  "simulated server is slower")
+"""How a GuideLLM report names a request's turn, and how its turns are replayed."""
+
+
+def conversation_prefix(turns: Sequence[Turn], prompt_tokens: Sequence[float],
+                        said: tuple[str, str] = GUIDELLM_TURNS) -> SharedPrefix | None:
     """Prefix hashes of the conversations' history (one hash a ``KV_BLOCK_TOKENS`` block);
-    None when no request is a later turn of its conversation."""
+    None when no request is a later turn of its conversation. ``said``: the file's fields
+    that name the turns, and how the replay sends them (for the note)."""
     by_conversation: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for i, turn in enumerate(turns):
         if turn is not None:
@@ -81,13 +89,11 @@ def conversation_prefix(turns: Sequence[Turn],
         offsets.append(len(flat))
     later = sum(len(rows) - 1 for rows in good.values())
     note = (f"{later} requests are later turns of {len(good)} multi-turn conversations "
-            "(info.conversation_id, info.turn_index), each sent with the conversation so far "
-            "before its own message: simulated with its prompt's whole "
-            f"{KV_BLOCK_TOKENS}-token KV blocks shared with the turn before, which the prefix "
-            "cache serves after their first prefill (the earlier turn's output, rendered anew "
-            "into the next prompt, is not counted shared); a simulated user sends the next "
-            "request listed, not the next turn of its own conversation, so a turn may start "
-            "before the one before it ends where the simulated server is slower")
+            f"({said[0]}), each sent with the conversation so far before its own message: "
+            f"simulated with its prompt's whole {KV_BLOCK_TOKENS}-token KV blocks shared with "
+            "the turn before, which the prefix cache serves after their first prefill (the "
+            "earlier turn's output, rendered anew into the next prompt, is not counted "
+            f"shared); {said[1]}")
     if len(good) < len(shared):
         note += (f"; {len(shared) - len(good)} conversations whose prompts do not grow turn by "
                  "turn (no history sent, or turns missing) get none: each turn prefilled whole")

@@ -106,7 +106,9 @@ def read_multi_round_qa(path: Path, default_tier: str,
         raise TraceError(path, f"the request ends ({e2e[i]:g} s) before its first token "
                          f"({ttft[i]:g} s)", line=i + 2, field="finish_time")
     turns = [_turn(u, q) for u, q in zip(user, question, strict=True)]
-    history = conversation_prefix(turns, prompt.tolist())
+    history = conversation_prefix(turns, prompt.tolist(), (
+        "user_id, question_id", "the replay sends each at its recorded time, so a turn may "
+        "start before the one before it ends where the simulated server is slower"))
     workload, counts, warnings = finish_columns(
         path, TOOL, prompt=prompt, output=np.nan_to_num(output), arrival=start - start.min(),
         fields={"prompt_tokens": "prompt_tokens", "output_tokens": "generation_tokens",
