@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import copy
 import json
+from itertools import pairwise
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -76,7 +76,7 @@ def test_later_turns_share_the_prompt_of_the_turn_before(tmp_path: Path) -> None
     hashes = [w.prefix_hashes[lo:hi].tolist()
               for lo, hi in zip(w.prefix_offsets[:-1], w.prefix_offsets[1:], strict=True)]
     assert [len(h) for h in hashes] == [p // 16 for p in PROMPTS] * 2
-    for before, after in zip(hashes[:7], hashes[1:8], strict=True):
+    for before, after in pairwise(hashes[:8]):
         assert after[:len(before)] == before  # a turn holds the whole prompt before it
     assert not set(hashes[0]) & set(hashes[8])  # two conversations share nothing
     note = next(n for n in rec.notes if "multi-turn conversations" in n)
