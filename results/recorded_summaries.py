@@ -166,8 +166,10 @@ def _multi_turn_refusal(doc: Mapping[str, Any]) -> str | None:
         return None
     said = []
     if isinstance(doc.get("num_conversations"), int):
-        said.append(f"{doc['num_conversations']} conversations of "
-                    f"{doc.get('turns_per_conversation', '?')} turns")
+        turns, done = doc.get("turns_per_conversation", "?"), doc.get("avg_turns_completed")
+        said.append(f"{doc['num_conversations']} conversations of {turns} turns" + (
+            f", {done:g} completed on average" if isinstance(done, int | float)
+            and not isinstance(done, bool) and done != turns else ""))
     if isinstance(doc.get("multi_turn_concurrency"), int):
         said.append(f"{doc['multi_turn_concurrency']} at once")
     if isinstance(doc.get("inter_turn_delay_ms"), int | float):
