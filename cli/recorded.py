@@ -249,6 +249,7 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
         "tensor_parallel_size" in cfg else (
             f", tensor_parallel_size {tp} (ASSUMED: the recording does not say how many GPUs "
             "served the model; pass --tensor-parallel-size)")
+    tp_said += _one_server_said(recording, config, scenario)
     typer.echo(f"settings: model {config.model} ({model_from}), GPU {gpu_name} ({gpu_from})"
                + tp_said + _weights_said(recording, config.model)
                + _engine_said(given, recorded, scenario)
@@ -257,6 +258,19 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
                + ("; --max-output " + str(max_output) + " declared where the file has no "
                   "max_tokens" if max_output is not None else ""), err=True)
     return RecordedSetup(recording, config, name, values, seed)
+
+
+def _one_server_said(recording: "Recording", config: "SimConfig", scenario: Path | None) -> str:
+    """The settings line's clause when one server is simulated and a load tool's file does not
+    say how many answered at its URL (a Kubernetes service or a router may have spread the
+    load over several, as in the published llm-d-benchmark runs of ``vllm-70b-2replicas``);
+    "" where a fleet is simulated, the recording tells it, or it is kvbudget's own run."""
+    cfg = recording.config
+    if scenario is not None or config.fleet is not None or recording.format == "run" or any(
+            k in cfg for k in ("num_replicas", "data_parallel_size")):
+        return ""
+    return (", one server (ASSUMED: the recording does not say how many servers answered at "
+            "its URL; pass --set fleet.num_replicas=N for N behind a router)")
 
 
 DP_ROUTER = "least_tokens"

@@ -65,8 +65,14 @@ from kvbudget.results.recorded_fields import (
     number,
     time_limit_note,
 )
-from kvbudget.results.recorded_guidellm_prefix import body_key, cache_note, shared_prefix
+from kvbudget.results.recorded_guidellm_prefix import (
+    SharedPrefix,
+    body_key,
+    cache_note,
+    shared_prefix,
+)
 from kvbudget.results.recorded_guidellm_synthetic import synthetic_max_tokens, synthetic_note
+from kvbudget.results.recorded_guidellm_turns import Turn, conversation_prefix, conversation_turn
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
@@ -90,6 +96,7 @@ class _Columns:
     stage: list[str] = field(default_factory=list)
     where: list[str] = field(default_factory=list)
     prefix_key: list[str | None] = field(default_factory=list)
+    turn: list[Turn] = field(default_factory=list)
     cached: list[float] = field(default_factory=list)
     ignore_eos: set[bool] = field(default_factory=set)
     models: set[str] = field(default_factory=set)
@@ -395,6 +402,7 @@ def _add_request(path: Path, cols: _Columns, req: Any, where: str, kind: str,
     cols.stage.append(stage.label)
     cols.where.append(where)
     cols.prefix_key.append(body_key(body))
+    cols.turn.append(conversation_turn(req))
     cols.cached.append(number(req.get("cached_tokens"), path, f"{where}.cached_tokens"))
     return True
 
@@ -663,9 +671,7 @@ def _recording(path: Path, doc: Mapping[str, Any], benchmarks: list[Any], versio
     recorded: FloatArray | None = np.array(cols.max_tokens)
     if recorded is not None and not np.isfinite(recorded).any():
         recorded = None
-    prefix = shared_prefix(doc, cols.prefix_key, cols.prompt)
-    if prefix is not None:
-        notes.append(prefix.note)
+    prefix = _prefix(doc, cols, notes)
     workload, c2, warnings = finish_columns(
         path, "guidellm", prompt=np.array(cols.prompt), output=np.array(cols.output),
         arrival=offered - origin,
@@ -714,6 +720,26 @@ def _recording(path: Path, doc: Mapping[str, Any], benchmarks: list[Any], versio
                            itl_mean=np.array(cols.itl)[rows], config=config, counts=counts,
                            notes=[*notes, *warnings], stages=tuple(stages),
                            tool=f"guidellm {version}".strip())
+
+
+def _prefix(doc: Mapping[str, Any], cols: _Columns, notes: list[str]) -> SharedPrefix | None:
+    """The prompt prefixes the server could cache: the synthetic data's shared prefix, else a
+    multi-turn conversation's history (both said in ``notes``; a report with both keeps the
+    synthetic prefix's, its hashes naming whole prefixes, and says the history is not
+    shared)."""
+    synthetic = shared_prefix(doc, cols.prefix_key, cols.prompt)
+    history = conversation_prefix(cols.turn, cols.prompt)
+    if synthetic is not None:
+        notes.append(synthetic.note)
+    if history is None:
+        return synthetic
+    if synthetic is not None and synthetic.hashes is not None:
+        notes.append("the requests are also turns of multi-turn conversations, whose history "
+                     "is not simulated as shared beside the synthetic prefix: later turns are "
+                     "prefilled whole, so their simulated TTFT is too high")
+        return synthetic
+    notes.append(history.note)
+    return history
 
 
 def _synthetic_fill(benchmarks: list[Any], cols: _Columns) -> str | None:

@@ -172,7 +172,7 @@ def cache_note(cached: Sequence[float], prompt: Sequence[float], rows: IntArray,
     hits, total = float(hits_of.sum()), float(np.nansum(np.asarray(prompt)[rows]))
     if hits <= 0 or total <= 0:
         return None
-    then = ("the simulation shares the synthetic prefix blocks above and no other prompt "
+    then = ("the simulation shares the prefix blocks above and no other prompt "
             "tokens" if prefix is not None and prefix.hashes is not None else
             "the simulation has no prompt contents and caches none of them, so its prefill "
             "work and TTFT are too high for those requests")

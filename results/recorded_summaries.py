@@ -166,8 +166,10 @@ def _multi_turn_refusal(doc: Mapping[str, Any]) -> str | None:
         return None
     said = []
     if isinstance(doc.get("num_conversations"), int):
-        said.append(f"{doc['num_conversations']} conversations of "
-                    f"{doc.get('turns_per_conversation', '?')} turns")
+        turns, done = doc.get("turns_per_conversation", "?"), doc.get("avg_turns_completed")
+        said.append(f"{doc['num_conversations']} conversations of {turns} turns" + (
+            f", {done:g} completed on average" if isinstance(done, int | float)
+            and not isinstance(done, bool) and done != turns else ""))
     if isinstance(doc.get("multi_turn_concurrency"), int):
         said.append(f"{doc['multi_turn_concurrency']} at once")
     if isinstance(doc.get("inter_turn_delay_ms"), int | float):
@@ -215,9 +217,33 @@ def _latency_refusal(doc: Mapping[str, Any]) -> str:
             f"request); {_DETAILED}")
 
 
+def _inferencex_refusal(doc: Mapping[str, Any]) -> str | None:
+    """SemiAnalysisAI/InferenceX's (formerly InferenceMAX) result rows, ``agg_<result>.json``:
+    a fixed-length run's (``utils/process_result.py``: the ``benchmark_serving.py`` result's
+    aggregates beside the cluster shape, ``isl``, ``osl``, ``conc``, ``tput_per_gpu``) or an
+    agentic run's (``utils/agentic/aggregation/process_agentic_result.py``, ``build_agg``:
+    its AIPerf run's aggregates, ``request_accounting`` and the server's ``/metrics``)."""
+    if "infmax_model_prefix" not in doc and not {"hw", "conc", "tput_per_gpu"} <= set(doc):
+        return None
+    shape = ", ".join(f"{k} {doc[k]}" for k in ("model", "hw", "tp", "ep", "conc")
+                      if isinstance(doc.get(k), str | int) and not isinstance(doc[k], bool)
+                      and doc[k] != "")
+    head = f"is an InferenceX (formerly InferenceMAX) result row ({shape}"
+    if doc.get("scenario_type") == "agentic-coding" or "request_accounting" in doc:
+        return (f"{head}; its agentic scenario, utils/agentic/aggregation/"
+                "process_agentic_result.py): aggregates of an AIPerf run and the server's "
+                "metrics, no request; pass the AIPerf profile_export.jsonl it was made from "
+                "(the run's aiperf_artifacts/)")
+    return (f"{head}; utils/process_result.py): the aggregates of one benchmark_serving.py "
+            "result, per GPU, no request; that result (the run's --result-filename JSON) lists "
+            "each request only when saved with --save-detailed, which InferenceX's "
+            "benchmarks/benchmark_lib.sh does not pass: rerun it with --save-detailed")
+
+
 def _object_refusal(doc: Mapping[str, Any]) -> str | None:
     """The refusal of one JSON object (a result line, a summary file)."""
-    offline = _offline_refusal(doc) or _evalscope_refusal(doc) or _multi_turn_refusal(doc)
+    offline = (_offline_refusal(doc) or _evalscope_refusal(doc) or _multi_turn_refusal(doc)
+               or _inferencex_refusal(doc))
     if offline:
         return offline
     if _latency_summary(doc):
@@ -279,6 +305,9 @@ def summary_refusal(doc: Any) -> tuple[str, str | None] | None:
         offline = _offline_refusal(first)
         if offline:
             return offline, None
+        row = _inferencex_refusal(first)
+        if row:
+            return f"is a list of {len(doc)} rows; the first {row.removeprefix('is ')}", None
         if {"ttft_ms", "latency_ms", "start_time_ms", "input_num_tokens"} <= set(first):
             return ("is vLLM's multi-turn benchmark per-request stats "
                     "(benchmarks/multi_turn/benchmark_serving_multi_turn.py "

@@ -49,6 +49,7 @@ from kvbudget.results.recorded_fields import (
     number,
 )
 from kvbudget.results.recorded_refusals import context_refusal_note
+from kvbudget.results.recorded_sglang_pd import pd_model_path, pd_view
 from kvbudget.results.recorded_sglang_server import sglang_server
 from kvbudget.results.recorded_summaries import is_sglang, is_trtllm, summary_refusal
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
@@ -576,9 +577,9 @@ def _one_model(path: Path, docs: list[tuple[int | None, dict[str, Any]]]) -> Non
     that one)."""
     first_line, first = docs[0]
     key = "model_id" if "model_id" in first else "server_info.model_path"  # vLLM's, SGLang's
-    model = dig(first, *key.split("."))
+    model = dig(first, *key.split(".")) or pd_model_path(first)
     for line, doc in docs[1:]:
-        other = dig(doc, *key.split("."))
+        other = dig(doc, *key.split(".")) or pd_model_path(doc)
         if other is not None and model is not None and other != model:
             raise TraceError(path, f"{str(other)[:100]!r} differs from line {first_line}'s "
                              f"{str(model)[:100]!r}: the appended runs benchmarked different "
@@ -595,7 +596,7 @@ def _config(docs: list[tuple[int | None, dict[str, Any]]]) -> dict[str, Any]:
                       ("max_tokens", "max_tokens")):
         if first.get(key) is not None:
             config[name] = first[key]
-    server_model = dig(first, "server_info", "model_path")
+    server_model = dig(first, "server_info", "model_path") or pd_model_path(first)
     if "model" not in config and isinstance(server_model, str):
         config["model"] = server_model
     if isinstance(config.get("ignore_eos"), str):
@@ -616,9 +617,11 @@ def _sglang_servers(docs: list[tuple[int | None, dict[str, Any]]]
                     ) -> tuple[dict[str, Any], list[str]]:
     """The server settings SGLang's ``server_info`` records (:func:`sglang_server`), where
     every run of the file records the same (the runs are simulated on one server)."""
-    told = [sglang_server(doc) for _, doc in docs]
+    views = [pd_view(doc) for _, doc in docs]
+    told = [sglang_server(view) for view, _ in views]
     if all(server == told[0][0] for server, _ in told):
-        return told[0]
+        pd_note = views[0][1]
+        return told[0][0], told[0][1] + ([pd_note] if pd_note else [])
     return {}, ["the appended runs' server_info differ: no server setting is taken from them"]
 
 

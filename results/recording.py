@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 RECORDING_FORMATS: tuple[str, ...] = ("records", "run", "vllm-bench", "guidellm", "aiperf",
-                                     "inference-perf", "llm-load-test", "llmd-report")
+                                     "inference-perf", "llm-load-test", "multi-round-qa",
+                                     "llmd-report")
 """Names accepted by :func:`read_recording`'s ``format`` (``--records-format``)."""
 
 MEASUREMENT_COLUMNS: tuple[str, ...] = ("ttft_s", "e2e_s", "status", "stage")

@@ -34,6 +34,9 @@ formats below into one :class:`Recording`:
 ``llm-load-test``
     openshift-psap/llm-load-test's ``output.json``
     (:mod:`kvbudget.results.recorded_llm_load_test`).
+``multi-round-qa``
+    The ``summary.csv`` of LMCache's (and vLLM production-stack's) multi-round QA benchmark, or
+    of an LMBench workload (:mod:`kvbudget.results.recorded_multi_round_qa`).
 ``llmd-report``
     An llm-d-benchmark report: aggregates only, refused with one line naming the load tool's
     file to pass instead (:mod:`kvbudget.results.recorded_llmd`).
@@ -67,6 +70,7 @@ from kvbudget.results.recorded_guidellm import load_report, read_guidellm
 from kvbudget.results.recorded_inference_perf import read_inference_perf, session_report_refusal
 from kvbudget.results.recorded_llm_load_test import is_llm_load_test, read_llm_load_test
 from kvbudget.results.recorded_llmd import is_llmd_report, refuse_llmd_report
+from kvbudget.results.recorded_multi_round_qa import is_multi_round_qa, read_multi_round_qa
 from kvbudget.results.recorded_records import read_records, read_run_dir
 from kvbudget.results.recorded_summaries import (
     SQLITE_HEADER,
@@ -193,7 +197,8 @@ def detect_recording_format(path: Path) -> str:
         aggregates = csv_summary_refusal(first.lstrip(b"\xef\xbb\xbf"))
         if aggregates:
             raise TraceError(path, aggregates)
-        return "records"
+        header = first.lstrip(b"\xef\xbb\xbf").decode("utf-8", "replace").strip().split(",")
+        return "multi-round-qa" if is_multi_round_qa([h.strip() for h in header]) else "records"
     if suffix in (".yaml", ".yml"):
 
         doc = load_report(path)
@@ -265,6 +270,9 @@ def _read_tool_file(path: Path, fmt: str, default_tier: str, seed: int,
     if fmt == "llm-load-test":
 
         return read_llm_load_test(path, default_tier, max_output)
+    if fmt == "multi-round-qa":
+
+        return read_multi_round_qa(path, default_tier, max_output)
     doc = load_report(path) if path.suffix.lower() in (".yaml", ".yml") else load_json(path)
     if not isinstance(doc, dict):
         raise TraceError(path, "is not an llm-d-benchmark report (not a mapping)")

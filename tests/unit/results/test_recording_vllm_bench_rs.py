@@ -59,3 +59,18 @@ def test_a_single_turn_result_without_lists_is_still_told_to_add_save_detailed(
     with pytest.raises(TraceError, match="run vllm bench serve with --save-result "
                                          "--save-detailed"):
         read_recording(path)
+
+
+def test_the_turns_it_completed_are_said_where_they_differ(tmp_path: Path) -> None:
+    # big-yellow-duck/vllm-bench-collection results/gfx1201/qwen3.8-27b-fp8/
+    # spec-decode-sharegpt-prefix-sweep/...-concurrency4-...json at 7da37c8 (no licence: only
+    # its counts are used): turns_per_conversation 3, yet 32 turns of 4 conversations completed
+    # (avg_turns_completed 8.0, per_turn_metrics of turns 0-7); the refusal said "4
+    # conversations of 3 turns" only
+    doc = json.loads(MULTI_TURN.read_text())
+    doc.update(num_conversations=4, multi_turn_concurrency=4, avg_turns_completed=8.0)
+    path = tmp_path / "concurrency4.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TraceError, match=r"\(4 conversations of 3 turns, 8 completed on "
+                                         r"average, 4 at once, 500 ms between turns\)"):
+        read_recording(path)

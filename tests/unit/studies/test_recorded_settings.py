@@ -473,3 +473,18 @@ def test_a_real_data_parallel_replay_is_two_replicas_of_one_engine_s_blocks() ->
     assert fleet is not None and (fleet.num_replicas, fleet.router) == (2, "least_tokens")
     assert setup.config.resolved_num_gpu_blocks() == 4095  # 4096 less the null block
     assert setup.config.engine_for().block_size == 128
+
+
+def test_one_server_not_in_the_recording_is_said_as_assumed(tmp_path: Path) -> None:
+    # toslali-ibm/llm-d-benchmark collected/data/openshift/exp-2/vllm-70b-2replicas/ at 7711565:
+    # LMBench runs against two vLLM replicas behind one service; a load tool's file does not
+    # say how many servers answered, and one was simulated without a word
+    path = _bench(tmp_path / "b.json", "meta-llama/Llama-3.1-8B-Instruct")
+    code, _, err = _run("validate", "--records", path, "--out", tmp_path / "v", "--gpu", "H100")
+    assert code == 0, err
+    assert ("one server (ASSUMED: the recording does not say how many servers answered at its "
+            "URL; pass --set fleet.num_replicas=N for N behind a router)") in err
+    code, out, err = _run("validate", "--records", path, "--out", tmp_path / "v2", "--gpu",
+                          "H100", "--set", "fleet.num_replicas=2")
+    assert code == 0, err
+    assert "one server" not in err and "2 replicas" in out

@@ -1,0 +1,103 @@
+"""The history a GuideLLM multi-turn run sends with each later turn, as prefix hashes.
+
+GuideLLM 0.6+ runs a data row of several turns (synthetic ``turns``, or a multi-turn dataset)
+as one conversation: ``scheduler/worker_group.py`` (``requests_generator``) gives its turns
+one ``conversation_id`` and their ``turn_index`` (``RequestInfo``, ``schemas/info.py``), and a
+worker sends a turn only when the turn before it ended (``scheduler/worker.py``: the rest of
+the conversation is requeued with its history). Each later turn carries the conversation so
+far ahead of its own message (v0.7.3 ``backends/openai/request_handlers.py``: a text
+completion joins the earlier prompts and responses before its prompt; a chat request lists
+them as messages before its user message), so its prompt begins with the turn before's
+prompt: the server's prefix cache serves that part. A published report (GuideLLM 0.7.3,
+synthetic ``turns: 8`` of 2,048 prompt and 512 output tokens, chat completions) lists prompts
+of 2,061, 4,615, 7,184 ... 20,032 tokens in one conversation: simulated each as its own, the
+eighth prefilled 20,032 tokens where the server computed about 2,600.
+
+:func:`conversation_prefix` gives each turn of a conversation of several turns the hashes of
+its prompt's whole KV blocks, numbered within its conversation, so that a turn shares the
+blocks of the prompt before it (the chain of hashes, as vLLM's). The earlier turn's output is
+not counted shared: the chat template renders it anew into the next prompt, where its tokens
+need not fall on the same block boundaries.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+
+from kvbudget.results.recorded_fields import dig
+from kvbudget.results.recorded_guidellm_prefix import KV_BLOCK_TOKENS, SharedPrefix
+
+Turn = tuple[str, int] | None
+"""A request's conversation and its index in it; None when the report does not say."""
+
+
+def conversation_turn(req: Mapping[str, Any]) -> Turn:
+    """The request's ``info.conversation_id`` and ``info.turn_index`` (GuideLLM 0.6+)."""
+    conversation, index = dig(req, "info", "conversation_id"), dig(req, "info", "turn_index")
+    if (not isinstance(conversation, str) or not conversation or not isinstance(index, int)
+            or isinstance(index, bool) or index < 0):
+        return None
+    return conversation, index
+
+
+def _grows(rows: list[tuple[int, int]], prompt_tokens: Sequence[float]) -> bool:
+    """Whether each turn's prompt holds the one before it (turns in order, none repeated)."""
+    indexes = [turn for turn, _ in rows]
+    if len(set(indexes)) < len(indexes):
+        return False
+    tokens = [prompt_tokens[i] for _, i in rows]
+    return all(b >= a for a, b in pairwise(tokens))
+
+
+GUIDELLM_TURNS = ("info.conversation_id, info.turn_index",
+                  "a simulated user sends the next request listed, not the next turn of its own "
+                  "conversation, so a turn may start before the one before it ends where the "
+                  "simulated server is slower")
+"""How a GuideLLM report names a request's turn, and how its turns are replayed."""
+
+
+def conversation_prefix(turns: Sequence[Turn], prompt_tokens: Sequence[float],
+                        said: tuple[str, str] = GUIDELLM_TURNS) -> SharedPrefix | None:
+    """Prefix hashes of the conversations' history (one hash a ``KV_BLOCK_TOKENS`` block);
+    None when no request is a later turn of its conversation. ``said``: the file's fields
+    that name the turns, and how the replay sends them (for the note)."""
+    by_conversation: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for i, turn in enumerate(turns):
+        if turn is not None:
+            by_conversation[turn[0]].append((turn[1], i))
+    shared = {c: sorted(rows) for c, rows in by_conversation.items()
+              if len(rows) > 1 and max(t for t, _ in rows) > 0}
+    if not shared:
+        return None
+    good = {c: rows for c, rows in shared.items() if _grows(rows, prompt_tokens)}
+    first: dict[int, int] = {}  # request -> its conversation's first hash
+    base = 1
+    for rows in good.values():
+        for _, i in rows:
+            first[i] = base
+        base += int(max(prompt_tokens[i] for _, i in rows)) // KV_BLOCK_TOKENS + 1
+    flat: list[int] = []
+    offsets = [0]
+    for i, tokens in enumerate(prompt_tokens):
+        if i in first:
+            flat.extend(range(first[i], first[i] + int(tokens) // KV_BLOCK_TOKENS))
+        offsets.append(len(flat))
+    later = sum(len(rows) - 1 for rows in good.values())
+    note = (f"{later} requests are later turns of {len(good)} multi-turn conversations "
+            f"({said[0]}), each sent with the conversation so far before its own message: "
+            f"simulated with its prompt's whole {KV_BLOCK_TOKENS}-token KV blocks shared with "
+            "the turn before, which the prefix cache serves after their first prefill (the "
+            "earlier turn's output, rendered anew into the next prompt, is not counted "
+            f"shared); {said[1]}")
+    if len(good) < len(shared):
+        note += (f"; {len(shared) - len(good)} conversations whose prompts do not grow turn by "
+                 "turn (no history sent, or turns missing) get none: each turn prefilled whole")
+    if not flat:
+        return SharedPrefix(None, None, note)
+    return SharedPrefix((np.array(flat, dtype=np.int64), np.array(offsets, dtype=np.int64)),
+                        KV_BLOCK_TOKENS, note)
