@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -32,6 +32,11 @@ __all__ = ["DecodeGroup", "SkipAheadEngine"]
 
 Run = tuple[Floats, Ints, Floats]
 """A planned decode run: its steps' ends, the blocks in use during each, their durations."""
+
+
+def first_steps(run: Run, k: int) -> Run:
+    """The first ``k`` steps of ``run``."""
+    return run if k == len(run[0]) else (run[0][:k], run[1][:k], run[2][:k])
 
 
 @dataclass(slots=True)
@@ -76,11 +81,6 @@ class DecodeGroup:
 class SkipAheadEngine(TiedSteps, Engine):
     """:class:`Engine` with a :class:`DecodeGroup` and its decode runs (the module docstring);
     members' arrays lag (``Scheduler.decode_group``)."""
-
-    # another group's step (spec_run): its time, the run it starts (None: none) and the event
-    # that run may go a step past (inf: none), from its members and tail and known time
-    _plan_group: Callable[[int, list[tuple[int, int]], float | None],
-                          tuple[float, Run | None, float]]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -260,57 +260,8 @@ class SkipAheadEngine(TiedSteps, Engine):
         """``Engine._run_scheduled`` of the group's step (``n`` members, then ``tail``, those
         starting) and of the decode run it starts, committed as stepping does (a step with
         aborts during it, the last, without them): the one path of the decode group's steps
-        and ``spec_run``'s (which plans its own, :attr:`_plan_group`; ``priced_s``: its time)."""
-        g = self._group
-        run: Run | None = None
-        t_lag = math.inf
-        if g is None:  # (spec_run.SpecGroup's)
-            dt, run, t_lag = self._plan_group(n, tail, priced_s)
-        elif not tail and not self._step_extra_s:  # a decode run of the group
-            t_ext = self.hooks.next_external_s()
-            until = self._plan_until(t_ext) if self.head_refusal else t_ext
-            # (async scheduling: the run may go on a step past t_ext's, DecodeRunPlanner.keep)
-            lag = self._async and until == t_ext and self.runs_past_external
-            # the run ends before a deferred member's blocks fill (it joins hist then), as a request
-            # becomes schedulable (not behind a refused FCFS head, _plan_until), or past t_ext's
-            to_end = (min(g.finish[0][0], g.wake[0][0]) if g.wake else g.finish[0][0]) - g.step
-            if self._pending and not (self._span_head is not None and self.runs_past_external
-                                      and self.config.scheduling_policy == "fcfs"):
-                to_end = min(to_end, self._pending[0][1] - self.num_steps)
-            # a disaggregated decode replica's KV reads: one seen ends the run at its due step,
-            # one not yet seen at the step count it will be due at (LoadNotices.run_cut)
-            notices = None if self.remote is None else self.remote.notices
-            read_s = math.inf
-            if notices is not None:
-                to_end, read_s = notices.run_end(to_end, self.num_steps)
-            planner = self.planner
-            dt = planner.decode_step(n, n + g.context)
-            k_max = planner.bound(to_end, self.t, until, dt, lag)
-            if notices is not None and read_s != math.inf:
-                k_max = planner.bound(k_max, self.t, read_s, dt, notices.notice_steps)
-            if k_max > 1:  # cut where the blocks run out and, while the waiting head is
-                # refused, where it may start (_jump_limit); then DecodeRunPlanner.keep's steps
-                used_now = self.num_gpu_blocks - (free := self.kv.num_available_blocks)
-                if k_max > GROUP_SMALL_K:
-                    alloc = planner.cut_to_free(planner.group_alloc_plan(g.hist, g.step, k_max),
-                                                free)
-                    used: Ints = used_now + alloc
-                else:
-                    used = planner.group_used_small(g.hist, g.step, k_max, free, used_now)
-                    if self.head_refusal:
-                        alloc = np.array(used, np.int64) - used_now
-                if self.head_refusal:
-                    used = used[: self._jump_limit(len(used), alloc)]
-                step_end, dts = planner.steps(n, g.context, len(used), self.t, dt,
-                                              k_max <= GROUP_SMALL_K)
-                k = planner.keep(step_end, t_ext, until, lag)
-                if notices is not None and read_s != math.inf:
-                    k = min(k, notices.run_cut(step_end))
-                run = (step_end, used, dts) if k == len(used) else (step_end[:k], used[:k], dts[:k])
-                t_lag = t_ext if lag else math.inf
-        else:
-            dt = self._step_seconds(tail_features(n, n + g.context, tail, self.num_computed_tokens,
-                                                  self.num_tokens, self.num_output_tokens))
+        and ``spec_run``'s (:meth:`_plan_group`; ``priced_s``: its time)."""
+        dt, run, t_lag = self._plan_group(n, tail, priced_s)
         if run is None:  # one step (nothing cuts it: _work_changed)
             yield from self._wait(self._account_step(dt, reserved, counts))
             self._span_head, k, blocks = None, 1, None
@@ -332,6 +283,63 @@ class SkipAheadEngine(TiedSteps, Engine):
             if j and blocks is not None:  # its blocks, as scheduled (a run: no tail)
                 self.kv.take(int(blocks[j] - blocks[j - 1]))
             self._commit_step(self.running_rows(), self._group_end(tail, j))  # (members first)
+
+    def _run_window(self) -> tuple[float, float, bool]:
+        """For a run planned now: the next external event, how far the run may go
+        (:meth:`_plan_until`) and whether it may go on a step past the event's (async
+        scheduling, ``DecodeRunPlanner.keep``)."""
+        t_ext = self.hooks.next_external_s()
+        until = self._plan_until(t_ext) if self.head_refusal else t_ext
+        return t_ext, until, self._async and until == t_ext and self.runs_past_external
+
+    def _plan_group(self, n: int, tail: list[tuple[int, int]],
+                    priced_s: float | None) -> tuple[float, Run | None, float]:
+        """The group's step (``n`` members, then ``tail``, those starting; ``priced_s``: its
+        time if known, speculation's): its time, the run it starts (None: none) and the event
+        that run may go a step past (inf: none). The decode group's: a run of decode steps,
+        cut where the blocks run out and, while the waiting head is refused, where it may
+        start (``_jump_limit``); then ``DecodeRunPlanner.keep``'s steps."""
+        g = self._group
+        assert g is not None
+        if tail or self._step_extra_s:
+            return self._step_seconds(tail_features(
+                n, n + g.context, tail, self.num_computed_tokens, self.num_tokens,
+                self.num_output_tokens)), None, math.inf
+        t_ext, until, lag = self._run_window()
+        # the run ends before a deferred member's blocks fill (it joins hist then), as a request
+        # becomes schedulable (not behind a refused FCFS head, _plan_until), or past t_ext's
+        to_end = (min(g.finish[0][0], g.wake[0][0]) if g.wake else g.finish[0][0]) - g.step
+        if self._pending and not (self._span_head is not None and self.runs_past_external
+                                  and self.config.scheduling_policy == "fcfs"):
+            to_end = min(to_end, self._pending[0][1] - self.num_steps)
+        # a disaggregated decode replica's KV reads: one seen ends the run at its due step,
+        # one not yet seen at the step count it will be due at (LoadNotices.run_cut)
+        notices = None if self.remote is None else self.remote.notices
+        read_s = math.inf
+        if notices is not None:
+            to_end, read_s = notices.run_end(to_end, self.num_steps)
+        planner = self.planner
+        dt = planner.decode_step(n, n + g.context)
+        k_max = planner.bound(to_end, self.t, until, dt, lag)
+        if notices is not None and read_s != math.inf:
+            k_max = planner.bound(k_max, self.t, read_s, dt, notices.notice_steps)
+        if k_max <= 1:
+            return dt, None, math.inf
+        used_now = self.num_gpu_blocks - (free := self.kv.num_available_blocks)
+        if k_max > GROUP_SMALL_K:
+            alloc = planner.cut_to_free(planner.group_alloc_plan(g.hist, g.step, k_max), free)
+            used: Ints = used_now + alloc
+        else:
+            used = planner.group_used_small(g.hist, g.step, k_max, free, used_now)
+            if self.head_refusal:
+                alloc = np.array(used, np.int64) - used_now
+        if self.head_refusal:
+            used = used[: self._jump_limit(len(used), alloc)]
+        step_end, dts = planner.steps(n, g.context, len(used), self.t, dt, k_max <= GROUP_SMALL_K)
+        k = planner.keep(step_end, t_ext, until, lag)
+        if notices is not None and read_s != math.inf:
+            k = min(k, notices.run_cut(step_end))
+        return dt, first_steps((step_end, used, dts), k), t_ext if lag else math.inf
 
     def _group_end(self, tail: list[tuple[int, int]], j: int) -> IntArray:
         """End the group as (a run's) step ``j`` is scheduled; returns its new tokens."""

@@ -15,7 +15,6 @@ import bisect
 import math
 from collections.abc import Generator
 from functools import reduce
-from itertools import accumulate
 from operator import add
 from typing import Any
 
@@ -31,9 +30,10 @@ from kvbudget.simulator.decode_plan import (
     DecodeRunPlanner,
     Floats,
     Ints,
+    run_ends,
 )
 from kvbudget.simulator.engine import FloatArray, IntArray
-from kvbudget.simulator.fast_decode import Run, SkipAheadEngine
+from kvbudget.simulator.fast_decode import Run, SkipAheadEngine, first_steps
 from kvbudget.simulator.running_loop import NO_ROWS
 from kvbudget.simulator.small_arrays import imin
 from kvbudget.simulator.spec_decode import SpecDecode
@@ -189,9 +189,7 @@ class SpecGroup:
                 drafts = [(dfixed + d - gap) * k for d in dtable[cs].tolist()]
                 times = [fixed + v + d for v, d in zip(table[cs].tolist(), drafts, strict=True)]
                 times.insert(0, dt0)
-                ends = list(accumulate(times, initial=t))  # t += dt, step by step
-                del ends[0]
-                return [used_now - blk[0] + b for b in blk[:m]], drafts, ends, times
+                return [used_now - blk[0] + b for b in blk[:m]], drafts, run_ends(times, t), times
         blk_a = self.blk[s0 : s0 + k_max]
         alloc = DecodeRunPlanner.cut_to_free(blk_a - blk_a.item(0), free)
         k_max = len(alloc)
@@ -208,10 +206,7 @@ class SpecGroup:
         dts = dts + draft
         draft_s = np.zeros(k_max - 1) if isinstance(draft, float) else draft[1:]  # (n-gram)
         dts[0] = dt0
-        ends_a = dts.copy()
-        ends_a[0] += t
-        np.add.accumulate(ends_a, out=ends_a)  # sequential sums from t, as stepping adds
-        return alloc + used_now, draft_s, ends_a, dts
+        return alloc + used_now, draft_s, run_ends(dts, t), dts
 
     def output_at(self, s: int) -> list[int]:
         """The members' output tokens after the group's steps before ``s``."""
@@ -382,9 +377,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         dt = (self._step_seconds(StepFeatures(float(n * q), 0.0, float(context),
                                               float(q * context), float(n)))
               if priced_s is None else priced_s + self._step_extra_s)
-        t_ext = self.hooks.next_external_s()
-        until = self._plan_until(t_ext) if self.head_refusal else t_ext
-        lag = self._async and until == t_ext and self.runs_past_external  # (as a decode run)
+        t_ext, until, lag = self._run_window()
         k_max = self.planner.bound(k_max, self.t, until, dt, lag)
         run = None
         if k_max > 1:
@@ -401,8 +394,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         k = self.planner.keep(ends if k == len(ends) else ends[:k], t_ext, until, lag)
         if k < 2:  # one step
             return dt, None, math.inf
-        return dt, ((ends, used, dts) if k == len(ends) else (ends[:k], used[:k], dts[:k])), (
-            t_ext if lag else math.inf)
+        return dt, first_steps((ends, used, dts), k), t_ext if lag else math.inf
 
     def _group_advance(self, k: int) -> list[int]:  # (SpecGroup's)
         assert self._spec_group is not None
