@@ -155,4 +155,6 @@ class DecodeRunPlanner:
         dts_l = [dt0]
         if k_max > 1:
             dts_l += self._decode_array(n, c0 + 2 * n, k_max - 1).tolist()
-        return run_ends(dts_l, t), dts_l
+        ends_l = list(accumulate(dts_l, initial=t))  # (run_ends', without its call)
+        del ends_l[0]
+        return ends_l, dts_l

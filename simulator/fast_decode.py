@@ -311,7 +311,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         """``Engine._run_scheduled`` of the group's step (``n`` members, then ``tail``, those
         starting) and of the decode run it starts, committed as stepping does (a step with
         aborts during it, the last, without them): the one path of the decode group's steps
-        and ``spec_run``'s (:meth:`_plan_group`; ``priced_s``: its time)."""
+        and ``spec_run``'s (:meth:`_plan_group`; ``priced_s``: its time, if known)."""
         dt, run, t_lag = self._plan_group(n, tail, priced_s)
         if run is None:  # one step (nothing cuts it: _work_changed)
             yield from self._wait(self._account_step(dt, reserved, counts))
@@ -358,7 +358,9 @@ class SkipAheadEngine(TiedSteps, Engine):
             return self._step_seconds(tail_features(
                 n, n + g.context, tail, self.num_computed_tokens, self.num_tokens,
                 self.num_output_tokens)), None, math.inf
-        t_ext, until, lag = self._run_window()
+        t_ext = self.hooks.next_external_s()  # (_run_window's, without its call)
+        until = self._plan_until(t_ext) if self.head_refusal else t_ext
+        lag = self._async and until == t_ext and self.runs_past_external
         # the run ends before a deferred member's blocks fill (it joins hist then), as a request
         # becomes schedulable (not behind a refused FCFS head, _plan_until), or past t_ext's
         to_end = (min(g.finish[0][0], g.wake[0][0]) if g.wake else g.finish[0][0]) - g.step
@@ -392,7 +394,8 @@ class SkipAheadEngine(TiedSteps, Engine):
         k = planner.keep(step_end, t_ext, until, lag)
         if notices is not None and read_s != math.inf:
             k = min(k, notices.run_cut(step_end))
-        return dt, first_steps((step_end, used, dts), k), t_ext if lag else math.inf
+        run = (step_end, used, dts) if k == len(used) else (step_end[:k], used[:k], dts[:k])
+        return dt, run, t_ext if lag else math.inf
 
     def _group_end(self, tail: list[tuple[int, int]], j: int) -> IntArray:
         """End the group as (a run's) step ``j`` is scheduled; returns its new tokens."""
