@@ -33,11 +33,6 @@ Run = tuple[Floats, Ints, Floats]
 """A planned decode run: its steps' ends, the blocks in use during each, their durations."""
 
 
-def first_steps(run: Run, k: int) -> Run:
-    """The first ``k`` steps of ``run``."""
-    return run if k == len(run[0]) else (run[0][:k], run[1][:k], run[2][:k])
-
-
 class DecodeGroup:
     """The running requests of a :class:`SkipAheadEngine` while all decode, kept in O(1) per
     step: a member's ``num_computed_tokens``, ``num_output_tokens`` and ``num_tokens`` are its
@@ -337,14 +332,6 @@ class SkipAheadEngine(TiedSteps, Engine):
                 self.kv.take(int(blocks[j] - blocks[j - 1]))
             self._commit_step(self.running_rows(), self._group_end(tail, j))  # (members first)
 
-    def _run_window(self) -> tuple[float, float, bool]:
-        """For a run planned now: the next external event, how far the run may go
-        (:meth:`_plan_until`) and whether it may go on a step past the event's (async
-        scheduling, ``DecodeRunPlanner.keep``)."""
-        t_ext = self.hooks.next_external_s()
-        until = self._plan_until(t_ext) if self.head_refusal else t_ext
-        return t_ext, until, self._async and until == t_ext and self.runs_past_external
-
     def _plan_group(self, n: int, tail: list[tuple[int, int]],
                     priced_s: float | None) -> tuple[float, Run | None, float]:
         """The group's step (``n`` members, then ``tail``, those starting; ``priced_s``: its
@@ -358,7 +345,9 @@ class SkipAheadEngine(TiedSteps, Engine):
             return self._step_seconds(tail_features(
                 n, n + g.context, tail, self.num_computed_tokens, self.num_tokens,
                 self.num_output_tokens)), None, math.inf
-        t_ext = self.hooks.next_external_s()  # (_run_window's, without its call)
+        # the next external event, how far the run may go (_plan_until) and whether it may go
+        # on a step past the event's (async scheduling, DecodeRunPlanner.keep)
+        t_ext = self.hooks.next_external_s()
         until = self._plan_until(t_ext) if self.head_refusal else t_ext
         lag = self._async and until == t_ext and self.runs_past_external
         # the run ends before a deferred member's blocks fill (it joins hist then), as a request

@@ -33,7 +33,7 @@ from kvbudget.simulator.decode_plan import (
     run_ends,
 )
 from kvbudget.simulator.engine import FloatArray, IntArray
-from kvbudget.simulator.fast_decode import Run, SkipAheadEngine, first_steps
+from kvbudget.simulator.fast_decode import Run, SkipAheadEngine
 from kvbudget.simulator.running_loop import NO_ROWS
 from kvbudget.simulator.small_arrays import imin
 from kvbudget.simulator.spec_decode import SpecDecode
@@ -221,9 +221,7 @@ class SpecGroup:
     def outputs_into(self, out: IntArray) -> None:
         """Write in ``out`` (the running requests' output tokens) the members' between steps
         (the members are the first running requests)."""
-        s = self.step
-        out[: len(self.members)] = [(m[1].item(s - m[2]) if s < m[5] else m[6]) - m[7]
-                                    for m in self.members.values()]
+        out[: len(self.members)] = [self.output_of(i, 0) for i in self.members]
 
     def end(self, j: int) -> list[int]:
         """Write the members' arrays as the group's step (a run's step ``j``, its draft
@@ -279,11 +277,6 @@ class SpecSkipAheadEngine(SkipAheadEngine):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._before = 0  # (_schedule_fit)
-
-    def _abort_now(self, i: int) -> None:
-        if self._group is not None:  # (any abort ends it)
-            self._group_drop()
-        super()._abort_now(i)
 
     def _schedule_fit(self, budget: int) -> tuple[IntArray, IntArray, int] | None:
         """``Scheduler._schedule_fit`` of the group in O(1): each member's ``k`` drafts and
@@ -376,7 +369,9 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         dt = (self._step_seconds(StepFeatures(float(n * q), 0.0, float(context),
                                               float(q * context), float(n)))
               if priced_s is None else priced_s + self._step_extra_s)
-        t_ext, until, lag = self._run_window()
+        t_ext = self.hooks.next_external_s()  # (as a decode run's)
+        until = self._plan_until(t_ext) if self.head_refusal else t_ext
+        lag = self._async and until == t_ext and self.runs_past_external
         k_max = self.planner.bound(k_max, self.t, until, dt, lag)
         run = None
         if k_max > 1:
@@ -393,4 +388,5 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         k = self.planner.keep(ends if k == len(ends) else ends[:k], t_ext, until, lag)
         if k < 2:  # one step
             return dt, None, math.inf
-        return dt, first_steps((ends, used, dts), k), t_ext if lag else math.inf
+        return dt, ((ends, used, dts) if k == len(ends) else (ends[:k], used[:k], dts[:k])), (
+            t_ext if lag else math.inf)
