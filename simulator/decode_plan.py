@@ -44,6 +44,18 @@ when it starts, as stepping does. (Steps and arrivals on grids tie; continuous t
 and the run is as long as before.)"""
 
 
+def run_ends(dts: Floats, t: float) -> Floats:
+    """The ends of steps ``dts`` long from ``t``: sums in stepping's order (``t += dt``, step by
+    step: the same bits), a list of a list."""
+    if isinstance(dts, list):
+        ends = list(accumulate(dts, initial=t))
+        del ends[0]
+        return ends
+    ends_a = dts.copy()
+    ends_a[0] += t
+    return np.add.accumulate(ends_a, out=ends_a)
+
+
 class DecodeRunPlanner:
     """Plans decode runs for one engine (its cost model and block size)."""
 
@@ -139,13 +151,10 @@ class DecodeRunPlanner:
         ``dt0`` long); ``small``: in Python numbers, else arrays."""
         if not small:
             dts = self._decode_array(n, c0 + n, k_max)
-            ends = dts.copy()
-            ends[0] += t
-            np.add.accumulate(ends, out=ends)  # sequential sums from t, as stepping adds them
-            return ends, dts
+            return run_ends(dts, t), dts
         dts_l = [dt0]
         if k_max > 1:
             dts_l += self._decode_array(n, c0 + 2 * n, k_max - 1).tolist()
-        ends_l = list(accumulate(dts_l, initial=t))  # t += dt, step by step
+        ends_l = list(accumulate(dts_l, initial=t))  # (run_ends', without its call)
         del ends_l[0]
         return ends_l, dts_l

@@ -12,8 +12,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
+from collections.abc import Generator
 from functools import partial
 from typing import Any
 
@@ -34,7 +33,6 @@ Run = tuple[Floats, Ints, Floats]
 """A planned decode run: its steps' ends, the blocks in use during each, their durations."""
 
 
-@dataclass(slots=True)
 class DecodeGroup:
     """The running requests of a :class:`SkipAheadEngine` while all decode, kept in O(1) per
     step: a member's ``num_computed_tokens``, ``num_output_tokens`` and ``num_tokens`` are its
@@ -51,18 +49,43 @@ class DecodeGroup:
     A member that joined holding blocks beyond its computed tokens (TGI reserves a request's
     whole output when it starts) is ``deferred`` instead: ``deferred[row]`` is the step whose
     scheduling finds its blocks full, when it joins ``hist`` (``wake`` is a heap of those
-    steps, with stale entries of members that left); one that finishes first never does."""
+    steps, with stale entries of members that left); one that finishes first never does.
 
-    hist: list[int]
-    finish: list[tuple[int, int, int]]
-    members: dict[int, int]  # row -> step at which it joined
-    step: int = 0
-    context: int = 0
-    size: int = 0
-    num_joined: int = 0
-    deferred: dict[int, int] = field(default_factory=dict)
-    wake: list[tuple[int, int]] = field(default_factory=list)
-    over: bool = False  # some member joined holding blocks beyond its computed tokens
+    The speed-up's one interface of a group (``spec_run.SpecGroup`` has it too, :data:`RunGroup`):
+    ``members`` (by row, in running order), :meth:`join`, :meth:`advance`, :meth:`end`,
+    :meth:`write`, :meth:`output_of` and :meth:`outputs_into`; the engine plans its runs
+    (``SkipAheadEngine._plan_group``) and commits them (``SkipAheadEngine._group_iteration``)."""
+
+    __slots__ = ("context", "deferred", "e", "finish", "hist", "members", "num_joined", "over",
+                 "size", "step", "wake")
+
+    def __init__(self, e: SkipAheadEngine) -> None:
+        """The group of ``e``'s running requests, all decoding."""
+        self.e = e
+        rows = e.running_rows()
+        bs = e.block_size
+        computed = e.num_computed_tokens[rows]
+        left = (e.target_output[rows] - e.num_output_tokens[rows]).tolist()
+        running = e.running
+        finish = list(zip(left, range(len(running)), running, strict=True))
+        heapq.heapify(finish)
+        room = e.kv.num_blocks[rows] * bs - computed  # steps until their blocks are full
+        over = np.flatnonzero(room >= bs)  # holding blocks beyond their computed tokens
+        self.hist: list[int] = np.bincount(computed % bs, minlength=bs).tolist()
+        self.finish: list[tuple[int, int, int]] = finish
+        self.members: dict[int, int] = dict.fromkeys(running, 0)  # row -> step it joined at
+        self.step = 0
+        self.context = isum(computed)
+        self.size = self.num_joined = len(running)
+        self.deferred: dict[int, int] = {}
+        self.wake: list[tuple[int, int]] = []
+        self.over = False  # some member joined holding blocks beyond its computed tokens
+        e.joined_at[rows] = 0
+        if over.size:
+            self.over = True
+            for k in over.tolist():
+                self.hist[computed.item(k) % bs] -= 1
+                self.defer(running[k], room.item(k), left[k])
 
     def defer(self, i: int, room: int, left: int) -> None:
         """Member ``i``, whose blocks fill ``room`` steps from now and which has ``left``
@@ -72,15 +95,95 @@ class DecodeGroup:
         if room < left:  # its blocks fill before it finishes
             heapq.heappush(self.wake, (wake, i))
 
+    def join(self, i: int, computed: int, output: int) -> None:
+        """Row ``i``, started in the group's step, joins with its first token (``computed``,
+        ``output``: its arrays now); join order is running order."""
+        e = self.e
+        step = self.step
+        bs = e.block_size
+        self.members[i] = step
+        e.joined_at[i] = step
+        self.context += computed
+        self.size += 1
+        left = e.target_output.item(i) - output
+        heapq.heappush(self.finish, (left + step, self.num_joined, i))
+        self.num_joined += 1
+        room = e.kv.num_blocks.item(i) * bs - computed
+        if room >= bs:  # blocks beyond its computed tokens
+            self.over = True
+            self.defer(i, room, left)
+        else:
+            self.hist[(computed - step) % bs] += 1
+
+    def write(self, scheduled: bool) -> None:
+        """Write every member's arrays (``scheduled``: the group's step's blocks are taken, the
+        step not committed)."""
+        m = len(self.members)
+        if not m:
+            return
+        e = self.e
+        rows = np.fromiter(self.members.keys(), np.int64, m)
+        d = self.step - np.fromiter(self.members.values(), np.int64, m)
+        computed = e.num_computed_tokens[rows] + d
+        e.num_computed_tokens[rows] = computed
+        e.num_output_tokens[rows] += d
+        e.num_tokens[rows] = computed + 1
+        bs = e.block_size
+        blocks = (computed + (bs - 1 + int(scheduled))) // bs
+        num_blocks = e.kv.num_blocks
+        num_blocks[rows] = np.maximum(blocks, num_blocks[rows]) if self.over else blocks
+
+    def end(self, j: int) -> list[int]:
+        """Write the members' arrays as the group's step (a run's step ``j``) is scheduled;
+        returns the tokens each member's step computes."""
+        new = [1] * self.size
+        self.write(True)
+        return new
+
+    def advance(self, k: int) -> list[int]:
+        """Commit ``k`` steps of the group (blocks taken); returns those done, in running
+        order, written and out of the group."""
+        e = self.e
+        self.step += k
+        step = self.step
+        self.context += self.size * k
+        finish = self.finish
+        done: list[int] = []
+        while finish and finish[0][0] <= step:
+            i = heapq.heappop(finish)[2]
+            done.append(i)
+            # its arrays written, out of the group
+            joined = self.members.pop(i)
+            c0 = e.num_computed_tokens.item(i)
+            c = c0 + step - joined
+            e.num_computed_tokens[i] = c
+            e.num_output_tokens[i] = e.num_output_tokens.item(i) + step - joined
+            e.num_tokens[i] = c + 1
+            if self.deferred.pop(i, None) is None:
+                bs = e.block_size
+                e.kv.num_blocks[i] = max(e.kv.num_blocks.item(i), -(-c // bs))
+                self.hist[(c0 - joined) % bs] -= 1
+            self.context -= c
+            self.size -= 1
+        return done
+
+    def output_of(self, i: int, ran: int) -> int:
+        """Member ``i``'s output tokens, ``ran`` steps of a run after the group's step."""
+        return self.e.num_output_tokens.item(i) + self.step - self.members[i] + ran
+
+    def outputs_into(self, out: IntArray) -> None:
+        """Add to ``out`` (the running requests' output tokens by their arrays) the members'
+        steps since they joined (the members are the first running requests: join order is
+        running order, and a request that starts after one still prefilling does not join)."""
+        m = self.size
+        if m:
+            e = self.e
+            out[:m] += self.step - e.joined_at[e.running_rows()[:m]]
+
 
 class SkipAheadEngine(TiedSteps, Engine):
     """:class:`Engine` with a :class:`DecodeGroup` and its decode runs (the module docstring);
     members' arrays lag (``Scheduler.decode_group``)."""
-
-    # another group's step (spec_run): its time, the run it starts (None: none) and the event
-    # that run may go a step past (inf: none), from its members and tail and known time
-    _plan_group: Callable[[int, list[tuple[int, int]], float | None],
-                          tuple[float, Run | None, float]]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -89,7 +192,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         # exists only while its steps run: any other step dissolves it first (_schedule_fit)
         self._group: DecodeGroup | None = None
         joined_at = np.zeros(len(self.prompt_tokens), np.int64)  # a member's join step
-        self._joined_at = self.rows.add("_joined_at", joined_at, 0)
+        self.joined_at = self.rows.add("joined_at", joined_at, 0)
         # the group's step being committed: its members and the requests that start in it
         self._steps_group: tuple[int, list[tuple[int, int]]] = (0, [])
         self._jump_ends: Floats | None = None  # step ends of the decode run in progress
@@ -107,8 +210,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         if g is None or i not in g.members:
             return self.num_output_tokens.item(i)
         # (a group run's rows are the group's)
-        return (self.num_output_tokens.item(i) + g.step - g.members[i]
-                + self._steps_done_now() - self.num_steps)
+        return g.output_of(i, self._steps_done_now() - self.num_steps)
 
     def kv_used_blocks_now(self) -> int:
         ends, used = self._run_ends, self._run_used  # mid-run: as planned for the step
@@ -123,22 +225,17 @@ class SkipAheadEngine(TiedSteps, Engine):
 
     def output_tokens(self) -> IntArray:
         out = self.num_output_tokens.copy()
-        for i in self._rows_ahead():
-            out[i] = self.output_tokens_of(i)
+        g = self._group  # (its members' arrays lag)
+        if g is not None:
+            ran = self._steps_done_now() - self.num_steps
+            for i in g.members:
+                out[i] = g.output_of(i, ran)
         return out
-
-    def _rows_ahead(self) -> list[int]:  # the rows whose arrays lag (the group's)
-        g = self._group
-        return [] if g is None else list(g.members)
 
     def running_output_tokens(self) -> IntArray:
         out = super().running_output_tokens()
-        g = self._group
-        if g is not None and g.size:
-            # the members are the first running requests (join order is running order, and a
-            # request that starts after one still prefilling does not join)
-            m = g.size
-            out[:m] += g.step - self._joined_at[self.running_rows()[:m]]
+        if self._group is not None:
+            self._group.outputs_into(out)
         return out
 
     def scheduled_with_output(self) -> bool:
@@ -149,70 +246,19 @@ class SkipAheadEngine(TiedSteps, Engine):
 
     def _abort_now(self, i: int) -> None:
         if self._group is not None and i in self._group.members:
-            self._group_dissolve(scheduled=False)  # between steps (aborts wait for their end)
+            self._group_drop()  # between steps (aborts wait for their end)
         super()._abort_now(i)
 
     # --- the group's members ------------------------------------------------------------------
     def _group_form(self) -> None:  # of the running requests, all decoding
-        rows = self.running_rows()
-        bs = self.block_size
-        computed = self.num_computed_tokens[rows]
-        left = (self.target_output[rows] - self.num_output_tokens[rows]).tolist()
-        running = self.running
-        finish = list(zip(left, range(len(running)), running, strict=True))
-        heapq.heapify(finish)
-        room = self.kv.num_blocks[rows] * bs - computed  # steps until their blocks are full
-        over = np.flatnonzero(room >= bs)  # holding blocks beyond their computed tokens
-        g = self._group = DecodeGroup(np.bincount(computed % bs, minlength=bs).tolist(), finish,
-                                      dict.fromkeys(running, 0), context=isum(computed),
-                                      size=len(running), num_joined=len(running))
-        self._joined_at[rows] = 0
-        if over.size:
-            g.over = True
-            for k in over.tolist():
-                g.hist[computed.item(k) % bs] -= 1
-                g.defer(running[k], room.item(k), left[k])
+        self._group = DecodeGroup(self)
 
-    def _group_join(self, i: int, computed: int, output: int) -> None:
-        """Row ``i``, started in the group's step, joins with its first token (``computed``,
-        ``output``: its arrays now); join order is running order."""
-        g = self._group
-        assert g is not None
-        step = g.step
-        bs = self.block_size
-        g.members[i] = step
-        self._joined_at[i] = step
-        g.context += computed
-        g.size += 1
-        left = self.target_output.item(i) - output
-        heapq.heappush(g.finish, (left + step, g.num_joined, i))
-        g.num_joined += 1
-        room = self.kv.num_blocks.item(i) * bs - computed
-        if room >= bs:  # blocks beyond its computed tokens
-            g.over = True
-            g.defer(i, room, left)
-        else:
-            g.hist[(computed - step) % bs] += 1
-
-    def _group_dissolve(self, *, scheduled: bool) -> None:
-        """Write every member's arrays and end the group (``scheduled``: its step's blocks are
-        taken, the step not committed)."""
+    def _group_drop(self) -> None:
+        """Write the members' arrays and end the group, between steps."""
         g = self._group
         assert g is not None
         self._group = None
-        m = len(g.members)
-        if not m:
-            return
-        rows = np.fromiter(g.members.keys(), np.int64, m)
-        d = g.step - np.fromiter(g.members.values(), np.int64, m)
-        computed = self.num_computed_tokens[rows] + d
-        self.num_computed_tokens[rows] = computed
-        self.num_output_tokens[rows] += d
-        self.num_tokens[rows] = computed + 1
-        bs = self.block_size
-        blocks = (computed + (bs - 1 + int(scheduled))) // bs
-        num_blocks = self.kv.num_blocks
-        num_blocks[rows] = np.maximum(blocks, num_blocks[rows]) if g.over else blocks
+        g.write(False)
 
     # --- the group's steps ----------------------------------------------------------------------
     def _step(self) -> Generator[simpy.Event, Any, None]:
@@ -224,7 +270,7 @@ class SkipAheadEngine(TiedSteps, Engine):
             if started or g.size:
                 counts = (len(self.running), self.num_waiting() + gw_waiting)
                 return self._group_iteration(g.size, started, reserved, counts)
-            self._group_dissolve(scheduled=False)  # a KV load holds all there is
+            self._group_drop()  # a KV load holds all there is
         return self._run_step(rows, new, started, preempted, reserved, gw_waiting)
 
     def _schedule_fit(self, budget: int) -> tuple[IntArray, IntArray, int] | None:
@@ -250,7 +296,7 @@ class SkipAheadEngine(TiedSteps, Engine):
                     if total:
                         self.kv.take(total)
                     return NO_ROWS, NO_ROWS, n
-            self._group_dissolve(scheduled=False)
+            self._group_drop()
         return super()._schedule_fit(budget)
 
     def _group_iteration(
@@ -260,57 +306,8 @@ class SkipAheadEngine(TiedSteps, Engine):
         """``Engine._run_scheduled`` of the group's step (``n`` members, then ``tail``, those
         starting) and of the decode run it starts, committed as stepping does (a step with
         aborts during it, the last, without them): the one path of the decode group's steps
-        and ``spec_run``'s (which plans its own, :attr:`_plan_group`; ``priced_s``: its time)."""
-        g = self._group
-        run: Run | None = None
-        t_lag = math.inf
-        if g is None:  # (spec_run.SpecGroup's)
-            dt, run, t_lag = self._plan_group(n, tail, priced_s)
-        elif not tail and not self._step_extra_s:  # a decode run of the group
-            t_ext = self.hooks.next_external_s()
-            until = self._plan_until(t_ext) if self.head_refusal else t_ext
-            # (async scheduling: the run may go on a step past t_ext's, DecodeRunPlanner.keep)
-            lag = self._async and until == t_ext and self.runs_past_external
-            # the run ends before a deferred member's blocks fill (it joins hist then), as a request
-            # becomes schedulable (not behind a refused FCFS head, _plan_until), or past t_ext's
-            to_end = (min(g.finish[0][0], g.wake[0][0]) if g.wake else g.finish[0][0]) - g.step
-            if self._pending and not (self._span_head is not None and self.runs_past_external
-                                      and self.config.scheduling_policy == "fcfs"):
-                to_end = min(to_end, self._pending[0][1] - self.num_steps)
-            # a disaggregated decode replica's KV reads: one seen ends the run at its due step,
-            # one not yet seen at the step count it will be due at (LoadNotices.run_cut)
-            notices = None if self.remote is None else self.remote.notices
-            read_s = math.inf
-            if notices is not None:
-                to_end, read_s = notices.run_end(to_end, self.num_steps)
-            planner = self.planner
-            dt = planner.decode_step(n, n + g.context)
-            k_max = planner.bound(to_end, self.t, until, dt, lag)
-            if notices is not None and read_s != math.inf:
-                k_max = planner.bound(k_max, self.t, read_s, dt, notices.notice_steps)
-            if k_max > 1:  # cut where the blocks run out and, while the waiting head is
-                # refused, where it may start (_jump_limit); then DecodeRunPlanner.keep's steps
-                used_now = self.num_gpu_blocks - (free := self.kv.num_available_blocks)
-                if k_max > GROUP_SMALL_K:
-                    alloc = planner.cut_to_free(planner.group_alloc_plan(g.hist, g.step, k_max),
-                                                free)
-                    used: Ints = used_now + alloc
-                else:
-                    used = planner.group_used_small(g.hist, g.step, k_max, free, used_now)
-                    if self.head_refusal:
-                        alloc = np.array(used, np.int64) - used_now
-                if self.head_refusal:
-                    used = used[: self._jump_limit(len(used), alloc)]
-                step_end, dts = planner.steps(n, g.context, len(used), self.t, dt,
-                                              k_max <= GROUP_SMALL_K)
-                k = planner.keep(step_end, t_ext, until, lag)
-                if notices is not None and read_s != math.inf:
-                    k = min(k, notices.run_cut(step_end))
-                run = (step_end, used, dts) if k == len(used) else (step_end[:k], used[:k], dts[:k])
-                t_lag = t_ext if lag else math.inf
-        else:
-            dt = self._step_seconds(tail_features(n, n + g.context, tail, self.num_computed_tokens,
-                                                  self.num_tokens, self.num_output_tokens))
+        and ``spec_run``'s (:meth:`_plan_group`; ``priced_s``: its time, if known)."""
+        dt, run, t_lag = self._plan_group(n, tail, priced_s)
         if run is None:  # one step (nothing cuts it: _work_changed)
             yield from self._wait(self._account_step(dt, reserved, counts))
             self._span_head, k, blocks = None, 1, None
@@ -323,9 +320,11 @@ class SkipAheadEngine(TiedSteps, Engine):
             self._on_steps(False, j)
             if j > 1 and blocks is not None and (extra := int(blocks[j - 1] - blocks[0])):
                 self.kv.take(extra)  # steps 1..'s blocks, as planned (step 0's were taken)
-            done = self._group_advance(j)
+            g = self._group
+            assert g is not None
+            done = g.advance(j)
             if tail:
-                self.commit.decode_step(n, tail, done, self._group_join)
+                self.commit.decode_step(n, tail, done, g.join)
             elif done:  # (decode_step's updates without a tail)
                 self.commit.finish(done)
         if j < k:  # the last as stepping commits it, without the aborted requests
@@ -333,40 +332,66 @@ class SkipAheadEngine(TiedSteps, Engine):
                 self.kv.take(int(blocks[j] - blocks[j - 1]))
             self._commit_step(self.running_rows(), self._group_end(tail, j))  # (members first)
 
+    def _plan_group(self, n: int, tail: list[tuple[int, int]],
+                    priced_s: float | None) -> tuple[float, Run | None, float]:
+        """The group's step (``n`` members, then ``tail``, those starting; ``priced_s``: its
+        time if known, speculation's): its time, the run it starts (None: none) and the event
+        that run may go a step past (inf: none). The decode group's: a run of decode steps,
+        cut where the blocks run out and, while the waiting head is refused, where it may
+        start (``_jump_limit``); then ``DecodeRunPlanner.keep``'s steps."""
+        g = self._group
+        assert g is not None
+        if tail or self._step_extra_s:
+            return self._step_seconds(tail_features(
+                n, n + g.context, tail, self.num_computed_tokens, self.num_tokens,
+                self.num_output_tokens)), None, math.inf
+        # the next external event, how far the run may go (_plan_until) and whether it may go
+        # on a step past the event's (async scheduling, DecodeRunPlanner.keep)
+        t_ext = self.hooks.next_external_s()
+        until = self._plan_until(t_ext) if self.head_refusal else t_ext
+        lag = self._async and until == t_ext and self.runs_past_external
+        # the run ends before a deferred member's blocks fill (it joins hist then), as a request
+        # becomes schedulable (not behind a refused FCFS head, _plan_until), or past t_ext's
+        to_end = (min(g.finish[0][0], g.wake[0][0]) if g.wake else g.finish[0][0]) - g.step
+        if self._pending and not (self._span_head is not None and self.runs_past_external
+                                  and self.config.scheduling_policy == "fcfs"):
+            to_end = min(to_end, self._pending[0][1] - self.num_steps)
+        # a disaggregated decode replica's KV reads: one seen ends the run at its due step,
+        # one not yet seen at the step count it will be due at (LoadNotices.run_cut)
+        notices = None if self.remote is None else self.remote.notices
+        read_s = math.inf
+        if notices is not None:
+            to_end, read_s = notices.run_end(to_end, self.num_steps)
+        planner = self.planner
+        dt = planner.decode_step(n, n + g.context)
+        k_max = planner.bound(to_end, self.t, until, dt, lag)
+        if notices is not None and read_s != math.inf:
+            k_max = planner.bound(k_max, self.t, read_s, dt, notices.notice_steps)
+        if k_max <= 1:
+            return dt, None, math.inf
+        used_now = self.num_gpu_blocks - (free := self.kv.num_available_blocks)
+        if k_max > GROUP_SMALL_K:
+            alloc = planner.cut_to_free(planner.group_alloc_plan(g.hist, g.step, k_max), free)
+            used: Ints = used_now + alloc
+        else:
+            used = planner.group_used_small(g.hist, g.step, k_max, free, used_now)
+            if self.head_refusal:
+                alloc = np.array(used, np.int64) - used_now
+        if self.head_refusal:
+            used = used[: self._jump_limit(len(used), alloc)]
+        step_end, dts = planner.steps(n, g.context, len(used), self.t, dt, k_max <= GROUP_SMALL_K)
+        k = planner.keep(step_end, t_ext, until, lag)
+        if notices is not None and read_s != math.inf:
+            k = min(k, notices.run_cut(step_end))
+        run = (step_end, used, dts) if k == len(used) else (step_end[:k], used[:k], dts[:k])
+        return dt, run, t_ext if lag else math.inf
+
     def _group_end(self, tail: list[tuple[int, int]], j: int) -> IntArray:
         """End the group as (a run's) step ``j`` is scheduled; returns its new tokens."""
         g = self._group
         assert g is not None
-        new = np.array([1] * g.size + [n_new for _, n_new in tail], np.int64)
-        self._group_dissolve(scheduled=True)
-        return new
-
-    def _group_advance(self, k: int) -> list[int]:
-        """Commit ``k`` steps of the group (blocks taken); returns those done, in running
-        order, written and out of the group."""
-        g = self._group
-        assert g is not None
-        g.step += k
-        g.context += g.size * k
-        finish = g.finish
-        done: list[int] = []
-        while finish and finish[0][0] <= g.step:
-            i = heapq.heappop(finish)[2]
-            done.append(i)
-            # its arrays written, out of the group
-            joined = g.members.pop(i)
-            c0 = self.num_computed_tokens.item(i)
-            c = c0 + g.step - joined
-            self.num_computed_tokens[i] = c
-            self.num_output_tokens[i] = self.num_output_tokens.item(i) + g.step - joined
-            self.num_tokens[i] = c + 1
-            if g.deferred.pop(i, None) is None:
-                bs = self.block_size
-                self.kv.num_blocks[i] = max(self.kv.num_blocks.item(i), -(-c // bs))
-                g.hist[(c0 - joined) % bs] -= 1
-            g.context -= c
-            g.size -= 1
-        return done
+        self._group = None
+        return np.array(g.end(j) + [n_new for _, n_new in tail], np.int64)
 
     # --- decode runs ----------------------------------------------------------------------------
     def _plan_until(self, t_ext: float) -> float:

@@ -15,7 +15,6 @@ import bisect
 import math
 from collections.abc import Generator
 from functools import reduce
-from itertools import accumulate
 from operator import add
 from typing import Any
 
@@ -31,6 +30,7 @@ from kvbudget.simulator.decode_plan import (
     DecodeRunPlanner,
     Floats,
     Ints,
+    run_ends,
 )
 from kvbudget.simulator.engine import FloatArray, IntArray
 from kvbudget.simulator.fast_decode import Run, SkipAheadEngine
@@ -60,7 +60,8 @@ Member = tuple[int, IntArray, int, int, int, int, int, int]
 
 class SpecGroup:
     """The running requests of a :class:`SpecSkipAheadEngine` ``e`` while each verifies ``k``
-    drafts a step: ``members`` (running order, :data:`Member`). A member joined at step ``sj``
+    drafts a step, with ``fast_decode.DecodeGroup``'s interface: ``members`` (by row, in
+    running order, :data:`Member`). A member joined at step ``sj``
     with ``steps0`` steps with output; as step ``s < fin`` is scheduled it has ``comp[s - sj]``
     tokens computed plus ``k + 1`` (the context its verify rows attend to), ``d`` more than
     its output tokens, ``steps0 + s - sj`` steps with output and the larger of ``b0`` blocks
@@ -73,14 +74,15 @@ class SpecGroup:
     blocks of those that leave or join at ``s`` that step ``s`` does not take: it takes
     ``blk[s] - blk[s - 1] + adj[s]``. ``clip``: the first step whose drafts the model's
     length clips for a member (the group ends there); ``fresh``: the blocks of the members
-    that joined at the step not yet scheduled; ``terms``: :meth:`price_terms`' last."""
+    that joined at the step not yet scheduled; ``terms``: :meth:`price_terms`' last;
+    ``draft_run_s``: the draft times of the planned run's steps 1.. (:meth:`plan`)."""
 
-    __slots__ = ("_e", "_spec", "adj", "blk", "clip", "ctx", "fin_min", "finc", "fresh",
-                 "members", "step", "terms")
+    __slots__ = ("_e", "_spec", "adj", "blk", "clip", "ctx", "draft_run_s", "fin_min", "finc",
+                 "fresh", "members", "step", "terms")
 
     def __init__(self, e: CommitTarget, spec: SpecDecode) -> None:
         self._e, self._spec = e, spec
-        self.members: list[Member] = []
+        self.members: dict[int, Member] = {}
         self.ctx, self.blk = np.zeros(1024, np.int64), np.zeros(1024, np.int64)
         self.finc: dict[int, int] = {}
         self.adj: dict[int, int] = {}
@@ -88,6 +90,7 @@ class SpecGroup:
         self.fin_min = self.clip = _NEVER
         self.fresh: dict[int, int] = {}
         self.terms: Terms | None = None
+        self.draft_run_s: Floats | None = None
 
     def join(self, i: int, c0: int, o0: int, taken: bool = False) -> None:
         """Row ``i`` (running order, after the members; ``c0`` tokens computed, ``o0`` output)
@@ -123,7 +126,7 @@ class SpecGroup:
             self.clip = min(self.clip, s + int((comp > mml).argmax()))
         cfin = c0 + left + q
         finc[end] = finc.get(end, 0) + cfin
-        self.members.append((i, comp, s, steps0, b0, end, cfin, c0 + q - o0))
+        self.members[i] = (i, comp, s, steps0, b0, end, cfin, c0 + q - o0)
         if end < self.fin_min:
             self.fin_min = end
 
@@ -143,7 +146,8 @@ class SpecGroup:
         s = self.step
         k, mml = spec.k, e.max_model_len
         bs = e.kv.block_size
-        for i, comp, sj, steps0, b0, fin, cfin, d in self.members if members is None else members:
+        for i, comp, sj, steps0, b0, fin, cfin, d in (self.members.values() if members is None
+                                                      else members):
             c1 = comp.item(s - sj) if s < fin else cfin
             c = c1 - k - 1
             e.num_computed_tokens[i] = c
@@ -189,9 +193,7 @@ class SpecGroup:
                 drafts = [(dfixed + d - gap) * k for d in dtable[cs].tolist()]
                 times = [fixed + v + d for v, d in zip(table[cs].tolist(), drafts, strict=True)]
                 times.insert(0, dt0)
-                ends = list(accumulate(times, initial=t))  # t += dt, step by step
-                del ends[0]
-                return [used_now - blk[0] + b for b in blk[:m]], drafts, ends, times
+                return [used_now - blk[0] + b for b in blk[:m]], drafts, run_ends(times, t), times
         blk_a = self.blk[s0 : s0 + k_max]
         alloc = DecodeRunPlanner.cut_to_free(blk_a - blk_a.item(0), free)
         k_max = len(alloc)
@@ -208,24 +210,39 @@ class SpecGroup:
         dts = dts + draft
         draft_s = np.zeros(k_max - 1) if isinstance(draft, float) else draft[1:]  # (n-gram)
         dts[0] = dt0
-        ends_a = dts.copy()
-        ends_a[0] += t
-        np.add.accumulate(ends_a, out=ends_a)  # sequential sums from t, as stepping adds
-        return alloc + used_now, draft_s, ends_a, dts
+        return alloc + used_now, draft_s, run_ends(dts, t), dts
 
-    def output_at(self, s: int) -> list[int]:
-        """The members' output tokens after the group's steps before ``s``."""
-        return [(m[1].item(s - m[2]) if s < m[5] else m[6]) - m[7] for m in self.members]
+    def output_of(self, i: int, ran: int) -> int:
+        """Member ``i``'s output tokens, ``ran`` steps of a run after the group's step."""
+        _, comp, sj, _, _, fin, cfin, d = self.members[i]
+        s = self.step + ran
+        return (comp.item(s - sj) if s < fin else cfin) - d
 
-    def commit(self, m: int, draft_s: Floats | None) -> list[int]:
-        """Commit the group's next ``m`` steps (their blocks taken; ``draft_s``: the draft
-        times of steps 1..m-1); returns the members done in the last (only a run's last
+    def outputs_into(self, out: IntArray) -> None:
+        """Write in ``out`` (the running requests' output tokens) the members' between steps
+        (the members are the first running requests)."""
+        out[: len(self.members)] = [self.output_of(i, 0) for i in self.members]
+
+    def end(self, j: int) -> list[int]:
+        """Write the members' arrays as the group's step (a run's step ``j``, its draft
+        counted) is scheduled; returns the tokens each member's step computes."""
+        spec = self._spec
+        if j:
+            assert self.draft_run_s is not None
+            spec.draft_s += float(self.draft_run_s[j - 1])
+        new = [spec.k + 1] * len(self.members)
+        self.write(True)
+        return new
+
+    def advance(self, m: int) -> list[int]:
+        """Commit the group's next ``m`` steps (their blocks taken; a run's draft times,
+        :attr:`draft_run_s`); returns the members done in the last (only a run's last
         finishes some), written and out, for ``StepCommit.finish``."""
         spec = self._spec
         n = len(self.members)
         s0 = self.step
         s = self.step = s0 + m
-        if m > 1 and draft_s is not None:  # (one sum a step, in stepping's order)
+        if m > 1 and (draft_s := self.draft_run_s) is not None:  # (a sum a step, as stepping)
             if len(draft_s) != m - 1:
                 draft_s = draft_s[: m - 1]
             spec.draft_s = reduce(add, draft_s if isinstance(draft_s, list)
@@ -240,9 +257,10 @@ class SpecGroup:
             return []
         del finc[s]  # (its keys: the members' steps to finish by)
         self.fin_min = min(finc, default=_NEVER)
-        done = [mem for mem in self.members if mem[5] == s]
+        done = [mem for mem in self.members.values() if mem[5] == s]
         self.write(False, done)
-        self.members = [mem for mem in self.members if mem[5] != s]
+        for mem in done:
+            del self.members[mem[0]]
         return [mem[0] for mem in done]
 
 
@@ -253,43 +271,12 @@ class SpecSkipAheadEngine(SkipAheadEngine):
     :meth:`output_tokens_of`, :meth:`running_output_tokens`, ``kv.num_running_blocks``); a
     step that preempts or retracts runs after the group has ended (:meth:`_schedule_fit`)."""
 
+    # the group's slot holds a SpecGroup (its interface is the DecodeGroup's)
+    _group: SpecGroup | None  # type: ignore[assignment]
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._spec_group: SpecGroup | None = None
         self._before = 0  # (_schedule_fit)
-        self._draft_s: Floats = []  # the draft times of the run in progress' steps 1..
-
-    def _outputs(self) -> list[int]:
-        """The members' output tokens as of the steps that have ended (a run's counted)."""
-        g = self._spec_group
-        if g is None:
-            return []
-        return g.output_at(g.step + self._steps_done_now() - self.num_steps)
-
-    def output_tokens_of(self, i: int) -> int:
-        rows = self._rows_ahead()
-        return self._outputs()[rows.index(i)] if i in rows else super().output_tokens_of(i)
-
-    def running_output_tokens(self) -> IntArray:
-        out = super().running_output_tokens()
-        now = self._outputs()  # (the members are the first running requests)
-        out[: len(now)] = now
-        return out
-
-    def _rows_ahead(self) -> list[int]:
-        g = self._spec_group
-        return super()._rows_ahead() if g is None else [mem[0] for mem in g.members]
-
-    def _end_group(self, scheduled: bool) -> None:
-        """Write the members' arrays and end the group (``scheduled``: its step is)."""
-        g = self._spec_group
-        if g is not None:
-            g.write(scheduled)
-            self._spec_group = None
-
-    def _abort_now(self, i: int) -> None:
-        self._end_group(False)
-        super()._abort_now(i)
 
     def _schedule_fit(self, budget: int) -> tuple[IntArray, IntArray, int] | None:
         """``Scheduler._schedule_fit`` of the group in O(1): each member's ``k`` drafts and
@@ -298,7 +285,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         (a group forms of them, :meth:`_run_scheduled`)."""
         commit = self.commit
         n = self._before = len(self.running) if commit.synced and commit.all_decode else 0
-        g, spec = self._spec_group, self.spec
+        g, spec = self._group, self.spec
         if g is not None and spec is not None:
             s = g.step  # (the blocks step s takes: SpecGroup's docstring)
             extra = g.blk.item(s) - g.blk.item(s - 1) + g.adj.get(s, 0)
@@ -309,17 +296,17 @@ class SpecSkipAheadEngine(SkipAheadEngine):
                 if g.fresh:
                     g.fresh.clear()
                 return NO_ROWS, NO_ROWS, n * (spec.k + 1)
-            self._end_group(False)
+            self._group_drop()
         return super()._schedule_fit(budget)
 
-    def _run_step(self, rows: IntArray, new: IntArray, started: list[tuple[int, int]],
-                  preempted: bool, reserved: int, gw_waiting: int
-                  ) -> Generator[simpy.Event, Any, None]:
-        """``Engine._run_step``; the group's step as ``_group_iteration`` (returned: a generator
+    def _step(self) -> Generator[simpy.Event, Any, None]:
+        """``Engine._step``; the group's step as ``_group_iteration`` (returned: a generator
         fewer), its draft and verify priced from the step models' tables."""
-        g = self._spec_group
+        reserved, gw_waiting = self.hooks.gateway_state()
+        rows, new, started, preempted = self._schedule()
+        g = self._group
         if g is None:
-            return super()._run_step(rows, new, started, preempted, reserved, gw_waiting)
+            return self._run_step(rows, new, started, preempted, reserved, gw_waiting)
         counts = (len(self.running), self.num_waiting() + gw_waiting)
         if started and self.kv.prefix is not None:  # starts with prefix caching: a step
             self._price(g)
@@ -354,7 +341,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
                 or (m < len(rows) and self.kv.prefix is not None)):
             yield from super()._run_scheduled(rows, new, preempted, reserved, counts)
             return
-        g = self._spec_group = SpecGroup(self, spec)  # every running request verifies k drafts
+        g = self._group = SpecGroup(self, spec)  # every running request verifies k drafts
         for i in rows[:m].tolist():
             g.join(i, self.num_computed_tokens.item(i), self.num_output_tokens.item(i), True)
         tail = (list(zip(rows[m:].tolist(), new[m:].tolist(), strict=True)) if m < len(rows)
@@ -365,7 +352,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
                     priced_s: float | None) -> tuple[float, Run | None, float]:
         """``SkipAheadEngine._plan_group`` of the :class:`SpecGroup` (``priced_s``: the
         members' verify time, if known); the run's draft times kept for its commit."""
-        g, spec = self._spec_group, self.spec
+        g, spec = self._group, self.spec
         assert g is not None and spec is not None
         q = spec.k + 1
         context = g.ctx.item(g.step)  # (n chunks of q tokens)
@@ -382,9 +369,9 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         dt = (self._step_seconds(StepFeatures(float(n * q), 0.0, float(context),
                                               float(q * context), float(n)))
               if priced_s is None else priced_s + self._step_extra_s)
-        t_ext = self.hooks.next_external_s()
+        t_ext = self.hooks.next_external_s()  # (as a decode run's)
         until = self._plan_until(t_ext) if self.head_refusal else t_ext
-        lag = self._async and until == t_ext and self.runs_past_external  # (as a decode run)
+        lag = self._async and until == t_ext and self.runs_past_external
         k_max = self.planner.bound(k_max, self.t, until, dt, lag)
         run = None
         if k_max > 1:
@@ -395,7 +382,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
             return dt, None, math.inf
         # its steps that run (as a decode run's), while the waiting head is refused up to
         # where it may start
-        used, self._draft_s, ends, dts = run
+        used, g.draft_run_s, ends, dts = run
         k = (self._jump_limit(len(ends), np.asarray(used) - used[0]) if self.head_refusal
              else len(ends))
         k = self.planner.keep(ends if k == len(ends) else ends[:k], t_ext, until, lag)
@@ -403,22 +390,3 @@ class SpecSkipAheadEngine(SkipAheadEngine):
             return dt, None, math.inf
         return dt, ((ends, used, dts) if k == len(ends) else (ends[:k], used[:k], dts[:k])), (
             t_ext if lag else math.inf)
-
-    def _group_advance(self, k: int) -> list[int]:  # (SpecGroup's)
-        assert self._spec_group is not None
-        return self._spec_group.commit(k, self._draft_s if k > 1 else None)
-
-    def _group_join(self, i: int, computed: int, output: int) -> None:
-        assert self._spec_group is not None
-        self._spec_group.join(i, computed, output)
-
-    def _group_end(self, tail: list[tuple[int, int]], j: int) -> IntArray:
-        """(And a run's step ``j``'s draft, as scheduled; the new tokens: each member's
-        ``k + 1``, then the tail's.)"""
-        g, spec = self._spec_group, self.spec
-        assert g is not None and spec is not None
-        if j:
-            spec.draft_s += float(self._draft_s[j - 1])
-        new = np.array([spec.k + 1] * len(g.members) + [x for _, x in tail], np.int64)
-        self._end_group(True)
-        return new

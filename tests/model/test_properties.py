@@ -20,7 +20,7 @@ from kvbudget.simulator.decode_plan import GROUP_SMALL_K, DecodeRunPlanner
 from kvbudget.simulator.engine import Engine
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.engine_variants import ENGINE_CLASSES, TrtllmEngine
-from kvbudget.simulator.fast_decode import SkipAheadEngine
+from kvbudget.simulator.fast_decode import DecodeGroup, SkipAheadEngine
 from kvbudget.simulator.run import SimConfig, simulate
 from kvbudget.simulator.sim_config import FleetConfig
 from kvbudget.workloads import Workload, from_columns
@@ -384,7 +384,7 @@ def _true_state(engine: Engine, rows: npt.NDArray[np.int64]) -> tuple[npt.NDArra
     output = engine.num_output_tokens[rows].copy()
     blocks = engine.kv.num_blocks[rows].copy()
     g = engine._group if isinstance(engine, SkipAheadEngine) else None
-    if g is not None:
+    if isinstance(g, DecodeGroup):
         for k, i in enumerate(rows.tolist()):
             if i in g.members:
                 d = g.step - g.members[i]
@@ -398,9 +398,9 @@ def _true_state(engine: Engine, rows: npt.NDArray[np.int64]) -> tuple[npt.NDArra
 
 def _assert_group_facts(engine: Engine) -> None:
     """The decode group's running sums, histogram and finish heap agree with its members."""
-    if not isinstance(engine, SkipAheadEngine) or engine._group is None:
+    g = engine._group if isinstance(engine, SkipAheadEngine) else None
+    if not isinstance(g, DecodeGroup):
         return
-    g = engine._group
     members = list(g.members)
     # the members are the first running requests, in running order (join order), what
     # running_output_tokens relies on
@@ -412,7 +412,7 @@ def _assert_group_facts(engine: Engine) -> None:
     bs = engine.block_size
     # the array values a member joined with, and the step it joined at
     joined = np.asarray(list(g.members.values()), dtype=np.int64)
-    assert engine._joined_at[rows].tolist() == joined.tolist()
+    assert engine.joined_at[rows].tolist() == joined.tolist()
     base = engine.num_computed_tokens[rows]
     assert g.size == len(members)
     assert g.context == int(computed.sum())

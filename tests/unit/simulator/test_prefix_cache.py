@@ -16,7 +16,7 @@ from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.policies import TierConfig, make_policy
 from kvbudget.simulator.engine import Engine
 from kvbudget.simulator.engine_config import EngineConfig
-from kvbudget.simulator.fast_decode import SkipAheadEngine
+from kvbudget.simulator.fast_decode import DecodeGroup, SkipAheadEngine
 from kvbudget.simulator.prefix_cache import PrefixCache
 from kvbudget.simulator.run import SimConfig, simulate
 from kvbudget.workloads import Workload
@@ -161,7 +161,7 @@ def _check_running_figures(engine: Engine) -> None:
     output = engine.num_output_tokens[rows].copy()
     blocks = engine.kv.num_blocks[rows].copy()
     g = engine._group if isinstance(engine, SkipAheadEngine) else None
-    if g is not None:
+    if isinstance(g, DecodeGroup):
         for k, i in enumerate(rows.tolist()):
             if i in g.members:
                 d = g.step - g.members[i]

@@ -447,14 +447,14 @@ def test_a_group_keeps_its_members_steps_as_sums_and_finishes_each_at_its_step()
     assert g.blk[:4].tolist() == [7, 9, 6, 0]  # (B's 4 leave at step 2)
     assert [g.blk[s] - g.blk[s - 1] + g.adj.get(s, 0) for s in (1, 2)] == [2, 1]
     assert g.finc == {2: 9 + 3, 3: 17 + 3}
-    assert [m[5] for m in g.members] == [3, 2] and g.fin_min == 2
-    assert g.commit(2, None) == [1]  # (the engine takes steps 1..'s blocks: _group_iteration)
+    assert [m[5] for m in g.members.values()] == [3, 2] and g.fin_min == 2
+    assert g.advance(2) == [1]  # (the engine takes steps 1..'s blocks: _group_iteration)
     assert taken == [] and sd.num_accepted_tokens == 6
     assert e.num_computed_tokens.tolist() == [10, 9]
     assert e.num_output_tokens.tolist() == [1, 5]
     assert e.num_tokens.tolist() == [13, 10] and sd.num_spec_tokens.tolist() == [2, 0]
     assert e.kv.num_blocks.tolist() == [4, 4]
-    assert [m[0] for m in g.members] == [0] and g.fin_min == 3
+    assert list(g.members) == [0] and g.fin_min == 3
     g.write(scheduled=False)
     assert e.num_computed_tokens.tolist() == [16, 9]
     assert e.num_output_tokens.tolist() == [7, 5]
