@@ -320,6 +320,60 @@ def _fixed_schedule_note(label: str, summary: Mapping[str, Any], num_sent: int) 
             f"{capped}")
 
 
+def _ramp_s(phase: Mapping[str, Any], key: str) -> float | None:
+    """A phase's ramp's seconds (``{"duration": D, ...}``, or the shorthand ``D``), or None."""
+    ramp = phase.get(key)
+    duration = ramp.get("duration") if isinstance(ramp, Mapping) else ramp
+    return float(duration) if isinstance(duration, int | float) and \
+        not isinstance(duration, bool) and duration > 0 else None
+
+
+def _ramped(summary: Mapping[str, Any], stage: RecordedStage) -> tuple[RecordedStage, list[str]]:
+    """The stage as replayed and notes, for a profiling phase that ramped its load (AIPerf
+    0.13.0 ``timing/phase/runner.py`` ``_create_rampers``): ``--concurrency-ramp-duration D``
+    (``concurrency_ramp``) starts its closed loop at 1 user and adds one at a time, linearly,
+    until its ``--concurrency`` C at D s, so a closed loop of C from the start would load the
+    first D s more than AIPerf did: replayed as an open loop at the recorded sends, at most C in
+    flight; ``--request-rate-ramp-duration D`` (``rate_ramp``) raises the rate linearly from
+    ``rate x 0.1 s / D`` to its ``rate`` over D s: its sends are replayed as recorded (an open
+    loop), the label says the ramp; ``--prefill-concurrency P`` (``prefill_concurrency``) held
+    back every request while P were waiting for their first token, which is not simulated."""
+    phases = dig(summary, "input_config", "phases")
+    phase = next((p for p in phases if isinstance(p, dict) and p.get("kind", p.get("name"))
+                  == "profiling"), None) if isinstance(phases, list) else None
+    if phase is None or stage.load == "unknown":
+        return stage, []
+    notes: list[str] = []
+    users_s, rate_s = _ramp_s(phase, "concurrency_ramp"), _ramp_s(phase, "rate_ramp")
+    if users_s is not None and stage.max_concurrency is not None:
+        users = stage.max_concurrency
+        label = f"{stage.label}, ramped from 1 over {users_s:g} s"
+        notes.append(
+            f"stage '{label}': AIPerf started with 1 user and added one at a time up to {users} "
+            f"over the first {users_s:g} s (--concurrency-ramp-duration): "
+            + ("replayed as an open loop at the recorded sends, at most "
+               f"{users} in flight (a closed loop of {users} from the start would load the "
+               "ramp more than AIPerf did); a simulated server faster than the recorded one "
+               "cannot send sooner than recorded, so compare its latencies"
+               if stage.load == "closed" else
+               f"the replay holds at most {users} in flight from the start"))
+        stage = replace(stage, label=label,
+                        load="capped" if stage.load == "closed" else stage.load)
+    if rate_s is not None and stage.request_rate is not None:
+        label = f"{stage.label}, ramped over {rate_s:g} s"
+        notes.append(f"stage '{label}': AIPerf raised its rate linearly to "
+                     f"{stage.request_rate:g} req/s over the first {rate_s:g} s "
+                     "(--request-rate-ramp-duration): the replay offers the requests at their "
+                     "recorded sends, which followed the ramp")
+        stage = replace(stage, label=label)
+    prefill = phase.get("prefill_concurrency")
+    if isinstance(prefill, int) and not isinstance(prefill, bool):
+        notes.append(f"--prefill-concurrency {prefill}: AIPerf held each request back while "
+                     f"{prefill} were waiting for their first token, which the replay does "
+                     "not: its requests go as the stage's load mode sends them")
+    return stage, notes
+
+
 def _phase_type(summary: Mapping[str, Any]) -> str:
     """The profiling phase's arrival pattern (``constant``, ``poisson``, ...), or ``""``."""
     phases = dig(summary, "input_config", "phases")
@@ -707,6 +761,7 @@ def read_aiperf(path: Path, default_tier: str,
             first, lat
         end[i] = t1 if not math.isnan(t1) else t0 + lat * 1e9 if not math.isnan(lat) else math.inf
         status.append(_status(rec, meta))
+    _refuse_unstreamed(path, ttft, e2e)
     rec = _recording(path, records, prompt, output, start, ttft, e2e, itl, status,
                      from_server, default_tier, max_output_rule, end, issued)
     rec = _with_cache_note(rec, prompt, cached)
@@ -722,6 +777,21 @@ def read_aiperf(path: Path, default_tier: str,
             "their recorded sends, so a slower simulated server does not delay them as it "
             "would have")))
     return rec
+
+
+def _refuse_unstreamed(path: Path, ttft: FloatArray, e2e: FloatArray) -> None:
+    """A run without ``--streaming`` (its summary's ``input_config.endpoint.streaming`` unset):
+    AIPerf times each request's end (``request_latency``) but no first token, so nothing of it
+    can be compared as TTFT and TPOT; refused saying so, not as a file of no measured
+    request."""
+    if np.isfinite(ttft).any() or not np.isfinite(e2e).any():
+        return
+    endpoint = dig(_summary(path), "input_config", "endpoint")
+    if isinstance(endpoint, Mapping) and not endpoint.get("streaming"):
+        raise TraceError(path, "AIPerf ran without --streaming (input_config.endpoint in "
+                         f"{SUMMARY_NAME} has no streaming): its records time each request's "
+                         "end (request_latency) but no first token, and kvbudget compares "
+                         "TTFT, TPOT and E2E; record the run with --streaming")
 
 
 def _with_cache_note(rec: Recording, prompt: FloatArray, cached: FloatArray) -> Recording:
@@ -804,6 +874,8 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     config = _config(_summary_path(path), summary)
     notes: list[str] = []
     sent, arrival, stage = _due_times(summary, stage, start, end, issued, status, notes)
+    stage, said_ramp = _ramped(summary, stage)
+    notes.extend(said_ramp)
     recorded = (np.full(len(prompt), float(config["max_tokens"])) if "max_tokens" in config
                 else None)
     failed = np.array([st.startswith("error") or st == "cancelled" for st in status], dtype=bool)

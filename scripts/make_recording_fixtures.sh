@@ -8,7 +8,9 @@
 #                                                      # guidellm-0.3.1 ...; the time-limited
 #                                                      # runs guidellm-timed, aiperf-timed,
 #                                                      # aiperf-timed-open;
-#                                                      # aiperf-trace)
+#                                                      # aiperf-trace; options the first
+#                                                      # runs leave out: vllm-options,
+#                                                      # aiperf-options)
 #
 # It starts the CPU vLLM of the live tests (tests/live/livevllm.py's flags: a tiny random Llama
 # made by tests/live/tiny_model.py, served as "tiny" on 127.0.0.1, 10 KV blocks of 128 tokens,
@@ -120,6 +122,30 @@ run_vllm() {
     "$VLLM_BIN/vllm" "${common[@]}" --request-rate inf --result-filename inf.json
     "$VLLM_BIN/vllm" "${common[@]}" --request-rate 8 --random-prefix-len 16 \
         --goodput ttft:200 e2el:2000 --result-filename prefix16.json
+}
+
+run_vllm_options() {
+    # options the runs above leave out, 10 requests each, kept apart in options/ (run_vllm
+    # empties its own directory): probe requests beside an open loop (--probe-request-rate:
+    # counted in the file, not listed); an exponential ramp capped at 3 in flight; lengths
+    # drawn within +-50 % (--random-range-ratio) with no --ignore-eos (each answer may stop
+    # early: its realised length is a lower bound of what was asked)
+    local version dest
+    version=$("$VLLM_PY" -c "import importlib.metadata as m; print(m.version('vllm'))")
+    dest="$OUT/vllm-bench-${version%+cpu}/options"
+    mkdir -p "$dest"
+    rm -f "$dest"/*.json
+    local common=(bench serve --backend vllm --base-url "$URL" --model tiny
+                  --tokenizer "$MODEL_DIR" --dataset-name random --random-input-len 32
+                  --random-output-len 16 --num-prompts 10 --seed 0
+                  --save-result --save-detailed --result-dir "$dest" --disable-tqdm)
+    "$VLLM_BIN/vllm" "${common[@]}" --ignore-eos --request-rate 8 --probe-request-rate 4 \
+        --result-filename probe4_rate8.json
+    "$VLLM_BIN/vllm" "${common[@]}" --ignore-eos --ramp-up-strategy exponential \
+        --ramp-up-start-rps 1 --ramp-up-end-rps 16 --max-concurrency 3 \
+        --result-filename rampup_exp_c3.json
+    "$VLLM_BIN/vllm" "${common[@]}" --random-range-ratio 0.5 --request-rate 8 \
+        --result-filename range05_rate8.json
 }
 
 # vLLM's offline benchmark (no server): its --output-json file times no request, and kvbudget
@@ -298,6 +324,34 @@ run_aiperf_trace() {
     keep_aiperf a9 trace_window
 }
 
+run_aiperf_options() {
+    # options the runs above leave out, 8-10 requests each: no --streaming (refused by name:
+    # no first token is timed); --request-cancellation-rate 50 (AIPerf cancels half of its
+    # requests 0.05 s after sending them: records with was_cancelled); the two ramps
+    local py dest
+    py=$(tool_venv aiperf "$AIPERF_VERSION" python3)
+    dest="$OUT/aiperf-$AIPERF_VERSION"
+    mkdir -p "$dest"
+    local common=(profile --model tiny --url "$URL" --endpoint-type completions
+                  --tokenizer "$MODEL_DIR" --isl 32 --isl-stddev 0 --osl 16 --osl-stddev 0
+                  --extra-inputs ignore_eos:true --random-seed 0 --ui-type none)
+    "$py" -m aiperf "${common[@]}" --request-count 8 --concurrency 2 --artifact-dir "$WORK/a11"
+    "$py" -m aiperf "${common[@]}" --streaming --request-count 10 --concurrency 2 \
+        --request-cancellation-rate 50 --request-cancellation-delay 0.05 \
+        --artifact-dir "$WORK/a12"
+    # ramps: a closed loop that starts at 1 user and adds one at a time up to 4 over 1 s
+    # (--concurrency-ramp-duration); an open loop whose rate climbs to 8 req/s over 1 s
+    # (--request-rate-ramp-duration)
+    "$py" -m aiperf "${common[@]}" --streaming --request-count 10 --concurrency 4 \
+        --concurrency-ramp-duration 1 --artifact-dir "$WORK/a13"
+    "$py" -m aiperf "${common[@]}" --streaming --request-count 10 --request-rate 8 \
+        --request-rate-ramp-duration 1 --artifact-dir "$WORK/a14"
+    keep_aiperf a11 unstreamed_concurrency2
+    keep_aiperf a12 cancel50_concurrency2
+    keep_aiperf a13 concurrency4_ramp1
+    keep_aiperf a14 rate8_ramp1
+}
+
 run_guidellm_timed() {
     # a closed loop of 4 users stopped after 2 s by max_duration (no request count): the
     # requests in flight at the limit are cancelled
@@ -373,9 +427,9 @@ EOF
 
 mkdir -p "$OUT"
 TOOLS=("$@")
-[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline guidellm guidellm-timed guidellm-0.6.1 guidellm-0.4.0
+[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options guidellm guidellm-timed guidellm-0.6.1 guidellm-0.4.0
                                     guidellm-0.3.1 guidellm-0.2.1 aiperf aiperf-timed
-                                    aiperf-timed-open aiperf-trace
+                                    aiperf-timed-open aiperf-trace aiperf-options
                                     inference-perf)
 start_server
 for tool in "${TOOLS[@]}"; do
@@ -383,6 +437,7 @@ for tool in "${TOOLS[@]}"; do
     case "$tool" in
     vllm) run_vllm ;;
     vllm-offline) run_vllm_offline ;;
+    vllm-options) run_vllm_options ;;
     guidellm) run_guidellm ;;
     guidellm-timed) run_guidellm_timed ;;
     guidellm-*) run_guidellm "${tool#guidellm-}" ;;
@@ -390,6 +445,7 @@ for tool in "${TOOLS[@]}"; do
     aiperf-timed) run_aiperf_timed ;;
     aiperf-timed-open) run_aiperf_timed_open ;;
     aiperf-trace) run_aiperf_trace ;;
+    aiperf-options) run_aiperf_options ;;
     inference-perf) run_inference_perf ;;
     *) echo "make_recording_fixtures: unknown tool $tool" >&2; exit 2 ;;
     esac
