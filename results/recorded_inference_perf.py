@@ -45,6 +45,11 @@ from kvbudget.results.recorded_fields import (
     max_tokens_note,
     number,
 )
+from kvbudget.results.recorded_guidellm_prefix import SharedPrefix, body_key
+from kvbudget.results.recorded_inference_perf_prefix import (
+    inference_perf_prefix,
+    shared_prefix_settings,
+)
 from kvbudget.results.recorded_refusals import context_refusal_note
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
@@ -219,6 +224,7 @@ def read_inference_perf(path: Path, default_tier: str,
                                         sent + np.array([r[4] for r in rows]), seed, due, notes)
     recorded = np.array([r[6] for r in rows])
     recorded_or_none = recorded if np.isfinite(recorded).any() else None
+    prefix = _prefix(path, doc, prompt, notes)
     workload, counts, warnings = finish_columns(
         path, "inference-perf", prompt=prompt, output=np.array([r[1] for r in rows]),
         arrival=due,
@@ -228,7 +234,8 @@ def read_inference_perf(path: Path, default_tier: str,
         default_tier=default_tier, max_output=recorded_or_none, max_output_rule=max_output_rule,
         # recorded when each response ends (inference-perf 0.7.0
         # inference_perf/client/modelserver/openai_client.py -> request_collector record_metric)
-        completion_order=True)
+        completion_order=True, prefix=None if prefix is None else prefix.hashes,
+        prefix_block_tokens=None if prefix is None else prefix.block_tokens)
     order = workload.request_id
     status = [rows[r][5] for r in order.tolist()]
     counts["num_failed"] = sum(s.startswith("error") for s in status)
@@ -257,6 +264,19 @@ def read_inference_perf(path: Path, default_tier: str,
                            itl_mean=None, config=config, counts=counts,
                            notes=[*notes, *warnings], stages=tuple(stages),
                            sent_s=sent[order] - float(due.min()), tool="inference-perf")
+
+
+def _prefix(path: Path, doc: list[Any], prompt: FloatArray,
+            notes: list[str]) -> SharedPrefix | None:
+    """The shared system prompts of a ``shared_prefix`` run (its ``config.yaml`` beside the
+    report says so), read from the request bodies; its note appended to ``notes``."""
+    settings = shared_prefix_settings(path)
+    if settings is None:
+        return None
+    keys = [body_key(_body(req)) if isinstance(req, dict) else None for req in doc]
+    prefix = inference_perf_prefix(settings, keys, prompt.tolist())
+    notes.append(prefix.note)
+    return prefix
 
 
 def _stages(path: Path, start: Any, ids: list[int | None]) -> tuple[list[str],

@@ -11,7 +11,8 @@
 #                                                      # aiperf-trace; options the first
 #                                                      # runs leave out: vllm-options,
 #                                                      # aiperf-options, aiperf-chat,
-#                                                      # guidellm-options)
+#                                                      # guidellm-options,
+#                                                      # inference-perf-options)
 #
 # It starts the CPU vLLM of the live tests (tests/live/livevllm.py's flags: a tiny random Llama
 # made by tests/live/tiny_model.py, served as "tiny" on 127.0.0.1, 10 KV blocks of 128 tokens,
@@ -464,12 +465,61 @@ EOF
     cp "$WORK"/ip-conc/*.json "$dest/concurrent/"
 }
 
+run_inference_perf_options() {
+    # Poisson arrivals in two stages, prompts from shared_prefix data (one of 2 system prompts
+    # of 32 tokens, then a 16-token question); its config.yaml is kept beside the reports:
+    # kvbudget reads the data settings from it
+    local py dest
+    py=$(tool_venv inference-perf "$INFERENCE_PERF_VERSION" python3.12)
+    dest="$OUT/inference-perf-$INFERENCE_PERF_VERSION/shared_prefix_poisson"
+    mkdir -p "$dest"
+    rm -f "$dest"/*.json "$dest"/config.yaml
+    cat >"$WORK/ip-sp.yaml" <<EOF
+load:
+  type: poisson
+  stages:
+  - rate: 6
+    duration: 2
+  - rate: 3
+    duration: 2
+api:
+  type: completion
+  streaming: true
+server:
+  type: vllm
+  model_name: tiny
+  base_url: $URL
+  ignore_eos: true
+tokenizer:
+  pretrained_model_name_or_path: $MODEL_DIR
+data:
+  type: shared_prefix
+  shared_prefix:
+    num_groups: 2
+    num_prompts_per_group: 4
+    system_prompt_len: 32
+    question_len: 16
+    output_len: 16
+report:
+  request_lifecycle:
+    summary: true
+    per_stage: true
+    per_request: true
+storage:
+  local_storage:
+    path: $WORK/ip-sp
+EOF
+    (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
+        --config_file "$WORK/ip-sp.yaml")
+    cp "$WORK"/ip-sp/*.json "$WORK"/ip-sp/config.yaml "$dest/"
+}
+
 mkdir -p "$OUT"
 TOOLS=("$@")
 [[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options guidellm guidellm-timed guidellm-options guidellm-0.6.1 guidellm-0.4.0
                                     guidellm-0.3.1 guidellm-0.2.1 aiperf aiperf-timed
                                     aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
-                                    inference-perf)
+                                    inference-perf inference-perf-options)
 start_server
 for tool in "${TOOLS[@]}"; do
     echo "make_recording_fixtures: $tool" >&2
@@ -488,6 +538,7 @@ for tool in "${TOOLS[@]}"; do
     aiperf-options) run_aiperf_options ;;
     aiperf-chat) run_aiperf_chat ;;
     inference-perf) run_inference_perf ;;
+    inference-perf-options) run_inference_perf_options ;;
     *) echo "make_recording_fixtures: unknown tool $tool" >&2; exit 2 ;;
     esac
 done

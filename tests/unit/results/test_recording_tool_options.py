@@ -206,3 +206,64 @@ def test_guidellm_chat_with_prefixes_reads_to_its_own_summary() -> None:
     assert rec.stages == (RecordedStage("0: concurrent x2", "closed", None, 2),)
     assert rec.config["max_tokens"] == 16 and rec.config["ignore_eos"] is True
     assert any("16-token prefix" in n for n in rec.notes)
+
+
+# --------------------------------------------------------------------------- inference-perf
+
+
+SHARED_PREFIX = FIXTURES / "inference-perf-0.7.0" / "shared_prefix_poisson"
+
+
+def test_inference_perf_poisson_stages_read_to_its_own_summary() -> None:
+    rec = read_recording(SHARED_PREFIX / "per_request_lifecycle_metrics.json")
+    ok = json.loads((SHARED_PREFIX / "summary_lifecycle_metrics.json").read_text())["successes"]
+    u = usable(rec)
+    assert len(u) == ok["count"]
+    assert close(u["ttft_s"].mean(), ok["latency"]["time_to_first_token"]["mean"])
+    assert int(u["prompt_tokens"].sum()) == ok["prompt_tokens"]["total"]
+    assert int(u["output_tokens"].sum()) == ok["output_tokens"]["total"]
+    for k, stage in enumerate(rec.stages):
+        own = json.loads((SHARED_PREFIX / f"stage_{k}_lifecycle_metrics.json").read_text())
+        rate = own["load_summary"]["requested_rate"]
+        assert stage == RecordedStage(f"stage {k}: {rate:g} req/s", "open", rate)
+        assert (rec.measured["stage"] == stage.label).sum() == own["successes"]["count"]
+
+
+def test_inference_perf_shared_prefix_groups_are_simulated_shared() -> None:
+    # shared_prefix data (2 system prompts of 32 tokens): every prompt was simulated as its
+    # own, though the bodies the report keeps show which system prompt each began with
+    rec = read_recording(SHARED_PREFIX / "per_request_lifecycle_metrics.json")
+    wl = rec.workload
+    assert wl.prefix_hashes is not None and wl.prefix_offsets is not None
+    assert wl.prefix_block_tokens == 32
+    assert (np.diff(wl.prefix_offsets) == 1).all()  # one hash (two blocks) a request
+    assert set(wl.prefix_hashes.tolist()) == {1, 2}
+    # the hash follows the body: requests whose prompts begin alike share it
+    doc = json.loads((SHARED_PREFIX / "per_request_lifecycle_metrics.json").read_text())
+    heads = [json.loads(r["request"])["prompt"][:24] for r in doc]
+    by_head: dict[str, set[int]] = {}
+    for row, h in zip(wl.request_id.tolist(), wl.prefix_hashes.tolist(), strict=True):
+        by_head.setdefault(heads[row], set()).add(h)
+    assert len(by_head) == 2 and all(len(v) == 1 for v in by_head.values())
+    assert any(n.startswith("prompts began with one of 2 system prompts of 32 tokens") for n in
+               rec.notes)
+    # a run of random data (no config.yaml beside it) shares nothing
+    plain = read_recording(FIXTURES / "inference-perf-0.7.0" / "per_request_lifecycle_metrics.json")
+    assert plain.workload.prefix_hashes is None
+
+
+def test_inference_perf_shared_prefix_groups_need_distinct_bodies(tmp_path: Path) -> None:
+    # bodies that do not begin with as many texts as the config's groups are said, not guessed
+    for name in ("per_request_lifecycle_metrics.json", "stage_0_lifecycle_metrics.json",
+                 "stage_1_lifecycle_metrics.json", "config.yaml"):
+        (tmp_path / name).write_bytes((SHARED_PREFIX / name).read_bytes())
+    doc = json.loads((tmp_path / "per_request_lifecycle_metrics.json").read_text())
+    for k, req in enumerate(doc):
+        body = json.loads(req["request"])
+        body["prompt"] = f"{k:03d}" + body["prompt"]
+        req["request"] = json.dumps(body)
+    (tmp_path / "per_request_lifecycle_metrics.json").write_text(json.dumps(doc))
+    rec = read_recording(tmp_path / "per_request_lifecycle_metrics.json")
+    assert rec.workload.prefix_hashes is None
+    assert any("the request bodies do not begin with 2 distinct texts: not simulated" in n
+               for n in rec.notes)
