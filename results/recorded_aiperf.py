@@ -339,9 +339,7 @@ def _ramped(summary: Mapping[str, Any], stage: RecordedStage,
     ``rate x 0.1 s / D`` to its ``rate`` over D s: its sends are replayed as recorded (an open
     loop), the label says the ramp; ``--prefill-concurrency P`` (``prefill_concurrency``) held
     back every request while P were waiting for their first token, which is not simulated."""
-    phases = dig(summary, "input_config", "phases")
-    phase = next((p for p in phases if isinstance(p, dict) and p.get("kind", p.get("name"))
-                  == "profiling"), None) if isinstance(phases, list) else None
+    phase = _profiling_phase(summary)
     if phase is None or stage.load == "unknown":
         return stage
     notes = said
@@ -373,6 +371,38 @@ def _ramped(summary: Mapping[str, Any], stage: RecordedStage,
                      f"{prefill} were waiting for their first token, which the replay does "
                      "not: its requests go as the stage's load mode sends them")
     return stage
+
+
+def _series(summary: Mapping[str, Any], stage: RecordedStage, said: list[str]) -> RecordedStage:
+    """The stage as replayed (its note appended to ``said``) for a profiling phase whose rate
+    followed ``--request-rate-series`` (``rate_series``: piecewise-linear ``qps`` points over
+    ``time_s``, AIPerf 0.13.0 ``config/rate_series.py``; the phase has no ``rate``, so
+    :func:`_stage` finds no load): an open loop at the recorded sends, which followed the
+    series, at most its ``--concurrency`` in flight where it has one."""
+    phase = _profiling_phase(summary)
+    series = phase.get("rate_series") if phase is not None else None
+    if stage.load != "unknown" or not isinstance(series, Mapping) or phase is None:
+        return stage
+    points = series.get("points")
+    qps: list[float] = [float(p["qps"]) for p in (points if isinstance(points, list) else [])
+                        if isinstance(p, Mapping) and isinstance(p.get("qps"), int | float)
+                        and not isinstance(p.get("qps"), bool)]
+    conc = phase.get("concurrency")
+    conc = conc if isinstance(conc, int) and not isinstance(conc, bool) and conc > 0 else None
+    label = ("rate series" + (f" {min(qps):g} to {max(qps):g} req/s" if qps else "")
+             + (f", concurrency {conc}" if conc else ""))
+    said.append(f"stage '{label}': AIPerf varied its rate along --request-rate-series"
+                + (f" ({len(qps)} points)" if qps else "") + ": the replay offers the requests "
+                "at their recorded sends, which followed the series"
+                + (f", at most {conc} in flight" if conc else ""))
+    return RecordedStage(label, "capped" if conc else "open", None, conc)
+
+
+def _profiling_phase(summary: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The summary's profiling phase (``input_config.phases``), or None."""
+    phases = dig(summary, "input_config", "phases")
+    return next((p for p in phases if isinstance(p, dict) and p.get("kind", p.get("name"))
+                 == "profiling"), None) if isinstance(phases, list) else None
 
 
 def _turns_held(records: list[tuple[int, Any]], summary: Mapping[str, Any],
@@ -934,7 +964,8 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     config = _config(_summary_path(path), summary)
     notes: list[str] = []
     sent, arrival, stage = _due_times(summary, stage, start, end, issued, status, notes)
-    stage = _turns_held(records, summary, _ramped(summary, stage, notes), notes)
+    stage = _turns_held(records, summary,
+                        _ramped(summary, _series(summary, stage, notes), notes), notes)
     recorded = (np.full(len(prompt), float(config["max_tokens"])) if "max_tokens" in config
                 else None)
     failed = np.array([st.startswith("error") or st == "cancelled" for st in status], dtype=bool)

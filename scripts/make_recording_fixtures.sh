@@ -11,6 +11,7 @@
 #                                                      # aiperf-trace; options the first
 #                                                      # runs leave out: vllm-options,
 #                                                      # aiperf-options, aiperf-chat,
+#                                                      # aiperf-rate-series,
 #                                                      # guidellm-options,
 #                                                      # inference-perf-options)
 #
@@ -360,6 +361,21 @@ run_aiperf_options() {
     keep_aiperf a14 rate8_ramp1
 }
 
+run_aiperf_rate_series() {
+    # a rate that follows --request-rate-series: 2 req/s at the start, rising linearly to 10
+    # req/s at 1 s
+    local py dest
+    py=$(tool_venv aiperf "$AIPERF_VERSION" python3)
+    dest="$OUT/aiperf-$AIPERF_VERSION"
+    mkdir -p "$dest"
+    echo '{"points": [{"time_s": 0, "qps": 2}, {"time_s": 1, "qps": 10}]}' >"$WORK/series.json"
+    "$py" -m aiperf profile --model tiny --url "$URL" --endpoint-type completions --streaming \
+        --tokenizer "$MODEL_DIR" --isl 32 --isl-stddev 0 --osl 16 --osl-stddev 0 \
+        --extra-inputs ignore_eos:true --random-seed 0 --ui-type none --request-count 10 \
+        --request-rate-series "$WORK/series.json" --artifact-dir "$WORK/a16"
+    keep_aiperf a16 rate_series2to10
+}
+
 run_aiperf_chat() {
     # multi-turn chat: 4 conversations of 3 turns, each later turn sent 300 ms after the turn
     # before returned, 2 conversations at a time (AIPerf holds a user for its conversation)
@@ -519,6 +535,7 @@ TOOLS=("$@")
 [[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options guidellm guidellm-timed guidellm-options guidellm-0.6.1 guidellm-0.4.0
                                     guidellm-0.3.1 guidellm-0.2.1 aiperf aiperf-timed
                                     aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
+                                    aiperf-rate-series
                                     inference-perf inference-perf-options)
 start_server
 for tool in "${TOOLS[@]}"; do
@@ -537,6 +554,7 @@ for tool in "${TOOLS[@]}"; do
     aiperf-trace) run_aiperf_trace ;;
     aiperf-options) run_aiperf_options ;;
     aiperf-chat) run_aiperf_chat ;;
+    aiperf-rate-series) run_aiperf_rate_series ;;
     inference-perf) run_inference_perf ;;
     inference-perf-options) run_inference_perf_options ;;
     *) echo "make_recording_fixtures: unknown tool $tool" >&2; exit 2 ;;

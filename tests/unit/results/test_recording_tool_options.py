@@ -143,6 +143,19 @@ def test_aiperf_rate_ramp_is_said() -> None:
     assert "rate_ramp" not in json.dumps(plain["input_config"])
 
 
+def test_aiperf_rate_series_is_said_not_an_unrecorded_load() -> None:
+    # --request-rate-series (2 req/s rising to 10 req/s at 1 s): the phase has no rate, and
+    # the stage was read as "load mode not recorded"
+    rec, summary = _aiperf("rate_series2to10")
+    label = "rate series 2 to 10 req/s"
+    assert rec.stages == (RecordedStage(label, "open", None, None),)
+    assert any(n.startswith(f"stage '{label}': AIPerf varied its rate along "
+                            "--request-rate-series (2 points)") for n in rec.notes)
+    u = usable(rec)
+    assert len(u) == summary["request_count"]["avg"] == 10
+    assert close(u["ttft_s"].mean() * 1e3, summary["time_to_first_token"]["avg"])
+
+
 def test_aiperf_multi_turn_conversations_are_not_a_closed_loop_without_their_delays() -> None:
     # 4 conversations of 3 chat turns, each later turn sent 300 ms after the turn before
     # returned, 2 at a time: it was read as a closed loop of 2 users sending at once
