@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from kvbudget.results.recorded_aiperf_prefix import aiperf_prefix
 from kvbudget.results.recorded_fields import (
     MAX_MEASURED_S,
     dig,
@@ -44,10 +45,12 @@ from kvbudget.results.recorded_fields import (
     number,
     time_limit_note,
 )
+from kvbudget.results.recorded_guidellm_prefix import SharedPrefix
 from kvbudget.results.recorded_refusals import context_refusal_note
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
+from kvbudget.workloads.workload import Workload
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -955,6 +958,22 @@ def _due_times(summary: Mapping[str, Any], stage: RecordedStage, start: FloatArr
     return sent, due, stage
 
 
+def _columns(path: Path, prompt: Any, output: Any, arrival: Any, recorded: Any,
+             default_tier: str, max_output_rule: MaxOutputRule | None,
+             prefix: SharedPrefix | None) -> tuple[Workload, dict[str, int], list[str]]:
+    """The records' workload (:func:`finish_columns`), with their prefix hashes if any."""
+    return finish_columns(
+        path, "aiperf", prompt=prompt, output=output, arrival=arrival,
+        fields={"prompt_tokens": "input_sequence_length",
+                "output_tokens": "usage_completion_tokens", "arrival_s": "request_start_ns",
+                "max_output_tokens": "max_tokens"},
+        default_tier=default_tier, max_output=recorded, max_output_rule=max_output_rule,
+        # written as each record arrives, so in completion order (AIPerf 0.13.0
+        # aiperf/post_processors/record_export_jsonl_writer.py, RecordExportJSONLWriter)
+        completion_order=True, prefix=None if prefix is None else prefix.hashes,
+        prefix_block_tokens=None if prefix is None else prefix.block_tokens)
+
+
 def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: Any,
                start: Any, ttft: Any, e2e: Any, itl: Any, status: list[str],
                from_server: npt.NDArray[np.bool_], default_tier: str,
@@ -975,15 +994,9 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
         i = int(np.argmax(missing_prompt))
         raise TraceError(path, "missing", line=records[i][0],
                          field="metrics.input_sequence_length")
-    workload, counts, warnings = finish_columns(
-        path, "aiperf", prompt=prompt, output=output, arrival=arrival,
-        fields={"prompt_tokens": "input_sequence_length",
-                "output_tokens": "usage_completion_tokens", "arrival_s": "request_start_ns",
-                "max_output_tokens": "max_tokens"},
-        default_tier=default_tier, max_output=recorded, max_output_rule=max_output_rule,
-        # written as each record arrives, so in completion order (AIPerf 0.13.0
-        # aiperf/post_processors/record_export_jsonl_writer.py, RecordExportJSONLWriter)
-        completion_order=True)
+    prefix = aiperf_prefix(path, summary, records, prompt.tolist())
+    workload, counts, warnings = _columns(path, prompt, output, arrival, recorded, default_tier,
+                                          max_output_rule, prefix)
     rows = workload.request_id
     st = [status[r] for r in rows.tolist()]
     counts["num_warmup"] = st.count("warmup")
@@ -995,7 +1008,8 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     kept = np.zeros(len(status), dtype=bool)
     kept[rows] = True
     stage, said_failed = _failed(stage, summary, status, ~kept, start, end)
-    notes = [max_tokens_note(recorded, max_output_rule), *notes, *said_failed]
+    notes = [max_tokens_note(recorded, max_output_rule), *notes, *said_failed,
+             *([prefix.note] if prefix is not None else [])]
     if counts["num_warmup"]:
         notes.append(f"{counts['num_warmup']} warm-up requests simulated (they loaded the "
                      "server) and left out of the measured statistics, as AIPerf does")

@@ -75,15 +75,23 @@ def inference_perf_prefix(settings: Mapping[str, Any], keys: Sequence[str | None
         return SharedPrefix(None, None, f"prompts began with a shared system prompt ({said}); "
                             f"{why}: not simulated, every prompt is its own, so the simulated "
                             "TTFT is too high")
+    return grouped_prefix(keys, prompt_tokens, length, groups,
+                          f"one of {groups} system prompts of {length} tokens ({said})")
+
+
+def grouped_prefix(keys: Sequence[str | None], prompt_tokens: Sequence[float], length: int,
+                   groups: int, said: str) -> SharedPrefix:
+    """Requests grouped by the leading text of their bodies (``keys``; None: not kept) into at
+    most ``groups`` prefixes of ``length`` tokens, one hash a group naming its whole KV blocks;
+    ``said`` names the prefixes in the note ("one of 2 system prompts of 32 tokens (...)")."""
     block = length - length % KV_BLOCK_TOKENS
     kept = [k for k, t in zip(keys, prompt_tokens, strict=True) if k is not None and t >= length]
     chars = _key_chars(kept, length, groups) if block and kept else None
     if chars is None:
         why = (f"shorter than a {KV_BLOCK_TOKENS}-token KV block" if not block else
                f"the request bodies do not begin with {groups} distinct texts")
-        return SharedPrefix(None, None, f"prompts began with one of {groups} system prompts of "
-                            f"{length} tokens ({said}); {why}: not simulated, every prompt is "
-                            "its own, so the simulated TTFT is too high")
+        return SharedPrefix(None, None, f"prompts began with {said}; {why}: not simulated, "
+                            "every prompt is its own, so the simulated TTFT is too high")
     group: dict[str, int] = {}
     flat: list[int] = []
     offsets = [0]
@@ -91,10 +99,10 @@ def inference_perf_prefix(settings: Mapping[str, Any], keys: Sequence[str | None
         if key is not None and tokens >= length:
             flat.append(group.setdefault(key[:chars], len(group) + 1))
         offsets.append(len(flat))
-    note = (f"prompts began with one of {groups} system prompts of {length} tokens ({said}): "
-            f"{len(group)} distinct in the bodies of {len(flat)} requests, simulated as shared "
-            f"prefix blocks of {block} tokens (whole {KV_BLOCK_TOKENS}-token KV blocks) that "
-            "the prefix cache serves after their first prefill")
+    note = (f"prompts began with {said}: {len(group)} distinct in the bodies of {len(flat)} "
+            f"requests, simulated as shared prefix blocks of {block} tokens (whole "
+            f"{KV_BLOCK_TOKENS}-token KV blocks) that the prefix cache serves after their first "
+            "prefill")
     if len(flat) < len(keys):
         note += (f"; {len(keys) - len(flat)} requests whose body the report does not keep, or "
                  "whose prompt is shorter, get none (each prefilled whole)")

@@ -11,7 +11,7 @@
 #                                                      # aiperf-trace; options the first
 #                                                      # runs leave out: vllm-options,
 #                                                      # aiperf-options, aiperf-chat,
-#                                                      # aiperf-rate-series,
+#                                                      # aiperf-rate-series, aiperf-prefix,
 #                                                      # guidellm-options,
 #                                                      # inference-perf-options)
 #
@@ -376,6 +376,23 @@ run_aiperf_rate_series() {
     keep_aiperf a16 rate_series2to10
 }
 
+run_aiperf_prefix() {
+    # prompts that begin with one of 2 prefix prompts of 16 tokens (--num-prefix-prompts
+    # --prefix-prompt-length): kept in their own directory with the inputs.json AIPerf writes
+    # beside the records (the request bodies, which say which prefix each request had)
+    local py dest
+    py=$(tool_venv aiperf "$AIPERF_VERSION" python3)
+    dest="$OUT/aiperf-$AIPERF_VERSION/prefix2x16_rate8"
+    mkdir -p "$dest"
+    "$py" -m aiperf profile --model tiny --url "$URL" --endpoint-type completions --streaming \
+        --tokenizer "$MODEL_DIR" --isl 32 --isl-stddev 0 --osl 16 --osl-stddev 0 \
+        --extra-inputs ignore_eos:true --random-seed 0 --ui-type none --request-count 10 \
+        --request-rate 8 --num-prefix-prompts 2 --prefix-prompt-length 16 \
+        --artifact-dir "$WORK/a17"
+    cp "$WORK"/a17/profile_export.jsonl "$WORK"/a17/profile_export_aiperf.json \
+        "$WORK"/a17/inputs.json "$dest/"
+}
+
 run_aiperf_chat() {
     # multi-turn chat: 4 conversations of 3 turns, each later turn sent 300 ms after the turn
     # before returned, 2 conversations at a time (AIPerf holds a user for its conversation)
@@ -535,7 +552,7 @@ TOOLS=("$@")
 [[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options guidellm guidellm-timed guidellm-options guidellm-0.6.1 guidellm-0.4.0
                                     guidellm-0.3.1 guidellm-0.2.1 aiperf aiperf-timed
                                     aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
-                                    aiperf-rate-series
+                                    aiperf-rate-series aiperf-prefix
                                     inference-perf inference-perf-options)
 start_server
 for tool in "${TOOLS[@]}"; do
@@ -555,6 +572,7 @@ for tool in "${TOOLS[@]}"; do
     aiperf-options) run_aiperf_options ;;
     aiperf-chat) run_aiperf_chat ;;
     aiperf-rate-series) run_aiperf_rate_series ;;
+    aiperf-prefix) run_aiperf_prefix ;;
     inference-perf) run_inference_perf ;;
     inference-perf-options) run_inference_perf_options ;;
     *) echo "make_recording_fixtures: unknown tool $tool" >&2; exit 2 ;;

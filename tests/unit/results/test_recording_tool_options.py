@@ -280,3 +280,42 @@ def test_inference_perf_shared_prefix_groups_need_distinct_bodies(tmp_path: Path
     assert rec.workload.prefix_hashes is None
     assert any("the request bodies do not begin with 2 distinct texts: not simulated" in n
                for n in rec.notes)
+
+
+AIPERF_PREFIX = AIPERF / "prefix2x16_rate8"
+
+
+def test_aiperf_prefix_prompts_are_simulated_shared() -> None:
+    # --num-prefix-prompts 2 --prefix-prompt-length 16: every prompt was simulated as its own,
+    # though the inputs.json beside the records keeps each body and so its prefix
+    path = AIPERF_PREFIX / "profile_export.jsonl"
+    summary = json.loads((AIPERF_PREFIX / "profile_export_aiperf.json").read_text())
+    rec = read_recording(path)
+    u = usable(rec)
+    assert len(u) == summary["request_count"]["avg"] == 10
+    assert close(u["ttft_s"].mean() * 1e3, summary["time_to_first_token"]["avg"])
+    wl = rec.workload
+    assert wl.prefix_hashes is not None and wl.prefix_offsets is not None
+    assert wl.prefix_block_tokens == 16 and (np.diff(wl.prefix_offsets) == 1).all()
+    # each record's hash is its body's prefix (inputs.json, by session and turn)
+    bodies = {s["session_id"]: s["payloads"][0]["prompt"]
+              for s in json.loads((AIPERF_PREFIX / "inputs.json").read_text())["data"]}
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    heads: dict[str, set[int]] = {}
+    for row, h in zip(wl.request_id.tolist(), wl.prefix_hashes.tolist(), strict=True):
+        sid = records[row]["metadata"]["conversation_id"]
+        heads.setdefault(bodies[sid][:12], set()).add(h)
+    assert len(heads) == 2 and all(len(v) == 1 for v in heads.values())
+    assert any(n.startswith("prompts began with one of 2 prefix prompts of 16 tokens (AIPerf "
+                            "--num-prefix-prompts 2 --prefix-prompt-length 16): 2 distinct")
+               for n in rec.notes)
+
+
+def test_aiperf_prefix_prompts_without_inputs_json_are_said(tmp_path: Path) -> None:
+    for name in ("profile_export.jsonl", "profile_export_aiperf.json"):
+        (tmp_path / name).write_bytes((AIPERF_PREFIX / name).read_bytes())
+    rec = read_recording(tmp_path / "profile_export.jsonl")
+    assert rec.workload.prefix_hashes is None
+    assert any("no inputs.json is beside them: not simulated" in n for n in rec.notes)
+    # a run without a prefix pool reads no inputs.json and says nothing of prefixes
+    assert not any("prefix prompts" in n for n in _aiperf("rate8_ramp1")[0].notes)
