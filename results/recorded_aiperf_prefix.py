@@ -25,18 +25,32 @@ from kvbudget.workloads.errors import TraceError
 INPUTS_NAME = "inputs.json"
 
 
-def _pool(summary: Mapping[str, Any]) -> tuple[int, int] | None:
-    """The ``prefix_prompts`` pool's size and prompt length, where the data has one."""
+def _pool(summary: Mapping[str, Any]) -> tuple[int, int, str] | None:
+    """The prefix the data gave the prompts: how many distinct, their tokens and what to call
+    them; None where it gave none. A ``prefix_prompts`` pool (``pool_size``, ``length``), or a
+    system prompt every request shares (``shared_system_length``: ``--shared-system-prompt-length``),
+    which only a chat endpoint sends (0.13.0 ``endpoints/openai_chat.py`` merges the
+    conversation's ``system_message`` into the messages; the completions endpoint drops it)."""
     datasets = dig(summary, "input_config", "datasets")
+    chat = dig(summary, "input_config", "endpoint", "type") == "chat"
     for data in datasets if isinstance(datasets, list) else []:
         pool = data.get("prefix_prompts") if isinstance(data, Mapping) else None
         if not isinstance(pool, Mapping):
             continue
-        size, length = pool.get("pool_size"), pool.get("length")
-        if isinstance(size, int) and isinstance(length, int) and size > 0 and length > 0 \
-                and not isinstance(size, bool) and not isinstance(length, bool):
-            return size, length
+        size, length = _whole(pool.get("pool_size")), _whole(pool.get("length"))
+        system = _whole(pool.get("shared_system_length"))
+        if system and chat:
+            return 1, system, (f"one system prompt of {system} tokens, the same for every "
+                               f"request (AIPerf --shared-system-prompt-length {system})")
+        if size and length:
+            return size, length, (f"one of {size} prefix prompts of {length} tokens (AIPerf "
+                                  f"--num-prefix-prompts {size} --prefix-prompt-length {length})")
     return None
+
+
+def _whole(value: Any) -> int:
+    """A positive whole number, else 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _bodies(path: Path) -> dict[tuple[str, int], Mapping[str, Any]] | None:
@@ -65,9 +79,7 @@ def aiperf_prefix(path: Path, summary: Mapping[str, Any], records: list[tuple[in
     pool = _pool(summary)
     if pool is None:
         return None
-    size, length = pool
-    said = (f"one of {size} prefix prompts of {length} tokens (AIPerf --num-prefix-prompts "
-            f"{size} --prefix-prompt-length {length})")
+    size, length, said = pool
     bodies = _bodies(path)
     if bodies is None:
         return SharedPrefix(None, None, f"prompts began with {said}; the records keep no prompt "

@@ -391,6 +391,16 @@ run_aiperf_prefix() {
         --artifact-dir "$WORK/a17"
     cp "$WORK"/a17/profile_export.jsonl "$WORK"/a17/profile_export_aiperf.json \
         "$WORK"/a17/inputs.json "$dest/"
+    # chat requests that all begin with one system prompt of 16 tokens
+    # (--shared-system-prompt-length; the completions endpoint would not send it)
+    dest="$OUT/aiperf-$AIPERF_VERSION/system16_chat_rate8"
+    mkdir -p "$dest"
+    "$py" -m aiperf profile --model tiny --url "$URL" --endpoint-type chat --streaming \
+        --tokenizer "$MODEL_DIR" --isl 32 --isl-stddev 0 --osl 16 --osl-stddev 0 \
+        --extra-inputs ignore_eos:true --random-seed 0 --ui-type none --request-count 6 \
+        --request-rate 8 --shared-system-prompt-length 16 --artifact-dir "$WORK/a18"
+    cp "$WORK"/a18/profile_export.jsonl "$WORK"/a18/profile_export_aiperf.json \
+        "$WORK"/a18/inputs.json "$dest/"
 }
 
 run_aiperf_chat() {

@@ -319,3 +319,16 @@ def test_aiperf_prefix_prompts_without_inputs_json_are_said(tmp_path: Path) -> N
     assert any("no inputs.json is beside them: not simulated" in n for n in rec.notes)
     # a run without a prefix pool reads no inputs.json and says nothing of prefixes
     assert not any("prefix prompts" in n for n in _aiperf("rate8_ramp1")[0].notes)
+
+
+def test_aiperf_shared_system_prompt_of_chat_requests_is_simulated_shared() -> None:
+    # --shared-system-prompt-length 16 on the chat endpoint: every request's first message is
+    # one system prompt, which the server cached once
+    path = AIPERF / "system16_chat_rate8" / "profile_export.jsonl"
+    rec = read_recording(path)
+    wl = rec.workload
+    assert wl.prefix_hashes is not None and set(wl.prefix_hashes.tolist()) == {1}
+    assert wl.prefix_block_tokens == 16 and len(wl.prefix_hashes) == len(wl) == 6
+    assert any(n.startswith("prompts began with one system prompt of 16 tokens, the same for "
+                            "every request (AIPerf --shared-system-prompt-length 16)")
+               for n in rec.notes)
