@@ -209,6 +209,7 @@ def read_inference_perf(path: Path, default_tier: str,
         raise TraceError(path, "must be a non-empty JSON list of requests (inference-perf's "
                          "per_request_lifecycle_metrics.json)")
     rows = [_one(path, i, req) for i, req in enumerate(doc)]
+    _refuse_all_failed(path, doc, [r[5] for r in rows])
     prompt = np.array([r[0] for r in rows])
     if np.isnan(prompt).any():
         i = int(np.argmax(np.isnan(prompt)))
@@ -264,6 +265,24 @@ def read_inference_perf(path: Path, default_tier: str,
                            itl_mean=None, config=config, counts=counts,
                            notes=[*notes, *warnings], stages=tuple(stages),
                            sent_s=sent[order] - float(due.min()), tool="inference-perf")
+
+
+def _refuse_all_failed(path: Path, doc: list[Any], status: list[str]) -> None:
+    """A run whose every request failed (a server that was down, a wrong URL or model) has
+    nothing to simulate or compare: refused naming the errors inference-perf recorded
+    (``error.error_type``, the first ``error_msg``), not as rows dropped for want of tokens."""
+    if not status or not all(s.startswith("error") for s in status):
+        return
+    kinds: dict[str, int] = {}
+    for s in status:
+        kind = s.removeprefix("error").strip(" ()") or "error"
+        kinds[kind] = kinds.get(kind, 0) + 1
+    first = next((str(dig(r, "error", "error_msg")) for r in doc if isinstance(r, dict)
+                  and dig(r, "error", "error_msg")), "")
+    said = ", ".join(f"{c} {k}" for k, c in kinds.items())
+    raise TraceError(path, f"every one of its {len(status)} requests failed ({said}"
+                     + (f"; the first: {first[:200]}" if first else "") + "): the server "
+                     "answered none, so there is nothing to simulate or compare")
 
 
 def _prefix(path: Path, doc: list[Any], prompt: FloatArray,

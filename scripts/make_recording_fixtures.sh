@@ -555,6 +555,20 @@ EOF
     (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
         --config_file "$WORK/ip-sp.yaml")
     cp "$WORK"/ip-sp/*.json "$WORK"/ip-sp/config.yaml "$dest/"
+    # one stage of constant load at 4 req/s for 1 s sent to a port nothing listens on: every
+    # request fails (ClientConnectorError), refused by name
+    local dead
+    dead=$("$VLLM_PY" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
+    dest="$OUT/inference-perf-$INFERENCE_PERF_VERSION/all_failed"
+    mkdir -p "$dest"
+    rm -f "$dest"/*.json
+    sed -e '/^load:/,/^api:/{/^api:/!d}' -e "s#$WORK/ip-sp#$WORK/ip-dead#" \
+        -e "s#base_url: .*#base_url: http://127.0.0.1:$dead#" "$WORK/ip-sp.yaml" >"$WORK/ip-dead.yaml"
+    printf '%s\n' "load:" "  type: constant" "  stages:" "  - rate: 4" "    duration: 1" \
+        >>"$WORK/ip-dead.yaml"
+    (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
+        --config_file "$WORK/ip-dead.yaml")
+    cp "$WORK"/ip-dead/per_request_lifecycle_metrics.json "$WORK"/ip-dead/stage_0_lifecycle_metrics.json "$dest/"
 }
 
 mkdir -p "$OUT"

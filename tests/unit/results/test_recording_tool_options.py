@@ -332,3 +332,16 @@ def test_aiperf_shared_system_prompt_of_chat_requests_is_simulated_shared() -> N
     assert any(n.startswith("prompts began with one system prompt of 16 tokens, the same for "
                             "every request (AIPerf --shared-system-prompt-length 16)")
                for n in rec.notes)
+
+
+def test_inference_perf_run_whose_every_request_failed_is_refused_naming_its_errors() -> None:
+    # a run sent to a port nothing listened on: it was refused as "no requests left: every row
+    # was dropped (failed request (0 prompt and 0 output tokens): 4 rows)"
+    path = FIXTURES / "inference-perf-0.7.0" / "all_failed" / "per_request_lifecycle_metrics.json"
+    doc = json.loads(path.read_text())
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert f"every one of its {len(doc)} requests failed ({len(doc)} ClientConnectorError; " \
+        "the first: Cannot connect to host" in said
+    assert "the server answered none" in said
