@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from kvbudget.results.recorded_aiperf_prefix import aiperf_prefix
 from kvbudget.results.recorded_fields import (
     MAX_MEASURED_S,
     dig,
@@ -44,10 +45,12 @@ from kvbudget.results.recorded_fields import (
     number,
     time_limit_note,
 )
+from kvbudget.results.recorded_guidellm_prefix import SharedPrefix
 from kvbudget.results.recorded_refusals import context_refusal_note
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
+from kvbudget.workloads.workload import Workload
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -318,6 +321,151 @@ def _fixed_schedule_note(label: str, summary: Mapping[str, Any], num_sent: int) 
             "an open loop at AIPerf's recorded sends (its own delay behind each timestamp "
             "included), from the first send; the idle time before it is not simulated"
             f"{capped}")
+
+
+def _ramp_s(phase: Mapping[str, Any], key: str) -> float | None:
+    """A phase's ramp's seconds (``{"duration": D, ...}``, or the shorthand ``D``), or None."""
+    ramp = phase.get(key)
+    duration = ramp.get("duration") if isinstance(ramp, Mapping) else ramp
+    return float(duration) if isinstance(duration, int | float) and \
+        not isinstance(duration, bool) and duration > 0 else None
+
+
+def _ramped(summary: Mapping[str, Any], stage: RecordedStage,
+            said: list[str]) -> RecordedStage:
+    """The stage as replayed (its notes appended to ``said``), for a profiling phase that ramped its load (AIPerf
+    0.13.0 ``timing/phase/runner.py`` ``_create_rampers``): ``--concurrency-ramp-duration D``
+    (``concurrency_ramp``) starts its closed loop at 1 user and adds one at a time, linearly,
+    until its ``--concurrency`` C at D s, so a closed loop of C from the start would load the
+    first D s more than AIPerf did: replayed as an open loop at the recorded sends, at most C in
+    flight; ``--request-rate-ramp-duration D`` (``rate_ramp``) raises the rate linearly from
+    ``rate x 0.1 s / D`` to its ``rate`` over D s: its sends are replayed as recorded (an open
+    loop), the label says the ramp; ``--prefill-concurrency P`` (``prefill_concurrency``) held
+    back every request while P were waiting for their first token, which is not simulated."""
+    phase = _profiling_phase(summary)
+    if phase is None or stage.load == "unknown":
+        return stage
+    notes = said
+    users_s, rate_s = _ramp_s(phase, "concurrency_ramp"), _ramp_s(phase, "rate_ramp")
+    if users_s is not None and stage.max_concurrency is not None:
+        users = stage.max_concurrency
+        label = f"{stage.label}, ramped from 1 over {users_s:g} s"
+        notes.append(
+            f"stage '{label}': AIPerf started with 1 user and added one at a time up to {users} "
+            f"over the first {users_s:g} s (--concurrency-ramp-duration): "
+            + ("replayed as an open loop at the recorded sends, at most "
+               f"{users} in flight (a closed loop of {users} from the start would load the "
+               "ramp more than AIPerf did); a simulated server faster than the recorded one "
+               "cannot send sooner than recorded, so compare its latencies"
+               if stage.load == "closed" else
+               f"the replay holds at most {users} in flight from the start"))
+        stage = replace(stage, label=label,
+                        load="capped" if stage.load == "closed" else stage.load)
+    if rate_s is not None and stage.request_rate is not None:
+        label = f"{stage.label}, ramped over {rate_s:g} s"
+        notes.append(f"stage '{label}': AIPerf raised its rate linearly to "
+                     f"{stage.request_rate:g} req/s over the first {rate_s:g} s "
+                     "(--request-rate-ramp-duration): the replay offers the requests at their "
+                     "recorded sends, which followed the ramp")
+        stage = replace(stage, label=label)
+    prefill = phase.get("prefill_concurrency")
+    if isinstance(prefill, int) and not isinstance(prefill, bool):
+        notes.append(f"--prefill-concurrency {prefill}: AIPerf held each request back while "
+                     f"{prefill} were waiting for their first token, which the replay does "
+                     "not: its requests go as the stage's load mode sends them")
+    return stage
+
+
+def _series(summary: Mapping[str, Any], stage: RecordedStage, said: list[str]) -> RecordedStage:
+    """The stage as replayed (its note appended to ``said``) for a profiling phase whose rate
+    followed ``--request-rate-series`` (``rate_series``: piecewise-linear ``qps`` points over
+    ``time_s``, AIPerf 0.13.0 ``config/rate_series.py``; the phase has no ``rate``, so
+    :func:`_stage` finds no load): an open loop at the recorded sends, which followed the
+    series, at most its ``--concurrency`` in flight where it has one."""
+    phase = _profiling_phase(summary)
+    series = phase.get("rate_series") if phase is not None else None
+    if stage.load != "unknown" or not isinstance(series, Mapping) or phase is None:
+        return stage
+    points = series.get("points")
+    qps: list[float] = [float(p["qps"]) for p in (points if isinstance(points, list) else [])
+                        if isinstance(p, Mapping) and isinstance(p.get("qps"), int | float)
+                        and not isinstance(p.get("qps"), bool)]
+    conc = phase.get("concurrency")
+    conc = conc if isinstance(conc, int) and not isinstance(conc, bool) and conc > 0 else None
+    label = ("rate series" + (f" {min(qps):g} to {max(qps):g} req/s" if qps else "")
+             + (f", concurrency {conc}" if conc else ""))
+    said.append(f"stage '{label}': AIPerf varied its rate along --request-rate-series"
+                + (f" ({len(qps)} points)" if qps else "") + ": the replay offers the requests "
+                "at their recorded sends, which followed the series"
+                + (f", at most {conc} in flight" if conc else ""))
+    return RecordedStage(label, "capped" if conc else "open", None, conc)
+
+
+def _profiling_phase(summary: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The summary's profiling phase (``input_config.phases``), or None."""
+    phases = dig(summary, "input_config", "phases")
+    return next((p for p in phases if isinstance(p, dict) and p.get("kind", p.get("name"))
+                 == "profiling"), None) if isinstance(phases, list) else None
+
+
+def _turns_held(records: list[tuple[int, Any]], summary: Mapping[str, Any],
+                stage: RecordedStage, said: list[str]) -> RecordedStage:
+    """The stage as replayed (its note appended to ``said``) for a closed loop of multi-turn
+    conversations (``--conversation-turn-mean``): AIPerf 0.13.0 holds a user's slot for its
+    whole conversation and sends each later turn its ``--conversation-turn-delay-mean`` after
+    the turn before returned (the dataset's ``turn_delay``), so its users sat idle between
+    turns where a closed loop's would send at once: replayed as an open loop at the recorded
+    sends, at most its users in flight (a turn delay the summary gives as 0 keeps the closed
+    loop)."""
+    later = sum(isinstance(t := r.get("metadata", {}).get("turn_index"), int)
+                and not isinstance(t, bool) and t > 0 for _, r in records
+                if isinstance(r, dict) and isinstance(r.get("metadata"), dict))
+    if stage.load != "closed" or not later:
+        return stage
+    datasets = dig(summary, "input_config", "datasets")
+    delays = [d.get("turn_delay") for d in datasets if isinstance(d, dict)] \
+        if isinstance(datasets, list) else []
+    means = [d.get("mean") for d in delays if isinstance(d, dict)]
+    if means and all(m == 0 for m in means):
+        return stage
+    told = (f" ({', '.join(f'{m:g}' for m in means)} ms on average)"
+            if means and all(isinstance(m, int | float) for m in means) else "")
+    label = f"{stage.label}, multi-turn"
+    said.append(
+        f"stage '{label}': {later} of the {len(records)} records are later turns of their "
+        f"conversations, each sent its turn delay{told} after the turn before returned, its "
+        f"user held meanwhile (AIPerf keeps a user's slot for the whole conversation): "
+        f"replayed as an open loop at the recorded sends, at most {stage.max_concurrency} in "
+        "flight (a closed loop's users would send at once, loading the server more than "
+        "AIPerf did); a simulated server faster than the recorded one cannot send sooner "
+        "than recorded, so compare its latencies")
+    return replace(stage, label=label, load="capped")
+
+
+def _prompt_tokens(path: Path, line: int, metrics: Mapping[str, Any]) -> tuple[float, float]:
+    """A record's prompt tokens: the server's count (``usage_prompt_tokens``: what it
+    prefilled and held, a chat template's tokens included) where it reports one, else AIPerf's
+    own count of the prompt's text (``input_sequence_length``, or ``error_isl`` for a failed
+    request); and AIPerf's count."""
+    own = _metric(path, line, metrics, "input_sequence_length")
+    if math.isnan(own):
+        own = _metric(path, line, metrics, "error_isl")
+    server = _metric(path, line, metrics, "usage_prompt_tokens")
+    return (own if math.isnan(server) else server), own
+
+
+def _with_prompt_note(rec: Recording, prompt: FloatArray, own: FloatArray) -> Recording:
+    """The recording with a note where the server's prompt counts (taken) differ from AIPerf's
+    (``input_sequence_length``, which its summary's ISL averages): a chat endpoint's template
+    adds tokens AIPerf does not count."""
+    both = np.isfinite(prompt) & np.isfinite(own)
+    more = float((prompt[both] - own[both]).sum())
+    if not both.any() or more == 0:
+        return rec
+    return replace(rec, notes=(*rec.notes, (
+        f"prompt tokens: the server's count (usage_prompt_tokens: what it prefilled, a chat "
+        f"template's tokens included), {more / both.sum():+.1f} a request on average beside "
+        "AIPerf's own count of the text (input_sequence_length, its summary's ISL)")))
 
 
 def _phase_type(summary: Mapping[str, Any]) -> str:
@@ -652,8 +800,8 @@ def read_aiperf(path: Path, default_tier: str,
     """Read an AIPerf ``profile_export.jsonl`` (and its summary beside it, when present)."""
     records = json_lines(path)
     n = len(records)
-    prompt, output, start, ttft, e2e, itl, end, issued = (np.full(n, np.nan)
-                                                          for _ in range(8))
+    prompt, output, start, ttft, e2e, itl, end, issued, isl = (np.full(n, np.nan)
+                                                               for _ in range(9))
     status: list[str] = []
     num_later_turns = 0  # requests after the first of their conversation
     cached = np.zeros(n)  # prompt tokens the server read from its prefix cache
@@ -675,9 +823,7 @@ def read_aiperf(path: Path, default_tier: str,
             t0 = number(meta.get("request_start_ns", meta.get("timestamp_ns")), path,
                         "metadata.request_start_ns")
             t1 = number(meta.get("request_end_ns"), path, "metadata.request_end_ns")
-            p = _metric(path, line, metrics, "input_sequence_length")
-            if math.isnan(p):
-                p = _metric(path, line, metrics, "error_isl")
+            p, isl[i] = _prompt_tokens(path, line, metrics)
             o_server = _metric(path, line, metrics, "usage_completion_tokens")
             o = o_server if not math.isnan(o_server) else _metric(
                 path, line, metrics, "output_sequence_length")
@@ -707,9 +853,11 @@ def read_aiperf(path: Path, default_tier: str,
             first, lat
         end[i] = t1 if not math.isnan(t1) else t0 + lat * 1e9 if not math.isnan(lat) else math.inf
         status.append(_status(rec, meta))
+    _refuse_unstreamed(path, ttft, e2e)
     rec = _recording(path, records, prompt, output, start, ttft, e2e, itl, status,
                      from_server, default_tier, max_output_rule, end, issued)
     rec = _with_cache_note(rec, prompt, cached)
+    rec = _with_prompt_note(rec, prompt, isl)
     urls = _urls(_summary(path))
     if len(urls) > 1 and rec.config.get("num_replicas") == len(urls):
         rec = replace(rec, notes=(*rec.notes, _url_note(
@@ -722,6 +870,21 @@ def read_aiperf(path: Path, default_tier: str,
             "their recorded sends, so a slower simulated server does not delay them as it "
             "would have")))
     return rec
+
+
+def _refuse_unstreamed(path: Path, ttft: FloatArray, e2e: FloatArray) -> None:
+    """A run without ``--streaming`` (its summary's ``input_config.endpoint.streaming`` unset):
+    AIPerf times each request's end (``request_latency``) but no first token, so nothing of it
+    can be compared as TTFT and TPOT; refused saying so, not as a file of no measured
+    request."""
+    if np.isfinite(ttft).any() or not np.isfinite(e2e).any():
+        return
+    endpoint = dig(_summary(path), "input_config", "endpoint")
+    if isinstance(endpoint, Mapping) and not endpoint.get("streaming"):
+        raise TraceError(path, "AIPerf ran without --streaming (input_config.endpoint in "
+                         f"{SUMMARY_NAME} has no streaming): its records time each request's "
+                         "end (request_latency) but no first token, and kvbudget compares "
+                         "TTFT, TPOT and E2E; record the run with --streaming")
 
 
 def _with_cache_note(rec: Recording, prompt: FloatArray, cached: FloatArray) -> Recording:
@@ -795,6 +958,22 @@ def _due_times(summary: Mapping[str, Any], stage: RecordedStage, start: FloatArr
     return sent, due, stage
 
 
+def _columns(path: Path, prompt: Any, output: Any, arrival: Any, recorded: Any,
+             default_tier: str, max_output_rule: MaxOutputRule | None,
+             prefix: SharedPrefix | None) -> tuple[Workload, dict[str, int], list[str]]:
+    """The records' workload (:func:`finish_columns`), with their prefix hashes if any."""
+    return finish_columns(
+        path, "aiperf", prompt=prompt, output=output, arrival=arrival,
+        fields={"prompt_tokens": "input_sequence_length",
+                "output_tokens": "usage_completion_tokens", "arrival_s": "request_start_ns",
+                "max_output_tokens": "max_tokens"},
+        default_tier=default_tier, max_output=recorded, max_output_rule=max_output_rule,
+        # written as each record arrives, so in completion order (AIPerf 0.13.0
+        # aiperf/post_processors/record_export_jsonl_writer.py, RecordExportJSONLWriter)
+        completion_order=True, prefix=None if prefix is None else prefix.hashes,
+        prefix_block_tokens=None if prefix is None else prefix.block_tokens)
+
+
 def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: Any,
                start: Any, ttft: Any, e2e: Any, itl: Any, status: list[str],
                from_server: npt.NDArray[np.bool_], default_tier: str,
@@ -804,6 +983,8 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     config = _config(_summary_path(path), summary)
     notes: list[str] = []
     sent, arrival, stage = _due_times(summary, stage, start, end, issued, status, notes)
+    stage = _turns_held(records, summary,
+                        _ramped(summary, _series(summary, stage, notes), notes), notes)
     recorded = (np.full(len(prompt), float(config["max_tokens"])) if "max_tokens" in config
                 else None)
     failed = np.array([st.startswith("error") or st == "cancelled" for st in status], dtype=bool)
@@ -813,15 +994,9 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
         i = int(np.argmax(missing_prompt))
         raise TraceError(path, "missing", line=records[i][0],
                          field="metrics.input_sequence_length")
-    workload, counts, warnings = finish_columns(
-        path, "aiperf", prompt=prompt, output=output, arrival=arrival,
-        fields={"prompt_tokens": "input_sequence_length",
-                "output_tokens": "usage_completion_tokens", "arrival_s": "request_start_ns",
-                "max_output_tokens": "max_tokens"},
-        default_tier=default_tier, max_output=recorded, max_output_rule=max_output_rule,
-        # written as each record arrives, so in completion order (AIPerf 0.13.0
-        # aiperf/post_processors/record_export_jsonl_writer.py, RecordExportJSONLWriter)
-        completion_order=True)
+    prefix = aiperf_prefix(path, summary, records, prompt.tolist())
+    workload, counts, warnings = _columns(path, prompt, output, arrival, recorded, default_tier,
+                                          max_output_rule, prefix)
     rows = workload.request_id
     st = [status[r] for r in rows.tolist()]
     counts["num_warmup"] = st.count("warmup")
@@ -833,7 +1008,8 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     kept = np.zeros(len(status), dtype=bool)
     kept[rows] = True
     stage, said_failed = _failed(stage, summary, status, ~kept, start, end)
-    notes = [max_tokens_note(recorded, max_output_rule), *notes, *said_failed]
+    notes = [max_tokens_note(recorded, max_output_rule), *notes, *said_failed,
+             *([prefix.note] if prefix is not None else [])]
     if counts["num_warmup"]:
         notes.append(f"{counts['num_warmup']} warm-up requests simulated (they loaded the "
                      "server) and left out of the measured statistics, as AIPerf does")

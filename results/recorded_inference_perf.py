@@ -45,6 +45,11 @@ from kvbudget.results.recorded_fields import (
     max_tokens_note,
     number,
 )
+from kvbudget.results.recorded_guidellm_prefix import SharedPrefix, body_key
+from kvbudget.results.recorded_inference_perf_prefix import (
+    inference_perf_prefix,
+    shared_prefix_settings,
+)
 from kvbudget.results.recorded_refusals import context_refusal_note
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
@@ -204,6 +209,7 @@ def read_inference_perf(path: Path, default_tier: str,
         raise TraceError(path, "must be a non-empty JSON list of requests (inference-perf's "
                          "per_request_lifecycle_metrics.json)")
     rows = [_one(path, i, req) for i, req in enumerate(doc)]
+    _refuse_all_failed(path, doc, [r[5] for r in rows])
     prompt = np.array([r[0] for r in rows])
     if np.isnan(prompt).any():
         i = int(np.argmax(np.isnan(prompt)))
@@ -219,6 +225,7 @@ def read_inference_perf(path: Path, default_tier: str,
                                         sent + np.array([r[4] for r in rows]), seed, due, notes)
     recorded = np.array([r[6] for r in rows])
     recorded_or_none = recorded if np.isfinite(recorded).any() else None
+    prefix = _prefix(path, doc, prompt, notes)
     workload, counts, warnings = finish_columns(
         path, "inference-perf", prompt=prompt, output=np.array([r[1] for r in rows]),
         arrival=due,
@@ -228,7 +235,8 @@ def read_inference_perf(path: Path, default_tier: str,
         default_tier=default_tier, max_output=recorded_or_none, max_output_rule=max_output_rule,
         # recorded when each response ends (inference-perf 0.7.0
         # inference_perf/client/modelserver/openai_client.py -> request_collector record_metric)
-        completion_order=True)
+        completion_order=True, prefix=None if prefix is None else prefix.hashes,
+        prefix_block_tokens=None if prefix is None else prefix.block_tokens)
     order = workload.request_id
     status = [rows[r][5] for r in order.tolist()]
     counts["num_failed"] = sum(s.startswith("error") for s in status)
@@ -257,6 +265,37 @@ def read_inference_perf(path: Path, default_tier: str,
                            itl_mean=None, config=config, counts=counts,
                            notes=[*notes, *warnings], stages=tuple(stages),
                            sent_s=sent[order] - float(due.min()), tool="inference-perf")
+
+
+def _refuse_all_failed(path: Path, doc: list[Any], status: list[str]) -> None:
+    """A run whose every request failed (a server that was down, a wrong URL or model) has
+    nothing to simulate or compare: refused naming the errors inference-perf recorded
+    (``error.error_type``, the first ``error_msg``), not as rows dropped for want of tokens."""
+    if not status or not all(s.startswith("error") for s in status):
+        return
+    kinds: dict[str, int] = {}
+    for s in status:
+        kind = s.removeprefix("error").strip(" ()") or "error"
+        kinds[kind] = kinds.get(kind, 0) + 1
+    first = next((str(dig(r, "error", "error_msg")) for r in doc if isinstance(r, dict)
+                  and dig(r, "error", "error_msg")), "")
+    said = ", ".join(f"{c} {k}" for k, c in kinds.items())
+    raise TraceError(path, f"every one of its {len(status)} requests failed ({said}"
+                     + (f"; the first: {first[:200]}" if first else "") + "): the server "
+                     "answered none, so there is nothing to simulate or compare")
+
+
+def _prefix(path: Path, doc: list[Any], prompt: FloatArray,
+            notes: list[str]) -> SharedPrefix | None:
+    """The shared system prompts of a ``shared_prefix`` run (its ``config.yaml`` beside the
+    report says so), read from the request bodies; its note appended to ``notes``."""
+    settings = shared_prefix_settings(path)
+    if settings is None:
+        return None
+    keys = [body_key(_body(req)) if isinstance(req, dict) else None for req in doc]
+    prefix = inference_perf_prefix(settings, keys, prompt.tolist())
+    notes.append(prefix.note)
+    return prefix
 
 
 def _stages(path: Path, start: Any, ids: list[int | None]) -> tuple[list[str],

@@ -384,6 +384,24 @@ def mlperf_log_refusal(head: bytes) -> str | None:
     return None
 
 
+def html_refusal(head: bytes) -> str | None:
+    """Why an HTML page is no recording: GuideLLM's ``--output kind=html`` report (0.8.1
+    ``benchmark/outputs/html.py``; its page titled "GuideLLM Benchmark Report"), ``vllm bench
+    serve --plot-timeline``'s ``<result>.timeline.html`` (a plotly chart, vLLM 0.32.0
+    ``benchmarks/plot.py``) or any other page is drawn for a browser; None for any other
+    file."""
+    start = head.lstrip(b"\xef\xbb\xbf \t\r\n")[:15].lower()
+    if not start.startswith((b"<!doctype html", b"<html")):
+        return None
+    if b"GuideLLM" in head:
+        return ("is a GuideLLM HTML report (--output kind=html): a page of the run's charts "
+                "and aggregates for a browser; pass the same run's JSON or YAML report "
+                "(--output kind=json,path=benchmarks.json), which lists each request")
+    return ("is an HTML page (a report or chart for a browser, such as vllm bench serve "
+            "--plot-timeline's .timeline.html), not a recording; pass the load tool's own "
+            "result file (docs/recordings.md)")
+
+
 SQLITE_HEADER = b"SQLite format 3\x00"
 """The first bytes of every SQLite database file (sqlite.org/fileformat.html, 1.3.1)."""
 

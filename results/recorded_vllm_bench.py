@@ -713,6 +713,26 @@ def _speculative_note(doc: Mapping[str, Any]) -> str | None:
             f"unless told, {give} (docs/speculative.md)")
 
 
+def _probe_note(doc: Mapping[str, Any], line: int | None) -> str | None:
+    """``vllm bench serve --probe-request-rate R`` (vLLM 0.32.0 ``vllm/benchmarks/serve.py``,
+    ``probe_loop``) sends, beside the run and past ``--max-concurrency``, one probe request
+    after another ("Hi", 1 output token, ``1 / R`` s apart), and saves only their counts and
+    E2E figures (``probe_completed``, ``probe_failed``, ``probe_median_e2el_ms``...), none of
+    them in the request lists: the server carried them, the replay cannot."""
+    done, failed = doc.get("probe_completed"), doc.get("probe_failed")
+    if not isinstance(done, int) or isinstance(done, bool) or done <= 0:
+        return None
+    failed = failed if isinstance(failed, int) and not isinstance(failed, bool) else 0
+    median, p99 = doc.get("probe_median_e2el_ms"), doc.get("probe_p99_e2el_ms")
+    e2e = (f" (their E2E: median {median:.4g} ms, p99 {p99:.4g} ms)"
+           if isinstance(median, int | float) and isinstance(p99, int | float) else "")
+    where = "" if line is None else f"line {line}: "
+    return (f"{where}--probe-request-rate: {done + failed} probe requests ({done} completed, "
+            f"{failed} failed; each the prompt \"Hi\" and 1 output token) were sent beside the run"
+            f"{e2e} and are not in the file's request lists: they loaded the server, not "
+            "the replay, and are compared nowhere")
+
+
 def read_vllm_bench(path: Path, default_tier: str, seed: int,
                     max_output_rule: MaxOutputRule | None = None) -> Recording:
     """Read a ``vllm bench serve`` result (one run, or ``--append-result`` runs one a line)."""
@@ -753,6 +773,7 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     notes.extend(n for n in (_speculative_note(first), _shared_prefix_note(first),
                              sweep_server(first)[1]) if n)
     notes.extend(_sglang_servers(docs)[1])
+    notes.extend(n for line, doc in docs if (n := _probe_note(doc, line)))
     # SGLang's bench_serving keeps a refusal's body ("Bad Request: " + the response text,
     # 0.5.23 sglang/benchmark/serving.py:236-239); vLLM's the reason phrase only
     # (benchmarks/lib/endpoint_request_func.py, output.error = response.reason)

@@ -8,7 +8,12 @@
 #                                                      # guidellm-0.3.1 ...; the time-limited
 #                                                      # runs guidellm-timed, aiperf-timed,
 #                                                      # aiperf-timed-open;
-#                                                      # aiperf-trace)
+#                                                      # aiperf-trace; options the first
+#                                                      # runs leave out: vllm-options,
+#                                                      # aiperf-options, aiperf-chat,
+#                                                      # aiperf-rate-series, aiperf-prefix,
+#                                                      # guidellm-options,
+#                                                      # inference-perf-options)
 #
 # It starts the CPU vLLM of the live tests (tests/live/livevllm.py's flags: a tiny random Llama
 # made by tests/live/tiny_model.py, served as "tiny" on 127.0.0.1, 10 KV blocks of 128 tokens,
@@ -20,7 +25,8 @@
 # bench is the `vllm` of the CPU vLLM environment (scripts/setup_vllm_cpu.sh, `make live-env`).
 # The requests' timings depend on the machine: rerunning changes the numbers, never the shape.
 # Environment: KVBUDGET_FIXTURE_URL (use a server already running there instead of starting
-# one; its model must be served as "tiny" with the tokenizer in KVBUDGET_FIXTURE_MODEL_DIR),
+# one; its model must be served as "tiny" with the tokenizer in KVBUDGET_FIXTURE_MODEL_DIR,
+# and a chat template for aiperf-chat and guidellm-options),
 # KVBUDGET_FIXTURE_KEEP_WORK (keep the temporary directory: the tools' full outputs, the log).
 # inference-perf needs Python 3.12 or later (python3.12 on the PATH); GuideLLM 0.4-0.6 get
 # transformers<5 (they import a name transformers 5 removed).
@@ -74,6 +80,10 @@ start_server() {
     fi
     MODEL_DIR="$WORK/model"
     "$VLLM_PY" "$HERE/tests/live/tiny_model.py" "$MODEL_DIR" >&2
+    # the tiny model has no chat template: the chat runs (aiperf-chat, guidellm-options) get
+    # this one (the live tests send completions only)
+    printf '%s\n' "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}" \
+        "{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}" >"$WORK/chat.jinja"
     local port
     port=$("$VLLM_PY" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
     URL="http://127.0.0.1:$port"
@@ -82,7 +92,8 @@ start_server() {
         setsid "$VLLM_PY" -m vllm.entrypoints.openai.api_server --model "$MODEL_DIR" \
         --served-model-name tiny --dtype float32 --max-model-len 1024 --max-num-seqs 8 \
         --max-num-batched-tokens 2048 --num-gpu-blocks-override 10 --enforce-eager \
-        --no-enable-prefix-caching --host 127.0.0.1 --port "$port" >"$WORK/vllm.log" 2>&1 &
+        --no-enable-prefix-caching --chat-template "$WORK/chat.jinja" \
+        --host 127.0.0.1 --port "$port" >"$WORK/vllm.log" 2>&1 &
     SERVER_PID=$!
     for _ in $(seq 600); do
         if curl -sf "$URL/v1/models" >/dev/null; then return; fi
@@ -120,6 +131,30 @@ run_vllm() {
     "$VLLM_BIN/vllm" "${common[@]}" --request-rate inf --result-filename inf.json
     "$VLLM_BIN/vllm" "${common[@]}" --request-rate 8 --random-prefix-len 16 \
         --goodput ttft:200 e2el:2000 --result-filename prefix16.json
+}
+
+run_vllm_options() {
+    # options the runs above leave out, 10 requests each, kept apart in options/ (run_vllm
+    # empties its own directory): probe requests beside an open loop (--probe-request-rate:
+    # counted in the file, not listed); an exponential ramp capped at 3 in flight; lengths
+    # drawn within +-50 % (--random-range-ratio) with no --ignore-eos (each answer may stop
+    # early: its realised length is a lower bound of what was asked)
+    local version dest
+    version=$("$VLLM_PY" -c "import importlib.metadata as m; print(m.version('vllm'))")
+    dest="$OUT/vllm-bench-${version%+cpu}/options"
+    mkdir -p "$dest"
+    rm -f "$dest"/*.json
+    local common=(bench serve --backend vllm --base-url "$URL" --model tiny
+                  --tokenizer "$MODEL_DIR" --dataset-name random --random-input-len 32
+                  --random-output-len 16 --num-prompts 10 --seed 0
+                  --save-result --save-detailed --result-dir "$dest" --disable-tqdm)
+    "$VLLM_BIN/vllm" "${common[@]}" --ignore-eos --request-rate 8 --probe-request-rate 4 \
+        --result-filename probe4_rate8.json
+    "$VLLM_BIN/vllm" "${common[@]}" --ignore-eos --ramp-up-strategy exponential \
+        --ramp-up-start-rps 1 --ramp-up-end-rps 16 --max-concurrency 3 \
+        --result-filename rampup_exp_c3.json
+    "$VLLM_BIN/vllm" "${common[@]}" --random-range-ratio 0.5 --request-rate 8 \
+        --result-filename range05_rate8.json
 }
 
 # vLLM's offline benchmark (no server): its --output-json file times no request, and kvbudget
@@ -298,6 +333,108 @@ run_aiperf_trace() {
     keep_aiperf a9 trace_window
 }
 
+run_aiperf_options() {
+    # options the runs above leave out, 8-10 requests each: no --streaming (refused by name:
+    # no first token is timed); --request-cancellation-rate 50 (AIPerf cancels half of its
+    # requests 0.05 s after sending them: records with was_cancelled); the two ramps
+    local py dest
+    py=$(tool_venv aiperf "$AIPERF_VERSION" python3)
+    dest="$OUT/aiperf-$AIPERF_VERSION"
+    mkdir -p "$dest"
+    local common=(profile --model tiny --url "$URL" --endpoint-type completions
+                  --tokenizer "$MODEL_DIR" --isl 32 --isl-stddev 0 --osl 16 --osl-stddev 0
+                  --extra-inputs ignore_eos:true --random-seed 0 --ui-type none)
+    "$py" -m aiperf "${common[@]}" --request-count 8 --concurrency 2 --artifact-dir "$WORK/a11"
+    "$py" -m aiperf "${common[@]}" --streaming --request-count 10 --concurrency 2 \
+        --request-cancellation-rate 50 --request-cancellation-delay 0.05 \
+        --artifact-dir "$WORK/a12"
+    # ramps: a closed loop that starts at 1 user and adds one at a time up to 4 over 1 s
+    # (--concurrency-ramp-duration); an open loop whose rate climbs to 8 req/s over 1 s
+    # (--request-rate-ramp-duration)
+    "$py" -m aiperf "${common[@]}" --streaming --request-count 10 --concurrency 4 \
+        --concurrency-ramp-duration 1 --artifact-dir "$WORK/a13"
+    "$py" -m aiperf "${common[@]}" --streaming --request-count 10 --request-rate 8 \
+        --request-rate-ramp-duration 1 --artifact-dir "$WORK/a14"
+    keep_aiperf a11 unstreamed_concurrency2
+    keep_aiperf a12 cancel50_concurrency2
+    keep_aiperf a13 concurrency4_ramp1
+    keep_aiperf a14 rate8_ramp1
+}
+
+run_aiperf_rate_series() {
+    # a rate that follows --request-rate-series: 2 req/s at the start, rising linearly to 10
+    # req/s at 1 s
+    local py dest
+    py=$(tool_venv aiperf "$AIPERF_VERSION" python3)
+    dest="$OUT/aiperf-$AIPERF_VERSION"
+    mkdir -p "$dest"
+    echo '{"points": [{"time_s": 0, "qps": 2}, {"time_s": 1, "qps": 10}]}' >"$WORK/series.json"
+    "$py" -m aiperf profile --model tiny --url "$URL" --endpoint-type completions --streaming \
+        --tokenizer "$MODEL_DIR" --isl 32 --isl-stddev 0 --osl 16 --osl-stddev 0 \
+        --extra-inputs ignore_eos:true --random-seed 0 --ui-type none --request-count 10 \
+        --request-rate-series "$WORK/series.json" --artifact-dir "$WORK/a16"
+    keep_aiperf a16 rate_series2to10
+}
+
+run_aiperf_prefix() {
+    # prompts that begin with one of 2 prefix prompts of 16 tokens (--num-prefix-prompts
+    # --prefix-prompt-length): kept in their own directory with the inputs.json AIPerf writes
+    # beside the records (the request bodies, which say which prefix each request had)
+    local py dest
+    py=$(tool_venv aiperf "$AIPERF_VERSION" python3)
+    dest="$OUT/aiperf-$AIPERF_VERSION/prefix2x16_rate8"
+    mkdir -p "$dest"
+    "$py" -m aiperf profile --model tiny --url "$URL" --endpoint-type completions --streaming \
+        --tokenizer "$MODEL_DIR" --isl 32 --isl-stddev 0 --osl 16 --osl-stddev 0 \
+        --extra-inputs ignore_eos:true --random-seed 0 --ui-type none --request-count 10 \
+        --request-rate 8 --num-prefix-prompts 2 --prefix-prompt-length 16 \
+        --artifact-dir "$WORK/a17"
+    cp "$WORK"/a17/profile_export.jsonl "$WORK"/a17/profile_export_aiperf.json \
+        "$WORK"/a17/inputs.json "$dest/"
+    # chat requests that all begin with one system prompt of 16 tokens
+    # (--shared-system-prompt-length; the completions endpoint would not send it)
+    dest="$OUT/aiperf-$AIPERF_VERSION/system16_chat_rate8"
+    mkdir -p "$dest"
+    "$py" -m aiperf profile --model tiny --url "$URL" --endpoint-type chat --streaming \
+        --tokenizer "$MODEL_DIR" --isl 32 --isl-stddev 0 --osl 16 --osl-stddev 0 \
+        --extra-inputs ignore_eos:true --random-seed 0 --ui-type none --request-count 6 \
+        --request-rate 8 --shared-system-prompt-length 16 --artifact-dir "$WORK/a18"
+    cp "$WORK"/a18/profile_export.jsonl "$WORK"/a18/profile_export_aiperf.json \
+        "$WORK"/a18/inputs.json "$dest/"
+}
+
+run_aiperf_chat() {
+    # multi-turn chat: 4 conversations of 3 turns, each later turn sent 300 ms after the turn
+    # before returned, 2 conversations at a time (AIPerf holds a user for its conversation)
+    local py dest
+    py=$(tool_venv aiperf "$AIPERF_VERSION" python3)
+    dest="$OUT/aiperf-$AIPERF_VERSION"
+    mkdir -p "$dest"
+    "$py" -m aiperf profile --model tiny --url "$URL" --endpoint-type chat --streaming \
+        --tokenizer "$MODEL_DIR" --isl 32 --isl-stddev 0 --osl 16 --osl-stddev 0 \
+        --extra-inputs ignore_eos:true --random-seed 0 --ui-type none \
+        --conversation-num 4 --conversation-turn-mean 3 --conversation-turn-stddev 0 \
+        --conversation-turn-delay-mean 300 --conversation-turn-delay-stddev 0 \
+        --concurrency 2 --artifact-dir "$WORK/a15"
+    keep_aiperf a15 multiturn3_delay300_concurrency2
+}
+
+run_guidellm_options() {
+    # chat completions whose synthetic prompts begin with one of 2 prefixes of 16 tokens, 2
+    # streams; its HTML report beside the JSON (refused by name: a dashboard)
+    local py dest
+    py=$(tool_venv guidellm "$GUIDELLM_VERSION" python3)
+    dest="$OUT/guidellm-$GUIDELLM_VERSION"
+    mkdir -p "$dest"
+    "$py" -m guidellm run --backend "kind=openai_http,target=$URL,model=tiny,request_format=/v1/chat/completions" \
+        --tokenizer "kind=huggingface_auto,model=$MODEL_DIR" \
+        --data "kind=synthetic_text,prompt_tokens=32,output_tokens=16,prefix_tokens=16,prefix_count=2" \
+        --constraint "kind=max_requests,count=8" --profile "kind=concurrent,streams=2" \
+        --output "kind=json,path=$dest/chat_prefix2_concurrent2.json" \
+        --output "kind=html,path=$dest/chat_prefix2_concurrent2.html" \
+        --disable-console-interactive
+}
+
 run_guidellm_timed() {
     # a closed loop of 4 users stopped after 2 s by max_duration (no request count): the
     # requests in flight at the limit are cancelled
@@ -371,26 +508,97 @@ EOF
     cp "$WORK"/ip-conc/*.json "$dest/concurrent/"
 }
 
+run_inference_perf_options() {
+    # Poisson arrivals in two stages, prompts from shared_prefix data (one of 2 system prompts
+    # of 32 tokens, then a 16-token question); its config.yaml is kept beside the reports:
+    # kvbudget reads the data settings from it
+    local py dest
+    py=$(tool_venv inference-perf "$INFERENCE_PERF_VERSION" python3.12)
+    dest="$OUT/inference-perf-$INFERENCE_PERF_VERSION/shared_prefix_poisson"
+    mkdir -p "$dest"
+    rm -f "$dest"/*.json "$dest"/config.yaml
+    cat >"$WORK/ip-sp.yaml" <<EOF
+load:
+  type: poisson
+  stages:
+  - rate: 6
+    duration: 2
+  - rate: 3
+    duration: 2
+api:
+  type: completion
+  streaming: true
+server:
+  type: vllm
+  model_name: tiny
+  base_url: $URL
+  ignore_eos: true
+tokenizer:
+  pretrained_model_name_or_path: $MODEL_DIR
+data:
+  type: shared_prefix
+  shared_prefix:
+    num_groups: 2
+    num_prompts_per_group: 4
+    system_prompt_len: 32
+    question_len: 16
+    output_len: 16
+report:
+  request_lifecycle:
+    summary: true
+    per_stage: true
+    per_request: true
+storage:
+  local_storage:
+    path: $WORK/ip-sp
+EOF
+    (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
+        --config_file "$WORK/ip-sp.yaml")
+    cp "$WORK"/ip-sp/*.json "$WORK"/ip-sp/config.yaml "$dest/"
+    # one stage of constant load at 4 req/s for 1 s sent to a port nothing listens on: every
+    # request fails (ClientConnectorError), refused by name
+    local dead
+    dead=$("$VLLM_PY" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
+    dest="$OUT/inference-perf-$INFERENCE_PERF_VERSION/all_failed"
+    mkdir -p "$dest"
+    rm -f "$dest"/*.json
+    sed -e '/^load:/,/^api:/{/^api:/!d}' -e "s#$WORK/ip-sp#$WORK/ip-dead#" \
+        -e "s#base_url: .*#base_url: http://127.0.0.1:$dead#" "$WORK/ip-sp.yaml" >"$WORK/ip-dead.yaml"
+    printf '%s\n' "load:" "  type: constant" "  stages:" "  - rate: 4" "    duration: 1" \
+        >>"$WORK/ip-dead.yaml"
+    (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
+        --config_file "$WORK/ip-dead.yaml")
+    cp "$WORK"/ip-dead/per_request_lifecycle_metrics.json "$WORK"/ip-dead/stage_0_lifecycle_metrics.json "$dest/"
+}
+
 mkdir -p "$OUT"
 TOOLS=("$@")
-[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline guidellm guidellm-timed guidellm-0.6.1 guidellm-0.4.0
+[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options guidellm guidellm-timed guidellm-options guidellm-0.6.1 guidellm-0.4.0
                                     guidellm-0.3.1 guidellm-0.2.1 aiperf aiperf-timed
-                                    aiperf-timed-open aiperf-trace
-                                    inference-perf)
+                                    aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
+                                    aiperf-rate-series aiperf-prefix
+                                    inference-perf inference-perf-options)
 start_server
 for tool in "${TOOLS[@]}"; do
     echo "make_recording_fixtures: $tool" >&2
     case "$tool" in
     vllm) run_vllm ;;
     vllm-offline) run_vllm_offline ;;
+    vllm-options) run_vllm_options ;;
     guidellm) run_guidellm ;;
     guidellm-timed) run_guidellm_timed ;;
+    guidellm-options) run_guidellm_options ;;
     guidellm-*) run_guidellm "${tool#guidellm-}" ;;
     aiperf) run_aiperf ;;
     aiperf-timed) run_aiperf_timed ;;
     aiperf-timed-open) run_aiperf_timed_open ;;
     aiperf-trace) run_aiperf_trace ;;
+    aiperf-options) run_aiperf_options ;;
+    aiperf-chat) run_aiperf_chat ;;
+    aiperf-rate-series) run_aiperf_rate_series ;;
+    aiperf-prefix) run_aiperf_prefix ;;
     inference-perf) run_inference_perf ;;
+    inference-perf-options) run_inference_perf_options ;;
     *) echo "make_recording_fixtures: unknown tool $tool" >&2; exit 2 ;;
     esac
 done

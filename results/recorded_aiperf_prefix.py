@@ -1,0 +1,95 @@
+"""The prefix prompts of AIPerf's synthetic data, as prefix hashes.
+
+AIPerf 0.13.0's ``--num-prefix-prompts N --prefix-prompt-length L`` (the summary's
+``input_config.datasets[].prefix_prompts``: ``pool_size`` N, ``length`` L) draws a pool of N
+prompts of L tokens and starts each request's prompt with one of them
+(``aiperf/dataset/generator/prompt.py``, ``initialize_prefix_pool``): the server's prefix cache
+served a pool prompt after its first prefill. The records keep no prompt; the ``inputs.json``
+AIPerf writes in the same artifact directory keeps every request body, by its session
+(``data[].session_id``, ``payloads`` one a turn), which a record names
+(``metadata.conversation_id``, ``turn_index``): the requests are grouped by the leading text of
+their bodies (:func:`kvbudget.results.recorded_inference_perf_prefix.grouped_prefix`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from kvbudget.results.recorded_fields import dig, load_json
+from kvbudget.results.recorded_guidellm_prefix import SharedPrefix, body_key
+from kvbudget.results.recorded_inference_perf_prefix import grouped_prefix
+from kvbudget.workloads.errors import TraceError
+
+INPUTS_NAME = "inputs.json"
+
+
+def _pool(summary: Mapping[str, Any]) -> tuple[int, int, str] | None:
+    """The prefix the data gave the prompts: how many distinct, their tokens and what to call
+    them; None where it gave none. A ``prefix_prompts`` pool (``pool_size``, ``length``), or a
+    system prompt every request shares (``shared_system_length``: ``--shared-system-prompt-length``),
+    which only a chat endpoint sends (0.13.0 ``endpoints/openai_chat.py`` merges the
+    conversation's ``system_message`` into the messages; the completions endpoint drops it)."""
+    datasets = dig(summary, "input_config", "datasets")
+    chat = dig(summary, "input_config", "endpoint", "type") == "chat"
+    for data in datasets if isinstance(datasets, list) else []:
+        pool = data.get("prefix_prompts") if isinstance(data, Mapping) else None
+        if not isinstance(pool, Mapping):
+            continue
+        size, length = _whole(pool.get("pool_size")), _whole(pool.get("length"))
+        system = _whole(pool.get("shared_system_length"))
+        if system and chat:
+            return 1, system, (f"one system prompt of {system} tokens, the same for every "
+                               f"request (AIPerf --shared-system-prompt-length {system})")
+        if size and length:
+            return size, length, (f"one of {size} prefix prompts of {length} tokens (AIPerf "
+                                  f"--num-prefix-prompts {size} --prefix-prompt-length {length})")
+    return None
+
+
+def _whole(value: Any) -> int:
+    """A positive whole number, else 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _bodies(path: Path) -> dict[tuple[str, int], Mapping[str, Any]] | None:
+    """``inputs.json`` beside the records: each request body by (session, turn); None when
+    there is none or it is not AIPerf's."""
+    inputs = path.parent / INPUTS_NAME
+    if not inputs.is_file():
+        return None
+    try:
+        sessions = dig(load_json(inputs), "data")
+    except TraceError:
+        return None
+    bodies: dict[tuple[str, int], Mapping[str, Any]] = {}
+    for session in sessions if isinstance(sessions, list) else []:
+        sid = session.get("session_id") if isinstance(session, Mapping) else None
+        payloads = session.get("payloads") if isinstance(session, Mapping) else None
+        if isinstance(sid, str) and isinstance(payloads, list):
+            bodies.update({(sid, k): p for k, p in enumerate(payloads) if isinstance(p, Mapping)})
+    return bodies or None
+
+
+def aiperf_prefix(path: Path, summary: Mapping[str, Any], records: list[tuple[int, Any]],
+                  prompt_tokens: Sequence[float]) -> SharedPrefix | None:
+    """The pool prompts each record's prompt began with, as prefix hashes; None where the run
+    drew no prefix pool."""
+    pool = _pool(summary)
+    if pool is None:
+        return None
+    size, length, said = pool
+    bodies = _bodies(path)
+    if bodies is None:
+        return SharedPrefix(None, None, f"prompts began with {said}; the records keep no prompt "
+                            f"and no {INPUTS_NAME} is beside them: not simulated, every prompt "
+                            "is its own, so the simulated TTFT is too high")
+    keys: list[str | None] = []
+    for _, rec in records:
+        meta = rec.get("metadata") if isinstance(rec, Mapping) else None
+        sid = meta.get("conversation_id") if isinstance(meta, Mapping) else None
+        turn = meta.get("turn_index", 0) if isinstance(meta, Mapping) else None
+        body = bodies.get((sid, turn)) if isinstance(sid, str) and isinstance(turn, int) else None
+        keys.append(None if body is None else body_key(body))
+    return grouped_prefix(keys, prompt_tokens, length, size, said)

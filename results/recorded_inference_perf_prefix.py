@@ -1,0 +1,110 @@
+"""The shared system prompts of inference-perf's ``shared_prefix`` data, as prefix hashes.
+
+inference-perf 0.7.0's ``data: {type: shared_prefix, shared_prefix: {num_groups,
+num_prompts_per_group, system_prompt_len, question_len, output_len}}``
+(``inference_perf/config/datagen/config.py`` ``SharedPrefix``; the run's ``config.yaml``, which
+inference-perf writes beside its reports, spells the first two ``num_unique_system_prompts`` and
+``num_users_per_system_prompt``) starts every prompt with one of ``num_groups`` generated system
+prompts of ``system_prompt_len`` tokens, then its own question: requests of one group share the
+leading text of their body (a completion's ``prompt``, a chat's first message), which the
+server's prefix cache served after its first prefill. The per-request report keeps each request
+body, so the groups are read from it: each is one hash naming the prefix's whole KV blocks, as
+GuideLLM's synthetic prefixes are (:mod:`kvbudget.results.recorded_guidellm_prefix`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml  # type: ignore[import-untyped]  # pyyaml ships no type hints
+
+from kvbudget.results.recorded_fields import dig
+from kvbudget.results.recorded_guidellm_prefix import KEY_CHARS, KV_BLOCK_TOKENS, SharedPrefix
+
+MIN_KEY_CHARS = 8
+"""The fewest leading characters that tell two generated system prompts apart."""
+
+
+def shared_prefix_settings(path: Path) -> Mapping[str, Any] | None:
+    """The ``data.shared_prefix`` settings of the run's ``config.yaml`` beside ``path``, where
+    its data type is ``shared_prefix``; None otherwise (no such file, another data type)."""
+    config_path = path.parent / "config.yaml"
+    if not config_path.is_file():
+        return None
+    try:
+        config = yaml.safe_load(config_path.read_text(errors="replace"))
+    except yaml.YAMLError:
+        return None
+    if dig(config, "data", "type") != "shared_prefix":
+        return None
+    settings = dig(config, "data", "shared_prefix")
+    return settings if isinstance(settings, Mapping) else None
+
+
+def _whole(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
+        else None
+
+
+def _key_chars(keys: Sequence[str], length: int, groups: int) -> int | None:
+    """How many leading characters tell the groups apart: at most the prefix's (``2 x`` its
+    tokens, :data:`KEY_CHARS` at most; fewer when its tokens are shorter, so that the key holds
+    none of the question after it), no more distinct keys than ``groups``."""
+    chars = min(KEY_CHARS, 2 * length)
+    while chars >= MIN_KEY_CHARS:
+        if len({k[:chars] for k in keys}) <= groups:
+            return chars
+        chars -= 1
+    return None
+
+
+def inference_perf_prefix(settings: Mapping[str, Any], keys: Sequence[str | None],
+                          prompt_tokens: Sequence[float]) -> SharedPrefix:
+    """The groups of the run's shared system prompts, as prefix hashes (``keys``: each
+    request's leading body text, None where the body was not kept)."""
+    length = _whole(settings.get("system_prompt_len"))
+    groups = _whole(settings.get("num_unique_system_prompts", settings.get("num_groups")))
+    said = "inference-perf shared_prefix data"
+    if length is None or groups is None or settings.get("enable_multi_turn_chat"):
+        why = ("its system prompts' lengths are drawn, and the report does not say which "
+               "request had which" if length is None or groups is None
+               else "multi-turn chat (each turn's history is shared too)")
+        return SharedPrefix(None, None, f"prompts began with a shared system prompt ({said}); "
+                            f"{why}: not simulated, every prompt is its own, so the simulated "
+                            "TTFT is too high")
+    return grouped_prefix(keys, prompt_tokens, length, groups,
+                          f"one of {groups} system prompts of {length} tokens ({said})")
+
+
+def grouped_prefix(keys: Sequence[str | None], prompt_tokens: Sequence[float], length: int,
+                   groups: int, said: str) -> SharedPrefix:
+    """Requests grouped by the leading text of their bodies (``keys``; None: not kept) into at
+    most ``groups`` prefixes of ``length`` tokens, one hash a group naming its whole KV blocks;
+    ``said`` names the prefixes in the note ("one of 2 system prompts of 32 tokens (...)")."""
+    block = length - length % KV_BLOCK_TOKENS
+    kept = [k for k, t in zip(keys, prompt_tokens, strict=True) if k is not None and t >= length]
+    chars = _key_chars(kept, length, groups) if block and kept else None
+    if chars is None:
+        why = (f"shorter than a {KV_BLOCK_TOKENS}-token KV block" if not block else
+               f"the request bodies do not begin with {groups} distinct texts")
+        return SharedPrefix(None, None, f"prompts began with {said}; {why}: not simulated, "
+                            "every prompt is its own, so the simulated TTFT is too high")
+    group: dict[str, int] = {}
+    flat: list[int] = []
+    offsets = [0]
+    for key, tokens in zip(keys, prompt_tokens, strict=True):
+        if key is not None and tokens >= length:
+            flat.append(group.setdefault(key[:chars], len(group) + 1))
+        offsets.append(len(flat))
+    note = (f"prompts began with {said}: {len(group)} distinct in the bodies of {len(flat)} "
+            f"requests, simulated as shared prefix blocks of {block} tokens (whole "
+            f"{KV_BLOCK_TOKENS}-token KV blocks) that the prefix cache serves after their first "
+            "prefill")
+    if len(flat) < len(keys):
+        note += (f"; {len(keys) - len(flat)} requests whose body the report does not keep, or "
+                 "whose prompt is shorter, get none (each prefilled whole)")
+    return SharedPrefix((np.array(flat, dtype=np.int64), np.array(offsets, dtype=np.int64)),
+                        block, note)
