@@ -16,7 +16,11 @@ from kvbudget.analysis.validation import KEY_METRICS, THROUGHPUT_SAID
 from kvbudget.cli.errors import CliError, fail
 from kvbudget.cli.options import policy_from_flags
 from kvbudget.cli.progress import Bar
-from kvbudget.cli.recorded_engine import engine_choice, sliding_window_said
+from kvbudget.cli.recorded_engine import (
+    dp_attention_refusal,
+    engine_choice,
+    sliding_window_said,
+)
 from kvbudget.cli.simulate import build_scenario
 from kvbudget.cli.tables import render
 from kvbudget.perf.cost_model import LinearCostModel
@@ -219,6 +223,9 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
              **{k: v for k, v in (engine or {}).items() if v is not None}}
     given.update({k: True for k in _ENGINE_KEYS if any(
         o.startswith(f"engine.{k}=") for o in overrides or [])})
+    refused = dp_attention_refusal(cfg, given)
+    if refused is not None:
+        raise CliError(f"{recording.path}: {refused}")
     choice = engine_choice(cfg, given, overrides or [])
     recorded = _recorded_engine(cfg, given) + [
         f"fleet.{k}={json.dumps(cfg[k])}" for k in ("num_replicas", "router")

@@ -112,3 +112,31 @@ def sliding_window_said(cfg: dict[str, Any], model: ModelSpec, *, num_blocks: in
             + (f"{short} of the recorded prompts are shorter: with those the server's "
                "sliding-window pool could fill first, which is not simulated (the simulated "
                "engine admits more)" if short else "every recorded prompt is at least that"))
+
+
+def dp_attention_refusal(cfg: dict[str, Any], given: dict[str, Any]) -> str | None:
+    """Why a recording of SGLang's data-parallel attention (``--enable-dp-attention``) is not
+    simulated as recorded, unless ``--num-gpu-blocks`` says the one engine to simulate in its
+    place: its server was one engine of ``tp_size`` GPUs whose ``dp_size`` attention ranks each
+    schedule their own requests over their own KV pool (``max_total_num_tokens`` is one
+    rank's), stepping together (``python/sglang/srt/managers/data_parallel_controller.py``
+    ``launch_dp_attention_schedulers``). kvbudget has no engine of several schedulers, and a
+    fleet's replica is one engine: one rank's pool taken as the engine's would simulate a
+    fraction of its KV, their sum a request larger than a rank holds. None where not."""
+    ranks = cfg.get("sglang_dp_attention")
+    if not isinstance(ranks, int) or given.get("num_gpu_blocks") is not None:
+        return None
+    tokens = cfg.get("sglang_kv_tokens_per_attention_rank")
+    seqs = cfg.get("sglang_max_running_per_attention_rank")
+    pools = (f" of {tokens:,} tokens each (server_info max_total_num_tokens; "
+             f"{ranks * tokens:,} tokens in all, {ranks * tokens // 16:,} blocks of 16, a "
+             f"request holding at most one rank's {tokens // 16:,})"
+             if isinstance(tokens, int) else "")
+    running = f", {seqs} requests running each" if isinstance(seqs, int) else ""
+    return (f"the SGLang server ran data-parallel attention (--dp-size {ranks} "
+            f"--enable-dp-attention): one engine whose {ranks} attention ranks each scheduled "
+            f"their own requests over their own KV pool{pools}{running}, stepping together; "
+            "kvbudget simulates no engine of several schedulers: pass --num-gpu-blocks N (and "
+            "--max-num-seqs) for the one engine to simulate in its place, or with "
+            f"--set fleet.num_replicas={ranks} each rank's, as replicas that do not step "
+            "together")

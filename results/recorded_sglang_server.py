@@ -52,9 +52,11 @@ def _parallel(info: Mapping[str, Any], out: dict[str, Any], notes: list[str]) ->
     if dp is None or dp < 2:
         return
     if info.get("enable_dp_attention") is True:
-        notes.append(f"the SGLang server ran data-parallel attention (--dp-size {dp} "
-                     "--enable-dp-attention): one engine of its tp_size GPUs, simulated with "
-                     "tensor-parallel attention")
+        # one engine of tp_size GPUs whose dp_size attention ranks each schedule their own
+        # requests over their own KV pool, stepping together (data_parallel_controller.py
+        # launch_dp_attention_schedulers): no engine kvbudget has (the command line refuses
+        # its pool as one engine's)
+        out["sglang_dp_attention"] = dp
         return
     out["num_replicas"] = out["data_parallel_size"] = dp
     method = info.get("load_balance_method")
@@ -69,16 +71,21 @@ def _kv(info: Mapping[str, Any], out: dict[str, Any], notes: list[str]) -> None:
     usage = state.get("memory_usage")
     tokens = _count(info.get("max_total_num_tokens")) or (
         _count(usage.get("token_capacity")) if isinstance(usage, Mapping) else None)
+    seqs = _count(info.get("max_running_requests")) or _count(
+        state.get("effective_max_running_requests_per_dp"))
+    if "sglang_dp_attention" in out:  # each attention rank's, not the engine's
+        if tokens is not None:
+            out["sglang_kv_tokens_per_attention_rank"] = tokens
+        if seqs is not None:
+            out["sglang_max_running_per_attention_rank"] = seqs
+        return
     if tokens is not None:
         out["kv_tokens_per_engine"] = tokens
         notes.append(f"the SGLang server's KV pool held {tokens:,} tokens an engine "
                      "(server_info max_total_num_tokens): simulated as the blocks that many "
                      "tokens fill (num_gpu_blocks on the settings line)")
-    seqs = _count(info.get("max_running_requests")) or _count(
-        state.get("effective_max_running_requests_per_dp"))
     if seqs is not None:
         out["max_num_seqs"] = seqs
-    _prefill_budget(info, out, notes)
 
 
 def _prefill_budget(info: Mapping[str, Any], out: dict[str, Any], notes: list[str]) -> None:
@@ -189,6 +196,7 @@ def sglang_server(doc: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     notes: list[str] = []
     _parallel(info, out, notes)
     _kv(info, out, notes)
+    _prefill_budget(info, out, notes)
     _scheduler(info, out, notes)
     _sliding(info, out)
     context = _count(info.get("context_length"))

@@ -67,11 +67,33 @@ def test_sglang_server_info_gives_the_servers_settings(tmp_path: Path) -> None:
     assert not any("vLLM's scheduling rules" in n for n in rec.notes)
 
 
-def test_sglang_data_parallel_attention_is_one_engine(tmp_path: Path) -> None:
-    rec = read_recording(sglang_run(tmp_path, enable_dp_attention=True), seed=0)
+def test_sglang_data_parallel_attention_is_refused_as_one_engine(tmp_path: Path) -> None:
+    # --enable-dp-attention: one engine whose attention ranks each schedule their own requests
+    # over their own pool (max_total_num_tokens is one rank's): simulated as one engine with
+    # one rank's pool, a fraction of the KV the server had, said only as "simulated with
+    # tensor-parallel attention"
+    path = sglang_run(tmp_path, enable_dp_attention=True)
+    rec = read_recording(path, seed=0)
     assert rec.config["tensor_parallel_size"] == 4
-    assert "num_replicas" not in rec.config
-    assert any("data-parallel attention" in n for n in rec.notes)
+    assert "num_replicas" not in rec.config and "kv_tokens_per_engine" not in rec.config
+    assert "max_num_seqs" not in rec.config
+    assert rec.config["sglang_dp_attention"] == 2
+    result = CliRunner().invoke(app, ["validate", "--records", str(path), "--gpu", "H100",
+                                      "--model", "Qwen/Qwen3-8B", "--out",
+                                      str(tmp_path / "v")])
+    assert result.exit_code == 2, result.output
+    err = " ".join(result.stderr.split())
+    assert "ran data-parallel attention (--dp-size 2 --enable-dp-attention): one engine whose " \
+        "2 attention ranks each scheduled their own requests over their own KV pool of " \
+        "1,916,167 tokens each" in err
+    assert "pass --num-gpu-blocks N" in err and "Traceback" not in result.output
+    # the one engine to simulate in its place, given: simulated with those blocks
+    setup = recorded_setup(path, records_format=None, columns=None, tier="default", seed=0,
+                           gpu="H100", model="Qwen/Qwen3-8B", scenario=None, overrides=None,
+                           num_gpu_blocks=200000, block_size=None, max_num_seqs=None,
+                           max_num_batched_tokens=None, cost_model=None, policy=None,
+                           params=None)
+    assert setup.config.resolved_num_gpu_blocks() == 200000 and setup.config.fleet is None
 
 
 def test_an_sglang_result_without_server_info_takes_nothing(tmp_path: Path) -> None:
