@@ -311,12 +311,21 @@ def _data_parallel(cfg: dict[str, Any], recorded: list[str],
     clause saying how its engines are simulated (``recorded``: the settings taken from the
     recording), or ``([], "")``."""
     engines = cfg.get("data_parallel_size")
-    if not isinstance(engines, int) or engines < 2 or any(
-            o.startswith("fleet.num_replicas=") for o in overrides):
+    if not isinstance(engines, int) or engines < 2:
         return [], ""
-    blocks = (" each with its own num_gpu_blocks (an equal share of the blocks its /metrics "
-              "told: vLLM tells only their sum)"
-              if any(r.startswith("engine.num_gpu_blocks=") for r in recorded) else "")
+    chosen = [o.partition("=")[2].strip() for o in overrides
+              if o.startswith("fleet.num_replicas=")]
+    if chosen:
+        return [], ("" if chosen[-1] == str(cfg.get("num_replicas")) else
+                    f"; fleet.num_replicas={chosen[-1]} (--set), NOT the recording's "
+                    f"{cfg.get('num_replicas')} replicas of its {engines} data-parallel "
+                    "engines: each simulated replica one engine of the recording's")
+    blocks = ("" if not any(r.startswith("engine.num_gpu_blocks=") for r in recorded) else
+              " each with the num_gpu_blocks the sweep overrode (vLLM's "
+              "--num-gpu-blocks-override is each engine's)"
+              if cfg.get("data_parallel_blocks") == "each" else
+              " each with its own num_gpu_blocks (an equal share of the blocks its /metrics "
+              "told: vLLM tells only their sum)")
     if "router" in cfg:  # kvbudget serve over upstreams of several engines each
         return [], (f"; ASSUMED: each upstream ran {engines} data-parallel engines, simulated "
                     f"as {cfg['num_replicas']} replicas{blocks} all behind the gateway's router "

@@ -630,8 +630,8 @@ SWEEP_SERVER_KEYS: dict[str, tuple[str, type | tuple[type, ...]]] = {
 """The ``vllm serve`` settings a ``vllm bench sweep serve`` run file may carry, by their
 ``--serve-params`` name (``_`` or ``-``), with the recording's config key each gives."""
 
-SWEEP_SERVER_ONLY = ("gpu_memory_utilization", "quantization", "data_parallel_size",
-                     "pipeline_parallel_size", "speculative_config", "enable_chunked_prefill")
+SWEEP_SERVER_ONLY = ("gpu_memory_utilization", "quantization", "pipeline_parallel_size",
+                     "speculative_config", "enable_chunked_prefill")
 """``vllm serve`` settings a sweep may vary that kvbudget does not take from the file: said."""
 
 
@@ -650,6 +650,13 @@ def sweep_server(doc: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
             value = doc.get(spelled)
             if isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
                 found[key] = value
+    dp = next((doc[k] for k in ("data_parallel_size", "data-parallel-size") if k in doc), None)
+    if isinstance(dp, int) and not isinstance(dp, bool) and dp >= 2:
+        # that many engines, each its own scheduler and blocks (--num-gpu-blocks-override is
+        # each engine's): a fleet of that many replicas (cli/recorded.py _data_parallel), not
+        # one engine with their load
+        found["num_replicas"] = found["data_parallel_size"] = dp
+        found["data_parallel_blocks"] = "each"
     other = {name: doc[k] for name in SWEEP_SERVER_ONLY for k in (name, name.replace("_", "-"))
              if k in doc}
     gmu = other.get("gpu_memory_utilization")
