@@ -322,7 +322,10 @@ def server_config(server: dict[str, Any], config: dict[str, Any],
       replicas of that engine (``num_replicas``; ``data_parallel_size`` N): each engine
       schedules its own batch over its own blocks, which one engine with N times the blocks
       does not; the router is the reader's to choose (the recording does not tell it);
-    * ``enable_prefix_caching``, ``max_model_len``, ``kv_cache_dtype`` as it ran."""
+    * ``enable_prefix_caching``, ``max_model_len``, ``kv_cache_dtype`` as it ran;
+    * ``server_engine``: the kvbudget engine of a server that named itself (SGLang's
+      ``/v1/models`` ``owned_by``: :func:`kvbudget.live.server.engine_of`), which the command
+      line simulates it with."""
     out: dict[str, Any] = {}
     root, served = server.get("model_root"), server.get("model")
     if "model" not in config and (root or served):
@@ -336,7 +339,7 @@ def server_config(server: dict[str, Any], config: dict[str, Any],
     engines = int(server.get("num_engines", 1))
     if engines > 1 and "num_replicas" not in config:
         out["num_replicas"] = out["data_parallel_size"] = engines
-    for key in ("enable_prefix_caching", "max_model_len", "kv_cache_dtype"):
+    for key in ("enable_prefix_caching", "max_model_len", "kv_cache_dtype", "server_engine"):
         if key in server and key not in config:
             out[key] = server[key]
     return out
