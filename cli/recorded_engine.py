@@ -99,6 +99,8 @@ def sliding_window_said(cfg: dict[str, Any], model: ModelSpec, *, num_blocks: in
         return ""
     ratio = float(cfg.get("sglang_swa_full_tokens_ratio", 0.8))
     tokens = int(cfg["kv_tokens_per_engine"])
+    if num_blocks != tokens // block_size:  # blocks given in its place: the user's choice
+        return ""
     least = int(-(-model.sliding_window // ratio))
     short = int((prompt_tokens < least).sum())
     return (f"the SGLang server's KV pool of {tokens:,} tokens an engine "

@@ -278,6 +278,22 @@ def test_gpt_oss_pool_is_the_full_attention_layers(tmp_path: Path,
     # the hybrid pool turned off: one pool of every layer, as kvbudget models it
     _setup(sglang_run(tmp_path, **info, disable_hybrid_swa_memory=True), model="gpt-oss-20b")
     assert "full-attention layers'" not in _said(capsys)
+    # prompts past the window over the ratio (160 tokens): the simulated pool is the one that
+    # fills first, said as a note
+    path = sglang_run(tmp_path, **info)
+    doc = json.loads(path.read_text())
+    doc["input_lens"] = [1024] * len(doc["input_lens"])
+    path.write_text(json.dumps(doc) + "\n")
+    _setup(path, model="gpt-oss-20b")
+    err = _said(capsys)
+    assert "note: the SGLang server's KV pool of 500,000 tokens" in err
+    assert "every recorded prompt is at least that" in err and "warning" not in err
+    # blocks given in the pool's place: the user's choice, nothing said of the pool
+    recorded_setup(sglang_run(tmp_path, **info), records_format=None, columns=None,
+                   tier="default", seed=0, gpu="H100", model="gpt-oss-20b", scenario=None,
+                   overrides=None, num_gpu_blocks=1000, block_size=None, max_num_seqs=None,
+                   max_num_batched_tokens=None, cost_model=None, policy=None, params=None)
+    assert "full-attention layers'" not in _said(capsys)
     # a model SGLang sizes as full attention says nothing
     _setup(sglang_run(tmp_path))
     assert "full-attention layers'" not in _said(capsys)
