@@ -43,7 +43,7 @@ from kvbudget.results.recorded_fields import (
     number,
     time_limit_note,
 )
-from kvbudget.results.recorded_refusals import context_refusal_note
+from kvbudget.results.recorded_refusals import say_context_refusals
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
@@ -876,10 +876,7 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
                      "unknown")
     # the server's own error text (AIPerf 0.13.0 transports/aiohttp_client.py:165-171: a
     # non-2xx answer's body as ErrorDetails.message): its refusals for the model's context
-    refused, said = context_refusal_note(_error_text(rec) for _, rec in records)
-    if said:
-        counts["num_refused_context"] = refused
-        notes.append(said)
+    say_context_refusals((_error_text(rec) for _, rec in records), counts, notes, config)
     return build_recording(path, "aiperf", workload, ttft=ttft[rows], e2e=e2e[rows], status=st,
                            stage=[stage.label] * len(rows), itl_mean=itl[rows], config=config,
                            counts=counts, notes=[*notes, *warnings], stages=(stage,),

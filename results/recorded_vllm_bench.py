@@ -48,7 +48,7 @@ from kvbudget.results.recorded_fields import (
     max_tokens_note,
     number,
 )
-from kvbudget.results.recorded_refusals import context_refusal_note
+from kvbudget.results.recorded_refusals import say_context_refusals
 from kvbudget.results.recorded_sglang_server import sglang_server
 from kvbudget.results.recorded_summaries import is_sglang, is_trtllm, summary_refusal
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
@@ -760,11 +760,8 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     # SGLang's bench_serving keeps a refusal's body ("Bad Request: " + the response text,
     # 0.5.23 sglang/benchmark/serving.py:236-239); vLLM's the reason phrase only
     # (benchmarks/lib/endpoint_request_func.py, output.error = response.reason)
-    refused, said = context_refusal_note(str(e) for _, doc in docs
-                                         for e in doc.get("errors") or () if e)
-    if said:
-        counts["num_refused_context"] = refused
-        notes.append(said)
+    say_context_refusals((str(e) for _, doc in docs for e in doc.get("errors") or () if e),
+                         counts, notes, config)
     return build_recording(
         path, "vllm-bench", workload, ttft=cat([r.ttft for r in runs])[rows],
         e2e=cat([r.e2e for r in runs])[rows], sent_s=cat(sents)[rows],
