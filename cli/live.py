@@ -197,7 +197,7 @@ IdleGapOpt = Annotated[float, typer.Option(
     "front-end overhead then includes the engine's wake-up).")]
 EngineNameOpt = Annotated[str | None, typer.Option(
     "--engine", help="With --records: engine behaviour (vllm, vllm-swap, tgi, sglang, "
-    "trtllm).")]
+    "trtllm); default: the recording's server's where it tells one (SGLang), else vllm.")]
 
 
 def _target(url: str, model: str, api_key: str | None, read_timeout: float) -> "ServerTarget":

@@ -16,6 +16,11 @@ from kvbudget.analysis.validation import KEY_METRICS, THROUGHPUT_SAID
 from kvbudget.cli.errors import CliError, fail
 from kvbudget.cli.options import policy_from_flags
 from kvbudget.cli.progress import Bar
+from kvbudget.cli.recorded_engine import (
+    dp_attention_refusal,
+    engine_choice,
+    sliding_window_said,
+)
 from kvbudget.cli.simulate import build_scenario
 from kvbudget.cli.tables import render
 from kvbudget.perf.cost_model import LinearCostModel
@@ -56,7 +61,8 @@ COST_KINDS = ("default", "linear")
 """``--fit``: the default step-time model's own parameters, or the linear model's."""
 
 _ENGINE_KEYS = ("num_gpu_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens",
-                "enable_prefix_caching", "tensor_parallel_size", "max_model_len", "kv_cache_dtype")
+                "enable_prefix_caching", "tensor_parallel_size", "max_model_len", "kv_cache_dtype",
+                "enable_chunked_prefill")
 
 _SAID_ENGINE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks",
                      "enable_prefix_caching")
@@ -217,6 +223,10 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
              **{k: v for k, v in (engine or {}).items() if v is not None}}
     given.update({k: True for k in _ENGINE_KEYS if any(
         o.startswith(f"engine.{k}=") for o in overrides or [])})
+    refused = dp_attention_refusal(cfg, given)
+    if refused is not None:
+        raise CliError(f"{recording.path}: {refused}")
+    choice = engine_choice(cfg, given, overrides or [])
     recorded = _recorded_engine(cfg, given) + [
         f"fleet.{k}={json.dumps(cfg[k])}" for k in ("num_replicas", "router")
         if k in cfg and not any(o.startswith(f"fleet.{k}=") for o in overrides or [])]
@@ -225,7 +235,8 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
     gpu, gpu_from = _recorded_gpu(recording, gpu, scenario)
     flags = [f"engine.{k}={json.dumps(v)}" for k, v in (engine or {}).items() if v is not None]
     scn = build_scenario(scenario=scenario,
-                         overrides=[*recorded, *dp_router, *(overrides or []), *flags],
+                         overrides=[*recorded, *choice.items, *dp_router, *(overrides or []),
+                                    *flags],
                          gpu=gpu, model=model, cost_model=cost_model,
                          num_gpu_blocks=num_gpu_blocks, block_size=block_size,
                          max_num_seqs=max_num_seqs,
@@ -243,20 +254,18 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
         typer.echo(f"note: the --scenario's policy {theirs!r} is not simulated: the recorded "
                    f"requests went to the server as the recording shows (policy {name}); "
                    f"--policy {theirs} puts that gateway in front of it", err=True)
-    gpu_name = gpu_label(config.gpu) if isinstance(config.gpu, str | Path) else config.gpu
-    tp = config.engine_for().tensor_parallel_size
-    tp_said = "" if given.get("tensor_parallel_size") is not None or scenario is not None or \
-        "tensor_parallel_size" in cfg else (
-            f", tensor_parallel_size {tp} (ASSUMED: the recording does not say how many GPUs "
-            "served the model; pass --tensor-parallel-size)")
-    tp_said += _one_server_said(recording, config, scenario)
-    typer.echo(f"settings: model {config.model} ({model_from}), GPU {gpu_name} ({gpu_from})"
-               + tp_said + _weights_said(recording, config.model)
-               + _engine_said(given, recorded, scenario)
-               + (f"; from the recording: {', '.join(r.removeprefix('engine.') for r in recorded)}"
-                  if recorded else "") + dp_said
+    shown = recorded + [i for i in choice.items if not i.startswith("engine.name=")]
+    typer.echo(f"settings: model {config.model} ({model_from}), GPU "
+               f"{gpu_label(config.gpu) if isinstance(config.gpu, str | Path) else config.gpu}"
+               f" ({gpu_from})" + choice.said + _tp_said(config, cfg, given, scenario)
+               + _one_server_said(recording, config, scenario)
+               + _weights_said(recording, config.model)
+               + _engine_said(given, recorded, scenario, config.engine_for().name)
+               + (f"; from the recording: {', '.join(r.removeprefix('engine.') for r in shown)}"
+                  if shown else "") + dp_said
                + ("; --max-output " + str(max_output) + " declared where the file has no "
                   "max_tokens" if max_output is not None else ""), err=True)
+    _warn_sliding(recording, config)
     return RecordedSetup(recording, config, name, values, seed)
 
 
@@ -271,6 +280,30 @@ def _one_server_said(recording: "Recording", config: "SimConfig", scenario: Path
         return ""
     return (", one server (ASSUMED: the recording does not say how many servers answered at "
             "its URL; pass --set fleet.num_replicas=N for N behind a router)")
+
+
+def _tp_said(config: "SimConfig", cfg: dict[str, Any], given: dict[str, Any],
+             scenario: Path | None) -> str:
+    """The tensor parallelism said as assumed where nothing told it, or ''."""
+    if given.get("tensor_parallel_size") is not None or scenario is not None or \
+            "tensor_parallel_size" in cfg:
+        return ""
+    return (f", tensor_parallel_size {config.engine_for().tensor_parallel_size} (ASSUMED: the "
+            "recording does not say how many GPUs served the model; pass "
+            "--tensor-parallel-size)")
+
+
+def _warn_sliding(recording: "Recording", config: "SimConfig") -> None:
+    """:func:`~kvbudget.cli.recorded_engine.sliding_window_said` on stderr: a note where the
+    recorded prompts all fill the simulated pool first, a warning where some may not."""
+    model = config.model
+    said = sliding_window_said(
+        recording.config, get_model(model), num_blocks=config.resolved_num_gpu_blocks(),
+        block_size=config.engine_for().block_size,
+        prompt_tokens=recording.workload.prompt_tokens)
+    if said:
+        kind = "note" if said.endswith("at least that") else "warning"
+        typer.echo(fill(f"{kind}: {said}"), err=True)
 
 
 DP_ROUTER = "least_tokens"
@@ -292,12 +325,21 @@ def _data_parallel(cfg: dict[str, Any], recorded: list[str],
     clause saying how its engines are simulated (``recorded``: the settings taken from the
     recording), or ``([], "")``."""
     engines = cfg.get("data_parallel_size")
-    if not isinstance(engines, int) or engines < 2 or any(
-            o.startswith("fleet.num_replicas=") for o in overrides):
+    if not isinstance(engines, int) or engines < 2:
         return [], ""
-    blocks = (" each with its own num_gpu_blocks (an equal share of the blocks its /metrics "
-              "told: vLLM tells only their sum)"
-              if any(r.startswith("engine.num_gpu_blocks=") for r in recorded) else "")
+    chosen = [o.partition("=")[2].strip() for o in overrides
+              if o.startswith("fleet.num_replicas=")]
+    if chosen:
+        return [], ("" if chosen[-1] == str(cfg.get("num_replicas")) else
+                    f"; fleet.num_replicas={chosen[-1]} (--set), NOT the recording's "
+                    f"{cfg.get('num_replicas')} replicas of its {engines} data-parallel "
+                    "engines: each simulated replica one engine of the recording's")
+    blocks = ("" if not any(r.startswith("engine.num_gpu_blocks=") for r in recorded) else
+              " each with the num_gpu_blocks the sweep overrode (vLLM's "
+              "--num-gpu-blocks-override is each engine's)"
+              if cfg.get("data_parallel_blocks") == "each" else
+              " each with its own num_gpu_blocks (an equal share of the blocks its /metrics "
+              "told: vLLM tells only their sum)")
     if "router" in cfg:  # kvbudget serve over upstreams of several engines each
         return [], (f"; ASSUMED: each upstream ran {engines} data-parallel engines, simulated "
                     f"as {cfg['num_replicas']} replicas{blocks} all behind the gateway's router "
@@ -334,9 +376,11 @@ def _sglang_router(method: str, said: str) -> tuple[list[str], str]:
         "--set fleet.router=NAME)")
 
 
-def _engine_said(given: dict[str, Any], recorded: list[str], scenario: Path | None) -> str:
+def _engine_said(given: dict[str, Any], recorded: list[str], scenario: Path | None,
+                 engine: str = "vllm") -> str:
     """The engine knobs simulated at vLLM's defaults for the GPU and model because nothing
-    said them (:data:`_SAID_ENGINE_KEYS`), as one ``ASSUMED`` clause, or ''."""
+    said them (:data:`_SAID_ENGINE_KEYS`), as one ``ASSUMED`` clause, or '' (``engine``:
+    the simulated engine's name; another's than vLLM takes vLLM's defaults too, said)."""
     if scenario is not None:
         return ""
     from_file = {r.removeprefix("engine.").partition("=")[0] for r in recorded}
@@ -347,6 +391,8 @@ def _engine_said(given: dict[str, Any], recorded: list[str], scenario: Path | No
            "num_gpu_blocks": "--num-gpu-blocks",
            "enable_prefix_caching": "--set engine.enable_prefix_caching=false"}
     return (f", {', '.join(left)} (ASSUMED: vLLM's defaults for the GPU and model"
+            + ("" if engine in ("vllm", "vllm-swap") else
+               f", which kvbudget's {engine} engine takes: its server's own are not modelled")
             + (", the KV blocks from the GPU's memory" if "num_gpu_blocks" in left else "")
             + "; the recording does not say what the server ran: pass "
             + ", ".join(how[k] for k in left) + " or --scenario)")
@@ -430,7 +476,7 @@ def _describe_recording(setup: RecordedSetup) -> None:
     typer.echo(f"simulated on {gpu_label(gpu) if isinstance(gpu, str | Path) else gpu} / "
                f"{setup.config.model}"
                + ("" if fleet is None else f", {fleet.num_slots} replicas ({fleet.router})")
-               + ": "
+               + ("" if e.name == "vllm" else f", engine {e.name}") + ": "
                f"num_gpu_blocks={setup.config.resolved_num_gpu_blocks()} "
                f"block_size={e.block_size} "
                + (f"tensor_parallel_size={e.tensor_parallel_size} "

@@ -24,7 +24,7 @@ from typing import Any
 
 from kvbudget.live.serve_records import ServeRecorder
 from kvbudget.live.serve_upstream import UpstreamError, Upstreams
-from kvbudget.live.server import context_of, root_of, served_models, server_info
+from kvbudget.live.server import context_of, engine_of, root_of, served_models, server_info
 from kvbudget.live.server_metrics import EngineSnapshot
 
 log = logging.getLogger("kvbudget.serve")
@@ -75,7 +75,8 @@ class UpstreamSettings:
         entry = next((m for m in models if m["id"] == named), models[0] if models else None)
         if entry is None:
             return None
-        return server_info(str(entry["id"]), context_of(entry), root_of(entry), snap).facts()
+        return server_info(str(entry["id"]), context_of(entry), root_of(entry), snap,
+                           engine=engine_of(entry)).facts()
 
     async def follow(self, upstreams: Upstreams, snaps: Sequence[EngineSnapshot],
                      recorder: ServeRecorder | None, now_s: float) -> bool:

@@ -39,6 +39,9 @@ class ServerInfo:
     num_gpu_blocks_by_engine: tuple[int, ...] = ()
     """Each data-parallel engine's ``cache_config_info`` figure (see
     :attr:`~kvbudget.live.server_metrics.EngineSnapshot.num_gpu_blocks_by_engine`)."""
+    server_engine: str | None = None
+    """The kvbudget engine of the server that named itself in its model entry
+    (:func:`engine_of`); None for vLLM (the default engine) and any other."""
 
     def facts(self) -> dict[str, Any]:
         """What the server said of itself, as a run directory records it (``replay.json``'s
@@ -51,7 +54,8 @@ class ServerInfo:
             "kv_cache_dtype": self.kv_cache_dtype,
             "num_engines": self.num_engines if self.num_gpu_blocks is not None else None,
             "num_gpu_blocks_by_engine": list(self.num_gpu_blocks_by_engine)
-            if self.num_gpu_blocks is not None and self.num_gpu_blocks_by_engine else None}
+            if self.num_gpu_blocks is not None and self.num_gpu_blocks_by_engine else None,
+            "server_engine": self.server_engine}
         return {k: v for k, v in told.items() if v is not None and v != ""}
 
 
@@ -138,7 +142,8 @@ async def discover(client: httpx.AsyncClient, target: ServerTarget,
             snap = await fetch_snapshot(client, target)
         except httpx.HTTPError:
             snap = None
-    return server_info(model, max_model_len, root, snap)
+    return server_info(model, max_model_len, root, snap,
+                       engine=None if entry is None else engine_of(entry))
 
 
 def served_models(payload: Any) -> list[dict[str, Any]]:
@@ -161,10 +166,24 @@ def context_of(entry: dict[str, Any]) -> int | None:
         raw_len, bool) and 1 <= raw_len < 2**53 else None)
 
 
+OWNED_BY_ENGINES = {"sglang": "sglang"}
+"""A model entry's ``owned_by`` as the server writes it of itself, and the kvbudget engine
+that models that server: SGLang's ``ModelCard`` (``sglang/srt/entrypoints/openai/
+protocol.py``: ``owned_by: str = "sglang"``). vLLM writes ``vllm``, kvbudget's default engine:
+not recorded, so its runs' files stay as they were."""
+
+
+def engine_of(entry: dict[str, Any]) -> str | None:
+    """The kvbudget engine of the server a model entry names as its owner
+    (:data:`OWNED_BY_ENGINES`), or None."""
+    owned = entry.get("owned_by")
+    return OWNED_BY_ENGINES.get(owned) if isinstance(owned, str) else None
+
+
 def server_info(model: str, max_model_len: int | None, root: str | None,
-                snap: EngineSnapshot | None) -> ServerInfo:
-    """What a server said of itself: its model entry's figures and its ``/metrics`` (None:
-    not read)."""
+                snap: EngineSnapshot | None, *, engine: str | None = None) -> ServerInfo:
+    """What a server said of itself: its model entry's figures (``engine``:
+    :func:`engine_of` it) and its ``/metrics`` (None: not read)."""
     return ServerInfo(
         model=model,
         max_model_len=max_model_len,
@@ -179,6 +198,7 @@ def server_info(model: str, max_model_len: int | None, root: str | None,
         kv_cache_dtype=None if snap is None else snap.kv_cache_dtype,
         num_engines=1 if snap is None else snap.num_engines,
         num_gpu_blocks_by_engine=() if snap is None else snap.num_gpu_blocks_by_engine,
+        server_engine=engine,
     )
 
 

@@ -24,6 +24,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kvbudget.results.engine_share import SMALLEST, engine_blocks
+
 Sample = tuple[dict[str, str], float]
 
 KV_USAGE_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
@@ -171,14 +173,15 @@ class EngineSnapshot:
         on one engine): :attr:`kv_capacity_tokens` for a server of one engine; for several
         (data parallel), the smallest engine's where the page tells each its own blocks, else
         an equal share of the sum (a vLLM 0.32.0 page tells only the sum), less its null
-        block. None where there is no capacity or no engine holds a block."""
+        block (:func:`kvbudget.results.engine_share.engine_blocks`,
+        :data:`~kvbudget.results.engine_share.SMALLEST`: the most one request can hold is
+        the smallest engine's). None where there is no capacity or no engine holds a block."""
         cap = self.kv_capacity_tokens
         if cap is None or self.num_engines == 1 or self.num_gpu_blocks is None \
                 or self.block_size is None:
             return cap
-        by_engine = self.num_gpu_blocks_by_engine
-        blocks = min(by_engine) if len(set(by_engine)) > 1 else \
-            self.num_gpu_blocks // self.num_engines
+        blocks = engine_blocks(self.num_gpu_blocks, self.num_engines,
+                               self.num_gpu_blocks_by_engine, unequal=SMALLEST)
         return (blocks - 1) * self.block_size if blocks > 1 else None
 
     def kv_used_tokens(self, capacity_tokens: int | None = None) -> int | None:

@@ -12,8 +12,7 @@ text), ``usage_completion_tokens`` (the server's), ``time_to_first_token`` and
 ``type``, ``message``). Warm-up requests (``--warmup-request-count``) are simulated (they
 loaded the server) and left out of every measured statistic, as AIPerf's summary does;
 failed and cancelled requests are counted (a failed or cancelled one with no output is not
-simulated, and a closed loop it held is replayed at the recorded sends: :func:`_failed`,
-:func:`_cancelled`).
+simulated, and a closed loop it held is replayed at the recorded sends: :func:`_failed`).
 
 The load mode and the server configuration come from ``profile_export_aiperf.json`` beside it
 when present (``input_config``: ``phases`` with ``type`` ``concurrency`` / ``request_rate``,
@@ -26,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +45,7 @@ from kvbudget.results.recorded_fields import (
     time_limit_note,
 )
 from kvbudget.results.recorded_guidellm_prefix import SharedPrefix
-from kvbudget.results.recorded_refusals import context_refusal_note
+from kvbudget.results.recorded_refusals import say_context_refusals
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
@@ -668,99 +667,112 @@ def _held(held: npt.NDArray[np.bool_], start: FloatArray,
 def _failed(stage: RecordedStage, summary: Mapping[str, Any], status: list[str],
             dropped: npt.NDArray[np.bool_], start: FloatArray,
             end: FloatArray) -> tuple[RecordedStage, list[str]]:
-    """The stage as replayed and a note when records failed with no output (an ``error``:
-    AIPerf's ``ErrorDetails``, e.g. ``TimeoutError`` at ``--request-timeout-seconds``): they
-    are counted failed, as AIPerf's summary counts them (``error_request_count``), and not
-    simulated (the server sent none of their tokens). In a closed loop each held its user until
-    it failed (AIPerf 0.13.0 ``transports/aiohttp_client.py``: the session's
-    ``aiohttp.ClientTimeout(total=--request-timeout-seconds)`` raises ``TimeoutError``, kept as
-    ``ErrorDetails.from_exception``, the record ending then), so a closed loop replayed with
-    them dropped would send the
-    next request at once and simulate a server that answers every request: the stage is
-    replayed as an open loop at the recorded sends, at most its users in flight."""
+    """The stage as replayed and a note when records ended with no output: failed ones (an
+    ``error``: AIPerf's ``ErrorDetails``, e.g. ``TimeoutError`` at
+    ``--request-timeout-seconds``) and cancelled ones (AIPerf 0.13.0's
+    ``--request-cancellation-rate P --request-cancellation-delay D`` cancels P % of the
+    requests D s after each was sent and writes a new record with no responses,
+    ``transports/aiohttp_client.py`` ``_request_with_cancellation``:
+    ``RequestCancellationError``, code 499; ``was_cancelled``). They are counted failed or
+    cancelled, as AIPerf's summary counts them (``error_request_count``, its
+    ``error_summary``), and not simulated (the server sent none of their tokens). In a closed
+    loop each held its user until it ended: a failed one until its error (the session's
+    ``aiohttp.ClientTimeout(total=--request-timeout-seconds)`` raises ``TimeoutError``, kept
+    as ``ErrorDetails.from_exception``, the record ending then), a cancelled one until its
+    cancel (the credit returns and frees the user's slot, cancelled or not,
+    ``credit/callback_handler.py``); a closed loop replayed with them dropped would send the
+    next request at once and simulate a server that answers every request, so the stage is
+    replayed as an open loop at the recorded sends, at most its users in flight
+    (:func:`_held_note`)."""
     failed = dropped & np.array([s.startswith("error") for s in status], dtype=bool)
     cancelled = dropped & np.array([s == "cancelled" for s in status], dtype=bool)
-    n = int(failed.sum())
+    if not (failed.any() or cancelled.any()):
+        return stage, []
     kinds: dict[str, int] = {}
     for i in np.flatnonzero(failed).tolist():
         kind = status[i].removeprefix("error").strip(" ()") or "error"
         kinds[kind] = kinds.get(kind, 0) + 1
-    if cancelled.any():
-        return _cancelled(stage, summary, n, kinds, cancelled | failed, start, end)
-    if not failed.any():
-        return stage, []
-    held_s, span_s = _held(failed, start, end)
     endpoint = dig(summary, "input_config", "endpoint") or {}
     limit = endpoint.get("timeout_seconds", endpoint.get("timeout")) \
         if isinstance(endpoint, dict) else None
-    told = (f" (--request-timeout-seconds {limit:g})" if isinstance(limit, int | float)
-            and not isinstance(limit, bool) and "TimeoutError" in kinds else "")
-    what = ", ".join(f"{c} {k}" for k, c in kinds.items())
-    said = (f"{n} requests failed with no output ({what}"
-            + (f", after {float(held_s.mean()):.1f} s on average{told}" if len(held_s) else "")
-            + "): counted failed (num_failed), as AIPerf's summary counts them "
-            "(error_request_count), and not simulated: the server sent none of their tokens")
-    if stage.load != "closed" or not len(held_s):
-        return stage, [said]
-    label = f"{stage.label}, {n} failed"
-    users = stage.max_concurrency
-    return replace(stage, label=label, load="capped"), [
-        f"{said}. stage '{label}': each held its user of the closed loop of {users} until it "
-        f"failed ({float(held_s.sum()):.0f} s of the stage's {span_s:.0f} s): replayed as an "
-        f"open loop at the recorded sends, at most {users} in flight, so that this time is "
-        "kept and the output tokens/s compared spans it on both sides (as a closed loop with "
-        "them dropped the simulated users would send the next request at once, a server that "
-        "answers every request); a simulated server faster than the recorded one cannot send "
-        "sooner than recorded, so its completed count and output tokens/s agree by "
-        "construction: compare its latencies"]
+    timeout = (f" (--request-timeout-seconds {limit:g})" if isinstance(limit, int | float)
+               and not isinstance(limit, bool) and "TimeoutError" in kinds else "")
+    what = [f"{c} {k}" for k, c in kinds.items()]
+    num_failed, num_cancelled = int(failed.sum()), int(cancelled.sum())
+    if not num_cancelled:
+        return _held_note(stage, _Ended(
+            failed, "failed", what, timeout, "failed (num_failed)", "error_request_count",
+            [f"{num_failed} failed"], ""), start, end)
+    return _held_note(stage, _Ended(
+        failed | cancelled, "ended",
+        [*what, f"{num_cancelled} cancelled by AIPerf{_cancellation_said(summary)}"], timeout,
+        "failed (num_failed) or cancelled (num_cancelled)",
+        "error_request_count; its error_summary's RequestCancellationError",
+        [*([f"{num_failed} failed"] if num_failed else []), f"{num_cancelled} cancelled"],
+        "; AIPerf frees a user's slot when its request returns, cancelled or not"), start, end)
 
 
-def _cancelled(stage: RecordedStage, summary: Mapping[str, Any], num_failed: int,
-               kinds: dict[str, int], held: npt.NDArray[np.bool_], start: FloatArray,
-               end: FloatArray) -> tuple[RecordedStage, list[str]]:
-    """:func:`_failed` for a run whose records include cancelled ones with no output
-    (``held``: those and the failed ones dropped): AIPerf 0.13.0's
-    ``--request-cancellation-rate P --request-cancellation-delay D`` cancels P % of the
-    requests D s after each was sent and writes a new record with no responses
-    (``transports/aiohttp_client.py``, ``_request_with_cancellation``:
-    ``RequestCancellationError``, code 499; ``was_cancelled``), counted in its summary's
-    ``error_request_count`` and ``error_summary``. The credit then returns and frees the
-    user's slot, cancelled or not (``credit/callback_handler.py``), so in a closed loop each
-    held its user until its cancel: replayed at the recorded sends, as the failed ones."""
-    num_cancelled = int(held.sum()) - num_failed
+def _cancellation_said(summary: Mapping[str, Any]) -> str:
+    """The profiling phase's ``--request-cancellation-rate`` and ``-delay`` as a clause, or ''
+    where the summary does not tell them."""
     phases = dig(summary, "input_config", "phases")
     found = [p for p in phases if isinstance(p, dict) and p.get("kind", p.get("name"))
              == "profiling"] if isinstance(phases, list) else []
     told = found[0].get("cancellation") if found else None
     rate, delay = (told.get("rate"), told.get("delay")) if isinstance(told, dict) \
         else (None, None)
-    how = (f" (--request-cancellation-rate {rate:g} %, --request-cancellation-delay "
-           f"{delay if isinstance(delay, int | float) else 0:g} s)"
-           if isinstance(rate, int | float) and not isinstance(rate, bool) else "")
-    what = ", ".join([f"{c} {k}" for k, c in kinds.items()]
-                     + [f"{num_cancelled} cancelled by AIPerf{how}"])
-    held_s, span_s = _held(held, start, end)
-    said = (f"{int(held.sum())} requests ended with no output ({what}"
-            + (f", after {float(held_s.mean()):.1f} s on average" if len(held_s) else "")
-            + "): counted failed (num_failed) or cancelled (num_cancelled), as AIPerf's "
-            "summary counts them (error_request_count; its error_summary's "
-            "RequestCancellationError), and not simulated: the server sent none of their "
-            "tokens")
+    if not isinstance(rate, int | float) or isinstance(rate, bool):
+        return ""
+    return (f" (--request-cancellation-rate {rate:g} %, --request-cancellation-delay "
+            f"{delay if isinstance(delay, int | float) else 0:g} s)")
+
+
+@dataclass(frozen=True)
+class _Ended:
+    """Records that ended with no output, as :func:`_held_note` says them: which (``held``),
+    how they ended (``verb``), their kinds (``what``) and the timeout that ended them, the
+    counts they go to and AIPerf's figures that count them, the stage label's parts, and
+    why a user's slot was held until then (``freed``)."""
+
+    held: npt.NDArray[np.bool_]
+    verb: str
+    what: list[str]
+    timeout: str
+    counted: str
+    source: str
+    label: list[str]
+    freed: str
+
+
+def _seconds(x: float) -> str:
+    return f"{x:.0f}" if x >= 10 else f"{x:.1f}"
+
+
+def _held_note(stage: RecordedStage, ended: _Ended, start: FloatArray,
+               end: FloatArray) -> tuple[RecordedStage, list[str]]:
+    """The note of :func:`_failed`, and a closed loop's stage replayed as an open loop at the
+    recorded sends, at most its users in flight, the time the records held them said."""
+    held_s, span_s = _held(ended.held, start, end)
+    said = (f"{int(ended.held.sum())} requests {ended.verb} with no output "
+            f"({', '.join(ended.what)}"
+            + (f", after {float(held_s.mean()):.1f} s on average{ended.timeout}"
+               if len(held_s) else "")
+            + f"): counted {ended.counted}, as AIPerf's summary counts them ({ended.source}), "
+            "and not simulated: the server sent none of their tokens")
     if stage.load != "closed" or not len(held_s):
         return stage, [said]
-    label = ", ".join([stage.label, *([f"{num_failed} failed"] if num_failed else []),
-                       f"{num_cancelled} cancelled"])
+    label = ", ".join([stage.label, *ended.label])
     users = stage.max_concurrency
     return replace(stage, label=label, load="capped"), [
         f"{said}. stage '{label}': each held its user of the closed loop of {users} until it "
-        f"ended ({float(held_s.sum()):.1f} s held in all, the stage lasting {span_s:.1f} s; "
-        "AIPerf frees a "
-        "user's slot when its request returns, cancelled or not): replayed as an open loop at "
-        f"the recorded sends, at most {users} in flight, so that this time is kept (as a "
-        "closed loop with them dropped the simulated users would send the next request at "
-        "once); a simulated server faster than the recorded one cannot send sooner than "
-        "recorded, so its completed count and output tokens/s agree by construction: compare "
-        "its latencies"]
+        f"{ended.verb} ({_seconds(float(held_s.sum()))} s held in all, of the stage's "
+        f"{_seconds(span_s)} s{ended.freed}): replayed as an open loop at the recorded "
+        f"sends, at most {users} in flight, so that this time is kept and the output tokens/s "
+        "compared spans it on both sides (as a closed loop with them dropped the simulated "
+        "users would send the next request at once, a server that answers every request); a "
+        "simulated server faster than the recorded one cannot send sooner than recorded, so "
+        "its completed count and output tokens/s agree by construction: compare its "
+        "latencies"]
 
 
 def _url_note(urls: list[str], status: list[str], order: FloatArray,
@@ -1003,7 +1015,7 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     # every failed record, those dropped for want of output too, as AIPerf's summary counts
     # them (error_request_count) and the vllm bench reader its num_failed
     counts["num_failed"] = sum(s.startswith("error") for s in status)
-    counts["num_cancelled"] = status.count("cancelled")  # dropped ones too: see _cancelled
+    counts["num_cancelled"] = status.count("cancelled")  # dropped ones too: see _failed
     version = summary.get("aiperf_version")
     kept = np.zeros(len(status), dtype=bool)
     kept[rows] = True
@@ -1040,10 +1052,7 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
                      "unknown")
     # the server's own error text (AIPerf 0.13.0 transports/aiohttp_client.py:165-171: a
     # non-2xx answer's body as ErrorDetails.message): its refusals for the model's context
-    refused, said = context_refusal_note(_error_text(rec) for _, rec in records)
-    if said:
-        counts["num_refused_context"] = refused
-        notes.append(said)
+    say_context_refusals((_error_text(rec) for _, rec in records), counts, notes, config)
     return build_recording(path, "aiperf", workload, ttft=ttft[rows], e2e=e2e[rows], status=st,
                            stage=[stage.label] * len(rows), itl_mean=itl[rows], config=config,
                            counts=counts, notes=[*notes, *warnings], stages=(stage,),

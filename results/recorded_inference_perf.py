@@ -50,7 +50,7 @@ from kvbudget.results.recorded_inference_perf_prefix import (
     inference_perf_prefix,
     shared_prefix_settings,
 )
-from kvbudget.results.recorded_refusals import context_refusal_note
+from kvbudget.results.recorded_refusals import say_context_refusals
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
@@ -253,11 +253,8 @@ def read_inference_perf(path: Path, default_tier: str,
     notes.append(max_tokens_note(recorded_or_none, max_output_rule))
     # the server's own error text (inference-perf 0.7.0 keeps the response body's in
     # error_msg): its refusals for the model's context, said
-    refused, said = context_refusal_note(str(dig(req, "error", "error_msg") or "")
-                                         for req in doc if isinstance(req, dict))
-    if said:
-        counts["num_refused_context"] = refused
-        notes.append(said)
+    say_context_refusals((str(dig(req, "error", "error_msg") or "")
+                          for req in doc if isinstance(req, dict)), counts, notes, config)
     ttft = np.array([r[3] for r in rows])
     e2e = np.array([r[4] for r in rows])
     return build_recording(path, "inference-perf", workload, ttft=ttft[order], e2e=e2e[order],

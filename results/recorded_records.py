@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from kvbudget.results.engine_share import REFUSE, UnequalEngines, engine_blocks
 from kvbudget.results.recorded_fields import (
     REALISED_OUTPUT,
     FloatArray,
@@ -284,32 +285,26 @@ server."""
 
 def _engine_blocks(server: dict[str, Any], where: tuple[Path, str]) -> int | None:
     """Each engine's KV blocks (vLLM v1's null block included) from what a server told of
-    itself (``replay.json``'s ``server``); None where it did not tell them. A data-parallel
-    vLLM 0.32.0 tells, on each engine's ``cache_config_info``, the front end's sum over its
-    engines (``vllm/v1/engine/core_client.py`` ``_apply_ready_response``: "Sum num_gpu_blocks
-    from all engines in DP case"; recorded as ``num_gpu_blocks``): each engine holds an equal
-    share of it, the only split its page allows. Engines whose figures differ
-    (``num_gpu_blocks_by_engine``), or a sum no equal share makes, held different blocks: a
-    :class:`TraceError` naming the field (``where``: the file and the server's key), never one
-    engine's figure for all."""
+    itself (``replay.json``'s ``server``); None where it did not tell them: an equal share of
+    a data-parallel server's sum (:func:`kvbudget.results.engine_share.engine_blocks`).
+    Engines whose figures differ (``num_gpu_blocks_by_engine``), or a sum no equal share
+    makes, held different blocks: a :class:`TraceError` naming the field (``where``: the file
+    and the server's key), never one engine's figure for all (:data:`~kvbudget.results.
+    engine_share.REFUSE`: the simulation's replicas are equal)."""
     blocks, engines = server.get("num_gpu_blocks"), int(server.get("num_engines", 1))
     if blocks is None or "block_size" not in server:
         return None
     path, key = where
-    if engines == 1:
-        return int(blocks)
-    figures = server.get("num_gpu_blocks_by_engine")
-    if figures is not None and (len(figures) != engines or len(set(figures)) > 1):
-        raise TraceError(path, f"the server's {engines} data-parallel engines told different "
-                         f"KV blocks ({', '.join(map(str, figures))}): each would be a replica "
-                         "of its own size, and kvbudget does not pick one engine's for all",
-                         field=f"{key}.num_gpu_blocks_by_engine")
-    if blocks % engines:
-        raise TraceError(path, f"{blocks} blocks over the server's {engines} data-parallel "
-                         "engines (num_engines) is no equal share: its engines held different "
-                         "blocks, and kvbudget does not pick one engine's for all",
-                         field=f"{key}.num_gpu_blocks")
-    return int(blocks) // engines
+    try:
+        return engine_blocks(int(blocks), engines, server.get("num_gpu_blocks_by_engine") or (),
+                             unequal=REFUSE)
+    except UnequalEngines as exc:
+        field = "num_gpu_blocks_by_engine" if exc.kind == "figures" else "num_gpu_blocks"
+        why = (": each would be a replica of its own size, and kvbudget does not pick one "
+               "engine's for all" if exc.kind == "figures" else
+               ": its engines held different blocks, and kvbudget does not pick one "
+               "engine's for all")
+        raise TraceError(path, f"{exc}{why}", field=f"{key}.{field}") from None
 
 
 def server_config(server: dict[str, Any], config: dict[str, Any],
@@ -327,7 +322,10 @@ def server_config(server: dict[str, Any], config: dict[str, Any],
       replicas of that engine (``num_replicas``; ``data_parallel_size`` N): each engine
       schedules its own batch over its own blocks, which one engine with N times the blocks
       does not; the router is the reader's to choose (the recording does not tell it);
-    * ``enable_prefix_caching``, ``max_model_len``, ``kv_cache_dtype`` as it ran."""
+    * ``enable_prefix_caching``, ``max_model_len``, ``kv_cache_dtype`` as it ran;
+    * ``server_engine``: the kvbudget engine of a server that named itself (SGLang's
+      ``/v1/models`` ``owned_by``: :func:`kvbudget.live.server.engine_of`), which the command
+      line simulates it with."""
     out: dict[str, Any] = {}
     root, served = server.get("model_root"), server.get("model")
     if "model" not in config and (root or served):
@@ -341,7 +339,7 @@ def server_config(server: dict[str, Any], config: dict[str, Any],
     engines = int(server.get("num_engines", 1))
     if engines > 1 and "num_replicas" not in config:
         out["num_replicas"] = out["data_parallel_size"] = engines
-    for key in ("enable_prefix_caching", "max_model_len", "kv_cache_dtype"):
+    for key in ("enable_prefix_caching", "max_model_len", "kv_cache_dtype", "server_engine"):
         if key in server and key not in config:
             out[key] = server[key]
     return out

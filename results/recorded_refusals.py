@@ -40,25 +40,58 @@ def _tally(errors: Iterable[str]) -> tuple[Counter[str], Counter[str], set[str]]
     return reasons, engines, refusing
 
 
-def _rules(refusing: set[str]) -> str:
+def _rules(refusing: set[str], server: str | None) -> str:
     return "".join(f"; {ENGINE_NAMES[engine]} refuses a prompt + max_tokens over the context, "
-                   "which vLLM (the default simulated engine) serves with its output cut: "
-                   f"--set engine.name={SIMULATED_AS[engine]} simulates its rules"
+                   "which vLLM serves with its output cut: "
+                   + (f"the command line simulates the recording's server by its rules "
+                      f"(engine {SIMULATED_AS[engine]}) unless --engine or --set engine.name "
+                      "chooses another" if engine == server else
+                      f"--set engine.name={SIMULATED_AS[engine]} simulates its rules")
                    for engine in sorted(refusing))
+
+
+def _server(engines: Counter[str]) -> str | None:
+    """The simulated engine of the server whose words every context refusal was in, where
+    that is one engine kvbudget simulates other than vLLM (:data:`SIMULATED_AS`): its error
+    texts tell which server it was, as ``server_info`` does (the table's words are each one
+    engine's)."""
+    return SIMULATED_AS.get(next(iter(engines))) if len(engines) == 1 else None
 
 
 def context_refusal_note(errors: Iterable[str]) -> tuple[int, str | None]:
     """How many of the recorded error texts ``errors`` are refusals for the model's context,
     and the note that says them (None when none is)."""
+    total, note, _ = context_refusals(errors)
+    return total, note
+
+
+def context_refusals(errors: Iterable[str]) -> tuple[int, str | None, str | None]:
+    """:func:`context_refusal_note`, and the simulated engine of the server whose words they
+    all were (:func:`_server`; a recording's ``server_engine``), or None."""
     reasons, engines, refusing = _tally(errors)
     total = sum(reasons.values())
     if not total:
-        return 0, None
+        return 0, None, None
+    server = _server(engines)
     words = ", ".join(ENGINE_NAMES.get(e, e) for e in sorted(engines))
     return total, (f"{total} requests refused by the server for the model's context ("
                    + ", ".join(f"{n} {r}" for r, n in sorted(reasons.items()))
                    + f"; in {words}'s words): no output, so not simulated; the simulated "
-                   "engine's own context rules decide what it refuses" + _rules(refusing))
+                   "engine's own context rules decide what it refuses"
+                   + _rules(refusing, server)), server
+
+
+def say_context_refusals(errors: Iterable[str], counts: dict[str, int], notes: list[str],
+                         config: dict[str, object]) -> None:
+    """A load tool reader's refusals for the model's context (:func:`context_refusals`):
+    counted (``num_refused_context``), noted, and the server's engine they tell kept as the
+    recording's ``server_engine`` where the file told none."""
+    refused, said, server = context_refusals(errors)
+    if said:
+        counts["num_refused_context"] = refused
+        notes.append(said)
+    if server is not None:
+        config.setdefault("server_engine", server)
 
 
 def engine_rules_said(errors: Iterable[str]) -> str | None:

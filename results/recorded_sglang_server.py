@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kvbudget.results.recorded_summaries import is_sglang
+
 SGLANG_BALANCE = {"round_robin": "round_robin", "minimum_tokens": "least_tokens",
                   "total_tokens": "least_tokens"}
 """SGLang's ``--load-balance-method`` (how its data-parallel controller picks a rank,
@@ -50,9 +52,11 @@ def _parallel(info: Mapping[str, Any], out: dict[str, Any], notes: list[str]) ->
     if dp is None or dp < 2:
         return
     if info.get("enable_dp_attention") is True:
-        notes.append(f"the SGLang server ran data-parallel attention (--dp-size {dp} "
-                     "--enable-dp-attention): one engine of its tp_size GPUs, simulated with "
-                     "tensor-parallel attention")
+        # one engine of tp_size GPUs whose dp_size attention ranks each schedule their own
+        # requests over their own KV pool, stepping together (data_parallel_controller.py
+        # launch_dp_attention_schedulers): no engine kvbudget has (the command line refuses
+        # its pool as one engine's)
+        out["sglang_dp_attention"] = dp
         return
     out["num_replicas"] = out["data_parallel_size"] = dp
     method = info.get("load_balance_method")
@@ -67,37 +71,134 @@ def _kv(info: Mapping[str, Any], out: dict[str, Any], notes: list[str]) -> None:
     usage = state.get("memory_usage")
     tokens = _count(info.get("max_total_num_tokens")) or (
         _count(usage.get("token_capacity")) if isinstance(usage, Mapping) else None)
+    seqs = _count(info.get("max_running_requests")) or _count(
+        state.get("effective_max_running_requests_per_dp"))
+    if "sglang_dp_attention" in out:  # each attention rank's, not the engine's
+        if tokens is not None:
+            out["sglang_kv_tokens_per_attention_rank"] = tokens
+        if seqs is not None:
+            out["sglang_max_running_per_attention_rank"] = seqs
+        return
     if tokens is not None:
         out["kv_tokens_per_engine"] = tokens
         notes.append(f"the SGLang server's KV pool held {tokens:,} tokens an engine "
                      "(server_info max_total_num_tokens): simulated as the blocks that many "
                      "tokens fill (num_gpu_blocks on the settings line)")
-    seqs = _count(info.get("max_running_requests")) or _count(
-        state.get("effective_max_running_requests_per_dp"))
     if seqs is not None:
         out["max_num_seqs"] = seqs
+
+
+def _prefill_budget(info: Mapping[str, Any], out: dict[str, Any], notes: list[str]) -> None:
+    """SGLang's prefill batch takes new tokens up to ``chunked_prefill_size`` (a longer prompt
+    is cut into chunks of it; -1 turns chunking off) while fewer than ``max_prefill_tokens``
+    are in it (``python/sglang/srt/managers/schedule_policy.py``, ``PrefillAdder``:
+    ``rem_chunk_tokens`` and ``rem_input_tokens``): the smaller of the two is simulated as
+    vLLM's ``max_num_batched_tokens``; without chunking, a prompt is prefilled whole (vLLM's
+    budget without chunked prefill, at least the context)."""
     chunk = _count(info.get("chunked_prefill_size"))
-    if chunk is not None:
-        out["max_num_batched_tokens"] = chunk
-        notes.append(f"SGLang's --chunked-prefill-size {chunk} (its prefill tokens a batch) "
-                     "simulated as max_num_batched_tokens (vLLM's budget a step, decodes "
-                     "included)")
+    most = _count(info.get("max_prefill_tokens"))
+    if info.get("chunked_prefill_size") == -1:
+        out["enable_chunked_prefill"] = False
+        notes.append("the SGLang server ran without chunked prefill (--chunked-prefill-size "
+                     "-1): each prompt simulated prefilled in one step (vLLM's "
+                     "--no-enable-chunked-prefill, its budget a step at least the context)")
+        return
+    if chunk is None and most is None:
+        return
+    budget = most if chunk is None else chunk if most is None else min(chunk, most)
+    out["max_num_batched_tokens"] = budget
+    told = (f"--chunked-prefill-size {chunk}" if chunk is not None else "") + (
+        f"{' and ' if chunk is not None else ''}--max-prefill-tokens {most}"
+        if most is not None and (chunk is None or most < chunk) else "")
+    notes.append(f"SGLang's {told} (its prefill tokens a batch) simulated as "
+                 f"max_num_batched_tokens {budget} (vLLM's budget a step, decodes included)")
+
+
+SCHEDULE_POLICIES_AS_FCFS = ("fcfs", "lpm", "dfs-weight")
+"""SGLang's ``--schedule-policy`` choices that order a waiting queue of prompts sharing no
+cached prefix in arrival order (``python/sglang/srt/managers/schedule_policy.py``:
+``lpm`` and ``dfs-weight`` sort by the length of each prompt's match in the radix cache, a
+stable sort, and ``lpm`` turns to ``fcfs`` past 128 waiting requests); a recording's prompts
+are simulated sharing none, so these are kvbudget's ``fcfs``. ``lof`` (longest output first)
+and ``random`` are not modelled: said as assumed."""
+
+
+def _scheduler(info: Mapping[str, Any], out: dict[str, Any], notes: list[str]) -> None:
+    """SGLang's scheduler knobs under kvbudget's sglang engine's names (the same as SGLang's,
+    ``python/sglang/srt/server_args.py``): ``schedule_conservativeness`` (its
+    ``new_token_ratio``'s scale), ``max_queued_requests`` (its 503 past that many waiting),
+    ``disable_overlap_schedule`` (the overlap scheduler off: ``async_scheduling`` false); its
+    ``schedule_policy`` and priority scheduling said."""
+    ratio = info.get("schedule_conservativeness")
+    if isinstance(ratio, int | float) and not isinstance(ratio, bool) and ratio > 0:
+        out["schedule_conservativeness"] = float(ratio)
+    queued = _count(info.get("max_queued_requests"))
+    if queued is not None:
+        out["max_queued_requests"] = queued
+    if isinstance(info.get("disable_overlap_schedule"), bool):
+        out["async_scheduling"] = not info["disable_overlap_schedule"]
+    policy = info.get("schedule_policy")
+    if isinstance(policy, str) and policy not in SCHEDULE_POLICIES_AS_FCFS:
+        notes.append(f"ASSUMED: first come, first served; the SGLang server ran "
+                     f"--schedule-policy {policy}, which kvbudget does not model")
+    elif isinstance(policy, str) and policy != "fcfs":
+        notes.append(f"SGLang's --schedule-policy {policy} orders waiting prompts by their "
+                     "cached prefix; the recording's prompts are simulated sharing none, "
+                     "where that order is arrival order (fcfs)")
+    if info.get("enable_priority_scheduling") is True:
+        notes.append("the SGLang server ran --enable-priority-scheduling; the recording "
+                     "keeps no request's priority: simulated first come, first served")
+
+
+def _sliding(info: Mapping[str, Any], out: dict[str, Any]) -> None:
+    """Whether SGLang split a sliding-window model's KV into two pools (its hybrid SWA memory,
+    on unless ``disable_hybrid_swa_memory``): then ``max_total_num_tokens`` is the
+    full-attention layers' pool and the sliding-window layers' holds
+    ``swa_full_tokens_ratio`` times as many tokens
+    (``python/sglang/srt/model_executor/model_runner_kv_cache_mixin.py``,
+    ``set_num_tokens_hybrid_swa``); read by the command line, which knows the model."""
+    if isinstance(info.get("disable_hybrid_swa_memory"), bool):
+        out["sglang_hybrid_swa_memory"] = not info["disable_hybrid_swa_memory"]
+    ratio = info.get("swa_full_tokens_ratio")
+    if isinstance(ratio, int | float) and not isinstance(ratio, bool) and 0 < ratio <= 1:
+        out["sglang_swa_full_tokens_ratio"] = float(ratio)
+
+
+NATIVE_BACKENDS = ("sglang", "sglang-native")
+"""``bench_serving --backend`` choices that post to SGLang's own ``/generate`` (python/sglang/
+bench_serving.py ``ASYNC_REQUEST_FUNCS``: ``async_request_sglang_generate``), which only an
+SGLang server answers; its other backends speak OpenAI's API, which any server does."""
+
+SERVER_ENGINE = "sglang"
+"""The recording's ``server_engine`` for an SGLang server: kvbudget's engine of that name."""
 
 
 def sglang_server(doc: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The settings an SGLang result's ``server_info`` records, under the recording's config
-    keys (``tensor_parallel_size``, ``num_replicas``/``data_parallel_size`` and the
-    controller's ``data_parallel_balance``, ``kv_tokens_per_engine``, ``max_num_seqs``,
-    ``max_num_batched_tokens``, ``max_model_len``, ``enable_prefix_caching``,
-    ``kv_cache_dtype``, ``quantization``, ``server_version``), and the notes saying how they
-    are simulated; ``({}, [])`` for a file without one."""
+    keys (``server_engine`` ``sglang``, ``tensor_parallel_size``,
+    ``num_replicas``/``data_parallel_size`` and the controller's ``data_parallel_balance``,
+    ``kv_tokens_per_engine``, ``max_num_seqs``, ``max_num_batched_tokens``,
+    ``enable_chunked_prefill``, ``max_model_len``, ``enable_prefix_caching``,
+    ``kv_cache_dtype``, ``quantization``, ``server_version``, SGLang's own
+    ``schedule_conservativeness``, ``max_queued_requests``, ``async_scheduling`` and its
+    sliding-window pools), and the notes saying how they are simulated. A result without one
+    whose client spoke SGLang's own API (:data:`NATIVE_BACKENDS`) says only the server;
+    ``({}, [])`` for any other."""
     info = doc.get("server_info")
     if not isinstance(info, Mapping):
+        if is_sglang(doc) and doc.get("backend") in NATIVE_BACKENDS:
+            return {"server_engine": SERVER_ENGINE}, [
+                f"the server was SGLang (bench_serving --backend {doc['backend']} posts to "
+                "its own /generate); the file keeps no server_info, so its settings are not "
+                "known"]
         return {}, []
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"server_engine": SERVER_ENGINE}
     notes: list[str] = []
     _parallel(info, out, notes)
     _kv(info, out, notes)
+    _prefill_budget(info, out, notes)
+    _scheduler(info, out, notes)
+    _sliding(info, out)
     context = _count(info.get("context_length"))
     if context is not None:
         out["max_model_len"] = context
@@ -112,8 +213,6 @@ def sglang_server(doc: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     version = info.get("version")
     if isinstance(version, str):
         out["server_version"] = version
-    notes.append(f"the server was SGLang{' ' + version if isinstance(version, str) else ''}: "
-                 "its settings above are simulated with vLLM's scheduling rules unless "
-                 "--set engine.name=sglang (SGLang's admission by new_token_ratio and its "
-                 "retraction)")
     return out, notes
+
+

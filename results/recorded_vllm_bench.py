@@ -48,7 +48,7 @@ from kvbudget.results.recorded_fields import (
     max_tokens_note,
     number,
 )
-from kvbudget.results.recorded_refusals import context_refusal_note
+from kvbudget.results.recorded_refusals import say_context_refusals
 from kvbudget.results.recorded_sglang_pd import pd_model_path, pd_view
 from kvbudget.results.recorded_sglang_server import sglang_server
 from kvbudget.results.recorded_summaries import is_sglang, is_trtllm, summary_refusal
@@ -633,8 +633,8 @@ SWEEP_SERVER_KEYS: dict[str, tuple[str, type | tuple[type, ...]]] = {
 """The ``vllm serve`` settings a ``vllm bench sweep serve`` run file may carry, by their
 ``--serve-params`` name (``_`` or ``-``), with the recording's config key each gives."""
 
-SWEEP_SERVER_ONLY = ("gpu_memory_utilization", "quantization", "data_parallel_size",
-                     "pipeline_parallel_size", "speculative_config", "enable_chunked_prefill")
+SWEEP_SERVER_ONLY = ("gpu_memory_utilization", "quantization", "pipeline_parallel_size",
+                     "speculative_config", "enable_chunked_prefill")
 """``vllm serve`` settings a sweep may vary that kvbudget does not take from the file: said."""
 
 
@@ -653,6 +653,13 @@ def sweep_server(doc: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
             value = doc.get(spelled)
             if isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
                 found[key] = value
+    dp = next((doc[k] for k in ("data_parallel_size", "data-parallel-size") if k in doc), None)
+    if isinstance(dp, int) and not isinstance(dp, bool) and dp >= 2:
+        # that many engines, each its own scheduler and blocks (--num-gpu-blocks-override is
+        # each engine's): a fleet of that many replicas (cli/recorded.py _data_parallel), not
+        # one engine with their load
+        found["num_replicas"] = found["data_parallel_size"] = dp
+        found["data_parallel_blocks"] = "each"
     other = {name: doc[k] for name in SWEEP_SERVER_ONLY for k in (name, name.replace("_", "-"))
              if k in doc}
     gmu = other.get("gpu_memory_utilization")
@@ -777,11 +784,8 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     # SGLang's bench_serving keeps a refusal's body ("Bad Request: " + the response text,
     # 0.5.23 sglang/benchmark/serving.py:236-239); vLLM's the reason phrase only
     # (benchmarks/lib/endpoint_request_func.py, output.error = response.reason)
-    refused, said = context_refusal_note(str(e) for _, doc in docs
-                                         for e in doc.get("errors") or () if e)
-    if said:
-        counts["num_refused_context"] = refused
-        notes.append(said)
+    say_context_refusals((str(e) for _, doc in docs for e in doc.get("errors") or () if e),
+                         counts, notes, config)
     return build_recording(
         path, "vllm-bench", workload, ttft=cat([r.ttft for r in runs])[rows],
         e2e=cat([r.e2e for r in runs])[rows], sent_s=cat(sents)[rows],

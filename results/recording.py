@@ -328,7 +328,7 @@ def read_replay_meta(path: Path) -> dict[str, Any]:
 SERVER_FACTS: dict[str, type] = {
     "model": str, "model_root": str, "max_model_len": int, "num_gpu_blocks": int,
     "block_size": int, "enable_prefix_caching": bool, "kv_cache_dtype": str, "num_engines": int,
-    "num_gpu_blocks_by_engine": list}
+    "num_gpu_blocks_by_engine": list, "server_engine": str}
 """What a replay's ``replay.json`` ``server`` may say of the server it ran against (its
 ``/v1/models`` and ``/metrics``: :meth:`kvbudget.live.server.ServerInfo.facts`), and each
 one's type; counts are whole numbers of at least 1 (a list: of such counts)."""

@@ -62,15 +62,38 @@ def test_sglang_server_info_gives_the_servers_settings(tmp_path: Path) -> None:
     assert "kv_cache_dtype" not in config  # "auto": the model's dtype, nothing to set
     assert any("1,916,167 tokens an engine" in n for n in rec.notes)
     assert any("--chunked-prefill-size 8192" in n for n in rec.notes)
-    assert any(n.startswith("the server was SGLang 0.5.9: ") and "--set engine.name=sglang" in n
-               for n in rec.notes)
+    # the server is said as SGLang, and no note says it is simulated by vLLM's rules
+    assert config["server_engine"] == "sglang"
+    assert not any("vLLM's scheduling rules" in n for n in rec.notes)
 
 
-def test_sglang_data_parallel_attention_is_one_engine(tmp_path: Path) -> None:
-    rec = read_recording(sglang_run(tmp_path, enable_dp_attention=True), seed=0)
+def test_sglang_data_parallel_attention_is_refused_as_one_engine(tmp_path: Path) -> None:
+    # --enable-dp-attention: one engine whose attention ranks each schedule their own requests
+    # over their own pool (max_total_num_tokens is one rank's): simulated as one engine with
+    # one rank's pool, a fraction of the KV the server had, said only as "simulated with
+    # tensor-parallel attention"
+    path = sglang_run(tmp_path, enable_dp_attention=True)
+    rec = read_recording(path, seed=0)
     assert rec.config["tensor_parallel_size"] == 4
-    assert "num_replicas" not in rec.config
-    assert any("data-parallel attention" in n for n in rec.notes)
+    assert "num_replicas" not in rec.config and "kv_tokens_per_engine" not in rec.config
+    assert "max_num_seqs" not in rec.config
+    assert rec.config["sglang_dp_attention"] == 2
+    result = CliRunner().invoke(app, ["validate", "--records", str(path), "--gpu", "H100",
+                                      "--model", "Qwen/Qwen3-8B", "--out",
+                                      str(tmp_path / "v")])
+    assert result.exit_code == 2, result.output
+    err = " ".join(result.stderr.split())
+    assert "ran data-parallel attention (--dp-size 2 --enable-dp-attention): one engine whose " \
+        "2 attention ranks each scheduled their own requests over their own KV pool of " \
+        "1,916,167 tokens each" in err
+    assert "pass --num-gpu-blocks N" in err and "Traceback" not in result.output
+    # the one engine to simulate in its place, given: simulated with those blocks
+    setup = recorded_setup(path, records_format=None, columns=None, tier="default", seed=0,
+                           gpu="H100", model="Qwen/Qwen3-8B", scenario=None, overrides=None,
+                           num_gpu_blocks=200000, block_size=None, max_num_seqs=None,
+                           max_num_batched_tokens=None, cost_model=None, policy=None,
+                           params=None)
+    assert setup.config.resolved_num_gpu_blocks() == 200000 and setup.config.fleet is None
 
 
 def test_an_sglang_result_without_server_info_takes_nothing(tmp_path: Path) -> None:
@@ -82,12 +105,13 @@ def test_an_sglang_result_without_server_info_takes_nothing(tmp_path: Path) -> N
     assert "tensor_parallel_size" not in rec.config and "num_replicas" not in rec.config
 
 
-def _setup(path: Path) -> Any:
+def _setup(path: Path, overrides: list[str] | None = None, engine: str | None = None,
+           model: str = "Qwen/Qwen3-8B") -> Any:
     return recorded_setup(path, records_format=None, columns=None, tier="default", seed=0,
-                          gpu="H100", model="Qwen/Qwen3-8B", scenario=None, overrides=None,
+                          gpu="H100", model=model, scenario=None, overrides=overrides,
                           num_gpu_blocks=None, block_size=None, max_num_seqs=None,
                           max_num_batched_tokens=None, cost_model=None, policy=None,
-                          params=None)
+                          params=None, engine={"name": engine})
 
 
 def test_sglang_server_is_simulated_as_it_ran(tmp_path: Path) -> None:
@@ -98,6 +122,8 @@ def test_sglang_server_is_simulated_as_it_ran(tmp_path: Path) -> None:
     assert engine.max_num_seqs == 4096 and engine.max_num_batched_tokens == 8192
     fleet = setup.config.fleet
     assert fleet is not None and fleet.num_replicas == 2 and fleet.router == "round_robin"
+    # simulated with kvbudget's SGLang engine, not vLLM's rules in its place
+    assert engine.name == "sglang"
 
 
 @pytest.mark.parametrize(("method", "router", "said"), [
@@ -145,3 +171,129 @@ def test_no_quantization_on_a_checkpoint_named_quantized_is_not_the_16_bit_prese
     err = " ".join(result.stderr.split())
     assert "the checkpoint's: the recording's server ran no --quantization" not in err, err
     assert "is named as quantized (FP8)" in err, err
+
+
+def _said(capsys: pytest.CaptureFixture[str]) -> str:
+    return " ".join(capsys.readouterr().err.split())
+
+
+def test_the_settings_line_names_the_recordings_engine(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _setup(sglang_run(tmp_path))
+    assert ", engine sglang (the recording's server, SGLang 0.5.9)" in _said(capsys)
+
+
+def test_sglangs_own_knobs_go_to_its_engine(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    # SGLang's server_info names, each the sglang engine's knob of the same name
+    # (python/sglang/srt/server_args.py): they were dropped, simulated at kvbudget's defaults
+    path = sglang_run(tmp_path, schedule_conservativeness=1.3, max_queued_requests=64,
+                      disable_overlap_schedule=True)
+    engine = _setup(path).config.engine_for()
+    assert engine.name == "sglang" and engine.schedule_conservativeness == 1.3
+    assert engine.max_queued_requests == 64 and engine.async_scheduling is False
+    err = _said(capsys)
+    assert "schedule_conservativeness=1.3, max_queued_requests=64, async_scheduling=false" in err
+    # --set gives its own: the recording's is not applied over it
+    engine = _setup(path, overrides=["engine.schedule_conservativeness=2.0"]).config.engine_for()
+    assert engine.schedule_conservativeness == 2.0 and engine.max_queued_requests == 64
+
+
+def test_another_engine_chosen_is_said_not_the_recordings(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = sglang_run(tmp_path, max_queued_requests=64)
+    engine = _setup(path, engine="vllm").config.engine_for()
+    assert engine.name == "vllm" and engine.max_queued_requests is None
+    err = _said(capsys)
+    assert ", engine vllm (--engine; NOT the recording's server, SGLang 0.5.9: the simulation " \
+        "schedules by vllm's rules, not the ones the recording measured, and leaves out its " \
+        "max_queued_requests=64)" in err
+    assert _setup(path, overrides=["engine.name=sglang"]).config.engine_for().name == "sglang"
+    assert ", engine sglang (--set engine.name; the recording's server, SGLang 0.5.9)" in \
+        _said(capsys)
+
+
+@pytest.mark.parametrize(("info", "batched", "chunked", "said"), [
+    ({"max_prefill_tokens": 4096}, 4096, True,
+     "--chunked-prefill-size 8192 and --max-prefill-tokens 4096 (its prefill tokens a batch) "
+     "simulated as max_num_batched_tokens 4096"),
+    ({"max_prefill_tokens": 16384}, 8192, True,
+     "--chunked-prefill-size 8192 (its prefill tokens a batch) simulated as "
+     "max_num_batched_tokens 8192"),
+    ({"chunked_prefill_size": -1}, None, False, "without chunked prefill"),
+])
+def test_sglangs_prefill_budget(tmp_path: Path, info: dict[str, Any], batched: int | None,
+                                chunked: bool, said: str) -> None:
+    rec = read_recording(sglang_run(tmp_path, **info), seed=0)
+    assert rec.config.get("max_num_batched_tokens") == batched
+    assert rec.config.get("enable_chunked_prefill", True) is chunked
+    assert any(said in n for n in rec.notes), rec.notes
+    if not chunked:
+        assert _setup(sglang_run(tmp_path, **info)).config.engine_for() \
+            .enable_chunked_prefill is False
+
+
+@pytest.mark.parametrize(("policy", "said"), [
+    ("fcfs", None),
+    ("lpm", "the recording's prompts are simulated sharing none, where that order is arrival"),
+    ("lof", "ASSUMED: first come, first served; the SGLang server ran --schedule-policy lof"),
+])
+def test_sglangs_schedule_policy_is_said(tmp_path: Path, policy: str, said: str | None) -> None:
+    rec = read_recording(sglang_run(tmp_path, schedule_policy=policy), seed=0)
+    told = [n for n in rec.notes if "schedule-policy" in n]
+    assert (told == []) if said is None else (said in told[0]), told
+
+
+@pytest.mark.parametrize(("backend", "server"), [("sglang", "sglang"),
+                                                 ("sglang-native", "sglang"),
+                                                 ("sglang-oai", None), ("vllm", None)])
+def test_sglangs_native_backend_tells_the_server(tmp_path: Path, backend: str,
+                                                 server: str | None) -> None:
+    # bench_serving's sglang backends post to SGLang's own /generate: only SGLang answers it;
+    # its OpenAI backends (sglang-oai, vllm) reach any server
+    path = sglang_run(tmp_path)
+    doc = json.loads(path.read_text())
+    del doc["server_info"]
+    doc["backend"] = backend
+    path.write_text(json.dumps(doc) + "\n")
+    rec = read_recording(path, seed=0)
+    assert rec.config.get("server_engine") == server
+    name = _setup(path).config.engine_for().name
+    assert name == (server or "vllm")
+
+
+def test_gpt_oss_pool_is_the_full_attention_layers(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    # SGLang's hybrid SWA memory: max_total_num_tokens is the full-attention layers' pool, the
+    # sliding-window layers' holding swa_full_tokens_ratio as many (model_runner_kv_cache_mixin
+    # .py, set_num_tokens_hybrid_swa); the recorded prompts (32 tokens) are within the window
+    info = {"model_path": "openai/gpt-oss-20b", "tp_size": 1, "dp_size": 1,
+            "max_total_num_tokens": 500000, "context_length": 8192}
+    setup = _setup(sglang_run(tmp_path, **info), model="gpt-oss-20b")
+    assert setup.config.resolved_num_gpu_blocks() == 500000 // 16
+    err = _said(capsys)
+    assert "warning: the SGLang server's KV pool of 500,000 tokens an engine " \
+        "(max_total_num_tokens) is gpt-oss-20b's 12 full-attention layers'" in err
+    assert "20 of the recorded prompts are shorter" in err
+    # the hybrid pool turned off: one pool of every layer, as kvbudget models it
+    _setup(sglang_run(tmp_path, **info, disable_hybrid_swa_memory=True), model="gpt-oss-20b")
+    assert "full-attention layers'" not in _said(capsys)
+    # prompts past the window over the ratio (160 tokens): the simulated pool is the one that
+    # fills first, said as a note
+    path = sglang_run(tmp_path, **info)
+    doc = json.loads(path.read_text())
+    doc["input_lens"] = [1024] * len(doc["input_lens"])
+    path.write_text(json.dumps(doc) + "\n")
+    _setup(path, model="gpt-oss-20b")
+    err = _said(capsys)
+    assert "note: the SGLang server's KV pool of 500,000 tokens" in err
+    assert "every recorded prompt is at least that" in err and "warning" not in err
+    # blocks given in the pool's place: the user's choice, nothing said of the pool
+    recorded_setup(sglang_run(tmp_path, **info), records_format=None, columns=None,
+                   tier="default", seed=0, gpu="H100", model="gpt-oss-20b", scenario=None,
+                   overrides=None, num_gpu_blocks=1000, block_size=None, max_num_seqs=None,
+                   max_num_batched_tokens=None, cost_model=None, policy=None, params=None)
+    assert "full-attention layers'" not in _said(capsys)
+    # a model SGLang sizes as full attention says nothing
+    _setup(sglang_run(tmp_path))
+    assert "full-attention layers'" not in _said(capsys)

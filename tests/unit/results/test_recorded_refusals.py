@@ -42,7 +42,9 @@ def test_inference_perf_context_refusals_are_said(tmp_path: Path) -> None:
     assert rec.counts["num_refused_context"] == 1
     note = next(n for n in rec.notes if "refused by the server" in n)
     assert "1 context_length; in TGI's words" in note
-    assert "--set engine.name=tgi" in note
+    # the words tell the server: simulated by its rules, not by vLLM's unless --set says
+    assert rec.config["server_engine"] == "tgi"
+    assert "the command line simulates the recording's server by its rules (engine tgi)" in note
 
 
 def test_aiperf_context_refusals_are_said(tmp_path: Path) -> None:
@@ -56,6 +58,7 @@ def test_aiperf_context_refusals_are_said(tmp_path: Path) -> None:
     assert rec.counts["num_refused_context"] == 1
     note = next(n for n in rec.notes if "refused by the server" in n)
     assert "1 prompt_too_long; in SGLang's words" in note
+    assert rec.config["server_engine"] == "sglang"
 
 
 def test_sglang_bench_serving_context_refusals_are_said(tmp_path: Path) -> None:
@@ -75,7 +78,8 @@ def test_sglang_bench_serving_context_refusals_are_said(tmp_path: Path) -> None:
     assert rec.counts["num_refused_context"] == 1
     note = next(n for n in rec.notes if "refused by the server" in n)
     assert "1 context_length; in SGLang's words" in note
-    assert "--set engine.name=sglang" in note
+    assert rec.config["server_engine"] == "sglang"
+    assert "(engine sglang) unless --engine or --set engine.name chooses another" in note
 
 
 def test_other_errors_say_nothing() -> None:

@@ -98,7 +98,7 @@ def test_a_closed_loop_held_by_timeouts_keeps_their_time(tmp_path: Path) -> None
     rec = read_recording(two_urls_with_timeouts(tmp_path))
     assert rec.stages[0] == RecordedStage("concurrency 1, 10 failed", "capped", None, 1)
     note = next(n for n in rec.notes if "held its user" in n)
-    assert "204 s of the stage's 210 s" in note
+    assert "204 s held in all, of the stage's 210 s)" in note
     assert "open loop at the recorded sends, at most 1 in flight" in note
     # a server far faster than the recorded one: the measured and simulated output tokens/s
     # span the same time (the users' waits on the timeouts), not a server answering all
