@@ -491,12 +491,18 @@ def _stop_time(bench: Mapping[str, Any]) -> float | None:
 def _cancelled_after_s(bench: Mapping[str, Any], stop: float) -> float:
     """How long after its time limit GuideLLM 0.8 cancelled what was still running: the
     ``max_duration`` constraint stops processing with queuing (0.8.1
-    ``scheduler/constraints/request.py``: ``request_processing="stop_local"``) and each worker
-    cancels its requests in flight once it sees that (``scheduler/worker.py``,
-    ``_process_requests``: ``processing_task.cancel()`` after ``constraint_reached_event``,
-    polled every ``settings.mp_poll_interval``, 0.1 s). The report's
-    ``scheduler_state.end_requests_time``, when its last request ended or was cancelled,
-    bounds it: nothing of the stage ran past it. inf where the report does not say."""
+    ``scheduler/constraints/request.py``: ``request_processing="stop_local"``). No timer
+    fires at the limit: the main process evaluates the constraints when a request's status
+    update reaches it (``scheduler/worker_group.py``: ``WorkerGroupState.received_callback``
+    calls ``update_state`` with the request's info) and, from 0.8.0, also when no update has
+    come for ``settings.mp_poll_interval`` (0.1 s: ``request_updates``, its
+    ``asyncio.TimeoutError`` branch calls ``update_state()`` with none; 0.7.3 evaluated them
+    on status updates only). It then sets ``constraint_reached_event``, which each worker
+    polls every ``messaging.poll_interval`` (0.1 s: ``scheduler/worker.py``,
+    ``_process_requests``, ``wait_for_sync_event``) before it cancels its requests in
+    flight. So the lag is no fixed figure: the report's ``scheduler_state.end_requests_time``,
+    when its last request ended or was cancelled, bounds it: nothing of the stage ran past
+    it. inf where the report does not say."""
     end = dig(bench, "scheduler_state", "end_requests_time")
     if isinstance(end, int | float) and not isinstance(end, bool) and math.isfinite(end):
         return max(0.0, float(end) - stop)
