@@ -71,6 +71,13 @@ from kvbudget.results.recorded_guidellm_prefix import (
     cache_note,
     shared_prefix,
 )
+from kvbudget.results.recorded_guidellm_rampup import (
+    clip_to_ramps,
+    ramp_hold_s,
+    ramped_stage,
+    rampup_s,
+    without_clip_ties,
+)
 from kvbudget.results.recorded_guidellm_synthetic import synthetic_max_tokens, synthetic_note
 from kvbudget.results.recorded_guidellm_turns import Turn, conversation_prefix, conversation_turn
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
@@ -101,6 +108,7 @@ class _Columns:
     ignore_eos: set[bool] = field(default_factory=set)
     models: set[str] = field(default_factory=set)
     num_counted_by_chunks: int = 0
+    ramp_holds: dict[str, float] = field(default_factory=dict)
 
 
 def load_report(path: Path) -> Any:
@@ -285,6 +293,11 @@ def stage_of(path: Path, bench: Mapping[str, Any], index: int, version: str = ""
         split = _split_note(bench, index, conc or _unrecorded_cap(bench, version)[0])
         said.extend([split] if split else [])
     if kind in ("concurrent", "throughput") and conc is not None:
+        if rampup_s(strategy) > 0:
+            stage, note = ramped_stage(f"{index}: {kind} x{conc}", kind, conc,
+                                       rampup_s(strategy))
+            said.append(note)
+            return stage
         return RecordedStage(f"{index}: {kind} x{conc}", "closed", None, conc)
     if kind == "throughput":
         cap, why = _unrecorded_cap(bench, version)
@@ -616,6 +629,11 @@ def read_guidellm(path: Path, default_tier: str,
             raise TraceError(path, "must hold a 'requests' object (successful, errored, "
                              "incomplete)", field=f"benchmarks[{b}].requests")
         stage = stage_of(path, bench, b, version, notes)
+        if stage.send_times == "ramped" and stage.max_concurrency is not None:
+            strategy = _strategy(bench)
+            cols.ramp_holds[stage.label] = ramp_hold_s(
+                str(strategy.get("type_") or strategy.get("type")), stage.max_concurrency,
+                rampup_s(strategy))
         limit = _time_limit(bench, _listed(bench))
         stop = _stop_time(bench) if limit else None
         if stop is not None:  # on the epoch clock until _recording rebases it
@@ -724,7 +742,8 @@ def _recording(path: Path, doc: Mapping[str, Any], benchmarks: list[Any], versio
                            sent_s=(start - origin)[rows],
                            status=status, stage=[cols.stage[r] for r in rows.tolist()],
                            itl_mean=np.array(cols.itl)[rows], config=config, counts=counts,
-                           notes=[*notes, *warnings], stages=tuple(stages),
+                           notes=[*notes, *without_clip_ties(warnings, cols.ramp_holds)],
+                           stages=tuple(stages),
                            tool=f"guidellm {version}".strip())
 
 
@@ -802,7 +821,7 @@ def _offered(cols: _Columns, notes: list[str]) -> FloatArray:
                      "max_concurrency have no targeted start time: each is "
                      "offered at its start, when it got a slot of the recorded run: a faster "
                      "simulated server cannot send sooner than the recorded one did")
-    return np.where(known, due, start)
+    return clip_to_ramps(np.where(known, due, start), due, labels, cols.ramp_holds)
 
 
 def _check(path: Path, name: str, values: FloatArray, rows: Any,
