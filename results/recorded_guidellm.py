@@ -344,6 +344,30 @@ def _request_body(req: Mapping[str, Any]) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
+TIMING_KEYS = ("request_start_time", "start_time", "request_end_time", "end_time",
+               "first_token_time", "info", "scheduler_info")
+"""Where GuideLLM (0.1 to 0.8) keeps a request's times: a request with none of them was not
+written by GuideLLM."""
+
+
+def _look_alike(req: Mapping[str, Any]) -> str | None:
+    """Why a report shaped like GuideLLM's (``benchmarks[].requests.successful``) is refused
+    when its requests keep none of GuideLLM's times: another client wrote it (e.g. a load
+    script that writes "a JSON file shaped like GuideLLM's output", its requests only
+    ``prompt_tokens``, ``output_tokens``, ``ttft_ms``, ``latency_ms``), and no request says
+    when it was sent. None for a request that has one of them."""
+    if any(key in req for key in TIMING_KEYS):
+        return None
+    keys = ", ".join(sorted(str(k) for k in req)[:8]) or "nothing"
+    return ("is shaped like a GuideLLM report, but its requests keep "
+            f"{keys} and none of GuideLLM's times (request_start_time, info.timings): not one "
+            "GuideLLM wrote (or cut down without them); no request says when it was sent, so "
+            "its load cannot be replayed; write each "
+            "request's send time, prompt and output tokens, TTFT and E2E as the generic "
+            "records format (arrival_s, prompt_tokens, output_tokens, ttft_s, e2e_s; "
+            "docs/recordings.md)")
+
+
 def _add_request(path: Path, cols: _Columns, req: Any, where: str, kind: str,
                  stage: RecordedStage, window: tuple[float, float] | None,
                  after: str = "cooldown") -> bool:
@@ -377,7 +401,7 @@ def _add_request(path: Path, cols: _Columns, req: Any, where: str, kind: str,
                       dig(req, "output_metrics", "total_tokens")))
     if kind == "successful" and (math.isnan(t0) or math.isnan(p)):
         field_ = "request_start_time" if math.isnan(t0) else "prompt_tokens"
-        raise TraceError(path, f"a successful request without {field_}",
+        raise TraceError(path, _look_alike(req) or f"a successful request without {field_}",
                          field=f"{where}.{field_}")
     if math.isnan(t0) or math.isnan(p):
         return False  # a cancelled request GuideLLM knows nothing of: counted by the caller
