@@ -71,6 +71,13 @@ from kvbudget.results.recorded_guidellm_prefix import (
     cache_note,
     shared_prefix,
 )
+from kvbudget.results.recorded_guidellm_rampup import (
+    clip_to_ramps,
+    ramp_hold_s,
+    ramped_stage,
+    rampup_s,
+    without_clip_ties,
+)
 from kvbudget.results.recorded_guidellm_synthetic import synthetic_max_tokens, synthetic_note
 from kvbudget.results.recorded_guidellm_turns import Turn, conversation_prefix, conversation_turn
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
@@ -101,6 +108,7 @@ class _Columns:
     ignore_eos: set[bool] = field(default_factory=set)
     models: set[str] = field(default_factory=set)
     num_counted_by_chunks: int = 0
+    ramp_holds: dict[str, float] = field(default_factory=dict)
 
 
 def load_report(path: Path) -> Any:
@@ -285,6 +293,11 @@ def stage_of(path: Path, bench: Mapping[str, Any], index: int, version: str = ""
         split = _split_note(bench, index, conc or _unrecorded_cap(bench, version)[0])
         said.extend([split] if split else [])
     if kind in ("concurrent", "throughput") and conc is not None:
+        if rampup_s(strategy) > 0:
+            stage, note = ramped_stage(f"{index}: {kind} x{conc}", kind, conc,
+                                       rampup_s(strategy))
+            said.append(note)
+            return stage
         return RecordedStage(f"{index}: {kind} x{conc}", "closed", None, conc)
     if kind == "throughput":
         cap, why = _unrecorded_cap(bench, version)
@@ -331,6 +344,30 @@ def _request_body(req: Mapping[str, Any]) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
+TIMING_KEYS = ("request_start_time", "start_time", "request_end_time", "end_time",
+               "first_token_time", "info", "scheduler_info")
+"""Where GuideLLM (0.1 to 0.8) keeps a request's times: a request with none of them was not
+written by GuideLLM."""
+
+
+def _look_alike(req: Mapping[str, Any]) -> str | None:
+    """Why a report shaped like GuideLLM's (``benchmarks[].requests.successful``) is refused
+    when its requests keep none of GuideLLM's times: another client wrote it (e.g. a load
+    script that writes "a JSON file shaped like GuideLLM's output", its requests only
+    ``prompt_tokens``, ``output_tokens``, ``ttft_ms``, ``latency_ms``), and no request says
+    when it was sent. None for a request that has one of them."""
+    if any(key in req for key in TIMING_KEYS):
+        return None
+    keys = ", ".join(sorted(str(k) for k in req)[:8]) or "nothing"
+    return ("is shaped like a GuideLLM report, but its requests keep "
+            f"{keys} and none of GuideLLM's times (request_start_time, info.timings): not one "
+            "GuideLLM wrote (or cut down without them); no request says when it was sent, so "
+            "its load cannot be replayed; write each "
+            "request's send time, prompt and output tokens, TTFT and E2E as the generic "
+            "records format (arrival_s, prompt_tokens, output_tokens, ttft_s, e2e_s; "
+            "docs/recordings.md)")
+
+
 def _add_request(path: Path, cols: _Columns, req: Any, where: str, kind: str,
                  stage: RecordedStage, window: tuple[float, float] | None,
                  after: str = "cooldown") -> bool:
@@ -364,7 +401,7 @@ def _add_request(path: Path, cols: _Columns, req: Any, where: str, kind: str,
                       dig(req, "output_metrics", "total_tokens")))
     if kind == "successful" and (math.isnan(t0) or math.isnan(p)):
         field_ = "request_start_time" if math.isnan(t0) else "prompt_tokens"
-        raise TraceError(path, f"a successful request without {field_}",
+        raise TraceError(path, _look_alike(req) or f"a successful request without {field_}",
                          field=f"{where}.{field_}")
     if math.isnan(t0) or math.isnan(p):
         return False  # a cancelled request GuideLLM knows nothing of: counted by the caller
@@ -491,12 +528,18 @@ def _stop_time(bench: Mapping[str, Any]) -> float | None:
 def _cancelled_after_s(bench: Mapping[str, Any], stop: float) -> float:
     """How long after its time limit GuideLLM 0.8 cancelled what was still running: the
     ``max_duration`` constraint stops processing with queuing (0.8.1
-    ``scheduler/constraints/request.py``: ``request_processing="stop_local"``) and each worker
-    cancels its requests in flight once it sees that (``scheduler/worker.py``,
-    ``_process_requests``: ``processing_task.cancel()`` after ``constraint_reached_event``,
-    polled every ``settings.mp_poll_interval``, 0.1 s). The report's
-    ``scheduler_state.end_requests_time``, when its last request ended or was cancelled,
-    bounds it: nothing of the stage ran past it. inf where the report does not say."""
+    ``scheduler/constraints/request.py``: ``request_processing="stop_local"``). No timer
+    fires at the limit: the main process evaluates the constraints when a request's status
+    update reaches it (``scheduler/worker_group.py``: ``WorkerGroupState.received_callback``
+    calls ``update_state`` with the request's info) and, from 0.8.0, also when no update has
+    come for ``settings.mp_poll_interval`` (0.1 s: ``request_updates``, its
+    ``asyncio.TimeoutError`` branch calls ``update_state()`` with none; 0.7.3 evaluated them
+    on status updates only). It then sets ``constraint_reached_event``, which each worker
+    polls every ``messaging.poll_interval`` (0.1 s: ``scheduler/worker.py``,
+    ``_process_requests``, ``wait_for_sync_event``) before it cancels its requests in
+    flight. So the lag is no fixed figure: the report's ``scheduler_state.end_requests_time``,
+    when its last request ended or was cancelled, bounds it: nothing of the stage ran past
+    it. inf where the report does not say."""
     end = dig(bench, "scheduler_state", "end_requests_time")
     if isinstance(end, int | float) and not isinstance(end, bool) and math.isfinite(end):
         return max(0.0, float(end) - stop)
@@ -610,6 +653,11 @@ def read_guidellm(path: Path, default_tier: str,
             raise TraceError(path, "must hold a 'requests' object (successful, errored, "
                              "incomplete)", field=f"benchmarks[{b}].requests")
         stage = stage_of(path, bench, b, version, notes)
+        if stage.send_times == "ramped" and stage.max_concurrency is not None:
+            strategy = _strategy(bench)
+            cols.ramp_holds[stage.label] = ramp_hold_s(
+                str(strategy.get("type_") or strategy.get("type")), stage.max_concurrency,
+                rampup_s(strategy))
         limit = _time_limit(bench, _listed(bench))
         stop = _stop_time(bench) if limit else None
         if stop is not None:  # on the epoch clock until _recording rebases it
@@ -718,7 +766,8 @@ def _recording(path: Path, doc: Mapping[str, Any], benchmarks: list[Any], versio
                            sent_s=(start - origin)[rows],
                            status=status, stage=[cols.stage[r] for r in rows.tolist()],
                            itl_mean=np.array(cols.itl)[rows], config=config, counts=counts,
-                           notes=[*notes, *warnings], stages=tuple(stages),
+                           notes=[*notes, *without_clip_ties(warnings, cols.ramp_holds)],
+                           stages=tuple(stages),
                            tool=f"guidellm {version}".strip())
 
 
@@ -796,7 +845,7 @@ def _offered(cols: _Columns, notes: list[str]) -> FloatArray:
                      "max_concurrency have no targeted start time: each is "
                      "offered at its start, when it got a slot of the recorded run: a faster "
                      "simulated server cannot send sooner than the recorded one did")
-    return np.where(known, due, start)
+    return clip_to_ramps(np.where(known, due, start), due, labels, cols.ramp_holds)
 
 
 def _check(path: Path, name: str, values: FloatArray, rows: Any,

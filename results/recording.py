@@ -79,7 +79,10 @@ class RecordedStage:
     send_times: str = "recorded"
     """``redrawn`` when the file has none and they were drawn again from the stage's rate (a
     ``vllm bench serve`` result without ``start_times``); ``issued`` when the requests are due
-    at the times the load tool issued them (AIPerf's ``credit_issued_ns``), sent later."""
+    at the times the load tool issued them (AIPerf's ``credit_issued_ns``), sent later;
+    ``ramped`` for a closed loop whose users the tool started over a ramp-up (GuideLLM's
+    ``rampup_duration``): a ``capped`` stage whose requests are due at the ramp's times, the
+    later ones at its last (``results/recorded_guidellm_rampup.py``)."""
     tick_pattern: str = ""
     """A capped stage paced by its rate's ticks (AIPerf: ``constant`` or ``poisson``): a
     request is sent only at a tick, and a tick that finds every slot busy is skipped, not
@@ -212,6 +215,8 @@ def _load_words(stage: RecordedStage) -> str:
             ) if stage.request_rate is not None else "no single rate recorded"  # a ramp's
     limit = "" if stage.time_limit_end_s is None else (
         f", sending until its time limit at {stage.time_limit_end_s:.3f} s")
+    if stage.load == "capped" and stage.send_times == "ramped":
+        return f"closed loop of {stage.max_concurrency} users ramped up{limit}"
     return {"open": f"open loop, {rate}",
             "closed": f"closed loop of {stage.max_concurrency} users{limit}",
             "capped": f"open loop, {rate}, at most {stage.max_concurrency} in flight{limit}",

@@ -7,6 +7,7 @@
 #                                                      # guidellm aiperf inference-perf
 #                                                      # guidellm-0.3.1 ...; the time-limited
 #                                                      # runs guidellm-timed, aiperf-timed,
+#                                                      # guidellm-rampup (a ramp-up),
 #                                                      # aiperf-timed-open;
 #                                                      # aiperf-trace; options the first
 #                                                      # runs leave out: vllm-options,
@@ -449,6 +450,21 @@ run_guidellm_timed() {
         --output "kind=json,path=$dest/duration2_concurrent4.json" --disable-console-interactive
 }
 
+run_guidellm_rampup() {
+    # a closed loop of 4 streams whose first requests GuideLLM staggers over a 2 s ramp-up
+    # (ConcurrentStrategy.rampup_duration: stream i starts at i / 4 of it)
+    local py dest
+    py=$(tool_venv guidellm "$GUIDELLM_VERSION" python3)
+    dest="$OUT/guidellm-$GUIDELLM_VERSION"
+    mkdir -p "$dest"
+    "$py" -m guidellm run --backend "kind=openai_http,target=$URL,model=tiny,request_format=/v1/completions" \
+        --tokenizer "kind=huggingface_auto,model=$MODEL_DIR" \
+        --data "kind=synthetic_text,prompt_tokens=32,output_tokens=16" \
+        --constraint "kind=max_requests,count=$NUM" \
+        --profile "kind=concurrent,streams=4,rampup_duration=2" \
+        --output "kind=json,path=$dest/rampup2_concurrent4.json" --disable-console-interactive
+}
+
 run_inference_perf() {
     local py dest
     py=$(tool_venv inference-perf "$INFERENCE_PERF_VERSION" python3.12)
@@ -573,7 +589,7 @@ EOF
 
 mkdir -p "$OUT"
 TOOLS=("$@")
-[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options guidellm guidellm-timed guidellm-options guidellm-0.6.1 guidellm-0.4.0
+[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-0.6.1 guidellm-0.4.0
                                     guidellm-0.3.1 guidellm-0.2.1 aiperf aiperf-timed
                                     aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
                                     aiperf-rate-series aiperf-prefix
@@ -588,6 +604,7 @@ for tool in "${TOOLS[@]}"; do
     guidellm) run_guidellm ;;
     guidellm-timed) run_guidellm_timed ;;
     guidellm-options) run_guidellm_options ;;
+    guidellm-rampup) run_guidellm_rampup ;;
     guidellm-*) run_guidellm "${tool#guidellm-}" ;;
     aiperf) run_aiperf ;;
     aiperf-timed) run_aiperf_timed ;;

@@ -114,6 +114,9 @@ def replay_mode(stage: RecordedStage) -> str:
              "times AIPerf issued them (its records' credit_issued_ns)"
              if stage.send_times == "issued" else
              f"send times {stage.send_times} (the file has none)")
+    if stage.load == "capped" and stage.send_times == "ramped":
+        return (f"closed loop, {stage.max_concurrency} users started over the tool's ramp-up "
+                f"(no request sent before its due time, clipped at the ramp's last){limited}")
     if stage.load == "capped" and stage.tick_pattern:
         return (f"open loop at the {times}, at most {stage.max_concurrency} in flight, each "
                 f"sent at a tick of its {stage.tick_pattern} schedule (a tick that finds every "

@@ -299,8 +299,9 @@ BAD_CASES = [
      "field 'input_lens': is a vllm bench serve result without per-request data"),
     ("guidellm.json", json.dumps({"benchmarks": [{"requests": {"successful": [
         {"prompt_tokens": 3, "output_tokens": 2}]}}]}),
-     "field 'benchmarks[0].requests.successful[0].request_start_time': a successful request "
-     "without request_start_time"),
+     "field 'benchmarks[0].requests.successful[0].request_start_time': is shaped like a "
+     "GuideLLM report, but its requests keep output_tokens, prompt_tokens and none of "
+     "GuideLLM's times"),
     ("broken.json", '{"benchmarks": [\n{"requests": ', "line 2: not valid JSON"),
 ]
 
