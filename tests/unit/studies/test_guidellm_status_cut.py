@@ -142,3 +142,10 @@ def test_a_guidellm_0_7_concurrent_stage_is_cut_at_its_first_change_after_the_li
     assert (ran.loc[cancelled, "finished_s"] > cut).all() and cancelled.sum() >= 1
     assert (done | cancelled).all()
     assert cut - limit != pytest.approx(stage.grace_s)  # not the report's fixed lag
+
+
+def test_the_docs_say_the_status_change_cut() -> None:
+    doc = " ".join((Path(__file__).resolve().parents[3] / "docs" / "recordings.md")
+                   .read_text().split())
+    assert "the stage's `cut` is `next_status_change`" in doc
+    assert "GuideLLM 0.5 to 0.7 check their limit only when a request's status changes" in doc
