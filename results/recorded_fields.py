@@ -175,17 +175,19 @@ def max_tokens_note(recorded: FloatArray | None, rule: MaxOutputRule | None) -> 
 
 
 def time_limit_note(label: str, load: str, limit_s: float, limit: str, num_sent: int, *,
-                    grace_s: float | None = None) -> str | None:
+                    grace_s: float | None = None, cancelled_when: str = "") -> str | None:
     """What a stage stopped by its load tool's time limit is replayed with. ``grace_s``: the
     stage is replayed time-limited (``RecordedStage.time_limit_end_s``), the requests still
     running that long after the limit cancelled (inf: none); None: the file does not say when
     the limit fell, and the stage is replayed with the requests it sent. An open stage offers
     the requests its rate sent in the time, at their recorded times: only a finite grace
-    period is said (None otherwise)."""
+    period is said (None otherwise). ``cancelled_when``: when the tool cancels what is in
+    flight, if not at the grace period's end (GuideLLM 0.5-0.7's next status change)."""
     if load not in ("closed", "capped"):
-        if grace_s is None or grace_s == math.inf:
+        if not cancelled_when and (grace_s is None or grace_s == math.inf):
             return None
-        after = ("still running at the limit" if grace_s == 0 else
+        after = (f"still running {cancelled_when}" if cancelled_when else
+                 "still running at the limit" if grace_s == 0 else
                  f"still running {grace_s:g} s after it (its grace period)")
         return (f"stage '{label}' was stopped by its {limit_s:g} s time limit ({limit}): the "
                 f"{counted(num_sent, 'request')} it sent {'is' if num_sent == 1 else 'are'} "
@@ -197,7 +199,9 @@ def time_limit_note(label: str, load: str, limit_s: float, limit: str, num_sent:
                 f"server would send in {limit_s:g} s (the file does not say when the limit "
                 "fell), so its simulated completed count equals the measured one by "
                 "construction; compare its latencies and output tokens/s, not completed")
-    waited = ("the requests in flight then run to their end, as the tool waits for them"
+    waited = (f"those still running {cancelled_when} are cancelled, as the tool cancels them"
+              if cancelled_when else
+              "the requests in flight then run to their end, as the tool waits for them"
               if grace_s == math.inf else
               "those still running at the limit are cancelled, as the tool cancels them (no "
               "grace period)" if grace_s == 0 else

@@ -65,6 +65,7 @@ from kvbudget.results.recorded_fields import (
     number,
     time_limit_note,
 )
+from kvbudget.results.recorded_guidellm_cut import cut_rule, cut_words
 from kvbudget.results.recorded_guidellm_prefix import (
     SharedPrefix,
     body_key,
@@ -661,7 +662,9 @@ def read_guidellm(path: Path, default_tier: str,
         limit = _time_limit(bench, _listed(bench))
         stop = _stop_time(bench) if limit else None
         if stop is not None:  # on the epoch clock until _recording rebases it
-            stage = replace(stage, time_limit_end_s=stop, grace_s=_cancelled_after_s(bench, stop))
+            cut, changes = cut_rule(_version_tuple(version))
+            stage = replace(stage, time_limit_end_s=stop, grace_s=_cancelled_after_s(bench, stop),
+                            cut=cut, status_changes=changes)
         stages.append(stage)
         window = _window(path, bench, b)
         # with no cool-down GuideLLM 0.8.1's window ends at the time limit (benchmark/schemas/
@@ -685,7 +688,8 @@ def read_guidellm(path: Path, default_tier: str,
                      _unlisted_note(bench, stage.label, sum(listed.values())),
                      limit and time_limit_note(
                          stage.label, stage.load, *limit, sum(listed.values()),
-                         grace_s=stage.grace_s if stop is not None else None)):
+                         grace_s=stage.grace_s if stop is not None else None,
+                         cancelled_when=cut_words(stage))):
             if note:
                 notes.append(note)
     return _recording(path, doc, benchmarks, version, cols, stages, counts, notes,

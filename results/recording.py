@@ -59,6 +59,10 @@ number of users, each sending its next request when its last one ended: GuideLLM
 --max-concurrency C`` with ``--request-rate inf``), ``capped`` (an open loop whose requests also
 wait for one of ``max_concurrency`` slots: ``--request-rate R --max-concurrency C``) or
 ``unknown`` (a production log: replayed open loop from its send times, and said so)."""
+CUT_RULES: tuple[str, ...] = ("grace", "next_status_change")
+"""How a time-limited stage's requests in flight are cancelled (:attr:`RecordedStage.cut`)."""
+STATUS_CHANGES: tuple[str, ...] = ("sent", "first_token", "ended")
+"""A request's events a load tool may act on (:attr:`RecordedStage.status_changes`)."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,16 @@ class RecordedStage:
     grace_s: float = math.inf
     """How long after :attr:`time_limit_end_s` the tool waited for the requests in flight
     before cancelling them (AIPerf's ``--benchmark-grace-period``; inf: it waited for all)."""
+    cut: str = "grace"
+    """When the tool cancels what runs past :attr:`time_limit_end_s`: ``grace`` at
+    :attr:`grace_s` after it (AIPerf; GuideLLM 0.8, which also checks its limit every 0.1 s
+    without a status change); ``next_status_change`` at the first of the stage's
+    :attr:`status_changes` at or after it, none while nothing changes (GuideLLM 0.5-0.7, which
+    check their limit only on a request's status change: the request in flight alone at the
+    limit, its first token come, runs to its end; ``results/recorded_guidellm_cut.py``)."""
+    status_changes: tuple[str, ...] = ()
+    """The events of a ``next_status_change`` stage's requests that are status changes, of
+    :data:`STATUS_CHANGES`."""
 
     def __post_init__(self) -> None:
         if self.load not in LOAD_MODES:
@@ -106,6 +120,11 @@ class RecordedStage:
                 math.isfinite(self.time_limit_end_s) and self.grace_s >= 0):
             raise ValueError("RecordedStage.time_limit_end_s must be finite and grace_s >= 0, "
                              f"got {self.time_limit_end_s!r}, {self.grace_s!r}")
+        if self.cut not in CUT_RULES or (self.cut == "next_status_change") != bool(
+                self.status_changes) or not set(self.status_changes) <= set(STATUS_CHANGES):
+            raise ValueError(f"RecordedStage.cut must be one of {', '.join(CUT_RULES)}, with "
+                             f"status_changes of {', '.join(STATUS_CHANGES)} only for "
+                             f"next_status_change, got {self.cut!r}, {self.status_changes!r}")
         if self.load in ("closed", "capped") and not (
                 isinstance(self.max_concurrency, int) and self.max_concurrency >= 1):
             raise ValueError(f"a {self.load} stage needs max_concurrency >= 1, got "

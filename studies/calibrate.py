@@ -713,8 +713,13 @@ def read_calibration(path: Path) -> dict[str, Any]:
 
 def _stage_said(stage: RecordedStage) -> dict[str, Any]:
     """A recorded stage in the cost file (JSON has no Infinity; ``tick_pattern`` only when
-    the stage has one, ``time_limit_end_s`` and ``grace_s`` only for a time-limited one)."""
+    the stage has one, ``time_limit_end_s`` and ``grace_s`` only for a time-limited one,
+    ``cut`` and ``status_changes`` only for one not cut after a grace period)."""
     said = dataclasses.asdict(stage)
+    if stage.cut == "grace":
+        del said["cut"], said["status_changes"]
+    else:
+        said["status_changes"] = list(stage.status_changes)
     if stage.request_rate == math.inf:
         said["request_rate"] = "inf"
     if not stage.tick_pattern:

@@ -24,7 +24,11 @@ as the tool ran it whatever its mode: the tool sends nothing after the limit and
 requests still running when its grace period after it ends (``RecordedStage.grace_s``; AIPerf's
 ``--benchmark-grace-period``), so a simulated request still running then is the client's
 (:data:`CANCELLED`), neither completed nor the server's failure; a closed or capped stage's
-users also send nothing after the limit (:data:`NOT_SENT`).
+users also send nothing after the limit (:data:`NOT_SENT`). A stage whose tool checks its
+limit only on a request's status change (``RecordedStage.cut == "next_status_change"``:
+GuideLLM 0.5-0.7) is cut at the first of its simulated requests' status changes at or after
+the limit (:func:`status_change_cut_s`), not after a fixed grace period: the request in
+flight alone at the limit, its first token come, runs to its end, as it did in the tool.
 
 A recording whose stages are all open is simulated as one run (the whole load at once, as
 before), its time-limited stages cut after it (:func:`cut_open_stages`), unless a later stage
@@ -86,23 +90,29 @@ class StagePlan:
                 **({"tick_pattern": self.stage.tick_pattern} if self.stage.tick_pattern else {}),
                 **({"send_until_s": self.limit_s,  # JSON has no Infinity
                     "grace_s": "inf" if self.stage.grace_s == math.inf else self.stage.grace_s}
-                   if _is_cut(self.stage) else {})}
+                   if _is_cut(self.stage) else {}),
+                **({"cut": self.stage.cut, "status_changes": list(self.stage.status_changes)}
+                   if self.stage.cut != "grace" else {})}
 
 
 def _is_cut(stage: RecordedStage) -> bool:
     """Whether the tool's time limit changes how a stage is replayed: a closed or capped
     stage's users stop sending at it; an open stage's sends are the recorded ones, so only a
-    finite grace period after it (requests cancelled) does."""
+    finite grace period after it, or a cut at a status change (requests cancelled), does."""
     if stage.time_limit_end_s is None:
         return False
-    return stage.load in ("closed", "capped") or stage.grace_s != math.inf
+    return (stage.load in ("closed", "capped") or stage.grace_s != math.inf
+            or stage.cut != "grace")
 
 
 def replay_mode(stage: RecordedStage) -> str:
     """What the validate table says of a stage: how its load was simulated."""
     limited = "" if stage.time_limit_end_s is None else (
         ", time-limited (nothing sent after the tool's time limit)")
-    if stage.load in ("open", "unknown") and _is_cut(stage):
+    if stage.cut == "next_status_change":
+        limited = (", time-limited (requests still running at the first status change of "
+                   "its requests at or after the tool's time limit cancelled)")
+    elif stage.load in ("open", "unknown") and _is_cut(stage):
         limited = (", time-limited (requests still running the tool's grace period of "
                    f"{stage.grace_s:g} s after its time limit cancelled)")
     if stage.load == "closed":
@@ -216,7 +226,9 @@ def cut_at_time_limit(run: RunResult, plan: StagePlan, recording: Recording) -> 
     if limit is None or not _is_cut(plan.stage):
         return run
     _, warmup = _measured_rows(recording, run)
-    return _cut(run, ~warmup, limit, plan.stage.grace_s, users=plan.loop is not None)
+    users = plan.loop is not None
+    return _cut(run, ~warmup, limit, _grace_s(run, ~warmup, limit, plan.stage, users=users),
+                users=users)
 
 
 def cut_open_stages(run: RunResult, recording: Recording) -> RunResult:
@@ -229,8 +241,9 @@ def cut_open_stages(run: RunResult, recording: Recording) -> RunResult:
     stage_of, warmup = _measured_rows(recording, run)
     for stage in cut:
         assert stage.time_limit_end_s is not None  # _is_cut checks it
-        run = _cut(run, (stage_of == stage.label) & ~warmup, stage.time_limit_end_s,
-                   stage.grace_s, users=False)
+        rows = (stage_of == stage.label) & ~warmup
+        run = _cut(run, rows, stage.time_limit_end_s,
+                   _grace_s(run, rows, stage.time_limit_end_s, stage, users=False), users=False)
     return run
 
 
@@ -246,6 +259,30 @@ def _measured_rows(recording: Recording, run: RunResult) -> tuple[
     labels = measured["stage"].astype(str).to_numpy(dtype=object)[rows]
     warmup = measured["status"].astype(str).to_numpy() == "warmup"
     return labels, warmup[rows]
+
+
+def status_change_cut_s(limit: float, changes: Sequence[np.ndarray[Any, Any]]) -> float:
+    """When a tool that checks its time limit only on a status change cuts a stage: the first
+    of the ``changes`` (times of the stage's requests' sends, first tokens, ends; NaN: none) at
+    or after ``limit``; inf when none comes (nothing was in flight)."""
+    later = [t[t >= limit] for t in (np.asarray(c, dtype=np.float64) for c in changes)]
+    return min((float(t.min()) for t in later if t.size), default=math.inf)
+
+
+def _grace_s(run: RunResult, rows: np.ndarray[Any, np.dtype[np.bool_]], limit: float,
+             stage: RecordedStage, *, users: bool) -> float:
+    """How long after ``limit`` the tool cancelled ``rows``' requests in flight: the stage's
+    grace period, or for a ``next_status_change`` stage the time to the first status change of
+    its simulated requests at or after the limit (those its users sent by then)."""
+    if stage.cut != "next_status_change":
+        return stage.grace_s
+    cols = run.record_columns
+    arrival = np.asarray(cols["arrival_s"], dtype=np.float64)
+    sent = rows & ~(arrival > limit) if users else rows
+    times = {"sent": arrival[sent],
+             "first_token": np.asarray(cols["first_token_s"], dtype=np.float64)[sent],
+             "ended": np.asarray(cols["finished_s"], dtype=np.float64)[sent]}
+    return status_change_cut_s(limit, [times[c] for c in stage.status_changes]) - limit
 
 
 def _cut(run: RunResult, rows: np.ndarray[Any, np.dtype[np.bool_]], limit: float,
