@@ -27,6 +27,7 @@ from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.perf.hardware import get_gpu, gpu_label
 from kvbudget.perf.models import KV_CACHE_DTYPES, get_model, resolve_model_name, suggest_model
 from kvbudget.results.recorded_sglang_server import SGLANG_BALANCE
+from kvbudget.results.recording import load_words
 from kvbudget.results.recordings import read_recording
 from kvbudget.results.said import fill, frontend_said
 from kvbudget.studies.calibrate import (
@@ -485,8 +486,7 @@ def _describe_recording(setup: RecordedSetup) -> None:
                f"max_num_batched_tokens={e.max_num_batched_tokens} "
                f"prefix_caching={e.enable_prefix_caching}, policy {setup.policy}")
     for stage in rec.stages:
-        rate = ("" if stage.request_rate is None else f", {stage.request_rate:g} req/s")
-        typer.echo(f"stage {stage.label or 'all'!r}: {stage.load} loop{rate}; replayed as "
+        typer.echo(f"stage {stage.label or 'all'!r}: {load_words(stage)}; replayed as "
                    f"{replay_mode(stage)}")
     for note in rec.notes:
         typer.echo(f"note: {note}", err=True)

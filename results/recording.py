@@ -166,7 +166,7 @@ class Recording:
         the notes of reading it, then the workload's own lines; not its tables."""
         lines = [f"Recording {self.path} ({self.tool or self.format}): {counted(len(self), 'request')}, "
                  f"{self.num_usable:,} measured (completed with TTFT and E2E)"]
-        lines += [f"stage {st.label or '(one)'}: {_load_words(st)}" for st in self.stages]
+        lines += [f"stage {st.label or '(one)'}: {load_words(st)}" for st in self.stages]
         if self.config:
             lines.append("the file says: " + ", ".join(
                 f"{k} {v}" for k, v in self.config.items() if not isinstance(v, dict)))
@@ -228,7 +228,7 @@ class Recording:
         return mask
 
 
-def _load_words(stage: RecordedStage) -> str:
+def load_words(stage: RecordedStage) -> str:
     """How the load tool offered a stage's requests, in words."""
     rate = ("all at once" if stage.request_rate == math.inf else f"{stage.request_rate:g} req/s"
             ) if stage.request_rate is not None else "no single rate recorded"  # a ramp's

@@ -229,3 +229,21 @@ def test_presets_show_no_fp8_rate_where_a_gpu_has_none() -> None:
     assert any(gpu.fp8_flops is None for gpu in GPUS.values())
     assert ("FP8 -: no FP8 tensor cores; an FP8 model's matrix work is priced at the 16-bit rate "
             "there") in stdout
+
+
+def test_validate_records_stage_line_says_the_load_as_the_tool_offered_it(tmp_path: Path) -> None:
+    """The stage line of ``validate --records`` printed kvbudget's internal load word: a
+    GuideLLM closed loop of 4 users ramped up over 2 s read "capped loop; replayed as closed
+    loop, 4 users ...", contradicting itself, and a closed loop did not say its users. It now
+    says the load in the words the recording's own summary uses."""
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "recordings"
+    cases = {"guidellm-0.8.1/rampup2_concurrent4.json": "closed loop of 4 users ramped up; ",
+             "vllm-bench-0.32.0/concurrency4.json": "closed loop of 4 users; ",
+             "vllm-bench-0.32.0/rate8.json": "open loop, 8 req/s; "}
+    for i, (name, words) in enumerate(cases.items()):
+        code, stdout, stderr = run("validate", "--records", fixtures / name, "--model",
+                                   "Llama-3.1-8B", "--gpu", "H100-80GB", "--out", tmp_path / str(i))
+        assert code == 0, stderr
+        (line,) = [ln for ln in stdout.splitlines() if ln.startswith("stage '")]
+        assert f"': {words}replayed as " in line, line
+        assert "capped loop" not in line, line
