@@ -141,18 +141,28 @@ def shared_prefix(doc: Mapping[str, Any], keys: Sequence[str | None],
         return SharedPrefix(None, None, f"prompts began with a shared prefix ({said}); {why}: "
                             "not simulated, every prompt is its own, so the simulated TTFT is "
                             "too high")
+    return keyed_prefix(keys, prompt_tokens, length, min(KEY_CHARS, 2 * length),
+                        f"a {length}-token prefix ({said})", "distinct prefixes")
+
+
+def keyed_prefix(keys: Sequence[str | None], prompt_tokens: Sequence[float], length: int,
+                 chars: int, began: str, distinct: str) -> SharedPrefix:
+    """Requests grouped by the first ``chars`` characters of their bodies (``keys``; None: not
+    kept) into prefixes of ``length`` tokens, one hash a group naming its whole KV blocks; a
+    request whose body was not kept, or whose prompt is shorter, gets none. The note says
+    "prompts began with ``began``: N ``distinct`` in the bodies of M requests, ..."."""
+    block = length - length % KV_BLOCK_TOKENS
     group: dict[str, int] = {}
     flat: list[int] = []
     offsets = [0]
-    chars = min(KEY_CHARS, 2 * length)
     for key, tokens in zip(keys, prompt_tokens, strict=True):
         if key is not None and tokens >= length:
             flat.append(group.setdefault(key[:chars], len(group) + 1))
         offsets.append(len(flat))
-    note = (f"prompts began with a {length}-token prefix ({said}): {len(group)} distinct "
-            f"prefixes in the bodies of {len(flat)} requests, simulated as shared prefix "
-            f"blocks of {block} tokens (whole {KV_BLOCK_TOKENS}-token KV blocks) that the "
-            "prefix cache serves after their first prefill")
+    note = (f"prompts began with {began}: {len(group)} {distinct} in the bodies of {len(flat)} "
+            f"requests, simulated as shared prefix blocks of {block} tokens (whole "
+            f"{KV_BLOCK_TOKENS}-token KV blocks) that the prefix cache serves after their first "
+            "prefill")
     if len(flat) < len(keys):
         note += (f"; {len(keys) - len(flat)} requests whose body the report does not keep, or "
                  "whose prompt is shorter, get none (each prefilled whole)")

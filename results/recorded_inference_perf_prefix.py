@@ -18,11 +18,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml  # type: ignore[import-untyped]  # pyyaml ships no type hints
 
 from kvbudget.results.recorded_fields import dig
-from kvbudget.results.recorded_guidellm_prefix import KEY_CHARS, KV_BLOCK_TOKENS, SharedPrefix
+from kvbudget.results.recorded_guidellm_prefix import (
+    KEY_CHARS,
+    KV_BLOCK_TOKENS,
+    SharedPrefix,
+    keyed_prefix,
+)
 
 MIN_KEY_CHARS = 8
 """The fewest leading characters that tell two generated system prompts apart."""
@@ -92,19 +96,4 @@ def grouped_prefix(keys: Sequence[str | None], prompt_tokens: Sequence[float], l
                f"the request bodies do not begin with {groups} distinct texts")
         return SharedPrefix(None, None, f"prompts began with {said}; {why}: not simulated, "
                             "every prompt is its own, so the simulated TTFT is too high")
-    group: dict[str, int] = {}
-    flat: list[int] = []
-    offsets = [0]
-    for key, tokens in zip(keys, prompt_tokens, strict=True):
-        if key is not None and tokens >= length:
-            flat.append(group.setdefault(key[:chars], len(group) + 1))
-        offsets.append(len(flat))
-    note = (f"prompts began with {said}: {len(group)} distinct in the bodies of {len(flat)} "
-            f"requests, simulated as shared prefix blocks of {block} tokens (whole "
-            f"{KV_BLOCK_TOKENS}-token KV blocks) that the prefix cache serves after their first "
-            "prefill")
-    if len(flat) < len(keys):
-        note += (f"; {len(keys) - len(flat)} requests whose body the report does not keep, or "
-                 "whose prompt is shorter, get none (each prefilled whole)")
-    return SharedPrefix((np.array(flat, dtype=np.int64), np.array(offsets, dtype=np.int64)),
-                        block, note)
+    return keyed_prefix(keys, prompt_tokens, length, chars, said, "distinct")
