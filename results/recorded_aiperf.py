@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kvbudget.results.recorded_aiperf_prefix import aiperf_prefix
+from kvbudget.results.recorded_aiperf_prefix import aiperf_history, aiperf_prefix
 from kvbudget.results.recorded_fields import (
     MAX_MEASURED_S,
     dig,
@@ -45,6 +45,7 @@ from kvbudget.results.recorded_fields import (
     time_limit_note,
 )
 from kvbudget.results.recorded_guidellm_prefix import SharedPrefix
+from kvbudget.results.recorded_guidellm_turns import with_history
 from kvbudget.results.recorded_refusals import say_context_refusals
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
@@ -1010,7 +1011,8 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
         i = int(np.argmax(missing_prompt))
         raise TraceError(path, "missing", line=records[i][0],
                          field="metrics.input_sequence_length")
-    prefix = aiperf_prefix(path, summary, records, prompt.tolist())
+    prefix, prefix_said = with_history(aiperf_prefix(path, summary, records, prompt.tolist()),
+                                       aiperf_history(records, prompt.tolist()))
     workload, counts, warnings = _columns(path, prompt, output, arrival, recorded, default_tier,
                                           max_output_rule, prefix)
     rows = workload.request_id
@@ -1024,8 +1026,7 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     kept = np.zeros(len(status), dtype=bool)
     kept[rows] = True
     stage, said_failed = _failed(stage, summary, status, ~kept, start, end)
-    notes = [max_tokens_note(recorded, max_output_rule), *notes, *said_failed,
-             *([prefix.note] if prefix is not None else [])]
+    notes = [max_tokens_note(recorded, max_output_rule), *notes, *said_failed, *prefix_said]
     if counts["num_warmup"]:
         notes.append(f"{counts['num_warmup']} warm-up requests simulated (they loaded the "
                      "server) and left out of the measured statistics, as AIPerf does")

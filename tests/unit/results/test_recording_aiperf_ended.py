@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from kvbudget.results.recordings import read_recording
@@ -29,7 +30,7 @@ SHAPE = re.compile(
     r"tokens/s agree by construction: compare its latencies$")
 
 
-def _held_note(notes: list[str]) -> str:
+def _held_note(notes: Sequence[str]) -> str:
     return next(n for n in notes if "held its user" in n)
 
 
