@@ -95,3 +95,18 @@ def test_single_turn_runs_get_no_history() -> None:
         rec = read_recording(AIPERF / name)
         assert rec.workload.prefix_hashes is None
         assert not any("multi-turn conversations" in n for n in rec.notes)
+
+
+def test_a_conversation_sent_again_is_its_own_session(tmp_path: Path) -> None:
+    # hand-made from the real run: AIPerf names a dataset conversation again when it sends it
+    # again (warm-up, then profiling; capped8c2's 22 records have 20 conversation_id), so the
+    # sessions are told apart by x_correlation_id: here all four carry one conversation_id
+    lines = RUN.read_text().splitlines()
+    recs = [json.loads(line) for line in lines]
+    for rec in recs:
+        rec["metadata"]["conversation_id"] = "session_000000"
+    path = tmp_path / RUN.name
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (tmp_path / RUN.name.replace(".jsonl", "_aiperf.json")).write_text(
+        (AIPERF / RUN.name.replace(".jsonl", "_aiperf.json")).read_text())
+    assert _hashes(path) == _hashes(RUN)
