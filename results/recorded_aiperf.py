@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kvbudget.results.recorded_aiperf_prefix import aiperf_prefix
+from kvbudget.results.recorded_aiperf_prefix import aiperf_history, aiperf_prefix
 from kvbudget.results.recorded_fields import (
     MAX_MEASURED_S,
     dig,
@@ -45,6 +45,7 @@ from kvbudget.results.recorded_fields import (
     time_limit_note,
 )
 from kvbudget.results.recorded_guidellm_prefix import SharedPrefix
+from kvbudget.results.recorded_guidellm_turns import with_history
 from kvbudget.results.recorded_refusals import say_context_refusals
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
@@ -744,8 +745,12 @@ class _Ended:
     freed: str
 
 
-def _seconds(x: float) -> str:
-    return f"{x:.0f}" if x >= 10 else f"{x:.1f}"
+def _seconds(x: float, whole_from_s: float = 10) -> str:
+    """A wait with its unit: whole milliseconds under a second (in tenths of a second 63 and
+    144 ms read alike), tenths of a second up to ``whole_from_s``, whole seconds above."""
+    if x < 1:
+        return f"{x * 1e3:.0f} ms"
+    return f"{x:.0f} s" if x >= whole_from_s else f"{x:.1f} s"
 
 
 def _held_note(stage: RecordedStage, ended: _Ended, start: FloatArray,
@@ -755,7 +760,7 @@ def _held_note(stage: RecordedStage, ended: _Ended, start: FloatArray,
     held_s, span_s = _held(ended.held, start, end)
     said = (f"{int(ended.held.sum())} requests {ended.verb} with no output "
             f"({', '.join(ended.what)}"
-            + (f", after {float(held_s.mean()):.1f} s on average{ended.timeout}"
+            + (f", after {_seconds(float(held_s.mean()), math.inf)} on average{ended.timeout}"
                if len(held_s) else "")
             + f"): counted {ended.counted}, as AIPerf's summary counts them ({ended.source}), "
             "and not simulated: the server sent none of their tokens")
@@ -765,8 +770,8 @@ def _held_note(stage: RecordedStage, ended: _Ended, start: FloatArray,
     users = stage.max_concurrency
     return replace(stage, label=label, load="capped"), [
         f"{said}. stage '{label}': each held its user of the closed loop of {users} until it "
-        f"{ended.verb} ({_seconds(float(held_s.sum()))} s held in all, of the stage's "
-        f"{_seconds(span_s)} s{ended.freed}): replayed as an open loop at the recorded "
+        f"{ended.verb} ({_seconds(float(held_s.sum()))} held in all, of the stage's "
+        f"{_seconds(span_s)}{ended.freed}): replayed as an open loop at the recorded "
         f"sends, at most {users} in flight, so that this time is kept and the output tokens/s "
         "compared spans it on both sides (as a closed loop with them dropped the simulated "
         "users would send the next request at once, a server that answers every request); a "
@@ -1006,7 +1011,8 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
         i = int(np.argmax(missing_prompt))
         raise TraceError(path, "missing", line=records[i][0],
                          field="metrics.input_sequence_length")
-    prefix = aiperf_prefix(path, summary, records, prompt.tolist())
+    prefix, prefix_said = with_history(aiperf_prefix(path, summary, records, prompt.tolist()),
+                                       aiperf_history(records, prompt.tolist()))
     workload, counts, warnings = _columns(path, prompt, output, arrival, recorded, default_tier,
                                           max_output_rule, prefix)
     rows = workload.request_id
@@ -1020,8 +1026,7 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     kept = np.zeros(len(status), dtype=bool)
     kept[rows] = True
     stage, said_failed = _failed(stage, summary, status, ~kept, start, end)
-    notes = [max_tokens_note(recorded, max_output_rule), *notes, *said_failed,
-             *([prefix.note] if prefix is not None else [])]
+    notes = [max_tokens_note(recorded, max_output_rule), *notes, *said_failed, *prefix_said]
     if counts["num_warmup"]:
         notes.append(f"{counts['num_warmup']} warm-up requests simulated (they loaded the "
                      "server) and left out of the measured statistics, as AIPerf does")

@@ -9,6 +9,16 @@ AIPerf writes in the same artifact directory keeps every request body, by its se
 (``data[].session_id``, ``payloads`` one a turn), which a record names
 (``metadata.conversation_id``, ``turn_index``): the requests are grouped by the leading text of
 their bodies (:func:`kvbudget.results.recorded_inference_perf_prefix.grouped_prefix`).
+
+A multi-turn conversation (``--conversation-turn-mean``) sends each later turn with the
+conversation so far: AIPerf's worker keeps a session's ``turn_list`` (``workers/
+session_manager.py`` ``UserSession``: each turn appended, and the answer to it, captured live,
+``store_response``; a dataset whose turns carry their own history replaces the list with it)
+and the chat endpoint renders the whole list as messages. AIPerf 0.13.0's own run
+(``multiturn3_delay300_concurrency2``, 32-token user messages) shows it: a conversation's
+prompts of 48, 127 and 197 tokens (the server's count), each the one before, its answer and
+32 new tokens. :func:`aiperf_history` shares each turn's prompt blocks with the turn before,
+as GuideLLM's (:func:`kvbudget.results.recorded_guidellm_turns.conversation_prefix`).
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from typing import Any
 
 from kvbudget.results.recorded_fields import dig, load_json
 from kvbudget.results.recorded_guidellm_prefix import SharedPrefix, body_key
+from kvbudget.results.recorded_guidellm_turns import Turn, conversation_prefix
 from kvbudget.results.recorded_inference_perf_prefix import grouped_prefix
 from kvbudget.workloads.errors import TraceError
 
@@ -93,3 +104,30 @@ def aiperf_prefix(path: Path, summary: Mapping[str, Any], records: list[tuple[in
         body = bodies.get((sid, turn)) if isinstance(sid, str) and isinstance(turn, int) else None
         keys.append(None if body is None else body_key(body))
     return grouped_prefix(keys, prompt_tokens, length, size, said)
+
+
+AIPERF_TURNS = ("metadata.x_correlation_id, turn_index",
+                "the replay does not wait for a turn's previous turn to end before sending it, "
+                "so a turn may start before the one before it ends where the simulated server "
+                "is slower")
+"""How AIPerf's records name a request's turn, and how its turns are replayed."""
+
+
+def _record_turn(rec: Any) -> Turn:
+    """A record's session (``x_correlation_id``: one a conversation as sent, where the
+    dataset's ``conversation_id`` recurs when a run sends a conversation again) and turn."""
+    meta = rec.get("metadata") if isinstance(rec, Mapping) else None
+    if not isinstance(meta, Mapping):
+        return None
+    session, turn = meta.get("x_correlation_id"), meta.get("turn_index")
+    if (not isinstance(session, str) or not session or not isinstance(turn, int)
+            or isinstance(turn, bool) or turn < 0):
+        return None
+    return session, turn
+
+
+def aiperf_history(records: list[tuple[int, Any]],
+                   prompt_tokens: Sequence[float]) -> SharedPrefix | None:
+    """Each later turn's history as prefix hashes, said in a note; None without later turns."""
+    return conversation_prefix([_record_turn(rec) for _, rec in records], prompt_tokens,
+                               AIPERF_TURNS)

@@ -80,7 +80,12 @@ from kvbudget.results.recorded_guidellm_rampup import (
     without_clip_ties,
 )
 from kvbudget.results.recorded_guidellm_synthetic import synthetic_max_tokens, synthetic_note
-from kvbudget.results.recorded_guidellm_turns import Turn, conversation_prefix, conversation_turn
+from kvbudget.results.recorded_guidellm_turns import (
+    Turn,
+    conversation_prefix,
+    conversation_turn,
+    with_history,
+)
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
@@ -780,19 +785,10 @@ def _prefix(doc: Mapping[str, Any], cols: _Columns, notes: list[str]) -> SharedP
     multi-turn conversation's history (both said in ``notes``; a report with both keeps the
     synthetic prefix's, its hashes naming whole prefixes, and says the history is not
     shared)."""
-    synthetic = shared_prefix(doc, cols.prefix_key, cols.prompt)
-    history = conversation_prefix(cols.turn, cols.prompt)
-    if synthetic is not None:
-        notes.append(synthetic.note)
-    if history is None:
-        return synthetic
-    if synthetic is not None and synthetic.hashes is not None:
-        notes.append("the requests are also turns of multi-turn conversations, whose history "
-                     "is not simulated as shared beside the synthetic prefix: later turns are "
-                     "prefilled whole, so their simulated TTFT is too high")
-        return synthetic
-    notes.append(history.note)
-    return history
+    prefix, said = with_history(shared_prefix(doc, cols.prefix_key, cols.prompt),
+                                conversation_prefix(cols.turn, cols.prompt))
+    notes.extend(said)
+    return prefix
 
 
 def _synthetic_fill(benchmarks: list[Any], cols: _Columns) -> str | None:

@@ -101,3 +101,20 @@ def conversation_prefix(turns: Sequence[Turn], prompt_tokens: Sequence[float],
         return SharedPrefix(None, None, note)
     return SharedPrefix((np.array(flat, dtype=np.int64), np.array(offsets, dtype=np.int64)),
                         KV_BLOCK_TOKENS, note)
+
+
+def with_history(synthetic: SharedPrefix | None,
+                 history: SharedPrefix | None) -> tuple[SharedPrefix | None, list[str]]:
+    """The prompt prefixes the server could cache, and their notes: the synthetic data's shared
+    prefix, else the conversations' history (:func:`conversation_prefix`); a run with both
+    keeps the synthetic prefix's hashes, which name whole prefixes, and says the history is
+    not shared."""
+    notes = [] if synthetic is None else [synthetic.note]
+    if history is None:
+        return synthetic, notes
+    if synthetic is not None and synthetic.hashes is not None:
+        return synthetic, [*notes, "the requests are also turns of multi-turn conversations, "
+                           "whose history is not simulated as shared beside the synthetic "
+                           "prefix: later turns are prefilled whole, so their simulated TTFT "
+                           "is too high"]
+    return history, [*notes, history.note]

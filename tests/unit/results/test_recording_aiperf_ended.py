@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from kvbudget.results.recordings import read_recording
 from tests.unit.results.test_recording_aiperf_cancelled import _cancelled
 from tests.unit.results.test_recording_aiperf_failed import two_urls_with_timeouts
 
+FIXTURE = Path(__file__).parents[2] / "fixtures/recordings/aiperf-0.13.0"
 SHAPE = re.compile(
-    r"^(\d+) requests (failed|ended) with no output \((.+), after [\d.]+ s on average"
+    r"^(\d+) requests (failed|ended) with no output \((.+), after [\d.]+ m?s on average"
     r"(?: \(--request-timeout-seconds \d+\))?\): counted (.+), as AIPerf's summary counts them "
     r"\((.+)\), and not simulated: the server sent none of their tokens\. stage '(.+)': each "
-    r"held its user of the closed loop of (\d+) until it (failed|ended) \([\d.]+ s held in "
-    r"all, of the stage's [\d.]+ s(?:; AIPerf frees a user's slot when its request returns, "
+    r"held its user of the closed loop of (\d+) until it (failed|ended) \([\d.]+ m?s held in "
+    r"all, of the stage's [\d.]+ m?s(?:; AIPerf frees a user's slot when its request returns, "
     r"cancelled or not)?\): replayed as an open loop at the recorded sends, at most \d+ in "
     r"flight, so that this time is kept and the output tokens/s compared spans it on both "
     r"sides \(as a closed loop with them dropped the simulated users would send the next "
@@ -28,7 +30,7 @@ SHAPE = re.compile(
     r"tokens/s agree by construction: compare its latencies$")
 
 
-def _held_note(notes: list[str]) -> str:
+def _held_note(notes: Sequence[str]) -> str:
     return next(n for n in notes if "held its user" in n)
 
 
@@ -70,3 +72,18 @@ def test_a_timeout_beside_cancellations_is_said(tmp_path: Path) -> None:
     assert "on average (--request-timeout-seconds 30)): counted failed (num_failed) or " \
         "cancelled (num_cancelled)" in note
     assert "stage 'concurrency 4, 1 failed, 3 cancelled'" in note
+
+
+def test_a_wait_under_a_second_is_said_in_ms() -> None:
+    # AIPerf's own run (cancel50_concurrency2: --request-cancellation-delay 0.05 s): its three
+    # cancelled requests held their users 63-144 ms (95 ms on average), said "after 0.1 s on
+    # average" and "0.3 s held in all": in tenths of a second they all read alike
+    path = FIXTURE / "cancel50_concurrency2.jsonl"
+    held = [(m["request_end_ns"] - m["request_start_ns"]) * 1e-6
+            for m in (json.loads(line)["metadata"] for line in path.read_text().splitlines())
+            if m["was_cancelled"]]
+    note = _held_note(read_recording(path).notes)
+    assert SHAPE.match(note), note
+    assert len(held) == 3 and max(held) < 1000
+    assert f"after {sum(held) / 3:.0f} ms on average)" in note
+    assert f"({sum(held):.0f} ms held in all, of the stage's 1.9 s;" in note
