@@ -108,16 +108,14 @@ def _summary(path: Path) -> dict[str, Any]:
 
 def _stage(path: Path, summary: Mapping[str, Any]) -> RecordedStage:
     """The profiling phase's load (``path``: the summary file, named in errors)."""
-    phases = dig(summary, "input_config", "phases")
-    found = [(k, p) for k, p in enumerate(phases if isinstance(phases, list) else [])
-             if isinstance(p, dict) and p.get("kind", p.get("name")) == "profiling"]
-    if not found:
+    found = _profiling(summary)
+    if found is None:
         loadgen = dig(summary, "input_config", "loadgen")  # AIPerf before its phases
         if not isinstance(loadgen, dict):
             return RecordedStage("", "unknown", None, None)
-        found = [(-1, {**loadgen, "type": "concurrency" if loadgen.get("request_rate") is None
-                                   else "request_rate"})]
-    k, phase = found[0]
+        found = (-1, {**loadgen, "type": "concurrency" if loadgen.get("request_rate") is None
+                                 else "request_rate"})
+    k, phase = found
     where = f"input_config.phases[{k}]" if k >= 0 else "input_config.loadgen"
     if _agentic_source(summary, phase, where):
         lanes = phase.get("concurrency", 1)  # ConcurrencyPhase's default: 1
@@ -189,10 +187,8 @@ def _agentic_note(label: str, summary: Mapping[str, Any]) -> str | None:
     no such sessions, so the requests are offered at their recorded sends, and that is said."""
     if not label.startswith(AGENTIC_REPLAY):
         return None
-    phases = dig(summary, "input_config", "phases")
-    found = [(k, p) for k, p in enumerate(phases if isinstance(phases, list) else [])
-             if isinstance(p, dict) and p.get("kind", p.get("name")) == "profiling"]
-    source = _agentic_source(summary, found[0][1], f"input_config.phases[{found[0][0]}]") \
+    found = _profiling(summary)
+    source = _agentic_source(summary, found[1], f"input_config.phases[{found[0]}]") \
         if found else None
     return (f"stage '{label}': AIPerf's agentic_replay timing ({source}): each lane replays "
             "a trajectory of the trace, a turn sent its recorded delay after the turn before "
@@ -215,11 +211,9 @@ def _user_centric_note(label: str, summary: Mapping[str, Any]) -> str | None:
     are offered at their recorded sends, and that is said."""
     if not label.startswith(USER_CENTRIC):
         return None
-    phases = dig(summary, "input_config", "phases")
-    found = [p for p in phases if isinstance(p, dict) and p.get("kind", p.get("name"))
-             == "profiling"] if isinstance(phases, list) else []
-    rate, users = found[0].get("rate"), found[0].get("users")
-    conc = found[0].get("concurrency")
+    phase = _profiling_phase(summary) or {}
+    rate, users = phase.get("rate"), phase.get("users")
+    conc = phase.get("concurrency")
     gap = (f" {users / rate:g} s apart (N / R)" if isinstance(users, int) and
            isinstance(rate, int | float) and rate > 0 else "")
     times = "recorded issues" if isinstance(conc, int) else "recorded sends"
@@ -253,10 +247,8 @@ def _grace_s(summary: Mapping[str, Any]) -> float:
     phase's ``grace_period`` (``timing/config.py``); the command line sets it to
     ``--benchmark-grace-period`` (30 s by default) with ``--benchmark-duration``; before its
     phases, ``input_config.loadgen.benchmark_grace_period``."""
-    phases = dig(summary, "input_config", "phases")
-    found = [p for p in phases if isinstance(p, dict) and p.get("kind", p.get("name"))
-             == "profiling"] if isinstance(phases, list) else []
-    grace = (found[0].get("grace_period") if found
+    phase = _profiling_phase(summary)
+    grace = (phase.get("grace_period") if phase is not None
              else dig(summary, "input_config", "loadgen", "benchmark_grace_period"))
     if isinstance(grace, int | float) and not isinstance(grace, bool) and grace >= 0:
         return float(grace)
@@ -268,12 +260,10 @@ def _time_limit(summary: Mapping[str, Any], num_sent: int) -> tuple[float, str] 
     fewer requests sent than its ``--request-count`` (AIPerf 0.13.0 ``config/phases.py``:
     ``duration`` "Stop after this time elapsed", ``requests`` "Stop after this many requests
     sent"; ``input_config.loadgen.benchmark_duration`` before its phases)."""
-    phases = dig(summary, "input_config", "phases")
-    found = [p for p in phases if isinstance(p, dict) and p.get("kind", p.get("name"))
-             == "profiling"] if isinstance(phases, list) else []
+    phase = _profiling_phase(summary)
     loadgen = dig(summary, "input_config", "loadgen")
-    if found:
-        seconds, requests = found[0].get("duration"), found[0].get("requests")
+    if phase is not None:
+        seconds, requests = phase.get("duration"), phase.get("requests")
     elif isinstance(loadgen, dict):
         seconds, requests = loadgen.get("benchmark_duration"), loadgen.get("request_count")
     else:
@@ -296,12 +286,9 @@ def _fixed_schedule_note(label: str, summary: Mapping[str, Any], num_sent: int) 
     (``dataset/loader/base_trace_loader.py``, ``_timestamp_within_offsets``: both ends included). The records' ``request_start_ns`` are those sends,
     AIPerf's own lateness behind the timestamps included, and the zero only delays the first
     send on an idle server, so the requests are offered at their recorded sends."""
-    phases = dig(summary, "input_config", "phases")
-    found = [p for p in phases if isinstance(p, dict) and p.get("kind", p.get("name"))
-             == "profiling"] if isinstance(phases, list) else []
-    if not found or found[0].get("type") != "fixed_schedule":
+    phase = _profiling_phase(summary)
+    if phase is None or phase.get("type") != "fixed_schedule":
         return None
-    phase = found[0]
     first, last = phase.get("start_offset"), phase.get("end_offset")
     window = ""
     if first is not None or last is not None:
@@ -333,11 +320,11 @@ def _ramp_s(phase: Mapping[str, Any], key: str) -> float | None:
 
 def _ramped(summary: Mapping[str, Any], stage: RecordedStage,
             said: list[str]) -> RecordedStage:
-    """The stage as replayed (its notes appended to ``said``), for a profiling phase that ramped its load (AIPerf
-    0.13.0 ``timing/phase/runner.py`` ``_create_rampers``): ``--concurrency-ramp-duration D``
-    (``concurrency_ramp``) starts its closed loop at 1 user and adds one at a time, linearly,
-    until its ``--concurrency`` C at D s, so a closed loop of C from the start would load the
-    first D s more than AIPerf did: replayed as an open loop at the recorded sends, at most C in
+    """The stage as replayed (its notes appended to ``said``), for a profiling phase that
+    ramped its load (AIPerf 0.13.0 ``timing/phase/runner.py`` ``_create_rampers``):
+    ``--concurrency-ramp-duration D`` (``concurrency_ramp``) starts its closed loop at 1 user
+    and adds one at a time, linearly, until its ``--concurrency`` C at D s, so a closed loop of
+    C from the start would load the first D s more than AIPerf did: replayed as an open loop at the recorded sends, at most C in
     flight; ``--request-rate-ramp-duration D`` (``rate_ramp``) raises the rate linearly from
     ``rate x 0.1 s / D`` to its ``rate`` over D s: its sends are replayed as recorded (an open
     loop), the label says the ramp; ``--prefill-concurrency P`` (``prefill_concurrency``) held
@@ -345,12 +332,11 @@ def _ramped(summary: Mapping[str, Any], stage: RecordedStage,
     phase = _profiling_phase(summary)
     if phase is None or stage.load == "unknown":
         return stage
-    notes = said
     users_s, rate_s = _ramp_s(phase, "concurrency_ramp"), _ramp_s(phase, "rate_ramp")
     if users_s is not None and stage.max_concurrency is not None:
         users = stage.max_concurrency
         label = f"{stage.label}, ramped from 1 over {users_s:g} s"
-        notes.append(
+        said.append(
             f"stage '{label}': AIPerf started with 1 user and added one at a time up to {users} "
             f"over the first {users_s:g} s (--concurrency-ramp-duration): "
             + ("replayed as an open loop at the recorded sends, at most "
@@ -363,14 +349,14 @@ def _ramped(summary: Mapping[str, Any], stage: RecordedStage,
                         load="capped" if stage.load == "closed" else stage.load)
     if rate_s is not None and stage.request_rate is not None:
         label = f"{stage.label}, ramped over {rate_s:g} s"
-        notes.append(f"stage '{label}': AIPerf raised its rate linearly to "
+        said.append(f"stage '{label}': AIPerf raised its rate linearly to "
                      f"{stage.request_rate:g} req/s over the first {rate_s:g} s "
                      "(--request-rate-ramp-duration): the replay offers the requests at their "
                      "recorded sends, which followed the ramp")
         stage = replace(stage, label=label)
     prefill = phase.get("prefill_concurrency")
     if isinstance(prefill, int) and not isinstance(prefill, bool):
-        notes.append(f"--prefill-concurrency {prefill}: AIPerf held each request back while "
+        said.append(f"--prefill-concurrency {prefill}: AIPerf held each request back while "
                      f"{prefill} were waiting for their first token, which the replay does "
                      "not: its requests go as the stage's load mode sends them")
     return stage
@@ -401,11 +387,19 @@ def _series(summary: Mapping[str, Any], stage: RecordedStage, said: list[str]) -
     return RecordedStage(label, "capped" if conc else "open", None, conc)
 
 
-def _profiling_phase(summary: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The summary's profiling phase (``input_config.phases``), or None."""
+def _profiling(summary: Mapping[str, Any]) -> tuple[int, dict[str, Any]] | None:
+    """The summary's first profiling phase with its index in ``input_config.phases``, or
+    None."""
     phases = dig(summary, "input_config", "phases")
-    return next((p for p in phases if isinstance(p, dict) and p.get("kind", p.get("name"))
-                 == "profiling"), None) if isinstance(phases, list) else None
+    return next(((k, p) for k, p in enumerate(phases) if isinstance(p, dict)
+                 and p.get("kind", p.get("name")) == "profiling"), None) \
+        if isinstance(phases, list) else None
+
+
+def _profiling_phase(summary: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The summary's first profiling phase (``input_config.phases``), or None."""
+    found = _profiling(summary)
+    return None if found is None else found[1]
 
 
 def _turns_held(records: list[tuple[int, Any]], summary: Mapping[str, Any],
@@ -470,11 +464,8 @@ def _with_prompt_note(rec: Recording, prompt: FloatArray, own: FloatArray) -> Re
 
 def _phase_type(summary: Mapping[str, Any]) -> str:
     """The profiling phase's arrival pattern (``constant``, ``poisson``, ...), or ``""``."""
-    phases = dig(summary, "input_config", "phases")
-    for p in phases if isinstance(phases, list) else []:
-        if isinstance(p, dict) and p.get("kind", p.get("name")) == "profiling":
-            return str(p.get("type") or "")
-    return ""
+    phase = _profiling_phase(summary)
+    return "" if phase is None else str(phase.get("type") or "")
 
 
 def _capped_due(stage: RecordedStage, pattern: str, sent: FloatArray, end: FloatArray,
@@ -716,10 +707,8 @@ def _failed(stage: RecordedStage, summary: Mapping[str, Any], status: list[str],
 def _cancellation_said(summary: Mapping[str, Any]) -> str:
     """The profiling phase's ``--request-cancellation-rate`` and ``-delay`` as a clause, or ''
     where the summary does not tell them."""
-    phases = dig(summary, "input_config", "phases")
-    found = [p for p in phases if isinstance(p, dict) and p.get("kind", p.get("name"))
-             == "profiling"] if isinstance(phases, list) else []
-    told = found[0].get("cancellation") if found else None
+    phase = _profiling_phase(summary)
+    told = phase.get("cancellation") if phase is not None else None
     rate, delay = (told.get("rate"), told.get("delay")) if isinstance(told, dict) \
         else (None, None)
     if not isinstance(rate, int | float) or isinstance(rate, bool):
