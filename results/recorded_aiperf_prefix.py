@@ -29,7 +29,7 @@ from typing import Any
 
 from kvbudget.results.recorded_fields import dig, load_json
 from kvbudget.results.recorded_guidellm_prefix import SharedPrefix, body_key
-from kvbudget.results.recorded_guidellm_turns import Turn, conversation_prefix
+from kvbudget.results.recorded_guidellm_turns import Turn, conversation_prefix, turn_of
 from kvbudget.results.recorded_inference_perf_prefix import grouped_prefix
 from kvbudget.workloads.errors import TraceError
 
@@ -119,11 +119,7 @@ def _record_turn(rec: Any) -> Turn:
     meta = rec.get("metadata") if isinstance(rec, Mapping) else None
     if not isinstance(meta, Mapping):
         return None
-    session, turn = meta.get("x_correlation_id"), meta.get("turn_index")
-    if (not isinstance(session, str) or not session or not isinstance(turn, int)
-            or isinstance(turn, bool) or turn < 0):
-        return None
-    return session, turn
+    return turn_of(meta.get("x_correlation_id"), meta.get("turn_index"))
 
 
 def aiperf_history(records: list[tuple[int, Any]],

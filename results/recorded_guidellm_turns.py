@@ -38,7 +38,12 @@ Turn = tuple[str, int] | None
 
 def conversation_turn(req: Mapping[str, Any]) -> Turn:
     """The request's ``info.conversation_id`` and ``info.turn_index`` (GuideLLM 0.6+)."""
-    conversation, index = dig(req, "info", "conversation_id"), dig(req, "info", "turn_index")
+    return turn_of(dig(req, "info", "conversation_id"), dig(req, "info", "turn_index"))
+
+
+def turn_of(conversation: Any, index: Any) -> Turn:
+    """A file's conversation id and turn index as a :data:`Turn`: None unless the id is a
+    non-empty string and the index a whole number >= 0."""
     if (not isinstance(conversation, str) or not conversation or not isinstance(index, int)
             or isinstance(index, bool) or index < 0):
         return None
