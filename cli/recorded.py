@@ -495,12 +495,14 @@ def _describe_recording(setup: RecordedSetup) -> None:
 
 
 PREFIX_UNKNOWN = (
-    "prefix caching is on, but the recording holds no prompt contents (no hash_ids): every "
+    "prefix caching is on, but the recording tells no prompt prefixes (no hash_ids: a load "
+    "tool's file keeps token counts, or prompt texts kvbudget does not compare): every "
     "prompt is simulated as unique, with no cache hits; prompts that shared a prefix on the "
     "server (vllm bench --random-prefix-len, the prefix_repetition dataset, a multi-turn "
     "chat) hit its cache where the simulation does not, so the simulated TTFT is too high")
 """Said when the simulated engine caches prefixes and the recording's requests carry no
-prefix (a load tool's file keeps token counts, not prompts)."""
+prefix (a load tool's file keeps token counts; GuideLLM 0.4+ keeps each request's body, whose
+texts are grouped into prefixes only for its synthetic data's ``prefix_tokens``)."""
 
 
 def start_model(setup: RecordedSetup, kind: str) -> "CostModel":

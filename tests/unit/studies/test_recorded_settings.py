@@ -267,8 +267,9 @@ def test_a_recording_without_prompt_contents_says_no_prefix_cache_hits_are_simul
             "--allow-refusals")
     code, _, err = _run(*args, "--out", tmp_path / "v")
     assert code == 0, err
-    assert "note: prefix caching is on, but the recording holds no prompt contents (no " \
-        "hash_ids): every prompt is simulated as unique, with no cache hits" in err
+    assert "note: prefix caching is on, but the recording tells no prompt prefixes (no " \
+        "hash_ids: a load tool's file keeps token counts, or prompt texts kvbudget does not " \
+        "compare): every prompt is simulated as unique, with no cache hits" in err
     code, _, err = _run(*args, "--out", tmp_path / "w", "--set",
                         "engine.enable_prefix_caching=false")
     assert code == 0, err
