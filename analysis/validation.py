@@ -195,6 +195,16 @@ def _with_sustained(summary: Mapping[str, Any], records: pd.DataFrame) -> Mappin
     return {**summary, "overall": {**overall, "sustained_output_tokens_per_s": rate}}
 
 
+def _legend_or_none(ax: Any, empty: str) -> None:
+    """A panel's grid and legend, or ``empty`` written across it where nothing was drawn (every
+    request of one output token has no TPOT: matplotlib warns of a legend with no entries)."""
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+    else:
+        ax.text(0.5, 0.5, empty, ha="center", va="center", transform=ax.transAxes)
+
+
 def plot_validation(sim_records: pd.DataFrame, live_records: pd.DataFrame,
                     sim_timeline: pd.DataFrame, live_timeline: pd.DataFrame, path: Path,
                     title: str) -> None:
@@ -215,16 +225,14 @@ def plot_validation(sim_records: pd.DataFrame, live_records: pd.DataFrame,
                 ax.step(v, np.arange(1, v.size + 1) / v.size, style, where="post", label=name)
         ax.set_xlabel(label)
         ax.set_ylabel("fraction of requests")
-        ax.grid(alpha=0.3)
-        ax.legend()
+        _legend_or_none(ax, f"no request has a {label.split()[0]}")
     ax = axes.flat[3]
     for tl, name, style in ((live_timeline, "measured", "-"), (sim_timeline, "simulated", "--")):
         if len(tl):
             ax.plot(tl["time_s"], tl["kv_used_tokens"], style, label=name)
     ax.set_xlabel("time (s)")
     ax.set_ylabel("KV tokens in use")
-    ax.grid(alpha=0.3)
-    ax.legend()
+    _legend_or_none(ax, "no KV use recorded")
     fig.suptitle(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -458,8 +458,8 @@ def recording_headline(rec: "Recording") -> str:
     not_measured = c["num_simulated"] - c["num_measured"]
     tool = rec.tool or rec.format
     return (f"{rec.path} ({tool}): {counted(c['num_simulated'], 'request')} simulated, "
-            f"{c['num_measured']} measured"
-            + (f", {not_measured} not measured (failed, timed out, warm-up/cool-down or "
+            f"{c['num_measured']:,} measured"
+            + (f", {not_measured:,} not measured (failed, timed out, warm-up/cool-down or "
                "without TTFT/E2E)" if not_measured else "")
             + "".join(f", {v} dropped ({k.removeprefix('num_dropped_').replace('_', ' ')})"
                       for k, v in c.items() if k.startswith("num_dropped_") and v))
@@ -495,12 +495,14 @@ def _describe_recording(setup: RecordedSetup) -> None:
 
 
 PREFIX_UNKNOWN = (
-    "prefix caching is on, but the recording holds no prompt contents (no hash_ids): every "
+    "prefix caching is on, but the recording tells no prompt prefixes (no hash_ids: a load "
+    "tool's file keeps token counts, or prompt texts kvbudget does not compare): every "
     "prompt is simulated as unique, with no cache hits; prompts that shared a prefix on the "
     "server (vllm bench --random-prefix-len, the prefix_repetition dataset, a multi-turn "
     "chat) hit its cache where the simulation does not, so the simulated TTFT is too high")
 """Said when the simulated engine caches prefixes and the recording's requests carry no
-prefix (a load tool's file keeps token counts, not prompts)."""
+prefix (a load tool's file keeps token counts; GuideLLM 0.4+ keeps each request's body, whose
+texts are grouped into prefixes only for its synthetic data's ``prefix_tokens``)."""
 
 
 def start_model(setup: RecordedSetup, kind: str) -> "CostModel":
@@ -625,13 +627,15 @@ ALLOW_REFUSALS_FLAG = "--allow-refusals"
 
 
 def check_replay(setup: RecordedSetup, simulated: Any, rows: Any, *, allow_refusals: bool,
-                 what: str) -> None:
+                 what: str, assumed: Any = ()) -> None:
     """Exit 1 with one line when the simulated replay lost more of the recording's completed
     requests than :data:`~kvbudget.studies.validate.MAX_REPLAY_LOSS` (a note with
-    ``--allow-refusals``, unless it lost every one)."""
+    ``--allow-refusals``, unless it lost every one); ``assumed``: the simulation's assumed
+    lines (its summary's), those of limits nobody set that refused requests said with it."""
     problem = replay_problems(setup.recording, simulated, rows)
     if problem is None:
         return
+    problem += "".join(f"; assumed: {a}" for a in assumed if "refused" in a)
     everything = not bool((simulated["status"] == "completed").any())
     if allow_refusals and not everything:
         typer.echo(f"warning: {problem} ({ALLOW_REFUSALS_FLAG})", err=True)
@@ -654,12 +658,14 @@ def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: fl
     first = simulate_recording(setup.recording, setup.config, policy=setup.policy,
                                policy_params=setup.policy_params,
                                cost_model=start_model(setup, kind))
-    check_replay(setup, first.records, rows, allow_refusals=allow_refusals, what="calibration")
+    assumed = first.summary.get("assumed", ())
+    check_replay(setup, first.records, rows, allow_refusals=allow_refusals, what="calibration",
+                 assumed=assumed)
     cal = fit(setup, kind, rows=rows, max_evals=max_evals, fit_overhead=fit_overhead,
               desc="calibrate", start_records=first.records)
     if cal.simulated is not None:
         check_replay(setup, cal.simulated, rows, allow_refusals=allow_refusals,
-                     what="calibration")
+                     what="calibration", assumed=assumed)
     said = time_limit_said(first.records if cal.simulated is None else cal.simulated)
     if said:
         typer.echo(fill(f"note: {said}"), err=True)
@@ -748,7 +754,7 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
                                 policy_params=setup.policy_params, cost_model=cost,
                                 frontend_overhead_s=overhead, rows=rows, model_chosen=True)
     check_replay(setup, result.simulated.records, rows, allow_refusals=allow_refusals,
-                 what="the comparison")
+                 what="the comparison", assumed=result.simulated.summary.get("assumed", ()))
     said = time_limit_said(result.simulated.records)
     if said:
         typer.echo(fill(f"note: {said}"), err=True)

@@ -281,6 +281,21 @@ def _object_refusal(doc: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _keyed_refusal(doc: Mapping[str, Any]) -> str | None:
+    """The refusal of an object whose values are each a file's refusable object, keyed by run
+    (github.com/philschmid/llmperf-bench ``main.py`` writes ``results/<version>/<model>_tp_<tp>
+    _results.json``: LLMPerf's summaries keyed by their concurrency); None for any other."""
+    values = list(doc.values())
+    if not values or not all(isinstance(v, Mapping) for v in values):
+        return None
+    first = _object_refusal(values[0])
+    if first is None:
+        return None
+    keys = ", ".join(repr(k) for k in list(doc)[:3]) + (", ..." if len(doc) > 3 else "")
+    return (f"is an object of {len(doc)} results keyed by run ({keys}); the first "
+            f"({next(iter(doc))!r}) {first}")
+
+
 def summary_refusal(doc: Any) -> tuple[str, str | None] | None:
     """Why ``doc`` (a file's first JSON value) holds no request to replay, naming its tool, and
     the field a per-request file would have (``input_lens`` for vLLM's layout); None when it is
@@ -290,7 +305,8 @@ def summary_refusal(doc: Any) -> tuple[str, str | None] | None:
             return _VLLM_TABLE, None
         problem = _object_refusal(doc)
         if problem is None:
-            return None
+            keyed = _keyed_refusal(doc)
+            return (keyed, None) if keyed else None
         return problem, ("input_lens" if _latency_summary(doc) and
                          not _multi_turn_refusal(doc) else None)
     if isinstance(doc, list) and doc and isinstance(doc[0], Mapping):
@@ -360,6 +376,40 @@ def server_log_refusal(first_line: bytes) -> str | None:
             "request's send, first token and end; pass the load tool's result from the same "
             "run, or the server's per-request spans (--otlp-traces-endpoint) written out as "
             "the generic records format (docs/recordings.md)")
+
+
+_BENCH_CONSOLE = (b" Serving Benchmark Result ", b"bench_type='serve'", b"\nBurstiness factor: ")
+"""What a serving benchmark prints, never a file it saves: its summary's banner (vLLM 0.32.0
+``vllm/benchmarks/serve.py`` ``benchmark``, ``" Serving Benchmark Result "`` centred in ``=``;
+SGLang's ``bench_serving.py`` and TensorRT-LLM's ``benchmark_serving.py`` print the same), the
+``vllm bench serve`` arguments it echoes (``Namespace(subparser='bench', bench_type='serve',
+...``) and the load it announces before sending (``Traffic request rate: R`` then ``Burstiness
+factor: B (Poisson process)``, ``Maximum request concurrency: C``)."""
+
+_BENCH_SAID = (("backend", rb"\nBackend:\s+(\S+)"),
+               ("request rate", rb"\nTraffic request rate:\s+(\S+)"),
+               ("max concurrency", rb"\nMaximum request concurrency:\s+(\S+)"),
+               ("successful requests", rb"\nSuccessful requests:\s+(\d+)"))
+
+
+def bench_console_refusal(head: bytes) -> str | None:
+    """Why a serving benchmark's console output (``vllm bench serve ... | tee bench.log``) is no
+    recording: it prints its settings and summary, not each request; None for any other file
+    (a JSON or YAML document is never one)."""
+    if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[") or \
+            not any(mark in head for mark in _BENCH_CONSOLE):
+        return None
+    said = []
+    for name, pattern in _BENCH_SAID:
+        found = re.search(pattern, head)
+        if found:
+            said.append(f"{name} {found.group(1).decode('utf-8', 'replace')}")
+    return ("is a serving benchmark's console output (vllm bench serve, or SGLang's or "
+            "TensorRT-LLM's benchmark_serving, as printed" + (f": {', '.join(said)}" if said
+                                                             else "") +
+            "): its settings and summary, no request; rerun it with --save-result "
+            "--save-detailed (SGLang's bench_serving: --output-file F --output-details) and "
+            "pass the JSON it writes (docs/recordings.md)")
 
 
 _MLPERF_NO_REQUEST = ("no request's own send, first token or end (LoadGen's summary, detail "

@@ -75,6 +75,7 @@ from kvbudget.results.recorded_records import read_records, read_run_dir
 from kvbudget.results.recorded_summaries import (
     SQLITE_HEADER,
     SQLITE_REFUSAL,
+    bench_console_refusal,
     csv_summary_refusal,
     html_refusal,
     mlperf_log_refusal,
@@ -187,8 +188,8 @@ def detect_recording_format(path: Path) -> str:
         head = fh.read(1 << 16)
     if head.startswith(SQLITE_HEADER):
         raise TraceError(path, SQLITE_REFUSAL)
-    server_log = server_log_refusal(head.split(b"\n", 1)[0]) or mlperf_log_refusal(head) or \
-        html_refusal(head)
+    server_log = bench_console_refusal(head) or server_log_refusal(head.split(b"\n", 1)[0]) \
+        or mlperf_log_refusal(head) or html_refusal(head)
     if server_log:
         raise TraceError(path, server_log)
     suffix = path.suffix.lower()

@@ -344,9 +344,12 @@ def join_stage_runs(runs: Sequence[RunResult], plans: Sequence[StagePlan], confi
                                    "gateway_capacity_tokens", "weight_dtype") if k in first}
     if isinstance(first.get("workload"), dict):  # what the run's lines say: all the stages'
         extra["workload"] = {**first["workload"], "num_requests": len(records["request_id"])}
-    assumed = list(dict.fromkeys(a for r in runs for a in r.summary.get("assumed", ())))
+    # a stage's line counts that stage's requests: one said of several stages says so, not
+    # their sum as one stage's (nor one stage's count as the run's)
+    assumed = Counter(a for r in runs for a in r.summary.get("assumed", ()))
     if assumed:
-        extra["assumed"] = assumed
+        extra["assumed"] = [a if k == 1 else f"{a} (said of each of {k} stages)"
+                            for a, k in assumed.items()]
     too_large: Counter[str] = Counter()
     for r in runs:  # each stage's refusals a default limit accounts for (limits_said)
         too_large.update(r.summary.get("gateway_too_large", {}))

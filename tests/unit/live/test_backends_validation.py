@@ -138,3 +138,14 @@ def test_pairs_only_where_both_completed(tmp_path: Path) -> None:
     png = tmp_path / "v.png"
     plot_validation(sim, meas, _timeline(), _timeline(), png, "test")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_plot_of_one_token_outputs_has_no_empty_legend(tmp_path: Path) -> None:
+    # muma378/vllm-benchmark benchmark_result_0910/*.json: 51 vllm bench serve runs of 1 output
+    # token each (no request has a TPOT); validate printed matplotlib's "UserWarning: No artists
+    # with labels found to put in legend" with its source line (an error under the tests)
+    meas = _records([0.1, 0.2], [math.nan, math.nan], out=1)
+    sim = _records([0.1, 0.3], [math.nan, math.nan], out=1)
+    png = tmp_path / "v.png"
+    plot_validation(sim, meas, _timeline(), _timeline(), png, "one token")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -316,6 +316,57 @@ def test_a_vllm_server_log_is_named(tmp_path: Path, first_line: str) -> None:
     assert str(info.value).startswith(f"{path}: is a vLLM server log")
 
 
+# github.com/Wentao274/vllm-benchmark-test reports/benchmark/nvidia_h100/MiniMax-M2.5/test_05/
+# 01/8-1000-i512-o256/bench-test_05-8-1000-i512-o256.log at 21f4d96 (no licence: its shape,
+# not its text): what vllm bench serve printed, saved by its run_benchmark.py. Its first line is
+# the vllm command's own INFO log, so it was called "a vLLM server log: the engine's throughput
+# and queue every 10 s"; with the log lines stripped it got "header repeats column '(720'" (the
+# echoed Namespace read as a CSV header). The lines are those vLLM 0.32.0 vllm/benchmarks/
+# serve.py prints (benchmark: the load before sending, then the summary's banner).
+VLLM_CONSOLE = (
+    "Namespace(subparser='bench', bench_type='serve', seed=123, num_prompts=1000, "
+    "dataset_name='random', random_input_len=512, random_output_len=256, "
+    "random_mm_bucket_config={(256, 256, 1): 0.5, (720, 1280, 1): 0.5}, backend='openai-chat')\n"
+    "Starting main benchmark run...\nTraffic request rate: inf\n"
+    "Burstiness factor: 1.0 (Poisson process)\nMaximum request concurrency: 8\n"
+    "============ Serving Benchmark Result ============\n"
+    "Successful requests:                     1000      \n"
+    "Failed requests:                         0         \n"
+    "Maximum request concurrency:             8         \n"
+    "Benchmark duration (s):                  327.03    \n")
+# SGLang's bench_serving prints the same banner and its backend first (as published in
+# github.com/WILLIAM-qmul/SGLang-dLoRA sglang+dLoRA/lora/migration_ilp/dlora_results.md)
+SGLANG_CONSOLE = ("# request rate: 2\n\n============ Serving Benchmark Result ============\n"
+                  "Backend:                                 sglang    \n"
+                  "Traffic request rate:                    2.0       \n"
+                  "Successful requests:                     996       \n")
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("INFO 05-01 15:22:52 [nixl_utils.py:20] Setting UCX_RCACHE_MAX_UNRELEASED to '1024'\n"
+     + VLLM_CONSOLE, "request rate inf, max concurrency 8, successful requests 1000"),
+    (VLLM_CONSOLE, "request rate inf, max concurrency 8, successful requests 1000"),
+    (SGLANG_CONSOLE, "backend sglang, request rate 2.0, successful requests 996"),
+])
+def test_a_serving_benchmarks_console_output_is_named(tmp_path: Path, text: str,
+                                                      said: str) -> None:
+    assert_named(tmp_path / "bench.log", text,
+                 "is a serving benchmark's console output (vllm bench serve, or SGLang's or "
+                 f"TensorRT-LLM's benchmark_serving, as printed: {said}): its settings and "
+                 "summary, no request; rerun it with --save-result --save-detailed")
+
+
+# github.com/philschmid/llmperf-bench results/2.0.1/meta-llama_Meta-Llama-3-8B-Instruct_tp_1_
+# results.json at e099ae4 (MIT): its main.py keeps LLMPerf's summary of each concurrency (1 to
+# 128) under that concurrency; it got "cannot tell the recording format ... pass a format", as
+# if a format flag could read it
+def test_llmperf_summaries_keyed_by_concurrency_are_named(tmp_path: Path) -> None:
+    runs = {str(c): {**LLMPERF_SUMMARY, "num_concurrent_requests": c} for c in (1, 2, 4, 8)}
+    assert_named(tmp_path / "results.json", json.dumps(runs, indent=2),
+                 "is an object of 4 results keyed by run ('1', '2', '4', ...); the first ('1') "
+                 "is LLMPerf's summary (aggregates only)")
+
+
 def test_an_sqlite_database_is_named_not_called_a_binary_trace(tmp_path: Path) -> None:
     # evalscope perf keeps its requests in benchmark_data.db (evalscope/perf/utils/db_util.py
     # create_result_table): it got "line 1: is a binary file, not a text trace"

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 import kvbudget.perf
 from kvbudget.cli.main import app
-from kvbudget.cli.recorded import recorded_setup
+from kvbudget.cli.recorded import recorded_setup, recording_headline
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model, resolve_model_name
 from kvbudget.results.recordings import read_recording
@@ -157,6 +157,43 @@ def test_a_replay_that_refuses_the_recordings_requests_refuses_to_answer(
     assert code == 1 and not (tmp_path / "c.json").exists()
 
 
+def _long_prompt_runs(path: Path) -> Path:
+    """Two ``--append-result`` runs at rate inf, 4 users, no start_times, each 8 requests: 4 of
+    40,000 prompt tokens (over the default tiers' 32,768, under Llama-3.1-8B's 131,072-token
+    context), 4 of 100."""
+    lens = [40_000, 100] * 4
+    doc = {"model_id": "Llama-3.1-8B", "request_rate": "inf", "max_concurrency": 4,
+           "input_lens": lens, "output_lens": [20] * 8, "ttfts": [0.5] * 8,
+           "itls": [[0.02] * 19] * 8, "latencies": [0.88] * 8, "errors": [""] * 8}
+    path.write_text(json.dumps(doc) + "\n" + json.dumps(doc) + "\n")
+    return path
+
+
+def test_a_default_limit_that_refused_recorded_requests_is_named_with_them(
+        tmp_path: Path) -> None:
+    # muma378/vllm-benchmark benchmark_result_0822/ds-0822-arcc-disk-400g.json at a3288a4:
+    # 16 vllm bench serve runs of DeepSeek-R1 (TP8) appended to one file, prompts of 100 to
+    # 100,000 tokens at 16 users. Its 50k and 100k runs were refused by the default tiers'
+    # 32,768 tokens, which the load tool's server never had, and validate said only "120
+    # rejected_too_large ... check --model, --gpu, --num-gpu-blocks, --max-output and the tiers'
+    # max_sequence_tokens"; its summary's assumed line (never printed) counted "20 requests", one
+    # run's; and "240 of the 305 requests share their timestamp ... spread them (--spread-s)" was
+    # advice for the send times kvbudget itself drew (no start_times in the file)
+    path = _long_prompt_runs(tmp_path / "append.jsonl")
+    args = ("validate", "--records", path, "--gpu", "H100", "--model", "Llama-3.1-8B")
+    code, _, err = _run(*args, "--out", tmp_path / "v")
+    last = err.strip().splitlines()[-1]
+    assert code == 1, err
+    assert ("8 rejected_too_large; assumed: the default tiers' max_sequence_tokens (32,768) "
+            "refused 4 requests as too large") in last
+    assert "(said of each of 2 stages); the comparison refused" in last
+    assert "share their timestamp" not in err
+    code, _, err = _run(*args, "--out", tmp_path / "w", "--allow-refusals")
+    assert code == 0, err
+    assert "warning: the simulated replay did not complete 8 of the 16 requests" in err
+    assert "assumed: the default tiers' max_sequence_tokens (32,768) refused 4" in err
+
+
 def test_replay_problems_counts_the_lost_requests_and_their_reasons(tmp_path: Path) -> None:
     rec = read_recording(_bench(tmp_path / "b.json", "Llama-3.1-8B", n=100))
     ids = rec.measured["request_id"].to_numpy()
@@ -267,8 +304,9 @@ def test_a_recording_without_prompt_contents_says_no_prefix_cache_hits_are_simul
             "--allow-refusals")
     code, _, err = _run(*args, "--out", tmp_path / "v")
     assert code == 0, err
-    assert "note: prefix caching is on, but the recording holds no prompt contents (no " \
-        "hash_ids): every prompt is simulated as unique, with no cache hits" in err
+    assert "note: prefix caching is on, but the recording tells no prompt prefixes (no " \
+        "hash_ids: a load tool's file keeps token counts, or prompt texts kvbudget does not " \
+        "compare): every prompt is simulated as unique, with no cache hits" in err
     code, _, err = _run(*args, "--out", tmp_path / "w", "--set",
                         "engine.enable_prefix_caching=false")
     assert code == 0, err
@@ -488,3 +526,14 @@ def test_one_server_not_in_the_recording_is_said_as_assumed(tmp_path: Path) -> N
                           "H100", "--set", "fleet.num_replicas=2")
     assert code == 0, err
     assert "one server" not in err and "2 replicas" in out
+
+
+def test_the_headline_writes_every_count_alike(tmp_path: Path) -> None:
+    # muma378/vllm-benchmark benchmark_result_0910/ds-20250909-165533-gds-400g.json: "2,505
+    # requests simulated, 2505 measured"
+    path = _bench(tmp_path / "b.json", "Llama-3.1-8B", n=2505)
+    doc = json.loads(path.read_text())
+    doc["errors"] = ["timeout"] * 1200 + [""] * 1305
+    path.write_text(json.dumps(doc))
+    said = recording_headline(read_recording(path))
+    assert ": 2,505 requests simulated, 1,305 measured, 1,200 not measured (failed" in said
