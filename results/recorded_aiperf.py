@@ -32,7 +32,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kvbudget.results.recorded_aiperf_prefix import aiperf_history, aiperf_prefix
+from kvbudget.results.recorded_aiperf_prefix import (
+    aiperf_conversations,
+    aiperf_history,
+    aiperf_prefix,
+)
 from kvbudget.results.recorded_fields import (
     MAX_MEASURED_S,
     dig,
@@ -1051,4 +1055,7 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
                            stage=[stage.label] * len(rows), itl_mean=itl[rows], config=config,
                            counts=counts, notes=[*notes, *warnings], stages=(stage,),
                            sent_s=sent[rows] - float(arrival.min()),
-                           tool=f"aiperf {version}" if isinstance(version, str) else "aiperf")
+                           tool=f"aiperf {version}" if isinstance(version, str) else "aiperf",
+                           conversations=aiperf_conversations(
+                               records, sent.tolist(), np.asarray(e2e, dtype=np.float64).tolist(),
+                               rows.tolist()))

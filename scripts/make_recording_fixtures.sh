@@ -13,7 +13,7 @@
 #                                                      # runs leave out: vllm-options,
 #                                                      # aiperf-options, aiperf-chat,
 #                                                      # aiperf-rate-series, aiperf-prefix,
-#                                                      # guidellm-options,
+#                                                      # guidellm-options, guidellm-turns,
 #                                                      # inference-perf-options)
 #
 # It starts the CPU vLLM of the live tests (tests/live/livevllm.py's flags: a tiny random Llama
@@ -436,6 +436,21 @@ run_guidellm_options() {
         --disable-console-interactive
 }
 
+run_guidellm_turns() {
+    # multi-turn chat: synthetic conversations of 3 turns (each later turn sent with the
+    # conversation so far), 2 streams, 12 requests: a stream sends a conversation's next turn
+    # only when the turn before it ended (0.8.1 scheduler/worker.py, _get_next_ready_node)
+    local py dest
+    py=$(tool_venv guidellm "$GUIDELLM_VERSION" python3)
+    dest="$OUT/guidellm-$GUIDELLM_VERSION"
+    mkdir -p "$dest"
+    "$py" -m guidellm run --backend "kind=openai_http,target=$URL,model=tiny,request_format=/v1/chat/completions" \
+        --tokenizer "kind=huggingface_auto,model=$MODEL_DIR" \
+        --data "kind=synthetic_text,prompt_tokens=32,output_tokens=16,turns=3" \
+        --constraint "kind=max_requests,count=12" --profile "kind=concurrent,streams=2" \
+        --output "kind=json,path=$dest/turns3_concurrent2.json" --disable-console-interactive
+}
+
 run_guidellm_timed() {
     # a closed loop of 4 users stopped after 2 s by max_duration (no request count): the
     # requests in flight at the limit are cancelled
@@ -589,7 +604,7 @@ EOF
 
 mkdir -p "$OUT"
 TOOLS=("$@")
-[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-0.6.1 guidellm-0.4.0
+[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-0.6.1 guidellm-0.4.0
                                     guidellm-0.3.1 guidellm-0.2.1 aiperf aiperf-timed
                                     aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
                                     aiperf-rate-series aiperf-prefix
@@ -605,6 +620,7 @@ for tool in "${TOOLS[@]}"; do
     guidellm-timed) run_guidellm_timed ;;
     guidellm-options) run_guidellm_options ;;
     guidellm-rampup) run_guidellm_rampup ;;
+    guidellm-turns) run_guidellm_turns ;;
     guidellm-*) run_guidellm "${tool#guidellm-}" ;;
     aiperf) run_aiperf ;;
     aiperf-timed) run_aiperf_timed ;;

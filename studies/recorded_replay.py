@@ -54,7 +54,7 @@ from kvbudget.results.metrics import summarize
 from kvbudget.results.recording import RecordedStage, Recording
 from kvbudget.results.run_result import RunResult
 from kvbudget.simulator.run import SimConfig, simulate
-from kvbudget.workloads.closed_loop import ClosedLoop
+from kvbudget.workloads.closed_loop import ClosedLoop, Conversations
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -163,9 +163,27 @@ def stage_plans(recording: Recording) -> list[StagePlan] | None:
                               tick_rate_per_s=stage.request_rate if ticked else None,
                               tick_pattern="poisson" if stage.tick_pattern == "poisson"
                               else "constant",
-                              send_until_s=None if limit is None else max(0.0, limit - start))
+                              send_until_s=None if limit is None else max(0.0, limit - start),
+                              conversations=None if ticked else stage_conversations(
+                                  recording.conversations, rows))
         plans.append(StagePlan(stage, rows, loop, float(arrival[rows].min())))
     return plans
+
+
+def stage_conversations(conversations: Conversations | None,
+                        rows: np.ndarray[Any, np.dtype[np.int64]]) -> Conversations | None:
+    """The recording's conversations among a stage's ``rows`` (sorted), on the stage's own row
+    numbers: a turn whose turn before it is in another stage waits for none; None when no row
+    waits."""
+    if conversations is None:
+        return None
+    local = {int(r): j for j, r in enumerate(rows.tolist())}
+    previous = tuple(local.get(conversations.previous[r], -1) for r in rows.tolist())
+    if all(p < 0 for p in previous):
+        return None
+    return Conversations(previous, tuple(conversations.delay_s[r] if p >= 0 else 0.0
+                                         for r, p in zip(rows.tolist(), previous,
+                                                         strict=True)))
 
 
 def _stage_workload(workload: Workload, plan: StagePlan) -> Workload:
