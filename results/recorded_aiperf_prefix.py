@@ -114,9 +114,9 @@ def aiperf_prefix(path: Path, summary: Mapping[str, Any], records: list[tuple[in
 
 
 AIPERF_TURNS = ("metadata.x_correlation_id, turn_index",
-                "in a closed or capped stage a simulated user sends a later turn no sooner "
-                "than the turn before it ended plus the gap the recording shows between them "
-                "(AIPerf's turn delay and its own lag), nor before its recorded send")
+                "a later turn is sent no sooner than the turn before it ended plus the gap "
+                "the recording shows between them (AIPerf's turn delay and its own lag), nor "
+                "before its recorded send")
 """How AIPerf's records name a request's turn, and how its turns are replayed."""
 
 

@@ -104,11 +104,10 @@ def _grows(rows: list[tuple[int, int]], prompt_tokens: Sequence[float]) -> bool:
 
 
 GUIDELLM_TURNS = ("info.conversation_id, info.turn_index",
-                  "in a closed or capped stage a simulated user sends a conversation's next "
-                  "turn only when the turn before it ended (and its requeue_delay passed), "
-                  "before a new conversation, as GuideLLM's workers do; an open stage sends "
-                  "each turn at its recorded time, which a slower simulated server may reach "
-                  "before the turn before it ended")
+                  "a simulated user sends a conversation's next turn only when the turn before "
+                  "it ended (and its requeue_delay passed), before a new conversation, as "
+                  "GuideLLM's workers do (an open stage's turn also no sooner than its "
+                  "recorded send)")
 """How a GuideLLM report names a request's turn, and how its turns are replayed."""
 
 

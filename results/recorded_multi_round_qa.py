@@ -33,7 +33,12 @@ from kvbudget.results.recorded_fields import (
     max_tokens_note,
 )
 from kvbudget.results.recorded_guidellm_prefix import KV_BLOCK_TOKENS, SharedPrefix
-from kvbudget.results.recorded_guidellm_turns import Turn, conversation_prefix
+from kvbudget.results.recorded_guidellm_turns import (
+    Turn,
+    conversation_prefix,
+    turn_links,
+    workload_conversations,
+)
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
@@ -114,9 +119,10 @@ def read_multi_round_qa(path: Path, default_tier: str,
         raise TraceError(path, f"the request ends ({e2e[i]:g} s) before its first token "
                          f"({ttft[i]:g} s)", line=i + 2, field="finish_time")
     turns = [_turn(u, q) for u, q in zip(user, question, strict=True)]
+    previous = turn_links(turns)
     history = conversation_prefix(turns, prompt.tolist(), (
-        "user_id, question_id", "the replay sends each at its recorded time, so a turn may "
-        "start before the one before it ends where the simulated server is slower"))
+        "user_id, question_id", "a later question is sent no sooner than its recorded send "
+        "nor than the user's question before it ended plus the gap recorded between them"))
     history, said_system = _with_system_prompt(history, turns, prompt.tolist())
     workload, counts, warnings = finish_columns(
         path, TOOL, prompt=prompt, output=np.nan_to_num(output), arrival=start - start.min(),
@@ -135,7 +141,11 @@ def read_multi_round_qa(path: Path, default_tier: str,
     return build_recording(path, TOOL, workload, ttft=ttft[order], e2e=e2e[order],
                            status=["completed"] * len(order), stage=[""] * len(order),
                            itl_mean=None, config={}, counts=counts, notes=[*notes, *warnings],
-                           stages=(stage,), sent_s=(start - start.min())[order], tool=TOOL)
+                           stages=(stage,), sent_s=(start - start.min())[order], tool=TOOL,
+                           conversations=workload_conversations(
+                               previous, [max(0.0, start[i] - end[p]) if p >= 0 and end[p] == end[p]
+                                          else 0.0 for i, p in enumerate(previous)],
+                               order.tolist()))
 
 
 def _with_system_prompt(history: SharedPrefix | None, turns: list[Turn],
@@ -183,8 +193,8 @@ def _load_note(n: int, has_users: bool) -> str:
         return (f"LMCache's multi-round QA summary (benchmarks/multi-round-qa, also vLLM "
                 f"production-stack's): {n} completed requests, replayed at their recorded "
                 "sends; each user sent its next question only after its last answer came "
-                "(UserSession.step), so a slower simulated server does not delay the sends as "
-                "it would have; requests that raised are not in the file")
+                "(UserSession.step), and so does the replay; requests that raised are not in "
+                "the file")
     return (f"an LMBench workload's per-request CSV (3-workloads/sharegpt/workload_execution/"
             f"sharegpt-qa.py and its kin: no user_id / question_id): {n} completed requests, "
             "replayed at their recorded sends (sharegpt-qa sends one every 1/qps seconds "

@@ -67,7 +67,7 @@ def test_a_multi_round_summary_shares_each_users_history(tmp_path: Path) -> None
     first, second = by_user[0], by_user[2]  # user 1's first and second questions
     assert second[:len(first)] == first and len(second) == 1300 // 16
     assert any("4 requests are later turns of 2 multi-turn conversations (user_id, "
-               "question_id)" in n and "sends each at its recorded time" in n
+               "question_id)" in n and "nor than the user's question before it ended" in n
                for n in rec.notes)
     assert any("each user sent its next question only after its last answer" in n
                for n in rec.notes)

@@ -1,8 +1,12 @@
-"""A multi-turn run's closed loop replayed in conversation order, on the real tools' files
-(``scripts/make_recording_fixtures.sh guidellm-turns aiperf-chat``): GuideLLM 0.8.1 synthetic
-``turns=3`` chat, ``--profile kind=concurrent,streams=2``, 12 requests (4 conversations);
-AIPerf 0.13.0 ``--conversation-num 4 --conversation-turn-mean 3
---conversation-turn-delay-mean 300 --concurrency 2``.
+"""A multi-turn run replayed in conversation order, on the real tools' files
+(``scripts/make_recording_fixtures.sh guidellm-turns aiperf-chat inference-perf-turns``):
+GuideLLM 0.8.1 synthetic ``turns=3`` chat, ``--profile kind=concurrent,streams=2``, 12
+requests (4 conversations); AIPerf 0.13.0 ``--conversation-num 4 --conversation-turn-mean 3
+--conversation-turn-delay-mean 300 --concurrency 2``; inference-perf 0.7.0 ``shared_prefix``
+data with ``enable_multi_turn_chat`` (2 user sessions of 8 rounds, 8 req/s: an open loop whose
+rounds wait for the session's round before them, ``apis/user_session.py``
+``LocalUserSession.get_context``), which links its rounds by ``info.extra_info.user_session``
+and ``chat_round``; and a multi-round QA summary (LMCache's users wait for their answer).
 
 A tool sends a conversation's next turn only when the turn before it returned (GuideLLM 0.8.1
 ``scheduler/worker.py`` ``_get_next_ready_node``; AIPerf holds its user for the conversation).
@@ -35,6 +39,8 @@ from kvbudget.workloads.closed_loop import ClosedLoop, Conversations
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
 GUIDELLM = FIXTURES / "guidellm-0.8.1" / "turns3_concurrent2.json"
 AIPERF = FIXTURES / "aiperf-0.13.0" / "multiturn3_delay300_concurrency2.jsonl"
+INFERENCE_PERF = (FIXTURES / "inference-perf-0.7.0" / "multi_turn_chat"
+                  / "per_request_lifecycle_metrics.json")
 CONFIG = SimConfig(engine=EngineConfig(num_gpu_blocks=200, block_size=16, max_num_seqs=8,
                                        max_num_batched_tokens=2048))
 SLOW = LinearCostModel(intercept_s=0.05, per_prefill_token_s=0.0, per_decode_seq_s=0.0,
@@ -56,11 +62,12 @@ def _by_row(rec: Recording, records: pd.DataFrame) -> pd.DataFrame:
     return records.set_index("request_id").loc[rec.workload.request_id].reset_index()
 
 
-@pytest.mark.parametrize("path", [GUIDELLM, AIPERF])
-def test_a_later_turn_is_sent_only_after_the_turn_before_it_ended(path: Path) -> None:
+@pytest.mark.parametrize(("path", "later"), [(GUIDELLM, 8), (AIPERF, 8), (INFERENCE_PERF, 14)])
+def test_a_later_turn_is_sent_only_after_the_turn_before_it_ended(path: Path,
+                                                                  later: int) -> None:
     rec = read_recording(path)
     conv = rec.conversations
-    assert conv is not None and conv.num_later_turns == 8  # 4 conversations of 3 turns
+    assert conv is not None and conv.num_later_turns == later
     plans = stage_plans(rec)
     assert plans is not None and len(plans) == 1 and plans[0].loop is not None
     assert plans[0].loop.conversations is not None
@@ -135,3 +142,44 @@ def test_the_guidellm_turns_fixture_reads_to_its_own_summary() -> None:
             metrics[f"{name}_token_count"]["successful"]["total_sum"])
     (stage,) = rec.stages
     assert stage.load == "closed" and stage.max_concurrency == 2
+
+
+def test_a_multi_round_users_next_question_waits_for_its_answer(tmp_path: Path) -> None:
+    # LMCache's multi-round QA: a user sends its next question only after its last answer
+    # came (UserSession.step). Replayed at the recorded sends, a slower simulated server's
+    # answer came after the next question had gone; now that question waits for it and the
+    # gap recorded after it (1.9 s here)
+    rows = ["prompt_tokens,generation_tokens,ttft,generation_time,user_id,question_id,"
+            "launch_time,finish_time"]
+    for user, t0 in ((1, 100.0), (2, 100.5)):
+        for q, prompt in enumerate((100, 300, 500), start=1):
+            t = t0 + 3 * (q - 1)
+            rows.append(f"{prompt},100,0.1,1.0,{user},{q},{t},{t + 1.1}")
+    path = tmp_path / "summary.csv"
+    path.write_text("\n".join(rows) + "\n")
+    rec = read_recording(path)
+    conv = rec.conversations
+    assert conv is not None and conv.num_later_turns == 4
+    assert sorted(d for d in conv.delay_s if d) == pytest.approx([1.9] * 4)
+    plans = stage_plans(rec)
+    assert plans is not None and plans[0].loop is not None  # the stage's load is unknown
+    assert "no sooner than the turn before it ended" in plans[0].describe()["replayed_as"]
+    records = _by_row(rec, simulate_recording(rec, CONFIG, cost_model=SLOW,
+                                              frontend_overhead_s=0.0).records)
+    assert _late_turns(conv.previous, conv.delay_s, records) == []
+    later = np.array([p >= 0 for p in conv.previous])
+    sent = records["arrival_s"].to_numpy()
+    recorded = rec.measured["arrival_s"].to_numpy()
+    assert (sent[~later] == pytest.approx(recorded[~later]))  # first questions: as recorded
+    assert (sent[later] > recorded[later] + 1.0).all()  # the slow answers held the others
+
+
+def test_inference_perf_rounds_share_their_sessions_history() -> None:
+    rec = read_recording(INFERENCE_PERF)
+    (stage,) = rec.stages
+    assert stage.load == "open" and rec.counts["num_measured"] == 16
+    assert any("14 requests are later turns of 2 multi-turn conversations "
+               "(info.extra_info.user_session, chat_round)" in n for n in rec.notes)
+    assert any("not simulated as shared across the user sessions" in n for n in rec.notes)
+    w = rec.workload
+    assert w.prefix_hashes is not None and w.prefix_offsets is not None
