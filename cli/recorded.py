@@ -39,7 +39,12 @@ from kvbudget.studies.calibrate import (
     validation_intervals,
 )
 from kvbudget.studies.fit_uncertainty import INTERVAL_COLUMNS, FitUncertainty, with_intervals
-from kvbudget.studies.recorded_replay import replay_mode, time_limit_said
+from kvbudget.studies.recorded_replay import (
+    replay_mode,
+    stage_conversations,
+    stage_rows,
+    time_limit_said,
+)
 from kvbudget.studies.validate import (
     recorded_policy,
     replay_problems,
@@ -486,8 +491,9 @@ def _describe_recording(setup: RecordedSetup) -> None:
                f"max_num_batched_tokens={e.max_num_batched_tokens} "
                f"prefix_caching={e.enable_prefix_caching}, policy {setup.policy}")
     for stage in rec.stages:
+        turns = stage_conversations(rec.conversations, stage_rows(rec, stage)) is not None
         typer.echo(f"stage {stage.label or 'all'!r}: {load_words(stage)}; replayed as "
-                   f"{replay_mode(stage)}")
+                   f"{replay_mode(stage, turns=turns)}")
     for note in rec.notes:
         typer.echo(f"note: {note}", err=True)
     if e.enable_prefix_caching and rec.workload.prefix_hashes is None:

@@ -32,7 +32,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kvbudget.results.recorded_aiperf_prefix import aiperf_history, aiperf_prefix
+from kvbudget.results.recorded_aiperf_prefix import (
+    aiperf_conversations,
+    aiperf_history,
+    aiperf_prefix,
+)
 from kvbudget.results.recorded_fields import (
     MAX_MEASURED_S,
     dig,
@@ -177,7 +181,15 @@ def _agentic_source(summary: Mapping[str, Any], phase: Mapping[str, Any],
     return None
 
 
-def _agentic_note(label: str, summary: Mapping[str, Any]) -> str | None:
+LINKED_TURNS = ("its records link each later turn to the one before it (x_correlation_id, "
+                "turn_index), so the replay sends a later turn no sooner than the turn before "
+                "it ended plus the gap recorded between them: a slower simulated server delays "
+                "it as AIPerf would have, a faster one cannot bring it sooner than recorded")
+"""How a stage whose records link their turns is replayed (said in place of "does not
+delay")."""
+
+
+def _agentic_note(label: str, summary: Mapping[str, Any], linked: bool = False) -> str | None:
     """What an ``agentic_replay`` phase sent and how it is replayed (None for another phase).
 
     AIPerf 0.13.0's ``AgenticReplayStrategy`` (``aiperf/timing/strategies/agentic_replay.py``)
@@ -194,11 +206,13 @@ def _agentic_note(label: str, summary: Mapping[str, Any]) -> str | None:
             "a trajectory of the trace, a turn sent its recorded delay after the turn before "
             "it ended (a subagent's when its parent forked it), a drained lane starting the "
             "next trajectory; kvbudget simulates no such sessions: replayed as an open loop at "
-            "AIPerf's recorded sends, so a slower simulated server does not delay the later "
-            "turns as it would have, nor a faster one bring them sooner")
+            "AIPerf's recorded sends, "
+            + (LINKED_TURNS if linked else "so a slower simulated server does not delay the "
+               "later turns as it would have, nor a faster one bring them sooner"))
 
 
-def _user_centric_note(label: str, summary: Mapping[str, Any]) -> str | None:
+def _user_centric_note(label: str, summary: Mapping[str, Any],
+                       linked: bool = False) -> str | None:
     """What a user-centric phase sent and how it is replayed (None for another phase).
 
     AIPerf 0.13.0's ``UserCentricStrategy`` (``aiperf/timing/strategies/user_centric_rate.py``)
@@ -226,9 +240,10 @@ def _user_centric_note(label: str, summary: Mapping[str, Any]) -> str | None:
     return (f"stage '{label}': AIPerf's user_centric timing ({flags}): each simulated user sends its conversation's turns{gap}, "
             "a turn scheduled when the answer to the one before it returned (at once if that "
             "answer came late), new users joining on a fixed schedule; kvbudget simulates no "
-            f"such users: replayed as an open loop at AIPerf's {times}, so a slower "
-            "simulated server does not delay a user's later turns as it would have, nor a "
-            f"faster one bring a late turn sooner{capped}")
+            f"such users: replayed as an open loop at AIPerf's {times}, "
+            + (LINKED_TURNS if linked else "so a slower simulated server does not delay a "
+               "user's later turns as it would have, nor a faster one bring a late turn "
+               "sooner") + capped)
 
 
 UNRECORDED_CANCELS = (
@@ -1037,8 +1052,12 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
         notes.append(said)
     if stage.time_limit_end_s is not None and stage.grace_s != math.inf:
         notes.append(UNRECORDED_CANCELS)
+    conversations = aiperf_conversations(records, sent.tolist(),
+                                         np.asarray(e2e, dtype=np.float64).tolist(),
+                                         rows.tolist())
+    linked = conversations is not None
     scheduled = (_fixed_schedule_note(stage.label, summary, num_measured) or _agentic_note(
-        stage.label, summary) or _user_centric_note(stage.label, summary))
+        stage.label, summary, linked) or _user_centric_note(stage.label, summary, linked))
     if scheduled:
         notes.append(scheduled)
     if not summary:
@@ -1051,4 +1070,5 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
                            stage=[stage.label] * len(rows), itl_mean=itl[rows], config=config,
                            counts=counts, notes=[*notes, *warnings], stages=(stage,),
                            sent_s=sent[rows] - float(arrival.min()),
-                           tool=f"aiperf {version}" if isinstance(version, str) else "aiperf")
+                           tool=f"aiperf {version}" if isinstance(version, str) else "aiperf",
+                           conversations=conversations)

@@ -29,8 +29,15 @@ from typing import Any
 
 from kvbudget.results.recorded_fields import dig, load_json
 from kvbudget.results.recorded_guidellm_prefix import SharedPrefix, body_key
-from kvbudget.results.recorded_guidellm_turns import Turn, conversation_prefix, turn_of
+from kvbudget.results.recorded_guidellm_turns import (
+    Turn,
+    conversation_prefix,
+    turn_links,
+    turn_of,
+    workload_conversations,
+)
 from kvbudget.results.recorded_inference_perf_prefix import grouped_prefix
+from kvbudget.workloads.closed_loop import Conversations
 from kvbudget.workloads.errors import TraceError
 
 INPUTS_NAME = "inputs.json"
@@ -107,9 +114,9 @@ def aiperf_prefix(path: Path, summary: Mapping[str, Any], records: list[tuple[in
 
 
 AIPERF_TURNS = ("metadata.x_correlation_id, turn_index",
-                "the replay does not wait for a turn's previous turn to end before sending it, "
-                "so a turn may start before the one before it ends where the simulated server "
-                "is slower")
+                "a later turn is sent no sooner than the turn before it ended plus the gap "
+                "the recording shows between them (AIPerf's turn delay and its own lag), nor "
+                "before its recorded send")
 """How AIPerf's records name a request's turn, and how its turns are replayed."""
 
 
@@ -120,6 +127,18 @@ def _record_turn(rec: Any) -> Turn:
     if not isinstance(meta, Mapping):
         return None
     return turn_of(meta.get("x_correlation_id"), meta.get("turn_index"))
+
+
+def aiperf_conversations(records: list[tuple[int, Any]], sent_s: Sequence[float],
+                         e2e_s: Sequence[float], rows: Sequence[int]) -> Conversations | None:
+    """The workload's turns of conversations (``rows``: each workload row's record): a later
+    turn waits for the turn before it to end and then the gap recorded between that end and
+    its own send (``sent_s``, ``e2e_s`` by record, seconds; 0 where the turn before has no
+    E2E)."""
+    previous = turn_links([_record_turn(rec) for _, rec in records])
+    delay = [max(0.0, sent_s[i] - sent_s[p] - e2e_s[p]) if p >= 0 and e2e_s[p] == e2e_s[p]
+             else 0.0 for i, p in enumerate(previous)]
+    return workload_conversations(previous, delay, rows)
 
 
 def aiperf_history(records: list[tuple[int, Any]],

@@ -84,9 +84,13 @@ from kvbudget.results.recorded_guidellm_turns import (
     Turn,
     conversation_prefix,
     conversation_turn,
+    requeue_delay_s,
+    turn_links,
     with_history,
+    workload_conversations,
 )
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
+from kvbudget.workloads.closed_loop import Conversations
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
 
@@ -110,6 +114,7 @@ class _Columns:
     where: list[str] = field(default_factory=list)
     prefix_key: list[str | None] = field(default_factory=list)
     turn: list[Turn] = field(default_factory=list)
+    turn_delay: list[float] = field(default_factory=list)
     cached: list[float] = field(default_factory=list)
     ignore_eos: set[bool] = field(default_factory=set)
     models: set[str] = field(default_factory=set)
@@ -446,6 +451,7 @@ def _add_request(path: Path, cols: _Columns, req: Any, where: str, kind: str,
     cols.where.append(where)
     cols.prefix_key.append(body_key(body))
     cols.turn.append(conversation_turn(req))
+    cols.turn_delay.append(requeue_delay_s(req))
     cols.cached.append(number(req.get("cached_tokens"), path, f"{where}.cached_tokens"))
     return True
 
@@ -776,8 +782,16 @@ def _recording(path: Path, doc: Mapping[str, Any], benchmarks: list[Any], versio
                            status=status, stage=[cols.stage[r] for r in rows.tolist()],
                            itl_mean=np.array(cols.itl)[rows], config=config, counts=counts,
                            notes=[*notes, *without_clip_ties(warnings, cols.ramp_holds)],
-                           stages=tuple(stages),
-                           tool=f"guidellm {version}".strip())
+                           stages=tuple(stages), tool=f"guidellm {version}".strip(),
+                           conversations=_conversations(cols, rows.tolist()))
+
+
+def _conversations(cols: _Columns, rows: list[int]) -> Conversations | None:
+    """The workload's turns of conversations (``rows``: each row's request in ``cols``): a
+    turn waits for the turn before it and that turn's ``requeue_delay``."""
+    previous = turn_links(cols.turn)
+    delay = [cols.turn_delay[p] if p >= 0 else 0.0 for p in previous]
+    return workload_conversations(previous, delay, rows)
 
 
 def _prefix(doc: Mapping[str, Any], cols: _Columns, notes: list[str]) -> SharedPrefix | None:

@@ -31,6 +31,7 @@ import numpy as np
 
 from kvbudget.results.recorded_fields import dig
 from kvbudget.results.recorded_guidellm_prefix import KV_BLOCK_TOKENS, SharedPrefix
+from kvbudget.workloads.closed_loop import Conversations
 
 Turn = tuple[str, int] | None
 """A request's conversation and its index in it; None when the report does not say."""
@@ -39,6 +40,49 @@ Turn = tuple[str, int] | None
 def conversation_turn(req: Mapping[str, Any]) -> Turn:
     """The request's ``info.conversation_id`` and ``info.turn_index`` (GuideLLM 0.6+)."""
     return turn_of(dig(req, "info", "conversation_id"), dig(req, "info", "turn_index"))
+
+
+def requeue_delay_s(req: Mapping[str, Any]) -> float:
+    """The think time GuideLLM waits after this request ends before its conversation's next
+    turn may go (``info.settings.requeue_delay``, seconds, 0.8; 0.8.1 ``scheduler/dag.py``
+    ``mark_completed``: the child is available ``requeue_delay`` of the completed parent
+    after it); 0 when the report gives none."""
+    delay = dig(req, "info", "settings", "requeue_delay")
+    if isinstance(delay, int | float) and not isinstance(delay, bool) and delay > 0:
+        return float(delay)
+    return 0.0
+
+
+def turn_links(turns: Sequence[Turn]) -> list[int]:
+    """Each request's turn before it in its conversation, as an index into ``turns`` (-1: a
+    first turn, or no conversation): the request of the same conversation with the next lower
+    turn index (ties in the file's order)."""
+    by_conversation: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for i, turn in enumerate(turns):
+        if turn is not None:
+            by_conversation[turn[0]].append((turn[1], i))
+    previous = [-1] * len(turns)
+    for rows in by_conversation.values():
+        for (_, before), (_, after) in pairwise(sorted(rows)):
+            previous[after] = before
+    return previous
+
+
+def workload_conversations(previous: Sequence[int], delay_s: Sequence[float],
+                           rows: Sequence[int]) -> Conversations | None:
+    """The conversations of a workload whose row ``j`` is the file's request ``rows[j]``:
+    ``previous`` and ``delay_s`` by the file's requests (:func:`turn_links`; each request's
+    delay after the turn before it ended). A turn whose turn before it was not simulated, or
+    does not come before it in the workload's order (sent no sooner: the tool did not wait
+    for it), waits for none. None when no row waits."""
+    row_of = {r: j for j, r in enumerate(rows)}
+    linked = [row_of.get(previous[r], -1) for r in rows]
+    linked = [p if p < j else -1 for j, p in enumerate(linked)]
+    if all(p < 0 for p in linked):
+        return None
+    return Conversations(tuple(linked),
+                         tuple(float(delay_s[r]) if p >= 0 else 0.0
+                               for r, p in zip(rows, linked, strict=True)))
 
 
 def turn_of(conversation: Any, index: Any) -> Turn:
@@ -60,9 +104,10 @@ def _grows(rows: list[tuple[int, int]], prompt_tokens: Sequence[float]) -> bool:
 
 
 GUIDELLM_TURNS = ("info.conversation_id, info.turn_index",
-                  "a simulated user sends the next request listed, not the next turn of its own "
-                  "conversation, so a turn may start before the one before it ends where the "
-                  "simulated server is slower")
+                  "a simulated user sends a conversation's next turn only when the turn before "
+                  "it ended (and its requeue_delay passed), before a new conversation, as "
+                  "GuideLLM's workers do (an open stage's turn also no sooner than its "
+                  "recorded send)")
 """How a GuideLLM report names a request's turn, and how its turns are replayed."""
 
 

@@ -46,6 +46,14 @@ from kvbudget.results.recorded_fields import (
     number,
 )
 from kvbudget.results.recorded_guidellm_prefix import SharedPrefix, body_key
+from kvbudget.results.recorded_guidellm_turns import (
+    Turn,
+    conversation_prefix,
+    turn_links,
+    turn_of,
+    with_history,
+    workload_conversations,
+)
 from kvbudget.results.recorded_inference_perf_prefix import (
     inference_perf_prefix,
     shared_prefix_settings,
@@ -225,7 +233,8 @@ def read_inference_perf(path: Path, default_tier: str,
                                         sent + np.array([r[4] for r in rows]), seed, due, notes)
     recorded = np.array([r[6] for r in rows])
     recorded_or_none = recorded if np.isfinite(recorded).any() else None
-    prefix = _prefix(path, doc, prompt, notes)
+    turns = [_turn(req) for req in doc]
+    prefix = _prefix(path, doc, prompt, notes, turns)
     workload, counts, warnings = finish_columns(
         path, "inference-perf", prompt=prompt, output=np.array([r[1] for r in rows]),
         arrival=due,
@@ -261,7 +270,18 @@ def read_inference_perf(path: Path, default_tier: str,
                            status=status, stage=[labels[r] for r in order.tolist()],
                            itl_mean=None, config=config, counts=counts,
                            notes=[*notes, *warnings], stages=tuple(stages),
-                           sent_s=sent[order] - float(due.min()), tool="inference-perf")
+                           sent_s=sent[order] - float(due.min()), tool="inference-perf",
+                           conversations=workload_conversations(
+                               turn_links(turns), [0.0] * len(turns), order.tolist()))
+
+
+def _turn(req: Any) -> Turn:
+    """A request's user session and chat round (a multi-turn chat run, ``shared_prefix`` data
+    with ``enable_multi_turn_chat``: inference-perf 0.7.0 ``apis/user_session.py``
+    ``update_inference_info`` writes ``info.extra_info.user_session`` and ``chat_round``);
+    None for any other."""
+    return turn_of(dig(req, "info", "extra_info", "user_session"),
+                   dig(req, "info", "extra_info", "chat_round"))
 
 
 def _refuse_all_failed(path: Path, doc: list[Any], status: list[str]) -> None:
@@ -282,17 +302,26 @@ def _refuse_all_failed(path: Path, doc: list[Any], status: list[str]) -> None:
                      "answered none, so there is nothing to simulate or compare")
 
 
-def _prefix(path: Path, doc: list[Any], prompt: FloatArray,
-            notes: list[str]) -> SharedPrefix | None:
+def _prefix(path: Path, doc: list[Any], prompt: FloatArray, notes: list[str],
+            turns: list[Turn]) -> SharedPrefix | None:
     """The shared system prompts of a ``shared_prefix`` run (its ``config.yaml`` beside the
-    report says so), read from the request bodies; its note appended to ``notes``."""
+    report says so), read from the request bodies, else a multi-turn chat's history (each
+    round carries its session's before it); the notes appended to ``notes``."""
     settings = shared_prefix_settings(path)
-    if settings is None:
-        return None
     keys = [body_key(_body(req)) if isinstance(req, dict) else None for req in doc]
-    prefix = inference_perf_prefix(settings, keys, prompt.tolist())
-    notes.append(prefix.note)
+    synthetic = None if settings is None else inference_perf_prefix(settings, keys,
+                                                                   prompt.tolist())
+    prefix, said = with_history(synthetic, conversation_prefix(turns, prompt.tolist(),
+                                                               INFERENCE_PERF_TURNS))
+    notes.extend(said)
     return prefix
+
+
+INFERENCE_PERF_TURNS = ("info.extra_info.user_session, chat_round",
+                        "a later round is sent no sooner than its recorded send nor than the "
+                        "session's round before it ended, as inference-perf waits for it "
+                        "(LocalUserSession.get_context)")
+"""How inference-perf's report names a request's turn, and how its turns are replayed."""
 
 
 def _stages(path: Path, start: Any, ids: list[int | None]) -> tuple[list[str],

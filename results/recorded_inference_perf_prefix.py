@@ -72,10 +72,15 @@ def inference_perf_prefix(settings: Mapping[str, Any], keys: Sequence[str | None
     length = _whole(settings.get("system_prompt_len"))
     groups = _whole(settings.get("num_unique_system_prompts", settings.get("num_groups")))
     said = "inference-perf shared_prefix data"
-    if length is None or groups is None or settings.get("enable_multi_turn_chat"):
+    if settings.get("enable_multi_turn_chat"):
+        return SharedPrefix(None, None, f"prompts began with a shared system prompt ({said}, "
+                            "multi-turn chat): not simulated as shared across the user "
+                            "sessions, so each session's first round's simulated TTFT is too "
+                            "high; each session's own history, which begins with it, is "
+                            "shared within the session where the report links its rounds")
+    if length is None or groups is None:
         why = ("its system prompts' lengths are drawn, and the report does not say which "
-               "request had which" if length is None or groups is None
-               else "multi-turn chat (each turn's history is shared too)")
+               "request had which")
         return SharedPrefix(None, None, f"prompts began with a shared system prompt ({said}); "
                             f"{why}: not simulated, every prompt is its own, so the simulated "
                             "TTFT is too high")

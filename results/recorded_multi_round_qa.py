@@ -32,7 +32,13 @@ from kvbudget.results.recorded_fields import (
     finish_columns,
     max_tokens_note,
 )
-from kvbudget.results.recorded_guidellm_turns import Turn, conversation_prefix
+from kvbudget.results.recorded_guidellm_prefix import KV_BLOCK_TOKENS, SharedPrefix
+from kvbudget.results.recorded_guidellm_turns import (
+    Turn,
+    conversation_prefix,
+    turn_links,
+    workload_conversations,
+)
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
@@ -41,6 +47,13 @@ TOOL = "multi-round-qa"
 COLUMNS = ("prompt_tokens", "generation_tokens", "ttft", "generation_time", "launch_time",
            "finish_time")
 """The columns every such file has (``pd.DataFrame`` of ``Response`` fields)."""
+
+SYSTEM_PROMPT_TOKENS = 1000
+"""The length of the system prompt every user's first question begins with
+(``--shared-system-prompt``) assumed where the CSV does not say it (it never does): the value
+of both commands of the benchmark's README (vllm-project/production-stack a6c01db,
+``benchmarks/multi-round-qa/README.md``: ``--shared-system-prompt 1000 --user-history-prompt
+2000``), at most the shortest prompt less one token."""
 
 
 def is_multi_round_qa(header: list[str]) -> bool:
@@ -106,9 +119,11 @@ def read_multi_round_qa(path: Path, default_tier: str,
         raise TraceError(path, f"the request ends ({e2e[i]:g} s) before its first token "
                          f"({ttft[i]:g} s)", line=i + 2, field="finish_time")
     turns = [_turn(u, q) for u, q in zip(user, question, strict=True)]
+    previous = turn_links(turns)
     history = conversation_prefix(turns, prompt.tolist(), (
-        "user_id, question_id", "the replay sends each at its recorded time, so a turn may "
-        "start before the one before it ends where the simulated server is slower"))
+        "user_id, question_id", "a later question is sent no sooner than its recorded send "
+        "nor than the user's question before it ended plus the gap recorded between them"))
+    history, said_system = _with_system_prompt(history, turns, prompt.tolist())
     workload, counts, warnings = finish_columns(
         path, TOOL, prompt=prompt, output=np.nan_to_num(output), arrival=start - start.min(),
         fields={"prompt_tokens": "prompt_tokens", "output_tokens": "generation_tokens",
@@ -120,11 +135,57 @@ def read_multi_round_qa(path: Path, default_tier: str,
     notes = [_load_note(len(order), "user_id" in col), max_tokens_note(None, max_output_rule)]
     if history is not None:
         notes.append(history.note)
+    if said_system:
+        notes.append(said_system)
     stage = RecordedStage("", "unknown")
     return build_recording(path, TOOL, workload, ttft=ttft[order], e2e=e2e[order],
                            status=["completed"] * len(order), stage=[""] * len(order),
                            itl_mean=None, config={}, counts=counts, notes=[*notes, *warnings],
-                           stages=(stage,), sent_s=(start - start.min())[order], tool=TOOL)
+                           stages=(stage,), sent_s=(start - start.min())[order], tool=TOOL,
+                           conversations=workload_conversations(
+                               previous, [max(0.0, start[i] - end[p]) if p >= 0 and end[p] == end[p]
+                                          else 0.0 for i, p in enumerate(previous)],
+                               order.tolist()))
+
+
+def _with_system_prompt(history: SharedPrefix | None, turns: list[Turn],
+                        prompt: list[float]) -> tuple[SharedPrefix | None, str | None]:
+    """The users' prefix hashes with the system prompt all of them begin alike shared across
+    users (its whole KV blocks get the same hashes in every user's requests, each user's own
+    history after it), and the note saying what was assumed of its length; ``history`` (each
+    user's conversation, :func:`conversation_prefix`) unchanged without users. The benchmark
+    puts ``"Hi, here's some system prompt: " + "hi" * system_prompt_len + "."`` before the
+    user's own context in its first question (``UserSession._build_system_prompt``), so a
+    request's prompt begins with it whatever its turn."""
+    users = [i for i, t in enumerate(turns) if t is not None]
+    if not users:
+        return history, None
+    shared = max(0, min(SYSTEM_PROMPT_TOKENS, int(min(prompt[i] for i in users)) - 1))
+    blocks = shared // KV_BLOCK_TOKENS
+    said = (f"the system prompt every user's first question begins with "
+            "(--shared-system-prompt; UserSession._build_system_prompt) is the same for all "
+            f"users, but its length is not in the CSV: {shared} tokens assumed (the "
+            f"benchmark README's --shared-system-prompt {SYSTEM_PROMPT_TOKENS}, at most the "
+            "shortest prompt less one), ")
+    if blocks == 0:
+        return history, said + "less than one KV block: nothing shared across users"
+    flat, offsets = history.hashes if history is not None and history.hashes is not None \
+        else (np.zeros(0, dtype=np.int64), np.zeros(len(prompt) + 1, dtype=np.int64))
+    common = list(range(int(flat.max(initial=0)) + 1, int(flat.max(initial=0)) + 1 + blocks))
+    out: list[int] = []
+    bounds = [0]
+    for i, tokens in enumerate(prompt):
+        own = flat[offsets[i]:offsets[i + 1]].tolist()
+        if turns[i] is not None:
+            k = min(blocks, int(tokens) // KV_BLOCK_TOKENS)
+            own = common[:k] + own[k:]
+        out.extend(own)
+        bounds.append(len(out))
+    said += (f"its whole {blocks} {KV_BLOCK_TOKENS}-token KV blocks shared by every user's "
+             "requests in the prefix cache (a run with a shorter system prompt shared less, "
+             "its simulated TTFTs then too low; a longer one more)")
+    return SharedPrefix((np.array(out, dtype=np.int64), np.array(bounds, dtype=np.int64)),
+                        KV_BLOCK_TOKENS, history.note if history is not None else said), said
 
 
 def _load_note(n: int, has_users: bool) -> str:
@@ -132,9 +193,8 @@ def _load_note(n: int, has_users: bool) -> str:
         return (f"LMCache's multi-round QA summary (benchmarks/multi-round-qa, also vLLM "
                 f"production-stack's): {n} completed requests, replayed at their recorded "
                 "sends; each user sent its next question only after its last answer came "
-                "(UserSession.step), so a slower simulated server does not delay the sends as "
-                "it would have; requests that raised are not in the file; the system prompt "
-                "that begins every user's first question alike is not said, so it is not shared")
+                "(UserSession.step), and so does the replay; requests that raised are not in "
+                "the file")
     return (f"an LMBench workload's per-request CSV (3-workloads/sharegpt/workload_execution/"
             f"sharegpt-qa.py and its kin: no user_id / question_id): {n} completed requests, "
             "replayed at their recorded sends (sharegpt-qa sends one every 1/qps seconds "

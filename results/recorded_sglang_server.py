@@ -88,6 +88,24 @@ def _kv(info: Mapping[str, Any], out: dict[str, Any], notes: list[str]) -> None:
         out["max_num_seqs"] = seqs
 
 
+def _page(info: Mapping[str, Any], out: dict[str, Any], notes: list[str]) -> None:
+    """The tokens one of SGLang's KV pages holds (``page_size``, what vLLM calls
+    ``block_size``): SGLang 0.5.9 ``python/sglang/srt/server_args.py`` leaves it None
+    (``page_size: Optional[int] = None``) for ``_handle_page_size`` to set to 1, unless given or
+    an attention backend raises it (FlashMLA 64, Cutlass MLA 128, TensorRT-LLM MHA 64...);
+    ``server_info`` holds the value the server ran with."""
+    page = _count(info.get("page_size"))
+    if page is None:
+        notes.append("the SGLang server_info keeps no page_size (the tokens a KV page holds: 1 "
+                     "unless set or raised by its attention backend): simulated at the "
+                     "simulated engine's block_size (16 unless given), so each request's KV "
+                     "is rounded up to 16-token blocks where the server's may not have been")
+        return
+    out["block_size"] = page
+    notes.append(f"the SGLang server's KV pages held {page} token{'s' if page > 1 else ''} "
+                 f"(server_info page_size): simulated with block_size {page}")
+
+
 def _prefill_budget(info: Mapping[str, Any], out: dict[str, Any], notes: list[str]) -> None:
     """SGLang's prefill batch takes new tokens up to ``chunked_prefill_size`` (a longer prompt
     is cut into chunks of it; -1 turns chunking off) while fewer than ``max_prefill_tokens``
@@ -175,7 +193,7 @@ SERVER_ENGINE = "sglang"
 
 def sglang_server(doc: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The settings an SGLang result's ``server_info`` records, under the recording's config
-    keys (``server_engine`` ``sglang``, ``tensor_parallel_size``,
+    keys (``server_engine`` ``sglang``, ``tensor_parallel_size``, ``block_size``,
     ``num_replicas``/``data_parallel_size`` and the controller's ``data_parallel_balance``,
     ``kv_tokens_per_engine``, ``max_num_seqs``, ``max_num_batched_tokens``,
     ``enable_chunked_prefill``, ``max_model_len``, ``enable_prefix_caching``,
@@ -195,6 +213,7 @@ def sglang_server(doc: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     out: dict[str, Any] = {"server_engine": SERVER_ENGINE}
     notes: list[str] = []
     _parallel(info, out, notes)
+    _page(info, out, notes)
     _kv(info, out, notes)
     _prefill_budget(info, out, notes)
     _scheduler(info, out, notes)

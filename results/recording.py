@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from kvbudget.results.recorded_fields import load_json
 from kvbudget.results.records import RECORD_COLUMNS
+from kvbudget.workloads.closed_loop import Conversations
 from kvbudget.workloads.counted import counted
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.workload import Workload
@@ -156,6 +157,11 @@ class Recording:
     tool: str = ""
     """The load tool that wrote the file and its version when the file says (``"vllm bench
     serve 0.32.0"``, ``"guidellm 0.8.1"``), else the format's name."""
+    conversations: Conversations | None = None
+    """The workload rows' turns of multi-turn conversations (row ``i``'s turn before it, and
+    the tool's delay after it), where the file links them: a closed or capped stage's
+    simulated users send a later turn only after the turn before it ended
+    (:class:`~kvbudget.workloads.closed_loop.Conversations`); None: no conversation."""
 
     def __len__(self) -> int:
         return len(self.workload)
@@ -247,12 +253,14 @@ def build_recording(path: Path, fmt: str, workload: Workload, *, ttft: FloatArra
                     itl_mean: FloatArray | None, config: dict[str, Any], counts: dict[str, int],
                     notes: list[str], output_measured: npt.NDArray[np.int64] | None = None,
                     stages: tuple[RecordedStage, ...] = (), tool: str = "",
-                    sent_s: FloatArray | None = None) -> Recording:
+                    sent_s: FloatArray | None = None,
+                    conversations: Conversations | None = None) -> Recording:
     """The recording of ``workload`` with its measurement columns (in workload order).
 
     ``stages`` must name every label of ``stage`` (when given); ``tool`` defaults to the
     format's name; ``sent_s`` when each request was sent, the origin of its TTFT and E2E
-    (default: its ``arrival_s``; later when a capped run's request waited for a slot)."""
+    (default: its ``arrival_s``; later when a capped run's request waited for a slot);
+    ``conversations`` the rows' turns (:attr:`Recording.conversations`)."""
     import pandas as pd
 
     n = len(workload)
@@ -295,7 +303,7 @@ def build_recording(path: Path, fmt: str, workload: Workload, *, ttft: FloatArra
     counts["num_stages"] = max(len(stages), 1)
     return Recording(path=str(path), format=fmt, workload=workload, measured=measured,
                      config=config, counts=counts, notes=tuple(notes), stages=stages,
-                     tool=tool or fmt)
+                     tool=tool or fmt, conversations=conversations)
 
 
 

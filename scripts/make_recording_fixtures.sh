@@ -13,8 +13,9 @@
 #                                                      # runs leave out: vllm-options,
 #                                                      # aiperf-options, aiperf-chat,
 #                                                      # aiperf-rate-series, aiperf-prefix,
-#                                                      # guidellm-options,
-#                                                      # inference-perf-options)
+#                                                      # guidellm-options, guidellm-turns,
+#                                                      # inference-perf-options,
+#                                                      # inference-perf-turns)
 #
 # It starts the CPU vLLM of the live tests (tests/live/livevllm.py's flags: a tiny random Llama
 # made by tests/live/tiny_model.py, served as "tiny" on 127.0.0.1, 10 KV blocks of 128 tokens,
@@ -436,6 +437,21 @@ run_guidellm_options() {
         --disable-console-interactive
 }
 
+run_guidellm_turns() {
+    # multi-turn chat: synthetic conversations of 3 turns (each later turn sent with the
+    # conversation so far), 2 streams, 12 requests: a stream sends a conversation's next turn
+    # only when the turn before it ended (0.8.1 scheduler/worker.py, _get_next_ready_node)
+    local py dest
+    py=$(tool_venv guidellm "$GUIDELLM_VERSION" python3)
+    dest="$OUT/guidellm-$GUIDELLM_VERSION"
+    mkdir -p "$dest"
+    "$py" -m guidellm run --backend "kind=openai_http,target=$URL,model=tiny,request_format=/v1/chat/completions" \
+        --tokenizer "kind=huggingface_auto,model=$MODEL_DIR" \
+        --data "kind=synthetic_text,prompt_tokens=32,output_tokens=16,turns=3" \
+        --constraint "kind=max_requests,count=12" --profile "kind=concurrent,streams=2" \
+        --output "kind=json,path=$dest/turns3_concurrent2.json" --disable-console-interactive
+}
+
 run_guidellm_timed() {
     # a closed loop of 4 users stopped after 2 s by max_duration (no request count): the
     # requests in flight at the limit are cancelled
@@ -524,6 +540,55 @@ EOF
     cp "$WORK"/ip-conc/*.json "$dest/concurrent/"
 }
 
+run_inference_perf_turns() {
+    # multi-turn chat over shared_prefix data (enable_multi_turn_chat): 2 user sessions of one
+    # system prompt, each request the next round of one session (its history before its
+    # question), sent at 8 req/s for 2 s; a round waits for the session's round before it
+    # (inference_perf/apis/user_session.py, LocalUserSession.get_context)
+    local py dest
+    py=$(tool_venv inference-perf "$INFERENCE_PERF_VERSION" python3.12)
+    dest="$OUT/inference-perf-$INFERENCE_PERF_VERSION/multi_turn_chat"
+    mkdir -p "$dest"
+    rm -f "$dest"/*.json "$dest"/config.yaml
+    cat >"$WORK/ip-mt.yaml" <<EOF
+load:
+  type: constant
+  stages:
+  - rate: 8
+    duration: 2
+api:
+  type: completion
+  streaming: true
+server:
+  type: vllm
+  model_name: tiny
+  base_url: $URL
+  ignore_eos: true
+tokenizer:
+  pretrained_model_name_or_path: $MODEL_DIR
+data:
+  type: shared_prefix
+  shared_prefix:
+    num_groups: 1
+    num_prompts_per_group: 2
+    system_prompt_len: 32
+    question_len: 16
+    output_len: 16
+    enable_multi_turn_chat: true
+report:
+  request_lifecycle:
+    summary: true
+    per_stage: true
+    per_request: true
+storage:
+  local_storage:
+    path: $WORK/ip-mt
+EOF
+    (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
+        --config_file "$WORK/ip-mt.yaml")
+    cp "$WORK"/ip-mt/*.json "$WORK"/ip-mt/config.yaml "$dest/"
+}
+
 run_inference_perf_options() {
     # Poisson arrivals in two stages, prompts from shared_prefix data (one of 2 system prompts
     # of 32 tokens, then a 16-token question); its config.yaml is kept beside the reports:
@@ -589,11 +654,11 @@ EOF
 
 mkdir -p "$OUT"
 TOOLS=("$@")
-[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-0.6.1 guidellm-0.4.0
+[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-0.6.1 guidellm-0.4.0
                                     guidellm-0.3.1 guidellm-0.2.1 aiperf aiperf-timed
                                     aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
                                     aiperf-rate-series aiperf-prefix
-                                    inference-perf inference-perf-options)
+                                    inference-perf inference-perf-options inference-perf-turns)
 start_server
 for tool in "${TOOLS[@]}"; do
     echo "make_recording_fixtures: $tool" >&2
@@ -605,6 +670,7 @@ for tool in "${TOOLS[@]}"; do
     guidellm-timed) run_guidellm_timed ;;
     guidellm-options) run_guidellm_options ;;
     guidellm-rampup) run_guidellm_rampup ;;
+    guidellm-turns) run_guidellm_turns ;;
     guidellm-*) run_guidellm "${tool#guidellm-}" ;;
     aiperf) run_aiperf ;;
     aiperf-timed) run_aiperf_timed ;;
@@ -616,6 +682,7 @@ for tool in "${TOOLS[@]}"; do
     aiperf-prefix) run_aiperf_prefix ;;
     inference-perf) run_inference_perf ;;
     inference-perf-options) run_inference_perf_options ;;
+    inference-perf-turns) run_inference_perf_turns ;;
     *) echo "make_recording_fixtures: unknown tool $tool" >&2; exit 2 ;;
     esac
 done

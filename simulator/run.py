@@ -201,7 +201,7 @@ class _Simulation:
         if self.users is not None:  # the user sees the answer after the front end's delays
             w, row = self.w, slice(i, i + 1)
             self.users.user_free(float(self.frontend.finish_s(
-                np.array([t]), w.prompt_tokens[row], w.output_tokens[row])[0]))
+                np.array([t]), w.prompt_tokens[row], w.output_tokens[row])[0]), i)
 
     def _first_stage_done(self, gateway: Gateway, i: int, t: float) -> None:
         """Row ``i``'s KV has left the prefill pool (a disaggregated run): its part of the
@@ -367,7 +367,7 @@ class _Simulation:
         if reason:
             self.reason[i] = reason
         if self.users is not None:
-            self.users.user_free(self.env.now)
+            self.users.user_free(self.env.now, i)
 
     # --- run -------------------------------------------------------------------------------
     def run(self, wall_start: float) -> RunResult:

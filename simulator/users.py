@@ -17,6 +17,7 @@ import simpy
 
 from kvbudget.policies import Request
 from kvbudget.simulator.alarm import UrgentTimeout
+from kvbudget.simulator.turn_order import TurnOrder
 from kvbudget.workloads import Workload
 
 if TYPE_CHECKING:
@@ -78,6 +79,10 @@ class ClosedLoopUsers:
     request is sent (zeros until then; the engine reads the same array), and whose deadlines
     are set at the send, at the workload's own distance from the arrival. The driver runs
     :meth:`arrivals` as its arrival process and calls :meth:`user_free` when a request ends.
+    The requests are sent in the workload's order, unless the loop has conversations
+    (``ClosedLoop.conversations``): then a later turn goes only after the turn before it
+    ended, and :attr:`turns` (:class:`~kvbudget.simulator.turn_order.TurnOrder`) says which
+    request a free user sends.
     """
 
     def __init__(self, workload: Workload, loop: ClosedLoop, seed: int) -> None:
@@ -91,6 +96,9 @@ class ClosedLoopUsers:
         self.ticks = Ticks(self.not_before_s or [], loop, seed) \
             if loop.tick_rate_per_s is not None else None
         self.num_sent = 0
+        self.turns = None if loop.conversations is None else TurnOrder(
+            loop.conversations, self.not_before_s)
+        self.sent = np.zeros(n, dtype=bool) if self.turns is not None else None
         # zeros until sent (a Workload's arrivals are finite and sorted; sends keep them sorted)
         self.workload = replace(workload, arrival_s=np.zeros(n), deadline_s=np.full(n, np.nan))
         self.n = n
@@ -106,10 +114,16 @@ class ClosedLoopUsers:
     def think_s(self) -> float:
         return self.loop.think_s(self.rng)
 
-    def user_free(self, t: float) -> None:
-        """A user's request ended at ``t`` (as its user sees it): it sends its next one a think
-        time later, unless the run is over or every request is scheduled."""
-        if not self.running or self.num_scheduled >= self.n:
+    def user_free(self, t: float, row: int = -1) -> None:
+        """A user's request (``row``) ended at ``t`` (as its user sees it): it sends its next
+        one a think time later, unless the run is over or every request is scheduled; the
+        turn after ``row`` in its conversation may go."""
+        if not self.running:
+            return
+        if self.turns is not None and row >= 0 and self.turns.ended(row, t) \
+                and self.num_scheduled >= self.n:
+            self._announce()  # a user waiting for a turn may send it now
+        if self.num_scheduled >= self.n:
             return
         heapq.heappush(self.pending, t + self.think_s())
         self.num_scheduled += 1
@@ -117,17 +131,27 @@ class ClosedLoopUsers:
 
     def next_send_s(self) -> float:
         t = self.pending[0] if self.pending else math.inf
+        if self.turns is not None:
+            return self.turns.next_send(t)[0] if t < math.inf else math.inf
         if self.ticks is not None:
             return self.ticks.first_at_or_after(t)
         if self.not_before_s is not None and self.num_sent < self.n:
             return max(t, float(self.not_before_s[self.num_sent]))
         return t
 
-    def _pop(self) -> None:
+    def _pop(self) -> int:
+        """The row sent now (the workload's next, or :attr:`turns`'), its user's time taken."""
+        i = self.num_sent
+        if self.turns is not None:
+            assert self.sent is not None
+            i = self.turns.next_send(self.pending[0])[1]
+            self.turns.sent(i)
+            self.sent[i] = True
         if self.ticks is not None:
             self.ticks.take(self.pending[0])
         heapq.heappop(self.pending)
         self.num_sent += 1
+        return i
 
     def _announce(self) -> None:
         """Tell the driver the next send's time (inf: none), and wake the arrival process when
@@ -168,8 +192,7 @@ class ClosedLoopUsers:
                     yield UrgentTimeout(env, t - env.now) if t < math.inf else env.event()
                 self._waiting_until = None
                 continue
-            i = self.num_sent
-            self._pop()
+            i = self._pop()
             now_s = max(t, env.now)
             w.arrival_s[i] = now_s
             self._announce()
@@ -185,7 +208,10 @@ class ClosedLoopUsers:
         """The run ended at ``end_s``: the requests never sent (their users' requests never
         ended) "arrive" at the end."""
         self.running = False
-        self.workload.arrival_s[self.num_sent:] = end_s
+        if self.sent is not None:
+            self.workload.arrival_s[~self.sent] = end_s
+        else:
+            self.workload.arrival_s[self.num_sent:] = end_s
 
     def describe(self) -> dict[str, Any]:
         return self.loop.describe()

@@ -30,7 +30,13 @@ GuideLLM 0.5-0.7) is cut at the first of its simulated requests' status changes 
 the limit (:func:`status_change_cut_s`), not after a fixed grace period: the request in
 flight alone at the limit, its first token come, runs to its end, as it did in the tool.
 
-A recording whose stages are all open is simulated as one run (the whole load at once, as
+A recording whose requests are turns of conversations (``Recording.conversations``: a load
+tool sends a conversation's next turn only when the turn before it returned) has each stage's
+later turns wait for the turn before them and its delay (``ClosedLoop.conversations``), a free
+user taking a ready later turn before a new conversation; an open stage with such turns is
+replayed by as many users as it has requests, none sending before its recorded send.
+
+A recording whose stages are all open (and no conversations) is simulated as one run (the whole load at once, as
 before), its time-limited stages cut after it (:func:`cut_open_stages`), unless a later stage
 follows one with a finite grace period (its cancelled requests would have gone on loading the
 server in the simulation, not in the tool's run). Otherwise each stage is simulated on its own,
@@ -54,7 +60,7 @@ from kvbudget.results.metrics import summarize
 from kvbudget.results.recording import RecordedStage, Recording
 from kvbudget.results.run_result import RunResult
 from kvbudget.simulator.run import SimConfig, simulate
-from kvbudget.workloads.closed_loop import ClosedLoop
+from kvbudget.workloads.closed_loop import ClosedLoop, Conversations
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -85,7 +91,10 @@ class StagePlan:
         return {"label": self.stage.label, "load": self.stage.load,
                 "request_rate": "inf" if rate == math.inf else rate,  # JSON has no Infinity
                 "max_concurrency": self.stage.max_concurrency,
-                "replayed_as": replay_mode(self.stage), "num_requests": len(self.rows),
+                "replayed_as": replay_mode(
+                    self.stage, turns=self.loop is not None
+                    and self.loop.conversations is not None),
+                "num_requests": len(self.rows),
                 "start_s": self.start_s,
                 **({"tick_pattern": self.stage.tick_pattern} if self.stage.tick_pattern else {}),
                 **({"send_until_s": self.limit_s,  # JSON has no Infinity
@@ -105,8 +114,18 @@ def _is_cut(stage: RecordedStage) -> bool:
             or stage.cut != "grace")
 
 
-def replay_mode(stage: RecordedStage) -> str:
-    """What the validate table says of a stage: how its load was simulated."""
+def replay_mode(stage: RecordedStage, *, turns: bool = False) -> str:
+    """What the validate table says of a stage: how its load was simulated; ``turns``: its
+    requests hold later turns of conversations (:func:`stage_conversations`), which wait for
+    the turn before them (not under a tick schedule, which sends at its ticks)."""
+    mode = _replay_mode(stage)
+    if turns and not (stage.load == "capped" and stage.tick_pattern):
+        mode += ("; a conversation's later turn sent no sooner than the turn before it ended "
+                 "(and the tool's delay after it)")
+    return mode
+
+
+def _replay_mode(stage: RecordedStage) -> str:
     limited = "" if stage.time_limit_end_s is None else (
         ", time-limited (nothing sent after the tool's time limit)")
     if stage.cut == "next_status_change":
@@ -143,17 +162,22 @@ def stage_plans(recording: Recording) -> list[StagePlan] | None:
     its time limit has another after it (one run suffices, :func:`cut_open_stages` after)."""
     stages = recording.stages
     if not stages or (all(s.load in ("open", "unknown") for s in stages) and not any(
-            _is_cut(s) for s in stages[:-1])):
+            _is_cut(s) for s in stages[:-1]) and recording.conversations is None):
         return None
-    labels = recording.measured["stage"].astype(str).to_numpy()
     arrival = recording.workload.arrival_s
     plans = []
     for stage in stages:
-        rows = np.flatnonzero(labels == stage.label).astype(np.int64)
+        rows = stage_rows(recording, stage)
         if len(rows) == 0:
             continue
         loop = None
-        if stage.load in ("closed", "capped"):
+        turns = stage_conversations(recording.conversations, rows)
+        if stage.load in ("open", "unknown") and turns is not None:
+            # the recorded sends, a later turn no sooner than the turn before it ended: slots
+            # enough for every request, none sent before its recorded send
+            loop = ClosedLoop(num_users=len(rows), not_before_arrival=True,
+                              conversations=turns)
+        elif stage.load in ("closed", "capped"):
             assert stage.max_concurrency is not None  # RecordedStage checks it
             ticked = stage.load == "capped" and stage.tick_pattern in ("constant", "poisson")
             start = float(arrival[rows].min())
@@ -163,9 +187,32 @@ def stage_plans(recording: Recording) -> list[StagePlan] | None:
                               tick_rate_per_s=stage.request_rate if ticked else None,
                               tick_pattern="poisson" if stage.tick_pattern == "poisson"
                               else "constant",
-                              send_until_s=None if limit is None else max(0.0, limit - start))
+                              send_until_s=None if limit is None else max(0.0, limit - start),
+                              conversations=None if ticked else turns)
         plans.append(StagePlan(stage, rows, loop, float(arrival[rows].min())))
     return plans
+
+
+def stage_rows(recording: Recording, stage: RecordedStage) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """The workload rows of ``stage`` (sorted)."""
+    labels = recording.measured["stage"].astype(str).to_numpy()
+    return np.flatnonzero(labels == stage.label).astype(np.int64)
+
+
+def stage_conversations(conversations: Conversations | None,
+                        rows: np.ndarray[Any, np.dtype[np.int64]]) -> Conversations | None:
+    """The recording's conversations among a stage's ``rows`` (sorted), on the stage's own row
+    numbers: a turn whose turn before it is in another stage waits for none; None when no row
+    waits."""
+    if conversations is None:
+        return None
+    local = {int(r): j for j, r in enumerate(rows.tolist())}
+    previous = tuple(local.get(conversations.previous[r], -1) for r in rows.tolist())
+    if all(p < 0 for p in previous):
+        return None
+    return Conversations(previous, tuple(conversations.delay_s[r] if p >= 0 else 0.0
+                                         for r, p in zip(rows.tolist(), previous,
+                                                         strict=True)))
 
 
 def _stage_workload(workload: Workload, plan: StagePlan) -> Workload:

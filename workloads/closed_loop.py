@@ -24,6 +24,42 @@ MAX_THINK_TIME_S = 86400.0
 
 
 @dataclass(frozen=True, slots=True)
+class Conversations:
+    """The turns of multi-turn conversations among a closed loop's requests: ``previous[i]``
+    is the row of request ``i``'s turn before it in its conversation (-1: none, a first turn
+    or a request of no conversation), ``delay_s[i]`` how long after that turn ended request
+    ``i`` may be sent at the earliest (a load tool's think time between turns; 0: at once).
+    A load tool sends a conversation's next turn only when the turn before it returned
+    (GuideLLM 0.8.1 ``scheduler/worker.py`` ``_get_next_ready_node``, AIPerf), so the users
+    of a closed loop with conversations send a later turn no sooner, and a user that is free
+    takes a later turn ready to go before a new conversation (GuideLLM's worker prefers a
+    node of a conversation in flight to a new one). A turn comes after the one before it in
+    the workload's order (``previous[i] < i``) and has at most one next turn."""
+
+    previous: tuple[int, ...]
+    delay_s: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.previous) != len(self.delay_s):
+            raise ValueError(f"conversations: {len(self.previous)} previous turns but "
+                             f"{len(self.delay_s)} delays")
+        seen: set[int] = set()
+        for i, (p, d) in enumerate(zip(self.previous, self.delay_s, strict=True)):
+            if not (-1 <= p < i) or p in seen:
+                raise ValueError(f"conversations: request {i}'s previous turn must be an "
+                                 f"earlier request that no other request follows, got {p!r}")
+            if p >= 0:
+                seen.add(p)
+            if not (math.isfinite(d) and 0 <= d <= MAX_THINK_TIME_S):
+                raise ValueError(f"conversations: request {i}'s delay must be within 0 and "
+                                 f"{MAX_THINK_TIME_S:g} s, got {d!r}")
+
+    @property
+    def num_later_turns(self) -> int:
+        return sum(p >= 0 for p in self.previous)
+
+
+@dataclass(frozen=True, slots=True)
 class ClosedLoop:
     """Closed-loop load: ``num_users`` users, each sending its next request ``think_time_s``
     after its last one ended (completed or refused), as ``vllm bench serve --max-concurrency``
@@ -55,6 +91,9 @@ class ClosedLoop:
     """A time-limited loop (a load tool's ``--benchmark-duration`` / ``max_duration``): no
     request is sent after this time of the run's clock; the requests not sent by then stay
     unsent (the run records them ``expired`` at its end, ``end_of_run``)."""
+    conversations: Conversations | None = None
+    """The requests' conversations (one entry per workload row): a later turn is sent only
+    after the turn before it ended and its delay passed; None: every request in order."""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.num_users, int) and self.num_users >= 1):
@@ -78,6 +117,9 @@ class ClosedLoop:
                 math.isfinite(self.send_until_s) and self.send_until_s >= 0):
             raise ValueError("closed_loop.send_until_s must be a finite time >= 0, got "
                              f"{self.send_until_s!r}")
+        if self.conversations is not None and self.tick_rate_per_s is not None:
+            raise ValueError("closed_loop.conversations cannot be paced by ticks "
+                             "(tick_rate_per_s)")
         if self.think_distribution not in ("fixed", "exponential"):
             raise ValueError("closed_loop.think_distribution must be 'fixed' or 'exponential', "
                              f"got {self.think_distribution!r}")
@@ -97,4 +139,6 @@ class ClosedLoop:
                 **({"tick_rate_per_s": self.tick_rate_per_s, "tick_pattern": self.tick_pattern}
                    if self.tick_rate_per_s is not None else {}),
                 **({"send_until_s": self.send_until_s} if self.send_until_s is not None
-                   else {})}
+                   else {}),
+                **({"num_later_turns": self.conversations.num_later_turns}
+                   if self.conversations is not None else {})}

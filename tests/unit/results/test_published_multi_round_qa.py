@@ -67,7 +67,7 @@ def test_a_multi_round_summary_shares_each_users_history(tmp_path: Path) -> None
     first, second = by_user[0], by_user[2]  # user 1's first and second questions
     assert second[:len(first)] == first and len(second) == 1300 // 16
     assert any("4 requests are later turns of 2 multi-turn conversations (user_id, "
-               "question_id)" in n and "sends each at its recorded time" in n
+               "question_id)" in n and "nor than the user's question before it ended" in n
                for n in rec.notes)
     assert any("each user sent its next question only after its last answer" in n
                for n in rec.notes)
@@ -83,3 +83,41 @@ def test_a_multi_round_summary_shares_each_users_history(tmp_path: Path) -> None
 def test_bad_files_name_the_line(tmp_path: Path, text: str, said: str) -> None:
     with pytest.raises(TraceError, match=said):
         read_recording(_write(tmp_path, text))
+
+
+def test_the_system_prompt_is_shared_across_users(tmp_path: Path) -> None:
+    # every user's first question begins with the same system prompt
+    # (UserSession._build_system_prompt): its length is not in the CSV, the README's 1000
+    # tokens are assumed and its whole blocks get one set of hashes in every user's requests;
+    # a user of one question shares it too
+    rows = ["prompt_tokens,generation_tokens,ttft,generation_time,user_id,question_id,"
+            "launch_time,finish_time"]
+    for user, t0, prompts in ((1, 100.0, (3100, 3300)), (2, 100.5, (3100, 3300)),
+                              (3, 101.0, (3100,))):
+        for q, prompt in enumerate(prompts, start=1):
+            t = t0 + 3 * (q - 1)
+            rows.append(f"{prompt},100,0.1,1.0,{user},{q},{t},{t + 1.1}")
+    rec = read_recording(_write(tmp_path, "\n".join(rows) + "\n"))
+    w = rec.workload
+    assert w.prefix_hashes is not None and w.prefix_offsets is not None
+    hashes = [w.prefix_hashes[lo:hi].tolist()
+              for lo, hi in zip(w.prefix_offsets[:-1], w.prefix_offsets[1:], strict=True)]
+    order = np.argsort(rec.measured["arrival_s"].to_numpy(), kind="stable")
+    u1q1, u2q1, u3q1, u1q2, u2q2 = (hashes[i] for i in order)
+    system = 1000 // 16
+    assert u1q1[:system] == u2q1[:system] == u3q1[:system] == u2q2[:system]
+    assert u1q1[system] != u2q1[system]  # each user's own context after it
+    assert u1q2[:len(u1q1)] == u1q1  # and each user's history, as before
+    assert len(u3q1) == system and len(u1q2) == 3300 // 16
+    assert any("1000 tokens assumed" in n and "62 16-token KV blocks shared by every user"
+               in n for n in rec.notes)
+
+
+def test_a_system_prompt_of_less_than_a_block_shares_nothing(tmp_path: Path) -> None:
+    text = ("prompt_tokens,generation_tokens,ttft,generation_time,user_id,question_id,"
+            "launch_time,finish_time\n12,10,0.1,1.0,1,1,100.0,101.1\n"
+            "12,10,0.1,1.0,2,1,100.5,101.6\n")
+    rec = read_recording(_write(tmp_path, text))
+    assert rec.workload.prefix_hashes is None
+    assert any("11 tokens assumed" in n and "nothing shared across users" in n
+               for n in rec.notes)

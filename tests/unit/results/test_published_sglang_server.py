@@ -118,12 +118,33 @@ def test_sglang_server_is_simulated_as_it_ran(tmp_path: Path) -> None:
     setup = _setup(sglang_run(tmp_path))
     engine = setup.config.engine_for()
     assert engine.tensor_parallel_size == 4
-    assert setup.config.resolved_num_gpu_blocks() == 1916167 // 16
+    # its pages held 1 token (page_size 1): the pool's every token, not 16-token blocks
+    assert engine.block_size == 1
+    assert setup.config.resolved_num_gpu_blocks() == 1916167
     assert engine.max_num_seqs == 4096 and engine.max_num_batched_tokens == 8192
     fleet = setup.config.fleet
     assert fleet is not None and fleet.num_replicas == 2 and fleet.router == "round_robin"
     # simulated with kvbudget's SGLang engine, not vLLM's rules in its place
     assert engine.name == "sglang"
+
+
+@pytest.mark.parametrize(("page", "said"), [
+    (64, "the SGLang server's KV pages held 64 tokens (server_info page_size): simulated with "
+     "block_size 64"),
+    (None, "the SGLang server_info keeps no page_size"),
+])
+def test_sglangs_page_size_is_the_block_size(tmp_path: Path, page: int | None,
+                                             said: str) -> None:
+    # SGLang's page_size is vLLM's block_size (1 by default; an attention backend may raise
+    # it, FlashMLA to 64): the file said it, the simulation took 16 in its place and said
+    # nothing
+    path = sglang_run(tmp_path, page_size=page)
+    rec = read_recording(path, seed=0)
+    assert any(said in n for n in rec.notes)
+    setup = _setup(path)
+    size = 16 if page is None else page
+    assert setup.config.engine_for().block_size == size
+    assert setup.config.resolved_num_gpu_blocks() == 1916167 // size
 
 
 @pytest.mark.parametrize(("method", "router", "said"), [
@@ -140,7 +161,8 @@ def test_sglang_settings_line_says_what_the_file_told(tmp_path: Path, method: st
     assert result.exit_code == 0, result.output
     err = result.stderr
     assert "does not say how many GPUs" not in err
-    assert "tensor_parallel_size=4" in err and "num_gpu_blocks=119760" in err
+    assert "tensor_parallel_size=4" in err and "block_size=1," in err
+    assert "num_gpu_blocks=1916167" in err  # page_size 1: blocks of one token
     assert "2 data-parallel engines (sglang --dp-size 2) simulated as 2 replicas, " \
         f"fleet.router={router} {said}" in err
     assert "vLLM tells only their sum" not in err
@@ -270,7 +292,7 @@ def test_gpt_oss_pool_is_the_full_attention_layers(tmp_path: Path,
     info = {"model_path": "openai/gpt-oss-20b", "tp_size": 1, "dp_size": 1,
             "max_total_num_tokens": 500000, "context_length": 8192}
     setup = _setup(sglang_run(tmp_path, **info), model="gpt-oss-20b")
-    assert setup.config.resolved_num_gpu_blocks() == 500000 // 16
+    assert setup.config.resolved_num_gpu_blocks() == 500000  # page_size 1
     err = _said(capsys)
     assert "warning: the SGLang server's KV pool of 500,000 tokens an engine " \
         "(max_total_num_tokens) is gpt-oss-20b's 12 full-attention layers'" in err

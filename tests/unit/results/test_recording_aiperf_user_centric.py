@@ -64,3 +64,24 @@ def test_aiperf_rate_phases_are_not_user_centric(name: str) -> None:
     rec = read_recording(AIPERF / f"{name}.jsonl")
     assert not rec.stages[0].label.startswith("user-centric")
     assert not any("user_centric" in n for n in rec.notes)
+
+
+def test_aiperf_user_centric_turns_linked_by_their_records_wait_for_the_turn_before(
+        tmp_path: Path) -> None:
+    # records that name their session and turn (x_correlation_id, turn_index, as a
+    # multi-turn dataset's do): the replay holds a later turn until the turn before it ended
+    # (plus the recorded gap), and the note says so instead of "does not delay"
+    lines = (AIPERF / "rate8.jsonl").read_text().splitlines()
+    linked = []
+    for i, line in enumerate(lines):
+        rec = json.loads(line)
+        rec["metadata"]["x_correlation_id"] = f"session-{i % 2}"
+        rec["metadata"]["turn_index"] = i // 2
+        linked.append(json.dumps(rec))
+    _user_centric(tmp_path, "rate8")  # the user-centric summary beside the records
+    (tmp_path / "run.jsonl").write_text("\n".join(linked) + "\n")
+    rec = read_recording(tmp_path / "run.jsonl")
+    assert rec.conversations is not None and rec.conversations.num_later_turns > 0
+    note = next(n for n in rec.notes if "user_centric" in n)
+    assert "does not delay" not in note
+    assert "sends a later turn no sooner than the turn before it ended" in note

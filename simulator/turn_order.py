@@ -1,0 +1,73 @@
+"""Which request a closed loop's free user sends next when the requests are turns of
+conversations (:class:`kvbudget.workloads.closed_loop.Conversations`).
+
+A load tool sends a conversation's next turn only when the turn before it returned (and its
+think time passed), and a free user of its takes such a turn before a new conversation:
+GuideLLM 0.8.1 ``scheduler/worker.py`` ``_get_next_ready_node`` claims a ready node of a
+conversation in flight before it dequeues a new one (0.6-0.7 ``_dequeue_next_conversation``
+pops its requeued ``turns_queue`` first). So the requests are no longer sent in the
+workload's order: a free user sends the later turn that became ready first, else the next
+request of the workload's order that is not a later turn, else waits for a turn to become
+ready. With no conversation the order is the workload's, as :class:`ClosedLoopUsers` sends it
+without one.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+from kvbudget.workloads.closed_loop import Conversations
+
+
+class TurnOrder:
+    """The requests not yet sent: the first turns (and requests of no conversation) in the
+    workload's order, and the later turns whose turn before ended, by when they may go.
+    ``not_before_s``: each request's own earliest send (a capped loop's recorded arrival)."""
+
+    def __init__(self, conversations: Conversations, not_before_s: list[float] | None) -> None:
+        self.previous = conversations.previous
+        self.delay_s = conversations.delay_s
+        self.following = [-1] * len(self.previous)
+        for i, p in enumerate(self.previous):
+            if p >= 0:
+                self.following[p] = i
+        self.first_turns = [i for i, p in enumerate(self.previous) if p < 0]
+        self.next_first = 0
+        self.not_before_s = not_before_s
+        self.ready: list[tuple[float, int]] = []  # (earliest send, row) of later turns
+
+    def _earliest(self, row: int, t: float) -> float:
+        return t if self.not_before_s is None else max(t, self.not_before_s[row])
+
+    def next_send(self, free_s: float) -> tuple[float, int]:
+        """When a user free at ``free_s`` sends and which row (inf, -1: nothing can go until a
+        turn ends): a ready later turn before a first turn due no sooner."""
+        first = -1
+        t_first = math.inf
+        if self.next_first < len(self.first_turns):
+            first = self.first_turns[self.next_first]
+            t_first = self._earliest(first, free_s)
+        if self.ready:
+            t_turn = max(free_s, self.ready[0][0])
+            if t_turn <= t_first:
+                return t_turn, self.ready[0][1]
+        return t_first, first
+
+    def sent(self, row: int) -> None:
+        """``row`` (the one :meth:`next_send` gave) was sent."""
+        if self.ready and self.ready[0][1] == row:
+            heapq.heappop(self.ready)
+        else:
+            assert self.first_turns[self.next_first] == row
+            self.next_first += 1
+
+    def ended(self, row: int, t: float) -> bool:
+        """``row`` ended at ``t`` (as its user saw it; completed, refused or failed: the turn
+        after it is sent all the same): its next turn may go its delay later. Whether one
+        became ready."""
+        nxt = self.following[row]
+        if nxt < 0:
+            return False
+        heapq.heappush(self.ready, (self._earliest(nxt, t + self.delay_s[nxt]), nxt))
+        return True

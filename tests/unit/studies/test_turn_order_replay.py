@@ -1,0 +1,185 @@
+"""A multi-turn run replayed in conversation order, on the real tools' files
+(``scripts/make_recording_fixtures.sh guidellm-turns aiperf-chat inference-perf-turns``):
+GuideLLM 0.8.1 synthetic ``turns=3`` chat, ``--profile kind=concurrent,streams=2``, 12
+requests (4 conversations); AIPerf 0.13.0 ``--conversation-num 4 --conversation-turn-mean 3
+--conversation-turn-delay-mean 300 --concurrency 2``; inference-perf 0.7.0 ``shared_prefix``
+data with ``enable_multi_turn_chat`` (2 user sessions of 8 rounds, 8 req/s: an open loop whose
+rounds wait for the session's round before them, ``apis/user_session.py``
+``LocalUserSession.get_context``), which links its rounds by ``info.extra_info.user_session``
+and ``chat_round``; and a multi-round QA summary (LMCache's users wait for their answer).
+
+A tool sends a conversation's next turn only when the turn before it returned (GuideLLM 0.8.1
+``scheduler/worker.py`` ``_get_next_ready_node``; AIPerf holds its user for the conversation).
+The replay's users sent the next request listed instead, so on a simulated server slower than
+the recorded one a turn went before the turn before it had ended, its history not yet there;
+now a later turn waits for it (and its delay), and a free user takes a ready later turn before
+a new conversation, as GuideLLM's worker does."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kvbudget.perf.cost_model import LinearCostModel
+from kvbudget.policies import make_policy
+from kvbudget.results.recording import Recording
+from kvbudget.results.recordings import read_recording
+from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.run import SimConfig, simulate
+from kvbudget.studies.recorded_replay import stage_plans
+from kvbudget.studies.validate import simulate_recording
+from kvbudget.workloads import Workload
+from kvbudget.workloads.closed_loop import ClosedLoop, Conversations
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
+GUIDELLM = FIXTURES / "guidellm-0.8.1" / "turns3_concurrent2.json"
+AIPERF = FIXTURES / "aiperf-0.13.0" / "multiturn3_delay300_concurrency2.jsonl"
+INFERENCE_PERF = (FIXTURES / "inference-perf-0.7.0" / "multi_turn_chat"
+                  / "per_request_lifecycle_metrics.json")
+CONFIG = SimConfig(engine=EngineConfig(num_gpu_blocks=200, block_size=16, max_num_seqs=8,
+                                       max_num_batched_tokens=2048))
+SLOW = LinearCostModel(intercept_s=0.05, per_prefill_token_s=0.0, per_decode_seq_s=0.0,
+                       per_context_token_s=0.0)  # 16 steps of 50 ms: 0.8 s a request
+
+
+def _late_turns(rec_previous: tuple[int, ...], delay_s: tuple[float, ...],
+                records: pd.DataFrame) -> list[int]:
+    """The rows sent before the turn before them ended (plus its delay)."""
+    arrival = records["arrival_s"].to_numpy()
+    finished = records["finished_s"].to_numpy()
+    return [i for i, p in enumerate(rec_previous)
+            if p >= 0 and arrival[i] < finished[p] + delay_s[i] - 1e-9]
+
+
+def _by_row(rec: Recording, records: pd.DataFrame) -> pd.DataFrame:
+    """The records in the recording's workload order (a record's ``request_id`` is its
+    workload row's)."""
+    return records.set_index("request_id").loc[rec.workload.request_id].reset_index()
+
+
+@pytest.mark.parametrize(("path", "later"), [(GUIDELLM, 8), (AIPERF, 8), (INFERENCE_PERF, 14)])
+def test_a_later_turn_is_sent_only_after_the_turn_before_it_ended(path: Path,
+                                                                  later: int) -> None:
+    rec = read_recording(path)
+    conv = rec.conversations
+    assert conv is not None and conv.num_later_turns == later
+    plans = stage_plans(rec)
+    assert plans is not None and len(plans) == 1 and plans[0].loop is not None
+    assert plans[0].loop.conversations is not None
+    records = _by_row(rec, simulate_recording(rec, CONFIG, cost_model=SLOW,
+                                              frontend_overhead_s=0.0).records)
+    assert (records["status"] == "completed").all()
+    assert _late_turns(conv.previous, conv.delay_s, records) == []
+    # the recorded server was faster: the replay waited for the slow turns, as the tool would
+    start = records["arrival_s"].to_numpy()
+    assert start.max() > rec.measured["arrival_s"].max() + 1.0
+
+
+def test_guidellm_turns_of_a_stream_go_back_to_back() -> None:
+    # a free stream takes its conversation's next turn before a new conversation: each of
+    # the 2 users runs a conversation's 3 turns, then the next conversation
+    rec = read_recording(GUIDELLM)
+    assert rec.conversations is not None
+    assert all(d == 0.0 for d in rec.conversations.delay_s)  # no requeue_delay in the data
+    records = _by_row(rec, simulate_recording(rec, CONFIG, cost_model=SLOW,
+                                              frontend_overhead_s=0.0).records)
+    previous = rec.conversations.previous
+    finished = records["finished_s"].to_numpy()
+    arrival = records["arrival_s"].to_numpy()
+    for i, p in enumerate(previous):
+        if p >= 0:  # sent the instant the turn before it ended (no think time)
+            assert arrival[i] == pytest.approx(finished[p], abs=1e-9)
+    assert any("only when the turn before it ended" in n for n in rec.notes)
+
+
+def _workload(arrival: list[float]) -> Workload:
+    n = len(arrival)
+    return Workload(arrival_s=np.array(arrival), prompt_tokens=np.full(n, 32),
+                    output_tokens=np.full(n, 16), max_output_tokens=np.full(n, 16),
+                    tier=np.zeros(n, dtype=np.int16), tier_names=("interactive",),
+                    deadline_s=np.full(n, np.nan), request_id=np.arange(n))
+
+
+def test_a_free_user_waits_for_a_turn_not_ready_and_takes_a_new_conversation_first() -> None:
+    # rows 0 and 1 first turns of A and B, row 2 A's second turn (0.5 s after A's first),
+    # row 3 a new conversation C: 2 users. Without conversations row 2 went when the first
+    # user freed; with them it goes 0.5 s after row 0 ended, and C goes before it
+    w = _workload([0.0, 0.0, 0.1, 0.2])
+    conv = Conversations(previous=(-1, -1, 0, -1), delay_s=(0.0, 0.0, 0.5, 0.0))
+    cfg = SimConfig(engine=EngineConfig(num_gpu_blocks=200, block_size=16, max_num_seqs=8,
+                                        max_num_batched_tokens=2048), cost_model=SLOW)
+    runs = {c is not None: simulate(w, make_policy("unlimited", {}), replace(
+        cfg, closed_loop=ClosedLoop(num_users=2, conversations=c)))
+            .records.sort_values("request_id").reset_index(drop=True) for c in (None, conv)}
+    plain, turns = runs[False], runs[True]
+    assert plain["arrival_s"].tolist()[2] == pytest.approx(plain["finished_s"].tolist()[0])
+    assert turns["arrival_s"].tolist()[3] == pytest.approx(turns["finished_s"].tolist()[0])
+    assert turns["arrival_s"].tolist()[2] == pytest.approx(turns["finished_s"].tolist()[0]
+                                                           + 0.5)
+
+
+def test_conversations_refuse_a_turn_before_the_one_before_it() -> None:
+    with pytest.raises(ValueError, match="previous turn must be an earlier request"):
+        Conversations(previous=(1, -1), delay_s=(0.0, 0.0))
+    with pytest.raises(ValueError, match="previous turn must be an earlier request"):
+        Conversations(previous=(-1, 0, 0), delay_s=(0.0, 0.0, 0.0))
+
+
+def test_the_guidellm_turns_fixture_reads_to_its_own_summary() -> None:
+    doc = json.loads(GUIDELLM.read_text())
+    (bench,) = doc["benchmarks"]
+    metrics = bench["metrics"]
+    rec = read_recording(GUIDELLM)
+    usable = rec.measured[rec.measured["usable"]]
+    assert len(usable) == metrics["request_totals"]["successful"] == 12
+    for name in ("output", "prompt"):  # GuideLLM sums floats: 1421.9999999999995
+        assert int(usable[f"{name}_tokens"].sum()) == pytest.approx(
+            metrics[f"{name}_token_count"]["successful"]["total_sum"])
+    (stage,) = rec.stages
+    assert stage.load == "closed" and stage.max_concurrency == 2
+
+
+def test_a_multi_round_users_next_question_waits_for_its_answer(tmp_path: Path) -> None:
+    # LMCache's multi-round QA: a user sends its next question only after its last answer
+    # came (UserSession.step). Replayed at the recorded sends, a slower simulated server's
+    # answer came after the next question had gone; now that question waits for it and the
+    # gap recorded after it (1.9 s here)
+    rows = ["prompt_tokens,generation_tokens,ttft,generation_time,user_id,question_id,"
+            "launch_time,finish_time"]
+    for user, t0 in ((1, 100.0), (2, 100.5)):
+        for q, prompt in enumerate((100, 300, 500), start=1):
+            t = t0 + 3 * (q - 1)
+            rows.append(f"{prompt},100,0.1,1.0,{user},{q},{t},{t + 1.1}")
+    path = tmp_path / "summary.csv"
+    path.write_text("\n".join(rows) + "\n")
+    rec = read_recording(path)
+    conv = rec.conversations
+    assert conv is not None and conv.num_later_turns == 4
+    assert sorted(d for d in conv.delay_s if d) == pytest.approx([1.9] * 4)
+    plans = stage_plans(rec)
+    assert plans is not None and plans[0].loop is not None  # the stage's load is unknown
+    assert "no sooner than the turn before it ended" in plans[0].describe()["replayed_as"]
+    records = _by_row(rec, simulate_recording(rec, CONFIG, cost_model=SLOW,
+                                              frontend_overhead_s=0.0).records)
+    assert _late_turns(conv.previous, conv.delay_s, records) == []
+    later = np.array([p >= 0 for p in conv.previous])
+    sent = records["arrival_s"].to_numpy()
+    recorded = rec.measured["arrival_s"].to_numpy()
+    assert (sent[~later] == pytest.approx(recorded[~later]))  # first questions: as recorded
+    assert (sent[later] > recorded[later] + 1.0).all()  # the slow answers held the others
+
+
+def test_inference_perf_rounds_share_their_sessions_history() -> None:
+    rec = read_recording(INFERENCE_PERF)
+    (stage,) = rec.stages
+    assert stage.load == "open" and rec.counts["num_measured"] == 16
+    assert any("14 requests are later turns of 2 multi-turn conversations "
+               "(info.extra_info.user_session, chat_round)" in n for n in rec.notes)
+    assert any("not simulated as shared across the user sessions" in n for n in rec.notes)
+    w = rec.workload
+    assert w.prefix_hashes is not None and w.prefix_offsets is not None
