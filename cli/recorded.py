@@ -46,9 +46,11 @@ from kvbudget.studies.recorded_replay import (
     time_limit_said,
 )
 from kvbudget.studies.validate import (
+    NO_GATEWAY_SAID,
     recorded_policy,
     replay_problems,
     simulate_recording,
+    straight_to_server,
     validate_recording,
     write_validation,
 )
@@ -87,6 +89,15 @@ class RecordedSetup:
     policy_params: dict[str, Any]
     seed: int = 0
     """Draws the fit's bootstrap (``--seed``)."""
+    policy_given: bool = False
+    """``--policy`` was given: the gateway it names is simulated with the tiers as they are."""
+
+    @property
+    def simulated_policy(self) -> str | None:
+        """The ``policy`` argument of the simulations: ``--policy``'s, else ``None`` (the one
+        the recording had, its tiers open where it went straight to the server:
+        :func:`~kvbudget.studies.validate.simulated_tiers`)."""
+        return self.policy if self.policy_given else None
 
 
 def _columns(items: list[str] | None) -> dict[str, str]:
@@ -269,10 +280,12 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
                + _engine_said(given, recorded, scenario, config.engine_for().name)
                + (f"; from the recording: {', '.join(r.removeprefix('engine.') for r in shown)}"
                   if shown else "") + dp_said
+               + (f"; {NO_GATEWAY_SAID}" if straight_to_server(recording, config, policy)
+                  else "")
                + ("; --max-output " + str(max_output) + " declared where the file has no "
                   "max_tokens" if max_output is not None else ""), err=True)
     _warn_sliding(recording, config)
-    return RecordedSetup(recording, config, name, values, seed)
+    return RecordedSetup(recording, config, name, values, seed, policy_given=policy is not None)
 
 
 def _one_server_said(recording: "Recording", config: "SimConfig", scenario: Path | None) -> str:
@@ -541,7 +554,7 @@ def fit(setup: RecordedSetup, kind: str, *, rows: Any, max_evals: int, fit_overh
         done[0] = n
 
     try:
-        return calibrate_recording(setup.recording, setup.config, start, policy=setup.policy,
+        return calibrate_recording(setup.recording, setup.config, start, policy=setup.simulated_policy,
                                    policy_params=setup.policy_params, rows=rows,
                                    fit_overhead=fit_overhead,
                                    start_overhead_s=setup.config.frontend_overhead_s,
@@ -661,7 +674,7 @@ def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: fl
         raise CliError(f"{out}: the cost-model file must end in .json")
     _describe_recording(setup)
     rows = None if holdout is None else setup.recording.fit_rows(holdout)
-    first = simulate_recording(setup.recording, setup.config, policy=setup.policy,
+    first = simulate_recording(setup.recording, setup.config, policy=setup.simulated_policy,
                                policy_params=setup.policy_params,
                                cost_model=start_model(setup, kind))
     assumed = first.summary.get("assumed", ())
@@ -683,7 +696,7 @@ def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: fl
     cal.save(out, setup.recording, setup.config, policy=setup.policy, holdout=holdout)
     print_comparison(cal.table, f"in sample ({counted(cal.num_rows, 'request')}):")
     if rows is not None:
-        held = validate_recording(setup.recording, setup.config, policy=setup.policy,
+        held = validate_recording(setup.recording, setup.config, policy=setup.simulated_policy,
                                   policy_params=setup.policy_params, cost_model=cal.model,
                                   frontend_overhead_s=cal.frontend_overhead_s, rows=~rows,
                                   model_chosen=True)
@@ -719,7 +732,7 @@ def _file_intervals(setup: RecordedSetup, cost_model: Path, result: "OfflineVali
     return validation_intervals(setup.recording, setup.config, model,
                                 result.frontend_overhead_s, post,
                                 simulated=result.simulated.records, rows=rows,
-                                policy=setup.policy, policy_params=setup.policy_params)
+                                policy=setup.simulated_policy, policy_params=setup.policy_params)
 
 
 def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, kind: str,
@@ -756,7 +769,7 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
     elif cost_model is None:
         typer.echo("note: no --cost-model: the default step-time model (uncalibrated)",
                    err=True)
-    result = validate_recording(setup.recording, setup.config, policy=setup.policy,
+    result = validate_recording(setup.recording, setup.config, policy=setup.simulated_policy,
                                 policy_params=setup.policy_params, cost_model=cost,
                                 frontend_overhead_s=overhead, rows=rows, model_chosen=True)
     check_replay(setup, result.simulated.records, rows, allow_refusals=allow_refusals,

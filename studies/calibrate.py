@@ -381,7 +381,7 @@ class _Trials:
     def __init__(self, recording: Recording, config: SimConfig, start: CostModel,
                  coordinates: tuple[Coordinate, ...], *, measured: pd.DataFrame,
                  rows: npt.NDArray[np.bool_] | None, fit_overhead: bool,
-                 start_overhead_s: float, policy: str,
+                 start_overhead_s: float, policy: str | None,
                  policy_params: Mapping[str, Any] | None,
                  progress: Callable[[int, float], None] | None) -> None:
         self.recording, self.config, self.start = recording, config, start
@@ -509,7 +509,7 @@ def calibrate_recording(
     config: SimConfig,
     start: CostModel,
     *,
-    policy: str = "unlimited",
+    policy: str | None = None,
     policy_params: Mapping[str, Any] | None = None,
     rows: npt.NDArray[np.bool_] | None = None,
     fit_overhead: bool = True,
@@ -642,7 +642,7 @@ def _with(x: npt.NDArray[np.float64], active: list[int], z: npt.NDArray[np.float
 def validation_intervals(recording: Recording, config: SimConfig, model: CostModel,
                          frontend_overhead_s: float, posterior: FitUncertainty, *,
                          simulated: pd.DataFrame, rows: npt.NDArray[np.bool_] | None = None,
-                         policy: str = "unlimited",
+                         policy: str | None = None,
                          policy_params: Mapping[str, Any] | None = None
                          ) -> dict[str, tuple[float, float]]:
     """95 % prediction intervals of :data:`PREDICTED` for a fitted model (its file's

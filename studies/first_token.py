@@ -241,7 +241,7 @@ def parameter_warnings(fitted: Mapping[str, float],
 
 
 def fit_fixed_term(recording: Recording, config: SimConfig, cost_model: CostModel, *,
-                   rows: npt.NDArray[np.bool_] | None = None, policy: str = "unlimited",
+                   rows: npt.NDArray[np.bool_] | None = None, policy: str | None = None,
                    policy_params: Mapping[str, Any] | None = None,
                    start_s: float = 0.0) -> FixedTermFit:
     """The fixed front-end term alone, for a given step model: what a calibration fitted on

@@ -36,7 +36,7 @@ from kvbudget.analysis.validation import (
 )
 from kvbudget.perf.cost_model import CostModel, LinearCostModel
 from kvbudget.perf.models import resolve_model_name
-from kvbudget.policies import BasePolicy, FrontDoor, TierConfig, make_policy
+from kvbudget.policies import DEFAULT_TIERS, BasePolicy, FrontDoor, TierConfig, make_policy
 from kvbudget.results.recordings import Recording
 from kvbudget.results.run_result import RunResult
 from kvbudget.results.said import setting_lines
@@ -68,6 +68,33 @@ def recording_tiers(recording: Recording, tiers: tuple[TierConfig, ...]
     extra = tuple(TierConfig(name, max_sequence_tokens=OPEN_TIER_TOKENS, queue_timeout_s=None)
                   for name in recording.workload.tier_names if name not in known)
     return tiers + extra
+
+
+NO_GATEWAY_SAID = ("no gateway size limit (the recording's requests went straight to the "
+                   "server: the default tiers' max_sequence_tokens not applied)")
+"""Said where a recording is simulated as it ran with no gateway (:func:`straight_to_server`)."""
+
+
+def straight_to_server(recording: Recording, config: SimConfig, policy: str | None) -> bool:
+    """Whether the recording is simulated as it ran, with no gateway: no ``policy`` given,
+    none recorded (a load tool's client or a log sent each request straight to the server),
+    and ``config``'s tiers the defaults nobody set (:data:`~kvbudget.policies.DEFAULT_TIERS`;
+    a scenario's or ``--set``'s tiers are chosen). Its tiers then have no size limit: a gateway
+    limit the recorded deployment never had refuses none of its requests (the server's own,
+    vLLM's ``max_model_len``, still does)."""
+    return (policy is None and recording.config.get("policy") is None
+            and config.tiers is DEFAULT_TIERS)
+
+
+def simulated_tiers(recording: Recording, config: SimConfig, policy: str | None
+                    ) -> tuple[TierConfig, ...]:
+    """The tiers a recording is simulated with: ``config``'s completed for the recording's
+    (:func:`recording_tiers`), every one open where the recording went straight to the
+    server (:func:`straight_to_server`)."""
+    tiers = config.tiers
+    if straight_to_server(recording, config, policy):
+        tiers = tuple(replace(t, max_sequence_tokens=OPEN_TIER_TOKENS) for t in tiers)
+    return recording_tiers(recording, tiers)
 
 
 def recorded_policy(recording: Recording, policy: str | None = None,
@@ -104,14 +131,17 @@ def check_recorded_model(recording: Recording, config: SimConfig) -> None:
                      f"SimConfig(model={preset!r}, ...) (or the model's config.json)")
 
 
-def simulate_recording(recording: Recording, config: SimConfig, *, policy: str = "unlimited",
+def simulate_recording(recording: Recording, config: SimConfig, *, policy: str | None = None,
                        policy_params: Mapping[str, Any] | None = None,
                        cost_model: CostModel | None = None,
                        frontend_overhead_s: float | None = None,
                        progress: Callable[[int], None] | None = None) -> RunResult:
     """Simulate the recorded workload on ``config`` (its tiers completed for the recording's,
-    its cost model and front-end overhead replaced when given)."""
-    changes: dict[str, Any] = {"tiers": recording_tiers(recording, config.tiers)}
+    open where it went straight to the server: :func:`simulated_tiers`; its cost model and
+    front-end overhead replaced when given) under ``policy`` (``None``: the one it had,
+    :func:`recorded_policy`)."""
+    changes: dict[str, Any] = {"tiers": simulated_tiers(recording, config, policy)}
+    policy, policy_params = recorded_policy(recording, policy, policy_params)
     if cost_model is not None:
         changes["cost_model"] = cost_model
     if frontend_overhead_s is not None:
@@ -229,7 +259,7 @@ def replay_problems(recording: Recording, simulated: pd.DataFrame,
             f"{100 * max_loss:g} %): {said}")
 
 
-def validate_recording(recording: Recording, config: SimConfig, *, policy: str = "unlimited",
+def validate_recording(recording: Recording, config: SimConfig, *, policy: str | None = None,
                        policy_params: Mapping[str, Any] | None = None,
                        cost_model: CostModel | None = None,
                        frontend_overhead_s: float | None = None,

@@ -6,6 +6,7 @@ one the file names or lacks, ``--max-output`` with ``--records``, and the replay
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +19,15 @@ from kvbudget.cli.main import app
 from kvbudget.cli.recorded import recorded_setup, recording_headline
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model, resolve_model_name
+from kvbudget.policies import TierConfig
 from kvbudget.results.recordings import read_recording
-from kvbudget.studies.validate import replay_problems
+from kvbudget.simulator.run import SimConfig
+from kvbudget.studies.validate import (
+    replay_problems,
+    simulate_recording,
+    straight_to_server,
+    validate_recording,
+)
 
 
 @pytest.mark.parametrize(("name", "preset"), [
@@ -169,29 +177,94 @@ def _long_prompt_runs(path: Path) -> Path:
     return path
 
 
-def test_a_default_limit_that_refused_recorded_requests_is_named_with_them(
+def test_a_recording_that_went_straight_to_the_server_gets_no_gateway_size_limit(
         tmp_path: Path) -> None:
     # muma378/vllm-benchmark benchmark_result_0822/ds-0822-arcc-disk-400g.json at a3288a4:
     # 16 vllm bench serve runs of DeepSeek-R1 (TP8) appended to one file, prompts of 100 to
-    # 100,000 tokens at 16 users. Its 50k and 100k runs were refused by the default tiers'
-    # 32,768 tokens, which the load tool's server never had, and validate said only "120
-    # rejected_too_large ... check --model, --gpu, --num-gpu-blocks, --max-output and the tiers'
-    # max_sequence_tokens"; its summary's assumed line (never printed) counted "20 requests", one
-    # run's; and "240 of the 305 requests share their timestamp ... spread them (--spread-s)" was
-    # advice for the send times kvbudget itself drew (no start_times in the file)
+    # 100,000 tokens at 16 users, sent straight to the server. validate refused 120 of its 305
+    # served requests as rejected_too_large by the default tiers' 32,768 tokens, a gateway
+    # limit that deployment never had, and exited 1; and "240 of the 305 requests share their
+    # timestamp ... spread them (--spread-s)" was advice for the send times kvbudget itself drew
     path = _long_prompt_runs(tmp_path / "append.jsonl")
+    args = ("validate", "--records", path, "--gpu", "H100", "--model", "Llama-3.1-8B")
+    code, _, err = _run(*args, "--out", tmp_path / "v")
+    assert code == 0, err
+    assert ("no gateway size limit (the recording's requests went straight to the server"
+            in " ".join(err.split()))
+    assert "rejected_too_large" not in err and "refused" not in err
+    assert "share their timestamp" not in err
+    sim = pd.read_parquet(tmp_path / "v" / "sim" / "requests.parquet")
+    assert (sim["status"] == "completed").all() and sim["prompt_tokens"].max() == 40_000
+
+
+def test_the_servers_own_context_still_refuses_a_recording_that_went_straight_to_it(
+        tmp_path: Path) -> None:
+    # no gateway size limit, but vLLM's max_model_len (the model's context, 131,072 tokens
+    # for Llama-3.1-8B) is the server's: a prompt of 140,000 tokens is refused, said as such
+    doc = {"model_id": "Llama-3.1-8B", "request_rate": "inf", "max_concurrency": 4,
+           "input_lens": [40_000, 100, 140_000, 100], "output_lens": [20] * 4,
+           "ttfts": [0.5] * 4, "itls": [[0.02] * 19] * 4, "latencies": [0.88] * 4,
+           "errors": [""] * 4}
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(doc))
     args = ("validate", "--records", path, "--gpu", "H100", "--model", "Llama-3.1-8B")
     code, _, err = _run(*args, "--out", tmp_path / "v")
     last = err.strip().splitlines()[-1]
     assert code == 1, err
+    assert ("did not complete 1 of the 4 requests the recording shows completed (25 %, more "
+            "than 2 %): 1 rejected_too_large (prompt_too_long); assumed: max_model_len "
+            "131,072 (the model's context, vLLM's default) refused 1 request") in last
+    assert "max_sequence_tokens (32,768)" not in err
+
+
+def test_the_library_simulates_a_recording_as_it_ran_unless_given_a_policy(
+        tmp_path: Path) -> None:
+    # simulate_recording / validate_recording / calibrate_recording with no policy: the one
+    # the recording had (none: straight to the server, no gateway size limit); policy=
+    # puts that gateway, with the default tiers, in front
+    rec = read_recording(_long_prompt_runs(tmp_path / "append.jsonl"))
+    config = SimConfig(model="Llama-3.1-8B", gpu="H100")
+    assert straight_to_server(rec, config, None)
+    assert not straight_to_server(rec, config, "unlimited")
+    assert not straight_to_server(rec, replace(config, tiers=(TierConfig("interactive"),)),
+                                  None)
+    # a kvbudget replay's run records its policy (here unlimited): its gateway stays
+    replayed = read_recording(REAL_DP2)
+    assert replayed.config["policy"] == "unlimited"
+    assert not straight_to_server(replayed, config, None)
+    ran = simulate_recording(rec, config).records
+    assert (ran["status"] == "completed").all()
+    gated = simulate_recording(rec, config, policy="unlimited").records
+    assert int((gated["status"] == "rejected_too_large").sum()) == 8
+    v = validate_recording(rec, config)
+    assert (v.simulated.records["status"] == "completed").all()
+
+
+def test_a_gateway_limit_the_user_chose_still_refuses_a_recordings_requests(
+        tmp_path: Path) -> None:
+    # --policy puts a gateway in front of the recorded server: its tiers, the defaults nobody
+    # set, refuse as before and are said with the refusal; a limit given with --set refuses
+    # as given (no assumed line: it was set)
+    path = _long_prompt_runs(tmp_path / "append.jsonl")
+    args = ("validate", "--records", path, "--gpu", "H100", "--model", "Llama-3.1-8B")
+    code, _, err = _run(*args, "--policy", "unlimited", "--out", tmp_path / "v")
+    last = err.strip().splitlines()[-1]
+    assert code == 1, err
+    assert "no gateway size limit" not in err
     assert ("8 rejected_too_large; assumed: the default tiers' max_sequence_tokens (32,768) "
             "refused 4 requests as too large") in last
     assert "(said of each of 2 stages); the comparison refused" in last
-    assert "share their timestamp" not in err
-    code, _, err = _run(*args, "--out", tmp_path / "w", "--allow-refusals")
+    code, _, err = _run(*args, "--policy", "unlimited", "--out", tmp_path / "w",
+                        "--allow-refusals")
     assert code == 0, err
     assert "warning: the simulated replay did not complete 8 of the 16 requests" in err
     assert "assumed: the default tiers' max_sequence_tokens (32,768) refused 4" in err
+    code, _, err = _run(*args, "--set", "tiers.0.max_sequence_tokens=30000",
+                        "--out", tmp_path / "x")
+    last = err.strip().splitlines()[-1]
+    assert code == 1, err
+    assert "no gateway size limit" not in err
+    assert "8 rejected_too_large; the comparison refused" in last
 
 
 def test_replay_problems_counts_the_lost_requests_and_their_reasons(tmp_path: Path) -> None:
