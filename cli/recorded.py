@@ -660,8 +660,11 @@ def check_replay(setup: RecordedSetup, simulated: Any, rows: Any, *, allow_refus
         typer.echo(f"warning: {problem} ({ALLOW_REFUSALS_FLAG})", err=True)
         return
     hint = ("" if everything else f", or {ALLOW_REFUSALS_FLAG} to {what} anyway")
+    # the tiers limit no size where the recording went straight to the server
+    tiers = ("" if straight_to_server(setup.recording, setup.config, setup.simulated_policy)
+             else " and the tiers' max_sequence_tokens")
     raise fail(f"{problem}; {what} refused: check --model, --gpu, --num-gpu-blocks, "
-               f"--max-output and the tiers' max_sequence_tokens{hint}", 1)
+               f"--max-output{tiers}{hint}", 1)
 
 
 def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: float | None,
