@@ -247,3 +247,47 @@ def test_validate_records_stage_line_says_the_load_as_the_tool_offered_it(tmp_pa
         (line,) = [ln for ln in stdout.splitlines() if ln.startswith("stage '")]
         assert f"': {words}replayed as " in line, line
         assert "capped loop" not in line, line
+
+
+def test_a_kv_cache_short_of_the_context_is_refused_as_vllm_refuses_to_start() -> None:
+    """``kvbudget presets`` lists Llama-3.1-8B on an A10G at 27,616 tokens of KV, and
+    ``simulate --gpu A10G`` simulated a server with max_model_len 131,072 on it (every request
+    expired or waited minutes), while vLLM 0.32.0 does not start there: its KV cache cannot
+    hold one request of max_model_len (``check_enough_kv_cache_memory``). It is refused now, in
+    one line naming the knob and the largest length that fits; with the server's
+    ``--max-model-len`` given it runs."""
+    code, stdout, stderr = run("simulate", "--gpu", "A10G")
+    assert code == 2, stdout
+    line = stderr.strip()
+    assert "\n" not in line and "Traceback" not in stderr, stderr
+    assert line.startswith("error: engine.max_model_len: Llama-3.1-8B on A10G has KV room for "
+                           "27,616 tokens, fewer than one request of max_model_len 131,072 "
+                           "(the model's context, vLLM's default) needs"), line
+    assert "at most 27,600 here" in line, line
+    code, stdout, stderr = run("simulate", "--gpu", "A10G", "--set", "engine.max_model_len=16384",
+                               "--set", "workload.duration_s=5")
+    assert code == 0, stderr
+    assert "max_model_len 16,384" in stdout and "KV capacity 27,616 tokens" in stdout, stdout
+
+
+def test_presets_mark_the_kv_capacities_vllm_does_not_start_with() -> None:
+    """The presets' KV table gave 27,616 tokens for Llama-3.1-8B on an A10G as if it were a
+    server to plan with; at the model's 131,072-token context (vLLM's default max_model_len)
+    vLLM refuses to start there. The models' table now says each model's context and the KV
+    table marks the pairs short of it."""
+    from kvbudget.perf.hardware import get_gpu
+    from kvbudget.perf.kv_capacity import num_gpu_blocks
+    from kvbudget.perf.models import get_model
+
+    code, stdout, stderr = run("presets")
+    assert code == 0, stderr
+    lines = stdout.splitlines()
+    model_row = next(ln for ln in lines if ln.startswith("Llama-3.1-8B ") and "llama" in ln)
+    assert model_row.split()[-1] == "131,072", model_row
+    kv_row = next(ln for ln in lines if ln.startswith("Llama-3.1-8B ") and "llama" not in ln)
+    a10g = num_gpu_blocks(get_gpu("A10G"), get_model("Llama-3.1-8B"), max_num_seqs=256,
+                          max_num_batched_tokens=2048) * 16
+    assert kv_row.split()[1] == f"{a10g:,}*", kv_row
+    assert "*" not in kv_row.split()[6], kv_row  # H100-SXM: 438,192 hold 131,072
+    assert "*: less than one request at the model's context needs: vLLM refuses to start" in (
+        " ".join(stdout.split()))
