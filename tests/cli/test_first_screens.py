@@ -291,3 +291,23 @@ def test_presets_mark_the_kv_capacities_vllm_does_not_start_with() -> None:
     assert "*" not in kv_row.split()[6], kv_row  # H100-SXM: 438,192 hold 131,072
     assert "*: less than one request at the model's context needs: vLLM refuses to start" in (
         " ".join(stdout.split()))
+
+
+def test_a_given_kv_cache_is_said_as_given_not_as_the_gpus(tmp_path: Path) -> None:
+    """The shipped scenarios/synth_overcommit.toml sets ``num_gpu_blocks = 4000``; its first
+    line read "Llama-3.1-8B on H100-SXM ... KV capacity 64,000 tokens", an H100's KV as far as
+    the screen said, where the presets size one at 438,192. It now says the capacity was given;
+    a run that gave none keeps its summary as it was (``engine_knobs`` has it only where
+    given)."""
+    scenario = Path(__file__).resolve().parents[2] / "scenarios" / "synth_overcommit.toml"
+    code, stdout, stderr = run("simulate", "--scenario", scenario, "--set",
+                               "workload.duration_s=5", "--out", tmp_path / "given")
+    assert code == 0, stderr
+    said = " ".join(stdout.split())
+    assert ("KV capacity 64,000 tokens (engine.num_gpu_blocks 4,000 given, not sized from the "
+            "GPU's memory)") in said, said
+    summary = json.loads((tmp_path / "given" / "summary.json").read_text())
+    assert summary["engine_knobs"]["num_gpu_blocks"] == 4000 == summary["num_gpu_blocks"]
+    code, stdout, stderr = run("simulate", "--set", "workload.duration_s=5", "--json")
+    assert code == 0, stderr
+    assert "num_gpu_blocks" not in json.loads(stdout)["engine_knobs"]
