@@ -311,3 +311,16 @@ def test_a_given_kv_cache_is_said_as_given_not_as_the_gpus(tmp_path: Path) -> No
     code, stdout, stderr = run("simulate", "--set", "workload.duration_s=5", "--json")
     assert code == 0, stderr
     assert "num_gpu_blocks" not in json.loads(stdout)["engine_knobs"]
+
+
+def test_a_mistyped_run_directory_is_said_missing_not_damaged(tmp_path: Path) -> None:
+    """``kvbudget report runs/oc`` where no ``runs/oc`` exists said "not a run directory
+    (requests.parquet is missing)", as of a directory a run left half-written; it now says
+    there is no such directory (or that the path is a file)."""
+    code, _, stderr = run("report", tmp_path / "nope", "--out", tmp_path / "out")
+    assert code == 2
+    assert stderr.strip() == f"error: {tmp_path / 'nope'}: not a run directory (no such directory)"
+    (tmp_path / "a.csv").write_text("x\n")
+    code, _, stderr = run("report", tmp_path / "a.csv", "--out", tmp_path / "out")
+    assert code == 2
+    assert stderr.strip().endswith("a.csv: not a run directory (a file, not a directory)"), stderr
