@@ -324,3 +324,23 @@ def test_a_mistyped_run_directory_is_said_missing_not_damaged(tmp_path: Path) ->
     code, _, stderr = run("report", tmp_path / "a.csv", "--out", tmp_path / "out")
     assert code == 2
     assert stderr.strip().endswith("a.csv: not a run directory (a file, not a directory)"), stderr
+
+
+@pytest.mark.parametrize(("flag", "said"), [
+    ("engine.max_num_seq=3", "engine.max_num_seq: extra inputs are not permitted, got 3 "
+     "(did you mean engine.max_num_seqs?)"),
+    ("max_num_seqs=3", "max_num_seqs: extra inputs are not permitted, got 3 (did you mean "
+     "engine.max_num_seqs?)"),
+    ("engine.speculative_config.num_speculative_token=2",
+     "engine.speculative_config.num_speculative_token: extra inputs are not permitted, got 2 "
+     "(did you mean engine.speculative_config.num_speculative_tokens?)"),
+    ("foo=3", "foo: extra inputs are not permitted, got 3"),
+])
+def test_a_misspelt_scenario_key_is_named_with_the_one_meant(flag: str, said: str) -> None:
+    """``--set engine.max_num_seq=3`` said only "extra inputs are not permitted"; a key given
+    at the top that belongs to a table (``max_num_seqs``) the same; and a misspelt required
+    key (``num_speculative_token``) was reported as the other one missing ("num_speculative_
+    tokens: field required"). Each now names the misspelt key and the one meant."""
+    code, stdout, stderr = run("simulate", "--set", flag)
+    assert code == 2, stdout
+    assert stderr.strip() == f"error: {said}", stderr
