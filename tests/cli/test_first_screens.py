@@ -352,7 +352,7 @@ def test_a_study_says_its_replications_draw_their_own_requests(tmp_path: Path) -
     which no replication runs (replication r draws from the r-th child of the seed: 1,668,
     1,667, 1,702 requests at -r 3). The line now says the count is the scenario seed's and
     that each replication draws its own."""
-    code, stdout, stderr = run("compare", "--policies", "conservative", "-r", "2", "-j", "1",
+    code, _, stderr = run("compare", "--policies", "conservative", "-r", "2", "-j", "1",
                                "--set", "workload.duration_s=20", "--out", tmp_path / "c")
     assert code == 0, stderr
     first = stderr.splitlines()[0]
