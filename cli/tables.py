@@ -330,8 +330,9 @@ def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
     targets = {t: v for t, v in (slo_targets or {}).items() if t in offered or not offered}
     if targets:
         lines.append(textwrap.fill(slo_line(targets), WIDTH, subsequent_indent="  "))
-    if conclusion:
-        lines.append(textwrap.fill(conclusion, WIDTH, subsequent_indent="  "))
+    if conclusion:  # a figure and its per cent sign on one line ("67 %", not "67\n  %")
+        lines.append(textwrap.fill(conclusion.replace(" %", "\xa0%"), WIDTH,
+                                   subsequent_indent="  ").replace("\xa0%", " %"))
     return "\n".join(lines)
 
 
