@@ -363,3 +363,20 @@ def test_a_study_says_its_replications_draw_their_own_requests(tmp_path: Path) -
 
     counts = pd.read_parquet(tmp_path / "c" / "runs.parquet")["num_requests"].tolist()
     assert int(said.group(1)) not in counts, (first, counts)  # no replication ran the seed's
+
+
+def test_the_slo_line_says_the_queue_timeouts_expired_counts() -> None:
+    """The tables' ``expired`` column counts requests that "waited past the tier's queue
+    timeout", and no line said what the timeouts were (the default tiers' 10 s and 600 s, a
+    scenario's own): a deadline nobody set, unsaid. The SLO line now names each tier's."""
+    code, stdout, stderr = run("simulate", "--set", "workload.duration_s=20")
+    assert code == 0, stderr
+    said = " ".join(stdout.split())
+    assert ("batch TTFT<=60 s, TPOT<=0.5 s); expired: waited past the queue timeout, "
+            "interactive 10 s, batch 600 s") in said, said
+    scenario = Path(__file__).resolve().parents[2] / "scenarios" / "synth_overcommit.toml"
+    code, stdout, stderr = run("compare", "--scenario", scenario, "--policies", "conservative",
+                               "--set", "workload.duration_s=5", "--set",
+                               "tiers.1.queue_timeout_s=2.5")
+    assert code == 0, stderr
+    assert "queue timeout, interactive 20 s, batch 2.5 s" in " ".join(stdout.split()), stdout
