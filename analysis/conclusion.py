@@ -73,10 +73,11 @@ def conclude(summaries: Sequence[Mapping[str, Any]], target: float = DEFAULT_TAR
 
     ranked = sorted(meet, key=lambda s: -spared(s))  # the one that costs them least first
     least = [str(s["policy"]) for s in ranked if spared(s) == spared(ranked[0])]
-    line = head + f"{first} SLO met (>= {_pct(target)}) by " + "; ".join(cost(s) for s in ranked)
-    if miss:
+    line = (head + f"{first} SLO met (attainment >= {_pct(target)}) by "
+            + "; ".join(cost(s) for s in ranked))
+    if miss:  # the first tier's own attainment, named: "(17 %)" read as missed by 17 points
         line += "; missed by " + ", ".join(
-            f"{s['policy']} ({_pct(_attainment(s, first))})" for s in miss)
+            f"{s['policy']} ({first} {_pct(_attainment(s, first))})" for s in miss)
     if others and len(least) == len(ranked) > 1:
         line += "; they cost the other tiers alike"
     elif others and len(least) > 1:

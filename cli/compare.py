@@ -138,7 +138,7 @@ def compare_cmd(
             typer.echo(result.table.to_json(orient="records", indent=2))
     elif replications == 1:
         summaries = result.summaries()
-        targets = {t.name: (t.ttft_s, t.tpot_s) for t in scn.tiers()}
+        targets = {t.name: (t.ttft_s, t.tpot_s, t.queue_timeout_s) for t in scn.tiers()}
         typer.echo(render_summaries(summaries, wide=wide, slo_targets=targets,
                                     conclusion=conclude(summaries)))
         for s in summaries if interval is not None else ():

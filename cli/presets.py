@@ -7,7 +7,7 @@ import typer
 
 from kvbudget.cli.tables import render
 from kvbudget.perf.hardware import GPU_ALIASES, GPUS
-from kvbudget.perf.kv_capacity import num_gpu_blocks
+from kvbudget.perf.kv_capacity import check_holds_max_model_len, num_gpu_blocks
 from kvbudget.perf.models import bundled_models
 from kvbudget.perf.vllm_defaults import VLLM_VERSION
 from kvbudget.results.said import WIDTH
@@ -38,14 +38,16 @@ def presets_cmd() -> None:
     typer.echo("Models (bundled Hugging Face configs; --model also takes a config.json path):")
     typer.echo(render(
         ("model", "type", "layers", "kv heads", "weights", "params B", "active B",
-         "KV KiB/token"),
+         "KV KiB/token", "context"),
         [[m.name, m.model_type, m.num_layers, m.num_kv_heads if m.mla is None else "MLA",
           m.weight_dtype, m.num_params / 1e9, m.num_active_params / 1e9,
-          m.kv_bytes_per_token() / 1024] for m in models.values()],
+          m.kv_bytes_per_token() / 1024, m.max_position_embeddings]
+         for m in models.values()],
     ))
     typer.echo(textwrap.fill(
         "active: the parameters a token computes with (the input embedding table and the "
-        "experts it is not routed to left out); KV per GPU at TP 1, kv_cache_dtype auto.", WIDTH))
+        "experts it is not routed to left out); KV per GPU at TP 1, kv_cache_dtype auto; "
+        "context: max_position_embeddings, vLLM's default max_model_len.", WIDTH))
     typer.echo("")
     rows = []
     for m in models.values():
@@ -53,16 +55,26 @@ def presets_cmd() -> None:
         for name, g in GPUS.items():
             e = engines[name]
             try:
-                row.append(num_gpu_blocks(
+                blocks = num_gpu_blocks(
                     g, m, gpu_memory_utilization=e.memory_utilization,
-                    max_num_batched_tokens=e.batched_tokens_limit, max_num_seqs=e.seqs_limit,
-                ) * 16)
+                    max_num_batched_tokens=e.batched_tokens_limit, max_num_seqs=e.seqs_limit)
             except ValueError:
                 row.append(None)
+                continue
+            try:
+                check_holds_max_model_len(m, g, blocks, 16, m.max_position_embeddings,
+                                          given=False)
+                row.append(blocks * 16)
+            except ValueError:
+                row.append(f"{blocks * 16:,}*")
         rows.append(row)
     typer.echo("KV capacity in tokens on one GPU (tensor_parallel_size 1) with vLLM's defaults "
                "(- = does not fit):")
     typer.echo(render(("model", *GPUS), rows))
+    typer.echo(textwrap.fill(
+        "*: less than one request at the model's context needs: vLLM refuses to start at its "
+        "default max_model_len, and so does simulate; give your server's, --set "
+        "engine.max_model_len=N.", WIDTH))
 
 
 def register(app: typer.Typer) -> None:

@@ -117,7 +117,7 @@ def simulate_cmd(
     if as_json:
         typer.echo(json.dumps(result.summary, indent=2))
     else:
-        targets = {t.name: (t.ttft_s, t.tpot_s) for t in scn.tiers()}
+        targets = {t.name: (t.ttft_s, t.tpot_s, t.queue_timeout_s) for t in scn.tiers()}
         typer.echo(render_summaries([result.summary], wide=wide, slo_targets=targets))
         if interval is not None:
             typer.echo("")

@@ -141,12 +141,17 @@ CLIENTS_SAID = ("(att/req: attempts per offered request; done share: the share o
 """What the retries table's columns are, as the line under it says."""
 
 
-def slo_line(targets: Mapping[str, tuple[float, float]]) -> str:
-    """``SLO att: share of offered requests with TTFT <= x s and TPOT <= y s (tier: x, y; ...)``."""
-    parts = "; ".join(f"{tier} TTFT<={_fmt(float(ttft))} s, TPOT<={_fmt(float(tpot))} s"
-                      for tier, (ttft, tpot) in targets.items())
+def slo_line(targets: Mapping[str, tuple[float | None, ...]]) -> str:
+    """``SLO att: share of offered requests with TTFT <= x s and TPOT <= y s (tier: x, y; ...)``,
+    then each tier's queue timeout where a target's third figure gives it (what ``expired``
+    counts: a deadline nobody set must be said, the default tiers' 10 s and 600 s)."""
+    parts = "; ".join(f"{tier} TTFT<={_fmt(float(t[0] or 0))} s, TPOT<={_fmt(float(t[1] or 0))} s"
+                      for tier, t in targets.items())
+    waits = ", ".join(f"{tier} {t[2]:,g} s" if t[2] is not None and math.isfinite(t[2]) else
+                      f"{tier} none" for tier, t in targets.items() if len(t) > 2)
     return ("SLO att: share of offered requests completed within their tier's targets ("
-            + parts + ")")
+            + parts + ")" + (f"; expired: waited past the queue timeout, {waits}"
+                             if waits else ""))
 
 
 CONTEXT_REASONS = ("prompt_too_long", "context_length")
@@ -295,11 +300,11 @@ def units_note(wide: bool, window: Any) -> str:
 
 
 def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
-                     slo_targets: Mapping[str, tuple[float, float]] | None = None,
+                     slo_targets: Mapping[str, tuple[float | None, ...]] | None = None,
                      conclusion: str | None = None) -> str:
     """The runs side by side: outcomes and latencies per tier, KV figures, the parameters,
-    the notes on units; ``slo_targets`` (tier -> (TTFT s, TPOT s)) adds the targets behind
-    ``SLO att``, ``conclusion`` a last line (:func:`kvbudget.analysis.conclusion.conclude`)."""
+    the notes on units; ``slo_targets`` (tier -> (TTFT s, TPOT s[, queue timeout s])) adds the
+    targets behind ``SLO att``, ``conclusion`` a last line (:func:`kvbudget.analysis.conclusion.conclude`)."""
     rows: list[list[Any]] = []
     for s in summaries:
         rows.extend(summary_rows(s, wide))
@@ -330,8 +335,9 @@ def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
     targets = {t: v for t, v in (slo_targets or {}).items() if t in offered or not offered}
     if targets:
         lines.append(textwrap.fill(slo_line(targets), WIDTH, subsequent_indent="  "))
-    if conclusion:
-        lines.append(textwrap.fill(conclusion, WIDTH, subsequent_indent="  "))
+    if conclusion:  # a figure and its per cent sign on one line ("67 %", not "67\n  %")
+        lines.append(textwrap.fill(conclusion.replace(" %", "\xa0%"), WIDTH,
+                                   subsequent_indent="  ").replace("\xa0%", " %"))
     return "\n".join(lines)
 
 

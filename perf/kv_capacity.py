@@ -236,3 +236,30 @@ def legacy_num_gpu_blocks(
             f"{gpu_memory_utilization}: no memory left for the KV cache"
         )
     return blocks
+
+
+def check_holds_max_model_len(
+    model: ModelSpec, gpu: GPUSpec, num_blocks: int, block_size: int, max_model_len: int,
+    *, given: bool, tensor_parallel_size: int = 1,
+) -> None:
+    """vLLM refuses to start when its KV cache cannot hold one request of ``max_model_len``
+    tokens (``check_enough_kv_cache_memory``, vllm/v1/core/kv_cache_utils.py, 0.32.0: a
+    full-attention layer needs ``cdiv(max_model_len, block_size)`` blocks, checked against
+    the blocks less the one the block pool holds back as its null block), naming the
+    largest length that fits: a ValueError that says so. Models with sliding-window layers
+    are not checked (vLLM's hybrid allocator sizes their groups apart; their KV here is
+    counted for every layer)."""
+    if model.num_sliding_layers or max_model_len <= 0:
+        return
+    if -(-max_model_len // block_size) <= num_blocks - 1:
+        return
+    whose = "given" if given else "the model's context, vLLM's default"
+    tp = f" x{tensor_parallel_size}" if tensor_parallel_size > 1 else ""
+    fits = max(num_blocks - 1, 0) * block_size
+    raise ValueError(
+        f"engine.max_model_len: {model.name} on {gpu.name}{tp} has KV room for "
+        f"{num_blocks * block_size:,} tokens, fewer than one request of max_model_len "
+        f"{max_model_len:,} ({whose}) needs: vLLM refuses to start (check_enough_kv_cache_"
+        f"memory); give your server's --max-model-len as --set engine.max_model_len=N "
+        f"(at most {fits:,} here), or more GPUs (engine.tensor_parallel_size) or a larger GPU"
+    )

@@ -352,6 +352,9 @@ def read_run(run_dir: Path) -> RunResult:
     import pyarrow.parquet as pq
 
     paths = [run_dir / REQUESTS_FILE, run_dir / TIMELINE_FILE, run_dir / SUMMARY_FILE]
+    if not run_dir.is_dir():  # a mistyped path is not a damaged run
+        raise FileNotFoundError(f"{run_dir}: not a run directory (" + (
+            "a file, not a directory" if run_dir.exists() else "no such directory") + ")")
     for p in paths:
         if not p.is_file():
             raise FileNotFoundError(f"{run_dir}: not a run directory ({p.name} is missing)")

@@ -113,9 +113,15 @@ def _assumed_knobs(s: Mapping[str, Any], knobs: Mapping[str, Any]) -> str:
 def _capacity_whose(s: Mapping[str, Any], where: str) -> str:
     """Whose KV capacity the summary's ``kv_capacity_tokens`` is where not one engine's or a
     fixed fleet's: a disaggregated deployment's decode pool, an autoscaled fleet at its most;
+    one set by ``engine.num_gpu_blocks`` (``engine_knobs`` has it then: not what the GPU
+    holds);
     and the gateway's token budget where one was given (``gateway_capacity_tokens``)."""
-    budget = s.get("gateway_capacity_tokens")
+    budget, blocks = s.get("gateway_capacity_tokens"), (s.get("engine_knobs") or {}).get(
+        "num_gpu_blocks")
     given = "" if budget is None else f", the gateway's budget {int(budget):,} (given)"
+    if blocks is not None:  # a KV cache set, not the GPU's memory: the preset's is other
+        given = (f" (engine.num_gpu_blocks {int(blocks):,} given, not sized from the GPU's "
+                 "memory)" + given)
     if where.startswith("disaggregated"):
         return " (the decode pool's)" + given
     auto = ((s.get("engine") or {}).get("fleet") or {}).get("autoscale")

@@ -61,6 +61,7 @@ dotted names. Example::
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 import operator
 import re
@@ -620,17 +621,60 @@ def _plain_trace(workload: Mapping[str, Any]) -> tuple[str, str | None] | None:
     return path, fmt
 
 
+_UNKNOWN_KEY = ("unexpected_keyword_argument", "extra_forbidden")
+
+
 def _pydantic_message(exc: ValidationError, prefix: str = "") -> str:
-    err = exc.errors()[0]
+    errors = exc.errors()
+    # a misspelt key is also a required one missing: the misspelling is the one to name
+    err = next((e for e in errors if e["type"] in _UNKNOWN_KEY), errors[0])
     loc = ".".join(str(p) for p in err["loc"])
     if prefix:
         loc = f"{prefix}.{loc}" if loc else prefix
     value = err.get("input")
     shown = "" if isinstance(value, dict) else f", got {value!r}"
     # pydantic words an unknown key of a dataclass as a keyword argument: say it of a table
-    msg = "extra inputs are not permitted" if err["type"] == "unexpected_keyword_argument" \
-        else err["msg"].lower()
-    return f"{loc}: {msg}{shown}"
+    unknown = err["type"] in _UNKNOWN_KEY
+    msg = "extra inputs are not permitted" if unknown else err["msg"].lower()
+    hint = _closest_field(err["loc"]) if unknown and not prefix else ""
+    return f"{loc}: {msg}{shown}{hint}"
+
+
+def _closest_field(loc: Sequence[Any]) -> str:
+    """``" (did you mean engine.max_num_seqs?)"`` for an unknown key at ``loc`` of the
+    scenario spec (``engine.max_num_seq``), the table's known field closest to it; ``""``
+    where none is close or the table is not a spec dataclass."""
+    hint: Any = ScenarioSpec
+    for part in loc[:-1]:
+        hint = _spec_table(hint)
+        if hint is None:
+            return ""
+        if isinstance(part, str):
+            hint = _spec_fields(hint)[0].get(part)
+    table = _spec_table(hint)
+    if table is None or not isinstance(loc[-1], str):
+        return ""
+    close = difflib.get_close_matches(loc[-1], list(_spec_fields(table)[0]), n=1, cutoff=0.6)
+    where = ".".join(str(p) for p in loc[:-1])
+    if close:
+        return f" (did you mean {where + '.' if where else ''}{close[0]}?)"
+    if len(loc) == 1:  # a table's key given at the top: max_num_seqs for engine.max_num_seqs
+        for name, field_hint in _spec_fields(ScenarioSpec)[0].items():
+            sub = _spec_table(field_hint)
+            lists = list in {get_origin(h) for h in (field_hint, *get_args(field_hint))}
+            if sub is not None and not lists and (  # a list's tables need an index
+                    loc[0] in _spec_fields(sub)[0]):
+                return f" (did you mean {name}.{loc[0]}?)"
+    return ""
+
+
+def _spec_table(hint: Any) -> Any:
+    """The spec dataclass a field's annotation holds (through ``Annotated``, ``| None`` and
+    ``list[...]``), or None."""
+    while hint is not None and not (isinstance(hint, type) and is_dataclass(hint)):
+        args = [a for a in get_args(hint) if a is not NoneType]
+        hint = args[0] if args else None
+    return hint
 
 
 _NOT_PLAIN = object()

@@ -10,7 +10,11 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from kvbudget.perf.cost_model import CostModel, FrontendCost, get_frontend
 from kvbudget.perf.fitted_on import FitTarget
 from kvbudget.perf.hardware import GPUSpec, get_gpu
-from kvbudget.perf.kv_capacity import legacy_num_gpu_blocks, num_gpu_blocks
+from kvbudget.perf.kv_capacity import (
+    check_holds_max_model_len,
+    legacy_num_gpu_blocks,
+    num_gpu_blocks,
+)
 from kvbudget.perf.models import ModelSpec, get_model
 from kvbudget.perf.roofline import RooflineCostModel
 from kvbudget.perf.speculative import check_draft_vocab_size
@@ -244,20 +248,28 @@ class SimConfig:
             return engine.num_gpu_blocks
         tp, ep = _parallelism(engine)
         if self.engine_defaults == "kvbudget-0.1":
-            return legacy_num_gpu_blocks(
+            blocks = legacy_num_gpu_blocks(
                 spec, model, block_size=engine.block_size,
                 gpu_memory_utilization=engine.memory_utilization,
                 max_num_batched_tokens=engine.batched_tokens_limit, tensor_parallel_size=tp,
                 kv_cache_dtype=engine.kv_cache_dtype,
             )
-        return num_gpu_blocks(
-            spec, model, block_size=engine.block_size,
-            gpu_memory_utilization=engine.memory_utilization,
-            max_num_batched_tokens=engine.batched_tokens_limit,
-            max_num_seqs=engine.seqs_limit, tensor_parallel_size=tp, expert_parallel_size=ep,
-            kv_cache_dtype=_kv_cache_dtype(engine),
-            profile_cudagraph_memory=engine.profile_cudagraph_memory,
-        )
+        else:
+            blocks = num_gpu_blocks(
+                spec, model, block_size=engine.block_size,
+                gpu_memory_utilization=engine.memory_utilization,
+                max_num_batched_tokens=engine.batched_tokens_limit,
+                max_num_seqs=engine.seqs_limit, tensor_parallel_size=tp, expert_parallel_size=ep,
+                kv_cache_dtype=_kv_cache_dtype(engine),
+                profile_cudagraph_memory=engine.profile_cudagraph_memory,
+            )
+        if engine.name in ("vllm", "vllm-swap") and engine.max_model_len is not None:
+            # a KV cache sized from the presets that cannot hold one request of max_model_len:
+            # vLLM does not start (a given num_gpu_blocks is a modelling choice, kept)
+            check_holds_max_model_len(
+                model, spec, blocks, engine.block_size, engine.max_model_len,
+                given=self.engine.max_model_len is not None, tensor_parallel_size=tp)
+        return blocks
 
     def resolved_cost_model(self, gpu: str | None = None) -> CostModel:
         """The step-time model of a replica on ``gpu``: the given ``cost_model`` (for the

@@ -5,8 +5,8 @@ before their runs (their tables name none of it); a study's result keeps them
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
@@ -41,13 +41,31 @@ def study_setting(scn: Scenario, varies: Collection[str] = ()) -> tuple[str, ...
     said = load_said(workload.meta, closed_loop=loop is not None)
     # a workload the study varies: the scenario's, as each point changes it
     varied = sorted(k for k in varies if k.split(".")[0] == "workload")
+    # a count the seed draws: the scenario's seed's, which no replication runs
+    notes = [f"the study varies {', '.join(varied)}"] if varied else []
+    drawn = _drawn(spec.workload)
+    if drawn:
+        notes.append(f"each replication draws its own {drawn}")
+    at = " and ".join(w for w, on in (("values", varied), ("seed", drawn)) if on)
     return (f"{model}{where}; workload {workload.name}: {counted(len(workload), 'request')}"
-            + (f" at the scenario's values (the study varies {', '.join(varied)})"
-               if varied else "")
+            + (f" at the scenario's {at} ({'; '.join(notes)})" if notes else "")
             + (f", sent in closed loop by {counted(loop.num_users, 'user')}" if loop else ""),
             *(f"{label}: {workload.name}: {text}"
               for key, label in (("warnings", "warning"), ("assumed", "assumed"))
               for text in said.get(key, ())))
+
+
+def _drawn(workload: Mapping[str, Any]) -> str:
+    """What of a synthetic ``[workload]`` table the seed draws, which each of a study's
+    replications draws anew (its seed a child of the scenario's): its requests, and their
+    number where random arrivals run for a ``duration_s`` alone; ``""`` for a trace (its
+    requests are the file's; a ``sample_fraction`` keeps the same count)."""
+    if workload.get("kind") == "trace":
+        return ""
+    arrival = workload.get("arrival") or {}
+    count = ("duration_s" in workload and "num_requests" not in workload
+             and arrival.get("kind", "poisson") != "constant")
+    return "requests and count" if count else "requests"
 
 
 def study_repr(head: str, setting: Sequence[str], found: Sequence[str], tables: str) -> str:

@@ -332,8 +332,8 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
                           "--grid", "workload.duration_s=5,10")
     assert code == 0, stderr
     assert stderr.splitlines()[0].endswith(
-        "; workload default: 24 requests at the scenario's values (the study varies "
-        "workload.duration_s)")
+        "; workload default: 24 requests at the scenario's values and seed (the study varies "
+        "workload.duration_s; each replication draws its own requests and count)")
 
 
 def test_compare_with_replications_says_the_model_and_what_it_assumed(tmp_path: Path) -> None:

@@ -247,3 +247,136 @@ def test_validate_records_stage_line_says_the_load_as_the_tool_offered_it(tmp_pa
         (line,) = [ln for ln in stdout.splitlines() if ln.startswith("stage '")]
         assert f"': {words}replayed as " in line, line
         assert "capped loop" not in line, line
+
+
+def test_a_kv_cache_short_of_the_context_is_refused_as_vllm_refuses_to_start() -> None:
+    """``kvbudget presets`` lists Llama-3.1-8B on an A10G at 27,616 tokens of KV, and
+    ``simulate --gpu A10G`` simulated a server with max_model_len 131,072 on it (every request
+    expired or waited minutes), while vLLM 0.32.0 does not start there: its KV cache cannot
+    hold one request of max_model_len (``check_enough_kv_cache_memory``). It is refused now, in
+    one line naming the knob and the largest length that fits; with the server's
+    ``--max-model-len`` given it runs."""
+    code, stdout, stderr = run("simulate", "--gpu", "A10G")
+    assert code == 2, stdout
+    line = stderr.strip()
+    assert "\n" not in line and "Traceback" not in stderr, stderr
+    assert line.startswith("error: engine.max_model_len: Llama-3.1-8B on A10G has KV room for "
+                           "27,616 tokens, fewer than one request of max_model_len 131,072 "
+                           "(the model's context, vLLM's default) needs"), line
+    assert "at most 27,600 here" in line, line
+    code, stdout, stderr = run("simulate", "--gpu", "A10G", "--set", "engine.max_model_len=16384",
+                               "--set", "workload.duration_s=5")
+    assert code == 0, stderr
+    assert "max_model_len 16,384" in stdout and "KV capacity 27,616 tokens" in stdout, stdout
+
+
+def test_presets_mark_the_kv_capacities_vllm_does_not_start_with() -> None:
+    """The presets' KV table gave 27,616 tokens for Llama-3.1-8B on an A10G as if it were a
+    server to plan with; at the model's 131,072-token context (vLLM's default max_model_len)
+    vLLM refuses to start there. The models' table now says each model's context and the KV
+    table marks the pairs short of it."""
+    from kvbudget.perf.hardware import get_gpu
+    from kvbudget.perf.kv_capacity import num_gpu_blocks
+    from kvbudget.perf.models import get_model
+
+    code, stdout, stderr = run("presets")
+    assert code == 0, stderr
+    lines = stdout.splitlines()
+    model_row = next(ln for ln in lines if ln.startswith("Llama-3.1-8B ") and "llama" in ln)
+    assert model_row.split()[-1] == "131,072", model_row
+    kv_row = next(ln for ln in lines if ln.startswith("Llama-3.1-8B ") and "llama" not in ln)
+    a10g = num_gpu_blocks(get_gpu("A10G"), get_model("Llama-3.1-8B"), max_num_seqs=256,
+                          max_num_batched_tokens=2048) * 16
+    assert kv_row.split()[1] == f"{a10g:,}*", kv_row
+    assert "*" not in kv_row.split()[6], kv_row  # H100-SXM: 438,192 hold 131,072
+    assert "*: less than one request at the model's context needs: vLLM refuses to start" in (
+        " ".join(stdout.split()))
+
+
+def test_a_given_kv_cache_is_said_as_given_not_as_the_gpus(tmp_path: Path) -> None:
+    """The shipped scenarios/synth_overcommit.toml sets ``num_gpu_blocks = 4000``; its first
+    line read "Llama-3.1-8B on H100-SXM ... KV capacity 64,000 tokens", an H100's KV as far as
+    the screen said, where the presets size one at 438,192. It now says the capacity was given;
+    a run that gave none keeps its summary as it was (``engine_knobs`` has it only where
+    given)."""
+    scenario = Path(__file__).resolve().parents[2] / "scenarios" / "synth_overcommit.toml"
+    code, stdout, stderr = run("simulate", "--scenario", scenario, "--set",
+                               "workload.duration_s=5", "--out", tmp_path / "given")
+    assert code == 0, stderr
+    said = " ".join(stdout.split())
+    assert ("KV capacity 64,000 tokens (engine.num_gpu_blocks 4,000 given, not sized from the "
+            "GPU's memory)") in said, said
+    summary = json.loads((tmp_path / "given" / "summary.json").read_text())
+    assert summary["engine_knobs"]["num_gpu_blocks"] == 4000 == summary["num_gpu_blocks"]
+    code, stdout, stderr = run("simulate", "--set", "workload.duration_s=5", "--json")
+    assert code == 0, stderr
+    assert "num_gpu_blocks" not in json.loads(stdout)["engine_knobs"]
+
+
+def test_a_mistyped_run_directory_is_said_missing_not_damaged(tmp_path: Path) -> None:
+    """``kvbudget report runs/oc`` where no ``runs/oc`` exists said "not a run directory
+    (requests.parquet is missing)", as of a directory a run left half-written; it now says
+    there is no such directory (or that the path is a file)."""
+    code, _, stderr = run("report", tmp_path / "nope", "--out", tmp_path / "out")
+    assert code == 2
+    assert stderr.strip() == f"error: {tmp_path / 'nope'}: not a run directory (no such directory)"
+    (tmp_path / "a.csv").write_text("x\n")
+    code, _, stderr = run("report", tmp_path / "a.csv", "--out", tmp_path / "out")
+    assert code == 2
+    assert stderr.strip().endswith("a.csv: not a run directory (a file, not a directory)"), stderr
+
+
+@pytest.mark.parametrize(("flag", "said"), [
+    ("engine.max_num_seq=3", "engine.max_num_seq: extra inputs are not permitted, got 3 "
+     "(did you mean engine.max_num_seqs?)"),
+    ("max_num_seqs=3", "max_num_seqs: extra inputs are not permitted, got 3 (did you mean "
+     "engine.max_num_seqs?)"),
+    ("engine.speculative_config.num_speculative_token=2",
+     "engine.speculative_config.num_speculative_token: extra inputs are not permitted, got 2 "
+     "(did you mean engine.speculative_config.num_speculative_tokens?)"),
+    ("foo=3", "foo: extra inputs are not permitted, got 3"),
+])
+def test_a_misspelt_scenario_key_is_named_with_the_one_meant(flag: str, said: str) -> None:
+    """``--set engine.max_num_seq=3`` said only "extra inputs are not permitted"; a key given
+    at the top that belongs to a table (``max_num_seqs``) the same; and a misspelt required
+    key (``num_speculative_token``) was reported as the other one missing ("num_speculative_
+    tokens: field required"). Each now names the misspelt key and the one meant."""
+    code, stdout, stderr = run("simulate", "--set", flag)
+    assert code == 2, stdout
+    assert stderr.strip() == f"error: {said}", stderr
+
+
+def test_a_study_says_its_replications_draw_their_own_requests(tmp_path: Path) -> None:
+    """``kvbudget compare --policies conservative,overcommit ... -r 10`` (the README's "better,
+    or noise?") opened with "workload default: 1,617 requests": the scenario seed's draw,
+    which no replication runs (replication r draws from the r-th child of the seed: 1,668,
+    1,667, 1,702 requests at -r 3). The line now says the count is the scenario seed's and
+    that each replication draws its own."""
+    code, _, stderr = run("compare", "--policies", "conservative", "-r", "2", "-j", "1",
+                               "--set", "workload.duration_s=20", "--out", tmp_path / "c")
+    assert code == 0, stderr
+    first = stderr.splitlines()[0]
+    said = re.search(r"; workload default: (\d+) requests at the scenario's seed \(each "
+                     r"replication draws its own requests and count\)$", first)
+    assert said, first
+    import pandas as pd
+
+    counts = pd.read_parquet(tmp_path / "c" / "runs.parquet")["num_requests"].tolist()
+    assert int(said.group(1)) not in counts, (first, counts)  # no replication ran the seed's
+
+
+def test_the_slo_line_says_the_queue_timeouts_expired_counts() -> None:
+    """The tables' ``expired`` column counts requests that "waited past the tier's queue
+    timeout", and no line said what the timeouts were (the default tiers' 10 s and 600 s, a
+    scenario's own): a deadline nobody set, unsaid. The SLO line now names each tier's."""
+    code, stdout, stderr = run("simulate", "--set", "workload.duration_s=20")
+    assert code == 0, stderr
+    said = " ".join(stdout.split())
+    assert ("batch TTFT<=60 s, TPOT<=0.5 s); expired: waited past the queue timeout, "
+            "interactive 10 s, batch 600 s") in said, said
+    scenario = Path(__file__).resolve().parents[2] / "scenarios" / "synth_overcommit.toml"
+    code, stdout, stderr = run("compare", "--scenario", scenario, "--policies", "conservative",
+                               "--set", "workload.duration_s=5", "--set",
+                               "tiers.1.queue_timeout_s=2.5")
+    assert code == 0, stderr
+    assert "queue timeout, interactive 20 s, batch 2.5 s" in " ".join(stdout.split()), stdout

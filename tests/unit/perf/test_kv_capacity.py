@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 from kvbudget.perf.hardware import GIB, get_gpu
-from kvbudget.perf.kv_capacity import cudagraph_capture_sizes, kv_budget, num_gpu_blocks
+from kvbudget.perf.kv_capacity import (
+    check_holds_max_model_len,
+    cudagraph_capture_sizes,
+    kv_budget,
+    num_gpu_blocks,
+)
 from kvbudget.perf.models import get_model
 
 
@@ -70,3 +75,16 @@ def test_capture_sizes_are_vllms() -> None:
     assert len(sizes) == 51 and sizes[:5] == [1, 2, 4, 8, 16] and sizes[-1] == 512
     assert cudagraph_capture_sizes(1024, 16384, large_blackwell=True)[-1] == 1024
     assert cudagraph_capture_sizes(8, 2048) == [1, 2, 4, 8, 16]
+
+
+def test_a_kv_cache_short_of_max_model_len_is_refused_at_vllms_bound() -> None:
+    """vLLM's ``check_enough_kv_cache_memory`` (vllm/v1/core/kv_cache_utils.py): one request of
+    ``max_model_len`` needs ``cdiv(max_model_len, block_size)`` blocks of those left after the
+    block pool's null block; a model with sliding-window layers is not checked here."""
+    gpu, llama = get_gpu("A10G"), get_model("Llama-3.1-8B")
+    check_holds_max_model_len(llama, gpu, 101, 16, 1600, given=True)  # 100 blocks + the null one
+    with pytest.raises(ValueError, match=r"at most 1,600 here"):
+        check_holds_max_model_len(llama, gpu, 101, 16, 1601, given=True)
+    with pytest.raises(ValueError, match=r"max_model_len 1,601 \(given\)"):
+        check_holds_max_model_len(llama, gpu, 101, 16, 1601, given=True)
+    check_holds_max_model_len(get_model("Gemma-2-9B"), gpu, 10, 16, 8192, given=False)

@@ -40,8 +40,10 @@ def test_a_calibrations_repr_shows_its_warnings(shared: Path) -> None:
     rec = kb.read_recording(shared / "measured" / "llmservingsim_vllm019" /
                             "RTX4090_Llama-3.1-8B" / "requests.csv")
     start = kb.VllmStepModel(kb.get_gpu("RTX-4090"), kb.get_model("Llama-3.1-8B"))
+    # max_model_len: the server's (its meta.json): vLLM does not start on 24 GB at the model's
+    # 131,072-token context, nor does the simulation
     config = kb.SimConfig(gpu="RTX-4090", engine=kb.EngineConfig(
-        max_num_seqs=256, max_num_batched_tokens=2048))
+        max_num_seqs=256, max_num_batched_tokens=2048, max_model_len=32768))
     cal = kb.calibrate_recording(rec, config, start, max_evals=12, uncertainty=False)
     text = _unwrapped(repr(cal))
     assert text.startswith(
