@@ -494,9 +494,34 @@ class Gateway:
                 if isinstance(decision, RevokeLeases) and decision.request_ids:
                     actions.extend(self._revoke(decision.request_ids))
                     break
-                return actions  # Wait: strict priority, nothing below this tier is admitted
+                # Wait: strict priority, nothing below this tier is admitted
+                return self._refuse_below(tier_name, actions)
             else:
                 return actions  # a whole scan without progress
+
+    def _refuse_below(self, waiting_tier: str, actions: list[Action]) -> list[Action]:
+        """Refuse now, with the policy's refusal, the heads of the tiers below ``waiting_tier``
+        (whose head waits) that the policy refuses when they find no room: strict priority
+        leaves them none, so a tier answered at once (``batch_on_overload="reject"``) is not
+        held until the waiting head is admitted. Refusals free no room: nothing else moves."""
+        policy = self.policy
+        below = False
+        for tier_name, queue in self._queues_by_priority:
+            if not below:
+                below = tier_name == waiting_tier
+                continue
+            while queue.items:
+                request = queue.items[0]
+                decision = policy.on_no_capacity(request, self)
+                if not isinstance(decision, Refuse):
+                    break
+                self._dequeue(request)
+                tier = self._tiers[tier_name]
+                actions.append(
+                    Reject(request, self._overloaded(request, tier.retryable_on_overload,
+                                                     decision.reason))
+                )
+        return actions
 
     def _overloaded(self, request: Request, retryable: bool, reason: OverloadReason) -> Overloaded:
         """The refusal, with the policy's Retry-After when the caller may retry."""

@@ -101,6 +101,22 @@ def test_batch_reject_mode_answers_retryable_overloaded() -> None:
     assert acts[0].error.retryable and acts[0].error.reason == "no_capacity"
 
 
+def test_batch_reject_mode_answers_at_once_while_interactive_waits() -> None:
+    # an interactive request waits at its queue's head (strict priority: nothing below it is
+    # admitted); a batch arrival under "reject" is answered then, not when the head leaves
+    g = gw("conservative", capacity=300, batch_on_overload="reject")
+    g.arrive(req(1, prompt=100, max_out=150), 0.0)
+    assert not g.arrive(req(2, prompt=100, max_out=100, t=0.1), 0.1)  # waits
+    acts = g.arrive(req(3, tier="batch", prompt=10, max_out=10, t=0.2), 0.2)
+    assert len(acts) == 1 and isinstance(acts[0], Reject)
+    assert acts[0].request.request_id == 3 and acts[0].error.retryable
+    # "wait" keeps it queued behind the interactive head
+    g = gw("conservative", capacity=300)
+    g.arrive(req(1, prompt=100, max_out=150), 0.0)
+    g.arrive(req(2, prompt=100, max_out=100, t=0.1), 0.1)
+    assert not g.arrive(req(3, tier="batch", prompt=10, max_out=10, t=0.2), 0.2)
+
+
 def test_overcommit_reserves_a_fraction_of_max_output() -> None:
     g = gw("overcommit", capacity=10_000, overcommit_ratio=0.25)
     acts = g.arrive(req(1, prompt=100, max_out=101), 0.0)
