@@ -167,6 +167,27 @@ class DecodeGroup:
             self.size -= 1
         return done
 
+    def steps_left(self) -> int:
+        """Steps from the group's step to its first finish, or to a deferred member's blocks
+        filling (it joins ``hist`` then): the longest run it may start."""
+        first = min(self.finish[0][0], self.wake[0][0]) if self.wake else self.finish[0][0]
+        return first - self.step
+
+    def run_blocks(self, k_max: int, free: int, used_now: int, small: bool) -> Ints:
+        """The blocks in use during each of at most ``k_max`` steps of a run from the group's
+        step (``used_now`` in use as it is scheduled, ``free`` left), up to the first that
+        runs out of them (``hist``: a block for each member whose blocks are full); ``small``:
+        in Python numbers."""
+        planner = self.e.planner
+        if small:
+            return planner.group_used_small(self.hist, self.step, k_max, free, used_now)
+        alloc = planner.cut_to_free(planner.group_alloc_plan(self.hist, self.step, k_max), free)
+        return used_now + alloc
+
+    def run_times(self, k: int, small: bool, dt: float, t: float) -> tuple[Floats, Floats]:
+        """The ends and times of a run's ``k`` steps from ``t`` (the first ``dt`` long)."""
+        return self.e.planner.steps(self.size, self.context, k, t, dt, small)
+
     def output_of(self, i: int, ran: int) -> int:
         """Member ``i``'s output tokens, ``ran`` steps of a run after the group's step."""
         return self.e.num_output_tokens.item(i) + self.step - self.members[i] + ran
@@ -332,27 +353,38 @@ class SkipAheadEngine(TiedSteps, Engine):
                 self.kv.take(int(blocks[j] - blocks[j - 1]))
             self._commit_step(self.running_rows(), self._group_end(tail, j))  # (members first)
 
-    def _plan_group(self, n: int, tail: list[tuple[int, int]],
-                    priced_s: float | None) -> tuple[float, Run | None, float]:
-        """The group's step (``n`` members, then ``tail``, those starting; ``priced_s``: its
-        time if known, speculation's): its time, the run it starts (None: none) and the event
-        that run may go a step past (inf: none). The decode group's: a run of decode steps,
-        cut where the blocks run out and, while the waiting head is refused, where it may
-        start (``_jump_limit``); then ``DecodeRunPlanner.keep``'s steps."""
+    def _group_step_s(self, n: int, tail: list[tuple[int, int]],
+                      priced_s: float | None) -> tuple[float, bool]:
+        """The group's step's time (``n`` members, then ``tail``, those starting; ``priced_s``:
+        its time if known, speculation's) and whether a run may follow it: a decode step of
+        the members alone, with no time added to it."""
         g = self._group
         assert g is not None
         if tail or self._step_extra_s:
             return self._step_seconds(tail_features(
                 n, n + g.context, tail, self.num_computed_tokens, self.num_tokens,
-                self.num_output_tokens)), None, math.inf
-        # the next external event, how far the run may go (_plan_until) and whether it may go
-        # on a step past the event's (async scheduling, DecodeRunPlanner.keep)
+                self.num_output_tokens)), False
+        return self.planner.decode_step(n, n + g.context), True
+
+    def _plan_group(self, n: int, tail: list[tuple[int, int]],
+                    priced_s: float | None) -> tuple[float, Run | None, float]:
+        """The group's step (:meth:`_group_step_s`): its time, the run it starts (None: none)
+        and the event that run may go a step past (inf: none), for either group. The run goes
+        to the group's first finish (``steps_left``), as a request becomes schedulable (not
+        behind a refused FCFS head, :meth:`_plan_until`) and to the step in progress at the
+        next external event (or past it: async scheduling, ``DecodeRunPlanner.keep``); it is
+        cut where the blocks run out (the group's ``run_blocks``) and, while the waiting head
+        is refused, where it may start (``_jump_limit``); the group prices its steps
+        (``run_times``)."""
+        g = self._group
+        assert g is not None
+        dt, runs = self._group_step_s(n, tail, priced_s)
+        if not runs:
+            return dt, None, math.inf
         t_ext = self.hooks.next_external_s()
         until = self._plan_until(t_ext) if self.head_refusal else t_ext
         lag = self._async and until == t_ext and self.runs_past_external
-        # the run ends before a deferred member's blocks fill (it joins hist then), as a request
-        # becomes schedulable (not behind a refused FCFS head, _plan_until), or past t_ext's
-        to_end = (min(g.finish[0][0], g.wake[0][0]) if g.wake else g.finish[0][0]) - g.step
+        to_end = g.steps_left()
         if self._pending and not (self._span_head is not None and self.runs_past_external
                                   and self.config.scheduling_policy == "fcfs"):
             to_end = min(to_end, self._pending[0][1] - self.num_steps)
@@ -363,23 +395,17 @@ class SkipAheadEngine(TiedSteps, Engine):
         if notices is not None:
             to_end, read_s = notices.run_end(to_end, self.num_steps)
         planner = self.planner
-        dt = planner.decode_step(n, n + g.context)
         k_max = planner.bound(to_end, self.t, until, dt, lag)
         if notices is not None and read_s != math.inf:
             k_max = planner.bound(k_max, self.t, read_s, dt, notices.notice_steps)
         if k_max <= 1:
             return dt, None, math.inf
-        used_now = self.num_gpu_blocks - (free := self.kv.num_available_blocks)
-        if k_max > GROUP_SMALL_K:
-            alloc = planner.cut_to_free(planner.group_alloc_plan(g.hist, g.step, k_max), free)
-            used: Ints = used_now + alloc
-        else:
-            used = planner.group_used_small(g.hist, g.step, k_max, free, used_now)
-            if self.head_refusal:
-                alloc = np.array(used, np.int64) - used_now
+        small = k_max <= GROUP_SMALL_K
+        free = self.kv.num_available_blocks
+        used = g.run_blocks(k_max, free, self.num_gpu_blocks - free, small)
         if self.head_refusal:
-            used = used[: self._jump_limit(len(used), alloc)]
-        step_end, dts = planner.steps(n, g.context, len(used), self.t, dt, k_max <= GROUP_SMALL_K)
+            used = used[: self._jump_limit(len(used), np.asarray(used) - used[0])]
+        step_end, dts = g.run_times(len(used), small, dt, self.t)
         k = planner.keep(step_end, t_ext, until, lag)
         if notices is not None and read_s != math.inf:
             k = min(k, notices.run_cut(step_end))

@@ -440,7 +440,7 @@ def test_a_group_keeps_its_members_steps_as_sums_and_finishes_each_at_its_step()
         e.in_engine[i] = True
         sd.num_output_steps[i] = 1
         sd.num_spec_tokens[i] = 2
-    g = SpecGroup(e, sd)  # type: ignore[arg-type]
+    g = SpecGroup(e, sd, LINEAR)  # type: ignore[arg-type]
     for i in (0, 1):
         g.join(i, int(e.num_computed_tokens[i]), int(e.num_output_tokens[i]), True)
     assert g.ctx[:4].tolist() == [15 + 6, 21 + 6, 16 + 3, 0]  # (each member's 3 tokens)
