@@ -51,10 +51,11 @@ class DecodeGroup:
     scheduling finds its blocks full, when it joins ``hist`` (``wake`` is a heap of those
     steps, with stale entries of members that left); one that finishes first never does.
 
-    The speed-up's one interface of a group (``spec_run.SpecGroup`` has it too, :data:`RunGroup`):
-    ``members`` (by row, in running order), :meth:`join`, :meth:`advance`, :meth:`end`,
-    :meth:`write`, :meth:`output_of` and :meth:`outputs_into`; the engine plans its runs
-    (``SkipAheadEngine._plan_group``) and commits them (``SkipAheadEngine._group_iteration``)."""
+    The speed-up's one interface of a group (``spec_run.SpecGroup`` has it too): ``members``
+    (by row, in running order), :meth:`join`, :meth:`advance`, :meth:`end`, :meth:`write`,
+    :meth:`output_of`, :meth:`outputs_into` and, for the engine's one run planner
+    (``SkipAheadEngine._plan_group``), :meth:`steps_left`, :meth:`run_blocks` (a run's blocks
+    in use by step, cut where they run out) and :meth:`run_times` (its step ends and times)."""
 
     __slots__ = ("context", "deferred", "e", "finish", "hist", "members", "num_joined", "over",
                  "size", "step", "wake")
@@ -167,17 +168,12 @@ class DecodeGroup:
             self.size -= 1
         return done
 
-    def steps_left(self) -> int:
-        """Steps from the group's step to its first finish, or to a deferred member's blocks
-        filling (it joins ``hist`` then): the longest run it may start."""
+    def steps_left(self) -> int:  # to the first finish, or a deferred member joining hist
         first = min(self.finish[0][0], self.wake[0][0]) if self.wake else self.finish[0][0]
         return first - self.step
 
     def run_blocks(self, k_max: int, free: int, used_now: int, small: bool) -> Ints:
-        """The blocks in use during each of at most ``k_max`` steps of a run from the group's
-        step (``used_now`` in use as it is scheduled, ``free`` left), up to the first that
-        runs out of them (``hist``: a block for each member whose blocks are full); ``small``:
-        in Python numbers."""
+        """(``hist``: a block for each member whose blocks are full; ``small``: lists.)"""
         planner = self.e.planner
         if small:
             return planner.group_used_small(self.hist, self.step, k_max, free, used_now)
@@ -185,7 +181,6 @@ class DecodeGroup:
         return used_now + alloc
 
     def run_times(self, k: int, small: bool, dt: float, t: float) -> tuple[Floats, Floats]:
-        """The ends and times of a run's ``k`` steps from ``t`` (the first ``dt`` long)."""
         return self.e.planner.steps(self.size, self.context, k, t, dt, small)
 
     def output_of(self, i: int, ran: int) -> int:
@@ -356,8 +351,7 @@ class SkipAheadEngine(TiedSteps, Engine):
     def _group_step_s(self, n: int, tail: list[tuple[int, int]],
                       priced_s: float | None) -> tuple[float, bool]:
         """The group's step's time (``n`` members, then ``tail``, those starting; ``priced_s``:
-        its time if known, speculation's) and whether a run may follow it: a decode step of
-        the members alone, with no time added to it."""
+        its time if known, speculation's) and whether a run may follow it."""
         g = self._group
         assert g is not None
         if tail or self._step_extra_s:

@@ -163,16 +163,12 @@ class SpecGroup:
             t = self.terms = None if terms is None else (n, *terms)
         return t
 
-    def steps_left(self) -> int:
-        """Steps from the group's step to its first finish or its clipped drafts: the longest
-        run it may start."""
+    def steps_left(self) -> int:  # to the first finish or clipped drafts
         s0 = self.step
         return min(self.fin_min - s0, max(1, self.clip - s0))
 
     def run_blocks(self, k_max: int, free: int, used_now: int, small: bool) -> Ints:
-        """The blocks in use during each of at most ``k_max`` verify steps of a run from the
-        group's step (its blocks taken, ``used_now`` in use; ``free`` left), up to the first
-        that runs out of them (``blk`` rises); ``small``: in Python numbers."""
+        """(``blk`` rises; ``small``: lists.)"""
         s0 = self.step
         if small:
             blk = self.blk[s0 : s0 + k_max].tolist()
@@ -183,17 +179,15 @@ class SpecGroup:
         return DecodeRunPlanner.cut_to_free(blk_a - blk_a.item(0), free) + used_now
 
     def run_times(self, k: int, small: bool, dt: float, t: float) -> tuple[Floats, Floats]:
-        """The ends and times of a run's ``k`` verify steps from ``t`` (the first ``dt`` long),
-        each priced as ``_step_seconds`` prices its features plus its draft's (those of steps
-        1.. kept in :attr:`draft_run_s` for the commit); ``small``: from the tables
-        (:meth:`price_terms`) in Python numbers where they serve."""
+        """Each step priced as ``_step_seconds`` prices its features, plus its draft's (kept
+        in :attr:`draft_run_s`); ``small``: from the tables (:meth:`price_terms`) as lists."""
         s0, n, cost = self.step, len(self.members), self._cost
         terms = self.price_terms(cost, self.ctx.item(s0 + k - 1)) if small else None
         if terms is not None:
             _, _, fixed, table, dfixed, dtable, gap, q = terms
-            drafts = [(dfixed + d - gap) * q for d in dtable[self.ctx[s0 + 1 : s0 + k]].tolist()]
-            times = [fixed + v + d for v, d in zip(
-                table[self.ctx[s0 + 1 : s0 + k]].tolist(), drafts, strict=True)]
+            cs = self.ctx[s0 + 1 : s0 + k]
+            drafts = [(dfixed + d - gap) * q for d in dtable[cs].tolist()]
+            times = [fixed + v + d for v, d in zip(table[cs].tolist(), drafts, strict=True)]
             times.insert(0, dt)
             self.draft_run_s = drafts
             return run_ends(times, t), times
@@ -347,9 +341,8 @@ class SpecSkipAheadEngine(SkipAheadEngine):
 
     def _group_step_s(self, n: int, tail: list[tuple[int, int]],
                       priced_s: float | None) -> tuple[float, bool]:
-        """``SkipAheadEngine._group_step_s`` of the :class:`SpecGroup` (``priced_s``: the
-        members' verify time, if known): the members' chunks of ``k + 1`` tokens, then the
-        tail's features; a run may follow a step without a tail."""
+        """``SkipAheadEngine._group_step_s``: the members' chunks of ``k + 1`` tokens, then
+        the tail's features."""
         g, spec = self._group, self.spec
         assert g is not None and spec is not None
         q = spec.k + 1
