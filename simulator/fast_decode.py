@@ -20,7 +20,14 @@ import numpy as np
 import simpy
 from simpy.events import Timeout
 
-from kvbudget.simulator.decode_plan import GROUP_SMALL_K, DecodeRunPlanner, Floats, Ints
+from kvbudget.simulator.decode_plan import (
+    GROUP_SMALL_K,
+    DecodeRunPlanner,
+    Floats,
+    Ints,
+    grown,
+    run_used,
+)
 from kvbudget.simulator.engine import Engine, IntArray
 from kvbudget.simulator.fleet_ties import TiedSteps
 from kvbudget.simulator.running_loop import NO_ROWS
@@ -40,81 +47,68 @@ class DecodeGroup:
     the larger of its array's and ``ceil(num_computed_tokens / block_size)``; the arrays are
     written when it leaves or the group is dissolved.
 
-    ``context`` is the members' ``num_computed_tokens`` in all; ``hist[x]`` counts the members
-    whose ``(num_computed_tokens - step) % block_size`` is ``x`` (they take a new block in a
-    step scheduled when ``step % block_size == -x % block_size``: their blocks are full);
-    ``finish`` is a heap of ``(step at which the member has its output, join order, row)``
-    (join order is running order: rows join in the order they started running).
-
-    A member that joined holding blocks beyond its computed tokens (TGI reserves a request's
-    whole output when it starts) is ``deferred`` instead: ``deferred[row]`` is the step whose
-    scheduling finds its blocks full, when it joins ``hist`` (``wake`` is a heap of those
-    steps, with stale entries of members that left); one that finishes first never does.
+    ``context`` is the members' ``num_computed_tokens`` in all; ``take[s]`` the blocks the
+    group's step ``s`` takes: a member takes one in each step that finds its blocks full, from
+    the step that fills those it joined with (TGI reserves a request's whole output when it
+    starts: ``over``), every ``block_size`` steps, to its last; ``finish`` is a heap of ``(step
+    at which the member has its output, join order, row)`` (join order is running order: rows
+    join in the order they started running).
 
     The speed-up's one interface of a group (``spec_run.SpecGroup`` has it too): ``members``
     (by row, in running order), :meth:`join`, :meth:`advance`, :meth:`end`, :meth:`write`,
-    :meth:`output_of`, :meth:`outputs_into` and, for the engine's one run planner
+    :meth:`output_of`, :meth:`outputs_into`, ``take`` and, for the engine's one run planner
     (``SkipAheadEngine._plan_group``), :meth:`steps_left`, :meth:`run_blocks` (a run's blocks
     in use by step, cut where they run out) and :meth:`run_times` (its step ends and times)."""
 
-    __slots__ = ("context", "deferred", "e", "finish", "hist", "members", "num_joined", "over",
-                 "size", "step", "wake")
+    __slots__ = ("context", "e", "finish", "members", "num_joined", "over", "size", "step",
+                 "take")
 
     def __init__(self, e: SkipAheadEngine) -> None:
         """The group of ``e``'s running requests, all decoding."""
         self.e = e
         rows = e.running_rows()
-        bs = e.block_size
         computed = e.num_computed_tokens[rows]
         left = (e.target_output[rows] - e.num_output_tokens[rows]).tolist()
         running = e.running
         finish = list(zip(left, range(len(running)), running, strict=True))
         heapq.heapify(finish)
-        room = e.kv.num_blocks[rows] * bs - computed  # steps until their blocks are full
-        over = np.flatnonzero(room >= bs)  # holding blocks beyond their computed tokens
-        self.hist: list[int] = np.bincount(computed % bs, minlength=bs).tolist()
+        room = e.kv.num_blocks[rows] * e.block_size - computed  # steps until their blocks fill
         self.finish: list[tuple[int, int, int]] = finish
         self.members: dict[int, int] = dict.fromkeys(running, 0)  # row -> step it joined at
         self.step = 0
         self.context = isum(computed)
         self.size = self.num_joined = len(running)
-        self.deferred: dict[int, int] = {}
-        self.wake: list[tuple[int, int]] = []
-        self.over = False  # some member joined holding blocks beyond its computed tokens
+        # some member joined holding blocks beyond its computed tokens
+        self.over = bool((room >= e.block_size).any())
+        self.take = np.zeros(max(left, default=0) + 1, np.int64)
         e.joined_at[rows] = 0
-        if over.size:
-            self.over = True
-            for k in over.tolist():
-                self.hist[computed.item(k) % bs] -= 1
-                self.defer(running[k], room.item(k), left[k])
+        for r, n in zip(room.tolist(), left, strict=True):
+            self.takes(r, n)
 
-    def defer(self, i: int, room: int, left: int) -> None:
-        """Member ``i``, whose blocks fill ``room`` steps from now and which has ``left``
-        output tokens to go, waits out of ``hist`` until they do."""
-        wake = self.step + room
-        self.deferred[i] = wake
-        if room < left:  # its blocks fill before it finishes
-            heapq.heappush(self.wake, (wake, i))
+    def takes(self, first: int, end: int) -> None:
+        """A member takes a block in steps ``first``, ``first + block_size``, .. before ``end``
+        (its last step: ``take`` reaches it, as far as a run may read)."""
+        if end >= len(self.take):
+            self.take = grown(self.take, end)
+        if first < end:
+            self.take[first:end:self.e.block_size] += 1
 
     def join(self, i: int, computed: int, output: int) -> None:
         """Row ``i``, started in the group's step, joins with its first token (``computed``,
         ``output``: its arrays now); join order is running order."""
         e = self.e
         step = self.step
-        bs = e.block_size
         self.members[i] = step
         e.joined_at[i] = step
         self.context += computed
         self.size += 1
-        left = e.target_output.item(i) - output
-        heapq.heappush(self.finish, (left + step, self.num_joined, i))
+        end = e.target_output.item(i) - output + step
+        heapq.heappush(self.finish, (end, self.num_joined, i))
         self.num_joined += 1
-        room = e.kv.num_blocks.item(i) * bs - computed
-        if room >= bs:  # blocks beyond its computed tokens
+        room = e.kv.num_blocks.item(i) * e.block_size - computed
+        if room >= e.block_size:  # blocks beyond its computed tokens
             self.over = True
-            self.defer(i, room, left)
-        else:
-            self.hist[(computed - step) % bs] += 1
+        self.takes(step + room, end)
 
     def write(self, scheduled: bool) -> None:
         """Write every member's arrays (``scheduled``: the group's step's blocks are taken, the
@@ -155,30 +149,20 @@ class DecodeGroup:
             done.append(i)
             # its arrays written, out of the group
             joined = self.members.pop(i)
-            c0 = e.num_computed_tokens.item(i)
-            c = c0 + step - joined
+            c = e.num_computed_tokens.item(i) + step - joined
             e.num_computed_tokens[i] = c
             e.num_output_tokens[i] = e.num_output_tokens.item(i) + step - joined
             e.num_tokens[i] = c + 1
-            if self.deferred.pop(i, None) is None:
-                bs = e.block_size
-                e.kv.num_blocks[i] = max(e.kv.num_blocks.item(i), -(-c // bs))
-                self.hist[(c0 - joined) % bs] -= 1
+            e.kv.num_blocks[i] = max(e.kv.num_blocks.item(i), -(-c // e.block_size))
             self.context -= c
             self.size -= 1
         return done
 
-    def steps_left(self) -> int:  # to the first finish, or a deferred member joining hist
-        first = min(self.finish[0][0], self.wake[0][0]) if self.wake else self.finish[0][0]
-        return first - self.step
+    def steps_left(self) -> int:  # to the first finish
+        return self.finish[0][0] - self.step
 
     def run_blocks(self, k_max: int, free: int, used_now: int, small: bool) -> Ints:
-        """(``hist``: a block for each member whose blocks are full; ``small``: lists.)"""
-        planner = self.e.planner
-        if small:
-            return planner.group_used_small(self.hist, self.step, k_max, free, used_now)
-        alloc = planner.cut_to_free(planner.group_alloc_plan(self.hist, self.step, k_max), free)
-        return used_now + alloc
+        return run_used(self.take, self.step, k_max, free, used_now, small)
 
     def run_times(self, k: int, small: bool, dt: float, t: float) -> tuple[Floats, Floats]:
         return self.e.planner.steps(self.size, self.context, k, t, dt, small)
@@ -291,7 +275,7 @@ class SkipAheadEngine(TiedSteps, Engine):
 
     def _schedule_fit(self, budget: int) -> tuple[IntArray, IntArray, int] | None:
         """``Scheduler._schedule_fit`` of the decode group (formed when every running request
-        had a token last step) in O(1): a token each, a block where full (``hist``)."""
+        had a token last step) in O(1): a token each, a block where full (``take``)."""
         g = self._group
         if (g is None and self.commit.all_decode and self.commit.synced and self.decode_group
                 and self.spec is None):  # (speculation's steps: spec_run.SpecGroup's)
@@ -300,14 +284,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         if g is not None:
             n = g.size
             if self.commit.all_decode and n == len(self.running) and n <= budget:
-                wake = g.wake  # the deferred members whose blocks are full now join hist
-                while wake and wake[0][0] <= g.step:
-                    s, i = heapq.heappop(wake)
-                    if g.deferred.get(i) == s:  # else a stale entry (a member that left)
-                        del g.deferred[i]
-                        g.hist[(self.num_computed_tokens.item(i) - g.members[i])
-                               % self.block_size] += 1
-                total = g.hist[-g.step % self.block_size]  # the members whose blocks are full
+                total = g.take.item(g.step) if n else 0  # those whose blocks are full
                 if total <= self.kv.num_available_blocks:
                     if total:
                         self.kv.take(total)

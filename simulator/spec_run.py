@@ -12,7 +12,6 @@ clips, an abort) ends it and steps as ``Engine``.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Generator
 from functools import reduce
 from operator import add
@@ -24,12 +23,7 @@ import simpy
 from kvbudget.perf.cost_model import CostModel
 from kvbudget.perf.step_features import StepFeatures
 from kvbudget.perf.step_time import VllmStepModel
-from kvbudget.simulator.decode_plan import (
-    DecodeRunPlanner,
-    Floats,
-    Ints,
-    run_ends,
-)
+from kvbudget.simulator.decode_plan import Floats, Ints, grown, run_ends, run_used
 from kvbudget.simulator.engine import FloatArray, IntArray
 from kvbudget.simulator.fast_decode import SkipAheadEngine
 from kvbudget.simulator.running_loop import NO_ROWS
@@ -62,23 +56,22 @@ class SpecGroup:
     output, ``cfin`` (its computed tokens plus ``k + 1``). Its arrays lag until it leaves
     (:meth:`write`).
 
-    By step ``s``: ``ctx[s]`` the members' ``comp`` (the verify step's context), ``blk[s]``
-    their blocks; ``finc[s]`` the ``cfin`` of those finishing in step ``s - 1``, ``adj[s]`` the
-    blocks of those that leave or join at ``s`` that step ``s`` does not take: it takes
-    ``blk[s] - blk[s - 1] + adj[s]``. ``clip``: the first step whose drafts the model's
+    By step ``s``: ``ctx[s]`` the members' ``comp`` (the verify step's context), ``take[s]``
+    the blocks the step takes (as ``fast_decode.DecodeGroup``'s: a member's step takes those
+    its blocks grow by, its first those beyond ``b0`` unless taken), ``finc[s]`` the ``cfin``
+    of those finishing in step ``s - 1``. ``clip``: the first step whose drafts the model's
     length clips for a member (the group ends there); ``fresh``: the blocks of the members
     that joined at the step not yet scheduled; ``terms``: :meth:`price_terms`' last;
     ``draft_run_s``: the draft times of the planned run's steps 1.. (:meth:`run_times`)."""
 
-    __slots__ = ("_cost", "_e", "_spec", "adj", "blk", "clip", "ctx", "draft_run_s", "fin_min",
-                 "finc", "fresh", "members", "step", "terms")
+    __slots__ = ("_cost", "_e", "_spec", "clip", "ctx", "draft_run_s", "fin_min", "finc",
+                 "fresh", "members", "step", "take", "terms")
 
     def __init__(self, e: CommitTarget, spec: SpecDecode, cost: CostModel) -> None:
         self._e, self._spec, self._cost = e, spec, cost
         self.members: dict[int, Member] = {}
-        self.ctx, self.blk = np.zeros(1024, np.int64), np.zeros(1024, np.int64)
+        self.ctx, self.take = np.zeros(1024, np.int64), np.zeros(1024, np.int64)
         self.finc: dict[int, int] = {}
-        self.adj: dict[int, int] = {}
         self.step = 0
         self.fin_min = self.clip = _NEVER
         self.fresh: dict[int, int] = {}
@@ -97,7 +90,7 @@ class SpecGroup:
         s = self.step
         end = s + num
         if end >= len(self.ctx):
-            self._room(end + 1)
+            self.ctx, self.take = grown(self.ctx, end), grown(self.take, end)
         self.ctx[s:end] += comp
         last = comp.item(num - 1)
         mml = e.max_model_len
@@ -108,29 +101,19 @@ class SpecGroup:
             np.maximum(need, b0, out=need)
         else:
             first = need.item(0)
-        self.blk[s:end] += need
-        adj, finc = self.adj, self.finc
-        # step s takes its first step's blocks beyond b0 unless taken; at end it leaves
-        adj[s] = adj.get(s, 0) - (first if taken else b0)
-        adj[end] = adj.get(end, 0) + need.item(num - 1)
+        if num > 1:
+            self.take[s + 1 : end] += need[1:] - need[:-1]
         if not taken:  # it holds the blocks of its first step from then on
+            self.take[s] += first - b0
             self.fresh[i], b0 = b0, first
         if last > mml:  # its drafts clipped at a step (they only grow)
             self.clip = min(self.clip, s + int((comp > mml).argmax()))
         cfin = c0 + left + q
+        finc = self.finc
         finc[end] = finc.get(end, 0) + cfin
         self.members[i] = (i, comp, s, steps0, b0, end, cfin, c0 + q - o0)
         if end < self.fin_min:
             self.fin_min = end
-
-    def _room(self, top: int) -> None:
-        """Room in the sums for steps up to ``top`` (twice as many at least)."""
-        size = max(top, 2 * len(self.ctx))
-        for name in ("ctx", "blk"):
-            old = getattr(self, name)
-            new = np.zeros(size, np.int64)
-            new[: len(old)] = old
-            setattr(self, name, new)
 
     def write(self, scheduled: bool, members: list[Member] | None = None) -> None:
         """Write the members' arrays (or ``members``') as the group's step is ``scheduled`` (its
@@ -168,15 +151,7 @@ class SpecGroup:
         return min(self.fin_min - s0, max(1, self.clip - s0))
 
     def run_blocks(self, k_max: int, free: int, used_now: int, small: bool) -> Ints:
-        """(``blk`` rises; ``small``: lists.)"""
-        s0 = self.step
-        if small:
-            blk = self.blk[s0 : s0 + k_max].tolist()
-            top = blk[0] + free
-            m = bisect.bisect_right(blk, top) if blk[-1] > top else k_max
-            return [used_now - blk[0] + b for b in blk[:m]]
-        blk_a = self.blk[s0 : s0 + k_max]
-        return DecodeRunPlanner.cut_to_free(blk_a - blk_a.item(0), free) + used_now
+        return run_used(self.take, self.step, k_max, free, used_now, small)
 
     def run_times(self, k: int, small: bool, dt: float, t: float) -> tuple[Floats, Floats]:
         """Each step priced as ``_step_seconds`` prices its features, plus its draft's (kept
@@ -278,8 +253,8 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         n = self._before = len(self.running) if commit.synced and commit.all_decode else 0
         g, spec = self._group, self.spec
         if g is not None and spec is not None:
-            s = g.step  # (the blocks step s takes: SpecGroup's docstring)
-            extra = g.blk.item(s) - g.blk.item(s - 1) + g.adj.get(s, 0)
+            s = g.step
+            extra = g.take.item(s)
             if (n == len(g.members) and n and g.step < g.clip and n * (spec.k + 1) <= budget
                     and extra <= self.kv.num_available_blocks):
                 if extra:
