@@ -64,6 +64,24 @@ def grown(arr: IntArray, top: int) -> IntArray:
     return new
 
 
+def block_takes(first: IntArray, end: IntArray, block_size: int) -> IntArray:
+    """``take[s]`` (``s`` to ``max(end)``): how many members take a block in step ``s``, member
+    ``k`` in steps ``first[k]``, ``first[k] + block_size``, .. before ``end[k]``. Counted by
+    phase (``s % block_size``): at ``s = p + block_size * t`` a member of phase ``p`` adds 1
+    from its first ``t`` and 1 less from its end's, summed along ``t``."""
+    bs = block_size
+    top = int(end.max(initial=0)) + 1
+    width = -(-top // bs) + 1  # the t of each phase, its end's included
+    keep = first < end
+    first, end = first[keep], end[keep]
+    phase = first % bs
+    size = bs * width
+    diff = (np.bincount(phase * width + first // bs, minlength=size)
+            - np.bincount(phase * width + (end - phase + bs - 1) // bs, minlength=size))
+    counts = np.add.accumulate(diff.reshape(bs, width), axis=1)  # [p, t]: at p + bs * t
+    return np.ascontiguousarray(counts.T).reshape(-1)[:top].copy()
+
+
 def cut_to_free(alloc_cum: IntArray, free: int) -> IntArray:
     """``alloc_cum`` (blocks steps 1..j take) up to the first that runs out of ``free``."""
     if int(alloc_cum[-1]) > free:

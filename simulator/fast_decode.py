@@ -25,6 +25,7 @@ from kvbudget.simulator.decode_plan import (
     DecodeRunPlanner,
     Floats,
     Ints,
+    block_takes,
     grown,
     run_used,
 )
@@ -68,7 +69,8 @@ class DecodeGroup:
         self.e = e
         rows = e.running_rows()
         computed = e.num_computed_tokens[rows]
-        left = (e.target_output[rows] - e.num_output_tokens[rows]).tolist()
+        left_a = e.target_output[rows] - e.num_output_tokens[rows]
+        left = left_a.tolist()
         running = e.running
         finish = list(zip(left, range(len(running)), running, strict=True))
         heapq.heapify(finish)
@@ -80,10 +82,8 @@ class DecodeGroup:
         self.size = self.num_joined = len(running)
         # some member joined holding blocks beyond its computed tokens
         self.over = bool((room >= e.block_size).any())
-        self.take = np.zeros(max(left, default=0) + 1, np.int64)
+        self.take = block_takes(room, left_a, e.block_size)
         e.joined_at[rows] = 0
-        for r, n in zip(room.tolist(), left, strict=True):
-            self.takes(r, n)
 
     def takes(self, first: int, end: int) -> None:
         """A member takes a block in steps ``first``, ``first + block_size``, .. before ``end``

@@ -17,7 +17,12 @@ from kvbudget.perf.models import get_model
 from kvbudget.perf.roofline import RooflineCostModel
 from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.policies import TierConfig, make_policy
-from kvbudget.simulator.decode_plan import GROUP_SMALL_K, DecodeRunPlanner, run_used
+from kvbudget.simulator.decode_plan import (
+    GROUP_SMALL_K,
+    DecodeRunPlanner,
+    block_takes,
+    run_used,
+)
 from kvbudget.simulator.engine import Engine
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.engine_variants import ENGINE_CLASSES, TrtllmEngine
@@ -666,6 +671,25 @@ def test_a_short_group_runs_blocks_are_the_array_plans(
     assert run_used(take_a, s0, k_max, free, used_now, True) == want.tolist()
     steps = list(accumulate(take_a[s0 + 1 : s0 + k_max].tolist(), initial=used_now))
     assert want.tolist() == [u for u in steps if u - used_now <= free]  # (they only rise)
+
+
+@SETTINGS
+@given(
+    st.sampled_from([1, 2, 16, 32]),
+    st.lists(st.tuples(st.integers(0, 100), st.integers(0, 200)), max_size=30),
+)
+def test_a_formed_groups_blocks_by_step_are_each_members_steps(
+    bs: int, members: list[tuple[int, int]]
+) -> None:
+    """:func:`block_takes` (a decode group forming: its members' blocks by step, counted by
+    phase with arrays) gives each member's block in steps ``first``, ``first + bs``, ..
+    before ``end``, one member at a time."""
+    first = np.array([f for f, _ in members], np.int64)
+    end = np.array([e for _, e in members], np.int64)
+    want = np.zeros(max((e for _, e in members), default=0) + 1, np.int64)
+    for f, e in members:
+        want[f:e:bs] += 1
+    assert block_takes(first, end, bs).tolist() == want.tolist()
 
 
 def test_a_runs_last_step_start_takes_its_turn_among_tied_step_ends() -> None:
