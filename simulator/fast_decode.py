@@ -57,9 +57,10 @@ class DecodeGroup:
 
     The speed-up's one interface of a group (``spec_run.SpecGroup`` has it too): ``members``
     (by row, in running order), :meth:`join`, :meth:`advance`, :meth:`end`, :meth:`write`,
-    :meth:`output_of`, :meth:`outputs_into`, ``take`` and, for the engine's one run planner
-    (``SkipAheadEngine._plan_group``), :meth:`steps_left`, :meth:`run_blocks` (a run's blocks
-    in use by step, cut where they run out) and :meth:`run_times` (its step ends and times)."""
+    :meth:`output_of`, :meth:`outputs_into` and, for the engine's one run planner
+    (``SkipAheadEngine._plan_group``), ``step``, ``take`` (a run's blocks in use by step:
+    ``decode_plan.run_used``), :meth:`steps_left` and :meth:`run_times` (its step ends and
+    times)."""
 
     __slots__ = ("context", "e", "finish", "members", "num_joined", "over", "size", "step",
                  "take")
@@ -85,14 +86,6 @@ class DecodeGroup:
         self.take = block_takes(room, left_a, e.block_size)
         e.joined_at[rows] = 0
 
-    def takes(self, first: int, end: int) -> None:
-        """A member takes a block in steps ``first``, ``first + block_size``, .. before ``end``
-        (its last step: ``take`` reaches it, as far as a run may read)."""
-        if end >= len(self.take):
-            self.take = grown(self.take, end)
-        if first < end:
-            self.take[first:end:self.e.block_size] += 1
-
     def join(self, i: int, computed: int, output: int) -> None:
         """Row ``i``, started in the group's step, joins with its first token (``computed``,
         ``output``: its arrays now); join order is running order."""
@@ -105,10 +98,14 @@ class DecodeGroup:
         end = e.target_output.item(i) - output + step
         heapq.heappush(self.finish, (end, self.num_joined, i))
         self.num_joined += 1
-        room = e.kv.num_blocks.item(i) * e.block_size - computed
-        if room >= e.block_size:  # blocks beyond its computed tokens
+        bs = e.block_size
+        first = step + e.kv.num_blocks.item(i) * bs - computed  # (its blocks full)
+        if first >= step + bs:  # blocks beyond its computed tokens
             self.over = True
-        self.takes(step + room, end)
+        if end >= len(self.take):  # (take reaches its last step, as far as a run may read)
+            self.take = grown(self.take, end)
+        if first < end:  # a block in steps first, first + bs, .. before its last
+            self.take[first:end:bs] += 1
 
     def write(self, scheduled: bool) -> None:
         """Write every member's arrays (``scheduled``: the group's step's blocks are taken, the
@@ -160,9 +157,6 @@ class DecodeGroup:
 
     def steps_left(self) -> int:  # to the first finish
         return self.finish[0][0] - self.step
-
-    def run_blocks(self, k_max: int, free: int, used_now: int, small: bool) -> Ints:
-        return run_used(self.take, self.step, k_max, free, used_now, small)
 
     def run_times(self, k: int, small: bool, dt: float, t: float) -> tuple[Floats, Floats]:
         return self.e.planner.steps(self.size, self.context, k, t, dt, small)
@@ -344,9 +338,9 @@ class SkipAheadEngine(TiedSteps, Engine):
         to the group's first finish (``steps_left``), as a request becomes schedulable (not
         behind a refused FCFS head, :meth:`_plan_until`) and to the step in progress at the
         next external event (or past it: async scheduling, ``DecodeRunPlanner.keep``); it is
-        cut where the blocks run out (the group's ``run_blocks``) and, while the waiting head
-        is refused, where it may start (``_jump_limit``); the group prices its steps
-        (``run_times``)."""
+        cut where the blocks run out (``run_used`` of the group's ``take``) and, while the
+        waiting head is refused, where it may start (``_jump_limit``); the group prices its
+        steps (``run_times``)."""
         g = self._group
         assert g is not None
         dt, runs = self._group_step_s(n, tail, priced_s)
@@ -373,7 +367,7 @@ class SkipAheadEngine(TiedSteps, Engine):
             return dt, None, math.inf
         small = k_max <= GROUP_SMALL_K
         free = self.kv.num_available_blocks
-        used = g.run_blocks(k_max, free, self.num_gpu_blocks - free, small)
+        used = run_used(g.take, g.step, k_max, free, self.num_gpu_blocks - free, small)
         if self.head_refusal:
             used = used[: self._jump_limit(len(used), np.asarray(used) - used[0])]
         step_end, dts = g.run_times(len(used), small, dt, self.t)

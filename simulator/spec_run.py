@@ -23,7 +23,7 @@ import simpy
 from kvbudget.perf.cost_model import CostModel
 from kvbudget.perf.step_features import StepFeatures
 from kvbudget.perf.step_time import VllmStepModel
-from kvbudget.simulator.decode_plan import Floats, Ints, grown, run_ends, run_used
+from kvbudget.simulator.decode_plan import Floats, grown, run_ends
 from kvbudget.simulator.engine import FloatArray, IntArray
 from kvbudget.simulator.fast_decode import SkipAheadEngine
 from kvbudget.simulator.running_loop import NO_ROWS
@@ -149,9 +149,6 @@ class SpecGroup:
     def steps_left(self) -> int:  # to the first finish or clipped drafts
         s0 = self.step
         return min(self.fin_min - s0, max(1, self.clip - s0))
-
-    def run_blocks(self, k_max: int, free: int, used_now: int, small: bool) -> Ints:
-        return run_used(self.take, self.step, k_max, free, used_now, small)
 
     def run_times(self, k: int, small: bool, dt: float, t: float) -> tuple[Floats, Floats]:
         """Each step priced as ``_step_seconds`` prices its features, plus its draft's (kept
