@@ -82,15 +82,6 @@ def block_takes(first: IntArray, end: IntArray, block_size: int) -> IntArray:
     return np.ascontiguousarray(counts.T).reshape(-1)[:top].copy()
 
 
-def cut_to_free(alloc_cum: IntArray, free: int) -> IntArray:
-    """``alloc_cum`` (blocks steps 1..j take) up to the first that runs out of ``free``."""
-    if int(alloc_cum[-1]) > free:
-        # alloc_cum never decreases: the first step that runs out of blocks
-        fail = int(alloc_cum.searchsorted(free, side="right"))
-        return alloc_cum[: max(fail, 1)]
-    return alloc_cum
-
-
 def run_used(take: IntArray, s0: int, k_max: int, free: int, used_now: int, small: bool
              ) -> Ints:
     """The blocks in use during each of at most ``k_max`` steps of a run from a group's step
@@ -101,9 +92,12 @@ def run_used(take: IntArray, s0: int, k_max: int, free: int, used_now: int, smal
         if used[-1] - used_now > free:  # the first step that runs out of blocks ends the run
             del used[max(1, bisect.bisect_right(used, used_now + free)):]
         return used
-    alloc = take[s0 : s0 + k_max].copy()
+    alloc = take[s0 : s0 + k_max].copy()  # the blocks steps 1..j take, summed
     alloc[0] = 0
-    return used_now + cut_to_free(np.add.accumulate(alloc, out=alloc), free)
+    np.add.accumulate(alloc, out=alloc)
+    if int(alloc[-1]) > free:  # (it only rises) the first step that runs out of blocks
+        alloc = alloc[: max(int(alloc.searchsorted(free, side="right")), 1)]
+    return used_now + alloc
 
 
 class DecodeRunPlanner:
