@@ -39,6 +39,7 @@ __all__ = ["DecodeGroup", "SkipAheadEngine"]
 
 Run = tuple[Floats, Ints, Floats]
 """A planned decode run: its steps' ends, the blocks in use during each, their durations."""
+_ONE = np.int64(1)
 
 
 class DecodeGroup:
@@ -105,7 +106,8 @@ class DecodeGroup:
         if end >= len(self.take):  # (take reaches its last step, as far as a run may read)
             self.take = grown(self.take, end)
         if first < end:  # a block in steps first, first + bs, .. before its last
-            self.take[first:end:bs] += 1
+            steps = self.take[first:end:bs]  # (in place, an int64 one: about half the
+            np.add(steps, _ONE, steps)  # instructions of ``+= 1``, which converts and copies back)
 
     def write(self, scheduled: bool) -> None:
         """Write every member's arrays (``scheduled``: the group's step's blocks are taken, the
