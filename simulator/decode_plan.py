@@ -1,8 +1,9 @@
-"""The arithmetic of a run of pure-decode steps, done at once (skip-ahead's planner): every
-running request gets one token per step, so step ``j`` (from 0) attends to ``c0 + n (j + 1)``
-tokens, and a request with ``c`` tokens computed and ``b`` blocks takes its next block at step
-``b * block_size - c`` and then every ``block_size`` steps. The run ends at the first finish,
-the first step that runs out of blocks, or the step in progress at the next external event. A
+"""The arithmetic of a run of a group's steps, done at once (skip-ahead's planner): the blocks
+each step of the group takes, by step (``take``, kept by the group as its members join), give
+the blocks in use during each step of a run (:func:`run_used`), cut at the first step that runs
+out of them; a run of decode steps (every running request gets one token a step, so step ``j``
+from 0 attends to ``c0 + n (j + 1)`` tokens) is priced at once (:meth:`DecodeRunPlanner.steps`)
+and cut at the step in progress at the next external event (:meth:`DecodeRunPlanner.keep`). A
 short run (:data:`GROUP_SMALL_K`) in Python numbers, a longer one with arrays: the same bits
 (``tests/model/test_properties.py`` compares them).
 """
@@ -56,6 +57,49 @@ def run_ends(dts: Floats, t: float) -> Floats:
     return np.add.accumulate(ends_a, out=ends_a)
 
 
+def grown(arr: IntArray, top: int) -> IntArray:
+    """``arr`` with room for index ``top`` (twice as long at least), zeros beyond it."""
+    new = np.zeros(max(top + 1, 2 * len(arr)), np.int64)
+    new[: len(arr)] = arr
+    return new
+
+
+def block_takes(first: IntArray, end: IntArray, block_size: int) -> IntArray:
+    """``take[s]`` (``s`` to ``max(end)``): how many members take a block in step ``s``, member
+    ``k`` in steps ``first[k]``, ``first[k] + block_size``, .. before ``end[k]``. Counted by
+    phase (``s % block_size``): at ``s = p + block_size * t`` a member of phase ``p`` adds 1
+    from its first ``t`` and 1 less from its end's, summed along ``t``."""
+    bs = block_size
+    top = int(end.max(initial=0)) + 1
+    width = -(-top // bs) + 1  # the t of each phase, its end's included
+    keep = first < end
+    first, end = first[keep], end[keep]
+    phase = first % bs
+    size = bs * width
+    diff = (np.bincount(phase * width + first // bs, minlength=size)
+            - np.bincount(phase * width + (end - phase + bs - 1) // bs, minlength=size))
+    counts = np.add.accumulate(diff.reshape(bs, width), axis=1)  # [p, t]: at p + bs * t
+    return np.ascontiguousarray(counts.T).reshape(-1)[:top].copy()
+
+
+def run_used(take: IntArray, s0: int, k_max: int, free: int, used_now: int, small: bool
+             ) -> Ints:
+    """The blocks in use during each of at most ``k_max`` steps of a run from a group's step
+    ``s0`` (its blocks taken, ``used_now`` in use), steps ``s0 + 1``.. taking ``take[s]``
+    more, up to the first that runs out of the ``free`` ones; ``small``: in Python numbers."""
+    if small:
+        used = list(accumulate(take[s0 + 1 : s0 + k_max].tolist(), initial=used_now))
+        if used[-1] - used_now > free:  # the first step that runs out of blocks ends the run
+            del used[max(1, bisect.bisect_right(used, used_now + free)):]
+        return used
+    alloc = take[s0 : s0 + k_max].copy()  # the blocks steps 1..j take, summed
+    alloc[0] = 0
+    np.add.accumulate(alloc, out=alloc)
+    if int(alloc[-1]) > free:  # (it only rises) the first step that runs out of blocks
+        alloc = alloc[: max(int(alloc.searchsorted(free, side="right")), 1)]
+    return used_now + alloc
+
+
 class DecodeRunPlanner:
     """Plans decode runs for one engine (its cost model and block size)."""
 
@@ -66,9 +110,6 @@ class DecodeRunPlanner:
         self.tie: Callable[[Floats], int] | None = None
         # whether a timeline sample falls in [t0, t1) (keep's ``lag``; by default, always)
         self.sample_in: Callable[[float, float], bool] = lambda t0, t1: True
-        # (-m) % block_size for m = 0, 1, ...: sliced from block_size - r, it is (r - j) %
-        # block_size for j = 0, 1, ... (group_alloc_plan's phase, one table for every r)
-        self._phase = (-np.arange(MAX_JUMP_STEPS + 2 * block_size, dtype=np.int64)) % block_size
         # a run's step times as an array (the bits of one step_time call per step)
         self._decode_array = cost.decode_step_times
         self._step_time = cost.step_time
@@ -109,40 +150,6 @@ class DecodeRunPlanner:
         if until != t_ext:
             k = min(k, max(bisect.bisect_left(ends, t_ext) + 1, bisect.bisect_right(ends, until)))
         return k
-
-    def group_alloc_plan(self, hist: list[int], step: int, k_max: int) -> IntArray:
-        """Blocks the decode group's run takes in steps 1..j, ``j < k_max``: ``hist[x]``
-        members take one where ``(step + j) % block_size == -x % block_size``."""
-        bs = self.block_size
-        start = bs - (-step) % bs  # step j reads hist[(-step - j) % bs]
-        per = np.array(hist, np.int64)[self._phase[start : start + k_max]]
-        per[0] = 0
-        return np.add.accumulate(per, out=per)
-
-    @staticmethod
-    def cut_to_free(alloc_cum: IntArray, free: int) -> IntArray:
-        """``alloc_cum`` (blocks steps 1..j take) up to the first that runs out of ``free``."""
-        if int(alloc_cum[-1]) > free:
-            # alloc_cum never decreases: the first step that runs out of blocks
-            fail = int(alloc_cum.searchsorted(free, side="right"))
-            return alloc_cum[: max(fail, 1)]
-        return alloc_cum
-
-    def group_used_small(
-        self, hist: list[int], step: int, k_max: int, free: int, used_now: int
-    ) -> list[int]:
-        """:meth:`group_alloc_plan` cut by :meth:`cut_to_free`, plus ``used_now``, in Python
-        numbers: the blocks in use during each step of a short run (:data:`GROUP_SMALL_K`)."""
-        bs = self.block_size
-        # step j takes hist[(-step - j) % bs] blocks: hist read backwards from step 1's entry,
-        # round and round
-        r = (-step - 1) % bs
-        turn = hist[r::-1] + hist[:r:-1]
-        per_step = (turn * -(-(k_max - 1) // bs))[: k_max - 1]
-        used = list(accumulate(per_step, initial=used_now))
-        if used[-1] - used_now > free:  # the first step that runs out of blocks ends the run
-            del used[max(1, bisect.bisect_right(used, used_now + free)):]
-        return used
 
     def steps(self, n: int, c0: int, k_max: int, t: float, dt0: float,
               small: bool) -> tuple[Floats, Floats]:

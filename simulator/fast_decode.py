@@ -20,7 +20,15 @@ import numpy as np
 import simpy
 from simpy.events import Timeout
 
-from kvbudget.simulator.decode_plan import GROUP_SMALL_K, DecodeRunPlanner, Floats, Ints
+from kvbudget.simulator.decode_plan import (
+    GROUP_SMALL_K,
+    DecodeRunPlanner,
+    Floats,
+    Ints,
+    block_takes,
+    grown,
+    run_used,
+)
 from kvbudget.simulator.engine import Engine, IntArray
 from kvbudget.simulator.fleet_ties import TiedSteps
 from kvbudget.simulator.running_loop import NO_ROWS
@@ -31,6 +39,7 @@ __all__ = ["DecodeGroup", "SkipAheadEngine"]
 
 Run = tuple[Floats, Ints, Floats]
 """A planned decode run: its steps' ends, the blocks in use during each, their durations."""
+_ONE = np.int64(1)
 
 
 class DecodeGroup:
@@ -40,80 +49,65 @@ class DecodeGroup:
     the larger of its array's and ``ceil(num_computed_tokens / block_size)``; the arrays are
     written when it leaves or the group is dissolved.
 
-    ``context`` is the members' ``num_computed_tokens`` in all; ``hist[x]`` counts the members
-    whose ``(num_computed_tokens - step) % block_size`` is ``x`` (they take a new block in a
-    step scheduled when ``step % block_size == -x % block_size``: their blocks are full);
-    ``finish`` is a heap of ``(step at which the member has its output, join order, row)``
-    (join order is running order: rows join in the order they started running).
+    ``context`` is the members' ``num_computed_tokens`` in all; ``take[s]`` the blocks the
+    group's step ``s`` takes: a member takes one in each step that finds its blocks full, from
+    the step that fills those it joined with (TGI reserves a request's whole output when it
+    starts: ``over``), every ``block_size`` steps, to its last; ``finish`` is a heap of ``(step
+    at which the member has its output, join order, row)`` (join order is running order: rows
+    join in the order they started running).
 
-    A member that joined holding blocks beyond its computed tokens (TGI reserves a request's
-    whole output when it starts) is ``deferred`` instead: ``deferred[row]`` is the step whose
-    scheduling finds its blocks full, when it joins ``hist`` (``wake`` is a heap of those
-    steps, with stale entries of members that left); one that finishes first never does.
+    The speed-up's one interface of a group (``spec_run.SpecGroup`` has it too): ``members``
+    (by row, in running order), :meth:`join`, :meth:`advance`, :meth:`end`, :meth:`write`,
+    :meth:`output_of`, :meth:`outputs_into` and, for the engine's one run planner
+    (``SkipAheadEngine._plan_group``), ``step``, ``take`` (a run's blocks in use by step:
+    ``decode_plan.run_used``), :meth:`steps_left` and :meth:`run_times` (its step ends and
+    times)."""
 
-    The speed-up's one interface of a group (``spec_run.SpecGroup`` has it too, :data:`RunGroup`):
-    ``members`` (by row, in running order), :meth:`join`, :meth:`advance`, :meth:`end`,
-    :meth:`write`, :meth:`output_of` and :meth:`outputs_into`; the engine plans its runs
-    (``SkipAheadEngine._plan_group``) and commits them (``SkipAheadEngine._group_iteration``)."""
-
-    __slots__ = ("context", "deferred", "e", "finish", "hist", "members", "num_joined", "over",
-                 "size", "step", "wake")
+    __slots__ = ("context", "e", "finish", "members", "num_joined", "over", "size", "step",
+                 "take")
 
     def __init__(self, e: SkipAheadEngine) -> None:
         """The group of ``e``'s running requests, all decoding."""
         self.e = e
         rows = e.running_rows()
-        bs = e.block_size
         computed = e.num_computed_tokens[rows]
-        left = (e.target_output[rows] - e.num_output_tokens[rows]).tolist()
+        left_a = e.target_output[rows] - e.num_output_tokens[rows]
+        left = left_a.tolist()
         running = e.running
         finish = list(zip(left, range(len(running)), running, strict=True))
         heapq.heapify(finish)
-        room = e.kv.num_blocks[rows] * bs - computed  # steps until their blocks are full
-        over = np.flatnonzero(room >= bs)  # holding blocks beyond their computed tokens
-        self.hist: list[int] = np.bincount(computed % bs, minlength=bs).tolist()
+        room = e.kv.num_blocks[rows] * e.block_size - computed  # steps until their blocks fill
         self.finish: list[tuple[int, int, int]] = finish
         self.members: dict[int, int] = dict.fromkeys(running, 0)  # row -> step it joined at
         self.step = 0
         self.context = isum(computed)
         self.size = self.num_joined = len(running)
-        self.deferred: dict[int, int] = {}
-        self.wake: list[tuple[int, int]] = []
-        self.over = False  # some member joined holding blocks beyond its computed tokens
+        # some member joined holding blocks beyond its computed tokens
+        self.over = bool((room >= e.block_size).any())
+        self.take = block_takes(room, left_a, e.block_size)
         e.joined_at[rows] = 0
-        if over.size:
-            self.over = True
-            for k in over.tolist():
-                self.hist[computed.item(k) % bs] -= 1
-                self.defer(running[k], room.item(k), left[k])
-
-    def defer(self, i: int, room: int, left: int) -> None:
-        """Member ``i``, whose blocks fill ``room`` steps from now and which has ``left``
-        output tokens to go, waits out of ``hist`` until they do."""
-        wake = self.step + room
-        self.deferred[i] = wake
-        if room < left:  # its blocks fill before it finishes
-            heapq.heappush(self.wake, (wake, i))
 
     def join(self, i: int, computed: int, output: int) -> None:
         """Row ``i``, started in the group's step, joins with its first token (``computed``,
         ``output``: its arrays now); join order is running order."""
         e = self.e
         step = self.step
-        bs = e.block_size
         self.members[i] = step
         e.joined_at[i] = step
         self.context += computed
         self.size += 1
-        left = e.target_output.item(i) - output
-        heapq.heappush(self.finish, (left + step, self.num_joined, i))
+        end = e.target_output.item(i) - output + step
+        heapq.heappush(self.finish, (end, self.num_joined, i))
         self.num_joined += 1
-        room = e.kv.num_blocks.item(i) * bs - computed
-        if room >= bs:  # blocks beyond its computed tokens
+        bs = e.block_size
+        first = step + e.kv.num_blocks.item(i) * bs - computed  # (its blocks full)
+        if first >= step + bs:  # blocks beyond its computed tokens
             self.over = True
-            self.defer(i, room, left)
-        else:
-            self.hist[(computed - step) % bs] += 1
+        if end >= len(self.take):  # (take reaches its last step, as far as a run may read)
+            self.take = grown(self.take, end)
+        if first < end:  # a block in steps first, first + bs, .. before its last
+            steps = self.take[first:end:bs]  # (in place, an int64 one: about half the
+            np.add(steps, _ONE, steps)  # instructions of ``+= 1``, which converts and copies back)
 
     def write(self, scheduled: bool) -> None:
         """Write every member's arrays (``scheduled``: the group's step's blocks are taken, the
@@ -154,18 +148,20 @@ class DecodeGroup:
             done.append(i)
             # its arrays written, out of the group
             joined = self.members.pop(i)
-            c0 = e.num_computed_tokens.item(i)
-            c = c0 + step - joined
+            c = e.num_computed_tokens.item(i) + step - joined
             e.num_computed_tokens[i] = c
             e.num_output_tokens[i] = e.num_output_tokens.item(i) + step - joined
             e.num_tokens[i] = c + 1
-            if self.deferred.pop(i, None) is None:
-                bs = e.block_size
-                e.kv.num_blocks[i] = max(e.kv.num_blocks.item(i), -(-c // bs))
-                self.hist[(c0 - joined) % bs] -= 1
+            e.kv.num_blocks[i] = max(e.kv.num_blocks.item(i), -(-c // e.block_size))
             self.context -= c
             self.size -= 1
         return done
+
+    def steps_left(self) -> int:  # to the first finish
+        return self.finish[0][0] - self.step
+
+    def run_times(self, k: int, small: bool, dt: float, t: float) -> tuple[Floats, Floats]:
+        return self.e.planner.steps(self.size, self.context, k, t, dt, small)
 
     def output_of(self, i: int, ran: int) -> int:
         """Member ``i``'s output tokens, ``ran`` steps of a run after the group's step."""
@@ -275,7 +271,7 @@ class SkipAheadEngine(TiedSteps, Engine):
 
     def _schedule_fit(self, budget: int) -> tuple[IntArray, IntArray, int] | None:
         """``Scheduler._schedule_fit`` of the decode group (formed when every running request
-        had a token last step) in O(1): a token each, a block where full (``hist``)."""
+        had a token last step) in O(1): a token each, a block where full (``take``)."""
         g = self._group
         if (g is None and self.commit.all_decode and self.commit.synced and self.decode_group
                 and self.spec is None):  # (speculation's steps: spec_run.SpecGroup's)
@@ -284,14 +280,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         if g is not None:
             n = g.size
             if self.commit.all_decode and n == len(self.running) and n <= budget:
-                wake = g.wake  # the deferred members whose blocks are full now join hist
-                while wake and wake[0][0] <= g.step:
-                    s, i = heapq.heappop(wake)
-                    if g.deferred.get(i) == s:  # else a stale entry (a member that left)
-                        del g.deferred[i]
-                        g.hist[(self.num_computed_tokens.item(i) - g.members[i])
-                               % self.block_size] += 1
-                total = g.hist[-g.step % self.block_size]  # the members whose blocks are full
+                total = g.take.item(g.step) if n else 0  # those whose blocks are full
                 if total <= self.kv.num_available_blocks:
                     if total:
                         self.kv.take(total)
@@ -332,27 +321,37 @@ class SkipAheadEngine(TiedSteps, Engine):
                 self.kv.take(int(blocks[j] - blocks[j - 1]))
             self._commit_step(self.running_rows(), self._group_end(tail, j))  # (members first)
 
-    def _plan_group(self, n: int, tail: list[tuple[int, int]],
-                    priced_s: float | None) -> tuple[float, Run | None, float]:
-        """The group's step (``n`` members, then ``tail``, those starting; ``priced_s``: its
-        time if known, speculation's): its time, the run it starts (None: none) and the event
-        that run may go a step past (inf: none). The decode group's: a run of decode steps,
-        cut where the blocks run out and, while the waiting head is refused, where it may
-        start (``_jump_limit``); then ``DecodeRunPlanner.keep``'s steps."""
+    def _group_step_s(self, n: int, tail: list[tuple[int, int]],
+                      priced_s: float | None) -> tuple[float, bool]:
+        """The group's step's time (``n`` members, then ``tail``, those starting; ``priced_s``:
+        its time if known, speculation's) and whether a run may follow it."""
         g = self._group
         assert g is not None
         if tail or self._step_extra_s:
             return self._step_seconds(tail_features(
                 n, n + g.context, tail, self.num_computed_tokens, self.num_tokens,
-                self.num_output_tokens)), None, math.inf
-        # the next external event, how far the run may go (_plan_until) and whether it may go
-        # on a step past the event's (async scheduling, DecodeRunPlanner.keep)
+                self.num_output_tokens)), False
+        return self.planner.decode_step(n, n + g.context), True
+
+    def _plan_group(self, n: int, tail: list[tuple[int, int]],
+                    priced_s: float | None) -> tuple[float, Run | None, float]:
+        """The group's step (:meth:`_group_step_s`): its time, the run it starts (None: none)
+        and the event that run may go a step past (inf: none), for either group. The run goes
+        to the group's first finish (``steps_left``), as a request becomes schedulable (not
+        behind a refused FCFS head, :meth:`_plan_until`) and to the step in progress at the
+        next external event (or past it: async scheduling, ``DecodeRunPlanner.keep``); it is
+        cut where the blocks run out (``run_used`` of the group's ``take``) and, while the
+        waiting head is refused, where it may start (``_jump_limit``); the group prices its
+        steps (``run_times``)."""
+        g = self._group
+        assert g is not None
+        dt, runs = self._group_step_s(n, tail, priced_s)
+        if not runs:
+            return dt, None, math.inf
         t_ext = self.hooks.next_external_s()
         until = self._plan_until(t_ext) if self.head_refusal else t_ext
         lag = self._async and until == t_ext and self.runs_past_external
-        # the run ends before a deferred member's blocks fill (it joins hist then), as a request
-        # becomes schedulable (not behind a refused FCFS head, _plan_until), or past t_ext's
-        to_end = (min(g.finish[0][0], g.wake[0][0]) if g.wake else g.finish[0][0]) - g.step
+        to_end = g.steps_left()
         if self._pending and not (self._span_head is not None and self.runs_past_external
                                   and self.config.scheduling_policy == "fcfs"):
             to_end = min(to_end, self._pending[0][1] - self.num_steps)
@@ -363,23 +362,17 @@ class SkipAheadEngine(TiedSteps, Engine):
         if notices is not None:
             to_end, read_s = notices.run_end(to_end, self.num_steps)
         planner = self.planner
-        dt = planner.decode_step(n, n + g.context)
         k_max = planner.bound(to_end, self.t, until, dt, lag)
         if notices is not None and read_s != math.inf:
             k_max = planner.bound(k_max, self.t, read_s, dt, notices.notice_steps)
         if k_max <= 1:
             return dt, None, math.inf
-        used_now = self.num_gpu_blocks - (free := self.kv.num_available_blocks)
-        if k_max > GROUP_SMALL_K:
-            alloc = planner.cut_to_free(planner.group_alloc_plan(g.hist, g.step, k_max), free)
-            used: Ints = used_now + alloc
-        else:
-            used = planner.group_used_small(g.hist, g.step, k_max, free, used_now)
-            if self.head_refusal:
-                alloc = np.array(used, np.int64) - used_now
+        small = k_max <= GROUP_SMALL_K
+        free = self.kv.num_available_blocks
+        used = run_used(g.take, g.step, k_max, free, self.num_gpu_blocks - free, small)
         if self.head_refusal:
-            used = used[: self._jump_limit(len(used), alloc)]
-        step_end, dts = planner.steps(n, g.context, len(used), self.t, dt, k_max <= GROUP_SMALL_K)
+            used = used[: self._jump_limit(len(used), np.asarray(used) - used[0])]
+        step_end, dts = g.run_times(len(used), small, dt, self.t)
         k = planner.keep(step_end, t_ext, until, lag)
         if notices is not None and read_s != math.inf:
             k = min(k, notices.run_cut(step_end))

@@ -1,18 +1,17 @@
 """Speculative decoding on the speed-up path (:class:`SpecSkipAheadEngine`), with stepping's
 results: the running requests kept as a :class:`SpecGroup` while each verifies ``k`` drafts a
 step, as ``fast_decode.DecodeGroup`` keeps decoding ones. A request's accepted drafts are draws
-made as it came in (:meth:`SpecDecode.steps_ahead`: their running sums), so as it joins, the step it finishes
-in and its tokens and blocks at each step follow, added to the group's sums by step at once; a
-run of the group's steps (:meth:`SpecGroup.plan`, cut as a decode run is) and its commit read
-slices of those sums. The group forms at a step with every running request verifying its
-drafts; a request that starts in one joins with its first token. Any other step (blocks that do
-not fit, a prefill, drafts the model's length clips, an abort) ends it and steps as ``Engine``.
+made as it came in (:meth:`SpecDecode.steps_ahead`: their running sums), so as it joins, the
+step it finishes in and its tokens and blocks at each step follow, added to the group's sums by
+step at once; a run of the group's steps (planned and cut as a decode run is,
+``SkipAheadEngine._plan_group``) and its commit read slices of those sums. The group forms at a
+step with every running request verifying its drafts; a request that starts in one joins with
+its first token. Any other step (blocks that do not fit, a prefill, drafts the model's length
+clips, an abort) ends it and steps as ``Engine``.
 """
 
 from __future__ import annotations
 
-import bisect
-import math
 from collections.abc import Generator
 from functools import reduce
 from operator import add
@@ -24,32 +23,20 @@ import simpy
 from kvbudget.perf.cost_model import CostModel
 from kvbudget.perf.step_features import StepFeatures
 from kvbudget.perf.step_time import VllmStepModel
-from kvbudget.simulator.decode_plan import (
-    GROUP_SMALL_K,
-    MAX_JUMP_STEPS,
-    DecodeRunPlanner,
-    Floats,
-    Ints,
-    run_ends,
-)
+from kvbudget.simulator.decode_plan import Floats, grown, run_ends
 from kvbudget.simulator.engine import FloatArray, IntArray
-from kvbudget.simulator.fast_decode import Run, SkipAheadEngine
+from kvbudget.simulator.fast_decode import SkipAheadEngine
 from kvbudget.simulator.running_loop import NO_ROWS
 from kvbudget.simulator.small_arrays import imin
 from kvbudget.simulator.spec_decode import SpecDecode
 from kvbudget.simulator.step_commit import CommitTarget
 from kvbudget.simulator.step_cost import tail_features
 
-__all__ = ["SpecGroup", "SpecRun", "SpecSkipAheadEngine"]
+__all__ = ["SpecGroup", "SpecSkipAheadEngine"]
 
 _NEVER = 1 << 62
 """A step the group never reaches (no member's drafts are clipped)."""
 
-
-SpecRun = tuple[Ints, Floats, Floats, Floats]
-"""A planned run of verify steps of the group from its step: the blocks in use during each
-step, the draft times of steps 1.. (step 0's was counted as it was scheduled), the steps' ends
-and times."""
 
 Terms = tuple[int, int, float, FloatArray, float, FloatArray, float, int]
 """The group's size, then ``SpecDecode.step_terms``."""
@@ -69,23 +56,22 @@ class SpecGroup:
     output, ``cfin`` (its computed tokens plus ``k + 1``). Its arrays lag until it leaves
     (:meth:`write`).
 
-    By step ``s``: ``ctx[s]`` the members' ``comp`` (the verify step's context), ``blk[s]``
-    their blocks; ``finc[s]`` the ``cfin`` of those finishing in step ``s - 1``, ``adj[s]`` the
-    blocks of those that leave or join at ``s`` that step ``s`` does not take: it takes
-    ``blk[s] - blk[s - 1] + adj[s]``. ``clip``: the first step whose drafts the model's
+    By step ``s``: ``ctx[s]`` the members' ``comp`` (the verify step's context), ``take[s]``
+    the blocks the step takes (as ``fast_decode.DecodeGroup``'s: a member's step takes those
+    its blocks grow by, its first those beyond ``b0`` unless taken), ``finc[s]`` the ``cfin``
+    of those finishing in step ``s - 1``. ``clip``: the first step whose drafts the model's
     length clips for a member (the group ends there); ``fresh``: the blocks of the members
     that joined at the step not yet scheduled; ``terms``: :meth:`price_terms`' last;
-    ``draft_run_s``: the draft times of the planned run's steps 1.. (:meth:`plan`)."""
+    ``draft_run_s``: the draft times of the planned run's steps 1.. (:meth:`run_times`)."""
 
-    __slots__ = ("_e", "_spec", "adj", "blk", "clip", "ctx", "draft_run_s", "fin_min", "finc",
-                 "fresh", "members", "step", "terms")
+    __slots__ = ("_cost", "_e", "_spec", "clip", "ctx", "draft_run_s", "fin_min", "finc",
+                 "fresh", "members", "step", "take", "terms")
 
-    def __init__(self, e: CommitTarget, spec: SpecDecode) -> None:
-        self._e, self._spec = e, spec
+    def __init__(self, e: CommitTarget, spec: SpecDecode, cost: CostModel) -> None:
+        self._e, self._spec, self._cost = e, spec, cost
         self.members: dict[int, Member] = {}
-        self.ctx, self.blk = np.zeros(1024, np.int64), np.zeros(1024, np.int64)
+        self.ctx, self.take = np.zeros(1024, np.int64), np.zeros(1024, np.int64)
         self.finc: dict[int, int] = {}
-        self.adj: dict[int, int] = {}
         self.step = 0
         self.fin_min = self.clip = _NEVER
         self.fresh: dict[int, int] = {}
@@ -104,7 +90,7 @@ class SpecGroup:
         s = self.step
         end = s + num
         if end >= len(self.ctx):
-            self._room(end + 1)
+            self.ctx, self.take = grown(self.ctx, end), grown(self.take, end)
         self.ctx[s:end] += comp
         last = comp.item(num - 1)
         mml = e.max_model_len
@@ -115,29 +101,19 @@ class SpecGroup:
             np.maximum(need, b0, out=need)
         else:
             first = need.item(0)
-        self.blk[s:end] += need
-        adj, finc = self.adj, self.finc
-        # step s takes its first step's blocks beyond b0 unless taken; at end it leaves
-        adj[s] = adj.get(s, 0) - (first if taken else b0)
-        adj[end] = adj.get(end, 0) + need.item(num - 1)
+        if num > 1:
+            self.take[s + 1 : end] += need[1:] - need[:-1]
         if not taken:  # it holds the blocks of its first step from then on
+            self.take[s] += first - b0
             self.fresh[i], b0 = b0, first
         if last > mml:  # its drafts clipped at a step (they only grow)
             self.clip = min(self.clip, s + int((comp > mml).argmax()))
         cfin = c0 + left + q
+        finc = self.finc
         finc[end] = finc.get(end, 0) + cfin
         self.members[i] = (i, comp, s, steps0, b0, end, cfin, c0 + q - o0)
         if end < self.fin_min:
             self.fin_min = end
-
-    def _room(self, top: int) -> None:
-        """Room in the sums for steps up to ``top`` (twice as many at least)."""
-        size = max(top, 2 * len(self.ctx))
-        for name in ("ctx", "blk"):
-            old = getattr(self, name)
-            new = np.zeros(size, np.int64)
-            new[: len(old)] = old
-            setattr(self, name, new)
 
     def write(self, scheduled: bool, members: list[Member] | None = None) -> None:
         """Write the members' arrays (or ``members``') as the group's step is ``scheduled`` (its
@@ -170,37 +146,24 @@ class SpecGroup:
             t = self.terms = None if terms is None else (n, *terms)
         return t
 
-    def plan(self, cost: CostModel, k_max: int, dt0: float, free: int, used_now: int,
-             t: float) -> SpecRun | None:
-        """The run of at most ``k_max`` verify steps from ``t`` (the first scheduled, ``dt0``
-        long, its blocks taken, ``used_now`` in use; ``free`` blocks left), None for one step;
-        the caller cuts it at external events."""
+    def steps_left(self) -> int:  # to the first finish or clipped drafts
         s0 = self.step
-        k_max = min(k_max, self.fin_min - s0, max(1, self.clip - s0))
-        if k_max <= 1:
-            return None
-        n = len(self.members)
-        if k_max <= GROUP_SMALL_K:  # in Python numbers from the tables, as the decode group's
-            blk = self.blk[s0 : s0 + k_max].tolist()
-            top = blk[0] + free  # the steps whose blocks fit (blk rises)
-            m = bisect.bisect_right(blk, top) if blk[-1] > top else k_max
-            if m <= 1:
-                return None
-            cs = self.ctx[s0 + 1 : s0 + m]
-            terms = self.price_terms(cost, self.ctx.item(s0 + m - 1))
-            if terms is not None:
-                _, _, fixed, table, dfixed, dtable, gap, k = terms
-                drafts = [(dfixed + d - gap) * k for d in dtable[cs].tolist()]
-                times = [fixed + v + d for v, d in zip(table[cs].tolist(), drafts, strict=True)]
-                times.insert(0, dt0)
-                return [used_now - blk[0] + b for b in blk[:m]], drafts, run_ends(times, t), times
-        blk_a = self.blk[s0 : s0 + k_max]
-        alloc = DecodeRunPlanner.cut_to_free(blk_a - blk_a.item(0), free)
-        k_max = len(alloc)
-        if k_max <= 1:
-            return None
-        # the verify steps priced as _step_seconds prices their features, plus the draft's
-        context = self.ctx[s0 : s0 + k_max]
+        return min(self.fin_min - s0, max(1, self.clip - s0))
+
+    def run_times(self, k: int, small: bool, dt: float, t: float) -> tuple[Floats, Floats]:
+        """Each step priced as ``_step_seconds`` prices its features, plus its draft's (kept
+        in :attr:`draft_run_s`); ``small``: from the tables (:meth:`price_terms`) as lists."""
+        s0, n, cost = self.step, len(self.members), self._cost
+        terms = self.price_terms(cost, self.ctx.item(s0 + k - 1)) if small else None
+        if terms is not None:
+            _, _, fixed, table, dfixed, dtable, gap, q = terms
+            cs = self.ctx[s0 + 1 : s0 + k]
+            drafts = [(dfixed + d - gap) * q for d in dtable[cs].tolist()]
+            times = [fixed + v + d for v, d in zip(table[cs].tolist(), drafts, strict=True)]
+            times.insert(0, dt)
+            self.draft_run_s = drafts
+            return run_ends(times, t), times
+        context = self.ctx[s0 : s0 + k]
         q = self._spec.k + 1
         model: Any = cost
         dts = (cost.chunk_times_at(n, q, context) if isinstance(cost, VllmStepModel) else
@@ -208,9 +171,9 @@ class SpecGroup:
                                (q * context).astype(np.float64), float(n)))
         draft = self._spec.draft_run_seconds(n, context)
         dts = dts + draft
-        draft_s = np.zeros(k_max - 1) if isinstance(draft, float) else draft[1:]  # (n-gram)
-        dts[0] = dt0
-        return alloc + used_now, draft_s, run_ends(dts, t), dts
+        self.draft_run_s = np.zeros(k - 1) if isinstance(draft, float) else draft[1:]  # (n-gram)
+        dts[0] = dt
+        return run_ends(dts, t), dts
 
     def output_of(self, i: int, ran: int) -> int:
         """Member ``i``'s output tokens, ``ran`` steps of a run after the group's step."""
@@ -287,8 +250,8 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         n = self._before = len(self.running) if commit.synced and commit.all_decode else 0
         g, spec = self._group, self.spec
         if g is not None and spec is not None:
-            s = g.step  # (the blocks step s takes: SpecGroup's docstring)
-            extra = g.blk.item(s) - g.blk.item(s - 1) + g.adj.get(s, 0)
+            s = g.step
+            extra = g.take.item(s)
             if (n == len(g.members) and n and g.step < g.clip and n * (spec.k + 1) <= budget
                     and extra <= self.kv.num_available_blocks):
                 if extra:
@@ -341,52 +304,28 @@ class SpecSkipAheadEngine(SkipAheadEngine):
                 or (m < len(rows) and self.kv.prefix is not None)):
             yield from super()._run_scheduled(rows, new, preempted, reserved, counts)
             return
-        g = self._group = SpecGroup(self, spec)  # every running request verifies k drafts
+        g = self._group = SpecGroup(self, spec, self.cost)  # every running request verifies k drafts
         for i in rows[:m].tolist():
             g.join(i, self.num_computed_tokens.item(i), self.num_output_tokens.item(i), True)
         tail = (list(zip(rows[m:].tolist(), new[m:].tolist(), strict=True)) if m < len(rows)
                 else [])  # those that start in it
         yield from self._group_iteration(m, tail, reserved, counts)
 
-    def _plan_group(self, n: int, tail: list[tuple[int, int]],
-                    priced_s: float | None) -> tuple[float, Run | None, float]:
-        """``SkipAheadEngine._plan_group`` of the :class:`SpecGroup` (``priced_s``: the
-        members' verify time, if known); the run's draft times kept for its commit."""
+    def _group_step_s(self, n: int, tail: list[tuple[int, int]],
+                      priced_s: float | None) -> tuple[float, bool]:
+        """``SkipAheadEngine._group_step_s``: the members' chunks of ``k + 1`` tokens, then
+        the tail's features."""
         g, spec = self._group, self.spec
         assert g is not None and spec is not None
         q = spec.k + 1
         context = g.ctx.item(g.step)  # (n chunks of q tokens)
-        if tail:  # the members' features (chunks of q tokens), then the tail's
+        if tail:
             f = tail_features(0, 0, tail, self.num_computed_tokens, self.num_tokens,
                               self.num_output_tokens)
             return self._step_seconds(StepFeatures(
                 f.num_prefill_tokens + n * q, f.num_decode_seqs, f.num_context_tokens + context,
-                f.prefill_attention + q * context, f.num_prefill_seqs + n)), None, math.inf
-        # (a request not yet schedulable ends the run as it becomes schedulable, as the
-        # decode group's does)
-        k_max = self._pending[0][1] - self.num_steps if self._pending else MAX_JUMP_STEPS
+                f.prefill_attention + q * context, f.num_prefill_seqs + n)), False
         # the step's features: step_cost.rows_features of ``n`` chunks of ``q`` tokens
-        dt = (self._step_seconds(StepFeatures(float(n * q), 0.0, float(context),
-                                              float(q * context), float(n)))
-              if priced_s is None else priced_s + self._step_extra_s)
-        t_ext = self.hooks.next_external_s()  # (as a decode run's)
-        until = self._plan_until(t_ext) if self.head_refusal else t_ext
-        lag = self._async and until == t_ext and self.runs_past_external
-        k_max = self.planner.bound(k_max, self.t, until, dt, lag)
-        run = None
-        if k_max > 1:
-            kv = self.kv
-            run = g.plan(self.cost, k_max, dt, kv.num_available_blocks, kv.num_used_blocks,
-                         self.t)
-        if run is None:
-            return dt, None, math.inf
-        # its steps that run (as a decode run's), while the waiting head is refused up to
-        # where it may start
-        used, g.draft_run_s, ends, dts = run
-        k = (self._jump_limit(len(ends), np.asarray(used) - used[0]) if self.head_refusal
-             else len(ends))
-        k = self.planner.keep(ends if k == len(ends) else ends[:k], t_ext, until, lag)
-        if k < 2:  # one step
-            return dt, None, math.inf
-        return dt, ((ends, used, dts) if k == len(ends) else (ends[:k], used[:k], dts[:k])), (
-            t_ext if lag else math.inf)
+        return (self._step_seconds(StepFeatures(float(n * q), 0.0, float(context),
+                                                float(q * context), float(n)))
+                if priced_s is None else priced_s + self._step_extra_s), True

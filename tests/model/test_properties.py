@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from itertools import accumulate
 
 import numpy as np
 import numpy.typing as npt
@@ -16,7 +17,12 @@ from kvbudget.perf.models import get_model
 from kvbudget.perf.roofline import RooflineCostModel
 from kvbudget.perf.step_time import VllmStepModel
 from kvbudget.policies import TierConfig, make_policy
-from kvbudget.simulator.decode_plan import GROUP_SMALL_K, DecodeRunPlanner
+from kvbudget.simulator.decode_plan import (
+    GROUP_SMALL_K,
+    DecodeRunPlanner,
+    block_takes,
+    run_used,
+)
 from kvbudget.simulator.engine import Engine
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.engine_variants import ENGINE_CLASSES, TrtllmEngine
@@ -391,13 +397,14 @@ def _true_state(engine: Engine, rows: npt.NDArray[np.int64]) -> tuple[npt.NDArra
                 computed[k] += d
                 tokens[k] += d
                 output[k] += d
-                # a deferred member (blocks beyond its computed tokens) keeps its array's
+                # (one holding blocks beyond its computed tokens keeps its array's)
                 blocks[k] = max(blocks[k], -(-computed[k] // engine.block_size))
     return computed, tokens, output, blocks
 
 
 def _assert_group_facts(engine: Engine) -> None:
-    """The decode group's running sums, histogram and finish heap agree with its members."""
+    """The decode group's running sums, blocks taken by step and finish heap agree with its
+    members."""
     g = engine._group if isinstance(engine, SkipAheadEngine) else None
     if not isinstance(g, DecodeGroup):
         return
@@ -413,25 +420,19 @@ def _assert_group_facts(engine: Engine) -> None:
     # the array values a member joined with, and the step it joined at
     joined = np.asarray(list(g.members.values()), dtype=np.int64)
     assert engine.joined_at[rows].tolist() == joined.tolist()
-    base = engine.num_computed_tokens[rows]
     assert g.size == len(members)
     assert g.context == int(computed.sum())
-    deferred = np.isin(rows, list(g.deferred))
-    in_hist = (base - joined)[~deferred] % bs
-    assert g.hist == np.bincount(in_hist, minlength=bs).tolist()
-    # a member in hist takes its next block in the step scheduled when its blocks are full
+    # a member takes a block in each step that finds its blocks full, to its last step: from
+    # the step that fills those it holds now (TGI: blocks for its whole output), every bs
     assert (blocks * bs >= computed).all()
-    assert (blocks * bs < computed + bs)[~deferred].all()
-    # a deferred one (TGI: blocks for its whole output) joins hist at the step whose
-    # scheduling finds its blocks full; one that finishes first never does
-    wake = set(g.wake)
-    for k in np.flatnonzero(deferred).tolist():
-        i = members[k]
-        assert g.deferred[i] == g.step + int(blocks[k]) * bs - int(computed[k]) >= g.step
-        finishes_first = g.deferred[i] >= g.step + int(engine.target_output[i]) - int(output[k])
-        assert finishes_first or (g.deferred[i], i) in wake
     if not g.over:
-        assert not g.deferred
+        assert (blocks * bs < computed + bs).all()
+    left = (engine.target_output[rows] - output).tolist()
+    want = np.zeros(max(left, default=0) + 1, np.int64)
+    for room, n in zip((blocks * bs - computed).tolist(), left, strict=True):
+        want[room:n:bs] += 1
+    assert g.take[g.step : g.step + len(want)].tolist() == want[: len(g.take) - g.step].tolist()
+    assert not g.take[g.step + len(want) :].any()
     # ties in the heap break by join order, which is running order (finishes in running order)
     assert [i for _, _, i in sorted(g.finish, key=lambda e: e[1])] == members
     finish = {i: f for f, _, i in g.finish}
@@ -466,8 +467,8 @@ def _assert_running_facts(engine: Engine) -> None:
     assert (blocks <= np.maximum(worst, 1)).all()
     if isinstance(engine, TrtllmEngine):  # its admission reads the running requests' worst case
         assert engine._running_worst == int(engine.worst_case_blocks[rows].sum())
-    # a running request's blocks hold its computed tokens (the decode group's histogram,
-    # SkipAheadEngine._group_form, relies on it)
+    # a running request's blocks hold its computed tokens (the decode group's blocks taken
+    # by step, DecodeGroup, rely on it)
     assert (blocks * engine.block_size >= computed).all()
     if engine.commit.all_decode:
         assert (tokens - computed == 1).all()
@@ -549,8 +550,8 @@ def test_decode_group_facts_hold_before_every_step(
     engine: tuple[str, dict[str, object]],
 ) -> None:
     """Every preset with skip-ahead keeps its decoding requests as a decode group; its sums,
-    histogram, deferred members (TGI) and finish heap match the requests' true state before
-    every step, and so do what hooks read of running requests, also when the gateway reads
+    blocks taken by step (TGI's members holding blocks beyond their tokens too) and finish heap
+    match the requests' true state before every step, and so do what hooks read of running requests, also when the gateway reads
     output tokens mid-run (adaptive, peak) or revokes leases."""
     w, cfg, drawn, params = case
     name, extra = engine
@@ -653,22 +654,42 @@ def test_short_decode_run_step_times_match_the_array_path(
 
 @SETTINGS
 @given(
-    st.sampled_from([1, 4, 16, 32]).flatmap(
-        lambda bs: st.tuples(st.just(bs), st.lists(st.integers(0, 40), min_size=bs, max_size=bs))),
-    st.integers(0, 10**6),
+    st.lists(st.integers(0, 40), min_size=1, max_size=GROUP_SMALL_K + 8),
     st.integers(1, GROUP_SMALL_K),
     st.integers(0, 400),
     st.integers(0, 10**5),
 )
 def test_a_short_group_runs_blocks_are_the_array_plans(
-    bs_hist: tuple[int, list[int]], step: int, k_max: int, free: int, used_now: int
+    take: list[int], k_max: int, free: int, used_now: int
 ) -> None:
-    """:meth:`DecodeRunPlanner.group_used_small` (Python numbers) gives the blocks in use of
-    :meth:`group_alloc_plan` cut by :meth:`cut_to_free` (arrays), plus those in use now."""
-    bs, hist = bs_hist
-    planner = DecodeRunPlanner(LinearCostModel(0.003, 1e-4, 2e-4, 3e-8), bs)
-    want = used_now + planner.cut_to_free(planner.group_alloc_plan(hist, step, k_max), free)
-    assert planner.group_used_small(hist, step, k_max, free, used_now) == want.tolist()
+    """:func:`run_used` of a short run in Python numbers gives the blocks in use of its
+    arrays (the blocks steps 1.. take, summed, cut where they run out of the free ones), plus
+    those in use now; both are the steps' sums, cut at the first step that does not fit."""
+    s0 = len(take) // 3
+    take_a = np.array(take + [0] * (s0 + k_max), np.int64)
+    want = run_used(take_a, s0, k_max, free, used_now, False)
+    assert run_used(take_a, s0, k_max, free, used_now, True) == want.tolist()
+    steps = list(accumulate(take_a[s0 + 1 : s0 + k_max].tolist(), initial=used_now))
+    assert want.tolist() == [u for u in steps if u - used_now <= free]  # (they only rise)
+
+
+@SETTINGS
+@given(
+    st.sampled_from([1, 2, 16, 32]),
+    st.lists(st.tuples(st.integers(0, 100), st.integers(0, 200)), max_size=30),
+)
+def test_a_formed_groups_blocks_by_step_are_each_members_steps(
+    bs: int, members: list[tuple[int, int]]
+) -> None:
+    """:func:`block_takes` (a decode group forming: its members' blocks by step, counted by
+    phase with arrays) gives each member's block in steps ``first``, ``first + bs``, ..
+    before ``end``, one member at a time."""
+    first = np.array([f for f, _ in members], np.int64)
+    end = np.array([e for _, e in members], np.int64)
+    want = np.zeros(max((e for _, e in members), default=0) + 1, np.int64)
+    for f, e in members:
+        want[f:e:bs] += 1
+    assert block_takes(first, end, bs).tolist() == want.tolist()
 
 
 def test_a_runs_last_step_start_takes_its_turn_among_tied_step_ends() -> None:

@@ -416,8 +416,8 @@ def test_a_group_keeps_its_members_steps_as_sums_and_finishes_each_at_its_step()
     lookahead 2 (EAGLE), blocks of 4. A: 10 tokens computed, 1 of 8 output tokens, 4 blocks;
     B: 5 computed, 1 of 5 output, 3 blocks. A computes 10, 13, 16 as its steps 0, 1, 2 are
     scheduled and has its 7 tokens after 3 steps (17 computed); B 5, 8 and its 4 after 2 (9).
-    The context by step (with each member's 3 tokens): 21, 27, 19. Blocks (tokens + 3 new + 2 lookahead, over 4): A 4, 5,
-    6, B 3, 4: steps 1 and 2 take 2 and 1. Two steps committed: B finishes (its arrays
+    The context by step (with each member's 3 tokens): 21, 27, 19. Blocks (tokens + 3 new + 2
+    lookahead, over 4): A 4, 5, 6, B 3, 4: steps 1 and 2 take 2 and 1. Two steps committed: B finishes (its arrays
     written: 9 computed, the cap, 5 output, the 4 blocks of step 1), 6 drafts accepted (A 4,
     B 2 of its 3 tokens a step: 4 tokens, one its step's); A's arrays lag until written: 16
     computed, 7 output, 2 drafts, 5 blocks."""
@@ -440,12 +440,11 @@ def test_a_group_keeps_its_members_steps_as_sums_and_finishes_each_at_its_step()
         e.in_engine[i] = True
         sd.num_output_steps[i] = 1
         sd.num_spec_tokens[i] = 2
-    g = SpecGroup(e, sd)  # type: ignore[arg-type]
+    g = SpecGroup(e, sd, LINEAR)  # type: ignore[arg-type]
     for i in (0, 1):
         g.join(i, int(e.num_computed_tokens[i]), int(e.num_output_tokens[i]), True)
     assert g.ctx[:4].tolist() == [15 + 6, 21 + 6, 16 + 3, 0]  # (each member's 3 tokens)
-    assert g.blk[:4].tolist() == [7, 9, 6, 0]  # (B's 4 leave at step 2)
-    assert [g.blk[s] - g.blk[s - 1] + g.adj.get(s, 0) for s in (1, 2)] == [2, 1]
+    assert g.take[:4].tolist() == [0, 2, 1, 0]  # (A's 5 and B's 4 blocks, then A's 6)
     assert g.finc == {2: 9 + 3, 3: 17 + 3}
     assert [m[5] for m in g.members.values()] == [3, 2] and g.fin_min == 2
     assert g.advance(2) == [1]  # (the engine takes steps 1..'s blocks: _group_iteration)
