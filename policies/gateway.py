@@ -486,10 +486,7 @@ class Gateway:
                     break
                 decision = policy.on_no_capacity(request, self)
                 if isinstance(decision, Refuse):
-                    self._dequeue(request)
-                    tier = self._tiers[tier_name]
-                    err = self._overloaded(request, tier.retryable_on_overload, decision.reason)
-                    actions.append(Reject(request, err))
+                    self._refuse(request, decision, actions)
                     break
                 if isinstance(decision, RevokeLeases) and decision.request_ids:
                     actions.extend(self._revoke(decision.request_ids))
@@ -515,13 +512,14 @@ class Gateway:
                 decision = policy.on_no_capacity(request, self)
                 if not isinstance(decision, Refuse):
                     break
-                self._dequeue(request)
-                tier = self._tiers[tier_name]
-                actions.append(
-                    Reject(request, self._overloaded(request, tier.retryable_on_overload,
-                                                     decision.reason))
-                )
+                self._refuse(request, decision, actions)
         return actions
+
+    def _refuse(self, request: Request, decision: Refuse, actions: list[Action]) -> None:
+        """Take the queue head ``request`` out and append the policy's refusal of it."""
+        self._dequeue(request)
+        retryable = self._tiers[request.tier].retryable_on_overload
+        actions.append(Reject(request, self._overloaded(request, retryable, decision.reason)))
 
     def _overloaded(self, request: Request, retryable: bool, reason: OverloadReason) -> Overloaded:
         """The refusal, with the policy's Retry-After when the caller may retry."""
