@@ -504,9 +504,9 @@ def _describe_recording(setup: RecordedSetup) -> None:
                f"max_num_batched_tokens={e.max_num_batched_tokens} "
                f"prefix_caching={e.enable_prefix_caching}, policy {setup.policy}")
     for stage in rec.stages:
-        turns = stage_conversations(rec.conversations, stage_rows(rec, stage)) is not None
+        turns = stage_conversations(rec.conversations, stage_rows(rec, stage))
         typer.echo(f"stage {stage.label or 'all'!r}: {load_words(stage)}; replayed as "
-                   f"{replay_mode(stage, turns=turns)}")
+                   f"{replay_mode(stage, turns=turns is not None, held=bool(turns and turns.held))}")
     for note in rec.notes:
         typer.echo(f"note: {note}", err=True)
     if e.enable_prefix_caching and rec.workload.prefix_hashes is None:

@@ -232,8 +232,9 @@ def _user_centric_note(label: str, summary: Mapping[str, Any],
            isinstance(rate, int | float) and rate > 0 else "")
     times = "recorded issues" if isinstance(conc, int) else "recorded sends"
     capped = (f"; at most {conc} users' conversations open at once (--concurrency: a session "
-              "slot held from a user's first turn to its last), replayed as at most "
-              f"{conc} requests in flight") if isinstance(conc, int) else ""
+              "slot held from a user's first turn to its last), "
+              + ("replayed so" if linked else f"replayed as at most {conc} requests in flight")
+              ) if isinstance(conc, int) else ""
     flags = " ".join(f"{flag} {v:g}" for flag, v in (("--user-centric-rate", rate),
                                                       ("--num-users", users))
                      if isinstance(v, int | float) and not isinstance(v, bool))
@@ -420,12 +421,14 @@ def _profiling_phase(summary: Mapping[str, Any]) -> dict[str, Any] | None:
 def _turns_held(records: list[tuple[int, Any]], summary: Mapping[str, Any],
                 stage: RecordedStage, said: list[str]) -> RecordedStage:
     """The stage as replayed (its note appended to ``said``) for a closed loop of multi-turn
-    conversations (``--conversation-turn-mean``): AIPerf 0.13.0 holds a user's slot for its
-    whole conversation and sends each later turn its ``--conversation-turn-delay-mean`` after
-    the turn before returned (the dataset's ``turn_delay``), so its users sat idle between
-    turns where a closed loop's would send at once: replayed as an open loop at the recorded
-    sends, at most its users in flight (a turn delay the summary gives as 0 keeps the closed
-    loop)."""
+    conversations (``--conversation-turn-mean``): AIPerf 0.13.0 holds a user's session slot
+    for its whole conversation (``credit/issuer.py``, ``credit/callback_handler.py``) and
+    sends each later turn its ``--conversation-turn-delay-mean`` after the turn before
+    returned (the dataset's ``turn_delay``), so its users sat idle between turns where a
+    closed loop's would send at once. Replayed so: the loop's users hold their conversations
+    (``Conversations.held``), each later turn sent the gap recorded after the turn before it
+    ended, a new conversation when a user's last turn ended; the label says multi-turn (a
+    turn delay the summary gives as 0 keeps the label and says nothing)."""
     later = sum(isinstance(t := r.get("metadata", {}).get("turn_index"), int)
                 and not isinstance(t, bool) and t > 0 for _, r in records
                 if isinstance(r, dict) and isinstance(r.get("metadata"), dict))
@@ -443,12 +446,13 @@ def _turns_held(records: list[tuple[int, Any]], summary: Mapping[str, Any],
     said.append(
         f"stage '{label}': {later} of the {len(records)} records are later turns of their "
         f"conversations, each sent its turn delay{told} after the turn before returned, its "
-        f"user held meanwhile (AIPerf keeps a user's slot for the whole conversation): "
-        f"replayed as an open loop at the recorded sends, at most {stage.max_concurrency} in "
-        "flight (a closed loop's users would send at once, loading the server more than "
-        "AIPerf did); a simulated server faster than the recorded one cannot send sooner "
-        "than recorded, so compare its latencies")
-    return replace(stage, label=label, load="capped")
+        f"user held meanwhile (AIPerf keeps a user's session slot for the whole "
+        f"conversation): replayed so, {stage.max_concurrency} users each sending its "
+        "conversation's turns in order, a later turn the gap recorded after the turn before "
+        "it ended (AIPerf's delay and its own overhead), a new conversation when its last "
+        "turn ended; so a faster simulated server sends sooner and a slower one later, as "
+        "AIPerf would have")
+    return replace(stage, label=label)
 
 
 def _prompt_tokens(path: Path, line: int, metrics: Mapping[str, Any]) -> tuple[float, float]:

@@ -114,9 +114,10 @@ def aiperf_prefix(path: Path, summary: Mapping[str, Any], records: list[tuple[in
 
 
 AIPERF_TURNS = ("metadata.x_correlation_id, turn_index",
-                "a later turn is sent no sooner than the turn before it ended plus the gap "
-                "the recording shows between them (AIPerf's turn delay and its own lag), nor "
-                "before its recorded send")
+                "a later turn is sent by the user holding its conversation (AIPerf's session "
+                "slot) the gap the recording shows after the turn before it ended (AIPerf's "
+                "turn delay and its own lag), and not before its recorded send where a rate "
+                "or trace timed the sends")
 """How AIPerf's records name a request's turn, and how its turns are replayed."""
 
 
@@ -134,11 +135,13 @@ def aiperf_conversations(records: list[tuple[int, Any]], sent_s: Sequence[float]
     """The workload's turns of conversations (``rows``: each workload row's record): a later
     turn waits for the turn before it to end and then the gap recorded between that end and
     its own send (``sent_s``, ``e2e_s`` by record, seconds; 0 where the turn before has no
-    E2E)."""
+    E2E). Each user holds its conversation (``Conversations.held``): AIPerf 0.13.0's session
+    slot is taken at a first turn (``credit/issuer.py``) and released at the last
+    (``credit/callback_handler.py``)."""
     previous = turn_links([_record_turn(rec) for _, rec in records])
     delay = [max(0.0, sent_s[i] - sent_s[p] - e2e_s[p]) if p >= 0 and e2e_s[p] == e2e_s[p]
              else 0.0 for i, p in enumerate(previous)]
-    return workload_conversations(previous, delay, rows)
+    return workload_conversations(previous, delay, rows, held=True)
 
 
 def aiperf_history(records: list[tuple[int, Any]],

@@ -69,12 +69,13 @@ def turn_links(turns: Sequence[Turn]) -> list[int]:
 
 
 def workload_conversations(previous: Sequence[int], delay_s: Sequence[float],
-                           rows: Sequence[int]) -> Conversations | None:
+                           rows: Sequence[int], held: bool = False) -> Conversations | None:
     """The conversations of a workload whose row ``j`` is the file's request ``rows[j]``:
     ``previous`` and ``delay_s`` by the file's requests (:func:`turn_links`; each request's
     delay after the turn before it ended). A turn whose turn before it was not simulated, or
     does not come before it in the workload's order (sent no sooner: the tool did not wait
-    for it), waits for none. None when no row waits."""
+    for it), waits for none. ``held``: each user keeps its conversation
+    (``Conversations.held``). None when no row waits."""
     row_of = {r: j for j, r in enumerate(rows)}
     linked = [row_of.get(previous[r], -1) for r in rows]
     linked = [p if p < j else -1 for j, p in enumerate(linked)]
@@ -82,7 +83,7 @@ def workload_conversations(previous: Sequence[int], delay_s: Sequence[float],
         return None
     return Conversations(tuple(linked),
                          tuple(float(delay_s[r]) if p >= 0 else 0.0
-                               for r, p in zip(rows, linked, strict=True)))
+                               for r, p in zip(rows, linked, strict=True)), held)
 
 
 def turn_of(conversation: Any, index: Any) -> Turn:

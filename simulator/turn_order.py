@@ -9,7 +9,9 @@ pops its requeued ``turns_queue`` first). So the requests are no longer sent in 
 workload's order: a free user sends the later turn that became ready first, else the next
 request of the workload's order that is not a later turn, else waits for a turn to become
 ready. With no conversation the order is the workload's, as :class:`ClosedLoopUsers` sends it
-without one.
+without one. When a user holds its conversation (``Conversations.held``, AIPerf's session
+slot) a ready turn has its own user, the one that sent the turn before it: it goes when it is
+ready whether or not another user is free, and only first turns wait for a free user.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class TurnOrder:
     def __init__(self, conversations: Conversations, not_before_s: list[float] | None) -> None:
         self.previous = conversations.previous
         self.delay_s = conversations.delay_s
+        self.held = conversations.held
         self.following = [-1] * len(self.previous)
         for i, p in enumerate(self.previous):
             if p >= 0:
@@ -41,26 +44,33 @@ class TurnOrder:
         return t if self.not_before_s is None else max(t, self.not_before_s[row])
 
     def next_send(self, free_s: float) -> tuple[float, int]:
-        """When a user free at ``free_s`` sends and which row (inf, -1: nothing can go until a
-        turn ends): a ready later turn before a first turn due no sooner."""
+        """When a user free at ``free_s`` (inf: none) sends and which row (inf, -1: nothing
+        can go until a turn ends): a ready later turn before a first turn due no sooner. A
+        held turn's user is its own: it goes when ready, whenever others are free."""
         first = -1
         t_first = math.inf
         if self.next_first < len(self.first_turns):
             first = self.first_turns[self.next_first]
             t_first = self._earliest(first, free_s)
         if self.ready:
-            t_turn = max(free_s, self.ready[0][0])
+            t_turn = self.ready[0][0] if self.held else max(free_s, self.ready[0][0])
             if t_turn <= t_first:
                 return t_turn, self.ready[0][1]
         return t_first, first
 
-    def sent(self, row: int) -> None:
-        """``row`` (the one :meth:`next_send` gave) was sent."""
+    def sent(self, row: int) -> bool:
+        """``row`` (the one :meth:`next_send` gave) was sent; whether it took a free user (a
+        first turn, or any turn not held)."""
         if self.ready and self.ready[0][1] == row:
             heapq.heappop(self.ready)
-        else:
-            assert self.first_turns[self.next_first] == row
-            self.next_first += 1
+            return not self.held
+        assert self.first_turns[self.next_first] == row
+        self.next_first += 1
+        return True
+
+    def holds(self, row: int) -> bool:
+        """Whether ``row``'s user keeps its conversation after it: a turn follows, held."""
+        return self.held and self.following[row] >= 0
 
     def ended(self, row: int, t: float) -> bool:
         """``row`` ended at ``t`` (as its user saw it; completed, refused or failed: the turn

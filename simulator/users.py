@@ -82,7 +82,8 @@ class ClosedLoopUsers:
     The requests are sent in the workload's order, unless the loop has conversations
     (``ClosedLoop.conversations``): then a later turn goes only after the turn before it
     ended, and :attr:`turns` (:class:`~kvbudget.simulator.turn_order.TurnOrder`) says which
-    request a free user sends.
+    request a free user sends; a user holding its conversation (``Conversations.held``) is
+    not free until its last turn ended, and sends each later turn when it is ready.
     """
 
     def __init__(self, workload: Workload, loop: ClosedLoop, seed: int) -> None:
@@ -120,9 +121,13 @@ class ClosedLoopUsers:
         turn after ``row`` in its conversation may go."""
         if not self.running:
             return
-        if self.turns is not None and row >= 0 and self.turns.ended(row, t) \
-                and self.num_scheduled >= self.n:
-            self._announce()  # a user waiting for a turn may send it now
+        if self.turns is not None and row >= 0:
+            ready = self.turns.ended(row, t)
+            if self.turns.holds(row):  # its user keeps the conversation: sends its next turn
+                self._announce()
+                return
+            if ready and self.num_scheduled >= self.n:
+                self._announce()  # a user waiting for a turn may send it now
         if self.num_scheduled >= self.n:
             return
         heapq.heappush(self.pending, t + self.think_s())
@@ -132,7 +137,7 @@ class ClosedLoopUsers:
     def next_send_s(self) -> float:
         t = self.pending[0] if self.pending else math.inf
         if self.turns is not None:
-            return self.turns.next_send(t)[0] if t < math.inf else math.inf
+            return self.turns.next_send(t)[0]
         if self.ticks is not None:
             return self.ticks.first_at_or_after(t)
         if self.not_before_s is not None and self.num_sent < self.n:
@@ -142,14 +147,16 @@ class ClosedLoopUsers:
     def _pop(self) -> int:
         """The row sent now (the workload's next, or :attr:`turns`'), its user's time taken."""
         i = self.num_sent
+        took_user = True
         if self.turns is not None:
             assert self.sent is not None
-            i = self.turns.next_send(self.pending[0])[1]
-            self.turns.sent(i)
+            i = self.turns.next_send(self.pending[0] if self.pending else math.inf)[1]
+            took_user = self.turns.sent(i)  # a held turn's user is not among the free
             self.sent[i] = True
         if self.ticks is not None:
             self.ticks.take(self.pending[0])
-        heapq.heappop(self.pending)
+        if took_user:
+            heapq.heappop(self.pending)
         self.num_sent += 1
         return i
 

@@ -93,7 +93,9 @@ class StagePlan:
                 "max_concurrency": self.stage.max_concurrency,
                 "replayed_as": replay_mode(
                     self.stage, turns=self.loop is not None
-                    and self.loop.conversations is not None),
+                    and self.loop.conversations is not None,
+                    held=self.loop is not None and self.loop.conversations is not None
+                    and self.loop.conversations.held),
                 "num_requests": len(self.rows),
                 "start_s": self.start_s,
                 **({"tick_pattern": self.stage.tick_pattern} if self.stage.tick_pattern else {}),
@@ -114,15 +116,23 @@ def _is_cut(stage: RecordedStage) -> bool:
             or stage.cut != "grace")
 
 
-def replay_mode(stage: RecordedStage, *, turns: bool = False) -> str:
+def replay_mode(stage: RecordedStage, *, turns: bool = False, held: bool = False) -> str:
     """What the validate table says of a stage: how its load was simulated; ``turns``: its
     requests hold later turns of conversations (:func:`stage_conversations`), which wait for
-    the turn before them (not under a tick schedule, which sends at its ticks)."""
+    the turn before them (not under a tick schedule, which sends at its ticks: said);
+    ``held``: each user keeps its conversation (``Conversations.held``)."""
     mode = _replay_mode(stage)
-    if turns and not (stage.load == "capped" and stage.tick_pattern):
-        mode += ("; a conversation's later turn sent no sooner than the turn before it ended "
-                 "(and the tool's delay after it)")
-    return mode
+    if not turns:
+        return mode
+    if stage.load == "capped" and stage.tick_pattern:
+        return (mode + "; a conversation's later turn sent at a tick in its recorded order, "
+                "not held back until the turn before it ended (turns under a tick schedule "
+                "are not simulated)")
+    if held:
+        return (mode + "; each user holds its conversation, sending a later turn the tool's "
+                "delay after the turn before it ended, a new conversation after its last")
+    return mode + ("; a conversation's later turn sent no sooner than the turn before it ended "
+                   "(and the tool's delay after it)")
 
 
 def _replay_mode(stage: RecordedStage) -> str:
@@ -212,7 +222,7 @@ def stage_conversations(conversations: Conversations | None,
         return None
     return Conversations(previous, tuple(conversations.delay_s[r] if p >= 0 else 0.0
                                          for r, p in zip(rows.tolist(), previous,
-                                                         strict=True)))
+                                                         strict=True)), conversations.held)
 
 
 def _stage_workload(workload: Workload, plan: StagePlan) -> Workload:

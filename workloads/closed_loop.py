@@ -34,10 +34,19 @@ class Conversations:
     of a closed loop with conversations send a later turn no sooner, and a user that is free
     takes a later turn ready to go before a new conversation (GuideLLM's worker prefers a
     node of a conversation in flight to a new one). A turn comes after the one before it in
-    the workload's order (``previous[i] < i``) and has at most one next turn."""
+    the workload's order (``previous[i] < i``) and has at most one next turn.
+
+    ``held``: a user keeps its conversation from the first turn to the last, sending each
+    later turn itself its delay after the turn before ended and no other request meanwhile,
+    so ``num_users`` caps the conversations open at once, not the requests in flight: AIPerf
+    0.13.0's ``--concurrency`` is a session slot taken at a conversation's first turn
+    (``credit/issuer.py``) and released at its last (``credit/callback_handler.py``). Not
+    held (GuideLLM's): a user is free when its request ends and takes whichever turn is
+    ready."""
 
     previous: tuple[int, ...]
     delay_s: tuple[float, ...]
+    held: bool = False
 
     def __post_init__(self) -> None:
         if len(self.previous) != len(self.delay_s):
@@ -141,4 +150,6 @@ class ClosedLoop:
                 **({"send_until_s": self.send_until_s} if self.send_until_s is not None
                    else {}),
                 **({"num_later_turns": self.conversations.num_later_turns}
-                   if self.conversations is not None else {})}
+                   if self.conversations is not None else {}),
+                **({"conversations_held": True} if self.conversations is not None
+                   and self.conversations.held else {})}

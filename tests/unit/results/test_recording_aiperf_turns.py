@@ -65,10 +65,12 @@ def test_later_turns_share_the_prompt_of_the_turn_before() -> None:
 
 def test_a_later_turn_prefills_only_what_is_new() -> None:
     rec = read_recording(RUN)
-    # its requests sent 10 s apart in their recorded order, prefill at 1 ms a token and
-    # nothing else: a request's TTFT is its uncached prompt
+    # its requests sent 10 s apart in their recorded order (its closed loop capped by those
+    # sends), prefill at 1 ms a token and nothing else: a request's TTFT is its uncached prompt
     w = rec.workload
-    rec = replace(rec, workload=replace(w, arrival_s=np.arange(len(w.arrival_s), dtype=np.float64) * 10.0))
+    (stage,) = rec.stages
+    rec = replace(rec, workload=replace(w, arrival_s=np.arange(len(w.arrival_s), dtype=np.float64) * 10.0),
+                  stages=(replace(stage, load="capped"),))
     cost = LinearCostModel(intercept_s=1e-6, per_prefill_token_s=1e-3, per_decode_seq_s=1e-6,
                            per_context_token_s=0.0)
     config = SimConfig(engine=EngineConfig(num_gpu_blocks=8000, block_size=16, max_num_seqs=8,

@@ -161,7 +161,7 @@ def test_aiperf_multi_turn_conversations_are_not_a_closed_loop_without_their_del
     # returned, 2 at a time: it was read as a closed loop of 2 users sending at once
     rec, summary = _aiperf("multiturn3_delay300_concurrency2")
     label = "concurrency 2, multi-turn"
-    assert rec.stages == (RecordedStage(label, "capped", None, 2),)
+    assert rec.stages == (RecordedStage(label, "closed", None, 2),)
     said = [n for n in rec.notes if n.startswith(f"stage '{label}'")]
     assert len(said) == 1
     assert said[0].startswith(f"stage '{label}': 8 of the 12 records are later turns of their "

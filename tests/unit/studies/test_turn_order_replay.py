@@ -27,11 +27,11 @@ import pytest
 
 from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.policies import make_policy
-from kvbudget.results.recording import Recording
+from kvbudget.results.recording import RecordedStage, Recording
 from kvbudget.results.recordings import read_recording
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig, simulate
-from kvbudget.studies.recorded_replay import stage_plans
+from kvbudget.studies.recorded_replay import replay_mode, stage_plans
 from kvbudget.studies.validate import simulate_recording
 from kvbudget.workloads import Workload
 from kvbudget.workloads.closed_loop import ClosedLoop, Conversations
@@ -183,3 +183,60 @@ def test_inference_perf_rounds_share_their_sessions_history() -> None:
     assert any("not simulated as shared across the user sessions" in n for n in rec.notes)
     w = rec.workload
     assert w.prefix_hashes is not None and w.prefix_offsets is not None
+
+
+def test_a_held_conversation_keeps_its_user_until_its_last_turn() -> None:
+    # one user; rows 0 and 2 are A's turns (row 2 0.5 s after row 0 ended), row 1 is B. Not
+    # held (GuideLLM), the free user sends B while A's turn waits for its delay; held (AIPerf's
+    # session slot), the user keeps A: its second turn goes at its delay, B after it ended
+    w = _workload([0.0, 0.0, 0.1])
+    cfg = SimConfig(engine=EngineConfig(num_gpu_blocks=200, block_size=16, max_num_seqs=8,
+                                        max_num_batched_tokens=2048), cost_model=SLOW)
+    runs = {held: simulate(w, make_policy("unlimited", {}), replace(
+        cfg, closed_loop=ClosedLoop(num_users=1, conversations=Conversations(
+            previous=(-1, -1, 0), delay_s=(0.0, 0.0, 0.5), held=held))))
+            .records.sort_values("request_id").reset_index(drop=True) for held in (False, True)}
+    free, held = runs[False], runs[True]
+    assert free["arrival_s"][1] == pytest.approx(free["finished_s"][0])
+    assert free["arrival_s"][2] == pytest.approx(free["finished_s"][1])
+    assert held["arrival_s"][2] == pytest.approx(held["finished_s"][0] + 0.5)
+    assert held["arrival_s"][1] == pytest.approx(held["finished_s"][2])
+    assert ClosedLoop(num_users=1, conversations=Conversations(
+        previous=(-1, 0), delay_s=(0.0, 0.0), held=True)).describe()["conversations_held"]
+
+
+def test_aiperf_users_hold_their_conversations_as_aiperf_did() -> None:
+    # AIPerf's --concurrency 2 is two session slots, each held from a conversation's first turn
+    # to its last: the replay capped requests in flight at 2, so on a slower server a third
+    # and fourth conversation opened while the first two waited out their turn delays, and a
+    # faster one could send no sooner than recorded. Now: a closed loop of 2 users, each
+    # holding its conversation, its later turns at the recorded gap after the turn before
+    rec = read_recording(AIPERF)
+    conv = rec.conversations
+    assert conv is not None and conv.held
+    (plan,) = stage_plans(rec) or []
+    assert plan.stage.load == "closed" and plan.loop is not None
+    assert plan.loop.num_users == 2 and not plan.loop.not_before_arrival
+    records = _by_row(rec, simulate_recording(rec, CONFIG, cost_model=SLOW,
+                                              frontend_overhead_s=0.0).records)
+    arrival, finished = records["arrival_s"].to_numpy(), records["finished_s"].to_numpy()
+    first = list(range(len(conv.previous)))
+    for i, p in enumerate(conv.previous):
+        if p >= 0:  # its user sent it the instant its delay passed
+            assert arrival[i] == pytest.approx(finished[p] + conv.delay_s[i], abs=1e-9)
+            first[i] = first[p]
+    opened = {c: arrival[c] for c in set(first)}
+    closed = {c: max(finished[i] for i in range(len(first)) if first[i] == c) for c in opened}
+    for t in sorted(opened.values()):
+        assert sum(opened[c] <= t < closed[c] for c in opened) <= 2
+
+
+def test_turns_under_a_tick_schedule_are_said_not_held_back() -> None:
+    # AIPerf --request-rate R --concurrency C: its ticks pace the sends, and the replay sends
+    # a conversation's later turns at ticks in their recorded order; the table said nothing
+    ticked = RecordedStage("8 req/s, concurrency 2", "capped", 8.0, 2, tick_pattern="constant")
+    assert "not held back until the turn before it ended" in replay_mode(ticked, turns=True)
+    closed = RecordedStage("concurrency 2", "closed", None, 2)
+    assert "each user holds its conversation" in replay_mode(closed, turns=True, held=True)
+    assert "no sooner than the turn before it ended" in replay_mode(closed, turns=True)
+    assert replay_mode(ticked) == replay_mode(ticked, turns=False)
