@@ -419,6 +419,15 @@ run_aiperf_chat() {
         --conversation-turn-delay-mean 300 --conversation-turn-delay-stddev 0 \
         --concurrency 2 --artifact-dir "$WORK/a15"
     keep_aiperf a15 multiturn3_delay300_concurrency2
+    # the same at 4 req/s, 2 session slots: every turn takes a tick, a later one first
+    "$py" -m aiperf profile --model tiny --url "$URL" --endpoint-type chat --streaming \
+        --tokenizer "$MODEL_DIR" --isl 32 --isl-stddev 0 --osl 16 --osl-stddev 0 \
+        --extra-inputs ignore_eos:true --random-seed 0 --ui-type none \
+        --conversation-num 4 --conversation-turn-mean 3 --conversation-turn-stddev 0 \
+        --conversation-turn-delay-mean 300 --conversation-turn-delay-stddev 0 \
+        --request-rate 4 --request-rate-mode constant --concurrency 2 \
+        --artifact-dir "$WORK/a16"
+    keep_aiperf a16 multiturn3_delay300_rate4c2
 }
 
 run_guidellm_options() {

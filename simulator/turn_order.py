@@ -58,6 +58,15 @@ class TurnOrder:
                 return t_turn, self.ready[0][1]
         return t_first, first
 
+    def at_tick(self, tick_s: float, row: int) -> int:
+        """The row a paced loop sends at ``tick_s`` where :meth:`next_send` gave ``row``: a
+        held turn ready by then goes before a first turn (AIPerf 0.13.0's
+        ``RequestRateStrategy``: a queued continuation turn takes the tick before a new
+        session)."""
+        if self.held and self.ready and self.ready[0][0] <= tick_s:
+            return self.ready[0][1]
+        return row
+
     def sent(self, row: int) -> bool:
         """``row`` (the one :meth:`next_send` gave) was sent; whether it took a free user (a
         first turn, or any turn not held)."""

@@ -39,8 +39,11 @@ class Ticks:
     needed; :attr:`next` is the first tick a send may still take (the one after the last
     send's). Past the given ones only the first tick at or after a query is drawn (the grid's
     next point; for Poisson, by memorylessness, an exponential gap from the query or the last
-    tick): a tick before it could not be taken, since the loop's users send no later than
-    they are free (``think_time_s`` 0), so a long run of busy ticks costs one draw."""
+    tick), so a long run of busy ticks costs one draw. The time from which a drawn tick was
+    drawn is kept (:attr:`drawn_from`): the schedule is known empty only from there, so a
+    later query before it (a user free, or a held turn ready, sooner than the send the loop
+    waited for) draws the ticks of that gap in turn (the grid's points in it; for Poisson, an
+    exponential gap from the query, kept if it falls before), not the tick drawn after it."""
 
     def __init__(self, first: list[float], loop: ClosedLoop, seed: int) -> None:
         assert loop.tick_rate_per_s is not None
@@ -49,18 +52,40 @@ class Ticks:
         self.poisson = loop.tick_pattern == "poisson"
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, 0x71C4]))
         self.next = 0
+        self.drawn_from: dict[float, float] = {}  # a drawn tick: the time it was drawn from
+
+    def _draw(self, start: float) -> float:
+        """The first tick after ``start`` (the schedule's last tick at or before it)."""
+        last = self.times[-1]
+        if self.poisson:
+            return start + float(self.rng.exponential(self.gap_s))
+        return last + max(1, math.ceil((start - last) / self.gap_s - 1e-9)) * self.gap_s
 
     def _index(self, t: float) -> int:
         j = max(self.next, bisect.bisect_left(self.times, t))
-        if j < len(self.times):
+        if j == len(self.times):
+            tick = self._draw(max(t, self.times[-1]))
+            self.times.append(tick)
+            self.drawn_from[tick] = max(t, self.times[-2])
             return j
-        last = self.times[-1]
+        start = self.drawn_from.get(self.times[j])
+        if start is None or t >= start:
+            return j
+        # the schedule is not known empty before ``start``: the ticks of [t, start)
+        after = j > 0 and self.times[j - 1] >= t  # the gap begins after the tick before
+        before = self.times[j - 1] if after else t
         if self.poisson:
-            self.times.append(max(t, last) + float(self.rng.exponential(self.gap_s)))
+            tick = before + float(self.rng.exponential(self.gap_s))
+        else:  # the grid's first point in it, counted back from the drawn tick
+            back = (self.times[j] - before) / self.gap_s
+            k = math.ceil(back - 1e-9) - 1 if after else math.floor(back + 1e-9)
+            tick = self.times[j] - k * self.gap_s
+        if tick < start and (j == 0 or tick > self.times[j - 1]):
+            self.times.insert(j, tick)
+            self.drawn_from[tick] = before
         else:
-            steps = max(1, math.ceil((t - last) / self.gap_s - 1e-9))
-            self.times.append(last + steps * self.gap_s)
-        return len(self.times) - 1
+            self.drawn_from[self.times[j]] = before
+        return j
 
     def first_at_or_after(self, t: float) -> float:
         """The first tick not yet taken at or after ``t`` (a slot's free time; inf: none)."""
@@ -98,7 +123,7 @@ class ClosedLoopUsers:
             if loop.tick_rate_per_s is not None else None
         self.num_sent = 0
         self.turns = None if loop.conversations is None else TurnOrder(
-            loop.conversations, self.not_before_s)
+            loop.conversations, None if self.ticks is not None else self.not_before_s)
         self.sent = np.zeros(n, dtype=bool) if self.turns is not None else None
         # zeros until sent (a Workload's arrivals are finite and sorted; sends keep them sorted)
         self.workload = replace(workload, arrival_s=np.zeros(n), deadline_s=np.full(n, np.nan))
@@ -137,7 +162,8 @@ class ClosedLoopUsers:
     def next_send_s(self) -> float:
         t = self.pending[0] if self.pending else math.inf
         if self.turns is not None:
-            return self.turns.next_send(t)[0]
+            t = self.turns.next_send(t)[0]
+            return t if self.ticks is None else self.ticks.first_at_or_after(t)
         if self.ticks is not None:
             return self.ticks.first_at_or_after(t)
         if self.not_before_s is not None and self.num_sent < self.n:
@@ -148,13 +174,16 @@ class ClosedLoopUsers:
         """The row sent now (the workload's next, or :attr:`turns`'), its user's time taken."""
         i = self.num_sent
         took_user = True
+        t = self.pending[0] if self.pending else math.inf
         if self.turns is not None:
             assert self.sent is not None
-            i = self.turns.next_send(self.pending[0] if self.pending else math.inf)[1]
+            t, i = self.turns.next_send(t)
+            if self.ticks is not None:  # at its tick, a held turn ready by then goes first
+                i = self.turns.at_tick(self.ticks.first_at_or_after(t), i)
             took_user = self.turns.sent(i)  # a held turn's user is not among the free
             self.sent[i] = True
         if self.ticks is not None:
-            self.ticks.take(self.pending[0])
+            self.ticks.take(t)
         if took_user:
             heapq.heappop(self.pending)
         self.num_sent += 1

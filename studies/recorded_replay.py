@@ -124,6 +124,12 @@ def replay_mode(stage: RecordedStage, *, turns: bool = False, held: bool = False
     mode = _replay_mode(stage)
     if not turns:
         return mode
+    if stage.load == "capped" and stage.tick_pattern and held:
+        return (mode + "; each user holds its conversation, sending a later turn at the first "
+                "tick after the gap recorded after the turn before it ended (before a new "
+                "conversation takes the tick; that gap holds the tool's wait for a tick too, so "
+                "a turn may go up to one tick later than the tool's would), a new "
+                "conversation after its last")
     if stage.load == "capped" and stage.tick_pattern:
         return (mode + "; a conversation's later turn sent at a tick in its recorded order, "
                 "not held back until the turn before it ended (turns under a tick schedule "
@@ -198,7 +204,8 @@ def stage_plans(recording: Recording) -> list[StagePlan] | None:
                               tick_pattern="poisson" if stage.tick_pattern == "poisson"
                               else "constant",
                               send_until_s=None if limit is None else max(0.0, limit - start),
-                              conversations=None if ticked else turns)
+                              conversations=turns if not ticked or (turns and turns.held)
+                              else None)
         plans.append(StagePlan(stage, rows, loop, float(arrival[rows].min())))
     return plans
 

@@ -126,9 +126,10 @@ class ClosedLoop:
                 math.isfinite(self.send_until_s) and self.send_until_s >= 0):
             raise ValueError("closed_loop.send_until_s must be a finite time >= 0, got "
                              f"{self.send_until_s!r}")
-        if self.conversations is not None and self.tick_rate_per_s is not None:
-            raise ValueError("closed_loop.conversations cannot be paced by ticks "
-                             "(tick_rate_per_s)")
+        if self.conversations is not None and self.tick_rate_per_s is not None \
+                and not self.conversations.held:
+            raise ValueError("closed_loop.conversations paced by ticks (tick_rate_per_s) must "
+                             "be held (AIPerf's session slots)")
         if self.think_distribution not in ("fixed", "exponential"):
             raise ValueError("closed_loop.think_distribution must be 'fixed' or 'exponential', "
                              f"got {self.think_distribution!r}")

@@ -31,6 +31,7 @@ from kvbudget.results.recording import RecordedStage, Recording
 from kvbudget.results.recordings import read_recording
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig, simulate
+from kvbudget.simulator.users import Ticks
 from kvbudget.studies.recorded_replay import replay_mode, stage_plans
 from kvbudget.studies.validate import simulate_recording
 from kvbudget.workloads import Workload
@@ -240,3 +241,81 @@ def test_turns_under_a_tick_schedule_are_said_not_held_back() -> None:
     assert "each user holds its conversation" in replay_mode(closed, turns=True, held=True)
     assert "no sooner than the turn before it ended" in replay_mode(closed, turns=True)
     assert replay_mode(ticked) == replay_mode(ticked, turns=False)
+
+
+@pytest.mark.parametrize("pattern", ["constant", "poisson"])
+def test_held_turns_under_a_tick_schedule_go_at_the_first_tick_after_their_delay(
+        pattern: str) -> None:
+    # AIPerf --request-rate 10 --concurrency 1 with conversations: its one session slot holds A
+    # (rows 0 and 2, row 2 0.5 s after row 0 ended) before B (row 1) may open; every send takes
+    # a tick, a held turn before a new conversation. The replay dropped the turns' links here
+    w = _workload([0.0, 0.1, 0.2])
+    loop = ClosedLoop(num_users=1, not_before_arrival=True, tick_rate_per_s=10.0,
+                      tick_pattern=pattern,  # type: ignore[arg-type]
+                      conversations=Conversations(previous=(-1, -1, 0),
+                                                  delay_s=(0.0, 0.0, 0.5), held=True))
+    cfg = SimConfig(engine=EngineConfig(num_gpu_blocks=200, block_size=16, max_num_seqs=8,
+                                        max_num_batched_tokens=2048), cost_model=SLOW)
+    run = simulate(w, make_policy("unlimited", {}), replace(cfg, closed_loop=loop))
+    r = run.records.sort_values("request_id").reset_index(drop=True)
+    arrival, finished = r["arrival_s"].tolist(), r["finished_s"].tolist()
+    assert arrival[0] == 0.0
+    assert finished[0] + 0.5 <= arrival[2] < finished[0] + 0.5 + (0.1 + 1e-9 if pattern ==
+                                                                  "constant" else 5.0)
+    assert finished[2] <= arrival[1]  # B opened only when A's last turn ended
+    if pattern == "constant":  # on the schedule's grid
+        for t in arrival:
+            assert abs(t / 0.1 - round(t / 0.1)) < 1e-6
+    with pytest.raises(ValueError, match="must be held"):
+        ClosedLoop(num_users=1, not_before_arrival=True, tick_rate_per_s=10.0,
+                   conversations=Conversations(previous=(-1, 0), delay_s=(0.0, 0.0)))
+
+
+@pytest.mark.parametrize("pattern", ["constant", "poisson"])
+def test_a_query_before_a_drawn_tick_draws_the_ticks_of_the_gap(pattern: str) -> None:
+    # a user free (or a held turn ready) sooner than the send the loop waited for: the tick
+    # drawn for the later query was taken, skipping the schedule's ticks in between
+    loop = ClosedLoop(num_users=1, not_before_arrival=True, tick_rate_per_s=10.0,
+                      tick_pattern=pattern)  # type: ignore[arg-type]
+    ticks = Ticks([0.0, 0.1], loop, seed=0)
+    ticks.take(0.0)
+    ticks.take(0.0)
+    late = ticks.first_at_or_after(5.0)
+    early = ticks.first_at_or_after(2.0)
+    assert 2.0 <= early < late  # poisson: 2 + Exp(0.1) < 5 for this seed, as the grid's 2.0
+    if pattern == "constant":
+        assert early == pytest.approx(2.0) and late == pytest.approx(5.0)
+        assert ticks.first_at_or_after(0.15) == pytest.approx(0.2)
+    assert ticks.first_at_or_after(early) == early  # asked again: the same tick
+    ticks.take(early)
+    after = ticks.first_at_or_after(early)
+    assert early < after <= late
+    if pattern == "constant":  # the grid's next point, not the tick drawn for 5.0
+        assert after == pytest.approx(2.1)
+
+
+def test_aiperf_turns_at_a_rate_take_ticks_and_wait_for_the_turn_before() -> None:
+    # AIPerf 0.13.0 --request-rate 4 --request-rate-mode constant --concurrency 2 with 4
+    # conversations of 3 turns (make_recording_fixtures.sh aiperf-chat): its ticks pace every
+    # send, a queued later turn taking a tick before a new conversation. The replay dropped the
+    # turns' links under ticks, so on a slower server a turn went before the one before it ended
+    rec = read_recording(AIPERF.with_name("multiturn3_delay300_rate4c2.jsonl"))
+    conv = rec.conversations
+    assert conv is not None and conv.held and conv.num_later_turns == 8
+    (plan,) = stage_plans(rec) or []
+    assert plan.loop is not None and plan.loop.tick_rate_per_s == 4.0
+    assert plan.loop.conversations is not None
+    records = _by_row(rec, simulate_recording(rec, CONFIG, cost_model=SLOW,
+                                              frontend_overhead_s=0.0).records)
+    assert (records["status"] == "completed").all()
+    assert _late_turns(conv.previous, conv.delay_s, records) == []
+    arrival, finished = records["arrival_s"].to_numpy(), records["finished_s"].to_numpy()
+    assert len(set(arrival.tolist())) == len(arrival)  # each send its own tick
+    first = list(range(len(conv.previous)))
+    for i, p in enumerate(conv.previous):
+        if p >= 0:
+            first[i] = first[p]
+    opened = {c: arrival[c] for c in set(first)}
+    closed = {c: max(finished[i] for i in range(len(first)) if first[i] == c) for c in opened}
+    for t in sorted(opened.values()):
+        assert sum(opened[c] <= t < closed[c] for c in opened) <= 2
