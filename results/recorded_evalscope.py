@@ -112,6 +112,12 @@ def evalscope_dbs(path: Path) -> list[Path]:
     return []
 
 
+def holds_evalscope(path: Path) -> bool:
+    """A directory of evalscope perf's: a run's, a sweep's, or one above a sweep's (its
+    ``--outputs-dir`` or timestamp directory, refused naming the sweeps in it)."""
+    return bool(evalscope_dbs(path)) or next(path.glob(f"*/*/{DB_NAME}"), None) is not None
+
+
 @dataclass(frozen=True)
 class _Run:
     """One run's requests (rows in ``rowid`` order) and what its arguments say."""
@@ -209,8 +215,9 @@ def _row(db: Path, i: int, row: Mapping[str, Any]) -> tuple[float, ...]:
     return start, ttft, e2e, prompt, output, 0.0, math.nan if flag is None else float(flag != 0)
 
 
-def _read_run(db: Path) -> _Run:
-    """One database and the ``benchmark_args.json`` beside it."""
+def _read_run(db: Path, sweep: bool) -> _Run:
+    """One database and the ``benchmark_args.json`` beside it; labelled by its directory's
+    name in a sweep, or where evalscope named it (``parallel_1_number_8``)."""
     cols, rows = _select(db)
     dicts = [dict(zip(cols, r, strict=True)) for r in rows]
     vals = np.array([_row(db, i, d) for i, d in enumerate(dicts)], dtype=np.float64)
@@ -220,7 +227,7 @@ def _read_run(db: Path) -> _Run:
     args = load_json(args_path) if args_path.is_file() else {}
     if not isinstance(args, dict):
         raise TraceError(args_path, "must hold one JSON object (evalscope perf's arguments)")
-    label = db.parent.name if RUN_DIR.fullmatch(db.parent.name) else ""
+    label = db.parent.name if sweep or RUN_DIR.fullmatch(db.parent.name) else ""
     failed = vals[:, 5] > 0
     vals[:, 6] = np.where(np.isnan(vals[:, 6]), _streamed(args, vals), vals[:, 6])
     return _Run(db=db, label=label, start=vals[:, 0], ttft=vals[:, 1], e2e=vals[:, 2],
@@ -387,14 +394,15 @@ def read_evalscope(path: Path, default_tier: str,
     directory (a run a subdirectory: one stage each, in the order they ran)."""
     dbs = evalscope_dbs(path)
     if not dbs:
+        sweeps = sorted({p.parent.parent.name for p in path.glob(f"*/*/{DB_NAME}")})
         raise TraceError(path, f"holds no {DB_NAME} (evalscope perf's run directory, or a "
-                         "sweep's directory of them)")
-    runs = [_read_run(db) for db in dbs]
+                         "sweep's directory of them)" + (
+                             f"; its sweeps are in {', '.join(sweeps[:5])}: pass one"
+                             if sweeps else ""))
+    runs = [_read_run(db, sweep=len(dbs) > 1) for db in dbs]
     for run in runs:
         _refuse(run)
     runs = _placed(runs)
-    if len({r.label for r in runs}) < len(runs):
-        raise TraceError(path, "holds two runs of one name: pass each run directory alone")
     clock0 = float(runs[0].start.min())
     notes: list[str] = []
     stages = [_stage(r, float(r.start.min()) - clock0, notes) for r in runs]

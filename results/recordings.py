@@ -68,7 +68,7 @@ from pathlib import Path
 from typing import Any
 
 from kvbudget.results.recorded_aiperf import read_aiperf
-from kvbudget.results.recorded_evalscope import evalscope_dbs, is_evalscope_db, read_evalscope
+from kvbudget.results.recorded_evalscope import holds_evalscope, is_evalscope_db, read_evalscope
 from kvbudget.results.recorded_fields import load_json
 from kvbudget.results.recorded_guidellm import load_report, read_guidellm
 from kvbudget.results.recorded_inference_perf import read_inference_perf, session_report_refusal
@@ -185,7 +185,7 @@ def detect_recording_format(path: Path) -> str:
     format for its files (GuideLLM JSON, YAML or CSV, vLLM's bench JSON, AIPerf JSON lines,
     inference-perf's JSON list, an llm-d-benchmark report); else ``records``."""
     if path.is_dir():  # evalscope perf's run (or sweep) directory, else a kvbudget run
-        return "evalscope" if evalscope_dbs(path) else "run"
+        return "evalscope" if holds_evalscope(path) else "run"
     if not path.exists():
         raise TraceError(path, "no such file or run directory")
     with path.open("rb") as fh:

@@ -239,3 +239,19 @@ def test_validate_refuses_an_unstreamed_run_in_one_line(tmp_path: Path) -> None:
                                    "--model", "Llama-3.1-8B", "--out", str(tmp_path / "v")])
     assert res.exit_code == 2 and res.stderr.count("\n") == 1, res.stderr
     assert "was not streamed" in res.stderr and not (tmp_path / "v").exists()
+
+
+def test_the_directory_above_a_sweep_names_the_sweeps_in_it() -> None:
+    # <outputs-dir>/<name>/parallel_P_number_N/: --outputs-dir holds one sweep a --name
+    assert detect_recording_format(FIXTURES) == "evalscope"
+    with pytest.raises(TraceError) as info:
+        read_recording(FIXTURES)
+    assert str(info.value).endswith("; its sweeps are in all_failed, capped, open, sweep, "
+                                    "unstreamed: pass one")
+
+
+def test_runs_of_a_sweep_are_labelled_by_their_directories(tmp_path: Path) -> None:
+    _copy(SWEEP / "parallel_1_number_8", tmp_path / "mine" / "first")
+    _copy(SWEEP / "parallel_2_number_12", tmp_path / "mine" / "second")
+    rec = read_recording(tmp_path / "mine")
+    assert [(st.label, st.max_concurrency) for st in rec.stages] == [("first", 1), ("second", 2)]
