@@ -67,6 +67,8 @@ REQUIRED_COLUMNS = ("start_time", "success", "latency", "first_chunk_latency", "
 """The ``result`` table's columns a recording needs (1.14.1 ``db_util.DatabaseColumns``)."""
 RUN_DIR = re.compile(r"(parallel|rate)_(-?[0-9.]+)_number_([0-9]+)")
 """A run's directory in a sweep (``perf/main.py`` ``run_multi_benchmark``)."""
+TRACE_DATASET = "workload_trace"
+"""The dataset whose requests carry their own arrival times (``--open-loop`` only)."""
 _INPUT_ONLY = ("embedding", "rerank")
 """``--api`` values whose requests generate nothing (``Metrics.is_input_only``)."""
 
@@ -297,7 +299,12 @@ def _stage(run: _Run, first_send_s: float, notes: list[str]) -> RecordedStage:
         notes.append(f"{where}no {ARGS_NAME} beside the database: load mode unknown, replayed "
                      "at the recorded sends")
         return RecordedStage(run.label, "unknown")
-    if args.get("open_loop") is True and rate:
+    if args.get("open_loop") is True and args.get("dataset") == TRACE_DATASET:
+        stage = RecordedStage(run.label, "open", None, None)
+        notes.append(f"{where}an open loop at the timestamps of its --dataset workload_trace "
+                     "file (plugin/datasets/workload_trace.py: --rate not used), replayed at "
+                     "the recorded sends")
+    elif args.get("open_loop") is True and rate:
         stage = RecordedStage(run.label, "open", rate, None)
         notes.append(f"{where}an open loop (--open-loop): {drawn}, replayed at the recorded "
                      "sends")

@@ -255,3 +255,15 @@ def test_runs_of_a_sweep_are_labelled_by_their_directories(tmp_path: Path) -> No
     _copy(SWEEP / "parallel_2_number_12", tmp_path / "mine" / "second")
     rec = read_recording(tmp_path / "mine")
     assert [(st.label, st.max_concurrency) for st in rec.stages] == [("first", 1), ("second", 2)]
+
+
+def test_a_workload_trace_run_is_an_open_loop_at_the_traces_times_not_a_rate(
+        tmp_path: Path) -> None:
+    # --dataset workload_trace --open-loop sends each request at its trace offset
+    # (core/strategies/open_loop.py, has_trace_offsets): --rate (validated > 0) is not used
+    run = _copy(OPEN, tmp_path / "rate_8.0_number_16")
+    _args(run, dataset="workload_trace")
+    rec = read_recording(run)
+    assert rec.stages == (RecordedStage("rate_8.0_number_16", "open", None, None),)
+    assert "request_rate" not in rec.config
+    assert any("--dataset workload_trace" in n for n in rec.notes)
