@@ -219,7 +219,8 @@ def _row(db: Path, i: int, row: Mapping[str, Any]) -> tuple[float, ...]:
 
 def _read_run(db: Path, sweep: bool) -> _Run:
     """One database and the ``benchmark_args.json`` beside it; labelled by its directory's
-    name in a sweep, or where evalscope named it (``parallel_1_number_8``)."""
+    name in a sweep or where evalscope named it (``parallel_1_number_8``), else by the name
+    evalscope gives a run of its arguments."""
     cols, rows = _select(db)
     dicts = [dict(zip(cols, r, strict=True)) for r in rows]
     vals = np.array([_row(db, i, d) for i, d in enumerate(dicts)], dtype=np.float64)
@@ -229,7 +230,7 @@ def _read_run(db: Path, sweep: bool) -> _Run:
     args = load_json(args_path) if args_path.is_file() else {}
     if not isinstance(args, dict):
         raise TraceError(args_path, "must hold one JSON object (evalscope perf's arguments)")
-    label = db.parent.name if sweep or RUN_DIR.fullmatch(db.parent.name) else ""
+    label = db.parent.name if sweep or RUN_DIR.fullmatch(db.parent.name) else _run_name(args)
     failed = vals[:, 5] > 0
     vals[:, 6] = np.where(np.isnan(vals[:, 6]), _streamed(args, vals), vals[:, 6])
     return _Run(db=db, label=label, start=vals[:, 0], ttft=vals[:, 1], e2e=vals[:, 2],
@@ -237,6 +238,15 @@ def _read_run(db: Path, sweep: bool) -> _Run:
                 itl_mean=np.array([math.nan if failed[i] else _itl_mean(
                     d.get("inter_token_latencies")) for i, d in enumerate(dicts)]),
                 failed=failed, streamed=vals[:, 6] > 0, bodies=bodies, args=args)
+
+
+def _run_name(args: Mapping[str, Any]) -> str:
+    """The directory name evalscope gives a run of these arguments (``perf/main.py``
+    ``run_multi_benchmark``), ``""`` without them."""
+    if "number" not in args:
+        return ""
+    sweep = "rate" if args.get("open_loop") is True else "parallel"
+    return f"{sweep}_{args.get(sweep)}_number_{args['number']}"
 
 
 def _streamed(args: Mapping[str, Any], vals: FloatArray) -> float:

@@ -255,6 +255,9 @@ def test_runs_of_a_sweep_are_labelled_by_their_directories(tmp_path: Path) -> No
     _copy(SWEEP / "parallel_2_number_12", tmp_path / "mine" / "second")
     rec = read_recording(tmp_path / "mine")
     assert [(st.label, st.max_concurrency) for st in rec.stages] == [("first", 1), ("second", 2)]
+    # one run under another name: the name evalscope gives its arguments
+    (stage,) = read_recording(tmp_path / "mine" / "second").stages
+    assert stage.label == "parallel_2_number_12"
 
 
 def test_a_workload_trace_run_is_an_open_loop_at_the_traces_times_not_a_rate(
