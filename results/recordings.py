@@ -181,7 +181,8 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
 
 
 def detect_recording_format(path: Path) -> str:
-    """The format of a recording, from its content: ``run`` for a directory; a load tool's
+    """The format of a recording, from its content: ``evalscope`` for evalscope perf's
+    database or a directory holding them, ``run`` for another directory; a load tool's
     format for its files (GuideLLM JSON, YAML or CSV, vLLM's bench JSON, AIPerf JSON lines,
     inference-perf's JSON list, an llm-d-benchmark report); else ``records``."""
     if path.is_dir():  # evalscope perf's run (or sweep) directory, else a kvbudget run
