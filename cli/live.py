@@ -113,11 +113,13 @@ RecordsOpt = Annotated[Path | None, typer.Option(
     "--records", help="A recorded run instead of a live server: a records file (the generic "
     "trace format plus ttft_s, e2e_s), a kvbudget replay run directory, a vllm bench serve "
     "--save-detailed JSON, a GuideLLM JSON/YAML report, an AIPerf profile_export.jsonl, an "
-    "inference-perf per_request_lifecycle_metrics.json, an llm-load-test output.json or a "
-    "multi-round QA summary.csv (LMCache, production-stack, LMBench) (docs/recordings.md).")]
+    "inference-perf per_request_lifecycle_metrics.json, an llm-load-test output.json, a "
+    "multi-round QA summary.csv (LMCache, production-stack, LMBench) or an evalscope perf "
+    "benchmark_data.db or its run (or sweep) directory (docs/recordings.md).")]
 RecordsFormatOpt = Annotated[str | None, typer.Option(
     "--records-format", help="records, run, vllm-bench, guidellm, aiperf, inference-perf, "
-    "llm-load-test, multi-round-qa or llmd-report (detected by default; docs/recordings.md).")]
+    "llm-load-test, multi-round-qa, evalscope or llmd-report (detected by default; "
+    "docs/recordings.md).")]
 ColumnOpt = Annotated[list[str] | None, typer.Option(
     "--column", help="NAME=COLUMN: the records file's column for a canonical name "
     "(arrival_s, prompt_tokens, ..., ttft_s, e2e_s, status, stage), repeatable.")]

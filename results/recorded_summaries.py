@@ -84,12 +84,8 @@ EVALSCOPE_SUMMARY_KEYS = (("Time taken for tests (s)", "Number of concurrency"),
 """The first keys of evalscope perf's ``benchmark_summary.json``: before and after its
 rename (modelscope/evalscope evalscope/perf/utils/perf_constants.py, ``Metrics``)."""
 
-_EVALSCOPE_EXPORT = ("export that database's result table as the generic records format "
-                     "(start_time as arrival_s, prompt_tokens, completion_tokens as "
-                     "output_tokens, first_chunk_latency as ttft_s, latency as e2e_s, status "
-                     "error where success is 0; docs/recordings.md)")
-_EVALSCOPE_DB = ("its requests are in benchmark_data.db (SQLite) beside it, which kvbudget does "
-                 f"not read: {_EVALSCOPE_EXPORT}")
+_EVALSCOPE_DB = ("its requests are in benchmark_data.db (SQLite) beside it: pass that, or the "
+                 "run directory holding both (kvbudget reads it as --records-format evalscope)")
 
 
 def _offline_refusal(doc: Mapping[str, Any]) -> str | None:
@@ -455,8 +451,10 @@ def html_refusal(head: bytes) -> str | None:
 SQLITE_HEADER = b"SQLite format 3\x00"
 """The first bytes of every SQLite database file (sqlite.org/fileformat.html, 1.3.1)."""
 
-SQLITE_REFUSAL = ("is an SQLite database, not a recording kvbudget reads; if it is evalscope "
-                  f"perf's benchmark_data.db, {_EVALSCOPE_EXPORT}")
+SQLITE_REFUSAL = ("is an SQLite database with no result table of evalscope perf's (start_time, "
+                  "first_chunk_latency: its benchmark_data.db, which kvbudget reads), not a "
+                  "recording kvbudget reads; pass the load tool's own result file "
+                  "(docs/recordings.md)")
 
 
 def csv_summary_refusal(first_line: bytes) -> str | None:

@@ -37,6 +37,9 @@ formats below into one :class:`Recording`:
 ``multi-round-qa``
     The ``summary.csv`` of LMCache's (and vLLM production-stack's) multi-round QA benchmark, or
     of an LMBench workload (:mod:`kvbudget.results.recorded_multi_round_qa`).
+``evalscope``
+    evalscope perf's ``benchmark_data.db`` (SQLite), its run directory, or a sweep's directory
+    of them (:mod:`kvbudget.results.recorded_evalscope`).
 ``llmd-report``
     An llm-d-benchmark report: aggregates only, refused with one line naming the load tool's
     file to pass instead (:mod:`kvbudget.results.recorded_llmd`).
@@ -65,6 +68,7 @@ from pathlib import Path
 from typing import Any
 
 from kvbudget.results.recorded_aiperf import read_aiperf
+from kvbudget.results.recorded_evalscope import holds_evalscope, is_evalscope_db, read_evalscope
 from kvbudget.results.recorded_fields import load_json
 from kvbudget.results.recorded_guidellm import load_report, read_guidellm
 from kvbudget.results.recorded_inference_perf import read_inference_perf, session_report_refusal
@@ -177,16 +181,19 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
 
 
 def detect_recording_format(path: Path) -> str:
-    """The format of a recording, from its content: ``run`` for a directory; a load tool's
+    """The format of a recording, from its content: ``evalscope`` for evalscope perf's
+    database or a directory holding them, ``run`` for another directory; a load tool's
     format for its files (GuideLLM JSON, YAML or CSV, vLLM's bench JSON, AIPerf JSON lines,
     inference-perf's JSON list, an llm-d-benchmark report); else ``records``."""
-    if path.is_dir():
-        return "run"
+    if path.is_dir():  # evalscope perf's run (or sweep) directory, else a kvbudget run
+        return "evalscope" if holds_evalscope(path) else "run"
     if not path.exists():
         raise TraceError(path, "no such file or run directory")
     with path.open("rb") as fh:
         head = fh.read(1 << 16)
     if head.startswith(SQLITE_HEADER):
+        if is_evalscope_db(path):
+            return "evalscope"
         raise TraceError(path, SQLITE_REFUSAL)
     server_log = bench_console_refusal(head) or server_log_refusal(head.split(b"\n", 1)[0]) \
         or mlperf_log_refusal(head) or html_refusal(head)
@@ -276,6 +283,8 @@ def _read_tool_file(path: Path, fmt: str, default_tier: str, seed: int,
     if fmt == "multi-round-qa":
 
         return read_multi_round_qa(path, default_tier, max_output)
+    if fmt == "evalscope":
+        return read_evalscope(path, default_tier, max_output)
     doc = load_report(path) if path.suffix.lower() in (".yaml", ".yml") else load_json(path)
     if not isinstance(doc, dict):
         raise TraceError(path, "is not an llm-d-benchmark report (not a mapping)")

@@ -15,7 +15,8 @@
 #                                                      # aiperf-rate-series, aiperf-prefix,
 #                                                      # guidellm-options, guidellm-turns,
 #                                                      # inference-perf-options,
-#                                                      # inference-perf-turns)
+#                                                      # inference-perf-turns;
+#                                                      # evalscope)
 #
 # It starts the CPU vLLM of the live tests (tests/live/livevllm.py's flags: a tiny random Llama
 # made by tests/live/tiny_model.py, served as "tiny" on 127.0.0.1, 10 KV blocks of 128 tokens,
@@ -42,6 +43,7 @@ VLLM_BIN=$(dirname "$VLLM_PY")
 GUIDELLM_VERSION=0.8.1
 AIPERF_VERSION=0.13.0
 INFERENCE_PERF_VERSION=0.7.0
+EVALSCOPE_VERSION=1.14.1
 NUM=20
 WORK=$(mktemp -d)
 SERVER_PID=""
@@ -661,13 +663,44 @@ EOF
     cp "$WORK"/ip-dead/per_request_lifecycle_metrics.json "$WORK"/ip-dead/stage_0_lifecycle_metrics.json "$dest/"
 }
 
+run_evalscope() {
+    # evalscope perf (ModelScope): each run writes <outputs-dir>/<name>/parallel_P_number_N/
+    # (rate_R_number_N/ with --open-loop) holding benchmark_data.db (SQLite, one row a
+    # request), benchmark_args.json and its summaries (1.14.1 perf/main.py run_multi_benchmark,
+    # perf/utils/db_util.py). Kept: a sweep of 1 then 2 users (closed loops, 1 s apart); an
+    # open loop of Poisson arrivals at 8 req/s (--open-loop); Poisson arrivals at 8 req/s
+    # capped at 2 in flight (--rate without --open-loop); an unstreamed run (no TTFT:
+    # refused by name); every request to a port nothing listens on (all failed)
+    local py dest dead
+    py=$(tool_venv evalscope "$EVALSCOPE_VERSION" python3 "evalscope[perf]==$EVALSCOPE_VERSION")
+    dest="$OUT/evalscope-$EVALSCOPE_VERSION"
+    rm -rf "$WORK/es" "$dest"
+    mkdir -p "$dest"
+    local common=(perf --url "$URL/v1/completions" --api openai --model tiny
+                  --tokenizer-path "$MODEL_DIR" --dataset random --min-prompt-length 32
+                  --max-prompt-length 32 --max-tokens 16 --min-tokens 16
+                  --extra-args '{"ignore_eos": true}' --seed 0 --sleep-interval 1
+                  --outputs-dir "$WORK/es" --no-timestamp)
+    "$py" -m evalscope.cli.cli "${common[@]}" --name sweep --parallel 1 2 --number 8 12
+    "$py" -m evalscope.cli.cli "${common[@]}" --name open --open-loop --rate 8 --number 16
+    "$py" -m evalscope.cli.cli "${common[@]}" --name capped --parallel 2 --rate 8 --number 12
+    "$py" -m evalscope.cli.cli "${common[@]}" --name unstreamed --no-stream --parallel 2 --number 4
+    dead=$("$VLLM_PY" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
+    "$py" -m evalscope.cli.cli "${common[@]/$URL/http://127.0.0.1:$dead}" --name all_failed \
+        --no-test-connection --parallel 2 --number 4
+    (cd "$WORK/es" && find . -name 'benchmark_data.db' -o -name 'benchmark_args.json' \
+        -o -name 'benchmark_summary.json' -o -name 'benchmark_percentile.json' |
+        while read -r f; do mkdir -p "$dest/$(dirname "$f")"; cp "$f" "$dest/$f"; done)
+}
+
 mkdir -p "$OUT"
 TOOLS=("$@")
 [[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-0.6.1 guidellm-0.4.0
                                     guidellm-0.3.1 guidellm-0.2.1 aiperf aiperf-timed
                                     aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
                                     aiperf-rate-series aiperf-prefix
-                                    inference-perf inference-perf-options inference-perf-turns)
+                                    inference-perf inference-perf-options inference-perf-turns
+                                    evalscope)
 start_server
 for tool in "${TOOLS[@]}"; do
     echo "make_recording_fixtures: $tool" >&2
@@ -692,6 +725,7 @@ for tool in "${TOOLS[@]}"; do
     inference-perf) run_inference_perf ;;
     inference-perf-options) run_inference_perf_options ;;
     inference-perf-turns) run_inference_perf_turns ;;
+    evalscope) run_evalscope ;;
     *) echo "make_recording_fixtures: unknown tool $tool" >&2; exit 2 ;;
     esac
 done

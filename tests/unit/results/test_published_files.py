@@ -251,7 +251,7 @@ EVALSCOPE_SUMMARY_1X = {"Test Duration (s)": 78.9, "Concurrency": 10, "Total Req
      "c46583b,1,m.gguf,512,0,210.5,2.1\n", "is a llama-bench result"),
     ("benchmark_summary.json", json.dumps(EVALSCOPE_SUMMARY, indent=4),
      "is evalscope perf's benchmark_summary.json: aggregates only; its requests are in "
-     "benchmark_data.db"),
+     "benchmark_data.db (SQLite) beside it: pass that, or the run directory holding both"),
     ("benchmark_summary.json", json.dumps(EVALSCOPE_SUMMARY_1X, indent=4),
      "is evalscope perf's benchmark_summary.json"),
     # evalscope/perf/utils/db_util.py summary_result: PercentileResult.to_list()
@@ -368,8 +368,21 @@ def test_llmperf_summaries_keyed_by_concurrency_are_named(tmp_path: Path) -> Non
 
 
 def test_an_sqlite_database_is_named_not_called_a_binary_trace(tmp_path: Path) -> None:
-    # evalscope perf keeps its requests in benchmark_data.db (evalscope/perf/utils/db_util.py
-    # create_result_table): it got "line 1: is a binary file, not a text trace"
+    # it got "line 1: is a binary file, not a text trace"; evalscope perf's benchmark_data.db
+    # (its result table) is read (tests/unit/results/test_recording_evalscope.py), another
+    # database is named
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as con:
+        con.execute("CREATE TABLE requests(sent REAL, ttft REAL)")
+    con.close()
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert str(info.value).startswith(f"{path}: is an SQLite database with no result table of "
+                                      "evalscope perf's (start_time, first_chunk_latency")
+
+
+def test_an_empty_evalscope_database_is_named_not_read(tmp_path: Path) -> None:
+    # evalscope/perf/utils/db_util.py create_result_table, no request written
     path = tmp_path / "benchmark_data.db"
     with sqlite3.connect(path) as con:
         con.execute("CREATE TABLE result(request TEXT, start_time REAL, latency REAL, "
@@ -378,9 +391,7 @@ def test_an_sqlite_database_is_named_not_called_a_binary_trace(tmp_path: Path) -
     con.close()
     with pytest.raises(TraceError) as info:
         read_recording(path)
-    assert str(info.value).startswith(f"{path}: is an SQLite database, not a recording "
-                                      "kvbudget reads; if it is evalscope perf's "
-                                      "benchmark_data.db, export")
+    assert str(info.value) == f"{path}: its result table holds no request"
 
 
 def test_an_sglang_summary_forced_as_vllm_bench_is_named_as_sglangs(tmp_path: Path) -> None:
