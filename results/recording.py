@@ -240,10 +240,11 @@ def load_words(stage: RecordedStage) -> str:
             ) if stage.request_rate is not None else "no single rate recorded"  # a ramp's
     limit = "" if stage.time_limit_end_s is None else (
         f", sending until its time limit at {stage.time_limit_end_s:.3f} s")
+    users = f"{stage.max_concurrency} user{'' if stage.max_concurrency == 1 else 's'}"
     if stage.load == "capped" and stage.send_times == "ramped":
-        return f"closed loop of {stage.max_concurrency} users ramped up{limit}"
+        return f"closed loop of {users} ramped up{limit}"
     return {"open": f"open loop, {rate}",
-            "closed": f"closed loop of {stage.max_concurrency} users{limit}",
+            "closed": f"closed loop of {users}{limit}",
             "capped": f"open loop, {rate}, at most {stage.max_concurrency} in flight{limit}",
             }.get(stage.load, "load mode not recorded (replayed open loop from its send times)")
 

@@ -150,8 +150,9 @@ def _replay_mode(stage: RecordedStage) -> str:
     elif stage.load in ("open", "unknown") and _is_cut(stage):
         limited = (", time-limited (requests still running the tool's grace period of "
                    f"{stage.grace_s:g} s after its time limit cancelled)")
+    users = f"{stage.max_concurrency} user{'' if stage.max_concurrency == 1 else 's'}"
     if stage.load == "closed":
-        return f"closed loop, {stage.max_concurrency} users{limited}"
+        return f"closed loop, {users}{limited}"
     if stage.load == "open" and stage.send_times != "recorded" and \
             stage.request_rate == math.inf:
         return f"every request at once (rate inf; the file has no send times){limited}"
@@ -160,7 +161,7 @@ def _replay_mode(stage: RecordedStage) -> str:
              if stage.send_times == "issued" else
              f"send times {stage.send_times} (the file has none)")
     if stage.load == "capped" and stage.send_times == "ramped":
-        return (f"closed loop, {stage.max_concurrency} users started over the tool's ramp-up "
+        return (f"closed loop, {users} started over the tool's ramp-up "
                 f"(no request sent before its due time, clipped at the ramp's last){limited}")
     if stage.load == "capped" and stage.tick_pattern:
         return (f"open loop at the {times}, at most {stage.max_concurrency} in flight, each "

@@ -13,6 +13,7 @@ import pytest
 
 from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.policies import make_policy
+from kvbudget.results.recording import load_words
 from kvbudget.results.recordings import RecordedStage, Recording, read_recording
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig, simulate
@@ -204,3 +205,12 @@ def test_the_joined_stages_keep_the_dtype_and_every_stages_too_large_counts(
     # one prompt beyond the context in each stage: both counted
     assert run.summary["gateway_too_large"]["prompt_too_long"] == 2
     assert one.summary["gateway_too_large"]["prompt_too_long"] == 2
+
+
+def test_a_closed_loop_of_one_user_is_said_in_the_singular() -> None:
+    # "closed loop of 1 users; replayed as closed loop, 1 users" (an evalscope sweep's first run)
+    one, two = RecordedStage("a", "closed", None, 1), RecordedStage("b", "closed", None, 2)
+    assert load_words(one) == "closed loop of 1 user"
+    assert replay_mode(one) == "closed loop, 1 user"
+    assert load_words(two) == "closed loop of 2 users"
+    assert replay_mode(two) == "closed loop, 2 users"
