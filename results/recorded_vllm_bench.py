@@ -55,6 +55,7 @@ from kvbudget.results.recorded_summaries import is_sglang, is_trtllm, summary_re
 from kvbudget.results.recorded_vllm_bench_client import (
     burst_note,
     chat_template_note,
+    first_prompt_note,
     ignore_eos_note,
     refuse_pooling,
     role_chunk,
@@ -738,10 +739,14 @@ def _speculative_note(doc: Mapping[str, Any]) -> str | None:
 
 def _probe_note(doc: Mapping[str, Any], line: int | None) -> str | None:
     """``vllm bench serve --probe-request-rate R`` (vLLM 0.32.0 ``vllm/benchmarks/serve.py``,
-    ``probe_loop``) sends, beside the run and past ``--max-concurrency``, one probe request
-    after another ("Hi", 1 output token, ``1 / R`` s apart), and saves only their counts and
-    E2E figures (``probe_completed``, ``probe_failed``, ``probe_median_e2el_ms``...), none of
-    them in the request lists: the server carried them, the replay cannot."""
+    ``probe_loop``) sends, beside the run, one probe request after another ("Hi", 1 output
+    token, ``1 / R`` s apart), and saves only their counts and E2E figures
+    (``probe_completed``, ``probe_failed``, ``probe_median_e2el_ms``...), none of them in the
+    request lists: the server carried them, the replay cannot. Up to 0.32 the probes shared
+    the run's connection pool, which ``--max-concurrency`` caps (``aiohttp.TCPConnector(limit=
+    max_concurrency)``), so a request of the run could wait for a probe's connection after its
+    ``start_time``, inside its TTFT; from 0.33 (commit 4ba787ec9, ``make_session(1)``) they
+    have a connection of their own, one request past the cap."""
     done, failed = doc.get("probe_completed"), doc.get("probe_failed")
     if not isinstance(done, int) or isinstance(done, bool) or done <= 0:
         return None
@@ -753,7 +758,11 @@ def _probe_note(doc: Mapping[str, Any], line: int | None) -> str | None:
     return (f"{where}--probe-request-rate: {done + failed} probe requests ({done} completed, "
             f"{failed} failed; each the prompt \"Hi\" and 1 output token) were sent beside the run"
             f"{e2e} and are not in the file's request lists: they loaded the server, not "
-            "the replay, and are compared nowhere")
+            "the replay, and are compared nowhere" + (
+                f"; with --max-concurrency {doc['max_concurrency']}, vLLM 0.32 and earlier sent "
+                "them over the run's capped connections (a request of the run could wait for "
+                "one inside its measured TTFT), 0.33 and later over one of their own"
+                if doc.get("max_concurrency") is not None else ""))
 
 
 def read_vllm_bench(path: Path, default_tier: str, seed: int,
@@ -798,7 +807,7 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     if "ignore_eos" not in config:
         notes.append(ignore_eos_note(first, tool))
     notes.extend(n for line, doc in docs if (n := server_metrics_note(doc, line)))
-    notes.extend(n for n in (chat_template_note(first),) if n)
+    notes.extend(n for n in (chat_template_note(first), first_prompt_note(tool)) if n)
     notes.extend(n for n in (_speculative_note(first), _shared_prefix_note(first),
                              sweep_server(first)[1]) if n)
     notes.extend(_sglang_servers(docs)[1])

@@ -8,6 +8,7 @@ file does hold (its ``backend``, the shape of its lists) and said in a note:
 * a pooling run (embeddings, rerank) generated nothing (:func:`refuse_pooling`);
 * the client sets ``ignore_eos`` itself for its random datasets (:func:`ignore_eos_note`);
 * a chat run's ``input_lens`` hold the chat template's tokens (:func:`chat_template_note`);
+* the client sends the run's first prompt before the run (:func:`first_prompt_note`);
 * a client that read a stream's chunks at once timed them when it read them
   (:func:`burst_note`);
 * vLLM 0.33 saves the server's own queue time and TTFT beside the client's
@@ -129,6 +130,20 @@ def burst_note(itl_sum: FloatArray, itl_count: FloatArray,
             "server made them: compare their E2E")
 
 
+def first_prompt_note(tool: str) -> str | None:
+    """``vllm bench serve`` sends the run's first request before the run: its readiness check
+    (``wait_for_endpoint`` with ``input_requests[0]``, unless ``--ready-check-timeout-sec 0``)
+    and each ``--num-warmups`` warm-up send that prompt, and nothing resets the server's prefix
+    cache before the run (vllm/benchmarks/serve.py ``benchmark()``, 0.32.0 to 0.34.0)."""
+    if tool != "vllm bench serve":
+        return None
+    return ("vllm bench serve sent each run's first prompt before the run (its readiness check, "
+            "unless --ready-check-timeout-sec 0, and each --num-warmups warm-up; none of them "
+            "in the file): a server with prefix caching on, vLLM's default, had that prompt "
+            "cached, so the first request's recorded TTFT is a cache hit's, where the "
+            "simulation prefills it whole")
+
+
 def ignore_eos_note(doc: Mapping[str, Any], tool: str) -> str:
     """Why the file has no ``ignore_eos``, and when ``vllm bench serve`` set it itself: for
     ``--dataset-name random`` and ``random-mm`` on an OpenAI-compatible backend, and for
@@ -167,12 +182,15 @@ def chat_template_note(doc: Mapping[str, Any]) -> str | None:
     by the server. Before vLLM 0.34 the ``custom``, ``hf``, ``spec_bench`` and ``speed_bench``
     datasets also rendered the template in the client unless ``--skip-chat-template``
     (0.34.0 vllm/benchmarks/datasets/datasets.py, ``CHAT_TEMPLATE_BACKENDS`` in
-    ``get_samples``), so the server templated a templated prompt; its count holds both."""
-    if doc.get("backend") not in CHAT_BACKENDS:
+    ``get_samples``), so the server templated a templated prompt; its count holds both.
+    ``openai-responses`` keeps the usage's ``input_tokens`` the same way
+    (``async_request_openai_responses``)."""
+    backend = doc.get("backend")
+    if backend not in (*CHAT_BACKENDS, "openai-responses"):
         return None
-    return ("backend openai-chat: each prompt is simulated with its input_lens, the server's "
-            "count of the prompt it prefilled (usage.prompt_tokens, which the client asks for "
-            "and keeps where the server reports it, as vLLM's does), the chat template's "
+    return (f"backend {backend}: each prompt is simulated with its input_lens, the server's "
+            "count of the prompt it prefilled (its usage, which the client asks for and keeps "
+            "where the server reports it, as vLLM's does), the chat template's "
             "tokens included; a server that reports no usage leaves the client's count of "
             "the text, without them. Before vLLM 0.34 the custom and hf datasets also applied "
             "the template in the client unless --skip-chat-template: counted twice, as the "

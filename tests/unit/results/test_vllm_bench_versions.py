@@ -251,3 +251,28 @@ def test_validate_says_what_each_dataset_file_cannot(tmp_path: Path, name: str,
         assert needle in out
     assert ("openai-chat" in out.split("the file records:")[1].split("\n")[0]) == \
         (name == "chat_rate8.json")
+
+
+def test_the_first_prompt_sent_before_the_run_is_said() -> None:
+    # the readiness check and each warm-up send input_requests[0] before the run and nothing
+    # resets the prefix cache (vllm/benchmarks/serve.py benchmark(), 0.32.0 to 0.34.0): the
+    # first request's recorded TTFT is a cache hit's on a server that caches prefixes
+    rec = read_recording(DATASETS / "custom_rate8.json")
+    said = [n for n in rec.notes if n.startswith("vllm bench serve sent each run's first prompt")]
+    assert len(said) == 1 and "the first request's recorded TTFT is a cache hit's" in said[0]
+
+
+def test_probes_beside_a_capped_run_say_where_they_went(tmp_path: Path) -> None:
+    # up to 0.32 the probes shared the run's connection pool, capped at --max-concurrency; from
+    # 0.33.0 (vllm/benchmarks/serve.py probe_loop, make_session(1)) one connection of their own
+    doc = json.loads((VLLM / "options" / "probe4_rate8.json").read_text())
+    assert doc["max_concurrency"] is None
+    open_loop = [n for n in read_recording(VLLM / "options" / "probe4_rate8.json").notes
+                 if "--probe-request-rate" in n]
+    assert len(open_loop) == 1 and "capped connections" not in open_loop[0]
+    doc["max_concurrency"] = 4
+    capped = [n for n in read_recording(write(tmp_path, doc)).notes
+              if "--probe-request-rate" in n]
+    assert len(capped) == 1
+    assert "with --max-concurrency 4, vLLM 0.32 and earlier sent them over the run's capped " \
+        "connections" in capped[0]
