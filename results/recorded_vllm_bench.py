@@ -193,7 +193,8 @@ def _itls(path: Path, doc: Mapping[str, Any], line: int | None, output: FloatArr
                 raise TraceError(path, f"negative time: {x:g}", **_where(line, "itls", i))
             values.append(x)
         rows.append(values)
-    ttft = role_chunk(doc, output, ttft, rows, failed, line, notes)
+    if not (is_sglang(doc) or is_trtllm(doc)):  # vLLM's own client (its 0.32 chat stream)
+        ttft = role_chunk(doc, output, ttft, rows, failed, line, notes)
     for i, values in enumerate(rows):
         itl_sum[i] = float(sum(values))
         itl_count[i] = len(values)

@@ -276,3 +276,13 @@ def test_probes_beside_a_capped_run_say_where_they_went(tmp_path: Path) -> None:
     assert len(capped) == 1
     assert "with --max-concurrency 4, vLLM 0.32 and earlier sent them over the run's capped " \
         "connections" in capped[0]
+
+
+def test_the_role_chunk_is_read_for_vllms_own_client_only(tmp_path: Path) -> None:
+    # SGLang's bench_serving (total_output_tokens_retokenized) writes the same lists from its
+    # own chat client, which the note's vLLM versions do not describe
+    doc = json.loads((DATASETS / "chat_rate8.json").read_text())
+    doc["total_output_tokens_retokenized"] = doc["total_output_tokens"]
+    rec = read_recording(write(tmp_path, doc))
+    assert np.allclose(by_row(rec, "ttft_s"), doc["ttfts"], rtol=1e-12)
+    assert not any("opening role chunk" in n for n in rec.notes)
