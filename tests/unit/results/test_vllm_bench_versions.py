@@ -286,3 +286,25 @@ def test_the_role_chunk_is_read_for_vllms_own_client_only(tmp_path: Path) -> Non
     rec = read_recording(write(tmp_path, doc))
     assert np.allclose(by_row(rec, "ttft_s"), doc["ttfts"], rtol=1e-12)
     assert not any("opening role chunk" in n for n in rec.notes)
+
+
+def test_a_032_chat_run_with_merged_chunks_still_drops_the_role_chunk(tmp_path: Path) -> None:
+    # under load the server sends several tokens in one chunk: such a request holds fewer itls
+    # than output tokens, while the others still show the role chunk's extra one
+    doc = json.loads((DATASETS / "chat_rate8.json").read_text())
+    row = doc["itls"][2]
+    doc["itls"][2] = [row[0], row[1] + row[2], *row[3:]]
+    rec = read_recording(write(tmp_path, doc))
+    assert math.isclose(by_row(rec, "ttft_s")[2], doc["ttfts"][2] + row[0], rel_tol=1e-12)
+    assert sum("opening role chunk" in n for n in rec.notes) == 1
+
+
+def test_a_033_chat_run_with_a_short_retokenized_count_keeps_its_first_token(
+        tmp_path: Path) -> None:
+    # a server that sends no usage: the 0.33 client counts output tokens by retokenizing the
+    # text (serve.py calculate_metrics), which may come out one short of the chunks streamed
+    doc = _as_033(json.loads((DATASETS / "chat_rate8.json").read_text()))
+    doc["output_lens"][4] -= 1
+    rec = read_recording(write(tmp_path, doc))
+    assert np.allclose(by_row(rec, "ttft_s"), doc["ttfts"], rtol=1e-12)
+    assert not any("opening role chunk" in n for n in rec.notes)
