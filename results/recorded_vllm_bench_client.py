@@ -127,12 +127,12 @@ def burst_note(itl_sum: FloatArray, itl_count: FloatArray,
         return None
     where = "" if line is None else f"line {line}: "
     done = int((~failed).sum())
-    return (f"{where}{int(burst.sum())} of {done} completed requests got every token after "
-            f"the first less than {BURST_ITL_S * 1e6:.0f} us apart (faster than 10,000 tokens "
-            "a second, beyond any published decode speed): the client read the whole answer at "
-            "once (a client or API server busy elsewhere, or a proxy buffering the stream), so "
-            "their TTFT is about their E2E and their TPOT near 0, when the client read them, not when the "
-            "server made them: compare their E2E")
+    return (f"{where}{int(burst.sum())} of {done} completed requests got the tokens after "
+            f"their first less than {BURST_ITL_S * 1e6:.0f} us apart on average (faster than "
+            "10,000 tokens a second, beyond any published decode speed): the client read the "
+            "whole answer at once (a client or API server busy elsewhere, or a proxy buffering "
+            "the stream), so their TTFT is about their E2E and their TPOT near 0, when the "
+            "client read them, not when the server made them: compare their E2E")
 
 
 def first_prompt_note(tool: str) -> str | None:
