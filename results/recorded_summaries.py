@@ -18,6 +18,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from kvbudget.results.recorded_vllm_bench_client import pooling_problem
+
 LLMPERF_REQUEST_KEYS = frozenset({"ttft_s", "end_to_end_latency_s", "number_input_tokens"})
 """Keys of one LLMPerf individual response (``llmperf/common_metrics.py``)."""
 
@@ -239,7 +241,7 @@ def _inferencex_refusal(doc: Mapping[str, Any]) -> str | None:
 def _object_refusal(doc: Mapping[str, Any]) -> str | None:
     """The refusal of one JSON object (a result line, a summary file)."""
     offline = (_offline_refusal(doc) or _evalscope_refusal(doc) or _multi_turn_refusal(doc)
-               or _inferencex_refusal(doc))
+               or _inferencex_refusal(doc) or pooling_problem(doc))
     if offline:
         return offline
     if _latency_summary(doc):
@@ -303,8 +305,8 @@ def summary_refusal(doc: Any) -> tuple[str, str | None] | None:
         if problem is None:
             keyed = _keyed_refusal(doc)
             return (keyed, None) if keyed else None
-        return problem, ("input_lens" if _latency_summary(doc) and
-                         not _multi_turn_refusal(doc) else None)
+        return problem, ("input_lens" if _latency_summary(doc) and not (
+            _multi_turn_refusal(doc) or pooling_problem(doc)) else None)
     if isinstance(doc, list) and doc and isinstance(doc[0], Mapping):
         first = doc[0]
         if _is_vllm_table_row(first):

@@ -52,6 +52,15 @@ from kvbudget.results.recorded_refusals import say_context_refusals
 from kvbudget.results.recorded_sglang_pd import pd_model_path, pd_view
 from kvbudget.results.recorded_sglang_server import sglang_server
 from kvbudget.results.recorded_summaries import is_sglang, is_trtllm, summary_refusal
+from kvbudget.results.recorded_vllm_bench_client import (
+    burst_note,
+    chat_template_note,
+    first_prompt_note,
+    ignore_eos_note,
+    refuse_pooling,
+    role_chunk,
+    server_metrics_note,
+)
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
@@ -156,18 +165,21 @@ def _numbers(path: Path, doc: Mapping[str, Any], key: str, n: int | None, line: 
     return out
 
 
-def _itls(path: Path, doc: Mapping[str, Any], n: int, line: int | None,
-          ) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """Per request: the sum, the mean and the number of its inter-token times (NaN: the file
-    has no ``itls``)."""
+def _itls(path: Path, doc: Mapping[str, Any], line: int | None, output: FloatArray,
+          ttft: FloatArray, failed: np.ndarray[Any, np.dtype[np.bool_]], notes: list[str],
+          ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """``ttft`` (a chat run's role chunk left out: :func:`role_chunk`) and per request the sum,
+    the mean and the number of its inter-token times (NaN: the file has no ``itls``)."""
+    n = len(output)
     itls = doc.get("itls")
     itl_sum = np.full(n, np.nan)
     itl_mean = np.full(n, np.nan)
     itl_count = np.full(n, np.nan)
     if itls is None:
-        return itl_sum, itl_mean, itl_count
+        return ttft, itl_sum, itl_mean, itl_count
     if not isinstance(itls, list) or len(itls) != n:
         raise TraceError(path, f"must be a list of {n} lists", **_where(line, "itls"))
+    rows: list[list[float]] = []
     for i, row in enumerate(itls):
         if not isinstance(row, list):
             raise TraceError(path, "must be a list of numbers", **_where(line, "itls", i))
@@ -180,11 +192,16 @@ def _itls(path: Path, doc: Mapping[str, Any], n: int, line: int | None,
             if x < 0:
                 raise TraceError(path, f"negative time: {x:g}", **_where(line, "itls", i))
             values.append(x)
+        rows.append(values)
+    if not (is_sglang(doc) or is_trtllm(doc)):  # vLLM's own client (its 0.32 chat stream)
+        ttft = role_chunk(doc, output, ttft, rows, failed, line, notes)
+    for i, values in enumerate(rows):
         itl_sum[i] = float(sum(values))
         itl_count[i] = len(values)
         if values:
             itl_mean[i] = itl_sum[i] / len(values)
-    return itl_sum, itl_mean, itl_count
+    notes.extend(n for n in (burst_note(itl_sum, itl_count, failed, line),) if n)
+    return ttft, itl_sum, itl_mean, itl_count
 
 
 def _streamed(output: FloatArray, ttft: FloatArray, itl_count: FloatArray,
@@ -395,6 +412,7 @@ def _refuse_trace_sends(path: Path, doc: Mapping[str, Any], line: int | None) ->
 def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
          notes: list[str]) -> _Run:
     _refuse_trace_sends(path, doc, line)
+    refuse_pooling(path, doc, line)
     prompt = _numbers(path, doc, "input_lens", None, line)
     assert prompt is not None
     n = len(prompt)
@@ -404,11 +422,11 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
     e2e_key = "e2els" if "latencies" not in doc and "e2els" in doc else "latencies"
     latencies = _numbers(path, doc, e2e_key, n, line, required=False)
     starts = _numbers(path, doc, "start_times", n, line, required=False)
-    itl_sum, itl_mean, itl_count = _itls(path, doc, n, line)
     errors = doc.get("errors") or [""] * n
     if not isinstance(errors, list) or len(errors) != n:
         raise TraceError(path, f"must be a list of {n} strings", **_where(line, "errors"))
     failed = np.array([bool(e) for e in errors], dtype=bool)
+    ttft, itl_sum, itl_mean, itl_count = _itls(path, doc, line, output, ttft, failed, notes)
     output = _streamed(output, ttft, itl_count, failed, line, notes)
     output, ttft = _silent(output, ttft, itl_count, failed, line, notes)
     # the client appends one inter-token time per streamed chunk after the first
@@ -722,10 +740,14 @@ def _speculative_note(doc: Mapping[str, Any]) -> str | None:
 
 def _probe_note(doc: Mapping[str, Any], line: int | None) -> str | None:
     """``vllm bench serve --probe-request-rate R`` (vLLM 0.32.0 ``vllm/benchmarks/serve.py``,
-    ``probe_loop``) sends, beside the run and past ``--max-concurrency``, one probe request
-    after another ("Hi", 1 output token, ``1 / R`` s apart), and saves only their counts and
-    E2E figures (``probe_completed``, ``probe_failed``, ``probe_median_e2el_ms``...), none of
-    them in the request lists: the server carried them, the replay cannot."""
+    ``probe_loop``) sends, beside the run, one probe request after another ("Hi", 1 output
+    token, ``1 / R`` s apart), and saves only their counts and E2E figures
+    (``probe_completed``, ``probe_failed``, ``probe_median_e2el_ms``...), none of them in the
+    request lists: the server carried them, the replay cannot. Up to 0.32 the probes shared
+    the run's connection pool, which ``--max-concurrency`` caps (``aiohttp.TCPConnector(limit=
+    max_concurrency)``), so a request of the run could wait for a probe's connection after its
+    ``start_time``, inside its TTFT; from 0.33 (commit 4ba787ec9, ``make_session(1)``) they
+    have a connection of their own, one request past the cap."""
     done, failed = doc.get("probe_completed"), doc.get("probe_failed")
     if not isinstance(done, int) or isinstance(done, bool) or done <= 0:
         return None
@@ -737,7 +759,11 @@ def _probe_note(doc: Mapping[str, Any], line: int | None) -> str | None:
     return (f"{where}--probe-request-rate: {done + failed} probe requests ({done} completed, "
             f"{failed} failed; each the prompt \"Hi\" and 1 output token) were sent beside the run"
             f"{e2e} and are not in the file's request lists: they loaded the server, not "
-            "the replay, and are compared nowhere")
+            "the replay, and are compared nowhere" + (
+                f"; with --max-concurrency {doc['max_concurrency']}, vLLM 0.32 and earlier sent "
+                "them over the run's capped connections (a request of the run could wait for "
+                "one inside its measured TTFT), 0.33 and later over one of their own"
+                if doc.get("max_concurrency") is not None else ""))
 
 
 def read_vllm_bench(path: Path, default_tier: str, seed: int,
@@ -780,7 +806,9 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     tool = SGLANG if is_sglang(first) else TRTLLM if is_trtllm(first) else TOOL
     notes.append(max_tokens_note(recorded, max_output_rule))
     if "ignore_eos" not in config:
-        notes.append(f"ignore_eos: not recorded in the file ({tool} does not save it)")
+        notes.append(ignore_eos_note(first, tool))
+    notes.extend(n for line, doc in docs if (n := server_metrics_note(doc, line)))
+    notes.extend(n for n in (chat_template_note(first), first_prompt_note(tool)) if n)
     notes.extend(n for n in (_speculative_note(first), _shared_prefix_note(first),
                              sweep_server(first)[1]) if n)
     notes.extend(_sglang_servers(docs)[1])

@@ -11,6 +11,7 @@
 #                                                      # aiperf-timed-open;
 #                                                      # aiperf-trace; options the first
 #                                                      # runs leave out: vllm-options,
+#                                                      # vllm-datasets,
 #                                                      # aiperf-options, aiperf-chat,
 #                                                      # aiperf-rate-series, aiperf-prefix,
 #                                                      # guidellm-options, guidellm-turns,
@@ -141,8 +142,9 @@ run_vllm_options() {
     # options the runs above leave out, 10 requests each, kept apart in options/ (run_vllm
     # empties its own directory): probe requests beside an open loop (--probe-request-rate:
     # counted in the file, not listed); an exponential ramp capped at 3 in flight; lengths
-    # drawn within +-50 % (--random-range-ratio) with no --ignore-eos (each answer may stop
-    # early: its realised length is a lower bound of what was asked)
+    # drawn within +-50 % (--random-range-ratio) with no --ignore-eos, which the client sets
+    # itself for the random dataset on the vllm backend (serve.py main_async): each answer runs
+    # to its drawn length
     local version dest
     version=$("$VLLM_PY" -c "import importlib.metadata as m; print(m.version('vllm'))")
     dest="$OUT/vllm-bench-${version%+cpu}/options"
@@ -159,6 +161,41 @@ run_vllm_options() {
         --result-filename rampup_exp_c3.json
     "$VLLM_BIN/vllm" "${common[@]}" --random-range-ratio 0.5 --request-rate 8 \
         --result-filename range05_rate8.json
+}
+
+run_vllm_datasets() {
+    # datasets and the chat endpoint the runs above leave out, 10 requests each, kept apart in
+    # datasets/: a JSONL of prompts (--dataset-name custom, each line its own output_tokens,
+    # no --ignore-eos: the client forces it for random only); two prompts of 16 tokens each
+    # shared by half the requests (prefix_repetition: the file keeps token counts only); the
+    # random prompts sent to /v1/chat/completions (the server applies the chat template)
+    local version dest
+    version=$("$VLLM_PY" -c "import importlib.metadata as m; print(m.version('vllm'))")
+    dest="$OUT/vllm-bench-${version%+cpu}/datasets"
+    mkdir -p "$dest"
+    rm -f "$dest"/*.json
+    local common=(bench serve --base-url "$URL" --model tiny --tokenizer "$MODEL_DIR"
+                  --num-prompts 10 --seed 0 --request-rate 8
+                  --save-result --save-detailed --result-dir "$dest" --disable-tqdm)
+    # the custom dataset reads its JSONL with pandas, which vLLM lists in its "bench" extra
+    # (setup.py extras_require) and the CPU build does not install
+    "$VLLM_PY" -c "import pandas" 2>/dev/null || "$VLLM_PY" -m pip install -q pandas >&2
+    local words=(the gateway admits a request when its reservation fits the budget of its tier)
+    : >"$WORK/prompts.jsonl"
+    for i in $(seq 10); do
+        printf '{"prompt": "%s", "output_tokens": %d}\n' "${words[*]:0:$((3 + i))}" \
+            $((8 + i)) >>"$WORK/prompts.jsonl"
+    done
+    "$VLLM_BIN/vllm" "${common[@]}" --backend vllm --dataset-name custom \
+        --dataset-path "$WORK/prompts.jsonl" --custom-output-len -1 --skip-chat-template \
+        --result-filename custom_rate8.json
+    "$VLLM_BIN/vllm" "${common[@]}" --backend vllm --dataset-name prefix_repetition \
+        --prefix-repetition-prefix-len 16 --prefix-repetition-suffix-len 16 \
+        --prefix-repetition-num-prefixes 2 --prefix-repetition-output-len 16 --ignore-eos \
+        --result-filename prefix_repetition_rate8.json
+    "$VLLM_BIN/vllm" "${common[@]}" --backend openai-chat --endpoint /v1/chat/completions \
+        --dataset-name random --random-input-len 32 --random-output-len 16 \
+        --result-filename chat_rate8.json
 }
 
 # vLLM's offline benchmark (no server): its --output-json file times no request, and kvbudget
@@ -695,7 +732,7 @@ run_evalscope() {
 
 mkdir -p "$OUT"
 TOOLS=("$@")
-[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-0.6.1 guidellm-0.4.0
+[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-0.6.1 guidellm-0.4.0
                                     guidellm-0.3.1 guidellm-0.2.1 aiperf aiperf-timed
                                     aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
                                     aiperf-rate-series aiperf-prefix
@@ -708,6 +745,7 @@ for tool in "${TOOLS[@]}"; do
     vllm) run_vllm ;;
     vllm-offline) run_vllm_offline ;;
     vllm-options) run_vllm_options ;;
+    vllm-datasets) run_vllm_datasets ;;
     guidellm) run_guidellm ;;
     guidellm-timed) run_guidellm_timed ;;
     guidellm-options) run_guidellm_options ;;

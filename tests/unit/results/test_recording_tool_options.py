@@ -39,7 +39,8 @@ def close(a: float, b: float) -> bool:
     # an exponential ramp capped at 3 in flight: due when the ramp meant to send each
     ("rampup_exp_c3.json", RecordedStage("ramp-up exponential 1 to 16 req/s, concurrency 3",
                                          "capped", None, 3)),
-    # lengths drawn within +-50 % and no --ignore-eos: each realised length its own
+    # lengths drawn within +-50 % and no --ignore-eos (set by the client for the random
+    # dataset all the same): each realised length its own
     ("range05_rate8.json", RecordedStage("8 req/s", "open", 8.0, None)),
 ])
 def test_vllm_bench_options_read_to_its_own_summary(name: str, stage: RecordedStage) -> None:

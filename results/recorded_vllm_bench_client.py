@@ -1,0 +1,202 @@
+"""What ``vllm bench serve``'s client did that its result file does not say, by vLLM version.
+
+The result records neither the vLLM version nor the dataset, so each quirk is read from what the
+file does hold (its ``backend``, the shape of its lists) and said in a note:
+
+* a chat run of vLLM 0.32 or earlier took the server's opening role chunk for the first token
+  (:func:`role_chunk`);
+* a pooling run (embeddings, rerank) generated nothing (:func:`refuse_pooling`);
+* the client sets ``ignore_eos`` itself for its random datasets (:func:`ignore_eos_note`);
+* a chat run's ``input_lens`` hold the chat template's tokens (:func:`chat_template_note`);
+* the client sends the run's first prompt before the run (:func:`first_prompt_note`);
+* a client that read a stream's chunks at once timed them when it read them
+  (:func:`burst_note`);
+* vLLM 0.33 saves the server's own queue time and TTFT beside the client's
+  (:func:`server_metrics_note`).
+
+Sources: vLLM 0.32.0 (the CPU build the fixtures were made with), and the PyPI sdists of 0.33.0
+(commit 4ba787ec9) and 0.34.0 (commit 62d4bc3c7): ``vllm/benchmarks/serve.py``,
+``vllm/benchmarks/lib/endpoint_request_func.py``, ``vllm/benchmarks/datasets/datasets.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kvbudget.results.recorded_fields import FloatArray
+from kvbudget.workloads.errors import TraceError
+
+CHAT_BACKENDS = ("openai-chat",)
+"""The backends that stream ``/v1/chat/completions`` (``ASYNC_REQUEST_FUNCS``:
+``async_request_openai_chat_completions``)."""
+
+OPENAI_BACKENDS = ("vllm", "openai", "openai-chat", "openai-responses")
+"""``OPENAI_COMPATIBLE_BACKENDS``: the backends whose request function is the completions,
+chat completions or responses one (vllm/benchmarks/lib/endpoint_request_func.py)."""
+
+POOLING_BACKENDS = ("openai-embeddings", "openai-embeddings-chat", "openai-embeddings-clip",
+                    "openai-embeddings-vlm2vec", "infinity-embeddings",
+                    "infinity-embeddings-clip", "vllm-pooling", "vllm-rerank")
+"""``POOLING_BACKENDS`` of vllm/benchmarks/lib/endpoint_request_func.py (0.32.0 to 0.34.0)."""
+
+
+def pooling_problem(doc: Mapping[str, Any]) -> str | None:
+    """Why a run of a pooling backend (embeddings, pooling, rerank) is refused: ``benchmark()``
+    saves its ``EmbedBenchmarkMetrics`` (``input_lens``, ``latencies``, ``queue_times``,
+    ``errors``, ``total_input_sequences``) and no ``output_lens``, ``ttfts`` nor ``itls``
+    (vllm/benchmarks/serve.py, the ``else`` branch of ``result``): its requests generated
+    nothing. It was refused as a file without ``--save-detailed``, which would not help."""
+    backend = doc.get("backend", doc.get("endpoint_type"))
+    if backend not in POOLING_BACKENDS and not (
+            "total_input_sequences" in doc and "output_lens" not in doc):
+        return None
+    return (f"is a vllm bench serve run of a pooling backend ({str(backend)[:40]}: embedding, "
+            "pooling or rerank requests; the file holds their prompt lengths and latencies, and "
+            "no output tokens, TTFT or inter-token times): its requests generated no text, and "
+            "kvbudget simulates text generation; record a generation backend (vllm, openai, "
+            "openai-chat)")
+
+
+def refuse_pooling(path: Path, doc: Mapping[str, Any], line: int | None) -> None:
+    """Refuse a pooling run (:func:`pooling_problem`), naming the line of an
+    ``--append-result`` file."""
+    problem = pooling_problem(doc)
+    if problem:
+        where: dict[str, Any] = {"line": line} if line is not None else {}
+        raise TraceError(path, problem, field="backend", **where)
+
+
+def role_chunk(doc: Mapping[str, Any], output: FloatArray, ttft: FloatArray,
+               itls: list[list[float]], failed: np.ndarray[Any, np.dtype[np.bool_]],
+               line: int | None, notes: list[str]) -> FloatArray:
+    """``ttft``, and ``itls`` in place, without the opening role chunk a chat run of vLLM 0.32
+    or earlier counted as the first token.
+
+    The server sends each chat stream's first chunk with the role and empty content, in the
+    engine step that yields the first token, then that token's chunk (vLLM 0.32.0
+    vllm/entrypoints/openai/chat_completion/serving.py, ``first_iteration``). The 0.32.0 client
+    takes any chunk with ``choices`` as a token: the role chunk sets ``ttft`` and the first
+    text chunk appends an inter-token time, so a completed request holds as many ``itls`` as
+    output tokens, not one fewer (``async_request_openai_chat_completions``); 0.33.0 skips
+    chunks with no streamed output (``_choice_has_streamed_output``). A file whose completed
+    requests mostly hold as many ``itls`` as output tokens (or more) is read as 0.33 reads the
+    stream: each request's first inter-token time moves into its TTFT."""
+    if doc.get("backend") not in CHAT_BACKENDS:
+        return ttft
+    counts = np.array([len(row) for row in itls], dtype=float)
+    # one chunk carries one token or more (more when the server merged them under load), so
+    # from 0.33 a request holds at most output - 1 (a count retokenized from the text, where
+    # the server sends no usage, may fall short of it now and then): most with as many show
+    # the role chunk
+    several = ~failed & (output >= 2)
+    if not several.any() or (counts[several] >= output[several]).mean() < 0.5:
+        return ttft
+    first = np.array([row[0] if row else 0.0 for row in itls])
+    for row in itls:
+        del row[:1]
+    where = "" if line is None else f"line {line}: "
+    notes.append(f"{where}backend openai-chat with one inter-token time per output token, not "
+                 "one fewer: the client (vLLM 0.32 or earlier) took the server's opening role "
+                 "chunk, which carries no text, for the first token; each request's TTFT is "
+                 "read at its first text chunk (its first inter-token time added, median "
+                 f"{float(np.median(first[counts > 0])) * 1e3:.3g} ms), as vLLM 0.33 and later "
+                 "measure it")
+    return np.where(counts > 0, ttft + first, ttft)
+
+
+BURST_ITL_S = 1e-4
+"""A completed request whose tokens after the first came faster than this apiece (10,000
+tokens a second) reached the client in one read: the fastest decode published for one stream is
+about 3,000 tokens a second (Cerebras, gpt-oss-120B, 2026; 1,800 for Llama 3.1 8B at its
+launch, cerebras.ai "Introducing Cerebras Inference", August 2024)."""
+
+
+def burst_note(itl_sum: FloatArray, itl_count: FloatArray,
+               failed: np.ndarray[Any, np.dtype[np.bool_]], line: int | None) -> str | None:
+    """Completed requests whose inter-token times average under :data:`BURST_ITL_S`: the
+    client timestamps each chunk as it parses it (``time.perf_counter()`` in the stream loop of
+    vllm/benchmarks/lib/endpoint_request_func.py), so chunks read in one go share one time, and
+    their TTFT and TPOT tell when the client read them, not when the server made them."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        burst = ~failed & (itl_count >= 2) & (itl_sum / itl_count < BURST_ITL_S)
+    if not burst.any():
+        return None
+    where = "" if line is None else f"line {line}: "
+    done = int((~failed).sum())
+    return (f"{where}{int(burst.sum())} of {done} completed requests got the tokens after "
+            f"their first less than {BURST_ITL_S * 1e6:.0f} us apart on average (faster than "
+            "10,000 tokens a second, beyond any published decode speed): the client read the "
+            "whole answer at once (a client or API server busy elsewhere, or a proxy buffering "
+            "the stream), so their TTFT is about their E2E and their TPOT near 0, when the "
+            "client read them, not when the server made them: compare their E2E")
+
+
+def first_prompt_note(tool: str) -> str | None:
+    """``vllm bench serve`` sends the run's first request before the run: its readiness check
+    (``wait_for_endpoint`` with ``input_requests[0]``, unless ``--ready-check-timeout-sec 0``)
+    and each ``--num-warmups`` warm-up send that prompt, and nothing resets the server's prefix
+    cache before the run (vllm/benchmarks/serve.py ``benchmark()``, 0.32.0 to 0.34.0)."""
+    if tool != "vllm bench serve":
+        return None
+    return ("vllm bench serve sent each run's first prompt before the run (its readiness check, "
+            "unless --ready-check-timeout-sec 0, and each --num-warmups warm-up; none of them "
+            "in the file): a server with prefix caching on, vLLM's default, had that prompt "
+            "cached, so the first request's recorded TTFT is a cache hit's, where the "
+            "simulation prefills it whole")
+
+
+def ignore_eos_note(doc: Mapping[str, Any], tool: str) -> str:
+    """Why the file has no ``ignore_eos``, and when ``vllm bench serve`` set it itself: for
+    ``--dataset-name random`` and ``random-mm`` on an OpenAI-compatible backend, and for
+    ``timed_trace`` (vllm/benchmarks/serve.py ``main_async``: "when using random datasets,
+    default to ignoring EOS"); the file saves no dataset name."""
+    note = f"ignore_eos: not recorded in the file ({tool} does not save it)"
+    if tool != "vllm bench serve" or doc.get("backend") not in OPENAI_BACKENDS:
+        return note
+    return (f"{note}; it sets ignore_eos itself for --dataset-name random, random-mm and "
+            "timed_trace, so if the run drew one of those each output length is the one it "
+            "asked for (the file does not name its dataset)")
+
+
+def server_metrics_note(doc: Mapping[str, Any], line: int | None) -> str | None:
+    """vLLM 0.33 saves, beside the client's times, the server's own per-request queue time and
+    TTFT (``server_queue_times``, ``server_ttfts``, in seconds, null where the server sent
+    none: ``_get_server_metrics_results`` in vllm/benchmarks/serve.py, from the ``metrics``
+    of the stream's last chunk, ``_update_server_metrics``); kvbudget compares the client's."""
+    lists = [doc.get(k) for k in ("server_queue_times", "server_ttfts")]
+    counts = [sum(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+              if isinstance(values, list) else 0 for values in lists]
+    if not any(counts):
+        return None
+    where = "" if line is None else f"line {line}: "
+    return (f"{where}the file also holds the server's own queue time and TTFT of "
+            f"{max(counts)} requests (server_queue_times, server_ttfts: vLLM 0.33 and later, "
+            "from a server that reports them); kvbudget compares the client's ttfts, which "
+            "add the HTTP and streaming path to the server's")
+
+
+def chat_template_note(doc: Mapping[str, Any]) -> str | None:
+    """What a chat run's ``input_lens`` count. The client asks for the stream's usage
+    (``stream_options.include_usage``) and keeps the server's ``prompt_tokens`` as the
+    request's ``prompt_len`` where the server reports it (``async_request_openai_chat_
+    completions``), as vLLM's does: the prompt the server prefilled, its chat template applied
+    by the server. Before vLLM 0.34 the ``custom``, ``hf``, ``spec_bench`` and ``speed_bench``
+    datasets also rendered the template in the client unless ``--skip-chat-template``
+    (0.34.0 vllm/benchmarks/datasets/datasets.py, ``CHAT_TEMPLATE_BACKENDS`` in
+    ``get_samples``), so the server templated a templated prompt; its count holds both.
+    ``openai-responses`` keeps the usage's ``input_tokens`` the same way
+    (``async_request_openai_responses``)."""
+    backend = doc.get("backend")
+    if backend not in (*CHAT_BACKENDS, "openai-responses"):
+        return None
+    return (f"backend {backend}: each prompt is simulated with its input_lens, the server's "
+            "count of the prompt it prefilled (its usage, which the client asks for and keeps "
+            "where the server reports it, as vLLM's does), the chat template's "
+            "tokens included; a server that reports no usage leaves the client's count of "
+            "the text, without them. Before vLLM 0.34 the custom and hf datasets also applied "
+            "the template in the client unless --skip-chat-template: counted twice, as the "
+            "server prefilled it")
