@@ -14,8 +14,8 @@ message, the usage chunk included), ``completed_time``, ``prompt_tokens`` and
 ``completion_tokens`` (the server's ``usage``), ``inter_token_latencies`` (JSON: the gaps
 between chunks with text), ``success`` (1/0), ``is_stream`` (1/0), ``request`` (the JSON
 body sent: ``model``, ``max_tokens``, ``min_tokens``, ``ignore_eos`` where ``--extra-args``
-adds it) and ``response_messages`` (base64 of a pickle: never read here, unpickling runs
-code). A failed request's row keeps its ``start_time``, ``completed_time`` and body, nothing
+adds it) and ``response_messages`` (base64 of serialised Python objects: never read here,
+loading them runs code). A failed request's row keeps its ``start_time``, ``completed_time`` and body, nothing
 else: no tokens, no latency, no error text (``insert_benchmark_data``'s failure branch).
 Warm-up requests (``--warmup-num``) are not written (``core/metrics_consumer.py``).
 ``benchmark_args.json`` beside it is the run's arguments (``db_util.summary_result``,
