@@ -52,6 +52,7 @@ from kvbudget.results.recorded_refusals import say_context_refusals
 from kvbudget.results.recorded_sglang_pd import pd_model_path, pd_view
 from kvbudget.results.recorded_sglang_server import sglang_server
 from kvbudget.results.recorded_summaries import is_sglang, is_trtllm, summary_refusal
+from kvbudget.results.recorded_vllm_metadata import metadata_note
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
@@ -637,6 +638,9 @@ SWEEP_SERVER_ONLY = ("gpu_memory_utilization", "quantization", "pipeline_paralle
                      "speculative_config", "enable_chunked_prefill")
 """``vllm serve`` settings a sweep may vary that kvbudget does not take from the file: said."""
 
+SWEEP_READ = frozenset({*SWEEP_SERVER_KEYS, *SWEEP_SERVER_ONLY, "data_parallel_size"})
+"""A sweep run's serve parameters, said by :func:`sweep_server` (not as ``--metadata``)."""
+
 
 def sweep_server(doc: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
     """The server settings of one ``vllm bench sweep serve`` run (``run=N.json``): the sweep
@@ -782,7 +786,9 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     if "ignore_eos" not in config:
         notes.append(f"ignore_eos: not recorded in the file ({tool} does not save it)")
     notes.extend(n for n in (_speculative_note(first), _shared_prefix_note(first),
-                             sweep_server(first)[1]) if n)
+                             sweep_server(first)[1],
+                             metadata_note(first, SWEEP_READ if "run_number" in first else
+                                           frozenset())) if n)
     notes.extend(_sglang_servers(docs)[1])
     notes.extend(n for line, doc in docs if (n := _probe_note(doc, line)))
     # SGLang's bench_serving keeps a refusal's body ("Bad Request: " + the response text,
