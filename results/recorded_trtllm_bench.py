@@ -10,8 +10,11 @@ benchmark...``); ``--report_json`` saves the same aggregates (``get_statistics_d
 request (``get_request_info``: a list of ``RequestRecord`` dumps, ``statistics.py``: ``id``,
 ``num_input_tokens``, ``start_timestamp``, ``first_token_timestamp``, ``end_timestamp`` in
 nanoseconds, the computed ``time_to_first_token`` and ``end_to_end_latency``, and
-``output_tokens``). kvbudget has no reader for any of them: the request file is named with the
-generic records columns to write it as; the report and the printed output are aggregates.
+``output_tokens``; ``bench/benchmark/utils/asynchronous.py`` takes ``start_timestamp`` with
+``time.perf_counter_ns()`` once the request holds one of ``--concurrency``'s slots, and the
+first token's only when ``--streaming``, else ``time_to_first_token`` is 0). kvbudget has no
+reader for any of them: the request file is named with the generic records columns to write it
+as (its send times replayed as they were); the report and the printed output are aggregates.
 
 A published example of the printed report: github.com/shaamil101-etched/trtllm-benchmarks,
 ``results/result_1024_128_7500.txt`` at fd58c28a (TensorRT-LLM 0.16.0, Llama-3.1-70B, TP 8).
