@@ -213,6 +213,12 @@ def _latency_refusal(doc: Mapping[str, Any]) -> str:
         return ("is one run of vllm bench sweep serve (run=N.json) without per-request "
                 "data (aggregates only); add --save-detailed to the sweep's --bench-cmd")
     if "model_id" in doc or "tokenizer_id" in doc or "endpoint_type" in doc:
+        if "input_lens" in doc and "ttfts" not in doc:
+            # SemiAnalysisAI/InferenceX's benchmark_serving.py (PR #1705, June 2026) keeps
+            # input_lens and output_lens without --save-detailed, and drops the times
+            return ("is a vllm bench serve result that keeps each request's lengths "
+                    "(input_lens, output_lens) but not its times (ttfts, itls: saved only with "
+                    "--save-detailed); run it again with --save-result --save-detailed")
         return ("is a vllm bench serve result without per-request data (aggregates "
                 "only); run vllm bench serve with --save-result --save-detailed")
     return ("is a serving-benchmark summary (mean, median and percentile latencies, no "
