@@ -35,6 +35,9 @@ REQUEST_KEYS = frozenset({"num_input_tokens", "start_timestamp", "end_timestamp"
 _CONSOLE_MARKS = (b"= PERFORMANCE OVERVIEW", b"[TRT-LLM] [I] Preparing to run throughput",
                   b"[TRT-LLM] [I] Preparing to run latency")
 _LOG_OPENINGS = (b"[TensorRT-LLM]", b"[TRT-LLM]")
+_DATED_LOG_LINE = re.compile(rb"\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\] \[TRT-LLM\]")
+"""TensorRT-LLM's logger's lines (``tensorrt_llm/logger.py``: ``[%m/%d/%Y-%H:%M:%S] [TRT-LLM]
+[I] ...``), as in the published report's second line."""
 
 _AS_RECORDS = ("which kvbudget has no reader for: write it as the generic records format "
                "(start_timestamp / 1e9 as arrival_s, num_input_tokens as prompt_tokens, "
@@ -83,17 +86,25 @@ def trtllm_bench_refusal(doc: Any) -> str | None:
 
 
 def trtllm_bench_console_refusal(head: bytes) -> str | None:
-    """Why what ``trtllm-bench`` printed (``trtllm-bench ... throughput | tee result.txt``) is
-    no recording; None for any other file (a JSON document is never one; the log's own lines
-    open with ``[TensorRT-LLM]`` or ``[TRT-LLM]``, not JSON's ``[``)."""
+    """Why what ``trtllm-bench`` printed (``trtllm-bench ... throughput | tee result.txt``), or
+    any other TensorRT-LLM log (``trtllm-serve``'s), is no recording; None for any other file
+    (a JSON document is never one; the logs' own lines open with ``[TensorRT-LLM]`` or a dated
+    ``[TRT-LLM]``, not JSON's ``[``)."""
     start = head.lstrip(b"\xef\xbb\xbf \t\r\n")
-    if start[:1] == b"{" or (start[:1] == b"[" and not start.startswith(_LOG_OPENINGS)) or \
-            not any(mark in head for mark in _CONSOLE_MARKS):
+    logged = start.startswith(_LOG_OPENINGS) or bool(_DATED_LOG_LINE.match(start))
+    if start[:1] == b"{" or (start[:1] == b"[" and not logged):
         return None
     said = []
     version = re.search(rb"TensorRT-LLM version: (\S+)", head)
     if version:
         said.append(f"TensorRT-LLM {version.group(1).decode('utf-8', 'replace')}")
+    if not any(mark in head for mark in _CONSOLE_MARKS):
+        return None if not logged else (
+            "is a " + (said[0] if said else "TensorRT-LLM") + " log (trtllm-serve's, "
+            "or a run's): the server's or engine's messages, not each request's send, first "
+            "token and end; pass the load tool's result from the same run (TensorRT-LLM's "
+            "benchmark_serving.py --save-result --save-detailed, or another tool "
+            "docs/recordings.md lists)")
     for name, pattern in (("TP", rb"\nTP Size:\s+(\d+)"),
                           ("requests", rb"\nNumber of requests:\s+(\d+)")):
         found = re.search(pattern, head)

@@ -152,3 +152,18 @@ def test_a_records_table_with_a_summary_column_is_still_read(tmp_path: Path) -> 
     path.write_text("arrival_s,prompt_tokens,output_tokens,ttft_s,e2e_s,mean_ttft_ms,completed\n"
                     "0.0,100,10,0.05,0.5,50,1\n1.0,100,10,0.05,0.5,50,1\n")
     assert len(read_recording(path)) == 2
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("[TensorRT-LLM] TensorRT-LLM version: 1.0.0\n"
+     "[08/01/2025-10:00:00] [TRT-LLM] [I] Using LLM with PyTorch backend\n"
+     "INFO:     Started server process [1234]\n", "is a TensorRT-LLM 1.0.0 log (trtllm-serve's"),
+    ("[08/01/2025-10:00:00] [TRT-LLM] [I] Using LLM with PyTorch backend\n",
+     "is a TensorRT-LLM log (trtllm-serve's"),
+])
+def test_a_tensorrt_llm_log_is_named_not_read_as_json(tmp_path: Path, text: str,
+                                                     said: str) -> None:
+    """trtllm-serve's log opens as the published report does; it was "not valid JSON"."""
+    path = tmp_path / "server.log"
+    path.write_text(text)
+    assert refused(path).startswith(said)
