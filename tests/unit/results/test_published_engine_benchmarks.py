@@ -11,6 +11,9 @@ naming a format would read them, and a serving benchmark's results flattened to 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,7 @@ import pytest
 from kvbudget.results.recordings import read_recording
 from kvbudget.workloads.errors import TraceError
 
+REPO = Path(__file__).resolve().parents[3]
 AS_RECORDS = (r"write it as the generic records format \(start_timestamp / 1e9 as arrival_s, "
               r"num_input_tokens as prompt_tokens, output_tokens as output_tokens, "
               r"time_to_first_token / 1e9 as ttft_s .* end_to_end_latency / 1e9 as e2e_s: "
@@ -167,3 +171,31 @@ def test_a_tensorrt_llm_log_is_named_not_read_as_json(tmp_path: Path, text: str,
     path = tmp_path / "server.log"
     path.write_text(text)
     assert refused(path).startswith(said)
+
+
+# github.com/shaamil101-etched/trtllm-benchmarks, llama-8b-results/analysis/throughput_summary.csv
+# at fd58c28a: the person's own table of trtllm-bench runs, one row a run.
+OWN_TABLE = ("ISL,OSL,Requests,Token_Throughput,Request_Throughput,Avg_Input_Len,Avg_Output_Len\n"
+             "1024,1024,3000,10893.8728,10.6385,1024.0000,1024.0000\n")
+NAMED = """
+import sys
+from kvbudget.results.recordings import read_recording
+try:
+    read_recording(sys.argv[1])
+except Exception as exc:
+    print(exc)
+"""
+
+
+def test_a_table_missing_the_generic_columns_is_refused_the_same_in_every_process(
+        tmp_path: Path) -> None:
+    """The column named missing was the first of a set, whose order changes with the process
+    (PYTHONHASHSEED): one run said 'prompt_tokens', the next 'output_tokens'."""
+    path = tmp_path / "throughput_summary.csv"
+    path.write_text(OWN_TABLE)
+    said = {subprocess.run([sys.executable, "-c", NAMED, str(path)], capture_output=True,
+                           text=True, check=True, cwd=REPO,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+            for seed in ("0", "1", "2")}
+    assert len(said) == 1
+    assert "missing column 'prompt_tokens' needed by the generic format" in said.pop()
