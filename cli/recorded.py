@@ -18,6 +18,7 @@ from kvbudget.cli.options import policy_from_flags
 from kvbudget.cli.progress import Bar
 from kvbudget.cli.recorded_engine import (
     dp_attention_refusal,
+    engine_assumed_said,
     engine_choice,
     sliding_window_said,
 )
@@ -272,9 +273,11 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
                    f"requests went to the server as the recording shows (policy {name}); "
                    f"--policy {theirs} puts that gateway in front of it", err=True)
     shown = recorded + [i for i in choice.items if not i.startswith("engine.name=")]
+    assumed = "" if scenario is not None or recording.format == "run" else engine_assumed_said(
+        cfg, given, overrides or [], config.engine_for().name)
     typer.echo(f"settings: model {config.model} ({model_from}), GPU "
                f"{gpu_label(config.gpu) if isinstance(config.gpu, str | Path) else config.gpu}"
-               f" ({gpu_from})" + choice.said + _tp_said(config, cfg, given, scenario)
+               f" ({gpu_from})" + choice.said + assumed + _tp_said(config, cfg, given, scenario)
                + _one_server_said(recording, config, scenario)
                + _weights_said(recording, config.model)
                + _engine_said(given, recorded, scenario, config.engine_for().name)

@@ -83,6 +83,21 @@ def engine_choice(cfg: dict[str, Any], given: dict[str, Any],
     return EngineChoice(items, f", engine {server} ({flag}; the recording's server, {theirs})")
 
 
+def engine_assumed_said(cfg: dict[str, Any], given: dict[str, Any], overrides: list[str],
+                        engine: str) -> str:
+    """The settings line's clause where the recording does not tell its server (a load tool's
+    file names the client's API, ``backend`` ``openai``, not the server behind it: a published
+    ``benchmark_serving.py`` result of github.com/moguizhizi/learning_project at 9239dfc6 ran
+    against MindIE) and nothing chose an engine: ``engine`` (kvbudget's default, vLLM's
+    scheduler) said as ASSUMED; '' where the recording or the user chose it."""
+    server = cfg.get("server_engine")
+    if (isinstance(server, str) and server in SERVER_NAMES) or \
+            _chosen(given, overrides)[0] is not None:
+        return ""
+    return (f", engine {engine} (ASSUMED: the recording does not say which server answered; "
+            "pass --engine sglang, tgi or trtllm if it was another)")
+
+
 def sliding_window_said(cfg: dict[str, Any], model: ModelSpec, *, num_blocks: int,
                         block_size: int, prompt_tokens: Any) -> str:
     """A warning (or '') for an SGLang pool told in tokens (``kv_tokens_per_engine``) of a

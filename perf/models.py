@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache, lru_cache
@@ -851,16 +852,33 @@ conversion), ``-Base``. Quantised variants (``-FP8``, ``-AWQ``, ``-GPTQ``) chang
 bytes and are not stripped."""
 
 
+_HUB_CACHE_DIR = re.compile(r"(?:^|/)models--([^/]+)(?:/snapshots/[^/]+)?$")
+"""A model's folder in the Hugging Face hub cache, as servers are given it when they load a
+downloaded model by path: ``.../hub/models--Qwen--Qwen3-8B/snapshots/<revision>``
+(huggingface_hub ``file_download.repo_folder_name``: ``models--`` and the repository id with
+its ``/`` written ``--``, which ``validate_repo_id`` forbids inside a name; an SGLang
+``bench_serving`` result's ``server_info.model_path`` in github.com/bowenwan6/
+sglang-vllm-profiler ``experiments/phase1/raw/`` at 454fdb0a)."""
+
+
+def _as_repo_id(text: str) -> str:
+    """``text`` without a trailing ``/``, and a hub-cache folder as its repository id."""
+    text = text.rstrip("/")
+    cached = _HUB_CACHE_DIR.search(text)
+    return cached.group(1).replace("--", "/") if cached else text
+
+
 def resolve_model_name(name: str) -> str | None:
     """The bundled preset a model name as Hugging Face and servers write it means, or None.
 
-    Tried in order: the name itself (case-insensitive, a preset or a repository id), its last
-    ``/`` part (an organisation's prefix dropped), then that part without a leading ``Meta-``
-    (``Meta-Llama-3.1-8B``, the repositories' former names) and without the
-    :data:`SAME_ARCHITECTURE_PARTS` (``Llama-3.1-8B-Instruct`` -> ``Llama-3.1-8B``,
+    Tried in order: the name itself (case-insensitive, a preset or a repository id; a folder's
+    trailing ``/`` dropped, a Hugging Face hub-cache folder read as the repository id it holds),
+    its last ``/`` part (an organisation's prefix or a local folder's path dropped), then that
+    part without a leading ``Meta-`` (``Meta-Llama-3.1-8B``, the repositories' former names) and
+    without the :data:`SAME_ARCHITECTURE_PARTS` (``Llama-3.1-8B-Instruct`` -> ``Llama-3.1-8B``,
     ``Mistral-7B-Instruct-v0.3`` -> ``Mistral-7B-v0.3``, ``gemma-2-9b-it`` -> ``Gemma-2-9B``).
     """
-    text = name.strip()
+    text = _as_repo_id(name.strip())
     if not text:
         return None
     last = text.rsplit("/", 1)[-1]
@@ -881,7 +899,7 @@ def resolve_model_name(name: str) -> str | None:
 
 def suggest_model(name: str) -> str:
     """``" (did you mean X?)"`` for the closest bundled preset names, or ``""``."""
-    last = name.strip().rsplit("/", 1)[-1]
+    last = _as_repo_id(name.strip()).rsplit("/", 1)[-1]
     names = {p.lower(): p for p in preset_names()}
     close = difflib.get_close_matches(last.lower(), list(names), n=2, cutoff=0.6)
     return f" (did you mean {' or '.join(names[c] for c in close)}?)" if close else ""

@@ -18,6 +18,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from kvbudget.results.recorded_trtllm_bench import trtllm_bench_refusal
 from kvbudget.results.recorded_vllm_bench_client import pooling_problem
 
 LLMPERF_REQUEST_KEYS = frozenset({"ttft_s", "end_to_end_latency_s", "number_input_tokens"})
@@ -209,6 +210,12 @@ def _latency_refusal(doc: Mapping[str, Any]) -> str:
         return ("is one run of vllm bench sweep serve (run=N.json) without per-request "
                 "data (aggregates only); add --save-detailed to the sweep's --bench-cmd")
     if "model_id" in doc or "tokenizer_id" in doc or "endpoint_type" in doc:
+        if "input_lens" in doc and "ttfts" not in doc:
+            # SemiAnalysisAI/InferenceX's benchmark_serving.py (PR #1705, June 2026) keeps
+            # input_lens and output_lens without --save-detailed, and drops the times
+            return ("is a vllm bench serve result that keeps each request's lengths "
+                    "(input_lens, output_lens) but not its times (ttfts, itls: saved only with "
+                    "--save-detailed); run it again with --save-result --save-detailed")
         return ("is a vllm bench serve result without per-request data (aggregates "
                 "only); run vllm bench serve with --save-result --save-detailed")
     return ("is a serving-benchmark summary (mean, median and percentile latencies, no "
@@ -298,6 +305,9 @@ def summary_refusal(doc: Any) -> tuple[str, str | None] | None:
     """Why ``doc`` (a file's first JSON value) holds no request to replay, naming its tool, and
     the field a per-request file would have (``input_lens`` for vLLM's layout); None when it is
     not such a file."""
+    trtllm = trtllm_bench_refusal(doc)
+    if trtllm:
+        return trtllm, None
     if isinstance(doc, Mapping):
         if any(_is_vllm_table_row(doc.get(k)) for k in ("serving", "throughput", "latency")):
             return _VLLM_TABLE, None
@@ -463,8 +473,11 @@ def csv_summary_refusal(first_line: bytes) -> str | None:
     """Why a CSV whose first line is ``first_line`` cannot be read as a recording: AIPerf's
     ``profile_export_aiperf.csv`` (and genai-perf's ``profile_export_genai_perf.csv``) is one row
     of statistics a metric (``Metric,avg,min,max,...``); llama-bench's ``-o csv`` a row a test
-    (``avg_ts``); LMBench's trace-replayer result has no
-    TTFT (:data:`LMBENCH_RESULT`); None for any other CSV."""
+    (``avg_ts``); a serving benchmark's results flattened to a table, one row a run (their
+    JSON keys as columns, ``mean_ttft_ms``, ``completed``: github.com/moguizhizi/learning_project
+    ``benchmarks/output/qwen2_5_vl_72B/differ/*.csv`` at 9239dfc6, written beside each
+    ``benchmark_serving.py`` JSON) holds no request either; LMBench's trace-replayer result has
+    no TTFT (:data:`LMBENCH_RESULT`); None for any other CSV."""
     header = [h.strip().lower() for h in first_line.decode("utf-8", "replace").split(",")]
     if header[:2] == ["metric", "avg"]:
         return ("is a table of aggregates, one row a metric (AIPerf's "
@@ -472,6 +485,11 @@ def csv_summary_refusal(first_line: bytes) -> str | None:
                 "request; pass AIPerf's per-request profile_export.jsonl from the same run")
     if {"avg_ts", "n_prompt", "n_gen"} <= set(header):
         return _offline_refusal({"avg_ts": 0, "n_prompt": 0, "n_gen": 0})
+    if "mean_ttft_ms" in header and {"completed", "request_throughput"} & set(header) and \
+            not {"prompt_tokens", "ttft_s", "arrival_s"} & set(header):
+        return ("is a table of serving-benchmark summaries, one row a run (vllm bench serve's "
+                "or SGLang's bench_serving result keys as columns: mean_ttft_ms, "
+                f"request_throughput...): aggregates only; {_DETAILED}")
     if header == LMBENCH_RESULT:
         return ("is LMBench's trace-replayer result: its requests were not streamed, so it "
                 "records each one's whole latency but no time to its first token, and kvbudget "

@@ -61,6 +61,7 @@ from kvbudget.results.recorded_vllm_bench_client import (
     role_chunk,
     server_metrics_note,
 )
+from kvbudget.results.recorded_vllm_metadata import metadata_note
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
@@ -655,6 +656,9 @@ SWEEP_SERVER_ONLY = ("gpu_memory_utilization", "quantization", "pipeline_paralle
                      "speculative_config", "enable_chunked_prefill")
 """``vllm serve`` settings a sweep may vary that kvbudget does not take from the file: said."""
 
+SWEEP_READ = frozenset({*SWEEP_SERVER_KEYS, *SWEEP_SERVER_ONLY, "data_parallel_size"})
+"""A sweep run's serve parameters, said by :func:`sweep_server` (not as ``--metadata``)."""
+
 
 def sweep_server(doc: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
     """The server settings of one ``vllm bench sweep serve`` run (``run=N.json``): the sweep
@@ -810,7 +814,9 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     notes.extend(n for line, doc in docs if (n := server_metrics_note(doc, line)))
     notes.extend(n for n in (chat_template_note(first), first_prompt_note(tool)) if n)
     notes.extend(n for n in (_speculative_note(first), _shared_prefix_note(first),
-                             sweep_server(first)[1]) if n)
+                             sweep_server(first)[1],
+                             metadata_note(first, SWEEP_READ if "run_number" in first else
+                                           frozenset())) if n)
     notes.extend(_sglang_servers(docs)[1])
     notes.extend(n for line, doc in docs if (n := _probe_note(doc, line)))
     # SGLang's bench_serving keeps a refusal's body ("Bad Request: " + the response text,

@@ -86,6 +86,7 @@ from kvbudget.results.recorded_summaries import (
     server_log_refusal,
     summary_refusal,
 )
+from kvbudget.results.recorded_trtllm_bench import trtllm_bench_console_refusal
 from kvbudget.results.recorded_vllm_bench import read_vllm_bench
 from kvbudget.results.recording import (
     COMPLETED_WORDS,
@@ -196,7 +197,8 @@ def detect_recording_format(path: Path) -> str:
             return "evalscope"
         raise TraceError(path, SQLITE_REFUSAL)
     server_log = bench_console_refusal(head) or server_log_refusal(head.split(b"\n", 1)[0]) \
-        or mlperf_log_refusal(head) or html_refusal(head)
+        or mlperf_log_refusal(head) or html_refusal(head) \
+        or trtllm_bench_console_refusal(head)
     if server_log:
         raise TraceError(path, server_log)
     suffix = path.suffix.lower()

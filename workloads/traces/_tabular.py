@@ -517,7 +517,8 @@ def load_generic(path: Path, options: TraceOptions, streams: Streams) -> RawTrac
     _refuse_unmapped_arrival(path, header, present, options)
     present.update(GENERIC_REQUIRED)
     ckinds: dict[str, Kind] = {}
-    for canon in present:
+    for canon in (c for c in CANONICAL_COLUMNS if c in present):  # not the set's order, which
+        # changes with the process: the first missing column is the one the refusal names
         k = _GENERIC_KIND[canon]
         ckinds[names[canon]] = "label" if k in ("label", "int_list") else "number"
     if options.tier_column is not None:

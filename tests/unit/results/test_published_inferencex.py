@@ -57,3 +57,20 @@ def test_a_fixed_length_row_says_its_result_needs_save_detailed(tmp_path: Path) 
     assert "utils/process_result.py" in said and "rerun it with --save-detailed" in said
     said = _refusal(tmp_path, [FIXED, {**FIXED, "conc": 8}])  # the rows collected in a list
     assert said.split(": ", 1)[1].startswith("is a list of 2 rows; the first an InferenceX")
+
+
+def test_its_raw_result_without_save_detailed_says_it_keeps_only_the_lengths(
+        tmp_path: Path) -> None:
+    """InferenceX's benchmark_serving.py (its PR #1705, June 2026) keeps ``input_lens`` and
+    ``output_lens`` in a result saved without --save-detailed, and drops the times; it was
+    refused as one "without per-request data", which the lengths beside it belie."""
+    doc = {"date": "20260610-101010", "backend": "vllm", "model_id": "deepseek-ai/DeepSeek-R1",
+           "tokenizer_id": "deepseek-ai/DeepSeek-R1", "num_prompts": 2, "request_rate": "inf",
+           "burstiness": 1.0, "max_concurrency": 2, "duration": 4.0, "completed": 2,
+           "total_input_tokens": 2000, "total_output_tokens": 200, "request_throughput": 0.5,
+           "mean_ttft_ms": 100.0, "median_ttft_ms": 100.0, "p99_ttft_ms": 120.0,
+           "mean_tpot_ms": 20.0, "input_lens": [1000, 1000], "output_lens": [100, 100]}
+    said = _refusal(tmp_path, doc)
+    assert "field 'ttfts': is a vllm bench serve result that keeps each request's lengths " \
+        "(input_lens, output_lens) but not its times (ttfts, itls: saved only with " \
+        "--save-detailed)" in said
