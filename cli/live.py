@@ -78,14 +78,27 @@ MaxOutputOpt = Annotated[int | None, typer.Option(
     "--max-output", help="Declared max_tokens of requests whose trace has none (default "
     "2048; never below the true output); with --records, of requests whose file records none "
     "(default: each request's realised output).")]
+_RECORDED_POLICY = ("the recorded run's (a kvbudget replay's), else unlimited (a load tool's "
+                    "requests went straight to the server)")
 PolicyOpt = Annotated[str | None, typer.Option(
     "--policy", help=f"Admission policy: {POLICY_NAMES}; default: the --scenario's, else "
-    "conservative; with --records, the recorded run's (a kvbudget replay's), else unlimited (a "
-    "load tool's requests went straight to the server).")]
+    f"conservative; with --records, {_RECORDED_POLICY}.")]
+ReplayPolicyOpt = Annotated[str | None, typer.Option(
+    "--policy", help=f"Admission policy: {POLICY_NAMES}; default: the --scenario's, else "
+    "conservative.")]
+CalPolicyOpt = Annotated[str | None, typer.Option(
+    "--policy", help=f"With --records: the admission policy simulated in front of the recorded "
+    f"server: {POLICY_NAMES}; default: {_RECORDED_POLICY}.")]
 ScenarioOpt = Annotated[Path | None, typer.Option(
     "--scenario", help="A scenario file (docs/scenarios.md) whose tiers, front door and policy "
     "the gateway uses; its workload and engine are ignored (with --records: its GPU, model and "
     "engine are simulated where no flag or the recording says, its policy is not).")]
+ReplayScenarioOpt = Annotated[Path | None, typer.Option(
+    "--scenario", help="A scenario file (docs/scenarios.md) whose tiers, front door and policy "
+    "the gateway uses; its workload and engine are ignored.")]
+CalScenarioOpt = Annotated[Path | None, typer.Option(
+    "--scenario", help="With --records: a scenario file (docs/scenarios.md) whose GPU, model "
+    "and engine are simulated where no flag or the recording says (its policy is not).")]
 ParamOpt = Annotated[list[str] | None, typer.Option(
     "--param", help="A policy parameter, key=value (value as JSON), repeatable.")]
 TimeScaleOpt = Annotated[float, typer.Option(
@@ -387,9 +400,9 @@ def replay_cmd(
     url: UrlOpt,
     trace: TraceOpt,
     out: Annotated[Path, typer.Option("--out", help="Run directory to write.")],
-    policy: PolicyOpt = None,
+    policy: ReplayPolicyOpt = None,
     params: ParamOpt = None,
-    scenario: ScenarioOpt = None,
+    scenario: ReplayScenarioOpt = None,
     tier: TierOpt = "interactive",
     time_scale: TimeScaleOpt = 1.0,
     capacity_tokens: CapacityOpt = None,
@@ -455,9 +468,9 @@ def calibrate_cmd(
     kv_cache_dtype: KvDtypeOpt = None,
     engine: EngineNameOpt = None,
     overrides: SetOpt = None,
-    scenario: ScenarioOpt = None,
+    scenario: CalScenarioOpt = None,
     cost_model: CalCostModelOpt = None,
-    policy: PolicyOpt = None,
+    policy: CalPolicyOpt = None,
     params: ParamOpt = None,
     fit_kind: FitOpt = "default",
     holdout: HoldoutOpt = None,
@@ -506,7 +519,8 @@ def calibrate_cmd(
             raise CliError("give --url (a live server) or --records (a recorded run)")
         _refuse_records_only("a live calibration", {
             "--max-output": max_output is not None, "--allow-refusals": allow_refusals,
-            "--allow-small-fit": allow_small_fit})
+            "--allow-small-fit": allow_small_fit, "--policy": policy is not None,
+            "--param": bool(params), "--scenario": scenario is not None})
         check_out_file(out)
         plan = _calibration_plan(prefill_tokens, decode_batches, context_tokens, repeats=repeats,
                                  retries=retries, idle_gap=idle_gap, max_num_seqs=max_num_seqs,

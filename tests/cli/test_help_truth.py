@@ -1,0 +1,79 @@
+"""What a command's ``--help`` says of its options holds for that command: every option a help
+text names is one the command has, and each default it states is the one the command uses."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from kvbudget.cli.main import app
+
+FOREIGN = ("serve", "simulate")
+"""The words after which a help names another program's option (``vllm bench serve
+--max-concurrency``, ``kvbudget simulate --cost-model``), not the command's own."""
+
+
+def _commands() -> Iterator[tuple[str, Any]]:
+    group: Any = typer.main.get_command(app)
+    for name, command in group.commands.items():
+        if hasattr(command, "commands"):  # a group: trace
+            for sub, leaf in command.commands.items():
+                yield f"{name} {sub}", leaf
+        else:
+            yield name, command
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    res = CliRunner().invoke(app, [str(a) for a in args])
+    return res.exit_code, res.stdout, res.stderr
+
+
+COMMANDS = dict(_commands())
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_a_help_names_only_the_commands_own_options(name: str) -> None:
+    """``kvbudget replay --help`` said "--policy ...; with --records, the recorded run's" and
+    "--scenario ... (with --records: ...)", where replay has no --records (the wording was
+    shared with validate and calibrate)."""
+    command = COMMANDS[name]
+    known = {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
+    texts = [(p.opts[0], getattr(p, "help", None) or "") for p in command.params]
+    texts.append(("(the command's text)", command.help or ""))
+    strays = [(where, m.group(2)) for where, text in texts
+              for m in re.finditer(r"(\S+)?\s+(--[a-z][a-z0-9-]*)", " " + text)
+              if m.group(2) not in known and (m.group(1) or "").strip("`") not in FOREIGN]
+    assert not strays, f"kvbudget {name}: {strays}"
+
+
+def test_replay_help_says_its_own_policy_default() -> None:
+    code, stdout, _ = run("replay", "--help")
+    assert code == 0
+    said = " ".join(stdout.split())
+    assert "default: the --scenario's, else conservative." in said, said
+    assert "--records" not in said, said
+
+
+def test_calibrate_says_its_policy_and_scenario_are_for_a_recording(tmp_path: Any) -> None:
+    """``calibrate --help`` gave --policy "default: the --scenario's, else conservative" as for
+    a live replay, while ``calibrate --url`` times steps with no gateway: the policy, its
+    parameters and the scenario were ignored without a word. They are said to be for --records
+    and refused with --url (before any server is asked)."""
+    code, stdout, _ = run("calibrate", "--help")
+    assert code == 0
+    said = " ".join(stdout.split())
+    assert ("--policy <str> With --records: the admission policy simulated in front of the "
+            "recorded server") in said, said
+    assert "else conservative" not in said, said
+    assert "--scenario <path> With --records: a scenario file" in said, said
+    for flag, value in (("--policy", "overcommit"), ("--param", "overcommit_ratio=0.5"),
+                        ("--scenario", str(tmp_path / "s.toml"))):
+        code, _, stderr = run("calibrate", "--url", "http://127.0.0.1:9", "--out",
+                              tmp_path / "c.json", flag, value)
+        assert code == 2, stderr
+        assert stderr.strip() == f"error: {flag} applies to --records, not to a live calibration"
