@@ -30,7 +30,7 @@ from kvbudget.cli.study_intervals import (
     study_replications,
 )
 from kvbudget.cli.tables import render, short_metric
-from kvbudget.results.said import WIDTH
+from kvbudget.results.said import WIDTH, figure
 from kvbudget.studies.capacity import (
     BURST,
     CapacitySpec,
@@ -394,14 +394,17 @@ def _print_best(result: "TuneResult", *, objective: str, confidence: float,
         why = (f"relative spread {flat.relative_spread:.2%} < {flat.epsilon:.0%}"
                if flat.relative_spread < flat.epsilon else
                f"every setting within noise of the top one, paired {confidence:.0%} intervals")
-        typer.echo(f"flat: {objective} is {flat.low:.6g} .. {flat.high:.6g} over "
-                   f"{flat.num_settings} feasible settings ({why}); no setting is better "
-                   f"than another. best.toml keeps {best}, chosen by {result.tiebreak()}")
+        typer.echo(textwrap.fill(
+            f"flat: {objective} is {figure(flat.low)} .. {figure(flat.high)} over "
+            f"{flat.num_settings} feasible settings ({why}); no setting is better than another. "
+            f"best.toml keeps {best}, chosen by {result.tiebreak()}", WIDTH,
+            subsequent_indent="  ", break_on_hyphens=False))
     else:
-        interval = (f"{confidence:.0%} CI {low:.6g} .. {high:.6g}, "
+        interval = (f"{confidence:.0%} CI {figure(low)} .. {figure(high)}, "
                     if low == low and high == high else "no interval from ")  # NaN: one run
-        typer.echo(f"best: {best}: {objective} = {mean:.6g} ({interval}"
-                   f"{counted(replications, 'replication')})")
+        typer.echo(textwrap.fill(f"best: {best}: {objective} = {figure(mean)} ({interval}"
+                                 f"{counted(replications, 'replication')})", WIDTH,
+                                 subsequent_indent="  ", break_on_hyphens=False))
         for said in result.at_bounds():
             typer.echo(textwrap.fill(f"note: {said}: the search did not look past it, where "
                                      "a better value may lie (widen --param where the key "

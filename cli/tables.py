@@ -7,24 +7,12 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kvbudget.results.said import CONTEXT_DEFAULT_REFUSED, setting_lines
+from kvbudget.results.said import CONTEXT_DEFAULT_REFUSED, figure, setting_lines
 from kvbudget.results.said import WIDTH as WIDTH  # re-exported: the CLI modules take it here
 from kvbudget.workloads.context_limit import CUTTING_ENGINES
 from kvbudget.workloads.counted import counted
 
-
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        if abs(value) >= 1000:
-            return f"{value:,.0f}"
-        if abs(value) >= 100:
-            return f"{value:.1f}"
-        return f"{value:.{digits}g}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return str(value)
+_fmt = figure
 
 
 def render(headers: Sequence[str], rows: Sequence[Sequence[Any]], gap: int = 2) -> str:

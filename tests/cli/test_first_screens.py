@@ -4,6 +4,7 @@ not there, misleads at the first screen."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from pathlib import Path
@@ -35,7 +36,10 @@ def test_tune_by_default_tells_the_settings_apart(tmp_path: Path) -> None:
     assert "flat:" not in stdout, stdout
     said = json.loads((tmp_path / "tuned" / "tune.json").read_text())
     assert said["objective"] == "batch_sustained_output_tokens_per_s", said
-    best = next(ln for ln in stdout.splitlines() if ln.startswith("best: "))
+    lines = stdout.splitlines()
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("best: "))
+    best = " ".join(" ".join(lines[first:first + 1] + list(  # the line and its wrapped rest
+        itertools.takewhile(lambda ln: ln.startswith("  "), lines[first + 1:]))).split())
     assert best.endswith("(no interval from 1 replication)"), best
     assert "nan" not in best
 

@@ -1,0 +1,81 @@
+"""The figures a first screen prints are written as its tables write them (``1,548``, not
+``1548.36``), with their units said, and its lines fit the tables' width."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import tomli_w
+from typer.testing import CliRunner
+
+from kvbudget.cli.main import app
+from kvbudget.results.said import WIDTH, figure
+from kvbudget.studies.tune import Constraint, Evaluation, tiebreak
+from tests.conftest import small_scenario_dict
+
+
+def run(*args: object) -> tuple[int, str, str]:
+    res = CliRunner().invoke(app, [str(a) for a in args])
+    return res.exit_code, res.stdout, res.stderr
+
+
+def _tune(tmp_path: Path, *extra: str) -> tuple[str, dict[str, object]]:
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(tomli_w.dumps(small_scenario_dict(120, 8.0, policy_params={
+        "overcommit_ratio": 0.5})))
+    out = tmp_path / "tuned"
+    code, stdout, stderr = run(
+        "tune", "--scenario", scenario, "--out", out, "--param",
+        "policy_params.overcommit_ratio=0.2:1", "-r", "2", "--grid-points", "3",
+        "--refine-evals", "0", "--validate", "0", "-j", "1", *extra)
+    assert code == 0, stderr
+    return stdout, json.loads((out / "tune.json").read_text())
+
+
+def test_tune_flat_line_is_wrapped_and_in_the_tables_figures(tmp_path: Path) -> None:
+    """``kvbudget tune``'s "flat:" line ran on for 260 columns and printed its objective raw
+    ("is 1548.36 .. 1548.36") under a table that shows 1,548, and its tie-break said "the most
+    constraint slack (1 of its tightest limit)". It is wrapped like the lines around it, its
+    figures as the table writes them, the slack a share of the limit."""
+    stdout, said = _tune(tmp_path, "--constraint", "overall_slo_attainment>=0.5",
+                         "--objective", "batch_output_tokens_per_s")
+    flat = said["objective_flatness"]
+    assert isinstance(flat, dict) and flat["flat"] is True
+    assert max(len(line) for line in stdout.splitlines() if not line.startswith("wrote ")) \
+        <= WIDTH, stdout
+    text = " ".join(stdout.split())
+    assert (f"flat: batch_output_tokens_per_s is {figure(flat['low'])} .. "
+            f"{figure(flat['high'])} over 2 feasible settings") in text, text
+    assert f"{flat['low']:.6g}" not in text, text
+    kept_by = flat["kept_by"]
+    assert isinstance(kept_by, str) and f"chosen by {kept_by}" in text, text
+    # the settings tie on slack here: the sustained rate chose, in the table's figures
+    assert kept_by.startswith("the highest batch_sustained_output_tokens_per_s (output tokens "
+                              "over first arrival to last finish: "), kept_by
+    assert not re.search(r"\d\.\d{3,}|\d{4}", kept_by), kept_by
+
+
+def test_a_tie_broken_by_slack_says_the_slack_as_a_share_of_the_limit() -> None:
+    """The tie-break said "the most constraint slack (1 of its tightest limit)": 1 what."""
+    limit = Constraint.parse("overall_slo_attainment>=0.5")
+    evals = [Evaluation(i, "grid", {"x": i}, (100.0, 99.0, 101.0), [(limit, True, b, b)],
+                        [{"obj": 100.0}]) for i, b in enumerate((0.6, 0.75))]
+    assert tiebreak(evals, evals[1], "obj", True) == (
+        "the most constraint slack (50% of the limit to spare on its tightest constraint)")
+
+
+def test_tune_best_line_is_in_the_tables_figures(tmp_path: Path) -> None:
+    """The "best:" line printed "= 1791.66 (95% CI 1700.23 .. 1883.09, ...)" beside a table of
+    1,792; it writes them as the table does."""
+    stdout, said = _tune(tmp_path)
+    best = said["best"]
+    assert isinstance(best, dict)
+    objective = best["objective"]
+    assert isinstance(objective, dict)
+    mean, low, high = objective["mean"], objective["ci_low"], objective["ci_high"]
+    text = " ".join(stdout.split())
+    assert (f"batch_sustained_output_tokens_per_s = {figure(mean)} (95% CI {figure(low)} .. "
+            f"{figure(high)}, 2 replications)") in text, text
+    assert f"{mean:.6g}" not in text
