@@ -273,10 +273,14 @@ def units_note(wide: bool, window: Any) -> str:
                "preempt: the engine preemptions and gateway revocations of the tier's requests"
                if wide else "refused: answered too-large or overloaded, or dropped after "
                "preemption")
+    kv = (f"{'KV used p99' if wide else 'used p99'}: the tokens in use, 99th percentile of the "
+          "timeline's samples, and KV capacity in tokens; res. eff.: KV used over KV reserved"
+          + ("" if wide else "; preempt, revoke: the engine's preemptions, the gateway's "
+             "revocations"))
     note = (f"(times in seconds; {quantiles}: over the completed requests (refused and "
             "expired ones have none), TTFT from arrival at the gateway, its wait included; "
             "KV used/reserved are time-weighted fractions of capacity over the same span as "
-            f"out tok/s; {refused}; expired: "
+            f"out tok/s; {kv}; {refused}; expired: "
             "waited past the tier's queue timeout; out tok/s: output tokens of the completed "
             "requests over the time the run's work took, first arrival to last finish, one span "
             "for every tier's row (the tiers' add up to all)")

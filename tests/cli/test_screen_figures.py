@@ -79,3 +79,30 @@ def test_tune_best_line_is_in_the_tables_figures(tmp_path: Path) -> None:
     assert (f"batch_sustained_output_tokens_per_s = {figure(mean)} (95% CI {figure(low)} .. "
             f"{figure(high)}, 2 replications)") in text, text
     assert f"{mean:.6g}" not in text
+
+
+def test_the_kv_table_says_its_token_columns_and_res_eff(tmp_path: Path) -> None:
+    """The KV table put "used p99 371,418" beside "KV used 0.738" with no unit for the one (the
+    note said only that KV used/reserved are fractions), and "res. eff.", "preempt" and
+    "revoke" were not explained. The note says them; the column is the tokens in use, the 99th
+    percentile of the timeline's samples."""
+    import numpy as np
+    import pandas as pd
+
+    code, stdout, stderr = run("simulate", "--set", "workload.duration_s=20", "--out",
+                               tmp_path / "run")
+    assert code == 0, stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    timeline = pd.read_parquet(tmp_path / "run" / "timeline.parquet")
+    used_p99 = summary["kv"]["used_p99"]
+    assert used_p99 == float(np.percentile(timeline["kv_used_tokens"], 99))
+    row = next(ln.split() for ln in stdout.splitlines() if ln.startswith("conservative ")
+               and len(ln.split()) == 9)
+    assert row[4] == figure(used_p99) and row[5] == figure(summary["kv_capacity_tokens"]), row
+    note = " ".join(stdout.split())
+    assert ("used p99: the tokens in use, 99th percentile of the timeline's samples, and KV "
+            "capacity in tokens; res. eff.: KV used over KV reserved; preempt, revoke: the "
+            "engine's preemptions, the gateway's revocations;") in note, note
+    code, stdout, stderr = run("simulate", "--set", "workload.duration_s=20", "--wide")
+    assert code == 0, stderr
+    assert "KV used p99: the tokens in use" in " ".join(stdout.split())
