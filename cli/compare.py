@@ -19,7 +19,7 @@ from kvbudget.cli.options import (
     with_scenario_options,
 )
 from kvbudget.cli.progress import Bar
-from kvbudget.cli.simulate import DrawsOpt, IntervalOpt, JsonOpt, SeedOpt, WideOpt
+from kvbudget.cli.simulate import SEED_HELP, DrawsOpt, IntervalOpt, JsonOpt, WideOpt
 from kvbudget.cli.tables import render_comparison, render_intervals, render_summaries
 from kvbudget.studies.compare import Comparison, compare
 from kvbudget.studies.executors import EXECUTORS, make_executor
@@ -80,7 +80,9 @@ def compare_cmd(
         str, typer.Option("--policies", help="Comma-separated policy names (the first is the "
                           "baseline of the paired tests).")
     ] = "unlimited,conservative,overcommit,preemptive",
-    seed: SeedOpt = None,
+    seed: Annotated[int | None, typer.Option("--seed", help=SEED_HELP + (
+        " With -r above 1, the root of the replications' seeds: replication r takes its r-th "
+        "child."))] = None,
     replications: Annotated[int, typer.Option(
         "--replications", "-r", min=1, max=MAX_REPLICATIONS,
         help="Seeds per policy (common random numbers); above "

@@ -77,3 +77,44 @@ def test_calibrate_says_its_policy_and_scenario_are_for_a_recording(tmp_path: An
                               tmp_path / "c.json", flag, value)
         assert code == 2, stderr
         assert stderr.strip() == f"error: {flag} applies to --records, not to a live calibration"
+
+
+def _help(command: str, option: str) -> str:
+    (param,) = [p for p in COMMANDS[command].params if option in p.opts]
+    return " ".join((param.help or "").split())
+
+
+def test_the_defaults_the_helps_state_are_the_runs(tmp_path: Any) -> None:
+    """``simulate --help`` said "--seed: Seed of every random draw", "--gpu: GPU preset",
+    "--block-size: Tokens per KV block", "-tp: GPUs each replica shards the model over" and
+    "plan --seed: Root seed." without the default each run took; each help now says it, and
+    a run without the flag takes it."""
+    import json
+
+    from kvbudget.perf.vllm_defaults import BLOCK_SIZE
+    from kvbudget.simulator.scenario import EngineSpec
+
+    assert "(default: the scenario's, 0 in the default one)" in _help("simulate", "--seed")
+    assert "default: the scenario's, H100-80GB in the default one" in _help("simulate", "--gpu")
+    assert ("default: the scenario's, Llama-3.1-8B in the default one"
+            in _help("simulate", "--model"))
+    assert "(default: the scenario's, else 16, vLLM's)" in _help("simulate", "--block-size")
+    assert "(default: the scenario's, else vllm)" in _help("simulate", "--engine")
+    assert "(default: the scenario's, else 1)" in _help("simulate", "-tp")
+    for knob in ("--max-num-seqs", "--max-num-batched-tokens"):
+        assert ("(default: the scenario's, else the --engine-defaults' for the GPU: kvbudget "
+                "presets)") in _help("simulate", knob)
+    assert EngineSpec().block_size == BLOCK_SIZE == 16
+    code, stdout, stderr = run("simulate", "--set", "workload.num_requests=20", "--json")
+    assert code == 0, stderr
+    s = json.loads(stdout)
+    assert (s["seed"], s["gpu"], s["model"], s["block_size"]) == (
+        0, "H100-80GB", "Llama-3.1-8B", 16), s
+    assert s["engine_knobs"]["tensor_parallel_size"] == 1 and s["engine"]["engine"] == "vllm"
+    # the study's root seed: the scenario's where --seed is not given
+    assert "(default: the scenario's)" in _help("plan", "--seed")
+    code, _, stderr = run("plan", "--set", "workload.num_requests=20", "--set", "seed=7",
+                          "--gpus", "H100-80GB", "--replicas", "1", "-r", "1", "-j", "1",
+                          "--out", tmp_path / "plan")
+    assert code == 0, stderr
+    assert json.loads((tmp_path / "plan" / "plan.json").read_text())["root_seed"] == 7
