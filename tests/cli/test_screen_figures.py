@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from pathlib import Path
@@ -106,3 +107,20 @@ def test_the_kv_table_says_its_token_columns_and_res_eff(tmp_path: Path) -> None
     code, stdout, stderr = run("simulate", "--set", "workload.duration_s=20", "--wide")
     assert code == 0, stderr
     assert "KV used p99: the tokens in use" in " ".join(stdout.split())
+
+
+def test_the_presets_notes_are_wrapped_to_the_width() -> None:
+    """``kvbudget presets`` printed its FP8, aliases and engine-defaults notes as single lines
+    of 150 to 370 columns; they are wrapped like its other notes, an alias beside its name."""
+    from kvbudget.perf.hardware import GPU_ALIASES
+
+    code, stdout, stderr = run("presets")
+    assert code == 0, stderr
+    lines = stdout.splitlines()
+    for start in ("FP8 -: ", "aliases: ", "engine defaults (vLLM "):
+        first = next(i for i, ln in enumerate(lines) if ln.startswith(start))
+        rest = list(itertools.takewhile(lambda ln: ln.startswith("  "), lines[first + 1:]))
+        assert all(len(ln) <= WIDTH for ln in [lines[first], *rest]), [lines[first], *rest]
+        if start == "aliases: ":
+            note = "\n".join([lines[first], *rest])
+            assert all(f"{alias} = {name}" in note for alias, name in GPU_ALIASES.items()), note
