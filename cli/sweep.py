@@ -30,7 +30,7 @@ from kvbudget.cli.study_intervals import (
     study_replications,
 )
 from kvbudget.cli.tables import render, short_metric
-from kvbudget.results.said import WIDTH, figure
+from kvbudget.results.said import WIDTH, figure, fill
 from kvbudget.studies.capacity import (
     BURST,
     CapacitySpec,
@@ -519,10 +519,10 @@ def _print_capacities(result: "CapacityResult", spec: CapacitySpec, *,
         return sum(v) / len(v) if v else None
 
     slo_cols = [c.metric for c in spec.slos]
-    typer.echo(f"criteria (mean over {counted(spec.replications, 'replication')}): "
-               + ", ".join(spec.criteria())
-               + (" (assumed: the default target, --target or --slo to set)"
-                  if target_assumed else ""))
+    typer.echo(fill(f"criteria (mean over {counted(spec.replications, 'replication')}): "
+                    + ", ".join(spec.criteria())
+                    + (" (assumed: the default target, --target or --slo to set)"
+                       if target_assumed else "")))
     band = [] if spec.interval is None else [f"{spec.interval:.0%} interval"]
     typer.echo(render(
         ["policy", "capacity req/s", *band, "per GPU", "bracket high", "attain. at cap",
@@ -533,6 +533,10 @@ def _print_capacities(result: "CapacityResult", spec: CapacitySpec, *,
           *[at_cap(c.policy, c.scale, m) for m in slo_cols], c.note]
          for c in result.capacities],
     ))
+    typer.echo(fill("capacity req/s: the largest offered rate found to meet the criteria (per "
+                    "GPU: over the deployment's GPUs, replicas x tensor-parallel degree); bracket "
+                    "high: the smallest rate found to miss them; attain. at cap: the mean "
+                    f"{spec.metric} at the capacity"))
     if any(BURST in c.note for c in result.capacities):
         typer.echo(textwrap.fill(
             f"note: {BURST}: at that load the workload's requests all came in (in) less time "

@@ -124,3 +124,27 @@ def test_the_presets_notes_are_wrapped_to_the_width() -> None:
         if start == "aliases: ":
             note = "\n".join([lines[first], *rest])
             assert all(f"{alias} = {name}" in note for alias, name in GPU_ALIASES.items()), note
+
+
+def test_capacity_says_what_its_columns_are(tmp_path: Path) -> None:
+    """``kvbudget capacity`` printed "capacity req/s 5.14, per GPU 5.14, bracket high 5.19,
+    attain. at cap 0.909" and said nowhere what "bracket high" or "attain. at cap" were, nor
+    what "per GPU" divided by; and its criteria line ran past the width. A note says them; the
+    figures are capacity.json's."""
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(tomli_w.dumps(small_scenario_dict(120, 8.0)))
+    out = tmp_path / "cap"
+    code, stdout, stderr = run("capacity", "--scenario", scenario, "--out", out, "--policies",
+                               "conservative", "-r", "1", "--rel-tol", "0.2", "-j", "1")
+    assert code == 0, stderr
+    (found,) = json.loads((out / "capacity.json").read_text())["policies"]
+    row = next(ln.split() for ln in stdout.splitlines() if ln.startswith("conservative "))
+    assert row[1:5] == [figure(found["capacity_rps"]), figure(found["capacity_rps_per_gpu"]),
+                        figure(found["bracket_rps"][1]),
+                        figure(found["attainment_at_capacity"]["mean"])], (row, found)
+    assert all(len(ln) <= WIDTH for ln in stdout.splitlines() if not ln.startswith("wrote "))
+    note = " ".join(stdout.split())
+    assert ("capacity req/s: the largest offered rate found to meet the criteria (per GPU: over "
+            "the deployment's GPUs, replicas x tensor-parallel degree); bracket high: the "
+            "smallest rate found to miss them; attain. at cap: the mean overall_slo_attainment "
+            "at the capacity") in note, note
