@@ -339,7 +339,14 @@ def plus_minus(mean: float, low: float, high: float) -> str:
         return "-"
     if not (math.isfinite(low) and math.isfinite(high)):
         return _fmt(mean)
-    return f"{_fmt(mean)} ± {(high - low) / 2:.2g}"
+    return f"{_fmt(mean)} ± {_half_width((high - low) / 2)}"
+
+
+def _half_width(half: float) -> str:
+    """An interval's half-width to two significant digits, as the figure beside it is written
+    (``120``, ``1,100``), never in exponent notation (``1.2e+02``)."""
+    rounded = float(f"{half:.2g}")
+    return f"{rounded:,.0f}" if abs(rounded) >= 100 else f"{half:.2g}"
 
 
 def _p(p: float) -> str:

@@ -148,3 +148,20 @@ def test_capacity_says_what_its_columns_are(tmp_path: Path) -> None:
             "the deployment's GPUs, replicas x tensor-parallel degree); bracket high: the "
             "smallest rate found to miss them; attain. at cap: the mean overall_slo_attainment "
             "at the capacity") in note, note
+
+
+def test_an_interval_is_written_without_exponents(tmp_path: Path) -> None:
+    """``compare -r 3`` printed "inter. out tok/s 613.9 ± 1.2e+02" and "1,804 ± 1.1e+02": the
+    half-width in exponent notation beside a figure written out. Both are written out now, the
+    half-width to two significant digits."""
+    from kvbudget.cli.tables import plus_minus
+
+    assert plus_minus(613.9, 613.9 - 123.4, 613.9 + 123.4) == "613.9 ± 120"
+    assert plus_minus(1804.0, 1804.0 - 1149.0, 1804.0 + 1149.0) == "1,804 ± 1,100"
+    assert plus_minus(5.0, 5.0 - 99.6, 5.0 + 99.6) == "5 ± 100"
+    assert plus_minus(0.0326, 0.0326 - 0.0027, 0.0326 + 0.0027) == "0.0326 ± 0.0027"
+    code, stdout, stderr = run("compare", "--policies", "conservative,overcommit", "-r", "3",
+                               "-j", "1", "--set", "workload.duration_s=60")
+    assert code == 0, stderr
+    rows = [ln for ln in stdout.splitlines() if " ± " in ln and "out tok/s" in ln]
+    assert rows and not [ln for ln in rows if "e+" in ln], rows
