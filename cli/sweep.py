@@ -365,7 +365,9 @@ def _tune_with_bar(spec: TuneSpec, ex: "LocalExecutor | RayExecutor", out: Path,
 
 def _print_evaluations(frame: "pd.DataFrame", keys: list[str], objective: str) -> None:
     """The table of every evaluated setting: its stage, parameters, objective and interval."""
-    headers = ["stage", *keys, f"{objective} (mean)", "CI low", "CI high", "feasible"]
+    # the objective's short name (as sweep's tables give it): the line under the table names it
+    headers = ["stage", *keys, f"{short_metric(objective)} (mean)", "CI low", "CI high",
+               "feasible"]
     rows = [[r["stage"], *[r[k] for k in keys], _fmt(r["objective_mean"]),
              _fmt(r["objective_low"]), _fmt(r["objective_high"]),
              "yes" if r["feasible"] else "no"]

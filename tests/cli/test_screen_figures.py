@@ -69,8 +69,13 @@ def test_a_tie_broken_by_slack_says_the_slack_as_a_share_of_the_limit() -> None:
 
 def test_tune_best_line_is_in_the_tables_figures(tmp_path: Path) -> None:
     """The "best:" line printed "= 1791.66 (95% CI 1700.23 .. 1883.09, ...)" beside a table of
-    1,792; it writes them as the table does."""
+    1,792; it writes them as the table does. The table's header ran to 111 columns on the
+    default objective's full name: it takes sweep's short name (the line below says the
+    full one)."""
     stdout, said = _tune(tmp_path)
+    assert max(len(line) for line in stdout.splitlines() if not line.startswith("wrote ")) \
+        <= WIDTH, stdout
+    assert stdout.splitlines()[0].split()[2:6] == ["batch", "out", "tok/s", "(mean)"], stdout
     best = said["best"]
     assert isinstance(best, dict)
     objective = best["objective"]
