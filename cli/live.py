@@ -90,12 +90,13 @@ CalPolicyOpt = Annotated[str | None, typer.Option(
     "--policy", help=f"With --records: the admission policy simulated in front of the recorded "
     f"server: {POLICY_NAMES}; default: {_RECORDED_POLICY}.")]
 ScenarioOpt = Annotated[Path | None, typer.Option(
-    "--scenario", help="A scenario file (docs/scenarios.md) whose tiers, front door and policy "
-    "the gateway uses; its workload and engine are ignored (with --records: its GPU, model and "
-    "engine are simulated where no flag or the recording says, its policy is not).")]
+    "--scenario", help="A scenario file (docs/scenarios.md) whose tiers, front door, policy and "
+    "lease_ttl_s the gateway uses; its workload and engine are ignored (with --records: its "
+    "GPU, model and engine are simulated where no flag or the recording says, its policy is "
+    "not).")]
 ReplayScenarioOpt = Annotated[Path | None, typer.Option(
-    "--scenario", help="A scenario file (docs/scenarios.md) whose tiers, front door and policy "
-    "the gateway uses; its workload and engine are ignored.")]
+    "--scenario", help="A scenario file (docs/scenarios.md) whose tiers, front door, policy, "
+    "clients and lease_ttl_s the gateway uses; its workload and engine are ignored.")]
 CalScenarioOpt = Annotated[Path | None, typer.Option(
     "--scenario", help="With --records: a scenario file (docs/scenarios.md) whose GPU, model "
     "and engine are simulated where no flag or the recording says (its policy is not).")]
@@ -112,7 +113,8 @@ SeedOpt = Annotated[int, typer.Option("--seed", min=0, help="Seed of the prompts
 TimeoutOpt = Annotated[float, typer.Option(
     "--read-timeout", help="Seconds of silence after which a stream counts as timed out.")]
 LeaseOpt = Annotated[float | None, typer.Option(
-    "--lease-ttl", help="Seconds after which a lease expires and its request is dropped.")]
+    "--lease-ttl", help="Seconds after which a lease expires and its request is dropped "
+    "(default: the --scenario's lease_ttl_s, else never).")]
 PollOpt = Annotated[float, typer.Option(
     "--poll-period", help="Seconds between two scrapes of the server's /metrics.")]
 SeqsOpt = Annotated[int | None, typer.Option(
@@ -237,6 +239,13 @@ class GatewaySetup:
     tiers: "tuple[TierConfig, ...] | None"
     front_door: "FrontDoor | None"
     clients: "tuple[tuple[str, ClientModel], ...]" = ()
+    lease_ttl_s: float | None = None
+    """The scenario's ``lease_ttl_s`` (``--lease-ttl`` over it; None: a lease lasts until its
+    request ends)."""
+
+    def lease_ttl(self, given: float | None) -> float | None:
+        """``--lease-ttl`` where given, else the scenario's."""
+        return self.lease_ttl_s if given is None else given
 
 
 def gateway_setup(scenario: Path | None, policy: str | None, params: list[str] | None
@@ -259,7 +268,8 @@ def gateway_setup(scenario: Path | None, policy: str | None, params: list[str] |
 
     new_policy()  # a bad name or parameter fails here, before anything runs
     config = scn.sim_config()
-    return GatewaySetup(new_policy, scn.tiers(), config.front_door, config.clients)
+    return GatewaySetup(new_policy, scn.tiers(), config.front_door, config.clients,
+                        config.lease_ttl_s)
 
 
 def with_clients(setup: GatewaySetup, clients: str | None) -> GatewaySetup:
@@ -431,7 +441,7 @@ def replay_cmd(
                              time_scale=time_scale, capacity_tokens=capacity_tokens,
                              max_in_flight=max_in_flight, seed=seed, resume=resume,
                              tiers=_tiers_for(workload, setup.tiers), poll_period=poll_period,
-                             lease_ttl=lease_ttl, hint=_resume_hint(),
+                             lease_ttl=setup.lease_ttl(lease_ttl), hint=_resume_hint(),
                              front_door=setup.front_door, clients=setup.clients,
                              closed_loop=_closed_loop(users, think_time_s))
     # what loading the trace warned of or assumed (the max_tokens it sent among it), with the
@@ -812,6 +822,7 @@ def _validate_live(url: str, trace: Path, cost_model: Path, out: Path, *, speed_
     overhead = cal.frontend_overhead_s
     target = _target(url, *server)
     setup = gateway_setup(*gateway)
+    lease_ttl = setup.lease_ttl(lease_ttl)
     pol = setup.new_policy()
     workload = load_workload(trace, trace_format, tier, time_scale, max_output, seed)
     tiers = _tiers_for(workload, setup.tiers)
