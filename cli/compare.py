@@ -92,7 +92,8 @@ def compare_cmd(
     metric: Annotated[list[str] | None, typer.Option(
         "--metric", help="A metric of the replicated table (column or dotted summary path, "
         "e.g. tiers.interactive.ttft_s.p99; repeatable; default: per tier p99 TTFT/TPOT/ITL, "
-        "output tokens/s over the run, SLO attainment, and the drain time).")] = None,
+        "output tokens/s over the run and SLO attainment, then the overall SLO attainment and "
+        "the drain time).")] = None,
     out: Annotated[
         Path | None, typer.Option("--out", help="Write one run directory per policy here "
                                   "(with --replications: runs.parquet and compare.csv).")

@@ -118,3 +118,20 @@ def test_the_defaults_the_helps_state_are_the_runs(tmp_path: Any) -> None:
                           "--out", tmp_path / "plan")
     assert code == 0, stderr
     assert json.loads((tmp_path / "plan" / "plan.json").read_text())["root_seed"] == 7
+
+
+def test_compare_help_names_every_default_metric() -> None:
+    """``compare --help`` gave the default metrics as "per tier p99 TTFT/TPOT/ITL, output
+    tokens/s over the run, SLO attainment, and the drain time"; the table also shows the overall
+    SLO attainment (``default_metrics``)."""
+    from kvbudget.simulator.scenario import default_scenario
+    from kvbudget.studies.compare import default_metrics
+
+    metrics = default_metrics(default_scenario())
+    per_tier = {m.split("_", 1)[1] for m in metrics if m.startswith("interactive_")}
+    assert per_tier == {"ttft_p99_s", "tpot_p99_s", "itl_p99_s",
+                        "sustained_output_tokens_per_s", "slo_attainment"}
+    assert metrics[-2:] == ["overall_slo_attainment", "drain_s"]
+    assert ("default: per tier p99 TTFT/TPOT/ITL, output tokens/s over the run and SLO "
+            "attainment, then the overall SLO attainment and the drain time") in _help(
+                "compare", "--metric")
