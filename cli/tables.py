@@ -275,8 +275,8 @@ def units_note(wide: bool, window: Any) -> str:
                "preemption")
     kv = (f"{'KV used p99' if wide else 'used p99'}: the tokens in use, 99th percentile of the "
           "timeline's samples, and KV capacity in tokens; res. eff.: KV used over KV reserved"
-          + ("" if wide else "; preempt, revoke: the engine's preemptions, the gateway's "
-             "revocations"))
+          + ("; wall s: the wall-clock time the run itself took to compute or replay" if wide
+             else "; preempt, revoke: the engine's preemptions, the gateway's revocations"))
     note = (f"(times in seconds; {quantiles}: over the completed requests (refused and "
             "expired ones have none), TTFT from arrival at the gateway, its wait included; "
             "KV used/reserved are time-weighted fractions of capacity over the same span as "

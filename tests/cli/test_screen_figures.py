@@ -111,7 +111,9 @@ def test_the_kv_table_says_its_token_columns_and_res_eff(tmp_path: Path) -> None
             "engine's preemptions, the gateway's revocations;") in note, note
     code, stdout, stderr = run("simulate", "--set", "workload.duration_s=20", "--wide")
     assert code == 0, stderr
-    assert "KV used p99: the tokens in use" in " ".join(stdout.split())
+    wide = " ".join(stdout.split())
+    assert "KV used p99: the tokens in use" in wide, wide
+    assert "wall s: the wall-clock time the run itself took to compute or replay" in wide, wide
 
 
 def test_the_presets_notes_are_wrapped_to_the_width() -> None:
