@@ -135,3 +135,18 @@ def test_compare_help_names_every_default_metric() -> None:
     assert ("default: per tier p99 TTFT/TPOT/ITL, output tokens/s over the run and SLO "
             "attainment, then the overall SLO attainment and the drain time") in _help(
                 "compare", "--metric")
+
+
+def test_serve_help_says_the_tier_of_a_request_without_the_header(tmp_path: Any) -> None:
+    """``serve --help`` said the tier is taken from the x-kvbudget-tier header, not what a
+    request without one gets: the first tier (a batch client that forgets it is served as
+    interactive). The help says it; the settings give that tier."""
+    from kvbudget.cli.serve import settings_from_flags
+
+    assert ("a request without one in the first tier (interactive with the default tiers)"
+            in _help("serve", "--trust-tier-header"))
+    settings = settings_from_flags(
+        ["http://127.0.0.1:9"], None, None, "127.0.0.1", 0, None, False, 1000, 10.0, "bytes",
+        429, 1.0, 256, "round_robin", None, 10_000, 30.0, 1 << 20, None)
+    assert settings.config.trust_tier_header
+    assert settings.config.default_tier == settings.tiers[0].name == "interactive"
