@@ -172,3 +172,18 @@ def test_an_interval_is_written_without_exponents(tmp_path: Path) -> None:
     assert code == 0, stderr
     rows = [ln for ln in stdout.splitlines() if " ± " in ln and "out tok/s" in ln]
     assert rows and not [ln for ln in rows if "e+" in ln], rows
+
+
+def test_trace_stats_says_the_span_in_a_unit_it_reads_in(tmp_path: Path) -> None:
+    """``trace stats`` wrote every span in hours to two decimals: "span 2.0 s (0.00 h)" for a
+    short file, and "3,501.7 s (0.97 h)" for the Azure trace, whose run line says "over 58.4
+    min". The span is said in the larger unit as a run's line says it."""
+    spans = {2.0: "span 2.0 s   rate", 3501.7: "span 3,501.7 s (58.4 min)   rate",
+             90_000.0: "span 90,000.0 s (25.0 h)   rate"}
+    for span, said in spans.items():
+        trace = tmp_path / f"t{span:g}.csv"
+        trace.write_text(f"arrival_s,prompt_tokens,output_tokens\n0,10,5\n{span},10,5\n")
+        code, stdout, stderr = run("trace", "stats", trace)
+        assert code == 0, stderr
+        assert said in stdout, stdout
+        assert " h)" not in stdout or span >= 7200, stdout
