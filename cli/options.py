@@ -31,6 +31,7 @@ from kvbudget.cli.errors import CliError
 from kvbudget.perf.vllm_defaults import VLLM_VERSION
 from kvbudget.policies import POLICIES, make_policy
 from kvbudget.policies.clients import parse_clients
+from kvbudget.results.said import fill
 from kvbudget.simulator.engine_config import ENGINE_NAMES
 from kvbudget.simulator.scenario import make_scenario
 from kvbudget.studies.setting import study_setting
@@ -432,8 +433,8 @@ def say_workload(scn: "Scenario", varies: Collection[str] = ()) -> tuple[str, ..
     ``compare``'s print it with theirs (:func:`kvbudget.studies.setting.study_setting`).
     Returns the lines, for the study's result (``setting=``): the workload is loaded once."""
     lines = study_setting(scn, varies)
-    for line in lines:
-        typer.echo(line, err=True)
+    for line in lines:  # wrapped as simulate's lines are (a study's first line ran to 130)
+        typer.echo(fill(line), err=True)
     return lines
 
 

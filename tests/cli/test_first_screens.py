@@ -359,7 +359,7 @@ def test_a_study_says_its_replications_draw_their_own_requests(tmp_path: Path) -
     code, _, stderr = run("compare", "--policies", "conservative", "-r", "2", "-j", "1",
                                "--set", "workload.duration_s=20", "--out", tmp_path / "c")
     assert code == 0, stderr
-    first = stderr.splitlines()[0]
+    first = stderr.replace("\n  ", " ").splitlines()[0]  # its wrapped rest joined
     said = re.search(r"; workload default: (\d+) requests at the scenario's seed \(each "
                      r"replication draws its own requests and count\)$", first)
     assert said, first

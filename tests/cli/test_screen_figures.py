@@ -187,3 +187,24 @@ def test_trace_stats_says_the_span_in_a_unit_it_reads_in(tmp_path: Path) -> None
         assert code == 0, stderr
         assert said in stdout, stdout
         assert " h)" not in stdout or span >= 7200, stdout
+
+
+def test_a_studys_setting_lines_are_wrapped(tmp_path: Path) -> None:
+    """A study's first line on stderr ("model Llama-3.1-8B on H100-SXM (given as H100-80GB);
+    workload default: 1,617 requests at the scenario's seed (each replication draws its own
+    requests and count)") ran to 130 columns where simulate wraps the same words; it is wrapped
+    to the width, its words unchanged."""
+    from kvbudget.simulator.scenario import load_scenario
+    from kvbudget.studies.setting import study_setting
+
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(tomli_w.dumps(small_scenario_dict(30, 8.0)))
+    code, _, stderr = run("compare", "--scenario", scenario, "--policies", "conservative",
+                          "-r", "2", "-j", "1")
+    assert code == 0, stderr
+    (said,) = study_setting(load_scenario(scenario))
+    assert len(said) > WIDTH  # the line this test is about
+    lines = stderr.splitlines()
+    rest = list(itertools.takewhile(lambda ln: ln.startswith("  "), lines[1:]))
+    assert all(len(ln) <= WIDTH for ln in [lines[0], *rest]), lines
+    assert " ".join([lines[0], *(ln.strip() for ln in rest)]) == said
