@@ -19,7 +19,7 @@ from kvbudget.cli.options import (
     with_scenario_options,
 )
 from kvbudget.cli.progress import Bar
-from kvbudget.cli.simulate import DrawsOpt, IntervalOpt, JsonOpt, SeedOpt, WideOpt
+from kvbudget.cli.simulate import SEED_HELP, DrawsOpt, IntervalOpt, JsonOpt, WideOpt
 from kvbudget.cli.tables import render_comparison, render_intervals, render_summaries
 from kvbudget.studies.compare import Comparison, compare
 from kvbudget.studies.executors import EXECUTORS, make_executor
@@ -80,7 +80,9 @@ def compare_cmd(
         str, typer.Option("--policies", help="Comma-separated policy names (the first is the "
                           "baseline of the paired tests).")
     ] = "unlimited,conservative,overcommit,preemptive",
-    seed: SeedOpt = None,
+    seed: Annotated[int | None, typer.Option("--seed", help=SEED_HELP + (
+        " With -r above 1, the root of the replications' seeds: replication r takes its r-th "
+        "child."))] = None,
     replications: Annotated[int, typer.Option(
         "--replications", "-r", min=1, max=MAX_REPLICATIONS,
         help="Seeds per policy (common random numbers); above "
@@ -90,7 +92,8 @@ def compare_cmd(
     metric: Annotated[list[str] | None, typer.Option(
         "--metric", help="A metric of the replicated table (column or dotted summary path, "
         "e.g. tiers.interactive.ttft_s.p99; repeatable; default: per tier p99 TTFT/TPOT/ITL, "
-        "output tokens/s over the run, SLO attainment, and the drain time).")] = None,
+        "output tokens/s over the run and SLO attainment, then the overall SLO attainment and "
+        "the drain time).")] = None,
     out: Annotated[
         Path | None, typer.Option("--out", help="Write one run directory per policy here "
                                   "(with --replications: runs.parquet and compare.csv).")

@@ -78,14 +78,28 @@ MaxOutputOpt = Annotated[int | None, typer.Option(
     "--max-output", help="Declared max_tokens of requests whose trace has none (default "
     "2048; never below the true output); with --records, of requests whose file records none "
     "(default: each request's realised output).")]
+_RECORDED_POLICY = ("the recorded run's (a kvbudget replay's), else unlimited (a load tool's "
+                    "requests went straight to the server)")
 PolicyOpt = Annotated[str | None, typer.Option(
     "--policy", help=f"Admission policy: {POLICY_NAMES}; default: the --scenario's, else "
-    "conservative; with --records, the recorded run's (a kvbudget replay's), else unlimited (a "
-    "load tool's requests went straight to the server).")]
+    f"conservative; with --records, {_RECORDED_POLICY}.")]
+ReplayPolicyOpt = Annotated[str | None, typer.Option(
+    "--policy", help=f"Admission policy: {POLICY_NAMES}; default: the --scenario's, else "
+    "conservative.")]
+CalPolicyOpt = Annotated[str | None, typer.Option(
+    "--policy", help=f"With --records: the admission policy simulated in front of the recorded "
+    f"server: {POLICY_NAMES}; default: {_RECORDED_POLICY}.")]
 ScenarioOpt = Annotated[Path | None, typer.Option(
-    "--scenario", help="A scenario file (docs/scenarios.md) whose tiers, front door and policy "
-    "the gateway uses; its workload and engine are ignored (with --records: its GPU, model and "
-    "engine are simulated where no flag or the recording says, its policy is not).")]
+    "--scenario", help="A scenario file (docs/scenarios.md) whose tiers, front door, policy and "
+    "lease_ttl_s the gateway uses; its workload and engine are ignored (with --records: its "
+    "GPU, model and engine are simulated where no flag or the recording says, its policy is "
+    "not).")]
+ReplayScenarioOpt = Annotated[Path | None, typer.Option(
+    "--scenario", help="A scenario file (docs/scenarios.md) whose tiers, front door, policy, "
+    "clients and lease_ttl_s the gateway uses; its workload and engine are ignored.")]
+CalScenarioOpt = Annotated[Path | None, typer.Option(
+    "--scenario", help="With --records: a scenario file (docs/scenarios.md) whose GPU, model "
+    "and engine are simulated where no flag or the recording says (its policy is not).")]
 ParamOpt = Annotated[list[str] | None, typer.Option(
     "--param", help="A policy parameter, key=value (value as JSON), repeatable.")]
 TimeScaleOpt = Annotated[float, typer.Option(
@@ -99,7 +113,8 @@ SeedOpt = Annotated[int, typer.Option("--seed", min=0, help="Seed of the prompts
 TimeoutOpt = Annotated[float, typer.Option(
     "--read-timeout", help="Seconds of silence after which a stream counts as timed out.")]
 LeaseOpt = Annotated[float | None, typer.Option(
-    "--lease-ttl", help="Seconds after which a lease expires and its request is dropped.")]
+    "--lease-ttl", help="Seconds after which a lease expires and its request is dropped "
+    "(default: the --scenario's lease_ttl_s, else never).")]
 PollOpt = Annotated[float, typer.Option(
     "--poll-period", help="Seconds between two scrapes of the server's /metrics.")]
 SeqsOpt = Annotated[int | None, typer.Option(
@@ -226,6 +241,13 @@ class GatewaySetup:
     tiers: "tuple[TierConfig, ...] | None"
     front_door: "FrontDoor | None"
     clients: "tuple[tuple[str, ClientModel], ...]" = ()
+    lease_ttl_s: float | None = None
+    """The scenario's ``lease_ttl_s`` (``--lease-ttl`` over it; None: a lease lasts until its
+    request ends)."""
+
+    def lease_ttl(self, given: float | None) -> float | None:
+        """``--lease-ttl`` where given, else the scenario's."""
+        return self.lease_ttl_s if given is None else given
 
 
 def gateway_setup(scenario: Path | None, policy: str | None, params: list[str] | None
@@ -248,7 +270,8 @@ def gateway_setup(scenario: Path | None, policy: str | None, params: list[str] |
 
     new_policy()  # a bad name or parameter fails here, before anything runs
     config = scn.sim_config()
-    return GatewaySetup(new_policy, scn.tiers(), config.front_door, config.clients)
+    return GatewaySetup(new_policy, scn.tiers(), config.front_door, config.clients,
+                        config.lease_ttl_s)
 
 
 def with_clients(setup: GatewaySetup, clients: str | None) -> GatewaySetup:
@@ -389,9 +412,9 @@ def replay_cmd(
     url: UrlOpt,
     trace: TraceOpt,
     out: Annotated[Path, typer.Option("--out", help="Run directory to write.")],
-    policy: PolicyOpt = None,
+    policy: ReplayPolicyOpt = None,
     params: ParamOpt = None,
-    scenario: ScenarioOpt = None,
+    scenario: ReplayScenarioOpt = None,
     tier: TierOpt = "interactive",
     time_scale: TimeScaleOpt = 1.0,
     capacity_tokens: CapacityOpt = None,
@@ -420,7 +443,7 @@ def replay_cmd(
                              time_scale=time_scale, capacity_tokens=capacity_tokens,
                              max_in_flight=max_in_flight, seed=seed, resume=resume,
                              tiers=_tiers_for(workload, setup.tiers), poll_period=poll_period,
-                             lease_ttl=lease_ttl, hint=_resume_hint(),
+                             lease_ttl=setup.lease_ttl(lease_ttl), hint=_resume_hint(),
                              front_door=setup.front_door, clients=setup.clients,
                              closed_loop=_closed_loop(users, think_time_s))
     # what loading the trace warned of or assumed (the max_tokens it sent among it), with the
@@ -457,9 +480,9 @@ def calibrate_cmd(
     kv_cache_dtype: KvDtypeOpt = None,
     engine: EngineNameOpt = None,
     overrides: SetOpt = None,
-    scenario: ScenarioOpt = None,
+    scenario: CalScenarioOpt = None,
     cost_model: CalCostModelOpt = None,
-    policy: PolicyOpt = None,
+    policy: CalPolicyOpt = None,
     params: ParamOpt = None,
     fit_kind: FitOpt = "default",
     holdout: HoldoutOpt = None,
@@ -508,7 +531,8 @@ def calibrate_cmd(
             raise CliError("give --url (a live server) or --records (a recorded run)")
         _refuse_records_only("a live calibration", {
             "--max-output": max_output is not None, "--allow-refusals": allow_refusals,
-            "--allow-small-fit": allow_small_fit})
+            "--allow-small-fit": allow_small_fit, "--policy": policy is not None,
+            "--param": bool(params), "--scenario": scenario is not None})
         check_out_file(out)
         plan = _calibration_plan(prefill_tokens, decode_batches, context_tokens, repeats=repeats,
                                  retries=retries, idle_gap=idle_gap, max_num_seqs=max_num_seqs,
@@ -800,6 +824,7 @@ def _validate_live(url: str, trace: Path, cost_model: Path, out: Path, *, speed_
     overhead = cal.frontend_overhead_s
     target = _target(url, *server)
     setup = gateway_setup(*gateway)
+    lease_ttl = setup.lease_ttl(lease_ttl)
     pol = setup.new_policy()
     workload = load_workload(trace, trace_format, tier, time_scale, max_output, seed)
     tiers = _tiers_for(workload, setup.tiers)

@@ -31,6 +31,7 @@ from kvbudget.cli.errors import CliError
 from kvbudget.perf.vllm_defaults import VLLM_VERSION
 from kvbudget.policies import POLICIES, make_policy
 from kvbudget.policies.clients import parse_clients
+from kvbudget.results.said import fill
 from kvbudget.simulator.engine_config import ENGINE_NAMES
 from kvbudget.simulator.scenario import make_scenario
 from kvbudget.studies.setting import study_setting
@@ -108,25 +109,31 @@ TRACE_OPTIONS: dict[str, tuple[Any, Any]] = {
 # name -> (annotation, default, [engine] key of the scenario)
 ENGINE_OPTIONS: dict[str, tuple[Any, Any, str]] = {
     "num_gpu_blocks": (Annotated[int | None, typer.Option(
-        "--num-gpu-blocks", help="KV blocks (overrides the presets).",
+        "--num-gpu-blocks", help="KV blocks (default: the scenario's, else sized from the "
+        "GPU's memory as the --engine-defaults size it).",
         rich_help_panel=_E)], None, "num_gpu_blocks"),
     "block_size": (Annotated[int | None, typer.Option(
-        "--block-size", help="Tokens per KV block.", rich_help_panel=_E)], None,
+        "--block-size", help="Tokens per KV block (default: the scenario's, else 16, vLLM's).",
+        rich_help_panel=_E)], None,
         "block_size"),
     "max_num_seqs": (Annotated[int | None, typer.Option(
-        "--max-num-seqs", help="Running requests cap.", rich_help_panel=_E)], None,
+        "--max-num-seqs", help="Running requests cap (default: the scenario's, else the "
+        "--engine-defaults' for the GPU: kvbudget presets).", rich_help_panel=_E)], None,
         "max_num_seqs"),
     "max_num_batched_tokens": (Annotated[int | None, typer.Option(
-        "--max-num-batched-tokens", help="Tokens per engine step cap.",
+        "--max-num-batched-tokens", help="Tokens per engine step cap (default: the "
+        "scenario's, else the --engine-defaults' for the GPU: kvbudget presets).",
         rich_help_panel=_E)], None, "max_num_batched_tokens"),
     "engine": (Annotated[str | None, typer.Option(
-        "--engine", help="Engine behaviour: vllm, vllm-swap, tgi, sglang or trtllm.",
+        "--engine", help="Engine behaviour: vllm, vllm-swap, tgi, sglang or trtllm (default: "
+        "the scenario's, else vllm).",
         rich_help_panel=_E)], None, "name"),
     "gpu_memory_utilization": (Annotated[float | None, typer.Option(
         "--gpu-memory-utilization", help="Fraction of GPU memory vLLM may use (default: "
         "vLLM's 0.92).", rich_help_panel=_E)], None, "gpu_memory_utilization"),
     "tensor_parallel_size": (Annotated[int | None, typer.Option(
-        "--tensor-parallel-size", "-tp", help="GPUs each replica shards the model over.",
+        "--tensor-parallel-size", "-tp", help="GPUs each replica shards the model over "
+        "(default: the scenario's, else 1).",
         rich_help_panel=_E)], None, "tensor_parallel_size"),
     "enable_expert_parallel": (Annotated[bool | None, typer.Option(
         "--enable-expert-parallel", help="MoE models: whole "
@@ -165,7 +172,8 @@ SCENARIO_OPTIONS: dict[str, tuple[Any, Any]] = {
         "e.g. policy_params.overcommit_ratio=0.7.", rich_help_panel=_S)], None),
     "gpu": (Annotated[str | None, typer.Option(
         "--gpu", help="GPU preset (kvbudget presets) or a JSON/TOML file of its figures "
-        "(docs/fidelity.md).", rich_help_panel=_S)], None),
+        "(docs/fidelity.md); default: the scenario's, H100-80GB in the default one.",
+        rich_help_panel=_S)], None),
     "engine_defaults": (Annotated[str | None, typer.Option(
         "--engine-defaults", help="Whose defaults fill the engine knobs and pick the step "
         f"model: vllm (vLLM {VLLM_VERSION}'s, the default) or kvbudget-0.1 (this tool's before).",
@@ -175,7 +183,8 @@ SCENARIO_OPTIONS: dict[str, tuple[Any, Any]] = {
         "default step model) or none (engine-side recordings).", rich_help_panel=_S)], None),
     "model": (Annotated[str | None, typer.Option(
         "--model", help="Model preset (kvbudget presets) or a Hugging Face config.json (or its "
-        "folder).", rich_help_panel=_S)], None),
+        "folder); default: the scenario's, Llama-3.1-8B in the default one.",
+        rich_help_panel=_S)], None),
     "cost_model": (Annotated[Path | None, typer.Option(
         "--cost-model", help="A cost-model JSON file (kvbudget calibrate/profile).",
         rich_help_panel=_S)], None),
@@ -424,8 +433,8 @@ def say_workload(scn: "Scenario", varies: Collection[str] = ()) -> tuple[str, ..
     ``compare``'s print it with theirs (:func:`kvbudget.studies.setting.study_setting`).
     Returns the lines, for the study's result (``setting=``): the workload is loaded once."""
     lines = study_setting(scn, varies)
-    for line in lines:
-        typer.echo(line, err=True)
+    for line in lines:  # wrapped as simulate's lines are (a study's first line ran to 130)
+        typer.echo(fill(line), err=True)
     return lines
 
 

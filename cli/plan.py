@@ -63,6 +63,11 @@ def _list(text: str, option: str, kind: type) -> tuple[Any, ...]:
     return values
 
 
+RootSeedOpt = Annotated[int | None, typer.Option(
+    "--seed", min=0, help="Root seed: replication r uses its r-th child (default: the "
+    "scenario's).")]
+
+
 @with_scenario_options
 def plan_cmd(
     setup: ScenarioArgs,
@@ -96,7 +101,7 @@ def plan_cmd(
         "--price", metavar="GPU=USD", help="One GPU's price per GPU-hour (repeatable; over "
         "--prices).")] = None,
     replications: StudyReplicationsOpt = None,
-    seed: Annotated[int | None, typer.Option("--seed", min=0, help="Root seed.")] = None,
+    seed: RootSeedOpt = None,
     top: Annotated[int, typer.Option("--top", min=1, help="Rows of the ranked table.")] = 10,
     resume: Annotated[bool, typer.Option(
         "--resume", help="Reuse the runs already in --out; run the rest.")] = False,

@@ -26,13 +26,17 @@ def presets_cmd() -> None:
           engines[g.name].max_num_seqs, engines[g.name].max_num_batched_tokens]
          for g in GPUS.values()],
     ))
-    typer.echo("FP8 -: no FP8 tensor cores; an FP8 model's matrix work is priced at the 16-bit "
-               "rate there (vLLM runs its FP8 weights with a weight-only kernel)")
-    typer.echo("aliases: " + ", ".join(f"{a} = {n}" for a, n in GPU_ALIASES.items())
-               + "; --gpu also takes a JSON/TOML file of these figures (docs/fidelity.md)")
-    typer.echo(f"engine defaults (vLLM {VLLM_VERSION} `vllm serve`): the two right-hand columns, "
-               "gpu_memory_utilization 0.92, prefix caching on, block_size 16; "
-               "--engine-defaults kvbudget-0.1 for 256 / 8192 / 0.9 / off")
+    for line in (
+            "FP8 -: no FP8 tensor cores; an FP8 model's matrix work is priced at the 16-bit rate "
+            "there (vLLM runs its FP8 weights with a weight-only kernel)",
+            "aliases: " + ", ".join(f"{a}\xa0=\xa0{n}" for a, n in GPU_ALIASES.items())
+            + "; --gpu also takes a JSON/TOML file of these figures (docs/fidelity.md)",
+            f"engine defaults (vLLM {VLLM_VERSION} `vllm serve`): the two right-hand columns, "
+            "gpu_memory_utilization 0.92, prefix caching on, block_size 16; "
+            "--engine-defaults kvbudget-0.1 for 256 / 8192 / 0.9 / off"):
+        # an alias and its name on one line ("A100 = A100-80GB", not "A100 =\n  A100-80GB")
+        typer.echo(textwrap.fill(line, WIDTH, subsequent_indent="  ",
+                                 break_on_hyphens=False).replace("\xa0", " "))
     typer.echo("")
     models = bundled_models()
     typer.echo("Models (bundled Hugging Face configs; --model also takes a config.json path):")

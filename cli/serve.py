@@ -39,8 +39,9 @@ PortOpt = Annotated[int, typer.Option("--port", min=0, max=65535,
 KeysOpt = Annotated[Path | None, typer.Option(
     "--keys", help="The key file: '<sha256 hex of an API key> <tier>' per line.")]
 TrustOpt = Annotated[bool, typer.Option(
-    "--trust-tier-header", help="Take the tier from the x-kvbudget-tier header (the default "
-    "on a loopback address without --keys; elsewhere only behind a proxy that sets it).")]
+    "--trust-tier-header", help="Take the tier from the x-kvbudget-tier header, a request "
+    "without one in the first tier (interactive with the default tiers); the default on a "
+    "loopback address without --keys, elsewhere only behind a proxy that sets it.")]
 CapacityOpt = Annotated[int | None, typer.Option(
     "--capacity-tokens", min=1, help="The token budget. Default: the scenario's "
     "gateway_capacity_tokens, else the upstreams' KV capacity from their /metrics.")]

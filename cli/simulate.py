@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from kvbudget.simulator.scenario import Scenario
 
 
-SeedOpt = Annotated[int | None, typer.Option("--seed", help="Seed of every random draw.")]
+SEED_HELP = "Seed of every random draw (default: the scenario's, 0 in the default one)."
+SeedOpt = Annotated[int | None, typer.Option("--seed", help=SEED_HELP)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")]
 WideOpt = Annotated[bool, typer.Option(
     "--wide", help=f"Every column (tables fit {WIDTH} columns by default).")]

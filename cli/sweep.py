@@ -30,7 +30,7 @@ from kvbudget.cli.study_intervals import (
     study_replications,
 )
 from kvbudget.cli.tables import render, short_metric
-from kvbudget.results.said import WIDTH
+from kvbudget.results.said import WIDTH, figure, fill
 from kvbudget.studies.capacity import (
     BURST,
     CapacitySpec,
@@ -365,7 +365,9 @@ def _tune_with_bar(spec: TuneSpec, ex: "LocalExecutor | RayExecutor", out: Path,
 
 def _print_evaluations(frame: "pd.DataFrame", keys: list[str], objective: str) -> None:
     """The table of every evaluated setting: its stage, parameters, objective and interval."""
-    headers = ["stage", *keys, f"{objective} (mean)", "CI low", "CI high", "feasible"]
+    # the objective's short name (as sweep's tables give it): the line under the table names it
+    headers = ["stage", *keys, f"{short_metric(objective)} (mean)", "CI low", "CI high",
+               "feasible"]
     rows = [[r["stage"], *[r[k] for k in keys], _fmt(r["objective_mean"]),
              _fmt(r["objective_low"]), _fmt(r["objective_high"]),
              "yes" if r["feasible"] else "no"]
@@ -394,14 +396,17 @@ def _print_best(result: "TuneResult", *, objective: str, confidence: float,
         why = (f"relative spread {flat.relative_spread:.2%} < {flat.epsilon:.0%}"
                if flat.relative_spread < flat.epsilon else
                f"every setting within noise of the top one, paired {confidence:.0%} intervals")
-        typer.echo(f"flat: {objective} is {flat.low:.6g} .. {flat.high:.6g} over "
-                   f"{flat.num_settings} feasible settings ({why}); no setting is better "
-                   f"than another. best.toml keeps {best}, chosen by {result.tiebreak()}")
+        typer.echo(textwrap.fill(
+            f"flat: {objective} is {figure(flat.low)} .. {figure(flat.high)} over "
+            f"{flat.num_settings} feasible settings ({why}); no setting is better than another. "
+            f"best.toml keeps {best}, chosen by {result.tiebreak()}", WIDTH,
+            subsequent_indent="  ", break_on_hyphens=False))
     else:
-        interval = (f"{confidence:.0%} CI {low:.6g} .. {high:.6g}, "
+        interval = (f"{confidence:.0%} CI {figure(low)} .. {figure(high)}, "
                     if low == low and high == high else "no interval from ")  # NaN: one run
-        typer.echo(f"best: {best}: {objective} = {mean:.6g} ({interval}"
-                   f"{counted(replications, 'replication')})")
+        typer.echo(textwrap.fill(f"best: {best}: {objective} = {figure(mean)} ({interval}"
+                                 f"{counted(replications, 'replication')})", WIDTH,
+                                 subsequent_indent="  ", break_on_hyphens=False))
         for said in result.at_bounds():
             typer.echo(textwrap.fill(f"note: {said}: the search did not look past it, where "
                                      "a better value may lie (widen --param where the key "
@@ -516,10 +521,10 @@ def _print_capacities(result: "CapacityResult", spec: CapacitySpec, *,
         return sum(v) / len(v) if v else None
 
     slo_cols = [c.metric for c in spec.slos]
-    typer.echo(f"criteria (mean over {counted(spec.replications, 'replication')}): "
-               + ", ".join(spec.criteria())
-               + (" (assumed: the default target, --target or --slo to set)"
-                  if target_assumed else ""))
+    typer.echo(fill(f"criteria (mean over {counted(spec.replications, 'replication')}): "
+                    + ", ".join(spec.criteria())
+                    + (" (assumed: the default target, --target or --slo to set)"
+                       if target_assumed else "")))
     band = [] if spec.interval is None else [f"{spec.interval:.0%} interval"]
     typer.echo(render(
         ["policy", "capacity req/s", *band, "per GPU", "bracket high", "attain. at cap",
@@ -530,6 +535,10 @@ def _print_capacities(result: "CapacityResult", spec: CapacitySpec, *,
           *[at_cap(c.policy, c.scale, m) for m in slo_cols], c.note]
          for c in result.capacities],
     ))
+    typer.echo(fill("capacity req/s: the largest offered rate found to meet the criteria (per "
+                    "GPU: over the deployment's GPUs, replicas x tensor-parallel degree); bracket "
+                    "high: the smallest rate found to miss them; attain. at cap: the mean "
+                    f"{spec.metric} at the capacity"))
     if any(BURST in c.note for c in result.capacities):
         typer.echo(textwrap.fill(
             f"note: {BURST}: at that load the workload's requests all came in (in) less time "

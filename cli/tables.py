@@ -7,24 +7,12 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kvbudget.results.said import CONTEXT_DEFAULT_REFUSED, setting_lines
+from kvbudget.results.said import CONTEXT_DEFAULT_REFUSED, figure, setting_lines
 from kvbudget.results.said import WIDTH as WIDTH  # re-exported: the CLI modules take it here
 from kvbudget.workloads.context_limit import CUTTING_ENGINES
 from kvbudget.workloads.counted import counted
 
-
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        if abs(value) >= 1000:
-            return f"{value:,.0f}"
-        if abs(value) >= 100:
-            return f"{value:.1f}"
-        return f"{value:.{digits}g}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return str(value)
+_fmt = figure
 
 
 def render(headers: Sequence[str], rows: Sequence[Sequence[Any]], gap: int = 2) -> str:
@@ -285,10 +273,14 @@ def units_note(wide: bool, window: Any) -> str:
                "preempt: the engine preemptions and gateway revocations of the tier's requests"
                if wide else "refused: answered too-large or overloaded, or dropped after "
                "preemption")
+    kv = (f"{'KV used p99' if wide else 'used p99'}: the tokens in use, 99th percentile of the "
+          "timeline's samples, and KV capacity in tokens; res. eff.: KV used over KV reserved"
+          + ("; wall s: the wall-clock time the run itself took to compute or replay" if wide
+             else "; preempt, revoke: the engine's preemptions, the gateway's revocations"))
     note = (f"(times in seconds; {quantiles}: over the completed requests (refused and "
             "expired ones have none), TTFT from arrival at the gateway, its wait included; "
             "KV used/reserved are time-weighted fractions of capacity over the same span as "
-            f"out tok/s; {refused}; expired: "
+            f"out tok/s; {kv}; {refused}; expired: "
             "waited past the tier's queue timeout; out tok/s: output tokens of the completed "
             "requests over the time the run's work took, first arrival to last finish, one span "
             "for every tier's row (the tiers' add up to all)")
@@ -347,7 +339,14 @@ def plus_minus(mean: float, low: float, high: float) -> str:
         return "-"
     if not (math.isfinite(low) and math.isfinite(high)):
         return _fmt(mean)
-    return f"{_fmt(mean)} ± {(high - low) / 2:.2g}"
+    return f"{_fmt(mean)} ± {_half_width((high - low) / 2)}"
+
+
+def _half_width(half: float) -> str:
+    """An interval's half-width to two significant digits, as the figure beside it is written
+    (``120``, ``1,100``), never in exponent notation (``1.2e+02``)."""
+    rounded = float(f"{half:.2g}")
+    return f"{rounded:,.0f}" if abs(rounded) >= 100 else f"{half:.2g}"
 
 
 def _p(p: float) -> str:

@@ -74,7 +74,10 @@ def _fmt(value: float | None, digits: int = 0) -> str:
 def _print_stats(file: str, stats: dict[str, Any], tiers: dict[str, dict[str, Any]]) -> None:
     print(f"{file}  ({stats['format']})")
     span = stats["span_s"]
-    span_text = "lengths only" if span is None else f"{span:,.1f} s ({span / 3600:.2f} h)"
+    # in the larger unit as a run's first line says it ("over 58.4 min"), not "2.0 s (0.00 h)"
+    span_text = ("lengths only" if span is None else f"{span:,.1f} s" + (
+        "" if span < 120 else f" ({span / 60:,.1f} min)" if span < 7200
+        else f" ({span / 3600:,.1f} h)"))
     print(f"  rows {stats['rows']:,} (dropped {stats['dropped_rows']:,})   span {span_text}   "
           f"rate {_fmt(stats['rate_rps'], 3)} req/s   inter-arrival CV "
           f"{_fmt(stats['interarrival_cv'], 2)}")

@@ -15,7 +15,7 @@ from kvbudget.workloads.arrival_rate import mean_arrival_rate
 from kvbudget.workloads.counted import counted
 
 __all__ = ["CONTEXT_DEFAULT", "CONTEXT_DEFAULT_REFUSED", "WIDTH", "as_given", "context_cut",
-           "fill", "frontend_said", "setting_lines"]
+           "figure", "fill", "frontend_said", "setting_lines"]
 
 WIDTH = 100
 """The width the lines are wrapped to (the terminal tables')."""
@@ -27,6 +27,22 @@ not count those refusals again."""
 CONTEXT_DEFAULT = "(the model's context, vLLM's default)"
 """Whose ``max_model_len`` a simulated run's ``assumed`` line on its cut outputs names
 (``simulator/limits_said.py``) where none was given."""
+
+
+def figure(value: Any, digits: int = 3) -> str:
+    """A figure as the terminal tables print it: ``-`` for none, thousands with separators and
+    no decimals (``1,792``), hundreds with one (``813.9``), else ``digits`` significant ones."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        if abs(value) >= 100:
+            return f"{value:.1f}"
+        return f"{value:.{digits}g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
 
 
 def context_cut(limit: str, num_cut: int) -> str:

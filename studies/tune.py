@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import tomli_w
 
+from kvbudget.results.said import figure
 from kvbudget.simulator.scenario import scenario_from_dict
 from kvbudget.studies.executors import in_process
 from kvbudget.studies.setting import study_repr, study_setting
@@ -356,11 +357,11 @@ class TuneResult:
             mean, low, high = self.best.objective
             best = ", ".join(f"{k} = {v}" for k, v in self.best.params.items())
             flat = self.flatness()
-            found = [f"flat: {s.objective} is {flat.low:.6g} .. {flat.high:.6g} over "
+            found = [f"flat: {s.objective} is {figure(flat.low)} .. {figure(flat.high)} over "
                      f"{flat.num_settings} feasible settings; no setting is better than "
                      f"another (kept: {best}, by {self.tiebreak()})" if flat.flat else
-                     f"best: {best}: {s.objective} = {mean:.6g} ({s.confidence:.0%} CI "
-                     f"{low:.6g} .. {high:.6g})",
+                     f"best: {best}: {s.objective} = {figure(mean)} ({s.confidence:.0%} CI "
+                     f"{figure(low)} .. {figure(high)})",
                      *(f"note: {said}: the search did not look past it" for said in
                        self.at_bounds())]
         if self.validation is not None:
@@ -719,7 +720,8 @@ def tiebreak(evaluations: Sequence[Evaluation], best: Evaluation, objective: str
     feasible = [e for e in evaluations if e.feasible and math.isfinite(e.objective[0])]
     slacks = {e.slack for e in feasible}
     if len(slacks) > 1:
-        return f"the most constraint slack ({best.slack:.3g} of its tightest limit)"
+        return (f"the most constraint slack ({best.slack:.0%} of the limit to spare on its "
+                "tightest constraint)")
     second = tiebreak_metric(objective)
     values = [_metric_mean(e, second) for e in feasible]
     mine = _metric_mean(best, second)
@@ -727,7 +729,8 @@ def tiebreak(evaluations: Sequence[Evaluation], best: Evaluation, objective: str
         finite = [v for v in values if math.isfinite(v)]
         word = "highest" if maximize else "lowest"
         return (f"the {word} {second} (output tokens over first arrival to last finish: "
-                f"{mine:.6g}; {min(finite):.6g} .. {max(finite):.6g} over the settings)")
+                f"{figure(mine)}; {figure(min(finite))} .. {figure(max(finite))} over the "
+                "settings)")
     why = ("no constraint and nothing else tells them apart" if second is None
            else f"{second} does not tell them apart either")
     return f"the first setting evaluated ({why})"

@@ -21,6 +21,11 @@ def run(*args: str) -> tuple[int, str, str]:
     return res.exit_code, res.stdout, res.stderr
 
 
+def _lines(said: str) -> list[str]:
+    """The lines of ``said`` with their wrapped continuations ("\\n  ") joined."""
+    return said.replace("\n  ", " ").splitlines()
+
+
 def test_simulate_writes_the_three_files_with_the_documented_schema(tmp_path: Path) -> None:
     out = tmp_path / "run"
     code, stdout, _ = run("simulate", *SHORT, "--policy", "overcommit", "--out", str(out))
@@ -298,40 +303,40 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
     code, _, stderr = run("sweep", "--trace", str(trace), "--policies", "unlimited",
                           "--replications", "1", "--out", str(tmp_path / "sweep"))
     assert code == 0, stderr
-    assert stderr.splitlines()[0] == ("model Llama-3.1-8B on H100-SXM (given as H100-80GB); "
-                                      "workload lengths: 30 requests")
-    assert [ln.split(":")[0] for ln in stderr.splitlines()[1:4]] == ["warning", "assumed",
-                                                                     "assumed"]
-    assert stderr.splitlines()[3].startswith("assumed: lengths: no max_tokens read from the file")
+    assert _lines(stderr)[0] == ("model Llama-3.1-8B on H100-SXM (given as H100-80GB); "
+                                 "workload lengths: 30 requests")
+    assert [ln.split(":")[0] for ln in _lines(stderr)[1:4]] == ["warning", "assumed",
+                                                                "assumed"]
+    assert _lines(stderr)[3].startswith("assumed: lengths: no max_tokens read from the file")
     code, _, stderr = run("sweep", "--trace", str(trace), "--policies", "unlimited",
                           "--replications", "1", "--out", str(tmp_path / "sweep2"),
                           "--users", "2", "--think-time-s", "1",
                           "--model", "meta-llama/Llama-3.1-8B-Instruct")
     assert code == 0, stderr
     # the model as the runs resolved it, with the name it was given
-    assert stderr.splitlines()[0] == (
+    assert _lines(stderr)[0] == (
         "model Llama-3.1-8B (given as meta-llama/Llama-3.1-8B-Instruct) on H100-SXM (given as "
         "H100-80GB); workload lengths: 30 requests, sent in closed loop by 2 users")
-    assert not any(ln.startswith("warning:") for ln in stderr.splitlines())
+    assert not any(ln.startswith("warning:") for ln in _lines(stderr))
     # a study that varies the GPU names none
     code, _, stderr = run("sweep", "--trace", str(trace), "--policies", "unlimited",
                           "--replications", "1", "--out", str(tmp_path / "sweep3"),
                           "--grid", "gpu=A100-80GB,L40S")
     assert code == 0, stderr
-    assert stderr.splitlines()[0] == "model Llama-3.1-8B; workload lengths: 30 requests"
+    assert _lines(stderr)[0] == "model Llama-3.1-8B; workload lengths: 30 requests"
     # nor the model where it varies the model (it named the scenario's, Llama-3.1-8B)
     code, _, stderr = run("sweep", "--trace", str(trace), "--policies", "unlimited",
                           "--replications", "1", "--out", str(tmp_path / "sweep4"),
                           "--grid", "model=Llama-3.1-8B,Qwen2.5-7B")
     assert code == 0, stderr
-    assert stderr.splitlines()[0] == ("models as the study varies them on H100-SXM (given as "
-                                      "H100-80GB); workload lengths: 30 requests")
+    assert _lines(stderr)[0] == ("models as the study varies them on H100-SXM (given as "
+                                 "H100-80GB); workload lengths: 30 requests")
     # a workload the study varies is said as the scenario's
     code, _, stderr = run("sweep", "--policies", "unlimited", "--replications", "1",
                           "--out", str(tmp_path / "sweep5"), "--set", "workload.duration_s=5",
                           "--grid", "workload.duration_s=5,10")
     assert code == 0, stderr
-    assert stderr.splitlines()[0].endswith(
+    assert _lines(stderr)[0].endswith(
         "; workload default: 24 requests at the scenario's values and seed (the study varies "
         "workload.duration_s; each replication draws its own requests and count)")
 
@@ -346,7 +351,7 @@ def test_compare_with_replications_says_the_model_and_what_it_assumed(tmp_path: 
                                "Qwen2.5-7B", "--json")
     assert code == 0, stderr
     json.loads(stdout)  # stdout stays the JSON alone
-    lines = stderr.splitlines()
+    lines = _lines(stderr)
     assert lines[0] == ("model Qwen2.5-7B on H100-SXM (given as H100-80GB); workload lengths: "
                         "30 requests")
     assert [ln.split(":")[0] for ln in lines[1:4]] == ["warning", "assumed", "assumed"]

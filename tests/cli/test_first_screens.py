@@ -4,6 +4,7 @@ not there, misleads at the first screen."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from pathlib import Path
@@ -35,7 +36,10 @@ def test_tune_by_default_tells_the_settings_apart(tmp_path: Path) -> None:
     assert "flat:" not in stdout, stdout
     said = json.loads((tmp_path / "tuned" / "tune.json").read_text())
     assert said["objective"] == "batch_sustained_output_tokens_per_s", said
-    best = next(ln for ln in stdout.splitlines() if ln.startswith("best: "))
+    lines = stdout.splitlines()
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("best: "))
+    best = " ".join(" ".join(lines[first:first + 1] + list(  # the line and its wrapped rest
+        itertools.takewhile(lambda ln: ln.startswith("  "), lines[first + 1:]))).split())
     assert best.endswith("(no interval from 1 replication)"), best
     assert "nan" not in best
 
@@ -228,7 +232,7 @@ def test_presets_show_no_fp8_rate_where_a_gpu_has_none() -> None:
             assert float(cell.replace(",", "")) > 0, row
     assert any(gpu.fp8_flops is None for gpu in GPUS.values())
     assert ("FP8 -: no FP8 tensor cores; an FP8 model's matrix work is priced at the 16-bit rate "
-            "there") in stdout
+            "there") in " ".join(stdout.split())
 
 
 def test_validate_records_stage_line_says_the_load_as_the_tool_offered_it(tmp_path: Path) -> None:
@@ -355,7 +359,7 @@ def test_a_study_says_its_replications_draw_their_own_requests(tmp_path: Path) -
     code, _, stderr = run("compare", "--policies", "conservative", "-r", "2", "-j", "1",
                                "--set", "workload.duration_s=20", "--out", tmp_path / "c")
     assert code == 0, stderr
-    first = stderr.splitlines()[0]
+    first = stderr.replace("\n  ", " ").splitlines()[0]  # its wrapped rest joined
     said = re.search(r"; workload default: (\d+) requests at the scenario's seed \(each "
                      r"replication draws its own requests and count\)$", first)
     assert said, first

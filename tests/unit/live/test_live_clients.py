@@ -257,3 +257,28 @@ def test_live_gateway_answers_with_its_policys_retry_after(
     again = att[(att.request_id == first.request_id) & (att.attempt == first.attempt + 1)]
     assert float(again.sent_s.iloc[0]) - float(first.ended_s) >= 0.4
     assert sorted(read_run(tmp_path / "run").records.status) == ["completed", "completed"]
+
+
+def test_replay_takes_the_scenarios_lease_ttl(server: tuple[_State, str], tmp_path: Path) -> None:
+    """``replay --scenario S`` used S's tiers, front door and policy but not its
+    ``lease_ttl_s``: a lease lasted until its request ended, where the simulation of S drops the
+    request at the TTL. The scenario's TTL applies now (``--lease-ttl`` over it)."""
+    from typer.testing import CliRunner
+
+    from kvbudget.cli.main import app
+
+    state, url = server
+    state.refusals = 0
+    state.stall_s = 2.0  # the first token long after the lease's 0.3 s
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"arrival_s": 0, "prompt_tokens": 8, "output_tokens": 4,
+                                 "max_output_tokens": 4}) + "\n")
+    scenario = tmp_path / "s.toml"
+    scenario.write_text('policy = "conservative"\nlease_ttl_s = 0.3\n')
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, ["replay", "--url", url, "--trace", str(trace), "--scenario",
+                                   str(scenario), "--capacity-tokens", "10000", "--out", str(out),
+                                   "--json"])
+    assert res.exit_code == 0, res.output
+    records = read_run(out).records
+    assert records.status.tolist() == ["preempted_dropped"], records.T

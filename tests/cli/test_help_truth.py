@@ -1,0 +1,152 @@
+"""What a command's ``--help`` says of its options holds for that command: every option a help
+text names is one the command has, and each default it states is the one the command uses."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from kvbudget.cli.main import app
+
+FOREIGN = ("serve", "simulate")
+"""The words after which a help names another program's option (``vllm bench serve
+--max-concurrency``, ``kvbudget simulate --cost-model``), not the command's own."""
+
+
+def _commands() -> Iterator[tuple[str, Any]]:
+    group: Any = typer.main.get_command(app)
+    for name, command in group.commands.items():
+        if hasattr(command, "commands"):  # a group: trace
+            for sub, leaf in command.commands.items():
+                yield f"{name} {sub}", leaf
+        else:
+            yield name, command
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    res = CliRunner().invoke(app, [str(a) for a in args])
+    return res.exit_code, res.stdout, res.stderr
+
+
+COMMANDS = dict(_commands())
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_a_help_names_only_the_commands_own_options(name: str) -> None:
+    """``kvbudget replay --help`` said "--policy ...; with --records, the recorded run's" and
+    "--scenario ... (with --records: ...)", where replay has no --records (the wording was
+    shared with validate and calibrate)."""
+    command = COMMANDS[name]
+    known = {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
+    texts = [(p.opts[0], getattr(p, "help", None) or "") for p in command.params]
+    texts.append(("(the command's text)", command.help or ""))
+    strays = [(where, m.group(2)) for where, text in texts
+              for m in re.finditer(r"(\S+)?\s+(--[a-z][a-z0-9-]*)", " " + text)
+              if m.group(2) not in known and (m.group(1) or "").strip("`") not in FOREIGN]
+    assert not strays, f"kvbudget {name}: {strays}"
+
+
+def test_replay_help_says_its_own_policy_default() -> None:
+    code, stdout, _ = run("replay", "--help")
+    assert code == 0
+    said = " ".join(stdout.split())
+    assert "default: the --scenario's, else conservative." in said, said
+    assert "--records" not in said, said
+
+
+def test_calibrate_says_its_policy_and_scenario_are_for_a_recording(tmp_path: Any) -> None:
+    """``calibrate --help`` gave --policy "default: the --scenario's, else conservative" as for
+    a live replay, while ``calibrate --url`` times steps with no gateway: the policy, its
+    parameters and the scenario were ignored without a word. They are said to be for --records
+    and refused with --url (before any server is asked)."""
+    code, stdout, _ = run("calibrate", "--help")
+    assert code == 0
+    said = " ".join(stdout.split())
+    assert ("--policy <str> With --records: the admission policy simulated in front of the "
+            "recorded server") in said, said
+    assert "else conservative" not in said, said
+    assert "--scenario <path> With --records: a scenario file" in said, said
+    for flag, value in (("--policy", "overcommit"), ("--param", "overcommit_ratio=0.5"),
+                        ("--scenario", str(tmp_path / "s.toml"))):
+        code, _, stderr = run("calibrate", "--url", "http://127.0.0.1:9", "--out",
+                              tmp_path / "c.json", flag, value)
+        assert code == 2, stderr
+        assert stderr.strip() == f"error: {flag} applies to --records, not to a live calibration"
+
+
+def _help(command: str, option: str) -> str:
+    (param,) = [p for p in COMMANDS[command].params if option in p.opts]
+    return " ".join((param.help or "").split())
+
+
+def test_the_defaults_the_helps_state_are_the_runs(tmp_path: Any) -> None:
+    """``simulate --help`` said "--seed: Seed of every random draw", "--gpu: GPU preset",
+    "--block-size: Tokens per KV block", "-tp: GPUs each replica shards the model over" and
+    "plan --seed: Root seed." without the default each run took; each help now says it, and
+    a run without the flag takes it."""
+    import json
+
+    from kvbudget.perf.vllm_defaults import BLOCK_SIZE
+    from kvbudget.simulator.scenario import EngineSpec
+
+    assert "(default: the scenario's, 0 in the default one)" in _help("simulate", "--seed")
+    assert "default: the scenario's, H100-80GB in the default one" in _help("simulate", "--gpu")
+    assert ("default: the scenario's, Llama-3.1-8B in the default one"
+            in _help("simulate", "--model"))
+    assert "(default: the scenario's, else 16, vLLM's)" in _help("simulate", "--block-size")
+    assert "(default: the scenario's, else vllm)" in _help("simulate", "--engine")
+    assert "(default: the scenario's, else 1)" in _help("simulate", "-tp")
+    for knob in ("--max-num-seqs", "--max-num-batched-tokens"):
+        assert ("(default: the scenario's, else the --engine-defaults' for the GPU: kvbudget "
+                "presets)") in _help("simulate", knob)
+    assert EngineSpec().block_size == BLOCK_SIZE == 16
+    code, stdout, stderr = run("simulate", "--set", "workload.num_requests=20", "--json")
+    assert code == 0, stderr
+    s = json.loads(stdout)
+    assert (s["seed"], s["gpu"], s["model"], s["block_size"]) == (
+        0, "H100-80GB", "Llama-3.1-8B", 16), s
+    assert s["engine_knobs"]["tensor_parallel_size"] == 1 and s["engine"]["engine"] == "vllm"
+    # the study's root seed: the scenario's where --seed is not given
+    assert "(default: the scenario's)" in _help("plan", "--seed")
+    code, _, stderr = run("plan", "--set", "workload.num_requests=20", "--set", "seed=7",
+                          "--gpus", "H100-80GB", "--replicas", "1", "-r", "1", "-j", "1",
+                          "--out", tmp_path / "plan")
+    assert code == 0, stderr
+    assert json.loads((tmp_path / "plan" / "plan.json").read_text())["root_seed"] == 7
+
+
+def test_compare_help_names_every_default_metric() -> None:
+    """``compare --help`` gave the default metrics as "per tier p99 TTFT/TPOT/ITL, output
+    tokens/s over the run, SLO attainment, and the drain time"; the table also shows the overall
+    SLO attainment (``default_metrics``)."""
+    from kvbudget.simulator.scenario import default_scenario
+    from kvbudget.studies.compare import default_metrics
+
+    metrics = default_metrics(default_scenario())
+    per_tier = {m.split("_", 1)[1] for m in metrics if m.startswith("interactive_")}
+    assert per_tier == {"ttft_p99_s", "tpot_p99_s", "itl_p99_s",
+                        "sustained_output_tokens_per_s", "slo_attainment"}
+    assert metrics[-2:] == ["overall_slo_attainment", "drain_s"]
+    assert ("default: per tier p99 TTFT/TPOT/ITL, output tokens/s over the run and SLO "
+            "attainment, then the overall SLO attainment and the drain time") in _help(
+                "compare", "--metric")
+
+
+def test_serve_help_says_the_tier_of_a_request_without_the_header(tmp_path: Any) -> None:
+    """``serve --help`` said the tier is taken from the x-kvbudget-tier header, not what a
+    request without one gets: the first tier (a batch client that forgets it is served as
+    interactive). The help says it; the settings give that tier."""
+    from kvbudget.cli.serve import settings_from_flags
+
+    assert ("a request without one in the first tier (interactive with the default tiers)"
+            in _help("serve", "--trust-tier-header"))
+    settings = settings_from_flags(
+        ["http://127.0.0.1:9"], None, None, "127.0.0.1", 0, None, False, 1000, 10.0, "bytes",
+        429, 1.0, 256, "round_robin", None, 10_000, 30.0, 1 << 20, None)
+    assert settings.config.trust_tier_header
+    assert settings.config.default_tier == settings.tiers[0].name == "interactive"
