@@ -145,7 +145,7 @@ def _span(path: Path, line: int, where: str, span: Mapping[str, Any],
           resource: Mapping[str, Any]) -> Span:
     attrs = _attributes(span)
     for key in (PROMPT, OUTPUT):
-        if key not in attrs:
+        if attrs.get(key) is None:  # absent, or a value of no kind
             raise TraceError(path, f"an {SPAN_NAME} span without {key}: kvbudget needs each "
                              "request's prompt and output tokens (vLLM's own spans have "
                              "both)", line=line, field=f"{where}.attributes")

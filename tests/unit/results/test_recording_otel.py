@@ -164,6 +164,13 @@ def _without(docs: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
     return docs
 
 
+def _emptied(docs: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    for a in spans_of(docs)[0]["attributes"]:
+        if a["key"] == key:
+            a["value"] = {}
+    return docs
+
+
 @pytest.mark.parametrize(("make", "message"), [
     (lambda: start_up(CLOSED),
      "holds no llm_request span (vLLM's per-request span, written with --otlp-traces-endpoint; "
@@ -171,6 +178,9 @@ def _without(docs: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
     (lambda: _without(exports(RATE), "gen_ai.usage.completion_tokens"),
      "line 1: field 'resourceSpans[0].scopeSpans[0].spans[0].attributes': an llm_request span "
      "without gen_ai.usage.completion_tokens"),
+    (lambda: _emptied(exports(RATE), "gen_ai.usage.prompt_tokens"),
+     "line 1: field 'resourceSpans[0].scopeSpans[0].spans[0].attributes': an llm_request span "
+     "without gen_ai.usage.prompt_tokens"),
     (lambda: [*exports(RATE), {"resource_spans": []}],
      "line 6: must be an OTLP trace export"),
 ])
