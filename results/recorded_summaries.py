@@ -253,11 +253,6 @@ def _object_refusal(doc: Mapping[str, Any]) -> str | None:
         return offline
     if _latency_summary(doc):
         return _latency_refusal(doc) + _none_completed(doc)
-    if isinstance(doc.get("resourceSpans"), list):
-        return ("is an OpenTelemetry trace export (OTLP JSON, as vLLM's --otlp-traces-endpoint "
-                "spans reach a collector's file exporter): kvbudget does not read spans; "
-                "write them out as the generic records format (arrival_s, prompt_tokens, "
-                "output_tokens, ttft_s, e2e_s: docs/recordings.md) or pass the load tool's file")
     runs = doc.get("experiments")
     if isinstance(runs, list) and runs and isinstance(runs[0], Mapping) and \
             "requests" in runs[0]:
@@ -382,8 +377,8 @@ def server_log_refusal(first_line: bytes) -> str | None:
         return None
     return ("is a vLLM server log: the engine's throughput and queue every 10 s, not each "
             "request's send, first token and end; pass the load tool's result from the same "
-            "run, or the server's per-request spans (--otlp-traces-endpoint) written out as "
-            "the generic records format (docs/recordings.md)")
+            "run, or the server's per-request spans (--otlp-traces-endpoint, a collector's "
+            "OTLP JSON file: --records-format otel, docs/recordings.md)")
 
 
 _BENCH_CONSOLE = (b" Serving Benchmark Result ", b"bench_type='serve'", b"\nBurstiness factor: ")

@@ -40,6 +40,9 @@ formats below into one :class:`Recording`:
 ``evalscope``
     evalscope perf's ``benchmark_data.db`` (SQLite), its run directory, or a sweep's directory
     of them (:mod:`kvbudget.results.recorded_evalscope`).
+``otel``
+    vLLM's per-request ``llm_request`` spans (``--otlp-traces-endpoint``) as an OTLP JSON
+    trace export, a collector's file exporter's lines (:mod:`kvbudget.results.recorded_otel`).
 ``llmd-report``
     An llm-d-benchmark report: aggregates only, refused with one line naming the load tool's
     file to pass instead (:mod:`kvbudget.results.recorded_llmd`).
@@ -75,6 +78,7 @@ from kvbudget.results.recorded_inference_perf import read_inference_perf, sessio
 from kvbudget.results.recorded_llm_load_test import is_llm_load_test, read_llm_load_test
 from kvbudget.results.recorded_llmd import is_llmd_report, refuse_llmd_report
 from kvbudget.results.recorded_multi_round_qa import is_multi_round_qa, read_multi_round_qa
+from kvbudget.results.recorded_otel import is_otlp_traces, read_otel
 from kvbudget.results.recorded_records import read_records, read_run_dir
 from kvbudget.results.recorded_summaries import (
     SQLITE_HEADER,
@@ -152,6 +156,8 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
         return "llmd-report"
     if is_llm_load_test(doc):
         return "llm-load-test"
+    if is_otlp_traces(doc):
+        return "otel"
     summary = summary_refusal(doc)
     if summary:
         raise TraceError(path, summary[0], field=summary[1])
@@ -185,7 +191,8 @@ def detect_recording_format(path: Path) -> str:
     """The format of a recording, from its content: ``evalscope`` for evalscope perf's
     database or a directory holding them, ``run`` for another directory; a load tool's
     format for its files (GuideLLM JSON, YAML or CSV, vLLM's bench JSON, AIPerf JSON lines,
-    inference-perf's JSON list, an llm-d-benchmark report); else ``records``."""
+    inference-perf's JSON list, an llm-d-benchmark report, an OTLP JSON trace export); else
+    ``records``."""
     if path.is_dir():  # evalscope perf's run (or sweep) directory, else a kvbudget run
         return "evalscope" if holds_evalscope(path) else "run"
     if not path.exists():
@@ -287,6 +294,8 @@ def _read_tool_file(path: Path, fmt: str, default_tier: str, seed: int,
         return read_multi_round_qa(path, default_tier, max_output)
     if fmt == "evalscope":
         return read_evalscope(path, default_tier, max_output)
+    if fmt == "otel":
+        return read_otel(path, default_tier, max_output)
     doc = load_report(path) if path.suffix.lower() in (".yaml", ".yml") else load_json(path)
     if not isinstance(doc, dict):
         raise TraceError(path, "is not an llm-d-benchmark report (not a mapping)")

@@ -17,7 +17,8 @@
 #                                                      # guidellm-options, guidellm-turns,
 #                                                      # inference-perf-options,
 #                                                      # inference-perf-turns;
-#                                                      # evalscope)
+#                                                      # evalscope; vllm-otel: the
+#                                                      # server's own spans)
 #
 # It starts the CPU vLLM of the live tests (tests/live/livevllm.py's flags: a tiny random Llama
 # made by tests/live/tiny_model.py, served as "tiny" on 127.0.0.1, 10 KV blocks of 128 tokens,
@@ -48,13 +49,20 @@ EVALSCOPE_VERSION=1.14.1
 NUM=20
 WORK=$(mktemp -d)
 SERVER_PID=""
+RECEIVER_PID=""
 
-cleanup() {
+stop_server() {
     if [[ -n "$SERVER_PID" ]]; then
         kill -TERM -- "-$SERVER_PID" 2>/dev/null || true
         for _ in $(seq 60); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.5; done
         kill -KILL -- "-$SERVER_PID" 2>/dev/null || true
     fi
+    SERVER_PID=""
+}
+
+cleanup() {
+    stop_server
+    [[ -z "$RECEIVER_PID" ]] || kill -TERM "$RECEIVER_PID" 2>/dev/null || true
     if [[ -n "${KVBUDGET_FIXTURE_KEEP_WORK:-}" ]]; then
         echo "make_recording_fixtures: kept $WORK" >&2
     else
@@ -77,6 +85,7 @@ tool_venv() {
     echo "$dir/venv/bin/python"
 }
 
+# start_server [VLLM_FLAG...]: the CPU vLLM on 127.0.0.1 with the flags added (vllm-otel's)
 start_server() {
     if [[ -n "${KVBUDGET_FIXTURE_URL:-}" ]]; then
         URL=$KVBUDGET_FIXTURE_URL
@@ -98,7 +107,7 @@ start_server() {
         --served-model-name tiny --dtype float32 --max-model-len 1024 --max-num-seqs 8 \
         --max-num-batched-tokens 2048 --num-gpu-blocks-override 10 --enforce-eager \
         --no-enable-prefix-caching --chat-template "$WORK/chat.jinja" \
-        --host 127.0.0.1 --port "$port" >"$WORK/vllm.log" 2>&1 &
+        --host 127.0.0.1 --port "$port" "$@" >"$WORK/vllm.log" 2>&1 &
     SERVER_PID=$!
     for _ in $(seq 600); do
         if curl -sf "$URL/v1/models" >/dev/null; then return; fi
@@ -730,6 +739,67 @@ run_evalscope() {
         while read -r f; do mkdir -p "$dest/$(dirname "$f")"; cp "$f" "$dest/$f"; done)
 }
 
+# wait_spans FILE N: until the OTLP receiver has counted N spans (vLLM exports them in batches)
+wait_spans() {
+    for _ in $(seq 240); do
+        [[ $(cat "$1.count" 2>/dev/null || echo 0) -ge $2 ]] && return
+        sleep 0.5
+    done
+    echo "make_recording_fixtures: $(cat "$1.count") spans of $2 after 120 s" >&2
+    exit 1
+}
+
+run_vllm_otel() {
+    # vLLM's own per-request spans (--otlp-traces-endpoint: one llm_request span a finished
+    # request, vllm/v1/engine/output_processor.py do_tracing) received over OTLP/gRPC by
+    # scripts/otlp_receiver.py, which writes each export as a line of OTLP JSON as the
+    # OpenTelemetry Collector's file exporter does. A server of its own, traced (the other
+    # tools' server is not). Kept: vllm bench serve at 2 users (closed), then at 8 req/s
+    # (open), 8 requests each, the bench's own results beside them; an open loop of 4 requests
+    # whose one with n=2 gets two spans; and a request its client abandons (curl --max-time):
+    # vLLM aborts it and writes no span for it.
+    [[ -z "${KVBUDGET_FIXTURE_URL:-}" ]] || {
+        echo "make_recording_fixtures: vllm-otel starts its own traced server" >&2; exit 2; }
+    local version dest port traces n
+    version=$("$VLLM_PY" -c "import importlib.metadata as m; print(m.version('vllm'))")
+    dest="$OUT/vllm-otel-${version%+cpu}"
+    rm -rf "$dest" && mkdir -p "$dest"
+    stop_server
+    port=$("$VLLM_PY" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
+    traces="$WORK/otel/traces.jsonl"
+    mkdir -p "$WORK/otel"
+    "$VLLM_PY" "$HERE/scripts/otlp_receiver.py" --port "$port" --out "$traces" &
+    RECEIVER_PID=$!
+    OTEL_BSP_SCHEDULE_DELAY=200 start_server --otlp-traces-endpoint "http://127.0.0.1:$port"
+    local common=(bench serve --backend vllm --base-url "$URL" --model tiny
+                  --tokenizer "$MODEL_DIR" --dataset-name random --random-input-len 32
+                  --random-output-len 16 --num-prompts 8 --ignore-eos --seed 0
+                  --ready-check-timeout-sec 0 --save-result --save-detailed
+                  --result-dir "$dest" --disable-tqdm)
+    "$VLLM_BIN/vllm" "${common[@]}" --max-concurrency 2 --result-filename bench_closed2.json
+    wait_spans "$traces" 8
+    cp "$traces" "$dest/closed2.jsonl"
+    n=$(wc -l <"$traces")
+    "$VLLM_BIN/vllm" "${common[@]}" --request-rate 8 --result-filename bench_rate8.json
+    wait_spans "$traces" 16
+    tail -n +$((n + 1)) "$traces" >"$dest/rate8.jsonl"
+    n=$(wc -l <"$traces")
+    curl -s --max-time 0.5 "$URL/v1/completions" -H 'Content-Type: application/json' \
+        -d '{"model": "tiny", "prompt": "abandoned", "max_tokens": 1000, "ignore_eos": true}' \
+        >/dev/null || true  # exit 28: the client gave up, vLLM aborts the request
+    for i in 1 2 3; do
+        curl -sf "$URL/v1/completions" -H 'Content-Type: application/json' \
+            -d "{\"model\": \"tiny\", \"prompt\": \"request $i\", \"max_tokens\": $((8 * i)), \"n\": $((i == 2 ? 2 : 1))}" \
+            >/dev/null
+    done
+    wait_spans "$traces" 20
+    sleep 2  # an abandoned request's span would have come by now: there is none
+    tail -n +$((n + 1)) "$traces" >"$dest/curl_n2_abandoned.jsonl"
+    stop_server
+    kill -TERM "$RECEIVER_PID" && wait "$RECEIVER_PID" || true
+    RECEIVER_PID=""
+}
+
 mkdir -p "$OUT"
 TOOLS=("$@")
 [[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-0.6.1 guidellm-0.4.0
@@ -737,10 +807,10 @@ TOOLS=("$@")
                                     aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
                                     aiperf-rate-series aiperf-prefix
                                     inference-perf inference-perf-options inference-perf-turns
-                                    evalscope)
-start_server
+                                    evalscope vllm-otel)
 for tool in "${TOOLS[@]}"; do
     echo "make_recording_fixtures: $tool" >&2
+    [[ -n "$SERVER_PID" || "$tool" == vllm-otel ]] || start_server
     case "$tool" in
     vllm) run_vllm ;;
     vllm-offline) run_vllm_offline ;;
@@ -764,6 +834,7 @@ for tool in "${TOOLS[@]}"; do
     inference-perf-options) run_inference_perf_options ;;
     inference-perf-turns) run_inference_perf_turns ;;
     evalscope) run_evalscope ;;
+    vllm-otel) run_vllm_otel ;;
     *) echo "make_recording_fixtures: unknown tool $tool" >&2; exit 2 ;;
     esac
 done

@@ -169,12 +169,14 @@ LLMPERF_SUMMARY = {"version": "2023-08-31", "name": "llama2-70b-4096_550_150_sum
         "version": "", "service_kind": "openai", "endpoint": "v1/chat/completions"}),
      "is perf_analyzer's profile_export.json (written under genai-perf)"),
     # github.com/inference-sim/inference-sim eval/ground_truth/jan20-prefill-llama7b-tp1-1/
-    # traces.json at e7a4aa3: vLLM's llm_request spans as OTLP JSON lines (one export a line)
+    # traces.json at e7a4aa3: vLLM's llm_request spans as OTLP JSON lines (one export a line),
+    # read since (test_recording_otel.py); a span stripped of its token counts is refused
     ("traces.json", json.dumps({"resourceSpans": [{"resource": {"attributes": []},
                                                    "scopeSpans": [{"spans": [
                                                        {"name": "llm_request"}]}]}]}) + "\n"
      + json.dumps({"resourceSpans": []}) + "\n",
-     "is an OpenTelemetry trace export (OTLP JSON"),
+     "line 1: field 'resourceSpans[0].scopeSpans[0].spans[0].attributes': an llm_request span "
+     "without gen_ai.usage.prompt_tokens"),
     # LMCache/LMBench 3-workloads/trace-replayer/trace-replayer-qa.py (commit 48172cd1)
     # save_results: a non-streamed replay's rows; it got "has no arrival_s column but
     # 'timestamp' looks like the arrival time: map it", and mapped, no TTFT to compare
