@@ -794,6 +794,8 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
     typer.echo(render(("per-request", "pairs", "MAPE"), [
         [r["metric"], r["num_pairs"], _pct(r["mape"])]
         for r in result.per_request.to_dict(orient="records")]))
+    for line in result.said:
+        typer.echo(fill(line))
     typer.echo(fill(frontend_said(result.simulated.summary)))
     typer.echo(f"wrote {out}/validation.csv, validation.json, validate.png, sim/")
     if max_error is not None:

@@ -158,8 +158,10 @@ def _stage_files(path: Path, sessions: bool = False) -> list[tuple[int, float | 
 
 
 def _one(path: Path, i: int, req: Any) -> tuple[float, float, float, float, float, str, float,
-                                                 int | None, bool | None]:
-    """prompt, output, start, ttft, e2e, status, max_tokens, stage_id, ignore_eos."""
+                                                 int | None, bool | None, float]:
+    """prompt, output, start, ttft, e2e, status, max_tokens, stage_id, ignore_eos and the mean
+    gap between the output tokens after the first (``output_token_times``, one a token; NaN
+    with fewer than two)."""
     if not isinstance(req, dict):
         raise TraceError(path, "must be an object", row=i)
     t0 = number(req.get("start_time"), path, "start_time", i)
@@ -177,13 +179,16 @@ def _one(path: Path, i: int, req: Any) -> tuple[float, float, float, float, floa
     if math.isnan(o):
         o = number(dig(resp, "output_tokens"), path, "info.response_metrics.output_tokens", i)
     times = dig(resp, "output_token_times")
-    first = math.nan
+    first = gap = math.nan
     if times is not None:
         if not isinstance(times, list):
             raise TraceError(path, "must be a list of times", row=i,
                              field="info.response_metrics.output_token_times")
         if times:
             first = number(times[0], path, "info.response_metrics.output_token_times", i) - t0
+            if len(times) >= 2:
+                last = number(times[-1], path, "info.response_metrics.output_token_times", i)
+                gap = (last - t0 - first) / (len(times) - 1)
         elif not req.get("error") and not math.isnan(o) and o > 0:
             raise TraceError(path, f"empty, but the request generated {o:g} tokens", row=i,
                              field="info.response_metrics.output_token_times")
@@ -206,7 +211,7 @@ def _one(path: Path, i: int, req: Any) -> tuple[float, float, float, float, floa
     eos = body.get("ignore_eos")
     return (p, 0.0 if math.isnan(o) else o, t0, first, e2e, status, max_tokens,
             sid if isinstance(sid, int) and not isinstance(sid, bool) else None,
-            eos if isinstance(eos, bool) else None)
+            eos if isinstance(eos, bool) else None, gap)
 
 
 def read_inference_perf(path: Path, default_tier: str,
@@ -268,8 +273,8 @@ def read_inference_perf(path: Path, default_tier: str,
     e2e = np.array([r[4] for r in rows])
     return build_recording(path, "inference-perf", workload, ttft=ttft[order], e2e=e2e[order],
                            status=status, stage=[labels[r] for r in order.tolist()],
-                           itl_mean=None, config=config, counts=counts,
-                           notes=[*notes, *warnings], stages=tuple(stages),
+                           itl_mean=np.array([r[9] for r in rows])[order], config=config,
+                           counts=counts, notes=[*notes, *warnings], stages=tuple(stages),
                            sent_s=sent[order] - float(due.min()), tool="inference-perf",
                            conversations=workload_conversations(
                                turn_links(turns), [0.0] * len(turns), order.tolist()))

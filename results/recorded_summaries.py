@@ -216,10 +216,36 @@ def _latency_refusal(doc: Mapping[str, Any]) -> str:
             return ("is a vllm bench serve result that keeps each request's lengths "
                     "(input_lens, output_lens) but not its times (ttfts, itls: saved only with "
                     "--save-detailed); run it again with --save-result --save-detailed")
-        return ("is a vllm bench serve result without per-request data (aggregates "
-                "only); run vllm bench serve with --save-result --save-detailed")
+        return _vllm_aggregates(doc)
     return ("is a serving-benchmark summary (mean, median and percentile latencies, no "
             f"request); {_DETAILED}")
+
+
+SAVE_DETAILED_DATE = "20250316"
+"""The day ``--save-detailed`` came (vllm-project/vllm PR #14879, "[Benchmark] Do not save
+detailed info to json by default", merged 16 March 2025): before it ``benchmarks/
+benchmark_serving.py --save-result`` saved every request's ``input_lens``, ``output_lens``,
+``ttfts``, ``itls``, ``generated_texts`` and ``errors`` (``benchmark()``'s ``result``, merged
+whole into the file), and had no such flag."""
+
+
+def _vllm_aggregates(doc: Mapping[str, Any]) -> str:
+    """The refusal of a vLLM client's result without its requests, worded for the client of
+    the file's ``date`` (``%Y%m%d-%H%M%S``, as ``--save-result`` writes it): one from
+    before :data:`SAVE_DETAILED_DATE` was saved with its requests and cut down since."""
+    date = doc.get("date")
+    if isinstance(date, str) and re.fullmatch(r"\d{8}-\d{6}", date) and \
+            date[:8] < SAVE_DETAILED_DATE:
+        day = f"{date[:4]}-{date[4:6]}-{date[6:8]}"
+        return (f"is a vLLM benchmark_serving.py result of {day} without per-request data "
+                "(aggregates only): benchmark_serving.py --save-result saved each request's "
+                "input_lens, output_lens, ttfts and itls itself until vLLM PR #14879 (16 March "
+                "2025) put them behind --save-detailed, which it did not have, so they were "
+                "taken out of this file after it was saved (or another script wrote it); pass "
+                "the file as --save-result wrote it, or run again with vllm bench serve "
+                "--save-result --save-detailed")
+    return ("is a vllm bench serve result without per-request data (aggregates "
+            "only); run vllm bench serve with --save-result --save-detailed")
 
 
 def _inferencex_refusal(doc: Mapping[str, Any]) -> str | None:

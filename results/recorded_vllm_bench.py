@@ -53,7 +53,6 @@ from kvbudget.results.recorded_sglang_pd import pd_model_path, pd_view
 from kvbudget.results.recorded_sglang_server import sglang_server
 from kvbudget.results.recorded_summaries import is_sglang, is_trtllm, summary_refusal
 from kvbudget.results.recorded_vllm_bench_client import (
-    burst_note,
     chat_template_note,
     first_prompt_note,
     ignore_eos_note,
@@ -201,7 +200,6 @@ def _itls(path: Path, doc: Mapping[str, Any], line: int | None, output: FloatArr
         itl_count[i] = len(values)
         if values:
             itl_mean[i] = itl_sum[i] / len(values)
-    notes.extend(n for n in (burst_note(itl_sum, itl_count, failed, line),) if n)
     return ttft, itl_sum, itl_mean, itl_count
 
 

@@ -9,8 +9,6 @@ file does hold (its ``backend``, the shape of its lists) and said in a note:
 * the client sets ``ignore_eos`` itself for its random datasets (:func:`ignore_eos_note`);
 * a chat run's ``input_lens`` hold the chat template's tokens (:func:`chat_template_note`);
 * the client sends the run's first prompt before the run (:func:`first_prompt_note`);
-* a client that read a stream's chunks at once timed them when it read them
-  (:func:`burst_note`);
 * vLLM 0.33 saves the server's own queue time and TTFT beside the client's
   (:func:`server_metrics_note`).
 
@@ -106,33 +104,6 @@ def role_chunk(doc: Mapping[str, Any], output: FloatArray, ttft: FloatArray,
                  f"{float(np.median(first[counts > 0])) * 1e3:.3g} ms), as vLLM 0.33 and later "
                  "measure it")
     return np.where(counts > 0, ttft + first, ttft)
-
-
-BURST_ITL_S = 1e-4
-"""A completed request whose tokens after the first came faster than this apiece (10,000
-tokens a second) reached the client in one read: the fastest decode published for one stream is
-about 3,000 tokens a second (Cerebras, gpt-oss-120B, 2026; 1,800 for Llama 3.1 8B at its
-launch, cerebras.ai "Introducing Cerebras Inference", August 2024)."""
-
-
-def burst_note(itl_sum: FloatArray, itl_count: FloatArray,
-               failed: np.ndarray[Any, np.dtype[np.bool_]], line: int | None) -> str | None:
-    """Completed requests whose inter-token times average under :data:`BURST_ITL_S`: the
-    client timestamps each chunk as it parses it (``time.perf_counter()`` in the stream loop of
-    vllm/benchmarks/lib/endpoint_request_func.py), so chunks read in one go share one time, and
-    their TTFT and TPOT tell when the client read them, not when the server made them."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        burst = ~failed & (itl_count >= 2) & (itl_sum / itl_count < BURST_ITL_S)
-    if not burst.any():
-        return None
-    where = "" if line is None else f"line {line}: "
-    done = int((~failed).sum())
-    return (f"{where}{int(burst.sum())} of {done} completed requests got the tokens after "
-            f"their first less than {BURST_ITL_S * 1e6:.0f} us apart on average (faster than "
-            "10,000 tokens a second, beyond any published decode speed): the client read the "
-            "whole answer at once (a client or API server busy elsewhere, or a proxy buffering "
-            "the stream), so their TTFT is about their E2E and their TPOT near 0, when the "
-            "client read them, not when the server made them: compare their E2E")
 
 
 def first_prompt_note(tool: str) -> str | None:

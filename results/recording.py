@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvbudget.results.recorded_fields import load_json
+from kvbudget.results.recorded_whole_answer import whole_answer_note, whole_answer_rows
 from kvbudget.results.records import RECORD_COLUMNS
 from kvbudget.workloads.closed_loop import Conversations
 from kvbudget.workloads.counted import counted
@@ -275,6 +276,8 @@ def build_recording(path: Path, fmt: str, workload: Workload, *, ttft: FloatArra
         tpot = np.where(usable & (denom > 0), (e2e - ttft) / np.where(denom > 0, denom, 1.0),
                         np.nan)
     tiers = np.array(workload.tier_names, dtype=object)[workload.tier]
+    itl = np.full(n, np.nan) if itl_mean is None else itl_mean
+    said = whole_answer_note(whole_answer_rows(usable, output, tpot, itl), usable, itl)
     measured = pd.DataFrame({
         "request_id": workload.request_id,
         "tier": tiers,
@@ -286,7 +289,7 @@ def build_recording(path: Path, fmt: str, workload: Workload, *, ttft: FloatArra
         "ttft_s": ttft,
         "tpot_s": tpot,
         "e2e_s": e2e,
-        "itl_mean_s": np.full(n, np.nan) if itl_mean is None else itl_mean,
+        "itl_mean_s": itl,
         "usable": usable,
     }, columns=list(MEASURED_COLUMNS))
     counts = dict(counts)
@@ -303,7 +306,8 @@ def build_recording(path: Path, fmt: str, workload: Workload, *, ttft: FloatArra
         raise AssertionError(f"stage labels {sorted(set(stage) - known)} have no RecordedStage")
     counts["num_stages"] = max(len(stages), 1)
     return Recording(path=str(path), format=fmt, workload=workload, measured=measured,
-                     config=config, counts=counts, notes=tuple(notes), stages=stages,
+                     config=config, counts=counts, notes=(*notes, *([said] if said else [])),
+                     stages=stages,
                      tool=tool or fmt, conversations=conversations)
 
 

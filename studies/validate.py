@@ -34,6 +34,7 @@ from kvbudget.analysis.validation import (
     plot_validation,
     validate_runs,
 )
+from kvbudget.analysis.whole_answer import whole_answer_said
 from kvbudget.perf.cost_model import CostModel, LinearCostModel
 from kvbudget.perf.models import resolve_model_name
 from kvbudget.policies import DEFAULT_TIERS, BasePolicy, FrontDoor, TierConfig, make_policy
@@ -171,7 +172,9 @@ class OfflineValidation:
 
     ``table``: :data:`~kvbudget.analysis.validation.STAGE_COLUMNS`, stage ``all`` first;
     ``per_request``: the per-request MAPE of TTFT, TPOT and E2E over the compared requests;
-    ``simulated``: the simulated run; ``num_compared``: the measured requests compared.
+    ``simulated``: the simulated run; ``num_compared``: the measured requests compared;
+    ``said``: the lines under the table (what its figures count that they should not:
+    :func:`~kvbudget.analysis.whole_answer.whole_answer_said`).
     """
 
     table: pd.DataFrame
@@ -179,6 +182,7 @@ class OfflineValidation:
     simulated: RunResult
     num_compared: int
     frontend_overhead_s: float
+    said: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         """What a notebook shows: what was simulated (the run's ``simulated:`` lines), the
@@ -190,7 +194,8 @@ class OfflineValidation:
             f"{self.simulated.summary.get('policy')} (a fixed front-end time of "
             f"{self.frontend_overhead_s * 1e3:.2f} ms each)",
             setting_lines([self.simulated.summary]),
-            [errors_line(self.table, OVERALL), *([f"per-request MAPE: {mape}"] if mape else [])],
+            [errors_line(self.table, OVERALL), *([f"per-request MAPE: {mape}"] if mape else []),
+             *self.said],
             f".table ({len(self.table):,} rows: stage x metric), .overall, .errors(stage), "
             ".per_request, .simulated")
 
@@ -218,6 +223,7 @@ class OfflineValidation:
                         for r in self.table.to_dict(orient="records")],
             "per_request": [{k: clean(v) for k, v in r.items()}
                             for r in self.per_request.to_dict(orient="records")],
+            "said": list(self.said),
         }
 
 
@@ -285,7 +291,9 @@ def validate_recording(recording: Recording, config: SimConfig, *, policy: str |
         mask = mask & rows
     per_request = per_request_errors(sim.records[mask], measured[mask])
     overhead = float(sim.summary.get("frontend_overhead_s", 0.0))
-    result = OfflineValidation(table, per_request, sim, int(mask.sum()), overhead)
+    said = whole_answer_said(recording.measured, sim.records, rows)
+    result = OfflineValidation(table, per_request, sim, int(mask.sum()), overhead,
+                               said=(said,) if said else ())
     if out is not None:
         write_validation(result, recording, out, meta=meta, rows=rows)
     return result

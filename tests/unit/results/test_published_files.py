@@ -138,7 +138,8 @@ LLMPERF_SUMMARY = {"version": "2023-08-31", "name": "llama2-70b-4096_550_150_sum
     ("online.jsonl", json.dumps(SGLANG_LINE) + "\n" + json.dumps(SGLANG_LINE) + "\n",
      "field 'input_lens': is an SGLang bench_serving result without per-request data"),
     ("serving.json", json.dumps(VLLM_SUMMARY),
-     "field 'input_lens': is a vllm bench serve result without per-request data"),
+     "field 'input_lens': is a vLLM benchmark_serving.py result of 2025-03-04 without "
+     "per-request data"),
     ("summary.json", json.dumps([{**VLLM_SUMMARY, "completed": 8, "duration": 1.4}] * 2),
      "is a list of 2 serving-benchmark summaries (vllm bench sweep's summary.json)"),
     ("individual.json", json.dumps([LLMPERF_RESPONSE] * 3),
@@ -206,6 +207,27 @@ LLMPERF_SUMMARY = {"version": "2023-08-31", "name": "llama2-70b-4096_550_150_sum
 def test_files_without_requests_are_named_by_their_tool(tmp_path: Path, name: str, text: str,
                                                         message: str) -> None:
     assert_named(tmp_path / name, text, message)
+
+
+@pytest.mark.parametrize(("date", "older"), [("20250304-014141", True),
+                                             ("20250315-235959", True),
+                                             ("20250316-000000", False),
+                                             ("20261204-122333", False), ("x", False)])
+def test_a_vllm_summary_is_told_the_flag_of_its_day(tmp_path: Path, date: str,
+                                                    older: bool) -> None:
+    # the aggregates-only refusal told every file to rerun with --save-detailed, a flag
+    # benchmark_serving.py got only with vLLM PR #14879 (16 March 2025): its --save-result
+    # saved each request's lists before, so an older file was cut down after it was written
+    path = tmp_path / "serving.json"
+    path.write_text(json.dumps({**VLLM_SUMMARY, "date": date}))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert ("benchmark_serving.py --save-result saved each request's input_lens, output_lens, "
+            "ttfts and itls itself until vLLM PR #14879 (16 March 2025)" in said) is older
+    assert ("result of 2025-03-" in said) is older
+    assert ("is a vllm bench serve result without per-request data (aggregates only); run "
+            "vllm bench serve with --save-result --save-detailed" in said) is not older
 
 
 # Round 57: results of benchmarks that send no request over time, and per-request files of
