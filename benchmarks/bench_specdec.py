@@ -33,6 +33,12 @@ published figures, the batch size beyond which it stops paying, and the simulato
    ``k``, how much longer #20780's EAGLE-3 step is than its EAGLE step, as published and as
    priced (``spec_published.eagle3_over_eagle``: why its EAGLE-3 rows are not comparable).
 
+1c. **#20780's rows as vLLM 0.9.2 ran them** (``spec_published.with_vllm_0_9_2_drafter``):
+   the same prediction with each draft pass's GPU work including the head's weights the
+   one-layer copy leaves out and the drafter's host work beside it (eager ops counted in
+   vLLM 0.9.2's source at a cited time an op: ``VLLM_0_9_2_DRAFTER``), within 15 % or not,
+   and what each row still needs; then each other candidate's size a step.
+
 3i. **Instructions** (``--instructions``, valgrind): part 3's simulation alone counted by
    cachegrind (a process that builds the scenario and simulates it, less one that only builds
    it; ``bench_instructions.py``'s method), with and without speculation, and their ratio: a
@@ -55,11 +61,15 @@ from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
 from kvbudget.perf.spec_published import (
     TOLERANCE,
+    VLLM_0_9_2_DRAFTER,
     compare,
     decode_speed_up,
     draft_pass_time_window,
     eagle3_over_eagle,
+    head_weights_left_out,
+    other_candidates,
     unpublished_trees_at_defaults,
+    with_vllm_0_9_2_drafter,
 )
 from kvbudget.perf.speculative import draft_pass_model, mean_acceptance_length, rate_for_length
 from kvbudget.perf.step_time import VllmStepModel
@@ -126,6 +136,28 @@ def instructions(sets: list[str]) -> int:
             - count(["-c", CHILD, json.dumps(sets), "0"], REPO))
 
 
+def part_1c() -> None:
+    """#20780's rows priced as vLLM 0.9.2 ran its drafter, and the other candidates' sizes."""
+    print("\n1c. #20780's rows as vLLM 0.9.2 ran them: the head's weights left out and the "
+          "drafter's host work")
+    for method, host in VLLM_0_9_2_DRAFTER.items():
+        m = get_model("Llama-3.1-8B")
+        per_pass, per_step = head_weights_left_out(method, m.hidden_size, m.num_attention_heads,
+                                                   m.num_kv_heads, m.head_dim)
+        print(f"   {method}: {host.ops_per_step} eager ops a step after the verify's sync, "
+              f"{host.ops_per_pass} a pass, {host.ops_between_passes} between passes, at "
+              f"{host.op_s * 1e6:.1f} us each; head weights left out {per_pass / 1e6:.1f} M a "
+              f"pass, {per_step / 1e6:.1f} M once a step")
+    for c in with_vllm_0_9_2_drafter():
+        p = c.published
+        others = ", ".join(f"{name} {v * 1e6:.3f} us" for name, v in other_candidates(p).items())
+        print(f"   {p.method:6s} k={p.k} length {p.length:.2f}: published {p.speed_up:.2f}x, "
+              f"model {c.predicted:.2f}x ({c.error:+.1%}: "
+              f"{'within' if c.within else 'NOT within'}); step {c.priced_step_s * 1e3:.2f} "
+              f"ms, still unpriced {c.unpriced_step_s * 1e3:+.2f} ms a step, "
+              f"{c.unpriced_per_draft_pass_s * 1e3:+.3f} ms a pass; {others}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
@@ -180,6 +212,7 @@ def main() -> None:
           f"{TOLERANCE:.0%} (read off the rows: what they need, not a constant): "
           + ("none" if window is None else
              f"{window[0] * 1e3:.3f}-{window[1] * 1e3:.3f} ms"))
+    part_1c()
     print("\n2. speed-up by batch size (EAGLE-3 head, k=3, rate 0.7: length "
           f"{mean_acceptance_length(0.7, 3):.2f}), by context a request; 70B on 4 GPUs")
     global CONTEXT

@@ -30,10 +30,28 @@ from kvbudget.perf.models import get_model
 from kvbudget.perf.speculative import DraftShape, chain_shape, draft_pass_model, sglang_tree_shape
 from kvbudget.perf.step_time import VllmStepModel
 
-__all__ = ["EAGLE3_LLAMA8B_DRAFT_VOCAB", "PUBLISHED", "SGLANG_DEFAULT_TREE", "TOLERANCE",
-           "Comparison", "PublishedSpeedUp", "StepGap", "compare", "decode_speed_up",
-           "decode_step_times", "draft_pass_time_window", "eagle3_over_eagle",
-           "unpublished_trees_at_defaults"]
+__all__ = [
+    "EAGER_OP_S",
+    "EAGLE3_LLAMA8B_DRAFT_VOCAB",
+    "PUBLISHED",
+    "SGLANG_DEFAULT_TREE",
+    "TOLERANCE",
+    "VLLM_0_9_2_DRAFTER",
+    "Comparison",
+    "DrafterHostWork",
+    "PublishedSpeedUp",
+    "StepGap",
+    "compare",
+    "cuda_graph_padded",
+    "decode_speed_up",
+    "decode_step_times",
+    "draft_pass_time_window",
+    "eagle3_over_eagle",
+    "head_weights_left_out",
+    "other_candidates",
+    "unpublished_trees_at_defaults",
+    "with_vllm_0_9_2_drafter",
+]
 
 TOLERANCE = 0.15
 """Issue 39's bar: a prediction within 15 % of the published speed-up."""
@@ -293,3 +311,153 @@ def eagle3_over_eagle(rows: list[Comparison] | None = None) -> list[StepGap]:
                      - e1.published.length / e1.published.speed_up) * _TPOT_VANILLA_MS * 1e-3
         out.append(StepGap(k, published, e3.priced_step_s - e1.priced_step_s))
     return out
+
+
+EAGER_OP_S = 250e-6 / 12
+"""The host's time to enqueue one small eager PyTorch op on the GPU in vLLM (20.8 us): vLLM PR
+#57534 measures a chain of 12 such launches (``arange``, ``searchsorted``, ``clamp``,
+``index_select``, ``remainder``, ``copy_``) at "~250 us of CPU enqueue time". The one vLLM
+measurement of an eager small op's host cost found; a later release than #20780's, on its own
+host. Of the same order: the torch-profiler table of vllm-omni PR #553 (CPU time a call of
+``aten::argmax`` 29 us, ``aten::div_`` 21 us, ``aten::masked_fill_`` 25 us, the profiler's own
+cost included). A Triton kernel's launch is counted at it too (Triton's Python launcher measured 49 us
+after triton-lang/triton PR #3638: counted low)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DrafterHostWork:
+    """The eager GPU ops (each a host-side launch) of one vLLM release's EAGLE drafter that its
+    CUDA graphs leave out, counted in its source: ``ops_per_step`` after the verify step's
+    GPU-to-CPU sync (the model runner's inputs for the drafter and the proposer's set-up, its
+    ``.item()`` syncs and the final ``.tolist()``), ``ops_per_pass`` around each pass's graphed
+    layer (its LM head and argmax, and an EAGLE-3 head's draft-to-target scatter), and
+    ``ops_between_passes`` before every pass after the first (positions, sequence lengths,
+    slot mapping, the graphs' input buffers), each at ``op_s`` of host time."""
+
+    release: str
+    ops_per_step: int
+    ops_per_pass: int
+    ops_between_passes: int
+    op_s: float = EAGER_OP_S
+
+    def draft_s(self, k: int, pass_s: float, launch_s: float) -> float:
+        """A step's draft phase of ``k`` chain passes, each ``pass_s`` of GPU work as the step
+        model prices it (its layer's launches ``launch_s`` included). The per-step ops run
+        after a sync, with the GPU idle: their host time adds. The passes have no sync between
+        them, so the host enqueues one while the GPU runs the one before: each takes the
+        longer of its host work (its ops and its layer's launches) and its GPU work."""
+        first = max(self.ops_per_pass * self.op_s + launch_s, pass_s)
+        later = max((self.ops_per_pass + self.ops_between_passes) * self.op_s + launch_s, pass_s)
+        return self.ops_per_step * self.op_s + first + (k - 1) * later
+
+
+# vLLM 0.9.2 (2025-07-08, the release two days before #20780, which names none), counted op by
+# op: gpu_model_runner.py:1605-1686 (the next tokens' and rejected counts' uploads, prepare_inputs'
+# two subtractions, zeros_like, cumsum and Triton kernel, the gathers of token ids, positions,
+# hidden states (EAGLE-3: three and a cat) and slot mapping, the final tolist): 12 (EAGLE-3 15);
+# eagle.py:98-201, 275 (last_token_indices, the input shift and its index_put, seq_lens' index,
+# add and cast, the two max().item() syncs and a subtraction, two buffer copies, the sampled
+# rows' gather, the positions' and hidden states' gathers, the final stack; EAGLE-3 its fc,
+# :100-103): 17 (18); a pass: compute_logits' LM-head GEMM (LogitsProcessor at tp 1 adds no
+# kernel) and argmax (:185-186, :267-271), EAGLE-3 adding llama_eagle3.py:209-215's arange, add,
+# new_full and index_put: 2 (6); between passes, eagle.py:214-255: the cast, positions += 1,
+# the compare and where, seq_lens += 1 and its masked_fill_, floor division, gather, the slot
+# mapping's multiply, modulo and add and its masked_fill_, three buffer copies: 15.
+VLLM_0_9_2_DRAFTER: dict[str, DrafterHostWork] = {
+    "eagle": DrafterHostWork("vLLM 0.9.2", 12 + 17, 2, 15),
+    "eagle3": DrafterHostWork("vLLM 0.9.2", 15 + 18, 6, 15),
+}
+"""The drafter host work of #20780's vLLM by method (vLLM 0.32.0, which the engine models, fuses
+the between-pass ops into one Triton kernel, ``eagle_step_update_slot_mapping_and_metadata``,
+vLLM PR #33503: the engine does not charge these counts)."""
+
+
+def _head_bytes(p: PublishedSpeedUp) -> tuple[float, float]:
+    """:func:`head_weights_left_out` of row ``p``'s head in bytes, ``(a pass, once a step)``."""
+    m = get_model(p.model)
+    per_pass, per_step = head_weights_left_out(p.method, m.hidden_size, m.num_attention_heads,
+                                               m.num_kv_heads, m.head_dim)
+    return float(per_pass * m.dtype_bytes), float(per_step * m.dtype_bytes)
+
+
+def with_vllm_0_9_2_drafter(rows: tuple[PublishedSpeedUp, ...] = PUBLISHED) -> list[Comparison]:
+    """The vLLM chain rows of ``rows`` priced as :func:`compare` prices them, but their draft
+    phase as vLLM 0.9.2 ran it: each pass's GPU work with the head's weights the one-layer copy
+    leaves out (:func:`head_weights_left_out`, read at the step model's streaming rate; EAGLE-3's
+    ``fc`` once a step, before the proposer's first sync) beside the drafter's host work
+    (:data:`VLLM_0_9_2_DRAFTER`). The same verify step, plain step and acceptance length."""
+    out = []
+    for p in rows:
+        if p.engine != "vllm" or not p.shape.is_chain or p.method not in VLLM_0_9_2_DRAFTER:
+            continue
+        gpu, model = get_gpu(p.gpu), get_model(p.model)
+        target = VllmStepModel(gpu, model, tensor_parallel_size=p.tensor_parallel_size)
+        draft = draft_pass_model(p.method, model, None, gpu, p.tensor_parallel_size,
+                                 p.draft_vocab_size)
+        assert draft is not None
+        plain, verify = decode_step_times(target, None, p.batch, p.k, p.context)
+        n, q = float(p.batch), p.k + 1
+        rate = gpu.hbm_bandwidth_bytes_s * draft.mem_efficiency
+        per_pass, per_step = _head_bytes(p)
+        pass_s = (float(draft.step_time(0.0, n, n * (p.context + q), 0.0, 0.0))
+                  - draft.step_overhead_s + per_pass / rate)
+        spec = (verify + per_step / rate
+                + VLLM_0_9_2_DRAFTER[p.method].draft_s(p.k, pass_s, draft.layer_overhead_s))
+        out.append(Comparison(p, p.length * plain / spec, plain, spec))
+    return out
+
+
+def head_weights_left_out(method: str, hidden_size: int, num_attention_heads: int,
+                          num_kv_heads: int, head_dim: int) -> tuple[int, int]:
+    """Weights (parameters) a vLLM EAGLE head reads beyond the one target layer and LM head the
+    model prices, ``(a pass, once a step)``: EAGLE's ``fc`` over the token's embedding and the
+    target's feature side by side, ``2 h x h`` a pass (``llama_eagle.py:71-73``, vLLM 0.9.2);
+    EAGLE-3's first layer's q, k and v projections over ``2 h`` inputs, ``h x (heads + 2 kv
+    heads) x head_dim`` more a pass (``llama_eagle3.py:40-48``), and its ``fc`` folding the
+    target's three features, ``3 h x h`` once a step (``:107-114``, called at
+    ``eagle.py:100-103``)."""
+    h = hidden_size
+    if method == "eagle":
+        return 2 * h * h, 0
+    if method == "eagle3":
+        return h * (num_attention_heads + 2 * num_kv_heads) * head_dim, 3 * h * h
+    raise ValueError(f"head_weights_left_out: an EAGLE head's method, 'eagle' or 'eagle3', got "
+                     f"{method!r}")
+
+
+def cuda_graph_padded(tokens: int) -> int:
+    """The CUDA-graph size vLLM 0.9.2 pads a step of ``tokens`` to: its capture sizes are 1, 2,
+    4 and the multiples of 8 (``vllm/config.py:4729-4730``)."""
+    if tokens <= 2:
+        return max(tokens, 1)
+    if tokens <= 4:
+        return 4
+    return -(-tokens // 8) * 8
+
+
+def other_candidates(p: PublishedSpeedUp) -> dict[str, float]:
+    """What else a vLLM 0.9.2 chain step does that neither :func:`compare` nor
+    :func:`with_vllm_0_9_2_drafter` prices, each sized by the step models (seconds a step at
+    the row's batch; none is added to a prediction): the draft's first pass over every token
+    the verify step accepted and the one it sampled (``eagle.py:163-179``: ``num_tokens``
+    rows, the mean acceptance length a request; priced as one), the verify step's logits for
+    all its ``k + 1`` rows (``logits_indices``; priced for one), and its tokens padded to the
+    next CUDA-graph size (:func:`cuda_graph_padded`). The rejection sampler's ops are enqueued
+    before the verify step's sync, while the GPU runs the target's forward: at batch 1 only
+    their GPU time (microseconds) reaches the step, so it is not sized here."""
+    gpu, model = get_gpu(p.gpu), get_model(p.model)
+    tp, n, c, q = p.tensor_parallel_size, float(p.batch), float(p.context), p.k + 1
+    target = VllmStepModel(gpu, model, tensor_parallel_size=tp)
+    draft = draft_pass_model(p.method, model, None, gpu, tp, p.draft_vocab_size)
+    assert draft is not None
+    rows = n * p.length
+    first = (float(draft.step_time(rows, 0.0, n * (c + q), rows * (c + q), n))
+             - float(draft.step_time(0.0, n, n * (c + q), 0.0, 0.0)))
+    tokens = n * q
+    verify = float(target.step_time(tokens, 0.0, n * (c + q), tokens * (c + q), n))
+    logits = float(target.step_time(tokens, 0.0, n * (c + q), tokens * (c + q), tokens)) - verify
+    padded = float(cuda_graph_padded(p.batch * q))
+    pad = float(target.step_time(padded, 0.0, n * (c + q), tokens * (c + q), n)) - verify
+    return {"first pass over the accepted tokens": first,
+            "verify logits for every row": logits,
+            "verify tokens padded to a CUDA graph": pad}

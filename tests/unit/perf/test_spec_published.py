@@ -13,18 +13,25 @@ import pytest
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
 from kvbudget.perf.spec_published import (
+    EAGER_OP_S,
     EAGLE3_LLAMA8B_DRAFT_VOCAB,
     PUBLISHED,
     SGLANG_DEFAULT_TREE,
     TOLERANCE,
+    VLLM_0_9_2_DRAFTER,
     Comparison,
+    DrafterHostWork,
     PublishedSpeedUp,
     compare,
+    cuda_graph_padded,
     decode_speed_up,
     decode_step_times,
     draft_pass_time_window,
     eagle3_over_eagle,
+    head_weights_left_out,
+    other_candidates,
     unpublished_trees_at_defaults,
+    with_vllm_0_9_2_drafter,
 )
 from kvbudget.perf.speculative import DraftShape, draft_pass_model, sglang_tree_shape
 from kvbudget.perf.step_time import STEP_OVERHEAD_S, VllmStepModel
@@ -334,3 +341,125 @@ def test_eagle3_over_eagle_by_hand_and_in_the_docs() -> None:
     errors = [by_k["eagle3", k].error * 100 for k in gaps]
     o = re.search(r"with the source's head they are (\d+)-(\d+) % over", flat)
     assert o and agrees(o.group(1), min(errors)) and agrees(o.group(2), max(errors))
+
+
+def test_a_drafters_host_work_by_hand() -> None:
+    # 10 ops a step, 2 a pass, 3 between passes at 10 us; a pass's layer launches 40 us.
+    # GPU-bound (a pass 100 us of GPU work): 100 us after the sync, then 3 passes of 100 us
+    host = DrafterHostWork("by hand", 10, 2, 3, op_s=10e-6)
+    assert host.draft_s(3, 100e-6, 40e-6) == pytest.approx(400e-6)
+    # host-bound (50 us of GPU work): the first pass 2 x 10 + 40 = 60 us, later ones 90 us
+    assert host.draft_s(3, 50e-6, 40e-6) == pytest.approx(100e-6 + 60e-6 + 2 * 90e-6)
+    # vLLM 0.9.2's counts (its source, op by op) at vLLM PR #57534's 250 us / 12 launches
+    assert abs(EAGER_OP_S - 20.833e-6) < 1e-9
+    eagle, eagle3 = VLLM_0_9_2_DRAFTER["eagle"], VLLM_0_9_2_DRAFTER["eagle3"]
+    assert (eagle.ops_per_step, eagle.ops_per_pass, eagle.ops_between_passes) == (29, 2, 15)
+    assert (eagle3.ops_per_step, eagle3.ops_per_pass, eagle3.ops_between_passes) == (33, 6, 15)
+
+
+def test_the_head_weights_left_out_by_hand() -> None:
+    # Llama-3.1-8B: h 4,096, 32 heads, 8 KV heads of 128. EAGLE's fc 2h x h a pass; EAGLE-3's
+    # q, k and v over 2h inputs, h x (32 + 16) x 128 more a pass, and its fc 3h x h a step
+    assert head_weights_left_out("eagle", 4096, 32, 8, 128) == (33_554_432, 0)
+    assert head_weights_left_out("eagle3", 4096, 32, 8, 128) == (25_165_824, 50_331_648)
+    with pytest.raises(ValueError, match="'mtp'"):
+        head_weights_left_out("mtp", 4096, 32, 8, 128)
+
+
+def test_the_rows_as_vllm_0_9_2_ran_them_by_hand() -> None:
+    # #20780's EAGLE row at k = 3: the verify step as compare() prices it, then 29 ops after
+    # the sync, the first pass max(2 ops + the layer's launches, its GPU work with the fc's
+    # 67.1 MB read), two later passes max(17 ops + launches, the same GPU work)
+    row = next(p for p in PUBLISHED if p.method == "eagle" and p.k == 3)
+    gpu, model = get_gpu("H100-80GB"), get_model("Llama-3.1-8B")
+    target = VllmStepModel(gpu, model)
+    head = draft_pass_model("eagle", model, None, gpu, 1)
+    assert head is not None
+    plain, verify = decode_step_times(target, None, 1, 3, 300)
+    fc_s = 2 * 4096 * 4096 * 2 / (3.35e12 * 0.90)
+    gpu_s = float(head.step_time(0.0, 1.0, 304.0, 0.0, 0.0)) - head.step_overhead_s + fc_s
+    launch = head.layer_overhead_s
+    assert gpu_s > 17 * EAGER_OP_S + launch  # EAGLE's pass is the GPU's
+    spec = verify + 29 * EAGER_OP_S + gpu_s + 2 * gpu_s
+    (c,) = [c for c in with_vllm_0_9_2_drafter() if c.published is row]
+    assert c.priced_step_s == pytest.approx(spec, rel=1e-9)
+    assert c.predicted == pytest.approx(2.29 * plain / spec, rel=1e-9)
+    # EAGLE-3's pass is the host's: 21 ops and the launches exceed its GPU work
+    row3 = next(p for p in PUBLISHED if p.method == "eagle3" and p.k == 3)
+    head3 = draft_pass_model("eagle3", model, None, gpu, 1, 32_000)
+    assert head3 is not None
+    qkv_s = 4096 * 48 * 128 * 2 / (3.35e12 * 0.90)
+    gpu3 = float(head3.step_time(0.0, 1.0, 304.0, 0.0, 0.0)) - head3.step_overhead_s + qkv_s
+    host3 = 21 * EAGER_OP_S + launch
+    assert host3 > gpu3 > 6 * EAGER_OP_S + launch
+    fc3_s = 3 * 4096 * 4096 * 2 / (3.35e12 * 0.90)
+    (c3,) = [c for c in with_vllm_0_9_2_drafter() if c.published is row3]
+    assert c3.priced_step_s == pytest.approx(verify + fc3_s + 33 * EAGER_OP_S + gpu3 + 2 * host3,
+                                             rel=1e-9)
+    # only the vLLM chain rows; each priced above compare()'s step
+    rows = with_vllm_0_9_2_drafter()
+    base = {c.published: c for c in compare()}
+    assert len(rows) == 12 and all(c.priced_step_s > base[c.published].priced_step_s
+                                   for c in rows)
+
+
+def test_the_other_candidates_are_sized_by_the_step_models() -> None:
+    assert [cuda_graph_padded(t) for t in (1, 2, 3, 4, 5, 8, 9, 17)] == [1, 2, 4, 4, 8, 8, 16, 24]
+    row = next(p for p in PUBLISHED if p.method == "eagle3" and p.k == 7)
+    sizes = other_candidates(row)
+    assert len(sizes) == 3 and all(0.0 <= v < 1e-9 for v in sizes.values())  # batch 1
+    # at batch 64 the GEMMs see the tokens: the first pass's and the logits' rows cost time
+    wide = other_candidates(replace(row, batch=64))
+    assert wide["first pass over the accepted tokens"] > 1e-6
+    assert wide["verify logits for every row"] > 1e-6
+    assert wide["verify tokens padded to a CUDA graph"] == 0.0  # 512 tokens: a capture size
+
+
+def test_the_docs_give_the_rows_as_vllm_0_9_2_ran_them() -> None:
+    text = section(REPO / "docs" / "speculative.md", "#### #20780's rows as vLLM 0.9.2 ran")
+    rows = table_rows(text, "| #20780 row |")
+    got = with_vllm_0_9_2_drafter()
+    assert len(rows) == len(got)
+    for cells, c in zip(rows, got, strict=True):
+        p = c.published
+        assert cells[0] == {"eagle": "EAGLE", "eagle3": "EAGLE-3"}[p.method]
+        assert int(cells[1]) == p.k and cells[2] == f"{p.speed_up:.2f}x"
+        assert cells[3] == f"{c.predicted:.2f}x"
+        assert cells[4] == f"{'yes' if c.within else 'no'} ({c.error * 100:+.0f} %)"
+        assert agrees(cells[5], c.unpriced_step_s * 1e3), f"{cells}"
+        assert agrees(cells[6], c.unpriced_per_draft_pass_s * 1e3), f"{cells}"
+    flat = " ".join(text.split())
+    gpu, model = get_gpu("H100-80GB"), get_model("Llama-3.1-8B")
+    figures = []
+    for method, vocab, per_pass in (("eagle", None, 33_554_432), ("eagle3", 32_000, 25_165_824)):
+        head = draft_pass_model(method, model, None, gpu, 1, vocab)
+        assert head is not None
+        host = VLLM_0_9_2_DRAFTER[method]
+        gpu_s = (float(head.step_time(0.0, 1.0, 304.0, 0.0, 0.0)) - head.step_overhead_s
+                 + per_pass * 2 / (3.35e12 * 0.90))
+        later = (host.ops_per_pass + host.ops_between_passes) * host.op_s + head.layer_overhead_s
+        figures.append((host.ops_per_step * host.op_s, later, gpu_s))
+    m = re.search(r"adds: ([\d.]+) ms a step for EAGLE, ([\d.]+) ms for EAGLE-3", flat)
+    assert m and agrees(m.group(1), figures[0][0] * 1e3) and agrees(m.group(2),
+                                                                   figures[1][0] * 1e3)
+    w = re.search(r"a later pass is ([\d.]+) ms of host work against ([\d.]+) ms of GPU work for "
+                  r"EAGLE \(the GPU's\), and ([\d.]+) ms against ([\d.]+) ms for EAGLE-3", flat)
+    assert w, "the later pass sentence"
+    want = (figures[0][1], figures[0][2], figures[1][1], figures[1][2])
+    for written_, v in zip(w.groups(), want, strict=True):
+        assert agrees(written_, v * 1e3), f"should read {v * 1e3:.2f}"
+    eagle = [c for c in got if c.published.method == "eagle"]
+    eagle3 = [c for c in got if c.published.method == "eagle3"]
+    assert all(c.within for c in eagle) and not any(c.within for c in eagle3)
+    s = re.search(r"The EAGLE rows come within (\d+)-(\d+) %.*?the EAGLE-3 rows from 33-66 % to "
+                  r"(\d+)-(\d+) %, still not within: they need ([\d.]+)-([\d.]+) ms a pass more, "
+                  r"where the EAGLE rows need ([\d.]+)-([\d.]+) ms", flat)
+    assert s, "the summary sentence"
+    want = (min(c.error for c in eagle) * 100, max(c.error for c in eagle) * 100,
+            min(c.error for c in eagle3) * 100, max(c.error for c in eagle3) * 100,
+            min(c.unpriced_per_draft_pass_s for c in eagle3) * 1e3,
+            max(c.unpriced_per_draft_pass_s for c in eagle3) * 1e3,
+            min(c.unpriced_per_draft_pass_s for c in eagle) * 1e3,
+            max(c.unpriced_per_draft_pass_s for c in eagle) * 1e3)
+    for written_, v in zip(s.groups(), want, strict=True):
+        assert agrees(written_, v), f"should read {v:.2f}"
