@@ -260,6 +260,9 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
                          max_num_seqs=max_num_seqs,
                          max_num_batched_tokens=max_num_batched_tokens)
     config = scn.sim_config()
+    server_timed = recording.format == "otel" and config.frontend is None
+    if server_timed:  # the spans time the server itself: no API server in front to add
+        config = replace(config, frontend="none")
     if "kv_capacity_tokens" in cfg and config.gateway_capacity_tokens is None:
         config = replace(config, gateway_capacity_tokens=int(cfg["kv_capacity_tokens"]))
     if policy is not None:
@@ -284,11 +287,18 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
                + (f"; from the recording: {', '.join(r.removeprefix('engine.') for r in shown)}"
                   if shown else "") + dp_said
                + (f"; {NO_GATEWAY_SAID}" if straight_to_server(recording, config, policy)
-                  else "")
+                  else "") + (f"; {SERVER_TIMED_SAID}" if server_timed else "")
                + ("; --max-output " + str(max_output) + " declared where the file has no "
                   "max_tokens" if max_output is not None else ""), err=True)
     _warn_sliding(recording, config)
     return RecordedSetup(recording, config, name, values, seed, policy_given=policy is not None)
+
+
+SERVER_TIMED_SAID = (
+    "frontend none (the recording's times are vLLM's own, from its llm_request spans, which "
+    "begin after its API server parsed the HTTP request and end before the answer is sent: "
+    "the modelled API server's cost is not added; --set frontend=vllm-api-server adds it)")
+"""The settings line's clause for a recording the server timed itself (``otel``)."""
 
 
 def _one_server_said(recording: "Recording", config: "SimConfig", scenario: Path | None) -> str:

@@ -215,9 +215,9 @@ def _notes(spans: list[Span], others: Counter[str]) -> list[str]:
         "TTFT and E2E are vLLM's own (gen_ai.latency.*): server-side, from when its API "
         "server began rendering the prompt (the span's start) to when it handled the first "
         "and last token; tokenization, queueing and prefill included, the network, HTTP "
-        "parsing and sending the response not: a client measures more (validate with --set "
-        "frontend=none: the modelled API server adds HTTP and streaming time the spans do not "
-        "hold; calibrate's --fit-overhead fits the part they do)",
+        "parsing and sending the response not: a client measures more (simulated with no "
+        "API server in front, frontend none, unless --set frontend says; calibrate's "
+        "--fit-overhead fits the part of the API server they hold)",
         "the spans say when requests reached the server, not how its clients sent them (a "
         "production log): replayed open loop at the recorded arrivals",
         "vLLM writes a span only for a request that finished in its engine: a request its "

@@ -225,6 +225,26 @@ def test_validate_reads_the_spans_end_to_end(tmp_path: Path) -> None:
         "counts"]["num_measured"])
 
 
+def test_spans_are_simulated_without_an_api_server_in_front_and_it_is_said(
+        tmp_path: Path) -> None:
+    # the spans time the server from its prompt rendering: validate added the modelled API
+    # server's HTTP and streaming cost they do not hold (TTFT +122 % on rate8), unless the user
+    # knew to pass --set frontend=none
+    base = ["validate", "--records", str(CLOSED), "--model", "Llama-3.1-8B", "--gpu", "H100"]
+    res = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "v")])
+    assert res.exit_code == 0, res.stderr
+    assert "frontend none (the recording's times are vLLM's own" in " ".join(
+        res.stderr.split())
+    summary = json.loads((tmp_path / "v" / "sim" / "summary.json").read_text())
+    assert summary["frontend"]["name"] == "none"
+    res = CliRunner().invoke(app, [*base, "--set", "frontend=vllm-api-server", "--out",
+                                   str(tmp_path / "w")])
+    assert res.exit_code == 0, res.stderr
+    assert "frontend none (the recording" not in " ".join(res.stderr.split())
+    summary = json.loads((tmp_path / "w" / "sim" / "summary.json").read_text())
+    assert summary["frontend"]["name"] == "vllm-api-server"
+
+
 def test_validate_refuses_an_export_without_request_spans_in_one_line(tmp_path: Path) -> None:
     path = write_lines(tmp_path / "startup.jsonl", start_up(CLOSED))
     res = CliRunner().invoke(app, ["validate", "--records", str(path), "--model",
