@@ -825,6 +825,12 @@ def _validate_live(url: str, trace: Path, cost_model: Path, out: Path, *, speed_
     overhead = cal.frontend_overhead_s
     target = _target(url, *server)
     setup = gateway_setup(*gateway)
+    if setup.clients:  # docs/clients.md: replay and the simulating commands take them
+        typer.echo("note: the scenario's [clients] (" + ", ".join(
+            f"{t}={m.name}" for t, m in setup.clients) + ") are not used by validate --url: "
+            "each request is sent once, no retry nor client timeout, in the live replay and "
+            "in its simulation alike (kvbudget replay --scenario sends them as those clients "
+            "would)", err=True)
     lease_ttl = setup.lease_ttl(lease_ttl)
     pol = setup.new_policy()
     workload = load_workload(trace, trace_format, tier, time_scale, max_output, seed)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ import typer
 from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
+from kvbudget.perf.cost_model import LinearCostModel, save_cost_model
 
 FOREIGN = ("serve", "simulate")
 """The words after which a help names another program's option (``vllm bench serve
@@ -150,3 +152,21 @@ def test_serve_help_says_the_tier_of_a_request_without_the_header(tmp_path: Any)
         429, 1.0, 256, "round_robin", None, 10_000, 30.0, 1 << 20, None)
     assert settings.config.trust_tier_header
     assert settings.config.default_tier == settings.tiers[0].name == "interactive"
+
+
+def test_validate_url_says_it_does_not_use_the_scenarios_clients(tmp_path: Path) -> None:
+    # its --scenario help names the gateway's tiers, front door, policy and lease_ttl_s; a
+    # scenario's [clients] (retrying batch pipelines, impatient users) were dropped unsaid
+    scenario = tmp_path / "s.toml"
+    scenario.write_text('[clients]\nbatch = "batch-pipeline"\n')
+    cost = tmp_path / "cost.json"
+    save_cost_model(LinearCostModel(0.01, 1e-5, 1e-4, 1e-7), cost)
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"arrival_s": 0.0, "prompt_tokens": 8, "output_tokens": 4}\n')
+    res = CliRunner().invoke(app, ["validate", "--url", "http://127.0.0.1:9", "--trace",
+                                   str(trace), "--cost-model", str(cost), "--scenario",
+                                   str(scenario), "--out", str(tmp_path / "v")])
+    assert res.exit_code != 0 and "Traceback" not in res.stderr  # nothing listens there
+    said = " ".join(res.stderr.split())
+    assert "the scenario's [clients] (batch=batch-pipeline) are not used by validate --url" \
+        in said
