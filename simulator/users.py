@@ -91,9 +91,12 @@ class Ticks:
         """The first tick not yet taken at or after ``t`` (a slot's free time; inf: none)."""
         return math.inf if t == math.inf else self.times[self._index(t)]
 
-    def take(self, t: float) -> None:
-        """A send took the first tick at or after ``t``: the next send takes a later one."""
-        self.next = self._index(t) + 1
+    def take(self, t: float) -> float:
+        """A send took the first tick at or after ``t`` (returned): the next send takes a later
+        one."""
+        j = self._index(t)
+        self.next = j + 1
+        return self.times[j]
 
 
 class ClosedLoopUsers:
@@ -176,14 +179,13 @@ class ClosedLoopUsers:
         took_user = True
         t = self.pending[0] if self.pending else math.inf
         if self.turns is not None:
-            assert self.sent is not None
             t, i = self.turns.next_send(t)
-            if self.ticks is not None:  # at its tick, a held turn ready by then goes first
-                i = self.turns.at_tick(self.ticks.first_at_or_after(t), i)
+        tick = t if self.ticks is None else self.ticks.take(t)
+        if self.turns is not None:
+            assert self.sent is not None
+            i = self.turns.at_tick(tick, i)  # at its tick, a held turn ready by then goes first
             took_user = self.turns.sent(i)  # a held turn's user is not among the free
             self.sent[i] = True
-        if self.ticks is not None:
-            self.ticks.take(t)
         if took_user:
             heapq.heappop(self.pending)
         self.num_sent += 1
