@@ -108,27 +108,46 @@ def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
                        f"{_log_tail(log)}")
 
 
-@contextlib.contextmanager
-def running_vllm(python: str, model_dir: Path, log: Path, extra_flags: tuple[str, ...] = ()
-                 ) -> Iterator[tuple[VllmServer, subprocess.Popen[bytes]]]:
-    """Start the server (``SERVER_FLAGS``, then ``extra_flags``), wait until it answers, yield
-    it, and always stop it."""
-    port = _free_port()
-    env = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1",
-           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-           "DO_NOT_TRACK": "1", "PYTHONWARNINGS": "ignore"}
-    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-           "--served-model-name", MODEL_NAME, *SERVER_FLAGS, *extra_flags, "--host", "127.0.0.1",
-           "--port", str(port)]
+PORT_TRIES = 3  # a port found free can be taken before vLLM binds it (another worker's server)
+
+
+def _start(cmd: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
         # its own process group (stopped as a whole by that id), but not its own session: a
         # new session is a new scheduler autogroup on Linux, which would leave the three
         # processes of vLLM one share of the CPU between them on a busy machine
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, process_group=0)
-    try:
+
+
+def _lost_its_port(proc: subprocess.Popen[bytes], log: Path) -> bool:
+    return proc.poll() is not None and "Address already in use" in _log_tail(log)
+
+
+@contextlib.contextmanager
+def running_vllm(python: str, model_dir: Path, log: Path, extra_flags: tuple[str, ...] = ()
+                 ) -> Iterator[tuple[VllmServer, subprocess.Popen[bytes]]]:
+    """Start the server (``SERVER_FLAGS``, then ``extra_flags``), wait until it answers, yield
+    it, and always stop it. A port found free but taken before vLLM bound it (the server exits
+    with "Address already in use") is replaced by another, up to ``PORT_TRIES`` ports."""
+    env = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1",
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+           "DO_NOT_TRACK": "1", "PYTHONWARNINGS": "ignore"}
+    for tries_left in range(PORT_TRIES - 1, -1, -1):
+        port = _free_port()
+        cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+               "--served-model-name", MODEL_NAME, *SERVER_FLAGS, *extra_flags,
+               "--host", "127.0.0.1", "--port", str(port)]
+        proc = _start(cmd, log, env)
         url = f"http://127.0.0.1:{port}"
-        _wait_ready(proc, url, log)
+        try:
+            _wait_ready(proc, url, log)
+            break
+        except RuntimeError:
+            stop_server(proc)
+            if not tries_left or not _lost_its_port(proc, log):
+                raise
+    try:
         yield VllmServer(url, proc.pid, log), proc
     finally:
         stop_server(proc)
