@@ -353,6 +353,21 @@ def offered_rate_stages(arrival_s: npt.NDArray[np.float64], *, min_requests: int
     return [labels[w] for w in window.tolist()]
 
 
+def same_requests(simulated: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
+    """The simulated records of ``measured``'s requests (joined on ``request_id``, in its
+    order), each latency metric (:data:`LATENCY_METRICS`) NaN where the measured one is NaN
+    and others of ``measured`` have it: so each metric is compared over the same requests on
+    both sides (a recording's requests that got their whole answer in one read have no
+    measured TTFT nor TPOT: :meth:`~kvbudget.results.recording.Recording.records`). A metric
+    measured on none of them keeps every simulated figure."""
+    sim = simulated.set_index("request_id").loc[measured["request_id"].to_numpy()].reset_index()
+    for metric in LATENCY_METRICS:
+        have = np.isfinite(measured[metric].to_numpy(dtype=np.float64))
+        if have.any() and not have.all():
+            sim[metric] = np.where(have, sim[metric].to_numpy(dtype=np.float64), np.nan)
+    return sim
+
+
 def compare_recorded(simulated: pd.DataFrame, measured: pd.DataFrame,
                      stages: Sequence[str] | None = None,
                      rows: npt.NDArray[np.bool_] | None = None) -> pd.DataFrame:
@@ -363,7 +378,8 @@ def compare_recorded(simulated: pd.DataFrame, measured: pd.DataFrame,
     Recording.records`), ``simulated`` the simulation's records of the same workload (joined
     on ``request_id``); ``stages`` labels each measured row, ``rows`` selects the compared ones
     (a hold-out part). Both sides are summarised over the same requests: those measured as
-    completed (a simulated one that did not complete counts as not completed).
+    completed (a simulated one that did not complete counts as not completed), each metric
+    over those that measured it (:func:`same_requests`).
     """
     import pandas as pd
 
@@ -371,7 +387,6 @@ def compare_recorded(simulated: pd.DataFrame, measured: pd.DataFrame,
     labels = np.array([OVERALL] * len(measured) if stages is None else list(stages),
                       dtype=object)
     keep = mask & (measured["status"] == "completed").to_numpy()
-    sim = simulated.set_index("request_id")
     groups: list[tuple[str, npt.NDArray[np.bool_]]] = [(OVERALL, keep)]
     for label in dict.fromkeys(labels[keep].tolist()):
         if label != OVERALL:
@@ -379,8 +394,7 @@ def compare_recorded(simulated: pd.DataFrame, measured: pd.DataFrame,
     out = []
     for label, sel in groups:
         meas = measured[sel]
-        ids = meas["request_id"].to_numpy()
-        s = sim.loc[ids].reset_index()
+        s = same_requests(simulated, meas)
         parts = labels[sel] if label == OVERALL and stages is not None else None
         mv, sv = latency_stats(meas, parts), latency_stats(s, parts)
         for metric in mv:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from kvbudget.analysis.validation import KEY_METRICS, THROUGHPUT_SAID
+from kvbudget.analysis.whole_answer import whole_answer_said
 from kvbudget.cli.errors import CliError, fail
 from kvbudget.cli.options import policy_from_flags
 from kvbudget.cli.progress import Bar
@@ -711,6 +712,7 @@ def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: fl
     out.parent.mkdir(parents=True, exist_ok=True)
     cal.save(out, setup.recording, setup.config, policy=setup.policy, holdout=holdout)
     print_comparison(cal.table, f"in sample ({counted(cal.num_rows, 'request')}):")
+    _print_whole_answer(setup, rows)
     if rows is not None:
         held = validate_recording(setup.recording, setup.config, policy=setup.simulated_policy,
                                   policy_params=setup.policy_params, cost_model=cal.model,
@@ -719,7 +721,18 @@ def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: fl
         print_comparison(_with_intervals(held.table, cal.intervals_on(
             setup.recording.records(), ~rows)), f"held out (the last {holdout:g}, "
             f"{counted(held.num_compared, 'request')}):")
+        for line in held.said:
+            typer.echo(fill(line))
     typer.echo(f"wrote {out}")
+
+
+def _print_whole_answer(setup: RecordedSetup, rows: Any) -> None:
+    """The line under a fit's table when some of its requests got their whole answer in one
+    read (:func:`~kvbudget.analysis.whole_answer.whole_answer_said`)."""
+    said = whole_answer_said(setup.recording.measured, rows,
+                             what="the fit and the TTFT and TPOT rows above")
+    if said:
+        typer.echo(fill(said))
 
 
 def _with_intervals(table: Any, intervals: dict[str, tuple[float, float]]) -> Any:
@@ -779,6 +792,7 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
         cal.save(out / "cost.json", setup.recording, setup.config, policy=setup.policy,
                  holdout=holdout)
         print_comparison(cal.table, f"fitted on the first part ({counted(cal.num_rows, 'request')}):")
+        _print_whole_answer(setup, fit_rows)
         cost, overhead = cal.model, cal.frontend_overhead_s
         meta.update({"holdout": holdout, "fitted_cost_model": str(out / "cost.json"),
                      "fit_in_sample_error": cal.in_sample_errors()})

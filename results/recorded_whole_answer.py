@@ -62,4 +62,4 @@ def whole_answer_note(rows: BoolArray, usable: BoolArray, itl_mean: FloatArray) 
             "read the whole answer at once (a client or API server busy elsewhere, a proxy "
             "buffering the stream, or a request not streamed), so their TTFT is about their E2E "
             "and their TPOT near 0, when the client read them, not when the server made them: "
-            "compare their E2E")
+            "their TTFT and TPOT are left out of every comparison and fit, their E2E kept")

@@ -20,7 +20,11 @@ import numpy as np
 import numpy.typing as npt
 
 from kvbudget.results.recorded_fields import load_json
-from kvbudget.results.recorded_whole_answer import whole_answer_note, whole_answer_rows
+from kvbudget.results.recorded_whole_answer import (
+    whole_answer_note,
+    whole_answer_rows,
+    whole_answer_rows_of,
+)
 from kvbudget.results.records import RECORD_COLUMNS
 from kvbudget.workloads.closed_loop import Conversations
 from kvbudget.workloads.counted import counted
@@ -188,14 +192,18 @@ class Recording:
 
     def records(self) -> pd.DataFrame:
         """The measurements as a records table (:data:`~kvbudget.results.records.RECORD_COLUMNS`)
-        so that every metric function reads them; a request that did not complete is
-        ``rejected_overloaded`` with what the file said in ``reason``."""
+        so that every metric function reads them, as the server's times: a request that did not
+        complete is ``rejected_overloaded`` with what the file said in ``reason``; one that got
+        its whole answer in one read (:func:`~kvbudget.results.recorded_whole_answer.
+        whole_answer_rows_of`) has no TTFT nor TPOT (NaN), as they are the client's read of
+        it, and keeps its E2E. :attr:`measured` keeps every time as the file gave it."""
         import pandas as pd
 
         m = self.measured
         usable = m["usable"].to_numpy(dtype=bool)
         arrival = m["arrival_s"].to_numpy(dtype=np.float64)
-        ttft = np.where(usable, m["ttft_s"].to_numpy(dtype=np.float64), np.nan)
+        server = usable & ~whole_answer_rows_of(m)
+        ttft = np.where(server, m["ttft_s"].to_numpy(dtype=np.float64), np.nan)
         e2e = np.where(usable, m["e2e_s"].to_numpy(dtype=np.float64), np.nan)
         status = np.where(usable, "completed", "rejected_overloaded").astype(object)
         reason = np.where(usable, "", m["status"].astype(str).to_numpy()).astype(object)
@@ -215,7 +223,7 @@ class Recording:
             "first_token_s": arrival + ttft,
             "finished_s": arrival + e2e,
             "ttft_s": ttft,
-            "tpot_s": np.where(usable, m["tpot_s"].to_numpy(dtype=np.float64), np.nan),
+            "tpot_s": np.where(server, m["tpot_s"].to_numpy(dtype=np.float64), np.nan),
             "e2e_s": e2e,
             "num_preemptions": np.zeros(n, dtype=np.int64),
             "reserved_tokens": np.zeros(n, dtype=np.int64),

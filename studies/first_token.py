@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from kvbudget.analysis.validation import STATS, latency_stats
+from kvbudget.analysis.validation import STATS, latency_stats, same_requests
 from kvbudget.perf.step_uncertainty import STATED_RANGES
 from kvbudget.studies.validate import simulate_recording
 
@@ -97,13 +97,13 @@ class PairedStats:
 def paired_stats(simulated: pd.DataFrame, measured: pd.DataFrame,
                  rows: npt.NDArray[np.bool_] | None = None) -> PairedStats:
     """The statistics of the measured completed requests (``rows`` of them) and of the same
-    requests in the simulation."""
+    requests in the simulation, each metric over those that measured it
+    (:func:`~kvbudget.analysis.validation.same_requests`)."""
     keep = (measured["status"] == "completed").to_numpy()
     if rows is not None:
         keep = keep & rows
     meas = latency_stats(measured[keep])
-    ids = measured["request_id"].to_numpy()[keep]
-    sim = latency_stats(simulated.set_index("request_id").loc[ids].reset_index())
+    sim = latency_stats(same_requests(simulated, measured[keep]))
     lost = meas["completed"] - sim["completed"]
     missing = lost / meas["completed"] if meas["completed"] > 0 and lost > 0 else 0.0
     return PairedStats(meas, sim, float(missing))

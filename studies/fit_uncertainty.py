@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from kvbudget.analysis.validation import OVERALL, STATS, latency_stats
+from kvbudget.analysis.validation import OVERALL, STATS, latency_stats, same_requests
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -132,7 +132,7 @@ def sampling_variance(simulated: pd.DataFrame, measured: pd.DataFrame,
     if n < 2:
         return np.full(len(keys), math.nan)
     meas = _subset(measured, ids)
-    sim = _subset(simulated, ids)
+    sim = same_requests(simulated, meas)
     draws = np.empty((num_bootstrap, len(keys)))
     for b in range(num_bootstrap):
         pick = rng.integers(0, n, n)
@@ -263,12 +263,13 @@ def compared_stats(records: pd.DataFrame, measured: pd.DataFrame,
                    rows: npt.NDArray[np.bool_] | None, keys: Sequence[str] = FIT_KEYS, *,
                    stages: Sequence[str] | None) -> npt.NDArray[np.float64]:
     """:func:`log_stats` of the rows of ``records`` (joined on ``request_id``) that
-    ``measured`` shows completed, of ``rows``, each in its stage: the figures of the
+    ``measured`` shows completed, of ``rows``, each in its stage, each metric over those that
+    measured it (:func:`~kvbudget.analysis.validation.same_requests`): the figures of the
     comparison table's stage ``all`` (:func:`~kvbudget.analysis.validation.compare_recorded`
     with the same ``rows`` and ``stages``, a label per measured row), so that an interval is
     centred on the figure it is printed beside."""
     ids, labels = _compared_ids(measured, rows, stages)
-    return log_stats(_subset(records, ids), keys, labels)
+    return log_stats(same_requests(records, _subset(measured, ids)), keys, labels)
 
 
 def sensitivity(coordinates: Sequence[Coordinate], x: npt.NDArray[np.float64],

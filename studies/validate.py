@@ -32,6 +32,7 @@ from kvbudget.analysis.validation import (
     offered_rate_stages,
     per_request_errors,
     plot_validation,
+    same_requests,
     validate_runs,
 )
 from kvbudget.analysis.whole_answer import whole_answer_said
@@ -291,7 +292,7 @@ def validate_recording(recording: Recording, config: SimConfig, *, policy: str |
         mask = mask & rows
     per_request = per_request_errors(sim.records[mask], measured[mask])
     overhead = float(sim.summary.get("frontend_overhead_s", 0.0))
-    said = whole_answer_said(recording.measured, sim.records, rows)
+    said = whole_answer_said(recording.measured, rows)
     result = OfflineValidation(table, per_request, sim, int(mask.sum()), overhead,
                                said=(said,) if said else ())
     if out is not None:
@@ -318,6 +319,7 @@ def write_validation(result: OfflineValidation, recording: Recording, out: Path,
     sim = result.simulated.records
     if rows is not None:
         measured, sim = measured[rows], sim[rows]
+    sim = same_requests(sim, measured)
     empty = pd.DataFrame({"time_s": [], "kv_used_tokens": []})
     plot_validation(sim, measured, result.simulated.timeline, empty, out / "validate.png",
                     f"{Path(recording.path).name}: simulated vs measured")
