@@ -444,7 +444,7 @@ def say_loaded(workload: "Workload", *, closed_loop: bool = False) -> None:
     said = load_said(workload.meta, closed_loop=closed_loop)
     for key, label in (("warnings", "warning"), ("assumed", "assumed")):
         for text in said.get(key, ()):
-            typer.echo(f"{label}: {workload.name}: {text}", err=True)
+            typer.echo(fill(f"{label}: {workload.name}: {text}"), err=True)
 
 
 # --- decorators --------------------------------------------------------------------------------

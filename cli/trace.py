@@ -19,7 +19,7 @@ import typer
 
 from kvbudget.cli.errors import CliError, check_out_file, user_errors
 from kvbudget.cli.options import TraceArgs, with_trace_options
-from kvbudget.results.said import WIDTH
+from kvbudget.results.said import WIDTH, fill
 from kvbudget.workloads.counted import counted
 from kvbudget.workloads.fetch import SOURCES, fetch
 from kvbudget.workloads.spec import build_workload, default_workload_spec, parse_workload_spec
@@ -60,9 +60,9 @@ def load_as_simulated(file: Path, options: "TraceOptions", seed: int | None) -> 
 
 def _warn(loaded: "LoadedTrace") -> None:
     for warning in loaded.report.warnings:
-        print(f"warning: {loaded.report.path}: {warning}", file=sys.stderr)
+        print(fill(f"warning: {loaded.report.path}: {warning}"), file=sys.stderr)
     for said in loaded.report.assumed:
-        print(f"assumed: {loaded.report.path}: {said}", file=sys.stderr)
+        print(fill(f"assumed: {loaded.report.path}: {said}"), file=sys.stderr)
 
 
 def _fmt(value: float | None, digits: int = 0) -> str:

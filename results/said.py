@@ -204,8 +204,10 @@ def frontend_said(s: Mapping[str, Any]) -> str:
 
 
 def fill(text: str) -> str:
-    """``text`` wrapped to :data:`WIDTH`, never inside a flag (``--no-fit-overhead``)."""
-    return textwrap.fill(text, WIDTH, subsequent_indent="  ", break_on_hyphens=False)
+    """``text`` wrapped to :data:`WIDTH`, never inside a flag (``--no-fit-overhead``) nor a
+    word longer than the width (a path, a URL)."""
+    return textwrap.fill(text, WIDTH, subsequent_indent="  ", break_on_hyphens=False,
+                         break_long_words=False)
 
 
 def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:

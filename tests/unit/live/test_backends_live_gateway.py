@@ -685,8 +685,11 @@ def test_replay_command_and_resume_message(fake: Fake, tmp_path: Path) -> None:
     assert f"wrote {out}/requests.parquet, timeline.parquet, token_gaps.parquet, summary.json" \
         in stdout
     # the max_tokens it sent, which the trace did not give, said with the result
-    assert stderr.startswith("assumed: t: no max_tokens read from the file: max_output_tokens 10 "
-                             "(or the true output where longer)"), stderr
+    assert " ".join(stderr.split()).startswith(
+        "assumed: t: no max_tokens read from the file: max_output_tokens 10 (or the true output "
+        "where longer)"), stderr
+    # wrapped to the screen's width, as every other line
+    assert max(len(line) for line in stderr.splitlines()) <= 100, stderr
     run = read_run(out)
     assert len(run.records) == 6 and (run.records["status"] == "completed").all()
     assert run.summary["policy_params"]["overcommit_ratio"] == 0.5
