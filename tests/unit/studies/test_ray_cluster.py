@@ -63,6 +63,37 @@ def _alive_nodes(address: str, env: dict[str, str]) -> int:
     return int(lines[-1]) if done.returncode == 0 and lines and lines[-1].isdigit() else 0
 
 
+COMMON = ["--num-cpus=1", "--block", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
+PORT_TRIES = 3  # a port found free can be taken before the head binds it (a vLLM the live tests
+# start at the same time on another worker): the head exits, and another port is tried
+
+
+def _start_head(env: dict[str, str], temp_dir: str, procs: list[subprocess.Popen[bytes]],
+                deadline: float) -> int:
+    """Start the head (appended to ``procs``) on a free port; wait until that port accepts;
+    return it. A head that exits first is started again on another port, up to
+    ``PORT_TRIES`` times."""
+    log_path = Path(temp_dir, "head.log")
+    for tries_left in range(PORT_TRIES - 1, -1, -1):
+        port = _free_port()
+        with log_path.open("wb") as log:
+            procs.append(subprocess.Popen(
+                [str(RAY), "start", "--head", f"--port={port}", f"--temp-dir={temp_dir}",
+                 "--include-dashboard=false", *COMMON],
+                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        # the head's GCS port accepting connections is cheap to watch; a driver probe (a
+        # Python process that imports ray) costs seconds of CPU, so it is only used after
+        while not _accepts(port):
+            if procs[-1].poll() is not None:
+                break
+            assert time.monotonic() < deadline, "the Ray head did not come up"
+            time.sleep(0.5)
+        else:
+            return port
+        assert tries_left, log_path.read_text()[-2000:]
+    raise AssertionError("unreachable")
+
+
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     """Stop a ``ray start --block`` and everything it started (its own process group)."""
     if proc.poll() is not None:
@@ -87,28 +118,16 @@ def ray_cluster() -> Iterator[str]:
     if not RAY.exists():
         pytest.skip(f"no ray command beside {sys.executable}")
     env = _env()
-    port = _free_port()
-    address = f"127.0.0.1:{port}"
     # a short path: Ray's Unix sockets live under it (at most ~107 characters)
     temp_dir = tempfile.mkdtemp(prefix="kvb-ray-", dir="/tmp")
-    common = ["--num-cpus=1", "--block", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        with open(os.path.join(temp_dir, "head.log"), "wb") as log:
-            procs.append(subprocess.Popen(
-                [str(RAY), "start", "--head", f"--port={port}", f"--temp-dir={temp_dir}",
-                 "--include-dashboard=false", *common],
-                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
         deadline = time.monotonic() + START_TIMEOUT_S
-        # the head's GCS port accepting connections is cheap to watch; a driver probe (a
-        # Python process that imports ray) costs seconds of CPU, so it is only used below
-        while not _accepts(port):
-            assert procs[0].poll() is None, Path(temp_dir, "head.log").read_text()[-2000:]
-            assert time.monotonic() < deadline, "the Ray head did not come up"
-            time.sleep(0.5)
+        port = _start_head(env, temp_dir, procs, deadline)
+        address = f"127.0.0.1:{port}"
         with open(os.path.join(temp_dir, "worker.log"), "wb") as log:
             procs.append(subprocess.Popen(
-                [str(RAY), "start", f"--address={address}", *common],
+                [str(RAY), "start", f"--address={address}", *COMMON],
                 env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
         while _alive_nodes(address, env) < 2:
             assert procs[1].poll() is None, Path(temp_dir, "worker.log").read_text()[-2000:]
