@@ -92,8 +92,10 @@ def is_genai_bench_metadata(doc: Mapping[str, Any]) -> bool:
 
 
 def holds_genai_bench(path: Path) -> bool:
-    """An experiment folder: one holding ``experiment_metadata.json``."""
-    return path.is_dir() and (path / METADATA).is_file()
+    """An experiment folder (one holding ``experiment_metadata.json``) or the folder above
+    experiments (``--experiment-base-dir``: refused naming them)."""
+    return path.is_dir() and ((path / METADATA).is_file()
+                              or next(path.glob(f"*/{METADATA}"), None) is not None)
 
 
 @dataclass(frozen=True)
@@ -208,10 +210,12 @@ def _files(path: Path) -> tuple[Path | None, list[Path]]:
         return (meta if meta.is_file() else None), [path]
     runs = sorted(p for p in folder.iterdir() if p.is_file() and (
         RUN_FILE.fullmatch(p.name) or DEBUG_FILE.fullmatch(p.name)))
+    inside = sorted(p.parent.name for p in folder.glob(f"*/{METADATA}"))
     if not runs:
         raise TraceError(folder, "holds no genai-bench run result "
-                         "(<scenario>_<task>_num_concurrency_<N>_time_<T>s.json) beside its "
-                         f"{METADATA}")
+                         "(<scenario>_<task>_num_concurrency_<N>_time_<T>s.json)" + (
+                             f"; its experiments are {', '.join(inside[:5])}: pass one"
+                             if inside and not meta.is_file() else f" beside its {METADATA}"))
     return (meta if meta.is_file() else None), runs
 
 

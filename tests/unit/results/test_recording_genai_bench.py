@@ -224,6 +224,13 @@ def test_a_metadata_file_alone_names_what_is_missing(tmp_path: Path) -> None:
         read_recording(tmp_path / "experiment_metadata.json")
 
 
+def test_the_folder_above_experiments_names_them() -> None:
+    # --experiment-base-dir holds one folder an experiment
+    assert detect_recording_format(FIXTURES) == "genai-bench"
+    with pytest.raises(TraceError, match="its experiments are all_failed, closed: pass one"):
+        read_recording(FIXTURES)
+
+
 def test_validate_reads_an_experiment_end_to_end(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["validate", "--records", str(CLOSED), "--model",
                                    "Llama-3.1-8B", "--out", str(tmp_path / "v")])
