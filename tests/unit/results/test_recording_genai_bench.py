@@ -23,9 +23,11 @@ from kvbudget.workloads.errors import TraceError
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recordings" / "genai-bench-0.0.5"
 CLOSED = FIXTURES / "closed"
-ONE = CLOSED / "D32_16_text-to-text_num_concurrency_1_time_1s.json"
-TWO = CLOSED / "D32_16_text-to-text_num_concurrency_2_time_1s.json"
-LABELS = ("D(32,16) concurrency 1", "D(32,16) concurrency 2")
+OPTIONS = FIXTURES / "options"
+ONE = CLOSED / "D32_128_text-to-text_num_concurrency_1_time_4s.json"
+TWO = CLOSED / "D32_128_text-to-text_num_concurrency_2_time_3s.json"
+DRAWN = OPTIONS / "N32_4_128_16_text-to-text_num_concurrency_2_time_3s.json"
+LABELS = ("D(32,128) concurrency 1", "D(32,128) concurrency 2")
 
 
 def _doc(path: Path) -> dict[str, Any]:
@@ -65,11 +67,11 @@ def test_an_experiment_reads_to_genai_benchs_own_aggregates(path: Path) -> None:
         assert float(part["prompt_tokens"].sum()) == stats["num_input_tokens"]["sum"]
         assert float(part["output_tokens"].sum()) == stats["num_output_tokens"]["sum"]
         assert float(part["e2e_s"].max()) == stats["e2e_latency"]["max"]
-    # D(32,16) on --api-backend vllm: max_tokens 16 with ignore_eos, as sent
-    assert rec.workload.max_output_tokens.tolist() == [16] * len(m)
+    # D(32,128) on --api-backend vllm: max_tokens 128 with ignore_eos, as sent
+    assert rec.workload.max_output_tokens.tolist() == [128] * len(m)
     assert rec.config == {"model": "tiny", "api_backend": "vllm", "task": "text-to-text",
-                          "max_tokens": 16, "ignore_eos": True}
-    assert rec.counts["num_measured"] == 24 and rec.counts["num_failed"] == 0
+                          "max_tokens": 128, "ignore_eos": True}
+    assert rec.counts["num_measured"] == len(m) and rec.counts["num_failed"] == 0
     assert any(n.startswith("no send time in the files") for n in rec.notes)
 
 
@@ -99,12 +101,13 @@ def test_one_runs_file_is_one_stage_with_the_metadata_beside_it() -> None:
     assert rec.config["max_concurrency"] == 2 and rec.config["model"] == "tiny"
     assert len(rec.measured) == _doc(TWO)["aggregated_metrics"]["num_completed_requests"]
     assert any("stopped its users at its whole-second check after 8 requests had returned "
-               "(max_requests_per_run)" in n for n in rec.notes)
+               "(max_requests_per_run), abandoning the requests then in flight" in n
+               for n in rec.notes)
 
 
 def test_every_request_failed_is_refused_with_its_error() -> None:
     run = FIXTURES / "all_failed"
-    doc = _doc(run / "debug_for_run_D32_16_2.json")
+    doc = _doc(run / "debug_for_run_D32_128_2.json")
     n = len(doc["individual_request_metrics"])
     assert doc["aggregated_metrics"]["error_codes_frequency"] == {"503": n}
     with pytest.raises(TraceError) as info:
@@ -123,48 +126,34 @@ def test_a_failed_request_is_counted_with_its_reason_and_dropped(tmp_path: Path)
             "error_code": 500, "error_message": "engine died"}
     _edit(exp / TWO.name, fail)
     rec = read_recording(exp)
-    assert rec.counts["num_failed"] == 1 and rec.counts["num_rows_read"] == 24
-    assert len(rec.measured) == 23
+    total = sum(len(_doc(p)["individual_request_metrics"]) for p in (ONE, TWO))
+    assert rec.counts["num_failed"] == 1 and rec.counts["num_rows_read"] == total
+    assert len(rec.measured) == total - 1
     assert any(n.startswith('1 request failed (1 error (500): "engine died")') for n in rec.notes)
 
 
-def test_milliseconds_are_read_as_milliseconds(tmp_path: Path) -> None:
-    exp = _copy(tmp_path)
-
-    def to_ms(doc: dict[str, Any]) -> None:
-        doc["_time_unit"] = "ms"
-        for req in doc["individual_request_metrics"]:
-            for key in ("ttft", "tpot", "e2e_latency", "output_latency"):
-                if req[key] is not None:
-                    req[key] *= 1000
-    _edit(exp / ONE.name, to_ms)
-    got = read_recording(exp).measured
-    want = read_recording(CLOSED).measured
-    assert np.allclose(got["e2e_s"], want["e2e_s"], rtol=1e-12)
-    assert np.allclose(got["ttft_s"], want["ttft_s"], rtol=1e-12)
-
-
-def test_warmup_and_cooldown_ratios_are_simulated_not_measured(tmp_path: Path) -> None:
-    exp = _copy(tmp_path)
-    _edit(exp / "experiment_metadata.json", lambda d: d.update(
-        cmd=d["cmd"] + " --warmup-ratio 0.2 --cooldown-ratio 0.1"))
-    rec = read_recording(exp)
+def test_a_run_in_ms_with_warmup_and_cooldown_reads_to_its_own_aggregates() -> None:
+    # N(32,4)/(128,16) at 2 users, --metrics-time-unit ms, --warmup-ratio 0.2 --cooldown-ratio
+    # 0.2: genai-bench's aggregates leave out the first and last int(n * 0.2) requests
+    doc = _doc(DRAWN)
+    assert doc["_time_unit"] == "ms"
+    stats, n = doc["aggregated_metrics"]["stats"], len(doc["individual_request_metrics"])
+    cut = int(n * 0.2)
+    rec = read_recording(OPTIONS)
     m = rec.measured
-    one = m[m["stage"] == LABELS[0]]
-    # 10 requests: int(10 * 0.2) first, int(10 * 0.1) last (aggregate_metrics_data)
-    assert one["status"].tolist() == ["warmup"] * 2 + ["completed"] * 7 + ["cooldown"]
-    assert rec.counts["num_warmup"] == 2 + 2 and rec.counts["num_cooldown"] == 1 + 1
-    assert rec.num_usable == 24 - 6
-
-
-def test_a_drawn_scenario_declares_the_realised_output(tmp_path: Path) -> None:
-    exp = _copy(tmp_path)
-    for name in (ONE.name, TWO.name):
-        _edit(exp / name, lambda d: d["aggregated_metrics"].update(scenario="N(32,4)/(16,2)"))
-    _edit(exp / "experiment_metadata.json",
-          lambda d: d.update(traffic_scenario=["N(32,4)/(16,2)"]))
-    rec = read_recording(exp)
+    assert m["status"].tolist() == ["warmup"] * cut + ["completed"] * (n - 2 * cut) + \
+        ["cooldown"] * cut
+    assert rec.counts["num_warmup"] == rec.counts["num_cooldown"] == cut
+    used = m[m["usable"]]
+    assert len(used) == n - 2 * cut
+    assert float(used["ttft_s"].mean()) * 1000 == pytest.approx(stats["ttft"]["mean"], rel=1e-12)
+    assert float(used["e2e_s"].mean()) * 1000 == pytest.approx(stats["e2e_latency"]["mean"],
+                                                               rel=1e-12)
+    assert float(used["output_tokens"].sum()) == stats["num_output_tokens"]["sum"]
+    # a drawn output length is not recorded: each request declares its realised output, which
+    # ignore_eos (sent on the vllm backend) made what it asked for
     assert "max_tokens" not in rec.config and rec.config["ignore_eos"] is True
+    assert rec.workload.max_output_tokens.tolist() == m["output_tokens"].tolist()
     assert any(n.startswith("max_tokens: its realised output length") for n in rec.notes)
 
 
@@ -176,7 +165,7 @@ def test_a_drawn_scenario_declares_the_realised_output(tmp_path: Path) -> None:
     (lambda d: d.update(cmd=d["cmd"] + " --prefix-len 16"), "experiment_metadata.json: field 'cmd'",
      "ran with --prefix-len 16: it shares one prompt prefix across every request"),
     (lambda d: d.update(cmd=d["cmd"] + " --spawn-rate 1"), "experiment_metadata.json: field 'cmd'",
-     "ran with --spawn-rate 1: Locust started the 2 users of D(32,16) concurrency 2 over 2 s"),
+     "ran with --spawn-rate 1: Locust started the 2 users of D(32,128) concurrency 2 over 2 s"),
 ])
 def test_what_cannot_be_replayed_is_refused_naming_the_field(
         tmp_path: Path, change: Any, where: str, needle: str) -> None:
@@ -227,7 +216,8 @@ def test_a_metadata_file_alone_names_what_is_missing(tmp_path: Path) -> None:
 def test_the_folder_above_experiments_names_them() -> None:
     # --experiment-base-dir holds one folder an experiment
     assert detect_recording_format(FIXTURES) == "genai-bench"
-    with pytest.raises(TraceError, match="its experiments are all_failed, closed: pass one"):
+    with pytest.raises(TraceError, match="its experiments are all_failed, closed, options: pass "
+                       "one"):
         read_recording(FIXTURES)
 
 
@@ -236,11 +226,13 @@ def test_validate_reads_an_experiment_end_to_end(tmp_path: Path) -> None:
                                    "Llama-3.1-8B", "--out", str(tmp_path / "v")])
     assert res.exit_code == 0, res.stderr
     out = " ".join(res.stdout.split())
-    assert "stage 'D(32,16) concurrency 2': closed loop of 2 users; replayed as closed loop, " \
+    assert "stage 'D(32,128) concurrency 2': closed loop of 2 users; replayed as closed loop, " \
         "2 users" in out
-    assert "D(32,16) concurrency 1 10" in out and "D(32,16) concurrency 2 14" in out
+    sizes = [len(_doc(p)["individual_request_metrics"]) for p in (ONE, TWO)]
+    assert f"D(32,128) concurrency 1 {sizes[0]}" in out
+    assert f"D(32,128) concurrency 2 {sizes[1]}" in out
     table = json.loads((tmp_path / "v" / "validation.json").read_text())
-    assert table["counts"]["num_measured"] == 24
+    assert table["counts"]["num_measured"] == sum(sizes)
 
 
 def test_validate_refuses_an_all_failed_run_in_one_line(tmp_path: Path) -> None:
