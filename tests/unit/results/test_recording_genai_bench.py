@@ -233,6 +233,11 @@ def test_validate_reads_an_experiment_end_to_end(tmp_path: Path) -> None:
     assert f"D(32,128) concurrency 2 {sizes[1]}" in out
     table = json.loads((tmp_path / "v" / "validation.json").read_text())
     assert table["counts"]["num_measured"] == sum(sizes)
+    # forced by name, one run's file
+    res = CliRunner().invoke(app, ["validate", "--records", str(DRAWN), "--records-format",
+                                   "genai-bench", "--model", "Llama-3.1-8B", "--out",
+                                   str(tmp_path / "w")])
+    assert res.exit_code == 0, res.stderr
 
 
 def test_validate_refuses_an_all_failed_run_in_one_line(tmp_path: Path) -> None:
