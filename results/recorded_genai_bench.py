@@ -51,6 +51,7 @@ from kvbudget.results.recorded_fields import (
     load_json,
     max_tokens_note,
     number,
+    time_limit_note,
 )
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.counted import counted
@@ -335,21 +336,33 @@ def _phases(run: _Run, opts: Mapping[str, str]) -> list[str]:
     return status
 
 
-def _stopped(run: _Run, meta: Mapping[str, Any]) -> str:
-    """How genai-bench stopped the run, and what that means for its replay."""
-    limit_s = meta.get("max_time_per_run_s")
-    most = meta.get("max_requests_per_run")
+def _stage(run: _Run, meta: Mapping[str, Any], start_s: float,
+           notes: list[str]) -> RecordedStage:
+    """The run's closed loop, cut where genai-bench stopped it: at its ``T``-th whole-second
+    check (the file's ``time_<T>s``: ``T`` sleeps of a second, each longer on a busy event
+    loop), when ``max_time_per_run_s`` had passed or ``max_requests_per_run`` requests had
+    returned, killing the requests then in flight (Locust's ``stop_timeout`` is unset:
+    ``runners.py`` ``stop_users`` kills each user's greenlet), which it does not record. Its
+    ``run_duration``, from before the users started to after they stopped, is when: the
+    stage's time limit. A debug file has neither: replayed with the requests it recorded."""
     found = RUN_FILE.fullmatch(run.path.name)
-    took = int(found.group(1)) if found else None
-    why = (f"its time limit (max_time_per_run_s {limit_s})" if took is not None and
-           took == limit_s else
-           f"its whole-second check after {most} requests had returned (max_requests_per_run)"
-           if most else "its time or request limit")
-    return (f"stage '{run.label}': genai-bench stopped its users at {why}, abandoning the "
-            "requests then in flight, which it does not record: replayed with the "
-            f"{counted(len(run.errors), 'request')} it recorded, so the simulated completed "
-            "count equals the measured one by construction (compare latencies and output "
-            "tokens/s), and its last moments have fewer users busy than the recorded run had")
+    if found is None or run.run_s <= 0:
+        notes.append(f"stage '{run.label}': its file ({run.path.name}) does not say when "
+                     "genai-bench stopped it: replayed with the "
+                     f"{counted(len(run.errors), 'request')} it recorded, not time-limited")
+        return RecordedStage(run.label, "closed", None, run.users, send_times="rebuilt")
+    took = int(found.group(1))
+    limit_s, most = meta.get("max_time_per_run_s"), meta.get("max_requests_per_run")
+    why = (f"max_time_per_run_s {limit_s} passed" if took == limit_s else
+           f"max_requests_per_run {most} had returned" if most else "its limit was reached")
+    said = time_limit_note(run.label, "closed", run.run_s, "genai-bench's run_duration, from "
+                           "before its users started to after it stopped them at its check "
+                           f"{took} (time_{took}s), when {why}, killing those in flight, which it does "
+                           "not record", len(run.errors), grace_s=0.0)
+    if said:
+        notes.append(said)
+    return RecordedStage(run.label, "closed", None, run.users, send_times="rebuilt",
+                         time_limit_end_s=start_s + run.run_s, grace_s=0.0)
 
 
 def _max_tokens(run: _Run) -> float:
@@ -406,9 +419,8 @@ def read_genai_bench(path: Path, default_tier: str,
     stages, sent_parts, start = [], [], 0.0
     for run in runs:
         sent = _schedule(run)
-        stages.append(RecordedStage(run.label, "closed", None, run.users, send_times="rebuilt"))
+        stages.append(_stage(run, meta, start, notes))
         sent_parts.append(start + sent)
-        notes.append(_stopped(run, meta))
         start += max(run.run_s, float(np.nanmax(sent + np.nan_to_num(run.e2e)))) + 1.0
     cat = np.concatenate
     ok = ~cat([r.failed for r in runs])

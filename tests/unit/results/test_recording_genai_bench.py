@@ -53,8 +53,14 @@ def test_an_experiment_reads_to_genai_benchs_own_aggregates(path: Path) -> None:
     assert detect_recording_format(path) == "genai-bench"
     rec = read_recording(path)
     assert rec.tool == "genai-bench 0.0.5"
-    assert rec.stages == tuple(RecordedStage(label, "closed", None, users, send_times="rebuilt")
-                               for label, users in zip(LABELS, (1, 2), strict=True))
+    # stopped where genai-bench's run_duration ends (its users killed then, in flight ones
+    # unrecorded), the second run a second after the first's
+    runs = [_doc(p)["aggregated_metrics"]["run_duration"] for p in (ONE, TWO)]
+    starts = (0.0, runs[0] + 1.0)
+    assert rec.stages == tuple(
+        RecordedStage(label, "closed", None, users, send_times="rebuilt",
+                      time_limit_end_s=start + run_s, grace_s=0.0)
+        for label, users, start, run_s in zip(LABELS, (1, 2), starts, runs, strict=True))
     m = rec.measured
     for label, run in zip(LABELS, (ONE, TWO), strict=True):
         agg = _doc(run)["aggregated_metrics"]
@@ -100,9 +106,13 @@ def test_one_runs_file_is_one_stage_with_the_metadata_beside_it() -> None:
     assert [st.label for st in rec.stages] == [LABELS[1]]
     assert rec.config["max_concurrency"] == 2 and rec.config["model"] == "tiny"
     assert len(rec.measured) == _doc(TWO)["aggregated_metrics"]["num_completed_requests"]
-    assert any("stopped its users at its whole-second check after 8 requests had returned "
-               "(max_requests_per_run), abandoning the requests then in flight" in n
+    run_s = _doc(TWO)["aggregated_metrics"]["run_duration"]
+    assert any(n.startswith(f"stage '{LABELS[1]}' was stopped by its {run_s:g} s time limit "
+                            "(genai-bench's run_duration, from before its users started to "
+                            "after it stopped them at its check 3 (time_3s), when "
+                            "max_requests_per_run 8 had returned, killing those in flight")
                for n in rec.notes)
+    assert rec.stages[0].time_limit_end_s == pytest.approx(run_s)
 
 
 def test_every_request_failed_is_refused_with_its_error() -> None:
@@ -226,8 +236,10 @@ def test_validate_reads_an_experiment_end_to_end(tmp_path: Path) -> None:
                                    "Llama-3.1-8B", "--out", str(tmp_path / "v")])
     assert res.exit_code == 0, res.stderr
     out = " ".join(res.stdout.split())
-    assert "stage 'D(32,128) concurrency 2': closed loop of 2 users; replayed as closed loop, " \
-        "2 users" in out
+    assert "stage 'D(32,128) concurrency 2': closed loop of 2 users, sending until its time " \
+        "limit at" in out
+    assert "replayed as closed loop, 2 users, time-limited (nothing sent after the tool's time " \
+        "limit)" in out
     sizes = [len(_doc(p)["individual_request_metrics"]) for p in (ONE, TWO)]
     assert f"D(32,128) concurrency 1 {sizes[0]}" in out
     assert f"D(32,128) concurrency 2 {sizes[1]}" in out
