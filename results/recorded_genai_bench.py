@@ -365,6 +365,21 @@ def _stage(run: _Run, meta: Mapping[str, Any], start_s: float,
                          time_limit_end_s=start_s + run.run_s, grace_s=0.0)
 
 
+def _missing_runs(meta: Mapping[str, Any], runs: Sequence[_Run]) -> list[str]:
+    """The runs the metadata plans (each scenario at each concurrency) with no file: not
+    run, or the experiment was stopped before them (genai-bench's loader warns of them too)."""
+    scenarios, levels = meta.get("traffic_scenario"), meta.get("num_concurrency")
+    if not isinstance(scenarios, list) or not isinstance(levels, list):
+        return []
+    have = {(r.scenario, r.users) for r in runs}
+    missing = [f"{s} concurrency {n}" for s in scenarios for n in levels if (s, n) not in have]
+    if not missing:
+        return []
+    return [f"{METADATA} plans {counted(len(missing), 'run')} with no result file "
+            f"({', '.join(missing[:4])}{', ...' if len(missing) > 4 else ''}): not run, or "
+            "the experiment stopped before them; read without them"]
+
+
 def _max_tokens(run: _Run) -> float:
     """The ``max_tokens`` every request of a run asked for: ``D(I,O)``'s O; NaN where it was
     drawn per request (``N``, ``U``) or not sent (``dataset``)."""
@@ -415,7 +430,7 @@ def read_genai_bench(path: Path, default_tier: str,
     runs = _in_run_order([_read_run(f, meta) for f in files], meta, meta_path)
     _refuse(meta, meta_path, runs)
     opts = _cmd_options(meta)
-    notes: list[str] = []
+    notes = _missing_runs(meta, runs) if path.is_dir() or path.name == METADATA else []
     stages, sent_parts, start = [], [], 0.0
     for run in runs:
         sent = _schedule(run)

@@ -217,6 +217,15 @@ def test_a_run_file_alone_is_refused_by_the_task_in_its_name(tmp_path: Path) -> 
         read_recording(path)
 
 
+def test_a_planned_run_without_its_file_is_said(tmp_path: Path) -> None:
+    exp = _copy(tmp_path)
+    _edit(exp / "experiment_metadata.json", lambda d: d.update(num_concurrency=[1, 2, 4]))
+    rec = read_recording(exp)
+    assert len(rec.stages) == 2
+    assert "experiment_metadata.json plans 1 run with no result file (D(32,128) concurrency " \
+        "4): not run, or the experiment stopped before them; read without them" in rec.notes
+
+
 def test_a_metadata_file_alone_names_what_is_missing(tmp_path: Path) -> None:
     shutil.copy(CLOSED / "experiment_metadata.json", tmp_path)
     with pytest.raises(TraceError, match="holds no genai-bench run result"):
