@@ -199,6 +199,12 @@ def _metadata(path: Path) -> dict[str, Any]:
     if not isinstance(doc, dict) or not is_genai_bench_metadata(doc):
         raise TraceError(path, "is not genai-bench's experiment_metadata.json (its "
                          "benchmark_version, traffic_scenario and api_backend)")
+    params = doc.get("additional_request_params")
+    if isinstance(params, dict) and params.get("max_tokens") is not None:
+        tokens = number(params["max_tokens"], path, "additional_request_params.max_tokens")
+        if tokens < 1 or tokens != int(tokens):
+            raise TraceError(path, f"must be a whole number >= 1, got {params['max_tokens']!r}",
+                             field="additional_request_params.max_tokens")
     return doc
 
 
@@ -274,11 +280,13 @@ def _refuse(meta: Mapping[str, Any], meta_path: Path | None, runs: Sequence[_Run
                              "cannot be replayed", field="cmd")
     spawn = _float_or_none(opts.get("--spawn-rate"))
     slow = [r for r in runs if spawn is not None and math.floor(spawn) < r.users]
-    if slow and spawn is not None:
+    if slow and spawn is not None:  # floor(rate) users every floor(rate) / rate s (dispatch.py)
+        per = max(1, math.floor(spawn))
+        last_s = (math.ceil(slow[0].users / per) - 1) * per / spawn
         raise TraceError(where, f"ran with --spawn-rate {opts['--spawn-rate']}: Locust started "
-                         f"the {slow[0].users} users of {slow[0].label} over "
-                         f"{slow[0].users / spawn:g} s, a ramp whose start times the files do "
-                         "not keep; rerun without it (all users start at once)", field="cmd")
+                         f"the {slow[0].users} users of {slow[0].label} {per} at a time, the "
+                         f"last {last_s:g} s after the first, a ramp whose start times the files "
+                         "do not keep; rerun without it (all users start at once)", field="cmd")
     for run in runs:
         if run.failed.all():
             reasons = _reasons(run.errors, run.messages)
@@ -380,9 +388,15 @@ def _missing_runs(meta: Mapping[str, Any], runs: Sequence[_Run]) -> list[str]:
             "the experiment stopped before them; read without them"]
 
 
-def _max_tokens(run: _Run) -> float:
-    """The ``max_tokens`` every request of a run asked for: ``D(I,O)``'s O; NaN where it was
-    drawn per request (``N``, ``U``) or not sent (``dataset``)."""
+def _max_tokens(run: _Run, meta: Mapping[str, Any]) -> float:
+    """The ``max_tokens`` every request of a run asked for: ``--additional-request-params``'
+    own where it gives one (spread over the scenario's in the body, ``openai_user.py``
+    ``chat``), else ``D(I,O)``'s O; NaN where it was drawn per request (``N``, ``U``) or not
+    sent (``dataset``)."""
+    params = meta.get("additional_request_params")
+    given = params.get("max_tokens") if isinstance(params, dict) else None
+    if given is not None:  # checked by _metadata
+        return float(given)
     found = DETERMINISTIC.fullmatch(run.scenario)
     return float(found.group(2)) if found else math.nan
 
@@ -412,7 +426,7 @@ def _config(meta: Mapping[str, Any], runs: Sequence[_Run]) -> dict[str, Any]:
         config["server_engine"] = engine
     if len(runs) == 1:
         config["max_concurrency"] = runs[0].users
-    tokens = {_max_tokens(r) for r in runs}
+    tokens = {_max_tokens(r, meta) for r in runs}
     if len(tokens) == 1 and math.isfinite(t := tokens.pop()):
         config["max_tokens"] = int(t)
     eos = _ignore_eos(meta, runs)
@@ -442,7 +456,7 @@ def read_genai_bench(path: Path, default_tier: str,
     sent_all = cat(sent_parts)
     status = [s for r in runs for s in _phases(r, opts)]
     labels = [r.label for r in runs for _ in r.errors]
-    recorded = cat([np.full(len(r.errors), _max_tokens(r)) for r in runs])
+    recorded = cat([np.full(len(r.errors), _max_tokens(r, meta)) for r in runs])
     workload, counts, warnings = finish_columns(
         path, "genai-bench", prompt=cat([r.prompt for r in runs])[ok],
         output=cat([r.output for r in runs])[ok], arrival=sent_all[ok],

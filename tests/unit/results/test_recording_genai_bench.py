@@ -175,7 +175,8 @@ def test_a_run_in_ms_with_warmup_and_cooldown_reads_to_its_own_aggregates() -> N
     (lambda d: d.update(cmd=d["cmd"] + " --prefix-len 16"), "experiment_metadata.json: field 'cmd'",
      "ran with --prefix-len 16: it shares one prompt prefix across every request"),
     (lambda d: d.update(cmd=d["cmd"] + " --spawn-rate 1"), "experiment_metadata.json: field 'cmd'",
-     "ran with --spawn-rate 1: Locust started the 2 users of D(32,128) concurrency 2 over 2 s"),
+     "ran with --spawn-rate 1: Locust started the 2 users of D(32,128) concurrency 2 1 at a "
+     "time, the last 1 s after the first"),
 ])
 def test_what_cannot_be_replayed_is_refused_naming_the_field(
         tmp_path: Path, change: Any, where: str, needle: str) -> None:
@@ -215,6 +216,16 @@ def test_a_run_file_alone_is_refused_by_the_task_in_its_name(tmp_path: Path) -> 
     path.write_text(TWO.read_text())
     with pytest.raises(TraceError, match="is an experiment of --task text-to-embeddings"):
         read_recording(path)
+
+
+def test_max_tokens_in_the_additional_request_params_is_what_was_sent(tmp_path: Path) -> None:
+    # --additional-request-params '{"max_tokens": 200}' is spread over the scenario's 128
+    exp = _copy(tmp_path)
+    _edit(exp / "experiment_metadata.json",
+          lambda d: d.update(additional_request_params={"max_tokens": 200}))
+    rec = read_recording(exp)
+    assert rec.config["max_tokens"] == 200
+    assert set(rec.workload.max_output_tokens.tolist()) == {200}
 
 
 def test_a_planned_run_without_its_file_is_said(tmp_path: Path) -> None:
