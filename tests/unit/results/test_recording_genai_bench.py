@@ -226,6 +226,11 @@ def test_max_tokens_in_the_additional_request_params_is_what_was_sent(tmp_path: 
     rec = read_recording(exp)
     assert rec.config["max_tokens"] == 200
     assert set(rec.workload.max_output_tokens.tolist()) == {200}
+    _edit(exp / "experiment_metadata.json",
+          lambda d: d.update(additional_request_params={"max_tokens": "lots"}))
+    with pytest.raises(TraceError, match="field 'additional_request_params.max_tokens': not a "
+                       "number: 'lots'"):
+        read_recording(exp)
 
 
 def test_a_planned_run_without_its_file_is_said(tmp_path: Path) -> None:
