@@ -130,11 +130,11 @@ RecordsOpt = Annotated[Path | None, typer.Option(
     "--save-detailed JSON, a GuideLLM JSON/YAML report, an AIPerf profile_export.jsonl, an "
     "inference-perf per_request_lifecycle_metrics.json, an llm-load-test output.json, a "
     "multi-round QA summary.csv (LMCache, production-stack, LMBench), an evalscope perf "
-    "benchmark_data.db or its run (or sweep) directory, or vLLM's llm_request spans as OTLP "
+    "benchmark_data.db or its run (or sweep) directory, a genai-bench experiment folder, or vLLM's llm_request spans as OTLP "
     "JSON (--otlp-traces-endpoint; docs/recordings.md).")]
 RecordsFormatOpt = Annotated[str | None, typer.Option(
     "--records-format", help="records, run, vllm-bench, guidellm, aiperf, inference-perf, "
-    "llm-load-test, multi-round-qa, evalscope, otel or llmd-report (detected by default; "
+    "llm-load-test, multi-round-qa, evalscope, genai-bench, otel or llmd-report (detected by default; "
     "docs/recordings.md).")]
 ColumnOpt = Annotated[list[str] | None, typer.Option(
     "--column", help="NAME=COLUMN: the records file's column for a canonical name "

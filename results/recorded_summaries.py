@@ -124,26 +124,6 @@ def _offline_refusal(doc: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _genai_bench_refusal(doc: Mapping[str, Any]) -> str | None:
-    """sgl-project/genai-bench's files: a scenario's result (``aggregated_metrics`` and
-    ``individual_request_metrics``, whose requests carry TTFT, E2E and token counts and no send
-    time: ``genai_bench/metrics/metrics.py``, ``RequestLevelMetrics``) and the experiment's
-    ``experiment_metadata.json`` (the command and its settings)."""
-    agg = doc.get("aggregated_metrics")
-    if isinstance(agg, Mapping) and isinstance(doc.get("individual_request_metrics"), list):
-        load = f"{agg.get('iteration_type', 'num_concurrency')} {agg.get('num_concurrency')}"
-        return (f"is genai-bench's result of one scenario ({agg.get('scenario')}, {load}): "
-                "each request's TTFT, E2E and tokens, but no send time, and kvbudget has no "
-                "reader for it: record the run with a tool kvbudget reads, or write the "
-                "requests out as the generic records format with their send times "
-                "(docs/recordings.md)")
-    if {"benchmark_version", "traffic_scenario", "api_backend"} <= set(doc):
-        return ("is genai-bench's experiment_metadata.json: the run's settings, no request; "
-                "its scenario results list no send time either: record the run with a tool "
-                "kvbudget reads (docs/recordings.md)")
-    return None
-
-
 def _evalscope_refusal(doc: Mapping[str, Any]) -> str | None:
     """The refusal of evalscope perf's summary: its requests are in an SQLite database that
     kvbudget has no reader for."""
@@ -291,9 +271,6 @@ def _object_refusal(doc: Mapping[str, Any]) -> str | None:
         return ("is AIPerf's aggregate of several profile runs (profile_export_aiperf_sweep.json "
                 "or a --num-profile-runs aggregate): aggregates only; pass one run's "
                 "per-request profile_export.jsonl")
-    genai_bench = _genai_bench_refusal(doc)
-    if genai_bench:
-        return genai_bench
     if _is_inference_benchmarker(doc):
         return ("is huggingface/inference-benchmarker's report: each benchmark's TTFT, "
                 "inter-token and E2E percentiles and request and token totals, but no request "

@@ -40,6 +40,9 @@ formats below into one :class:`Recording`:
 ``evalscope``
     evalscope perf's ``benchmark_data.db`` (SQLite), its run directory, or a sweep's directory
     of them (:mod:`kvbudget.results.recorded_evalscope`).
+``genai-bench``
+    A genai-bench experiment folder (``experiment_metadata.json`` and a result JSON a run),
+    its metadata file, or one run's result (:mod:`kvbudget.results.recorded_genai_bench`).
 ``otel``
     vLLM's per-request ``llm_request`` spans (``--otlp-traces-endpoint``) as an OTLP JSON
     trace export, a collector's file exporter's lines (:mod:`kvbudget.results.recorded_otel`).
@@ -73,6 +76,12 @@ from typing import Any
 from kvbudget.results.recorded_aiperf import read_aiperf
 from kvbudget.results.recorded_evalscope import holds_evalscope, is_evalscope_db, read_evalscope
 from kvbudget.results.recorded_fields import load_json
+from kvbudget.results.recorded_genai_bench import (
+    holds_genai_bench,
+    is_genai_bench_metadata,
+    is_genai_bench_result,
+    read_genai_bench,
+)
 from kvbudget.results.recorded_guidellm import load_report, read_guidellm
 from kvbudget.results.recorded_inference_perf import read_inference_perf, session_report_refusal
 from kvbudget.results.recorded_llm_load_test import is_llm_load_test, read_llm_load_test
@@ -158,6 +167,8 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
         return "llm-load-test"
     if is_otlp_traces(doc):
         return "otel"
+    if is_genai_bench_result(doc) or is_genai_bench_metadata(doc):
+        return "genai-bench"
     summary = summary_refusal(doc)
     if summary:
         raise TraceError(path, summary[0], field=summary[1])
@@ -189,12 +200,14 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
 
 def detect_recording_format(path: Path) -> str:
     """The format of a recording, from its content: ``evalscope`` for evalscope perf's
-    database or a directory holding them, ``run`` for another directory; a load tool's
+    database or a directory holding them, ``genai-bench`` for an experiment folder, ``run`` for
+    another directory; a load tool's
     format for its files (GuideLLM JSON, YAML or CSV, vLLM's bench JSON, AIPerf JSON lines,
     inference-perf's JSON list, an llm-d-benchmark report, an OTLP JSON trace export); else
     ``records``."""
     if path.is_dir():  # evalscope perf's run (or sweep) directory, else a kvbudget run
-        return "evalscope" if holds_evalscope(path) else "run"
+        return "evalscope" if holds_evalscope(path) else \
+            "genai-bench" if holds_genai_bench(path) else "run"
     if not path.exists():
         raise TraceError(path, "no such file or run directory")
     with path.open("rb") as fh:
@@ -296,6 +309,8 @@ def _read_tool_file(path: Path, fmt: str, default_tier: str, seed: int,
         return read_evalscope(path, default_tier, max_output)
     if fmt == "otel":
         return read_otel(path, default_tier, max_output)
+    if fmt == "genai-bench":
+        return read_genai_bench(path, default_tier, max_output)
     doc = load_report(path) if path.suffix.lower() in (".yaml", ".yml") else load_json(path)
     if not isinstance(doc, dict):
         raise TraceError(path, "is not an llm-d-benchmark report (not a mapping)")

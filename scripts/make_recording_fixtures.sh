@@ -17,7 +17,8 @@
 #                                                      # guidellm-options, guidellm-turns,
 #                                                      # inference-perf-options,
 #                                                      # inference-perf-turns;
-#                                                      # evalscope; vllm-otel: the
+#                                                      # evalscope; genai-bench;
+#                                                      # vllm-otel: the
 #                                                      # server's own spans)
 #
 # It starts the CPU vLLM of the live tests (tests/live/livevllm.py's flags: a tiny random Llama
@@ -46,6 +47,7 @@ GUIDELLM_VERSION=0.8.1
 AIPERF_VERSION=0.13.0
 INFERENCE_PERF_VERSION=0.7.0
 EVALSCOPE_VERSION=1.14.1
+GENAI_BENCH_VERSION=0.0.5
 NUM=20
 WORK=$(mktemp -d)
 SERVER_PID=""
@@ -739,6 +741,50 @@ run_evalscope() {
         while read -r f; do mkdir -p "$dest/$(dirname "$f")"; cp "$f" "$dest/$f"; done)
 }
 
+run_genai_bench() {
+    # sgl-project/genai-bench (Locust): each `genai-bench benchmark` writes one experiment
+    # folder, <experiment-base-dir>/<experiment-folder-name>/, holding experiment_metadata.json
+    # (the command and its settings) and one JSON a run (a traffic scenario at a concurrency:
+    # <scenario>_<task>_num_concurrency_<N>_time_<T>s.json, aggregated_metrics and
+    # individual_request_metrics), run one after another (0.0.5 genai_bench/cli/cli.py
+    # benchmark). Kept: D(32,128) at 1 then 2 users, at most 8 requests a run (a closed loop:
+    # Locust's users, wait_time constant(0), all spawned at once at the default spawn rate);
+    # lengths drawn from N(32,4)/(128,16) at 2 users, times in ms (--metrics-time-unit ms), the
+    # first and last 20 % of its requests warm-up and cool-down (--warmup-ratio,
+    # --cooldown-ratio); every request to a port nothing listens on (all failed, their error
+    # messages kept). 128 output tokens, not the other tools' 16: the tiny model decodes 16 in
+    # under a millisecond, and genai-bench drops the TPOT of a request whose output took under
+    # 1 ms (filter_metrics), then fails a run where it dropped every one ("No values found for
+    # metric 'tpot'", writing debug_for_run_*.json instead of the run's result).
+    # Dropped: the folder's summary .xlsx and .png plots (genai-bench's own report of the same
+    # JSON, 100s of KB, not read) and its logs.
+    local py gb dest dead
+    py=$(tool_venv genai-bench "$GENAI_BENCH_VERSION" python3)
+    gb="$(dirname "$py")/genai-bench"
+    dest="$OUT/genai-bench-$GENAI_BENCH_VERSION"
+    rm -rf "$WORK/gb" "$dest"
+    mkdir -p "$dest" "$WORK/gb"
+    local common=(benchmark --api-backend vllm --api-key dummy --api-model-name tiny
+                  --model-tokenizer "$MODEL_DIR" --model tiny --task text-to-text
+                  --traffic-scenario "D(32,128)" --max-time-per-run 1
+                  --server-engine vLLM --experiment-base-dir "$WORK/gb" --log-dir "$WORK/gb")
+    (cd "$WORK/gb" && "$gb" "${common[@]}" --api-base "$URL" \
+        --num-concurrency 1 --num-concurrency 2 --max-requests-per-run 8 \
+        --experiment-folder-name closed)
+    (cd "$WORK/gb" && "$gb" "${common[@]/D(32,128)/N(32,4)/(128,16)}" --api-base "$URL" \
+        --num-concurrency 2 --max-requests-per-run 10 --metrics-time-unit ms \
+        --warmup-ratio 0.2 --cooldown-ratio 0.2 --experiment-folder-name options)
+    dead=$("$VLLM_PY" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
+    (cd "$WORK/gb" && "$gb" "${common[@]}" \
+        --api-base "http://127.0.0.1:$dead" --num-concurrency 2 --max-requests-per-run 4 \
+        --experiment-folder-name all_failed) || true  # it exits 1: every metric empty
+    for exp in closed options all_failed; do
+        [[ -d "$WORK/gb/$exp" ]] || continue
+        mkdir -p "$dest/$exp"
+        cp "$WORK/gb/$exp"/*.json "$dest/$exp/"
+    done
+}
+
 # wait_spans FILE N: until the OTLP receiver has counted N spans (vLLM exports them in batches)
 wait_spans() {
     for _ in $(seq 240); do
@@ -807,7 +853,7 @@ TOOLS=("$@")
                                     aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
                                     aiperf-rate-series aiperf-prefix
                                     inference-perf inference-perf-options inference-perf-turns
-                                    evalscope vllm-otel)
+                                    evalscope genai-bench vllm-otel)
 for tool in "${TOOLS[@]}"; do
     echo "make_recording_fixtures: $tool" >&2
     [[ -n "$SERVER_PID" || "$tool" == vllm-otel ]] || start_server
@@ -834,6 +880,7 @@ for tool in "${TOOLS[@]}"; do
     inference-perf-options) run_inference_perf_options ;;
     inference-perf-turns) run_inference_perf_turns ;;
     evalscope) run_evalscope ;;
+    genai-bench) run_genai_bench ;;
     vllm-otel) run_vllm_otel ;;
     *) echo "make_recording_fixtures: unknown tool $tool" >&2; exit 2 ;;
     esac
