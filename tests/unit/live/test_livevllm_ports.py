@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from tests.live.livevllm import PORT_TRIES, running_vllm
 
 FAKE = textwrap.dedent("""\

@@ -9,6 +9,7 @@ cases change a copy of a real run the way genai-bench 0.0.5 writes them
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -228,8 +229,8 @@ def test_max_tokens_in_the_additional_request_params_is_what_was_sent(tmp_path: 
     assert set(rec.workload.max_output_tokens.tolist()) == {200}
     _edit(exp / "experiment_metadata.json",
           lambda d: d.update(additional_request_params={"max_tokens": "lots"}))
-    with pytest.raises(TraceError, match="field 'additional_request_params.max_tokens': not a "
-                       "number: 'lots'"):
+    with pytest.raises(TraceError, match=re.escape(
+            "field 'additional_request_params.max_tokens': not a number: 'lots'")):
         read_recording(exp)
 
 
