@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from kvbudget.analysis.whole_answer import live_whole_answer_said
 from kvbudget.policies import TierConfig
-from kvbudget.results.metrics import summarize
+from kvbudget.results.metrics import quantiles, summarize
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -128,11 +129,13 @@ def per_request_errors(simulated: pd.DataFrame, measured: pd.DataFrame) -> pd.Da
 
 @dataclass(eq=False)
 class Validation:
-    """The outcome of ``kvbudget validate``."""
+    """The outcome of ``kvbudget validate``. ``said``: the lines under its table (what it
+    left out: :func:`~kvbudget.analysis.whole_answer.live_whole_answer_said`)."""
 
     metrics: pd.DataFrame
     per_request: pd.DataFrame
     frontend_overhead_s: float
+    said: tuple[str, ...] = ()
 
     def worst_key_error(self) -> tuple[str, float]:
         """The key metric (:data:`KEY_METRICS`) with the largest absolute relative error."""
@@ -151,6 +154,7 @@ class Validation:
                         for r in self.metrics.to_dict(orient="records")],
             "per_request": [{k: clean(v) for k, v in r.items()}
                             for r in self.per_request.to_dict(orient="records")],
+            "said": list(self.said),
         }
 
 
@@ -166,17 +170,82 @@ def validate_runs(
     policy: str,
     frontend_overhead_s: float,
     sim_token_gaps: Mapping[str, Any] | None = None,
+    whole_answer: npt.NDArray[np.bool_] | None = None,
+    whole_answer_by_gaps: bool = False,
 ) -> tuple[Validation, pd.DataFrame]:
     """Compare a simulated run with a measured one; returns the validation and the simulated
     records as compared (with the front-end overhead added). With ``sim_token_gaps`` (the
-    simulation's token-gaps table) and a measured summary with ``itl_s``, ITL is compared too."""
+    simulation's token-gaps table) and a measured summary with ``itl_s``, ITL is compared too.
+
+    ``whole_answer``: the rows of ``live_records`` whose client got the whole answer in one
+    read (:func:`~kvbudget.analysis.whole_answer.whole_answer_rows_of_run`; all of them found
+    by their gaps: ``whole_answer_by_gaps``): their measured TTFT and TPOT are the client's
+    read, so both summaries' TTFT and TPOT figures and the per-request MAPEs take the other
+    requests only (:func:`client_reads_left_out`), E2E and throughput every one, and the
+    validation's ``said`` says so. None of them (or None): the comparison of every request."""
     adjusted = add_frontend_overhead(sim_records, frontend_overhead_s)
     sim_summary = summary_of(adjusted, sim_timeline, tiers, capacity_tokens, policy,
                              sim_token_gaps)
     sim_summary["engine"] = dict(sim_engine)
-    metrics = compare_metrics(sim_summary, _with_sustained(live_summary, live_records))
-    return Validation(metrics, per_request_errors(adjusted, live_records),
-                      frontend_overhead_s), adjusted
+    measured = _with_sustained(live_summary, live_records)
+    burst = (np.zeros(len(live_records), dtype=bool) if whole_answer is None
+             else np.asarray(whole_answer, dtype=bool))
+    if burst.any():
+        live_records, adjusted = client_reads_left_out(live_records, adjusted, burst)
+        measured = _with_latencies(measured, live_records)
+        sim_summary = _with_latencies(sim_summary, adjusted)
+    metrics = compare_metrics(sim_summary, measured)
+    said: tuple[str, ...] = ()
+    if burst.any():
+        num_completed = int((live_records["status"] == "completed").sum())
+        said = (live_whole_answer_said(int(burst.sum()), num_completed,
+                                       by_gaps=whole_answer_by_gaps,
+                                       with_itl=bool((metrics["metric"] == "itl_p50_s").any())),)
+    return Validation(metrics, per_request_errors(adjusted, live_records), frontend_overhead_s,
+                      said), adjusted
+
+
+CLIENT_READ_METRICS = ("ttft_s", "tpot_s")
+"""The metrics of a request whose client got the whole answer in one read that are the
+client's read, not the server's times (its E2E ends at its last token's read either way)."""
+
+
+def without_client_reads(records: pd.DataFrame, rows: npt.NDArray[np.bool_]) -> pd.DataFrame:
+    """``records`` with no TTFT nor TPOT (NaN) on ``rows``: the requests whose client got the
+    whole answer in one read."""
+    out = records.copy()
+    for metric in CLIENT_READ_METRICS:
+        out[metric] = np.where(rows, np.nan, out[metric].to_numpy(dtype=np.float64))
+    return out
+
+
+def client_reads_left_out(live: pd.DataFrame, simulated: pd.DataFrame,
+                          rows: npt.NDArray[np.bool_]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A live run's records and a simulation's of the same requests (joined on
+    ``request_id``), the TTFT and TPOT of the live ``rows`` (read whole at once) left out on
+    both sides: each metric over the requests that measured it, as :func:`same_requests`
+    compares a recording's; a metric no completed live request keeps keeps every simulated
+    figure (the measured one has none)."""
+    live = without_client_reads(live, rows)
+    done = (live["status"] == "completed").to_numpy()
+    ids = live["request_id"].to_numpy()[np.asarray(rows, dtype=bool)]
+    theirs = np.isin(simulated["request_id"].to_numpy(), ids)
+    simulated = simulated.copy()
+    for metric in CLIENT_READ_METRICS:
+        if np.isfinite(live[metric].to_numpy(dtype=np.float64)[done]).any():
+            simulated[metric] = np.where(theirs, np.nan,
+                                         simulated[metric].to_numpy(dtype=np.float64))
+    return live, simulated
+
+
+def _with_latencies(summary: Mapping[str, Any], records: pd.DataFrame) -> dict[str, Any]:
+    """``summary`` with its overall TTFT and TPOT figures those of ``records``' completed rows,
+    as :func:`~kvbudget.results.metrics.summarize` computes them (NaN ones left out)."""
+    done = (records["status"] == "completed").to_numpy()
+    overall = {**summary["overall"], **{
+        metric: quantiles(records[metric].to_numpy(dtype=np.float64)[done])
+        for metric in CLIENT_READ_METRICS}}
+    return {**summary, "overall": overall}
 
 
 def _with_sustained(summary: Mapping[str, Any], records: pd.DataFrame) -> Mapping[str, Any]:

@@ -6,6 +6,11 @@ E2E and a TPOT near 0: the client's read of it, not the server's times. The meas
 every comparison takes each metric over the requests that measured it, on both sides
 (:func:`~kvbudget.analysis.validation.same_requests`): the comparison table, the per-request
 MAPEs and calibration's fit. :func:`whole_answer_said` says so under a table.
+
+``validate --url``'s own client can read a stream whole too (on a machine too busy to read it
+as it came): :func:`whole_answer_rows_of_run` finds those requests in a live run's records,
+:func:`~kvbudget.analysis.validation.validate_runs` compares TTFT and TPOT over the others on
+both sides, and :func:`live_whole_answer_said` says so under its table.
 """
 
 from __future__ import annotations
@@ -15,7 +20,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from kvbudget.results.recorded_whole_answer import BURST_ITL_S, whole_answer_rows_of
+from kvbudget.results.recorded_whole_answer import (
+    BURST_ITL_S,
+    whole_answer_rows,
+    whole_answer_rows_of,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,13 +41,60 @@ def whole_answer_said(measured: pd.DataFrame, rows: npt.NDArray[np.bool_] | None
     burst = keep & whole_answer_rows_of(measured)
     if not burst.any():
         return None
-    num_kept, num_burst = int(keep.sum()), int(burst.sum())
-    head = (f"TTFT and TPOT: {num_burst} of the {num_kept} compared requests got their whole "
-            f"answer in one read (tokens after the first under {BURST_ITL_S * 1e6:.0f} us "
-            "apart: see the note), so their measured TTFT and TPOT are the client's read, not "
+    num_kept = int(keep.sum())
+    return whole_answer_line(int(burst.sum()), num_kept, what=what, how="see the note",
+                             kept=f"E2E: all {num_kept}")
+
+
+def whole_answer_line(num_burst: int, num_compared: int, *, what: str, how: str,
+                      kept: str) -> str:
+    """The line under a comparison of ``num_compared`` requests of which ``num_burst`` got
+    their whole answer in one read: ``how`` they were found (in the parenthesis after the
+    threshold), that ``what`` take the others only, on both sides, and what ``kept`` every
+    request (the closing parenthesis)."""
+    head = (f"TTFT and TPOT: {num_burst} of the {num_compared} compared requests got their "
+            f"whole answer in one read (tokens after the first under {BURST_ITL_S * 1e6:.0f} "
+            f"us apart: {how}), so their measured TTFT and TPOT are the client's read, not "
             "the server's times: ")
-    others = num_kept - num_burst
+    others = num_compared - num_burst
     if not others:
         return head + (f"no compared request measured the server's TTFT nor TPOT, so {what} "
-                       f"have no measured figure (E2E: all {num_kept})")
-    return head + (f"{what} take the other {others} only, on both sides (E2E: all {num_kept})")
+                       f"have no measured figure ({kept})")
+    return head + f"{what} take the other {others} only, on both sides ({kept})"
+
+
+def whole_answer_rows_of_run(records: pd.DataFrame,
+                             itl_mean_s: npt.NDArray[np.float64] | None = None
+                             ) -> npt.NDArray[np.bool_]:
+    """The completed rows of a run's ``records`` (a live replay's: ``kvbudget validate --url``)
+    whose client got the whole answer in one read (:func:`~kvbudget.results.\
+recorded_whole_answer.whole_answer_rows`): by ``itl_mean_s`` (per row, the mean time apart
+    of its tokens after the first, from its chunks' gaps: :attr:`kvbudget.live.replay.\
+ReplayOutcome.itl_mean_s`; NaN or None: not known) where known, else by its TPOT."""
+    n = len(records)
+    itl = np.full(n, np.nan) if itl_mean_s is None else np.asarray(itl_mean_s, np.float64)
+    if itl.shape != (n,):
+        raise ValueError(f"itl_mean_s has {itl.size} values for {n} records")
+    return whole_answer_rows((records["status"] == "completed").to_numpy(),
+                             records["output_tokens"].to_numpy(),
+                             records["tpot_s"].to_numpy(dtype=np.float64), itl)
+
+
+def live_whole_answer_said(num_burst: int, num_compared: int, *, by_gaps: bool,
+                           with_itl: bool) -> str:
+    """The line under ``validate --url``'s table when ``num_burst`` of its ``num_compared``
+    completed live requests got their whole answer in one read (:func:`whole_answer_rows_of_run`;
+    ``by_gaps``: all of them found by their chunks' gaps). ``with_itl``: the table has ITL
+    rows, which pool every completed request's gaps on each side (the simulation's are pooled
+    per tier, not kept per request, so cannot leave those requests out), said so."""
+    how = ("found by the time between their first and last chunks" if by_gaps else
+           "found by the time between their first and last chunks where the run kept their "
+           "gaps, else (E2E - TTFT)")
+    how += (", over the tokens after the first: kvbudget's client read each such stream at "
+            "once, on a machine too busy to read it as it came or behind a proxy buffering it")
+    kept = f"E2E and output tokens per second: all {num_compared}"
+    if with_itl:
+        kept += "; the ITL rows pool every completed request's gaps, theirs too"
+    return whole_answer_line(num_burst, num_compared,
+                             what="the TTFT and TPOT rows and per-request MAPEs", how=how,
+                             kept=kept)

@@ -891,6 +891,8 @@ def _print_live_validation(outcome: "LiveComparison",
         [r["metric"], r["num_pairs"], pct(r["mape"])]
         for r in result.per_request.to_dict(orient="records")
     ]))
+    for line in result.said:  # what the comparison left out (requests read whole at once)
+        typer.echo(fill(line))
     typer.echo(f"simulated times include the calibrated front-end overhead of "
                f"{1000 * overhead:.1f} ms per request")
     if speed_check:
@@ -910,6 +912,9 @@ def _print_live_validation(outcome: "LiveComparison",
     typer.echo(f"wrote {out}/validation.csv, validation.json, validate.png, live/, sim/")
     if max_error is not None:
         name, err = (result if corrected is None else corrected[1]).worst_key_error()
+        if not math.isfinite(err):  # e.g. every answer read at once: no measured TTFT
+            raise fail(f"{name} has no relative error (a side has no figure for it), so "
+                       f"--max-error {100 * max_error:.1f}% cannot be met", 1)
         if not err <= max_error:
             raise fail(f"{name} is off by {100 * err:.1f}%, more than --max-error "
                        f"{100 * max_error:.1f}%", 1)

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 import numpy as np
+import numpy.typing as npt
 
 from kvbudget.live.openai_client import (
     TRANSPORT_ERRORS,
@@ -55,6 +56,7 @@ from kvbudget.live.run_dir import (
     RunDir,
     attempts_frame,
     engine_preemptions,
+    itl_means_of_parts,
     read_parts,
     token_gaps_of_parts,
     write_outputs,
@@ -177,7 +179,10 @@ class ReplayConfig:
 @dataclass(eq=False)
 class ReplayOutcome:
     """What a replay produced. ``complete`` is False when it stopped early (``error`` says why);
-    the records then hold every request that finished, and the run directory can be resumed."""
+    the records then hold every request that finished, and the run directory can be resumed.
+    ``itl_mean_s``: per row of ``records``, the mean time apart of its tokens after the first
+    as the client read them (:func:`~kvbudget.live.run_dir.itl_means_of_parts`; None: not
+    known), from which ``validate --url`` finds the answers the client read whole at once."""
 
     records: pd.DataFrame
     timeline: pd.DataFrame
@@ -185,6 +190,7 @@ class ReplayOutcome:
     complete: bool
     error: str = ""
     num_replayed: int = 0
+    itl_mean_s: npt.NDArray[np.float64] | None = None
 
 
 @dataclass(eq=False)
@@ -891,7 +897,8 @@ def finalize(
         },
     )
     write_outputs(out_dir, records, timeline, summary, attempts, gaps)
-    return ReplayOutcome(records, timeline, summary, complete=len(records) == num_requests)
+    return ReplayOutcome(records, timeline, summary, complete=len(records) == num_requests,
+                         itl_mean_s=itl_means_of_parts(out_dir, records))
 
 
 def _cut_said(records: pd.DataFrame, context: tuple[Workload, int | None] | None

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from kvbudget.results.metrics import aggregate_token_gaps
 from kvbudget.results.recordings import read_replay_meta
@@ -222,6 +223,27 @@ def token_gaps_of_parts(out_dir: Path) -> dict[str, Any] | None:
     code = {name: j for j, name in enumerate(names)}
     return aggregate_token_gaps(np.array([code[t] for t in tiers], np.int64), names,
                                 np.array(gaps, np.float64), np.ones(len(gaps), np.int64))
+
+
+def itl_means_of_parts(out_dir: Path, records: pd.DataFrame) -> npt.NDArray[np.float64]:
+    """Per row of ``records`` (:func:`read_parts`'), the time between its first and last output
+    chunks over its output tokens after the first, from its gaps in ``requests.part.jsonl``:
+    the mean time apart of its tokens after the first as its client read them, never more than
+    its TPOT, which counts the time after the last chunk too. NaN where the row is not
+    completed, has fewer than two output tokens or two chunks, or was written without its gaps
+    (a version before they were kept). What
+    :func:`~kvbudget.results.recorded_whole_answer.whole_answer_rows` reads."""
+    by_id = {int(r["request_id"]): r for r in read_jsonl(out_dir / REQUESTS_PART)}
+    out = np.full(len(records), np.nan)
+    ids = records["request_id"].to_numpy()
+    output = records["output_tokens"].to_numpy()
+    for i, (request_id, num_tokens) in enumerate(zip(ids, output, strict=True)):
+        row = by_id.get(int(request_id), {})
+        gaps = row.get(TOKEN_GAPS_KEY)
+        if (row.get("status") == "completed" and isinstance(gaps, list) and gaps
+                and int(num_tokens) >= 2):
+            out[i] = float(sum(float(g) for g in gaps)) / (int(num_tokens) - 1)
+    return out
 
 
 def engine_preemptions(out_dir: Path) -> int:

@@ -34,8 +34,9 @@ from kvbudget.analysis.validation import (
     plot_validation,
     same_requests,
     validate_runs,
+    without_client_reads,
 )
-from kvbudget.analysis.whole_answer import whole_answer_said
+from kvbudget.analysis.whole_answer import whole_answer_rows_of_run, whole_answer_said
 from kvbudget.perf.cost_model import CostModel, LinearCostModel
 from kvbudget.perf.models import resolve_model_name
 from kvbudget.policies import DEFAULT_TIERS, BasePolicy, FrontDoor, TierConfig, make_policy
@@ -349,21 +350,28 @@ def compare_live_run(workload: Workload, new_policy: Callable[[], BasePolicy],
                      meta: Mapping[str, Any] | None = None, title: str = "") -> LiveComparison:
     """Simulate the replayed workload on the server's configuration (``config``: its blocks,
     batch limits, the calibrated cost model and front-end overhead) and compare it with the
-    live run (``records``, ``timeline``, ``summary``); with ``drift_factor``, also with every
-    step time scaled by it (a linear cost model's ``scaled``). Writes ``validation.csv``,
+    live run (``records``, ``timeline``, ``summary`` and, a replay's, ``itl_mean_s``); with
+    ``drift_factor``, also with every step time scaled by it (a linear cost model's
+    ``scaled``). The live requests whose client got the whole answer in one read
+    (:func:`~kvbudget.analysis.whole_answer.whole_answer_rows_of_run`) are left out of TTFT
+    and TPOT on both sides, and said (``validate_runs``). Writes ``validation.csv``,
     ``validation.json`` (with ``meta``), ``validate.png``, ``sim/`` (and
     ``sim-drift-corrected/``) under ``out``."""
     overhead = config.frontend_overhead_s
     policy_name = new_policy().name
     sim = simulate(workload, new_policy(), config)
     sim.write(out / "sim")
+    itl_mean = getattr(live, "itl_mean_s", None)
+    burst = whole_answer_rows_of_run(live.records, itl_mean)
+    by_gaps = itl_mean is not None and bool(np.isfinite(np.asarray(itl_mean)[burst]).all())
 
     def compare(run: RunResult) -> tuple[Validation, pd.DataFrame]:
         result, adjusted = validate_runs(
             run.records, run.timeline, run.summary.get("engine", {}), live.records,
             live.summary, tiers=config.tiers, capacity_tokens=capacity_tokens,
             policy=policy_name, frontend_overhead_s=0.0,  # the simulation added it already
-            sim_token_gaps=run.token_gap_columns)
+            sim_token_gaps=run.token_gap_columns, whole_answer=burst,
+            whole_answer_by_gaps=by_gaps)
         return replace(result, frontend_overhead_s=overhead), adjusted
 
     result, adjusted = compare(sim)
@@ -384,7 +392,8 @@ def compare_live_run(workload: Workload, new_policy: Callable[[], BasePolicy],
          "drift_corrected": None if corrected is None else {
              "factor": drift_factor, **corrected.to_dict()}},
         indent=2) + "\n")
-    plot_validation(adjusted, live.records, sim.timeline, live.timeline, out / "validate.png",
+    measured = without_client_reads(live.records, burst) if burst.any() else live.records
+    plot_validation(adjusted, measured, sim.timeline, live.timeline, out / "validate.png",
                     title or f"{policy_name}: simulated vs measured")
     return outcome
 

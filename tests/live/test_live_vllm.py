@@ -31,6 +31,8 @@ from livevllm import (
     write_trace,
 )
 
+from kvbudget.analysis.whole_answer import whole_answer_rows_of_run
+from kvbudget.live.run_dir import itl_means_of_parts
 from kvbudget.results.recordings import read_recording
 from kvbudget.results.run_result import read_run
 
@@ -108,6 +110,29 @@ def finite_errors(metrics: dict[str, dict[str, Any]]) -> None:
         assert err is not None and math.isfinite(err), (key, metrics[key])
 
 
+def read_whole_said(out: Path, stdout: str, report: dict[str, Any], num_done: int) -> int:
+    """How many of ``validate --url``'s completed live requests its client read whole at once
+    (their chunks' gaps in ``live/requests.part.jsonl``; how many follows how busy the machine
+    is); asserts the comparison says so, under its table and in ``validation.json``, and
+    leaves their TTFT and TPOT out of the per-request MAPEs, or says nothing when there are
+    none. Returns the count."""
+    records = read_run(out / "live").records
+    burst = whole_answer_rows_of_run(records, itl_means_of_parts(out / "live", records))
+    num_burst = int(burst.sum())
+    print(f"{num_burst} of {num_done} completed live requests read whole at once")
+    if not num_burst:
+        assert report["said"] == [] and "whole answer in one read" not in stdout
+        return 0
+    said = report["said"]
+    assert len(said) == 1 and said[0].startswith(
+        f"TTFT and TPOT: {num_burst} of the {num_done} compared requests got their whole "
+        "answer in one read")
+    assert " ".join(said[0].split()) in " ".join(stdout.split())
+    pairs = {r["metric"]: r["num_pairs"] for r in report["per_request"]}
+    assert pairs["ttft_s"] <= num_done - num_burst and pairs["tpot_s"] <= num_done - num_burst
+    return num_burst
+
+
 def test_calibrate_then_validate_live_and_from_the_recording(vllm_server: VllmServer,
                                                              tiny_model: Path,
                                                              tmp_path: Path) -> None:
@@ -154,8 +179,10 @@ def test_calibrate_then_validate_live_and_from_the_recording(vllm_server: VllmSe
         num_completed = int((run.records["status"] == "completed").sum())
         assert metrics["completed"][side] == num_completed >= 1
     assert metrics["preemptions"]["measured"] == metrics["preemptions"]["simulated"] == 0
-    finite_errors(metrics)
     num_done = int((live.records["status"] == "completed").sum())
+    num_read_whole = read_whole_said(out, res.stdout, report, num_done)
+    if num_read_whole < num_done:  # else no request measured the server's TTFT nor TPOT
+        finite_errors(metrics)
 
     # the replay is a recorded run: calibrate and validate from it, offline, on the server
     # it recorded (its blocks, their size, its cache and context: what vLLM told the replay)
