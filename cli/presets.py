@@ -5,7 +5,7 @@ from typing import Any
 
 import typer
 
-from kvbudget.cli.tables import render
+from kvbudget.cli.tables import render, render_fitting
 from kvbudget.perf.hardware import GPU_ALIASES, GPUS
 from kvbudget.perf.kv_capacity import check_holds_max_model_len, num_gpu_blocks
 from kvbudget.perf.models import bundled_models
@@ -18,25 +18,23 @@ def presets_cmd() -> None:
     """List the GPU and model presets, vLLM's engine defaults per GPU and the KV capacity."""
     engines = {name: EngineConfig().resolved(g) for name, g in GPUS.items()}
     typer.echo(render(
-        ("GPU", "memory GiB", "HBM TB/s", "BF16 TFLOP/s", "FP8 TFLOP/s", "link", "link GB/s",
-         "max_num_seqs", "max_num_batched_tokens"),
+        ("GPU", "memory GiB", "HBM TB/s", "BF16 TFLOP/s", "FP8 TFLOP/s", "link", "link GB/s"),
         [[g.name, g.memory_bytes / 2**30, g.hbm_bandwidth_bytes_s / 1e12, g.bf16_flops / 1e12,
           None if g.fp8_flops is None else g.fp8_flops / 1e12, g.interconnect,
-          g.link_bandwidth_bytes_s / 1e9,
-          engines[g.name].max_num_seqs, engines[g.name].max_num_batched_tokens]
-         for g in GPUS.values()],
+          g.link_bandwidth_bytes_s / 1e9] for g in GPUS.values()],
     ))
-    for line in (
-            "FP8 -: no FP8 tensor cores; an FP8 model's matrix work is priced at the 16-bit rate "
-            "there (vLLM runs its FP8 weights with a weight-only kernel)",
-            "aliases: " + ", ".join(f"{a}\xa0=\xa0{n}" for a, n in GPU_ALIASES.items())
-            + "; --gpu also takes a JSON/TOML file of these figures (docs/fidelity.md)",
-            f"engine defaults (vLLM {VLLM_VERSION} `vllm serve`): the two right-hand columns, "
-            "gpu_memory_utilization 0.92, prefix caching on, block_size 16; "
-            "--engine-defaults kvbudget-0.1 for 256 / 8192 / 0.9 / off"):
-        # an alias and its name on one line ("A100 = A100-80GB", not "A100 =\n  A100-80GB")
-        typer.echo(textwrap.fill(line, WIDTH, subsequent_indent="  ",
-                                 break_on_hyphens=False).replace("\xa0", " "))
+    _notes("FP8 -: no FP8 tensor cores; an FP8 model's matrix work is priced at the 16-bit rate "
+           "there (vLLM runs its FP8 weights with a weight-only kernel)",
+           "aliases: " + ", ".join(f"{a}\xa0=\xa0{n}" for a, n in GPU_ALIASES.items())
+           + "; --gpu also takes a JSON/TOML file of these figures (docs/fidelity.md)")
+    typer.echo("")
+    typer.echo(f"Engine defaults per GPU (vLLM {VLLM_VERSION} `vllm serve`):")
+    typer.echo(render(
+        ("GPU", "max_num_seqs", "max_num_batched_tokens"),
+        [[name, e.max_num_seqs, e.max_num_batched_tokens] for name, e in engines.items()],
+    ))
+    _notes("and on every GPU gpu_memory_utilization 0.92, prefix caching on, block_size 16; "
+           "--engine-defaults kvbudget-0.1 for 256 / 8192 / 0.9 / off")
     typer.echo("")
     models = bundled_models()
     typer.echo("Models (bundled Hugging Face configs; --model also takes a config.json path):")
@@ -74,11 +72,18 @@ def presets_cmd() -> None:
         rows.append(row)
     typer.echo("KV capacity in tokens on one GPU (tensor_parallel_size 1) with vLLM's defaults "
                "(- = does not fit):")
-    typer.echo(render(("model", *GPUS), rows))
+    typer.echo(render_fitting(("model", *GPUS), rows))
     typer.echo(textwrap.fill(
         "*: less than one request at the model's context needs: vLLM refuses to start at its "
         "default max_model_len, and so does simulate; give your server's, --set "
         "engine.max_model_len=N.", WIDTH))
+
+
+def _notes(*lines: str) -> None:
+    for line in lines:
+        # an alias and its name on one line ("A100 = A100-80GB", not "A100 =\n  A100-80GB")
+        typer.echo(textwrap.fill(line, WIDTH, subsequent_indent="  ",
+                                 break_on_hyphens=False).replace("\xa0", " "))
 
 
 def register(app: typer.Typer) -> None:

@@ -30,6 +30,27 @@ def render(headers: Sequence[str], rows: Sequence[Sequence[Any]], gap: int = 2) 
 
 
 
+def render_fitting(headers: Sequence[str], rows: Sequence[Sequence[Any]],
+                   width: int = WIDTH, gap: int = 2) -> str:
+    """:func:`render` in as few tables as keep every line within ``width``: the columns after
+    the first (the rows' key, repeated in each) split in order, one blank line between
+    tables; a column wider than ``width`` on its own still gets a table."""
+    cells = [[_fmt(v) for v in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    groups: list[list[int]] = [[]]
+    line = widths[0]
+    for i in range(1, len(headers)):
+        if groups[-1] and line + gap + widths[i] > width:
+            groups.append([])
+            line = widths[0]
+        groups[-1].append(i)
+        line += gap + widths[i]
+    return "\n\n".join(
+        render([headers[0], *(headers[i] for i in g)], [[r[0], *(r[i] for i in g)] for r in rows],
+               gap)
+        for g in groups)
+
+
 def _sustained(b: dict[str, Any]) -> Any:
     """Output tokens over first arrival to last finish (a summary written before the figure
     existed has only the arrival-window rate: ``-``)."""

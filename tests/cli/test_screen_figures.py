@@ -124,13 +124,33 @@ def test_the_presets_notes_are_wrapped_to_the_width() -> None:
     code, stdout, stderr = run("presets")
     assert code == 0, stderr
     lines = stdout.splitlines()
-    for start in ("FP8 -: ", "aliases: ", "engine defaults (vLLM "):
+    for start in ("FP8 -: ", "aliases: ", "and on every GPU "):
         first = next(i for i, ln in enumerate(lines) if ln.startswith(start))
         rest = list(itertools.takewhile(lambda ln: ln.startswith("  "), lines[first + 1:]))
         assert all(len(ln) <= WIDTH for ln in [lines[first], *rest]), [lines[first], *rest]
         if start == "aliases: ":
             note = "\n".join([lines[first], *rest])
             assert all(f"{alias} = {name}" in note for alias, name in GPU_ALIASES.items()), note
+
+
+def test_every_presets_line_fits_the_width() -> None:
+    """Its GPU table (9 columns) ran to 120 columns and its KV-capacity table (a column a GPU)
+    to 159: the GPU's figures and vLLM's defaults are two tables, and the capacity table is
+    split by GPUs into tables that fit (``render_fitting``), every model in each."""
+    from kvbudget.perf.hardware import GPUS
+
+    code, stdout, stderr = run("presets")
+    assert code == 0, stderr
+    lines = stdout.splitlines()
+    assert max(len(ln) for ln in lines) <= WIDTH
+    heads = [ln.split() for ln in lines if ln.startswith("model ") and "type" not in ln]
+    assert len(heads) >= 2 and all(h[0] == "model" for h in heads)
+    assert [g for h in heads for g in h[1:]] == list(GPUS)
+    first = lines.index(next(ln for ln in lines if ln.startswith("model ") and "type" not in ln))
+    rows = list(itertools.takewhile(bool, lines[first + 2:]))
+    start = lines.index(next(ln for ln in lines if ln.split() == heads[1]))
+    assert [r.split()[0] for r in lines[start + 2:start + 2 + len(rows)]] == \
+        [r.split()[0] for r in rows]
 
 
 def test_capacity_says_what_its_columns_are(tmp_path: Path) -> None:

@@ -52,7 +52,7 @@ def test_the_stated_vllm_is_the_one_the_tests_install() -> None:
 def test_presets_and_the_engine_defaults_help_name_it() -> None:
     res = CliRunner().invoke(app, ["presets"])
     assert res.exit_code == 0, res.output
-    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("engine defaults"))
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("Engine defaults"))
     assert f"(vLLM {VLLM_VERSION} `vllm serve`)" in line, line
     res = CliRunner().invoke(app, ["simulate", "--help"], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
