@@ -273,13 +273,13 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
     name, values = recorded_policy(recording, policy, _param_values(params))
     if policy is None and scenario is not None and name != scn.spec.policy:
         theirs = scn.spec.policy
-        typer.echo(f"note: the --scenario's policy {theirs!r} is not simulated: the recorded "
-                   f"requests went to the server as the recording shows (policy {name}); "
-                   f"--policy {theirs} puts that gateway in front of it", err=True)
+        typer.echo(fill(f"note: the --scenario's policy {theirs!r} is not simulated: the "
+                        f"recorded requests went to the server as the recording shows (policy "
+                        f"{name}); --policy {theirs} puts that gateway in front of it"), err=True)
     shown = recorded + [i for i in choice.items if not i.startswith("engine.name=")]
     assumed = "" if scenario is not None or recording.format == "run" else engine_assumed_said(
         cfg, given, overrides or [], config.engine_for().name)
-    typer.echo(f"settings: model {config.model} ({model_from}), GPU "
+    typer.echo(fill(f"settings: model {config.model} ({model_from}), GPU "
                f"{gpu_label(config.gpu) if isinstance(config.gpu, str | Path) else config.gpu}"
                f" ({gpu_from})" + choice.said + assumed + _tp_said(config, cfg, given, scenario)
                + _one_server_said(recording, config, scenario)
@@ -290,7 +290,7 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
                + (f"; {NO_GATEWAY_SAID}" if straight_to_server(recording, config, policy)
                   else "") + (f"; {SERVER_TIMED_SAID}" if server_timed else "")
                + ("; --max-output " + str(max_output) + " declared where the file has no "
-                  "max_tokens" if max_output is not None else ""), err=True)
+                  "max_tokens" if max_output is not None else "")), err=True)
     _warn_sliding(recording, config)
     return RecordedSetup(recording, config, name, values, seed, policy_given=policy is not None)
 
@@ -522,9 +522,9 @@ def _describe_recording(setup: RecordedSetup) -> None:
         typer.echo(f"stage {stage.label or 'all'!r}: {load_words(stage)}; replayed as "
                    f"{replay_mode(stage, turns=turns is not None, held=bool(turns and turns.held))}")
     for note in rec.notes:
-        typer.echo(f"note: {note}", err=True)
+        typer.echo(fill(f"note: {note}"), err=True)
     if e.enable_prefix_caching and rec.workload.prefix_hashes is None:
-        typer.echo(f"note: {PREFIX_UNKNOWN}", err=True)
+        typer.echo(fill(f"note: {PREFIX_UNKNOWN}"), err=True)
 
 
 PREFIX_UNKNOWN = (

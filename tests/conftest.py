@@ -195,3 +195,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return first, item.get_closest_marker("kills_vllm") is not None
 
     items.sort(key=rank)
+
+
+def unwrapped(text: str) -> list[str]:
+    """The lines of a command's output as it means them: a line a fill() wrapped (its
+    continuation lines indented by two spaces) joined back into one."""
+    lines: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("  ") and lines:
+            lines[-1] += " " + line.strip()
+        else:
+            lines.append(line)
+    return lines

@@ -228,3 +228,22 @@ def test_a_studys_setting_lines_are_wrapped(tmp_path: Path) -> None:
     rest = list(itertools.takewhile(lambda ln: ln.startswith("  "), lines[1:]))
     assert all(len(ln) <= WIDTH for ln in [lines[0], *rest]), lines
     assert " ".join([lines[0], *(ln.strip() for ln in rest)]) == said
+
+
+def test_validate_records_says_its_settings_and_notes_within_the_width(tmp_path: Path) -> None:
+    """``validate --records`` printed its settings line as one line of 1,227 columns on a
+    vllm bench file and its notes up to 528: each is wrapped like the other notes, no word
+    split (a path stays whole)."""
+    rate8 = (Path(__file__).resolve().parents[1] / "fixtures" / "recordings" / "vllm-bench-0.32.0"
+             / "rate8.json")
+    code, _, stderr = run("validate", "--records", rate8, "--model", "Llama-3.1-8B", "--out",
+                          tmp_path / "v")
+    assert code == 0, stderr
+    lines = stderr.splitlines()
+    assert lines[0].startswith("settings: model Llama-3.1-8B")
+    assert sum(ln.startswith("note: ") for ln in lines) >= 4
+    assert all(len(ln) <= WIDTH or " " not in ln.strip() for ln in lines), stderr
+    rest = itertools.takewhile(lambda ln: ln.startswith("  "), lines[1:])
+    settings = " ".join(" ".join([lines[0], *rest]).split())
+    assert "tensor_parallel_size 1 (ASSUMED: the recording does not say how many GPUs served " \
+        "the model; pass --tensor-parallel-size)" in settings

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
 from kvbudget.results.recordings import read_recording
+from tests.conftest import unwrapped
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
 ASSUMED = (", engine vllm (ASSUMED: the recording does not say which server answered; pass "
@@ -33,7 +34,7 @@ def _settings(tmp_path: Path, *flags: str) -> str:
                                       "--model", "Qwen3-8B", *flags, "--out",
                                       str(tmp_path / "v")])
     assert result.exit_code == 0, result.output
-    return result.stderr.splitlines()[0]
+    return unwrapped(result.stderr)[0]
 
 
 def test_the_default_engine_is_said_as_assumed(tmp_path: Path) -> None:

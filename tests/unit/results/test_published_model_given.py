@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
+from tests.conftest import unwrapped
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
 
@@ -44,4 +45,4 @@ def test_a_given_model_is_said_beside_the_recordings(tmp_path: Path, model_id: s
                                       "--gpu", "H100", "--model", model, *fits, "--out",
                                       str(tmp_path / "v")])
     assert result.exit_code == 0, result.output
-    assert said in result.stderr.splitlines()[0]
+    assert said in unwrapped(result.stderr)[0]

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
 from kvbudget.perf.models import resolve_model_name
+from tests.conftest import unwrapped
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
 SNAPSHOT = ("/root/.cache/huggingface/hub/models--Qwen--Qwen3-8B/snapshots/"
@@ -50,4 +51,4 @@ def test_the_settings_line_says_the_folder_it_resolved(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["validate", "--records", str(path), "--gpu", "H100",
                                       "--out", str(tmp_path / "v")])
     assert result.exit_code == 0, result.output
-    assert f"model Qwen3-8B (the recording's '{SNAPSHOT}')" in result.stderr.splitlines()[0]
+    assert f"model Qwen3-8B (the recording's '{SNAPSHOT}')" in unwrapped(result.stderr)[0]

@@ -159,7 +159,7 @@ def test_sglang_settings_line_says_what_the_file_told(tmp_path: Path, method: st
                                       "--model", "Qwen/Qwen3-8B", "--out",
                                       str(tmp_path / "v")])
     assert result.exit_code == 0, result.output
-    err = result.stderr
+    err = " ".join(result.stderr.split())
     assert "does not say how many GPUs" not in err
     assert "tensor_parallel_size=4" in err and "block_size=1," in err
     assert "num_gpu_blocks=1916167" in err  # page_size 1: blocks of one token

@@ -239,16 +239,17 @@ def test_validate_says_what_each_dataset_file_cannot(tmp_path: Path, name: str,
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.stderr
     out = res.stdout + res.stderr
+    flat = " ".join(out.split())
     assert f"{path} (vllm bench serve): 10 requests simulated, 10 measured" in out
     assert "stage '8 req/s': open loop, 8 req/s; replayed as open loop at the recorded send " \
-        "times" in out
-    assert "note: max_tokens: its realised output length" in out
+        "times" in flat
+    assert "note: max_tokens: its realised output length" in flat
     assert "note: ignore_eos: not recorded in the file (vllm bench serve does not save it); " \
-        "it sets ignore_eos itself for --dataset-name random" in out
+        "it sets ignore_eos itself for --dataset-name random" in flat
     # the server's prefix cache served prefix_repetition's shared prefixes: said, not simulated
-    assert "the prefix_repetition dataset" in out and "simulated TTFT is too high" in out
+    assert "the prefix_repetition dataset" in flat and "simulated TTFT is too high" in flat
     for needle in said:
-        assert needle in out
+        assert needle in flat
     assert ("openai-chat" in out.split("the file records:")[1].split("\n")[0]) == \
         (name == "chat_rate8.json")
 

@@ -28,6 +28,7 @@ from kvbudget.studies.validate import (
     straight_to_server,
     validate_recording,
 )
+from tests.conftest import unwrapped
 
 
 @pytest.mark.parametrize(("name", "preset"), [
@@ -75,7 +76,8 @@ def _bench(path: Path, model: str | None, output: int = 40, n: int = 20) -> Path
 
 def _run(*args: object) -> tuple[int, str, str]:
     res = CliRunner().invoke(app, [str(a) for a in args])
-    return res.exit_code, res.stdout, res.stderr
+    # stderr's lines as meant, each wrapped one joined back (its settings line, its notes)
+    return res.exit_code, res.stdout, "\n".join(unwrapped(res.stderr)) + "\n"
 
 
 def test_an_instruct_model_name_is_simulated_as_its_preset_and_said(tmp_path: Path) -> None:
@@ -306,7 +308,7 @@ def test_tensor_parallelism_not_in_the_recording_is_said_as_assumed(tmp_path: Pa
     code, out, err = _run("validate", "--records", path, "--out", tmp_path / "v2", "--gpu",
                           "H100", "--tensor-parallel-size", "2")
     assert code == 0, err
-    assert "tensor_parallel_size" not in err.split("\n")[0]
+    assert "tensor_parallel_size" not in unwrapped(err)[0]
     assert "tensor_parallel_size=2" in out
 
 
@@ -318,7 +320,7 @@ def test_the_weights_dtype_a_recording_cannot_tell_is_said_as_assumed(tmp_path: 
     path = _bench(tmp_path / "b.json", "meta-llama/Llama-3.1-8B-Instruct")
     code, _, err = _run("validate", "--records", path, "--out", tmp_path / "v", "--gpu", "H100")
     assert code == 0, err
-    settings = err.split("\n")[0]
+    settings = unwrapped(err)[0]
     assert "weights bfloat16 (ASSUMED: the model's config; the recording does not say " \
         "whether the server quantized them" in settings
     # a config.json given to --model is the user's choice of weights: nothing assumed
@@ -330,7 +332,7 @@ def test_the_weights_dtype_a_recording_cannot_tell_is_said_as_assumed(tmp_path: 
     code, _, err = _run("validate", "--records", path, "--out", tmp_path / "v2", "--gpu", "H100",
                         "--model", config)
     assert code == 0, err
-    assert ", weights " not in err.split("\n")[0]
+    assert ", weights " not in unwrapped(err)[0]
 
 
 def test_a_model_named_as_quantized_simulated_in_16_bits_is_said(tmp_path: Path) -> None:
@@ -341,7 +343,7 @@ def test_a_model_named_as_quantized_simulated_in_16_bits_is_said(tmp_path: Path)
     code, _, err = _run("validate", "--records", path, "--out", tmp_path / "v", "--gpu", "H100",
                         "--model", "Llama-3.1-8B")
     assert code == 0, err
-    settings = " ".join(err.split("\n")[0].split())
+    settings = " ".join(unwrapped(err)[0].split())
     assert "weights bfloat16 (ASSUMED, though the recording's model " \
         "'neuralmagic/Meta-Llama-3.1-8B-FP8' is named as quantized (FP8)" in settings, settings
     # a name with the letters inside a word is no marker
@@ -362,7 +364,7 @@ def test_a_simulated_tensor_parallel_run_validates_against_itself(tmp_path: Path
     assert read_recording(run).config["tensor_parallel_size"] == 2
     code, _, err = _run("validate", "--records", run, "--out", tmp_path / "v")
     assert code == 0, err
-    assert "tensor_parallel_size=2" in err and "ASSUMED" not in err.split("\n")[0]
+    assert "tensor_parallel_size=2" in err and "ASSUMED" not in unwrapped(err)[0]
     table = pd.read_csv(tmp_path / "v" / "validation.csv")
     assert np.allclose(table["rel_error"].dropna(), 0.0, atol=1e-9)
 
